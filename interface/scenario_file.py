@@ -114,6 +114,7 @@ CLUSTER_KEYS = {
     "p2p_forward_send_wait",
     "nccl_sm_charge",
     "nccl_channel_setup",
+    "use_multi_rank_bucket_allreduce",
     "attention_kernel",
     "calibration",
 }
@@ -254,6 +255,7 @@ VALUE_KINDS: dict[str, Any] = {
     "p2p_forward_send_wait": _FLAG,
     "nccl_sm_charge": _FLAG,
     "nccl_channel_setup": _FLAG,
+    "use_multi_rank_bucket_allreduce": _FLAG,
     "attention_kernel": ("flash-attention-2", "flash-attention-3", "cudnn", "pytorch-sdpa-cudnn"),
     "calibration": _TEXT,
 }

@@ -116,6 +116,9 @@ KEY_HELP: dict[str, str] = {
     "nccl_channel_setup": "Memory: count the device allocations NCCL makes to set up each "
     "communicator's channels, 2 MiB each, 196 MiB inside an H100 node (32 channels), 100 MiB "
     "across nodes (16) (default true; docs/memory-mechanisms.md, NCCL).",
+    "use_multi_rank_bucket_allreduce": "deepspeed ZeRO-1/2: DeepSpeed's zero_optimization."
+    "use_multi_rank_bucket_allreduce, each gradient bucket all-reduced (default true, DeepSpeed "
+    "0.12.4 and later); false: the older reduce to each owning rank, a reduce-scatter's bytes.",
     "kernel_efficiency": "Single time model: fraction of peak in kernels; default calibrated "
     "per accelerator generation and hidden size (model.timing.kernel_efficiency_for).",
     "overlap": "Single time model: the fraction of each axis's traffic hidden behind compute, "
@@ -173,8 +176,8 @@ KEY_HELP: dict[str, str] = {
     "combine; overlap_moe_expert_parallel_comm: one micro-batch's all-to-alls under another's "
     "compute (combined 1F1B; needs interleaving when pp > 1, no full recompute). Default none.",
     "offload_activations": "Modules whose saved activations go to the host between forward and "
-    "backward, named as Megatron-Core's --offload-modules names them (attn_norm, core_attn, "
-    "attn_proj, mlp_norm, expert_fc1, moe_act; its fine-grained activation offloading); a "
+    "backward, named as Megatron-Core's --offload-modules names them (attn_norm, qkv_linear, "
+    "core_attn, attn_proj, mlp_norm, expert_fc1, moe_act; its fine-grained activation offloading); a "
     "list or text with ; between the names. Copies overlap the next layer's compute; "
     "recompute none or selective.",
     "cpu_offloading_num_layers": "megatron, pp 1, recompute none, dense layers: this many "

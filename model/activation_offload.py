@@ -88,12 +88,21 @@ __all__ = [
     "activation_offload_seconds",
 ]
 
-OFFLOAD_MODULES = ("attn_norm", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act")
+OFFLOAD_MODULES = (
+    "attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act",
+)  # fmt: skip
 """Megatron-Core's ``--offload-modules`` choices (Megatron-LM
-``docs/source/api-guide/fine_grained_activation_offloading.md``), in a layer's forward order:
-the attention norm's input, the attention core's saved tensors, the attention output
-projection's input, the MLP norm's input, the routed experts' FC1 input, the MoE activation
-function's input."""
+``docs/source/api-guide/fine_grained_activation_offloading.md``; d98e8a64dd
+``megatron/core/transformer/transformer_config.py`` ``offload_modules``), in a layer's forward
+order: the attention norm's input, what the QKV projection saves (``qkv_linear``:
+``Attention.forward`` and ``MultiLatentAttention.forward`` run ``get_query_key_value_tensors``
+inside its offload context, so every tensor saved there goes: the fused norm's input and output
+under a ``TELayerNormColumnParallelLinear``, MLA's norm output, latents and latent norm outputs),
+the attention core's saved tensors, the attention output projection's input, the MLP norm's
+input, the routed experts' FC1 input, the MoE activation function's input. Not offered:
+``fused_group_mlp`` (Megatron-Core requires ``use_transformer_engine_op_fuser``, Transformer
+Engine's fused grouped MLP, which the model does not describe) and ``gdp_qkv`` (the
+GatedDeltaProduct mixer, which no architecture here has)."""
 
 MOE_MODULES = frozenset({"expert_fc1", "moe_act"})
 """Modules only a MoE layer has."""
@@ -123,13 +132,18 @@ def norm_modules(mla: bool, moe: bool) -> frozenset[str]:
 
 def layer_modules(modules: Iterable[str], mla: bool, moe: bool) -> tuple[str, ...]:
     """The chosen ``modules`` that offload something in a layer (MLA or not, MoE or not): the
-    norm modules only where :func:`norm_modules` says the layer has them.
+    norm modules only where :func:`norm_modules` says the layer has them; without MLA,
+    ``qkv_linear`` also takes the attention norm's rows (``attn_norm``'s names): the norm is
+    fused into ``linear_qkv``, which saves its input.
 
     >>> layer_modules(("attn_norm", "core_attn", "mlp_norm"), mla=False, moe=True)
     ('core_attn', 'mlp_norm')
+    >>> layer_modules(("qkv_linear",), mla=False, moe=False)
+    ('qkv_linear', 'attn_norm')
     """
     has = norm_modules(mla, moe)
-    return tuple(m for m in modules if m not in NORM_MODULES or m in has)
+    out = tuple(m for m in modules if m not in NORM_MODULES or m in has)
+    return out + (("attn_norm",) if "qkv_linear" in out and not mla else ())
 
 
 _TERMS = {
@@ -137,6 +151,12 @@ _TERMS = {
     "Q": "core_attn",
     "K": "core_attn",
     "V": "core_attn",
+    "QKV projection input": "qkv_linear",
+    "attention projection input": "qkv_linear",
+    "query latent": "qkv_linear",
+    "query latent norm output": "qkv_linear",
+    "kv latent with rope key": "qkv_linear",
+    "kv latent norm output": "qkv_linear",
     "output projection input": "attn_proj",
     "MLP norm input": "mlp_norm",
     "routed expert inputs (top-k copies)": "expert_fc1",
@@ -149,6 +169,8 @@ _TERMS = {
 _PREFIXES = (
     ("attention norm statistics", "attn_norm"),
     ("MLP norm statistics", "mlp_norm"),
+    ("query latent norm statistics", "qkv_linear"),
+    ("kv latent norm statistics", "qkv_linear"),
     ("routed expert SiLU output", "moe_act"),
     ("routed expert GELU output", "moe_act"),
     ("routed expert clamped GLU input", "moe_act"),

@@ -25,6 +25,7 @@ __all__ = [
     "HEAD_ALL_TO_ALL",
     "PRE_A2A_OUTPUT",
     "REPEATED_KV",
+    "SOFTMAX_LSE",
     "MOE_ROUTING_ROWS",
     "NORM_INPUTS",
     "NORM_OUTPUTS",
@@ -72,6 +73,13 @@ tables) and FlashAttention (``FlashSelfAttention``, which saves its q, k, v) or 
 attention's ``baddbmm``/``bmm`` then keep the repeated tensors; DeepSpeed's Ulysses
 (``DistributedAttention``) moves them over its all-to-all as they are, a/tp heads of s/cp
 tokens, the same bytes."""
+
+
+SOFTMAX_LSE = "softmax statistics (fp32 logsumexp)"
+"""The row of FlashAttention's per-row softmax statistics, FP32 ``[b, a, s/cp]``: ``4·a·S``, a
+*score* row (recomputed with the attention core under selective recomputation). Kept where the
+profile's kernel keeps it (:attr:`model.activations.ActivationContext.saves_softmax_lse`), under
+the ``pytorch`` convention and by torchtitan's eager SDPA (:mod:`model.eager_saved`)."""
 
 
 def _mask(arch: Architecture) -> int:
@@ -134,6 +142,8 @@ def attention_rows(arch: Architecture, ctx: ActivationContext) -> list[tuple[str
         if arch.dropout:
             rows.append(("attention dropout mask", Fraction(scores), "score"))
             rows.append(("attention dropout output", beta * scores, "score"))
+    elif ctx.saves_softmax_lse:  # the flash kernel's statistics, counted by its profile
+        rows.append((SOFTMAX_LSE, 4 * a * S, "score"))
     out = a * (arch.mla.v_head_dim if arch.mla is not None else arch.dim_per_head)
     if ctx.cp > 1 and ctx.cp_kind is CpKind.ALL_GATHER:
         rows.append(("attention output per query chunk (all-gather CP)", beta * S * out, "score"))
@@ -186,10 +196,10 @@ def _pytorch_attention_terms(
         rows.append(("QK-norm statistics (fp32 rstd)", 4 * S * (a + arch.kv_heads), "tp"))
     if arch.post_norms:
         rows.append(_norm_stats(arch, "attention post-norm", S))
-    if ctx.flash_attention:
+    if ctx.flash_attention and not ctx.saves_softmax_lse:  # else attention_rows lists it
         # FlashAttention's per-row softmax statistics [b, a, s/cp] in fp32; recomputed with the
         # attention core under selective recomputation, so listed with the score tensors.
-        rows.append(("softmax statistics (fp32 logsumexp)", 4 * a * S, "score"))
+        rows.append((SOFTMAX_LSE, 4 * a * S, "score"))
     if arch.position_embedding is PositionEmbedding.ROPE:
         rope = arch.mla.qk_rope_head_dim if arch.mla is not None else arch.dim_per_head
         # cos and sin [s/cp, d] kept by the rotation's multiplications; one pair per layer,
@@ -366,7 +376,9 @@ def fp8_rows(
     and no FP8 copy (:attr:`model.activations.ActivationContext.fp8_proj_saves_original`), so it
     stays a BF16 row; so does the routed experts' FC1 input under the ``expert_fc1`` offload
     other than MXFP8 (:attr:`~model.activations.ActivationContext.fp8_expert_fc1_saves_original`).
-    MLA's norm output is quantised twice (:data:`MLA_SECOND_DOWN_PROJECTION`)."""
+    MLA's norm output is quantised twice (:data:`MLA_SECOND_DOWN_PROJECTION`). The shared
+    experts' FC1 keeps an FP8 copy of the router's BF16 input only where it does not save that
+    input itself (:attr:`~model.activations.ActivationContext.fp8_shared_fc1_saves_original`)."""
     scale = Fraction(ctx.fp8_input_bytes) / ctx.activation_bytes
     deepseek = ctx.fp8_activation_storage == "deepseek_v3"
     out = []
@@ -399,7 +411,8 @@ def fp8_rows(
         # MLA: two linears read the norm's output, each saving its own quantised copy
         value = dict((r[0], r[1]) for r in rows)["attention projection input"]
         out.append((MLA_SECOND_DOWN_PROJECTION, value * scale, "sp"))
-    if "router and dispatch input" in names and any(n.startswith("shared expert") for n in names):
+    shared = any(n.startswith("shared expert") for n in names)
+    if "router and dispatch input" in names and shared and not ctx.fp8_shared_fc1_saves_original:
         # the router keeps the BF16 input; the shared experts' FC1 saves its own FP8 copy
         value = dict((r[0], r[1]) for r in rows)["router and dispatch input"]
         out.append(("shared expert FC1 input (FP8)", value * scale, "sp"))

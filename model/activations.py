@@ -43,7 +43,8 @@ Variants, derived the same way:
 * No dropout (Llama, Mixtral, DeepSeek): no masks and no dropout output; the softmax output is
   what scores·V uses: ``2·a·s_cp·s·b`` instead of ``5·…``.
 * FlashAttention: no ``[b, a, s, s]`` tensor is stored (the conventions drop the 5·a term; the kernel's
-  per-row softmax statistics, 4·a·S bytes in fp32, are left out by that convention).
+  per-row softmax statistics, 4·a·S bytes in fp32, are left out by the paper's count and kept
+  where a framework profile's kernel keeps them, ``ActivationContext.saves_softmax_lse``).
 * Without FlashAttention the score tensors are the whole ``[b, a, s/cp, s]`` whatever the mask:
   eager attention (Hugging Face's ``eager_attention_forward``, Megatron's unfused softmax) adds a
   causal, sliding-window or chunked mask to the full score matrix, so windows and chunks save no
@@ -305,6 +306,28 @@ class ActivationContext:
     repeats_kv: bool = False
     """GQA attention keeps K and V repeated to every query head (Megatron-DeepSpeed, the
     ``deepspeed`` profile: :data:`model.activation_rows.REPEATED_KV`)."""
+    saves_softmax_lse: bool = False
+    """The flash attention kernel keeps its per-row softmax statistics for backward, FP32
+    ``[b, a/tp, s/cp]``, ``4·a·S`` (÷ tp; :data:`model.activation_rows.SOFTMAX_LSE`, a score
+    row), under the ``paper`` convention too: ``megatron`` (Transformer Engine d0067d0da
+    ``attention/dot_product_attention/backends.py`` ``FusedAttnFunc.forward`` saves
+    ``*aux_ctx_tensors``, which ``backward`` unpacks as ``softmax_lse, rng_state``;
+    ``common/fused_attn/fused_attn_f16_arbitrary_seqlen.cu`` ``fused_attn_arbitrary_seqlen_fwd``
+    gives ``output_S`` the shape ``{batch, num_attn_heads, max_seqlen_q, 1}`` in FP32; the
+    context-parallel functions of ``context_parallel.py`` save the local queries' ``softmax_lse``,
+    or the two query chunks' ``softmax_lse_per_step``, the same bytes) and ``deepspeed``
+    (Megatron-DeepSpeed 4efb479d ``megatron/model/transformer.py`` ``FlashSelfAttention``
+    calls flash-attn's ``flash_attn_varlen_func`` under ``--use-flash-attn-v2``;
+    Dao-AILab/flash-attention 00530025 ``flash_attn/flash_attn_interface.py``
+    ``FlashAttnVarlenFunc.forward`` saves ``softmax_lse``, FP32 ``(num_heads, total_q)``). The
+    rng state (two int64) is not counted. False: ``textbook`` (the paper's rows) and ``fsdp2``,
+    whose SDPA log-sum-exp the eager rows, the op-level policy or the ``pytorch`` convention
+    count (:mod:`model.eager_saved`, :mod:`model.op_checkpoint`)."""
+    kernel_kv_repeated: bool = False
+    """The attention kernel is given K and V repeated to every query head, so its backward
+    returns dK and dV of ``a`` heads (:func:`model.attention_core.attention_core_step`):
+    torchtitan's ``repeat_kv`` before SDPA (``fsdp2``; 9dec370 and 820504e, until ff0829c10)
+    and Megatron-DeepSpeed's before FlashAttention (``deepspeed``, :attr:`repeats_kv`)."""
     fp8_gemms: bool = False
     """The linear layers run FP8 GEMMs (``precision = fp8``); with ``op_selective`` every GEMM
     output is kept (``aten._scaled_mm`` is in the save list, outside the every-other-mm count)."""
@@ -324,6 +347,27 @@ class ActivationContext:
     def tokens(self) -> Fraction:
         """S = (s/cp)·b tokens on this rank per micro-batch."""
         return Fraction(self.seq_len, self.cp) * self.micro_batch_size
+
+    @property
+    def fp8_shared_fc1_saves_original(self) -> bool:
+        """The shared experts' FC1 saves its BF16 input (the pre-MLP norm's output, the tensor
+        the router keeps), not an FP8 copy: Megatron-Core under the recipes other than
+        ``delayed`` (:attr:`fp8_proj_saves_original`'s condition) unless ``shared_experts`` is
+        recomputed (Megatron-LM d98e8a64dd ``moe/shared_experts.py`` ``SharedExpertMLP.__init__``,
+        l. 151–161: ``set_save_original_input(self.linear_fc1)``, "the output of
+        pre_mlp_layernorm is saved by router"; ``MoELayer.set_for_recompute_pre_mlp_layernorm``
+        sets the same under ``layernorm``)."""
+        return self.fp8_proj_saves_original and "shared_experts" not in self.recompute_modules
+
+    @property
+    def fp8_mla_down_saves_original(self) -> bool:
+        """MLA's down-projections save their BF16 input (the attention norm's output, recomputed
+        under ``layernorm``): Megatron-Core under the recipes other than ``delayed`` with the
+        ``layernorm`` recompute module (``TransformerLayer.__init__``:
+        ``self_attention.set_for_recompute_input_layernorm()`` under FP8, Megatron-LM d98e8a64dd
+        ``multi_latent_attention.py`` l. 1114–1118; ``delayed`` with it is refused,
+        :func:`model.recompute_modules.check_recompute_modules`)."""
+        return self.fp8_proj_saves_original and "layernorm" in self.recompute_modules
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,8 @@ reduce-scatter's output ``n`` is allocated while it is live):
   down projection's and the activation's inputs;
 * output projection (row-parallel): ``n + [sp]·H + β·S·O/tp``;
 * attention core: ``n + β·S·O/tp`` (dO) ``+ β·S·(Q + KV)/tp`` (dQ, dK, dV) plus the kernel's
-  workspace (:func:`attention_backward_workspace`);
+  workspace (:func:`attention_backward_workspace`); dK, dV at ``a/g`` times KV where the
+  framework repeats K and V before the kernel (:func:`model.attention_core.kernel_kv_repeat`);
 * QKV projection (column-parallel): ``n + β·S·(Q + KV)/tp + r·H + c·H + [sp]·n``, less the
   output projection's input and Q, K, V.
 
@@ -121,6 +122,7 @@ from functools import lru_cache
 from trainplan.model.activation_rows import FP8_KEPT_ATTENTION_OUTPUT
 from trainplan.model.activations import ActivationContext, kind_activations
 from trainplan.model.arch_parts import Mlp
+from trainplan.model.attention_core import attention_core_step, mla_down_step
 from trainplan.model.context_parallel import attention_dims
 from trainplan.model.deepspeed_backward import deepspeed_weight_grads, layernorm_mlp_held
 from trainplan.model.frameworks import Framework
@@ -129,53 +131,11 @@ from trainplan.model.specs import Architecture
 from trainplan.model.te_fp8_backward import TeFp8Backward
 
 __all__ = [
-    "attention_backward_workspace",
     "backward_working_bytes",
     "input_pass_retains",
+    "shared_fc1_requant",
     "torchao_fp8_casts",
 ]
-
-FLASH_ATTENTION_2 = "flash-attention-2"
-FLASH_ATTENTION_3 = "flash-attention-3"
-
-
-def attention_backward_workspace(
-    kernel: str | None, tokens: Fraction, heads: Fraction, kv_heads: Fraction, head_dim: int,
-    beta: int,
-) -> Fraction:  # fmt: skip
-    """Bytes the attention kernel's backward allocates beside dQ, dK, dV, for ``tokens`` queries
-    and keys, ``heads`` query heads and ``kv_heads`` key/value heads on this rank of
-    ``head_dim`` each (rounded to the kernel's tiles: 128 tokens, 8 of the head dimension at
-    most, left out):
-
-    * ``flash-attention-2`` (Dao-AILab/flash-attention ``csrc/flash_attn/flash_api.cpp``
-      ``mha_bwd``, non-deterministic): ``dq_accum`` fp32 ``[b, s, heads, d]``, ``softmax_d`` fp32
-      ``[b, heads, s]`` and, with fewer K/V heads than query heads, ``dk_expanded`` and
-      ``dv_expanded`` ``[b, s, heads, d]`` in the input's dtype, summed over each group after;
-    * ``flash-attention-3`` (``hopper/flash_api.cpp`` ``mha_bwd``): ``dq_accum`` fp32, the
-      softmax's ``softmax_d`` and ``softmax_lse_log2`` fp32 ``[b, heads, s]`` and, with fewer K/V
-      heads, ``dk_accum`` and ``dv_accum`` fp32 ``[b, kv_heads, s, d]``;
-    * cuDNN (Transformer Engine's fused attention, PyTorch SDPA's cuDNN backend) and any other
-      kernel: 0, the workspace being the cuDNN graph's (module docstring).
-
-    Examples
-    --------
-    Llama 3 70B at tp 8, s 8,192: 8 query heads and 1 K/V head of 128 on a rank; FlashAttention-2
-    holds ``4·8,192·8·128`` (dq_accum, 33.6 MB) + ``4·8·8,192`` (softmax_d) + ``2·2·8,192·8·128``
-    (dK, dV expanded to 8 heads, 33.6 MB).
-
-    >>> attention_backward_workspace("flash-attention-2", Fraction(8192), Fraction(8), Fraction(1), 128, 2)
-    Fraction(67371008, 1)
-    >>> attention_backward_workspace("cudnn", Fraction(8192), Fraction(8), Fraction(1), 128, 2)
-    Fraction(0, 1)
-    """
-    if kernel == FLASH_ATTENTION_2:
-        expanded = 2 * beta * tokens * heads * head_dim if kv_heads != heads else 0
-        return 4 * tokens * heads * head_dim + 4 * heads * tokens + expanded
-    if kernel == FLASH_ATTENTION_3:
-        accum = 2 * 4 * tokens * kv_heads * head_dim if kv_heads != heads else 0
-        return 4 * tokens * heads * head_dim + 2 * 4 * heads * tokens + accum
-    return Fraction(0)
 
 
 def input_pass_retains(schedule: Schedule | str) -> bool:
@@ -258,20 +218,23 @@ def _fp8_casts(
 
 
 def _row_step(
-    ctx: ActivationContext, te: TeFp8Backward, n: Fraction, elements: Fraction, dgrad: Fraction
-) -> Fraction:
+    ctx: ActivationContext, te: TeFp8Backward, n: Fraction, elements: Fraction, dgrad: Fraction,
+    requant: Fraction = Fraction(0),
+) -> Fraction:  # fmt: skip
     """A row-parallel projection's step (the output or the down projection) under Transformer
     Engine FP8 (:mod:`model.te_fp8_backward`), for ``n`` the layer's output gradient (the BF16
     ``grad_output``), ``elements`` = ``S·h`` and ``dgrad`` its input gradient's bytes. With
     sequence parallelism at tp > 1 the gather (``grad_output_preprocess``, synchronous) holds
     the quantised shard ``shard·S·h/tp``, the gathered ``both·S·h`` and the blockwise
     temporaries, then the dgrad GEMM the gathered tensor and the dgrad; without, the whole
-    ``grad_output`` quantised, ``both·S·h``, beside the dgrad."""
+    ``grad_output`` quantised, ``both·S·h``, beside the dgrad. ``requant``: a saved BF16 input
+    quantised again for the weight gradient (:func:`_attention`), made after the gather and
+    before the dgrad GEMM, freed after the wgrad: beside the dgrad."""
     gathered = te.both * elements
     if not (ctx.sequence_parallel and ctx.tp > 1):
-        return n + gathered + dgrad
+        return n + gathered + dgrad + requant
     temporaries = te.shard * elements / ctx.tp + (te.interleaved + te.interleaved_scales) * elements
-    return n + gathered + max(temporaries, dgrad)
+    return n + gathered + max(temporaries, dgrad + requant)
 
 
 def _column_extra(
@@ -336,14 +299,32 @@ def _mlp_names(arch: Architecture, prefix: str) -> tuple[str, str]:
     return f"{prefix} GeLU input", f"{prefix} FC2 input"
 
 
+def shared_fc1_requant(ctx: ActivationContext, te: TeFp8Backward | None, h: int) -> Fraction:
+    """Bytes of the shared experts' FC1 input quantised again in its backward where FC1 saved
+    the BF16 input (``ActivationContext.fp8_shared_fc1_saves_original``), for the weight
+    gradient: Transformer Engine d0067d0da ``module/linear.py`` ``_Linear.backward``, the
+    ``requires_wgrad`` and FP8 block, before the dgrad GEMM: the quantizer set row-wise only
+    where the input is gathered again and ``supports_only_rowwise_all_gather`` (tensorwise),
+    else column-wise (blockwise, MXFP8), or both usages without a gather (tensorwise); the
+    quantised tensor (``inputmat``) lives until the function returns. With sequence parallelism
+    at tp > 1 that is the local shard, ``min(shard, saved_input)·S·h/tp`` (the FP8 gather that
+    follows is :func:`_column_extra`'s, as for a saved FP8 input), else ``saved_input·S·h``."""
+    if te is None or not ctx.fp8_shared_fc1_saves_original:
+        return Fraction(0)
+    if ctx.sequence_parallel and ctx.tp > 1:
+        return min(te.shard, te.saved_input) * ctx.tokens * h / ctx.tp
+    return te.saved_input * ctx.tokens * h
+
+
 def _dense_mlp(
     ctx: ActivationContext, arch: Architecture, ffn: int, prefix: str, rows: dict[str, Fraction],
     plan: tuple[int, int], casts: tuple[Fraction, Fraction] = (Fraction(0), Fraction(0)),
-    te: TeFp8Backward | None = None,
+    te: TeFp8Backward | None = None, requant: Fraction = Fraction(0),
 ) -> Fraction:  # fmt: skip
     """The dense MLP's steps (down projection, activation, up projection), their largest; the
     projections' steps with their FP8 ``casts`` (:func:`_fp8_casts`), or Transformer Engine's
-    FP8 copies under ``te`` (:func:`_row_step`, :func:`_column_extra`)."""
+    FP8 copies under ``te`` (:func:`_row_step`, :func:`_column_extra`) and, at the up
+    projection's, a saved BF16 input quantised again (``requant``, :func:`shared_fc1_requant`)."""
     beta, S, tp, h = ctx.activation_bytes, ctx.tokens, ctx.tp, arch.hidden_size
     sp = 1 if ctx.sequence_parallel and tp > 1 else 0
     n, H, f = beta * S * h / (tp if sp else 1), beta * S * h, beta * S * Fraction(ffn, tp)
@@ -356,7 +337,7 @@ def _dense_mlp(
     return max(
         _row_step(ctx, te, n, S * h, f) if te else n + sp * H + f + casts[0],
         n + f + u * f - down,
-        up + _column_extra(te, S * h, u * f / beta, r, H) if te else up,
+        up + _column_extra(te, S * h, u * f / beta, r, H) + requant if te else up,
     )
 
 
@@ -400,38 +381,59 @@ def _routed_experts(
     )
 
 
+MLA_LATENT_ROWS = ("query latent", "query latent norm output", "kv latent with rope key",
+                   "kv latent norm output")  # fmt: skip
+"""MLA's rows released before its down-projections' step (the up-projections' inputs and the
+latent norms' inputs: :func:`model.attention_core.mla_down_step`)."""
+
+
 def _attention(
     ctx: ActivationContext, arch: Architecture, kernel: str | None, rows: dict[str, Fraction],
     plan: tuple[int, int], casts: tuple[Fraction, Fraction] = (Fraction(0), Fraction(0)),
     te: TeFp8Backward | None = None,
 ) -> Fraction:  # fmt: skip
-    """The attention block's steps (output projection, core, QKV projection), their largest; the
-    projections' steps with their FP8 ``casts`` (:func:`_fp8_casts`), or Transformer Engine's
-    FP8 copies under ``te`` (:func:`_row_step`, :func:`_column_extra`)."""
+    """The attention block's steps (output projection, core: :func:`attention_core_step`, QKV
+    projection), their largest; the projections' steps with their FP8 ``casts``
+    (:func:`_fp8_casts`), or Transformer Engine's FP8 copies under ``te`` (:func:`_row_step`,
+    :func:`_column_extra`). Where the output projection saved its BF16 input
+    (``ActivationContext.fp8_proj_saves_original``) its step also holds that input quantised
+    again, ``saved_input`` per element of ``[S, O/tp]``: Transformer Engine d0067d0da
+    ``module/linear.py`` ``_Linear.backward``, after ``grad_output_preprocess``, ``if
+    bwd_args.requires_wgrad`` and FP8: the input quantizer set to both usages where it
+    ``supports_only_rowwise_all_gather`` (``Float8CurrentScalingQuantizer``, tensorwise; a
+    row-parallel input is not gathered) or the column-wise one (blockwise, MXFP8), freed by
+    ``clear_tensor_data(inputmat_total)`` after the wgrad GEMM."""
     beta, S, tp, h = ctx.activation_bytes, ctx.tokens, ctx.tp, arch.hidden_size
     sp = 1 if ctx.sequence_parallel and tp > 1 else 0
     n, H = beta * S * h / (tp if sp else 1), beta * S * h
     q, kv, o = (beta * S * Fraction(x, tp) for x in attention_dims(arch))
-    if ctx.flash_attention:
-        heads = Fraction(arch.num_attention_heads, tp)
-        kv_heads = (
-            Fraction(arch.kv_heads, tp) if arch.kv_heads < arch.num_attention_heads else heads
-        )
-        d = q / (beta * S * heads)
-        work = attention_backward_workspace(kernel, S, heads, kv_heads, int(d), beta)
-    else:  # the gradients of the probabilities and of the scores, [b, a/tp, s/cp, s] each
-        work = 2 * beta * Fraction(arch.num_attention_heads, tp) * S * ctx.seq_len
     r, c = plan
     # the attention output: one tensor in BF16; under FP8 the projection's FP8 copy and the
     # BF16 output the attention kernel keeps (model.activation_rows.fp8_rows), both released
     qkv = ("Q", "K", "V", "output projection input", FP8_KEPT_ATTENTION_OUTPUT)
     released = _released(rows, *qkv)
     qkv_step = n + q + kv + r * H + c * H + sp * n - released + casts[1]
+    requant = te.saved_input * o / beta if te and ctx.fp8_proj_saves_original else Fraction(0)
+    latents = _released(rows, *MLA_LATENT_ROWS)
     return max(
-        _row_step(ctx, te, n, S * h, o) if te else n + sp * H + o + casts[0],
-        n + o + q + kv + work,
+        _row_step(ctx, te, n, S * h, o, requant) if te else n + sp * H + o + casts[0],
+        attention_core_step(ctx, arch, kernel),
         qkv_step + _column_extra(te, S * h, (q + kv) / beta, r, H) if te else qkv_step,
+        mla_down_step(ctx, arch, te, released + latents),
     )
+
+
+def _shared_experts(
+    ctx: ActivationContext, arch: Architecture, framework: Framework, rows: dict[str, Fraction],
+    plan: tuple[int, int], te: TeFp8Backward | None,
+) -> Fraction:  # fmt: skip
+    """The shared experts' steps: a dense MLP of their width (:func:`_dense_mlp`), FC1's step
+    with its saved BF16 input quantised again (:func:`shared_fc1_requant`)."""
+    assert arch.moe is not None
+    ffn = arch.moe.num_shared_experts * arch.moe.shared_ffn
+    casts = _step_additions(ctx, arch, framework, ffn)[1]
+    requant = shared_fc1_requant(ctx, te, arch.hidden_size)
+    return _dense_mlp(ctx, arch, ffn, "shared expert", rows, plan, casts, te, requant)
 
 
 @lru_cache(maxsize=4096)
@@ -490,8 +492,5 @@ def backward_working_bytes(
     assert arch.moe is not None
     mlp = _routed_experts(ctx, arch, rows, te)
     if arch.moe.num_shared_experts:
-        ffn = arch.moe.num_shared_experts * arch.moe.shared_ffn
-        shared_casts = _step_additions(ctx, arch, framework, ffn)[1]
-        shared = _dense_mlp(ctx, arch, ffn, "shared expert", rows, plan, shared_casts, te)
-        mlp = max(mlp, shared)
+        mlp = max(mlp, _shared_experts(ctx, arch, framework, rows, plan, te))
     return max(att, mlp)

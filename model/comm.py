@@ -80,10 +80,12 @@ def dp_traffic(
     training: TrainingSpec,
     zero_stage: int | None = None,
     regather_per_microbatch: bool = False,
+    multi_rank_allreduce: bool = True,
 ) -> AxisTraffic:
     """Data-parallel traffic over D = dp·cp ranks (experts over D_e), as the layout's framework
     runs the ZeRO stage (:meth:`model.mechanisms.Mechanism.traffic_terms`): per parameter
-    ``(D−1)/D × (bytes once per step + m × bytes per micro-batch)``.
+    ``(D−1)/D × (bytes once per step + m × bytes per micro-batch)``; ``multi_rank_allreduce``:
+    DeepSpeed ZeRO-1/2's ``use_multi_rank_bucket_allreduce`` (:class:`model.timing.CostOptions`).
 
     ``textbook``: ZeRO-0/1/2 ``2·(D−1)/D · 2·P`` (an all-reduce, or a reduce-scatter plus the
     all-gather of the updated weights); ZeRO-3 adds one all-gather: ``3·(D−1)/D · 2·P`` (1.5×;
@@ -118,6 +120,7 @@ def dp_traffic(
         pipelined=layout.pp > 1,
         distributed_optimizer=training.distributed_optimizer,
         overlap_comm=training.deepspeed_overlap_comm,
+        multi_rank_allreduce=multi_rank_allreduce,
     )
     m = layout.num_microbatches(training.global_batch_size)
     total, per_mb = dp_bytes(
@@ -397,7 +400,8 @@ def p2p_exposed_sends(send: Any, t_f: Any, t_b: Any, critical: Any, longest: Any
 def dp_name(mech: Mechanism) -> str:
     """The collectives of a mechanism, named with their dtype and how often they run."""
     dtype = {2: "bf16", 4: "fp32"}.get(mech.reduce_bytes, f"{mech.reduce_bytes}-byte")
-    reduce = f"{'all-reduce' if mech.all_reduce else 'reduce-scatter'} ({dtype})"
+    kind = "reduce per rank" if mech.per_rank_reduce else "reduce-scatter"
+    reduce = f"{'all-reduce' if mech.all_reduce else kind} ({dtype})"
     reduce += " per micro-batch" if mech.reduce_per_microbatch else ""
     parts = [reduce]
     if mech.gathers_per_step:

@@ -7,16 +7,37 @@ per channel; Megatron-Core ``transformer_config.py`` ``moe_deepep_num_sms`` = 20
 ``moe/fused_a2a.py`` ``set_deepep_num_sms``). DeepSeek-V3 says what that takes from the
 computation it overlaps: "the current communication implementation relies on expensive SMs
 (e.g., we allocate 20 out of the 132 SMs available in the H800 GPU for this purpose), which
-will limit the computational throughput" (report §3.5.1). A GEMM or attention kernel that runs
-while the dispatch holds ``s`` of the part's ``S`` SMs runs on ``S − s`` of them.
+will limit the computational throughput" (report §3.5.1), without a figure.
 
 So an all-to-all of ``a`` seconds beside ``c`` seconds of SM-bound computation (both as each
-takes alone) ends after ``max(c + φ·a, a)``, ``φ = s/S`` (:func:`dispatcher_sm_share`): while
-the communication runs the computation proceeds at ``1 − φ`` of its rate, so ``φ·a`` of it is
-left over when the communication ends (or the communication paces the block). What waits
-beyond the computation is :func:`contended_wait` ``= max(φ·a, a − c)`` in place of the
-uncontended ``max(0, a − c)``. Read by :func:`model.moe_run.exposed_all_to_all` (Megatron-Core's
-overlaps) and :func:`model.schedule_cost.dualpipe_block` (DualPipe's F&B block).
+takes alone) ends after ``max(c + φ·a, a)``: while the communication runs the computation
+proceeds at ``1 − φ`` of its rate, so ``φ·a`` of it is left over when the communication ends
+(or the communication paces the block). What waits beyond the computation is
+:func:`contended_wait` ``= max(φ·a, a − c)`` in place of the uncontended ``max(0, a − c)``.
+Read by :func:`model.moe_run.exposed_all_to_all` (Megatron-Core's overlaps) and
+:func:`model.schedule_cost.dualpipe_block` (DualPipe's F&B block).
+
+``φ`` is measured, not the SMs' share (:func:`measured_sm_share`): on one H200 a persistent
+kernel of ``k`` blocks of 512 threads beside the validation GEMMs slowed them by the median
+:data:`GEMM_SLOWDOWN_BESIDE_BLOCKS` ``s(k)``; under the rule above the computation runs at
+``1/s`` while the kernel runs, so ``φ = 1 − 1/s`` — 0.239 at 16 blocks where 16/132 is 0.121,
+about twice the share (``docs/time-model-sources.md`` §2). A block count between two measured
+ones is read linearly between them (0 blocks: ``φ`` = 0; all 132 SMs: ``φ`` = 1, the
+computation stopped, the rule's limit, not measured). On a part of ``S`` SMs, ``k`` blocks are
+read at ``k·132/S``: **an assumption**, that the same fraction of the SMs taken costs the same —
+the measurement's hold-only kernel (no bytes moved) cost nearly what the copy did, so the SMs
+taken, not the bandwidth, carry most of the cost; a Blackwell part's GEMM tiles, waves and HBM
+were not measured.
+
+DeepEP's dispatch and combine were not measured beside a GEMM (no public figure exists; §3.5.1
+names the cost only). The stand-in is the nearest per-operation figure: it has the shape of
+DeepEP's normal-mode kernels — one persistent block per SM held for the whole transfer, 512
+threads a block as the internode dispatch launches (deepseek-ai/DeepEP 0e89fa08
+``csrc/kernels/legacy/internode.cu`` ``dispatch``: ``(kNumDispatchRDMASenderWarps 7 + 1 +
+NUM_MAX_NVL_PEERS 8) × 32``), data moved at its own pace. It differs in what DeepEP's blocks
+also do: 128 KiB of TMA shared memory each (``kNumTMABytesPerWarp`` 16,384 × 8; the stand-in
+none), NVLink and RDMA traffic with waits on peers (the stand-in copies HBM to HBM on one GPU),
+and a combine that reduces as it receives.
 
 The NCCL all-to-all (``alltoall``) is charged nothing: its channel count per all-to-all comes
 out of NCCL's topology search (below); a part without a sourced SM count
@@ -37,14 +58,17 @@ one block each). How many channels a collective gets depends on its algorithm:
   ``NCCL_MAX_CTAS`` / ``MAXCHANNELS`` = 64) — an outcome of the machine's links, not a constant
   of the code; A100 (no NVLS) therefore has no count here and is charged nothing.
 
-:func:`collective_sm_share` is that count over the part's SMs: the ``φ`` of a data-parallel
-reduce-scatter, all-gather or all-reduce that the framework runs beside computation
-(:func:`model.step_time.dp_exposed_seconds`: gradient reduction, ZeRO-3/FSDP prefetched
-gathers) and of Megatron-Core's asynchronous tensor-parallel collectives in backward
-(:mod:`model.layer_time`, ``tp_comm_overlap = async``; Transformer Engine's userbuffers and
-PyTorch's SymmetricMemory run their own kernels, not NCCL's, and are not charged). A check, not a source: Lee et al. 2025
-(arXiv 2507.03114) measure computation overlapped with a collective on 4 A100s or H100s 18.9 %
-slower on average (40 % at most); 16 of 132 SMs is 12 % of the H100's.
+The measurement's stand-in was sized as an NCCL block (``NCCL_SIMPLE_MAX_NTHREADS`` = 512,
+``src/include/device.h``). :func:`collective_sm_share` is the measured ``φ`` at the NVLS count:
+the ``φ`` of a data-parallel reduce-scatter, all-gather or all-reduce that the framework runs
+beside computation (:func:`model.step_time.dp_exposed_seconds`: gradient reduction,
+ZeRO-3/FSDP prefetched gathers) and of Megatron-Core's asynchronous tensor-parallel
+collectives in backward (:mod:`model.layer_time`, ``tp_comm_overlap = async``; Transformer
+Engine's userbuffers and PyTorch's SymmetricMemory run their own kernels, not NCCL's, and are
+not charged). A check, not a source: Lee et al. 2025 (arXiv 2507.03114) measure computation
+overlapped with a collective on 4 A100s or H100s 18.9 % slower on average (40 % at most); the
+H200's GEMMs ran 31 % slower beside 16 blocks (22–91 %). The figures are steady-state: the
+stand-in held its SMs through a loop of GEMMs, where a collective holds them only while it runs.
 :class:`model.timing.CostOptions` ``nccl_sm_charge`` says whether the step time charges it
 (off by default; ``docs/time-model-sources.md`` §2 says why).
 """
@@ -55,6 +79,7 @@ from functools import lru_cache
 from typing import Any
 
 from trainplan.model.gemm_shapes import sm_count
+from trainplan.model.kernels import interpolate_linear
 from trainplan.model.moe import DEEPEP_NUM_SMS
 from trainplan.model.op_rates import SM_PART
 from trainplan.model.part_family import catalogue_part
@@ -62,12 +87,56 @@ from trainplan.model.xp import maximum
 from trainplan.scenarios.kernel_data import gemm_data
 
 __all__ = [
+    "GEMM_SLOWDOWN_BESIDE_BLOCKS",
+    "MEASURED_ON_SMS",
+    "measured_sm_share",
     "DISPATCHER_SMS",
     "NCCL_NVLS_CTAS",
     "dispatcher_sm_share",
     "collective_sm_share",
     "contended_wait",
 ]
+
+GEMM_SLOWDOWN_BESIDE_BLOCKS: tuple[tuple[int, float], ...] = (
+    (8, 1.177),
+    (16, 1.314),
+    (24, 1.350),
+    (32, 1.542),
+    (64, 2.264),
+)
+"""(blocks, ``s``): a GEMM's time beside a persistent kernel of that many blocks of 512 threads
+over its time alone, the median over the 19 validation GEMMs of two runs on one H200 (132 SMs;
+``tests/data/device/h200-2026-12-04/contention.json`` and ``contention_run2.json``, section
+``gemm_sm_copy``, by ``tests/fidelity/device/measure_contention.py``; 8 blocks: run 1 only).
+``tests/fidelity/test_device_h200_contention.py`` derives each median from those files and
+checks it against this table."""
+
+MEASURED_ON_SMS = 132
+"""SMs of the part :data:`GEMM_SLOWDOWN_BESIDE_BLOCKS` was measured on (the H200's)."""
+
+
+def measured_sm_share(blocks: float, sms: int) -> float:
+    """``φ`` of ``blocks`` persistent blocks beside computation on a part of ``sms`` SMs: the
+    measured ``1 − 1/s`` at ``blocks · 132 / sms`` blocks of :data:`GEMM_SLOWDOWN_BESIDE_BLOCKS`,
+    linear between measured counts, from ``φ`` = 0 at none to 1 at every SM (module docstring:
+    other parts than the 132-SM one measured are read at the same fraction of SMs taken, an
+    assumption).
+
+    Examples
+    --------
+    >>> round(measured_sm_share(16, 132), 4)  # 1 − 1/1.314; the SM share is 16/132 = 0.1212
+    0.239
+    >>> round(measured_sm_share(20, 132), 4)  # halfway from 16 to 24: (0.2390 + 0.2593) / 2
+    0.2491
+    >>> round(measured_sm_share(24, 148), 4)  # at 24·132/148 = 21.41 blocks of the H200's
+    0.2527
+    >>> round(measured_sm_share(4, 132), 4), measured_sm_share(132, 132)  # 0.1504 / 2; all SMs
+    (0.0752, 1.0)
+    """
+    counts = (0, *(k for k, _ in GEMM_SLOWDOWN_BESIDE_BLOCKS), MEASURED_ON_SMS)
+    phis = (0.0, *(1 - 1 / s for _, s in GEMM_SLOWDOWN_BESIDE_BLOCKS), 1.0)
+    return float(interpolate_linear(counts, phis, blocks * MEASURED_ON_SMS / sms).value)
+
 
 DISPATCHER_SMS: dict[str, int] = {"deepep": DEEPEP_NUM_SMS}
 """SMs a dispatcher's communication kernels hold while they run (DeepEP: ``Buffer.num_sms``,
@@ -77,20 +146,21 @@ and Megatron-Core run). A dispatcher not listed is charged none (module docstrin
 
 @lru_cache(maxsize=64)
 def dispatcher_sm_share(dispatcher: str, device_name: str) -> float:
-    """``φ``: the share of the part's SMs the dispatcher's kernels hold while they run beside
-    computation (``DISPATCHER_SMS`` ÷ the part's ``[[sm_count]]``); 0 for a dispatcher or a part
-    without a sourced count. ``dispatcher``: a :class:`model.moe_run.Dispatcher` value.
+    """``φ``: what the dispatcher's kernels cost the computation beside them while they run,
+    :func:`measured_sm_share` of its ``DISPATCHER_SMS`` blocks (one a SM) on the part's
+    ``[[sm_count]]``; 0 for a dispatcher or a part without a sourced count. ``dispatcher``: a
+    :class:`model.moe_run.Dispatcher` value.
 
     Examples
     --------
-    DeepEP on an H800 (132 SMs), DeepSeek-V3's own figure:
+    DeepEP on an H800 (132 SMs; DeepSeek-V3's 20 SMs, the SM share 20/132 = 0.1515):
 
-    >>> round(dispatcher_sm_share("deepep", "H800"), 4)  # 20 / 132
-    0.1515
-    >>> dispatcher_sm_share("deepep", "B200")  # 20 / 148
-    0.13513513513513514
-    >>> dispatcher_sm_share("deepep", "GB300")  # 20 / 160 (Blackwell Ultra)
-    0.125
+    >>> round(dispatcher_sm_share("deepep", "H800"), 4)  # halfway between 16 and 24 blocks
+    0.2491
+    >>> round(dispatcher_sm_share("deepep", "B200"), 4)  # 20·132/148 = 17.84 blocks
+    0.2436
+    >>> round(dispatcher_sm_share("deepep", "GB300"), 4)  # 20·132/160 = 16.5 (Blackwell Ultra)
+    0.2402
     >>> dispatcher_sm_share("alltoall", "H800"), dispatcher_sm_share("deepep", "MI300X")
     (0.0, 0.0)
     """
@@ -98,7 +168,7 @@ def dispatcher_sm_share(dispatcher: str, device_name: str) -> float:
     part = SM_PART.get(catalogue_part(device_name))
     if sms is None or part is None:
         return 0.0
-    return sms / sm_count(gemm_data().sm_counts, part)
+    return measured_sm_share(sms, sm_count(gemm_data().sm_counts, part))
 
 
 NCCL_NVLS_CTAS: dict[str, int] = {
@@ -123,16 +193,19 @@ collectives run on the ring's channels, whose count the topology search decides.
 
 
 def collective_sm_share(device_name: str, charged: bool) -> float:
-    """``φ`` of an NCCL collective beside computation: :data:`NCCL_NVLS_CTAS` ÷ the part's
-    ``[[sm_count]]``; 0 for a part without either, or when the charge is off (``charged``:
-    :class:`model.timing.CostOptions` ``nccl_sm_charge``, off by default).
+    """``φ`` of an NCCL collective beside computation: :func:`measured_sm_share` of its
+    :data:`NCCL_NVLS_CTAS` blocks on the part's ``[[sm_count]]``; 0 for a part without either,
+    or when the charge is off (``charged``: :class:`model.timing.CostOptions`
+    ``nccl_sm_charge``, off by default).
 
     Examples
     --------
-    >>> round(collective_sm_share("H100-SXM", True), 4)  # 16 / 132
-    0.1212
-    >>> collective_sm_share("B200", True), collective_sm_share("GB300", True)  # 24/148, 24/160
-    (0.16216216216216217, 0.15)
+    >>> round(collective_sm_share("H100-SXM", True), 4)  # 1 − 1/1.314 at 16 (16/132 = 0.1212)
+    0.239
+    >>> round(collective_sm_share("B200", True), 4)  # 24·132/148 = 21.41 blocks (24/148 = 0.162)
+    0.2527
+    >>> round(collective_sm_share("GB300", True), 4)  # 24·132/160 = 19.8 blocks (24/160 = 0.15)
+    0.2486
     >>> collective_sm_share("A100-80GB", True), collective_sm_share("H100-SXM", False)
     (0.0, 0.0)
     """
@@ -141,12 +214,13 @@ def collective_sm_share(device_name: str, charged: bool) -> float:
 
 @lru_cache(maxsize=64)
 def _nvls_share(device_name: str) -> float:
-    """:data:`NCCL_NVLS_CTAS` ÷ the part's SMs; 0 for a part without either."""
+    """:func:`measured_sm_share` of :data:`NCCL_NVLS_CTAS` on the part's SMs; 0 for a part
+    without either."""
     part = SM_PART.get(catalogue_part(device_name))
     ctas = NCCL_NVLS_CTAS.get(part) if part is not None else None
     if ctas is None:
         return 0.0
-    return ctas / sm_count(gemm_data().sm_counts, str(part))
+    return measured_sm_share(ctas, sm_count(gemm_data().sm_counts, str(part)))
 
 
 def contended_wait(comm_s: Any, compute_s: Any, share: float) -> Any:

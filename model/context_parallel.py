@@ -50,7 +50,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from trainplan.model.cp_outputs import gather_forward_outputs, ring_buffers
+from trainplan.model.cp_outputs import exchange_phases
 from trainplan.model.specs import Architecture, AttentionKind
 from trainplan.model.xp import exact, maximum, where
 
@@ -62,6 +62,7 @@ __all__ = [
     "attention_dims",
     "kv_repeat",
     "cp_layer_bytes",
+    "cp_phase_bytes",
     "cp_transient_bytes",
     "cp_collective",
     "torch_rotate_method",
@@ -287,56 +288,58 @@ def cp_layer_bytes(
     return exchange + a2a
 
 
-def cp_transient_bytes(
-    arch: Architecture,
-    r: Any,
-    u: Any,
-    gather: Any,
-    tp: Any,
-    tokens: Any,
-    beta: int,
-    kv_rep: Any = 1,
-    templated: Any = 0,
-) -> Any:
-    """Bytes the exchange holds beside the layer's kept activations while one layer's attention
-    runs (forward or backward, whichever holds more), on one GPU, counted once per stage like
-    the recompute transient; exact for ints and Fractions, element-wise for arrays (``gather``:
-    the K/V exchange is an all-gather; ``templated``: :func:`templated_method_code`, PyTorch's
-    ``context_parallel``, whose buffers are :func:`templated_transient_bytes` in place of the
-    rules below). What is counted, as Transformer Engine allocates it:
+def cp_phase_bytes(
+    arch: Architecture, r: Any, u: Any, gather: Any, tp: Any, tokens: Any, beta: int,
+    kv_rep: Any = 1, templated: Any = 0, te_a2a: Any = 1,
+) -> tuple[Any, Any]:  # fmt: skip
+    """(forward, backward) bytes the exchange holds beside the layer's saved tensors while one
+    layer's attention runs, on one GPU: the forward's at the forward's attention core, the
+    backward's at the backward's attention-core step beyond the dQ, dK, dV and dO that step
+    counts (:func:`model.attention_core.attention_core_step`). Exact, element-wise for
+    arrays (``gather``: an all-gather K/V exchange; ``templated``: :func:`templated_method_code`).
+    As Transformer Engine allocates them (:func:`model.cp_outputs.exchange_phases`):
 
-    * ring (r > 1): forward keeps every K/V chunk it has held in ``p2p_comm_buffers`` until the
-      layer's forward returns (the local copy and r − 1 received: ``r·KV``) beside the partial
-      outputs until merged; backward the [K/V, dK/dV] double buffer and the dQ accumulator,
-      ``4·KV + Q``: the larger (:func:`model.cp_outputs.ring_buffers`).
-    * all-gather (r > 1): backward holds the re-gathered K and V and the full-length dK, dV
-      before their reduce-scatter: ``2·r·KV``; forward the gathered K/V and its chunk-reordered
-      copy, as much, then the reordered ``r·KV`` beside the outputs
-      (:func:`model.cp_outputs.gather_forward_outputs`).
-    * head all-to-all (u > 1): the send copy and the received tensor of Q, K and V while the
-      layer's own Q, K, V are still referenced: ``2·(Q + KV)`` (KV × ``kv_rep``, the repeated
-      heads, :func:`kv_repeat`; TE's a2a beyond it: :mod:`model.cp_outputs`).
-    * the hybrid runs the all-to-all, then the ring: the larger of the two (not counted:
-      allocator rounding).
+    * ring (r > 1): forward every K/V chunk held in ``p2p_comm_buffers`` (``r·KV``) beside the
+      partial outputs until merged; backward the [K/V, dK/dV] double buffer and dQ, ``4·KV + Q``.
+    * all-gather (r > 1): forward the gathered K/V and its reordered copy, ``2·r·KV``, or the
+      reordered ``r·KV`` beside the outputs; backward the whole-length dK, dV, the reordered
+      K/V, both steps' gradients and the reordered dK, ``Q + (3.5·r − ½)·KV``
+      (:func:`model.cp_outputs.gather_backward_buffers`).
+    * head all-to-all (u > 1): :func:`model.cp_outputs.a2a_phase_buffers` (KV × ``kv_rep``,
+      :func:`kv_repeat`; ``te_a2a`` 0: DeepSpeed's, verl's); the hybrid: the larger, per phase.
+    * PyTorch's ``context_parallel``: :func:`templated_transient_bytes` in both (an upper bound
+      on its forward).
 
     Examples
     --------
-    Ring, cp 8, KV = 128 B (O = 64 B, 2 heads, 4 tokens): 8·128 + 9·(64 + 32) = 1,888; 2·8·128.
+    Ring, cp 8, KV = 128 B (O = 64 B, 2 heads, 4 tokens): forward ``8·128 + 9·(64 + 32)``,
+    backward ``4·128 + 64``; all-gather: forward ``2·8·128``, backward ``64 + 27.5·128``.
 
-    >>> from trainplan.model.specs import Architecture
+    >>> arch = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
+    ...                     ffn_hidden_size=32, vocab_size=16)
+    >>> [int(x) for g in (False, True) for x in cp_phase_bytes(arch, 8, 1, g, 1, 4, 2)]
+    [1888, 576, 2048, 3584]
+    """
+    qkvo = cp_tensor_bytes(arch, tp, tokens, beta)
+    forward, backward = exchange_phases(arch, r, u, gather, tp, tokens, qkvo, kv_rep, te_a2a)
+    torch_cp = templated_transient_bytes(arch, r, templated, tp, tokens, beta)
+    return where(templated > 0, torch_cp, forward), where(templated > 0, torch_cp, backward)
+
+
+def cp_transient_bytes(
+    arch: Architecture, r: Any, u: Any, gather: Any, tp: Any, tokens: Any, beta: int,
+    kv_rep: Any = 1, templated: Any = 0, te_a2a: Any = 1,
+) -> Any:  # fmt: skip
+    """The most the exchange holds at once while one layer's attention runs: the larger of
+    :func:`cp_phase_bytes`' forward and backward buffers (the peak places each in its own
+    phase, :mod:`model.terms.cp_phases`). Element-wise for arrays.
+
     >>> arch = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
     ...                     ffn_hidden_size=32, vocab_size=16)
     >>> cp_transient_bytes(arch, 8, 1, False, 1, 4, 2), cp_transient_bytes(arch, 8, 1, True, 1, 4, 2)
-    (Fraction(1888, 1), Fraction(2048, 1))
+    (Fraction(1888, 1), Fraction(3584, 1))
     """
-    q, kv, o = cp_tensor_bytes(arch, tp, tokens, beta)
-    ring = ring_buffers(arch, r, tp, tokens, q, kv, o)
-    gathered = r * kv + gather_forward_outputs(arch, tp, tokens, o)
-    exchange = where(gather, maximum(2 * r * kv, gathered), ring)
-    exchange = where(r > 1, exchange, 0 * kv)
-    a2a = where(u > 1, 2 * (q + kv * kv_rep), 0 * kv)
-    torch_cp = templated_transient_bytes(arch, r, templated, tp, tokens, beta)
-    return where(templated > 0, torch_cp, maximum(exchange, a2a))
+    return maximum(*cp_phase_bytes(arch, r, u, gather, tp, tokens, beta, kv_rep, templated, te_a2a))
 
 
 def templated_method_code(kind: CpKind) -> int:
@@ -373,13 +376,10 @@ def templated_transient_bytes(
       their ``torch.cat`` for the next rank (``2·KV``) and the ``dkv_rotater`` (an
       ``_AllToAllRotater``) receive buffer for the previous rank's (``2·KV``): ``2·Q + 6·KV``.
 
-    The BF16 gradients each SDPA backward call returns are the layer's backward working set
-    (:func:`model.backward_working.backward_working_bytes`, the attention core's dQ, dK, dV, as a
-    single SDPA call without context parallelism returns them); the log-sum-exp rows are not
-    counted. The forward
-    (``_templated_ring_attention``: the gathered K/V, the concatenated copy and
-    ``_SDPAMerger``'s FP32 output and its temporaries, about ``(r + 1)·KV + 6·O`` with
-    ``O = Q``) holds less.
+    The BF16 gradients each SDPA backward call returns are the working set's attention-core step
+    (:func:`model.attention_core.attention_core_step`); the log-sum-exp rows are not counted.
+    The forward (``_templated_ring_attention``: the gathered K/V, the concatenated copy and
+    ``_SDPAMerger``'s FP32 output and its temporaries, about ``(r + 1)·KV + 6·O``) holds less.
 
     Examples
     --------

@@ -60,7 +60,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from trainplan.model.activation_rows import NORM_INPUTS
+from trainplan.model.activation_rows import NORM_INPUTS, SOFTMAX_LSE
 from trainplan.model.eager_moe import eager_expert_rows, eager_sink_rows
 from trainplan.model.frameworks import Framework
 from trainplan.model.specs import Architecture, AttentionKind, Mlp, Norm, TrainingSpec
@@ -136,7 +136,7 @@ def eager_rows(rows: list[Row], arch: Architecture, moe: bool, ctx: ActivationCo
                 )
             )
         if paper:
-            out.append(("softmax statistics (fp32 logsumexp)", 4 * a * S, "score"))
+            out.append((SOFTMAX_LSE, 4 * a * S, "score"))
     if not moe and arch.mlp is Mlp.SWIGLU and paper:
         out.append(("MLP SiLU output (eager SwiGLU)", beta * S * arch.ffn_hidden_size, "tp"))
     return out

@@ -276,7 +276,8 @@ def _zero_table(
     rows = []
     for z in stages:
         state = model_state(d, e, layout, training, z, embedding=stage.embedding).total_bytes
-        dp = dp_traffic(d, e, layout, training, z, options.zero3_regather)
+        regather, multi = options.zero3_regather, options.use_multi_rank_bucket_allreduce
+        dp = dp_traffic(d, e, layout, training, z, regather, multi)
         rows.append(ZeroRow(z, state, base / state if state else Fraction(1), dp.bytes_per_step))
     return tuple(rows)
 

@@ -50,7 +50,9 @@ Profiles (``--framework``):
   backward (gradient sync on, the default). ZeRO-3 is ``reshard_after_forward=True`` (gather for
   forward and again for backward, the next unit prefetched); ZeRO-2 is
   ``reshard_after_forward=False`` (one gather per micro-batch, the stage's weights held whole
-  from forward to backward) — the recipe of Llama 3 §3.3.1 ("we do not reshard after forward"),
+  from forward to backward and resharded after it: FSDP2's default ``reshard_after_backward``,
+  which torchtitan leaves on; :func:`model.mechanisms._fsdp2`) — the recipe of Llama 3 §3.3.1
+  ("we do not reshard after forward"),
   with FP32 gradient reduce-scatter (§3.3.4). No ZeRO-0/1 (FSDP2 always shards). Under a
   pipeline schedule (pp > 1) PyTorch's ``PipelineStage`` turns gradient sync off until the last
   micro-batch: the stage's unsharded gradients accumulate whole, in FP32, and are

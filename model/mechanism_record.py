@@ -93,7 +93,12 @@ class Mechanism:
     reduce_bytes: int = 2
     """Bytes per gradient element on the wire."""
     all_reduce: bool = False
-    """The reduction is an all-reduce (ZeRO-0) rather than a reduce-scatter."""
+    """The reduction is an all-reduce (ZeRO-0; DeepSpeed ZeRO-1/2's multi-rank bucket
+    all-reduce) rather than a reduce-scatter."""
+    per_rank_reduce: bool = False
+    """The reduction is one reduce to each owning rank in turn (DeepSpeed ZeRO-1/2 with
+    ``use_multi_rank_bucket_allreduce`` false): on a ring each rank sends ``(D − 1)/D`` of the
+    bucket over the D reduces, a reduce-scatter's bytes, and it is timed as one."""
     reduce_per_microbatch: bool = False
     """Gradients are reduced after every micro-batch's backward, not once per step."""
     gathers_per_step: int = 0

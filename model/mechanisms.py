@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainplan.model.deepspeed_mechanisms import DEEPSPEED_SOURCE, deepspeed_of
 from trainplan.model.frameworks import (
-    DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
-    DEEPSPEED_SUB_GROUP_ELEMENTS,
     DistributedOptimizer,
     Framework,
     check_framework,
@@ -25,9 +24,7 @@ _SOURCES = {
     Framework.MEGATRON: "Megatron-LM docs/user-guide/features/dist_optimizer.md (bf16 params, "
     "fp32 grads: 18 B/param, 6 + 12/d distributed); megatron/training/arguments.py (bf16 → "
     "fp32 gradient accumulation and reduction)",
-    Framework.DEEPSPEED: "DeepSpeed deepspeed/runtime/zero/stage_1_and_2.py and stage3.py "
-    "(estimate_zero2_model_states_mem_needs, PR #5099; reduce_bucket_size, "
-    "stage3_prefetch_bucket_size, sub_group_size defaults in zero/config.py)",
+    Framework.DEEPSPEED: DEEPSPEED_SOURCE,
     Framework.FSDP2: "PyTorch FSDP2 fully_shard, MixedPrecisionPolicy(param_dtype=bf16, "
     "reduce_dtype=fp32) as torchtitan sets it; Llama 3 (arXiv 2407.21783) §3.3.1, §3.3.4",
     Framework.TEXTBOOK: "Rajbhandari et al. 2019 (ZeRO, arXiv 1910.02054) §3.1, §7: 16 B/param "
@@ -47,6 +44,7 @@ def mechanism(
     double_buffer: bool = False,
     overlap_comm: bool = False,
     cpu_offload: bool = False,
+    multi_rank_allreduce: bool = True,
 ) -> Mechanism:
     """The mechanism of ``zero_stage`` in ``framework`` for the given byte counts.
 
@@ -59,10 +57,9 @@ def mechanism(
     gathers the weights for every micro-batch's forward and backward. ``pipelined`` (pp > 1)
     changes ``fsdp2`` only: PyTorch's pipeline schedules run FSDP2 without gradient
     synchronisation until the last micro-batch (:func:`_fsdp2_pipelined`).
-    ``distributed_optimizer`` and ``double_buffer`` choose Megatron-Core's (:func:`_megatron_of`),
-    ``overlap_comm`` and ``cpu_offload`` DeepSpeed's (:func:`_deepspeed_of`); each is the
-    recipe's choice of that name (``fsdp_double_buffer``, ``deepspeed_overlap_comm``), ignored
-    under other frameworks.
+    ``distributed_optimizer`` and ``double_buffer`` choose Megatron-Core's (:func:`_megatron_of`)
+    and DeepSpeed's ``overlap_comm``, ``cpu_offload`` and ``multi_rank_allreduce``
+    (``use_multi_rank_bucket_allreduce``): :mod:`model.deepspeed_mechanisms`.
 
     Raises
     ------
@@ -88,9 +85,10 @@ def mechanism(
             zero_stage, weight_bytes, g, optimizer_bytes, distributed_optimizer, double_buffer
         )
     if fw is Framework.DEEPSPEED:
-        return _deepspeed_of(
-            zero_stage, weight_bytes, g, optimizer_bytes, overlap_comm, cpu_offload
-        )
+        return deepspeed_of(
+            zero_stage, weight_bytes, g, optimizer_bytes, overlap_comm, cpu_offload,
+            multi_rank_allreduce,
+        )  # fmt: skip
     if pipelined:
         return _fsdp2_pipelined(zero_stage, weight_bytes, g, optimizer_bytes, _SOURCES[fw])
     return _fsdp2(zero_stage, weight_bytes, g, optimizer_bytes)
@@ -110,18 +108,6 @@ def _megatron_of(
     if zero_stage == 3:
         return _megatron_fsdp(w, g, o, double_buffer)
     return _megatron(zero_stage, w, g, o)
-
-
-def _deepspeed_of(
-    zero_stage: int, w: int, g: int, o: int, overlap_comm: bool, cpu_offload: bool
-) -> Mechanism:
-    """DeepSpeed's mechanism at ``zero_stage``: ``BF16_Optimizer`` for BF16 weights with FP32
-    gradients at ZeRO-1 unless ``cpu_offload`` (the optimizer offloaded keeps DeepSpeed's ZeRO
-    optimizer; :func:`_deepspeed_bf16_optimizer`), else the ZeRO optimizer, with a second IPG
-    bucket under ``overlap_comm`` (ZeRO-1/2)."""
-    if zero_stage == 1 and (w, g) == (2, 4) and not cpu_offload:
-        return _deepspeed_bf16_optimizer(w, g, o)
-    return _deepspeed(zero_stage, w, g, o, overlap_comm)
 
 
 def _textbook(zero_stage: int, w: int, g: int, o: int, regather: bool) -> Mechanism:
@@ -319,124 +305,38 @@ def _apex_distributed_fused_adam(w: int, g: int, o: int) -> Mechanism:
     )  # fmt: skip
 
 
-def _deepspeed(zero_stage: int, w: int, g: int, o: int, overlap_comm: bool) -> Mechanism:
-    """DeepSpeed ZeRO stages 1, 2 and 3; ``overlap_comm`` (ZeRO-1/2): two IPG buckets.
-
-    ZeRO-1/2's step (DeepSpeed edaa7221 ``deepspeed/runtime/zero/stage_1_and_2.py``
-    ``DeepSpeedZeroOptimizer.step``, l. 2344-2372) holds the flat copy of the gradient
-    partition and its FP32 cast together: ``step_sharded`` = g + 4 (BF16 gradients: 6), g alone
-    when the gradients are FP32 (the cast returns the copy).
-
-    >>> one, two = (_deepspeed(2, 2, 2, 12, x).bucket_bytes for x in (False, True))
-    >>> (one, two)
-    (1000000000, 2000000000)
-    >>> [_deepspeed(z, 2, g, 12, False).step_sharded for z, g in ((1, 2), (2, 2), (2, 4))]
-    [6, 6, 4]
-    """
-    fw, src = Framework.DEEPSPEED, _SOURCES[Framework.DEEPSPEED]
-    bucket = DEEPSPEED_REDUCE_BUCKET_ELEMENTS * g
-    # stage_1_and_2.py setup_buckets: the contiguous IPG bucket in the parameters' dtype,
-    # allocated by the first gradient hook of a backward under ZeRO-1 as under ZeRO-2
-    # (contiguous_gradients defaults to True), released at the backward's end
-    ipg = DEEPSPEED_REDUCE_BUCKET_ELEMENTS * w
-    # with overlap_comm, setup_buckets appends a second buffer to each IPG bucket ("Use double
-    # buffers to avoid data access conflict when overlap_comm is enabled"), the two alternating
-    # (ipg_remove_grads / reduce_independent_p_g_buckets_and_remove_grads: bucket.index = 1 - index)
-    ipg *= 2 if overlap_comm else 1
-    # stage_1_and_2.py step (non-offload branch): averaged_gradients[i] is the plain list of
-    # views get_flat_partition(..., return_tensor_list=True) returns (no pre-flattened
-    # partition), so flatten / flatten_dense_tensors_aligned concatenates it into a new
-    # partition in the gradients' dtype, and .to(fp32) casts that copy beside it before
-    # `del flat_grad_partition`: g + 4 B a parameter ÷ D at that moment, the cast being the
-    # copy itself (no second tensor) when the gradients are FP32 already
-    step = g + (4 if g != 4 else 0)
-    if zero_stage == 1:
-        return Mechanism(
-            fw, 1, "DeepSpeed ZeRO stage 1",
-            weights_full=w, weights_sharded=0, grads_full=g, grads_sharded=0,
-            optimizer_full=0, optimizer_sharded=o, step_sharded=step, bucket_bytes=ipg,
-            host_accumulation_bytes=w, offload_staging_bytes=w, reduce_bytes=g,
-            gathers_per_step=1, weight_bytes=w, source=src,
-        )  # fmt: skip
-    if zero_stage == 2:
-        return Mechanism(
-            fw, 2, "DeepSpeed ZeRO stage 2",
-            weights_full=w, weights_sharded=0, grads_full=0, grads_sharded=g,
-            optimizer_full=0, optimizer_sharded=o, step_sharded=step, bucket_bytes=ipg,
-            host_accumulation_bytes=w, offload_staging_bytes=w, reduce_bytes=g,
-            reduce_per_microbatch=True, gathers_per_step=1, weight_bytes=w, source=src,
-        )  # fmt: skip
-    return Mechanism(
-        fw, 3, "DeepSpeed ZeRO stage 3",
-        weights_full=0, weights_sharded=w, grads_full=0, grads_sharded=g,
-        optimizer_full=0, optimizer_sharded=o, step_sharded=4,
-        step_cap_elements=DEEPSPEED_SUB_GROUP_ELEMENTS, gathered_units=2,
-        bucket_bytes=bucket, bucket_persists=True, reduce_bytes=g, reduce_per_microbatch=True,
-        gathers_per_microbatch=2, weight_bytes=w, source=src,
-    )  # fmt: skip
-
-
-def _deepspeed_bf16_optimizer(w: int, g: int, o: int) -> Mechanism:
-    """DeepSpeed's ``BF16_Optimizer``: BF16 weights, FP32 gradient accumulation, ZeRO stage 1.
-
-    DeepSpeed edaa7221 ``deepspeed/runtime/engine.py`` ``_do_optimizer_sanity_check``
-    (l. 1994-1996) returns ``BFLOAT16`` for a bf16 model with ``grad_accum_dtype`` fp32 at ZeRO
-    stage 1 without CPU offload, so ``BF16_Optimizer`` runs, not ``DeepSpeedZeroOptimizer``.
-    ``deepspeed/runtime/bf16_optimizer.py``: ``__init__`` (l. 176) allocates the whole FP32
-    gradient buffer (``torch.zeros_like(self.bf16_groups_flat[i], dtype=self.grad_acc_dtype)``,
-    4 B a parameter, not partitioned); the FP32 master and the moments are the rank's
-    partition. Each parameter's BF16 ``.grad`` stays beside it: ``_update_hp_grad`` (l. 356)
-    adds ``lp.grad`` into the FP32 buffer and keeps it (``update_hp_grads(clear_lp_grads=False)``
-    in ``deepspeed/runtime/pipe/engine.py`` ``_exec_backward_pass``; ``clear_lp_grads`` zeroes,
-    ``torch._foreach_zero_``, l. 473-489), and only ``zero_grad(set_to_none=True)`` after the
-    step frees it (``engine._take_model_step``): 2 + 4 = 6 B of gradients a parameter, whole.
-    It has no IPG bucket: the gradients are all-reduced at the step's boundary by
-    ``engine.buffered_allreduce_fallback`` over ``get_grads_for_reduction`` (the FP32 buffers
-    themselves, one flat tensor a parameter group) → ``allreduce_no_retain`` → ``allreduce_bucket``
-    (l. 3658-3684), which casts the flattened bucket to ``communication_data_type`` —
-    ``torch.bfloat16`` under bf16 unless the config sets it (the property, l. 1405-1416) — before
-    the all-reduce: a BF16 copy of the whole FP32 buffer, 2 B a parameter, while the BF16
-    ``.grad``s and the FP32 buffer are held (``step_full``; the activations are gone by then). The
-    step reads the FP32 gradient partition as a view of that buffer
-    (``param_partition.grad = grad_partition`` when it is FP32, ``step``), so nothing more is
-    materialised for the step. On the wire, then, an all-reduce of BF16 gradients: at ZeRO stage 1
-    ``engine.allreduce_gradients`` calls ``reduce_gradients`` only where the optimizer has one, and
-    ``BF16_Optimizer`` has none, so ``buffered_allreduce_fallback`` runs (l. 2907-2913, 3784); after
-    the step ``update_lp_params`` all-gathers the updated BF16 partitions (``all_gather_dp_groups``,
-    ``bf16_optimizer.py`` l. 454-460): 2 · 2 + 2 B a parameter, times (D − 1)/D.
-
-    >>> m = _deepspeed_bf16_optimizer(2, 4, 12)
-    >>> (m.weights_full, m.grads_full, m.optimizer_sharded, m.step_full, m.step_sharded)
-    (2, 6, 12, 2, 0)
-    >>> m.all_reduce, m.reduce_bytes, m.traffic_terms()
-    (True, 2, (6, 0))
-    """
-    return Mechanism(
-        Framework.DEEPSPEED, 1, "DeepSpeed ZeRO stage 1 (BF16_Optimizer, FP32 gradients)",
-        weights_full=w, weights_sharded=0, grads_full=w + g, grads_sharded=0,
-        optimizer_full=0, optimizer_sharded=o, reduce_bytes=w, all_reduce=True, gathers_per_step=1,
-        weight_bytes=w, step_full=w, source=_SOURCES[Framework.DEEPSPEED],
-    )  # fmt: skip
-
-
 def _fsdp2(zero_stage: int, w: int, g: int, o: int) -> Mechanism:
     """FSDP2 ``fully_shard`` without a pipeline schedule: the FP32 sharded parameter is the
     master copy; gradients sharded in FP32; a unit's bf16 gradients are cast to the reduce dtype
-    (FP32 by default) before its reduce-scatter."""
+    (FP32 by default) before its reduce-scatter.
+
+    ZeRO-3 gathers each unit for forward and again for backward. ZeRO-2 is
+    ``reshard_after_forward=False`` alone: ``FSDPParamGroup.reshard_after_backward`` defaults to
+    ``True`` and ``post_backward`` then calls ``reshard()`` after every backward
+    (``torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py`` at 002a76fb), and torchtitan
+    never turns it off outside its chunked loss's lm_head (``apply_fsdp`` at 9dec370 and
+    820504e, ``apply_fsdp_to_decoder`` at b5bcd76c; ``ChunkedLossWrapper`` resets it): each
+    micro-batch's forward gathers the weights again, one bf16 all-gather per micro-batch.
+
+    >>> z2 = _fsdp2(2, 2, 4, 12)
+    >>> z2.gathers_per_step, z2.gathers_per_microbatch, z2.traffic_terms()
+    (0, 1, (0, 6))
+    """
     master = 4
     reshard = zero_stage == 3
     name = (
         "FSDP2 fully_shard(reshard_after_forward=True)"
         if reshard
-        else "FSDP2 fully_shard(reshard_after_forward=False) + set_reshard_after_backward(False)"
+        else "FSDP2 fully_shard(reshard_after_forward=False), reshard_after_backward=True "
+        "(FSDP2's default)"
     )
     return Mechanism(
         Framework.FSDP2, zero_stage, f"{name}, reduce_dtype={_dtype(g)}",
         weights_full=0 if reshard else w, weights_sharded=master, grads_full=0,
         grads_sharded=4, optimizer_full=0, optimizer_sharded=o - master,
         gathered_units=2 if reshard else 0, unit_grad_bytes=w + (g if g != w else 0),
-        reduce_bytes=g, reduce_per_microbatch=True, gathers_per_step=0 if reshard else 1,
-        gathers_per_microbatch=2 if reshard else 0, weight_bytes=w, source=_SOURCES[Framework.FSDP2],
+        reduce_bytes=g, reduce_per_microbatch=True, gathers_per_step=0,
+        gathers_per_microbatch=2 if reshard else 1, weight_bytes=w, source=_SOURCES[Framework.FSDP2],
     )  # fmt: skip
 
 

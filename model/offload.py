@@ -175,7 +175,9 @@ def offload_memory(
     extras moves, with an FP32 gradient buffer (:data:`HOST_GRADIENT_BYTES` per offloaded
     element) and, when ``accumulating`` (more than one micro-batch per step), the mechanism's
     host accumulation buffers (:attr:`model.mechanisms.Mechanism.host_accumulation_bytes`);
-    with parameters the weight and gradient shards move too. ``elements``: the optimizer's
+    DeepSpeed ZeRO-2/3's gradient partition leaves the GPU (:func:`_host_grads`; its IPG
+    buckets and staging buffers stay, counted apart); with parameters the weight and gradient
+    shards move too. ``elements``: the optimizer's
     elements on this GPU (its shard). Exact for Fractions; element-wise for arrays.
 
     Examples
@@ -199,10 +201,40 @@ def offload_memory(
     if mech.host_accumulation_bytes:
         host = host + where(accumulating, f * mech.host_accumulation_bytes * elements, 0)
     optimizer, step = optimizer - f * optimizer, step - f * step
+    moved = _host_grads(mech)
     if offload.params:
         host = host + weights
-        weights, grads = 0 * weights, 0 * grads
+        weights = 0 * weights
+    if offload.params or moved:
+        host = host + (grads if moved == 2 else 0 * grads)
+        grads = 0 * grads
     return weights, grads, optimizer, step, host
+
+
+def _host_grads(mech: Mechanism) -> int:
+    """Where the mechanism keeps its gradient partition under optimizer offload: 0 on the GPU;
+    1 nowhere beyond the host FP32 buffer (:data:`HOST_GRADIENT_BYTES`); 2 on the host in its
+    own dtype, beside that buffer.
+
+    DeepSpeed edaa7221. ZeRO-2 (1): ``stage_1_and_2.py`` ``copy_grads_in_partition`` returns
+    under ``cpu_offload`` before it allocates ``grads_in_partition``; each reduced gradient goes
+    from the IPG bucket to ``single_partition_of_fp32_groups[i].grad``, the pinned host FP32
+    partition (``async_inplace_copy_grad_to_fp32_buffer_from_gpu``), and across micro-batches
+    into ``accumulated_grads_in_cpu`` (:attr:`~model.mechanisms.Mechanism.host_accumulation_bytes`).
+    ZeRO-3 (2): ``stage3.py`` sets ``self.device`` to the CPU under ``offload_optimizer`` and
+    allocates ``grad_partitions_flat_buffer`` there (``gradient_accumulation_dtype``, the
+    partition's every element whatever ``ratio``), beside the host FP32 sub-group gradients
+    (``subgroup_gradient_buffer``). ZeRO-1 keeps its whole ``.grad``s on the GPU (0), as do
+    the other frameworks (FSDP2's ``CPUOffloadPolicy`` gradient is the host FP32 buffer: 0,
+    moved with the parameters).
+
+    >>> from trainplan.model.mechanisms import mechanism
+    >>> [_host_grads(mechanism("deepspeed", z)) for z in (1, 2, 3)], _host_grads(mechanism("fsdp2", 3))
+    ([0, 1, 2], 0)
+    """
+    if mech.framework is not Framework.DEEPSPEED or mech.zero_stage < 2:
+        return 0
+    return 1 if mech.zero_stage == 2 else 2
 
 
 def offload_staging_bytes(mech: Mechanism, offload: Offload, largest: Any) -> tuple[Any, Any]:
@@ -292,10 +324,10 @@ def offload_transfers(
 FSDP2_HOST_ACCUMULATE_BYTES = 12
 """Host-memory bytes per element of FSDP2's gradient accumulation on the CPU under
 ``CPUOffloadPolicy`` (torchtitan ``training.enable_cpu_offload``): from the second micro-batch
-on, ``foreach_reduce`` (``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``) copies the
-new FP32 gradient shard to the host without overlap ("the CPU add kernel depends on the copy
-result") and adds it into the held one on the CPU, ``sharded_param.grad._local_tensor +=
-new_sharded_grad``: two FP32 reads and one FP32 write."""
+on, ``foreach_reduce`` (PyTorch ``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py`` at
+010ae4a8) copies the new FP32 gradient shard to the host without overlap ("the CPU add kernel
+depends on the copy result") and adds it into the held one on the CPU,
+``sharded_param.grad._local_tensor += new_sharded_grad``: two FP32 reads and one FP32 write."""
 
 
 def offload_seconds(

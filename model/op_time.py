@@ -171,9 +171,10 @@ class Clock:
     :func:`model.context_parallel.torch_rotate_method`): cp SDPA calls per pass with the K/V
     exchange under them, FP32 merges, dK/dV passed on in FP32; "" for the other flavours."""
     ep_sm_share: float = 0.0
-    """The share of the part's SMs the expert dispatcher's kernels hold while they run beside
-    computation (:func:`model.comm_sms.dispatcher_sm_share`: DeepEP's 20; 0 for NCCL's
-    all-to-all): what an overlapped all-to-all costs the computation it hides under."""
+    """``φ``: the share of its rate the computation beside the expert dispatcher's kernels loses
+    while they run (:func:`model.comm_sms.dispatcher_sm_share`: DeepEP's 20 blocks, measured;
+    0 for NCCL's all-to-all): what an overlapped all-to-all costs the computation it hides
+    under."""
     grouped_fp8: GroupedFp8 | None = None
     """How the linear layers' FP8 GEMMs run where Transformer Engine caches FP8 weights, the
     routed experts' grouped GEMMs and the dense ones alike (:func:`model.grouped_gemm.
@@ -194,8 +195,8 @@ class Clock:
     ``Experts.forward``, ``deepspeed/moe/experts.py``: a loop over the local experts' modules,
     then ``torch.cat``; :func:`expert_loop_of`), not as Transformer Engine's grouped GEMM."""
     nccl_sm_share: float = 0.0
-    """The share of the part's SMs an NCCL collective's kernels hold beside computation
-    (:func:`model.comm_sms.collective_sm_share`; 0 unless :class:`model.timing.CostOptions`
+    """``φ`` of an NCCL collective's kernels beside computation (measured at its blocks,
+    :func:`model.comm_sms.collective_sm_share`; 0 unless :class:`model.timing.CostOptions`
     ``nccl_sm_charge``): what an asynchronous tensor-parallel collective costs the GEMM it
     hides under."""
 

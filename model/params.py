@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from trainplan.model.arch_parts import MoESpec
 from trainplan.model.specs import Architecture, AttentionKind, Mlp, Norm, PositionEmbedding
 from trainplan.model.split import output_rank, stage_layers
 from trainplan.model.vocab import padded_vocab
@@ -31,6 +32,7 @@ __all__ = [
     "count_params",
     "stage_params",
     "megatron_eq2_params",
+    "largest_parameter_bytes",
 ]
 
 
@@ -411,3 +413,39 @@ def megatron_eq2_params(num_layers: int, hidden_size: int, vocab_size: int, seq_
         + 13 * num_layers * hidden_size
         + (vocab_size + seq_len) * hidden_size
     )
+
+
+def _moe_largest(arch: Architecture, moe: MoESpec) -> int:
+    """Elements of a MoE layer's largest parameter: transformers 5 keeps a layer's routed
+    experts in one 3-D parameter each for ``gate_up_proj`` ``[E, 2·f_e, h]`` (gated; ``[E, f_e,
+    h]`` otherwise) and ``down_proj`` ``[E, h, f_e]`` (``Qwen3MoeExperts``: "Collection of expert
+    weights stored as 3D tensors"); a shared expert is an MLP of its own."""
+    halves = 2 if arch.mlp.gated else 1
+    routed = moe.num_experts * halves * moe.expert_ffn_hidden_size * arch.hidden_size
+    shared = (moe.shared_expert_ffn_hidden_size or 0) * arch.hidden_size
+    return max(routed, shared)
+
+
+def largest_parameter_bytes(arch: Architecture) -> int:
+    """BF16 bytes of the model's largest parameter as the HF model holds it: the unit both RLHF
+    stacks' weight sync makes whole and copies (OpenRLHF's, :mod:`model.rlhf.openrlhf`; verl's,
+    :mod:`model.rlhf.verl_sync`). The larger of the embedding / output matrix ``V·h``, a dense MLP
+    projection ``h·f`` (HF keeps ``gate_proj``, ``up_proj``, ``down_proj`` apart), the query
+    projection ``h·a·d`` and a MoE layer's fused experts (:func:`_moe_largest`).
+
+    Examples
+    --------
+    Llama 3 70B: the embedding, 128,256 × 8,192 × 2 B.
+
+    >>> from trainplan.scenarios.catalogue import get_model
+    >>> largest_parameter_bytes(get_model("llama3-70b").model.arch)
+    2101346304
+    """
+    h = arch.hidden_size
+    head_dim = arch.head_dim or h // arch.num_attention_heads
+    elements = max(
+        arch.vocab_size * h, h * arch.ffn_hidden_size, h * arch.num_attention_heads * head_dim
+    )
+    if arch.moe is not None:
+        elements = max(elements, _moe_largest(arch, arch.moe))
+    return 2 * elements

@@ -103,8 +103,10 @@ def check_count_sizes(
     largest model chunk's, as Megatron-LM's ``--recompute-num-layers`` counts per chunk; the
     schedule places the chunks, :func:`model.split.chunk_ranks`).
 
-    Raises:
-        LayoutError: naming ``recompute_layers``, the count and the rule.
+    Raises
+    ------
+    LayoutError
+        naming ``recompute_layers``, the count and the rule.
     """
     if counts is None or arch is None:
         return

@@ -28,8 +28,18 @@ Sources, term by term:
   one the runtime reserve holds).
 * **What a sleeping engine keeps.** Between rollouts verl puts the engine to sleep
   (``free_cache_engine`` true and ``enforce_eager`` false by default,
-  ``verl/trainer/config/rollout/rollout.yaml``; ``vllm_async_server`` calls ``sleep(level=1)``),
-  which frees the weights and the KV cache only: vLLM's ``CuMemAllocator``
+  ``verl/trainer/config/rollout/rollout.yaml``). verl's hybrid engine (``RolloutMode.HYBRID``,
+  the engine on the actor's GPUs, new weights each step) sleeps at level 2
+  (``vllm_async_server.py`` ``vLLMHttpServer.sleep``: ``collective_rpc("sleep", kwargs={"level":
+  2})``; ``vllm_rollout.py`` ``ServerAdapter.release`` at ``VLLM_SLEEP_LEVEL``, 2 from vLLM
+  0.8.5, ``verl/third_party/vllm/__init__.py``; verl b178a3cd5), which keeps no copy of the
+  weights. Level 1 (``RolloutMode.COLOCATED``, a generative judge's engine, which this plan has
+  no role for; ``layered_summon``; an expert-parallel engine below vLLM 0.11, which this plan
+  does not run) would keep a pinned host copy of the weights, not counted here. OpenRLHF
+  (``deepspeed``) sleeps at level 1 (``LLMRayActor.sleep(level=1)``, ``vllm_engine.py``,
+  3c3be6234; ``--vllm.enable_sleep``, colocated only): its pinned host copy, the engine's BF16
+  weights ÷ tp per GPU, is a stated gap — not in the pool's host bytes. Either level frees the
+  weights and the KV cache only: vLLM's ``CuMemAllocator``
   (``vllm/device_allocator/cumem.py``) releases the allocations it tagged ``weights`` and
   ``kv_cache``. Its tp group's NCCL communicators and custom all-reduce buffers stay, and a
   pool counts them in every phase (:func:`model.rlhf.engine.engine_communicator_bytes`;

@@ -417,7 +417,7 @@ def dp_exposed_seconds(
       recomputation) waits; of the last, at least its last unit's share ``tail`` (the final
       layer's gradients are reduced after all compute is done).
     * The once-per-step traffic (the distributed optimizer's reduce-scatter and all-gather, a
-      DDP all-reduce, FSDP2 ZeRO-2's weight gather) overlaps the last micro-batch's backward and
+      DDP all-reduce, FSDP2's weight gather under a pipeline schedule) overlaps the last micro-batch's backward and
       the next step's first forward when the framework overlaps it (``overlapped``:
       Megatron-Core ``--overlap-grad-reduce`` / ``--overlap-param-gather``, FSDP's prefetch):
       ``max(c − window, tail·c)``; else all of it waits (Megatron-LM 2021's DDP all-reduce

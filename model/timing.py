@@ -225,6 +225,13 @@ class CostOptions:
     388 MiB for a one-rank communicator's 64). On by default; ``false`` leaves out what the
     cuMem allocator's 2 MiB granule makes of these small allocations (``NCCL_CUMEM_ENABLE=0``
     is not modelled)."""
+    use_multi_rank_bucket_allreduce: bool = True
+    """DeepSpeed ZeRO-1/2's ``zero_optimization.use_multi_rank_bucket_allreduce`` (DeepSpeed
+    ``deepspeed/runtime/zero/config.py``, default true since PR #4695, v0.12.4 of 2023-11): each
+    IPG bucket all-reduced whole (``stage_1_and_2.py`` ``average_tensor`` →
+    ``allreduce_and_scatter``), twice a reduce-scatter's bytes. False: the per-rank reduce of
+    the DeepSpeed before it (one ``dist.reduce`` to each owning rank, a reduce-scatter's bytes;
+    :mod:`model.deepspeed_mechanisms`). Ignored by other frameworks and by ``BF16_Optimizer``."""
 
     def __post_init__(self) -> None:
         for name, kind in (

@@ -49,6 +49,7 @@ REQUIRED_MODELS = [
     "qwen2.5-72b",
     "qwen3-8b",
     "qwen3-235b-a22b",
+    "qwen3-30b-a3b",  # the validation runs' model (scenarios/validation/megatron-bridge-*.toml)
     "gemma3-27b",
     "gpt-oss-20b",
     "gpt-oss-120b",
@@ -264,6 +265,7 @@ def test_hf_deepseek_v3_matches_catalogue():
         ("mistral-7b", "mistral-7b"),
         ("qwen2.5-7b", "qwen2-7b"),  # Qwen2.5-7B keeps Qwen2-7B's dimensions
         ("qwen3-8b", "qwen3-8b"),
+        ("qwen3-30b-a3b", "qwen3-30b-a3b"),
         ("gemma3-27b", "gemma-3-27b"),
         ("gpt-oss-120b", "gpt-oss-120b"),
         ("llama4-scout", "llama-4-scout"),
@@ -274,6 +276,31 @@ def test_new_catalogue_entries_match_their_released_configs(name, fixture):
     assert (
         architecture_from_hf(_hf(fixture), f"{fixture}/config.json") == get_model(name).model.arch
     )
+
+
+def test_qwen3_30b_a3b_counts_the_published_30_5b_and_3_3b():
+    """Qwen/Qwen3-30B-A3B (model card: 30.5B total, 3.3B activated, 29.9B non-embedding).
+    Per layer (48, every one MoE): attention q, o 2·2048·4096 + k, v 2·2048·512 = 18,874,368;
+    QK-norm 2·128 = 256; two RMSNorms 2·2048 = 4,096; router 2048·128 = 262,144; experts
+    128·3·2048·768 = 603,979,776, of which 8 active: 37,748,736. Embedding and output layer
+    2·151,936·2048 = 622,329,856 (untied); final norm 2,048."""
+    arch = get_model("qwen3-30b-a3b").model.arch
+    counts = count_params(arch)
+    layer = 18_874_368 + 256 + 4_096 + 262_144
+    assert layer == 2 * 2048 * 4096 + 2 * 2048 * 512 + 2 * 128 + 2 * 2048 + 2048 * 128
+    assert counts.total == 48 * (layer + 603_979_776) + 622_329_856 + 2_048 == 30_532_122_624
+    assert counts.active == 48 * (layer + 37_748_736) + 622_329_856 + 2_048 == 3_353_032_704
+    # the card's 30.5B, 3.3B and 29.9B: the counts to one decimal, cut (3.353 prints as 3.3)
+    assert counts.total // 10**8 == 305 and counts.active // 10**8 == 33
+    assert (counts.total - 622_329_856) // 10**8 == 299  # non-embedding
+
+
+def test_validation_models_are_not_typed_twice():
+    """A model of the catalogue is not typed again in scenarios/validation/models.toml (the
+    validation rows name the catalogue entry)."""
+    from trainplan.interface.fidelity.validation import validation_models
+
+    assert not set(validation_models()) & set(model_names())
 
 
 def test_hf_missing_key_names_key_and_file():

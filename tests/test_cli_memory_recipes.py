@@ -45,6 +45,9 @@ def test_recompute_modules_and_fp8_param_gather_from_the_cli():
     # holds the larger, here the loss in both runs (one stage)
     transient, loss = dropped / 32, 2 * S * 128_256 / tp
     assert transient < loss
-    assert peak("core") - peak("mlp") == dropped
+    # core_attn drops the fused attention's FP32 softmax statistics (4·32/tp heads·S a layer),
+    # which recomputing the MLP keeps
+    lse = 32 * 4 * 32 / tp * S
+    assert peak("core") - peak("mlp") == dropped - lse
     # FP8 primary weights: 1 B less per linear weight element in the weights and in the cache
     assert peak("fp8w") < peak("fp8")

@@ -139,7 +139,11 @@ KEY_DOCS: dict[str, str] = {
     "without deepspeed.zero.Init (its whole tensor- and pipeline-parallel part in BF16, before "
     "partitioning); 0 where construction holds no more than the step. Not in total_bytes.",
     "memory.pipeline_output_bytes": "Stage outputs kept after the send (0 when deallocated); fsdp2: also the receive buffers.",
-    "memory.cp_transient_bytes": "What the context-parallel flavour holds while one layer's attention runs.",
+    "memory.cp_transient_bytes": (
+        "What the context-parallel buffers add to one layer's backward phase beyond its backward "
+        "working set: the backward's at the attention-core step beyond the working set's headroom "
+        "above it, or the forward's beyond the working set, the larger."
+    ),
     "memory.activation_offload_buffer_bytes": "Offloaded activations kept on the GPU: one layer's, the group never offloaded.",
     "memory.activation_offload_host_bytes": "Offloaded activations on the host.",
     "memory.buffers_bytes": "Live in forward/backward only: unsharded gradients before reduction, communication buckets.",
@@ -151,10 +155,11 @@ KEY_DOCS: dict[str, str] = {
     "Transformer Engine's extra cuBLAS workspaces (3 x 32 MiB + 1 KiB with tp_comm_overlap full, 4 x with MoE layers). "
     "Called output_gather_bytes before.",
     "memory.communicator_bytes": "NCCL's buffers per process group, held for the whole run (0 under textbook), "
-    "with Transformer Engine's userbuffers (memory.userbuffer_bytes).",
+    "with Transformer Engine's userbuffers or async TP's symmetric memory (memory.userbuffer_bytes).",
     "memory.userbuffer_bytes": "Of communicator_bytes: Transformer Engine's userbuffers under tp_comm_overlap full "
-    "(megatron, tp > 1), outside the caching allocator for the whole run "
-    "(their cuBLAS workspaces are in persistent_buffers_bytes).",
+    "(megatron, tp > 1), or PyTorch's symmetric-memory workspace under async-tp (fsdp2, tp > 1: "
+    "2 x s·b/cp/tp x h x 2 B), outside the caching allocator for the whole run "
+    "(the userbuffers' cuBLAS workspaces are in persistent_buffers_bytes).",
     "memory.allocated_bytes": "The tensors' peak (torch.cuda.max_memory_allocated): the total less the communicators.",
     "memory.stream_pool_bytes": (
         "Side streams' allocator pools, idle at the peak (fsdp2: two all-gather outputs; "
@@ -244,6 +249,7 @@ KEY_DOCS: dict[str, str] = {
     "time.p2p_forward_send_wait": "Each interleaved forward send waited on after posting (Megatron-Core ≥ 0.18).",
     "time.nccl_sm_charge": "NCCL's NVLink SHARP SMs charged to the computation overlapped collectives hide under.",
     "time.nccl_channel_setup": "NCCL's channel set-up allocations counted in the communicator bytes.",
+    "time.use_multi_rank_bucket_allreduce": "DeepSpeed ZeRO-1/2 all-reduce each gradient bucket (false: reduce per rank).",
     "time.kernel_efficiency": "Single model: share of peak the kernels reach.",
     "time.attention_efficiency": "Single model: the FlashAttention core's share of peak.",
     "assumptions": "Every convention and default behind the figures, as sentences.",

@@ -239,7 +239,7 @@ def assumptions(est: Estimate) -> list[str]:
     mech = mechanism(
         lay.framework, lay.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
         pipelined=lay.pp > 1, distributed_optimizer=t.distributed_optimizer,
-        overlap_comm=t.deepspeed_overlap_comm,
+        overlap_comm=t.deepspeed_overlap_comm, multi_rank_allreduce=o.use_multi_rank_bucket_allreduce,
     )  # fmt: skip
     out = [
         f"framework {lay.framework}: ZeRO-{lay.zero_stage} is {mech.name} ({mech.source})",
@@ -326,8 +326,9 @@ def _cp_sentence(lay: Layout) -> str:
     }[str(lay.cp_kind)]
     return (
         f"context parallelism {lay.cp_kind} over cp = {lay.cp}: {what}; the sequence in 2·cp "
-        "load-balanced chunks; the exchange's buffers while a layer runs counted once "
-        "(cp_transient_bytes); the cp overlap fraction applies to every flavour"
+        "load-balanced chunks; the exchange's buffers counted once, each phase's at the step "
+        "where they are live (cp_transient_bytes: what they add beyond the backward working set); "
+        "the cp overlap fraction applies to every flavour"
         + ("; both parts timed on the whole cp group's link" if lay.cp_a2a else "")
     )
 

@@ -136,6 +136,15 @@ def _gathered_label(m: dict[str, Any]) -> str:
     return f"gathered weights ({what})" if what else "gathered weights"
 
 
+def _overlap_buffers_label(d: dict[str, Any]) -> str:
+    """The tensor-parallel overlap buffers' line (``memory.userbuffer_bytes``; planner.js alike):
+    PyTorch's symmetric-memory workspace under ``fsdp2`` (async TP), else Transformer Engine's
+    userbuffers."""
+    if d["layout"].get("framework") == "fsdp2":
+        return "async-TP symmetric memory (whole run)"
+    return "Transformer Engine userbuffers (whole run)"
+
+
 def _memory_lines(d: dict[str, Any]) -> list[str]:
     m, ub = d["memory"], d["memory"].get("userbuffer_bytes") or 0
     lines = [f"Memory per GPU (busiest pipeline stage: {m['busiest_stage']}, counted from 0)"]
@@ -162,7 +171,7 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
         ("optimizer step extra (no activations then)", m.get("optimizer_step_bytes")),
         ("persistent buffers (whole run)", m.get("persistent_buffers_bytes")),
         ("NCCL communicator buffers (whole run)", (m.get("communicator_bytes") or 0) - ub),
-        ("Transformer Engine userbuffers (whole run)", ub),
+        (_overlap_buffers_label(d), ub),
         (f"= total (peak: {m.get('peak_phase', 'forward-backward')})", m["total_bytes"]),
         (f"capacity ({d['gpu']['name']}, usable)", m["capacity_bytes"]),
     ]

@@ -21,6 +21,7 @@ from trainplan.model.errors import InputError, LayoutError, check_applicable, na
 from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
 from trainplan.model.layout import Recompute
+from trainplan.model.rlhf.openrlhf import check_split_count
 from trainplan.model.rlhf.packing import Packing
 from trainplan.model.rlhf.roles import OFFLOAD_MODES, RoleOption, check_training_tp
 from trainplan.model.rlhf.shares import ROLLOUT_BATCH
@@ -30,11 +31,12 @@ from trainplan.model.rlhf.spec import (
     LogitsMode,
     RLHFSpec,
     Role,
+    default_fraction,
 )
 from trainplan.model.rlhf.step import StepPlan, compose
 from trainplan.model.rollout import check_fraction
 from trainplan.model.units import parse_count, parse_number, parse_positive
-from trainplan.optimizer.rlhf.tables import RLHFProblem, cost_of, default_fraction
+from trainplan.optimizer.rlhf.tables import RLHFProblem, cost_of
 from trainplan.scenarios.catalogue import get_model
 from trainplan.topology.accelerators import get_accelerator
 
@@ -328,7 +330,9 @@ def _offload(value: Any, spec: RLHFSpec) -> tuple[tuple[str, str], ...]:
 
 def _check_train_dp(inp: RLHFInputs, train_pool: int, mp: int) -> None:
     """Refuse a training dp above the sequences of an update: the training layout would round
-    the batch up to a micro-batch per rank, training on rollouts that do not exist."""
+    the batch up to a micro-batch per rank, training on rollouts that do not exist. OpenRLHF's
+    rule first where it applies (:func:`model.rlhf.openrlhf.check_split_count`): it names why."""
+    check_split_count(inp.spec, Role.ACTOR, train_pool // mp)
     batch = inp.spec.train_batch or inp.spec.sequences
     if train_pool // mp > batch:
         raise LayoutError(
@@ -354,7 +358,7 @@ def evaluate_placement(inp: RLHFInputs) -> StepPlan:
     """
     split = inp.rollout_gpus is not None
     train_pool = inp.gpus - (inp.rollout_gpus or 0)
-    fraction = inp.spec.engine_memory_fraction or default_fraction(not split)
+    fraction = inp.spec.engine_memory_fraction or default_fraction(not split, inp.spec.framework)
     options, pools = [], []
     for rs in inp.spec.roles:
         if rs.role is Role.ROLLOUT:

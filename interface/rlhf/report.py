@@ -19,10 +19,9 @@ from trainplan.interface.tab_requests import RLHFRequest
 from trainplan.interface.tab_values import jsonable
 from trainplan.model.errors import check_applicable
 from trainplan.model.rlhf.engine import least_engine_tp
-from trainplan.model.rlhf.spec import PHASES, RLHFSpec, Role, phase_flops
+from trainplan.model.rlhf.spec import PHASES, RLHFSpec, Role, default_fraction, phase_flops
 from trainplan.model.rlhf.step import StepPlan
 from trainplan.model.rollout import kv_bytes_per_token
-from trainplan.optimizer.rlhf.tables import default_fraction
 
 __all__ = [
     "plan_dict",
@@ -325,7 +324,9 @@ def _engine_line(inp: RLHFInputs, plan: StepPlan, need: Any, budget: Any) -> str
 
 def _engine_hints(inp: RLHFInputs, need: Any, least_engine_tp: Any) -> list[str]:
     out = []
-    fraction = inp.spec.engine_memory_fraction or default_fraction(inp.rollout_gpus is None)
+    fraction = inp.spec.engine_memory_fraction or default_fraction(
+        inp.rollout_gpus is None, inp.spec.framework
+    )
     engine_gpus = inp.rollout_gpus or inp.gpus
     tp = least_engine_tp(inp.spec, fraction, inp.device)
     if tp is None:

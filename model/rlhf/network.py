@@ -14,13 +14,11 @@ from trainplan.model.estimate import Estimate, StageMemory
 from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Layout, Recompute
-from trainplan.model.mechanisms import Mechanism, mechanism
+from trainplan.model.mechanisms import Mechanism
 from trainplan.model.offload import NO_OFFLOAD, Offload, check_offload
 from trainplan.model.rlhf.forward_set import scoring_forward_bytes
 from trainplan.model.rlhf.logits import LogitsPass, PassLogits, old_log_prob_pass, pass_logits
-from trainplan.model.rlhf.openrlhf import (
-    idle_swap,
-)
+from trainplan.model.rlhf.openrlhf import check_split_count, idle_swap
 from trainplan.model.rlhf.packing import SPLIT_SOURCE
 from trainplan.model.rlhf.roles import (
     OFFLOAD_SOURCE,
@@ -31,6 +29,7 @@ from trainplan.model.rlhf.roles import (
     check_training_tp,
     resident_of,
     resident_terms,
+    rlhf_mechanism,
 )
 from trainplan.model.rlhf.spec import RLHFSpec, Role, RoleSpec
 from trainplan.model.rlhf.step import role_process
@@ -82,10 +81,6 @@ def _layout(spec: RLHFSpec, opt: RoleOption, recompute: Recompute) -> Layout:
         recompute=recompute,
         micro_batch_size=spec.micro_batch_sequences,
     )
-
-
-def _stage_params(stage: StageMemory) -> Fraction:
-    return stage.dense_params + stage.expert_params
 
 
 def _microbatch_s(est: Estimate) -> float:
@@ -143,12 +138,12 @@ def _loss_over(acts: Any) -> Fraction:
 
 @dataclass(frozen=True)
 class _Held:
-    """What a role keeps through the step and what its update adds: the state bytes of each
-    pipeline stage (``per_stage``), the busiest of them (``held_bytes``), its host bytes, the
-    update's seconds and its bytes above ``held_bytes`` and ``resident_bytes`` (0 for a frozen
-    role), its terms, its per-micro-batch compute (:func:`_microbatch_s`), its bytes held in
-    every phase (:func:`model.rlhf.roles.resident_of`) and what idle offload leaves on the GPU (``kept_bytes``:
-    the busiest stage's BF16 weights under ``deepspeed``, :mod:`model.rlhf.openrlhf`)."""
+    """What a role keeps through the step and what its update adds: each stage's state bytes
+    (``per_stage``), the busiest's (``held_bytes``), host bytes, the update's seconds and bytes
+    above ``held_bytes`` and ``resident_bytes`` (0 for a frozen role), terms, per-micro-batch
+    compute (:func:`_microbatch_s`), bytes held in every phase (:func:`model.rlhf.roles.
+    resident_of`), what idle offload leaves on the GPU (``kept_bytes``: the BF16 weights under
+    ``deepspeed``) and the busiest stage's weights and gradients (:mod:`model.rlhf.openrlhf`)."""
 
     per_stage: list[Fraction]
     held_bytes: Fraction
@@ -159,6 +154,8 @@ class _Held:
     microbatch_s: float
     resident_bytes: Fraction = Fraction(0)
     kept_bytes: Fraction = Fraction(0)
+    weights_bytes: Fraction = Fraction(0)
+    gradients_bytes: Fraction = Fraction(0)
 
 
 def _training_estimate(
@@ -334,7 +331,7 @@ def _trainable(
     terms += time_terms
     resident = resident_of(train_est)
     training_b = max(train_peak) - held_b - resident
-    kept = max(st.state.weights_bytes for st in train_est.stages)
+    busiest = train_est.stages[held.index(held_b)].state
     return _Held(
         held,
         held_b,
@@ -344,7 +341,9 @@ def _trainable(
         terms,
         _microbatch_s(train_est),
         resident,
-        kept if spec.framework is Framework.DEEPSPEED else Fraction(0),
+        busiest.weights_bytes if spec.framework is Framework.DEEPSPEED else Fraction(0),
+        busiest.weights_bytes,
+        busiest.gradients_bytes,
     )
 
 
@@ -361,7 +360,10 @@ def _frozen(opt: RoleOption, score_est: Estimate, mech: Mechanism) -> _Held:
     held_b = max(held)
     how = "whole" if mech.weights_full else "÷ dp (ZeRO-3 / full sharding)"
     terms = [Term(f"BF16 weights ({how})", "held", held_b, "bytes", mech.source)]
-    return _Held(held, held_b, Fraction(0), 0.0, Fraction(0), terms, 0.0, resident_of(score_est))
+    resident = resident_of(score_est)
+    return _Held(
+        held, held_b, Fraction(0), 0.0, Fraction(0), terms, 0.0, resident, weights_bytes=held_b
+    )
 
 
 def _scoring(
@@ -430,6 +432,16 @@ def _scoring_estimate(
     )
 
 
+def _idle(
+    spec: RLHFSpec, rs: RoleSpec, opt: RoleOption, device: DeviceSpec, held: _Held
+) -> tuple[Fraction, Fraction | None, tuple[float, float], list[Term]]:
+    """Idle offload's figures (:func:`model.rlhf.openrlhf.idle_swap`); none without it."""
+    if opt.offload != "idle":
+        return Fraction(0), None, (0.0, 0.0), []
+    state = (held.held_bytes, held.kept_bytes, held.weights_bytes, held.gradients_bytes)
+    return idle_swap(spec, rs, device, state)
+
+
 def network_cost(
     spec: RLHFSpec, rs: RoleSpec, opt: RoleOption, device: DeviceSpec, evaluate: Evaluator
 ) -> RoleCost:
@@ -440,33 +452,31 @@ def network_cost(
     Raises
     ------
     LayoutError
-        Degrees ``evaluate()`` refuses; an offload the framework's stack cannot run.
+        Degrees ``evaluate()`` refuses or OpenRLHF cannot split at (:func:`model.rlhf.
+        openrlhf.check_split_count`); an offload the framework's stack cannot run.
     InputError
         A step time without every axis's link bandwidth.
     """
-    arch = rs.model.arch
-    assert arch is not None
+    assert rs.model.arch is not None
     check_training_tp(spec.framework, opt.tp, f"{rs.role} tp", opt.pp)
+    check_split_count(spec, rs.role, opt.dp)
     # sequences padded to a multiple of tp (NeMo-RL make_sequence_length_divisible_by; Megatron)
     s = math.ceil(spec.seq_len / opt.tp) * opt.tp
     score_est = _scoring_estimate(spec, rs, opt, evaluate, s)
-    mech = mechanism(spec.framework, spec.zero_stage or 1)
+    mech = rlhf_mechanism(spec.framework, spec.zero_stage or 1)
     if rs.trainable:
         held = _trainable(spec, rs, opt, evaluate, s, mech)
     else:
         held = _frozen(opt, score_est, mech)
     scoring_b, scoring_s, scoring_terms = _scoring(spec, rs, score_est, held)
     terms = held.terms + scoring_terms + resident_terms(held.resident_bytes)
-    held_b, host, training_s = held.held_bytes, held.host_bytes, held.training_s
-    whole = 2 * max(_stage_params(st) for st in score_est.stages) if mech.weights_full else 0
-    swap, (sync, sync_terms) = Fraction(0), role_sync(spec, rs, opt, score_est.stages)
-    if opt.offload == "idle":
-        swap, moves, idle_terms = idle_swap(spec, rs, device, held.held_bytes, held.kept_bytes)
-        held_b, host = held.kept_bytes, host + swap
-        terms += idle_terms
-        scoring_s += moves if "scoring" in rs.phases else 0.0
-        training_s += moves if "training" in rs.phases else 0.0
-    terms += sync_terms
+    whole = 2 * max(st.params for st in score_est.stages) if mech.weights_full else 0
+    sync, sync_terms = role_sync(spec, rs, opt, score_est.stages)
+    swap, scoring_swap, moves, idle_terms = _idle(spec, rs, opt, device, held)
+    held_b = held.kept_bytes if opt.offload == "idle" else held.held_bytes
+    host, terms = held.host_bytes + swap, terms + idle_terms + sync_terms
+    scoring_s += moves[0] if "scoring" in rs.phases else 0.0
+    training_s = held.training_s + (moves[1] if "training" in rs.phases else 0.0)
     cost = RoleCost(
         opt,
         held_b,
@@ -485,5 +495,6 @@ def network_cost(
         resident_bytes=held.resident_bytes,
         sync_bytes=sync,
         split_tokens=spec.split_tokens(opt.dp, opt.tp),
+        scoring_swap_bytes=scoring_swap,
     )
     return _on_stack(spec.framework, cost)

@@ -46,10 +46,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from fractions import Fraction
 
-from trainplan.model.arch_parts import MoESpec
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import DeviceSpec
+from trainplan.model.params import largest_parameter_bytes
 from trainplan.model.rlhf.roles import IDLE_SOURCE as _MOVED_SOURCE
 from trainplan.model.rlhf.roles import RoleCost, Term
 from trainplan.model.rlhf.spec import RLHFSpec, Role, RoleSpec
@@ -64,9 +64,11 @@ __all__ = [
     "actor_sync_bytes",
     "check_idle",
     "split_refusal",
+    "check_split_count",
     "engine_receive_bytes",
     "idle_swap",
-    "largest_parameter_bytes",
+    "scoring_state_bytes",
+    "SCORING_SWAP_SOURCE",
     "sync_transient_bytes",
 ]
 
@@ -108,6 +110,45 @@ def check_idle(framework: Framework, zero_stage: int, trainable: bool, role: str
         )
 
 
+def check_split_count(spec: RLHFSpec, role: Role, dp: int) -> None:
+    """Refuse an actor (``role``; other roles pass) at data-parallel size ``dp`` above the
+    step's rollouts under OpenRLHF's
+    scoring split: ``RemoteExperienceMaker.split_rollout_samples`` (``experience_maker.py``,
+    3c3be6234) cuts them into at least ``effective_actor_num`` (the actor's GPUs ÷ ring ÷ tp, its
+    dp) micro-batches, and ``get_seqlen_balanced_partitions`` (``openrlhf/utils/
+    seqlen_balancing.py``) asserts ``len(seqlen_list) >= k_partitions``: with fewer rollouts
+    than dp the step stops there. Only where the split applies (:meth:`~model.rlhf.spec.
+    RLHFSpec.split_tokens`: ``deepspeed`` with first-fit packing, OpenRLHF's
+    ``--train.dynamic_batch_enable``).
+
+    Raises
+    ------
+    LayoutError
+        ``dp`` above the step's rollouts, in one line naming both and the rule.
+
+    Examples
+    --------
+    >>> from trainplan.scenarios.catalogue import get_model
+    >>> spec = RLHFSpec(algorithm="grpo", policy=get_model("qwen2.5-7b").model, reward="rule",
+    ...                 prompts=4, samples_per_prompt=4, prompt_tokens=1024,
+    ...                 completion_tokens=4096, framework="deepspeed")
+    >>> check_split_count(spec, Role.ACTOR, 16), check_split_count(spec, Role.REFERENCE, 32)
+    (None, None)
+    >>> try:
+    ...     check_split_count(spec, Role.ACTOR, 32)
+    ... except LayoutError as e:
+    ...     print(e)  # doctest: +ELLIPSIS
+    actor dp: 32 — above the step's 16 rollouts: OpenRLHF splits them into at least the actor's dp micro-batches ...
+    """
+    if role is Role.ACTOR and spec.split_tokens(dp) and dp > spec.sequences:
+        raise LayoutError(
+            f"actor dp: {dp:,} — above the step's {spec.sequences:,} rollouts: OpenRLHF splits "
+            "them into at least the actor's dp micro-batches (split_rollout_samples) and "
+            "get_seqlen_balanced_partitions asserts at least one rollout each; use fewer GPUs "
+            "for the actor, or more prompts or samples_per_prompt"
+        )
+
+
 def split_refusal(costs: Sequence[RoleCost]) -> str | None:
     """Why a placement cannot be counted under OpenRLHF's scoring split, or None where it can.
     ``split_rollout_samples`` cuts the step's rollouts once, at the actor's dp, for every scoring
@@ -142,14 +183,53 @@ def split_refusal(costs: Sequence[RoleCost]) -> str | None:
     return None
 
 
+SCORING_SWAP_SOURCE = (
+    "verl b178a3cd5 megatron_workers.py compute_log_prob / compute_ref_log_prob: "
+    "load_megatron_model_to_gpu(load_grad=False), no optimizer (update_actor loads both); "
+    "CriticWorker.compute_values: load_grad=True (gradient buffers allocated and zeroed, not "
+    "copied); fsdp_workers.py compute_log_prob / compute_values: load_fsdp_model_to_gpu only, "
+    "gradients freed by update_policy's final zero_grad(); OpenRLHF PPOTrainer.ppo_train "
+    "_run_sleep: reload_states only around fit (3c3be6234); NeMo-RL MegatronPolicyWorker."
+    "prepare_for_lp_inference: move_model(cuda, move_grads=False), gradients and optimizer on the "
+    "CPU (megatron_policy_worker.py, NVIDIA-NeMo/RL 87618908)"
+)
+
+
+def scoring_state_bytes(
+    framework: Framework, role: Role, weights: Fraction, gradients: Fraction
+) -> Fraction:
+    """What of a role's state (``weights`` and ``gradients`` bytes on its busiest stage) is on
+    the GPU for its scoring turn when it is offloaded while idle (:data:`SCORING_SWAP_SOURCE`):
+    the weights — verl's Megatron actor and reference load the parameters without gradients,
+    its FSDP workers the parameter shards (gradients freed after each update), OpenRLHF keeps
+    the BF16 weights on the GPU and reloads the rest only for ``fit``, NeMo-RL's Megatron policy
+    moves the parameters without gradients for its log-probs — and, for verl's
+    Megatron critic (``compute_values`` loads with ``load_grad=True``), the gradient buffers
+    too. The optimizer state never comes back for scoring.
+
+    >>> scoring_state_bytes(Framework.MEGATRON, Role.ACTOR, Fraction(17), Fraction(35))
+    Fraction(17, 1)
+    >>> scoring_state_bytes(Framework.MEGATRON, Role.CRITIC, Fraction(17), Fraction(35))
+    Fraction(52, 1)
+    """
+    if framework is Framework.MEGATRON and role is Role.CRITIC:
+        return weights + gradients
+    return weights
+
+
 def idle_swap(
-    spec: RLHFSpec, rs: RoleSpec, device: DeviceSpec, held_b: Fraction, kept: Fraction
-) -> tuple[Fraction, float, list[Term]]:
-    """Idle offload of a role holding ``held_b`` bytes of which ``kept`` stay on the GPU (the
-    BF16 weights under ``deepspeed``, module docstring; 0 otherwise), where the profile's stack
-    can run it (:func:`check_idle`): the bytes that go to the host and come back in for its turn
-    in each phase it works in, then out; the seconds of one phase's round trip over the host
-    link; and the terms.
+    spec: RLHFSpec,
+    rs: RoleSpec,
+    device: DeviceSpec,
+    held: tuple[Fraction, Fraction, Fraction, Fraction],
+) -> tuple[Fraction, Fraction, tuple[float, float], list[Term]]:
+    """Idle offload of a role whose busiest stage holds ``held`` = (state, kept, weights,
+    gradients) bytes, ``kept`` of them staying on the GPU (the BF16 weights under
+    ``deepspeed``, module docstring; 0 otherwise), where the profile's stack can run it
+    (:func:`check_idle`): the bytes that go to the host (all but ``kept``), come back in for
+    its training turn and go out after; the bytes its scoring turn brings back
+    (:func:`scoring_state_bytes` less ``kept``); the seconds of the scoring and the training
+    round trips over the host link (the scoring one moves the weights only); and the terms.
 
     Raises
     ------
@@ -158,51 +238,26 @@ def idle_swap(
     """
     check_idle(spec.framework, spec.zero_stage or 1, rs.trainable, str(rs.role))
     assert device.host_link_bytes_per_s
-    moved = held_b - kept
-    moves = float(2 * moved / Fraction(device.host_link_bytes_per_s))
+    state, kept, weights, gradients = held
+    moved = state - kept
+    link = Fraction(device.host_link_bytes_per_s)
+    scoring = scoring_state_bytes(spec.framework, rs.role, weights, gradients) - kept
+    seconds = (float(2 * (weights - kept) / link), float(2 * moved / link))
     terms = [Term("state to host when idle", "host", moved, "bytes", _MOVED_SOURCE)]
     if kept:
         terms.append(
             Term("BF16 weights kept on the GPU when idle", "held", kept, "bytes", IDLE_SOURCE)
         )
-    for phase in rs.phases:  # in for its turn in each phase it works in, then out
-        terms.append(Term("state in and back out", phase, moves, "s", _MOVED_SOURCE))
-    return moved, moves, terms
-
-
-def _moe_largest(arch: Architecture, moe: MoESpec) -> int:
-    """Elements of a MoE layer's largest parameter: transformers 5 keeps a layer's routed
-    experts in one 3-D parameter each for ``gate_up_proj`` ``[E, 2·f_e, h]`` (gated; ``[E, f_e,
-    h]`` otherwise) and ``down_proj`` ``[E, h, f_e]`` (``Qwen3MoeExperts``: "Collection of expert
-    weights stored as 3D tensors"); a shared expert is an MLP of its own."""
-    halves = 2 if arch.mlp.gated else 1
-    routed = moe.num_experts * halves * moe.expert_ffn_hidden_size * arch.hidden_size
-    shared = (moe.shared_expert_ffn_hidden_size or 0) * arch.hidden_size
-    return max(routed, shared)
-
-
-def largest_parameter_bytes(arch: Architecture) -> int:
-    """BF16 bytes of the model's largest parameter as the HF model holds it (the unit the sync
-    gathers and clones): the larger of the embedding / output matrix ``V·h``, a dense MLP
-    projection ``h·f`` (HF keeps ``gate_proj``, ``up_proj``, ``down_proj`` apart), the query
-    projection ``h·a·d`` and a MoE layer's fused experts (:func:`_moe_largest`).
-
-    Examples
-    --------
-    Llama 3 70B: the embedding, 128,256 × 8,192 × 2 B.
-
-    >>> from trainplan.scenarios.catalogue import get_model
-    >>> largest_parameter_bytes(get_model("llama3-70b").model.arch)
-    2101346304
-    """
-    h = arch.hidden_size
-    head_dim = arch.head_dim or h // arch.num_attention_heads
-    elements = max(
-        arch.vocab_size * h, h * arch.ffn_hidden_size, h * arch.num_attention_heads * head_dim
-    )
-    if arch.moe is not None:
-        elements = max(elements, _moe_largest(arch, arch.moe))
-    return 2 * elements
+    if "scoring" in rs.phases and scoring:
+        what = "weights" if scoring == weights - kept else "weights + gradient buffers"
+        for name, value, unit in (
+            (f"{what} back for scoring", scoring, "bytes"),
+            ("weights in and back out", seconds[0], "s"),
+        ):
+            terms.append(Term(name, "scoring", value, unit, SCORING_SWAP_SOURCE))
+    if "training" in rs.phases:
+        terms.append(Term("state in and back out", "training", seconds[1], "s", _MOVED_SOURCE))
+    return moved, scoring, seconds, terms
 
 
 def sync_transient_bytes(arch: Architecture, zero_stage: int, tp: int) -> Fraction:

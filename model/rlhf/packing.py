@@ -60,7 +60,7 @@ in every case tried). Lengths that vary: first fit makes at least ⌈n·L / max(
 micro-batches, so m is at least that rounded as above, and the fullest part holds at most the
 mean n·L / m plus the longest rollout (the spread argument above); OpenRLHF's functions on the
 spreads above stayed within it (up to 0.91 × the bound). The cap is multiplied by ring × tp
-there; the ``deepspeed`` profile runs tp 1 and no ring attention (:mod:`model.rlhf.roles`).
+there; the ``deepspeed`` profile runs tp 1 and no ring attention (:func:`split_peak_tokens`).
 """
 
 from __future__ import annotations
@@ -147,6 +147,13 @@ def split_peak_tokens(
     (module docstring): the step's ``rollouts`` of mean length ``seq_len`` (the longest
     ``longest``; None: all equal), each padded to a multiple of ``tp``, at the cap ``cap`` and
     the actor's data-parallel size ``dp``.
+
+    OpenRLHF multiplies the cap by ``ring_attn_size × ds_tensor_parallel_size``
+    (``get_minimum_num_micro_batch_size``) and takes ``effective_actor_num`` = the actor's GPUs ÷
+    ring ÷ tp. The ``deepspeed`` profile can express neither for a role: a training or scoring
+    tp above 1 is refused (:func:`model.rlhf.roles.check_training_tp`) and a role has no ring
+    attention degree (:class:`model.rlhf.roles.RoleOption`: dp, tp, pp). Both factors are 1 here,
+    so ``cap`` is the cap as given and ``dp`` the actor's GPUs.
 
     16,384 rollouts of 5,120 at the cap 16,384, dp 64: first fit ⌈16,384 / 3⌉ = 5,462, rounded
     down to 85 × 64 = 5,440 micro-batches, the fullest ⌈16,384 / 5,440⌉ = 4 rollouts; at dp 1

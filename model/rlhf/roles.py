@@ -49,7 +49,8 @@ Offload (``RoleOption.offload``), two mechanisms people use:
   reference's weights on the CPU, swapped in for its log-probs (``use_reference_model``); verl's
   ``param_offload`` / ``optimizer_offload``. It holds nothing on the GPU outside its phases
   (``swap_bytes`` instead of ``held_bytes``): its state comes in for its turn in each phase it
-  works in and goes back out after, over the host link. Under ``deepspeed`` (OpenRLHF) a
+  works in and goes back out after, over the host link — the whole state for the update, its
+  weights for scoring (:func:`model.rlhf.openrlhf.scoring_state_bytes`). Under ``deepspeed`` (OpenRLHF) a
   trainable role's BF16 weights stay on the GPU (``held_bytes``) and a frozen role offloads only
   at ZeRO-3 (:mod:`model.rlhf.openrlhf`).
 
@@ -60,13 +61,14 @@ the largest stage's state, so ``held + phase bytes`` is the role's true peak.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.estimate import Estimate
 from trainplan.model.frameworks import Framework
 from trainplan.model.layout import Layout
+from trainplan.model.mechanisms import Mechanism, mechanism
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.rlhf.spec import Role
 from trainplan.model.specs import TrainingSpec
@@ -84,6 +86,8 @@ __all__ = [
     "training_tp_limit",
     "training_pp_limit",
     "check_training_tp",
+    "VERL_FSDP_SOURCE",
+    "rlhf_mechanism",
 ]
 
 OFFLOAD_MODES = ("none", "optimizer", "idle")
@@ -190,7 +194,8 @@ class RoleCost:
     swap_bytes: Fraction = Fraction(0)
     """Offloaded when idle: its state, on the GPU only during its own turn in the phases it works
     in (then ``held_bytes`` is 0, or under ``deepspeed`` the BF16 weights OpenRLHF leaves on the
-    GPU)."""
+    GPU). Brought back whole for its training turn; for its scoring turn only
+    ``scoring_swap_bytes``."""
     phases: tuple[str, ...] = ()
     """The phases it works in."""
     microbatch_s: tuple[float, float] = (0.0, 0.0)
@@ -249,6 +254,10 @@ class RoleCost:
     only where each scoring role's figure is the actor's
     (:func:`model.rlhf.openrlhf.split_refusal`);
     0 under verl's profiles, where each role packs its own ranks' rollouts."""
+    scoring_swap_bytes: Fraction | None = None
+    """Offloaded when idle: the part of ``swap_bytes`` its scoring turn brings back, its weights
+    only (:func:`model.rlhf.openrlhf.scoring_state_bytes`); None: all of ``swap_bytes`` (a frozen
+    role, whose state is its weights)."""
 
     @property
     def over_budget(self) -> bool:
@@ -265,6 +274,15 @@ class RoleCost:
             "scoring": self.scoring_bytes,
             "training": self.training_bytes,
         }[phase]
+
+    def swap_in(self, phase: str) -> Fraction:
+        """Bytes its idle offload brings back for its turn in ``phase`` (0 where it does not
+        work): ``scoring_swap_bytes`` for scoring, ``swap_bytes`` otherwise."""
+        if phase not in self.phases:
+            return Fraction(0)
+        if phase == "scoring" and self.scoring_swap_bytes is not None:
+            return self.scoring_swap_bytes
+        return self.swap_bytes
 
     def seconds(self, phase: str) -> float:
         """Its seconds of work in ``phase`` (0 where it does not work)."""
@@ -298,6 +316,34 @@ def resident_terms(resident: Fraction) -> list[Term]:
         return []
     what = "communicators + persistent buffers (every phase, not offloaded)"
     return [Term(what, "held", resident, "bytes", _RESIDENT_SOURCE)]
+
+
+VERL_FSDP_SOURCE = (
+    "verl b178a3cd5 verl/workers/fsdp_workers.py _build_model_optimizer: actor.strategy fsdp, "
+    "the default (trainer/config/_generated_ppo_trainer.yaml), is FSDP1 FullyShardedDataParallel "
+    "(flat parameters, use_orig_params False, FULL_SHARD, MixedPrecision(param bf16, reduce "
+    "fp32), transformer layers wrapped, the embedding, final norm and output layer in the root "
+    "unit); strategy fsdp2 is fully_shard (verl/utils/fsdp_utils.py apply_fsdp2). Both counted "
+    "with FSDP2's mechanism: sharded FP32 master and moments, BF16 gathers, FP32 reduce-scatter "
+    "per micro-batch (FSDP1's root unit: docs/memory-mechanisms.md, not counted)"
+)
+"""The source the ``fsdp2`` profile's state terms cite under RLHF (verl's FSDP workers)."""
+
+
+def rlhf_mechanism(framework: Framework | str, zero_stage: int) -> Mechanism:
+    """The framework profile's mechanism (:func:`model.mechanisms.mechanism`) as the RLHF stack
+    runs it: under ``fsdp2`` verl's FSDP workers, whose default is FSDP1, so its state terms
+    cite :data:`VERL_FSDP_SOURCE` (the bytes are FSDP2's).
+
+    >>> rlhf_mechanism("fsdp2", 3).source.startswith("verl b178a3cd5")
+    True
+    >>> rlhf_mechanism("megatron", 1).source == mechanism("megatron", 1).source
+    True
+    """
+    mech = mechanism(framework, zero_stage)
+    if Framework(framework) is Framework.FSDP2:
+        return replace(mech, source=VERL_FSDP_SOURCE)
+    return mech
 
 
 _NO_TP = {

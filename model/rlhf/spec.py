@@ -54,6 +54,8 @@ __all__ = [
     "HOST_BYTES_PER_NODE",
     "DEFAULT_FRACTION_COLOCATED",
     "DEFAULT_FRACTION_SPLIT",
+    "DEFAULT_FRACTION_OPENRLHF",
+    "default_fraction",
 ]
 
 PHASES = ("rollout", "scoring", "training")
@@ -98,6 +100,23 @@ default ``gpu_memory_utilization: 0.5`` (``verl/trainer/config/rollout/rollout.y
 DEFAULT_FRACTION_SPLIT = Fraction(9, 10)
 """… and on GPUs of its own: vLLM's default ``gpu_memory_utilization`` 0.9 (engine arguments)."""
 
+DEFAULT_FRACTION_OPENRLHF = Fraction(19, 20)
+"""The engine's memory fraction under the ``deepspeed`` profile, colocated or not: OpenRLHF's
+``--vllm.gpu_memory_utilization`` default 0.95 (``openrlhf/cli/train_ppo_ray.py``, 3c3be6234),
+which it passes to every vLLM engine it creates (``create_vllm_engines``)."""
+
+
+def default_fraction(colocated: bool, framework: Framework | None = None) -> Fraction:
+    """The engine's memory fraction when none is given: verl's 0.5 when it shares GPUs with
+    training roles, vLLM's 0.9 alone; OpenRLHF's 0.95 either way under ``deepspeed``.
+
+    >>> default_fraction(True), default_fraction(False), default_fraction(True, Framework.DEEPSPEED)
+    (Fraction(1, 2), Fraction(9, 10), Fraction(19, 20))
+    """
+    if framework is Framework.DEEPSPEED:
+        return DEFAULT_FRACTION_OPENRLHF
+    return DEFAULT_FRACTION_COLOCATED if colocated else DEFAULT_FRACTION_SPLIT
+
 
 @dataclass(frozen=True, slots=True)
 class RoleSpec:
@@ -137,8 +156,9 @@ class RLHFSpec:
 
     Sizes are counts (sequences, tokens); ``engine_memory_fraction`` is vLLM's
     ``gpu_memory_utilization`` (None: :data:`DEFAULT_FRACTION_COLOCATED` when the engine shares
-    GPUs with training roles, :data:`DEFAULT_FRACTION_SPLIT` on GPUs of its own; the placement
-    search chooses it when None).
+    GPUs with training roles, :data:`DEFAULT_FRACTION_SPLIT` on GPUs of its own,
+    :data:`DEFAULT_FRACTION_OPENRLHF` under ``deepspeed``; the placement search chooses it when
+    None).
 
     Raises
     ------

@@ -9,8 +9,8 @@ search's CP-SAT model (:mod:`optimizer.rlhf.cpsat`) and its exhaustive oracle:
 * **Memory.** On a pool, in each phase, every role placed there keeps its ``held_bytes``, and
   the roles working in the phase add their phase bytes one at a time (work on one pool
   serialises) — a role offloaded when idle with its state brought back for its turn
-  (``swap_bytes``): ``peak(pool, phase) = Σ held + max over the phase's roles of (swap + phase
-  bytes)``. Every
+  (``swap_bytes`` for training, its weights only for scoring: ``RoleCost.swap_in``):
+  ``peak(pool, phase) = Σ held + max over the phase's roles of (swap + phase bytes)``. Every
   phase's peak must fit the GPU's usable bytes (HBM less the runtime reserve, as the framework
   profiles compare); offloaded optimizer state must fit the host's share per GPU (host memory
   per node ÷ GPUs per NVLink domain).
@@ -410,10 +410,7 @@ def _pool_plan(
     extra = process_bytes(members, shared_weights)
     resident += receive_resident(members)
     held = sum((c.held_bytes for c in members), Fraction(resident) + extra)
-    peaks = [
-        held + max((c.swap_bytes if ph in c.phases else 0) + c.phase_bytes(ph) for c in members)
-        for ph in PHASES
-    ]
+    peaks = [held + max(c.swap_in(ph) + c.phase_bytes(ph) for c in members) for ph in PHASES]
     kinds = {str(c.option.role): c for c in members}
     if shared_weights and "rollout" in kinds and "actor" in kinds:
         reuse = min(kinds["rollout"].bf16_weight_bytes, kinds["actor"].bf16_weight_bytes)

@@ -28,7 +28,7 @@ b178a3cd5: ``verl/workers/megatron_workers.py`` and ``verl/workers/fsdp_workers.
 
 So the sync adds, on top of what the pool keeps: the engine's weights (the engine's
 ``sync_bytes``, :func:`model.rlhf.engine.rollout_cost`), the bucket and its clone, the largest
-parameter made whole (:func:`model.rlhf.openrlhf.largest_parameter_bytes`) as above, and with idle offload
+parameter made whole (:func:`model.params.largest_parameter_bytes`) as above, and with idle offload
 the actor's parameters (:func:`verl_sync_bytes`). :func:`model.rlhf.step.sync_peak` adds them to
 the pool's held bytes, the one rule every placement search reads.
 """
@@ -39,13 +39,8 @@ from fractions import Fraction
 
 from trainplan.model.estimate import StageMemory
 from trainplan.model.frameworks import Framework
-from trainplan.model.params import count_params
-from trainplan.model.rlhf.openrlhf import (
-    SYNC_SOURCE,
-    SYNC_TERM,
-    actor_sync_bytes,
-    largest_parameter_bytes,
-)
+from trainplan.model.params import count_params, largest_parameter_bytes
+from trainplan.model.rlhf.openrlhf import SYNC_SOURCE, SYNC_TERM, actor_sync_bytes
 from trainplan.model.rlhf.roles import RoleOption, Term
 from trainplan.model.rlhf.spec import RLHFSpec, Role, RoleSpec
 from trainplan.model.specs import Architecture
@@ -136,6 +131,6 @@ def role_sync(
         sync = actor_sync_bytes(spec, rs, opt.tp)
         return sync, [Term(SYNC_TERM, "rollout", sync, "bytes", SYNC_SOURCE)] if sync else []
     assert rs.model.arch is not None
-    stage = max(st.dense_params + st.expert_params for st in stages)
+    stage = max(st.params for st in stages)
     sync = actor_verl_sync_bytes(spec.framework, opt, stage, rs.model.arch)
     return sync, [Term(VERL_SYNC_TERM, "rollout", sync, "bytes", VERL_SYNC_SOURCE)]

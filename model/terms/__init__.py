@@ -106,7 +106,7 @@ TERMS: tuple[Term, ...] = (
     Term(
         "userbuffers",
         userbuffers_term,
-        frozenset({"tp", "cp", "micro_batch_size", "pp", "framework"}),
+        frozenset({"tp", "cp", "micro_batch_size", "sequence_parallel", "pp", "framework"}),
         ("pp", "framework"),
         True,
         "bytes",

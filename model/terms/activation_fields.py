@@ -98,16 +98,17 @@ FORM_FIELDS = (*LAYER_FIELDS, "recompute", "recompute_layers")
 
 
 def _framework_rows(framework: Framework) -> dict[str, Any]:
-    """The :class:`model.activations.ActivationContext` flags one framework's own layer code
-    decides: DeepSpeed's gate and its eager SwiGLU and repeated K/V (Megatron-DeepSpeed
-    ``ParallelMLP``/``ParallelAttention``), Megatron-Core's clamped GLU copy and its router's
-    saved scores, torchtitan's FP32 router under autocast (their rows: :mod:`model.activation_rows`)."""
+    """The :class:`model.activations.ActivationContext` flags a framework's own layer code decides
+    (DeepSpeed's gate, eager SwiGLU, kept repeated K/V; K/V repeated before the kernel; Megatron's
+    clamped GLU copy, router scores; the flash kernels' softmax statistics; an FP32 router)."""
     deepspeed, megatron = framework is Framework.DEEPSPEED, framework is Framework.MEGATRON
     return {
         "deepspeed_gate": deepspeed,
         "clamp_copies_glu_input": megatron,
         "eager_swiglu": deepspeed,
         "repeats_kv": deepspeed,
+        "saves_softmax_lse": deepspeed or megatron,
+        "kernel_kv_repeated": deepspeed or framework is Framework.FSDP2,
         "attention_output_copy": deepspeed,
         "router_score_bytes": MEGATRON_ROUTER_SCORE_BYTES if megatron else Fraction(4),
         "fp32_router_autocast": framework is Framework.FSDP2,

@@ -22,7 +22,6 @@ from typing import Any
 
 from trainplan.model.activation_copies import offload_backlog_bytes, prefetched_layers
 from trainplan.model.activation_offload import layer_offload_bytes, offload_buffer_bytes
-from trainplan.model.context_parallel import cp_transient_bytes, templated_method_code
 from trainplan.model.deepspeed_layers import keeps_embedding_view
 from trainplan.model.eager_saved import final_norm_eager, final_norm_extra_bytes
 from trainplan.model.layout import Layout, Recompute
@@ -44,8 +43,6 @@ from trainplan.model.terms.activation_fields import (
     LAYER_FIELDS,
     backward_working_term,
     chunk_forms,
-    cp_kv_repeat_of,
-    cp_mechanism_of,
     end_stages,
     gathers_block_inputs,
     head_norms_recomputed,
@@ -61,6 +58,7 @@ from trainplan.model.terms.activation_fields import (
     transient_forms,
     weight_pass_term,
 )
+from trainplan.model.terms.cp_phases import cp_buffers_term
 from trainplan.model.terms.fields import Context, Fields, LayoutFields
 from trainplan.model.terms.last_stage_loss import last_stage_loss, loss_kept
 from trainplan.model.terms.moe_working import moe_forward_peak, moe_over
@@ -102,12 +100,15 @@ class StageActivations:
     (:func:`_torch_recv_buffers`); under ``deepspeed`` what its pipeline engine keeps
     (:func:`model.terms.pipeline_buffers.deepspeed_kept_per_microbatch`)."""
     cp_transient_bytes: Fraction = Fraction(0)
-    """What the context-parallel exchange holds beside the kept activations while one layer's
-    attention runs (received K/V chunks, gathered K/V and their gradients, all-to-all staging;
-    PyTorch's ``context_parallel``: the gathered K/V and the FP32 dQ, dK, dV buffers of its
-    backward, :func:`model.context_parallel.templated_transient_bytes`;
-    :func:`model.context_parallel.cp_transient_bytes`), counted once; 0 with cp = 1 or on a
-    stage without transformer layers."""
+    """What the context-parallel exchange's buffers add to one layer's backward phase
+    (:attr:`layer_backward_bytes`) beyond the backward working set, counted once
+    (:func:`model.terms.cp_phases.cp_buffers_term`): the backward's buffers at the attention-core
+    step beyond the working set's headroom above it, or the forward's (received K/V chunks and
+    partial outputs, gathered K/V, all-to-all staging; beside the kept layers and the recompute
+    transient) beyond the backward phase, the larger; PyTorch's ``context_parallel``: the
+    gathered K/V and FP32 dQ, dK, dV of its backward
+    (:func:`model.context_parallel.templated_transient_bytes`). 0 with cp = 1 or on a stage
+    without transformer layers."""
     offload_buffer_bytes: Fraction = Fraction(0)
     """Activation offload (:mod:`model.activation_offload`): the offloaded tensors still on the
     GPU — one layer's, the group of each module name never offloaded
@@ -318,7 +319,6 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     tokens = exact(t.seq_len) / f.cp * f.micro_batch_size
     vocab = f.lookup(padded_vocab_of, (arch.vocab_size, c.vocab_multiple), "framework", "tp")
     emb, head = _end_bytes(c, f, tokens, vocab)
-    cp_buffers = _cp_buffers(c, f, tokens) * (n_layers > 0)
     split = Schedule(f.schedule) in SPLIT_BACKWARD
     if f.virtual_stages == 1 or f.pp == 1 or split:  # held whole (v > 1: interleaved's chunks)
         in_flight, kept, emb_total, held_mb = _held_whole(c, f, q, per_mb, emb, head, split)
@@ -331,24 +331,13 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     loss, kept_chunks, pred = last_stage_loss(c, f, tokens, vocab)
     freed, logit_grads = output_layer_phase(c, f, head, tokens, vocab)
     working = backward_working_term(c, f, n_layers, n_moe) + logit_grads + rebuilt + pred
+    cp_buffers = cp_buffers_term(c, f, tokens, n_layers, n_moe, working)
     moe = moe_forward_peak(c, f, n_moe, transient, transient + cp_buffers + working - freed)
     load = deepspeed_load_transient(c, f, per_mb + emb + outputs / maximum(in_flight, 1))
     return StageActivations(
         kept, transient, emb_total + kept_chunks, held_mb, per_mb, outputs, cp_buffers, buffer,
         host, loss, working, freed, moe, load,
     )  # fmt: skip
-
-
-def _cp_buffers(c: Context, f: Fields, tokens: Any) -> Any:
-    """What the layout's context-parallel flavour holds while one layer's attention runs
-    (:func:`model.context_parallel.cp_transient_bytes`; PyTorch's ``context_parallel`` by
-    :func:`model.context_parallel.templated_transient_bytes`), for ``tokens`` S a rank."""
-    arch = c.arch
-    r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
-    rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp", "framework")
-    torch_cp = f.lookup(templated_method_code, (), "cp_kind")
-    beta = c.training.activation_bytes
-    return cp_transient_bytes(arch, r, u, gather, f.tp, tokens, beta, rep, torch_cp)
 
 
 def _end_bytes(c: Context, f: Fields, tokens: Any, vocab: Any) -> tuple[Any, Any]:

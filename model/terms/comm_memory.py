@@ -57,7 +57,7 @@ from trainplan.model.frameworks import Framework
 from trainplan.model.moe_run import Dispatcher
 from trainplan.model.params import shares_embedding_with_last_stage
 from trainplan.model.pipeline import Schedule
-from trainplan.model.terms.activations import cp_mechanism_of
+from trainplan.model.terms.activation_fields import cp_mechanism_of
 from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.xp import maximum, where
 

@@ -126,7 +126,8 @@ class StageMemory:
     communicator_bytes: int = 0
     """NCCL's communicator buffers on this GPU, held for the whole run outside the framework's
     caching allocator (:func:`model.terms.comm_memory.comm_memory_term`; 0 under ``textbook``),
-    and Transformer Engine's userbuffers beside them (:attr:`userbuffer_bytes`, included)."""
+    and Transformer Engine's userbuffers or async TP's symmetric-memory workspace beside them
+    (:attr:`userbuffer_bytes`, included)."""
     embedding: Fraction = Fraction(0)
     """Embedding elements on this GPU (:func:`model.terms.grad_buffers.stage_embedding_per_gpu`):
     what the ZeRO table's model state (:func:`model.memory.model_state`) reads for the
@@ -143,8 +144,15 @@ class StageMemory:
     workspaces; in the caching allocator, held in both phases."""
     userbuffer_bytes: Fraction = Fraction(0)
     """Of :attr:`communicator_bytes`, Transformer Engine's userbuffers (``tp_comm_overlap =
-    full``, :func:`model.terms.userbuffers.userbuffers_term`): outside the caching allocator,
-    held in both phases."""
+    full``) or PyTorch's symmetric-memory workspace (``async-tp``;
+    :func:`model.terms.userbuffers.userbuffers_term`): outside the caching allocator, held in
+    both phases."""
+
+    @property
+    def params(self) -> Fraction:
+        """The parameters this stage holds on this GPU: :attr:`dense_params` +
+        :attr:`expert_params`."""
+        return self.dense_params + self.expert_params
 
     @property
     def backward_bytes(self) -> Fraction:

@@ -65,7 +65,7 @@ __all__ = [
 
 def dp_mechanism(c: Context, f: Fields) -> Any:
     """The layout's ZeRO stage as its framework runs it, with the recipe's bytes, the
-    options' ZeRO-3 re-gather and, with pp > 1, the framework's pipeline-schedule variant
+    options' ZeRO-3 re-gather and DeepSpeed bucket all-reduce and, with pp > 1, the framework's pipeline-schedule variant
     (:func:`model.mechanisms.mechanism`)."""
     t = c.training
     return mechanism(
@@ -73,6 +73,7 @@ def dp_mechanism(c: Context, f: Fields) -> Any:
         c.options.zero3_regather, pipelined=f.pp > 1,
         distributed_optimizer=t.distributed_optimizer, overlap_comm=t.deepspeed_overlap_comm,
         cpu_offload=t.offload.optimizer > 0,
+        multi_rank_allreduce=c.options.use_multi_rank_bucket_allreduce,
     )  # fmt: skip
 
 

@@ -66,6 +66,26 @@ the reserve assumes Hopper too). :func:`te_workspace_bytes`.
 
 Profiles: ``megatron`` only. Megatron-DeepSpeed has no userbuffers (no ``initialize_ub`` call at
 f4157bea): ``deepspeed`` and ``fsdp2`` refuse ``full``; ``textbook`` counts no runtime buffer.
+
+**torchtitan's async TP** (``tp_comm_overlap = async-tp``, ``fsdp2`` only) has a buffer of the
+same kind. torchtitan turns on Inductor's micro-pipeline TP pass and symmetric memory for the tp
+group (``enable_symm_mem_for_group``: ``parallelize_llama.py`` at 9dec370 and 820504e,
+``distributed/compile.py`` at b5bcd76c). The fused kernels the pass emits take their
+peer-to-peer buffer from one workspace per process group, PyTorch's ``get_symm_mem_workspace``
+(``torch/distributed/_symmetric_memory/__init__.py`` at 006b161f; torch 2.13 the same): a
+module-level tensor from ``_SymmetricMemory.empty_strided_p2p`` (outside the caching
+allocator), grown to the largest request and kept for the run. The requests:
+
+* ``fused_all_gather_matmul`` (column-parallel layers; ``_pipelined_multi_all_gather_and_consume``):
+  the local shard, ``S/tp · h`` elements (``S = s·b/cp``) in the input's dtype;
+* ``fused_matmul_reduce_scatter`` (row-parallel layers, whose output is ``h`` wide;
+  ``_pipelined_produce_and_all2all``): two output chunks, ``2 · S/tp · h`` elements in the
+  output's dtype (``out_chunks[0].numel() * element_size * 2``), the larger.
+
+So the workspace is ``2 · S/tp · h · a`` bytes (``a`` the activations' bytes, 2 in BF16; FP8
+GEMMs return BF16): :func:`async_tp_workspace_bytes`, held in both phases beside the NCCL
+communicators. The multimem and native kernels (a global M of at most 4,096 tokens, or an
+environment variable) are not modelled.
 """
 
 from __future__ import annotations
@@ -87,6 +107,8 @@ __all__ = [
     "te_workspace_bytes",
     "te_workspace_term",
     "userbuffers_term",
+    "SYMM_MEM_P2P_BUFFERS",
+    "async_tp_workspace_bytes",
 ]
 
 UB_GEMMS = 12
@@ -122,6 +144,28 @@ def userbuffer_bytes(rows: Any, hidden: int, fp8: bool) -> Any:
     return rows * hidden * per_element + UB_GEMMS * COMMUNICATOR_BYTES
 
 
+SYMM_MEM_P2P_BUFFERS = 2
+"""``_pipelined_produce_and_all2all``'s two local peer-to-peer buffers, one output chunk each: a
+peer reads step i's chunk from one while the next is computed into the other."""
+
+
+def async_tp_workspace_bytes(rows: Any, hidden: int, tp: Any, out_bytes: int = 2) -> Any:
+    """Bytes of PyTorch's symmetric-memory workspace for torchtitan's async TP on one GPU
+    (module docstring): :data:`SYMM_MEM_P2P_BUFFERS` output chunks of a row-parallel GEMM,
+    ``⌈rows/tp⌉ × hidden`` elements of ``out_bytes`` each (``torch.chunk``'s first chunk). Exact for ints and Fractions;
+    element-wise for arrays.
+
+    Examples
+    --------
+    Llama 3 70B (h 8192), s 8192, b 1, tp 8: 2 · 1,024 · 8,192 · 2 = 33,554,432 B; at b 16,
+    536,870,912 B.
+
+    >>> async_tp_workspace_bytes(8192, 8192, 8), async_tp_workspace_bytes(16 * 8192, 8192, 8)
+    (33554432, 536870912)
+    """
+    return SYMM_MEM_P2P_BUFFERS * (-(-rows // tp)) * hidden * out_bytes
+
+
 UB_WORKSPACES = 3
 """``_NUM_MAX_UB_STREAMS``: workspaces of the userbuffers GEMMs' one cached tensor."""
 GROUPED_WORKSPACES = 4
@@ -141,20 +185,31 @@ def te_workspace_bytes(ub: bool, grouped: bool) -> int:
 
 
 def userbuffers_term(c: Context, f: Fields) -> Any:
-    """Bytes of Transformer Engine's userbuffers on one GPU of stage ``f.stage`` (see the module
-    docstring): :func:`userbuffer_bytes` of ``s·b/cp`` rows under ``megatron`` with
-    ``tp_comm_overlap = full`` at tp > 1, on every stage; else 0 (and 0 for a size-only model).
-    Outside the caching allocator, held in both phases, like NCCL's communicators (the
-    userbuffers GEMMs' cuBLAS workspaces are in the allocator: :func:`te_workspace_term`).
+    """Bytes of the tensor-parallel overlap's communication buffers on one GPU of stage
+    ``f.stage`` (see the module docstring): Transformer Engine's userbuffers,
+    :func:`userbuffer_bytes` of ``s·b/cp`` rows, under ``megatron`` with ``tp_comm_overlap =
+    full`` at tp > 1; PyTorch's symmetric-memory workspace, :func:`async_tp_workspace_bytes`,
+    under ``fsdp2`` with ``async-tp`` at tp > 1 with sequence parallelism (the fused collectives
+    the pass makes of its all-gathers and reduce-scatters); on every stage; else 0 (and 0 for a
+    size-only model). Outside the caching allocator, held in both phases, like NCCL's
+    communicators (the userbuffers GEMMs' cuBLAS workspaces are in the allocator:
+    :func:`te_workspace_term`).
 
-    Scope: tp, cp, micro_batch_size, framework, pp (the stage axis). Control: pp, framework.
+    Scope: tp, cp, micro_batch_size, sequence_parallel, framework, pp (the stage axis).
+    Control: pp, framework.
     """
     arch = c.model.arch
-    if arch is None or Framework(f.framework) is not Framework.MEGATRON:
+    if arch is None:
         return 0
-    if tp_overlap_for(f.framework, c.options.tp_comm_overlap) is not TpOverlap.FULL:
-        return 0
+    mode = tp_overlap_for(f.framework, c.options.tp_comm_overlap)
     rows = exact(c.training.seq_len) * f.micro_batch_size / f.cp
+    if Framework(f.framework) is Framework.FSDP2 and mode is TpOverlap.ASYNC_TP:
+        a = c.training.activation_bytes
+        return where(
+            f.sp & (f.tp > 1), async_tp_workspace_bytes(rows, arch.hidden_size, f.tp, a), 0
+        )
+    if Framework(f.framework) is not Framework.MEGATRON or mode is not TpOverlap.FULL:
+        return 0
     fp8 = Precision(c.training.precision) is Precision.FP8
     return where(f.tp > 1, userbuffer_bytes(rows, arch.hidden_size, fp8), 0)
 

@@ -12,7 +12,8 @@ Encoding:
   y[q, n]``, and a used slot has a role. ``Σ n·y ≤ G``: the pools are disjoint.
 * Memory: for every slot, phase and role working in that phase, ``Σ_roles held·x + phase
   bytes of that role·x ≤ usable bytes`` — together, ``Σ held + max phase bytes ≤ capacity``
-  (bytes rounded up; a role offloaded when idle adds its state, swapped in for its turn). Host:
+  (bytes rounded up; a role offloaded when idle adds what its turn brings back, ``RoleCost.
+  swap_in``: its state for training, its weights for scoring). Host:
   ``Σ host bytes·x ≤`` the host's share per GPU.
 * The weight sync (:func:`model.rlhf.step.sync_peak`): for every slot, ``Σ held + Σ sync
   bytes·x ≤ capacity``, enforced by ``B_q``, with ``B_q ≥ E_q + A_q − 1`` where ``E_q`` and

@@ -52,8 +52,6 @@ from trainplan.model.rlhf.roles import (
     training_tp_limit,
 )
 from trainplan.model.rlhf.spec import (
-    DEFAULT_FRACTION_COLOCATED,
-    DEFAULT_FRACTION_SPLIT,
     PHASES,
     RLHFSpec,
     Role,
@@ -380,8 +378,8 @@ class TableBuild:
 def _fits_alone(cost: RoleCost, cap: int, host_cap: Fraction) -> bool:
     """The option alone on a GPU: its held, swapped and largest phase bytes within ``cap``, its
     host bytes within the host's share."""
-    phase = max(cost.phase_bytes(p) for p in ("rollout", "scoring", "training"))
-    alone = cost.held_bytes + cost.resident_bytes + cost.swap_bytes + phase
+    phase = max(cost.swap_in(p) + cost.phase_bytes(p) for p in ("rollout", "scoring", "training"))
+    alone = cost.held_bytes + cost.resident_bytes + phase
     return alone <= cap and cost.host_bytes <= host_cap
 
 
@@ -412,7 +410,7 @@ def int_costs(
         tuple(up(cost.phase_bytes(p)) for p in PHASES),  # type: ignore[return-value]
         up(cost.host_bytes),
         tuple(round(cost.seconds(p) * NS) for p in PHASES),  # type: ignore[misc]
-        tuple(up(cost.swap_bytes) if p in cost.phases else 0 for p in PHASES),  # type: ignore[misc]
+        tuple(up(cost.swap_in(p)) for p in PHASES),  # type: ignore[misc]
         resident_int(cost),
         up(cost.sync_bytes),
     )
@@ -490,8 +488,3 @@ def _undominated(rows: list[list[int]]) -> list[int]:
     earlier = np.tri(len(rows), k=-1, dtype=bool).T  # earlier[j, i]: j < i
     beaten = np.asarray((le & (lt | earlier)).any(axis=0)).tolist()
     return [i for i, b in enumerate(beaten) if not b]
-
-
-def default_fraction(colocated: bool) -> Fraction:
-    """verl's 0.5 when the engine shares GPUs with training roles, vLLM's 0.9 alone."""
-    return DEFAULT_FRACTION_COLOCATED if colocated else DEFAULT_FRACTION_SPLIT

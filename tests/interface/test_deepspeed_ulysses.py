@@ -52,12 +52,16 @@ def test_all_to_all_bytes_by_hand():
     to 32. Forward Q + KV + O, backward Q + KV + 2·O, each × 3/4:
     3/4·(2·67,108,864 + 2·134,217,728 + 3·67,108,864) = 3/4·603,979,776 = 452,984,832 B a layer
     and micro-batch (301,989,888 B with 8 heads); × 32 layers × 8 micro-batches (B 16 over
-    dp 2) = 115,964,116,992 B a step (77,309,411,328 B under Megatron-Core). The all-to-all's
-    buffers, 2·(Q + KV): 402,653,184 B (201,326,592 B)."""
+    dp 2) = 115,964,116,992 B a step (77,309,411,328 B under Megatron-Core). DeepSpeed's
+    all-to-all's buffers, 2·(Q + KV): 402,653,184 B (``te_a2a`` 0); Transformer Engine's
+    backward, O + Q + 2·(Q + KV) with 8 heads: 2·67,108,864 + 201,326,592 = 335,544,320 B."""
     arch = LLAMA8.arch
     assert cp_layer_bytes(arch, 1, 4, 1, 8192, 2, False, 4) == 452_984_832
     assert cp_layer_bytes(arch, 1, 4, 1, 8192, 2, False, 1) == 301_989_888
-    assert cp_transient_bytes(arch, 1, 4, False, 1, 8192, 2, 4) == 2 * (67_108_864 + 134_217_728)
+    assert cp_transient_bytes(arch, 1, 4, False, 1, 8192, 2, 4, 0, 0) == 2 * (
+        67_108_864 + 134_217_728
+    )
+    assert cp_transient_bytes(arch, 1, 4, False, 1, 8192, 2) == 335_544_320
     sent = {}
     for fw in ("deepspeed", "megatron"):
         e = trainplan.evaluate(

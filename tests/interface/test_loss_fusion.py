@@ -97,11 +97,13 @@ def test_gb200_megatron_fsdp_row_counts_the_fused_loss():
     assert unfused.total_bytes - fused.total_bytes == 4 * S * V == 8_405_385_216
     memory = evaluate_run(run).value("memory")
     # GB200's usable bytes: (189,471 − 742) MiB as the driver reports them, less the CUDA
-    # context, the cuBLAS workspaces and the 1 GiB allowance: 196.09 GB, 11.80 GB above the peak
-    # (with the world group's NCCL ring; under MXFP8 the output projection keeps no FP8 copy)
+    # context, the cuBLAS workspaces and the 1 GiB allowance: 196.09 GB, 11.63 GB above the peak
+    # (with the world group's NCCL ring; under MXFP8 the output projection keeps no FP8 copy;
+    # each of the 80 layers keeps Transformer Engine's FP32 softmax statistics, 4 B × 64 heads ×
+    # 8,192 = 2,097,152 B: 0.17 GB)
     assert memory["capacity_bytes"] == 188_729 * 2**20 - 1_807_483_904 == 196_089_216_000
     headroom = memory["capacity_bytes"] - memory["total_bytes"]
-    assert (memory["fits"], round(headroom / 1e9, 2)) == (True, 11.80)
+    assert (memory["fits"], round(headroom / 1e9, 2)) == (True, 11.63)
 
 
 def test_launch_line_and_its_note():

@@ -14,30 +14,31 @@ from trainplan.optimizer.case import Case
 
 def test_llama3_70b_partial_recompute_by_hand():
     """Llama 3 70B, tp 8 (SP), pp 4, s 8192, b 1, m 32, 1F1B: 20 layers per stage; stage i holds
-    4 − i micro-batches. Without recomputation a layer keeps 22,481,469,440 / (4 · 20) =
-    281,018,368 B per micro-batch; fully recomputed it keeps its input, 2·s·h/tp =
+    4 − i micro-batches. Without recomputation a layer keeps 22,502,440,960 / (4 · 20) =
+    281,280,512 B per micro-batch (262,144 B of it Transformer Engine's FP32 softmax statistics,
+    4 B × 64/8 heads × 8,192); fully recomputed it keeps its input, 2·s·h/tp =
     2 · 8192 · 8192 / 8 = 16,777,216 B. --recompute-layers 2,4,4,0:
 
-    * stage 0: 4 · (2 · 16,777,216 + 18 · 281,018,368) = 4 · 5,091,885,056 = 20,367,540,224 B;
-    * stage 1: 3 · (4 · 16,777,216 + 16 · 281,018,368) = 3 · 4,563,402,752 = 13,690,208,256 B;
-    * stage 3: as without recomputation, 5,620,367,360 B.
+    * stage 0: 4 · (2 · 16,777,216 + 18 · 281,280,512) = 4 · 5,096,603,648 = 20,386,414,592 B;
+    * stage 1: 3 · (4 · 16,777,216 + 16 · 281,280,512) = 3 · 4,567,597,056 = 13,702,791,168 B;
+    * stage 3: as without recomputation, 5,625,610,240 B.
 
-    The transient is 0: recomputing the stage's last recomputed layer holds 281,018,368 −
-    16,777,216 = 264,241,152 B, less than the 16 (or 18) later layers' bytes its micro-batch has
-    already freed. With every layer recomputed it is full recomputation's 264,241,152 B."""
+    The transient is 0: recomputing the stage's last recomputed layer holds 281,280,512 −
+    16,777,216 = 264,503,296 B, less than the 16 (or 18) later layers' bytes its micro-batch has
+    already freed. With every layer recomputed it is full recomputation's 264,503,296 B."""
     none = Case.of(**LLAMA3_70B).evaluate()
     part = Case.of(**{**LLAMA3_70B, "recompute_layers": "2,4,4,0"}).evaluate()
     full = Case.of(**{**LLAMA3_70B, "recompute": "full"}).evaluate()
-    layer, ckpt = 281_018_368, 16_777_216
-    assert none.stages[0].activations.layers_bytes == 4 * 20 * layer == 22_481_469_440
+    layer, ckpt = 281_280_512, 16_777_216
+    assert none.stages[0].activations.layers_bytes == 4 * 20 * layer == 22_502_440_960
     assert full.stages[0].activations.layers_bytes == 4 * 20 * ckpt
     acts = [s.activations for s in part.stages]
-    assert acts[0].layers_bytes == 4 * (2 * ckpt + 18 * layer) == 20_367_540_224
-    assert acts[1].layers_bytes == 3 * (4 * ckpt + 16 * layer) == 13_690_208_256
+    assert acts[0].layers_bytes == 4 * (2 * ckpt + 18 * layer) == 20_386_414_592
+    assert acts[1].layers_bytes == 3 * (4 * ckpt + 16 * layer) == 13_702_791_168
     assert acts[2].layers_bytes == 2 * (4 * ckpt + 16 * layer)
-    assert acts[3].layers_bytes == 5_620_367_360
+    assert acts[3].layers_bytes == 5_625_610_240
     assert all(a.recompute_transient_bytes == 0 for a in acts)
-    assert full.stages[0].activations.recompute_transient_bytes == layer - ckpt == 264_241_152
+    assert full.stages[0].activations.recompute_transient_bytes == layer - ckpt == 264_503_296
     # time: stages 1 and 2 recompute 4 layers and set the pace; one more forward of each
     assert none.step_s < part.step_s < full.step_s
     # hardware FLOPs: 10 of 80 layers recomputed add 10/80 of full recomputation's extra
@@ -54,11 +55,11 @@ def test_llama3_70b_per_chunk_counts_by_hand():
     *each* chunk (Megatron-LM's --recompute-num-layers per virtual stage). Megatron's warm-up is
     2·(pp − i − 1) + (v − 1)·pp chunk forwards, so stage i holds 11, 9, 7, 5 chunks at its peak:
 
-    * stage 0, a chunk = 2 · 16,777,216 + 8 · 281,018,368 = 2,281,701,376 B; × 11 =
-      25,098,715,136 B (30,912,020,480 B without recomputation);
-    * stage 1, a chunk = 4 · 16,777,216 + 6 · 281,018,368 = 1,753,219,072 B; × 9 =
-      15,778,971,648 B; stage 2 × 7 = 12,272,533,504 B;
-    * stage 3: 5 · 10 · 281,018,368 = 14,050,918,400 B, as without recomputation.
+    * stage 0, a chunk = 2 · 16,777,216 + 8 · 281,280,512 = 2,283,798,528 B; × 11 =
+      25,121,783,808 B (30,940,856,320 B without recomputation);
+    * stage 1, a chunk = 4 · 16,777,216 + 6 · 281,280,512 = 1,754,791,936 B; × 9 =
+      15,793,127,424 B; stage 2 × 7 = 12,283,543,552 B;
+    * stage 3: 5 · 10 · 281,280,512 = 14,064,025,600 B, as without recomputation.
 
     FLOPs: 2·2 + 4·2 + 4·2 + 0 = 20 of the 80 layers recomputed, 20/80 of full recomputation's
     extra. Time: the slowest stages recompute 8 of their 20 layers, as a 1F1B layout with counts
@@ -68,16 +69,16 @@ def test_llama3_70b_per_chunk_counts_by_hand():
     part = Case.of(**{**inter, "recompute_layers": "2,4,4,0"}).evaluate()
     none = Case.of(**inter).evaluate()
     full = Case.of(**{**inter, "recompute": "full"}).evaluate()
-    layer, ckpt = 281_018_368, 16_777_216
+    layer, ckpt = 281_280_512, 16_777_216
     acts = [s.activations for s in part.stages]
     assert [a.microbatches_in_flight for a in acts] == [
         Fraction(11, 2), Fraction(9, 2), Fraction(7, 2), Fraction(5, 2)
     ]  # fmt: skip
-    assert none.stages[0].activations.layers_bytes == 11 * 10 * layer == 30_912_020_480
-    assert acts[0].layers_bytes == 11 * (2 * ckpt + 8 * layer) == 25_098_715_136
-    assert acts[1].layers_bytes == 9 * (4 * ckpt + 6 * layer) == 15_778_971_648
-    assert acts[2].layers_bytes == 7 * (4 * ckpt + 6 * layer) == 12_272_533_504
-    assert acts[3].layers_bytes == 5 * 10 * layer == 14_050_918_400
+    assert none.stages[0].activations.layers_bytes == 11 * 10 * layer == 30_940_856_320
+    assert acts[0].layers_bytes == 11 * (2 * ckpt + 8 * layer) == 25_121_783_808
+    assert acts[1].layers_bytes == 9 * (4 * ckpt + 6 * layer) == 15_793_127_424
+    assert acts[2].layers_bytes == 7 * (4 * ckpt + 6 * layer) == 12_283_543_552
+    assert acts[3].layers_bytes == 5 * 10 * layer == 14_064_025_600
     assert all(a.recompute_transient_bytes == 0 for a in acts)
     extra_full = full.flops.hardware_flops - none.flops.hardware_flops
     assert part.flops.hardware_flops - none.flops.hardware_flops == extra_full * 20 // 80

@@ -66,10 +66,13 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     327,155,712; scoring the actor's 66,151,772,160 swapped in + 5,910,036,480 (its old
     log-probs with the entropy under verl Megatron: 12 B × 15,360 × 128,256 / 4,
     model.rlhf.logits; 8 B, 3,940,024,320, before the path was read) + 2,935,750,656 =
-    74,997,559,296; training the actor's 66,151,772,160 + 8,143,503,360 (the update's logits at
-    8 B per element under verl Megatron: FP32 logits, the cross-entropy's in-place gradient and
-    DivBackward's new FP32 gradient of logits.div_(temperature), 2 B × 15,360 × 128,256 / 4 =
-    985,006,080 above the 6 B without it) + 2,935,750,656 = 77,231,026,176 — each within
+    74,997,559,296 before scoring brought back the weights only (now the critic's 6 B a
+    parameter and its forward, 56,895,258,624 below); training the actor's 66,151,772,160 +
+    8,144,486,400 (the update's logits at 8 B per element under verl Megatron: FP32 logits, the
+    cross-entropy's in-place gradient and DivBackward's new FP32 gradient of
+    logits.div_(temperature), 2 B × 15,360 × 128,256 / 4 = 985,006,080 above the 6 B without it,
+    and the recomputed layer's softmax statistics, 983,040) + 2,935,750,656 = 77,232,009,216 —
+    each within
     83,210,009,600 B. Step 5,346.8 s → 5,496.4 s."""
     inp = _ppo_70b()
     r = search_placement(inp.problem)
@@ -91,16 +94,28 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     assert all(costs[k].resident_bytes == resident for k in ("actor", "critic", "reference"))
     assert costs["actor"].swap_bytes == 66_151_772_160
     assert costs["actor"].scoring_bytes == 12 * 15_360 * 128_256 // 4 == 5_910_036_480
-    assert costs["actor"].training_bytes == 7_158_497_280 + 985_006_080 == 8_143_503_360
+    # + Transformer Engine's FP32 softmax statistics of the recomputed layer, 4 B × 64/4 heads ×
+    # 15,360 tokens = 983,040
+    assert costs["actor"].training_bytes == 7_158_497_280 + 985_006_080 + 983_040 == 8_144_486_400
     engine = Fraction(9, 10) * 85_017_493_504
     assert costs["rollout"].rollout_bytes == engine - inside
+    # scoring: each idle role brings back its weights only (verl compute_log_prob /
+    # compute_ref_log_prob load_grad=False), the Megatron critic its gradient buffers too
+    # (compute_values, load_grad=True): 6 B × P, P = 66,151,772,160 / 7.5 = 8,820,236,288, beside
+    # its forward working set, 1,038,090,240 B; the actor 2P + 5,910,036,480 is less
+    critic = 6 * 8_820_236_288 + 1_038_090_240
+    assert critic == 53_959_507_968 > 2 * 8_820_236_288 + 5_910_036_480
     assert pool.peak_bytes == (
         engine + held - inside,
-        66_151_772_160 + 5_910_036_480 + held,
-        66_151_772_160 + 8_143_503_360 + held,
+        critic + held,
+        66_151_772_160 + 8_144_486_400 + held,
     )
-    assert pool.peak_bytes[1:] == (74_997_559_296, 77_231_026_176) and pool.peak <= CAPACITY
-    assert r.best.plan.step_s == pytest.approx(5496.4, abs=0.05)
+    # the pool held 3,443,261,440 B before NCCL's placed channels (above): scoring 57,402,769,408
+    # and training 77,739,520,000 then, 507,510,784 B less each now
+    assert pool.peak_bytes[1:] == (56_895_258_624, 77_232_009_216) and pool.peak <= CAPACITY
+    # the actor's and the critic's scoring round trips move 2P, not 7.5P: 2 × 2 × 5.5P / 64 GB/s
+    # = 3.03 s less than 5,496.4 s
+    assert r.best.plan.step_s == pytest.approx(5493.4, abs=0.05)
 
 
 def test_the_old_four_layout_answer_is_refused():

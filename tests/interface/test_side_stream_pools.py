@@ -61,10 +61,13 @@ def test_llama3_70b_tp4_pools_two_segments_and_the_uniform_answer():
     assert p.stream_pool_bytes == POOL_70B_TP4
     view = 2 * 8192 * 8192 * 3 // 4
     assert view == 100_663_296
-    assert p.allocated_bytes == 81_707_433_472 + 1_050_673_152 + view == 82_858_769_920
+    # + each of the 80 layers' FP32 softmax statistics (flash-attn's softmax_lse under
+    # Megatron-DeepSpeed): 4 B × 64/4 heads × 8,192 = 524,288 B
+    lse = 80 * 4 * 16 * 8192
+    assert p.allocated_bytes == 81_707_433_472 + 1_050_673_152 + view + lse == 82_900_712_960
     assert p.communicator_bytes == COMM_70B_TP4 == 1_275_068_416
-    assert p.reserved_total_bytes == 82_858_769_920 + POOL_70B_TP4 + COMM_70B_TP4
-    assert p.reserved_total_bytes == 86_063_218_176 > e.capacity_bytes == 83_210_009_600
+    assert p.reserved_total_bytes == 82_900_712_960 + POOL_70B_TP4 + COMM_70B_TP4
+    assert p.reserved_total_bytes == 86_105_161_216 > e.capacity_bytes == 83_210_009_600
     case = {"model": "llama3-70b", "gpus": "64", "gpu": "H100-SXM",
             "space": {"framework": ["deepspeed"]}}  # fmt: skip
     best = search(build_problem({}, case)).best.estimate.layout
@@ -77,20 +80,26 @@ def test_the_per_stage_answer_counts_the_second_segment():
     that layout now holds 81,348,820,480 allocated + 1,929,379,840 + 1,275,068,416
     (COMM_70B_TP4) = 84,553,268,736 B, over. The answer recomputes 5: allocated 79,234,891,264,
     fit 82,439,339,520 B; the search's tables and the evaluator read the same pool. Both carry
-    the embedding output's whole [s, b, h] (keeps_embedding_view), 100,663,296 B more:
-    81,449,483,776 and 79,335,554,560 allocated."""
+    the embedding output's whole [s, b, h] (keeps_embedding_view), 100,663,296 B more, and each
+    layer kept whole its attention's FP32 softmax statistics, 524,288 B (78 and 75 layers)."""
     two = trainplan.evaluate(**COMMON_70B, recompute_layers=(2,)).peak
     view = 100_663_296
-    assert two.allocated_bytes == 81_348_820_480 + view and two.stream_pool_bytes == POOL_70B_TP4
-    assert two.reserved_total_bytes == 81_348_820_480 + POOL_70B_TP4 + COMM_70B_TP4 + view
-    assert two.reserved_total_bytes == 84_553_268_736 + view > 83_210_009_600
+    lse = 4 * 16 * 8192  # a layer's FP32 softmax statistics (flash-attn's softmax_lse)
+    # 78 layers kept whole hold theirs (the two recomputed hold their input only)
+    assert two.allocated_bytes == 81_348_820_480 + view + 78 * lse
+    assert two.stream_pool_bytes == POOL_70B_TP4
+    assert (
+        two.reserved_total_bytes == 81_348_820_480 + POOL_70B_TP4 + COMM_70B_TP4 + view + 78 * lse
+    )
+    assert two.reserved_total_bytes == 84_553_268_736 + view + 78 * lse > 83_210_009_600
     run = per_stage_json({"model": "llama3-70b", "gpus": 64, "gpu": "H100-SXM",
                           "framework": "deepspeed"})  # fmt: skip
     lay, m = run.json["layout"], run.json["memory"]
     assert (lay["dp"], lay["tp"], lay["zero_stage"], lay["recompute_layers"]) == (16, 4, 3, [5])
     assert m["stream_pool_bytes"] == POOL_70B_TP4
-    assert m["allocated_bytes"] == 79_234_891_264 + view == 79_335_554_560
-    assert m["fit_bytes"] == 79_335_554_560 + POOL_70B_TP4 + COMM_70B_TP4 == 82_540_002_816
+    # 75 layers kept whole, each with its softmax statistics
+    assert m["allocated_bytes"] == 79_234_891_264 + view + 75 * lse == 79_374_876_160
+    assert m["fit_bytes"] == 79_374_876_160 + POOL_70B_TP4 + COMM_70B_TP4 == 82_579_324_416
     assert m["fit_bytes"] <= m["capacity_bytes"] == 83_210_009_600
 
 

@@ -315,3 +315,31 @@ def test_expert_fc1_offload_under_fp8_requantises_the_reloaded_input_for_wgrad()
     assert plain.backward_working_bytes == down_step
     assert moved.stages[0].activations.backward_working_bytes == up_step + 2 * elements
     assert up_step + 2 * elements == 1_442_840_576
+
+
+def test_qkv_linear_offloads_what_the_qkv_projection_saves():
+    """Megatron-Core d98e8a64dd ``--offload-modules qkv_linear``: ``Attention.forward`` runs
+    ``get_query_key_value_tensors`` inside ``off_interface(self.offload_qkv_linear,
+    hidden_states, "qkv_linear")`` (``MultiLatentAttention.forward`` the same), so every tensor
+    saved there leaves the GPU. S = 4,096 tokens, tp 1, β = 2:
+
+    * Llama 3 8B: ``linear_qkv`` is a ``TELayerNormColumnParallelLinear`` (the norm fused),
+      which saves the norm's input and its output: 2 × 2·S·h = 67,108,864 B (h = 4,096);
+    * DeepSeek-V3 (MLA; its attention norm is a module of its own, ``attn_norm``): the norm's
+      output both down-projections read (h = 7,168), the query latent and its norm output
+      (1,536 each), the K/V latent with the RoPE key (512 + 64) and the latent's norm output
+      (512): 2·S·(7,168 + 2·1,536 + 576 + 512) = 92,798,976 B."""
+    from trainplan.model.activations import ActivationContext
+    from trainplan.model.stage_bytes import offload_quantities
+    from trainplan.scenarios.catalogue import get_model
+
+    S = 4096
+    ctx = ActivationContext(seq_len=S, cp=1, micro_batch_size=1, tp=1, sequence_parallel=False,
+                            flash_attention=True, offload_modules=("qkv_linear",))  # fmt: skip
+    llama = get_model("llama3-8b").model.arch
+    assert offload_quantities(llama, ctx)[0] == 2 * 2 * S * 4096 == 67_108_864
+    dsv3 = get_model("deepseek-v3").model.arch
+    assert offload_quantities(dsv3, ctx)[0] == 2 * S * (7168 + 2 * 1536 + 576 + 512) == 92_798_976
+    # the CLI takes the name, in forward order
+    off = Case.of(**{**BASE, "offload": Offload(activations="core_attn,qkv_linear")}).evaluate()
+    assert off.training.offload.activations == ("qkv_linear", "core_attn")

@@ -6,7 +6,8 @@ from __future__ import annotations
 from fractions import Fraction
 
 from trainplan.model.activations import ActivationContext
-from trainplan.model.backward_working import attention_backward_workspace, backward_working_bytes
+from trainplan.model.attention_core import attention_backward_workspace
+from trainplan.model.backward_working import backward_working_bytes
 from trainplan.model.layout import Layout
 from trainplan.model.specs import TrainingSpec
 from trainplan.model.terms.activations import StageActivations, stage_activations

@@ -7,7 +7,12 @@ from __future__ import annotations
 import pytest
 
 import tests.optimizer.test_tables_exact as exact
-from trainplan.model.comm_sms import collective_sm_share, contended_wait, dispatcher_sm_share
+from trainplan.model.comm_sms import (
+    collective_sm_share,
+    contended_wait,
+    dispatcher_sm_share,
+    measured_sm_share,
+)
 from trainplan.model.moe_run import Dispatcher, EpOverlap, MoERun, exposed_all_to_all
 from trainplan.model.schedule_cost import dualpipe_block
 from trainplan.model.step_time import dp_exposed_seconds
@@ -15,17 +20,34 @@ from trainplan.model.timing import CostOptions
 from trainplan.optimizer.case import Case
 
 
-def test_deepep_holds_20_of_the_parts_sms() -> None:
-    """DeepSeek-V3 §3.5.1: 20 of the H800's 132 SMs; DeepEP's Buffer.num_sms = 20 on a B200
-    (148 SMs, gemm.toml) and a GB200 (the B200's GPU), of 160 on GB300 (NVIDIA's Blackwell
-    Ultra blog); NCCL's all-to-all and a part without a sourced count: nothing."""
-    assert dispatcher_sm_share("deepep", "H800") == 20 / 132
-    assert dispatcher_sm_share("deepep", "B200") == 20 / 148
+def test_phi_is_the_measured_cost_of_the_blocks_taken() -> None:
+    """The H200 medians (GEMM_SLOWDOWN_BESIDE_BLOCKS; tests/fidelity/test_device_h200_contention
+    derives them from the data): φ = 1 − 1/s — 8 blocks 1 − 1/1.177 = 0.15038, 16: 1 − 1/1.314
+    = 0.23896, 24: 1 − 1/1.350 = 0.25926, 32: 0.35149, 64: 0.55830. Between: 20 blocks
+    (0.23896 + 0.25926) / 2 = 0.24911; 4 blocks 0.15038 / 2 = 0.07519 (from φ = 0 at none);
+    100 blocks 0.55830 + (36/68)·(1 − 0.55830) = 0.79214 (to φ = 1 at all 132). Another part
+    at the same fraction of its SMs: 24 of 148 is 24·132/148 = 21.405 H200 blocks,
+    0.23896 + (5.405/8)·0.02030 = 0.25267."""
+    assert measured_sm_share(16, 132) == pytest.approx(1 - 1 / 1.314)
+    assert measured_sm_share(20, 132) == pytest.approx(0.24911, abs=1e-5)
+    assert measured_sm_share(4, 132) == pytest.approx(0.07519, abs=1e-5)
+    assert measured_sm_share(100, 132) == pytest.approx(0.79214, abs=1e-5)
+    assert measured_sm_share(24, 148) == pytest.approx(0.25267, abs=1e-5)
+    assert measured_sm_share(0, 132) == 0.0 and measured_sm_share(132, 132) == 1.0
+
+
+def test_deepep_costs_its_20_blocks_measured_phi() -> None:
+    """DeepSeek-V3 §3.5.1: 20 of the H800's 132 SMs, φ = 0.24911 (20 blocks, above; the SM
+    share 20/132 = 0.1515); DeepEP's Buffer.num_sms = 20 on a B200 (148 SMs, gemm.toml) and a
+    GB200 (the B200's GPU): 20·132/148 = 17.838 blocks, 0.23896 + (1.838/8)·0.02030 = 0.24363;
+    of 160 on GB300 (NVIDIA's Blackwell Ultra blog): 16.5 blocks, 0.23896 + (0.5/8)·0.02030 =
+    0.24023. NCCL's all-to-all and a part without a sourced count: nothing."""
+    assert dispatcher_sm_share("deepep", "H800") == pytest.approx(0.24911, abs=1e-5)
+    assert dispatcher_sm_share("deepep", "B200") == pytest.approx(0.24363, abs=1e-5)
     assert dispatcher_sm_share("alltoall", "H800") == 0.0
-    assert dispatcher_sm_share("deepep", "GB200") == 20 / 148
-    assert (
-        dispatcher_sm_share("deepep", "GB300") == dispatcher_sm_share("deepep", "B300") == 20 / 160
-    )
+    assert dispatcher_sm_share("deepep", "GB200") == dispatcher_sm_share("deepep", "B200")
+    assert dispatcher_sm_share("deepep", "GB300") == pytest.approx(0.24023, abs=1e-5)
+    assert dispatcher_sm_share("deepep", "B300") == dispatcher_sm_share("deepep", "GB300")
     assert dispatcher_sm_share("deepep", "MI300X") == 0.0
 
 
@@ -54,26 +76,34 @@ def test_megatrons_overlaps_pay_for_the_sms_they_hide_under() -> None:
 
 def test_dualpipe_charges_deepeps_sms_on_deepseek_v3() -> None:
     """DeepSeek-V3's published layout (DualPipe, DeepEP, M = 4, 2,048 H800): the F&B blocks hide
-    the expert all-to-all whole, and its 20 of 132 SMs cost the computation beside it 20/132
-    of the all-to-all's seconds — the ep row's exposed time, in the step."""
+    the expert all-to-all whole, and its 20 blocks cost the computation beside it φ = 0.24911
+    of the all-to-all's seconds (measured at 20 of 132 SMs, above) — the ep row's exposed
+    time, in the step."""
     case = dict(model="deepseek-v3", num_gpus=2048, device="H800", dp=128, pp=16, ep=64,
                 global_batch_size=15360, seq_len=4096, framework="textbook",
                 schedule="dualpipe", moe_run=MoERun(dispatcher=Dispatcher.DEEPEP, node_limit=4))  # fmt: skip
     est = Case.of(**case).evaluate()
     ep = next(r for r in est.traffic if r.traffic.axis == "ep")
-    assert ep.exposed_seconds == pytest.approx(ep.seconds * 20 / 132, rel=1e-9)
+    assert ep.exposed_seconds == pytest.approx(ep.seconds * 0.24911, rel=1e-4)
 
 
 def test_nccl_holds_its_nvls_channels_of_the_parts_sms() -> None:
     """NCCL src/transport/nvls.cc ncclNvlsTuning: NVLS_NCHANNELS_SM90 = 16 thread blocks on
-    Hopper (132 SMs), NVLS_NCHANNELS_SM100_NVL = 24 on Blackwell (148 SMs; Blackwell Ultra 160);
-    A100 has no NVLS (its ring count is a topology-search outcome): nothing. Not charged: 0 —
-    and the cost options leave it uncharged unless nccl_sm_charge is given."""
-    assert collective_sm_share("H100-SXM", True) == 16 / 132
-    assert collective_sm_share("H100-96GB-500W", True) == 16 / 132  # the SXM die
-    assert collective_sm_share("H800", True) == collective_sm_share("H200", True) == 16 / 132
-    assert collective_sm_share("B200", True) == collective_sm_share("GB200", True) == 24 / 148
-    assert collective_sm_share("B300", True) == collective_sm_share("GB300", True) == 24 / 160
+    Hopper (132 SMs): φ = 1 − 1/1.314 = 0.23896 (the SM share 16/132 = 0.1212);
+    NVLS_NCHANNELS_SM100_NVL = 24 on Blackwell (148 SMs): 24·132/148 = 21.405 blocks, 0.25267
+    (24/148 = 0.1622); Blackwell Ultra (160): 19.8 blocks, 0.23896 + (3.8/8)·0.02030 =
+    0.24860 (24/160 = 0.15). A100 has no NVLS (its ring count is a topology-search outcome):
+    nothing. Not charged: 0 — and the cost options leave it uncharged unless nccl_sm_charge is
+    given."""
+    hopper = 1 - 1 / 1.314
+    assert collective_sm_share("H100-SXM", True) == pytest.approx(hopper)
+    assert collective_sm_share("H100-96GB-500W", True) == pytest.approx(hopper)  # the SXM die
+    assert collective_sm_share("H800", True) == collective_sm_share("H200", True)
+    assert collective_sm_share("H200", True) == pytest.approx(hopper)
+    assert collective_sm_share("B200", True) == collective_sm_share("GB200", True)
+    assert collective_sm_share("B200", True) == pytest.approx(0.25267, abs=1e-5)
+    assert collective_sm_share("B300", True) == collective_sm_share("GB300", True)
+    assert collective_sm_share("GB300", True) == pytest.approx(0.24860, abs=1e-5)
     assert collective_sm_share("A100-80GB", True) == collective_sm_share("MI300X", True) == 0.0
     assert collective_sm_share("H100-SXM", False) == 0.0
     assert not CostOptions().nccl_sm_charge

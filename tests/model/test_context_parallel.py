@@ -25,12 +25,14 @@ import pytest
 
 from trainplan.model.activation_rows import PRE_A2A_OUTPUT
 from trainplan.model.activations import ActivationContext, kind_activations
+from trainplan.model.attention_core import attention_core_step
 from trainplan.model.backward_working import backward_working_bytes
 from trainplan.model.context_parallel import (
     CpKind,
     attention_dims,
     cp_degrees,
     cp_layer_bytes,
+    cp_phase_bytes,
     cp_transient_bytes,
     templated_dkv_sends,
     templated_merge_bytes,
@@ -38,6 +40,7 @@ from trainplan.model.context_parallel import (
     templated_transient_bytes,
     torch_rotate_method,
 )
+from trainplan.model.cp_outputs import gather_backward_buffers
 from trainplan.model.cp_rules import check_cp_framework
 from trainplan.model.errors import LayoutError
 from trainplan.model.layer_time import _templated_collectives
@@ -121,34 +124,51 @@ def test_ulysses_forward_is_the_papers_4nh_over_p():
 
 
 @pytest.mark.parametrize(
-    ("kind", "extra", "buffers_mib"),
+    ("kind", "extra", "phases_mib", "added_mib"),
     [
         # ring: TE's forward keeps each K/V chunk (local copy + 7 received = 8 × 16) and, on
         # the last rank, the 8 steps' whole-length partial outputs and the merged one (9 × 32)
-        # with their FP32 log-sum-exp rows (9 × 4·4,096·32 B = 9 × 0.5 MiB); backward
-        # double-buffers [K/V, dK/dV] (4 × 16): max = 128 + 292.5 = 420.5 MiB
-        ("ring", {}, Fraction(841, 2)),
-        # all-gather: backward holds the re-gathered K, V (8 × 16) and the full dK, dV (8 × 16);
-        # forward the reordered K/V (8 × 16) beside out, out_f16, two half outputs (3 × 32) and
-        # their log-sum-exp rows (0.5): 224.5, less
-        ("all-gather", {}, 256),
-        # Ulysses: a send copy and the received tensor of Q, K, V: 2·(32 + 16) = 96 MiB
-        ("ulysses", {}, 96),
-        # hybrid: the all-to-all's 96 MiB, then the ring over 4 (4·16 + 5·(32 + 0.5) = 226.5,
-        # the same bytes per rank after the all-to-all): 226.5 MiB
-        ("a2a+p2p", {"cp_a2a": 2}, Fraction(453, 2)),
+        # with their FP32 log-sum-exp rows (9 × 4·4,096·32 B = 9 × 0.5 MiB): 128 + 292.5 =
+        # 420.5; backward the [K/V, dK/dV] double buffer and dQ, 4·16 + 32 = 96, inside the
+        # 144 MiB headroom: the forward adds 420.5 − 256 = 164.5
+        ("ring", {}, (Fraction(841, 2), 96), Fraction(329, 2)),
+        # all-gather: forward the gathered K/V and its reordered copy, 2·8·16 = 256 (above the
+        # reordered 128 beside out, out_f16, two half outputs and their rows, 224.5); backward
+        # Q + (3.5·8 − ½)·KV = 32 + 27.5·16 = 472, 472 − 144 = 328 beyond the working set
+        ("all-gather", {}, (256, 472), 328),
+        # Ulysses: forward max(2·(32 + 16), 32 + 16 + 2·32) = 112; backward O + Q + 2·(Q + KV)
+        # = 32 + 32 + 96 = 160, 160 − 144 = 16 beyond the working set
+        ("ulysses", {}, (112, 160), 16),
+        # hybrid: the ring over 4 (4·16 + 5·(32 + 0.5) = 226.5 forward, 96 backward) and the
+        # all-to-all (112, 160), the larger per phase: (226.5, 160); 160 − 144 = 16 and
+        # 226.5 − 256 < 0: 16
+        ("a2a+p2p", {"cp_a2a": 2}, (Fraction(453, 2), 160), 16),
     ],
 )
-def test_cp_buffers_per_flavour(kind, extra, buffers_mib):
+def test_cp_buffers_per_flavour(kind, extra, phases_mib, added_mib):
+    """Llama 3 8B at cp 8, tp 1, s 32,768: S = 4,096 tokens a rank, Q = O = n = 32 MiB (n the
+    layer's output gradient), K + V = 16 MiB. Each phase's buffers sit where they are live
+    (model.terms.cp_phases): the forward's at the forward's attention core, beside the kept
+    layers; the backward's at the backward's attention-core step, n + O + Q + KV = 112 MiB
+    (cuDNN: no workspace), under the working set's largest step, the SwiGLU's n + 2·f = 32 +
+    2·112 = 256 MiB (f = 2·4,096·14,336 B): 144 MiB of headroom. What the buffers add to the
+    layer's backward phase is max(backward − 144, forward − 256, 0). Before: max(forward,
+    backward) beside the 256 MiB working set (ring 420.5, all-gather 256, Ulysses 96, hybrid
+    226.5 MiB)."""
     est = _evaluate(cp_kind=kind, **extra)
     acts = est.stages[0].activations
-    assert acts.cp_transient_bytes == buffers_mib * MiB
-    # the buffers are held while a layer runs backward, the loss's working set before any layer
-    # does: the peak takes the larger of the loss and the layer's transients together
+    r, u = cp_degrees(CpKind(kind), 8, extra.get("cp_a2a"))
+    arch = get_model("llama3-8b").model.arch
+    phases = cp_phase_bytes(arch, r, u, kind == "all-gather", 1, 4096, 2)
+    assert phases == tuple(x * MiB for x in phases_mib)
+    assert acts.backward_working_bytes == 256 * MiB
+    assert acts.cp_transient_bytes == added_mib * MiB
+    # the loss's working set runs before any layer's backward: the peak takes the larger of the
+    # loss phase and the layer's (buffers and working set, less the output layer's released
+    # bytes)
+    layer = acts.cp_transient_bytes + acts.backward_working_bytes - acts.output_layer_freed_bytes
     assert acts.total_bytes == (
-        acts.layers_bytes
-        + acts.embedding_bytes
-        + max(acts.recompute_transient_bytes + buffers_mib * MiB, acts.loss_transient_bytes)
+        acts.layers_bytes + acts.embedding_bytes + max(layer, acts.loss_transient_bytes)
     )
 
 
@@ -169,7 +189,12 @@ def test_pytorch_context_parallel_buffers_by_hand(kind, buffers_mib):
     tokens: the K/V SDPA sees are the 8 K/V heads repeated to 32 (torchtitan's repeat_kv),
     2·32·128·4,096·2 B = 64 MiB; the query 32·128·4,096·2 B = 32 MiB."""
     acts = _evaluate(cp_kind=kind, framework="fsdp2").stages[0].activations
-    assert acts.cp_transient_bytes == buffers_mib * MiB
+    # both phases counted at the backward's attention-core step, n + O + Q + the repeated dK,
+    # dV (4·16 MiB: SDPA returns them for the 32 heads it saw) = 32 + 32 + 32 + 64 = 160 MiB
+    # (eager: the repeated K, V are kept rows, none rebuilt), under the SwiGLU's 256 MiB step:
+    # the buffers add what passes its 96 MiB headroom (144 with the grouped 16 MiB dK, dV)
+    assert acts.backward_working_bytes == 256 * MiB
+    assert acts.cp_transient_bytes == (buffers_mib - 96) * MiB
     arch = get_model("llama3-8b").model.arch
     assert templated_transient_bytes(arch, 8, templated_method_code(CpKind(kind)), 1, 4096, 2) == (
         buffers_mib * MiB
@@ -395,12 +420,17 @@ def test_ring_backward_holds_the_dq_accumulator_beside_the_double_buffer():
     Backward 4·128 + 64 = 576 MiB; the forward holds 2·128 + 3·(64 + 1) = 451 MiB. Before the
     dQ accumulator was counted the ring's buffers were max(451, 4·128) = 512 MiB: 64 MiB short.
     (A grouped-query model's forward is the larger: Llama 3 8B above, 4·KV + Q = 96 MiB against
-    420.5.)"""
+    420.5, each counted in its own phase.)"""
     arch = get_model("megatron-7.5b").model.arch
     assert cp_transient_bytes(arch, 2, 1, False, 1, 8192, 2) == 576 * MiB
     assert 2 * 128 + 3 * (64 + 1) == 451 < 576
     est = _evaluate(model="megatron-7.5b", cp=2, seq_len=16384, cp_kind="ring")
-    assert est.stages[0].activations.cp_transient_bytes == 576 * MiB
+    # at the backward's attention-core step, n + O + Q + KV = 64 + 64 + 64 + 128 = 320 MiB,
+    # which is the working set's largest (the GeLU MLP's steps: n + f = 64 + 256): no headroom,
+    # the buffers add 576 MiB whole (the forward's 451 − 320 = 131 less)
+    acts = est.stages[0].activations
+    assert acts.backward_working_bytes == 320 * MiB
+    assert acts.cp_transient_bytes == 576 * MiB
     # the hybrid at cp 4 (S = 4,096: Q = 32 MiB, K + V = 64 MiB), a ring over r = 2 groups of
     # u = 2 all-to-all ranks (2·S tokens of a/2 heads after the all-to-all: the same bytes):
     # backward 4·64 + 32 = 288 MiB above its forward, 2·64 + 3·(32 + 0.5) = 225.5, and the
@@ -408,7 +438,7 @@ def test_ring_backward_holds_the_dq_accumulator_beside_the_double_buffer():
     assert cp_transient_bytes(arch, 2, 2, False, 1, 4096, 2) == 4 * 64 * MiB + 32 * MiB
 
 
-def test_ulysses_backward_working_set_is_covered():
+def test_ulysses_backward_buffers_sit_at_the_attention_core_step():
     """Transformer Engine's AttnFuncWithCPAndQKVOA2A.backward at its largest moment, the
     all-to-all of dQ, dK, dV back (flash_attn_a2a_communicate, before_attn False), on the repro
     layout (Llama 3 8B, s 81,920, cp 4, tp 2 with SP, b 1: S = 20,480; Q = O = 2·S·4,096/2 =
@@ -417,15 +447,15 @@ def test_ulysses_backward_working_set_is_covered():
     and after its own all-to-all (O, the local ``dout`` until return); dQ, dK, dV (Q + KV), their
     send copies in ``a2a_inputs`` (Q + KV) and receive buffers (Q + KV); one reordered
     ``contiguous`` copy at a time (at most Q): n + 2·O + 3·(Q + KV) + Q = 713,031,680 B. The
-    model counts beside every saved row the all-to-all's buffers, 2·(Q + KV) = 251,658,240 B
-    (cp_transient_bytes), and the layer's backward working set, 671,088,640 B (its largest
-    step, the SwiGLU's backward: n, the down projection's dgrad f = 2·S·14,336/2 = 293,601,280 B
-    and the SwiGLU's input gradient 2·f, less the down projection's input f, released:
-    n + 2·f): 922,746,880 B, above
-    713,031,680 even before the MLP's rows and the output projection's input (1,132,462,080 B),
-    released by then, are credited. The forward's all-to-all of O back holds the caller's Q, K,
-    V before the all-to-all (Q + KV), the send copy and the receive buffer (2·O): 293,601,280 B,
-    also below. So the working set needs no term of its own."""
+    attention-core step (n + O + Q + KV, cuDNN: no workspace) plus the backward's buffers
+    (O + Q + 2·(Q + KV) = 419,430,400 B) is that count exactly. The layer's working set, its
+    largest step the SwiGLU's backward (n, the down projection's dgrad f = 2·S·14,336/2 =
+    293,601,280 B and the SwiGLU's input gradient 2·f, less the down projection's input f,
+    released: n + 2·f = 671,088,640 B), lies 377,487,360 B above the core step, so the buffers
+    add 419,430,400 − 377,487,360 = 41,943,040 B to it (before: the all-to-all's 2·(Q + KV) =
+    251,658,240 B beside the whole working set). The forward's all-to-all of O back holds the
+    caller's Q, K, V before the all-to-all (Q + KV), the send copy and the receive buffer (2·O):
+    293,601,280 B, above the all-to-all of Q, K, V in, 2·(Q + KV) = 251,658,240 B."""
     arch = get_model("llama3-8b").model.arch
     ctx = ActivationContext(seq_len=81920, cp=4, micro_batch_size=1, tp=2,
                             sequence_parallel=True, flash_attention=True, cp_kind="ulysses")  # fmt: skip
@@ -433,20 +463,19 @@ def test_ulysses_backward_working_set_is_covered():
     kv = 41_943_040
     te_backward = n + 2 * o + 3 * (q + kv) + q
     assert te_backward == 713_031_680
-    buffers = cp_transient_bytes(arch, 1, 4, False, 2, 20480, 2)
-    assert buffers == 2 * (q + kv) == 251_658_240
+    forward, backward = cp_phase_bytes(arch, 1, 4, False, 2, 20480, 2)
+    assert (
+        (forward, backward) == (q + kv + 2 * o, o + q + 2 * (q + kv)) == (293_601_280, 419_430_400)
+    )
+    core = attention_core_step(ctx, arch, "cudnn")
+    assert core == n + o + q + kv and core + backward == te_backward
     work = backward_working_bytes(arch, False, ctx, "megatron", "cudnn")
     f = 293_601_280
     assert work == n + f + 2 * f - f == 671_088_640
-    assert buffers + work == 922_746_880 > te_backward
-    rows = dict(kind_activations(arch, False, ctx).terms)
-    released = sum(
-        rows[k]
-        for k in ("MLP norm input", "FC1 input", "MLP SwiGLU input (gate, up)",
-                  "MLP down projection input", "output projection input")
-    )  # fmt: skip
-    assert released == 1_132_462_080
-    assert q + kv + 2 * o == 293_601_280 < buffers + work
+    assert te_backward - work == 41_943_040
+    est = Case.of(model="llama3-8b", device="H100-SXM", dp=1, tp=2, pp=1, cp=4, seq_len=81920,
+                  global_batch_size=1, micro_batch_size=1, cp_kind="ulysses").evaluate()  # fmt: skip
+    assert est.stages[0].activations.cp_transient_bytes == 41_943_040
 
 
 @pytest.mark.parametrize("kind", ["ring", "ulysses", "a2a+p2p"])
@@ -462,3 +491,29 @@ def test_fsdp2_runs_pytorchs_context_parallel_only(kind):
     for ok in ("pytorch-allgather", "pytorch-alltoall", "ulysses-kv-repeat", "all-gather"):
         check_cp_framework(CpKind(ok), 2, "fsdp2", None)
     check_cp_framework(CpKind(kind), 2, "megatron", None)
+
+
+def test_all_gather_backward_buffers_by_hand():
+    """Transformer Engine d0067d0da ``AttnFuncWithCPAndKVAllGather.backward`` (Megatron-Core's
+    ``--cp-comm-type all_gather``, here ``--cp-kind all-gather``), BF16, ``sbhd``, causal, on
+    Llama 3 8B at cp 8, S = 4,096 tokens a rank (Q = 32 MiB, this rank's K + V = 16 MiB, one
+    half-chunk of K + V 8 MiB), at the ``index_select`` that reorders dK after the loop:
+
+    * ``dq = torch.empty(ctx.q_shape)``: 32 MiB;
+    * ``dk``, ``dv = torch.zeros`` over the gathered length cp·s: 8·16 = 128 MiB;
+    * ``k_ag``, ``v_ag`` after ``torch.index_select`` (the gathered tensors they replace freed,
+      the reordered ones referenced until return): 128 MiB;
+    * ``dq_per_step`` (two halves of Q) 32 MiB, and ``dk_per_step``, ``dv_per_step`` over the
+      ``kv_seq_range_per_step`` of the two local chunks, rank + 1 and 2·cp − rank half-chunks:
+      17 halves on every rank, 136 MiB (the lists keep them until return);
+    * the reordered dK, ``torch.index_select(dk, …)``: 64 MiB.
+
+    520 MiB in all, 2·Q + (3.5·r + ½)·KV; the attention-core step counts one call's dQ, dK, dV
+    (48 MiB): 472 beyond it, where the model counted 2·r·KV = 256 MiB."""
+    arch = get_model("llama3-8b").model.arch
+    total = 32 + 128 + 128 + 32 + 17 * 8 + 64
+    assert total == 2 * 32 + (Fraction(7, 2) * 8 + Fraction(1, 2)) * 16 == 520
+    assert gather_backward_buffers(8, 32 * MiB, 16 * MiB) == (total - 32 - 16) * MiB
+    assert cp_phase_bytes(arch, 8, 1, True, 1, 4096, 2)[1] == 472 * MiB
+    # the reduce-scatter after it holds less: 2·Q + (3·r + 1)·KV = 64 + 25·16 = 464 MiB
+    assert 2 * 32 + 25 * 16 < total

@@ -3,7 +3,7 @@ CPU offload), derived by hand from DeepSpeed edaa7221 ``deepspeed/runtime/engine
 ``_do_optimizer_sanity_check`` and ``deepspeed/runtime/bf16_optimizer.py``: the whole FP32
 gradient buffer and each parameter's BF16 ``.grad`` beside it (6 B a parameter), the FP32
 master and moments partitioned, no IPG bucket, nothing materialised for the step
-(model/mechanisms.py ``_deepspeed_bf16_optimizer``)."""
+(model/deepspeed_mechanisms.py ``_deepspeed_bf16_optimizer``)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,9 @@ def test_gpt3_175b_stage0_by_hand():
     defaults to bf16): 2 B × 5,616,525,312 = 11,233,050,624 B at the step moment (state 61.78 GB +
     11.23 = 73.01 GB, below the forward-backward peak).
     The review's search answer (75.56 GB with 4 B of gradients and the 1.00 GB bucket) is
-    75.56 + 11.23 − 1.00 = 85.79 GB: over an H100's 83.21."""
+    75.56 + 11.23 − 1.00 = 85.79 GB: over an H100's 83.21. With flash-attn's FP32 softmax
+    statistics (``FlashAttnVarlenFunc`` saves ``softmax_lse``), 4·96/4 heads·2,048 = 196,608 B a
+    layer over stage 0's 12 layers × 8 micro-batches in flight: 18,874,368 B more."""
     layer = 3 * 12288**2 + 7 * 12288 // 4 + 6 * 12288
     assert layer == 453_080_064
     params = 12 * layer + 12565 * 12288 + 2048 * 12288
@@ -40,7 +42,9 @@ def test_gpt3_175b_stage0_by_hand():
     assert s.state.weights_bytes == 2 * params == 11_233_050_624
     assert s.state.optimizer_bytes == 12 * params // 4 == 16_849_575_936
     assert s.state.buffers_bytes == 0 and s.state.step_bytes == 2 * params == 11_233_050_624
-    assert int(e.peak.total_bytes) == 85_793_120_256 and not e.fits
+    lse = 12 * 8 * 4 * 96 // 4 * 2048
+    assert lse == 18_874_368
+    assert int(e.peak.total_bytes) == 85_793_120_256 + lse == 85_811_994_624 and not e.fits
 
 
 def test_only_zero1_bf16_fp32_grads_without_offload():
@@ -51,8 +55,11 @@ def test_only_zero1_bf16_fp32_grads_without_offload():
     assert (bf16.grads_full, bf16.bucket_bytes, bf16.step_sharded) == (6, 0, 0)
     for zero, g, offload in ((1, 2, False), (2, 4, False), (1, 4, True)):
         m = mechanism("deepspeed", zero, 2, g, 12, cpu_offload=offload)
-        # the step's flat copy in the gradients' dtype beside its FP32 cast: 2 + 4, or 4
-        assert m.bucket_bytes == 1_000_000_000 and m.step_sharded == (6 if g == 2 else 4)
+        # the step's flat copy in the gradients' dtype beside its FP32 cast: 2 + 4, or 4; ZeRO-2
+        # reduces inside the backward, where allreduce_bucket's flattened copy (5e8 × 2 B) sits
+        # beside the IPG bucket; ZeRO-1 without overlap_comm reduces after it
+        bucket = 2_000_000_000 if zero == 2 else 1_000_000_000
+        assert m.bucket_bytes == bucket and m.step_sharded == (6 if g == 2 else 4)
     assert mechanism("megatron", 1, 2, 4, 12).grads_full == 4
 
 

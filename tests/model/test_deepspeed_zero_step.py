@@ -3,7 +3,7 @@
 branch): the gradient partition is concatenated into a new flat tensor in the gradients' dtype
 (``flatten`` / ``flatten_dense_tensors_aligned`` of ``averaged_gradients[i]``, a list of views)
 and cast to FP32 beside it before ``del flat_grad_partition``: BF16 gradients add 2 + 4 B a
-parameter ÷ D at that moment (model/mechanisms.py ``_deepspeed``, ``step_sharded``)."""
+parameter ÷ D at that moment (model/deepspeed_mechanisms.py ``_deepspeed``, ``step_sharded``)."""
 
 from __future__ import annotations
 
@@ -36,10 +36,11 @@ def test_llama3_405b_tp4_pp32_by_hand():
 
 def test_step_bytes_by_gradient_dtype_and_stage():
     """ZeRO-2 runs the same branch of ``step``: 2 + 4 with BF16 gradients. With FP32 gradients
-    (ZeRO-2 here; ZeRO-1 runs ``BF16_Optimizer``) the cast returns the flat copy: 4. ZeRO-3's
-    step is its own (sub-groups)."""
+    (ZeRO-2 here; ZeRO-1 runs ``BF16_Optimizer``) the cast returns the flat copy: 4. ZeRO-3
+    flattens each sub-group the same way (``stage3.py`` ``_prepare_fp32_grad_for_sub_group``):
+    2 + 4 (was 4)."""
     assert mechanism("deepspeed", 1, 2, 2, 12).step_sharded == 6
     assert mechanism("deepspeed", 2, 2, 2, 12).step_sharded == 6
     assert mechanism("deepspeed", 2, 2, 4, 12).step_sharded == 4
     assert mechanism("deepspeed", 1, 2, 4, 12, cpu_offload=True).step_sharded == 4
-    assert mechanism("deepspeed", 3, 2, 2, 12).step_sharded == 4
+    assert mechanism("deepspeed", 3, 2, 2, 12).step_sharded == 6

@@ -99,11 +99,12 @@ def test_deepspeed_fp8_selective_recomputes_the_core_like_megatron():
     __init__`` sets ``checkpoint_core_attention = recompute_granularity == 'selective'`` with no
     flash-attention condition and ``forward`` passes it to every layer, whose
     ``DotProductAttention`` re-runs the core in backward. With flash attention the core's saved
-    tensor is the BF16 attention output the kernel keeps, ``2·8,192·4,096`` B per layer: over
-    Llama 3 8B's 32 layers selective keeps 32·67,108,864 = 2,147,483,648 B fewer than none
-    (the figure Megatron-Core's ``core_attn`` gives), and the step re-runs the cores."""
+    tensor is the BF16 attention output the kernel keeps, ``2·8,192·4,096`` B per layer, and its
+    FP32 softmax statistics ``4·32·8,192`` = 1,048,576 B: over Llama 3 8B's 32 layers selective
+    keeps 32·68,157,440 = 2,181,038,080 B fewer than none (the figure Megatron-Core's
+    ``core_attn`` gives), and the step re-runs the cores."""
     fp8 = ("--precision", "fp8")
     none = _deepspeed_figures(*fp8, "--recompute", "none")
     selective = _deepspeed_figures(*fp8, "--recompute", "selective")
-    assert none[0] - selective[0] == 32 * 2 * 8192 * 4096 == 2_147_483_648
+    assert none[0] - selective[0] == 32 * (2 * 8192 * 4096 + 4 * 32 * 8192) == 2_181_038_080
     assert selective[1] > none[1]

@@ -85,7 +85,9 @@ def test_deepspeed_stage_holds_the_layer_the_split_gives_it():
     148.21 GB usable), where Meta's split (7 layers on stage 0) counted 133.03 GB; with the
     embedding's whole output the first layer's input views (no dropout, SP:
     model/deepspeed_layers.py keeps_embedding_view) 16 × 2·8,192·16,384 × 7/8 =
-    3,758,096,384 B more: 154,436,028,928."""
+    3,758,096,384 B more: 154,436,028,928; with flash-attn's FP32 softmax statistics
+    (``FlashAttnVarlenFunc`` saves ``softmax_lse``), 4·128/8 heads·8,192 = 524,288 B a layer,
+    8 layers × 16 micro-batches × 524,288 = 67,108,864 B more: 154,503,137,792."""
     est = trainplan.evaluate(
         model="llama3-405b", num_gpus=128, gpu="H200", framework="deepspeed", dp=1, tp=8, pp=16,
         zero_stage=1, micro_batch_size=1, global_batch_size=2048, recompute="none",
@@ -99,7 +101,9 @@ def test_deepspeed_stage_holds_the_layer_the_split_gives_it():
     assert est.busiest == 0 and est.stages[0].activations.microbatches_in_flight == 16
     view = 16 * 2 * 8192 * 16384 * 7 // 8
     assert view == 3_758_096_384
-    assert int(est.peak.total_bytes) == 150_677_932_544 + view == 154_436_028_928
+    lse = 8 * 16 * 4 * 128 // 8 * 8192
+    assert lse == 67_108_864
+    assert int(est.peak.total_bytes) == 150_677_932_544 + view + lse == 154_503_137_792
 
 
 def test_fsdp2_stage_one_holds_the_extra_layer():

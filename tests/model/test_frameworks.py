@@ -45,8 +45,9 @@ def test_deepspeed_zero2_peak_is_2p_plus_18p_over_n():
     is cast to FP32 before ``del flat_grad_partition``; was 18 / N without the copy)."""
     st = model_state(P13, Fraction(0), Layout(dp=8, framework="deepspeed", zero_stage=2), T)
     assert st.optimizer_step_bytes == 2 * P13 + 20 * P13 / 8 == 58_500_000_000
-    # backward: without the step's two tensors, plus the 5e8-element IPG bucket
-    assert st.backward_bytes == 2 * P13 + 14 * P13 / 8 + 2 * DEEPSPEED_REDUCE_BUCKET_ELEMENTS
+    # backward: without the step's two tensors, plus the 5e8-element IPG bucket and
+    # allreduce_bucket's flattened copy of it (self.flatten(bucket), 5e8 × 2 B more)
+    assert st.backward_bytes == 2 * P13 + 14 * P13 / 8 + 2 * 2 * DEEPSPEED_REDUCE_BUCKET_ELEMENTS
     assert st.optimizer_step_bytes > st.backward_bytes  # the step is the peak without activations
     # deepspeedai/DeepSpeed #3734, ZeRO-2 "max" allocated, 52.37 GiB = 56.23e9 B: between the
     # step's tensors without the flat copy (2 + 18/N: 55.25e9) and with it (58.5e9). Not
@@ -59,15 +60,16 @@ def test_deepspeed_zero2_peak_is_2p_plus_18p_over_n():
 def test_deepspeed_zero3_buffers_at_their_default_sizes():
     """ZeRO-3 keeps 16P/N, gathers two layer units (current and prefetched), holds the IPG bucket
     (reduce_bucket_size 5e8 elements × 2 B, allocated in ``stage3.py``'s ``__init__``, so held
-    through the step as well) and one sub-group's fp32 gradient (sub_group_size 1e9 elements ×
-    4 B) during the step."""
+    through the step as well) and one sub-group's gradients during the step: the flattened BF16
+    copy (``_prepare_fp32_grad_for_sub_group``: ``self.flatten(...)``, 2 B) beside its FP32 cast
+    (4 B), sub_group_size 1e9 elements × 6 B."""
     unit = Fraction(400_000_000)  # a layer's parameters on this GPU
     lay = Layout(dp=8, framework="deepspeed", zero_stage=3)
     st = model_state(P13, Fraction(0), lay, T, gather_unit=(unit, Fraction(0)))
     assert st.total_bytes == 16 * P13 / 8
     assert st.gathered_bytes == 2 * 2 * unit  # whole, beside the local shard
     assert st.buffers_bytes == 2 * DEEPSPEED_REDUCE_BUCKET_ELEMENTS == 10**9
-    assert st.step_bytes == 4 * min(P13 / 8, DEEPSPEED_SUB_GROUP_ELEMENTS) + 10**9 == 5 * 10**9
+    assert st.step_bytes == 6 * min(P13 / 8, DEEPSPEED_SUB_GROUP_ELEMENTS) + 10**9 == 7 * 10**9
     assert DEEPSPEED_PREFETCH_BUCKET_ELEMENTS == 5 * 10**7  # stage3_prefetch_bucket_size
     # memory does rise with the stage here: ZeRO-3's step and buckets against ZeRO-2's
     zero2 = model_state(P13, Fraction(0), lay.with_(zero_stage=2), T)

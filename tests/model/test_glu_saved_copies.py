@@ -48,10 +48,11 @@ def test_megatron_clamped_glu_keeps_fc1_output_and_the_copy():
 
 def test_moe_act_keeps_fc1_output_only():
     # moe_act: the checkpoint keeps its input (FC1's output, the paper's row) and drops the
-    # down projection's input 2·4·4,096·2,880 = 94,371,840 and the copy 188,743,680
+    # down projection's input 2·4·4,096·2,880 = 94,371,840 and the copy 188,743,680; core_attn
+    # drops the fused attention's FP32 softmax statistics, 4·64 heads·4,096 = 1,048,576
     full = _layer("gpt-oss-20b", Framework.MEGATRON, True, ep=8)
     sel = _layer("gpt-oss-20b", Framework.MEGATRON, True, ep=8, modules=("core_attn", "moe_act"))
-    assert full.full_bytes - sel.selective_bytes == 94_371_840 + 188_743_680
+    assert full.full_bytes - sel.selective_bytes == 94_371_840 + 188_743_680 + 1_048_576
 
 
 def test_megatron_without_a_clamp_keeps_one_input():

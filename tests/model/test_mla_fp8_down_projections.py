@@ -4,13 +4,17 @@ norm's output (model.activation_rows.MLA_SECOND_DOWN_PROJECTION): Megatron-Core'
 (``mla_down_proj_fusion`` False by default) and ``MLASelfAttention._qkv_down_projection`` calls
 both on ``hidden_states``; each ``_Linear.forward`` saves its own quantised input."""
 
+from fractions import Fraction
+
 import pytest
 
 import trainplan
 from trainplan.model.activation_rows import MLA_SECOND_DOWN_PROJECTION
-from trainplan.model.activations import kind_activations
+from trainplan.model.activations import ActivationContext, kind_activations
+from trainplan.model.attention_core import attention_core_step, mla_down_step
 from trainplan.model.context_parallel import CpKind
 from trainplan.model.specs import Precision, TrainingSpec
+from trainplan.model.te_fp8_backward import te_fp8_backward
 from trainplan.model.terms.activation_fields import activation_context
 from trainplan.scenarios.catalogue import get_model
 
@@ -38,7 +42,12 @@ def test_deepseek_v3_mxfp8_counts_both_copies():
     beside the caller's 3U (U = 2·8·4,096·7,168), the padded input 2·R·h, the BF16 activation
     output 2·R·f_e (f_e 2,048), FC2's padded output 2·R·h and the unpadded copy U:
     4U + 2·R·(2h + f_e) = 2,985,295,872 B against the combine's 5U = 2,348,810,240 B:
-    636,485,632 B more, 184,947,813,120 B."""
+    636,485,632 B more, 184,947,813,120 B. Transformer Engine's fused attention keeps its FP32
+    softmax statistics ``[b, a, s, 1]`` (``FusedAttnFunc.forward``'s ``aux_ctx_tensors``): 4 ×
+    128 heads × 4,096 = 2,097,152 B a layer, + 56 × 2,097,152 = 117,440,512 B. The shared
+    expert's FC1 saves the router's BF16 input under MXFP8 (Megatron-Core
+    ``SharedExpertMLP.__init__``; test_shared_fc1_original.py), not its own copy of the same
+    30,277,632 B: − 56 × 30,277,632: 183,369,706,240 B."""
     e = trainplan.evaluate(
         model="deepseek-v3", gpu="B200", dp=16, pp=16, ep=8, precision="fp8",
         fp8_recipe="mxfp8", global_batch_size=2048,
@@ -50,7 +59,9 @@ def test_deepseek_v3_mxfp8_counts_both_copies():
     assert 183_840_647_936 + 56 * 8_404_992 == 184_311_327_488
     U, R = 2 * 8 * 4096 * 7168, 8 * 4096 + 32 * 31
     assert 4 * U + 2 * R * (2 * 7168 + 2048) - 5 * U == 636_485_632
-    assert e.peak.total_bytes == 184_311_327_488 + 636_485_632 == 184_947_813_120
+    assert 184_311_327_488 + 636_485_632 == 184_947_813_120
+    lse = 4 * 128 * 4096
+    assert e.peak.total_bytes == 184_947_813_120 + 56 * lse - 56 * one == 183_369_706_240
 
 
 @pytest.mark.parametrize("recipe", ["delayed", "tensorwise", "mxfp8", "blockwise"])
@@ -81,3 +92,37 @@ def test_bf16_keeps_one():
     bf16 = _terms(True)
     assert MLA_SECOND_DOWN_PROJECTION not in bf16
     assert bf16["attention projection input"] == 2 * 4096 * 7168
+
+
+def test_down_projections_step_requantises_under_layernorm_by_hand():
+    """MLA's down-projections' step (model.attention_core.mla_down_step), DeepSeek-V3, s 4,096,
+    b 1, tp 1, blockwise on Hopper, recompute_modules layernorm (Megatron-Core then sets
+    save_original_input on both down-projections, set_for_recompute_input_layernorm):
+
+    n + 2x (the layer's output gradient; the two down-projections' input gradients, autograd
+    holding the first while the second is made) = 3·2·4,096·7,168 = 176,160,768
+    the larger latent's gradient (q_lora 1,536 > 512 + 64): 2·4,096·1,536 = 12,582,912, and its
+    FP8 copy for both usages 33/16·4,096·1,536 = 12,976,128
+    the saved BF16 norm output quantised column-wise again: 33/32·4,096·7,168 = 30,277,632
+    = 231,997,440 before any released row; without layernorm 201,719,808.
+
+    The attention core's step is n + O + Q + KV = 58,720,256 + 2·4,096·128·(128 + 192 + 320)
+    = 729,808,896: the down-projections' step stays below it even releasing nothing, so it does
+    not set the layer's peak here."""
+    arch = get_model("deepseek-v3").model.arch
+    te = te_fp8_backward("blockwise", True)
+
+    def ctx(modules):
+        return ActivationContext(
+            seq_len=4096, cp=1, micro_batch_size=1, tp=1, sequence_parallel=False,
+            flash_attention=True, fp8_gemms=True, fp8_linear_inputs=True,
+            fp8_input_bytes=Fraction(33, 32), te_linears=True, fp8_proj_saves_original=True,
+            recompute_modules=modules,
+        )  # fmt: skip
+
+    layernorm = ctx(("layernorm",))
+    assert layernorm.fp8_mla_down_saves_original
+    assert mla_down_step(layernorm, arch, te, Fraction(0)) == 231_997_440
+    assert mla_down_step(ctx(("core_attn",)), arch, te, Fraction(0)) == 201_719_808
+    assert attention_core_step(layernorm, arch, "cudnn") == 729_808_896
+    assert mla_down_step(layernorm, get_model("llama3-8b").model.arch, te, Fraction(0)) == 0

@@ -43,7 +43,8 @@ def test_mixtral_fp8_former_answer_does_not_fit():
     """The search's former answer for Mixtral-8x7B FP8 on 64 H100 (dp 64 ep 8, ZeRO-3, full
     recomputation, b 2, s 32,768; 82.65 of 83.21 GB): the MoE forward working set is the FC2
     point above on top of the recompute transient, 9,933,002,752 − 4U = 5,638,035,456 B more
-    than the 4U counted before: 88.28 GB, over the H100's 83.21."""
+    than the 4U counted before: 88.28 GB, over the H100's 83.21; the recomputed layer's fused
+    attention keeps its FP32 softmax statistics, 4·32 heads·2·32,768 = 8,388,608 B more: 88.29 GB."""
     layout = Layout(framework="megatron", dp=64, ep=8, zero_stage=3, recompute="full",
                     micro_batch_size=2)  # fmt: skip
     case = Case.of("mixtral-8x7b", "H100-SXM", layout, precision="fp8", seq_len=32768,
@@ -51,7 +52,7 @@ def test_mixtral_fp8_former_answer_does_not_fit():
     stage = case.evaluate().stages[0]
     acts = stage.activations
     assert acts.moe_forward_bytes == acts.recompute_transient_bytes + 9_933_002_752
-    assert 88.27e9 < stage.total_bytes < 88.29e9
+    assert 88.29e9 < stage.total_bytes < 88.30e9
 
 
 def test_recipes_and_dispatchers():

@@ -55,7 +55,9 @@ def test_partial_offload_is_a_fraction_of_each():
 
 def test_deepspeed_zero3_parameter_offload():
     """DeepSpeed ZeRO-3 with offload_param: the bf16 parameter shard (2 B × P/8), the optimizer
-    (12 B × P/8) and FP32 gradients (4 B × P/8) on the host = 18 B × P/8; the GPU keeps no shard,
+    (12 B × P/8), FP32 gradients (4 B × P/8) and the BF16 ``grad_partitions_flat_buffer``
+    (2 B × P/8: ``stage3.py`` allocates it on ``self.device``, the CPU under
+    ``offload_optimizer``) on the host = 20 B × P/8 (was 18); the GPU keeps no shard,
     only the gathered layers and buffers — whole: with its shard on the host, each gathered unit
     holds all 8 ranks' shares (``stage3.py`` fetches the CPU partition into the full-size
     buffer). Their peak, at the turn from forward to backward (model/deepspeed_gathered.py), is
@@ -72,7 +74,7 @@ def test_deepspeed_zero3_parameter_offload():
     P = plain.stages[0].dense_params
     st = off.stages[0].state
     assert (st.weights_bytes, st.gradients_bytes, st.optimizer_bytes) == (0, 0, 0)
-    assert off.host_bytes == 18 * P / 8
+    assert off.host_bytes == 20 * P / 8
     assert 5 * 106_971_136 + 131_334_144 + 50_000_000 + 58_720_256 < 1_000_000_000 + 58_720_256
     turn = 2 * (1_000_000_000 + 58_720_256)
     assert st.gathered_bytes == plain.stages[0].state.gathered_bytes == turn == 2_117_440_512

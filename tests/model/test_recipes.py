@@ -326,7 +326,7 @@ def test_ulysses_kv_repeat_rule_and_bytes():
     assert per_layer == Fraction(15, 16) * 117_440_512 == 110_100_480
     plain = cp_layer_bytes(LLAMA8, 1, 16, 1, 2048, 2, False, 1)
     assert per_layer - plain == Fraction(15, 16) * 2 * 8_388_608
-    assert cp_transient_bytes(LLAMA8, 1, 16, False, 1, 2048, 2, 2) == 67_108_864
+    assert cp_transient_bytes(LLAMA8, 1, 16, False, 1, 2048, 2, 2, 0, 0) == 67_108_864  # verl's
 
 
 def test_ulysses_kv_repeat_refusals():

@@ -231,12 +231,17 @@ def test_an_earlier_chunk_recomputed_adds_its_transient_to_the_held_peak():
     1's backward of that micro-batch ran first and freed its share, so nothing more comes off):
     the stage's peak is that plus one layer's full less its input, 281,018,368 − 16,777,216 =
     264,241,152 B (the review's walk of model.schedule.stage_order; the later chunk used to be
-    taken off the transient a second time, leaving 0)."""
+    taken off the transient a second time, leaving 0). Transformer Engine's fused attention
+    keeps its FP32 softmax statistics, 4·64/8 heads·8,192 = 262,144 B a layer: 4 × 16 layers
+    kept whole in chunk 1 hold 64 × 262,144 = 16,777,216 B more, 18,371,051,520 B, and the
+    recomputed layer's full bytes are 281,280,512, the transient 264,503,296 B."""
     case = {**LLAMA3_70B, "global_batch_size": 8, "schedule": "interleaved", "virtual_stages": 2}
     case |= {"stage_layers": "2,10,10,10,18,10,10,10", "recompute_layers": "2,0,0,0"}
     stage = Case.of(**case).evaluate().stages[0]
-    assert stage.activations.layers_bytes == 18_354_274_304
-    assert stage.activations.recompute_transient_bytes == 281_018_368 - 16_777_216 == 264_241_152
+    lse = 4 * 64 // 8 * 8192
+    assert stage.activations.layers_bytes == 18_354_274_304 + 4 * 16 * lse == 18_371_051_520
+    layer = 281_018_368 + lse
+    assert stage.activations.recompute_transient_bytes == layer - 16_777_216 == 264_503_296
 
 
 def test_per_chunk_counts_clip_at_a_small_chunk():
@@ -251,13 +256,15 @@ def test_per_chunk_counts_clip_at_a_small_chunk():
     rec = recomputed_layers(arch, case.layout)
     assert sorted(rec) == [*range(0, 6), *range(26, 32), *range(54, 60)]
     est = case.evaluate()
-    layer, ckpt = 281_018_368, 16_777_216
+    # a layer's full bytes: 281,018,368 and the fused attention's FP32 softmax statistics,
+    # 4·64/8 heads·8,192 = 262,144
+    layer, ckpt = 281_018_368 + 262_144, 16_777_216
     # stage 0's warm-up is 2·3 + 2·4 = 14 chunk forwards in blocks of pp = 4 (chunk 0, 1, 2,
     # then 0 again): with the next forward 15 chunks held, 7 of chunk 0 and 4 of chunks 1 and 2
     chunk_bytes = (6 * ckpt, 6 * ckpt + layer, 6 * ckpt + layer)
     assert interleaved_chunks_held_simulated(4, 32, 3, 0, chunk_bytes) == (7, 4, 4)
     assert est.stages[0].activations.layers_bytes == 7 * 6 * ckpt + 8 * (6 * ckpt + layer)
-    assert est.stages[0].activations.layers_bytes == 3_758_096_384
+    assert est.stages[0].activations.layers_bytes == 3_760_193_536
     full_stage0 = Case.of(**{**inter, "recompute_layers": "7,0,0,0"}).evaluate().stages[0]
     full = Case.of(**{**inter, "recompute": "full"}).evaluate().stages[0]
     assert full_stage0.total_bytes == full.total_bytes

@@ -265,7 +265,9 @@ def test_cpu_adam_under_deepspeed_zero2_sends_gradients_every_micro_batch():
     (``async_accumulate_grad_in_cpu_via_gpu``), 2 × 2 B × e: 12 B × e / 64 GB/s = 0.178491 s; CPU
     Adam 30 B × e / 76.8 GB/s = 0.371856 s; 0.550347 s per update, less the GPU's own Adam step
     (38 B × e at 2.97 TB/s, the triad, = 0.012180 s).
-    GPU: the 12 B optimizer shard leaves what the role holds; host 16 B × e and, with m > 1,
+    GPU: the 12 B optimizer shard and the 2 B BF16 gradient partition leave what the role
+    holds (``copy_grads_in_partition`` returns before allocating ``grads_in_partition``
+    under ``cpu_offload``; was 12 B only); host 16 B × e and, with m > 1,
     the BF16 accumulation buffers (``accumulated_grads_in_cpu``) 2 B × e: 18 B × e =
     17,135,137,152 B per GPU. Beside them DeepSpeed stages each gradient through a buffer of the
     largest parameter, on the GPU and its twin on the host (``DeepSpeedZeroOptimizer.__init__``:
@@ -280,7 +282,7 @@ def test_cpu_adam_under_deepspeed_zero2_sends_gradients_every_micro_batch():
     assert e == 951_952_064
     staging = 2 * 152_064 * 3_584
     assert staging == 1_089_994_752
-    assert base.held_bytes - cost.held_bytes == 12 * e - staging
+    assert base.held_bytes - cost.held_bytes == 14 * e - staging == 12_237_334_144
     assert cost.host_bytes == 18 * e + staging == 17_135_137_152 + staging
     offload_s = (3 * 2 + 2 + 2 * 2) * 951_952_064 / 64e9 + 30 * 951_952_064 / 76.8e9
     assert offload_s == pytest.approx(0.178491012 + 0.371856275, rel=1e-8)

@@ -8,6 +8,9 @@ search (tests/optimizer/test_rlhf_search.py)."""
 
 from __future__ import annotations
 
+import pytest
+
+from trainplan.model.errors import LayoutError
 from trainplan.model.hardware import ClusterLinks
 from trainplan.model.rlhf.packing import split_peak_tokens
 from trainplan.model.rlhf.roles import RoleOption
@@ -94,3 +97,28 @@ def test_scoring_bytes_at_the_split():
     ref = cost_of(megatron, RoleOption(Role.REFERENCE, 64, 64, 1, 1))
     assert _term(ref, LOGITS) == 14_014_218_240 and ref.split_tokens == 0
     assert not any(t.name.startswith(SPLIT) for t in ref.terms)
+
+
+def test_the_cap_is_not_scaled_by_ring_or_tp_because_the_profile_has_neither():
+    """OpenRLHF's ``get_minimum_num_micro_batch_size`` multiplies the cap by ring × tp and
+    ``effective_actor_num`` divides the actor's GPUs by them. The ``deepspeed`` profile refuses a
+    role's tp above 1 (naming that function) and a role option has no ring degree, so both
+    factors are 1: on 64 GPUs the actor's dp is 64 and the cap 16,384 as given — first fit
+    ⌈16,384 / ⌊16,384 / 5,120⌋⌉ = 5,462, rounded down to 85 × 64 = 5,440, the fullest
+    ⌈16,384 / 5,440⌉ = 4 rollouts, 20,480 tokens. At tp 2 the cap would be 32,768: 6 rollouts a
+    first-fit micro-batch, ⌈16,384 / 6⌉ = 2,731 → 42 × 64 = 2,688, the fullest ⌈16,384 / 2,688⌉
+    = 7 rollouts — not a layout this profile can run."""
+    problem = RLHFProblem(_spec(), H100, 64, ClusterLinks.from_device(H100))
+    with pytest.raises(LayoutError, match="get_minimum_num_micro_batch_size"):
+        cost_of(problem, RoleOption(Role.ACTOR, 64, 32, 2, 1))
+    assert set(RoleOption.__dataclass_fields__) == {
+        "role",
+        "gpus",
+        "dp",
+        "tp",
+        "pp",
+        "offload",
+        "fraction",
+    }
+    assert _spec().split_tokens(64) == split_peak_tokens(16_384, 16_384, 5_120, None, 64) == 20_480
+    assert split_peak_tokens(16_384, 2 * 16_384, 5_120, None, 64) == 7 * 5_120

@@ -12,7 +12,8 @@ import pytest
 
 from trainplan.model.errors import LayoutError
 from trainplan.model.hardware import ClusterLinks
-from trainplan.model.rlhf.openrlhf import largest_parameter_bytes, sync_transient_bytes
+from trainplan.model.params import largest_parameter_bytes
+from trainplan.model.rlhf.openrlhf import sync_transient_bytes
 from trainplan.model.rlhf.roles import RoleOption
 from trainplan.model.rlhf.spec import RLHFSpec, Role
 from trainplan.model.rlhf.step import compose
@@ -112,3 +113,17 @@ def test_the_weight_sync_moment_binds_when_the_kv_space_is_small():
         # 301,989,888 B, and the embedding whole, 1,089,994,752 B, under deepspeed
         receive = 301_989_888 + 1_089_994_752 if framework == "deepspeed" else 0
         assert split.pools[0].peak_bytes[0] == engine.budget_bytes + receive
+
+
+def test_one_stage_parameter_count_and_largest_parameter_for_both_stacks():
+    """The parameters a pipeline stage holds on one GPU are ``StageMemory.params``, read by the
+    scoring role's whole-weights figure (model.rlhf.network) and verl's sync (model.rlhf.
+    verl_sync) alike; the largest parameter lives in model.params, read by OpenRLHF's sync and
+    verl's. By hand: a stage of 1,000 dense and 24 expert parameters holds 1,024."""
+    from trainplan.model.rlhf import openrlhf, verl_sync
+    from trainplan.model.terms.peak import StageMemory
+
+    st = StageMemory(0, 1, Fraction(1_000), Fraction(24), None, None)  # type: ignore[arg-type]
+    assert st.params == 1_024
+    assert verl_sync.largest_parameter_bytes is largest_parameter_bytes
+    assert openrlhf.largest_parameter_bytes is largest_parameter_bytes

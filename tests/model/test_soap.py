@@ -180,8 +180,10 @@ def test_soap_search_answers_fit_with_the_state_megatron_keeps():
 
     Llama 3 8B on 8 GPUs moves from dp 4 × tp 2 (81.85 GB before the padding; its first chunk's
     output layer and embedding, 262,668,288 elements each, pad their buckets to 4× that) to
-    dp 2 × tp 2 × pp 2 (v 2), ZeRO 1: 33.65 GB of optimizer state, 71.20 GB of 83.21 at the
-    forward-backward peak. The embedding (262,668,288 elements) is not in the layer-wise
+    dp 2 × tp 2 × pp 2 (v 2), ZeRO 1: 33.65 GB of optimizer state, 71.22 GB of 83.21 at the
+    forward-backward peak (71.20 before the fused attention's FP32 softmax statistics, 4·32/2
+    heads·8,192 = 524,288 B a layer, were counted: 16 layers × 2.5 micro-batches in flight on
+    stage 0, 20,971,520 B). The embedding (262,668,288 elements) is not in the layer-wise
     buckets; packed into the first chunk's last bucket it filled a shard alone, the other shard
     padded to its size: 262,668,288 elements more at 2 + 4 B (72.78 GB then)."""
     import trainplan
@@ -219,4 +221,6 @@ def test_soap_search_answers_fit_with_the_state_megatron_keeps():
         2, 2, 2, 1,
     )  # fmt: skip
     assert small.stages[0].state.optimizer_bytes == 33_654_833_152
-    assert int(small.peak.total_bytes) == 72_777_990_144 - 6 * 262_668_288 == 71_201_980_416
+    lse = 16 * 5 // 2 * 4 * 32 // 2 * 8192
+    assert lse == 20_971_520
+    assert int(small.peak.total_bytes) == 72_777_990_144 - 6 * 262_668_288 + lse == 71_222_951_936

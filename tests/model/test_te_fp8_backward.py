@@ -5,12 +5,13 @@ _LayerNormLinear.backward, module/base.py grad_output_preprocess, distributed.py
 _all_gather_fp8 / _start_all_gather_fp8_blockwise / _all_gather_mxfp8,
 module/grouped_linear.py _GroupedLinear.backward."""
 
+from dataclasses import replace
 from fractions import Fraction
 
 import pytest
 
 from trainplan.model.activations import ActivationContext
-from trainplan.model.backward_working import backward_working_bytes
+from trainplan.model.backward_working import _row_step, backward_working_bytes
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.precision import Precision
 from trainplan.model.specs import TrainingSpec
@@ -131,3 +132,36 @@ def test_te_fp8_of_reads_recipe_and_part():
     assert te_fp8_of(fp8, None) == te_fp8_backward("delayed", True)
     assert te_fp8_of(fp8, gb200) == te_fp8_backward("delayed", False)
     assert te_fp8_of(TrainingSpec(seq_len=4096, global_batch_size=8), gb200) is None
+
+
+@pytest.mark.parametrize(
+    ("recipe", "requant_per_element"),
+    [("tensorwise", 2), ("blockwise", Fraction(33, 32)), ("mxfp8", Fraction(33, 32))],
+)
+def test_output_projection_requantises_its_saved_bf16_input(recipe, requant_per_element):
+    """Under a recipe other than delayed Megatron-Core's output projection saves its BF16 input
+    (``set_save_original_input(self.linear_proj)``), and Transformer Engine's
+    ``_Linear.backward`` quantises it again after ``grad_output_preprocess``, before the dgrad
+    GEMM: tensorwise (``supports_only_rowwise_all_gather``, a row-parallel input not gathered)
+    both usages, row-wise data and its transpose on Hopper, 2 B/el; blockwise and MXFP8 the
+    column-wise copy, 1 + 1/32 B/el. It is freed after the wgrad GEMM
+    (``clear_tensor_data(inputmat_total)``), so it sits beside the dgrad. Llama 3 70B, tp 8
+    with SP, s 8,192: the input [S, O/tp] = 8,192 × 1,024 elements; the step holds n (16.8 MB),
+    the gathered grad_output in FP8 (``both``·S·h), and the larger of the gather's temporaries
+    and the dgrad (16.8 MB) with the requantised input (tensorwise 16.8 MB)."""
+    te = te_fp8_backward(recipe, True)
+    ctx = replace(_ctx(Fraction(1)), fp8_proj_saves_original=True)
+    requant = requant_per_element * S * H8 // 8
+    assert requant == te.saved_input * S * H8 / 8
+    elements = S * H8
+    gathered = te.both * elements
+    temporaries = te.shard * elements / 8 + (te.interleaved + te.interleaved_scales) * elements
+    dgrad = 2 * S * H8 // 8
+    before = _row_step(ctx, te, Fraction(N), Fraction(elements), Fraction(dgrad))
+    after = _row_step(ctx, te, Fraction(N), Fraction(elements), Fraction(dgrad), requant)
+    assert before == N + gathered + max(temporaries, dgrad)
+    assert after == N + gathered + max(temporaries, dgrad + requant)
+    if recipe == "tensorwise":  # 16.8 + 134.2 + 16.8 + 16.8 MB
+        assert after == 184_549_376 and after - before == 16_777_216
+    # the step stays below FC1's, the layer's largest: here the working set does not move
+    assert after < backward_working_bytes(LLAMA, False, ctx, "megatron", "cudnn", te_fp8=te)

@@ -67,8 +67,8 @@ def check_per_stage_points(result, capacity_of):
 def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform():
     """Against memory on 2 GPUs: ε sweep by hand with per_stage_search (fresh tables each ε)
     gives the same points; the 12 points run from the uniform full recomputation at tp 2
-    (105,007,616 B + the output layer's gather buffer, 32.65 ms) through per-stage plans (the
-    first at 120,998,400 B + that buffer, 31.21 ms:
+    (105,073,152 B + the output layer's gather buffer, 32.65 ms) through per-stage plans (the
+    first at 121,063,936 B + that buffer, 31.21 ms:
     tp 2, 5 of 6 layers recomputed) to the uniform 526,195,712 B plan without recomputation
     (11.98 ms); tp 2's small collectives at the H100 curve's 1 KiB-and-up times.
 
@@ -106,10 +106,15 @@ def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform()
     # tp 2 with sequence parallelism: the output layer's all-gather buffer on the last stage,
     # 2·s·h = 2 × 8,192 × 256 = 4,194,304 B (model.terms.persistent_buffers), in both phases
     gather = 2 * 8192 * 256
-    assert want[0] == (105_007_616 + gather + comm, 32_652_698, "uniform")
-    assert want[1] == (120_998_400 + gather + comm, 31_209_158, "per-stage")
-    assert (178_330_624 + comm, 15_734_081, "uniform") in want  # tp 1 over dp 2, full
-    assert want[-1] == (526_195_712 + comm, 11_981_336, "uniform")
+    # the recomputed layer's working set holds Transformer Engine's FP32 softmax statistics
+    # (softmax_lse) [a/tp, s] = 4 B × 2 heads × 8,192 = 65,536 B
+    lse = 4 * 2 * 8192
+    assert want[0] == (105_007_616 + lse + gather + comm, 32_652_698, "uniform")
+    assert want[1] == (120_998_400 + lse + gather + comm, 31_209_158, "per-stage")
+    # tp 1 over dp 2, full: the recomputed layer's statistics at 4 heads, 2·lse
+    assert (178_330_624 + 2 * lse + comm, 15_734_081, "uniform") in want
+    # tp 1 (4 heads a rank: 2·lse a layer), six layers kept whole
+    assert want[-1] == (526_195_712 + 6 * 2 * lse + comm, 11_981_336, "uniform")
     assert got.points[-1].uniform_ns == 32_652_698
     # non-dominated: step time up, value down, strictly
     values = [p.value for p in got.points]
@@ -147,17 +152,18 @@ def test_gpus_frontier_per_job_by_hand():
 
     By hand, the tiny model (h 256, SwiGLU 688, V 1,024, s 8,192, b 1, Megatron-Core profile):
     a layer holds 791,040 parameters (5,270,784 in all with the embedding, output layer and final
-    norm); a layer kept whole is 67,371,008 B, a fully recomputed one keeps its 4,194,304 B input
-    and recomputing it materialises 63,176,704 B; one layer's backward working set
+    norm); a layer kept whole is 67,502,080 B (with its attention's FP32 softmax statistics
+    4·a·s = 4 × 4 × 8,192 = 131,072 B), a fully recomputed one keeps its 4,194,304 B input
+    and recomputing it materialises 63,307,776 B; one layer's backward working set
     (:mod:`model.backward_working`) is 26,738,688 B; the last stage's output layer holds
     5·s·V = 41,943,040 B, released before any layer's backward; the loss 16,777,216 B.
 
-    * 1 GPU: 5,270,784 × 18 + 6 × 67,371,008 + 41,943,040 + 16,777,216 = 557,820,416 B (the
+    * 1 GPU: 5,270,784 × 18 + 6 × 67,502,080 + 41,943,040 + 16,777,216 = 558,606,848 B (the
       loss's phase, 16,777,216 B, beats the layers' backward phase 26,738,688 − 41,943,040 < 0),
       no communicator: fits without recomputing.
     * 2 GPUs: the least any layout needs is pp 2 under full recomputation, 3 + 3 layers, whose
-      first stage (2 micro-batches in flight) holds 162,515,968 B + 3·COMM > the budget (the
-      4 + 2 plan that once fitted now holds 158,404,608 + 26,738,688 = 185,143,296 B on its
+      first stage (2 micro-batches in flight) holds 162,647,040 B + 3·COMM > the budget (the
+      4 + 2 plan that once fitted now holds over 185.1 MB on its
       first stage: the backward working set sits on its recompute transient); so no plan.
     * 8 GPUs: dp 8 (ZeRO-1) with every layer recomputed fits; 3, 4 and 6 GPUs hold no plan.
     """
@@ -177,10 +183,11 @@ def test_gpus_frontier_per_job_by_hand():
     assert {v for v, _, _ in found} == {1, 8}
     one = next(p for p in got.points if p.value == 1)
     assert (one.estimate.layout.recompute, one.estimate.stages[0].communicator_bytes) == ("none", 0)
-    assert int(one.estimate.stages[0].total_bytes) == 557_820_416
+    assert int(one.estimate.stages[0].total_bytes) == 558_606_848
     two = tiny_case(6, 2)
     full = two.evaluate(two.layout.with_(zero_stage=1, recompute="full"))
-    assert int(full.stages[0].total_bytes) == 162_515_968 + 3 * COMM > BUDGET
+    # the recomputed layer's FP32 softmax statistics 4·a·s = 131,072 B in its transient
+    assert int(full.stages[0].total_bytes) == 162_515_968 + 131_072 + 3 * COMM > BUDGET
     uniform = [(a.job.num_gpus, a.objective) for a in frontier(problem, "gpus").points]
     for value, step in uniform:
         assert staircase([(p.value, p.step_ns) for p in got.points], value) <= step
@@ -209,7 +216,8 @@ def test_gpus_frontier_with_a_job_only_per_stage_plans_fit():
 
     The model (h 256, SwiGLU 688, V 8,192, s 8,192, b 1): a layer holds 791,040 parameters, the
     embedding and the output layer V·h = 2,097,152 each, the final norm 256; ZeRO-1 over dp 1
-    keeps 2 + 4 + 12 = 18 B per parameter. A layer kept whole holds 67,371,008 B, a recomputed
+    keeps 2 + 4 + 12 = 18 B per parameter. A layer kept whole holds 67,502,080 B (131,072 B of it
+    the attention's FP32 softmax statistics, 4·a·s with a = 4), a recomputed
     one its 2·s·h = 4,194,304 B input (recomputing it materialises the 63,176,704 B a whole layer
     frees, so no more), one layer's backward working set is 26,738,688 B; the output layer holds
     its FP32 logits 4·s·V = 268,435,456 B and its norm's and projection's inputs 2 × 2·s·h, and
@@ -223,7 +231,7 @@ def test_gpus_frontier_with_a_job_only_per_stage_plans_fit():
       (2 + 4 + 12/2) = 107,289,600 B) and the same output layer and loss: more. 4 GPUs: nothing.
     * Per stage on 2 GPUs: 5 + 1 layers, 3 and 1 recomputed. The first stage: (5 × 791,040 +
       2,097,152) × 18 = 108,942,336 B of state; 2 micro-batches in flight of 3 × 4,194,304 + 2 ×
-      67,371,008 = 147,324,928 B each, and the backward working set: 430,330,880 B. The last:
+      67,502,080 = 147,587,072 B each, and the backward working set: 430,855,168 B. The last:
       (791,040 + 2,097,152 + 256) × 18 = 51,992,064 B of state, its layer's input, the output
       layer and the loss: 467,228,160 B. Both under 470 MB.
     """
@@ -239,12 +247,12 @@ def test_gpus_frontier_with_a_job_only_per_stage_plans_fit():
     assert (lay.pp, lay.stage_layers, lay.recompute_layers) == (2, (5, 1), (3, 1))
     layer, vh, norm = 791_040, 8192 * 256, 256
     s_h, s_v = 8192 * 256, 8192 * 8192
-    whole, kept, work = 67_371_008, 2 * s_h, 26_738_688
+    whole, kept, work = 67_371_008 + 4 * 4 * 8192, 2 * s_h, 26_738_688
     output, loss = 4 * s_v + 2 * 2 * s_h, 2 * s_v
     assert (3 * layer + vh + norm) * 18 + output + loss == 491_511_296 > 470e6
     first = (5 * layer + vh) * 18 + 2 * (3 * kept + 2 * whole) + work
     last = (layer + vh + norm) * 18 + kept + output + loss
-    assert (first, last) == (430_330_880, 467_228_160)
+    assert (first, last) == (430_855_168, 467_228_160)
     assert [int(st.total_bytes) for st in point.estimate.stages] == [first + 3 * COMM,
                                                                     last + 3 * COMM]  # fmt: skip
     r = per_stage_search(replace(problem, jobs=problem.jobs[:1]), without_uniform=True)

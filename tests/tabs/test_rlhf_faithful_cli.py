@@ -97,6 +97,10 @@ BAD = [
     (["--policy-params", "7B"], "--policy-params: '7B' does not apply"),
     (["--framework", "textbook"], "framework: 'textbook' is the accounting without --model"),
     (["--off-policy", "1"], "--off-policy: 1 needs the engine on GPUs of its own"),
+    (  # OpenRLHF's split_rollout_samples: at least the actor's dp micro-batches of one rollout
+        ["--framework", "deepspeed", "--prompts", "4", "--samples-per-prompt", "4", "--gpus", "32"],
+        "actor dp: 32 — above the step's 16 rollouts: OpenRLHF splits them",
+    ),
 ]
 
 

@@ -60,7 +60,10 @@
       (m.fits_covers !== "model state and activations" ? ` (${m.fits_covers})` : "");
     v.dataset.totalBytes = m.total_bytes;
     // the gathered line says what is gathered, as the text report does (memory.zero3_gathered_what)
-    const label = (name) => (name === "gathered weights" && m.zero3_gathered_what ? `${name} (${m.zero3_gathered_what})` : name);
+    // the overlap buffers' line names PyTorch's symmetric memory under fsdp2 (report.py _overlap_buffers_label)
+    const overlap = lay.framework === "fsdp2" ? "async-TP symmetric memory (whole run)" : null;
+    const label = (name) => (name === "gathered weights" && m.zero3_gathered_what ? `${name} (${m.zero3_gathered_what})`
+      : name === "Transformer Engine userbuffers (whole run)" && overlap ? overlap : name);
     const rows = MEMORY.map(([name, f]) => ({ name: label(name), v: f(m) })).filter((r) => r.v || r.name.startsWith("="));
     rows.push({ name: `= total (peak: ${m.peak_phase})`, v: m.total_bytes, id: "total" });
     rows.push({ name: `capacity (${d.gpu.name}, usable)`, v: m.capacity_bytes });

@@ -508,16 +508,10 @@ SECTIONS: dict[str, Callable[[], dict[str, Any]]] = {
 }
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    p.add_argument("--out", required=True, help="JSON file to write")
-    p.add_argument("--only", default="", help="comma-separated sections (default: all)")
-    args = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("no CUDA device: nothing measured", file=sys.stderr)
-        return 2
+def _header() -> dict[str, Any]:
+    """The device, the library versions and the run's date and PyTorch/NCCL settings."""
     props = torch.cuda.get_device_properties(0)
-    results: dict[str, Any] = {
+    return {
         "device": torch.cuda.get_device_name(),
         "sms": props.multi_processor_count,
         "torch": torch.__version__,
@@ -526,12 +520,33 @@ def main(argv: list[str] | None = None) -> int:
         "date": time.strftime("%Y-%m-%d"),
         "env": {k: v for k, v in os.environ.items() if k.startswith(("PYTORCH_", "NCCL_"))},
     }
-    only = [s for s in args.only.split(",") if s] or list(SECTIONS)
-    for name in only:
-        _section(name, SECTIONS[name], results)
-        with open(args.out, "w") as fh:  # written after each section: a timeout keeps the rest
+
+
+def run_sections(
+    argv: list[str] | None,
+    sections: dict[str, Callable[[], dict[str, Any]]],
+    header: Callable[[], dict[str, Any]],
+    doc: str | None,
+) -> int:
+    """The measuring scripts' command line: ``--out`` JSON (rewritten after each section, so a
+    timeout keeps what ran), ``--only`` sections; exit 2 without a CUDA device."""
+    p = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    p.add_argument("--out", required=True, help="JSON file to write")
+    p.add_argument("--only", default="", help="comma-separated sections (default: all)")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("no CUDA device: nothing measured", file=sys.stderr)
+        return 2
+    results = header()
+    for name in [s for s in args.only.split(",") if s] or list(sections):
+        _section(name, sections[name], results)
+        with open(args.out, "w") as fh:
             json.dump(results, fh, indent=1)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_sections(argv, SECTIONS, _header, __doc__)
 
 
 if __name__ == "__main__":

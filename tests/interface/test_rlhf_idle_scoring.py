@@ -1,0 +1,101 @@
+"""Idle offload brings a role's weights back for its scoring turn and its whole state for its
+training turn (:func:`model.rlhf.openrlhf.scoring_state_bytes`, ``RoleCost.swap_in``; review L1):
+verl's Megatron actor and reference score after ``load_megatron_model_to_gpu(load_grad=False)``
+and only ``update_actor`` loads the gradients and ``load_megatron_optimizer``; verl's Megatron
+critic (``compute_values``) loads with the gradient buffers; verl's FSDP workers load the
+parameter shards (``update_policy`` ends with ``zero_grad()``, the gradients freed); OpenRLHF
+reloads the offloaded states only around ``fit`` (``PPOTrainer.ppo_train._run_sleep``), scoring on
+the BF16 weights it keeps on the GPU. One rule, read by compose, the oracle and CP-SAT
+(``int_costs``' swapped-in bytes per phase)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from trainplan.interface.rlhf.faithful import rlhf_inputs
+from trainplan.model.rlhf.roles import RoleOption
+from trainplan.model.rlhf.spec import Role
+from trainplan.optimizer.rlhf.search import search_placement
+from trainplan.optimizer.rlhf.tables import cost_of, int_costs
+
+LINK = 64 * 10**9  # H100 host link, PCIe Gen5 64 GB/s per direction
+
+
+def _problem(**kw):
+    inp = rlhf_inputs({"algorithm": "grpo", "model": "llama3-70b", "reward": "rule", "gpus": 64}
+                      | kw, placement=False)  # fmt: skip
+    return inp.problem
+
+
+def test_llama3_70b_megatron_actor_brings_back_its_bf16_weights_for_scoring():
+    """The actor at dp 8 × tp 4 × pp 2, offloaded when idle. Its busiest stage holds
+    P = 8,820,236,288 parameters per GPU (40 layers and the output layer ÷ tp 4, the final norm
+    whole): BF16 weights 2P = 17,640,472,576 B, FP32 gradients 4P, the distributed optimizer's
+    12 B ÷ dp 8 = 1.5P; the whole state 7.5P = 66,151,772,160 B goes to the host. Scoring brings
+    back 2P (the update 7.5P): 17,640,472,576 = 66,151,772,160 × 2 / 7.5; the round trip over
+    the host link 2 × 2P / 64 GB/s = 0.551264768 s for scoring (was the whole state's
+    2.06724288 s) and 2 × 7.5P / 64 GB/s for training."""
+    c = cost_of(_problem(), RoleOption(Role.ACTOR, 64, 8, 4, 2, "idle"))
+    whole = 66_151_772_160
+    p = whole * 2 // 15
+    assert p == 8_820_236_288 and c.swap_bytes == whole
+    assert c.scoring_swap_bytes == 2 * p == 17_640_472_576
+    assert (c.swap_in("rollout"), c.swap_in("scoring"), c.swap_in("training")) == (0, 2 * p, whole)
+    assert int_costs(c)[4] == (0, 17_640_472_576, 66_151_772_160)  # what CP-SAT reads
+    busy = cost_of(_problem(), RoleOption(Role.ACTOR, 64, 8, 4, 2, "none"))
+    assert c.scoring_s - busy.scoring_s == pytest.approx(2 * 2 * p / LINK) == 0.551264768
+    assert c.training_s - busy.training_s == pytest.approx(2 * whole / LINK) == 2.06724288
+    terms = {t.name: t.value for t in c.terms if t.phase == "scoring"}
+    assert terms["weights back for scoring"] == 2 * p
+
+
+def test_the_searched_70b_plan_scores_at_29_gb_not_77():
+    """``rlhf-plan --algorithm grpo --model llama3-70b --reward rule --gpus 64``: the actor and
+    the reference (dp 8 × tp 4 × pp 2) offloaded when idle beside the engine. The pool holds
+    3,443,261,440 B in every phase (communicators, buffers, the engine's, its process); scoring
+    adds the larger turn: the actor's weights 17,640,472,576 + its old log-probs with the entropy
+    12 B × 20,480 × 128,256 / 4 = 7,880,048,640 (the reference: 17,640,472,576 + 8 B × … =
+    3,940,024,320 less). Peak 28,963,782,656 B (was 77.48 GB with the whole 66.15 GB state);
+    step 3,028.8 → 3,027.3 s (the actor's scoring round trip 0.55 s in place of 2.07 s)."""
+    r = search_placement(_problem())
+    (pool,) = r.best.plan.pools
+    assert 12 * 20_480 * 128_256 // 4 == 7_880_048_640
+    assert pool.peak_bytes[1] == 3_443_261_440 + 17_640_472_576 + 7_880_048_640 == 28_963_782_656
+    assert r.best.plan.step_s == pytest.approx(3027.3, abs=0.05)
+
+
+def test_the_megatron_critic_brings_back_its_gradient_buffers_too():
+    """PPO Llama 3 8B on 8 GPUs, the critic at dp 8 offloaded when idle: verl's Megatron
+    ``CriticWorker.compute_values`` calls ``load_megatron_model_to_gpu(critic_module)`` with
+    ``load_grad=True``: BF16 weights 2 B + FP32 gradient buffers 4 B = 6 B of its 7.5 B a
+    parameter (P = 60,226,959,360 / 7.5 = 8,030,261,248). The gradients are allocated and zeroed,
+    not copied: the round trip moves the weights only, 2 × 2P / 64 GB/s."""
+    prob = rlhf_inputs({"algorithm": "ppo", "model": "llama3-8b", "gpus": 8}, placement=False)
+    c = cost_of(prob.problem, RoleOption(Role.CRITIC, 8, 8, 1, 1, "idle"))
+    busy = cost_of(prob.problem, RoleOption(Role.CRITIC, 8, 8, 1, 1, "none"))
+    p = 8_030_261_248
+    assert c.swap_bytes == Fraction(15, 2) * p == 60_226_959_360
+    assert c.scoring_swap_bytes == 6 * p == 48_181_567_488
+    assert c.scoring_s - busy.scoring_s == pytest.approx(2 * 2 * p / LINK)
+
+
+def test_fsdp2_brings_back_the_fp32_shard_and_openrlhf_nothing():
+    """PPO Llama 3 8B on 8 GPUs (P = 8,030,261,248). ``fsdp2`` (verl FSDP, dp 8): scoring brings
+    back the FP32 parameter shard, 4 B × P / 8 = 4,015,130,624 B, of the 16,060,522,496 B state
+    (weights, gradients 4 B ÷ 8 each, optimizer 8 B ÷ 8). ``deepspeed`` (OpenRLHF, ZeRO-1): the
+    BF16 weights stay on the GPU and nothing else comes back before ``fit``: 0 for scoring, the
+    28,105,914,368 B moved (all but 2P) for training."""
+    p = 8_030_261_248
+    for fw, scoring, swap in (
+        ("fsdp2", 4 * p // 8, 16_060_522_496),
+        ("deepspeed", 0, 28_105_914_368),
+    ):
+        prob = rlhf_inputs(
+            {"algorithm": "ppo", "model": "llama3-8b", "gpus": 8, "framework": fw}, placement=False
+        )
+        for role in (Role.ACTOR, Role.CRITIC):
+            c = cost_of(prob.problem, RoleOption(role, 8, 8, 1, 1, "idle"))
+            assert (c.swap_in("scoring"), c.swap_in("training")) == (scoring, swap)
+    assert 4 * p // 8 == 4_015_130_624 and 28_105_914_368 == 3.5 * p

@@ -1,0 +1,56 @@
+"""OpenRLHF cannot run a step with fewer rollouts than the actor's dp
+(:func:`model.rlhf.openrlhf.check_split_count`): ``split_rollout_samples`` (experience_maker.py,
+3c3be6234) asks ``get_seqlen_balanced_partitions`` for max(first-fit count rounded down to a
+multiple of dp, dp) micro-batches, and that function asserts ``len(seqlen_list) >=
+k_partitions``. The plan used to count one rollout a micro-batch there; now the actor's option
+is refused (a LayoutError: the search does not offer it, the CLI exits 2 in one line)."""
+
+from __future__ import annotations
+
+import pytest
+
+import trainplan.model.rlhf.network as network
+from trainplan.interface.rlhf.faithful import rlhf_inputs
+from trainplan.model.errors import LayoutError
+from trainplan.model.rlhf.roles import RoleOption
+from trainplan.model.rlhf.spec import Role
+from trainplan.optimizer.rlhf.search import search_placement
+from trainplan.optimizer.rlhf.tables import cost_of
+
+
+def _problem(prompts: int, samples: int, gpus: int, framework: str = "deepspeed"):
+    inp = rlhf_inputs(
+        {"algorithm": "grpo", "model": "qwen2.5-7b", "reward": "rule", "prompts": prompts,
+         "samples_per_prompt": samples, "gpus": gpus, "framework": framework},
+        placement=False,
+    )  # fmt: skip
+    return inp.problem
+
+
+def test_actor_dp_above_the_steps_rollouts_is_refused_under_openrlhf_only():
+    """2 prompts × 2 rollouts = 4 rollouts: OpenRLHF asks for max(⌊k/8⌋·8, 8) = 8 partitions
+    at actor dp 8 (k = ⌈4 / ⌊16,384 / 5,120⌋⌉ = 2 by first fit), 8 > 4 items: refused; at dp 4
+    it asks for 4 (one rollout each) and runs. The rule is the actor's (``effective_actor_num``);
+    the reference at dp 8 is not refused by it, nor is anything under verl (``megatron``)."""
+    p = _problem(2, 2, 8)
+    with pytest.raises(LayoutError, match=r"^actor dp: 8 — above the step's 4 rollouts"):
+        cost_of(p, RoleOption(Role.ACTOR, 8, 8, 1, 1))
+    assert cost_of(p, RoleOption(Role.ACTOR, 4, 4, 1, 1)).split_tokens == 5_120
+    cost_of(p, RoleOption(Role.REFERENCE, 8, 8, 1, 1))
+    cost_of(_problem(2, 2, 8, "megatron"), RoleOption(Role.ACTOR, 8, 8, 1, 1))
+
+
+def test_the_search_no_longer_offers_the_actor_at_dp_8_for_4_rollouts(monkeypatch):
+    """4 rollouts on 8 H100: the old answer (the rule patched out) was everything colocated, the
+    actor at dp 8, 6.01 s — a step OpenRLHF stops at the assertion. Now: the engine (tp 4) on 4
+    GPUs and the actor and the reference at dp 4 on the other 4, 7.43 s; 7.445 s with the actor's
+    ZeRO-2 gradients all-reduced whole (DeepSpeed's use_multi_rank_bucket_allreduce default)
+    where a reduce-scatter was counted."""
+    r = search_placement(_problem(2, 2, 8))
+    actor = next(o for o in r.best.options if o.role is Role.ACTOR)
+    assert (actor.gpus, actor.dp) == (4, 4)
+    assert r.best.plan.step_s == pytest.approx(7.445, abs=0.001)
+    monkeypatch.setattr(network, "check_split_count", lambda spec, role, dp: None)
+    old = search_placement(_problem(2, 2, 8))
+    assert next(o.dp for o in old.best.options if o.role is Role.ACTOR) == 8
+    assert old.best.plan.step_s == pytest.approx(6.010, abs=0.001)  # 5.990 s before the all-reduce

@@ -1,0 +1,40 @@
+"""Under ``--framework deepspeed`` the engine's default memory fraction is OpenRLHF's own,
+``--vllm.gpu_memory_utilization`` 0.95 (``openrlhf/cli/train_ppo_ray.py``, 3c3be6234), passed to
+every engine, colocated or not (review L3); verl's 0.5 (colocated) and vLLM's 0.9 (alone) stay
+the ``megatron`` and ``fsdp2`` defaults."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from trainplan.interface.rlhf.faithful import evaluate_placement, rlhf_inputs
+from trainplan.model.frameworks import Framework
+from trainplan.model.rlhf.spec import Role, default_fraction
+
+HBM = 85_017_493_504  # H100-SXM bytes vLLM multiplies (cuda_total_bytes)
+
+
+def _engine(framework: str, **kw):
+    inp = rlhf_inputs(
+        {"algorithm": "grpo", "model": "qwen2.5-7b", "reward": "rule", "gpus": 64,
+         "framework": framework} | kw,
+        placement=False,
+    )  # fmt: skip
+    plan = evaluate_placement(inp)
+    return next(c for c in plan.costs if c.option.role is Role.ROLLOUT), plan
+
+
+def test_deepspeed_engine_takes_openrlhfs_095_by_default():
+    """Qwen2.5 7B GRPO on 64 H100, everything colocated: the engine's budget is 0.95 × 85,017,493,504
+    = 80,766,618,828.8 B (80.77 GB; was 0.5 × = 42.51 GB). The pool needs 131.33 GB in the rollout
+    (was 93.07 GB: DOES NOT FIT either way); the step 343.1 → 333.7 s (more KV space, more
+    sequences decoded at once), 333.8 s with the actor's ZeRO-2 gradients all-reduced whole
+    (DeepSpeed's use_multi_rank_bucket_allreduce default)."""
+    eng, plan = _engine("deepspeed")
+    assert eng.option.fraction == Fraction(19, 20) == default_fraction(False, Framework.DEEPSPEED)
+    assert eng.budget_bytes == Fraction(19, 20) * HBM
+    assert not plan.fits and round(float(plan.step_s), 1) == 333.8
+    split, _ = _engine("deepspeed", rollout_gpus=16)
+    assert split.option.fraction == Fraction(19, 20)
+    verl, _ = _engine("megatron")
+    assert verl.option.fraction == Fraction(1, 2) and verl.budget_bytes == HBM / 2

@@ -1,0 +1,72 @@
+"""DeepSpeed ZeRO-2/3 with ``offload_optimizer``: the gradient partition lives on the host, not
+the GPU (model/offload.py ``offload_memory`` / ``_host_grads``), derived by hand from DeepSpeed
+edaa7221:
+
+* ZeRO-2, ``deepspeed/runtime/zero/stage_1_and_2.py`` ``copy_grads_in_partition``: under
+  ``cpu_offload`` it accumulates through the host (``async_accumulate_grad_in_cpu_via_gpu``) and
+  copies into ``single_partition_of_fp32_groups[i].grad`` (pinned host FP32), then ``return``s
+  before ``self.grads_in_partition = torch.empty(...)`` on the GPU;
+* ZeRO-3, ``deepspeed/runtime/zero/stage3.py``: ``self.device`` is the CPU under
+  ``offload_optimizer`` and ``grad_partitions_flat_buffer`` (``gradient_accumulation_dtype``,
+  BF16 here) is allocated on it, beside the FP32 sub-group gradients
+  (``subgroup_gradient_buffer``, on ``subgroup_to_device[i]`` = the CPU).
+"""
+
+from __future__ import annotations
+
+import trainplan
+
+P70 = 70_553_706_496
+P8 = 8_030_261_248
+
+
+def _evaluate(model: str, zero: int, **more: object) -> trainplan.Estimate:
+    return trainplan.evaluate(
+        model=model, num_gpus=8, gpu="H100-SXM", framework="deepspeed", dp=8, zero_stage=zero,
+        micro_batch_size=1, global_batch_size=2048, offload_optimizer=1, **more,
+    )  # fmt: skip
+
+
+def test_llama3_70b_zero3_offload_by_hand():
+    """Llama 3 70B, dp 8, ZeRO-3, full recompute, b 1 (the search's answer before this fix):
+    shard 70,553,706,496 / 8 = 8,819,213,312 elements. GPU gradients 0 (were 2 B × shard =
+    17,638,426,624 B); host (12 B optimizer + 4 B FP32 gradients + 2 B BF16 flat gradient
+    buffer) × shard = 158,745,839,616 B (was 141,107,412,992); the peak 63.45 → 45.81 GB,
+    45,808,497,408 B."""
+    shard = P70 // 8
+    assert shard == 8_819_213_312
+    e = _evaluate("llama3-70b", 3, recompute="full")
+    state = e.stages[0].state
+    assert state.gradients_bytes == 0
+    assert state.host_bytes == (12 + 4 + 2) * shard == 158_745_839_616
+    assert e.total_bytes == 45_808_497_408 == 63_446_924_032 - 2 * shard
+
+
+def test_llama3_8b_zero2_offload_by_hand():
+    """Llama 3 8B, dp 8, ZeRO-2, m 256: shard 1,003,782,656. GPU gradients: only the staging
+    buffer ``temp_grad_buffer_for_gpu_offload`` of the largest tensor, the embedding, 128,256 ×
+    4,096 × 2 B = 1,050,673,152 (was + 2 B × shard = 3,058,238,464 B). Host unchanged:
+    (12 + 4 FP32 gradients + 2 ``accumulated_grads_in_cpu``) × shard + the host staging twin =
+    19,118,760,960 B."""
+    shard = P8 // 8
+    staging = 128_256 * 4_096 * 2
+    e = _evaluate("llama3-8b", 2)
+    state = e.stages[0].state
+    assert state.gradients_bytes == staging == 1_050_673_152
+    assert state.host_bytes == 18 * shard + staging == 19_118_760_960
+
+
+def test_zero3_with_parameters_offloaded_keeps_the_bf16_buffer_on_the_host():
+    """With ``offload_param`` too the weights move as before, and the BF16 gradient buffer is
+    counted on the host: (2 weights + 12 + 4 + 2) × shard = 176,384,266,240 B (was 158.75 GB)."""
+    shard = P70 // 8
+    e = _evaluate("llama3-70b", 3, offload_params=True)
+    assert e.stages[0].state.gradients_bytes == 0
+    assert e.stages[0].state.host_bytes == 20 * shard == 176_384_266_240
+
+
+def test_zero1_keeps_its_whole_gradients_on_the_gpu():
+    """ZeRO-1 under offload accumulates whole ``.grad``s on the GPU between boundaries (only
+    its reduction differs): 2 B × P8 stays, beside the staging buffer."""
+    e = _evaluate("llama3-8b", 1)
+    assert e.stages[0].state.gradients_bytes == 2 * P8 + 128_256 * 4_096 * 2
