@@ -114,8 +114,8 @@ KEY_HELP: dict[str, str] = {
     "under (default false: the fitted GEMM efficiency already holds the effect; "
     "docs/time-model-sources.md).",
     "nccl_channel_setup": "Memory: count the device allocations NCCL makes to set up each "
-    "communicator's channels, 2 MiB each, 196 MiB for a ring of 32 channels (default false; "
-    "docs/memory-mechanisms.md, NCCL).",
+    "communicator's channels, 2 MiB each, 196 MiB inside an H100 node (32 channels), 100 MiB "
+    "across nodes (16) (default true; docs/memory-mechanisms.md, NCCL).",
     "use_multi_rank_bucket_allreduce": "deepspeed ZeRO-1/2: DeepSpeed's zero_optimization."
     "use_multi_rank_bucket_allreduce, each gradient bucket all-reduced (default true, DeepSpeed "
     "0.12.4 and later); false: the older reduce to each owning rank, a reduce-scatter's bytes.",

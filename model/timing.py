@@ -217,15 +217,14 @@ class CostOptions:
     in its place the validation is far worse whatever these overlaps hide; and the published
     runs that set ``NCCL_NVLS_ENABLE=0`` hold the ring's channels, whose count NCCL's topology
     search decides, not these (``docs/time-model-sources.md`` §2 has the figures)."""
-    nccl_channel_setup: bool = False
+    nccl_channel_setup: bool = True
     """Count, in each NCCL communicator's bytes, the device allocations of its channels' set-up
     (:func:`model.terms.comm_memory.channel_setup_bytes`: three 2 MiB allocations a channel
-    and two a communicator, 196 MiB for a ring of 32 channels; measured on an H200 at 388 MiB for
-    a one-rank communicator's 64). Off by default: in force it calls one published run that ran
-    "does not fit" (NeMo 24.07's GPT-3 20B on 64 H100s, 0.53 GB over), so some other count of
-    that run is too high — the ring's channel count, 32, the larger end of NCCL's topology
-    search, or the 1 GiB fragmentation allowance — and until that is found the set-up is an
-    option (``docs/memory-mechanisms.md``, NCCL)."""
+    and two a communicator, for the collective channel count rounded up to a power of two: 196
+    MiB inside an H100 node (32), 100 MiB for a ring across nodes (16); measured on an H200 at
+    388 MiB for a one-rank communicator's 64). On by default; ``false`` leaves out what the
+    cuMem allocator's 2 MiB granule makes of these small allocations (``NCCL_CUMEM_ENABLE=0``
+    is not modelled)."""
     use_multi_rank_bucket_allreduce: bool = True
     """DeepSpeed ZeRO-1/2's ``zero_optimization.use_multi_rank_bucket_allreduce`` (DeepSpeed
     ``deepspeed/runtime/zero/config.py``, default true since PR #4695, v0.12.4 of 2023-11): each

@@ -43,8 +43,14 @@ def test_deepspeed_moe_search_etp_refusal_and_axis_rule():
     # 2·4·32,768·32,000 = 8,388,608,000 B, and its args.attn_mask, 32,768² = 1,073,741,824 B:
     # 61.14 + 8.39 + 1.07 = 70.60 GB; flash-attn's FP32 softmax statistics in the recomputed
     # layer (FlashAttnVarlenFunc saves softmax_lse), 4·32·32,768 = 4,194,304 B: 70.61 GB
+    # (70,605,641,216 B); 70.36 GB (70,358,177,280 B) with NCCL's channels by placement and their
+    # set-up (model/terms/comm_memory.py): stage 1's communicators, the dp ring over 2 nodes (16
+    # channels: 192 + 100 = 292 MiB), the all-to-all's 7 NVLink peers (2,688 MiB) and its set-up
+    # (196), the expert dp pair (292), the pipeline pair across nodes (4 channels: 48 + 28), the
+    # world, model-parallel and pipe rings (292 each): 4,420 MiB, against 384 + 2,688 + 384 + 48
+    # + 3 × 384 = 4,656 MiB before, 236 MiB = 247,463,936 B fewer
     assert "Memory per GPU (busiest pipeline stage: 1, counted from 0)" in search.stdout
-    assert "= total (peak: forward-backward)                   70.61 GB" in search.stdout
+    assert "= total (peak: forward-backward)                   70.36 GB" in search.stdout
     assert refusal(done["etp2"]) == (
         "--etp: 2 under framework deepspeed must be 1 (experts whole on every tp rank, the "
         "default) or tp = 8 (--enable-expert-tensor-parallelism)"

@@ -143,17 +143,23 @@ def test_megatron_fsdp_reduce_scatter_queue_llama3_405b():
     and the output layer, 64,129 chunks of 16,384 padded to o = 502 × 128 × 16,384 =
     1,052,770,304, wait beside (C − o) // u' + 1 = 2 layers and go when the third is queued:
     o + 3·u' = 5,878,317,056 elements, 4 B each = 23,513,268,224 B, the peak (four layers,
-    25,501,892,608 B, counted before). The layout's peak, 90.29 GB with the communicators (and
+    25,501,892,608 B, counted before). The layout's peak, 90.11 GB with the communicators (and
     one layer's backward working set, the output layer's tensors released before it, its
     all-gather buffer), 90.32 GB with the recomputed segment's fused attention softmax
     statistics (FP32, 4·128/2 heads·8,192 = 2,097,152 B a layer), does not fit an H100's 83.21
-    GB."""
+    GB. The communicators with their channels' set-up (model/terms/comm_memory.py): the tp ring
+    in a node, 24 channels, 288 + 196 = 484 MiB; the dp ring over 256 ranks, 4 a node on 32
+    nodes, 16 channels, 192 + 100 = 292 MiB; the gradient-statistics and world rings over the
+    256 GPUs, 292 MiB each: 1,360 MiB (was 4 × 384 = 1,536 MiB at 32 channels and no set-up,
+    184,549,376 B more): 90,317,022,464 → 90,132,473,088 B, 90.13 GB."""
     lay = Layout.of(dp=128, tp=2, framework="megatron", zero_stage=3, recompute="sqrt")
     est = Case.of("llama3-405b", "H100-SXM", lay).evaluate()
     unit, padded, output = 1_593_868_288, 59 * 128 * 212_992, 502 * 128 * 16384
     assert padded == 1_608_515_584 and 2 * padded > 2 * unit >= padded
     assert est.stages[0].state.buffers_bytes == 4 * (output + 3 * padded) == 23_513_268_224
-    assert round(float(est.stages[0].total_bytes) / 1e9, 2) == 90.32
+    assert est.stages[0].communicator_bytes == (484 + 292 + 292 + 292) * 2**20
+    assert est.stages[0].total_bytes == 90_317_022_464 - 176 * 2**20 == 90_132_473_088
+    assert round(float(est.stages[0].total_bytes) / 1e9, 2) == 90.13
     assert not est.fits
 
 
@@ -305,7 +311,7 @@ def test_non_unit_buckets_deepseek_v3_dp1024():
     queue's steady state: capacity 2·u, u > the output bucket) and bucket 1: 4 B·(4·u +
     1,042,284,544); and gathered whole beside its 1/1024 shard, eh_proj and the four norms
     more than the embedding and output layer: 2 B·(102,760,448 + 4·7168). The peak,
-    87.82 GB with the communicators (87.75 GB when the gathered units were counted beyond the
+    87.82 GB with the communicators at 32 channels a ring and no set-up (87.75 GB when the gathered units were counted beyond the
     shard), Transformer Engine's four GroupedLinear cuBLAS workspaces
     (4 × 33,555,456 B) and the router's 9 B per [S, E] element in the recomputed layer
     (model.moe_working_set.MEGATRON_ROUTER_SCORE_BYTES: 87.73 GB with one FP32 copy, + 5·S·E =
@@ -315,7 +321,12 @@ def test_non_unit_buckets_deepseek_v3_dp1024():
     full) Megatron's alltoall dispatcher holds 4U beside the recompute transient, U = β·k·S·h =
     2·8·(3·4096)·7168 = 1,409,286,144 B (the permuted tokens, the all-to-all output, the experts'
     output and its un-sorted copy; model/moe_working_set.py), and that phase is now the stage's
-    largest: + 4U = 5,637,144,576 B."""
+    largest: + 4U = 5,637,144,576 B. With the communicators' placed channels and their set-up
+    (model/terms/comm_memory.py): the dp ring over 128 nodes (16 channels, 192 + 100 = 292 MiB),
+    the all-to-all's 7 NVLink peers × 32 channels × 12 MiB = 2,688 MiB and the ep
+    communicator's set-up of 32 channels, 196 MiB, the expert dp ring (on the dp placement,
+    292), the gradient-statistics and world rings (292 each): 4,052 MiB, against 384 + 2,688 +
+    3 × 384 = 4,224 MiB before, 180,355,072 B fewer: 87.65 and 93.28 GB."""
     from trainplan.model.megatron_fsdp_buckets import non_unit_buckets
     from trainplan.model.terms.split_key import SplitKey
     from trainplan.model.terms.stage_params import layer_units, non_unit_params
@@ -342,8 +353,9 @@ def test_non_unit_buckets_deepseek_v3_dp1024():
     U = 2 * 8 * 3 * 4096 * 7168
     a = est.stages[0].activations
     assert a.moe_forward_bytes - a.recompute_transient_bytes == 4 * U == 5_637_144_576
-    assert round((float(est.stages[0].total_bytes) - 4 * U) / 1e9, 2) == 87.83
-    assert round(float(est.stages[0].total_bytes) / 1e9, 2) == 93.46
+    assert est.stages[0].communicator_bytes == (292 + 2688 + 196 + 3 * 292) * 2**20
+    assert round((float(est.stages[0].total_bytes) - 4 * U) / 1e9, 2) == 87.65
+    assert round(float(est.stages[0].total_bytes) / 1e9, 2) == 93.28
     assert not est.fits
 
 

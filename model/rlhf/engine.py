@@ -102,11 +102,12 @@ def engine_communicator_bytes(tp: int, gpus_per_node: int) -> tuple[int, int]:
 
     Examples
     --------
-    tp 4 in an 8-GPU node: the PyNccl ring 32 × 12 MiB = 402,653,184 B plus 25,165,824 B of custom
-    all-reduce; torch's ring for the logits all-gather, another 402,653,184 B.
+    tp 4 in an 8-GPU node: the PyNccl ring, 24 channels inside a node
+    (:data:`model.terms.comm_memory.RING_CHANNELS`) × 12 MiB = 301,989,888 B, plus 25,165,824 B
+    of custom all-reduce; torch's ring for the logits all-gather, another 301,989,888 B.
 
     >>> engine_communicator_bytes(4, 8)
-    (427819008, 402653184)
+    (327155712, 301989888)
     >>> engine_communicator_bytes(1, 8)
     (0, 0)
     """

@@ -306,11 +306,12 @@ def engine_receive_bytes(spec: RLHFSpec, rs: RoleSpec) -> tuple[Fraction, Fracti
 
     Examples
     --------
-    Qwen2.5 72B: its embedding 152,064 × 8,192 × 2 B = 2,491,416,576 B, and a 384 MiB ring.
+    Qwen2.5 72B: its embedding 152,064 × 8,192 × 2 B = 2,491,416,576 B, and a 24-channel ring,
+    288 MiB.
 
     >>> from trainplan.scenarios.catalogue import get_model
     >>> largest_parameter_bytes(get_model("qwen2.5-72b").model.arch), communicator_bytes(True, 0, 0)
-    (2491416576, 402653184)
+    (2491416576, 301989888)
     """
     if spec.framework is not Framework.DEEPSPEED:
         return Fraction(0), Fraction(0)

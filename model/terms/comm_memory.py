@@ -32,17 +32,14 @@ default) each is rounded up to the allocation granularity (``src/include/alloc.h
 6 MiB however few ranks it has. ``ncclTopoComputeP2pChannels`` (``src/graph/paths.cc``) sets up
 the point-to-point channels beyond the collective ones up to ``p2pnChannels``, the collective
 count rounded up to a power of two: :func:`channel_setup_bytes`. Measured on one H200 (NCCL
-2.28.9, PyTorch 2.11; ``tests/data/device/h200-2026-12-04/nccl_steps.json`` and
-``nccl_alloc_log.txt``): each one-rank communicator took 388–390 MiB outside PyTorch's allocator,
-its ALLOC log 64 channels × those three allocations plus the two, every pointer 2 MiB past the
-last: (64 × 3 + 2) × 2 MiB = 388 MiB.
+2.28.9; ``tests/data/device/h200-2026-12-04/``): a one-rank communicator took (64 × 3 + 2) ×
+2 MiB = 388 MiB, its ALLOC log those allocations 2 MiB apart.
 
-Per communicator on one GPU (:func:`communicator_bytes`):
-
-* a **ring** (all-reduce, reduce-scatter, all-gather): one connection in and one out per
-  channel, :data:`RING_CHANNELS` channels;
-* **point-to-point peers** (pipeline neighbours, context parallelism's ring and all-to-all, the
-  expert all-to-all): :func:`p2p_channels_per_peer` channels per peer.
+Per communicator on one GPU (:func:`communicator_bytes`): a **ring** (all-reduce,
+reduce-scatter, all-gather) connects one peer in and one out on each of its collective channels
+(:func:`group_channels`: 24 inside an H100 node, 16 across nodes at 4 or 8 ranks a node);
+**point-to-point peers** (pipeline, context parallelism, the expert all-to-all) get
+:func:`p2p_channels_per_peer` channels each.
 
 Not counted: NVLink SHARP (NVLS) and CollNet buffers, the tree algorithm's connections (NCCL
 connects an algorithm on its first use, ``NCCL_RUNTIME_CONNECT``; large gradient collectives run
@@ -53,7 +50,7 @@ resources (``splitShare``), which PyTorch does not request by default.
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
 from trainplan.model.frameworks import Framework
@@ -67,6 +64,10 @@ from trainplan.model.xp import maximum, where
 __all__ = [
     "CONNECTION_BYTES",
     "RING_CHANNELS",
+    "NODE_CHANNELS",
+    "collective_channels",
+    "group_channels",
+    "setup_channels",
     "P2P_CHANNELS",
     "P2P_NET_BYTES_PER_CHANNEL",
     "P2P_PEERS_PER_ROUND",
@@ -108,12 +109,20 @@ CONNECTION_BYTES = _granules(LL_BYTES + LL128_BYTES + SIMPLE_BYTES) + ALLOCATION
 three protocols, 9.1875 MiB rounded up to 10 MiB, and the send side's ``ncclSendMem`` rounded up
 to 2 MiB: 12 MiB (NVIDIA/nccl#1685's two allocation sizes)."""
 
-RING_CHANNELS = 32
-"""Channels of a collective communicator's ring, counted as 32: on 8 H100s NCCL ran 32
-point-to-point channels per peer (NVIDIA/nccl#1685), and ``ncclTopoComputeP2pChannels``
-(``src/graph/paths.cc``) caps those at the collective channel count rounded up to a power of two,
-so that node ran between 17 and 32 collective channels. The count is NCCL's topology search's
-(``src/graph/search.cc``), sized to the links' bandwidth; 32 is the larger end."""
+NODE_CHANNELS = 24
+"""Collective channels (``comm->nChannels``) of a communicator inside one NVLink domain of
+NVLink 3 or 4 (A100, H100, H200): :func:`collective_channels`. ``ncclTopoCompute`` (``src/graph/search.cc``) finds 6 ring
+channels at 60 GB/s on an H100's 18 × ``SM90_NVLINK_BW`` 20.6 = 370.8 GB/s (7 × 50 and 9 × 40
+are no better), ``ncclTopoDupChannels`` doubles them (``bwIntra`` ≥ 50) to 12 at 30 GB/s, and
+``ncclTopoPostset`` (``src/graph/connect.cc``, "Duplication should be complete now") doubles
+them again: 24. An A100 (12 × 20 GB/s, 6 at 40 GB/s) reaches 24 the same way. The ring connects
+these (``src/transport/generic.cc`` ``ncclTransportRingConnect``: ``c < comm->nChannels``); the
+channels set up are the point-to-point count, 32 (:data:`P2P_CHANNELS`, NVIDIA/nccl#1685).
+"""
+RING_CHANNELS = NODE_CHANNELS
+"""Collective channels of a ring counted where no placement is given (a communicator inside one
+node: the RLHF engines' and OpenRLHF's rings, :func:`communicator_bytes`' default); the layout
+term counts each group's :func:`group_channels`."""
 P2P_CHANNELS = 32
 """Point-to-point channels of a communicator (``p2pnChannels``) and the most per peer: 32 on
 8 H100s (NVIDIA/nccl#1685). Inside a node each NVLink peer gets ``2 × (path bandwidth ÷ one
@@ -129,6 +138,83 @@ channels per peer until ``channels × ⌈peers ÷ 8⌉`` fits :data:`P2P_CHANNEL
 
 def _pow2_up(n: int) -> int:
     return 1 << max(0, math.ceil(math.log2(n)))
+
+
+SM90_INTER_SPEEDS = (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0)
+"""``sm90SpeedArrayInter`` (``src/graph/search.cc``), GB/s: the bandwidths the ring search tries
+per channel across nodes, highest first."""
+PCIE_GEN5_X16 = 48.0
+"""A GPU's or NIC's PCIe Gen5 × 16 link as NCCL's topology counts it, GB/s (``src/graph/topo.cc``
+``kvDictPciGen`` "32.0 GT/s PCIe" 240 × 16 lanes ÷ 80): the path from a GPU to its own NIC."""
+
+
+@lru_cache(maxsize=256)
+def collective_channels(local: int, nodes: int, nic_bytes_per_s: float | None, nvl5: bool) -> int:
+    """Collective channels NCCL gives a communicator of ``local`` ranks on each of ``nodes``
+    nodes (``comm->nChannels`` after ``ncclTopoPostset``; ``src/init.cc``,
+    ``src/graph/search.cc``, ``src/graph/connect.cc`` at 5067397).
+
+    * One node (one NVLink domain): :data:`NODE_CHANNELS`, 24; 32 on NVLink 5 (``nvl5``: 18 ×
+      ``SM100_NVLINK_BW`` 40.1 GB/s, 8 search channels at 90 GB/s, doubled twice).
+    * Across nodes, one NIC per GPU behind its PCIe path (a DGX H100's eight): each of the
+      node's ``local`` GPUs carries one search channel at the fastest ``sm90SpeedArrayInter``
+      speed its NIC and PCIe Gen5 path (:data:`PCIE_GEN5_X16`) allow, 48 GB/s for 400 Gb/s
+      NICs; ``ncclTopoDupChannels`` doubles them unless the speed is under 25 GB/s or, on
+      sm90, under 50 GB/s with more than 4 channels; ``ncclTopoPostset`` doubles; and on sm90
+      with more than 45 GB/s a channel and under 16 channels "4 compute channels per search
+      channel" doubles again. 8 ranks a node: 8 → 16 (NVIDIA/nccl#1453's three H100 nodes:
+      ``Channel 00/16``; nccl#1041: "execution channels are typically 2x the search channels",
+      8 search channels on H100s with eight CX7s); 4 a node: 4 → 8 → 16; 1 a node: 1 → 2 → 4.
+      Unknown NIC bandwidth: 400 Gb/s.
+
+    >>> collective_channels(8, 1, None, False), collective_channels(8, 1, None, True)
+    (24, 32)
+    >>> [collective_channels(r, 8, 50e9, False) for r in (1, 2, 4, 6, 8)]
+    [4, 8, 16, 24, 16]
+    >>> collective_channels(8, 4, 25e9, False)  # 200 Gb/s NICs: 8 at 24 GB/s, no duplication
+    16
+    """
+    if nodes <= 1:
+        return 32 if nvl5 else NODE_CHANNELS
+    bw = min(PCIE_GEN5_X16, (nic_bytes_per_s or 50e9) / 1e9)
+    speed = next((s for s in SM90_INTER_SPEEDS if s <= bw), SM90_INTER_SPEEDS[-1])
+    search = local
+    if speed >= 25.0 and not (speed < 50.0 and search > 4):
+        search, speed = 2 * search, speed / 2
+    channels = 2 * search
+    if speed > 45.0 and channels < 16:
+        channels *= 2
+    return min(channels, 2 * P2P_CHANNELS)
+
+
+def setup_channels(channels: int) -> int:
+    """Channels a communicator with ``channels`` collective channels sets up (``initChannel``):
+    ``ncclTopoComputeP2pChannels`` (``src/graph/paths.cc``) runs it up to ``p2pnChannels``, the
+    collective count rounded up to a power of two.
+
+    >>> setup_channels(24), setup_channels(16), setup_channels(12)
+    (32, 16, 16)
+    """
+    return _pow2_up(int(channels))
+
+
+@lru_cache(maxsize=4096)
+def group_channels(
+    size: int, span: int, gpus_per_node: int, nvlink: bool, nic: Any, nvl5: bool
+) -> int:
+    """:func:`collective_channels` of a group of ``size`` ranks spread over ``span`` consecutive
+    ranks: one node where ``nvlink`` (the group lies in one NVLink domain), else ``size ÷ nodes``
+    ranks on each of ``min(size, ⌈span ÷ gpus_per_node⌉)`` nodes (a 2-rank pipeline group
+    spanning 8 nodes has one rank on each of 2).
+
+    >>> group_channels(32, 64, 8, False, 50e9, False), group_channels(2, 2, 8, True, None, False)
+    (16, 24)
+    """
+    if nvlink or size <= 1:
+        return collective_channels(int(size), 1, None, nvl5)
+    nodes = max(1, min(int(size), -(-int(span) // int(gpus_per_node))))
+    local = max(1, min(int(gpus_per_node), -(-int(size) // nodes)))
+    return collective_channels(local, nodes, float(nic) if nic else None, nvl5)
 
 
 def net_channels_per_peer(scaleout_bytes_per_s: float | None) -> int:
@@ -176,34 +262,42 @@ def channel_setup_bytes(channels: Any) -> Any:
     return (channels * CHANNEL_ALLOCATIONS + COMMUNICATOR_ALLOCATIONS) * ALLOCATION_GRANULE
 
 
-def communicator_bytes(ring: Any, peers: Any, channels_per_peer: Any, setup: bool = False) -> Any:
-    """Bytes one NCCL communicator holds on one GPU: a ring's :data:`RING_CHANNELS`
-    connections where ``ring``, plus ``peers`` point-to-point peers' ``channels_per_peer``
-    channels each, every one :data:`CONNECTION_BYTES`; and the set-up of its channels
-    (:func:`channel_setup_bytes`), at least the ring's channels and those of one peer (NCCL
-    sets up the collective channel count, rounded up to a power of two, which a point-to-point
-    communicator's per-peer count does not exceed) where ``setup`` (the layout terms pass
-    :class:`model.timing.CostOptions` ``nccl_channel_setup``, off by default). Exact for ints;
-    element-wise for arrays.
+def communicator_bytes(
+    ring: Any,
+    peers: Any,
+    channels_per_peer: Any,
+    setup: bool = False,
+    channels: Any = RING_CHANNELS,
+    init: Any = None,
+) -> Any:
+    """Bytes one NCCL communicator with ``channels`` collective channels
+    (:func:`collective_channels`) holds on one GPU: a ring's ``channels`` connections where
+    ``ring``, plus ``peers`` point-to-point peers' ``channels_per_peer`` channels each, every one
+    :data:`CONNECTION_BYTES`; and where ``setup`` (:class:`model.timing.CostOptions`
+    ``nccl_channel_setup``) the set-up of its channels (:func:`channel_setup_bytes` of
+    :func:`setup_channels`, or ``init`` where given, whether it connects a ring or peers). Exact
+    for ints; element-wise for arrays (pass ``init`` with array ``channels``).
 
     Examples
     --------
-    A tp group's ring: 32 × 12 MiB = 384 MiB of buffers, and with the set-up (32 × 3 + 2) ×
-    2 MiB = 196 MiB more; a middle pipeline stage's two neighbours on other nodes, 4 channels
-    each: 2 × 4 × 12 MiB = 96 MiB, and (4 × 3 + 2) × 2 MiB = 28 MiB more.
+    A tp group's ring in a node: 24 × 12 MiB = 288 MiB of buffers, and with the set-up (32 × 3 +
+    2) × 2 MiB = 196 MiB more; a dp ring across nodes, 16 channels: 192 MiB and (16 × 3 + 2) ×
+    2 MiB = 100 MiB; a middle pipeline stage's two neighbours on other nodes (4 channels), 4
+    channels each: 2 × 4 × 12 MiB = 96 MiB, and (4 × 3 + 2) × 2 MiB = 28 MiB more.
 
     >>> communicator_bytes(True, 0, 0) // 2**20, communicator_bytes(False, 2, 4) // 2**20
-    (384, 96)
-    >>> communicator_bytes(True, 0, 0, True) // 2**20, communicator_bytes(False, 2, 4, True) // 2**20
-    (580, 124)
-    >>> communicator_bytes(False, 0, 0, True)
-    0
+    (288, 96)
+    >>> communicator_bytes(True, 0, 0, True) // 2**20, communicator_bytes(True, 0, 0, True, 16) // 2**20
+    (484, 292)
+    >>> communicator_bytes(False, 2, 4, True, 4) // 2**20, communicator_bytes(False, 0, 0, True)
+    (124, 0)
     """
-    connections = (where(ring, RING_CHANNELS, 0) + peers * channels_per_peer) * CONNECTION_BYTES
+    connections = (where(ring, channels, 0) + peers * channels_per_peer) * CONNECTION_BYTES
     if not setup:
         return connections
-    channels = maximum(where(ring, RING_CHANNELS, 0), where(peers > 0, channels_per_peer, 0))
-    return connections + where(channels > 0, channel_setup_bytes(channels), 0)
+    made = where(ring, True, peers > 0)
+    init = setup_channels(channels) if init is None else init
+    return connections + where(made, channel_setup_bytes(maximum(init, channels_per_peer)), 0)
 
 
 def _pipeline_peers(f: Fields) -> Any:
@@ -236,18 +330,17 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
       tensor-parallel group (``expert_tp``) where they have more than one rank; cp's all-gather
       flavour; with tied embeddings or MTP, the first and last stage's two-rank embedding group;
       Megatron-Core's gradient-statistics groups (:func:`grad_stats_rings`); the world group's
-      (:func:`world_ring`: the frameworks' barriers); under DualPipe the
-      two-rank group of ranks r and pp − 1 − r, which hold the two copies of the same stages and
-      sum their gradients (DeepSeek-V3 report §3.2.1, Table 2 "Parameter 2×"; deepseek-ai/DualPipe
-      ``examples/example_dualpipe.py`` builds both stages on each rank and creates no group, so
-      no public code names it: counted as one two-rank ring, as the embedding pair is — DualPipe
-      runs under ``textbook`` only here, where the term is 0);
+      (:func:`world_ring`: the frameworks' barriers); under DualPipe the two-rank group of ranks
+      r and pp − 1 − r that sum the two copies' gradients (DeepSeek-V3 report §3.2.1; no public
+      code names it; DualPipe runs under ``textbook`` only here, where the term is 0);
     * point-to-point: cp's ring flavour's two neighbours (one at cp = 2), Ulysses' cp − 1
       all-to-all peers (the hybrid's both), ep's ep − 1 all-to-all peers (NCCL's all-to-all
       dispatcher; DeepEP's buffers are the state's ``dispatch_buffer_bytes``), the pipeline's
-      neighbouring stages (:func:`_pipeline_peers`), with :func:`p2p_channels_per_peer`
-      channels each (across nodes as the topology placed the axis,
-      :attr:`model.terms.fields.LinkFields.nvlink`).
+      neighbouring stages (:func:`_pipeline_bytes`), with :func:`p2p_channels_per_peer`
+      channels each (across nodes as the topology placed the axis).
+
+    Each ring connects, and each communicator sets up, the channels its placement gets
+    (:func:`_channels`).
 
     0 under the ``textbook`` profile (the paper convention counts no runtime memory).
 
@@ -259,29 +352,73 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
         return 0
     setup = c.options.nccl_channel_setup
 
-    def comm(ring: Any, peers: Any, channels_per_peer: Any) -> Any:
-        return communicator_bytes(ring, peers, channels_per_peer, setup)
+    chans = partial(_channels, c, f)
 
-    total = comm(f.tp > 1, 0, 0) + comm(f.shard_degree > 1, 0, 0)
+    def comm(ring: Any, peers: Any, per_peer: Any, ch: tuple[Any, Any]) -> Any:
+        return communicator_bytes(ring, peers, per_peer, setup, ch[0], ch[1])
+
+    world = chans(None, f.tp * f.pp * f.shard_degree)
+    dp = chans("dp", f.shard_degree)
+    total = comm(f.tp > 1, 0, 0, chans("tp", f.tp)) + comm(f.shard_degree > 1, 0, 0, dp)
     r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
     ring_peers = where(r > 2, 2, where(r == 2, 1, 0))
     cp_peers = where(gather, 0, ring_peers) + (u - 1)
     cp_ring = where(gather, r > 1, False)
-    total = total + comm(cp_ring, cp_peers, _p2p(c, f, "cp", f.cp))
+    total = total + comm(cp_ring, cp_peers, _p2p(c, f, "cp", f.cp), chans("cp", f.cp))
     arch = c.model.arch
     if arch is not None and arch.moe is not None:
         if c.training.moe_run.dispatcher is not Dispatcher.DEEPEP:  # DeepEP: its own buffers
-            total = total + comm(False, f.ep - 1, _p2p(c, f, "ep", f.ep))
-        total = total + comm(f.expert_shard_degree > 1, 0, 0)
-        total = total + comm(f.expert_tp > 1, 0, 0)
-    total = total + comm(False, _pipeline_peers(f), _p2p(c, f, "pp", f.pp))
+            total = total + comm(False, f.ep - 1, _p2p(c, f, "ep", f.ep), chans("ep", f.ep))
+        total = total + comm(f.expert_shard_degree > 1, 0, 0, dp)
+        total = total + comm(f.expert_tp > 1, 0, 0, chans("tp", f.expert_tp))
+    pp = chans("pp", f.pp)
+    total = total + _pipeline_bytes(c, f, comm, pp)
     if arch is not None and shares_embedding_with_last_stage(arch):
         ends = ((f.stage == 0) | (f.stage == f.pp - 1)) & (f.pp > 1)
-        total = total + comm(ends, 0, 0)
-    total = total + grad_stats_rings(c, f) * comm(True, 0, 0)
-    total = total + comm(world_ring(f), 0, 0)
+        total = total + comm(ends, 0, 0, pp)
+    total = total + grad_stats_rings(c, f) * comm(True, 0, 0, world)
+    total = total + comm(world_ring(f), 0, 0, world)
     mirror = (f.schedule == Schedule.DUALPIPE) & (f.pp > 1)
-    return total + comm(mirror, 0, 0)
+    return total + comm(mirror, 0, 0, pp)
+
+
+def _channels(c: Context, f: Fields, axis: str | None, size: Any) -> tuple[Any, Any]:
+    """``(collective, set-up)`` channels of a group of ``size`` ranks over ``axis``'s link
+    (:func:`group_channels`, :func:`setup_channels`); ``None``: the world, every GPU."""
+    gpn = c.gpu.gpus_per_node
+    nvl5 = (c.gpu.nvlink_bytes_per_s or 0) > 450e9
+    if axis is None:
+        domain = c.gpu.nvlink_domain or gpn
+        args = (size, size, gpn, size <= domain, c.gpu.scaleout_bytes_per_s, nvl5)
+    else:
+        link = f.link(axis)
+        nic = where(link.nvlink, 0.0, link.bandwidth)
+        args = (size, link.span, gpn, link.nvlink, nic, nvl5)
+    coll = f.lookup_values(group_channels, (), *args)
+    return coll, f.lookup_values(setup_channels, (), coll)
+
+
+def _pipeline_bytes(c: Context, f: Fields, comm: Any, pp: tuple[Any, Any]) -> Any:
+    """The pipeline's communicators on one stage. Megatron-LM's interleaved schedule overlaps
+    its sends by default (``--no-overlap-p2p-communication`` turns it off), and then does not
+    batch them (``argument_utils.py``: ``batch_p2p_comm = not args.overlap_p2p_comm``;
+    ``p2p_communication.py`` ``_p2p_ops``: lone ``isend``/``irecv``; at d98e8a64dd), so PyTorch
+    gives each neighbour pair a two-rank communicator of its own (``getKeySendRecv``): where
+    pp > 2 a stage holds two, one per neighbour, each with its own set-up
+    (:func:`collective_channels` of a pair of adjacent stages). Otherwise one communicator over
+    the pp group reaches :func:`_pipeline_peers`."""
+    link = f.link("pp")
+    megatron = Framework(f.framework) is Framework.MEGATRON
+    lone = (f.schedule == Schedule.INTERLEAVED) & (f.virtual_stages > 1) & (f.pp > 2) & megatron
+    stride = link.span // maximum(f.pp, 1)
+    nic = where(link.nvlink, 0.0, link.bandwidth)
+    nvl5 = (c.gpu.nvlink_bytes_per_s or 0) > 450e9
+    args = (2, 2 * stride, c.gpu.gpus_per_node, link.nvlink, nic, nvl5)
+    pair_coll = f.lookup_values(group_channels, (), *args)
+    pair = (pair_coll, f.lookup_values(setup_channels, (), pair_coll))
+    per_peer = _p2p(c, f, "pp", 2)
+    group = comm(False, _pipeline_peers(f), _p2p(c, f, "pp", f.pp), pp)
+    return where(lone, 2 * comm(False, 1, per_peer, pair), group)
 
 
 def grad_stats_rings(c: Context, f: Fields) -> Any:
@@ -348,11 +485,14 @@ def world_ring(f: Fields) -> Any:
     ``print_datetime``, ``pretrain``; ``initialize.py`` ``_compile_dependencies``; at
     d98e8a64dd); DeepSpeed in ZeRO-3's optimizer set-up (``stage3.py``
     ``_setup_for_real_optimizer``, ``_create_fp16_partitions_with_defragmentation``) and in
-    every ``save_checkpoint`` (``engine.py``; at edaa72212). torchtitan's trainer calls no
-    barrier (its code at b5bcd76c6 has none outside tests): not counted. Counted as a ring, as
+    every ``save_checkpoint`` (``engine.py``; at edaa72212); torchtitan after the first step
+    (``trainer.py`` ``Trainer.train``: ``dist_utils.set_pg_timeouts`` when ``self.step -
+    loaded_step == 1``, which runs ``torch.distributed.barrier(device_ids=...)`` on the default
+    group before lowering every group's timeout, ``torchtitan/distributed/utils.py``; at
+    b5bcd76c6), so from the second step on. Counted as a ring, as
     the gradient-statistics groups' one-float all-reduce is (:func:`grad_stats_rings`); the
     groups of the layout are separate communicators (``new_group``), so this one is beside
     them. Where the job has one GPU, none."""
-    if Framework(f.framework) not in (Framework.MEGATRON, Framework.DEEPSPEED):
+    if Framework(f.framework) not in (Framework.MEGATRON, Framework.DEEPSPEED, Framework.FSDP2):
         return False
     return f.tp * f.pp * f.shard_degree > 1

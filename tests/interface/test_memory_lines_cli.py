@@ -17,8 +17,10 @@ from tests.cli_runs import run_many
 DENSE = ("evaluate", "--model", "llama3-8b", "--gpus", "8", "--dp", "4", "--tp", "2")
 MOE = ("evaluate", "--model", "mixtral-8x7b", "--gpus", "8", "--dp", "8", "--ep", "8",
        "--recompute", "full")  # fmt: skip
-COMM = 32 * 12 * 2**20
-"""One NCCL communicator inside an 8-GPU H100 node: 32 channels × 12 MiB (402,653,184 B)."""
+COMM = 24 * 12 * 2**20 + (32 * 3 + 2) * 2 * 2**20
+"""One NCCL ring inside an 8-GPU H100 node: 24 collective channels × 12 MiB and the set-up of 32
+channels, (32 × 3 + 2) × 2 MiB (model/terms/comm_memory.py group_channels, setup_channels):
+484 MiB, 507,510,784 B (was 32 channels × 12 MiB, 402,653,184 B, no set-up)."""
 
 
 def _line(text: str, label: str) -> str:
@@ -64,7 +66,7 @@ def _dense(text: str, m: dict) -> None:
     * The output layer's all-gather buffer: the sequence-parallel final norm output gathered
       over tp for the output projection, β·S·h = 67,108,864 B, held the whole run.
     * Communicators: the tp ring, the dp ring, the distributed optimizer's gradient-statistics
-      ring over all 8 GPUs and the world group's ring: 4 × 32 channels × 12 MiB.
+      ring over all 8 GPUs and the world group's ring: 4 × :data:`COMM`.
     * The fit figure: the allocated peak with the communicators (no side-stream pool under
       Megatron-Core) — the total."""
     beta, S, h, f, tp = 2, 8192, 4096, 14336, 2
@@ -72,13 +74,14 @@ def _dense(text: str, m: dict) -> None:
     assert work == 268_435_456
     gather = beta * S * h
     assert (m["backward_working_bytes"], m["persistent_buffers_bytes"]) == (work, gather)
-    assert m["communicator_bytes"] == 4 * COMM == 1_610_612_736
+    assert COMM == 507_510_784
+    assert m["communicator_bytes"] == 4 * COMM == 2_030_043_136
     assert m["stream_pool_bytes"] == m["moe_forward_transient_bytes"] == 0
     assert m["fit_bytes"] == m["allocated_bytes"] + m["communicator_bytes"] == m["total_bytes"]
     assert _lines_sum(m) == m["total_bytes"]
     assert _line(text, "backward working set (one layer)") == _gb(work) == "0.27 GB"
     assert _line(text, "persistent buffers (whole run)") == _gb(gather) == "0.07 GB"
-    assert _line(text, "NCCL communicator buffers (whole run)") == _gb(4 * COMM) == "1.61 GB"
+    assert _line(text, "NCCL communicator buffers (whole run)") == _gb(4 * COMM) == "2.03 GB"
     assert _line(text, "= total (peak: forward-backward)") == _gb(m["fit_bytes"])
     assert "MoE forward working set" not in text
 

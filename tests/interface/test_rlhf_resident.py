@@ -44,46 +44,52 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     Megatron workers share one process per GPU and initialise Megatron-Core's groups once), and
     the plan now gives every training and scoring role one layout, dp 8 × tp 4 × pp 2.
 
-    Bytes held in every phase, by hand (12 MiB per NCCL connection, 32 channels per ring):
-    tp 4 ring 32 + dp 8 ring 32 + the pipeline neighbour on another node 4 (a 50 GB/s NIC ÷
-    14 GB/s per channel, rounded up to a power of two) + the distributed optimizer's
-    gradient-statistics ring 32 + the world group's ring 32 = 132 connections = 1,660,944,384 B;
-    the last stage adds the output layer's "mpu" all-gather buffer, 2 B × b 3 × s 5,120 × h 8,192
-    = 251,658,240 B: 1,912,602,624 B, once for the four roles (one set of groups).
+    Bytes held in every phase, by hand (12 MiB per NCCL connection; each communicator's
+    collective channels by placement and their set-up, (pow2Up(channels) × 3 + 2) × 2 MiB,
+    model/terms/comm_memory.py): the tp 4 ring in a node, 24 channels, 288 + 196 = 484 MiB; the
+    dp 8 ring over 32 consecutive ranks, 2 a node (8 channels), 96 + 52 = 148 MiB; the pipeline
+    neighbour on another node, 4 channels (a 50 GB/s NIC ÷ 14 GB/s per channel, rounded up to a
+    power of two), 48 + 28 = 76 MiB; the distributed optimizer's gradient-statistics ring and the
+    world group's ring over 8 nodes (16 channels), 192 + 100 = 292 MiB each: 1,292 MiB =
+    1,354,760,192 B (132 connections, 1,660,944,384 B, at 32 channels a ring without set-up); the
+    last stage adds the output layer's "mpu" all-gather buffer, 2 B × b 3 × s 5,120 × h 8,192 =
+    251,658,240 B: 1,606,418,432 B, once for the four roles (one set of groups).
 
     Two processes on each GPU (verl's fused worker and the engine's vLLM worker): one CUDA
     context 666,632,192 B + one cuBLAS workspace 33,554,432 B = 700,186,624 B beyond the
-    reserve's. Held: 1,912,602,624 + 700,186,624 = 2,612,789,248 B, and the engine's tp 8
+    reserve's. Held: 1,606,418,432 + 700,186,624 = 2,306,605,056 B, and the engine's tp 8
     communicators (its PyNccl ring and custom all-reduce outside its budget, torch's ring for the
-    logits all-gather inside it): 2 × 402,653,184 + 25,165,824 = 830,472,192 B.
+    logits all-gather inside it; a node's 24 channels each): 2 × 301,989,888 + 25,165,824 =
+    629,145,600 B.
 
-    Peaks: rollout 76,515,744,153.6 (the engine's 0.9 × 85,017,493,504 B) + 2,612,789,248 +
-    427,819,008; scoring the actor's 66,151,772,160 swapped in + 5,910,036,480 (its old
+    Peaks: rollout 76,515,744,153.6 (the engine's 0.9 × 85,017,493,504 B) + 2,306,605,056 +
+    327,155,712; scoring the actor's 66,151,772,160 swapped in + 5,910,036,480 (its old
     log-probs with the entropy under verl Megatron: 12 B × 15,360 × 128,256 / 4,
-    model.rlhf.logits; 8 B, 3,940,024,320, before the path was read) + 3,443,261,440 =
-    75,505,070,080 before scoring brought back the weights only (now the critic's 6 B a parameter
-    and its forward, 57,402,769,408 below); training the actor's 66,151,772,160 + 8,144,486,400 (the update's logits at
-    8 B per element under verl Megatron: FP32 logits, the cross-entropy's in-place gradient and
-    DivBackward's new FP32 gradient of logits.div_(temperature), 2 B × 15,360 × 128,256 / 4 =
-    985,006,080 above the 6 B without it, and the recomputed layer's softmax statistics,
-    983,040) + 3,443,261,440 = 77,739,520,000 — each within
+    model.rlhf.logits; 8 B, 3,940,024,320, before the path was read) + 2,935,750,656 =
+    74,997,559,296 before scoring brought back the weights only (now the critic's 6 B a
+    parameter and its forward, 56,895,258,624 below); training the actor's 66,151,772,160 +
+    8,144,486,400 (the update's logits at 8 B per element under verl Megatron: FP32 logits, the
+    cross-entropy's in-place gradient and DivBackward's new FP32 gradient of
+    logits.div_(temperature), 2 B × 15,360 × 128,256 / 4 = 985,006,080 above the 6 B without it,
+    and the recomputed layer's softmax statistics, 983,040) + 2,935,750,656 = 77,232,009,216 —
+    each within
     83,210,009,600 B. Step 5,346.8 s → 5,496.4 s."""
     inp = _ppo_70b()
     r = search_placement(inp.problem)
     assert r.status == "optimal" and r.best.colocated and r.best.plan.fits
     layouts = {(o.dp, o.tp, o.pp) for o in r.best.options if o.role is not Role.ROLLOUT}
     assert layouts == {(8, 4, 2)}
-    resident = 132 * CONNECTION + 2 * 3 * 5120 * 8192
-    assert resident == 1_912_602_624
-    # the engine at tp 8: its PyNccl ring 32 × 12 MiB + custom all-reduce 3 × 8 MiB outside its
-    # budget, and torch's ring for the logits all-gather, 32 × 12 MiB, inside it
-    outside, inside = 32 * CONNECTION + 3 * 8 * MIB, 32 * CONNECTION
-    assert (outside, inside) == (427_819_008, 402_653_184)
+    resident = (484 + 148 + 76 + 292 + 292) * MIB + 2 * 3 * 5120 * 8192
+    assert resident == 1_606_418_432
+    # the engine at tp 8: its PyNccl ring 24 × 12 MiB + custom all-reduce 3 × 8 MiB outside its
+    # budget, and torch's ring for the logits all-gather, 24 × 12 MiB, inside it
+    outside, inside = 24 * CONNECTION + 3 * 8 * MIB, 24 * CONNECTION
+    assert (outside, inside) == (327_155_712, 301_989_888)
     (pool,) = r.best.plan.pools
     held = resident + outside + inside + 666_632_192 + 33_554_432
     assert pool.processes == 2 and pool.process_bytes == 700_186_624
     assert pool.resident_bytes == resident + outside + inside
-    assert pool.held_bytes == held == 3_443_261_440
+    assert pool.held_bytes == held == 2_935_750_656
     costs = {str(c.option.role): c for c in r.best.plan.costs}
     assert all(costs[k].resident_bytes == resident for k in ("actor", "critic", "reference"))
     assert costs["actor"].swap_bytes == 66_151_772_160
@@ -104,7 +110,9 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
         critic + held,
         66_151_772_160 + 8_144_486_400 + held,
     )
-    assert pool.peak_bytes[1:] == (57_402_769_408, 77_739_520_000) and pool.peak <= CAPACITY
+    # the pool held 3,443,261,440 B before NCCL's placed channels (above): scoring 57,402,769,408
+    # and training 77,739,520,000 then, 507,510,784 B less each now
+    assert pool.peak_bytes[1:] == (56_895_258_624, 77_232_009_216) and pool.peak <= CAPACITY
     # the actor's and the critic's scoring round trips move 2P, not 7.5P: 2 × 2 × 5.5P / 64 GB/s
     # = 3.03 s less than 5,496.4 s
     assert r.best.plan.step_s == pytest.approx(5493.4, abs=0.05)
@@ -123,22 +131,32 @@ def test_the_old_four_layout_answer_is_refused():
         RoleOption(Role.REWARD, 64, 32, 1, 2, "idle"),
     ]
     costs = tuple(cost_of(p, o) for o in opts)
-    # each role's own groups, as evaluate() counts them, at its busiest stage: 132 connections
-    # and the "mpu" buffer on a tp > 1 last stage (the critic's middle stages' 136 connections,
-    # two pipeline neighbours, are fewer); the reward model's 100 (no tp ring, no buffer)
-    last = 132 * CONNECTION + 251_658_240
-    assert last > 136 * CONNECTION
-    assert [c.resident_bytes for c in costs[1:]] == [last, last, last, 100 * CONNECTION]
+    # each role's own groups, as evaluate() counts them, at its busiest stage (MiB; each
+    # communicator's placed channels × 12 MiB and its set-up, model/terms/comm_memory.py), the
+    # gradient-statistics and world rings over 8 nodes 292 each, a pipeline pair across nodes
+    # (4 channels) 48 + 28 = 76 on an end stage, and the "mpu" buffer on a tp > 1 last stage:
+    # the actor, tp 4 in a node 484 + dp 8 at 2 a node (8 channels) 148 = 1,292; the critic
+    # (dp 8 × tp 2 × pp 4) and the reference (dp 16 × tp 2 × pp 2), tp 2 484 + dp at 4 a node
+    # (16 channels) 292 = 1,436 (the critic's middle stages, two neighbours, 96 + 28: 1,484
+    # without the buffer, fewer); the reward model, dp 32 at 8 a node 292: 952 (no tp ring, no
+    # buffer)
+    mpu = 251_658_240
+    actor, critic = (484 + 148 + 76 + 584) * MIB + mpu, (484 + 292 + 76 + 584) * MIB + mpu
+    assert critic > (484 + 292 + 96 + 28 + 584) * MIB
+    reward = (292 + 76 + 584) * MIB
+    assert [c.resident_bytes for c in costs[1:]] == [actor, critic, critic, reward]
     with pytest.raises(InputError, match=r"need one tp × pp: actor tp 4 × pp 2, critic tp 2"):
         placement_plan(p, costs, (0, 0, 0, 0, 0))
 
 
 def test_scoring_and_rollout_count_the_roles_own_communicators():
     """GRPO, Llama 3 8B on 16 H100, the actor and the reference at dp 16, colocated with the
-    engine: the actor's communicators — dp 16 ring 32 + gradient-statistics ring 32 + world ring
-    32 = 96 connections = 1,207,959,552 B (tp 1: no tp ring, no "mpu" buffer) — count in the
-    rollout and scoring phases as in training. Before, the scoring phase left them out (80.00 GB
-    where 81.21 GB are held)."""
+    engine: the actor's communicators — the dp 16 ring, the gradient-statistics ring and the world
+    ring, each over 2 nodes at 8 a node, 16 channels × 12 MiB + (16 × 3 + 2) × 2 MiB of set-up =
+    292 MiB (model/terms/comm_memory.py): 876 MiB = 918,552,576 B (tp 1: no tp ring, no "mpu"
+    buffer; 96 connections of 32-channel rings, 1,207,959,552 B, before the placed channels) —
+    count in the rollout and scoring phases as in training. Before, the scoring phase left them
+    out (80.00 GB where 81.21 GB were held)."""
     inp = rlhf_inputs(
         {"algorithm": "grpo", "model": "llama3-8b", "reward": "rule", "gpus": 16},
         placement=False,
@@ -147,14 +165,15 @@ def test_scoring_and_rollout_count_the_roles_own_communicators():
     actor = cost_of(p, RoleOption(Role.ACTOR, 16, 16, 1, 1))
     ref = cost_of(p, RoleOption(Role.REFERENCE, 16, 16, 1, 1))
     engine = cost_of(p, RoleOption(Role.ROLLOUT, 16, 8, 2, 1, "none", Fraction(1, 2)), None, True)
-    assert actor.resident_bytes == ref.resident_bytes == 96 * CONNECTION == 1_207_959_552
-    # the engine's tp 2: PyNccl's ring 32 + torch's all-gather ring 32 connections, custom
-    # all-reduce 24 MiB
-    assert engine.resident_bytes == 64 * CONNECTION + 24 * MIB == 830_472_192
+    assert actor.resident_bytes == ref.resident_bytes == 3 * 292 * MIB == 918_552_576
+    # the engine's tp 2: PyNccl's ring 24 + torch's all-gather ring 24 connections (the 24
+    # collective channels of a node, model/terms/comm_memory.py RING_CHANNELS; no set-up counted
+    # for the engine's rings), custom all-reduce 24 MiB
+    assert engine.resident_bytes == 48 * CONNECTION + 24 * MIB == 629_145_600
     plan = compose((engine, actor, ref), (0, 0, 0), CAPACITY, 2 * 10**12, 8)
     (pool,) = plan.pools
     # once: one set of groups; the engine's; and the engine's worker, a second process
-    held = actor.held_bytes + ref.held_bytes + 1_207_959_552 + 830_472_192 + 700_186_624
+    held = actor.held_bytes + ref.held_bytes + 918_552_576 + 629_145_600 + 700_186_624
     assert pool.held_bytes == held
     assert pool.peak_bytes[0] == held + engine.rollout_bytes
     assert pool.peak_bytes[1] == held + max(actor.scoring_bytes, ref.scoring_bytes)
@@ -189,8 +208,8 @@ def test_a_sleeping_engine_keeps_its_communicators_not_its_graphs():
 
     inp = _ppo_70b()
     engine = cost_of(inp.problem, RoleOption(Role.ROLLOUT, 64, 8, 8, 1, "none", Fraction(9, 10)))
-    inside = 32 * CONNECTION
-    assert engine.resident_bytes == 32 * CONNECTION + 24 * MIB + inside == 830_472_192
+    inside = 24 * CONNECTION  # a ring of a node's 24 collective channels (RING_CHANNELS)
+    assert engine.resident_bytes == 24 * CONNECTION + 24 * MIB + inside == 629_145_600
     assert engine.budget_resident_bytes == inside and engine.held_bytes == 0
     assert engine.scoring_bytes == engine.training_bytes == 0
     assert engine.rollout_bytes == Fraction(9, 10) * 85_017_493_504 - inside
@@ -221,7 +240,14 @@ def test_grpo_qwen7b_on_64_h100_counts_the_sleeping_engine():
     again and is the answer, 322.1 s (the actor's old log-probs, 12 B per element, 28.03 GB,
     stay below the reference's 15.23 GB swapped in + 14.01 GB). All of this at first-fit
     packing, 15,360-token micro-batches; verl's balanced packing (the default) is
-    test_grpo_qwen7b_under_verl_packing_moves_off_dp64."""
+    test_grpo_qwen7b_under_verl_packing_moves_off_dp64.
+
+    With NCCL's channels by placement and their set-up (model/terms/comm_memory.py) the engine's
+    two rings are a node's 24 channels, 24 × 12 MiB each: 629,145,600 B (201,326,592 fewer), and
+    the actor's dp 64, gradient-statistics and world rings over 8 nodes 16 channels with their
+    set-up, 292 MiB each, 876 MiB against 3 × 384 = 1,152 MiB (289,406,976 fewer): the old
+    placement's scoring peak is 79,105,696,800 − 490,733,568 = 78,614,963,232 B, the same
+    answer at 322.1 s."""
     inp = rlhf_inputs(
         {"algorithm": "grpo", "model": "qwen2.5-7b", "reward": "rule", "gpus": 64,
          "packing": "first-fit"},
@@ -229,8 +255,8 @@ def test_grpo_qwen7b_on_64_h100_counts_the_sleeping_engine():
     )  # fmt: skip
     p = inp.problem
     engine = cost_of(p, RoleOption(Role.ROLLOUT, 64, 16, 4, 1, "none", Fraction(3, 10)))
-    sleeping = 32 * CONNECTION + 3 * 8 * MIB + 32 * CONNECTION
-    assert engine.resident_bytes == sleeping == 830_472_192
+    sleeping = 24 * CONNECTION + 3 * 8 * MIB + 24 * CONNECTION
+    assert engine.resident_bytes == sleeping == 629_145_600
     old = [
         RoleOption(Role.ROLLOUT, 64, 16, 4, 1, "none", Fraction(3, 10)),
         RoleOption(Role.ACTOR, 64, 64, 1, 1),
@@ -239,7 +265,9 @@ def test_grpo_qwen7b_on_64_h100_counts_the_sleeping_engine():
     plan = placement_plan(p, tuple(cost_of(p, o) for o in old), (0,) * 3)
     less = 2 * 15_360 * 152_064
     assert less == 4_671_406_080
-    assert plan.pools[0].peak_bytes[1] == 83_777_102_880 - less == 79_105_696_800
+    fewer = (830_472_192 - 629_145_600) + (1152 - 876) * MIB
+    assert fewer == 490_733_568
+    assert plan.pools[0].peak_bytes[1] == 83_777_102_880 - less - fewer == 78_614_963_232
     assert plan.fits
     r = search_placement(p)
     assert r.status == "optimal" and r.best.colocated and r.best.plan.fits
@@ -298,11 +326,14 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     dp 8 — 3,408.4 s.
 
     Pool 0: three processes, two beyond the reserve's: 2 × 700,186,624 = 1,400,373,248 B;
-    resident: the engine at tp 8 (PyNccl's ring, custom all-reduce, all-gather ring) 830,472,192 +
-    the actor's and the reference's dp-8 groups, 64 connections each, 805,306,368: 2,441,084,928.
-    Held: that, the processes, the reference's BF16 weights (2 B × 8,030,261,248 parameters =
-    16,060,522,496) and the actor's held state: 53,073,698,816 B. Pool 1: two processes, one
-    beyond: 700,186,624; resident 2 × 805,306,368 = 1,610,612,736."""
+    resident: the engine at tp 8 (PyNccl's ring and the all-gather ring, a node's 24 channels ×
+    12 MiB each, and custom all-reduce 24 MiB) 629,145,600 + the actor's and the reference's
+    groups, each its dp-8 ring and DeepSpeed's world ring inside the node, 24 channels × 12 MiB +
+    (32 × 3 + 2) × 2 MiB of set-up = 484 MiB a ring (model/terms/comm_memory.py), 968 MiB =
+    1,015,021,568 each (64 connections, 805,306,368, at 32 channels without set-up):
+    2,659,188,736. Held: that, the processes, the reference's BF16 weights (2 B × 8,030,261,248
+    parameters = 16,060,522,496) and the actor's held state: 53,291,802,624 B. Pool 1: two
+    processes, one beyond: 700,186,624; resident 2 × 1,015,021,568 = 2,030,043,136."""
     inp = rlhf_inputs(
         {"algorithm": "ppo", "model": "llama3-8b", "gpus": 16, "framework": "deepspeed"},
         placement=False,
@@ -316,11 +347,12 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     assert (
         (pool0.process_bytes, pool1.process_bytes) == (2 * one, one) == (1_400_373_248, 700_186_624)
     )
-    engine = 32 * CONNECTION + 24 * MIB + 32 * CONNECTION
-    assert engine == 830_472_192
-    assert 64 * CONNECTION == 805_306_368
-    assert pool0.resident_bytes == engine + 2 * 64 * CONNECTION == 2_441_084_928
-    assert pool1.resident_bytes == 2 * 64 * CONNECTION == 1_610_612_736
+    engine = 24 * CONNECTION + 24 * MIB + 24 * CONNECTION
+    assert engine == 629_145_600
+    role = 2 * (24 * CONNECTION + (32 * 3 + 2) * 2 * MIB)
+    assert role == 968 * MIB == 1_015_021_568
+    assert pool0.resident_bytes == engine + 2 * role == 2_659_188_736
+    assert pool1.resident_bytes == 2 * role == 2_030_043_136
     costs = {c.option.role: c for c in r.best.plan.costs}
     assert all(
         c.option.tp == 1 and c.option.pp == 1
@@ -328,8 +360,8 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
         if role is not Role.ROLLOUT
     )
     assert costs[Role.REFERENCE].held_bytes == 2 * 8_030_261_248 == 16_060_522_496
-    held = 2_441_084_928 + 1_400_373_248 + 16_060_522_496 + costs[Role.ACTOR].held_bytes
-    assert pool0.held_bytes == held == 53_073_698_816
+    held = 2_659_188_736 + 1_400_373_248 + 16_060_522_496 + costs[Role.ACTOR].held_bytes
+    assert pool0.held_bytes == held == 53_291_802_624
     assert r.best.plan.step_s == pytest.approx(3408.4, abs=0.05)
     for role in (Role.REFERENCE, Role.REWARD):
         with pytest.raises(LayoutError, match="only ZeRO-3"):

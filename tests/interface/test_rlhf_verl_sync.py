@@ -23,20 +23,29 @@ def test_an_idle_offloaded_actor_cannot_sync_beside_a_large_engine() -> None:
     last, 40 layers of (855,654,400 − 16,384) / 4 + 16,384 = 213,925,888 parameters per tp rank,
     the output layer's 128,512 (padded to 128 × tp) × 8,192 / 4 rows and the final norm's 8,192,
     8,820,236,288 parameters, 17,640,472,576 B: 100.14 GB, over the 83.21 GB usable. The engine's
-    budget (76.52 GB) alone fitted, so the placement used to be answered "fits"."""
+    budget (76.52 GB) alone fitted, so the placement used to be answered "fits".
+
+    99.63 GB, 16.42 above, with NCCL's channels by placement and their set-up
+    (model/terms/comm_memory.py; the derivation in tests/interface/test_rlhf_resident.py): the
+    actor's groups 1,912,602,624 → 1,606,418,432 B (tp 484 + dp 148 + pp pair 76 +
+    gradient-statistics 292 + world 292 MiB, and the output layer's 251,658,240 B "mpu" buffer),
+    the engine's tp 2 ring and its logits-gather ring at a node's 24 channels, 402,653,184 →
+    301,989,888 B each: 507,510,784 B less held (3,443,261,440 → 2,935,750,656 B)."""
     runs = run_many({
         "text": (*ARGS, "--offload", "idle", "--engine-memory-fraction", "0.9"),
         "json": (*ARGS, "--offload", "idle", "--engine-memory-fraction", "0.9", "--json"),
     })  # fmt: skip
     text = runs["text"].stdout
     assert "DOES NOT FIT" in text, runs["text"].stderr[-2000:]
-    assert (
-        "needs 100.14 GB per GPU in the rollout phase, 16.93 GB above the 83.21 GB usable" in text
-    )
+    assert "needs 99.63 GB per GPU in the rollout phase, 16.42 GB above the 83.21 GB usable" in text
     stage = 40 * ((855_654_400 - 16_384) // 4 + 16_384) + 128_512 * 8_192 // 4 + 8_192
     assert stage == 8_820_236_288
     actor_sync = 2 * 2_147_483_648 + 2 * 2_101_346_304 + 2 * stage
     assert actor_sync == 26_138_132_480
     terms = json.loads(runs["json"].stdout)["faithful"]["terms"]
+    held = {t["term"]: t["value"] for t in terms if t["phase"] == "held"}
+    assert held["engine logits-gather communicator"] == 24 * 12 * 2**20 == 301_989_888
+    assert held["engine tp communicators, kept asleep"] == 301_989_888 + 25_165_824
+    assert 1_912_602_624 - 1_606_418_432 + 2 * (402_653_184 - 301_989_888) == 507_510_784
     sync = [t for t in terms if t["term"].startswith("weight sync: IPC bucket and clone")]
     assert [(t["role"], t["phase"], t["value"]) for t in sync] == [("actor", "rollout", actor_sync)]

@@ -31,6 +31,13 @@ from trainplan.interface.search_commands import per_stage_json
 from trainplan.optimizer.search import search
 
 POOL_70B_TP4 = 455 * 2 * 2**20 + 465 * 2 * 2**20
+# dp 16 × tp 4 on 64 H100s, the communicators with their set-up (model/terms/comm_memory.py):
+# the tp ring in a node, 24 channels × 12 MiB + (32 × 3 + 2) × 2 MiB = 484 MiB; the dp ring over
+# 64 consecutive ranks, 2 a node on 8 nodes (2 → dup 4 → Postset 8 channels), 96 + (8 × 3 + 2) ×
+# 2 = 148 MiB; the world ring and the model-parallel group's ring (tests/model/
+# test_deepspeed_groups.py), placed as the 64 GPUs (16 channels), 192 + 100 = 292 MiB each:
+# 1,216 MiB = 1,275,068,416 B (was 4 × 384 MiB = 1,610,612,736 B, 32 channels, no set-up).
+COMM_70B_TP4 = (484 + 148 + 292 + 292) * 2**20
 COMMON_70B = dict(model="llama3-70b", gpu="H100-SXM", dp=16, tp=4, framework="deepspeed",
                   zero_stage=3, global_batch_size=2048, recompute="none", micro_batch_size=1)  # fmt: skip
 
@@ -38,13 +45,12 @@ COMMON_70B = dict(model="llama3-70b", gpu="H100-SXM", dp=16, tp=4, framework="de
 def test_llama3_70b_tp4_pools_two_segments_and_the_uniform_answer():
     """Llama 3 70B, dp 16 × tp 4, ZeRO-3, no recomputation, b 1: the two segments above.
     Allocated 82,758,106,624 B (81,707,433,472 before Megatron-DeepSpeed's 10 B loss added
-    4·8,192·32,064 = 1,050,673,152, tests/model/test_deepspeed_loss.py) + the pool + 1,610,612,736
-    B of communicators (the model-parallel group's ring among them,
-    tests/model/test_deepspeed_groups.py) = 86,298,099,200 B, above the 83,210,009,600 usable:
+    4·8,192·32,064 = 1,050,673,152, tests/model/test_deepspeed_loss.py) + the pool + 1,275,068,416
+    B of communicators (COMM_70B_TP4) = 85,962,554,880 B, above the 83,210,009,600 usable:
     the uniform search's answer is tp 8. Megatron-DeepSpeed's embedding output, a view of the
     whole [s, b, h] under SP without dropout (model/deepspeed_layers.py keeps_embedding_view),
     adds 2·8,192·8,192 × 3/4 = 100,663,296 B: allocated 82,858,769,920, reserved
-    86,398,762,496."""
+    86,063,218,176."""
     assert 476_602_368 == 262_668_288 + 8_192 + 213_925_888
     assert 486_572_032 == 2 * 213_925_888 + 58_720_256
     assert (2 * 476_602_368, 2 * 486_572_032) == (953_204_736, 973_144_064)
@@ -59,9 +65,9 @@ def test_llama3_70b_tp4_pools_two_segments_and_the_uniform_answer():
     # Megatron-DeepSpeed): 4 B × 64/4 heads × 8,192 = 524,288 B
     lse = 80 * 4 * 16 * 8192
     assert p.allocated_bytes == 81_707_433_472 + 1_050_673_152 + view + lse == 82_900_712_960
-    assert p.communicator_bytes == 1_610_612_736
-    assert p.reserved_total_bytes == 82_900_712_960 + POOL_70B_TP4 + 1_610_612_736
-    assert p.reserved_total_bytes == 86_440_705_536 > e.capacity_bytes == 83_210_009_600
+    assert p.communicator_bytes == COMM_70B_TP4 == 1_275_068_416
+    assert p.reserved_total_bytes == 82_900_712_960 + POOL_70B_TP4 + COMM_70B_TP4
+    assert p.reserved_total_bytes == 86_105_161_216 > e.capacity_bytes == 83_210_009_600
     case = {"model": "llama3-70b", "gpus": "64", "gpu": "H100-SXM",
             "space": {"framework": ["deepspeed"]}}  # fmt: skip
     best = search(build_problem({}, case)).best.estimate.layout
@@ -71,18 +77,21 @@ def test_llama3_70b_tp4_pools_two_segments_and_the_uniform_answer():
 def test_the_per_stage_answer_counts_the_second_segment():
     """``trainplan search --model llama3-70b --gpus 64 --gpu H100-SXM --framework deepspeed
     --per-stage``: dp 16 × tp 4, ZeRO-3. With one segment (2 B × 5e8) it recomputed 2 layers;
-    that layout now holds 81,348,820,480 allocated + 1,929,379,840 + 1,610,612,736 =
-    84,888,813,056 B, over. The answer recomputes 5: allocated 79,234,891,264, fit
-    82,774,883,840 B; the search's tables and the evaluator read the same pool. Both carry the
-    embedding output's whole [s, b, h] (keeps_embedding_view), 100,663,296 B more, and each layer
-    kept whole its attention's FP32 softmax statistics, 524,288 B (78 and 75 layers)."""
+    that layout now holds 81,348,820,480 allocated + 1,929,379,840 + 1,275,068,416
+    (COMM_70B_TP4) = 84,553,268,736 B, over. The answer recomputes 5: allocated 79,234,891,264,
+    fit 82,439,339,520 B; the search's tables and the evaluator read the same pool. Both carry
+    the embedding output's whole [s, b, h] (keeps_embedding_view), 100,663,296 B more, and each
+    layer kept whole its attention's FP32 softmax statistics, 524,288 B (78 and 75 layers)."""
     two = trainplan.evaluate(**COMMON_70B, recompute_layers=(2,)).peak
     view = 100_663_296
     lse = 4 * 16 * 8192  # a layer's FP32 softmax statistics (flash-attn's softmax_lse)
     # 78 layers kept whole hold theirs (the two recomputed hold their input only)
     assert two.allocated_bytes == 81_348_820_480 + view + 78 * lse
     assert two.stream_pool_bytes == POOL_70B_TP4
-    assert two.reserved_total_bytes == 84_888_813_056 + view + 78 * lse > 83_210_009_600
+    assert (
+        two.reserved_total_bytes == 81_348_820_480 + POOL_70B_TP4 + COMM_70B_TP4 + view + 78 * lse
+    )
+    assert two.reserved_total_bytes == 84_553_268_736 + view + 78 * lse > 83_210_009_600
     run = per_stage_json({"model": "llama3-70b", "gpus": 64, "gpu": "H100-SXM",
                           "framework": "deepspeed"})  # fmt: skip
     lay, m = run.json["layout"], run.json["memory"]
@@ -90,7 +99,7 @@ def test_the_per_stage_answer_counts_the_second_segment():
     assert m["stream_pool_bytes"] == POOL_70B_TP4
     # 75 layers kept whole, each with its softmax statistics
     assert m["allocated_bytes"] == 79_234_891_264 + view + 75 * lse == 79_374_876_160
-    assert m["fit_bytes"] == 79_374_876_160 + POOL_70B_TP4 + 1_610_612_736 == 82_914_868_736
+    assert m["fit_bytes"] == 79_374_876_160 + POOL_70B_TP4 + COMM_70B_TP4 == 82_579_324_416
     assert m["fit_bytes"] <= m["capacity_bytes"] == 83_210_009_600
 
 

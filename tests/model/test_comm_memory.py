@@ -40,64 +40,88 @@ def test_one_connection_is_twelve_mib():
     assert CONNECTION_BYTES == 12 * MIB
 
 
+# Each communicator: its ring's collective channels × 12 MiB (model/terms/comm_memory.py
+# group_channels: 24 inside an H100 node, 16 across nodes at 4 or 8 ranks a node, 4 at one) plus
+# its channels' set-up, on by default (CostOptions.nccl_channel_setup): (pow2Up(channels) × 3 +
+# 2) × 2 MiB. Inside a node: 24 × 12 = 288 + (32 × 3 + 2) × 2 = 196 → 484 MiB; across nodes at
+# 16 channels: 192 + (16 × 3 + 2) × 2 = 100 → 292 MiB (was 384 MiB for every ring, 32 channels,
+# no set-up).
+NODE_RING, CROSS_RING = (288 + 196) * MIB, (192 + 100) * MIB
+assert (NODE_RING, CROSS_RING) == (484 * MIB, 292 * MIB)
+
+
 def test_a_tp_dp_pp_layout_by_hand():
-    # 32 GPUs, 8 per NVLink domain, order tp-cp-ep-dp-pp: tp 4 and dp 2 inside a node (rings of
-    # 32 channels, 384 MiB each); pp 4 across nodes on a 50 GB/s NIC: ⌈50/14⌉ = 4 → 4 channels
-    # a peer (⌈4/8⌉ = 1 round: no halving), 48 MiB a neighbour. The ends have one neighbour.
+    # 32 GPUs, 8 per NVLink domain, order tp-cp-ep-dp-pp: tp 4 and dp 2 inside a node (24
+    # channels: 484 MiB each); pp 4 across nodes on a 50 GB/s NIC: ⌈50/14⌉ = 4 → 4 channels a
+    # peer (⌈4/8⌉ = 1 round: no halving), 48 MiB a neighbour, and the pp communicator's set-up,
+    # one rank a node → 4 channels: (4 × 3 + 2) × 2 = 28 MiB. The ends have one neighbour.
     # Megatron-Core's distributed optimizer reduces its gradient statistics over its instance
-    # group, here all 32 GPUs: one more ring, 384 MiB; and Megatron-LM's barriers on the world
-    # group (test_the_world_group_of_the_barriers): another, 384 MiB.
+    # group, here all 32 GPUs (8 a node on 4 nodes: 16 channels, 292 MiB); and Megatron-LM's
+    # barriers on the world group (test_the_world_group_of_the_barriers): another, 292 MiB.
     lay = Layout(dp=2, tp=4, pp=4)
-    ends, middle = (384 + 384 + 48 + 384 + 384) * MIB, (384 + 384 + 96 + 384 + 384) * MIB
+    ends, middle = (484 + 484 + 48 + 28 + 292 + 292) * MIB, (484 + 484 + 96 + 28 + 292 + 292) * MIB
+    assert (ends, middle) == (1628 * MIB, 1676 * MIB)
     assert _comm(DENSE, lay) == [ends, middle, middle, ends]
 
 
-def test_interleaving_gives_the_ends_two_neighbours():
+def test_interleaving_gives_each_stage_two_pair_communicators():
+    """Megatron-LM's interleaved schedule overlaps its pipeline sends by default and then does
+    not batch them (``argument_utils.py``: ``batch_p2p_comm = not args.overlap_p2p_comm``), so
+    each neighbour pair gets a two-rank communicator (PyTorch ``getKeySendRecv``): every stage
+    holds two, the ends too (the schedule wraps the model chunks). A pair of adjacent stages, 8
+    ranks apart, has one rank on each of 2 nodes: 4 channels, 4 × 12 = 48 MiB of buffers and
+    28 MiB of set-up, 76 MiB each: 484 + 484 + 2 × 76 + 292 + 292 = 1,704 MiB."""
     lay = Layout(dp=2, tp=4, pp=4, virtual_stages=2, schedule="interleaved")
-    assert _comm(DENSE, lay) == [(384 + 384 + 96 + 384 + 384) * MIB] * 4
+    assert _comm(DENSE, lay) == [(484 + 484 + 2 * 76 + 292 + 292) * MIB] * 4
 
 
 def test_megatron_gradient_statistics_groups():
     """``megatron/core/optimizer/__init__.py``: the distributed optimizer's
     ``grad_stats_parallel_group`` is the optimizer instance's group (every GPU with one
     instance); Megatron-Core's DDP (ZeRO-0) reduces over the model-parallel group (tp·pp) and,
-    for the experts' own optimizer, over the expert tp·ep·pp group: one ring each (384 MiB).
-    Beside them, the world group's (384 MiB, test_the_world_group_of_the_barriers)."""
+    for the experts' own optimizer, over the expert tp·ep·pp group: one ring each, placed as the
+    world group is (model/terms/comm_memory.py comm_memory_term). Beside them, the world
+    group's (test_the_world_group_of_the_barriers)."""
     zero0 = Layout(dp=2, tp=4, pp=4, zero_stage=0)
-    ends, middle = (384 + 384 + 48 + 384 + 384) * MIB, (384 + 384 + 96 + 384 + 384) * MIB
+    ends, middle = (484 + 484 + 48 + 28 + 292 + 292) * MIB, (484 + 484 + 96 + 28 + 292 + 292) * MIB
     assert _comm(DENSE, zero0) == [ends, middle, middle, ends]  # tp·pp = 16 ranks
-    assert _comm(DENSE, Layout(dp=8, zero_stage=0)) == [(384 + 384) * MIB]  # tp·pp = 1: none
-    assert _comm(DENSE, Layout(dp=8)) == [(384 + 384 + 384) * MIB]  # ZeRO-1: all 8 GPUs
-    # MoE under ZeRO-0, dp 16 × ep 8: tp·pp = 1 (none), expert tp·ep·pp = 8 (a ring)
+    assert _comm(DENSE, Layout(dp=8, zero_stage=0)) == [(484 + 484) * MIB]  # tp·pp = 1: none
+    assert _comm(DENSE, Layout(dp=8)) == [(484 + 484 + 484) * MIB]  # ZeRO-1: all 8 GPUs
+    # MoE under ZeRO-0, dp 16 × ep 8 on 2 nodes: the dp ring across them (292); the all-to-all's
+    # 7 NVLink peers × 32 channels × 12 MiB = 2,688 + the ep communicator's set-up (24 → 32
+    # channels, 196); the expert dp group, 2 ranks, counted on the dp group's placement (292);
+    # tp·pp = 1 (none), expert tp·ep·pp = 8 (a ring placed as the world, 292); the world (292)
     lay = Layout(dp=16, ep=8, zero_stage=0)
-    assert _comm(MOE, lay) == [(384 + 7 * 32 * 12 + 384 + 384 + 384) * MIB]
-    # the other profiles reduce their norms over groups counted already
-    assert _comm(DENSE, Layout(dp=8, framework="fsdp2", zero_stage=3)) == [384 * MIB]
+    assert _comm(MOE, lay) == [(292 + 2688 + 196 + 292 + 292 + 292) * MIB]
+    # the other profiles reduce their norms over groups counted already; FSDP2's world ring is
+    # torchtitan's barrier after the first step (test_the_world_group_of_the_barriers)
+    assert _comm(DENSE, Layout(dp=8, framework="fsdp2", zero_stage=3)) == [(484 + 484) * MIB]
 
 
 def test_expert_groups():
-    # 16 GPUs, ep 8 inside a node (NVLink peers: 32 channels each, 7 · 32 · 12 MiB = 2,688 MiB),
-    # dp 16 across two nodes (a ring, 384 MiB), the expert data-parallel group
-    # tp·dp·cp/(etp·ep) = 16/8 = 2 ranks (a ring, 384 MiB); the distributed optimizer's
-    # gradient-statistics group over all 16 GPUs (a ring, 384 MiB); the world group's (a ring)
+    # 16 GPUs, ep 8 inside a node (NVLink peers: 32 channels each, 7 · 32 · 12 MiB = 2,688 MiB,
+    # and the set-up of 32 channels, 196 MiB), dp 16 across two nodes (a ring of 16 channels,
+    # 292 MiB), the expert data-parallel group tp·dp·cp/(etp·ep) = 16/8 = 2 ranks (counted on
+    # the dp group's placement, 292 MiB); the distributed optimizer's gradient-statistics group
+    # over all 16 GPUs (292 MiB); the world group's (292 MiB)
     lay = Layout(dp=16, tp=1, pp=1, ep=8)
-    assert _comm(MOE, lay) == [(384 + 7 * 32 * 12 + 384 + 384 + 384) * MIB]
+    assert _comm(MOE, lay) == [(292 + 2688 + 196 + 292 + 292 + 292) * MIB]
     deepep = replace(TRAINING, moe_run=MoERun(dispatcher=Dispatcher.DEEPEP))
-    assert _comm(MOE, lay, deepep) == [(384 + 384 + 384 + 384) * MIB]  # DeepEP's own buffers
+    assert _comm(MOE, lay, deepep) == [(292 + 292 + 292 + 292) * MIB]  # DeepEP's own buffers
 
 
 def test_the_world_group_of_the_barriers():
     """torch.distributed.barrier() under NCCL all-reduces a one-element tensor on the default
     group (PyTorch ProcessGroupNCCL.cpp ProcessGroupNCCL::barrier), so the world group gets a
-    communicator, a ring of 32 channels × 12 MiB = 384 MiB: Megatron-LM before training
-    (training.py print_datetime), DeepSpeed in ZeRO-3's set-up and every save_checkpoint.
-    torchtitan's trainer calls none. dp 8 on one node: the dp ring, and for Megatron-Core's
-    distributed optimizer its gradient-statistics ring, then the world ring; FSDP2: the dp
-    ring only; one GPU: nothing."""
-    assert _comm(DENSE, Layout(dp=8)) == [3 * 384 * MIB]
-    assert _comm(DENSE, Layout(dp=8, framework="deepspeed", zero_stage=2)) == [2 * 384 * MIB]
-    assert _comm(DENSE, Layout(dp=8, framework="deepspeed", zero_stage=3)) == [2 * 384 * MIB]
-    assert _comm(DENSE, Layout(dp=8, framework="fsdp2", zero_stage=3)) == [384 * MIB]
+    communicator, inside one node a ring of 24 channels, 484 MiB with its set-up: Megatron-LM
+    before training (training.py print_datetime), DeepSpeed in ZeRO-3's set-up and every
+    save_checkpoint, torchtitan after the first step (trainer.py Trainer.train →
+    dist_utils.set_pg_timeouts). dp 8 on one node: the dp ring, and for Megatron-Core's
+    distributed optimizer its gradient-statistics ring, then the world ring; one GPU: nothing."""
+    assert _comm(DENSE, Layout(dp=8)) == [3 * 484 * MIB]
+    assert _comm(DENSE, Layout(dp=8, framework="deepspeed", zero_stage=2)) == [2 * 484 * MIB]
+    assert _comm(DENSE, Layout(dp=8, framework="deepspeed", zero_stage=3)) == [2 * 484 * MIB]
+    assert _comm(DENSE, Layout(dp=8, framework="fsdp2", zero_stage=3)) == [2 * 484 * MIB]
     assert _comm(DENSE, Layout(framework="deepspeed")) == [0]
 
 

@@ -30,7 +30,16 @@ def test_gpt3_175b_stage0_by_hand():
     The review's search answer (75.56 GB with 4 B of gradients and the 1.00 GB bucket) is
     75.56 + 11.23 − 1.00 = 85.79 GB: over an H100's 83.21. With flash-attn's FP32 softmax
     statistics (``FlashAttnVarlenFunc`` saves ``softmax_lse``), 4·96/4 heads·2,048 = 196,608 B a
-    layer over stage 0's 12 layers × 8 micro-batches in flight: 18,874,368 B more."""
+    layer over stage 0's 12 layers × 8 micro-batches in flight: 18,874,368 B more:
+    85,811,994,624 B. With NCCL's channels by placement and their set-up
+    (model/terms/comm_memory.py group_channels), stage 0's communicators go 2,736 → 1,952 MiB,
+    822,083,584 B fewer: 84,989,911,040 B, still over. Before: 228 connections of 12 MiB (tp 32,
+    dp 32, the pipeline neighbour 4, the tied embedding's group 32, DeepSpeed's model-parallel,
+    pipe and slice groups 3 × 32, the world 32). Now, on 128 H100s: the tp 4 ring in a node, 24
+    channels, 288 + (32 × 3 + 2) × 2 = 484 MiB; the dp 4 ring over 16 consecutive ranks, 2 a node,
+    8 channels, 96 + 52 = 148; the pp group (stride 16, one rank a node: 4 channels) reaches its
+    neighbour over 4 channels and sets up 4, 48 + 28 = 76; the embedding group on the pp link,
+    76; DeepSpeed's three groups and the world over 16 nodes, 16 channels, 4 × 292."""
     layer = 3 * 12288**2 + 7 * 12288 // 4 + 6 * 12288
     assert layer == 453_080_064
     params = 12 * layer + 12565 * 12288 + 2048 * 12288
@@ -44,7 +53,10 @@ def test_gpt3_175b_stage0_by_hand():
     assert s.state.buffers_bytes == 0 and s.state.step_bytes == 2 * params == 11_233_050_624
     lse = 12 * 8 * 4 * 96 // 4 * 2048
     assert lse == 18_874_368
-    assert int(e.peak.total_bytes) == 85_793_120_256 + lse == 85_811_994_624 and not e.fits
+    comm = 484 + 148 + 76 + 76 + 4 * 292
+    assert s.communicator_bytes == comm * 2**20 and 228 * 12 - comm == 784
+    total = 85_793_120_256 + lse - 784 * 2**20
+    assert int(e.peak.total_bytes) == total == 84_989_911_040 and not e.fits
 
 
 def test_only_zero1_bf16_fp32_grads_without_offload():

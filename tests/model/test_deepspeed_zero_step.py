@@ -17,7 +17,14 @@ def test_llama3_405b_tp4_pp32_by_hand():
     word embedding 128,256/4 × h = 525,336,576: 3,713,138,688. The step's extra, ÷ dp 1: the
     BF16 flat copy 2 B and its FP32 cast 4 B a parameter, 6 × 3,713,138,688 =
     22,278,832,128 B (was 4 B: 14,852,554,752). The peak is the step's: 86,252,453,888 B, over
-    an H100's 83.21 GB (the review's search answer, 78.83 GB before)."""
+    an H100's 83.21 GB (the review's search answer, 78.83 GB before). 86,025,961,472 B with
+    NCCL's channels by placement and their set-up (model/terms/comm_memory.py group_channels):
+    stage 0's communicators 1,968 → 1,752 MiB, 226,492,416 B fewer. Before, 164 connections of
+    12 MiB (tp 32, the world 32, the pipeline neighbour 4, DeepSpeed's model-parallel, pipe and
+    slice groups 3 × 32). Now the tp 4 ring in a node, 24 channels, 288 + (32 × 3 + 2) × 2 =
+    484 MiB; the world over 16 nodes, 16 channels, 192 + 100 = 292; the pp group (stride 4, 2
+    ranks a node on 16 nodes: 8 channels) reaches its neighbour over 4 channels, 48 MiB, and sets
+    up 8, (8 × 3 + 2) × 2 = 52: 100; DeepSpeed's three groups placed as the world, 3 × 292."""
     h = 16384
     layer = (2 * h * h + 2 * h * 1024 + 3 * h * 53248) // 4 + 2 * h
     assert layer == 796_950_528
@@ -31,7 +38,9 @@ def test_llama3_405b_tp4_pp32_by_hand():
     assert s.dense_params == params
     assert s.state.step_bytes == 6 * params == 22_278_832_128
     assert e.peak.peak_phase == "optimizer-step"
-    assert int(e.peak.total_bytes) == 86_252_453_888 and not e.fits
+    assert s.communicator_bytes == (484 + 292 + 48 + 52 + 3 * 292) * 2**20
+    nccl = (484 + 292 + 48 + 52 + 3 * 292 - 164 * 12) * 2**20
+    assert int(e.peak.total_bytes) == 86_252_453_888 + nccl == 86_025_961_472 and not e.fits
 
 
 def test_step_bytes_by_gradient_dtype_and_stage():

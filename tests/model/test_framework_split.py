@@ -87,7 +87,14 @@ def test_deepspeed_stage_holds_the_layer_the_split_gives_it():
     model/deepspeed_layers.py keeps_embedding_view) 16 × 2·8,192·16,384 × 7/8 =
     3,758,096,384 B more: 154,436,028,928; with flash-attn's FP32 softmax statistics
     (``FlashAttnVarlenFunc`` saves ``softmax_lse``), 4·128/8 heads·8,192 = 524,288 B a layer,
-    8 layers × 16 micro-batches × 524,288 = 67,108,864 B more: 154,503,137,792."""
+    8 layers × 16 micro-batches × 524,288 = 67,108,864 B more: 154,503,137,792; with NCCL's
+    channels by placement and their set-up (model/terms/comm_memory.py group_channels), stage
+    0's communicators go 1,968 → 1,728 MiB, 251,658,240 B fewer: 154,251,479,552. Before, 164
+    connections of 12 MiB: tp 32, the world 32, one pipeline neighbour 4, DeepSpeed's
+    model-parallel, pipe and slice groups 3 × 32. Now the tp 8 ring in a node 24 channels,
+    24 × 12 + (32 × 3 + 2) × 2 = 484 MiB; the world over 16 nodes, 8 a node, 16 channels,
+    192 + 100 = 292; the pipeline neighbour on another node, one rank a node, 4 channels,
+    48 + (4 × 3 + 2) × 2 = 76; DeepSpeed's three groups placed as the world, 3 × 292 = 876."""
     est = trainplan.evaluate(
         model="llama3-405b", num_gpus=128, gpu="H200", framework="deepspeed", dp=1, tp=8, pp=16,
         zero_stage=1, micro_batch_size=1, global_batch_size=2048, recompute="none",
@@ -103,7 +110,11 @@ def test_deepspeed_stage_holds_the_layer_the_split_gives_it():
     assert view == 3_758_096_384
     lse = 8 * 16 * 4 * 128 // 8 * 8192
     assert lse == 67_108_864
-    assert int(est.peak.total_bytes) == 150_677_932_544 + view + lse == 154_503_137_792
+    assert est.stages[0].communicator_bytes == (484 + 292 + 76 + 3 * 292) * 2**20
+    assert 164 * 12 - (484 + 292 + 76 + 3 * 292) == 240
+    nccl = -240 * 2**20
+    total = 150_677_932_544 + view + lse + nccl
+    assert int(est.peak.total_bytes) == total == 154_251_479_552
 
 
 def test_fsdp2_stage_one_holds_the_extra_layer():
@@ -111,7 +122,16 @@ def test_fsdp2_stage_one_holds_the_extra_layer():
     20, 21, 20, 19. One layer per tp rank: (2·8,192² + 2·8,192·1,024 + 3·8,192·28,672) / 4 =
     213,909,504 plus the two norms whole, 16,384: 213,925,888 parameters more on stage 1 than
     on stage 2. Stage 1 (3 micro-batches in flight) is the busiest: 83.71 GB, over an H100's
-    83.21 GB usable (81.58 GB with the even 20 × 4)."""
+    83.21 GB usable (81.58 GB with the even 20 × 4). 83,709,935,616 B with 1,248 MiB of
+    communicators (104 connections of 12 MiB: tp 32, dp 32, two pipeline neighbours 2 × 4, the
+    pp group's clip_grad_norm_ ring 32); 83,806,404,608 B, 92 MiB more, with NCCL's channels by
+    placement and their set-up (model/terms/comm_memory.py group_channels) and torchtitan's world
+    barrier: the tp 4 ring in a node, 24 channels, 288 + 196 = 484 MiB; the dp 4 ring over 16
+    consecutive ranks, 2 a node (2 → dup 4 → Postset 8 channels), 96 + (8 × 3 + 2) × 2 = 148;
+    the two pipeline neighbours, one rank a node (pp stride 16), 4 channels each, 2 × 48 and
+    the pp communicator's set-up (4 × 3 + 2) × 2 = 28; the pp norm ring placed as the world (16
+    channels), 192 + 100 = 292; the world ring of torchtitan's barrier after step 1, 292:
+    1,340 MiB."""
     est = trainplan.evaluate(
         model="llama3-70b", num_gpus=64, gpu="H100-SXM", framework="fsdp2", dp=4, tp=4, pp=4,
         zero_stage=2, micro_batch_size=2, global_batch_size=2048, recompute="full",
@@ -121,4 +141,6 @@ def test_fsdp2_stage_one_holds_the_extra_layer():
     assert [s.num_layers for s in est.stages] == [20, 21, 20, 19]
     assert est.stages[1].dense_params - est.stages[2].dense_params == layer
     assert est.busiest == 1
-    assert int(est.peak.total_bytes) == 83_709_935_616
+    comm = 484 + 148 + 2 * 48 + 28 + 292 + 292
+    assert est.stages[1].communicator_bytes == comm * 2**20 and comm - 104 * 12 == 92
+    assert int(est.peak.total_bytes) == 83_709_935_616 + 92 * 2**20 == 83_806_404_608

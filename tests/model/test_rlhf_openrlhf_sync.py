@@ -109,9 +109,9 @@ def test_the_weight_sync_moment_binds_when_the_kv_space_is_small():
         assert plan.pools[0].peak_bytes[0] == held + 15_231_233_024 + sync
         split = compose((engine, actor), (0, 1), CAPACITY, HOST, 8)
         # CUDA IPC on the same pool only; on a pool of its own the engine receives over NCCL
-        # (tests/model/test_rlhf_split_engine.py): the model-update ring, 402,653,184 B, and the
-        # embedding whole, 1,089,994,752 B, under deepspeed
-        receive = 402_653_184 + 1_089_994_752 if framework == "deepspeed" else 0
+        # (tests/model/test_rlhf_split_engine.py): the model-update ring, 24 channels × 12 MiB =
+        # 301,989,888 B, and the embedding whole, 1,089,994,752 B, under deepspeed
+        receive = 301_989_888 + 1_089_994_752 if framework == "deepspeed" else 0
         assert split.pools[0].peak_bytes[0] == engine.budget_bytes + receive
 
 

@@ -24,7 +24,9 @@ QWEN = get_model("qwen2.5-7b").model  # h 3,584, V 152,064
 H100 = get_accelerator("H100-SXM")
 CAPACITY = 83_210_009_600  # H100-SXM usable bytes
 HOST = 2 * 10**12
-RING = 32 * 12 * 2**20  # one NCCL ring, 32 channels × 12 MiB = 402,653,184 B
+# one NCCL ring, NCCL's 24 collective channels inside a node (model/terms/comm_memory.py
+# RING_CHANNELS; was counted at 32) × 12 MiB = 301,989,888 B; the engines' rings count no set-up
+RING = 24 * 12 * 2**20
 
 
 def _problem(framework: str, algorithm: str = "grpo", off_policy: int = 1) -> RLHFProblem:
@@ -44,12 +46,12 @@ def _problem(framework: str, algorithm: str = "grpo", off_policy: int = 1) -> RL
 
 def test_receive_bytes_by_hand():
     """Qwen2.5 72B's largest parameter is its embedding (and output) matrix, 152,064 × 8,192 ×
-    2 B = 2,491,416,576 B, received whole; the model-update group is one ring, 402,653,184 B.
+    2 B = 2,491,416,576 B, received whole; the model-update group is one ring, 301,989,888 B.
     verl's profiles receive nothing: (0, 0)."""
     big = get_model("qwen2.5-72b").model
     size = dict(prompts=4, samples_per_prompt=16, prompt_tokens=1024, completion_tokens=4096)
     spec = RLHFSpec(algorithm="grpo", policy=big, reward="rule", framework="deepspeed", **size)
-    assert RING == 402_653_184
+    assert RING == 301_989_888
     assert engine_receive_bytes(spec, spec.role(Role.ROLLOUT)) == (2_491_416_576, RING)
     verl = RLHFSpec(algorithm="grpo", policy=big, reward="rule", framework="megatron", **size)
     assert engine_receive_bytes(verl, verl.role(Role.ROLLOUT)) == (0, 0)
@@ -58,9 +60,9 @@ def test_receive_bytes_by_hand():
 def test_an_engine_without_the_actor_receives_beside_its_budget():
     """Qwen2.5 7B engine (tp 1, fraction 0.9 of 85,017,493,504 B = 76,515,744,153.6 B) alone on
     8 H100, the actor on 8 more. Under ``deepspeed`` pool 0 holds the model-update ring in every
-    phase, 402,653,184 B, and the rollout's peak adds the embedding it receives whole, 152,064 ×
-    3,584 × 2 B = 1,089,994,752 B: 76,515,744,153.6 + 402,653,184 + 1,089,994,752 =
-    78,008,392,089.6 B. Under ``fsdp2`` (verl) the peak is the budget. On the actor's pool
+    phase, 301,989,888 B, and the rollout's peak adds the embedding it receives whole, 152,064 ×
+    3,584 × 2 B = 1,089,994,752 B: 76,515,744,153.6 + 301,989,888 + 1,089,994,752 =
+    77,907,728,793.6 B. Under ``fsdp2`` (verl) the peak is the budget. On the actor's pool
     (CUDA IPC) nothing is received. Off-policy, or under deepspeed, the engine stays awake in
     every phase."""
     for framework, extra in (("deepspeed", RING + 1_089_994_752), ("fsdp2", 0)):
@@ -73,13 +75,13 @@ def test_an_engine_without_the_actor_receives_beside_its_budget():
         assert pool.peak_bytes[0] == engine.budget_bytes + extra
         assert pool.held_bytes == pool.resident_bytes == (RING if extra else 0)
         if extra:
-            assert pool.peak_bytes[0] == Fraction(780_083_920_896, 10)
+            assert pool.peak_bytes[0] == Fraction(779_077_287_936, 10)
         # one-step off-policy: the engine never sleeps, so scoring and training hold its budget
-        # (76,515,744,153.6 B) and the ring: 76,918,397,337.6 B under deepspeed
+        # (76,515,744,153.6 B) and the ring: 76,817,734,041.6 B under deepspeed
         awake = engine.budget_bytes + (RING if extra else 0)
         assert pool.peak_bytes[1] == pool.peak_bytes[2] == awake
         if extra:
-            assert awake == Fraction(769_183_973_376, 10)
+            assert awake == Fraction(768_177_340_416, 10)
         sync = compose((engine, actor), (0, 1), CAPACITY, HOST, 8, off_policy=0)
         # synchronous: OpenRLHF keeps vLLM awake without --train.colocate_all (deepspeed);
         # verl's engine (fsdp2) sleeps outside the rollout

@@ -139,7 +139,16 @@ def test_layer_wise_packing_puts_every_one_layer_chunks_fc1_on_rank_0():
     8 · (26,624² + 16,384²) = 5,234,491,392 + 7,818,182,656 = 13,052,674,048 B: 52,210,696,192
     B, with its quarter of the norms' Adam state (8 norms of 16,384 at 12 B / 4 = 393,216):
     52,211,089,408 B — against an average of 25,545,801,728. The stage's peak is then
-    94,188,470,272 B, over the 83,210,009,600 B capacity."""
+    94,188,470,272 B, over the 83,210,009,600 B capacity (with the padded buckets below,
+    116,938,375,168 B). With NCCL's channels by placement and their set-up
+    (model/terms/comm_memory.py group_channels) stage 1's communicators go 1,632 → 1,368 MiB,
+    276,824,064 B fewer: 116,661,551,104 B. Before: 136 connections of 12 MiB (tp 32, dp 32,
+    two pipeline neighbours 2 × 4, the gradient-statistics ring 32, the world 32). Now, on 512
+    H100s: the tp 4 ring in a node, 24 channels, 288 + (32 × 3 + 2) × 2 = 484 MiB; the dp 4 ring
+    over 16 consecutive ranks, 2 a node, 8 channels, 96 + 52 = 148; Megatron's interleaved
+    schedule's two pair communicators (pp stride 16, one rank a node: 4 channels,
+    48 + (4 × 3 + 2) × 2 = 76 each), 152; the gradient-statistics and world rings over 64 nodes,
+    16 channels, 192 + 100 = 292 each."""
     shapes = [(4608, 16384), (16384, 4096), (26624, 16384), (16384, 13312)]
     assert sum(m * n for m, n in shapes) == 796_917_760
     assert layer_wise_owners(shapes, 4) == (2, 3, 0, 1)
@@ -152,7 +161,11 @@ def test_layer_wise_packing_puts_every_one_layer_chunks_fc1_on_rank_0():
     assert case.stages[1].state.optimizer_bytes == 4 * fc1 + 393_216 == 52_211_089_408
     assert layer_wise_padding(shapes, 4) == 4 * 436_207_616 - 796_917_760 == 947_912_704
     assert case.stages[1].state.weights_bytes == 2 * (3_187_802_112 + 4 * 947_912_704)
-    assert int(case.peak.total_bytes) == 94_188_470_272 + 4 * 947_912_704 * 6 == 116_938_375_168
+    assert case.stages[1].communicator_bytes == (484 + 148 + 2 * 76 + 2 * 292) * 2**20
+    nccl = (484 + 148 + 2 * 76 + 2 * 292 - 136 * 12) * 2**20
+    assert nccl == -276_824_064
+    total = 94_188_470_272 + 4 * 947_912_704 * 6 + nccl
+    assert int(case.peak.total_bytes) == total == 116_661_551_104
 
 
 def test_soap_search_answers_fit_with_the_state_megatron_keeps():
@@ -171,12 +184,18 @@ def test_soap_search_answers_fit_with_the_state_megatron_keeps():
     the answer is dp 4 × tp 4 × pp 32 with 2 model chunks a rank: fc1 [26,624, 16,384] on a
     rank, whose step holds 4·(2E + 4m² + n²) + 12·E = 4·3,976,200,192 + 5,234,491,392 =
     21,139,292,160 B; the busiest stage (31, three layers) holds 27.68 GB of optimizer state,
-    74.90 GB of 83.21 at its peak. Its buckets: a two-layer chunk (the two fc1 on two ranks, each
+    74.90 GB of 83.21 at its peak (74.62 with NCCL's placed channels, below). Its buckets: a
+    two-layer chunk (the two fc1 on two ranks, each
     fc2 with a linear_qkv and a linear_proj on the others: 4 × 436,207,616 − 1,593,835,520 =
     150,994,944) and a one-layer chunk (947,912,704). The output layer [32,128, 16,384] is not
     in them (``is_managed_by_layer_wise_optimizer``); packed into the one-layer chunk it filled
     the shard that is now padding (782,237,696 then), so the peak is 6 · 165,675,008 B above
-    the 73,906,765,824 counted with it.
+    the 73,906,765,824 counted with it. The 8 × 2 × 32 layout's communicators with NCCL's
+    channels by placement and their set-up (model/terms/comm_memory.py): the tp 2 ring in a node,
+    484 MiB; the dp 8 ring over 16 consecutive ranks, 4 a node on 2 nodes (16 channels),
+    192 + 100 = 292; the two interleaved pair communicators, 2 × 76; the gradient-statistics and
+    world rings, 292 each: 1,512 MiB, against 136 × 12 = 1,632 before: 125,829,120 B fewer,
+    374,300,672,000 → 374,174,842,880 B.
 
     Llama 3 8B on 8 GPUs moves from dp 4 × tp 2 (81.85 GB before the padding; its first chunk's
     output layer and embedding, 262,668,288 elements each, pad their buckets to 4× that) to
@@ -185,7 +204,11 @@ def test_soap_search_answers_fit_with_the_state_megatron_keeps():
     heads·8,192 = 524,288 B a layer, were counted: 16 layers × 2.5 micro-batches in flight on
     stage 0, 20,971,520 B). The embedding (262,668,288 elements) is not in the layer-wise
     buckets; packed into the first chunk's last bucket it filled a shard alone, the other shard
-    padded to its size: 262,668,288 elements more at 2 + 4 B (72.78 GB then)."""
+    padded to its size: 262,668,288 elements more at 2 + 4 B (72.78 GB then). 71.85 GB with
+    NCCL's channels by placement and their set-up (model/terms/comm_memory.py): every group in
+    the one node, the tp, dp, gradient-statistics and world rings 24 channels each, 288 +
+    (32 × 3 + 2) × 2 = 484 MiB, and the pp 2 neighbour over 32 NVLink channels, 384 + 196 = 580:
+    2,516 MiB against 5 × 384 = 1,920 before, 624,951,296 B more."""
     import trainplan
 
     big = {"model": "llama3-405b", "optimizer": "soap", "seq_len": 8192}
@@ -198,7 +221,10 @@ def test_soap_search_answers_fit_with_the_state_megatron_keeps():
     assert old.stages[1].state.step_bytes == 4 * 13_354_663_936 + 12 * e == 63_887_638_528
     # each one-layer chunk's buckets: 8 × fc1's 872,415,232 elements for 1,593,835,520
     padding = 8 * 872_415_232 - 1_593_835_520
-    assert int(old.peak.total_bytes) == 245_048_999_936 + 4 * padding * 6 == 374_300_672_000
+    assert old.stages[1].communicator_bytes == (484 + 292 + 2 * 76 + 2 * 292) * 2**20
+    nccl = (484 + 292 + 2 * 76 + 2 * 292 - 136 * 12) * 2**20
+    assert int(old.peak.total_bytes) == 245_048_999_936 + 4 * padding * 6 + nccl
+    assert int(old.peak.total_bytes) == 374_300_672_000 - 125_829_120 == 374_174_842_880
     capacity = 83_210_009_600
     r = trainplan.search(model="llama3-405b", gpus=512, optimizer="soap")
     lay = r.best.estimate.layout
@@ -214,8 +240,13 @@ def test_soap_search_answers_fit_with_the_state_megatron_keeps():
     layer = [(4608, 16384), (16384, 4096), (26624, 16384), (16384, 13312)]
     assert layer_wise_padding(layer, 4) == 947_912_704
     assert layer_wise_padding([*layer, (32128, 16384)], 4) == 947_912_704 - 165_675_008
-    assert int(r.best.estimate.peak.total_bytes) == 73_906_765_824 + 6 * 165_675_008
-    assert int(r.best.estimate.peak.total_bytes) == 74_900_815_872 < capacity
+    assert 73_906_765_824 + 6 * 165_675_008 == 74_900_815_872
+    # NCCL's channels by placement and their set-up: stage 31's communicators as stage 1's of
+    # the same layout above (1,632 → 1,368 MiB; its pair communicators reach stage 30 and,
+    # interleaved, stage 0): 276,824,064 B fewer
+    assert r.best.estimate.stages[31].communicator_bytes == (484 + 148 + 2 * 76 + 2 * 292) * 2**20
+    total = 74_900_815_872 - 276_824_064
+    assert int(r.best.estimate.peak.total_bytes) == total == 74_623_991_808 < capacity
     small = trainplan.search(model="llama3-8b", gpus=8, optimizer="soap").best.estimate
     assert (small.layout.dp, small.layout.tp, small.layout.pp, small.layout.zero_stage) == (
         2, 2, 2, 1,
@@ -223,4 +254,8 @@ def test_soap_search_answers_fit_with_the_state_megatron_keeps():
     assert small.stages[0].state.optimizer_bytes == 33_654_833_152
     lse = 16 * 5 // 2 * 4 * 32 // 2 * 8192
     assert lse == 20_971_520
-    assert int(small.peak.total_bytes) == 72_777_990_144 - 6 * 262_668_288 + lse == 71_222_951_936
+    assert small.stages[0].communicator_bytes == (4 * 484 + 580) * 2**20
+    nccl = (4 * 484 + 580 - 5 * 384) * 2**20
+    assert nccl == 624_951_296
+    total = 72_777_990_144 - 6 * 262_668_288 + lse + nccl
+    assert int(small.peak.total_bytes) == total == 71_847_903_232

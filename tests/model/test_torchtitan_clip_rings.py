@@ -2,30 +2,40 @@
 (model/terms/comm_memory.py grad_stats_rings; torchtitan b5bcd76c6
 ``torchtitan/distributed/utils.py``): ``clip_grad_norm_`` all-reduces the norm over the pp mesh's
 group where pp > 1, and ``_clip_grad_norm_with_ep`` reduces the experts' norm over the ep group
-(``ep_grads_total_norm.full_tensor()``). Each ring is NCCL's 32 channels × 12 MiB."""
+(``ep_grads_total_norm.full_tensor()``). Each communicator holds its ring's collective channels
+× 12 MiB and, by default, its channels' set-up (pow2Up(channels) × 3 + 2) × 2 MiB: inside an
+H100 node 24 channels, 288 + 196 = 484 MiB; across nodes at 8 ranks a node 16 channels,
+192 + 100 = 292 MiB (model/terms/comm_memory.py group_channels). Beside them, the world group's
+ring of torchtitan's barrier after the first step (``trainer.py`` ``Trainer.train`` →
+``dist_utils.set_pg_timeouts``), placed as the whole job."""
 
 import pytest
 
 import trainplan
 
-CONNECTION = 12 * 2**20
+MIB = 2**20
+NODE, CROSS = 288 + 196, 192 + 100
 
 
 @pytest.mark.parametrize(
-    ("model", "degrees", "connections"),
+    ("model", "degrees", "mib"),
     [
-        # the FSDP ring (32) alone: no pipeline, no experts
-        ("llama3-8b", {"num_gpus": 16, "dp": 16, "pp": 1}, 32),
-        # the FSDP ring over 8 GPUs (32), the pp group's ring for the norm (32) and the one
-        # neighbouring stage on the other node, 4 channels of a 50 GB/s NIC (4)
-        ("llama3-8b", {"num_gpus": 16, "dp": 8, "pp": 2}, 32 + 32 + 4),
-        # ep 1: the FSDP ring (32) and the experts' own FSDP ring over the same 8 GPUs (32)
-        ("mixtral-8x7b", {"num_gpus": 8, "dp": 8, "ep": 1}, 32 + 32),
-        # ep 8: the FSDP ring (32), the all-to-all's 7 NVLink peers × 32 channels (224), the
-        # experts' FSDP group of one rank (none) and the ep group's ring for the norm (32)
-        ("mixtral-8x7b", {"num_gpus": 8, "dp": 8, "ep": 8}, 32 + 7 * 32 + 32),
+        # 16 GPUs on 2 nodes: the FSDP ring (16 channels, 292) and the world ring (292)
+        ("llama3-8b", {"num_gpus": 16, "dp": 16, "pp": 1}, CROSS + CROSS),
+        # the FSDP ring over 8 GPUs in a node (484), the pp group's ring for the norm, placed as
+        # the world (292), the one neighbouring stage on the other node, 4 channels of a 50 GB/s
+        # NIC (48) and the pp communicator's set-up, one rank a node → 4 channels,
+        # (4 × 3 + 2) × 2 = 28; the world ring (292)
+        ("llama3-8b", {"num_gpus": 16, "dp": 8, "pp": 2}, NODE + CROSS + 48 + 28 + CROSS),
+        # ep 1, one node: the FSDP ring, the experts' own FSDP ring over the same 8 GPUs and the
+        # world ring, 484 each
+        ("mixtral-8x7b", {"num_gpus": 8, "dp": 8, "ep": 1}, 3 * NODE),
+        # ep 8: the FSDP ring (484), the all-to-all's 7 NVLink peers × 32 channels × 12 MiB
+        # (2,688) and its set-up (32 channels, 196), the experts' FSDP group of one rank (none),
+        # the ep group's ring for the norm (484) and the world ring (484)
+        ("mixtral-8x7b", {"num_gpus": 8, "dp": 8, "ep": 8}, NODE + 2688 + 196 + NODE + NODE),
     ],
 )
-def test_fsdp2_communicators(model, degrees, connections):
+def test_fsdp2_communicators(model, degrees, mib):
     e = trainplan.evaluate(model=model, framework="fsdp2", **degrees)
-    assert e.peak.communicator_bytes == connections * CONNECTION
+    assert e.peak.communicator_bytes == mib * MIB

@@ -66,7 +66,7 @@ def check_per_stage_points(result, capacity_of):
 
 def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform():
     """Against memory on 2 GPUs: ε sweep by hand with per_stage_search (fresh tables each ε)
-    gives the same points; the 12 points run from the uniform full recomputation at tp 2
+    gives the same points; the 10 points run from the uniform full recomputation at tp 2
     (105,073,152 B + the output layer's gather buffer, 32.65 ms) through per-stage plans (the
     first at 121,063,936 B + that buffer, 31.21 ms:
     tp 2, 5 of 6 layers recomputed) to the uniform 526,195,712 B plan without recomputation
@@ -97,12 +97,17 @@ def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform()
         eps = value - 1
     want = non_dominated(found)
     assert [(p.value, p.step_ns, p.kind) for p in got.points] == want[::-1]  # fastest first
-    assert len(want) == 12  # pp 2 interleaved and √n plans among them
-    # every layout of 2 GPUs holds three NCCL communicators of 32 channels × 12 MiB (the tp or
-    # dp ring, or the pipeline's one neighbour inside the node, the distributed optimizer's
-    # gradient-statistics ring over both GPUs, and the world group's ring of Megatron-LM's
-    # barriers): 1,207,959,552 B beside each figure
-    comm = 3 * 32 * 12 * 2**20
+    # 10 points (12 when every communicator was 32 channels × 12 MiB without set-up: the pp 2
+    # interleaved √n plan and its per-stage plan, 1,374,800,896 and 1,370,606,592 B then, 11.6
+    # and 15.8 MB under dp 2's full recomputation; a pp 2 layout now holds PAIR − RING = 96 MiB
+    # = 100,663,296 B more communicators than a tp 2 or dp 2 one, so both are dominated)
+    assert len(want) == 10
+    # every tp 2 or dp 2 layout holds three rings in the node (the tp or dp ring, the
+    # distributed optimizer's gradient-statistics ring over both GPUs, the world group's ring of
+    # Megatron-LM's barriers): 3 × RING = 1,452 MiB = 1,522,532,352 B beside each figure, 300 MiB
+    # more than the three 384 MiB communicators counted before
+    comm = 3 * RING
+    assert comm == 1_522_532_352
     # tp 2 with sequence parallelism: the output layer's all-gather buffer on the last stage,
     # 2·s·h = 2 × 8,192 × 256 = 4,194,304 B (model.terms.persistent_buffers), in both phases
     gather = 2 * 8192 * 256
@@ -131,24 +136,28 @@ def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform()
     check_per_stage_points(got, lambda p: p.value)
 
 
-COMM = 32 * 12 * 2**20
-"""One NCCL communicator of 32 channels × 12 MiB on a GPU (402,653,184 B,
-:func:`model.terms.comm_memory.communicator_bytes`): a ring, or one point-to-point peer inside
-the node (32 channels per NVLink peer)."""
-BUDGET = 160e6 + 3 * COMM
-"""The tiny model's budget: 160 MB of tensors beside three communicators."""
+RING = (24 * 12 + (32 * 3 + 2) * 2) * 2**20
+"""One NCCL ring communicator inside an H100 node (:func:`model.terms.comm_memory.group_channels`:
+24 collective channels × 12 MiB) with its channels' set-up, pow2Up(24) = 32 channels × 3 + 2
+allocations of 2 MiB: 288 + 196 = 484 MiB = 507,510,784 B."""
+PAIR = (32 * 12 + (32 * 3 + 2) * 2) * 2**20
+"""The pipeline's one neighbour inside the node: 32 channels per NVLink peer × 12 MiB
+(:func:`model.terms.comm_memory.p2p_channels_per_peer`) and the pp communicator's set-up of 32:
+384 + 196 = 580 MiB = 608,174,080 B."""
+BUDGET = 160e6 + 3 * RING
+"""The tiny model's budget: 160 MB of tensors beside three rings."""
 
 
 def test_gpus_frontier_per_job_by_hand():
-    """tp 1 and 160 MB + three communicators (1,367,959,552 B) per GPU, jobs of 1, 2, 3, 4, 6 and
+    """tp 1 and 160 MB + three rings (1,682,532,352 B) per GPU, jobs of 1, 2, 3, 4, 6 and
     8 GPUs: the frontier against GPU count is the non-dominated set of each job's own per-stage
     search, and never slower than the uniform frontier at any count.
 
     NCCL's communicators (:func:`model.terms.comm_memory.comm_memory_term`, every group inside
-    one 8-GPU H100 node, so 32 channels per peer): a dp ring holds COMM on every GPU; a pipeline
-    stage holds COMM per neighbouring stage; the distributed optimizer's gradient-statistics group
-    over every GPU holds COMM on each of more than one, and the world group of Megatron-LM's
-    barriers COMM more. So every 2-GPU layout holds exactly 3·COMM on each GPU; 1 GPU holds none.
+    one 8-GPU H100 node): a dp ring holds RING on every GPU; a pipeline stage holds PAIR for its
+    one neighbour at pp 2; the distributed optimizer's gradient-statistics group over every GPU
+    holds RING on each of more than one, and the world group of Megatron-LM's barriers RING more.
+    So a dp-only layout holds 3·RING on each GPU, a pp 2 one PAIR + 2·RING; 1 GPU holds none.
 
     By hand, the tiny model (h 256, SwiGLU 688, V 1,024, s 8,192, b 1, Megatron-Core profile):
     a layer holds 791,040 parameters (5,270,784 in all with the embedding, output layer and final
@@ -162,7 +171,7 @@ def test_gpus_frontier_per_job_by_hand():
       loss's phase, 16,777,216 B, beats the layers' backward phase 26,738,688 − 41,943,040 < 0),
       no communicator: fits without recomputing.
     * 2 GPUs: the least any layout needs is pp 2 under full recomputation, 3 + 3 layers, whose
-      first stage (2 micro-batches in flight) holds 162,647,040 B + 3·COMM > the budget (the
+      first stage (2 micro-batches in flight) holds 162,647,040 B + PAIR + 2·RING > the budget (the
       4 + 2 plan that once fitted now holds over 185.1 MB on its
       first stage: the backward working set sits on its recompute transient); so no plan.
     * 8 GPUs: dp 8 (ZeRO-1) with every layer recomputed fits; 3, 4 and 6 GPUs hold no plan.
@@ -187,7 +196,7 @@ def test_gpus_frontier_per_job_by_hand():
     two = tiny_case(6, 2)
     full = two.evaluate(two.layout.with_(zero_stage=1, recompute="full"))
     # the recomputed layer's FP32 softmax statistics 4·a·s = 131,072 B in its transient
-    assert int(full.stages[0].total_bytes) == 162_515_968 + 131_072 + 3 * COMM > BUDGET
+    assert int(full.stages[0].total_bytes) == 162_515_968 + 131_072 + PAIR + 2 * RING > BUDGET
     uniform = [(a.job.num_gpus, a.objective) for a in frontier(problem, "gpus").points]
     for value, step in uniform:
         assert staircase([(p.value, p.step_ns) for p in got.points], value) <= step
@@ -199,20 +208,25 @@ def test_gpus_frontier_per_job_by_hand():
 
 def wide_vocab_problem(gpus: tuple[int, ...], budget: float):
     """The 6-layer tiny model with a vocabulary of 8,192 (its output layer's FP32 logits and
-    loss outweigh a layer), tp 1, Megatron-Core ZeRO-1, 1F1B, ``budget`` bytes per GPU."""
+    loss outweigh a layer), tp 1, pp 2, Megatron-Core ZeRO-1, 1F1B, ``budget`` bytes per GPU."""
     arch = llama_like(6, 256, 4, 688, 8192)
     case = Case.of(model=ModelSpec(name="tiny", source="test", arch=arch), pp=1, seq_len=8192,
                    global_batch_size=8, micro_batch_size=1, device="H100-SXM")  # fmt: skip
     headroom = 1 - budget / case.device.usable_bytes(True)
     jobs = tuple(Job(case, g, f"{g} GPUs") for g in gpus)
-    space = SearchSpace(num_gpus=gpus[0], max_micro_batch_size=1, tp=(1,), zero_stages=(1,),
-                        schedules=(Schedule.ONE_F_ONE_B,), virtual_stages=(1,))  # fmt: skip
+    space = SearchSpace(num_gpus=gpus[0], max_micro_batch_size=1, tp=(1,), pp=(2,),
+                        zero_stages=(1,), schedules=(Schedule.ONE_F_ONE_B,),
+                        virtual_stages=(1,))  # fmt: skip
     return Problem(jobs=jobs, space=space, constraints=Constraints(headroom=headroom))
 
 
 def test_gpus_frontier_with_a_job_only_per_stage_plans_fit():
-    """2 and 4 GPUs at 470 MB + three communicators per GPU: no uniform layout fits on either
-    count, and a per-stage split fits on 2 GPUs — the frontier's one point, by hand.
+    """2 and 4 GPUs at pp 2, 470 MB + a pp 2 stage's communicators (PAIR + 2·RING) per GPU: no
+    uniform layout fits on either count, and a per-stage split fits on 2 GPUs — the frontier's
+    one point, by hand. pp is held at 2: a dp 2 layout holds PAIR − RING = 96 MiB fewer
+    communicator bytes than a pp 2 one, more than the split saves over dp 2 (it fits at
+    2,053,446,656 B, under the split's 2,090,423,808), so with dp free the split would not be the
+    only fit.
 
     The model (h 256, SwiGLU 688, V 8,192, s 8,192, b 1): a layer holds 791,040 parameters, the
     embedding and the output layer V·h = 2,097,152 each, the final norm 256; ZeRO-1 over dp 1
@@ -235,7 +249,7 @@ def test_gpus_frontier_with_a_job_only_per_stage_plans_fit():
       (791,040 + 2,097,152 + 256) × 18 = 51,992,064 B of state, its layer's input, the output
       layer and the loss: 467,228,160 B. Both under 470 MB.
     """
-    budget = 470e6 + 3 * COMM
+    budget = 470e6 + PAIR + 2 * RING
     problem = wide_vocab_problem((2, 4), budget)
     with pytest.raises(InfeasibleError):
         frontier(problem, "gpus")  # no uniform layout on any count
@@ -253,8 +267,9 @@ def test_gpus_frontier_with_a_job_only_per_stage_plans_fit():
     first = (5 * layer + vh) * 18 + 2 * (3 * kept + 2 * whole) + work
     last = (layer + vh + norm) * 18 + kept + output + loss
     assert (first, last) == (430_855_168, 467_228_160)
-    assert [int(st.total_bytes) for st in point.estimate.stages] == [first + 3 * COMM,
-                                                                    last + 3 * COMM]  # fmt: skip
+    comm = PAIR + 2 * RING
+    assert [int(st.total_bytes) for st in point.estimate.stages] == [first + comm,
+                                                                    last + comm]  # fmt: skip
     r = per_stage_search(replace(problem, jobs=problem.jobs[:1]), without_uniform=True)
     assert (r.per_stage, r.plan_ns) == (True, point.step_ns)
     cap = int(problem.jobs[0].case.device.usable_bytes(True) * (1 - problem.constraints.headroom))

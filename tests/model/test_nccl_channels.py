@@ -1,0 +1,58 @@
+"""NCCL's collective channel count per communicator, by placement
+(:func:`model.terms.comm_memory.collective_channels`; NVIDIA/nccl at 5067397,
+``src/graph/search.cc`` ``ncclTopoCompute`` / ``ncclTopoDupChannels``, ``src/graph/connect.cc``
+``ncclTopoPostset``, ``src/graph/paths.cc`` ``ncclTopoComputeP2pChannels``)."""
+
+from __future__ import annotations
+
+from trainplan.model.terms.comm_memory import (
+    channel_setup_bytes,
+    collective_channels,
+    group_channels,
+    setup_channels,
+)
+
+MIB = 2**20
+
+
+def test_inside_one_h100_node():
+    """18 NVLinks × 20.6 GB/s = 370.8 GB/s a GPU. sm90's intra speeds start at 60 GB/s:
+    ⌊370.8 / 60⌋ = 6 channels (360 < 370.8, so the search does not stop early; 7 × 50 = 350 and
+    9 × 40 = 360 are no larger). DupChannels: bwIntra 60 ≥ 50 → 12 at 30 GB/s; pass 2 cannot
+    raise 12 channels to 40 GB/s (480 > 370.8). Postset doubles: 24 collective channels;
+    p2pnChannels = pow2Up(24) = 32 set up (NVIDIA/nccl#1685: 32 p2p channels on 8 H100s).
+    The group size inside the node does not enter: a 2-rank tp group is the same."""
+    assert collective_channels(8, 1, None, False) == collective_channels(2, 1, None, False) == 24
+    assert setup_channels(24) == 32
+    assert group_channels(2, 2, 8, True, None, False) == 24
+    # NVLink 5: 18 × 40.1 = 721.8 GB/s; sm100 speeds 90 → 8 channels (720 < 721.8), dup 16 at
+    # 45, Postset 32.
+    assert collective_channels(8, 1, None, True) == 32
+
+
+def test_across_h100_nodes_with_a_400g_nic_per_gpu():
+    """NIC 400 Gb/s = 50 GB/s, the GPU's PCIe Gen5 x16 path 240 × 16 / 80 = 48 GB/s: the search
+    starts at sm90's inter speed 48, one channel per GPU of the communicator on the node (each
+    GPU's PCIe link carries one 48 GB/s channel each way).
+
+    * 8 a node: 8 × 48 = 384 ≥ totalBw 370.8 → done; no DupChannels (sm90, bwIntra 48 < 50 and
+      8 > 4 channels); Postset 16; the 4-compute-channel rule needs < 16: 16 (NVIDIA/nccl#1453,
+      3 × 8 H100s: "Channel 00/16").
+    * 4 a node (GPT-3 20B's dp 32 over 8 nodes at tp 2): 4 at 48; DupChannels (4 is not > 4)
+      → 8 at 24; Postset 16; 24 GB/s is not > 45: 16.
+    * 1 a node: 1 → 2 (dup) → 4 (Postset).
+    * 6 a node: 6 at 48, no dup; Postset 12; 48 > 45 and 12 < 16 → 24."""
+    assert collective_channels(8, 8, 50e9, False) == 16
+    assert collective_channels(4, 8, 50e9, False) == 16
+    assert collective_channels(1, 8, 50e9, False) == 4
+    assert collective_channels(6, 8, 50e9, False) == 24
+    # dp 32 at tp 2 spans 64 consecutive ranks: 32 × 8 / 64 = 4 ranks on each of 8 nodes.
+    assert group_channels(32, 64, 8, False, 50e9, False) == 16
+    # the set-up: 16 channels × 3 + 2 granules of 2 MiB = 100 MiB (was 196 MiB at 32).
+    assert setup_channels(16) == 16 and channel_setup_bytes(16) == 100 * MIB
+
+
+def test_across_nodes_with_200g_nics():
+    """25 GB/s NICs: the search runs at 24 GB/s, one channel per NIC; DupChannels needs bwIntra
+    ≥ 25: none; Postset 2 × 8 = 16."""
+    assert collective_channels(8, 4, 25e9, False) == 16
