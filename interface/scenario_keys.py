@@ -111,7 +111,7 @@ KEY_HELP: dict[str, str] = {
     "flags target; false: earlier Megatron-Core).",
     "nccl_sm_charge": "Roofline: charge the SMs NCCL's NVLink SHARP channels hold to the "
     "computation an overlapped data-parallel or asynchronous tensor-parallel collective hides "
-    "under (default false: the fitted GEMM efficiency already holds the effect; "
+    "under (default true: measured per operation on an H200; false charges nothing; "
     "docs/time-model-sources.md).",
     "nccl_channel_setup": "Memory: count the device allocations NCCL makes to set up each "
     "communicator's channels, 2 MiB each, 196 MiB inside an H100 node (32 channels), 100 MiB "

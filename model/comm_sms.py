@@ -70,7 +70,8 @@ overlapped with a collective on 4 A100s or H100s 18.9 % slower on average (40 % 
 H200's GEMMs ran 31 % slower beside 16 blocks (22–91 %). The figures are steady-state: the
 stand-in held its SMs through a loop of GEMMs, where a collective holds them only while it runs.
 :class:`model.timing.CostOptions` ``nccl_sm_charge`` says whether the step time charges it
-(off by default; ``docs/time-model-sources.md`` §2 says why).
+(on by default since the validation goals improved with it beside the fitted GEMM
+efficiency; ``docs/time-model-sources.md`` §2 has the figures and the caveat).
 """
 
 from __future__ import annotations
@@ -196,7 +197,7 @@ def collective_sm_share(device_name: str, charged: bool) -> float:
     """``φ`` of an NCCL collective beside computation: :func:`measured_sm_share` of its
     :data:`NCCL_NVLS_CTAS` blocks on the part's ``[[sm_count]]``; 0 for a part without either,
     or when the charge is off (``charged``: :class:`model.timing.CostOptions`
-    ``nccl_sm_charge``, off by default).
+    ``nccl_sm_charge``, on by default).
 
     Examples
     --------

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from trainplan.interface.render.precision_text import loss_sentence, precision_sentence
 from trainplan.model.comm import p2p_overlapped, reduces_beside_compute
+from trainplan.model.comm_sms import collective_sm_share
 from trainplan.model.deepspeed_mechanisms import sp_comm_bytes
 from trainplan.model.elementwise import elementwise_mode
 from trainplan.model.estimate import Estimate
@@ -122,12 +123,18 @@ def _dp_overlap(est: Estimate) -> str:
 
 
 def _nccl_charge(est: Estimate) -> str:
-    """With ``nccl_sm_charge`` on, that the SMs NCCL's collectives hold are charged to the
-    computation they hide under (:func:`model.comm_sms.collective_sm_share`); empty when off,
-    the default."""
+    """Whether the SMs NCCL's collectives hold are charged to the computation they hide under
+    (:func:`model.comm_sms.collective_sm_share`, on by default), with the ``φ`` in force; empty
+    for a part without an NVLink SHARP count (nothing to charge)."""
     if not est.options.nccl_sm_charge:
+        return "; NCCL's SMs not charged to overlapped computation (--set nccl_sm_charge=false)"
+    share = collective_sm_share(est.device.name, True)
+    if not share:
         return ""
-    return "; NCCL's NVLink SHARP SMs charged to the computation overlapped collectives hide under"
+    return (
+        "; NCCL's NVLink SHARP SMs charged to the computation overlapped collectives hide under "
+        f"(φ {share:.3f})"
+    )
 
 
 def _p2p_waits(est: Estimate) -> str:
