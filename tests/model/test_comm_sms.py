@@ -123,12 +123,12 @@ def test_an_overlapped_dp_collective_pays_for_the_sms_it_holds() -> None:
     assert got == pytest.approx(4 * max(phi * 0.5, 0.1))
 
 
-@pytest.mark.parametrize("case", [c for c in exact.CASES if c[0] in ("llama3-8b", "llama3-70b")],
+@pytest.mark.parametrize("case", [c for c in exact.CASES if c[0] == "llama3-8b"],
                          ids=lambda c: c[0])  # fmt: skip
 def test_the_uncharged_tables_stay_exact(case) -> None:
     """With the NCCL charge off (a cost option, carried by the case; on by default, which the
-    exact cases themselves check), the search's tables still equal the evaluator on the H100
-    cases (one rule, over arrays)."""
+    exact cases themselves check, Llama 3 70B among them), the search's tables still equal the
+    evaluator on the H100 case of Llama 3 8B (one rule, over arrays)."""
     name, model, gpus, gpu, space, options = case
     exact.test_tables_equal_the_exact_evaluation(name, model, gpus, gpu, space,
                                                  {**options, "nccl_sm_charge": False})  # fmt: skip
