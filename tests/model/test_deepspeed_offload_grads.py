@@ -32,14 +32,19 @@ def test_llama3_70b_zero3_offload_by_hand():
     shard 70,553,706,496 / 8 = 8,819,213,312 elements. GPU gradients 0 (were 2 B × shard =
     17,638,426,624 B); host (12 B optimizer + 4 B FP32 gradients + 2 B BF16 flat gradient
     buffer) × shard = 158,745,839,616 B (was 141,107,412,992); the peak 63.45 → 45.81 GB,
-    45,808,497,408 B."""
+    45,808,497,408 B. NCCL's communicators by placement with their channels' set-up
+    (model/terms/comm_memory.py): the dp ring and ZeRO-3's world barrier, both in one H100
+    node, 24 × 12 + (32 × 3 + 2) × 2 = 484 MiB each, against 32 × 12 = 384 before: + 200 MiB,
+    46,018,212,608 B."""
     shard = P70 // 8
     assert shard == 8_819_213_312
     e = _evaluate("llama3-70b", 3, recompute="full")
     state = e.stages[0].state
     assert state.gradients_bytes == 0
     assert state.host_bytes == (12 + 4 + 2) * shard == 158_745_839_616
-    assert e.total_bytes == 45_808_497_408 == 63_446_924_032 - 2 * shard
+    assert 45_808_497_408 == 63_446_924_032 - 2 * shard
+    assert e.peak.communicator_bytes == 2 * (24 * 12 + (32 * 3 + 2) * 2) * 2**20 == 968 * 2**20
+    assert e.total_bytes == 45_808_497_408 + 2 * (484 - 384) * 2**20 == 46_018_212_608
 
 
 def test_llama3_8b_zero2_offload_by_hand():

@@ -47,7 +47,16 @@ def test_deepseek_v3_mxfp8_counts_both_copies():
     128 heads × 4,096 = 2,097,152 B a layer, + 56 × 2,097,152 = 117,440,512 B. The shared
     expert's FC1 saves the router's BF16 input under MXFP8 (Megatron-Core
     ``SharedExpertMLP.__init__``; test_shared_fc1_original.py), not its own copy of the same
-    30,277,632 B: − 56 × 30,277,632: 183,369,706,240 B."""
+    30,277,632 B: − 56 × 30,277,632: 183,369,706,240 B. NCCL's communicators by placement and
+    with their channels' set-up (model/terms/comm_memory.py; tests/model/test_nccl_channels.py;
+    B200 is NVLink 5, 32 channels a node; NICs 50 GB/s): the dp ring, 16 ranks on 2 nodes at
+    8 a node, 16 × 12 + (16 × 3 + 2) × 2 = 292 MiB; the expert all-to-all, 7 NVLink peers × 32
+    channels, 2,688 + (32 × 3 + 2) × 2 = 2,884; the expert data-parallel ring on dp's channels,
+    292; the pipeline's two neighbours on other nodes, 4 channels each (⌈50 ÷ 14⌉ rounded up to
+    a power of two) and the pp group's 4 collective channels (one rank a node), 2 × 4 × 12 +
+    (4 × 3 + 2) × 2 = 124; the distributed optimizer's gradient-statistics group and the world
+    barrier, 256 ranks at 8 a node, 292 each: 4,176 MiB, against 4,320 (dp 32 + ep 224 + expert
+    dp 32 + pp 8 + 32 + 32 connections of 12 MiB) before: − 144 MiB, 183,218,711,296 B."""
     e = trainplan.evaluate(
         model="deepseek-v3", gpu="B200", dp=16, pp=16, ep=8, precision="fp8",
         fp8_recipe="mxfp8", global_batch_size=2048,
@@ -61,7 +70,11 @@ def test_deepseek_v3_mxfp8_counts_both_copies():
     assert 4 * U + 2 * R * (2 * 7168 + 2048) - 5 * U == 636_485_632
     assert 184_311_327_488 + 636_485_632 == 184_947_813_120
     lse = 4 * 128 * 4096
-    assert e.peak.total_bytes == 184_947_813_120 + 56 * lse - 56 * one == 183_369_706_240
+    assert 184_947_813_120 + 56 * lse - 56 * one == 183_369_706_240
+    comms = [292, 2_688 + 196, 292, 2 * 4 * 12 + 28, 292, 292]
+    assert sum(comms) == 4_176 and 360 * 12 == 4_320
+    assert e.peak.communicator_bytes == 4_176 * 2**20
+    assert e.peak.total_bytes == 183_369_706_240 - 144 * 2**20 == 183_218_711_296
 
 
 @pytest.mark.parametrize("recipe", ["delayed", "tensorwise", "mxfp8", "blockwise"])

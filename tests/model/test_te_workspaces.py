@@ -75,7 +75,14 @@ def test_the_search_answer_that_did_not_fit():
     (4·S·(2·8 + 1) per MoE layer and micro-batch in flight) adds 37,879,808: 187,616,880,640.
     The fused attention's FP32 softmax statistics (``FusedAttnFunc.forward`` keeps
     ``softmax_lse``), 4·32/2 heads·4,096 = 262,144 B over the same 272 layer micro-batches
-    (37,879,808 = 272 × 4·4,096·17/2): 71,303,168 more, 187,688,183,808."""
+    (37,879,808 = 272 × 4·4,096·17/2): 71,303,168 more, 187,688,183,808. NCCL's communicators
+    by placement with their channels' set-up (model/terms/comm_memory.py; B200 is NVLink 5, 32
+    channels a node, 384 + (32 × 3 + 2) × 2 = 580 MiB a ring): tp, dp and etp rings in the
+    node, 3 × 580; the expert all-to-all, 3 NVLink peers × 32 channels, 1,152 + 196 = 1,348;
+    the pp neighbour on the other node, 4 channels (one rank a node, NIC 50 GB/s), 48 +
+    (4 × 3 + 2) × 2 = 76; the distributed optimizer's gradient-statistics group and the world
+    barrier, 16 ranks at 8 a node, 16 × 12 + (16 × 3 + 2) × 2 = 292 each: 3,748 MiB against
+    3,120 before (5 rings × 384 + 1,152 + 48): + 628 MiB, 188,346,689,536 B."""
     case = Case.of("mixtral-8x7b", "B200", num_gpus=16, tp_comm_overlap="full",
                    precision="fp8", fp8_recipe="mxfp8")  # fmt: skip
     lay = Layout(dp=4, tp=2, pp=2, ep=4, etp=2, schedule="interleaved", virtual_stages=8,
@@ -85,4 +92,9 @@ def test_the_search_answer_that_did_not_fit():
     assert 189_909_723_136 - 2_330_722_304 == 187_579_000_832
     assert 37_879_808 == 272 * 4 * 4096 * 17 // 2 and 272 * 4 * 32 // 2 * 4096 == 71_303_168
     total = 187_579_000_832 + 37_879_808 + 71_303_168
-    assert est.peak.reserved_total_bytes == total == 187_688_183_808
+    assert total == 187_688_183_808
+    comms = 3 * 580 + (1_152 + 196) + (48 + 28) + 2 * 292
+    assert comms == 3_748 and 5 * 384 + 1_152 + 48 == 3_120
+    nccl = est.peak.communicator_bytes - est.peak.userbuffer_bytes
+    assert nccl == comms * 2**20
+    assert est.peak.reserved_total_bytes == total + 628 * 2**20 == 188_346_689_536
