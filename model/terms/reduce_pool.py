@@ -194,7 +194,7 @@ def flush_requests(tensors: Sequence[Fraction], world: int, w: int, comm: int) -
     ([2097664], [4194816, 1048576, 512])
     """
     R = DEEPSPEED_REDUCE_BUCKET_ELEMENTS
-    out = []
+    out: list[Fraction | int] = []
     if comm != w and len(tensors) == 1 and tensors[0] > R:
         out.append(comm * tensors[0])
     if not (len(tensors) == 1 and tensors[0] % world == 0):
@@ -283,7 +283,7 @@ def stage_reduce_pools(
     ((Fraction(4238344192, 1),), (Fraction(1413480448, 1),))
     """
     R = DEEPSPEED_REDUCE_BUCKET_ELEMENTS
-    out = []
+    out: list[Fraction | int] = []
     for i, flushes in enumerate(_stage_flushes(key)):
         if flushes:
             out.append(Fraction(sum(pool_segments(flushes, world, w, comm))))
