@@ -283,7 +283,7 @@ def stage_reduce_pools(
     ((Fraction(4238344192, 1),), (Fraction(1413480448, 1),))
     """
     R = DEEPSPEED_REDUCE_BUCKET_ELEMENTS
-    out: list[Fraction | int] = []
+    out: list[Fraction] = []
     for i, flushes in enumerate(_stage_flushes(key)):
         if flushes:
             out.append(Fraction(sum(pool_segments(flushes, world, w, comm))))
