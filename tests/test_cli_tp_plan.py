@@ -255,7 +255,9 @@ def test_search_finds_meta_layout_only_as_meta_ran_it():
     longer fits), the stage tensors freed by Meta's pipeline and its layers fused (as the README's
     command says), and the allocator's release-and-retry accepted (FSDP2's all-gather pool takes
     the reserved bytes past the memory), the search finds Meta's own layout (Llama 3 Table 4),
-    as ZeRO-3."""
+    with the ZeRO-2 Meta ran: ZeRO-3 gathers the weights again every micro-batch, and those
+    gathers hold NCCL's SMs beside the computation they hide under (``nccl_sm_charge``, on by
+    default: 7.474 s a step against ZeRO-2's 6.447 s; uncharged, ZeRO-3 was 10 ms faster)."""
     base = ["search", "--model", "llama3-405b", "--gpus", "16384", "--gpu", "H100-SXM"]
     base += ["--framework", "megatron", "--framework", "fsdp2", "--json"]
     done = run_many(
@@ -271,11 +273,11 @@ def test_search_finds_meta_layout_only_as_meta_ran_it():
                 "pipeline_frees_stage_tensors=true",
                 "--set",
                 "compile=true",
-                "--allocator-retries-ok",  # its reserved bytes pass the memory by 0.35 GB
+                "--allocator-retries-ok",  # its reserved bytes pass the memory by 0.37 GB
             ],
         }
     )
     default, sharded = (json.loads(done[k].stdout)["layout"] for k in ("default", "sharded"))
     assert (default["framework"], default["pp"], default["dp"]) == ("megatron", 32, 64)
     shape = ("framework", "zero_stage", "tp", "pp", "dp", "virtual_stages", "recompute")
-    assert tuple(sharded[k] for k in shape) == ("fsdp2", 3, 8, 16, 128, 8, "none")
+    assert tuple(sharded[k] for k in shape) == ("fsdp2", 2, 8, 16, 128, 8, "none")

@@ -263,10 +263,11 @@ def test_every_shape_is_searched_by_default(monkeypatch, capsys):
 def test_an_interleaved_only_space_searches_every_shape_interleaved(monkeypatch, capsys):
     """--schedule interleaved leaves no 1F1B base: every shape comes interleaved at every v its
     candidates take, not only the first 8 of a ranking. Llama 3 70B on 32 H100: the best uniform
-    plan is tp 8 × pp 2, v 2 at 568.76 s (Megatron-Core waits on its forward sends, so more
-    chunks cost sends as well as saving bubble), and the answer is the per-stage plan at
+    plan is tp 8 × pp 2, v 2 at 568.83 s (Megatron-Core waits on its forward sends, so more
+    chunks cost sends as well as saving bubble; 568.76 s before NCCL's SM charge priced its dp 2
+    gradient reduction hidden under the backward), and the answer is the per-stage plan at
     tp 4 × pp 8, v 3 (9,10,10,10,10,10,11,10 layers per stage, 1,1,1,1,0,0,0,0 recomputed),
-    550.53 s, 1.033× it (v 2 with one more layer recomputed on stage 0 was the answer before
+    550.53 s, 1.0332× it (v 2 with one more layer recomputed on stage 0 was the answer before
     the backward working set and the world group's ring were counted)."""
     from trainplan.interface.cli import main
 
@@ -287,7 +288,7 @@ def test_an_interleaved_only_space_searches_every_shape_interleaved(monkeypatch,
     )
     assert d["per_stage"]["recompute_layers"] == [1, 1, 1, 1, 0, 0, 0, 0]
     assert d["per_stage"]["step_s"] == pytest.approx(550.53, abs=0.01)
-    assert d["per_stage"]["gain"] == pytest.approx(1.0331, abs=1e-4)
+    assert d["per_stage"]["gain"] == pytest.approx(1.0332, abs=1e-4)
     assert all(s["schedule"] == "interleaved" for s in d["per_stage"]["shapes"] if s["pp"] > 1)
 
 
