@@ -54,16 +54,38 @@ def test_llama3_70b_megatron_actor_brings_back_its_bf16_weights_for_scoring():
 def test_the_searched_70b_plan_scores_at_29_gb_not_77():
     """``rlhf-plan --algorithm grpo --model llama3-70b --reward rule --gpus 64``: the actor and
     the reference (dp 8 × tp 4 × pp 2) offloaded when idle beside the engine. The pool holds
-    3,443,261,440 B in every phase (communicators, buffers, the engine's, its process); scoring
-    adds the larger turn: the actor's weights 17,640,472,576 + its old log-probs with the entropy
-    12 B × 20,480 × 128,256 / 4 = 7,880,048,640 (the reference: 17,640,472,576 + 8 B × … =
-    3,940,024,320 less). Peak 28,963,782,656 B (was 77.48 GB with the whole 66.15 GB state);
-    step 3,028.8 → 3,027.3 s (the actor's scoring round trip 0.55 s in place of 2.07 s)."""
+    2,935,750,656 B in every phase (communicators, buffers, the engine's, its process; the sum of
+    tests/interface/test_rlhf_resident.py's PPO 70B test, the same groups: 1,606,418,432 of the
+    roles' one set of communicators and the "mpu" buffer, the engine's 629,145,600, the second
+    process 700,186,624); scoring adds the larger turn: the actor's weights 17,640,472,576 + its
+    old log-probs with the entropy 12 B × 20,480 × 128,256 / 4 = 7,880,048,640 (the reference:
+    17,640,472,576 + 8 B × … = 3,940,024,320 less). Peak 28,456,271,872 B (was 77.48 GB with
+    the whole 66.15 GB state); step 3,028.8 → 3,027.3 s (the actor's scoring round trip 0.55 s
+    in place of 2.07 s).
+
+    With NCCL's channels by placement and their set-up (model/terms/comm_memory.py) the pool
+    holds 507,510,784 B less than the 3,443,261,440 it held with 32-channel rings and no set-up:
+    the roles' 132 connections × 12 MiB = 1,660,944,384 became (484 + 148 + 76 + 292 + 292) MiB
+    = 1,354,760,192 (306,184,192 less), the engine's two tp 8 rings 2 × 32 → 2 × 24 channels ×
+    12 MiB (201,326,592 less). Peak 28,963,782,656 → 28,456,271,872 B.
+
+    NCCL's SM charge (``nccl_sm_charge``, on by default) adds to the actor's one update
+    (GRPO: no critic) what its once-per-step dp traffic over 8 nodes, c = 0.529385 s, costs the
+    backward it hides under: φ·c with φ = 1 − 1/1.314 = 0.238965, where its last of 221 buckets,
+    c / 221, waited before (model.step_time.dp_exposed_seconds): 0.124 s, 3,027.27 →
+    3,027.39 s."""
     r = search_placement(_problem())
     (pool,) = r.best.plan.pools
     assert 12 * 20_480 * 128_256 // 4 == 7_880_048_640
-    assert pool.peak_bytes[1] == 3_443_261_440 + 17_640_472_576 + 7_880_048_640 == 28_963_782_656
-    assert r.best.plan.step_s == pytest.approx(3027.3, abs=0.05)
+    held = 1_606_418_432 + 629_145_600 + 700_186_624
+    assert pool.held_bytes == held == 3_443_261_440 - 507_510_784 == 2_935_750_656
+    fewer = (1_660_944_384 - (484 + 148 + 76 + 292 + 292) * 2**20) + 2 * 8 * 12 * 2**20
+    assert fewer == 306_184_192 + 201_326_592 == 507_510_784
+    assert pool.peak_bytes[1] == held + 17_640_472_576 + 7_880_048_640 == 28_456_271_872
+    charge = (1 - 1 / 1.314 - 1 / 221) * 0.529385
+    assert charge == pytest.approx(0.1241, abs=1e-4)
+    assert r.best.plan.step_s == pytest.approx(3027.27 + charge, abs=0.05)
+    assert r.best.plan.step_s == pytest.approx(3027.39, abs=0.05)
 
 
 def test_the_megatron_critic_brings_back_its_gradient_buffers_too():

@@ -73,7 +73,16 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     logits.div_(temperature), 2 B × 15,360 × 128,256 / 4 = 985,006,080 above the 6 B without it,
     and the recomputed layer's softmax statistics, 983,040) + 2,935,750,656 = 77,232,009,216 —
     each within
-    83,210,009,600 B. Step 5,346.8 s → 5,496.4 s."""
+    83,210,009,600 B. Step 5,346.8 s → 5,496.4 s.
+
+    NCCL's SM charge (:class:`model.timing.CostOptions` ``nccl_sm_charge``, on by
+    default): the actor's and the critic's updates each overlap the distributed optimizer's
+    once-per-step dp traffic, c = 0.529385 s over 8 nodes, with the last micro-batch's backward,
+    where uncharged only its last of 221 buckets waited, c / 221 = 2.395 ms; charged, the
+    computation it hides under runs on 1 − φ of the SMs, φ = 1 − 1/1.314 = 0.238965
+    (:func:`model.comm_sms.collective_sm_share`), and max(φ·c, c − window) = φ·c = 126.505 ms
+    waits (model.step_time.dp_exposed_seconds): 2 updates × (126.505 − 2.395) ms = 0.248 s,
+    5,493.394 → 5,493.642 s."""
     inp = _ppo_70b()
     r = search_placement(inp.problem)
     assert r.status == "optimal" and r.best.colocated and r.best.plan.fits
@@ -114,8 +123,13 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     # and training 77,739,520,000 then, 507,510,784 B less each now
     assert pool.peak_bytes[1:] == (56_895_258_624, 77_232_009_216) and pool.peak <= CAPACITY
     # the actor's and the critic's scoring round trips move 2P, not 7.5P: 2 × 2 × 5.5P / 64 GB/s
-    # = 3.03 s less than 5,496.4 s
-    assert r.best.plan.step_s == pytest.approx(5493.4, abs=0.05)
+    # = 3.03 s less than 5,496.4 s: 5,493.39 s; NCCL's SM charge on the two updates' dp traffic
+    # (docstring): 2 × (φ − 1/221) × 0.529385 s = 0.248 s more
+    phi = 1 - 1 / 1.314
+    charge = 2 * (phi - 1 / 221) * 0.529385
+    assert charge == pytest.approx(0.2482, abs=1e-4)
+    assert r.best.plan.step_s == pytest.approx(5493.39 + charge, abs=0.05)
+    assert r.best.plan.step_s == pytest.approx(5493.64, abs=0.05)
 
 
 def test_the_old_four_layout_answer_is_refused():
@@ -247,7 +261,13 @@ def test_grpo_qwen7b_on_64_h100_counts_the_sleeping_engine():
     the actor's dp 64, gradient-statistics and world rings over 8 nodes 16 channels with their
     set-up, 292 MiB each, 876 MiB against 3 × 384 = 1,152 MiB (289,406,976 fewer): the old
     placement's scoring peak is 79,105,696,800 − 490,733,568 = 78,614,963,232 B, the same
-    answer at 322.1 s."""
+    answer at 322.1 s.
+
+    NCCL's SM charge (``nccl_sm_charge``, on by default): the actor's one update overlaps
+    the distributed optimizer's once-per-step dp traffic over 8 nodes, c = 0.329050 s, with the
+    last micro-batch's backward; charged at φ = 1 − 1/1.314 = 0.238965 it leaves φ·c = 78.631 ms
+    waiting where its last of 119 buckets, c / 119 = 2.765 ms, did
+    (model.step_time.dp_exposed_seconds): 75.9 ms more, 322.130 → 322.206 s, the same answer."""
     inp = rlhf_inputs(
         {"algorithm": "grpo", "model": "qwen2.5-7b", "reward": "rule", "gpus": 64,
          "packing": "first-fit"},
@@ -273,7 +293,10 @@ def test_grpo_qwen7b_on_64_h100_counts_the_sleeping_engine():
     assert r.status == "optimal" and r.best.colocated and r.best.plan.fits
     actor = next(o for o in r.best.options if o.role is Role.ACTOR)
     assert actor.offload == "none"
-    assert r.best.plan.step_s == pytest.approx(322.1, abs=0.05)
+    charge = (1 - 1 / 1.314 - 1 / 119) * 0.329050  # the docstring's SM charge
+    assert charge == pytest.approx(0.0759, abs=1e-4)
+    assert r.best.plan.step_s == pytest.approx(322.13 + charge, abs=0.05)
+    assert r.best.plan.step_s == pytest.approx(322.21, abs=0.05)
 
 
 def test_grpo_qwen7b_under_verl_packing_moves_off_dp64():
@@ -281,7 +304,10 @@ def test_grpo_qwen7b_under_verl_packing_moves_off_dp64():
     ⌈16,384 / 5,120⌉ = 4 rollouts, 20,480 tokens. The actor's old log-probs (12 B per element)
     grow by 12 × 5,120 × 152,064 = 9,342,812,160 B over first-fit's 15,360 tokens, so the 322.1 s
     placement (actor dp 64 × tp 1) no longer fits its pool in scoring, and the answer takes
-    tp 2 for the actor and the reference: 334.9 s."""
+    tp 2 for the actor and the reference: 334.9 s (334.94 s; 334.99 s with NCCL's SM charge, on
+    by default: the actor's update, dp 32 over 8 nodes, overlaps the distributed
+    optimizer's c = 0.200219 s of once-per-step dp traffic, charged φ·c = 0.238965 × c =
+    47.845 ms where its last of 96 buckets, c / 96 = 2.086 ms, waited: 45.8 ms more)."""
     inp = rlhf_inputs(
         {"algorithm": "grpo", "model": "qwen2.5-7b", "reward": "rule", "gpus": 64},
         placement=False,
@@ -307,7 +333,10 @@ def test_grpo_qwen7b_under_verl_packing_moves_off_dp64():
     assert r.status == "optimal" and r.best.plan.fits
     tps = {o.role: o.tp for o in r.best.options}
     assert tps[Role.ACTOR] == 2 and tps[Role.REFERENCE] == 2
-    assert r.best.plan.step_s == pytest.approx(334.9, abs=0.05)
+    charge = (1 - 1 / 1.314 - 1 / 96) * 0.200219  # the docstring's SM charge
+    assert charge == pytest.approx(0.0458, abs=1e-4)
+    assert r.best.plan.step_s == pytest.approx(334.94 + charge, abs=0.05)
+    assert r.best.plan.step_s == pytest.approx(334.99, abs=0.05)
 
 
 def test_ppo_8b_under_deepspeed_counts_a_process_per_role():

@@ -25,6 +25,8 @@ Llama 3 70B at tp 4 (per GPU, backward order): the output layer 128,256 × 8,192
 Pool: 954,204,160 + 975,175,680 = 1,929,379,840 B (0.954 + 0.975 GB); every tensor divides by
 16 (no padding)."""
 
+import pytest
+
 import trainplan
 from trainplan.interface.scenario import build_problem
 from trainplan.interface.search_commands import per_stage_json
@@ -50,7 +52,19 @@ def test_llama3_70b_tp4_pools_two_segments_and_the_uniform_answer():
     the uniform search's answer is tp 8. Megatron-DeepSpeed's embedding output, a view of the
     whole [s, b, h] under SP without dropout (model/deepspeed_layers.py keeps_embedding_view),
     adds 2·8,192·8,192 × 3/4 = 100,663,296 B: allocated 82,858,769,920, reserved
-    86,063,218,176."""
+    86,063,218,176.
+
+    The answer's ZeRO stage moved with NCCL's SM charge (``nccl_sm_charge``, on by
+    default), its tp did not. dp 8 × tp 8, b 1, m 256: compute, pipeline and the exposed tp
+    collectives 293.726 s + the optimizer step 0.014 s, the same at either stage. ZeRO-3 gathers
+    and reduce-scatters 247.951 s per step a micro-batch at a time under the computation
+    (0.054 s exposed); charged, the computation they hide under runs on 1 − φ of the SMs,
+    φ = 1 − 1/1.314 = 0.238965 (model.comm_sms.collective_sm_share), so φ × 247.951 = 59.252 s
+    waits: 293.794 → 352.991 s. DeepSpeed ZeRO-1 (``overlap_comm`` off by default below stage 3)
+    reduces on the compute stream (model.comm.reduces_beside_compute): its 0.968 s all wait,
+    beside no computation, charged nothing: 294.708 s either way. So the answer is ZeRO-1 at
+    dp 8 × tp 8, 294.708 s, and with the charge off still the ZeRO-3 answer this test was
+    written for, dp 8 × tp 8 at 293.794 s: tp 4 not taken, its pool does not fit."""
     assert 476_602_368 == 262_668_288 + 8_192 + 213_925_888
     assert 486_572_032 == 2 * 213_925_888 + 58_720_256
     assert (2 * 476_602_368, 2 * 486_572_032) == (953_204_736, 973_144_064)
@@ -70,18 +84,33 @@ def test_llama3_70b_tp4_pools_two_segments_and_the_uniform_answer():
     assert p.reserved_total_bytes == 86_105_161_216 > e.capacity_bytes == 83_210_009_600
     case = {"model": "llama3-70b", "gpus": "64", "gpu": "H100-SXM",
             "space": {"framework": ["deepspeed"]}}  # fmt: skip
-    best = search(build_problem({}, case)).best.estimate.layout
-    assert (best.dp, best.tp, best.zero_stage) == (8, 8, 3)
+    best = search(build_problem({}, case)).best.estimate
+    assert (best.layout.dp, best.layout.tp, best.layout.zero_stage) == (8, 8, 1)
+    phi = 1 - 1 / 1.314
+    assert 293.726 + 0.968 + 0.014 == pytest.approx(best.step_s, abs=1e-3) == 294.708
+    zero3 = 293.726 + phi * 247.951 + 0.014  # ZeRO-3 at dp 8 × tp 8, charged
+    assert zero3 == pytest.approx(352.991, abs=1e-3) and zero3 > best.step_s
+    off = search(build_problem({}, case | {"cluster": {"nccl_sm_charge": False}})).best.estimate
+    assert (off.layout.dp, off.layout.tp, off.layout.zero_stage) == (8, 8, 3)
+    assert 293.726 + 0.054 + 0.014 == pytest.approx(off.step_s, abs=1e-3) == 293.794
 
 
 def test_the_per_stage_answer_counts_the_second_segment():
-    """``trainplan search --model llama3-70b --gpus 64 --gpu H100-SXM --framework deepspeed
-    --per-stage``: dp 16 × tp 4, ZeRO-3. With one segment (2 B × 5e8) it recomputed 2 layers;
-    that layout now holds 81,348,820,480 allocated + 1,929,379,840 + 1,275,068,416
-    (COMM_70B_TP4) = 84,553,268,736 B, over. The answer recomputes 5: allocated 79,234,891,264,
-    fit 82,439,339,520 B; the search's tables and the evaluator read the same pool. Both carry
-    the embedding output's whole [s, b, h] (keeps_embedding_view), 100,663,296 B more, and each
-    layer kept whole its attention's FP32 softmax statistics, 524,288 B (78 and 75 layers)."""
+    """``trainplan search --model llama3-70b --gpus 64 --gpu H100-SXM --framework deepspeed --zero 3
+    --per-stage``: dp 16 × tp 4, ZeRO-3. With one segment (2 B × 5e8) it recomputed 2 layers; that
+    layout now holds 81,348,820,480 allocated + 1,929,379,840 + 1,275,068,416 (COMM_70B_TP4) =
+    84,553,268,736 B, over. The answer recomputes 5: allocated 79,234,891,264, fit 82,439,339,520 B;
+    the search's tables and the evaluator read the same pool. Both carry the embedding output's
+    whole [s, b, h] (keeps_embedding_view), 100,663,296 B more, and each layer kept whole its
+    attention's FP32 softmax statistics, 524,288 B (78 and 75 layers).
+
+    Held to ZeRO-3 (``--zero 3``) since NCCL's SM charge (``nccl_sm_charge``, on by default):
+    charged at φ = 0.239 its 134.308 s of per-micro-batch gathers and reduce-scatters, the plan
+    takes 300.053 s (32.095 s of them exposed, 0.029 s uncharged), slower than the uniform ZeRO-1 dp
+    8 × tp 8 at 294.708 s (test_llama3_70b_tp4_pools_two_segments_and_the_uniform_answer), which is
+    the answer over every stage (per-stage gain 1.0). Among ZeRO-3 layouts it is still the answer,
+    1.059× the best uniform one (dp 64, full recomputation, b 2: 317.796 s); uncharged it was the
+    answer over every stage, 267.987 s, 1.096× ZeRO-3 dp 8 × tp 8."""
     two = trainplan.evaluate(**COMMON_70B, recompute_layers=(2,)).peak
     view = 100_663_296
     lse = 4 * 16 * 8192  # a layer's FP32 softmax statistics (flash-attn's softmax_lse)
@@ -93,9 +122,13 @@ def test_the_per_stage_answer_counts_the_second_segment():
     )
     assert two.reserved_total_bytes == 84_553_268_736 + view + 78 * lse > 83_210_009_600
     run = per_stage_json({"model": "llama3-70b", "gpus": 64, "gpu": "H100-SXM",
-                          "framework": "deepspeed"})  # fmt: skip
+                          "framework": "deepspeed", "zero": [3]})  # fmt: skip
     lay, m = run.json["layout"], run.json["memory"]
     assert (lay["dp"], lay["tp"], lay["zero_stage"], lay["recompute_layers"]) == (16, 4, 3, [5])
+    # the docstring's step: φ × 134.308 s of per-micro-batch dp traffic is what waits
+    assert (1 - 1 / 1.314) * 134.308 == pytest.approx(32.095, abs=1e-3)
+    assert run.json["per_stage"]["step_s"] == pytest.approx(300.053, abs=1e-3)
+    assert run.json["per_stage"]["gain"] == pytest.approx(317.796 / 300.053, abs=1e-4)
     assert m["stream_pool_bytes"] == POOL_70B_TP4
     # 75 layers kept whole, each with its softmax statistics
     assert m["allocated_bytes"] == 79_234_891_264 + view + 75 * lse == 79_374_876_160
