@@ -48,29 +48,15 @@ the host cost per kernel is ``issue_s / kernels``. A ``host`` section repeats
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
 
-
-def _kernels_module() -> Any:
-    """``measure_kernels`` from the checkout this file sits in (by package, else by path)."""
-    try:
-        from tests.fidelity.device import measure_kernels
-    except ImportError:
-        for up in Path(__file__).resolve().parents:
-            if (up / "tests" / "fidelity" / "device" / "measure_kernels.py").exists():
-                sys.path.insert(0, str(up))
-                break
-        from tests.fidelity.device import measure_kernels
-    return measure_kernels
-
-
-mk = _kernels_module()
+# Run as a module from the checkout root (python -m tests.fidelity.device.measure_moe_host), as
+# the device tool does; measure_contention.py carries the by-path fallback for a bare script.
+from tests.fidelity.device import measure_kernels as mk  # noqa: E402
 
 MOE = {
     # name: (hidden, expert FFN, experts, top-k)
