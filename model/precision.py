@@ -419,8 +419,9 @@ def check_framework_fp8_recipe(framework: str, recipe: Fp8Recipe | str | None) -
     if Fp8Recipe(str(recipe).lower()) is Fp8Recipe.BLOCKWISE:
         raise LayoutError(
             "fp8_recipe: blockwise is Transformer Engine's (Float8BlockScaling); torchtitan "
-            "(`framework` fsdp2) offers torchao's tensorwise, rowwise, rowwise_with_gw_hp and "
-            "mxfp8, no blockwise (use tensorwise or mxfp8, or `framework` megatron)"
+            "(`framework` fsdp2) offers torchao's tensorwise (at 9dec370, the validation "
+            "runs'), rowwise, rowwise_with_gw_hp and mxfp8 (at b5bcd76c6), no blockwise (use "
+            "tensorwise or mxfp8, or `framework` megatron)"
         )
 
 
