@@ -26,7 +26,8 @@ def test_evaluate_and_search_refuse_in_one_line() -> None:
     assert refusal(done["search"]).startswith(LINE)
 
 
-def test_web_api_refuses_with_422() -> None:
+def _api_get(query: str):
+    """``GET query`` against the web app in a test client (the page's API, as a browser calls it)."""
     pytest.importorskip("fastapi")
     pytest.importorskip("httpx")
     warnings.filterwarnings("ignore", message=".*httpx2.*")
@@ -34,8 +35,11 @@ def test_web_api_refuses_with_422() -> None:
 
     from trainplan.interface.web.app import create_app
 
-    client = TestClient(create_app(("testserver",)))
-    got = client.get(
+    return TestClient(create_app(("testserver",))).get(query)
+
+
+def test_web_api_refuses_with_422() -> None:
+    got = _api_get(
         "/api/evaluate?model=llama3-8b&gpu=H100-SXM&gpus=8&dp=8&zero=3&framework=fsdp2"
         "&recompute=sqrt"
     )
@@ -62,15 +66,7 @@ def test_torchtitan_fragment_never_writes_none_for_sqrt() -> None:
 def test_web_api_refuses_fsdp2_blockwise_fp8_with_422() -> None:
     """torchtitan has no blockwise FP8 recipe (model/precision.py check_framework_fp8_recipe):
     the web API answers 422 with the command line's rule."""
-    pytest.importorskip("fastapi")
-    pytest.importorskip("httpx")
-    warnings.filterwarnings("ignore", message=".*httpx2.*")
-    from fastapi.testclient import TestClient
-
-    from trainplan.interface.web.app import create_app
-
-    client = TestClient(create_app(("testserver",)))
-    got = client.get(
+    got = _api_get(
         "/api/evaluate?model=llama3-8b&gpu=H100-SXM&gpus=8&dp=8&zero=2&framework=fsdp2"
         "&precision=fp8&fp8-recipe=blockwise"
     )
