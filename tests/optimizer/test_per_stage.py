@@ -191,6 +191,20 @@ def test_selective_base_takes_no_counts_under_megatron():
     assert max(o.recomputed for r in rows for o in r) > 0
 
 
+def test_fsdp2_plans_choose_the_split_alone():
+    """torchtitan recomputes no count of a stage's layers (every block alike since 114151ad4;
+    before it, every N-th block of the model part: one N, never the first k of each stage), so
+    under fsdp2 the tables offer 0 recomputed layers on every stage, where the same base under
+    megatron recomputes layers of stage 0 (the test above: recompute none, 6 layers on pp 2)."""
+    case = tiny_case(6, 2)
+    fsdp2 = case.layout.with_(framework="fsdp2", zero_stage=2)
+    rows = build_stage_tables(case, fsdp2, tight_headroom(case, 0.5)).options
+    assert {o.recomputed for r in rows for o in r} == {0}
+    got = solve_shape(case, fsdp2, tight_headroom(case, 0.5))
+    if got.estimate is not None:
+        assert set(got.estimate.layout.recompute_layers or (0,)) == {0}
+
+
 def test_time_limit_returns_what_it_has_not_a_proof():
     """A limit already spent by the tables leaves no solve: status feasible (not proven), no
     plan; without a limit the same base is proven."""
