@@ -7,7 +7,9 @@ group where pp > 1, and ``_clip_grad_norm_with_ep`` reduces the experts' norm ov
 H100 node 24 channels, 288 + 196 = 484 MiB; across nodes at 8 ranks a node 16 channels,
 192 + 100 = 292 MiB (model/terms/comm_memory.py group_channels). Beside them, the world group's
 ring of torchtitan's barrier after the first step (``trainer.py`` ``Trainer.train`` →
-``dist_utils.set_pg_timeouts``), placed as the whole job."""
+``dist_utils.set_pg_timeouts``), placed as the whole job; torchtitan's "batch" (dp ranks) and
+"loss" (dp·cp ranks) groups of the token count and loss (model/terms/comm_groups.py data_rings),
+none where they span the world (then they are the default group, the world ring's)."""
 
 import pytest
 
@@ -25,8 +27,13 @@ NODE, CROSS = 288 + 196, 192 + 100
         # the FSDP ring over 8 GPUs in a node (484), the pp group's ring for the norm, placed as
         # the world (292), the one neighbouring stage on the other node, 4 channels of a 50 GB/s
         # NIC (48) and the pp communicator's set-up, one rank a node → 4 channels,
-        # (4 × 3 + 2) × 2 = 28; the world ring (292)
-        ("llama3-8b", {"num_gpus": 16, "dp": 8, "pp": 2}, NODE + CROSS + 48 + 28 + CROSS),
+        # (4 × 3 + 2) × 2 = 28; the world ring (292); and "batch" and "loss", 8 ranks in a node
+        # each (dp 8 of 16 GPUs, cp 1), 2 × 484
+        (
+            "llama3-8b",
+            {"num_gpus": 16, "dp": 8, "pp": 2},
+            NODE + CROSS + 48 + 28 + CROSS + 2 * NODE,
+        ),
         # ep 1, one node: the FSDP ring, the experts' own FSDP ring over the same 8 GPUs and the
         # world ring, 484 each
         ("mixtral-8x7b", {"num_gpus": 8, "dp": 8, "ep": 1}, 3 * NODE),
