@@ -12,7 +12,7 @@ from trainplan.model.frameworks import Framework
 from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.xp import where
 
-__all__ = ["grad_stats_rings", "world_ring", "data_rings"]
+__all__ = ["grad_stats_rings", "world_ring", "data_rings", "own_group"]
 
 
 def grad_stats_rings(c: Context, f: Fields) -> Any:
@@ -59,7 +59,8 @@ def grad_stats_rings(c: Context, f: Fields) -> Any:
     arch = c.model.arch
     moe = arch is not None and arch.moe is not None
     if Framework(f.framework) is Framework.FSDP2:
-        return where(f.pp > 1, 1, 0) + (where(f.ep > 1, 1, 0) if moe else 0)
+        pp = where((f.pp > 1) & own_group(f, f.pp), 1, 0)
+        return pp + (where((f.ep > 1) & own_group(f, f.ep), 1, 0) if moe else 0)
     if Framework(f.framework) is not Framework.MEGATRON:
         return 0
     world = f.tp * f.pp * f.shard_degree
@@ -115,11 +116,37 @@ def data_rings(f: Fields) -> tuple[tuple[Any, Any], ...]:
 
     One-float all-reduces, counted as rings as :func:`grad_stats_rings` are."""
     fw = Framework(f.framework)
-    world = f.tp * f.pp * f.shard_degree
     if fw is Framework.FSDP2:
-        batch = (f.dp > 1) & (f.dp < world)
-        loss = (f.shard_degree > 1) & (f.shard_degree < world)
+        batch = (f.dp > 1) & own_group(f, f.dp)
+        loss = (f.shard_degree > 1) & own_group(f, f.shard_degree)
         return (batch, f.dp), (loss, f.shard_degree)
     if fw is Framework.DEEPSPEED:
         return ((((f.cp > 1) & (f.dp > 1)), f.dp),)
     return ()
+
+
+def own_group(f: Fields, ranks: Any) -> Any:
+    """Whether a group of ``ranks`` ranks is a communicator of its own, apart from the world
+    group's (:func:`world_ring`). Under ``fsdp2`` torchtitan builds every group as a DeviceMesh
+    dimension (``parallel_dims.py`` ``build_mesh``: unflattens of the world mesh, and the
+    flattened "loss" mesh), and PyTorch's DeviceMesh hands a dimension whose ranks are the whole
+    world, without a backend override, the default group itself (PyTorch f4b98f1f8d
+    ``torch/distributed/device_mesh.py`` ``_init_one_process_group``: ``if sub_layout.numel() ==
+    get_world_size() and backend_override == (None, None)`` returns ``default_group``'s name), so
+    its collectives run on the default group's one communicator: a world-sized group adds no
+    communicator — a ring's connections are the world ring's, and a point-to-point group's
+    peers join the world's communicator, whose channels' set-up is counted once. Megatron-LM's
+    and DeepSpeed's groups are each a ``new_group`` of their own (own communicators, whatever
+    their size): True.
+
+    >>> from types import SimpleNamespace as F
+    >>> own_group(F(framework="fsdp2", tp=1, pp=1, shard_degree=8), 8)
+    False
+    >>> own_group(F(framework="fsdp2", tp=2, pp=1, shard_degree=4), 4)
+    True
+    >>> own_group(F(framework="megatron", tp=1, pp=1, shard_degree=8), 8)
+    True
+    """
+    if Framework(f.framework) is not Framework.FSDP2:
+        return True
+    return ranks < f.tp * f.pp * f.shard_degree

@@ -58,7 +58,7 @@ from trainplan.model.moe_run import Dispatcher
 from trainplan.model.params import shares_embedding_with_last_stage
 from trainplan.model.pipeline import Schedule
 from trainplan.model.terms.activation_fields import cp_mechanism_of
-from trainplan.model.terms.comm_groups import data_rings, grad_stats_rings, world_ring
+from trainplan.model.terms.comm_groups import data_rings, grad_stats_rings, own_group, world_ring
 from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.xp import maximum, where
 
@@ -333,9 +333,9 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
       Megatron-Core's gradient-statistics groups (:func:`grad_stats_rings`); the world group's
       (:func:`world_ring`: the frameworks' barriers); the loss and token-count groups
       (:func:`data_rings`: torchtitan's "batch" and "loss", Megatron-DeepSpeed's dp group under
-      Ulysses); under DualPipe the two-rank group of ranks
-      r and pp − 1 − r that sum the two copies' gradients (DeepSeek-V3 report §3.2.1; no public
-      code names it; DualPipe runs under ``textbook`` only here, where the term is 0);
+      Ulysses); under DualPipe the two-rank group of ranks r and pp − 1 − r that sum the two
+      copies' gradients (DeepSeek-V3 report §3.2.1; no public code names it; DualPipe runs
+      under ``textbook`` only here, where the term is 0);
     * point-to-point: cp's ring flavour's two neighbours (one at cp = 2), Ulysses' cp − 1
       all-to-all peers (the hybrid's both), ep's ep − 1 all-to-all peers (NCCL's all-to-all
       dispatcher; DeepEP's buffers are the state's ``dispatch_buffer_bytes``), the pipeline's
@@ -343,7 +343,7 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
       channels each (across nodes as the topology placed the axis).
 
     Each ring connects, and each communicator sets up, the channels its placement gets
-    (:func:`_channels`).
+    (:func:`_channels`); a world-sized DeviceMesh group is the world's (:func:`_communicator`).
 
     0 under the ``textbook`` profile (the paper convention counts no runtime memory).
 
@@ -353,27 +353,24 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
     """
     if not Framework(f.framework).physical:
         return 0
-    setup = c.options.nccl_channel_setup
-
     chans = partial(_channels, c, f)
-
-    def comm(ring: Any, peers: Any, per_peer: Any, ch: tuple[Any, Any]) -> Any:
-        return communicator_bytes(ring, peers, per_peer, setup, ch[0], ch[1])
-
+    comm = partial(_communicator, f, c.options.nccl_channel_setup)
     world = chans(None, f.tp * f.pp * f.shard_degree)
     dp = chans("dp", f.shard_degree)
-    total = comm(f.tp > 1, 0, 0, chans("tp", f.tp)) + comm(f.shard_degree > 1, 0, 0, dp)
+    total = comm(f.tp > 1, 0, 0, chans("tp", f.tp), f.tp)
+    total = total + comm(f.shard_degree > 1, 0, 0, dp, f.shard_degree)
     r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
     ring_peers = where(r > 2, 2, where(r == 2, 1, 0))
     cp_peers = where(gather, 0, ring_peers) + (u - 1)
     cp_ring = where(gather, r > 1, False)
-    total = total + comm(cp_ring, cp_peers, _p2p(c, f, "cp", f.cp), chans("cp", f.cp))
+    total = total + comm(cp_ring, cp_peers, _p2p(c, f, "cp", f.cp), chans("cp", f.cp), f.cp)
     arch = c.model.arch
     if arch is not None and arch.moe is not None:
         if c.training.moe_run.dispatcher is not Dispatcher.DEEPEP:  # DeepEP: its own buffers
-            total = total + comm(False, f.ep - 1, _p2p(c, f, "ep", f.ep), chans("ep", f.ep))
-        total = total + comm(f.expert_shard_degree > 1, 0, 0, dp)
-        total = total + comm(f.expert_tp > 1, 0, 0, chans("tp", f.expert_tp))
+            ep = chans("ep", f.ep)
+            total = total + comm(False, f.ep - 1, _p2p(c, f, "ep", f.ep), ep, f.ep)
+        total = total + comm(f.expert_shard_degree > 1, 0, 0, dp, f.expert_shard_degree)
+        total = total + comm(f.expert_tp > 1, 0, 0, chans("tp", f.expert_tp), f.expert_tp)
     pp = chans("pp", f.pp)
     total = total + _pipeline_bytes(c, f, comm, pp)
     if arch is not None and shares_embedding_with_last_stage(arch):
@@ -385,6 +382,22 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
         total = total + comm(present, 0, 0, chans("dp", ranks))
     mirror = (f.schedule == Schedule.DUALPIPE) & (f.pp > 1)
     return total + comm(mirror, 0, 0, pp)
+
+
+def _communicator(
+    f: Fields, setup: bool, ring: Any, peers: Any, per_peer: Any, ch: tuple[Any, Any],
+    ranks: Any = None,
+) -> Any:  # fmt: skip
+    """:func:`communicator_bytes` of a group on ``ch``, its ``(collective, set-up)`` channels
+    (:func:`_channels`). Where ``ranks`` (the group's size) is given and the group is the
+    default group (:func:`own_group`: under ``fsdp2`` a DeviceMesh dimension of the whole
+    world), only its point-to-point peers' connections: its ring and its set-up are the world
+    ring's (:func:`world_ring`)."""
+    full = communicator_bytes(ring, peers, per_peer, setup, ch[0], ch[1])
+    if ranks is None:
+        return full
+    shared = communicator_bytes(False, peers, per_peer, False, ch[0], ch[1])
+    return where(own_group(f, ranks), full, shared)
 
 
 def _channels(c: Context, f: Fields, axis: str | None, size: Any) -> tuple[Any, Any]:
@@ -422,5 +435,5 @@ def _pipeline_bytes(c: Context, f: Fields, comm: Any, pp: tuple[Any, Any]) -> An
     pair_coll = f.lookup_values(group_channels, (), *args)
     pair = (pair_coll, f.lookup_values(setup_channels, (), pair_coll))
     per_peer = _p2p(c, f, "pp", 2)
-    group = comm(False, _pipeline_peers(f), _p2p(c, f, "pp", f.pp), pp)
+    group = comm(False, _pipeline_peers(f), _p2p(c, f, "pp", f.pp), pp, f.pp)
     return where(lone, 2 * comm(False, 1, per_peer, pair), group)

@@ -29,12 +29,34 @@ def test_fsdp2_dp4_tp2_holds_batch_and_loss_rings():
     assert e.peak.total_bytes == 65_845_895_168 + 2 * NODE * MIB == 66_860_916_736
 
 
-def test_fsdp2_world_sized_batch_and_loss_are_the_default_group():
-    """dp 8 on 8 GPUs: "batch" and "loss" span the world, so DeviceMesh hands them the default
-    group, whose ring the world barrier's is already: the FSDP ring and the world ring, 2 × 484
-    MiB, as before."""
+def test_fsdp2_world_sized_groups_are_the_default_group():
+    """dp 8 on 8 GPUs: the FSDP group, "batch" and "loss" all span the world, so DeviceMesh
+    hands each the default group, whose ring the world barrier's is: one ring, 484 MiB (before
+    this rule the FSDP ring and the world ring, 2 × 484 MiB = 1,015,021,568 B)."""
     e = trainplan.evaluate(model="llama3-8b", num_gpus=8, framework="fsdp2", dp=8, zero_stage=3)
-    assert e.peak.communicator_bytes == 2 * NODE * MIB == 1_015_021_568
+    assert e.peak.communicator_bytes == NODE * MIB == 507_510_784
+
+
+def test_fsdp2_world_sized_cp_joins_the_default_communicator():
+    """llama3-8b on 8 GPUs, cp 8 (PyTorch's context_parallel, 256k; torchtitan-2024-12-h100 t2):
+    the cp group is the world, so the K/V ring's two neighbours, 2 × 32 NVLink channels × 12 MiB =
+    768 MiB, connect on the default group's communicator, whose ring (288) and set-up (196) the
+    world ring counts; the FSDP (dp·cp) ring and "loss" are the world ring too, "batch" has one
+    rank: 484 + 768 = 1,252 MiB (before: the FSDP ring 484, the world ring 484, the cp
+    communicator 768 + 196: 1,932 MiB = 2,025,848,832 B)."""
+    e = trainplan.evaluate(
+        model="llama3-8b", num_gpus=8, framework="fsdp2", cp=8, cp_kind="pytorch-allgather",
+        seq_len=262144, micro_batch_size=1, global_batch_size=1,
+    )  # fmt: skip
+    assert e.peak.communicator_bytes == (NODE + 768) * MIB == 1_312_817_152
+
+
+def test_megatron_world_sized_groups_stay_their_own():
+    """Megatron-LM's groups are each a ``new_group`` (``parallel_state.py``), not the default
+    group, whatever their size: dp 8 on 8 GPUs keeps the dp ring beside the world ring — and the
+    gradient-statistics group (every GPU under the distributed optimizer, the default here)."""
+    e = trainplan.evaluate(model="llama3-8b", num_gpus=8, framework="megatron", dp=8)
+    assert e.peak.communicator_bytes == 3 * NODE * MIB
 
 
 def test_deepspeed_ulysses_holds_the_dp_group():
