@@ -31,17 +31,17 @@ def test_reserved_above_capacity_runs_with_allocator_retries_not_charged():
     attention 2·16,384² + 2·16,384·1,024 = 570,425,344, MLP 3·16,384·53,248 = 2,617,245,696,
     two norms 32,768: U = 3,187,703,808 elements, so the copy-in stream's pool is
     2·2 B·U = 12,750,815,232 B. With the allocated peak (82,552,487,552 B: its two gathered
-    units whole beside the local shard) and NCCL's communicators (612,368,384 B: the dp ring over
-    256 nodes, 8 a node, 16 channels × 12 MiB + (16 × 3 + 2) × 2 MiB of set-up = 292 MiB, and
-    the world ring of torchtitan's barrier after step 1, 292 MiB; model/terms/comm_memory.py) the
-    GPU would hold 95,915,671,168 B if every cached block stayed, 12,705,661,568 B more than the
-    usable
-    83,210,009,600 B (81,559 MiB as the driver reports it less the runtime reserve). PyTorch's
-    allocator
-    (c10/cuda/CUDACachingAllocator.cpp, DeviceCachingAllocator::malloc) then frees its cached
-    unsplit blocks and retries cudaMalloc (release_cached_blocks) instead of raising
-    out-of-memory: the allocated peak (83.16 GB with the communicators) decides the verdict,
-    "fits", and the report says the run retries, uncharged in the step time."""
+    units whole beside the local shard) and NCCL's communicators (306,184,192 B: the world ring
+    of torchtitan's barrier after step 1 over 256 nodes, 8 a node, 16 channels × 12 MiB +
+    (16 × 3 + 2) × 2 MiB of set-up = 292 MiB; the FSDP group, dp 2048, is every GPU, so PyTorch's
+    DeviceMesh hands it the default group and it shares that ring — before, a dp ring of its
+    own, 292 MiB more, 612,368,384 B; model/terms/comm_memory.py, comm_groups.py own_group) the
+    GPU would hold 95,609,486,976 B if every cached block stayed, 12,399,477,376 B more than the
+    usable 83,210,009,600 B (81,559 MiB as the driver reports it less the runtime reserve).
+    PyTorch's allocator (c10/cuda/CUDACachingAllocator.cpp, DeviceCachingAllocator::malloc)
+    then frees its cached unsplit blocks and retries cudaMalloc (release_cached_blocks) instead
+    of raising out-of-memory: the allocated peak (82.86 GB with the communicators) decides the
+    verdict, "fits", and the report says the run retries, uncharged in the step time."""
     case = {**BASE, "model": "llama3-405b", "framework": "fsdp2", "dp": 2048,
             "global_batch_size": 2048, "zero_stage": 3}  # fmt: skip
     d = estimate_to_dict(build_case(case).evaluate())
@@ -50,16 +50,16 @@ def test_reserved_above_capacity_runs_with_allocator_retries_not_charged():
     assert unit == 3_187_703_808
     assert m["stream_pool_bytes"] == 2 * 2 * unit == 12_750_815_232
     assert m["allocated_bytes"] == 82_552_487_552
-    assert m["communicator_bytes"] == 2 * (16 * 12 + 16 * 3 * 2 + 2 * 2) * 2**20 == 612_368_384
+    assert m["communicator_bytes"] == (16 * 12 + 16 * 3 * 2 + 2 * 2) * 2**20 == 306_184_192
     assert m["capacity_bytes"] == 83_210_009_600
     held = m["allocated_bytes"] + m["stream_pool_bytes"] + m["communicator_bytes"]
-    assert held == 95_915_671_168
-    assert m["reserved_over_bytes"] == held - m["capacity_bytes"] == 12_705_661_568
+    assert held == 95_915_671_168 - 306_184_192 == 95_609_486_976
+    assert m["reserved_over_bytes"] == held - m["capacity_bytes"] == 12_399_477_376
     assert m["allocator_retries"] is True and m["fits"] is True
     text = evaluate_text(d).splitlines()
     assert "  verdict: fits (with allocator retries, below)" in text
     retry = next(x for x in text if x.startswith("  allocator retries:"))
-    assert "would exceed the capacity by 12.71 GB" in retry and "not charged" in retry
+    assert "would exceed the capacity by 12.40 GB" in retry and "not charged" in retry
 
 
 def test_no_retry_line_where_the_reserved_bytes_fit():

@@ -58,6 +58,7 @@ from trainplan.model.moe_run import Dispatcher
 from trainplan.model.params import shares_embedding_with_last_stage
 from trainplan.model.pipeline import Schedule
 from trainplan.model.terms.activation_fields import cp_mechanism_of
+from trainplan.model.terms.comm_groups import data_rings, grad_stats_rings, own_group, world_ring
 from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.xp import maximum, where
 
@@ -330,9 +331,11 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
       tensor-parallel group (``expert_tp``) where they have more than one rank; cp's all-gather
       flavour; with tied embeddings or MTP, the first and last stage's two-rank embedding group;
       Megatron-Core's gradient-statistics groups (:func:`grad_stats_rings`); the world group's
-      (:func:`world_ring`: the frameworks' barriers); under DualPipe the two-rank group of ranks
-      r and pp − 1 − r that sum the two copies' gradients (DeepSeek-V3 report §3.2.1; no public
-      code names it; DualPipe runs under ``textbook`` only here, where the term is 0);
+      (:func:`world_ring`: the frameworks' barriers); the loss and token-count groups
+      (:func:`data_rings`: torchtitan's "batch" and "loss", Megatron-DeepSpeed's dp group under
+      Ulysses); under DualPipe the two-rank group of ranks r and pp − 1 − r that sum the two
+      copies' gradients (DeepSeek-V3 report §3.2.1; no public code names it; DualPipe runs
+      under ``textbook`` only here, where the term is 0);
     * point-to-point: cp's ring flavour's two neighbours (one at cp = 2), Ulysses' cp − 1
       all-to-all peers (the hybrid's both), ep's ep − 1 all-to-all peers (NCCL's all-to-all
       dispatcher; DeepEP's buffers are the state's ``dispatch_buffer_bytes``), the pipeline's
@@ -340,7 +343,7 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
       channels each (across nodes as the topology placed the axis).
 
     Each ring connects, and each communicator sets up, the channels its placement gets
-    (:func:`_channels`).
+    (:func:`_channels`); a world-sized DeviceMesh group is the world's (:func:`_communicator`).
 
     0 under the ``textbook`` profile (the paper convention counts no runtime memory).
 
@@ -350,27 +353,24 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
     """
     if not Framework(f.framework).physical:
         return 0
-    setup = c.options.nccl_channel_setup
-
     chans = partial(_channels, c, f)
-
-    def comm(ring: Any, peers: Any, per_peer: Any, ch: tuple[Any, Any]) -> Any:
-        return communicator_bytes(ring, peers, per_peer, setup, ch[0], ch[1])
-
+    comm = partial(_communicator, f, c.options.nccl_channel_setup)
     world = chans(None, f.tp * f.pp * f.shard_degree)
     dp = chans("dp", f.shard_degree)
-    total = comm(f.tp > 1, 0, 0, chans("tp", f.tp)) + comm(f.shard_degree > 1, 0, 0, dp)
+    total = comm(f.tp > 1, 0, 0, chans("tp", f.tp), f.tp)
+    total = total + comm(f.shard_degree > 1, 0, 0, dp, f.shard_degree)
     r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
     ring_peers = where(r > 2, 2, where(r == 2, 1, 0))
     cp_peers = where(gather, 0, ring_peers) + (u - 1)
     cp_ring = where(gather, r > 1, False)
-    total = total + comm(cp_ring, cp_peers, _p2p(c, f, "cp", f.cp), chans("cp", f.cp))
+    total = total + comm(cp_ring, cp_peers, _p2p(c, f, "cp", f.cp), chans("cp", f.cp), f.cp)
     arch = c.model.arch
     if arch is not None and arch.moe is not None:
         if c.training.moe_run.dispatcher is not Dispatcher.DEEPEP:  # DeepEP: its own buffers
-            total = total + comm(False, f.ep - 1, _p2p(c, f, "ep", f.ep), chans("ep", f.ep))
-        total = total + comm(f.expert_shard_degree > 1, 0, 0, dp)
-        total = total + comm(f.expert_tp > 1, 0, 0, chans("tp", f.expert_tp))
+            ep = chans("ep", f.ep)
+            total = total + comm(False, f.ep - 1, _p2p(c, f, "ep", f.ep), ep, f.ep)
+        total = total + comm(f.expert_shard_degree > 1, 0, 0, dp, f.expert_shard_degree)
+        total = total + comm(f.expert_tp > 1, 0, 0, chans("tp", f.expert_tp), f.expert_tp)
     pp = chans("pp", f.pp)
     total = total + _pipeline_bytes(c, f, comm, pp)
     if arch is not None and shares_embedding_with_last_stage(arch):
@@ -378,8 +378,26 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
         total = total + comm(ends, 0, 0, pp)
     total = total + grad_stats_rings(c, f) * comm(True, 0, 0, world)
     total = total + comm(world_ring(f), 0, 0, world)
+    for present, ranks in data_rings(f):
+        total = total + comm(present, 0, 0, chans("dp", ranks))
     mirror = (f.schedule == Schedule.DUALPIPE) & (f.pp > 1)
     return total + comm(mirror, 0, 0, pp)
+
+
+def _communicator(
+    f: Fields, setup: bool, ring: Any, peers: Any, per_peer: Any, ch: tuple[Any, Any],
+    ranks: Any = None,
+) -> Any:  # fmt: skip
+    """:func:`communicator_bytes` of a group on ``ch``, its ``(collective, set-up)`` channels
+    (:func:`_channels`). Where ``ranks`` (the group's size) is given and the group is the
+    default group (:func:`own_group`: under ``fsdp2`` a DeviceMesh dimension of the whole
+    world), only its point-to-point peers' connections: its ring and its set-up are the world
+    ring's (:func:`world_ring`)."""
+    full = communicator_bytes(ring, peers, per_peer, setup, ch[0], ch[1])
+    if ranks is None:
+        return full
+    shared = communicator_bytes(False, peers, per_peer, False, ch[0], ch[1])
+    return where(own_group(f, ranks), full, shared)
 
 
 def _channels(c: Context, f: Fields, axis: str | None, size: Any) -> tuple[Any, Any]:
@@ -417,82 +435,5 @@ def _pipeline_bytes(c: Context, f: Fields, comm: Any, pp: tuple[Any, Any]) -> An
     pair_coll = f.lookup_values(group_channels, (), *args)
     pair = (pair_coll, f.lookup_values(setup_channels, (), pair_coll))
     per_peer = _p2p(c, f, "pp", 2)
-    group = comm(False, _pipeline_peers(f), _p2p(c, f, "pp", f.pp), pp)
+    group = comm(False, _pipeline_peers(f), _p2p(c, f, "pp", f.pp), pp, f.pp)
     return where(lone, 2 * comm(False, 1, per_peer, pair), group)
-
-
-def grad_stats_rings(c: Context, f: Fields) -> Any:
-    """Rings of the process groups Megatron-Core's optimizer reduces its gradient statistics
-    over (the grad norm for ``--clip-grad``, 1.0 by default, and the zero count: ``clip_grads.py``
-    ``get_grad_norm_fp32`` / ``count_zeros_fp32`` all-reduce over
-    ``optimizer.get_grad_stats_parallel_group()``), groups of their own that no other collective
-    uses (``megatron/core/optimizer/__init__.py``, ``_get_megatron_optimizer_based_on_param_groups``):
-
-    * the distributed optimizer (ZeRO-1): the intra-instance group
-      (``parallel_state.py`` ``_INTRA_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP``: the tp-ep-pp groups
-      of one optimizer instance, with the default single instance every GPU), one ring where
-      the job has more than one GPU;
-    * without it (ZeRO-0, ``Float16OptimizerWithFloat16Params``): the model-parallel group
-      (``_MODEL_PARALLEL_GROUP``, tp·pp ranks), and for the experts' optimizer the expert
-      tp·ep·pp group (``get_expert_tensor_model_pipeline_parallel_group``): two groups, so
-      ``ChainedOptimizer.get_grad_norm`` reduces over each — one ring per group of more than one
-      rank.
-
-    Under ``deepspeed`` (DeepSpeed edaa72212, Megatron-DeepSpeed 4efb479d), the groups of its own
-    beside Megatron-DeepSpeed's tp group: ZeRO's grad norm all-reduces over the model-parallel
-    group every step (``stage_1_and_2.py`` ``_model_parallel_all_reduce``; ``stage3.py`` likewise),
-    Megatron-DeepSpeed's ``_MODEL_PARALLEL_GROUP`` (a ``new_group`` of its own) or under the
-    pipeline engine the grid's ``ds_model_proc_group``: one ring where tp·pp > 1; the pipeline
-    engine (pp > 1) broadcasts the loss over the pipe group (``pipe/engine.py``
-    ``_aggregate_total_loss``): one more; and with tp > 1 it partitions the activations it sends
-    over the slice group (``pipe_partitioned``/``grad_partitioned``, on by default,
-    ``PartitionedTensor(..., group=grid.get_slice_parallel_group())``): one more.
-
-    Under ``fsdp2`` (torchtitan b5bcd76c6, ``torchtitan/distributed/utils.py``
-    ``clip_grad_norm_``, ``_clip_grad_norm_with_ep``): with pp > 1 the norm is all-reduced over
-    the pp mesh's group (``dist.all_reduce(total_norm, group=pp_mesh.get_group())``), a group
-    that otherwise carries only point-to-point sends, so a ring of its own: one; with ep > 1 on a
-    MoE model the experts' norm is a DTensor on the experts' mesh reduced by
-    ``ep_grads_total_norm.full_tensor()``, an all-reduce over the ep group, which otherwise
-    carries the all-to-all's point-to-point connections: one more. The dense norm reduces over
-    the FSDP and tp groups, whose rings are counted already.
-
-    Counted as a ring like every collective group here (a one-float all-reduce; NCCL may
-    connect its tree instead, not modelled)."""
-    if Framework(f.framework) is Framework.DEEPSPEED:
-        pipe = where(f.pp > 1, 1, 0)
-        return where(f.tp * f.pp > 1, 1, 0) + pipe + pipe * where(f.tp > 1, 1, 0)
-    arch = c.model.arch
-    moe = arch is not None and arch.moe is not None
-    if Framework(f.framework) is Framework.FSDP2:
-        return where(f.pp > 1, 1, 0) + (where(f.ep > 1, 1, 0) if moe else 0)
-    if Framework(f.framework) is not Framework.MEGATRON:
-        return 0
-    world = f.tp * f.pp * f.shard_degree
-    experts = 0
-    if moe:
-        experts = where(f.expert_tp * f.ep * f.pp > 1, 1, 0)
-    ddp = where(f.tp * f.pp > 1, 1, 0) + experts
-    return where(f.zero_stage >= 1, where(world > 1, 1, 0), ddp)
-
-
-def world_ring(f: Fields) -> Any:
-    """Whether the framework runs a collective on the default (world) process group, whose
-    communicator is then one more ring: ``torch.distributed.barrier()`` under NCCL all-reduces a
-    one-element tensor on the group's device (PyTorch ``ProcessGroupNCCL.cpp``
-    ``ProcessGroupNCCL::barrier``: ``allreduce(barrierTensor)``), which creates the group's
-    communicator. Megatron-LM calls it on every rank before training (``training.py``
-    ``print_datetime``, ``pretrain``; ``initialize.py`` ``_compile_dependencies``; at
-    d98e8a64dd); DeepSpeed in ZeRO-3's optimizer set-up (``stage3.py``
-    ``_setup_for_real_optimizer``, ``_create_fp16_partitions_with_defragmentation``) and in
-    every ``save_checkpoint`` (``engine.py``; at edaa72212); torchtitan after the first step
-    (``trainer.py`` ``Trainer.train``: ``dist_utils.set_pg_timeouts`` when ``self.step -
-    loaded_step == 1``, which runs ``torch.distributed.barrier(device_ids=...)`` on the default
-    group before lowering every group's timeout, ``torchtitan/distributed/utils.py``; at
-    b5bcd76c6), so from the second step on. Counted as a ring, as
-    the gradient-statistics groups' one-float all-reduce is (:func:`grad_stats_rings`); the
-    groups of the layout are separate communicators (``new_group``), so this one is beside
-    them. Where the job has one GPU, none."""
-    if Framework(f.framework) not in (Framework.MEGATRON, Framework.DEEPSPEED, Framework.FSDP2):
-        return False
-    return f.tp * f.pp * f.shard_degree > 1

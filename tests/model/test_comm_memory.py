@@ -94,8 +94,9 @@ def test_megatron_gradient_statistics_groups():
     lay = Layout(dp=16, ep=8, zero_stage=0)
     assert _comm(MOE, lay) == [(292 + 2688 + 196 + 292 + 292 + 292) * MIB]
     # the other profiles reduce their norms over groups counted already; FSDP2's world ring is
-    # torchtitan's barrier after the first step (test_the_world_group_of_the_barriers)
-    assert _comm(DENSE, Layout(dp=8, framework="fsdp2", zero_stage=3)) == [(484 + 484) * MIB]
+    # torchtitan's barrier after the first step (test_the_world_group_of_the_barriers), and its
+    # dp 8 FSDP group of all 8 GPUs is that default group (DeviceMesh): one ring
+    assert _comm(DENSE, Layout(dp=8, framework="fsdp2", zero_stage=3)) == [484 * MIB]
 
 
 def test_expert_groups():
@@ -117,11 +118,14 @@ def test_the_world_group_of_the_barriers():
     before training (training.py print_datetime), DeepSpeed in ZeRO-3's set-up and every
     save_checkpoint, torchtitan after the first step (trainer.py Trainer.train →
     dist_utils.set_pg_timeouts). dp 8 on one node: the dp ring, and for Megatron-Core's
-    distributed optimizer its gradient-statistics ring, then the world ring; one GPU: nothing."""
+    distributed optimizer its gradient-statistics ring, then the world ring; under fsdp2 the
+    FSDP group of all 8 GPUs is the default group itself (PyTorch DeviceMesh
+    ``_init_one_process_group``; model/terms/comm_groups.py own_group), so the world ring
+    alone, 484 MiB (was 2 × 484); one GPU: nothing."""
     assert _comm(DENSE, Layout(dp=8)) == [3 * 484 * MIB]
     assert _comm(DENSE, Layout(dp=8, framework="deepspeed", zero_stage=2)) == [2 * 484 * MIB]
     assert _comm(DENSE, Layout(dp=8, framework="deepspeed", zero_stage=3)) == [2 * 484 * MIB]
-    assert _comm(DENSE, Layout(dp=8, framework="fsdp2", zero_stage=3)) == [2 * 484 * MIB]
+    assert _comm(DENSE, Layout(dp=8, framework="fsdp2", zero_stage=3)) == [484 * MIB]
     assert _comm(DENSE, Layout(framework="deepspeed")) == [0]
 
 

@@ -131,7 +131,9 @@ def test_fsdp2_stage_one_holds_the_extra_layer():
     the two pipeline neighbours, one rank a node (pp stride 16), 4 channels each, 2 × 48 and
     the pp communicator's set-up (4 × 3 + 2) × 2 = 28; the pp norm ring placed as the world (16
     channels), 192 + 100 = 292; the world ring of torchtitan's barrier after step 1, 292:
-    1,340 MiB."""
+    1,340 MiB; and torchtitan's "batch" (dp 4) and "loss" (dp·cp = 4) groups, placed as the dp
+    ring, 2 × 148 = 296 more (model/terms/comm_groups.py data_rings): 1,636 MiB,
+    84,116,783,104 B."""
     est = trainplan.evaluate(
         model="llama3-70b", num_gpus=64, gpu="H100-SXM", framework="fsdp2", dp=4, tp=4, pp=4,
         zero_stage=2, micro_batch_size=2, global_batch_size=2048, recompute="full",
@@ -142,5 +144,6 @@ def test_fsdp2_stage_one_holds_the_extra_layer():
     assert est.stages[1].dense_params - est.stages[2].dense_params == layer
     assert est.busiest == 1
     comm = 484 + 148 + 2 * 48 + 28 + 292 + 292
-    assert est.stages[1].communicator_bytes == comm * 2**20 and comm - 104 * 12 == 92
-    assert int(est.peak.total_bytes) == 83_709_935_616 + 92 * 2**20 == 83_806_404_608
+    assert comm - 104 * 12 == 92
+    assert est.stages[1].communicator_bytes == (comm + 2 * 148) * 2**20 == 1_715_470_336
+    assert int(est.peak.total_bytes) == 83_709_935_616 + (92 + 296) * 2**20 == 84_116_783_104

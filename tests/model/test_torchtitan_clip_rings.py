@@ -7,7 +7,11 @@ group where pp > 1, and ``_clip_grad_norm_with_ep`` reduces the experts' norm ov
 H100 node 24 channels, 288 + 196 = 484 MiB; across nodes at 8 ranks a node 16 channels,
 192 + 100 = 292 MiB (model/terms/comm_memory.py group_channels). Beside them, the world group's
 ring of torchtitan's barrier after the first step (``trainer.py`` ``Trainer.train`` →
-``dist_utils.set_pg_timeouts``), placed as the whole job."""
+``dist_utils.set_pg_timeouts``), placed as the whole job; torchtitan's "batch" (dp ranks) and
+"loss" (dp·cp ranks) groups of the token count and loss (model/terms/comm_groups.py data_rings).
+A group whose ranks are the whole world is PyTorch's default group (DeviceMesh
+``_init_one_process_group``; model/terms/comm_groups.py own_group), so its ring is the world
+ring and its point-to-point peers join the world's communicator, set up once."""
 
 import pytest
 
@@ -20,20 +24,27 @@ NODE, CROSS = 288 + 196, 192 + 100
 @pytest.mark.parametrize(
     ("model", "degrees", "mib"),
     [
-        # 16 GPUs on 2 nodes: the FSDP ring (16 channels, 292) and the world ring (292)
-        ("llama3-8b", {"num_gpus": 16, "dp": 16, "pp": 1}, CROSS + CROSS),
+        # 16 GPUs on 2 nodes: the FSDP ring's 16 ranks are the world, so it is the default
+        # group's: the world ring alone (16 channels, 292); "batch" and "loss" are the world too
+        ("llama3-8b", {"num_gpus": 16, "dp": 16, "pp": 1}, CROSS),
         # the FSDP ring over 8 GPUs in a node (484), the pp group's ring for the norm, placed as
         # the world (292), the one neighbouring stage on the other node, 4 channels of a 50 GB/s
         # NIC (48) and the pp communicator's set-up, one rank a node → 4 channels,
-        # (4 × 3 + 2) × 2 = 28; the world ring (292)
-        ("llama3-8b", {"num_gpus": 16, "dp": 8, "pp": 2}, NODE + CROSS + 48 + 28 + CROSS),
-        # ep 1, one node: the FSDP ring, the experts' own FSDP ring over the same 8 GPUs and the
-        # world ring, 484 each
-        ("mixtral-8x7b", {"num_gpus": 8, "dp": 8, "ep": 1}, 3 * NODE),
-        # ep 8: the FSDP ring (484), the all-to-all's 7 NVLink peers × 32 channels × 12 MiB
-        # (2,688) and its set-up (32 channels, 196), the experts' FSDP group of one rank (none),
-        # the ep group's ring for the norm (484) and the world ring (484)
-        ("mixtral-8x7b", {"num_gpus": 8, "dp": 8, "ep": 8}, NODE + 2688 + 196 + NODE + NODE),
+        # (4 × 3 + 2) × 2 = 28; the world ring (292); and "batch" and "loss", 8 ranks in a node
+        # each (dp 8 of 16 GPUs, cp 1), 2 × 484
+        (
+            "llama3-8b",
+            {"num_gpus": 16, "dp": 8, "pp": 2},
+            NODE + CROSS + 48 + 28 + CROSS + 2 * NODE,
+        ),
+        # ep 1, one node: the FSDP ring and the experts' FSDP ring span the 8 GPUs, the world:
+        # both are the world ring, 484 once
+        ("mixtral-8x7b", {"num_gpus": 8, "dp": 8, "ep": 1}, NODE),
+        # ep 8 on 8 GPUs: the ep group is the world, so the all-to-all's 7 NVLink peers × 32
+        # channels × 12 MiB (2,688) join the world's communicator, its ring (288) and one
+        # set-up (32 channels, 196); the FSDP ring and the ep group's ring for the norm are
+        # the world ring; the experts' FSDP group has one rank (none)
+        ("mixtral-8x7b", {"num_gpus": 8, "dp": 8, "ep": 8}, 288 + 2688 + 196),
     ],
 )
 def test_fsdp2_communicators(model, degrees, mib):

@@ -1,0 +1,152 @@
+"""The process groups a framework runs collectives on beyond the layout's tp, dp, cp, ep and pp
+groups, each one more NCCL communicator of :func:`model.terms.comm_memory.comm_memory_term`:
+Megatron-Core's, DeepSpeed's and torchtitan's gradient-statistics groups
+(:func:`grad_stats_rings`), the world group of their barriers (:func:`world_ring`) and the
+groups the loss and token count are reduced over (:func:`data_rings`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainplan.model.frameworks import Framework
+from trainplan.model.terms.fields import Context, Fields
+from trainplan.model.xp import where
+
+__all__ = ["grad_stats_rings", "world_ring", "data_rings", "own_group"]
+
+
+def grad_stats_rings(c: Context, f: Fields) -> Any:
+    """Rings of the process groups Megatron-Core's optimizer reduces its gradient statistics
+    over (the grad norm for ``--clip-grad``, 1.0 by default, and the zero count: ``clip_grads.py``
+    ``get_grad_norm_fp32`` / ``count_zeros_fp32`` all-reduce over
+    ``optimizer.get_grad_stats_parallel_group()``), groups of their own that no other collective
+    uses (``megatron/core/optimizer/__init__.py``, ``_get_megatron_optimizer_based_on_param_groups``):
+
+    * the distributed optimizer (ZeRO-1): the intra-instance group
+      (``parallel_state.py`` ``_INTRA_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP``: the tp-ep-pp groups
+      of one optimizer instance, with the default single instance every GPU), one ring where
+      the job has more than one GPU;
+    * without it (ZeRO-0, ``Float16OptimizerWithFloat16Params``): the model-parallel group
+      (``_MODEL_PARALLEL_GROUP``, tp·pp ranks), and for the experts' optimizer the expert
+      tp·ep·pp group (``get_expert_tensor_model_pipeline_parallel_group``): two groups, so
+      ``ChainedOptimizer.get_grad_norm`` reduces over each — one ring per group of more than one
+      rank.
+
+    Under ``deepspeed`` (DeepSpeed edaa72212, Megatron-DeepSpeed 4efb479d), the groups of its own
+    beside Megatron-DeepSpeed's tp group: ZeRO's grad norm all-reduces over the model-parallel
+    group every step (``stage_1_and_2.py`` ``_model_parallel_all_reduce``; ``stage3.py`` likewise),
+    Megatron-DeepSpeed's ``_MODEL_PARALLEL_GROUP`` (a ``new_group`` of its own) or under the
+    pipeline engine the grid's ``ds_model_proc_group``: one ring where tp·pp > 1; the pipeline
+    engine (pp > 1) broadcasts the loss over the pipe group (``pipe/engine.py``
+    ``_aggregate_total_loss``): one more; and with tp > 1 it partitions the activations it sends
+    over the slice group (``pipe_partitioned``/``grad_partitioned``, on by default,
+    ``PartitionedTensor(..., group=grid.get_slice_parallel_group())``): one more.
+
+    Under ``fsdp2`` (torchtitan b5bcd76c6, ``torchtitan/distributed/utils.py``
+    ``clip_grad_norm_``, ``_clip_grad_norm_with_ep``): with pp > 1 the norm is all-reduced over
+    the pp mesh's group (``dist.all_reduce(total_norm, group=pp_mesh.get_group())``), a group
+    that otherwise carries only point-to-point sends, so a ring of its own: one; with ep > 1 on a
+    MoE model the experts' norm is a DTensor on the experts' mesh reduced by
+    ``ep_grads_total_norm.full_tensor()``, an all-reduce over the ep group, which otherwise
+    carries the all-to-all's point-to-point connections: one more. The dense norm reduces over
+    the FSDP and tp groups, whose rings are counted already.
+
+    Counted as a ring like every collective group here (a one-float all-reduce; NCCL may
+    connect its tree instead, not modelled)."""
+    if Framework(f.framework) is Framework.DEEPSPEED:
+        pipe = where(f.pp > 1, 1, 0)
+        return where(f.tp * f.pp > 1, 1, 0) + pipe + pipe * where(f.tp > 1, 1, 0)
+    arch = c.model.arch
+    moe = arch is not None and arch.moe is not None
+    if Framework(f.framework) is Framework.FSDP2:
+        pp = where((f.pp > 1) & own_group(f, f.pp), 1, 0)
+        return pp + (where((f.ep > 1) & own_group(f, f.ep), 1, 0) if moe else 0)
+    if Framework(f.framework) is not Framework.MEGATRON:
+        return 0
+    world = f.tp * f.pp * f.shard_degree
+    experts = 0
+    if moe:
+        experts = where(f.expert_tp * f.ep * f.pp > 1, 1, 0)
+    ddp = where(f.tp * f.pp > 1, 1, 0) + experts
+    return where(f.zero_stage >= 1, where(world > 1, 1, 0), ddp)
+
+
+def world_ring(f: Fields) -> Any:
+    """Whether the framework runs a collective on the default (world) process group, whose
+    communicator is then one more ring: ``torch.distributed.barrier()`` under NCCL all-reduces a
+    one-element tensor on the group's device (PyTorch ``ProcessGroupNCCL.cpp``
+    ``ProcessGroupNCCL::barrier``: ``allreduce(barrierTensor)``), which creates the group's
+    communicator. Megatron-LM calls it on every rank before training (``training.py``
+    ``print_datetime``, ``pretrain``; ``initialize.py`` ``_compile_dependencies``; at
+    d98e8a64dd); DeepSpeed in ZeRO-3's optimizer set-up (``stage3.py``
+    ``_setup_for_real_optimizer``, ``_create_fp16_partitions_with_defragmentation``) and in
+    every ``save_checkpoint`` (``engine.py``; at edaa72212); torchtitan after the first step
+    (``trainer.py`` ``Trainer.train``: ``dist_utils.set_pg_timeouts`` when ``self.step -
+    loaded_step == 1``, which runs ``torch.distributed.barrier(device_ids=...)`` on the default
+    group before lowering every group's timeout, ``torchtitan/distributed/utils.py``; at
+    b5bcd76c6), so from the second step on. Counted as a ring, as
+    the gradient-statistics groups' one-float all-reduce is (:func:`grad_stats_rings`); the
+    groups of the layout are separate communicators (``new_group``), so this one is beside
+    them. Where the job has one GPU, none."""
+    if Framework(f.framework) not in (Framework.MEGATRON, Framework.DEEPSPEED, Framework.FSDP2):
+        return False
+    return f.tp * f.pp * f.shard_degree > 1
+
+
+def data_rings(f: Fields) -> tuple[tuple[Any, Any], ...]:
+    """``(present, ranks)`` of each group the framework reduces its loss or token count over
+    beside the gradient group, each a ring of its own placed as the dp axis:
+
+    * ``fsdp2`` (torchtitan b5bcd76c6): ``parallel_dims.py`` ``build_mesh`` unflattens the world
+      mesh into ``("pp", "batch", "cp", "tp")`` apart from the FSDP mesh and flattens
+      ``["batch", "cp"]`` into ``loss_mesh``; PyTorch's DeviceMesh (``device_mesh.py``
+      ``_init_one_process_group``, ``_create_flatten_mesh``) gives each dimension and each
+      flattened mesh a ``new_group`` of its own, so a communicator of its own, unless it spans
+      the whole world, where it is the default group (the world ring, :func:`world_ring`).
+      ``trainer.py`` ``train_step`` all-reduces ``global_valid_tokens`` over "batch" (dp ranks)
+      every step where dp > 1, and ``loss_is_finite`` and, on log steps (step 1 on), the logged
+      losses over "loss" (dp·cp ranks) where dp·cp > 1, on every stage.
+    * ``deepspeed`` with Ulysses (cp > 1; Megatron-DeepSpeed 4efb479d
+      ``megatron/core/parallel_state.py`` ``initialize_model_parallel``): ``_DATA_PARALLEL_GROUP``
+      (dp ranks) is a ``new_group`` apart from ZeRO's dp·sp group
+      (``_SEQUENCE_DATA_PARALLEL_GROUP``, DeepSpeed ``utils/groups.py``
+      ``_get_sequence_data_parallel_group``); ``pretrain_gpt.py`` ``loss_func`` reduces the loss
+      over it every micro-batch (``megatron/utils.py``
+      ``average_losses_across_data_parallel_group``). Without Ulysses they are one group.
+
+    One-float all-reduces, counted as rings as :func:`grad_stats_rings` are."""
+    fw = Framework(f.framework)
+    if fw is Framework.FSDP2:
+        batch = (f.dp > 1) & own_group(f, f.dp)
+        loss = (f.shard_degree > 1) & own_group(f, f.shard_degree)
+        return (batch, f.dp), (loss, f.shard_degree)
+    if fw is Framework.DEEPSPEED:
+        return ((((f.cp > 1) & (f.dp > 1)), f.dp),)
+    return ()
+
+
+def own_group(f: Fields, ranks: Any) -> Any:
+    """Whether a group of ``ranks`` ranks is a communicator of its own, apart from the world
+    group's (:func:`world_ring`). Under ``fsdp2`` torchtitan builds every group as a DeviceMesh
+    dimension (``parallel_dims.py`` ``build_mesh``: unflattens of the world mesh, and the
+    flattened "loss" mesh), and PyTorch's DeviceMesh hands a dimension whose ranks are the whole
+    world, without a backend override, the default group itself (PyTorch f4b98f1f8d
+    ``torch/distributed/device_mesh.py`` ``_init_one_process_group``: ``if sub_layout.numel() ==
+    get_world_size() and backend_override == (None, None)`` returns ``default_group``'s name), so
+    its collectives run on the default group's one communicator: a world-sized group adds no
+    communicator — a ring's connections are the world ring's, and a point-to-point group's
+    peers join the world's communicator, whose channels' set-up is counted once. Megatron-LM's
+    and DeepSpeed's groups are each a ``new_group`` of their own (own communicators, whatever
+    their size): True.
+
+    >>> from types import SimpleNamespace as F
+    >>> own_group(F(framework="fsdp2", tp=1, pp=1, shard_degree=8), 8)
+    False
+    >>> own_group(F(framework="fsdp2", tp=2, pp=1, shard_degree=4), 4)
+    True
+    >>> own_group(F(framework="megatron", tp=1, pp=1, shard_degree=8), 8)
+    True
+    """
+    if Framework(f.framework) is not Framework.FSDP2:
+        return True
+    return ranks < f.tp * f.pp * f.shard_degree
