@@ -1,9 +1,24 @@
-"""Two rules for the rollout engine on a pool without the actor (a *split* placement), read by
-:func:`model.rlhf.step.compose`, the placement search's CP-SAT model (:mod:`optimizer.rlhf.cpsat`)
-and its exhaustive oracle (:func:`optimizer.rlhf.search.objective_ns`):
+"""Which roles may share a pool (:func:`pool_refusal`), and two rules for the rollout engine on a
+pool without the actor (a *split* placement), read by :func:`model.rlhf.step.compose`, the
+placement search's CP-SAT model (:mod:`optimizer.rlhf.cpsat`) and its exhaustive oracle
+(:func:`optimizer.rlhf.search.objective_ns`):
 
-* **One-step off-policy: the engine is alone on its pool** (:func:`engine_pool_refused`); under
-  ``deepspeed`` in a synchronous step too, where OpenRLHF keeps it awake (:func:`awake_apart`). The
+* **OpenRLHF's pools** (``deepspeed``, :func:`openrlhf_refused`): OpenRLHF (OpenRLHF/OpenRLHF
+  3c3be6234, ``openrlhf/cli/train_ppo_ray.py`` ``train``) puts two roles on the same GPUs only
+  through a shared placement group, whose roles take ``num_gpus_per_actor=0.2`` of each bundle;
+  without one every role's Ray actors take ``num_gpus_per_actor=1``, whole GPUs of their own.
+  It makes such a group for the actor and the reference (``--train.colocate_actor_ref``), for
+  the critic and the reward model (``--train.colocate_critic_reward``), or for every model
+  (``--train.colocate_all``), and hands it to the vLLM engines only under ``colocate_all`` and
+  not ``--train.async_enable`` (``pg if args.train.colocate_all and not
+  args.train.async_enable else None``); otherwise ``create_vllm_engines``
+  (``openrlhf/trainer/ray/vllm_engine.py``) packs the engines on a placement group of whole-GPU
+  bundles of their own. So a pool of two or more roles is {actor, reference}, {critic, reward},
+  or every role of the step — every role but the engine under one-step off-policy
+  (``async_enable``). vLLM's sleep is forced off without ``colocate_all`` (``train_ppo_ray.py``
+  ``if args.vllm.enable_sleep and not args.train.colocate_all``), so the engine sleeps between
+  rollouts only where it shares its pool with every role.
+* **One-step off-policy: the engine is alone on its pool** (:func:`engine_pool_refused`). The
   stacks behind the profiles never place another role beside an off-policy engine, and its
   engine never sleeps: OpenRLHF (OpenRLHF/OpenRLHF 3c3be6234, ``openrlhf/cli/train_ppo_ray.py``)
   asserts ``not args.vllm.enable_sleep`` under ``--train.async_enable`` and turns sleep off
@@ -14,7 +29,9 @@ and its exhaustive oracle (:func:`optimizer.rlhf.search.objective_ns`):
   ``Role.Rollout`` to the rollout pool. A frozen or trainable role there would work beside the
   awake engine's whole budget, which the step's rules (the engine's bytes in the rollout phase
   only) do not count, so such a placement is refused; the engine's pool holds its bytes in
-  the scoring and training phases too (:func:`awake_floor`).
+  the scoring and training phases too (:func:`awake_floor`); so does an engine of OpenRLHF's
+  apart from the actor in a synchronous step (:func:`awake_apart`), alone there by the first
+  rule.
 * **The NCCL weight receive** (``deepspeed``, :func:`model.rlhf.openrlhf.engine_receive_bytes`):
   on a pool holding the engine but not the actor, every phase holds the model-update
   communicator (:func:`receive_resident`), and the rollout phase's peak is at least the pool's
@@ -31,9 +48,12 @@ from trainplan.model.rlhf.roles import RoleCost
 from trainplan.model.rlhf.spec import Role
 
 __all__ = [
+    "OPENRLHF_SHARED",
     "awake_apart",
     "awake_floor",
     "engine_pool_refused",
+    "openrlhf_refused",
+    "pool_refusal",
     "receive_peak",
     "receive_resident",
     "receiving_engine",
@@ -41,10 +61,17 @@ __all__ = [
 ]
 
 
-def engine_pool_refused(roles: Collection[Role], off_policy: int, awake: bool = False) -> bool:
-    """Whether a pool holding ``roles`` breaks the rule of the module docstring: the engine
-    without the actor and any other role, in one-step off-policy or where the engine never
-    sleeps apart from the actor (``awake``: :func:`awake_apart`).
+OPENRLHF_SHARED = (
+    frozenset({Role.ACTOR, Role.REFERENCE}),
+    frozenset({Role.CRITIC, Role.REWARD}),
+)
+"""The pools of two roles OpenRLHF makes a placement group for without ``--train.colocate_all``:
+``--train.colocate_actor_ref`` and ``--train.colocate_critic_reward`` (module docstring)."""
+
+
+def engine_pool_refused(roles: Collection[Role], off_policy: int) -> bool:
+    """Whether a pool holding ``roles`` puts another role beside a one-step off-policy engine
+    without the actor (module docstring).
 
     Examples
     --------
@@ -55,21 +82,83 @@ def engine_pool_refused(roles: Collection[Role], off_policy: int, awake: bool = 
     False
     >>> engine_pool_refused({R.ROLLOUT, R.REFERENCE}, 0)
     False
-    >>> engine_pool_refused({R.ROLLOUT, R.REFERENCE}, 0, awake=True)
-    True
     """
     return (
-        (off_policy == 1 or awake)
+        off_policy == 1
         and Role.ROLLOUT in roles
         and Role.ACTOR not in roles
         and len(set(roles) - {Role.ROLLOUT}) > 0
     )
 
 
+def openrlhf_refused(pool: Collection[Role], step: Collection[Role], off_policy: int) -> bool:
+    """Whether OpenRLHF cannot run the roles ``pool`` on one set of GPUs in a step of the roles
+    ``step`` (module docstring): two or more roles that are neither a pair of
+    :data:`OPENRLHF_SHARED` nor every role of the step (less the engine off-policy).
+
+    Examples
+    --------
+    GRPO with a reward model: the engine beside the actor alone, or the reference beside the
+    reward model, is refused; every role together, or the actor with the reference, is not.
+    Off-policy the engine takes GPUs of its own, and the other roles may share one pool.
+
+    >>> R = Role
+    >>> step = (R.ROLLOUT, R.ACTOR, R.REFERENCE, R.REWARD)
+    >>> openrlhf_refused({R.ROLLOUT, R.ACTOR}, step, 0), openrlhf_refused(step, step, 0)
+    (True, False)
+    >>> openrlhf_refused({R.REFERENCE, R.REWARD}, step, 0)
+    True
+    >>> openrlhf_refused({R.ACTOR, R.REFERENCE}, step, 0), openrlhf_refused({R.ROLLOUT}, step, 0)
+    (False, False)
+    >>> openrlhf_refused(step, step, 1), openrlhf_refused(step[1:], step, 1)
+    (True, False)
+    """
+    roles = frozenset(pool)
+    if len(roles) < 2 or roles in OPENRLHF_SHARED:
+        return False
+    return roles != frozenset(step) - ({Role.ROLLOUT} if off_policy else set())
+
+
+def pool_refusal(
+    pool: Collection[Role], step: Collection[Role], off_policy: int, openrlhf: bool
+) -> str | None:
+    """Why the roles ``pool`` cannot share one pool in a step of the roles ``step``, as the
+    rest of a line that begins ``placement: pool N``; None where they can. The off-policy
+    engine's rule (:func:`engine_pool_refused`), then, with ``openrlhf`` (the ``deepspeed``
+    profile: :func:`awake_apart` of the step's roles), OpenRLHF's (:func:`openrlhf_refused`).
+
+    >>> R = Role
+    >>> step = (R.ROLLOUT, R.ACTOR, R.REFERENCE)
+    >>> pool_refusal({R.ROLLOUT, R.ACTOR}, step, 0, False) is None
+    True
+    >>> print(pool_refusal({R.ROLLOUT, R.ACTOR}, step, 0, True))  # doctest: +ELLIPSIS
+    puts rollout, actor on one set of GPUs, which OpenRLHF (deepspeed) does not: ...
+    """
+    names = ", ".join(str(r) for r in sorted(pool, key=list(Role).index))
+    if engine_pool_refused(pool, off_policy):
+        return (
+            f"puts {names} beside a rollout engine without the actor, which stays awake and "
+            "alone on its GPUs in one-step off-policy (OpenRLHF --train.async_enable, verl's "
+            "off-policy recipes): use the actor's pool"
+        )
+    if not openrlhf or not openrlhf_refused(pool, step, off_policy):
+        return None
+    every = "every role but the engine" if off_policy else "every role, the engine asleep"
+    return (
+        f"puts {names} on one set of GPUs, which OpenRLHF (deepspeed) does not: it shares GPUs "
+        "only as actor + reference (--train.colocate_actor_ref), critic + reward "
+        f"(--train.colocate_critic_reward) or {every} (--train.colocate_all), and gives every "
+        "other role and the rollout engine GPUs of their own, the engine awake "
+        "(train_ppo_ray.py train, vllm_engine.py create_vllm_engines, 3c3be6234): place the "
+        "roles in those sets (rlhf-plan searches only them)"
+    )
+
+
 def awake_apart(members: Sequence[RoleCost]) -> bool:
-    """Whether the pool's engine never sleeps when the actor is elsewhere, even in a synchronous
-    step: OpenRLHF's (``deepspeed``), which turns vLLM's sleep off without
-    ``--train.colocate_all`` — the engines that receive over NCCL there (``receive_bytes``)."""
+    """Whether the engine among ``members`` is OpenRLHF's (``deepspeed``), which never sleeps
+    apart from the actor even in a synchronous step (vLLM's sleep is off without
+    ``--train.colocate_all``): the engine that receives over NCCL there (``receive_bytes``).
+    Of a step's roles, whether OpenRLHF's placement rule applies (:func:`pool_refusal`)."""
     return any(c.option.role is Role.ROLLOUT and c.receive_bytes for c in members)
 
 

@@ -50,6 +50,9 @@ search's CP-SAT model (:mod:`optimizer.rlhf.cpsat`) and its exhaustive oracle:
   actor, the rollout phase counts the engine's weights less the actor's whole BF16 weights it
   reuses (``min`` of the two). Off by default: vLLM-based stacks load their own copy (and free
   it after the rollout).
+* **Which roles share a pool** (:func:`model.rlhf.split.pool_refusal`): under ``deepspeed``
+  only OpenRLHF's sets — actor and reference, critic and reward, or every role (every role but
+  the engine off-policy); a placement with another pool of two or more roles is refused.
 * **The engine on a pool without the actor** (:mod:`model.rlhf.split`): one-step off-policy,
   and ``deepspeed`` in any step, keep it awake and alone on its pool (a placement with another
   role there is refused); under ``deepspeed`` its NCCL weight receive adds the model-update
@@ -74,7 +77,7 @@ from trainplan.model.rlhf.roles import RoleCost
 from trainplan.model.rlhf.spec import PHASES, Role
 from trainplan.model.rlhf.split import (
     awake_apart,
-    engine_pool_refused,
+    pool_refusal,
     receive_resident,
     split_peaks,
 )
@@ -365,19 +368,11 @@ def sync_peak(members: Sequence[RoleCost], held: Fraction) -> Fraction:
     return held + sum((c.sync_bytes for c in members), Fraction(0))
 
 
-def _pool_size(q: int, members: list[RoleCost], off_policy: int) -> int:
-    """Pool ``q``'s GPUs, after :meth:`_pool_plan`'s first two checks (its Raises)."""
+def _pool_size(q: int, members: list[RoleCost]) -> int:
+    """Pool ``q``'s GPUs, after :meth:`_pool_plan`'s first check (its Raises)."""
     sizes = {c.option.gpus for c in members}
     if len(sizes) != 1:
         raise InputError(f"placement: the roles of pool {q} disagree on its size: {sizes}")
-    if engine_pool_refused({c.option.role for c in members}, off_policy, awake_apart(members)):
-        raise InputError(
-            f"placement: pool {q} puts {', '.join(str(c.option.role) for c in members)} beside "
-            "a rollout engine without the actor, which stays awake and alone on its GPUs "
-            "(one-step off-policy: OpenRLHF --train.async_enable, verl's off-policy recipes; "
-            "deepspeed: OpenRLHF's engine sleeps only under --train.colocate_all): use the "
-            "actor's pool"
-        )
     return sizes.pop()
 
 
@@ -392,11 +387,10 @@ def _pool_plan(
     Raises
     ------
     InputError
-        Roles of the pool disagreeing on its size, sharing process groups at different tp
-        or pp (:func:`pool_resident`), or beside an engine without the actor that stays awake
-        (:func:`model.rlhf.split.engine_pool_refused`).
+        Roles of the pool disagreeing on its size, or sharing process groups at different tp
+        or pp (:func:`pool_resident`).
     """
-    gpus = _pool_size(q, members, off_policy)
+    gpus = _pool_size(q, members)
     resident = pool_resident(members)
     if resident is None:
         layouts = ", ".join(
@@ -455,9 +449,10 @@ def compose(
     Raises
     ------
     InputError
-        Pools numbered with gaps, roles of one pool disagreeing on its size, or a scoring role
-        off the actor's scoring micro-batch under OpenRLHF
-        (:func:`model.rlhf.openrlhf.split_refusal`).
+        Pools numbered with gaps, roles of one pool disagreeing on its size, roles that cannot
+        share a pool (:func:`model.rlhf.split.pool_refusal`: an off-policy engine beside a role
+        other than the actor; under OpenRLHF any set but its three), or a scoring role off the
+        actor's scoring micro-batch under OpenRLHF (:func:`model.rlhf.openrlhf.split_refusal`).
 
     Examples
     --------
@@ -472,8 +467,11 @@ def compose(
     if pools != list(range(len(pools))):
         raise InputError(f"placement: pools must be numbered 0 … n − 1, got {pools}")
     out, first = [], 0
+    step, openrlhf = [c.option.role for c in costs], awake_apart(costs)
     for q in pools:
         members = [c for c, p in zip(costs, pool_of, strict=True) if p == q]
+        if refused := pool_refusal({c.option.role for c in members}, step, off_policy, openrlhf):
+            raise InputError(f"placement: pool {q} {refused}")
         out.append(_pool_plan(q, members, first, shared_weights, off_policy))
         first += out[-1].gpus
     busy_rows = [p.busy_s for p in out]

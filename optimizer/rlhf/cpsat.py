@@ -29,9 +29,12 @@ Encoding:
   of a role in a shared process; ``PROCESS_BYTES × (Σ x of the roles with a process of their
   own + Σ P − Σ_n y[q, n])`` joins ``Σ held`` in every row of the slot (a used slot has at least
   one process, so the bracket counts its processes less one).
+* Roles that cannot share a pool (:func:`model.rlhf.split.pool_refusal`: a one-step off-policy
+  engine beside a role other than the actor; under ``deepspeed`` any set of two or more roles
+  but OpenRLHF's three): for every refused set S of roles and every slot, ``Σ_{r ∈ S} on_r −
+  Σ_{r ∉ S} on_r ≤ |S| − 1`` (``on_r``: role r's options on the slot, 0 or 1) — the slot does
+  not hold exactly S. The model asks the rule about each of the 2^R sets once.
 * The engine without the actor (:mod:`model.rlhf.split`): ``Z_q = E_q ∧ ¬A_q`` (three rows).
-  One-step off-policy, or an engine that receives over NCCL (``deepspeed``: it never sleeps
-  there): ``Σ x of another role on the slot + Z_q ≤ 1`` for each other role.
   Under ``deepspeed``: the model-update communicator ``× Z_q`` joins ``Σ held`` in every row of
   the slot, and ``Σ held + Σ (rollout + receive buffer)·x of the engine ≤ capacity`` binds
   where ``Z_q``.
@@ -54,6 +57,7 @@ Encoding:
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -62,6 +66,7 @@ from ortools.sat.python import cp_model
 
 from trainplan.model.rlhf.roles import RoleCost, RoleOption
 from trainplan.model.rlhf.spec import PHASES, Role
+from trainplan.model.rlhf.split import awake_apart, pool_refusal
 from trainplan.model.rlhf.step import PROCESS_BYTES
 from trainplan.optimizer.rlhf.tables import NS, RLHFTables, int_costs, receive_int
 from trainplan.optimizer.solver import solve
@@ -174,6 +179,7 @@ class PlacementModel:
             ]
             for k in range(3):
                 m.add(self.phase_max[k] >= work[q][k])
+        self._refused_pools(by_slot)
         if colocate is False:
             ra, ac = roles.index(Role.ROLLOUT), roles.index(Role.ACTOR)
             for entries in by_slot.values():
@@ -190,6 +196,30 @@ class PlacementModel:
             for q in work:
                 m.add(self.tau >= sum(work[q]))
             m.add(self.tau >= M[1] + M[2])
+
+    def _refused_pools(self, by_slot) -> None:
+        """No slot holds a set of roles that :func:`model.rlhf.split.pool_refusal` refuses
+        (module docstring): for each such set S, ``Σ_{r ∈ S} on_r − Σ_{r ∉ S} on_r ≤ |S| − 1``,
+        ``on_r`` the sum of role r's options on the slot."""
+        m, roles = self.model, self.tables.roles
+        off = self.tables.problem.spec.off_policy
+        engines = self.tables.options.get(Role.ROLLOUT, {})
+        openrlhf = awake_apart([c for by in engines.values() for _, c in by])
+        refused = [
+            s
+            for k in range(2, len(roles) + 1)
+            for s in itertools.combinations(range(len(roles)), k)
+            if pool_refusal({roles[i] for i in s}, roles, off, openrlhf)
+        ]
+        for entries in by_slot.values():
+            by_role: dict[int, list[cp_model.IntVar]] = {}
+            for ri, _, _, v in entries:
+                by_role.setdefault(ri, []).append(v)
+            on = {ri: sum(xs) for ri, xs in by_role.items()}
+            for s in refused:
+                if all(ri in on for ri in s):
+                    rest = sum(b for ri, b in on.items() if ri not in s)
+                    m.add(sum(on[ri] for ri in s) - rest <= len(s) - 1)
 
     def _split(self, roles) -> None:
         """OpenRLHF's scoring split: a scoring role's micro-batch is the actor's (module
@@ -223,9 +253,8 @@ class PlacementModel:
         m.add(held + sync <= cap).only_enforce_if(both)
 
     def _split_engine(self, q, entries, held, cap) -> cp_model.LinearExpr:
-        """Slot ``q``'s rules for an engine without the actor (module docstring): ``Z_q``, the
-        one-step off-policy refusal, and the NCCL receive's communicator (returned, for every
-        row of the slot) and row."""
+        """Slot ``q``'s rules for an engine without the actor (module docstring): ``Z_q`` and the
+        NCCL receive's communicator (returned, for every row of the slot) and row."""
         m, roles = self.model, self.tables.roles
         if Role.ROLLOUT not in roles or Role.ACTOR not in roles:
             return 0  # type: ignore[return-value]
@@ -240,9 +269,6 @@ class PlacementModel:
         m.add(z >= on_e - on_a)
         m.add(z <= on_e)
         m.add(z <= 1 - on_a)
-        if self.tables.problem.spec.off_policy == 1 or any(c.receive_bytes for c, _ in engine):
-            for ri in {e[0] for e in entries} - {ra, ac}:
-                m.add(sum(v for r2, _, _, v in entries if r2 == ri) + z <= 1)
         group = max(math.ceil(c.receive_resident_bytes) for c, _ in engine)
         if not any(c.receive_bytes for c, _ in engine):
             return 0  # type: ignore[return-value]

@@ -16,7 +16,7 @@ from trainplan.model.errors import InfeasibleError
 from trainplan.model.rlhf.openrlhf import split_refusal
 from trainplan.model.rlhf.roles import RoleCost, RoleOption
 from trainplan.model.rlhf.spec import PHASES, Role
-from trainplan.model.rlhf.split import awake_apart, engine_pool_refused, receiving_engine
+from trainplan.model.rlhf.split import awake_apart, pool_refusal, receiving_engine
 from trainplan.model.rlhf.step import (
     StepPlan,
     compose,
@@ -131,8 +131,9 @@ def objective_ns(
     problem: RLHFProblem, costs: tuple[RoleCost, ...], slots: tuple[int, ...]
 ) -> int | None:
     """The solver's objective for a placement, from the same integers (None: it does not fit,
-    its pools need more GPUs than the cluster has, or a scoring role is off the actor's
-    scoring micro-batch, :func:`model.rlhf.openrlhf.split_refusal`)."""
+    its pools need more GPUs than the cluster has, a pool's roles cannot share it,
+    :func:`model.rlhf.split.pool_refusal`, or a scoring role is off the actor's scoring
+    micro-batch, :func:`model.rlhf.openrlhf.split_refusal`)."""
     if split_refusal(costs):
         return None
     cap = problem.device.usable_bytes(True)
@@ -145,13 +146,13 @@ def objective_ns(
     if sum(members[0][0] for members in pools.values()) > problem.gpus:
         return None
     busy = []
+    step, openrlhf = [c.option.role for c in costs], awake_apart(costs)
     for q, members in pools.items():
         if len({g for g, _ in members}) != 1:
             return None
         resident = pool_resident(by_pool[q], resident_int)
         roles = {c.option.role for c in by_pool[q]}
-        awake = awake_apart(by_pool[q])
-        if resident is None or engine_pool_refused(roles, problem.spec.off_policy, awake):
+        if resident is None or pool_refusal(roles, step, problem.spec.off_policy, openrlhf):
             return None
         receiver = receiving_engine(by_pool[q])
         resident += 0 if receiver is None else math.ceil(receiver.receive_resident_bytes)

@@ -42,14 +42,18 @@ def test_actor_dp_above_the_steps_rollouts_is_refused_under_openrlhf_only():
 
 def test_the_search_no_longer_offers_the_actor_at_dp_8_for_4_rollouts(monkeypatch):
     """4 rollouts on 8 H100: the old answer (the rule patched out) was everything colocated, the
-    actor at dp 8, 6.01 s — a step OpenRLHF stops at the assertion. Now: the engine (tp 4) on 4
-    GPUs and the actor and the reference at dp 4 on the other 4, 7.43 s; 7.445 s with the actor's
-    ZeRO-2 gradients all-reduced whole (DeepSpeed's use_multi_rank_bucket_allreduce default)
-    where a reduce-scatter was counted."""
+    actor at dp 8, 6.01 s — a step OpenRLHF stops at the assertion. Now the actor is at dp 4,
+    with CPU Adam: the engine (tp 4, fraction 0.3), the actor and the reference on 4 GPUs
+    (OpenRLHF's --train.colocate_all), rollout 4.914 + scoring 0.987 + training 2.876 = 8.777 s;
+    the engine alone on 4 GPUs and the actor and the reference on the other 4 take the same
+    8.777 s (each pool works alone in its phases). It was 7.445 s with the engine beside the
+    actor alone, counted asleep, and the reference on GPUs of its own: a pool OpenRLHF does not
+    make (model/rlhf/split.py pool_refusal)."""
     r = search_placement(_problem(2, 2, 8))
     actor = next(o for o in r.best.options if o.role is Role.ACTOR)
-    assert (actor.gpus, actor.dp) == (4, 4)
-    assert r.best.plan.step_s == pytest.approx(7.445, abs=0.001)
+    assert (actor.gpus, actor.dp, actor.offload) == (4, 4, "optimizer")
+    assert r.best.plan.step_s == pytest.approx(4.914 + 0.987 + 2.876, abs=0.001)
+    assert r.best.objective_ns == r.split.objective_ns == 8_776_995_275
     monkeypatch.setattr(network, "check_split_count", lambda spec, role, dp: None)
     old = search_placement(_problem(2, 2, 8))
     assert next(o.dp for o in old.best.options if o.role is Role.ACTOR) == 8

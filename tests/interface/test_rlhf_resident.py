@@ -342,27 +342,30 @@ def test_grpo_qwen7b_under_verl_packing_moves_off_dp64():
 def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     """``rlhf-plan --algorithm ppo --model llama3-8b --gpus 16 --framework deepspeed``, the stack
     of OpenRLHF: the actor, critic, reference and reward model are Ray actors of their own
-    (``num_gpus_per_actor=0.2`` on one placement group under ``colocate_all``) and the engine's
-    vLLM worker is one more — each process beyond the reserve's one adds a CUDA context and a
-    cuBLAS workspace, 666,632,192 + 33,554,432 B, in every phase. Each process opens its own NCCL
-    communicators too, so the roles' add up.
+    (``num_gpus_per_actor=0.2`` on a shared placement group) and the engine's vLLM worker is one
+    more — each process beyond the reserve's one adds a CUDA context and a cuBLAS workspace,
+    666,632,192 + 33,554,432 B, in every phase. Each process opens its own NCCL communicators
+    too, so the roles' add up.
 
     OpenRLHF has no pipeline parallelism and plans its roles at tp 1 here
     (:func:`model.rlhf.roles.training_tp_limit`), ZeRO-1 keeps the BF16 weights whole, and a
     frozen role cannot be offloaded below ZeRO-3 (:mod:`model.rlhf.openrlhf`): the four models
-    and the engine do not fit on one pool, so the answer splits: pool 0 the engine (tp 8), the
-    actor (optimizer offloaded) and the reference; pool 1 the critic and the reward model, all at
-    dp 8 — 3,408.4 s.
+    and the engine do not fit on one pool, so the answer splits, into OpenRLHF's pools
+    (:func:`model.rlhf.split.pool_refusal`): the engine alone (tp 8, awake), the actor and the
+    reference (``--train.colocate_actor_ref``), the critic and the reward model
+    (``--train.colocate_critic_reward``), each pair at dp 4, the actor and the critic with CPU
+    Adam — 5,579.2 s. It was 3,408.4 s with the engine, the actor and the reference on one pool
+    and the engine counted asleep there, a pool OpenRLHF does not make (review-g HIGH-1).
 
-    Pool 0: three processes, two beyond the reserve's: 2 × 700,186,624 = 1,400,373,248 B;
-    resident: the engine at tp 8 (PyNccl's ring and the all-gather ring, a node's 24 channels ×
-    12 MiB each, and custom all-reduce 24 MiB) 629,145,600 + the actor's and the reference's
-    groups, each its dp-8 ring and DeepSpeed's world ring inside the node, 24 channels × 12 MiB +
-    (32 × 3 + 2) × 2 MiB of set-up = 484 MiB a ring (model/terms/comm_memory.py), 968 MiB =
-    1,015,021,568 each (64 connections, 805,306,368, at 32 channels without set-up):
-    2,659,188,736. Held: that, the processes, the reference's BF16 weights (2 B × 8,030,261,248
-    parameters = 16,060,522,496) and the actor's held state: 53,291,802,624 B. Pool 1: two
-    processes, one beyond: 700,186,624; resident 2 × 1,015,021,568 = 2,030,043,136."""
+    Pool 0, the engine alone: one process, none beyond; resident: the engine at tp 8 (PyNccl's
+    ring and the all-gather ring, a node's 24 channels × 12 MiB each, and custom all-reduce
+    24 MiB) 629,145,600 + the model-update ring it receives the weights on, 24 × 12 MiB =
+    301,989,888: 931,135,488. Pools 1 and 2: two processes, one beyond: 700,186,624; resident:
+    each role's groups, its dp-4 ring and DeepSpeed's world ring inside the node, 24 channels ×
+    12 MiB + (32 × 3 + 2) × 2 MiB of set-up = 484 MiB a ring (model/terms/comm_memory.py),
+    968 MiB = 1,015,021,568 each: 2,030,043,136. Pool 1 holds that, the process, the reference's
+    BF16 weights (2 B × 8,030,261,248 parameters = 16,060,522,496) and the actor's held state:
+    51,962,470,400 B."""
     inp = rlhf_inputs(
         {"algorithm": "ppo", "model": "llama3-8b", "gpus": 16, "framework": "deepspeed"},
         placement=False,
@@ -370,18 +373,25 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     p = inp.problem
     r = search_placement(p)
     assert r.status == "optimal" and not r.best.colocated
-    pool0, pool1 = r.best.plan.pools
+    pool0, pool1, pool2 = r.best.plan.pools
+    assert [q.roles for q in r.best.plan.pools] == [
+        ("rollout",),
+        ("actor", "reference"),
+        ("critic", "reward"),
+    ]
     one = 666_632_192 + 33_554_432
-    assert (pool0.processes, pool1.processes) == (3, 2)
-    assert (
-        (pool0.process_bytes, pool1.process_bytes) == (2 * one, one) == (1_400_373_248, 700_186_624)
-    )
+    assert [(q.processes, q.process_bytes) for q in (pool0, pool1, pool2)] == [
+        (1, 0),
+        (2, one),
+        (2, one),
+    ]
+    assert one == 700_186_624
     engine = 24 * CONNECTION + 24 * MIB + 24 * CONNECTION
     assert engine == 629_145_600
+    assert pool0.resident_bytes == engine + 24 * CONNECTION == 931_135_488
     role = 2 * (24 * CONNECTION + (32 * 3 + 2) * 2 * MIB)
     assert role == 968 * MIB == 1_015_021_568
-    assert pool0.resident_bytes == engine + 2 * role == 2_659_188_736
-    assert pool1.resident_bytes == 2 * role == 2_030_043_136
+    assert pool1.resident_bytes == pool2.resident_bytes == 2 * role == 2_030_043_136
     costs = {c.option.role: c for c in r.best.plan.costs}
     assert all(
         c.option.tp == 1 and c.option.pp == 1
@@ -389,9 +399,9 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
         if role is not Role.ROLLOUT
     )
     assert costs[Role.REFERENCE].held_bytes == 2 * 8_030_261_248 == 16_060_522_496
-    held = 2_659_188_736 + 1_400_373_248 + 16_060_522_496 + costs[Role.ACTOR].held_bytes
-    assert pool0.held_bytes == held == 53_291_802_624
-    assert r.best.plan.step_s == pytest.approx(3408.4, abs=0.05)
+    held = 2_030_043_136 + 700_186_624 + 16_060_522_496 + costs[Role.ACTOR].held_bytes
+    assert pool1.held_bytes == held == 51_962_470_400
+    assert r.best.plan.step_s == pytest.approx(5579.2, abs=0.05)
     for role in (Role.REFERENCE, Role.REWARD):
         with pytest.raises(LayoutError, match="only ZeRO-3"):
             cost_of(p, RoleOption(role, 16, 16, 1, 1, "idle"))

@@ -86,15 +86,17 @@ def test_an_engine_without_the_actor_receives_beside_its_budget():
         # synchronous: OpenRLHF keeps vLLM awake without --train.colocate_all (deepspeed);
         # verl's engine (fsdp2) sleeps outside the rollout
         assert sync.pools[0].peak_bytes[1] == (awake if extra else pool.held_bytes)
-        shared = compose((engine, actor), (0, 0), CAPACITY, HOST, 8, off_policy=1)
-        assert shared.pools[0].resident_bytes == actor.resident_bytes  # CUDA IPC: no group
+        # on the actor's pool (every role of this two-role step: OpenRLHF's colocate_all, which
+        # it runs synchronously only) the actor sends over CUDA IPC: no group
+        shared = compose((engine, actor), (0, 0), CAPACITY, HOST, 8, off_policy=int(not extra))
+        assert shared.pools[0].resident_bytes == actor.resident_bytes
 
 
 def test_one_step_off_policy_keeps_the_engine_alone():
     """The reference beside an off-policy engine without the actor is refused; beside the actor
     (the engine's pool holds the actor: the step runs as synchronous), or in a synchronous step
     under verl's profiles, it is composed. Under deepspeed it is refused in a synchronous step
-    too (OpenRLHF's engine sleeps only under --train.colocate_all)."""
+    too (OpenRLHF shares the engine's GPUs only under --train.colocate_all, every role there)."""
     p = _problem("megatron", "ppo")
     ds = _problem("deepspeed", "ppo")
     opts = {
@@ -109,5 +111,5 @@ def test_one_step_off_policy_keeps_the_engine_alone():
     assert compose((engine, actor, ref), (0, 0, 1), CAPACITY, HOST, 8, off_policy=1).pools
     # deepspeed: OpenRLHF places the engine beside other roles only under colocate_all
     engine, actor, ref = (cost_of(ds, o) for o in opts.values())
-    with pytest.raises(InputError, match="alone on its GPUs"):
+    with pytest.raises(InputError, match=r"pool 0 puts rollout, reference .* OpenRLHF"):
         compose((engine, actor, ref), (0, 1, 0), CAPACITY, HOST, 8, off_policy=0)

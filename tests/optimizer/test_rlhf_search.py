@@ -110,18 +110,23 @@ def test_cpsat_equals_the_oracle_when_each_role_is_a_process():
     666,632,192 + 33,554,432 = 700,186,624 B, beyond the one the runtime reserve holds. PPO on
     one pool would run five processes (4 × 700,186,624 = 2,800,746,496 B more) and does not fit
     here; with OpenRLHF's roles planned at tp 1 and pp 1 (model.rlhf.roles; at 6 GiB nothing fits
-    then) the answer on 9 GiB splits the roles into pools of three processes and two:
-    2 × 700,186,624 = 1,400,373,248 B and 700,186,624 B. CP-SAT still equals the oracle. (On
-    8 GiB, as before NCCL's channel set-up was counted by default, the answer splits three ways,
-    1 + 2 + 2 roles: each communicator in this 4-GPU node now holds (32 × 3 + 2) × 2 MiB =
-    196 MiB of set-up, model/terms/comm_memory.py, and the pool of three no longer fits; one
-    GiB more keeps the case in the regime it was chosen for.)"""
+    then) the answer on 9 GiB splits the roles into OpenRLHF's pools (model/rlhf/split.py
+    pool_refusal): the engine alone on 2 GPUs, one process; the actor with the reference and the
+    critic with the reward model (--train.colocate_actor_ref, --train.colocate_critic_reward) on
+    one GPU each, two processes, 700,186,624 B beyond the reserve's. 1,359,376,852 ns a step; it
+    was 993,684,090 with the engine and the actor on one pool and the engine counted asleep there,
+    which OpenRLHF does not do without every role on the pool (--train.colocate_all), and the
+    critic, reference and reward model on the other. CP-SAT still equals the oracle."""
     problem = _small(9, "ppo", "model", 0, framework="deepspeed")
     _check(problem)
     r = search_placement(problem)
-    assert r.colocated is None
-    pools = sorted((len(p.roles), p.processes, p.process_bytes) for p in r.best.plan.pools)
-    assert pools == [(2, 2, 700_186_624), (3, 3, 2 * 700_186_624)]
+    assert r.colocated is None and r.best.objective_ns == 1_359_376_852
+    pools = sorted((p.roles, p.processes, p.process_bytes) for p in r.best.plan.pools)
+    assert pools == [
+        (("actor", "reference"), 2, 700_186_624),
+        (("critic", "reward"), 2, 700_186_624),
+        (("rollout",), 1, 0),
+    ]
 
 
 def test_scoring_roles_keep_the_actors_split(monkeypatch):
@@ -129,36 +134,37 @@ def test_scoring_roles_keep_the_actors_split(monkeypatch):
     step: 16 × 8 = 128 rollouts of 256 + 1,024 = 1,280 tokens, 12 to a first-fit micro-batch,
     k = ⌈128 / 12⌉ = 11. dp 1: 11 micro-batches, ⌈128 / 11⌉ = 12 rollouts, 15,360 tokens; dp 2:
     10, 13 rollouts, 16,640. OpenRLHF splits once, at the actor's dp, for every scoring role, so
-    a reference and a reward model on 1-GPU pools beside an actor on 2 GPUs would each run
-    16,640-token forwards while their options are costed at 15,360: that placement is refused
-    (compose, the oracle, CP-SAT), which costs this problem 908,140,859 − 893,883,653 ns a step (the actor's
-    ZeRO-2 gradients all-reduced, DeepSpeed's use_multi_rank_bucket_allreduce; on 8 GiB without
-    NCCL's channel set-up 908,535,510 − 894,278,304, and 908,012,142 − 893,754,936 with a
-    reduce-scatter); CP-SAT still equals the oracle. On 9 GiB: at 8 GiB, with NCCL's channel
-    set-up counted by default (196 MiB a communicator in this node, model/terms/comm_memory.py),
-    the actor no longer fits on 2 GPUs beside the scoring roles and the case leaves its regime
-    (every scoring role at dp 1). At 9 GiB the actor's training options, which the memory
-    decides, are 394,651 ns a step faster than at 8 GiB without the set-up: the difference the refusal costs is
-    unchanged, 14,257,206 ns."""
+    a reference on a 1-GPU pool beside an actor alone on 2 GPUs (and the engine on the last GPU:
+    pools OpenRLHF makes) would run 16,640-token forwards while its options are costed at
+    15,360: that placement is refused (compose, the oracle, CP-SAT); with the rule patched out
+    it would take 1,224,259,249 ns a step, above the answer, 1,120,087,186 ns (the engine on 2
+    GPUs, the actor and the reference on one each, all at 15,360 tokens). With a reward model
+    the answer (1,359,376,852 ns) puts the actor and the reference on one GPU, so every scoring
+    role is at dp 1, 15,360 tokens. The refusal once cost that problem 908,140,859 −
+    893,883,653 ns, beside an engine on the actor's pool counted asleep; OpenRLHF's pools
+    (model/rlhf/split.py pool_refusal) no longer allow that placement. CP-SAT equals the
+    oracle."""
     assert split_peak_tokens(128, 16_384, 1_280, None, 1) == 12 * 1_280 == 15_360
     assert split_peak_tokens(128, 16_384, 1_280, None, 2) == 13 * 1_280 == 16_640
-    problem = _small(9, "grpo", "model", 0, framework="deepspeed")
+    model = _small(9, "grpo", "model", 0, framework="deepspeed")
+    _check(model)
+    best = search_placement(model).best
+    assert best.objective_ns == 1_359_376_852
+    assert {c.split_tokens for c in best.plan.costs if c.option.role != Role.ROLLOUT} == {15_360}
+    problem = _small(9, "grpo", "rule", 0, framework="deepspeed")
     _check(problem)
-    best = search_placement(problem).best
-    assert best.objective_ns == 908_140_859
-    assert {c.split_tokens for c in best.plan.costs if c.option.role != Role.ROLLOUT} == {16_640}
+    assert search_placement(problem).best.objective_ns == 1_120_087_186
     tables = build_tables(problem)
-    by = {c.option.role: c for c in best.plan.costs}
-    one = [next(c for _, c in tables.options[r][1]) for r in (Role.REFERENCE, Role.REWARD)]
-    costs = (by[Role.ROLLOUT], by[Role.ACTOR], *one)
-    assert [c.split_tokens for c in one] == [15_360, 15_360]
-    slots = (0, 0, 1, 2)
+    engine = next(c for _, c in tables.options[Role.ROLLOUT][1])
+    actor = next(c for _, c in tables.options[Role.ACTOR][2] if c.option.offload == "none")
+    ref = next(c for _, c in tables.options[Role.REFERENCE][1])
+    costs, slots = (engine, actor, ref), (0, 1, 2)
+    assert (actor.split_tokens, ref.split_tokens) == (16_640, 15_360)
     assert objective_ns(problem, costs, slots) is None
     with pytest.raises(InputError, match="actor's dp 2 .* reference at dp 1 would be counted"):
         placement_plan(problem, costs, slots)
     monkeypatch.setattr(search, "split_refusal", lambda costs: None)
-    assert objective_ns(problem, costs, slots) == 893_883_653
-    assert 908_140_859 - 893_883_653 == 908_535_510 - 894_278_304 == 14_257_206
+    assert objective_ns(problem, costs, slots) == 1_224_259_249
 
 
 @pytest.mark.parametrize("framework", ["deepspeed", "megatron"])
@@ -174,6 +180,28 @@ def test_cpsat_equals_the_oracle_with_an_off_policy_engine_alone(framework):
     if found is not None:
         rollout = found.slots[[c.option.role for _, c in found.chosen].index(Role.ROLLOUT)]
         assert found.slots.count(rollout) == 1
+
+
+@pytest.mark.parametrize("off", [0, 1])
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
+@pytest.mark.parametrize("mem", [9, 12, 16])
+def test_cpsat_equals_the_oracle_on_openrlhfs_pools(mem, algorithm, off):
+    """Under DeepSpeed a pool of two or more roles is one OpenRLHF makes (model/rlhf/split.py
+    pool_refusal): actor + reference, critic + reward, or every role (every role but the engine
+    off-policy). CP-SAT (a no-good row per refused set and slot) equals the oracle, whole and kept
+    off the actor's pool, and its answer's pools are those sets. On 9 GiB nothing fits together
+    beyond the pairs; on 16 GiB the synchronous answer is every role on one pool and the
+    off-policy one, for GRPO, every role but the engine."""
+    problem = _small(mem, algorithm, "model", off, framework="deepspeed")
+    _check(problem)
+    _check(problem, colocate=False)
+    roles = {str(r) for r in build_tables(problem).roles}
+    every = roles - {"rollout"} if off else roles
+    allowed = [{"actor", "reference"}, {"critic", "reward"}, every]
+    pools = [set(q.roles) for q in search_placement(problem).best.plan.pools]
+    assert all(len(q) == 1 or q in allowed for q in pools), pools
+    if mem == 16:
+        assert (every in pools) == (not off or algorithm == "grpo")
 
 
 @pytest.mark.parametrize(

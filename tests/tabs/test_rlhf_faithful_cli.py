@@ -112,6 +112,22 @@ def test_bad_inputs_one_line_exit_2(extra, message):
     assert len(lines) == 1 and message in lines[0]
 
 
+def test_openrlhf_refuses_the_actor_reference_and_reward_on_one_pool():
+    """``--framework deepspeed`` with a reward model and ``--rollout-gpus``: the actor, the
+    reference and the reward model would share pool 1 without the engine, a group OpenRLHF does
+    not make (it colocates actor + reference, critic + reward, or every role:
+    model/rlhf/split.py pool_refusal): one line, exit 2. With a rule reward pool 1 is actor +
+    reference (--train.colocate_actor_ref), which runs."""
+    args = ["rlhf", "--algorithm", "grpo", "--model", "qwen2.5-7b", "--framework", "deepspeed"]
+    res = run(*args, "--gpus", "16", "--rollout-gpus", "8")
+    lines = [x for x in res.output.strip().splitlines() if x]
+    assert res.exit_code == 2 and len(lines) == 1, res.output
+    assert "placement: pool 1 puts actor, reference, reward on one set of GPUs" in lines[0]
+    assert "which OpenRLHF (deepspeed) does not" in lines[0]
+    ok = run(*args, "--reward", "rule", "--gpus", "16", "--rollout-gpus", "8")
+    assert ok.exit_code == 0, ok.output
+
+
 def test_faithful_options_need_model():
     res = run("rlhf", "--algorithm", "grpo", "--policy-params", "70B", "--gpus", "8")
     assert res.exit_code == 2 and "add --model NAME" in res.output

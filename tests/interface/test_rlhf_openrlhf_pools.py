@@ -1,0 +1,123 @@
+"""OpenRLHF's pools under ``--framework deepspeed`` (:func:`model.rlhf.split.pool_refusal`; review-g
+HIGH-1 and LOW-2). OpenRLHF (OpenRLHF/OpenRLHF 3c3be6234, ``openrlhf/cli/train_ppo_ray.py``
+``train``) shares GPUs between roles only through a placement group it makes for the actor and
+the reference (``--train.colocate_actor_ref``), the critic and the reward model
+(``--train.colocate_critic_reward``) or every model (``--train.colocate_all``); it hands that
+group to the vLLM engines only under ``colocate_all`` without ``--train.async_enable``
+(``create_vllm_engines`` otherwise packs them on whole GPUs of their own,
+``openrlhf/trainer/ray/vllm_engine.py``), and turns vLLM's sleep off without ``colocate_all``.
+So an engine beside the actor on a pool the other roles do not share never sleeps — and is never
+launched."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+import trainplan.model.rlhf.step as step
+from trainplan.interface.rlhf.faithful import rlhf_inputs
+from trainplan.model.errors import InputError
+from trainplan.model.rlhf.roles import RoleOption
+from trainplan.model.rlhf.spec import Role
+from trainplan.optimizer.rlhf.search import objective_ns, placement_plan, search_placement
+from trainplan.optimizer.rlhf.tables import cost_of
+
+CAPACITY = 83_210_009_600  # H100-SXM usable bytes
+HBM = 85_017_493_504  # H100-SXM cudaMemGetInfo total: the engine's fraction is of it
+RING = 24 * 12 * 2**20  # one NCCL ring inside a node, 24 channels × 12 MiB: 301,989,888 B
+
+
+def _problem(**kw):
+    workload = {"algorithm": "grpo", "model": "qwen2.5-7b", "gpus": 16, "framework": "deepspeed"}
+    return rlhf_inputs(workload | kw, placement=False).problem
+
+
+def test_the_engine_beside_the_actor_alone_is_refused(monkeypatch):
+    """review-g HIGH-1: ``rlhf-plan --algorithm grpo --model qwen2.5-7b --gpus 16 --framework
+    deepspeed`` answered 2,653.5 s with the engine (tp 4 × dp 2, fraction 0.3) and the actor (dp
+    8) on pool 0, the reference and the reward model on 4 GPUs each, the engine counted asleep
+    outside the rollout. Pool 0 held 44,230,244,608 B; its peaks were 69,433,502,771.2 (rollout),
+    62,915,868,928 (scoring) and 71,703,266,048 B (training). The engine's awake bytes are its
+    budget less the communicator inside it: 0.3 × 85,017,493,504 − 301,989,888 =
+    25,203,258,163.2 B (= 69,433,502,771.2 − 44,230,244,608). OpenRLHF keeps it awake there, so
+    training would need 71,703,266,048 + 25,203,258,163.2 = 96,906,524,211.2 B, 13.70 GB above the
+    83,210,009,600 usable, and scoring 88,119,127,091.2 B — but it never puts the engine there:
+    compose, the oracle and CP-SAT refuse the pool, in one line naming OpenRLHF's rule."""
+    p = _problem()
+    opts = (
+        RoleOption(Role.ROLLOUT, 8, 2, 4, 1, "none", Fraction(3, 10)),
+        RoleOption(Role.ACTOR, 8, 8, 1, 1),
+        RoleOption(Role.REFERENCE, 4, 4, 1, 1),
+        RoleOption(Role.REWARD, 4, 4, 1, 1),
+    )
+    costs, slots = tuple(cost_of(p, o) for o in opts), (0, 0, 1, 2)
+    awake = Fraction(3, 10) * HBM - RING
+    assert costs[0].rollout_bytes == awake == Fraction(126_016_290_816, 5)
+    with pytest.raises(InputError, match=r"^placement: pool 0 puts rollout, actor on one set"):
+        placement_plan(p, costs, slots)
+    assert objective_ns(p, costs, slots) is None
+    monkeypatch.setattr(step, "pool_refusal", lambda *args: None)  # the old count
+    pool = placement_plan(p, costs, slots).pools[0]
+    assert pool.held_bytes == 44_230_244_608
+    assert pool.peak_bytes == (Fraction(347_167_513_856, 5), 62_915_868_928, 71_703_266_048)
+    assert pool.peak_bytes[0] - pool.held_bytes == awake
+    assert pool.peak_bytes[2] + awake == Fraction(484_532_621_056, 5) > CAPACITY
+    assert pool.peak_bytes[1] + awake == Fraction(440_595_635_456, 5) > CAPACITY
+
+
+def test_the_16_gpu_answer_is_the_best_pools_openrlhf_makes():
+    """The same search now answers 3,313.8 s (was 2,653.5 s, 24.9 % faster than anything
+    OpenRLHF can launch; the review's "best split" was this 3,313.8 s): the engine alone on 4 GPUs
+    (tp 4, fraction 0.3), the actor (CPU Adam) and the reference on 8 (``colocate_actor_ref``),
+    the reward model on 4; rollout 1,319.877 + scoring 674.157 + training 1,319.784 s. Nothing
+    fits with every role on the 16 GPUs (``colocate_all``). The engine's pool holds, in every
+    phase, its tp-4 communicators (629,145,600 B) and the model-update ring (301,989,888 B):
+    931,135,488 B; with its awake bytes, 931,135,488 + 25,203,258,163.2 = 26,134,393,651.2 B in
+    scoring and training, and in the rollout the largest parameter received whole, the embedding
+    152,064 × 3,584 × 2 = 1,089,994,752 B, more: 27,224,388,403.2 B."""
+    r = search_placement(_problem())
+    assert r.status == "optimal" and r.colocated is None
+    assert r.best.objective_ns == r.split.objective_ns == 3_313_817_129_907
+    assert [q.roles for q in r.best.plan.pools] == [
+        ("rollout",),
+        ("actor", "reference"),
+        ("reward",),
+    ]
+    assert [q.gpus for q in r.best.plan.pools] == [4, 8, 4]
+    engine = r.best.plan.pools[0]
+    assert engine.held_bytes == 629_145_600 + RING == 931_135_488
+    awake = 931_135_488 + Fraction(126_016_290_816, 5)
+    assert engine.peak_bytes == (awake + 152_064 * 3_584 * 2, awake, awake)
+    assert awake == Fraction(130_671_968_256, 5)
+    assert [round(s, 3) for s in r.best.plan.phase_s] == [1_319.877, 674.157, 1_319.784]
+
+
+def test_openrlhfs_pools_by_step():
+    """Synchronous: every role on one pool (``colocate_all``, the engine asleep) composes; the
+    engine beside the actor alone does not (above), nor the reference beside the reward model
+    (no ``colocate_*`` flag makes that group). One-step off-policy (``--train.async_enable``):
+    the engine takes GPUs of its own even under ``colocate_all`` (``pg if colocate_all and not
+    async_enable else None``), so every role on one pool is refused, and every role but the
+    engine on one pool composes."""
+    sync, off = _problem(reward="rule", gpus=8), _problem(reward="rule", gpus=8, off_policy=1)
+    opts = (
+        RoleOption(Role.ROLLOUT, 8, 2, 4, 1, "none", Fraction(3, 10)),
+        RoleOption(Role.ACTOR, 8, 8, 1, 1, "optimizer"),
+        RoleOption(Role.REFERENCE, 8, 8, 1, 1),
+    )
+    costs = tuple(cost_of(sync, o) for o in opts)
+    assert placement_plan(sync, costs, (0, 0, 0)).colocated
+    costs = tuple(cost_of(off, o) for o in opts)
+    with pytest.raises(InputError, match=r"or every role but the engine \(--train.colocate_all"):
+        placement_plan(off, costs, (0, 0, 0))
+    p = _problem()
+    opts = (
+        RoleOption(Role.ROLLOUT, 4, 1, 4, 1, "none", Fraction(3, 10)),
+        RoleOption(Role.ACTOR, 8, 8, 1, 1, "optimizer"),
+        RoleOption(Role.REFERENCE, 4, 4, 1, 1),
+        RoleOption(Role.REWARD, 4, 4, 1, 1),
+    )
+    costs = tuple(cost_of(p, o) for o in opts)
+    with pytest.raises(InputError, match=r"pool 2 puts reference, reward .* OpenRLHF"):
+        placement_plan(p, costs, (0, 1, 2, 2))
