@@ -326,7 +326,13 @@ def test_non_unit_buckets_deepseek_v3_dp1024():
     the all-to-all's 7 NVLink peers × 32 channels × 12 MiB = 2,688 MiB and the ep
     communicator's set-up of 32 channels, 196 MiB, the expert dp ring (on the dp placement,
     292), the gradient-statistics and world rings (292 each): 4,052 MiB, against 384 + 2,688 +
-    3 × 384 = 4,224 MiB before, 180,355,072 B fewer: 87.65 and 93.28 GB."""
+    3 × 384 = 4,224 MiB before, 180,355,072 B fewer: 87.65 and 93.28 GB. With Megatron-Core's
+    MoE groups placed as they lie (model/terms/comm_groups.py megatron_rings,
+    expert_dp_stride): the expert dp ring's 128 ranks at stride ep = 8 are one a node on 128
+    nodes (4 channels, 48 + 28 = 76 MiB, not 292); the expert tp·ep group of the token counts'
+    all-gather, the 8 ep ranks in a node (484 MiB); the tp·dp·cp group of the expert bias's
+    token counts, the 1,024 ranks 8 a node (292 MiB): 4,052 − 216 + 484 + 292 = 4,612 MiB,
+    587,202,560 B more: 88.23 and 93.87 GB."""
     from trainplan.model.megatron_fsdp_buckets import non_unit_buckets
     from trainplan.model.terms.split_key import SplitKey
     from trainplan.model.terms.stage_params import layer_units, non_unit_params
@@ -353,9 +359,9 @@ def test_non_unit_buckets_deepseek_v3_dp1024():
     U = 2 * 8 * 3 * 4096 * 7168
     a = est.stages[0].activations
     assert a.moe_forward_bytes - a.recompute_transient_bytes == 4 * U == 5_637_144_576
-    assert est.stages[0].communicator_bytes == (292 + 2688 + 196 + 3 * 292) * 2**20
-    assert round((float(est.stages[0].total_bytes) - 4 * U) / 1e9, 2) == 87.65
-    assert round(float(est.stages[0].total_bytes) / 1e9, 2) == 93.28
+    assert est.stages[0].communicator_bytes == (292 + 2688 + 196 + 76 + 2 * 292 + 484 + 292) * 2**20
+    assert round((float(est.stages[0].total_bytes) - 4 * U) / 1e9, 2) == 88.23
+    assert round(float(est.stages[0].total_bytes) / 1e9, 2) == 93.87
     assert not est.fits
 
 

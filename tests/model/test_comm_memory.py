@@ -89,10 +89,12 @@ def test_megatron_gradient_statistics_groups():
     assert _comm(DENSE, Layout(dp=8)) == [(484 + 484 + 484) * MIB]  # ZeRO-1: all 8 GPUs
     # MoE under ZeRO-0, dp 16 × ep 8 on 2 nodes: the dp ring across them (292); the all-to-all's
     # 7 NVLink peers × 32 channels × 12 MiB = 2,688 + the ep communicator's set-up (24 → 32
-    # channels, 196); the expert dp group, 2 ranks, counted on the dp group's placement (292);
-    # tp·pp = 1 (none), expert tp·ep·pp = 8 (a ring placed as the world, 292); the world (292)
+    # channels, 196); the expert dp group, 2 ranks at stride ep = 8, one on each node (4
+    # channels: 48 + 28 = 76); tp·pp = 1 (none), expert tp·ep·pp = 8 (a ring placed as the
+    # world, 292); the world (292); the expert tp·ep group of the token counts' all-gather, the
+    # 8 ep ranks in a node (484; tests/model/test_megatron_groups.py)
     lay = Layout(dp=16, ep=8, zero_stage=0)
-    assert _comm(MOE, lay) == [(292 + 2688 + 196 + 292 + 292 + 292) * MIB]
+    assert _comm(MOE, lay) == [(292 + 2688 + 196 + 76 + 292 + 292 + 484) * MIB]
     # the other profiles reduce their norms over groups counted already; FSDP2's world ring is
     # torchtitan's barrier after the first step (test_the_world_group_of_the_barriers), and its
     # dp 8 FSDP group of all 8 GPUs is that default group (DeviceMesh): one ring
@@ -102,13 +104,15 @@ def test_megatron_gradient_statistics_groups():
 def test_expert_groups():
     # 16 GPUs, ep 8 inside a node (NVLink peers: 32 channels each, 7 · 32 · 12 MiB = 2,688 MiB,
     # and the set-up of 32 channels, 196 MiB), dp 16 across two nodes (a ring of 16 channels,
-    # 292 MiB), the expert data-parallel group tp·dp·cp/(etp·ep) = 16/8 = 2 ranks (counted on
-    # the dp group's placement, 292 MiB); the distributed optimizer's gradient-statistics group
-    # over all 16 GPUs (292 MiB); the world group's (292 MiB)
+    # 292 MiB), the expert data-parallel group tp·dp·cp/(etp·ep) = 16/8 = 2 ranks at stride
+    # etp·ep = 8, one on each node (4 channels: 48 + 28 = 76 MiB; was 292 on the dense dp
+    # group's placement); the distributed optimizer's gradient-statistics group over all 16 GPUs
+    # (292 MiB); the world group's (292 MiB); Megatron-Core's expert tp·ep group, the 8 ep ranks
+    # in a node (484 MiB, tests/model/test_megatron_groups.py), under DeepEP too
     lay = Layout(dp=16, tp=1, pp=1, ep=8)
-    assert _comm(MOE, lay) == [(292 + 2688 + 196 + 292 + 292 + 292) * MIB]
+    assert _comm(MOE, lay) == [(292 + 2688 + 196 + 76 + 292 + 292 + 484) * MIB]
     deepep = replace(TRAINING, moe_run=MoERun(dispatcher=Dispatcher.DEEPEP))
-    assert _comm(MOE, lay, deepep) == [(292 + 292 + 292 + 292) * MIB]  # DeepEP's own buffers
+    assert _comm(MOE, lay, deepep) == [(292 + 76 + 292 + 292 + 484) * MIB]  # DeepEP: own buffers
 
 
 def test_the_world_group_of_the_barriers():
