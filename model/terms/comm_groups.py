@@ -35,7 +35,9 @@ def grad_stats_rings(c: Context, f: Fields) -> Any:
     * the distributed optimizer (ZeRO-1): the intra-instance group
       (``parallel_state.py`` ``_INTRA_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP``: the tp-ep-pp groups
       of one optimizer instance, with the default single instance every GPU), one ring where
-      the job has more than one GPU;
+      the job has more than one GPU; none with ``grad_stats_group`` ``world`` (before
+      Megatron-LM 8c1e094afe, and Apex's DistributedFusedAdam: the default group, whose ring
+      :func:`world_ring` counts; :attr:`model.timing.CostOptions.grad_stats_group`);
     * without it (ZeRO-0, ``Float16OptimizerWithFloat16Params``): the model-parallel group
       (``_MODEL_PARALLEL_GROUP``, tp·pp ranks), and for the experts' optimizer the expert
       tp·ep·pp group (``get_expert_tensor_model_pipeline_parallel_group``): two groups, so
@@ -77,8 +79,9 @@ def grad_stats_rings(c: Context, f: Fields) -> Any:
     experts = 0
     if moe:
         experts = where(f.expert_tp * f.ep * f.pp > 1, 1, 0)
+    own = c.options.grad_stats_group == "intra_dist_opt_instance"
     ddp = where(f.tp * f.pp > 1, 1, 0) + experts
-    return where(f.zero_stage >= 1, where(world > 1, 1, 0), ddp)
+    return where(f.zero_stage >= 1, where((world > 1) & own, 1, 0), ddp)
 
 
 def world_ring(f: Fields) -> Any:
