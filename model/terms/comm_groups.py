@@ -39,10 +39,10 @@ def grad_stats_rings(c: Context, f: Fields) -> Any:
       Megatron-LM 8c1e094afe, and Apex's DistributedFusedAdam: the default group, whose ring
       :func:`world_ring` counts; :attr:`model.timing.CostOptions.grad_stats_group`);
     * without it (ZeRO-0, ``Float16OptimizerWithFloat16Params``): the model-parallel group
-      (``_MODEL_PARALLEL_GROUP``, tp·pp ranks), and for the experts' optimizer the expert
-      tp·ep·pp group (``get_expert_tensor_model_pipeline_parallel_group``): two groups, so
-      ``ChainedOptimizer.get_grad_norm`` reduces over each — one ring per group of more than one
-      rank.
+      (``_MODEL_PARALLEL_GROUP``, tp·pp ranks: the ring :func:`megatron_rings` counts at
+      every stage), and the experts' the expert tp·ep·pp group
+      (``get_expert_tensor_model_pipeline_parallel_group``): one ring where it has more than
+      one rank (``ChainedOptimizer.get_grad_norm`` reduces over each).
 
     Under ``deepspeed`` (DeepSpeed edaa72212, Megatron-DeepSpeed 4efb479d), the groups of its own
     beside Megatron-DeepSpeed's tp group: ZeRO's grad norm all-reduces over the model-parallel
@@ -80,8 +80,7 @@ def grad_stats_rings(c: Context, f: Fields) -> Any:
     if moe:
         experts = where(f.expert_tp * f.ep * f.pp > 1, 1, 0)
     own = c.options.grad_stats_group == "intra_dist_opt_instance"
-    ddp = where(f.tp * f.pp > 1, 1, 0) + experts
-    return where(f.zero_stage >= 1, where((world > 1) & own, 1, 0), ddp)
+    return where(f.zero_stage >= 1, where((world > 1) & own, 1, 0), experts)
 
 
 def world_ring(f: Fields) -> Any:
@@ -178,6 +177,13 @@ def megatron_rings(c: Context, f: Fields) -> tuple[tuple[Any, Any, Any, tuple[st
     its ranks are ``size`` ranks at ``stride`` of the first pair times those of the second, on
     the outer axis's link (the inner's where the outer has one rank). Each is one ring.
 
+    * the model-parallel group (``_MODEL_PARALLEL_GROUP``, 'tp-gtp_remat-pp': a tp block at
+      each pp stride) where tp·pp > 1, at every ZeRO stage: ``training.py`` ``train_step``
+      all-reduces ``update_successful`` and the grad norm over ``pg_collection.mp`` after every
+      optimizer step (``training/utils/common_utils.py``
+      ``logical_and_across_model_parallel_group``, ``reduce_max_stat_across_model_parallel_group``;
+      review-e MED 1); ZeRO-0's optimizer reduces its statistics over it too
+      (:func:`grad_stats_rings`), the same communicator;
     * with experts, the expert tp·ep group (``_EXPERT_TENSOR_AND_MODEL_PARALLEL_GROUP``, 'tp-ep'
       of the expert rank generator, apart from the ep group the all-to-all runs on) where
       etp·ep > 1: ``MoEAlltoAllTokenDispatcher.preprocess`` (``moe/token_dispatcher.py``)
@@ -199,7 +205,7 @@ def megatron_rings(c: Context, f: Fields) -> tuple[tuple[Any, Any, Any, tuple[st
     if Framework(f.framework) is not Framework.MEGATRON:
         return ()
     tp = (_stride(f, "tp", f.tp), f.tp)
-    rings: list[tuple[Any, Any, Any, tuple[str, str]]] = []
+    rings = [((f.tp * f.pp > 1), tp, (_stride(f, "pp", f.pp), f.pp), ("tp", "pp"))]
     moe = c.model.arch.moe if c.model.arch is not None else None
     if moe is not None:
         etp = (tp[0], f.expert_tp)

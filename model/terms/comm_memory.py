@@ -363,10 +363,10 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
       embedding group; Megatron-Core's gradient-statistics groups (:func:`grad_stats_rings`);
       the world group's (:func:`world_ring`: the frameworks' barriers); the loss and token-count
       groups (:func:`data_rings`: torchtitan's "batch" and "loss", Megatron-DeepSpeed's dp group
-      under Ulysses); the expert dp group and Megatron-LM's MoE groups, placed as their ranks
-      lie (:func:`placed_rings`, :func:`_pipeline_bytes`); under DualPipe the group of ranks r
-      and pp − 1 − r that sum the two copies' gradients (DeepSeek-V3 report §3.2.1; no public
-      code names it; DualPipe runs under ``textbook`` only here: 0);
+      under Ulysses); the expert dp group and Megatron-LM's model-parallel and MoE groups,
+      placed as their ranks lie (:func:`placed_rings`, :func:`_pipeline_bytes`); under DualPipe
+      the group of ranks r and pp − 1 − r that sum the two copies' gradients (DeepSeek-V3
+      report §3.2.1; no public code names it; DualPipe runs under ``textbook`` only here: 0);
     * point-to-point: cp's ring flavour's two neighbours (one at cp = 2), Ulysses' cp − 1
       all-to-all peers (the hybrid's both), ep's ep − 1 all-to-all peers (NCCL's all-to-all
       dispatcher; DeepEP's buffers are the state's ``dispatch_buffer_bytes``), the pipeline's

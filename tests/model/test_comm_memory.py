@@ -58,9 +58,13 @@ def test_a_tp_dp_pp_layout_by_hand():
     # Megatron-Core's distributed optimizer reduces its gradient statistics over its instance
     # group, here all 32 GPUs (8 a node on 4 nodes: 16 channels, 292 MiB); and Megatron-LM's
     # barriers on the world group (test_the_world_group_of_the_barriers): another, 292 MiB.
+    # Megatron-LM's train_step all-reduces over the model-parallel group (tp·pp = 16 ranks) after
+    # every optimizer step (test_megatron_groups, test_the_model_parallel_group_at_every_zero_stage):
+    # the tp block of 4 at each pp stride of 8, 4 ranks a node on 4 nodes: 16 channels, 292 MiB.
     lay = Layout(dp=2, tp=4, pp=4)
-    ends, middle = (484 + 484 + 48 + 28 + 292 + 292) * MIB, (484 + 484 + 96 + 28 + 292 + 292) * MIB
-    assert (ends, middle) == (1628 * MIB, 1676 * MIB)
+    ends = (484 + 484 + 48 + 28 + 292 + 292 + 292) * MIB
+    middle = (484 + 484 + 96 + 28 + 292 + 292 + 292) * MIB
+    assert (ends, middle) == (1920 * MIB, 1968 * MIB)  # was 1,628 and 1,676 without the tp·pp ring
     assert _comm(DENSE, lay) == [ends, middle, middle, ends]
 
 
@@ -70,9 +74,10 @@ def test_interleaving_gives_each_stage_two_pair_communicators():
     each neighbour pair gets a two-rank communicator (PyTorch ``getKeySendRecv``): every stage
     holds two, the ends too (the schedule wraps the model chunks). A pair of adjacent stages, 8
     ranks apart, has one rank on each of 2 nodes: 4 channels, 4 × 12 = 48 MiB of buffers and
-    28 MiB of set-up, 76 MiB each: 484 + 484 + 2 × 76 + 292 + 292 = 1,704 MiB."""
+    28 MiB of set-up, 76 MiB each; with the model-parallel ring (292 MiB,
+    test_a_tp_dp_pp_layout_by_hand): 484 + 484 + 2 × 76 + 292 + 292 + 292 = 1,996 MiB."""
     lay = Layout(dp=2, tp=4, pp=4, virtual_stages=2, schedule="interleaved")
-    assert _comm(DENSE, lay) == [(484 + 484 + 2 * 76 + 292 + 292) * MIB] * 4
+    assert _comm(DENSE, lay) == [(484 + 484 + 2 * 76 + 292 + 292 + 292) * MIB] * 4
 
 
 def test_megatron_gradient_statistics_groups():
@@ -81,7 +86,10 @@ def test_megatron_gradient_statistics_groups():
     instance); Megatron-Core's DDP (ZeRO-0) reduces over the model-parallel group (tp·pp) and,
     for the experts' own optimizer, over the expert tp·ep·pp group: one ring each, placed as the
     world group is (model/terms/comm_memory.py comm_memory_term). Beside them, the world
-    group's (test_the_world_group_of_the_barriers)."""
+    group's (test_the_world_group_of_the_barriers). The model-parallel group is the one
+    train_step reduces over at every stage: counted once, on its own placement (the tp block of
+    4 at each pp stride of 8: 4 ranks a node on 4 nodes, 16 channels, 292 MiB, as the world's
+    8 a node on 4 nodes is)."""
     zero0 = Layout(dp=2, tp=4, pp=4, zero_stage=0)
     ends, middle = (484 + 484 + 48 + 28 + 292 + 292) * MIB, (484 + 484 + 96 + 28 + 292 + 292) * MIB
     assert _comm(DENSE, zero0) == [ends, middle, middle, ends]  # tp·pp = 16 ranks
