@@ -115,6 +115,7 @@ CLUSTER_KEYS = {
     "nccl_sm_charge",
     "nccl_channel_setup",
     "use_multi_rank_bucket_allreduce",
+    "grad_stats_group",
     "attention_kernel",
     "calibration",
 }
@@ -257,6 +258,7 @@ VALUE_KINDS: dict[str, Any] = {
     "nccl_sm_charge": _FLAG,
     "nccl_channel_setup": _FLAG,
     "use_multi_rank_bucket_allreduce": _FLAG,
+    "grad_stats_group": ("intra_dist_opt_instance", "world"),
     "attention_kernel": ("flash-attention-2", "flash-attention-3", "cudnn", "pytorch-sdpa-cudnn"),
     "calibration": _TEXT,
 }

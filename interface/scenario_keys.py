@@ -116,6 +116,11 @@ KEY_HELP: dict[str, str] = {
     "nccl_channel_setup": "Memory: count the device allocations NCCL makes to set up each "
     "communicator's channels, 2 MiB each, 196 MiB inside an H100 node (32 channels), 100 MiB "
     "across nodes (16) (default true; docs/memory-mechanisms.md, NCCL).",
+    "grad_stats_group": "Memory, megatron ZeRO ≥ 1: the group the distributed optimizer reduces "
+    "its grad norm and zero count over: intra_dist_opt_instance (default, today's Megatron-Core: "
+    "a world-sized communicator of its own, since Megatron-LM 8c1e094afe of 2025-04) or world "
+    "(Megatron-Core before it, and Apex's DistributedFusedAdam under NeMo: the default group, "
+    "no communicator more).",
     "use_multi_rank_bucket_allreduce": "deepspeed ZeRO-1/2: DeepSpeed's zero_optimization."
     "use_multi_rank_bucket_allreduce, each gradient bucket all-reduced (default true, DeepSpeed "
     "0.12.4 and later); false: the older reduce to each owning rank, a reduce-scatter's bytes.",

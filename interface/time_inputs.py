@@ -51,6 +51,7 @@ TIME_KEYS: tuple[str, ...] = (
     "nccl_sm_charge",
     "nccl_channel_setup",
     "use_multi_rank_bucket_allreduce",
+    "grad_stats_group",
     "attention_kernel",
     "calibration",
 )
@@ -163,6 +164,8 @@ def cost_options(
     for key in (*flags, "p2p_warmup_flush", "p2p_forward_send_wait", *nccl):
         if params.get(key) is not None:
             given[key] = bool_param(params, key, False)
+    if params.get("grad_stats_group") is not None:
+        given["grad_stats_group"] = str(params["grad_stats_group"])
     if "mfu_convention" in params:
         given["mfu_convention"] = params["mfu_convention"]
     return given

@@ -80,6 +80,10 @@ class MoESpec:
     router_bias: bool = False
     """A learned per-expert bias on the router (DeepSeek-V3's ``e_score_correction_bias``;
     gpt-oss's router bias)."""
+    bias_balancing: bool = False
+    """The router bias balances the experts' load from the token counts, not by gradient
+    (DeepSeek-V3's auxiliary-loss-free balancing, §2.1.2; Megatron-Core
+    ``--moe-router-enable-expert-bias``); gpt-oss's router bias is a learned one."""
     moe_layer_step: int = 1
     """A MoE FFN on every k-th layer: layer i (0-based) is MoE when (i + 1) is a multiple of k
     (Llama 4 Maverick ``interleave_moe_layer_step`` = 2: layers 1, 3, 5, …; Qwen3-MoE

@@ -373,6 +373,7 @@ def _deepseek_v3(r: Reader, kw: dict[str, Any]) -> dict[str, Any]:
         num_shared_experts=r.count("n_shared_experts") or 0,
         first_k_dense_layers=first,
         router_bias=True,  # DeepseekV3TopkRouter's e_score_correction_bias (§2.1.2)
+        bias_balancing=True,  # updated from the token counts, auxiliary-loss-free (§2.1.2)
         # DeepseekV3's rule: layer i is MoE when i >= first_k_dense_replace and i % freq == 0
         dense_layers=tuple(i for i in range(first, L) if i % freq),
     )

@@ -48,6 +48,7 @@ __all__ = [
     "attention_efficiency_for",
     "GENERATION_OF",
     "CostOptions",
+    "GRAD_STATS_GROUPS",
     "stage_microbatch_flops",
     "stage_microbatch_attention_flops",
     "microbatch_flop_terms",
@@ -57,6 +58,11 @@ __all__ = [
     "core_passes",
     "exposed_seconds",
 ]
+
+GRAD_STATS_GROUPS: tuple[str, ...] = ("intra_dist_opt_instance", "world")
+"""The values of :attr:`CostOptions.grad_stats_group`: Megatron-Core's gradient-statistics group
+of today (its own world-sized communicator) and before Megatron-LM 8c1e094afe (the default
+group)."""
 
 DEFAULT_KERNEL_EFFICIENCY = 0.75
 """Fallback fraction of the dense peak, used only where no calibrated rule applies: a
@@ -227,6 +233,17 @@ class CostOptions:
     388 MiB for a one-rank communicator's 64). On by default; ``false`` leaves out what the
     cuMem allocator's 2 MiB granule makes of these small allocations (``NCCL_CUMEM_ENABLE=0``
     is not modelled)."""
+    grad_stats_group: str = "intra_dist_opt_instance"
+    """The group Megatron-Core's distributed optimizer reduces its gradient statistics (the grad
+    norm, the zero count) over, by Megatron's own name (:data:`GRAD_STATS_GROUPS`):
+    ``intra_dist_opt_instance`` (the default, today's Megatron-Core: the world-sized
+    ``_INTRA_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP`` of ``parallel_state.py``, a communicator of its
+    own, added by Megatron-LM 8c1e094afe of 2025-04-22) or ``world`` (Megatron-Core before it:
+    ``DistributedOptimizer.get_model_parallel_group`` at core_v0.8.0 and
+    ``get_grad_stats_parallel_group`` at core_r0.11.0 return None, the default group, whose ring
+    is counted already; so does Apex's DistributedFusedAdam under NeMo,
+    ``MegatronDistributedFusedAdam.grad_norm``). Read by
+    :func:`model.terms.comm_groups.grad_stats_rings` (``megatron``, ZeRO ≥ 1)."""
     use_multi_rank_bucket_allreduce: bool = True
     """DeepSpeed ZeRO-1/2's ``zero_optimization.use_multi_rank_bucket_allreduce`` (DeepSpeed
     ``deepspeed/runtime/zero/config.py``, default true since PR #4695, v0.12.4 of 2023-11): each
@@ -248,6 +265,9 @@ class CostOptions:
             except ValueError:
                 allowed = ", ".join(k.value for k in kind)
                 raise InputError(f"{name}: {value!r} is not one of {allowed}") from None
+        if self.grad_stats_group not in GRAD_STATS_GROUPS:
+            allowed = ", ".join(GRAD_STATS_GROUPS)
+            raise InputError(f"grad_stats_group: {self.grad_stats_group!r} is not one of {allowed}")
         if not 0 < self.kernel_efficiency <= 1:
             raise InputError(f"kernel_efficiency: {self.kernel_efficiency} must be in (0, 1]")
         if self.attention_efficiency is not None and not 0 < self.attention_efficiency <= 1:

@@ -151,15 +151,19 @@ def test_megatron_fsdp_reduce_scatter_queue_llama3_405b():
     in a node, 24 channels, 288 + 196 = 484 MiB; the dp ring over 256 ranks, 4 a node on 32
     nodes, 16 channels, 192 + 100 = 292 MiB; the gradient-statistics and world rings over the
     256 GPUs, 292 MiB each: 1,360 MiB (was 4 × 384 = 1,536 MiB at 32 channels and no set-up,
-    184,549,376 B more): 90,317,022,464 → 90,132,473,088 B, 90.13 GB."""
+    184,549,376 B more): 90,317,022,464 → 90,132,473,088 B, 90.13 GB. And the model-parallel
+    group (tp·pp = 2 ranks in a node) that Megatron-LM's train_step all-reduces over after every
+    optimizer step, at every ZeRO stage (training.py ``train_step``, d98e8a64dd): one more
+    ring of 484 MiB, 1,844 MiB: 90,132,473,088 + 507,510,784 = 90,639,983,872 B, 90.64 GB."""
     lay = Layout.of(dp=128, tp=2, framework="megatron", zero_stage=3, recompute="sqrt")
     est = Case.of("llama3-405b", "H100-SXM", lay).evaluate()
     unit, padded, output = 1_593_868_288, 59 * 128 * 212_992, 502 * 128 * 16384
     assert padded == 1_608_515_584 and 2 * padded > 2 * unit >= padded
     assert est.stages[0].state.buffers_bytes == 4 * (output + 3 * padded) == 23_513_268_224
-    assert est.stages[0].communicator_bytes == (484 + 292 + 292 + 292) * 2**20
-    assert est.stages[0].total_bytes == 90_317_022_464 - 176 * 2**20 == 90_132_473_088
-    assert round(float(est.stages[0].total_bytes) / 1e9, 2) == 90.13
+    assert est.stages[0].communicator_bytes == (484 + 292 + 292 + 292 + 484) * 2**20
+    assert est.stages[0].total_bytes == 90_317_022_464 - 176 * 2**20 + 484 * 2**20
+    assert est.stages[0].total_bytes == 90_639_983_872
+    assert round(float(est.stages[0].total_bytes) / 1e9, 2) == 90.64
     assert not est.fits
 
 
@@ -326,7 +330,13 @@ def test_non_unit_buckets_deepseek_v3_dp1024():
     the all-to-all's 7 NVLink peers × 32 channels × 12 MiB = 2,688 MiB and the ep
     communicator's set-up of 32 channels, 196 MiB, the expert dp ring (on the dp placement,
     292), the gradient-statistics and world rings (292 each): 4,052 MiB, against 384 + 2,688 +
-    3 × 384 = 4,224 MiB before, 180,355,072 B fewer: 87.65 and 93.28 GB."""
+    3 × 384 = 4,224 MiB before, 180,355,072 B fewer: 87.65 and 93.28 GB. With Megatron-Core's
+    MoE groups placed as they lie (model/terms/comm_groups.py megatron_rings,
+    expert_dp_stride): the expert dp ring's 128 ranks at stride ep = 8 are one a node on 128
+    nodes (4 channels, 48 + 28 = 76 MiB, not 292); the expert tp·ep group of the token counts'
+    all-gather, the 8 ep ranks in a node (484 MiB); the tp·dp·cp group of the expert bias's
+    token counts, the 1,024 ranks 8 a node (292 MiB): 4,052 − 216 + 484 + 292 = 4,612 MiB,
+    587,202,560 B more: 88.23 and 93.87 GB."""
     from trainplan.model.megatron_fsdp_buckets import non_unit_buckets
     from trainplan.model.terms.split_key import SplitKey
     from trainplan.model.terms.stage_params import layer_units, non_unit_params
@@ -353,9 +363,9 @@ def test_non_unit_buckets_deepseek_v3_dp1024():
     U = 2 * 8 * 3 * 4096 * 7168
     a = est.stages[0].activations
     assert a.moe_forward_bytes - a.recompute_transient_bytes == 4 * U == 5_637_144_576
-    assert est.stages[0].communicator_bytes == (292 + 2688 + 196 + 3 * 292) * 2**20
-    assert round((float(est.stages[0].total_bytes) - 4 * U) / 1e9, 2) == 87.65
-    assert round(float(est.stages[0].total_bytes) / 1e9, 2) == 93.28
+    assert est.stages[0].communicator_bytes == (292 + 2688 + 196 + 76 + 2 * 292 + 484 + 292) * 2**20
+    assert round((float(est.stages[0].total_bytes) - 4 * U) / 1e9, 2) == 88.23
+    assert round(float(est.stages[0].total_bytes) / 1e9, 2) == 93.87
     assert not est.fits
 
 

@@ -252,6 +252,8 @@ KEY_DOCS: dict[str, str] = {
     "time.nccl_sm_charge": "NCCL's NVLink SHARP SMs charged to the computation overlapped collectives hide under.",
     "time.nccl_channel_setup": "NCCL's channel set-up allocations counted in the communicator bytes.",
     "time.use_multi_rank_bucket_allreduce": "DeepSpeed ZeRO-1/2 all-reduce each gradient bucket (false: reduce per rank).",
+    "time.grad_stats_group": "Megatron-Core's gradient-statistics group: intra_dist_opt_instance "
+    "(its own communicator) or world (before 8c1e094afe; none more).",
     "time.kernel_efficiency": "Single model: share of peak the kernels reach.",
     "time.attention_efficiency": "Single model: the FlashAttention core's share of peak.",
     "assumptions": "Every convention and default behind the figures, as sentences.",

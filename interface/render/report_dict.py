@@ -75,6 +75,7 @@ def _efficiencies(est: Estimate) -> dict[str, Any]:
         "nccl_sm_charge": est.options.nccl_sm_charge,
         "nccl_channel_setup": est.options.nccl_channel_setup,
         "use_multi_rank_bucket_allreduce": est.options.use_multi_rank_bucket_allreduce,
+        "grad_stats_group": est.options.grad_stats_group,
     }
 
 

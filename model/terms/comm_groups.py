@@ -2,7 +2,8 @@
 groups, each one more NCCL communicator of :func:`model.terms.comm_memory.comm_memory_term`:
 Megatron-Core's, DeepSpeed's and torchtitan's gradient-statistics groups
 (:func:`grad_stats_rings`), the world group of their barriers (:func:`world_ring`) and the
-groups the loss and token count are reduced over (:func:`data_rings`)."""
+groups the loss and token count are reduced over (:func:`data_rings`), and Megatron-LM's
+model-parallel and MoE groups (:func:`megatron_rings`, :func:`moe_metrics_ring`)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,18 @@ from typing import Any
 
 from trainplan.model.frameworks import Framework
 from trainplan.model.terms.fields import Context, Fields
-from trainplan.model.xp import where
+from trainplan.model.xp import maximum, where
 
-__all__ = ["grad_stats_rings", "world_ring", "data_rings", "own_group"]
+__all__ = [
+    "grad_stats_rings",
+    "world_ring",
+    "data_rings",
+    "own_group",
+    "megatron_rings",
+    "expert_dp_stride",
+    "placed_rings",
+    "moe_metrics_ring",
+]
 
 
 def grad_stats_rings(c: Context, f: Fields) -> Any:
@@ -25,12 +35,14 @@ def grad_stats_rings(c: Context, f: Fields) -> Any:
     * the distributed optimizer (ZeRO-1): the intra-instance group
       (``parallel_state.py`` ``_INTRA_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP``: the tp-ep-pp groups
       of one optimizer instance, with the default single instance every GPU), one ring where
-      the job has more than one GPU;
+      the job has more than one GPU; none with ``grad_stats_group`` ``world`` (before
+      Megatron-LM 8c1e094afe, and Apex's DistributedFusedAdam: the default group, whose ring
+      :func:`world_ring` counts; :attr:`model.timing.CostOptions.grad_stats_group`);
     * without it (ZeRO-0, ``Float16OptimizerWithFloat16Params``): the model-parallel group
-      (``_MODEL_PARALLEL_GROUP``, tp·pp ranks), and for the experts' optimizer the expert
-      tp·ep·pp group (``get_expert_tensor_model_pipeline_parallel_group``): two groups, so
-      ``ChainedOptimizer.get_grad_norm`` reduces over each — one ring per group of more than one
-      rank.
+      (``_MODEL_PARALLEL_GROUP``, tp·pp ranks: the ring :func:`megatron_rings` counts at
+      every stage), and the experts' the expert tp·ep·pp group
+      (``get_expert_tensor_model_pipeline_parallel_group``): one ring where it has more than
+      one rank (``ChainedOptimizer.get_grad_norm`` reduces over each).
 
     Under ``deepspeed`` (DeepSpeed edaa72212, Megatron-DeepSpeed 4efb479d), the groups of its own
     beside Megatron-DeepSpeed's tp group: ZeRO's grad norm all-reduces over the model-parallel
@@ -67,8 +79,8 @@ def grad_stats_rings(c: Context, f: Fields) -> Any:
     experts = 0
     if moe:
         experts = where(f.expert_tp * f.ep * f.pp > 1, 1, 0)
-    ddp = where(f.tp * f.pp > 1, 1, 0) + experts
-    return where(f.zero_stage >= 1, where(world > 1, 1, 0), ddp)
+    own = c.options.grad_stats_group == "intra_dist_opt_instance"
+    return where(f.zero_stage >= 1, where((world > 1) & own, 1, 0), experts)
 
 
 def world_ring(f: Fields) -> Any:
@@ -150,3 +162,94 @@ def own_group(f: Fields, ranks: Any) -> Any:
     if Framework(f.framework) is not Framework.FSDP2:
         return True
     return ranks < f.tp * f.pp * f.shard_degree
+
+
+def _stride(f: Fields, axis: str, degree: Any) -> Any:
+    """Rank stride of ``axis``'s groups: their span over their size (the topology's
+    :func:`topology.placement.axis_span`)."""
+    return f.link(axis).span // maximum(degree, 1)
+
+
+def megatron_rings(c: Context, f: Fields) -> tuple[tuple[Any, Any, Any, tuple[str, str]], ...]:
+    """``(present, (stride, size), (stride, size), (inner axis, outer axis))`` of each process
+    group of its own (``parallel_state.py`` ``initialize_model_parallel``, ``create_group``)
+    that Megatron-LM (d98e8a64dd) runs a collective on every step beyond the layout's groups:
+    its ranks are ``size`` ranks at ``stride`` of the first pair times those of the second, on
+    the outer axis's link (the inner's where the outer has one rank). Each is one ring.
+
+    * the model-parallel group (``_MODEL_PARALLEL_GROUP``, 'tp-gtp_remat-pp': a tp block at
+      each pp stride) where tp·pp > 1, at every ZeRO stage: ``training.py`` ``train_step``
+      all-reduces ``update_successful`` and the grad norm over ``pg_collection.mp`` after every
+      optimizer step (``training/utils/common_utils.py``
+      ``logical_and_across_model_parallel_group``, ``reduce_max_stat_across_model_parallel_group``;
+      review-e MED 1); ZeRO-0's optimizer reduces its statistics over it too
+      (:func:`grad_stats_rings`), the same communicator;
+    * with experts, the expert tp·ep group (``_EXPERT_TENSOR_AND_MODEL_PARALLEL_GROUP``, 'tp-ep'
+      of the expert rank generator, apart from the ep group the all-to-all runs on) where
+      etp·ep > 1: ``MoEAlltoAllTokenDispatcher.preprocess`` (``moe/token_dispatcher.py``)
+      all-gathers the token counts over ``tp_ep_group`` every MoE layer; the flex dispatcher
+      (DeepEP) builds its buffer over the same group, whose ``Buffer.__init__`` all-gathers the
+      handles on it (DeepEP ``deep_ep/buffers/legacy.py``);
+    * with experts, the tp·cp group (``_TENSOR_AND_CONTEXT_PARALLEL_GROUP``, 'tp-cp') where
+      tp·cp > 1: the auxiliary loss the ``megatron`` profile runs with
+      (:data:`model.moe_working_set.MEGATRON_ROUTER_SCORE_BYTES`) all-reduces the token counts
+      over it every MoE layer (``router.py`` ``_apply_aux_loss``, ``_apply_seq_aux_loss`` →
+      ``moe_utils.py`` ``get_tokens_per_expert_and_token_count``);
+    * with experts whose router bias balances the load (:attr:`model.arch_parts.MoESpec.
+      bias_balancing`, ``--moe-router-enable-expert-bias``), the tp·dp·cp group
+      (``_TENSOR_AND_DATA_PARALLEL_GROUP_WITH_CP``, 'tp-gtp_remat-dp-cp') where it has more than
+      one rank: ``finalize_model_grads.py`` ``_update_router_expert_bias`` →
+      ``moe_utils.py`` ``get_updated_expert_bias`` all-reduces the token counts over it every
+      step. (A global auxiliary loss, ``router.py`` ``_apply_global_aux_loss``, would use it
+      too; the profile does not run one.)"""
+    if Framework(f.framework) is not Framework.MEGATRON:
+        return ()
+    tp = (_stride(f, "tp", f.tp), f.tp)
+    rings = [((f.tp * f.pp > 1), tp, (_stride(f, "pp", f.pp), f.pp), ("tp", "pp"))]
+    moe = c.model.arch.moe if c.model.arch is not None else None
+    if moe is not None:
+        etp = (tp[0], f.expert_tp)
+        rings.append((f.expert_tp * f.ep > 1, etp, (_stride(f, "ep", f.ep), f.ep), ("tp", "ep")))
+        rings.append((f.tp * f.cp > 1, tp, (_stride(f, "cp", f.cp), f.cp), ("tp", "cp")))
+        if moe.bias_balancing:
+            dp = (_stride(f, "dp", f.shard_degree), f.shard_degree)
+            rings.append((f.tp * f.shard_degree > 1, tp, dp, ("tp", "dp")))
+    return tuple(rings)
+
+
+def expert_dp_stride(f: Fields) -> Any:
+    """Rank stride of the expert data-parallel group (``expert_shard_degree`` ranks): the ranks
+    of the tp·cp·dp block that share an expert tp rank and an ep rank. Megatron-Core's expert
+    rank generator orders them etp-ep-edp-pp (``parallel_state.py``, ``get_ranks("dp")`` of
+    ``expert_decoder_rank_generator``), as the topology places ep
+    (:func:`topology.placement.axis_span`): with ep inside dp the group's stride is the ep
+    group's span (ep·etp where etp is innermost), else the block's own unit."""
+    unit = where(f.expert_tp != f.tp, f.expert_tp, _stride(f, "dp", f.shard_degree))
+    ep_stride = where(f.ep > 1, _stride(f, "ep", f.ep), unit)
+    return where(ep_stride == unit, unit * f.ep, unit)
+
+
+def moe_metrics_ring(c: Context, f: Fields) -> Any:
+    """Whether Megatron-LM all-reduces over the pp group every step, a ring on a group that
+    otherwise carries point-to-point sends: with experts and pp > 1, ``training.py``
+    ``training_log`` → ``moe_logging.py`` ``MoEMetricsTracker.report`` → ``_sync_metrics``
+    all-reduces each tracked load-balancing loss over ``pg_collection.pp`` (the auxiliary loss
+    the ``megatron`` profile runs with, :func:`megatron_rings`)."""
+    arch = c.model.arch
+    if Framework(f.framework) is not Framework.MEGATRON or arch is None or arch.moe is None:
+        return False
+    return f.pp > 1
+
+
+def placed_rings(c: Context, f: Fields) -> tuple[tuple[Any, Any, Any, tuple[str, str]], ...]:
+    """:func:`megatron_rings` and, with experts under any framework, the expert data-parallel
+    group (``expert_shard_degree`` ranks at :func:`expert_dp_stride`, on the dp link): as
+    Megatron-Core's expert rank generator, DeepSpeed's ``_create_expert_and_data_parallel``
+    (``utils/groups.py`` at edaa72212: ``range(i, pp_stride, ep)``) lay it (torchtitan's ep
+    mesh is taken to match, not checked), where the dense dp group's placement was counted
+    before (review-e LOW 1)."""
+    arch = c.model.arch
+    if arch is None or arch.moe is None:
+        return megatron_rings(c, f)
+    edp = (f.expert_shard_degree > 1, (expert_dp_stride(f), f.expert_shard_degree), (0, 1))
+    return ((*edp, ("dp", "dp")), *megatron_rings(c, f))

@@ -58,7 +58,14 @@ from trainplan.model.moe_run import Dispatcher
 from trainplan.model.params import shares_embedding_with_last_stage
 from trainplan.model.pipeline import Schedule
 from trainplan.model.terms.activation_fields import cp_mechanism_of
-from trainplan.model.terms.comm_groups import data_rings, grad_stats_rings, own_group, world_ring
+from trainplan.model.terms.comm_groups import (
+    data_rings,
+    grad_stats_rings,
+    moe_metrics_ring,
+    own_group,
+    placed_rings,
+    world_ring,
+)
 from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.xp import maximum, where
 
@@ -68,6 +75,7 @@ __all__ = [
     "NODE_CHANNELS",
     "collective_channels",
     "group_channels",
+    "strided_group_channels",
     "setup_channels",
     "P2P_CHANNELS",
     "P2P_NET_BYTES_PER_CHANNEL",
@@ -218,6 +226,29 @@ def group_channels(
     return collective_channels(local, nodes, float(nic) if nic else None, nvl5)
 
 
+@lru_cache(maxsize=4096)
+def strided_group_channels(
+    s1: int, n1: int, s2: int, n2: int, gpus_per_node: int, nvlink: bool, nic: Any, nvl5: bool
+) -> int:
+    """:func:`collective_channels` of the group of ranks ``i·s1 + j·s2`` (``i < n1``,
+    ``j < n2``), two axes' groups combined (Megatron-LM's model-parallel group: a tp block at
+    each pp stride): one node where ``nvlink``, else the nodes of ``gpus_per_node`` consecutive
+    ranks the group touches, with ``size ÷ nodes`` ranks on each.
+
+    >>> strided_group_channels(1, 4, 16, 4, 8, False, 50e9, False)  # tp 4 × pp 4 on 64: 4 × 4
+    16
+    >>> strided_group_channels(8, 16, 0, 1, 8, False, 50e9, False)  # one rank on each of 16
+    4
+    """
+    size, gpn = int(n1) * int(n2), int(gpus_per_node)
+    if nvlink or size <= 1:
+        return collective_channels(size, 1, None, nvl5)
+    ranks = (i * int(s1) + j * int(s2) for i in range(int(n1)) for j in range(int(n2)))
+    nodes = len({r // gpn for r in ranks})
+    local = max(1, min(gpn, -(-size // nodes)))
+    return collective_channels(local, nodes, float(nic) if nic else None, nvl5)
+
+
 def net_channels_per_peer(scaleout_bytes_per_s: float | None) -> int:
     """Channels per network peer (``ncclTopoGetNchannels``, remote rank): one NIC per GPU,
     ``max(1, ⌈NIC bandwidth ÷ 14 GB/s⌉)``, rounded up to a power of two; 2 where the bandwidth is
@@ -327,15 +358,15 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
     communicator per process group the layout runs collectives on (:func:`communicator_bytes`):
 
     * rings: tp; the dp·cp gradient group (reduce-scatter, all-gather or all-reduce); with
-      experts, the expert data-parallel group (``expert_shard_degree``) and the expert
-      tensor-parallel group (``expert_tp``) where they have more than one rank; cp's all-gather
-      flavour; with tied embeddings or MTP, the first and last stage's two-rank embedding group;
-      Megatron-Core's gradient-statistics groups (:func:`grad_stats_rings`); the world group's
-      (:func:`world_ring`: the frameworks' barriers); the loss and token-count groups
-      (:func:`data_rings`: torchtitan's "batch" and "loss", Megatron-DeepSpeed's dp group under
-      Ulysses); under DualPipe the two-rank group of ranks r and pp − 1 − r that sum the two
-      copies' gradients (DeepSeek-V3 report §3.2.1; no public code names it; DualPipe runs
-      under ``textbook`` only here, where the term is 0);
+      experts the expert tensor-parallel group (``expert_tp``) where it has more than one rank;
+      cp's all-gather flavour; with tied embeddings or MTP, the first and last stage's two-rank
+      embedding group; Megatron-Core's gradient-statistics groups (:func:`grad_stats_rings`);
+      the world group's (:func:`world_ring`: the frameworks' barriers); the loss and token-count
+      groups (:func:`data_rings`: torchtitan's "batch" and "loss", Megatron-DeepSpeed's dp group
+      under Ulysses); the expert dp group and Megatron-LM's model-parallel and MoE groups,
+      placed as their ranks lie (:func:`placed_rings`, :func:`_pipeline_bytes`); under DualPipe
+      the group of ranks r and pp − 1 − r that sum the two copies' gradients (DeepSeek-V3
+      report §3.2.1; no public code names it; DualPipe runs under ``textbook`` only here: 0);
     * point-to-point: cp's ring flavour's two neighbours (one at cp = 2), Ulysses' cp − 1
       all-to-all peers (the hybrid's both), ep's ep − 1 all-to-all peers (NCCL's all-to-all
       dispatcher; DeepEP's buffers are the state's ``dispatch_buffer_bytes``), the pipeline's
@@ -344,8 +375,7 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
 
     Each ring connects, and each communicator sets up, the channels its placement gets
     (:func:`_channels`); a world-sized DeviceMesh group is the world's (:func:`_communicator`).
-
-    0 under the ``textbook`` profile (the paper convention counts no runtime memory).
+    0 under ``textbook`` (the paper convention counts no runtime memory).
 
     Scope: tp, dp, cp, cp_kind, cp_a2a, ep, etp, pp, schedule, virtual_stages, framework,
     rank_order, zero_stage.
@@ -369,10 +399,9 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
         if c.training.moe_run.dispatcher is not Dispatcher.DEEPEP:  # DeepEP: its own buffers
             ep = chans("ep", f.ep)
             total = total + comm(False, f.ep - 1, _p2p(c, f, "ep", f.ep), ep, f.ep)
-        total = total + comm(f.expert_shard_degree > 1, 0, 0, dp, f.expert_shard_degree)
         total = total + comm(f.expert_tp > 1, 0, 0, chans("tp", f.expert_tp), f.expert_tp)
     pp = chans("pp", f.pp)
-    total = total + _pipeline_bytes(c, f, comm, pp)
+    total = total + _pipeline_bytes(c, f, comm, pp, moe_metrics_ring(c, f))
     if arch is not None and shares_embedding_with_last_stage(arch):
         ends = ((f.stage == 0) | (f.stage == f.pp - 1)) & (f.pp > 1)
         total = total + comm(ends, 0, 0, pp)
@@ -380,6 +409,8 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
     total = total + comm(world_ring(f), 0, 0, world)
     for present, ranks in data_rings(f):
         total = total + comm(present, 0, 0, chans("dp", ranks))
+    for present, a, b, axes in placed_rings(c, f):
+        total = total + comm(present, 0, 0, _strided(c, f, a, b, axes), a[1] * b[1])
     mirror = (f.schedule == Schedule.DUALPIPE) & (f.pp > 1)
     return total + comm(mirror, 0, 0, pp)
 
@@ -416,7 +447,24 @@ def _channels(c: Context, f: Fields, axis: str | None, size: Any) -> tuple[Any, 
     return coll, f.lookup_values(setup_channels, (), coll)
 
 
-def _pipeline_bytes(c: Context, f: Fields, comm: Any, pp: tuple[Any, Any]) -> Any:
+def _strided(
+    c: Context, f: Fields, a: tuple[Any, Any], b: tuple[Any, Any], axes: tuple[str, str]
+) -> tuple[Any, Any]:
+    """``(collective, set-up)`` channels of the group of ``a``'s ``(stride, size)`` times
+    ``b``'s (:func:`strided_group_channels`), on ``axes[1]``'s link where ``b`` has more than one
+    rank, else ``axes[0]``'s."""
+    inner, outer = f.link(axes[0]), f.link(axes[1])
+    nvlink = where(b[1] > 1, outer.nvlink, inner.nvlink)
+    nic = where(nvlink, 0.0, where(b[1] > 1, outer.bandwidth, inner.bandwidth))
+    nvl5 = (c.gpu.nvlink_bytes_per_s or 0) > 450e9
+    args = (a[0], a[1], b[0], b[1], c.gpu.gpus_per_node, nvlink, nic, nvl5)
+    coll = f.lookup_values(strided_group_channels, (), *args)
+    return coll, f.lookup_values(setup_channels, (), coll)
+
+
+def _pipeline_bytes(
+    c: Context, f: Fields, comm: Any, pp: tuple[Any, Any], ring: Any = False
+) -> Any:
     """The pipeline's communicators on one stage. Megatron-LM's interleaved schedule overlaps
     its sends by default (``--no-overlap-p2p-communication`` turns it off), and then does not
     batch them (``argument_utils.py``: ``batch_p2p_comm = not args.overlap_p2p_comm``;
@@ -424,7 +472,9 @@ def _pipeline_bytes(c: Context, f: Fields, comm: Any, pp: tuple[Any, Any]) -> An
     gives each neighbour pair a two-rank communicator of its own (``getKeySendRecv``): where
     pp > 2 a stage holds two, one per neighbour, each with its own set-up
     (:func:`collective_channels` of a pair of adjacent stages). Otherwise one communicator over
-    the pp group reaches :func:`_pipeline_peers`."""
+    the pp group reaches :func:`_pipeline_peers`. Where ``ring`` (an all-reduce over the pp group,
+    :func:`model.terms.comm_groups.moe_metrics_ring`) that communicator connects a ring too; under
+    lone sends the pp group's ring is a communicator of its own."""
     link = f.link("pp")
     megatron = Framework(f.framework) is Framework.MEGATRON
     lone = (f.schedule == Schedule.INTERLEAVED) & (f.virtual_stages > 1) & (f.pp > 2) & megatron
@@ -435,5 +485,5 @@ def _pipeline_bytes(c: Context, f: Fields, comm: Any, pp: tuple[Any, Any]) -> An
     pair_coll = f.lookup_values(group_channels, (), *args)
     pair = (pair_coll, f.lookup_values(setup_channels, (), pair_coll))
     per_peer = _p2p(c, f, "pp", 2)
-    group = comm(False, _pipeline_peers(f), _p2p(c, f, "pp", f.pp), pp, f.pp)
-    return where(lone, 2 * comm(False, 1, per_peer, pair), group)
+    group = comm(ring, _pipeline_peers(f), _p2p(c, f, "pp", f.pp), pp, f.pp)
+    return where(lone, 2 * comm(False, 1, per_peer, pair) + comm(ring, 0, 0, pp), group)

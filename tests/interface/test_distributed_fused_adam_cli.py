@@ -3,6 +3,8 @@ their inputs with the model-level constructors)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tests.test_cli_planner import run_main
 from trainplan.interface.fidelity.validation import (
     evaluate_run,
@@ -33,8 +35,14 @@ def test_nemo_gpt3_20b_fits_as_its_configs_ran_it():
     counts by placement and their set-up (:func:`model.terms.comm_memory.collective_channels`):
     the tp ring in a node 24 channels (288 MiB) + 32 set up (196 MiB), the dp, gradient-statistics
     and world rings across 8 nodes 16 each (192 + 100 MiB): 1,360 MiB where four 32-channel rings
-    held 1,536 MiB, 184,549,376 B less (82,937,046,528 → 82,752,497,152); under the 83.21 GB
-    usable."""
+    held 1,536 MiB, 184,549,376 B less (82,937,046,528 → 82,752,497,152); 82.45 GB
+    (82,446,312,960 B) with the rows' ``grad_stats_group = "world"``: NeMo's
+    ``MegatronDistributedFusedAdam.grad_norm`` all-reduces over the default group, the world
+    ring's communicator, so no gradient-statistics ring of its own: 1,360 − 292 = 1,068 MiB,
+    306,184,192 B less; 82.95 GB (82,953,823,744 B) with the model-parallel group Megatron's
+    ``train_step`` and NeMo's set-up all-reduce over (tp 2 × pp 1, in a node: 24 channels, 288 +
+    196 = 484 MiB; :func:`model.terms.comm_groups.megatron_rings`): tp 484 + dp 292 + mp 484 +
+    world 292 = 1,552 MiB, 507,510,784 B more; under the 83.21 GB usable by 0.26 GB."""
     run = next(r for r in validation_runs() if r.key == "nemo-24.07-h100/gpt3-20b")
     params = {**run.params, "model_spec": validation_models()["gpt3-20b-nemo"]}
     del params["model"]
@@ -46,8 +54,25 @@ def test_nemo_gpt3_20b_fits_as_its_configs_ran_it():
     assert st.optimizer_bytes == 10 * p / 32
     memory = evaluate_run(run).value("memory")
     assert memory["userbuffer_bytes"] == 442_911_744
-    assert est.fits and memory["fits"] and round(memory["total_bytes"] / 1e9, 2) == 82.75
-    assert memory["total_bytes"] == 82_937_046_528 - 176 * 2**20 == 82_752_497_152
+    assert est.fits and memory["fits"] and round(memory["total_bytes"] / 1e9, 2) == 82.95
+    assert memory["total_bytes"] == 82_752_497_152 - 292 * 2**20 + 484 * 2**20 == 82_953_823_744
+    assert memory["communicator_bytes"] - 442_911_744 == (484 + 292 + 484 + 292) * 2**20
+
+
+def test_grad_stats_group_world_drops_the_own_ring_and_refuses_other_values(monkeypatch, capsys):
+    """``grad_stats_group`` (:attr:`model.timing.CostOptions.grad_stats_group`): the NeMo row
+    with today's Megatron-Core group (``intra_dist_opt_instance``, a world-sized communicator of
+    its own: 16 channels across 8 nodes, 192 + 100 MiB) holds 292 MiB more than with ``world``
+    (the default group's ring, counted once). Any other value: exit 2, one line."""
+    run = next(r for r in validation_runs() if r.key == "nemo-24.07-h100/gpt3-20b")
+    today = replace(run, params={**run.params, "grad_stats_group": "intra_dist_opt_instance"})
+    world, own = (evaluate_run(r).value("memory")["total_bytes"] for r in (run, today))
+    assert own - world == 292 * 2**20 == 306_184_192
+    code, out, err = run_main(
+        monkeypatch, capsys, "--model", "llama3-8b", "--set", "grad_stats_group=default"
+    )
+    assert code == 2 and not out and len(err.strip().splitlines()) == 1, err
+    assert "grad_stats_group: 'default' is not one of intra_dist_opt_instance, world" in err, err
 
 
 def test_cli_refuses_it_in_one_line(monkeypatch, capsys):

@@ -66,7 +66,10 @@ def _dense(text: str, m: dict) -> None:
     * The output layer's all-gather buffer: the sequence-parallel final norm output gathered
       over tp for the output projection, β·S·h = 67,108,864 B, held the whole run.
     * Communicators: the tp ring, the dp ring, the distributed optimizer's gradient-statistics
-      ring over all 8 GPUs and the world group's ring: 4 × :data:`COMM`.
+      ring over all 8 GPUs, the world group's ring and the model-parallel group's (tp·pp = the
+      tp pair, but a ``create_group`` of its own that Megatron-LM's ``train_step`` all-reduces
+      over at every ZeRO stage, ``model/terms/comm_groups.py`` ``megatron_rings``): 5 ×
+      :data:`COMM` (4 before it was counted).
     * The fit figure: the allocated peak with the communicators (no side-stream pool under
       Megatron-Core) — the total."""
     beta, S, h, f, tp = 2, 8192, 4096, 14336, 2
@@ -75,13 +78,13 @@ def _dense(text: str, m: dict) -> None:
     gather = beta * S * h
     assert (m["backward_working_bytes"], m["persistent_buffers_bytes"]) == (work, gather)
     assert COMM == 507_510_784
-    assert m["communicator_bytes"] == 4 * COMM == 2_030_043_136
+    assert m["communicator_bytes"] == 5 * COMM == 2_537_553_920
     assert m["stream_pool_bytes"] == m["moe_forward_transient_bytes"] == 0
     assert m["fit_bytes"] == m["allocated_bytes"] + m["communicator_bytes"] == m["total_bytes"]
     assert _lines_sum(m) == m["total_bytes"]
     assert _line(text, "backward working set (one layer)") == _gb(work) == "0.27 GB"
     assert _line(text, "persistent buffers (whole run)") == _gb(gather) == "0.07 GB"
-    assert _line(text, "NCCL communicator buffers (whole run)") == _gb(4 * COMM) == "2.03 GB"
+    assert _line(text, "NCCL communicator buffers (whole run)") == _gb(5 * COMM) == "2.54 GB"
     assert _line(text, "= total (peak: forward-backward)") == _gb(m["fit_bytes"])
     assert "MoE forward working set" not in text
 

@@ -53,7 +53,10 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     world group's ring over 8 nodes (16 channels), 192 + 100 = 292 MiB each: 1,292 MiB =
     1,354,760,192 B (132 connections, 1,660,944,384 B, at 32 channels a ring without set-up); the
     last stage adds the output layer's "mpu" all-gather buffer, 2 B × b 3 × s 5,120 × h 8,192 =
-    251,658,240 B: 1,606,418,432 B, once for the four roles (one set of groups).
+    251,658,240 B: 1,606,418,432 B, once for the four roles (one set of groups). Since
+    Megatron-LM's model-parallel group (train_step's all-reduces, every ZeRO stage; the tp block
+    of 4 at the pp stride of 32, 4 a node on 2 nodes, 16 channels) is counted, 292 MiB more:
+    1,912,602,624 B, and every figure below that holds it 306,184,192 B more.
 
     Two processes on each GPU (verl's fused worker and the engine's vLLM worker): one CUDA
     context 666,632,192 B + one cuBLAS workspace 33,554,432 B = 700,186,624 B beyond the
@@ -88,8 +91,11 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     assert r.status == "optimal" and r.best.colocated and r.best.plan.fits
     layouts = {(o.dp, o.tp, o.pp) for o in r.best.options if o.role is not Role.ROLLOUT}
     assert layouts == {(8, 4, 2)}
-    resident = (484 + 148 + 76 + 292 + 292) * MIB + 2 * 3 * 5120 * 8192
-    assert resident == 1_606_418_432
+    before_mp = (484 + 148 + 76 + 292 + 292) * MIB + 2 * 3 * 5120 * 8192
+    assert before_mp == 1_606_418_432
+    # + the model-parallel group (tp 4 × pp 2: 4 ranks a node on 2 nodes, 16 channels), 292 MiB
+    resident = before_mp + 292 * MIB
+    assert resident == 1_912_602_624
     # the engine at tp 8: its PyNccl ring 24 × 12 MiB + custom all-reduce 3 × 8 MiB outside its
     # budget, and torch's ring for the logits all-gather, 24 × 12 MiB, inside it
     outside, inside = 24 * CONNECTION + 3 * 8 * MIB, 24 * CONNECTION
@@ -98,7 +104,7 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     held = resident + outside + inside + 666_632_192 + 33_554_432
     assert pool.processes == 2 and pool.process_bytes == 700_186_624
     assert pool.resident_bytes == resident + outside + inside
-    assert pool.held_bytes == held == 2_935_750_656
+    assert pool.held_bytes == held == 2_935_750_656 + 306_184_192 == 3_241_934_848
     costs = {str(c.option.role): c for c in r.best.plan.costs}
     assert all(costs[k].resident_bytes == resident for k in ("actor", "critic", "reference"))
     assert costs["actor"].swap_bytes == 66_151_772_160
@@ -120,8 +126,9 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
         66_151_772_160 + 8_144_486_400 + held,
     )
     # the pool held 3,443,261,440 B before NCCL's placed channels (above): scoring 57,402,769,408
-    # and training 77,739,520,000 then, 507,510,784 B less each now
-    assert pool.peak_bytes[1:] == (56_895_258_624, 77_232_009_216) and pool.peak <= CAPACITY
+    # and training 77,739,520,000 then, 507,510,784 B less each after (56,895,258,624 and
+    # 77,232,009,216), and 306,184,192 B more each with the model-parallel ring
+    assert pool.peak_bytes[1:] == (57_201_442_816, 77_538_193_408) and pool.peak <= CAPACITY
     # the actor's and the critic's scoring round trips move 2P, not 7.5P: 2 × 2 × 5.5P / 64 GB/s
     # = 3.03 s less than 5,496.4 s: 5,493.39 s; NCCL's SM charge on the two updates' dp traffic
     # (docstring): 2 × (φ − 1/221) × 0.529385 s = 0.248 s more
@@ -153,11 +160,18 @@ def test_the_old_four_layout_answer_is_refused():
     # (dp 8 × tp 2 × pp 4) and the reference (dp 16 × tp 2 × pp 2), tp 2 484 + dp at 4 a node
     # (16 channels) 292 = 1,436 (the critic's middle stages, two neighbours, 96 + 28: 1,484
     # without the buffer, fewer); the reward model, dp 32 at 8 a node 292: 952 (no tp ring, no
-    # buffer)
+    # buffer). And each role's model-parallel group, which Megatron-LM's train_step all-reduces
+    # over at every ZeRO stage (model/terms/comm_groups.py megatron_rings), placed as a tp block
+    # at each pp stride: the actor's 4 × 2 ranks, 4 a node on 2 nodes, 16 channels, 292; the
+    # critic's 2 × 4 and the reference's 2 × 2, 2 a node on 4 and 2 nodes, 8 channels, 96 + 52 =
+    # 148; the reward model's 1 × 2, one a node on 2 nodes, 4 channels, 76
     mpu = 251_658_240
-    actor, critic = (484 + 148 + 76 + 584) * MIB + mpu, (484 + 292 + 76 + 584) * MIB + mpu
-    assert critic > (484 + 292 + 96 + 28 + 584) * MIB
-    reward = (292 + 76 + 584) * MIB
+    actor, critic = (
+        (484 + 148 + 76 + 584 + 292) * MIB + mpu,
+        (484 + 292 + 76 + 584 + 148) * MIB + mpu,
+    )
+    assert critic > (484 + 292 + 96 + 28 + 584 + 148) * MIB
+    reward = (292 + 76 + 584 + 76) * MIB
     assert [c.resident_bytes for c in costs[1:]] == [actor, critic, critic, reward]
     with pytest.raises(InputError, match=r"need one tp × pp: actor tp 4 × pp 2, critic tp 2"):
         placement_plan(p, costs, (0, 0, 0, 0, 0))

@@ -58,9 +58,13 @@ def test_a_tp_dp_pp_layout_by_hand():
     # Megatron-Core's distributed optimizer reduces its gradient statistics over its instance
     # group, here all 32 GPUs (8 a node on 4 nodes: 16 channels, 292 MiB); and Megatron-LM's
     # barriers on the world group (test_the_world_group_of_the_barriers): another, 292 MiB.
+    # Megatron-LM's train_step all-reduces over the model-parallel group (tp·pp = 16 ranks) after
+    # every optimizer step (test_megatron_groups, test_the_model_parallel_group_at_every_zero_stage):
+    # the tp block of 4 at each pp stride of 8, 4 ranks a node on 4 nodes: 16 channels, 292 MiB.
     lay = Layout(dp=2, tp=4, pp=4)
-    ends, middle = (484 + 484 + 48 + 28 + 292 + 292) * MIB, (484 + 484 + 96 + 28 + 292 + 292) * MIB
-    assert (ends, middle) == (1628 * MIB, 1676 * MIB)
+    ends = (484 + 484 + 48 + 28 + 292 + 292 + 292) * MIB
+    middle = (484 + 484 + 96 + 28 + 292 + 292 + 292) * MIB
+    assert (ends, middle) == (1920 * MIB, 1968 * MIB)  # was 1,628 and 1,676 without the tp·pp ring
     assert _comm(DENSE, lay) == [ends, middle, middle, ends]
 
 
@@ -70,9 +74,10 @@ def test_interleaving_gives_each_stage_two_pair_communicators():
     each neighbour pair gets a two-rank communicator (PyTorch ``getKeySendRecv``): every stage
     holds two, the ends too (the schedule wraps the model chunks). A pair of adjacent stages, 8
     ranks apart, has one rank on each of 2 nodes: 4 channels, 4 × 12 = 48 MiB of buffers and
-    28 MiB of set-up, 76 MiB each: 484 + 484 + 2 × 76 + 292 + 292 = 1,704 MiB."""
+    28 MiB of set-up, 76 MiB each; with the model-parallel ring (292 MiB,
+    test_a_tp_dp_pp_layout_by_hand): 484 + 484 + 2 × 76 + 292 + 292 + 292 = 1,996 MiB."""
     lay = Layout(dp=2, tp=4, pp=4, virtual_stages=2, schedule="interleaved")
-    assert _comm(DENSE, lay) == [(484 + 484 + 2 * 76 + 292 + 292) * MIB] * 4
+    assert _comm(DENSE, lay) == [(484 + 484 + 2 * 76 + 292 + 292 + 292) * MIB] * 4
 
 
 def test_megatron_gradient_statistics_groups():
@@ -81,7 +86,10 @@ def test_megatron_gradient_statistics_groups():
     instance); Megatron-Core's DDP (ZeRO-0) reduces over the model-parallel group (tp·pp) and,
     for the experts' own optimizer, over the expert tp·ep·pp group: one ring each, placed as the
     world group is (model/terms/comm_memory.py comm_memory_term). Beside them, the world
-    group's (test_the_world_group_of_the_barriers)."""
+    group's (test_the_world_group_of_the_barriers). The model-parallel group is the one
+    train_step reduces over at every stage: counted once, on its own placement (the tp block of
+    4 at each pp stride of 8: 4 ranks a node on 4 nodes, 16 channels, 292 MiB, as the world's
+    8 a node on 4 nodes is)."""
     zero0 = Layout(dp=2, tp=4, pp=4, zero_stage=0)
     ends, middle = (484 + 484 + 48 + 28 + 292 + 292) * MIB, (484 + 484 + 96 + 28 + 292 + 292) * MIB
     assert _comm(DENSE, zero0) == [ends, middle, middle, ends]  # tp·pp = 16 ranks
@@ -89,10 +97,12 @@ def test_megatron_gradient_statistics_groups():
     assert _comm(DENSE, Layout(dp=8)) == [(484 + 484 + 484) * MIB]  # ZeRO-1: all 8 GPUs
     # MoE under ZeRO-0, dp 16 × ep 8 on 2 nodes: the dp ring across them (292); the all-to-all's
     # 7 NVLink peers × 32 channels × 12 MiB = 2,688 + the ep communicator's set-up (24 → 32
-    # channels, 196); the expert dp group, 2 ranks, counted on the dp group's placement (292);
-    # tp·pp = 1 (none), expert tp·ep·pp = 8 (a ring placed as the world, 292); the world (292)
+    # channels, 196); the expert dp group, 2 ranks at stride ep = 8, one on each node (4
+    # channels: 48 + 28 = 76); tp·pp = 1 (none), expert tp·ep·pp = 8 (a ring placed as the
+    # world, 292); the world (292); the expert tp·ep group of the token counts' all-gather, the
+    # 8 ep ranks in a node (484; tests/model/test_megatron_groups.py)
     lay = Layout(dp=16, ep=8, zero_stage=0)
-    assert _comm(MOE, lay) == [(292 + 2688 + 196 + 292 + 292 + 292) * MIB]
+    assert _comm(MOE, lay) == [(292 + 2688 + 196 + 76 + 292 + 292 + 484) * MIB]
     # the other profiles reduce their norms over groups counted already; FSDP2's world ring is
     # torchtitan's barrier after the first step (test_the_world_group_of_the_barriers), and its
     # dp 8 FSDP group of all 8 GPUs is that default group (DeviceMesh): one ring
@@ -102,13 +112,15 @@ def test_megatron_gradient_statistics_groups():
 def test_expert_groups():
     # 16 GPUs, ep 8 inside a node (NVLink peers: 32 channels each, 7 · 32 · 12 MiB = 2,688 MiB,
     # and the set-up of 32 channels, 196 MiB), dp 16 across two nodes (a ring of 16 channels,
-    # 292 MiB), the expert data-parallel group tp·dp·cp/(etp·ep) = 16/8 = 2 ranks (counted on
-    # the dp group's placement, 292 MiB); the distributed optimizer's gradient-statistics group
-    # over all 16 GPUs (292 MiB); the world group's (292 MiB)
+    # 292 MiB), the expert data-parallel group tp·dp·cp/(etp·ep) = 16/8 = 2 ranks at stride
+    # etp·ep = 8, one on each node (4 channels: 48 + 28 = 76 MiB; was 292 on the dense dp
+    # group's placement); the distributed optimizer's gradient-statistics group over all 16 GPUs
+    # (292 MiB); the world group's (292 MiB); Megatron-Core's expert tp·ep group, the 8 ep ranks
+    # in a node (484 MiB, tests/model/test_megatron_groups.py), under DeepEP too
     lay = Layout(dp=16, tp=1, pp=1, ep=8)
-    assert _comm(MOE, lay) == [(292 + 2688 + 196 + 292 + 292 + 292) * MIB]
+    assert _comm(MOE, lay) == [(292 + 2688 + 196 + 76 + 292 + 292 + 484) * MIB]
     deepep = replace(TRAINING, moe_run=MoERun(dispatcher=Dispatcher.DEEPEP))
-    assert _comm(MOE, lay, deepep) == [(292 + 292 + 292 + 292) * MIB]  # DeepEP's own buffers
+    assert _comm(MOE, lay, deepep) == [(292 + 76 + 292 + 292 + 484) * MIB]  # DeepEP: own buffers
 
 
 def test_the_world_group_of_the_barriers():

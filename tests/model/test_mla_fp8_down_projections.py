@@ -56,7 +56,15 @@ def test_deepseek_v3_mxfp8_counts_both_copies():
     a power of two) and the pp group's 4 collective channels (one rank a node), 2 × 4 × 12 +
     (4 × 3 + 2) × 2 = 124; the distributed optimizer's gradient-statistics group and the world
     barrier, 256 ranks at 8 a node, 292 each: 4,176 MiB, against 4,320 (dp 32 + ep 224 + expert
-    dp 32 + pp 8 + 32 + 32 connections of 12 MiB) before: − 144 MiB, 183,218,711,296 B."""
+    dp 32 + pp 8 + 32 + 32 connections of 12 MiB) before: − 144 MiB, 183,218,711,296 B.
+    Megatron-Core's MoE groups placed as they lie (model/terms/comm_groups.py): the expert dp
+    ring's 2 ranks at stride etp·ep = 8, one a node on 2 nodes, 4 channels, 48 + 28 = 76 (not
+    292); the expert tp·ep group of the token counts' all-gather, the 8 ep ranks in a node,
+    32 × 12 + 196 = 580; the tp·dp·cp group of the expert bias's token counts, 16 ranks 8 a
+    node, 292; the MoE metrics' ring on the pp communicator, 4 connections, 48: 4,880 MiB,
+    704 MiB more, 183,956,908,800 B. The model-parallel group train_step reduces over at every
+    ZeRO stage (tp 1 × pp 16 ranks at stride 16, one a node on 16 nodes: 4 channels, 48 + 28 =
+    76): 4,956 MiB, 184,036,600,576 B."""
     e = trainplan.evaluate(
         model="deepseek-v3", gpu="B200", dp=16, pp=16, ep=8, precision="fp8",
         fp8_recipe="mxfp8", global_batch_size=2048,
@@ -73,8 +81,12 @@ def test_deepseek_v3_mxfp8_counts_both_copies():
     assert 184_947_813_120 + 56 * lse - 56 * one == 183_369_706_240
     comms = [292, 2_688 + 196, 292, 2 * 4 * 12 + 28, 292, 292]
     assert sum(comms) == 4_176 and 360 * 12 == 4_320
-    assert e.peak.communicator_bytes == 4_176 * 2**20
-    assert e.peak.total_bytes == 183_369_706_240 - 144 * 2**20 == 183_218_711_296
+    moe_groups = [76 - 292, 32 * 12 + 196, 292, 4 * 12]
+    assert sum(comms) + sum(moe_groups) == 4_880
+    assert e.peak.communicator_bytes == (4_880 + 4 * 12 + 28) * 2**20 == 4_956 * 2**20
+    assert 183_369_706_240 - 144 * 2**20 == 183_218_711_296
+    assert 183_218_711_296 + 704 * 2**20 == 183_956_908_800
+    assert e.peak.total_bytes == 183_956_908_800 + 76 * 2**20 == 184_036_600_576
 
 
 @pytest.mark.parametrize("recipe", ["delayed", "tensorwise", "mxfp8", "blockwise"])

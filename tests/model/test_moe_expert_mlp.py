@@ -51,7 +51,10 @@ def test_mixtral_fp8_former_answer_does_not_fit():
     the ep communicator's set-up of 32 channels, (32 × 3 + 2) × 2 = 196; the expert dp ring (on
     the dp placement), the gradient-statistics and world rings, 292 each: 4,052 MiB, against
     384 + 2,688 + 3 × 384 = 4,224 before, 180,355,072 B fewer: 88,112,753,792 B, 88.11 GB,
-    still over."""
+    still over. Megatron-Core's MoE groups placed as they lie (model/terms/comm_groups.py): the
+    expert dp ring's 8 ranks at stride etp·ep = 8, one a node, 4 channels, 48 + 28 = 76 (not
+    292); the expert tp·ep group of the token counts' all-gather, the 8 ep ranks in a node, 484:
+    4,320 MiB, 268 MiB more: 88,393,772,160 B."""
     layout = Layout(framework="megatron", dp=64, ep=8, zero_stage=3, recompute="full",
                     micro_batch_size=2)  # fmt: skip
     case = Case.of("mixtral-8x7b", "H100-SXM", layout, precision="fp8", seq_len=32768,
@@ -59,8 +62,9 @@ def test_mixtral_fp8_former_answer_does_not_fit():
     stage = case.evaluate().stages[0]
     acts = stage.activations
     assert acts.moe_forward_bytes == acts.recompute_transient_bytes + 9_933_002_752
-    assert stage.communicator_bytes == (292 + 2688 + 196 + 3 * 292) * 2**20
-    assert stage.total_bytes == 88_293_108_864 - (4224 - 4052) * 2**20 == 88_112_753_792
+    assert stage.communicator_bytes == (292 + 2688 + 196 + 76 + 2 * 292 + 484) * 2**20
+    assert 88_293_108_864 - (4224 - 4052) * 2**20 == 88_112_753_792
+    assert stage.total_bytes == 88_112_753_792 + 268 * 2**20 == 88_393_772_160
 
 
 def test_recipes_and_dispatchers():

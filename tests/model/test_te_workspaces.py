@@ -82,7 +82,14 @@ def test_the_search_answer_that_did_not_fit():
     the pp neighbour on the other node, 4 channels (one rank a node, NIC 50 GB/s), 48 +
     (4 × 3 + 2) × 2 = 76; the distributed optimizer's gradient-statistics group and the world
     barrier, 16 ranks at 8 a node, 16 × 12 + (16 × 3 + 2) × 2 = 292 each: 3,748 MiB against
-    3,120 before (5 rings × 384 + 1,152 + 48): + 628 MiB, 188,346,689,536 B."""
+    3,120 before (5 rings × 384 + 1,152 + 48): + 628 MiB, 188,346,689,536 B. Megatron-Core's
+    MoE groups (model/terms/comm_groups.py): the expert tp·ep group of the token counts'
+    all-gather, etp 2 × ep 4 = the node, 580; the tp·cp group of the auxiliary loss's token
+    counts (tp 2, apart from the tp group), 580; the MoE metrics' ring on the pp communicator
+    (2 ranks, one a node: 4 channels), 48: 4,956 MiB, 1,208 more, 189,613,369,344 B. The
+    model-parallel group Megatron-LM's train_step all-reduces over at every ZeRO stage
+    (``megatron_rings``: the tp block {0, 1} at the pp stride of 8, ranks 0, 1, 8, 9, 2 a node
+    on 2 nodes: 8 channels, 96 + (8 × 3 + 2) × 2 = 148): 5,104 MiB, 189,768,558,592 B."""
     case = Case.of("mixtral-8x7b", "B200", num_gpus=16, tp_comm_overlap="full",
                    precision="fp8", fp8_recipe="mxfp8")  # fmt: skip
     lay = Layout(dp=4, tp=2, pp=2, ep=4, etp=2, schedule="interleaved", virtual_stages=8,
@@ -95,6 +102,9 @@ def test_the_search_answer_that_did_not_fit():
     assert total == 187_688_183_808
     comms = 3 * 580 + (1_152 + 196) + (48 + 28) + 2 * 292
     assert comms == 3_748 and 5 * 384 + 1_152 + 48 == 3_120
+    moe_groups = 580 + 580 + 4 * 12
     nccl = est.peak.communicator_bytes - est.peak.userbuffer_bytes
-    assert nccl == comms * 2**20
-    assert est.peak.reserved_total_bytes == total + 628 * 2**20 == 188_346_689_536
+    assert nccl == (comms + moe_groups + 96 + 52) * 2**20 == 5_104 * 2**20
+    assert total + 628 * 2**20 == 188_346_689_536
+    assert 188_346_689_536 + 1_208 * 2**20 == 189_613_369_344
+    assert est.peak.reserved_total_bytes == 189_613_369_344 + 148 * 2**20 == 189_768_558_592

@@ -66,11 +66,14 @@ def check_per_stage_points(result, capacity_of):
 
 def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform():
     """Against memory on 2 GPUs: ε sweep by hand with per_stage_search (fresh tables each ε)
-    gives the same points; the 10 points run from the uniform full recomputation at tp 2
-    (105,073,152 B + the output layer's gather buffer, 32.65 ms) through per-stage plans (the
-    first at 121,063,936 B + that buffer, 31.21 ms:
-    tp 2, 5 of 6 layers recomputed) to the uniform 526,195,712 B plan without recomputation
-    (11.98 ms); tp 2's small collectives at the H100 curve's 1 KiB-and-up times.
+    gives the same points; the 7 points run from the uniform full recomputation over dp 2
+    (178,330,624 B of tensors, 15.73 ms) through per-stage plans of dp 2 (5, 4, … 1 of 6 layers
+    recomputed) to the uniform 526,195,712 B plan without recomputation (11.98 ms). Before
+    Megatron-LM's model-parallel group was counted (model/terms/comm_groups.py
+    ``megatron_rings``: train_step's all-reduces, every ZeRO stage) three tp 2 points led
+    (the uniform full recomputation at 105,073,152 B + the output layer's gather buffer, 32.65
+    ms, and per-stage plans from 121,063,936 B + that buffer, 31.21 ms); a tp 2 layout now
+    holds that group's ring beside its tp ring, one RING more than dp 2, so they are dominated.
 
     The loss's working set (Megatron-LM's unfused cross entropy: 2·s·V/tp beyond the kept fp32
     softmax, 16,777,216 B at tp 1; :mod:`model.loss_memory`) and the layers' backward phase (the
@@ -97,15 +100,16 @@ def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform()
         eps = value - 1
     want = non_dominated(found)
     assert [(p.value, p.step_ns, p.kind) for p in got.points] == want[::-1]  # fastest first
-    # 10 points (12 when every communicator was 32 channels × 12 MiB without set-up: the pp 2
+    # 7 points (12 when every communicator was 32 channels × 12 MiB without set-up: the pp 2
     # interleaved √n plan and its per-stage plan, 1,374,800,896 and 1,370,606,592 B then, 11.6
-    # and 15.8 MB under dp 2's full recomputation; a pp 2 layout now holds PAIR − RING = 96 MiB
-    # = 100,663,296 B more communicators than a tp 2 or dp 2 one, so both are dominated)
-    assert len(want) == 10
-    # every tp 2 or dp 2 layout holds three rings in the node (the tp or dp ring, the
-    # distributed optimizer's gradient-statistics ring over both GPUs, the world group's ring of
-    # Megatron-LM's barriers): 3 × RING = 1,452 MiB = 1,522,532,352 B beside each figure, 300 MiB
-    # more than the three 384 MiB communicators counted before
+    # and 15.8 MB under dp 2's full recomputation; a pp 2 layout holds PAIR − RING = 96 MiB
+    # = 100,663,296 B more communicators than a dp 2 one, so both are dominated; 10 before the
+    # model-parallel ring, below)
+    assert len(want) == 7
+    # every dp 2 layout holds three rings in the node (the dp ring, the distributed optimizer's
+    # gradient-statistics ring over both GPUs, the world group's ring of Megatron-LM's
+    # barriers): 3 × RING = 1,452 MiB = 1,522,532,352 B beside each figure, 300 MiB more than
+    # the three 384 MiB communicators counted before
     comm = 3 * RING
     assert comm == 1_522_532_352
     # tp 2 with sequence parallelism: the output layer's all-gather buffer on the last stage,
@@ -114,13 +118,21 @@ def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform()
     # the recomputed layer's working set holds Transformer Engine's FP32 softmax statistics
     # (softmax_lse) [a/tp, s] = 4 B × 2 heads × 8,192 = 65,536 B
     lse = 4 * 2 * 8192
-    assert want[0] == (105_007_616 + lse + gather + comm, 32_652_698, "uniform")
-    assert want[1] == (120_998_400 + lse + gather + comm, 31_209_158, "per-stage")
+    # tp 2 holds a fourth ring, the model-parallel group (tp·pp = 2 ranks, a create_group of its
+    # own): its uniform full recomputation, 32.65 ms, is larger than dp 2's, 15.73 ms
+    tp2_full = 105_007_616 + lse + gather + comm + RING
+    assert tp2_full == 2_139_310_592 > 178_330_624 + 2 * lse + comm == 1_700_994_048
+    one = tiny_case(6, 1)
+    tp2 = one.evaluate(one.layout.with_(tp=2, zero_stage=1, recompute="full"))
+    assert int(tp2.peak.total_bytes) == tp2_full and tp2.step_s * 1e9 == pytest.approx(
+        32_652_698, abs=2
+    )
     # tp 1 over dp 2, full: the recomputed layer's statistics at 4 heads, 2·lse
-    assert (178_330_624 + 2 * lse + comm, 15_734_081, "uniform") in want
+    assert want[0] == (178_330_624 + 2 * lse + comm, 15_734_081, "uniform")
+    assert [k for _, _, k in want[1:-1]] == ["per-stage"] * 5
     # tp 1 (4 heads a rank: 2·lse a layer), six layers kept whole
     assert want[-1] == (526_195_712 + 6 * 2 * lse + comm, 11_981_336, "uniform")
-    assert got.points[-1].uniform_ns == 32_652_698
+    assert got.points[-1].uniform_ns == 15_734_081
     # non-dominated: step time up, value down, strictly
     values = [p.value for p in got.points]
     steps = [p.step_ns for p in got.points]
@@ -156,8 +168,10 @@ def test_gpus_frontier_per_job_by_hand():
     NCCL's communicators (:func:`model.terms.comm_memory.comm_memory_term`, every group inside
     one 8-GPU H100 node): a dp ring holds RING on every GPU; a pipeline stage holds PAIR for its
     one neighbour at pp 2; the distributed optimizer's gradient-statistics group over every GPU
-    holds RING on each of more than one, and the world group of Megatron-LM's barriers RING more.
-    So a dp-only layout holds 3·RING on each GPU, a pp 2 one PAIR + 2·RING; 1 GPU holds none.
+    holds RING on each of more than one, and the world group of Megatron-LM's barriers RING more;
+    at pp 2 the model-parallel group Megatron-LM's train_step all-reduces over (tp·pp = 2 ranks,
+    model/terms/comm_groups.py ``megatron_rings``) RING more. So a dp-only layout holds 3·RING
+    on each GPU, a pp 2 one PAIR + 3·RING; 1 GPU holds none.
 
     By hand, the tiny model (h 256, SwiGLU 688, V 1,024, s 8,192, b 1, Megatron-Core profile):
     a layer holds 791,040 parameters (5,270,784 in all with the embedding, output layer and final
@@ -171,7 +185,7 @@ def test_gpus_frontier_per_job_by_hand():
       loss's phase, 16,777,216 B, beats the layers' backward phase 26,738,688 − 41,943,040 < 0),
       no communicator: fits without recomputing.
     * 2 GPUs: the least any layout needs is pp 2 under full recomputation, 3 + 3 layers, whose
-      first stage (2 micro-batches in flight) holds 162,647,040 B + PAIR + 2·RING > the budget (the
+      first stage (2 micro-batches in flight) holds 162,647,040 B + PAIR + 3·RING > the budget (the
       4 + 2 plan that once fitted now holds over 185.1 MB on its
       first stage: the backward working set sits on its recompute transient); so no plan.
     * 8 GPUs: dp 8 (ZeRO-1) with every layer recomputed fits; 3, 4 and 6 GPUs hold no plan.
@@ -196,7 +210,7 @@ def test_gpus_frontier_per_job_by_hand():
     two = tiny_case(6, 2)
     full = two.evaluate(two.layout.with_(zero_stage=1, recompute="full"))
     # the recomputed layer's FP32 softmax statistics 4·a·s = 131,072 B in its transient
-    assert int(full.stages[0].total_bytes) == 162_515_968 + 131_072 + PAIR + 2 * RING > BUDGET
+    assert int(full.stages[0].total_bytes) == 162_515_968 + 131_072 + PAIR + 3 * RING > BUDGET
     uniform = [(a.job.num_gpus, a.objective) for a in frontier(problem, "gpus").points]
     for value, step in uniform:
         assert staircase([(p.value, p.step_ns) for p in got.points], value) <= step
@@ -221,12 +235,12 @@ def wide_vocab_problem(gpus: tuple[int, ...], budget: float):
 
 
 def test_gpus_frontier_with_a_job_only_per_stage_plans_fit():
-    """2 and 4 GPUs at pp 2, 470 MB + a pp 2 stage's communicators (PAIR + 2·RING) per GPU: no
-    uniform layout fits on either count, and a per-stage split fits on 2 GPUs — the frontier's
-    one point, by hand. pp is held at 2: a dp 2 layout holds PAIR − RING = 96 MiB fewer
-    communicator bytes than a pp 2 one, more than the split saves over dp 2 (it fits at
-    2,053,446,656 B, under the split's 2,090,423,808), so with dp free the split would not be the
-    only fit.
+    """2 and 4 GPUs at pp 2, 470 MB + a pp 2 stage's communicators (PAIR + 3·RING: the pipeline
+    pair, the model-parallel group's ring, gradient statistics and world) per GPU: no uniform
+    layout fits on either count, and a per-stage split fits on 2 GPUs — the frontier's one
+    point, by hand. pp is held at 2: a dp 2 layout holds PAIR = 580 MiB fewer communicator
+    bytes than a pp 2 one, more than the split saves over dp 2 (it fits at 2,053,446,656 B,
+    under the split's 2,597,934,592), so with dp free the split would not be the only fit.
 
     The model (h 256, SwiGLU 688, V 8,192, s 8,192, b 1): a layer holds 791,040 parameters, the
     embedding and the output layer V·h = 2,097,152 each, the final norm 256; ZeRO-1 over dp 1
@@ -249,7 +263,7 @@ def test_gpus_frontier_with_a_job_only_per_stage_plans_fit():
       (791,040 + 2,097,152 + 256) × 18 = 51,992,064 B of state, its layer's input, the output
       layer and the loss: 467,228,160 B. Both under 470 MB.
     """
-    budget = 470e6 + PAIR + 2 * RING
+    budget = 470e6 + PAIR + 3 * RING
     problem = wide_vocab_problem((2, 4), budget)
     with pytest.raises(InfeasibleError):
         frontier(problem, "gpus")  # no uniform layout on any count
@@ -267,7 +281,7 @@ def test_gpus_frontier_with_a_job_only_per_stage_plans_fit():
     first = (5 * layer + vh) * 18 + 2 * (3 * kept + 2 * whole) + work
     last = (layer + vh + norm) * 18 + kept + output + loss
     assert (first, last) == (430_855_168, 467_228_160)
-    comm = PAIR + 2 * RING
+    comm = PAIR + 3 * RING
     assert [int(st.total_bytes) for st in point.estimate.stages] == [first + comm,
                                                                     last + comm]  # fmt: skip
     r = per_stage_search(replace(problem, jobs=problem.jobs[:1]), without_uniform=True)
