@@ -45,12 +45,27 @@ def test_the_search_no_longer_offers_the_actor_at_dp_8_for_4_rollouts(monkeypatc
     actor at dp 8, 6.01 s — a step OpenRLHF stops at the assertion. Now: the engine (tp 4) on 4
     GPUs and the actor and the reference at dp 4 on the other 4, 7.43 s; 7.445 s with the actor's
     ZeRO-2 gradients all-reduced whole (DeepSpeed's use_multi_rank_bucket_allreduce default)
-    where a reduce-scatter was counted."""
+    where a reduce-scatter was counted.
+
+    The engine's tp all-reduces (model/rollout_reduce.py) add to each engine: 4 sequences a
+    decode step, 56 all-reduces of 4 × 3,584 × 2 = 28,672 B = 1.75 × 2^14 B, on the H100 curve
+    0.95 + 0.80735 × (1.71 − 0.95) = 1.5636 GB/s; one prefill chunk of 4 × 1,024 tokens, 56 of
+    29,360,128 B = 1.75 × 2^24 B at 234.45 + 0.80735 × 61.08 = 283.763 GB/s. tp 4 (each rank
+    sends 1.5 ×): 4,096 × 56 × 27.51 µs + 56 × 155.20 µs = 6.318 s, 7.445 → 13.763 s, the same
+    answer; the refused tp 8 (1.75 ×): 4,096 × 56 × 32.09 µs + 56 × 181.07 µs = 7.371 s,
+    6.010 → 13.381 s."""
     r = search_placement(_problem(2, 2, 8))
     actor = next(o for o in r.best.options if o.role is Role.ACTOR)
     assert (actor.gpus, actor.dp) == (4, 4)
-    assert r.best.plan.step_s == pytest.approx(7.445, abs=0.001)
+    decode, prefill = 28_672 / 1.5636e9, 29_360_128 / 283.763e9  # seconds per unit share
+    tp4 = 4_096 * 56 * 1.5 * decode + 56 * 1.5 * prefill
+    tp8 = 4_096 * 56 * 1.75 * decode + 56 * 1.75 * prefill
+    assert (tp4, tp8) == (pytest.approx(6.318, abs=1e-3), pytest.approx(7.371, abs=1e-3))
+    assert r.best.plan.step_s == pytest.approx(7.445 + tp4, abs=0.001)
+    assert r.best.plan.step_s == pytest.approx(13.763, abs=0.001)
     monkeypatch.setattr(network, "check_split_count", lambda spec, role, dp: None)
     old = search_placement(_problem(2, 2, 8))
     assert next(o.dp for o in old.best.options if o.role is Role.ACTOR) == 8
-    assert old.best.plan.step_s == pytest.approx(6.010, abs=0.001)  # 5.990 s before the all-reduce
+    # 5.990 s before the DeepSpeed all-reduce, 6.010 s before the engine's tp all-reduces
+    assert old.best.plan.step_s == pytest.approx(6.010 + tp8, abs=0.001)
+    assert old.best.plan.step_s == pytest.approx(13.381, abs=0.001)

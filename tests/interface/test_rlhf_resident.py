@@ -128,8 +128,13 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     phi = 1 - 1 / 1.314
     charge = 2 * (phi - 1 / 221) * 0.529385
     assert charge == pytest.approx(0.2482, abs=1e-4)
-    assert r.best.plan.step_s == pytest.approx(5493.39 + charge, abs=0.05)
-    assert r.best.plan.step_s == pytest.approx(5493.64, abs=0.05)
+    # the engine's tp 8 all-reduces (model/rollout_reduce.py), as in test_rlhf_idle_scoring.py's
+    # GRPO 70B: 32,768 decode steps × 160 × 57.019 µs + 8 × 32 prefill chunks × 160 × 586.31 µs
+    # = 298.94 + 24.02 = 322.96 s more: 5,493.64 → 5,816.60 s, the same placement
+    ar = 32_768 * 160 * (2**22 * 1.75 / 128.73e9) + 8 * 32 * 160 * (2**27 * 1.75 / 400.61e9)
+    assert ar == pytest.approx(322.958, abs=1e-3)
+    assert r.best.plan.step_s == pytest.approx(5493.39 + charge + ar, abs=0.05)
+    assert r.best.plan.step_s == pytest.approx(5816.60, abs=0.05)
 
 
 def test_the_old_four_layout_answer_is_refused():
@@ -267,7 +272,10 @@ def test_grpo_qwen7b_on_64_h100_counts_the_sleeping_engine():
     the distributed optimizer's once-per-step dp traffic over 8 nodes, c = 0.329050 s, with the
     last micro-batch's backward; charged at φ = 1 − 1/1.314 = 0.238965 it leaves φ·c = 78.631 ms
     waiting where its last of 119 buckets, c / 119 = 2.765 ms, did
-    (model.step_time.dp_exposed_seconds): 75.9 ms more, 322.130 → 322.206 s, the same answer."""
+    (model.step_time.dp_exposed_seconds): 75.9 ms more, 322.130 → 322.206 s, the same answer.
+
+    With the engine's tp all-reduces timed (model/rollout_reduce.py) that placement takes
+    357.88 s and the answer moves to a tp 2 engine, the actor offloaded when idle: 336.12 s."""
     inp = rlhf_inputs(
         {"algorithm": "grpo", "model": "qwen2.5-7b", "reward": "rule", "gpus": 64,
          "packing": "first-fit"},
@@ -291,12 +299,20 @@ def test_grpo_qwen7b_on_64_h100_counts_the_sleeping_engine():
     assert plan.fits
     r = search_placement(p)
     assert r.status == "optimal" and r.best.colocated and r.best.plan.fits
-    actor = next(o for o in r.best.options if o.role is Role.ACTOR)
-    assert actor.offload == "none"
     charge = (1 - 1 / 1.314 - 1 / 119) * 0.329050  # the docstring's SM charge
     assert charge == pytest.approx(0.0759, abs=1e-4)
-    assert r.best.plan.step_s == pytest.approx(322.13 + charge, abs=0.05)
-    assert r.best.plan.step_s == pytest.approx(322.21, abs=0.05)
+    # the engine's tp 4 all-reduces (model/rollout_reduce.py): 16,384 decode steps × 56 ×
+    # 36.914 µs + 4 waves × 32 prefill chunks × 56 × 252.367 µs (tests/model/
+    # test_rollout_reduce.py) = 33.869 + 1.809 s on the old placement: 322.21 → 357.88 s
+    ar = 16_384 * 56 * 36.914e-6 + 4 * 32 * 56 * 252.367e-6
+    assert plan.step_s == pytest.approx(322.13 + charge + ar, abs=0.05)
+    # and the answer leaves it: engine tp 2 × dp 32 at 0.6, actor and reference dp 64 offloaded
+    # when idle, 336.12 s
+    by = {o.role: o for o in r.best.options}
+    assert (by[Role.ROLLOUT].tp, by[Role.ROLLOUT].fraction) == (2, Fraction(3, 5))
+    assert by[Role.ACTOR].offload == by[Role.REFERENCE].offload == "idle"
+    assert r.best.plan.step_s == pytest.approx(336.12, abs=0.05)
+    assert r.best.plan.step_s < plan.step_s
 
 
 def test_grpo_qwen7b_under_verl_packing_moves_off_dp64():
@@ -307,7 +323,12 @@ def test_grpo_qwen7b_under_verl_packing_moves_off_dp64():
     tp 2 for the actor and the reference: 334.9 s (334.94 s; 334.99 s with NCCL's SM charge, on
     by default: the actor's update, dp 32 over 8 nodes, overlaps the distributed
     optimizer's c = 0.200219 s of once-per-step dp traffic, charged φ·c = 0.238965 × c =
-    47.845 ms where its last of 96 buckets, c / 96 = 2.086 ms, waited: 45.8 ms more)."""
+    47.845 ms where its last of 96 buckets, c / 96 = 2.086 ms, waited: 45.8 ms more).
+
+    With the engine's tp all-reduces timed (model/rollout_reduce.py; +35.68 s for a tp 4 engine,
+    tests/model/test_rollout_reduce.py) the answer is instead the rlhf guide's: engine tp 1 ×
+    dp 64 at 0.7 with no all-reduce, the actor and the reference at dp 64 × tp 1 offloaded when
+    idle, 343.00 s."""
     inp = rlhf_inputs(
         {"algorithm": "grpo", "model": "qwen2.5-7b", "reward": "rule", "gpus": 64},
         placement=False,
@@ -331,12 +352,15 @@ def test_grpo_qwen7b_under_verl_packing_moves_off_dp64():
     assert not plan.fits and plan.pools[0].peak_bytes[1] > CAPACITY
     r = search_placement(p)
     assert r.status == "optimal" and r.best.plan.fits
-    tps = {o.role: o.tp for o in r.best.options}
-    assert tps[Role.ACTOR] == 2 and tps[Role.REFERENCE] == 2
-    charge = (1 - 1 / 1.314 - 1 / 96) * 0.200219  # the docstring's SM charge
-    assert charge == pytest.approx(0.0458, abs=1e-4)
-    assert r.best.plan.step_s == pytest.approx(334.94 + charge, abs=0.05)
-    assert r.best.plan.step_s == pytest.approx(334.99, abs=0.05)
+    by = {o.role: o for o in r.best.options}
+    assert (by[Role.ROLLOUT].tp, by[Role.ROLLOUT].dp, by[Role.ROLLOUT].fraction) == (
+        1,
+        64,
+        Fraction(7, 10),
+    )
+    assert by[Role.ACTOR].tp == by[Role.REFERENCE].tp == 1
+    assert by[Role.ACTOR].offload == by[Role.REFERENCE].offload == "idle"
+    assert r.best.plan.step_s == pytest.approx(343.00, abs=0.05)
 
 
 def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
@@ -353,6 +377,14 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     and the engine do not fit on one pool, so the answer splits: pool 0 the engine (tp 8), the
     actor (optimizer offloaded) and the reference; pool 1 the critic and the reward model, all at
     dp 8 — 3,408.4 s.
+
+    With the engine's tp all-reduces timed (model/rollout_reduce.py) the engine runs tp 4 × dp 2
+    instead, 128 sequences at once (its KV space at 0.3): 64 waves of 4,096 decode steps, each
+    64 all-reduces of 128 × 4,096 × 2 = 2^20 B (43.70 GB/s on the H100 curve, each rank sending
+    1.5 ×: 35.99 µs), 603.85 s, and 64 waves × 16 prefill chunks × 64 × 278.24 µs (2^26 B at
+    361.78 GB/s) = 18.24 s: 622.09 s on its 1,394.66 s. The tp 8 × dp 1 engine (256 at once)
+    would add 262,144 × 64 × 44.79 µs (2^21 B at 81.93 GB/s, 1.75 ×) + 64 × 32 × 64 × 324.62
+    µs = 794.08 s to its 1,237.53 s. Rollout 1,237.53 → 2,016.74 s; step 3,408.4 → 4,187.7 s.
 
     Pool 0: three processes, two beyond the reserve's: 2 × 700,186,624 = 1,400,373,248 B;
     resident: the engine at tp 8 (PyNccl's ring and the all-gather ring, a node's 24 channels ×
@@ -391,7 +423,16 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     assert costs[Role.REFERENCE].held_bytes == 2 * 8_030_261_248 == 16_060_522_496
     held = 2_659_188_736 + 1_400_373_248 + 16_060_522_496 + costs[Role.ACTOR].held_bytes
     assert pool0.held_bytes == held == 53_291_802_624
-    assert r.best.plan.step_s == pytest.approx(3408.4, abs=0.05)
+    # the engine's tp all-reduces (model/rollout_reduce.py; 2 · 32 = 64 a forward) move it from
+    # tp 8 × dp 1 to tp 4 × dp 2 (docstring): its rollout 1,237.53 → 2,016.74 s
+    tp4 = 262_144 * 64 * (2**20 * 1.5 / 43.70e9) + 64 * 16 * 64 * (2**26 * 1.5 / 361.78e9)
+    tp8 = 262_144 * 64 * (2**21 * 1.75 / 81.93e9) + 64 * 32 * 64 * (2**26 * 1.75 / 361.78e9)
+    assert (tp4, tp8) == (pytest.approx(622.09, abs=0.01), pytest.approx(794.08, abs=0.01))
+    assert 1322.66 + 71.92 + 0.08 + tp4 < 1165.57 + 71.92 + 0.04 + tp8
+    engine = costs[Role.ROLLOUT].option
+    assert (engine.tp, engine.dp, engine.fraction) == (4, 2, Fraction(3, 10))
+    assert r.best.plan.step_s == pytest.approx(3408.44 - 1237.53 + 2016.74, abs=0.05)
+    assert r.best.plan.step_s == pytest.approx(4187.66, abs=0.05)
     for role in (Role.REFERENCE, Role.REWARD):
         with pytest.raises(LayoutError, match="only ZeRO-3"):
             cost_of(p, RoleOption(role, 16, 16, 1, 1, "idle"))

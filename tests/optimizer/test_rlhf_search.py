@@ -131,21 +131,21 @@ def test_scoring_roles_keep_the_actors_split(monkeypatch):
     10, 13 rollouts, 16,640. OpenRLHF splits once, at the actor's dp, for every scoring role, so
     a reference and a reward model on 1-GPU pools beside an actor on 2 GPUs would each run
     16,640-token forwards while their options are costed at 15,360: that placement is refused
-    (compose, the oracle, CP-SAT), which costs this problem 908,140,859 − 893,883,653 ns a step (the actor's
-    ZeRO-2 gradients all-reduced, DeepSpeed's use_multi_rank_bucket_allreduce; on 8 GiB without
-    NCCL's channel set-up 908,535,510 − 894,278,304, and 908,012,142 − 893,754,936 with a
-    reduce-scatter); CP-SAT still equals the oracle. On 9 GiB: at 8 GiB, with NCCL's channel
-    set-up counted by default (196 MiB a communicator in this node, model/terms/comm_memory.py),
-    the actor no longer fits on 2 GPUs beside the scoring roles and the case leaves its regime
-    (every scoring role at dp 1). At 9 GiB the actor's training options, which the memory
-    decides, are 394,651 ns a step faster than at 8 GiB without the set-up: the difference the refusal costs is
-    unchanged, 14,257,206 ns."""
+    (compose, the oracle, CP-SAT), which costs this problem 908,535,510 − 894,278,304 ns a step (the
+    actor's ZeRO-2 gradients all-reduced, DeepSpeed's use_multi_rank_bucket_allreduce; 908,012,142
+    − 893,754,936 with a reduce-scatter); CP-SAT still equals the oracle. On 9 GiB: at 8 GiB, with
+    NCCL's channel set-up counted by default (196 MiB a communicator in this node,
+    model/terms/comm_memory.py), the actor no longer fits on 2 GPUs beside the scoring roles and
+    the case leaves its regime (every scoring role at dp 1). At 9 GiB the engine runs tp 1 × dp 2:
+    its tp 2 × dp 1 option, 394,651 ns a step faster (908,140,859) before the engine's tp
+    all-reduces were timed (model/rollout_reduce.py), now pays 2·L of them per decode step and
+    prefill chunk; the difference the refusal costs is unchanged, 14,257,206 ns."""
     assert split_peak_tokens(128, 16_384, 1_280, None, 1) == 12 * 1_280 == 15_360
     assert split_peak_tokens(128, 16_384, 1_280, None, 2) == 13 * 1_280 == 16_640
     problem = _small(9, "grpo", "model", 0, framework="deepspeed")
     _check(problem)
     best = search_placement(problem).best
-    assert best.objective_ns == 908_140_859
+    assert best.objective_ns == 908_535_510
     assert {c.split_tokens for c in best.plan.costs if c.option.role != Role.ROLLOUT} == {16_640}
     tables = build_tables(problem)
     by = {c.option.role: c for c in best.plan.costs}
@@ -157,8 +157,8 @@ def test_scoring_roles_keep_the_actors_split(monkeypatch):
     with pytest.raises(InputError, match="actor's dp 2 .* reference at dp 1 would be counted"):
         placement_plan(problem, costs, slots)
     monkeypatch.setattr(search, "split_refusal", lambda costs: None)
-    assert objective_ns(problem, costs, slots) == 893_883_653
-    assert 908_140_859 - 893_883_653 == 908_535_510 - 894_278_304 == 14_257_206
+    assert objective_ns(problem, costs, slots) == 894_278_304
+    assert 908_535_510 - 894_278_304 == 14_257_206
 
 
 @pytest.mark.parametrize("framework", ["deepspeed", "megatron"])
