@@ -62,7 +62,8 @@ Sources, term by term:
   engine waits for it), a wave decodes as many steps as the longest, reading the weights every
   step, while the tokens it generates stay those of mean-length rollouts — on average
   ``c·mean/max`` sequences live at each step (a uniform thinning of the batch; the lengths'
-  distribution is not modelled).
+  distribution is not modelled). A tp > 1 engine adds its all-reduces to every prefill chunk
+  and decode step, not overlapped (:mod:`model.rollout_reduce`).
 * **Weight sync**: the updated policy's BF16 weights reach each engine GPU (``2·N/tp`` bytes)
   over the link between the training and the rollout ranks.
 """
@@ -76,6 +77,7 @@ from fractions import Fraction
 from functools import partial
 
 from trainplan.model.errors import InputError, LayoutError
+from trainplan.model.rollout_reduce import wave_reduce_seconds
 from trainplan.model.specs import Architecture
 
 __all__ = [
@@ -265,6 +267,9 @@ class RolloutTime:
     memory_bound_steps: int
     """Decode steps bound by HBM reads (of ``waves × completion tokens``)."""
     total_steps: int
+    all_reduce_s: float = 0.0
+    """The engine's tp all-reduces, inside ``prefill_s`` and ``decode_s``
+    (:mod:`model.rollout_reduce`)."""
 
     @property
     def total_s(self) -> float:
@@ -399,6 +404,24 @@ def all_waves(
     return prefill, decode, bound, full + (1 if rest else 0)
 
 
+def _all_reduces(
+    tp_reduce: Callable[[Fraction], float] | None,
+    sequences: int,
+    concurrent: int,
+    prompt_tokens: int,
+    completion_tokens: int,
+    steps: int,
+) -> tuple[Fraction, Fraction]:
+    """(prefill, decode) seconds of the tp all-reduces of every wave
+    (:func:`model.rollout_reduce.wave_reduce_seconds`); none without ``tp_reduce``."""
+    if tp_reduce is None:
+        return Fraction(0), Fraction(0)
+    reduce = partial(wave_reduce_seconds, forward=tp_reduce, prompt_tokens=prompt_tokens,
+                     completion_tokens=completion_tokens, steps=steps)  # fmt: skip
+    prefill, decode, _, _ = all_waves(sequences, concurrent, lambda c: (*reduce(c), 0))
+    return prefill, decode
+
+
 def rollout_time(
     *,
     active_params: int,
@@ -416,13 +439,16 @@ def rollout_time(
     sync_bytes: Fraction = Fraction(0),
     sync_bytes_per_s: float | None = None,
     max_completion_tokens: int | None = None,
+    tp_reduce: Callable[[Fraction], float] | None = None,
 ) -> RolloutTime:
     """Seconds for one engine replica (``tp`` GPUs) to generate ``sequences_per_replica``
     rollouts, ``concurrent`` at a time: equal waves of ``concurrent`` sequences and one of the
     rest, each :func:`wave_seconds` at ``peak × kernel_efficiency`` and ``hbm ×
     bandwidth_efficiency``, decoding ``max_completion_tokens`` steps when given (T_max > Tc: a
     wave holds ``c·Tc/T_max`` sequences live on average, the module docstring). Weight sync:
-    ``sync_bytes`` at ``sync_bytes_per_s`` (0 when no bandwidth is given).
+    ``sync_bytes`` at ``sync_bytes_per_s`` (0 when no bandwidth is given). ``tp_reduce``: one
+    forward's tp all-reduces (:func:`model.rollout_reduce.forward_reduce`), added to every
+    prefill chunk and decode step (:func:`model.rollout_reduce.wave_reduce_seconds`).
 
     Raises
     ------
@@ -443,18 +469,15 @@ def rollout_time(
     longest = check_rollout(
         concurrent, hbm_bytes_per_s, bandwidth_efficiency, completion_tokens, max_completion_tokens
     )
-    wave = partial(
-        wave_seconds,
-        active_params=active_params,
-        weights_bytes=weights_bytes,
-        kv_per_token_bytes=kv_per_token_bytes,
-        prompt_tokens=prompt_tokens,
-        completion_tokens=completion_tokens,
-        steps=longest,
-        tp=tp,
-        flops_per_s=Fraction(peak_flops_per_s) * Fraction(kernel_efficiency),
-        bytes_per_s=Fraction(hbm_bytes_per_s) * Fraction(bandwidth_efficiency),
-    )
+    wave = partial(wave_seconds, active_params=active_params, weights_bytes=weights_bytes,
+                   kv_per_token_bytes=kv_per_token_bytes, prompt_tokens=prompt_tokens,
+                   completion_tokens=completion_tokens, steps=longest, tp=tp,
+                   flops_per_s=Fraction(peak_flops_per_s) * Fraction(kernel_efficiency),
+                   bytes_per_s=Fraction(hbm_bytes_per_s) * Fraction(bandwidth_efficiency))  # fmt: skip
     prefill, decode, bound, waves = all_waves(sequences_per_replica, concurrent, wave)
+    per_wave = (sequences_per_replica, concurrent, prompt_tokens, completion_tokens, longest)
+    ar_prefill, ar_decode = _all_reduces(tp_reduce if tp > 1 else None, *per_wave)
     sync = sync_bytes / Fraction(sync_bytes_per_s) if sync_bytes and sync_bytes_per_s else 0
-    return RolloutTime(float(prefill), float(decode), float(sync), waves, bound, waves * longest)
+    seconds = (prefill + ar_prefill, decode + ar_decode, sync, ar_prefill + ar_decode)
+    prefill_s, decode_s, sync_s, reduce_s = map(float, seconds)
+    return RolloutTime(prefill_s, decode_s, sync_s, waves, bound, waves * longest, reduce_s)

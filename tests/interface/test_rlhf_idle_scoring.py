@@ -79,7 +79,13 @@ def test_the_searched_70b_plan_scores_at_29_gb_not_77():
     (model/terms/comm_groups.py ``megatron_rings``; the roles' layout tp 4 × pp 2: the tp block
     of 4 at the pp stride of 32, 4 ranks a node on 2 nodes, 16 channels, 192 + 100 = 292 MiB)
     adds 306,184,192 B to the roles' set: 2,935,750,656 → 3,241,934,848 B held, peak
-    28,456,271,872 → 28,762,456,064 B; the step does not move."""
+    28,456,271,872 → 28,762,456,064 B; the step does not move.
+
+    The engine's tp all-reduces (model/rollout_reduce.py; vLLM RowParallelLinear, 2·80 = 160 a
+    forward over tp 8) add to its rollout: 32,768 decode steps × 160 × 57.019 µs (256 tokens ×
+    8,192 × 2 B = 2^22 B at the curve's 128.73 GB/s, each rank sending 1.75 × it) = 298.94 s,
+    and 8 waves × 32 prefill chunks of 8,192 tokens × 160 × 586.31 µs (2^27 B at 400.61 GB/s) =
+    24.02 s: 3,027.39 → 3,350.35 s, the same placement."""
     r = search_placement(_problem())
     (pool,) = r.best.plan.pools
     assert 12 * 20_480 * 128_256 // 4 == 7_880_048_640
@@ -93,8 +99,11 @@ def test_the_searched_70b_plan_scores_at_29_gb_not_77():
     assert pool.peak_bytes[1] == 28_456_271_872 + mp == 28_762_456_064
     charge = (1 - 1 / 1.314 - 1 / 221) * 0.529385
     assert charge == pytest.approx(0.1241, abs=1e-4)
-    assert r.best.plan.step_s == pytest.approx(3027.27 + charge, abs=0.05)
-    assert r.best.plan.step_s == pytest.approx(3027.39, abs=0.05)
+    decode = 32_768 * 160 * (2**22 * 1.75 / 128.73e9)
+    prefill = 8 * 32 * 160 * (2**27 * 1.75 / 400.61e9)
+    assert (decode, prefill) == (pytest.approx(298.943, abs=1e-3), pytest.approx(24.015, abs=1e-3))
+    assert r.best.plan.step_s == pytest.approx(3027.27 + charge + decode + prefill, abs=0.05)
+    assert r.best.plan.step_s == pytest.approx(3350.35, abs=0.05)
 
 
 def test_the_megatron_critic_brings_back_its_gradient_buffers_too():

@@ -44,17 +44,33 @@ def test_the_search_no_longer_offers_the_actor_at_dp_8_for_4_rollouts(monkeypatc
     """4 rollouts on 8 H100: the old answer (the rule patched out) was everything colocated, the
     actor at dp 8, 6.01 s — a step OpenRLHF stops at the assertion. Now the actor is at dp 4,
     with CPU Adam: the engine (tp 4, fraction 0.3), the actor and the reference on 4 GPUs
-    (OpenRLHF's --train.colocate_all), rollout 4.914 + scoring 0.987 + training 2.876 = 8.777 s;
-    the engine alone on 4 GPUs and the actor and the reference on the other 4 take the same
-    8.777 s (each pool works alone in its phases). It was 7.445 s with the engine beside the
-    actor alone, counted asleep, and the reference on GPUs of its own: a pool OpenRLHF does not
-    make (model/rlhf/split.py pool_refusal)."""
+    (OpenRLHF's --train.colocate_all); the engine alone on 4 GPUs and the actor and the
+    reference on the other 4 take the same time (each pool works alone in its phases).
+    7.445 s → 8.777 s (rollout 4.914 + scoring 0.987 + training 2.876; OpenRLHF's pools, rlhfds:
+    7.445 s put the engine beside the actor alone, counted asleep, and the reference on GPUs of
+    its own, a pool OpenRLHF does not make, model/rlhf/split.py pool_refusal) → 15.095 s (+ the
+    engine's tp all-reduces, model/rollout_reduce.py, rollouttp: rollout 4.914 + 6.318 = 11.232).
+
+    The all-reduces: 4 sequences a decode step, 56 all-reduces of 4 × 3,584 × 2 = 28,672 B =
+    1.75 × 2^14 B, on the H100 curve 0.95 + 0.80735 × (1.71 − 0.95) = 1.5636 GB/s; one prefill
+    chunk of 4 × 1,024 tokens, 56 of 29,360,128 B = 1.75 × 2^24 B at 234.45 + 0.80735 × 61.08 =
+    283.763 GB/s. tp 4 (each rank sends 1.5 ×): 4,096 × 56 × 27.51 µs + 56 × 155.20 µs =
+    6.309 + 0.009 = 6.318 s, so 4.914 + 6.318 + 0.987 + 2.876 = 15.095 s, the same placement;
+    the refused tp 8 (1.75 ×): 4,096 × 56 × 32.09 µs + 56 × 181.07 µs = 7.371 s,
+    6.010 → 13.381 s."""
     r = search_placement(_problem(2, 2, 8))
     actor = next(o for o in r.best.options if o.role is Role.ACTOR)
     assert (actor.gpus, actor.dp, actor.offload) == (4, 4, "optimizer")
-    assert r.best.plan.step_s == pytest.approx(4.914 + 0.987 + 2.876, abs=0.001)
-    assert r.best.objective_ns == r.split.objective_ns == 8_776_995_275
+    decode, prefill = 28_672 / 1.5636e9, 29_360_128 / 283.763e9  # seconds per unit share
+    tp4 = 4_096 * 56 * 1.5 * decode + 56 * 1.5 * prefill
+    tp8 = 4_096 * 56 * 1.75 * decode + 56 * 1.75 * prefill
+    assert (tp4, tp8) == (pytest.approx(6.318, abs=1e-3), pytest.approx(7.371, abs=1e-3))
+    assert r.best.plan.phase_s == pytest.approx((4.914 + tp4, 0.987, 2.876), abs=0.001)
+    assert r.best.plan.step_s == pytest.approx(4.914 + tp4 + 0.987 + 2.876, abs=0.001)
+    assert r.best.objective_ns == r.split.objective_ns == 15_094_888_175
     monkeypatch.setattr(network, "check_split_count", lambda spec, role, dp: None)
     old = search_placement(_problem(2, 2, 8))
     assert next(o.dp for o in old.best.options if o.role is Role.ACTOR) == 8
-    assert old.best.plan.step_s == pytest.approx(6.010, abs=0.001)  # 5.990 s before the all-reduce
+    # 5.990 s before the DeepSpeed all-reduce, 6.010 s before the engine's tp all-reduces
+    assert old.best.plan.step_s == pytest.approx(6.010 + tp8, abs=0.001)
+    assert old.best.plan.step_s == pytest.approx(13.381, abs=0.001)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+import pytest
+
 from trainplan.interface.rlhf.faithful import evaluate_placement, rlhf_inputs
 from trainplan.model.frameworks import Framework
 from trainplan.model.rlhf.spec import Role, default_fraction
@@ -29,11 +31,18 @@ def test_deepspeed_engine_takes_openrlhfs_095_by_default():
     = 80,766,618,828.8 B (80.77 GB; was 0.5 × = 42.51 GB). The pool needs 131.33 GB in the rollout
     (was 93.07 GB: DOES NOT FIT either way); the step 343.1 → 333.7 s (more KV space, more
     sequences decoded at once), 333.8 s with the actor's ZeRO-2 gradients all-reduced whole
-    (DeepSpeed's use_multi_rank_bucket_allreduce default)."""
+    (DeepSpeed's use_multi_rank_bucket_allreduce default). The engine's tp all-reduces
+    (model/rollout_reduce.py; its tp 2 × dp 32, 512 rollouts a replica, 256 at once: 2 waves)
+    add 8,192 decode steps × 56 × 24.609 µs (1,835,008 B at the H100 curve's 74.565 GB/s, each
+    rank sending it once) = 11.290 s and 2 × 32 prefill chunks × 56 × 168.245 µs (58,720,256 B
+    at 349.017 GB/s) = 0.603 s: 333.8 → 345.7 s."""
     eng, plan = _engine("deepspeed")
     assert eng.option.fraction == Fraction(19, 20) == default_fraction(False, Framework.DEEPSPEED)
     assert eng.budget_bytes == Fraction(19, 20) * HBM
-    assert not plan.fits and round(float(plan.step_s), 1) == 333.8
+    ar = 8_192 * 56 * 1_835_008 / 74.565e9 + 2 * 32 * 56 * 58_720_256 / 349.017e9
+    assert ar == pytest.approx(11.893, abs=1e-3) and (eng.option.tp, eng.option.dp) == (2, 32)
+    assert not plan.fits and float(plan.step_s) == pytest.approx(333.775 + ar, abs=1e-3)
+    assert round(float(plan.step_s), 1) == 345.7
     split, _ = _engine("deepspeed", rollout_gpus=16)
     assert split.option.fraction == Fraction(19, 20)
     verl, _ = _engine("megatron")

@@ -67,30 +67,47 @@ def test_the_engine_beside_the_actor_alone_is_refused(monkeypatch):
 
 
 def test_the_16_gpu_answer_is_the_best_pools_openrlhf_makes():
-    """The same search now answers 3,313.8 s (was 2,653.5 s, 24.9 % faster than anything
-    OpenRLHF can launch; the review's "best split" was this 3,313.8 s): the engine alone on 4 GPUs
-    (tp 4, fraction 0.3), the actor (CPU Adam) and the reference on 8 (``colocate_actor_ref``),
-    the reward model on 4; rollout 1,319.877 + scoring 674.157 + training 1,319.784 s. Nothing
-    fits with every role on the 16 GPUs (``colocate_all``). The engine's pool holds, in every
-    phase, its tp-4 communicators (629,145,600 B) and the model-update ring (301,989,888 B):
-    931,135,488 B; with its awake bytes, 931,135,488 + 25,203,258,163.2 = 26,134,393,651.2 B in
-    scoring and training, and in the rollout the largest parameter received whole, the embedding
-    152,064 × 3,584 × 2 = 1,089,994,752 B, more: 27,224,388,403.2 B."""
+    """The same search answered 3,313.8 s (was 2,653.5 s, 24.9 % faster than anything OpenRLHF
+    can launch; the review's "best split" was this 3,313.8 s): the engine alone on 4 GPUs (tp 4,
+    fraction 0.3), the actor (CPU Adam) and the reference on 8 (``colocate_actor_ref``), the
+    reward model on 4; rollout 1,319.877 + scoring 674.157 + training 1,319.784 s. Nothing fits
+    with every role on the 16 GPUs (``colocate_all``).
+
+    With the engine's tp all-reduces timed (model/rollout_reduce.py) the pools stay and the
+    engine runs tp 1 × dp 4 at 0.9 instead: 3,313.8 s (OpenRLHF's pools, rlhfds) → 3,388.5 s
+    (+ the all-reduces). The tp 4 engine (256 sequences at once, 64 waves of 4,096 steps) now
+    pays 262,144 steps × 56 all-reduces × 36.914 µs (256 × 3,584 × 2 = 1,835,008 B) + 64 × 32
+    prefill chunks × 56 × 252.367 µs = 541.90 + 28.94 = 570.85 s: 1,319.877 → 1,890.72 s; the tp
+    1 engine (208 at once, its KV space at 0.9) pays none, 1,394.574 s, and takes its place:
+    1,394.574 + 674.157 + 1,319.784 = 3,388.514 s.
+
+    The engine's pool holds, in every phase, the model-update ring (301,989,888 B) and no tp
+    communicators (tp 1; at tp 4 629,145,600 B more); with its awake bytes, the whole budget
+    (nothing of it is a communicator at tp 1) 0.9 × 85,017,493,504 = 76,515,744,153.6 B,
+    76,817,734,041.6 B in scoring and training, and in the rollout the largest parameter
+    received whole, the embedding 152,064 × 3,584 × 2 = 1,089,994,752 B, more:
+    77,907,728,793.6 B."""
     r = search_placement(_problem())
     assert r.status == "optimal" and r.colocated is None
-    assert r.best.objective_ns == r.split.objective_ns == 3_313_817_129_907
+    assert r.best.objective_ns == r.split.objective_ns == 3_388_513_709_455
     assert [q.roles for q in r.best.plan.pools] == [
         ("rollout",),
         ("actor", "reference"),
         ("reward",),
     ]
     assert [q.gpus for q in r.best.plan.pools] == [4, 8, 4]
+    option = next(c.option for c in r.best.plan.costs if c.option.role is Role.ROLLOUT)
+    assert (option.tp, option.dp, option.fraction) == (1, 4, Fraction(9, 10))
+    old = cost_of(_problem(), RoleOption(Role.ROLLOUT, 4, 1, 4, 1, "none", Fraction(3, 10)))
+    reduces = 262_144 * 56 * 36.914e-6 + 64 * 32 * 56 * 252.367e-6
+    assert reduces == pytest.approx(570.85, abs=0.01)
+    assert old.rollout_s == pytest.approx(1_319.877 + reduces, abs=0.01)
     engine = r.best.plan.pools[0]
-    assert engine.held_bytes == 629_145_600 + RING == 931_135_488
-    awake = 931_135_488 + Fraction(126_016_290_816, 5)
+    assert engine.held_bytes == RING == 301_989_888
+    awake = RING + Fraction(9, 10) * HBM
     assert engine.peak_bytes == (awake + 152_064 * 3_584 * 2, awake, awake)
-    assert awake == Fraction(130_671_968_256, 5)
-    assert [round(s, 3) for s in r.best.plan.phase_s] == [1_319.877, 674.157, 1_319.784]
+    assert awake == Fraction(384_088_670_208, 5)
+    assert [round(s, 3) for s in r.best.plan.phase_s] == [1_394.574, 674.157, 1_319.784]
 
 
 def test_openrlhfs_pools_by_step():

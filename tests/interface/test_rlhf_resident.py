@@ -135,8 +135,13 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     phi = 1 - 1 / 1.314
     charge = 2 * (phi - 1 / 221) * 0.529385
     assert charge == pytest.approx(0.2482, abs=1e-4)
-    assert r.best.plan.step_s == pytest.approx(5493.39 + charge, abs=0.05)
-    assert r.best.plan.step_s == pytest.approx(5493.64, abs=0.05)
+    # the engine's tp 8 all-reduces (model/rollout_reduce.py), as in test_rlhf_idle_scoring.py's
+    # GRPO 70B: 32,768 decode steps × 160 × 57.019 µs + 8 × 32 prefill chunks × 160 × 586.31 µs
+    # = 298.94 + 24.02 = 322.96 s more: 5,493.64 → 5,816.60 s, the same placement
+    ar = 32_768 * 160 * (2**22 * 1.75 / 128.73e9) + 8 * 32 * 160 * (2**27 * 1.75 / 400.61e9)
+    assert ar == pytest.approx(322.958, abs=1e-3)
+    assert r.best.plan.step_s == pytest.approx(5493.39 + charge + ar, abs=0.05)
+    assert r.best.plan.step_s == pytest.approx(5816.60, abs=0.05)
 
 
 def test_the_old_four_layout_answer_is_refused():
@@ -281,7 +286,10 @@ def test_grpo_qwen7b_on_64_h100_counts_the_sleeping_engine():
     the distributed optimizer's once-per-step dp traffic over 8 nodes, c = 0.329050 s, with the
     last micro-batch's backward; charged at φ = 1 − 1/1.314 = 0.238965 it leaves φ·c = 78.631 ms
     waiting where its last of 119 buckets, c / 119 = 2.765 ms, did
-    (model.step_time.dp_exposed_seconds): 75.9 ms more, 322.130 → 322.206 s, the same answer."""
+    (model.step_time.dp_exposed_seconds): 75.9 ms more, 322.130 → 322.206 s, the same answer.
+
+    With the engine's tp all-reduces timed (model/rollout_reduce.py) that placement takes
+    357.88 s and the answer moves to a tp 2 engine, the actor offloaded when idle: 336.12 s."""
     inp = rlhf_inputs(
         {"algorithm": "grpo", "model": "qwen2.5-7b", "reward": "rule", "gpus": 64,
          "packing": "first-fit"},
@@ -305,12 +313,20 @@ def test_grpo_qwen7b_on_64_h100_counts_the_sleeping_engine():
     assert plan.fits
     r = search_placement(p)
     assert r.status == "optimal" and r.best.colocated and r.best.plan.fits
-    actor = next(o for o in r.best.options if o.role is Role.ACTOR)
-    assert actor.offload == "none"
     charge = (1 - 1 / 1.314 - 1 / 119) * 0.329050  # the docstring's SM charge
     assert charge == pytest.approx(0.0759, abs=1e-4)
-    assert r.best.plan.step_s == pytest.approx(322.13 + charge, abs=0.05)
-    assert r.best.plan.step_s == pytest.approx(322.21, abs=0.05)
+    # the engine's tp 4 all-reduces (model/rollout_reduce.py): 16,384 decode steps × 56 ×
+    # 36.914 µs + 4 waves × 32 prefill chunks × 56 × 252.367 µs (tests/model/
+    # test_rollout_reduce.py) = 33.869 + 1.809 s on the old placement: 322.21 → 357.88 s
+    ar = 16_384 * 56 * 36.914e-6 + 4 * 32 * 56 * 252.367e-6
+    assert plan.step_s == pytest.approx(322.13 + charge + ar, abs=0.05)
+    # and the answer leaves it: engine tp 2 × dp 32 at 0.6, actor and reference dp 64 offloaded
+    # when idle, 336.12 s
+    by = {o.role: o for o in r.best.options}
+    assert (by[Role.ROLLOUT].tp, by[Role.ROLLOUT].fraction) == (2, Fraction(3, 5))
+    assert by[Role.ACTOR].offload == by[Role.REFERENCE].offload == "idle"
+    assert r.best.plan.step_s == pytest.approx(336.12, abs=0.05)
+    assert r.best.plan.step_s < plan.step_s
 
 
 def test_grpo_qwen7b_under_verl_packing_moves_off_dp64():
@@ -321,7 +337,12 @@ def test_grpo_qwen7b_under_verl_packing_moves_off_dp64():
     tp 2 for the actor and the reference: 334.9 s (334.94 s; 334.99 s with NCCL's SM charge, on
     by default: the actor's update, dp 32 over 8 nodes, overlaps the distributed
     optimizer's c = 0.200219 s of once-per-step dp traffic, charged φ·c = 0.238965 × c =
-    47.845 ms where its last of 96 buckets, c / 96 = 2.086 ms, waited: 45.8 ms more)."""
+    47.845 ms where its last of 96 buckets, c / 96 = 2.086 ms, waited: 45.8 ms more).
+
+    With the engine's tp all-reduces timed (model/rollout_reduce.py; +35.68 s for a tp 4 engine,
+    tests/model/test_rollout_reduce.py) the answer is instead the rlhf guide's: engine tp 1 ×
+    dp 64 at 0.7 with no all-reduce, the actor and the reference at dp 64 × tp 1 offloaded when
+    idle, 343.00 s."""
     inp = rlhf_inputs(
         {"algorithm": "grpo", "model": "qwen2.5-7b", "reward": "rule", "gpus": 64},
         placement=False,
@@ -345,12 +366,15 @@ def test_grpo_qwen7b_under_verl_packing_moves_off_dp64():
     assert not plan.fits and plan.pools[0].peak_bytes[1] > CAPACITY
     r = search_placement(p)
     assert r.status == "optimal" and r.best.plan.fits
-    tps = {o.role: o.tp for o in r.best.options}
-    assert tps[Role.ACTOR] == 2 and tps[Role.REFERENCE] == 2
-    charge = (1 - 1 / 1.314 - 1 / 96) * 0.200219  # the docstring's SM charge
-    assert charge == pytest.approx(0.0458, abs=1e-4)
-    assert r.best.plan.step_s == pytest.approx(334.94 + charge, abs=0.05)
-    assert r.best.plan.step_s == pytest.approx(334.99, abs=0.05)
+    by = {o.role: o for o in r.best.options}
+    assert (by[Role.ROLLOUT].tp, by[Role.ROLLOUT].dp, by[Role.ROLLOUT].fraction) == (
+        1,
+        64,
+        Fraction(7, 10),
+    )
+    assert by[Role.ACTOR].tp == by[Role.REFERENCE].tp == 1
+    assert by[Role.ACTOR].offload == by[Role.REFERENCE].offload == "idle"
+    assert r.best.plan.step_s == pytest.approx(343.00, abs=0.05)
 
 
 def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
@@ -365,13 +389,31 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     (:func:`model.rlhf.roles.training_tp_limit`), ZeRO-1 keeps the BF16 weights whole, and a
     frozen role cannot be offloaded below ZeRO-3 (:mod:`model.rlhf.openrlhf`): the four models
     and the engine do not fit on one pool, so the answer splits, into OpenRLHF's pools
-    (:func:`model.rlhf.split.pool_refusal`): the engine alone (tp 8, awake), the actor and the
+    (:func:`model.rlhf.split.pool_refusal`): the engine alone (awake), the actor and the
     reference (``--train.colocate_actor_ref``), the critic and the reward model
     (``--train.colocate_critic_reward``), each pair at dp 4, the actor and the critic with CPU
-    Adam — 5,579.2 s. It was 3,408.4 s with the engine, the actor and the reference on one pool
-    and the engine counted asleep there, a pool OpenRLHF does not make (review-g HIGH-1).
+    Adam — 5,579.2 s with the engine at tp 8 × dp 1, 5,767.1 s at tp 2 × dp 4 once its tp
+    all-reduces are timed (below). It was 3,408.4 s with the engine, the actor and the reference
+    on one pool and the engine counted asleep there, a pool OpenRLHF does not make (review-g
+    HIGH-1).
 
-    Pool 0, the engine alone: one process, none beyond; resident: the engine at tp 8 (PyNccl's
+    With the engine's tp all-reduces timed (model/rollout_reduce.py, rollouttp) the engine alone
+    runs tp 2 × dp 4 at 0.9 instead, 204 sequences at once (its KV space), 4,096 rollouts a
+    replica in 20 waves of 204 and one of 16 (Tp 1,024, Tc 4,096), 1,286.71 s without the
+    all-reduces, plus 64 all-reduces a forward (2 · 32 layers), each rank sending 2(2 − 1)/2 =
+    1 × S on the H100 curve: decode 20 × 4,096 × 64 × 24.078 µs (204 × 4,096 × 2 = 1,671,168 B,
+    69.41 GB/s) + 4,096 × 64 × 24.273 µs (16 × 4,096 × 2 = 131,072 B, 5.40 GB/s) = 126.24 +
+    6.36 = 132.60 s; prefill 20 × (25 × 64 × 185.50 µs (a 8,192-token chunk, 2^26 B at
+    361.78 GB/s) + 64 × 113.54 µs (the 4,096-token rest, 2^25 B at 295.53 GB/s)) + 2 × 64 ×
+    185.50 µs = 6.081 + 0.024 = 6.105 s; 1,286.71 + 138.71 = 1,425.41 s. The tp 8 × dp 1 engine
+    (256 at once) would add 262,144 × 64 × 44.79 µs (2^21 B at 81.93 GB/s, 1.75 ×) + 64 × 32 ×
+    64 × 324.62 µs = 794.08 s to its 1,237.53 s (2,031.60 s), tp 4 × dp 2 (256 at once)
+    340.32 s to 1,237.55 s (1,577.86 s), tp 1 × dp 8 (90 at once) none to 1,532.33 s. Step
+    3,408.4 s → 5,579.2 s (OpenRLHF's pools, rlhfds) → 5,579.25 − 1,237.53 + 1,425.41 =
+    5,767.1 s (+ the engine's tp all-reduces, rollouttp; the actor's and critic's pools keep
+    their 1,466.93 s scoring and 2,874.80 s training).
+
+    Pool 0, the engine alone: one process, none beyond; resident: the engine at tp 2 (PyNccl's
     ring and the all-gather ring, a node's 24 channels × 12 MiB each, and custom all-reduce
     24 MiB) 629,145,600 + the model-update ring it receives the weights on, 24 × 12 MiB =
     301,989,888: 931,135,488. Pools 1 and 2: two processes, one beyond: 700,186,624; resident:
@@ -415,7 +457,21 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     assert costs[Role.REFERENCE].held_bytes == 2 * 8_030_261_248 == 16_060_522_496
     held = 2_030_043_136 + 700_186_624 + 16_060_522_496 + costs[Role.ACTOR].held_bytes
     assert pool1.held_bytes == held == 51_962_470_400
-    assert r.best.plan.step_s == pytest.approx(5579.2, abs=0.05)
+    # the engine's tp all-reduces (model/rollout_reduce.py; 2 · 32 = 64 a forward) move it from
+    # tp 8 × dp 1 to tp 2 × dp 4 (docstring): its rollout 1,237.53 → 1,425.41 s
+    decode = 20 * 4_096 * 64 * 24.078e-6 + 4_096 * 64 * 24.273e-6
+    prefill = 20 * (25 * 64 * 185.50e-6 + 64 * 113.54e-6) + 2 * 64 * 185.50e-6
+    tp2 = decode + prefill
+    tp8 = 262_144 * 64 * (2**21 * 1.75 / 81.93e9) + 64 * 32 * 64 * (2**26 * 1.75 / 361.78e9)
+    assert (decode, prefill) == (pytest.approx(132.60, abs=0.01), pytest.approx(6.105, abs=1e-3))
+    assert (tp2, tp8) == (pytest.approx(138.71, abs=0.01), pytest.approx(794.08, abs=0.01))
+    assert 1286.71 + tp2 < min(1237.53 + tp8, 1237.55 + 340.32, 1532.33)
+    engine = costs[Role.ROLLOUT]
+    assert (engine.option.tp, engine.option.dp, engine.option.fraction) == (2, 4, Fraction(9, 10))
+    assert (engine.concurrent, engine.rollout_s) == (204, pytest.approx(1286.71 + tp2, abs=0.01))
+    assert r.best.plan.phase_s == pytest.approx((1425.41, 1466.93, 2874.80), abs=0.01)
+    assert r.best.plan.step_s == pytest.approx(5579.25 - 1237.53 + 1425.41, abs=0.05)
+    assert r.best.plan.step_s == pytest.approx(5767.14, abs=0.05)
     for role in (Role.REFERENCE, Role.REWARD):
         with pytest.raises(LayoutError, match="only ZeRO-3"):
             cost_of(p, RoleOption(role, 16, 16, 1, 1, "idle"))

@@ -113,14 +113,17 @@ def test_cpsat_equals_the_oracle_when_each_role_is_a_process():
     then) the answer on 9 GiB splits the roles into OpenRLHF's pools (model/rlhf/split.py
     pool_refusal): the engine alone on 2 GPUs, one process; the actor with the reference and the
     critic with the reward model (--train.colocate_actor_ref, --train.colocate_critic_reward) on
-    one GPU each, two processes, 700,186,624 B beyond the reserve's. 1,359,376,852 ns a step; it
-    was 993,684,090 with the engine and the actor on one pool and the engine counted asleep there,
-    which OpenRLHF does not do without every role on the pool (--train.colocate_all), and the
-    critic, reference and reward model on the other. CP-SAT still equals the oracle."""
+    one GPU each, two processes, 700,186,624 B beyond the reserve's. 993,684,090 ns a step →
+    1,359,376,852 (OpenRLHF's pools, rlhfds: 993,684,090 put the engine and the actor on one pool
+    and counted the engine asleep there, which OpenRLHF does not do without every role on the
+    pool, --train.colocate_all, and the critic, reference and reward model on the other) →
+    1,359,771,503 ns (+ the engine's tp all-reduces, rollouttp: the engine runs tp 1 × dp 2, not
+    tp 2 × dp 1, +394,651 ns, as in test_scoring_roles_keep_the_actors_split). CP-SAT still
+    equals the oracle."""
     problem = _small(9, "ppo", "model", 0, framework="deepspeed")
     _check(problem)
     r = search_placement(problem)
-    assert r.colocated is None and r.best.objective_ns == 1_359_376_852
+    assert r.colocated is None and r.best.objective_ns == 1_359_376_852 + 394_651 == 1_359_771_503
     pools = sorted((p.roles, p.processes, p.process_bytes) for p in r.best.plan.pools)
     assert pools == [
         (("actor", "reference"), 2, 700_186_624),
@@ -137,23 +140,38 @@ def test_scoring_roles_keep_the_actors_split(monkeypatch):
     a reference on a 1-GPU pool beside an actor alone on 2 GPUs (and the engine on the last GPU:
     pools OpenRLHF makes) would run 16,640-token forwards while its options are costed at
     15,360: that placement is refused (compose, the oracle, CP-SAT); with the rule patched out
-    it would take 1,224,259,249 ns a step, above the answer, 1,120,087,186 ns (the engine on 2
-    GPUs, the actor and the reference on one each, all at 15,360 tokens). With a reward model
-    the answer (1,359,376,852 ns) puts the actor and the reference on one GPU, so every scoring
-    role is at dp 1, 15,360 tokens. The refusal once cost that problem 908,140,859 −
-    893,883,653 ns, beside an engine on the actor's pool counted asleep; OpenRLHF's pools
-    (model/rlhf/split.py pool_refusal) no longer allow that placement. CP-SAT equals the
-    oracle."""
+    it would take 1,224,259,249 ns a step (its 1-GPU engine is tp 1: no all-reduces), above the
+    answer (the engine on 2 GPUs, the actor and the reference on one each, all at 15,360
+    tokens). With a reward model the answer puts the actor and the reference on one GPU, so
+    every scoring role is at dp 1, 15,360 tokens. The refusal once cost that problem
+    908,140,859 − 893,883,653 ns, beside an engine on the actor's pool counted asleep; OpenRLHF's
+    pools (model/rlhf/split.py pool_refusal) no longer allow that placement. CP-SAT equals the
+    oracle.
+
+    The answers: without a reward model 1,120,087,186 ns (OpenRLHF's pools, rlhfds) →
+    1,120,481,837 ns (+ the engine's tp all-reduces, model/rollout_reduce.py, rollouttp); with
+    one 908,140,859 → 1,359,376,852 (rlhfds; 908,535,510 with the all-reduces alone, rollouttp)
+    → 1,359,771,503 ns (both). The 2-GPU engine pool ran tp 2 × dp 1,
+    rollout 371,648,447 ns; with its all-reduces timed that option takes 1,383,681,528 ns (4
+    waves of 32: 4,096 decode steps × 16 all-reduces (2 × 8 layers) of 32 × 1,024 × 2 =
+    65,536 B at 15.382 µs + 4 × 16 prefill all-reduces of one 8,192-token chunk, 16 MiB at
+    61.803 µs = 1.008078 + 0.003955 = 1.012033 s more), so the engine runs tp 1 × dp 2 instead,
+    372,043,098 ns (no all-reduces at tp 1): +394,651 ns on each step."""
     assert split_peak_tokens(128, 16_384, 1_280, None, 1) == 12 * 1_280 == 15_360
     assert split_peak_tokens(128, 16_384, 1_280, None, 2) == 13 * 1_280 == 16_640
     model = _small(9, "grpo", "model", 0, framework="deepspeed")
     _check(model)
     best = search_placement(model).best
-    assert best.objective_ns == 1_359_376_852
+    assert best.objective_ns == 1_359_376_852 + 394_651 == 1_359_771_503
     assert {c.split_tokens for c in best.plan.costs if c.option.role != Role.ROLLOUT} == {15_360}
     problem = _small(9, "grpo", "rule", 0, framework="deepspeed")
     _check(problem)
-    assert search_placement(problem).best.objective_ns == 1_120_087_186
+    best = search_placement(problem).best
+    assert best.objective_ns == 1_120_087_186 + 394_651 == 1_120_481_837
+    engine = next(c for c in best.plan.costs if c.option.role is Role.ROLLOUT)
+    assert (engine.option.tp, engine.option.dp, engine.option.gpus) == (1, 2, 2)
+    assert 372_043_098 - 371_648_447 == 394_651
+    assert 4_096 * 16 * 15.382e-6 + 4 * 16 * 61.803e-6 == pytest.approx(1.012033, abs=1e-5)
     tables = build_tables(problem)
     engine = next(c for _, c in tables.options[Role.ROLLOUT][1])
     actor = next(c for _, c in tables.options[Role.ACTOR][2] if c.option.offload == "none")
