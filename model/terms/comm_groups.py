@@ -181,8 +181,8 @@ def megatron_rings(c: Context, f: Fields) -> tuple[tuple[Any, Any, Any, tuple[st
       each pp stride) where tp·pp > 1, at every ZeRO stage: ``training.py`` ``train_step``
       all-reduces ``update_successful`` and the grad norm over ``pg_collection.mp`` after every
       optimizer step (``training/utils/common_utils.py``
-      ``logical_and_across_model_parallel_group``, ``reduce_max_stat_across_model_parallel_group``;
-      review-e MED 1); ZeRO-0's optimizer reduces its statistics over it too
+      ``logical_and_across_model_parallel_group``, ``reduce_max_stat_across_model_parallel_group``);
+      ZeRO-0's optimizer reduces its statistics over it too
       (:func:`grad_stats_rings`), the same communicator;
     * with experts, the expert tp·ep group (``_EXPERT_TENSOR_AND_MODEL_PARALLEL_GROUP``, 'tp-ep'
       of the expert rank generator, apart from the ep group the all-to-all runs on) where
@@ -246,8 +246,7 @@ def placed_rings(c: Context, f: Fields) -> tuple[tuple[Any, Any, Any, tuple[str,
     group (``expert_shard_degree`` ranks at :func:`expert_dp_stride`, on the dp link): as
     Megatron-Core's expert rank generator, DeepSpeed's ``_create_expert_and_data_parallel``
     (``utils/groups.py`` at edaa72212: ``range(i, pp_stride, ep)``) lay it (torchtitan's ep
-    mesh is taken to match, not checked), where the dense dp group's placement was counted
-    before (review-e LOW 1)."""
+    mesh is taken to match, not checked), not the dense dp group's placement."""
     arch = c.model.arch
     if arch is None or arch.moe is None:
         return megatron_rings(c, f)
