@@ -119,13 +119,14 @@ def test_openrlhf_refuses_the_actor_reference_and_reward_on_one_pool():
     model/rlhf/split.py pool_refusal): one line, exit 2. With a rule reward pool 1 is actor +
     reference (--train.colocate_actor_ref), which runs."""
     args = ["rlhf", "--algorithm", "grpo", "--model", "qwen2.5-7b", "--framework", "deepspeed"]
-    res = run(*args, "--gpus", "16", "--rollout-gpus", "8")
-    lines = [x for x in res.output.strip().splitlines() if x]
-    assert res.exit_code == 2 and len(lines) == 1, res.output
-    assert "placement: pool 1 puts actor, reference, reward on one set of GPUs" in lines[0]
-    assert "which OpenRLHF (deepspeed) does not" in lines[0]
-    ok = run(*args, "--reward", "rule", "--gpus", "16", "--rollout-gpus", "8")
-    assert ok.exit_code == 0, ok.output
+    for fmt in ([], ["--json"]):  # as a user runs it: its own process, text and JSON
+        res = trainplan(*args, "--gpus", "16", "--rollout-gpus", "8", *fmt)
+        lines = [x for x in res.stderr.strip().splitlines() if x]
+        assert res.returncode == 2 and len(lines) == 1 and not res.stdout, res.stderr
+        assert "placement: pool 1 puts actor, reference, reward on one set of GPUs" in lines[0]
+        assert "which OpenRLHF (deepspeed) does not" in lines[0]
+    ok = trainplan(*args, "--reward", "rule", "--gpus", "16", "--rollout-gpus", "8")
+    assert ok.returncode == 0, ok.stderr
 
 
 def test_faithful_options_need_model():
