@@ -41,6 +41,7 @@ from trainplan.model.estimate import Estimate
 from trainplan.model.hf_config import parse_config_json
 from trainplan.model.hf_families import architecture_from_hf
 from trainplan.model.key_rules import (
+    check_grad_stats_group,
     check_layout_reads_options,
     check_sac_scaled_mm,
     options_given,
@@ -101,7 +102,8 @@ def evaluate_json(
     options by their parameter names (bytes, seconds and 0–1 rates out;
     docs/concepts/conventions.md; sources in :mod:`model`), made into one here. With
     ``layout_keys`` (the default) a cost option this layout does not read is refused
-    (:func:`model.key_rules.check_layout_reads_options`); a validation table and a sweep pass
+    (:func:`model.key_rules.check_layout_reads_options`, ``check_sac_scaled_mm``,
+    ``check_grad_stats_group``); a validation table and a sweep pass
     False: their settings apply to every run, each run reading those its layout reads.
 
     Raises
@@ -117,6 +119,10 @@ def evaluate_json(
         given = options_given(case.options)
         check_layout_reads_options(given, lay.framework, lay.zero_stage, lay.pp, lay.virtual_stages)
         check_sac_scaled_mm(lay.framework, case.training, lay.recompute)
+        where = f"{lay.framework} zero_stage {lay.zero_stage}"
+        check_grad_stats_group(
+            case.options.grad_stats_group, [(lay.framework, lay.zero_stage)], where
+        )
     out = estimate_to_dict(case.evaluate(), request.per_stage or per_stage)
     out["defaults_used"] = case.defaults_used
     out["notes"] = [*out["notes"], *case.notes]

@@ -7,12 +7,13 @@ space some of whose frameworks cannot take the key keeps the others
 (:class:`model.timing.CostOptions` ``p2p_*``) are read only by Megatron-Core's interleaved
 schedule (:func:`model.comm.p2p_overlapped`, :func:`model.comm.p2p_waiting_sends`);
 ``zero3_regather`` by the textbook profile only; ``grad_reduce_overlap`` by megatron and fsdp2
-(:func:`check_option_keys`).
+(:func:`check_option_keys`); ``grad_stats_group`` by Megatron-Core's optimizer at ZeRO ≥ 1 only
+(:func:`check_grad_stats_group`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from trainplan.model.errors import LayoutError
@@ -32,6 +33,7 @@ __all__ = [
     "check_framework_recipe",
     "check_memory_efficient_norm",
     "check_sac_scaled_mm",
+    "check_grad_stats_group",
 ]
 
 P2P_KEYS = ("p2p_overlap", "p2p_warmup_flush", "p2p_forward_send_wait")
@@ -329,6 +331,40 @@ def check_sac_scaled_mm(framework: Any, training: Any, recompute: Any = None) ->
             "sac_saves_scaled_mm: false is read by recompute selective only (the op-level save "
             f"list), not recompute {recompute}"
         )
+
+
+def check_grad_stats_group(group: str, layouts: Iterable[tuple[Any, int]], what: str) -> None:
+    """Refuse ``grad_stats_group`` ``world`` (:attr:`model.timing.CostOptions.grad_stats_group`)
+    where no layout of ``layouts`` ((framework, ZeRO stage) pairs: the one evaluated, or those a
+    search covers) reads it. It is read by :func:`model.terms.comm_groups.grad_stats_rings`
+    under ``megatron`` at ZeRO ≥ 1 only, where Megatron-Core's distributed optimizer (and
+    Megatron-FSDP's) reduces the grad norm over ``get_grad_stats_parallel_group()``
+    (``megatron/core/optimizer/__init__.py`` ``_get_megatron_optimizer_based_on_param_groups``,
+    at d98e8a64dd); at ZeRO-0 ``Float16OptimizerWithFloat16Params`` reduces over the
+    model-parallel group whatever the Megatron-LM version, and DeepSpeed and torchtitan reduce
+    over groups of their own. ``what`` names the layouts in the message ("megatron zero_stage
+    0", "the frameworks searched ...").
+
+    Raises
+    ------
+    LayoutError
+        One line naming the key, its value and the rule.
+
+    >>> check_grad_stats_group("world", [("megatron", 1)], "megatron zero_stage 1")
+    >>> check_grad_stats_group("world", [("fsdp2", 2)], "fsdp2 zero_stage 2")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.LayoutError: grad_stats_group: 'world' is read by Megatron-Core's ...
+    """
+    if group == "intra_dist_opt_instance":
+        return
+    if any(str(fw) == Framework.MEGATRON and z >= 1 for fw, z in layouts):
+        return
+    raise LayoutError(
+        f"grad_stats_group: {group!r} is read by Megatron-Core's optimizer at ZeRO ≥ 1 only "
+        f"(`framework` megatron with zero_stage 1 or 3, the group its grad norm reduces over), "
+        f"not {what}"
+    )
 
 
 def check_framework_recipe(framework: Any, zero_stage: int, training: Any, arch: Any) -> None:

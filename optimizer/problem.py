@@ -14,6 +14,8 @@ from fractions import Fraction
 
 from trainplan.model.errors import InputError
 from trainplan.model.flops import step_flops
+from trainplan.model.frameworks import ZERO_STAGES
+from trainplan.model.key_rules import check_grad_stats_group
 from trainplan.model.layout import Recompute
 from trainplan.model.params import count_params
 from trainplan.model.units import parse_counts
@@ -143,12 +145,24 @@ class Problem:
                 "sac_saves_scaled_mm: false is read by fsdp2 only (torchtitan's op-level "
                 "selective checkpointing), and no framework searched is fsdp2"
             )
+        self._check_grad_stats_group()
         if self.objective is Objective.COST and any(j.gpu_hour_price is None for j in self.jobs):
             raise InputError("objective cost: give --gpu-hour-price for every accelerator")
         if self.objective in (Objective.TIME_TO_TRAIN, Objective.COST) and self.tokens is None:
             raise InputError(
                 f"objective {self.objective}: give the token budget, e.g. --tokens 15e12"
             )
+
+    def _check_grad_stats_group(self) -> None:
+        """``grad_stats_group`` ``world`` where no framework and ZeRO stage searched reads it
+        (:func:`model.key_rules.check_grad_stats_group`); where some do, the others stay
+        candidates (the key describes the code the run uses; a layout that does not read it
+        is not changed by it)."""
+        sp = self.space
+        searched = [(fw, z) for fw in sp.frameworks for z in sp.zero_stages if z in ZERO_STAGES[fw]]
+        what = "the frameworks searched (" + ", ".join(f"{fw} zero_stage {z}" for fw, z in searched)
+        for group in sorted({j.case.options.grad_stats_group for j in self.jobs}):
+            check_grad_stats_group(group, searched, what + ")")
 
     def check_frontier_axis(self, against: str) -> None:
         """A frontier's second axis must be one the problem can measure: ``memory``, ``gpus``,
