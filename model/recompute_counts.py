@@ -17,9 +17,17 @@ none of the mixes below (NVIDIA/Megatron-LM d98e8a64dd,
   (``recompute_granularity != 'full'``, ``recompute_method is None``, ``recompute_num_layers
   is None``, l. 3020–3029).
 
-The legality rule ``recompute_counts`` (:func:`check_recompute_counts`) refuses them, and the
-per-stage search's tables read the same :func:`recompute_counts_refusal` to keep every count at
-0 on such a base (:mod:`optimizer.stage_tables`).
+torchtitan (the ``fsdp2`` profile) runs no count of a stage's layers with any recompute mode:
+at b5bcd76c6 ``torchtitan/distributed/activation_checkpoint.py``
+``ActivationCheckpointing.apply`` wraps every transformer block with one policy (full, per-op
+selective or the compiler's memory budget; no layer-level option since 114151ad4), and before
+it the one layer-level option, ``selective_ac_option = "N"``, wrapped every N-th block of the
+model part (``_apply_ac_to_transformer_block``, 6b11290c1): one N for every stage, never the
+first k of each.
+
+The legality rule ``recompute_counts`` (:func:`check_recompute_counts`, which ``evaluate``
+runs) refuses them, and the per-stage search reads the same :func:`recompute_counts_refusal`
+to keep every count at 0 on such a base (:func:`optimizer.stage_rules.takes_counts`).
 """
 
 from __future__ import annotations
@@ -41,8 +49,10 @@ def recompute_counts_refusal(framework: Any, recompute: Any, training: Any) -> s
 
     >>> from trainplan.model.specs import TrainingSpec
     >>> t = TrainingSpec(seq_len=8, global_batch_size=8)
-    >>> recompute_counts_refusal("megatron", "none", t), recompute_counts_refusal("fsdp2", "selective", t)
+    >>> recompute_counts_refusal("megatron", "none", t), recompute_counts_refusal("deepspeed", "none", t)
     ('', '')
+    >>> recompute_counts_refusal("fsdp2", "none", t).split(":")[0]
+    'under fsdp2'
     >>> recompute_counts_refusal("megatron", "selective", t).split(":")[0]
     'with recompute selective on the other layers'
     >>> from dataclasses import replace
@@ -51,6 +61,13 @@ def recompute_counts_refusal(framework: Any, recompute: Any, training: Any) -> s
     >>> recompute_counts_refusal("megatron", "none", o).split(":")[0]
     "under moe_ep_overlap 'overlap_moe_expert_parallel_comm'"
     """
+    if Framework(str(framework)) is Framework.FSDP2:
+        return (
+            "under fsdp2: torchtitan wraps every transformer block with one checkpointing policy "
+            "(ActivationCheckpointing.apply; before 114151ad4 every N-th block of the model), "
+            "never the first k layers of each stage; use recompute full, selective or none on "
+            "every layer"
+        )
     if Framework(str(framework)) is not Framework.MEGATRON:
         return ""
     if str(recompute) == "selective":

@@ -159,16 +159,9 @@ def most_recomputed(layers: int, v: int, counts: bool = True) -> int:
 def takes_counts(case: Case, layout: Layout) -> bool:
     """Whether the base ``layout`` takes per-stage counts above 0: not where its framework runs
     none with its recompute mode and the recipe's choices
-    (:func:`model.recompute_counts.recompute_counts_refusal`: Megatron-Core with selective
-    recomputation on the other layers, or under ``overlap_moe_expert_parallel_comm``), and not
-    under ``fsdp2``, whose torchtitan recomputes no count of a stage's layers: since
-    114151ad4 (``torchtitan/distributed/activation_checkpoint.py``) a policy wraps every block
-    alike (full, per-op selective or the compiler's memory budget), and before it the one
-    layer-level option, ``selective_ac_option = "N"``, wrapped every N-th block of the model
-    part (``_apply_ac_to_transformer_block``, 6b11290c1), one N for every stage, never the first
-    k of each (a plan of 78 of 80 layers launches as N = 1, every layer:
-    :func:`interface.launch.torchtitan_toml`'s note). There a plan keeps the base's mode on
-    every layer and chooses the split alone."""
-    if str(layout.framework) == "fsdp2":
-        return False
+    (:func:`model.recompute_counts.recompute_counts_refusal`, the rule ``evaluate`` refuses
+    such counts by: Megatron-Core with selective recomputation on the other layers, or under
+    ``overlap_moe_expert_parallel_comm``; torchtitan, ``fsdp2``, with any mode, since it
+    wraps every block alike). There a plan keeps the base's mode on every layer and chooses
+    the split alone."""
     return not recompute_counts_refusal(layout.framework, layout.recompute, case.training)
