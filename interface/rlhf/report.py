@@ -20,6 +20,7 @@ from trainplan.interface.tab_values import jsonable
 from trainplan.model.errors import check_applicable
 from trainplan.model.rlhf.engine import least_engine_tp
 from trainplan.model.rlhf.spec import PHASES, RLHFSpec, Role, default_fraction, phase_flops
+from trainplan.model.rlhf.split import counted_terms
 from trainplan.model.rlhf.step import StepPlan
 from trainplan.model.rollout import kv_bytes_per_token
 
@@ -69,17 +70,21 @@ def plan_dict(
         next(p.index for p in plan.pools if str(c.option.role) in p.roles) for c in plan.costs
     )
     roles = [_role_record(c, q, spec) for c, q in zip(plan.costs, pools, strict=True)]
+    listed = [  # each role's terms its pool counts: one weight-sync path (model.rlhf.split)
+        (c, counted_terms(c, [d for d, p in zip(plan.costs, pools, strict=True) if p == q]))
+        for c, q in zip(plan.costs, pools, strict=True)
+    ]
     sources: dict[str, str] = {}
     keys: dict[str, str] = {}  # source text → its key, numbered in order of first citation
-    for c in plan.costs:
-        for t in c.terms:
+    for _, ts in listed:
+        for t in ts:
             if t.source not in keys:
                 keys[t.source] = str(len(keys) + 1)
                 sources[keys[t.source]] = t.source
     terms = [
         {"role": str(c.option.role), "term": t.name, "phase": t.phase, "value": t.value, "unit": t.unit, "source": keys[t.source]}
-        for c in plan.costs
-        for t in c.terms
+        for c, ts in listed
+        for t in ts
     ]  # fmt: skip
     pool_recs = [
         {

@@ -209,9 +209,12 @@ def _receive_terms(receive: Fraction, group: Fraction) -> tuple[Term, ...]:
     (:func:`model.rlhf.openrlhf.engine_receive_bytes`)."""
     if not receive:
         return ()
+    path = "nccl"  # counted on a pool without the actor only (model.rlhf.split.counted_terms)
+    receive_name = "weight receive buffer (pool without the actor)"
+    group_name = "model-update communicator (pool without the actor)"
     return (
-        Term("weight receive buffer (pool without the actor)", "rollout", receive, "bytes", RS),
-        Term("model-update communicator (pool without the actor)", "held", group, "bytes", RS),
+        Term(receive_name, "rollout", receive, "bytes", RS, path),
+        Term(group_name, "held", group, "bytes", RS, path),
     )
 
 

@@ -161,6 +161,11 @@ class Term:
     unit: str
     """``bytes``, ``s``, ``sequences`` or ``tokens``."""
     source: str
+    sync_path: str = ""
+    """Of a weight-sync memory term, the path it belongs to, of which a pool counts one
+    (:func:`model.rlhf.split.counted_terms`): ``ipc``, the actor's side of the sync to an engine
+    on its pool (:func:`model.rlhf.step.sync_peak`); ``nccl``, an engine's receive on a pool
+    without the actor (:func:`model.rlhf.split.receive_peak`). "" for every other term."""
 
 
 @dataclass(frozen=True, slots=True)

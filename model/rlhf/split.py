@@ -44,13 +44,15 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from fractions import Fraction
 
-from trainplan.model.rlhf.roles import RoleCost
+from trainplan.model.rlhf.roles import RoleCost, Term
 from trainplan.model.rlhf.spec import Role
 
 __all__ = [
     "OPENRLHF_SHARED",
     "awake_apart",
     "awake_floor",
+    "counted_terms",
+    "ipc_sync",
     "engine_pool_refused",
     "openrlhf_refused",
     "pool_refusal",
@@ -170,6 +172,41 @@ def receiving_engine(members: Sequence[RoleCost]) -> RoleCost | None:
     if engine is None or Role.ACTOR in roles or not engine.receive_bytes:
         return None
     return engine
+
+
+def ipc_sync(members: Sequence[RoleCost]) -> bool:
+    """Whether a pool whose roles are ``members`` holds the engine and an actor with a sync
+    transient (its ``sync_bytes``), so that the actor sends the engine its weights on the
+    pool's GPUs: the condition of :func:`model.rlhf.step.sync_peak`."""
+    roles = {c.option.role: c for c in members}
+    actor = roles.get(Role.ACTOR)
+    return Role.ROLLOUT in roles and actor is not None and bool(actor.sync_bytes)
+
+
+def counted_terms(cost: RoleCost, members: Sequence[RoleCost]) -> tuple[Term, ...]:
+    """``cost``'s terms less the weight-sync path its pool (roles ``members``) does not count
+    (:attr:`model.rlhf.roles.Term.sync_path`): the actor's ``ipc`` terms where the pool holds
+    no engine (:func:`ipc_sync`), and the engine's ``nccl`` receive terms where it is not the
+    pool's receiving engine (:func:`receiving_engine`: the actor is beside it), so what the
+    report lists is what the pool's peaks add.
+
+    Examples
+    --------
+    >>> from trainplan.model.rlhf.roles import RoleOption
+    >>> z, one = Fraction(0), Fraction(1)
+    >>> nccl = (Term("receive", "rollout", one, "bytes", "", "nccl"),)
+    >>> ipc = (Term("send", "rollout", one, "bytes", "", "ipc"),)
+    >>> engine = RoleCost(RoleOption(Role.ROLLOUT, 8, 8), z, z, z, z, 0.0, 0.0, 0.0, z, nccl,
+    ...                   receive_bytes=one)
+    >>> actor = RoleCost(RoleOption(Role.ACTOR, 8, 8), z, z, z, z, 0.0, 0.0, 0.0, z, ipc,
+    ...                  sync_bytes=one)
+    >>> [len(counted_terms(c, [engine, actor])) for c in (engine, actor)]
+    [0, 1]
+    >>> len(counted_terms(engine, [engine])), len(counted_terms(actor, [actor]))
+    (1, 0)
+    """
+    keep = {"": True, "ipc": ipc_sync(members), "nccl": receiving_engine(members) is cost}
+    return tuple(t for t in cost.terms if keep[t.sync_path])
 
 
 def receive_resident(members: Sequence[RoleCost]) -> Fraction:

@@ -77,6 +77,7 @@ from trainplan.model.rlhf.roles import RoleCost
 from trainplan.model.rlhf.spec import PHASES, Role
 from trainplan.model.rlhf.split import (
     awake_apart,
+    ipc_sync,
     pool_refusal,
     receive_resident,
     split_peaks,
@@ -361,9 +362,7 @@ def sync_peak(members: Sequence[RoleCost], held: Fraction) -> Fraction:
     >>> sync_peak([cost(Role.ACTOR, 2)], Fraction(10))
     Fraction(0, 1)
     """
-    roles = {c.option.role: c for c in members}
-    actor = roles.get(Role.ACTOR)
-    if Role.ROLLOUT not in roles or actor is None or not actor.sync_bytes:
+    if not ipc_sync(members):
         return Fraction(0)
     return held + sum((c.sync_bytes for c in members), Fraction(0))
 

@@ -129,8 +129,8 @@ def role_sync(
     otherwise (:func:`actor_verl_sync_bytes`, at the busiest of ``stages``); 0 for other roles."""
     if spec.framework is Framework.DEEPSPEED or rs.role is not Role.ACTOR:
         sync = actor_sync_bytes(spec, rs, opt.tp)
-        return sync, [Term(SYNC_TERM, "rollout", sync, "bytes", SYNC_SOURCE)] if sync else []
+        return sync, [Term(SYNC_TERM, "rollout", sync, "bytes", SYNC_SOURCE, "ipc")] if sync else []
     assert rs.model.arch is not None
     stage = max(st.params for st in stages)
     sync = actor_verl_sync_bytes(spec.framework, opt, stage, rs.model.arch)
-    return sync, [Term(VERL_SYNC_TERM, "rollout", sync, "bytes", VERL_SYNC_SOURCE)]
+    return sync, [Term(VERL_SYNC_TERM, "rollout", sync, "bytes", VERL_SYNC_SOURCE, "ipc")]
