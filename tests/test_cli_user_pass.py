@@ -1,4 +1,4 @@
-"""A new user's pass over the command line from a fresh clone (review-user, session 23), each call
+"""A new user's pass over the command line from a fresh clone, each call
 run as a user runs it: its own ``trainplan`` process, all of them in parallel once per session
 (:func:`tests.cli_runs.run_many`).
 

@@ -129,7 +129,7 @@ def test_megatron_fsdp_prefetch_holds_units_by_size():
 
 
 def test_megatron_fsdp_reduce_scatter_queue_llama3_405b():
-    """The review's default answer `trainplan search --model llama3-405b --gpus 256`: dp 128
+    """The default answer of `trainplan search --model llama3-405b --gpus 256`: dp 128
     tp 2, recompute sqrt, b 1, Megatron-FSDP with FP32 main gradients. A layer on one GPU:
     (16384·(16384 + 2·1024) + 16384·16384 + 3·16384·53,248)/2 + 2·16384 = 1,593,868,288
     elements (the norms whole). GradReducePipeline (param_and_grad_buffer.py, Megatron-LM

@@ -57,8 +57,8 @@ def _charged(params: dict[str, Any], on: bool = True) -> dict[str, Any]:
 
 def test_the_charge_measures_as_documented() -> None:
     """With the NCCL charge on, the validation set measures what docs/time-model-sources.md §2
-    reports: dense 9.3 %, MoE 23.2 %, 19 of 77 runs beyond 15 % (the default since session 24,
-    the validation page; 9.9 %, 23.5 %, 23 of 77 with it off). The charge is the H200's measured φ at
+    reports: dense 9.3 %, MoE 23.2 %, 19 of 77 runs beyond 15 % (the default, as the
+    validation page shows it; 9.9 %, 23.5 %, 23 of 77 with it off). The charge is the H200's measured φ at
     NVLink SHARP's blocks (0.239 at Hopper's 16); at the SM share (16/132 = 0.121) it was 9.6 %,
     23.3 %, 21 of 77."""
     runs = [replace(r, params=_charged(dict(r.params))) for r in validation_runs()]
@@ -70,7 +70,7 @@ def test_the_charge_measures_as_documented() -> None:
 
 
 def test_the_validation_without_the_charge() -> None:
-    """With the NCCL charge off (``nccl_sm_charge=false``, the default before session 24), the
+    """With the NCCL charge off (``nccl_sm_charge=false``, the earlier default), the
     validation set measures dense 9.9 %, MoE 23.5 %, 23 of 77 runs beyond 15 %: every step-time
     goal worse than with it on (9.3 %, 23.2 %, 19), the reason it is on by default."""
     runs = [replace(r, params=_charged(dict(r.params), on=False)) for r in validation_runs()]

@@ -193,7 +193,7 @@ def test_megatron_flags_say_when_the_plan_is_another_frameworks():
 
 def test_cli_per_stage_keeps_to_the_schedules_asked_for(monkeypatch, capsys):
     """--schedule interleaved: every base with a pipeline stays interleaved (pp 1 has no
-    schedule to keep); the review found a 1F1B plan answered and called a gain. Llama 3 8B on 8
+    schedule to keep); no 1F1B plan is answered as a gain. Llama 3 8B on 8
     H100, B 32: pp 2 × v 8 with 17 + 15 layers (chunks 2+2+2+2+2+2+2+3 and 1+2+…+2) is 1.014×
     the uniform tp 2 plan (1.011× while every pipeline send was counted as waiting, 1.018× while
     all but the fill and drain ran beside computation; Megatron-Core waits on its warm-up and

@@ -1,6 +1,6 @@
 """A scoring role's forward under ``torch.no_grad()`` holds one layer's live tensors at its peak
 (:func:`model.rlhf.forward_set.scoring_forward_bytes`); the reward model and the critic, which
-compute no logits, counted 0 bytes for it (review rev19d F4)."""
+compute no logits, counted 0 bytes for it before."""
 
 from __future__ import annotations
 

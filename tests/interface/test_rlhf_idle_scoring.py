@@ -1,5 +1,5 @@
 """Idle offload brings a role's weights back for its scoring turn and its whole state for its
-training turn (:func:`model.rlhf.openrlhf.scoring_state_bytes`, ``RoleCost.swap_in``; review L1):
+training turn (:func:`model.rlhf.openrlhf.scoring_state_bytes`, ``RoleCost.swap_in``):
 verl's Megatron actor and reference score after ``load_megatron_model_to_gpu(load_grad=False)``
 and only ``update_actor`` loads the gradients and ``load_megatron_optimizer``; verl's Megatron
 critic (``compute_values``) loads with the gradient buffers; verl's FSDP workers load the

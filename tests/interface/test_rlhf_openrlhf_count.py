@@ -46,10 +46,10 @@ def test_the_search_no_longer_offers_the_actor_at_dp_8_for_4_rollouts(monkeypatc
     with CPU Adam: the engine (tp 4, fraction 0.3), the actor and the reference on 4 GPUs
     (OpenRLHF's --train.colocate_all); the engine alone on 4 GPUs and the actor and the
     reference on the other 4 take the same time (each pool works alone in its phases).
-    7.445 s → 8.777 s (rollout 4.914 + scoring 0.987 + training 2.876; OpenRLHF's pools, rlhfds:
+    7.445 s → 8.777 s (rollout 4.914 + scoring 0.987 + training 2.876; OpenRLHF's pools, model/rlhf/split.py:
     7.445 s put the engine beside the actor alone, counted asleep, and the reference on GPUs of
     its own, a pool OpenRLHF does not make, model/rlhf/split.py pool_refusal) → 15.095 s (+ the
-    engine's tp all-reduces, model/rollout_reduce.py, rollouttp: rollout 4.914 + 6.318 = 11.232).
+    engine's tp all-reduces, model/rollout_reduce.py: rollout 4.914 + 6.318 = 11.232).
 
     The all-reduces: 4 sequences a decode step, 56 all-reduces of 4 × 3,584 × 2 = 28,672 B =
     1.75 × 2^14 B, on the H100 curve 0.95 + 0.80735 × (1.71 − 0.95) = 1.5636 GB/s; one prefill

@@ -1,6 +1,6 @@
 """Under ``--framework deepspeed`` the engine's default memory fraction is OpenRLHF's own,
 ``--vllm.gpu_memory_utilization`` 0.95 (``openrlhf/cli/train_ppo_ray.py``, 3c3be6234), passed to
-every engine, colocated or not (review L3); verl's 0.5 (colocated) and vLLM's 0.9 (alone) stay
+every engine, colocated or not; verl's 0.5 (colocated) and vLLM's 0.9 (alone) stay
 the ``megatron`` and ``fsdp2`` defaults."""
 
 from __future__ import annotations

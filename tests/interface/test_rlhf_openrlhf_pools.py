@@ -1,5 +1,5 @@
-"""OpenRLHF's pools under ``--framework deepspeed`` (:func:`model.rlhf.split.pool_refusal`; review-g
-HIGH-1 and LOW-2). OpenRLHF (OpenRLHF/OpenRLHF 3c3be6234, ``openrlhf/cli/train_ppo_ray.py``
+"""OpenRLHF's pools under ``--framework deepspeed`` (:func:`model.rlhf.split.pool_refusal`).
+OpenRLHF (OpenRLHF/OpenRLHF 3c3be6234, ``openrlhf/cli/train_ppo_ray.py``
 ``train``) shares GPUs between roles only through a placement group it makes for the actor and
 the reference (``--train.colocate_actor_ref``), the critic and the reward model
 (``--train.colocate_critic_reward``) or every model (``--train.colocate_all``); it hands that
@@ -34,7 +34,7 @@ def _problem(**kw):
 
 
 def test_the_engine_beside_the_actor_alone_is_refused(monkeypatch):
-    """review-g HIGH-1: ``rlhf-plan --algorithm grpo --model qwen2.5-7b --gpus 16 --framework
+    """``rlhf-plan --algorithm grpo --model qwen2.5-7b --gpus 16 --framework
     deepspeed`` answered 2,653.5 s with the engine (tp 4 × dp 2, fraction 0.3) and the actor (dp
     8) on pool 0, the reference and the reward model on 4 GPUs each, the engine counted asleep
     outside the rollout. Pool 0 held 44,230,244,608 B; its peaks were 69,433,502,771.2 (rollout),
@@ -68,13 +68,13 @@ def test_the_engine_beside_the_actor_alone_is_refused(monkeypatch):
 
 def test_the_16_gpu_answer_is_the_best_pools_openrlhf_makes():
     """The same search answered 3,313.8 s (was 2,653.5 s, 24.9 % faster than anything OpenRLHF
-    can launch; the review's "best split" was this 3,313.8 s): the engine alone on 4 GPUs (tp 4,
+    can launch; the old answer's "best split" was this 3,313.8 s): the engine alone on 4 GPUs (tp 4,
     fraction 0.3), the actor (CPU Adam) and the reference on 8 (``colocate_actor_ref``), the
     reward model on 4; rollout 1,319.877 + scoring 674.157 + training 1,319.784 s. Nothing fits
     with every role on the 16 GPUs (``colocate_all``).
 
     With the engine's tp all-reduces timed (model/rollout_reduce.py) the pools stay and the
-    engine runs tp 1 × dp 4 at 0.9 instead: 3,313.8 s (OpenRLHF's pools, rlhfds) → 3,388.5 s
+    engine runs tp 1 × dp 4 at 0.9 instead: 3,313.8 s (OpenRLHF's pools, model/rlhf/split.py) → 3,388.5 s
     (+ the all-reduces). The tp 4 engine (256 sequences at once, 64 waves of 4,096 steps) now
     pays 262,144 steps × 56 all-reduces × 36.914 µs (256 × 3,584 × 2 = 1,835,008 B) + 64 × 32
     prefill chunks × 56 × 252.367 µs = 541.90 + 28.94 = 570.85 s: 1,319.877 → 1,890.72 s; the tp

@@ -394,10 +394,11 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     (``--train.colocate_critic_reward``), each pair at dp 4, the actor and the critic with CPU
     Adam — 5,579.2 s with the engine at tp 8 × dp 1, 5,767.1 s at tp 2 × dp 4 once its tp
     all-reduces are timed (below). It was 3,408.4 s with the engine, the actor and the reference
-    on one pool and the engine counted asleep there, a pool OpenRLHF does not make (review-g
-    HIGH-1).
+    on one pool and the engine counted asleep there, a pool OpenRLHF does not make
+    (``train_ppo_ray.py``: the engines share the actor's placement group only under
+    ``--train.colocate_all``).
 
-    With the engine's tp all-reduces timed (model/rollout_reduce.py, rollouttp) the engine alone
+    With the engine's tp all-reduces timed (model/rollout_reduce.py) the engine alone
     runs tp 2 × dp 4 at 0.9 instead, 204 sequences at once (its KV space), 4,096 rollouts a
     replica in 20 waves of 204 and one of 16 (Tp 1,024, Tc 4,096), 1,286.71 s without the
     all-reduces, plus 64 all-reduces a forward (2 · 32 layers), each rank sending 2(2 − 1)/2 =
@@ -409,8 +410,8 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     (256 at once) would add 262,144 × 64 × 44.79 µs (2^21 B at 81.93 GB/s, 1.75 ×) + 64 × 32 ×
     64 × 324.62 µs = 794.08 s to its 1,237.53 s (2,031.60 s), tp 4 × dp 2 (256 at once)
     340.32 s to 1,237.55 s (1,577.86 s), tp 1 × dp 8 (90 at once) none to 1,532.33 s. Step
-    3,408.4 s → 5,579.2 s (OpenRLHF's pools, rlhfds) → 5,579.25 − 1,237.53 + 1,425.41 =
-    5,767.1 s (+ the engine's tp all-reduces, rollouttp; the actor's and critic's pools keep
+    3,408.4 s → 5,579.2 s (OpenRLHF's pools, model/rlhf/split.py) → 5,579.25 − 1,237.53 + 1,425.41 =
+    5,767.1 s (+ the engine's tp all-reduces, model/rollout_reduce.py; the actor's and critic's pools keep
     their 1,466.93 s scoring and 2,874.80 s training).
 
     Pool 0, the engine alone: one process, none beyond; resident: the engine at tp 2 (PyNccl's

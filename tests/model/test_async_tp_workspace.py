@@ -1,4 +1,4 @@
-"""torchtitan's async TP holds PyTorch's symmetric-memory workspace for the run (review B, LOW-2).
+"""torchtitan's async TP holds PyTorch's symmetric-memory workspace for the run.
 
 torchtitan turns on Inductor's micro-pipeline TP and ``enable_symm_mem_for_group`` for the tp
 group (``parallelize_llama.py`` at 9dec370 and 820504e). The fused kernels take their

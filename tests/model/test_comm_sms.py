@@ -94,7 +94,8 @@ def test_nccl_holds_its_nvls_channels_of_the_parts_sms() -> None:
     (24/148 = 0.1622); Blackwell Ultra (160): 19.8 blocks, 0.23896 + (3.8/8)·0.02030 =
     0.24860 (24/160 = 0.15). A100 has no NVLS (its ring count is a topology-search outcome):
     nothing. Not charged: 0 — and the cost options charge it unless nccl_sm_charge=false is
-    given (on by default since session 24: the validation goals improve with it)."""
+    given (on by default: :func:`test_the_charge_prices_megatron_fsdp_per_micro_batch_traffic`
+    says why)."""
     hopper = 1 - 1 / 1.314
     assert collective_sm_share("H100-SXM", True) == pytest.approx(hopper)
     assert collective_sm_share("H100-96GB-500W", True) == pytest.approx(hopper)  # the SXM die
@@ -153,7 +154,7 @@ def test_the_charge_moves_the_step_by_its_rule() -> None:
 
 
 def test_the_charge_prices_megatron_fsdp_per_micro_batch_traffic() -> None:
-    """Why the charge is on by default (review C, session 24): Llama 3 70B on 64 H100s, dp 16 ×
+    """Why the charge is on by default: Llama 3 70B on 64 H100s, dp 16 ×
     tp 4, Megatron-FSDP (ZeRO-3), b 1, B 2048, so m = 2048 / 16 = 128. Megatron-FSDP
     reduce-scatters every micro-batch under optim_grads_params and all-gathers each unit in
     forward and again in backward (Megatron-LM d98e8a64dd megatron_fsdp.py, ``no_sync``), on

@@ -27,7 +27,7 @@ def test_gpt3_175b_stage0_by_hand():
     all-reduce ``allreduce_bucket`` casts the whole FP32 buffer to BF16 (``communication_data_type``
     defaults to bf16): 2 B × 5,616,525,312 = 11,233,050,624 B at the step moment (state 61.78 GB +
     11.23 = 73.01 GB, below the forward-backward peak).
-    The review's search answer (75.56 GB with 4 B of gradients and the 1.00 GB bucket) is
+    The earlier search answer (75.56 GB with 4 B of gradients and the 1.00 GB bucket) is
     75.56 + 11.23 − 1.00 = 85.79 GB: over an H100's 83.21. With flash-attn's FP32 softmax
     statistics (``FlashAttnVarlenFunc`` saves ``softmax_lse``), 4·96/4 heads·2,048 = 196,608 B a
     layer over stage 0's 12 layers × 8 micro-batches in flight: 18,874,368 B more:

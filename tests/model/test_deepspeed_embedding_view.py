@@ -41,7 +41,7 @@ def test_llama3_405b_tp8_pp16_by_hand():
     holds min(pp 16, m 512) = 16 micro-batches. The whole embedding output is
     2·4·8,192·16,384 = 1,073,741,824 B; the first layer's checkpoint counts 1/8 of it, the rest
     is 7/8 = 939,524,096 B a micro-batch: 16 × 939,524,096 = 15,032,385,536 B on stage 0, none
-    on the middle stages (the review's search answer, 82.90 GB, moves to 97.93 GB: out of
+    on the middle stages (the earlier search answer, 82.90 GB, moves to 97.93 GB: out of
     memory on an H100)."""
     model = get_model("llama3-405b").model
     whole = 2 * 4 * 8192 * 16384

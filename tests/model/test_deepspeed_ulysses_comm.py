@@ -35,7 +35,7 @@ ULYSSES_8B = dict(
     cp_kind="ulysses", recompute="full", micro_batch_size=1, global_batch_size=256,
     seq_len=16384,
 )  # fmt: skip
-"""The review's layout: dp 16 × cp 2, m = 256 / 16 = 16 micro-batches, D = dp·cp = 32."""
+"""The layout: dp 16 × cp 2, m = 256 / 16 = 16 micro-batches, D = dp·cp = 32."""
 
 
 def _evaluate(zero: int, **more: object):
@@ -99,7 +99,7 @@ def test_cp_1_keeps_the_engine_dtype():
 
 
 def test_llama3_70b_zero3_cp2_allocated_and_reserved():
-    """The review's search answer, Llama 3 70B on 64 GPUs, dp 32 × cp 2, ZeRO-3, full
+    """The search answer, Llama 3 70B on 64 GPUs, dp 32 × cp 2, ZeRO-3, full
     recomputation, s 32,768: the FP32 IPG bucket adds 5e8 × 2 B = 1e9 B to the allocated peak
     (76.14 → 77.14 GB with the communicators, 77.45 with the dp-only group below); the side
     stream's pool holds the output layer's FP32 copy, 128,256 × 8,192 × 4 = 4,202,692,608 B,

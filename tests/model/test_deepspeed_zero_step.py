@@ -17,7 +17,7 @@ def test_llama3_405b_tp4_pp32_by_hand():
     word embedding 128,256/4 × h = 525,336,576: 3,713,138,688. The step's extra, ÷ dp 1: the
     BF16 flat copy 2 B and its FP32 cast 4 B a parameter, 6 × 3,713,138,688 =
     22,278,832,128 B (was 4 B: 14,852,554,752). The peak is the step's: 86,252,453,888 B, over
-    an H100's 83.21 GB (the review's search answer, 78.83 GB before). 86,025,961,472 B with
+    an H100's 83.21 GB (the search answer, 78.83 GB before). 86,025,961,472 B with
     NCCL's channels by placement and their set-up (model/terms/comm_memory.py group_channels):
     stage 0's communicators 1,968 → 1,752 MiB, 226,492,416 B fewer. Before, 164 connections of
     12 MiB (tp 32, the world 32, the pipeline neighbour 4, DeepSpeed's model-parallel, pipe and

@@ -1,4 +1,4 @@
-"""FSDP2 ZeRO-2 all-gathers the weights once per micro-batch (review B, LOW-1).
+"""FSDP2 ZeRO-2 all-gathers the weights once per micro-batch.
 
 torchtitan's ZeRO-2 is ``fully_shard(reshard_after_forward=False)`` alone (``apply_fsdp`` at
 9dec370 and 820504e, ``apply_fsdp_to_decoder`` at b5bcd76c): nothing calls

@@ -17,7 +17,9 @@ NODE, CROSS = 288 + 196, 192 + 100
 
 
 def test_fsdp2_dp4_tp2_holds_batch_and_loss_rings():
-    """llama3-8b on 8 GPUs, dp 4 × tp 2, ZeRO-2 (review-f HIGH-1): before, the tp ring, the
+    """llama3-8b on 8 GPUs, dp 4 × tp 2, ZeRO-2 (torchtitan b5bcd76c6 ``parallel_dims.py``
+    ``build_mesh``'s "batch" and "loss" meshes, all-reduced every step by ``trainer.py``
+    ``train_step``): before, the tp ring, the
     FSDP ring and the world ring, 3 × 484 MiB = 1,522,532,352 B; now also "batch" and "loss",
     two 4-rank groups in the node, 5 × 484 MiB = 2,537,553,920 B; the total 65,845,895,168 B
     grows by 2 × 484 MiB = 1,015,021,568 B to 66,860,916,736 B."""
@@ -60,7 +62,8 @@ def test_megatron_world_sized_groups_stay_their_own():
 
 
 def test_deepspeed_ulysses_holds_the_dp_group():
-    """llama3-70b on 64 GPUs, deepspeed dp 32 × cp 2 Ulysses ZeRO-3 (review-f MED-1): before,
+    """llama3-70b on 64 GPUs, deepspeed dp 32 × cp 2 Ulysses ZeRO-3 (Megatron-DeepSpeed 4efb479d
+    ``_DATA_PARALLEL_GROUP``, reduced by ``average_losses_across_data_parallel_group``): before,
     the ZeRO ring over 64 ranks (292), the world ring (292) and the Ulysses all-to-all peer in
     the node (32 × 12 + 196 = 580), 1,164 MiB = 1,220,542,464 B; now also the dp group, 32 ranks
     at 4 a node over 8 nodes, 16 channels: + 292 MiB = 1,526,726,656 B."""

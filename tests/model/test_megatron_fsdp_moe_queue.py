@@ -73,7 +73,7 @@ def test_the_bound_holds_however_the_groups_and_head_split():
 
 
 def test_mixtral_32_dp32_zero3_holds_three_layers_and_a_dense_group():
-    """The review's layout `trainplan search --model mixtral-8x7b --gpus 32`: dp 32, ZeRO-3
+    """The layout of `trainplan search --model mixtral-8x7b --gpus 32`: dp 32, ZeRO-3
     (Megatron-FSDP, FP32 main gradients), recompute full. A layer on one GPU: the experts
     E = 8 × 3 × 4,096 × 14,336 = 1,409,286,144 elements; the dense group D = QKV 4,096 × (4,096
     + 2·1,024) + proj 4,096² + two norms 2·4,096 + router 8 × 4,096 = 41,984,000; u =

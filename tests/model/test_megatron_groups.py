@@ -1,6 +1,6 @@
 """Megatron-LM's process groups beyond the layout's axes that hold an NCCL communicator
 (model/terms/comm_groups.py megatron_rings, moe_metrics_ring, expert_dp_stride; Megatron-LM
-d98e8a64dd), derived by hand on the answers review-e checked.
+d98e8a64dd), derived by hand on the layouts of search answers.
 
 Sizes as model/terms/comm_memory.py counts them: 12 MiB a connection, (set-up channels × 3 + 2)
 × 2 MiB of set-up. A ring in an H100 node: 24 channels, 288 + 196 = 484 MiB; across nodes at 4
@@ -40,7 +40,7 @@ def _comm(layout: Layout, training: TrainingSpec = TRAINING) -> list[int]:
 
 def test_the_model_parallel_group_at_every_zero_stage():
     """``search --per-stage --model llama3-70b --gpus 64``'s layout, dp 4 × tp 4 × pp 4, ZeRO-1,
-    stage 0 (review-e MED 1): the tp ring in a node 484; the dp ring, 4 ranks at stride 4 (2 a
+    stage 0: the tp ring in a node 484; the dp ring, 4 ranks at stride 4 (2 a
     node on 2 nodes: 2 → 4 → 8 channels) 96 + 52 = 148; the one pipeline neighbour, pp stride
     16 (one rank a node: 4 channels) 48 + 28 = 76; the distributed optimizer's gradient
     statistics over all 64 (8 a node on 8 nodes) 292; the world ring 292: 1,292 MiB, the
@@ -62,7 +62,8 @@ def test_the_model_parallel_group_at_every_zero_stage():
 
 def test_megatron_moe_groups_deepseek_v3():
     """``search --model deepseek-v3 --gpus 2048``'s layout, dp 128 × pp 16, ep 8, ZeRO-1, an end
-    stage (review-e MED 2, LOW 1). Before: the ep all-to-all's 7 NVLink peers × 32 channels ×
+    stage (``MoEAlltoAllTokenDispatcher.preprocess``'s tp·ep group, the MoE metrics ring, the
+    expert dp ring on its own stride). Before: the ep all-to-all's 7 NVLink peers × 32 channels ×
     12 MiB = 2,688 and its set-up 196; the dp ring (128 ranks, 8 a node on 16 nodes) 292; the
     expert dp ring on the dense dp placement 292; the pipeline neighbour 76; the MTP pair 76;
     gradient statistics 292; world 292: 4,204 MiB (4.41 GB). Now:
@@ -85,7 +86,8 @@ def test_megatron_moe_groups_deepseek_v3():
 
 
 def test_the_expert_dp_group_on_its_own_span():
-    """32 GPUs, 8 a node: tp 2 × dp 16, ep 8 with etp 1 (review-e LOW 1). The expert dp group,
+    """32 GPUs, 8 a node: tp 2 × dp 16, ep 8 with etp 1 (``parallel_state.py``
+    ``initialize_model_parallel``'s expert data-parallel group). The expert dp group,
     tp·dp/(etp·ep) = 4 ranks at stride etp·ep = 8, one a node on 4 nodes: 76 MiB, where the
     dense dp group's placement (16 ranks at stride 2, 4 a node on 4 nodes: 292) counted it
     before. The rest: tp {0, 1} 484; dp 292; the ep all-to-all's 7 NVLink peers 2,688 + 196;

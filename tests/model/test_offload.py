@@ -152,7 +152,7 @@ def test_fsdp2_parameter_offload_accumulates_gradients_on_the_cpu():
     an element (two reads, one write) at the host memory bandwidth. Llama 3 70B on 8 H100s,
     dp 8, b 2, B 2,048 (m 128): the shard is 70,553,706,496 / 8 = 8,819,213,312 elements, 127 ×
     8,819,213,312 × 12 B / 76.8 GB/s = 175.0 s more than the transfers and the CPU Adam step
-    (review H1 of the deepspeed/fsdp2 round)."""
+    (``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py`` ``foreach_reduce``)."""
     from trainplan.model.mechanisms import mechanism
     from trainplan.model.offload import FSDP2_HOST_ACCUMULATE_BYTES, offload_seconds
 
@@ -174,7 +174,7 @@ def test_deepspeed_zero2_offload_brings_accumulated_gradients_back_every_microba
     ``async_accumulate_grad_in_cpu_via_gpu`` copies the host-accumulated BF16 gradients back to
     the GPU (on the compute stream: ``overlap_comm`` is off by default at ZeRO-2). Llama 3 8B on
     8 H100s, b 1, B 2,048 (m 256): 8,030,261,248 / 8 = 1,003,782,656 elements a GPU, 255 ×
-    1,003,782,656 × 2 B / 64 GB/s = 8.00 s more host→device time (review H2)."""
+    1,003,782,656 × 2 B / 64 GB/s = 8.00 s more host→device time."""
     from trainplan.model.mechanisms import mechanism
     from trainplan.model.offload import offload_transfers
 

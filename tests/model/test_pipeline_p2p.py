@@ -142,7 +142,7 @@ def test_interleaved_waiting_sends_written_out() -> None:
     """Megatron-Core's interleaved schedule (schedules.py ``get_pp_rank_microbatches``): the last
     rank warms up with W = min(m·v, (v − 1)·pp) forward passes, each send blocking, and cools
     down with W blocking backward sends; since core 0.18 every forward send is waited on. The
-    review's cases: Llama 3 405B, pp 16, v 8, m 16 (W 112) and pp 32, v 4, m 32 (W 96)."""
+    cases: Llama 3 405B, pp 16, v 8, m 16 (W 112) and pp 32, v 4, m 32 (W 96)."""
     assert p2p_waiting_sends(16, 8, 16, False, True) == 128 + 112
     assert p2p_waiting_sends(32, 4, 32, False, True) == 128 + 96
     assert p2p_waiting_sends(32, 4, 32, False, False) == 96 + 96  # core 0.10–0.17

@@ -230,7 +230,7 @@ def test_an_earlier_chunk_recomputed_adds_its_transient_to_the_held_peak():
     18,354,274,304 B, and it is held while chunk 0's backward recomputes its last layer (chunk
     1's backward of that micro-batch ran first and freed its share, so nothing more comes off):
     the stage's peak is that plus one layer's full less its input, 281,018,368 − 16,777,216 =
-    264,241,152 B (the review's walk of model.schedule.stage_order; the later chunk used to be
+    264,241,152 B (walking model.schedule.stage_order by hand; the later chunk used to be
     taken off the transient a second time, leaving 0). Transformer Engine's fused attention
     keeps its FP32 softmax statistics, 4·64/8 heads·8,192 = 262,144 B a layer: 4 × 16 layers
     kept whole in chunk 1 hold 64 × 262,144 = 16,777,216 B more, 18,371,051,520 B, and the

@@ -26,16 +26,17 @@ assert ELEMENTS == 2_335_703_040
     [
         # verl Megatron: FP32 logits (Float16Module's cast) + the BF16 output at the cast
         ("megatron", "reference", 4, 2),
-        # … + logits.clone() + vocab_parallel_entropy's normalized copy (review F2)
+        # … + logits.clone() (megatron_actor.py forward_backward_batch) + the normalized copy of
+        # vocab_parallel_entropy (_VocabParallelEntropy.forward)
         ("megatron", "old_log_prob_entropy", 4, 8),
         # … the update: the in-place CE gradient (the logits' storage) and DivBackward's new FP32
-        # gradient of logits.div_(temperature) at once (review R1)
+        # gradient of logits.div_(temperature) at once (torch derivatives.yaml div_)
         ("megatron", "update", 4, 4),
         # verl FSDP: BF16 logits, flash-attn cross-entropy (no [T, V] temporary)
         ("fsdp2", "reference", 2, 0),
         # … + entropy_from_logits under autocast: FP32 softmax input copy and output (eager)
         ("fsdp2", "old_log_prob_entropy", 2, 8),
-        # … the update: the in-place gradient and DivBackward's new BF16 gradient (review R1)
+        # … the update: the in-place gradient and DivBackward's new BF16 gradient (derivatives.yaml div_)
         ("fsdp2", "update", 2, 2),
         # OpenRLHF: logits.to(float32) beside the BF16 output; the update's FP32 gradient
         ("deepspeed", "reference", 4, 2),

@@ -1,4 +1,4 @@
-"""`rlhf --framework fsdp2` is verl's FSDP workers, whose default is FSDP1 (review B, noticed).
+"""`rlhf --framework fsdp2` is verl's FSDP workers, whose default is FSDP1.
 
 verl b178a3cd5 ``trainer/config/_generated_ppo_trainer.yaml``: ``actor.strategy: fsdp``;
 ``verl/workers/fsdp_workers.py`` ``_build_model_optimizer`` wraps the HF model in FSDP1's

@@ -1,5 +1,5 @@
 """The flash attention kernel's FP32 softmax statistics (log-sum-exp), kept for backward under the
-``megatron`` and ``deepspeed`` profiles whatever the activation convention (review A, LOW-1).
+``megatron`` and ``deepspeed`` profiles whatever the activation convention.
 
 * megatron: Transformer Engine d0067d0da ``attention/dot_product_attention/backends.py``
   ``FusedAttnFunc.forward`` saves ``*aux_ctx_tensors``, which ``backward`` unpacks as

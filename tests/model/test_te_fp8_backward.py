@@ -76,7 +76,7 @@ def test_llama70b_fc1_step_per_recipe(recipe, transpose):
 
 
 def test_figures_in_megabytes():
-    # the hand sums, written out: 390.1 MB delayed on Hopper (review16b's estimate), 264.2
+    # the hand sums, written out: 390.1 MB delayed on Hopper, 264.2
     # on Blackwell, 327.8 MXFP8, 394.9 blockwise.
     assert [int(CASES[k]) for k in CASES] == [390070272, 264241152, 327811072, 394919936]
     # Without the copies the QKV step is the largest: n + dQ, dK, dV (20.97 MB) + ln_out

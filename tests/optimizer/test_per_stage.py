@@ -292,8 +292,8 @@ def test_per_stage_refuses_what_it_does_not_model():
 
 def test_a_cap_the_optimum_does_not_beat_is_no_gain():
     """With a cap at (or 1 ns under) the shape's own optimum, the rows at or above it are left
-    out, so the shape has no plan faster than the cap: ``no-gain``, not ``optimal`` (the review
-    found ``optimal`` returned with a plan that did not beat its cap); 1 ns above, the optimum."""
+    out, so the shape has no plan faster than the cap: ``no-gain``, not ``optimal`` (not
+    ``optimal`` with a plan that does not beat its cap); 1 ns above, the optimum."""
     case = tiny_case(6, 2)
     headroom = tight_headroom(case, 0.5)
     best = oracle(case, headroom)

@@ -114,10 +114,10 @@ def test_cpsat_equals_the_oracle_when_each_role_is_a_process():
     pool_refusal): the engine alone on 2 GPUs, one process; the actor with the reference and the
     critic with the reward model (--train.colocate_actor_ref, --train.colocate_critic_reward) on
     one GPU each, two processes, 700,186,624 B beyond the reserve's. 993,684,090 ns a step →
-    1,359,376,852 (OpenRLHF's pools, rlhfds: 993,684,090 put the engine and the actor on one pool
+    1,359,376,852 (OpenRLHF's pools, model/rlhf/split.py: 993,684,090 put the engine and the actor on one pool
     and counted the engine asleep there, which OpenRLHF does not do without every role on the
     pool, --train.colocate_all, and the critic, reference and reward model on the other) →
-    1,359,771,503 ns (+ the engine's tp all-reduces, rollouttp: the engine runs tp 1 × dp 2, not
+    1,359,771,503 ns (+ the engine's tp all-reduces, model/rollout_reduce.py: the engine runs tp 1 × dp 2, not
     tp 2 × dp 1, +394,651 ns, as in test_scoring_roles_keep_the_actors_split). CP-SAT still
     equals the oracle."""
     problem = _small(9, "ppo", "model", 0, framework="deepspeed")
@@ -148,9 +148,9 @@ def test_scoring_roles_keep_the_actors_split(monkeypatch):
     pools (model/rlhf/split.py pool_refusal) no longer allow that placement. CP-SAT equals the
     oracle.
 
-    The answers: without a reward model 1,120,087,186 ns (OpenRLHF's pools, rlhfds) →
-    1,120,481,837 ns (+ the engine's tp all-reduces, model/rollout_reduce.py, rollouttp); with
-    one 908,140,859 → 1,359,376,852 (rlhfds; 908,535,510 with the all-reduces alone, rollouttp)
+    The answers: without a reward model 1,120,087,186 ns (OpenRLHF's pools, model/rlhf/split.py) →
+    1,120,481,837 ns (+ the engine's tp all-reduces, model/rollout_reduce.py); with
+    one 908,140,859 → 1,359,376,852 (OpenRLHF's pools; 908,535,510 with the all-reduces alone)
     → 1,359,771,503 ns (both). The 2-GPU engine pool ran tp 2 × dp 1,
     rollout 371,648,447 ns; with its all-reduces timed that option takes 1,383,681,528 ns (4
     waves of 32: 4,096 decode steps × 16 all-reduces (2 × 8 layers) of 32 × 1,024 × 2 =

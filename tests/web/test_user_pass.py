@@ -1,4 +1,4 @@
-"""A new user's pass over ``trainplan serve`` (review-user, session 23), against a real server
+"""A new user's pass over ``trainplan serve``, against a real server
 process (:func:`tests.web.conftest.server`): ``curl -I`` on the address it prints."""
 
 from __future__ import annotations
