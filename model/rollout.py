@@ -62,8 +62,9 @@ Sources, term by term:
   engine waits for it), a wave decodes as many steps as the longest, reading the weights every
   step, while the tokens it generates stay those of mean-length rollouts — on average
   ``c·mean/max`` sequences live at each step (a uniform thinning of the batch; the lengths'
-  distribution is not modelled). A tp > 1 engine adds its all-reduces to every prefill chunk
-  and decode step, not overlapped (:mod:`model.rollout_reduce`).
+  distribution is not modelled). A tp > 1 engine adds its collectives (the layers' and the
+  embedding's all-reduces, the logits all-gather) to every prefill chunk and decode step, not
+  overlapped (:mod:`model.rollout_reduce`).
 * **Weight sync**: the updated policy's BF16 weights reach each engine GPU (``2·N/tp`` bytes)
   over the link between the training and the rollout ranks.
 """
@@ -268,8 +269,8 @@ class RolloutTime:
     """Decode steps bound by HBM reads (of ``waves × completion tokens``)."""
     total_steps: int
     all_reduce_s: float = 0.0
-    """The engine's tp all-reduces, inside ``prefill_s`` and ``decode_s``
-    (:mod:`model.rollout_reduce`)."""
+    """The engine's tp collectives (all-reduces and the logits all-gather), inside ``prefill_s``
+    and ``decode_s`` (:mod:`model.rollout_reduce`)."""
 
     @property
     def total_s(self) -> float:
@@ -405,14 +406,14 @@ def all_waves(
 
 
 def _all_reduces(
-    tp_reduce: Callable[[Fraction], float] | None,
+    tp_reduce: Callable[[Fraction, Fraction], float] | None,
     sequences: int,
     concurrent: int,
     prompt_tokens: int,
     completion_tokens: int,
     steps: int,
 ) -> tuple[Fraction, Fraction]:
-    """(prefill, decode) seconds of the tp all-reduces of every wave
+    """(prefill, decode) seconds of the tp collectives of every wave
     (:func:`model.rollout_reduce.wave_reduce_seconds`); none without ``tp_reduce``."""
     if tp_reduce is None:
         return Fraction(0), Fraction(0)
@@ -439,7 +440,7 @@ def rollout_time(
     sync_bytes: Fraction = Fraction(0),
     sync_bytes_per_s: float | None = None,
     max_completion_tokens: int | None = None,
-    tp_reduce: Callable[[Fraction], float] | None = None,
+    tp_reduce: Callable[[Fraction, Fraction], float] | None = None,
 ) -> RolloutTime:
     """Seconds for one engine replica (``tp`` GPUs) to generate ``sequences_per_replica``
     rollouts, ``concurrent`` at a time: equal waves of ``concurrent`` sequences and one of the
@@ -447,7 +448,7 @@ def rollout_time(
     bandwidth_efficiency``, decoding ``max_completion_tokens`` steps when given (T_max > Tc: a
     wave holds ``c·Tc/T_max`` sequences live on average, the module docstring). Weight sync:
     ``sync_bytes`` at ``sync_bytes_per_s`` (0 when no bandwidth is given). ``tp_reduce``: one
-    forward's tp all-reduces (:func:`model.rollout_reduce.forward_reduce`), added to every
+    forward's tp collectives (:func:`model.rollout_reduce.forward_collectives`), added to every
     prefill chunk and decode step (:func:`model.rollout_reduce.wave_reduce_seconds`).
 
     Raises

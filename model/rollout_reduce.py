@@ -1,5 +1,6 @@
-"""The rollout engine's tensor-parallel all-reduces: the seconds a ``tp``-way vLLM engine spends
-summing its row-parallel outputs, in every prefill chunk and every decode step.
+"""The rollout engine's tensor-parallel collectives: the seconds a ``tp``-way vLLM engine spends
+summing its row-parallel outputs and its embedding and gathering its logits, in every prefill
+chunk and every decode step.
 
 Sources:
 
@@ -7,18 +8,32 @@ Sources:
   ``tensor_model_parallel_all_reduce(output_parallel)`` whenever ``reduce_results and tp_size >
   1`` (``vllm/model_executor/layers/linear.py``, vllm-project/vllm 9e109c98); the attention's
   ``o_proj`` and the MLP's ``down_proj`` are row-parallel, so each layer of each forward sums
-  ``[tokens, h]`` BF16 (2 B) twice over the tp group. The embedding's all-reduce
-  (``VocabParallelEmbedding``) and the logits' gather are one each per forward, not per layer:
-  not counted here.
-* **Not overlapped.** The all-reduce runs on the compute stream between the GEMMs, so a decode
-  step's seconds are its roofline's plus these (:func:`model.rollout.wave_seconds`).
+  ``[tokens, h]`` BF16 (2 B) twice over the tp group.
+* **One more all-reduce per forward: the embedding.** ``VocabParallelEmbedding.forward`` looks
+  the tokens up in its vocabulary shard, zeroes the rows of tokens other ranks hold and calls
+  ``tensor_model_parallel_all_reduce(output_parallel)`` on the ``[tokens, h]`` output
+  (``vllm/model_executor/layers/vocab_parallel_embedding.py``, 7f5d141a).
+* **One logits all-gather per forward.** ``LogitsProcessor._get_logits`` multiplies the sampled
+  rows by the vocabulary-parallel ``lm_head`` shard and ``_gather_logits`` calls
+  ``tensor_model_parallel_all_gather(logits)`` when ``current_platform.use_all_gather()``
+  (``vllm/model_executor/layers/logits_processor.py``, 00db1f12); ``Platform.use_all_gather``
+  returns True and the CUDA platform does not override it (``vllm/platforms/interface.py``
+  c7761993, ``cuda.py`` 002db495). The gathered tensor is ``[sampled, V']`` in the model's dtype
+  (BF16), ``V'`` the vocabulary padded to a multiple of 64 (``DEFAULT_VOCAB_PADDING_SIZE``,
+  ``pad_vocab_size``, vocab_parallel_embedding.py). The rows are the forward's sampled positions:
+  the engine computes logits only at ``hidden_states[logits_indices]``, the last scheduled token
+  of each request in the batch (``vllm/v1/worker/gpu_model_runner.py``): one per live sequence in
+  a decode step; in a prefill chunk one per prompt the chunk holds (a chunk of ``K`` tokens
+  holds ``⌈K / Tp⌉`` prompts of ``Tp`` tokens laid end to end, at most the wave's ``c``).
+* **Not overlapped.** The collectives run on the compute stream between the kernels, so a
+  decode step's seconds are its roofline's plus these (:func:`model.rollout.wave_seconds`).
 * **Tokens per forward.** A decode step runs one token of every live sequence; prefill runs the
   prompts in chunks of ``max_num_batched_tokens`` (verl's rollout default 8,192,
   ``verl/trainer/config/rollout/rollout.yaml``, volcengine/verl 035682ed).
-* **Time of one all-reduce.** The project's collective clock,
+* **Time of one collective.** The project's collective clock,
   :func:`model.roofline.collective_time` on the part's published NCCL bus-bandwidth curve inside
   the NVLink domain (:func:`model.op_rates.deployed_params`), the one the training side's tp
-  all-reduces read (:mod:`model.layer_time`). vLLM tries its custom all-reduce first (one- or
+  collectives read (:mod:`model.layer_time`). vLLM tries its custom all-reduce first (one- or
   two-shot over CUDA IPC, below 8 MiB on 2, 4, 6 or 8 fully NVLinked GPUs:
   ``CudaCommunicator.all_reduce``, ``vllm/distributed/device_communicators/
   cuda_communicator.py``, 089eca13). vLLM PR #2192, which added it, published end-to-end latency
@@ -26,7 +41,7 @@ Sources:
   per-operation table exists elsewhere, SGLang PR #2904's of vLLM's kernel on H100 without CUDA
   graphs (512 B to 1 MiB): 1 MiB over tp 4 in 40.2 µs, the curve's 36.0; 32 KiB in 9.2 µs, the
   curve's 28.7. So the curve is close at a full batch's megabytes and about 3× high for small
-  batches, where this term is an upper figure.
+  batches, where this term is an upper figure. The logits all-gather has no custom kernel: NCCL.
 """
 
 from __future__ import annotations
@@ -38,31 +53,61 @@ from trainplan.model.errors import InputError
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.op_rates import deployed_params
 from trainplan.model.roofline import Collective, collective_time, ring_share
+from trainplan.model.vocab import padded_vocab
 
 __all__ = [
     "ACTIVATION_BYTES",
     "PREFILL_CHUNK_TOKENS",
     "REDUCES_PER_LAYER",
+    "VOCAB_PADDING",
+    "engine_all_gather",
     "engine_all_reduce",
-    "forward_reduce",
+    "forward_collectives",
     "wave_reduce_seconds",
 ]
 
 ACTIVATION_BYTES = 2
-"""Bytes per element of the summed ``[tokens, h]`` output: BF16, the engine's dtype."""
+"""Bytes per element of the summed ``[tokens, h]`` output and of the gathered logits: BF16, the
+engine's dtype."""
 REDUCES_PER_LAYER = 2
 """``o_proj`` and ``down_proj``: vLLM's row-parallel layers of one transformer layer."""
 PREFILL_CHUNK_TOKENS = 8192
 """Tokens per prefill forward: verl's ``max_num_batched_tokens`` default (module docstring)."""
+VOCAB_PADDING = 64
+"""vLLM's ``DEFAULT_VOCAB_PADDING_SIZE``: the logits' columns are V rounded up to it."""
 
-AllReduce = Callable[[float], float]
-"""Seconds of one all-reduce of an ``S``-byte buffer over the engine's tp group."""
+Clock = Callable[[float], float]
+"""Seconds of one collective of an ``S``-byte buffer over the engine's tp group."""
+ForwardClock = Callable[[Fraction, Fraction], float]
+"""Seconds of one forward's tp collectives over ``tokens`` tokens with ``sampled`` logits rows."""
 
 
-def engine_all_reduce(device: DeviceSpec, tp: int) -> AllReduce:
-    """Seconds of one all-reduce of an ``S``-byte buffer over ``tp`` ranks of ``device``:
-    :func:`model.roofline.collective_time` with each rank sending ``2(tp − 1)/tp · S`` (nccl-tests'
-    bus factor) over NVLink when the group fits one NVLink domain, else over the scale-out NIC.
+def _engine_clock(device: DeviceSpec, tp: int, kind: Collective) -> Clock:
+    """Seconds of one ``kind`` collective of an ``S``-byte buffer over ``tp`` ranks of
+    ``device``: :func:`model.roofline.collective_time` with each rank sending ``ring_share ·
+    S`` (nccl-tests' bus factor) over NVLink when the group fits one NVLink domain, else over
+    the scale-out NIC; an InputError when the part's table has no bandwidth for that link."""
+    inside = tp <= (device.nvlink_domain or device.gpus_per_node)
+    bandwidth = device.nvlink_bytes_per_s if inside else device.scaleout_bytes_per_s
+    if tp > 1 and not bandwidth:
+        link = "NVLink" if inside else "scale-out"
+        raise InputError(
+            f"rollout tp: {tp} needs the {link} bandwidth of {device.name}, which the "
+            "accelerator table does not have"
+        )
+    params = deployed_params(device.name)
+    share = ring_share(kind, tp)
+
+    def seconds(buffer_bytes: float) -> float:
+        sent = share * buffer_bytes
+        return float(collective_time(kind, tp, sent, bandwidth, inside, params))
+
+    return seconds
+
+
+def engine_all_reduce(device: DeviceSpec, tp: int) -> Clock:
+    """Seconds of one all-reduce of an ``S``-byte buffer over ``tp`` ranks of ``device``, each
+    rank sending ``2(tp − 1)/tp · S``.
 
     Raises
     ------
@@ -78,37 +123,50 @@ def engine_all_reduce(device: DeviceSpec, tp: int) -> AllReduce:
     >>> round(engine_all_reduce(get_accelerator("H100-SXM"), 4)(256 * 3584 * 2) * 1e6, 1)
     36.9
     """
-    inside = tp <= (device.nvlink_domain or device.gpus_per_node)
-    bandwidth = device.nvlink_bytes_per_s if inside else device.scaleout_bytes_per_s
-    if tp > 1 and not bandwidth:
-        link = "NVLink" if inside else "scale-out"
-        raise InputError(
-            f"rollout tp: {tp} needs the {link} bandwidth of {device.name}, which the "
-            "accelerator table does not have"
-        )
-    params = deployed_params(device.name)
-    share = ring_share(Collective.ALL_REDUCE, tp)
-
-    def seconds(buffer_bytes: float) -> float:
-        sent = share * buffer_bytes
-        return float(collective_time(Collective.ALL_REDUCE, tp, sent, bandwidth, inside, params))
-
-    return seconds
+    return _engine_clock(device, tp, Collective.ALL_REDUCE)
 
 
-def forward_reduce(layers: int, hidden: int, all_reduce: AllReduce) -> Callable[[Fraction], float]:
-    """Seconds of one forward's tp all-reduces over ``tokens`` tokens: ``2·L`` all-reduces of
-    ``tokens · h · 2`` B.
+def engine_all_gather(device: DeviceSpec, tp: int) -> Clock:
+    """Seconds of one all-gather into an ``S``-byte output over ``tp`` ranks of ``device``, each
+    rank receiving ``(tp − 1)/tp · S`` (the curve read at ``S``, divided by the part's NVLS
+    all-reduce speed-up: :func:`model.roofline.published_busbw`).
 
-    >>> f = forward_reduce(28, 3584, lambda s: s / 1e12)  # 1 B/ps, for the arithmetic
-    >>> round(f(Fraction(256)) * 1e6, 2)  # 56 × 1,835,008 B
-    102.76
+    Raises
+    ------
+    InputError
+        As :func:`engine_all_reduce`.
+
+    Examples
+    --------
+    256 rows of Qwen2.5's 152,064 logits in BF16, 77,856,768 B, over 4 H100s:
+
+    >>> from trainplan.topology.accelerators import get_accelerator
+    >>> round(engine_all_gather(get_accelerator("H100-SXM"), 4)(256 * 152064 * 2) * 1e6, 1)
+    204.7
     """
+    return _engine_clock(device, tp, Collective.ALL_GATHER)
 
-    def seconds(tokens: Fraction) -> float:
+
+def forward_collectives(
+    layers: int, hidden: int, vocab: int, all_reduce: Clock, all_gather: Clock
+) -> ForwardClock:
+    """Seconds of one forward's tp collectives over ``tokens`` tokens with ``sampled`` logits
+    rows: ``2·L + 1`` all-reduces of ``tokens · h · 2`` B (o_proj and down_proj in every layer,
+    the embedding once) and one all-gather of ``sampled · V' · 2`` B, ``V'`` the vocabulary
+    padded to a multiple of 64 (module docstring).
+
+    >>> f = forward_collectives(28, 3584, 152064, lambda s: s / 1e12, lambda s: s / 1e12)
+    >>> round(f(Fraction(256), Fraction(256)) * 1e6, 2)  # 57 × 1,835,008 + 77,856,768 B at 1 B/ps
+    182.45
+    """
+    logits_columns = padded_vocab(vocab, VOCAB_PADDING)
+
+    def seconds(tokens: Fraction, sampled: Fraction) -> float:
         if tokens <= 0:
             return 0.0
-        return REDUCES_PER_LAYER * layers * all_reduce(float(tokens * hidden * ACTIVATION_BYTES))
+        summed = float(tokens * hidden * ACTIVATION_BYTES)
+        gathered = float(sampled * logits_columns * ACTIVATION_BYTES)
+        return (REDUCES_PER_LAYER * layers + 1) * all_reduce(summed) + all_gather(gathered)
 
     return seconds
 
@@ -116,26 +174,36 @@ def forward_reduce(layers: int, hidden: int, all_reduce: AllReduce) -> Callable[
 def wave_reduce_seconds(
     c: int,
     *,
-    forward: Callable[[Fraction], float],
+    forward: ForwardClock,
     prompt_tokens: int,
     completion_tokens: int,
     steps: int,
     chunk_tokens: int = PREFILL_CHUNK_TOKENS,
 ) -> tuple[Fraction, Fraction]:
-    """(prefill, decode) seconds of the tp all-reduces of one wave of ``c`` sequences:
-    ``forward`` (:func:`forward_reduce`) once per prefill chunk — the wave's ``c · Tp`` prompt
-    tokens in full chunks of ``chunk_tokens`` and one of the rest — and once per decode step
-    over the ``c · Tc / T_max`` sequences live on average (:func:`model.rollout.wave_seconds`).
+    """(prefill, decode) seconds of the tp collectives of one wave of ``c`` sequences:
+    ``forward`` (:func:`forward_collectives`) once per prefill chunk — the wave's ``c · Tp``
+    prompt tokens in full chunks of ``chunk_tokens`` and one of the rest, each sampling one row
+    per prompt it holds, ``min(c, ⌈tokens / Tp⌉)`` — and once per decode step over the
+    ``c · Tc / T_max`` sequences live on average, each sampling its row
+    (:func:`model.rollout.wave_seconds`).
 
     Examples
     --------
-    4 prompts of 5,000 tokens: chunks of 8,192, 8,192 and 3,616; 10 decode steps of 4 · 5/10
-    = 2 live sequences each, with a clock of 1 s per token:
+    4 prompts of 5,000 tokens: chunks of 8,192, 8,192 and 3,616 tokens holding 2, 2 and 1
+    prompts; 10 decode steps of 4 · 5/10 = 2 live sequences each; a clock of 1 s per token and
+    1,000 s per sampled row:
 
-    >>> wave_reduce_seconds(4, forward=float, prompt_tokens=5000, completion_tokens=5, steps=10)
-    (Fraction(20000, 1), Fraction(20, 1))
+    >>> clock = lambda tokens, rows: float(tokens + 1000 * rows)
+    >>> wave_reduce_seconds(4, forward=clock, prompt_tokens=5000, completion_tokens=5, steps=10)
+    (Fraction(25000, 1), Fraction(20020, 1))
     """
     full, rest = divmod(c * prompt_tokens, chunk_tokens)
-    prefill = full * Fraction(forward(Fraction(chunk_tokens))) + Fraction(forward(Fraction(rest)))
-    decode = steps * Fraction(forward(Fraction(c * completion_tokens, steps)))
+
+    def chunk(tokens: int) -> Fraction:
+        rows = min(c, -(-tokens // prompt_tokens))
+        return Fraction(forward(Fraction(tokens), Fraction(rows))) if tokens else Fraction(0)
+
+    prefill = full * chunk(chunk_tokens) + chunk(rest)
+    live = Fraction(c * completion_tokens, steps)
+    decode = steps * Fraction(forward(live, live))
     return prefill, decode

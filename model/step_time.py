@@ -370,9 +370,9 @@ def dp_seconds(
     bandwidth: Any,
     scaleup: Any,
     p: RooflineParams,
-) -> tuple[Any, Any]:
-    """(seconds of the once-per-step data-parallel traffic, seconds of one micro-batch's)
-    over ``group`` = dp·cp ranks. Each collective the mechanism runs (its reduction, its
+) -> tuple[Any, Any, Any]:
+    """(seconds of the once-per-step data-parallel traffic, seconds of one micro-batch's, the
+    first's reduction alone) over ``group`` = dp·cp ranks. Each collective the mechanism runs (its reduction, its
     all-gathers) carries its share of the bytes (:meth:`Mechanism.traffic_terms`' bytes per
     parameter) in ``calls`` equal calls — the framework's buckets
     (:func:`model.comm.dp_collective_calls`) — each timed by
@@ -387,16 +387,17 @@ def dp_seconds(
     mb_kinds = [(reduce, reduce_b if per_mb else 0)]
     mb_kinds.append((Collective.ALL_GATHER, mech.weight_bytes * mech.gathers_per_microbatch))
 
-    def seconds(kinds: list[tuple[Collective, int]], total: Any) -> Any:
+    def seconds(kinds: list[tuple[Collective, int]], total: Any) -> list[Any]:
         per_param = sum(b for _, b in kinds)
-        out: Any = 0.0
-        for kind, b in kinds:
+        out: list[Any] = [0.0, 0.0]  # (reduction, all-gathers)
+        for i, (kind, b) in enumerate(kinds):
             if b:
                 sent = total * (b / per_param) / calls
-                out = out + calls * collective_time(kind, group, sent, bandwidth, scaleup, p)
+                out[i] = calls * collective_time(kind, group, sent, bandwidth, scaleup, p)
         return out
 
-    return seconds(step_kinds, step_bytes), seconds(mb_kinds, microbatch_bytes)
+    (reduce_s, gather_s), mb = seconds(step_kinds, step_bytes), seconds(mb_kinds, microbatch_bytes)
+    return reduce_s + gather_s, mb[0] + mb[1], reduce_s
 
 
 def dp_exposed_seconds(
@@ -408,6 +409,7 @@ def dp_exposed_seconds(
     tail: Any,
     beside_compute: Any = True,
     share: float = 0.0,
+    waits: Any = 0.0,
 ) -> Any:
     """Seconds of data-parallel communication left exposed in a step, by mechanism.
 
@@ -430,6 +432,9 @@ def dp_exposed_seconds(
       :func:`model.comm_sms.collective_sm_share`); the computation it hides under runs on the
       rest, so what waits beyond a window is :func:`model.comm_sms.contended_wait`
       ``max(φ·a, a − window)`` in place of ``max(0, a − window)``.
+    * ``waits``: seconds of the once-per-step traffic that wait whole even when it overlaps
+      (FSDP2's reduce-scatter after a pipeline stage's last backward,
+      :func:`model.pipeline_reduce.reduce_waiting_share`); the rest overlaps as above.
 
     Examples
     --------
@@ -443,10 +448,13 @@ def dp_exposed_seconds(
     2.0
     >>> dp_exposed_seconds(1.0, 0.0, 8, 1.5, True, 0.1, True, 0.25)  # max(0.25·1, 1 − 1.5, 0.1)
     0.25
+    >>> dp_exposed_seconds(3.0, 0.0, 8, 1.5, True, 0.1, True, 0.25, 2.0)  # 2 + max(0.25, 0.1)
+    2.25
     """
     overlapped = overlapped & beside_compute
-    beyond = contended_wait(step_s, window_s, share)
-    step = where(overlapped, maximum(beyond, step_s * tail), step_s)
+    rest = step_s - waits
+    beyond = contended_wait(rest, window_s, share)
+    step = where(overlapped, waits + maximum(beyond, rest * tail), step_s)
     each = contended_wait(microbatch_s, window_s, share)
     hidden = (m - 1) * maximum(0.0, each)
     last = maximum(each, microbatch_s * tail)

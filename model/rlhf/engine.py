@@ -23,7 +23,11 @@ from trainplan.model.rollout import (
     kv_bytes_per_token,
     rollout_time,
 )
-from trainplan.model.rollout_reduce import engine_all_reduce, forward_reduce
+from trainplan.model.rollout_reduce import (
+    engine_all_gather,
+    engine_all_reduce,
+    forward_collectives,
+)
 from trainplan.model.terms.comm_memory import communicator_bytes
 from trainplan.model.terms.split_key import SplitKey
 from trainplan.model.timing import kernel_efficiency_for
@@ -228,10 +232,12 @@ def _rollout_time(
     sync_bytes_per_s: float | None,
 ) -> RolloutTime:
     """:func:`model.rollout.rollout_time` of the engine under ``opt``, ``concurrent`` sequences
-    per replica at once, with its tp all-reduces (:mod:`model.rollout_reduce`)."""
+    per replica at once, with its tp collectives (:mod:`model.rollout_reduce`)."""
     arch = rs.model.arch
     assert arch is not None and device.hbm_bytes_per_s is not None
-    reduce = forward_reduce(arch.num_layers, arch.hidden_size, engine_all_reduce(device, opt.tp))
+    reduce = forward_collectives(arch.num_layers, arch.hidden_size, arch.vocab_size,
+                                 engine_all_reduce(device, opt.tp),
+                                 engine_all_gather(device, opt.tp))  # fmt: skip
     return rollout_time(
         active_params=rs.active_params,
         weights_bytes=weights,
@@ -301,9 +307,9 @@ def _engine_terms(
     if need > mem.budget_bytes:
         kv = "KV cache of one sequence (the least the engine runs with; its budget holds none)"
     steps = f"decode ({time.memory_bound_steps:,} of {time.total_steps:,} steps HBM-bound)"
-    roof = f"roofline: max(2N·c, weights + KV read) + tp all-reduces (model.rollout_reduce); {bw}"
+    roof = f"roofline: max(2N·c, weights + KV read) + tp all-reduces, logits all-gather (model.rollout_reduce); {bw}"
     sync = "BF16 weights over the link between training and rollout ranks"
-    prefill_src = "model.rollout; kernel efficiency model.timing; tp all-reduces per chunk"
+    prefill_src = "model.rollout; kernel efficiency model.timing; tp collectives per chunk"
     return (
         Term("engine budget (fraction × HBM)", "rollout", mem.budget_bytes, "bytes", _ENGINE_SOURCE),
         Term("engine weights (BF16, ÷ tp)", "rollout", weights, "bytes", _ENGINE_SOURCE),

@@ -54,6 +54,7 @@ from trainplan.model.offload import adam_step_bytes
 from trainplan.model.op_rates import fp8_linear_speedups, params_in_force, te_caches_fp8_weights
 from trainplan.model.op_time import Clock, check_tp_overlap, expert_loop_of, tp_overlap_for
 from trainplan.model.optimizers import OptimizerKind, optimizer_step_bytes
+from trainplan.model.pipeline_reduce import reduce_waiting_share
 from trainplan.model.precision import Precision, fp8_recipe_of
 from trainplan.model.recompute_ops import layout_plan
 from trainplan.model.roofline import LinkTime, RooflineParams
@@ -372,11 +373,11 @@ def pp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
 
 
 def dp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
-    """(seconds of the data-parallel collectives in a step if nothing overlapped them, what
-    their mechanism leaves exposed) over the dp·cp group, for the stage with the most
-    parameters; ``window`` is :func:`window_seconds`. What waits of an overlapped collective
-    includes the SMs its kernels take from the computation it hides under
-    (:func:`model.comm_sms.collective_sm_share`; 0 unless ``nccl_sm_charge``)."""
+    """(seconds of the data-parallel collectives in a step if nothing overlapped them, what their
+    mechanism leaves exposed) over the dp·cp group, for the stage with the most parameters
+    (``window``: :func:`window_seconds`). What waits of an overlapped collective includes the SMs
+    its kernels take (:func:`model.comm_sms.collective_sm_share`; 0 unless ``nccl_sm_charge``)
+    and a pipeline stage's reduction after its last backward (:mod:`model.pipeline_reduce`)."""
     mech = dp_mechanism(c, f)
     dense, experts = busiest_params(c, f)
     shard, m = f.shard_degree, f.m
@@ -391,13 +392,13 @@ def dp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
     )
     bandwidth, scaleup = axis_link(c, f, "dp")
     on = (shard > 1) & (bandwidth > 0)
-    step_s, mb_s = dp_seconds(
+    step_s, mb_s, reduce_s = (where(on, s, 0.0) for s in dp_seconds(
         mech, as_float(total - m * per_mb), as_float(per_mb), shard, calls,
         where(on, bandwidth, 1.0), scaleup, params_of(c),
-    )  # fmt: skip
-    step_s, mb_s = where(on, step_s, 0.0), where(on, mb_s, 0.0)
-    share = collective_sm_share(c.gpu.name, c.options.nccl_sm_charge)
-    exposed = dp_exposed_seconds(step_s, mb_s, m, window, after_flush, 1 / calls, beside, share)
+    ))  # fmt: skip
+    waits = reduce_s * reduce_waiting_share(str(f.framework), f.pp, f.virtual_stages)
+    sm = collective_sm_share(c.gpu.name, c.options.nccl_sm_charge)
+    exposed = dp_exposed_seconds(step_s, mb_s, m, window, after_flush, 1 / calls, beside, sm, waits)
     return step_s + m * mb_s, exposed
 
 

@@ -7,6 +7,8 @@ is refused (a LayoutError: the search does not offer it, the CLI exits 2 in one 
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 import trainplan.model.rlhf.network as network
@@ -57,7 +59,15 @@ def test_the_search_no_longer_offers_the_actor_at_dp_8_for_4_rollouts(monkeypatc
     283.763 GB/s. tp 4 (each rank sends 1.5 ×): 4,096 × 56 × 27.51 µs + 56 × 155.20 µs =
     6.309 + 0.009 = 6.318 s, so 4.914 + 6.318 + 0.987 + 2.876 = 15.095 s, the same placement;
     the refused tp 8 (1.75 ×): 4,096 × 56 × 32.09 µs + 56 × 181.07 µs = 7.371 s,
-    6.010 → 13.381 s."""
+    6.010 → 13.381 s.
+
+    The embedding's all-reduce and the logits all-gather (model/rollout_reduce.py; vLLM
+    VocabParallelEmbedding.forward, LogitsProcessor._gather_logits), one each a forward: tp 4
+    adds 4,096 × (27.51 µs + 22.81 µs) + (155.20 µs + 22.81 µs) = 0.206 s — the gather of 4 rows
+    of 152,064 BF16 logits, 1,216,512 B = 1.16016 × 2^20 B, on the curve ÷ the NVLS speed-up
+    480/370: (43.70 + 0.21432 × 38.23) / 1.2973 = 40.001 GB/s, each rank receiving 3/4 of it;
+    the prefill chunk holds the 4 prompts, 4 rows too: 15.095 → 15.301 s, the same placement
+    (the refused tp 8: + 0.241 s, 7/8 received, 26.61 µs a gather, 13.622 s)."""
     r = search_placement(_problem(2, 2, 8))
     actor = next(o for o in r.best.options if o.role is Role.ACTOR)
     assert (actor.gpus, actor.dp, actor.offload) == (4, 4, "optimizer")
@@ -65,12 +75,23 @@ def test_the_search_no_longer_offers_the_actor_at_dp_8_for_4_rollouts(monkeypatc
     tp4 = 4_096 * 56 * 1.5 * decode + 56 * 1.5 * prefill
     tp8 = 4_096 * 56 * 1.75 * decode + 56 * 1.75 * prefill
     assert (tp4, tp8) == (pytest.approx(6.318, abs=1e-3), pytest.approx(7.371, abs=1e-3))
-    assert r.best.plan.phase_s == pytest.approx((4.914 + tp4, 0.987, 2.876), abs=0.001)
-    assert r.best.plan.step_s == pytest.approx(4.914 + tp4 + 0.987 + 2.876, abs=0.001)
-    assert r.best.objective_ns == r.split.objective_ns == 15_094_888_175
+    busbw = (43.70 + math.log2(1.16015625) * (81.93 - 43.70)) / (48 / 37)  # GB/s
+    gather = 0.75 * 4 * 152_064 * 2 / (busbw * 1e9)  # 22.81 µs
+    extra = 4_096 * (1.5 * decode + gather) + 1.5 * prefill + gather
+    assert (extra, busbw) == (pytest.approx(0.206, abs=1e-3), pytest.approx(40.001, abs=1e-3))
+    rollout = 4.914 + tp4 + extra
+    assert r.best.plan.phase_s == pytest.approx((rollout, 0.987, 2.876), abs=0.001)
+    assert r.best.plan.step_s == pytest.approx(rollout + 0.987 + 2.876, abs=0.001)
+    assert r.best.plan.step_s == pytest.approx(15.301, abs=0.001)
+    assert r.best.objective_ns == r.split.objective_ns == 15_301_155_870
     monkeypatch.setattr(network, "check_split_count", lambda spec, role, dp: None)
     old = search_placement(_problem(2, 2, 8))
     assert next(o.dp for o in old.best.options if o.role is Role.ACTOR) == 8
     # 5.990 s before the DeepSpeed all-reduce, 6.010 s before the engine's tp all-reduces
-    assert old.best.plan.step_s == pytest.approx(6.010 + tp8, abs=0.001)
-    assert old.best.plan.step_s == pytest.approx(13.381, abs=0.001)
+    # and the embedding's all-reduce and the logits gather at tp 8: 7/8 received, 26.61 µs
+    extra8 = (
+        4_096 * 1.75 * decode + 1.75 * prefill + 4_097 * 0.875 * 4 * 152_064 * 2 / (busbw * 1e9)
+    )
+    assert extra8 == pytest.approx(0.241, abs=1e-3)
+    assert old.best.plan.step_s == pytest.approx(6.010 + tp8 + extra8, abs=0.001)
+    assert old.best.plan.step_s == pytest.approx(13.622, abs=0.001)

@@ -35,14 +35,23 @@ def test_deepspeed_engine_takes_openrlhfs_095_by_default():
     (model/rollout_reduce.py; its tp 2 × dp 32, 512 rollouts a replica, 256 at once: 2 waves)
     add 8,192 decode steps × 56 × 24.609 µs (1,835,008 B at the H100 curve's 74.565 GB/s, each
     rank sending it once) = 11.290 s and 2 × 32 prefill chunks × 56 × 168.245 µs (58,720,256 B
-    at 349.017 GB/s) = 0.603 s: 333.8 → 345.7 s."""
+    at 349.017 GB/s) = 0.603 s: 333.8 → 345.7 s. The embedding's all-reduce and the logits
+    all-gather, one each a forward (model/rollout_reduce.py): 8,192 × (24.609 + 136.453) µs —
+    256 rows of 152,064 BF16 logits, 77,856,768 B, at (361.78 + 0.21432 × 38.83) / (480/370) =
+    285.287 GB/s, each rank receiving half — and 64 × (168.245 + 17.162) µs (a chunk's 8 rows,
+    2,433,024 B at 70.886 GB/s) = 1.319 + 0.012 = 1.331 s: 345.7 → 347.0 s."""
     eng, plan = _engine("deepspeed")
     assert eng.option.fraction == Fraction(19, 20) == default_fraction(False, Framework.DEEPSPEED)
     assert eng.budget_bytes == Fraction(19, 20) * HBM
     ar = 8_192 * 56 * 1_835_008 / 74.565e9 + 2 * 32 * 56 * 58_720_256 / 349.017e9
     assert ar == pytest.approx(11.893, abs=1e-3) and (eng.option.tp, eng.option.dp) == (2, 32)
-    assert not plan.fits and float(plan.step_s) == pytest.approx(333.775 + ar, abs=1e-3)
-    assert round(float(plan.step_s), 1) == 345.7
+    decode_gather, chunk_gather = 77_856_768 / 2 / 285.287e9, 2_433_024 / 2 / 70.886e9
+    assert (decode_gather * 1e6, chunk_gather * 1e6) == pytest.approx((136.453, 17.162), abs=1e-3)
+    ends = 8_192 * (1_835_008 / 74.565e9 + decode_gather)
+    ends += 64 * (58_720_256 / 349.017e9 + chunk_gather)
+    assert ends == pytest.approx(1.331, abs=1e-3)
+    assert not plan.fits and float(plan.step_s) == pytest.approx(333.775 + ar + ends, abs=1e-3)
+    assert round(float(plan.step_s), 1) == 347.0
     split, _ = _engine("deepspeed", rollout_gpus=16)
     assert split.option.fraction == Fraction(19, 20)
     verl, _ = _engine("megatron")

@@ -79,7 +79,11 @@ def test_the_16_gpu_answer_is_the_best_pools_openrlhf_makes():
     pays 262,144 steps × 56 all-reduces × 36.914 µs (256 × 3,584 × 2 = 1,835,008 B) + 64 × 32
     prefill chunks × 56 × 252.367 µs = 541.90 + 28.94 = 570.85 s: 1,319.877 → 1,890.72 s; the tp
     1 engine (208 at once, its KV space at 0.9) pays none, 1,394.574 s, and takes its place:
-    1,394.574 + 674.157 + 1,319.784 = 3,388.514 s.
+    1,394.574 + 674.157 + 1,319.784 = 3,388.514 s. The embedding's all-reduce and the logits
+    all-gather, one each a forward (model/rollout_reduce.py; tests/model/test_rollout_reduce.py:
+    204.680 µs to gather 256 rows of 152,064 BF16 logits, 25.742 µs for a chunk's 8 rows), add
+    262,144 × (36.914 + 204.680) µs + 64 × 32 × (252.367 + 25.742) µs = 63.33 + 0.57 = 63.90 s
+    more to the tp 4 engine: 1,954.62 s; still none to tp 1.
 
     The engine's pool holds, in every phase, the model-update ring (301,989,888 B) and no tp
     communicators (tp 1; at tp 4 629,145,600 B more); with its awake bytes, the whole budget
@@ -101,7 +105,9 @@ def test_the_16_gpu_answer_is_the_best_pools_openrlhf_makes():
     old = cost_of(_problem(), RoleOption(Role.ROLLOUT, 4, 1, 4, 1, "none", Fraction(3, 10)))
     reduces = 262_144 * 56 * 36.914e-6 + 64 * 32 * 56 * 252.367e-6
     assert reduces == pytest.approx(570.85, abs=0.01)
-    assert old.rollout_s == pytest.approx(1_319.877 + reduces, abs=0.01)
+    ends = 262_144 * (36.914e-6 + 204.680e-6) + 64 * 32 * (252.367e-6 + 25.742e-6)
+    assert ends == pytest.approx(63.90, abs=0.01)
+    assert old.rollout_s == pytest.approx(1_319.877 + reduces + ends, abs=0.01)
     engine = r.best.plan.pools[0]
     assert engine.held_bytes == RING == 301_989_888
     awake = RING + Fraction(9, 10) * HBM

@@ -137,11 +137,15 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     assert charge == pytest.approx(0.2482, abs=1e-4)
     # the engine's tp 8 all-reduces (model/rollout_reduce.py), as in test_rlhf_idle_scoring.py's
     # GRPO 70B: 32,768 decode steps × 160 × 57.019 µs + 8 × 32 prefill chunks × 160 × 586.31 µs
-    # = 298.94 + 24.02 = 322.96 s more: 5,493.64 → 5,816.60 s, the same placement
+    # = 298.94 + 24.02 = 322.96 s more: 5,493.64 → 5,816.60 s, the same placement; the
+    # embedding's all-reduce and the logits all-gather, one each a forward (tests/model/
+    # test_rollout_reduce.py's 70B engine): 32,768 × (57.019 + 207.229) µs + 256 × (586.308 +
+    # 28.854) µs = 8.816 s more: 5,825.42 s
     ar = 32_768 * 160 * (2**22 * 1.75 / 128.73e9) + 8 * 32 * 160 * (2**27 * 1.75 / 400.61e9)
     assert ar == pytest.approx(322.958, abs=1e-3)
-    assert r.best.plan.step_s == pytest.approx(5493.39 + charge + ar, abs=0.05)
-    assert r.best.plan.step_s == pytest.approx(5816.60, abs=0.05)
+    ends = 32_768 * (57.019e-6 + 207.229e-6) + 256 * (586.308e-6 + 28.854e-6)
+    assert r.best.plan.step_s == pytest.approx(5493.39 + charge + ar + ends, abs=0.05)
+    assert r.best.plan.step_s == pytest.approx(5825.42, abs=0.05)
 
 
 def test_the_old_four_layout_answer_is_refused():
@@ -289,7 +293,10 @@ def test_grpo_qwen7b_on_64_h100_counts_the_sleeping_engine():
     (model.step_time.dp_exposed_seconds): 75.9 ms more, 322.130 → 322.206 s, the same answer.
 
     With the engine's tp all-reduces timed (model/rollout_reduce.py) that placement takes
-    357.88 s and the answer moves to a tp 2 engine, the actor offloaded when idle: 336.12 s."""
+    357.88 s and the answer moves to a tp 2 engine, the actor offloaded when idle: 336.12 s.
+    With the embedding's all-reduce and the logits all-gather too, 361.88 s and 337.45 s (the tp
+    2 engine, 256 at once in 2 waves, + 1.331 s: tests/interface/
+    test_rlhf_openrlhf_defaults.py), the same answer."""
     inp = rlhf_inputs(
         {"algorithm": "grpo", "model": "qwen2.5-7b", "reward": "rule", "gpus": 64,
          "packing": "first-fit"},
@@ -317,15 +324,25 @@ def test_grpo_qwen7b_on_64_h100_counts_the_sleeping_engine():
     assert charge == pytest.approx(0.0759, abs=1e-4)
     # the engine's tp 4 all-reduces (model/rollout_reduce.py): 16,384 decode steps × 56 ×
     # 36.914 µs + 4 waves × 32 prefill chunks × 56 × 252.367 µs (tests/model/
-    # test_rollout_reduce.py) = 33.869 + 1.809 s on the old placement: 322.21 → 357.88 s
+    # test_rollout_reduce.py) = 33.869 + 1.809 s on the old placement: 322.21 → 357.88 s; the
+    # embedding's all-reduce and the logits all-gather: 16,384 × (36.914 + 204.680) µs + 4 × 32
+    # × (252.367 + 25.742) µs = 3.958 + 0.036 s more: 361.88 s
     ar = 16_384 * 56 * 36.914e-6 + 4 * 32 * 56 * 252.367e-6
-    assert plan.step_s == pytest.approx(322.13 + charge + ar, abs=0.05)
+    ends = 16_384 * (36.914e-6 + 204.680e-6) + 4 * 32 * (252.367e-6 + 25.742e-6)
+    assert ends == pytest.approx(3.994, abs=1e-3)
+    assert plan.step_s == pytest.approx(322.13 + charge + ar + ends, abs=0.05)
     # and the answer leaves it: engine tp 2 × dp 32 at 0.6, actor and reference dp 64 offloaded
-    # when idle, 336.12 s
+    # when idle, 336.12 s; + 8,192 × (24.609 + 136.453) µs + 64 × (168.245 + 17.162) µs =
+    # 1.331 s for its embedding's all-reduce and logits all-gather: 337.45 s
     by = {o.role: o for o in r.best.options}
     assert (by[Role.ROLLOUT].tp, by[Role.ROLLOUT].fraction) == (2, Fraction(3, 5))
     assert by[Role.ACTOR].offload == by[Role.REFERENCE].offload == "idle"
-    assert r.best.plan.step_s == pytest.approx(336.12, abs=0.05)
+    rollout = next(c for c in r.best.plan.costs if c.option.role is Role.ROLLOUT)
+    assert (rollout.option.dp, rollout.concurrent) == (32, 256)
+    ends = 8_192 * (24.609e-6 + 136.453e-6) + 64 * (168.245e-6 + 17.162e-6)
+    assert ends == pytest.approx(1.331, abs=1e-3)
+    assert r.best.plan.step_s == pytest.approx(336.12 + ends, abs=0.05)
+    assert r.best.plan.step_s == pytest.approx(337.45, abs=0.05)
     assert r.best.plan.step_s < plan.step_s
 
 
@@ -414,6 +431,16 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     5,767.1 s (+ the engine's tp all-reduces, model/rollout_reduce.py; the actor's and critic's pools keep
     their 1,466.93 s scoring and 2,874.80 s training).
 
+    The embedding's all-reduce and the logits all-gather, one each a forward
+    (model/rollout_reduce.py), add to the tp 2 engine: decode 20 × 4,096 × (24.078 + 100.422)
+    µs (204 rows of 128,256 BF16 logits, 52,328,448 B, at (295.53 + 0.64109 × 66.25) /
+    (480/370) = 260.549 GB/s, each rank receiving half) + 4,096 × (24.273 + 20.919) µs (16 rows,
+    4,104,192 B, at (81.93 + 0.96867 × 46.80) / 1.2973 = 98.098 GB/s) = 10.199 + 0.185 s;
+    prefill 20 × (25 × (185.50 + 16.488) µs (8 rows a chunk, 2,052,096 B at 62.231 GB/s) +
+    (113.54 + 15.478) µs (the rest's 4 rows, 1,026,048 B at 33.146 GB/s)) + 2 × (185.50 +
+    16.488) µs = 0.104 s: 10.488 s more, 1,435.90 s, step 5,777.63 s, the same placement (the
+    other engines' collectives only grow, tp 1's stay none).
+
     Pool 0, the engine alone: one process, none beyond; resident: the engine at tp 2 (PyNccl's
     ring and the all-gather ring, a node's 24 channels × 12 MiB each, and custom all-reduce
     24 MiB) 629,145,600 + the model-update ring it receives the weights on, 24 × 12 MiB =
@@ -469,10 +496,15 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     assert 1286.71 + tp2 < min(1237.53 + tp8, 1237.55 + 340.32, 1532.33)
     engine = costs[Role.ROLLOUT]
     assert (engine.option.tp, engine.option.dp, engine.option.fraction) == (2, 4, Fraction(9, 10))
-    assert (engine.concurrent, engine.rollout_s) == (204, pytest.approx(1286.71 + tp2, abs=0.01))
-    assert r.best.plan.phase_s == pytest.approx((1425.41, 1466.93, 2874.80), abs=0.01)
-    assert r.best.plan.step_s == pytest.approx(5579.25 - 1237.53 + 1425.41, abs=0.05)
-    assert r.best.plan.step_s == pytest.approx(5767.14, abs=0.05)
+    ends = 20 * 4_096 * (24.078e-6 + 100.422e-6) + 4_096 * (24.273e-6 + 20.919e-6)
+    ends += 20 * (25 * (185.50e-6 + 16.488e-6) + 113.54e-6 + 15.478e-6)
+    ends += 2 * (185.50e-6 + 16.488e-6)
+    assert ends == pytest.approx(10.488, abs=1e-3)
+    rollout = 1286.71 + tp2 + ends
+    assert (engine.concurrent, engine.rollout_s) == (204, pytest.approx(rollout, abs=0.01))
+    assert r.best.plan.phase_s == pytest.approx((1435.90, 1466.93, 2874.80), abs=0.01)
+    assert r.best.plan.step_s == pytest.approx(5579.25 - 1237.53 + 1435.90, abs=0.05)
+    assert r.best.plan.step_s == pytest.approx(5777.63, abs=0.05)
     for role in (Role.REFERENCE, Role.REWARD):
         with pytest.raises(LayoutError, match="only ZeRO-3"):
             cost_of(p, RoleOption(role, 16, 16, 1, 1, "idle"))
