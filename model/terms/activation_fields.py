@@ -102,17 +102,16 @@ def _framework_rows(framework: Framework) -> dict[str, Any]:
     (DeepSpeed's gate, eager SwiGLU, kept repeated K/V; K/V repeated before the kernel; Megatron's
     clamped GLU copy, router scores; the flash kernels' softmax statistics; an FP32 router)."""
     deepspeed, megatron = framework is Framework.DEEPSPEED, framework is Framework.MEGATRON
-    fsdp2 = framework is Framework.FSDP2
     return {
         "deepspeed_gate": deepspeed,
         "clamp_copies_glu_input": megatron,
         "eager_swiglu": deepspeed,
         "repeats_kv": deepspeed,
-        "saves_softmax_lse": deepspeed or megatron or fsdp2,
-        "kernel_kv_repeated": deepspeed or fsdp2,
+        "saves_softmax_lse": deepspeed or megatron or framework is Framework.FSDP2,
+        "kernel_kv_repeated": deepspeed or framework is Framework.FSDP2,
         "attention_output_copy": deepspeed,
         "router_score_bytes": MEGATRON_ROUTER_SCORE_BYTES if megatron else Fraction(4),
-        "fp32_router_autocast": fsdp2,
+        "fp32_router_autocast": framework is Framework.FSDP2,
     }
 
 
