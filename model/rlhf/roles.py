@@ -258,6 +258,10 @@ class RoleCost:
     """Offloaded when idle: the part of ``swap_bytes`` its scoring turn brings back, its weights
     only (:func:`model.rlhf.openrlhf.scoring_state_bytes`); None: all of ``swap_bytes`` (a frozen
     role, whose state is its weights)."""
+    sleep_host_bytes: Fraction = Fraction(0)
+    """The engine under ``deepspeed``: its BF16 weights ÷ tp, which vLLM's level-1 sleep keeps in
+    pinned host memory, per GPU; counted in the host bytes of a pool holding the actor too
+    (:func:`model.rlhf.openrlhf.sleep_host`). 0 otherwise."""
 
     @property
     def over_budget(self) -> bool:
