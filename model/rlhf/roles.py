@@ -351,7 +351,7 @@ VERL_FSDP_SOURCE = (
     "fp32), transformer layers wrapped, the embedding, final norm and output layer in the root "
     "unit); strategy fsdp2 is fully_shard (verl/utils/fsdp_utils.py apply_fsdp2). Both counted "
     "with FSDP2's mechanism: sharded FP32 master and moments, BF16 gathers, FP32 reduce-scatter "
-    "per micro-batch (FSDP1's root unit: docs/memory-mechanisms.md, not counted)"
+    "per micro-batch; FSDP1's root unit gathered through backward added (model.rlhf.verl_fsdp1)"
 )
 """The source the ``fsdp2`` profile's state terms cite under RLHF (verl's FSDP workers)."""
 
