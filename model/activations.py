@@ -320,9 +320,13 @@ class ActivationContext:
     calls flash-attn's ``flash_attn_varlen_func`` under ``--use-flash-attn-v2``;
     Dao-AILab/flash-attention 00530025 ``flash_attn/flash_attn_interface.py``
     ``FlashAttnVarlenFunc.forward`` saves ``softmax_lse``, FP32 ``(num_heads, total_q)``). The
-    rng state (two int64) is not counted. False: ``textbook`` (the paper's rows) and ``fsdp2``,
-    whose SDPA log-sum-exp the eager rows, the op-level policy or the ``pytorch`` convention
-    count (:mod:`model.eager_saved`, :mod:`model.op_checkpoint`)."""
+    rng state (two int64) is not counted. ``fsdp2`` too, eager and compiled: torchtitan's SDPA
+    (``_scaled_dot_product_flash_attention``, ``_efficient_attention`` or ``_cudnn_attention``)
+    returns an FP32 ``[b, a/tp, s]`` log-sum-exp its backward reads (torch 2.13
+    ``derivatives.yaml``), and Inductor's partitioner never recomputes SDPA
+    (``torch/_functorch/partitioners.py`` ``should_ban_recomputation``: a compute-intensive
+    op, :mod:`model.eager_saved`); its op-level policy keeps it among SDPA's outputs
+    (:mod:`model.op_checkpoint`). False: ``textbook`` (the paper's rows)."""
     kernel_kv_repeated: bool = False
     """The attention kernel is given K and V repeated to every query head, so its backward
     returns dK and dV of ``a`` heads (:func:`model.attention_core.attention_core_step`):

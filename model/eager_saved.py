@@ -24,8 +24,10 @@ log-sum-exp). Per GPU per micro-batch, ``S`` tokens, β bytes per 16-bit element
 * ``repeat_kv`` (GQA, ``n_rep = a/g > 1``): ``expand`` then ``reshape`` copies k and v to ``a``
   heads, and SDPA keeps the copies: K and V hold ``a·d`` per token, not ``g·d``:
   ``2·β·S·(a − g)·d`` more (*tp*).
-* the attention output: SDPA keeps its output and its FP32 log-sum-exp ``4·a·S`` (*tp*; listed
-  by the ``pytorch`` convention already). The flash kernels write the output ``[b, s, a, d]``
+* the attention output: SDPA keeps its output and its FP32 log-sum-exp ``4·a·S`` (*tp*), eager
+  or compiled: not a row of this module but the ``fsdp2`` profile's
+  :attr:`model.activations.ActivationContext.saves_softmax_lse` (Inductor's partitioner never
+  recomputes SDPA, below). The flash kernels write the output ``[b, s, a, d]``
   in memory and return a ``[b, a, s, d]`` view, so ``output.transpose(1, 2).contiguous()`` is
   that storage and ``wo`` keeps no copy: the paper's output-projection input.
 * SwiGLU (``self.w2(F.silu(self.w1(x)) * self.w3(x))``): ``silu`` keeps w1's output, the
@@ -38,13 +40,19 @@ The model's final norm is never compiled: torchtitan compiles each ``Transformer
 ``model.norm`` runs outside every block and outside activation checkpointing, so under ``fsdp2``
 it keeps the eager RMSNorm's tensors whatever ``compile`` says: :func:`final_norm_extra_bytes`.
 
-Rows the ``pytorch`` convention already adds (the norms' rstd, the log-sum-exp, SiLU's output)
-are not added twice. Under ``torch.compile`` (Inductor) the count is the paper's: the
+Rows the ``pytorch`` convention already adds (the norms' rstd, SiLU's output) are not added
+twice. Under ``torch.compile`` (Inductor) the count is the paper's with SDPA's log-sum-exp: the
 partitioner (``torch/_functorch/partitioners.py`` ``min_cut_rematerialization_partition``)
 saves a minimum cut of the joint graph and recomputes the pointwise and view operators
 (``pow``, ``mul``, ``rsqrt``, the casts, the rotation, ``repeat_kv``'s copy, SiLU) in backward
 from the fused kernels' inputs, so none of the rows above is saved; the paper's count is kept
-there rather than a lower one that no measurement supports.
+there rather than a lower one that no measurement supports. SDPA itself is never recomputed
+(``should_ban_recomputation``: ``get_default_op_list``'s ``compute_intensive_ops`` lists
+``aten._scaled_dot_product_flash_attention`` and ``_efficient_attention``, torch 2.13), and its
+backward reads the output and the log-sum-exp (``derivatives.yaml``
+``_scaled_dot_product_flash_attention``: ``_scaled_dot_product_flash_attention_backward(grad,
+query, key, value, output, logsumexp, …)``), so the compiled block saves the FP32
+``[b, a, s]`` log-sum-exp as the eager one does: ``4·a·S`` (÷ tp) a layer and micro-batch.
 
 Where recomputation re-runs the layer these rows are held only while it runs: under full
 recomputation and under torchtitan's op-level selective policy (:mod:`model.op_checkpoint`,
@@ -60,7 +68,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from trainplan.model.activation_rows import NORM_INPUTS, SOFTMAX_LSE
+from trainplan.model.activation_rows import NORM_INPUTS
 from trainplan.model.eager_moe import eager_expert_rows, eager_sink_rows
 from trainplan.model.frameworks import Framework
 from trainplan.model.specs import Architecture, AttentionKind, Mlp, Norm, TrainingSpec
@@ -88,16 +96,17 @@ def eager_rows(rows: list[Row], arch: Architecture, moe: bool, ctx: ActivationCo
     """``rows`` (:func:`model.activation_rows.attention_rows` + ``mlp_rows``) as autograd keeps
     them when torchtitan runs the layer's elementwise passes eagerly (the module docstring):
     each RMSNorm's input replaced by its FP32 copy and normalised output (and rstd under the
-    ``paper`` convention), the repeated K and V and SDPA's log-sum-exp (flash attention, not
-    MLA), SiLU's output (a dense SwiGLU MLP; ``paper`` convention); a MoE layer's experts' and
-    the attention sinks' rows (:func:`model.eager_moe.eager_expert_rows`, ``eager_sink_rows``).
-    Rows in bytes before sharding, as ``rows``.
+    ``paper`` convention), the repeated K and V (flash attention, not MLA), SiLU's output (a
+    dense SwiGLU MLP; ``paper`` convention); a MoE layer's experts' and the attention sinks' rows
+    (:func:`model.eager_moe.eager_expert_rows`, ``eager_sink_rows``). Rows in bytes before
+    sharding, as ``rows``.
 
     Examples
     --------
     Llama 3 8B dimensions, S = 4 tokens, bf16, tp 1: the attention norm's input 2·4·4096 gives way
-    to two norms' 4·4·4096 + 2·4·4096 + 4·4 each; K and V 2·2·4·(32 − 8)·128 more; SDPA's log-sum-exp 4·32·4;
-    SiLU's output 2·4·14,336.
+    to two norms' 4·4·4096 + 2·4·4096 + 4·4 each; K and V 2·2·4·(32 − 8)·128 more; SiLU's output
+    2·4·14,336 (SDPA's log-sum-exp is :data:`model.activation_rows.SOFTMAX_LSE`, counted by
+    ``attention_rows`` for ``fsdp2`` eager and compiled alike).
 
     >>> from trainplan.model.activations import ActivationContext
     >>> llama = Architecture(num_layers=32, hidden_size=4096, num_attention_heads=32,
@@ -107,7 +116,7 @@ def eager_rows(rows: list[Row], arch: Architecture, moe: bool, ctx: ActivationCo
     >>> before = [("attention norm input", Fraction(2 * 4 * 4096), "sp")]
     >>> after = eager_rows(before, llama, False, ctx)
     >>> sum(b for _, b, _ in after) == (
-    ...     2 * (4 * 4 * 4096 + 2 * 4 * 4096 + 4 * 4) + 2 * 2 * 4 * 24 * 128 + 4 * 32 * 4 + 2 * 4 * 14336)
+    ...     2 * (4 * 4 * 4096 + 2 * 4 * 4096 + 4 * 4) + 2 * 2 * 4 * 24 * 128 + 2 * 4 * 14336)
     True
     """
     if moe:  # the experts' and the sinks' operators, whatever the norm (model.eager_moe)
@@ -135,8 +144,6 @@ def eager_rows(rows: list[Row], arch: Architecture, moe: bool, ctx: ActivationCo
                     "tp",
                 )
             )
-        if paper:
-            out.append((SOFTMAX_LSE, 4 * a * S, "score"))
     if not moe and arch.mlp is Mlp.SWIGLU and paper:
         out.append(("MLP SiLU output (eager SwiGLU)", beta * S * arch.ffn_hidden_size, "tp"))
     return out

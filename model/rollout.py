@@ -38,7 +38,8 @@ Sources, term by term:
   does not run) would keep a pinned host copy of the weights, not counted here. OpenRLHF
   (``deepspeed``) sleeps at level 1 (``LLMRayActor.sleep(level=1)``, ``vllm_engine.py``,
   3c3be6234; ``--vllm.enable_sleep``, colocated only): its pinned host copy, the engine's BF16
-  weights ÷ tp per GPU, is a stated gap — not in the pool's host bytes. Either level frees the
+  weights ÷ tp per GPU, is in the host bytes of the pool holding the engine and the actor
+  (:func:`model.rlhf.openrlhf.sleep_host`). Either level frees the
   weights and the KV cache only: vLLM's ``CuMemAllocator``
   (``vllm/device_allocator/cumem.py``) releases the allocations it tagged ``weights`` and
   ``kv_cache``. Its tp group's NCCL communicators and custom all-reduce buffers stay, and a

@@ -75,8 +75,11 @@ def test_goal_lines_name_every_goal_and_its_verdict():
 # each phase holds them (model/terms/cp_phases.py) and dK/dV counted at the repeated heads
 # (model/attention_core.py): −168,296,448 B, 86,661,226,496, still over; then NCCL's placed
 # channels (below): −301,989,888 B, 86,359,236,608; then torchtitan's "batch" (dp 8, one rank a
-# node) and "loss" (dp·cp 128) rings, 4 channels each, 2 × (48 + 28) MiB = +159,383,552 B
-CALLED_OVER = {"llama3-t4/8192": 88_495_210_496, "llama3-t4/16384-128k": 86_518_620_160}
+# node) and "loss" (dp·cp 128) rings, 4 channels each, 2 × (48 + 28) MiB = +159,383,552 B; then
+# SDPA's FP32 log-sum-exp, 4·(128/8)·8,192 = 524,288 B a layer and micro-batch (torchtitan's SDPA
+# saves it compiled too: model/eager_saved.py): 141 × 524,288 = 73,924,608 B at 8K
+# (88,495,210,496 before) and 128 × 524,288 = 67,108,864 B at 128K, cp 16 (86,518,620,160)
+CALLED_OVER = {"llama3-t4/8192": 88_569_135_104, "llama3-t4/16384-128k": 86_585_729_024}
 """Published runs the model calls "does not fit", with their peak bytes per GPU: Llama 3 405B
 under FSDP beside the pipeline schedule holds the stage's gradients whole in FP32 until the last
 micro-batch (PyTorch's ``PipelineStage`` turns gradient sync off; the Llama 3 paper §3.3.4 says
@@ -88,8 +91,9 @@ torchtitan's ``clip_grad_norm_`` opens to all-reduce the norm over the stages, a
 world ring of torchtitan's barrier after the first step, and 152 MiB torchtitan's "batch" and
 "loss" groups, :func:`model.terms.comm_groups.data_rings`), and one layer's backward working
 set, 800 MiB (838,860,800 B, :data:`LLAMA3_BACKWARD_WORKING`); the 16,384-GPU 8K run fits
-(82.14 GB), the 8,192-GPU run (m 32, more micro-batches in flight) and the 128K run do not, by
-5.29 and 3.31 GB of the 83.21 GB usable: what Meta's stack holds less is not known. The
+(82.21 GB), the 8,192-GPU run (m 32, more micro-batches in flight) and the 128K run do not, by
+5.36 and 3.38 GB of the 83.21 GB usable (5.29 and 3.31 before SDPA's log-sum-exp, 88.50 → 88.57
+and 86.52 → 86.59 GB): what Meta's stack holds less is not known. The
 communicators moved both: 1,248 → 1,268 MiB (+20,971,520 B, 88.31 → 88.34 GB) and, at 128K,
 1,632 → 1,344 MiB (cp 16's ring, one rank a node, 4 channels: 76 MiB instead of 384; dp 8 the
 same; −301,989,888 B, 86.66 → 86.36 GB); then the "batch" and "loss" rings, one rank a node at
@@ -120,7 +124,7 @@ def test_llama3_8192_walk_one_mechanism_at_a_time():
     """Llama 3 405B, TP 8 PP 16 DP 64, s 8192, m 32, no recomputation: v = 4 holds 19.25
     micro-batches on rank 1 and does not fit; one-layer chunks with empty end chunks (v = 8,
     §3.3.2) hold 141 one-layer chunks; memory-efficient norms drop 2 of the layer's tensors,
-    and still the layout does not fit by 5.29 GB (FSDP2 under the pipeline schedule holds the
+    and still the layout does not fit by 5.36 GB (FSDP2 under the pipeline schedule holds the
     stage's gradients whole in FP32, and backward one layer's working set,
     :data:`CALLED_OVER`)."""
     v4, v8, v8_me = llama3_memory_walk()
@@ -134,8 +138,10 @@ def test_llama3_8192_walk_one_mechanism_at_a_time():
     # in, FC1 in (12·h); K, V (4·g·d); SwiGLU gate, up and down-projection input (6·f)
     assert layer == 532_676_608
     lean = layer - 4 * h * s // t  # without the two norm inputs
-    assert v8.activation_bytes == 141 * layer
-    assert v8_me.activation_bytes == 141 * lean
+    lse = 4 * (128 // t) * s  # SDPA's FP32 log-sum-exp, a/t heads (model/eager_saved.py)
+    assert lse == 524_288
+    assert v8.activation_bytes == 141 * (layer + lse)
+    assert v8_me.activation_bytes == 141 * (lean + lse)
     # model state on rank 1 (8 layers): FSDP2 with no reshard after forward under the pipeline
     # schedule holds 2 B bf16 weights and 4 B FP32 gradients whole (gradient sync off until the
     # last micro-batch), and the FP32 master and Adam moments as shards:

@@ -13,7 +13,11 @@ from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.estimate import stage_params_per_gpu
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
 from trainplan.model.rlhf.openrlhf import RECEIVE_SOURCE as RS
-from trainplan.model.rlhf.openrlhf import engine_receive_bytes
+from trainplan.model.rlhf.openrlhf import (
+    SLEEP_HOST_SOURCE,
+    engine_receive_bytes,
+    engine_sleep_host_bytes,
+)
 from trainplan.model.rlhf.roles import RoleCost, RoleOption, Term
 from trainplan.model.rlhf.spec import RLHFSpec, Role, RoleSpec
 from trainplan.model.rollout import (
@@ -173,6 +177,10 @@ def rollout_cost(
     receive, group = engine_receive_bytes(spec, rs)
     terms = _engine_terms(mem, time, device, weights, need) + _held_terms(outside, inside)
     terms += _receive_terms(receive, group)
+    asleep = engine_sleep_host_bytes(spec.framework, weights)
+    if asleep:
+        name = "host copy while asleep (vLLM level 1; on the actor's pool)"
+        terms += (Term(name, "host", asleep, "bytes", SLEEP_HOST_SOURCE),)
     return RoleCost(
         opt,
         Fraction(0),
@@ -193,6 +201,7 @@ def rollout_cost(
         sync_bytes=weights,  # awake during the sync under every profile (model.rlhf.verl_sync)
         receive_bytes=receive,
         receive_resident_bytes=group,
+        sleep_host_bytes=asleep,
     )
 
 

@@ -33,12 +33,12 @@ from trainplan.model.rlhf.roles import (
 )
 from trainplan.model.rlhf.spec import RLHFSpec, Role, RoleSpec
 from trainplan.model.rlhf.step import role_process
+from trainplan.model.rlhf.verl_fsdp1 import root_unit_extra, root_unit_terms
 from trainplan.model.rlhf.verl_sync import role_sync
 from trainplan.model.specs import TrainingSpec
 from trainplan.model.terms.peak import fit_total, peak_over_phases
 
 __all__ = ["network_cost", "seconds_floor"]
-
 
 _SCORING_TIME_SOURCE = "evaluate() without recomputation: one of a micro-batch's three passes"
 _FORWARD_SOURCE = (
@@ -84,8 +84,7 @@ def _layout(spec: RLHFSpec, opt: RoleOption, recompute: Recompute) -> Layout:
 
 
 def _microbatch_s(est: Estimate) -> float:
-    """One micro-batch's compute on the slowest stage: ``TimeTerms.compute_s`` ÷ m (0 without
-    a step time: still a floor)."""
+    """One micro-batch's compute on the slowest stage: ``TimeTerms.compute_s`` ÷ m (0: none)."""
     if est.time_terms is None:
         return 0.0
     return est.time_terms.compute_s / est.num_microbatches
@@ -226,7 +225,7 @@ def _state_terms(
                 "Korthikanti et al. 2022 term by term (model.activations); evaluate()",
             )
         )
-    return terms
+    return terms + root_unit_terms(est, True)  # verl's FSDP1 root unit
 
 
 def _logits_terms(lg: PassLogits) -> list[Term]:
@@ -281,14 +280,14 @@ def _update_time(spec: RLHFSpec, train_est: Estimate, offload: Offload) -> tuple
 def _extras(est: Estimate, factor: Fraction, removed: Fraction, out: Fraction) -> list[Fraction]:
     """Each stage's bytes beyond evaluate()'s activations for its fit (:func:`_fit`): its
     layers' activations × ``factor`` (the fullest micro-batch's tokens ÷ evaluate()'s b × s,
-    :meth:`model.rlhf.spec.RLHFSpec.micro_batch_peak_tokens`; every activation row is per token,
-    Korthikanti et al. 2022 with FlashAttention) and, on the last stage, evaluate()'s loss
-    (``removed``) replaced by the RLHF loss's ``out``."""
-    last, extras = len(est.stages) - 1, []
+    :meth:`model.rlhf.spec.RLHFSpec.micro_batch_peak_tokens`; rows per token, Korthikanti et al.
+    2022), verl's FSDP1 root unit (:func:`model.rlhf.verl_fsdp1.root_unit_extra`) and, on the
+    last stage, evaluate()'s loss (``removed``) replaced by the RLHF loss's ``out``."""
+    last, extras, root = len(est.stages) - 1, [], root_unit_extra(est, True)
     for i, st in enumerate(est.stages):
         gone = removed if i == last else Fraction(0)
         acts = Fraction(st.activations.total_bytes if st.activations else 0) - gone
-        extras.append((factor - 1) * acts + (out - gone if i == last else 0))
+        extras.append((factor - 1) * acts + (out - gone if i == last else 0) + root)
     return extras
 
 
@@ -303,8 +302,8 @@ def _trainable(
     """An actor's or critic's state and update: ``evaluate()`` of the update's layout, each
     stage's fit figure (:func:`_fit`) with its activations at the fullest micro-batch's tokens
     and the last one's with the update's logits (:mod:`model.rlhf.logits`, the update pass, at
-    the same tokens) instead of evaluate()'s loss (:func:`_extras`), and ``epochs ×
-    updates_per_epoch`` step times (at evaluate()'s b × s: the same tokens)."""
+    the same tokens) instead of evaluate()'s loss, verl's FSDP1 root too (:func:`_extras`), and
+    ``epochs × updates_per_epoch`` step times (at evaluate()'s b × s: the same tokens)."""
     arch = rs.model.arch
     assert arch is not None
     b = spec.micro_batch_sequences
@@ -396,6 +395,7 @@ def _scoring(
     peaks = [
         held.per_stage[i]
         + st.state.gathered_bytes
+        + root_unit_extra(score_est, False)  # verl's FSDP1 root
         + max(out if i == last else Fraction(0), layer)
         + st.both_phases_bytes
         for i, st in enumerate(score_est.stages)
@@ -416,7 +416,7 @@ def _scoring(
     if spec.split_tokens(lay.dp, lay.tp):
         name = f"scoring micro-batch tokens (rollouts split at the actor's dp {lay.dp})"
         terms.append(Term(name, "scoring", tokens, "tokens", SPLIT_SOURCE))
-    return scoring_b, scoring_s, terms
+    return scoring_b, scoring_s, terms + root_unit_terms(score_est, False)
 
 
 def _scoring_estimate(

@@ -39,12 +39,24 @@ engine GPU receives it into ``torch.empty(shape)`` of the whole BF16 parameter
 off there (``train_ppo_ray.py``: forced off without ``colocate_all``, asserted off under
 ``async_enable``), so the buffer comes on top of the awake engine's budget
 (:func:`engine_receive_bytes`).
+
+**The sleeping engine's host copy.** OpenRLHF sleeps its engines at vLLM's level 1
+(``LLMRayActor.sleep(level=1)``, ``vllm_engine.py``; ``batch_vllm_engine_call(engines,
+"sleep")`` after ``create_vllm_engines`` and after each generation, ``samples_generator.py``),
+only with every role colocated (above). vLLM's level 1 offloads the allocations tagged
+``weights`` (``Worker.sleep``: ``offload_tags = ("weights",) if level == 1``) and
+``CuMemAllocator.sleep`` (``vllm/device_allocator/cumem.py``) backs each up in a pinned host
+tensor (``cpu_backup_tensor``, ``pin_memory=is_pin_memory_available()``) until ``wake_up``
+copies it back: the engine's BF16 weights ÷ tp per GPU sit in host memory while it sleeps, in
+the scoring and training phases (:func:`sleep_host`; verl sleeps at level 2, which discards
+them).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from fractions import Fraction
+from typing import Any
 
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework
@@ -68,6 +80,9 @@ __all__ = [
     "engine_receive_bytes",
     "idle_swap",
     "scoring_state_bytes",
+    "sleep_host",
+    "engine_sleep_host_bytes",
+    "SLEEP_HOST_SOURCE",
     "SCORING_SWAP_SOURCE",
     "sync_transient_bytes",
 ]
@@ -320,3 +335,44 @@ def engine_receive_bytes(spec: RLHFSpec, rs: RoleSpec) -> tuple[Fraction, Fracti
         Fraction(largest_parameter_bytes(rs.model.arch)),
         Fraction(communicator_bytes(True, 0, 0)),
     )
+
+
+SLEEP_HOST_SOURCE = (
+    "OpenRLHF 3c3be6234 LLMRayActor.sleep(level=1) (vllm_engine.py), every role colocated; vLLM "
+    "Worker.sleep level 1 offload_tags ('weights',), CuMemAllocator.sleep (device_allocator/"
+    "cumem.py): each weights allocation backed up in a pinned cpu_backup_tensor until wake_up"
+)
+
+
+def engine_sleep_host_bytes(framework: Framework, weights: Fraction) -> Fraction:
+    """The engine's host copy while it sleeps, per GPU (module docstring): its BF16 weights ÷ tp
+    ``weights`` under ``deepspeed`` (OpenRLHF, level 1), none under verl's profiles (level 2).
+
+    >>> engine_sleep_host_bytes(Framework.DEEPSPEED, Fraction(7)), engine_sleep_host_bytes(
+    ...     Framework.FSDP2, Fraction(7))
+    (Fraction(7, 1), Fraction(0, 1))
+    """
+    return weights if framework is Framework.DEEPSPEED else Fraction(0)
+
+
+def sleep_host(members: Sequence[RoleCost], bytes_of: Any = None) -> Any:
+    """The host bytes per GPU a pool holds for its sleeping engine beyond its roles'
+    (:attr:`~model.rlhf.roles.RoleCost.host_bytes`): the engine's
+    :attr:`~model.rlhf.roles.RoleCost.sleep_host_bytes` where the pool holds the actor too (an
+    engine apart from the actor never sleeps: module docstring), else 0. Added to the roles'
+    host bytes for the whole step, as theirs are (conservative: the copy exists in the scoring
+    and training phases only). ``bytes_of`` reads an engine's bytes (the search's integers:
+    rounded up).
+
+    >>> from trainplan.model.rlhf.roles import RoleOption
+    >>> z = Fraction(0)
+    >>> engine = RoleCost(RoleOption(Role.ROLLOUT, 8, 8), z, z, z, z, 0.0, 0.0, 0.0, z, (),
+    ...                   sleep_host_bytes=Fraction(17_640_000_000))
+    >>> actor = RoleCost(RoleOption(Role.ACTOR, 8, 8), z, z, z, z, 0.0, 0.0, 0.0, z, ())
+    >>> sleep_host([engine, actor]), sleep_host([engine])
+    (Fraction(17640000000, 1), 0)
+    """
+    if Role.ACTOR not in {c.option.role for c in members}:
+        return 0
+    read = bytes_of or (lambda c: c.sleep_host_bytes)
+    return sum(read(c) for c in members if c.option.role is Role.ROLLOUT)

@@ -263,6 +263,10 @@ class RoleCost:
     """Offloaded when idle: the part of ``swap_bytes`` its scoring turn brings back, its weights
     only (:func:`model.rlhf.openrlhf.scoring_state_bytes`); None: all of ``swap_bytes`` (a frozen
     role, whose state is its weights)."""
+    sleep_host_bytes: Fraction = Fraction(0)
+    """The engine under ``deepspeed``: its BF16 weights ÷ tp, which vLLM's level-1 sleep keeps in
+    pinned host memory, per GPU; counted in the host bytes of a pool holding the actor too
+    (:func:`model.rlhf.openrlhf.sleep_host`). 0 otherwise."""
 
     @property
     def over_budget(self) -> bool:
@@ -352,7 +356,7 @@ VERL_FSDP_SOURCE = (
     "fp32), transformer layers wrapped, the embedding, final norm and output layer in the root "
     "unit); strategy fsdp2 is fully_shard (verl/utils/fsdp_utils.py apply_fsdp2). Both counted "
     "with FSDP2's mechanism: sharded FP32 master and moments, BF16 gathers, FP32 reduce-scatter "
-    "per micro-batch (FSDP1's root unit: docs/memory-mechanisms.md, not counted)"
+    "per micro-batch; FSDP1's root unit gathered through backward added (model.rlhf.verl_fsdp1)"
 )
 """The source the ``fsdp2`` profile's state terms cite under RLHF (verl's FSDP workers)."""
 

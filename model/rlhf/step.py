@@ -12,7 +12,8 @@ search's CP-SAT model (:mod:`optimizer.rlhf.cpsat`) and its exhaustive oracle:
   (``swap_bytes`` for training, its weights only for scoring: ``RoleCost.swap_in``):
   ``peak(pool, phase) = Σ held + max over the phase's roles of (swap + phase bytes)``. Every
   phase's peak must fit the GPU's usable bytes (HBM less the runtime reserve, as the framework
-  profiles compare); offloaded optimizer state must fit the host's share per GPU (host memory
+  profiles compare); offloaded state, and on the actor's pool OpenRLHF's sleeping engine's host
+  copy (:func:`model.rlhf.openrlhf.sleep_host`), must fit the host's share per GPU (host memory
   per node ÷ GPUs per NVLink domain).
 * **Bytes held in every phase** (:attr:`model.rlhf.roles.RoleCost.resident_bytes`: each
   training or scoring role's NCCL communicators and persistent buffers, live for the whole run
@@ -72,7 +73,7 @@ from trainplan.model.frameworks import (
     TORCH_CUBLAS_WORKSPACE_BYTES,
     Framework,
 )
-from trainplan.model.rlhf.openrlhf import split_refusal
+from trainplan.model.rlhf.openrlhf import sleep_host, split_refusal
 from trainplan.model.rlhf.roles import RoleCost
 from trainplan.model.rlhf.spec import PHASES, Role
 from trainplan.model.rlhf.split import (
@@ -155,7 +156,8 @@ class PoolPlan:
     busy_s: tuple[float, float, float]
     """Per phase: its roles' seconds, added."""
     host_bytes: Fraction
-    """Host bytes per GPU (offloaded optimizer state of its roles)."""
+    """Host bytes per GPU (offloaded state of its roles; a sleeping engine's host copy,
+    :func:`model.rlhf.openrlhf.sleep_host`)."""
     resident_bytes: Fraction = Fraction(0)
     """Of :attr:`held_bytes`, its roles' communicators and persistent buffers
     (:func:`pool_resident`)."""
@@ -414,7 +416,7 @@ def _pool_plan(
     elif not shared_weights:
         peaks[0] = max(peaks[0], sync_peak(members, held))
     busy = tuple(sum(c.seconds(ph) for c in members) for ph in PHASES)
-    host = sum((c.host_bytes for c in members), Fraction(0))
+    host = sum((c.host_bytes for c in members), Fraction(sleep_host(members)))
     roles = tuple(str(c.option.role) for c in members)
     three_peaks = split_peaks(members, held, peaks, off_policy)
     three_busy: tuple[float, float, float] = busy  # type: ignore[assignment]

@@ -107,7 +107,7 @@ def _framework_rows(framework: Framework) -> dict[str, Any]:
         "clamp_copies_glu_input": megatron,
         "eager_swiglu": deepspeed,
         "repeats_kv": deepspeed,
-        "saves_softmax_lse": deepspeed or megatron,
+        "saves_softmax_lse": deepspeed or megatron or framework is Framework.FSDP2,
         "kernel_kv_repeated": deepspeed or framework is Framework.FSDP2,
         "attention_output_copy": deepspeed,
         "router_score_bytes": MEGATRON_ROUTER_SCORE_BYTES if megatron else Fraction(4),

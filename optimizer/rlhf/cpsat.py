@@ -14,7 +14,9 @@ Encoding:
   bytes of that role·x ≤ usable bytes`` — together, ``Σ held + max phase bytes ≤ capacity``
   (bytes rounded up; a role offloaded when idle adds what its turn brings back, ``RoleCost.
   swap_in``: its state for training, its weights for scoring). Host:
-  ``Σ host bytes·x ≤`` the host's share per GPU.
+  ``Σ host bytes·x ≤`` the host's share per GPU, and with OpenRLHF's sleeping engine's host copy
+  (:func:`model.rlhf.openrlhf.sleep_host`) ``Σ host bytes·x + Σ sleep host bytes·x ≤`` it where
+  the engine and the actor share the slot (``C_q ≥ E_q + A_q − 1``, as ``B_q`` below).
 * The weight sync (:func:`model.rlhf.step.sync_peak`): for every slot, ``Σ held + Σ sync
   bytes·x ≤ capacity``, enforced by ``B_q``, with ``B_q ≥ E_q + A_q − 1`` where ``E_q`` and
   ``A_q`` are the engine's and the actor's options on the slot (each 0 or 1): it binds only
@@ -173,7 +175,9 @@ class PlacementModel:
                         m.add(held + sum(b * v for b, v in mine) <= cap)
             self._sync(q, entries, ints, held, cap)
             if entries:
-                m.add(sum(ints[(ri, n, oi)][2] * v for ri, n, oi, v in entries) <= host_cap)
+                host = sum(ints[(ri, n, oi)][2] * v for ri, n, oi, v in entries)
+                m.add(host <= host_cap)
+                self._sleep_host(q, entries, host, host_cap)
             work[q] = [
                 sum(ints[(ri, n, oi)][3][k] * v for ri, n, oi, v in entries) for k in range(3)
             ]
@@ -251,6 +255,26 @@ class PlacementModel:
         m.add(engine + actor - 1 <= both)
         sync = sum(ints[(ri, n, oi)][6] * v for ri, n, oi, v in entries)
         m.add(held + sync <= cap).only_enforce_if(both)
+
+    def _sleep_host(self, q, entries, host, host_cap) -> None:
+        """Slot ``q``'s host row with the sleeping engine's copy, binding where the engine and the
+        actor share it (module docstring); none where no engine option has one."""
+        m, roles = self.model, self.tables.roles
+        if Role.ROLLOUT not in roles or Role.ACTOR not in roles:
+            return
+        ra, ac = roles.index(Role.ROLLOUT), roles.index(Role.ACTOR)
+        copies = [
+            (math.ceil(self.tables.options[roles[ri]][n][oi][1].sleep_host_bytes), v)
+            for ri, n, oi, v in entries
+            if ri == ra
+        ]
+        if not any(b for b, _ in copies):
+            return
+        both = m.new_bool_var(f"C{q}")
+        engine = sum(v for ri, _, _, v in entries if ri == ra)
+        actor = sum(v for ri, _, _, v in entries if ri == ac)
+        m.add(engine + actor - 1 <= both)
+        m.add(host + sum(b * v for b, v in copies) <= host_cap).only_enforce_if(both)
 
     def _split_engine(self, q, entries, held, cap) -> cp_model.LinearExpr:
         """Slot ``q``'s rules for an engine without the actor (module docstring): ``Z_q`` and the

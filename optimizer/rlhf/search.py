@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from trainplan.model.errors import InfeasibleError
-from trainplan.model.rlhf.openrlhf import split_refusal
+from trainplan.model.rlhf.openrlhf import sleep_host, split_refusal
 from trainplan.model.rlhf.roles import RoleCost, RoleOption
 from trainplan.model.rlhf.spec import PHASES, Role
 from trainplan.model.rlhf.split import awake_apart, pool_refusal, receiving_engine
@@ -164,7 +164,8 @@ def objective_ns(
                 return None
         if sync_peak(by_pool[q], held) and held + sum(i[6] for _, i in members) > cap:
             return None
-        if sum(i[2] for _, i in members) > host_cap:
+        asleep = sleep_host(by_pool[q], lambda c: math.ceil(c.sleep_host_bytes))
+        if sum(i[2] for _, i in members) + asleep > host_cap:
             return None
         busy.append([sum(i[3][k] for _, i in members) for k in range(3)])
     phase = [max(row[k] for row in busy) for k in range(3)]

@@ -460,7 +460,7 @@ def dominant(tables: RLHFTables) -> RLHFTables:
 
     def flat(cost: RoleCost) -> list[int]:
         held, phase, host, secs, swap, resident, sync = int_costs(cost)
-        return [held, *phase, host, *secs, *swap, resident, sync]
+        return [held, *phase, host, *secs, *swap, resident, sync, math.ceil(cost.sleep_host_bytes)]
 
     def layout(cost: RoleCost) -> tuple[tuple[int, int] | None, int]:
         return ((cost.option.tp, cost.option.pp) if cost.groups else None), cost.split_tokens

@@ -52,6 +52,7 @@ def _terms(clamp: bool) -> dict[str, object]:
         sequence_parallel=False,
         flash_attention=True,
         eager_elementwise=True,
+        saves_softmax_lse=True,  # fsdp2's flag (model.terms.activation_fields)
     )
     return dict(kind_activations(_arch(clamp), True, ctx).terms)
 

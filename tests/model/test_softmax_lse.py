@@ -1,5 +1,5 @@
 """The flash attention kernel's FP32 softmax statistics (log-sum-exp), kept for backward under the
-``megatron`` and ``deepspeed`` profiles whatever the activation convention.
+``megatron``, ``deepspeed`` and ``fsdp2`` profiles whatever the activation convention.
 
 * megatron: Transformer Engine d0067d0da ``attention/dot_product_attention/backends.py``
   ``FusedAttnFunc.forward`` saves ``*aux_ctx_tensors``, which ``backward`` unpacks as
@@ -8,10 +8,17 @@
 * deepspeed: Megatron-DeepSpeed 4efb479d ``FlashSelfAttention`` calls flash-attn's
   ``flash_attn_varlen_func``, whose ``FlashAttnVarlenFunc.forward`` saves ``softmax_lse``, FP32
   ``(num_heads, total_q)``.
+* fsdp2, eager or compiled: torchtitan calls SDPA, whose flash / efficient / cuDNN kernels return
+  an FP32 ``logsumexp`` that their backward reads (torch 2.13 ``derivatives.yaml``
+  ``_scaled_dot_product_flash_attention``: ``_scaled_dot_product_flash_attention_backward(grad,
+  query, key, value, output, logsumexp, …)``); under ``torch.compile`` Inductor's partitioner
+  never recomputes SDPA (``torch/_functorch/partitioners.py`` ``should_ban_recomputation``:
+  ``get_default_op_list().compute_intensive_ops`` lists ``aten._scaled_dot_product_flash_attention``
+  and ``_efficient_attention``), so the compiled block saves it as the eager one does.
 
 Per layer and micro-batch, on a tp rank: ``4 B × (a/tp) × b × s/cp``. A *score* row: selective
 recomputation of the core (``core_attn``) drops it. ``textbook`` (the paper's count) keeps no
-such row; ``fsdp2`` counts SDPA's log-sum-exp in its own eager rows, once.
+such row.
 """
 
 from __future__ import annotations
@@ -34,18 +41,21 @@ def _layer(framework, tp=4, cp=1, b=1, seq=8192, **training):
     return kind_activations(LLAMA405, False, ctx)
 
 
-@pytest.mark.parametrize("framework", ["megatron", "deepspeed"])
-def test_the_kernel_keeps_its_softmax_statistics(framework):
+@pytest.mark.parametrize(
+    ("framework", "training"),
+    [("megatron", {}), ("deepspeed", {}), ("fsdp2", {"compile": True}), ("fsdp2", {})],
+)
+def test_the_kernel_keeps_its_softmax_statistics(framework, training):
     # Llama 3 405B, s 8,192, b 1, tp 4: 4 B × 128/4 heads × 8,192 = 1,048,576 B a layer; the
     # search's answer on 1,024 B200 (dp 16 × tp 4 × pp 16, v 8, MXFP8) holds 141 layer chunks
     # of one layer in flight on stage 1: 141 × 1,048,576 = 147,849,216 B (126.15 → 126.30 GB)
-    layer = _layer(framework)
+    layer = _layer(framework, **training)
     terms = dict(layer.terms)
     assert terms[SOFTMAX_LSE] == 4 * (128 // 4) * 8192 == 1_048_576
     assert SOFTMAX_LSE in layer.score_names
     assert 141 * terms[SOFTMAX_LSE] == 147_849_216
     # b 2 and cp 2 (the ring keeps the local queries' statistics): 4 × 32 × 2 × 8,192/2
-    assert dict(_layer(framework, cp=2, b=2).terms)[SOFTMAX_LSE] == 4 * 32 * 2 * 4096
+    assert dict(_layer(framework, cp=2, b=2, **training).terms)[SOFTMAX_LSE] == 4 * 32 * 2 * 4096
 
 
 def test_selective_recomputation_of_the_core_drops_it():
@@ -65,7 +75,4 @@ def test_counted_once_and_not_by_the_paper():
             layer = _layer(framework, activation_convention=convention)
             names = [n for n, _ in layer.terms]
             expected = 1 if framework != "textbook" or convention == "pytorch" else 0
-            if framework == "fsdp2" and convention == "paper":
-                # eager torchtitan (compile off, RMSNorm) lists SDPA's log-sum-exp itself
-                expected = 1
             assert names.count(SOFTMAX_LSE) == expected, (framework, convention)
