@@ -46,7 +46,7 @@ from trainplan.model.terms.step import (
 )
 from trainplan.model.terms.step import objective_ns as _objective_ns
 from trainplan.model.terms.traffic import axis_traffic
-from trainplan.model.timing import CostOptions, TimeModel
+from trainplan.model.timing import CostOptions, TimeModel, axis_overlap
 from trainplan.model.vocab import vocab_multiple_for
 
 __all__ = [
@@ -296,7 +296,7 @@ def _row(
     mechanism hides) where the step is timed, else the single model's exposure
     over the link's bandwidth (``window``: one micro-batch without recomputation; None treats
     every micro-batch's collective like the last)."""
-    overlap = c.options.overlap[t.axis]
+    overlap = axis_overlap(c.options.overlap, t.axis)
     link = None if links is None else links.get("dp_cp" if t.axis == "dp" else t.axis)
     if t.group_size == 1 or t.bytes_per_step == 0:
         return TrafficRow(t, "none", None, 0.0, overlap, 0.0)
@@ -349,7 +349,7 @@ def _time(
         c = replace(c, options=replace(c.options, time_model=TimeModel.SINGLE))
     pipe: PipelineTime = pipeline_term(c, f)
     dp: DpTime = dp_term(c, f)
-    axes = {**pipe.axes, "dp": (dp.seconds, dp.exposed_s)}
+    axes = {**pipe.axes, **dp.axes}
     rows = tuple(
         r if r.link == "none" else _row(c, f, t, links, axes[t.axis], roofline, window)
         for t, r in zip(traffic, plain, strict=True)

@@ -40,6 +40,7 @@ from trainplan.model.xp import maximum, where
 __all__ = [
     "TimeModel",
     "DEFAULT_OVERLAP",
+    "axis_overlap",
     "DEFAULT_KERNEL_EFFICIENCY",
     "KERNEL_EFFICIENCY_BY_GENERATION",
     "KERNEL_EFFICIENCY_HALF_HIDDEN",
@@ -114,6 +115,12 @@ KERNEL_EFFICIENCY_HALF_HIDDEN = 750
 the memory-bound element-wise kernels (norms, activations, dropout, residuals, softmax) move
 ∝ h bytes, so their time relative to the matmuls falls as h₀/h: a small model reaches a smaller
 share of the peak (Megatron-LM Table 1: 44% at h 2304, 52% at h 25600)."""
+
+
+def axis_overlap(overlap: Mapping[str, float], axis: str) -> float:
+    """The single model's overlap fraction of ``axis`` (:data:`DEFAULT_OVERLAP`, ``--overlap``):
+    the expert data-parallel group's (``edp``) is dp's, the same mechanism on another group."""
+    return overlap["dp" if axis == "edp" else axis]
 
 
 def kernel_efficiency_for(device_name: str, hidden_size: int | None = None) -> float:

@@ -49,6 +49,8 @@ SHAPE_FIELDS = (
 ``recompute`` are the modifiers; every other field keeps the layout's default."""
 
 _DEFAULTS = Layout()
+_PLACED = {"dp": "dp_cp"}
+"""A term's axis → :func:`topology.placement.axis_links`' key, where it is not the axis's own."""
 _NUMERIC = {"dp", "tp", "pp", "cp", "ep", "micro_batch_size", "virtual_stages"}
 
 
@@ -86,17 +88,18 @@ class ShapeColumns:
     def _links(
         self, cluster: ClusterLinks, fabric: tuple[tuple[str, Any], ...]
     ) -> dict[str, tuple[np.ndarray, ...]]:
-        """Per axis: (bandwidth of its tier, in one scale-up domain, span, group size), [N]."""
+        """Per axis: (bandwidth of its tier, in one scale-up domain, span), [N] (the group's size
+        is the fields', :meth:`Columns.link`)."""
         v = self.values
-        size = {a: v[a] for a in ("tp", "cp", "ep", "pp")}
-        size["dp"] = v["dp"] * v["cp"]
-        out: dict[str, tuple[Any, ...]] = {a: (np.zeros(self.n), np.zeros(self.n, dtype=bool), np.zeros(self.n, dtype=np.int64),
-                   size[a]) for a in LINK_AXES}  # fmt: skip
+        out: dict[str, tuple[Any, ...]] = {
+            a: (np.zeros(self.n), np.zeros(self.n, dtype=bool), np.zeros(self.n, dtype=np.int64))
+            for a in LINK_AXES
+        }
         if fabric:  # a cluster graph: each shape's links (no closed form)
             for n, s in enumerate(self.shapes):
                 placed = links_for(s.layout(1, Recompute.NONE), cluster, fabric)
                 for axis in LINK_AXES:
-                    link = placed["dp_cp" if axis == "dp" else axis]
+                    link = placed[_PLACED.get(axis, axis)]
                     out[axis][0][n] = link.bandwidth_bytes_per_s or 0.0
                     out[axis][1][n] = link.link == "nvlink"
                     out[axis][2][n] = link.span
@@ -105,9 +108,9 @@ class ShapeColumns:
         for order in dict.fromkeys(orders):
             rows = np.array([o == order for o in orders])
             degrees = {a: v[a][rows] for a in ("tp", "cp", "ep", "dp", "pp")}
-            spans = axis_spans(degrees, order, ("tp", "cp", "ep", "dp_cp", "pp"))
+            spans = axis_spans(degrees, order, [_PLACED.get(a, a) for a in LINK_AXES])
             for axis in LINK_AXES:
-                span = spans["dp_cp" if axis == "dp" else axis]
+                span = spans[_PLACED.get(axis, axis)]
                 out[axis][0][rows] = two_tier_bandwidth(span, cluster)
                 out[axis][1][rows] = span <= cluster.nvlink_domain
                 out[axis][2][rows] = span
@@ -284,11 +287,12 @@ class Columns:
         return fn(self)
 
     def link(self, axis: str) -> LinkFields:
-        bandwidth, nvlink, span, size = self._table.links[axis]
+        bandwidth, nvlink, span = self._table.links[axis]
         rows = self._rows
+        size = {"dp": "shard_degree", "edp": "expert_shard_degree"}.get(axis, axis)
         return LinkFields(
             bandwidth[rows][:, None], nvlink[rows][:, None], span[rows][:, None],
-            self.shard_degree if axis == "dp" else getattr(self, axis),
+            getattr(self, size),
         )  # fmt: skip
 
 

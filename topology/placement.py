@@ -8,8 +8,10 @@ multiply G: the expert-parallel group is carved out of the ``cp·dp`` positions 
 (order ``tp-ep-edp-pp`` with ``edp = dp·cp/ep``): ``ep`` consecutive positions of that block when
 ``ep`` comes before ``dp`` in the order (the default), else positions at stride ``cp·dp/ep``.
 
-Axes: ``tp cp ep dp pp`` and the pseudo-axis ``dp_cp``, the ``dp·cp`` ranks a dense gradient is
-reduced over (the conventions' ``D = dp·cp``; Megatron's data-parallel group with context parallelism).
+Axes: ``tp cp ep dp pp`` and the pseudo-axes ``dp_cp``, the ``dp·cp`` ranks a dense gradient is
+reduced over (the conventions' ``D = dp·cp``; Megatron's data-parallel group with context parallelism),
+and ``edp``, the expert data-parallel group an expert's gradient is reduced over (``D_e`` ranks: the
+positions of the cp·dp block, or of the tp·cp·dp block where etp ≠ tp, that share an ep rank).
 The ``dp`` axis alone is ``dp`` ranks at stride ``tp·cp`` (one per cp position) — the group a
 parameter is replicated over for a fixed cp rank; use ``dp_cp`` for the gradient reduction.
 
@@ -48,8 +50,9 @@ __all__ = [
 DEFAULT_RANK_ORDER: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
 """Inner to outer; Megatron-LM's default ``order="tp-cp-ep-dp-pp"``."""
 
-AXES: tuple[str, ...] = ("tp", "cp", "ep", "dp", "dp_cp", "pp")
-"""Axes :func:`axis_groups` knows: the five degrees and ``dp_cp`` (the dp·cp gradient group)."""
+AXES: tuple[str, ...] = ("tp", "cp", "ep", "dp", "dp_cp", "edp", "pp")
+"""Axes :func:`axis_groups` knows: the five degrees, ``dp_cp`` (the dp·cp gradient group) and
+``edp`` (the expert data-parallel group, :func:`_expert_dp`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +140,8 @@ def _stride_size(d: Mapping[str, Any], axis: str, order: tuple[str, ...]) -> tup
     block = minimum(stride("cp"), stride("dp"))  # the cp·dp block starts at the inner of the two
     if axis == "dp_cp":
         return block, d["cp"] * d["dp"]
+    if axis == "edp":
+        return _expert_dp(d, order, block)
     if axis == "ep":
         etp = d.get("etp", d["tp"])
         if not is_array(etp) and etp != d["tp"]:
@@ -151,6 +156,28 @@ def _stride_size(d: Mapping[str, Any], axis: str, order: tuple[str, ...]) -> tup
         inner = order.index("ep") < order.index("dp")
         return (block, d["ep"]) if inner else (block * d["cp"] * d["dp"] // d["ep"], d["ep"])
     raise LayoutError(f"unknown axis '{axis}' (known: {', '.join(AXES)})")
+
+
+def _expert_dp(d: Mapping[str, Any], order: tuple[str, ...], block: Any) -> tuple[Any, Any]:
+    """(stride, size) of the expert data-parallel groups: the ranks that share an expert tp rank
+    and an ep rank, ``D_e`` of them. Megatron-Core's expert rank generator orders the tp·cp·dp
+    block etp-ep-edp (Megatron-LM d98e8a64dd ``parallel_state.py`` ``initialize_model_parallel``:
+    ``expert_decoder_rank_generator``, ``get_ranks("dp")`` → ``_EXPERT_DATA_PARALLEL_GROUP``, the
+    group ``DistributedDataParallel.__init__`` reduces expert buffers on): stride etp·ep where
+    etp ≠ tp. With etp = tp the ep groups are carved out of the cp·dp block at stride ``block``
+    (:func:`_stride_size`): ep before dp in the order (the default), an ep group is ep
+    consecutive block positions, so the edp group strides ep of them (stride block·ep, as
+    DeepSpeed edaa72212 ``utils/groups.py`` ``_create_expert_and_data_parallel`` strides a dp
+    group by ep, ``range(i, pp_stride, ep)``, and torchtitan b5bcd76c6 ``parallel_dims.py`` nests ``efsdp`` outside ``ep`` in its
+    sparse mesh ``("pp", "dp_replicate", "efsdp", "ep")``); ep after dp, the ep groups stride
+    cp·dp/ep positions, so the edp group is that many consecutive ones (stride block)."""
+    etp = d.get("etp", d["tp"])
+    if not is_array(etp) and etp != d["tp"]:
+        _stride_size(d, "ep", order)  # the same order check
+        return etp * d["ep"], d["tp"] * d["cp"] * d["dp"] // (etp * d["ep"])
+    size = d["cp"] * d["dp"] // d["ep"]
+    inner = order.index("ep") < order.index("dp")
+    return (block * d["ep"], size) if inner else (block, size)
 
 
 def axis_spans(

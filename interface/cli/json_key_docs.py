@@ -191,7 +191,11 @@ KEY_DOCS: dict[str, str] = {
     "zero_table[].model_state_bytes": "Model state per GPU at that stage.",
     "zero_table[].reduction": "Model state of the first row ÷ this row's.",
     "zero_table[].dp_bytes_per_step": "Data-parallel bytes sent per GPU per step at that stage.",
-    "traffic": "One row per parallel axis (dp, tp, cp, ep, pp), then one per axis Muon's optimizer step gathers over.",
+    "traffic": (
+        "One row per parallel axis (dp; for a MoE model edp, the routed experts' share of the dp "
+        "traffic on the expert data-parallel group; tp, cp, ep, pp), then one per axis Muon's "
+        "optimizer step gathers over."
+    ),
     "traffic[].axis": "The axis.",
     "traffic[].collective": "The collective the mechanism runs.",
     "traffic[].group_size": "Ranks in the axis's group.",

@@ -218,15 +218,11 @@ def megatron_rings(c: Context, f: Fields) -> tuple[tuple[Any, Any, Any, tuple[st
 
 
 def expert_dp_stride(f: Fields) -> Any:
-    """Rank stride of the expert data-parallel group (``expert_shard_degree`` ranks): the ranks
-    of the tp·cp·dp block that share an expert tp rank and an ep rank. Megatron-Core's expert
-    rank generator orders them etp-ep-edp-pp (``parallel_state.py``, ``get_ranks("dp")`` of
-    ``expert_decoder_rank_generator``), as the topology places ep
-    (:func:`topology.placement.axis_span`): with ep inside dp the group's stride is the ep
-    group's span (ep·etp where etp is innermost), else the block's own unit."""
-    unit = where(f.expert_tp != f.tp, f.expert_tp, _stride(f, "dp", f.shard_degree))
-    ep_stride = where(f.ep > 1, _stride(f, "ep", f.ep), unit)
-    return where(ep_stride == unit, unit * f.ep, unit)
+    """Rank stride of the expert data-parallel group (``expert_shard_degree`` ranks), as the
+    topology places it (:func:`topology.placement.axis_links`' ``edp`` link: the ranks of the
+    tp·cp·dp block that share an expert tp rank and an ep rank, Megatron-Core's expert rank
+    generator's etp-ep-edp-pp order)."""
+    return _stride(f, "edp", f.expert_shard_degree)
 
 
 def moe_metrics_ring(c: Context, f: Fields) -> Any:
@@ -243,12 +239,13 @@ def moe_metrics_ring(c: Context, f: Fields) -> Any:
 
 def placed_rings(c: Context, f: Fields) -> tuple[tuple[Any, Any, Any, tuple[str, str]], ...]:
     """:func:`megatron_rings` and, with experts under any framework, the expert data-parallel
-    group (``expert_shard_degree`` ranks at :func:`expert_dp_stride`, on the dp link): as
-    Megatron-Core's expert rank generator, DeepSpeed's ``_create_expert_and_data_parallel``
-    (``utils/groups.py`` at edaa72212: ``range(i, pp_stride, ep)``) lay it (torchtitan's ep
-    mesh is taken to match, not checked), not the dense dp group's placement."""
+    group (``expert_shard_degree`` ranks at :func:`expert_dp_stride`, on its own ``edp`` link):
+    as Megatron-Core's expert rank generator, DeepSpeed's ``_create_expert_and_data_parallel``
+    (``utils/groups.py`` at edaa72212: ``range(i, pp_stride, ep)``) and torchtitan's sparse
+    mesh (``efsdp`` outside ``ep``) lay it (:func:`topology.placement.axis_links`), not the
+    dense dp group's placement."""
     arch = c.model.arch
     if arch is None or arch.moe is None:
         return megatron_rings(c, f)
     edp = (f.expert_shard_degree > 1, (expert_dp_stride(f), f.expert_shard_degree), (0, 1))
-    return ((*edp, ("dp", "dp")), *megatron_rings(c, f))
+    return ((*edp, ("edp", "edp")), *megatron_rings(c, f))

@@ -53,9 +53,14 @@ __all__ = [
     "INSIDE_DOMAIN",
 ]
 
-LINK_AXES = ("tp", "cp", "ep", "dp", "pp")
+LINK_AXES = ("tp", "cp", "ep", "dp", "edp", "pp")
 """The axes whose links a term reads (``dp`` is the dp·cp gradient group, ``dp_cp`` in
-:mod:`topology.placement`)."""
+:mod:`topology.placement`; ``edp`` the expert data-parallel group, ``expert_shard_degree``
+ranks)."""
+
+_PLACED = {"dp": ("dp_cp", "shard_degree"), "edp": ("edp", "expert_shard_degree")}
+"""A term's axis → (:func:`topology.placement.axis_links`' key, the layout's group size), where
+they are not the axis's own name."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -101,7 +106,7 @@ class _InsideDomain:
 
 
 INSIDE_DOMAIN: Mapping[str, AxisLinkLike] = {
-    a: _InsideDomain() for a in ("tp", "cp", "ep", "dp_cp", "pp")
+    a: _InsideDomain() for a in ("tp", "cp", "ep", "dp_cp", "edp", "pp")
 }
 """The links :func:`model.estimate.stage_memory` assumes where none are given: every group
 inside one NVLink domain, which gives point-to-point communicators the most channels per peer
@@ -192,8 +197,8 @@ class Fields(Protocol):
 class LayoutFields:
     """One layout as exact scalars, at one pipeline stage (:class:`Fields`).
 
-    ``links`` are :func:`topology.placement.axis_links`' (keys ``tp cp ep dp_cp pp``); None when
-    no term that reads links is evaluated (memory only)."""
+    ``links`` are :func:`topology.placement.axis_links`' (keys ``tp cp ep dp_cp edp pp``); None
+    when no term that reads links is evaluated (memory only)."""
 
     __slots__ = ("layout", "stage", "m", "_links")
 
@@ -233,12 +238,13 @@ class LayoutFields:
     def link(self, axis: str) -> LinkFields:
         if self._links is None:
             raise AssertionError("a term that reads links was given no links")
-        link = self._links.get("dp_cp" if axis == "dp" else axis)
+        key, degree = _PLACED.get(axis, (axis, axis))
+        link = self._links.get(key)
         if link is None:
             return LinkFields(None, False, 0, 1)
         size = getattr(link, "group_size", None)
         if size is None:  # a bare AxisLinkLike: degree from the layout
-            size = self.layout.shard_degree if axis == "dp" else getattr(self.layout, axis)
+            size = getattr(self.layout, degree)
         return LinkFields(
             None if link.link == "none" else link.bandwidth_bytes_per_s,
             link.link == "nvlink",

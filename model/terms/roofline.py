@@ -12,9 +12,9 @@ slowest stage's micro-batch (operations + exposed tp, cp, ep collectives):
   their layers fully recomputed (:func:`model.step_time.recompute_stage_parts`);
 * :func:`slowest_microbatch` — the slowest stage's micro-batch and its parts, and the dp overlap
   window (the slowest without recomputation, read from the shape alone);
-* :func:`pp_seconds_term`, :func:`dp_seconds_term` — the pipeline messages and the data-parallel
-  collectives with their latency (:func:`model.step_time.pp_seconds`,
-  :func:`model.step_time.dp_seconds`, :func:`model.step_time.dp_exposed_seconds`), and the
+* :func:`pp_seconds_term` — the pipeline messages with their latency
+  (:func:`model.step_time.pp_seconds`; the data-parallel collectives' are
+  :func:`model.terms.dp_time.dp_seconds_term`'s, over the dense and the expert groups), and the
   optimizer step over the parameters the busiest stage's GPU updates
   (:func:`model.step_time.optimizer_seconds`).
 
@@ -29,15 +29,11 @@ from typing import Any
 
 from trainplan.model.comm import (
     AxisTraffic,
-    dp_bytes,
-    dp_collective_calls,
-    grad_reduce_overlaps,
     p2p_critical_sends,
     p2p_overlapped,
     p2p_waiting_sends,
     pipe_partitioned,
     pp_message_bytes,
-    reduces_beside_compute,
 )
 from trainplan.model.comm_sms import collective_sm_share, dispatcher_sm_share
 from trainplan.model.context_parallel import torch_rotate_method
@@ -54,15 +50,12 @@ from trainplan.model.offload import adam_step_bytes
 from trainplan.model.op_rates import fp8_linear_speedups, params_in_force, te_caches_fp8_weights
 from trainplan.model.op_time import Clock, check_tp_overlap, expert_loop_of, tp_overlap_for
 from trainplan.model.optimizers import OptimizerKind, optimizer_step_bytes
-from trainplan.model.pipeline_reduce import reduce_waiting_share
 from trainplan.model.precision import Precision, fp8_recipe_of
 from trainplan.model.recompute_ops import layout_plan
 from trainplan.model.roofline import LinkTime, RooflineParams
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import recomputed_in_chunks, stage_chunks
 from trainplan.model.step_time import (
-    dp_exposed_seconds,
-    dp_seconds,
     kind_parts,
     link_time_of,
     optimizer_seconds,
@@ -92,7 +85,6 @@ from trainplan.model.terms.stage_params import busiest_params
 from trainplan.model.terms.state import busiest_muon_work, busiest_scales, muon_whole_matrices
 from trainplan.model.terms.traffic import (
     dp_mechanism,
-    most_layers,
     pp_split_over_tp,
     tied_embedding_params,
 )
@@ -107,7 +99,6 @@ __all__ = [
     "stage_parts_term",
     "slowest_microbatch",
     "pp_seconds_term",
-    "dp_seconds_term",
     "optimizer_seconds_term",
     "muon_gather_traffic",
     "muon_gather_seconds",
@@ -370,36 +361,6 @@ def pp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
         seconds, tied_s, messages, window / (3 * f.virtual_stages), overlapped, critical, longest
     )
     return where(on, seconds, 0.0), where(on, exposed, 0.0)
-
-
-def dp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
-    """(seconds of the data-parallel collectives in a step if nothing overlapped them, what their
-    mechanism leaves exposed) over the dp·cp group, for the stage with the most parameters
-    (``window``: :func:`window_seconds`). What waits of an overlapped collective includes the SMs
-    its kernels take (:func:`model.comm_sms.collective_sm_share`; 0 unless ``nccl_sm_charge``)
-    and a pipeline stage's reduction after its last backward (:mod:`model.pipeline_reduce`)."""
-    mech = dp_mechanism(c, f)
-    dense, experts = busiest_params(c, f)
-    shard, m = f.shard_degree, f.m
-    total, per_mb = dp_bytes(mech, dense, experts, shard, f.expert_shard_degree, m)
-    overlapped = c.options.grad_reduce_overlap
-    after_flush = grad_reduce_overlaps(str(f.framework), f.pp, overlapped, f.zero_stage)
-    beside = reduces_beside_compute(
-        str(f.framework), int(f.zero_stage), c.training.deepspeed_overlap_comm
-    )
-    calls = dp_collective_calls(
-        str(f.framework), as_float(dense + experts), most_layers(c, f)[0], f.dp, overlapped
-    )
-    bandwidth, scaleup = axis_link(c, f, "dp")
-    on = (shard > 1) & (bandwidth > 0)
-    step_s, mb_s, reduce_s = (where(on, s, 0.0) for s in dp_seconds(
-        mech, as_float(total - m * per_mb), as_float(per_mb), shard, calls,
-        where(on, bandwidth, 1.0), scaleup, params_of(c),
-    ))  # fmt: skip
-    waits = reduce_s * reduce_waiting_share(str(f.framework), f.pp, f.virtual_stages)
-    sm = collective_sm_share(c.gpu.name, c.options.nccl_sm_charge)
-    exposed = dp_exposed_seconds(step_s, mb_s, m, window, after_flush, 1 / calls, beside, sm, waits)
-    return step_s + m * mb_s, exposed
 
 
 def optimizer_seconds_term(c: Context, f: Fields) -> Any:

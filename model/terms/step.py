@@ -53,9 +53,9 @@ from trainplan.model.terms.activation_fields import (
     output_stage,
     stage_layer_counts,
 )
+from trainplan.model.terms.dp_time import dp_group_times
 from trainplan.model.terms.fields import Context, Fields, stage_max
 from trainplan.model.terms.roofline import (
-    dp_seconds_term,
     ep_dispatch_fields,
     ep_sm_share,
     optimizer_seconds_term,
@@ -66,18 +66,18 @@ from trainplan.model.terms.roofline import (
 from trainplan.model.terms.stage_params import busiest_params
 from trainplan.model.terms.traffic import (
     cp_traffic_bytes,
+    dp_group_traffic_bytes,
     dp_mechanism,
-    dp_traffic_bytes,
     ep_traffic_bytes,
     most_layers,
     pp_traffic_bytes,
+    single_axis_seconds,
     tp_traffic_bytes,
 )
 from trainplan.model.timing import (
     CostOptions,
     TimeModel,
     core_passes,
-    exposed_seconds,
     layers_core_flops,
     microbatch_flop_terms,
     stage_peak_seconds,
@@ -148,6 +148,14 @@ class DpTime:
     """The optimizer step on the GPU (roofline model; 0 under the single model)."""
     offload_s: Any
     """Host-link transfers and the CPU optimizer step of an offload, all exposed."""
+    expert: Any = (0.0, 0.0)
+    """Of (seconds, exposed_s), the routed experts' on the expert data-parallel group."""
+
+    @property
+    def axes(self) -> dict[str, tuple[Any, Any]]:
+        """(seconds, exposed) of the traffic table's dp row (the dense group) and edp row."""
+        s, x = self.expert
+        return {"dp": (self.seconds - s, self.exposed_s - x), "edp": self.expert}
 
     @property
     def total_s(self) -> Any:
@@ -301,22 +309,6 @@ def offload_term(c: Context, f: Fields) -> Any:
     return as_float(
         offload_seconds(mech, t.offload, elements, f.m, t.optimizer_bytes, link, memory)
     )
-
-
-def single_axis_seconds(
-    c: Context, f: Fields, axis: str, total: Any, hidden: Any, microbatch: Any, window: Any
-) -> tuple[Any, Any]:
-    """(seconds if nothing overlapped, exposed) of one axis's traffic under the single model:
-    bytes over the link's bandwidth; exposed as the axis's overlap fraction and the per-micro-
-    batch window say (:func:`model.timing.exposed_seconds`). 0 for no traffic."""
-    link = f.link(axis)
-    sends = total != 0
-    bandwidth = where(sends, link.bandwidth if link.bandwidth is not None else 1.0, 1.0)
-    exposed = exposed_seconds(
-        as_float(total - hidden) / bandwidth, as_float(microbatch) / bandwidth, f.m,
-        c.options.overlap[axis], window,
-    )  # fmt: skip
-    return where(sends, as_float(total) / bandwidth, 0.0), where(sends, exposed, 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -475,12 +467,15 @@ def dp_term(c: Context, f: Fields) -> DpTime:
         Offload on a device without host-link or host-memory figures.
     """
     if uses_roofline(c.options, f.framework, c.gpu):
-        seconds, exposed = dp_seconds_term(c, f, window_seconds(c, f))
-        return DpTime(seconds, exposed, optimizer_seconds_term(c, f), offload_term(c, f))
-    window = single_microbatch_seconds(c, f, Recompute.NONE)
-    total, per_mb = dp_traffic_bytes(c, f)
-    seconds, exposed = single_axis_seconds(c, f, "dp", total, 0, per_mb, window)
-    return DpTime(seconds, exposed, 0.0, offload_term(c, f))
+        dense, experts = dp_group_times(c, f, window_seconds(c, f))
+        optimizer = optimizer_seconds_term(c, f)
+    else:  # each group's bytes on its own link (model.terms.traffic.dp_group_traffic_bytes)
+        window = single_microbatch_seconds(c, f, Recompute.NONE)
+        (d_total, d_mb), (e_total, e_mb) = dp_group_traffic_bytes(c, f)
+        dense = single_axis_seconds(c, f, "dp", d_total, 0, d_mb, window)
+        experts, optimizer = single_axis_seconds(c, f, "edp", e_total, 0, e_mb, window), 0.0
+    seconds, exposed = dense[0] + experts[0], dense[1] + experts[1]
+    return DpTime(seconds, exposed, optimizer, offload_term(c, f), experts)
 
 
 def objective_ns(t1_s: Any, t2_s: Any) -> tuple[Any, Any]:

@@ -4,7 +4,9 @@ Each axis's bytes are :mod:`model.comm`'s ring formulas (``*_bytes``); which sta
 layout's traffic is follows one rule per axis, written here once:
 
 * dp: the stage with the most parameters (:func:`model.terms.stage_params.busiest_params`), as the
-  layout's framework runs its ZeRO stage (:meth:`model.mechanisms.Mechanism.traffic_terms`);
+  layout's framework runs its ZeRO stage (:meth:`model.mechanisms.Mechanism.traffic_terms`); its
+  routed experts' share travels on the expert data-parallel group (``edp``,
+  :func:`dp_group_traffic_bytes`);
 * tp: the stage that sends the most (its layers, the embedding on the first stage, the output
   layer on the last), with what of it the framework hides under a GEMM;
 * cp: the stage that sends the most (its dense and MoE layers, each with its recompute rule);
@@ -13,7 +15,8 @@ layout's traffic is follows one rule per axis, written here once:
   profile, or with Megatron-LM's scatter/gather (:attr:`model.layout.Layout.pipeline_scatter_gather`);
   plus the tied embedding's all-reduce between the ends (physical profiles).
 
-Each term is exact for one layout and element-wise over the search's columns
+:func:`single_axis_seconds` times an axis's bytes under the single model. Each term is exact for
+one layout and element-wise over the search's columns
 (:mod:`model.terms.fields`).
 """
 
@@ -49,11 +52,13 @@ from trainplan.model.terms.fields import (
     stage_tuple,
 )
 from trainplan.model.terms.stage_params import busiest_params
-from trainplan.model.xp import where
+from trainplan.model.timing import axis_overlap, exposed_seconds
+from trainplan.model.xp import as_float, where
 
 __all__ = [
     "dp_mechanism",
     "dp_traffic_bytes",
+    "dp_group_traffic_bytes",
     "tp_traffic_bytes",
     "cp_traffic_bytes",
     "ep_traffic_bytes",
@@ -61,6 +66,7 @@ __all__ = [
     "tied_embedding_params",
     "most_layers",
     "axis_traffic",
+    "single_axis_seconds",
 ]
 
 
@@ -85,6 +91,25 @@ def dp_traffic_bytes(c: Context, f: Fields) -> tuple[Any, Any]:
     stage with the most parameters. Scope: the split, dp, cp, ep, zero_stage, framework."""
     dense, experts = busiest_params(c, f)
     return dp_bytes(dp_mechanism(c, f), dense, experts, f.shard_degree, f.expert_shard_degree, f.m)
+
+
+def dp_group_traffic_bytes(c: Context, f: Fields) -> tuple[tuple[Any, Any], tuple[Any, Any]]:
+    """:func:`dp_traffic_bytes` by the group that carries it: ((bytes per step, per micro-batch)
+    of the dense parameters over the dp·cp group, the same of the routed experts over the expert
+    data-parallel group of ``expert_shard_degree`` ranks). The two sum to
+    :func:`dp_traffic_bytes`: Megatron-Core keeps the experts' gradients in buffers of their own
+    reduced over ``intra_expt_dp_group`` (Megatron-LM d98e8a64dd
+    ``distributed/distributed_data_parallel.py`` ``DistributedDataParallel.__init__``:
+    ``if buffer_key.is_expert_parallel: data_parallel_group = self.intra_expt_dp_group``);
+    DeepSpeed reduces them over ``_get_expert_data_parallel_group`` (edaa72212
+    ``runtime/engine.py``); torchtitan shards them over its ``efsdp`` mesh (b5bcd76c6
+    ``parallel_dims.py``)."""
+    dense, experts = busiest_params(c, f)
+    mech, shard, expert_shard = dp_mechanism(c, f), f.shard_degree, f.expert_shard_degree
+    return (
+        dp_bytes(mech, dense, 0, shard, expert_shard, f.m),
+        dp_bytes(mech, 0, experts, shard, expert_shard, f.m),
+    )
 
 
 def _layers(c: Context, f: Fields) -> tuple[Any, Any]:
@@ -217,11 +242,20 @@ def pp_traffic_bytes(c: Context, f: Fields) -> Any:
 
 
 def axis_traffic(c: Context, f: LayoutFields) -> list[AxisTraffic]:
-    """One layout's traffic per axis (dp, then tp, cp, ep and pp when the model has dimensions),
-    named with its collectives: the terms above."""
+    """One layout's traffic per axis (dp, then with routed experts edp, the experts' share of it
+    on the expert data-parallel group, :func:`dp_group_traffic_bytes`; then tp, cp, ep and pp
+    when the model has dimensions), named with its collectives: the terms above."""
     lay = f.layout
-    total, per_mb = dp_traffic_bytes(c, f)
-    rows = [AxisTraffic("dp", dp_name(dp_mechanism(c, f)), lay.shard_degree, total, per_mb)]
+    name = dp_name(dp_mechanism(c, f))
+    if c.model.arch is None or c.arch.moe is None:
+        total, per_mb = dp_traffic_bytes(c, f)
+        rows = [AxisTraffic("dp", name, lay.shard_degree, total, per_mb)]
+    else:
+        dense, experts = dp_group_traffic_bytes(c, f)
+        rows = [AxisTraffic("dp", name, lay.shard_degree, *dense)]
+        rows.append(
+            AxisTraffic("edp", f"{name} (routed experts)", lay.expert_shard_degree, *experts)
+        )
     if c.model.arch is None:
         return rows
     physical = lay.framework.physical
@@ -243,3 +277,19 @@ def axis_traffic(c: Context, f: LayoutFields) -> list[AxisTraffic]:
         pp += " + tied-embedding all-reduce" if tied_embedding_params(c, f) else ""
     rows.append(AxisTraffic("pp", pp, lay.pp, pp_traffic_bytes(c, f)))
     return rows
+
+
+def single_axis_seconds(
+    c: Context, f: Fields, axis: str, total: Any, hidden: Any, microbatch: Any, window: Any
+) -> tuple[Any, Any]:
+    """(seconds if nothing overlapped, exposed) of one axis's traffic under the single model:
+    bytes over the link's bandwidth; exposed as the axis's overlap fraction and the per-micro-
+    batch window say (:func:`model.timing.exposed_seconds`). 0 for no traffic."""
+    link = f.link(axis)
+    sends = total != 0
+    bandwidth = where(sends, link.bandwidth if link.bandwidth is not None else 1.0, 1.0)
+    exposed = exposed_seconds(
+        as_float(total - hidden) / bandwidth, as_float(microbatch) / bandwidth, f.m,
+        axis_overlap(c.options.overlap, axis), window,
+    )  # fmt: skip
+    return where(sends, as_float(total) / bandwidth, 0.0), where(sends, exposed, 0.0)

@@ -24,6 +24,11 @@ def test_traffic_zero_on_an_axis_of_degree_one(params):
         "ep": lay["ep"],
     }
     rows = {r["axis"]: r for r in out["traffic"]}
+    if "edp" in rows:  # a MoE model: the expert data-parallel group, D_e = tp·dp·cp/(etp·ep)
+        # (DeepSpeed's dp·cp/ep: its expert groups are carved out of each tp rank's dp group)
+        expert = lay["dp"] * lay["cp"] * lay["tp"] // (lay["etp"] * lay["ep"])
+        deepspeed = lay["dp"] * lay["cp"] // lay["ep"]
+        degree["edp"] = deepspeed if lay["framework"] == "deepspeed" else expert
     assert set(rows) == set(degree)
     for axis, row in rows.items():
         assert row["group_size"] == degree[axis]

@@ -44,7 +44,7 @@ def test_deepseek_v3_ep_goes_scale_out():
 def test_default_order_spans():
     d = {"tp": 2, "cp": 3, "ep": 2, "dp": 4, "pp": 5}
     spans = {a: axis_span(d, a) for a in AXES}
-    assert spans == {"tp": 2, "cp": 6, "ep": 4, "dp": 24, "dp_cp": 24, "pp": 120}
+    assert spans == {"tp": 2, "cp": 6, "ep": 4, "dp": 24, "dp_cp": 24, "edp": 24, "pp": 120}
 
 
 @pytest.mark.parametrize("axis", AXES)
@@ -53,7 +53,7 @@ def test_groups_partition_the_ranks(axis):
     groups = axis_groups(d, axis)
     flat = sorted(r for g in groups for r in g)
     assert flat == list(range(world_size(d)))
-    size = 8 if axis == "dp_cp" else d[axis]
+    size = {"dp_cp": 8, "edp": 4}.get(axis) or d[axis]  # edp: cp·dp/ep = 2·4/2
     assert all(len(g) == size for g in groups)
     assert all(max(g) - min(g) < axis_span(d, axis) for g in groups)
 
@@ -65,6 +65,32 @@ def test_megatron_groups():
     assert axis_groups(d, "dp")[0] == [0, 4]
     assert axis_groups(d, "dp_cp")[0] == [0, 2, 4, 6]
     assert axis_groups(d, "ep")[:2] == [[0, 2], [1, 3]]
+    # Megatron-Core's expert order etp-ep-edp: etp 2 at stride 1, ep 2 at stride 2, so the
+    # expert data-parallel group's cp·dp/ep = 2 ranks stride etp·ep = 4
+    assert axis_groups(d, "edp") == [[0, 4], [1, 5], [2, 6], [3, 7]]
+
+
+def test_expert_dp_group_placement():
+    """The expert data-parallel group (``edp``) as each rank order and etp lay it (the dense
+    group, ``dp_cp``, strides tp)."""
+    # dp 32, ep 8, tp 1: ep groups 8 consecutive ranks, so edp = 32/8 = 4 ranks at stride 8
+    assert axis_groups({"dp": 32, "ep": 8}, "edp")[:2] == [[0, 8, 16, 24], [1, 9, 17, 25]]
+    # ep after dp (tp-cp-dp-ep-pp): ep groups stride cp·dp/ep = 8, edp is 8 consecutive ranks
+    d, order = {"dp": 16, "ep": 2}, ("tp", "cp", "dp", "ep", "pp")
+    assert axis_groups(d, "edp", order) == [list(range(8)), list(range(8, 16))]
+    # etp 1 under tp 4 (Megatron-Core's etp-ep-edp over the tp·cp·dp block of 16): edp
+    # = 16/(1·4) = 4 ranks at stride etp·ep = 4
+    d = {"tp": 4, "dp": 4, "ep": 4, "etp": 1}
+    assert axis_groups(d, "edp") == [[0, 4, 8, 12], [1, 5, 9, 13], [2, 6, 10, 14], [3, 7, 11, 15]]
+
+
+def test_expert_dp_link_one_nic():
+    """qwen3-30b-a3b's dp 256 × ep 8 on 8-GPU nodes: the dense group has 8 members a node, the
+    expert group (32 ranks at stride 8, span 256) one: 256·32 // 256 … 8·32 // 256 = 1."""
+    links = axis_links({"dp": 256, "ep": 8}, H100)
+    assert (links["dp_cp"].group_size, links["dp_cp"].span) == (256, 256)
+    assert (links["edp"].group_size, links["edp"].span) == (32, 256)
+    assert links["edp"].link == "scale-out" and links["edp"].bandwidth_bytes_per_s == 50e9
 
 
 def test_two_tier_links_agree_with_fits_in_domain():

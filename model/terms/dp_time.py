@@ -1,0 +1,108 @@
+"""The roofline time of the data-parallel collectives, over the groups that carry them: the
+dense parameters' over the dp·cp group (the ``dp`` link), the routed experts' over the expert
+data-parallel group (the ``edp`` link, :func:`topology.placement.axis_links`), each with its own
+buckets, then one exposure rule over their sum (:func:`model.step_time.dp_exposed_seconds`).
+
+Megatron-Core (d98e8a64dd ``megatron/core/distributed/distributed_data_parallel.py``
+``DistributedDataParallel.__init__``) keeps the experts' gradients in buffers of their own,
+reduced over ``intra_expt_dp_group`` and bucketed apart (``expert_parallel_bucket_groups =
+partition_buckets(self.expert_parallel_buffers, …)``), with the one bucket size
+``max(40000000, 1000000 * dp_group.size())`` of both; ``start_grad_sync`` and
+``finish_grad_sync`` walk ``self.bucket_groups + self.expert_parallel_bucket_groups``. With ep
+inside dp the expert group has one rank per node where the dense group has eight, so its ring
+leaves each node through one NIC (:func:`model.step_time.rings_bandwidth`). The two groups'
+collectives share each GPU's NIC whether they run one after the other or at once, so their
+times add. DeepSpeed's expert data-parallel groups (edaa72212 ``utils/groups.py``
+``_create_expert_and_data_parallel``) and torchtitan's ``efsdp`` mesh (b5bcd76c6
+``parallel_dims.py``) are placed alike.
+
+Written once over a layout's fields (:mod:`model.terms.fields`): exact for one layout,
+element-wise over the search's columns.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainplan.model.comm import (
+    dp_collective_calls,
+    grad_reduce_overlaps,
+    reduces_beside_compute,
+)
+from trainplan.model.comm_sms import collective_sm_share
+from trainplan.model.pipeline_reduce import reduce_waiting_share
+from trainplan.model.step_time import dp_exposed_seconds, dp_seconds
+from trainplan.model.terms.fields import Context, Fields
+from trainplan.model.terms.roofline import axis_link, params_of
+from trainplan.model.terms.stage_params import busiest_params
+from trainplan.model.terms.traffic import dp_group_traffic_bytes, dp_mechanism, most_layers
+from trainplan.model.xp import as_float, where
+
+__all__ = ["dp_group_seconds", "dp_group_times", "dp_seconds_term"]
+
+
+def dp_group_seconds(c: Context, f: Fields) -> tuple[tuple[Any, Any, Any, Any], ...]:
+    """``(seconds once per step, seconds per micro-batch, calls, seconds of the once-per-step
+    reductions)`` of the dense parameters'
+    collectives on the dp link over ``shard_degree`` ranks, then of the routed experts' on the
+    edp link over ``expert_shard_degree`` ranks (:func:`model.step_time.dp_seconds` of
+    :func:`model.terms.traffic.dp_group_traffic_bytes`), each split into its own buckets over
+    its own parameters (:func:`model.comm.dp_collective_calls`; under ``fsdp2`` one unit per
+    block, the experts one per MoE block); (0, 0, calls) for a group of one rank."""
+    mech, m, fw = dp_mechanism(c, f), f.m, str(f.framework)
+    overlapped = c.options.grad_reduce_overlap
+    layers, moe_layers = most_layers(c, f)
+    out = []
+    parts = zip(
+        busiest_params(c, f), dp_group_traffic_bytes(c, f), (layers, moe_layers),
+        (f.shard_degree, f.expert_shard_degree), ("dp", "edp"), strict=True,
+    )  # fmt: skip
+    for params, (total, per_mb), units, group, axis in parts:
+        calls = dp_collective_calls(fw, as_float(params), units, f.dp, overlapped)
+        bandwidth, scaleup = axis_link(c, f, axis)
+        on = (group > 1) & (bandwidth > 0)
+        step_s, mb_s, reduce_s = (where(on, s, 0.0) for s in dp_seconds(
+            mech, as_float(total - m * per_mb), as_float(per_mb), group, calls,
+            where(on, bandwidth, 1.0), scaleup, params_of(c),
+        ))  # fmt: skip
+        out.append((step_s, mb_s, calls, reduce_s))
+    return tuple(out)
+
+
+def dp_group_times(c: Context, f: Fields, window: Any) -> tuple[tuple[Any, Any], ...]:
+    """``(seconds if nothing overlapped, exposed)`` of the dense group's collectives, then of the
+    expert group's (:func:`dp_group_seconds`). What waits is the mechanism's rule
+    (:func:`model.step_time.dp_exposed_seconds`) over their sum, ``window`` being
+    :func:`model.terms.roofline.window_seconds`, with the last buckets of both groups as its
+    tail: each group's last bucket holds the first layers' gradients, ready only when the
+    backward ends. The exposed seconds are shared between the groups by their seconds (the
+    traffic table's two rows); a model without experts keeps the whole on the dense group.
+    What waits of an overlapped collective includes the SMs its kernels take from the
+    computation it hides under (:func:`model.comm_sms.collective_sm_share`; 0 unless
+    ``nccl_sm_charge``), and a pipeline stage's reductions after its last backward
+    (:func:`model.pipeline_reduce.reduce_waiting_share`)."""
+    (d_step, d_mb, d_calls, d_red), (e_step, e_mb, e_calls, e_red) = dp_group_seconds(c, f)
+    m, fw = f.m, str(f.framework)
+    dense, experts = d_step + m * d_mb, e_step + m * e_mb
+    total = dense + experts
+    some = total > 0
+    tail = where(some, (dense / d_calls + experts / e_calls) / where(some, total, 1.0), 1 / d_calls)
+    after_flush = grad_reduce_overlaps(fw, f.pp, c.options.grad_reduce_overlap, f.zero_stage)
+    beside = reduces_beside_compute(
+        fw, int(f.zero_stage), c.training.deepspeed_overlap_comm
+    )  # fmt: skip
+    share = collective_sm_share(c.gpu.name, c.options.nccl_sm_charge)
+    waits = (d_red + e_red) * reduce_waiting_share(fw, f.pp, f.virtual_stages)
+    exposed = dp_exposed_seconds(
+        d_step + e_step, d_mb + e_mb, m, window, after_flush, tail, beside, share, waits
+    )
+    expert_exposed = where(some, exposed * experts / where(some, total, 1.0), 0.0)
+    return (dense, exposed - expert_exposed), (experts, expert_exposed)
+
+
+def dp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
+    """(seconds of the data-parallel collectives in a step if nothing overlapped them, what
+    their mechanism leaves exposed), the dense and the expert groups together
+    (:func:`dp_group_times`), for the stage with the most parameters."""
+    (dense, dense_exposed), (experts, expert_exposed) = dp_group_times(c, f, window)
+    return dense + experts, dense_exposed + expert_exposed

@@ -1,0 +1,99 @@
+"""The routed experts' data-parallel traffic on the expert data-parallel group's own link
+(model/terms/dp_time.py, topology/placement.py ``edp``), as a user runs ``trainplan evaluate``:
+its own process, ``--json`` and text. Figures derived by hand here.
+
+Megatron-LM d98e8a64dd ``megatron/core/distributed/distributed_data_parallel.py``
+``DistributedDataParallel.__init__`` reduces expert buffers on ``intra_expt_dp_group``, bucketed
+apart (``expert_parallel_bucket_groups``) with the one bucket size ``max(4e7, 1e6·dp)``; the
+group is ``parallel_state.py``'s expert rank generator's ``get_ranks("dp")``, order etp-ep-edp-pp,
+so at tp 1, ep 8 its ranks stride 8: one a node."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from tests.cli_runs import run_many
+
+QWEN3 = [
+    *("evaluate", "--model", "qwen3-30b-a3b", "--gpu", "H100-SXM", "--gpus", "256"),
+    *("--dp", "256", "--ep", "8", "--zero", "1", "--micro-batch", "1"),
+]
+"""The layout ``trainplan search --model qwen3-30b-a3b --gpus 256 --gpu H100-SXM`` answered
+before the expert traffic had its own link (1.379 s then)."""
+
+EXPERTS_PER_GPU = 48 * 128 * 3 * 2048 * 768 // 8
+"""48 layers × 128 experts × 3·2048·768 (gate, up, down) = 28,991,029,248, over ep 8:
+3,623,878,656 on each GPU."""
+
+EXPERT_BYTES = 6 * EXPERTS_PER_GPU * 31 // 32
+"""ZeRO-1 (the distributed optimizer): an fp32 reduce-scatter (4 B) and a bf16 all-gather (2 B)
+per parameter, each rank sending the ring share (D_e − 1)/D_e = 31/32 of D_e = 256/8 = 32:
+21,063,794,688 bytes."""
+
+NIC = 50e9 * 0.96
+"""The expert group's bandwidth: one member per 8-GPU node (span 256 = 32 ranks × stride 8, so
+8·32 // 256 = 1 ring), one 50 GB/s NIC at the scale-out efficiency 0.96: 48 GB/s."""
+
+BUCKETS = math.ceil(EXPERTS_PER_GPU / max(40_000_000, 1_000_000 * 256))
+"""Megatron-Core's buckets over the expert buffer: ⌈3,623,878,656 / 2.56e8⌉ = 15."""
+
+LATENCY = 8.4e-6 + 31 * 14e-6
+"""One ring reduce-scatter or all-gather over 32 ranks across nodes: NCCL's base latency
+8.4 µs plus 31 steps of 14 µs (model.roofline.collective_latency): 442.4 µs."""
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return run_many({"json": [*QWEN3, "--json"], "text": QWEN3})
+
+
+def test_expert_row_bytes_link_and_time(runs):
+    rows = {r["axis"]: r for r in json.loads(runs["json"].stdout)["traffic"]}
+    edp = rows["edp"]
+    assert EXPERT_BYTES == 21_063_794_688
+    assert edp["bytes_per_step"] == EXPERT_BYTES
+    assert (edp["group_size"], edp["link"], edp["bandwidth_bytes_per_s"]) == (32, "scale-out", 50e9)
+    # 21,063,794,688 / 48e9 = 0.438829 s on the wire + 2·15 calls × 442.4 µs = 13.272 ms
+    assert BUCKETS == 15
+    assert edp["seconds"] == pytest.approx(EXPERT_BYTES / NIC + 2 * BUCKETS * LATENCY, rel=1e-12)
+    assert edp["seconds"] == pytest.approx(0.452101, abs=1e-6)
+
+
+def test_dense_row_keeps_eight_nics(runs):
+    rows = {r["axis"]: r for r in json.loads(runs["json"].stdout)["traffic"]}
+    dp = rows["dp"]
+    # the dense parameters, every GPU all of them: 48 layers of attention (q and o 2048·4096,
+    # k and v 2048·512), router 2048·128, norms 2·2048 + q/k norms 2·128; the final norm; the
+    # untied embedding and output layer 2 · 151,936·2048
+    layer = 2 * 2048 * 4096 + 2 * 2048 * 512 + 2048 * 128 + 2 * 2048 + 2 * 128
+    dense = 48 * layer + 2048 + 2 * 151_936 * 2048
+    assert dense == 1_541_093_376
+    assert dp["bytes_per_step"] == 6 * dense * 255 // 256
+    # 8 members a node, 8 NICs: 384 GB/s; ⌈P / 2.56e8⌉ = 7 buckets, each collective
+    # 8.4 µs + 255 × 14 µs = 3.5784 ms
+    assert math.ceil(dense / 2.56e8) == 7
+    want = dp["bytes_per_step"] / (8 * NIC) + 2 * 7 * (8.4e-6 + 255 * 14e-6)
+    assert (dp["group_size"], dp["link"]) == (256, "scale-out")
+    assert dp["seconds"] == pytest.approx(want, rel=1e-12)
+
+
+def test_step_and_exposure(runs):
+    """The exposure rule over both groups' sum, shared by their seconds: both rows hide the same
+    share, and the rows' exposed seconds are the step's exposed dp. Before: the 30.27 GB timed
+    together on the dense group's 8 NICs, 0.229 s, 54.8 ms exposed, step 1.379 s."""
+    d = json.loads(runs["json"].stdout)
+    rows = {r["axis"]: r for r in d["traffic"]}
+    assert rows["dp"]["overlap"] == pytest.approx(rows["edp"]["overlap"], rel=1e-12)
+    exposed = sum(r["exposed_seconds"] for r in d["traffic"])
+    assert exposed == pytest.approx(d["time"]["exposed_comm_s"], rel=1e-12)
+    assert d["time"]["step_s"] == pytest.approx(1.5197, abs=1e-4)
+
+
+def test_text_table_shows_the_expert_group(runs):
+    text = runs["text"].stdout
+    line = next(x for x in text.splitlines() if x.startswith("edp "))
+    assert "(routed experts)" in line and " 32 " in line and "21.06 GB" in line
+    assert "scale-out" in line and "452.1 ms" in line
