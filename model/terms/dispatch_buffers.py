@@ -1,5 +1,7 @@
 """The expert dispatcher's resident buffers on one GPU of a pipeline stage (DeepEP's normal
-``Buffer``), a part of the model-state term (:func:`model.terms.state.model_state_term`).
+``Buffer``; across nodes its RDMA part as the NVSHMEM heap granules that hold it,
+:func:`model.nvshmem_heap.nvshmem_heap_bytes`), a part of the model-state term
+(:func:`model.terms.state.model_state_term`).
 
 Units: bytes on one GPU. Exact for one layout; element-wise over the search's columns.
 """
