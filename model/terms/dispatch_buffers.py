@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainplan.model.frameworks import Framework
 from trainplan.model.moe import DEEPEP_DISPATCH_CONFIGS
 from trainplan.model.moe_run import Dispatcher, deepep_group_ranks, dispatch_buffer_bytes
 from trainplan.model.pipeline import Schedule
@@ -29,11 +30,12 @@ def _dispatch_buffers(run: Any, hidden: int, ep: int, expert_tp: int, framework:
     """:func:`model.moe_run.dispatch_buffer_bytes` of the framework's DeepEP group
     (:func:`model.moe_run.deepep_group_ranks`); 0 for a group DeepEP has no config for, which
     the legality rule ``moe_layout`` refuses (the search's columns of candidates not yet masked
-    stay defined)."""
+    stay defined). The NVSHMEM heap's granules under a physical profile only (``textbook``
+    counts no library's rounding: :attr:`model.frameworks.Framework.physical`)."""
     ranks = deepep_group_ranks(framework, ep, expert_tp)
     if ranks not in DEEPEP_DISPATCH_CONFIGS:
         return 0
-    return dispatch_buffer_bytes(run, hidden, ranks)
+    return dispatch_buffer_bytes(run, hidden, ranks, heap=Framework(framework).physical)
 
 
 def dispatch_buffer_term(c: Context, f: Fields) -> Any:

@@ -67,3 +67,17 @@ def test_no_rdma_buffer_no_heap():
     nvl, rdma = deepep_buffer_bytes(2880, 8)
     assert rdma == 0
     assert dispatch_buffer_bytes(MoERun(dispatcher=Dispatcher.DEEPEP), 2880, 8) == nvl
+
+
+def test_textbook_counts_the_rdma_bytes_as_asked():
+    """The ``textbook`` profile counts the tensors a run asks for and no library's rounding (no
+    NCCL communicators, no reserve): DeepEP's buffer at EP 64, h 7,168, is the 377,677,824
+    NVLink bytes and the 336,047,360 RDMA bytes as asked, 713,725,184 B, where a framework
+    profile counts the RDMA part as the one 512 MiB granule that holds it."""
+    from trainplan.model.frameworks import Framework
+    from trainplan.model.terms.dispatch_buffers import _dispatch_buffers
+
+    deepep = MoERun(dispatcher=Dispatcher.DEEPEP)
+    assert not Framework("textbook").physical
+    assert _dispatch_buffers(deepep, 7168, 64, 1, "textbook") == 377_677_824 + 336_047_360
+    assert _dispatch_buffers(deepep, 7168, 64, 1, "megatron") == 377_677_824 + 536_870_912
