@@ -12,7 +12,8 @@ expert-parallel rank:
 * :func:`grouped_rows` — each expert's rows rounded up to the grouped GEMM's M tile;
 * :func:`unpaired_fraction` / :func:`exposed_all_to_all` — Megatron-Core's
   ``overlap_moe_expert_parallel_comm`` (combined 1F1B) and ``moe_shared_expert_overlap``;
-* :func:`dispatch_buffer_bytes` — DeepEP's resident buffers (:func:`model.moe.deepep_buffer_bytes`).
+* :func:`dispatch_buffer_bytes` — DeepEP's resident buffers (:func:`model.moe.deepep_buffer_bytes`,
+  :func:`model.nvshmem_heap.nvshmem_heap_bytes`).
 
 Sources are cited per function; the leaf formulas are :mod:`model.moe`'s.
 """
@@ -32,6 +33,7 @@ from trainplan.model.moe import (
     expected_remote_nodes,
     expert_capacity,
 )
+from trainplan.model.nvshmem_heap import nvshmem_heap_bytes
 from trainplan.model.xp import exact, floor, is_array, maximum, minimum, where
 
 __all__ = [
@@ -445,14 +447,16 @@ def deepep_group_ranks(framework: str, ep: int, expert_tp: int) -> int:
     return ep * expert_tp if str(framework) == "megatron" else ep
 
 
-def dispatch_buffer_bytes(run: MoERun, hidden: int, ep: int) -> int:
+def dispatch_buffer_bytes(run: MoERun, hidden: int, ep: int, heap: bool = True) -> int:
     """Bytes per GPU of the dispatcher's resident buffers: DeepEP's normal-mode ``Buffer``
-    (``num_nvl_bytes + num_rdma_bytes``, :func:`model.moe.deepep_buffer_bytes`, BF16 hidden) on
-    every rank of its group of ``ep`` > 1 ranks (:func:`deepep_group_ranks`; allocated once per
-    group for the
-    whole run: Megatron-Core ``moe/fused_a2a.py`` ``get_buffer``, torchtitan
-    ``DeepEPTokenDispatcher.init_buffer``); 0 for the NCCL all-to-all (its buffers are NCCL's
-    own) and at ep = 1.
+    (:func:`model.moe.deepep_buffer_bytes`, BF16 hidden) on every rank of its group of ``ep`` > 1
+    ranks (:func:`deepep_group_ranks`; allocated once per group for the whole run: Megatron-Core
+    ``moe/fused_a2a.py`` ``get_buffer``, torchtitan ``DeepEPTokenDispatcher.init_buffer``):
+    ``num_nvl_bytes`` and, across nodes, the granules NVSHMEM's heap maps for ``num_rdma_bytes``
+    on the ``ep // 8`` PEs (:func:`model.nvshmem_heap.nvshmem_heap_bytes`); with ``heap``
+    False (the ``textbook`` profile, which counts the tensors a run asks for and no library's
+    or allocator's rounding: no NCCL communicators, no reserve) ``num_rdma_bytes`` as asked; 0
+    for the NCCL all-to-all (its buffers are NCCL's own) and at ep = 1.
 
     Raises
     ------
@@ -461,14 +465,17 @@ def dispatch_buffer_bytes(run: MoERun, hidden: int, ep: int) -> int:
 
     Examples
     --------
-    >>> dispatch_buffer_bytes(MoERun(dispatcher="deepep"), 7168, 64)  # 377,677,824 + 336,047,360
+    >>> dispatch_buffer_bytes(MoERun(dispatcher="deepep"), 7168, 64)  # 377,677,824 + 512 MiB
+    914548736
+    >>> dispatch_buffer_bytes(MoERun(dispatcher="deepep"), 7168, 64, heap=False)  # + 336,047,360
     713725184
     >>> dispatch_buffer_bytes(MoERun(), 7168, 64)
     0
     """
     if run.dispatcher is not Dispatcher.DEEPEP or ep == 1:
         return 0
-    return sum(deepep_buffer_bytes(hidden, ep))
+    nvl, rdma = deepep_buffer_bytes(hidden, ep)
+    return nvl + (nvshmem_heap_bytes(rdma, ep // 8) if heap else rdma)
 
 
 def combine_output_bytes(framework: str, run: MoERun, default: int | None) -> int | None:

@@ -1,5 +1,7 @@
 """The expert dispatcher's resident buffers on one GPU of a pipeline stage (DeepEP's normal
-``Buffer``), a part of the model-state term (:func:`model.terms.state.model_state_term`).
+``Buffer``; across nodes its RDMA part as the NVSHMEM heap granules that hold it,
+:func:`model.nvshmem_heap.nvshmem_heap_bytes`), a part of the model-state term
+(:func:`model.terms.state.model_state_term`).
 
 Units: bytes on one GPU. Exact for one layout; element-wise over the search's columns.
 """
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainplan.model.frameworks import Framework
 from trainplan.model.moe import DEEPEP_DISPATCH_CONFIGS
 from trainplan.model.moe_run import Dispatcher, deepep_group_ranks, dispatch_buffer_bytes
 from trainplan.model.pipeline import Schedule
@@ -27,11 +30,12 @@ def _dispatch_buffers(run: Any, hidden: int, ep: int, expert_tp: int, framework:
     """:func:`model.moe_run.dispatch_buffer_bytes` of the framework's DeepEP group
     (:func:`model.moe_run.deepep_group_ranks`); 0 for a group DeepEP has no config for, which
     the legality rule ``moe_layout`` refuses (the search's columns of candidates not yet masked
-    stay defined)."""
+    stay defined). The NVSHMEM heap's granules under a physical profile only (``textbook``
+    counts no library's rounding: :attr:`model.frameworks.Framework.physical`)."""
     ranks = deepep_group_ranks(framework, ep, expert_tp)
     if ranks not in DEEPEP_DISPATCH_CONFIGS:
         return 0
-    return dispatch_buffer_bytes(run, hidden, ranks)
+    return dispatch_buffer_bytes(run, hidden, ranks, heap=Framework(framework).physical)
 
 
 def dispatch_buffer_term(c: Context, f: Fields) -> Any:

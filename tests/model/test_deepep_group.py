@@ -20,12 +20,14 @@ def _buffer(*degrees: str) -> int:
 
 
 def test_the_buffer_of_16_ranks_at_ep_8_etp_2():
-    """h 7,168: the 16-rank buffer (DeepEP config 16: 36 NVL send, 288 receive chunks...) is
-    469,561,728 B; ep 8 with etp 1 keeps the 8-rank one, 335,709,824 B."""
+    """h 7,168: the 16-rank buffer (DeepEP config 16: 36 NVL send, 288 receive chunks...) spans
+    two nodes: 377,673,984 NVLink bytes and 91,887,744 RDMA bytes, which NVSHMEM maps as one
+    512 MiB granule (model.nvshmem_heap): 377,673,984 + 536,870,912 = 914,544,896 B; ep 8 with
+    etp 1 keeps the 8-rank one within a node, 335,709,824 B (no RDMA part)."""
     deepep = MoERun(dispatcher="deepep")
-    assert dispatch_buffer_bytes(deepep, 7168, 16) == 469_561_728
+    assert dispatch_buffer_bytes(deepep, 7168, 16) == 377_673_984 + 536_870_912 == 914_544_896
     assert dispatch_buffer_bytes(deepep, 7168, 8) == 335_709_824
-    assert _buffer("--tp", "2", "--ep", "8", "--etp", "2") == 469_561_728
+    assert _buffer("--tp", "2", "--ep", "8", "--etp", "2") == 914_544_896
     assert _buffer("--tp", "2", "--ep", "8", "--etp", "1") == 335_709_824
 
 
