@@ -17,11 +17,15 @@ Overlap by mechanism (not one fraction per axis):
   all-gather is pipelined with the GEMM after it and every reduce-scatter with the GEMM before
   it: each waits for what its GEMM does not cover;
   ``async-tp`` (torchtitan's ``compile.enable_async_tensor_parallel``: Inductor's micro-pipeline
-  pass fuses each all-gather with the matmul after it and each matmul with the reduce-scatter
-  after it, forward and backward, on PyTorch's SymmetricMemory) — the all-gather's local shard is
-  consumed first while the remote ones are copied (``torch/distributed/_symmetric_memory/
-  __init__.py``, ``_pipelined_multi_all_gather_and_consume``), so each collective waits for what
-  the GEMM's other (tp − 1)/tp does not cover, and the decomposed GEMM adds tp − 1 kernels.
+  pass fuses each all-gather with the matmuls after it and a matmul with the reduce-scatter
+  after it when one matmul produces its input, on PyTorch's SymmetricMemory,
+  :mod:`model.async_tp`) — the all-gather's local shard is consumed first while the remote ones
+  are copied (``torch/distributed/_symmetric_memory/__init__.py``,
+  ``_pipelined_multi_all_gather_and_consume``), so each fused collective waits for what the
+  GEMM's other (tp − 1)/tp does not cover, the decomposed GEMM adds tp − 1 kernels and a fused
+  reduce-scatter its reduction of the tp partial products; the backward reduce-scatter of an
+  input gradient summed over several GEMMs (a SwiGLU MLP's ``w1`` and ``w3``) stays NCCL's and
+  waits.
 * **Context parallelism** (the layout's ``cp_kind``, :mod:`model.context_parallel`, the same
   tensors it counts): ``ring`` — ring attention sends the next K/V chunk while the attention
   core computes on the current one (Liu et al. 2023; Megatron-Core/Transformer Engine): per pass
@@ -45,6 +49,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from trainplan.model.async_tp import async_tp_collectives
 from trainplan.model.comm_sms import contended_wait
 from trainplan.model.context_parallel import (
     cp_tensor_bytes,
@@ -173,18 +178,8 @@ def _tp_collectives(
         exposed += max(0.0, contended_wait(seconds, covered, phi)) if overlapped else seconds
 
     halves = _halves(x)
-    if x.sequence_parallel and mode is TpOverlap.ASYNC_TP:
-        # each collective fused with its matmul; the input kept gathered (no re-gather)
-        ag = _coll(Collective.ALL_GATHER, tp, one, c.tp_link, c)
-        rs = _coll(Collective.REDUCE_SCATTER, tp, one, c.tp_link, c)
-        share, split = (tp - 1) / tp, (tp - 1) * c.params.kernel_overhead_s
-        for (col, row), (ag_again, rs_again) in zip(halves, again.halves, strict=False):
-            fused = [(ag, ("forward", 0)), (rs, ("forward", 1))]
-            fused += [(ag, ("forward", 0))] * ag_again + [(rs, ("forward", 1))] * rs_again
-            fused += [(ag, ("dgrad", 1)), (rs, ("dgrad", 0))]
-            for seconds, (which, k) in fused:
-                wait(seconds, share * ops.role((col, row)[k], which), True)
-                exposed += split
+    if x.sequence_parallel and mode is TpOverlap.ASYNC_TP:  # :mod:`model.async_tp`
+        total, exposed = async_tp_collectives(x, ops, c, again, halves)
     elif x.sequence_parallel:
         ag = _coll(Collective.ALL_GATHER, tp, one, c.tp_link, c)
         rs = _coll(Collective.REDUCE_SCATTER, tp, one, c.tp_link, c)
