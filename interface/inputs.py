@@ -66,6 +66,7 @@ RECIPE_KEYS = (
     "fsdp_double_buffer",
     "deepspeed_overlap_comm",
     "seq_parallel_communication_data_type",
+    "bias_dropout_fusion",
     "sac_saves_scaled_mm",
     "cross_entropy_fusion_impl",
     "muon_tp_mode",
@@ -267,10 +268,11 @@ _RECIPE_FLAGS = (
     "fp8_param_gather",
     "fsdp_double_buffer",
     "deepspeed_overlap_comm",
+    "bias_dropout_fusion",
     "sac_saves_scaled_mm",
 )
 """The recipe's on/off keys (:class:`model.specs.TrainingSpec` fields of the same names;
-default false, ``sac_saves_scaled_mm`` true)."""
+default false, ``bias_dropout_fusion`` and ``sac_saves_scaled_mm`` true)."""
 
 _RECIPE_STRINGS = (
     "activation_convention",

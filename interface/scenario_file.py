@@ -226,6 +226,7 @@ VALUE_KINDS: dict[str, Any] = {
     "fsdp_double_buffer": _FLAG,
     "deepspeed_overlap_comm": _FLAG,
     "seq_parallel_communication_data_type": ("fp32", "bf16"),
+    "bias_dropout_fusion": _FLAG,
     "sac_saves_scaled_mm": _FLAG,
     "cross_entropy_fusion_impl": ("none", "native", "te"),
     "muon_tp_mode": ("duplicated", "blockwise"),

@@ -212,6 +212,10 @@ KEY_HELP: dict[str, str] = {
     "(default false, DeepSpeed's own default below ZeRO-3): true reduces the gradient buckets on "
     "a side stream beside the backward and holds a second IPG bucket; false reduces them on the "
     "compute stream, every reduction exposed. ZeRO-3 always overlaps (DeepSpeed's default there).",
+    "bias_dropout_fusion": "deepspeed: Megatron-DeepSpeed's TorchScript bias-dropout-add "
+    "(default true, its default): each of a layer's two residual adds keeps a 1-byte mask of "
+    "the residual's shape at any dropout rate, 0 included; false is --no-bias-dropout-fusion "
+    "(eager dropout, which keeps nothing at rate 0).",
     "seq_parallel_communication_data_type": "deepspeed with cp > 1 (Ulysses): DeepSpeed's "
     "seq_parallel_communication_data_type, the gradients' dtype on the wire (default fp32, "
     "DeepSpeed's: its engine sets communication_data_type to it). Under ZeRO-3 it is also the "

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from trainplan.model.activations import ActivationContext
 
 __all__ = [
+    "BIAS_DROPOUT_MASKS",
     "CLAMPED_GLU_COPY",
     "FP8_KEPT_ATTENTION_OUTPUT",
     "GATHERED_INPUTS",
@@ -82,8 +83,35 @@ profile's kernel keeps it (:attr:`model.activations.ActivationContext.saves_soft
 the ``pytorch`` convention and by torchtitan's eager SDPA (:mod:`model.eager_saved`)."""
 
 
-def _mask(arch: Architecture) -> int:
-    return 1 if arch.dropout else 0
+BIAS_DROPOUT_MASKS = ("attention output dropout mask", "MLP dropout mask")
+"""The rows of the bool masks the residual adds' dropouts keep, ``S·h`` bytes each (*sp*): where
+the model has dropout (Korthikanti's count), and at any rate, p 0 included, where the
+profile's bias-dropout-add is TorchScript's
+(:attr:`model.activations.ActivationContext.bias_dropout_masks`). Read from the code,
+deepspeedai/Megatron-DeepSpeed 6acc370a ``megatron/model/transformer.py``
+``ParallelTransformerLayer.forward``: with ``bias_dropout_fusion`` (on unless
+``--no-bias-dropout-fusion``, ``megatron/arguments.py``) both residual adds call
+``bias_dropout_add_fused_train``, a ``@torch.jit.script`` function running
+``torch.nn.functional.dropout(x, p=prob, training=True)`` then ``residual + out`` (bias None
+under ``--disable-bias-linear``; the MoE path's ``torch.tensor(0.0)``); ``megatron/initialize.py``
+``set_jit_fusion_options`` (torch ≥ 1.10) turns the profiling executor on and autodiff subgraph
+inlining off, and ``_warmup_jit_function`` runs the function first, so TorchScript differentiates
+it as a ``prim::DifferentiableGraph`` whose dropout is its symbolic script's (PyTorch
+``torch/csrc/jit/runtime/symbolic_script.cpp`` ``dropout``: ``res, mask =
+torch.native_dropout(input, p, train)``, ``mask`` kept for ``native_dropout_backward``);
+``native_dropout_cuda`` (``aten/src/ATen/native/cuda/Dropout.cu``) short-cuts only ``train``
+false and p = 1, so at p = 0 it writes a bool mask of the residual's shape, ``[s/tp, b, h]``
+under sequence parallelism. Eager ``F.dropout`` at p 0 (Megatron-Core, torchtitan, Hugging Face
+models) returns its input and keeps nothing. Checked on CPU with torch 2.13 and these flags:
+one ``bool [s, b, h]`` saved per call at p 0, none eagerly."""
+
+
+def _residual_mask(
+    arch: Architecture, ctx: ActivationContext, name: str
+) -> list[tuple[str, Fraction, str]]:
+    """The residual add's dropout mask row ``name`` (:data:`BIAS_DROPOUT_MASKS`), or none."""
+    keeps = arch.dropout or ctx.bias_dropout_masks
+    return [(name, ctx.tokens * arch.hidden_size, "sp")] if keeps else []
 
 
 def _mla_rows(arch: Architecture, S: Fraction, beta: int) -> list[tuple[str, Fraction, str]]:
@@ -158,8 +186,7 @@ def attention_rows(arch: Architecture, ctx: ActivationContext) -> list[tuple[str
         rows.append(
             ("repeated K and V (ulysses-kv-repeat)", (rep - 1) * 2 * beta * S * g * d, "tp")
         )
-    if arch.dropout:
-        rows.append(("attention output dropout mask", _mask(arch) * S * h, "sp"))
+    rows += _residual_mask(arch, ctx, BIAS_DROPOUT_MASKS[0])
     if arch.post_norms:
         rows.append(("attention post-norm input", beta * S * h, "sp"))
     if ctx.convention == "pytorch":
@@ -315,8 +342,7 @@ def mlp_rows(
         rows.append(_norm_stats(arch, "MLP norm", S, ctx.memory_efficient_norm))
         if arch.post_norms:
             rows.append(_norm_stats(arch, "MLP post-norm", S))
-    if arch.dropout:
-        rows.append(("MLP dropout mask", S * h, "sp"))
+    rows += _residual_mask(arch, ctx, BIAS_DROPOUT_MASKS[1])
     if arch.post_norms:
         rows.append(("MLP post-norm input", beta * S * h, "sp"))
     return rows

@@ -339,6 +339,11 @@ class ActivationContext:
     """With ``op_selective`` and ``fp8_gemms``: the save list holds ``aten._scaled_mm`` (today's
     torchtitan); False: the list before torchtitan 114151ad4, which keeps no FP8 GEMM output
     (``TrainingSpec.sac_saves_scaled_mm``; :func:`model.op_checkpoint.op_selective_rows`)."""
+    bias_dropout_masks: bool = False
+    """Each residual add keeps a 1-byte mask of ``[S, h]`` (*sp*) whatever the dropout rate:
+    Megatron-DeepSpeed's TorchScript bias-dropout-add (the ``deepspeed`` profile with
+    ``TrainingSpec.bias_dropout_fusion``; :data:`model.activation_rows.BIAS_DROPOUT_MASKS`).
+    False: a mask only where the model has dropout (``Architecture.dropout``)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cp_kind", CpKind(self.cp_kind))

@@ -34,6 +34,7 @@ __all__ = [
     "check_memory_efficient_norm",
     "check_sac_scaled_mm",
     "check_grad_stats_group",
+    "check_bias_dropout_fusion",
 ]
 
 P2P_KEYS = ("p2p_overlap", "p2p_warmup_flush", "p2p_forward_send_wait")
@@ -367,6 +368,34 @@ def check_grad_stats_group(group: str, layouts: Iterable[tuple[Any, int]], what:
     )
 
 
+def check_bias_dropout_fusion(framework: Any, training: Any) -> None:
+    """Refuse ``bias_dropout_fusion`` false outside ``deepspeed``: it is Megatron-DeepSpeed's
+    ``--no-bias-dropout-fusion`` (deepspeedai/Megatron-DeepSpeed 6acc370a ``megatron/arguments.py``;
+    :data:`model.activation_rows.BIAS_DROPOUT_MASKS`). The other profiles' residual dropout is
+    eager (Megatron-Core's fused bias-dropout-add is ``torch.compile``'s, torchtitan has none)
+    and keeps a mask only where the model has dropout, whatever the key.
+
+    Raises
+    ------
+    LayoutError
+        One line naming the key, its value and where it is read.
+
+    >>> from trainplan.model.specs import TrainingSpec
+    >>> off = TrainingSpec(seq_len=8, global_batch_size=8, bias_dropout_fusion=False)
+    >>> check_bias_dropout_fusion("deepspeed", off)
+    >>> check_bias_dropout_fusion("megatron", off)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.LayoutError: bias_dropout_fusion: false is read by deepspeed only ...
+    """
+    fw = str(framework)
+    if not training.bias_dropout_fusion and fw != Framework.DEEPSPEED:
+        raise LayoutError(
+            "bias_dropout_fusion: false is read by deepspeed only (Megatron-DeepSpeed's "
+            f"--no-bias-dropout-fusion), not {fw}, whose residual dropout keeps no mask at rate 0"
+        )
+
+
 def check_framework_recipe(framework: Any, zero_stage: int, training: Any, arch: Any) -> None:
     """The recipe's choices that one framework and ZeRO stage can or cannot run, each its
     own rule: Megatron-Core's fused loss (:func:`model.loss_memory.check_cross_entropy_fusion`),
@@ -388,5 +417,6 @@ def check_framework_recipe(framework: Any, zero_stage: int, training: Any, arch:
     check_framework_fp8_recipe(framework, training.fp8_recipe)
     check_deepspeed_moe(framework, zero_stage, arch is not None and arch.moe is not None)
     check_memory_efficient_norm(framework, training.memory_efficient_norm, arch)
+    check_bias_dropout_fusion(framework, training)
     if str(framework) == Framework.FSDP2:  # the others never read it: a search keeps their layouts
         check_sac_scaled_mm(framework, training)

@@ -321,7 +321,6 @@ class TrainingSpec:
     for gradients, the last stage's outputs kept in ``output_chunks`` until the next step
     (:mod:`model.terms.activations`, :func:`model.loss_memory.output_chunks_bytes`). The other
     profiles keep none of these."""
-
     pipeline_keeps_outputs: bool = False
     """Under ``fsdp2`` with pp > 1: the pipeline schedule keeps the last stage's output (the BF16
     logits) of every micro-batch until the next step (:func:`model.loss_memory.output_chunks_bytes`),
@@ -330,7 +329,6 @@ class TrainingSpec:
     ``step(..., return_outputs=False)``, and ``forward_one_chunk(..., save_forward_output=False)``
     (``torch/distributed/pipelining/stage.py``) keeps none: False, the default, is today's
     torchtitan. The other profiles keep no logits."""
-
     cpu_offloading_num_layers: int = 0
     """Transformer layers whose saved activations go to the host between forward and backward,
     whole (Megatron-Core's ``--cpu-offloading-num-layers`` with ``cpu_offloading`` and
@@ -338,7 +336,6 @@ class TrainingSpec:
     :func:`model.activation_offload.layer_offload_seconds`). 0 (the default) offloads none;
     ``megatron`` with pp = 1, recompute none and dense layers only
     (:func:`model.activation_offload.check_layer_offload`)."""
-
     cross_entropy_fusion_impl: str = "none"
     """Which cross entropy Megatron-Core runs (:class:`model.loss_memory.CrossEntropyFusion`,
     named as Megatron Bridge's ``cross_entropy_fusion_impl``): ``none`` (the default, Megatron-LM's:
@@ -356,7 +353,6 @@ class TrainingSpec:
     Megatron-LM ``--memory-efficient-layer-norm``. Drops the two ``β·S·h`` norm inputs of every
     layer (so a pipeline stage's input tensor is needed by nothing and can be freed, as Llama 3
     §3.3.2 does); measured in ``tests/fidelity``."""
-
     compile: bool | None = None
     """torchtitan's ``[training] compile`` (``torch.compile`` of each block): Inductor fuses the
     elementwise passes; false runs them as PyTorch's eager operators (:mod:`model.elementwise`).
@@ -400,6 +396,10 @@ class TrainingSpec:
     seq_parallel_communication_data_type: str = "fp32"
     """DeepSpeed's, fp32 (its default) or bf16: the gradients' dtype on the wire under Ulysses
     (``deepspeed``, cp > 1; :func:`model.deepspeed_mechanisms.sp_comm_bytes`)."""
+    bias_dropout_fusion: bool = True
+    """Megatron-DeepSpeed's TorchScript bias-dropout-add (false: ``--no-bias-dropout-fusion``),
+    which keeps a bool mask per residual add at any dropout rate
+    (:data:`model.activation_rows.BIAS_DROPOUT_MASKS`). Read under ``deepspeed`` only."""
     sac_saves_scaled_mm: bool = True
     """torchtitan's op-level selective checkpointing (``fsdp2``, ``recompute = selective``)
     under FP8 saves the FP8 GEMMs' outputs (``aten._scaled_mm``, in today's save list); false:

@@ -300,6 +300,7 @@ def legal_shapes(model: ModelSpec, training: TrainingSpec, space: SearchSpace) -
         distributed_optimizer=DistributedOptimizer.MCORE, cross_entropy_fusion_impl="none",
         fp8_param_gather=False, fsdp_double_buffer=False, deepspeed_overlap_comm=False,
         sac_saves_scaled_mm=True, seq_parallel_communication_data_type="fp32",
+        bias_dropout_fusion=True,
     )  # fmt: skip
     axes = Setting(model, plain, space.num_gpus)
     legal = _legal(axes, values, framework=Framework.TEXTBOOK, zero_stage=1,

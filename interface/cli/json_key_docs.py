@@ -82,6 +82,8 @@ KEY_DOCS: dict[str, str] = {
     "layout.sac_saves_scaled_mm": "Whether torchtitan's op-level save list keeps the FP8 GEMM "
     "outputs (aten._scaled_mm); null unless fsdp2 with fp8 and recompute selective.",
     "layout.deepspeed_overlap_comm": "DeepSpeed's zero_optimization.overlap_comm; null unless deepspeed ZeRO-1/2.",
+    "layout.bias_dropout_fusion": "Whether Megatron-DeepSpeed's TorchScript bias-dropout-add "
+    "runs (its residual masks counted); null unless deepspeed.",
     "layout.seq_parallel_communication_data_type": "DeepSpeed's seq_parallel_communication_"
     "data_type (fp32 or bf16); null unless deepspeed with cp > 1 (Ulysses).",
     "layout.distributed_optimizer": "megatron ZeRO-1's implementation: mcore_distributed_optim "

@@ -210,12 +210,24 @@ def _tp_plan_clause(est: Estimate) -> str:
     return ""
 
 
+def _masks_clause(est: Estimate) -> str:
+    """Which dropout masks the layers keep: the model's (with dropout), Megatron-DeepSpeed's
+    TorchScript bias-dropout-add's at p 0 (:data:`model.activation_rows.BIAS_DROPOUT_MASKS`),
+    or none."""
+    arch = est.model.arch
+    if arch is None or arch.dropout:
+        return "1-byte dropout masks"
+    if str(est.layout.framework) == "deepspeed" and est.training.bias_dropout_fusion:
+        return "no dropout (p 0), but 1-byte masks of the TorchScript bias-dropout-add, two a layer"
+    return "no dropout (p 0), no masks"
+
+
 def _activations_sentence(est: Estimate) -> str:
     """How the activations are counted: the paper, FlashAttention, sequence parallelism and the
     tensor-parallel plan, recomputation, the schedule, the convention and the norms."""
     t, lay = est.training, est.layout
     return (
-        "activations: Korthikanti et al. 2022 per-layer tensors, 16-bit, 1-byte dropout masks; "
+        f"activations: Korthikanti et al. 2022 per-layer tensors, 16-bit, {_masks_clause(est)}; "
         f"FlashAttention {'on' if t.flash_attention else 'off'}; sequence parallelism "
         f"{'on' if lay.sp else 'off'}{_tp_plan_clause(est)}; recompute {lay.recompute}"
         f"{_selective_clause(est)}; "

@@ -364,6 +364,7 @@ def _layout(est: Estimate) -> dict[str, Any]:
         "muon_tp_mode": t.muon_tp_mode,
         **_where(zero1, "distributed_optimizer", str(t.distributed_optimizer)),
         **_where(ds12, "deepspeed_overlap_comm", t.deepspeed_overlap_comm),
+        **_where(framework == "deepspeed", "bias_dropout_fusion", t.bias_dropout_fusion),
         **_ulysses_key(est),
         **_where(sac_fp8, "sac_saves_scaled_mm", t.sac_saves_scaled_mm),
         **_where(fp8, "fp8_activation_storage", t.fp8_activation_storage),

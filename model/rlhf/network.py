@@ -161,7 +161,8 @@ def _training_estimate(
     spec: RLHFSpec, rs: RoleSpec, opt: RoleOption, evaluate: Evaluator, s: int
 ) -> tuple[Estimate, Offload]:
     """``evaluate()`` of the update's layout at sequence length ``s``, with CPU Adam when the
-    option offloads the optimizer.
+    option offloads the optimizer; under ``deepspeed`` without Megatron-DeepSpeed's TorchScript
+    residual masks (``bias_dropout_fusion`` false: OpenRLHF's Hugging Face models drop eagerly).
 
     CPU Adam is model.offload's mechanism, applied by evaluate(): the optimizer state and its
     step leave the GPU, the host holds them with an FP32 gradient buffer, and the step time gains
@@ -181,12 +182,11 @@ def _training_estimate(
     train_est = evaluate(
         rs.model,
         TrainingSpec(
-            seq_len=s,
-            global_batch_size=_batch(spec.train_batch or spec.sequences, b, opt.dp),
-            offload=offload,
+            seq_len=s, global_batch_size=_batch(spec.train_batch or spec.sequences, b, opt.dp),
+            offload=offload, bias_dropout_fusion=spec.framework is not Framework.DEEPSPEED,
         ),
         _layout(spec, opt, spec.recompute),
-    )
+    )  # fmt: skip
     return train_est, offload
 
 

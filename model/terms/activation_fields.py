@@ -5,8 +5,7 @@ chunks, :func:`model.split.chunk_ranks`), the ranks holding the embedding and th
 (:func:`end_stages`), and the small lookups of the vocabulary's padding, the tensor-parallel
 plan and the context-parallel flavour. :mod:`model.terms.activations` assembles the term from
 them; the step-time, traffic, roofline and state terms read the same split through
-:data:`LAYER_FIELDS`.
-"""
+:data:`LAYER_FIELDS`."""
 
 from __future__ import annotations
 
@@ -97,12 +96,13 @@ FORM_FIELDS = (*LAYER_FIELDS, "recompute", "recompute_layers")
 """What a stage's recompute forms read of a layout."""
 
 
-def _framework_rows(framework: Framework) -> dict[str, Any]:
+def _framework_rows(framework: Framework, fused_bias_dropout: bool) -> dict[str, Any]:
     """The :class:`model.activations.ActivationContext` flags a framework's own layer code decides
-    (DeepSpeed's gate, eager SwiGLU, kept repeated K/V; K/V repeated before the kernel; Megatron's
-    clamped GLU copy, router scores; the flash kernels' softmax statistics; an FP32 router)."""
+    (DeepSpeed's gate, eager SwiGLU, kept repeated K/V, TorchScript's residual masks; K/V repeated
+    before the kernel; Megatron's clamped GLU copy, router scores; the flash kernels' statistics)."""
     deepspeed, megatron = framework is Framework.DEEPSPEED, framework is Framework.MEGATRON
     return {
+        "bias_dropout_masks": deepspeed and fused_bias_dropout,
         "deepspeed_gate": deepspeed,
         "clamp_copies_glu_input": megatron,
         "eager_swiglu": deepspeed,
@@ -173,7 +173,7 @@ def activation_context(
         combine_output_bytes=combine_output_bytes(
             framework.value, training.moe_run, framework.moe_combine_bytes()
         ),
-        **_framework_rows(framework),
+        **_framework_rows(framework, training.bias_dropout_fusion),
         ep=ep,
         op_selective=framework.op_selective,
         recompute_modules=profile_recompute_modules(

@@ -1,0 +1,70 @@
+"""Megatron-DeepSpeed's TorchScript bias-dropout-add masks (model.activation_rows.
+BIAS_DROPOUT_MASKS) as a user meets them, each command in its own process: the search answer
+they move, the layout they no longer let fit, ``--set bias_dropout_fusion=false`` (the run's
+``--no-bias-dropout-fusion``) and its refusal under another framework, the assumption line."""
+
+import json
+
+import pytest
+
+from tests.cli_runs import refusal, run_many
+
+SEARCH = ["search", "--model", "llama3-70b", "--gpus", "32", "--gpu", "H100-SXM",
+          "--framework", "deepspeed", "--offload-optimizer", "1"]  # fmt: skip
+OLD = ["evaluate", "--model", "llama3-70b", "--gpu", "H100-SXM", "--framework", "deepspeed",
+       "--dp", "2", "--tp", "4", "--pp", "4", "--zero", "1", "--offload-optimizer", "1",
+       "--micro-batch", "1", "--global-batch", "2048"]  # fmt: skip
+OFF = ["--set", "bias_dropout_fusion=false"]
+
+
+@pytest.fixture(scope="module")
+def done():
+    return run_many(
+        {
+            "search": [*SEARCH, "--json"],
+            "old": OLD,
+            "old_off": [*OLD, *OFF],
+            "old_off_json": [*OLD, *OFF, "--json"],
+            "megatron": ["evaluate", "--model", "llama3-70b", "--tp", "4", "--pp", "4", *OFF],
+        }
+    )
+
+
+def test_the_search_answer_moves(done):
+    """Without the masks the search answered dp 2 × tp 4 × pp 4 (552.133 s, 82.49 GB). Its
+    stage 0 holds 20 layers × 4 micro-batches in flight (1F1B at pp 4): the masks add 80 ×
+    2 × 8,192 × 8,192 / 4 = 80 × 33,554,432 = 2,684,354,560 B, 82.49 → 85.18 GB of 83.21: it
+    does not launch. The answer is dp 1 × tp 4 × pp 8, 582.107 s, 76.84 GB."""
+    assert done["search"].returncode == 0, done["search"].stderr[-2000:]
+    d = json.loads(done["search"].stdout)
+    lay = d["layout"]
+    assert (lay["dp"], lay["tp"], lay["pp"], lay["zero_stage"]) == (1, 4, 8, 1)
+    assert lay["bias_dropout_fusion"] is True
+    assert round(d["objective_s"], 3) == 582.107
+    assert round(d["memory"]["total_bytes"] / 1e9, 2) == 76.84 and d["memory"]["fits"]
+
+
+def test_the_old_answer_no_longer_fits(done):
+    old, off = done["old"], done["old_off"]
+    assert old.returncode == 0 and off.returncode == 0, (old.stderr[-2000:], off.stderr[-2000:])
+    assert "activations (layers, in flight)                    61.78 GB" in old.stdout
+    assert "verdict: DOES NOT FIT: over by 1.97 GB" in old.stdout
+    # with --no-bias-dropout-fusion the run keeps no masks: 61.78 − 2.68 = 59.10 GB
+    assert "activations (layers, in flight)                    59.10 GB" in off.stdout
+    assert "= total (peak: forward-backward)                   82.49 GB" in off.stdout
+    assert "verdict: fits" in off.stdout
+    assert json.loads(done["old_off_json"].stdout)["layout"]["bias_dropout_fusion"] is False
+
+
+def test_the_assumption_says_which_masks(done):
+    assert "16-bit, no dropout (p 0), but 1-byte masks of the TorchScript bias-dropout-add, " in (
+        done["old"].stdout
+    )
+    assert "16-bit, no dropout (p 0), no masks; " in done["old_off"].stdout
+
+
+def test_false_is_refused_under_megatron(done):
+    assert refusal(done["megatron"]) == (
+        "--set bias_dropout_fusion: false is read by deepspeed only (Megatron-DeepSpeed's "
+        "--no-bias-dropout-fusion), not megatron, whose residual dropout keeps no mask at rate 0"
+    )
