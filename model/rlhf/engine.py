@@ -219,6 +219,7 @@ def rollout_cost(
         receive_bytes=receive,
         receive_resident_bytes=group,
         sleep_host_bytes=asleep,
+        sync_s=time.sync_s,
     )
 
 
