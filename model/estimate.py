@@ -31,6 +31,7 @@ from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import recomputed_in_chunks, stage_chunks
 from trainplan.model.terms.activation_fields import padded_vocab_of
 from trainplan.model.terms.fields import INSIDE_DOMAIN, AxisLinkLike, Context, LayoutFields
+from trainplan.model.terms.forward_gather import forward_gather_term
 from trainplan.model.terms.peak import StageMemory, busiest_stage, host_fits, stage_memory_term
 from trainplan.model.terms.roofline import muon_axis_traffic, muon_gather_seconds
 from trainplan.model.terms.split_key import SplitKey
@@ -114,8 +115,9 @@ class TimeTerms:
     """Host-link transfers and the CPU optimizer step of an offload, all exposed (reads the
     shape and zero_stage; :func:`model.offload.offload_seconds`)."""
     activation_offload_s: float = 0.0
-    """What activation offload's copies leave exposed (reads the shape and recompute); already
-    in ``compute_and_pipeline_s``."""
+    """What activation offload's copies leave exposed; already in ``compute_and_pipeline_s``."""
+    forward_gather_s: float = 0.0
+    """Exposed all-gathers of a forward-only pass (:mod:`model.terms.forward_gather`); not summed."""
 
     @property
     def step_s(self) -> float:
@@ -354,11 +356,11 @@ def _time(
         r if r.link == "none" else _row(c, f, t, links, axes[t.axis], roofline, window)
         for t, r in zip(traffic, plain, strict=True)
     ) + _muon_rows(c, f, links)
-    terms = TimeTerms(
+    forward = forward_gather_term(c, f)[1] if roofline else 0.0  # an RLHF scoring forward's
+    return rows, TimeTerms(
         pipe.compute_s, pipe.total_s, dp.exposed_s, pipe.bubble_s, dp.optimizer_s, dp.offload_s,
-        pipe.activation_offload_s,
+        pipe.activation_offload_s, forward,
     )  # fmt: skip
-    return rows, terms
 
 
 def evaluate(
@@ -449,8 +451,7 @@ def _notes(model: ModelSpec, layout: Layout, terms: TimeTerms | None) -> list[st
 
 def objective_ns(terms: TimeTerms) -> tuple[int, int]:
     """The search's two objective terms in whole nanoseconds (rounded to nearest):
-    (compute_and_pipeline, exposed_dp + optimizer step + offload). The solver minimises their
-    sum."""
+    (compute_and_pipeline, exposed_dp + optimizer step + offload); the solver minimises the sum."""
     t2 = terms.exposed_dp_s + terms.optimizer_s + terms.offload_s
     return _objective_ns(terms.compute_and_pipeline_s, t2)
 

@@ -140,6 +140,12 @@ class RooflineParams:
         """A copy with some figures changed (checked again)."""
         return replace(self, **changes)
 
+    @property
+    def streaming_hbm_efficiency(self) -> float:
+        """The HBM share a kernel streaming whole tensors reaches (:attr:`optimizer_hbm_efficiency`,
+        else :attr:`hbm_efficiency`): the optimizer step's and the rollout's decode reads'."""
+        return self.optimizer_hbm_efficiency or self.hbm_efficiency
+
 
 CALIBRATABLE: tuple[str, ...] = (
     "gemm_efficiency",

@@ -483,5 +483,4 @@ def optimizer_seconds(
     >>> round(optimizer_seconds(2.75e9, 2.039e12, p) * 1e3, 1)
     56.9
     """
-    efficiency = p.optimizer_hbm_efficiency or p.hbm_efficiency
-    return bytes_per_param * owned_params / (hbm_bytes_per_s * efficiency)
+    return bytes_per_param * owned_params / (hbm_bytes_per_s * p.streaming_hbm_efficiency)

@@ -83,7 +83,7 @@ def _workload(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--off-policy", help="0 synchronous, 1 one-step off-policy [default: 0]."),
         click.option("--recompute", help="Activation recomputation of the update [default: full]."),
         click.option("--host-memory-gb", help="Host memory per node, GB [default: 2000, DGX H100]."),
-        click.option("--bandwidth-efficiency", help="Fraction of HBM bandwidth decode reaches [default: 1]."),
+        click.option("--bandwidth-efficiency", help="Fraction of HBM bandwidth decode reaches [default: STREAM triad's]."),
     ]  # fmt: skip
     for opt in reversed(opts):
         f = opt(f)

@@ -75,7 +75,8 @@ is verl's 2 (``tensor_model_parallel_size: 2``) where it divides the engine's GP
 ASSUMPTIONS = (
     "every rollout reaches its full length (no early stop, no long tail); the engine's "
     "activation and CUDA-graph workspace inside its budget is not counted",
-    "decode at the HBM bandwidth × bandwidth_efficiency (the roofline); prefill and the forwards "
+    "decode at the HBM bandwidth × bandwidth_efficiency (default: the part's STREAM triad "
+    "fraction, the optimizer step's); prefill and the forwards "
     "at the calibrated kernel efficiency; tp collectives of decode not counted",
     "the engine frees its memory outside the rollout (vLLM sleep mode, verl free_cache_engine); "
     "training roles keep their model state on their GPUs through every phase unless offloaded",
@@ -240,7 +241,8 @@ def _spec(r: RLHFRequest, used: dict[str, Any]) -> RLHFSpec:
         zero_stage=None if r.zero is None else parse_count(r.zero, "zero", 0),
         recompute=_choice(_opt(r, "recompute", used), Recompute, "recompute"),
         host_memory_bytes=int(parse_positive(_opt(r, "host_memory_gb", used), "host_memory_gb") * 10**9),
-        bandwidth_efficiency=float(parse_number(r.bandwidth_efficiency or 1, "bandwidth_efficiency")),
+        bandwidth_efficiency=None if r.bandwidth_efficiency is None else float(
+            parse_number(r.bandwidth_efficiency, "bandwidth_efficiency")),
     )  # fmt: skip
 
 

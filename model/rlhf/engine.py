@@ -12,6 +12,7 @@ from fractions import Fraction
 from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.estimate import stage_params_per_gpu
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
+from trainplan.model.op_rates import deployed_params
 from trainplan.model.rlhf.openrlhf import RECEIVE_SOURCE as RS
 from trainplan.model.rlhf.openrlhf import (
     SLEEP_HOST_SOURCE,
@@ -38,6 +39,7 @@ from trainplan.model.timing import kernel_efficiency_for
 
 __all__ = [
     "CUSTOM_ALL_REDUCE_BYTES",
+    "decode_efficiency",
     "engine_communicator_bytes",
     "engine_weights_bytes",
     "least_engine_tp",
@@ -149,6 +151,20 @@ def least_engine_tp(spec: RLHFSpec, fraction: Fraction, device: DeviceSpec) -> i
     return None
 
 
+def decode_efficiency(spec: RLHFSpec, device: DeviceSpec) -> float:
+    """The fraction of the datasheet HBM bandwidth the engine's decode reads its weights and KV
+    cache at: ``--bandwidth-efficiency`` when given, else the part's streaming fraction, the one
+    the optimizer step reads (:attr:`model.roofline.RooflineParams.streaming_hbm_efficiency`:
+    BabelStream's triad, :func:`model.op_rates.stream_triad_fraction`; 0.9 where none is
+    published). A decode step streams whole weight matrices and KV blocks through HBM as the
+    triad streams its arrays (vLLM's decode GEMMs at a few rows and its paged-attention kernel
+    are bandwidth-bound: the module docstring of :mod:`model.rollout`). On an H100 SXM: 2.97
+    of 3.35 TB/s, 0.8866 (``tests/model/test_rlhf_time.py``)."""
+    if spec.bandwidth_efficiency is not None:
+        return spec.bandwidth_efficiency
+    return deployed_params(device.name).streaming_hbm_efficiency
+
+
 def rollout_cost(
     spec: RLHFSpec,
     rs: RoleSpec,
@@ -175,7 +191,8 @@ def rollout_cost(
     time = _rollout_time(spec, rs, opt, device, weights, mem.concurrent, sync_bytes_per_s)
     outside, inside = engine_communicator_bytes(opt.tp, device.gpus_per_node)
     receive, group = engine_receive_bytes(spec, rs)
-    terms = _engine_terms(mem, time, device, weights, need) + _held_terms(outside, inside)
+    terms = _engine_terms(mem, time, device, weights, need, decode_efficiency(spec, device))
+    terms += _held_terms(outside, inside)
     terms += _receive_terms(receive, group)
     asleep = engine_sleep_host_bytes(spec.framework, weights)
     if asleep:
@@ -202,6 +219,7 @@ def rollout_cost(
         receive_bytes=receive,
         receive_resident_bytes=group,
         sleep_host_bytes=asleep,
+        sync_s=time.sync_s,
     )
 
 
@@ -259,7 +277,7 @@ def _rollout_time(
         peak_flops_per_s=device.peak_flops_per_s,
         kernel_efficiency=kernel_efficiency_for(device.name, arch.hidden_size),
         hbm_bytes_per_s=device.hbm_bytes_per_s,
-        bandwidth_efficiency=spec.bandwidth_efficiency,
+        bandwidth_efficiency=decode_efficiency(spec, device),
         sync_bytes=weights,
         sync_bytes_per_s=sync_bytes_per_s,
         max_completion_tokens=spec.max_completion_tokens,
@@ -305,13 +323,19 @@ def _fitted_memory(
 
 
 def _engine_terms(
-    mem: EngineMemory, time: RolloutTime, device: DeviceSpec, weights: Fraction, need: Fraction
+    mem: EngineMemory,
+    time: RolloutTime,
+    device: DeviceSpec,
+    weights: Fraction,
+    need: Fraction,
+    efficiency: float,
 ) -> tuple[Term, ...]:
     """The engine's terms with their sources: its budget, weights, KV cache and concurrency, and
     the prefill, decode and weight-sync seconds (``need``: the bytes it runs with, above the
-    budget when one sequence does not fit it)."""
+    budget when one sequence does not fit it; ``efficiency``: :func:`decode_efficiency`)."""
     assert device.hbm_bytes_per_s is not None
-    bw = f"{device.name} HBM {device.hbm_bytes_per_s / 1e12:g} TB/s ({device.bandwidth_source})"
+    bw = (f"{device.name} HBM {device.hbm_bytes_per_s / 1e12:g} TB/s ({device.bandwidth_source}) "
+          f"× {efficiency:.4g} (decode_efficiency: the optimizer step's STREAM triad share)")  # fmt: skip
     kv = f"KV cache ({mem.concurrent} sequences at once, by {mem.limited_by})"
     if need > mem.budget_bytes:
         kv = "KV cache of one sequence (the least the engine runs with; its budget holds none)"

@@ -40,7 +40,7 @@ from trainplan.model.terms.peak import fit_total, peak_over_phases
 
 __all__ = ["network_cost", "seconds_floor"]
 
-_SCORING_TIME_SOURCE = "evaluate() without recomputation: one of a micro-batch's three passes"
+_SCORING_TIME_SOURCE = "evaluate(), no recompute: 1/3 of three passes + model.terms.forward_gather"
 _FORWARD_SOURCE = (
     "one layer's live tensors under torch.no_grad (model.rlhf.forward_set: HF modeling_llama "
     "LlamaDecoderLayer/LlamaMLP.forward; Megatron-Core TransformerLayer/MLP.forward); the "
@@ -118,10 +118,10 @@ def seconds_floor(spec: RLHFSpec, cost: RoleCost, dp: int) -> float:
 
 def _forward_s(est: Estimate) -> float:
     """A forward over the batch: a third of the three passes' compute, bubble and tp/pp/cp/ep
-    traffic (no recomputation, no DP exchange)."""
+    traffic, and its exposed parameter all-gathers (``TimeTerms.forward_gather_s``)."""
     if est.time_terms is None:
         raise InputError("rlhf: step time needs every axis's link bandwidth")
-    return est.time_terms.compute_and_pipeline_s / 3
+    return est.time_terms.compute_and_pipeline_s / 3 + est.time_terms.forward_gather_s
 
 
 def _loss_over(acts: Any) -> Fraction:

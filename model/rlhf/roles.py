@@ -268,6 +268,10 @@ class RoleCost:
     pinned host memory, per GPU; counted in the host bytes of a pool holding the actor too
     (:func:`model.rlhf.openrlhf.sleep_host`). 0 otherwise."""
 
+    sync_s: float = 0.0
+    """The engine: its weight sync's seconds, inside ``rollout_s``; one-step off-policy charges
+    them to the trainer's chain too (:mod:`model.rlhf.off_policy`). 0 for the other roles."""
+
     @property
     def over_budget(self) -> bool:
         """The engine needs more than its budget (see ``budget_bytes``)."""

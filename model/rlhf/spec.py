@@ -222,8 +222,9 @@ class RLHFSpec:
     ``enable_gradient_checkpointing: True`` and NeMo-RL's performance recipes."""
     host_memory_bytes: int = HOST_BYTES_PER_NODE
     """Host memory per node, bytes (what offloaded optimizer state shares)."""
-    bandwidth_efficiency: float = 1.0
-    """Fraction of the HBM bandwidth decode reaches (1 = the roofline's bound)."""
+    bandwidth_efficiency: float | None = None
+    """Fraction of the HBM bandwidth decode reaches; None: the part's streaming fraction, the
+    optimizer step's (:func:`model.rlhf.engine.decode_efficiency`)."""
     roles_: tuple[RoleSpec, ...] = field(init=False, repr=False, compare=False)
     """The step's roles (:attr:`roles`), set from the algorithm and the reward."""
 
@@ -269,7 +270,7 @@ class RLHFSpec:
             raise InputError(
                 f"off_policy: {self.off_policy} must be 0 (synchronous) or 1 (one-step off-policy)"
             )
-        if not 0 < self.bandwidth_efficiency <= 1:
+        if self.bandwidth_efficiency is not None and not 0 < self.bandwidth_efficiency <= 1:
             raise InputError(f"bandwidth_efficiency: {self.bandwidth_efficiency} must be in (0, 1]")
         object.__setattr__(self, "roles_", self._roles())
 

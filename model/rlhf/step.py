@@ -39,7 +39,8 @@ search's CP-SAT model (:mod:`optimizer.rlhf.cpsat`) and its exhaustive oracle:
   rollout of step k+1 overlaps the scoring and training of step k, as verl's and NeMo-RL's async
   modes and OpenRLHF's ``--async_train`` do) is bounded by each pool's own work and by the chain
   of scoring then training: ``step = max(max_pool Σ_phase W, max_pool W(scoring) + max_pool
-  W(training))`` — on one shared pool that is the synchronous step again.
+  W(training) + sync)`` with the engine's weight sync, which blocks the trainer too
+  (:mod:`model.rlhf.off_policy`) — on one shared pool that is the synchronous step again.
 * **The weight sync** (OpenRLHF's CUDA IPC sync under ``deepspeed``, :mod:`model.rlhf.openrlhf`;
   verl's IPC buckets under ``megatron`` and ``fsdp2``, :mod:`model.rlhf.verl_sync`): on a pool
   holding both the engine and the actor, a moment of the rollout phase holds ``Σ held`` and each
@@ -73,6 +74,7 @@ from trainplan.model.frameworks import (
     TORCH_CUBLAS_WORKSPACE_BYTES,
     Framework,
 )
+from trainplan.model.rlhf.off_policy import engine_sync_seconds, off_policy_seconds
 from trainplan.model.rlhf.openrlhf import sleep_host, split_refusal
 from trainplan.model.rlhf.roles import RoleCost
 from trainplan.model.rlhf.spec import PHASES, Role
@@ -223,9 +225,10 @@ class StepPlan:
         return len(self.pools) == 1
 
 
-def step_seconds(busy: Sequence[Sequence[float]], off_policy: int) -> float:
+def step_seconds(busy: Sequence[Sequence[float]], off_policy: int, sync_s: float = 0.0) -> float:
     """The step time from each pool's busy seconds per phase (rows: pools; columns: rollout,
-    scoring, training) — the module docstring's two rules.
+    scoring, training) — the module docstring's two rules; off-policy, the trainer's chain
+    carries the engine's weight sync ``sync_s`` too (:func:`model.rlhf.off_policy.off_policy_seconds`).
 
     Examples
     --------
@@ -237,10 +240,9 @@ def step_seconds(busy: Sequence[Sequence[float]], off_policy: int) -> float:
     >>> step_seconds([[70, 0, 0], [0, 10, 40]], 0), step_seconds([[70, 0, 0], [0, 10, 40]], 1)
     (120, 70)
     """
-    phase = [max(row[k] for row in busy) for k in range(3)]
     if off_policy == 0:
-        return sum(phase)
-    return max(max(sum(row) for row in busy), phase[1] + phase[2])
+        return sum(max(row[k] for row in busy) for k in range(3))
+    return off_policy_seconds(busy, sync_s)
 
 
 def _resident_of(cost: RoleCost) -> Fraction:
@@ -484,5 +486,5 @@ def compose(
         Fraction(host_bytes_per_node, gpus_per_node),
         off_policy,
         phase,  # type: ignore[arg-type]
-        step_seconds(busy_rows, off_policy),
+        step_seconds(busy_rows, off_policy, engine_sync_seconds(costs)),
     )

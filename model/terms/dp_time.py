@@ -41,20 +41,23 @@ from trainplan.model.xp import as_float, where
 __all__ = ["dp_group_seconds", "dp_group_times", "dp_seconds_term"]
 
 
-def dp_group_seconds(c: Context, f: Fields) -> tuple[tuple[Any, Any, Any, Any], ...]:
+def dp_group_seconds(
+    c: Context, f: Fields, mech: Any = None
+) -> tuple[tuple[Any, Any, Any, Any], ...]:
     """``(seconds once per step, seconds per micro-batch, calls, seconds of the once-per-step
     reductions)`` of the dense parameters'
     collectives on the dp link over ``shard_degree`` ranks, then of the routed experts' on the
     edp link over ``expert_shard_degree`` ranks (:func:`model.step_time.dp_seconds` of
     :func:`model.terms.traffic.dp_group_traffic_bytes`), each split into its own buckets over
     its own parameters (:func:`model.comm.dp_collective_calls`; under ``fsdp2`` one unit per
-    block, the experts one per MoE block); (0, 0, calls) for a group of one rank."""
-    mech, m, fw = dp_mechanism(c, f), f.m, str(f.framework)
+    block, the experts one per MoE block); (0, 0, calls) for a group of one rank. ``mech``:
+    another mechanism's collectives in the same buckets (None: the layout's)."""
+    mech, m, fw = mech or dp_mechanism(c, f), f.m, str(f.framework)
     overlapped = c.options.grad_reduce_overlap
     layers, moe_layers = most_layers(c, f)
     out = []
     parts = zip(
-        busiest_params(c, f), dp_group_traffic_bytes(c, f), (layers, moe_layers),
+        busiest_params(c, f), dp_group_traffic_bytes(c, f, mech), (layers, moe_layers),
         (f.shard_degree, f.expert_shard_degree), ("dp", "edp"), strict=True,
     )  # fmt: skip
     for params, (total, per_mb), units, group, axis in parts:
@@ -69,7 +72,9 @@ def dp_group_seconds(c: Context, f: Fields) -> tuple[tuple[Any, Any, Any, Any], 
     return tuple(out)
 
 
-def dp_group_times(c: Context, f: Fields, window: Any) -> tuple[tuple[Any, Any], ...]:
+def dp_group_times(
+    c: Context, f: Fields, window: Any, mech: Any = None
+) -> tuple[tuple[Any, Any], ...]:
     """``(seconds if nothing overlapped, exposed)`` of the dense group's collectives, then of the
     expert group's (:func:`dp_group_seconds`). What waits is the mechanism's rule
     (:func:`model.step_time.dp_exposed_seconds`) over their sum, ``window`` being
@@ -80,8 +85,8 @@ def dp_group_times(c: Context, f: Fields, window: Any) -> tuple[tuple[Any, Any],
     What waits of an overlapped collective includes the SMs its kernels take from the
     computation it hides under (:func:`model.comm_sms.collective_sm_share`; 0 unless
     ``nccl_sm_charge``), and a pipeline stage's reductions after its last backward
-    (:func:`model.pipeline_reduce.reduce_waiting_share`)."""
-    (d_step, d_mb, d_calls, d_red), (e_step, e_mb, e_calls, e_red) = dp_group_seconds(c, f)
+    (:func:`model.pipeline_reduce.reduce_waiting_share`). ``mech``: as :func:`dp_group_seconds`."""
+    (d_step, d_mb, d_calls, d_red), (e_step, e_mb, e_calls, e_red) = dp_group_seconds(c, f, mech)
     m, fw = f.m, str(f.framework)
     dense, experts = d_step + m * d_mb, e_step + m * e_mb
     total = dense + experts

@@ -93,7 +93,9 @@ def dp_traffic_bytes(c: Context, f: Fields) -> tuple[Any, Any]:
     return dp_bytes(dp_mechanism(c, f), dense, experts, f.shard_degree, f.expert_shard_degree, f.m)
 
 
-def dp_group_traffic_bytes(c: Context, f: Fields) -> tuple[tuple[Any, Any], tuple[Any, Any]]:
+def dp_group_traffic_bytes(
+    c: Context, f: Fields, mech: Any = None
+) -> tuple[tuple[Any, Any], tuple[Any, Any]]:
     """:func:`dp_traffic_bytes` by the group that carries it: ((bytes per step, per micro-batch)
     of the dense parameters over the dp·cp group, the same of the routed experts over the expert
     data-parallel group of ``expert_shard_degree`` ranks). The two sum to
@@ -103,9 +105,9 @@ def dp_group_traffic_bytes(c: Context, f: Fields) -> tuple[tuple[Any, Any], tupl
     ``if buffer_key.is_expert_parallel: data_parallel_group = self.intra_expt_dp_group``);
     DeepSpeed reduces them over ``_get_expert_data_parallel_group`` (edaa72212
     ``runtime/engine.py``); torchtitan shards them over its ``efsdp`` mesh (b5bcd76c6
-    ``parallel_dims.py``)."""
+    ``parallel_dims.py``). ``mech``: another mechanism's bytes (None: the layout's)."""
     dense, experts = busiest_params(c, f)
-    mech, shard, expert_shard = dp_mechanism(c, f), f.shard_degree, f.expert_shard_degree
+    mech, shard, expert_shard = mech or dp_mechanism(c, f), f.shard_degree, f.expert_shard_degree
     return (
         dp_bytes(mech, dense, 0, shard, expert_shard, f.m),
         dp_bytes(mech, 0, experts, shard, expert_shard, f.m),

@@ -46,7 +46,8 @@ Encoding:
   the actor's of t``.
 * Time (integer nanoseconds): ``W[p, q] = Σ seconds·x``; ``M_p ≥ W[p, q]``. Synchronous:
   ``τ = M_rollout + M_scoring + M_training``; one-step off-policy: ``τ ≥ Σ_p W[p, q]`` for every
-  slot and ``τ ≥ M_scoring + M_training``. Minimise τ: at the optimum every bound is tight where
+  slot and ``τ ≥ M_scoring + M_training + Σ sync·x`` over the engine's options (its weight
+  sync blocks the trainer too, :mod:`model.rlhf.off_policy`). Minimise τ: at the optimum every bound is tight where
   it binds, so τ is the step time.
 * Variants for the explanation: ``colocate=True`` keeps every role on slot 0; ``colocate=False``
   keeps the rollout engine off the actor's pool.
@@ -70,7 +71,7 @@ from trainplan.model.rlhf.roles import RoleCost, RoleOption
 from trainplan.model.rlhf.spec import PHASES, Role
 from trainplan.model.rlhf.split import awake_apart, pool_refusal
 from trainplan.model.rlhf.step import PROCESS_BYTES
-from trainplan.optimizer.rlhf.tables import NS, RLHFTables, int_costs, receive_int
+from trainplan.optimizer.rlhf.tables import NS, RLHFTables, int_costs, receive_int, sync_ns
 from trainplan.optimizer.solver import solve
 
 __all__ = ["PlacementModel", "PlacementChoice", "int_costs", "NS"]
@@ -199,7 +200,12 @@ class PlacementModel:
         else:
             for q in work:
                 m.add(self.tau >= sum(work[q]))
-            m.add(self.tau >= M[1] + M[2])
+            sync = sum(  # the engine's weight sync blocks the trainer too (model.rlhf.off_policy)
+                sync_ns(self.tables.options[roles[ri]][n][oi][1]) * v
+                for ri, _, n, oi, v in self.vars
+                if roles[ri] is Role.ROLLOUT
+            )
+            m.add(self.tau >= M[1] + M[2] + sync)
 
     def _refused_pools(self, by_slot) -> None:
         """No slot holds a set of roles that :func:`model.rlhf.split.pool_refusal` refuses

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from trainplan.model.errors import InfeasibleError
+from trainplan.model.rlhf.off_policy import off_policy_seconds
 from trainplan.model.rlhf.openrlhf import sleep_host, split_refusal
 from trainplan.model.rlhf.roles import RoleCost, RoleOption
 from trainplan.model.rlhf.spec import PHASES, Role
@@ -32,6 +33,7 @@ from trainplan.optimizer.rlhf.tables import (
     dominant,
     receive_int,
     resident_int,
+    sync_ns,
 )
 
 __all__ = [
@@ -171,7 +173,7 @@ def objective_ns(
     phase = [max(row[k] for row in busy) for k in range(3)]
     if problem.spec.off_policy == 0:
         return sum(phase)
-    return max(max(sum(row) for row in busy), phase[1] + phase[2])
+    return off_policy_seconds(busy, max(sync_ns(c) for c in costs))
 
 
 def enumerate_placement(

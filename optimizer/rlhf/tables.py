@@ -75,6 +75,7 @@ __all__ = [
     "int_costs",
     "receive_int",
     "resident_int",
+    "sync_ns",
     "NS",
 ]
 
@@ -416,6 +417,12 @@ def int_costs(
     )
 
 
+def sync_ns(cost: RoleCost) -> int:
+    """The engine's weight sync in whole ns, 0 for the other roles: what one-step off-policy
+    adds to the trainer's chain (:func:`model.rlhf.off_policy.off_policy_seconds`)."""
+    return round(cost.sync_s * NS)
+
+
 def resident_int(cost: RoleCost) -> int:
     """A role's bytes held in every phase, rounded up (:func:`int_costs`'s sixth)."""
     return math.ceil(cost.resident_bytes)
@@ -450,7 +457,8 @@ NS_PER_S = NS
 def dominant(tables: RLHFTables) -> RLHFTables:
     """The tables less every option that another option of the same role and pool size beats or
     ties in each integer the CP-SAT model reads (:func:`int_costs`: held,
-    phase, host, swapped, resident and sync bytes, seconds per phase); of equal ones the first is kept.
+    phase, host, swapped, resident and sync bytes, seconds per phase, and the engine's sync
+    seconds, :func:`sync_ns`); of equal ones the first is kept.
     Every constraint and the step time grow with each of them, so a placement with the dropped
     option stays feasible and no slower with the one that dominates it: the optimum is
     unchanged. Roles that share process groups (:attr:`~model.rlhf.roles.RoleCost.groups`) are
@@ -460,7 +468,8 @@ def dominant(tables: RLHFTables) -> RLHFTables:
 
     def flat(cost: RoleCost) -> list[int]:
         held, phase, host, secs, swap, resident, sync = int_costs(cost)
-        return [held, *phase, host, *secs, *swap, resident, sync, math.ceil(cost.sleep_host_bytes)]
+        rest = [resident, sync, math.ceil(cost.sleep_host_bytes), sync_ns(cost)]
+        return [held, *phase, host, *secs, *swap, *rest]
 
     def layout(cost: RoleCost) -> tuple[tuple[int, int] | None, int]:
         return ((cost.option.tp, cost.option.pp) if cost.groups else None), cost.split_tokens

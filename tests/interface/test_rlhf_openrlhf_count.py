@@ -23,7 +23,8 @@ from trainplan.optimizer.rlhf.tables import cost_of
 def _problem(prompts: int, samples: int, gpus: int, framework: str = "deepspeed"):
     inp = rlhf_inputs(
         {"algorithm": "grpo", "model": "qwen2.5-7b", "reward": "rule", "prompts": prompts,
-         "samples_per_prompt": samples, "gpus": gpus, "framework": framework},
+         "samples_per_prompt": samples, "gpus": gpus, "framework": framework,
+         "bandwidth_efficiency": 1},  # decode at the datasheet HBM bandwidth, as derived
         placement=False,
     )  # fmt: skip
     return inp.problem

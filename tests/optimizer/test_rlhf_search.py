@@ -118,12 +118,14 @@ def test_cpsat_equals_the_oracle_when_each_role_is_a_process():
     and counted the engine asleep there, which OpenRLHF does not do without every role on the
     pool, --train.colocate_all, and the critic, reference and reward model on the other) →
     1,359,771,503 ns (+ the engine's tp all-reduces, model/rollout_reduce.py: the engine runs tp 1 × dp 2, not
-    tp 2 × dp 1, +394,651 ns, as in test_scoring_roles_keep_the_actors_split). CP-SAT still
-    equals the oracle."""
+    tp 2 × dp 1, +394,651 ns, as in test_scoring_roles_keep_the_actors_split) → 1,398,886,205
+    ns (decode's reads at the part's streaming share, model.rlhf.engine.decode_efficiency: 0.9,
+    hbm_efficiency, for this test part without a BabelStream run). CP-SAT still equals the
+    oracle."""
     problem = _small(9, "ppo", "model", 0, framework="deepspeed")
     _check(problem)
     r = search_placement(problem)
-    assert r.colocated is None and r.best.objective_ns == 1_359_376_852 + 394_651 == 1_359_771_503
+    assert r.colocated is None and r.best.objective_ns == 1_398_886_205
     pools = sorted((p.roles, p.processes, p.process_bytes) for p in r.best.plan.pools)
     assert pools == [
         (("actor", "reference"), 2, 700_186_624),
@@ -140,7 +142,8 @@ def test_scoring_roles_keep_the_actors_split(monkeypatch):
     a reference on a 1-GPU pool beside an actor alone on 2 GPUs (and the engine on the last GPU:
     pools OpenRLHF makes) would run 16,640-token forwards while its options are costed at
     15,360: that placement is refused (compose, the oracle, CP-SAT); with the rule patched out
-    it would take 1,224,259,249 ns a step (its 1-GPU engine is tp 1: no all-reduces), above the
+    it would take 1,224,259,249 ns a step (its 1-GPU engine is tp 1: no all-reduces; 1,302,488,653
+    with decode at 0.9 of HBM), above the
     answer (the engine on 2 GPUs, the actor and the reference on one each, all at 15,360
     tokens). With a reward model the answer puts the actor and the reference on one GPU, so
     every scoring role is at dp 1, 15,360 tokens. The refusal once cost that problem
@@ -156,18 +159,24 @@ def test_scoring_roles_keep_the_actors_split(monkeypatch):
     waves of 32: 4,096 decode steps × 16 all-reduces (2 × 8 layers) of 32 × 1,024 × 2 =
     65,536 B at 15.382 µs + 4 × 16 prefill all-reduces of one 8,192-token chunk, 16 MiB at
     61.803 µs = 1.008078 + 0.003955 = 1.012033 s more), so the engine runs tp 1 × dp 2 instead,
-    372,043,098 ns (no all-reduces at tp 1): +394,651 ns on each step."""
+    372,043,098 ns (no all-reduces at tp 1): +394,651 ns on each step. Decode's reads at the
+    part's streaming share (model.rlhf.engine.decode_efficiency; 0.9 for this test part, which
+    has no BabelStream run): the engine's rollout 372,043,098 → 411,157,800 ns (all 2,048
+    decode steps HBM-bound: 352,032,317 ns of reads at the datasheet's bandwidth → 391,147,019
+    ns at 0.9 of it, 39,114,702 ns more), so
+    1,359,771,503 → 1,398,886,205 ns with a reward model, 1,120,481,837 → 1,159,596,539 without."""
     assert split_peak_tokens(128, 16_384, 1_280, None, 1) == 12 * 1_280 == 15_360
     assert split_peak_tokens(128, 16_384, 1_280, None, 2) == 13 * 1_280 == 16_640
     model = _small(9, "grpo", "model", 0, framework="deepspeed")
     _check(model)
     best = search_placement(model).best
-    assert best.objective_ns == 1_359_376_852 + 394_651 == 1_359_771_503
+    assert best.objective_ns == 1_359_771_503 + 39_114_702 == 1_398_886_205
+    assert best.plan.phase_s[0] == pytest.approx(0.411157800, abs=1e-9)
     assert {c.split_tokens for c in best.plan.costs if c.option.role != Role.ROLLOUT} == {15_360}
     problem = _small(9, "grpo", "rule", 0, framework="deepspeed")
     _check(problem)
     best = search_placement(problem).best
-    assert best.objective_ns == 1_120_087_186 + 394_651 == 1_120_481_837
+    assert best.objective_ns == 1_120_481_837 + 39_114_702 == 1_159_596_539
     engine = next(c for c in best.plan.costs if c.option.role is Role.ROLLOUT)
     assert (engine.option.tp, engine.option.dp, engine.option.gpus) == (1, 2, 2)
     assert 372_043_098 - 371_648_447 == 394_651
@@ -182,7 +191,9 @@ def test_scoring_roles_keep_the_actors_split(monkeypatch):
     with pytest.raises(InputError, match="actor's dp 2 .* reference at dp 1 would be counted"):
         placement_plan(problem, costs, slots)
     monkeypatch.setattr(search, "split_refusal", lambda costs: None)
-    assert objective_ns(problem, costs, slots) == 1_224_259_249
+    # decode's reads at 0.9 of the test part's HBM: its 1-GPU engine decodes twice the 2-GPU
+    # engine's share of the rollouts, so twice its 39,114,702 ns more
+    assert objective_ns(problem, costs, slots) == 1_224_259_249 + 2 * 39_114_702 == 1_302_488_653
 
 
 @pytest.mark.parametrize("framework", ["deepspeed", "megatron"])

@@ -1,0 +1,123 @@
+"""RLHF step-time terms held to hand derivations: decode at the optimizer step's measured HBM
+share, one-step off-policy's weight sync on the trainer's chain, and the scoring forward's
+parameter all-gathers under FSDP2 / ZeRO-3."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from fractions import Fraction
+
+import pytest
+
+from trainplan.model.comm_sms import collective_sm_share
+from trainplan.model.hardware import ClusterLinks
+from trainplan.model.layout import Layout, Recompute
+from trainplan.model.rlhf.engine import decode_efficiency
+from trainplan.model.rlhf.network import _forward_s
+from trainplan.model.rlhf.off_policy import off_policy_seconds
+from trainplan.model.rlhf.roles import RoleCost, RoleOption
+from trainplan.model.rlhf.spec import RLHFSpec, Role
+from trainplan.model.rlhf.step import compose, step_seconds
+from trainplan.model.roofline import RooflineParams
+from trainplan.model.specs import TrainingSpec
+from trainplan.optimizer.rlhf.tables import make_evaluator
+from trainplan.scenarios.catalogue import get_model
+from trainplan.topology.accelerators import get_accelerator
+
+H100 = get_accelerator("H100-SXM")
+QWEN = get_model("qwen2.5-7b").model
+
+
+def _spec(**kw) -> RLHFSpec:
+    base = dict(algorithm="grpo", policy=QWEN, reward="rule", prompts=4, samples_per_prompt=16,
+                prompt_tokens=1024, completion_tokens=4096)  # fmt: skip
+    return RLHFSpec(**{**base, **kw})
+
+
+def test_decode_reads_at_the_optimizer_steps_streaming_share():
+    """One rule for HBM-streaming kernels: BabelStream's triad on an H100 SXM reaches 2.97 of
+    the datasheet's 3.35 TB/s (scenarios/kernels/memory.toml), 0.88657; the optimizer step and
+    the decode both read it. A part without a published run falls back to hbm_efficiency (0.9,
+    Calculon's table); --bandwidth-efficiency overrides it."""
+    assert decode_efficiency(_spec(), H100) == pytest.approx(2.97 / 3.35, rel=1e-12)
+    assert decode_efficiency(_spec(bandwidth_efficiency=1.0), H100) == 1.0
+    assert decode_efficiency(_spec(), get_accelerator("B200")) == 0.9
+    assert (
+        RooflineParams(gemm_efficiency=0.7, optimizer_hbm_efficiency=0.8).streaming_hbm_efficiency
+        == 0.8
+    )
+    assert RooflineParams(gemm_efficiency=0.7).streaming_hbm_efficiency == 0.9
+
+
+def _cost(role: Role, gpus: int, seconds: tuple[float, float, float], sync: float = 0.0):
+    z = Fraction(0)
+    return RoleCost(RoleOption(role, gpus, gpus), z, z, z, z, *seconds, z, (), sync_s=sync)
+
+
+def test_off_policy_sync_blocks_the_trainer():
+    """verl's one-step off-policy step waits for the previous generation, syncs the weights
+    (both sides blocked: actor_wg.sync_rollout_weights, ray.get(rollout_wg...)) and only then
+    launches the next generation beside scoring and training: step = sync + max(R, S + T).
+    Engine on 8 GPUs: 69.5 s of generation and a 0.5 s sync (its rollout seconds 70); actor on
+    8 others: scoring 10 s, training 69.5 s. Before: max(70, 10 + 69.5) = 79.5 s; now
+    0.5 + max(69.5, 79.5) = 80.0 s. With training 40 s the engine's pool sets it: 70 s either
+    way. Synchronous, or on one shared pool, the sync is already in the pool's sum."""
+    engine = _cost(Role.ROLLOUT, 8, (70.0, 0.0, 0.0), sync=0.5)
+    actor = _cost(Role.ACTOR, 8, (0.0, 10.0, 69.5))
+    plan = compose([engine, actor], [0, 1], 80 * 2**30, 2 * 10**12, 8, off_policy=1)
+    assert plan.step_s == 80.0
+    assert off_policy_seconds([[70, 0, 0], [0, 10, 40]], 0.5) == 70
+    assert step_seconds([[70, 0, 0], [0, 10, 69.5]], 0, 0.5) == 149.5
+    one = [[70.0, 10.0, 69.5]]
+    assert step_seconds(one, 1, 0.5) == step_seconds(one, 0, 0.5) == 149.5
+
+
+def test_scoring_forward_counts_its_fsdp2_all_gathers():
+    """Llama 3 8B (8,030,261,248 parameters) on 16 H100 (two nodes), FSDP2 fully sharded over
+    dp 16, 4 micro-batches of one 4,096-token sequence. A forward re-gathers every unit each
+    micro-batch (reshard_after_forward): 15/16 · 8,030,261,248 · 2 B = 15,056,739,840 B, in the
+    training step's 32 buckets (one per block) of 470,523,120 B. Across nodes each all-gather
+    is NCCL's 218.4 µs latency plus its bytes at 8 NICs · 50 GB/s · 0.96 = 384 GB/s:
+    218.4 + 1,225.32 = 1,443.72 µs; 32 of them 46.199 ms per micro-batch. The window is one
+    micro-batch's forward, a third of evaluate()'s 1.88982 s / 4 = 157.49 ms, which covers it:
+    each waits the SM share φ = 0.23896 of it (model.comm_sms), 11.040 ms; 4 micro-batches
+    44.16 ms. The scoring forward is a third of the three passes plus that. Megatron's
+    distributed optimizer and FSDP2 without resharding gather nothing per forward: 0."""
+    model = get_model("llama3-8b").model
+    evaluate = make_evaluator(H100, ClusterLinks.from_device(H100))
+    training = TrainingSpec(seq_len=4096, global_batch_size=64)
+
+    def layout(framework: str, zero: int) -> Layout:
+        return Layout(dp=16, tp=1, pp=1, framework=framework, zero_stage=zero,
+                      micro_batch_size=1, recompute=Recompute.NONE)  # fmt: skip
+
+    est = evaluate(model, training, layout("fsdp2", 3))
+    assert est.num_params == 8_030_261_248 and est.num_microbatches == 4
+    assert 15 * 8_030_261_248 * 2 // 16 == 15_056_739_840 == 32 * 470_523_120
+    per_call = 218.4e-6 + 470_523_120 / (400e9 * 0.96)
+    assert per_call == pytest.approx(1_443.72e-6, abs=1e-9)
+    t = est.time_terms
+    assert t is not None and t.compute_and_pipeline_s == pytest.approx(1.88982, abs=1e-5)
+    assert 32 * per_call < t.compute_and_pipeline_s / 4 / 3  # the forward covers the gathers
+    phi = collective_sm_share("H100-SXM", est.options.nccl_sm_charge)
+    assert phi == pytest.approx(0.23896, abs=1e-5)
+    assert t.forward_gather_s == pytest.approx(4 * phi * 32 * per_call, rel=1e-9)
+    assert t.forward_gather_s == pytest.approx(0.04416, abs=1e-5)
+    assert _forward_s(est) == t.compute_and_pipeline_s / 3 + t.forward_gather_s
+    for framework, zero in (("megatron", 1), ("fsdp2", 2)):
+        assert evaluate(model, training, layout(framework, zero)).time_terms.forward_gather_s == 0
+
+
+def test_the_forward_gather_is_not_in_the_training_step():
+    """The training step already counts its forward and backward gathers (8 B a parameter a
+    micro-batch: two BF16 gathers and the FP32 reduce-scatter); the forward-only term is
+    reported beside it, not added: step_s is compute_and_pipeline + exposed dp + optimizer +
+    offload."""
+    model = get_model("llama3-8b").model
+    evaluate = make_evaluator(H100, ClusterLinks.from_device(H100))
+    lay = Layout(dp=16, tp=1, pp=1, framework="fsdp2", zero_stage=3, micro_batch_size=1,
+                 recompute=Recompute.NONE)  # fmt: skip
+    t = evaluate(model, TrainingSpec(seq_len=4096, global_batch_size=64), lay).time_terms
+    assert t is not None and t.forward_gather_s > 0
+    assert t.step_s == t.compute_and_pipeline_s + t.exposed_dp_s + t.optimizer_s + t.offload_s
+    assert replace(t, forward_gather_s=0.0).step_s == t.step_s
