@@ -20,7 +20,11 @@ Sources, term by term:
   them (:attr:`model.hardware.DeviceSpec.cuda_total_bytes`, what vLLM multiplies). The KV space is
   what the weights leave of it; the engine runs at most ``max_num_seqs`` sequences at once
   (:data:`model.rlhf.shares.ROLLOUT_BATCH`, vLLM's 256), fewer when the KV space holds fewer of them at
-  full length. vLLM's activation and CUDA-graph workspace inside the budget is not counted.
+  full length. vLLM's activation workspace inside the budget is not counted. Its CUDA graphs lie
+  beyond the budget: vLLM 35d5cda (``vllm/v1/worker/gpu_worker.py``) sizes and allocates the KV
+  cache before ``capture_model()`` ("``memory_profiling`` does not consider CUDAGraph memory
+  size"), so a generating engine holds ``fraction × total`` and its graph pool: the rollout
+  phase is short of the graphs too (below, "Not counted").
   The engine's worker process's CUDA context is outside the budget (vLLM's ``Worker.init_device``
   takes the memory snapshot it measures its budget from after the context and its communicators
   exist, vllm-project/vllm 35d5cda ``vllm/v1/worker/gpu_worker.py``): a pool counts it as one of
@@ -46,13 +50,13 @@ Sources, term by term:
   pool counts them in every phase (:func:`model.rlhf.engine.engine_communicator_bytes`;
   vLLM PR #51485 releases communicators only behind the opt-in ``--enable-nccl-comm-suspend``).
 * **Not counted: the CUDA graphs a sleeping engine keeps.** Without ``enforce_eager`` vLLM
-  captures CUDA graphs; their memory pools and executables are not among the tagged
-  allocations and stay through scoring and training (vLLM PR #56373: "Level-1 cuMem sleep
+  captures CUDA graphs (beyond the budget while it generates, above); their memory pools and
+  executables are not among the tagged allocations and stay through scoring and training (vLLM PR #56373: "Level-1 cuMem sleep
   releases weights and KV cache, but leaves graph executables and native CUDA graph pools
   resident"). No per-operation figure sizes them: the pool depends on the captured batch sizes
   and the model's kernels. vLLM issue #47654 reports one end-to-end measurement, 1,503,657,984 B
-  per GPU for one TP8 model — a run, not a rule — so a colocated plan's scoring and training
-  peaks are short by these bytes; ``enforce_eager`` true captures none.
+  per GPU (Kimi-K2.6 at TP8, GB200) — a run, not a rule — so a colocated plan's rollout, scoring
+  and training peaks are all short by these bytes; ``enforce_eager`` captures none.
 * **Time** (a roofline, Williams et al. 2009): prefill is compute-bound at ``2·N`` FLOPs per
   prompt token (Kaplan et al. 2020's forward count; attention FLOPs left out) at the calibrated
   kernel efficiency; each decode step of ``c`` sequences takes the longer of its compute

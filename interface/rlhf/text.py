@@ -101,18 +101,21 @@ def pools_lines(plan: dict[str, Any]) -> list[str]:
 
 
 def _graph_lines(plan: dict[str, Any]) -> list[str]:
-    """Under each pool where the engine sleeps beside training or scoring roles, what its peaks
-    leave for the engine's CUDA graphs, which they do not count (:mod:`model.rollout`: no
-    per-operation figure sizes them)."""
+    """Under each pool where the engine sleeps beside training or scoring roles, what the peaks
+    of its three phases leave for the engine's CUDA graphs, which none of them counts: beyond
+    the budget while it generates, kept while it sleeps (:mod:`model.rollout`: no per-operation
+    figure sizes them)."""
     out = []
     for p in plan["pools"]:
         if "rollout" not in p["roles"] or len(p["roles"]) == 1 or not p["fits"]:
             continue
-        left = plan["capacity_bytes"] - max(p["peak_bytes"][ph] for ph in ("scoring", "training"))
+        left = plan["capacity_bytes"] - max(p["peak_bytes"][ph] for ph in _PHASES)
         out.append(
-            f"pool {p['pool']}: not counted, the engine's CUDA graphs, which vLLM keeps while it "
+            f"pool {p['pool']}: not counted, the engine's CUDA graphs, beyond its budget while it "
+            f"generates (vLLM 35d5cda captures them after sizing the KV cache) and kept while it "
             f"sleeps (PR #56373; one run measured 1.50 GB per GPU at TP8, issue #47654): the "
-            f"scoring and training peaks leave {_gb(left)} GB for them (enforce_eager captures none)"
+            f"rollout, scoring and training peaks leave {_gb(left)} GB for them (enforce_eager "
+            f"captures none)"
         )
     return out
 

@@ -33,7 +33,7 @@ from trainplan.model.rlhf.roles import (
 )
 from trainplan.model.rlhf.spec import RLHFSpec, Role, RoleSpec
 from trainplan.model.rlhf.step import role_process
-from trainplan.model.rlhf.verl_fsdp1 import root_unit_extra, root_unit_terms
+from trainplan.model.rlhf.verl_fsdp1 import grads_term, held_state, root_unit_extra, root_unit_terms
 from trainplan.model.rlhf.verl_sync import role_sync
 from trainplan.model.specs import TrainingSpec
 from trainplan.model.terms.peak import fit_total, peak_over_phases
@@ -200,7 +200,7 @@ def _state_terms(
     last = len(est.stages) - 1
     terms = [
         Term("weights", "held", state.weights_bytes, "bytes", mech.source),
-        Term("gradients", "held", state.gradients_bytes, "bytes", mech.source),
+        grads_term(spec.framework, state.gradients_bytes, mech.source),
     ]
     if offload.active:
         terms.append(
@@ -320,7 +320,7 @@ def _trainable(
     factor = Fraction(tokens, b * s)
     out = (logits.logit + logits.temp) if rs.log_probs else Fraction(0)
     extras = _extras(train_est, factor, counted + loss_over, out)
-    held = [st.state.total_bytes for st in train_est.stages]
+    held = [held_state(spec.framework, st.state) for st in train_est.stages]
     train_peak = [_fit(st, extras[i]) for i, st in enumerate(train_est.stages)]
     held_b = max(held)
     terms = _state_terms(spec, train_est, offload, mech, tokens, factor)

@@ -47,10 +47,19 @@ from fractions import Fraction
 
 from trainplan.model.estimate import Estimate
 from trainplan.model.frameworks import Framework
+from trainplan.model.memory import ModelState
 from trainplan.model.params import count_params, layer_params
 from trainplan.model.rlhf.roles import Term
 
-__all__ = ["ROOT_SOURCE", "root_unit_bytes", "root_unit_extra", "root_unit_terms"]
+__all__ = [
+    "GRADS_FREED_SOURCE",
+    "ROOT_SOURCE",
+    "grads_term",
+    "held_state",
+    "root_unit_bytes",
+    "root_unit_extra",
+    "root_unit_terms",
+]
 
 ROOT_SOURCE = (
     "verl b178a3cd5 fsdp_workers.py _build_model_optimizer: FSDP1 (strategy fsdp), decoder "
@@ -107,3 +116,42 @@ def root_unit_terms(est: Estimate, backward: bool) -> list[Term]:
     phase, when = ("training", "through backward") if backward else ("scoring", "in the forward")
     name = f"FSDP1 root unit gathered {when} (verl), beyond FSDP2's units"
     return [Term(name, phase, extra, "bytes", ROOT_SOURCE)]
+
+
+GRADS_FREED_SOURCE = (
+    "verl b178a3cd5 dp_actor.py DataParallelPPOActor.update_policy and dp_critic.py "
+    "DataParallelPPOCritic.update_critic end with optimizer.zero_grad() (torch 2.13 "
+    "Optimizer.zero_grad, set_to_none=True: each FSDP1 FlatParameter's FP32 gradient shard "
+    "freed until the next update's backward)"
+)
+
+
+def held_state(framework: Framework, state: ModelState) -> Fraction:
+    """What a trainable role's ``state`` keeps on the GPU between its updates: all of it, but
+    under ``fsdp2`` (verl's FSDP workers) without its gradients, which the update frees
+    (:data:`GRADS_FREED_SOURCE`); they are part of the update's own peak.
+
+    Qwen2.5 7B's actor at dp 8: weights and the two Adam moments, 3 × 3,807,808,256 B, kept;
+    its FP32 gradients, 4 × 7,615,616,512 / 8 = 3,807,808,256 B, only in the update.
+
+    >>> from trainplan.optimizer.case import Case
+    >>> est = Case.of(model="qwen2.5-7b", num_gpus=8, dp=8, framework="fsdp2",
+    ...               zero_stage=3, global_batch_size=8, seq_len=4096).evaluate()
+    >>> st = est.stages[0].state
+    >>> int(st.gradients_bytes), int(st.total_bytes - held_state(Framework.FSDP2, st))
+    (3807808256, 3807808256)
+    >>> held_state(Framework.MEGATRON, st) == st.total_bytes
+    True
+    """
+    if framework is Framework.FSDP2:
+        return Fraction(state.total_bytes - state.gradients_bytes)
+    return Fraction(state.total_bytes)
+
+
+def grads_term(framework: Framework, value: Fraction, source: str) -> Term:
+    """The trainable role's gradients term: held in every phase, or under ``fsdp2`` (verl) in
+    the training phase only (:func:`held_state`)."""
+    if framework is Framework.FSDP2:
+        return Term("gradients (freed after each update)", "training", value, "bytes",
+                    f"{source}; {GRADS_FREED_SOURCE}")  # fmt: skip
+    return Term("gradients", "held", value, "bytes", source)

@@ -8,9 +8,15 @@ b178a3cd5: ``verl/workers/megatron_workers.py`` and ``verl/workers/fsdp_workers.
 1. with the actor offloaded between its turns (``_is_offload_param``, what ``--offload idle``
    stands for), its parameters come back to the GPU: Megatron ``load_megatron_model_to_gpu(...,
    load_grad=False)`` (the BF16 parameters, no gradients, no optimizer); FSDP
-   ``load_fsdp_model_to_gpu``, whose sharded FP32 parameters ``state_dict()`` then references
-   (the FSDP worker offloads them again before the sync, but the dict's tensors still hold the
-   GPU storage they were taken from, so they are counted as present);
+   ``load_fsdp_model_to_gpu``. verl's FSDP1 worker then calls ``state_dict()`` under
+   ``SHARDED_STATE_DICT`` (``fsdp_workers.py`` line 662, ``set_state_dict_type``), which returns
+   new FP32 shards, not references: torch 2.13 ``_sharded_post_state_dict_hook`` turns each
+   parameter into ``_shard_utils._create_chunk_dtensor``, ``tensor.detach().clone()`` then
+   ``redistribute`` to ``Shard(0)`` (``Shard._replicate_to_shard``: ``_select_split_tensor(...,
+   clone=True)``), about 4·N/dp bytes per GPU (one dim-0 chunk of each parameter), held until
+   ``del params, per_tensor_param`` after ``update_weights``. They are counted whatever the
+   offload (with idle offload the worker moves the flat parameter back to the host before the
+   sync, so the clones are all the FSDP actor holds then);
 2. the engine's weights wake (``rollout.resume(tags=["weights"])``), its KV cache not yet;
 3. ``rollout.update_weights`` streams the parameters through a CUDA IPC bucket of
    ``checkpoint_engine.update_weights_bucket_megabytes`` = 2,048 MiB
@@ -19,17 +25,26 @@ b178a3cd5: ``verl/workers/megatron_workers.py`` and ``verl/workers/fsdp_workers.
    size), which the engine's process clones tensor by tensor before loading
    (``update_weights_from_ipc``, ``vllm_rollout/utils.py``: "clone the tensor to release CUDA IPC
    memory"): up to a second bucket, the model's weights where they are fewer. Each parameter is
-   first made whole: Megatron's ``per_tensor_generator`` (``megatron_utils.py``) all-gathers a
-   tensor-parallel parameter into ``tp`` shards and concatenates them (the gathered shards and the
-   whole: twice its BF16 bytes; under pipeline parallelism a parameter of another stage arrives by
-   broadcast: once); FSDP's ``param.to(device).full_tensor()`` gathers it in FP32 and
-   ``update_weights`` casts it to BF16 (three times its BF16 bytes);
+   first made whole. Megatron: verl's defaults (``use_mbridge: true``, ``vanilla_mbridge: true``,
+   ``_generated_ppo_megatron_trainer.yaml``) run mbridge's ``Bridge.export_weights``
+   (ISEEKYAN/mbridge 04fe4d52 ``mbridge/core/bridge.py``; ``per_tensor_generator`` only without
+   a bridge): ``broadcast_from_megatron_pp`` (``mbridge/core/util.py``) sends each parameter from
+   its stage, a rank of another stage first allocating its tp shard (``torch.empty``, ``L/tp``
+   of the parameter's ``L`` BF16 bytes, pp > 1); at tp > 1 ``all_gather`` into ``tp``
+   ``empty_like`` shards (``L``) and ``_weight_merge_across_tp``'s ``torch.cat`` (``L``): ``2·L``
+   on the owning stage, ``(2 + 1/tp)·L`` on the others; at tp 1 ``_weight_merge_across_tp``
+   returns the one shard, no copy: ``L`` received under pp > 1, nothing else (a GLU FC1's merge
+   at tp > 1 concatenates gate and up lists first, 3·L, below the embedding's figure for every
+   catalogue dense model: Llama 3 70B 3 × 939.5 MB < 2 × 2,101 MB); FSDP's
+   ``param.to(device).full_tensor()`` gathers it in FP32 and ``update_weights`` casts it to BF16
+   (three times its BF16 bytes);
 4. only then the actor's parameters go back to the host and the KV cache wakes.
 
 So the sync adds, on top of what the pool keeps: the engine's weights (the engine's
 ``sync_bytes``, :func:`model.rlhf.engine.rollout_cost`), the bucket and its clone, the largest
-parameter made whole (:func:`model.params.largest_parameter_bytes`) as above, and with idle offload
-the actor's parameters (:func:`verl_sync_bytes`). :func:`model.rlhf.step.sync_peak` adds them to
+parameter made whole (:func:`model.params.largest_parameter_bytes`) as above, and the actor's
+parameters: FSDP1's state-dict clones, Megatron's BF16 parameters loaded back with idle offload
+(:func:`verl_sync_bytes`). :func:`model.rlhf.step.sync_peak` adds them to
 the pool's held bytes, the one rule every placement search reads.
 """
 
@@ -60,8 +75,11 @@ SYNC_BUCKET_BYTES = 2048 * 2**20
 
 VERL_SYNC_SOURCE = (
     "verl b178a3cd5 ActorRolloutRefWorker.rollout_mode (megatron_workers.py, fsdp_workers.py): "
-    "actor parameters back when offloaded, engine weights woken, a 2,048 MiB IPC bucket and the "
-    "engine's clone of it, each parameter made whole, then the KV cache"
+    "actor parameters back when offloaded (FSDP1: state_dict()'s FP32 shard clones, torch 2.13 "
+    "_shard_utils._create_chunk_dtensor), engine weights woken, a 2,048 MiB IPC bucket and the "
+    "engine's clone of it, each parameter made whole (Megatron: mbridge 04fe4d52 "
+    "Bridge.export_weights, broadcast_from_megatron_pp + tp all-gather + "
+    "_weight_merge_across_tp), then the KV cache"
 )
 
 
@@ -76,28 +94,30 @@ def verl_sync_bytes(
     """Bytes the actor's side of verl's sync adds on each GPU of its pool (module docstring):
     :data:`SYNC_BUCKET_BYTES` and the engine's clone of one bucket's tensors (at most the model's
     ``model_bytes`` BF16 bytes), the largest parameter's ``largest`` BF16 bytes made whole
-    (Megatron: twice at tp > 1, once at tp 1 under pp > 1, else 0; FSDP: three times), and
-    ``offloaded_weights``, the actor's parameters loaded back when it is offloaded while idle
-    (0 otherwise); 0 for ``deepspeed``, whose sync is OpenRLHF's (:func:`model.rlhf.openrlhf.actor_sync_bytes`).
+    (Megatron: twice at tp > 1, with the received shard, 1/tp more, under pp > 1; once at tp 1
+    under pp > 1, else 0; FSDP: three times), and ``offloaded_weights``, the actor's parameters
+    present only for the sync (Megatron's loaded back when offloaded while idle; FSDP1's
+    state-dict clones); 0 for ``deepspeed``, whose sync is OpenRLHF's (:func:`model.rlhf.openrlhf.actor_sync_bytes`).
 
     Examples
     --------
     Llama 3 70B's actor at tp 4 × pp 2 under ``megatron``, offloaded while idle: two buckets
-    (2 × 2,147,483,648 B), its embedding gathered and concatenated (2 × 2,101,346,304 B) and its
-    BF16 parameters back, 2 × 70,553,706,496 / 8 = 17,638,426,624 B.
+    (2 × 2,147,483,648 B), its output layer on a stage-0 rank received (2,101,346,304 / 4 =
+    525,336,576 B), gathered and concatenated (2 × 2,101,346,304 B) and its BF16 parameters
+    back, 2 × 70,553,706,496 / 8 = 17,638,426,624 B: 26,661,423,104 B.
 
     >>> int(verl_sync_bytes(Framework.MEGATRON, 4, 2, Fraction(17_638_426_624), 2_101_346_304,
     ...                     141_107_412_992))
-    26136086528
+    26661423104
     """
     if framework is Framework.DEEPSPEED:
         return Fraction(0)
-    if framework is Framework.MEGATRON:
-        whole = 2 if tp > 1 else (1 if pp > 1 else 0)
+    if framework is Framework.MEGATRON:  # mbridge export_weights (module docstring)
+        whole = Fraction(2 if tp > 1 else 0) + (Fraction(1, tp) if pp > 1 else 0)
     else:
-        whole = 3
+        whole = Fraction(3)
     clone = min(SYNC_BUCKET_BYTES, model_bytes)
-    return Fraction(SYNC_BUCKET_BYTES + clone + whole * largest) + offloaded_weights
+    return Fraction(SYNC_BUCKET_BYTES + clone) + whole * largest + offloaded_weights
 
 
 VERL_SYNC_TERM = "weight sync: IPC bucket and clone, largest parameter whole"
@@ -109,12 +129,15 @@ def actor_verl_sync_bytes(
     framework: Framework, opt: RoleOption, stage_params: Fraction, arch: Architecture
 ) -> Fraction:
     """Bytes per GPU of the actor's pool: :func:`verl_sync_bytes` of the actor at ``opt`` whose
-    busiest stage holds ``stage_params`` parameters per GPU, with the parameters loaded back
-    when it is offloaded while idle: Megatron's BF16 stage (2 B a parameter), FSDP's FP32 shard
-    (4 B a parameter over dp)."""
+    busiest stage holds ``stage_params`` parameters per GPU, with its parameters present only
+    for the sync: under ``megatron`` its BF16 stage (2 B a parameter) loaded back when it is
+    offloaded while idle; under ``fsdp2`` (verl's FSDP1) ``state_dict()``'s FP32 shard clones
+    (4 B a parameter over dp, whatever the offload: module docstring)."""
     weights = Fraction(0)
-    if opt.offload == "idle":
-        weights = 2 * stage_params if framework is Framework.MEGATRON else 4 * stage_params / opt.dp
+    if framework is Framework.FSDP2:
+        weights = 4 * stage_params / opt.dp
+    elif opt.offload == "idle":
+        weights = 2 * stage_params
     largest = largest_parameter_bytes(arch)
     model_bytes = 2 * count_params(arch).total
     return verl_sync_bytes(framework, opt.tp, opt.pp, weights, largest, model_bytes)

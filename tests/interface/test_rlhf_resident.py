@@ -538,10 +538,12 @@ def test_an_engine_alone_or_sharing_the_actors_weights_adds_no_process():
 
 
 def test_a_colocated_pool_says_what_it_leaves_for_the_engines_graphs():
-    """The CUDA graphs a sleeping engine keeps are not counted (no per-operation figure): under a
-    pool where the engine shares GPUs with scoring or training, the text says what the larger of
-    those peaks leaves of the capacity, 83.21 − 82.35 = 0.86 GB; a pool of the engine alone, or
-    one that does not fit, says nothing."""
+    """The engine's CUDA graphs are not counted (no per-operation figure): vLLM 35d5cda captures
+    them after sizing its KV cache, beyond its budget, and sleep keeps them. Under a pool where
+    the engine shares GPUs with scoring or training, the text says what the largest of the three
+    phases' peaks leaves of the capacity, 83.21 − 82.35 = 0.86 GB; with the rollout the largest
+    (82.95 GB), 83.21 − 82.95 = 0.26 GB, which the scoring and training peaks alone put at 0.86;
+    a pool of the engine alone, or one that does not fit, says nothing."""
     from trainplan.interface.rlhf.text import pools_lines
 
     def pool(roles, fits=True):
@@ -552,6 +554,10 @@ def test_a_colocated_pool_says_what_it_leaves_for_the_engines_graphs():
     plan = {"capacity_bytes": 83.21e9, "pools": [pool(["rollout", "actor", "reference"])]}
     (line,) = pools_lines(plan)[3:]
     assert line.startswith("pool 0: not counted, the engine's CUDA graphs")
-    assert "the scoring and training peaks leave 0.86 GB for them" in line
+    assert "the rollout, scoring and training peaks leave 0.86 GB for them" in line
+    tight = pool(["rollout", "actor", "reference"])
+    tight["peak_bytes"] = {**tight["peak_bytes"], "rollout": 82.95e9}
+    (line,) = pools_lines({"capacity_bytes": 83.21e9, "pools": [tight]})[3:]
+    assert "the rollout, scoring and training peaks leave 0.26 GB for them" in line
     for other in ([pool(["rollout"])], [pool(["rollout", "actor"], fits=False)]):
         assert len(pools_lines({"capacity_bytes": 83.21e9, "pools": other})) == 3

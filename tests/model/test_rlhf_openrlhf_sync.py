@@ -92,9 +92,17 @@ def test_the_weight_sync_moment_binds_when_the_kv_space_is_small():
     whose KV space is under 1,089,994,752 B. Under ``fsdp2`` (verl, :mod:`model.rlhf.verl_sync`)
     the engine's weights wake too, and the actor streams through a 2,048 MiB IPC bucket that the
     engine clones, each parameter gathered in FP32 and cast to BF16 (three times the embedding's
-    BF16 bytes): 2 × 2,147,483,648 + 3 × 1,089,994,752 = 7,564,951,552 B."""
-    actor_sync = {"deepspeed": 1_089_994_752, "fsdp2": 2 * 2_147_483_648 + 3 * 1_089_994_752}
-    assert actor_sync["fsdp2"] == 7_564_951_552
+    BF16 bytes): 2 × 2,147,483,648 + 3 × 1,089,994,752 = 7,564,951,552 B, beside
+    ``state_dict()``'s FP32 shard clones (torch 2.13 ``_create_chunk_dtensor``), 4 × N / 8 =
+    3,807,808,256 B: 11,372,759,808 B. The actor's FP32 gradients, the same 3,807,808,256 B, are
+    not held then (``update_policy`` ends with ``zero_grad()``): the sync moment is unchanged."""
+    clones = 4 * N_QWEN // 8
+    assert clones == 3_807_808_256
+    actor_sync = {
+        "deepspeed": 1_089_994_752,
+        "fsdp2": 2 * 2_147_483_648 + 3 * 1_089_994_752 + clones,
+    }
+    assert actor_sync["fsdp2"] == 11_372_759_808
     for framework in ("deepspeed", "fsdp2"):
         p = _problem(framework)
         engine = cost_of(p, RoleOption(Role.ROLLOUT, 8, 8, 1, 1, "none", Fraction(37, 200)))

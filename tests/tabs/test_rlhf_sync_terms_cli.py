@@ -15,7 +15,8 @@ GRPO on Qwen2.5 7B, 16 H100s. Its largest parameter is the embedding, 152,064 ×
 1,089,994,752 B; the model-update communicator is one 24-channel ring, 24 × 12 MiB =
 301,989,888 B; verl's FSDP sync holds two 2,048 MiB IPC buckets and the largest parameter three
 times (the FP32 full tensor and its BF16 cast): 2 × 2,147,483,648 + 3 × 1,089,994,752 =
-7,564,951,552 B."""
+7,564,951,552 B, and ``state_dict()``'s FP32 shard clones (torch 2.13 ``_create_chunk_dtensor``),
+4 × 7,615,616,512 / 16 = 1,903,904,128 B: 9,468,855,680 B."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ RECEIVE = {
     ("rollout", "model-update communicator (pool without the actor)"): 301_989_888,
 }
 OPENRLHF_IPC = {("actor", "weight sync: largest parameter gathered + IPC clone"): 1_089_994_752}
-VERL_IPC = {("actor", "weight sync: IPC bucket and clone, largest parameter whole"): 7_564_951_552}
+VERL_IPC = {("actor", "weight sync: IPC bucket and clone, largest parameter whole"): 9_468_855_680}
 
 
 def sync_terms(framework: str, *extra: str) -> dict[tuple[str, str], int]:
@@ -53,6 +54,7 @@ def sync_terms(framework: str, *extra: str) -> dict[tuple[str, str], int]:
 def test_sync_figures_by_hand():
     assert 152_064 * 3_584 * 2 == 1_089_994_752 and 24 * 12 * 2**20 == 301_989_888
     assert 2 * 2048 * 2**20 + 3 * 1_089_994_752 == 7_564_951_552
+    assert 7_564_951_552 + 4 * 7_615_616_512 // 16 == 9_468_855_680
 
 
 @pytest.mark.parametrize(
