@@ -173,7 +173,7 @@ def objective_ns(
     phase = [max(row[k] for row in busy) for k in range(3)]
     if problem.spec.off_policy == 0:
         return sum(phase)
-    return off_policy_seconds(busy, max(sync_ns(c) for c in costs))
+    return int(off_policy_seconds(busy, max(sync_ns(c) for c in costs)))  # integer ns in, out
 
 
 def enumerate_placement(
