@@ -41,10 +41,11 @@ reduce-scatter, all-gather) connects one peer in and one out on each of its coll
 **point-to-point peers** (pipeline, context parallelism, the expert all-to-all) get
 :func:`p2p_channels_per_peer` channels each.
 
-Not counted: NVLink SHARP (NVLS) and CollNet buffers, the tree algorithm's connections (NCCL
-connects an algorithm on its first use, ``NCCL_RUNTIME_CONNECT``; large gradient collectives run
-rings), NCCL's host-side proxy buffers (host memory), and communicators split with shared
-resources (``splitShare``), which PyTorch does not request by default.
+A ring communicator also holds NVLink SHARP's credits and buffers where NCCL gives it NVLS
+(:mod:`model.terms.nvls_memory`; ``nccl_nvls``). Not counted: CollNet buffers (off by default),
+the tree algorithm's connections (NCCL connects an algorithm on its first use,
+``NCCL_RUNTIME_CONNECT``), NCCL's host-side proxy buffers (host memory), and communicators split
+with shared resources (``splitShare``), which PyTorch does not request by default.
 """
 
 from __future__ import annotations
@@ -67,6 +68,12 @@ from trainplan.model.terms.comm_groups import (
     world_ring,
 )
 from trainplan.model.terms.fields import Context, Fields
+from trainplan.model.terms.nvls_memory import (
+    group_placement,
+    nvls_group_bytes,
+    nvls_strided_bytes,
+    strided_nodes,
+)
 from trainplan.model.xp import maximum, where
 
 __all__ = [
@@ -221,8 +228,7 @@ def group_channels(
     """
     if nvlink or size <= 1:
         return collective_channels(int(size), 1, None, nvl5)
-    nodes = max(1, min(int(size), -(-int(span) // int(gpus_per_node))))
-    local = max(1, min(int(gpus_per_node), -(-int(size) // nodes)))
+    local, nodes = group_placement(size, span, gpus_per_node)
     return collective_channels(local, nodes, float(nic) if nic else None, nvl5)
 
 
@@ -243,8 +249,7 @@ def strided_group_channels(
     size, gpn = int(n1) * int(n2), int(gpus_per_node)
     if nvlink or size <= 1:
         return collective_channels(size, 1, None, nvl5)
-    ranks = (i * int(s1) + j * int(s2) for i in range(int(n1)) for j in range(int(n2)))
-    nodes = len({r // gpn for r in ranks})
+    nodes = strided_nodes(s1, n1, s2, n2, gpn)
     local = max(1, min(gpn, -(-size // nodes)))
     return collective_channels(local, nodes, float(nic) if nic else None, nvl5)
 
@@ -416,7 +421,7 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
 
 
 def _communicator(
-    f: Fields, setup: bool, ring: Any, peers: Any, per_peer: Any, ch: tuple[Any, Any],
+    f: Fields, setup: bool, ring: Any, peers: Any, per_peer: Any, ch: tuple[Any, ...],
     ranks: Any = None,
 ) -> Any:  # fmt: skip
     """:func:`communicator_bytes` of a group on ``ch``, its ``(collective, set-up)`` channels
@@ -425,15 +430,17 @@ def _communicator(
     world), only its point-to-point peers' connections: its ring and its set-up are the world
     ring's (:func:`world_ring`)."""
     full = communicator_bytes(ring, peers, per_peer, setup, ch[0], ch[1])
+    full = full + (where(ring, ch[2], 0) if len(ch) > 2 else 0)  # NVLS: nvls_memory
     if ranks is None:
         return full
     shared = communicator_bytes(False, peers, per_peer, False, ch[0], ch[1])
     return where(own_group(f, ranks), full, shared)
 
 
-def _channels(c: Context, f: Fields, axis: str | None, size: Any) -> tuple[Any, Any]:
+def _channels(c: Context, f: Fields, axis: str | None, size: Any) -> tuple[Any, Any, Any]:
     """``(collective, set-up)`` channels of a group of ``size`` ranks over ``axis``'s link
-    (:func:`group_channels`, :func:`setup_channels`); ``None``: the world, every GPU."""
+    (:func:`group_channels`, :func:`setup_channels`), and its ring's NVLS bytes
+    (:func:`model.terms.nvls_memory.nvls_group_bytes`); ``None``: the world, every GPU."""
     gpn = c.gpu.gpus_per_node
     nvl5 = (c.gpu.nvlink_bytes_per_s or 0) > 450e9
     if axis is None:
@@ -444,12 +451,13 @@ def _channels(c: Context, f: Fields, axis: str | None, size: Any) -> tuple[Any, 
         nic = where(link.nvlink, 0.0, link.bandwidth)
         args = (size, link.span, gpn, link.nvlink, nic, nvl5)
     coll = f.lookup_values(group_channels, (), *args)
-    return coll, f.lookup_values(setup_channels, (), coll)
+    nvls = f.lookup_values(nvls_group_bytes, (c.gpu.name, c.options.nccl_nvls), *args[:4])
+    return coll, f.lookup_values(setup_channels, (), coll), nvls
 
 
 def _strided(
     c: Context, f: Fields, a: tuple[Any, Any], b: tuple[Any, Any], axes: tuple[str, str]
-) -> tuple[Any, Any]:
+) -> tuple[Any, Any, Any]:
     """``(collective, set-up)`` channels of the group of ``a``'s ``(stride, size)`` times
     ``b``'s (:func:`strided_group_channels`), on ``axes[1]``'s link where ``b`` has more than one
     rank, else ``axes[0]``'s."""
@@ -459,11 +467,12 @@ def _strided(
     nvl5 = (c.gpu.nvlink_bytes_per_s or 0) > 450e9
     args = (a[0], a[1], b[0], b[1], c.gpu.gpus_per_node, nvlink, nic, nvl5)
     coll = f.lookup_values(strided_group_channels, (), *args)
-    return coll, f.lookup_values(setup_channels, (), coll)
+    nvls = f.lookup_values(nvls_strided_bytes, (c.gpu.name, c.options.nccl_nvls), *args[:6])
+    return coll, f.lookup_values(setup_channels, (), coll), nvls
 
 
 def _pipeline_bytes(
-    c: Context, f: Fields, comm: Any, pp: tuple[Any, Any], ring: Any = False
+    c: Context, f: Fields, comm: Any, pp: tuple[Any, ...], ring: Any = False
 ) -> Any:
     """The pipeline's communicators on one stage. Megatron-LM's interleaved schedule overlaps
     its sends by default (``--no-overlap-p2p-communication`` turns it off), and then does not

@@ -94,7 +94,10 @@ def test_deepspeed_stage_holds_the_layer_the_split_gives_it():
     model-parallel, pipe and slice groups 3 × 32. Now the tp 8 ring in a node 24 channels,
     24 × 12 + (32 × 3 + 2) × 2 = 484 MiB; the world over 16 nodes, 8 a node, 16 channels,
     192 + 100 = 292; the pipeline neighbour on another node, one rank a node, 4 channels,
-    48 + (4 × 3 + 2) × 2 = 76; DeepSpeed's three groups placed as the world, 3 × 292 = 876."""
+    48 + (4 × 3 + 2) × 2 = 76; DeepSpeed's three groups placed as the world, 3 × 292 = 876.
+    NVLink SHARP (model/terms/nvls_memory.py): the tp ring of 8 in the node 2 MiB of credits and
+    16 × 2 × (128 KiB × 8) × 8 = 256 MiB of buffers, the world ring and the three groups (8 a
+    node) 2 MiB each: 266 MiB, 154,530,400,768 B."""
     est = trainplan.evaluate(
         model="llama3-405b", num_gpus=128, gpu="H200", framework="deepspeed", dp=1, tp=8, pp=16,
         zero_stage=1, micro_batch_size=1, global_batch_size=2048, recompute="none",
@@ -110,11 +113,12 @@ def test_deepspeed_stage_holds_the_layer_the_split_gives_it():
     assert view == 3_758_096_384
     lse = 8 * 16 * 4 * 128 // 8 * 8192
     assert lse == 67_108_864
-    assert est.stages[0].communicator_bytes == (484 + 292 + 76 + 3 * 292) * 2**20
+    assert est.stages[0].communicator_bytes == (484 + 292 + 76 + 3 * 292 + 266) * 2**20
     assert 164 * 12 - (484 + 292 + 76 + 3 * 292) == 240
     nccl = -240 * 2**20
     total = 150_677_932_544 + view + lse + nccl
-    assert int(est.peak.total_bytes) == total == 154_251_479_552
+    assert total == 154_251_479_552
+    assert int(est.peak.total_bytes) == total + 266 * 2**20 == 154_530_400_768
 
 
 def test_fsdp2_stage_one_holds_the_extra_layer():
@@ -133,7 +137,9 @@ def test_fsdp2_stage_one_holds_the_extra_layer():
     channels), 192 + 100 = 292; the world ring of torchtitan's barrier after step 1, 292:
     1,340 MiB; and torchtitan's "batch" (dp 4) and "loss" (dp·cp = 4) groups, placed as the dp
     ring, 2 × 148 = 296 more (model/terms/comm_groups.py data_rings): 1,636 MiB,
-    84,116,783,104 B."""
+    84,116,783,104 B. NVLink SHARP (model/terms/nvls_memory.py): the tp 4 ring in a node 2 MiB
+    of credits and 16 × 2 × (128 KiB × 8) × 4 = 128 MiB of buffers; the dp, pp-norm, world,
+    "batch" and "loss" rings (≥ 2 ranks a node) 2 MiB each: 140 more, 84,263,583,744 B."""
     est = trainplan.evaluate(
         model="llama3-70b", num_gpus=64, gpu="H100-SXM", framework="fsdp2", dp=4, tp=4, pp=4,
         zero_stage=2, micro_batch_size=2, global_batch_size=2048, recompute="full",
@@ -145,5 +151,6 @@ def test_fsdp2_stage_one_holds_the_extra_layer():
     assert est.busiest == 1
     comm = 484 + 148 + 2 * 48 + 28 + 292 + 292
     assert comm - 104 * 12 == 92
-    assert est.stages[1].communicator_bytes == (comm + 2 * 148) * 2**20 == 1_715_470_336
-    assert int(est.peak.total_bytes) == 83_709_935_616 + (92 + 296) * 2**20 == 84_116_783_104
+    assert est.stages[1].communicator_bytes == (comm + 2 * 148 + 140) * 2**20 == 1_862_270_976
+    assert 83_709_935_616 + (92 + 296) * 2**20 == 84_116_783_104
+    assert int(est.peak.total_bytes) == 84_116_783_104 + 140 * 2**20 == 84_263_583_744
