@@ -61,8 +61,9 @@ from trainplan.model.pipeline import Schedule
 from trainplan.model.terms.activation_fields import cp_mechanism_of
 from trainplan.model.terms.comm_groups import (
     data_rings,
+    expert_tp_ring,
     grad_stats_rings,
-    moe_metrics_ring,
+    group_rings,
     own_group,
     placed_rings,
     world_ring,
@@ -362,8 +363,8 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
     """Bytes of NCCL communicator buffers on one GPU of pipeline stage ``f.stage``: one
     communicator per process group the layout runs collectives on (:func:`communicator_bytes`):
 
-    * rings: tp; the dp·cp gradient group (reduce-scatter, all-gather or all-reduce); with
-      experts the expert tensor-parallel group (``expert_tp``) where it has more than one rank;
+    * rings: tp; the dp·cp gradient group; with experts the expert tensor-parallel group
+      (:func:`expert_tp_ring`); the pp and ep groups' own (:func:`group_rings`);
       cp's all-gather flavour; with tied embeddings or MTP, the first and last stage's two-rank
       embedding group; Megatron-Core's gradient-statistics groups (:func:`grad_stats_rings`);
       the world group's (:func:`world_ring`: the frameworks' barriers); the loss and token-count
@@ -380,7 +381,7 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
 
     Each ring connects, and each communicator sets up, the channels its placement gets
     (:func:`_channels`); a world-sized DeviceMesh group is the world's (:func:`_communicator`).
-    0 under ``textbook`` (the paper convention counts no runtime memory).
+    0 under ``textbook``.
 
     Scope: tp, dp, cp, cp_kind, cp_a2a, ep, etp, pp, schedule, virtual_stages, framework,
     rank_order, zero_stage.
@@ -400,13 +401,13 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
     cp_ring = where(gather, r > 1, False)
     total = total + comm(cp_ring, cp_peers, _p2p(c, f, "cp", f.cp), chans("cp", f.cp), f.cp)
     arch = c.model.arch
+    pp_ring, ep_ring = group_rings(c, f)
     if arch is not None and arch.moe is not None:
-        if c.training.moe_run.dispatcher is not Dispatcher.DEEPEP:  # DeepEP: its own buffers
-            ep = chans("ep", f.ep)
-            total = total + comm(False, f.ep - 1, _p2p(c, f, "ep", f.ep), ep, f.ep)
-        total = total + comm(f.expert_tp > 1, 0, 0, chans("tp", f.expert_tp), f.expert_tp)
+        peers = f.ep - 1 if c.training.moe_run.dispatcher is not Dispatcher.DEEPEP else 0
+        total = total + comm(ep_ring, peers, _p2p(c, f, "ep", f.ep), chans("ep", f.ep), f.ep)
+        total = total + comm(expert_tp_ring(f), 0, 0, chans("tp", f.expert_tp), f.expert_tp)
     pp = chans("pp", f.pp)
-    total = total + _pipeline_bytes(c, f, comm, pp, moe_metrics_ring(c, f))
+    total = total + _pipeline_bytes(c, f, comm, pp, pp_ring)
     if arch is not None and shares_embedding_with_last_stage(arch):
         ends = ((f.stage == 0) | (f.stage == f.pp - 1)) & (f.pp > 1)
         total = total + comm(ends, 0, 0, pp)
@@ -482,7 +483,7 @@ def _pipeline_bytes(
     pp > 2 a stage holds two, one per neighbour, each with its own set-up
     (:func:`collective_channels` of a pair of adjacent stages). Otherwise one communicator over
     the pp group reaches :func:`_pipeline_peers`. Where ``ring`` (an all-reduce over the pp group,
-    :func:`model.terms.comm_groups.moe_metrics_ring`) that communicator connects a ring too; under
+    :func:`model.terms.comm_groups.group_rings`) that communicator connects a ring too; under
     lone sends the pp group's ring is a communicator of its own."""
     link = f.link("pp")
     megatron = Framework(f.framework) is Framework.MEGATRON

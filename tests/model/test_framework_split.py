@@ -137,9 +137,13 @@ def test_fsdp2_stage_one_holds_the_extra_layer():
     channels), 192 + 100 = 292; the world ring of torchtitan's barrier after step 1, 292:
     1,340 MiB; and torchtitan's "batch" (dp 4) and "loss" (dp·cp = 4) groups, placed as the dp
     ring, 2 × 148 = 296 more (model/terms/comm_groups.py data_rings): 1,636 MiB,
-    84,116,783,104 B. NVLink SHARP (model/terms/nvls_memory.py): the tp 4 ring in a node 2 MiB
-    of credits and 16 × 2 × (128 KiB × 8) × 4 = 128 MiB of buffers; the dp, pp-norm, world,
-    "batch" and "loss" rings (≥ 2 ranks a node) 2 MiB each: 140 more, 84,263,583,744 B."""
+    84,116,783,104 B. The pp norm ring runs on the pp group, whose communicator the sends made
+    (model/terms/comm_groups.py group_rings): its connections at the pp group's placement, one
+    rank a node, 4 channels, 48 MiB, set up with that communicator: 244 MiB less, 1,392 MiB,
+    83,860,930,560 B. NVLink SHARP (model/terms/nvls_memory.py): the tp 4 ring in a node 2 MiB
+    of credits and 16 × 2 × (128 KiB × 8) × 4 = 128 MiB of buffers; the dp, world, "batch" and
+    "loss" rings (≥ 2 ranks a node) 2 MiB each, the pp group none (one rank a node): 138 more,
+    84,005,634,048 B."""
     est = trainplan.evaluate(
         model="llama3-70b", num_gpus=64, gpu="H100-SXM", framework="fsdp2", dp=4, tp=4, pp=4,
         zero_stage=2, micro_batch_size=2, global_batch_size=2048, recompute="full",
@@ -149,8 +153,8 @@ def test_fsdp2_stage_one_holds_the_extra_layer():
     assert [s.num_layers for s in est.stages] == [20, 21, 20, 19]
     assert est.stages[1].dense_params - est.stages[2].dense_params == layer
     assert est.busiest == 1
-    comm = 484 + 148 + 2 * 48 + 28 + 292 + 292
-    assert comm - 104 * 12 == 92
-    assert est.stages[1].communicator_bytes == (comm + 2 * 148 + 140) * 2**20 == 1_862_270_976
-    assert 83_709_935_616 + (92 + 296) * 2**20 == 84_116_783_104
-    assert int(est.peak.total_bytes) == 84_116_783_104 + 140 * 2**20 == 84_263_583_744
+    comm = 484 + 148 + 2 * 48 + 28 + 48 + 292
+    assert comm + 2 * 148 == 1636 - 244 == 1392
+    assert est.stages[1].communicator_bytes == (1392 + 138) * 2**20 == 1_604_321_280
+    assert 84_116_783_104 - 244 * 2**20 == 83_860_930_560
+    assert int(est.peak.total_bytes) == 83_860_930_560 + 138 * 2**20 == 84_005_634_048
