@@ -36,6 +36,8 @@ NCCL (``NVIDIA/nccl`` at 5067397):
 
 from __future__ import annotations
 
+from typing import Any
+
 from trainplan.model.part_family import catalogue_part
 
 __all__ = [
@@ -47,6 +49,7 @@ __all__ = [
     "NVLS_ALLOCATION_GRANULE",
     "nvls_channels",
     "nvls_on",
+    "nvls_ring",
     "nvls_buffer_bytes",
     "nvls_credit_bytes",
 ]
@@ -103,6 +106,20 @@ def nvls_on(device_name: str, local_ranks: int, enabled: bool = True) -> bool:
     (True, False, False)
     """
     return bool(enabled) and nvls_channels(device_name) > 0 and int(local_ranks) >= 2
+
+
+def nvls_ring(in_domain: Any, ranks: Any) -> Any:
+    """Whether NCCL can run a collective of a communicator of ``ranks`` GPUs as NVLS proper
+    (``NCCL_ALGO_NVLS``), given a part that runs NVLS with it on: all its GPUs in one NVLink
+    domain (across nodes ``ncclTopoTuneModel`` disables ``NCCL_ALGO_NVLS`` without CollNet,
+    leaving NVLS-tree) and at least 2 of them (``ncclNvlsInit``). Element-wise. The one rule the
+    step time's NVLS all-reduce speed-up (:func:`model.roofline.collective_time`) and the NVLS
+    buffers (:mod:`model.terms.nvls_memory`) read.
+
+    >>> nvls_ring(True, 8), nvls_ring(True, 1), nvls_ring(False, 8)
+    (True, False, False)
+    """
+    return in_domain & (ranks >= 2)
 
 
 def _granules(nbytes: int) -> int:

@@ -41,9 +41,9 @@ reduce-scatter, all-gather) connects one peer in and one out on each of its coll
 **point-to-point peers** (pipeline, context parallelism, the expert all-to-all) get
 :func:`p2p_channels_per_peer` channels each.
 
-A ring communicator also holds NVLink SHARP's credits and buffers where NCCL gives it NVLS
-(:mod:`model.terms.nvls_memory`; ``nccl_nvls``). Not counted: CollNet buffers (off by default),
-the tree algorithm's connections (NCCL connects an algorithm on its first use,
+A ring holds NVLink SHARP's credits, and its buffers where its step runs a large collective as
+NVLS (:mod:`model.terms.nvls_memory`; ``nccl_nvls``). Not counted: CollNet buffers (off by
+default), the tree algorithm's connections (NCCL connects an algorithm on its first use,
 ``NCCL_RUNTIME_CONNECT``), NCCL's host-side proxy buffers (host memory), and communicators split
 with shared resources (``splitShare``), which PyTorch does not request by default.
 """
@@ -74,6 +74,7 @@ from trainplan.model.terms.nvls_memory import (
     nvls_group_bytes,
     nvls_strided_bytes,
     strided_nodes,
+    world_runs_large,
 )
 from trainplan.model.xp import maximum, where
 
@@ -391,7 +392,7 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
         return 0
     chans = partial(_channels, c, f)
     comm = partial(_communicator, f, c.options.nccl_channel_setup)
-    world = chans(None, f.tp * f.pp * f.shard_degree)
+    world = chans(None, f.tp * f.pp * f.shard_degree, world_runs_large(f))
     dp = chans("dp", f.shard_degree)
     total = comm(f.tp > 1, 0, 0, chans("tp", f.tp), f.tp)
     total = total + comm(f.shard_degree > 1, 0, 0, dp, f.shard_degree)
@@ -404,17 +405,17 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
     pp_ring, ep_ring = group_rings(c, f)
     if arch is not None and arch.moe is not None:
         peers = f.ep - 1 if c.training.moe_run.dispatcher is not Dispatcher.DEEPEP else 0
-        total = total + comm(ep_ring, peers, _p2p(c, f, "ep", f.ep), chans("ep", f.ep), f.ep)
+        total = total + comm(ep_ring, peers, _p2p(c, f, "ep", f.ep), chans("ep", f.ep, False), f.ep)
         total = total + comm(expert_tp_ring(f), 0, 0, chans("tp", f.expert_tp), f.expert_tp)
-    pp = chans("pp", f.pp)
+    pp = chans("pp", f.pp, False)
     total = total + _pipeline_bytes(c, f, comm, pp, pp_ring)
     if arch is not None and shares_embedding_with_last_stage(arch):
         ends = ((f.stage == 0) | (f.stage == f.pp - 1)) & (f.pp > 1)
-        total = total + comm(ends, 0, 0, pp)
+        total = total + comm(ends, 0, 0, chans("pp", f.pp))
     total = total + grad_stats_rings(c, f) * comm(True, 0, 0, world)
     total = total + comm(world_ring(f), 0, 0, world)
     for present, ranks in data_rings(f):
-        total = total + comm(present, 0, 0, chans("dp", ranks))
+        total = total + comm(present, 0, 0, chans("dp", ranks, False))
     for present, a, b, axes in placed_rings(c, f):
         total = total + comm(present, 0, 0, _strided(c, f, a, b, axes), a[1] * b[1])
     mirror = (f.schedule == Schedule.DUALPIPE) & (f.pp > 1)
@@ -438,10 +439,11 @@ def _communicator(
     return where(own_group(f, ranks), full, shared)
 
 
-def _channels(c: Context, f: Fields, axis: str | None, size: Any) -> tuple[Any, Any, Any]:
+def _channels(c: Context, f: Fields, axis: str | None, size: Any, large: Any = True) -> Any:
     """``(collective, set-up)`` channels of a group of ``size`` ranks over ``axis``'s link
     (:func:`group_channels`, :func:`setup_channels`), and its ring's NVLS bytes
-    (:func:`model.terms.nvls_memory.nvls_group_bytes`); ``None``: the world, every GPU."""
+    (:func:`model.terms.nvls_memory.nvls_group_bytes`; ``large`` false: its step runs only
+    one-float all-reduces, so no NVLS buffers); ``None``: the world, every GPU."""
     gpn = c.gpu.gpus_per_node
     nvl5 = (c.gpu.nvlink_bytes_per_s or 0) > 450e9
     if axis is None:
@@ -452,23 +454,22 @@ def _channels(c: Context, f: Fields, axis: str | None, size: Any) -> tuple[Any, 
         nic = where(link.nvlink, 0.0, link.bandwidth)
         args = (size, link.span, gpn, link.nvlink, nic, nvl5)
     coll = f.lookup_values(group_channels, (), *args)
-    nvls = f.lookup_values(nvls_group_bytes, (c.gpu.name, c.options.nccl_nvls), *args[:4])
+    nvls = f.lookup_values(nvls_group_bytes, (c.gpu.name, c.options.nccl_nvls), *args[:4], large)
     return coll, f.lookup_values(setup_channels, (), coll), nvls
 
 
-def _strided(
-    c: Context, f: Fields, a: tuple[Any, Any], b: tuple[Any, Any], axes: tuple[str, str]
-) -> tuple[Any, Any, Any]:
-    """``(collective, set-up)`` channels of the group of ``a``'s ``(stride, size)`` times
-    ``b``'s (:func:`strided_group_channels`), on ``axes[1]``'s link where ``b`` has more than one
-    rank, else ``axes[0]``'s."""
+def _strided(c: Context, f: Fields, a: Any, b: Any, axes: tuple[str, str]) -> Any:
+    """:func:`_channels` of the group of ``a``'s ``(stride, size)`` times ``b``'s
+    (:func:`strided_group_channels`), on ``axes[1]``'s link where ``b`` has more than one rank,
+    else ``axes[0]``'s; NVLS buffers on the expert dp group alone (``("dp", "dp")``, gradients)."""
+    large = axes == ("dp", "dp")
     inner, outer = f.link(axes[0]), f.link(axes[1])
     nvlink = where(b[1] > 1, outer.nvlink, inner.nvlink)
     nic = where(nvlink, 0.0, where(b[1] > 1, outer.bandwidth, inner.bandwidth))
     nvl5 = (c.gpu.nvlink_bytes_per_s or 0) > 450e9
     args = (a[0], a[1], b[0], b[1], c.gpu.gpus_per_node, nvlink, nic, nvl5)
     coll = f.lookup_values(strided_group_channels, (), *args)
-    nvls = f.lookup_values(nvls_strided_bytes, (c.gpu.name, c.options.nccl_nvls), *args[:6])
+    nvls = f.lookup_values(nvls_strided_bytes, (c.gpu.name, c.options.nccl_nvls), *args[:6], large)
     return coll, f.lookup_values(setup_channels, (), coll), nvls
 
 

@@ -81,13 +81,16 @@ def test_megatron_moe_groups_deepseek_v3():
 
     4,204 − 216 + 76 + 484 + 292 + 48 = 4,888 MiB. Under DeepEP the ep peers go (its own
     buffers) and the tp·ep ring stays: 4,888 − 2,884 = 2,004. NVLS: the tp·ep ring in a node
-    258, the dp, tp·dp·cp, gradient-statistics and world rings (8 a node) 2 each: + 266."""
+    2 MiB of credits (its all-gather of token counts, a few KiB, runs as a ring: NCCL's tuner
+    gives NVLS the Simple protocol only, src/graph/tuning.cc, so the buffers, set up on the first
+    NVLS collective, never are), the dp, tp·dp·cp, gradient-statistics and world rings (8 a node)
+    2 each: + 10 (+ 266 with the tp·ep ring's 256 MiB of buffers)."""
     one = dict(model="deepseek-v3", num_gpus=2048, gpu="H100-SXM", dp=128, pp=16, ep=8)
     run = dict(micro_batch_size=1, global_batch_size=15360, recompute="full")
     est = trainplan.evaluate(**one, **run)
-    assert int(est.stages[0].communicator_bytes) == (4888 + 266) * MIB == (4204 + 684 + 266) * MIB
+    assert int(est.stages[0].communicator_bytes) == (4888 + 10) * MIB == (4204 + 684 + 10) * MIB
     deepep = trainplan.evaluate(**one, **run, moe_dispatcher="deepep")
-    assert int(deepep.stages[0].communicator_bytes) == (4888 - 2688 - 196 + 266) * MIB
+    assert int(deepep.stages[0].communicator_bytes) == (4888 - 2688 - 196 + 10) * MIB
 
 
 def test_the_expert_dp_group_on_its_own_span():
@@ -98,16 +101,19 @@ def test_the_expert_dp_group_on_its_own_span():
     the expert tp·ep group {0-7} 484; the tp·cp group of the auxiliary loss's token counts
     (tp 2 × cp 1, apart from the tp group) 484; the model-parallel group (tp 2 × pp 1) 484;
     gradient statistics and world, 8 a node on 4 nodes, 292 each: 5,772 MiB. With etp = tp
-    = 2 and ep 4 the expert dp group is 4 ranks at stride tp·ep = 8 too: 76. NVLS: the tp,
-    tp·cp and model-parallel rings (2 in a node) 66 each, tp·ep 258, the dp, gradient-statistics
-    and world rings 2 each: + 462."""
-    hand = 484 + 292 + 2688 + 196 + 76 + 484 + 484 + 484 + 292 + 292 + 3 * 66 + 258 + 3 * 2
-    assert _comm(Layout(tp=2, dp=16, ep=8, etp=1)) == [hand] == [5772 + 462]
+    = 2 and ep 4 the expert dp group is 4 ranks at stride tp·ep = 8 too: 76. NVLS: the tp ring
+    (2 in a node) 66; the tp·cp, model-parallel and tp·ep rings run one-float or token-count
+    all-reduces and all-gathers only, which NCCL runs as rings, so 2 MiB of credits each; the
+    dp, gradient-statistics and world rings across nodes 2 each: + 78 (+ 462 with every ring's
+    buffers)."""
+    hand = 484 + 292 + 2688 + 196 + 76 + 484 + 484 + 484 + 292 + 292 + 66 + 3 * 2 + 3 * 2
+    assert _comm(Layout(tp=2, dp=16, ep=8, etp=1)) == [hand] == [5772 + 78]
     assert strided_group_channels(8, 4, 0, 1, 8, False, 50e9, False) == 4  # 48 + 28 = 76
     assert group_channels(16, 32, 8, False, 50e9, False) == 16  # the dense dp's: 192 + 100
     # etp = tp = 2, ep 4: the ep peers (3 × 32 × 12 = 1,152 + 196), the expert tp ring (484)
-    # and tp·ep {0-7} (484); NVLS 4 × 66 (tp, expert tp, tp·cp, model-parallel) + 258 + 3 × 2
-    hand4 = 484 + 292 + 1152 + 196 + 76 + 484 + 484 + 484 + 484 + 292 + 292 + 4 * 66 + 258 + 6
+    # and tp·ep {0-7} (484); NVLS 2 × 66 (tp, expert tp: the activations' collectives), 3 × 2
+    # (tp·cp, model-parallel, tp·ep: credits) + 3 × 2 (across nodes)
+    hand4 = 484 + 292 + 1152 + 196 + 76 + 484 + 484 + 484 + 484 + 292 + 292 + 2 * 66 + 6 + 6
     assert _comm(Layout(tp=2, dp=16, ep=4)) == [hand4]
 
 
@@ -119,9 +125,10 @@ def test_the_pipeline_group_holds_the_moe_metrics_ring():
     communicator sets up 4 channels (28) and reaches one neighbour at the ends, two in the middle
     (4 channels × 12 = 48 each), plus the ring's 4 connections, 48. Under the interleaved
     schedule's lone sends each neighbour pair is a two-rank communicator, 76 each, two a stage;
-    the ring then makes the pp group's own: 76. NVLS: the dp and tp·ep rings in a node 258 each,
-    gradient statistics and world 2 each (the pp rings, one rank a node: none): 520."""
-    rest = 484 + 2688 + 196 + 484 + 76 + 292 + 292 + 2 * 258 + 2 * 2
+    the ring then makes the pp group's own: 76. NVLS: the dp ring in a node 258; the tp·ep ring
+    in a node (token counts' all-gather, run as a ring: no buffers set up), gradient statistics
+    and world 2 each (the pp rings, one rank a node: none): 264 (520 with the tp·ep buffers)."""
+    rest = 484 + 2688 + 196 + 484 + 76 + 292 + 292 + 258 + 3 * 2
     ends, middle = rest + 48 + 28 + 48, rest + 96 + 28 + 48
     assert _comm(Layout(dp=8, pp=4, ep=8)) == [ends, middle, middle, ends]
     lone = Layout(dp=8, pp=4, ep=8, virtual_stages=2, schedule="interleaved")

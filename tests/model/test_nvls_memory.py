@@ -35,7 +35,11 @@ from trainplan.model.nvls import (
 )
 from trainplan.model.op_rates import params_in_force
 from trainplan.model.roofline import Collective, collective_time
-from trainplan.model.terms.nvls_memory import nvls_group_bytes, nvls_strided_bytes
+from trainplan.model.terms.nvls_memory import (
+    nvls_group_bytes,
+    nvls_strided_bytes,
+    world_runs_large,
+)
 
 MIB = 2**20
 
@@ -97,6 +101,59 @@ def test_one_rule_for_the_memory_and_the_speed_up():
     gather_on = collective_time(Collective.ALL_GATHER, 8, sent / 2, 450e9, True, on)
     gather_off = collective_time(Collective.ALL_GATHER, 8, sent / 2, 450e9, True, off)
     assert gather_on == pytest.approx(gather_off, rel=1e-12)  # the same reading, reordered
+
+
+def test_buffers_only_on_rings_that_run_a_large_collective():
+    """NCCL (5067397) sets the NVLS buffers up lazily: ``NCCL_RUNTIME_CONNECT`` defaults to 1
+    (``src/init.cc``), ``ncclPrepareTasks`` (``src/enqueue.cc``) marks NVLS for connection only
+    when a task's algorithm is NVLS or NVLS-tree, and ``ncclCollPreconnect`` (``src/group.cc``)
+    then calls ``ncclNvlsBufferSetup``. The tuner (``src/graph/tuning.cc``) gives NVLS the Simple
+    protocol only, at 25 µs of NVLink latency against the ring LL's 0.6 µs a step, so a
+    one-float all-reduce (barrier, grad norm, loss, token count) runs as a ring: such a ring
+    holds the credits alone. 8 H100s: 2 MiB, not 258; across nodes the same 2 MiB either way."""
+    assert nvls_group_bytes("H100-SXM", True, 8, 8, 8, True, False) == 2 * MIB
+    assert nvls_group_bytes("H100-SXM", True, 8, 8, 8, True, True) == (2 + 256) * MIB
+    assert nvls_group_bytes("H100-SXM", True, 32, 64, 8, False, False) == 2 * MIB
+    assert nvls_strided_bytes("H100-SXM", True, 1, 2, 4, 2, 8, True, False) == 2 * MIB
+    # GB200, the dp ring of 64 in the NVL72 domain: 32 heads, 24 × 2 × 1 MiB × 32 = 1,536 MiB
+    # of buffers where it reduces gradients; the world ring of the same 64 GPUs, barriers only
+    assert nvls_group_bytes("GB200", True, 64, 64, 4, True, True) == (2 + 1536) * MIB
+    assert nvls_group_bytes("GB200", True, 64, 64, 4, True, False) == 2 * MIB
+
+
+def test_the_world_ring_runs_large_collectives_only_as_fsdp2s_default_group():
+    """Under fsdp2 a tp or FSDP group as wide as the world is the default group (DeviceMesh),
+    so its all-gathers run on the world's communicator, which then sets the buffers up; the
+    barrier alone (Megatron-LM, DeepSpeed, or fsdp2 with its groups narrower) does not.
+    Element-wise over the search's columns."""
+    from types import SimpleNamespace as F
+
+    import numpy as np
+
+    assert world_runs_large(F(framework="fsdp2", tp=8, pp=1, shard_degree=1))
+    assert not world_runs_large(F(framework="fsdp2", tp=1, pp=2, shard_degree=4))
+    assert not world_runs_large(F(framework="deepspeed", tp=1, pp=1, shard_degree=8))
+    cols = F(framework="fsdp2", tp=np.array([1, 2, 8]), pp=np.array([1, 1, 1]),
+             shard_degree=np.array([8, 4, 1]))  # fmt: skip
+    assert world_runs_large(cols).tolist() == [True, False, True]
+
+
+def test_one_function_says_where_nvls_runs():
+    """:func:`model.nvls.nvls_ring` (all ranks in one NVLink domain, at least 2) is what the
+    step time's all-reduce speed-up and the memory's buffers both read: a 2-rank all-reduce
+    inside the node gets the 480/370 speed-up and holds buffers; the same group across nodes
+    gets neither (NVLS-tree's are not counted, docs/memory-mechanisms.md)."""
+    from trainplan.model.nvls import nvls_ring
+
+    assert nvls_ring(True, 2) and not nvls_ring(False, 2) and not nvls_ring(True, 1)
+    on, off = params_in_force(None, "H100-SXM"), params_in_force(None, "H100-SXM", nvls=False)
+    sent = 2**24  # a 2-rank all-reduce sends half its 32 MiB buffer
+    ratio = collective_time(Collective.ALL_REDUCE, 2, sent, 450e9, True, off) / collective_time(
+        Collective.ALL_REDUCE, 2, sent, 450e9, True, on
+    )
+    assert round(ratio, 4) == round(480 / 370, 4)
+    assert nvls_group_bytes("H100-SXM", True, 2, 2, 8, True) == (2 + 64) * MIB
+    assert nvls_group_bytes("H100-SXM", True, 2, 16, 8, False) == 0  # one rank a node
 
 
 BASE = ("evaluate", "--model", "llama3-70b", "--gpus", "64", "--tp", "4", "--pp", "2")

@@ -20,7 +20,11 @@ once. torchtitan has no expert tensor-parallel group and, at ep = 1, no expert F
 (model/terms/comm_groups.py expert_tp_ring, placed_rings): the experts use the tp group and the
 dense FSDP mesh. Each ring with at least 2 ranks on a node also holds NVLink SHARP's
 (model/terms/nvls_memory.py): 8 ranks in an H100 node 2 MiB of credits and 16 × 2 × (128 KiB ×
-8) × 8 = 256 MiB of buffers (NVLS8); across nodes 2 MiB of credits; one rank a node none."""
+8) × 8 = 256 MiB of buffers (NVLS8); across nodes 2 MiB of credits; one rank a node none.
+NCCL sets the buffers up on the first collective it runs as NVLS (src/enqueue.cc
+ncclPrepareTasks, src/group.cc ncclCollPreconnect) and never runs a one-float all-reduce as NVLS
+(src/graph/tuning.cc: Simple protocol only, 25 µs): a ring whose step runs only those (the world
+barrier, "batch", "loss", the norms' rings on pp and ep) holds the 2 MiB of credits alone."""
 
 import pytest
 
@@ -44,11 +48,12 @@ NVLS4, NVLS2 = 2 + 128, 2 + 64
         # neighbouring stage on the other node, 4 channels of a 50 GB/s NIC (48), and its
         # set-up, (4 × 3 + 2) × 2 = 28 (before: the ring placed as the world with a set-up of
         # its own, 292, in place of 48: 2,112 → 1,868 MiB); the world ring (292); and "batch"
-        # and "loss", 8 ranks in a node each (dp 8 of 16 GPUs, cp 1), 2 × 484
+        # and "loss", 8 ranks in a node each (dp 8 of 16 GPUs, cp 1), 2 × 484. NVLS: the FSDP
+        # ring 258, "batch", "loss" (one float each) and the world ring 2 each (was 3 × 258 + 2)
         (
             "llama3-8b",
             {"num_gpus": 16, "dp": 8, "pp": 2},
-            NODE + 48 + 48 + 28 + CROSS + 2 * NODE + 3 * NVLS8 + CREDITS,
+            NODE + 48 + 48 + 28 + CROSS + 2 * NODE + NVLS8 + 3 * CREDITS,
         ),
         # ep 1, one node: the FSDP ring spans the 8 GPUs, the world: it is the world ring, 484
         # once; the experts are sharded over the same dense FSDP mesh (no ring of their own)
@@ -62,28 +67,42 @@ NVLS4, NVLS2 = 2 + 128, 2 + 64
         # nodes, 4 a node → 16 channels (292); the world ring (292); "batch" and "loss", placed
         # as the FSDP ring (2 × 292). No expert tp ring (the experts split over the tp group)
         # and no expert FSDP ring (the dense FSDP mesh): before, 484 + 292 more, 2,428 MiB
-        ("mixtral-8x7b", {"num_gpus": 16, "dp": 8, "tp": 2, "ep": 1}, NODE + 4 * CROSS + NVLS2 + 4 * CREDITS),
+        (
+            "mixtral-8x7b",
+            {"num_gpus": 16, "dp": 8, "tp": 2, "ep": 1},
+            NODE + 4 * CROSS + NVLS2 + 4 * CREDITS,
+        ),
         # ep 8 in a node of 16 GPUs: the ep group's communicator, the norm's ring (24 channels,
         # 288), the all-to-all's 7 NVLink peers × 32 channels × 12 MiB (2,688) and one set-up
         # (32 channels, 196); the FSDP, "batch" and "loss" groups are the world (none); the
         # world ring (292); the experts' FSDP group, 16 ÷ 8 = 2 ranks at stride 8, one a node
         # → 4 channels, 48 + 28 = 76. Before: the norm's ring placed as the world with its own
-        # set-up, 292 in place of 288: 3,544 MiB
+        # set-up, 292 in place of 288: 3,544 MiB. NVLS: the ep ring in a node runs the norm's one
+        # float (its all-to-all is not NVLS) and the world ring crosses nodes: 2 each
         (
             "mixtral-8x7b",
             {"num_gpus": 16, "dp": 16, "ep": 8},
-            288 + 2688 + 196 + CROSS + 76 + NVLS8 + CREDITS,
+            288 + 2688 + 196 + CROSS + 76 + 2 * CREDITS,
         ),
         # dp 8 × pp 2 with ep 4 on 16: the FSDP ring in a node (484), the world ring (292),
         # "batch" and "loss" in a node (2 × 484); the ep group's communicator, ring 288, 3 peers
         # × 32 × 12 = 1,152, set-up 196; the experts' FSDP group, 8 ÷ 4 = 2 ranks in a node
         # (484); the pp group's communicator, 48 + 48 + 28 as above. Before: 4,236 MiB (each
-        # norm ring placed as the world with its own set-up, 2 × 292, in place of 288 + 48)
+        # norm ring placed as the world with its own set-up, 2 × 292, in place of 288 + 48).
+        # NVLS: the FSDP ring 258 and the experts' FSDP pair 66 (gradients); the world, "batch",
+        # "loss" and the ep norm's ring 2 each: 332 MiB (was 3 × 258 + 2 + 130 + 66 = 972)
         (
             "mixtral-8x7b",
             {"num_gpus": 16, "dp": 8, "pp": 2, "ep": 4},
-            NODE + CROSS + 2 * NODE + (288 + 1152 + 196) + NODE + (48 + 48 + 28)
-            + 3 * NVLS8 + CREDITS + NVLS4 + NVLS2,
+            NODE
+            + CROSS
+            + 2 * NODE
+            + (288 + 1152 + 196)
+            + NODE
+            + (48 + 48 + 28)
+            + NVLS8
+            + NVLS2
+            + 4 * CREDITS,
         ),
     ],
 )
