@@ -38,8 +38,11 @@ POOL_70B_TP4 = 455 * 2 * 2**20 + 465 * 2 * 2**20
 # 64 consecutive ranks, 2 a node on 8 nodes (2 → dup 4 → Postset 8 channels), 96 + (8 × 3 + 2) ×
 # 2 = 148 MiB; the world ring and the model-parallel group's ring (tests/model/
 # test_deepspeed_groups.py), placed as the 64 GPUs (16 channels), 192 + 100 = 292 MiB each:
-# 1,216 MiB = 1,275,068,416 B (was 4 × 384 MiB = 1,610,612,736 B, 32 channels, no set-up).
-COMM_70B_TP4 = (484 + 148 + 292 + 292) * 2**20
+# 1,216 MiB = 1,275,068,416 B (was 4 × 384 MiB = 1,610,612,736 B, 32 channels, no set-up). And
+# NVLink SHARP (model/terms/nvls_memory.py): the tp 4 ring in a node 2 MiB of credits and
+# 16 × 2 × (128 KiB × 8) × 4 = 128 MiB of buffers, the three rings across nodes with ≥ 2 ranks a
+# node 2 MiB of credits each: 136 MiB, 1,352 MiB = 1,417,674,752 B.
+COMM_70B_TP4 = (484 + 148 + 292 + 292 + 130 + 3 * 2) * 2**20
 COMMON_70B = dict(model="llama3-70b", gpu="H100-SXM", dp=16, tp=4, framework="deepspeed",
                   zero_stage=3, global_batch_size=2048, recompute="none", micro_batch_size=1)  # fmt: skip
 
@@ -52,7 +55,8 @@ def test_llama3_70b_tp4_pools_two_segments_and_the_uniform_answer():
     the uniform search's answer is tp 8. Megatron-DeepSpeed's embedding output, a view of the
     whole [s, b, h] under SP without dropout (model/deepspeed_layers.py keeps_embedding_view),
     adds 2·8,192·8,192 × 3/4 = 100,663,296 B: allocated 82,858,769,920, reserved
-    86,063,218,176.
+    86,063,218,176; NVLink SHARP's 136 MiB (COMM_70B_TP4) more, 86,205,824,512, and the layers'
+    softmax statistics: 86,247,767,552.
 
     The answer's ZeRO stage moved with NCCL's SM charge (``nccl_sm_charge``, on by
     default), its tp did not. dp 8 × tp 8, b 1, m 256: compute, pipeline and the exposed tp
@@ -79,9 +83,9 @@ def test_llama3_70b_tp4_pools_two_segments_and_the_uniform_answer():
     # Megatron-DeepSpeed): 4 B × 64/4 heads × 8,192 = 524,288 B
     lse = 80 * 4 * 16 * 8192
     assert p.allocated_bytes == 81_707_433_472 + 1_050_673_152 + view + lse == 82_900_712_960
-    assert p.communicator_bytes == COMM_70B_TP4 == 1_275_068_416
+    assert p.communicator_bytes == COMM_70B_TP4 == 1_417_674_752
     assert p.reserved_total_bytes == 82_900_712_960 + POOL_70B_TP4 + COMM_70B_TP4
-    assert p.reserved_total_bytes == 86_105_161_216 > e.capacity_bytes == 83_210_009_600
+    assert p.reserved_total_bytes == 86_247_767_552 > e.capacity_bytes == 83_210_009_600
     case = {"model": "llama3-70b", "gpus": "64", "gpu": "H100-SXM",
             "space": {"framework": ["deepspeed"]}}  # fmt: skip
     best = search(build_problem({}, case)).best.estimate
@@ -99,7 +103,8 @@ def test_the_per_stage_answer_counts_the_second_segment():
     """``trainplan search --model llama3-70b --gpus 64 --gpu H100-SXM --framework deepspeed --zero 3
     --per-stage``: dp 16 × tp 4, ZeRO-3. With one segment (2 B × 5e8) it recomputed 2 layers; that
     layout now holds 81,348,820,480 allocated + 1,929,379,840 + 1,275,068,416 (COMM_70B_TP4) =
-    84,553,268,736 B, over. The answer recomputes 5: allocated 79,234,891,264, fit 82,439,339,520 B;
+    84,553,268,736 B, over (84,695,875,072 with NVLS's 136 MiB). The answer recomputes 5:
+    allocated 79,234,891,264, fit 82,439,339,520 B (82,581,945,856 with NVLS's);
     the search's tables and the evaluator read the same pool. Both carry the embedding output's
     whole [s, b, h] (keeps_embedding_view), 100,663,296 B more, and each layer kept whole its
     attention's FP32 softmax statistics, 524,288 B (78 and 75 layers).
@@ -120,7 +125,7 @@ def test_the_per_stage_answer_counts_the_second_segment():
     assert (
         two.reserved_total_bytes == 81_348_820_480 + POOL_70B_TP4 + COMM_70B_TP4 + view + 78 * lse
     )
-    assert two.reserved_total_bytes == 84_553_268_736 + view + 78 * lse > 83_210_009_600
+    assert two.reserved_total_bytes == 84_695_875_072 + view + 78 * lse > 83_210_009_600
     run = per_stage_json({"model": "llama3-70b", "gpus": 64, "gpu": "H100-SXM",
                           "framework": "deepspeed", "zero": [3]})  # fmt: skip
     lay, m = run.json["layout"], run.json["memory"]
@@ -132,7 +137,7 @@ def test_the_per_stage_answer_counts_the_second_segment():
     assert m["stream_pool_bytes"] == POOL_70B_TP4
     # 75 layers kept whole, each with its softmax statistics
     assert m["allocated_bytes"] == 79_234_891_264 + view + 75 * lse == 79_374_876_160
-    assert m["fit_bytes"] == 79_374_876_160 + POOL_70B_TP4 + COMM_70B_TP4 == 82_579_324_416
+    assert m["fit_bytes"] == 79_374_876_160 + POOL_70B_TP4 + COMM_70B_TP4 == 82_721_930_752
     assert m["fit_bytes"] <= m["capacity_bytes"] == 83_210_009_600
 
 
