@@ -116,6 +116,9 @@ KEY_HELP: dict[str, str] = {
     "nccl_channel_setup": "Memory: count the device allocations NCCL makes to set up each "
     "communicator's channels, 2 MiB each, 196 MiB inside an H100 node (32 channels), 100 MiB "
     "across nodes (16) (default true; docs/memory-mechanisms.md, NCCL).",
+    "nccl_nvls": "NCCL's NVLink SHARP on parts with it (NCCL_NVLS_ENABLE): its buffers in each "
+    "ring communicator's bytes, 258 MiB on 8 H100s, and the all-reduce's speed-up in the step "
+    "time (default true; false: NCCL_NVLS_ENABLE=0; docs/memory-mechanisms.md, NCCL).",
     "grad_stats_group": "Memory, megatron ZeRO ≥ 1: the group the distributed optimizer reduces "
     "its grad norm and zero count over: intra_dist_opt_instance (default, today's Megatron-Core: "
     "a world-sized communicator of its own, since Megatron-LM 8c1e094afe of 2025-04) or world "

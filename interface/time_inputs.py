@@ -50,6 +50,7 @@ TIME_KEYS: tuple[str, ...] = (
     "p2p_forward_send_wait",
     "nccl_sm_charge",
     "nccl_channel_setup",
+    "nccl_nvls",
     "use_multi_rank_bucket_allreduce",
     "grad_stats_group",
     "attention_kernel",
@@ -160,7 +161,7 @@ def cost_options(
     if kernel is not None:
         given["kernel_efficiency"] = fraction_of_peak(kernel, "kernel_efficiency")
     flags = ("causal_attention_flops", "zero3_regather", "grad_reduce_overlap", "p2p_overlap")
-    nccl = ("nccl_sm_charge", "nccl_channel_setup", "use_multi_rank_bucket_allreduce")
+    nccl = ("nccl_sm_charge", "nccl_channel_setup", "nccl_nvls", "use_multi_rank_bucket_allreduce")
     for key in (*flags, "p2p_warmup_flush", "p2p_forward_send_wait", *nccl):
         if params.get(key) is not None:
             given[key] = bool_param(params, key, False)

@@ -82,6 +82,7 @@ from typing import Any
 from trainplan.model.gemm_shapes import sm_count
 from trainplan.model.kernels import interpolate_linear
 from trainplan.model.moe import DEEPEP_NUM_SMS
+from trainplan.model.nvls import NVLS_CHANNELS, nvls_channels
 from trainplan.model.op_rates import SM_PART
 from trainplan.model.part_family import catalogue_part
 from trainplan.model.xp import maximum
@@ -172,17 +173,9 @@ def dispatcher_sm_share(dispatcher: str, device_name: str) -> float:
     return measured_sm_share(sms, sm_count(gemm_data().sm_counts, part))
 
 
-NCCL_NVLS_CTAS: dict[str, int] = {
-    "H100-SXM": 16,
-    "H800": 16,
-    "H200": 16,
-    "B200": 24,
-    "GB200": 24,
-    "B300": 24,
-    "GB300": 24,
-}
-"""Thread blocks (one per channel, each on its own SM) an NVLS collective runs on, by part
-(keys: :data:`model.op_rates.SM_PART` values): NCCL's ``src/transport/nvls.cc``
+NCCL_NVLS_CTAS: dict[str, int] = NVLS_CHANNELS
+"""Thread blocks (one per channel, each on its own SM) an NVLS collective runs on, by catalogue
+part (:data:`model.nvls.NVLS_CHANNELS`, the table NVLS's memory reads too): NCCL's ``src/transport/nvls.cc``
 ``ncclNvlsTuning`` defaults, ``NVLS_NCHANNELS_SM90`` = 16 (Hopper, compute capability 9.0) and
 ``NVLS_NCHANNELS_SM100_NVL`` = 24 (Blackwell, ≥ 10.0; also what ``ncclNvlsTreeSm100Tuning``
 sets for more than two NVLink domains of ≤ 8 GPUs, module docstring). Neither Megatron-Core
@@ -218,8 +211,8 @@ def _nvls_share(device_name: str) -> float:
     """:func:`measured_sm_share` of :data:`NCCL_NVLS_CTAS` on the part's SMs; 0 for a part
     without either."""
     part = SM_PART.get(catalogue_part(device_name))
-    ctas = NCCL_NVLS_CTAS.get(part) if part is not None else None
-    if ctas is None:
+    ctas = nvls_channels(device_name)  # NCCL_NVLS_CTAS, by catalogue part
+    if part is None or not ctas:
         return 0.0
     return measured_sm_share(ctas, sm_count(gemm_data().sm_counts, str(part)))
 

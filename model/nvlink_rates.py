@@ -9,6 +9,7 @@ from functools import lru_cache
 
 from trainplan.model.collective_rates import busbw_peak
 from trainplan.model.errors import InputError
+from trainplan.model.nvls import nvls_channels
 from trainplan.model.part_family import catalogue_part
 from trainplan.scenarios.kernel_data import collective_data
 
@@ -36,7 +37,8 @@ def nvls_allreduce_speedup(device_name: str) -> float:
     NCCL's maintainer states ~480 GB/s busbw for an 8-GPU H100 all-reduce with NVLink SHARP and
     ~370 GB/s for ring collectives (NVIDIA/nccl-tests issue 212): 480/370. It needs messages
     beyond 256 MB to reach that peak; smaller all-reduces are credited it too (an upper bound,
-    as the ring's 0.8 of nominal is). 1 elsewhere.
+    as the ring's 0.8 of nominal is). 1 on a part without NVLS (:func:`model.nvls.nvls_channels`,
+    the rule the memory's NVLS buffers read) or without a published NVLS peak.
 
     Examples
     --------
@@ -44,7 +46,7 @@ def nvls_allreduce_speedup(device_name: str) -> float:
     (1.2973, 1.0)
     """
     part = NVLS_PARTS.get(catalogue_part(device_name))
-    if part is None:
+    if part is None or not nvls_channels(device_name):
         return 1.0
     rows = collective_data().busbw_peaks
     return busbw_peak(rows, part, "all-reduce", "NVLS") / busbw_peak(

@@ -406,20 +406,28 @@ def params_in_force(
     device_name: str,
     attention_kernel: str | None = None,
     framework: str | None = None,
+    nvls: bool = True,
 ) -> RooflineParams:
     """The roofline figures in force: ``given`` (the cost options'), else the part's as
     deployed (:func:`deployed_params` with the options' attention kernel); with ``framework``
     and no ``attention_kernel`` given, the attention kernel that framework runs on the part
     (:func:`model.attention_rates.default_attention_kernel`) in place of the deployed default
     (where the figures time the core from curves at all: none where an attention efficiency
-    was given).
+    was given). Without ``nvls`` (:class:`model.timing.CostOptions` ``nccl_nvls`` false,
+    ``NCCL_NVLS_ENABLE=0``) no NVLS all-reduce speed-up, and a published curve measured with NVLS
+    read as the ring's (÷ the speed-up), as its all-gathers already are.
 
+    >>> params_in_force(None, "H100-SXM", nvls=False).nvls_allreduce_speedup
+    1.0
     >>> params_in_force(None, "H100-SXM", None, "deepspeed").attention_kernel
     'flash-attention-2'
     >>> params_in_force(None, "H100-SXM", None, "fsdp2").attention_kernel
     'cudnn'
     """
     params = given or deployed_params(device_name, attention_kernel)
+    if not nvls and (s := params.nvls_allreduce_speedup) != 1:
+        curve = tuple((x, y / s) for x, y in params.busbw_curve)
+        params = params.with_(nvls_allreduce_speedup=1.0, busbw_curve=curve)
     if framework is None or attention_kernel is not None or params.attention_kernel is None:
         return params
     kernel = default_attention_kernel(str(framework), device_name)

@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from trainplan.model.errors import InputError
+from trainplan.model.nvls import nvls_ring
 from trainplan.model.xp import log2, maximum, minimum, where
 
 __all__ = [
@@ -480,10 +481,11 @@ def collective_time(
     ``S = sent_bytes / ring_share`` read on the curve (:func:`published_busbw`), which measured
     the whole call, latency included; below the curve's smallest size, the smallest size's time
     (a latency floor). Elsewhere (across nodes, all-to-all, point-to-point, parts without a
-    curve) NCCL's latency plus the bytes at the link's efficiency (Hockney's α-β model)."""
+    curve) NCCL's latency plus the bytes at the link's efficiency (Hockney's α-β model). An
+    all-reduce gets NVLS's speed-up where the group runs NVLS (:func:`model.nvls.nvls_ring`)."""
     efficiency = where(scaleup, p.scaleup_efficiency, p.scaleout_efficiency)
     if kind is Collective.ALL_REDUCE and p.nvls_allreduce_speedup != 1:
-        efficiency = efficiency * where(scaleup, p.nvls_allreduce_speedup, 1.0)
+        efficiency = efficiency * where(nvls_ring(scaleup, group_size), p.nvls_allreduce_speedup, 1)
     seconds = collective_latency(kind, group_size, scaleup, p) + transfer_seconds(
         sent_bytes, bandwidth * efficiency
     )

@@ -240,6 +240,13 @@ class CostOptions:
     388 MiB for a one-rank communicator's 64). On by default; ``false`` leaves out what the
     cuMem allocator's 2 MiB granule makes of these small allocations (``NCCL_CUMEM_ENABLE=0``
     is not modelled)."""
+    nccl_nvls: bool = True
+    """NCCL runs NVLink SHARP where the part has it (``NCCL_NVLS_ENABLE``, default on where the
+    device supports multicast: :func:`model.nvls.nvls_on`): each ring communicator with ≥ 2 GPUs
+    on a node holds NVLS's credits, and one inside an NVLink domain its buffers too (256 MiB +
+    2 MiB on 8 H100s: :mod:`model.terms.nvls_memory`), and the step time credits an all-reduce
+    inside the domain NVLS's speed-up (:func:`model.op_rates.params_in_force`). False:
+    ``NCCL_NVLS_ENABLE=0`` (Megatron Bridge's performance recipes): neither."""
     grad_stats_group: str = "intra_dist_opt_instance"
     """The group Megatron-Core's distributed optimizer reduces its gradient statistics (the grad
     norm, the zero count) over, by Megatron's own name (:data:`GRAD_STATS_GROUPS`):

@@ -76,28 +76,38 @@ def test_goal_lines_name_every_goal_and_its_verdict():
 # (model/attention_core.py): −168,296,448 B, 86,661,226,496, still over; then NCCL's placed
 # channels (below): −301,989,888 B, 86,359,236,608; then torchtitan's "batch" (dp 8, one rank a
 # node) and "loss" (dp·cp 128) rings, 4 channels each, 2 × (48 + 28) MiB = +159,383,552 B; then
-# SDPA's FP32 log-sum-exp, 4·(128/8)·8,192 = 524,288 B a layer and micro-batch (torchtitan's SDPA
-# saves it compiled too: model/eager_saved.py): 141 × 524,288 = 73,924,608 B at 8K
-# (88,495,210,496 before) and 128 × 524,288 = 67,108,864 B at 128K, cp 16 (86,518,620,160)
-CALLED_OVER = {"llama3-t4/8192": 88_569_135_104, "llama3-t4/16384-128k": 86_585_729_024}
+# NVLink SHARP (model/terms/nvls_memory.py): the tp 8 ring in a node 2 MiB of credits and
+# 16 × 2 × (128 KiB × 8) × 8 = 256 MiB of buffers, the world ring (8 a node) 2 MiB of credits:
+# +260 MiB = +272,629,760 B on both (88,511,987,712 and 86,535,397,376); then SDPA's FP32
+# log-sum-exp, 4·(128/8)·8,192 = 524,288 B a layer and micro-batch (torchtitan's SDPA saves it
+# compiled too: model/eager_saved.py): 141 × 524,288 = 73,924,608 B at 8K and 128 × 524,288 =
+# 67,108,864 B at 128K, cp 16
+CALLED_OVER = {"llama3-t4/8192": 88_585_912_320, "llama3-t4/16384-128k": 86_602_506_240}
 """Published runs the model calls "does not fit", with their peak bytes per GPU: Llama 3 405B
 under FSDP beside the pipeline schedule holds the stage's gradients whole in FP32 until the last
 micro-batch (PyTorch's ``PipelineStage`` turns gradient sync off; the Llama 3 paper §3.3.4 says
 Meta accumulates them in FP32 over the micro-batches before the FP32 reduce-scatter), 12.75 GB
-on the 8 layers of a stage, and NCCL's communicators with their channels' set-up, 1,420 MiB
-(1,496 MiB at 128K; model/terms/comm_memory.py, derived in
-test_llama3_8192_walk_one_mechanism_at_a_time: 292 MiB of it the pp group's ring, which
+on the 8 layers of a stage, and NCCL's communicators with their channels' set-up, 1,176 MiB
+(1,252 MiB at 128K; model/terms/comm_memory.py, derived in
+test_llama3_8192_walk_one_mechanism_at_a_time: 48 MiB of it the pp group's ring, which
 torchtitan's ``clip_grad_norm_`` opens to all-reduce the norm over the stages, and 292 MiB the
 world ring of torchtitan's barrier after the first step, and 152 MiB torchtitan's "batch" and
-"loss" groups, :func:`model.terms.comm_groups.data_rings`), and one layer's backward working
+"loss" groups, :func:`model.terms.comm_groups.data_rings`; NVLink SHARP's 260 MiB on top), and
+one layer's backward working
 set, 800 MiB (838,860,800 B, :data:`LLAMA3_BACKWARD_WORKING`); the 16,384-GPU 8K run fits
-(82.21 GB), the 8,192-GPU run (m 32, more micro-batches in flight) and the 128K run do not, by
-5.36 and 3.38 GB of the 83.21 GB usable (5.29 and 3.31 before SDPA's log-sum-exp, 88.50 → 88.57
-and 86.52 → 86.59 GB): what Meta's stack holds less is not known. The
+(82.16 GB), the 8,192-GPU run (m 32, more micro-batches in flight) and the 128K run do not, by
+5.38 and 3.39 GB of the 83.21 GB usable: what Meta's stack holds less is not known. The
 communicators moved both: 1,248 → 1,268 MiB (+20,971,520 B, 88.31 → 88.34 GB) and, at 128K,
 1,632 → 1,344 MiB (cp 16's ring, one rank a node, 4 channels: 76 MiB instead of 384; dp 8 the
 same; −301,989,888 B, 86.66 → 86.36 GB); then the "batch" and "loss" rings, one rank a node at
-4 channels each, 2 × (48 + 28) = 152 MiB (+159,383,552 B: 88.34 → 88.50 GB, 86.36 → 86.52 GB)."""
+4 channels each, 2 × (48 + 28) = 152 MiB (+159,383,552 B: 88.34 → 88.50 GB, 86.36 → 86.52 GB);
+then the pp group's ring on the pp group's own communicator, the one its sends use
+(:func:`model.terms.comm_groups.group_rings`): its connections at the pp group's placement, one
+rank a node, 4 channels, 48 MiB, set up with the sends' communicator, in place of 292 MiB
+(−255,852,544 B: 88.50 → 88.24 GB, over by 5.03; 86.52 → 86.26 GB, over by 3.05); then NVLink
+SHARP's credits and the tp ring's buffers, 260 MiB (+272,629,760 B: 88.24 → 88.51 GB, over by
+5.30; 86.26 → 86.54 GB, over by 3.33); then SDPA's log-sum-exp (88.51 → 88.59 GB, over by 5.38;
+86.54 → 86.60 GB, over by 3.39)."""
 
 LLAMA3_BACKWARD_WORKING = (32 + 32 + 4 + 256 + 2 * 256 + 32 - (32 + 2 + 2 + 32)) * 2**20
 """One layer's backward working set of Llama 3 405B at s 8192, tp 8 with sequence parallelism
@@ -124,7 +134,7 @@ def test_llama3_8192_walk_one_mechanism_at_a_time():
     """Llama 3 405B, TP 8 PP 16 DP 64, s 8192, m 32, no recomputation: v = 4 holds 19.25
     micro-batches on rank 1 and does not fit; one-layer chunks with empty end chunks (v = 8,
     §3.3.2) hold 141 one-layer chunks; memory-efficient norms drop 2 of the layer's tensors,
-    and still the layout does not fit by 5.36 GB (FSDP2 under the pipeline schedule holds the
+    and still the layout does not fit by 5.38 GB (FSDP2 under the pipeline schedule holds the
     stage's gradients whole in FP32, and backward one layer's working set,
     :data:`CALLED_OVER`)."""
     v4, v8, v8_me = llama3_memory_walk()
@@ -157,13 +167,15 @@ def test_llama3_8192_walk_one_mechanism_at_a_time():
     # NCCL's communicators on a middle stage, each its ring's channels × 12 MiB and its set-up
     # (pow2Up(channels) × 3 + 2) × 2 MiB (model/terms/comm_memory.py group_channels): tp 8 in a
     # node, 24 channels, 288 + 196 = 484; dp 64 over 512 consecutive ranks, one a node, 4
-    # channels, 48 + 28 = 76; the pp group's ring (torchtitan's clip_grad_norm_ all-reduces the
-    # norm over the stages; placed as the world: 16 channels) 192 + 100 = 292; two pipeline
-    # neighbours across nodes, 4 channels × 12 MiB each, and the pp communicator's set-up (one
-    # rank a node, 4 channels) 28; the world ring of torchtitan's barrier after step 1, 292;
-    # torchtitan's "batch" (dp 64) and "loss" (dp·cp 64) groups, placed as the dp ring, 2 × 76
-    comm = (484 + 76 + 292 + 2 * 4 * 12 + 28 + 292 + 2 * 76) * 2**20
-    assert comm == 1420 * 2**20
+    # channels, 48 + 28 = 76; the pp group's one communicator: the ring torchtitan's
+    # clip_grad_norm_ all-reduces the norm over the stages on (one rank a node, 4 channels,
+    # 4 × 12 = 48), two pipeline neighbours across nodes, 4 channels × 12 MiB each, and its
+    # set-up (4 channels) 28; the world ring of torchtitan's barrier after step 1, 292;
+    # torchtitan's "batch" (dp 64) and "loss" (dp·cp 64) groups, placed as the dp ring, 2 × 76;
+    # NVLink SHARP (model/terms/nvls_memory.py): the tp 8 ring in a node 2 MiB of credits and
+    # 16 × 2 × (128 KiB × 8) × 8 = 256 MiB of buffers, the world ring (8 a node) 2 of credits
+    comm = (484 + 76 + 48 + 2 * 4 * 12 + 28 + 292 + 2 * 76 + 258 + 2) * 2**20
+    assert comm == (1420 - 244 + 260) * 2**20
     # and the backward working set of one layer (800 MiB, :data:`LLAMA3_BACKWARD_WORKING`)
     work = LLAMA3_BACKWARD_WORKING
     assert work == 838_860_800

@@ -154,16 +154,23 @@ def test_megatron_fsdp_reduce_scatter_queue_llama3_405b():
     184,549,376 B more): 90,317,022,464 → 90,132,473,088 B, 90.13 GB. And the model-parallel
     group (tp·pp = 2 ranks in a node) that Megatron-LM's train_step all-reduces over after every
     optimizer step, at every ZeRO stage (training.py ``train_step``, d98e8a64dd): one more
-    ring of 484 MiB, 1,844 MiB: 90,132,473,088 + 507,510,784 = 90,639,983,872 B, 90.64 GB."""
+    ring of 484 MiB, 1,844 MiB: 90,132,473,088 + 507,510,784 = 90,639,983,872 B, 90.64 GB.
+    NVLink SHARP (model/terms/nvls_memory.py, NCCL src/transport/nvls.cc): the tp ring of 2 in
+    the node 2 MiB of credits and 16 × 2 × (128 KiB × 8) × 2 = 64 MiB of buffers; the
+    model-parallel ring in the node (one-float all-reduces, which NCCL runs as rings, so its
+    buffers are never set up: src/graph/tuning.cc, src/group.cc ncclCollPreconnect) and the dp,
+    gradient-statistics and world rings across nodes with ≥ 2 ranks a node 2 MiB each: 74 MiB,
+    90,717,578,496 B."""
     lay = Layout.of(dp=128, tp=2, framework="megatron", zero_stage=3, recompute="sqrt")
     est = Case.of("llama3-405b", "H100-SXM", lay).evaluate()
     unit, padded, output = 1_593_868_288, 59 * 128 * 212_992, 502 * 128 * 16384
     assert padded == 1_608_515_584 and 2 * padded > 2 * unit >= padded
     assert est.stages[0].state.buffers_bytes == 4 * (output + 3 * padded) == 23_513_268_224
-    assert est.stages[0].communicator_bytes == (484 + 292 + 292 + 292 + 484) * 2**20
-    assert est.stages[0].total_bytes == 90_317_022_464 - 176 * 2**20 + 484 * 2**20
-    assert est.stages[0].total_bytes == 90_639_983_872
-    assert round(float(est.stages[0].total_bytes) / 1e9, 2) == 90.64
+    nvls = 66 + 4 * 2
+    assert est.stages[0].communicator_bytes == (484 + 292 + 292 + 292 + 484 + nvls) * 2**20
+    assert est.stages[0].total_bytes == 90_317_022_464 - 176 * 2**20 + (484 + nvls) * 2**20
+    assert est.stages[0].total_bytes == 90_639_983_872 + nvls * 2**20 == 90_717_578_496
+    assert round(float(est.stages[0].total_bytes) / 1e9, 2) == 90.72
     assert not est.fits
 
 
@@ -336,7 +343,9 @@ def test_non_unit_buckets_deepseek_v3_dp1024():
     nodes (4 channels, 48 + 28 = 76 MiB, not 292); the expert tp·ep group of the token counts'
     all-gather, the 8 ep ranks in a node (484 MiB); the tp·dp·cp group of the expert bias's
     token counts, the 1,024 ranks 8 a node (292 MiB): 4,052 − 216 + 484 + 292 = 4,612 MiB,
-    587,202,560 B more: 88.23 and 93.87 GB."""
+    587,202,560 B more: 88.23 and 93.87 GB; and NVLink SHARP's 2 MiB of credits on five rings
+    with ≥ 2 ranks a node (model/terms/nvls_memory.py; none runs a large collective inside one
+    NVLink domain, so no buffers): 10,485,760 B more, 88.24 and 93.88 GB."""
     from trainplan.model.megatron_fsdp_buckets import non_unit_buckets
     from trainplan.model.terms.split_key import SplitKey
     from trainplan.model.terms.stage_params import layer_units, non_unit_params
@@ -363,9 +372,14 @@ def test_non_unit_buckets_deepseek_v3_dp1024():
     U = 2 * 8 * 3 * 4096 * 7168
     a = est.stages[0].activations
     assert a.moe_forward_bytes - a.recompute_transient_bytes == 4 * U == 5_637_144_576
-    assert est.stages[0].communicator_bytes == (292 + 2688 + 196 + 76 + 2 * 292 + 484 + 292) * 2**20
-    assert round((float(est.stages[0].total_bytes) - 4 * U) / 1e9, 2) == 88.23
-    assert round(float(est.stages[0].total_bytes) / 1e9, 2) == 93.87
+    # NVLS's 2 MiB of credits (model/terms/nvls_memory.py) on the dp, tp·ep (the token counts'
+    # all-gather, run as a ring: no buffers), gradient-statistics, world and tp·dp·cp rings
+    nvls = 5 * 2
+    assert est.stages[0].communicator_bytes == (
+        292 + 2688 + 196 + 76 + 2 * 292 + 484 + 292 + nvls
+    ) * 2**20  # fmt: skip
+    assert round((float(est.stages[0].total_bytes) - 4 * U) / 1e9, 2) == 88.24
+    assert round(float(est.stages[0].total_bytes) / 1e9, 2) == 93.88
     assert not est.fits
 
 

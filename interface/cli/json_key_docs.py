@@ -257,6 +257,7 @@ KEY_DOCS: dict[str, str] = {
     "time.p2p_forward_send_wait": "Each interleaved forward send waited on after posting (Megatron-Core ≥ 0.18).",
     "time.nccl_sm_charge": "NCCL's NVLink SHARP SMs charged to the computation overlapped collectives hide under.",
     "time.nccl_channel_setup": "NCCL's channel set-up allocations counted in the communicator bytes.",
+    "time.nccl_nvls": "NCCL's NVLink SHARP on (its buffers counted, the all-reduce's speed-up credited).",
     "time.use_multi_rank_bucket_allreduce": "DeepSpeed ZeRO-1/2 all-reduce each gradient bucket (false: reduce per rank).",
     "time.grad_stats_group": "Megatron-Core's gradient-statistics group: intra_dist_opt_instance "
     "(its own communicator) or world (before 8c1e094afe; none more).",

@@ -470,10 +470,14 @@ def _capacity_sentence(est: Estimate) -> str:
     else:
         have = f"{d.memory_bytes / 1e9:g} GB as the vendor states it"
     head = f"capacity: {have} less a {d.runtime_reserve_bytes / 2**30:.2f} GiB runtime reserve"
-    nccl = "NCCL's communicators counted in the peak" + (
-        ", with their channels' set-up"
-        if est.options.nccl_channel_setup
-        else ", without their channels' set-up (--set nccl_channel_setup=false)"
+    nccl = (
+        "NCCL's communicators counted in the peak"
+        + (
+            ", with their channels' set-up"
+            if est.options.nccl_channel_setup
+            else ", without their channels' set-up (--set nccl_channel_setup=false)"
+        )
+        + ("" if est.options.nccl_nvls else ", without NVLink SHARP (--set nccl_nvls=false)")
     )
     if d.runtime_reserve_bytes != runtime_reserve_for(d.driver_reserved_bytes):
         return f"{head} (as given: --set memory_reserve_gib); {nccl}"

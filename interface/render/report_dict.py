@@ -74,6 +74,7 @@ def _efficiencies(est: Estimate) -> dict[str, Any]:
         "p2p_forward_send_wait": est.options.p2p_forward_send_wait,
         "nccl_sm_charge": est.options.nccl_sm_charge,
         "nccl_channel_setup": est.options.nccl_channel_setup,
+        "nccl_nvls": est.options.nccl_nvls,
         "use_multi_rank_bucket_allreduce": est.options.use_multi_rank_bucket_allreduce,
         "grad_stats_group": est.options.grad_stats_group,
     }

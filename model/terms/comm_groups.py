@@ -3,7 +3,8 @@ groups, each one more NCCL communicator of :func:`model.terms.comm_memory.comm_m
 Megatron-Core's, DeepSpeed's and torchtitan's gradient-statistics groups
 (:func:`grad_stats_rings`), the world group of their barriers (:func:`world_ring`) and the
 groups the loss and token count are reduced over (:func:`data_rings`), and Megatron-LM's
-model-parallel and MoE groups (:func:`megatron_rings`, :func:`moe_metrics_ring`)."""
+model-parallel and MoE groups (:func:`megatron_rings`, :func:`moe_metrics_ring`); and the
+rings that the pp and ep groups' own communicators connect (:func:`group_rings`)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ __all__ = [
     "expert_dp_stride",
     "placed_rings",
     "moe_metrics_ring",
+    "group_rings",
+    "expert_tp_ring",
 ]
 
 
@@ -54,14 +57,10 @@ def grad_stats_rings(c: Context, f: Fields) -> Any:
     over the slice group (``pipe_partitioned``/``grad_partitioned``, on by default,
     ``PartitionedTensor(..., group=grid.get_slice_parallel_group())``): one more.
 
-    Under ``fsdp2`` (torchtitan b5bcd76c6, ``torchtitan/distributed/utils.py``
-    ``clip_grad_norm_``, ``_clip_grad_norm_with_ep``): with pp > 1 the norm is all-reduced over
-    the pp mesh's group (``dist.all_reduce(total_norm, group=pp_mesh.get_group())``), a group
-    that otherwise carries only point-to-point sends, so a ring of its own: one; with ep > 1 on a
-    MoE model the experts' norm is a DTensor on the experts' mesh reduced by
-    ``ep_grads_total_norm.full_tensor()``, an all-reduce over the ep group, which otherwise
-    carries the all-to-all's point-to-point connections: one more. The dense norm reduces over
-    the FSDP and tp groups, whose rings are counted already.
+    Under ``fsdp2`` none: torchtitan's norm all-reduces run on the pp and ep groups, whose
+    communicators the pipeline's sends and the all-to-all already make; :func:`group_rings`
+    gives those communicators their ring. The dense norm reduces over the FSDP and tp groups,
+    whose rings are counted already.
 
     Counted as a ring like every collective group here (a one-float all-reduce; NCCL may
     connect its tree instead, not modelled)."""
@@ -70,9 +69,6 @@ def grad_stats_rings(c: Context, f: Fields) -> Any:
         return where(f.tp * f.pp > 1, 1, 0) + pipe + pipe * where(f.tp > 1, 1, 0)
     arch = c.model.arch
     moe = arch is not None and arch.moe is not None
-    if Framework(f.framework) is Framework.FSDP2:
-        pp = where((f.pp > 1) & own_group(f, f.pp), 1, 0)
-        return pp + (where((f.ep > 1) & own_group(f, f.ep), 1, 0) if moe else 0)
     if Framework(f.framework) is not Framework.MEGATRON:
         return 0
     world = f.tp * f.pp * f.shard_degree
@@ -237,15 +233,51 @@ def moe_metrics_ring(c: Context, f: Fields) -> Any:
     return f.pp > 1
 
 
+def group_rings(c: Context, f: Fields) -> tuple[Any, Any]:
+    """Whether the pp group's and the ep group's communicators connect a ring beside their
+    point-to-point peers: an all-reduce on a group whose sends or all-to-all make its
+    communicator already. One process group is one NCCL communicator per device, whatever runs
+    on it (PyTorch ``ProcessGroupNCCL`` ``getKeyFromDevice``), so the ring and its channels'
+    set-up belong to that communicator, placed as the group lies.
+
+    * pp: Megatron-LM's MoE metrics (:func:`moe_metrics_ring`); torchtitan (b5bcd76c6,
+      ``torchtitan/distributed/utils.py`` ``clip_grad_norm_``, ``_clip_grad_norm_with_ep``)
+      all-reduces the grad norm over ``pp_mesh.get_group()`` where pp > 1, the group its
+      ``PipelineStage`` sends on (``pipeline_parallel.py``: ``group=pp_mesh.get_group("pp")``).
+    * ep: under ``fsdp2`` on a MoE model with ep > 1, ``ep_grads_total_norm.full_tensor()``
+      all-reduces the experts' norm over the "ep" mesh dimension, the group the token
+      dispatcher's all-to-all runs on (``models/common/token_dispatcher.py``:
+      ``all_to_all_single(..., self.ep_mesh)``)."""
+    arch = c.model.arch
+    fsdp2 = Framework(f.framework) is Framework.FSDP2
+    moe = arch is not None and arch.moe is not None
+    pp = (f.pp > 1) if fsdp2 else moe_metrics_ring(c, f)
+    return pp, ((f.ep > 1) if fsdp2 and moe else False)
+
+
+def expert_tp_ring(f: Fields) -> Any:
+    """Whether the routed experts' tensor-parallel group is a communicator of its own: where
+    ``expert_tp`` > 1, except under ``fsdp2``: torchtitan (b5bcd76c6) has no expert
+    tensor-parallel degree (``config/configs.py`` ``ParallelismConfig``: no such field); at
+    ep = 1 the experts are split over the dense mesh's "tp" dimension, the tp group's
+    communicator, and at ep > 1 its sparse mesh ``("pp", "dp_replicate", "efsdp", "ep")``
+    (``parallel_dims.py`` ``build_mesh``) has no tp dimension."""
+    return (f.expert_tp > 1) & (Framework(f.framework) is not Framework.FSDP2)
+
+
 def placed_rings(c: Context, f: Fields) -> tuple[tuple[Any, Any, Any, tuple[str, str]], ...]:
     """:func:`megatron_rings` and, with experts under any framework, the expert data-parallel
     group (``expert_shard_degree`` ranks at :func:`expert_dp_stride`, on its own ``edp`` link):
     as Megatron-Core's expert rank generator, DeepSpeed's ``_create_expert_and_data_parallel``
     (``utils/groups.py`` at edaa72212: ``range(i, pp_stride, ep)``) and torchtitan's sparse
     mesh (``efsdp`` outside ``ep``) lay it (:func:`topology.placement.axis_links`), not the
-    dense dp group's placement."""
+    dense dp group's placement. Under ``fsdp2`` only where ep > 1: at ep = 1 torchtitan shards
+    the experts over the dense FSDP mesh (``distributed/fsdp.py``: "When EP = 1: all params use
+    the same FSDP mesh") and gives the "efsdp" dimension the fake backend (``parallel_dims.py``
+    ``_mesh_exist``)."""
     arch = c.model.arch
     if arch is None or arch.moe is None:
         return megatron_rings(c, f)
-    edp = (f.expert_shard_degree > 1, (expert_dp_stride(f), f.expert_shard_degree), (0, 1))
+    own = (f.ep > 1) | (Framework(f.framework) is not Framework.FSDP2)
+    edp = ((f.expert_shard_degree > 1) & own, (expert_dp_stride(f), f.expert_shard_degree), (0, 1))
     return ((*edp, ("edp", "edp")), *megatron_rings(c, f))

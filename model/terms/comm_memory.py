@@ -41,10 +41,11 @@ reduce-scatter, all-gather) connects one peer in and one out on each of its coll
 **point-to-point peers** (pipeline, context parallelism, the expert all-to-all) get
 :func:`p2p_channels_per_peer` channels each.
 
-Not counted: NVLink SHARP (NVLS) and CollNet buffers, the tree algorithm's connections (NCCL
-connects an algorithm on its first use, ``NCCL_RUNTIME_CONNECT``; large gradient collectives run
-rings), NCCL's host-side proxy buffers (host memory), and communicators split with shared
-resources (``splitShare``), which PyTorch does not request by default.
+A ring holds NVLink SHARP's credits, and its buffers where its step runs a large collective as
+NVLS (:mod:`model.terms.nvls_memory`; ``nccl_nvls``). Not counted: CollNet buffers (off by
+default), the tree algorithm's connections (NCCL connects an algorithm on its first use,
+``NCCL_RUNTIME_CONNECT``), NCCL's host-side proxy buffers (host memory), and communicators split
+with shared resources (``splitShare``), which PyTorch does not request by default.
 """
 
 from __future__ import annotations
@@ -60,13 +61,21 @@ from trainplan.model.pipeline import Schedule
 from trainplan.model.terms.activation_fields import cp_mechanism_of
 from trainplan.model.terms.comm_groups import (
     data_rings,
+    expert_tp_ring,
     grad_stats_rings,
-    moe_metrics_ring,
+    group_rings,
     own_group,
     placed_rings,
     world_ring,
 )
 from trainplan.model.terms.fields import Context, Fields
+from trainplan.model.terms.nvls_memory import (
+    group_placement,
+    nvls_group_bytes,
+    nvls_strided_bytes,
+    strided_nodes,
+    world_runs_large,
+)
 from trainplan.model.xp import maximum, where
 
 __all__ = [
@@ -221,8 +230,7 @@ def group_channels(
     """
     if nvlink or size <= 1:
         return collective_channels(int(size), 1, None, nvl5)
-    nodes = max(1, min(int(size), -(-int(span) // int(gpus_per_node))))
-    local = max(1, min(int(gpus_per_node), -(-int(size) // nodes)))
+    local, nodes = group_placement(size, span, gpus_per_node)
     return collective_channels(local, nodes, float(nic) if nic else None, nvl5)
 
 
@@ -243,8 +251,7 @@ def strided_group_channels(
     size, gpn = int(n1) * int(n2), int(gpus_per_node)
     if nvlink or size <= 1:
         return collective_channels(size, 1, None, nvl5)
-    ranks = (i * int(s1) + j * int(s2) for i in range(int(n1)) for j in range(int(n2)))
-    nodes = len({r // gpn for r in ranks})
+    nodes = strided_nodes(s1, n1, s2, n2, gpn)
     local = max(1, min(gpn, -(-size // nodes)))
     return collective_channels(local, nodes, float(nic) if nic else None, nvl5)
 
@@ -357,8 +364,8 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
     """Bytes of NCCL communicator buffers on one GPU of pipeline stage ``f.stage``: one
     communicator per process group the layout runs collectives on (:func:`communicator_bytes`):
 
-    * rings: tp; the dp·cp gradient group (reduce-scatter, all-gather or all-reduce); with
-      experts the expert tensor-parallel group (``expert_tp``) where it has more than one rank;
+    * rings: tp; the dp·cp gradient group; with experts the expert tensor-parallel group
+      (:func:`expert_tp_ring`); the pp and ep groups' own (:func:`group_rings`);
       cp's all-gather flavour; with tied embeddings or MTP, the first and last stage's two-rank
       embedding group; Megatron-Core's gradient-statistics groups (:func:`grad_stats_rings`);
       the world group's (:func:`world_ring`: the frameworks' barriers); the loss and token-count
@@ -375,7 +382,7 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
 
     Each ring connects, and each communicator sets up, the channels its placement gets
     (:func:`_channels`); a world-sized DeviceMesh group is the world's (:func:`_communicator`).
-    0 under ``textbook`` (the paper convention counts no runtime memory).
+    0 under ``textbook``.
 
     Scope: tp, dp, cp, cp_kind, cp_a2a, ep, etp, pp, schedule, virtual_stages, framework,
     rank_order, zero_stage.
@@ -385,7 +392,7 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
         return 0
     chans = partial(_channels, c, f)
     comm = partial(_communicator, f, c.options.nccl_channel_setup)
-    world = chans(None, f.tp * f.pp * f.shard_degree)
+    world = chans(None, f.tp * f.pp * f.shard_degree, world_runs_large(f))
     dp = chans("dp", f.shard_degree)
     total = comm(f.tp > 1, 0, 0, chans("tp", f.tp), f.tp)
     total = total + comm(f.shard_degree > 1, 0, 0, dp, f.shard_degree)
@@ -395,20 +402,20 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
     cp_ring = where(gather, r > 1, False)
     total = total + comm(cp_ring, cp_peers, _p2p(c, f, "cp", f.cp), chans("cp", f.cp), f.cp)
     arch = c.model.arch
+    pp_ring, ep_ring = group_rings(c, f)
     if arch is not None and arch.moe is not None:
-        if c.training.moe_run.dispatcher is not Dispatcher.DEEPEP:  # DeepEP: its own buffers
-            ep = chans("ep", f.ep)
-            total = total + comm(False, f.ep - 1, _p2p(c, f, "ep", f.ep), ep, f.ep)
-        total = total + comm(f.expert_tp > 1, 0, 0, chans("tp", f.expert_tp), f.expert_tp)
-    pp = chans("pp", f.pp)
-    total = total + _pipeline_bytes(c, f, comm, pp, moe_metrics_ring(c, f))
+        peers = f.ep - 1 if c.training.moe_run.dispatcher is not Dispatcher.DEEPEP else 0
+        total = total + comm(ep_ring, peers, _p2p(c, f, "ep", f.ep), chans("ep", f.ep, False), f.ep)
+        total = total + comm(expert_tp_ring(f), 0, 0, chans("tp", f.expert_tp), f.expert_tp)
+    pp = chans("pp", f.pp, False)
+    total = total + _pipeline_bytes(c, f, comm, pp, pp_ring)
     if arch is not None and shares_embedding_with_last_stage(arch):
         ends = ((f.stage == 0) | (f.stage == f.pp - 1)) & (f.pp > 1)
-        total = total + comm(ends, 0, 0, pp)
+        total = total + comm(ends, 0, 0, chans("pp", f.pp))
     total = total + grad_stats_rings(c, f) * comm(True, 0, 0, world)
     total = total + comm(world_ring(f), 0, 0, world)
     for present, ranks in data_rings(f):
-        total = total + comm(present, 0, 0, chans("dp", ranks))
+        total = total + comm(present, 0, 0, chans("dp", ranks, False))
     for present, a, b, axes in placed_rings(c, f):
         total = total + comm(present, 0, 0, _strided(c, f, a, b, axes), a[1] * b[1])
     mirror = (f.schedule == Schedule.DUALPIPE) & (f.pp > 1)
@@ -416,7 +423,7 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
 
 
 def _communicator(
-    f: Fields, setup: bool, ring: Any, peers: Any, per_peer: Any, ch: tuple[Any, Any],
+    f: Fields, setup: bool, ring: Any, peers: Any, per_peer: Any, ch: tuple[Any, ...],
     ranks: Any = None,
 ) -> Any:  # fmt: skip
     """:func:`communicator_bytes` of a group on ``ch``, its ``(collective, set-up)`` channels
@@ -425,15 +432,18 @@ def _communicator(
     world), only its point-to-point peers' connections: its ring and its set-up are the world
     ring's (:func:`world_ring`)."""
     full = communicator_bytes(ring, peers, per_peer, setup, ch[0], ch[1])
+    full = full + (where(ring, ch[2], 0) if len(ch) > 2 else 0)  # NVLS: nvls_memory
     if ranks is None:
         return full
     shared = communicator_bytes(False, peers, per_peer, False, ch[0], ch[1])
     return where(own_group(f, ranks), full, shared)
 
 
-def _channels(c: Context, f: Fields, axis: str | None, size: Any) -> tuple[Any, Any]:
+def _channels(c: Context, f: Fields, axis: str | None, size: Any, large: Any = True) -> Any:
     """``(collective, set-up)`` channels of a group of ``size`` ranks over ``axis``'s link
-    (:func:`group_channels`, :func:`setup_channels`); ``None``: the world, every GPU."""
+    (:func:`group_channels`, :func:`setup_channels`), and its ring's NVLS bytes
+    (:func:`model.terms.nvls_memory.nvls_group_bytes`; ``large`` false: its step runs only
+    one-float all-reduces, so no NVLS buffers); ``None``: the world, every GPU."""
     gpn = c.gpu.gpus_per_node
     nvl5 = (c.gpu.nvlink_bytes_per_s or 0) > 450e9
     if axis is None:
@@ -444,26 +454,27 @@ def _channels(c: Context, f: Fields, axis: str | None, size: Any) -> tuple[Any, 
         nic = where(link.nvlink, 0.0, link.bandwidth)
         args = (size, link.span, gpn, link.nvlink, nic, nvl5)
     coll = f.lookup_values(group_channels, (), *args)
-    return coll, f.lookup_values(setup_channels, (), coll)
+    nvls = f.lookup_values(nvls_group_bytes, (c.gpu.name, c.options.nccl_nvls), *args[:4], large)
+    return coll, f.lookup_values(setup_channels, (), coll), nvls
 
 
-def _strided(
-    c: Context, f: Fields, a: tuple[Any, Any], b: tuple[Any, Any], axes: tuple[str, str]
-) -> tuple[Any, Any]:
-    """``(collective, set-up)`` channels of the group of ``a``'s ``(stride, size)`` times
-    ``b``'s (:func:`strided_group_channels`), on ``axes[1]``'s link where ``b`` has more than one
-    rank, else ``axes[0]``'s."""
+def _strided(c: Context, f: Fields, a: Any, b: Any, axes: tuple[str, str]) -> Any:
+    """:func:`_channels` of the group of ``a``'s ``(stride, size)`` times ``b``'s
+    (:func:`strided_group_channels`), on ``axes[1]``'s link where ``b`` has more than one rank,
+    else ``axes[0]``'s; NVLS buffers on the expert dp group alone (``("edp", "edp")``, gradients)."""
+    large = axes == ("edp", "edp")
     inner, outer = f.link(axes[0]), f.link(axes[1])
     nvlink = where(b[1] > 1, outer.nvlink, inner.nvlink)
     nic = where(nvlink, 0.0, where(b[1] > 1, outer.bandwidth, inner.bandwidth))
     nvl5 = (c.gpu.nvlink_bytes_per_s or 0) > 450e9
     args = (a[0], a[1], b[0], b[1], c.gpu.gpus_per_node, nvlink, nic, nvl5)
     coll = f.lookup_values(strided_group_channels, (), *args)
-    return coll, f.lookup_values(setup_channels, (), coll)
+    nvls = f.lookup_values(nvls_strided_bytes, (c.gpu.name, c.options.nccl_nvls), *args[:6], large)
+    return coll, f.lookup_values(setup_channels, (), coll), nvls
 
 
 def _pipeline_bytes(
-    c: Context, f: Fields, comm: Any, pp: tuple[Any, Any], ring: Any = False
+    c: Context, f: Fields, comm: Any, pp: tuple[Any, ...], ring: Any = False
 ) -> Any:
     """The pipeline's communicators on one stage. Megatron-LM's interleaved schedule overlaps
     its sends by default (``--no-overlap-p2p-communication`` turns it off), and then does not
@@ -473,7 +484,7 @@ def _pipeline_bytes(
     pp > 2 a stage holds two, one per neighbour, each with its own set-up
     (:func:`collective_channels` of a pair of adjacent stages). Otherwise one communicator over
     the pp group reaches :func:`_pipeline_peers`. Where ``ring`` (an all-reduce over the pp group,
-    :func:`model.terms.comm_groups.moe_metrics_ring`) that communicator connects a ring too; under
+    :func:`model.terms.comm_groups.group_rings`) that communicator connects a ring too; under
     lone sends the pp group's ring is a communicator of its own."""
     link = f.link("pp")
     megatron = Framework(f.framework) is Framework.MEGATRON

@@ -111,7 +111,8 @@ CACHE = 4096
 def params_of(c: Context, framework: str | None = None) -> RooflineParams:
     """The roofline figures in force (:func:`model.op_rates.params_in_force`; with
     ``framework``, the attention kernel it runs where none was given)."""
-    return params_in_force(c.options.roofline, c.gpu.name, c.options.attention_kernel, framework)
+    o = c.options
+    return params_in_force(o.roofline, c.gpu.name, o.attention_kernel, framework, o.nccl_nvls)
 
 
 def axis_link(c: Context, f: Fields, axis: str, all_to_all: Any = False) -> tuple[Any, Any]:

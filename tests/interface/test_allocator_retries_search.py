@@ -67,9 +67,12 @@ def test_405b_fsdp2_search_answers_the_clean_fit_unless_retries_are_accepted():
     # the tp 2 ring in a node (484), the FSDP ring over 256 nodes at 4 a node (16 channels,
     # 292), the world ring (292) and torchtitan's "batch" and "loss" groups (dp 1024 each, cp
     # 1), placed as the FSDP ring, 2 × 292 (model/terms/comm_groups.py data_rings): 78.58 GB
-    # with the first three, 2 × 306,184,192 B more with the last two
-    assert m["communicator_bytes"] == (484 + 292 + 292 + 2 * 292) * 2**20
-    assert round((m["reserved_bytes"] + m["communicator_bytes"]) / 1e9, 2) == 79.19
+    # with the first three, 2 × 306,184,192 B more with the last two; NVLink SHARP
+    # (model/terms/nvls_memory.py): the tp 2 ring 2 MiB of credits and 16 × 2 × (128 KiB × 8) ×
+    # 2 = 64 MiB of buffers, the four rings across nodes with ≥ 2 ranks a node 2 MiB each: 74 MiB
+    nvls = 66 + 4 * 2
+    assert m["communicator_bytes"] == (484 + 292 + 292 + 2 * 292 + nvls) * 2**20
+    assert round((m["reserved_bytes"] + m["communicator_bytes"]) / 1e9, 2) == 79.27
     assert any(
         a.startswith("search memory rule: a layout fits only where") for a in clean["assumptions"]
     )
@@ -86,8 +89,9 @@ def test_405b_fsdp2_search_answers_the_clean_fit_unless_retries_are_accepted():
     # and "batch" and "loss", are every GPU, so PyTorch's DeviceMesh hands them the default
     # group (model/terms/comm_groups.py own_group): 92 MiB less than the one dp ring of 32
     # channels without set-up counted before (12,495,946,368 B over then; 2 × 292 MiB, with a
-    # dp ring of its own beside the world ring, until the default group was shared)
-    assert m["reserved_over_bytes"] == 12_495_946_368 + (292 - 384) * 2**20
+    # dp ring of its own beside the world ring, until the default group was shared); and the
+    # world ring's 2 MiB of NVLS credits (8 ranks a node)
+    assert m["reserved_over_bytes"] == 12_495_946_368 + (292 - 384 + 2) * 2**20
     assert any("allocator_retries_ok" in a for a in retried["assumptions"])
 
     # only the retry layout left (tp 1, b 1): infeasible, and the message names the rule
@@ -95,7 +99,8 @@ def test_405b_fsdp2_search_answers_the_clean_fit_unless_retries_are_accepted():
     assert none.returncode == 1, none.stderr[-2000:]
     lines = json.loads(none.stdout)["explanation"]
     assert lines[0].startswith("memory: no layout's reserved bytes fit 83.21 GB per GPU; ")
-    # its allocated peak 82,552,487,552 B and the world ring alone, 306,184,192 B (83.16 GB
+    # its allocated peak 82,552,487,552 B and the world ring alone, 306,184,192 B + 2 MiB of NVLS
+    # credits, 82,860,768,896 B (83.16 GB
     # with the FSDP group's ring of its own beside it, before it shared the default group's)
     assert "the least 82.86 GB: dp 2048, tp 1" in lines[0]
     assert lines[1].startswith("search memory rule: a layout fits only where its reserved bytes")

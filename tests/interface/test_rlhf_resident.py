@@ -97,8 +97,13 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     before_mp = (484 + 148 + 76 + 292 + 292) * MIB + 2 * 3 * 5120 * 8192
     assert before_mp == 1_606_418_432
     # + the model-parallel group (tp 4 × pp 2: 4 ranks a node on 2 nodes, 16 channels), 292 MiB
-    resident = before_mp + 292 * MIB
-    assert resident == 1_912_602_624
+    assert before_mp + 292 * MIB == 1_912_602_624
+    # + NVLink SHARP (model/terms/nvls_memory.py): the tp 4 ring in a node 2 MiB of credits and
+    # 16 × 2 × (128 KiB × 8) × 4 = 128 MiB of buffers; the dp ring (2 a node), the
+    # gradient-statistics, world and model-parallel rings (≥ 2 a node across nodes, or one-float
+    # all-reduces NCCL runs as rings, src/graph/tuning.cc) 2 MiB of credits each: 138 MiB
+    resident = before_mp + 292 * MIB + 138 * MIB
+    assert resident == 2_057_306_112
     # the engine at tp 8: its PyNccl ring 24 × 12 MiB + custom all-reduce 3 × 8 MiB outside its
     # budget, and torch's ring for the logits all-gather, 24 × 12 MiB, inside it
     outside, inside = 24 * CONNECTION + 3 * 8 * MIB, 24 * CONNECTION
@@ -107,7 +112,7 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     held = resident + outside + inside + 666_632_192 + 33_554_432
     assert pool.processes == 2 and pool.process_bytes == 700_186_624
     assert pool.resident_bytes == resident + outside + inside
-    assert pool.held_bytes == held == 2_935_750_656 + 306_184_192 == 3_241_934_848
+    assert pool.held_bytes == held == 2_935_750_656 + 306_184_192 + 138 * MIB == 3_386_638_336
     costs = {str(c.option.role): c for c in r.best.plan.costs}
     assert all(costs[k].resident_bytes == resident for k in ("actor", "critic", "reference"))
     assert costs["actor"].swap_bytes == 66_151_772_160
@@ -130,8 +135,8 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     )
     # the pool held 3,443,261,440 B before NCCL's placed channels (above): scoring 57,402,769,408
     # and training 77,739,520,000 then, 507,510,784 B less each after (56,895,258,624 and
-    # 77,232,009,216), and 306,184,192 B more each with the model-parallel ring
-    assert pool.peak_bytes[1:] == (57_201_442_816, 77_538_193_408) and pool.peak <= CAPACITY
+    # 77,232,009,216), and 306,184,192 B more each with the model-parallel ring, and NVLS's 138 MiB
+    assert pool.peak_bytes[1:] == (57_346_146_304, 77_682_896_896) and pool.peak <= CAPACITY
     # the actor's and the critic's scoring round trips move 2P, not 7.5P: 2 × 2 × 5.5P / 64 GB/s
     # = 3.03 s less than 5,496.4 s: 5,493.39 s; NCCL's SM charge on the two updates' dp traffic
     # (docstring): 2 × (φ − 1/221) × 0.529385 s = 0.248 s more
@@ -176,14 +181,18 @@ def test_the_old_four_layout_answer_is_refused():
     # over at every ZeRO stage (model/terms/comm_groups.py megatron_rings), placed as a tp block
     # at each pp stride: the actor's 4 × 2 ranks, 4 a node on 2 nodes, 16 channels, 292; the
     # critic's 2 × 4 and the reference's 2 × 2, 2 a node on 4 and 2 nodes, 8 channels, 96 + 52 =
-    # 148; the reward model's 1 × 2, one a node on 2 nodes, 4 channels, 76
+    # 148; the reward model's 1 × 2, one a node on 2 nodes, 4 channels, 76. NVLink SHARP
+    # (model/terms/nvls_memory.py): the tp ring in a node 2 MiB of credits and 32·tp MiB of
+    # buffers (actor tp 4: 130; critic and reference tp 2: 66), and 2 MiB of credits on each
+    # other ring with ≥ 2 ranks a node (dp, gradient statistics, world, model-parallel: 8; the
+    # reward model's model-parallel ring, one rank a node: none, 6)
     mpu = 251_658_240
     actor, critic = (
-        (484 + 148 + 76 + 584 + 292) * MIB + mpu,
-        (484 + 292 + 76 + 584 + 148) * MIB + mpu,
+        (484 + 148 + 76 + 584 + 292 + 130 + 8) * MIB + mpu,
+        (484 + 292 + 76 + 584 + 148 + 66 + 8) * MIB + mpu,
     )
-    assert critic > (484 + 292 + 96 + 28 + 584 + 148) * MIB
-    reward = (292 + 76 + 584 + 76) * MIB
+    assert critic > (484 + 292 + 96 + 28 + 584 + 148 + 66 + 8) * MIB
+    reward = (292 + 76 + 584 + 76 + 6) * MIB
     assert [c.resident_bytes for c in costs[1:]] == [actor, critic, critic, reward]
     with pytest.raises(InputError, match=r"need one tp × pp: actor tp 4 × pp 2, critic tp 2"):
         placement_plan(p, costs, (0, 0, 0, 0, 0))
@@ -205,7 +214,8 @@ def test_scoring_and_rollout_count_the_roles_own_communicators():
     actor = cost_of(p, RoleOption(Role.ACTOR, 16, 16, 1, 1))
     ref = cost_of(p, RoleOption(Role.REFERENCE, 16, 16, 1, 1))
     engine = cost_of(p, RoleOption(Role.ROLLOUT, 16, 8, 2, 1, "none", Fraction(1, 2)), None, True)
-    assert actor.resident_bytes == ref.resident_bytes == 3 * 292 * MIB == 918_552_576
+    # and NVLink SHARP's 2 MiB of credits on each (8 ranks a node; model/terms/nvls_memory.py)
+    assert actor.resident_bytes == ref.resident_bytes == 3 * (292 + 2) * MIB == 924_844_032
     # the engine's tp 2: PyNccl's ring 24 + torch's all-gather ring 24 connections (the 24
     # collective channels of a node, model/terms/comm_memory.py RING_CHANNELS; no set-up counted
     # for the engine's rings), custom all-reduce 24 MiB
@@ -213,7 +223,7 @@ def test_scoring_and_rollout_count_the_roles_own_communicators():
     plan = compose((engine, actor, ref), (0, 0, 0), CAPACITY, 2 * 10**12, 8)
     (pool,) = plan.pools
     # once: one set of groups; the engine's; and the engine's worker, a second process
-    held = actor.held_bytes + ref.held_bytes + 918_552_576 + 629_145_600 + 700_186_624
+    held = actor.held_bytes + ref.held_bytes + 924_844_032 + 629_145_600 + 700_186_624
     assert pool.held_bytes == held
     assert pool.peak_bytes[0] == held + engine.rollout_bytes
     assert pool.peak_bytes[1] == held + max(actor.scoring_bytes, ref.scoring_bytes)
@@ -319,7 +329,10 @@ def test_grpo_qwen7b_on_64_h100_counts_the_sleeping_engine():
     assert less == 4_671_406_080
     fewer = (830_472_192 - 629_145_600) + (1152 - 876) * MIB
     assert fewer == 490_733_568
-    assert plan.pools[0].peak_bytes[1] == 83_777_102_880 - less - fewer == 78_614_963_232
+    assert 83_777_102_880 - less - fewer == 78_614_963_232
+    # and NVLink SHARP's 2 MiB of credits on each of the actor's three rings (8 ranks a node
+    # across nodes, model/terms/nvls_memory.py): 6 MiB
+    assert plan.pools[0].peak_bytes[1] == 78_614_963_232 + 6 * MIB == 78_621_254_688
     assert plan.fits
     r = search_placement(p)
     assert r.status == "optimal" and r.best.colocated and r.best.plan.fits
@@ -454,9 +467,11 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     301,989,888: 931,135,488. Pools 1 and 2: two processes, one beyond: 700,186,624; resident:
     each role's groups, its dp-4 ring and DeepSpeed's world ring inside the node, 24 channels ×
     12 MiB + (32 × 3 + 2) × 2 MiB of set-up = 484 MiB a ring (model/terms/comm_memory.py),
-    968 MiB = 1,015,021,568 each: 2,030,043,136. Pool 1 holds that, the process, the reference's
-    BF16 weights (2 B × 8,030,261,248 parameters = 16,060,522,496) and the actor's held state:
-    51,962,470,400 B."""
+    968 MiB = 1,015,021,568 each: 2,030,043,136; with NVLink SHARP (model/terms/nvls_memory.py)
+    the dp-4 ring's 2 MiB of credits and 16 × 2 × (128 KiB × 8) × 4 = 128 MiB of buffers, the
+    world ring's (the barrier's one float, run as a ring: no buffers) 2 MiB of credits, 132 MiB
+    a role: 2,306,867,200. Pool 1 holds that, the process, the reference's BF16 weights (2 B ×
+    8,030,261,248 parameters = 16,060,522,496) and the actor's held state: 52,239,294,464 B."""
     inp = rlhf_inputs(
         {"algorithm": "ppo", "model": "llama3-8b", "gpus": 16, "framework": "deepspeed",
          "bandwidth_efficiency": 1},  # decode at the datasheet HBM bandwidth, as derived
@@ -483,7 +498,9 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     assert pool0.resident_bytes == engine + 24 * CONNECTION == 931_135_488
     role = 2 * (24 * CONNECTION + (32 * 3 + 2) * 2 * MIB)
     assert role == 968 * MIB == 1_015_021_568
-    assert pool1.resident_bytes == pool2.resident_bytes == 2 * role == 2_030_043_136
+    assert 2 * role == 2_030_043_136
+    nvls = (2 + 128 + 2) * MIB
+    assert pool1.resident_bytes == pool2.resident_bytes == 2 * (role + nvls) == 2_306_867_200
     costs = {c.option.role: c for c in r.best.plan.costs}
     assert all(
         c.option.tp == 1 and c.option.pp == 1
@@ -491,8 +508,8 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
         if role is not Role.ROLLOUT
     )
     assert costs[Role.REFERENCE].held_bytes == 2 * 8_030_261_248 == 16_060_522_496
-    held = 2_030_043_136 + 700_186_624 + 16_060_522_496 + costs[Role.ACTOR].held_bytes
-    assert pool1.held_bytes == held == 51_962_470_400
+    held = 2_306_867_200 + 700_186_624 + 16_060_522_496 + costs[Role.ACTOR].held_bytes
+    assert pool1.held_bytes == held == 52_239_294_464
     # the engine's tp all-reduces (model/rollout_reduce.py; 2 · 32 = 64 a forward) move it from
     # tp 8 × dp 1 to tp 2 × dp 4 (docstring): its rollout 1,237.53 → 1,425.41 s
     decode = 20 * 4_096 * 64 * 24.078e-6 + 4_096 * 64 * 24.273e-6

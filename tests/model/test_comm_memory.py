@@ -48,6 +48,17 @@ def test_one_connection_is_twelve_mib():
 # no set-up).
 NODE_RING, CROSS_RING = (288 + 196) * MIB, (192 + 100) * MIB
 assert (NODE_RING, CROSS_RING) == (484 * MIB, 292 * MIB)
+# NVLink SHARP on an H100 (CostOptions.nccl_nvls, on by default; model/terms/nvls_memory.py,
+# NCCL src/transport/nvls.cc): a ring whose r ranks lie in one node also holds ncclNvlsSetup's
+# credits, 16 channels × 2 × 64 B × r heads rounded up to 2 MiB, and ncclNvlsBufferSetup's
+# buffers, 16 × 2 × (NCCL_NVLS_CHUNKSIZE 128 KiB × NCCL_STEPS 8) × r = 32·r MiB; a ring across
+# nodes with ≥ 2 ranks on a node the credits alone (2 MiB); one rank a node: nothing. NCCL sets
+# the buffers up on the first collective it runs as NVLS (runtime connection, src/enqueue.cc
+# ncclPrepareTasks → src/group.cc ncclCollPreconnect), and its tuner never picks NVLS for a
+# one-float all-reduce (Simple protocol only, 25 µs of latency; src/graph/tuning.cc): a ring in
+# a node that runs only those (the world's barrier, the gradient statistics, Megatron's
+# model-parallel and token-count groups) holds the 2 MiB of credits alone.
+NVLS8, NVLS4, NVLS2, CREDITS = (2 + 256) * MIB, (2 + 128) * MIB, (2 + 64) * MIB, 2 * MIB
 
 
 def test_a_tp_dp_pp_layout_by_hand():
@@ -61,10 +72,13 @@ def test_a_tp_dp_pp_layout_by_hand():
     # Megatron-LM's train_step all-reduces over the model-parallel group (tp·pp = 16 ranks) after
     # every optimizer step (test_megatron_groups, test_the_model_parallel_group_at_every_zero_stage):
     # the tp block of 4 at each pp stride of 8, 4 ranks a node on 4 nodes: 16 channels, 292 MiB.
+    # NVLS: tp 4 in a node 130 MiB, dp 2 in a node 66, the three rings across nodes at 8 or 4
+    # ranks a node 2 each, the pipeline (one rank a node) none: 202 MiB.
     lay = Layout(dp=2, tp=4, pp=4)
-    ends = (484 + 484 + 48 + 28 + 292 + 292 + 292) * MIB
-    middle = (484 + 484 + 96 + 28 + 292 + 292 + 292) * MIB
-    assert (ends, middle) == (1920 * MIB, 1968 * MIB)  # was 1,628 and 1,676 without the tp·pp ring
+    nvls = NVLS4 + NVLS2 + 3 * CREDITS
+    ends = (484 + 484 + 48 + 28 + 292 + 292 + 292) * MIB + nvls
+    middle = (484 + 484 + 96 + 28 + 292 + 292 + 292) * MIB + nvls
+    assert (ends, middle) == (2122 * MIB, 2170 * MIB)  # 1,920 and 1,968 without NVLS
     assert _comm(DENSE, lay) == [ends, middle, middle, ends]
 
 
@@ -75,9 +89,11 @@ def test_interleaving_gives_each_stage_two_pair_communicators():
     holds two, the ends too (the schedule wraps the model chunks). A pair of adjacent stages, 8
     ranks apart, has one rank on each of 2 nodes: 4 channels, 4 × 12 = 48 MiB of buffers and
     28 MiB of set-up, 76 MiB each; with the model-parallel ring (292 MiB,
-    test_a_tp_dp_pp_layout_by_hand): 484 + 484 + 2 × 76 + 292 + 292 + 292 = 1,996 MiB."""
+    test_a_tp_dp_pp_layout_by_hand): 484 + 484 + 2 × 76 + 292 + 292 + 292 = 1,996 MiB, and
+    NVLS's 202 MiB (the pairs, one rank a node, none)."""
     lay = Layout(dp=2, tp=4, pp=4, virtual_stages=2, schedule="interleaved")
-    assert _comm(DENSE, lay) == [(484 + 484 + 2 * 76 + 292 + 292 + 292) * MIB] * 4
+    nvls = NVLS4 + NVLS2 + 3 * CREDITS
+    assert _comm(DENSE, lay) == [(484 + 484 + 2 * 76 + 292 + 292 + 292) * MIB + nvls] * 4
 
 
 def test_megatron_gradient_statistics_groups():
@@ -90,23 +106,32 @@ def test_megatron_gradient_statistics_groups():
     train_step reduces over at every stage: counted once, on its own placement (the tp block of
     4 at each pp stride of 8: 4 ranks a node on 4 nodes, 16 channels, 292 MiB, as the world's
     8 a node on 4 nodes is)."""
+    # NVLS (header): tp 4 and dp 2 in a node, the two rings across nodes 2 MiB each; the dp ring
+    # of 8 in a node 258 MiB, the gradient-statistics and world rings of 8 (one-float
+    # all-reduces) 2 each
     zero0 = Layout(dp=2, tp=4, pp=4, zero_stage=0)
+    nvls = NVLS4 + NVLS2 + 2 * CREDITS
     ends, middle = (484 + 484 + 48 + 28 + 292 + 292) * MIB, (484 + 484 + 96 + 28 + 292 + 292) * MIB
-    assert _comm(DENSE, zero0) == [ends, middle, middle, ends]  # tp·pp = 16 ranks
-    assert _comm(DENSE, Layout(dp=8, zero_stage=0)) == [(484 + 484) * MIB]  # tp·pp = 1: none
-    assert _comm(DENSE, Layout(dp=8)) == [(484 + 484 + 484) * MIB]  # ZeRO-1: all 8 GPUs
+    assert _comm(DENSE, zero0) == [ends + nvls, middle + nvls, middle + nvls, ends + nvls]
+    dp8 = 484 * MIB + NVLS8  # tp·pp = 1: the dp ring and the world's
+    assert _comm(DENSE, Layout(dp=8, zero_stage=0)) == [dp8 + 484 * MIB + CREDITS] == [1228 * MIB]
+    one_float = 484 * MIB + CREDITS  # ZeRO-1: the gradient statistics over all 8 GPUs too
+    assert _comm(DENSE, Layout(dp=8)) == [dp8 + 2 * one_float] == [1714 * MIB]
     # MoE under ZeRO-0, dp 16 × ep 8 on 2 nodes: the dp ring across them (292); the all-to-all's
     # 7 NVLink peers × 32 channels × 12 MiB = 2,688 + the ep communicator's set-up (24 → 32
     # channels, 196); the expert dp group, 2 ranks at stride ep = 8, one on each node (4
     # channels: 48 + 28 = 76); tp·pp = 1 (none), expert tp·ep·pp = 8 (a ring placed as the
     # world, 292); the world (292); the expert tp·ep group of the token counts' all-gather, the
-    # 8 ep ranks in a node (484; tests/model/test_megatron_groups.py)
+    # 8 ep ranks in a node (484; tests/model/test_megatron_groups.py); NVLS: the tp·ep ring in a
+    # node runs the token counts' all-gather only (a few KiB: a ring's, header) 2, the three
+    # rings across the two nodes at 8 a node 2 each, none on the all-to-all
     lay = Layout(dp=16, ep=8, zero_stage=0)
-    assert _comm(MOE, lay) == [(292 + 2688 + 196 + 76 + 292 + 292 + 484) * MIB]
+    nvls = 4 * CREDITS
+    assert _comm(MOE, lay) == [(292 + 2688 + 196 + 76 + 292 + 292 + 484) * MIB + nvls]
     # the other profiles reduce their norms over groups counted already; FSDP2's world ring is
     # torchtitan's barrier after the first step (test_the_world_group_of_the_barriers), and its
     # dp 8 FSDP group of all 8 GPUs is that default group (DeviceMesh): one ring
-    assert _comm(DENSE, Layout(dp=8, framework="fsdp2", zero_stage=3)) == [484 * MIB]
+    assert _comm(DENSE, Layout(dp=8, framework="fsdp2", zero_stage=3)) == [484 * MIB + NVLS8]
 
 
 def test_expert_groups():
@@ -116,11 +141,14 @@ def test_expert_groups():
     # etp·ep = 8, one on each node (4 channels: 48 + 28 = 76 MiB; was 292 on the dense dp
     # group's placement); the distributed optimizer's gradient-statistics group over all 16 GPUs
     # (292 MiB); the world group's (292 MiB); Megatron-Core's expert tp·ep group, the 8 ep ranks
-    # in a node (484 MiB, tests/model/test_megatron_groups.py), under DeepEP too
+    # in a node (484 MiB, tests/model/test_megatron_groups.py), under DeepEP too; NVLS (header):
+    # the tp·ep ring (the token counts' all-gather only) 2 MiB, dp, gradient-statistics and
+    # world rings at 8 a node 2 MiB each: 8 MiB (was 264 with the tp·ep ring's buffers)
     lay = Layout(dp=16, tp=1, pp=1, ep=8)
-    assert _comm(MOE, lay) == [(292 + 2688 + 196 + 76 + 292 + 292 + 484) * MIB]
+    nvls = 4 * CREDITS
+    assert _comm(MOE, lay) == [(292 + 2688 + 196 + 76 + 292 + 292 + 484) * MIB + nvls]
     deepep = replace(TRAINING, moe_run=MoERun(dispatcher=Dispatcher.DEEPEP))
-    assert _comm(MOE, lay, deepep) == [(292 + 76 + 292 + 292 + 484) * MIB]  # DeepEP: own buffers
+    assert _comm(MOE, lay, deepep) == [(292 + 76 + 292 + 292 + 484) * MIB + nvls]  # DeepEP
 
 
 def test_the_world_group_of_the_barriers():
@@ -133,11 +161,14 @@ def test_the_world_group_of_the_barriers():
     distributed optimizer its gradient-statistics ring, then the world ring; under fsdp2 the
     FSDP group of all 8 GPUs is the default group itself (PyTorch DeviceMesh
     ``_init_one_process_group``; model/terms/comm_groups.py own_group), so the world ring
-    alone, 484 MiB (was 2 × 484); one GPU: nothing."""
-    assert _comm(DENSE, Layout(dp=8)) == [3 * 484 * MIB]
-    assert _comm(DENSE, Layout(dp=8, framework="deepspeed", zero_stage=2)) == [2 * 484 * MIB]
-    assert _comm(DENSE, Layout(dp=8, framework="deepspeed", zero_stage=3)) == [2 * 484 * MIB]
-    assert _comm(DENSE, Layout(dp=8, framework="fsdp2", zero_stage=3)) == [484 * MIB]
+    alone, 484 MiB (was 2 × 484); one GPU: nothing. NVLS (header): the dp ring of 8 in the node
+    258 MiB; the barrier's and the gradient statistics' rings 2 MiB of credits each; under
+    fsdp2 the world ring is the FSDP group's, whose all-gathers set the buffers up: 258."""
+    ring, barrier = 484 * MIB + NVLS8, 484 * MIB + CREDITS
+    assert _comm(DENSE, Layout(dp=8)) == [ring + 2 * barrier]
+    assert _comm(DENSE, Layout(dp=8, framework="deepspeed", zero_stage=2)) == [ring + barrier]
+    assert _comm(DENSE, Layout(dp=8, framework="deepspeed", zero_stage=3)) == [ring + barrier]
+    assert _comm(DENSE, Layout(dp=8, framework="fsdp2", zero_stage=3)) == [ring]
     assert _comm(DENSE, Layout(framework="deepspeed")) == [0]
 
 

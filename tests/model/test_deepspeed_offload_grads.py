@@ -35,7 +35,10 @@ def test_llama3_70b_zero3_offload_by_hand():
     45,808,497,408 B. NCCL's communicators by placement with their channels' set-up
     (model/terms/comm_memory.py): the dp ring and ZeRO-3's world barrier, both in one H100
     node, 24 × 12 + (32 × 3 + 2) × 2 = 484 MiB each, against 32 × 12 = 384 before: + 200 MiB,
-    46,018,212,608 B."""
+    46,018,212,608 B; and NVLink SHARP's (model/terms/nvls_memory.py), 2 MiB of credits on each
+    and, on the dp ring, whose gathers and reduce-scatters NCCL runs as NVLS, 16 × 2 × (128 KiB
+    × 8) × 8 = 256 MiB of buffers (the barrier's one-float all-reduce runs as a ring, so its
+    buffers are never set up): + 260 MiB, 46,290,842,368 B."""
     shard = P70 // 8
     assert shard == 8_819_213_312
     e = _evaluate("llama3-70b", 3, recompute="full")
@@ -43,8 +46,9 @@ def test_llama3_70b_zero3_offload_by_hand():
     assert state.gradients_bytes == 0
     assert state.host_bytes == (12 + 4 + 2) * shard == 158_745_839_616
     assert 45_808_497_408 == 63_446_924_032 - 2 * shard
-    assert e.peak.communicator_bytes == 2 * (24 * 12 + (32 * 3 + 2) * 2) * 2**20 == 968 * 2**20
-    assert e.total_bytes == 45_808_497_408 + 2 * (484 - 384) * 2**20 == 46_018_212_608
+    ring = 24 * 12 + (32 * 3 + 2) * 2
+    assert e.peak.communicator_bytes == (2 * ring + 2 + 256 + 2) * 2**20 == 1228 * 2**20
+    assert e.total_bytes == 45_808_497_408 + (2 * (484 - 384) + 260) * 2**20 == 46_290_842_368
 
 
 def test_llama3_8b_zero2_offload_by_hand():

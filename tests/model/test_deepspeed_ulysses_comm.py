@@ -114,7 +114,9 @@ def test_llama3_70b_zero3_cp2_allocated_and_reserved():
     apart from ZeRO's dp·cp group; model/terms/comm_groups.py data_rings): 32 ranks every
     second GPU, 4 a node on 8 nodes, 16 channels, 292: 1,456 MiB (4 × 32 connections of 12 MiB
     = 1,536 MiB before the set-up was counted, the peak 77,129,121,024 B then; + 12 MiB with
-    the set-up, 77,141,703,936 B, and + 292 MiB for the dp-only group: 77,447,888,128 B)."""
+    the set-up, 77,141,703,936 B, and + 292 MiB for the dp-only group: 77,447,888,128 B); and
+    NVLink SHARP's credits on the three rings across nodes (≥ 2 ranks a node: 2 MiB each,
+    model/terms/nvls_memory.py; the all-to-all's peer none): 1,462 MiB, 77,454,179,584 B."""
     common = dict(
         model="llama3-70b", num_gpus=64, gpu="H100-SXM", framework="deepspeed", dp=32, cp=2,
         cp_kind="ulysses", zero_stage=3, recompute="full", micro_batch_size=1,
@@ -126,8 +128,8 @@ def test_llama3_70b_zero3_cp2_allocated_and_reserved():
     assert fp32.stream_pool_bytes == 4_202_692_608 + 33_554_432 + 2**21 == 4_238_344_192
     assert bf16.stream_pool_bytes == 1_413_480_448
     assert fp32.allocated_bytes - bf16.allocated_bytes == R * 2
-    assert fp32.communicator_bytes == (292 + 580 + 292 + 292) * 2**20 == 1_526_726_656
-    assert fp32.total_bytes == 77_129_121_024 + (12 + 292) * 2**20 == 77_447_888_128
+    assert fp32.communicator_bytes == (292 + 580 + 292 + 292 + 3 * 2) * 2**20 == 1_533_018_112
+    assert fp32.total_bytes == 77_129_121_024 + (12 + 292 + 6) * 2**20 == 77_454_179_584
     assert round(fp32.total_bytes / 1e9, 2) == 77.45
     # reserved: allocated + the pool (80.16 GB) + 1.53 GB of communicators
     more = R * 2 + 4_238_344_192 - 1_413_480_448

@@ -97,7 +97,10 @@ def test_deepspeed_stage_holds_the_layer_the_split_gives_it():
     48 + (4 × 3 + 2) × 2 = 76; DeepSpeed's three groups placed as the world, 3 × 292 = 876.
     With Megatron-DeepSpeed's TorchScript bias-dropout-add masks (model.activation_rows.
     BIAS_DROPOUT_MASKS: a bool [s/tp, b, h] per residual add at dropout 0), 2·8,192·16,384/8 =
-    33,554,432 B a layer, 8 layers × 16 micro-batches: 4,294,967,296 B more, 158,546,446,848."""
+    33,554,432 B a layer, 8 layers × 16 micro-batches: 4,294,967,296 B more, 158,546,446,848.
+    NVLink SHARP (model/terms/nvls_memory.py): the tp ring of 8 in the node 2 MiB of credits and
+    16 × 2 × (128 KiB × 8) × 8 = 256 MiB of buffers, the world ring and the three groups (8 a
+    node) 2 MiB each: 266 MiB, 158,825,368,064 B."""
     est = trainplan.evaluate(
         model="llama3-405b", num_gpus=128, gpu="H200", framework="deepspeed", dp=1, tp=8, pp=16,
         zero_stage=1, micro_batch_size=1, global_batch_size=2048, recompute="none",
@@ -113,13 +116,14 @@ def test_deepspeed_stage_holds_the_layer_the_split_gives_it():
     assert view == 3_758_096_384
     lse = 8 * 16 * 4 * 128 // 8 * 8192
     assert lse == 67_108_864
-    assert est.stages[0].communicator_bytes == (484 + 292 + 76 + 3 * 292) * 2**20
+    assert est.stages[0].communicator_bytes == (484 + 292 + 76 + 3 * 292 + 266) * 2**20
     assert 164 * 12 - (484 + 292 + 76 + 3 * 292) == 240
     nccl = -240 * 2**20
     masks = 8 * 16 * 2 * 8192 * 16384 // 8
     assert masks == 4_294_967_296
     total = 150_677_932_544 + view + lse + nccl + masks
-    assert int(est.peak.total_bytes) == total == 158_546_446_848
+    assert total == 158_546_446_848
+    assert int(est.peak.total_bytes) == total + 266 * 2**20 == 158_825_368_064
 
 
 def test_fsdp2_stage_one_holds_the_extra_layer():
@@ -138,7 +142,13 @@ def test_fsdp2_stage_one_holds_the_extra_layer():
     channels), 192 + 100 = 292; the world ring of torchtitan's barrier after step 1, 292:
     1,340 MiB; and torchtitan's "batch" (dp 4) and "loss" (dp·cp = 4) groups, placed as the dp
     ring, 2 × 148 = 296 more (model/terms/comm_groups.py data_rings): 1,636 MiB,
-    84,116,783,104 B."""
+    84,116,783,104 B. The pp norm ring runs on the pp group, whose communicator the sends made
+    (model/terms/comm_groups.py group_rings): its connections at the pp group's placement, one
+    rank a node, 4 channels, 48 MiB, set up with that communicator: 244 MiB less, 1,392 MiB,
+    83,860,930,560 B. NVLink SHARP (model/terms/nvls_memory.py): the tp 4 ring in a node 2 MiB
+    of credits and 16 × 2 × (128 KiB × 8) × 4 = 128 MiB of buffers; the dp, world, "batch" and
+    "loss" rings (≥ 2 ranks a node) 2 MiB each, the pp group none (one rank a node): 138 more,
+    84,005,634,048 B."""
     est = trainplan.evaluate(
         model="llama3-70b", num_gpus=64, gpu="H100-SXM", framework="fsdp2", dp=4, tp=4, pp=4,
         zero_stage=2, micro_batch_size=2, global_batch_size=2048, recompute="full",
@@ -148,7 +158,8 @@ def test_fsdp2_stage_one_holds_the_extra_layer():
     assert [s.num_layers for s in est.stages] == [20, 21, 20, 19]
     assert est.stages[1].dense_params - est.stages[2].dense_params == layer
     assert est.busiest == 1
-    comm = 484 + 148 + 2 * 48 + 28 + 292 + 292
-    assert comm - 104 * 12 == 92
-    assert est.stages[1].communicator_bytes == (comm + 2 * 148) * 2**20 == 1_715_470_336
-    assert int(est.peak.total_bytes) == 83_709_935_616 + (92 + 296) * 2**20 == 84_116_783_104
+    comm = 484 + 148 + 2 * 48 + 28 + 48 + 292
+    assert comm + 2 * 148 == 1636 - 244 == 1392
+    assert est.stages[1].communicator_bytes == (1392 + 138) * 2**20 == 1_604_321_280
+    assert 84_116_783_104 - 244 * 2**20 == 83_860_930_560
+    assert int(est.peak.total_bytes) == 83_860_930_560 + 138 * 2**20 == 84_005_634_048

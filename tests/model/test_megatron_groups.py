@@ -5,7 +5,10 @@ d98e8a64dd), derived by hand on the layouts of search answers.
 Sizes as model/terms/comm_memory.py counts them: 12 MiB a connection, (set-up channels × 3 + 2)
 × 2 MiB of set-up. A ring in an H100 node: 24 channels, 288 + 196 = 484 MiB; across nodes at 4
 or 8 ranks a node: 16 channels, 192 + 100 = 292 MiB; one rank a node: 4 channels, 48 + 28 =
-76 MiB; ring connections added to a communicator that exists already: channels × 12 MiB."""
+76 MiB; ring connections added to a communicator that exists already: channels × 12 MiB.
+NVLink SHARP (model/terms/nvls_memory.py; NCCL src/transport/nvls.cc): a ring of r ranks in an
+H100 node also holds 2 MiB of credits and 16 × 2 × (128 KiB × 8) × r = 32·r MiB of buffers (8:
+258, 4: 130, 2: 66); a ring across nodes with ≥ 2 ranks a node 2 MiB; one rank a node none."""
 
 from __future__ import annotations
 
@@ -48,13 +51,15 @@ def test_the_model_parallel_group_at_every_zero_stage():
     ``update_successful`` and the grad norm over the model-parallel group after every optimizer
     step: ranks {0-3, 16-19, 32-35, 48-51}, 4 a node on 4 nodes, 16 channels, 292 MiB: 1,584.
     Under ZeRO-0 it is the Float16 optimizer's gradient-statistics group as well, counted once:
-    484 + 148 + 76 + 292 (world) + 292 = 1,292."""
+    484 + 148 + 76 + 292 (world) + 292 = 1,292. NVLS: the tp ring 130, the dp, gradient-
+    statistics, world and model-parallel rings (≥ 2 ranks a node) 2 each: + 138 (ZeRO-0: 136)."""
     one = dict(model="llama3-70b", num_gpus=64, gpu="H100-SXM", dp=4, tp=4, pp=4)
     run = dict(micro_batch_size=1, global_batch_size=2048, recompute="none")
     zero1 = trainplan.evaluate(**one, **run, zero_stage=1)
     zero0 = trainplan.evaluate(**one, **run, zero_stage=0)
-    assert int(zero1.stages[0].communicator_bytes) == (484 + 148 + 76 + 292 + 292 + 292) * MIB
-    assert int(zero0.stages[0].communicator_bytes) == (484 + 148 + 76 + 292 + 292) * MIB
+    hand1, hand0 = 484 + 148 + 76 + 292 + 292 + 292 + 138, 484 + 148 + 76 + 292 + 292 + 136
+    assert int(zero1.stages[0].communicator_bytes) == hand1 * MIB
+    assert int(zero0.stages[0].communicator_bytes) == hand0 * MIB
     # Placed as a tp block at each pp stride, not spread over the span (8 nodes × 2: 8 channels)
     assert strided_group_channels(1, 4, 16, 4, 8, False, 50e9, False) == 16
     assert group_channels(16, 64, 8, False, 50e9, False) == 8
@@ -76,13 +81,17 @@ def test_megatron_moe_groups_deepseek_v3():
     * the MoE metrics' all-reduce on the pp communicator: its 4 ring channels, 48.
 
     4,204 − 216 + 76 + 484 + 292 + 48 = 4,888 MiB. Under DeepEP the ep peers go (its own
-    buffers) and the tp·ep ring stays: 4,888 − 2,884 = 2,004."""
+    buffers) and the tp·ep ring stays: 4,888 − 2,884 = 2,004. NVLS: the tp·ep ring in a node
+    2 MiB of credits (its all-gather of token counts, a few KiB, runs as a ring: NCCL's tuner
+    gives NVLS the Simple protocol only, src/graph/tuning.cc, so the buffers, set up on the first
+    NVLS collective, never are), the dp, tp·dp·cp, gradient-statistics and world rings (8 a node)
+    2 each: + 10 (+ 266 with the tp·ep ring's 256 MiB of buffers)."""
     one = dict(model="deepseek-v3", num_gpus=2048, gpu="H100-SXM", dp=128, pp=16, ep=8)
     run = dict(micro_batch_size=1, global_batch_size=15360, recompute="full")
     est = trainplan.evaluate(**one, **run)
-    assert int(est.stages[0].communicator_bytes) == 4888 * MIB == 4204 * MIB + 684 * MIB
+    assert int(est.stages[0].communicator_bytes) == (4888 + 10) * MIB == (4204 + 684 + 10) * MIB
     deepep = trainplan.evaluate(**one, **run, moe_dispatcher="deepep")
-    assert int(deepep.stages[0].communicator_bytes) == (4888 - 2688 - 196) * MIB
+    assert int(deepep.stages[0].communicator_bytes) == (4888 - 2688 - 196 + 10) * MIB
 
 
 def test_the_expert_dp_group_on_its_own_span():
@@ -94,14 +103,19 @@ def test_the_expert_dp_group_on_its_own_span():
     the expert tp·ep group {0-7} 484; the tp·cp group of the auxiliary loss's token counts
     (tp 2 × cp 1, apart from the tp group) 484; the model-parallel group (tp 2 × pp 1) 484;
     gradient statistics and world, 8 a node on 4 nodes, 292 each: 5,772 MiB. With etp = tp
-    = 2 and ep 4 the expert dp group is 4 ranks at stride tp·ep = 8 too: 76."""
-    hand = 484 + 292 + 2688 + 196 + 76 + 484 + 484 + 484 + 292 + 292
-    assert _comm(Layout(tp=2, dp=16, ep=8, etp=1)) == [hand] == [5772]
+    = 2 and ep 4 the expert dp group is 4 ranks at stride tp·ep = 8 too: 76. NVLS: the tp ring
+    (2 in a node) 66; the tp·cp, model-parallel and tp·ep rings run one-float or token-count
+    all-reduces and all-gathers only, which NCCL runs as rings, so 2 MiB of credits each; the
+    dp, gradient-statistics and world rings across nodes 2 each: + 78 (+ 462 with every ring's
+    buffers)."""
+    hand = 484 + 292 + 2688 + 196 + 76 + 484 + 484 + 484 + 292 + 292 + 66 + 3 * 2 + 3 * 2
+    assert _comm(Layout(tp=2, dp=16, ep=8, etp=1)) == [hand] == [5772 + 78]
     assert strided_group_channels(8, 4, 0, 1, 8, False, 50e9, False) == 4  # 48 + 28 = 76
     assert group_channels(16, 32, 8, False, 50e9, False) == 16  # the dense dp's: 192 + 100
     # etp = tp = 2, ep 4: the ep peers (3 × 32 × 12 = 1,152 + 196), the expert tp ring (484)
-    # and tp·ep {0-7} (484)
-    hand4 = 484 + 292 + 1152 + 196 + 76 + 484 + 484 + 484 + 484 + 292 + 292
+    # and tp·ep {0-7} (484); NVLS 2 × 66 (tp, expert tp: the activations' collectives), 3 × 2
+    # (tp·cp, model-parallel, tp·ep: credits) + 3 × 2 (across nodes)
+    hand4 = 484 + 292 + 1152 + 196 + 76 + 484 + 484 + 484 + 484 + 292 + 292 + 2 * 66 + 6 + 6
     assert _comm(Layout(tp=2, dp=16, ep=4)) == [hand4]
 
 
@@ -113,8 +127,10 @@ def test_the_pipeline_group_holds_the_moe_metrics_ring():
     communicator sets up 4 channels (28) and reaches one neighbour at the ends, two in the middle
     (4 channels × 12 = 48 each), plus the ring's 4 connections, 48. Under the interleaved
     schedule's lone sends each neighbour pair is a two-rank communicator, 76 each, two a stage;
-    the ring then makes the pp group's own: 76."""
-    rest = 484 + 2688 + 196 + 484 + 76 + 292 + 292
+    the ring then makes the pp group's own: 76. NVLS: the dp ring in a node 258; the tp·ep ring
+    in a node (token counts' all-gather, run as a ring: no buffers set up), gradient statistics
+    and world 2 each (the pp rings, one rank a node: none): 264 (520 with the tp·ep buffers)."""
+    rest = 484 + 2688 + 196 + 484 + 76 + 292 + 292 + 258 + 3 * 2
     ends, middle = rest + 48 + 28 + 48, rest + 96 + 28 + 48
     assert _comm(Layout(dp=8, pp=4, ep=8)) == [ends, middle, middle, ends]
     lone = Layout(dp=8, pp=4, ep=8, virtual_stages=2, schedule="interleaved")

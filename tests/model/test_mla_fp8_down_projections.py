@@ -64,7 +64,12 @@ def test_deepseek_v3_mxfp8_counts_both_copies():
     node, 292; the MoE metrics' ring on the pp communicator, 4 connections, 48: 4,880 MiB,
     704 MiB more, 183,956,908,800 B. The model-parallel group train_step reduces over at every
     ZeRO stage (tp 1 × pp 16 ranks at stride 16, one a node on 16 nodes: 4 channels, 48 + 28 =
-    76): 4,956 MiB, 184,036,600,576 B."""
+    76): 4,956 MiB, 184,036,600,576 B. NVLink SHARP on a B200 (model/terms/nvls_memory.py;
+    NVLS_NCHANNELS_SM100_NVL 24 channels): the tp·ep ring of 8 in a node 2 MiB of credits (its
+    buffers, 24 × 2 × (128 KiB × 8) × 8 = 384 MiB, NCCL sets up on the first collective it runs
+    as NVLS, and the token counts' all-gather, a few KiB, runs as a ring), the dp, tp·dp·cp,
+    gradient-statistics and world rings (8 a node) 2 MiB each: 10 MiB more, 4,966 MiB,
+    184,047,086,336 B."""
     e = trainplan.evaluate(
         model="deepseek-v3", gpu="B200", dp=16, pp=16, ep=8, precision="fp8",
         fp8_recipe="mxfp8", global_batch_size=2048,
@@ -83,10 +88,12 @@ def test_deepseek_v3_mxfp8_counts_both_copies():
     assert sum(comms) == 4_176 and 360 * 12 == 4_320
     moe_groups = [76 - 292, 32 * 12 + 196, 292, 4 * 12]
     assert sum(comms) + sum(moe_groups) == 4_880
-    assert e.peak.communicator_bytes == (4_880 + 4 * 12 + 28) * 2**20 == 4_956 * 2**20
+    nvls = 2 + 4 * 2
+    assert e.peak.communicator_bytes == (4_880 + 4 * 12 + 28 + nvls) * 2**20 == 4_966 * 2**20
     assert 183_369_706_240 - 144 * 2**20 == 183_218_711_296
     assert 183_218_711_296 + 704 * 2**20 == 183_956_908_800
-    assert e.peak.total_bytes == 183_956_908_800 + 76 * 2**20 == 184_036_600_576
+    assert 183_956_908_800 + 76 * 2**20 == 184_036_600_576
+    assert e.peak.total_bytes == 184_036_600_576 + nvls * 2**20 == 184_047_086_336
 
 
 @pytest.mark.parametrize("recipe", ["delayed", "tensorwise", "mxfp8", "blockwise"])

@@ -54,7 +54,10 @@ def test_mixtral_fp8_former_answer_does_not_fit():
     still over. Megatron-Core's MoE groups placed as they lie (model/terms/comm_groups.py): the
     expert dp ring's 8 ranks at stride etp·ep = 8, one a node, 4 channels, 48 + 28 = 76 (not
     292); the expert tp·ep group of the token counts' all-gather, the 8 ep ranks in a node, 484:
-    4,320 MiB, 268 MiB more: 88,393,772,160 B."""
+    4,320 MiB, 268 MiB more: 88,393,772,160 B. NVLink SHARP (model/terms/nvls_memory.py): the
+    tp·ep ring of 8 in a node 2 MiB of credits (its token counts' all-gather runs as a ring, so
+    NCCL never sets up its 256 MiB of NVLS buffers), the dp, gradient-statistics and world rings
+    (8 a node) 2 each: 8 MiB more, 88,402,160,768 B."""
     layout = Layout(framework="megatron", dp=64, ep=8, zero_stage=3, recompute="full",
                     micro_batch_size=2)  # fmt: skip
     case = Case.of("mixtral-8x7b", "H100-SXM", layout, precision="fp8", seq_len=32768,
@@ -62,9 +65,11 @@ def test_mixtral_fp8_former_answer_does_not_fit():
     stage = case.evaluate().stages[0]
     acts = stage.activations
     assert acts.moe_forward_bytes == acts.recompute_transient_bytes + 9_933_002_752
-    assert stage.communicator_bytes == (292 + 2688 + 196 + 76 + 2 * 292 + 484) * 2**20
+    nvls = 4 * 2
+    assert stage.communicator_bytes == (292 + 2688 + 196 + 76 + 2 * 292 + 484 + nvls) * 2**20
     assert 88_293_108_864 - (4224 - 4052) * 2**20 == 88_112_753_792
-    assert stage.total_bytes == 88_112_753_792 + 268 * 2**20 == 88_393_772_160
+    assert 88_112_753_792 + 268 * 2**20 == 88_393_772_160
+    assert stage.total_bytes == 88_393_772_160 + nvls * 2**20 == 88_402_160_768
 
 
 def test_recipes_and_dispatchers():

@@ -89,7 +89,14 @@ def test_the_search_answer_that_did_not_fit():
     (2 ranks, one a node: 4 channels), 48: 4,956 MiB, 1,208 more, 189,613,369,344 B. The
     model-parallel group Megatron-LM's train_step all-reduces over at every ZeRO stage
     (``megatron_rings``: the tp block {0, 1} at the pp stride of 8, ranks 0, 1, 8, 9, 2 a node
-    on 2 nodes: 8 channels, 96 + (8 × 3 + 2) × 2 = 148): 5,104 MiB, 189,768,558,592 B."""
+    on 2 nodes: 8 channels, 96 + (8 × 3 + 2) × 2 = 148): 5,104 MiB, 189,768,558,592 B. NVLink
+    SHARP on a B200 (model/terms/nvls_memory.py; 24 channels): a ring of r ranks in the node
+    2 MiB of credits and, where its step runs a collective NCCL gives NVLS (the first one sets
+    the buffers up, src/group.cc ncclCollPreconnect), 24 × 2 × (128 KiB × 8) × r = 48·r MiB of
+    buffers — tp and etp (2) 98 each, dp (4) 194 — and the rings that run only token counts or
+    one float, which NCCL runs as rings (src/graph/tuning.cc): tp·cp, tp·ep, gradient
+    statistics, world and model-parallel, 2 each: 400 MiB more (880 with every ring's
+    buffers), 190,187,988,992 B."""
     case = Case.of("mixtral-8x7b", "B200", num_gpus=16, tp_comm_overlap="full",
                    precision="fp8", fp8_recipe="mxfp8")  # fmt: skip
     lay = Layout(dp=4, tp=2, pp=2, ep=4, etp=2, schedule="interleaved", virtual_stages=8,
@@ -104,7 +111,9 @@ def test_the_search_answer_that_did_not_fit():
     assert comms == 3_748 and 5 * 384 + 1_152 + 48 == 3_120
     moe_groups = 580 + 580 + 4 * 12
     nccl = est.peak.communicator_bytes - est.peak.userbuffer_bytes
-    assert nccl == (comms + moe_groups + 96 + 52) * 2**20 == 5_104 * 2**20
+    nvls = 2 * 98 + 194 + 5 * 2
+    assert nccl == (comms + moe_groups + 96 + 52 + nvls) * 2**20 == (5_104 + 400) * 2**20
     assert total + 628 * 2**20 == 188_346_689_536
     assert 188_346_689_536 + 1_208 * 2**20 == 189_613_369_344
-    assert est.peak.reserved_total_bytes == 189_613_369_344 + 148 * 2**20 == 189_768_558_592
+    assert 189_613_369_344 + 148 * 2**20 == 189_768_558_592
+    assert est.peak.reserved_total_bytes == 189_768_558_592 + nvls * 2**20 == 190_187_988_992

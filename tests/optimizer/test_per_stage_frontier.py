@@ -30,8 +30,16 @@ def tiny_problem(gpus: tuple[int, ...], capacity: float | None = None, price: fl
     saves memory. Megatron-Core's distributed optimizer (ZeRO-1) only, so that every layout of
     more than one GPU holds its gradient-statistics ring over all the GPUs
     (:func:`model.terms.comm_memory.grad_stats_rings`) beside its other communicators; at dp 1
-    ZeRO-1 holds the bytes of ZeRO-0 (2 + 4 + 12/1 B per parameter)."""
+    ZeRO-1 holds the bytes of ZeRO-0 (2 + 4 + 12/1 B per parameter).
+
+    With a ``capacity`` NCCL's NVLink SHARP is off (``nccl_nvls`` false, ``NCCL_NVLS_ENABLE=0``):
+    the budgets below are whole rings beside the tensors, and NVLS's bytes differ by layout (a dp
+    ring of 8 in the node 2 + 256 MiB, of 2: 2 + 64, a one-float ring 2; model/terms/
+    nvls_memory.py), so one budget with them would admit other layouts than the counts these
+    tests derive (dp 8 needs 262 MiB more, past 160 MB + 3·RING, where dp 2 needs 70)."""
     case = tiny_case(6, 1)
+    if capacity is not None:
+        case = replace(case, options=replace(case.options, nccl_nvls=False))
     headroom = 0.0 if capacity is None else 1 - capacity / case.device.usable_bytes(True)
     jobs = tuple(Job(case, g, f"{g} GPUs", price) for g in gpus)
     tp = None if capacity is None else (1,)
@@ -109,9 +117,11 @@ def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform()
     # every dp 2 layout holds three rings in the node (the dp ring, the distributed optimizer's
     # gradient-statistics ring over both GPUs, the world group's ring of Megatron-LM's
     # barriers): 3 × RING = 1,452 MiB = 1,522,532,352 B beside each figure, 300 MiB more than
-    # the three 384 MiB communicators counted before
-    comm = 3 * RING
-    assert comm == 1_522_532_352
+    # the three 384 MiB communicators counted before; and NVLink SHARP's (model/terms/
+    # nvls_memory.py): the dp ring of 2 in the node 2 MiB of credits and 16 × 2 × (128 KiB × 8) ×
+    # 2 = 64 MiB of buffers, the two one-float rings (run as rings, no buffers) 2 MiB each: 70 MiB
+    comm = 3 * RING + (66 + 2 * 2) * 2**20
+    assert comm == 1_595_932_672
     # tp 2 with sequence parallelism: the output layer's all-gather buffer on the last stage,
     # 2·s·h = 2 × 8,192 × 256 = 4,194,304 B (model.terms.persistent_buffers), in both phases
     gather = 2 * 8192 * 256
@@ -119,9 +129,10 @@ def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform()
     # (softmax_lse) [a/tp, s] = 4 B × 2 heads × 8,192 = 65,536 B
     lse = 4 * 2 * 8192
     # tp 2 holds a fourth ring, the model-parallel group (tp·pp = 2 ranks, a create_group of its
-    # own): its uniform full recomputation, 32.65 ms, is larger than dp 2's, 15.73 ms
-    tp2_full = 105_007_616 + lse + gather + comm + RING
-    assert tp2_full == 2_139_310_592 > 178_330_624 + 2 * lse + comm == 1_700_994_048
+    # own; one-float all-reduces, 2 MiB of NVLS credits): its uniform full recomputation, 32.65
+    # ms, is larger than dp 2's, 15.73 ms (the tp ring holds the dp ring's 66 MiB of NVLS)
+    tp2_full = 105_007_616 + lse + gather + comm + RING + 2 * 2**20
+    assert tp2_full == 2_214_808_064 > 178_330_624 + 2 * lse + comm == 1_774_394_368
     one = tiny_case(6, 1)
     tp2 = one.evaluate(one.layout.with_(tp=2, zero_stage=1, recompute="full"))
     assert int(tp2.peak.total_bytes) == tp2_full and tp2.step_s * 1e9 == pytest.approx(
@@ -209,8 +220,10 @@ def test_gpus_frontier_per_job_by_hand():
     assert int(one.estimate.stages[0].total_bytes) == 558_606_848
     two = tiny_case(6, 2)
     full = two.evaluate(two.layout.with_(zero_stage=1, recompute="full"))
-    # the recomputed layer's FP32 softmax statistics 4·a·s = 131,072 B in its transient
-    assert int(full.stages[0].total_bytes) == 162_515_968 + 131_072 + PAIR + 3 * RING > BUDGET
+    # the recomputed layer's FP32 softmax statistics 4·a·s = 131,072 B in its transient; this
+    # case runs with NVLS (the default): its three one-float rings' credits, 3 × 2 MiB
+    comm = PAIR + 3 * RING + 3 * 2 * 2**20
+    assert int(full.stages[0].total_bytes) == 162_515_968 + 131_072 + comm > BUDGET
     uniform = [(a.job.num_gpus, a.objective) for a in frontier(problem, "gpus").points]
     for value, step in uniform:
         assert staircase([(p.value, p.step_ns) for p in got.points], value) <= step
@@ -263,7 +276,10 @@ def test_gpus_frontier_with_a_job_only_per_stage_plans_fit():
       (791,040 + 2,097,152 + 256) × 18 = 51,992,064 B of state, its layer's input, the output
       layer and the loss: 467,228,160 B. Both under 470 MB.
     """
-    budget = 470e6 + PAIR + 3 * RING
+    # + NVLink SHARP's credits on the pp 2 stage's three one-float rings (model-parallel,
+    # gradient statistics, world; 2 ranks in the node, run as rings so no buffers), 3 × 2 MiB
+    nvls = 3 * 2 * 2**20
+    budget = 470e6 + PAIR + 3 * RING + nvls
     problem = wide_vocab_problem((2, 4), budget)
     with pytest.raises(InfeasibleError):
         frontier(problem, "gpus")  # no uniform layout on any count
@@ -281,7 +297,7 @@ def test_gpus_frontier_with_a_job_only_per_stage_plans_fit():
     first = (5 * layer + vh) * 18 + 2 * (3 * kept + 2 * whole) + work
     last = (layer + vh + norm) * 18 + kept + output + loss
     assert (first, last) == (430_855_168, 467_228_160)
-    comm = PAIR + 3 * RING
+    comm = PAIR + 3 * RING + nvls
     assert [int(st.total_bytes) for st in point.estimate.stages] == [first + comm,
                                                                     last + comm]  # fmt: skip
     r = per_stage_search(replace(problem, jobs=problem.jobs[:1]), without_uniform=True)

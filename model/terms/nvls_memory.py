@@ -1,0 +1,146 @@
+"""NVLink SHARP's (NVLS) buffers in a ring communicator's bytes (:mod:`model.nvls` has NCCL's
+code): where the communicator's GPUs share a node and the part runs NVLS (:func:`model.nvls.
+nvls_on`), ``ncclNvlsSetup``'s credits at init; where the whole group lies in one NVLink domain
+(:func:`model.nvls.nvls_ring`, the rule the step time's NVLS all-reduce speed-up reads) and its
+step runs a large all-reduce, reduce-scatter or all-gather, also ``ncclNvlsBufferSetup``'s
+buffers. NCCL (5067397) makes those lazily: ``runtimeConn`` is on by default
+(``NCCL_RUNTIME_CONNECT`` = 1, ``src/init.cc``), and ``ncclPrepareTasks`` (``src/enqueue.cc``)
+marks NVLS for connection only when a task's algorithm is NVLS or NVLS-tree, after which
+``ncclCollPreconnect`` (``src/group.cc``) calls ``ncclNvlsBufferSetup``. The tuner
+(``src/graph/tuning.cc`` ``ncclTopoTuneModel``) gives NVLS the Simple protocol only, at 25 µs of
+NVLink latency against the ring's LL at 0.6 µs a step, so a one-float all-reduce (a barrier,
+a grad norm, a loss or token count) runs as a ring and never sets the buffers up: rings whose
+step runs only those hold the credits alone (``large`` false, :mod:`model.terms.comm_memory`).
+Across nodes NCCL runs only the all-reduce as NVLS-tree, whose buffers are not counted (below).
+Read by :mod:`model.terms.comm_memory`.
+
+Not counted: the NVLS-tree buffers of a communicator across nodes whose all-reduces NCCL's tuner
+gives NVLS-tree (chosen by message size; the same per-GPU buffers, on its first such
+all-reduce), and the tree's network connections.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from trainplan.model.frameworks import Framework
+from trainplan.model.nvls import (
+    NVLS_MAX_HEADS,
+    nvls_buffer_bytes,
+    nvls_channels,
+    nvls_credit_bytes,
+    nvls_on,
+    nvls_ring,
+)
+
+__all__ = [
+    "group_placement",
+    "strided_nodes",
+    "nvls_group_bytes",
+    "nvls_strided_bytes",
+    "world_runs_large",
+]
+
+
+def group_placement(size: int, span: int, gpus_per_node: int) -> tuple[int, int]:
+    """``(ranks on each node, nodes)`` of a group of ``size`` ranks spread over ``span``
+    consecutive ranks across nodes: ``min(size, ⌈span ÷ gpus_per_node⌉)`` nodes with
+    ``⌈size ÷ nodes⌉`` ranks (at most a node's) on each.
+
+    >>> group_placement(32, 64, 8), group_placement(2, 16, 8)
+    ((4, 8), (1, 2))
+    """
+    nodes = max(1, min(int(size), -(-int(span) // int(gpus_per_node))))
+    return max(1, min(int(gpus_per_node), -(-int(size) // nodes))), nodes
+
+
+def strided_nodes(s1: int, n1: int, s2: int, n2: int, gpus_per_node: int) -> int:
+    """Nodes of ``gpus_per_node`` consecutive ranks the group of ranks ``i·s1 + j·s2``
+    (``i < n1``, ``j < n2``) touches.
+
+    >>> strided_nodes(1, 4, 16, 4, 8), strided_nodes(8, 16, 0, 1, 8)
+    (4, 16)
+    """
+    ranks = (i * int(s1) + j * int(s2) for i in range(int(n1)) for j in range(int(n2)))
+    return len({r // int(gpus_per_node) for r in ranks})
+
+
+def _bytes(device: str, enabled: bool, size: int, local: int, domain: bool, large: bool) -> int:
+    """NVLS bytes of a ring communicator of ``size`` ranks, ``local`` a node; ``domain``: all
+    in one NVLink domain (heads = its ranks, :mod:`model.nvls`); ``large``: its step runs a
+    collective NCCL's tuner gives NVLS (:func:`nvls_group_bytes`)."""
+    if not nvls_on(device, local, enabled):
+        return 0
+    heads = min(NVLS_MAX_HEADS, int(size) if domain else int(local))
+    channels = nvls_channels(device)
+    credit = nvls_credit_bytes(channels, heads)
+    buffers = bool(nvls_ring(bool(domain), int(size))) and bool(large)
+    return credit + (nvls_buffer_bytes(channels, heads) if buffers else 0)
+
+
+@lru_cache(maxsize=4096)
+def nvls_group_bytes(
+    device: str, enabled: bool, size: int, span: int, gpus_per_node: int, nvlink: bool,
+    large: bool = True,
+) -> int:  # fmt: skip
+    """NVLS bytes on one GPU of the ring communicator of ``size`` ranks over ``span``
+    (:func:`model.terms.comm_memory.group_channels`' placement): in one NVLink domain
+    (``nvlink``) credits, and buffers where ``large`` (its step runs a collective the tuner
+    gives NVLS: not only one-float all-reduces); else credits where ≥ 2 ranks share a node.
+
+    8 H100s: 2 MiB of credits and 16 × 2 × 1 MiB × 8 = 256 MiB; a dp ring of 4 ranks a node
+    across 8 nodes: 2 MiB; 1 rank a node: 0.
+
+    >>> [nvls_group_bytes("H100-SXM", True, *a) // 2**20 for a in
+    ...  ((8, 8, 8, True), (32, 64, 8, False), (16, 128, 8, False))]
+    [258, 2, 0]
+    >>> nvls_group_bytes("H100-SXM", True, 8, 8, 8, True, False) // 2**20  # barriers only
+    2
+    >>> nvls_group_bytes("H100-SXM", False, 8, 8, 8, True), nvls_group_bytes("A100-80GB", True, 8, 8, 8, True)
+    (0, 0)
+    """
+    if nvlink:
+        return _bytes(device, enabled, size, size, True, large)
+    local, _ = group_placement(size, span, gpus_per_node)
+    return _bytes(device, enabled, size, local, False, large)
+
+
+@lru_cache(maxsize=4096)
+def nvls_strided_bytes(
+    device: str, enabled: bool, s1: int, n1: int, s2: int, n2: int, gpus_per_node: int,
+    nvlink: bool, large: bool = True,
+) -> int:  # fmt: skip
+    """:func:`nvls_group_bytes` of the group of ranks ``i·s1 + j·s2`` (``i < n1``, ``j < n2``;
+    :func:`model.terms.comm_memory.strided_group_channels`).
+
+    >>> nvls_strided_bytes("H200", True, 1, 4, 16, 4, 8, False) // 2**20  # tp 4 × pp 4 on 64
+    2
+    """
+    size = int(n1) * int(n2)
+    if nvlink:
+        return _bytes(device, enabled, size, size, True, large)
+    nodes = strided_nodes(s1, n1, s2, n2, gpus_per_node)
+    local = max(1, min(int(gpus_per_node), -(-size // nodes)))
+    return _bytes(device, enabled, size, local, False, large)
+
+
+def world_runs_large(f: Any) -> Any:
+    """Whether the world (default) group's ring runs a collective NCCL gives NVLS, so holds NVLS's
+    buffers: under ``fsdp2`` where the tp or the FSDP (dp·cp) group spans the whole world,
+    DeviceMesh hands it the default group (:func:`model.terms.comm_groups.own_group`), and its
+    all-gathers and reduce-scatters run on the world's communicator. Elsewhere the world ring
+    runs the barriers' one-float all-reduces only (:func:`model.terms.comm_groups.world_ring`).
+
+    >>> from types import SimpleNamespace as F
+    >>> world_runs_large(F(framework="fsdp2", tp=1, pp=1, shard_degree=8))
+    True
+    >>> world_runs_large(F(framework="fsdp2", tp=2, pp=1, shard_degree=4))
+    False
+    >>> world_runs_large(F(framework="megatron", tp=1, pp=1, shard_degree=8))
+    False
+    """
+    if Framework(f.framework) is not Framework.FSDP2:
+        return False
+    world = f.tp * f.pp * f.shard_degree
+    return ((f.tp == world) & (f.tp > 1)) | ((f.shard_degree == world) & (f.shard_degree > 1))
