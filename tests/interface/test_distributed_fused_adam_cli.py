@@ -42,10 +42,13 @@ def test_nemo_gpt3_20b_fits_as_its_configs_ran_it():
     306,184,192 B less; 82.95 GB (82,953,823,744 B) with the model-parallel group Megatron's
     ``train_step`` and NeMo's set-up all-reduce over (tp 2 × pp 1, in a node: 24 channels, 288 +
     196 = 484 MiB; :func:`model.terms.comm_groups.megatron_rings`): tp 484 + dp 292 + mp 484 +
-    world 292 = 1,552 MiB, 507,510,784 B more; 83.10 GB (83,096,430,080 B) with NVLink SHARP's
-    (:mod:`model.terms.nvls_memory`): each ring of 2 in a node (tp, model-parallel) 2 MiB of
-    credits and 16 × 2 × (128 KiB × 8) × 2 = 64 MiB of buffers, the dp and world rings (≥ 2
-    ranks a node) 2 MiB of credits: 136 MiB; under the 83.21 GB usable by 0.11 GB."""
+    world 292 = 1,552 MiB, 507,510,784 B more. NVLink SHARP holds nothing: the launcher ran with
+    it off (``NCCL_NVLS_ENABLE: 0`` in NeMo-Framework-Launcher's launcher_scripts/conf/config.yaml
+    env_vars at tag 24.07, 8325688d; PR #127 "for memory saving"), the rows' ``nccl_nvls =
+    false``. With it on (:mod:`model.terms.nvls_memory`, lazy buffers) the tp ring of 2 in a node
+    would hold 2 MiB of credits and 16 × 2 × (128 KiB × 8) × 2 = 64 MiB of buffers, the
+    model-parallel ring (small all-reduces only), the dp and world rings 2 MiB of credits each:
+    72 MiB, 83,029,321,216 B (83.03 GB). 82.95 GB is under the 83.21 GB usable by 0.26 GB."""
     run = next(r for r in validation_runs() if r.key == "nemo-24.07-h100/gpt3-20b")
     params = {**run.params, "model_spec": validation_models()["gpt3-20b-nemo"]}
     del params["model"]
@@ -57,23 +60,27 @@ def test_nemo_gpt3_20b_fits_as_its_configs_ran_it():
     assert st.optimizer_bytes == 10 * p / 32
     memory = evaluate_run(run).value("memory")
     assert memory["userbuffer_bytes"] == 442_911_744
-    assert est.fits and memory["fits"] and round(memory["total_bytes"] / 1e9, 2) == 83.10
+    assert run.params["nccl_nvls"] is False
+    assert est.fits and memory["fits"] and round(memory["total_bytes"] / 1e9, 2) == 82.95
     assert 82_752_497_152 - 292 * 2**20 + 484 * 2**20 == 82_953_823_744
-    assert memory["total_bytes"] == 82_953_823_744 + 136 * 2**20 == 83_096_430_080
-    nvls = 2 * 66 + 2 * 2
-    assert memory["communicator_bytes"] - 442_911_744 == (484 + 292 + 484 + 292 + nvls) * 2**20
+    assert memory["total_bytes"] == 82_953_823_744
+    assert memory["communicator_bytes"] - 442_911_744 == (484 + 292 + 484 + 292) * 2**20
+    on = replace(run, params={**run.params, "nccl_nvls": True})
+    nvls = 66 + 2 + 2 + 2
+    assert evaluate_run(on).value("memory")["total_bytes"] == 82_953_823_744 + nvls * 2**20
+    assert 82_953_823_744 + nvls * 2**20 == 83_029_321_216
 
 
 def test_grad_stats_group_world_drops_the_own_ring_and_refuses_other_values(monkeypatch, capsys):
     """``grad_stats_group`` (:attr:`model.timing.CostOptions.grad_stats_group`): the NeMo row
     with today's Megatron-Core group (``intra_dist_opt_instance``, a world-sized communicator of
-    its own: 16 channels across 8 nodes, 192 + 100 MiB, and NVLink SHARP's 2 MiB of credits at
-    8 ranks a node) holds 294 MiB more than with ``world`` (the default group's ring, counted
-    once). Any other value: exit 2, one line."""
+    its own: 16 channels across 8 nodes, 192 + 100 MiB; the rows run with NVLink SHARP off, so no
+    2 MiB of its credits) holds 292 MiB more than with ``world`` (the default group's ring,
+    counted once). Any other value: exit 2, one line."""
     run = next(r for r in validation_runs() if r.key == "nemo-24.07-h100/gpt3-20b")
     today = replace(run, params={**run.params, "grad_stats_group": "intra_dist_opt_instance"})
     world, own = (evaluate_run(r).value("memory")["total_bytes"] for r in (run, today))
-    assert own - world == (292 + 2) * 2**20 == 308_281_344
+    assert own - world == 292 * 2**20 == 306_184_192
     code, out, err = run_main(
         monkeypatch, capsys, "--model", "llama3-8b", "--set", "grad_stats_group=default"
     )

@@ -81,9 +81,10 @@ def test_in_force_every_run_that_ran_fits() -> None:
     ``grad_stats_group = "world"`` (Apex's DistributedFusedAdam reduces the grad norm over the
     default group: no gradient-statistics ring, −292) and the model-parallel ring is counted at
     every ZeRO stage (tp 2 in a node, +484): 484 + 292 + 484 + 292 = 1,552 MiB, 82.95 GB
-    (test_distributed_fused_adam_cli). NVLink SHARP's (tests/model/test_nvls_memory.py) adds
-    136 MiB: 66 on each ring of 2 in a node (tp, model-parallel; 2 MiB of credits and 16 × 2 ×
-    1 MiB × 2 of buffers) and 2 MiB of credits on the dp and world rings: 83.10 GB, still
+    (test_distributed_fused_adam_cli). NVLink SHARP's buffers (tests/model/test_nvls_memory.py)
+    are not counted: NeMo-Framework-Launcher at tag 24.07 sets ``NCCL_NVLS_ENABLE: 0``
+    (launcher_scripts/conf/config.yaml env_vars), the rows' ``nccl_nvls = false``; with it on
+    the tp ring's 66 MiB and three rings' 2 MiB of credits would make it 83.03 GB, still
     under."""
     results = evaluate_all(validation_runs())
     table = "\n".join(goal_table(results))
