@@ -20,6 +20,8 @@ kept 4 B, peak 2 + 4 = 6 B, the unfused loss's memory.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from click.testing import CliRunner
 
@@ -105,16 +107,21 @@ def test_gb200_megatron_fsdp_row_counts_the_fused_loss():
     # ring and the world ring all lie in the NVL72 domain, NVLink 5, 32 channels (18 × 40.1 GB/s:
     # 8 search channels at 90 → dup 16 → Postset 32), each 32 × 12 MiB + (32 × 3 + 2) × 2 MiB =
     # 384 + 196 = 580 MiB: 1,740 MiB where three 384 MiB rings held 1,152, 616,562,688 B more.
-    # 9.40 GB with NVLink SHARP (model/terms/nvls_memory.py): the dp ring's 64 ranks in the
-    # domain get min(NCCL_MAX_NVLS_ARITY 32, 64) = 32 heads, 24 channels × 2 × (128 KiB × 8) ×
-    # 32 = 1,536 MiB of buffers and 24 × 2 × 64 B × 32 = 96 KiB → 2 MiB of credits; the
-    # gradient-statistics and world rings run one-float all-reduces (as rings, no buffers set up):
-    # 2 MiB of credits each: 1,542 MiB
+    # No NVLink SHARP: the row runs with it off as Megatron Bridge's launcher does
+    # (``nccl_nvls = false``: scripts/performance/utils/executors.py PERF_ENV_VARS at 97ad8cc6f,
+    # "NCCL_NVLS_ENABLE": "0"). With it on (model/terms/nvls_memory.py) the headroom would be
+    # 9.40 GB: the dp ring's 64 ranks in the domain get min(NCCL_MAX_NVLS_ARITY 32, 64) = 32
+    # heads, 24 channels × 2 × (128 KiB × 8) × 32 = 1,536 MiB of buffers and 24 × 2 × 64 B × 32
+    # = 96 KiB → 2 MiB of credits; the gradient-statistics and world rings run one-float
+    # all-reduces (as rings, no buffers set up): 2 MiB of credits each: 1,542 MiB
     assert memory["capacity_bytes"] == 188_729 * 2**20 - 1_807_483_904 == 196_089_216_000
     headroom = memory["capacity_bytes"] - memory["total_bytes"]
-    assert 11_629_540_352 - (3 * 580 - 3 * 384) * 2**20 == 11_012_977_664
-    assert headroom == 11_012_977_664 - (1536 + 3 * 2) * 2**20 == 9_396_073_472
-    assert (memory["fits"], round(headroom / 1e9, 2)) == (True, 9.40)
+    assert run.params["nccl_nvls"] is False
+    assert headroom == 11_629_540_352 - (3 * 580 - 3 * 384) * 2**20 == 11_012_977_664
+    assert (memory["fits"], round(headroom / 1e9, 2)) == (True, 11.01)
+    on = evaluate_run(replace(run, params={**run.params, "nccl_nvls": True})).value("memory")
+    assert on["capacity_bytes"] - on["total_bytes"] == headroom - (1536 + 3 * 2) * 2**20
+    assert headroom - (1536 + 3 * 2) * 2**20 == 9_396_073_472
 
 
 def test_launch_line_and_its_note():
