@@ -54,10 +54,15 @@ def test_deepspeed_moe_search_etp_refusal_and_axis_rule():
     # one rank on each of 2 nodes: 4 channels, 48 + 28 = 76 MiB, 216 MiB = 226,492,416 B fewer.
     # 70.40 GB (70,400,120,320 B) with the recomputed layer's two bool masks of Megatron-DeepSpeed's
     # TorchScript bias-dropout-add (model.activation_rows.BIAS_DROPOUT_MASKS; kept at dropout 0),
-    # 2 × 32,768·4,096 (tp 1) = 268,435,456 B, in the recompute transient
+    # 2 × 32,768·4,096 (tp 1) = 268,435,456 B, in the recompute transient. 70.41 GB
+    # (70,408,508,928 B) with NVLink SHARP's credits (model/terms/nvls_memory.py): the dp ring
+    # (8 ranks a node on 2 nodes) and the world, model-parallel and pipe rings (counted at the
+    # world's placement, 8 a node on 4 nodes) run no NVLS across nodes but hold 16 × 2 × 64 B × 8
+    # → 2 MiB of credits each: 8 MiB; the all-to-all's and the pipeline's peers connect no ring
     assert "Memory per GPU (busiest pipeline stage: 1, counted from 0)" in search.stdout
     assert 70_358_177_280 - 216 * 2**20 + 2 * 32768 * 4096 == 70_400_120_320
-    assert "= total (peak: forward-backward)                   70.40 GB" in search.stdout
+    assert 70_400_120_320 + 4 * 2 * 2**20 == 70_408_508_928
+    assert "= total (peak: forward-backward)                   70.41 GB" in search.stdout
     assert refusal(done["etp2"]) == (
         "--etp: 2 under framework deepspeed must be 1 (experts whole on every tp rank, the "
         "default) or tp = 8 (--enable-expert-tensor-parallelism)"

@@ -62,7 +62,12 @@ def test_evaluate_reads_it_under_megatron_zero_1():
     world-sized gradient-statistics communicator, one ring in a node
     (:func:`model.terms.comm_memory.collective_channels`): 24 channels × 12 MiB of buffers =
     288 MiB, and the set-up of 32 channels, (32 × 3 + 2) × 2 MiB = 196 MiB; 484 MiB =
-    507,510,784 B. Communicators 1,522,532,352 → 1,015,021,568 B, and the total by as much."""
+    507,510,784 B; and NVLink SHARP's credits on it, 16 × 2 × 64 B × 8 heads → 2 MiB (a one-float
+    all-reduce sets up no NVLS buffers, :mod:`model.terms.nvls_memory`): 486 MiB. Communicators
+    1,797,259,264 → 1,287,651,328 B, and the total by as much. (Before NVLink SHARP was counted,
+    1,522,532,352 → 1,015,021,568 B; the dp ring of 8 in the node, which reduce-scatters and
+    all-gathers, holds 16 × 2 × (128 KiB × 8) × 8 = 256 MiB of NVLS buffers and 2 of credits, the
+    world ring 2 of credits: +260 MiB.)"""
     base = ["evaluate", "--model", "llama3-8b", "--gpus", "8", "--framework", "megatron"]
     base += ["--zero", "1", "--json"]
     own, world = (
@@ -70,9 +75,11 @@ def test_evaluate_reads_it_under_megatron_zero_1():
         for extra in ((), ("--set", "grad_stats_group=world"))
     )
     m_own, m_world = own["memory"], world["memory"]
-    ring = (24 * 12 + (32 * 3 + 2) * 2) * 2**20
-    assert ring == 507_510_784
-    assert m_own["communicator_bytes"] - ring == m_world["communicator_bytes"] == 1_015_021_568
+    ring = (24 * 12 + (32 * 3 + 2) * 2 + 2) * 2**20
+    assert ring == 507_510_784 + 2 * 2**20 == 509_607_936
+    assert m_own["communicator_bytes"] == 1_797_259_264
+    assert m_own["communicator_bytes"] - ring == m_world["communicator_bytes"] == 1_287_651_328
+    assert 1_015_021_568 + (256 + 2 + 2) * 2**20 == 1_287_651_328
     assert m_own["total_bytes"] - m_world["total_bytes"] == ring
     assert world["time"]["grad_stats_group"] == "world"
 

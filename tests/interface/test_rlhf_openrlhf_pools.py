@@ -44,7 +44,14 @@ def test_the_engine_beside_the_actor_alone_is_refused(monkeypatch):
     25,203,258,163.2 B (= 69,433,502,771.2 − 44,230,244,608). OpenRLHF keeps it awake there, so
     training would need 71,703,266,048 + 25,203,258,163.2 = 96,906,524,211.2 B, 13.70 GB above the
     83,210,009,600 usable, and scoring 88,119,127,091.2 B — but it never puts the engine there:
-    compose, the oracle and CP-SAT refuse the pool, in one line naming OpenRLHF's rule."""
+    compose, the oracle and CP-SAT refuse the pool, in one line naming OpenRLHF's rule.
+
+    With NVLink SHARP counted (:mod:`model.terms.nvls_memory`) the actor's dp ring of 8 in the
+    node, which reduces its gradients, holds 2 MiB of credits and 16 × 2 × (128 KiB × 8) × 8 =
+    256 MiB of buffers, the world ring 2 MiB of credits: every figure of pool 0 holds 260 MiB =
+    272,629,760 B more: held 44,502,874,368 B, peaks 69,706,132,531.2, 63,188,498,688 and
+    71,975,895,808 B; training with the engine awake 97,179,153,971.2 B, scoring
+    88,391,756,851.2 B, both still above the usable."""
     p = _problem()
     opts = (
         RoleOption(Role.ROLLOUT, 8, 2, 4, 1, "none", Fraction(3, 10)),
@@ -60,11 +67,15 @@ def test_the_engine_beside_the_actor_alone_is_refused(monkeypatch):
     assert objective_ns(p, costs, slots) is None
     monkeypatch.setattr(step, "pool_refusal", lambda *args: None)  # the old count
     pool = placement_plan(p, costs, slots).pools[0]
-    assert pool.held_bytes == 44_230_244_608
-    assert pool.peak_bytes == (Fraction(347_167_513_856, 5), 62_915_868_928, 71_703_266_048)
+    nvls = (2 + 256 + 2) * 2**20
+    assert nvls == 272_629_760
+    assert pool.held_bytes == 44_230_244_608 + nvls == 44_502_874_368
+    old = (Fraction(347_167_513_856, 5), 62_915_868_928, 71_703_266_048)
+    assert pool.peak_bytes == tuple(x + nvls for x in old)
+    assert pool.peak_bytes == (Fraction(348_530_662_656, 5), 63_188_498_688, 71_975_895_808)
     assert pool.peak_bytes[0] - pool.held_bytes == awake
-    assert pool.peak_bytes[2] + awake == Fraction(484_532_621_056, 5) > CAPACITY
-    assert pool.peak_bytes[1] + awake == Fraction(440_595_635_456, 5) > CAPACITY
+    assert pool.peak_bytes[2] + awake == Fraction(485_895_769_856, 5) > CAPACITY
+    assert pool.peak_bytes[1] + awake == Fraction(441_958_784_256, 5) > CAPACITY
 
 
 def test_the_16_gpu_answer_is_the_best_pools_openrlhf_makes():

@@ -40,7 +40,13 @@ def test_an_idle_offloaded_actor_cannot_sync_beside_a_large_engine() -> None:
     100.46 GB, 17.25 above, with verl's default exporter, mbridge's ``Bridge.export_weights``
     (04fe4d52): the last stage receives the embedding from stage 0 into its tp shard first
     (``broadcast_from_megatron_pp``: ``torch.empty``, 2,101,346,304 / 4 = 525,336,576 B) before
-    the tp all-gather and the merge."""
+    the tp all-gather and the merge.
+
+    100.61 GB (100,605,132,800 B), 17.40 above, with NVLink SHARP (model/terms/nvls_memory.py;
+    the derivation in tests/interface/test_rlhf_resident.py): the actor's tp 4 ring in a node
+    2 MiB of credits and 16 × 2 × (128 KiB × 8) × 4 = 128 MiB of buffers, its dp,
+    gradient-statistics, world and model-parallel rings 2 MiB of credits each: 138 MiB =
+    144,703,488 B more held (3,241,934,848 → 3,386,638,336 B)."""
     runs = run_many({
         "text": (*ARGS, "--offload", "idle", "--engine-memory-fraction", "0.9"),
         "json": (*ARGS, "--offload", "idle", "--engine-memory-fraction", "0.9", "--json"),
@@ -48,7 +54,7 @@ def test_an_idle_offloaded_actor_cannot_sync_beside_a_large_engine() -> None:
     text = runs["text"].stdout
     assert "DOES NOT FIT" in text, runs["text"].stderr[-2000:]
     assert (
-        "needs 100.46 GB per GPU in the rollout phase, 17.25 GB above the 83.21 GB usable" in text
+        "needs 100.61 GB per GPU in the rollout phase, 17.40 GB above the 83.21 GB usable" in text
     )
     stage = 40 * ((855_654_400 - 16_384) // 4 + 16_384) + 128_512 * 8_192 // 4 + 8_192
     assert stage == 8_820_236_288

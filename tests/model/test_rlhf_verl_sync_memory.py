@@ -48,17 +48,27 @@ def test_fsdp1_clones_at_the_sync_and_gradients_freed_between_updates():
     7,564,951,552 B): 11,372,759,808 B. The sync moment, held + the engine's weights
     (2 × N = 15,231,233,024 B) + 11,372,759,808 = 41,646,529,920 B, is unchanged and is now the
     rollout's peak: the generation's, 44,355,593,395.2 B before, loses the 3,807,808,256 B too
-    (40,547,785,139.2 B)."""
+    (40,547,785,139.2 B).
+
+    NVLink SHARP (:mod:`model.terms.nvls_memory`) adds 258 MiB to each role's one ring (the FSDP
+    group of 8 in the node is the world, :func:`model.terms.nvls_memory.world_runs_large`; it
+    all-gathers and reduce-scatters): 2 MiB of credits and 16 × 2 × (128 KiB × 8) × 8 = 256 MiB
+    of buffers, so each role's communicators go 484 → 742 MiB (778,043,392 B) and every figure
+    of the pool by 2 × 258 MiB = 541,065,216 B: held 15,583,602,304 B, training
+    50,893,298,048, scoring 49,372,421,760, rollout (the sync moment) 42,187,595,136 B."""
     grads = 4 * N_QWEN // 8
     assert grads == 3_807_808_256
     sync = 2 * SYNC_BUCKET_BYTES + 3 * 152_064 * 3_584 * 2 + grads
     assert sync == 11_372_759_808
     plan = _pool("--offload", "none", "--engine-memory-fraction", "0.3")
     (pool,) = plan["pools"]
-    assert pool["held_bytes"] == 18_850_345_344 - grads == 15_042_537_088
-    assert pool["peak_bytes"]["training"] == 50_352_232_832
-    assert pool["peak_bytes"]["scoring"] == 52_639_164_800 - grads == 48_831_356_544
-    assert pool["peak_bytes"]["rollout"] == 15_042_537_088 + 2 * N_QWEN + sync == 41_646_529_920
+    nvls = 2 * (2 + 256) * 2**20
+    assert nvls == 541_065_216
+    assert pool["held_bytes"] - nvls == 18_850_345_344 - grads == 15_042_537_088
+    assert pool["held_bytes"] == 15_583_602_304
+    assert pool["peak_bytes"]["training"] == 50_352_232_832 + nvls == 50_893_298_048
+    assert pool["peak_bytes"]["scoring"] - nvls == 52_639_164_800 - grads == 48_831_356_544
+    assert pool["peak_bytes"]["rollout"] == 15_583_602_304 + 2 * N_QWEN + sync == 42_187_595_136
     terms = {(t["role"], t["term"]): t for t in plan["terms"]}
     g = terms[("actor", "gradients (freed after each update)")]
     assert (g["phase"], g["value"]) == ("training", grads)
