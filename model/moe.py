@@ -310,6 +310,11 @@ DEEPEP_NUM_SMS = 20
 """``deep_ep.Buffer.num_sms``, the SMs of the high-throughput kernels (``deep_ep/buffers/
 legacy.py``, deepseek-ai/DeepEP dd758ca); two per channel."""
 
+DEEPEP_WORKSPACE_BYTES = 32 << 20
+"""``LEGACY_NUM_WORKSPACE_BYTES`` (``csrc/kernels/legacy/compiled.cuh``, DeepEP dd758ca): the
+workspace the legacy ``Buffer`` constructor allocates with ``cudaMalloc`` on every rank,
+whatever its group (``csrc/legacy/buffer.hpp``, "Create 32 MiB workspace")."""
+
 _NUM_MAX_NVL_PEERS = 8  # LEGACY_NUM_MAX_NVL_PEERS, csrc/kernels/legacy/compiled.cuh
 _MAX_TOPK = _MAX_SCALES = 128  # kNumMaxTopK, kNumMaxScales, csrc/legacy/config.hpp
 _TOPK_IDX_BYTES = 8  # topk_idx_t = int64_t (EP_NUM_TOPK_IDX_BITS = 64), common/compiled.cuh

@@ -13,7 +13,7 @@ expert-parallel rank:
 * :func:`unpaired_fraction` / :func:`exposed_all_to_all` — Megatron-Core's
   ``overlap_moe_expert_parallel_comm`` (combined 1F1B) and ``moe_shared_expert_overlap``;
 * :func:`dispatch_buffer_bytes` — DeepEP's resident buffers (:func:`model.moe.deepep_buffer_bytes`,
-  :func:`model.nvshmem_heap.nvshmem_heap_bytes`).
+  :func:`model.nvshmem_heap.nvshmem_gpu_bytes`).
 
 Sources are cited per function; the leaf formulas are :mod:`model.moe`'s.
 """
@@ -29,11 +29,12 @@ from typing import Any
 from trainplan.model.comm_sms import contended_wait
 from trainplan.model.errors import InputError
 from trainplan.model.moe import (
+    DEEPEP_WORKSPACE_BYTES,
     deepep_buffer_bytes,
     expected_remote_nodes,
     expert_capacity,
 )
-from trainplan.model.nvshmem_heap import nvshmem_heap_bytes
+from trainplan.model.nvshmem_heap import nvshmem_gpu_bytes
 from trainplan.model.xp import exact, floor, is_array, maximum, minimum, where
 
 __all__ = [
@@ -452,10 +453,12 @@ def dispatch_buffer_bytes(run: MoERun, hidden: int, ep: int, heap: bool = True) 
     (:func:`model.moe.deepep_buffer_bytes`, BF16 hidden) on every rank of its group of ``ep`` > 1
     ranks (:func:`deepep_group_ranks`; allocated once per group for the whole run: Megatron-Core
     ``moe/fused_a2a.py`` ``get_buffer``, torchtitan ``DeepEPTokenDispatcher.init_buffer``):
-    ``num_nvl_bytes`` and, across nodes, the granules NVSHMEM's heap maps for ``num_rdma_bytes``
-    on the ``ep // 8`` PEs (:func:`model.nvshmem_heap.nvshmem_heap_bytes`); with ``heap``
-    False (the ``textbook`` profile, which counts the tensors a run asks for and no library's
-    or allocator's rounding: no NCCL communicators, no reserve) ``num_rdma_bytes`` as asked; 0
+    ``num_nvl_bytes``, the constructor's 32 MiB workspace
+    (:data:`model.moe.DEEPEP_WORKSPACE_BYTES`) and, across nodes, what NVSHMEM maps for
+    ``num_rdma_bytes`` on the ``ep // 8`` PEs, heap granules and IBGDA queue pairs
+    (:func:`model.nvshmem_heap.nvshmem_gpu_bytes`); with ``heap`` False (the ``textbook``
+    profile, which counts the tensors a run asks for and no library's own allocations or
+    rounding: no NCCL communicators, no reserve) ``num_nvl_bytes + num_rdma_bytes`` as asked; 0
     for the NCCL all-to-all (its buffers are NCCL's own) and at ep = 1.
 
     Raises
@@ -465,8 +468,8 @@ def dispatch_buffer_bytes(run: MoERun, hidden: int, ep: int, heap: bool = True) 
 
     Examples
     --------
-    >>> dispatch_buffer_bytes(MoERun(dispatcher="deepep"), 7168, 64)  # 377,677,824 + 512 MiB
-    914548736
+    >>> dispatch_buffer_bytes(MoERun(dispatcher="deepep"), 7168, 64)  # + 32 MiB + 658,747,459
+    1069979715
     >>> dispatch_buffer_bytes(MoERun(dispatcher="deepep"), 7168, 64, heap=False)  # + 336,047,360
     713725184
     >>> dispatch_buffer_bytes(MoERun(), 7168, 64)
@@ -475,7 +478,9 @@ def dispatch_buffer_bytes(run: MoERun, hidden: int, ep: int, heap: bool = True) 
     if run.dispatcher is not Dispatcher.DEEPEP or ep == 1:
         return 0
     nvl, rdma = deepep_buffer_bytes(hidden, ep)
-    return nvl + (nvshmem_heap_bytes(rdma, ep // 8) if heap else rdma)
+    if not heap:
+        return nvl + rdma
+    return nvl + DEEPEP_WORKSPACE_BYTES + nvshmem_gpu_bytes(rdma, ep // 8)
 
 
 def combine_output_bytes(framework: str, run: MoERun, default: int | None) -> int | None:

@@ -20,12 +20,23 @@ mapped: ``allocate_physical_memory_to_heap(size + alignment)``, rounded up to th
 map the first granule; DeepEP's buffer goes in its free tail when it fits, else into granules of
 its own.
 
+Outside the heap, NVSHMEM's IBGDA transport (DeepEP sets ``NVSHMEM_IB_ENABLE_IBGDA = 1``,
+``NVSHMEM_IBGDA_NUM_RC_PER_PE = num_qps_per_rank``, 24 by default, and keeps
+``NVSHMEM_QP_DEPTH`` at 1,024) allocates each queue pair's control structures on the GPU with
+``cudaMalloc`` (:func:`ibgda_queue_bytes`).
+
 Units: bytes on one GPU.
 """
 
 from __future__ import annotations
 
-__all__ = ["NVSHMEM_GRANULE", "nvshmem_internal_bytes", "nvshmem_heap_bytes"]
+__all__ = [
+    "NVSHMEM_GRANULE",
+    "ibgda_queue_bytes",
+    "nvshmem_gpu_bytes",
+    "nvshmem_heap_bytes",
+    "nvshmem_internal_bytes",
+]
 
 NVSHMEM_GRANULE = 2**29
 """``NVSHMEM_CUMEM_GRANULARITY`` as DeepEP sets it (``deep_ep/buffers/legacy.py``; NVSHMEM's
@@ -41,6 +52,14 @@ _MALLOC_ALIGN = 512  # NVSHMEMI_MALLOC_ALIGNMENT, src/include/internal/host/cust
 _N_PSYNC_BYTES = 32  # team_internal.cpp
 _TEAM_PE_INFO = 16  # sizeof(nvshmemi_team_creation_pe_info_t): two ints and a pointer
 _DEEPEP_ALIGN = 128  # LEGACY_NUM_BUFFER_ALIGNMENT_BYTES, nvshmem_align's alignment
+_RC_PER_PE = 24  # deep_ep.Buffer(num_qps_per_rank=24) -> NVSHMEM_IBGDA_NUM_RC_PER_PE
+_QP_DEPTH = 1024  # NVSHMEM_QP_DEPTH, DeepEP's default and NVSHMEM's (transport env_defs.h)
+_NUM_DCI = 1  # NVSHMEM_IBGDA_NUM_DCI default (transport/common/env_defs.h)
+_WQE_BB = _CQE = 64  # MLX5_SEND_WQE_BB; NVSHMEMI_IBGDA_CQE_SIZE (ibgda.cpp)
+_DBR = 8  # IBGDA_DBRSIZE
+_IBUF_SLOTS = 1024 + 1  # NVSHMEM_IBGDA_NUM_FETCH_SLOTS_PER_RC/_DCI default + 1 reserved slot
+_IBUF_SLOT = 256  # NVSHMEMI_IBGDA_IBUF_SLOT_SIZE (nvshmem_common_ibgda.h)
+_GPAGE_PAD = (1 << 16) - 1  # ibgda_gpu_mem_alloc: cudaMalloc(size + IBGDA_GPAGE_SIZE - 1)
 
 
 def nvshmem_internal_bytes(pes: int) -> int:
@@ -83,3 +102,36 @@ def nvshmem_heap_bytes(num_rdma_bytes: int, pes: int) -> int:
     if nvshmem_internal_bytes(pes) + size <= NVSHMEM_GRANULE:
         return NVSHMEM_GRANULE
     return NVSHMEM_GRANULE * (1 + -(-size // NVSHMEM_GRANULE))
+
+
+def ibgda_queue_bytes(pes: int) -> int:
+    """GPU bytes NVSHMEM's IBGDA transport allocates for its queue pairs on ``pes`` PEs
+    (NVIDIA/nvshmem v3.4.5 ``src/modules/transport/ibgda/ibgda.cpp``; NIC buffers in GPU
+    memory, ``NVSHMEM_IBGDA_FORCE_NIC_BUF_MEMTYPE = gpumem`` by default, doorbells rung by the
+    GPU): ``ibgda_setup_rc_endpoints`` makes 24 RC QPs to each other PE and
+    ``ibgda_setup_dci_endpoints`` one DCI; each QP has a send queue (1,024 WQE basic blocks of
+    64 B, ``ibgda_create_qp_mobjects``) and its doorbell record (8 B), a send CQ (1,024 CQEs of
+    64 B, ``ibgda_create_cq_mobjects``) and its doorbell record, and a fetch buffer (1,025 slots
+    of 256 B, ``ibgda_rc_create_internal_buffer``): five ``ibgda_gpu_mem_alloc`` calls, each
+    asking 64 KiB − 1 more to align to 64 KiB. DCTs, SRQs and receive CQs are verbs objects in
+    host memory; the QPs' and CQs' device handles (184 and 72 B each) are left out.
+
+    >>> ibgda_queue_bytes(8)  # 24 · 7 + 1 = 169 QPs of 721,163 B
+    121876547
+    """
+    qps = _RC_PER_PE * (pes - 1) + _NUM_DCI
+    queues = 2 * _QP_DEPTH * _WQE_BB + 2 * _DBR + _IBUF_SLOT * _IBUF_SLOTS
+    return qps * (queues + 5 * _GPAGE_PAD)
+
+
+def nvshmem_gpu_bytes(num_rdma_bytes: int, pes: int) -> int:
+    """GPU bytes NVSHMEM takes for DeepEP's ``num_rdma_bytes`` on ``pes`` PEs: its heap's
+    granules (:func:`nvshmem_heap_bytes`) and its IBGDA queue pairs outside the heap
+    (:func:`ibgda_queue_bytes`); 0 without an RDMA buffer (NVSHMEM is not initialised).
+
+    >>> nvshmem_gpu_bytes(336_047_360, 8)  # 536,870,912 + 121,876,547
+    658747459
+    """
+    if num_rdma_bytes == 0:
+        return 0
+    return nvshmem_heap_bytes(num_rdma_bytes, pes) + ibgda_queue_bytes(pes)

@@ -111,10 +111,12 @@ def test_deepep_with_node_limit_shortens_deepseek_v3s_all_to_all(runs):
 
 def test_deepep_buffers_are_resident_memory(runs):
     """DeepEP's normal Buffer at h 7,168 and EP 64 (model.moe's derivation): 377,677,824 NVLink
-    bytes + the 512 MiB granule NVSHMEM maps for the 336,047,360 RDMA bytes (test_nvshmem_heap)
-    on every GPU of a stage with MoE layers, in its peak."""
+    bytes + its 33,554,432-byte workspace + the 512 MiB granule NVSHMEM maps for the 336,047,360
+    RDMA bytes + NVSHMEM's 169 IBGDA queue pairs, 121,876,547 B (test_nvshmem_heap) on every
+    GPU of a stage with MoE layers, in its peak."""
     base, deepep = (json.loads(runs[k].stdout) for k in ("v3", "v3 deepep"))
-    assert deepep["memory"]["dispatch_buffer_bytes"] == 377_677_824 + 536_870_912 == 914_548_736
+    buffers = deepep["memory"]["dispatch_buffer_bytes"]
+    assert buffers == 377_677_824 + 33_554_432 + 536_870_912 + 121_876_547 == 1_069_979_715
     assert base["memory"]["dispatch_buffer_bytes"] == 0
 
 

@@ -1,6 +1,7 @@
 """The expert dispatcher's resident buffers on one GPU of a pipeline stage (DeepEP's normal
-``Buffer``; across nodes its RDMA part as the NVSHMEM heap granules that hold it,
-:func:`model.nvshmem_heap.nvshmem_heap_bytes`), a part of the model-state term
+``Buffer`` and its workspace; across nodes its RDMA part as the NVSHMEM heap granules that
+hold it and NVSHMEM's IBGDA queue pairs, :func:`model.nvshmem_heap.nvshmem_gpu_bytes`), a part
+of the model-state term
 (:func:`model.terms.state.model_state_term`).
 
 Units: bytes on one GPU. Exact for one layout; element-wise over the search's columns.
@@ -30,8 +31,9 @@ def _dispatch_buffers(run: Any, hidden: int, ep: int, expert_tp: int, framework:
     """:func:`model.moe_run.dispatch_buffer_bytes` of the framework's DeepEP group
     (:func:`model.moe_run.deepep_group_ranks`); 0 for a group DeepEP has no config for, which
     the legality rule ``moe_layout`` refuses (the search's columns of candidates not yet masked
-    stay defined). The NVSHMEM heap's granules under a physical profile only (``textbook``
-    counts no library's rounding: :attr:`model.frameworks.Framework.physical`)."""
+    stay defined). DeepEP's workspace, the NVSHMEM heap's granules and its queue pairs under a
+    physical profile only (``textbook`` counts no library's own allocations or rounding:
+    :attr:`model.frameworks.Framework.physical`)."""
     ranks = deepep_group_ranks(framework, ep, expert_tp)
     if ranks not in DEEPEP_DISPATCH_CONFIGS:
         return 0

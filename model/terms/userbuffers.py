@@ -82,10 +82,19 @@ allocator), grown to the largest request and kept for the run. The requests:
   ``_pipelined_produce_and_all2all``): two output chunks, ``2 · S/tp · h`` elements in the
   output's dtype (``out_chunks[0].numel() * element_size * 2``), the larger.
 
-So the workspace is ``2 · S/tp · h · a`` bytes (``a`` the activations' bytes, 2 in BF16; FP8
-GEMMs return BF16): :func:`async_tp_workspace_bytes`, held in both phases beside the NCCL
+So the workspace asks for ``2 · S/tp · h · a`` bytes (``a`` the activations' bytes, 2 in BF16;
+FP8 GEMMs return BF16). PyTorch's CUDA symmetric-memory allocator (its default backend,
+``TORCH_SYMMMEM`` unset) puts the rank's signal pad in the same block,
+``default_signal_pad_size`` = 32 blocks × 72 ranks × 4 B = 9,216 B
+(``torch/csrc/distributed/c10d/symm_mem/CUDASymmetricMemoryTypes.hpp`` in the 2.13.0 wheel), and
+``CUDASymmetricMemoryAllocator::alloc`` (``CUDASymmetricMemory.cu``) rounds the block up to
+``cuMemGetAllocationGranularity`` RECOMMENDED (2 MiB, :data:`model.nvls.NVLS_ALLOCATION_GRANULE`)
+before ``cuMemCreate``: :func:`async_tp_workspace_bytes`, held in both phases beside the NCCL
 communicators. The multimem and native kernels (a global M of at most 4,096 tokens, or an
-environment variable) are not modelled.
+environment variable) are not modelled. The fused reduce-scatter's ``stacked_partials`` (the
+whole ``[S, h]`` partial products, in the caching allocator while the kernel runs) is the
+tensor a plain reduce-scatter reduces, the whole input gradient
+:mod:`model.backward_working` already holds at the QKV projection's step; nothing more.
 """
 
 from __future__ import annotations
@@ -93,6 +102,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainplan.model.frameworks import TE_WORKSPACE_BYTES, Framework
+from trainplan.model.nvls import NVLS_ALLOCATION_GRANULE
 from trainplan.model.op_time import TpOverlap, tp_overlap_for
 from trainplan.model.precision import Precision
 from trainplan.model.terms.fields import Context, Fields
@@ -108,6 +118,7 @@ __all__ = [
     "te_workspace_term",
     "userbuffers_term",
     "SYMM_MEM_P2P_BUFFERS",
+    "SYMM_MEM_SIGNAL_PAD_BYTES",
     "async_tp_workspace_bytes",
 ]
 
@@ -149,21 +160,30 @@ SYMM_MEM_P2P_BUFFERS = 2
 peer reads step i's chunk from one while the next is computed into the other."""
 
 
+SYMM_MEM_SIGNAL_PAD_BYTES = 32 * 72 * 4
+"""``default_signal_pad_size`` (``symm_max_nblocks`` × ``max_cuda_p2p_domain_size`` × 4 B,
+``CUDASymmetricMemoryTypes.hpp``, PyTorch 2.13.0): the signal pad in each block."""
+
+
 def async_tp_workspace_bytes(rows: Any, hidden: int, tp: Any, out_bytes: int = 2) -> Any:
     """Bytes of PyTorch's symmetric-memory workspace for torchtitan's async TP on one GPU
     (module docstring): :data:`SYMM_MEM_P2P_BUFFERS` output chunks of a row-parallel GEMM,
-    ``⌈rows/tp⌉ × hidden`` elements of ``out_bytes`` each (``torch.chunk``'s first chunk). Exact for ints and Fractions;
-    element-wise for arrays.
+    ``⌈rows/tp⌉ × hidden`` elements of ``out_bytes`` each (``torch.chunk``'s first chunk), and the
+    :data:`SYMM_MEM_SIGNAL_PAD_BYTES` signal pad, rounded up to the 2 MiB allocation granule.
+    Exact for ints and Fractions; element-wise for arrays.
 
     Examples
     --------
-    Llama 3 70B (h 8192), s 8192, b 1, tp 8: 2 · 1,024 · 8,192 · 2 = 33,554,432 B; at b 16,
-    536,870,912 B.
+    Llama 3 70B (h 8192), s 8192, b 1, tp 8: 2 · 1,024 · 8,192 · 2 = 33,554,432 B asked, + 9,216
+    B of signal pad, rounded up to 17 × 2 MiB = 35,651,584 B; at b 16, 536,870,912 + 9,216 B
+    → 257 × 2 MiB = 538,968,064 B.
 
     >>> async_tp_workspace_bytes(8192, 8192, 8), async_tp_workspace_bytes(16 * 8192, 8192, 8)
-    (33554432, 536870912)
+    (35651584, 538968064)
     """
-    return SYMM_MEM_P2P_BUFFERS * (-(-rows // tp)) * hidden * out_bytes
+    asked = SYMM_MEM_P2P_BUFFERS * (-(-rows // tp)) * hidden * out_bytes
+    granules = -(-(asked + SYMM_MEM_SIGNAL_PAD_BYTES) // NVLS_ALLOCATION_GRANULE)
+    return granules * NVLS_ALLOCATION_GRANULE
 
 
 UB_WORKSPACES = 3

@@ -11,9 +11,14 @@ side (``_pipelined_multi_all_gather_and_consume``) asks only for the local shard
 elements, half as much.
 
 Llama 3 70B (h 8,192), s 8,192, b 1, cp 1, tp 8: S/tp = 8,192 / 8 = 1,024 rows; 2 · 1,024 ·
-8,192 · 2 B = 33,554,432 B (33.55 MB), beside the NCCL communicators in both phases. The
-validation rows' local batch 16 (torchtitan's 70B async-TP table): 16 × that = 536,870,912 B.
-Without async TP (``none``) nothing is held; Megatron's ``full`` keeps its userbuffers figure.
+8,192 · 2 B = 33,554,432 B asked. PyTorch 2.13's CUDA symmetric-memory allocator adds the
+rank's signal pad, ``default_signal_pad_size`` = 32 · 72 · 4 = 9,216 B
+(``CUDASymmetricMemoryTypes.hpp``), and ``CUDASymmetricMemoryAllocator::alloc`` rounds the block
+up to the 2 MiB allocation granule before ``cuMemCreate``: ⌈33,563,648 / 2,097,152⌉ = 17
+granules, 35,651,584 B (35.65 MB), beside the NCCL communicators in both phases. The validation
+rows' local batch 16 (torchtitan's 70B async-TP table): 536,870,912 + 9,216 B → 257 granules,
+538,968,064 B. Without async TP (``none``) nothing is held; Megatron's ``full`` keeps its
+userbuffers figure.
 """
 
 from __future__ import annotations
@@ -33,15 +38,20 @@ def _peak(**over):
 
 def test_async_tp_workspace_70b_tp8():
     on, off = _peak(tp_comm_overlap="async-tp"), _peak(tp_comm_overlap="none")
-    assert on.userbuffer_bytes == 2 * (8192 // 8) * 8192 * 2 == 33_554_432
+    asked = 2 * (8192 // 8) * 8192 * 2
+    assert asked == 33_554_432
+    granules = -(-(asked + 32 * 72 * 4) // (2 << 20))
+    assert granules == 17
+    assert on.userbuffer_bytes == 17 * 2_097_152 == 35_651_584
     assert off.userbuffer_bytes == 0
-    assert on.communicator_bytes - off.communicator_bytes == 33_554_432
+    assert on.communicator_bytes - off.communicator_bytes == 35_651_584
     assert on.allocated_bytes == off.allocated_bytes  # outside the caching allocator
 
 
 def test_async_tp_workspace_scales_with_the_micro_batch():
     on = _peak(tp_comm_overlap="async-tp", micro_batch_size=16, global_batch_size=128)
-    assert on.userbuffer_bytes == 16 * 33_554_432 == 536_870_912
+    assert -(-(16 * 33_554_432 + 9_216) // 2_097_152) == 257
+    assert on.userbuffer_bytes == 257 * 2_097_152 == 538_968_064
 
 
 def test_no_workspace_without_tp():

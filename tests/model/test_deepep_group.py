@@ -21,14 +21,17 @@ def _buffer(*degrees: str) -> int:
 
 def test_the_buffer_of_16_ranks_at_ep_8_etp_2():
     """h 7,168: the 16-rank buffer (DeepEP config 16: 36 NVL send, 288 receive chunks...) spans
-    two nodes: 377,673,984 NVLink bytes and 91,887,744 RDMA bytes, which NVSHMEM maps as one
-    512 MiB granule (model.nvshmem_heap): 377,673,984 + 536,870,912 = 914,544,896 B; ep 8 with
-    etp 1 keeps the 8-rank one within a node, 335,709,824 B (no RDMA part)."""
+    two nodes: 377,673,984 NVLink bytes, the 33,554,432-byte workspace and 91,887,744 RDMA
+    bytes, which NVSHMEM maps as one 512 MiB granule beside 24·1 + 1 = 25 IBGDA queue pairs of
+    721,163 B (model.nvshmem_heap): 377,673,984 + 33,554,432 + 536,870,912 + 18,029,075 =
+    966,128,403 B; ep 8 with etp 1 keeps the 8-rank one within a node, 335,709,824 +
+    33,554,432 = 369,264,256 B (no RDMA part, no NVSHMEM)."""
     deepep = MoERun(dispatcher="deepep")
-    assert dispatch_buffer_bytes(deepep, 7168, 16) == 377_673_984 + 536_870_912 == 914_544_896
-    assert dispatch_buffer_bytes(deepep, 7168, 8) == 335_709_824
-    assert _buffer("--tp", "2", "--ep", "8", "--etp", "2") == 914_544_896
-    assert _buffer("--tp", "2", "--ep", "8", "--etp", "1") == 335_709_824
+    across = 377_673_984 + 33_554_432 + 536_870_912 + 18_029_075
+    assert dispatch_buffer_bytes(deepep, 7168, 16) == across == 966_128_403
+    assert dispatch_buffer_bytes(deepep, 7168, 8) == 335_709_824 + 33_554_432 == 369_264_256
+    assert _buffer("--tp", "2", "--ep", "8", "--etp", "2") == 966_128_403
+    assert _buffer("--tp", "2", "--ep", "8", "--etp", "1") == 369_264_256
 
 
 def test_a_group_deepep_has_no_config_for_is_refused():

@@ -205,11 +205,13 @@ def test_layer_overlap_and_imbalance_move_the_right_parts():
 
 # ------------------------------------------------------------------ buffers
 def test_deepep_buffers_only_under_deepep():
-    """DeepEP's normal Buffer at h 7,168, EP 64: 377,677,824 NVLink bytes + the 512 MiB granule
-    NVSHMEM maps for the 336,047,360 RDMA bytes (model.moe's and test_nvshmem_heap's
-    derivations) = 914,548,736 per GPU; nothing for NCCL's all-to-all or at ep 1."""
+    """DeepEP's normal Buffer at h 7,168, EP 64: 377,677,824 NVLink bytes + its 32 MiB workspace
+    + the 512 MiB granule NVSHMEM maps for the 336,047,360 RDMA bytes + NVSHMEM's 169 IBGDA
+    queue pairs, 121,876,547 B (model.moe's and test_nvshmem_heap's derivations) =
+    1,069,979,715 per GPU; nothing for NCCL's all-to-all or at ep 1."""
     deepep = MoERun(dispatcher=Dispatcher.DEEPEP)
-    assert dispatch_buffer_bytes(deepep, 7168, 64) == 377677824 + 512 * 2**20
+    total = 377677824 + 32 * 2**20 + 512 * 2**20 + 121876547
+    assert dispatch_buffer_bytes(deepep, 7168, 64) == total == 1_069_979_715
     assert dispatch_buffer_bytes(deepep, 7168, 1) == 0
     assert dispatch_buffer_bytes(MoERun(), 7168, 64) == 0
     with pytest.raises(InputError, match="ep: 12"):

@@ -6,10 +6,12 @@ granules as allocations outgrow what is mapped. Figures derived by hand here."""
 
 from __future__ import annotations
 
-from trainplan.model.moe import deepep_buffer_bytes
+from trainplan.model.moe import DEEPEP_WORKSPACE_BYTES, deepep_buffer_bytes
 from trainplan.model.moe_run import Dispatcher, MoERun, dispatch_buffer_bytes
 from trainplan.model.nvshmem_heap import (
     NVSHMEM_GRANULE,
+    ibgda_queue_bytes,
+    nvshmem_gpu_bytes,
     nvshmem_heap_bytes,
     nvshmem_internal_bytes,
 )
@@ -36,14 +38,16 @@ def test_deepseek_v3_at_ep_64_maps_one_512_mib_granule():
     ``get_rdma_buffer_size_hint``), aligned to 128 by ``nvshmem_align``: 336,047,488 B. With
     NVSHMEM's 39,400,440 B: 375,447,928 ≤ 536,870,912, so the buffer takes the free tail of
     the granule NVSHMEM's init mapped: 536,870,912 B on the GPU, 200,823,552 more than the
-    buffer. ``dispatch_buffer_bytes`` = 377,677,824 NVLink + 536,870,912 = 914,548,736 B."""
+    buffer. ``dispatch_buffer_bytes`` = 377,677,824 NVLink + 33,554,432 workspace + 536,870,912
+    + 121,876,547 of IBGDA queue pairs (below) = 1,069,979,715 B."""
     nvl, rdma = deepep_buffer_bytes(7168, 64)
     assert (nvl, rdma) == (377_677_824, 336_047_360)
     assert nvshmem_internal_bytes(8) + rdma + 128 == 375_447_928 <= NVSHMEM_GRANULE
     assert nvshmem_heap_bytes(rdma, 8) == 512 * MIB == 536_870_912
     assert nvshmem_heap_bytes(rdma, 8) - rdma == 200_823_552
     deepep = MoERun(dispatcher=Dispatcher.DEEPEP)
-    assert dispatch_buffer_bytes(deepep, 7168, 64) == 377_677_824 + 536_870_912 == 914_548_736
+    total = 377_677_824 + 33_554_432 + 536_870_912 + 121_876_547
+    assert dispatch_buffer_bytes(deepep, 7168, 64) == total == 1_069_979_715
 
 
 def test_a_buffer_past_the_first_granules_tail_maps_granules_of_its_own():
@@ -61,23 +65,64 @@ def test_a_buffer_past_the_first_granules_tail_maps_granules_of_its_own():
 
 
 def test_no_rdma_buffer_no_heap():
-    """Within one node (ep ≤ 8) ``num_rdma_bytes`` is 0 and DeepEP does not initialise NVSHMEM:
-    the buffer is the NVLink part alone (gpt-oss-20b's h 2,880 at EP 8)."""
+    """Within one node (ep ≤ 8) ``num_rdma_bytes`` is 0 and DeepEP does not initialise NVSHMEM
+    (``Buffer.__init__`` sets NVSHMEM's environment only when ``get_num_rdma_ranks() > 1``):
+    no heap, no queue pairs; the buffer is the NVLink part and the constructor's 32 MiB
+    workspace (gpt-oss-20b's h 2,880 at EP 8: 160,073,344 + 33,554,432 = 193,627,776 B)."""
     assert nvshmem_heap_bytes(0, 1) == 0
+    assert nvshmem_gpu_bytes(0, 1) == 0
     nvl, rdma = deepep_buffer_bytes(2880, 8)
-    assert rdma == 0
-    assert dispatch_buffer_bytes(MoERun(dispatcher=Dispatcher.DEEPEP), 2880, 8) == nvl
+    assert (nvl, rdma) == (160_073_344, 0)
+    assert dispatch_buffer_bytes(MoERun(dispatcher=Dispatcher.DEEPEP), 2880, 8) == 193_627_776
+
+
+def test_deepeps_workspace_is_32_mib_on_every_rank():
+    """``LEGACY_NUM_WORKSPACE_BYTES`` = 32 · 1024 · 1024 (DeepEP dd758ca
+    ``csrc/kernels/legacy/compiled.cuh``), ``cudaMalloc``-ed by the legacy ``Buffer``
+    constructor whatever ``num_nvl_bytes`` and ``num_rdma_bytes`` are (``csrc/legacy/
+    buffer.hpp``). The ``textbook`` profile counts the buffers as asked, no library's own
+    allocations: 377,677,824 + 336,047,360 = 713,725,184 B at h 7,168, EP 64."""
+    assert DEEPEP_WORKSPACE_BYTES == 32 * 1024 * 1024 == 33_554_432
+    deepep = MoERun(dispatcher=Dispatcher.DEEPEP)
+    assert dispatch_buffer_bytes(deepep, 7168, 64, heap=False) == 713_725_184
+
+
+def test_ibgdas_queue_pairs_outside_the_heap():
+    """DeepEP across nodes sets ``NVSHMEM_IB_ENABLE_IBGDA = 1``, ``NVSHMEM_IBGDA_NUM_RC_PER_PE =
+    num_qps_per_rank`` (24 by default; Megatron-Core's ``get_buffer`` passes none) and keeps
+    ``NVSHMEM_QP_DEPTH`` at 1,024 (``deep_ep/buffers/legacy.py``). NVSHMEM v3.4.5's IBGDA
+    transport (``src/modules/transport/ibgda/ibgda.cpp``) then makes, per GPU, 24 RC QPs to each
+    of the other PEs (``ibgda_setup_rc_endpoints`` skips itself) and ``NVSHMEM_IBGDA_NUM_DCI``
+    = 1 DCI, each with five ``cudaMalloc`` calls of ``size + 65,535`` (``ibgda_gpu_mem_alloc``
+    aligning to the 64 KiB ``IBGDA_GPAGE_SIZE``):
+
+    * send queue, 1,024 WQE basic blocks · 64 B = 65,536 → 131,071;
+    * its doorbell record, 8 → 65,543;
+    * send CQ, 1,024 CQEs · 64 B = 65,536 → 131,071; its doorbell record 8 → 65,543;
+    * fetch buffer, (1,024 + 1) slots · 256 B = 262,400 → 327,935;
+
+    721,163 B a QP. EP 64 over 8 nodes (8 PEs): 24 · 7 + 1 = 169 QPs, 121,876,547 B (0.12 GB);
+    EP 16 (2 PEs): 25 QPs, 18,029,075 B; EP 128 (16 PEs): 361 QPs, 260,339,843 B."""
+    per_qp = (65_536 + 65_535) + (8 + 65_535) + (65_536 + 65_535) + (8 + 65_535)
+    per_qp += 1_025 * 256 + 65_535
+    assert per_qp == 721_163
+    assert ibgda_queue_bytes(8) == 169 * per_qp == 121_876_547
+    assert ibgda_queue_bytes(2) == 25 * per_qp == 18_029_075
+    assert ibgda_queue_bytes(16) == 361 * per_qp == 260_339_843
+    assert nvshmem_gpu_bytes(336_047_360, 8) == 536_870_912 + 121_876_547
 
 
 def test_textbook_counts_the_rdma_bytes_as_asked():
-    """The ``textbook`` profile counts the tensors a run asks for and no library's rounding (no
-    NCCL communicators, no reserve): DeepEP's buffer at EP 64, h 7,168, is the 377,677,824
-    NVLink bytes and the 336,047,360 RDMA bytes as asked, 713,725,184 B, where a framework
-    profile counts the RDMA part as the one 512 MiB granule that holds it."""
+    """The ``textbook`` profile counts the tensors a run asks for and no library's own
+    allocations or rounding (no NCCL communicators, no reserve): DeepEP's buffer at EP 64,
+    h 7,168, is the 377,677,824 NVLink bytes and the 336,047,360 RDMA bytes as asked,
+    713,725,184 B, where a framework profile adds DeepEP's 32 MiB workspace, counts the RDMA
+    part as the one 512 MiB granule that holds it and adds IBGDA's 121,876,547 B of queues."""
     from trainplan.model.frameworks import Framework
     from trainplan.model.terms.dispatch_buffers import _dispatch_buffers
 
     deepep = MoERun(dispatcher=Dispatcher.DEEPEP)
     assert not Framework("textbook").physical
     assert _dispatch_buffers(deepep, 7168, 64, 1, "textbook") == 377_677_824 + 336_047_360
-    assert _dispatch_buffers(deepep, 7168, 64, 1, "megatron") == 377_677_824 + 536_870_912
+    physical = 377_677_824 + 33_554_432 + 536_870_912 + 121_876_547
+    assert _dispatch_buffers(deepep, 7168, 64, 1, "megatron") == physical
