@@ -264,7 +264,7 @@ class Layout:
     @property
     def expert_tp(self) -> int:
         """The expert tensor-parallel degree (:func:`expert_tp_of`)."""
-        return expert_tp_of(self.tp, self.etp, self.framework)
+        return expert_tp_of(self.tp, self.etp, self.framework, self.ep)
 
     @property
     def expert_shard_degree(self) -> int:

@@ -238,7 +238,7 @@ def _heads(s: Setting, tp: int, ep: int, etp: int | None, framework: Any) -> Non
         if etp is not None:
             raise LayoutError(f"etp: {etp} needs a MoE model; {s.model.name} is dense")
         return
-    degree = expert_tp_of(tp, etp, framework)
+    degree = expert_tp_of(tp, etp, framework, ep)
     axis = "tp" if etp is None else "etp"
     _divides(axis, degree, "expert_ffn_hidden_size", arch.moe.expert_ffn_hidden_size)
 
@@ -354,7 +354,7 @@ def _moe_layout(
     """The run's MoE choices on the layout's degrees (:func:`model.moe_run.
     moe_layout_violation`: DeepEP's group sizes, :func:`model.moe_run.deepep_group_ranks`; the
     combined-1F1B overlap's ep and schedule)."""
-    ranks = deepep_group_ranks(str(framework), ep, expert_tp_of(tp, etp, framework))
+    ranks = deepep_group_ranks(str(framework), ep, expert_tp_of(tp, etp, framework, ep))
     problem = moe_layout_violation(s.training.moe_run, ep, pp, v, ranks)
     if problem:
         raise LayoutError(problem)

@@ -310,7 +310,7 @@ def links_for(
     ``pod_size``, ``oversubscription``), the bottleneck bandwidth of each axis's first rank group in
     a networkx cluster graph (topology.graph)."""
     degrees = {"dp": layout.dp, "tp": layout.tp, "pp": layout.pp, "cp": layout.cp, "ep": layout.ep}
-    degrees["etp"] = expert_placement_tp_of(layout.tp, layout.etp, layout.framework)
+    degrees["etp"] = expert_placement_tp_of(layout.tp, layout.etp, layout.framework, layout.ep)
     if not fabric:
         return axis_links(degrees, links, layout.rank_order)
     graph = build_cluster(

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from trainplan.model.expert_groups import expert_placement_tp_of
 from trainplan.model.hardware import ClusterLinks
 from trainplan.model.layout import (
     Layout,
@@ -108,6 +109,9 @@ class ShapeColumns:
         for order in dict.fromkeys(orders):
             rows = np.array([o == order for o in orders])
             degrees = {a: v[a][rows] for a in ("tp", "cp", "ep", "dp", "pp")}
+            degrees["etp"] = expert_placement_tp_of(
+                degrees["tp"], None, v["framework"][rows], degrees["ep"]
+            )
             spans = axis_spans(degrees, order, [_PLACED.get(a, a) for a in LINK_AXES])
             for axis in LINK_AXES:
                 span = spans[_PLACED.get(axis, axis)]
@@ -171,7 +175,7 @@ class Columns:
             self._flat.setdefault(f.name, getattr(_DEFAULTS, f.name))
         flat = self._flat
         flat["sp"] = sequence_parallel_on(flat["tp"], flat["sequence_parallel"])
-        flat["expert_tp"] = expert_tp_of(flat["tp"], flat["etp"], flat["framework"])
+        flat["expert_tp"] = expert_tp_of(flat["tp"], flat["etp"], flat["framework"], flat["ep"])
         flat["split_rule"] = _split_rule(flat["uneven_stages"], flat["framework"], flat["pp"])
         flat["shard_degree"] = flat["dp"] * flat["cp"]
         flat["expert_shard_degree"] = expert_shard_degree_of(

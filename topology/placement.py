@@ -128,9 +128,9 @@ def world_size(degrees: Mapping[str, int]) -> int:
 
 def _stride_size(d: Mapping[str, Any], axis: str, order: tuple[str, ...]) -> tuple[Any, Any]:
     """(stride, size) of ``axis``'s groups: rank offsets between members, and member count.
-    The degrees may be ints or arrays of layouts (the search's tables: one rank order at a time,
-    etp equal to tp)."""
-    dense = [a for a in order if a != "ep"]
+    The degrees may be ints or arrays of layouts (the search's tables: one rank order at a
+    time)."""
+    dense = _dense(order)
 
     def stride(a: str) -> Any:
         return math.prod(d[x] for x in dense[: dense.index(a)])
@@ -143,19 +143,31 @@ def _stride_size(d: Mapping[str, Any], axis: str, order: tuple[str, ...]) -> tup
     if axis == "edp":
         return _expert_dp(d, order, block)
     if axis == "ep":
-        etp = d.get("etp", d["tp"])
-        if not is_array(etp) and etp != d["tp"]:
-            # Megatron-Core's expert rank order etp-ep-edp-pp over the tp·cp·dp block: ep groups
-            # of consecutive etp-strided ranks (needs tp innermost and pp outermost)
-            if dense[0] != "tp" or dense[-1] != "pp":
-                raise LayoutError(
-                    f"rank_order: {'-'.join(order)} with etp ≠ tp needs tp innermost and pp "
-                    "outermost (Megatron-Core's expert groups are carved out of the tp·cp·dp block)"
-                )
-            return etp, d["ep"]
+        own = _own_expert_tp(d, order)
         inner = order.index("ep") < order.index("dp")
-        return (block, d["ep"]) if inner else (block * d["cp"] * d["dp"] // d["ep"], d["ep"])
+        stride = block if inner else block * d["cp"] * d["dp"] // d["ep"]
+        return where(own, d.get("etp", d["tp"]), stride), d["ep"]
     raise LayoutError(f"unknown axis '{axis}' (known: {', '.join(AXES)})")
+
+
+def _own_expert_tp(d: Mapping[str, Any], order: tuple[str, ...]) -> Any:
+    """Where etp ≠ tp (element-wise for the search's arrays): Megatron-Core's expert rank order
+    etp-ep-edp-pp over the tp·cp·dp block, ep groups of consecutive etp-strided ranks, which
+    needs tp innermost and pp outermost (torchtitan's sparse mesh at ep > 1, etp 1, is the
+    same: ``("pp", "dp_replicate", "efsdp", "ep")`` over its world order ending in tp)."""
+    own = d.get("etp", d["tp"]) != d["tp"]
+    dense = _dense(order)
+    if (own.any() if is_array(own) else own) and (dense[0] != "tp" or dense[-1] != "pp"):
+        raise LayoutError(
+            f"rank_order: {'-'.join(order)} with etp ≠ tp needs tp innermost and pp "
+            "outermost (Megatron-Core's expert groups are carved out of the tp·cp·dp block)"
+        )
+    return own
+
+
+def _dense(order: Sequence[str]) -> list[str]:
+    """The rank order's axes less ep (ep is carved out of cp·dp)."""
+    return [a for a in order if a != "ep"]
 
 
 def _expert_dp(d: Mapping[str, Any], order: tuple[str, ...], block: Any) -> tuple[Any, Any]:
@@ -172,12 +184,12 @@ def _expert_dp(d: Mapping[str, Any], order: tuple[str, ...], block: Any) -> tupl
     sparse mesh ``("pp", "dp_replicate", "efsdp", "ep")``); ep after dp, the ep groups stride
     cp·dp/ep positions, so the edp group is that many consecutive ones (stride block)."""
     etp = d.get("etp", d["tp"])
-    if not is_array(etp) and etp != d["tp"]:
-        _stride_size(d, "ep", order)  # the same order check
-        return etp * d["ep"], d["tp"] * d["cp"] * d["dp"] // (etp * d["ep"])
+    own = _own_expert_tp(d, order)
     size = d["cp"] * d["dp"] // d["ep"]
     inner = order.index("ep") < order.index("dp")
-    return (block * d["ep"], size) if inner else (block, size)
+    stride = block * d["ep"] if inner else block
+    own_size = d["tp"] * d["cp"] * d["dp"] // (etp * d["ep"])
+    return where(own, etp * d["ep"], stride), where(own, own_size, size)
 
 
 def axis_spans(

@@ -423,6 +423,8 @@ def _state_sentence(mech: Mechanism, lay: Layout) -> str:
         if str(lay.framework) == "deepspeed" or lay.expert_tp == lay.tp
         else "tp·dp·cp/(etp·ep)"
     )
+    if str(lay.framework) == "fsdp2" and lay.expert_tp != lay.tp:
+        group = "tp·dp·cp/ep (torchtitan's efsdp; each expert whole, not split over tp)"
     experts = f", experts over {group} = {lay.expert_shard_degree}" if lay.ep > 1 else ""
     return f"model state: {' '.join(parts)} with D = dp·cp = {lay.shard_degree}{experts}"
 
