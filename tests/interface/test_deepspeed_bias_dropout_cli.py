@@ -34,13 +34,14 @@ def test_the_search_answer_moves(done):
     """Without the masks the search answered dp 2 × tp 4 × pp 4 (552.133 s, 82.49 GB). Its
     stage 0 holds 20 layers × 4 micro-batches in flight (1F1B at pp 4): the masks add 80 ×
     2 × 8,192 × 8,192 / 4 = 80 × 33,554,432 = 2,684,354,560 B, 82.49 → 85.18 GB of 83.21: it
-    does not launch. The answer is dp 1 × tp 4 × pp 8, 582.107 s, 76.84 GB."""
+    does not launch. The answer is dp 1 × tp 4 × pp 8, 583.436 s (582.107 s with the CPU Adam
+    step at the DIMMs' 76.8 GB/s; at the DGX H100's 14 cores × 2.27 GB/s since), 76.84 GB."""
     assert done["search"].returncode == 0, done["search"].stderr[-2000:]
     d = json.loads(done["search"].stdout)
     lay = d["layout"]
     assert (lay["dp"], lay["tp"], lay["pp"], lay["zero_stage"]) == (1, 4, 8, 1)
     assert lay["bias_dropout_fusion"] is True
-    assert round(d["objective_s"], 3) == 582.107
+    assert round(d["objective_s"], 3) == 583.436
     assert round(d["memory"]["total_bytes"] / 1e9, 2) == 76.84 and d["memory"]["fits"]
 
 
