@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from trainplan.interface.launch_overlap import megatron_overlap_flags
 from trainplan.interface.launch_parallel import megatron_parallel_flags, megatron_run_flags
 from trainplan.interface.launch_torchtitan import (
+    cpu_step_note,
     torchtitan_cp,
     torchtitan_recipe,
     torchtitan_split,
@@ -336,6 +337,7 @@ def _megatron_recipe(training: TrainingSpec, layout: Layout, notes: list[str]) -
         out += ["--optimizer-cpu-offload", "--optimizer-offload-fraction",
                 f"{float(training.offload.optimizer):g}",
                 "--use-precision-aware-optimizer"]  # fmt: skip
+        cpu_step_note(training, notes)
     if OptimizerKind(layout.optimizer) is OptimizerKind.MUON:
         # the mode the plan counted (model.muon.muon_tp_gathers), written even at its default
         # (Megatron-LM's default moved from blockwise to duplicated at bb47df5416)

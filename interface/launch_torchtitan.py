@@ -97,4 +97,16 @@ def torchtitan_recipe(layout: Layout, training: TrainingSpec, notes: list[str]) 
             "e5ef99aab (2025-10-22) and none since; the plan's last stage "
             f"{kept} logits"
         )
+    cpu_step_note(training, notes)
     return ["[compile]", f"enable = {'true' if compiled else 'false'}"]
+
+
+def cpu_step_note(training: TrainingSpec, notes: list[str]) -> None:
+    """Under optimizer offload, the thread count the CPU Adam step's rate assumes
+    (:func:`model.offload.host_threads_per_rank`), which neither framework's flags carry."""
+    if training.offload.active:
+        notes.append(
+            "optimizer offload: the CPU Adam step's time assumes OMP_NUM_THREADS at the host's "
+            "cores per GPU (the offload assumption gives it: 14 on a DGX H100); export it before "
+            "torchrun, which sets OMP_NUM_THREADS=1 when it is unset (torch/distributed/run.py)"
+        )

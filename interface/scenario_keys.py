@@ -75,8 +75,8 @@ KEY_HELP: dict[str, str] = {
     "oversubscription": "Scale-out oversubscription above a pod (>= 1).",
     "host_link_gbps": "GPU-host link, GB/s per GPU per direction (default: the accelerator "
     "table's).",
-    "host_memory_gbps": "Host memory bandwidth per GPU, GB/s, for the CPU optimizer step "
-    "(default: the table's reference node).",
+    "host_memory_gbps": "Host memory bandwidth per GPU, GB/s: the most the CPU optimizer step "
+    "streams at, its cores allowing (default: the table's reference node).",
     "memory_reserve_gib": "GiB of each GPU kept out of the model's reach under a physical "
     "framework: the driver, the CUDA context, the cuBLAS workspaces and the allocator's "
     f"fragmentation (default {_default_reserve()}). NCCL's communicator buffers are not in it: "

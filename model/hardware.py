@@ -87,8 +87,11 @@ class DeviceSpec:
     host_memory_bytes_per_s: float | None = None
     """Host memory bandwidth per GPU, bytes/s: what a CPU optimizer step streams at
     (:mod:`model.offload`). None if unknown."""
+    host_cores: int | None = None
+    """Physical CPU cores per host node of the reference system, every socket: what the ranks'
+    CPU optimizer threads share (:func:`model.offload.host_step_bytes_per_s`). None if unknown."""
     host_source: str = ""
-    """Where ``host_memory_bytes`` and ``host_memory_bytes_per_s`` come from."""
+    """Where ``host_memory_bytes``, ``host_memory_bytes_per_s`` and ``host_cores`` come from."""
     gpus_per_node: int = 8
     """GPUs per host node of the reference system (8 for HGX/DGX; 4 per GB200/GB300 compute
     tray): what host bytes per node multiply by."""

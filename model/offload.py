@@ -18,10 +18,11 @@ Two mechanisms, as frameworks run them:
 
 Time (:func:`offload_seconds`): host-link transfers at ``DeviceSpec.host_link_bytes_per_s``
 (PCIe or NVLink-C2C, per direction) plus the CPU Adam step, which streams master, moments,
-gradient and the written-back weight through host memory at
-``DeviceSpec.host_memory_bytes_per_s`` (a memory-bound kernel: DeepSpeed's vectorised CPU-Adam,
-ZeRO-Offload §4.2). Everything is counted exposed — no delayed parameter update (ZeRO-Offload
-§4.3), no overlap of the copies with backward — an upper bound on what offload costs.
+gradient and the written-back weight through host memory at :func:`host_step_bytes_per_s`: the
+host's cores per GPU at ZeRO-Offload's measured CPU-Adam rate per core
+(:data:`CPU_ADAM_BYTES_PER_CORE_S`), no faster than the host memory's peak per GPU. Everything is
+counted exposed: no delayed parameter update (ZeRO-Offload §4.3), no overlap of the copies with
+backward.
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ __all__ = [
     "cpu_adam_bytes",
     "adam_step_bytes",
     "host_rates",
+    "host_step_bytes_per_s",
+    "host_threads_per_rank",
+    "CPU_ADAM_BYTES_PER_CORE_S",
 ]
 
 HOST_GRADIENT_BYTES = 4
@@ -321,6 +325,57 @@ def offload_transfers(
     return d2h, h2d
 
 
+CPU_ADAM_BYTES_PER_CORE_S = 10e9 * 28 / (2.57 * 48)
+"""Host-memory bytes one CPU core streams per second in the CPU Adam step: 2.27e9 B/s.
+
+ZeRO-Offload (Ren et al., USENIX ATC 2021, arXiv 2101.06840), the Adam latency table of §6
+(CPU-Adam, PyTorch CPU Adam and PyTorch GPU Adam for 1B to 10B parameters): DeepSpeed's CPU-Adam
+updates 10e9 FP32 parameters in 2.57 s (PyTorch's CPU Adam 14.76 s) on the paper's host, one
+DGX-2: two 24-core Xeon Platinum 8168, 48 cores (NVIDIA DGX-2 datasheet), the kernel's
+``#pragma omp parallel for`` over all of them. Its FP32 step reads parameter, gradient and both
+moments and writes parameter and moments, 28 B per element; 10e9 × 28 B / 2.57 s = 109 GB/s,
+below that host's six DDR4-2666 channels per socket (256 GB/s), so the rate is the cores', taken
+per core (÷ 48). The same rate is taken for PyTorch's fused CPU AdamW (``fused=True``, what
+Megatron-Core's ``HybridDeviceOptimizer`` and torchtitan run): PyTorch PR #123074, which added
+it, reports 5.1× the unfused step on a 56-core Sapphire Rapids, as CPU-Adam is 5.7× PyTorch's
+unfused CPU Adam in the table above (14.76 / 2.57). A per-core rate of the paper's 2.7 GHz
+Skylake core, for every host: no per-core figure for a newer core has been found."""
+
+
+def host_threads_per_rank(device: DeviceSpec) -> float | None:
+    """CPU threads each rank's optimizer step runs on: the node's cores shared evenly by its GPUs'
+    ranks (None where the table has no core count). DeepSpeed ``launch.py`` at edaa7221 sets
+    ``OMP_NUM_THREADS`` to the cores per rank under ``--bind_cores_to_rank``
+    (``get_numactl_cmd``); without it OpenMP's default spreads each rank over every core, which
+    the eight ranks then share. Under ``torchrun`` (Megatron-LM's examples, torchtitan's
+    ``run_train.sh``) ``torch/distributed/run.py`` sets ``OMP_NUM_THREADS=1`` when it is unset:
+    the plan assumes ``OMP_NUM_THREADS`` exported at the cores per rank, and says so.
+
+    >>> from trainplan.topology.accelerators import get_accelerator
+    >>> host_threads_per_rank(get_accelerator("H100-SXM"))
+    14.0
+    """
+    if device.host_cores is None:
+        return None
+    return device.host_cores / device.gpus_per_node
+
+
+def host_step_bytes_per_s(device: DeviceSpec) -> float | None:
+    """Host-memory bytes per second a GPU's CPU optimizer step streams: its threads
+    (:func:`host_threads_per_rank`) at :data:`CPU_ADAM_BYTES_PER_CORE_S`, capped at the host
+    memory's peak per GPU; that peak alone where the core count is unknown, None where the peak
+    is. DGX H100: 112 cores / 8 = 14 × 2.27e9 = 31.8e9 B/s, below 76.8e9.
+
+    >>> from trainplan.topology.accelerators import get_accelerator
+    >>> round(host_step_bytes_per_s(get_accelerator("H100-SXM")) / 1e9, 2)
+    31.78
+    """
+    memory, threads = device.host_memory_bytes_per_s, host_threads_per_rank(device)
+    if memory is None or threads is None:
+        return memory
+    return min(memory, threads * CPU_ADAM_BYTES_PER_CORE_S)
+
+
 FSDP2_HOST_ACCUMULATE_BYTES = 12
 """Host-memory bytes per element of FSDP2's gradient accumulation on the CPU under
 ``CPUOffloadPolicy`` (torchtitan ``training.enable_cpu_offload``): from the second micro-batch
@@ -348,7 +403,7 @@ def offload_seconds(
 
     Examples
     --------
-    ZeRO-Offload on one H100 (PCIe Gen5 64 GB/s, 76.8 GB/s of host memory per GPU), 1e9
+    ZeRO-Offload on one H100 (PCIe Gen5 64 GB/s; a host step at 76.8 GB/s per GPU), 1e9
     elements, bf16 gradients once per step: (2e9 + 2e9)/64e9 + 30e9/76.8e9 = 0.0625 + 0.390625.
 
     >>> from trainplan.model.mechanisms import mechanism
@@ -378,16 +433,16 @@ def offload_seconds(
 
 
 def host_rates(device: DeviceSpec, need_memory: bool = True) -> tuple[float, float]:
-    """(host-link bytes/s per direction, host-memory bytes/s per GPU) of ``device``; with
-    ``need_memory`` False an unknown host-memory rate is returned as 0 (activation offload
-    only crosses the link).
+    """(host-link bytes/s per direction, host-step bytes/s per GPU, :func:`host_step_bytes_per_s`)
+    of ``device``; with ``need_memory`` False an unknown host-memory rate is returned as 0
+    (activation offload only crosses the link).
 
     Raises
     ------
     InputError
         Either is unknown (not in the accelerator table and not given).
     """
-    link, memory = device.host_link_bytes_per_s, device.host_memory_bytes_per_s
+    link, memory = device.host_link_bytes_per_s, host_step_bytes_per_s(device)
     if link is not None and memory is None and not need_memory:
         return link, 0.0
     if link is None or memory is None:

@@ -51,6 +51,7 @@ _OPTIONAL = (
     "bandwidth_source",
     "host_memory_gb",
     "host_memory_gbps",
+    "host_cores",
     "host_source",
     "gpus_per_node",
     "power_w",
@@ -139,13 +140,13 @@ def _check_row(row: dict[str, Any], index: int) -> None:
         not isinstance(row["bandwidth_source"], str) or not row["bandwidth_source"].strip()
     ):
         raise ScenarioError(f"{where}: key 'bandwidth_source' must be a non-empty string")
-    has_host = "host_memory_gb" in row or "host_memory_gbps" in row
+    has_host = any(k in row for k in ("host_memory_gb", "host_memory_gbps", "host_cores"))
     if has_host != ("host_source" in row) or (
         has_host and (not isinstance(row["host_source"], str) or not row["host_source"].strip())
     ):
         raise ScenarioError(
-            f"{where}: host_memory_gb / host_memory_gbps need a non-empty host_source, and only "
-            "they do"
+            f"{where}: host_memory_gb / host_memory_gbps / host_cores need a non-empty "
+            "host_source, and only they do"
         )
     if ("power_w" in row) != ("power_source" in row) or (
         "power_source" in row
@@ -232,6 +233,9 @@ def _to_device(row: dict[str, Any], index: int) -> DeviceSpec:
         if "host_memory_gb" in row
         else None,
         host_memory_bytes_per_s=rate("host_memory_gbps"),
+        host_cores=int(_number(row["host_cores"], where, "host_cores", integer=True))
+        if "host_cores" in row
+        else None,
         host_source=row.get("host_source", ""),
         gpus_per_node=int(
             _number(row.get("gpus_per_node", 8), where, "gpus_per_node", integer=True)
@@ -343,7 +347,7 @@ def accelerator_rows() -> list[dict[str, Any]]:
 
     Keys: ``name, memory_gb, memory_unit, memory_bytes, bf16_tflops, fp8_tflops, dense, nvlink_gbps,
     nvlink_domain, scaleout_gbps, hbm_tbps, host_link_gbps, bandwidth_source, host_memory_gb,
-    host_memory_gbps, host_source, power_w, power_source, source, status``;
+    host_memory_gbps, host_cores, host_source, power_w, power_source, source, status``;
     the vendor figures as written in the file (GB/s per GPU per direction, HBM in TB/s; None
     where the table has no sourced figure) plus ``memory_bytes`` in bytes.
 
@@ -373,6 +377,7 @@ def accelerator_rows() -> list[dict[str, Any]]:
                 "bandwidth_source": raw.get("bandwidth_source"),
                 "host_memory_gb": raw.get("host_memory_gb"),
                 "host_memory_gbps": raw.get("host_memory_gbps"),
+                "host_cores": raw.get("host_cores"),
                 "host_source": raw.get("host_source"),
                 "power_w": raw.get("power_w"),
                 "power_source": raw.get("power_source"),

@@ -5,6 +5,7 @@ model state and data-parallel traffic, and the capacity each figure is measured 
 
 from __future__ import annotations
 
+from trainplan.interface.render.offload_text import offload_sentence
 from trainplan.interface.render.precision_text import loss_sentence, precision_sentence
 from trainplan.model.comm import p2p_overlapped, reduces_beside_compute
 from trainplan.model.comm_sms import collective_sm_share
@@ -265,7 +266,7 @@ def assumptions(est: Estimate) -> list[str]:
     out = [
         f"framework {lay.framework}: ZeRO-{lay.zero_stage} is {mech.name} ({mech.source})",
         precision_sentence(est),
-        *_offload_sentence(est),
+        *offload_sentence(est),
         _state_sentence(mech, lay),
         _capacity_sentence(est),
         _activations_sentence(est),
@@ -352,43 +353,6 @@ def _cp_sentence(lay: Layout) -> str:
         "the cp overlap fraction applies to every flavour"
         + ("; both parts timed on the whole cp group's link" if lay.cp_a2a else "")
     )
-
-
-def _activation_offload_sentence(est: Estimate) -> list[str]:
-    """Which activations are offloaded and how their copies are timed; nothing without."""
-    mods, d = est.training.offload.activations, est.device
-    if not mods:
-        return []
-    return [
-        f"activation offload: the tensors {', '.join(mods)} save for backward go to the host "
-        "after each layer's forward and come back before its backward (Megatron-Core "
-        "--fine-grained-activation-offloading); two layers' worth stays on the GPU (the group "
-        "never offloaded, one in transit); copies at "
-        f"{(d.host_link_bytes_per_s or 0) / 1e9:g} GB/s per direction overlap the next layer's "
-        "forward / the previous layer's backward, the excess exposed (activation_offload_s, in "
-        "the compute and pipeline term)"
-    ]
-
-
-def _offload_sentence(est: Estimate) -> list[str]:
-    """What is offloaded, where it lives and what it costs; nothing without offload."""
-    off, d = est.training.offload, est.device
-    if not off.active:
-        return _activation_offload_sentence(est)
-    share = "" if off.optimizer == 1 else f"{float(off.optimizer):g} of "
-    what = (
-        "parameter shards, their gradients and the optimizer"
-        if off.params
-        else f"{share}the optimizer state and its step"
-    )
-    return [
-        f"offload: {what} on the host ({d.host_memory_bytes and d.host_memory_bytes / 1e9:g} GB "
-        f"per GPU, {d.gpus_per_node} GPUs per node; {d.host_source or 'given'}); transfers over "
-        f"the host link at {(d.host_link_bytes_per_s or 0) / 1e9:g} GB/s per direction and the "
-        f"CPU Adam step at {(d.host_memory_bytes_per_s or 0) / 1e9:g} GB/s of host memory, all "
-        "exposed (no delayed parameter update, no overlap with backward: an upper bound)",
-        *_activation_offload_sentence(est),
-    ]
 
 
 def _cp_overlap(est: Estimate) -> str:

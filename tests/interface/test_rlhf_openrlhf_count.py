@@ -52,7 +52,11 @@ def test_the_search_no_longer_offers_the_actor_at_dp_8_for_4_rollouts(monkeypatc
     7.445 s → 8.777 s (rollout 4.914 + scoring 0.987 + training 2.876; OpenRLHF's pools, model/rlhf/split.py:
     7.445 s put the engine beside the actor alone, counted asleep, and the reference on GPUs of
     its own, a pool OpenRLHF does not make, model/rlhf/split.py pool_refusal) → 15.095 s (+ the
-    engine's tp all-reduces, model/rollout_reduce.py: rollout 4.914 + 6.318 = 11.232).
+    engine's tp all-reduces, model/rollout_reduce.py: rollout 4.914 + 6.318 = 11.232). The CPU
+    Adam step at the DGX H100's 14 cores × CPU-Adam's 2.27 GB/s = 31.777 GB/s, not the DIMMs'
+    76.8 (model/offload.py host_step_bytes_per_s), adds 30 B × 7,615,616,512 / 4 ×
+    (1/31.777e9 − 1/76.8e9) = 1.054 s to training: 2.876 → 3.930 s, 15.301 → 16.355 s, the
+    same placement.
 
     The all-reduces: 4 sequences a decode step, 56 all-reduces of 4 × 3,584 × 2 = 28,672 B =
     1.75 × 2^14 B, on the H100 curve 0.95 + 0.80735 × (1.71 − 0.95) = 1.5636 GB/s; one prefill
@@ -81,10 +85,12 @@ def test_the_search_no_longer_offers_the_actor_at_dp_8_for_4_rollouts(monkeypatc
     extra = 4_096 * (1.5 * decode + gather) + 1.5 * prefill + gather
     assert (extra, busbw) == (pytest.approx(0.206, abs=1e-3), pytest.approx(40.001, abs=1e-3))
     rollout = 4.914 + tp4 + extra
-    assert r.best.plan.phase_s == pytest.approx((rollout, 0.987, 2.876), abs=0.001)
-    assert r.best.plan.step_s == pytest.approx(rollout + 0.987 + 2.876, abs=0.001)
-    assert r.best.plan.step_s == pytest.approx(15.301, abs=0.001)
-    assert r.best.objective_ns == r.split.objective_ns == 15_301_155_870
+    host_step = 112 / 8 * 10e9 * 28 / (2.57 * 48)
+    cpu = 30 * 7_615_616_512 / 4 * (1 / host_step - 1 / 76.8e9)
+    assert cpu == pytest.approx(1.054, abs=1e-3)
+    assert r.best.plan.phase_s == pytest.approx((rollout, 0.987, 2.876 + cpu), abs=0.001)
+    assert r.best.plan.step_s == pytest.approx(rollout + 0.987 + 2.876 + cpu, abs=0.001)
+    assert r.best.plan.step_s == pytest.approx(16.355, abs=0.001)
     monkeypatch.setattr(network, "check_split_count", lambda spec, role, dp: None)
     old = search_placement(_problem(2, 2, 8))
     assert next(o.dp for o in old.best.options if o.role is Role.ACTOR) == 8
@@ -94,5 +100,6 @@ def test_the_search_no_longer_offers_the_actor_at_dp_8_for_4_rollouts(monkeypatc
         4_096 * 1.75 * decode + 1.75 * prefill + 4_097 * 0.875 * 4 * 152_064 * 2 / (busbw * 1e9)
     )
     assert extra8 == pytest.approx(0.241, abs=1e-3)
-    assert old.best.plan.step_s == pytest.approx(6.010 + tp8 + extra8, abs=0.001)
-    assert old.best.plan.step_s == pytest.approx(13.622, abs=0.001)
+    # and the old answer's actor (dp 8, CPU Adam) its own CPU step at 31.777 GB/s: + cpu / 2
+    assert old.best.plan.step_s == pytest.approx(6.010 + tp8 + extra8 + cpu / 2, abs=0.001)
+    assert old.best.plan.step_s == pytest.approx(14.149, abs=0.001)

@@ -16,13 +16,20 @@ from trainplan.topology.accelerators import get_accelerator
 
 BASE = {"model": "llama3-70b", "tp": 8, "dp": 8, "seq_len": 8192, "global_batch_size": 64}
 
+PER_CORE = 10e9 * 28 / (2.57 * 48)
+"""ZeRO-Offload's Adam latency table: DeepSpeed CPU-Adam updates 10e9 FP32 parameters in 2.57 s
+on a DGX-2's 48 cores, 28 B an element (reads p, g, m, v; writes p, m, v): 2.2698e9 B/s a core."""
+HOST_STEP = 112 / 8 * PER_CORE
+"""DGX H100 (and DGX B200): 112 cores over 8 GPUs = 14 threads a rank × 2.2698e9 = 31.78e9 B/s,
+under the host memory's 76.8 (89.6) GB/s peak per GPU: the CPU Adam step's rate."""
+
 
 def test_megatron_optimizer_offload_moves_the_state_and_adds_its_step():
     """Megatron-Core distributed optimizer (ZeRO-1), dp 8, --offload-optimizer 1. With P dense
     parameters on the GPU (after tp), the optimizer shard has P/8 elements: its 12 B/param leave
     the GPU; the host holds 12 + 4 (FP32 gradients) = 16 B × P/8 = 2P. Per step, once: FP32
     main_grad D2H 4 B × P/8, bf16 weights H2D 2 B × P/8, over 64 GB/s; the CPU Adam streams
-    2·12 + 4 + 2 = 30 B × P/8 at 76.8 GB/s."""
+    2·12 + 4 + 2 = 30 B × P/8 at 14 cores × 2.27 GB/s (:data:`HOST_STEP`)."""
     plain = Case.of(**BASE).evaluate()
     off = Case.of(**{**BASE, "offload": Offload(optimizer=1)}).evaluate()
     P = plain.stages[0].dense_params
@@ -31,7 +38,7 @@ def test_megatron_optimizer_offload_moves_the_state_and_adds_its_step():
     assert off.host_bytes == 2 * P
     assert off.peak.total_bytes == plain.peak.total_bytes - 12 * P / 8
     elements = float(P / 8)
-    expected = (4 + 2) * elements / 64e9 + 30 * elements / 76.8e9
+    expected = (4 + 2) * elements / 64e9 + 30 * elements / HOST_STEP
     assert off.time_terms.offload_s == pytest.approx(expected, rel=1e-12)
     # the GPU's own Adam step (38 B × P/8 through HBM at BabelStream's triad on H100 SXM,
     # 2.97 TB/s: the roofline clock) moves to the host
@@ -82,7 +89,7 @@ def test_deepspeed_zero3_parameter_offload():
     m = off.num_microbatches
     elements = float(P / 8)
     transfers = (m * 2 * elements) + (2 * elements + 2 * m * 2 * elements)
-    cpu = 30 * elements / 76.8e9
+    cpu = 30 * elements / HOST_STEP
     assert off.time_terms.offload_s == pytest.approx(transfers / 64e9 + cpu, rel=1e-12)
 
 
@@ -98,8 +105,8 @@ def test_host_memory_that_does_not_fit_is_a_verdict():
 
 
 def test_host_link_override_reaches_the_step():
-    """--host-link-gbps 32 (PCIe Gen4) on a B200 with its table's host memory: the transfer term
-    doubles against 64."""
+    """--host-link-gbps 32 (PCIe Gen4) on a B200 with its table's host: the transfer term
+    doubles against 64; the CPU step at 14 cores × 2.27 GB/s (:data:`HOST_STEP`, under 89.6)."""
     base = {"model": "llama3-8b", "dp": 8, "offload": Offload(optimizer=1)}
     b200 = get_accelerator("B200")
     gen5, gen4 = (replace(b200, host_link_bytes_per_s=gbps * 1e9) for gbps in (64, 32))
@@ -107,7 +114,7 @@ def test_host_link_override_reaches_the_step():
     slow = Case.of(**base, device=gen4).evaluate().time_terms.offload_s
     est = Case.of(**base, device=gen5).evaluate()
     elements = float(est.stages[0].dense_params / 8)
-    cpu = 30 * elements / 89.6e9
+    cpu = 30 * elements / HOST_STEP
     assert fast == pytest.approx(6 * elements / 64e9 + cpu)
     assert slow - cpu == pytest.approx(2 * (fast - cpu))
 
@@ -187,3 +194,46 @@ def test_deepspeed_zero2_offload_brings_accumulated_gradients_back_every_microba
     assert (h2d - once) / 64e9 == pytest.approx(8.0, abs=0.005)
     _, z1 = offload_transfers(zero1, on, shard, 256)  # ZeRO-1 accumulates on the GPU
     assert z1 == shard * zero1.weight_bytes
+
+
+def test_cpu_adam_runs_at_the_hosts_cores_per_gpu_capped_at_its_memory():
+    """The CPU Adam step's rate (``model/offload.py`` ``host_step_bytes_per_s``): the node's cores
+    shared by its GPUs' ranks, each at ZeRO-Offload's CPU-Adam rate per core (:data:`PER_CORE`),
+    no faster than the host memory's peak per GPU.
+
+    - DGX-1 (V100): 40 cores / 8 = 5 × 2.2698 = 11.35 GB/s (peak 19.2).
+    - DGX H100: 14 × 2.2698 = 31.78 GB/s (peak 76.8).
+    - GB200 NVL72 tray: 144 cores / 4 GPUs = 36 × 2.2698 = 81.71 GB/s (peak 256).
+    - --set host_memory_gbps=20 on the H100: 20 GB/s, under 31.78, is the cap.
+    - No core count (a device built without one): the memory's peak, as before.
+
+    llama3-8b on 8 H100s, dp 4 × tp 2, ZeRO-1, b 2, B 64, s 8192 (review-j MED-1's layout):
+    4,015,263,744 parameters on each tp rank (half of 8,030,261,248, the norms whole) / dp 4 =
+    1,003,815,936 elements a GPU; transfers (4 + 2) B × 1,003,815,936 / 64e9 = 0.0941 s; the CPU
+    step 30 B × 1,003,815,936 / 31.78e9 = 0.9476 s (0.3921 s at 76.8 GB/s): offload 1.0418 s,
+    was 0.4862."""
+    from trainplan.model.offload import host_step_bytes_per_s, host_threads_per_rank
+
+    v100, h100, gb200 = (get_accelerator(n) for n in ("V100-SXM2-32GB", "H100-SXM", "GB200"))
+    assert host_threads_per_rank(v100) == 5 and host_threads_per_rank(gb200) == 36
+    assert (
+        host_step_bytes_per_s(v100) == pytest.approx(5 * PER_CORE) == pytest.approx(11.35e9, 1e-3)
+    )
+    assert host_step_bytes_per_s(h100) == HOST_STEP == pytest.approx(31.78e9, rel=1e-3)
+    assert host_step_bytes_per_s(gb200) == pytest.approx(81.71e9, rel=1e-3)
+    assert host_step_bytes_per_s(replace(h100, host_memory_bytes_per_s=20e9)) == 20e9
+    assert host_step_bytes_per_s(replace(h100, host_cores=None)) == 76.8e9
+    est = Case.of(
+        model="llama3-8b",
+        tp=2,
+        dp=4,
+        micro_batch_size=2,
+        global_batch_size=64,
+        seq_len=8192,
+        offload=Offload(optimizer=1),
+    ).evaluate()
+    assert est.stages[0].dense_params == 4_015_263_744
+    shard = 4_015_263_744 / 4
+    assert est.time_terms.offload_s == pytest.approx(6 * shard / 64e9 + 30 * shard / HOST_STEP)
+    assert est.time_terms.offload_s == pytest.approx(1.0418, abs=5e-5)
+    assert 30 * shard / 76.8e9 + 6 * shard / 64e9 == pytest.approx(0.4862, abs=5e-5)

@@ -237,7 +237,9 @@ def test_cpu_adam_of_a_real_70b_actor_is_the_offload_mechanism():
       1,128,859,303,936 B per node.
     * time, per update (one here): the FP32 gradients down once per step (Megatron-Core's
       HybridDeviceOptimizer) and the BF16 weights back, (4 + 2) B × e / 64 GB/s = 0.826801 s,
-      plus CPU Adam streaming (2·12 + 4 + 2) B × e / 76.8 GB/s = 3.445005 s: 4.271806 s. The
+      plus CPU Adam streaming (2·12 + 4 + 2) B × e at the DGX H100's 14 cores per GPU ×
+      ZeRO-Offload's CPU-Adam 10e9 × 28 B / (2.57 s × 48 cores) = 31.777 GB/s: 8.326057 s
+      (3.445005 s at the DIMMs' 76.8 GB/s, before): 9.152859 s. The
       GPU's own Adam step leaves the step: 38 B × e (model.offload.adam_step_bytes(12, 2)) at
       2.97 TB/s (BabelStream's triad on H100 SXM, the optimizer step's streaming rate) = 0.112838 s.
     """
@@ -251,14 +253,16 @@ def test_cpu_adam_of_a_real_70b_actor_is_the_offload_mechanism():
     assert cost.training_bytes == base.training_bytes
     assert cost.host_bytes == 16 * e and cost.host_bytes * 8 == 16 * N_LLAMA70 == 1_128_859_303_936
     link = (4 + 2) * 8_819_213_312 / 64e9
-    adam = (2 * 12 + 4 + 2) * 8_819_213_312 / 76.8e9
-    assert link == pytest.approx(0.826801248) and adam == pytest.approx(3.445005200)
+    host_step = 112 / 8 * 10e9 * 28 / (2.57 * 48)
+    assert host_step == pytest.approx(31.7769131e9)
+    adam = (2 * 12 + 4 + 2) * 8_819_213_312 / host_step
+    assert link == pytest.approx(0.826801248) and adam == pytest.approx(8.326057302)
     gpu_adam = 38 * 8_819_213_312 / 2.97e12
     assert gpu_adam == pytest.approx(0.112838419)
     assert cost.training_s - base.training_s == pytest.approx(link + adam - gpu_adam, rel=1e-9)
     terms = {t.name: t for t in cost.terms}
     assert terms["of which optimizer offload (host link + CPU Adam)"].value == pytest.approx(
-        4.271806448, rel=1e-9
+        9.152858550, rel=1e-9
     )
     host = terms["optimizer state + FP32 gradient buffer (offloaded)"]
     assert (host.phase, host.value) == ("host", 16 * e) and "model.offload" in host.source
@@ -272,7 +276,8 @@ def test_cpu_adam_under_deepspeed_zero2_sends_gradients_every_micro_batch():
     into the host's FP32 partition every micro-batch: 3 × 2 B × e down; up, 2 B × e of weights
     and, for each micro-batch after the first, the host-accumulated BF16 gradients brought back
     (``async_accumulate_grad_in_cpu_via_gpu``), 2 × 2 B × e: 12 B × e / 64 GB/s = 0.178491 s; CPU
-    Adam 30 B × e / 76.8 GB/s = 0.371856 s; 0.550347 s per update, less the GPU's own Adam step
+    Adam 30 B × e / 31.777 GB/s (14 cores × CPU-Adam's 2.27 GB/s, as above) = 0.898720 s;
+    1.077211 s per update, less the GPU's own Adam step
     (38 B × e at 2.97 TB/s, the triad, = 0.012180 s).
     GPU: the 12 B optimizer shard and the 2 B BF16 gradient partition leave what the role
     holds (``copy_grads_in_partition`` returns before allocating ``grads_in_partition``
@@ -293,8 +298,9 @@ def test_cpu_adam_under_deepspeed_zero2_sends_gradients_every_micro_batch():
     assert staging == 1_089_994_752
     assert base.held_bytes - cost.held_bytes == 14 * e - staging == 12_237_334_144
     assert cost.host_bytes == 18 * e + staging == 17_135_137_152 + staging
-    offload_s = (3 * 2 + 2 + 2 * 2) * 951_952_064 / 64e9 + 30 * 951_952_064 / 76.8e9
-    assert offload_s == pytest.approx(0.178491012 + 0.371856275, rel=1e-8)
+    host_step = 112 / 8 * 10e9 * 28 / (2.57 * 48)
+    offload_s = (3 * 2 + 2 + 2 * 2) * 951_952_064 / 64e9 + 30 * 951_952_064 / host_step
+    assert offload_s == pytest.approx(0.178491012 + 0.898720459, rel=1e-8)
     gpu_adam = 38 * 951_952_064 / 2.97e12  # the GPU's Adam step leaves, as above
     assert cost.training_s - base.training_s == pytest.approx(offload_s - gpu_adam, rel=1e-9)
 
