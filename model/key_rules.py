@@ -293,6 +293,14 @@ def check_p2p_options(given: tuple[tuple[str, bool], ...], framework: Any, pp: i
         )
 
 
+SAC_SCALED_MM_FSDP2_ONLY = (
+    "sac_saves_scaled_mm: false is read by fsdp2 only (torchtitan's op-level selective "
+    "checkpointing)"
+)
+"""The refusal's rule, one wording for ``evaluate`` (:func:`check_sac_scaled_mm`) and the
+search (``optimizer.problem.SearchProblem``, where no framework searched is ``fsdp2``)."""
+
+
 def check_sac_scaled_mm(framework: Any, training: Any, recompute: Any = None) -> None:
     """Refuse ``sac_saves_scaled_mm`` false (:attr:`model.specs.TrainingSpec.sac_saves_scaled_mm`)
     where no save list it changes runs: outside ``fsdp2`` (torchtitan's op-level selective
@@ -318,10 +326,7 @@ def check_sac_scaled_mm(framework: Any, training: Any, recompute: Any = None) ->
         return
     fw = str(framework)
     if fw != Framework.FSDP2:
-        raise LayoutError(
-            "sac_saves_scaled_mm: false is read by fsdp2 only (torchtitan's op-level selective "
-            f"checkpointing), not {fw}"
-        )
+        raise LayoutError(f"{SAC_SCALED_MM_FSDP2_ONLY}, not {fw}")
     if str(training.precision) != "fp8":
         raise LayoutError(
             "sac_saves_scaled_mm: false needs precision fp8 (torchao's Float8Linear GEMMs, "

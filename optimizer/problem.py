@@ -15,7 +15,7 @@ from fractions import Fraction
 from trainplan.model.errors import InputError
 from trainplan.model.flops import step_flops
 from trainplan.model.frameworks import ZERO_STAGES
-from trainplan.model.key_rules import check_grad_stats_group
+from trainplan.model.key_rules import SAC_SCALED_MM_FSDP2_ONLY, check_grad_stats_group
 from trainplan.model.layout import Recompute
 from trainplan.model.params import count_params
 from trainplan.model.units import parse_counts
@@ -141,10 +141,7 @@ class Problem:
         if not all(j.case.training.sac_saves_scaled_mm for j in self.jobs) and all(
             str(fw) != "fsdp2" for fw in self.space.frameworks
         ):
-            raise InputError(
-                "sac_saves_scaled_mm: false is read by fsdp2 only (torchtitan's op-level "
-                "selective checkpointing), and no framework searched is fsdp2"
-            )
+            raise InputError(f"{SAC_SCALED_MM_FSDP2_ONLY}, and no framework searched is fsdp2")
         self._check_grad_stats_group()
         if self.objective is Objective.COST and any(j.gpu_hour_price is None for j in self.jobs):
             raise InputError("objective cost: give --gpu-hour-price for every accelerator")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainplan.model.model_spec import ModelSpec
 from trainplan.model.specs import Architecture, Mlp, Norm, PositionEmbedding
 
 
@@ -29,3 +30,8 @@ def llama_like(
         position_embedding=PositionEmbedding.ROPE,
         **extra,
     )
+
+
+TINY_GQA = ModelSpec(name="tiny", arch=llama_like(8, 1024, 16, 4096, 32000, num_kv_heads=4))
+"""Eight Llama-like layers (h 1,024, 16 query and 4 K/V heads, FFN 4,096, V 32,000): the small
+model the RLHF placement tests plan, small enough for the exhaustive oracle."""

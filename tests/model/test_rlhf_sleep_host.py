@@ -16,13 +16,12 @@ from fractions import Fraction
 
 import pytest
 
+from tests.archs import TINY_GQA
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
-from trainplan.model.model_spec import ModelSpec
 from trainplan.model.rlhf.engine import engine_weights_bytes
 from trainplan.model.rlhf.roles import RoleOption
 from trainplan.model.rlhf.spec import RLHFSpec, Role
 from trainplan.model.rlhf.step import PROCESS_BYTES, compose
-from trainplan.model.specs import Architecture
 from trainplan.optimizer.rlhf.cpsat import PlacementModel
 from trainplan.optimizer.rlhf.search import enumerate_placement, objective_ns
 from trainplan.optimizer.rlhf.tables import RLHFProblem, build_tables, cost_of, dominant
@@ -84,13 +83,7 @@ def test_the_host_copy_counts_on_the_actors_pool_under_openrlhf(framework):
     assert over == ([("host", 0, "host", copy, Fraction(15_231_233_023))] if copy else [])
 
 
-TINY = ModelSpec(
-    name="tiny",
-    arch=Architecture(
-        num_layers=8, hidden_size=1024, num_attention_heads=16, num_kv_heads=4,
-        ffn_hidden_size=4096, vocab_size=32000, mlp="swiglu", norm="rmsnorm",
-    ),
-)  # fmt: skip
+TINY = TINY_GQA
 
 
 def _small(host_memory_bytes: int) -> RLHFProblem:

@@ -9,13 +9,12 @@ from fractions import Fraction
 
 import pytest
 
+from tests.archs import TINY_GQA
 from trainplan.model.errors import InfeasibleError, InputError
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
-from trainplan.model.model_spec import ModelSpec
 from trainplan.model.rlhf.packing import split_peak_tokens
 from trainplan.model.rlhf.spec import RLHFSpec, Role
 from trainplan.model.rlhf.step import PROCESS_BYTES
-from trainplan.model.specs import Architecture
 from trainplan.optimizer.rlhf import search
 from trainplan.optimizer.rlhf.cpsat import PlacementModel
 from trainplan.optimizer.rlhf.search import (
@@ -29,13 +28,7 @@ from trainplan.optimizer.rlhf.tables import RLHFProblem, build_tables, dominant,
 from trainplan.scenarios.catalogue import get_model
 from trainplan.topology.accelerators import get_accelerator
 
-TINY = ModelSpec(
-    name="tiny",
-    arch=Architecture(
-        num_layers=8, hidden_size=1024, num_attention_heads=16, num_kv_heads=4,
-        ffn_hidden_size=4096, vocab_size=32000, mlp="swiglu", norm="rmsnorm",
-    ),
-)  # fmt: skip
+TINY = TINY_GQA
 
 
 def _small(
