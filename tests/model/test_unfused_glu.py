@@ -102,3 +102,19 @@ def test_the_search_answer_no_longer_fits():
     est = Case.of("gemma3-27b", "H100-SXM", lay).evaluate()
     assert est.stages[0].activations.layers_bytes == 62 * 1_296_564_224 == 80_386_981_888
     assert not est.fits
+
+
+def test_geglu_times_gate_and_up():
+    """A GeGLU MLP's first GEMM is the gate and the up projection, ``[T, h] × [h, 2f]``, as
+    SwiGLU's (Shazeer 2020; :func:`model.flops.layer_forward_flops` counts ``3·h·f``): Gemma 3
+    27B at T = 4,096, tp 1: n = 2·21,504 = 43,008. The layer's weight GEMMs, h = 5,376 on one
+    side of each (QKV n = (32 + 2·16)·128 = 8,192; the output projection k = 32·128 = 4,096;
+    the down projection k = 21,504): 2·4,096·5,376·(8,192 + 4,096 + 43,008 + 21,504) =
+    3,382,286,745,600 FLOPs (was timed with n = 21,504, one matrix: 2,435,246,456,832)."""
+    from trainplan.model.ops import LayerShape, OpKind, layer_ops
+
+    ops = layer_ops(LayerShape(GEMMA, False, 4096, 1, 1))
+    gemms = {o.name: o for o in ops if o.kind is OpKind.GEMM}
+    assert gemms["MLP gate+up projection"].n == 2 * 21504 == 43008
+    total = sum(o.gemm_flops for o in gemms.values())
+    assert total == 2 * 4096 * 5376 * (8192 + 4096 + 43008 + 21504) == 3_382_286_745_600
