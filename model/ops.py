@@ -70,6 +70,7 @@ from trainplan.model.specs import (
     Norm,
     PositionEmbedding,
 )
+from trainplan.model.unfused_glu import unfused_glu_pass
 
 __all__ = [
     "OpKind",
@@ -369,6 +370,8 @@ def _mlp(x: LayerShape, tokens: float, width: float, name: str, roles: bool = Tr
         act = _memory(f"{name} {unit}", 3 * beta * tokens * width, 5 * beta * tokens * width)
         if x.elementwise is Elementwise.EAGER:
             act = _eager(f"{name} {unit}", eager_swiglu(tokens * width, beta))
+        elif x.arch.mlp is Mlp.GEGLU and x.expert_passes.megatron:  # Megatron-Core's glu
+            act = _eager(f"{name} {unit}", unfused_glu_pass(tokens * width, beta))
         return [
             _gemm(f"{name} gate+up projection", tokens, 2 * width, h, inner),
             act,
@@ -399,6 +402,8 @@ def _moe(x: LayerShape) -> list[Op]:
     size = beta * rows * x.etp * width
     fwd, bwd = (3 * size, 5 * size) if mats == 2 else (2 * size, 3 * size)
     act = _memory("experts activation", fwd, bwd)
+    if x.arch.mlp is Mlp.GEGLU and x.expert_passes.megatron:  # the probabilities' pass untimed
+        act = _eager("experts activation", unfused_glu_pass(rows * x.etp * width, beta))
     if x.arch.glu_clamp and mats == 2 and x.expert_passes.megatron:  # clamped before it
         act = _plus(act, megatron_glu_clamp(rows * x.etp * width, beta))
     ops += [

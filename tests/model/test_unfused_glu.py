@@ -118,3 +118,28 @@ def test_geglu_times_gate_and_up():
     assert gemms["MLP gate+up projection"].n == 2 * 21504 == 43008
     total = sum(o.gemm_flops for o in gemms.values())
     assert total == 2 * 4096 * 5376 * (8192 + 4096 + 43008 + 21504) == 3_382_286_745_600
+
+
+def test_megatron_times_the_unfused_passes():
+    """Gemma 3 27B, s 32,768, b 1, tp 8 (sequence parallel): the activation's output is
+    T·f/tp = 32,768·2,688 = 88,080,384 elements. Fused (textbook): 3β = 6 B an element
+    forward, 5β = 10 backward, one kernel each: 528,482,304 | 880,803,840 B. Megatron-Core's
+    glu (:func:`model.unfused_glu.unfused_glu_pass`): the compiled GELU 2β, the add 2β, the
+    product 3β forward, 14 B: 1,233,125,376 B in 3 kernels; backward the product's two
+    gradients 3β each, GELU's 3β, the chunk's cat 4β, 26 B: 2,290,089,984 B in 4 kernels."""
+    from trainplan.model.moe_kernels import expert_passes_of
+    from trainplan.model.ops import LayerShape, layer_ops
+
+    elements = 32768 * 21504 // 8
+    assert elements == 88_080_384
+    want = {
+        "textbook": (6 * elements, 10 * elements, 1, 1),
+        "megatron": (14 * elements, 26 * elements, 3, 4),
+    }
+    for framework, figures in want.items():
+        passes = expert_passes_of(framework, "bf16")
+        x = LayerShape(GEMMA, False, SEQ, 1, 8, sequence_parallel=True, expert_passes=passes)
+        (act,) = [o for o in layer_ops(x) if o.name == "MLP GeGLU"]
+        got = (act.forward_bytes, act.backward_bytes, act.forward_kernels, act.backward_kernels)
+        assert got == figures, framework
+    assert want["megatron"][:2] == (1_233_125_376, 2_290_089_984)
