@@ -143,3 +143,14 @@ def test_megatron_times_the_unfused_passes():
         got = (act.forward_bytes, act.backward_bytes, act.forward_kernels, act.backward_kernels)
         assert got == figures, framework
     assert want["megatron"][:2] == (1_233_125_376, 2_290_089_984)
+
+
+def test_fsdp2_eager_geglu_keeps_gelu_output():
+    """``fsdp2`` without ``compile`` runs a torchtitan-style ``w2(F.gelu(w1(x)) * w3(x))``
+    op by op: the product keeps GELU's output, 2·32,768·2,688 = 176,160,768 B at tp 8, as
+    eager SwiGLU keeps SiLU's (measured: ``F.gelu(approximate="tanh")`` saves its input, the
+    product both operands). Compiled, Inductor's cut keeps the paper's three rows."""
+    eager = dict(_layer(Framework.FSDP2).terms)
+    assert eager["MLP GELU output (eager GeGLU)"] == 176_160_768
+    compiled = dict(_layer(Framework.FSDP2, compile=True).terms)
+    assert not [n for n in compiled if "GELU output" in n]
