@@ -96,12 +96,17 @@ def test_the_search_answer_no_longer_fits():
     """``trainplan search --model gemma3-27b --gpus 32 --gpu H100-SXM`` answered dp 2 × tp 8 ×
     pp 2, ZeRO-1, no recomputation, at 82.30 GB of 83.21. Stage 0 holds 31 layers and, under
     1F1B at pp 2, two micro-batches: 62 × 1,296,564,224 = 80,386,981,888 B of layers (was
-    62 × 944,242,688 = 58,543,046,656): 21.84 GB more, 104.14 GB."""
+    62 × 944,242,688 = 58,543,046,656): 21.84 GB more, 104.14 GB. The search now answers
+    dp 16 × tp 2, ZeRO-3, full recomputation (one layer's 1,296.6 MB in its transient)."""
     lay = Layout.of(dp=2, tp=8, pp=2, micro_batch_size=1, zero_stage=1, recompute="none",
                     schedule="1f1b")  # fmt: skip
     est = Case.of("gemma3-27b", "H100-SXM", lay).evaluate()
     assert est.stages[0].activations.layers_bytes == 62 * 1_296_564_224 == 80_386_981_888
     assert not est.fits
+    # the search's answer now: dp 16 × tp 2, Megatron-FSDP, full recomputation, 65.39 GB
+    lay = Layout.of(dp=16, tp=2, micro_batch_size=1, zero_stage=3, recompute="full")
+    est = Case.of("gemma3-27b", "H100-SXM", lay).evaluate()
+    assert est.fits and round(float(est.stages[est.busiest].total_bytes) / 1e9, 2) == 65.39
 
 
 def test_geglu_times_gate_and_up():
