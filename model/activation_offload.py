@@ -173,6 +173,8 @@ _PREFIXES = (
     ("kv latent norm statistics", "qkv_linear"),
     ("routed expert SiLU output", "moe_act"),
     ("routed expert GELU output", "moe_act"),
+    ("routed expert up + glu_linear_offset", "moe_act"),  # model.unfused_glu
+    ("routed expert glu output", "moe_act"),
     ("routed expert clamped GLU input", "moe_act"),
 )
 """Term-name prefixes (the ``pytorch`` convention's extra tensors, a clamped activation's copy) → module."""

@@ -14,6 +14,7 @@ from trainplan.model.context_parallel import CpKind, kv_repeat
 from trainplan.model.moe_working_set import deepspeed_gate_rows, torchtitan_router_rows
 from trainplan.model.precision import E5M6_ACTIVATION_BYTES, FP8_LINEAR_INPUTS
 from trainplan.model.specs import Architecture, AttentionKind, Mlp, Norm, PositionEmbedding
+from trainplan.model.unfused_glu import unfused_glu_rows
 
 if TYPE_CHECKING:
     from trainplan.model.activations import ActivationContext
@@ -238,26 +239,25 @@ def _pytorch_attention_terms(
 
 
 def _swiglu_or_gelu(
-    prefix: str,
-    arch: Architecture,
-    S: Fraction,
-    ffn: int,
-    beta: int,
-    convention: str = "paper",
-    eager: bool = False,
+    prefix: str, arch: Architecture, S: Fraction, ffn: int, ctx: ActivationContext
 ) -> list[tuple[str, Fraction, str]]:
-    """A gated or GeLU MLP's rows; ``eager`` (or the ``pytorch`` convention): the gated
-    activation runs op by op and keeps the activation's output too
-    (:attr:`model.activations.ActivationContext.eager_swiglu`)."""
+    """A gated or GeLU MLP's rows; eager (:attr:`model.activations.ActivationContext.
+    eager_swiglu`, or the ``pytorch`` convention): the gated activation runs op by op and keeps
+    the activation's output too; Megatron-Core's unfused GeGLU (:attr:`~model.activations.
+    ActivationContext.unfused_glu`) keeps that output and ``up + glu_linear_offset``."""
+    beta = ctx.activation_bytes
     if arch.mlp.gated:
         unit, act = ("SwiGLU", "SiLU") if arch.mlp is Mlp.SWIGLU else ("GeGLU", "GELU")
         rows = [
             (f"{prefix} {unit} input (gate, up)", 2 * beta * S * ffn, "tp"),
             (f"{prefix} down projection input", beta * S * ffn, "tp"),
         ]
-        if convention == "pytorch" or eager:
+        eager = ctx.convention == "pytorch" or ctx.eager_swiglu
+        if eager:
             # eager act(gate) * up: the product keeps the activation's output as well as up
             rows.append((f"{prefix} {act} output (eager {unit})", beta * S * ffn, "tp"))
+        if ctx.unfused_glu and arch.mlp is Mlp.GEGLU:  # GELU's output not twice
+            rows += unfused_glu_rows(prefix, S, ffn, beta, prefix == "routed expert")[eager:]
         return rows
     return [
         (f"{prefix} GeLU input", beta * S * ffn, "tp"),
@@ -292,11 +292,10 @@ def mlp_rows(
     arch: Architecture, index: int, ctx: ActivationContext
 ) -> list[tuple[str, Fraction, str]]:
     S, beta, h, conv = ctx.tokens, ctx.activation_bytes, arch.hidden_size, ctx.convention
-    eager = ctx.eager_swiglu
     rows = [("MLP norm input", beta * S * h, "sp")]
     if not arch.is_moe_layer(index):
         rows.append(("FC1 input", beta * S * h, "sp"))
-        rows += _swiglu_or_gelu("MLP", arch, S, arch.ffn_hidden_size, beta, conv, eager)
+        rows += _swiglu_or_gelu("MLP", arch, S, arch.ffn_hidden_size, ctx)
     else:
         moe = arch.moe
         assert moe is not None
@@ -316,7 +315,7 @@ def mlp_rows(
             map_bytes = ctx.permute_map_bytes * S * (2 * moe.num_experts + 1)
             rows.append(("token permutation row map (int32, fused)", map_bytes, "sp"))
         ffn_e = moe.expert_ffn_hidden_size
-        rows += _swiglu_or_gelu("routed expert", arch, k * S, ffn_e, beta, conv, eager)
+        rows += _swiglu_or_gelu("routed expert", arch, k * S, ffn_e, ctx)
         if ctx.clamp_copies_glu_input and arch.glu_clamp and arch.mlp.gated:
             rows.append((CLAMPED_GLU_COPY, 2 * beta * k * S * ffn_e, "tp"))
         combine = beta if ctx.combine_output_bytes is None else ctx.combine_output_bytes
@@ -328,7 +327,7 @@ def mlp_rows(
             )
         if moe.num_shared_experts:
             ffn = moe.num_shared_experts * moe.shared_ffn
-            rows += _swiglu_or_gelu("shared expert", arch, S, ffn, beta, conv, eager)
+            rows += _swiglu_or_gelu("shared expert", arch, S, ffn, ctx)
         if conv == "pytorch" and not ctx.deepspeed_gate:
             rows += [
                 # topk keeps its int64 indices; permuting the k·S routed copies by expert and

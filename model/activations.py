@@ -303,6 +303,11 @@ class ActivationContext:
     output, the product keeps SiLU's output and ``x[1]``, ``dense_4h_to_h`` the product: the
     paper's ``3·β·S·f/tp`` and SiLU's output ``β·S·f/tp`` (the row the ``pytorch`` convention
     adds, not added twice)."""
+    unfused_glu: bool = False
+    """A GeGLU MLP (dense, routed and shared experts) runs Megatron-Core's unfused ``glu``
+    (``megatron``: Megatron-Core fuses no GELU-tanh gated activation,
+    :mod:`model.unfused_glu`): GELU's output and ``up + glu_linear_offset`` kept beside the
+    paper's rows, and the routed experts' product with their probabilities."""
     repeats_kv: bool = False
     """GQA attention keeps K and V repeated to every query head (Megatron-DeepSpeed, the
     ``deepspeed`` profile: :data:`model.activation_rows.REPEATED_KV`)."""

@@ -32,7 +32,9 @@ log-sum-exp). Per GPU per micro-batch, ``S`` tokens, β bytes per 16-bit element
   that storage and ``wo`` keeps no copy: the paper's output-projection input.
 * SwiGLU (``self.w2(F.silu(self.w1(x)) * self.w3(x))``): ``silu`` keeps w1's output, the
   product keeps SiLU's output and w3's output, ``w2`` the product: the paper's ``3·β·S·f``
-  plus SiLU's output ``β·S·f`` (*tp*; listed by the ``pytorch`` convention already).
+  plus SiLU's output ``β·S·f`` (*tp*; listed by the ``pytorch`` convention already). A GeGLU
+  (torchtitan has no Gemma: the same ``FeedForward`` with ``F.gelu(…, approximate="tanh")``)
+  keeps GELU's output the same way (``gelu`` saves ``self``; measured on the CPU, torch 2.13).
 
 The model's final norm is never compiled: torchtitan compiles each ``TransformerBlock``
 (``torchtitan/parallelisms/parallelize_llama.py`` ``apply_compile`` at 9dec370:
@@ -144,8 +146,11 @@ def eager_rows(rows: list[Row], arch: Architecture, moe: bool, ctx: ActivationCo
                     "tp",
                 )
             )
-    if not moe and arch.mlp is Mlp.SWIGLU and paper:
-        out.append(("MLP SiLU output (eager SwiGLU)", beta * S * arch.ffn_hidden_size, "tp"))
+    if not moe and arch.mlp.gated and paper:  # GeGLU: F.gelu keeps its input as silu does
+        act = (
+            "SiLU output (eager SwiGLU)" if arch.mlp is Mlp.SWIGLU else "GELU output (eager GeGLU)"
+        )
+        out.append((f"MLP {act}", beta * S * arch.ffn_hidden_size, "tp"))
     return out
 
 

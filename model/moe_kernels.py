@@ -72,7 +72,8 @@ class ExpertPasses:
 
     megatron: bool = False
     """Megatron-Core's ``MoEAlltoAllTokenDispatcher`` chunk sort and ``TEGroupedMLP``'s
-    per-expert FC2 bias."""
+    per-expert FC2 bias; read for a dense layer too: its unfused GeGLU
+    (:func:`model.unfused_glu.unfused_glu_pass`)."""
     fp8_padding: bool = False
     """``TEGroupedMLP``'s FP8 padding of each expert's rows (Megatron-Core under FP8)."""
 

@@ -70,6 +70,7 @@ from trainplan.model.specs import (
     Norm,
     PositionEmbedding,
 )
+from trainplan.model.unfused_glu import unfused_glu_pass
 
 __all__ = [
     "OpKind",
@@ -364,10 +365,13 @@ def _mlp(x: LayerShape, tokens: float, width: float, name: str, roles: bool = Tr
     ``tokens``."""
     h, beta = x.arch.hidden_size, x.beta
     inner, outer = ("mlp_in", "mlp_out") if roles else ("", "")
-    if x.arch.mlp is Mlp.SWIGLU:
-        act = _memory(f"{name} SwiGLU", 3 * beta * tokens * width, 5 * beta * tokens * width)
+    if x.arch.mlp.gated:  # SwiGLU or GeGLU: gate and up, one activation kernel fused
+        unit = "SwiGLU" if x.arch.mlp is Mlp.SWIGLU else "GeGLU"
+        act = _memory(f"{name} {unit}", 3 * beta * tokens * width, 5 * beta * tokens * width)
         if x.elementwise is Elementwise.EAGER:
-            act = _eager(f"{name} SwiGLU", eager_swiglu(tokens * width, beta))
+            act = _eager(f"{name} {unit}", eager_swiglu(tokens * width, beta))
+        elif x.arch.mlp is Mlp.GEGLU and x.expert_passes.megatron:  # Megatron-Core's glu
+            act = _eager(f"{name} {unit}", unfused_glu_pass(tokens * width, beta))
         return [
             _gemm(f"{name} gate+up projection", tokens, 2 * width, h, inner),
             act,
@@ -394,10 +398,12 @@ def _moe(x: LayerShape) -> list[Op]:
         _memory("token permutation", permute, permute),
     ]
     per_expert = rows * x.etp * x.ep / E
-    width, mats = spec.expert_ffn_hidden_size / x.etp, 2 if x.arch.mlp is Mlp.SWIGLU else 1
+    width, mats = spec.expert_ffn_hidden_size / x.etp, 2 if x.arch.mlp.gated else 1
     size = beta * rows * x.etp * width
     fwd, bwd = (3 * size, 5 * size) if mats == 2 else (2 * size, 3 * size)
     act = _memory("experts activation", fwd, bwd)
+    if x.arch.mlp is Mlp.GEGLU and x.expert_passes.megatron:  # the probabilities' pass untimed
+        act = _eager("experts activation", unfused_glu_pass(rows * x.etp * width, beta))
     if x.arch.glu_clamp and mats == 2 and x.expert_passes.megatron:  # clamped before it
         act = _plus(act, megatron_glu_clamp(rows * x.etp * width, beta))
     ops += [

@@ -39,9 +39,11 @@ FP8 variants too):
 * ``moe_act``: the routed experts' activation output, the down projection's input
   (``TEGroupedMLP``: ``activation_recompute``), and a clamped activation's concatenated copy
   of its input (:data:`model.activation_rows.CLAMPED_GLU_COPY`; the checkpoint runs the
-  activation without autograd and keeps FC1's output, its input).
+  activation without autograd and keeps FC1's output, its input), and what the unfused glu
+  keeps (:mod:`model.unfused_glu`).
 * ``mlp``: a dense layer's MLP checkpointed whole (``recompute_mlp``, dense layers only): its
-  FC1 input, the activation's input and the down projection's input.
+  FC1 input, the activation's input and the down projection's input, and what the unfused glu
+  keeps.
 * ``moe``: the MoE layer checkpointed whole (``MoELayer``: ``moe_layer_recompute``): every row
   after its input (the router input is the checkpoint).
 * ``shared_experts``: the shared experts' rows.
@@ -59,6 +61,7 @@ from trainplan.model.activation_offload import norm_modules
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework
 from trainplan.model.precision import Fp8Recipe, Precision, fp8_recipe_of
+from trainplan.model.unfused_glu import PROBS_PRODUCT, UNFUSED_GLU_ROWS
 
 __all__ = [
     "RECOMPUTE_MODULES",
@@ -85,8 +88,10 @@ DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
 """``recompute_modules``' default: the attention core (Korthikanti's selective recomputation)."""
 
 _MLP_ROWS = ("FC1 input", "MLP SwiGLU input", "MLP GeGLU input", "MLP GeLU input",
-             "MLP down projection input", "MLP FC2 input", "MLP SiLU output", "MLP GELU output")  # fmt: skip
-_MOE_ACT_ROWS = ("routed expert down projection input", "routed expert clamped GLU input")
+             "MLP down projection input", "MLP FC2 input", "MLP SiLU output", "MLP GELU output",
+             f"MLP {UNFUSED_GLU_ROWS[1]}")  # fmt: skip
+_MOE_ACT_ROWS = ("routed expert down projection input", "routed expert clamped GLU input",
+                 *(f"routed expert {n}" for n in (*UNFUSED_GLU_ROWS, PROBS_PRODUCT)))  # fmt: skip
 _MOE_ROWS = ("router", "routed expert", "routing weights", "token permutation", "shared expert")
 
 

@@ -1,11 +1,10 @@
-"""What the activation term reads of a layout, as cached structures: the per-layer figures of
-an activation context (:func:`activation_context`, :func:`layer_figures`), the per-stage layer
-counts and recompute forms of a split (:func:`stage_layer_counts`; the schedule places the model
-chunks, :func:`model.split.chunk_ranks`), the ranks holding the embedding and the output layer
-(:func:`end_stages`), and the small lookups of the vocabulary's padding, the tensor-parallel
-plan and the context-parallel flavour. :mod:`model.terms.activations` assembles the term from
-them; the step-time, traffic, roofline and state terms read the same split through
-:data:`LAYER_FIELDS`."""
+"""What the activation term reads of a layout, as cached structures: the per-layer figures of an
+activation context (:func:`activation_context`, :func:`layer_figures`), the per-stage layer counts
+and recompute forms of a split (:func:`stage_layer_counts`; the schedule places the model chunks,
+:func:`model.split.chunk_ranks`), the ranks holding the embedding and the output layer
+(:func:`end_stages`), and the small lookups of the vocabulary's padding, the tensor-parallel plan
+and the context-parallel flavour. :mod:`model.terms.activations` assembles the term from them; the
+step-time, traffic, roofline and state terms read the same split through :data:`LAYER_FIELDS`."""
 
 from __future__ import annotations
 
@@ -97,15 +96,16 @@ FORM_FIELDS = (*LAYER_FIELDS, "recompute", "recompute_layers")
 
 
 def _framework_rows(framework: Framework, fused_bias_dropout: bool) -> dict[str, Any]:
-    """The :class:`model.activations.ActivationContext` flags a framework's own layer code decides
-    (DeepSpeed's gate, eager SwiGLU, kept repeated K/V, TorchScript's residual masks; K/V repeated
-    before the kernel; Megatron's clamped GLU copy, router scores; the flash kernels' statistics)."""
+    """The :class:`model.activations.ActivationContext` flags a framework's layer code decides
+    (DeepSpeed's gate, eager SwiGLU, repeated K/V, TorchScript's residual masks; Megatron's clamped
+    GLU copy, unfused GeGLU, router scores; the flash kernels' statistics)."""
     deepspeed, megatron = framework is Framework.DEEPSPEED, framework is Framework.MEGATRON
     return {
         "bias_dropout_masks": deepspeed and fused_bias_dropout,
         "deepspeed_gate": deepspeed,
         "clamp_copies_glu_input": megatron,
         "eager_swiglu": deepspeed,
+        "unfused_glu": megatron,
         "repeats_kv": deepspeed,
         "saves_softmax_lse": deepspeed or megatron or framework is Framework.FSDP2,
         "kernel_kv_repeated": deepspeed or framework is Framework.FSDP2,
