@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from trainplan.model.arch_parts import MoESpec
-from trainplan.model.specs import Architecture, AttentionKind, Mlp, Norm, PositionEmbedding
+from trainplan.model.specs import Architecture, AttentionKind, Norm, PositionEmbedding
 from trainplan.model.split import output_rank, stage_layers
 from trainplan.model.vocab import padded_vocab
 
@@ -201,7 +201,7 @@ def layer_params(arch: Architecture, index: int) -> LayerParams:
 
 def _mlp_weights(arch: Architecture, ffn: int) -> int:
     """The weight matrices of one FFN (:func:`mlp_params` without biases): 3·h·f or 2·h·f."""
-    return (3 if arch.mlp is Mlp.SWIGLU else 2) * arch.hidden_size * ffn
+    return (3 if arch.mlp.gated else 2) * arch.hidden_size * ffn
 
 
 def _attention_linear(arch: Architecture) -> tuple[int, int]:
