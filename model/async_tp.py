@@ -36,7 +36,7 @@ from trainplan.model.op_time import Clock, LayerCompute
 from trainplan.model.ops import LayerShape
 from trainplan.model.recompute_ops import RepeatedTp
 from trainplan.model.roofline import Collective, collective_seconds, memory_seconds
-from trainplan.model.specs import AttentionKind, Mlp
+from trainplan.model.specs import AttentionKind
 
 __all__ = ["async_tp_collectives", "fused_input_scatter", "partials_reduction_seconds"]
 
@@ -57,7 +57,7 @@ def fused_input_scatter(x: LayerShape, col: str) -> bool:
     """
     if col == "attn_in":
         return x.arch.attention is not AttentionKind.MLA
-    return not x.moe and x.arch.mlp is not Mlp.SWIGLU
+    return not x.moe and not x.arch.mlp.gated
 
 
 def partials_reduction_seconds(x: LayerShape, c: Clock) -> float:

@@ -24,3 +24,15 @@ def test_geglu_experts_count_three_matrices_each() -> None:
     assert lp.expert_linear == lp.experts
     d = layer_params(dense, 0)
     assert d.ffn_dense == 3 * 64 * 512 == 98_304
+
+
+def test_async_tp_leaves_a_gated_gelu_mlp_input_gradient_unfused() -> None:
+    """Under async TP Inductor fuses a reduce-scatter only into the one matmul that produces
+    its input (torch 2.13 ``_find_producer_matmul``); a gated MLP's input gradient is the sum
+    of its two halves' (w1's and w3's), GeGLU's as SwiGLU's, so it stays a plain reduce-scatter."""
+    from trainplan.model.async_tp import fused_input_scatter
+    from trainplan.model.ops import LayerShape
+
+    geglu = replace(llama_like(1, 8, 2, 32, 16), mlp=Mlp.GEGLU)
+    x = LayerShape(geglu, False, 4, 1, 2, sequence_parallel=True)
+    assert (fused_input_scatter(x, "attn_in"), fused_input_scatter(x, "mlp_in")) == (True, False)
