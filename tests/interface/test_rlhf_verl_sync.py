@@ -40,7 +40,10 @@ def test_an_idle_offloaded_actor_cannot_sync_beside_a_large_engine() -> None:
     100.46 GB, 17.25 above, with verl's default exporter, mbridge's ``Bridge.export_weights``
     (04fe4d52): the last stage receives the embedding from stage 0 into its tp shard first
     (``broadcast_from_megatron_pp``: ``torch.empty``, 2,101,346,304 / 4 = 525,336,576 B) before
-    the tp all-gather and the merge."""
+    the tp all-gather and the merge.
+
+    100.85 GB, 17.64 above, with the engine's CUDA graph pool held in every phase, an assumed
+    386,547,057 B (model.rlhf.engine.ENGINE_GRAPH_POOL_BYTES): 100.46 + 0.39 GB."""
     runs = run_many({
         "text": (*ARGS, "--offload", "idle", "--engine-memory-fraction", "0.9"),
         "json": (*ARGS, "--offload", "idle", "--engine-memory-fraction", "0.9", "--json"),
@@ -48,7 +51,7 @@ def test_an_idle_offloaded_actor_cannot_sync_beside_a_large_engine() -> None:
     text = runs["text"].stdout
     assert "DOES NOT FIT" in text, runs["text"].stderr[-2000:]
     assert (
-        "needs 100.46 GB per GPU in the rollout phase, 17.25 GB above the 83.21 GB usable" in text
+        "needs 100.85 GB per GPU in the rollout phase, 17.64 GB above the 83.21 GB usable" in text
     )
     stage = 40 * ((855_654_400 - 16_384) // 4 + 16_384) + 128_512 * 8_192 // 4 + 8_192
     assert stage == 8_820_236_288
@@ -57,6 +60,8 @@ def test_an_idle_offloaded_actor_cannot_sync_beside_a_large_engine() -> None:
     terms = json.loads(runs["json"].stdout)["faithful"]["terms"]
     held = {t["term"]: t["value"] for t in terms if t["phase"] == "held"}
     assert held["engine logits-gather communicator"] == 24 * 12 * 2**20 == 301_989_888
+    assert held["engine CUDA graph pool, kept asleep (assumed)"] == 386_547_057
+    assert "engine CUDA graph pool, kept asleep (assumed)" in text
     assert held["engine tp communicators, kept asleep"] == 301_989_888 + 25_165_824
     assert 1_912_602_624 - 1_606_418_432 + 2 * (402_653_184 - 301_989_888) == 507_510_784
     sync = [t for t in terms if t["term"].startswith("weight sync: IPC bucket and clone")]
