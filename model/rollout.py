@@ -23,8 +23,7 @@ Sources, term by term:
   full length. vLLM's activation workspace inside the budget is not counted. Its CUDA graphs lie
   beyond the budget: vLLM 35d5cda (``vllm/v1/worker/gpu_worker.py``) sizes and allocates the KV
   cache before ``capture_model()`` ("``memory_profiling`` does not consider CUDAGraph memory
-  size"), so a generating engine holds ``fraction × total`` and its graph pool: the rollout
-  phase is short of the graphs too (below, "Not counted").
+  size"), so a generating engine holds ``fraction × total`` and its graph pool (below).
   The engine's worker process's CUDA context is outside the budget (vLLM's ``Worker.init_device``
   takes the memory snapshot it measures its budget from after the context and its communicators
   exist, vllm-project/vllm 35d5cda ``vllm/v1/worker/gpu_worker.py``): a pool counts it as one of
@@ -49,14 +48,20 @@ Sources, term by term:
   ``kv_cache``. Its tp group's NCCL communicators and custom all-reduce buffers stay, and a
   pool counts them in every phase (:func:`model.rlhf.engine.engine_communicator_bytes`;
   vLLM PR #51485 releases communicators only behind the opt-in ``--enable-nccl-comm-suspend``).
-* **Not counted: the CUDA graphs a sleeping engine keeps.** Without ``enforce_eager`` vLLM
-  captures CUDA graphs (beyond the budget while it generates, above); their memory pools and
-  executables are not among the tagged allocations and stay through scoring and training (vLLM PR #56373: "Level-1 cuMem sleep
-  releases weights and KV cache, but leaves graph executables and native CUDA graph pools
-  resident"). No per-operation figure sizes them: the pool depends on the captured batch sizes
-  and the model's kernels. vLLM issue #47654 reports one end-to-end measurement, 1,503,657,984 B
-  per GPU (Kimi-K2.6 at TP8, GB200) — a run, not a rule — so a colocated plan's rollout, scoring
-  and training peaks are all short by these bytes; ``enforce_eager`` captures none.
+* **The engine's CUDA graphs: an assumed allowance.** Without ``enforce_eager`` vLLM captures
+  CUDA graphs into one shared pool, largest batch first (``GPUModelRunner.capture_model``);
+  generating, they lie beyond the budget (above: verl b178a3cd5 allows vLLM 0.8.5 to 0.12.0,
+  ``setup.py`` ``VLLM_REQUIRES``; OpenRLHF 3c3be6234 pins 0.27.1, whose default graph estimate,
+  vLLM PR #30515, may hold them inside it: not read, counted beyond, the larger); sleeping,
+  their pool and executables are not among the tagged allocations and stay through scoring and
+  training (vLLM PR #56373: "Level-1 cuMem sleep releases weights and KV cache, but leaves graph
+  executables and native CUDA graph pools resident"). No per-graph figure could be tied to a
+  graph count (vLLM itself measures the pool), so a pool holds
+  :data:`model.rlhf.engine.ENGINE_GRAPH_POOL_BYTES`, an ASSUMED 0.36 GiB per GPU (the largest
+  published small-model pool), in every phase beside the engine's communicators — a floor: vLLM
+  issue #47654 measured 1,503,657,984 B per GPU for a large MoE at TP8. The decode time is a
+  roofline with no launch cost (graph-speed), so no plan runs ``enforce_eager`` here.
+  docs/memory-mechanisms.md, "A rollout engine's CUDA graphs", gives the figures.
 * **Time** (a roofline, Williams et al. 2009): prefill is compute-bound at ``2·N`` FLOPs per
   prompt token (Kaplan et al. 2020's forward count; attention FLOPs left out) at the calibrated
   kernel efficiency; each decode step of ``c`` sequences takes the longer of its compute

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainplan.interface.render.report import table_text
+from trainplan.model.rlhf.engine import ENGINE_GRAPH_POOL_BYTES
 
 __all__ = ["plan_lines", "timeline_lines", "terms_lines", "result_lines", "device_figures"]
 
@@ -102,20 +103,18 @@ def pools_lines(plan: dict[str, Any]) -> list[str]:
 
 def _graph_lines(plan: dict[str, Any]) -> list[str]:
     """Under each pool where the engine sleeps beside training or scoring roles, what the peaks
-    of its three phases leave for the engine's CUDA graphs, which none of them counts: beyond
-    the budget while it generates, kept while it sleeps (:mod:`model.rollout`: no per-operation
-    figure sizes them)."""
+    of its three phases leave beyond the engine's CUDA graph pool, which they count at an
+    assumed 0.36 GiB (:data:`model.rlhf.engine.ENGINE_GRAPH_POOL_BYTES`: a floor, not a rule)."""
     out = []
     for p in plan["pools"]:
         if "rollout" not in p["roles"] or len(p["roles"]) == 1 or not p["fits"]:
             continue
         left = plan["capacity_bytes"] - max(p["peak_bytes"][ph] for ph in _PHASES)
         out.append(
-            f"pool {p['pool']}: not counted, the engine's CUDA graphs, beyond its budget while it "
-            f"generates (vLLM 35d5cda captures them after sizing the KV cache) and kept while it "
-            f"sleeps (PR #56373; one run measured 1.50 GB per GPU at TP8, issue #47654): the "
-            f"rollout, scoring and training peaks leave {_gb(left)} GB for them (enforce_eager "
-            f"captures none)"
+            f"pool {p['pool']}: the engine's CUDA graphs are counted at an assumed "
+            f"{_gb(ENGINE_GRAPH_POOL_BYTES)} GB in every phase (a small model's pool; one large "
+            f"MoE engine measured 1.50 GB per GPU at TP8, issue #47654): the rollout, scoring and "
+            f"training peaks leave {_gb(left)} GB beyond them"
         )
     return out
 

@@ -39,6 +39,7 @@ from trainplan.model.timing import kernel_efficiency_for
 
 __all__ = [
     "CUSTOM_ALL_REDUCE_BYTES",
+    "ENGINE_GRAPH_POOL_BYTES",
     "decode_efficiency",
     "engine_communicator_bytes",
     "engine_weights_bytes",
@@ -60,6 +61,24 @@ CUSTOM_ALL_REDUCE_SIZES = (2, 4, 6, 8)
 """``CustomAllreduce._SUPPORTED_WORLD_SIZES``: other tp sizes, or a group across nodes, run
 without it."""
 
+ENGINE_GRAPH_POOL_BYTES = math.ceil(Fraction(36, 100) * 2**30)
+"""ASSUMED: the engine's CUDA graph pool per GPU, 0.36 GiB = 386,547,057 B (rounded up), held in
+every phase of its pool — beyond ``gpu_memory_utilization`` while it generates and kept while it
+sleeps (:mod:`model.rollout`, "The engine's CUDA graphs"). An allowance stated like the runtime
+reserve's 1 GiB (:data:`model.frameworks.DEFAULT_RUNTIME_RESERVE_BYTES`), not a rule: no
+per-graph figure could be tied to a graph count (docs/memory-mechanisms.md, "A rollout engine's
+CUDA graphs"). It is the largest published pool of a model under 100 B parameters found: vLLM
+0.27.1's startup line "Estimated CUDA graph memory: 0.36 GiB total" for 16 piecewise sizes of at
+most 16 tokens (gpustack/runner PR #251: Qwen3.6-27B-AWQ, tp 2); the others are smaller (vLLM PR
+#11349: Llama-3.2-1B, 35 sizes, "took 0.21 GiB"). A floor, not a bound: a default engine
+captures 51 sizes up to 512 tokens (``VllmConfig._set_cudagraph_sizes``), and one large MoE
+engine measured 1,503,657,984 B per GPU at tp 8 (vLLM issue #47654)."""
+GRAPH_POOL_SOURCE = (
+    "ASSUMED 0.36 GiB, the largest published small-model pool (vLLM 0.27.1 startup line, "
+    "gpustack/runner PR #251); vLLM 35d5cda gpu_worker.py compile_or_warm_up_model: "
+    "capture_model() after the KV cache (beyond the budget); CuMemAllocator.sleep frees only "
+    "'weights'/'kv_cache' (kept asleep, vLLM PR #56373); issue #47654: 1.50 GB at tp 8"
+)
 _ENGINE_SOURCE = (
     "vLLM gpu_memory_utilization / SGLang mem_fraction_static: the fraction of each GPU's memory "
     "the engine takes (weights + KV cache); model.rollout"
@@ -193,6 +212,8 @@ def rollout_cost(
     receive, group = engine_receive_bytes(spec, rs)
     terms = _engine_terms(mem, time, device, weights, need, decode_efficiency(spec, device))
     terms += _held_terms(outside, inside)
+    terms += (Term("engine CUDA graph pool, kept asleep (assumed)", "held",
+                   Fraction(ENGINE_GRAPH_POOL_BYTES), "bytes", GRAPH_POOL_SOURCE),)  # fmt: skip
     terms += _receive_terms(receive, group)
     asleep = engine_sleep_host_bytes(spec.framework, weights)
     if asleep:
@@ -213,7 +234,7 @@ def rollout_cost(
         weights,
         phases=rs.phases,
         budget_bytes=mem.budget_bytes,
-        resident_bytes=Fraction(outside + inside),
+        resident_bytes=Fraction(outside + inside + ENGINE_GRAPH_POOL_BYTES),
         budget_resident_bytes=Fraction(inside),
         sync_bytes=weights,  # awake during the sync under every profile (model.rlhf.verl_sync)
         receive_bytes=receive,

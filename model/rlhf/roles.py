@@ -20,8 +20,8 @@ seconds per phase and its host bytes — from the cost model itself:
   it generates, nothing outside the rollout phase — vLLM's sleep mode / verl's
   ``free_cache_engine`` release the weights and the KV cache; the weights are re-sent by the
   actor each step). What sleep keeps: its tp group's communicators, held in every phase
-  (:func:`model.rlhf.engine.engine_communicator_bytes`), and its CUDA graphs, which have no
-  figure here (:mod:`model.rollout`'s "Not counted").
+  (:func:`model.rlhf.engine.engine_communicator_bytes`), and its CUDA graph pool, an assumed
+  allowance (:data:`model.rlhf.engine.ENGINE_GRAPH_POOL_BYTES`).
 
 A training or scoring role also holds, in every phase and whatever its offload, its NCCL
 communicators and the framework's persistent buffers (``RoleCost.resident_bytes``), counted by
@@ -219,8 +219,9 @@ class RoleCost:
     the framework's persistent buffers (:func:`model.terms.peak.held_in_both_phases` of its
     busiest stage for them: NCCL's buffers live outside the caching allocator for the whole run,
     and the output layer's ``"mpu"`` buffer and Transformer Engine's workspaces are allocated
-    once); for the rollout engine, its tp group's communicators, which vLLM's sleep keeps
-    (:func:`model.rlhf.engine.engine_communicator_bytes`). Not in ``held_bytes``, ``swap_bytes`` or the phase bytes: the pool
+    once); for the rollout engine, its tp group's communicators and its CUDA graph pool, which
+    vLLM's sleep keeps (:func:`model.rlhf.engine.engine_communicator_bytes`,
+    :data:`model.rlhf.engine.ENGINE_GRAPH_POOL_BYTES`). Not in ``held_bytes``, ``swap_bytes`` or the phase bytes: the pool
     counts it once for roles that share their process groups (:attr:`groups`,
     :func:`model.rlhf.step.pool_resident`)."""
     budget_resident_bytes: Fraction = Fraction(0)

@@ -22,8 +22,8 @@ search's CP-SAT model (:mod:`optimizer.rlhf.cpsat`) and its exhaustive oracle:
   holds; Megatron-Core's, which verl initialises once per process for every role of a pool, so
   those roles must run the same tp and pp), and each on its own for the others
   (:func:`pool_resident`). The rollout engine's are its tp group's communicators, which vLLM's
-  sleep mode keeps (:func:`model.rlhf.engine.engine_communicator_bytes`); the CUDA graphs it
-  keeps too are not counted: no per-operation figure (:mod:`model.rollout`).
+  sleep mode keeps (:func:`model.rlhf.engine.engine_communicator_bytes`), and its CUDA graph
+  pool, kept too, at an assumed allowance (:data:`model.rlhf.engine.ENGINE_GRAPH_POOL_BYTES`).
 * **Processes on a GPU** (:func:`process_bytes`): the runtime reserve of the usable bytes holds
   one process's CUDA context and cuBLAS workspace; every further process on each GPU of a pool
   holds its own, in every phase (:data:`PROCESS_BYTES`). The rollout engine's worker is a

@@ -24,6 +24,9 @@ from trainplan.optimizer.rlhf.tables import cost_of
 MIB = 2**20
 CONNECTION = 12 * MIB  # one NCCL connection: 10 MiB of receive buffers + 2 MiB send side
 CAPACITY = 83_210_009_600  # H100-SXM usable bytes (HBM less the runtime reserve)
+GRAPHS = 386_547_057
+"""The engine's CUDA graph pool, an assumed 0.36 GiB = 0.36 × 1,073,741,824 = 386,547,056.64 B,
+rounded up (model.rlhf.engine.ENGINE_GRAPH_POOL_BYTES), held in every phase of its pool."""
 
 
 def _ppo_70b():
@@ -108,11 +111,15 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     # budget, and torch's ring for the logits all-gather, 24 × 12 MiB, inside it
     outside, inside = 24 * CONNECTION + 3 * 8 * MIB, 24 * CONNECTION
     assert (outside, inside) == (327_155_712, 301_989_888)
+    # + the engine's CUDA graph pool, an assumed 0.36 GiB rounded up (ENGINE_GRAPH_POOL_BYTES),
+    # beyond its budget and kept asleep: in every phase
+    graphs = 386_547_057
     (pool,) = r.best.plan.pools
-    held = resident + outside + inside + 666_632_192 + 33_554_432
+    held = resident + outside + inside + graphs + 666_632_192 + 33_554_432
     assert pool.processes == 2 and pool.process_bytes == 700_186_624
-    assert pool.resident_bytes == resident + outside + inside
-    assert pool.held_bytes == held == 2_935_750_656 + 306_184_192 + 138 * MIB == 3_386_638_336
+    assert pool.resident_bytes == resident + outside + inside + graphs
+    assert pool.held_bytes == held == 2_935_750_656 + 306_184_192 + 138 * MIB + graphs
+    assert held == 3_386_638_336 + graphs == 3_773_185_393
     costs = {str(c.option.role): c for c in r.best.plan.costs}
     assert all(costs[k].resident_bytes == resident for k in ("actor", "critic", "reference"))
     assert costs["actor"].swap_bytes == 66_151_772_160
@@ -135,8 +142,9 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     )
     # the pool held 3,443,261,440 B before NCCL's placed channels (above): scoring 57,402,769,408
     # and training 77,739,520,000 then, 507,510,784 B less each after (56,895,258,624 and
-    # 77,232,009,216), and 306,184,192 B more each with the model-parallel ring, and NVLS's 138 MiB
-    assert pool.peak_bytes[1:] == (57_346_146_304, 77_682_896_896) and pool.peak <= CAPACITY
+    # 77,232,009,216), 306,184,192 B more each with the model-parallel ring, NVLS's 138 MiB
+    # (57,346,146,304 and 77,682,896,896), and 386,547,057 B more each with the engine's graph pool
+    assert pool.peak_bytes[1:] == (57_732_693_361, 78_069_443_953) and pool.peak <= CAPACITY
     # the actor's and the critic's scoring round trips move 2P, not 7.5P: 2 × 2 × 5.5P / 64 GB/s
     # = 3.03 s less than 5,496.4 s: 5,493.39 s; NCCL's SM charge on the two updates' dp traffic
     # (docstring): 2 × (φ − 1/221) × 0.529385 s = 0.248 s more
@@ -218,12 +226,12 @@ def test_scoring_and_rollout_count_the_roles_own_communicators():
     assert actor.resident_bytes == ref.resident_bytes == 3 * (292 + 2) * MIB == 924_844_032
     # the engine's tp 2: PyNccl's ring 24 + torch's all-gather ring 24 connections (the 24
     # collective channels of a node, model/terms/comm_memory.py RING_CHANNELS; no set-up counted
-    # for the engine's rings), custom all-reduce 24 MiB
-    assert engine.resident_bytes == 48 * CONNECTION + 24 * MIB == 629_145_600
+    # for the engine's rings), custom all-reduce 24 MiB; and its CUDA graph pool (GRAPHS)
+    assert engine.resident_bytes == 48 * CONNECTION + 24 * MIB + GRAPHS == 1_015_692_657
     plan = compose((engine, actor, ref), (0, 0, 0), CAPACITY, 2 * 10**12, 8)
     (pool,) = plan.pools
     # once: one set of groups; the engine's; and the engine's worker, a second process
-    held = actor.held_bytes + ref.held_bytes + 924_844_032 + 629_145_600 + 700_186_624
+    held = actor.held_bytes + ref.held_bytes + 924_844_032 + 1_015_692_657 + 700_186_624
     assert pool.held_bytes == held
     assert pool.peak_bytes[0] == held + engine.rollout_bytes
     assert pool.peak_bytes[1] == held + max(actor.scoring_bytes, ref.scoring_bytes)
@@ -246,20 +254,22 @@ def test_roles_with_groups_of_their_own_add_up():
     assert plan.pools[0].resident_bytes == actor.resident_bytes + ref.resident_bytes
 
 
-def test_a_sleeping_engine_keeps_its_communicators_not_its_graphs():
+def test_a_sleeping_engine_keeps_its_communicators_and_its_graphs():
     """verl's defaults (``free_cache_engine`` true, ``enforce_eager`` false, vLLM
     ``sleep(level=1)``) free the engine's weights and KV cache between rollouts. What stays is
     counted in every phase where vLLM's code sizes it — the tp group's PyNccl ring and custom
     all-reduce buffers (outside the budget) and the torch communicator of the logits all-gather,
-    a ring (inside it, so the rollout phase holds it once) — and the CUDA graphs' pools, which no
-    per-operation figure sizes, are a gap stated where the engine's memory is defined and in the
-    guide. At tp 1 the engine opens no tp communicator."""
+    a ring (inside it, so the rollout phase holds it once) — and the CUDA graph pool, beyond the
+    budget (captured after the KV cache) and kept asleep, at the assumed 0.36 GiB =
+    0.36 × 1,073,741,824 = 386,547,056.64 → 386,547,057 B (ENGINE_GRAPH_POOL_BYTES). At tp 1 the
+    engine opens no tp communicator: its resident bytes are the graph pool alone."""
     import trainplan.model.rollout as rollout
 
     inp = _ppo_70b()
     engine = cost_of(inp.problem, RoleOption(Role.ROLLOUT, 64, 8, 8, 1, "none", Fraction(9, 10)))
     inside = 24 * CONNECTION  # a ring of a node's 24 collective channels (RING_CHANNELS)
-    assert engine.resident_bytes == 24 * CONNECTION + 24 * MIB + inside == 629_145_600
+    graphs = 386_547_057
+    assert engine.resident_bytes == 24 * CONNECTION + 24 * MIB + inside + graphs == 1_015_692_657
     assert engine.budget_resident_bytes == inside and engine.held_bytes == 0
     assert engine.scoring_bytes == engine.training_bytes == 0
     assert engine.rollout_bytes == Fraction(9, 10) * 85_017_493_504 - inside
@@ -269,9 +279,13 @@ def test_a_sleeping_engine_keeps_its_communicators_not_its_graphs():
         placement=False,
     )
     one = cost_of(grpo.problem, RoleOption(Role.ROLLOUT, 64, 64, 1, 1, "none", Fraction(3, 10)))
-    assert one.resident_bytes == one.budget_resident_bytes == 0
+    assert (one.resident_bytes, one.budget_resident_bytes) == (graphs, 0)
+    (term,) = [t for t in one.terms if "CUDA graph pool" in t.name]
+    assert (term.phase, term.value) == ("held", graphs) and "ASSUMED" in term.source
     doc = " ".join((rollout.__doc__ or "").split())
-    assert "Not counted: the CUDA graphs a sleeping engine keeps." in doc and "#56373" in doc
+    assert "The engine's CUDA graphs: an assumed allowance." in doc and "#56373" in doc
+    # the vLLM each profile runs: verl b178a3cd5 allows 0.8.5 to 0.12.0, OpenRLHF pins 0.27.1
+    assert "0.8.5 to 0.12.0" in doc and "pins 0.27.1" in doc
 
 
 def test_grpo_qwen7b_on_64_h100_counts_the_sleeping_engine():
@@ -318,7 +332,7 @@ def test_grpo_qwen7b_on_64_h100_counts_the_sleeping_engine():
     p = inp.problem
     engine = cost_of(p, RoleOption(Role.ROLLOUT, 64, 16, 4, 1, "none", Fraction(3, 10)))
     sleeping = 24 * CONNECTION + 3 * 8 * MIB + 24 * CONNECTION
-    assert engine.resident_bytes == sleeping == 629_145_600
+    assert engine.resident_bytes == sleeping + GRAPHS == 629_145_600 + GRAPHS
     old = [
         RoleOption(Role.ROLLOUT, 64, 16, 4, 1, "none", Fraction(3, 10)),
         RoleOption(Role.ACTOR, 64, 64, 1, 1),
@@ -331,8 +345,9 @@ def test_grpo_qwen7b_on_64_h100_counts_the_sleeping_engine():
     assert fewer == 490_733_568
     assert 83_777_102_880 - less - fewer == 78_614_963_232
     # and NVLink SHARP's 2 MiB of credits on each of the actor's three rings (8 ranks a node
-    # across nodes, model/terms/nvls_memory.py): 6 MiB
-    assert plan.pools[0].peak_bytes[1] == 78_614_963_232 + 6 * MIB == 78_621_254_688
+    # across nodes, model/terms/nvls_memory.py): 6 MiB; + the engine's CUDA graph pool, kept
+    # asleep (GRAPHS)
+    assert plan.pools[0].peak_bytes[1] == 78_614_963_232 + 6 * MIB + GRAPHS == 79_007_801_745
     assert plan.fits
     r = search_placement(p)
     assert r.status == "optimal" and r.best.colocated and r.best.plan.fits
@@ -375,7 +390,13 @@ def test_grpo_qwen7b_under_verl_packing_moves_off_dp64():
     With the engine's tp all-reduces timed (model/rollout_reduce.py; +35.68 s for a tp 4 engine,
     tests/model/test_rollout_reduce.py) the answer is instead the rlhf guide's: engine tp 1 ×
     dp 64 at 0.7 with no all-reduce, the actor and the reference at dp 64 × tp 1 offloaded when
-    idle, 343.00 s."""
+    idle, 343.00 s; 354.83 s with decode at the H100's BabelStream share.
+
+    With the engine's CUDA graph pool counted in every phase (GRAPHS, 386,547,057 B assumed) that
+    placement's training peak, 82.86 GB of 83.21, becomes 83.25 GB: it no longer fits, and the
+    answer is an engine at tp 2 × dp 32, fraction 0.6, the actor at dp 32 × tp 2 on the GPU and
+    the reference at dp 32 × tp 2 offloaded when idle: 358.0 s (rollout 105.3 + scoring 84.9 +
+    training 167.7)."""
     inp = rlhf_inputs(
         {"algorithm": "grpo", "model": "qwen2.5-7b", "reward": "rule", "gpus": 64},
         placement=False,
@@ -401,17 +422,23 @@ def test_grpo_qwen7b_under_verl_packing_moves_off_dp64():
     assert r.status == "optimal" and r.best.plan.fits
     by = {o.role: o for o in r.best.options}
     assert (by[Role.ROLLOUT].tp, by[Role.ROLLOUT].dp, by[Role.ROLLOUT].fraction) == (
-        1,
-        64,
-        Fraction(7, 10),
+        2,
+        32,
+        Fraction(3, 5),
     )
-    assert by[Role.ACTOR].tp == by[Role.REFERENCE].tp == 1
-    assert by[Role.ACTOR].offload == by[Role.REFERENCE].offload == "idle"
-    # decode's reads at the H100's BabelStream share, 2.97 of 3.35 TB/s (model.rlhf.engine.
-    # decode_efficiency): the engine's 92.39 s of decode, all 8,192 steps HBM-bound, take
-    # 3.35/2.97 as long, 104.21 s: 343.00 → 354.82 s, the same placement
-    assert r.best.plan.step_s == pytest.approx(343.00 + 92.39 * (3.35 / 2.97 - 1), abs=0.05)
-    assert r.best.plan.step_s == pytest.approx(354.83, abs=0.05)
+    assert by[Role.ACTOR].tp == by[Role.REFERENCE].tp == 2
+    assert (by[Role.ACTOR].offload, by[Role.REFERENCE].offload) == ("none", "idle")
+    # the 354.83 s placement (engine tp 1 × dp 64 at 0.7, actor and reference dp 64 offloaded
+    # when idle) peaks in training GRAPHS above its former 82.86 GB: above the capacity
+    prior = [
+        RoleOption(Role.ROLLOUT, 64, 64, 1, 1, "none", Fraction(7, 10)),
+        RoleOption(Role.ACTOR, 64, 64, 1, 1, "idle"),
+        RoleOption(Role.REFERENCE, 64, 64, 1, 1, "idle"),
+    ]
+    was = placement_plan(p, tuple(cost_of(p, o) for o in prior), (0,) * 3)
+    assert not was.fits and was.pools[0].peak_bytes[2] > CAPACITY
+    assert was.pools[0].peak_bytes[2] - GRAPHS <= CAPACITY
+    assert r.best.plan.step_s == pytest.approx(358.0, abs=0.05)
 
 
 def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
@@ -497,7 +524,7 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     assert one == 700_186_624
     engine = 24 * CONNECTION + 24 * MIB + 24 * CONNECTION
     assert engine == 629_145_600
-    assert pool0.resident_bytes == engine + 24 * CONNECTION == 931_135_488
+    assert pool0.resident_bytes == engine + 24 * CONNECTION + GRAPHS == 931_135_488 + GRAPHS
     role = 2 * (24 * CONNECTION + (32 * 3 + 2) * 2 * MIB)
     assert role == 968 * MIB == 1_015_021_568
     assert 2 * role == 2_030_043_136
@@ -557,8 +584,9 @@ def test_an_engine_alone_or_sharing_the_actors_weights_adds_no_process():
 
 
 def test_a_colocated_pool_says_what_it_leaves_for_the_engines_graphs():
-    """The engine's CUDA graphs are not counted (no per-operation figure): vLLM 35d5cda captures
-    them after sizing its KV cache, beyond its budget, and sleep keeps them. Under a pool where
+    """The engine's CUDA graphs are counted at an assumed 0.36 GiB = 0.39 GB (a floor: vLLM
+    35d5cda captures them after sizing its KV cache, beyond its budget, and sleep keeps them;
+    #47654 measured 1.50 GB at TP8). Under a pool where
     the engine shares GPUs with scoring or training, the text says what the largest of the three
     phases' peaks leaves of the capacity, 83.21 − 82.35 = 0.86 GB; with the rollout the largest
     (82.95 GB), 83.21 − 82.95 = 0.26 GB, which the scoring and training peaks alone put at 0.86;
@@ -572,11 +600,11 @@ def test_a_colocated_pool_says_what_it_leaves_for_the_engines_graphs():
 
     plan = {"capacity_bytes": 83.21e9, "pools": [pool(["rollout", "actor", "reference"])]}
     (line,) = pools_lines(plan)[3:]
-    assert line.startswith("pool 0: not counted, the engine's CUDA graphs")
-    assert "the rollout, scoring and training peaks leave 0.86 GB for them" in line
+    assert line.startswith("pool 0: the engine's CUDA graphs are counted at an assumed 0.39 GB")
+    assert "the rollout, scoring and training peaks leave 0.86 GB beyond them" in line
     tight = pool(["rollout", "actor", "reference"])
     tight["peak_bytes"] = {**tight["peak_bytes"], "rollout": 82.95e9}
     (line,) = pools_lines({"capacity_bytes": 83.21e9, "pools": [tight]})[3:]
-    assert "the rollout, scoring and training peaks leave 0.26 GB for them" in line
+    assert "the rollout, scoring and training peaks leave 0.26 GB beyond them" in line
     for other in ([pool(["rollout"])], [pool(["rollout", "actor"], fits=False)]):
         assert len(pools_lines({"capacity_bytes": 83.21e9, "pools": other})) == 3

@@ -46,7 +46,9 @@ def test_an_idle_offloaded_actor_cannot_sync_beside_a_large_engine() -> None:
     the derivation in tests/interface/test_rlhf_resident.py): the actor's tp 4 ring in a node
     2 MiB of credits and 16 × 2 × (128 KiB × 8) × 4 = 128 MiB of buffers, its dp,
     gradient-statistics, world and model-parallel rings 2 MiB of credits each: 138 MiB =
-    144,703,488 B more held (3,241,934,848 → 3,386,638,336 B)."""
+    144,703,488 B more held (3,241,934,848 → 3,386,638,336 B). With the engine's CUDA graph pool
+    held in every phase, an assumed 386,547,057 B (model.rlhf.engine.ENGINE_GRAPH_POOL_BYTES):
+    100,991,679,857 B."""
     runs = run_many({
         "text": (*ARGS, "--offload", "idle", "--engine-memory-fraction", "0.9"),
         "json": (*ARGS, "--offload", "idle", "--engine-memory-fraction", "0.9", "--json"),
@@ -63,6 +65,8 @@ def test_an_idle_offloaded_actor_cannot_sync_beside_a_large_engine() -> None:
     terms = json.loads(runs["json"].stdout)["faithful"]["terms"]
     held = {t["term"]: t["value"] for t in terms if t["phase"] == "held"}
     assert held["engine logits-gather communicator"] == 24 * 12 * 2**20 == 301_989_888
+    assert held["engine CUDA graph pool, kept asleep (assumed)"] == 386_547_057
+    assert "engine CUDA graph pool, kept asleep (assumed)" in text
     assert held["engine tp communicators, kept asleep"] == 301_989_888 + 25_165_824
     assert 1_912_602_624 - 1_606_418_432 + 2 * (402_653_184 - 301_989_888) == 507_510_784
     sync = [t for t in terms if t["term"].startswith("weight sync: IPC bucket and clone")]

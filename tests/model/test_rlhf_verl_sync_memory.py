@@ -55,7 +55,10 @@ def test_fsdp1_clones_at_the_sync_and_gradients_freed_between_updates():
     all-gathers and reduce-scatters): 2 MiB of credits and 16 × 2 × (128 KiB × 8) × 8 = 256 MiB
     of buffers, so each role's communicators go 484 → 742 MiB (778,043,392 B) and every figure
     of the pool by 2 × 258 MiB = 541,065,216 B: held 15,583,602,304 B, training
-    50,893,298,048, scoring 49,372,421,760, rollout (the sync moment) 42,187,595,136 B."""
+    50,893,298,048, scoring 49,372,421,760, rollout (the sync moment) 42,187,595,136 B.
+    The engine's CUDA graph pool, an assumed 386,547,057 B held in every phase
+    (model.rlhf.engine.ENGINE_GRAPH_POOL_BYTES), adds to the held bytes and every peak."""
+    graphs = 386_547_057
     grads = 4 * N_QWEN // 8
     assert grads == 3_807_808_256
     sync = 2 * SYNC_BUCKET_BYTES + 3 * 152_064 * 3_584 * 2 + grads
@@ -64,11 +67,13 @@ def test_fsdp1_clones_at_the_sync_and_gradients_freed_between_updates():
     (pool,) = plan["pools"]
     nvls = 2 * (2 + 256) * 2**20
     assert nvls == 541_065_216
-    assert pool["held_bytes"] - nvls == 18_850_345_344 - grads == 15_042_537_088
-    assert pool["held_bytes"] == 15_583_602_304
-    assert pool["peak_bytes"]["training"] == 50_352_232_832 + nvls == 50_893_298_048
-    assert pool["peak_bytes"]["scoring"] - nvls == 52_639_164_800 - grads == 48_831_356_544
-    assert pool["peak_bytes"]["rollout"] == 15_583_602_304 + 2 * N_QWEN + sync == 42_187_595_136
+    assert pool["held_bytes"] - nvls - graphs == 18_850_345_344 - grads == 15_042_537_088
+    assert pool["held_bytes"] == 15_583_602_304 + graphs
+    assert pool["peak_bytes"]["training"] == 50_352_232_832 + nvls + graphs
+    assert pool["peak_bytes"]["scoring"] - nvls - graphs == 52_639_164_800 - grads
+    assert 52_639_164_800 - grads == 48_831_356_544
+    held = 15_583_602_304 + graphs
+    assert pool["peak_bytes"]["rollout"] == held + 2 * N_QWEN + sync == 42_187_595_136 + graphs
     terms = {(t["role"], t["term"]): t for t in plan["terms"]}
     g = terms[("actor", "gradients (freed after each update)")]
     assert (g["phase"], g["value"]) == ("training", grads)
