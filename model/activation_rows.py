@@ -473,11 +473,15 @@ MOE_ROUTING_ROWS = frozenset(
         "router top-k indices (int64)",
         "token permutation indices (int64, dispatch and combine)",
         "routing weights for the combine",
+        "router input (FP32 copy, autocast)",
+        "shared experts' input",
     }
 )
 """A MoE layer's routing rows: whole on every tp rank under ``gathered_block_inputs`` with
 ep = 1 (torchtitan ``moe_sharding.py``: "EP off, SP on" redistributes the MoE input from
-``Shard(1)`` to ``Replicate``, the router and the tensor-parallel experts run on every token);
+``Shard(1)`` to ``Replicate``, the router and the tensor-parallel experts run on every token;
+so the router's FP32 autocast copy of its input and the BF16 input the shared experts' first
+GEMM saves, :func:`model.moe_working_set.torchtitan_router_rows`, are whole too);
 with ep > 1 the tokens stay sequence-sharded ("EP on": ``Shard(1)`` → ``Shard(1)``)."""
 
 

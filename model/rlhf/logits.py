@@ -107,9 +107,10 @@ _ELEMENT: dict[tuple[Framework, LogitsPass], tuple[int, int, str]] = {
     (Framework.FSDP2, LogitsPass.OLD_LOG_PROB_ENTROPY): (
         2,
         8,
-        _FSDP + "; entropy_from_logits: softmax autocasts to FP32 (its FP32 input copy 4 B and "
-        "output 4 B), then pd * logits FP32 4 B beside pd — eager; torch.compile (verl's "
-        "default) may fuse below it",
+        _FSDP + "; entropy_from_logits, compiled as verl runs it by default (dp_actor.py: "
+        "torch.compile(entropy_from_logits) unless use_torch_compile is false): softmax's FP32 "
+        "input copy 4 B and output 4 B; run eagerly, logsumexp's own FP32 copy and its "
+        "(x - max) temporary make it 2 + 12 = 14 B, not counted",
     ),
     (Framework.FSDP2, LogitsPass.UPDATE): (
         2,
