@@ -18,7 +18,7 @@ from trainplan.model.mechanisms import Mechanism
 from trainplan.model.offload import NO_OFFLOAD, Offload, check_offload
 from trainplan.model.rlhf.forward_set import scoring_forward_bytes
 from trainplan.model.rlhf.logits import LogitsPass, PassLogits, old_log_prob_pass, pass_logits
-from trainplan.model.rlhf.openrlhf import check_split_count, idle_swap
+from trainplan.model.rlhf.openrlhf import actor_update_group, check_split_count, idle_swap
 from trainplan.model.rlhf.packing import SPLIT_SOURCE
 from trainplan.model.rlhf.roles import (
     OFFLOAD_SOURCE,
@@ -497,4 +497,4 @@ def network_cost(
         split_tokens=spec.split_tokens(opt.dp, opt.tp),
         scoring_swap_bytes=scoring_swap,
     )
-    return _on_stack(spec.framework, cost)
+    return actor_update_group(spec, rs, _on_stack(spec.framework, cost))
