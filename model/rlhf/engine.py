@@ -11,13 +11,14 @@ from fractions import Fraction
 
 from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.estimate import stage_params_per_gpu
+from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
 from trainplan.model.op_rates import deployed_params
-from trainplan.model.rlhf.openrlhf import RECEIVE_SOURCE as RS
 from trainplan.model.rlhf.openrlhf import (
     SLEEP_HOST_SOURCE,
     engine_receive_bytes,
     engine_sleep_host_bytes,
+    receive_source,
 )
 from trainplan.model.rlhf.roles import RoleCost, RoleOption, Term
 from trainplan.model.rlhf.spec import RLHFSpec, Role, RoleSpec
@@ -214,7 +215,7 @@ def rollout_cost(
     terms += _held_terms(outside, inside)
     terms += (Term("engine CUDA graph pool, kept asleep (assumed)", "held",
                    Fraction(ENGINE_GRAPH_POOL_BYTES), "bytes", GRAPH_POOL_SOURCE),)  # fmt: skip
-    terms += _receive_terms(receive, group)
+    terms += _receive_terms(receive, group, receive_source(spec.framework))
     asleep = engine_sleep_host_bytes(spec.framework, weights)
     if asleep:
         name = "host copy while asleep (vLLM level 1; on the actor's pool)"
@@ -239,6 +240,7 @@ def rollout_cost(
         sync_bytes=weights,  # awake during the sync under every profile (model.rlhf.verl_sync)
         receive_bytes=receive,
         receive_resident_bytes=group,
+        awake_apart=spec.framework is Framework.DEEPSPEED,  # OpenRLHF (model.rlhf.split)
         sleep_host_bytes=asleep,
         sync_s=time.sync_s,
     )
@@ -256,7 +258,7 @@ def _held_terms(outside: int, inside: int) -> tuple[Term, ...]:
     )
 
 
-def _receive_terms(receive: Fraction, group: Fraction) -> tuple[Term, ...]:
+def _receive_terms(receive: Fraction, group: Fraction, src: str) -> tuple[Term, ...]:
     """The NCCL weight sync's terms on a pool without the actor
     (:func:`model.rlhf.openrlhf.engine_receive_bytes`)."""
     if not receive:
@@ -265,8 +267,8 @@ def _receive_terms(receive: Fraction, group: Fraction) -> tuple[Term, ...]:
     receive_name = "weight receive buffer (pool without the actor)"
     group_name = "model-update communicator (pool without the actor)"
     return (
-        Term(receive_name, "rollout", receive, "bytes", RS, path),
-        Term(group_name, "held", group, "bytes", RS, path),
+        Term(receive_name, "rollout", receive, "bytes", src, path),
+        Term(group_name, "held", group, "bytes", src, path),
     )
 
 

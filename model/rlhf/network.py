@@ -18,7 +18,7 @@ from trainplan.model.mechanisms import Mechanism
 from trainplan.model.offload import NO_OFFLOAD, Offload, check_offload
 from trainplan.model.rlhf.forward_set import scoring_forward_bytes
 from trainplan.model.rlhf.logits import LogitsPass, PassLogits, old_log_prob_pass, pass_logits
-from trainplan.model.rlhf.openrlhf import check_split_count, idle_swap
+from trainplan.model.rlhf.openrlhf import actor_update_group, check_split_count, idle_swap
 from trainplan.model.rlhf.packing import SPLIT_SOURCE
 from trainplan.model.rlhf.roles import (
     OFFLOAD_SOURCE,
@@ -191,11 +191,18 @@ def _training_estimate(
 
 
 def _state_terms(
-    spec: RLHFSpec, est: Estimate, offload: Offload, mech: Mechanism, tokens: int, factor: Fraction
+    spec: RLHFSpec,
+    est: Estimate,
+    offload: Offload,
+    mech: Mechanism,
+    tokens: int,
+    factor: Fraction,
+    removed: Fraction,
 ) -> list[Term]:
     """A trainable role's bytes term by term: weights, gradients, the optimizer state (or what
     the host holds for it), the activations at the fullest micro-batch's ``tokens`` (evaluate()'s
-    × ``factor``, :func:`_extras`; less the loss working set the RLHF loss replaces)."""
+    × ``factor``, :func:`_extras`; on the last stage less ``removed``, evaluate()'s FP32 logits
+    and loss working set, which the RLHF loss replaces: the figure the fit counts)."""
     state = est.peak.state
     last = len(est.stages) - 1
     terms = [
@@ -203,15 +210,8 @@ def _state_terms(
         grads_term(spec.framework, state.gradients_bytes, mech.source),
     ]
     if offload.active:
-        terms.append(
-            Term(
-                "optimizer state + FP32 gradient buffer (offloaded)",
-                "host",
-                est.host_bytes,
-                "bytes",
-                OFFLOAD_SOURCE,
-            )
-        )
+        name = "optimizer state + FP32 gradient buffer (offloaded)"
+        terms.append(Term(name, "host", est.host_bytes, "bytes", OFFLOAD_SOURCE))
     else:
         terms.append(Term("optimizer state", "held", state.optimizer_bytes, "bytes", mech.source))
     acts = est.peak.activations
@@ -220,7 +220,7 @@ def _state_terms(
             Term(
                 f"activations ({spec.recompute} recompute, {tokens:,}-token micro-batch)",
                 "training",
-                factor * (acts.total_bytes - (_loss_over(acts) if est.peak.stage == last else 0)),
+                factor * (acts.total_bytes - (removed if est.peak.stage == last else 0)),
                 "bytes",
                 "Korthikanti et al. 2022 term by term (model.activations); evaluate()",
             )
@@ -323,7 +323,7 @@ def _trainable(
     held = [held_state(spec.framework, st.state) for st in train_est.stages]
     train_peak = [_fit(st, extras[i]) for i, st in enumerate(train_est.stages)]
     held_b = max(held)
-    terms = _state_terms(spec, train_est, offload, mech, tokens, factor)
+    terms = _state_terms(spec, train_est, offload, mech, tokens, factor, counted + loss_over)
     if rs.log_probs:
         terms += _logits_terms(logits)
     training_s, time_terms = _update_time(spec, train_est, offload)
@@ -497,4 +497,4 @@ def network_cost(
         split_tokens=spec.split_tokens(opt.dp, opt.tp),
         scoring_swap_bytes=scoring_swap,
     )
-    return _on_stack(spec.framework, cost)
+    return actor_update_group(spec, rs, _on_stack(spec.framework, cost))

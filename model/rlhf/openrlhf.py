@@ -55,6 +55,7 @@ them).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
@@ -74,10 +75,14 @@ __all__ = [
     "SYNC_TERM",
     "RECEIVE_SOURCE",
     "actor_sync_bytes",
+    "actor_update_group",
+    "UPDATE_GROUP_TERM",
     "check_idle",
     "split_refusal",
     "check_split_count",
     "engine_receive_bytes",
+    "receive_source",
+    "VERL_RECEIVE_SOURCE",
     "idle_swap",
     "scoring_state_bytes",
     "sleep_host",
@@ -309,15 +314,32 @@ RECEIVE_SOURCE = (
     "BF16 parameter, NCCL broadcast from DeepSpeed rank 0; ActorPPOTrainer._init_vllm_sync_group "
     "(ppo_actor.py), the model-update group (3c3be6234)"
 )
+VERL_RECEIVE_SOURCE = (
+    "verl b178a3cd5 verl/experimental/one_step_off_policy/{megatron,fsdp}_workers.py "
+    "DetachSync.sync_rollout_weights: torch.empty(shape) of each whole HF parameter, "
+    "collective.broadcast(group_name='actor_rollout'), load_weights, engine awake; "
+    "ray_trainer.py OneStepOffRayTrainer: create_collective_group(actor_wg.workers + "
+    "rollout_wg.workers, backend nccl)"
+)
+
+
+def receive_source(framework: Framework) -> str:
+    """The source of :func:`engine_receive_bytes` under ``framework``: OpenRLHF's NCCL path
+    (``deepspeed``) or verl's one-step off-policy recipe (``megatron``, ``fsdp2``)."""
+    return RECEIVE_SOURCE if framework is Framework.DEEPSPEED else VERL_RECEIVE_SOURCE
 
 
 def engine_receive_bytes(spec: RLHFSpec, rs: RoleSpec) -> tuple[Fraction, Fraction]:
-    """What an engine on a pool without the actor adds on each GPU under ``deepspeed`` (module
-    docstring), bytes: ``(receive buffer, model-update communicator)`` — the largest parameter
-    whole in BF16 (:func:`largest_parameter_bytes`: the engine receives the HF tensor unsharded
-    and narrows it in ``load_weights``) and one NCCL ring (``communicator_bytes``, the project's
-    12 MiB per channel); ``(0, 0)`` for the other profiles (verl's sync reads the actor's
-    weights in the rollout's own KV space).
+    """What an engine on a pool without the actor adds on each GPU, bytes: ``(receive buffer,
+    model-update communicator)`` — the largest parameter whole in BF16
+    (:func:`largest_parameter_bytes`: the engine receives the HF tensor unsharded and narrows it
+    in ``load_weights``) and one NCCL ring (``communicator_bytes``, the project's 12 MiB per
+    channel). Under ``deepspeed`` OpenRLHF's NCCL path (module docstring); under ``megatron``
+    and ``fsdp2`` verl's one-step off-policy recipe (:data:`VERL_RECEIVE_SOURCE`), whose rollout
+    workers receive each parameter into ``torch.empty(shape)`` while the engine is awake, over
+    the ``actor_rollout`` group of every actor and rollout GPU. (verl's colocated hybrid engine
+    reads the weights before its KV cache wakes: :mod:`model.rlhf.verl_sync`; this term is
+    counted only on a pool without the actor, :func:`model.rlhf.split.receiving_engine`.)
 
     Examples
     --------
@@ -328,13 +350,42 @@ def engine_receive_bytes(spec: RLHFSpec, rs: RoleSpec) -> tuple[Fraction, Fracti
     >>> largest_parameter_bytes(get_model("qwen2.5-72b").model.arch), communicator_bytes(True, 0, 0)
     (2491416576, 301989888)
     """
-    if spec.framework is not Framework.DEEPSPEED:
-        return Fraction(0), Fraction(0)
     assert rs.model.arch is not None
     return (
         Fraction(largest_parameter_bytes(rs.model.arch)),
         Fraction(communicator_bytes(True, 0, 0)),
     )
+
+
+UPDATE_GROUP_TERM = "model-update communicator (pool without the engine)"
+"""The actor's side of the model-update group (:func:`actor_update_group`)."""
+
+
+def actor_update_group(spec: RLHFSpec, rs: RoleSpec, cost: RoleCost) -> RoleCost:
+    """The actor's ``cost`` with the sending side of :func:`engine_receive_bytes`' group: one NCCL
+    ring (``communicator_bytes``) held in every phase of a pool without the engine — verl's
+    ``actor_rollout`` group on every actor GPU, OpenRLHF's model-update group on DeepSpeed rank
+    0, the pool's busiest GPU (``_init_vllm_sync_group`` runs where
+    ``torch.distributed.get_rank() == 0``) — as :attr:`~model.rlhf.roles.RoleCost.
+    send_resident_bytes` and a ``send`` term (:func:`model.rlhf.split.update_group`); ``cost``
+    unchanged for the other roles.
+
+    >>> from trainplan.model.rlhf.roles import RoleOption
+    >>> from trainplan.scenarios.catalogue import get_model
+    >>> spec = RLHFSpec(algorithm="grpo", policy=get_model("qwen2.5-7b").model, reward="rule",
+    ...                 prompts=4, samples_per_prompt=4, prompt_tokens=1024,
+    ...                 completion_tokens=4096)
+    >>> z = Fraction(0)
+    >>> cost = RoleCost(RoleOption(Role.ACTOR, 8, 8), z, z, z, z, 0.0, 0.0, 0.0, z, ())
+    >>> actor_update_group(spec, spec.role(Role.ACTOR), cost).send_resident_bytes
+    Fraction(301989888, 1)
+    """
+    if rs.role is not Role.ACTOR:
+        return cost
+    group = Fraction(communicator_bytes(True, 0, 0))
+    src = receive_source(spec.framework)
+    term = Term(UPDATE_GROUP_TERM, "held", group, "bytes", src, "send")
+    return replace(cost, terms=(*cost.terms, term), send_resident_bytes=group)
 
 
 SLEEP_HOST_SOURCE = (

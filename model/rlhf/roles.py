@@ -165,7 +165,9 @@ class Term:
     """Of a weight-sync memory term, the path it belongs to, of which a pool counts one
     (:func:`model.rlhf.split.counted_terms`): ``ipc``, the actor's side of the sync to an engine
     on its pool (:func:`model.rlhf.step.sync_peak`); ``nccl``, an engine's receive on a pool
-    without the actor (:func:`model.rlhf.split.receive_peak`). "" for every other term."""
+    without the actor (:func:`model.rlhf.split.receive_peak`); ``send``, the actor's side of that
+    group on a pool without the engine (:func:`model.rlhf.split.update_group`). "" for every other
+    term."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,13 +248,20 @@ class RoleCost:
     parameter made whole and, offloaded while idle, its parameters back (:mod:`model.rlhf.
     verl_sync`); 0 for the other roles. :func:`model.rlhf.step.sync_peak`."""
     receive_bytes: Fraction = Fraction(0)
-    """The engine under ``deepspeed``, on a pool without the actor (OpenRLHF's NCCL sync): the
-    whole BF16 parameter it receives beside its awake budget, the largest one
+    """The engine on a pool without the actor (OpenRLHF's NCCL sync, verl's one-step off-policy
+    recipe): the whole BF16 parameter it receives beside its awake budget, the largest one
     (:func:`model.rlhf.openrlhf.engine_receive_bytes`); 0 otherwise. The same for every engine
     option of a problem. :func:`model.rlhf.split.receive_peak`."""
     receive_resident_bytes: Fraction = Fraction(0)
     """With ``receive_bytes``: the model-update communicator it holds in every phase of such a
-    pool (:func:`model.rlhf.split.receive_resident`)."""
+    pool (:func:`model.rlhf.split.update_group`)."""
+    send_resident_bytes: Fraction = Fraction(0)
+    """The actor: the same group's communicator, held in every phase of a pool without the
+    engine (:func:`model.rlhf.openrlhf.actor_update_group`, :func:`model.rlhf.split.
+    update_group`); 0 for the other roles."""
+    awake_apart: bool = False
+    """The engine under ``deepspeed``: OpenRLHF never sleeps it apart from the actor, even in a
+    synchronous step (:func:`model.rlhf.split.awake_apart`)."""
     split_tokens: int = 0
     """Under OpenRLHF (``deepspeed``), the scoring micro-batch's tokens at this role's dp
     (:meth:`model.rlhf.spec.RLHFSpec.split_tokens`), which its scoring bytes are sized at. OpenRLHF

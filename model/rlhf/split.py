@@ -32,11 +32,12 @@ placement search's CP-SAT model (:mod:`optimizer.rlhf.cpsat`) and its exhaustive
   the scoring and training phases too (:func:`awake_floor`); so does an engine of OpenRLHF's
   apart from the actor in a synchronous step (:func:`awake_apart`), alone there by the first
   rule.
-* **The NCCL weight receive** (``deepspeed``, :func:`model.rlhf.openrlhf.engine_receive_bytes`):
-  on a pool holding the engine but not the actor, every phase holds the model-update
-  communicator (:func:`receive_resident`), and the rollout phase's peak is at least the pool's
-  held bytes, the awake engine's and the largest parameter's receive buffer
-  (:func:`receive_peak`).
+* **The NCCL weight receive** (every profile, :func:`model.rlhf.openrlhf.engine_receive_bytes`:
+  OpenRLHF's model-update group, verl's one-step off-policy ``actor_rollout`` group): on a pool
+  holding the engine but not the actor, every phase holds the model-update communicator, and
+  the rollout phase's peak is at least the pool's held bytes, the awake engine's and the largest
+  parameter's receive buffer (:func:`receive_peak`); on a pool holding the actor but not the
+  engine, every phase holds the group's sending side (:func:`update_group`).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ __all__ = [
     "openrlhf_refused",
     "pool_refusal",
     "receive_peak",
-    "receive_resident",
+    "update_group",
     "receiving_engine",
     "split_peaks",
 ]
@@ -159,9 +160,9 @@ def pool_refusal(
 def awake_apart(members: Sequence[RoleCost]) -> bool:
     """Whether the engine among ``members`` is OpenRLHF's (``deepspeed``), which never sleeps
     apart from the actor even in a synchronous step (vLLM's sleep is off without
-    ``--train.colocate_all``): the engine that receives over NCCL there (``receive_bytes``).
+    ``--train.colocate_all``): its :attr:`~model.rlhf.roles.RoleCost.awake_apart`.
     Of a step's roles, whether OpenRLHF's placement rule applies (:func:`pool_refusal`)."""
-    return any(c.option.role is Role.ROLLOUT and c.receive_bytes for c in members)
+    return any(c.option.role is Role.ROLLOUT and c.awake_apart for c in members)
 
 
 def receiving_engine(members: Sequence[RoleCost]) -> RoleCost | None:
@@ -187,7 +188,8 @@ def counted_terms(cost: RoleCost, members: Sequence[RoleCost]) -> tuple[Term, ..
     """``cost``'s terms less the weight-sync path its pool (roles ``members``) does not count
     (:attr:`model.rlhf.roles.Term.sync_path`): the actor's ``ipc`` terms where the pool holds
     no engine (:func:`ipc_sync`), and the engine's ``nccl`` receive terms where it is not the
-    pool's receiving engine (:func:`receiving_engine`: the actor is beside it), so what the
+    pool's receiving engine (:func:`receiving_engine`: the actor is beside it), and the actor's
+    ``send`` terms where the pool holds the engine (:func:`update_group`), so what the
     report lists is what the pool's peaks add.
 
     Examples
@@ -205,19 +207,43 @@ def counted_terms(cost: RoleCost, members: Sequence[RoleCost]) -> tuple[Term, ..
     >>> len(counted_terms(engine, [engine])), len(counted_terms(actor, [actor]))
     (1, 0)
     """
-    keep = {"": True, "ipc": ipc_sync(members), "nccl": receiving_engine(members) is cost}
+    roles = {c.option.role for c in members}
+    keep = {"": True, "ipc": ipc_sync(members), "nccl": receiving_engine(members) is cost,
+            "send": Role.ROLLOUT not in roles}  # fmt: skip
     return tuple(t for t in cost.terms if keep[t.sync_path])
 
 
-def receive_resident(members: Sequence[RoleCost]) -> Fraction:
-    """The model-update communicator such an engine holds in every phase (0: none receives)."""
+def update_group(members: Sequence[RoleCost], step: Collection[Role]) -> Fraction:
+    """The model-update communicator a pool whose roles are ``members`` holds in every phase, of a
+    step of the roles ``step``: the receiving engine's (:func:`receiving_engine`) or, on a pool
+    with the actor but not the step's engine, the actor's sending side
+    (:attr:`~model.rlhf.roles.RoleCost.send_resident_bytes`); 0 otherwise.
+
+    Examples
+    --------
+    >>> from trainplan.model.rlhf.roles import RoleOption
+    >>> z, one = Fraction(0), Fraction(1)
+    >>> engine = RoleCost(RoleOption(Role.ROLLOUT, 8, 8), z, z, z, z, 0.0, 0.0, 0.0, z, (),
+    ...                   receive_bytes=one, receive_resident_bytes=Fraction(3))
+    >>> actor = RoleCost(RoleOption(Role.ACTOR, 8, 8), z, z, z, z, 0.0, 0.0, 0.0, z, (),
+    ...                  send_resident_bytes=Fraction(3))
+    >>> step = (Role.ROLLOUT, Role.ACTOR)
+    >>> [update_group(m, step) for m in ([engine], [actor], [engine, actor])]
+    [Fraction(3, 1), Fraction(3, 1), Fraction(0, 1)]
+    """
     engine = receiving_engine(members)
-    return Fraction(0) if engine is None else engine.receive_resident_bytes
+    if engine is not None:
+        return engine.receive_resident_bytes
+    roles = {c.option.role: c for c in members}
+    actor = roles.get(Role.ACTOR)
+    if actor is None or Role.ROLLOUT in roles or Role.ROLLOUT not in step:
+        return Fraction(0)
+    return actor.send_resident_bytes
 
 
 def receive_peak(members: Sequence[RoleCost], held: Fraction) -> Fraction:
     """The pool's bytes while its engine receives a parameter: ``held`` (with
-    :func:`receive_resident`), the awake engine's rollout bytes and the receive buffer; 0 where no
+    :func:`update_group`), the awake engine's rollout bytes and the receive buffer; 0 where no
     engine receives.
 
     Examples

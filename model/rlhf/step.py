@@ -82,8 +82,8 @@ from trainplan.model.rlhf.split import (
     awake_apart,
     ipc_sync,
     pool_refusal,
-    receive_resident,
     split_peaks,
+    update_group,
 )
 
 __all__ = [
@@ -380,11 +380,11 @@ def _pool_size(q: int, members: list[RoleCost]) -> int:
 
 
 def _pool_plan(
-    q: int, members: list[RoleCost], first: int, shared_weights: bool, off_policy: int = 0
+    q: int, members: list[RoleCost], first: int, shared: bool, off_policy: int, step: list[Role]
 ) -> PoolPlan:
     """Pool ``q`` of the roles ``members``, its GPUs numbered from ``first``: what its roles hold,
     its peak per phase (each role's swap and phase bytes over the held ones; the rollout's at
-    least the weight sync's, :func:`sync_peak`; with ``shared_weights`` the engine reuses the
+    least the weight sync's, :func:`sync_peak`; with ``shared`` the engine reuses the
     actor's BF16 weights and nothing is sent), busy seconds and host bytes.
 
     Raises
@@ -403,19 +403,19 @@ def _pool_plan(
             f"placement: pool {q} runs its roles in one process per GPU, on one set of "
             f"Megatron-Core groups (verl), so they need one tp × pp: {layouts}; use separate pools"
         )
-    processes = pool_processes(members, shared_weights)
-    extra = process_bytes(members, shared_weights)
-    resident += receive_resident(members)
+    processes = pool_processes(members, shared)
+    extra = process_bytes(members, shared)
+    resident += update_group(members, step)
     held = sum((c.held_bytes for c in members), Fraction(resident) + extra)
     peaks = [held + max(c.swap_in(ph) + c.phase_bytes(ph) for c in members) for ph in PHASES]
     kinds = {str(c.option.role): c for c in members}
-    if shared_weights and "rollout" in kinds and "actor" in kinds:
+    if shared and "rollout" in kinds and "actor" in kinds:
         reuse = min(kinds["rollout"].bf16_weight_bytes, kinds["actor"].bf16_weight_bytes)
         peaks[0] = held + max(
             kinds["rollout"].rollout_bytes - reuse,
             *(c.rollout_bytes for c in members if c is not kinds["rollout"]),
         )
-    elif not shared_weights:
+    elif not shared:
         peaks[0] = max(peaks[0], sync_peak(members, held))
     busy = tuple(sum(c.seconds(ph) for c in members) for ph in PHASES)
     host = sum((c.host_bytes for c in members), Fraction(sleep_host(members)))
@@ -475,7 +475,7 @@ def compose(
         members = [c for c, p in zip(costs, pool_of, strict=True) if p == q]
         if refused := pool_refusal({c.option.role for c in members}, step, off_policy, openrlhf):
             raise InputError(f"placement: pool {q} {refused}")
-        out.append(_pool_plan(q, members, first, shared_weights, off_policy))
+        out.append(_pool_plan(q, members, first, shared_weights, off_policy, step))
         first += out[-1].gpus
     busy_rows = [p.busy_s for p in out]
     phase = tuple(max(row[k] for row in busy_rows) for k in range(3))

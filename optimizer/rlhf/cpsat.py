@@ -36,10 +36,11 @@ Encoding:
   but OpenRLHF's three): for every refused set S of roles and every slot, ``Σ_{r ∈ S} on_r −
   Σ_{r ∉ S} on_r ≤ |S| − 1`` (``on_r``: role r's options on the slot, 0 or 1) — the slot does
   not hold exactly S. The model asks the rule about each of the 2^R sets once.
-* The engine without the actor (:mod:`model.rlhf.split`): ``Z_q = E_q ∧ ¬A_q`` (three rows).
-  Under ``deepspeed``: the model-update communicator ``× Z_q`` joins ``Σ held`` in every row of
-  the slot, and ``Σ held + Σ (rollout + receive buffer)·x of the engine ≤ capacity`` binds
-  where ``Z_q``.
+* The engine without the actor (:mod:`model.rlhf.split`): ``Z_q = E_q ∧ ¬A_q`` and ``W_q =
+  A_q ∧ ¬E_q`` (three rows each). The model-update communicator ``× Z_q`` (the engine's side)
+  and ``× W_q`` (the actor's, :func:`model.rlhf.split.update_group`) joins ``Σ held`` in every
+  row of the slot, and ``Σ held + Σ (rollout + receive buffer)·x of the engine ≤ capacity``
+  binds where ``Z_q``.
 * OpenRLHF's scoring split (``deepspeed``, :func:`model.rlhf.openrlhf.split_refusal`): a
   scoring role's options of scoring micro-batch t (:attr:`~model.rlhf.roles.RoleCost.split_tokens`,
   at its dp) only beside an actor option of the same t: ``Σ x of the role's options of t ≤ Σ x of
@@ -283,28 +284,37 @@ class PlacementModel:
         m.add(host + sum(b * v for b, v in copies) <= host_cap).only_enforce_if(both)
 
     def _split_engine(self, q, entries, held, cap) -> cp_model.LinearExpr:
-        """Slot ``q``'s rules for an engine without the actor (module docstring): ``Z_q`` and the
-        NCCL receive's communicator (returned, for every row of the slot) and row."""
+        """Slot ``q``'s rules for an engine without the actor (module docstring): ``Z_q``, ``W_q``
+        and the model-update group's communicator on either side (returned, for every row of the
+        slot) and the receive row."""
         m, roles = self.model, self.tables.roles
         if Role.ROLLOUT not in roles or Role.ACTOR not in roles:
             return 0  # type: ignore[return-value]
         ra, ac = roles.index(Role.ROLLOUT), roles.index(Role.ACTOR)
         engine = [(self.tables.options[Role.ROLLOUT][n][oi][1], v) for ri, n, oi, v in entries
                   if ri == ra]  # fmt: skip
-        if not engine:
-            return 0  # type: ignore[return-value]
-        on_e = sum(v for _, v in engine)
-        on_a = sum(v for ri, _, _, v in entries if ri == ac)
-        z = m.new_bool_var(f"Z{q}")
-        m.add(z >= on_e - on_a)
-        m.add(z <= on_e)
-        m.add(z <= 1 - on_a)
-        group = max(math.ceil(c.receive_resident_bytes) for c, _ in engine)
-        if not any(c.receive_bytes for c, _ in engine):
-            return 0  # type: ignore[return-value]
-        receive = sum(receive_int(c) * v for c, v in engine)
-        m.add(held + group * z + receive <= cap).only_enforce_if(z)
-        return group * z  # type: ignore[return-value]
+        actor = [(self.tables.options[Role.ACTOR][n][oi][1], v) for ri, n, oi, v in entries
+                 if ri == ac]  # fmt: skip
+        on_e, on_a = sum(v for _, v in engine), sum(v for _, v in actor)
+        total: cp_model.LinearExpr | int = 0
+        if any(c.receive_bytes for c, _ in engine):
+            z = self._only(f"Z{q}", on_e, on_a)
+            total += max(math.ceil(c.receive_resident_bytes) for c, _ in engine) * z
+            receive = sum(receive_int(c) * v for c, v in engine)
+            m.add(held + total + receive <= cap).only_enforce_if(z)
+        if any(c.send_resident_bytes for c, _ in actor):
+            w = self._only(f"W{q}", on_a, on_e)  # the actor's side, on a slot without the engine
+            total += max(math.ceil(c.send_resident_bytes) for c, _ in actor) * w
+        return total  # type: ignore[return-value]
+
+    def _only(self, name, on, off) -> cp_model.IntVar:
+        """A 0/1 variable ``on ∧ ¬off`` of two 0/1 sums (three rows)."""
+        m = self.model
+        b = m.new_bool_var(name)
+        m.add(b >= on - off)
+        m.add(b <= on)
+        m.add(b <= 1 - off)
+        return b
 
     def _resident(self, q, entries, ints, cap) -> cp_model.LinearExpr:
         """Slot ``q``'s bytes held in every phase, and its shared groups' one tp × pp (module

@@ -17,7 +17,7 @@ from trainplan.model.rlhf.off_policy import off_policy_seconds
 from trainplan.model.rlhf.openrlhf import sleep_host, split_refusal
 from trainplan.model.rlhf.roles import RoleCost, RoleOption
 from trainplan.model.rlhf.spec import PHASES, Role
-from trainplan.model.rlhf.split import awake_apart, pool_refusal, receiving_engine
+from trainplan.model.rlhf.split import awake_apart, pool_refusal, receiving_engine, update_group
 from trainplan.model.rlhf.step import (
     StepPlan,
     compose,
@@ -157,7 +157,7 @@ def objective_ns(
         if resident is None or pool_refusal(roles, step, problem.spec.off_policy, openrlhf):
             return None
         receiver = receiving_engine(by_pool[q])
-        resident += 0 if receiver is None else math.ceil(receiver.receive_resident_bytes)
+        resident += math.ceil(update_group(by_pool[q], step))
         held = resident + process_bytes(by_pool[q]) + sum(i[0] for _, i in members)
         if receiver is not None and held + receive_int(receiver) > cap:
             return None

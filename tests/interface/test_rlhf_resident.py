@@ -499,8 +499,10 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     968 MiB = 1,015,021,568 each: 2,030,043,136; with NVLink SHARP (model/terms/nvls_memory.py)
     the dp-4 ring's 2 MiB of credits and 16 × 2 × (128 KiB × 8) × 4 = 128 MiB of buffers, the
     world ring's (the barrier's one float, run as a ring: no buffers) 2 MiB of credits, 132 MiB
-    a role: 2,306,867,200. Pool 1 holds that, the process, the reference's BF16 weights (2 B ×
-    8,030,261,248 parameters = 16,060,522,496) and the actor's held state: 52,239,294,464 B."""
+    a role: 2,306,867,200; pool 1 also DeepSpeed rank 0's side of the model-update ring,
+    301,989,888: 2,608,857,088. Pool 1 holds that, the process, the reference's BF16 weights
+    (2 B × 8,030,261,248 parameters = 16,060,522,496) and the actor's held state:
+    52,541,284,352 B (52,239,294,464 before the actor's ring was counted)."""
     inp = rlhf_inputs(
         {"algorithm": "ppo", "model": "llama3-8b", "gpus": 16, "framework": "deepspeed",
          "bandwidth_efficiency": 1},  # decode at the datasheet HBM bandwidth, as derived
@@ -529,7 +531,10 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     assert role == 968 * MIB == 1_015_021_568
     assert 2 * role == 2_030_043_136
     nvls = (2 + 128 + 2) * MIB
-    assert pool1.resident_bytes == pool2.resident_bytes == 2 * (role + nvls) == 2_306_867_200
+    assert pool2.resident_bytes == 2 * (role + nvls) == 2_306_867_200
+    # the actor's pool also holds DeepSpeed rank 0's side of the model-update ring, 24 × 12 MiB
+    # (OpenRLHF _init_vllm_sync_group; review-o MED-1): 2,306,867,200 + 301,989,888
+    assert pool1.resident_bytes == 2_306_867_200 + 24 * 12 * MIB == 2_608_857_088
     costs = {c.option.role: c for c in r.best.plan.costs}
     assert all(
         c.option.tp == 1 and c.option.pp == 1
@@ -537,8 +542,8 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
         if role is not Role.ROLLOUT
     )
     assert costs[Role.REFERENCE].held_bytes == 2 * 8_030_261_248 == 16_060_522_496
-    held = 2_306_867_200 + 700_186_624 + 16_060_522_496 + costs[Role.ACTOR].held_bytes
-    assert pool1.held_bytes == held == 52_239_294_464
+    held = 2_608_857_088 + 700_186_624 + 16_060_522_496 + costs[Role.ACTOR].held_bytes
+    assert pool1.held_bytes == held == 52_541_284_352
     # the engine's tp all-reduces (model/rollout_reduce.py; 2 · 32 = 64 a forward) move it from
     # tp 8 × dp 1 to tp 2 × dp 4 (docstring): its rollout 1,237.53 → 1,425.41 s
     decode = 20 * 4_096 * 64 * 24.078e-6 + 4_096 * 64 * 24.273e-6

@@ -102,3 +102,27 @@ def test_balanced_old_log_probs_at_20480_tokens():
     assert _term(actor, logits) == 12 * 20_480 * 152_064 == 37_371_248_640
     ref = cost_of(prob, RoleOption(Role.REFERENCE, 8, 8, 1, 1))
     assert _term(ref, logits) == 6 * 20_480 * 152_064 == 18_685_624_320
+
+
+def test_the_activations_row_is_what_the_training_peak_counts():
+    """review-o LOW-1: the terms table's activations row is the figure the fit counts — evaluate()'s
+    activations × the micro-batch's tokens ÷ its b × s, less (on the last stage) evaluate()'s FP32
+    logits and loss working set, which the RLHF loss replaces. PPO on Qwen2.5 7B, tp 2 on 8 H100,
+    20,480 tokens: the critic (no logits) holds 4,604,395,520 B of activations and nothing else
+    in its update (its training bytes); the actor holds those and its update's logits and the
+    log-prob transient beside them, 4 B × 20,480 × 152,064 / 2 = 6,228,541,440 B each:
+    17,061,478,400 B. The row showed 4,604,395,520 + 6,228,541,440 = 10,832,936,960 B (10.83 GB)
+    before, evaluate()'s logits included; the peaks do not move."""
+    prob = RLHFProblem(
+        _spec(algorithm="ppo", reward="model"), H100, 8, ClusterLinks.from_device(H100)
+    )
+    assert prob.spec.micro_batch_peak_tokens(2) == 20_480
+    logits = 4 * 20_480 * 152_064 // 2
+    assert logits == 6_228_541_440
+    acts = "activations (full recompute"
+    critic = cost_of(prob, RoleOption(Role.CRITIC, 8, 4, 2, 1))
+    assert _term(critic, acts) == critic.training_bytes == 4_604_395_520
+    actor = cost_of(prob, RoleOption(Role.ACTOR, 8, 4, 2, 1))
+    assert _term(actor, acts) == 4_604_395_520
+    assert _term(actor, "logits (update)") == _term(actor, "log-prob transient") == logits
+    assert actor.training_bytes == 4_604_395_520 + 2 * logits == 17_061_478_400

@@ -1,8 +1,9 @@
 """The rollout engine on a pool without the actor (:mod:`model.rlhf.split`), held to hand-derived
 bytes: one-step off-policy keeps the engine alone on its pool (OpenRLHF forbids vLLM's sleep
 under ``--train.async_enable``; verl's off-policy recipes put the reference and reward models
-on the actor's pool), and under ``deepspeed`` the engine receives each whole BF16 parameter over
-a model-update NCCL group (OpenRLHF ``WorkerWrap.update_weight``)."""
+on the actor's pool), and the engine receives each whole BF16 parameter over a model-update
+NCCL group (OpenRLHF ``WorkerWrap.update_weight``; verl's one-step off-policy
+``DetachSync.sync_rollout_weights``)."""
 
 from __future__ import annotations
 
@@ -49,50 +50,55 @@ def _problem(framework: str, algorithm: str = "grpo", off_policy: int = 1) -> RL
 def test_receive_bytes_by_hand():
     """Qwen2.5 72B's largest parameter is its embedding (and output) matrix, 152,064 × 8,192 ×
     2 B = 2,491,416,576 B, received whole; the model-update group is one ring, 301,989,888 B.
-    verl's profiles receive nothing: (0, 0)."""
+    verl's profiles the same: its one-step off-policy recipe (b178a3cd5 verl/experimental/
+    one_step_off_policy/megatron_workers.py DetachSync.sync_rollout_weights) receives each HF
+    parameter whole into torch.empty(shape) over the actor_rollout NCCL group (was (0, 0))."""
     big = get_model("qwen2.5-72b").model
     size = dict(prompts=4, samples_per_prompt=16, prompt_tokens=1024, completion_tokens=4096)
     spec = RLHFSpec(algorithm="grpo", policy=big, reward="rule", framework="deepspeed", **size)
     assert RING == 301_989_888
     assert engine_receive_bytes(spec, spec.role(Role.ROLLOUT)) == (2_491_416_576, RING)
     verl = RLHFSpec(algorithm="grpo", policy=big, reward="rule", framework="megatron", **size)
-    assert engine_receive_bytes(verl, verl.role(Role.ROLLOUT)) == (0, 0)
+    assert engine_receive_bytes(verl, verl.role(Role.ROLLOUT)) == (2_491_416_576, RING)
 
 
 def test_an_engine_without_the_actor_receives_beside_its_budget():
     """Qwen2.5 7B engine (tp 1, fraction 0.9 of 85,017,493,504 B = 76,515,744,153.6 B) alone on
-    8 H100, the actor on 8 more. Under ``deepspeed`` pool 0 holds the model-update ring in every
-    phase, 301,989,888 B, and the rollout's peak adds the embedding it receives whole, 152,064 ×
-    3,584 × 2 B = 1,089,994,752 B: 76,515,744,153.6 + 301,989,888 + 1,089,994,752 =
-    77,907,728,793.6 B. Under ``fsdp2`` (verl) the peak is the budget. Either way the engine's
-    CUDA graph pool, an assumed 386,547,057 B beyond the budget, is held in every phase (GRAPHS:
-    model.rlhf.engine.ENGINE_GRAPH_POOL_BYTES). On the actor's pool
-    (CUDA IPC) nothing is received. Off-policy, or under deepspeed, the engine stays awake in
-    every phase."""
-    for framework, extra in (("deepspeed", RING + 1_089_994_752), ("fsdp2", 0)):
+    8 H100, the actor on 8 more. Under ``deepspeed`` (OpenRLHF's model-update group) and
+    ``fsdp2`` (verl's one-step off-policy ``actor_rollout`` group) alike pool 0 holds the
+    model-update ring in every phase, 301,989,888 B, and the rollout's peak adds the embedding it
+    receives whole, 152,064 × 3,584 × 2 B = 1,089,994,752 B: 76,515,744,153.6 + 301,989,888 +
+    1,089,994,752 = 77,907,728,793.6 B (fsdp2 was the budget alone before verl's receive was
+    counted). The engine's CUDA graph pool, an assumed 386,547,057 B beyond the budget, is held
+    in every phase (GRAPHS: model.rlhf.engine.ENGINE_GRAPH_POOL_BYTES). The actor's pool holds
+    the sending side of the same group, one ring (DeepSpeed rank 0; every verl actor GPU). On
+    a pool holding both (CUDA IPC) nothing is received and no group is made. Off-policy, or
+    under deepspeed, the engine stays awake in every phase."""
+    for framework in ("deepspeed", "fsdp2"):
         p = _problem(framework)
         engine = cost_of(p, RoleOption(Role.ROLLOUT, 8, 8, 1, 1, "none", Fraction(9, 10)))
         actor = cost_of(p, RoleOption(Role.ACTOR, 8, 8, 1, 1))
         assert engine.budget_bytes == Fraction(9, 10) * 85_017_493_504
         split = compose((engine, actor), (0, 1), CAPACITY, HOST, 8, off_policy=1)
         pool = split.pools[0]
-        assert pool.peak_bytes[0] == engine.budget_bytes + extra + GRAPHS
-        assert pool.held_bytes == pool.resident_bytes == (RING if extra else 0) + GRAPHS
-        if extra:
-            assert pool.peak_bytes[0] == Fraction(779_077_287_936, 10) + GRAPHS
+        assert pool.peak_bytes[0] == engine.budget_bytes + RING + 1_089_994_752 + GRAPHS
+        assert pool.held_bytes == pool.resident_bytes == RING + GRAPHS
+        assert pool.peak_bytes[0] == Fraction(779_077_287_936, 10) + GRAPHS
+        # the actor's pool: its own communicators and the sending ring
+        assert split.pools[1].resident_bytes == actor.resident_bytes + RING
         # one-step off-policy: the engine never sleeps, so scoring and training hold its budget
-        # (76,515,744,153.6 B) and the ring: 76,817,734,041.6 B under deepspeed
-        awake = engine.budget_bytes + (RING if extra else 0) + GRAPHS
+        # (76,515,744,153.6 B) and the ring: 76,817,734,041.6 B
+        awake = engine.budget_bytes + RING + GRAPHS
         assert pool.peak_bytes[1] == pool.peak_bytes[2] == awake
-        if extra:
-            assert awake == Fraction(768_177_340_416, 10) + GRAPHS
+        assert awake == Fraction(768_177_340_416, 10) + GRAPHS
         sync = compose((engine, actor), (0, 1), CAPACITY, HOST, 8, off_policy=0)
         # synchronous: OpenRLHF keeps vLLM awake without --train.colocate_all (deepspeed);
-        # verl's engine (fsdp2) sleeps outside the rollout
-        assert sync.pools[0].peak_bytes[1] == (awake if extra else pool.held_bytes)
+        # verl's engine (fsdp2) sleeps outside the rollout, keeping the ring and the graphs
+        assert sync.pools[0].peak_bytes[1] == (awake if framework == "deepspeed" else RING + GRAPHS)
         # on the actor's pool (every role of this two-role step: OpenRLHF's colocate_all, which
         # it runs synchronously only) the actor sends over CUDA IPC: no group
-        shared = compose((engine, actor), (0, 0), CAPACITY, HOST, 8, off_policy=int(not extra))
+        off = int(framework != "deepspeed")
+        shared = compose((engine, actor), (0, 0), CAPACITY, HOST, 8, off_policy=off)
         assert shared.pools[0].resident_bytes == actor.resident_bytes + GRAPHS
 
 
