@@ -92,6 +92,7 @@ from trainplan.model.roofline import (
     collective_seconds,
     memory_seconds,
 )
+from trainplan.model.torchtitan_experts import torchtitan_dispatch_seconds
 from trainplan.model.xp import where
 
 __all__ = [
@@ -323,8 +324,10 @@ def ep_all_to_all_seconds(x: LayerShape, c: Clock, full_recompute: bool) -> tupl
     (:func:`model.moe_kernels.dispatch_metadata`: Megatron-Core's all-to-all of the
     probability, one value per routed row, each way, at the tokens' rule; the forward's
     all-gather of the token counts per expert over the etp × ep ranks at NCCL's latency,
-    :func:`model.moe_kernels.counts_gather_seconds`). What a schedule that hides one micro-batch's all-to-alls under another's
-    computation (DualPipe) reads, per MoE layer of a model chunk; (0, 0) without ep."""
+    :func:`model.moe_kernels.counts_gather_seconds`; torchtitan's counts and host wait,
+    :func:`model.torchtitan_experts.torchtitan_dispatch_seconds`). What a schedule that hides
+    one micro-batch's all-to-alls under another's computation (DualPipe) reads, per MoE layer
+    of a model chunk; (0, 0) without ep."""
     spec = x.arch.moe
     if not x.moe or x.ep == 1 or c.ep_link is None or spec is None:
         return 0.0, 0.0
@@ -340,6 +343,7 @@ def ep_all_to_all_seconds(x: LayerShape, c: Clock, full_recompute: bool) -> tupl
     probs = _coll(Collective.ALL_TO_ALL, x.ep, sent(x.beta), c.ep_link, c)
     counts = counts_gather_seconds(x.etp * x.ep, c.ep_link.scaleup)
     forward = 2 * one + meta.probs_all_to_alls[0] * probs + meta.counts_all_gathers * counts
+    forward += torchtitan_dispatch_seconds(meta, spec.num_experts, x.ep, c.ep_link, c.params)
     return forward * (2 if full_recompute else 1), 2 * one + meta.probs_all_to_alls[1] * probs
 
 
@@ -396,6 +400,7 @@ def layer_time(
         c.peak_flops_per_s, c.hbm_bytes_per_s, c.params, cp_ring=c.cp_ring, cp_a2a=c.cp_a2a,
         cp_gather=c.cp_gather, linear_speedup=c.linear_speedup, grouped_fp8=c.grouped_fp8,
         torchao_fp8=c.torchao_fp8, bf16_experts=c.bf16_experts, expert_loop=c.expert_loop,
+        grouped_mm=c.grouped_mm,
     )  # fmt: skip
     ops = layer_compute(x, bare)
     merge_f, merge_b = templated_merge_seconds(x, c)

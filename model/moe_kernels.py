@@ -76,20 +76,28 @@ class ExpertPasses:
     (:func:`model.unfused_glu.unfused_glu_pass`)."""
     fp8_padding: bool = False
     """``TEGroupedMLP``'s FP8 padding of each expert's rows (Megatron-Core under FP8)."""
+    torchtitan: bool = False
+    """torchtitan's ``AllToAllTokenDispatcher`` (the ``fsdp2`` profile): none of the passes
+    above, but its all-to-all of the token counts and the host's wait on their copy
+    (:func:`dispatch_metadata`, :mod:`model.torchtitan_experts`)."""
 
 
 NO_EXPERT_PASSES = ExpertPasses()
-"""torchtitan, DeepSpeed and the textbook profile: none of these passes counted."""
+"""DeepSpeed and the textbook profile: none of these passes counted."""
 
 
 def expert_passes_of(framework: Framework | str, precision: Precision | str) -> ExpertPasses:
     """The passes the framework profile's MoE layer runs under the recipe's precision.
 
     >>> expert_passes_of("megatron", "fp8")
-    ExpertPasses(megatron=True, fp8_padding=True)
-    >>> expert_passes_of("fsdp2", "fp8") == NO_EXPERT_PASSES
+    ExpertPasses(megatron=True, fp8_padding=True, torchtitan=False)
+    >>> expert_passes_of("fsdp2", "fp8")
+    ExpertPasses(megatron=False, fp8_padding=False, torchtitan=True)
+    >>> expert_passes_of("deepspeed", "fp8") == NO_EXPERT_PASSES
     True
     """
+    if Framework(framework) is Framework.FSDP2:
+        return ExpertPasses(torchtitan=True)
     if Framework(framework) is not Framework.MEGATRON:
         return NO_EXPERT_PASSES
     return ExpertPasses(True, Precision(str(precision)) is Precision.FP8)
@@ -215,25 +223,39 @@ class DispatchMetadata:
     get_expert_tensor_and_model_parallel_group``): ``preprocess`` gathers
     ``num_local_tokens_per_expert`` with ``gather_from_sequence_parallel_region`` to learn the
     output splits (no gradient flows through the counts)."""
+    counts_all_to_alls: int = 0
+    """Forward all-to-alls of the token counts per expert over the ep ranks: torchtitan's
+    ``AllToAllTokenDispatcher._token_count_exchange`` (``all_to_all_single`` of ``E`` int64
+    values, :func:`model.torchtitan_experts.counts_sent_bytes`; b5bcd76c6
+    ``torchtitan/models/common/token_dispatcher.py``)."""
+    host_syncs: int = 0
+    """Forward waits of the host on a device-to-host copy: torchtitan's
+    ``_sync_token_count_exchange`` copies the splits with ``.to("cpu", non_blocking=False)``
+    before the tokens' all-to-all (:data:`model.torchtitan_experts.HOST_SYNC_S` each)."""
 
 
 NO_DISPATCH_METADATA = DispatchMetadata()
 
 
 def dispatch_metadata(passes: ExpertPasses, dispatcher: Dispatcher | str) -> DispatchMetadata:
-    """:class:`DispatchMetadata` of the run: Megatron-Core's (``passes.megatron``) under the
-    ``alltoall`` dispatcher; none otherwise (the flex dispatcher's DeepEP and HybridEP carry the
-    probabilities and the layout in their own kernels; torchtitan and DeepSpeed are not read
-    here).
+    """:class:`DispatchMetadata` of the run under the ``alltoall`` dispatcher: Megatron-Core's
+    (``passes.megatron``: the probabilities' all-to-alls and the counts' all-gather) or
+    torchtitan's (``passes.torchtitan``: the counts' all-to-all and the host's wait); none
+    otherwise (the flex dispatcher's DeepEP and HybridEP carry the probabilities and the layout
+    in their own kernels; DeepSpeed is not read here).
 
     >>> dispatch_metadata(ExpertPasses(True), "alltoall")
-    DispatchMetadata(probs_all_to_alls=(1, 1), counts_all_gathers=1)
+    DispatchMetadata(probs_all_to_alls=(1, 1), counts_all_gathers=1, counts_all_to_alls=0, host_syncs=0)
+    >>> dispatch_metadata(ExpertPasses(torchtitan=True), "alltoall").host_syncs
+    1
     >>> dispatch_metadata(ExpertPasses(True), "hybridep") == NO_DISPATCH_METADATA
     True
     """
-    if not passes.megatron or Dispatcher(dispatcher) is not Dispatcher.ALLTOALL:
+    if Dispatcher(dispatcher) is not Dispatcher.ALLTOALL:
         return NO_DISPATCH_METADATA
-    return DispatchMetadata((1, 1), 1)
+    if passes.torchtitan:
+        return DispatchMetadata(counts_all_to_alls=1, host_syncs=1)
+    return DispatchMetadata((1, 1), 1) if passes.megatron else NO_DISPATCH_METADATA
 
 
 def counts_gather_seconds(ranks: int, scaleup: bool) -> float:

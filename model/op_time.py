@@ -1,7 +1,7 @@
 """Seconds of one operation, and of one layer's operations, on one GPU: each :mod:`model.ops`
 operation on the roofline (:mod:`model.roofline`; the attention core from the kernel's measured
 curves where the clock names one, :func:`model.attention_rates.attention_fractions`; a grouped GEMM as
-Transformer Engine runs it), and the :class:`Clock` — the accelerator, the links and the
+Transformer Engine runs it, or as torchtitan's ``torch._grouped_mm``), and the :class:`Clock` — the accelerator, the links and the
 overlap mechanisms — that every layer's time (:mod:`model.layer_time`) reads."""
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from trainplan.model.roofline import (
     memory_seconds,
 )
 from trainplan.model.torchao_rates import TorchaoFp8, cast_seconds
+from trainplan.model.torchtitan_experts import grouped_mm_seconds
 
 __all__ = [
     "tp_overlap_for",
@@ -199,6 +200,11 @@ class Clock:
     :func:`model.comm_sms.collective_sm_share`; 0 unless :class:`model.timing.CostOptions`
     ``nccl_sm_charge``): what an asynchronous tensor-parallel collective costs the GEMM it
     hides under."""
+    grouped_mm: bool = False
+    """The routed experts run as PyTorch's ``torch._grouped_mm``, one kernel per pass for all
+    local experts (torchtitan's ``GroupedExperts``, the ``fsdp2`` profile:
+    :func:`model.torchtitan_experts.grouped_mm_of`), at the measured grouped/dense ratio
+    (:func:`model.torchtitan_experts.grouped_mm_seconds`), not as Transformer Engine's."""
 
 
 def expert_loop_of(framework: str) -> bool:
@@ -270,8 +276,13 @@ def _expert_gemm(
     ``[m, n]`` and depth ``k`` each (:func:`model.grouped_gemm.grouped_shape`: the wave rule, or
     the M block where no SM count is sourced). Under :attr:`Clock.grouped_fp8` the FP8 kernels
     run at their kernel-only speed-up and the forward and input gradient add the cast of their
-    ``m × k`` quantised operand per expert (the input rows, the output gradient; :func:`_gemm`)."""
+    ``m × k`` quantised operand per expert (the input rows, the output gradient; :func:`_gemm`).
+    Under :attr:`Clock.grouped_mm` (torchtitan) one ``torch._grouped_mm`` instead
+    (:func:`model.torchtitan_experts.grouped_mm_seconds`)."""
     m, n, k = mnk
+    if c.grouped_mm:  # torchtitan: one torch._grouped_mm, BF16
+        peak = c.peak_flops_per_s * c.params.clock_fraction
+        return grouped_mm_seconds(mnk, op.batch, which, peak, c.hbm_bytes_per_s, c.params, extra)
     if c.expert_loop:  # one dense GEMM per expert, each with its own tiles and waves
         rows, w = m, dense_wave_efficiency(c.params.part, m, n, 1)
     else:
@@ -390,8 +401,9 @@ def _grouped(op: Op, c: Clock) -> float:
     ``GroupedLinear`` runs one cuBLAS GEMM per expert over :data:`TE_COMPUTE_STREAMS` streams
     (``transformer_engine/common/gemm/cublaslt_gemm.cu`` ``multi_stream_cublas_gemm``), so
     ``ceil(groups / 4) − 1`` more t_kernel; under :attr:`Clock.expert_loop` (DeepSpeed's loop
-    over its experts, one stream) ``groups − 1`` more."""
-    if not _is_grouped(op):
+    over its experts, one stream) ``groups − 1`` more; none under :attr:`Clock.grouped_mm`
+    (one kernel)."""
+    if not _is_grouped(op) or c.grouped_mm:
         return 0.0
     streams = 1 if c.expert_loop else TE_COMPUTE_STREAMS
     return (math.ceil(op.batch / streams) - 1) * c.params.kernel_overhead_s

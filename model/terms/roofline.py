@@ -89,6 +89,7 @@ from trainplan.model.terms.traffic import (
     tied_embedding_params,
 )
 from trainplan.model.torchao_time import torchao_fp8_rates
+from trainplan.model.torchtitan_experts import grouped_mm_of
 from trainplan.model.xp import as_float, maximum, times, where
 
 __all__ = [
@@ -192,11 +193,13 @@ def _kind_row(
         bf16_ex,
         loop,
         nccl,
+        grouped_mm,
     ) = base
     clock = Clock(
         peak, hbm, p, _link(tp_bw, tp_up), _link(cp_bw, cp_up), _link(ep_bw, ep_up), overlap,
         int(r), int(u), bool(gather), speedup, int(rep), int(ep_g), float(unpaired),
         bool(regather), str(templated), sm_share, grouped, ao, bool(bf16_ex), loop, nccl,
+        bool(grouped_mm),
     )  # fmt: skip
     parts = kind_parts(
         arch, training, int(b), int(tp), int(cp), int(ep), int(etp), bool(sp), causal, mode,
@@ -235,7 +238,7 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
             grouped_fp8_rates(t.precision, recipe, d, f.framework),
             expert_passes_of(f.framework, t.precision), ao,
             experts_stay_bf16(f.framework, t.precision), expert_loop_of(f.framework),
-            collective_sm_share(d.name, o.nccl_sm_charge))  # fmt: skip
+            collective_sm_share(d.name, o.nccl_sm_charge), grouped_mm_of(f.framework))  # fmt: skip
     r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
     rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp", "framework")
     tp_bw, tp_up = axis_link(c, f, "tp")

@@ -18,8 +18,11 @@ from trainplan.model.specs import Architecture, MoESpec
 def test_which_profile_runs_which_pass():
     assert expert_passes_of("megatron", "bf16") == ExpertPasses(True, False)
     assert expert_passes_of("megatron", "fp8") == ExpertPasses(True, True)
-    for other in ("fsdp2", "deepspeed", "textbook"):
+    for other in ("deepspeed", "textbook"):
         assert expert_passes_of(other, "fp8") == NO_EXPERT_PASSES
+    # torchtitan: none of Megatron-Core's passes, its dispatcher's counts and host wait
+    # (tests/model/test_torchtitan_experts.py)
+    assert expert_passes_of("fsdp2", "fp8") == ExpertPasses(torchtitan=True)
 
 
 def test_qwen3_30b_on_eight_ranks_by_hand():
