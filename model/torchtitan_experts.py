@@ -161,12 +161,14 @@ def grouped_mm_seconds(
     m, n, k = mnk
     rows = k if which == 2 else m
     weight = m * n if which == 2 else n * k
-    dense = (m, n, groups * k) if which == 2 else (groups * m, n, k)
-    w = dense_wave_efficiency(p.part, dense[0], dense[1], 1)
-    args = (1, peak_flops_per_s, hbm_bytes_per_s, p, 2)
-    measured = grouped_mm_ratio(rows).value * gemm_seconds(*dense, *args, 0.0, w)
-    own = gemm_seconds(*dense, *args, extra_bytes + 2 * (groups - 1) * weight, w)
-    return max(measured, own)
+    dm, dk = (m, groups * k) if which == 2 else (groups * m, k)
+    w = dense_wave_efficiency(p.part, dm, n, 1)
+
+    def dense(extra: float) -> float:
+        return gemm_seconds(dm, n, dk, 1, peak_flops_per_s, hbm_bytes_per_s, p, 2, extra, w)
+
+    measured = grouped_mm_ratio(rows).value * dense(0.0)
+    return max(measured, dense(extra_bytes + 2 * (groups - 1) * weight))
 
 
 def counts_sent_bytes(num_experts: int, ep: int) -> float:
