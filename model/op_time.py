@@ -1,8 +1,9 @@
 """Seconds of one operation, and of one layer's operations, on one GPU: each :mod:`model.ops`
 operation on the roofline (:mod:`model.roofline`; the attention core from the kernel's measured
-curves where the clock names one, :func:`model.attention_rates.attention_fractions`; a grouped GEMM as
-Transformer Engine runs it, or as torchtitan's ``torch._grouped_mm``), and the :class:`Clock` — the accelerator, the links and the
-overlap mechanisms — that every layer's time (:mod:`model.layer_time`) reads."""
+curves where the clock names one, :func:`model.attention_rates.attention_fractions`; a grouped
+GEMM as Transformer Engine runs it, or as torchtitan's ``torch._grouped_mm``), and the
+:class:`Clock` — the accelerator, the links and the overlap mechanisms — that every layer's
+time (:mod:`model.layer_time`) reads."""
 
 from __future__ import annotations
 
