@@ -119,6 +119,8 @@ def require_batch(d: Mapping[str, Any]) -> None:
             return
     if d.get("model") is None and d.get("params") is None and d.get("model_spec") is None:
         raise InputError(NO_MODEL)  # the model's refusal, as evaluate's, before any batch rule
+    if d.get("model") is None and d.get("model_spec") is None and d.get("layers") is None:
+        return  # a size only: the search refuses it for want of layers (optimizer.tables), first
     name = d.get("model") or "a model given by its dimensions"
     raise InputError(
         f"global_batch: {name} has no published batch size; give --global-batch (sequences per "

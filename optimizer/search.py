@@ -355,19 +355,9 @@ def search(
             raise _nothing_legal(problem)
         st, choice, value, sec = _solve_one(lm, tables, time_limit_s, workers, progress, maximize)
         seconds += sec
-        if choice is None and st == "unknown":
-            raise InfeasibleError(
-                f"search: CP-SAT stopped without an answer ({lm.model.validate() or 'time limit'}); "
-                "give a longer --time-limit",
-                ["solver: no answer within the limits"],
-                status="unknown",
-            )
+        if choice is None and (st == "unknown" or not answers):
+            raise _no_answer("search", problem, tables, lm, st)
         if choice is None:
-            if not answers:
-                explanation = _explain(problem, tables, lm)
-                raise InfeasibleError(
-                    "search: no layout satisfies the constraints. " + explanation[0], explanation
-                )
             break
         if st != "optimal":
             status = "feasible"
@@ -383,6 +373,25 @@ def search(
 SOLVE_FLOOR_S = 1.0
 """The least a solve is given after the tables, to read an answer even on a loaded machine (a
 0.1 s floor returned no answer with the CPUs shared)."""
+
+
+def _no_answer(
+    kind: str, problem: Problem, tables: CostTables, lm: LayoutModel, status: str
+) -> InfeasibleError:
+    """Why a ``kind`` (search, frontier) has no first answer: CP-SAT stopped at the time limit
+    before finding one (``status`` unknown: exit 1 with the way out, not a claim that nothing
+    fits), or the constraints that leave none (:func:`_explain`)."""
+    if status == "unknown":
+        return InfeasibleError(
+            f"{kind}: CP-SAT stopped without an answer ({lm.model.validate() or 'time limit'}); "
+            "give a longer --time-limit",
+            ["solver: no answer within the limits"],
+            status="unknown",
+        )
+    explanation = _explain(problem, tables, lm)
+    return InfeasibleError(
+        f"{kind}: no layout satisfies the constraints. " + explanation[0], explanation
+    )
 
 
 def _remaining(time_limit_s: float | None, spent: float) -> float | None:
@@ -447,11 +456,9 @@ def frontier(
         res = lm.solve(lm.objective, active=active, time_limit_s=time_limit_s, workers=workers)
         seconds += res.seconds
         if res.choice is None:
-            if not points:
-                explanation = _explain(problem, tables, lm)
-                raise InfeasibleError(
-                    "frontier: no layout satisfies the constraints. " + explanation[0], explanation
-                )
+            if not points:  # a time limit that left no answer is no proof that none exists
+                raise _no_answer("frontier", problem, tables, lm, res.status)
+            proven &= res.status != "unknown"
             break
         assert res.value is not None
         best = lm.bound(lm.objective, res.value)

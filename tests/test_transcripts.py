@@ -10,7 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.transcripts import ROOT, blocks, drift, pages, pattern, transcripts, workdir
+from tests.transcripts import (
+    ROOT,
+    by_page,
+    pages,
+    pattern,
+    run_page,
+    transcripts,
+    transcripts_of_text,
+    workdir,
+)
 
 ALL = [t for page in pages() for t in transcripts(page)]
 
@@ -20,6 +29,34 @@ def test_transcripts_found():
     names = {t.path.name for t in ALL}
     assert "README.md" in names and len(ALL) >= 10
     assert any(t.command.startswith("trainplan search --model llama3-405b") for t in ALL)
+    commands = {t.command for t in ALL}
+    assert "trainplan sweep docs/sweeps/study.toml --point 93" in commands
+
+
+def test_every_trainplan_line_of_a_block_is_a_transcript():
+    """No form of block is skipped: every ``$ trainplan`` line inside a fenced block of the
+    README or the documentation is a transcript's command (the sweeps page's blocks opened with
+    a ``# …`` line saying what they run, and were not checked: their figures went stale)."""
+    found = {(t.path, t.line) for t in ALL}
+    shown = []
+    for page in pages():
+        fenced = False
+        for n, line in enumerate(page.read_text().split("\n"), 1):
+            if re.match(r"^\s*(```|~~~)", line):
+                fenced = not fenced
+            elif fenced and re.match(r"^\s*\$ trainplan ", line):
+                shown.append((page, n))
+    missing = [f"{p.relative_to(ROOT)}:{n}" for p, n in shown if (p, n) not in found]
+    assert not missing and len(shown) == len(ALL), missing
+
+
+def test_a_block_may_say_what_it_runs_first(tmp_path):
+    """``# …`` lines before a block's first command are words, not output; the command's line
+    number is its own."""
+    text = "x\n```\n# the grid above\n$ trainplan gpus\nrow\n$ trainplan models\n```\n"
+    first, second = transcripts_of_text(tmp_path / "p.md", text)
+    assert (first.line, first.command, first.expected) == (4, "trainplan gpus", ("row",))
+    assert (second.line, second.expected, second.block) == (6, (), first.block)
 
 
 def test_pattern_reads_excerpts():
@@ -32,11 +69,8 @@ def test_pattern_reads_excerpts():
 
 @pytest.mark.slow
 def test_transcripts_match_their_commands():
-    def run_block(block):
-        return [(t, drift(t, Path(tmp))) for t in block]
-
-    with workdir() as tmp, ThreadPoolExecutor(2) as pool:
-        results = [r for block in pool.map(run_block, blocks(ALL)) for r in block]
+    with ThreadPoolExecutor(2) as pool:  # two pages at a time, each page's commands in order
+        results = [r for page in pool.map(run_page, by_page(ALL)) for r in page]
     drifted = [f"{t.name}: $ {t.command}\n{actual}" for t, actual in results if actual is not None]
     assert not drifted, (
         f"{len(drifted)} transcript(s) drifted from what the command prints "

@@ -1,5 +1,6 @@
 """The transcripts of the README and the documentation: fenced blocks whose first line is
-``$ trainplan …``. Each ``$`` line is a command (a line ending in ``\\`` continues it); the lines
+``$ trainplan …``, after any ``#`` lines that say what the block runs (``# the grid above``; not
+run). Each ``$`` line is a command (a line ending in ``\\`` continues it); the lines
 after it, up to the next ``$`` line, are what it prints (stdout and stderr together). A line
 ``...`` (or ``…``) alone stands for any number of lines; ``…`` inside a line for any text (a
 timing, a long source). Without a final ``...`` the output must end where the transcript does.
@@ -14,6 +15,10 @@ the lines around it that the page did not show; a line with ``…`` inside stays
 the printed line it faces still matches it (a timing), and is replaced by the printed line when
 it does not. What it cannot rewrite — printed lines that would read as a command or close the
 block, a command that does not run — it names and leaves as it is; the exit status is then 1.
+
+A page's commands run in the page's order, in one scratch folder of the page's own
+(:func:`workdir`): a later block may read what an earlier one wrote (``trainplan sweep-plot
+study.parquet`` after the sweep that wrote it), as a reader following the page would.
 """
 
 from __future__ import annotations
@@ -74,13 +79,16 @@ def transcripts_of_text(path: Path, text: str) -> list[Transcript]:
         while j < len(lines) and not lines[j].strip().startswith(marker):
             j += 1
         body = [line.removeprefix(indent) for line in lines[i + 1 : j]]
-        if body and body[0].startswith("$ trainplan "):
-            out.extend(_commands(path, i + 2, body))
+        said = 0  # the block's leading "# …" lines: what it runs, in words
+        while said < len(body) and body[said].startswith("#"):
+            said += 1
+        if body[said:] and body[said].startswith("$ trainplan "):
+            out.extend(_commands(path, i + 2 + said, body[said:], i + 1))
         i = j + 1
     return out
 
 
-def _commands(path: Path, first: int, body: list[str]) -> list[Transcript]:
+def _commands(path: Path, first: int, body: list[str], fence: int) -> list[Transcript]:
     out: list[Transcript] = []
     k = 0
     while k < len(body):
@@ -96,7 +104,7 @@ def _commands(path: Path, first: int, body: list[str]) -> list[Transcript]:
             k += 1
         while expected and not expected[-1]:
             expected.pop()
-        out.append(Transcript(path, first + start, command.strip(), tuple(expected), first - 1))
+        out.append(Transcript(path, first + start, command.strip(), tuple(expected), fence))
     return out
 
 
@@ -130,19 +138,33 @@ def run(t: Transcript, cwd: Path) -> str:
 
 
 def workdir() -> tempfile.TemporaryDirectory[str]:
-    """A scratch folder holding the repository's ``scenarios`` (what transcripts read), where
-    files the commands write land."""
+    """A scratch folder holding what transcripts read — the repository's ``scenarios`` and the
+    grids of ``docs/sweeps`` — where files the commands write land (a sweep's results beside its
+    grid too: the grids are linked one by one into a folder of the scratch's own, so nothing is
+    written into the checkout)."""
     tmp = tempfile.TemporaryDirectory(prefix="trainplan-transcripts-")
     (Path(tmp.name) / "scenarios").symlink_to(ROOT / "scenarios", target_is_directory=True)
+    grids = Path(tmp.name) / "docs" / "sweeps"
+    grids.mkdir(parents=True)
+    for grid in (ROOT / "docs" / "sweeps").glob("*.toml"):
+        (grids / grid.name).symlink_to(grid)
     return tmp
 
 
-def blocks(ts: list[Transcript]) -> list[list[Transcript]]:
-    """The transcripts grouped by their block, in order."""
-    groups: dict[tuple[Path, int], list[Transcript]] = {}
+def by_page(ts: list[Transcript]) -> list[list[Transcript]]:
+    """The transcripts grouped by their page, each page's in order (module docstring: a page's
+    commands run in order, in one folder)."""
+    groups: dict[Path, list[Transcript]] = {}
     for t in ts:
-        groups.setdefault((t.path, t.block), []).append(t)
+        groups.setdefault(t.path, []).append(t)
     return list(groups.values())
+
+
+def run_page(ts: list[Transcript]) -> list[tuple[Transcript, str | None]]:
+    """Each of one page's transcripts ``ts`` with its drift (:func:`drift`), run in order in a
+    scratch folder of the page's own (:func:`workdir`)."""
+    with workdir() as tmp:
+        return [(t, drift(t, Path(tmp))) for t in ts]
 
 
 def drift(t: Transcript, cwd: Path) -> str | None:
@@ -291,15 +313,13 @@ def main(argv: list[str]) -> int:
         return _main_fix(argv[1:])
     paths = [Path(a).resolve() for a in argv] or pages()
     bad = 0
-    with workdir() as tmp:
-        for path in paths:
-            for t in transcripts(path):
-                actual = drift(t, Path(tmp))
-                if actual is not None:
-                    bad += 1
-                    print(f"--- {t.name}: $ {t.command}\n{actual}")
-                elif argv:
-                    print(f"ok {t.name}: $ {t.command}")
+    for path in paths:
+        for t, actual in run_page(transcripts(path)):
+            if actual is not None:
+                bad += 1
+                print(f"--- {t.name}: $ {t.command}\n{actual}")
+            elif argv:
+                print(f"ok {t.name}: $ {t.command}")
     return 1 if bad else 0
 
 
@@ -307,12 +327,12 @@ def _main_fix(argv: list[str]) -> int:
     """``--fix``: rewrite the drifted transcripts of the pages given (every page when none);
     1 when some could not be rewritten (each named, with what its command printed)."""
     left: list[str] = []
-    with workdir() as tmp:
-        for path in [Path(a).resolve() for a in argv] or pages():
+    for path in [Path(a).resolve() for a in argv] or pages():
+        with workdir() as tmp:  # each page in a folder of its own (module docstring)
             done, cannot = fix(path, Path(tmp))
-            for name in done:
-                print(f"fixed {name}")
-            left += cannot
+        for name in done:
+            print(f"fixed {name}")
+        left += cannot
     for why in left:
         print(f"--- cannot rewrite {why}")
     return 1 if left else 0

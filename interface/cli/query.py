@@ -235,7 +235,8 @@ def parse_query(
                 if key == "json"
                 else "it names a file on the server; the API answers with the data instead"
             )
-            raise InputError(f"{option.opts[0]}: {value!r} does not apply here: {reason}")
+            # the query key the user sent, as the web's lines name a field (not its flag)
+            raise InputError(f"{key}: {value!r} does not apply here: {reason}")
         if option.is_flag and option.is_bool_flag:
             argv += _switch(option, key, value)
         else:

@@ -4,19 +4,24 @@
 describes the API as OpenAPI from the same option list the CLI parses with). Any
 :class:`~model.errors.PlannerError` becomes HTTP 422 with ``{"error": line}``, ``line`` being what
 ``trainplan`` prints after ``Error:``, each flag written as its query key
-(:func:`~interface.web.api.error_line`); any other error is a plain 500 (the trace goes to the
-server's log, never to the page).
+(:func:`~interface.web.api.error_line`); a body the endpoint cannot read (FastAPI's
+``RequestValidationError``) 422 in the same shape (:func:`validation_line`), and any HTTP error
+under ``/api/`` (an unknown endpoint, a method the endpoint does not take) its status in the same
+shape (:func:`api_http_line`); any other error is a plain 500 (the trace goes to the server's log,
+never to the page).
 """
 
 from __future__ import annotations
 
 import socket
+from collections.abc import Mapping, Sequence
 from importlib.metadata import version
 from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request, Response
 from fastapi.exception_handlers import http_exception_handler
+from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.trustedhost import TrustedHostMiddleware
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -26,7 +31,14 @@ from trainplan.interface.web import api, figures, links, manual, pages, stream, 
 from trainplan.interface.web.api import error_line, json_response
 from trainplan.model.errors import PlannerError
 
-__all__ = ["create_app", "serve", "LOCAL_HOSTS", "unknown_endpoint"]
+__all__ = [
+    "create_app",
+    "serve",
+    "LOCAL_HOSTS",
+    "unknown_endpoint",
+    "validation_line",
+    "api_http_line",
+]
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost")
 """Host headers answered: a page elsewhere cannot reach the app through a DNS name that points
@@ -72,12 +84,17 @@ def create_app(hosts: tuple[str, ...] = LOCAL_HOSTS) -> FastAPI:
     async def bad_input(request: Request, err: PlannerError) -> Response:
         return json_response({"error": error_line(err)}, 422)
 
+    @app.exception_handler(RequestValidationError)
+    async def unreadable(request: Request, err: RequestValidationError) -> Response:
+        return json_response({"error": validation_line(err.errors())}, 422)
+
     @app.exception_handler(StarletteHTTPException)
-    async def not_found(request: Request, err: StarletteHTTPException) -> Response:
-        path = request.url.path
-        if err.status_code != 404 or not path.startswith("/api/"):
+    async def http_error(request: Request, err: StarletteHTTPException) -> Response:
+        if not request.url.path.startswith("/api/"):
             return await http_exception_handler(request, err)
-        return json_response({"error": unknown_endpoint(app, path)}, 404)
+        answer = json_response({"error": api_http_line(app, request, err)}, err.status_code)
+        answer.headers.update(err.headers or {})  # a 405's Allow
+        return answer
 
     app.include_router(api.router)
     app.include_router(stream.router)
@@ -100,6 +117,56 @@ def unknown_endpoint(app: FastAPI, path: str) -> str:
                    and p.startswith("/api/"))  # fmt: skip
     shown = path if len(path) <= 80 else path[:79] + "…"
     return f"{shown}: no such endpoint; the API's are {', '.join(known)} (and /docs)"
+
+
+def api_http_line(app: FastAPI, request: Request, err: StarletteHTTPException) -> str:
+    """The line answering an HTTP error under ``/api/``: a path no endpoint serves
+    (:func:`unknown_endpoint`), a method the endpoint does not take (405, naming those it takes:
+    Starlette's ``Allow`` header), or the path and the error's own text."""
+    path = request.url.path
+    if err.status_code == 404:
+        return unknown_endpoint(app, path)
+    allowed = (err.headers or {}).get("Allow")
+    if err.status_code == 405 and allowed:
+        return f"{path}: {request.method} is not allowed; this endpoint answers {allowed}"
+    return f"{path}: {err.detail}"
+
+
+_PARTS = ("body", "query", "path", "header", "cookie")
+"""Where FastAPI says a value it could not read came from (the first item of an error's ``loc``)."""
+
+
+def validation_line(errors: Sequence[Mapping[str, Any]]) -> str:
+    """One line for FastAPI's ``RequestValidationError`` (a JSON body that is not the endpoint's:
+    ``POST /api/sweep`` without ``{"grid": …}``): each error as ``NAME: what`` (``NAME`` the
+    field, as the page's form names it), joined by ``; ``; a body's field with the body it
+    takes.
+
+    >>> validation_line([{"type": "missing", "loc": ("body", "grid"), "msg": "Field required"}])
+    'grid: required (none given); the body is a JSON object {"grid": …}'
+    >>> validation_line([{"type": "string_type", "loc": ("body", "grid"), "input": 5,
+    ...                   "msg": "Input should be a valid string"}])
+    'grid: 5: input should be a valid string; the body is a JSON object {"grid": …}'
+    """
+    lines = []
+    for e in errors:
+        loc = [str(p) for p in e.get("loc", ())]
+        body = bool(loc) and loc[0] == "body"
+        kind, msg = str(e.get("type", "")), str(e.get("msg", ""))
+        names = [p for p in loc if p not in _PARTS and not p.isdigit()]
+        if kind == "json_invalid":
+            error = dict(e.get("ctx") or {}).get("error", msg)
+            lines.append(f"body: not JSON ({error}); send a JSON object")
+            continue
+        name = ".".join(names) or (loc[0] if loc else "request")
+        what = "required (none given)" if kind == "missing" else msg[:1].lower() + msg[1:]
+        if kind != "missing" and "input" in e:
+            what = f"{e['input']!r}: {what}"
+        line = f"{name}: {what}"
+        if body and names:
+            line += f'; the body is a JSON object {{"{names[0]}": …}}'
+        lines.append(line)
+    return "; ".join(lines) or "the request could not be read"
 
 
 def drop_unset_defaults(schema: dict[str, Any]) -> dict[str, Any]:

@@ -231,13 +231,21 @@ def non_unit_params(key: SplitKey) -> tuple[Fraction, ...]:
 def layer_counts(key: SplitKey) -> tuple[int, ...]:
     """Per stage, the transformer layers it holds (the MTP blocks among them): the buckets
     behind the parameters outside the layers in Megatron-FSDP's reduce-scatter queue
-    (:meth:`model.mechanism_record.Mechanism.reduce_queue_elements`).
+    (:meth:`model.mechanism_record.Mechanism.reduce_queue_elements`). Zeros for a size-only
+    model, whose layers are unknown: its layer units are 0 (:func:`layer_units`), so the
+    queue holds no layer bucket whatever the count, as under every other framework's ZeRO-3.
 
     >>> from trainplan.scenarios.catalogue import get_model
     >>> m = get_model("llama3-8b").model
     >>> layer_counts(SplitKey(m, 1, 2, 1, 1, False, 1, True, None, 1))
     (16, 16)
+    >>> from trainplan.model.model_spec import ModelSpec
+    >>> sized = ModelSpec(name="70B", num_params_declared=70 * 10**9)  # --params 70B: no layers
+    >>> layer_counts(SplitKey(sized, 1, 2, 1, 1, False, 1, True, None, 1))
+    (0, 0)
     """
+    if key.model.arch is None:
+        return (0,) * key.pp
     return tuple(len(held) for held in key.layers())
 
 

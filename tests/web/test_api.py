@@ -96,6 +96,7 @@ CASES = [
         ],
     ),
     ("evaluate", ["--params", "70B"]),
+    ("evaluate", ["--params", "70B", "--gpus", "64", "--zero", "3"]),  # Megatron-FSDP, no layers
     (
         "pipeline",
         [
@@ -264,12 +265,14 @@ def test_tp_block_inputs_is_the_cli_option(client):
 
 
 def test_options_the_web_does_not_take(client):
+    """Each refused by the query key the user sent, as every web line names its field (never the
+    command line's flag, ``--scenario:``)."""
     for url, name in (
-        ("/api/pipeline?stages=4&microbatches=8&png=x.png", "--png"),
+        ("/api/pipeline?stages=4&microbatches=8&png=x.png", "png"),
         ("/api/evaluate?model=../tests/data/hf/llama3-8b/config.json", "model"),
-        ("/api/search?model=llama3-70b&gpus=64&scenario=/etc/passwd", "--scenario"),
-        ("/api/pipeline?stages=4&microbatches=8&width=80", "--width"),
-        ("/api/ckpt?layers=9&json=true", "--json"),
+        ("/api/search?model=llama3-70b&gpus=64&scenario=/etc/passwd", "scenario"),
+        ("/api/pipeline?stages=4&microbatches=8&width=80", "width"),
+        ("/api/ckpt?layers=9&json=true", "json"),
     ):
         got = client.get(url)
         assert got.status_code == 422, url
@@ -512,6 +515,43 @@ def test_static_scripts_name_no_network_address(client):
     static = ROOT / "interface" / "web" / "static"
     for f in static.iterdir():
         assert not re.search(r"https?://", f.read_text()), f.name
+
+
+@pytest.mark.parametrize(
+    ("body", "line"),
+    [
+        (
+            {"content": "hello"},
+            'grid: required (none given); the body is a JSON object {"grid": …}',
+        ),
+        ({"json": {}}, 'grid: required (none given); the body is a JSON object {"grid": …}'),
+        ({"json": [1]}, 'grid: required (none given); the body is a JSON object {"grid": …}'),
+        (
+            {"json": {"grid": 5}},
+            'grid: 5: input should be a valid string; the body is a JSON object {"grid": …}',
+        ),
+        (
+            {"content": "{", "headers": {"Content-Type": "application/json"}},
+            "body: not JSON (Expecting property name enclosed in double quotes); send a JSON "
+            "object",
+        ),
+    ],
+)
+def test_a_body_the_endpoint_cannot_read_is_422_with_one_line(client, body, line):
+    """FastAPI's own refusal of a body (``{"detail": [{"type": "missing", …}]}``) in the API's one
+    shape: HTTP 422 and ``{"error": line}``, the line naming the body's field."""
+    got = client.post("/api/sweep", **body)
+    assert (got.status_code, got.json()) == (422, {"error": line})
+
+
+def test_a_method_the_endpoint_does_not_take_is_405_naming_the_one_it_takes(client):
+    """405 (the method is wrong, not the input), in the one shape, with Starlette's Allow."""
+    got = client.post("/api/evaluate?params=70B")
+    assert got.status_code == 405 and got.headers["allow"] == "GET"
+    assert got.json() == {"error": "/api/evaluate: POST is not allowed; this endpoint answers GET"}
+    assert client.put("/api/sweep").json() == {
+        "error": "/api/sweep: PUT is not allowed; this endpoint answers POST"
+    }
 
 
 def test_other_hosts_and_pages(client):

@@ -3,7 +3,9 @@
 // figure. Every figure and number comes from the API: nothing is computed here.
 "use strict";
 
-(() => {
+(async () => {
+  // the ways in and the catalogues every tab has (the accelerator table at the bottom)
+  await TP.start();
   const form = TP.$("#inputs"), run = TP.$("#run"), cancel = TP.$("#cancel");
   const bar = TP.$("#bar"), text = TP.$("#progress-text"), status = TP.$("#status");
 

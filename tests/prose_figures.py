@@ -1,0 +1,235 @@
+"""The figures the prose of the README and the guides quotes from a command's output — "ZeRO-3
+takes 7.50 s", "needs 142 GB per GPU" — beside the command that prints each
+(:data:`QUOTES`). A transcript shows what a command prints and is checked as it stands
+(:mod:`tests.transcripts`); a figure in a sentence is the same claim in words, often of a command
+the page does not show, rounded as the sentence reads.
+
+Each :class:`Quote` is the sentence around its figures (``{}`` where each stands; the page's
+line breaks and spaces are one space), the command, and for each figure how to read it off the
+output and how the sentence rounds it. ``tests/test_prose_figures.py`` checks that every
+sentence is still on its page (fast: a rewritten sentence must be re-quoted here) and, marked
+slow, that its figures are what the commands print today.
+
+    python -m tests.prose_figures            # run the commands, print the quotes that drifted
+    python -m tests.prose_figures --fix      # write today's figures into the pages' sentences
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.transcripts import ROOT, Transcript, run, workdir
+
+Reader = Callable[[str], float]
+"""A figure read off a command's output (stdout and stderr together)."""
+
+
+def printed(regex: str) -> Reader:
+    """The number of ``regex``'s first group (thousands commas dropped) in the output."""
+
+    def read(output: str) -> float:
+        found = re.search(regex, output, re.MULTILINE)
+        assert found, f"no {regex!r} in the output"
+        return float(found.group(1).replace(",", ""))
+
+    return read
+
+
+def in_json(*keys: str) -> Reader:
+    """The value at ``keys`` of the output read as JSON (a command run with ``--json``)."""
+
+    def read(output: str) -> float:
+        value = json.loads(output)
+        for key in keys:
+            value = value[key]
+        return float(value)
+
+    return read
+
+
+STEP = printed(r"^Step: .* = ([\d.]+) s; MFU")
+"""The step time a plan prints, s."""
+TOTAL = printed(r"= total \(peak: [a-z-]+\)\s+([\d.,]+) GB")
+"""The peak memory per GPU a plan prints, GB."""
+CAPACITY = printed(r"capacity \([^)]*\)\s+([\d.,]+) GB")
+"""What the GPU offers a layout, GB."""
+
+
+@dataclass(frozen=True)
+class Quote:
+    """Figures a sentence of ``page`` quotes from ``command``'s output."""
+
+    page: str
+    """The page, from the repository's root (``README.md``, ``docs/guides/search.md``)."""
+    says: str
+    """The sentence around the figures, ``{}`` for each (one space for any run of spaces and
+    line breaks on the page)."""
+    command: str
+    """The command, as a transcript writes it (``trainplan …``)."""
+    figures: tuple[tuple[Reader, str], ...]
+    """For each ``{}`` in order: how to read the figure off the output, and the format the
+    sentence writes it in (``.2f``: 7.501 s is written 7.50)."""
+
+    def pattern(self) -> re.Pattern[str]:
+        """The sentence on its page, each figure a group."""
+        words = [re.escape(part).replace(r"\ ", " ") for part in self.says.split("{}")]
+        text = r"([\d.,]+)".join(words)
+        return re.compile(re.sub(" +", r"\\s+", text))
+
+    def written(self) -> list[str]:
+        """The figures as the page writes them; AssertionError if the sentence is not there
+        exactly once."""
+        text = (ROOT / self.page).read_text()
+        found = self.pattern().findall(text)
+        assert len(found) == 1, f"{self.page}: {len(found)} times {self.says!r}"
+        return list(found[0]) if isinstance(found[0], tuple) else [found[0]]
+
+    def wanted(self, output: str) -> list[str]:
+        """The figures as the sentence should write them, from the command's ``output``."""
+        return [format(read(output), spec) for read, spec in self.figures]
+
+
+SEARCH_405B = (
+    "trainplan search --model llama3-405b --gpus 16384 --gpu H100-SXM --framework megatron "
+    "--framework fsdp2"
+)
+META_KEYS = "--set memory_efficient_norm=true --set pipeline_frees_stage_tensors=true"
+"""The Llama 3 paper's stage inputs freed (§3.3.2)."""
+META_SEARCH = f"{SEARCH_405B} --set tp_block_inputs=sharded {META_KEYS} --set compile=true"
+"""The README's and the search guide's search of Meta's recipe, less --allocator-retries-ok."""
+META_LAYOUT = (
+    "trainplan evaluate --model llama3-405b --gpu H100-SXM --tp 8 --pp 16 --dp 128 --seq-len 8192 "
+    "--micro-batch 1 --global-batch 2048"
+)
+"""Meta's published layout (Llama 3 paper, Table 4), given alone."""
+FSDP = (
+    f"{META_LAYOUT} --framework fsdp2 --zero 2 --set gradient_dtype=fp32 --schedule interleaved "
+    f"--virtual-stages 8 {META_KEYS} --mfu-convention 6n+attention"
+)
+META_RUN = f"{FSDP} --set tp_block_inputs=sharded --set compile=true"
+"""The README's evaluate of Meta's layout under its own recipe."""
+MEGATRON = f"{META_LAYOUT} --schedule interleaved --virtual-stages 8"
+"""Meta's layout and schedule under Megatron-Core."""
+ZERO3 = META_RUN.replace("--zero 2", "--zero 3")
+
+R, S = "README.md", "docs/guides/search.md"
+QUOTES = (
+    # README: the search of Meta's recipe and what it says about the other answers
+    Quote(R, "at {} % MFU counting attention FLOPs as the paper does",
+          f"{META_SEARCH} --allocator-retries-ok",
+          ((printed(r"(\d+\.\d)% with attention FLOPs, 6n\+attention"), ".1f"),)),
+    Quote(R, "(published: 41 %), {} s a step", f"{META_SEARCH} --allocator-retries-ok",
+          ((STEP, ".2f"),)),
+    Quote(R, "the weights too, ZeRO-3, takes {} s", ZERO3, ((STEP, ".2f"),)),
+    Quote(R, "PyTorch's eager operators, {} s a step", FSDP + " --set tp_block_inputs=sharded",
+          ((STEP, ".2f"),)),
+    Quote(R, "It fits with {} GB to spare, but the all-gather stream's idle pool takes PyTorch's "
+          "reserved bytes {} GB past the memory", META_RUN,
+          ((lambda out: CAPACITY(out) - TOTAL(out), ".2f"),
+           (printed(r"exceed the capacity by ([\d.]+) GB"), ".2f"))),
+    Quote(R, "answers an `fsdp2` ZeRO-2 layout at dp 64 × tp 8 × pp 32, {} s a step",
+          META_SEARCH, ((STEP, ".2f"),)),
+    Quote(R, "inputs whole on every tp rank: Meta's layout then needs {} GB per GPU",
+          FSDP + " --set compile=true", ((TOTAL, ".0f"),)),
+    Quote(R, "an `fsdp2` dp 256 × tp 8 × pp 8 layout with full recomputation, {} s a step",
+          f"{SEARCH_405B} {META_KEYS} --set compile=true --allocator-retries-ok",
+          ((STEP, ".2f"),)),
+    Quote(R, "Megatron-Core's pp 32 layout above, {} s)",
+          f"{SEARCH_405B} --set pipeline_frees_stage_tensors=true --set compile=true "
+          "--allocator-retries-ok", ((STEP, ".3f"),)),
+    Quote(R, "keeps its norms' inputs and needs {} GB per GPU, {} GB over an H100", MEGATRON,
+          ((TOTAL, ".2f"), (printed(r"over by ([\d.]+) GB"), ".2f"))),
+    Quote(R, "with full recomputation it fits, at {} s a step", f"{MEGATRON} --recompute full",
+          ((STEP, ".2f"),)),
+    Quote(R, "(it would take {} s if it fitted", MEGATRON, ((STEP, ".2f"),)),
+    # README: Meta's layout given alone, then as Meta ran it
+    Quote(R, "does not fit and runs at {} % MFU", META_LAYOUT,
+          ((printed(r"MFU (\d+\.\d)% \(6n;"), ".0f"),)),
+    Quote(R, "the plain 1F1B schedule ({} micro-batches of activations held on the busiest "
+          "stage, a {} % bubble)", META_LAYOUT,
+          ((printed(r"(\d+) micro-batches in flight on the busiest stage"), ".0f"),
+           (printed(r"bubble_fraction ([\d.]+)% of the step"), ".0f"))),
+    Quote(R, "(at 8K context attention adds {} %", META_LAYOUT + " --json",
+          ((lambda out: 100 * (in_json("time", "mfu_with_attention")(out)
+                               / in_json("time", "mfu")(out) - 1), ".0f"),)),
+    Quote(R, "at 128K {} %)",
+          META_LAYOUT.replace("8192", "131072").replace("2048", "128") + " --json",
+          ((lambda out: 100 * (in_json("time", "mfu_with_attention")(out)
+                               / in_json("time", "mfu")(out) - 1), ".0f"),)),
+    Quote(R, "which keeps the gathered input: {} GB, does not fit", FSDP + " --set compile=true",
+          ((TOTAL, ".0f"),)),
+    # the search guide says the same at more digits
+    Quote(S, "Meta's layout then needs {} GB per GPU and does not fit an H100",
+          FSDP + " --set compile=true", ((TOTAL, ".2f"),)),
+    Quote(S, "{} % MFU counting attention FLOPs as Table 4 does",
+          f"{META_SEARCH} --allocator-retries-ok",
+          ((printed(r"(\d+\.\d)% with attention FLOPs, 6n\+attention"), ".1f"),)),
+    Quote(S, "Sharding the weights too (ZeRO-3) takes {} s", ZERO3, ((STEP, ".3f"),)),
+    Quote(S, "on by default; {} s uncharged)", f"{ZERO3} --set nccl_sm_charge=false",
+          ((STEP, ".3f"),)),
+    Quote(S, "fits with {} GB to spare, but FSDP2's all-gather stream keeps an idle pool that "
+          "takes PyTorch's reserved bytes {} GB past the memory", META_RUN,
+          ((lambda out: CAPACITY(out) - TOTAL(out), ".2f"),
+           (printed(r"exceed the capacity by ([\d.]+) GB"), ".2f"))),
+    Quote(S, "layout at dp 64 × tp 8 × pp 32, {} s a step", META_SEARCH, ((STEP, ".2f"),)),
+    Quote(S, "keeps its norms' inputs and needs {} GB per GPU, {} GB over an H100", MEGATRON,
+          ((TOTAL, ".2f"), (printed(r"over by ([\d.]+) GB"), ".2f"))),
+    Quote(S, "recomputation it fits, at {} s a step", f"{MEGATRON} --recompute full",
+          ((STEP, ".2f"),)),
+    Quote(S, "Were it to fit as it is, it would take {} s", MEGATRON, ((STEP, ".2f"),)),
+)  # fmt: skip
+"""Every figure the README's and the search guide's prose quotes from a command."""
+
+
+def outputs(quotes: tuple[Quote, ...] = QUOTES) -> dict[str, str]:
+    """Each distinct command's output, two at a time, each its own process."""
+    commands = sorted({q.command for q in quotes})
+    with workdir() as tmp, ThreadPoolExecutor(2) as pool:
+        printed = pool.map(lambda c: run(Transcript(ROOT, 0, c, (), 0), Path(tmp)), commands)
+        return dict(zip(commands, printed, strict=True))
+
+
+def drifted(quotes: tuple[Quote, ...], done: dict[str, str]) -> list[tuple[Quote, list[str]]]:
+    """The quotes whose figures are not what their commands print, with the figures they
+    should read."""
+    out = []
+    for q in quotes:
+        want = q.wanted(done[q.command])
+        if q.written() != want:
+            out.append((q, want))
+    return out
+
+
+def fix(stale: list[tuple[Quote, list[str]]]) -> None:
+    """Write each stale quote's figures into its page's sentence (nothing else changes)."""
+    for q, want in stale:
+        path = ROOT / q.page
+        text = path.read_text()
+        found = q.pattern().search(text)
+        assert found
+        parts, at = [], found.start()
+        for i, figure in enumerate(want, 1):
+            parts += [text[at : found.start(i)], figure]
+            at = found.end(i)
+        path.write_text(text[: found.start()] + "".join(parts) + text[at:])
+
+
+def main(argv: list[str]) -> int:
+    stale = drifted(QUOTES, outputs())
+    for q, want in stale:
+        print(f"--- {q.page}: {q.says.format(*q.written())!r} -> {q.says.format(*want)!r}")
+        print(f"    $ {q.command}")
+    if argv[:1] == ["--fix"]:
+        fix(stale)
+        return 0
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
