@@ -124,3 +124,20 @@ def test_fix_names_what_it_cannot_rewrite():
     )
     assert rewrite(("a",), "a\n```\n")[0] is None
     assert rewrite(("a 1", "...", "z"), "a 2\nb\nz\n") == (("a 2", "...", "z"), "")
+
+
+def test_long_blocks_run_only_on_request(tmp_path, monkeypatch):
+    """A block marked ``# long run`` is read but left out unless long blocks run."""
+    page = tmp_path / "page.md"
+    page.write_text(
+        "```\n# the grid\n# long run: about 6 minutes\n$ trainplan gpus\nnot this\n```\n"
+    )
+    (t,) = transcripts(page)
+    assert t.long and t.command == "trainplan gpus"
+    monkeypatch.delenv("TRAINPLAN_LONG_TRANSCRIPTS", raising=False)
+    assert run_page([t]) == []
+    assert [t.name for t in ALL if t.long] == [
+        "docs/sweeps.md:165",
+        "docs/sweeps.md:185",
+        "docs/sweeps.md:205",
+    ]

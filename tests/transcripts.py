@@ -19,6 +19,12 @@ block, a command that does not run — it names and leaves as it is; the exit st
 A page's commands run in the page's order, in one scratch folder of the page's own
 (:func:`workdir`): a later block may read what an earlier one wrote (``trainplan sweep-plot
 study.parquet`` after the sweep that wrote it), as a reader following the page would.
+
+A block whose leading ``#`` lines include one starting ``# long run`` (the documentation's
+243-point study, about 6 minutes on 2 cores, and the blocks that read its results) runs only
+when ``TRAINPLAN_LONG_TRANSCRIPTS=1`` is set or with ``--long`` (``python -m tests.transcripts
+--long docs/sweeps.md``; ``--fix --long``): the test suite, CI included, leaves it out to stay
+within CI's time, so re-run it by hand after a change that moves step times.
 """
 
 from __future__ import annotations
@@ -34,6 +40,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SKIP = ("...", "…")
+LONG_RUN = "# long run"
+"""How a block's leading ``#`` line marks it long (module docstring)."""
+
+
+def long_runs() -> bool:
+    """Whether long blocks run: ``TRAINPLAN_LONG_TRANSCRIPTS=1`` (module docstring)."""
+    return os.environ.get("TRAINPLAN_LONG_TRANSCRIPTS") == "1"
 
 
 @dataclass(frozen=True)
@@ -47,6 +60,8 @@ class Transcript:
     block: int
     """The line of the block's fence: a block's commands run in order, in one folder (a later
     command may read what an earlier one wrote)."""
+    long: bool = False
+    """The block is marked ``# long run``: run only on request (module docstring)."""
 
     @property
     def name(self) -> str:
@@ -83,12 +98,15 @@ def transcripts_of_text(path: Path, text: str) -> list[Transcript]:
         while said < len(body) and body[said].startswith("#"):
             said += 1
         if body[said:] and body[said].startswith("$ trainplan "):
-            out.extend(_commands(path, i + 2 + said, body[said:], i + 1))
+            long = any(line.startswith(LONG_RUN) for line in body[:said])
+            out.extend(_commands(path, i + 2 + said, body[said:], i + 1, long))
         i = j + 1
     return out
 
 
-def _commands(path: Path, first: int, body: list[str], fence: int) -> list[Transcript]:
+def _commands(
+    path: Path, first: int, body: list[str], fence: int, long: bool = False
+) -> list[Transcript]:
     out: list[Transcript] = []
     k = 0
     while k < len(body):
@@ -104,7 +122,7 @@ def _commands(path: Path, first: int, body: list[str], fence: int) -> list[Trans
             k += 1
         while expected and not expected[-1]:
             expected.pop()
-        out.append(Transcript(path, first + start, command.strip(), tuple(expected), fence))
+        out.append(Transcript(path, first + start, command.strip(), tuple(expected), fence, long))
     return out
 
 
@@ -162,9 +180,10 @@ def by_page(ts: list[Transcript]) -> list[list[Transcript]]:
 
 def run_page(ts: list[Transcript]) -> list[tuple[Transcript, str | None]]:
     """Each of one page's transcripts ``ts`` with its drift (:func:`drift`), run in order in a
-    scratch folder of the page's own (:func:`workdir`)."""
+    scratch folder of the page's own (:func:`workdir`); a long block only when long blocks run
+    (:func:`long_runs`)."""
     with workdir() as tmp:
-        return [(t, drift(t, Path(tmp))) for t in ts]
+        return [(t, drift(t, Path(tmp))) for t in ts if long_runs() or not t.long]
 
 
 def drift(t: Transcript, cwd: Path) -> str | None:
@@ -275,6 +294,8 @@ def fix(path: Path, cwd: Path) -> tuple[list[str], list[str]]:
     fixed: list[tuple[int, Transcript, tuple[str, ...]]] = []
     left: list[str] = []
     for n, t in enumerate(transcripts(path)):
+        if t.long and not long_runs():
+            continue
         try:
             actual = run(t, cwd)
         except (AssertionError, subprocess.TimeoutExpired, ValueError) as err:
@@ -309,6 +330,9 @@ def fix(path: Path, cwd: Path) -> tuple[list[str], list[str]]:
 
 
 def main(argv: list[str]) -> int:
+    if "--long" in argv:  # long blocks too (module docstring)
+        os.environ["TRAINPLAN_LONG_TRANSCRIPTS"] = "1"
+        argv = [a for a in argv if a != "--long"]
     if argv[:1] == ["--fix"]:
         return _main_fix(argv[1:])
     paths = [Path(a).resolve() for a in argv] or pages()
