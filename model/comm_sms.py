@@ -42,9 +42,9 @@ and a combine that reduces as it receives.
 
 The NCCL all-to-all (``alltoall``) is grouped send/recv, one per peer, and NCCL runs
 send/recv on its peer-to-peer channels, one block each (NVIDIA/nccl at 5067397c,
-``src/enqueue.cc`` ``scheduleP2pTasksToPlan`` and ``addP2pToPlan``: each peer's transfer striped
-over ``p2pnChannelsPerPeer`` channels, at least ``p2pnChannels / nRanks``, from a base that
-differs by peer, so a large all-to-all touches every one; ``ncclLaunchKernel``: one block per
+``src/enqueue.cc`` ``scheduleP2pTasksToPlan`` and ``addP2pToPlan``: a large transfer to each peer
+striped over ``p2pnChannelsPerPeer`` channels, at least ``p2pnChannels / nRanks`` of them,
+from a base that differs by peer, so a large all-to-all touches every one; ``ncclLaunchKernel``: one block per
 channel touched, ``NCCL_MAX_NTHREADS`` = 640 threads each, ``src/include/device.h``). Their
 count, ``p2pnChannels``, is the communicator's ring channel count rounded up to a power of two
 (``src/graph/paths.cc`` ``ncclTopoComputeP2pChannels``: ``pow2Up(min(nChannels,
@@ -79,9 +79,9 @@ the ``φ`` of a data-parallel reduce-scatter, all-gather or all-reduce that the 
 beside computation (:func:`model.step_time.dp_exposed_seconds`: gradient reduction,
 ZeRO-3/FSDP prefetched gathers), of NCCL's expert all-to-all where it is overlapped
 (:func:`dispatcher_sm_share`, above) and of Megatron-Core's asynchronous tensor-parallel
-collectives in backward, in the dense and MoE layers, the embedding and the output layer alike
-(:mod:`model.layer_time`, ``tp_comm_overlap = async``, on the clocks of
-:func:`model.step_time.kind_parts`; Transformer
+collectives in backward, in the dense and MoE layers and the output layer alike (the
+embedding's wait whole: none is overlapped) (:mod:`model.layer_time`, ``tp_comm_overlap =
+async``, on the clocks of :func:`model.step_time.kind_parts`; Transformer
 Engine's userbuffers and PyTorch's SymmetricMemory run their own kernels, not NCCL's, and are
 not charged). A check, not a source: Lee et al. 2025 (arXiv 2507.03114) measure computation
 overlapped with a collective on 4 A100s or H100s 18.9 % slower on average (40 % at most); the
