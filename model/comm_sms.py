@@ -14,7 +14,8 @@ takes alone) ends after ``max(c + φ·a, a)``: while the communication runs the 
 proceeds at ``1 − φ`` of its rate, so ``φ·a`` of it is left over when the communication ends
 (or the communication paces the block). What waits beyond the computation is
 :func:`contended_wait` ``= max(φ·a, a − c)`` in place of the uncontended ``max(0, a − c)``.
-Read by :func:`model.moe_run.exposed_all_to_all` (Megatron-Core's overlaps) and
+Read, for DeepEP's kernels and NCCL's all-to-all alike (:func:`dispatcher_sm_share`), by
+:func:`model.moe_run.exposed_all_to_all` (Megatron-Core's overlaps) and
 :func:`model.schedule_cost.dualpipe_block` (DualPipe's F&B block).
 
 ``φ`` is measured, not the SMs' share (:func:`measured_sm_share`): on one H200 a persistent
@@ -39,9 +40,23 @@ also do: 128 KiB of TMA shared memory each (``kNumTMABytesPerWarp`` 16,384 × 8;
 none), NVLink and RDMA traffic with waits on peers (the stand-in copies HBM to HBM on one GPU),
 and a combine that reduces as it receives.
 
-The NCCL all-to-all (``alltoall``) is charged nothing: its channel count per all-to-all comes
-out of NCCL's topology search (below); a part without a sourced SM count
-(``scenarios/kernels/gemm.toml`` ``[[sm_count]]``) is charged nothing either.
+The NCCL all-to-all (``alltoall``) is grouped send/recv, one per peer, and NCCL runs
+send/recv on its peer-to-peer channels, one block each (NVIDIA/nccl at 5067397c,
+``src/enqueue.cc`` ``scheduleP2pTasksToPlan`` and ``addP2pToPlan``: a large transfer to each peer
+striped over ``p2pnChannelsPerPeer`` channels, at least ``p2pnChannels / nRanks`` of them,
+from a base that differs by peer, so a large all-to-all touches every one; ``ncclLaunchKernel``: one block per
+channel touched, ``NCCL_MAX_NTHREADS`` = 640 threads each, ``src/include/device.h``). Their
+count, ``p2pnChannels``, is the communicator's ring channel count rounded up to a power of two
+(``src/graph/paths.cc`` ``ncclTopoComputeP2pChannels``: ``pow2Up(min(nChannels,
+NCCL_MAX_P2P_NCHANNELS = MAXCHANNELS))``), so an all-to-all holds at least as many blocks as
+the ring collectives beside it, which are charged :func:`collective_sm_share` (below). It is
+charged the same: the NVLS count taken as the floor of its blocks (an assumption, like the ring
+collectives' charge; an H800's log shows 16 ring and 16 p2p channels, NVIDIA/nccl issue #892,
+a check, not a source), through the same option (``nccl_sm_charge``). Its blocks hold 640
+threads where the measurement's held 512, another reason the charge is a floor. Megatron-Core's
+``hybridep`` runs its own kernels, not NCCL's (:class:`model.moe_run.Dispatcher`), and is
+charged nothing, as is a part without a sourced SM count (``scenarios/kernels/gemm.toml``
+``[[sm_count]]``).
 
 NCCL's collectives hold SMs the same way: one thread block (CTA) per channel for the whole
 collective (NVIDIA/nccl at 5067397c, ``src/enqueue.cc`` ``topoGetAlgoInfo``: ``nc`` channels,
@@ -62,8 +77,11 @@ The measurement's stand-in was sized as an NCCL block (``NCCL_SIMPLE_MAX_NTHREAD
 ``src/include/device.h``). :func:`collective_sm_share` is the measured ``φ`` at the NVLS count:
 the ``φ`` of a data-parallel reduce-scatter, all-gather or all-reduce that the framework runs
 beside computation (:func:`model.step_time.dp_exposed_seconds`: gradient reduction,
-ZeRO-3/FSDP prefetched gathers) and of Megatron-Core's asynchronous tensor-parallel
-collectives in backward (:mod:`model.layer_time`, ``tp_comm_overlap = async``; Transformer
+ZeRO-3/FSDP prefetched gathers), of NCCL's expert all-to-all where it is overlapped
+(:func:`dispatcher_sm_share`, above) and of Megatron-Core's asynchronous tensor-parallel
+collectives in backward, in the dense and MoE layers and the output layer alike (the
+embedding's wait whole: none is overlapped) (:mod:`model.layer_time`, ``tp_comm_overlap =
+async``, on the clocks of :func:`model.step_time.kind_parts`; Transformer
 Engine's userbuffers and PyTorch's SymmetricMemory run their own kernels, not NCCL's, and are
 not charged). A check, not a source: Lee et al. 2025 (arXiv 2507.03114) measure computation
 overlapped with a collective on 4 A100s or H100s 18.9 % slower on average (40 % at most); the
@@ -93,6 +111,7 @@ __all__ = [
     "MEASURED_ON_SMS",
     "measured_sm_share",
     "DISPATCHER_SMS",
+    "NCCL_DISPATCHERS",
     "NCCL_NVLS_CTAS",
     "dispatcher_sm_share",
     "collective_sm_share",
@@ -141,31 +160,48 @@ def measured_sm_share(blocks: float, sms: int) -> float:
 
 
 DISPATCHER_SMS: dict[str, int] = {"deepep": DEEPEP_NUM_SMS}
-"""SMs a dispatcher's communication kernels hold while they run (DeepEP: ``Buffer.num_sms``,
+"""SMs a dispatcher's own communication kernels hold while they run (DeepEP: ``Buffer.num_sms``,
 the default both DeepSeek-V3 (§3.2.2: "20 SMs … partitioned into 10 communication channels")
-and Megatron-Core run). A dispatcher not listed is charged none (module docstring)."""
+and Megatron-Core run). NCCL's all-to-all is charged as NCCL's collectives are
+(:func:`dispatcher_sm_share`); another dispatcher not listed is charged none (module
+docstring)."""
+
+NCCL_DISPATCHERS = frozenset({"alltoall"})
+"""Dispatchers whose all-to-all is NCCL's grouped send/recv (:class:`model.moe_run.Dispatcher`
+``alltoall``), charged :func:`collective_sm_share` (module docstring)."""
 
 
 @lru_cache(maxsize=64)
-def dispatcher_sm_share(dispatcher: str, device_name: str) -> float:
-    """``φ``: what the dispatcher's kernels cost the computation beside them while they run,
+def dispatcher_sm_share(dispatcher: str, device_name: str, nccl_charged: bool) -> float:
+    """``φ``: what the dispatcher's kernels cost the computation beside them while they run:
     :func:`measured_sm_share` of its ``DISPATCHER_SMS`` blocks (one a SM) on the part's
-    ``[[sm_count]]``; 0 for a dispatcher or a part without a sourced count. ``dispatcher``: a
-    :class:`model.moe_run.Dispatcher` value.
+    ``[[sm_count]]`` (DeepEP), or for NCCL's all-to-all :func:`collective_sm_share` (the NVLS
+    count as the floor of its peer-to-peer blocks, module docstring) when ``nccl_charged``
+    (:class:`model.timing.CostOptions` ``nccl_sm_charge``); 0 for another dispatcher or a part
+    without a sourced count. ``dispatcher``: a :class:`model.moe_run.Dispatcher` value.
 
     Examples
     --------
     DeepEP on an H800 (132 SMs; DeepSeek-V3's 20 SMs, the SM share 20/132 = 0.1515):
 
-    >>> round(dispatcher_sm_share("deepep", "H800"), 4)  # halfway between 16 and 24 blocks
+    >>> round(dispatcher_sm_share("deepep", "H800", True), 4)  # halfway between 16 and 24 blocks
     0.2491
-    >>> round(dispatcher_sm_share("deepep", "B200"), 4)  # 20·132/148 = 17.84 blocks
+    >>> round(dispatcher_sm_share("deepep", "B200", False), 4)  # 20·132/148 = 17.84 blocks
     0.2436
-    >>> round(dispatcher_sm_share("deepep", "GB300"), 4)  # 20·132/160 = 16.5 (Blackwell Ultra)
+    >>> round(dispatcher_sm_share("deepep", "GB300", True), 4)  # 20·132/160 = 16.5 (Blackwell Ultra)
     0.2402
-    >>> dispatcher_sm_share("alltoall", "H800"), dispatcher_sm_share("deepep", "MI300X")
+
+    NCCL's all-to-all: Hopper's 16 NVLS blocks, 1 − 1/1.314; off with the option:
+
+    >>> round(dispatcher_sm_share("alltoall", "H800", True), 4)
+    0.239
+    >>> dispatcher_sm_share("alltoall", "H800", False), dispatcher_sm_share("deepep", "MI300X", True)
     (0.0, 0.0)
+    >>> dispatcher_sm_share("hybridep", "H800", True)
+    0.0
     """
+    if str(dispatcher) in NCCL_DISPATCHERS:
+        return collective_sm_share(device_name, nccl_charged)
     sms = DISPATCHER_SMS.get(str(dispatcher))
     part = SM_PART.get(catalogue_part(device_name))
     if sms is None or part is None:

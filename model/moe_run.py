@@ -401,9 +401,10 @@ def exposed_all_to_all(
       ``max(0, b/2 − pre_f) + max(0, f/2 + b/2 − (exp_b + exp_f)) + max(0, f/2 − pre_b)``.
 
     ``share``: the SMs the dispatcher's kernels hold (:func:`model.comm_sms.dispatcher_sm_share`,
-    DeepEP's 20); an overlapped phase then waits ``max(φ·a, a − c)`` for ``a`` seconds of
-    communication beside ``c`` of computation (:func:`model.comm_sms.contended_wait`) — the
-    computation slowed by the SMs it lost — in place of ``max(0, a − c)``.
+    DeepEP's 20 or NCCL's all-to-all's, at least the NVLS count); an overlapped phase then
+    waits ``max(φ·a, a − c)`` for ``a`` seconds of communication beside ``c`` of computation
+    (:func:`model.comm_sms.contended_wait`) — the computation slowed by the SMs it lost — in
+    place of ``max(0, a − c)``.
 
     Examples
     --------

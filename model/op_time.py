@@ -175,8 +175,8 @@ class Clock:
     ep_sm_share: float = 0.0
     """``φ``: the share of its rate the computation beside the expert dispatcher's kernels loses
     while they run (:func:`model.comm_sms.dispatcher_sm_share`: DeepEP's 20 blocks, measured;
-    0 for NCCL's all-to-all): what an overlapped all-to-all costs the computation it hides
-    under."""
+    NCCL's all-to-all at its collectives' ``φ`` under ``nccl_sm_charge``): what an overlapped
+    all-to-all costs the computation it hides under."""
     grouped_fp8: GroupedFp8 | None = None
     """How the linear layers' FP8 GEMMs run where Transformer Engine caches FP8 weights, the
     routed experts' grouped GEMMs and the dense ones alike (:func:`model.grouped_gemm.

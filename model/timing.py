@@ -223,8 +223,10 @@ class CostOptions:
     before 0.18 (:func:`model.comm.p2p_waiting_sends`)."""
     nccl_sm_charge: bool = True
     """Charge the SMs an NCCL collective's thread blocks hold (NVLink SHARP's channels,
-    :func:`model.comm_sms.collective_sm_share`) to the computation a data-parallel collective or
-    Megatron-Core's asynchronous tensor-parallel one hides under (roofline model). On by
+    :func:`model.comm_sms.collective_sm_share`) to the computation a data-parallel collective,
+    Megatron-Core's asynchronous tensor-parallel one (every layer and the output layer) or an
+    overlapped NCCL expert all-to-all (the ``alltoall`` dispatcher,
+    :func:`model.comm_sms.dispatcher_sm_share`) hides under (roofline model). On by
     default: the cost is a per-operation measurement (H200, ``φ`` = 0.239 at 16 blocks), with
     it the validation goals improve beside the fitted GEMM efficiency (dense 9.9 → 9.3 %, MoE
     23.5 → 23.2 %, beyond 15 % 23 → 19 of 77), so the double count once feared does not show;

@@ -151,12 +151,15 @@ def ep_dispatch_fields(c: Context, f: Fields) -> tuple[Any, Any]:
 
 def ep_sm_share(c: Context) -> float:
     """:func:`model.comm_sms.dispatcher_sm_share` of the run's dispatcher on its part: the SMs
-    an overlapped expert all-to-all takes from the computation beside it (0 without MoE).
+    an overlapped expert all-to-all takes from the computation beside it (0 without MoE; NCCL's
+    all-to-all only under :class:`model.timing.CostOptions` ``nccl_sm_charge``).
 
-    Scope: the context only (the recipe's dispatcher and the accelerator), no layout field."""
+    Scope: the context only (the recipe's dispatcher, the accelerator and the cost options), no
+    layout field."""
     if c.arch.moe is None:
         return 0.0
-    return dispatcher_sm_share(str(c.training.moe_run.dispatcher), c.gpu.name)
+    run = c.training.moe_run
+    return dispatcher_sm_share(str(run.dispatcher), c.gpu.name, c.options.nccl_sm_charge)
 
 
 def _link(bandwidth: Any, scaleup: Any) -> LinkTime | None:

@@ -41,14 +41,98 @@ def test_deepep_costs_its_20_blocks_measured_phi() -> None:
     share 20/132 = 0.1515); DeepEP's Buffer.num_sms = 20 on a B200 (148 SMs, gemm.toml) and a
     GB200 (the B200's GPU): 20·132/148 = 17.838 blocks, 0.23896 + (1.838/8)·0.02030 = 0.24363;
     of 160 on GB300 (NVIDIA's Blackwell Ultra blog): 16.5 blocks, 0.23896 + (0.5/8)·0.02030 =
-    0.24023. NCCL's all-to-all and a part without a sourced count: nothing."""
-    assert dispatcher_sm_share("deepep", "H800") == pytest.approx(0.24911, abs=1e-5)
-    assert dispatcher_sm_share("deepep", "B200") == pytest.approx(0.24363, abs=1e-5)
-    assert dispatcher_sm_share("alltoall", "H800") == 0.0
-    assert dispatcher_sm_share("deepep", "GB200") == dispatcher_sm_share("deepep", "B200")
-    assert dispatcher_sm_share("deepep", "GB300") == pytest.approx(0.24023, abs=1e-5)
-    assert dispatcher_sm_share("deepep", "B300") == dispatcher_sm_share("deepep", "GB300")
-    assert dispatcher_sm_share("deepep", "MI300X") == 0.0
+    0.24023. DeepEP's own kernels are charged whatever nccl_sm_charge says; a part without a
+    sourced count: nothing."""
+    for charged in (True, False):
+        assert dispatcher_sm_share("deepep", "H800", charged) == pytest.approx(0.24911, abs=1e-5)
+    assert dispatcher_sm_share("deepep", "B200", True) == pytest.approx(0.24363, abs=1e-5)
+    assert dispatcher_sm_share("deepep", "GB200", True) == dispatcher_sm_share(
+        "deepep", "B200", True
+    )
+    assert dispatcher_sm_share("deepep", "GB300", True) == pytest.approx(0.24023, abs=1e-5)
+    assert dispatcher_sm_share("deepep", "B300", True) == dispatcher_sm_share(
+        "deepep", "GB300", True
+    )
+    assert dispatcher_sm_share("deepep", "MI300X", True) == 0.0
+
+
+def test_nccls_all_to_all_costs_what_its_collectives_cost() -> None:
+    """NCCL's all-to-all is grouped send/recv on p2pnChannels blocks (NVIDIA/nccl 5067397c
+    src/graph/paths.cc ncclTopoComputeP2pChannels: pow2Up(min(nChannels, 64)), the ring count
+    rounded up, so at least the ring collectives' blocks), charged as they are: the NVLS count
+    as the floor. Hopper's 16 of 132: φ = 1 − 1/1.314 = 0.23896 (H800, H100, H200); B200's 24
+    of 148: 21.405 H200 blocks, 0.25267; GB300's 24 of 160: 0.24860. Off under
+    nccl_sm_charge=false, on a part without an NVLS count (A100) and for HybridEP, whose kernels
+    are not NCCL's."""
+    hopper = 1 - 1 / 1.314
+    for part in ("H800", "H100-SXM", "H200"):
+        assert dispatcher_sm_share("alltoall", part, True) == pytest.approx(hopper)
+    assert dispatcher_sm_share("alltoall", "B200", True) == pytest.approx(0.25267, abs=1e-5)
+    assert dispatcher_sm_share("alltoall", "GB300", True) == pytest.approx(0.24860, abs=1e-5)
+    assert dispatcher_sm_share("alltoall", "H800", False) == 0.0
+    assert dispatcher_sm_share("alltoall", "A100-80GB", True) == 0.0
+    assert dispatcher_sm_share("hybridep", "H800", True) == 0.0
+
+
+def _axis(est, axis: str):  # noqa: ANN001, ANN202 - an Estimate's traffic row
+    return next(r for r in est.traffic if r.traffic.axis == axis)
+
+
+@pytest.mark.parametrize(("dispatcher", "phi_on", "phi_off"), [
+    ("alltoall", 1 - 1 / 1.314, 0.0),  # NCCL's: under the option
+    ("deepep", 0.24911, 0.24911),  # DeepEP's 20 blocks: always
+])  # fmt: skip
+def test_combined_1f1b_pays_the_dispatchers_sms(
+    dispatcher: str, phi_on: float, phi_off: float
+) -> None:
+    """Qwen3-30B-A3B on 64 H100s, dp 64, ep 8, b 1, B 1024, so m = 1024 / 64 = 16 micro-batches
+    without a pipeline; Megatron-Core's overlap_moe_expert_parallel_comm pairs them, leaving
+    1/m = 1/16 unpaired (moe_run.unpaired_fraction), which waits whole. The paired phases are
+    all hidden (each all-to-all shorter than its computation, so at φ = 0 only the unpaired
+    sixteenth waits); at φ each waits max(φ·a, a − c) = φ·a. So of the ep row's T seconds
+    (dispatch + combine) exposed = T·(1/16 + 15/16·φ): NCCL's all-to-all at Hopper's
+    φ = 0.23896 with the charge, T/16 without (T = 1.06507 s: 0.30517 s against 0.06657 s, the
+    step 4.5066 → 4.7303 s); DeepEP's at 0.24911 either way (T = 1.03841 s: 0.30741 s)."""
+    run = MoERun(dispatcher=Dispatcher(dispatcher), ep_overlap=EpOverlap.COMBINED_1F1B)
+    case = dict(model="qwen3-30b-a3b", device="H100-SXM", num_gpus=64, dp=64, ep=8, moe_run=run)
+    on = Case.of(**case).evaluate()
+    off = Case.of(**case, nccl_sm_charge=False).evaluate()
+    t = _axis(on, "ep").seconds
+    assert _axis(off, "ep").seconds == t
+    assert _axis(on, "ep").exposed_seconds == pytest.approx(t * (1 + 15 * phi_on) / 16, rel=1e-5)
+    assert _axis(off, "ep").exposed_seconds == pytest.approx(t * (1 + 15 * phi_off) / 16, rel=1e-5)
+    if dispatcher == "alltoall":
+        assert t == pytest.approx(1.06507, abs=5e-6)
+        assert (off.step_s, on.step_s) == (pytest.approx(4.5066, abs=5e-5),
+                                           pytest.approx(4.7303, abs=5e-5))  # fmt: skip
+
+
+def test_every_layer_kind_pays_the_async_tp_charge() -> None:
+    """Llama 3 70B (80 dense layers) on 64 H100s, dp 32 × tp 2 with sequence parallelism,
+    Megatron-Core's asynchronous tp collectives (the default): in each layer's backward, per
+    half (attention, MLP), the input all-gathered again under the column-parallel dgrad GEMM
+    and the input gradient reduce-scattered under its wgrad GEMM run beside computation (4 a
+    layer), the output layer's pair likewise (2); the forward ones, each half's output-gradient
+    gather, the embedding's and the cross-entropy's exchanges wait. At tp 2 every one of those
+    is shorter than its GEMM, so uncharged they are hidden whole: the hidden seconds are
+    T − exposed_off, (4·80 + 2)/(10·80 + 5) = 322/805 of the tp row's T (10 equal collectives
+    a layer, 3 of the output layer, 2 of the embedding; the cross-entropy's few bytes a token
+    aside). Charged, each waits φ·a (φ = 1 − 1/1.314 = 0.23896, Hopper's 16 NVLS blocks), so
+    exposed_on = exposed_off + φ·(T − exposed_off): 0.21005 + 0.23896 × 0.13995 = 0.24349 s.
+    Before the dense layers' and the output layer's clocks carried the share (step_time
+    kind_parts), the charge moved nothing here."""
+    case = dict(model="llama3-70b", device="H100-SXM", num_gpus=64, dp=32, tp=2,
+                global_batch_size=64, micro_batch_size=1)  # fmt: skip
+    on = _axis(Case.of(**case).evaluate(), "tp")
+    off = _axis(Case.of(**case, nccl_sm_charge=False).evaluate(), "tp")
+    t = on.seconds
+    assert off.seconds == t == pytest.approx(0.35000, abs=5e-6)
+    assert t - off.exposed_seconds == pytest.approx(322 / 805 * t, rel=1e-3)
+    phi = 1 - 1 / 1.314
+    expected = off.exposed_seconds + phi * (t - off.exposed_seconds)
+    assert on.exposed_seconds == pytest.approx(expected, rel=1e-9)
+    assert (off.exposed_seconds, on.exposed_seconds) == (pytest.approx(0.21005, abs=5e-6),
+                                                         pytest.approx(0.24349, abs=5e-6))  # fmt: skip
 
 
 def test_a_block_computes_on_the_sms_the_communication_leaves() -> None:
@@ -162,7 +246,10 @@ def test_the_charge_prices_megatron_fsdp_per_micro_batch_traffic() -> None:
     computation. Uncharged, a window of 228.833/128 = 1.788 s hides each micro-batch's
     201.117/128 = 1.571 s (3.6 ms exposed: the tail); charged, each waits max(φ·1.571, 1.571 −
     1.788) = φ·1.571 with Hopper's φ = 1 − 1/1.314 = 0.23896, so 128 × 0.23896 × 1.5712 =
-    0.23896 × 201.117 = 48.06 s exposed, and the step 249.015 → 297.071 s (+48.056 s)."""
+    0.23896 × 201.117 = 48.06 s exposed. The tp 4 layers' asynchronous collectives pay the
+    same φ: of the tp row's 33.600 s, 20.164 s wait uncharged and the other 13.436 s are hidden
+    whole, so charged 20.164 + 0.23896 × 13.436 = 23.375 s wait (+3.211 s). The step 249.015
+    → 300.282 s (+48.056 + 3.211 s)."""
     case = dict(dp=16, tp=4, zero_stage=3, micro_batch_size=1, global_batch_size=2048,
                 framework="megatron")  # fmt: skip
     on = Case.of("llama3-70b", "H100-SXM", **case).evaluate()
@@ -173,4 +260,10 @@ def test_the_charge_prices_megatron_fsdp_per_micro_batch_traffic() -> None:
     assert dp_off.exposed_seconds == pytest.approx(0.0036, abs=5e-5)
     assert dp_on.exposed_seconds == pytest.approx((1 - 1 / 1.314) * 201.117, abs=5e-3)
     assert off.step_s == pytest.approx(249.015, abs=5e-4)
-    assert on.step_s == pytest.approx(297.071, abs=5e-4)
+    tp_on = next(r for r in on.traffic if r.traffic.axis == "tp")
+    tp_off = next(r for r in off.traffic if r.traffic.axis == "tp")
+    assert tp_on.seconds == tp_off.seconds == pytest.approx(33.600, abs=5e-4)
+    assert tp_off.exposed_seconds == pytest.approx(20.164, abs=5e-4)
+    hidden = tp_on.seconds - tp_off.exposed_seconds
+    assert tp_on.exposed_seconds == pytest.approx(tp_off.exposed_seconds + (1 - 1 / 1.314) * hidden)
+    assert on.step_s == pytest.approx(300.282, abs=5e-4)
