@@ -61,7 +61,7 @@ one block each). How many channels a collective gets depends on its algorithm:
 The measurement's stand-in was sized as an NCCL block (``NCCL_SIMPLE_MAX_NTHREADS`` = 512,
 ``src/include/device.h``). :func:`collective_sm_share` is the measured ``φ`` at the NVLS count:
 the ``φ`` of a data-parallel reduce-scatter, all-gather or all-reduce that the framework runs
-beside computation (:func:`model.step_time.dp_exposed_seconds`: gradient reduction,
+beside computation (:func:`model.dp_exposure.dp_exposed_seconds`: gradient reduction,
 ZeRO-3/FSDP prefetched gathers) and of Megatron-Core's asynchronous tensor-parallel
 collectives in backward (:mod:`model.layer_time`, ``tp_comm_overlap = async``; Transformer
 Engine's userbuffers and PyTorch's SymmetricMemory run their own kernels, not NCCL's, and are
