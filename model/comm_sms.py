@@ -76,7 +76,7 @@ one block each). How many channels a collective gets depends on its algorithm:
 The measurement's stand-in was sized as an NCCL block (``NCCL_SIMPLE_MAX_NTHREADS`` = 512,
 ``src/include/device.h``). :func:`collective_sm_share` is the measured ``φ`` at the NVLS count:
 the ``φ`` of a data-parallel reduce-scatter, all-gather or all-reduce that the framework runs
-beside computation (:func:`model.step_time.dp_exposed_seconds`: gradient reduction,
+beside computation (:func:`model.dp_exposure.dp_exposed_seconds`: gradient reduction,
 ZeRO-3/FSDP prefetched gathers), of NCCL's expert all-to-all where it is overlapped
 (:func:`dispatcher_sm_share`, above) and of Megatron-Core's asynchronous tensor-parallel
 collectives in backward, in the dense and MoE layers and the output layer alike (the

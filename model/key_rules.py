@@ -173,7 +173,7 @@ def check_layout_reads_options(
     * ``grad_reduce_overlap`` false under ``fsdp2`` ZeRO-3 at pp 1: every collective is per
       micro-batch (``fully_shard`` with ``reshard_after_forward=True`` and gradient sync each
       micro-batch), so the step has no once-per-step traffic for it to expose
-      (:func:`model.step_time.dp_exposed_seconds`).
+      (:func:`model.dp_exposure.dp_exposed_seconds`).
 
     Not a legality rule: a search's keys describe the code the run uses and apply to the
     layouts that read them; the others stay candidates (and the published runs' settings

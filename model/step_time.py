@@ -5,7 +5,8 @@ overlapped by its mechanism, and the optimizer step.
 ``step_s = m·t_mb·(1 + bubble_ratio) + pp + exposed dp + optimizer step`` where ``t_mb`` is the
 slowest stage's micro-batch (operations + exposed tp, cp, ep collectives). The formulas for pp,
 dp and the optimizer step are written once for exact floats and for arrays of layouts
-(:mod:`model.xp`); the search's tables call them with arrays.
+(:mod:`model.xp`); the search's tables call them with arrays. The data-parallel collectives'
+time and exposure are :mod:`model.dp_exposure`'s (re-exported here).
 """
 
 from __future__ import annotations
@@ -14,11 +15,10 @@ from functools import lru_cache
 from typing import Any
 
 from trainplan.model.comm import p2p_exposed_sends
-from trainplan.model.comm_sms import contended_wait
+from trainplan.model.dp_exposure import dp_exposed_seconds, dp_seconds, phase_gathers
 from trainplan.model.elementwise import Elementwise
 from trainplan.model.layer_time import embedding_time, layer_time, output_time, stage_parts
 from trainplan.model.layout import Recompute
-from trainplan.model.mechanisms import Mechanism
 from trainplan.model.moe_kernels import NO_EXPERT_PASSES, ExpertPasses
 from trainplan.model.op_time import Clock
 from trainplan.model.ops import OPTIMIZER_BYTES_PER_PARAM, LayerShape, widest_span_layer
@@ -44,6 +44,7 @@ __all__ = [
     "pp_exposed_seconds",
     "DEEPSPEED_TRANSFERS_PER_CYCLE",
     "DEEPSPEED_GATHERS_PER_CYCLE",
+    "phase_gathers",
     "dp_seconds",
     "dp_exposed_seconds",
     "optimizer_seconds",
@@ -360,106 +361,6 @@ def pipe_engine_seconds(
     tied = collective_time(Collective.ALL_REDUCE, 2, tied_bytes, bandwidth, scaleup, p)
     per_cycle = DEEPSPEED_TRANSFERS_PER_CYCLE * send + DEEPSPEED_GATHERS_PER_CYCLE * gather
     return cycles * per_cycle + tied
-
-
-def dp_seconds(
-    mech: Mechanism,
-    step_bytes: Any,
-    microbatch_bytes: Any,
-    group: Any,
-    calls: Any,
-    bandwidth: Any,
-    scaleup: Any,
-    p: RooflineParams,
-) -> tuple[Any, Any, Any]:
-    """(seconds of the once-per-step data-parallel traffic, seconds of one micro-batch's, the
-    first's reduction alone) over ``group`` = dp·cp ranks. Each collective the mechanism runs (its reduction, its
-    all-gathers) carries its share of the bytes (:meth:`Mechanism.traffic_terms`' bytes per
-    parameter) in ``calls`` equal calls — the framework's buckets
-    (:func:`model.comm.dp_collective_calls`) — each timed by
-    :func:`model.roofline.collective_time` at its own message size (the published bus
-    bandwidth by size inside an NVLink domain, NCCL's latency plus the link's rate across
-    nodes). Element-wise for arrays."""
-    reduce = Collective.ALL_REDUCE if mech.all_reduce else Collective.REDUCE_SCATTER
-    reduce_b = mech.reduce_bytes * (2 if mech.all_reduce else 1)
-    per_mb = mech.reduce_per_microbatch
-    step_kinds = [(reduce, 0 if per_mb else reduce_b)]
-    step_kinds.append((Collective.ALL_GATHER, mech.weight_bytes * mech.gathers_per_step))
-    mb_kinds = [(reduce, reduce_b if per_mb else 0)]
-    mb_kinds.append((Collective.ALL_GATHER, mech.weight_bytes * mech.gathers_per_microbatch))
-
-    def seconds(kinds: list[tuple[Collective, int]], total: Any) -> list[Any]:
-        per_param = sum(b for _, b in kinds)
-        out: list[Any] = [0.0, 0.0]  # (reduction, all-gathers)
-        for i, (kind, b) in enumerate(kinds):
-            if b:
-                sent = total * (b / per_param) / calls
-                out[i] = calls * collective_time(kind, group, sent, bandwidth, scaleup, p)
-        return out
-
-    (reduce_s, gather_s), mb = seconds(step_kinds, step_bytes), seconds(mb_kinds, microbatch_bytes)
-    return reduce_s + gather_s, mb[0] + mb[1], reduce_s
-
-
-def dp_exposed_seconds(
-    step_s: Any,
-    microbatch_s: Any,
-    m: Any,
-    window_s: Any,
-    overlapped: Any,
-    tail: Any,
-    beside_compute: Any = True,
-    share: float = 0.0,
-    waits: Any = 0.0,
-) -> Any:
-    """Seconds of data-parallel communication left exposed in a step, by mechanism.
-
-    * Per-micro-batch collectives (per-micro-batch gradient reduce-scatters, ZeRO-3/FSDP
-      gathers) run under the compute of their micro-batch (prefetch and bucketed reduction): of
-      each but the last only what exceeds one micro-batch's compute (``window_s``, without
-      recomputation) waits; of the last, at least its last unit's share ``tail`` (the final
-      layer's gradients are reduced after all compute is done).
-    * The once-per-step traffic (the distributed optimizer's reduce-scatter and all-gather, a
-      DDP all-reduce, FSDP2's weight gather under a pipeline schedule) overlaps the last micro-batch's backward and
-      the next step's first forward when the framework overlaps it (``overlapped``:
-      Megatron-Core ``--overlap-grad-reduce`` / ``--overlap-param-gather``, FSDP's prefetch):
-      ``max(c − window, tail·c)``; else all of it waits (Megatron-LM 2021's DDP all-reduce
-      after the last backward, DeepSpeed's pipeline engine: :func:`model.comm.grad_reduce_overlaps`).
-      ``overlapped`` is element-wise.
-    * Without ``beside_compute`` (:func:`model.comm.reduces_beside_compute`: DeepSpeed ZeRO-1/2
-      without ``overlap_comm`` reduces on the compute stream) nothing overlaps: every
-      collective waits, the per-micro-batch ones and the once-per-step ones alike.
-    * ``share``: the SMs an overlapped collective's kernels hold (``φ``,
-      :func:`model.comm_sms.collective_sm_share`); the computation it hides under runs on the
-      rest, so what waits beyond a window is :func:`model.comm_sms.contended_wait`
-      ``max(φ·a, a − window)`` in place of ``max(0, a − window)``.
-    * ``waits``: seconds of the once-per-step traffic that wait whole even when it overlaps
-      (FSDP2's reduce-scatter after a pipeline stage's last backward,
-      :func:`model.pipeline_reduce.reduce_waiting_share`); the rest overlaps as above.
-
-    Examples
-    --------
-    >>> dp_exposed_seconds(2.0, 0.0, 8, 1.5, True, 0.1)  # max(2 − 1.5, 0.2)
-    0.5
-    >>> dp_exposed_seconds(2.0, 0.0, 8, 1.5, False, 0.1)
-    2.0
-    >>> round(dp_exposed_seconds(0.0, 0.5, 4, 0.4, True, 0.25), 12)  # 3·0.1 + max(0.1, 0.125)
-    0.425
-    >>> dp_exposed_seconds(0.0, 0.5, 4, 0.4, True, 0.25, False)  # 4 · 0.5 on the compute stream
-    2.0
-    >>> dp_exposed_seconds(1.0, 0.0, 8, 1.5, True, 0.1, True, 0.25)  # max(0.25·1, 1 − 1.5, 0.1)
-    0.25
-    >>> dp_exposed_seconds(3.0, 0.0, 8, 1.5, True, 0.1, True, 0.25, 2.0)  # 2 + max(0.25, 0.1)
-    2.25
-    """
-    overlapped = overlapped & beside_compute
-    rest = step_s - waits
-    beyond = contended_wait(rest, window_s, share)
-    step = where(overlapped, waits + maximum(beyond, rest * tail), step_s)
-    each = contended_wait(microbatch_s, window_s, share)
-    hidden = (m - 1) * maximum(0.0, each)
-    last = maximum(each, microbatch_s * tail)
-    return step + where(beside_compute, hidden + last, m * microbatch_s)
 
 
 def optimizer_seconds(

@@ -275,7 +275,8 @@ def test_search_finds_meta_layout_only_as_meta_ran_it():
     the reserved bytes past the memory), the search finds Meta's own layout (Llama 3 Table 4),
     with the ZeRO-2 Meta ran: ZeRO-3 gathers the weights again every micro-batch, and those
     gathers hold NCCL's SMs beside the computation they hide under (``nccl_sm_charge``, on by
-    default: 7.501 s a step against ZeRO-2's 6.473 s; uncharged, ZeRO-3 takes 6.445 s)."""
+    default: 7.501 s a step against ZeRO-2's 6.473 s; uncharged 6.806 s against 6.429 s, the
+    forward's gathers waiting beyond the forward, model.dp_exposure)."""
     base = ["search", "--model", "llama3-405b", "--gpus", "16384", "--gpu", "H100-SXM"]
     base += ["--framework", "megatron", "--framework", "fsdp2", "--json"]
     done = run_many(

@@ -1,7 +1,7 @@
 """The roofline time of the data-parallel collectives, over the groups that carry them: the
 dense parameters' over the dp·cp group (the ``dp`` link), the routed experts' over the expert
 data-parallel group (the ``edp`` link, :func:`topology.placement.axis_links`), each with its own
-buckets, then one exposure rule over their sum (:func:`model.step_time.dp_exposed_seconds`).
+buckets, then one exposure rule over their sum (:func:`model.dp_exposure.dp_exposed_seconds`).
 
 Megatron-Core (d98e8a64dd ``megatron/core/distributed/distributed_data_parallel.py``
 ``DistributedDataParallel.__init__``) keeps the experts' gradients in buffers of their own,
@@ -22,6 +22,7 @@ element-wise over the search's columns.
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
 from trainplan.model.comm import (
@@ -30,8 +31,8 @@ from trainplan.model.comm import (
     reduces_beside_compute,
 )
 from trainplan.model.comm_sms import collective_sm_share
+from trainplan.model.dp_exposure import DpSeconds, dp_exposed_seconds, dp_seconds
 from trainplan.model.pipeline_reduce import reduce_waiting_share
-from trainplan.model.step_time import dp_exposed_seconds, dp_seconds
 from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.terms.roofline import axis_link, params_of
 from trainplan.model.terms.stage_params import busiest_params
@@ -41,17 +42,15 @@ from trainplan.model.xp import as_float, where
 __all__ = ["dp_group_seconds", "dp_group_times", "dp_seconds_term"]
 
 
-def dp_group_seconds(
-    c: Context, f: Fields, mech: Any = None
-) -> tuple[tuple[Any, Any, Any, Any], ...]:
-    """``(seconds once per step, seconds per micro-batch, calls, seconds of the once-per-step
-    reductions)`` of the dense parameters'
-    collectives on the dp link over ``shard_degree`` ranks, then of the routed experts' on the
-    edp link over ``expert_shard_degree`` ranks (:func:`model.step_time.dp_seconds` of
-    :func:`model.terms.traffic.dp_group_traffic_bytes`), each split into its own buckets over
-    its own parameters (:func:`model.comm.dp_collective_calls`; under ``fsdp2`` one unit per
-    block, the experts one per MoE block); (0, 0, calls) for a group of one rank. ``mech``:
-    another mechanism's collectives in the same buckets (None: the layout's)."""
+def dp_group_seconds(c: Context, f: Fields, mech: Any = None) -> tuple[tuple[DpSeconds, Any], ...]:
+    """``(seconds, calls)`` of the dense parameters' collectives on the dp link over
+    ``shard_degree`` ranks, then of the routed experts' on the edp link over
+    ``expert_shard_degree`` ranks: the :class:`model.dp_exposure.DpSeconds` of
+    :func:`model.dp_exposure.dp_seconds` of :func:`model.terms.traffic.dp_group_traffic_bytes`,
+    each group split into its own buckets over its own parameters
+    (:func:`model.comm.dp_collective_calls`; under ``fsdp2`` one unit per block, the experts one
+    per MoE block); zero seconds for a group of one rank. ``mech``: another mechanism's
+    collectives in the same buckets (None: the layout's)."""
     mech, m, fw = mech or dp_mechanism(c, f), f.m, str(f.framework)
     overlapped = c.options.grad_reduce_overlap
     layers, moe_layers = most_layers(c, f)
@@ -64,11 +63,12 @@ def dp_group_seconds(
         calls = dp_collective_calls(fw, as_float(params), units, f.dp, overlapped)
         bandwidth, scaleup = axis_link(c, f, axis)
         on = (group > 1) & (bandwidth > 0)
-        step_s, mb_s, reduce_s = (where(on, s, 0.0) for s in dp_seconds(
+        s = dp_seconds(
             mech, as_float(total - m * per_mb), as_float(per_mb), group, calls,
             where(on, bandwidth, 1.0), scaleup, params_of(c),
-        ))  # fmt: skip
-        out.append((step_s, mb_s, calls, reduce_s))
+        )  # fmt: skip
+        s = DpSeconds(*(where(on, getattr(s, k.name), 0.0) for k in fields(DpSeconds)))
+        out.append((s, calls))
     return tuple(out)
 
 
@@ -77,18 +77,20 @@ def dp_group_times(
 ) -> tuple[tuple[Any, Any], ...]:
     """``(seconds if nothing overlapped, exposed)`` of the dense group's collectives, then of the
     expert group's (:func:`dp_group_seconds`). What waits is the mechanism's rule
-    (:func:`model.step_time.dp_exposed_seconds`) over their sum, ``window`` being
-    :func:`model.terms.roofline.window_seconds`, with the last buckets of both groups as its
-    tail: each group's last bucket holds the first layers' gradients, ready only when the
-    backward ends. The exposed seconds are shared between the groups by their seconds (the
+    (:func:`model.dp_exposure.dp_exposed_seconds`) over their sum, ``window`` being
+    :func:`model.terms.roofline.window_seconds` (one micro-batch's forward and backward, which
+    the rule splits into the forward's and the backward's windows; the per-micro-batch
+    traffic's forward share is both groups' forward all-gathers), with the last buckets of both
+    groups as its tail: each group's last bucket holds the first layers' gradients, ready only
+    when the backward ends. The exposed seconds are shared between the groups by their seconds (the
     traffic table's two rows); a model without experts keeps the whole on the dense group.
     What waits of an overlapped collective includes the SMs its kernels take from the
     computation it hides under (:func:`model.comm_sms.collective_sm_share`; 0 unless
     ``nccl_sm_charge``), and a pipeline stage's reductions after its last backward
     (:func:`model.pipeline_reduce.reduce_waiting_share`). ``mech``: as :func:`dp_group_seconds`."""
-    (d_step, d_mb, d_calls, d_red), (e_step, e_mb, e_calls, e_red) = dp_group_seconds(c, f, mech)
+    (d, d_calls), (e, e_calls) = dp_group_seconds(c, f, mech)
     m, fw = f.m, str(f.framework)
-    dense, experts = d_step + m * d_mb, e_step + m * e_mb
+    dense, experts = d.step_s + m * d.microbatch_s, e.step_s + m * e.microbatch_s
     total = dense + experts
     some = total > 0
     tail = where(some, (dense / d_calls + experts / e_calls) / where(some, total, 1.0), 1 / d_calls)
@@ -97,10 +99,12 @@ def dp_group_times(
         fw, int(f.zero_stage), c.training.deepspeed_overlap_comm
     )  # fmt: skip
     share = collective_sm_share(c.gpu.name, c.options.nccl_sm_charge)
-    waits = (d_red + e_red) * reduce_waiting_share(fw, f.pp, f.virtual_stages)
+    waits = (d.step_reduce_s + e.step_reduce_s) * reduce_waiting_share(fw, f.pp, f.virtual_stages)
     exposed = dp_exposed_seconds(
-        d_step + e_step, d_mb + e_mb, m, window, after_flush, tail, beside, share, waits
-    )
+        d.step_s + e.step_s, d.microbatch_s + e.microbatch_s, m, window, after_flush, tail,
+        beside, share, waits, d.forward_s + e.forward_s,
+        d.microbatch_reduce_s + e.microbatch_reduce_s,
+    )  # fmt: skip
     expert_exposed = where(some, exposed * experts / where(some, total, 1.0), 0.0)
     return (dense, exposed - expert_exposed), (experts, expert_exposed)
 

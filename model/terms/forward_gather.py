@@ -15,10 +15,12 @@ gathers_per_microbatch` counts the forward's and the backward's) and no reductio
 
 They are timed by the training step's own dp term (:func:`model.terms.dp_time.dp_group_times`:
 the same buckets, links and collective times, the same exposure rule with the same SM share),
-for the forward-only mechanism (:func:`forward_mechanism`) and with one micro-batch's forward
-as the window: a third of the training window (:func:`model.terms.roofline.window_seconds`,
-forward and backward without recomputation), as the scoring forward's compute is a third of
-the three passes (:func:`model.rlhf.network._forward_s`).
+for the forward-only mechanism (:func:`forward_mechanism`) over the training window
+(:func:`model.terms.roofline.window_seconds`, forward and backward without recomputation): its
+one gather is a forward's (:func:`model.dp_exposure.phase_gathers`), so the rule sets it
+against the forward's window, a third of the training window
+(:func:`model.schedule_cost.pass_times`), as the scoring forward's compute is a third of the
+three passes (:func:`model.rlhf.network._forward_s`).
 """
 
 from __future__ import annotations
@@ -64,6 +66,6 @@ def forward_gather_term(c: Context, f: Fields) -> tuple[Any, Any]:
     if forward is None:
         return 0.0, 0.0
     (dense, dense_exposed), (experts, expert_exposed) = dp_group_times(
-        c, f, window_seconds(c, f) / 3, forward
+        c, f, window_seconds(c, f), forward
     )
     return dense + experts, dense_exposed + expert_exposed

@@ -88,7 +88,8 @@ def test_dp_calls_each_at_their_own_message_size_inside_an_hgx_board():
     p = deployed_params("H100-SXM")
     mech = mechanism("megatron", 1, 2, 4, 12)
     sent = 7 / 8 * 6 * 1e9  # (D−1)/D · 6 bytes · 1e9 parameters
-    step, mb, _ = dp_seconds(mech, sent, 0.0, 8, 25, 450e9, True, p)
+    got = dp_seconds(mech, sent, 0.0, 8, 25, 450e9, True, p)
+    step, mb = got.step_s, got.microbatch_s
     rs = collective_time(Collective.REDUCE_SCATTER, 8, sent * 4 / 6 / 25, 450e9, True, p)
     ag = collective_time(Collective.ALL_GATHER, 8, sent * 2 / 6 / 25, 450e9, True, p)
     assert step == pytest.approx(25 * (rs + ag)) and mb == 0.0

@@ -199,13 +199,15 @@ def test_nccl_holds_its_nvls_channels_of_the_parts_sms() -> None:
 def test_an_overlapped_dp_collective_pays_for_the_sms_it_holds() -> None:
     """A once-per-step reduce-scatter of 1 s under a 1.5 s window at φ = 16/132: the window's
     computation runs on 116 of 132 SMs for 1 s, so 16/132 s of it is left when the collective
-    ends (the last unit's tail, 0.1 s, is less). Per-micro-batch gathers of 0.5 s under 0.4 s
-    windows, m = 4: each waits max(φ·0.5, 0.1) = 0.1 — the communication paces."""
+    ends (the last unit's tail, 0.1 s, is less). Per-micro-batch gathers of 0.5 s, 0.25 s in
+    each pass, under 0.4 s micro-batches (forward 0.4/3, backward 0.8/3), m = 4: the forward
+    waits max(φ·0.25, 0.25 − 0.1333) = 0.1167 (the communication paces), the backward
+    max(φ·0.25, 0.25 − 0.2667) = φ·0.25 (the SMs it holds)."""
     phi = 16 / 132
     assert dp_exposed_seconds(1.0, 0.0, 8, 1.5, True, 0.1, True, phi) == pytest.approx(phi)
     assert dp_exposed_seconds(1.0, 0.0, 8, 1.5, True, 0.1) == pytest.approx(0.1)
-    got = dp_exposed_seconds(0.0, 0.5, 4, 0.4, True, 0.05, True, phi)
-    assert got == pytest.approx(4 * max(phi * 0.5, 0.1))
+    got = dp_exposed_seconds(0.0, 0.5, 4, 0.4, True, 0.05, True, phi, forward_s=0.25)
+    assert got == pytest.approx(4 * (max(phi * 0.25, 0.25 - 0.4 / 3) + phi * 0.25))
 
 
 @pytest.mark.parametrize("case", [c for c in exact.CASES if c[0] == "llama3-8b"],
@@ -243,13 +245,21 @@ def test_the_charge_prices_megatron_fsdp_per_micro_batch_traffic() -> None:
     reduce-scatters every micro-batch under optim_grads_params and all-gathers each unit in
     forward and again in backward (Megatron-LM d98e8a64dd megatron_fsdp.py, ``no_sync``), on
     side streams beside the layers' GEMMs: 201.117 s of dp traffic a step beside 228.833 s of
-    computation. Uncharged, a window of 228.833/128 = 1.788 s hides each micro-batch's
-    201.117/128 = 1.571 s (3.6 ms exposed: the tail); charged, each waits max(φ·1.571, 1.571 −
-    1.788) = φ·1.571 with Hopper's φ = 1 − 1/1.314 = 0.23896, so 128 × 0.23896 × 1.5712 =
-    0.23896 × 201.117 = 48.06 s exposed. The tp 4 layers' asynchronous collectives pay the
-    same φ: of the tp row's 33.600 s, 20.164 s wait uncharged and the other 13.436 s are hidden
-    whole, so charged 20.164 + 0.23896 × 13.436 = 23.375 s wait (+3.211 s). The step 249.015
-    → 300.282 s (+48.056 + 3.211 s)."""
+    computation. Each micro-batch sends 201.117/128 = 1.5712 s: its forward's gathers, 2 B of
+    the 8 a parameter sends (2 B gathered twice, 4 B of FP32 gradients), 0.3928 s, under the
+    forward's third of the 1.9453 s micro-batch (operations and exposed tp, no recomputation:
+    0.6484 s), the backward's gathers and reduce-scatter, 1.1784 s, under its two thirds,
+    1.2969 s. Uncharged both hide, and each micro-batch waits only for the reduce-scatter of its
+    last of 442 buckets, half its 1.5712 s (4 B of 8), 0.7856/442 = 1.777 ms (Megatron-FSDP
+    waits for every backward's reduce-scatters: ``_root_post_backward`` →
+    ``grad_reduce_pipeline.reset()``), the last micro-batch its last bucket's whole share,
+    1.5712/442 = 3.555 ms: 127 × 1.777 + 3.555 ms = 0.229 s.
+    Charged, each pass waits φ of its traffic (max(φ·0.3928, 0.3928 − 0.6484), max(φ·1.1784,
+    1.1784 − 1.2969)) with Hopper's φ = 1 − 1/1.314 = 0.23896, so 128 × 0.23896 × 1.5712 =
+    0.23896 × 201.117 = 48.06 s exposed. The tp 4 layers' asynchronous collectives pay the same
+    φ: of the tp row's 33.600 s, 20.164 s wait uncharged and the other 13.436 s are hidden whole,
+    so charged 20.164 + 0.23896 × 13.436 = 23.375 s wait (+3.211 s). The step 249.240 →
+    300.282 s (+47.831 + 3.211 s)."""
     case = dict(dp=16, tp=4, zero_stage=3, micro_batch_size=1, global_batch_size=2048,
                 framework="megatron")  # fmt: skip
     on = Case.of("llama3-70b", "H100-SXM", **case).evaluate()
@@ -257,9 +267,9 @@ def test_the_charge_prices_megatron_fsdp_per_micro_batch_traffic() -> None:
     dp_on = next(r for r in on.traffic if r.traffic.axis == "dp")
     dp_off = next(r for r in off.traffic if r.traffic.axis == "dp")
     assert dp_on.seconds == dp_off.seconds == pytest.approx(201.117, abs=5e-4)
-    assert dp_off.exposed_seconds == pytest.approx(0.0036, abs=5e-5)
+    assert dp_off.exposed_seconds == pytest.approx((127 * 0.78561 + 1.57123) / 442, abs=5e-5)
     assert dp_on.exposed_seconds == pytest.approx((1 - 1 / 1.314) * 201.117, abs=5e-3)
-    assert off.step_s == pytest.approx(249.015, abs=5e-4)
+    assert off.step_s == pytest.approx(249.240, abs=5e-4)
     tp_on = next(r for r in on.traffic if r.traffic.axis == "tp")
     tp_off = next(r for r in off.traffic if r.traffic.axis == "tp")
     assert tp_on.seconds == tp_off.seconds == pytest.approx(33.600, abs=5e-4)

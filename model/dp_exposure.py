@@ -1,0 +1,226 @@
+"""The data-parallel collectives' time in a step and what of it waits: the once-per-step
+traffic and each micro-batch's, the latter phase by phase (the forward's all-gathers under the
+forward, the backward's all-gathers and the reduction under the backward).
+
+Written once for exact floats and for arrays of layouts (:mod:`model.xp`): the evaluator's dp
+term (:func:`model.terms.dp_time.dp_group_times`) and the search's tables call the same
+functions. Re-exported by :mod:`model.step_time`.
+
+Per-micro-batch traffic pass by pass (:func:`microbatch_exposed_seconds`). The frameworks
+free each unit after its forward and gather it again before its backward (torch
+``_fully_shard/_fsdp_param_group.py`` at 002a76fb ``FSDPParamGroup.post_forward`` →
+``reshard``, ``pre_backward`` → ``unshard``; Megatron-LM ``megatron_fsdp.py`` at d98e8a64dd
+``_post_forward`` → ``release_module_parameters``, ``_pre_backward_param_unshard``; DeepSpeed
+``parameter_offload.py`` at 38327e07 ``post_sub_module_forward_function`` →
+``release_sub_module``, ``pre_sub_module_backward_function`` → ``fetch_sub_module``), so the
+backward's gathers and the reduction cannot hide under the forward. Each waits for its
+reductions at the end of every backward (torch ``_fsdp_state.py`` at 01c9f4fc
+``_root_post_backward_final_callback``: while ``is_last_backward``, True unless
+``set_is_last_backward`` says otherwise, which torchtitan at b5bcd76c never calls, the current
+stream waits on the reduce-scatters' events; Megatron-FSDP ``_root_post_backward`` →
+``grad_reduce_pipeline.reset()`` → ``wait_for_previous_grad_reduce(0)``; DeepSpeed
+``stage3.py`` ``independent_gradient_partition_epilogue`` →
+``reduce_and_partition_stream.synchronize()``, ``stage_1_and_2.py`` the same with
+``overlap_comm``), so a backward's surplus cannot hide under the next forward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from trainplan.model.comm_sms import contended_wait
+from trainplan.model.mechanisms import Mechanism
+from trainplan.model.roofline import Collective, RooflineParams, collective_time
+from trainplan.model.schedule_cost import pass_times
+from trainplan.model.xp import maximum, where
+
+__all__ = [
+    "DpSeconds",
+    "phase_gathers",
+    "dp_seconds",
+    "microbatch_exposed_seconds",
+    "dp_exposed_seconds",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class DpSeconds:
+    """Seconds of one group's data-parallel collectives on one GPU (:func:`dp_seconds`): floats
+    for one layout, arrays (one element per layout) for the search's columns."""
+
+    step_s: Any
+    """The once-per-step traffic (reduction and all-gathers), seconds a step."""
+    step_reduce_s: Any
+    """Of :attr:`step_s`, the reduction."""
+    microbatch_s: Any
+    """One micro-batch's traffic (reduction and all-gathers), seconds a micro-batch."""
+    forward_s: Any
+    """Of :attr:`microbatch_s`, the forward's all-gathers (:func:`phase_gathers`)."""
+    microbatch_reduce_s: Any
+    """Of :attr:`microbatch_s`, the reduction (the backward's)."""
+
+
+def phase_gathers(mech: Mechanism) -> tuple[int, int]:
+    """(all-gathers of the weights in one micro-batch's forward, in its backward) of ``mech``'s
+    :attr:`Mechanism.gathers_per_microbatch`: the first gathers each unit for its forward, a
+    second gathers it again for its backward, the recomputed forward of a checkpointed unit
+    included (one gather serves both; see :func:`dp_exposed_seconds`).
+
+    >>> from trainplan.model.mechanisms import mechanism
+    >>> phase_gathers(mechanism("fsdp2", 3)), phase_gathers(mechanism("fsdp2", 2))
+    ((1, 1), (1, 0))
+    >>> phase_gathers(mechanism("megatron", 1))
+    (0, 0)
+    """
+    forward = min(mech.gathers_per_microbatch, 1)
+    return forward, mech.gathers_per_microbatch - forward
+
+
+def dp_seconds(
+    mech: Mechanism,
+    step_bytes: Any,
+    microbatch_bytes: Any,
+    group: Any,
+    calls: Any,
+    bandwidth: Any,
+    scaleup: Any,
+    p: RooflineParams,
+) -> DpSeconds:
+    """The :class:`DpSeconds` of the mechanism's collectives over ``group`` = dp·cp ranks:
+    ``step_bytes`` sent once per step, ``microbatch_bytes`` each micro-batch. Each collective
+    the mechanism runs (its reduction, its all-gathers) carries its share of the bytes
+    (:meth:`Mechanism.traffic_terms`' bytes per parameter) in ``calls`` equal calls — the
+    framework's buckets (:func:`model.comm.dp_collective_calls`) — each timed by
+    :func:`model.roofline.collective_time` at its own message size (the published bus
+    bandwidth by size inside an NVLink domain, NCCL's latency plus the link's rate across
+    nodes). A micro-batch's all-gathers are equal: the forward's are :func:`phase_gathers`'
+    share of them. Element-wise for arrays."""
+    reduce = Collective.ALL_REDUCE if mech.all_reduce else Collective.REDUCE_SCATTER
+    reduce_b = mech.reduce_bytes * (2 if mech.all_reduce else 1)
+    per_mb = mech.reduce_per_microbatch
+    step_kinds = [(reduce, 0 if per_mb else reduce_b)]
+    step_kinds.append((Collective.ALL_GATHER, mech.weight_bytes * mech.gathers_per_step))
+    mb_kinds = [(reduce, reduce_b if per_mb else 0)]
+    mb_kinds.append((Collective.ALL_GATHER, mech.weight_bytes * mech.gathers_per_microbatch))
+
+    def seconds(kinds: list[tuple[Collective, int]], total: Any) -> list[Any]:
+        per_param = sum(b for _, b in kinds)
+        out: list[Any] = [0.0, 0.0]  # (reduction, all-gathers)
+        for i, (kind, b) in enumerate(kinds):
+            if b:
+                sent = total * (b / per_param) / calls
+                out[i] = calls * collective_time(kind, group, sent, bandwidth, scaleup, p)
+        return out
+
+    (reduce_s, gather_s), mb = seconds(step_kinds, step_bytes), seconds(mb_kinds, microbatch_bytes)
+    forward = phase_gathers(mech)[0] / max(mech.gathers_per_microbatch, 1)
+    return DpSeconds(reduce_s + gather_s, reduce_s, mb[0] + mb[1], mb[1] * forward, mb[0])
+
+
+def microbatch_exposed_seconds(
+    microbatch_s: Any,
+    forward_s: Any,
+    reduce_s: Any,
+    m: Any,
+    window_s: Any,
+    tail: Any,
+    share: float = 0.0,
+) -> Any:
+    """Seconds the per-micro-batch collectives (per-micro-batch gradient reduce-scatters,
+    ZeRO-3/FSDP gathers) leave exposed over a step's ``m`` micro-batches, each sending
+    ``microbatch_s``: ``forward_s`` of it the forward's all-gathers (:func:`phase_gathers`),
+    ``reduce_s`` the reduction, the rest the backward's all-gathers.
+
+    Why pass by pass, and why every micro-batch: the module docstring.
+
+    The windows are :func:`model.schedule_cost.pass_times` of ``window_s`` (one micro-batch's
+    compute without recomputation): the forward ``F = t/3``, the backward ``B + W = 2t/3``. In
+    every micro-batch what exceeds each window waits (:func:`model.comm_sms.contended_wait`,
+    ``share`` = ``φ``), the backward at least its last bucket's reduction, ``tail``'s share of
+    ``reduce_s`` (nothing is computed after it); the last micro-batch at least ``tail``'s
+    share of all its traffic. Under recomputation the backward also re-runs the forward, which
+    the same gather serves (:attr:`model.mechanism_record.Mechanism.gathers_per_microbatch`
+    counts no third): its window is longer than ``2t/3`` by the recomputed forward, which the dp
+    term does not read (the search tabulates it per ZeRO stage, not per recompute mode), so it
+    errs towards exposure there. Element-wise for arrays.
+
+    Examples
+    --------
+    0.5 s a micro-batch, 0.1 of it the forward's gathers and 0.2 the reduction, under 0.6 s
+    (forward 0.2, backward 0.4): the forward hides its 0.1, the backward leaves 0.4 − 0.4 = 0
+    but waits for its last bucket, 0.25 · 0.2; the last micro-batch waits 0.25 · 0.5.
+
+    >>> round(microbatch_exposed_seconds(0.5, 0.1, 0.2, 4, 0.6, 0.25), 12)  # 3 · 0.05 + 0.125
+    0.275
+
+    With 0.3 s of it in the forward, the forward waits 0.3 − 0.2 = 0.1 s though the whole
+    fits the micro-batch: the backward's idle link cannot carry the forward's gathers.
+
+    >>> round(microbatch_exposed_seconds(0.5, 0.3, 0.0, 4, 0.6, 0.1), 12)  # 4 · 0.1
+    0.4
+    """
+    t_f, t_b, t_w = pass_times(window_s, window_s, 1)
+    forward = maximum(0.0, contended_wait(forward_s, t_f, share))
+    backward = maximum(0.0, contended_wait(microbatch_s - forward_s, t_b + t_w, share))
+    each = forward + maximum(backward, reduce_s * tail)
+    return (m - 1) * each + maximum(each, microbatch_s * tail)
+
+
+def dp_exposed_seconds(
+    step_s: Any,
+    microbatch_s: Any,
+    m: Any,
+    window_s: Any,
+    overlapped: Any,
+    tail: Any,
+    beside_compute: Any = True,
+    share: float = 0.0,
+    waits: Any = 0.0,
+    forward_s: Any = 0.0,
+    reduce_s: Any = 0.0,
+) -> Any:
+    """Seconds of data-parallel communication left exposed in a step, by mechanism.
+
+    * Per-micro-batch collectives (``microbatch_s`` each micro-batch, ``forward_s`` of it the
+      forward's all-gathers, ``reduce_s`` the reduction) run under their own micro-batch, pass
+      by pass: :func:`microbatch_exposed_seconds`.
+    * The once-per-step traffic (the distributed optimizer's reduce-scatter and all-gather, a
+      DDP all-reduce, FSDP2's weight gather under a pipeline schedule) overlaps the last
+      micro-batch's backward and the next step's first forward when the framework overlaps it
+      (``overlapped``: Megatron-Core ``--overlap-grad-reduce`` / ``--overlap-param-gather``,
+      FSDP's prefetch): ``max(c − window, tail·c)``; else all of it waits (Megatron-LM 2021's
+      DDP all-reduce after the last backward, DeepSpeed's pipeline engine:
+      :func:`model.comm.grad_reduce_overlaps`). ``overlapped`` is element-wise.
+    * Without ``beside_compute`` (:func:`model.comm.reduces_beside_compute`: DeepSpeed ZeRO-1/2
+      without ``overlap_comm`` reduces on the compute stream) nothing overlaps: every
+      collective waits, the per-micro-batch ones and the once-per-step ones alike.
+    * ``share``: the SMs an overlapped collective's kernels hold (``φ``,
+      :func:`model.comm_sms.collective_sm_share`); the computation it hides under runs on the
+      rest, so what waits beyond a window is :func:`model.comm_sms.contended_wait`
+      ``max(φ·a, a − window)`` in place of ``max(0, a − window)``.
+    * ``waits``: seconds of the once-per-step traffic that wait whole even when it overlaps
+      (FSDP2's reduce-scatter after a pipeline stage's last backward,
+      :func:`model.pipeline_reduce.reduce_waiting_share`); the rest overlaps as above.
+
+    Examples
+    --------
+    >>> dp_exposed_seconds(2.0, 0.0, 8, 1.5, True, 0.1)  # max(2 − 1.5, 0.2)
+    0.5
+    >>> dp_exposed_seconds(2.0, 0.0, 8, 1.5, False, 0.1)
+    2.0
+    >>> dp_exposed_seconds(0.0, 0.5, 4, 0.4, True, 0.25, False)  # 4 · 0.5 on the compute stream
+    2.0
+    >>> dp_exposed_seconds(1.0, 0.0, 8, 1.5, True, 0.1, True, 0.25)  # max(0.25·1, 1 − 1.5, 0.1)
+    0.25
+    >>> dp_exposed_seconds(3.0, 0.0, 8, 1.5, True, 0.1, True, 0.25, 2.0)  # 2 + max(0.25, 0.1)
+    2.25
+    """
+    overlapped = overlapped & beside_compute
+    rest = step_s - waits
+    beyond = contended_wait(rest, window_s, share)
+    step = where(overlapped, waits + maximum(beyond, rest * tail), step_s)
+    hidden = microbatch_exposed_seconds(
+        microbatch_s, forward_s, reduce_s, m, window_s, tail, share
+    )  # fmt: skip
+    return step + where(beside_compute, hidden, m * microbatch_s)

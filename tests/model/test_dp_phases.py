@@ -1,0 +1,133 @@
+"""ZeRO-3/FSDP per-micro-batch traffic against the forward and the backward separately
+(model/dp_exposure.py ``dp_exposed_seconds``, ``phase_gathers``).
+
+Each framework frees a unit after its forward and gathers it again before its backward (torch
+``FSDPParamGroup.post_forward`` → ``reshard``, ``pre_backward`` → ``unshard``; Megatron-FSDP
+``_post_forward`` → ``release_module_parameters``, ``_pre_backward_param_unshard``; DeepSpeed
+``post_sub_module_forward_function`` → ``release_sub_module``,
+``pre_sub_module_backward_function`` → ``fetch_sub_module``), so only the forward's gathers can
+hide under the forward; and each waits for its reductions at the end of every backward (torch
+``_root_post_backward_final_callback``; Megatron-FSDP ``_root_post_backward`` →
+``grad_reduce_pipeline.reset()``; DeepSpeed ``independent_gradient_partition_epilogue`` →
+``reduce_and_partition_stream.synchronize()``), so a backward's surplus waits whole in every
+micro-batch, at least its last bucket's reduction. The windows: the forward a third of the
+micro-batch, the backward two thirds (:func:`model.schedule_cost.pass_times`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from trainplan.model.dp_exposure import dp_exposed_seconds, phase_gathers
+from trainplan.model.mechanisms import mechanism
+from trainplan.optimizer.case import Case
+
+GPT3 = dict(dp=256, tp=4, zero_stage=3, micro_batch_size=3, global_batch_size=1536)
+"""``trainplan search --model gpt3-175b --gpus 1024 --gpu A100-80GB --global-batch 1536``'s
+answer before the phases were split: dp 256 × tp 4, Megatron-FSDP (ZeRO-3), b 3, m 2."""
+
+
+def test_phase_gathers_as_each_framework_runs_them():
+    """ZeRO-3 gathers each unit for its forward and again for its backward (Megatron-FSDP,
+    FSDP2 ``reshard_after_forward=True``, DeepSpeed ZeRO-3, the textbook's re-gather); FSDP2's
+    ZeRO-2 (``reshard_after_forward=False``) gathers in the forward only and keeps the unit for
+    the backward; a mechanism that gathers once a step gathers nothing per micro-batch."""
+    assert phase_gathers(mechanism("megatron", 3)) == (1, 1)
+    assert phase_gathers(mechanism("fsdp2", 3)) == (1, 1)
+    assert phase_gathers(mechanism("deepspeed", 3)) == (1, 1)
+    assert phase_gathers(mechanism("fsdp2", 2)) == (1, 0)
+    assert phase_gathers(mechanism("megatron", 1)) == phase_gathers(mechanism("deepspeed", 2))
+    assert phase_gathers(mechanism("megatron", 1)) == (0, 0)
+
+
+def test_gpt3_175b_megatron_fsdp_by_hand():
+    """GPT-3 175B on 1024 A100-80GB, dp 256 × tp 4, Megatron-FSDP, b 3, m 2. One micro-batch's
+    dp traffic is 8.4748 s over 171 bucket calls a collective (scale-out): per parameter 2 B
+    gathered for the forward, 2 B again for the backward and 4 B of FP32 gradients
+    reduce-scattered, so the forward's gathers are a quarter, 2.1187 s, and the backward
+    carries 6.3561 s. The micro-batch's compute with its exposed tp collectives, without
+    recomputation, is t = (15.813 + 0.725) / 2 = 8.2688 s: the forward's window t/3 = 2.7563 s,
+    the backward's 2t/3 = 5.5126 s (A100: no NCCL SM charge, φ = 0).
+
+    The forward hides its gathers (0.637 s of its link idle); the backward leaves
+    6.3561 − 5.5126 = 0.8435 s, more than its last bucket's reduce-scatter (4.2374/171 =
+    0.0248 s) or, in the last micro-batch, its last bucket's whole share (8.4748/171 =
+    0.0496 s), in each of the two micro-batches: 1.6871 s exposed. Before, the micro-batch's whole 8.4748 s was set
+    against the whole t: 8.4748 − 8.2688 = 0.206 s a micro-batch, 0.412 s exposed, so the step
+    moves 16.953 → 18.229 s."""
+    est = Case.of("gpt3-175b", "A100-80GB", **GPT3).evaluate()
+    dp = next(r for r in est.traffic if r.traffic.axis == "dp")
+    assert dp.seconds == pytest.approx(2 * 8.4748, abs=5e-4)
+    t = 8.2688
+    backward = 8.4748 * 3 / 4 - 2 * t / 3
+    assert backward == pytest.approx(0.8435, abs=1e-4)
+    assert 8.4748 / 4 < t / 3  # the forward hides its gathers
+    assert dp.exposed_seconds == pytest.approx(2 * backward, abs=5e-4)
+    assert est.step_s == pytest.approx(18.229, abs=5e-4)
+
+
+def test_gpt3_175b_search_answer_moves_to_tp_8():
+    """The search's answer with the phases apart: dp 128 × tp 8, still Megatron-FSDP, b 6, m 2,
+    17.504 s (0.275 s of dp exposed: each micro-batch's backward sends 7.8391 × 3/4 = 5.8793 s
+    under 2/3 of its 8.6127 s, 0.1375 s beyond), ahead of dp 256 × tp 4's 18.229 s; the
+    search's tables give the evaluator's figure."""
+    import trainplan
+
+    r = trainplan.search(model="gpt3-175b", gpus=1024, gpu="A100-80GB", global_batch=1536)
+    lay = r.best.estimate.layout
+    assert (lay.dp, lay.tp, lay.pp, lay.zero_stage, lay.micro_batch_size) == (128, 8, 1, 3, 6)
+    assert r.best.estimate.step_s == pytest.approx(17.504, abs=5e-4)
+    assert Case.of("gpt3-175b", "A100-80GB", **GPT3).evaluate().step_s > r.best.estimate.step_s
+
+
+_SECONDS = st.floats(0.0, 10.0, allow_nan=False)
+
+
+@given(
+    mb=_SECONDS,
+    fwd_share=st.floats(0.0, 1.0),
+    reduce_share=st.floats(0.0, 1.0),
+    grow=st.floats(1.0, 4.0),
+    window=st.floats(0.01, 10.0),
+    m=st.integers(1, 64),
+    tail=st.floats(0.0, 1.0),
+    share=st.floats(0.0, 0.6),
+)
+def test_exposure_never_decreases_as_per_micro_batch_traffic_grows(
+    mb, fwd_share, reduce_share, grow, window, m, tail, share
+):
+    """More per-micro-batch traffic — the forward's gathers, the backward's, the reduction, or
+    all of it — never waits less; and what waits is never more than all of it nor less than
+    nothing."""
+    fwd = mb * fwd_share
+    red = (mb - fwd) * reduce_share
+    more = grow - 1
+
+    def exposed(total: float, forward: float, reduce: float) -> float:
+        return dp_exposed_seconds(
+            0.0, total, m, window, True, tail, True, share, 0.0, forward, reduce
+        )  # fmt: skip
+
+    base = exposed(mb, fwd, red)
+    assert -1e-12 <= base <= m * mb + 1e-9
+    assert exposed(mb * grow, fwd * grow, red * grow) >= base - 1e-12  # all of it
+    assert exposed(mb + more, fwd + more, red) >= base - 1e-12  # the forward's gathers
+    assert exposed(mb + more, fwd, red) >= base - 1e-12  # the backward's gathers
+    assert exposed(mb + more, fwd, red + more) >= base - 1e-12  # the reduction
+
+
+def test_arrays_give_the_floats():
+    """The search's columns: element-wise, the same floats as one layout at a time."""
+    mb, fwd = np.array([8.4748, 1.5712, 0.5, 0.0]), np.array([2.1187, 0.3928, 0.3, 0.0])
+    window, m, tail = np.array([8.2688, 1.9453, 0.6, 1.0]), np.array([2, 128, 4, 8]), 0.01
+    share = 0.23896
+    red = np.array([4.2374, 0.7856, 0.1, 0.0])
+    got = dp_exposed_seconds(0.0, mb, m, window, True, tail, True, share, 0.0, fwd, red)
+    one = [
+        dp_exposed_seconds(0.0, float(a), int(k), float(w), True, tail, True, share, 0.0,
+                           float(f), float(r))
+        for a, k, w, f, r in zip(mb, m, window, fwd, red, strict=True)
+    ]  # fmt: skip
+    assert got.tolist() == one
