@@ -66,6 +66,8 @@ class DeviceSpec:
     fp8_flops_per_s: float | None = None
     """Dense FP8 tensor peak in FLOP/s (no sparsity); None on parts without FP8 tensor cores
     (V100, A100, TPUs): ``precision = fp8`` is refused there (:mod:`model.precision`)."""
+    fp8_source: str = ""
+    """Where :attr:`fp8_flops_per_s` comes from, where :attr:`source` does not say it."""
     nvlink_bytes_per_s: float | None = None
     """Scale-up (NVLink, Infinity Fabric, ICI) bandwidth per GPU per direction, bytes/s; None if unknown."""
     nvlink_domain: int | None = None
@@ -96,7 +98,8 @@ class DeviceSpec:
     """GPUs per host node of the reference system (8 for HGX/DGX; 4 per GB200/GB300 compute
     tray): what host bytes per node multiply by."""
     source: str = ""
-    """Where the figures come from."""
+    """Where the figures come from: the dense BF16 peak first (quoted as the peak's source),
+    the FP8 peak in :attr:`fp8_source` where that is apart."""
     status: str = "secondary"
     """``vendor`` (read in the vendor's document), ``secondary`` (a copy of it) or ``derived``."""
 

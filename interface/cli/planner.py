@@ -266,6 +266,8 @@ def gpus_cmd(as_json: bool) -> None:
     click.echo("\nSources:")
     for r in rows:
         click.echo(f"  {r['name']}: {r['source']}")
+        if r["fp8_source"]:
+            click.echo(f"  {' ' * len(r['name'])}  {r['fp8_source']}")
         if r["bandwidth_source"]:
             click.echo(f"  {' ' * len(r['name'])}  HBM and host link: {r['bandwidth_source']}")
         if r["power_source"]:
