@@ -113,6 +113,18 @@ def _number(value: Any, where: str, key: str, *, integer: bool = False) -> Fract
     return exact
 
 
+def _check_peak_sources(row: dict[str, Any], where: str) -> None:
+    """``source`` a non-empty string; ``fp8_source`` one too, and only beside ``fp8_tflops``."""
+    if not isinstance(row["source"], str) or not row["source"].strip():
+        raise ScenarioError(f"{where}: key 'source' must be a non-empty string")
+    if "fp8_source" in row and (
+        "fp8_tflops" not in row
+        or not isinstance(row["fp8_source"], str)
+        or not row["fp8_source"].strip()
+    ):
+        raise ScenarioError(f"{where}: fp8_source must be a non-empty string, beside fp8_tflops")
+
+
 def _check_row(row: dict[str, Any], index: int) -> None:
     where = _where(index, row.get("name"))
     unknown = sorted(set(row) - set(_REQUIRED) - set(_OPTIONAL))
@@ -130,14 +142,7 @@ def _check_row(row: dict[str, Any], index: int) -> None:
         )
     if row["dense"] is not True:
         raise ScenarioError(f"{where}: key 'dense' must be true (bf16_tflops is the dense peak)")
-    if not isinstance(row["source"], str) or not row["source"].strip():
-        raise ScenarioError(f"{where}: key 'source' must be a non-empty string")
-    if "fp8_source" in row and (
-        "fp8_tflops" not in row
-        or not isinstance(row["fp8_source"], str)
-        or not row["fp8_source"].strip()
-    ):
-        raise ScenarioError(f"{where}: fp8_source must be a non-empty string, beside fp8_tflops")
+    _check_peak_sources(row, where)
     has_rate = "hbm_tbps" in row or "host_link_gbps" in row
     if has_rate != ("bandwidth_source" in row):
         raise ScenarioError(
