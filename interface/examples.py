@@ -82,6 +82,8 @@ def run_example(name: str, overrides: dict[str, Any] | None = None) -> dict[str,
         out = TAB_REPORTS[tab](tab_request(TAB_REQUESTS[tab], params, f"example {name}: "))
     ex = get_example(name)
     head = {"example": name, "tab": tab, "says": ex["says"], "source": ex.get("source", "")}
+    if ex.get("note") and not overrides:
+        head["note"] = ex["note"]
     if tab == "planner":
         head["framework"] = params["framework"]
     return {**head, **out}

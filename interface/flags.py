@@ -27,16 +27,21 @@ __all__ = [
     "moved_hint",
 ]
 
-PARAMETER_FLAGS: dict[str, str] = {
-    "num_layers": "--layers",
-    "hidden_size": "--hidden",
-    "num_attention_heads": "--heads",
-    "num_params_declared": "--params",
-    "zero_stage": "--zero",
-    "micro_batch_size": "--micro-batch",
-    "global_batch_size": "--global-batch",
+PARAMETER_FLAGS: dict[str, tuple[str, ...]] = {
+    "num_layers": ("--layers",),
+    "hidden_size": ("--hidden",),
+    "num_attention_heads": ("--heads",),
+    "num_params_declared": ("--params",),
+    "zero_stage": ("--zero",),
+    "micro_batch_size": ("--micro-batch",),
+    "global_batch_size": ("--global-batch",),
+    "pp": ("--pp", "--stages"),
+    "num_microbatches": ("--num-microbatches", "--microbatches"),
 }
-"""Parameter names whose flag is not the name with ``_`` written ``-`` (the rest are)."""
+"""Parameter names whose flag is not (only) the name with ``_`` written ``-``: the flags that
+give it, the first where no command is named (:func:`flag_for`); another where a command spells
+it so (``pp`` is ``--stages`` and ``num_microbatches`` ``--microbatches`` on ``trainplan
+pipeline``, whose micro-batch count is given where evaluate derives it from the batch)."""
 
 MOVED_FLAGS: dict[str, tuple[str, bool | None]] = {
     # links, memory reserve
@@ -135,8 +140,10 @@ def moved_hint(flag: str, value: str | None = None) -> str:
 _NAME = re.compile(r"`([a-z][a-z0-9_]*)`")
 
 
-def flag_for(name: str, web: bool = False) -> str:
-    """The flag of parameter ``name`` (``web``: a moved key as the web API's query parameter).
+def flag_for(name: str, web: bool = False, options: Collection[str] = ()) -> str:
+    """The flag of parameter ``name`` (``web``: a moved key as the web API's query parameter):
+    of its spellings (:data:`PARAMETER_FLAGS`) the first that is one of ``options`` (a command's
+    flags), else the first.
 
     Examples
     --------
@@ -144,15 +151,18 @@ def flag_for(name: str, web: bool = False) -> str:
     ('--zero', '--tp', '--set host_link_gbps')
     >>> flag_for("host_link_gbps", web=True), flag_for("memory_reserve_gib", web=True)
     ('host-link-gbps', 'memory-reserve')
+    >>> flag_for("pp"), flag_for("pp", options={"--stages", "--microbatches"})
+    ('--pp', '--stages')
     """
     if name in MOVED_KEYS:
         return MOVED_QUERY[name] if web else f"--set {name}"
-    return PARAMETER_FLAGS.get(name, "--" + name.replace("_", "-"))
+    flags = PARAMETER_FLAGS.get(name, ("--" + name.replace("_", "-"),))
+    return next((f for f in flags if f in options), flags[0])
 
 
-def with_flags(message: str, web: bool = False) -> str:
+def with_flags(message: str, web: bool = False, options: Collection[str] = ()) -> str:
     """``message`` with each backticked parameter name written as its flag (``web``: a moved
-    key as its query parameter, :func:`flag_for`).
+    key as its query parameter; ``options``: the command's flags, :func:`flag_for`).
 
     Examples
     --------
@@ -162,8 +172,10 @@ def with_flags(message: str, web: bool = False) -> str:
     'offload: the B200 has no host link bandwidth; give host-link-gbps'
     >>> with_flags("pod_size: 8 does not apply; add --set fabric=rail", web=True)
     'pod-size: 8 does not apply; add fabric=rail'
+    >>> with_flags("num_microbatches: 6 must be a multiple of `pp` = 4", options={"--stages"})
+    'num_microbatches: 6 must be a multiple of --stages = 4'
     """
-    message = _NAME.sub(lambda m: flag_for(m.group(1), web), message)
+    message = _NAME.sub(lambda m: flag_for(m.group(1), web, options), message)
     if not web:
         return message
     message = _SET.sub(lambda m: _query(m.group(1), m.group(2)), message)
@@ -187,7 +199,7 @@ def on_page(message: str, fields: Collection[str]) -> str:
     >>> on_page("cp_kind: ulysses needs cp to divide the heads", {"cp-kind"})
     'cp-kind: ulysses needs cp to divide the heads'
     """
-    message = with_flags(message, web=True)
+    message = with_flags(message, web=True, options={f"--{f}" for f in fields})
     message = _HEAD.sub(lambda m: _dashed(m.group(1), fields), message)
     return _FLAG.sub(lambda m: m.group(1) if m.group(1) in fields else m.group(0), message)
 
@@ -195,7 +207,7 @@ def on_page(message: str, fields: Collection[str]) -> str:
 def _dashed(name: str, fields: Collection[str]) -> str:
     """A line's head parameter as the page's field when it is one: its flag's name
     (``global_batch_size`` as ``global-batch``, ``cp_kind`` as ``cp-kind``); else as it is."""
-    field = flag_for(name, web=True).removeprefix("--")
+    field = flag_for(name, web=True, options={f"--{f}" for f in fields}).removeprefix("--")
     return field if field in fields else name
 
 
@@ -227,7 +239,7 @@ def refusal(message: str, options: Collection[str], web: bool = False) -> str:
     """
     if web:
         return on_page(message, options)
-    message = with_flags(message)
+    message = with_flags(message, options=options)
     if _SET_HEAD.match(message):
         return _SET_HEAD.sub(r"--set \1:", message)
     return _CLI_HEAD.sub(lambda m: _typed(m.group(1), options), message)
@@ -235,7 +247,7 @@ def refusal(message: str, options: Collection[str], web: bool = False) -> str:
 
 def _typed(name: str, options: Collection[str]) -> str:
     """A line's head parameter as the flag the user typed, where the command line has one."""
-    flag = flag_for(name)
+    flag = flag_for(name, options=options)
     if flag in options:
         return flag
     return f"--set {name}" if f"--set {name}" in options else name

@@ -8,9 +8,10 @@ Sources, read for what exists (never copied):
   ``--recompute-num-layers N`` — one N for every pipeline stage ("when training with pipeline
   parallelism, recompute_num_layers indicates the layers per pipeline stage"; per virtual stage
   under interleaving); ``--decoder-first-pipeline-num-layers`` /
-  ``--decoder-last-pipeline-num-layers`` (the other stages share the rest evenly); a per-stage
-  vector beyond that needs Megatron-Core's ``--pipeline-model-parallel-layout`` (:func:`pipeline_layout`). Full and
-  selective granularity do not combine in one run.
+  ``--decoder-last-pipeline-num-layers`` (the other stages share the rest evenly), the
+  ``--account-for-embedding/loss-in-pipeline-split`` flags; a per-stage vector beyond those
+  needs Megatron-Core's ``--pipeline-model-parallel-layout`` (:mod:`interface.launch_split`
+  chooses the form). Full and selective granularity do not combine in one run.
 * torchtitan ``[activation_checkpoint]``: ``mode = "none" | "selective" | "full"``,
   ``selective_ac_option = "op"`` (per-operator selective AC) or ``"N"`` (full AC of every N-th
   transformer block of the model); ``[parallelism]`` degrees, ``pipeline_parallel_schedule``
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 
 from trainplan.interface.launch_overlap import megatron_overlap_flags
 from trainplan.interface.launch_parallel import megatron_parallel_flags, megatron_run_flags
+from trainplan.interface.launch_split import megatron_pipeline_flags, pipeline_layout
 from trainplan.interface.launch_torchtitan import (
     cpu_step_note,
     torchtitan_cp,
@@ -46,7 +48,7 @@ from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.precision import Fp8Recipe, Precision, fp8_recipe_of
 from trainplan.model.schedule_support import IMPLEMENTATIONS
 from trainplan.model.specs import Architecture, TrainingSpec
-from trainplan.model.split import model_chunks, stage_chunks, stage_layers
+from trainplan.model.split import stage_chunks, stage_layers
 from trainplan.model.timing import CostOptions
 
 __all__ = [
@@ -87,7 +89,9 @@ MEGATRON_ARGUMENTS = frozenset(
     --expert-model-parallel-size --expert-tensor-parallel-size --sequence-parallel
     --use-distributed-optimizer
     --num-layers-per-virtual-pipeline-stage --pipeline-model-parallel-layout
-    --decoder-first-pipeline-num-layers --decoder-last-pipeline-num-layers --fp8-format
+    --decoder-first-pipeline-num-layers --decoder-last-pipeline-num-layers
+    --num-virtual-stages-per-pipeline-rank --account-for-embedding-in-pipeline-split
+    --account-for-loss-in-pipeline-split --fp8-format
     --optimizer-cpu-offload --optimizer-offload-fraction --use-precision-aware-optimizer
     --fine-grained-activation-offloading --offload-modules --recompute-granularity
     --recompute-method --recompute-num-layers --use-megatron-fsdp --data-parallel-sharding-strategy
@@ -104,7 +108,11 @@ MEGATRON_ARGUMENTS = frozenset(
 ``ArgumentGroupFactory`` over ``TransformerConfig`` — which extends ``ModelParallelConfig``, the
 parallel sizes and ``sequence_parallel`` — and ``TrainingConfig``, the batch sizes;
 ``megatron/training/argument_utils.py`` ``_format_arg_name``: field ``a_b`` is ``--a-b``;
-``--fp8-format`` is ``TransformerConfig.fp8``'s ``arg_names``; ``--use-megatron-fsdp`` is
+``--fp8-format`` is ``TransformerConfig.fp8``'s ``arg_names``;
+``--num-virtual-stages-per-pipeline-rank`` is an ``add_argument`` call beside
+``--decoder-first-pipeline-num-layers``, the ``--account-for-*-in-pipeline-split`` flags are
+``TransformerConfig``'s ``account_for_embedding_in_pipeline_split`` and
+``account_for_loss_in_pipeline_split`` (``validate_args`` reads both as ``args.…``); ``--use-megatron-fsdp`` is
 ``DistributedInitConfig.use_megatron_fsdp``, ``megatron/training/config/common_config.py``;
 ``--fsdp-double-buffer``, ``--overlap-grad-reduce`` and ``--overlap-param-gather`` are
 ``add_argument`` calls of ``_add_distributed_args``;
@@ -135,9 +143,6 @@ moved them to Python, ``torchtitan/config/configs.py``, the same field names:
 ``parallelism.module_fqns_per_model_part``, ``compile.enable``); ``module_fqns_per_model_part``
 is there since 6e06a49cd (2025-10-13; it replaced ``pipeline_parallel_split_points``),
 ``[compile] enable`` since 08b8b244f (2025-08-20; before it ``[training] compile``)."""
-
-_MEGATRON = ("gpipe", "1f1b", "interleaved")
-"""Schedules Megatron-LM's flags express (GPipe as 1F1B, as before)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,66 +241,10 @@ def megatron_flags(
     out += megatron_run_flags(layout, training, arch.moe is not None, notes)
     out += megatron_overlap_flags(layout, options or CostOptions(), notes)
     split = _split(arch, layout)
-    out += _megatron_pipeline(arch, layout, split, notes)
+    out += megatron_pipeline_flags(arch, layout, notes)
     out += _megatron_recompute(layout, split, notes)
     out += [] if training is None else _megatron_recipe(training, layout, notes)
     return LaunchFlags(tuple(out), tuple(notes))
-
-
-def _megatron_pipeline(
-    arch: Architecture, layout: Layout, split: tuple[int, ...], notes: list[str]
-) -> list[str]:
-    """The stage split's flags: per model chunk when interleaved
-    (``--num-layers-per-virtual-pipeline-stage``, or the layout string for uneven chunks),
-    ``--decoder-first/last-pipeline-num-layers`` for ``split`` layers per stage, the layout string
-    when the middle stages differ (nothing for a default split of L/pp per stage: Megatron-LM's
-    own, which it runs only then, ``validate_args`` asserting pp divides L without them); a
-    schedule Megatron-Core does not run is said in ``notes`` (its 1F1B written)."""
-    if str(layout.schedule) in TORCHTITAN_SCHEDULES and str(layout.schedule) not in _MEGATRON:
-        notes.append(
-            f"schedule {layout.schedule}: Megatron-Core runs 1f1b and interleaved only "
-            f"({'; '.join(IMPLEMENTATIONS[str(layout.schedule)])} run it); these flags are "
-            "its 1F1B"
-        )
-        return []
-    # Megatron-Core's counts are decoder layers: the MTP blocks (indices L, L + 1, … in the
-    # last model chunk, on the last stage) come on top of them, "m" in the layout string
-    mtp = arch.mtp_layers
-    if layout.virtual_stages > 1:
-        chunks = _decoder_counts(
-            arch,
-            model_chunks(
-                arch, layout.pp, layout.virtual_stages, layout.split_rule, layout.stage_layers
-            ),
-        )
-        if len(set(chunks)) == 1:
-            return ["--num-layers-per-virtual-pipeline-stage", str(chunks[0])]
-        notes.append(  # uneven chunks: only the layout string says them (in model order)
-            f"layers per model chunk {','.join(map(str, chunks))} (v = "
-            f"{layout.virtual_stages}): uneven, which --num-layers-per-virtual-pipeline-stage "
-            "cannot say; Megatron-Core's --pipeline-model-parallel-layout (experimental "
-            "there) lists the pp·v chunks in model order"
-        )
-        return ["--pipeline-model-parallel-layout", pipeline_layout(chunks, mtp)]
-    split = split[:-1] + (split[-1] - mtp,)  # the last stage's MTP blocks are no decoder layers
-    if layout.pp == 1 or (layout.stage_layers is None and len(set(split)) == 1):  # L/pp each
-        return []
-    if len(set(split[1:-1])) <= 1:
-        return [
-            "--decoder-first-pipeline-num-layers", str(split[0]),
-            "--decoder-last-pipeline-num-layers", str(split[-1]),
-        ]  # fmt: skip
-    notes.append(
-        f"layers per stage {','.join(map(str, split))}: the middle stages differ, which "
-        "--decoder-first/last-pipeline-num-layers cannot say; Megatron-Core's "
-        "--pipeline-model-parallel-layout (experimental there) says it"
-    )
-    return ["--pipeline-model-parallel-layout", pipeline_layout(split, mtp)]
-
-
-def _decoder_counts(arch: Architecture, chunks: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
-    """Decoder layers of each chunk (layer indices below L; the MTP blocks are L, L + 1, …)."""
-    return tuple(sum(1 for j in c if j < arch.num_layers) for c in chunks)
 
 
 def _megatron_recipe(training: TrainingSpec, layout: Layout, notes: list[str]) -> list[str]:
@@ -346,30 +295,6 @@ def _megatron_recipe(training: TrainingSpec, layout: Layout, notes: list[str]) -
         out += ["--fine-grained-activation-offloading", "--offload-modules",
                 *training.offload.activations]  # fmt: skip
     return out
-
-
-def pipeline_layout(split: tuple[int, ...], mtp: int = 0) -> str:
-    """Megatron-Core's ``--pipeline-model-parallel-layout`` string for ``split`` decoder layers
-    per stage (v = 1), or per model chunk in model order (pp·v of them, interleaved), with
-    ``mtp`` multi-token-prediction blocks after the last chunk's decoder layers: ``E`` the
-    embedding, ``t`` a transformer (decoder) layer (``t*N`` N of them), ``m`` an MTP block,
-    ``|`` between (virtual) stages, ``L`` the loss — Megatron-LM
-    ``megatron/core/transformer/pipeline_parallel_layer_layout.py``
-    ``PipelineParallelLayerLayout.parse_str_to_list`` (``char2layer_type``: E, L, t, m) and
-    ``validate_layer_layout`` (the ``t`` count equals ``--num-layers``, the ``m`` count
-    ``--mtp-num-layers``, no decoder layer after an MTP block, the MTP blocks in a rank's last
-    chunk); its example ``Et*3|(tt|)*29,m|L`` is DeepSeek-V3's.
-
-    Examples
-    --------
-    >>> pipeline_layout((9, 10, 0, 11))
-    'Et*9|t*10||t*11L'
-    >>> pipeline_layout((3, 4, 2), mtp=1)
-    'Et*3|t*4|t*2mL'
-    """
-    stages = [f"t*{n}" if n else "" for n in split]
-    stages[-1] += "" if not mtp else "m" if mtp == 1 else f"m*{mtp}"
-    return "E" + "|".join(stages) + "L"
 
 
 def _megatron_recompute(layout: Layout, split: tuple[int, ...], notes: list[str]) -> list[str]:

@@ -288,6 +288,7 @@ def problem_of(request: SearchRequest) -> Problem:
         "seq_len": d.get("seq_len"),
         **_tp_plan(request.cluster, space, counts),
     }
+    opts.require_dimensions(d)
     opts.require_batch(d)
     models: list[dict[str, Any]] = [{}]
     if objective is Objective.PARAMS:

@@ -281,8 +281,8 @@ def _unknown(key: str, keys: Iterable[str], command: str) -> InputError:
     near = difflib.get_close_matches(key.replace("-", "_"), sorted(keys), n=1)
     hint = f"; did you mean {near[0]}?" if near else ""
     return InputError(
-        f"--set: {shown_text(key, 60)} is not a scenario key {command} takes{hint} (the keys: "
-        f"trainplan {command} --help, and the CLI reference's scenario keys)"
+        f"--set: {shown_text(key, 60)} is not a scenario key {command} takes{hint} (trainplan "
+        f"{command} --set help lists them)"
     )
 
 

@@ -8,16 +8,24 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from fractions import Fraction
 from typing import Any
 
 from trainplan.interface.model_inputs import NO_MODEL
 from trainplan.model.errors import InputError, check_applicable, named_lookup
 from trainplan.model.legality import check_expert_parallel
-from trainplan.model.units import list_items, parse_count, parse_counts, parse_number, shown_text
+from trainplan.model.units import (
+    list_items,
+    parse_count,
+    parse_counts,
+    parse_number,
+    shown_number,
+    shown_text,
+)
 from trainplan.optimizer.problem import Job, Objective, gpu_counts
 from trainplan.scenarios.catalogue import get_model
 
-__all__ = ["names", "batches", "prices", "require_batch", "check_applies"]
+__all__ = ["names", "batches", "prices", "require_dimensions", "require_batch", "check_applies"]
 
 
 def names(value: Any, key: str = "value") -> list[str]:
@@ -98,6 +106,34 @@ def prices(value: Any, gpus: list[str]) -> dict[str, float | None]:
             f"gpu_hour_price: {unknown[0]!r} is not one of the searched GPUs ({', '.join(gpus)})"
         )
     return {g: (_price(pairs[g], g) if g in pairs else None) for g in gpus}
+
+
+def _size_only(d: Mapping[str, Any]) -> bool:
+    """A model given by ``--params`` alone: no name, no config, no dimensions."""
+    named = any(d.get(k) is not None for k in ("model", "model_spec", "layers", "hidden", "heads"))
+    return d.get("params") is not None and not named
+
+
+def require_dimensions(d: Mapping[str, Any]) -> None:
+    """A search places and times layers: a model given by its size alone
+    (``--params 70B``) is refused first, before any rule of the batch it would also need
+    (the cost model's own refusal, :func:`optimizer.tables.job_shapes`, comes only after the
+    tables are asked for).
+
+    Raises
+    ------
+    InputError
+        ``params: 70,000,000,000 is a size only …``, naming what gives the dimensions.
+    """
+    if _size_only(d):
+        size = d["params"]
+        whole = isinstance(size, int | Fraction) and size == int(size)
+        shown = f"{int(size):,}" if whole else shown_number(size)
+        raise InputError(
+            f"params: {shown} is a size only, and a search needs the model's "
+            "dimensions (its layers and widths) to place and time it; give --model NAME (a "
+            "catalogue name or a config.json), or --layers --hidden --heads with --params"
+        )
 
 
 def require_batch(d: Mapping[str, Any]) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from trainplan.model.errors import InputError
 from trainplan.model.frameworks import DEFAULT_RUNTIME_RESERVE_BYTES, DRIVER_RESERVED_BYTES
 
-__all__ = ["DeviceSpec", "ClusterLinks", "runtime_reserve_for"]
+__all__ = ["DeviceSpec", "ClusterLinks", "runtime_reserve_for", "link_example"]
 
 
 def runtime_reserve_for(driver_reserved_bytes: int) -> int:
@@ -66,6 +66,8 @@ class DeviceSpec:
     fp8_flops_per_s: float | None = None
     """Dense FP8 tensor peak in FLOP/s (no sparsity); None on parts without FP8 tensor cores
     (V100, A100, TPUs): ``precision = fp8`` is refused there (:mod:`model.precision`)."""
+    fp8_source: str = ""
+    """Where :attr:`fp8_flops_per_s` comes from, where :attr:`source` does not say it."""
     nvlink_bytes_per_s: float | None = None
     """Scale-up (NVLink, Infinity Fabric, ICI) bandwidth per GPU per direction, bytes/s; None if unknown."""
     nvlink_domain: int | None = None
@@ -96,7 +98,8 @@ class DeviceSpec:
     """GPUs per host node of the reference system (8 for HGX/DGX; 4 per GB200/GB300 compute
     tray): what host bytes per node multiply by."""
     source: str = ""
-    """Where the figures come from."""
+    """Where the figures come from: the dense BF16 peak first (quoted as the peak's source),
+    the FP8 peak in :attr:`fp8_source` where that is apart."""
     status: str = "secondary"
     """``vendor`` (read in the vendor's document), ``secondary`` (a copy of it) or ``derived``."""
 
@@ -161,6 +164,26 @@ class DeviceSpec:
         )
 
 
+_LINK_EXAMPLES = {
+    "nvlink_domain": ("8", "GPUs per NVLink domain, an HGX board's"),
+    "nvlink_gbps": ("450", "GB/s per GPU per direction, an H100 SXM's NVLink 4"),
+    "scaleout_gbps": ("50", "GB/s per GPU per direction, one 400 Gb/s NIC per GPU"),
+}
+"""A value to show for each link figure a part's table row may lack, with its unit: the H100
+SXM row's own (``topology/accelerators.toml``: NVLink 900 GB/s bidirectional in an 8-GPU HGX
+board, one 400 Gb/s ConnectX-7 per GPU)."""
+
+
+def link_example(key: str) -> str:
+    """``key`` as a refusal asks for it: the parameter set to an example value, with its unit.
+
+    >>> link_example("scaleout_gbps")
+    '`scaleout_gbps`=50 (GB/s per GPU per direction, one 400 Gb/s NIC per GPU)'
+    """
+    value, unit = _LINK_EXAMPLES[key]
+    return f"`{key}`={value} ({unit})"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClusterLinks:
     """The two link tiers one parallel axis can ride (conventions "Layout", "Communication").
@@ -189,7 +212,8 @@ class ClusterLinks:
         if self.scaleout_bytes_per_s is None:
             raise InputError(
                 "scaleout_gbps: the accelerator table has no scale-out figure for this part and a "
-                f"group spans more than one NVLink domain of {self.nvlink_domain}; give `scaleout_gbps`"
+                f"group spans more than one NVLink domain of {self.nvlink_domain}; give "
+                + link_example("scaleout_gbps")
             )
         return self.scaleout_bytes_per_s
 
@@ -222,7 +246,7 @@ class ClusterLinks:
         if missing:
             raise InputError(
                 f"gpu {device.name}: the accelerator table has no "
-                f"{', '.join(missing)}; give {' '.join(f'`{m}`' for m in missing)}"
+                f"{', '.join(missing)}; give {', '.join(link_example(m) for m in missing)}"
             )
         assert device.nvlink_domain and device.nvlink_bytes_per_s
         return cls(

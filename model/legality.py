@@ -95,7 +95,8 @@ class Rule:
 def _gpus(s: Setting, dp: int, tp: int, pp: int, cp: int) -> None:
     if s.num_gpus is not None and dp * tp * pp * cp != s.num_gpus:
         raise LayoutError(
-            f"gpus: dp {dp} × tp {tp} × pp {pp} × cp {cp} = {dp * tp * pp * cp}, not {s.num_gpus}"
+            f"gpus: dp {dp:,} × tp {tp:,} × pp {pp:,} × cp {cp:,} = {dp * tp * pp * cp:,}, not "
+            f"{s.num_gpus:,}"
         )
 
 
@@ -103,7 +104,8 @@ def _batch(s: Setting, b: int, dp: int) -> None:
     B = s.training.global_batch_size
     if B % (b * dp):
         raise LayoutError(
-            f"global_batch_size: {B} is not divisible by micro_batch_size {b} × dp {dp} = {b * dp}"
+            f"global_batch_size: {B:,} is not divisible by micro_batch_size {b:,} × dp {dp:,} = "
+            f"{b * dp:,}"
         )
 
 
@@ -221,7 +223,7 @@ def _size_only(s: Setting, stage_layers: tuple[int, ...] | None, ep: int) -> Non
 
 def _divides(axis: str, degree: int, what: str, value: int) -> None:
     if value % degree:
-        raise LayoutError(f"{axis}: {degree} does not divide {what} = {value}")
+        raise LayoutError(f"{axis}: {degree:,} does not divide {what} = {value:,}")
 
 
 def _heads(s: Setting, tp: int, ep: int, etp: int | None, framework: Any) -> None:
@@ -258,8 +260,8 @@ def _split(s: Setting, pp: int, v: int, uneven: bool, sizes: Any, framework: Any
     chunks = pp * v
     if arch.num_layers % chunks and not uneven:
         raise LayoutError(
-            f"pp: {pp} × virtual_stages {v} = {chunks} does not divide num_layers = "
-            f"{arch.num_layers} (allow uneven stages or choose a divisor)"
+            f"pp: {pp:,} × virtual_stages {v:,} = {chunks:,} does not divide num_layers = "
+            f"{arch.num_layers:,} (allow uneven stages or choose a divisor)"
         )
 
 
@@ -285,11 +287,11 @@ def _cp(
     parallelism tp divides s/cp."""
     seq = s.training.seq_len
     if cp > 1 and seq % (2 * cp):
-        raise LayoutError(f"cp: seq_len {seq} is not divisible by 2 × cp = {2 * cp}")
+        raise LayoutError(f"cp: seq_len {seq:,} is not divisible by 2 × cp = {2 * cp:,}")
     check_cp_kind(cp_kind, cp, cp_a2a, tp, s.model.arch, framework)
     if sp and (seq // cp) % tp:
         raise LayoutError(
-            f"tp: sequence parallelism needs seq_len / cp = {seq // cp} divisible by tp = {tp}"
+            f"tp: sequence parallelism needs seq_len / cp = {seq // cp:,} divisible by tp = {tp:,}"
         )
 
 

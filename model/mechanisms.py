@@ -130,7 +130,7 @@ def _textbook(zero_stage: int, w: int, g: int, o: int, regather: bool) -> Mechan
             optimizer_full=0, optimizer_sharded=o, gathers_per_step=1,
         )  # fmt: skip
     return textbook(
-        "ZeRO-3 (per-micro-batch gathers)" if regather else "ZeRO-3 (one gather per step)",
+        "ZeRO-3 (per-micro-batch gathers)" if regather else "ZeRO-3 (weights gathered twice a step: forward, backward)",
         weights_full=0, weights_sharded=w, grads_full=0, grads_sharded=g,
         optimizer_full=0, optimizer_sharded=o, gathered_units=2,
         gathers_per_step=0 if regather else 2, gathers_per_microbatch=2 if regather else 0,

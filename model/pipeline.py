@@ -127,7 +127,7 @@ def check_schedule(pp: int, m: int, schedule: Schedule | str, v: int = 1) -> Sch
     check_virtual_stages(v, (sched,))
     if sched is Schedule.INTERLEAVED and m % pp:
         raise LayoutError(
-            f"num_microbatches: {m} must be a multiple of pp = {pp} for the interleaved schedule"
+            f"num_microbatches: {m} must be a multiple of `pp` = {pp} for the interleaved schedule"
         )
     return sched
 

@@ -256,14 +256,16 @@ def test_the_per_stage_table_has_readable_headers_with_units():
 
 def test_the_peak_is_said_by_the_figure_used_first():
     """The MFU and RLHF answers' ``peak_source`` leads with what the peak is (the accelerator
-    table's dense BF16) before the row's source text, which for H100-SXM opens with its FP8
-    figure; ``trainplan mfu`` prints the figure used, then that."""
+    table's dense BF16) before the row's source text, which opens with the BF16 figure's own
+    datasheet (the FP8 figure's source is apart, ``fp8_source``); ``trainplan mfu`` prints the
+    figure used, then that."""
     args = ["--params", "70e9", "--tokens", "4e6", "--step-seconds", "7", "--chips", "512"]
     done = trainplan("mfu", *args, "--gpu", "H100-SXM")
     assert done.returncode == 0, done.stderr
     line = next(x for x in done.stdout.splitlines() if x.startswith("peak "))
     assert line.startswith(
-        "peak 989.4 TFLOP/s per chip — H100-SXM dense BF16, the accelerator table's (source: FP8"
+        "peak 989.4 TFLOP/s per chip — H100-SXM dense BF16, the accelerator table's (source: "
+        "NVIDIA H100 Tensor Core GPU datasheet (1,979 TFLOPS with sparsity;"
     )
     rlhf = json.loads(
         trainplan("rlhf", "--algorithm", "ppo", "--policy-params", "70e9", "--json").stdout

@@ -267,7 +267,7 @@ def _one_error_line(out: str, err: str) -> str:
 
 PLANNER_ERRORS = [
     # (case, extra args, substrings of the one line)
-    ("product-not-gpus", [*LLAMA, "--gpus", "1000"], ["gpus", "16384", "1000"]),
+    ("product-not-gpus", [*LLAMA, "--gpus", "1000"], ["gpus", "16,384", "1,000"]),
     ("tp-not-dividing-heads", llama_with("--tp", "3"), ["tp", "3", "num_attention_heads", "128"]),
     ("tp-not-dividing-kv-heads", llama_with("--tp", "16"), ["tp", "16", "num_kv_heads", "8"]),
     (

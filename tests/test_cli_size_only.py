@@ -58,7 +58,11 @@ def test_a_search_of_a_size_only_model_asks_for_its_layers_first():
             for batch in ([], ["--global-batch", "1024"])
         }
     )
-    want = "search: needs a model with dimensions (a catalogue model, a config.json, or --layers …)"
+    want = (
+        "--params: 70,000,000,000 is a size only, and a search needs the model's dimensions (its "
+        "layers and widths) to place and time it; give --model NAME (a catalogue name or a "
+        "config.json), or --layers --hidden --heads with --params"
+    )
     assert len(done) == 4
     for name, run in done.items():
         assert refusal(run) == want, name

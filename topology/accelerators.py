@@ -46,6 +46,7 @@ _OPTIONAL = (
     "scaleout_gbps",
     "hbm_gib",
     "fp8_tflops",
+    "fp8_source",
     "hbm_tbps",
     "host_link_gbps",
     "bandwidth_source",
@@ -112,6 +113,18 @@ def _number(value: Any, where: str, key: str, *, integer: bool = False) -> Fract
     return exact
 
 
+def _check_peak_sources(row: dict[str, Any], where: str) -> None:
+    """``source`` a non-empty string; ``fp8_source`` one too, and only beside ``fp8_tflops``."""
+    if not isinstance(row["source"], str) or not row["source"].strip():
+        raise ScenarioError(f"{where}: key 'source' must be a non-empty string")
+    if "fp8_source" in row and (
+        "fp8_tflops" not in row
+        or not isinstance(row["fp8_source"], str)
+        or not row["fp8_source"].strip()
+    ):
+        raise ScenarioError(f"{where}: fp8_source must be a non-empty string, beside fp8_tflops")
+
+
 def _check_row(row: dict[str, Any], index: int) -> None:
     where = _where(index, row.get("name"))
     unknown = sorted(set(row) - set(_REQUIRED) - set(_OPTIONAL))
@@ -129,8 +142,7 @@ def _check_row(row: dict[str, Any], index: int) -> None:
         )
     if row["dense"] is not True:
         raise ScenarioError(f"{where}: key 'dense' must be true (bf16_tflops is the dense peak)")
-    if not isinstance(row["source"], str) or not row["source"].strip():
-        raise ScenarioError(f"{where}: key 'source' must be a non-empty string")
+    _check_peak_sources(row, where)
     has_rate = "hbm_tbps" in row or "host_link_gbps" in row
     if has_rate != ("bandwidth_source" in row):
         raise ScenarioError(
@@ -224,6 +236,7 @@ def _to_device(row: dict[str, Any], index: int) -> DeviceSpec:
         fp8_flops_per_s=float(_number(row["fp8_tflops"], where, "fp8_tflops") * 10**12)
         if "fp8_tflops" in row
         else None,
+        fp8_source=row.get("fp8_source", ""),
         hbm_bytes_per_s=float(_number(row["hbm_tbps"], where, "hbm_tbps") * 10**12)
         if "hbm_tbps" in row
         else None,
@@ -345,7 +358,8 @@ def get_accelerator(name: str) -> DeviceSpec:
 def accelerator_rows() -> list[dict[str, Any]]:
     """One JSON-able dict per table row, in file order, for a ``trainplan gpus`` table.
 
-    Keys: ``name, memory_gb, memory_unit, memory_bytes, bf16_tflops, fp8_tflops, dense, nvlink_gbps,
+    Keys: ``name, memory_gb, memory_unit, memory_bytes, bf16_tflops, fp8_tflops, fp8_source,
+    dense, nvlink_gbps,
     nvlink_domain, scaleout_gbps, hbm_tbps, host_link_gbps, bandwidth_source, host_memory_gb,
     host_memory_gbps, host_cores, host_source, power_w, power_source, source, status``;
     the vendor figures as written in the file (GB/s per GPU per direction, HBM in TB/s; None
@@ -368,6 +382,7 @@ def accelerator_rows() -> list[dict[str, Any]]:
                 "memory_bytes": devices[raw["name"]].memory_bytes,
                 "bf16_tflops": raw["bf16_tflops"],
                 "fp8_tflops": raw.get("fp8_tflops"),
+                "fp8_source": raw.get("fp8_source"),
                 "dense": raw["dense"],
                 "nvlink_gbps": raw.get("nvlink_gbps"),
                 "nvlink_domain": raw.get("nvlink_domain"),

@@ -140,7 +140,12 @@ class GuardedGroup(click.Group):
         try:
             return super().invoke(ctx)
         except PlannerError as err:
-            fail(refusal(str(err), typed_options(self, ctx.meta.get(_RAW_ARGS, ()))))
+            # the flags of the command run, where it is known (``--stages`` on ``pipeline``,
+            # ``--pp`` on ``evaluate``: one parameter, two spellings), else every command's
+            name = ctx.invoked_subcommand
+            command = self.get_command(ctx, name) if name else None
+            options = typed_options(command or self, ctx.meta.get(_RAW_ARGS, ()))
+            fail(refusal(str(err), options))
 
 
 _RAW_ARGS = "trainplan.raw_args"

@@ -32,6 +32,12 @@ def _sets(items: tuple[str, ...]) -> dict[str, Any]:
     return {**out, **read_sets(scenario, EVALUATE_KEYS, "example")}
 
 
+def _note(example: dict[str, Any], overrides: dict[str, Any]) -> str:
+    """The example's ``note`` line (where its figures and its source part, and why), for the
+    example as published: none once an option changes it."""
+    return f"\nNote: {example['note']}" if example.get("note") and not overrides else ""
+
+
 @cli.command("example")
 @click.argument("name", required=False)
 @option_groups(
@@ -89,21 +95,22 @@ def example_cmd(
                 "step, Korthikanti's per-layer activations, the vendor's capacity (--framework "
                 "megatron|deepspeed|fsdp2 for a real framework's peak memory and traffic)"
             )
-            click.echo(
+            header = (
                 f"Example {name}: {ex['says']}"
                 + (f"  [{ex['source']}]" if ex.get("source") else "")
                 + f"\nProfile: {merged['framework']}"
                 + (f" — {gloss}" if merged["framework"] == "textbook" else "")
+                + _note(ex, overrides)
                 + "\n"
             )
-            run_evaluate(merged, False, per_stage)
+            run_evaluate(merged, False, per_stage, header)  # the header once it evaluates
         return
     out = run_example(name, overrides)
     if as_json:
         echo_json(out)
         return
     source = f"  [{out['source']}]" if out.get("source") else ""
-    click.echo(f"Example {name}: {out['says']}{source}\n")
+    click.echo(f"Example {name}: {out['says']}{source}{_note(examples()[name], overrides)}\n")
     _, merged = example_params(name, overrides)
     ctx = click.get_current_context()
     command = cli.get_command(ctx, tab)  # loaded on lookup (interface.cli.LazyGroup)

@@ -213,6 +213,9 @@ KEY_DOCS: dict[str, str] = {
     "pipeline.bubble_fraction": "(p − 1)/(v·m + p − 1): the idle share of the step.",
     "pipeline.bubble_ratio": "(p − 1)/(v·m): bubble time over compute.",
     "pipeline.microbatches_in_flight": "Micro-batches of activations held on the busiest stage.",
+    "pipeline.megatron_split_flags": "megatron: the Megatron-LM flags that build this split "
+    "(first/last stage counts, embedding/loss accounted, or the layout string), where its own "
+    "L/pp split is not it; null otherwise.",
     "flops": "FLOPs per step (null for a declared size without dimensions).",
     "flops.model_flops": "Model FLOPs per step under the MFU convention.",
     "flops.hardware_flops": "Hardware FLOPs per step (recomputation included).",

@@ -152,6 +152,11 @@ def set_option(command: str) -> Decorator:
     def read(ctx: click.Context, param: click.Parameter, value: Any) -> dict[str, Any]:
         from trainplan.interface.scenario_keys import EVALUATE_KEYS, SEARCH_KEYS, read_sets
 
+        if any(item.strip() == "help" for item in value or ()):  # the keys, at the terminal
+            from trainplan.interface.cli.reference import scenario_keys_text
+
+            click.echo(scenario_keys_text(command))
+            ctx.exit(0)
         keys = EVALUATE_KEYS if command == "evaluate" else SEARCH_KEYS
         return read_sets(value or (), keys, command)
 
@@ -162,6 +167,6 @@ def set_option(command: str) -> Decorator:
         metavar="KEY=VALUE",
         callback=read,
         help=f"Any of {where} keys, as the file writes it (repeatable): the rarely set knobs "
-        "live here (--set moe_node_limit=4, --set overlap.dp=0.5); the CLI reference lists "
-        "every key. A key a flag also gives is refused.",
+        "live here (--set moe_node_limit=4, --set overlap.dp=0.5); --set help lists every "
+        "key. A key a flag also gives is refused.",
     )

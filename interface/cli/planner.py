@@ -212,9 +212,12 @@ evaluate_options: Decorator = option_groups(*EVALUATE_GROUPS)
 """Every option of ``trainplan example`` shared with evaluate, in its group."""
 
 
-def run_evaluate(params: dict[str, Any], as_json: bool, per_stage: bool) -> dict[str, Any]:
-    """Evaluate flat parameters (:func:`interface.commands.evaluate_json`); print JSON or text;
-    return the JSON object."""
+def run_evaluate(
+    params: dict[str, Any], as_json: bool, per_stage: bool, header: str = ""
+) -> dict[str, Any]:
+    """Evaluate flat parameters (:func:`interface.commands.evaluate_json`); print JSON or text
+    (after ``header``, once the evaluation has passed every check: a refusal prints one line
+    and nothing before it); return the JSON object."""
     from trainplan.interface.commands import evaluate_json
     from trainplan.interface.render.report import evaluate_text
     from trainplan.interface.requests import evaluate_request
@@ -223,6 +226,8 @@ def run_evaluate(params: dict[str, Any], as_json: bool, per_stage: bool) -> dict
     if as_json:
         echo_json(out)
     else:
+        if header:
+            click.echo(header)
         click.echo(evaluate_text(out, out["defaults_used"]))
         if per_stage:
             from trainplan.interface.render.tables import stages_text
@@ -261,6 +266,8 @@ def gpus_cmd(as_json: bool) -> None:
     click.echo("\nSources:")
     for r in rows:
         click.echo(f"  {r['name']}: {r['source']}")
+        if r["fp8_source"]:
+            click.echo(f"  {' ' * len(r['name'])}  {r['fp8_source']}")
         if r["bandwidth_source"]:
             click.echo(f"  {' ' * len(r['name'])}  HBM and host link: {r['bandwidth_source']}")
         if r["power_source"]:

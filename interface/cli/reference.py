@@ -16,6 +16,7 @@ from __future__ import annotations
 import inspect
 import json
 import sys
+import textwrap
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,6 +30,8 @@ from trainplan.interface.scenario_keys import EVALUATE_KEYS, KEY_HELP, SEARCH_KE
 
 __all__ = [
     "cli_markdown",
+    "scenario_key_rows",
+    "scenario_keys_text",
     "json_markdown",
     "option_names",
     "json_keys",
@@ -107,10 +110,11 @@ def _kind_text(kind: Any) -> str:
     return {"flag": "true | false", "whole": "count (0 allowed)"}.get(kind, kind)
 
 
-def scenario_keys_markdown() -> list[str]:
-    """The ``--set`` keys (every scenario-file key): per key its table, its kind and its help —
-    its flag's help where a flag gives it too (search's, else evaluate's), else
-    :data:`interface.scenario_keys.KEY_HELP`."""
+def scenario_key_rows() -> list[dict[str, str]]:
+    """Every ``--set`` key (every scenario-file key), sorted: its ``key``, its ``table``
+    (``[cluster]``…, or ``top``), the ``commands`` that take it, its ``kind`` in words, its
+    ``flag`` where one gives it too and its ``help`` — its flag's help (search's, else
+    evaluate's), else :data:`interface.scenario_keys.KEY_HELP`."""
     helps: dict[str, str] = {}
     flags: dict[str, str] = {}
     for name, command in _commands():  # evaluate's, then search's (the scenario's own) over it
@@ -118,6 +122,42 @@ def scenario_keys_markdown() -> list[str]:
             for p in command.params:
                 if isinstance(p, click.Option) and p.name and p.help and p.name != "set":
                     helps[p.name], flags[p.name] = p.help, p.opts[0]
+    rows = []
+    for key in sorted(SEARCH_KEYS):
+        name = key if key in helps else _EVALUATE_NAMES.get(key, key)
+        rows.append(
+            {
+                "key": key,
+                "table": f"[{table_of(key)}]" if table_of(key) else "top",
+                "commands": "all" if key in EVALUATE_KEYS else "search, frontier",
+                "kind": _kind_text(VALUE_KINDS[key]),
+                "flag": flags.get(name, ""),
+                "help": " ".join((KEY_HELP.get(key) or helps.get(name, "")).split()),
+            }
+        )
+    return rows
+
+
+def scenario_keys_text(command: str, width: int = 100) -> str:
+    """The keys ``trainplan COMMAND --set help`` lists (evaluate: the ``[cluster]`` table's;
+    search and frontier: every key), each with its kind, its flag and its help, at the
+    terminal: what the CLI reference's "Scenario keys" table says (:func:`scenario_key_rows`)."""
+    rows = [r for r in scenario_key_rows() if command != "evaluate" or r["commands"] == "all"]
+    out = [
+        f"Scenario keys of trainplan {command}: --set KEY=VALUE (repeatable), read as the "
+        "scenario file's line KEY = VALUE; a dotted key sets one entry of a table "
+        "(--set overlap.dp=0.5).",
+    ]
+    for r in rows:
+        flag = f"; also {r['flag']}" if r["flag"] else ""
+        table = "" if command == "evaluate" else f" {r['table']}"
+        out.append(f"  {r['key']}{table} ({r['kind']}{flag})")
+        out += textwrap.wrap(r["help"], width, initial_indent=" " * 6, subsequent_indent=" " * 6)
+    return "\n".join(out)
+
+
+def scenario_keys_markdown() -> list[str]:
+    """The ``--set`` keys as the CLI reference's table (:func:`scenario_key_rows`)."""
     lines = [
         "## Scenario keys (--set)",
         "",
@@ -132,15 +172,13 @@ def scenario_keys_markdown() -> list[str]:
         "| key | table | value | flag | what it does |",
         "| --- | --- | --- | --- | --- |",
     ]
-    for key in sorted(SEARCH_KEYS):
-        name = key if key in helps else _EVALUATE_NAMES.get(key, key)
-        text = KEY_HELP.get(key) or helps.get(name, "")
-        flag_text = f"`{flags[name]}`" if name in flags else ""
-        where = f"`[{table_of(key)}]`" if table_of(key) else "top"
-        where += "" if key in EVALUATE_KEYS else " (search, frontier)"
-        kind = cell_text(_kind_text(VALUE_KINDS[key]))
+    for r in scenario_key_rows():
+        flag_text = f"`{r['flag']}`" if r["flag"] else ""
+        where = f"`{r['table']}`" if r["table"] != "top" else "top"
+        where += "" if r["commands"] == "all" else " (search, frontier)"
         lines.append(
-            f"| `{key}` | {where} | {kind} | {flag_text} | {cell_text(' '.join(text.split()))} |"
+            f"| `{r['key']}` | {where} | {cell_text(r['kind'])} | {flag_text} | "
+            f"{cell_text(r['help'])} |"
         )
     return [*lines, ""]
 

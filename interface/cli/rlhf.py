@@ -3,7 +3,8 @@ and ``trainplan rlhf-plan`` (the placement and parallelism search).
 
 Options are read as text into the tab's request (:class:`interface.tab_requests.RLHFRequest`,
 :class:`~interface.tab_requests.RLHFPlanRequest`) and parsed by :mod:`interface.rlhf.tab` and
-:mod:`interface.rlhf.faithful`, so any bad value is one ``Error: …`` line and exit code 2.
+:mod:`interface.rlhf.faithful`, so any bad value is one ``Error: …`` line and exit code 2; the
+help names a number option's kind as evaluate's typed options do (``COUNT``, ``NUMBER``).
 """
 
 from __future__ import annotations
@@ -42,48 +43,51 @@ def _workload(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--algorithm", required=True, help="ppo, grpo (or dpo: textbook accounting only, without --model)."),
         click.option("--reward", help="model or rule (no network); PPO and GRPO only [default: model]."),
         click.option(
-            "--prompts", default=str(D["prompts"]), show_default=True, help="Prompts per step."
+            "--prompts", metavar="COUNT", default=str(D["prompts"]), show_default=True, help="Prompts per step."
         ),
         click.option(
-            "--samples-per-prompt",
+            "--samples-per-prompt", metavar="COUNT",
             help=f"Rollouts per prompt, GRPO's group size [default: {D['samples_per_prompt']}]; DPO has 2.",
         ),
         click.option(
-            "--prompt-tokens",
+            "--prompt-tokens", metavar="COUNT",
             default=str(D["prompt_tokens"]),
             show_default=True,
             help="Tokens per prompt.",
         ),
         click.option(
-            "--completion-tokens",
+            "--completion-tokens", metavar="COUNT",
             default=str(D["completion_tokens"]),
             show_default=True,
             help="Tokens per completion (the mean).",
         ),
-        click.option("--epochs", default="1", show_default=True, help="PPO epochs per step."),
+        click.option("--epochs", metavar="COUNT", default="1", show_default=True, help="PPO epochs per step."),
         click.option(
-            "--max-completion-tokens",
+            "--max-completion-tokens", metavar="COUNT",
             help="The longest rollout's completion (the engine waits for it) [default: the mean].",
         ),
         click.option("--gpu", help=f"Accelerator [default: {D['gpu']}]."),
         click.option(
-            "--rollout-batch",
+            "--rollout-batch", metavar="COUNT",
             help="Sequences an engine decodes at once at most (vLLM max_num_seqs) "
             f"[default: {D['rollout_batch']}].",
         ),
         click.option("--critic-model", help="The critic's and reward model's network [default: the policy's]."),
         click.option("--framework", help="megatron, deepspeed or fsdp2 (faithful) [default: megatron]."),
-        click.option("--zero", help="ZeRO stage of the framework [default: the framework's]."),
-        click.option("--train-batch", help="Sequences per optimizer update [default: all of the step's]."),
-        click.option("--micro-batch-tokens", help="Tokens per micro-batch (verl ppo_max_token_len_per_gpu) [default: 16384]."),
+        click.option("--zero", metavar="COUNT", help="ZeRO stage of the framework [default: the framework's]."),
+        click.option("--train-batch", metavar="COUNT", help="Sequences per optimizer update [default: all of the step's]."),
+        click.option("--micro-batch-tokens", metavar="COUNT",
+                     help="Tokens per micro-batch (verl ppo_max_token_len_per_gpu) [default: 16384]."),
         click.option("--packing", help="Micro-batches: balanced (verl) or first-fit (OpenRLHF, NeMo-RL) [default: framework's]."),
         click.option("--logits", help="full, chunked or fused: log-softmax/entropy over the logits [default: full]."),
         click.option("--old-log-prob", help="recompute (the actor's forward, verl) or engine [default: recompute]."),
-        click.option("--engine-memory-fraction", help="vLLM gpu_memory_utilization / SGLang mem_fraction_static, in (0, 1)."),
-        click.option("--off-policy", help="0 synchronous, 1 one-step off-policy [default: 0]."),
+        click.option("--engine-memory-fraction", metavar="NUMBER",
+                     help="vLLM gpu_memory_utilization / SGLang mem_fraction_static, in (0, 1)."),
+        click.option("--off-policy", metavar="COUNT", help="0 synchronous, 1 one-step off-policy [default: 0]."),
         click.option("--recompute", help="Activation recomputation of the update [default: full]."),
-        click.option("--host-memory-gb", help="Host memory per node, GB [default: 2000, DGX H100]."),
-        click.option("--bandwidth-efficiency", help="Fraction of HBM bandwidth decode reaches [default: STREAM triad's]."),
+        click.option("--host-memory-gb", metavar="NUMBER", help="Host memory per node, GB [default: 2000, DGX H100]."),
+        click.option("--bandwidth-efficiency", metavar="NUMBER",
+                     help="Fraction of HBM bandwidth decode reaches [default: STREAM triad's]."),
     ]  # fmt: skip
     for opt in reversed(opts):
         f = opt(f)
@@ -95,44 +99,75 @@ def _workload(f: Callable[..., Any]) -> Callable[..., Any]:
 @_workload
 @click.option(
     "--policy-params",
+    metavar="NUMBER",
     help="Policy parameters N_p (70e9, 70B): the textbook accounting (without --model).",
 )
-@click.option("--reward-params", help="Reward model / critic parameters N_r [default: N_p].")
+@click.option(
+    "--reward-params", metavar="NUMBER", help="Reward model / critic parameters N_r [default: N_p]."
+)
 @click.option(
     "--decode-mfu",
+    metavar="NUMBER",
     help=f"Textbook accounting: MFU of rollout generation (0–1) [default: {D['decode_mfu']}].",
 )
 @click.option(
     "--train-mfu",
+    metavar="NUMBER",
     default=str(D["train_mfu"]),
     show_default=True,
     help="Textbook accounting: MFU of scoring and training (0–1).",
 )
-@click.option("--peak-tflops", help="Peak per chip instead of --gpu (textbook accounting).")
-@click.option("--chips", help="Textbook accounting: chips [default: 1].")
+@click.option(
+    "--peak-tflops", metavar="NUMBER", help="Peak per chip instead of --gpu (textbook accounting)."
+)
+@click.option("--chips", metavar="COUNT", help="Textbook accounting: chips [default: 1].")
 @click.option(
     "--rollout-engine",
     is_flag=True,
     help="Textbook accounting: add the engine's weight copy and KV cache (needs --layers "
     "--kv-heads --head-dim).",
 )
-@click.option("--layers", help="Textbook accounting: the policy's layers (KV cache).")
-@click.option("--kv-heads", help="Textbook accounting: the policy's KV heads (KV cache).")
-@click.option("--head-dim", help="Textbook accounting: the policy's head dimension (KV cache).")
+@click.option(
+    "--layers", metavar="COUNT", help="Textbook accounting: the policy's layers (KV cache)."
+)
+@click.option(
+    "--kv-heads", metavar="COUNT", help="Textbook accounting: the policy's KV heads (KV cache)."
+)
+@click.option(
+    "--head-dim",
+    metavar="COUNT",
+    help="Textbook accounting: the policy's head dimension (KV cache).",
+)
 @click.option(
     "--logits-buffer", is_flag=True, help="Textbook accounting: add the FP32 logits buffer."
 )
-@click.option("--vocab-size", help="Textbook accounting: vocabulary for --logits-buffer.")
-@click.option("--logits-tokens", help="Tokens per logits buffer [default: one sequence].")
-@click.option("--model", help="Faithful accounting: the policy (catalogue name or config.json).")
-@click.option("--gpus", help="Faithful: GPUs of the cluster [default: 8].")
 @click.option(
-    "--rollout-gpus", help="Faithful: the engine on this many GPUs of its own [default: colocated]."
+    "--vocab-size", metavar="COUNT", help="Textbook accounting: vocabulary for --logits-buffer."
 )
-@click.option("--train-tp", help="Faithful: tp of the training and scoring roles [default: 1].")
-@click.option("--train-pp", help="Faithful: pp of the training and scoring roles [default: 1].")
 @click.option(
-    "--rollout-tp", help="Faithful: the engine's tp [default: verl's 2; 1 on an odd GPU count]."
+    "--logits-tokens", metavar="COUNT", help="Tokens per logits buffer [default: one sequence]."
+)
+@click.option("--model", help="Faithful accounting: the policy (catalogue name or config.json).")
+@click.option("--gpus", metavar="COUNT", help="Faithful: GPUs of the cluster [default: 8].")
+@click.option(
+    "--rollout-gpus",
+    metavar="COUNT",
+    help="Faithful: the engine on this many GPUs of its own [default: colocated].",
+)
+@click.option(
+    "--train-tp",
+    metavar="COUNT",
+    help="Faithful: tp of the training and scoring roles [default: 1].",
+)
+@click.option(
+    "--train-pp",
+    metavar="COUNT",
+    help="Faithful: pp of the training and scoring roles [default: 1].",
+)
+@click.option(
+    "--rollout-tp",
+    metavar="COUNT",
+    help="Faithful: the engine's tp [default: verl's 2; 1 on an odd GPU count].",
 )
 @click.option(
     "--offload",
@@ -218,7 +253,7 @@ def _secs(x: float) -> str:
 @cli.command("rlhf-plan")
 @_workload
 @click.option("--model", required=True, help="The policy (catalogue name or config.json).")
-@click.option("--gpus", required=True, help="GPUs of the cluster.")
+@click.option("--gpus", metavar="COUNT", required=True, help="GPUs of the cluster.")
 @click.option(
     "--offload/--no-offload", default=True, show_default=True, help="Let trainable roles offload."
 )

@@ -223,10 +223,9 @@ FIGURE: list[Decorator] = [
     click.option(
         "--metric",
         type=click.Choice(["time-to-train", "cost", "step-time", "mfu"]),
-        default="time-to-train",
-        show_default=True,
         help="The figure's value: time to train the grid's tokens, its cost (the grid's "
-        "gpu_hour_price), seconds per step, or MFU.",
+        "gpu_hour_price), seconds per step, or MFU (default: time-to-train where the grid gives "
+        "tokens, else step-time).",
     ),
     click.option(
         "--what-if", "what_if", help="With --kind heatmap: the what-if (e.g. hbm_capacity)."
@@ -239,7 +238,7 @@ FIGURE: list[Decorator] = [
 @click.argument("results")
 @option_groups(("Figure", FIGURE))
 def sweep_plot_cmd(
-    results: str, png_path: str, kind: str, metric: str, what_if: str | None
+    results: str, png_path: str, kind: str, metric: str | None, what_if: str | None
 ) -> None:
     """The standard figures of a sweep, from its results file (a sweep still running included):
     time to train, cost, step time or MFU against the GPU count per part, or a heat map of a
@@ -255,6 +254,7 @@ def sweep_plot_cmd(
     elif what_if is None:
         fail("what_if: --kind heatmap needs --what-if, e.g. --what-if hbm_capacity")
     frame = load_results(results)
+    metric = metric or charts.default_metric(frame)
     if kind == "scaling":
         series, m, note = charts.scaling_series(frame, metric)
         plots.sweep_scaling_chart(series, m.label, note, png_path)

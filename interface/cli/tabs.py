@@ -3,7 +3,8 @@
 
 Options are read as text into each tab's request (:mod:`interface.tab_requests`) and parsed by
 :mod:`interface.tabs` (numbers as 4e6, 4,000,000, 4e 6, 70B), so that any bad value is one
-``Error: …`` line and exit code 2.
+``Error: …`` line and exit code 2, naming the tab's parameter and quoting the value as typed; the
+help names a number option's kind as evaluate's typed options do (``COUNT``, ``NUMBER``).
 """
 
 from __future__ import annotations
@@ -146,9 +147,13 @@ def _scaled_cells(
 
 
 @cli.command("pipeline")
-@click.option("--stages", "-p", required=True, help="Pipeline stages (ranks) p.")
+@click.option("--stages", "-p", metavar="COUNT", required=True, help="Pipeline stages (ranks) p.")
 @click.option(
-    "--microbatches", "-m", required=True, help="Micro-batches per step m (DualPipe: both ends)."
+    "--microbatches",
+    "-m",
+    metavar="COUNT",
+    required=True,
+    help="Micro-batches per step m (DualPipe: both ends).",
 )
 @click.option(
     "--schedule",
@@ -160,18 +165,37 @@ def _scaled_cells(
 @click.option(
     "--virtual-stages",
     "-v",
+    metavar="COUNT",
     help="Chunks per rank (default 1; 2 under zb-v, dualpipe, dualpipev; interleaved needs m a "
     "multiple of p).",
 )
-@click.option("--backward-ratio", help="Classic schedules: backward / forward time (default 2).")
-@click.option("--t-f", "t_f", help="Split schedules: one chunk's forward time T_F (default 1).")
-@click.option("--t-b", "t_b", help="Split schedules: input-gradient backward time T_B (default 1).")
 @click.option(
-    "--t-w", "t_w", help="Split schedules: weight-gradient backward time T_W (default 1)."
+    "--backward-ratio",
+    metavar="NUMBER",
+    help="Classic schedules: backward / forward time (default 2).",
+)
+@click.option(
+    "--t-f",
+    "t_f",
+    metavar="NUMBER",
+    help="Split schedules: one chunk's forward time T_F (default 1).",
+)
+@click.option(
+    "--t-b",
+    "t_b",
+    metavar="NUMBER",
+    help="Split schedules: input-gradient backward time T_B (default 1).",
+)
+@click.option(
+    "--t-w",
+    "t_w",
+    metavar="NUMBER",
+    help="Split schedules: weight-gradient backward time T_W (default 1).",
 )
 @click.option(
     "--t-fb",
     "t_fb",
+    metavar="NUMBER",
     help="DualPipe: overlapped forward + backward block time F&B (default T_F + T_B + T_W).",
 )
 @click.option(
@@ -219,23 +243,37 @@ def _classic_summary(r: dict[str, Any]) -> list[str]:
 
 # ------------------------------------------------------------------------------------ MFU
 @cli.command("mfu")
-@click.option("--params", help="Model parameters N (70e9, 70B).")
-@click.option("--tokens", help="Tokens in one step (all chips).")
-@click.option("--step-seconds", help="Seconds per step.")
-@click.option("--tokens-per-second", help="Training throughput, all chips.")
-@click.option("--achieved-pflops", help="Reported model FLOP rate of the whole job, PFLOP/s.")
-@click.option("--achieved-tflops-per-gpu", help="Reported model FLOP rate per chip, TFLOP/s.")
+@click.option("--params", metavar="NUMBER", help="Model parameters N (70e9, 70B).")
+@click.option("--tokens", metavar="NUMBER", help="Tokens in one step (all chips).")
+@click.option("--step-seconds", metavar="NUMBER", help="Seconds per step.")
+@click.option("--tokens-per-second", metavar="NUMBER", help="Training throughput, all chips.")
+@click.option(
+    "--achieved-pflops",
+    metavar="NUMBER",
+    help="Reported model FLOP rate of the whole job, PFLOP/s.",
+)
+@click.option(
+    "--achieved-tflops-per-gpu",
+    metavar="NUMBER",
+    help="Reported model FLOP rate per chip, TFLOP/s.",
+)
 @click.option("--gpu", help="Accelerator name from the table (peak from there).")
-@click.option("--peak-tflops", help="Dense BF16 peak per chip, TFLOP/s (instead of --gpu).")
-@click.option("--chips", default="1", show_default=True, help="Chips in the job.")
+@click.option(
+    "--peak-tflops", metavar="NUMBER", help="Dense BF16 peak per chip, TFLOP/s (instead of --gpu)."
+)
+@click.option("--chips", metavar="COUNT", default="1", show_default=True, help="Chips in the job.")
 @click.option("--attention/--no-attention", default=False, help="Count PaLM's attention FLOPs.")
 @click.option("--causal", is_flag=True, help="Halve the attention FLOPs (causal mask).")
-@click.option("--layers", help="Layers L (attention FLOPs).")
-@click.option("--heads", help="Attention heads H.")
-@click.option("--head-dim", help="Head dimension Q.")
-@click.option("--hidden", help="Hidden size (= H·Q), instead of --heads/--head-dim.")
-@click.option("--seq-len", help="Sequence length T.")
-@click.option("--recomputed-flops-pct", help="Recomputed FLOPs as % of model FLOPs (HFU).")
+@click.option("--layers", metavar="COUNT", help="Layers L (attention FLOPs).")
+@click.option("--heads", metavar="COUNT", help="Attention heads H.")
+@click.option("--head-dim", metavar="COUNT", help="Head dimension Q.")
+@click.option(
+    "--hidden", metavar="COUNT", help="Hidden size (= H·Q), instead of --heads/--head-dim."
+)
+@click.option("--seq-len", metavar="COUNT", help="Sequence length T.")
+@click.option(
+    "--recomputed-flops-pct", metavar="NUMBER", help="Recomputed FLOPs as % of model FLOPs (HFU)."
+)
 @click.option("--recompute", help="none, selective or full: derive the recomputed FLOPs.")
 @JSON
 def mfu_cmd(as_json: bool, **kw: Any) -> None:
@@ -289,15 +327,17 @@ def _name(report: dict[str, Any], j: int) -> str:
 
 
 @cli.command("ckpt")
-@click.option("--layers", "-n", required=True, help="Layers n.")
-@click.option("--every", "-k", help="Checkpoint every k layers [default: round(√n)].")
+@click.option("--layers", "-n", metavar="COUNT", required=True, help="Layers n.")
+@click.option(
+    "--every", "-k", metavar="COUNT", help="Checkpoint every k layers [default: round(√n)]."
+)
 @click.option(
     "--labels",
     default="outputs",
     show_default=True,
     help="Name tensors by layer outputs or inputs.",
 )
-@click.option("--step", help="Show only step S (1 … 3n).")
+@click.option("--step", metavar="COUNT", help="Show only step S (1 … 3n).")
 @click.option("--play", is_flag=True, help="Animate the steps in the terminal.")
 @click.option(
     "--delay",

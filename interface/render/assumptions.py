@@ -453,8 +453,9 @@ def _dp_sentence(mech: Mechanism, lay: Layout, regather: bool) -> str:
     if regather:
         return "ZeRO-3 re-gathers the weights for every micro-batch's forward and backward"
     return (
-        "ZeRO-3 gathers the weights once per step (the textbook convention; --zero3-regather "
-        "for once per micro-batch)"
+        "ZeRO-3 gathers the weights twice per step, for the forward and again for the backward "
+        "(2 × all-gather, the textbook convention: ZeRO §7's 1.5× the traffic; --set "
+        "zero3_regather=true for every micro-batch's)"
     )
 
 

@@ -6,6 +6,7 @@ Raw base units (bytes, seconds) in CSV and JSON; GB (10^9 bytes), ms and % only 
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from tabulate import tabulate
@@ -341,6 +342,13 @@ def _pipeline_and_step(d: dict[str, Any]) -> list[str]:
             else "layers unknown (size-only model)"
         )
     )
+    if p.get("megatron_split_flags"):  # what Megatron-LM must be told to build this split
+        out.append(
+            "  Megatron-LM builds this split with "
+            + shlex.join(p["megatron_split_flags"])
+            + " (without them it builds L/pp layers a stage and asserts pp divides L: "
+            "megatron/training/arguments.py validate_args)"
+        )
     optimizer = f" + optimizer step {_secs(t['optimizer_s'])}" if t.get("optimizer_s") else ""
     out.append(
         f"Step: compute {_secs(t['compute_s'])} + bubble {_secs(t['bubble_s'])} + exposed comm "

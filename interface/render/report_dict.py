@@ -10,6 +10,7 @@ from fractions import Fraction
 from typing import Any
 
 from trainplan.interface.flags import with_flags
+from trainplan.interface.launch_split import split_flags
 from trainplan.interface.render.assumptions import assumptions, elementwise, tp_block_inputs
 from trainplan.model.deepspeed_mechanisms import sp_comm_bytes
 from trainplan.model.estimate import Estimate
@@ -294,6 +295,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "bubble_fraction": float(est.bubble_fraction),
             "bubble_ratio": float(est.bubble_ratio),
             "microbatches_in_flight": _n(acts.microbatches_in_flight) if acts else None,
+            "megatron_split_flags": split_flags(est.model.arch, est.layout),
         },
         "flops": None
         if est.flops is None

@@ -18,7 +18,7 @@ from typing import Any
 from trainplan.interface.sweep.summary import ANSWERED
 from trainplan.model.errors import InputError
 
-__all__ = ["METRICS", "Metric", "scaling_series", "heatmap_cells", "Heatmap"]
+__all__ = ["METRICS", "Metric", "default_metric", "scaling_series", "heatmap_cells", "Heatmap"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +37,14 @@ METRICS = {
     "mfu": Metric("mfu", 100.0, "MFU (%)", best_is_least=False),
 }
 """The metrics a figure may show, by name (``--metric``)."""
+
+
+def default_metric(frame: Any) -> str:
+    """The figure's metric when none is named: time to train where the results have it (the
+    grid gives ``tokens``), else the step time, which every answered point has."""
+    column = METRICS["time-to-train"].column
+    has = column in frame and frame[column].notna().any()
+    return "time-to-train" if has else "step-time"
 
 
 def _metric(frame: Any, name: str) -> Metric:

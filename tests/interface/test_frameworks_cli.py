@@ -45,7 +45,7 @@ def test_a_stage_the_framework_lacks_is_one_line_exit_2(
     [
         (
             ["--tp", "4", "--dp", "3", "--etp", "3"],
-            "etp: 3 does not divide expert_ffn_hidden_size = 14336",
+            "etp: 3 does not divide expert_ffn_hidden_size = 14,336",
         ),
         (
             ["--tp", "2", "--etp", "1", "--ep", "8", "--dp", "2"],

@@ -151,7 +151,8 @@ def test_cli_refusals_and_search():
     assert "verdict: fits" in done["mi300x"].stdout
     for key, gpu in (("mi300x_16", "MI300X"), ("h20", "H20")):
         assert refusal(done[key]) == (
-            f"--gpu {gpu}: the accelerator table has no scaleout_gbps; give --set scaleout_gbps"
+            f"--gpu {gpu}: the accelerator table has no scaleout_gbps; give --set "
+            "scaleout_gbps=50 (GB/s per GPU per direction, one 400 Gb/s NIC per GPU)"
         )
     assert done["mi300x_set"].returncode == 0, done["mi300x_set"].stderr
 

@@ -310,7 +310,7 @@ def test_degrees_of_each_flavour():
             "cp: a2a+p2p splits the heads over 16 ranks, which does not divide num_kv_heads / tp = 8 / 1 = 8",
         ),
         # every flavour splits the sequence into 2·cp chunks: 8200 = 16·512 + 8
-        ({"seq_len": 8200, "cp_kind": "ulysses"}, "cp: seq_len 8200 is not divisible by 2 × cp = 16"),
+        ({"seq_len": 8200, "cp_kind": "ulysses"}, "cp: seq_len 8,200 is not divisible by 2 × cp = 16"),
         ({"cp": 1, "dp": 8, "global_batch_size": 8, "cp_kind": "all-gather"}, "cp_kind: all-gather needs cp > 1"),
         ({"cp_kind": "a2a+p2p"}, "cp_a2a: cp_kind a2a+p2p needs the inner all-to-all degree"),
         ({"cp_kind": "a2a+p2p", "cp_a2a": 8}, "cp_a2a: 8 must divide cp = 8 and lie strictly between 1 and cp"),

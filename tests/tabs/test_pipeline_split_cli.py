@@ -73,7 +73,7 @@ def test_dualpipe_shows_both_directions_and_overlapped_blocks():
         (["--schedule", "1f1b", "--t-w", "1"], "--t-w"),
         (["--schedule", "dualpipe", "--t-fb", "1"], "--t-fb: 1 must be between"),
         (["--schedule", "zb-v", "-v", "3"], "--virtual-stages: 3 must be 2"),
-        (["--schedule", "dualpipe", "-p", "3"], "pp: 3 must be even"),
+        (["--schedule", "dualpipe", "-p", "3"], "--stages: 3 must be even"),  # pp as typed
         (["--schedule", "zb-h1", "--framework", "nemo"], "framework: 'nemo'"),
     ],
 )

@@ -86,7 +86,8 @@ def test_rows_are_json_able_and_carry_bytes():
     tpu = next(r for r in rows if r["name"] == "TPUv4")
     assert tpu["memory_bytes"] == 32 * 2**30
     assert set(rows[0]) == {
-        "name", "memory_gb", "memory_unit", "memory_bytes", "bf16_tflops", "fp8_tflops", "dense",
+        "name", "memory_gb", "memory_unit", "memory_bytes", "bf16_tflops", "fp8_tflops",
+        "fp8_source", "dense",
         "nvlink_gbps", "nvlink_domain", "scaleout_gbps", "hbm_tbps", "host_link_gbps",
         "bandwidth_source", "host_memory_gb", "host_memory_gbps", "host_cores", "host_source", "power_w",
         "power_source", "source", "status",
