@@ -2,8 +2,9 @@
 :mod:`optimizer.cpsat`; the per-stage model, :mod:`optimizer.stage_cpsat`): the solver's
 parameters (workers, a fixed seed, a time limit), an optional solution callback, the status
 read as one of four words — the OR-Tools samples' shape (CP-SAT primer: "solve → check status →
-read") — and one way to stop every solve at once (:func:`interrupt`, Ctrl-C in the CLI:
-:mod:`interface.cli.interrupt`).
+read") — one way to stop every solve at once (:func:`interrupt`, Ctrl-C in the CLI:
+:mod:`interface.cli.interrupt`), and the one presolve rule family switched off because it
+certifies wrong optima on this project's models (:data:`PRESOLVE_INCLUSION_WORK_LIMIT`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ __all__ = [
     "interrupted",
     "clear_interrupt",
     "INTERRUPTED_LIMIT_S",
+    "PRESOLVE_INCLUSION_WORK_LIMIT",
 ]
 
 SEED = 0
@@ -34,6 +36,41 @@ INTERRUPTED_LIMIT_S = 1.0
 """Seconds each solve may still take once the search is interrupted (:func:`interrupt`): the
 passes after the stopped one (the tie-break, the objective after ``--maximize params``) read the
 answer so far instead of being skipped."""
+
+PRESOLVE_INCLUSION_WORK_LIMIT = 0
+"""CP-SAT's ``presolve_inclusion_work_limit`` for every solve: 0, which switches off the presolve
+rules that detect constraints included in others (``ortools/sat/sat_parameters.proto``, field
+201, default 1e8: "A value of zero will disable these presolve rules completely"), among them
+``CpModelPresolver::ProcessAtMostOneAndLinear`` (``ortools/sat/cp_model_presolve.cc``: it
+returns at once when the limit is 0, and it is the only caller of ``ProcessOneLinearWithAmo``).
+
+Why: in OR-Tools 9.15 ``ActivityBoundHelper::RemoveEnforcementThatMakesConstraintTrivial``
+(``ortools/sat/presolve_util.cc``, called only from ``ProcessOneLinearWithAmo``: the rule
+"linear + amo: removed enforcement literal") sums a row's Boolean coefficients into 32-bit
+``int``s. Past 2^31 the sum wraps negative, the row's activity interval comes out empty, which
+counts as always within the bound, and the row's enforcement literal is dropped: ``b ⇒ row``
+becomes ``row``, the solutions with ``b`` false and the row violated are lost, and the status
+still says OPTIMAL (google/or-tools issue #5293, "CP-SAT certifies a wrong optimality proof on an
+all-linear model (9.15)", which names this limit as the switch; PR #5294 fixes a second fault of
+the same function). This project's rows are bytes and nanoseconds over one-hot Booleans, far past
+2^31: the RLHF placement's weight-sync row (enforced by ``B_q``) sums 4.9e12 B over its options,
+and the layout search's removable bounds (:meth:`optimizer.cpsat.LayoutModel.bound`, the
+objective or the frontier's second axis over the one-hot candidates) are enforced rows too. ``rlhf-plan`` of
+Qwen3-235B-A22B GRPO on 128 H100 proved 260.197 s optimal beside a feasible 203.935 s placement;
+tests/optimizer/test_solver_presolve.py holds that run, a smaller one and two small models to
+the exhaustive optimum.
+
+Not ``keep_all_feasible_solutions_in_presolve``: its documented effect (``sat_parameters.proto``:
+"disable the presolve reductions that remove feasible solutions from the search space. Such
+solution are usually dominated by a 'better' solution that is kept") is on the dual and symmetry
+reductions, which are sound; it leaves ``ProcessAtMostOneAndLinear`` on, and with the dual
+reductions off more rows reach the faulty sum (the test's ten-Boolean model: 4 proven optimal
+instead of 8). Nor coarser units: every row's Boolean coefficients under 2^31 in all would take
+memory in GiB and time in whole seconds, coarser than the memory verdict and the step time the
+tables hold. Cost, measured on a loaded 2-core machine (median of three, CP-SAT only): the layout
+search 0.136 → 0.127 s (Llama 3 70B, 64 H100), 0.388 → 0.394 s (DeepSeek-V3, 2,048 H800);
+the three RLHF placement solves 0.446 → 0.513 s (the Qwen3-235B run above)."""
+
 _STOP = threading.Event()
 _RUNNING: set[cp_model.CpSolver] = set()
 _LOCK = threading.Lock()
@@ -68,9 +105,11 @@ def run_solver(
     callback: cp_model.CpSolverSolutionCallback | None = None,
 ) -> Any:
     """``solver.solve(model)`` (its status: ``cp_model.OPTIMAL``…) within ``time_limit_s``
-    (None: none), stoppable by :func:`interrupt`: every CP-SAT solve of the project runs
-    through here."""
+    (None: none), stoppable by :func:`interrupt`, with the faulty presolve rules off
+    (:data:`PRESOLVE_INCLUSION_WORK_LIMIT`): every CP-SAT solve of the project runs through
+    here."""
     solver.parameters.catch_sigint_signal = False  # Ctrl-C is the caller's: interrupt()
+    solver.parameters.presolve_inclusion_work_limit = PRESOLVE_INCLUSION_WORK_LIMIT
     with _LOCK:
         _RUNNING.add(solver)
     if _STOP.is_set():

@@ -156,11 +156,13 @@ def workload_dict(inp: RLHFInputs) -> dict[str, Any]:
 
 def result_dict(inp: RLHFInputs, result: Any) -> dict[str, Any]:
     """``rlhf-plan``'s JSON: the workload, ``status`` (``optimal``, ``feasible``: a time limit
-    stopped the search, ``unknown``: it stopped before any placement was found), ``reason``,
+    stopped the search, or ``unproven`` says why not, ``unknown``: it stopped before any
+    placement was found), ``reason``,
     ``best`` (None when unknown), ``colocated``, ``split`` (each a :func:`plan_dict` with its
     ``objective_ns``), ``alternatives`` (the colocated and split solves' statuses),
     ``tables_seconds``, ``solve_seconds``, ``time_limit_seconds``, ``tables_complete``,
-    ``options``, ``tried``, ``skipped``."""
+    ``options``, ``tried``, ``skipped``, ``unproven`` (empty, or why the status is ``feasible``
+    though no time limit stopped the search: :attr:`optimizer.rlhf.search.PlacementResult.unproven`)."""
 
     def one(p: Any) -> dict[str, Any] | None:
         if p is None:
@@ -186,6 +188,7 @@ def result_dict(inp: RLHFInputs, result: Any) -> dict[str, Any]:
         "options": result.options,
         "tried": result.tried,
         "skipped": result.skipped,
+        "unproven": result.unproven,
     }
 
 

@@ -217,7 +217,9 @@ def result_lines(res: dict[str, Any], width: int = 72) -> list[str]:
     limit = res.get("time_limit_seconds")
     said = {
         "optimal": " (proven optimal within the model)",
-        "feasible": f" (the best found within the time limit of {limit:g} s, not proven optimal)"
+        "feasible": f" ({res['unproven']})"
+        if res.get("unproven")
+        else f" (the best found within the time limit of {limit:g} s, not proven optimal)"
         if limit
         else "",
         "unknown": f" (the time limit of {limit:g} s ran out before any placement was found)"

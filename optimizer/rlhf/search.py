@@ -99,6 +99,12 @@ class PlacementResult:
     :data:`ALTERNATIVES_WITHIN` times the incumbent)."""
     skipped: int = 0
     """Options not costed: they could not come within the bound."""
+    unproven: str = ""
+    """Why the status is ``feasible`` though no time limit stopped the search: empty, or that
+    CP-SAT called the unrestricted solve optimal while a restricted one (colocated or split, a
+    subset of its placements over the same tables) found a faster placement — the solver's proof
+    is wrong, the faster placement is the answer (:func:`placement_result`; the presolve fault
+    :data:`optimizer.solver.PRESOLVE_INCLUSION_WORK_LIMIT` avoids)."""
 
 
 def _renumber(slots: tuple[int, ...]) -> tuple[int, ...]:
@@ -338,14 +344,14 @@ def placement_result(
     ``statuses``, keys None: the best, True: colocated, False: split) on the ``pruned`` tables:
     each answer recomposed exactly (:func:`_placement`), those beyond
     :data:`ALTERNATIVES_WITHIN` dropped; ``optimal`` only when the first solve was proven and no
-    variant beat it.
+    variant beat it (one that does beats a proof: :attr:`PlacementResult.unproven` says so).
 
     Raises
     ------
     InfeasibleError
         No placement fits (proven): the explanation names the roles that fit no pool alone.
     """
-    statuses = _qualified(statuses, answers, tables)
+    raw, statuses = statuses, _qualified(statuses, answers, tables)
     if statuses[None] == "infeasible":
         raise InfeasibleError("rlhf-plan: no placement fits", _explain(tables))
     found = {k: _placement(problem, c) for k, c in answers.items() if c is not None}
@@ -355,8 +361,17 @@ def placement_result(
             raise AssertionError("rlhf-plan: the solver's placement does not fit when recomposed")
     best = min(found.values(), key=lambda p: p.objective_ns, default=None)
     status = statuses[None] if None in found else ("feasible" if best else "unknown")
+    unproven = ""
     if None in found and best is not None and best.objective_ns < found[None].objective_ns:
-        status = "feasible"  # a variant beat the first solve: that one was cut short
+        status = "feasible"  # a variant beat the first solve: that one was not the optimum
+        if raw[None] == "optimal":  # ... though CP-SAT said so: its proof is wrong
+            kind = "colocated" if found.get(True) is best else "split"
+            unproven = (
+                f"CP-SAT called the unrestricted solve optimal at "
+                f"{found[None].objective_ns / NS:,.3f} s, yet the {kind} solve, a restriction of "
+                f"it, found {best.objective_ns / NS:,.3f} s: the solver's proof is wrong; the "
+                "faster placement is shown, not proven optimal"
+            )
     return PlacementResult(
         status,
         best,
@@ -373,6 +388,7 @@ def placement_result(
         time_limit_s=time_limit_s,
         variant_status={"colocated": statuses[True], "split": statuses[False]},
         skipped=tables.skipped,
+        unproven=unproven,
     )
 
 
