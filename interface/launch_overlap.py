@@ -6,6 +6,7 @@ from __future__ import annotations
 from trainplan.model.layout import Layout
 from trainplan.model.op_time import TpOverlap, tp_overlap_for
 from trainplan.model.timing import CostOptions
+from trainplan.model.userbuffers_gemm import DEFAULT_UB_CONFIG
 
 __all__ = ["megatron_overlap_flags"]
 
@@ -27,7 +28,8 @@ def megatron_overlap_flags(layout: Layout, options: CostOptions, notes: list[str
     :func:`model.terms.userbuffers.userbuffers_term` counts) when ``tp_comm_overlap`` is
     ``full`` and sequence parallelism is on (``validate_args`` asserts it, and turns sequence
     parallelism off at tp 1, where there is nothing to overlap); at tp > 1 without it a note
-    says the flag is not written.
+    says the flag is not written; a ``tp_comm_overlap_cfg`` other than Transformer Engine's
+    defaults is said in ``notes`` (Megatron-LM takes it as a YAML file).
 
     Examples
     --------
@@ -56,13 +58,27 @@ def megatron_overlap_flags(layout: Layout, options: CostOptions, notes: list[str
                 "p2p_forward_send_wait false: the pipeline figure is Megatron-Core before 0.18; "
                 "0.18 and later wait on each forward send before freeing its output"
             )
-    if tp_overlap_for(layout.framework, options.tp_comm_overlap) is TpOverlap.FULL:
-        if layout.sp:
-            out.append("--tp-comm-overlap")
-        elif layout.tp > 1:
+    return out + _tp_overlap_flags(layout, options, notes)
+
+
+def _tp_overlap_flags(layout: Layout, options: CostOptions, notes: list[str]) -> list[str]:
+    """``--tp-comm-overlap`` where the plan times Transformer Engine's userbuffers, with the notes
+    of :func:`megatron_overlap_flags`."""
+    if tp_overlap_for(layout.framework, options.tp_comm_overlap) is not TpOverlap.FULL:
+        return []
+    if layout.sp:
+        if options.tp_comm_overlap_cfg != DEFAULT_UB_CONFIG:
             notes.append(
-                "tp_comm_overlap full: --tp-comm-overlap not written; Megatron-LM runs "
-                "Transformer Engine's userbuffers only with sequence parallelism, so the step "
-                "time assumes an overlap this layout cannot run"
+                f"tp_comm_overlap_cfg {options.tp_comm_overlap_cfg}: the step time assumes "
+                "that userbuffers configuration (model.userbuffers_gemm.UB_CONFIGS); "
+                "Megatron-LM reads one from a YAML file given as --tp-comm-overlap-cfg, not "
+                "written here"
             )
-    return out
+        return ["--tp-comm-overlap"]
+    if layout.tp > 1:
+        notes.append(
+            "tp_comm_overlap full: --tp-comm-overlap not written; Megatron-LM runs "
+            "Transformer Engine's userbuffers only with sequence parallelism, so the step "
+            "time assumes an overlap this layout cannot run"
+        )
+    return []

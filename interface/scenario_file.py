@@ -26,6 +26,7 @@ from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.pipeline import Schedule
 from trainplan.model.recompute_modules import RECOMPUTE_MODULES
 from trainplan.model.units import list_items, parse_count, parse_counts, parse_number
+from trainplan.model.userbuffers_gemm import UB_CONFIGS
 from trainplan.optimizer.problem import Objective
 
 __all__ = [
@@ -108,6 +109,7 @@ CLUSTER_KEYS = {
     "scaleup_efficiency",
     "scaleout_efficiency",
     "tp_comm_overlap",
+    "tp_comm_overlap_cfg",
     "grad_reduce_overlap",
     "p2p_overlap",
     "p2p_warmup_flush",
@@ -253,6 +255,7 @@ VALUE_KINDS: dict[str, Any] = {
     "scaleup_efficiency": _NUMBER,
     "scaleout_efficiency": _NUMBER,
     "tp_comm_overlap": ("none", "async", "full", "async-tp"),
+    "tp_comm_overlap_cfg": tuple(UB_CONFIGS),
     "grad_reduce_overlap": _FLAG,
     "p2p_overlap": _FLAG,
     "p2p_warmup_flush": _FLAG,

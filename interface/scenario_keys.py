@@ -99,6 +99,11 @@ KEY_HELP: dict[str, str] = {
     "attention core by sequence length and head size (default: Transformer Engine's choice, "
     "cudnn on Hopper and Blackwell, flash-attention-2 on A100; PyTorch SDPA runs "
     "flash-attention-2).",
+    "tp_comm_overlap_cfg": "Roofline, tp_comm_overlap full: Transformer Engine's userbuffers "
+    "configuration, each overlapped GEMM's method, SMs and SM margin (default te: Transformer "
+    "Engine's own, what Megatron-LM runs without --tp-comm-overlap-cfg; te-1: before Transformer "
+    "Engine 2.0; or a Megatron Bridge or NeMo launcher config by name, "
+    "model.userbuffers_gemm.UB_CONFIGS).",
     "grad_reduce_overlap": "Roofline: overlap the once-per-step gradient reduction and weight "
     "gather with compute (default true; Megatron-Core --overlap-grad-reduce).",
     "p2p_overlap": "Roofline: run the pipeline's sends beside computation where the interleaved "

@@ -44,6 +44,7 @@ TIME_KEYS: tuple[str, ...] = (
     "time_model",
     *ROOFLINE_KEYS,
     "tp_comm_overlap",
+    "tp_comm_overlap_cfg",
     "grad_reduce_overlap",
     "p2p_overlap",
     "p2p_warmup_flush",
@@ -167,6 +168,8 @@ def cost_options(
             given[key] = bool_param(params, key, False)
     if params.get("grad_stats_group") is not None:
         given["grad_stats_group"] = str(params["grad_stats_group"])
+    if params.get("tp_comm_overlap_cfg") is not None:
+        given["tp_comm_overlap_cfg"] = str(params["tp_comm_overlap_cfg"])
     if "mfu_convention" in params:
         given["mfu_convention"] = params["mfu_convention"]
     return given

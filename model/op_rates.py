@@ -299,7 +299,7 @@ over (:func:`gemm_wave_efficiency`). Not in :data:`SM_PART`, which also places D
 
 @lru_cache(maxsize=4096)
 def gemm_wave_efficiency(
-    device_name: str, m: int, n: int, groups: int = 1, contiguous: bool = True
+    device_name: str, m: int, n: int, groups: int = 1, contiguous: bool = True, taken: int = 0
 ) -> float | None:
     """Tile and wave quantisation of ``groups`` GEMMs with output ``[m, n]`` on the part: the
     useful share of the tile-times (:func:`model.gemm_shapes.wave_efficiency`) with the tile
@@ -311,6 +311,10 @@ def gemm_wave_efficiency(
     hipBLASLt's (an approximation: neither library publishes its tile choice). None for a part
     without a sourced SM or CU count (TPUs have neither).
 
+    ``taken``: SMs the GEMM is launched without (Transformer Engine's userbuffers margin,
+    :mod:`model.userbuffers_gemm`): the tiles and waves over the ``S − taken`` SMs it runs on,
+    times ``(S − taken) / S``, so the share stays one of the whole part's tile-times.
+
     Examples
     --------
     8 experts of 256 tokens, n 4096, on an H100 (132 SMs): 128 × 128 tiles, 8·2·32 = 512
@@ -318,20 +322,30 @@ def gemm_wave_efficiency(
 
     >>> round(gemm_wave_efficiency("H100-SXM", 256, 4096, 8), 4)
     0.9697
+
+    The same on 116 SMs (16 taken): 128 × 144 tiles, 8·2·29 = 464 tiles in 4 full waves of
+    116, 8·256·4096 / (4·116·128·144) = 0.9808 of their tile-times, × 116/132:
+
+    >>> round(gemm_wave_efficiency("H100-SXM", 256, 4096, 8, taken=16), 4)
+    0.862
     """
     name = catalogue_part(device_name)
     part = SM_PART.get(name) or CU_PART.get(name)
     if part is None:
         return None
     sms = sm_count(gemm_data().sm_counts, part)
-    bm, bn = deepgemm_blocks(m, n, groups, sms, contiguous)
-    return wave_efficiency(m, n, groups, sms, bm, bn)
+    run = sms - taken
+    bm, bn = deepgemm_blocks(m, n, groups, run, contiguous)
+    return wave_efficiency(m, n, groups, run, bm, bn) * run / sms
 
 
-def dense_wave_efficiency(part: str | None, m: float, n: float, batch: float = 1) -> float:
+def dense_wave_efficiency(
+    part: str | None, m: float, n: float, batch: float = 1, taken: int = 0
+) -> float:
     """Tile and wave quantisation of ``batch`` dense GEMMs with output ``[m, n]`` on the part:
-    :func:`gemm_wave_efficiency` with DeepGEMM's dense tiles (M blocks of 64, 128 or 256); 1 for
-    a part without a sourced SM or CU count (a TPU) or an empty GEMM; fractional ``m`` rounds up.
+    :func:`gemm_wave_efficiency` with DeepGEMM's dense tiles (M blocks of 64, 128 or 256), on
+    all its SMs but ``taken``; 1 for a part without a sourced SM or CU count (a TPU) or an
+    empty GEMM; fractional ``m`` rounds up.
 
     Examples
     --------
@@ -346,7 +360,7 @@ def dense_wave_efficiency(part: str | None, m: float, n: float, batch: float = 1
     """
     if not part or m <= 0 or n <= 0 or batch <= 0:
         return 1.0
-    w = gemm_wave_efficiency(part, *(math.ceil(x - 1e-9) for x in (m, n, batch)), False)
+    w = gemm_wave_efficiency(part, *(math.ceil(x - 1e-9) for x in (m, n, batch)), False, taken)
     return 1.0 if w is None else w
 
 

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import StrEnum
 from functools import lru_cache
 
 from trainplan.model.attention_rates import attention_fractions, ring_fractions
-from trainplan.model.errors import InputError
 from trainplan.model.grouped_gemm import GroupedFp8, grouped_shape
 from trainplan.model.op_rates import dense_wave_efficiency
 from trainplan.model.ops import WGRAD_ACCUMULATE_BYTES, LayerShape, Op, OpKind, layer_ops
@@ -26,6 +24,13 @@ from trainplan.model.roofline import (
 )
 from trainplan.model.torchao_rates import TorchaoFp8, cast_seconds
 from trainplan.model.torchtitan_experts import grouped_mm_seconds
+from trainplan.model.tp_overlap import (
+    TP_OVERLAP_FRAMEWORKS,
+    TpOverlap,
+    check_tp_overlap,
+    tp_overlap_for,
+)
+from trainplan.model.userbuffers_gemm import UB_STREAMS, Userbuffers, partials_sum_seconds
 
 __all__ = [
     "tp_overlap_for",
@@ -42,93 +47,6 @@ __all__ = [
     "LayerCompute",
     "layer_compute",
 ]
-
-
-class TpOverlap(StrEnum):
-    """How tensor-parallel collectives overlap GEMMs (see the module docstring)."""
-
-    NONE = "none"
-    ASYNC = "async"
-    FULL = "full"
-    ASYNC_TP = "async-tp"
-
-
-TP_OVERLAP_FRAMEWORKS: dict[TpOverlap, tuple[str, ...]] = {
-    TpOverlap.FULL: ("megatron", "textbook"),
-    TpOverlap.ASYNC_TP: ("fsdp2",),
-}
-"""The framework profiles that run a tensor-parallel overlap mechanism (the others run under
-every profile): Transformer Engine's userbuffers (``full``) under Megatron-Core
-(``--tp-comm-overlap``, :mod:`model.terms.userbuffers`), not under ``deepspeed``:
-Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed f4157bea) has no ``--tp-comm-overlap``
-argument (``megatron/arguments.py``) and never calls Transformer Engine's ``initialize_ub``, so
-its TE layers run without userbuffers; torchtitan's async TP (``async-tp``) only in torchtitan, the
-``fsdp2`` profile (``torchtitan/distributed/compile.py`` ``_maybe_enable_async_tp``)."""
-
-
-def tp_overlap_for(
-    framework: str, overlap: TpOverlap | str | None, gathered_inputs: bool = True
-) -> TpOverlap:
-    """The tensor-parallel overlap a layout runs: ``overlap`` when given, else the framework's
-    default — ``none`` under ``fsdp2`` with torchtitan's tensor-parallel plan
-    (``gathered_inputs``, :func:`model.memory.keeps_gathered_inputs`: torchtitan's collectives
-    wait unless ``enable_async_tensor_parallel``, default False in torchtitan
-    ``config/configs.py``, which is ``async-tp``), ``async`` elsewhere (Megatron-Core's
-    backward collectives beside the weight-gradient GEMMs, Megatron-DeepSpeed's ``layers.py``
-    the same, and the Megatron-style sequence-parallel plan ``tp_block_inputs = sharded``
-    stands for).
-
-    >>> str(tp_overlap_for("fsdp2", None)), str(tp_overlap_for("megatron", None))
-    ('none', 'async')
-    >>> str(tp_overlap_for("fsdp2", None, False)), str(tp_overlap_for("fsdp2", "async-tp"))
-    ('async', 'async-tp')
-    """
-    if overlap is not None:
-        return TpOverlap(str(overlap).lower())
-    torchtitan_plan = str(framework) == "fsdp2" and gathered_inputs
-    return TpOverlap.NONE if torchtitan_plan else TpOverlap.ASYNC
-
-
-def check_tp_overlap(overlap: TpOverlap, framework: str, fp8_recipe: str | None = None) -> None:
-    """Refuse a tensor-parallel overlap mechanism the framework does not have, or that does not
-    run with the FP8 recipe ``fp8_recipe`` (:class:`model.precision.Fp8Recipe`'s value; None
-    outside FP8): Transformer Engine's userbuffers fill their all-gather buffer through
-    ``fill_userbuffers_buffer_for_all_gather`` (``transformer_engine/pytorch/module/base.py``),
-    which takes FP8 delayed and current (tensorwise) scaling and MXFP8 quantizers only and
-    raises ``Unsupported quantizer for Userbuffers`` for the blockwise one, and Megatron-Core
-    turns the all-gather overlap on with ``tp_comm_overlap`` (``tp_comm_overlap_ag`` default
-    True, ``TELayerNormColumnParallelLinear``).
-
-    Raises
-    ------
-    InputError
-        ``async-tp`` outside torchtitan (``fsdp2``), ``full`` under ``fsdp2`` or ``deepspeed``,
-        ``full`` with the ``blockwise`` FP8 recipe.
-
-    Examples
-    --------
-    >>> try:
-    ...     check_tp_overlap(TpOverlap.ASYNC_TP, "megatron")
-    ... except InputError as err:
-    ...     print(err)
-    tp_comm_overlap: async-tp (torchtitan's enable_async_tensor_parallel) needs framework fsdp2, not megatron
-    """
-    allowed = TP_OVERLAP_FRAMEWORKS.get(overlap)
-    if allowed is not None and str(framework) not in allowed:
-        name = {
-            TpOverlap.ASYNC_TP: "torchtitan's enable_async_tensor_parallel",
-            TpOverlap.FULL: "Transformer Engine's userbuffers",
-        }[overlap]
-        raise InputError(
-            f"tp_comm_overlap: {overlap} ({name}) needs framework {' or '.join(allowed)}, "
-            f"not {framework}"
-        )
-    if overlap is TpOverlap.FULL and str(fp8_recipe) == "blockwise":
-        raise InputError(
-            "tp_comm_overlap: full (Transformer Engine's userbuffers) does not run with "
-            "fp8_recipe blockwise (fill_userbuffers_buffer_for_all_gather takes delayed, "
-            "tensorwise and mxfp8 quantizers only); use another recipe or tp_comm_overlap async"
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +124,11 @@ class Clock:
     local experts (torchtitan's ``GroupedExperts``, the ``fsdp2`` profile:
     :func:`model.torchtitan_experts.grouped_mm_of`), at the measured grouped/dense ratio
     (:func:`model.torchtitan_experts.grouped_mm_seconds`), not as Transformer Engine's."""
+    userbuffers: Userbuffers | None = None
+    """Transformer Engine's userbuffers configuration resolved for the layer's tp
+    (:func:`model.userbuffers_gemm.userbuffers_for`; set under ``tp_comm_overlap = full`` with
+    sequence parallelism at tp > 1): the GEMMs next to the tp collectives run cut into its
+    chunks on the SMs it leaves them (:func:`_linear`); None: whole, on every SM."""
 
 
 def expert_loop_of(framework: str) -> bool:
@@ -242,6 +165,7 @@ def _gemm(
     which: int = 0,
     shape: float | None = None,
     cast_rows: float | None = None,
+    taken: int = 0,
 ) -> float:
     """A GEMM on the clock at the part's sustained peak (:attr:`RooflineParams.clock_fraction`);
     ``fp8``: at the FP8 rate with 1-byte operands and a BF16 output — that peak × the
@@ -251,10 +175,11 @@ def _gemm(
     the cast of the GEMM's own ``cast_rows × k`` quantised operand (the input, the output
     gradient; ``cast_rows`` defaults to ``m``), so the casts' share follows the shape;
     ``shape``: the useful share of its tiles (a grouped GEMM's, :func:`_expert_gemm`); None: a
-    dense GEMM's own (:func:`model.op_rates.dense_wave_efficiency`)."""
+    dense GEMM's own (:func:`model.op_rates.dense_wave_efficiency`), on all the part's SMs but
+    ``taken``."""
     peak, p = c.peak_flops_per_s * c.params.clock_fraction, c.params
     if shape is None:
-        shape = dense_wave_efficiency(p.part, m, n, batch)
+        shape = dense_wave_efficiency(p.part, m, n, batch, taken)
     if not fp8:
         return gemm_seconds(m, n, k, batch, peak, c.hbm_bytes_per_s, p, 2, extra, shape)
     g, ao = c.grouped_fp8, c.torchao_fp8
@@ -388,8 +313,30 @@ def op_seconds(op: Op, c: Clock, backward: bool = False) -> float:
     if not backward:
         if _is_grouped(op):
             return _grouped(op, c) + _expert_gemm(op, c, (op.m, op.n, op.k), 0)
-        return _gemm(op.m, op.n, op.k, op.batch, c, fp8=_fp8(op, c))
+        return _linear(op, c, 0, (op.m, op.n, op.k))
     return dgrad_seconds(op, c) + wgrad_seconds(op, c)
+
+
+def _linear(
+    op: Op, c: Clock, which: int, mnk: tuple[float, float, float], extra: float = 0.0
+) -> float:
+    """Pass ``which`` (0 forward, 1 input gradient, 2 weight gradient) of a dense GEMM, output
+    ``[m, n]``, depth ``k``; where :attr:`Clock.userbuffers` overlaps it (by the op's role) as
+    Transformer Engine runs it (:mod:`model.userbuffers_gemm`): ``chunks`` GEMMs of the chunk's
+    shape (:meth:`~model.userbuffers_gemm.UbGemm.chunk`), their tiles and waves together on all
+    the part's SMs but the ``taken`` ones, plus the launches its streams do not hide and, after a
+    ring-exchange reduce-scatter, the sum of its partial chunks."""
+    m, n, k = mnk
+    ub = c.userbuffers.gemm(op.role, which) if c.userbuffers is not None and op.role else None
+    if ub is None:
+        return _gemm(m, n, k, op.batch, c, extra, _fp8(op, c), which)
+    rows, cols = ub.chunk(m, n)
+    t = _gemm(rows, cols, k, op.batch * ub.chunks, c, extra, _fp8(op, c), which, None,
+              m / ub.chunks, ub.taken)  # fmt: skip
+    t += _launch_gaps(ub.chunks, UB_STREAMS, c)
+    if ub.reduce:
+        t += partials_sum_seconds(m * n * op.batch, ub.chunks, 2, c.hbm_bytes_per_s, c.params)
+    return t
 
 
 def _is_grouped(op: Op) -> bool:
@@ -406,14 +353,19 @@ def _grouped(op: Op, c: Clock) -> float:
     (one kernel)."""
     if not _is_grouped(op) or c.grouped_mm:
         return 0.0
-    streams = 1 if c.expert_loop else TE_COMPUTE_STREAMS
-    return (math.ceil(op.batch / streams) - 1) * c.params.kernel_overhead_s
+    return _launch_gaps(op.batch, 1 if c.expert_loop else TE_COMPUTE_STREAMS, c)
+
+
+def _launch_gaps(kernels: float, streams: int, c: Clock) -> float:
+    """The t_kernel of ``kernels`` GEMM calls spread over ``streams`` streams beyond one
+    kernel's: ``ceil(kernels / streams) − 1``."""
+    return (math.ceil(kernels / streams) - 1) * c.params.kernel_overhead_s
 
 
 def dgrad_seconds(op: Op, c: Clock) -> float:
     if _is_grouped(op):
         return _grouped(op, c) + _expert_gemm(op, c, (op.m, op.k, op.n), 1)
-    return _gemm(op.m, op.k, op.n, op.batch, c, fp8=_fp8(op, c), which=1)
+    return _linear(op, c, 1, (op.m, op.k, op.n))
 
 
 def wgrad_seconds(op: Op, c: Clock) -> float:
@@ -422,7 +374,7 @@ def wgrad_seconds(op: Op, c: Clock) -> float:
     extra = WGRAD_ACCUMULATE_BYTES * op.k * op.n * op.batch
     if _is_grouped(op):
         return _grouped(op, c) + _expert_gemm(op, c, (op.k, op.n, op.m), 2, extra)
-    return _gemm(op.k, op.n, op.m, op.batch, c, extra, fp8=_fp8(op, c), which=2)
+    return _linear(op, c, 2, (op.k, op.n, op.m), extra)
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ from trainplan.model.recompute_modules import DEFAULT_RECOMPUTE_MODULES
 from trainplan.model.recompute_ops import layout_plan, plan_recomputes_core, recomputed_gemm_flops
 from trainplan.model.roofline import RooflineParams
 from trainplan.model.specs import Architecture, TrainingSpec
+from trainplan.model.userbuffers_gemm import DEFAULT_UB_CONFIG, check_ub_config
 from trainplan.model.xp import maximum, where
 
 __all__ = [
@@ -250,6 +251,12 @@ class CostOptions:
     2 MiB on 8 H100s: :mod:`model.terms.nvls_memory`), and the step time credits an all-reduce
     inside the domain NVLS's speed-up (:func:`model.op_rates.params_in_force`). False:
     ``NCCL_NVLS_ENABLE=0`` (Megatron Bridge's performance recipes): neither."""
+    tp_comm_overlap_cfg: str = DEFAULT_UB_CONFIG
+    """Transformer Engine's userbuffers configuration under ``tp_comm_overlap = full``
+    (:data:`model.userbuffers_gemm.UB_CONFIGS`: each overlapped GEMM's method, SMs and SM
+    margin): ``te``, Transformer Engine's own defaults (what Megatron-LM passes without
+    ``--tp-comm-overlap-cfg``), ``te-1`` before Transformer Engine 2.0, or a Megatron Bridge or
+    NeMo launcher configuration by its name. Read only under ``full``."""
     grad_stats_group: str = "intra_dist_opt_instance"
     """The group Megatron-Core's distributed optimizer reduces its gradient statistics (the grad
     norm, the zero count) over, by Megatron's own name (:data:`GRAD_STATS_GROUPS`):
@@ -282,6 +289,7 @@ class CostOptions:
             except ValueError:
                 allowed = ", ".join(k.value for k in kind)
                 raise InputError(f"{name}: {value!r} is not one of {allowed}") from None
+        check_ub_config(self.tp_comm_overlap_cfg)
         if self.grad_stats_group not in GRAD_STATS_GROUPS:
             allowed = ", ".join(GRAD_STATS_GROUPS)
             raise InputError(f"grad_stats_group: {self.grad_stats_group!r} is not one of {allowed}")

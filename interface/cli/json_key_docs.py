@@ -254,6 +254,8 @@ KEY_DOCS: dict[str, str] = {
     "time.roofline.scaleout_hop_latency_s": "Latency per ring step over the network.",
     "time.roofline.kernel_overhead_s": "Launch overhead per kernel.",
     "time.tp_comm_overlap": "Tensor-parallel overlap mechanism: none, async, full (userbuffers) or async-tp (torchtitan).",
+    "time.tp_comm_overlap_cfg": "Userbuffers configuration read under full: te, te-1, or a Megatron Bridge / NeMo "
+    "launcher config name.",
     "time.grad_reduce_overlap": "Once-per-step DP traffic overlapped with compute.",
     "time.p2p_overlap": "Pipeline sends overlapped with compute where the interleaved schedule does.",
     "time.p2p_warmup_flush": "Interleaved warm-up/cool-down sends asynchronous too (--overlap-p2p-communication-warmup-flush).",

@@ -78,6 +78,7 @@ def _efficiencies(est: Estimate) -> dict[str, Any]:
         "nccl_nvls": est.options.nccl_nvls,
         "use_multi_rank_bucket_allreduce": est.options.use_multi_rank_bucket_allreduce,
         "grad_stats_group": est.options.grad_stats_group,
+        "tp_comm_overlap_cfg": est.options.tp_comm_overlap_cfg,
     }
 
 

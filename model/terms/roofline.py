@@ -48,7 +48,13 @@ from trainplan.model.moe_run import Dispatcher, EpOverlap, members_per_domain, u
 from trainplan.model.muon import muon_gather_bytes
 from trainplan.model.offload import adam_step_bytes
 from trainplan.model.op_rates import fp8_linear_speedups, params_in_force, te_caches_fp8_weights
-from trainplan.model.op_time import Clock, check_tp_overlap, expert_loop_of, tp_overlap_for
+from trainplan.model.op_time import (
+    Clock,
+    TpOverlap,
+    check_tp_overlap,
+    expert_loop_of,
+    tp_overlap_for,
+)
 from trainplan.model.optimizers import OptimizerKind, optimizer_step_bytes
 from trainplan.model.precision import Precision, fp8_recipe_of
 from trainplan.model.recompute_ops import layout_plan
@@ -90,6 +96,7 @@ from trainplan.model.terms.traffic import (
 )
 from trainplan.model.torchao_time import torchao_fp8_rates
 from trainplan.model.torchtitan_experts import grouped_mm_of
+from trainplan.model.userbuffers_gemm import userbuffers_for
 from trainplan.model.xp import as_float, maximum, times, where
 
 __all__ = [
@@ -197,12 +204,16 @@ def _kind_row(
         loop,
         nccl,
         grouped_mm,
+        ub_config,
     ) = base
+    ub = None
+    if overlap is TpOverlap.FULL and int(tp) > 1 and bool(sp):  # Megatron-LM asserts sp
+        ub = userbuffers_for(ub_config, int(tp))
     clock = Clock(
         peak, hbm, p, _link(tp_bw, tp_up), _link(cp_bw, cp_up), _link(ep_bw, ep_up), overlap,
         int(r), int(u), bool(gather), speedup, int(rep), int(ep_g), float(unpaired),
         bool(regather), str(templated), sm_share, grouped, ao, bool(bf16_ex), loop, nccl,
-        bool(grouped_mm),
+        grouped_mm=bool(grouped_mm), userbuffers=ub,
     )  # fmt: skip
     parts = kind_parts(
         arch, training, int(b), int(tp), int(cp), int(ep), int(etp), bool(sp), causal, mode,
@@ -241,7 +252,8 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
             grouped_fp8_rates(t.precision, recipe, d, f.framework),
             expert_passes_of(f.framework, t.precision), ao,
             experts_stay_bf16(f.framework, t.precision), expert_loop_of(f.framework),
-            collective_sm_share(d.name, o.nccl_sm_charge), grouped_mm_of(f.framework))  # fmt: skip
+            collective_sm_share(d.name, o.nccl_sm_charge), grouped_mm_of(f.framework),
+            o.tp_comm_overlap_cfg)  # fmt: skip
     r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
     rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp", "framework")
     tp_bw, tp_up = axis_link(c, f, "tp")

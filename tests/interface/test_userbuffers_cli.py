@@ -44,7 +44,9 @@ def test_search_answers_a_layout_that_fits_with_them():
     256 MiB of buffers; the gradient-statistics, world and model-parallel rings, 8 a node, 2 MiB
     of credits each: 264 MiB = 276,824,064 B) put it over by 60,972,032 B (83,270,981,632 B;
     ``--set nccl_nvls=false`` gives back 82,994,157,568). The answer is now the same degrees
-    under 1f1b, 79,333,054,464 B, 485.732 s against v 3's 485.695 s."""
+    under 1f1b, 79,333,054,464 B, 485.732 s against v 3's 485.695 s; with the userbuffers' SM
+    margin and GEMM chunks charged (tests/model/test_userbuffers_gemm.py) 512.124 s against
+    512.111 s, the same answer."""
     args = ("search", "--model", "llama3-70b", "--gpus", "32", "--gpu", "H100-SXM",
             "--set", "tp_comm_overlap=full", "--json")  # fmt: skip
     run = run_many({"full": args})["full"]
@@ -87,3 +89,43 @@ def test_userbuffers_refuse_the_blockwise_fp8_recipe_in_a_fresh_process():
         text=True,
     )
     assert ok.returncode == 0, ok.stderr
+
+
+def test_the_userbuffers_config_from_the_command_line():
+    """``--set tp_comm_overlap_cfg`` (model/userbuffers_gemm.py; the GEMM figures derived in
+    tests/model/test_userbuffers_gemm.py): Llama 3 70B at tp 4 × pp 4 interleaved v 8 on 1,024
+    H100s, Transformer Engine's defaults (16 SMs off the six margin GEMMs) 4.331 s against
+    Transformer Engine 1.x's (no margin) 4.108 s; the JSON and the assumptions say which; an
+    unknown name is refused in one line, exit 2; the launch line says a config other than the
+    default is not written (Megatron-LM reads it from a YAML file)."""
+    job = ("evaluate", "--model", "llama3-70b", "--gpus", "1024", "--gpu", "H100-SXM",
+           "--global-batch", "512", "--dp", "64", "--tp", "4", "--pp", "4", "--zero", "1",
+           "--recompute", "none", "--schedule", "interleaved", "--virtual-stages", "8",
+           "--micro-batch", "1", "--set", "tp_comm_overlap=full")  # fmt: skip
+    runs = run_many(
+        {
+            "te": (*job, "--json"),
+            "te1": (*job, "--set", "tp_comm_overlap_cfg=te-1", "--json"),
+            "text": job,
+            "bad": (*job, "--set", "tp_comm_overlap_cfg=nope"),
+        }
+    )
+    te, te1 = json.loads(runs["te"].stdout), json.loads(runs["te1"].stdout)
+    assert (te["time"]["tp_comm_overlap_cfg"], te1["time"]["tp_comm_overlap_cfg"]) == ("te", "te-1")
+    assert round(te["time"]["step_s"], 3) == 4.331 and round(te1["time"]["step_s"], 3) == 4.108
+    assert (
+        "tp overlap full (userbuffers te: GEMM chunks and SM margin charged)" in runs["text"].stdout
+    )
+    assert runs["bad"].returncode == 2 and "Traceback" not in runs["bad"].stderr
+    line = runs["bad"].stderr.strip().splitlines()
+    assert len(line) == 1 and line[0].startswith(
+        "Error: --set tp_comm_overlap_cfg: 'nope' is not one of te, te-1, "
+    )
+    options = replace(FULL, tp_comm_overlap_cfg="userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192")
+    launch = megatron_flags(LLAMA_70B.arch, BASE, 64, options=options)
+    assert "--tp-comm-overlap" in launch.flags
+    assert any("--tp-comm-overlap-cfg, not written" in n for n in launch.notes)
+    assert not any(
+        "tp_comm_overlap_cfg" in n
+        for n in megatron_flags(LLAMA_70B.arch, BASE, 64, options=FULL).notes
+    )
