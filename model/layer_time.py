@@ -400,8 +400,7 @@ def layer_time(
         c.peak_flops_per_s, c.hbm_bytes_per_s, c.params, cp_ring=c.cp_ring, cp_a2a=c.cp_a2a,
         cp_gather=c.cp_gather, linear_speedup=c.linear_speedup, grouped_fp8=c.grouped_fp8,
         torchao_fp8=c.torchao_fp8, bf16_experts=c.bf16_experts, expert_loop=c.expert_loop,
-        grouped_mm=c.grouped_mm,
-        userbuffers=c.userbuffers,
+        grouped_mm=c.grouped_mm, userbuffers=c.userbuffers,
     )  # fmt: skip
     ops = layer_compute(x, bare)
     merge_f, merge_b = templated_merge_seconds(x, c)
