@@ -195,10 +195,8 @@ def kind_parts(
     # what each part reads of the links: the embedding and output layer tp's, a dense layer tp's
     # and cp's (fewer distinct clocks, more cache hits); each kind's tp collectives hold NCCL's SMs
     base = (c.peak_flops_per_s, c.hbm_bytes_per_s, c.params)
-    tp_only = Clock(
-        *base, c.tp_link, None, None, c.tp_comm_overlap, linear_speedup=c.linear_speedup,
-        nccl_sm_share=c.nccl_sm_share,
-    )  # fmt: skip
+    tp_only = Clock(*base, c.tp_link, None, None, c.tp_comm_overlap,
+                    linear_speedup=c.linear_speedup, nccl_sm_share=c.nccl_sm_share)  # fmt: skip
     no_ep = Clock(
         *base, c.tp_link, c.cp_link, None, c.tp_comm_overlap, c.cp_ring, c.cp_a2a, c.cp_gather,
         c.linear_speedup, c.cp_kv_repeat, tp_regather=c.tp_regather, cp_templated=c.cp_templated,
