@@ -21,7 +21,8 @@ A page's commands run in the page's order, in one scratch folder of the page's o
 study.parquet`` after the sweep that wrote it), as a reader following the page would.
 
 A block whose leading ``#`` lines include one starting ``# long run`` (the documentation's
-243-point study, about 6 minutes on 2 cores, and the blocks that read its results) runs only
+243-point study, a minute on an idle 2-core machine and several on a busy one, and the blocks
+that read its results) runs only
 when ``TRAINPLAN_LONG_TRANSCRIPTS=1`` is set or with ``--long`` (``python -m tests.transcripts
 --long docs/sweeps.md``; ``--fix --long``): the test suite, CI included, leaves it out to stay
 within CI's time, so re-run it by hand after a change that moves step times.
