@@ -136,8 +136,8 @@ def test_long_blocks_run_only_on_request(tmp_path, monkeypatch):
     assert t.long and t.command == "trainplan gpus"
     monkeypatch.delenv("TRAINPLAN_LONG_TRANSCRIPTS", raising=False)
     assert run_page([t]) == []
-    assert [t.name for t in ALL if t.long] == [
-        "docs/sweeps.md:165",
-        "docs/sweeps.md:185",
-        "docs/sweeps.md:205",
+    assert [(t.path.name, t.command.split()[1]) for t in ALL if t.long] == [
+        ("sweeps.md", "sweep"),  # the 243-point study
+        ("sweeps.md", "sweep-plot"),  # its two figures
+        ("sweeps.md", "sweep-plot"),
     ]
