@@ -56,7 +56,8 @@ the same function). This project's rows are bytes and nanoseconds over one-hot B
 2^31: the RLHF placement's weight-sync row (enforced by ``B_q``) sums 4.9e12 B over its options,
 and the layout search's removable bounds (:meth:`optimizer.cpsat.LayoutModel.bound`, the
 objective or the frontier's second axis over the one-hot candidates) are enforced rows too. ``rlhf-plan`` of
-Qwen3-235B-A22B GRPO on 128 H100 proved 260.197 s optimal beside a feasible 203.935 s placement;
+Qwen3-235B-A22B GRPO on 128 H100 proves 260.240 s optimal beside a feasible 203.978 s placement
+with the rule on (260.197 and 203.935 s when found, before NCCL's SM charge on the output layer);
 tests/optimizer/test_solver_presolve.py holds that run, a smaller one and two small models to
 the exhaustive optimum.
 

@@ -34,18 +34,30 @@ def test_the_search_answer_moves(done):
     """Without the masks the search answered dp 2 × tp 4 × pp 4 (552.133 s, 82.71 GB). Its
     stage 0 holds 20 layers × 4 micro-batches in flight (1F1B at pp 4): the masks add 80 ×
     2 × 8,192 × 8,192 / 4 = 80 × 33,554,432 = 2,684,354,560 B, 82.71 → 85.39 GB of 83.21: it
-    does not launch. The answer is dp 1 × tp 4 × pp 8, 583.436 s (582.107 s with the CPU Adam
-    step at the DIMMs' 76.8 GB/s; at the DGX H100's 14 cores × 2.27 GB/s since), 76.99 GB:
+    does not launch. The answer is dp 1 × tp 4 × pp 8, 590.160 s, 76.99 GB:
     76,841,011,712 B before NVLink SHARP was counted, and 138 MiB of it (:mod:`model.terms.nvls_memory`): the tp
     ring of 4 in a node 2 MiB of credits and 16 × 2 × (128 KiB × 8) × 4 = 128 MiB of buffers, the
     model-parallel, pipe, slice and world rings (one-float or small collectives) 2 MiB of
-    credits each: 130 + 4 × 2 = 138 MiB, 144,703,488 B → 76,985,715,200 B."""
+    credits each: 130 + 4 × 2 = 138 MiB, 144,703,488 B → 76,985,715,200 B.
+
+    The step: 582.107 s with the CPU Adam step at the DIMMs' 76.8 GB/s; 583.436 s at the DGX
+    H100's 14 cores × 2.27 GB/s; + 6.723 s of NCCL's SM charge φ = 1 − 1/1.314 = 0.238965 on
+    the dense layers' and the output layer's asynchronous tp collectives
+    (:func:`model.step_time.kind_parts`). Each tp 4 collective of a micro-batch (100,663,296 B)
+    takes 0.325978 ms; a layer's backward hides 4 of them under its GEMMs (for attention and
+    the MLP, the input's re-gather under the column-parallel dgrad and the input gradient's
+    reduce-scatter under its wgrad), now waiting φ × 1.303914 ms = 0.311590 ms, and the output
+    layer's 2 (the gradient's all-gather under the logits' dgrad, the reduce-scatter under
+    their wgrad) φ × 0.651957 ms = 0.155795 ms. The last stage, 10 layers and the output layer,
+    stays the slowest (0.280269 → 0.283540 s a micro-batch): 10 × 0.311590 + 0.155795 =
+    3.271692 ms over m + pp − 1 = 2,048 + 7 = 2,055 slots, 6.403 + 0.320 = 6.723328 s:
+    583.436472 → 590.160 s."""
     assert done["search"].returncode == 0, done["search"].stderr[-2000:]
     d = json.loads(done["search"].stdout)
     lay = d["layout"]
     assert (lay["dp"], lay["tp"], lay["pp"], lay["zero_stage"]) == (1, 4, 8, 1)
     assert lay["bias_dropout_fusion"] is True
-    assert round(d["objective_s"], 3) == 583.436
+    assert round(d["objective_s"], 3) == 590.160 == round(583.436472 + 6.723328, 3)
     assert d["memory"]["total_bytes"] == 76_841_011_712 + 138 * 2**20 == 76_985_715_200
     assert round(d["memory"]["total_bytes"] / 1e9, 2) == 76.99 and d["memory"]["fits"]
 

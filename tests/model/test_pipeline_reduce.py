@@ -96,10 +96,14 @@ MEGATRON = dict(model="llama3-70b", num_gpus=2048, device="H100-SXM", framework=
 
 
 @pytest.mark.parametrize(
-    ("v", "exposed_ms", "before_s"),
-    [(2, 193.96, 2.89687), (4, 146.00, 2.52820), (8, 122.02, 2.36117)],
+    ("v", "exposed_ms", "before_s", "step_s"),
+    [
+        (2, 193.96, 2.89687, 3.02792),
+        (4, 146.00, 2.52820, 2.60649),
+        (8, 122.02, 2.36117, 2.41310),
+    ],
 )
-def test_megatron_interleaved_llama3_70b_by_hand(v, exposed_ms, before_s):
+def test_megatron_interleaved_llama3_70b_by_hand(v, exposed_ms, before_s, step_s):
     """Llama 3 70B, dp 128 × tp 4 × pp 4 on 2,048 H100s, ZeRO-1 (the distributed optimizer:
     FP32 gradients reduce-scattered, BF16 weights all-gathered once a step). The busiest stage
     holds 20 layers of 855,654,400 / 4 and the embedding's 128,512 × 8,192 / 4 parameters per
@@ -113,7 +117,16 @@ def test_megatron_interleaved_llama3_70b_by_hand(v, exposed_ms, before_s):
     252.07 / v + φ · (410.26 − 252.07 / v) — v 2: 126.04 + 67.92 = 193.96 ms, v 4: 63.02 +
     82.98 = 146.00 ms, v 8: 31.51 + 90.51 = 122.02 ms; the step (``before_s``, the figures of
     the rule that waited for none) grows by what the exposed dp grows: 2.897 → 2.993 s
-    (+3.3 %), 2.528 → 2.576 s (+1.9 %), 2.361 → 2.385 s (+1.0 %)."""
+    (+3.3 %), 2.528 → 2.576 s (+1.9 %), 2.361 → 2.385 s (+1.0 %).
+
+    NCCL's SM charge reaches the layers' and the output layer's asynchronous tp 4 collectives
+    too (model.step_time.kind_parts): of the busiest stage's 265.04 ms of tp collectives a step
+    (m = 512 / 128 = 4 micro-batches) 106.92 ms hid under their GEMMs uncharged (158.12 ms
+    waited, as ``nccl_sm_charge=false`` still times them), each shorter than (1 − φ) of its
+    GEMM, so φ × 106.92 = 25.55 ms more waits: tp exposed 158.12 → 183.67 ms at every v. The
+    step pays it on every micro-batch of the schedule's m + (pp − 1)/v = 4 + 3/v passes, × (1 +
+    3/(4v)): v 2 × 1.375 = 35.13 ms, v 4 × 1.1875 = 30.34 ms, v 8 × 1.09375 = 27.95 ms; the
+    dp and pp rows are unchanged: 2.993 → 3.028 s, 2.576 → 2.606 s, 2.385 → 2.413 s."""
     est = Case.of(**MEGATRON, virtual_stages=v).evaluate()
     dp = next(r for r in est.traffic if r.traffic.axis == "dp")
     c = dp.seconds
@@ -124,7 +137,20 @@ def test_megatron_interleaved_llama3_70b_by_hand(v, exposed_ms, before_s):
     waits = reduce_s / v
     assert dp.exposed_seconds == pytest.approx(waits + PHI * (c - waits), abs=2e-6)
     assert dp.exposed_seconds * 1e3 == pytest.approx(exposed_ms, abs=0.01)
-    assert est.step_s == pytest.approx(before_s + dp.exposed_seconds - PHI * c, abs=1e-5)
+    tp = next(r for r in est.traffic if r.traffic.axis == "tp")
+    off = Case.of(**MEGATRON, virtual_stages=v, nccl_sm_charge=False).evaluate()
+    tp_off = next(r for r in off.traffic if r.traffic.axis == "tp")
+    assert (tp.seconds, tp_off.exposed_seconds) == (
+        pytest.approx(0.26504, abs=1e-5),
+        pytest.approx(0.15812, abs=1e-5),
+    )
+    hidden = tp.seconds - tp_off.exposed_seconds
+    assert hidden == pytest.approx(0.10692, abs=1e-5)
+    assert tp.exposed_seconds == pytest.approx(tp_off.exposed_seconds + PHI * hidden, abs=1e-9)
+    charged = PHI * hidden * (1 + 3 / (4 * v))  # each of the m + (pp − 1)/v passes
+    dp_moved = dp.exposed_seconds - PHI * c
+    assert est.step_s == pytest.approx(before_s + dp_moved + charged, abs=1e-5)
+    assert est.step_s == pytest.approx(step_s, abs=1e-5)
 
 
 def test_megatron_1f1b_keeps_its_overlap():
