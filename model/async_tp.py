@@ -35,8 +35,9 @@ from __future__ import annotations
 from trainplan.model.op_time import Clock, LayerCompute
 from trainplan.model.ops import LayerShape
 from trainplan.model.recompute_ops import RepeatedTp
-from trainplan.model.roofline import Collective, collective_seconds, memory_seconds
+from trainplan.model.roofline import Collective, collective_seconds
 from trainplan.model.specs import AttentionKind
+from trainplan.model.userbuffers_gemm import partials_sum_seconds
 
 __all__ = ["async_tp_collectives", "fused_input_scatter", "partials_reduction_seconds"]
 
@@ -63,8 +64,9 @@ def fused_input_scatter(x: LayerShape, col: str) -> bool:
 def partials_reduction_seconds(x: LayerShape, c: Clock) -> float:
     """Seconds of a fused matmul-reduce-scatter's closing ``torch.sum`` over its tp partial
     products: β·T·h bytes read and β·T·h/tp written (T: the micro-batch's tokens, h: the
-    hidden size) through HBM at the rule of every memory-bound pass
-    (:func:`model.roofline.memory_seconds`), one kernel.
+    hidden size) through HBM at the rule of every memory-bound pass, one kernel: the sum
+    Transformer Engine's ring-exchange reduce-scatter ends with too
+    (:func:`model.userbuffers_gemm.partials_sum_seconds`).
 
     >>> from trainplan.model.roofline import RooflineParams
     >>> from trainplan.model.specs import Architecture
@@ -75,8 +77,9 @@ def partials_reduction_seconds(x: LayerShape, c: Clock) -> float:
     >>> round(partials_reduction_seconds(x, c) * 1e6, 1)  # 2·8192²·9/8 B / (0.9·3.35 TB/s) + 3 µs
     53.1
     """
-    moved = x.beta * x.tokens * x.arch.hidden_size * (1 + 1 / x.tp)
-    return memory_seconds(moved, c.hbm_bytes_per_s, c.params)
+    return partials_sum_seconds(
+        x.tokens * x.arch.hidden_size, x.tp, x.beta, c.hbm_bytes_per_s, c.params
+    )
 
 
 def async_tp_collectives(
