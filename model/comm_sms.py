@@ -53,10 +53,29 @@ the ring collectives beside it, which are charged :func:`collective_sm_share` (b
 charged the same: the NVLS count taken as the floor of its blocks (an assumption, like the ring
 collectives' charge; an H800's log shows 16 ring and 16 p2p channels, NVIDIA/nccl issue #892,
 a check, not a source), through the same option (``nccl_sm_charge``). Its blocks hold 640
-threads where the measurement's held 512, another reason the charge is a floor. Megatron-Core's
-``hybridep`` runs its own kernels, not NCCL's (:class:`model.moe_run.Dispatcher`), and is
-charged nothing, as is a part without a sourced SM count (``scenarios/kernels/gemm.toml``
-``[[sm_count]]``).
+threads where the measurement's held 512, another reason the charge is a floor. A part without
+a sourced SM count (``scenarios/kernels/gemm.toml`` ``[[sm_count]]``) is charged nothing.
+
+Megatron-Core's ``hybridep`` (:class:`model.moe_run.Dispatcher`) runs DeepEP's HybridEP kernels,
+charged by the same rule at their own SM count (:data:`DISPATCHER_SMS`, whatever
+``nccl_sm_charge`` says, as DeepEP's): Megatron-LM d98e8a64dd passes
+``moe_flex_dispatcher_num_sms``, default None (``transformer_config.py``; the deprecated
+``moe_hybridep_num_sms`` routes to it), as ``num_sms_dispatch_api`` and ``num_sms_combine_api``
+(``moe/token_dispatcher.py`` ``_HybridEPManager.dispatch``, ``moe/fused_a2a.py``
+``init_hybrid_ep_buffer``: None is not passed on), so DeepEP's defaults hold
+(deepseek-ai/DeepEP branch ``hybrid-ep`` at 94a9f8f6, ``csrc/hybrid_ep/config.cuh``
+``Configurer``: ``value_or((num_of_nodes == 1) ? 24 : 8)`` each, ``num_of_nodes`` the group's
+size over the ranks NVLink reaches, ``deep_ep/hybrid_ep_buffer.py`` ``HybridEPBuffer.__init__``)
+— 24 SMs when the expert-parallel group lies in one NVLink domain, 8 across domains (the
+defaults were 32 in one domain from the branch's first commit, c9f647d, until a0d27f1 of
+2026-03-31). Its dispatch and combine are persistent kernels of one block per SM
+(``csrc/hybrid_ep/backend/hybrid_ep_backend.cuh`` ``dispatch``: "Grid size for dispatch
+kernel(1:1 block:SM mapping)"), 128 threads a dispatch block and 192 a combine block in one
+domain (4 and 6 warps; 4 and 11 across domains) with their tokens staged in shared memory
+(``NUM_OF_STAGES_DISPATCH_API`` 10 tokens of ``hidden`` elements): fewer threads than the
+measurement's 512, more shared memory — the same stand-in as DeepEP's, with the same caveats.
+The group is Megatron-Core's expert tensor- and expert-parallel group (``tp_ep_group``); its
+span is read from the expert-parallel group's link (the two agree at expert tp 1).
 
 NCCL's collectives hold SMs the same way: one thread block (CTA) per channel for the whole
 collective (NVIDIA/nccl at 5067397c, ``src/enqueue.cc`` ``topoGetAlgoInfo``: ``nc`` channels,
@@ -81,9 +100,10 @@ ZeRO-3/FSDP prefetched gathers), of NCCL's expert all-to-all where it is overlap
 (:func:`dispatcher_sm_share`, above) and of Megatron-Core's asynchronous tensor-parallel
 collectives in backward, in the dense and MoE layers and the output layer alike (the
 embedding's wait whole: none is overlapped) (:mod:`model.layer_time`, ``tp_comm_overlap =
-async``, on the clocks of :func:`model.step_time.kind_parts`; Transformer
-Engine's userbuffers and PyTorch's SymmetricMemory run their own kernels, not NCCL's, and are
-not charged). A check, not a source: Lee et al. 2025 (arXiv 2507.03114) measure computation
+async``, on the clocks of :func:`model.step_time.kind_parts`; PyTorch's SymmetricMemory runs
+its own kernels, not NCCL's, and is not charged; Transformer Engine's userbuffers kernels are
+charged :func:`held_sm_share` of their own ``num_sm`` where the GEMM beside them keeps every SM,
+:func:`model.userbuffers_gemm.ub_sm_share`). A check, not a source: Lee et al. 2025 (arXiv 2507.03114) measure computation
 overlapped with a collective on 4 A100s or H100s 18.9 % slower on average (40 % at most); the
 H200's GEMMs ran 31 % slower beside 16 blocks (22–91 %). The figures are steady-state: the
 stand-in held its SMs through a loop of GEMMs, where a collective holds them only while it runs.
@@ -110,7 +130,9 @@ __all__ = [
     "GEMM_SLOWDOWN_BESIDE_BLOCKS",
     "MEASURED_ON_SMS",
     "measured_sm_share",
+    "held_sm_share",
     "DISPATCHER_SMS",
+    "HYBRIDEP_NUM_SMS",
     "NCCL_DISPATCHERS",
     "NCCL_NVLS_CTAS",
     "dispatcher_sm_share",
@@ -159,11 +181,39 @@ def measured_sm_share(blocks: float, sms: int) -> float:
     return float(interpolate_linear(counts, phis, blocks * MEASURED_ON_SMS / sms).value)
 
 
-DISPATCHER_SMS: dict[str, int] = {"deepep": DEEPEP_NUM_SMS}
-"""SMs a dispatcher's own communication kernels hold while they run (DeepEP: ``Buffer.num_sms``,
-the default both DeepSeek-V3 (§3.2.2: "20 SMs … partitioned into 10 communication channels")
-and Megatron-Core run). NCCL's all-to-all is charged as NCCL's collectives are
-(:func:`dispatcher_sm_share`); another dispatcher not listed is charged none (module
+@lru_cache(maxsize=256)
+def held_sm_share(blocks: int, device_name: str) -> float:
+    """``φ`` of a kernel holding ``blocks`` SMs (one persistent block each) beside computation on
+    the part ``device_name``: :func:`measured_sm_share` on its ``[[sm_count]]``; 0 for a part
+    without a sourced count. The one rule every charge reads, the SM count a parameter: NCCL's
+    NVLS blocks, DeepEP's and HybridEP's, userbuffers' ``num_sm``.
+
+    Examples
+    --------
+    >>> round(held_sm_share(24, "GB200"), 4), held_sm_share(24, "MI300X")  # 21.41 H200 blocks
+    (0.2527, 0.0)
+    """
+    part = SM_PART.get(catalogue_part(device_name))
+    if part is None or not blocks:
+        return 0.0
+    return measured_sm_share(blocks, sm_count(gemm_data().sm_counts, part))
+
+
+HYBRIDEP_NUM_SMS = (24, 8)
+"""HybridEP's ``num_sms_dispatch_api`` and ``num_sms_combine_api`` (each) by default, (the
+expert-parallel group in one NVLink domain, across domains): deepseek-ai/DeepEP ``hybrid-ep``
+94a9f8f6 ``csrc/hybrid_ep/config.cuh`` ``Configurer``, what Megatron-Core leaves in force
+(module docstring)."""
+
+DISPATCHER_SMS: dict[str, tuple[int, int]] = {
+    "deepep": (DEEPEP_NUM_SMS, DEEPEP_NUM_SMS),
+    "hybridep": HYBRIDEP_NUM_SMS,
+}
+"""SMs a dispatcher's own communication kernels hold while they run, (the expert-parallel group
+in one NVLink domain, across domains): DeepEP's ``Buffer.num_sms`` either way, the default both
+DeepSeek-V3 (§3.2.2: "20 SMs … partitioned into 10 communication channels") and Megatron-Core
+run; HybridEP's :data:`HYBRIDEP_NUM_SMS`. NCCL's all-to-all is charged as NCCL's collectives
+are (:func:`dispatcher_sm_share`); another dispatcher not listed is charged none (module
 docstring)."""
 
 NCCL_DISPATCHERS = frozenset({"alltoall"})
@@ -172,13 +222,16 @@ NCCL_DISPATCHERS = frozenset({"alltoall"})
 
 
 @lru_cache(maxsize=64)
-def dispatcher_sm_share(dispatcher: str, device_name: str, nccl_charged: bool) -> float:
+def dispatcher_sm_share(
+    dispatcher: str, device_name: str, nccl_charged: bool, one_domain: bool = True
+) -> float:
     """``φ``: what the dispatcher's kernels cost the computation beside them while they run:
-    :func:`measured_sm_share` of its ``DISPATCHER_SMS`` blocks (one a SM) on the part's
-    ``[[sm_count]]`` (DeepEP), or for NCCL's all-to-all :func:`collective_sm_share` (the NVLS
-    count as the floor of its peer-to-peer blocks, module docstring) when ``nccl_charged``
-    (:class:`model.timing.CostOptions` ``nccl_sm_charge``); 0 for another dispatcher or a part
-    without a sourced count. ``dispatcher``: a :class:`model.moe_run.Dispatcher` value.
+    :func:`held_sm_share` of its :data:`DISPATCHER_SMS` (DeepEP's 20; HybridEP's 24 when the
+    expert-parallel group lies in one NVLink domain, ``one_domain``, else 8), or for NCCL's
+    all-to-all :func:`collective_sm_share` (the NVLS count as the floor of its peer-to-peer
+    blocks, module docstring) when ``nccl_charged`` (:class:`model.timing.CostOptions`
+    ``nccl_sm_charge``); 0 for another dispatcher or a part without a sourced count.
+    ``dispatcher``: a :class:`model.moe_run.Dispatcher` value.
 
     Examples
     --------
@@ -197,16 +250,19 @@ def dispatcher_sm_share(dispatcher: str, device_name: str, nccl_charged: bool) -
     0.239
     >>> dispatcher_sm_share("alltoall", "H800", False), dispatcher_sm_share("deepep", "MI300X", True)
     (0.0, 0.0)
-    >>> dispatcher_sm_share("hybridep", "H800", True)
-    0.0
+
+    HybridEP on a GB200 (148 SMs): 24 in one NVLink domain (21.41 H200 blocks), 8 across
+    (7.14 blocks, 0.1504 · 7.14/8):
+
+    >>> round(dispatcher_sm_share("hybridep", "GB200", False), 4)
+    0.2527
+    >>> round(dispatcher_sm_share("hybridep", "GB200", True, one_domain=False), 4)
+    0.1341
     """
     if str(dispatcher) in NCCL_DISPATCHERS:
         return collective_sm_share(device_name, nccl_charged)
     sms = DISPATCHER_SMS.get(str(dispatcher))
-    part = SM_PART.get(catalogue_part(device_name))
-    if sms is None or part is None:
-        return 0.0
-    return measured_sm_share(sms, sm_count(gemm_data().sm_counts, part))
+    return 0.0 if sms is None else held_sm_share(sms[0 if one_domain else 1], device_name)
 
 
 NCCL_NVLS_CTAS: dict[str, int] = NVLS_CHANNELS
@@ -242,15 +298,10 @@ def collective_sm_share(device_name: str, charged: bool) -> float:
     return _nvls_share(device_name) if charged else 0.0
 
 
-@lru_cache(maxsize=64)
 def _nvls_share(device_name: str) -> float:
-    """:func:`measured_sm_share` of :data:`NCCL_NVLS_CTAS` on the part's SMs; 0 for a part
+    """:func:`held_sm_share` of :data:`NCCL_NVLS_CTAS` on the part's SMs; 0 for a part
     without either."""
-    part = SM_PART.get(catalogue_part(device_name))
-    ctas = nvls_channels(device_name)  # NCCL_NVLS_CTAS, by catalogue part
-    if part is None or not ctas:
-        return 0.0
-    return measured_sm_share(ctas, sm_count(gemm_data().sm_counts, str(part)))
+    return held_sm_share(nvls_channels(device_name), device_name)  # NCCL_NVLS_CTAS, by part
 
 
 def contended_wait(comm_s: Any, compute_s: Any, share: float) -> Any:

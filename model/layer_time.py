@@ -59,10 +59,7 @@ from trainplan.model.context_parallel import (
 )
 from trainplan.model.layout import Recompute
 from trainplan.model.moe_kernels import counts_gather_seconds, dispatch_metadata
-from trainplan.model.moe_run import (
-    all_to_all_sent,
-    exposed_all_to_all,
-)
+from trainplan.model.moe_run import all_to_all_sent, exposed_all_to_all
 from trainplan.model.op_time import (
     Clock,
     LayerCompute,
@@ -70,6 +67,7 @@ from trainplan.model.op_time import (
     dgrad_seconds,
     layer_compute,
     op_seconds,
+    tp_sm_share,
     wgrad_seconds,
 )
 from trainplan.model.ops import (
@@ -171,12 +169,13 @@ def _tp_collectives(
     mode = c.tp_comm_overlap
     total = exposed = 0.0
 
-    phi = c.nccl_sm_share if mode is TpOverlap.ASYNC else 0.0
-
-    def wait(seconds: float, covered: float, overlapped: bool) -> None:
+    def wait(seconds: float, role: str = "", which: str = "", overlapped: bool = False) -> None:
         nonlocal total, exposed
         total += seconds
-        exposed += max(0.0, contended_wait(seconds, covered, phi)) if overlapped else seconds
+        if overlapped:  # beside its GEMM, which loses φ of its SMs meanwhile
+            phi = tp_sm_share(c, role, which)
+            seconds = max(0.0, contended_wait(seconds, ops.role(role, which), phi))
+        exposed += seconds
 
     halves = _halves(x)
     if x.sequence_parallel and mode is TpOverlap.ASYNC_TP:  # :mod:`model.async_tp`
@@ -188,23 +187,23 @@ def _tp_collectives(
         for k in range(2):  # forward (and the recomputed forward's collectives)
             for (col, row), repeated in zip(halves, again.halves, strict=False):
                 if k == 0 or repeated[0]:
-                    wait(ag, ops.role(col, "forward"), full)
+                    wait(ag, col, "forward", full)
                 if k == 0 or repeated[1]:
-                    wait(rs, ops.role(row, "forward"), full)
+                    wait(rs, row, "forward", full)
         for col, row in halves:
-            wait(ag, ops.role(row, "dgrad"), full)  # the output gradient, gathered
+            wait(ag, row, "dgrad", full)  # the output gradient, gathered
             hidden = mode is not TpOverlap.NONE
             if c.tp_regather:  # the input, gathered again (torchtitan keeps it gathered)
-                wait(ag, ops.role(col, "dgrad"), hidden)
-            wait(rs, ops.role(col, "wgrad"), hidden)  # the input gradient, scattered
+                wait(ag, col, "dgrad", hidden)
+            wait(rs, col, "wgrad", hidden)  # the input gradient, scattered
     else:
         ar = _coll(Collective.ALL_REDUCE, tp, 2 * one, c.tp_link, c)
         n_again = sum(any(r) for r in again.halves[: len(halves)])
         for _ in range(len(halves) + n_again):  # after each row-parallel linear
-            wait(ar, 0.0, False)
+            wait(ar)
         for col, _row in halves:
-            wait(ar, ops.role(col, "wgrad"), mode is not TpOverlap.NONE)
-    wait(_etp_seconds(x, c) * (2 + again.etp), 0.0, False)
+            wait(ar, col, "wgrad", mode is not TpOverlap.NONE)
+    wait(_etp_seconds(x, c) * (2 + again.etp))
     return total, exposed
 
 
@@ -474,7 +473,7 @@ def output_time(x: LayerShape, c: Clock, vocab: int, loss: str = "none") -> Laye
                 sent = (x.tp - 1) * per_token * x.tokens
                 pairs.append((_coll(Collective.ALL_GATHER, x.tp, sent, c.tp_link, c), 0.0))
         tp = sum(p[0] for p in pairs)
-        share = c.nccl_sm_share if c.tp_comm_overlap is TpOverlap.ASYNC else 0.0
+        share = tp_sm_share(c, logits.role, "wgrad")  # NCCL's; no userbuffers on the output
         exposed = sum(max(0.0, contended_wait(t, covered, share)) for t, covered in pairs)
     return LayerTime(forward, backward, 0.0, tp, exposed)
 

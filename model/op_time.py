@@ -30,7 +30,12 @@ from trainplan.model.tp_overlap import (
     check_tp_overlap,
     tp_overlap_for,
 )
-from trainplan.model.userbuffers_gemm import UB_STREAMS, Userbuffers, partials_sum_seconds
+from trainplan.model.userbuffers_gemm import (
+    UB_STREAMS,
+    Userbuffers,
+    partials_sum_seconds,
+    ub_sm_share,
+)
 
 __all__ = [
     "tp_overlap_for",
@@ -46,6 +51,7 @@ __all__ = [
     "wgrad_seconds",
     "LayerCompute",
     "layer_compute",
+    "tp_sm_share",
 ]
 
 
@@ -118,7 +124,7 @@ class Clock:
     """``φ`` of an NCCL collective's kernels beside computation (measured at its blocks,
     :func:`model.comm_sms.collective_sm_share`; 0 unless :class:`model.timing.CostOptions`
     ``nccl_sm_charge``): what an asynchronous tensor-parallel collective costs the GEMM it
-    hides under."""
+    hides under (:func:`tp_sm_share`)."""
     grouped_mm: bool = False
     """The routed experts run as PyTorch's ``torch._grouped_mm``, one kernel per pass for all
     local experts (torchtitan's ``GroupedExperts``, the ``fsdp2`` profile:
@@ -403,8 +409,32 @@ class LayerCompute:
 
     def role(self, name: str, which: str) -> float:
         """Seconds of the ``which`` (forward, dgrad, wgrad) GEMMs of role ``name`` (0 if none)."""
-        k = ("forward", "dgrad", "wgrad").index(which)
+        k = _PASSES.index(which)
         return self.roles[name][k] if name in self.roles else 0.0
+
+
+def tp_sm_share(c: Clock, role: str, which: str) -> float:
+    """``φ`` the GEMM of ``role``'s pass ``which`` (``forward``, ``dgrad``, ``wgrad``) loses while
+    the tensor-parallel collective it hides runs: NCCL's (:attr:`Clock.nccl_sm_share`) under
+    ``async``; under ``full`` the userbuffers kernel's where it holds SMs beside a GEMM launched
+    on every SM (:func:`model.userbuffers_gemm.ub_sm_share`); 0 under ``none`` (nothing hidden)
+    and ``async-tp`` (SymmetricMemory's kernels, not charged).
+
+    >>> from trainplan.model.op_rates import deployed_params
+    >>> from trainplan.model.userbuffers_gemm import userbuffers_for
+    >>> c = Clock(989.4e12, 3.35e12, deployed_params("H100-SXM"), tp_comm_overlap=TpOverlap.FULL,
+    ...           userbuffers=userbuffers_for("te-1", 4))
+    >>> round(tp_sm_share(c, "mlp_in", "wgrad"), 4), tp_sm_share(c, "mlp_in", "forward")
+    (0.239, 0.0)
+    """
+    if c.tp_comm_overlap is TpOverlap.ASYNC:
+        return c.nccl_sm_share
+    if c.tp_comm_overlap is not TpOverlap.FULL:
+        return 0.0
+    return ub_sm_share(c.userbuffers, role, _PASSES.index(which), c.params.part)
+
+
+_PASSES = ("forward", "dgrad", "wgrad")
 
 
 @lru_cache(maxsize=4096)

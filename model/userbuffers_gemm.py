@@ -50,12 +50,26 @@ What a run passes (:data:`UB_CONFIGS`, the key ``tp_comm_overlap_cfg``):
 * The NeMo launcher (NVIDIA/NeMo-Framework-Launcher 24.07, 8325688d) names a YAML file per model
   (``launcher_scripts/conf/training/tp_overlap/``), given here by its file name.
 
-Not charged: a ``bulk`` or ``pipeline`` kernel with ``set_sm_margin`` False (Megatron Bridge's
-and the NeMo launcher's bulk overlaps) shares the SMs with the GEMM it runs beside instead of
-taking them at launch; its blocks are 1,024 threads (``userbuffers-host.cpp``: ``threads`` 1024),
-not the 512-thread blocks whose cost :mod:`model.comm_sms` measured, so no sourced figure
-prices it. The exposure of the collectives (:mod:`model.layer_time`) keeps its rule: each waits
-for what its GEMM does not cover.
+A ``bulk`` or ``pipeline`` communicator without ``set_sm_margin`` (``te-1``, and the bulk overlaps
+of Megatron Bridge's and the NeMo launcher's configurations) launches the GEMM on every SM while
+its kernel holds ``num_sm`` of them: ``CommOverlapBase`` always runs these on SMs (its constructor
+passes ``use_ce`` false to ``CommOverlapCore``), and ``bulk_overlap`` / ``split_overlap_rs`` set
+``_ub_comm->sms = _num_comm_sm`` before ``allgather2_userbuff_inplace`` /
+``reducescatter2_userbuff_inplace`` / ``reducescatter2_userbuff_stridedoutput``
+(``userbuffers.cu``: a cooperative launch of ``sms`` blocks of ``comm->threads`` threads, 1,024
+by ``userbuffers-host.cpp``, in clusters of ``cga_size`` 2, each kernel
+``__launch_bounds__(MAX_THREADS = 1024)``; the communication stream at the highest priority, the
+GEMM launched after the communication kernel's launch event). A block of 1,024 threads holds
+half the SM's threads and up to all its registers, so the GEMM's CTAs (a Hopper cuBLAS tile of
+384 threads holds most of the register file) do not run beside it: the GEMM loses those SMs while
+the communication runs, as it loses an NCCL collective's. It is charged the same measured ``φ``
+(:func:`model.comm_sms.held_sm_share` of ``num_sm`` blocks, :func:`ub_sm_share`) in
+:mod:`model.layer_time`: the collective of ``a`` seconds beside its GEMM of ``c`` waits
+``max(φ·a, a − c)``. The measurement's blocks held 512 threads, these 1,024: a floor, as for
+NCCL's 640. The ring exchanges move their chunks on the copy engine (``use_ce`` True) and hold
+no SM (one signal block of the ``userbuffers_send`` copy aside), so they are not charged; with
+``set_sm_margin`` the GEMM runs on the SMs it is launched with (``taken``) and the kernel beside
+it takes none of them.
 """
 
 from __future__ import annotations
@@ -65,6 +79,7 @@ from functools import lru_cache
 from types import MappingProxyType
 from typing import Any
 
+from trainplan.model.comm_sms import held_sm_share
 from trainplan.model.errors import InputError
 from trainplan.model.roofline import RooflineParams, memory_seconds
 
@@ -79,6 +94,7 @@ __all__ = [
     "check_ub_config",
     "userbuffers_for",
     "partials_sum_seconds",
+    "ub_sm_share",
 ]
 
 
@@ -202,6 +218,10 @@ class UbGemm:
     reduce: bool
     """A ring-exchange reduce-scatter: :func:`partials_sum_seconds` over its ``chunks`` (= tp)
     partial products after them."""
+    held: int = 0
+    """SMs its communicator's kernel holds beside it while the collective runs, the GEMM launched
+    on every SM (``num_sm`` of a ``bulk`` or ``pipeline`` communicator without
+    ``set_sm_margin``; 0 for a ring exchange or under the margin): :func:`ub_sm_share`."""
 
     def chunk(self, m: float, n: float) -> tuple[float, float]:
         """The output ``[rows, cols]`` of one chunk of a GEMM with output ``[m, n]``.
@@ -258,7 +278,7 @@ def userbuffers_for(config: str, tp: int) -> Userbuffers:
     """The configuration ``config`` at tensor-parallel degree ``tp``: a ring exchange in ``tp``
     row chunks (``tp/2`` with ``aggregate``), its reduce-scatters summed after; a pipeline in
     ``num_splits`` column chunks; a bulk overlap whole; each launched without ``num_sm`` SMs
-    where ``set_sm_margin``.
+    where ``set_sm_margin``, else (pipeline and bulk) beside a kernel that holds them.
 
     Examples
     --------
@@ -268,9 +288,11 @@ def userbuffers_for(config: str, tp: int) -> Userbuffers:
 
     >>> ub = userbuffers_for("te", 4)
     >>> ub.gemm("attn_in", 0), ub.gemm("attn_out", 0).split, ub.gemm("attn_in", 2).taken
-    (UbGemm(chunks=4, split='rows', taken=0, reduce=False), 'cols', 16)
+    (UbGemm(chunks=4, split='rows', taken=0, reduce=False, held=0), 'cols', 16)
     >>> ub.gemm("attn_out", 2) is None  # proj_wgrad: external, unchanged
     True
+    >>> userbuffers_for("te-1", 4).gemm("attn_in", 2)  # before 2.0: every SM, 16 held beside
+    UbGemm(chunks=1, split='', taken=0, reduce=False, held=16)
     """
     cfg = UB_CONFIGS[check_ub_config(config)]
     gemms = []
@@ -280,14 +302,15 @@ def userbuffers_for(config: str, tp: int) -> Userbuffers:
             if m is None:
                 continue
             taken = m.num_sm if m.set_sm_margin else 0
+            held = 0 if m.set_sm_margin else m.num_sm
             if m.method == "ring_exchange":  # split_overlap_rs takes no aggregate
                 rs = f"{layer}_{name}" in _REDUCE_SCATTERS
                 pairs = m.aggregate and not rs and tp % 2 == 0
                 g = UbGemm(tp // 2 if pairs else tp, "rows", taken, rs)
             elif m.method == "pipeline":
-                g = UbGemm(m.num_splits, "cols", taken, False)
+                g = UbGemm(m.num_splits, "cols", taken, False, held)
             else:
-                g = UbGemm(1, "", taken, False)
+                g = UbGemm(1, "", taken, False, held)
             gemms.append((role, which, g))
     return Userbuffers(config, tp, tuple(gemms))
 
@@ -307,3 +330,23 @@ def partials_sum_seconds(
     53.1
     """
     return memory_seconds(beta * elements * (1 + 1 / tp), hbm_bytes_per_s, p)
+
+
+def ub_sm_share(ub: Userbuffers | None, role: str, which: int, device_name: str) -> float:
+    """``φ`` the GEMM of ``role``'s pass ``which`` loses while the userbuffers collective beside
+    it runs: :func:`model.comm_sms.held_sm_share` of its :attr:`UbGemm.held` SMs on the part
+    (module docstring); 0 for a GEMM without a userbuffers overlap, a ring exchange, under the
+    SM margin, or on a part without a sourced SM count.
+
+    Examples
+    --------
+    Transformer Engine 1.8's bulk QKV weight gradient on an H100 (16 of 132 SMs, the measured
+    1 − 1/1.314); under 2.0's margin the GEMM runs on 116 SMs instead and nothing is held:
+
+    >>> round(ub_sm_share(userbuffers_for("te-1", 4), "attn_in", 2, "H100-SXM"), 4)
+    0.239
+    >>> ub_sm_share(userbuffers_for("te", 4), "attn_in", 2, "H100-SXM")
+    0.0
+    """
+    g = None if ub is None else ub.gemm(role, which)
+    return 0.0 if g is None else held_sm_share(g.held, device_name)

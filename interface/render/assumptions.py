@@ -119,11 +119,11 @@ def _time_sentence(est: Estimate, overlap: str) -> str:
 
 
 def _ub_config(est: Estimate, overlap: TpOverlap) -> str:
-    """The userbuffers configuration after ``full`` (its GEMMs' chunks and SM margin,
+    """The userbuffers configuration after ``full`` (its GEMMs' chunks and its kernels' SMs,
     :mod:`model.userbuffers_gemm`); "" under another overlap."""
     if overlap is not TpOverlap.FULL or est.layout.tp == 1:
         return ""
-    return f" (userbuffers {est.options.tp_comm_overlap_cfg}: GEMM chunks and SM margin charged)"
+    return f" (userbuffers {est.options.tp_comm_overlap_cfg}: GEMM chunks and its kernels' SMs charged)"
 
 
 def _dp_overlap(est: Estimate) -> str:

@@ -136,16 +136,17 @@ def axis_link(c: Context, f: Fields, axis: str, all_to_all: Any = False) -> tupl
     )  # fmt: skip
 
 
-def ep_dispatch_fields(c: Context, f: Fields) -> tuple[Any, Any]:
+def ep_dispatch_fields(c: Context, f: Fields) -> tuple[Any, Any, Any]:
     """What the expert all-to-all's clock reads of the layout besides its link: the EP group's
     members per NVLink domain (:func:`model.moe_run.members_per_domain`, for DeepEP's
-    de-duplication across domains) and the share of micro-batches whose all-to-alls have no
+    de-duplication across domains), the share of micro-batches whose all-to-alls have no
     partner under Megatron-Core's combined 1F1B (:func:`model.moe_run.unpaired_share`; 1 under
-    any other overlap). Both 0 / 1 when the run does not read them, so they add no distinct
-    clocks to the search's tables."""
+    any other overlap) and the dispatcher's ``φ`` (:func:`ep_sm_share`). 0 / 1 / the context's
+    ``φ`` when the run does not read them, so they add no distinct clocks to the search's
+    tables."""
     run = c.training.moe_run
     if c.arch.moe is None:
-        return 0, 1.0
+        return 0, 1.0, 0.0
     g: Any = 0
     if run.dispatcher is Dispatcher.DEEPEP:
         link = f.link("ep")
@@ -153,20 +154,26 @@ def ep_dispatch_fields(c: Context, f: Fields) -> tuple[Any, Any]:
     unpaired: Any = 1.0
     if run.ep_overlap is EpOverlap.COMBINED_1F1B:
         unpaired = f.lookup(unpaired_share, (run.ep_overlap,), "pp", "virtual_stages", "m")
-    return g, unpaired
+    return g, unpaired, ep_sm_share(c, f)
 
 
-def ep_sm_share(c: Context) -> float:
+def ep_sm_share(c: Context, f: Fields) -> Any:
     """:func:`model.comm_sms.dispatcher_sm_share` of the run's dispatcher on its part: the SMs
     an overlapped expert all-to-all takes from the computation beside it (0 without MoE; NCCL's
-    all-to-all only under :class:`model.timing.CostOptions` ``nccl_sm_charge``).
+    all-to-all only under :class:`model.timing.CostOptions` ``nccl_sm_charge``); HybridEP's by
+    whether the expert-parallel group's link is NVLink (the group in one NVLink domain: 24 SMs,
+    else 8).
 
-    Scope: the context only (the recipe's dispatcher, the accelerator and the cost options), no
-    layout field."""
+    Scope: the context (the recipe's dispatcher, the accelerator and the cost options) and,
+    under HybridEP only, the ep link."""
     if c.arch.moe is None:
         return 0.0
     run = c.training.moe_run
-    return dispatcher_sm_share(str(run.dispatcher), c.gpu.name, c.options.nccl_sm_charge)
+    args = (str(run.dispatcher), c.gpu.name, c.options.nccl_sm_charge)
+    if run.dispatcher is not Dispatcher.HYBRIDEP:
+        return dispatcher_sm_share(*args)
+    one, several = dispatcher_sm_share(*args, True), dispatcher_sm_share(*args, False)
+    return where(f.link("ep").nvlink, one, several)
 
 
 def _link(bandwidth: Any, scaleup: Any) -> LinkTime | None:
@@ -188,14 +195,13 @@ def _kind_row(
     ``layernorm`` takes every norm (:func:`_recompute_plan`)."""
     b, tp, cp, ep, etp, sp, r, u, gather, rep, vocab = key[:11]
     tp_bw, tp_up, cp_bw, cp_up, ep_bw, ep_up = key[11:17]
-    ep_g, unpaired, templated, regather = key[17:]
+    ep_g, unpaired, sm_share, templated, regather = key[17:]
     (
         peak,
         hbm,
         p,
         overlap,
         speedup,
-        sm_share,
         elementwise,
         grouped,
         passes,
@@ -212,7 +218,7 @@ def _kind_row(
     clock = Clock(
         peak, hbm, p, _link(tp_bw, tp_up), _link(cp_bw, cp_up), _link(ep_bw, ep_up), overlap,
         int(r), int(u), bool(gather), speedup, int(rep), int(ep_g), float(unpaired),
-        bool(regather), str(templated), sm_share, grouped, ao, bool(bf16_ex), loop, nccl,
+        bool(regather), str(templated), float(sm_share), grouped, ao, bool(bf16_ex), loop, nccl,
         grouped_mm=bool(grouped_mm), userbuffers=ub,
     )  # fmt: skip
     parts = kind_parts(
@@ -247,7 +253,7 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
     if ao is not None:  # torchao's Float8Linear: its own GEMM speed-up and casts by shape
         speedup = (ao.kernel_speedup,) * 3
     base = (d.peak_flops_per_s, d.hbm_bytes_per_s, p, overlap,
-            speedup, ep_sm_share(c),
+            speedup,
             elementwise_mode(f.framework, t.compile),
             grouped_fp8_rates(t.precision, recipe, d, f.framework),
             expert_passes_of(f.framework, t.precision), ao,
@@ -260,14 +266,14 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
     cp_bw, cp_up = axis_link(c, f, "cp", (r == 1) & (u > 1))
     ep_bw, ep_up = axis_link(c, f, "ep", True)
     vocab = f.lookup(padded_vocab_of, (arch.vocab_size, c.vocab_multiple), "framework", "tp")
-    ep_g, unpaired = ep_dispatch_fields(c, f)
+    ep_g, unpaired, ep_share = ep_dispatch_fields(c, f)
     templated = f.lookup(torch_rotate_method, (), "cp_kind")
     regather = not keeps_gathered_inputs(Framework(f.framework), t)
     row = f.lookup_values(
         _kind_row, (arch, t, o.causal_attention_flops, base, mode, _recompute_plan(c, f, mode)),
         f.micro_batch_size, f.tp,
         f.cp, f.ep, f.expert_tp, f.sp, r, u, gather, rep, vocab, tp_bw, tp_up, cp_bw, cp_up,
-        ep_bw, ep_up, ep_g, unpaired, templated, regather,
+        ep_bw, ep_up, ep_g, unpaired, ep_share, templated, regather,
     )  # fmt: skip
     n = len(PARTS)
     dense, moe, embedding, output = (tuple(row[k * n : (k + 1) * n]) for k in range(4))

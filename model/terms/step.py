@@ -377,8 +377,8 @@ def schedule_span(
     # no shorter than the rank's own passes: the timeline's pass-time ratios are rounded
     # (:data:`model.schedule_cost.RATIO_DENOMINATOR`), which could leave a negative bubble
     span = maximum(split_span(sched, pp, m, t_f, t_b, t_w, timed), m * t_mb - hidden)
-    share = ep_sm_share(c)
-    if not share:
+    share = ep_sm_share(c, f)
+    if not is_array(share) and not share:
         return ScheduleSpan(span, m * t_mb - hidden, hidden, paced, True)
     contended = dualpipe_block(t_f, t_b, t_w, exposed_mb / v, hideable_mb / v, share * ep_mb / v)
     slower = maximum(split_span(sched, pp, m, t_f, t_b, t_w, minimum(contended, serial)), span)
@@ -392,7 +392,7 @@ def _share(c: Context, f: Fields) -> Any:
     run, moe = c.training.moe_run, c.arch.moe
     if moe is None or run.dispatcher is not Dispatcher.DEEPEP:
         return 1.0
-    g, _ = ep_dispatch_fields(c, f)
+    g, _, _ = ep_dispatch_fields(c, f)
     tokens = exact(c.training.seq_len) / f.cp * f.micro_batch_size / where(f.sp, f.tp, 1)
     args = (run, moe.num_experts, moe.experts_per_token)
     return f.lookup_values(dispatch_time_share, args, as_float(tokens), f.ep, g)

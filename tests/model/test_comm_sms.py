@@ -13,11 +13,14 @@ from trainplan.model.comm_sms import (
     dispatcher_sm_share,
     measured_sm_share,
 )
+from trainplan.model.estimate import evaluation_context
 from trainplan.model.moe_run import Dispatcher, EpOverlap, MoERun, exposed_all_to_all
 from trainplan.model.schedule_cost import dualpipe_block
 from trainplan.model.step_time import dp_exposed_seconds
+from trainplan.model.terms.fields import LayoutFields
+from trainplan.model.terms.roofline import ep_sm_share
 from trainplan.model.timing import CostOptions
-from trainplan.optimizer.case import Case
+from trainplan.optimizer.case import Case, links_for
 
 
 def test_phi_is_the_measured_cost_of_the_blocks_taken() -> None:
@@ -62,8 +65,7 @@ def test_nccls_all_to_all_costs_what_its_collectives_cost() -> None:
     rounded up, so at least the ring collectives' blocks), charged as they are: the NVLS count
     as the floor. Hopper's 16 of 132: φ = 1 − 1/1.314 = 0.23896 (H800, H100, H200); B200's 24
     of 148: 21.405 H200 blocks, 0.25267; GB300's 24 of 160: 0.24860. Off under
-    nccl_sm_charge=false, on a part without an NVLS count (A100) and for HybridEP, whose kernels
-    are not NCCL's."""
+    nccl_sm_charge=false and on a part without an NVLS count (A100)."""
     hopper = 1 - 1 / 1.314
     for part in ("H800", "H100-SXM", "H200"):
         assert dispatcher_sm_share("alltoall", part, True) == pytest.approx(hopper)
@@ -71,7 +73,62 @@ def test_nccls_all_to_all_costs_what_its_collectives_cost() -> None:
     assert dispatcher_sm_share("alltoall", "GB300", True) == pytest.approx(0.24860, abs=1e-5)
     assert dispatcher_sm_share("alltoall", "H800", False) == 0.0
     assert dispatcher_sm_share("alltoall", "A100-80GB", True) == 0.0
-    assert dispatcher_sm_share("hybridep", "H800", True) == 0.0
+
+
+def test_hybridep_costs_its_default_sms_by_the_same_rule() -> None:
+    """HybridEP's dispatch and combine default to 24 SMs each when the expert-parallel group lies
+    in one NVLink domain and 8 across domains (deepseek-ai/DeepEP hybrid-ep 94a9f8f6
+    csrc/hybrid_ep/config.cuh Configurer: value_or((num_of_nodes == 1) ? 24 : 8)), which
+    Megatron-Core leaves in force (moe_flex_dispatcher_num_sms None). On Hopper's 132 SMs:
+    φ(24) = 1 − 1/1.350 = 0.25926, φ(8) = 1 − 1/1.177 = 0.15038; on a GB200 (148): 24·132/148 =
+    21.405 H200 blocks, 0.25267 (the NVLS collectives' figure: the same count), and 8 → 7.135
+    blocks, 0.15038·7.135/8 = 0.13412. Charged whatever nccl_sm_charge says (its kernels are
+    not NCCL's); nothing on a part without a sourced SM count."""
+    for charged in (True, False):
+        assert dispatcher_sm_share("hybridep", "H800", charged) == pytest.approx(1 - 1 / 1.350)
+        assert dispatcher_sm_share("hybridep", "H100-SXM", charged, False) == pytest.approx(
+            1 - 1 / 1.177
+        )
+    assert dispatcher_sm_share("hybridep", "GB200", True) == pytest.approx(0.25267, abs=1e-5)
+    assert dispatcher_sm_share("hybridep", "GB200", True, False) == pytest.approx(0.13412, abs=1e-5)
+    assert dispatcher_sm_share("hybridep", "MI300X", True) == 0.0
+    assert dispatcher_sm_share("deepep", "H800", True, False) == dispatcher_sm_share(
+        "deepep", "H800", True
+    )  # DeepEP's 20 either way
+
+
+@pytest.mark.parametrize(
+    ("gpu", "ep", "phi"),
+    [("H100-SXM", 8, 1 - 1 / 1.350), ("H100-SXM", 16, 1 - 1 / 1.177), ("GB200", 32, 0.25267)],
+)
+def test_hybrideps_sms_follow_the_groups_span(gpu: str, ep: int, phi: float) -> None:
+    """The term the evaluator and the search read (model.terms.roofline.ep_sm_share): HybridEP's
+    expert-parallel group of 8 H100s lies in one 8-GPU NVLink domain (24 SMs, 0.25926), of 16
+    it spans two (8 SMs, 0.15038); of 32 GB200s it lies in one 72-GPU NVL72 domain (24 of 148,
+    0.25267)."""
+    run = MoERun(dispatcher=Dispatcher.HYBRIDEP)
+    case = Case.of("qwen3-30b-a3b", gpu, num_gpus=64, dp=64, ep=ep, moe_run=run)
+    c = evaluation_context(case.model, case.training, case.device, case.options)
+    links = links_for(case.layout, case.links, case.fabric)
+    share = ep_sm_share(c, LayoutFields(case.layout, case.training.global_batch_size, 0, links))
+    assert share == pytest.approx(phi, abs=1e-5)
+
+
+def test_combined_1f1b_pays_hybrideps_sms() -> None:
+    """The combined-1F1B case below (Qwen3-30B-A3B, 64 H100s, dp 64, ep 8, m = 16, 1/16
+    unpaired, every paired phase hidden) under HybridEP: its 24 SMs in one NVLink domain,
+    φ = 0.25926, so exposed = T·(1 + 15·φ)/16 = 0.30556·T (T = 1.03841 s: 0.31729 s), with or
+    without the NCCL charge: the step 4.2400 → 4.4766 s (charged nothing before, T/16 =
+    0.06490 s exposed; NCCL's charged all-to-all: 4.7303 s, DeepEP's 20 SMs: 4.4673 s)."""
+    phi = 1 - 1 / 1.350
+    run = MoERun(dispatcher=Dispatcher.HYBRIDEP, ep_overlap=EpOverlap.COMBINED_1F1B)
+    case = dict(model="qwen3-30b-a3b", device="H100-SXM", num_gpus=64, dp=64, ep=8, moe_run=run)
+    for options in ({}, {"nccl_sm_charge": False}):
+        est = Case.of(**case, **options).evaluate()
+        row = _axis(est, "ep")
+        assert row.seconds == pytest.approx(1.03841, abs=5e-6)
+        assert row.exposed_seconds == pytest.approx(row.seconds * (1 + 15 * phi) / 16, rel=1e-5)
+        assert est.step_s == pytest.approx(4.4766, abs=5e-5)
 
 
 def _axis(est, axis: str):  # noqa: ANN001, ANN202 - an Estimate's traffic row
@@ -219,6 +276,27 @@ def test_the_uncharged_tables_stay_exact(case) -> None:
     name, model, gpus, gpu, space, options = case
     exact.test_tables_equal_the_exact_evaluation(name, model, gpus, gpu, space,
                                                  {**options, "nccl_sm_charge": False})  # fmt: skip
+
+
+HELD_SMS_CASES = [
+    # HybridEP's SMs by the ep group's span (ep 8 in one H800 node: 24; ep 16 over two: 8),
+    # under the combined-1F1B overlap (megatron only; the rest masked)
+    ("deepseek-v3-hybridep", "deepseek-v3", 64, "H800", {"ep": (8, 16)},
+     {"global_batch_size": 64, "seq_len": 4096,
+      "moe_run": MoERun(dispatcher=Dispatcher.HYBRIDEP, ep_overlap=EpOverlap.COMBINED_1F1B)}),
+    # Transformer Engine 1.8's userbuffers: bulk and pipeline kernels on 16 SMs, no margin
+    ("llama3-70b-te-1", "llama3-70b", 32, "H100-SXM", {},
+     {"global_batch_size": 64, "seq_len": 8192, "tp_comm_overlap": "full",
+      "tp_comm_overlap_cfg": "te-1"}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", HELD_SMS_CASES, ids=lambda c: c[0])
+def test_the_held_sms_tables_stay_exact(case) -> None:
+    """The search's tables equal the evaluator where the SMs held depend on the layout
+    (HybridEP's by the ep group's NVLink span) or on the GEMM (userbuffers' margin-less
+    kernels): one rule, over arrays."""
+    exact.test_tables_equal_the_exact_evaluation(*case)
 
 
 def test_the_charge_moves_the_step_by_its_rule() -> None:

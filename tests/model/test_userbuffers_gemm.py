@@ -21,12 +21,14 @@ from trainplan.model.errors import InputError
 from trainplan.model.op_rates import deployed_params
 from trainplan.model.op_time import Clock, dgrad_seconds, op_seconds, wgrad_seconds
 from trainplan.model.ops import LayerShape, layer_ops
-from trainplan.model.userbuffers_gemm import UbGemm, check_ub_config, userbuffers_for
+from trainplan.model.roofline import Collective, LinkTime, collective_seconds
+from trainplan.model.userbuffers_gemm import UbGemm, check_ub_config, ub_sm_share, userbuffers_for
 from trainplan.optimizer.case import Case
 from trainplan.scenarios.catalogue import get_model
 
 PEAK, K0, T_KERNEL = 989.4e12, 0.5725 * 989.4e12 / (0.9 * 3.35e12), 3e-6
 TILE = 256 * 128  # DeepGEMM's tile for every output below (model.gemm_shapes.deepgemm_blocks)
+_P = deployed_params("H100-SXM")
 
 
 def _e(k: float) -> float:
@@ -56,10 +58,14 @@ def test_configs_resolve_as_the_code_sets_them():
     assert te.gemm("mlp_in", 1) == te.gemm("mlp_in", 2) == UbGemm(1, "", 16, False)
     assert te.gemm("attn_out", 1) == UbGemm(4, "rows", 0, False)
     assert te.gemm("attn_out", 2) is None and te.gemm("mlp_out", 2) is None
-    assert userbuffers_for("te-1", 4).gemm("attn_out", 0) == UbGemm(4, "cols", 0, False)
+    te1 = userbuffers_for("te-1", 4)  # every SM at launch, the kernel's 16 held beside
+    assert te1.gemm("attn_out", 0) == UbGemm(4, "cols", 0, False, 16)
+    assert te1.gemm("attn_in", 2) == UbGemm(1, "", 0, False, 16)
+    assert te1.gemm("attn_in", 0) == UbGemm(4, "rows", 0, False, 0)  # copy engine
     fp8 = userbuffers_for("userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192", 4)
     assert fp8.gemm("attn_out", 0) == UbGemm(4, "rows", 1, True)
-    assert fp8.gemm("attn_in", 2) == UbGemm(1, "", 0, False)
+    assert fp8.gemm("attn_in", 2) == UbGemm(1, "", 0, False, 24)  # BulkOverlapCfg(num_sm=24)
+    assert fp8.gemm("mlp_in", 1) == UbGemm(1, "", 0, False, 2)
     nemo = userbuffers_for("ub_cfg_h100_h8192_tp4_mbs1_seqlen4096", 4)
     assert nemo.gemm("mlp_out", 1) == UbGemm(2, "rows", 0, False)
     assert nemo.gemm("mlp_out", 0) == UbGemm(4, "cols", 16, False)
@@ -150,12 +156,49 @@ def test_reviewer_check_llama3_70b_interleaved():
     --micro-batch 1 --set tp_comm_overlap=full``: the six margin GEMMs (QKV and FC1 input and
     weight gradients, the two pipelined forwards) on 116 SMs and the chunks: compute 3.742 s
     without a margin (``te-1``, the chunks' launches alone) → 3.956 s with Transformer Engine's
-    defaults; the step 4.108 → 4.331 s. ``async`` is slower still (the collectives wait)."""
+    defaults, whose step is 4.331 s. ``te-1``'s step was 4.108 s while its bulk and pipeline
+    kernels were charged nothing; but its six GEMMs run on every SM beside those kernels' 16,
+    and each of their collectives (a = the model's all-gather or reduce-scatter of
+    0.75·8192²·2 bytes over tp 4 on NVLink, 0.32598 ms, shorter than its GEMM, so hidden
+    whole under either configuration) waits max(φ·a, a − c) = φ·a, φ = 1 − 1/1.314 (16 of 132
+    SMs; model.userbuffers_gemm.ub_sm_share): the slowest stage's 20 layers × 6 collectives ×
+    m = 8 micro-batches × φ·a = 960 × 0.23896 × 0.32598 ms = 74.78 ms more of tp exposed than
+    ``te``'s, × (1 + (pp − 1)/(v·m) = 3/64) = 78.29 ms of step: 4.186 s. The ring exchanges
+    (copy engine) add nothing. ``async`` is slower still (the collectives wait)."""
     layout = dict(model="llama3-70b", num_gpus=1024, device="H100-SXM", global_batch_size=512,
                   dp=64, tp=4, pp=4, zero_stage=1, recompute="none", schedule="interleaved",
                   virtual_stages=8, micro_batch_size=1, tp_comm_overlap="full")  # fmt: skip
     te = Case.of(**layout).evaluate()
     te1 = Case.of(**layout, tp_comm_overlap_cfg="te-1").evaluate()
-    assert te1.step_s == pytest.approx(4.108, abs=1e-3)
+    sent = 0.75 * 8192 * 8192 * 2
+    a = collective_seconds(Collective.REDUCE_SCATTER, 4, sent, LinkTime(450e9, True), _P)
+    assert a == collective_seconds(Collective.ALL_GATHER, 4, sent, LinkTime(450e9, True), _P)
+    assert a * 1e3 == pytest.approx(0.32598, abs=1e-5)
+    charge = 960 * (1 - 1 / 1.314) * a
+    tp1, tp0 = (next(r for r in e.traffic if r.traffic.axis == "tp") for e in (te1, te))
+    assert tp1.seconds == tp0.seconds
+    assert tp1.exposed_seconds == pytest.approx(tp0.exposed_seconds + charge, rel=1e-9)
+    assert charge * 1e3 == pytest.approx(74.78, abs=0.01)
+    assert te1.step_s == pytest.approx(4.108 + charge * (1 + 3 / 64), abs=1e-3)
+    assert te1.step_s == pytest.approx(4.186, abs=1e-3)
     assert te.step_s == pytest.approx(4.331, abs=1e-3)
     assert Case.of(**{**layout, "tp_comm_overlap": "async"}).evaluate().step_s > te.step_s
+
+
+def test_bulk_kernel_without_margin_costs_its_measured_phi():
+    """The SMs a margin-less bulk kernel holds, by the measured rule (model.comm_sms
+    held_sm_share): Megatron Bridge's FP8 Llama 3 70B config on an H100 holds 24 SMs beside the
+    QKV weight gradient (φ(24) = 1 − 1/1.350 = 0.25926) and 2 beside the FC1 input gradient
+    (0.15038 · 2/8 = 0.03760, from φ = 0 at none); its pipelined forwards take their SMs at
+    launch (ring exchange on 1 SM with the margin) and hold none beside. On a B200 (148 SMs)
+    the B200 config's 32 of the QKV weight gradient are 32·132/148 = 28.54 H200 blocks:
+    0.25926 + (4.54/8)·(0.35149 − 0.25926) = 0.31160."""
+    h100 = userbuffers_for("userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192", 4)
+    assert ub_sm_share(h100, "attn_in", 2, "H100-SXM") == pytest.approx(1 - 1 / 1.350)
+    assert ub_sm_share(h100, "mlp_in", 1, "H100-SXM") == pytest.approx(0.03760, abs=1e-5)
+    assert ub_sm_share(h100, "attn_out", 0, "H100-SXM") == 0.0
+    assert ub_sm_share(h100, "attn_out", 2, "H100-SXM") == 0.0  # external: no overlap
+    b200 = userbuffers_for("userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192", 4)
+    assert ub_sm_share(b200, "attn_in", 2, "B200") == pytest.approx(0.31160, abs=1e-5)
+    assert ub_sm_share(userbuffers_for("te", 4), "attn_in", 2, "B200") == 0.0  # the margin
+    assert ub_sm_share(None, "attn_in", 2, "H100-SXM") == 0.0
