@@ -39,6 +39,7 @@ from trainplan.interface.launch_torchtitan import (
     cpu_step_note,
     torchtitan_cp,
     torchtitan_recipe,
+    torchtitan_reshard,
     torchtitan_split,
 )
 from trainplan.model.estimate import recomputed_by_stage
@@ -131,7 +132,7 @@ TORCHTITAN_KEYS: dict[str, frozenset[str]] = {
     "parallelism": frozenset(
         """tensor_parallel_degree pipeline_parallel_degree context_parallel_degree
         context_parallel_rotate_method pipeline_parallel_schedule
-        module_fqns_per_model_part""".split()
+        module_fqns_per_model_part fsdp_reshard_after_forward""".split()
     ),
     "activation_checkpoint": frozenset({"mode", "selective_ac_option"}),
     "compile": frozenset({"enable"}),
@@ -142,7 +143,8 @@ at e347b1e5e (2026-02-15), the last commit with TOML configurations (9810191bb, 
 moved them to Python, ``torchtitan/config/configs.py``, the same field names:
 ``parallelism.module_fqns_per_model_part``, ``compile.enable``); ``module_fqns_per_model_part``
 is there since 6e06a49cd (2025-10-13; it replaced ``pipeline_parallel_split_points``),
-``[compile] enable`` since 08b8b244f (2025-08-20; before it ``[training] compile``)."""
+``[compile] enable`` since 08b8b244f (2025-08-20; before it ``[training] compile``),
+``fsdp_reshard_after_forward`` since 5940ddeb5 (2025-02-06)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,7 +366,8 @@ def torchtitan_toml(
     arch: Architecture, layout: Layout, training: TrainingSpec | None = None
 ) -> LaunchFlags:
     """A torchtitan TOML fragment for ``layout`` (the format of :data:`TORCHTITAN_KEYS`):
-    ``[parallelism]`` degrees, schedule and model chunks, ``[activation_checkpoint]``, and with
+    ``[parallelism]`` degrees, schedule, model chunks and FSDP reshard policy
+    (:func:`interface.launch_torchtitan.torchtitan_reshard`), ``[activation_checkpoint]``, and with
     ``training`` under ``fsdp2`` ``[compile] enable`` as the plan counted it
     (:func:`model.elementwise.elementwise_mode`); what it cannot express (per-stage AC counts,
     interleaving's chunks, the pipeline runtime's memory settings) in :attr:`LaunchFlags.notes`.
@@ -385,6 +388,7 @@ def torchtitan_toml(
         f"pipeline_parallel_degree = {layout.pp}",
         f"context_parallel_degree = {layout.cp}",
         *torchtitan_cp(layout, notes),
+        *torchtitan_reshard(layout),
     ]
     if layout.pp > 1:
         lines += _torchtitan_pipeline(arch, layout, notes)

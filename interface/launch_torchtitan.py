@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from trainplan.model.context_parallel import torch_rotate_method
 from trainplan.model.elementwise import Elementwise, elementwise_mode
+from trainplan.model.fsdp2_pipeline import default_zero_stage
 from trainplan.model.layout import Layout
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import TORCHTITAN_SPLIT, default_chunk_sizes, model_chunks
 
-__all__ = ["torchtitan_cp", "torchtitan_recipe", "torchtitan_split"]
+__all__ = ["torchtitan_cp", "torchtitan_recipe", "torchtitan_reshard", "torchtitan_split"]
 
 _SINGLE_STAGE = frozenset({"GPipe", "1F1B"})
 """torchtitan's schedules of one stage per rank (``PipelineScheduleSingle``); the others get two
@@ -77,6 +78,16 @@ def torchtitan_cp(layout: Layout, notes: list[str]) -> list[str]:
             "merged in FP32): plan it with cp_kind pytorch-allgather for that run's figures"
         )
     return [f'context_parallel_rotate_method = "{rotate}"']
+
+
+def torchtitan_reshard(layout: Layout) -> list[str]:
+    """torchtitan's ``fsdp_reshard_after_forward`` where an ``fsdp2`` plan's ZeRO stage is not
+    what its ``"default"`` runs (:func:`model.fsdp2_pipeline.default_zero_stage`: ZeRO-3 without
+    pp, ZeRO-2 with it): ``"always"`` for ZeRO-3, ``"never"`` for ZeRO-2; nothing elsewhere."""
+    fsdp2 = str(layout.framework) == "fsdp2"
+    if not fsdp2 or layout.zero_stage == default_zero_stage("fsdp2", layout.pp):
+        return []
+    return [f'fsdp_reshard_after_forward = "{"always" if layout.zero_stage == 3 else "never"}"']
 
 
 def torchtitan_recipe(layout: Layout, training: TrainingSpec, notes: list[str]) -> list[str]:

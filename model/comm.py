@@ -405,6 +405,8 @@ def dp_name(mech: Mechanism) -> str:
     kind = "reduce per rank" if mech.per_rank_reduce else "reduce-scatter"
     reduce = f"{'all-reduce' if mech.all_reduce else kind} ({dtype})"
     reduce += " per micro-batch" if mech.reduce_per_microbatch else ""
+    if mech.regathers_after_forward:  # the first forward's and one per micro-batch
+        return f"{reduce} + all-gather m + 1 times a step (freed after each forward)"
     parts = [reduce]
     if mech.gathers_per_step:
         times = "" if mech.gathers_per_step == 1 else f"{mech.gathers_per_step} × "

@@ -40,6 +40,7 @@ __all__ = [
     "phase_gathers",
     "dp_seconds",
     "microbatch_exposed_seconds",
+    "first_forward_seconds",
     "dp_exposed_seconds",
 ]
 
@@ -59,6 +60,9 @@ class DpSeconds:
     """Of :attr:`microbatch_s`, the forward's all-gathers (:func:`phase_gathers`)."""
     microbatch_reduce_s: Any
     """Of :attr:`microbatch_s`, the reduction (the backward's)."""
+    step_forward_s: Any = 0.0
+    """Of :attr:`step_s`, the all-gathers only the step's first forward can hide
+    (:attr:`Mechanism.step_gathers_in_forward`); 0 elsewhere."""
 
 
 def phase_gathers(mech: Mechanism) -> tuple[int, int]:
@@ -86,6 +90,7 @@ def dp_seconds(
     bandwidth: Any,
     scaleup: Any,
     p: RooflineParams,
+    forward_share: Any = None,
 ) -> DpSeconds:
     """The :class:`DpSeconds` of the mechanism's collectives over ``group`` = dp·cp ranks:
     ``step_bytes`` sent once per step, ``microbatch_bytes`` each micro-batch. Each collective
@@ -95,7 +100,9 @@ def dp_seconds(
     :func:`model.roofline.collective_time` at its own message size (the published bus
     bandwidth by size inside an NVLink domain, NCCL's latency plus the link's rate across
     nodes). A micro-batch's all-gathers are equal: the forward's are :func:`phase_gathers`'
-    share of them. Element-wise for arrays."""
+    share of them, or ``forward_share`` of them where the mechanism
+    :attr:`~Mechanism.regathers_after_forward` (the schedule's,
+    :func:`model.fsdp2_pipeline.regather_forward_share`). Element-wise for arrays."""
     reduce = Collective.ALL_REDUCE if mech.all_reduce else Collective.REDUCE_SCATTER
     reduce_b = mech.reduce_bytes * (2 if mech.all_reduce else 1)
     per_mb = mech.reduce_per_microbatch
@@ -115,7 +122,12 @@ def dp_seconds(
 
     (reduce_s, gather_s), mb = seconds(step_kinds, step_bytes), seconds(mb_kinds, microbatch_bytes)
     forward = phase_gathers(mech)[0] / max(mech.gathers_per_microbatch, 1)
-    return DpSeconds(reduce_s + gather_s, reduce_s, mb[0] + mb[1], mb[1] * forward, mb[0])
+    if mech.regathers_after_forward:
+        if forward_share is None:
+            raise ValueError("forward_share: a mechanism that re-gathers after forward needs it")
+        forward = forward_share
+    first = gather_s if mech.step_gathers_in_forward else 0.0 * gather_s
+    return DpSeconds(reduce_s + gather_s, reduce_s, mb[0] + mb[1], mb[1] * forward, mb[0], first)
 
 
 def microbatch_exposed_seconds(
@@ -167,6 +179,24 @@ def microbatch_exposed_seconds(
     return (m - 1) * each + maximum(each, microbatch_s * tail)
 
 
+def first_forward_seconds(gather_s: Any, window_s: Any, tail: Any, share: float = 0.0) -> Any:
+    """Seconds of ``gather_s`` of once-per-step all-gathers that only the step's first forward
+    can hide (FSDP2's under a pipeline schedule: the first forward finds the units sharded and
+    gathers them unit by unit, the later passes find them whole;
+    :attr:`~model.mechanism_record.Mechanism.step_gathers_in_forward`) left waiting: what
+    exceeds that forward's window, :func:`model.schedule_cost.pass_times`' ``t/3`` of
+    ``window_s`` (:func:`model.comm_sms.contended_wait`, ``share`` = ``φ``), at least the first
+    unit's gather, ``tail``'s share, which nothing precedes. Element-wise for arrays.
+
+    >>> round(first_forward_seconds(0.8, 1.5, 0.1), 12)  # 0.8 − 1.5/3
+    0.3
+    >>> round(first_forward_seconds(0.2, 1.5, 0.1, 0.25), 12)  # max(0.25 · 0.2, 0.1 · 0.2)
+    0.05
+    """
+    first = contended_wait(gather_s, pass_times(window_s, window_s, 1)[0], share)
+    return maximum(first, gather_s * tail)
+
+
 def dp_exposed_seconds(
     step_s: Any,
     microbatch_s: Any,
@@ -179,6 +209,7 @@ def dp_exposed_seconds(
     waits: Any = 0.0,
     forward_s: Any = 0.0,
     reduce_s: Any = 0.0,
+    step_forward_s: Any = 0.0,
 ) -> Any:
     """Seconds of data-parallel communication left exposed in a step, by mechanism.
 
@@ -186,7 +217,7 @@ def dp_exposed_seconds(
       forward's all-gathers, ``reduce_s`` the reduction) run under their own micro-batch, pass
       by pass: :func:`microbatch_exposed_seconds`.
     * The once-per-step traffic (the distributed optimizer's reduce-scatter and all-gather, a
-      DDP all-reduce, FSDP2's weight gather under a pipeline schedule) overlaps the last
+      DDP all-reduce, FSDP2's reduce-scatter under a pipeline schedule) overlaps the last
       micro-batch's backward and the next step's first forward when the framework overlaps it
       (``overlapped``: Megatron-Core ``--overlap-grad-reduce`` / ``--overlap-param-gather``,
       FSDP's prefetch): ``max(c − window, tail·c)``; else all of it waits (Megatron-LM 2021's
@@ -201,7 +232,8 @@ def dp_exposed_seconds(
       ``max(φ·a, a − window)`` in place of ``max(0, a − window)``.
     * ``waits``: seconds of the once-per-step traffic that wait whole even when it overlaps
       (FSDP2's reduce-scatter after a pipeline stage's last backward,
-      :func:`model.pipeline_reduce.reduce_waiting_share`); the rest overlaps as above.
+      :func:`model.pipeline_reduce.reduce_waiting_share`); ``step_forward_s``: those only the
+      step's first forward can hide (:func:`first_forward_seconds`); the rest as above.
 
     Examples
     --------
@@ -217,9 +249,10 @@ def dp_exposed_seconds(
     2.25
     """
     overlapped = overlapped & beside_compute
-    rest = step_s - waits
+    rest = step_s - waits - step_forward_s
     beyond = contended_wait(rest, window_s, share)
-    step = where(overlapped, waits + maximum(beyond, rest * tail), step_s)
+    first = first_forward_seconds(step_forward_s, window_s, tail, share)
+    step = where(overlapped, waits + maximum(beyond, rest * tail) + first, step_s)
     hidden = microbatch_exposed_seconds(
         microbatch_s, forward_s, reduce_s, m, window_s, tail, share
     )  # fmt: skip

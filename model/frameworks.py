@@ -54,9 +54,13 @@ Profiles (``--framework``):
   which torchtitan leaves on; :func:`model.mechanisms._fsdp2`) — the recipe of Llama 3 §3.3.1
   ("we do not reshard after forward"),
   with FP32 gradient reduce-scatter (§3.3.4). No ZeRO-0/1 (FSDP2 always shards). Under a
-  pipeline schedule (pp > 1) PyTorch's ``PipelineStage`` turns gradient sync off until the last
-  micro-batch: the stage's unsharded gradients accumulate whole, in FP32, and are
-  reduce-scattered once per step (:func:`_fsdp2_pipelined`).
+  pipeline schedule (pp > 1) PyTorch's ``PipelineStage`` turns gradient sync and the reshard
+  after backward off until the last micro-batch: the stage's unsharded gradients accumulate
+  whole, in FP32, and are reduce-scattered once per step; ZeRO-2 gathers the weights once a
+  step, ZeRO-3 m + 1 times (:func:`_fsdp2_pipelined`, :mod:`model.fsdp2_pipeline`). The
+  default there is ZeRO-2: torchtitan's ``fsdp_reshard_after_forward = "default"`` does not
+  reshard after forward with pp (``get_fsdp_reshard_after_forward_policy``); ``"always"`` is
+  ZeRO-3, ``"never"`` ZeRO-2 (:func:`model.fsdp2_pipeline.reshard_policy`).
 * ``textbook`` — the ZeRO paper's steady state (Rajbhandari et al. 2019): 16 B/param sharded as
   ZeRO-0…3, one DP exchange per step (ZeRO-3: one extra all-gather; ``zero3_regather`` gathers per
   micro-batch), capacity as the vendor states it, with Korthikanti et al.'s per-layer
@@ -193,9 +197,11 @@ DEFAULT_ZERO_STAGE: dict[Framework, int] = {
     Framework.FSDP2: 3,
     Framework.TEXTBOOK: 1,
 }
-"""The stage a layout gets when none is given: Megatron's distributed optimizer, DeepSpeed's
-stage 1, FSDP2's full sharding (``fully_shard``'s default ``reshard_after_forward=True``), and
-ZeRO-1 for the textbook (the worked examples' default)."""
+"""The stage a layout without pipeline parallelism gets when none is given: Megatron's
+distributed optimizer, DeepSpeed's stage 1, FSDP2's full sharding (``fully_shard``'s default
+``reshard_after_forward=True``, torchtitan's ``"default"`` policy without pp), and ZeRO-1 for
+the textbook (the worked examples' default). With pp > 1 FSDP2's is 2
+(:func:`model.fsdp2_pipeline.default_zero_stage`)."""
 
 DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 500_000_000
 """DeepSpeed ``reduce_bucket_size`` default, elements (``deepspeed/runtime/zero/config.py``):

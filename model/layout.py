@@ -17,7 +17,8 @@ from trainplan.model.context_parallel import CpKind
 from trainplan.model.cp_rules import DEFAULT_CP_KIND
 from trainplan.model.errors import LayoutError
 from trainplan.model.expert_groups import expert_shard_degree_of, expert_tp_of
-from trainplan.model.frameworks import DEFAULT_FRAMEWORK, DEFAULT_ZERO_STAGE, Framework
+from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
+from trainplan.model.fsdp2_pipeline import default_zero_stage
 from trainplan.model.key_rules import options_given
 from trainplan.model.legality import Setting, check_rules
 from trainplan.model.model_spec import ModelSpec
@@ -279,7 +280,8 @@ class Layout:
     def of(cls, **fields: Any) -> Layout:
         """A layout with the defaults that depend on other fields filled in, where the plain
         constructor's are per-field: ``zero_stage`` the framework profile's
-        (:data:`model.frameworks.DEFAULT_ZERO_STAGE`: 3 under ``fsdp2``, else 1), ``cp_kind`` the
+        (:func:`model.fsdp2_pipeline.default_zero_stage`: 3 under ``fsdp2``, 2 there with
+        pp > 1 as torchtitan's default reshard policy runs it, else 1), ``cp_kind`` the
         framework's own flavour (:data:`model.cp_rules.DEFAULT_CP_KIND`: ``ulysses`` under
         ``deepspeed``, ``pytorch-allgather`` under ``fsdp2``, else the ring) and
         ``virtual_stages`` the split-backward schedule's own (:data:`model.pipeline.LAYOUT_CHUNKS`:
@@ -296,12 +298,14 @@ class Layout:
         --------
         >>> Layout.of(framework="fsdp2", dp=8).zero_stage, Layout.of(schedule="zb-v").virtual_stages
         (3, 2)
+        >>> Layout.of(framework="fsdp2", dp=8, pp=4).zero_stage
+        2
         """
         framework = _enum_of(Framework, "framework", fields.get("framework", DEFAULT_FRAMEWORK))
         schedule = str(fields.get("schedule", "")).lower()
         if "virtual_stages" not in fields and schedule in LAYOUT_CHUNKS:
             fields["virtual_stages"] = LAYOUT_CHUNKS[Schedule(schedule)]
-        fields.setdefault("zero_stage", DEFAULT_ZERO_STAGE[framework])
+        fields.setdefault("zero_stage", default_zero_stage(framework, int(fields.get("pp", 1))))
         if int(fields.get("cp", 1)) > 1:  # the flavour only where there is context parallelism
             fields.setdefault("cp_kind", DEFAULT_CP_KIND[framework])
         return cls(**{**fields, "framework": framework})

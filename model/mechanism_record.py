@@ -107,6 +107,17 @@ class Mechanism:
     gathers_per_microbatch: int = 0
     """All-gathers of the bf16 weights per micro-batch (ZeRO-3: forward and backward; FSDP
     ``reshard_after_forward=False``: forward)."""
+    regathers_after_forward: bool = False
+    """A forward frees each unit and the next pass that finds it freed gathers it again, the
+    backward leaving it whole (FSDP2's ZeRO-3 under a pipeline schedule,
+    :mod:`model.fsdp2_pipeline`): :attr:`gathers_per_step` is the step's first forward's,
+    :attr:`gathers_per_microbatch` the m others, run by forwards or by backwards as the
+    schedule orders them (:func:`model.fsdp2_pipeline.regather_forward_share`)."""
+    step_gathers_in_forward: bool = False
+    """The once-per-step all-gathers run in the step's first forward, each unit's as the
+    forward reaches it (FSDP2 under a pipeline schedule: the first ``pre_forward`` finds the
+    units sharded, the later passes find them whole), so only that forward can hide them
+    (:func:`model.dp_exposure.dp_exposed_seconds`)."""
     non_units_gathered: bool = False
     """The parameters outside every unit (the embedding, the output layer) stay gathered from
     their first use to the step's end, beside the :attr:`gathered_units` (Megatron-FSDP:
@@ -312,6 +323,20 @@ class Mechanism:
         """
         extra = self.embedding_grad_bytes - self.grads_full
         return extra * embedding if self.embedding_grad_bytes and extra > 0 else 0
+
+    @property
+    def forward_regathers(self) -> bool:
+        """Whether a forward frees each unit it gathered, so that a forward-only pass gathers
+        every unit again each micro-batch (ZeRO-3's gather for forward and backward;
+        :attr:`regathers_after_forward`).
+
+        >>> from trainplan.model.mechanisms import mechanism
+        >>> mechanism("fsdp2", 3, pipelined=True).forward_regathers
+        True
+        >>> mechanism("fsdp2", 2).forward_regathers, mechanism("fsdp2", 2, pipelined=True).forward_regathers
+        (False, False)
+        """
+        return self.gathers_per_microbatch >= 2 or self.regathers_after_forward
 
     def traffic_terms(self) -> tuple[int, int]:
         """(bytes per parameter sent once per step, bytes per parameter sent per micro-batch),

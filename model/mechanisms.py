@@ -15,6 +15,7 @@ from trainplan.model.frameworks import (
     check_framework,
     gradient_bytes_for,
 )
+from trainplan.model.fsdp2_pipeline import TORCHTITAN_RESHARD_SOURCE, reshard_policy
 from trainplan.model.mechanism_record import Mechanism
 
 __all__ = ["Mechanism", "mechanism"]
@@ -353,16 +354,35 @@ def _fsdp2_pipelined(zero_stage: int, w: int, g: int, o: int, src: str) -> Mecha
     (both ZeRO stages: whole bf16 weights at the backward's end). The FP32 sharded gradient
     exists from that one reduce-scatter to the optimizer step (``step_sharded``); the gradients
     cross the wire once per step.
+
+    The all-gathers (:mod:`model.fsdp2_pipeline`, from the same code): ZeRO-2 (torchtitan's
+    ``fsdp_reshard_after_forward`` ``"default"``, which is ``"never"`` under pp) gathers each
+    unit in the step's first forward and never frees it before the reduction: once a step.
+    ZeRO-3 (``"always"``) frees each unit after every forward; the first forward, each forward
+    after a forward and each backward after a forward gather it again: m + 1 all-gathers a step,
+    whatever the schedule (``regathers_after_forward``; the first forward's once a step, the
+    m others per micro-batch), not the 2m of a step without a pipeline. Both run their
+    once-a-step gather in the step's first forward (``step_gathers_in_forward``).
+
+    >>> z3, z2 = _fsdp2_pipelined(3, 2, 4, 12, ""), _fsdp2_pipelined(2, 2, 4, 12, "")
+    >>> z3.gathers_per_step, z3.gathers_per_microbatch, z3.traffic_terms()
+    (1, 1, (6, 2))
+    >>> z2.gathers_per_step, z2.gathers_per_microbatch, z2.traffic_terms()
+    (1, 0, (6, 0))
     """
     name = "reshard_after_forward=True" if zero_stage == 3 else "reshard_after_forward=False"
+    policy = reshard_policy(zero_stage, 2)
+    gathers = "m + 1 all-gathers a step" if zero_stage == 3 else "one all-gather a step"
     return Mechanism(
         Framework.FSDP2, zero_stage,
-        f"FSDP2 fully_shard({name}) under a pipeline schedule: gradient sync after the last "
-        f"micro-batch, unsharded gradients accumulated in {_dtype(g)}",
+        f"FSDP2 fully_shard({name}), torchtitan {policy}, under a pipeline schedule: "
+        f"{gathers}, gradient sync after the last micro-batch, unsharded gradients "
+        f"accumulated in {_dtype(g)}",
         weights_full=w, weights_sharded=4, grads_full=g, grads_sharded=0,
         optimizer_full=0, optimizer_sharded=o - 4, step_sharded=4, unit_grad_bytes=w,
-        reduce_bytes=g, gathers_per_step=0 if zero_stage == 3 else 1,
-        gathers_per_microbatch=2 if zero_stage == 3 else 0, weight_bytes=w, source=src,
+        reduce_bytes=g, gathers_per_step=1, gathers_per_microbatch=1 if zero_stage == 3 else 0,
+        regathers_after_forward=zero_stage == 3, step_gathers_in_forward=True, weight_bytes=w,
+        source=f"{src}; {TORCHTITAN_RESHARD_SOURCE}",
     )  # fmt: skip
 
 

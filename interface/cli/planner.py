@@ -64,7 +64,7 @@ LAYOUT: list[Decorator] = [
         "zero_stage",
         type=click.IntRange(0, 3),
         help="ZeRO stage 0-3 (3 = FSDP); default the framework's (megatron 1, deepspeed 1, "
-        "fsdp2 3, textbook 1).",
+        "fsdp2 3, or 2 with --pp > 1 as torchtitan's default reshard policy runs it, textbook 1).",
     ),
     click.option(
         "--recompute",

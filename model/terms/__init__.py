@@ -156,7 +156,8 @@ TERMS: tuple[Term, ...] = (
         "dp_time",
         dp_term,
         frozenset({*_SHAPE, "zero_stage", "rank_order", "optimizer", "schedule"}),
-        ("pp", "framework", "zero_stage", "optimizer", "cp"),
+        ("pp", "framework", "zero_stage", "optimizer", "cp", "schedule"),  # schedule: fsdp2's
+        # re-gathers under pp (model.fsdp2_pipeline.regather_forward_share)
         False,
         "seconds",
         "ns",

@@ -32,6 +32,7 @@ from trainplan.model.comm import (
 )
 from trainplan.model.comm_sms import collective_sm_share
 from trainplan.model.dp_exposure import DpSeconds, dp_exposed_seconds, dp_seconds
+from trainplan.model.fsdp2_pipeline import regather_forward_share
 from trainplan.model.pipeline_reduce import reduce_waiting_share
 from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.terms.roofline import axis_link, params_of
@@ -49,9 +50,13 @@ def dp_group_seconds(c: Context, f: Fields, mech: Any = None) -> tuple[tuple[DpS
     :func:`model.dp_exposure.dp_seconds` of :func:`model.terms.traffic.dp_group_traffic_bytes`,
     each group split into its own buckets over its own parameters
     (:func:`model.comm.dp_collective_calls`; under ``fsdp2`` one unit per block, the experts one
-    per MoE block); zero seconds for a group of one rank. ``mech``: another mechanism's
-    collectives in the same buckets (None: the layout's)."""
+    per MoE block); zero seconds for a group of one rank. A mechanism that
+    :attr:`~model.mechanism_record.Mechanism.regathers_after_forward` runs the schedule's share
+    of its per-micro-batch gathers in forwards (:func:`model.fsdp2_pipeline.
+    regather_forward_share`). ``mech``: another mechanism's collectives in the same buckets
+    (None: the layout's)."""
     mech, m, fw = mech or dp_mechanism(c, f), f.m, str(f.framework)
+    forward = regather_forward_share(str(f.schedule), m) if mech.regathers_after_forward else None
     overlapped = c.options.grad_reduce_overlap
     layers, moe_layers = most_layers(c, f)
     out = []
@@ -65,7 +70,7 @@ def dp_group_seconds(c: Context, f: Fields, mech: Any = None) -> tuple[tuple[DpS
         on = (group > 1) & (bandwidth > 0)
         s = dp_seconds(
             mech, as_float(total - m * per_mb), as_float(per_mb), group, calls,
-            where(on, bandwidth, 1.0), scaleup, params_of(c),
+            where(on, bandwidth, 1.0), scaleup, params_of(c), forward,
         )  # fmt: skip
         s = DpSeconds(*(where(on, getattr(s, k.name), 0.0) for k in fields(DpSeconds)))
         out.append((s, calls))
@@ -86,8 +91,10 @@ def dp_group_times(
     traffic table's two rows); a model without experts keeps the whole on the dense group.
     What waits of an overlapped collective includes the SMs its kernels take from the
     computation it hides under (:func:`model.comm_sms.collective_sm_share`; 0 unless
-    ``nccl_sm_charge``), and a pipeline stage's reductions after its last backward
-    (:func:`model.pipeline_reduce.reduce_waiting_share`). ``mech``: as :func:`dp_group_seconds`."""
+    ``nccl_sm_charge``), a pipeline stage's reductions after its last backward
+    (:func:`model.pipeline_reduce.reduce_waiting_share`) and the once-per-step gathers of the
+    step's first forward (:attr:`model.mechanism_record.Mechanism.step_gathers_in_forward`).
+    ``mech``: as :func:`dp_group_seconds`."""
     (d, d_calls), (e, e_calls) = dp_group_seconds(c, f, mech)
     m, fw = f.m, str(f.framework)
     dense, experts = d.step_s + m * d.microbatch_s, e.step_s + m * e.microbatch_s
@@ -103,7 +110,7 @@ def dp_group_times(
     exposed = dp_exposed_seconds(
         d.step_s + e.step_s, d.microbatch_s + e.microbatch_s, m, window, after_flush, tail,
         beside, share, waits, d.forward_s + e.forward_s,
-        d.microbatch_reduce_s + e.microbatch_reduce_s,
+        d.microbatch_reduce_s + e.microbatch_reduce_s, d.step_forward_s + e.step_forward_s,
     )  # fmt: skip
     expert_exposed = where(some, exposed * experts / where(some, total, 1.0), 0.0)
     return (dense, exposed - expert_exposed), (experts, expert_exposed)

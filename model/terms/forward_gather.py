@@ -39,22 +39,27 @@ __all__ = ["forward_gather_term", "forward_mechanism"]
 
 def forward_mechanism(mech: Mechanism) -> Mechanism | None:
     """What a forward-only pass sends of ``mech``: one all-gather of the weights per micro-batch,
-    no reduction, nothing once per step; None where ``mech`` does not gather each unit again
-    for the backward (fewer than 2 gathers per micro-batch): ZeRO-1/2 and the distributed
-    optimizer gather nothing in a forward, and FSDP2 without ``reshard_after_forward`` leaves a
-    unit gathered after its forward (``post_forward`` reshards only with it), so with no
-    backward to free it the units stay gathered from one micro-batch to the next.
+    no reduction, nothing once per step; None where ``mech``'s forward does not free the units
+    it gathered (:attr:`~model.mechanism_record.Mechanism.forward_regathers`): ZeRO-1/2 and the
+    distributed optimizer gather nothing in a forward, and FSDP2 without
+    ``reshard_after_forward`` leaves a unit gathered after its forward (``post_forward``
+    reshards only with it), so with no backward to free it the units stay gathered from one
+    micro-batch to the next. FSDP2's ZeRO-3 under a pipeline schedule frees them after every
+    forward, as without one.
 
     >>> from trainplan.model.mechanisms import Framework, mechanism
     >>> forward_mechanism(mechanism(Framework.FSDP2, 3)).traffic_terms()
     (0, 2)
+    >>> forward_mechanism(mechanism(Framework.FSDP2, 3, pipelined=True)).traffic_terms()
+    (0, 2)
     >>> [forward_mechanism(mechanism(*m)) for m in ((Framework.MEGATRON, 1), (Framework.FSDP2, 2))]
     [None, None]
     """
-    if mech.gathers_per_microbatch < 2:
+    if not mech.forward_regathers:
         return None
     return replace(mech, reduce_bytes=0, all_reduce=False, reduce_per_microbatch=False,
-                   gathers_per_step=0, gathers_per_microbatch=1)  # fmt: skip
+                   gathers_per_step=0, gathers_per_microbatch=1, regathers_after_forward=False,
+                   step_gathers_in_forward=False)  # fmt: skip
 
 
 def forward_gather_term(c: Context, f: Fields) -> tuple[Any, Any]:

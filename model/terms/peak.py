@@ -260,8 +260,8 @@ def stream_pool_term(c: Context, f: Fields) -> Any:
       allocated it. The copy-in stream's segments, two units' worth at least, stay reserved and
       serve none of the default stream's activations; at the forward/backward peak they are idle.
 
-    Under a pipeline schedule (``reshard_after_forward=False``) the all-gathers run in the first
-    micro-batch's forward, with the same two outputs. The reduce-scatter stream's pool (the
+    Under a pipeline schedule the all-gathers run in the first micro-batch's forward (ZeRO-2) or
+    in the passes :mod:`model.fsdp2_pipeline` names (ZeRO-3), with the same two outputs. The reduce-scatter stream's pool (the
     sharded gradients, ``reduce_output`` in ``foreach_reduce``) is the gradient term's
     (:func:`model.terms.state.model_state_term` counts it at the peak). The verdict does not
     read this term: before an out-of-memory error the allocator frees every stream's unused
