@@ -26,7 +26,13 @@ from fractions import Fraction
 from typing import Any
 
 from trainplan.model.comm import AxisTraffic, dp_bytes, dp_name, pipe_partitioned, pp_bytes
-from trainplan.model.comm_layers import cp_bytes, ep_bytes, recomputed_sends, tp_bytes
+from trainplan.model.comm_layers import (
+    cp_bytes,
+    ep_bytes,
+    recomputed_sends,
+    tp_bytes,
+    tp_collective_name,
+)
 from trainplan.model.context_parallel import CpKind, cp_collective, torch_rotate_method
 from trainplan.model.deepspeed_mechanisms import sp_comm_bytes
 from trainplan.model.frameworks import Framework, gradient_bytes_for
@@ -53,6 +59,7 @@ from trainplan.model.terms.fields import (
 )
 from trainplan.model.terms.stage_params import busiest_params
 from trainplan.model.timing import axis_overlap, exposed_seconds
+from trainplan.model.tp_overlap import tp_gather_bytes
 from trainplan.model.xp import as_float, where
 
 __all__ = [
@@ -136,13 +143,14 @@ def tp_traffic_bytes(c: Context, f: Fields, recompute: Recompute | None = None) 
     framework = Framework(f.framework)
     again = recomputed_sends(arch, framework, Recompute(mode), t)
     keeps = keeps_gathered_inputs(framework, t)
+    gathered = tp_gather_bytes(framework, t.precision, t.fp8_recipe, t.activation_bytes)
 
     def stage(g: Fields) -> tuple[Any, Any]:
         layers, moe = _layers(c, g)
         return tp_bytes(
             arch, layers, moe, g.stage == 0, output_stage(g), g.tp, g.expert_tp, g.cp,
             g.micro_batch_size, g.m, t.seq_len, t.activation_bytes, g.sp, framework.physical,
-            again, keeps,
+            again, keeps, gathered,
         )  # fmt: skip
 
     total, hidden = stage_tuple(f.stages(stage))
@@ -265,9 +273,10 @@ def axis_traffic(c: Context, f: LayoutFields) -> list[AxisTraffic]:
     if lay.tp == 1 and (lay.expert_tp == 1 or c.arch.moe is None):
         rows.append(AxisTraffic("tp", "none", 1, tp_total))
     else:
-        name = "all-gather + reduce-scatter" if lay.sp else "all-reduce"
-        if physical and lay.expert_tp > 1 and c.arch.moe is not None:
-            name += " (+ etp token all-gather/reduce-scatter)"
+        t = c.training
+        fp8 = tp_gather_bytes(lay.framework, t.precision, t.fp8_recipe, t.activation_bytes)
+        etp = physical and lay.expert_tp > 1 and c.arch.moe is not None
+        name = tp_collective_name(bool(lay.sp), fp8 < t.activation_bytes, etp)
         rows.append(AxisTraffic("tp", name, lay.tp, tp_total, Fraction(0), hidden))
     cp = cp_collective(lay.cp_kind, lay.cp, lay.cp_a2a) if lay.cp > 1 else "none"
     rows.append(AxisTraffic("cp", cp, lay.cp, cp_traffic_bytes(c, f)))
