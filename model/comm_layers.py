@@ -20,6 +20,7 @@ from trainplan.model.context_parallel import (
     kv_repeat,
     torch_rotate_method,
 )
+from trainplan.model.fp8_gathers import tp_gather_bytes
 from trainplan.model.frameworks import Framework
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.moe import all_to_all_bytes
@@ -33,7 +34,6 @@ from trainplan.model.recompute_ops import (
     repeats_all_to_all,
 )
 from trainplan.model.specs import Architecture, TrainingSpec
-from trainplan.model.tp_overlap import tp_gather_bytes
 from trainplan.model.xp import exact, where
 
 __all__ = [
@@ -68,7 +68,7 @@ class Recomputed:
     """A MoE layer's dispatch and combine again."""
     tp_gathers: tuple[int, int] = (0, 0)
     """Of the units with sequence parallelism, the all-gathers', for a dense and a MoE layer
-    (their bytes per element can differ: :func:`model.tp_overlap.tp_gather_bytes`)."""
+    (their bytes per element can differ: :func:`model.fp8_gathers.tp_gather_bytes`)."""
 
 
 NOTHING_AGAIN = Recomputed()
@@ -188,7 +188,7 @@ def tp_traffic(
 
 def tp_collective_name(sp: bool, fp8_gathers: bool, etp: bool = False) -> str:
     """The traffic table's name of the layers' tp collectives: sequence parallelism's
-    all-gathers (``fp8_gathers``: in FP8, :func:`model.tp_overlap.tp_gather_bytes`) and
+    all-gathers (``fp8_gathers``: in FP8, :func:`model.fp8_gathers.tp_gather_bytes`) and
     reduce-scatters, else all-reduces; ``etp``: with expert tensor parallelism's token gathers.
 
     >>> tp_collective_name(True, True), tp_collective_name(False, False)
@@ -244,9 +244,9 @@ def tp_bytes(
     halves = 2 * num_layers - where(physical, moe_mlp, 0)
     (dense_sp, dense_ar), (moe_sp, moe_ar) = again.tp
     (dense_ag, moe_ag), narrowed = again.tp_gathers, 1 - g  # what each FP8 gather saves of one
-    dense_sp, moe_sp = dense_sp - narrowed * dense_ag, moe_sp - narrowed * moe_ag
-    repeated = (num_layers - num_moe_layers) * where(sp, dense_sp, dense_ar)
-    repeated = repeated + num_moe_layers * where(sp, moe_sp, moe_ar)
+    dense_units, moe_units = dense_sp - narrowed * dense_ag, moe_sp - narrowed * moe_ag
+    repeated = (num_layers - num_moe_layers) * where(sp, dense_units, dense_ar)
+    repeated = repeated + num_moe_layers * where(sp, moe_units, moe_ar)
     # per half: all-gather and reduce-scatter forward and backward, the re-gather (regather/2)
     per_mb = ((4 + regather) * g + 4) * one * halves / 2 + repeated * one
     hidden = regather * g * one * halves / 2 * m

@@ -16,7 +16,7 @@ Overlap by mechanism (not one fraction per axis):
   ``full`` (Transformer Engine's userbuffers, Megatron-Core ``--tp-comm-overlap``) — every
   all-gather is pipelined with the GEMM after it and every reduce-scatter with the GEMM before
   it: each waits for what its GEMM does not cover. Under either the all-gathers move
-  :func:`model.tp_overlap.tp_gather_bytes` an element (FP8 under TE's per-tensor recipes);
+  :func:`model.fp8_gathers.tp_gather_bytes` an element (FP8 under TE's per-tensor recipes);
   ``async-tp`` (torchtitan's ``compile.enable_async_tensor_parallel``: Inductor's micro-pipeline
   pass fuses each all-gather with the matmuls after it and a matmul with the reduce-scatter
   after it when one matmul produces its input, on PyTorch's SymmetricMemory,

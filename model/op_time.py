@@ -126,7 +126,7 @@ class Clock:
     (:func:`model.torchtitan_experts.grouped_mm_seconds`), not as Transformer Engine's."""
     tp_gather_bytes: int | None = None
     """Bytes per element of the activations sequence parallelism all-gathers over tp
-    (:func:`model.tp_overlap.tp_gather_bytes`: 1 under Transformer Engine's per-tensor FP8
+    (:func:`model.fp8_gathers.tp_gather_bytes`: 1 under Transformer Engine's per-tensor FP8
     recipes, the tensors quantised before the gather); None: the layer's ``beta``. The
     reduce-scatters stay at ``beta``."""
     userbuffers: Userbuffers | None = None

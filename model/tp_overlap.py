@@ -2,31 +2,15 @@
 which (:data:`TP_OVERLAP_FRAMEWORKS`), the default a layout runs (:func:`tp_overlap_for`) and the
 rule that refuses one a framework or FP8 recipe cannot run (:func:`check_tp_overlap`); what each
 does to a layer's collectives is :mod:`model.layer_time`'s, what it does to the GEMMs
-:mod:`model.op_time`'s and :mod:`model.userbuffers_gemm`'s. The bytes per element of the
-activations sequence parallelism all-gathers, FP8 under Transformer Engine's per-tensor
-recipes: :func:`tp_gather_bytes`."""
+:mod:`model.op_time`'s and :mod:`model.userbuffers_gemm`'s."""
 
 from __future__ import annotations
 
 from enum import StrEnum
 
 from trainplan.model.errors import InputError
-from trainplan.model.frameworks import Framework
-from trainplan.model.precision import (
-    FP8_ACTIVATION_BYTES,
-    PER_TENSOR_RECIPES,
-    Fp8Recipe,
-    Precision,
-    fp8_recipe_of,
-)
 
-__all__ = [
-    "TpOverlap",
-    "TP_OVERLAP_FRAMEWORKS",
-    "tp_overlap_for",
-    "check_tp_overlap",
-    "tp_gather_bytes",
-]
+__all__ = ["TpOverlap", "TP_OVERLAP_FRAMEWORKS", "tp_overlap_for", "check_tp_overlap"]
 
 
 class TpOverlap(StrEnum):
@@ -114,50 +98,3 @@ def check_tp_overlap(overlap: TpOverlap, framework: str, fp8_recipe: str | None 
             "fp8_recipe blockwise (fill_userbuffers_buffer_for_all_gather takes delayed, "
             "tensorwise and mxfp8 quantizers only); use another recipe or tp_comm_overlap async"
         )
-
-
-def tp_gather_bytes(
-    framework: str, precision: Precision | str, recipe: Fp8Recipe | str | None, beta: int
-) -> int:
-    """Bytes per element (B) of the activations a sequence-parallel transformer layer all-gathers
-    over tp — the column-parallel linears' input in forward and again in backward for the weight
-    gradient, the row-parallel linears' output gradient in backward — for a framework whose
-    linear layers are Transformer Engine's (:attr:`model.frameworks.Framework.te_layers`) under
-    FP8 with a per-tensor recipe (``delayed``, ``tensorwise``: :data:`model.precision.
-    PER_TENSOR_RECIPES`): 1 (:data:`model.precision.FP8_ACTIVATION_BYTES`), the tensor being
-    quantised before it is gathered; else ``beta``, the activations' bytes (``deepspeed``:
-    Megatron-DeepSpeed's FP8 layer is Transformer Engine's ``TransformerLayer``, built of the same
-    modules). The reduce-scatters
-    (the linears' BF16 outputs and input gradients), the embedding's and the output layer's
-    collectives (Megatron-Core's own BF16 modules) stay at ``beta``.
-
-    Sources:
-
-    * Transformer Engine 1.8 (7d576ed2, NeMo 24.07's pin), ``module/layernorm_linear.py``
-      ``_LayerNormLinear.forward``: under FP8 (no returned norm output) the norm writes its output
-      as ``torch.uint8`` FP8 and ``gather_along_first_dim(ln_out, tp_group)`` gathers those
-      bytes; ``backward`` gathers the saved FP8 ``ln_out`` again (``async_op=True``) for the
-      weight gradient; ``module/base.py`` ``grad_output_preprocess`` ("FP8 case with gather"):
-      ``cast_to_fp8`` of the output gradient, then ``gather_along_first_dim`` of the FP8 copy.
-      Under userbuffers the same tensors go through FP8 buffers (:mod:`model.terms.userbuffers`).
-    * Transformer Engine 2.9, 2.10 and d0067d0da: ``_LayerNormLinear.forward`` and ``linear.py``
-      ``_linear_forward_impl`` call ``gather_along_first_dim(..., quantizer=quantizer)`` with
-      ``quantizer.set_usage(rowwise=True, columnwise=False)``, the backward gathers likewise, and
-      ``distributed.py`` ``_all_gather_fp8`` (``Float8Quantizer`` — delayed —
-      or ``Float8CurrentScalingQuantizer`` — tensorwise) quantises, then
-      ``all_gather_into_tensor`` of the ``uint8`` data: 1 B an element.
-
-    Not modelled here (``beta``): MXFP8, whose ``_all_gather_mxfp8`` gathers each usage's data
-    and E8M0 scales (the output gradient both usages), and blockwise, whose gather depends on
-    the Transformer Engine release.
-
-    >>> tp_gather_bytes("megatron", "fp8", "delayed", 2), tp_gather_bytes("megatron", "bf16", None, 2)
-    (1, 2)
-    >>> tp_gather_bytes("megatron", "fp8", "mxfp8", 2), tp_gather_bytes("fsdp2", "fp8", None, 2)
-    (2, 2)
-    """
-    if Precision(str(precision)) is not Precision.FP8 or not Framework(str(framework)).te_layers:
-        return beta
-    if fp8_recipe_of(str(framework), recipe) not in PER_TENSOR_RECIPES:
-        return beta
-    return FP8_ACTIVATION_BYTES

@@ -38,6 +38,7 @@ from trainplan.model.comm import (
 from trainplan.model.comm_sms import collective_sm_share, dispatcher_sm_share
 from trainplan.model.context_parallel import torch_rotate_method
 from trainplan.model.elementwise import elementwise_mode
+from trainplan.model.fp8_gathers import tp_gather_bytes
 from trainplan.model.frameworks import Framework, gradient_bytes_for
 from trainplan.model.grouped_gemm import grouped_fp8_rates
 from trainplan.model.layer_time import PARTS, stage_parts
@@ -96,7 +97,6 @@ from trainplan.model.terms.traffic import (
 )
 from trainplan.model.torchao_time import torchao_fp8_rates
 from trainplan.model.torchtitan_experts import grouped_mm_of
-from trainplan.model.tp_overlap import tp_gather_bytes
 from trainplan.model.userbuffers_gemm import userbuffers_for
 from trainplan.model.xp import as_float, maximum, times, where
 
@@ -233,7 +233,7 @@ def _recompute_plan(c: Context, f: Fields, mode: Recompute) -> tuple[tuple[str, 
 
 def _gather_bytes(framework: Any, t: TrainingSpec) -> int | None:
     """:attr:`model.op_time.Clock.tp_gather_bytes` of the framework and recipe
-    (:func:`model.tp_overlap.tp_gather_bytes`), None where it is the activations' β."""
+    (:func:`model.fp8_gathers.tp_gather_bytes`), None where it is the activations' β."""
     gathered = tp_gather_bytes(framework, t.precision, t.fp8_recipe, t.activation_bytes)
     return None if gathered == t.activation_bytes else gathered
 

@@ -1,5 +1,5 @@
 """Transformer Engine's sequence-parallel all-gathers move FP8 under the per-tensor recipes
-(:func:`model.tp_overlap.tp_gather_bytes`): the column-parallel linears' input in forward and
+(:func:`model.fp8_gathers.tp_gather_bytes`): the column-parallel linears' input in forward and
 again in backward, the row-parallel linears' output gradient in backward; the reduce-scatters
 stay BF16. Sources: TE 1.8 (7d576ed2) ``layernorm_linear.py`` ``_LayerNormLinear.forward``
 (``ln_out`` as ``torch.uint8`` before ``gather_along_first_dim``), ``base.py``
@@ -12,6 +12,7 @@ import pytest
 
 from trainplan.api import Case
 from trainplan.model.comm_layers import recomputed_sends, tp_bytes
+from trainplan.model.fp8_gathers import tp_gather_bytes
 from trainplan.model.frameworks import Framework
 from trainplan.model.layer_time import _tp_collectives
 from trainplan.model.layout import Recompute
@@ -21,7 +22,6 @@ from trainplan.model.ops import LayerShape
 from trainplan.model.recompute_ops import repeated_tp
 from trainplan.model.roofline import Collective, LinkTime, collective_time
 from trainplan.model.specs import Architecture, TrainingSpec
-from trainplan.model.tp_overlap import tp_gather_bytes
 
 
 def test_fp8_gathers_are_transformer_engines_per_tensor_recipes():
