@@ -20,6 +20,7 @@ from trainplan.model.context_parallel import (
     kv_repeat,
     torch_rotate_method,
 )
+from trainplan.model.fp8_gathers import tp_gather_bytes
 from trainplan.model.frameworks import Framework
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.moe import all_to_all_bytes
@@ -40,6 +41,7 @@ __all__ = [
     "NOTHING_AGAIN",
     "recomputed_sends",
     "tp_traffic",
+    "tp_collective_name",
     "tp_bytes",
     "cp_traffic",
     "cp_bytes",
@@ -64,18 +66,22 @@ class Recomputed:
     """The attention core re-runs in a dense, a MoE layer: its cp exchange again."""
     all_to_all: bool = False
     """A MoE layer's dispatch and combine again."""
+    tp_gathers: tuple[int, int] = (0, 0)
+    """Of the units with sequence parallelism, the all-gathers', for a dense and a MoE layer
+    (their bytes per element can differ: :func:`model.fp8_gathers.tp_gather_bytes`)."""
 
 
 NOTHING_AGAIN = Recomputed()
 """Without recomputation."""
 
 
-def _tp_units(again: RepeatedTp, halves: int) -> tuple[int, int]:
-    """(with SP, without) units of ``one`` the first ``halves`` halves of ``again`` send again:
-    each all-gather and reduce-scatter one, each half's all-reduce two (the time's
-    ``_tp_collectives`` waits for the same collectives)."""
+def _tp_units(again: RepeatedTp, halves: int) -> tuple[int, int, int]:
+    """(with SP, without, of the first the all-gathers') units of ``one`` the first ``halves``
+    halves of ``again`` send again: each all-gather and reduce-scatter one, each half's
+    all-reduce two (the time's ``_tp_collectives`` waits for the same collectives)."""
     used = again.halves[:halves]
-    return sum(ag + rs for ag, rs in used), sum(2 for h in used if any(h))
+    sp, ar = sum(ag + rs for ag, rs in used), sum(2 for h in used if any(h))
+    return sp, ar, sum(ag for ag, _ in used)
 
 
 @lru_cache(maxsize=1024)
@@ -115,7 +121,8 @@ def recomputed_sends(
         core = full or recomputes_core(x, plan)
         kinds.append((_tp_units(again, halves), again.etp, core, repeats_all_to_all(x, plan)))
     (dense_tp, _, dense_core, _), (moe_tp, etp, moe_core, a2a) = kinds[0], kinds[-1]
-    return Recomputed((dense_tp, moe_tp), etp, (dense_core, moe_core), full or a2a)
+    gathers = (dense_tp[2], moe_tp[2])
+    return Recomputed((dense_tp[:2], moe_tp[:2]), etp, (dense_core, moe_core), full or a2a, gathers)
 
 
 def tp_traffic(
@@ -169,15 +176,26 @@ def tp_traffic(
         return AxisTraffic("tp", "none", 1, Fraction(0))
     m = layout.num_microbatches(training.global_batch_size)
     again = recomputed_sends(arch, Framework(layout.framework), layout.recompute, training)
+    beta, physical = training.activation_bytes, layout.framework.physical
+    gathered = tp_gather_bytes(layout.framework, training.precision, training.fp8_recipe, beta)
     total, hidden = tp_bytes(
         arch, num_layers, num_moe_layers, first, last, layout.tp, expert_tp, layout.cp,
-        layout.micro_batch_size, m, training.seq_len, training.activation_bytes, layout.sp,
-        layout.framework.physical, again,
+        layout.micro_batch_size, m, training.seq_len, beta, layout.sp, physical, again, False, gathered
     )  # fmt: skip
-    name = "all-gather + reduce-scatter" if layout.sp else "all-reduce"
-    if layout.framework.physical and expert_tp > 1:
-        name += " (+ etp token all-gather/reduce-scatter)"
+    name = tp_collective_name(layout.sp, gathered < beta, physical and expert_tp > 1)
     return AxisTraffic("tp", name, layout.tp, total, Fraction(0), hidden)
+
+
+def tp_collective_name(sp: bool, fp8_gathers: bool, etp: bool = False) -> str:
+    """The traffic table's name of the layers' tp collectives: sequence parallelism's
+    all-gathers (``fp8_gathers``: in FP8, :func:`model.fp8_gathers.tp_gather_bytes`) and
+    reduce-scatters, else all-reduces; ``etp``: with expert tensor parallelism's token gathers.
+
+    >>> tp_collective_name(True, True), tp_collective_name(False, False)
+    ('all-gather (fp8) + reduce-scatter', 'all-reduce')
+    """
+    name = f"all-gather{' (fp8)' if fp8_gathers else ''} + reduce-scatter" if sp else "all-reduce"
+    return name + (" (+ etp token all-gather/reduce-scatter)" if etp else "")
 
 
 def _shared_experts(arch: Architecture) -> bool:
@@ -204,6 +222,7 @@ def tp_bytes(
     physical: Any,
     again: Recomputed,
     keeps_gathered: bool = False,
+    gather_bytes: int | None = None,
 ) -> tuple[Any, Any]:
     """(bytes per step, of them hidden under a GEMM) of :func:`tp_traffic`, from plain numbers:
     exact for ints, element-wise for arrays of layouts. ``again``: what a recomputed forward
@@ -211,19 +230,26 @@ def tp_bytes(
     are kept for backward (:func:`model.memory.keeps_gathered_inputs`: torchtitan's plan, whose
     ``PrepareModuleInput`` redistributes the input to ``Replicate`` as an autograd op the
     column-parallel linears save), so sequence parallelism sends no second all-gather in backward
-    (Megatron-Core gathers the input again for the weight gradient)."""
+    (Megatron-Core gathers the input again for the weight gradient). ``gather_bytes``: bytes per
+    element of the layers' sequence-parallel all-gathers (:func:`model.tp_overlap.
+    tp_gather_bytes`: 1 under Transformer Engine's per-tensor FP8; None: ``beta``), each gather
+    a ``gather_bytes/beta`` share of ``one``; the embedding's and output layer's stay at ``beta``."""
     tokens = exact(seq_len) / cp * b
     one = ring_share(tp) * beta * tokens * arch.hidden_size
+    g = 1 if gather_bytes is None else Fraction(gather_bytes, beta)
     regather = where(physical & sp, 0 if keeps_gathered else 2, 0)
     # attention and MLP halves; a MoE layer's MLP half runs tp collectives only for its shared
     # experts (physical profiles: the dispatcher uses the expert-TP group, counted below)
     moe_mlp = 0 if _shared_experts(arch) else num_moe_layers
     halves = 2 * num_layers - where(physical, moe_mlp, 0)
     (dense_sp, dense_ar), (moe_sp, moe_ar) = again.tp
-    repeated = (num_layers - num_moe_layers) * where(sp, dense_sp, dense_ar)
-    repeated = repeated + num_moe_layers * where(sp, moe_sp, moe_ar)
-    per_mb = (8 + regather) * one * halves / 2 + repeated * one
-    hidden = regather * one * halves / 2 * m
+    (dense_ag, moe_ag), narrowed = again.tp_gathers, 1 - g  # what each FP8 gather saves of one
+    dense_units, moe_units = dense_sp - narrowed * dense_ag, moe_sp - narrowed * moe_ag
+    repeated = (num_layers - num_moe_layers) * where(sp, dense_units, dense_ar)
+    repeated = repeated + num_moe_layers * where(sp, moe_units, moe_ar)
+    # per half: all-gather and reduce-scatter forward and backward, the re-gather (regather/2)
+    per_mb = ((4 + regather) * g + 4) * one * halves / 2 + repeated * one
+    hidden = regather * g * one * halves / 2 * m
     boundary = where(first, 2 * one, 0) + where(
         last, where(sp, 3, 2) * one + 3 * 2 * ring_share(tp) * 4 * tokens, 0
     )  # the embedding's and the output layer's collectives; cross-entropy's fp32 all-reduces

@@ -91,12 +91,15 @@ def dp_seconds(
     scaleup: Any,
     p: RooflineParams,
     forward_share: Any = None,
+    gathered: Any = 1.0,
 ) -> DpSeconds:
     """The :class:`DpSeconds` of the mechanism's collectives over ``group`` = dp·cp ranks:
     ``step_bytes`` sent once per step, ``microbatch_bytes`` each micro-batch. Each collective
     the mechanism runs (its reduction, its all-gathers) carries its share of the bytes
-    (:meth:`Mechanism.traffic_terms`' bytes per parameter) in ``calls`` equal calls — the
-    framework's buckets (:func:`model.comm.dp_collective_calls`) — each timed by
+    (:meth:`Mechanism.traffic_terms`' bytes per parameter, the all-gathers' × ``gathered``: the
+    mean gathered bytes of a parameter over the weight bytes, below 1 where FP8 primary weights
+    gather at a byte, :func:`model.fp8_gathers.fp8_gather_saving`) in ``calls`` equal calls —
+    the framework's buckets (:func:`model.comm.dp_collective_calls`) — each timed by
     :func:`model.roofline.collective_time` at its own message size (the published bus
     bandwidth by size inside an NVLink domain, NCCL's latency plus the link's rate across
     nodes). A micro-batch's all-gathers are equal: the forward's are :func:`phase_gathers`'
@@ -112,11 +115,12 @@ def dp_seconds(
     mb_kinds.append((Collective.ALL_GATHER, mech.weight_bytes * mech.gathers_per_microbatch))
 
     def seconds(kinds: list[tuple[Collective, int]], total: Any) -> list[Any]:
-        per_param = sum(b for _, b in kinds)
+        scaled = [b * (gathered if kind is Collective.ALL_GATHER else 1) for kind, b in kinds]
+        per_param = sum(scaled)
         out: list[Any] = [0.0, 0.0]  # (reduction, all-gathers)
-        for i, (kind, b) in enumerate(kinds):
+        for i, ((kind, b), share) in enumerate(zip(kinds, scaled, strict=True)):
             if b:
-                sent = total * (b / per_param) / calls
+                sent = total * (share / per_param) / calls
                 out[i] = calls * collective_time(kind, group, sent, bandwidth, scaleup, p)
         return out
 

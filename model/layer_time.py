@@ -15,7 +15,8 @@ Overlap by mechanism (not one fraction per axis):
   the backward all-gather before each row-parallel input gradient wait;
   ``full`` (Transformer Engine's userbuffers, Megatron-Core ``--tp-comm-overlap``) — every
   all-gather is pipelined with the GEMM after it and every reduce-scatter with the GEMM before
-  it: each waits for what its GEMM does not cover;
+  it: each waits for what its GEMM does not cover. Under either the all-gathers move
+  :func:`model.fp8_gathers.tp_gather_bytes` an element (FP8 under TE's per-tensor recipes);
   ``async-tp`` (torchtitan's ``compile.enable_async_tensor_parallel``: Inductor's micro-pipeline
   pass fuses each all-gather with the matmuls after it and a matmul with the reduce-scatter
   after it when one matmul produces its input, on PyTorch's SymmetricMemory,
@@ -84,12 +85,7 @@ from trainplan.model.recompute_ops import (
     repeated_tp,
     repeats_all_to_all,
 )
-from trainplan.model.roofline import (
-    Collective,
-    LinkTime,
-    collective_seconds,
-    memory_seconds,
-)
+from trainplan.model.roofline import Collective, LinkTime, collective_seconds, memory_seconds
 from trainplan.model.torchtitan_experts import torchtitan_dispatch_seconds
 from trainplan.model.xp import where
 
@@ -181,7 +177,8 @@ def _tp_collectives(
     if x.sequence_parallel and mode is TpOverlap.ASYNC_TP:  # :mod:`model.async_tp`
         total, exposed = async_tp_collectives(x, ops, c, again, halves)
     elif x.sequence_parallel:
-        ag = _coll(Collective.ALL_GATHER, tp, one, c.tp_link, c)
+        gathered = one if c.tp_gather_bytes is None else one * c.tp_gather_bytes / x.beta
+        ag = _coll(Collective.ALL_GATHER, tp, gathered, c.tp_link, c)  # FP8 under TE's recipes
         rs = _coll(Collective.REDUCE_SCATTER, tp, one, c.tp_link, c)
         full = mode is TpOverlap.FULL
         for k in range(2):  # forward (and the recomputed forward's collectives)

@@ -130,6 +130,11 @@ class Clock:
     local experts (torchtitan's ``GroupedExperts``, the ``fsdp2`` profile:
     :func:`model.torchtitan_experts.grouped_mm_of`), at the measured grouped/dense ratio
     (:func:`model.torchtitan_experts.grouped_mm_seconds`), not as Transformer Engine's."""
+    tp_gather_bytes: int | None = None
+    """Bytes per element of the activations sequence parallelism all-gathers over tp
+    (:func:`model.fp8_gathers.tp_gather_bytes`: 1 under Transformer Engine's per-tensor FP8
+    recipes, the tensors quantised before the gather); None: the layer's ``beta``. The
+    reduce-scatters stay at ``beta``."""
     userbuffers: Userbuffers | None = None
     """Transformer Engine's userbuffers configuration resolved for the layer's tp
     (:func:`model.userbuffers_gemm.userbuffers_for`; set under ``tp_comm_overlap = full`` with

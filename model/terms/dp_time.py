@@ -33,11 +33,17 @@ from trainplan.model.comm import (
 from trainplan.model.comm_sms import collective_sm_share
 from trainplan.model.dp_exposure import DpSeconds, dp_exposed_seconds, dp_seconds
 from trainplan.model.fsdp2_pipeline import regather_forward_share
+from trainplan.model.memory import FP8_PARAM_BYTES
 from trainplan.model.pipeline_reduce import reduce_waiting_share
 from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.terms.roofline import axis_link, params_of
 from trainplan.model.terms.stage_params import busiest_params
-from trainplan.model.terms.traffic import dp_group_traffic_bytes, dp_mechanism, most_layers
+from trainplan.model.terms.traffic import (
+    dp_group_traffic_bytes,
+    dp_mechanism,
+    fp8_gathered_params,
+    most_layers,
+)
 from trainplan.model.xp import as_float, where
 
 __all__ = ["dp_group_seconds", "dp_group_times", "dp_seconds_term"]
@@ -60,17 +66,19 @@ def dp_group_seconds(c: Context, f: Fields, mech: Any = None) -> tuple[tuple[DpS
     overlapped = c.options.grad_reduce_overlap
     layers, moe_layers = most_layers(c, f)
     out = []
-    parts = zip(
-        busiest_params(c, f), dp_group_traffic_bytes(c, f, mech), (layers, moe_layers),
-        (f.shard_degree, f.expert_shard_degree), ("dp", "edp"), strict=True,
+    parts = (
+        busiest_params(c, f), fp8_gathered_params(c, f), dp_group_traffic_bytes(c, f, mech),
+        (layers, moe_layers), (f.shard_degree, f.expert_shard_degree), ("dp", "edp"),
     )  # fmt: skip
-    for params, (total, per_mb), units, group, axis in parts:
+    narrow = (mech.weight_bytes - FP8_PARAM_BYTES) / mech.weight_bytes
+    for params, fp8, (total, per_mb), units, group, axis in zip(*parts, strict=True):
         calls = dp_collective_calls(fw, as_float(params), units, f.dp, overlapped)
         bandwidth, scaleup = axis_link(c, f, axis)
         on = (group > 1) & (bandwidth > 0)
+        gathered = 1 - narrow * as_float(fp8) / where(params > 0, as_float(params), 1.0)
         s = dp_seconds(
             mech, as_float(total - m * per_mb), as_float(per_mb), group, calls,
-            where(on, bandwidth, 1.0), scaleup, params_of(c), forward,
+            where(on, bandwidth, 1.0), scaleup, params_of(c), forward_share=forward, gathered=gathered,
         )  # fmt: skip
         s = DpSeconds(*(where(on, getattr(s, k.name), 0.0) for k in fields(DpSeconds)))
         out.append((s, calls))

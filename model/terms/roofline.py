@@ -38,6 +38,7 @@ from trainplan.model.comm import (
 from trainplan.model.comm_sms import collective_sm_share, dispatcher_sm_share
 from trainplan.model.context_parallel import torch_rotate_method
 from trainplan.model.elementwise import elementwise_mode
+from trainplan.model.fp8_gathers import tp_gather_bytes
 from trainplan.model.frameworks import Framework, gradient_bytes_for
 from trainplan.model.grouped_gemm import grouped_fp8_rates
 from trainplan.model.layer_time import PARTS, stage_parts
@@ -211,6 +212,7 @@ def _kind_row(
         nccl,
         grouped_mm,
         ub_config,
+        gather_bytes,
     ) = base
     ub = None
     if overlap is TpOverlap.FULL and int(tp) > 1 and bool(sp):  # Megatron-LM asserts sp
@@ -219,7 +221,7 @@ def _kind_row(
         peak, hbm, p, _link(tp_bw, tp_up), _link(cp_bw, cp_up), _link(ep_bw, ep_up), overlap,
         int(r), int(u), bool(gather), speedup, int(rep), int(ep_g), float(unpaired),
         bool(regather), str(templated), float(sm_share), grouped, ao, bool(bf16_ex), loop, nccl,
-        grouped_mm=bool(grouped_mm), userbuffers=ub,
+        grouped_mm=bool(grouped_mm), tp_gather_bytes=gather_bytes, userbuffers=ub,
     )  # fmt: skip
     parts = kind_parts(
         arch, training, int(b), int(tp), int(cp), int(ep), int(etp), bool(sp), causal, mode,
@@ -233,6 +235,13 @@ def _recompute_plan(c: Context, f: Fields, mode: Recompute) -> tuple[tuple[str, 
     read from the framework and recompute mode (control fields of the step term, one value at a
     time in the tables) and the recipe's ``recompute_modules`` and precision (the context)."""
     return layout_plan(Framework(f.framework), mode, c.training)
+
+
+def _gather_bytes(framework: Any, t: TrainingSpec) -> int | None:
+    """:attr:`model.op_time.Clock.tp_gather_bytes` of the framework and recipe
+    (:func:`model.fp8_gathers.tp_gather_bytes`), None where it is the activations' β."""
+    gathered = tp_gather_bytes(framework, t.precision, t.fp8_recipe, t.activation_bytes)
+    return None if gathered == t.activation_bytes else gathered
 
 
 def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
@@ -259,7 +268,7 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
             expert_passes_of(f.framework, t.precision), ao,
             experts_stay_bf16(f.framework, t.precision), expert_loop_of(f.framework),
             collective_sm_share(d.name, o.nccl_sm_charge), grouped_mm_of(f.framework),
-            o.tp_comm_overlap_cfg)  # fmt: skip
+            o.tp_comm_overlap_cfg, _gather_bytes(f.framework, t))  # fmt: skip
     r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
     rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp", "framework")
     tp_bw, tp_up = axis_link(c, f, "tp")

@@ -57,6 +57,7 @@ __all__ = [
     "moe_layer_experts",
     "moe_experts_per_gpu",
     "linear_per_gpu",
+    "busiest_linear",
 ]
 
 
@@ -366,3 +367,37 @@ def linear_per_gpu(c: Context, f: Fields) -> tuple[Any, Any]:
     ``f.stage`` (:func:`stage_linear_per_gpu`; under DualPipe its two stages): what a GEMM
     precision's cached weight copies scale with."""
     return _on_dualpipe(f, stage_linear_per_gpu, _dualpipe_linear, c)
+
+
+@lru_cache(maxsize=CACHE)
+def _linear_split(key: SplitKey) -> tuple[tuple[Fraction, Fraction], ...]:
+    """Per stage, (dense, routed-expert) linear weight elements on one GPU: the two parts of
+    :func:`stage_linear_per_gpu`'s total, which the dense and the expert data-parallel groups
+    carry apart. Zeros for a size-only model."""
+    arch = key.model.arch
+    if arch is None:
+        return ((Fraction(0), Fraction(0)),) * key.pp
+    out = []
+    for layers in key.layers():
+        lps = [layer_params(arch, j) for j in layers]
+        dense = sum((key.dense_per_gpu(lp.linear, lp.linear_replicated) for lp in lps), Fraction(0))
+        out.append((dense, sum((key.experts_per_gpu(lp.expert_linear) for lp in lps), Fraction(0))))
+    return tuple(out)
+
+
+def _busiest_linear(key: SplitKey) -> tuple[Fraction, Fraction]:
+    return _linear_split(key)[busiest_stage(stage_params_per_gpu(key))]
+
+
+def _dualpipe_busiest_linear(key: SplitKey) -> tuple[Fraction, Fraction]:
+    own, ranks = _linear_split(key), _dualpipe_dense_expert(key)
+    r = max(range(len(ranks)), key=lambda i: ranks[i][0] + ranks[i][1])
+    mirror = own[len(own) - 1 - r]
+    return own[r][0] + mirror[0], own[r][1] + mirror[1]
+
+
+def busiest_linear(c: Context, f: Fields) -> tuple[Any, Any]:
+    """(dense, routed-expert) linear weight elements on one GPU of the rank
+    :func:`busiest_params` reads (under DualPipe its two stages): the parameters FP8 primary
+    weights narrow (:func:`model.fp8_gathers.fp8_param_gathers`)."""
+    return _on_dualpipe(f, _busiest_linear, _dualpipe_busiest_linear, c, lookup=True)

@@ -26,9 +26,16 @@ from fractions import Fraction
 from typing import Any
 
 from trainplan.model.comm import AxisTraffic, dp_bytes, dp_name, pipe_partitioned, pp_bytes
-from trainplan.model.comm_layers import cp_bytes, ep_bytes, recomputed_sends, tp_bytes
+from trainplan.model.comm_layers import (
+    cp_bytes,
+    ep_bytes,
+    recomputed_sends,
+    tp_bytes,
+    tp_collective_name,
+)
 from trainplan.model.context_parallel import CpKind, cp_collective, torch_rotate_method
 from trainplan.model.deepspeed_mechanisms import sp_comm_bytes
+from trainplan.model.fp8_gathers import fp8_gather_saving, fp8_param_gathers, tp_gather_bytes
 from trainplan.model.frameworks import Framework, gradient_bytes_for
 from trainplan.model.layout import Recompute
 from trainplan.model.mechanisms import mechanism
@@ -51,12 +58,13 @@ from trainplan.model.terms.fields import (
     stage_take,
     stage_tuple,
 )
-from trainplan.model.terms.stage_params import busiest_params
+from trainplan.model.terms.stage_params import busiest_linear, busiest_params
 from trainplan.model.timing import axis_overlap, exposed_seconds
 from trainplan.model.xp import as_float, where
 
 __all__ = [
     "dp_mechanism",
+    "fp8_gathered_params",
     "dp_traffic_bytes",
     "dp_group_traffic_bytes",
     "tp_traffic_bytes",
@@ -85,12 +93,36 @@ def dp_mechanism(c: Context, f: Fields) -> Any:
     )  # fmt: skip
 
 
+def fp8_gathered_params(c: Context, f: Fields) -> tuple[Any, Any]:
+    """(dense, routed-expert) parameters on one GPU of the stage :func:`dp_traffic_bytes` reads
+    that the data-parallel all-gathers move in FP8: its linear weights
+    (:func:`model.terms.stage_params.busiest_linear`) where the recipe keeps FP8 primary weights
+    (:func:`model.fp8_gathers.fp8_param_gathers`), else none."""
+    t = c.training
+    if not fp8_param_gathers(f.framework, t.precision, t.fp8_recipe, t.fp8_param_gather):
+        return 0, 0
+    return busiest_linear(c, f)
+
+
+def _dp_bytes(c: Context, f: Fields, mech: Any, dense: Any, experts: Any) -> tuple[Any, Any]:
+    """:func:`model.comm.dp_bytes` of ``dense`` and ``experts`` less what FP8 primary weights
+    save (:func:`model.fp8_gathers.fp8_gather_saving` of the share of
+    :func:`fp8_gathered_params` in each group the call counts)."""
+    fp8_dense, fp8_experts = fp8_gathered_params(c, f)
+    fp8 = (where(dense == 0, 0, fp8_dense), where(experts == 0, 0, fp8_experts))
+    shard, expert_shard = f.shard_degree, f.expert_shard_degree
+    total, per_mb = dp_bytes(mech, dense, experts, shard, expert_shard, f.m)
+    saved, saved_mb = fp8_gather_saving(mech, fp8, shard, expert_shard, f.m)
+    return total - saved, per_mb - saved_mb
+
+
 def dp_traffic_bytes(c: Context, f: Fields) -> tuple[Any, Any]:
     """(bytes per step, of them once per micro-batch, for one micro-batch) one GPU sends for
     data parallelism over D = dp·cp ranks (experts over D_e): :func:`model.comm.dp_bytes` of the
-    stage with the most parameters. Scope: the split, dp, cp, ep, zero_stage, framework."""
+    stage with the most parameters, its FP8 primary weights gathered at a byte
+    (:func:`_dp_bytes`). Scope: the split, dp, cp, ep, zero_stage, framework."""
     dense, experts = busiest_params(c, f)
-    return dp_bytes(dp_mechanism(c, f), dense, experts, f.shard_degree, f.expert_shard_degree, f.m)
+    return _dp_bytes(c, f, dp_mechanism(c, f), dense, experts)
 
 
 def dp_group_traffic_bytes(
@@ -107,11 +139,8 @@ def dp_group_traffic_bytes(
     ``runtime/engine.py``); torchtitan shards them over its ``efsdp`` mesh (b5bcd76c6
     ``parallel_dims.py``). ``mech``: another mechanism's bytes (None: the layout's)."""
     dense, experts = busiest_params(c, f)
-    mech, shard, expert_shard = mech or dp_mechanism(c, f), f.shard_degree, f.expert_shard_degree
-    return (
-        dp_bytes(mech, dense, 0, shard, expert_shard, f.m),
-        dp_bytes(mech, 0, experts, shard, expert_shard, f.m),
-    )
+    mech = mech or dp_mechanism(c, f)
+    return _dp_bytes(c, f, mech, dense, 0 * experts), _dp_bytes(c, f, mech, 0 * dense, experts)
 
 
 def _layers(c: Context, f: Fields) -> tuple[Any, Any]:
@@ -136,13 +165,14 @@ def tp_traffic_bytes(c: Context, f: Fields, recompute: Recompute | None = None) 
     framework = Framework(f.framework)
     again = recomputed_sends(arch, framework, Recompute(mode), t)
     keeps = keeps_gathered_inputs(framework, t)
+    gathered = tp_gather_bytes(framework, t.precision, t.fp8_recipe, t.activation_bytes)
 
     def stage(g: Fields) -> tuple[Any, Any]:
         layers, moe = _layers(c, g)
         return tp_bytes(
             arch, layers, moe, g.stage == 0, output_stage(g), g.tp, g.expert_tp, g.cp,
             g.micro_batch_size, g.m, t.seq_len, t.activation_bytes, g.sp, framework.physical,
-            again, keeps,
+            again, keeps, gathered,
         )  # fmt: skip
 
     total, hidden = stage_tuple(f.stages(stage))
@@ -265,9 +295,10 @@ def axis_traffic(c: Context, f: LayoutFields) -> list[AxisTraffic]:
     if lay.tp == 1 and (lay.expert_tp == 1 or c.arch.moe is None):
         rows.append(AxisTraffic("tp", "none", 1, tp_total))
     else:
-        name = "all-gather + reduce-scatter" if lay.sp else "all-reduce"
-        if physical and lay.expert_tp > 1 and c.arch.moe is not None:
-            name += " (+ etp token all-gather/reduce-scatter)"
+        t = c.training
+        fp8 = tp_gather_bytes(lay.framework, t.precision, t.fp8_recipe, t.activation_bytes)
+        etp = physical and lay.expert_tp > 1 and c.arch.moe is not None
+        name = tp_collective_name(bool(lay.sp), fp8 < t.activation_bytes, etp)
         rows.append(AxisTraffic("tp", name, lay.tp, tp_total, Fraction(0), hidden))
     cp = cp_collective(lay.cp_kind, lay.cp, lay.cp_a2a) if lay.cp > 1 else "none"
     rows.append(AxisTraffic("cp", cp, lay.cp, cp_traffic_bytes(c, f)))

@@ -101,6 +101,11 @@ CASES = [
     # refuse full: model.op_time.TP_OVERLAP_FRAMEWORKS)
     ("llama3-70b-userbuffers", "llama3-70b", 32, "H100-SXM", {},
      {"global_batch_size": 64, "seq_len": 8192, "tp_comm_overlap": "full"}),
+    # FP8 primary weights (Megatron-Core's --fp8-param-gather, megatron only): the linear
+    # weights all-gathered over dp at a byte (model.fp8_gathers), ZeRO-1 and Megatron-FSDP
+    ("llama3-8b-fp8-params", "llama3-8b", 16, "H100-SXM", {},
+     {"global_batch_size": 32, "seq_len": 4096, "precision": "fp8", "fp8_recipe": "tensorwise",
+      "fp8_param_gather": True}),
 ]  # fmt: skip
 
 
@@ -109,6 +114,8 @@ def _problem(name, model, gpus, gpu, space, options):
     case = Case.of(model, gpu, **options)
     full = options.get("tp_comm_overlap") == "full"
     frameworks = [f for f in FRAMEWORKS if not full or f in TP_OVERLAP_FRAMEWORKS[TpOverlap.FULL]]
+    if options.get("fp8_param_gather"):  # model.precision.check_fp8_param_gather: megatron only
+        frameworks = ["megatron"]
     space = SearchSpace(num_gpus=gpus, max_micro_batch_size=2, virtual_stages=(2, 3, 4),
                         frameworks=tuple(Framework(f) for f in frameworks), **space)  # fmt: skip
     return Problem(jobs=(Job(case, gpus, name),), space=space)
