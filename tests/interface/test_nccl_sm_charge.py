@@ -67,8 +67,8 @@ def test_the_charge_measures_as_documented() -> None:
     all-to-all, the userbuffers' SM margin and GEMM chunks, Megatron-Core's interleaved chunk-0
     reduction and ZeRO-3's traffic timed pass by pass (9.0 %, 22.9 %, 20 of 77 on, 9.6 %,
     23.0 %, 23 of 77 off, before them); then the SMs userbuffers' margin-less kernels hold,
-    charged either way (9.1 %, 22.5 %, 21 of 77 on, 9.4 %, 23.0 %, 22 of 77 off, before); then Transformer Engine's FP8 sequence-parallel
-    all-gathers and FP8 primary weights' data-parallel all-gathers at 1 B an element (9.0 %,
+    charged either way (9.1 %, 22.5 %, 21 of 77 on, 9.4 %, 23.0 %, 22 of 77 off, before); then Transformer Engine's FP8
+    sequence-parallel all-gathers and FP8 primary weights' data-parallel all-gathers at 1 B an element (9.0 %,
     22.5 %, 21 of 77 on, 9.3 %, 23.0 %, 21 of 77 off, before them)."""
     runs = [replace(r, params=_charged(dict(r.params))) for r in validation_runs()]
     assert sum("nccl_sm_charge" in r.params for r in runs) >= 70
