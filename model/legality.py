@@ -26,6 +26,7 @@ from trainplan.model.context_parallel import CpKind
 from trainplan.model.cp_rules import check_cp_framework, check_cp_kind
 from trainplan.model.deepspeed_fp8 import check_deepspeed_fp8
 from trainplan.model.deepspeed_layers import check_deepspeed_layers, check_deepspeed_pipe_recompute
+from trainplan.model.dispatch_buffers import deepep_group_ranks
 from trainplan.model.errors import LayoutError
 from trainplan.model.expert_groups import check_expert_groups, expert_tp_of
 from trainplan.model.frameworks import (
@@ -42,7 +43,7 @@ from trainplan.model.moe_rules import (
     moe_recompute_violation,
     moe_run_violation,
 )
-from trainplan.model.moe_run import DROPLESS, deepep_group_ranks
+from trainplan.model.moe_run import DROPLESS
 from trainplan.model.muon import muon_tp_gathers
 from trainplan.model.offload import check_offload
 from trainplan.model.optimizers import OptimizerKind, check_optimizer
@@ -354,8 +355,9 @@ def _moe_layout(
     s: Setting, ep: int, pp: int, v: int, tp: int, etp: int | None, framework: Any
 ) -> None:
     """The run's MoE choices on the layout's degrees (:func:`model.moe_run.
-    moe_layout_violation`: DeepEP's group sizes, :func:`model.moe_run.deepep_group_ranks`; the
-    combined-1F1B overlap's ep and schedule)."""
+    moe_layout_violation`: DeepEP's group sizes,
+    :func:`model.dispatch_buffers.deepep_group_ranks`; the combined-1F1B overlap's ep and
+    schedule)."""
     ranks = deepep_group_ranks(str(framework), ep, expert_tp_of(tp, etp, framework, ep))
     problem = moe_layout_violation(s.training.moe_run, ep, pp, v, ranks)
     if problem:

@@ -81,8 +81,9 @@ class ModelState:
 
     dispatch_buffer_bytes: Fraction = Fraction(0)
     """The expert dispatcher's buffers, resident for the whole run: DeepEP's normal-mode
-    ``Buffer`` under ``moe_dispatcher = deepep`` (:func:`model.moe_run.dispatch_buffer_bytes`),
-    on a stage with MoE layers and ep > 1."""
+    ``Buffer`` under ``moe_dispatcher = deepep``, HybridEP's ``HybridEPBuffer`` under
+    ``hybridep`` (:func:`model.dispatch_buffers.dispatch_buffer_bytes`), on a stage with MoE
+    layers and ep > 1."""
 
     @property
     def total_bytes(self) -> Fraction:

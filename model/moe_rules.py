@@ -83,7 +83,7 @@ def moe_layout_violation(
     run: MoERun, ep: int, pp: int, virtual_stages: int, deepep_ranks: int | None = None
 ) -> str | None:
     """The first rule of the run's MoE choices a layout's degrees break, or None: a DeepEP group
-    (``deepep_ranks``, None = ``ep``; :func:`model.moe_run.deepep_group_ranks`) DeepEP has no
+    (``deepep_ranks``, None = ``ep``; :func:`model.dispatch_buffers.deepep_group_ranks`) DeepEP has no
     config for (``Buffer.get_dispatch_config``), and ``overlap_moe_expert_parallel_comm``
     as Megatron-Core asserts it (``transformer_config.py`` ``__post_init__``): ep > 1,
     interleaving when pp > 1 (its rule on recomputation is :func:`moe_recompute_violation`).

@@ -1,6 +1,6 @@
 """How a run executes its MoE layers: routing (dropless or a capacity factor, padded or not),
-expert load imbalance, node-limited routing, the token dispatcher (NCCL all-to-all or DeepEP's
-de-duplicated dispatch) and what the framework overlaps the expert all-to-all with.
+expert load imbalance, node-limited routing, the token dispatcher (NCCL all-to-all, or DeepEP's
+and HybridEP's de-duplicated dispatch) and what the framework overlaps the expert all-to-all with.
 
 :class:`MoERun` is the recipe's choice (:attr:`model.specs.TrainingSpec.moe_run`); the functions
 turn it into what the cost model's terms read, per MoE layer, micro-batch and GPU of the busiest
@@ -12,8 +12,7 @@ expert-parallel rank:
 * :func:`grouped_rows` — each expert's rows rounded up to the grouped GEMM's M tile;
 * :func:`unpaired_fraction` / :func:`exposed_all_to_all` — Megatron-Core's
   ``overlap_moe_expert_parallel_comm`` (combined 1F1B) and ``moe_shared_expert_overlap``;
-* :func:`dispatch_buffer_bytes` — DeepEP's resident buffers (:func:`model.moe.deepep_buffer_bytes`,
-  :func:`model.nvshmem_heap.nvshmem_gpu_bytes`).
+* the dispatchers' resident buffers are :mod:`model.dispatch_buffers`' (DeepEP's, HybridEP's).
 
 Sources are cited per function; the leaf formulas are :mod:`model.moe`'s.
 """
@@ -28,13 +27,7 @@ from typing import Any
 
 from trainplan.model.comm_sms import contended_wait
 from trainplan.model.errors import InputError
-from trainplan.model.moe import (
-    DEEPEP_WORKSPACE_BYTES,
-    deepep_buffer_bytes,
-    expected_remote_nodes,
-    expert_capacity,
-)
-from trainplan.model.nvshmem_heap import nvshmem_gpu_bytes
+from trainplan.model.moe import expected_remote_nodes, expert_capacity
 from trainplan.model.xp import exact, floor, is_array, maximum, minimum, where
 
 __all__ = [
@@ -52,7 +45,6 @@ __all__ = [
     "unpaired_fraction",
     "unpaired_share",
     "exposed_all_to_all",
-    "dispatch_buffer_bytes",
     "combine_output_bytes",
     "dispatch_time_share",
 ]
@@ -73,15 +65,28 @@ class Dispatcher(StrEnum):
       (``moe/fused_a2a.py``), torchtitan ``DeepEPTokenDispatcher``;
     * ``hybridep`` — Megatron-Core ``--moe-token-dispatcher-type flex
       --moe-flex-dispatcher-backend hybridep`` (``MoEFlexTokenDispatcher``, Megatron-Core only):
-      the experts receive their rows in expert order, so none of the alltoall dispatcher's
-      chunk sorts runs (:mod:`model.moe_kernels`). Its sending once per NVLink domain is not
-      modelled: the bytes and links are timed as ``alltoall``'s, every routed copy sent, with
-      no buffers or SMs of its own counted.
+      as DeepEP across NVLink domains, a token crosses the scale-out network once per remote
+      domain that holds one of its experts, to the rank of its own local rank there, which
+      forwards it over NVLink; the combine reduces inside each domain before sending back
+      (deepseek-ai/DeepEP ``hybrid-ep`` 94a9f8f6b1 ``csrc/hybrid_ep/backend/
+      hybrid_ep_backend.cuh``: the metadata kernel ``scan`` sets one ``rdma_to_attn_map`` flag
+      per token and domain when any of the domain's experts takes it, and the dispatch's RDMA
+      warp group, ``N2N_warp_group_device_function``, writes each flagged token once to that
+      domain's peer; ``docs/Hybrid-EP_Implementation.md`` §8), through buffers resident for
+      the whole run (:func:`model.dispatch_buffers.hybridep_buffer_bytes`). The experts receive
+      their rows in expert order, so none of the alltoall dispatcher's chunk sorts runs
+      (:mod:`model.moe_kernels`).
     """
 
     ALLTOALL = "alltoall"
     DEEPEP = "deepep"
     HYBRIDEP = "hybridep"
+
+    @property
+    def deduplicates(self) -> bool:
+        """Sends a token once per remote NVLink domain holding one of its experts (DeepEP,
+        HybridEP): the rule of :func:`all_to_all_sent`."""
+        return self is not Dispatcher.ALLTOALL
 
 
 class EpOverlap(StrEnum):
@@ -130,8 +135,8 @@ class MoERun:
     and the all-to-all's receive on the rank everyone waits for."""
     node_limit: int | None = None
     """Nodes a token's experts may span (DeepSeek-V3 report §2.1.2: M = 4; Megatron-Core
-    ``--moe-router-num-groups`` (= nodes) with ``--moe-router-group-topk`` M). Only with the
-    ``deepep`` dispatcher, whose de-duplicated dispatch it bounds."""
+    ``--moe-router-num-groups`` (= nodes) with ``--moe-router-group-topk`` M). Only with a
+    de-duplicating dispatcher (``deepep``, ``hybridep``), whose dispatch it bounds."""
     dispatcher: Dispatcher = Dispatcher.ALLTOALL
     ep_overlap: EpOverlap = EpOverlap.NONE
 
@@ -155,10 +160,11 @@ class MoERun:
         if self.node_limit is not None:
             if self.node_limit < 1:
                 raise InputError(f"moe_node_limit: {self.node_limit} must be at least 1")
-            if self.dispatcher is not Dispatcher.DEEPEP:
+            if not self.dispatcher.deduplicates:
                 raise InputError(
-                    "moe_node_limit: node-limited routing is modelled with the deepep dispatcher "
-                    "(its de-duplicated dispatch); the alltoall dispatcher sends every copy"
+                    "moe_node_limit: node-limited routing is modelled with the deepep or hybridep "
+                    "dispatcher (their de-duplicated dispatch); the alltoall dispatcher sends "
+                    "every copy"
                 )
 
 
@@ -261,10 +267,11 @@ def all_to_all_sent(
 
     * ``alltoall`` — every routed copy to another rank: ``rows·row_bytes·(ep − 1)/ep``
       (:func:`model.moe.all_to_all_bytes`), ``rows`` = :func:`routed_rows`;
-    * ``deepep`` across domains — the scale-out bytes are one copy per remote node a token
-      reaches (:func:`model.moe.expected_remote_nodes`, capped by ``node_limit``), times the
-      rank's imbalance (``rows / (T·k)``); expressed at the rule's scale,
-      ``remote·(ep − 1)/(ep − g)``. Within one domain (``g ≥ ep``) as ``alltoall``.
+    * ``deepep`` and ``hybridep`` across domains (:attr:`Dispatcher.deduplicates`) — the
+      scale-out bytes are one copy per remote domain a token reaches
+      (:func:`model.moe.expected_remote_nodes` over ``ep // g`` domains, capped by
+      ``node_limit``), times the rank's imbalance (``rows / (T·k)``); expressed at the rule's
+      scale, ``remote·(ep − 1)/(ep − g)``. Within one domain (``g ≥ ep``) as ``alltoall``.
 
     Examples
     --------
@@ -277,12 +284,14 @@ def all_to_all_sent(
     >>> d = all_to_all_sent(MoERun(dispatcher="deepep", node_limit=4), 4096, 256, 8, 64, 8, 14336)
     >>> round(a / 2**20, 1), round(d / a, 4)
     (441.0, 0.4979)
+    >>> d == all_to_all_sent(MoERun(dispatcher="hybridep", node_limit=4), 4096, 256, 8, 64, 8, 14336)
+    True
     """
     rows = routed_rows(run, tokens, experts, top_k)
     if rows == 0 or ep == 1:
         return 0.0
     nodes = ep // per_domain if per_domain and ep % per_domain == 0 else 1
-    if run.dispatcher is not Dispatcher.DEEPEP or nodes <= 1 or experts % nodes:
+    if not run.dispatcher.deduplicates or nodes <= 1 or experts % nodes:
         return rows * row_bytes * (ep - 1) / ep
     remote = float(expected_remote_nodes(experts, nodes, top_k, run.node_limit))
     busiest = rows / (tokens * top_k)
@@ -294,7 +303,7 @@ def dispatch_time_share(
 ) -> float:
     """The share of an NCCL all-to-all's time the run's dispatch takes on the same link:
     :func:`all_to_all_sent` of the run over that of the plain ``alltoall`` (1 without DeepEP's
-    de-duplication across domains): what the single time model, which times every byte the
+    or HybridEP's de-duplication across domains): what the single time model, which times every byte the
     dispatch moves on the group's link, scales its expert-parallel seconds by.
 
     Examples
@@ -434,54 +443,6 @@ def exposed_all_to_all(
         )
         return unpaired * (forward_s + backward_s) + (1 - unpaired) * paired
     return forward_s + backward_s
-
-
-def deepep_group_ranks(framework: str, ep: int, expert_tp: int) -> int:
-    """Ranks of the group DeepEP's ``Buffer`` spans: Megatron-Core's flex dispatcher builds it
-    over the expert tensor- and expert-parallel group, etp·ep ranks (Megatron-LM d98e8a64dd
-    ``moe/token_dispatcher.py`` ``MoEFlexTokenDispatcher.__init__``: ``_DeepepManager(group=
-    self.tp_ep_group, ...)``; ``moe/fused_a2a.py`` ``get_buffer`` sizes it by
-    ``group.size()``); torchtitan's over the ep group alone.
-
-    >>> deepep_group_ranks("megatron", 8, 2), deepep_group_ranks("fsdp2", 8, 2)
-    (16, 8)
-    """
-    return ep * expert_tp if str(framework) == "megatron" else ep
-
-
-def dispatch_buffer_bytes(run: MoERun, hidden: int, ep: int, heap: bool = True) -> int:
-    """Bytes per GPU of the dispatcher's resident buffers: DeepEP's normal-mode ``Buffer``
-    (:func:`model.moe.deepep_buffer_bytes`, BF16 hidden) on every rank of its group of ``ep`` > 1
-    ranks (:func:`deepep_group_ranks`; allocated once per group for the whole run: Megatron-Core
-    ``moe/fused_a2a.py`` ``get_buffer``, torchtitan ``DeepEPTokenDispatcher.init_buffer``):
-    ``num_nvl_bytes``, the constructor's 32 MiB workspace
-    (:data:`model.moe.DEEPEP_WORKSPACE_BYTES`) and, across nodes, what NVSHMEM maps for
-    ``num_rdma_bytes`` on the ``ep // 8`` PEs, heap granules and IBGDA queue pairs
-    (:func:`model.nvshmem_heap.nvshmem_gpu_bytes`); with ``heap`` False (the ``textbook``
-    profile, which counts the tensors a run asks for and no library's own allocations or
-    rounding: no NCCL communicators, no reserve) ``num_nvl_bytes + num_rdma_bytes`` as asked; 0
-    for the NCCL all-to-all (its buffers are NCCL's own) and at ep = 1.
-
-    Raises
-    ------
-    InputError
-        An ``ep`` DeepEP has no config for (``Buffer.get_dispatch_config``).
-
-    Examples
-    --------
-    >>> dispatch_buffer_bytes(MoERun(dispatcher="deepep"), 7168, 64)  # + 32 MiB + 658,747,459
-    1069979715
-    >>> dispatch_buffer_bytes(MoERun(dispatcher="deepep"), 7168, 64, heap=False)  # + 336,047,360
-    713725184
-    >>> dispatch_buffer_bytes(MoERun(), 7168, 64)
-    0
-    """
-    if run.dispatcher is not Dispatcher.DEEPEP or ep == 1:
-        return 0
-    nvl, rdma = deepep_buffer_bytes(hidden, ep)
-    if not heap:
-        return nvl + rdma
-    return nvl + DEEPEP_WORKSPACE_BYTES + nvshmem_gpu_bytes(rdma, ep // 8)
 
 
 def combine_output_bytes(framework: str, run: MoERun, default: int | None) -> int | None:

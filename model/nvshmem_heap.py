@@ -1,5 +1,5 @@
 """GPU memory NVSHMEM's symmetric heap maps for DeepEP's RDMA buffer (normal mode, a group
-across nodes), as :func:`model.moe_run.dispatch_buffer_bytes` counts it.
+across nodes), as :func:`model.dispatch_buffers.dispatch_buffer_bytes` counts it.
 
 DeepEP's ``Buffer.__init__`` (deepseek-ai/DeepEP dd758caf45 ``deep_ep/buffers/legacy.py``) sets,
 when its group spans more than one node, ``NVSHMEM_CUMEM_GRANULARITY = 2**29`` ("NVSHMEM

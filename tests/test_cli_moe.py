@@ -45,6 +45,7 @@ def runs():
             "text": [*GPT_OSS_20B, "--set", "moe_imbalance=1.5"],
             "v3": [*DEEPSEEK_V3, "--json"],
             "v3 deepep": [*DEEPSEEK_V3, "--set", "moe_dispatcher=deepep", "--set", "moe_node_limit=4", "--json"],
+            "v3 hybridep": [*DEEPSEEK_V3, "--set", "moe_dispatcher=hybridep", "--set", "moe_node_limit=4", "--json"],
             "interleaved": [*INTERLEAVED, "--json"],
             "overlap": [*INTERLEAVED, "--set", "moe_ep_overlap=overlap_moe_expert_parallel_comm", "--json"],
             "overlap 1f1b": [
@@ -118,6 +119,20 @@ def test_deepep_buffers_are_resident_memory(runs):
     buffers = deepep["memory"]["dispatch_buffer_bytes"]
     assert buffers == 377_677_824 + 33_554_432 + 536_870_912 + 121_876_547 == 1_069_979_715
     assert base["memory"]["dispatch_buffer_bytes"] == 0
+
+
+def test_hybridep_sends_once_per_domain_and_holds_its_buffers(runs):
+    """HybridEP under the same routing: a token crosses to each remote domain (an H800 node)
+    once, so its all-to-all takes DeepEP's seconds (the rule of model.moe_run.all_to_all_sent;
+    nothing overlapped, so no SM share enters); neither sets up NCCL's ep − 1 all-to-all peers;
+    its HybridEPBuffer for 4,096 tokens a rank, 4 experts a rank, 8 domains of 8 at h 7,168
+    holds 3,917,479,936 NVLink-registered and 1,314,390,016 RDMA bytes
+    (tests/model/test_hybridep.py) on every GPU of a stage with MoE layers, in its peak."""
+    deepep, hybrid = (json.loads(runs[k].stdout) for k in ("v3 deepep", "v3 hybridep"))
+    assert _ep(hybrid)["seconds"] == pytest.approx(_ep(deepep)["seconds"], rel=1e-12)
+    assert hybrid["memory"]["communicator_bytes"] == deepep["memory"]["communicator_bytes"]
+    assert hybrid["memory"]["dispatch_buffer_bytes"] == 3_917_479_936 + 1_314_390_016
+    assert hybrid["layout"]["moe"]["moe_node_limit"] == 4
 
 
 def test_combined_1f1b_leaves_the_warmup_and_cooldown_exposed(runs):

@@ -67,7 +67,7 @@ KEY_DOCS: dict[str, str] = {
     "layout.moe.moe_pad_to_capacity": "Expert inputs padded to capacity (Megatron-Core --moe-pad-expert-input-to-capacity).",
     "layout.moe.moe_imbalance": "The busiest expert-parallel rank's routed rows ÷ the mean (1: balanced).",
     "layout.moe.moe_node_limit": "Node-limited routing: the most nodes a token's experts may span (null: no limit).",
-    "layout.moe.moe_dispatcher": "Token dispatcher: alltoall, deepep (de-duplicated across a node) or hybridep (Megatron-Core).",
+    "layout.moe.moe_dispatcher": "Token dispatcher: alltoall, deepep or hybridep (both de-duplicated across NVLink domains).",
     "layout.moe.moe_ep_overlap": "Megatron-Core's expert all-to-all overlap: none, "
     "moe_shared_expert_overlap or overlap_moe_expert_parallel_comm.",
     "layout.offload_activations": "Modules whose activations go to the host (Megatron-Core names).",
@@ -102,7 +102,7 @@ KEY_DOCS: dict[str, str] = {
     "memory.zero3_gathered_what": "What zero3_gathered_bytes holds, in words (the report's line); "
     "null where nothing is gathered.",
     "memory.weight_cache_bytes": "FP8 copies of the linear weights (precision fp8).",
-    "memory.dispatch_buffer_bytes": "DeepEP's resident dispatch buffers (moe_dispatcher deepep).",
+    "memory.dispatch_buffer_bytes": "The dispatcher's resident buffers (moe_dispatcher deepep or hybridep).",
     "memory.host_bytes": "Offloaded state on the host, per GPU.",
     "memory.host_bytes_per_node": "Offloaded state on the host, per node.",
     "memory.host_capacity_bytes": "Host memory per GPU available to offload.",

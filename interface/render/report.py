@@ -137,13 +137,15 @@ def _gathered_label(m: dict[str, Any]) -> str:
     return f"gathered weights ({what})" if what else "gathered weights"
 
 
-def _overlap_buffers_label(d: dict[str, Any]) -> str:
-    """The tensor-parallel overlap buffers' line (``memory.userbuffer_bytes``; planner.js alike):
-    PyTorch's symmetric-memory workspace under ``fsdp2`` (async TP), else Transformer Engine's
-    userbuffers."""
-    if d["layout"].get("framework") == "fsdp2":
-        return "async-TP symmetric memory (whole run)"
-    return "Transformer Engine userbuffers (whole run)"
+def _library_labels(d: dict[str, Any]) -> tuple[str, str]:
+    """The lines named after the library that holds the bytes (planner.js alike): the expert
+    dispatcher's buffers (HybridEP's or DeepEP's, ``layout.moe.moe_dispatcher``) and the tp
+    overlap buffers (PyTorch's symmetric memory under ``fsdp2``, else Transformer Engine's)."""
+    hybrid = (d["layout"].get("moe") or {}).get("moe_dispatcher") == "hybridep"
+    fsdp2 = d["layout"].get("framework") == "fsdp2"
+    overlap = "async-TP symmetric memory" if fsdp2 else "Transformer Engine userbuffers"
+    dispatcher = "HybridEP" if hybrid else "DeepEP"
+    return f"expert dispatch buffers ({dispatcher})", f"{overlap} (whole run)"
 
 
 def _memory_lines(d: dict[str, Any]) -> list[str]:
@@ -156,7 +158,7 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
         ("= model state", m["model_state_bytes"]),
         (_gathered_label(m), m.get("zero3_gathered_bytes")),
         ("FP8 weight cache", m.get("weight_cache_bytes")),
-        ("expert dispatch buffers (DeepEP)", m.get("dispatch_buffer_bytes")),
+        (_library_labels(d)[0], m.get("dispatch_buffer_bytes")),
         ("buffers in forward/backward", m.get("buffers_bytes")),
         ("activations (layers, in flight)", m["activations_bytes"]),
         ("embedding / output-layer activations", m["embedding_activations_bytes"]),
@@ -172,7 +174,7 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
         ("optimizer step extra (no activations then)", m.get("optimizer_step_bytes")),
         ("persistent buffers (whole run)", m.get("persistent_buffers_bytes")),
         ("NCCL communicator buffers (whole run)", (m.get("communicator_bytes") or 0) - ub),
-        (_overlap_buffers_label(d), ub),
+        (_library_labels(d)[1], ub),
         (f"= total (peak: {m.get('peak_phase', 'forward-backward')})", m["total_bytes"]),
         (f"capacity ({d['gpu']['name']}, usable)", m["capacity_bytes"]),
     ]

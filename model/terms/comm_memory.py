@@ -55,7 +55,6 @@ from functools import lru_cache, partial
 from typing import Any
 
 from trainplan.model.frameworks import Framework
-from trainplan.model.moe_run import Dispatcher
 from trainplan.model.params import shares_embedding_with_last_stage
 from trainplan.model.pipeline import Schedule
 from trainplan.model.terms.activation_fields import cp_mechanism_of
@@ -376,9 +375,9 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
       report §3.2.1; no public code names it; DualPipe runs under ``textbook`` only here: 0);
     * point-to-point: cp's ring flavour's two neighbours (one at cp = 2), Ulysses' cp − 1
       all-to-all peers (the hybrid's both), ep's ep − 1 all-to-all peers (NCCL's all-to-all
-      dispatcher; DeepEP's buffers are the state's ``dispatch_buffer_bytes``), the pipeline's
-      neighbouring stages (:func:`_pipeline_bytes`), with :func:`p2p_channels_per_peer`
-      channels each (across nodes as the topology placed the axis).
+      dispatcher; DeepEP's and HybridEP's buffers are the state's ``dispatch_buffer_bytes``),
+      the pipeline's neighbouring stages (:func:`_pipeline_bytes`), with
+      :func:`p2p_channels_per_peer` channels each (across nodes as the topology placed the axis).
 
     Each ring connects, and each communicator sets up, the channels its placement gets
     (:func:`_channels`); a world-sized DeviceMesh group is the world's (:func:`_communicator`).
@@ -404,7 +403,7 @@ def comm_memory_term(c: Context, f: Fields) -> Any:
     arch = c.model.arch
     pp_ring, ep_ring = group_rings(c, f)
     if arch is not None and arch.moe is not None:
-        peers = f.ep - 1 if c.training.moe_run.dispatcher is not Dispatcher.DEEPEP else 0
+        peers = 0 if c.training.moe_run.dispatcher.deduplicates else f.ep - 1
         total = total + comm(ep_ring, peers, _p2p(c, f, "ep", f.ep), chans("ep", f.ep, False), f.ep)
         total = total + comm(expert_tp_ring(f), 0, 0, chans("tp", f.expert_tp), f.expert_tp)
     pp = chans("pp", f.pp, False)

@@ -45,7 +45,7 @@ from trainplan.model.layer_time import PARTS, stage_parts
 from trainplan.model.layout import Recompute
 from trainplan.model.memory import keeps_gathered_inputs, optimizer_elements
 from trainplan.model.moe_kernels import expert_passes_of, experts_stay_bf16
-from trainplan.model.moe_run import Dispatcher, EpOverlap, members_per_domain, unpaired_share
+from trainplan.model.moe_run import Dispatcher, EpOverlap, unpaired_share
 from trainplan.model.muon import muon_gather_bytes
 from trainplan.model.offload import adam_step_bytes
 from trainplan.model.op_rates import fp8_linear_speedups, params_in_force, te_caches_fp8_weights
@@ -79,6 +79,7 @@ from trainplan.model.terms.activation_fields import (
     padded_vocab_of,
     stage_layer_counts,
 )
+from trainplan.model.terms.dispatch_buffers import ep_members_per_domain
 from trainplan.model.terms.fields import (
     Context,
     Fields,
@@ -139,19 +140,16 @@ def axis_link(c: Context, f: Fields, axis: str, all_to_all: Any = False) -> tupl
 
 def ep_dispatch_fields(c: Context, f: Fields) -> tuple[Any, Any, Any]:
     """What the expert all-to-all's clock reads of the layout besides its link: the EP group's
-    members per NVLink domain (:func:`model.moe_run.members_per_domain`, for DeepEP's
-    de-duplication across domains), the share of micro-batches whose all-to-alls have no
-    partner under Megatron-Core's combined 1F1B (:func:`model.moe_run.unpaired_share`; 1 under
-    any other overlap) and the dispatcher's ``φ`` (:func:`ep_sm_share`). 0 / 1 / the context's
-    ``φ`` when the run does not read them, so they add no distinct clocks to the search's
-    tables."""
+    members per NVLink domain (:func:`model.terms.dispatch_buffers.ep_members_per_domain`, for
+    DeepEP's and HybridEP's de-duplication across domains), the share of micro-batches whose
+    all-to-alls have no partner under Megatron-Core's combined 1F1B
+    (:func:`model.moe_run.unpaired_share`; 1 under any other overlap) and the dispatcher's ``φ``
+    (:func:`ep_sm_share`). 0 / 1 / the context's ``φ`` when the run does not read them, so they
+    add no distinct clocks to the search's tables."""
     run = c.training.moe_run
     if c.arch.moe is None:
         return 0, 1.0, 0.0
-    g: Any = 0
-    if run.dispatcher is Dispatcher.DEEPEP:
-        link = f.link("ep")
-        g = members_per_domain(link.nvlink, link.span, link.group_size, c.gpu.nvlink_domain)
+    g = ep_members_per_domain(c, f)
     unpaired: Any = 1.0
     if run.ep_overlap is EpOverlap.COMBINED_1F1B:
         unpaired = f.lookup(unpaired_share, (run.ep_overlap,), "pp", "virtual_stages", "m")

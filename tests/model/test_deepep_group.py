@@ -1,12 +1,13 @@
 """DeepEP's buffer under Megatron-Core spans the expert tensor- and expert-parallel group, etp·ep
 ranks (Megatron-LM d98e8a64dd ``moe/token_dispatcher.py`` ``MoEFlexTokenDispatcher.__init__``:
 ``_DeepepManager(group=self.tp_ep_group, ...)``; ``moe/fused_a2a.py`` ``get_buffer`` sizes the
-``Buffer`` by ``group.size()``): model.moe_run.deepep_group_ranks."""
+``Buffer`` by ``group.size()``): model.dispatch_buffers.deepep_group_ranks."""
 
 import json
 
 from tests.cli_runs import refusal, trainplan
-from trainplan.model.moe_run import MoERun, dispatch_buffer_bytes
+from trainplan.model.dispatch_buffers import dispatch_buffer_bytes
+from trainplan.model.moe_run import MoERun
 
 ARGS = ["evaluate", "--model", "deepseek-v3", "--gpu", "H100-SXM", "--pp", "16", "--dp", "16",
         "--micro-batch", "1", "--global-batch", "4096", "--recompute", "full",

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from trainplan.model.dispatch_buffers import dispatch_buffer_bytes
 from trainplan.model.errors import InputError
 from trainplan.model.layer_time import ep_all_to_all_seconds, layer_time
 from trainplan.model.layout import Recompute
@@ -18,7 +19,6 @@ from trainplan.model.moe_run import (
     EpOverlap,
     MoERun,
     all_to_all_sent,
-    dispatch_buffer_bytes,
     exposed_all_to_all,
     grouped_rows,
     mean_rows_sent,

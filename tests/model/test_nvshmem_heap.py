@@ -6,8 +6,9 @@ granules as allocations outgrow what is mapped. Figures derived by hand here."""
 
 from __future__ import annotations
 
+from trainplan.model.dispatch_buffers import dispatch_buffer_bytes
 from trainplan.model.moe import DEEPEP_WORKSPACE_BYTES, deepep_buffer_bytes
-from trainplan.model.moe_run import Dispatcher, MoERun, dispatch_buffer_bytes
+from trainplan.model.moe_run import Dispatcher, MoERun
 from trainplan.model.nvshmem_heap import (
     NVSHMEM_GRANULE,
     ibgda_queue_bytes,

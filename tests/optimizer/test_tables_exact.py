@@ -91,6 +91,10 @@ CASES = [
     # interleaving when pp > 1 and without full recomputation: the rest is masked)
     ("deepseek-v3-deepep", "deepseek-v3", 64, "H800", {"ep": (8, 16)},
      {"global_batch_size": 64, "seq_len": 4096, "moe_run": DEEPEP}),
+    # HybridEP (megatron only, the rest masked): the same de-duplication across domains, its
+    # buffers sized by the tokens a rank and the group's domains (model.dispatch_buffers)
+    ("deepseek-v3-hybridep", "deepseek-v3", 64, "H800", {"ep": (8, 16)},
+     {"global_batch_size": 64, "seq_len": 4096, "moe_run": MoERun(dispatcher=Dispatcher.HYBRIDEP)}),
     ("mixtral-8x7b-overlap", "mixtral-8x7b", 16, "H100-SXM", {"ep": (2, 4)},
      {"global_batch_size": 32, "seq_len": 4096,
       "moe_run": MoERun(ep_overlap=EpOverlap.COMBINED_1F1B,

@@ -30,7 +30,7 @@
   const MEMORY = [
     ["weights", (m) => m.weights_bytes], ["gradients", (m) => m.gradients_bytes], ["optimizer states", (m) => m.optimizer_bytes],
     ["= model state", (m) => m.model_state_bytes], ["gathered weights", (m) => m.zero3_gathered_bytes],
-    ["FP8 weight cache", (m) => m.weight_cache_bytes], ["expert dispatch buffers (DeepEP)", (m) => m.dispatch_buffer_bytes],
+    ["FP8 weight cache", (m) => m.weight_cache_bytes], ["expert dispatch buffers", (m) => m.dispatch_buffer_bytes],
     ["buffers in forward/backward", (m) => m.buffers_bytes], ["activations (layers, in flight)", (m) => m.activations_bytes],
     ["embedding / output-layer activations", (m) => m.embedding_activations_bytes], ["recompute transient", (m) => m.recompute_transient_bytes],
     ["backward working set (one layer)", (m) => m.backward_working_bytes],
@@ -60,10 +60,13 @@
       (m.fits_covers !== "model state and activations" ? ` (${m.fits_covers})` : "");
     v.dataset.totalBytes = m.total_bytes;
     // the gathered line says what is gathered, as the text report does (memory.zero3_gathered_what)
-    // the overlap buffers' line names PyTorch's symmetric memory under fsdp2 (report.py _overlap_buffers_label)
+    // the overlap buffers' line names PyTorch's symmetric memory under fsdp2 (report.py _library_labels)
     const overlap = lay.framework === "fsdp2" ? "async-TP symmetric memory (whole run)" : null;
+    // the dispatcher's buffers' line names the library that holds them (report.py _library_labels)
+    const dispatcher = (lay.moe || {}).moe_dispatcher === "hybridep" ? "HybridEP" : "DeepEP";
     const label = (name) => (name === "gathered weights" && m.zero3_gathered_what ? `${name} (${m.zero3_gathered_what})`
-      : name === "Transformer Engine userbuffers (whole run)" && overlap ? overlap : name);
+      : name === "Transformer Engine userbuffers (whole run)" && overlap ? overlap
+      : name === "expert dispatch buffers" ? `${name} (${dispatcher})` : name);
     const rows = MEMORY.map(([name, f]) => ({ name: label(name), v: f(m) })).filter((r) => r.v || r.name.startsWith("="));
     rows.push({ name: `= total (peak: ${m.peak_phase})`, v: m.total_bytes, id: "total" });
     rows.push({ name: `capacity (${d.gpu.name}, usable)`, v: m.capacity_bytes });
