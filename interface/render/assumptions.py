@@ -23,7 +23,7 @@ from trainplan.model.layout import Layout
 from trainplan.model.mechanisms import Mechanism, mechanism
 from trainplan.model.memory import keeps_gathered_inputs
 from trainplan.model.op_rates import FAMILY, params_in_force
-from trainplan.model.op_time import TpOverlap, tp_overlap_for
+from trainplan.model.op_time import TpOverlap, tp_overlap_for, tp_overlap_run
 from trainplan.model.roofline import generation_of, roofline_params_for
 from trainplan.model.split import default_chunk_sizes
 from trainplan.model.terms.step import uses_roofline
@@ -111,11 +111,20 @@ def _time_sentence(est: Estimate, overlap: str) -> str:
         f"its depth k, e·k/(k + k₀), e = {p.gemm_efficiency:g} {fitted}), bytes / (HBM × "
         f"{p.hbm_efficiency:g})) + {p.kernel_overhead_s * 1e6:g} µs; {attention}{curve}collectives "
         f"NCCL latency + bytes / (link × {p.scaleup_efficiency:g} NVLink, "
-        f"{p.scaleout_efficiency:g} scale-out); tp overlap {tp_overlap}{_ub_config(est, tp_overlap)}, "
+        f"{p.scaleout_efficiency:g} scale-out); tp overlap {_tp_overlap_said(est, tp_overlap)}, "
         f"cp {_cp_overlap(est)}, "
         f"{_dp_overlap(est)}{_p2p_waits(est)}{_nccl_charge(est)}; "
         "m × slowest stage × (1 + bubble_ratio) + pipeline messages + exposed dp + optimizer step"
     )
+
+
+def _tp_overlap_said(est: Estimate, overlap: TpOverlap) -> str:
+    """The tp overlap the layout runs (:func:`model.op_time.tp_overlap_run`): ``overlap`` with its
+    userbuffers configuration, or ``none`` where ``async-tp`` has nothing to fuse."""
+    runs = tp_overlap_run(overlap, est.layout.tp, est.layout.sp)
+    if runs is not overlap and est.layout.tp > 1:
+        return f"{runs} (async-tp fuses all-gathers and reduce-scatters: none without sp)"
+    return f"{runs}{_ub_config(est, runs)}"
 
 
 def _ub_config(est: Estimate, overlap: TpOverlap) -> str:

@@ -227,6 +227,12 @@ def test_bad_input_is_422_with_the_cli_line(client, monkeypatch, capsys, args):
             "pod-size=8",
             "pod-size: 8 does not apply: it shapes a cluster graph; add fabric=fat-tree or rail",
         ),
+        (  # Megatron-LM's validate_args asserts sequence parallelism with --tp-comm-overlap
+            "tp=8&sequence-parallel=false&tp-comm-overlap=full",
+            "tp-comm-overlap: full (Transformer Engine's userbuffers) needs sequence parallelism "
+            "at tp 8 (Megatron-LM's validate_args asserts it); turn sequence_parallel on or use "
+            "tp_comm_overlap async",
+        ),
     ],
 )
 def test_a_moved_knob_is_named_by_its_query_parameter(client, url, line):
