@@ -66,3 +66,41 @@ def test_async_tp_without_sequence_parallelism_runs_as_none():
     sp = json.loads(trainplan(*base, "--set", "tp_comm_overlap=async-tp").stdout)
     row = next(r for r in sp["traffic"] if r["axis"] == "tp")
     assert row["exposed_seconds"] < row["seconds"] and sp["time"]["tp_comm_overlap"] == "async-tp"
+
+
+def test_a_misspelt_run_key_names_the_file_the_run_and_the_key_meant(tmp_path):
+    """``calibrate`` with ``global_batch = 64`` in a ``[[run]]`` (a scenario file's spelling) was
+    a 2,700-character line of every key, internal ones included, naming neither file nor run;
+    now one line: the file, the run's number and label, the key, the parameter meant and where
+    the names are listed."""
+    bad = tmp_path / "m.toml"
+    run = '[[run]]\nlabel = "8B"\nstep_seconds = 5.0\nmodel = "llama3-8b"\ndp = 8\n'
+    bad.write_text(f'gpu = "H100-SXM"\n{run}global_batch = 64\n')
+    line = refusal(trainplan("calibrate", str(bad)))
+    assert line == (
+        f"measurements {bad}: run 1 ('8B'): global_batch: not a planner parameter; did you mean "
+        "global_batch_size? (a scenario file's global_batch is global_batch_size here; "
+        "docs/guides/python.md#parameter-names lists them)"
+    )
+    bad.write_text(f'gpu = "H100-SXM"\n{run}\n{run}global_bach_size = 64\n')
+    line = refusal(trainplan("calibrate", str(bad)))
+    assert line.startswith(
+        f"measurements {bad}: run 2 ('8B'): global_bach_size: not a planner parameter; did you "
+        "mean global_batch_size? (docs/guides/python.md"
+    )
+    assert len(line) < 250 and "model_spec" not in line
+
+
+def test_the_guide_lists_every_parameter_and_no_internal_one():
+    """docs/guides/python.md "Parameter names" is :data:`interface.inputs.PARAMETERS`, which
+    leaves out the names the interface passes on (``model_spec``, ``training_defaults``,
+    ``name``, a search's ``*_fsdp2`` checks)."""
+    import re
+    from pathlib import Path
+
+    from trainplan.interface.inputs import INTERNAL_KEYS, KNOWN_KEYS, PARAMETERS
+
+    text = (Path(__file__).resolve().parents[1] / "docs/guides/python.md").read_text()
+    block = text.split("<!-- interface.inputs.PARAMETERS -->\n", 1)[1].split("\n\n", 1)[0]
+    assert set(re.findall(r"`([a-z0-9_]+)`", block)) == PARAMETERS
+    assert PARAMETERS == KNOWN_KEYS - INTERNAL_KEYS and "model_spec" not in PARAMETERS
