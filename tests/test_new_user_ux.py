@@ -104,3 +104,18 @@ def test_the_guide_lists_every_parameter_and_no_internal_one():
     block = text.split("<!-- interface.inputs.PARAMETERS -->\n", 1)[1].split("\n\n", 1)[0]
     assert set(re.findall(r"`([a-z0-9_]+)`", block)) == PARAMETERS
     assert PARAMETERS == KNOWN_KEYS - INTERNAL_KEYS and "model_spec" not in PARAMETERS
+
+
+def test_a_table_entry_is_refused_as_typed():
+    """``--set overlap.dp=0.5`` under the roofline model (which times overlaps by mechanism) was
+    refused as ``overlap: {'dp': 0.5}`` (a Python dict); the line shows the entries as typed,
+    headed by the table the user set."""
+    why = (
+        "does not apply: the roofline time model (the default for megatron, deepspeed and fsdp2) "
+        "times each operation and overlaps by mechanism; this option belongs to --set "
+        "time_model=single"
+    )
+    args = ("evaluate", "--model", "llama3-8b", "--set", "overlap.dp=0.5")
+    assert refusal(trainplan(*args)) == f"--set overlap: dp=0.5 {why}"
+    line = refusal(trainplan(*args, "--set", "overlap.tp=0.25"))
+    assert line == f"--set overlap: dp=0.5, tp=0.25 {why}"
