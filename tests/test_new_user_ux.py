@@ -119,3 +119,37 @@ def test_a_table_entry_is_refused_as_typed():
     assert refusal(trainplan(*args)) == f"--set overlap: dp=0.5 {why}"
     line = refusal(trainplan(*args, "--set", "overlap.tp=0.25"))
     assert line == f"--set overlap: dp=0.5, tp=0.25 {why}"
+
+
+def _without(module: str, *args: str, cwd) -> object:
+    """``trainplan ARGS`` in its own process with ``module`` not importable (an extra not
+    installed)."""
+    import subprocess
+    import sys
+
+    code = (
+        f"import sys; sys.modules[{module!r}] = None; sys.argv = ['trainplan', *{list(args)!r}]; "
+        "from trainplan.interface.cli import main; main()"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=cwd
+    )
+
+
+def test_a_missing_extra_is_installed_as_the_readme_installs(tmp_path):
+    """The README installs from the checkout (``pip install -e .``, ``pip install -e
+    '.[web]'``); a missing extra's hint says the same (``pip install 'trainplan[sweep]'`` would
+    fetch another trainplan from PyPI), and no hint or page says otherwise."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    assert "pip install -e '.[web]' && trainplan serve" in (root / "README.md").read_text()
+    (tmp_path / "g.toml").write_text('model = "megatron-1.7b"\n[sweep]\ngpus = [8]\n')
+    line = refusal(_without("pyarrow", "sweep", "g.toml", cwd=tmp_path))
+    assert line == "sweep: pyarrow is not installed; pip install -e '.[sweep]'"
+    plot = ("pipeline", "--stages", "2", "--microbatches", "2", "--svg", "x.svg")
+    line = refusal(_without("matplotlib", *plot, cwd=tmp_path))
+    assert line == "plots: matplotlib is not installed; pip install -e '.[plot]'"
+    files = [root / "README.md", *(root / "docs").rglob("*.md")]
+    files += [p for d in ("interface", "model", "trainplan") for p in (root / d).rglob("*.py")]
+    assert [str(p) for p in files if "pip install 'trainplan[" in p.read_text()] == []

@@ -33,9 +33,7 @@ def pyplot() -> Any:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise InputError(
-            "plots: matplotlib is not installed; pip install 'trainplan[plot]'"
-        ) from None
+        raise InputError("plots: matplotlib is not installed; pip install -e '.[plot]'") from None
     return plt
 
 

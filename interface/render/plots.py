@@ -2,7 +2,7 @@
 extra) loaded by :mod:`interface.render.figure`; the pipeline tab's charts are
 :mod:`interface.render.pipeline_plots`' (named here too, for the callers of this module).
 
-``pip install 'trainplan[plot]'`` (or ``[web]``) installs matplotlib; without it every function
+``pip install -e '.[plot]'`` (or ``[web]``) installs matplotlib; without it every function
 here raises an :class:`~model.errors.InputError` saying so. Each function takes a ``--json``
 object (:mod:`interface.tabs`, :mod:`interface.commands`) and writes one file, whose format follows
 the suffix (``.png``, ``.svg``, ``.pdf``; ``.gif`` for the animation), or SVG into a binary stream
