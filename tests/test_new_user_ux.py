@@ -153,3 +153,71 @@ def test_a_missing_extra_is_installed_as_the_readme_installs(tmp_path):
     files = [root / "README.md", *(root / "docs").rglob("*.md")]
     files += [p for d in ("interface", "model", "trainplan") for p in (root / d).rglob("*.py")]
     assert [str(p) for p in files if "pip install 'trainplan[" in p.read_text()] == []
+
+
+HEAT_GRID = """tokens = 1e11
+[space]
+pp = [1]
+zero = [1]
+schedule = ["1f1b"]
+[sweep]
+model = ["megatron-1.7b", "llama3-8b"]
+gpus = [8, 16]
+[what_if]
+hbm_capacity = [1, 0.5]
+peak_flops = [1, 2]
+"""
+
+
+def _svg_texts(svg: str) -> list[tuple[str, str, float, float]]:
+    """(text, fill, left x, right x) of each text matplotlib's SVG writer drew: the comment it
+    writes before each, the group's fill (black when it sets none), its translate and scale,
+    and its last glyph's offset plus one glyph (DejaVu Sans: at most 100 font units)."""
+    import re
+
+    out = []
+    pattern = re.compile(
+        r"<!-- (.*?) -->\n\s*<g (?:style=\"fill: (#[0-9a-f]+)\" )?transform=\"translate\("
+        r"([-\d.]+) [-\d.]+\) scale\(([\d.]+) -[\d.]+\)\">(.*?)</g>",
+        re.S,
+    )
+    for m in pattern.finditer(svg):
+        x, scale = float(m.group(3)), float(m.group(4))
+        glyphs = re.findall(
+            r'<use xlink:href="[^"]+"(?: transform="translate\(([\d.]+) 0\)")?', m.group(5)
+        )
+        last = max([float(g) for g in glyphs if g] or [0.0])
+        out.append((m.group(1), m.group(2) or "#000000", x, x + scale * (last + 100)))
+    return out
+
+
+def test_a_narrow_heatmap_keeps_its_title_and_its_numbers_read(tmp_path):
+    """``sweep-plot --kind heatmap`` with two multipliers (a 4.4-inch figure): its title was cut
+    at the figure's edge ("…best over peak_flop") and every number was white, unreadable on
+    viridis's yellow end. Now the title wraps inside the figure (matplotlib's ``wrap=True``
+    under the constrained layout) and each number is black or white by its cell's WCAG
+    luminance: the ×1 column is each model's reference, 1.00, the colormap's yellow end
+    (viridis_r at 0: (0.993, 0.906, 0.144), luminance 0.78 > 0.179: black); llama3-8b with
+    half its HBM is the dark end (white)."""
+    import re
+
+    (tmp_path / "h.toml").write_text(HEAT_GRID)
+    done = trainplan("sweep", "h.toml", "--workers", "1", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    args = ("h.parquet", "--png", "h.svg", "--kind", "heatmap", "--what-if", "hbm_capacity")
+    done = trainplan("sweep-plot", *args, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    svg = (tmp_path / "h.svg").read_text()
+    width = float(re.search(r'<svg [^>]*width="([\d.]+)pt"', svg).group(1))
+    texts = _svg_texts(svg)
+    title = [t for t in texts if t[0].startswith("hbm_capacity") or t[0].endswith("gpus)")]
+    assert " ".join(t[0] for t in title) == (
+        "hbm_capacity: time to train ÷ its ×1 value (best over peak_flops, gpus)"
+    )
+    assert len(title) == 2 and all(0 <= left and right <= width for _, _, left, right in title)
+    cells = {}
+    for text, fill, _, _ in texts:
+        if re.fullmatch(r"\d\.\d\d", text):
+            cells.setdefault(text, set()).add(fill)
+    assert cells["1.00"] == {"#000000"}  # 4 cells: each model's ×1 column
+    assert max(cells) > "1.00" and cells[max(cells)] == {"#ffffff"}
