@@ -221,3 +221,20 @@ def test_a_narrow_heatmap_keeps_its_title_and_its_numbers_read(tmp_path):
             cells.setdefault(text, set()).add(fill)
     assert cells["1.00"] == {"#000000"}  # 4 cells: each model's ×1 column
     assert max(cells) > "1.00" and cells[max(cells)] == {"#ffffff"}
+
+
+def test_every_example_names_its_source():
+    """The 21 worked examples each name a source; ``grpo-long-rollouts`` named none. Its header
+    shows it as the others do, in brackets after what it says."""
+    from trainplan.interface.examples import examples
+
+    missing = [name for name, ex in examples().items() if not ex.get("source")]
+    assert missing == [] and len(examples()) == 21
+    done = trainplan("example", "grpo-long-rollouts")
+    assert done.returncode == 0, done.stderr
+    head = done.stdout.splitlines()[0]
+    assert head.startswith(
+        "Example grpo-long-rollouts: Long reasoning rollouts: a fifth of the FLOPs, over 70% of "
+        "the time  [Kaplan et al. 2020 §2.1"
+    )
+    assert "OpenRLHF measures 80% of RLHF training time in sample generation" in head
