@@ -238,3 +238,23 @@ def test_every_example_names_its_source():
         "the time  [Kaplan et al. 2020 §2.1"
     )
     assert "OpenRLHF measures 80% of RLHF training time in sample generation" in head
+
+
+def test_the_output_layer_freed_is_a_subtraction_not_a_negative_row():
+    """``search --model llama3-8b --gpus 8 --framework fsdp2`` printed ``output layer released
+    before it -2.27 GB``; the row is now ``less: …`` with its bytes, and the lines still add up
+    to the total: 24.09 + 1.58 + 30.08 + 2.27 + 0.27 − 2.27 + 8.30 + 2.75 = 67.07 GB (the
+    answer's model state, buffers, layers, embedding/output, working set, less the output
+    layer, loss working set and NCCL's buffers)."""
+    import re
+
+    done = trainplan("search", "--model", "llama3-8b", "--gpus", "8", "--framework", "fsdp2")
+    assert done.returncode == 0, done.stderr
+    memory = done.stdout.split("Memory per GPU", 1)[1].split("  verdict:", 1)[0]
+    rows = re.findall(r"^  (.+?)\s{2,}(-?[\d,.]+) GB$", memory, re.M)
+    assert rows and all(not value.startswith("-") for _, value in rows)
+    got = dict(rows)
+    assert got["less: output layer, freed before the backward"] == "2.27"
+    adds = [float(v) for name, v in rows if not name.startswith(("=", "less:", "capacity"))]
+    total = sum(adds) - float(got["less: output layer, freed before the backward"])
+    assert abs(total - float(got["= total (peak: forward-backward)"])) < 0.015

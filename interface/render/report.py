@@ -146,6 +146,12 @@ def _overlap_buffers_label(d: dict[str, Any]) -> str:
     return "Transformer Engine userbuffers (whole run)"
 
 
+FREED_LABEL = "less: output layer, freed before the backward"
+"""The memory line of the bytes the loss's stage releases before the layers' backward
+(``memory.output_layer_freed_bytes``): a subtraction, shown as one (its bytes positive after
+``less:``), so the lines still add up to the total; planner.js alike."""
+
+
 def _memory_lines(d: dict[str, Any]) -> list[str]:
     m, ub = d["memory"], d["memory"].get("userbuffer_bytes") or 0
     lines = [f"Memory per GPU (busiest pipeline stage: {m['busiest_stage']}, counted from 0)"]
@@ -162,7 +168,7 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
         ("embedding / output-layer activations", m["embedding_activations_bytes"]),
         ("recompute transient", m["recompute_transient_bytes"]),
         ("backward working set (one layer)", m.get("backward_working_bytes")),
-        ("output layer released before it", -(m.get("output_layer_freed_bytes") or 0)),
+        (FREED_LABEL, m.get("output_layer_freed_bytes")),  # subtracted: the label says less
         ("loss working set beyond them (one micro-batch)", m.get("loss_transient_bytes")),
         ("MoE forward working set (one layer)", m.get("moe_forward_transient_bytes")),
         ("causal mask being built (one micro-batch)", m.get("batch_load_transient_bytes")),
