@@ -174,8 +174,8 @@ def unknown_parameter(params: Iterable[str]) -> str | None:
     with the parameter meant (a scenario file's spelling, else the closest name) and where the
     list is; None when every name is one.
 
-    >>> print(unknown_parameter(["model", "global_batch"]).split("; docs")[0])
-    global_batch: not a planner parameter; did you mean global_batch_size? (a scenario file's global_batch is global_batch_size here
+    >>> print(unknown_parameter(["model", "global_batch"]).split(" (")[0])
+    global_batch: not a planner parameter; did you mean global_batch_size?
     >>> print(unknown_parameter(["seq_lenn"]))  # doctest: +ELLIPSIS
     seq_lenn: not a planner parameter; did you mean seq_len? (docs/guides/python.md#parameter-...)
     """

@@ -89,16 +89,12 @@ def tp_overlap_run(overlap: TpOverlap, tp: int, sequence_parallel: bool) -> TpOv
 
 
 def check_tp_overlap(
-    overlap: TpOverlap,
-    framework: str,
-    fp8_recipe: str | None = None,
-    tp: int = 1,
-    sequence_parallel: bool = False,
+    overlap: TpOverlap, framework: str, fp8_recipe: str | None = None, tp: int = 1, sp: bool = False
 ) -> None:
     """Refuse a tensor-parallel overlap mechanism the framework does not have, that does not
     run with the FP8 recipe ``fp8_recipe`` (:class:`model.precision.Fp8Recipe`'s value; None
     outside FP8) or, for ``full``, on tp ``tp`` > 1 ranks without sequence parallelism
-    (``sequence_parallel``: whether it is on, :func:`model.layout.sequence_parallel_on`):
+    (``sp``: whether it is on, :func:`model.layout.sequence_parallel_on`):
     Megatron-LM d98e8a64dd ``megatron/training/arguments.py`` ``validate_args`` asserts
     ``args.sequence_parallel`` when ``args.tp_comm_overlap`` ("Tensor parallel
     communication/GEMM overlap can happen only when sequence parallelism is enabled"; at tp 1 it
@@ -126,13 +122,6 @@ def check_tp_overlap(
     ... except InputError as err:
     ...     print(err)
     tp_comm_overlap: async-tp (torchtitan's enable_async_tensor_parallel) needs framework fsdp2, not megatron
-    >>> try:
-    ...     check_tp_overlap(TpOverlap.FULL, "megatron", tp=8, sequence_parallel=False)
-    ... except InputError as err:
-    ...     print(err)  # doctest: +NORMALIZE_WHITESPACE
-    tp_comm_overlap: full (Transformer Engine's userbuffers) needs sequence parallelism at tp 8
-    (Megatron-LM's validate_args asserts it); turn sequence_parallel on or use tp_comm_overlap
-    async
     """
     allowed = TP_OVERLAP_FRAMEWORKS.get(overlap)
     if allowed is not None and str(framework) not in allowed:
@@ -144,7 +133,7 @@ def check_tp_overlap(
             f"tp_comm_overlap: {overlap} ({name}) needs framework {' or '.join(allowed)}, "
             f"not {framework}"
         )
-    if overlap is TpOverlap.FULL and tp > 1 and not sequence_parallel:
+    if overlap is TpOverlap.FULL and tp > 1 and not sp:
         raise InputError(
             "tp_comm_overlap: full (Transformer Engine's userbuffers) needs sequence parallelism "
             f"at tp {tp} (Megatron-LM's validate_args asserts it); turn sequence_parallel on or "
@@ -159,10 +148,10 @@ def check_tp_overlap(
 
 
 def check_layout_tp_overlap(
-    overlap: TpOverlap | str | None, framework: str, tp: int, sequence_parallel: bool
+    overlap: TpOverlap | str | None, framework: str, tp: int, sp: bool
 ) -> None:
     """:func:`check_tp_overlap` of a chosen ``overlap`` (None: the framework's default, which
-    every layout runs) on a layout's ``framework``, ``tp`` and sequence parallelism, as a
+    every layout runs) on a layout's ``framework``, ``tp`` and sequence parallelism ``sp``, as a
     legality rule (:data:`model.legality.RULES`): the evaluator refuses the layout before
     timing it, and the search drops the candidates that cannot run it (a framework without the
     mechanism, tp > 1 without sequence parallelism) and keeps the others.
@@ -175,8 +164,6 @@ def check_layout_tp_overlap(
     if overlap is None:
         return
     try:
-        check_tp_overlap(
-            TpOverlap(str(overlap)), str(framework), None, int(tp), bool(sequence_parallel)
-        )
+        check_tp_overlap(TpOverlap(str(overlap)), str(framework), None, int(tp), bool(sp))
     except InputError as err:
         raise LayoutError(str(err)) from None

@@ -174,9 +174,7 @@ def illegal_reason(tables: CostTables) -> str | None:
     return str(why) or None
 
 
-def _skip(
-    values, legal: np.ndarray, name: str = "zero_stage"
-) -> Callable[[dict[str, Any], np.ndarray], bool]:
+def _skip(values, legal, name="zero_stage") -> Callable[[dict[str, Any], np.ndarray], bool]:
     """Whether a group of shapes has no legal row at its ZeRO stage (``legal`` [N, Z]) or, with
     ``name`` recompute, its recompute mode ([N, R]): its terms are left 0."""
     return lambda scalars, rows: not legal[rows, values.index(scalars[name])].any()
@@ -213,9 +211,8 @@ def _memory(c: Context, table: ShapeColumns, zs, rs, P: int) -> dict[str, np.nda
 
 def _times(c: Context, table: ShapeColumns, zs, rs, legal: np.ndarray) -> dict[str, np.ndarray]:
     """t1 [N, R] and t2 [N, Z] in whole nanoseconds (:func:`model.terms.step.pipeline_term`,
-    :func:`model.terms.step.dp_term`); t1 of a recompute mode illegal at every ZeRO stage and t2
-    of a ZeRO stage illegal under every recompute mode (``legal`` [N, Z, R]) are 0 (a group of
-    shapes none of whose rows is legal is not timed: a framework without the tp overlap asked
+    :func:`model.terms.step.dp_term`); 0 where illegal at every ZeRO stage, or under every
+    recompute mode (``legal`` [N, Z, R]): not timed (a framework without the tp overlap asked
     for, :func:`model.tp_overlap.check_layout_tp_overlap`)."""
     modifiers = {"zero_stage": tuple(zs), "recompute": tuple(rs)}
     by_r = _skip(list(rs), np.asarray(legal.any(axis=1)), "recompute")

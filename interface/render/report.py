@@ -147,9 +147,8 @@ def _overlap_buffers_label(d: dict[str, Any]) -> str:
 
 
 FREED_LABEL = "less: output layer, freed before the backward"
-"""The memory line of the bytes the loss's stage releases before the layers' backward
-(``memory.output_layer_freed_bytes``): a subtraction, shown as one (its bytes positive after
-``less:``), so the lines still add up to the total; planner.js alike."""
+"""``memory.output_layer_freed_bytes``' line: a subtraction shown as one (its bytes after
+``less:``, positive), so the lines add up to the total; planner.js alike."""
 
 
 def _memory_lines(d: dict[str, Any]) -> list[str]:

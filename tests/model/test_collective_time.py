@@ -83,13 +83,13 @@ def test_userbuffers_need_sequence_parallelism_and_async_tp_fuses_nothing_withou
     ``sequence_parallel``; at tp 1 nothing is overlapped and it stands (no userbuffers). torchtitan
     runs async TP without sequence parallelism, and Inductor's pass finds no all-gather or
     reduce-scatter to fuse: the layers run ``none``; the other mechanisms run as given."""
-    check_tp_overlap(TpOverlap.FULL, "megatron", tp=8, sequence_parallel=True)
-    check_tp_overlap(TpOverlap.FULL, "megatron", tp=1, sequence_parallel=False)
-    check_tp_overlap(TpOverlap.ASYNC, "megatron", tp=8, sequence_parallel=False)
+    check_tp_overlap(TpOverlap.FULL, "megatron", tp=8, sp=True)
+    check_tp_overlap(TpOverlap.FULL, "megatron", tp=1, sp=False)
+    check_tp_overlap(TpOverlap.ASYNC, "megatron", tp=8, sp=False)
     with pytest.raises(InputError, match="needs sequence parallelism at tp 8"):
-        check_tp_overlap(TpOverlap.FULL, "megatron", tp=8, sequence_parallel=False)
+        check_tp_overlap(TpOverlap.FULL, "megatron", tp=8, sp=False)
     with pytest.raises(InputError, match="needs sequence parallelism at tp 2"):
-        check_tp_overlap(TpOverlap.FULL, "textbook", tp=2, sequence_parallel=False)
+        check_tp_overlap(TpOverlap.FULL, "textbook", tp=2, sp=False)
     assert tp_overlap_run(TpOverlap.ASYNC_TP, 8, False) is TpOverlap.NONE
     assert tp_overlap_run(TpOverlap.ASYNC_TP, 1, False) is TpOverlap.NONE
     assert tp_overlap_run(TpOverlap.ASYNC_TP, 8, True) is TpOverlap.ASYNC_TP
