@@ -219,10 +219,10 @@ def read_measurements(path: str | Path) -> tuple[str, tuple[str, ...], tuple[Mea
         params = {k: v for k, v in run.items() if k not in ("label", "step_seconds")}
         if "gpu" in params:
             raise ScenarioError(f"measurements {p}: run {i}: give gpu once, at the top")
-        unknown = unknown_parameter(params)
-        if unknown:
+        refused = unknown_parameter(params)
+        if refused:
             name = f" ({run['label']!r})" if isinstance(run.get("label"), str) else ""
-            raise ScenarioError(f"measurements {p}: run {i}{name}: {unknown}")
+            raise ScenarioError(f"measurements {p}: run {i}{name}: {refused}")
         params["gpu"] = data["gpu"]
         out.append(Measurement(str(run.get("label", f"run {i}")), float(step), params))
     return data["gpu"], tuple(str(k) for k in fit), tuple(out)
