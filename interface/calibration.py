@@ -13,7 +13,8 @@ hardware can do, e.g. a step faster than the datasheet peak allows), and no run'
 :data:`MAX_RESIDUAL`. ``trainplan calibrate`` refuses any other fit (no file written, exit 2)
 unless told ``--accept-poor-fit``; ``docs/guides/calibration.md`` states the rule.
 
-A measurements file (TOML; unknown keys are refused by ``build_case`` itself)::
+A measurements file (TOML; a run's keys are :func:`interface.inputs.build_case`'s parameters,
+:data:`interface.inputs.PARAMETERS`, and any other is refused naming the run)::
 
     gpu = "A100-80GB"                 # the cluster's accelerator, every run
     fit = ["gemm_efficiency"]         # the figures to fit (default: gemm_efficiency)
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainplan.interface.inputs import build_case
+from trainplan.interface.inputs import build_case, unknown_parameter
 from trainplan.model.errors import InputError, ScenarioError
 from trainplan.model.roofline import CALIBRATABLE, roofline_params_for
 from trainplan.topology.accelerators import get_accelerator
@@ -181,7 +182,9 @@ def read_measurements(path: str | Path) -> tuple[str, tuple[str, ...], tuple[Mea
     Raises
     ------
     ScenarioError
-        Unreadable file, no ``gpu`` or runs, a run without a positive ``step_seconds``.
+        Unreadable file, no ``gpu`` or runs, a run without a positive ``step_seconds``, a run's
+        key that is no parameter (:func:`interface.inputs.unknown_parameter`: the file, the
+        run's number and label, the key, the parameter meant and where they are listed).
     """
     p = Path(path)
     try:
@@ -216,6 +219,10 @@ def read_measurements(path: str | Path) -> tuple[str, tuple[str, ...], tuple[Mea
         params = {k: v for k, v in run.items() if k not in ("label", "step_seconds")}
         if "gpu" in params:
             raise ScenarioError(f"measurements {p}: run {i}: give gpu once, at the top")
+        refused = unknown_parameter(params)
+        if refused:
+            name = f" ({run['label']!r})" if isinstance(run.get("label"), str) else ""
+            raise ScenarioError(f"measurements {p}: run {i}{name}: {refused}")
         params["gpu"] = data["gpu"]
         out.append(Measurement(str(run.get("label", f"run {i}")), float(step), params))
     return data["gpu"], tuple(str(k) for k in fit), tuple(out)

@@ -198,7 +198,13 @@ def on_page(message: str, fields: Collection[str]) -> str:
     "(moe-dispatcher=deepep; Megatron's --moe-token-dispatcher-type)"
     >>> on_page("cp_kind: ulysses needs cp to divide the heads", {"cp-kind"})
     'cp-kind: ulysses needs cp to divide the heads'
+
+    The terminal's list of ``--set`` keys is the manual's table on the page:
+
+    >>> print(on_page("--set: 'x' is not a key (trainplan evaluate --set help lists them)", {"set"}))
+    set: 'x' is not a key (the manual's CLI reference lists them: /manual/reference/cli/#scenario-keys-set)
     """
+    message = _SET_HELP.sub(SET_KEYS_PAGE, message)
     message = with_flags(message, web=True, options={f"--{f}" for f in fields})
     message = _HEAD.sub(lambda m: _dashed(m.group(1), fields), message)
     return _FLAG.sub(lambda m: m.group(1) if m.group(1) in fields else m.group(0), message)
@@ -260,6 +266,11 @@ _CLI_HEAD = re.compile(r"^([a-z][a-z0-9_]*)(?=(?: (?=[^\s:]*[A-Z0-9-])[A-Za-z0-9
 names an item before its ``:`` (``gpu_hour_price H100-SXM: …``)."""
 
 
+_SET_HELP = re.compile(r"trainplan [a-z-]+ --set help lists them")
+"""The command line's pointer to its list of ``--set`` keys (``interface.scenario_keys``)."""
+SET_KEYS_PAGE = "the manual's CLI reference lists them: /manual/reference/cli/#scenario-keys-set"
+"""The same pointer on the page: the manual's table of the keys (``docs/reference/cli.md``
+"Scenario keys (--set)", :func:`interface.cli.reference.cli_markdown`), served at ``/manual/``."""
 _FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9-]*)")
 """A ``--flag`` in a line."""
 _SET = re.compile(r"--set ([a-z][a-z0-9_]*)(\.)?")

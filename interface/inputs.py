@@ -12,6 +12,7 @@ dataclasses' own. The defaults used are listed in
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -141,6 +142,55 @@ KNOWN_KEYS = frozenset(
     }
 )
 """Every parameter :func:`build_case` reads; anything else is an error naming it."""
+INTERNAL_KEYS = frozenset(
+    {
+        "name",
+        "model_spec",
+        "training_defaults",
+        "gathered_block_inputs",
+        "compile_fsdp2",
+        "pipeline_frees_stage_tensors_fsdp2",
+        "pipeline_keeps_outputs_fsdp2",
+    }
+)
+"""Parameters the interface passes on and no user gives: a scenario's built model, its label and
+its recipe's defaults, a search's settings checked against its space."""
+PARAMETERS = KNOWN_KEYS - INTERNAL_KEYS
+"""The parameters a user gives (``trainplan.evaluate``'s, a measurements file's ``[[run]]``):
+listed in :data:`PARAMETERS_PAGE`."""
+PARAMETERS_PAGE = "docs/guides/python.md#parameter-names"
+SCENARIO_SPELLINGS = {
+    "global_batch": "global_batch_size",
+    "micro_batch": "micro_batch_size",
+    "zero": "zero_stage",
+    "gpus": "num_gpus",
+}
+"""A scenario file's keys (``interface.scenario``: a value, a range or a list to search) and the
+parameter that gives one value of each here."""
+
+
+def unknown_parameter(params: Iterable[str]) -> str | None:
+    """The line refusing the first of ``params`` (names) that is no parameter (:data:`KNOWN_KEYS`),
+    with the parameter meant (a scenario file's spelling, else the closest name) and where the
+    list is; None when every name is one.
+
+    >>> print(unknown_parameter(["model", "global_batch"]).split(" (")[0])
+    global_batch: not a planner parameter; did you mean global_batch_size?
+    >>> print(unknown_parameter(["seq_lenn"]))  # doctest: +ELLIPSIS
+    seq_lenn: not a planner parameter; did you mean seq_len? (docs/guides/python.md#parameter-...)
+    """
+    unknown = sorted(set(params) - KNOWN_KEYS)
+    if not unknown:
+        return None
+    key, said = unknown[0], ""
+    near = difflib.get_close_matches(key, sorted(PARAMETERS), n=1)
+    if key in SCENARIO_SPELLINGS:
+        near = [SCENARIO_SPELLINGS[key]]
+        said = f"a scenario file's {key} is {near[0]} here; "
+    hint = f"; did you mean {near[0]}?" if near else ""
+    return f"{key}: not a planner parameter{hint} ({said}{PARAMETERS_PAGE} lists them)"
+
+
 DIM_KEYS = ("arch", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "head_dim")
 """Dimensions given with ``--params`` (the CLI options of the same names)."""
 
@@ -198,11 +248,9 @@ def build_case(
         For an unknown model or GPU, an unreadable number, or an impossible layout.
     """
     params = {k: v for k, v in params.items() if v is not None}
-    unknown = sorted(set(params) - KNOWN_KEYS)
+    unknown = unknown_parameter(params)
     if unknown:
-        raise InputError(
-            f"{unknown[0]}: not a planner parameter (known: {', '.join(sorted(KNOWN_KEYS))})"
-        )
+        raise InputError(unknown)
     used: dict[str, Any] = {}
     model, defaults = model_of(params, used)
     model = with_mtp(model, params)

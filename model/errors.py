@@ -70,14 +70,27 @@ def check_applicable(given: Mapping[str, object], not_applicable: Mapping[str, s
     Traceback (most recent call last):
     ...
     trainplan.model.errors.InputError: reward: 'rule' does not apply: DPO has no reward
+    >>> check_applicable({"overlap": {"dp": 0.5}}, {"overlap": "the roofline times overlaps"})
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.InputError: overlap: dp=0.5 does not apply: the roofline times overlaps
     """
     for name, why in not_applicable.items():
         value = given.get(name)
         if value is not None and value is not False:
-            shown = repr(value)
-            if isinstance(value, Fraction):  # a number option: as written, not Fraction(8, 1)
-                shown = f"{int(value):,}" if value.denominator == 1 else f"{float(value):g}"
+            shown = _shown(value)
+            if isinstance(value, Mapping):  # a table's entries as typed: overlap dp=0.5, tp=0.2
+                shown = ", ".join(f"{k}={_shown(v).strip(chr(39))}" for k, v in value.items())
             raise InputError(f"{name}: {shown} does not apply: {why}")
+
+
+def _shown(value: object) -> str:
+    """A value as a line shows it: a number as written (not ``Fraction(8, 1)``), else its repr."""
+    if isinstance(value, Fraction):
+        return f"{int(value):,}" if value.denominator == 1 else f"{float(value):g}"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return repr(value)
 
 
 def named_lookup(name: str, get: Callable[[str], T], value: str) -> T:

@@ -19,7 +19,6 @@ from trainplan.model.errors import LayoutError
 from trainplan.model.expert_groups import expert_shard_degree_of, expert_tp_of
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
 from trainplan.model.fsdp2_pipeline import default_zero_stage
-from trainplan.model.key_rules import options_given
 from trainplan.model.legality import Setting, check_rules
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.optimizers import OptimizerKind
@@ -424,4 +423,4 @@ def validate(
     def value(name: str) -> Any:
         return layout.num_microbatches(B) if name == "m" else getattr(layout, name)
 
-    check_rules(Setting(model, training, num_gpus, options_given(options)), value)
+    check_rules(Setting.of(model, training, num_gpus, options), value)

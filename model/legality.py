@@ -35,7 +35,7 @@ from trainplan.model.frameworks import (
     check_framework,
     check_framework_recompute,
 )
-from trainplan.model.key_rules import check_framework_recipe, check_options
+from trainplan.model.key_rules import check_framework_recipe, check_options, options_given
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.moe_rules import (
     check_expert_parallel,
@@ -59,6 +59,7 @@ from trainplan.model.split import (
     check_stage_layers,
     split_rule_of,
 )
+from trainplan.model.tp_overlap import check_layout_tp_overlap
 from trainplan.model.xp import where
 
 __all__ = [
@@ -75,13 +76,25 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class Setting:
     """What the rules read besides the layout: the model, the recipe and the GPU count the
-    degrees must multiply to (None: not checked) and the on/off cost options set away from
-    their defaults (:func:`model.key_rules.options_given`)."""
+    degrees must multiply to (None: not checked), the on/off cost options set away from
+    their defaults (:func:`model.key_rules.options_given`) and the tensor-parallel overlap
+    chosen (:class:`model.timing.CostOptions` ``tp_comm_overlap``'s value; None: the
+    framework's default)."""
 
     model: ModelSpec
     training: TrainingSpec
     num_gpus: int | None = None
     options: tuple[tuple[str, bool], ...] = ()
+    tp_comm_overlap: str | None = None
+
+    @classmethod
+    def of(
+        cls, model: ModelSpec, training: TrainingSpec, num_gpus: int | None, options: Any
+    ) -> Setting:
+        """The setting of a :class:`model.timing.CostOptions` ``options`` (None: defaults)."""
+        overlap = getattr(options, "tp_comm_overlap", None)
+        given = None if overlap is None else str(overlap)
+        return cls(model, training, num_gpus, options_given(options), given)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +221,10 @@ def _sequence_parallel(s: Setting, sequence_parallel: bool | None, tp: int) -> N
         raise LayoutError(
             "sequence_parallel: splits the tp group's activations and needs tp ≥ 2, not tp 1"
         )
+
+
+def _tp_overlap(s: Setting, framework: Any, tp: int, sp: bool) -> None:
+    check_layout_tp_overlap(s.tp_comm_overlap, framework, tp, sp)
 
 
 def _size_only(s: Setting, stage_layers: tuple[int, ...] | None, ep: int) -> None:
@@ -391,6 +408,7 @@ RULES: tuple[Rule, ...] = (
         _split_schedule,
     ),
     Rule("sequence_parallel", ("sequence_parallel", "tp"), _sequence_parallel),
+    Rule("tp_comm_overlap", ("framework", "tp", "sp"), _tp_overlap),
     Rule("size_only", ("stage_layers", "ep"), _size_only),
     Rule("heads", ("tp", "ep", "etp", "framework"), _heads),
     Rule("split", ("pp", "virtual_stages", "uneven_stages", "stage_layers", "framework"), _split),

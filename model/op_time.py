@@ -29,6 +29,7 @@ from trainplan.model.tp_overlap import (
     TpOverlap,
     check_tp_overlap,
     tp_overlap_for,
+    tp_overlap_run,
 )
 from trainplan.model.userbuffers_gemm import (
     UB_STREAMS,
@@ -39,6 +40,7 @@ from trainplan.model.userbuffers_gemm import (
 
 __all__ = [
     "tp_overlap_for",
+    "tp_overlap_run",
     "TP_OVERLAP_FRAMEWORKS",
     "check_tp_overlap",
     "TpOverlap",

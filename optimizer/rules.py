@@ -43,14 +43,16 @@ def tie_keys(tables: CostTables, candidates: np.ndarray) -> np.ndarray:
 
 
 def mfu_table(tables: CostTables) -> np.ndarray:
-    """[S, Z, R] MFU of every candidate from the tables (step time in whole ns)."""
+    """[S, Z, R] MFU of every candidate from the tables (step time in whole ns); inf where an
+    illegal candidate was not timed (step 0, :func:`optimizer.tables.build_tables`)."""
     peak = np.array([tables.jobs[j].case.device.peak_flops_per_s for j in tables.job_of])
-    return utilisation(
-        tables.model_flops[:, None, :],
-        tables.step_ns() * 1e-9,
-        tables.num_gpus()[:, None, None],
-        peak[:, None, None],
-    )
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return utilisation(
+            tables.model_flops[:, None, :],
+            tables.step_ns() * 1e-9,
+            tables.num_gpus()[:, None, None],
+            peak[:, None, None],
+        )
 
 
 def allowed(problem: Problem, tables: CostTables) -> np.ndarray:

@@ -36,7 +36,6 @@ import numpy as np
 from trainplan.model.errors import InputError
 from trainplan.model.estimate import evaluation_context, stage_memory
 from trainplan.model.frameworks import ZERO_STAGES, Framework
-from trainplan.model.key_rules import options_given
 from trainplan.model.layout import Recompute
 from trainplan.model.legality import RULES, Rule, Setting, legality, refusal
 from trainplan.model.terms import peak as pk
@@ -142,7 +141,7 @@ def _legal(c: Context, table: ShapeColumns, zs, rs) -> np.ndarray:
     mode (:func:`model.legality.legality`): the rules that read neither once, those that read
     the ZeRO stage once per stage and those that read the recompute mode once per mode (no rule
     reads both)."""
-    setting = Setting(c.model, c.training, None, options_given(c.options))
+    setting = Setting.of(c.model, c.training, None, c.options)
     every = np.arange(table.n)
     by_z, by_r = _reading("zero_stage"), _reading("recompute")
     assert not set(by_z) & set(by_r), "a rule reads both modifiers: tabulate it per (z, r)"
@@ -170,16 +169,15 @@ def illegal_reason(tables: CostTables) -> str | None:
     # the first stage its framework has: a stage it has not would hide the recipe's rule
     runs = [z for z in tables.zero_stages if z in ZERO_STAGES[Framework(shape.framework)]]
     layout = shape.layout((runs or tables.zero_stages)[0], tables.recomputes[0])
-    setting = Setting(
-        job.case.model, job.case.training, job.num_gpus, options_given(job.case.options)
-    )
+    setting = Setting.of(job.case.model, job.case.training, job.num_gpus, job.case.options)
     _, why = legality(setting, LayoutFields(layout, job.case.training.global_batch_size))
     return str(why) or None
 
 
-def _skip(zs, legal: np.ndarray) -> Callable[[dict[str, Any], np.ndarray], bool]:
-    """Whether a group of shapes has no legal row at its ZeRO stage (its terms are left 0)."""
-    return lambda scalars, rows: not legal[rows, zs.index(scalars["zero_stage"])].any()
+def _skip(values, legal, name="zero_stage") -> Callable[[dict[str, Any], np.ndarray], bool]:
+    """Whether a group of shapes has no legal row at its ZeRO stage (``legal`` [N, Z]) or, with
+    ``name`` recompute, its recompute mode ([N, R]): its terms are left 0."""
+    return lambda scalars, rows: not legal[rows, values.index(scalars[name])].any()
 
 
 def _memory(c: Context, table: ShapeColumns, zs, rs, P: int) -> dict[str, np.ndarray]:
@@ -213,10 +211,12 @@ def _memory(c: Context, table: ShapeColumns, zs, rs, P: int) -> dict[str, np.nda
 
 def _times(c: Context, table: ShapeColumns, zs, rs, legal: np.ndarray) -> dict[str, np.ndarray]:
     """t1 [N, R] and t2 [N, Z] in whole nanoseconds (:func:`model.terms.step.pipeline_term`,
-    :func:`model.terms.step.dp_term`); t2 of a ZeRO stage illegal under every recompute mode
-    (``legal`` [N, Z, R]) is 0."""
+    :func:`model.terms.step.dp_term`); 0 where illegal at every ZeRO stage, or under every
+    recompute mode (``legal`` [N, Z, R]): not timed (a framework without the tp overlap asked
+    for, :func:`model.tp_overlap.check_layout_tp_overlap`)."""
     modifiers = {"zero_stage": tuple(zs), "recompute": tuple(rs)}
-    (t1,) = tabulate(term("pipeline_time"), c, table, modifiers, lambda t: (t.total_s,), 1)
+    by_r = _skip(list(rs), np.asarray(legal.any(axis=1)), "recompute")
+    (t1,) = tabulate(term("pipeline_time"), c, table, modifiers, lambda t: (t.total_s,), 1, by_r)
     some = np.asarray(legal.any(axis=2))  # [N, Z]: the stage runs the shape under some mode
     (t2,) = tabulate(
         term("dp_time"), c, table, modifiers, lambda t: (t.total_s,), 1, _skip(zs, some)

@@ -141,3 +141,18 @@ def test_long_blocks_run_only_on_request(tmp_path, monkeypatch):
         ("sweeps.md", "sweep-plot"),  # its two figures
         ("sweeps.md", "sweep-plot"),
     ]
+
+
+def test_a_width_the_terminal_chose_is_not_taken_for_the_output(tmp_path, monkeypatch):
+    """A transcript runs as its command prints into a pipe, whatever terminal the check runs in:
+    ``trainplan pipeline --stages 4 --microbatches 8`` shown in an 80-column terminal's bands
+    (the tools guide's, before it gave ``--width 80``) drifts from the 120 columns the reader
+    gets piped — the check set ``COLUMNS=80`` and passed it; with ``--width 80`` it matches."""
+    monkeypatch.setenv("COLUMNS", "80")
+    bands = "...\nstage 0 |F0-F1-F2-F3-..................B0====F4-B1====F5-B2=\n...\n```\n"
+    page = tmp_path / "page.md"
+    page.write_text(f"```\n$ trainplan pipeline --stages 4 --microbatches 8\n{bands}")
+    ((_, actual),) = run_page(transcripts(page))
+    assert actual is not None and max(len(line) for line in actual.splitlines()) > 100
+    page.write_text(f"```\n$ trainplan pipeline --stages 4 --microbatches 8 --width 80\n{bands}")
+    assert run_page(transcripts(page))[0][1] is None

@@ -139,10 +139,14 @@ def pattern(expected: tuple[str, ...]) -> re.Pattern[str]:
 
 
 def run(t: Transcript, cwd: Path) -> str:
-    """What the command prints, stdout and stderr together, trailing spaces stripped."""
+    """What the command prints, stdout and stderr together, trailing spaces stripped, as it
+    prints into a pipe or a file: without ``COLUMNS`` and ``LINES`` (which ``shutil.
+    get_terminal_size`` reads first), so a command that sizes its output to the terminal
+    (``trainplan pipeline``'s timeline) prints its width when not on one, which the reader gets
+    too; a page that shows another width gives it (``--width 80``)."""
     args = shlex.split(t.command)
     assert args[0] == "trainplan", t.command
-    env = {**os.environ, "COLUMNS": "80", "LINES": "24"}  # a terminal's default size
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     proc = subprocess.run(
         [sys.executable, "-m", "trainplan", *args[1:]],
         cwd=cwd,

@@ -183,7 +183,7 @@ def run(ref: float, with_ray: bool = True) -> dict:
     out: dict = {"full": full}
     if importlib.util.find_spec("ray") is None:
         with_ray = False
-        print("\nRay rows skipped: ray is not installed (pip install 'trainplan[sweep-ray]')")
+        print("\nRay rows skipped: ray is not installed (pip install -e '.[sweep-ray]')")
     if with_ray:
         rows = ray_rows()
         print("\n| Ray, local instance | points | sweep | points/s |\n|---|---:|---:|---:|")

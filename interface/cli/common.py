@@ -165,6 +165,8 @@ def typed_options(group: click.Command, args: Collection[str]) -> frozenset[str]
     ['--set', '--set offload_optimizer', '--tp']
     >>> sorted(_without_set_keys(opts, ["--set=offload_optimizer=2", "--offload-optimizer", "1"]))
     ['--offload-optimizer', '--set', '--set offload_optimizer', '--tp']
+
+    A table's entry (``--set overlap.dp=0.5``) gives its table too (``--set overlap:``).
     """
     return _without_set_keys(command_options(group), list(args))
 
@@ -178,6 +180,7 @@ def _without_set_keys(options: frozenset[str], args: list[str]) -> frozenset[str
             keys.add(args[i + 1].partition("=")[0])
         elif arg.startswith("--set="):
             keys.add(arg[len("--set=") :].partition("=")[0])
+    keys |= {k.partition(".")[0] for k in keys if "." in k}
     typed = {a.partition("=")[0] for a in args if a.startswith("--")}
     dropped = {flag_for(k) for k in keys} - typed
     return (options - dropped) | {f"--set {k}" for k in keys}

@@ -23,7 +23,7 @@ from trainplan.model.layout import Layout
 from trainplan.model.mechanisms import Mechanism, mechanism
 from trainplan.model.memory import keeps_gathered_inputs
 from trainplan.model.op_rates import FAMILY, params_in_force
-from trainplan.model.op_time import TpOverlap, tp_overlap_for
+from trainplan.model.op_time import TpOverlap, tp_overlap_for, tp_overlap_run
 from trainplan.model.roofline import generation_of, roofline_params_for
 from trainplan.model.split import default_chunk_sizes
 from trainplan.model.terms.step import uses_roofline
@@ -101,29 +101,29 @@ def _time_sentence(est: Estimate, overlap: str) -> str:
         if p.busbw_curve
         else ""
     )
-    tp_overlap = tp_overlap_for(
-        est.layout.framework,
-        o.tp_comm_overlap,
-        keeps_gathered_inputs(Framework(est.layout.framework), est.training),
-    )
     return (
         "step time (roofline model): each operation max(FLOPs / (peak × GEMM efficiency for "
         f"its depth k, e·k/(k + k₀), e = {p.gemm_efficiency:g} {fitted}), bytes / (HBM × "
         f"{p.hbm_efficiency:g})) + {p.kernel_overhead_s * 1e6:g} µs; {attention}{curve}collectives "
         f"NCCL latency + bytes / (link × {p.scaleup_efficiency:g} NVLink, "
-        f"{p.scaleout_efficiency:g} scale-out); tp overlap {tp_overlap}{_ub_config(est, tp_overlap)}, "
+        f"{p.scaleout_efficiency:g} scale-out); tp overlap {_tp_overlap_said(est)}, "
         f"cp {_cp_overlap(est)}, "
         f"{_dp_overlap(est)}{_p2p_waits(est)}{_nccl_charge(est)}; "
         "m × slowest stage × (1 + bubble_ratio) + pipeline messages + exposed dp + optimizer step"
     )
 
 
-def _ub_config(est: Estimate, overlap: TpOverlap) -> str:
-    """The userbuffers configuration after ``full`` (its GEMMs' chunks and its kernels' SMs,
-    :mod:`model.userbuffers_gemm`); "" under another overlap."""
-    if overlap is not TpOverlap.FULL or est.layout.tp == 1:
-        return ""
-    return f" (userbuffers {est.options.tp_comm_overlap_cfg}: GEMM chunks and its kernels' SMs charged)"
+def _tp_overlap_said(est: Estimate) -> str:
+    """The tp overlap the layout runs (:func:`model.op_time.tp_overlap_run`; ``full`` at tp > 1
+    with its userbuffers configuration's GEMM chunks and SM margin, :mod:`model.userbuffers_gemm`)."""
+    fw, tp, cfg = est.layout.framework, est.layout.tp, est.options.tp_comm_overlap_cfg
+    gathered = keeps_gathered_inputs(Framework(fw), est.training)
+    chosen = tp_overlap_for(fw, est.options.tp_comm_overlap, gathered)
+    runs = tp_overlap_run(chosen, tp, est.layout.sp)
+    if runs is not chosen and tp > 1:
+        return f"{runs} (async-tp fuses all-gathers and reduce-scatters: none without sp)"
+    ub = f" (userbuffers {cfg}: GEMM chunks and its kernels' SMs charged)"
+    return f"{runs}{ub if runs is TpOverlap.FULL and tp > 1 else ''}"
 
 
 def _dp_overlap(est: Estimate) -> str:

@@ -1,7 +1,7 @@
 """Where every chart is drawn: matplotlib's pyplot on the non-interactive Agg backend (loaded
 here only; :func:`pyplot` says how to install it when it is missing), a chart's file
-by its suffix (:func:`chart_output`, :func:`save_figure`), and SVG into a binary stream for the
-web app (:func:`svg`)."""
+by its suffix (:func:`chart_output`, :func:`save_figure`), SVG into a binary stream for the
+web app (:func:`svg`), and the ink of a number on a coloured cell (:func:`cell_ink`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import IO, Any
 from trainplan.interface.outputs import output_path, writing
 from trainplan.model.errors import InputError
 
-__all__ = ["Target", "pyplot", "chart_output", "save_figure", "svg"]
+__all__ = ["Target", "pyplot", "chart_output", "save_figure", "svg", "cell_ink"]
 
 Target = str | Path | IO[bytes]
 """Where a chart goes: a file path, or a binary stream that receives SVG."""
@@ -33,9 +33,7 @@ def pyplot() -> Any:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise InputError(
-            "plots: matplotlib is not installed; pip install 'trainplan[plot]'"
-        ) from None
+        raise InputError("plots: matplotlib is not installed; pip install -e '.[plot]'") from None
     return plt
 
 
@@ -89,3 +87,19 @@ def svg(draw: Callable[[IO[bytes]], Any]) -> str:
         buf = io.BytesIO()
         draw(buf)
     return buf.getvalue().decode()
+
+
+def cell_ink(rgba: tuple[float, ...]) -> str:
+    """``"black"`` or ``"white"``: the text colour that contrasts more with a cell of colour
+    ``rgba`` (red, green, blue in [0, 1], alpha ignored: a colormap's colour). WCAG 2.2's
+    relative luminance of the sRGB colour, L = 0.2126 R + 0.7152 G + 0.0722 B over the
+    linearised channels (c / 12.92 up to 0.04045, else ((c + 0.055) / 1.055)^2.4), and its
+    contrast ratios (L + 0.05) / 0.05 against black and 1.05 / (L + 0.05) against white, equal
+    at L = √(1.05 · 0.05) − 0.05 = 0.179: black above.
+
+    >>> cell_ink((0.993, 0.906, 0.144)), cell_ink((0.267, 0.005, 0.329))  # viridis's ends
+    ('black', 'white')
+    """
+    linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgba[:3]]
+    luminance = 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+    return "black" if luminance > (1.05 * 0.05) ** 0.5 - 0.05 else "white"

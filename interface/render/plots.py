@@ -2,7 +2,7 @@
 extra) loaded by :mod:`interface.render.figure`; the pipeline tab's charts are
 :mod:`interface.render.pipeline_plots`' (named here too, for the callers of this module).
 
-``pip install 'trainplan[plot]'`` (or ``[web]``) installs matplotlib; without it every function
+``pip install -e '.[plot]'`` (or ``[web]``) installs matplotlib; without it every function
 here raises an :class:`~model.errors.InputError` saying so. Each function takes a ``--json``
 object (:mod:`interface.tabs`, :mod:`interface.commands`) and writes one file, whose format follows
 the suffix (``.png``, ``.svg``, ``.pdf``; ``.gif`` for the animation), or SVG into a binary stream
@@ -24,7 +24,14 @@ from trainplan.interface.render.chart_layout import (
     tensor_label,
 )
 from trainplan.interface.render.chart_layout import place_labels as _place_labels
-from trainplan.interface.render.figure import Target, chart_output, pyplot, save_figure, svg
+from trainplan.interface.render.figure import (
+    Target,
+    cell_ink,
+    chart_output,
+    pyplot,
+    save_figure,
+    svg,
+)
 from trainplan.interface.render.pipeline_plots import (
     IDLE_COLOUR,
     MAX_BOXES,
@@ -340,17 +347,18 @@ def sweep_heatmap(cells: Any, path: Target) -> Any:
     data = np.array(
         [[np.nan if v is None else v for v in row] for row in cells.values], dtype=float
     )
-    fig, ax = plt.subplots(figsize=(2.2 + 1.1 * len(cells.columns), 1.4 + 0.45 * len(cells.rows)))
+    size = (2.2 + 1.1 * len(cells.columns), 1.4 + 0.45 * len(cells.rows))
+    fig, ax = plt.subplots(figsize=size, layout="constrained")
     image = ax.imshow(data, cmap="viridis_r" if cells.relative else "viridis", aspect="auto")
     ax.set_xticks(range(len(cells.columns)), cells.columns, fontsize=8)
     ax.set_yticks(range(len(cells.rows)), cells.rows, fontsize=8)
     for (i, j), v in np.ndenumerate(data):
         if not np.isnan(v):
             text = f"{v:.2f}" if cells.relative else f"{v:,.3g}"
-            ax.text(j, i, text, ha="center", va="center", fontsize=7, color="white")
+            ink = cell_ink(image.cmap(image.norm(v)))
+            ax.text(j, i, text, ha="center", va="center", fontsize=7, color=ink)
     fig.colorbar(image, ax=ax, shrink=0.8)
-    ax.set_title(cells.title, fontsize=9)
-    fig.tight_layout()
+    ax.set_title(cells.title, fontsize=9, wrap=True)
     save_figure(fig, out)
     plt.close(fig)
     return out

@@ -148,6 +148,11 @@ def _library_labels(d: dict[str, Any]) -> tuple[str, str]:
     return f"expert dispatch buffers ({dispatcher})", f"{overlap} (whole run)"
 
 
+FREED_LABEL = "less: output layer, freed before the backward"
+"""``memory.output_layer_freed_bytes``' line: a subtraction shown as one (its bytes after
+``less:``, positive), so the lines add up to the total; planner.js alike."""
+
+
 def _memory_lines(d: dict[str, Any]) -> list[str]:
     m, ub = d["memory"], d["memory"].get("userbuffer_bytes") or 0
     lines = [f"Memory per GPU (busiest pipeline stage: {m['busiest_stage']}, counted from 0)"]
@@ -164,7 +169,7 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
         ("embedding / output-layer activations", m["embedding_activations_bytes"]),
         ("recompute transient", m["recompute_transient_bytes"]),
         ("backward working set (one layer)", m.get("backward_working_bytes")),
-        ("output layer released before it", -(m.get("output_layer_freed_bytes") or 0)),
+        (FREED_LABEL, m.get("output_layer_freed_bytes")),  # subtracted: the label says less
         ("loss working set beyond them (one micro-batch)", m.get("loss_transient_bytes")),
         ("MoE forward working set (one layer)", m.get("moe_forward_transient_bytes")),
         ("causal mask being built (one micro-batch)", m.get("batch_load_transient_bytes")),

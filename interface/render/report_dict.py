@@ -20,7 +20,7 @@ from trainplan.model.mechanisms import mechanism
 from trainplan.model.memory import keeps_gathered_inputs
 from trainplan.model.moe_run import Dispatcher, MoERun
 from trainplan.model.op_rates import params_in_force
-from trainplan.model.op_time import tp_overlap_for
+from trainplan.model.op_time import tp_overlap_for, tp_overlap_run
 from trainplan.model.phases import construction_peak_bytes
 from trainplan.model.precision import Precision
 from trainplan.model.split import default_chunk_sizes
@@ -63,10 +63,14 @@ def _efficiencies(est: Estimate) -> dict[str, Any]:
     return {
         "roofline": figures,
         "tp_comm_overlap": str(
-            tp_overlap_for(
-                est.layout.framework,
-                est.options.tp_comm_overlap,
-                keeps_gathered_inputs(Framework(est.layout.framework), est.training),
+            tp_overlap_run(
+                tp_overlap_for(
+                    est.layout.framework,
+                    est.options.tp_comm_overlap,
+                    keeps_gathered_inputs(Framework(est.layout.framework), est.training),
+                ),
+                est.layout.tp,
+                est.layout.sp,
             )
         ),
         "grad_reduce_overlap": est.options.grad_reduce_overlap,

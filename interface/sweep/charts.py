@@ -18,7 +18,15 @@ from typing import Any
 from trainplan.interface.sweep.summary import ANSWERED
 from trainplan.model.errors import InputError
 
-__all__ = ["METRICS", "Metric", "default_metric", "scaling_series", "heatmap_cells", "Heatmap"]
+__all__ = [
+    "METRICS",
+    "Metric",
+    "default_metric",
+    "metrics_of",
+    "scaling_series",
+    "heatmap_cells",
+    "Heatmap",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +53,18 @@ def default_metric(frame: Any) -> str:
     column = METRICS["time-to-train"].column
     has = column in frame and frame[column].notna().any()
     return "time-to-train" if has else "step-time"
+
+
+def metrics_of(frame: Any) -> list[str]:
+    """The names of :data:`METRICS` some point of the results has (time to train needs the
+    grid's ``tokens``, cost its ``gpu_hour_price`` too), in their order: what a figure may show.
+
+    >>> import pandas as pd
+    >>> metrics_of(pd.DataFrame({"time_to_train_s": [None], "cost_usd": [None], "step_s": [1.0],
+    ...                          "mfu": [0.4]}))
+    ['step-time', 'mfu']
+    """
+    return [n for n, m in METRICS.items() if m.column in frame and frame[m.column].notna().any()]
 
 
 def _metric(frame: Any, name: str) -> Metric:

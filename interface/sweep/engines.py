@@ -158,7 +158,7 @@ class RayEngine:
     Raises
     ------
     InputError
-        Ray not installed (``pip install 'trainplan[sweep-ray]'``); ``workers`` given with an
+        Ray not installed (``pip install -e '.[sweep-ray]'``); ``workers`` given with an
         ``address`` (the cluster's CPUs decide); a cluster Ray cannot reach.
     """
 
@@ -169,7 +169,7 @@ class RayEngine:
             import ray
         except ImportError:
             raise InputError(
-                "engine ray: Ray is not installed; pip install 'trainplan[sweep-ray]'"
+                "engine ray: Ray is not installed; pip install -e '.[sweep-ray]'"
             ) from None
         if address and workers:
             raise InputError(

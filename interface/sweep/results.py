@@ -34,9 +34,7 @@ def _pa() -> tuple[Any, Any]:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
-        raise InputError(
-            "sweep: pyarrow is not installed; pip install 'trainplan[sweep]'"
-        ) from None
+        raise InputError("sweep: pyarrow is not installed; pip install -e '.[sweep]'") from None
     return pa, pq
 
 

@@ -9,7 +9,9 @@ rules, rows, summary and figures.
   left), then ``done`` with the summary (``trainplan sweep --json``), ``cancelled`` or ``error``;
 * ``GET /api/sweep/{id}``: where it stands; ``DELETE`` cancels it (the rows done are kept);
 * ``GET /api/sweep/{id}/results.csv`` and ``results.parquet``: the rows so far;
-* ``GET /api/sweep/{id}/figure.svg?kind=scaling&metric=cost`` (or ``kind=heatmap&what_if=…``).
+* ``GET /api/sweep/{id}/figure.svg?kind=scaling&metric=cost`` (or ``kind=heatmap&what_if=…``;
+  without ``metric``, the one ``trainplan sweep-plot`` draws); the ``done`` summary names the
+  metrics the results have (``metrics``) and that default (``metric``).
 
 Files on the server are not taken from the page: models must be catalogue names, and a
 ``calibration`` file is refused.
@@ -139,7 +141,8 @@ def _run(job: Job) -> None:
     try:
         run = run_sweep(job.grid, job.out, engine("pool"), False, start, rows)
         summary = summary_json(run.frame, results_meta(job.out))
-        summary.update(ran=run.ran, seconds=run.seconds)
+        summary.update(ran=run.ran, seconds=run.seconds, metrics=charts.metrics_of(run.frame))
+        summary["metric"] = charts.default_metric(run.frame)  # what `trainplan sweep-plot` draws
         job.state = "done"
         job.put({"event": "done", "summary": summary})
     except _Cancelled:
@@ -240,11 +243,13 @@ def results_parquet(sweep_id: str) -> Response:
 
 @router.get("/{sweep_id}/figure.svg", response_class=Response, responses=BAD_INPUT)
 def figure(
-    sweep_id: str, kind: str = "scaling", metric: str = "time-to-train", what_if: str | None = None
+    sweep_id: str, kind: str = "scaling", metric: str | None = None, what_if: str | None = None
 ) -> Response:
     """The sweep's figure (`trainplan sweep-plot`): `kind` scaling (the metric against GPU count
-    per part) or heatmap (with `what_if`); `metric` time-to-train, cost, step-time or mfu."""
+    per part) or heatmap (with `what_if`); `metric` time-to-train, cost, step-time or mfu
+    (default as `sweep-plot`'s: time to train where the grid gives tokens, else step time)."""
     frame = _frame(sweep_id)
+    metric = metric or charts.default_metric(frame)
     if kind == "scaling":
         series, m, note = charts.scaling_series(frame, metric)
         return Response(

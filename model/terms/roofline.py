@@ -55,6 +55,7 @@ from trainplan.model.op_time import (
     check_tp_overlap,
     expert_loop_of,
     tp_overlap_for,
+    tp_overlap_run,
 )
 from trainplan.model.optimizers import OptimizerKind, optimizer_step_bytes
 from trainplan.model.precision import Precision, fp8_recipe_of
@@ -212,8 +213,9 @@ def _kind_row(
         ub_config,
         gather_bytes,
     ) = base
+    overlap = tp_overlap_run(overlap, int(tp), bool(sp))  # async-tp fuses nothing without sp
     ub = None
-    if overlap is TpOverlap.FULL and int(tp) > 1 and bool(sp):  # Megatron-LM asserts sp
+    if overlap is TpOverlap.FULL and int(tp) > 1 and bool(sp):  # check_tp_overlap: sp off refused
         ub = userbuffers_for(ub_config, int(tp))
     clock = Clock(
         peak, hbm, p, _link(tp_bw, tp_up), _link(cp_bw, cp_up), _link(ep_bw, ep_up), overlap,

@@ -12,7 +12,13 @@ from trainplan.model.errors import InputError
 from trainplan.model.layer_time import _tp_collectives
 from trainplan.model.mechanisms import mechanism
 from trainplan.model.op_rates import deployed_params
-from trainplan.model.op_time import Clock, TpOverlap, check_tp_overlap, layer_compute
+from trainplan.model.op_time import (
+    Clock,
+    TpOverlap,
+    check_tp_overlap,
+    layer_compute,
+    tp_overlap_run,
+)
 from trainplan.model.ops import LayerShape
 from trainplan.model.recompute_ops import repeated_tp
 from trainplan.model.roofline import Collective, LinkTime, collective_time
@@ -70,6 +76,49 @@ def test_async_tp_is_torchtitans_and_userbuffers_are_not():
         "tp_comm_overlap: full (Transformer Engine's userbuffers) needs framework megatron or "
         "textbook, not deepspeed"
     )
+
+
+def test_userbuffers_need_sequence_parallelism_and_async_tp_fuses_nothing_without_it():
+    """Megatron-LM d98e8a64dd ``validate_args``: ``--tp-comm-overlap`` asserts
+    ``sequence_parallel``; at tp 1 nothing is overlapped and it stands (no userbuffers). torchtitan
+    runs async TP without sequence parallelism, and Inductor's pass finds no all-gather or
+    reduce-scatter to fuse: the layers run ``none``; the other mechanisms run as given."""
+    check_tp_overlap(TpOverlap.FULL, "megatron", tp=8, sp=True)
+    check_tp_overlap(TpOverlap.FULL, "megatron", tp=1, sp=False)
+    check_tp_overlap(TpOverlap.ASYNC, "megatron", tp=8, sp=False)
+    with pytest.raises(InputError, match="needs sequence parallelism at tp 8"):
+        check_tp_overlap(TpOverlap.FULL, "megatron", tp=8, sp=False)
+    with pytest.raises(InputError, match="needs sequence parallelism at tp 2"):
+        check_tp_overlap(TpOverlap.FULL, "textbook", tp=2, sp=False)
+    assert tp_overlap_run(TpOverlap.ASYNC_TP, 8, False) is TpOverlap.NONE
+    assert tp_overlap_run(TpOverlap.ASYNC_TP, 1, False) is TpOverlap.NONE
+    assert tp_overlap_run(TpOverlap.ASYNC_TP, 8, True) is TpOverlap.ASYNC_TP
+    assert tp_overlap_run(TpOverlap.ASYNC, 8, False) is TpOverlap.ASYNC
+    assert tp_overlap_run(TpOverlap.FULL, 8, True) is TpOverlap.FULL
+
+
+def test_the_search_masks_userbuffers_without_sequence_parallelism():
+    """The rule is a legality rule (``model.legality.RULES`` ``tp_comm_overlap``): the search's
+    mask and the evaluator's check read the same line; the framework's default (None) passes."""
+    from trainplan.model.layout import Layout
+    from trainplan.model.legality import Setting, legality
+    from trainplan.model.model_spec import ModelSpec
+    from trainplan.model.specs import TrainingSpec
+    from trainplan.model.terms.fields import LayoutFields
+    from trainplan.model.timing import CostOptions
+
+    model = ModelSpec(name="m", num_params_declared=10**9)
+    training = TrainingSpec(seq_len=8192, global_batch_size=8)
+    full = Setting.of(model, training, None, CostOptions(tp_comm_overlap=TpOverlap.FULL))
+    off = LayoutFields(Layout(tp=8, sequence_parallel=False), 8)
+    assert legality(full, off) == (
+        False,
+        "tp_comm_overlap: full (Transformer Engine's userbuffers) needs sequence parallelism at "
+        "tp 8 (Megatron-LM's validate_args asserts it); turn sequence_parallel on or use "
+        "tp_comm_overlap async",
+    )
+    assert legality(full, LayoutFields(Layout(tp=8), 8)) == (True, "")
+    assert legality(Setting.of(model, training, None, CostOptions()), off) == (True, "")
 
 
 def test_gradient_buckets_by_framework():

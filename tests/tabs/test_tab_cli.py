@@ -225,4 +225,4 @@ def test_missing_matplotlib_is_a_clear_error(monkeypatch, tmp_path):
     result = CliRunner().invoke(
         cli, ["pipeline", "-p", "2", "-m", "2", "--svg", str(tmp_path / "x.svg")]
     )
-    assert result.exit_code == 2 and "pip install 'trainplan[plot]'" in result.output
+    assert result.exit_code == 2 and "pip install -e '.[plot]'" in result.output

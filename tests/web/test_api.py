@@ -227,6 +227,17 @@ def test_bad_input_is_422_with_the_cli_line(client, monkeypatch, capsys, args):
             "pod-size=8",
             "pod-size: 8 does not apply: it shapes a cluster graph; add fabric=fat-tree or rail",
         ),
+        (  # the terminal's `--set help` is the manual's table on the page
+            "set=nosuch%3D1",
+            "set: 'nosuch' is not a scenario key evaluate takes (the manual's CLI reference lists "
+            "them: /manual/reference/cli/#scenario-keys-set)",
+        ),
+        (  # Megatron-LM's validate_args asserts sequence parallelism with --tp-comm-overlap
+            "tp=8&sequence-parallel=false&tp-comm-overlap=full",
+            "tp-comm-overlap: full (Transformer Engine's userbuffers) needs sequence parallelism "
+            "at tp 8 (Megatron-LM's validate_args asserts it); turn sequence_parallel on or use "
+            "tp_comm_overlap async",
+        ),
     ],
 )
 def test_a_moved_knob_is_named_by_its_query_parameter(client, url, line):
@@ -234,6 +245,17 @@ def test_a_moved_knob_is_named_by_its_query_parameter(client, url, line):
     lines name it so (the page puts the line next to that field), never ``--set KEY``."""
     got = client.get(f"/api/evaluate?model=llama3-8b&{url}")
     assert (got.status_code, got.json()["error"]) == (422, line)
+
+
+def test_the_set_keys_pointer_names_a_heading_of_the_manual():
+    """``/manual/reference/cli/#scenario-keys-set`` is MkDocs' anchor of the heading "Scenario
+    keys (--set)" (lower case, punctuation dropped, spaces as dashes) of the CLI reference the
+    manual's build writes into ``docs/reference/cli.md``'s generated block."""
+    from trainplan.interface.cli.reference import cli_markdown
+    from trainplan.interface.flags import SET_KEYS_PAGE
+
+    assert SET_KEYS_PAGE.endswith("/manual/reference/cli/#scenario-keys-set")
+    assert "\n## Scenario keys (--set)\n" in cli_markdown()
 
 
 def test_estimate_notes_name_the_page_fields(client):

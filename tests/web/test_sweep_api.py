@@ -82,6 +82,11 @@ def test_the_stream_reports_progress_then_the_summary(finished):
     best = {(b["gpus"], b["part"]) for b in s["best"]}
     assert best == {(16, "H100-SXM[flops×2]")}  # least step time: the most GPUs, twice the peak
     assert s["best"][0]["step_s"] == rows["step_s"].min()
+    # the grid gives tokens and a price: every metric; time to train first, as sweep-plot draws
+    assert (s["metrics"], s["metric"]) == (
+        ["time-to-train", "cost", "step-time", "mfu"],
+        "time-to-train",
+    )
 
 
 def test_downloads_hold_the_cli_rows(client, finished):
@@ -111,6 +116,8 @@ def test_figures(client, finished):
         f"/api/sweep/{sweep_id}/figure.svg?kind=heatmap&what_if=peak_flops&metric=step-time"
     )
     assert heat.status_code == 200 and "peak_flops: step time ÷ its ×1 value" in heat.text
+    plain = client.get(f"/api/sweep/{sweep_id}/figure.svg")  # sweep-plot's default metric
+    assert plain.status_code == 200 and "time to train (days) against GPU count" in plain.text
     bad = client.get(f"/api/sweep/{sweep_id}/figure.svg?kind=heatmap")
     assert bad.status_code == 422 and bad.json()["error"].startswith(
         "what_if: kind heatmap needs what_if"

@@ -58,3 +58,24 @@ def test_a_sweep_from_the_page(page, tmp_path):  # noqa: F811  (the fixture)
     expect(page.locator("#best-table tbody tr").first).to_contain_text(f"{best['gpus']}")
     page.reload()
     expect(page.locator("#sweep-done")).to_have_text("4 points")
+
+
+def test_a_grid_without_tokens_draws_the_step_time(page):  # noqa: F811  (the fixture)
+    """A grid without ``tokens`` has no time to train: the page draws what ``trainplan
+    sweep-plot`` draws then, the step time, and offers only the metrics the results have (step
+    time and MFU); it asked for ``metric=time-to-train`` (HTTP 422) and showed an empty figure."""
+    go(page, "/sweep")
+    page.fill("#grid", 'model = "megatron-1.7b"\n[space]\npp = [1]\n[sweep]\ngpus = [8, 16]\n')
+    failed = []
+    page.on("response", lambda r: failed.append(r.url) if r.status >= 400 else None)
+    page.click("#run")
+    expect(page.locator("#sweep-done")).to_have_text("2 points")
+    expect(page.locator("#chart svg")).to_be_visible()
+    expect(page.locator("#chart svg")).to_contain_text("step time (s)")
+    expect(page.locator("#metric")).to_have_value("step-time")
+    offered = page.locator("#metric option:not([hidden])")
+    expect(offered).to_have_text(["step time", "MFU"])
+    assert page.locator("#chart").get_attribute("data-src").endswith("metric=step-time")
+    page.select_option("#metric", "mfu")
+    expect(page.locator("#chart svg")).to_contain_text("MFU (%)")
+    assert failed == []

@@ -34,7 +34,7 @@
     ["buffers in forward/backward", (m) => m.buffers_bytes], ["activations (layers, in flight)", (m) => m.activations_bytes],
     ["embedding / output-layer activations", (m) => m.embedding_activations_bytes], ["recompute transient", (m) => m.recompute_transient_bytes],
     ["backward working set (one layer)", (m) => m.backward_working_bytes],
-    ["output layer released before it", (m) => -(m.output_layer_freed_bytes || 0)],
+    ["less: output layer, freed before the backward", (m) => m.output_layer_freed_bytes], // subtracted
     ["loss working set beyond them (one micro-batch)", (m) => m.loss_transient_bytes],
     ["MoE forward working set (one layer)", (m) => m.moe_forward_transient_bytes],
     ["causal mask being built (one micro-batch)", (m) => m.batch_load_transient_bytes],

@@ -44,10 +44,16 @@
     TP.$("#csv").href = `/api/sweep/${id}/results.csv`;
     TP.$("#parquet").href = `/api/sweep/${id}/results.parquet`;
     TP.$("#answer").hidden = false;
+    // only the metrics the results have (time to train needs tokens, cost a price too), the
+    // one `trainplan sweep-plot` draws first
     const metric = TP.$("#metric");
+    for (const o of [...metric.options]) o.hidden = o.disabled = !s.metrics.includes(o.value);
+    metric.value = s.metric;
+    metric.closest("p").hidden = !s.metrics.length; // no point answered: no figure to draw
     const draw = () => TP.figure(TP.$("#chart"), `/api/sweep/${id}/figure.svg?kind=scaling&metric=${metric.value}`);
     metric.onchange = draw;
-    draw();
+    TP.$("#chart").innerHTML = "";
+    if (s.metrics.length) draw();
   }
 
   async function follow(id) {
