@@ -12,6 +12,7 @@ from typing import Any
 from tabulate import tabulate
 
 from trainplan.interface.outputs import output_path, writing
+from trainplan.interface.render.memory_labels import FREED_LABEL, gathered_label, library_labels
 from trainplan.model.layout import SEARCHED_FIELDS
 
 __all__ = [
@@ -131,28 +132,6 @@ def table_text(rows: list[dict[str, Any]]) -> str:
     return tabulate(rows, headers="keys", tablefmt="simple", disable_numparse=True)
 
 
-def _gathered_label(m: dict[str, Any]) -> str:
-    """The gathered-weights line's name (``memory.zero3_gathered_what``; planner.js alike)."""
-    what = m.get("zero3_gathered_what")
-    return f"gathered weights ({what})" if what else "gathered weights"
-
-
-def _library_labels(d: dict[str, Any]) -> tuple[str, str]:
-    """The lines named after the library that holds the bytes (planner.js alike): the expert
-    dispatcher's buffers (HybridEP's or DeepEP's, ``layout.moe.moe_dispatcher``) and the tp
-    overlap buffers (PyTorch's symmetric memory under ``fsdp2``, else Transformer Engine's)."""
-    hybrid = (d["layout"].get("moe") or {}).get("moe_dispatcher") == "hybridep"
-    fsdp2 = d["layout"].get("framework") == "fsdp2"
-    overlap = "async-TP symmetric memory" if fsdp2 else "Transformer Engine userbuffers"
-    dispatcher = "HybridEP" if hybrid else "DeepEP"
-    return f"expert dispatch buffers ({dispatcher})", f"{overlap} (whole run)"
-
-
-FREED_LABEL = "less: output layer, freed before the backward"
-"""``memory.output_layer_freed_bytes``' line: a subtraction shown as one (its bytes after
-``less:``, positive), so the lines add up to the total; planner.js alike."""
-
-
 def _memory_lines(d: dict[str, Any]) -> list[str]:
     m, ub = d["memory"], d["memory"].get("userbuffer_bytes") or 0
     lines = [f"Memory per GPU (busiest pipeline stage: {m['busiest_stage']}, counted from 0)"]
@@ -161,9 +140,9 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
         ("gradients", m["gradients_bytes"]),
         ("optimizer states", m["optimizer_bytes"]),
         ("= model state", m["model_state_bytes"]),
-        (_gathered_label(m), m.get("zero3_gathered_bytes")),
+        (gathered_label(m), m.get("zero3_gathered_bytes")),
         ("FP8 weight cache", m.get("weight_cache_bytes")),
-        (_library_labels(d)[0], m.get("dispatch_buffer_bytes")),
+        (library_labels(d)[0], m.get("dispatch_buffer_bytes")),
         ("buffers in forward/backward", m.get("buffers_bytes")),
         ("activations (layers, in flight)", m["activations_bytes"]),
         ("embedding / output-layer activations", m["embedding_activations_bytes"]),
@@ -179,7 +158,7 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
         ("optimizer step extra (no activations then)", m.get("optimizer_step_bytes")),
         ("persistent buffers (whole run)", m.get("persistent_buffers_bytes")),
         ("NCCL communicator buffers (whole run)", (m.get("communicator_bytes") or 0) - ub),
-        (_library_labels(d)[1], ub),
+        (library_labels(d)[1], ub),
         (f"= total (peak: {m.get('peak_phase', 'forward-backward')})", m["total_bytes"]),
         (f"capacity ({d['gpu']['name']}, usable)", m["capacity_bytes"]),
     ]
