@@ -23,7 +23,11 @@ from trainplan.model.moe_dispatch import (
     dispatch_traffic_share,
 )
 from trainplan.model.moe_run import MoERun
+from trainplan.model.op_rates import deployed_params
+from trainplan.model.roofline import Collective, LinkTime, collective_seconds
 from trainplan.model.specs import Architecture, MoESpec
+from trainplan.scenarios.kernel_data import collective_data
+from trainplan.topology.accelerators import get_accelerator
 
 DEEPEP = MoERun(dispatcher="deepep")
 HYBRIDEP = MoERun(dispatcher="hybridep")
@@ -143,3 +147,38 @@ def test_traffic_table_counts_the_ranks_sent_to():
     assert plain == 4096 * 4 * 2880 * 2 * Fraction(7, 8) * 4 * 24 == 7_927_234_560
     assert got == 4096 * r * Fraction(7, 8) * 2880 * 2 * 4 * 24
     assert float(got / plain) == pytest.approx(0.861235, abs=5e-7)
+
+
+def test_intranode_time_against_the_kernels_published_bandwidth():
+    """A check, not a fit. DeepEP's intranode normal kernels at EP 8 on H800 (docs/legacy.md at
+    dd758ca; scenarios/kernels/collectives.toml): 153 GB/s FP8 dispatch, 158 GB/s BF16 combine,
+    counted by its tests/legacy/test_intranode.py as the bytes a rank receives (``recv_x``: R·T
+    rows, its own copy in) over the time. The model times R·7/8·T rows on NVLink at NCCL's
+    0.8 of 200 GB/s plus the all-to-all's 11.8 µs: for 4,096 tokens of 7,168 BF16, R·T·row =
+    310.90 MB received in 11.8 µs + 272.04 MB / 160 GB/s = 1,712.05 µs, 181.6 GB/s as DeepEP
+    counts — 15 % faster than DeepEP's combine (timed as every routed copy, 120.5 GB/s, it was
+    24 % slower). HybridEP's B200 figures (``hybrid-ep`` 94a9f8f6b1 docs/README_Hybrid-EP.md, EP
+    8, 8 experts a rank, its kernel-only BF16 dispatch 734.95 and combine 673.84 GB/s, the
+    same count) stand 9 % and 19 % under the model's 798.6 GB/s (0.8 of 900 GB/s; R = 5.4326 of
+    64 experts). What is left: DeepEP's and HybridEP's kernels do not reach NCCL's NVLink
+    efficiency; the model reads none of their own rates (docs/moe.md)."""
+    r = float(expected_distinct_nodes(256, 8, 8))
+    received = 4096 * r * 14336
+    sent = all_to_all_sent(DEEPEP, 4096, 256, 8, 8, 8, 14336)
+    assert sent == pytest.approx(received * 7 / 8, rel=1e-12)
+    p = deployed_params("H800")
+    assert (p.scaleup_efficiency, get_accelerator("H800").nvlink_bytes_per_s) == (0.8, 200e9)
+    t = collective_seconds(Collective.ALL_TO_ALL, 8, sent, LinkTime(200e9, True), p)
+    assert t == pytest.approx(11.8e-6 + received * 7 / 8 / 160e9, rel=1e-12)
+    assert (received / 1e6, t * 1e6) == pytest.approx((310.90, 1712.05), abs=0.01)
+    combine = next(
+        row.combine_gbps[0]
+        for row in collective_data().expert_all_to_all
+        if (row.library, row.part, row.link) == ("deepep-v1-normal", "H800", "nvlink")
+    )
+    assert combine == 158
+    assert received / t / 1e9 == pytest.approx(181.6, abs=0.05)
+    assert received / t / 158e9 == pytest.approx(1.149, abs=5e-4)
+    b200 = 4096 * float(expected_distinct_nodes(64, 8, 8)) * 14336
+    t_b200 = 11.8e-6 + b200 * 7 / 8 / 720e9
+    assert b200 / t_b200 / 1e9 == pytest.approx(798.6, abs=0.05)
