@@ -182,8 +182,10 @@ KEY_HELP: dict[str, str] = {
     "(DeepSeek-V3's node-limited routing, M = 4; Megatron-Core's --moe-router-group-topk with "
     "its --moe-router-num-groups = nodes).",
     "moe_dispatcher": "MoE token dispatcher: alltoall (NCCL; every routed copy sent by itself; "
-    "the default) or deepep (DeepEP normal kernels: one copy per remote node, forwarded over "
-    "NVLink; resident buffers). deepep runs under megatron (flex) and fsdp2 (torchtitan).",
+    "the default), deepep (DeepEP normal kernels: one copy per destination rank; across nodes "
+    "one per remote node, forwarded over NVLink once per rank; resident buffers) or hybridep "
+    "(Megatron-Core's HybridEP: the same, NVLink domains as the nodes). deepep runs under "
+    "megatron (flex) and fsdp2 (torchtitan), hybridep under megatron.",
     "moe_ep_overlap": "megatron only: what hides the expert all-to-all. "
     "moe_shared_expert_overlap: the shared experts run beside the forward dispatch and "
     "combine; overlap_moe_expert_parallel_comm: one micro-batch's all-to-alls under another's "

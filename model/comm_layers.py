@@ -24,6 +24,7 @@ from trainplan.model.fp8_gathers import tp_gather_bytes
 from trainplan.model.frameworks import Framework
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.moe import all_to_all_bytes
+from trainplan.model.moe_dispatch import dispatch_traffic_share
 from trainplan.model.moe_run import DROPLESS, MoERun, mean_rows_sent
 from trainplan.model.ops import LayerShape
 from trainplan.model.recompute_ops import (
@@ -335,12 +336,18 @@ def cp_bytes(
 
 
 def ep_traffic(
-    arch: Architecture, num_moe_layers: int, layout: Layout, training: TrainingSpec
+    arch: Architecture,
+    num_moe_layers: int,
+    layout: Layout,
+    training: TrainingSpec,
+    per_domain: int = 0,
 ) -> AxisTraffic:
     """Expert-parallel all-to-all: per MoE layer, per micro-batch, dispatch and combine in
     forward and again in backward (and in a recomputed forward), each sending the (ep−1)/ep of
     the ``k·T·h`` routed token copies that go to other ranks (uniform routing), ``T`` = tokens on
-    this GPU (``S_tok/tp`` with sequence parallelism). Lepikhin et al. 2020 (GShard) §2;
+    this GPU (``S_tok/tp`` with sequence parallelism); under DeepEP or HybridEP what they send
+    instead (:func:`model.moe_dispatch.dispatch_traffic_share`, ``per_domain`` of the group's
+    ranks in each NVLink domain, 0 = one domain). Lepikhin et al. 2020 (GShard) §2;
     DeepSeek-V3 §3.2.2.
 
     Examples
@@ -355,11 +362,15 @@ def ep_traffic(
     if layout.ep == 1 or arch.moe is None:
         return AxisTraffic("ep", "none", 1, Fraction(0))
     m = layout.num_microbatches(training.global_batch_size)
+    run, moe = training.moe_run, arch.moe
+    share = dispatch_traffic_share(
+        run, moe.num_experts, moe.experts_per_token, layout.ep, per_domain
+    )
     total = ep_bytes(
         arch, num_moe_layers, layout.ep, layout.tp, layout.cp, layout.micro_batch_size, m,
         training.seq_len, training.activation_bytes, layout.sp,
         recomputed_sends(arch, Framework(layout.framework), layout.recompute, training).all_to_all,
-        training.moe_run,
+        run, share,
     )  # fmt: skip
     return AxisTraffic("ep", "all-to-all (dispatch + combine)", layout.ep, total)
 
@@ -377,18 +388,22 @@ def ep_bytes(
     sp: Any,
     recompute: bool,
     run: MoERun = DROPLESS,
+    share: Any = 1,
 ) -> Any:
     """Bytes per step of :func:`ep_traffic`, from plain numbers (exact for ints, element-wise
     for arrays); ``recompute``: a recomputed forward dispatches again (full or √n, or the
     ``moe`` module: :attr:`Recomputed.all_to_all`). Each
     dispatch and combine moves :func:`model.moe.all_to_all_bytes` of the rows the run's routing
-    sends (:func:`model.moe_run.mean_rows_sent`: ``k·T`` dropless, ``E·C`` padded to capacity) —
-    every byte a GPU sends, whichever link it rides (DeepEP's de-duplication shortens the
-    scale-out share of the time, :func:`model.moe_run.all_to_all_sent`, not what the dispatch
-    moves)."""
+    sends (:func:`model.moe_run.mean_rows_sent`: ``k·T`` dropless, ``E·C`` padded to capacity),
+    times ``share``, the dispatcher's bytes per routed copy's
+    (:func:`model.moe_dispatch.dispatch_traffic_share`: 1 for the NCCL all-to-all; DeepEP and
+    HybridEP send a token once per destination rank, across NVLink domains once per remote
+    domain and then once per rank over NVLink) — every byte a GPU sends, whichever link it rides
+    (the link rule times the scale-out share of it across domains,
+    :func:`model.moe_dispatch.dispatch_time_share`)."""
     if arch.moe is None:
         return 0 * ep
     tokens = exact(seq_len) / cp * b / where(sp, tp, 1)
     rows = mean_rows_sent(run, tokens, arch.moe.num_experts, arch.moe.experts_per_token)
-    one = all_to_all_bytes(rows, arch.hidden_size, beta, ep)
+    one = all_to_all_bytes(rows, arch.hidden_size, beta, ep) * share
     return 2 * one * (3 if recompute else 2) * num_moe_layers * m

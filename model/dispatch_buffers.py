@@ -151,7 +151,7 @@ def dispatch_buffer_bytes(
     * ``hybridep`` — :func:`hybridep_buffer_bytes` for ``tokens`` a rank, ``local_experts``
       a rank and ``per_domain`` of the group's ranks in each NVLink domain (the whole group in
       one domain where that is 0 or does not divide ``ep``, the convention of
-      :func:`model.moe_run.all_to_all_sent`; HybridEP asserts it divides).
+      :func:`model.moe_dispatch.dispatch_copies`; HybridEP asserts it divides).
 
     Raises
     ------

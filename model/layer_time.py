@@ -59,8 +59,9 @@ from trainplan.model.context_parallel import (
     templated_merge_bytes,
 )
 from trainplan.model.layout import Recompute
+from trainplan.model.moe_dispatch import all_to_all_sent
 from trainplan.model.moe_kernels import counts_gather_seconds, dispatch_metadata
-from trainplan.model.moe_run import all_to_all_sent, exposed_all_to_all
+from trainplan.model.moe_run import exposed_all_to_all
 from trainplan.model.op_time import (
     Clock,
     LayerCompute,
@@ -315,7 +316,7 @@ def ep_all_to_all_seconds(x: LayerShape, c: Clock, full_recompute: bool) -> tupl
     """(forward, backward) seconds of one MoE layer's expert all-to-alls for one micro-batch on
     the busiest expert-parallel rank: a dispatch and a combine in forward (again for a
     recomputed forward under full recomputation) and their two transposes in backward, each of
-    :func:`model.moe_run.all_to_all_sent` bytes (routing, padding, imbalance, de-duplication)
+    :func:`model.moe_dispatch.all_to_all_sent` bytes (routing, padding, imbalance, de-duplication)
     over the ep link; with them the dispatcher's own small collectives
     (:func:`model.moe_kernels.dispatch_metadata`: Megatron-Core's all-to-all of the
     probability, one value per routed row, each way, at the tokens' rule; the forward's

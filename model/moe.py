@@ -239,6 +239,10 @@ def expected_distinct_nodes(
     :func:`distinct_nodes_distribution` — the cap applied to uniform routing's count (the
     router's own choice among the M nodes is not modelled).
 
+    The nodes are any even split of the experts into groups: DeepEP's nodes, HybridEP's NVLink
+    domains, or the ``ep`` ranks of ``E/ep`` experts each, whose count is the distinct ranks a
+    token is sent to once each (:func:`model.moe_dispatch.dispatch_copies`).
+
     Examples
     --------
     >>> expected_distinct_nodes(4, 2, 2)

@@ -1,14 +1,16 @@
 """How a run executes its MoE layers: routing (dropless or a capacity factor, padded or not),
 expert load imbalance, node-limited routing, the token dispatcher (NCCL all-to-all, or DeepEP's
-and HybridEP's de-duplicated dispatch) and what the framework overlaps the expert all-to-all with.
+and HybridEP's de-duplicated dispatch, whose volume is :mod:`model.moe_dispatch`'s) and what
+the framework overlaps the expert all-to-all with.
 
 :class:`MoERun` is the recipe's choice (:attr:`model.specs.TrainingSpec.moe_run`); the functions
 turn it into what the cost model's terms read, per MoE layer, micro-batch and GPU of the busiest
 expert-parallel rank:
 
 * :func:`routed_rows` — token-rows that rank's local experts compute (padding and imbalance in);
-* :func:`all_to_all_sent` — bytes of one dispatch (and one combine), as the bytes the link rule
-  of :func:`model.step_time.all_to_all_bandwidth` times (de-duplication across nodes in);
+* :func:`model.moe_dispatch.all_to_all_sent` — bytes of one dispatch (and one combine), as the
+  bytes the link rule of :func:`model.step_time.all_to_all_bandwidth` times (DeepEP's and
+  HybridEP's once-per-rank and once-per-domain sends in; :mod:`model.moe_dispatch`);
 * :func:`grouped_rows` — each expert's rows rounded up to the grouped GEMM's M tile;
 * :func:`unpaired_fraction` / :func:`exposed_all_to_all` — Megatron-Core's
   ``overlap_moe_expert_parallel_comm`` (combined 1F1B) and ``moe_shared_expert_overlap``;
@@ -20,14 +22,14 @@ Sources are cited per function; the leaf formulas are :mod:`model.moe`'s.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 from fractions import Fraction
 from typing import Any
 
 from trainplan.model.comm_sms import contended_wait
 from trainplan.model.errors import InputError
-from trainplan.model.moe import expected_remote_nodes, expert_capacity
+from trainplan.model.moe import expert_capacity
 from trainplan.model.xp import exact, floor, is_array, maximum, minimum, where
 
 __all__ = [
@@ -40,13 +42,11 @@ __all__ = [
     "rank_rows",
     "mean_rows_sent",
     "routed_rows",
-    "all_to_all_sent",
     "grouped_rows",
     "unpaired_fraction",
     "unpaired_share",
     "exposed_all_to_all",
     "combine_output_bytes",
-    "dispatch_time_share",
 ]
 
 
@@ -58,9 +58,11 @@ class Dispatcher(StrEnum):
       (``moe/token_dispatcher.py`` ``MoEAlltoAllTokenDispatcher``), torchtitan
       ``AllToAllTokenDispatcher`` (``models/common/token_dispatcher.py``), DeepSpeed
       ``_AllToAll`` (``deepspeed/moe/sharded_moe.py``);
-    * ``deepep`` — DeepEP's normal kernels: a token crosses the scale-out network once per
-      remote node that holds one of its experts and is forwarded over NVLink inside it
-      (DeepEP ``csrc/kernels/legacy/internode.cu``), through buffers resident for the whole run:
+    * ``deepep`` — DeepEP's normal kernels: a token goes once to each rank that holds one of
+      its experts (``csrc/kernels/legacy/intranode.cu``); across nodes it crosses the scale-out
+      network once per remote node that holds one of its experts and is forwarded over NVLink
+      inside it once per destination rank (``csrc/kernels/legacy/internode.cu``;
+      :mod:`model.moe_dispatch`), through buffers resident for the whole run:
       Megatron-Core ``--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep``
       (``moe/fused_a2a.py``), torchtitan ``DeepEPTokenDispatcher``;
     * ``hybridep`` — Megatron-Core ``--moe-token-dispatcher-type flex
@@ -72,7 +74,9 @@ class Dispatcher(StrEnum):
       hybrid_ep_backend.cuh``: the metadata kernel ``scan`` sets one ``rdma_to_attn_map`` flag
       per token and domain when any of the domain's experts takes it, and the dispatch's RDMA
       warp group, ``N2N_warp_group_device_function``, writes each flagged token once to that
-      domain's peer; ``docs/Hybrid-EP_Implementation.md`` §8), through buffers resident for
+      domain's peer; ``docs/Hybrid-EP_Implementation.md`` §8), and inside a domain once to each
+      rank that holds one of its experts (``S2G_warp_group_device_function``'s unicasts by the
+      per-rank ``sparse_to_dense_map``; :mod:`model.moe_dispatch`), through buffers resident for
       the whole run (:func:`model.dispatch_buffers.hybridep_buffer_bytes`). The experts receive
       their rows in expert order, so none of the alltoall dispatcher's chunk sorts runs
       (:mod:`model.moe_kernels`).
@@ -84,8 +88,9 @@ class Dispatcher(StrEnum):
 
     @property
     def deduplicates(self) -> bool:
-        """Sends a token once per remote NVLink domain holding one of its experts (DeepEP,
-        HybridEP): the rule of :func:`all_to_all_sent`."""
+        """Sends a token once per destination rank, and across NVLink domains once per remote
+        domain holding one of its experts (DeepEP, HybridEP): the rule of
+        :func:`model.moe_dispatch.dispatch_copies`."""
         return self is not Dispatcher.ALLTOALL
 
 
@@ -249,75 +254,6 @@ def routed_rows(run: MoERun, tokens: float, experts: int, top_k: int) -> float:
     if run.capacity_factor is None:
         return float(run.imbalance) * tokens * top_k
     return float(rank_rows(run, max(1, math.ceil(tokens)), experts, top_k))
-
-
-def all_to_all_sent(
-    run: MoERun,
-    tokens: float,
-    experts: int,
-    top_k: int,
-    ep: int,
-    per_domain: int,
-    row_bytes: float,
-) -> float:
-    """Bytes of one dispatch (the combine moves as many back) on the busiest rank, as the
-    bytes the all-to-all link rule times (:func:`model.step_time.all_to_all_bandwidth`: the
-    share ``(ep − g)/(ep − 1)`` of them that leaves the NVLink domain rides the GPU's NIC,
-    ``g = per_domain`` members of the group per domain):
-
-    * ``alltoall`` — every routed copy to another rank: ``rows·row_bytes·(ep − 1)/ep``
-      (:func:`model.moe.all_to_all_bytes`), ``rows`` = :func:`routed_rows`;
-    * ``deepep`` and ``hybridep`` across domains (:attr:`Dispatcher.deduplicates`) — the
-      scale-out bytes are one copy per remote domain a token reaches
-      (:func:`model.moe.expected_remote_nodes` over ``ep // g`` domains, capped by
-      ``node_limit``), times the rank's imbalance (``rows / (T·k)``); expressed at the rule's
-      scale, ``remote·(ep − 1)/(ep − g)``. Within one domain (``g ≥ ep``) as ``alltoall``.
-
-    Examples
-    --------
-    DeepSeek-V3's EP 64 on 8-GPU nodes, 4,096 tokens, 7,168 × 2 bytes a row: ``alltoall`` sends
-    32,768 × 14,336 × 63/64 bytes; ``deepep`` with M = 4 sends ``E[min(D, 4)]·7/8`` ≈ 3.48 remote
-    nodes per token in place of 8·56/64 = 7 copies; at the rule's scale the ratio is
-    ``E[min(D, 4)]·(7/8)·(63/56) / (8·63/64) = E[min(D, 4)]/8``, E[min(D, 4)] ≈ 3.983:
-
-    >>> a = all_to_all_sent(MoERun(), 4096, 256, 8, 64, 8, 14336)
-    >>> d = all_to_all_sent(MoERun(dispatcher="deepep", node_limit=4), 4096, 256, 8, 64, 8, 14336)
-    >>> round(a / 2**20, 1), round(d / a, 4)
-    (441.0, 0.4979)
-    >>> d == all_to_all_sent(MoERun(dispatcher="hybridep", node_limit=4), 4096, 256, 8, 64, 8, 14336)
-    True
-    """
-    rows = routed_rows(run, tokens, experts, top_k)
-    if rows == 0 or ep == 1:
-        return 0.0
-    nodes = ep // per_domain if per_domain and ep % per_domain == 0 else 1
-    if not run.dispatcher.deduplicates or nodes <= 1 or experts % nodes:
-        return rows * row_bytes * (ep - 1) / ep
-    remote = float(expected_remote_nodes(experts, nodes, top_k, run.node_limit))
-    busiest = rows / (tokens * top_k)
-    return busiest * tokens * remote * row_bytes * (ep - 1) / (ep - per_domain)
-
-
-def dispatch_time_share(
-    run: MoERun, experts: int, top_k: int, tokens: float, ep: int, per_domain: int
-) -> float:
-    """The share of an NCCL all-to-all's time the run's dispatch takes on the same link:
-    :func:`all_to_all_sent` of the run over that of the plain ``alltoall`` (1 without DeepEP's
-    or HybridEP's de-duplication across domains): what the single time model, which times every byte the
-    dispatch moves on the group's link, scales its expert-parallel seconds by.
-
-    Examples
-    --------
-    DeepSeek-V3's EP 64 over 8-GPU nodes with M = 4: E[min(D, 4)]/8 (``all_to_all_sent``).
-
-    >>> round(dispatch_time_share(MoERun(dispatcher="deepep", node_limit=4), 256, 8, 4096, 64, 8), 4)
-    0.4979
-    """
-    plain = all_to_all_sent(replace(run, dispatcher=Dispatcher.ALLTOALL, node_limit=None), tokens, experts,
-                            top_k, ep, per_domain, 1.0)  # fmt: skip
-    if plain == 0:
-        return 1.0
-    return all_to_all_sent(run, tokens, experts, top_k, ep, per_domain, 1.0) / plain
 
 
 def grouped_rows(rows_per_expert: float) -> float:

@@ -86,7 +86,8 @@ class Clock:
     :func:`model.context_parallel.kv_repeat`); 1 for every other flavour."""
     ep_per_domain: int = 0
     """Members of the expert-parallel group in each NVLink domain (``g`` of
-    :func:`model.step_time.all_to_all_bandwidth`); 0 = unknown (no de-duplication counted)."""
+    :func:`model.step_time.all_to_all_bandwidth`) under DeepEP or HybridEP; 0 = unknown (their
+    once-per-rank sends counted as in one domain; :func:`model.moe_dispatch.dispatch_copies`)."""
     ep_unpaired: float = 1.0
     """The share of micro-batches whose expert all-to-alls have no partner to hide under
     (:func:`model.moe_run.unpaired_fraction`; 1 unless the combined-1F1B overlap is on)."""

@@ -290,6 +290,10 @@ class Columns:
     def stages(self, fn: Callable[[Any], Any]) -> Any:
         return fn(self)
 
+    @property
+    def links_known(self) -> bool:
+        return True
+
     def link(self, axis: str) -> LinkFields:
         bandwidth, nvlink, span = self._table.links[axis]
         rows = self._rows

@@ -4,10 +4,12 @@ and ``--json``, the refusals one line each. Figures derived by hand here."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
 from tests.cli_runs import refusal, run_many
+from trainplan.model.moe import expected_distinct_nodes
 
 GPT_OSS_20B = [
     *("evaluate", "--model", "gpt-oss-20b", "--gpu", "H100-SXM", "--gpus", "8", "--dp", "8"),
@@ -42,6 +44,7 @@ def runs():
             "default": [*GPT_OSS_20B, "--json"],
             "padded": [*GPT_OSS_20B, "--set", "moe_capacity_factor=2", "--set", "moe_pad_to_capacity=true", "--json"],
             "imbalanced": [*GPT_OSS_20B, "--set", "moe_imbalance=1.5", "--json"],
+            "deepep": [*GPT_OSS_20B, "--set", "moe_dispatcher=deepep", "--json"],
             "text": [*GPT_OSS_20B, "--set", "moe_imbalance=1.5"],
             "v3": [*DEEPSEEK_V3, "--json"],
             "v3 deepep": [*DEEPSEEK_V3, "--set", "moe_dispatcher=deepep", "--set", "moe_node_limit=4", "--json"],
@@ -102,9 +105,16 @@ def test_imbalance_slows_the_busiest_rank_not_the_traffic(runs):
 def test_deepep_with_node_limit_shortens_deepseek_v3s_all_to_all(runs):
     """EP 64 over 8 H800 nodes: NCCL sends 7 of a token's 8 copies off the node on average
     (8·56/64); DeepEP with M = 4 sends E[min(D, 4)]·7/8 ≈ 3.49 — the scale-out time falls to
-    about half, the bytes the dispatch moves do not change."""
+    about half. The bytes the dispatch moves over both links grow: those RDMA rows plus the
+    NVLink forward, once per destination rank other than the forwarder, R·7/8 with R =
+    64·(1 − C(252, 8)/C(256, 8)) ≈ 7.676 (uniform routing's count; test_moe_dispatch), in place
+    of 8·63/64 = 7.875 copies."""
     base, deepep = (json.loads(runs[k].stdout) for k in ("v3", "v3 deepep"))
-    assert _ep(deepep)["bytes_per_step"] == _ep(base)["bytes_per_step"]
+    limited = float(expected_distinct_nodes(256, 8, 8, 4))
+    r = 64 * (1 - math.comb(252, 8) / math.comb(256, 8))
+    share = (limited * 7 / 8 + r * 7 / 8) / (8 * 63 / 64)
+    assert share == pytest.approx(1.2954, abs=5e-5)
+    assert _ep(deepep)["bytes_per_step"] == pytest.approx(_ep(base)["bytes_per_step"] * share)
     ratio = _ep(deepep)["exposed_seconds"] / _ep(base)["exposed_seconds"]
     assert 0.45 < ratio < 0.55
     assert deepep["time"]["step_s"] < base["time"]["step_s"]
@@ -121,9 +131,20 @@ def test_deepep_buffers_are_resident_memory(runs):
     assert base["memory"]["dispatch_buffer_bytes"] == 0
 
 
+def test_deepep_in_one_node_sends_a_token_once_to_each_rank(runs):
+    """DeepEP's intranode dispatch copies a token once to each rank whose ``is_token_in_rank``
+    flag is set (any of the rank's 4 experts took it): a token's 4 experts of 32 reach R =
+    8·(1 − C(28, 4)/C(32, 4)) = 8·15,485/35,960 = 3.444939 ranks, so the step's all-to-all bytes
+    are EP_BYTES·R/4 = 6,137,661,358,080/899 ≈ 6.827 GB in place of 7.927 GB
+    (tests/model/test_moe_dispatch.py)."""
+    out = json.loads(runs["deepep"].stdout)
+    assert _ep(out)["bytes_per_step"] == pytest.approx(6_137_661_358_080 / 899, rel=1e-12)
+    assert 6_137_661_358_080 / 899 == pytest.approx(EP_BYTES * 8 * 15485 / 35960 / 4, rel=1e-15)
+
+
 def test_hybridep_sends_once_per_domain_and_holds_its_buffers(runs):
     """HybridEP under the same routing: a token crosses to each remote domain (an H800 node)
-    once, so its all-to-all takes DeepEP's seconds (the rule of model.moe_run.all_to_all_sent;
+    once, so its all-to-all takes DeepEP's seconds (the rule of model.moe_dispatch.all_to_all_sent;
     nothing overlapped, so no SM share enters); neither sets up NCCL's ep − 1 all-to-all peers;
     its HybridEPBuffer for 4,096 tokens a rank, 4 experts a rank, 8 domains of 8 at h 7,168
     holds 3,917,479,936 NVLink-registered and 1,314,390,016 RDMA bytes

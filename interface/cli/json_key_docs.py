@@ -67,7 +67,8 @@ KEY_DOCS: dict[str, str] = {
     "layout.moe.moe_pad_to_capacity": "Expert inputs padded to capacity (Megatron-Core --moe-pad-expert-input-to-capacity).",
     "layout.moe.moe_imbalance": "The busiest expert-parallel rank's routed rows ÷ the mean (1: balanced).",
     "layout.moe.moe_node_limit": "Node-limited routing: the most nodes a token's experts may span (null: no limit).",
-    "layout.moe.moe_dispatcher": "Token dispatcher: alltoall, deepep or hybridep (both de-duplicated across NVLink domains).",
+    "layout.moe.moe_dispatcher": "Token dispatcher: alltoall, deepep or hybridep "
+    "(both send a token once per destination rank, once per remote NVLink domain).",
     "layout.moe.moe_ep_overlap": "Megatron-Core's expert all-to-all overlap: none, "
     "moe_shared_expert_overlap or overlap_moe_expert_parallel_comm.",
     "layout.offload_activations": "Modules whose activations go to the host (Megatron-Core names).",

@@ -41,8 +41,9 @@ def dispatch_tokens(c: Context, f: Fields) -> Any:
 def ep_members_per_domain(c: Context, f: Fields) -> Any:
     """Members of the expert-parallel group in each NVLink domain
     (:func:`model.moe_run.members_per_domain` of the ep link on the accelerator's domain) for a
-    dispatcher that de-duplicates across domains (:attr:`model.moe_run.Dispatcher.
-    deduplicates`); 0 otherwise (no distinct clocks added to the search's tables)."""
+    dispatcher that sends a token once per rank and once per remote domain
+    (:attr:`model.moe_run.Dispatcher.deduplicates`, :func:`model.moe_dispatch.dispatch_copies`);
+    0 otherwise (no distinct clocks added to the search's tables)."""
     if not c.training.moe_run.dispatcher.deduplicates:
         return 0
     link = f.link("ep")

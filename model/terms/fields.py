@@ -193,6 +193,11 @@ class Fields(Protocol):
         """The link the axis's groups ride (:data:`LINK_AXES`)."""
         ...
 
+    @property
+    def links_known(self) -> bool:
+        """Whether :meth:`link` may be read (one layout evaluated without links: False)."""
+        ...
+
 
 class LayoutFields:
     """One layout as exact scalars, at one pipeline stage (:class:`Fields`).
@@ -234,6 +239,10 @@ class LayoutFields:
 
     def stages(self, fn: Callable[[Any], Any]) -> list[Any]:
         return [fn(self.at(i)) for i in range(self.layout.pp)]
+
+    @property
+    def links_known(self) -> bool:
+        return self._links is not None
 
     def link(self, axis: str) -> LinkFields:
         if self._links is None:

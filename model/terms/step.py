@@ -30,7 +30,7 @@ from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Recompute
 from trainplan.model.memory import optimizer_elements
-from trainplan.model.moe_run import dispatch_time_share
+from trainplan.model.moe_dispatch import dispatch_time_share
 from trainplan.model.offload import host_rates, offload_seconds
 from trainplan.model.packing import Documents
 from trainplan.model.pipeline import SPLIT_BACKWARD, Schedule, bubble_ratio
@@ -53,7 +53,6 @@ from trainplan.model.terms.activation_fields import (
     output_stage,
     stage_layer_counts,
 )
-from trainplan.model.terms.dispatch_buffers import dispatch_tokens
 from trainplan.model.terms.dp_time import dp_group_times
 from trainplan.model.terms.fields import Context, Fields, stage_max
 from trainplan.model.terms.roofline import (
@@ -388,15 +387,16 @@ def schedule_span(
 
 
 def _share(c: Context, f: Fields) -> Any:
-    """:func:`model.moe_run.dispatch_time_share` of the layout (DeepEP's and HybridEP's
-    de-duplication across NVLink domains, the busiest rank's imbalance): 1 for the plain
-    all-to-all."""
+    """:func:`model.moe_dispatch.dispatch_time_share` of the layout: of the bytes the traffic
+    table counts (:func:`model.terms.traffic.ep_traffic_bytes`, DeepEP's and HybridEP's sends
+    and forwards), those the link rule times (across NVLink domains the scale-out share); 1 for
+    the plain all-to-all and within one domain."""
     run, moe = c.training.moe_run, c.arch.moe
     if moe is None or not run.dispatcher.deduplicates:
         return 1.0
     g, _, _ = ep_dispatch_fields(c, f)
     args = (run, moe.num_experts, moe.experts_per_token)
-    return f.lookup_values(dispatch_time_share, args, as_float(dispatch_tokens(c, f)), f.ep, g)
+    return as_float(f.lookup_values(dispatch_time_share, args, f.ep, g))
 
 
 def pipeline_term(c: Context, f: Fields) -> PipelineTime:

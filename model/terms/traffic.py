@@ -40,6 +40,7 @@ from trainplan.model.frameworks import Framework, gradient_bytes_for
 from trainplan.model.layout import Recompute
 from trainplan.model.mechanisms import mechanism
 from trainplan.model.memory import keeps_gathered_inputs
+from trainplan.model.moe_dispatch import dispatch_traffic_share
 from trainplan.model.params import shares_embedding_with_last_stage
 from trainplan.model.terms.activation_fields import (
     LAYER_FIELDS,
@@ -49,6 +50,7 @@ from trainplan.model.terms.activation_fields import (
     padded_vocab_of,
     stage_layer_counts,
 )
+from trainplan.model.terms.dispatch_buffers import ep_members_per_domain
 from trainplan.model.terms.fields import (
     Context,
     Fields,
@@ -70,6 +72,7 @@ __all__ = [
     "tp_traffic_bytes",
     "cp_traffic_bytes",
     "ep_traffic_bytes",
+    "ep_dispatch_traffic_share",
     "pp_traffic_bytes",
     "tied_embedding_params",
     "most_layers",
@@ -225,7 +228,8 @@ def _templated(kind: CpKind) -> bool:
 def ep_traffic_bytes(c: Context, f: Fields) -> Any:
     """Bytes per step of the expert all-to-alls on the stage with the most MoE layers
     (:func:`model.comm_layers.ep_bytes`: the rows the run's routing sends, padding included,
-    :attr:`model.specs.TrainingSpec.moe_run`), again in a recomputed forward under full or √n
+    :attr:`model.specs.TrainingSpec.moe_run`, as the dispatcher sends them,
+    :func:`ep_dispatch_traffic_share`), again in a recomputed forward under full or √n
     recomputation and Megatron-Core's ``moe`` module (:attr:`model.comm_layers.Recomputed.
     all_to_all`)."""
     t = c.training
@@ -233,8 +237,22 @@ def ep_traffic_bytes(c: Context, f: Fields) -> Any:
     again = recomputed_sends(c.arch, Framework(f.framework), Recompute(f.recompute), t)
     return ep_bytes(
         c.arch, moe, f.ep, f.tp, f.cp, f.micro_batch_size, f.m, t.seq_len, t.activation_bytes,
-        f.sp, again.all_to_all, t.moe_run,
+        f.sp, again.all_to_all, t.moe_run, ep_dispatch_traffic_share(c, f),
     )  # fmt: skip
+
+
+def ep_dispatch_traffic_share(c: Context, f: Fields) -> Any:
+    """:func:`model.moe_dispatch.dispatch_traffic_share` of the layout: DeepEP's and HybridEP's
+    bytes over the NCCL all-to-all's (once per destination rank; across NVLink domains once per
+    remote domain and forwarded once per rank), for the ep group's members per domain
+    (:func:`model.terms.dispatch_buffers.ep_members_per_domain`; one domain where the layout is
+    read without links); 1 for the plain all-to-all."""
+    run, moe = c.training.moe_run, c.arch.moe
+    if moe is None or not run.dispatcher.deduplicates:
+        return 1
+    g = ep_members_per_domain(c, f) if f.links_known else 0
+    args = (run, moe.num_experts, moe.experts_per_token)
+    return f.lookup_values(dispatch_traffic_share, args, f.ep, g)
 
 
 def tied_embedding_params(c: Context, f: Fields) -> Any:

@@ -1,5 +1,5 @@
 """HybridEP (Megatron-Core ``--moe-flex-dispatcher-backend hybridep``) as it runs: its dispatch
-across NVLink domains (model.moe_run.all_to_all_sent, the rule DeepEP's reads) and its resident
+across NVLink domains (model.moe_dispatch.all_to_all_sent, the rule DeepEP's reads) and its resident
 buffers (model.dispatch_buffers). Read at deepseek-ai/DeepEP ``hybrid-ep`` 94a9f8f6b1; every
 figure derived by hand here."""
 
@@ -15,7 +15,12 @@ from trainplan.model.dispatch_buffers import (
     hybridep_tokens_per_rank,
 )
 from trainplan.model.errors import InputError
-from trainplan.model.moe_run import Dispatcher, MoERun, all_to_all_sent, dispatch_time_share
+from trainplan.model.moe_dispatch import (
+    all_to_all_sent,
+    dispatch_time_share,
+    dispatch_traffic_share,
+)
+from trainplan.model.moe_run import Dispatcher, MoERun
 
 HYBRIDEP = MoERun(dispatcher=Dispatcher.HYBRIDEP)
 
@@ -33,12 +38,22 @@ def test_a_token_crosses_to_each_remote_domain_once():
     got = all_to_all_sent(HYBRIDEP, 4096, 256, 8, 64, 8, 14336)
     assert got == pytest.approx(expected, rel=1e-12)
     assert got == all_to_all_sent(MoERun(dispatcher="deepep"), 4096, 256, 8, 64, 8, 14336)
-    # 4.63 remote domains a token in place of 7 remote copies: 0.661 of the plain time
-    assert dispatch_time_share(HYBRIDEP, 256, 8, 4096, 64, 8) == pytest.approx(d / 8, rel=1e-12)
+    # 4.63 remote domains a token in place of 7 remote copies: 0.661 of the plain time (the
+    # traffic's share, sends and NVLink forwards, times the timed share of it)
+    share = dispatch_traffic_share(HYBRIDEP, 256, 8, 64, 8) * dispatch_time_share(
+        HYBRIDEP, 256, 8, 64, 8
+    )
+    assert float(share) == pytest.approx(d / 8, rel=1e-12)
     assert round(d * 7 / 8, 2) == 4.63
-    # within one NVLink domain (GB200 NVL72 at EP 64) nothing crosses the scale-out network
+    # within one NVLink domain (GB200 NVL72 at EP 64) nothing crosses the scale-out network and
+    # the S2G warp group writes a token once to each rank whose sparse_to_dense_map entry is
+    # set: R = 64·(1 − C(252, 8)/C(256, 8)) ≈ 7.676 ranks of 4 experts, 63/64 of them remote, in
+    # place of 8·63/64 copies
+    r = 64 * (1 - math.comb(252, 8) / math.comb(256, 8))
     inside = all_to_all_sent(HYBRIDEP, 4096, 256, 8, 64, 64, 14336)
-    assert inside == all_to_all_sent(MoERun(), 4096, 256, 8, 64, 64, 14336) == 462_422_016
+    assert inside == pytest.approx(4096 * r * 63 / 64 * 14336, rel=1e-12)
+    assert all_to_all_sent(MoERun(), 4096, 256, 8, 64, 64, 14336) == 462_422_016
+    assert inside / 462_422_016 == pytest.approx(r / 8) == pytest.approx(0.95947, abs=5e-6)
 
 
 def test_node_limited_routing_bounds_hybrideps_dispatch_too():

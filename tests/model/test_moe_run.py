@@ -14,11 +14,11 @@ from trainplan.model.dispatch_buffers import dispatch_buffer_bytes
 from trainplan.model.errors import InputError
 from trainplan.model.layer_time import ep_all_to_all_seconds, layer_time
 from trainplan.model.layout import Recompute
+from trainplan.model.moe_dispatch import all_to_all_sent
 from trainplan.model.moe_run import (
     Dispatcher,
     EpOverlap,
     MoERun,
-    all_to_all_sent,
     exposed_all_to_all,
     grouped_rows,
     mean_rows_sent,
@@ -84,9 +84,11 @@ def test_deepep_volume_is_deduplicated_per_node():
     # against NCCL's copies: 4.63 remote nodes per token in place of 7 remote copies
     nccl_offnode = 4096 * 8 * 14336 * 56 / 64  # the share of copies that leaves the node
     assert got * 56 / 63 / nccl_offnode == pytest.approx(d * 7 / 8 / 7, rel=1e-12)
-    # within one node DeepEP moves what NCCL moves
+    # within one node DeepEP sends a token once to each rank holding one of its experts
+    # (test_moe_dispatch): R = 8·(1 − C(224, 8)/C(256, 8)) = d ranks of 32 experts, 7/8 remote
     intra = all_to_all_sent(MoERun(dispatcher="deepep"), 4096, 256, 8, 8, 8, 14336)
-    assert intra == all_to_all_sent(MoERun(), 4096, 256, 8, 8, 8, 14336)
+    assert intra == pytest.approx(4096 * d * 7 / 8 * 14336, rel=1e-12)
+    assert intra / all_to_all_sent(MoERun(), 4096, 256, 8, 8, 8, 14336) == pytest.approx(d / 8)
 
 
 def test_node_limited_routing_caps_the_remote_nodes():

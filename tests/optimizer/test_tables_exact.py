@@ -86,12 +86,13 @@ CASES = [
     ("qwen2.5-7b", "qwen2.5-7b", 16, "H100-SXM", {},
      {"global_batch_size": 32, "seq_len": 4096, "vocab_multiple": 64}),
     # MoE as it runs (model.moe_run): DeepEP's de-duplicated dispatch with node-limited routing
-    # and its resident buffers (ep 16 spans two H800 nodes); padding to a capacity factor with
+    # (once per rank in one node at ep 8; ep 16 spans two H800 nodes: once per remote node, then
+    # once per rank over NVLink, model.moe_dispatch) and its resident buffers; padding to a capacity factor with
     # imbalance and Megatron-Core's combined-1F1B overlap (legal under megatron only, with
     # interleaving when pp > 1 and without full recomputation: the rest is masked)
     ("deepseek-v3-deepep", "deepseek-v3", 64, "H800", {"ep": (8, 16)},
      {"global_batch_size": 64, "seq_len": 4096, "moe_run": DEEPEP}),
-    # HybridEP (megatron only, the rest masked): the same de-duplication across domains, its
+    # HybridEP (megatron only, the rest masked): the same once-per-rank and once-per-domain sends, its
     # buffers sized by the tokens a rank and the group's domains (model.dispatch_buffers)
     ("deepseek-v3-hybridep", "deepseek-v3", 64, "H800", {"ep": (8, 16)},
      {"global_batch_size": 64, "seq_len": 4096, "moe_run": MoERun(dispatcher=Dispatcher.HYBRIDEP)}),
