@@ -132,6 +132,9 @@ KEY_HELP: dict[str, str] = {
     "use_multi_rank_bucket_allreduce": "deepspeed ZeRO-1/2: DeepSpeed's zero_optimization."
     "use_multi_rank_bucket_allreduce, each gradient bucket all-reduced (default true, DeepSpeed "
     "0.12.4 and later); false: the older reduce to each owning rank, a reduce-scatter's bytes.",
+    "lp_grads_set_to_none": "deepspeed BF16_Optimizer: clear_lp_grads frees each BF16 gradient "
+    "before a backward (true: DeepSpeed of 2022-04 to 2025-03) rather than zeroing it and adding "
+    "into it (default false: today's DeepSpeed; docs/time-model-sources.md).",
     "kernel_efficiency": "Single time model: fraction of peak in kernels; default calibrated "
     "per accelerator generation and hidden size (model.timing.kernel_efficiency_for).",
     "overlap": "Single time model: the fraction of each axis's traffic hidden behind compute, "

@@ -53,6 +53,7 @@ TIME_KEYS: tuple[str, ...] = (
     "nccl_channel_setup",
     "nccl_nvls",
     "use_multi_rank_bucket_allreduce",
+    "lp_grads_set_to_none",
     "grad_stats_group",
     "attention_kernel",
     "calibration",
@@ -163,7 +164,8 @@ def cost_options(
         given["kernel_efficiency"] = fraction_of_peak(kernel, "kernel_efficiency")
     flags = ("causal_attention_flops", "zero3_regather", "grad_reduce_overlap", "p2p_overlap")
     nccl = ("nccl_sm_charge", "nccl_channel_setup", "nccl_nvls", "use_multi_rank_bucket_allreduce")
-    for key in (*flags, "p2p_warmup_flush", "p2p_forward_send_wait", *nccl):
+    deepspeed = ("lp_grads_set_to_none",)
+    for key in (*flags, "p2p_warmup_flush", "p2p_forward_send_wait", *nccl, *deepspeed):
         if params.get(key) is not None:
             given[key] = bool_param(params, key, False)
     if params.get("grad_stats_group") is not None:

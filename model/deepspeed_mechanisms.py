@@ -46,8 +46,10 @@ is ``seq_parallel_communication_data_type`` (FP32 by default):
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
+from trainplan.model.deepspeed_accumulate import accumulate_bytes
 from trainplan.model.frameworks import (
     DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
     DEEPSPEED_SUB_GROUP_ELEMENTS,
@@ -55,7 +57,7 @@ from trainplan.model.frameworks import (
 )
 from trainplan.model.mechanism_record import Mechanism
 
-__all__ = ["DEEPSPEED_SOURCE", "deepspeed_of", "sp_comm_bytes"]
+__all__ = ["DEEPSPEED_SOURCE", "deepspeed_of", "sp_comm_bytes", "uses_bf16_optimizer"]
 
 DEEPSPEED_SOURCE = (
     "DeepSpeed deepspeed/runtime/zero/stage_1_and_2.py and stage3.py "
@@ -106,16 +108,40 @@ def deepspeed_of(
     cpu_offload: bool,
     multi_rank_allreduce: bool = True,
     sp_comm: int | None = None,
+    lp_grads_set_to_none: bool = False,
 ) -> Mechanism:
     """DeepSpeed's mechanism at ``zero_stage``: ``BF16_Optimizer`` for BF16 weights with FP32
-    gradients at ZeRO-1 unless ``cpu_offload`` (the optimizer offloaded keeps DeepSpeed's ZeRO
-    optimizer; :func:`_deepspeed_bf16_optimizer`), else the ZeRO optimizer, with a second IPG
+    gradients at ZeRO-1 unless ``cpu_offload`` (:func:`uses_bf16_optimizer`;
+    :func:`_deepspeed_bf16_optimizer`), else the ZeRO optimizer, with a second IPG
     bucket under ``overlap_comm`` (ZeRO-1/2) and, ``multi_rank_allreduce`` off, ZeRO-1/2's
     per-rank reduce instead of the all-reduce (:func:`_deepspeed`). ``sp_comm``: the
-    communication dtype's bytes under Ulysses (:func:`sp_comm_bytes`; None without)."""
-    if zero_stage == 1 and (w, g) == (2, 4) and not cpu_offload:
-        return _deepspeed_bf16_optimizer(w, g, o, sp_comm)
-    return _deepspeed(zero_stage, w, g, o, overlap_comm, multi_rank_allreduce, sp_comm)
+    communication dtype's bytes under Ulysses (:func:`sp_comm_bytes`; None without). Each
+    with the bytes its backward passes move to accumulate the gradients
+    (:func:`model.deepspeed_accumulate.accumulate_bytes`; ``lp_grads_set_to_none``:
+    ``BF16_Optimizer`` as DeepSpeed ran it from 2022-04 to 2025-03).
+
+    >>> m = deepspeed_of(1, 2, 4, 12, False, False)
+    >>> m.accumulate_first_bytes, m.accumulate_bytes
+    (18, 26)
+    """
+    bf16 = uses_bf16_optimizer(zero_stage, w, g, cpu_offload)
+    if bf16:
+        mech = _deepspeed_bf16_optimizer(w, g, o, sp_comm)
+    else:
+        mech = _deepspeed(zero_stage, w, g, o, overlap_comm, multi_rank_allreduce, sp_comm)
+    first, later = accumulate_bytes(zero_stage, w, g, bf16, lp_grads_set_to_none)
+    return replace(mech, accumulate_first_bytes=first, accumulate_bytes=later)
+
+
+def uses_bf16_optimizer(zero_stage: int, w: int, g: int, cpu_offload: bool) -> bool:
+    """Whether DeepSpeed runs ``BF16_Optimizer``: BF16 weights with FP32 gradients at ZeRO-1
+    without CPU offload (:func:`_deepspeed_bf16_optimizer`); the optimizer offloaded keeps
+    DeepSpeed's ZeRO optimizer.
+
+    >>> uses_bf16_optimizer(1, 2, 4, False), uses_bf16_optimizer(1, 2, 2, False)
+    (True, False)
+    """
+    return zero_stage == 1 and (w, g) == (2, 4) and not cpu_offload
 
 
 def _deepspeed(

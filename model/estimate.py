@@ -37,8 +37,6 @@ from trainplan.model.terms.roofline import muon_axis_traffic, muon_gather_second
 from trainplan.model.terms.split_key import SplitKey
 from trainplan.model.terms.stage_params import stage_params_per_gpu
 from trainplan.model.terms.step import (
-    DpTime,
-    PipelineTime,
     dp_term,
     pipeline_term,
     single_axis_seconds,
@@ -95,8 +93,8 @@ class TrafficRow:
 
 @dataclass(frozen=True, slots=True)
 class TimeTerms:
-    """Step time split by what it reads:
-    ``step_s = compute_and_pipeline_s + exposed_dp_s + optimizer_s + offload_s``."""
+    """Step time split by what it reads: ``step_s = compute_and_pipeline_s + exposed_dp_s +
+    optimizer_s + offload_s + grad_accumulation_s``."""
 
     compute_s: float
     """Ideal compute: m × the slowest stage's micro-batch of operations (the roofline model's
@@ -118,10 +116,13 @@ class TimeTerms:
     """What activation offload's copies leave exposed; already in ``compute_and_pipeline_s``."""
     forward_gather_s: float = 0.0
     """Exposed all-gathers of a forward-only pass (:mod:`model.terms.forward_gather`); not summed."""
+    grad_accumulation_s: float = 0.0
+    """In-backward gradient accumulation (:func:`model.terms.dp_time.grad_accumulation_term`)."""
 
     @property
     def step_s(self) -> float:
-        return self.compute_and_pipeline_s + self.exposed_dp_s + self.optimizer_s + self.offload_s
+        t1, accumulate = self.compute_and_pipeline_s, self.grad_accumulation_s
+        return t1 + self.exposed_dp_s + self.optimizer_s + self.offload_s + accumulate
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,8 +350,7 @@ def _time(
         return tuple(plain) + _muon_rows(c, f, links), None
     if not roofline:  # the single model's, also without links (then no axis has traffic)
         c = replace(c, options=replace(c.options, time_model=TimeModel.SINGLE))
-    pipe: PipelineTime = pipeline_term(c, f)
-    dp: DpTime = dp_term(c, f)
+    pipe, dp = pipeline_term(c, f), dp_term(c, f)
     axes = {**pipe.axes, **dp.axes}
     rows = tuple(
         r if r.link == "none" else _row(c, f, t, links, axes[t.axis], roofline, window)
@@ -359,7 +359,7 @@ def _time(
     forward = forward_gather_term(c, f)[1] if roofline else 0.0  # an RLHF scoring forward's
     return rows, TimeTerms(
         pipe.compute_s, pipe.total_s, dp.exposed_s, pipe.bubble_s, dp.optimizer_s, dp.offload_s,
-        pipe.activation_offload_s, forward,
+        pipe.activation_offload_s, forward, dp.accumulate_s,
     )  # fmt: skip
 
 
@@ -451,8 +451,8 @@ def _notes(model: ModelSpec, layout: Layout, terms: TimeTerms | None) -> list[st
 
 def objective_ns(terms: TimeTerms) -> tuple[int, int]:
     """The search's two objective terms in whole nanoseconds (rounded to nearest):
-    (compute_and_pipeline, exposed_dp + optimizer step + offload); the solver minimises the sum."""
-    t2 = terms.exposed_dp_s + terms.optimizer_s + terms.offload_s
+    (compute_and_pipeline, the rest of the step); the solver minimises the sum."""
+    t2 = terms.exposed_dp_s + terms.optimizer_s + terms.offload_s + terms.grad_accumulation_s
     return _objective_ns(terms.compute_and_pipeline_s, t2)
 
 

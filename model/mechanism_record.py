@@ -130,6 +130,13 @@ class Mechanism:
     """Megatron-FSDP's ``fsdp_double_buffer``: gathered weights and gradient buckets come from
     persistent pools of two units (:meth:`units_held`, :meth:`reduce_queue_elements`,
     :meth:`pool_bytes`)."""
+    accumulate_bytes: int = 0
+    """Bytes per parameter element moved through HBM on the compute stream in each backward
+    after a step's first, to accumulate or stage its gradients beyond the weight-gradient GEMMs'
+    output (DeepSpeed's: :func:`model.deepspeed_accumulate.accumulate_bytes`); 0 where the
+    accumulation is fused into the GEMM or runs off the compute stream."""
+    accumulate_first_bytes: int = 0
+    """The same in a step's first backward (the gradients were freed at the step)."""
     source: str = ""
 
     @property

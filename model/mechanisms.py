@@ -47,6 +47,7 @@ def mechanism(
     cpu_offload: bool = False,
     multi_rank_allreduce: bool = True,
     sp_comm: int | None = None,
+    lp_grads_set_to_none: bool = False,
 ) -> Mechanism:
     """The mechanism of ``zero_stage`` in ``framework`` for the given byte counts.
 
@@ -60,8 +61,8 @@ def mechanism(
     changes ``fsdp2`` only: PyTorch's pipeline schedules run FSDP2 without gradient
     synchronisation until the last micro-batch (:func:`_fsdp2_pipelined`).
     ``distributed_optimizer`` and ``double_buffer`` choose Megatron-Core's (:func:`_megatron_of`)
-    and DeepSpeed's ``overlap_comm``, ``cpu_offload``, ``multi_rank_allreduce`` and ``sp_comm``
-    (Ulysses' dtype, :func:`~model.deepspeed_mechanisms.sp_comm_bytes`) choose DeepSpeed's.
+    and ``overlap_comm``, ``cpu_offload``, ``multi_rank_allreduce``, ``sp_comm`` (Ulysses' dtype,
+    :func:`~model.deepspeed_mechanisms.sp_comm_bytes`), ``lp_grads_set_to_none`` DeepSpeed's.
 
     Raises
     ------
@@ -87,7 +88,7 @@ def mechanism(
     if fw is Framework.DEEPSPEED:
         return deepspeed_of(
             zero_stage, weight_bytes, g, optimizer_bytes, overlap_comm, cpu_offload,
-            multi_rank_allreduce, sp_comm,
+            multi_rank_allreduce, sp_comm, lp_grads_set_to_none,
         )  # fmt: skip
     if pipelined:
         return _fsdp2_pipelined(zero_stage, weight_bytes, g, optimizer_bytes, _SOURCES[fw])

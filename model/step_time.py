@@ -15,6 +15,7 @@ from functools import lru_cache
 from typing import Any
 
 from trainplan.model.comm import p2p_exposed_sends
+from trainplan.model.deepspeed_pipe import pipe_engine_counts
 from trainplan.model.dp_exposure import dp_exposed_seconds, dp_seconds, phase_gathers
 from trainplan.model.elementwise import Elementwise
 from trainplan.model.layer_time import embedding_time, layer_time, output_time, stage_parts
@@ -28,6 +29,7 @@ from trainplan.model.roofline import (
     LinkTime,
     RooflineParams,
     collective_time,
+    memory_seconds,
 )
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.xp import logical_not, maximum, minimum, where
@@ -42,8 +44,6 @@ __all__ = [
     "pp_seconds",
     "pipe_engine_seconds",
     "pp_exposed_seconds",
-    "DEEPSPEED_TRANSFERS_PER_CYCLE",
-    "DEEPSPEED_GATHERS_PER_CYCLE",
     "phase_gathers",
     "dp_seconds",
     "dp_exposed_seconds",
@@ -300,57 +300,53 @@ def pp_exposed_seconds(
     return where(overlapped, minimum(waits, seconds), seconds)
 
 
-DEEPSPEED_TRANSFERS_PER_CYCLE = 4
-"""Blocking transfers a middle stage of DeepSpeed's pipeline engine runs per forward-backward
-cycle: ``RecvActivation`` and ``SendGrad`` on its forward step, ``SendActivation`` and
-``RecvGrad`` on its backward step (``deepspeed/runtime/pipe/schedule.py``,
-``TrainSchedule.steps``), each a synchronous ``p2p.send``/``p2p.recv`` on the compute stream
-(``deepspeed/runtime/pipe/p2p.py``: ``async_op`` must be False)."""
-
-
-DEEPSPEED_GATHERS_PER_CYCLE = 3
-"""All-gathers over tp a stage of DeepSpeed's pipeline engine runs per forward-backward cycle to
-rebuild a partitioned tensor (``PartitionedTensor.full``, ``deepspeed/runtime/pipe/engine.py`` at
-edaa72212, with the default ``pipe_partitioned`` and ``grad_partitioned``): the received input
-in ``_exec_forward_pass``, and in ``_exec_backward_pass`` the stage's own partitioned output
-(rebuilt so that backward runs through its graph) and the received output gradient."""
-
-
 def pipe_engine_seconds(
     part_bytes: Any,
     tp: Any,
-    cycles: Any,
+    m: Any,
+    pp: Any,
     tied_bytes: Any,
     bandwidth: Any,
     scaleup: Any,
     tp_bandwidth: Any,
     tp_scaleup: Any,
     p: RooflineParams,
+    hbm_bytes_per_s: float | None = None,
 ) -> Any:
-    """Seconds a stage of DeepSpeed's pipeline engine spends on pipeline messages in a step:
-    ``cycles`` = ``m + pp − 1`` forward-backward cycles of its ``TrainSchedule`` (``2(m + pp −
-    1)`` steps), each with :data:`DEEPSPEED_TRANSFERS_PER_CYCLE` blocking transfers of
+    """Seconds DeepSpeed's pipeline engine adds to a step for its pipeline messages: the
+    blocking transfers and the all-gathers over tp on the critical path of its ``TrainSchedule``
+    (:func:`model.deepspeed_pipe.pipe_engine_counts` of m micro-batches on pp stages: a middle
+    stage's four transfers and three gathers a forward-backward cycle, each a rendezvous on the
+    stage's own stream between its passes, so none overlaps computation), each transfer of
     ``part_bytes``, the stage output's share on the wire (the engine splits its output once over
     the tensor-parallel group, :func:`model.comm.pipe_partitioned`: ``PartitionedTensor`` over
     ``slice_parallel_group`` in ``_exec_forward_pass`` and ``_exec_send_grads``; 1/tp of the
-    whole tensor with or without sequence parallelism), and :data:`DEEPSPEED_GATHERS_PER_CYCLE`
-    all-gathers over tp that rebuild a whole tensor from its shares (``PartitionedTensor.full``;
-    nothing at tp = 1; ``tp`` = 1 too when the engine does not partition, as for
-    Megatron-DeepSpeed's mixture-of-experts models, :func:`model.comm.pipe_partitioned`), plus
-    the tied embedding's once-per-step all-reduce
-    (``ReduceTiedGrads``, ``tied_bytes`` sent). The transfers sit on the stage's own stream
-    between its passes, so none of them overlaps computation. Element-wise for arrays.
+    whole tensor with or without sequence parallelism), each all-gather rebuilding a whole tensor
+    from its shares (``PartitionedTensor.full``; nothing at tp = 1; ``tp`` = 1 too when the
+    engine does not partition, as for Megatron-DeepSpeed's mixture-of-experts models,
+    :func:`model.comm.pipe_partitioned`), plus the tied embedding's once-per-step all-reduce
+    (``ReduceTiedGrads``, ``tied_bytes`` sent). With ``hbm_bytes_per_s`` each gather also
+    pays its two copies through HBM: ``full`` allocates the whole tensor zeroed
+    (``torch.zeros``, the bytes written) and returns a ``clone`` of it (read and written):
+    3 × the whole tensor at :attr:`~model.roofline.RooflineParams.hbm_efficiency`, two kernels
+    (``deepspeed/runtime/utils.py`` ``PartitionedTensor.full`` at edaa72212; the code of 2021
+    gathered into a list of views and copied them out, two passes more, not counted).
+    Element-wise for arrays.
 
     Examples
     --------
-    An 8 MB output, tp 8 (1 MB on the wire), 10 cycles, across nodes at 25 GB/s (no all-gather
-    curve: 0.8 of a 300 GB/s NVLink): each send 8.4 + 14 µs + 1 MB / 24 GB/s, each gather
-    8.4 + 7 × 3.4 µs + 7 MB / 240 GB/s.
+    An 8 MB output, tp 8 (1 MB on the wire), m 8 on pp 3 (4·8 + 6 − 8 = 30 transfers, 3·8 + 9
+    − 8 = 25 gathers), across nodes at 25 GB/s (no all-gather curve: 0.8 of a 300 GB/s
+    NVLink): each send 8.4 + 14 µs + 1 MB / 24 GB/s, each gather 8.4 + 7 × 3.4 µs + 7 MB / 240
+    GB/s; on an A100-80GB (2.039 TB/s at 0.9) each gather's copies 24 MB / 1.835 TB/s + 2 × 3 µs.
 
     >>> p = RooflineParams(gemm_efficiency=0.7)
-    >>> t = pipe_engine_seconds(1e6, 8, 10, 0.0, 25e9, False, 300e9, True, p)
+    >>> t = pipe_engine_seconds(1e6, 8, 8, 3, 0.0, 25e9, False, 300e9, True, p)
     >>> send, gather = 22.4e-6 + 1e6 / 24e9, 32.2e-6 + 7e6 / 240e9
-    >>> round(t, 9) == round(10 * (4 * send + 3 * gather), 9)
+    >>> round(t, 9) == round(30 * send + 25 * gather, 9)
+    True
+    >>> copies = pipe_engine_seconds(1e6, 8, 8, 3, 0.0, 25e9, False, 300e9, True, p, 2.039e12) - t
+    >>> round(copies, 9) == round(25 * (24e6 / (0.9 * 2.039e12) + 6e-6), 9)
     True
     """
     send = collective_time(Collective.SEND_RECV, 2, part_bytes, bandwidth, scaleup, p)
@@ -358,8 +354,11 @@ def pipe_engine_seconds(
         Collective.ALL_GATHER, tp, part_bytes * (tp - 1), tp_bandwidth, tp_scaleup, p
     )
     tied = collective_time(Collective.ALL_REDUCE, 2, tied_bytes, bandwidth, scaleup, p)
-    per_cycle = DEEPSPEED_TRANSFERS_PER_CYCLE * send + DEEPSPEED_GATHERS_PER_CYCLE * gather
-    return cycles * per_cycle + tied
+    if hbm_bytes_per_s is not None:  # full(): zeros (write) and clone (read, write) of the whole
+        copies = memory_seconds(3 * part_bytes * tp, hbm_bytes_per_s, p) + p.kernel_overhead_s
+        gather = gather + where(tp > 1, copies, 0.0)
+    transfers, gathers = pipe_engine_counts(m, pp)
+    return transfers * send + gathers * gather + tied
 
 
 def optimizer_seconds(

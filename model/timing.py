@@ -275,6 +275,12 @@ class CostOptions:
     ``allreduce_and_scatter``), twice a reduce-scatter's bytes. False: the per-rank reduce of
     the DeepSpeed before it (one ``dist.reduce`` to each owning rank, a reduce-scatter's bytes;
     :mod:`model.deepspeed_mechanisms`). Ignored by other frameworks and by ``BF16_Optimizer``."""
+    lp_grads_set_to_none: bool = False
+    """DeepSpeed ``BF16_Optimizer``'s ``clear_lp_grads`` before each backward frees the BF16
+    gradients (DeepSpeed 56c522386 of 2022-04 to b418cf6c1 of 2025-03), so each backward's
+    gradient becomes ``.grad`` without an add; False (today's code, edaa72212): it zeroes them
+    and autograd adds into them, 8 B a parameter more per backward
+    (:mod:`model.deepspeed_accumulate`). Ignored elsewhere."""
 
     def __post_init__(self) -> None:
         for name, kind in (

@@ -229,6 +229,7 @@ KEY_DOCS: dict[str, str] = {
     "time.exposed_comm_s": "Exposed communication (dp, pipeline messages).",
     "time.optimizer_s": "The optimizer step.",
     "time.offload_s": "Optimizer and parameter offload, exposed.",
+    "time.grad_accumulation_s": "Gradient accumulation inside the backward passes (DeepSpeed's optimizers).",
     "time.activation_offload_s": "Activation offload left exposed.",
     "time.step_s": "Seconds per step.",
     "time.mfu": "Model FLOPs utilisation (0–1) under the convention.",
@@ -266,6 +267,7 @@ KEY_DOCS: dict[str, str] = {
     "time.nccl_channel_setup": "NCCL's channel set-up allocations counted in the communicator bytes.",
     "time.nccl_nvls": "NCCL's NVLink SHARP on (its buffers counted, the all-reduce's speed-up credited).",
     "time.use_multi_rank_bucket_allreduce": "DeepSpeed ZeRO-1/2 all-reduce each gradient bucket (false: reduce per rank).",
+    "time.lp_grads_set_to_none": "DeepSpeed BF16_Optimizer frees the BF16 gradients before each backward (2022-04 to 2025-03).",
     "time.grad_stats_group": "Megatron-Core's gradient-statistics group: intra_dist_opt_instance "
     "(its own communicator) or world (before 8c1e094afe; none more).",
     "time.kernel_efficiency": "Single model: share of peak the kernels reach.",

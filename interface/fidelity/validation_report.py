@@ -36,7 +36,7 @@ GROUPS: dict[str, Callable[[ValidationResult], str]] = {
 }
 """How the statistics group rows: by what ran, by dense / MoE, by accelerator."""
 
-_BREAKDOWN = ("compute_s", "bubble_s", "exposed_comm_s", "optimizer_s")
+_BREAKDOWN = ("compute_s", "bubble_s", "exposed_comm_s", "optimizer_s", "grad_accumulation_s")
 
 
 def _does_not_fit_line(count: int) -> str:
@@ -238,7 +238,7 @@ def _table_line(r: ValidationResult) -> str:
 _HEAD = (
     "| run | model | part | profile | layout | published | step s, published | step s, model | "
     "time error | peak GiB, published | peak GiB, model | memory error | fits | "
-    "model step: compute / bubble / exposed comm / optimizer % |"
+    "model step: compute / bubble / exposed comm / optimizer / grad accumulation % |"
 )
 
 

@@ -65,7 +65,6 @@ def _attention_note(est: Estimate) -> str:
 def _time_sentence(est: Estimate, overlap: str) -> str:
     """How the step time was reckoned: the roofline model's figures and mechanisms, or the
     single model's efficiency and overlaps."""
-
     o = est.options
     if not uses_roofline(o, est.layout.framework, est.device):
         return (
@@ -128,14 +127,15 @@ def _tp_overlap_said(est: Estimate) -> str:
 
 def _dp_overlap(est: Estimate) -> str:
     """What the dp phrase of the roofline line says: the once-per-step traffic overlapped or
-    exposed, and under DeepSpeed ZeRO-1/2 without ``overlap_comm`` every reduction exposed
-    (:func:`model.comm.reduces_beside_compute`)."""
-    lay, o = est.layout, est.options
+    exposed, under DeepSpeed ZeRO-1/2 without ``overlap_comm`` every reduction exposed
+    (:func:`model.comm.reduces_beside_compute`), and DeepSpeed's accumulation in the backwards."""
+    lay, o, tt = est.layout, est.options, est.time_terms
+    more = ", gradient accumulation in each backward" if tt and tt.grad_accumulation_s else ""
     if not reduces_beside_compute(
         str(lay.framework), lay.zero_stage, est.training.deepspeed_overlap_comm
     ):
-        return "dp reductions exposed (DeepSpeed overlap_comm off: on the compute stream)"
-    return f"dp once-per-step traffic {'overlapped' if o.grad_reduce_overlap else 'exposed'}"
+        return f"dp reductions exposed (DeepSpeed overlap_comm off: on the compute stream){more}"
+    return f"dp once-per-step traffic {'overlapped' if o.grad_reduce_overlap else 'exposed'}{more}"
 
 
 def _nccl_charge(est: Estimate) -> str:

@@ -341,6 +341,11 @@ def _pipeline_and_step(d: dict[str, Any]) -> list[str]:
         f"{_secs(t['exposed_comm_s'])}{optimizer}"
         + (f" + offload {_secs(t['offload_s'])}" if t.get("offload_s") else "")
         + (
+            f" + gradient accumulation {_secs(t['grad_accumulation_s'])}"
+            if t.get("grad_accumulation_s")
+            else ""
+        )
+        + (
             f" (activation offload {_secs(t['activation_offload_s'])} exposed, in compute)"
             if t.get("activation_offload_s")
             else ""

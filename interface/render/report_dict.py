@@ -81,6 +81,7 @@ def _efficiencies(est: Estimate) -> dict[str, Any]:
         "nccl_channel_setup": est.options.nccl_channel_setup,
         "nccl_nvls": est.options.nccl_nvls,
         "use_multi_rank_bucket_allreduce": est.options.use_multi_rank_bucket_allreduce,
+        "lp_grads_set_to_none": est.options.lp_grads_set_to_none,
         "grad_stats_group": est.options.grad_stats_group,
         "tp_comm_overlap_cfg": est.options.tp_comm_overlap_cfg,
     }
@@ -426,6 +427,7 @@ def _time(est: Estimate) -> dict[str, Any]:
         "exposed_comm_s": est.exposed_comm_s,
         "optimizer_s": None if est.time_terms is None else est.time_terms.optimizer_s,
         "offload_s": est.time_terms.offload_s if est.time_terms else None,
+        "grad_accumulation_s": est.time_terms.grad_accumulation_s if est.time_terms else None,
         "activation_offload_s": est.time_terms.activation_offload_s if est.time_terms else None,
         "step_s": est.step_s,
         "mfu": est.mfu,

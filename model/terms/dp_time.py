@@ -31,6 +31,7 @@ from trainplan.model.comm import (
     reduces_beside_compute,
 )
 from trainplan.model.comm_sms import collective_sm_share
+from trainplan.model.deepspeed_accumulate import accumulate_seconds
 from trainplan.model.dp_exposure import DpSeconds, dp_exposed_seconds, dp_seconds
 from trainplan.model.fsdp2_pipeline import regather_forward_share
 from trainplan.model.memory import FP8_PARAM_BYTES
@@ -46,7 +47,7 @@ from trainplan.model.terms.traffic import (
 )
 from trainplan.model.xp import as_float, where
 
-__all__ = ["dp_group_seconds", "dp_group_times", "dp_seconds_term"]
+__all__ = ["dp_group_seconds", "dp_group_times", "dp_seconds_term", "grad_accumulation_term"]
 
 
 def dp_group_seconds(c: Context, f: Fields, mech: Any = None) -> tuple[tuple[DpSeconds, Any], ...]:
@@ -130,3 +131,24 @@ def dp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
     (:func:`dp_group_times`), for the stage with the most parameters."""
     (dense, dense_exposed), (experts, expert_exposed) = dp_group_times(c, f, window)
     return dense + experts, dense_exposed + expert_exposed
+
+
+def grad_accumulation_term(c: Context, f: Fields) -> Any:
+    """Seconds the layout's mechanism spends accumulating gradients inside the backward passes
+    of a step, on the compute stream (:attr:`model.mechanism_record.Mechanism.accumulate_bytes`:
+    DeepSpeed's, :mod:`model.deepspeed_accumulate`; 0 elsewhere): the parameters of the stage
+    with the most (dense and routed experts on one GPU) over the ``m + pp − 1`` backward passes
+    on DeepSpeed's 1F1B critical path (:func:`model.deepspeed_accumulate.accumulate_seconds`).
+    Exact where that stage paces the pipeline or every stage holds as many parameters; else at
+    most ``m + pp − 1`` times the difference of two stages' accumulation too much. Reads the
+    shape and the ZeRO stage (through the mechanism), as the rest of ``t2``."""
+    mech = dp_mechanism(c, f)
+    if not (mech.accumulate_bytes or mech.accumulate_first_bytes):
+        return 0.0
+    dense, experts = busiest_params(c, f)
+    hbm = c.gpu.hbm_bytes_per_s
+    assert hbm is not None  # the roofline model runs only with it
+    return accumulate_seconds(
+        mech.accumulate_first_bytes, mech.accumulate_bytes, as_float(dense + experts),
+        f.m + f.pp - 1, hbm, params_of(c),
+    )  # fmt: skip

@@ -376,8 +376,9 @@ def pp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
         # partitioned: the 1/tp share is sent and gathered over tp; an MoE model's, whole
         shares = where(pipe_partitioned("deepspeed", arch.moe is not None), f.tp, 1)
         seconds = pipe_engine_seconds(
-            as_float(message), shares, f.m + f.pp - 1, as_float(tied), *link,
+            as_float(message), shares, f.m, f.pp, as_float(tied), *link,
             where(tp_bandwidth > 0, tp_bandwidth, 1.0), tp_scaleup, params_of(c),
+            c.gpu.hbm_bytes_per_s,
         )  # fmt: skip
         seconds = where(on, seconds, 0.0)
         return seconds, seconds

@@ -7,8 +7,9 @@ term (``t2``, what the ZeRO stage changes), under either time model.
   micro-batch, plus the exposed pipeline messages (and, under the single model, the exposed tp,
   cp and ep traffic) and activation offload's exposed copies. Reads the shape and recompute, not
   the ZeRO stage.
-* ``t2`` = :func:`dp_term` — the exposed data-parallel traffic, the optimizer step (roofline)
-  and an offload's host transfers and CPU step. Reads the shape and the ZeRO stage, not
+* ``t2`` = :func:`dp_term` — the exposed data-parallel traffic, the optimizer step and the
+  gradient accumulation inside the backward passes (roofline) and an offload's host transfers
+  and CPU step. Reads the shape and the ZeRO stage, not
   recompute: its overlap window is one micro-batch on the slowest stage *without* recomputation.
 
 The roofline model (:mod:`model.terms.roofline`) times every operation and collective by its
@@ -53,7 +54,7 @@ from trainplan.model.terms.activation_fields import (
     output_stage,
     stage_layer_counts,
 )
-from trainplan.model.terms.dp_time import dp_group_times
+from trainplan.model.terms.dp_time import dp_group_times, grad_accumulation_term
 from trainplan.model.terms.fields import Context, Fields, stage_max
 from trainplan.model.terms.roofline import (
     ep_dispatch_fields,
@@ -150,6 +151,9 @@ class DpTime:
     """Host-link transfers and the CPU optimizer step of an offload, all exposed."""
     expert: Any = (0.0, 0.0)
     """Of (seconds, exposed_s), the routed experts' on the expert data-parallel group."""
+    accumulate_s: Any = 0.0
+    """Gradient accumulation inside the backward passes on the critical path (roofline model;
+    :func:`model.terms.dp_time.grad_accumulation_term`)."""
 
     @property
     def axes(self) -> dict[str, tuple[Any, Any]]:
@@ -159,8 +163,8 @@ class DpTime:
 
     @property
     def total_s(self) -> Any:
-        """t2: exposed dp + optimizer step + offload."""
-        return self.exposed_s + self.optimizer_s + self.offload_s
+        """t2: exposed dp + optimizer step + offload + gradient accumulation."""
+        return self.exposed_s + self.optimizer_s + self.offload_s + self.accumulate_s
 
 
 def pipeline_seconds(m: Any, microbatch_s: Any, pp: Any, v: Any) -> Any:
@@ -467,16 +471,18 @@ def dp_term(c: Context, f: Fields) -> DpTime:
     InputError
         Offload on a device without host-link or host-memory figures.
     """
+    accumulate = 0.0
     if uses_roofline(c.options, f.framework, c.gpu):
         dense, experts = dp_group_times(c, f, window_seconds(c, f))
         optimizer = optimizer_seconds_term(c, f)
+        accumulate = grad_accumulation_term(c, f)
     else:  # each group's bytes on its own link (model.terms.traffic.dp_group_traffic_bytes)
         window = single_microbatch_seconds(c, f, Recompute.NONE)
         (d_total, d_mb), (e_total, e_mb) = dp_group_traffic_bytes(c, f)
         dense = single_axis_seconds(c, f, "dp", d_total, 0, d_mb, window)
         experts, optimizer = single_axis_seconds(c, f, "edp", e_total, 0, e_mb, window), 0.0
     seconds, exposed = dense[0] + experts[0], dense[1] + experts[1]
-    return DpTime(seconds, exposed, optimizer, offload_term(c, f), experts)
+    return DpTime(seconds, exposed, optimizer, offload_term(c, f), experts, accumulate)
 
 
 def objective_ns(t1_s: Any, t2_s: Any) -> tuple[Any, Any]:

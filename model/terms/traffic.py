@@ -83,7 +83,8 @@ __all__ = [
 
 def dp_mechanism(c: Context, f: Fields) -> Any:
     """The layout's ZeRO stage as its framework runs it, with the recipe's bytes, the
-    options' ZeRO-3 re-gather and DeepSpeed bucket all-reduce and, with pp > 1, the framework's pipeline-schedule variant
+    options' ZeRO-3 re-gather, DeepSpeed bucket all-reduce and BF16 gradient clearing and, with
+    pp > 1, the framework's pipeline-schedule variant
     (:func:`model.mechanisms.mechanism`)."""
     t = c.training
     return mechanism(
@@ -92,7 +93,7 @@ def dp_mechanism(c: Context, f: Fields) -> Any:
         distributed_optimizer=t.distributed_optimizer, overlap_comm=t.deepspeed_overlap_comm,
         cpu_offload=t.offload.optimizer > 0,
         multi_rank_allreduce=c.options.use_multi_rank_bucket_allreduce,
-        sp_comm=sp_comm_bytes(t, f.cp),
+        sp_comm=sp_comm_bytes(t, f.cp), lp_grads_set_to_none=c.options.lp_grads_set_to_none,
     )  # fmt: skip
 
 

@@ -20,13 +20,7 @@ from trainplan.model.comm import (
 )
 from trainplan.model.errors import LayoutError
 from trainplan.model.pipeline_p2p import interleaved_send_span
-from trainplan.model.roofline import Collective, RooflineParams, collective_time
-from trainplan.model.step_time import (
-    DEEPSPEED_GATHERS_PER_CYCLE,
-    DEEPSPEED_TRANSFERS_PER_CYCLE,
-    pipe_engine_seconds,
-    pp_exposed_seconds,
-)
+from trainplan.model.step_time import pp_exposed_seconds
 from trainplan.optimizer.case import Case
 
 BASE = dict(model="llama3-8b", num_gpus=64, dp=8, tp=2, pp=4, global_batch_size=128, seq_len=4096)
@@ -49,27 +43,6 @@ def test_which_frameworks_overlap_what() -> None:
     assert grad_reduce_overlaps("deepspeed", 1, True) is True
     assert grad_reduce_overlaps("megatron", 8, True) is True
     assert pipe_partitioned("deepspeed") and not pipe_partitioned("megatron")
-
-
-def test_deepspeed_pipe_engine_seconds_written_out() -> None:
-    """A 64 MiB stage output, tp 8, m + pp − 1 = 20 cycles, 25 GB/s across nodes: each cycle
-    four blocking sends of its 8 MiB share (``PartitionedTensor`` over tp, once) and three
-    all-gathers over tp rebuilding the 64 MiB tensor (``_exec_forward_pass``'s input,
-    ``_exec_backward_pass``'s own output and the received gradient)."""
-    p = RooflineParams(gemm_efficiency=0.7)
-    out = 64 * 2**20
-    send = collective_time(Collective.SEND_RECV, 2, out / 8, 25e9, False, p)
-    gather = collective_time(Collective.ALL_GATHER, 8, out * 7 / 8, 300e9, True, p)
-    # NCCL's base + one network hop, the bytes at 0.96 of the NIC
-    assert send == pytest.approx(8.4e-6 + 14e-6 + 8 * 2**20 / (0.96 * 25e9))
-    t = pipe_engine_seconds(out / 8, 8, 20, 0.0, 25e9, False, 300e9, True, p)
-    assert (DEEPSPEED_TRANSFERS_PER_CYCLE, DEEPSPEED_GATHERS_PER_CYCLE) == (4, 3)
-    assert t == pytest.approx(20 * (4 * send + 3 * gather))
-    # tp 1: the whole tensor, no gather
-    whole = collective_time(Collective.SEND_RECV, 2, out, 25e9, False, p)
-    assert pipe_engine_seconds(out, 1, 20, 0.0, 25e9, False, 1.0, True, p) == pytest.approx(
-        20 * 4 * whole
-    )
 
 
 def test_deepspeed_pipeline_sends_split_once_over_tp() -> None:

@@ -30,6 +30,10 @@ from trainplan.topology.accelerators import get_accelerator
 
 TINY = TINY_GQA
 
+ACCUMULATE_10_NS = round(10 * 6 * 187_188_224 / (0.9 * 3.35e12) * 1e9)
+"""DeepSpeed ZeRO-1's 10 adds of a 6 B gradient element over TINY's 187,188,224 parameters at
+0.9 of the test part's 3.35 TB/s (model/deepspeed_accumulate.py), nanoseconds."""
+
 
 def _small(
     mem_gib: int, algorithm="grpo", reward="rule", off_policy=0, framework="megatron"
@@ -113,12 +117,17 @@ def test_cpsat_equals_the_oracle_when_each_role_is_a_process():
     1,359,771,503 ns (+ the engine's tp all-reduces, model/rollout_reduce.py: the engine runs tp 1 × dp 2, not
     tp 2 × dp 1, +394,651 ns, as in test_scoring_roles_keep_the_actors_split) → 1,398,886,205
     ns (decode's reads at the part's streaming share, model.rlhf.engine.decode_efficiency: 0.9,
-    hbm_efficiency, for this test part without a BabelStream run). CP-SAT still equals the
-    oracle."""
+    hbm_efficiency, for this test part without a BabelStream run) → 1,402,611,344 ns (DeepSpeed's
+    ZeRO-1 accumulates each micro-batch's 16-bit gradient into ``.grad`` by autograd's add,
+    model/deepspeed_accumulate.py: the trained roles' update at b = ⌊16,384 / 1,280⌋ = 12
+    sequences is m = ⌈128 / 12⌉ = 11 micro-batches on one GPU, 10 adds of 6 B × 187,188,224
+    parameters at 0.9 of 3.35 TB/s, 3,725,139 ns more; the actor and the critic train on
+    pools of their own, side by side). CP-SAT still equals the oracle."""
     problem = _small(9, "ppo", "model", 0, framework="deepspeed")
     _check(problem)
     r = search_placement(problem)
-    assert r.colocated is None and r.best.objective_ns == 1_398_886_205
+    assert ACCUMULATE_10_NS == 3_725_139
+    assert r.colocated is None and r.best.objective_ns == 1_398_886_205 + ACCUMULATE_10_NS
     pools = sorted((p.roles, p.processes, p.process_bytes) for p in r.best.plan.pools)
     assert pools == [
         (("actor", "reference"), 2, 700_186_624),
@@ -157,19 +166,23 @@ def test_scoring_roles_keep_the_actors_split(monkeypatch):
     has no BabelStream run): the engine's rollout 372,043,098 → 411,157,800 ns (all 2,048
     decode steps HBM-bound: 352,032,317 ns of reads at the datasheet's bandwidth → 391,147,019
     ns at 0.9 of it, 39,114,702 ns more), so
-    1,359,771,503 → 1,398,886,205 ns with a reward model, 1,120,481,837 → 1,159,596,539 without."""
+    1,359,771,503 → 1,398,886,205 ns with a reward model, 1,120,481,837 → 1,159,596,539 without.
+    DeepSpeed's ZeRO-1 accumulates the actor's 16-bit gradients by autograd's add
+    (model/deepspeed_accumulate.py): m = ⌈128 / (12 · dp)⌉ micro-batches an update, 10 adds at
+    dp 1 and 5 at dp 2 of 6 B × 187,188,224 parameters at 0.9 of 3.35 TB/s (372,513.9 ns
+    each): 1,402,611,344 and 1,163,321,678 ns; the refused placement 1,304,351,222 ns."""
     assert split_peak_tokens(128, 16_384, 1_280, None, 1) == 12 * 1_280 == 15_360
     assert split_peak_tokens(128, 16_384, 1_280, None, 2) == 13 * 1_280 == 16_640
     model = _small(9, "grpo", "model", 0, framework="deepspeed")
     _check(model)
     best = search_placement(model).best
-    assert best.objective_ns == 1_359_771_503 + 39_114_702 == 1_398_886_205
+    assert best.objective_ns == 1_359_771_503 + 39_114_702 + ACCUMULATE_10_NS == 1_402_611_344
     assert best.plan.phase_s[0] == pytest.approx(0.411157800, abs=1e-9)
     assert {c.split_tokens for c in best.plan.costs if c.option.role != Role.ROLLOUT} == {15_360}
     problem = _small(9, "grpo", "rule", 0, framework="deepspeed")
     _check(problem)
     best = search_placement(problem).best
-    assert best.objective_ns == 1_120_481_837 + 39_114_702 == 1_159_596_539
+    assert best.objective_ns == 1_120_481_837 + 39_114_702 + ACCUMULATE_10_NS == 1_163_321_678
     engine = next(c for c in best.plan.costs if c.option.role is Role.ROLLOUT)
     assert (engine.option.tp, engine.option.dp, engine.option.gpus) == (1, 2, 2)
     assert 372_043_098 - 371_648_447 == 394_651
@@ -186,7 +199,8 @@ def test_scoring_roles_keep_the_actors_split(monkeypatch):
     monkeypatch.setattr(search, "split_refusal", lambda costs: None)
     # decode's reads at 0.9 of the test part's HBM: its 1-GPU engine decodes twice the 2-GPU
     # engine's share of the rollouts, so twice its 39,114,702 ns more
-    assert objective_ns(problem, costs, slots) == 1_224_259_249 + 2 * 39_114_702 == 1_302_488_653
+    five = round(5 * 6 * 187_188_224 / (0.9 * 3.35e12) * 1e9)  # the actor's 5 adds at dp 2
+    assert objective_ns(problem, costs, slots) == 1_302_488_653 + five == 1_304_351_222
 
 
 @pytest.mark.parametrize("framework", ["deepspeed", "megatron"])
