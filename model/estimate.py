@@ -34,6 +34,7 @@ from trainplan.model.terms.fields import INSIDE_DOMAIN, AxisLinkLike, Context, L
 from trainplan.model.terms.forward_gather import forward_gather_term
 from trainplan.model.terms.peak import StageMemory, busiest_stage, host_fits, stage_memory_term
 from trainplan.model.terms.roofline import muon_axis_traffic, muon_gather_seconds
+from trainplan.model.terms.sm_shares import layout_sm_shares
 from trainplan.model.terms.split_key import SplitKey
 from trainplan.model.terms.stage_params import stage_params_per_gpu
 from trainplan.model.terms.step import (
@@ -118,6 +119,9 @@ class TimeTerms:
     """What activation offload's copies leave exposed; already in ``compute_and_pipeline_s``."""
     forward_gather_s: float = 0.0
     """Exposed all-gathers of a forward-only pass (:mod:`model.terms.forward_gather`); not summed."""
+    sm_shares: tuple[tuple[str, float], ...] = ()
+    """``(group, φ)`` charged to the computation its overlapped NCCL collectives hide under
+    (:func:`model.terms.sm_shares.layout_sm_shares`; roofline model)."""
 
     @property
     def step_s(self) -> float:
@@ -359,7 +363,7 @@ def _time(
     forward = forward_gather_term(c, f)[1] if roofline else 0.0  # an RLHF scoring forward's
     return rows, TimeTerms(
         pipe.compute_s, pipe.total_s, dp.exposed_s, pipe.bubble_s, dp.optimizer_s, dp.offload_s,
-        pipe.activation_offload_s, forward,
+        pipe.activation_offload_s, forward, layout_sm_shares(c, f) if roofline else (),
     )  # fmt: skip
 
 
