@@ -120,8 +120,7 @@ class TimeTerms:
     forward_gather_s: float = 0.0
     """Exposed all-gathers of a forward-only pass (:mod:`model.terms.forward_gather`); not summed."""
     sm_shares: tuple[tuple[str, float], ...] = ()
-    """``(group, φ)`` charged to the computation its overlapped NCCL collectives hide under
-    (:func:`model.terms.sm_shares.layout_sm_shares`; roofline model)."""
+    """``(group, φ)`` of its overlapped NCCL collectives (:func:`model.terms.sm_shares.layout_sm_shares`)."""
 
     @property
     def step_s(self) -> float:
@@ -465,14 +464,10 @@ def recomputed_by_stage(arch: Architecture, layout: Layout) -> tuple[tuple[int, 
     there (the first k of each of its model chunks, :func:`model.split.recomputed_in_chunks`);
     empty tuples without per-stage counts."""
     counts = layout.recompute_layers or (0,) * layout.pp
-    pp, v, uneven, sizes = (
-        layout.pp,
-        layout.virtual_stages,
-        layout.split_rule,
-        layout.stage_layers,
-    )
+    args = (layout.pp, layout.virtual_stages, layout.split_rule)
+    sizes, schedule = layout.stage_layers, layout.schedule
     return tuple(
-        recomputed_in_chunks(stage_chunks(arch, pp, v, uneven, i, sizes, layout.schedule), k)
+        recomputed_in_chunks(stage_chunks(arch, *args, i, sizes, schedule), k)
         for i, k in enumerate(counts)
     )
 
