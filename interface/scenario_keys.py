@@ -114,10 +114,11 @@ KEY_HELP: dict[str, str] = {
     "p2p_forward_send_wait": "Roofline, megatron interleaved: each forward send is waited on "
     "right after it is posted (default true: Megatron-Core 0.18 and later, which the launch "
     "flags target; false: earlier Megatron-Core).",
-    "nccl_sm_charge": "Roofline: charge the SMs NCCL's NVLink SHARP channels hold to the "
-    "computation an overlapped data-parallel or asynchronous tensor-parallel collective or NCCL "
-    "expert all-to-all hides under (default true: measured per operation on an H200; false "
-    "charges nothing; docs/time-model-sources.md).",
+    "nccl_sm_charge": "Roofline: charge the SMs NCCL's channels hold (NVLink SHARP's or the "
+    "ring's, by the algorithm NCCL runs) to the computation an overlapped data-parallel or "
+    "asynchronous tensor-parallel collective or NCCL expert all-to-all hides under (default "
+    "true: measured per operation on an H200; false charges nothing; "
+    "docs/time-model-sources.md).",
     "nccl_channel_setup": "Memory: count the device allocations NCCL makes to set up each "
     "communicator's channels, 2 MiB each, 196 MiB inside an H100 node (32 channels), 100 MiB "
     "across nodes (16) (default true; docs/memory-mechanisms.md, NCCL).",

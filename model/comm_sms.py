@@ -40,21 +40,14 @@ also do: 128 KiB of TMA shared memory each (``kNumTMABytesPerWarp`` 16,384 × 8;
 none), NVLink and RDMA traffic with waits on peers (the stand-in copies HBM to HBM on one GPU),
 and a combine that reduces as it receives.
 
-The NCCL all-to-all (``alltoall``) is grouped send/recv, one per peer, and NCCL runs
-send/recv on its peer-to-peer channels, one block each (NVIDIA/nccl at 5067397c,
-``src/enqueue.cc`` ``scheduleP2pTasksToPlan`` and ``addP2pToPlan``: a large transfer to each peer
-striped over ``p2pnChannelsPerPeer`` channels, at least ``p2pnChannels / nRanks`` of them,
-from a base that differs by peer, so a large all-to-all touches every one; ``ncclLaunchKernel``: one block per
-channel touched, ``NCCL_MAX_NTHREADS`` = 640 threads each, ``src/include/device.h``). Their
-count, ``p2pnChannels``, is the communicator's ring channel count rounded up to a power of two
-(``src/graph/paths.cc`` ``ncclTopoComputeP2pChannels``: ``pow2Up(min(nChannels,
-NCCL_MAX_P2P_NCHANNELS = MAXCHANNELS))``), so an all-to-all holds at least as many blocks as
-the ring collectives beside it, which are charged :func:`collective_sm_share` (below). It is
-charged the same: the NVLS count taken as the floor of its blocks (an assumption, like the ring
-collectives' charge; an H800's log shows 16 ring and 16 p2p channels, NVIDIA/nccl issue #892,
-a check, not a source), through the same option (``nccl_sm_charge``). Its blocks hold 640
-threads where the measurement's held 512, another reason the charge is a floor. A part without
-a sourced SM count (``scenarios/kernels/gemm.toml`` ``[[sm_count]]``) is charged nothing.
+The NCCL all-to-all (``alltoall``) is grouped send/recv, one per peer, run on NCCL's
+peer-to-peer channels, one block of ``NCCL_MAX_NTHREADS`` = 640 threads each
+(``src/include/device.h``): a large one on all ``p2pnChannels`` of them, the ring count rounded
+up to a power of two (:func:`model.nccl_channels.collective_blocks`; 32 in an H100 or A100 node),
+charged by the same rule through the same option (``nccl_sm_charge``;
+:func:`collective_sm_share` of the expert-parallel group). Its blocks hold 640 threads where the
+measurement's held 512, so the charge is a floor. A part without a sourced SM count
+(``scenarios/kernels/gemm.toml`` ``[[sm_count]]``) is charged nothing.
 
 Megatron-Core's ``hybridep`` (:class:`model.moe_run.Dispatcher`) runs DeepEP's HybridEP kernels,
 charged by the same rule at their own SM count (:data:`DISPATCHER_SMS`, whatever
@@ -79,35 +72,40 @@ span is read from the expert-parallel group's link (the two agree at expert tp 1
 
 NCCL's collectives hold SMs the same way: one thread block (CTA) per channel for the whole
 collective (NVIDIA/nccl at 5067397c, ``src/enqueue.cc`` ``topoGetAlgoInfo``: ``nc`` channels,
-one block each). How many channels a collective gets depends on its algorithm:
+one block each), their count that of the algorithm NCCL's tuner runs the collective as
+(:func:`model.nccl_channels.collective_blocks`, NCCL's defaults assumed):
 
-* NVLink SHARP (NVLS, parts with NVSwitch and compute capability ≥ 9.0): a fixed default,
-  ``src/transport/nvls.cc`` ``ncclNvlsTuning`` — ``NVLS_NCHANNELS_SM90`` = 16 on Hopper,
-  ``NVLS_NCHANNELS_SM100_NVL`` = 24 on Blackwell in one NVLink domain; across domains
-  ``NVLS_NCHANNELS_SM100`` = 32, which ``ncclNvlsTreeSm100Tuning`` sets back to 24 for more
-  than two domains of ≤ 8 GPUs each on NICs of ≥ 48 GB/s (32 on two domains, or more than 8
-  GPUs a domain on ≥ 96 GB/s NICs). :data:`NCCL_NVLS_CTAS` carries 16 and 24.
-* Ring and tree: the number of rings the topology search finds (``src/graph/search.cc``
-  ``ncclTopoCompute``, duplicated ×2 in ``src/graph/connect.cc`` ``ncclTopoPostset``, capped by
-  ``NCCL_MAX_CTAS`` / ``MAXCHANNELS`` = 64) — an outcome of the machine's links, not a constant
-  of the code; A100 (no NVLS) therefore has no count here and is charged nothing.
+* NVLink SHARP (an all-reduce of a communicator with ≥ 2 GPUs on a node of a part with NVLS:
+  NVLS in one NVLink domain, NVLS-tree across): ``src/transport/nvls.cc`` ``ncclNvlsTuning``'s
+  fixed default, ``NVLS_NCHANNELS_SM90`` = 16 on Hopper, ``NVLS_NCHANNELS_SM100_NVL`` = 24 on
+  Blackwell (:data:`model.nvls.NVLS_CHANNELS`; across Blackwell domains ``NVLS_NCHANNELS_SM100``
+  = 32, which ``ncclNvlsTreeSm100Tuning`` sets back to 24 for more than two domains of ≤ 8 GPUs
+  on NICs of ≥ 48 GB/s; 32 on two domains or more than 8 GPUs a domain on ≥ 96 GB/s NICs: not
+  modelled, 24 read).
+* Ring and tree (every reduce-scatter and all-gather, and an all-reduce without NVLS: A100, a
+  group with one GPU a node, ``NCCL_NVLS_ENABLE=0``): the communicator's channels,
+  ``comm->nChannels`` (:func:`model.nccl_channels.collective_channels`: 24 in an A100 or H100
+  node, 32 on NVLink 5; across nodes two per GPU a node on A100's 200 Gb/s NICs, on H100's
+  400 Gb/s NICs 4 at one GPU a node, 8 at two, 16 at four or eight).
 
 The measurement's stand-in was sized as an NCCL block (``NCCL_SIMPLE_MAX_NTHREADS`` = 512,
-``src/include/device.h``). :func:`collective_sm_share` is the measured ``φ`` at the NVLS count:
-the ``φ`` of a data-parallel reduce-scatter, all-gather or all-reduce that the framework runs
-beside computation (:func:`model.dp_exposure.dp_exposed_seconds`: gradient reduction,
-ZeRO-3/FSDP prefetched gathers), of NCCL's expert all-to-all where it is overlapped
-(:func:`dispatcher_sm_share`, above) and of Megatron-Core's asynchronous tensor-parallel
-collectives in backward, in the dense and MoE layers and the output layer alike (the
-embedding's wait whole: none is overlapped) (:mod:`model.layer_time`, ``tp_comm_overlap =
-async``, on the clocks of :func:`model.step_time.kind_parts`; PyTorch's SymmetricMemory runs
-its own kernels, not NCCL's, and is not charged; Transformer Engine's userbuffers kernels are
-charged :func:`held_sm_share` of their own ``num_sm`` where the GEMM beside them keeps every SM,
-:func:`model.userbuffers_gemm.ub_sm_share`). A check, not a source: Lee et al. 2025 (arXiv 2507.03114) measure computation
-overlapped with a collective on 4 A100s or H100s 18.9 % slower on average (40 % at most); the
-H200's GEMMs ran 31 % slower beside 16 blocks (22–91 %). The figures are steady-state: the
-stand-in held its SMs through a loop of GEMMs, where a collective holds them only while it runs.
-:class:`model.timing.CostOptions` ``nccl_sm_charge`` says whether the step time charges it
+``src/include/device.h``). :func:`collective_sm_share` is the measured ``φ`` at a group's
+blocks: the ``φ`` of a data-parallel reduce-scatter, all-gather or all-reduce that the framework
+runs beside computation (:func:`model.terms.dp_time.dp_group_times`: gradient reduction,
+ZeRO-3/FSDP prefetched gathers, each group at its own placement), of NCCL's expert all-to-all
+where it is overlapped (above) and of Megatron-Core's asynchronous tensor-parallel collectives
+in backward, in the dense and MoE layers and the output layer alike (the embedding's wait whole:
+none is overlapped; :mod:`model.layer_time`, ``tp_comm_overlap = async``, and the output
+layer's under ``full`` too: Megatron-Core's output layer is not a Transformer Engine layer, its
+collectives are NCCL's; on the clocks of :func:`model.step_time.kind_parts`; PyTorch's
+SymmetricMemory runs its own kernels, not NCCL's, and is not charged; Transformer Engine's
+userbuffers kernels are charged :func:`held_sm_share` of their own ``num_sm`` where the GEMM
+beside them keeps every SM, :func:`model.userbuffers_gemm.ub_sm_share`). A check, not a source:
+Lee et al. 2025 (arXiv 2507.03114) measure computation overlapped with a collective on 4 A100s
+or H100s 18.9 % slower on average (40 % at most); the H200's GEMMs ran 31 % slower beside 16
+blocks (22–91 %). The figures are steady-state: the stand-in held its SMs through a loop of
+GEMMs, where a collective holds them only while it runs. :class:`model.timing.CostOptions`
+``nccl_sm_charge`` says whether the step time charges it
 (on by default since the validation goals improved with it beside the fitted GEMM
 efficiency; ``docs/time-model-sources.md`` §2 has the figures and the caveat).
 """
@@ -120,7 +118,7 @@ from typing import Any
 from trainplan.model.gemm_shapes import sm_count
 from trainplan.model.kernels import interpolate_linear
 from trainplan.model.moe import DEEPEP_NUM_SMS
-from trainplan.model.nvls import NVLS_CHANNELS, nvls_channels
+from trainplan.model.nccl_channels import group_blocks
 from trainplan.model.op_rates import SM_PART
 from trainplan.model.part_family import catalogue_part
 from trainplan.model.xp import maximum
@@ -134,7 +132,6 @@ __all__ = [
     "DISPATCHER_SMS",
     "HYBRIDEP_NUM_SMS",
     "NCCL_DISPATCHERS",
-    "NCCL_NVLS_CTAS",
     "dispatcher_sm_share",
     "collective_sm_share",
     "contended_wait",
@@ -213,8 +210,8 @@ DISPATCHER_SMS: dict[str, tuple[int, int]] = {
 in one NVLink domain, across domains): DeepEP's ``Buffer.num_sms`` either way, the default both
 DeepSeek-V3 (§3.2.2: "20 SMs … partitioned into 10 communication channels") and Megatron-Core
 run; HybridEP's :data:`HYBRIDEP_NUM_SMS`. NCCL's all-to-all is charged as NCCL's collectives
-are (:func:`dispatcher_sm_share`); another dispatcher not listed is charged none (module
-docstring)."""
+are (:func:`collective_sm_share` of its blocks); another dispatcher not listed is charged none
+(module docstring)."""
 
 NCCL_DISPATCHERS = frozenset({"alltoall"})
 """Dispatchers whose all-to-all is NCCL's grouped send/recv (:class:`model.moe_run.Dispatcher`
@@ -222,86 +219,81 @@ NCCL_DISPATCHERS = frozenset({"alltoall"})
 
 
 @lru_cache(maxsize=64)
-def dispatcher_sm_share(
-    dispatcher: str, device_name: str, nccl_charged: bool, one_domain: bool = True
-) -> float:
-    """``φ``: what the dispatcher's kernels cost the computation beside them while they run:
+def dispatcher_sm_share(dispatcher: str, device_name: str, one_domain: bool = True) -> float:
+    """``φ``: what a dispatcher's own kernels cost the computation beside them while they run:
     :func:`held_sm_share` of its :data:`DISPATCHER_SMS` (DeepEP's 20; HybridEP's 24 when the
-    expert-parallel group lies in one NVLink domain, ``one_domain``, else 8), or for NCCL's
-    all-to-all :func:`collective_sm_share` (the NVLS count as the floor of its peer-to-peer
-    blocks, module docstring) when ``nccl_charged`` (:class:`model.timing.CostOptions`
-    ``nccl_sm_charge``); 0 for another dispatcher or a part without a sourced count.
-    ``dispatcher``: a :class:`model.moe_run.Dispatcher` value.
+    expert-parallel group lies in one NVLink domain, ``one_domain``, else 8), whatever
+    ``nccl_sm_charge`` says; 0 for NCCL's all-to-all (:data:`NCCL_DISPATCHERS`, charged
+    :func:`collective_sm_share` of its group's blocks), another dispatcher or a part without a
+    sourced count. ``dispatcher``: a :class:`model.moe_run.Dispatcher` value.
 
     Examples
     --------
     DeepEP on an H800 (132 SMs; DeepSeek-V3's 20 SMs, the SM share 20/132 = 0.1515):
 
-    >>> round(dispatcher_sm_share("deepep", "H800", True), 4)  # halfway between 16 and 24 blocks
+    >>> round(dispatcher_sm_share("deepep", "H800"), 4)  # halfway between 16 and 24 blocks
     0.2491
-    >>> round(dispatcher_sm_share("deepep", "B200", False), 4)  # 20·132/148 = 17.84 blocks
+    >>> round(dispatcher_sm_share("deepep", "B200"), 4)  # 20·132/148 = 17.84 blocks
     0.2436
-    >>> round(dispatcher_sm_share("deepep", "GB300", True), 4)  # 20·132/160 = 16.5 (Blackwell Ultra)
+    >>> round(dispatcher_sm_share("deepep", "GB300"), 4)  # 20·132/160 = 16.5 (Blackwell Ultra)
     0.2402
-
-    NCCL's all-to-all: Hopper's 16 NVLS blocks, 1 − 1/1.314; off with the option:
-
-    >>> round(dispatcher_sm_share("alltoall", "H800", True), 4)
-    0.239
-    >>> dispatcher_sm_share("alltoall", "H800", False), dispatcher_sm_share("deepep", "MI300X", True)
+    >>> dispatcher_sm_share("alltoall", "H800"), dispatcher_sm_share("deepep", "MI300X")
     (0.0, 0.0)
 
     HybridEP on a GB200 (148 SMs): 24 in one NVLink domain (21.41 H200 blocks), 8 across
     (7.14 blocks, 0.1504 · 7.14/8):
 
-    >>> round(dispatcher_sm_share("hybridep", "GB200", False), 4)
+    >>> round(dispatcher_sm_share("hybridep", "GB200"), 4)
     0.2527
-    >>> round(dispatcher_sm_share("hybridep", "GB200", True, one_domain=False), 4)
+    >>> round(dispatcher_sm_share("hybridep", "GB200", one_domain=False), 4)
     0.1341
     """
-    if str(dispatcher) in NCCL_DISPATCHERS:
-        return collective_sm_share(device_name, nccl_charged)
     sms = DISPATCHER_SMS.get(str(dispatcher))
     return 0.0 if sms is None else held_sm_share(sms[0 if one_domain else 1], device_name)
 
 
-NCCL_NVLS_CTAS: dict[str, int] = NVLS_CHANNELS
-"""Thread blocks (one per channel, each on its own SM) an NVLS collective runs on, by catalogue
-part (:data:`model.nvls.NVLS_CHANNELS`, the table NVLS's memory reads too): NCCL's ``src/transport/nvls.cc``
-``ncclNvlsTuning`` defaults, ``NVLS_NCHANNELS_SM90`` = 16 (Hopper, compute capability 9.0) and
-``NVLS_NCHANNELS_SM100_NVL`` = 24 (Blackwell, ≥ 10.0; also what ``ncclNvlsTreeSm100Tuning``
-sets for more than two NVLink domains of ≤ 8 GPUs, module docstring). Neither Megatron-Core
-nor torchtitan sets ``NCCL_NVLS_NCHANNELS`` or ``NCCL_MAX_CTAS`` (torchtitan's
-``set_batch_invariance`` sets ``NCCL_MAX_NCHANNELS`` = 1, for determinism only); but
-Megatron Bridge's performance recipes set ``NCCL_NVLS_ENABLE`` = 0
-(``src/megatron/bridge/perf_recipes/*/*/*.py``, e.g. ``llama/h100/llama3.py``), so their
-collectives run on the ring's channels, whose count the topology search decides."""
-
-
-def collective_sm_share(device_name: str, charged: bool) -> float:
-    """``φ`` of an NCCL collective beside computation: :func:`measured_sm_share` of its
-    :data:`NCCL_NVLS_CTAS` blocks on the part's ``[[sm_count]]``; 0 for a part without either,
-    or when the charge is off (``charged``: :class:`model.timing.CostOptions`
-    ``nccl_sm_charge``, on by default).
+@lru_cache(maxsize=4096)
+def collective_sm_share(
+    kind: str, device_name: str, charged: bool, nvls_enabled: bool, size: int, span: int,
+    gpus_per_node: int, nvlink: bool, nic: Any, nvl5: bool,
+) -> float:  # fmt: skip
+    """``φ`` of an NCCL collective of ``kind`` (:class:`model.nccl_channels.NcclKernel`) over a
+    group of ``size`` ranks spread over ``span`` consecutive ranks (``nvlink``: in one NVLink
+    domain; else across nodes of ``gpus_per_node`` GPUs on NICs of ``nic`` bytes/s) beside
+    computation: :func:`held_sm_share` of the blocks the algorithm NCCL runs it as holds
+    (:func:`model.nccl_channels.group_blocks`; ``nvls_enabled``:
+    :class:`model.timing.CostOptions` ``nccl_nvls``); 0 for a group of one rank, a part without
+    a sourced SM count, or when the charge is off (``charged``: ``nccl_sm_charge``, on by
+    default).
 
     Examples
     --------
-    >>> round(collective_sm_share("H100-SXM", True), 4)  # 1 − 1/1.314 at 16 (16/132 = 0.1212)
+    An H100 node's all-reduce on NVLS's 16 blocks, 1 − 1/1.314 (the SM share 16/132 = 0.121);
+    its reduce-scatter on the ring's 24, 1 − 1/1.350; an A100 node's on the ring's 24 of 108
+    SMs, 29.33 H200 blocks: 0.2593 + (5.33/8)·0.0922:
+
+    >>> node = (8, 8, 8, True, 0.0, False)
+    >>> round(collective_sm_share("all-reduce", "H100-SXM", True, True, *node), 4)
     0.239
-    >>> round(collective_sm_share("B200", True), 4)  # 24·132/148 = 21.41 blocks (24/148 = 0.162)
+    >>> round(collective_sm_share("ring", "H100-SXM", True, True, *node), 4)
+    0.2593
+    >>> round(collective_sm_share("ring", "A100-80GB", True, True, *node), 4)
+    0.3207
+
+    A dp group of one GPU a node on H100s (400 Gb/s NICs): 4 channels, 0.1504/2; a B200 node's
+    all-reduce on 24 of 148 SMs (21.41 blocks); off with the option:
+
+    >>> round(collective_sm_share("ring", "H100-SXM", True, True, 16, 128, 8, False, 50e9, False), 4)
+    0.0752
+    >>> round(collective_sm_share("all-reduce", "B200", True, True, *node[:-1], True), 4)
     0.2527
-    >>> round(collective_sm_share("GB300", True), 4)  # 24·132/160 = 19.8 blocks (24/160 = 0.15)
-    0.2486
-    >>> collective_sm_share("A100-80GB", True), collective_sm_share("H100-SXM", False)
-    (0.0, 0.0)
+    >>> collective_sm_share("ring", "H100-SXM", False, True, *node)
+    0.0
     """
-    return _nvls_share(device_name) if charged else 0.0
-
-
-def _nvls_share(device_name: str) -> float:
-    """:func:`held_sm_share` of :data:`NCCL_NVLS_CTAS` on the part's SMs; 0 for a part
-    without either."""
-    return held_sm_share(nvls_channels(device_name), device_name)  # NCCL_NVLS_CTAS, by part
+    if not charged:
+        return 0.0
+    args = (size, span, gpus_per_node, nvlink, nic, nvl5)
+    return held_sm_share(group_blocks(kind, device_name, nvls_enabled, *args), device_name)
 
 
 def contended_wait(comm_s: Any, compute_s: Any, share: float) -> Any:

@@ -34,6 +34,7 @@ from trainplan.model.terms.fields import INSIDE_DOMAIN, AxisLinkLike, Context, L
 from trainplan.model.terms.forward_gather import forward_gather_term
 from trainplan.model.terms.peak import StageMemory, busiest_stage, host_fits, stage_memory_term
 from trainplan.model.terms.roofline import muon_axis_traffic, muon_gather_seconds
+from trainplan.model.terms.sm_shares import layout_sm_shares
 from trainplan.model.terms.split_key import SplitKey
 from trainplan.model.terms.stage_params import stage_params_per_gpu
 from trainplan.model.terms.step import (
@@ -118,6 +119,8 @@ class TimeTerms:
     """Exposed all-gathers of a forward-only pass (:mod:`model.terms.forward_gather`); not summed."""
     grad_accumulation_s: float = 0.0
     """In-backward gradient accumulation (:func:`model.terms.dp_time.grad_accumulation_term`)."""
+    sm_shares: tuple[tuple[str, float], ...] = ()
+    """``(group, φ)`` of its overlapped NCCL collectives (:func:`model.terms.sm_shares.layout_sm_shares`)."""
 
     @property
     def step_s(self) -> float:
@@ -360,6 +363,7 @@ def _time(
     return rows, TimeTerms(
         pipe.compute_s, pipe.total_s, dp.exposed_s, pipe.bubble_s, dp.optimizer_s, dp.offload_s,
         pipe.activation_offload_s, forward, dp.accumulate_s,
+        layout_sm_shares(c, f) if roofline else (),
     )  # fmt: skip
 
 
@@ -461,14 +465,10 @@ def recomputed_by_stage(arch: Architecture, layout: Layout) -> tuple[tuple[int, 
     there (the first k of each of its model chunks, :func:`model.split.recomputed_in_chunks`);
     empty tuples without per-stage counts."""
     counts = layout.recompute_layers or (0,) * layout.pp
-    pp, v, uneven, sizes = (
-        layout.pp,
-        layout.virtual_stages,
-        layout.split_rule,
-        layout.stage_layers,
-    )
+    args = (layout.pp, layout.virtual_stages, layout.split_rule)
+    sizes, schedule = layout.stage_layers, layout.schedule
     return tuple(
-        recomputed_in_chunks(stage_chunks(arch, pp, v, uneven, i, sizes, layout.schedule), k)
+        recomputed_in_chunks(stage_chunks(arch, *args, i, sizes, schedule), k)
         for i, k in enumerate(counts)
     )
 

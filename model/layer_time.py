@@ -69,6 +69,7 @@ from trainplan.model.op_time import (
     dgrad_seconds,
     layer_compute,
     op_seconds,
+    output_tp_sm_share,
     tp_sm_share,
     wgrad_seconds,
 )
@@ -471,7 +472,7 @@ def output_time(x: LayerShape, c: Clock, vocab: int, loss: str = "none") -> Laye
                 sent = (x.tp - 1) * per_token * x.tokens
                 pairs.append((_coll(Collective.ALL_GATHER, x.tp, sent, c.tp_link, c), 0.0))
         tp = sum(p[0] for p in pairs)
-        share = tp_sm_share(c, logits.role, "wgrad")  # NCCL's; no userbuffers on the output
+        share = output_tp_sm_share(c)  # NCCL's under async and full: no userbuffers there
         exposed = sum(max(0.0, contended_wait(t, covered, share)) for t, covered in pairs)
     return LayerTime(forward, backward, 0.0, tp, exposed)
 

@@ -54,6 +54,7 @@ __all__ = [
     "LayerCompute",
     "layer_compute",
     "tp_sm_share",
+    "output_tp_sm_share",
 ]
 
 
@@ -124,10 +125,11 @@ class Clock:
     ``Experts.forward``, ``deepspeed/moe/experts.py``: a loop over the local experts' modules,
     then ``torch.cat``; :func:`expert_loop_of`), not as Transformer Engine's grouped GEMM."""
     nccl_sm_share: float = 0.0
-    """``φ`` of an NCCL collective's kernels beside computation (measured at its blocks,
-    :func:`model.comm_sms.collective_sm_share`; 0 unless :class:`model.timing.CostOptions`
-    ``nccl_sm_charge``): what an asynchronous tensor-parallel collective costs the GEMM it
-    hides under (:func:`tp_sm_share`)."""
+    """``φ`` of the tensor-parallel group's NCCL collectives beside computation (measured at the
+    blocks of the algorithm NCCL runs them as, :func:`model.terms.sm_shares.tp_sm_share_of`; 0
+    unless :class:`model.timing.CostOptions` ``nccl_sm_charge``): what an asynchronous
+    tensor-parallel collective costs the GEMM it hides under (:func:`tp_sm_share`), and the
+    output layer's under ``full`` too (:func:`output_tp_sm_share`)."""
     grouped_mm: bool = False
     """The routed experts run as PyTorch's ``torch._grouped_mm``, one kernel per pass for all
     local experts (torchtitan's ``GroupedExperts``, the ``fsdp2`` profile:
@@ -440,6 +442,26 @@ def tp_sm_share(c: Clock, role: str, which: str) -> float:
     if c.tp_comm_overlap is not TpOverlap.FULL:
         return 0.0
     return ub_sm_share(c.userbuffers, role, _PASSES.index(which), c.params.part)
+
+
+def output_tp_sm_share(c: Clock) -> float:
+    """``φ`` the output layer's GEMMs lose while its backward tensor-parallel collectives run:
+    NCCL's (:attr:`Clock.nccl_sm_share`) under ``async`` and ``full`` alike — Megatron-Core's
+    output layer is a ``tensor_parallel.ColumnParallelLinear`` (``gpt_model.py``), not a
+    Transformer Engine layer, so userbuffers never carry its collectives
+    (``LinearWithGradAccumulationAndAsyncCommunication`` issues them through
+    ``torch.distributed``, NCCL's); 0 under ``none`` and ``async-tp`` (as :func:`tp_sm_share`).
+
+    >>> from dataclasses import replace
+    >>> from trainplan.model.op_rates import deployed_params
+    >>> c = Clock(989.4e12, 3.35e12, deployed_params("H100-SXM"), tp_comm_overlap=TpOverlap.FULL,
+    ...           nccl_sm_share=0.2593)
+    >>> output_tp_sm_share(c), output_tp_sm_share(replace(c, tp_comm_overlap=TpOverlap.NONE))
+    (0.2593, 0.0)
+    """
+    if c.tp_comm_overlap in (TpOverlap.ASYNC, TpOverlap.FULL):
+        return c.nccl_sm_share
+    return 0.0
 
 
 _PASSES = ("forward", "dgrad", "wgrad")

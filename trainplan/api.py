@@ -69,7 +69,7 @@ def evaluate(**params: Any) -> Estimate:
     >>> import trainplan
     >>> e = trainplan.evaluate(model="llama3-70b", gpu="H100-SXM", dp=2, tp=4, pp=8)
     >>> int(e.peak.total_bytes), round(e.step_s, 1), round(e.mfu, 3)  # bytes per GPU, s, MFU
-    (76361367552, 280.6, 0.4)
+    (76361367552, 280.8, 0.399)
     """
     return build_case(params).evaluate()
 
@@ -112,10 +112,11 @@ def search(
     >>> import trainplan
     >>> r = trainplan.search(model="llama3-8b", gpus=8, gpu="H100-SXM")
     >>> r.status, r.best.estimate.layout.tp, round(r.best.estimate.step_s)  # seconds per step
-    ('optimal', 1, 229)
+    ('optimal', 1, 230)
 
     (dp 8, ZeRO-3: 45.943 s of gathers and reduce-scatters hidden under the computation cost it
-    φ·45.943 = 0.239 × 45.943 = 10.98 s, the NCCL SM charge; 218 s without it.)
+    φ·45.943 = 0.259 × 45.943 = 11.91 s, the NCCL SM charge — NCCL runs them as rings on the
+    node's 24 channels; 218 s without it.)
     """
     _check_search_parameters(options)
     return _search(search_problem(options), top, time_limit_s, workers)

@@ -263,7 +263,7 @@ KEY_DOCS: dict[str, str] = {
     "time.p2p_overlap": "Pipeline sends overlapped with compute where the interleaved schedule does.",
     "time.p2p_warmup_flush": "Interleaved warm-up/cool-down sends asynchronous too (--overlap-p2p-communication-warmup-flush).",
     "time.p2p_forward_send_wait": "Each interleaved forward send waited on after posting (Megatron-Core ≥ 0.18).",
-    "time.nccl_sm_charge": "NCCL's NVLink SHARP SMs charged to the computation overlapped collectives hide under.",
+    "time.nccl_sm_charge": "SMs of NCCL's channels (NVLS's or the ring's) charged to computation its collectives hide under.",
     "time.nccl_channel_setup": "NCCL's channel set-up allocations counted in the communicator bytes.",
     "time.nccl_nvls": "NCCL's NVLink SHARP on (its buffers counted, the all-reduce's speed-up credited).",
     "time.use_multi_rank_bucket_allreduce": "DeepSpeed ZeRO-1/2 all-reduce each gradient bucket (false: reduce per rank).",

@@ -8,7 +8,6 @@ from __future__ import annotations
 from trainplan.interface.render.offload_text import offload_sentence
 from trainplan.interface.render.precision_text import loss_sentence, precision_sentence
 from trainplan.model.comm import p2p_overlapped, reduces_beside_compute
-from trainplan.model.comm_sms import collective_sm_share
 from trainplan.model.deepspeed_mechanisms import sp_comm_bytes
 from trainplan.model.elementwise import elementwise_mode
 from trainplan.model.estimate import Estimate
@@ -140,16 +139,17 @@ def _dp_overlap(est: Estimate) -> str:
 
 def _nccl_charge(est: Estimate) -> str:
     """Whether the SMs NCCL's collectives hold are charged to the computation they hide under
-    (:func:`model.comm_sms.collective_sm_share`, on by default), with the ``φ`` in force; empty
-    for a part without an NVLink SHARP count (nothing to charge)."""
+    (:func:`model.comm_sms.collective_sm_share`, on by default), with each group's ``φ`` in
+    force (:attr:`model.estimate.TimeTerms.sm_shares`); empty where none is charged."""
     if not est.options.nccl_sm_charge:
         return "; NCCL's SMs not charged to overlapped computation (--set nccl_sm_charge=false)"
-    share = collective_sm_share(est.device.name, True)
-    if not share:
+    shares = est.time_terms.sm_shares if est.time_terms else ()
+    if not shares:
         return ""
+    phis = ", ".join(f"{group} {phi:.3f}" for group, phi in shares)
     return (
-        "; NCCL's NVLink SHARP SMs charged to the computation overlapped collectives hide under "
-        f"(φ {share:.3f})"
+        "; the SMs NCCL's collectives hold (NVLS's or the ring's channels) charged to the "
+        f"computation they hide under (φ {phis})"
     )
 
 

@@ -55,6 +55,14 @@ from functools import lru_cache, partial
 from typing import Any
 
 from trainplan.model.frameworks import Framework
+from trainplan.model.nccl_channels import (
+    NODE_CHANNELS,
+    collective_channels,
+    group_channels,
+    pow2_up,
+    setup_channels,
+    strided_group_channels,
+)
 from trainplan.model.params import shares_embedding_with_last_stage
 from trainplan.model.pipeline import Schedule
 from trainplan.model.terms.activation_fields import cp_mechanism_of
@@ -69,10 +77,8 @@ from trainplan.model.terms.comm_groups import (
 )
 from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.terms.nvls_memory import (
-    group_placement,
     nvls_group_bytes,
     nvls_strided_bytes,
-    strided_nodes,
     world_runs_large,
 )
 from trainplan.model.xp import maximum, where
@@ -126,16 +132,6 @@ CONNECTION_BYTES = _granules(LL_BYTES + LL128_BYTES + SIMPLE_BYTES) + ALLOCATION
 three protocols, 9.1875 MiB rounded up to 10 MiB, and the send side's ``ncclSendMem`` rounded up
 to 2 MiB: 12 MiB (NVIDIA/nccl#1685's two allocation sizes)."""
 
-NODE_CHANNELS = 24
-"""Collective channels (``comm->nChannels``) of a communicator inside one NVLink domain of
-NVLink 3 or 4 (A100, H100, H200): :func:`collective_channels`. ``ncclTopoCompute`` (``src/graph/search.cc``) finds 6 ring
-channels at 60 GB/s on an H100's 18 × ``SM90_NVLINK_BW`` 20.6 = 370.8 GB/s (7 × 50 and 9 × 40
-are no better), ``ncclTopoDupChannels`` doubles them (``bwIntra`` ≥ 50) to 12 at 30 GB/s, and
-``ncclTopoPostset`` (``src/graph/connect.cc``, "Duplication should be complete now") doubles
-them again: 24. An A100 (12 × 20 GB/s, 6 at 40 GB/s) reaches 24 the same way. The ring connects
-these (``src/transport/generic.cc`` ``ncclTransportRingConnect``: ``c < comm->nChannels``); the
-channels set up are the point-to-point count, 32 (:data:`P2P_CHANNELS`, NVIDIA/nccl#1685).
-"""
 RING_CHANNELS = NODE_CHANNELS
 """Collective channels of a ring counted where no placement is given (a communicator inside one
 node: the RLHF engines' and OpenRLHF's rings, :func:`communicator_bytes`' default); the layout
@@ -153,108 +149,6 @@ P2P_PEERS_PER_ROUND = 8
 channels per peer until ``channels × ⌈peers ÷ 8⌉`` fits :data:`P2P_CHANNELS`."""
 
 
-def _pow2_up(n: int) -> int:
-    return 1 << max(0, math.ceil(math.log2(n)))
-
-
-SM90_INTER_SPEEDS = (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0)
-"""``sm90SpeedArrayInter`` (``src/graph/search.cc``), GB/s: the bandwidths the ring search tries
-per channel across nodes, highest first."""
-PCIE_GEN5_X16 = 48.0
-"""A GPU's or NIC's PCIe Gen5 × 16 link as NCCL's topology counts it, GB/s (``src/graph/topo.cc``
-``kvDictPciGen`` "32.0 GT/s PCIe" 240 × 16 lanes ÷ 80): the path from a GPU to its own NIC."""
-
-
-@lru_cache(maxsize=256)
-def collective_channels(local: int, nodes: int, nic_bytes_per_s: float | None, nvl5: bool) -> int:
-    """Collective channels NCCL gives a communicator of ``local`` ranks on each of ``nodes``
-    nodes (``comm->nChannels`` after ``ncclTopoPostset``; ``src/init.cc``,
-    ``src/graph/search.cc``, ``src/graph/connect.cc`` at 5067397).
-
-    * One node (one NVLink domain): :data:`NODE_CHANNELS`, 24; 32 on NVLink 5 (``nvl5``: 18 ×
-      ``SM100_NVLINK_BW`` 40.1 GB/s, 8 search channels at 90 GB/s, doubled twice).
-    * Across nodes, one NIC per GPU behind its PCIe path (a DGX H100's eight): each of the
-      node's ``local`` GPUs carries one search channel at the fastest ``sm90SpeedArrayInter``
-      speed its NIC and PCIe Gen5 path (:data:`PCIE_GEN5_X16`) allow, 48 GB/s for 400 Gb/s
-      NICs; ``ncclTopoDupChannels`` doubles them unless the speed is under 25 GB/s or, on
-      sm90, under 50 GB/s with more than 4 channels; ``ncclTopoPostset`` doubles; and on sm90
-      with more than 45 GB/s a channel and under 16 channels "4 compute channels per search
-      channel" doubles again. 8 ranks a node: 8 → 16 (NVIDIA/nccl#1453's three H100 nodes:
-      ``Channel 00/16``; nccl#1041: "execution channels are typically 2x the search channels",
-      8 search channels on H100s with eight CX7s); 4 a node: 4 → 8 → 16; 1 a node: 1 → 2 → 4.
-      Unknown NIC bandwidth: 400 Gb/s.
-
-    >>> collective_channels(8, 1, None, False), collective_channels(8, 1, None, True)
-    (24, 32)
-    >>> [collective_channels(r, 8, 50e9, False) for r in (1, 2, 4, 6, 8)]
-    [4, 8, 16, 24, 16]
-    >>> collective_channels(8, 4, 25e9, False)  # 200 Gb/s NICs: 8 at 24 GB/s, no duplication
-    16
-    """
-    if nodes <= 1:
-        return 32 if nvl5 else NODE_CHANNELS
-    bw = min(PCIE_GEN5_X16, (nic_bytes_per_s or 50e9) / 1e9)
-    speed = next((s for s in SM90_INTER_SPEEDS if s <= bw), SM90_INTER_SPEEDS[-1])
-    search = local
-    if speed >= 25.0 and not (speed < 50.0 and search > 4):
-        search, speed = 2 * search, speed / 2
-    channels = 2 * search
-    if speed > 45.0 and channels < 16:
-        channels *= 2
-    return min(channels, 2 * P2P_CHANNELS)
-
-
-def setup_channels(channels: int) -> int:
-    """Channels a communicator with ``channels`` collective channels sets up (``initChannel``):
-    ``ncclTopoComputeP2pChannels`` (``src/graph/paths.cc``) runs it up to ``p2pnChannels``, the
-    collective count rounded up to a power of two.
-
-    >>> setup_channels(24), setup_channels(16), setup_channels(12)
-    (32, 16, 16)
-    """
-    return _pow2_up(int(channels))
-
-
-@lru_cache(maxsize=4096)
-def group_channels(
-    size: int, span: int, gpus_per_node: int, nvlink: bool, nic: Any, nvl5: bool
-) -> int:
-    """:func:`collective_channels` of a group of ``size`` ranks spread over ``span`` consecutive
-    ranks: one node where ``nvlink`` (the group lies in one NVLink domain), else ``size ÷ nodes``
-    ranks on each of ``min(size, ⌈span ÷ gpus_per_node⌉)`` nodes (a 2-rank pipeline group
-    spanning 8 nodes has one rank on each of 2).
-
-    >>> group_channels(32, 64, 8, False, 50e9, False), group_channels(2, 2, 8, True, None, False)
-    (16, 24)
-    """
-    if nvlink or size <= 1:
-        return collective_channels(int(size), 1, None, nvl5)
-    local, nodes = group_placement(size, span, gpus_per_node)
-    return collective_channels(local, nodes, float(nic) if nic else None, nvl5)
-
-
-@lru_cache(maxsize=4096)
-def strided_group_channels(
-    s1: int, n1: int, s2: int, n2: int, gpus_per_node: int, nvlink: bool, nic: Any, nvl5: bool
-) -> int:
-    """:func:`collective_channels` of the group of ranks ``i·s1 + j·s2`` (``i < n1``,
-    ``j < n2``), two axes' groups combined (Megatron-LM's model-parallel group: a tp block at
-    each pp stride): one node where ``nvlink``, else the nodes of ``gpus_per_node`` consecutive
-    ranks the group touches, with ``size ÷ nodes`` ranks on each.
-
-    >>> strided_group_channels(1, 4, 16, 4, 8, False, 50e9, False)  # tp 4 × pp 4 on 64: 4 × 4
-    16
-    >>> strided_group_channels(8, 16, 0, 1, 8, False, 50e9, False)  # one rank on each of 16
-    4
-    """
-    size, gpn = int(n1) * int(n2), int(gpus_per_node)
-    if nvlink or size <= 1:
-        return collective_channels(size, 1, None, nvl5)
-    nodes = strided_nodes(s1, n1, s2, n2, gpn)
-    local = max(1, min(gpn, -(-size // nodes)))
-    return collective_channels(local, nodes, float(nic) if nic else None, nvl5)
-
-
 def net_channels_per_peer(scaleout_bytes_per_s: float | None) -> int:
     """Channels per network peer (``ncclTopoGetNchannels``, remote rank): one NIC per GPU,
     ``max(1, ⌈NIC bandwidth ÷ 14 GB/s⌉)``, rounded up to a power of two; 2 where the bandwidth is
@@ -265,7 +159,7 @@ def net_channels_per_peer(scaleout_bytes_per_s: float | None) -> int:
     """
     if not scaleout_bytes_per_s:
         return 2
-    return _pow2_up(max(1, math.ceil(scaleout_bytes_per_s / P2P_NET_BYTES_PER_CHANNEL)))
+    return pow2_up(max(1, math.ceil(scaleout_bytes_per_s / P2P_NET_BYTES_PER_CHANNEL)))
 
 
 @lru_cache(maxsize=4096)  # bounded: a long-lived server sees many layouts and NICs

@@ -30,7 +30,6 @@ from trainplan.model.comm import (
     grad_reduce_overlaps,
     reduces_beside_compute,
 )
-from trainplan.model.comm_sms import collective_sm_share
 from trainplan.model.deepspeed_accumulate import accumulate_seconds
 from trainplan.model.dp_exposure import DpSeconds, dp_exposed_seconds, dp_seconds
 from trainplan.model.fsdp2_pipeline import regather_forward_share
@@ -38,6 +37,7 @@ from trainplan.model.memory import FP8_PARAM_BYTES
 from trainplan.model.pipeline_reduce import reduce_waiting_share
 from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.terms.roofline import axis_link, params_of
+from trainplan.model.terms.sm_shares import dp_kind, group_sm_share
 from trainplan.model.terms.stage_params import busiest_params
 from trainplan.model.terms.traffic import (
     dp_group_traffic_bytes,
@@ -47,7 +47,13 @@ from trainplan.model.terms.traffic import (
 )
 from trainplan.model.xp import as_float, where
 
-__all__ = ["dp_group_seconds", "dp_group_times", "dp_seconds_term", "grad_accumulation_term"]
+__all__ = [
+    "dp_group_seconds",
+    "dp_sm_share",
+    "dp_group_times",
+    "dp_seconds_term",
+    "grad_accumulation_term",
+]
 
 
 def dp_group_seconds(c: Context, f: Fields, mech: Any = None) -> tuple[tuple[DpSeconds, Any], ...]:
@@ -86,6 +92,21 @@ def dp_group_seconds(c: Context, f: Fields, mech: Any = None) -> tuple[tuple[DpS
     return tuple(out)
 
 
+def dp_sm_share(c: Context, f: Fields, mech: Any, dense: Any, experts: Any) -> Any:
+    """``φ`` of the data-parallel collectives beside computation
+    (:func:`model.terms.sm_shares.group_sm_share`) as NCCL runs the mechanism's collectives
+    (:func:`model.terms.sm_shares.dp_kind`: a DDP all-reduce as an all-reduce, NVLS where the
+    group has it; reduce-scatters, all-gathers and per-rank reduces as rings) — the dense group's over the dp·cp
+    link, the experts' over the edp link, averaged by their ``dense`` and ``experts`` seconds, so
+    ``φ·a`` of their sum is each group's ``φ`` times its own seconds. ``mech``: a scalar
+    :class:`model.comm.Mechanism`."""
+    kind = dp_kind(mech)
+    phi_d, phi_e = group_sm_share(c, f, "dp", kind), group_sm_share(c, f, "edp", kind)
+    total = dense + experts
+    some = total > 0
+    return where(some, (dense * phi_d + experts * phi_e) / where(some, total, 1.0), phi_d)
+
+
 def dp_group_times(
     c: Context, f: Fields, window: Any, mech: Any = None
 ) -> tuple[tuple[Any, Any], ...]:
@@ -99,11 +120,12 @@ def dp_group_times(
     when the backward ends. The exposed seconds are shared between the groups by their seconds (the
     traffic table's two rows); a model without experts keeps the whole on the dense group.
     What waits of an overlapped collective includes the SMs its kernels take from the
-    computation it hides under (:func:`model.comm_sms.collective_sm_share`; 0 unless
-    ``nccl_sm_charge``), a pipeline stage's reductions after its last backward
-    (:func:`model.pipeline_reduce.reduce_waiting_share`) and the once-per-step gathers of the
-    step's first forward (:attr:`model.mechanism_record.Mechanism.step_gathers_in_forward`).
-    ``mech``: as :func:`dp_group_seconds`."""
+    computation it hides under (:func:`dp_sm_share`; 0 unless ``nccl_sm_charge``), a pipeline
+    stage's reductions after its last backward (:func:`model.pipeline_reduce.reduce_waiting_share`)
+    and the once-per-step gathers of the step's first forward
+    (:attr:`model.mechanism_record.Mechanism.step_gathers_in_forward`). ``mech``: as
+    :func:`dp_group_seconds`."""
+    mech = mech or dp_mechanism(c, f)
     (d, d_calls), (e, e_calls) = dp_group_seconds(c, f, mech)
     m, fw = f.m, str(f.framework)
     dense, experts = d.step_s + m * d.microbatch_s, e.step_s + m * e.microbatch_s
@@ -114,7 +136,7 @@ def dp_group_times(
     beside = reduces_beside_compute(
         fw, int(f.zero_stage), c.training.deepspeed_overlap_comm
     )  # fmt: skip
-    share = collective_sm_share(c.gpu.name, c.options.nccl_sm_charge)
+    share = dp_sm_share(c, f, mech, dense, experts)
     waits = (d.step_reduce_s + e.step_reduce_s) * reduce_waiting_share(fw, f.pp, f.virtual_stages)
     exposed = dp_exposed_seconds(
         d.step_s + e.step_s, d.microbatch_s + e.microbatch_s, m, window, after_flush, tail,

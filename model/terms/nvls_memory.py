@@ -25,6 +25,7 @@ from functools import lru_cache
 from typing import Any
 
 from trainplan.model.frameworks import Framework
+from trainplan.model.nccl_channels import group_placement, strided_nodes
 from trainplan.model.nvls import (
     NVLS_MAX_HEADS,
     nvls_buffer_bytes,
@@ -41,29 +42,6 @@ __all__ = [
     "nvls_strided_bytes",
     "world_runs_large",
 ]
-
-
-def group_placement(size: int, span: int, gpus_per_node: int) -> tuple[int, int]:
-    """``(ranks on each node, nodes)`` of a group of ``size`` ranks spread over ``span``
-    consecutive ranks across nodes: ``min(size, ⌈span ÷ gpus_per_node⌉)`` nodes with
-    ``⌈size ÷ nodes⌉`` ranks (at most a node's) on each.
-
-    >>> group_placement(32, 64, 8), group_placement(2, 16, 8)
-    ((4, 8), (1, 2))
-    """
-    nodes = max(1, min(int(size), -(-int(span) // int(gpus_per_node))))
-    return max(1, min(int(gpus_per_node), -(-int(size) // nodes))), nodes
-
-
-def strided_nodes(s1: int, n1: int, s2: int, n2: int, gpus_per_node: int) -> int:
-    """Nodes of ``gpus_per_node`` consecutive ranks the group of ranks ``i·s1 + j·s2``
-    (``i < n1``, ``j < n2``) touches.
-
-    >>> strided_nodes(1, 4, 16, 4, 8), strided_nodes(8, 16, 0, 1, 8)
-    (4, 16)
-    """
-    ranks = (i * int(s1) + j * int(s2) for i in range(int(n1)) for j in range(int(n2)))
-    return len({r // int(gpus_per_node) for r in ranks})
 
 
 def _bytes(device: str, enabled: bool, size: int, local: int, domain: bool, large: bool) -> int:

@@ -35,7 +35,6 @@ from trainplan.model.comm import (
     pipe_partitioned,
     pp_message_bytes,
 )
-from trainplan.model.comm_sms import collective_sm_share, dispatcher_sm_share
 from trainplan.model.context_parallel import torch_rotate_method
 from trainplan.model.elementwise import elementwise_mode
 from trainplan.model.fp8_gathers import tp_gather_bytes
@@ -45,7 +44,7 @@ from trainplan.model.layer_time import PARTS, stage_parts
 from trainplan.model.layout import Recompute
 from trainplan.model.memory import keeps_gathered_inputs, optimizer_elements
 from trainplan.model.moe_kernels import expert_passes_of, experts_stay_bf16
-from trainplan.model.moe_run import Dispatcher, EpOverlap, unpaired_share
+from trainplan.model.moe_run import EpOverlap, unpaired_share
 from trainplan.model.muon import muon_gather_bytes
 from trainplan.model.offload import adam_step_bytes
 from trainplan.model.op_rates import fp8_linear_speedups, params_in_force, te_caches_fp8_weights
@@ -90,6 +89,7 @@ from trainplan.model.terms.fields import (
     stage_take,
     stage_tuple,
 )
+from trainplan.model.terms.sm_shares import ep_sm_share, tp_sm_share_of
 from trainplan.model.terms.stage_params import busiest_params
 from trainplan.model.terms.state import busiest_muon_work, busiest_scales, muon_whole_matrices
 from trainplan.model.terms.traffic import (
@@ -157,25 +157,6 @@ def ep_dispatch_fields(c: Context, f: Fields) -> tuple[Any, Any, Any]:
     return g, unpaired, ep_sm_share(c, f)
 
 
-def ep_sm_share(c: Context, f: Fields) -> Any:
-    """:func:`model.comm_sms.dispatcher_sm_share` of the run's dispatcher on its part: the SMs
-    an overlapped expert all-to-all takes from the computation beside it (0 without MoE; NCCL's
-    all-to-all only under :class:`model.timing.CostOptions` ``nccl_sm_charge``); HybridEP's by
-    whether the expert-parallel group's link is NVLink (the group in one NVLink domain: 24 SMs,
-    else 8).
-
-    Scope: the context (the recipe's dispatcher, the accelerator and the cost options) and,
-    under HybridEP only, the ep link."""
-    if c.arch.moe is None:
-        return 0.0
-    run = c.training.moe_run
-    args = (str(run.dispatcher), c.gpu.name, c.options.nccl_sm_charge)
-    if run.dispatcher is not Dispatcher.HYBRIDEP:
-        return dispatcher_sm_share(*args)
-    one, several = dispatcher_sm_share(*args, True), dispatcher_sm_share(*args, False)
-    return where(f.link("ep").nvlink, one, several)
-
-
 def _link(bandwidth: Any, scaleup: Any) -> LinkTime | None:
     return LinkTime(float(bandwidth), bool(scaleup)) if bandwidth else None
 
@@ -195,7 +176,7 @@ def _kind_row(
     ``layernorm`` takes every norm (:func:`_recompute_plan`)."""
     b, tp, cp, ep, etp, sp, r, u, gather, rep, vocab = key[:11]
     tp_bw, tp_up, cp_bw, cp_up, ep_bw, ep_up = key[11:17]
-    ep_g, unpaired, sm_share, templated, regather = key[17:]
+    ep_g, unpaired, sm_share, templated, regather, nccl = key[17:]
     (
         peak,
         hbm,
@@ -208,7 +189,6 @@ def _kind_row(
         ao,
         bf16_ex,
         loop,
-        nccl,
         grouped_mm,
         ub_config,
         gather_bytes,
@@ -220,8 +200,9 @@ def _kind_row(
     clock = Clock(
         peak, hbm, p, _link(tp_bw, tp_up), _link(cp_bw, cp_up), _link(ep_bw, ep_up), overlap,
         int(r), int(u), bool(gather), speedup, int(rep), int(ep_g), float(unpaired),
-        bool(regather), str(templated), float(sm_share), grouped, ao, bool(bf16_ex), loop, nccl,
-        grouped_mm=bool(grouped_mm), tp_gather_bytes=gather_bytes, userbuffers=ub,
+        bool(regather), str(templated), float(sm_share), grouped, ao, bool(bf16_ex), loop,
+        float(nccl), grouped_mm=bool(grouped_mm), tp_gather_bytes=gather_bytes,
+        userbuffers=ub,
     )  # fmt: skip
     parts = kind_parts(
         arch, training, int(b), int(tp), int(cp), int(ep), int(etp), bool(sp), causal, mode,
@@ -267,8 +248,7 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
             grouped_fp8_rates(t.precision, recipe, d, f.framework),
             expert_passes_of(f.framework, t.precision), ao,
             experts_stay_bf16(f.framework, t.precision), expert_loop_of(f.framework),
-            collective_sm_share(d.name, o.nccl_sm_charge), grouped_mm_of(f.framework),
-            o.tp_comm_overlap_cfg, _gather_bytes(f.framework, t))  # fmt: skip
+            grouped_mm_of(f.framework), o.tp_comm_overlap_cfg, _gather_bytes(f.framework, t))  # fmt: skip
     r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
     rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp", "framework")
     tp_bw, tp_up = axis_link(c, f, "tp")
@@ -282,7 +262,7 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
         _kind_row, (arch, t, o.causal_attention_flops, base, mode, _recompute_plan(c, f, mode)),
         f.micro_batch_size, f.tp,
         f.cp, f.ep, f.expert_tp, f.sp, r, u, gather, rep, vocab, tp_bw, tp_up, cp_bw, cp_up,
-        ep_bw, ep_up, ep_g, unpaired, ep_share, templated, regather,
+        ep_bw, ep_up, ep_g, unpaired, ep_share, templated, regather, tp_sm_share_of(c, f),
     )  # fmt: skip
     n = len(PARTS)
     dense, moe, embedding, output = (tuple(row[k * n : (k + 1) * n]) for k in range(4))

@@ -128,12 +128,12 @@ def test_a_k_cta_copy_costs_a_gemm_about_twice_its_sm_share() -> None:
     k = 8: s 1.177, φ 0.150 (share 0.061); 16: 1.314, 0.239 (0.121); 24: 1.350, 0.259 (0.182);
     32: 1.542, 0.351 (0.242); 64: 2.264, 0.558 (0.485).
 
-    At NVLink SHARP's 16 channels on Hopper (``model.comm_sms.NCCL_NVLS_CTAS``) the measured
-    φ is 0.239, 1.97× the SM share 16/132 = 0.121 the model charged before; the model now
-    charges the measured φ (``collective_sm_share``, ``measured_sm_share`` at each count, 132
-    SMs). The spread is wide: GEMMs whose tiles fill about two waves (70B's QKV forward and
-    weight gradient, the attention output's input and weight gradients at tp 8) run 1.7–2.0×
-    slower beside as few as 8 CTAs."""
+    At NVLink SHARP's 16 channels on Hopper (``model.nvls.NVLS_CHANNELS``, an all-reduce in an
+    H200 node) the measured φ is 0.239, 1.97× the SM share 16/132 = 0.121 the model charged
+    before; the model now charges the measured φ (``collective_sm_share``,
+    ``measured_sm_share`` at each count, 132 SMs). The spread is wide: GEMMs whose tiles fill
+    about two waves (70B's QKV forward and weight gradient, the attention output's input and
+    weight gradients at tp 8) run 1.7–2.0× slower beside as few as 8 CTAs."""
     assert set(MEASURED) == {8, 16, 24, 32, 64} and MEASURED_ON_SMS == 132
     for k, s in MEASURED.items():
         assert median_slowdown(f"sm_copy_{k}") == pytest.approx(s, abs=5e-4)
@@ -141,7 +141,8 @@ def test_a_k_cta_copy_costs_a_gemm_about_twice_its_sm_share() -> None:
     phi = {k: 1 - 1 / s for k, s in MEASURED.items()}
     assert [round(phi[k], 3) for k in MEASURED] == [0.150, 0.239, 0.259, 0.351, 0.558]
     assert [measured_sm_share(k, 132) for k in MEASURED] == [pytest.approx(phi[k]) for k in phi]
-    assert collective_sm_share("H200", True) == pytest.approx(phi[16])
+    node = (8, 8, 8, True, 0.0, False)
+    assert collective_sm_share("all-reduce", "H200", True, True, *node) == pytest.approx(phi[16])
     assert phi[16] / (16 / 132) == pytest.approx(1.97, abs=0.01)
     assert max(slowdowns("sm_copy_8")) == pytest.approx(1.960, abs=1e-3)
 

@@ -14,14 +14,18 @@ from trainplan.interface.fidelity.validation import evaluate_all, validation_run
 from trainplan.interface.fidelity.validation_report import goal_table
 
 BASE = ("evaluate", "--model", "llama3-8b", "--gpus", "16", "--gpu", "H100-SXM", "--dp", "16")
-SENTENCE = "NCCL's NVLink SHARP SMs charged to the computation overlapped collectives hide under"
+SENTENCE = (
+    "the SMs NCCL's collectives hold (NVLS's or the ring's channels) charged to the computation "
+    "they hide under"
+)
 OFF = "NCCL's SMs not charged to overlapped computation (--set nccl_sm_charge=false)"
 
 
 def test_the_charge_from_the_command_line() -> None:
     """Llama 3 8B on 16 H100s, dp 16 under Megatron-Core (the default profile): on by default
-    (the JSON says so, the assumptions say what is charged, at Hopper's φ = 1 − 1/1.314 =
-    0.239); off, the dp row's exposed time and the step are smaller, the memory does not move,
+    (the JSON says so, the assumptions say what is charged and each group's φ: the dp group's
+    reduce-scatters and all-gathers over 2 nodes, 8 GPUs each, run as rings on 16 channels,
+    φ = 1 − 1/1.314 = 0.239; no tp group); off, the dp row's exposed time and the step are smaller, the memory does not move,
     and the assumptions say it is off. The textbook profile's single model has no such
     mechanism: the key is refused in one line."""
     runs = run_many(
@@ -41,7 +45,8 @@ def test_the_charge_from_the_command_line() -> None:
     assert on["time"]["step_s"] > off["time"]["step_s"]
     assert on["memory"] == off["memory"]
     assert (
-        f"{SENTENCE} (φ 0.239)" in runs["text"].stdout and SENTENCE not in runs["off_text"].stdout
+        f"{SENTENCE} (φ dp 0.239)" in runs["text"].stdout
+        and SENTENCE not in runs["off_text"].stdout
     )
     assert OFF in runs["off_text"].stdout and OFF not in runs["text"].stdout
     assert "nccl_sm_charge" in refusal(runs["textbook"])
@@ -59,7 +64,10 @@ def test_the_charge_measures_as_documented() -> None:
     """With the NCCL charge on, the validation set measures what docs/time-model-sources.md §2
     reports for the current model: dense @ON_DENSE@ %, MoE @ON_MOE@ %, @ON_BEYOND@ of 77 runs beyond 15 % (the
     default, as the validation page shows it; 9.3 %, 23.0 %, 21 of 77 with it off). The charge
-    is the H200's measured φ at NVLink SHARP's blocks (0.239 at Hopper's 16). When it was made
+    is the H200's measured φ at the blocks of the algorithm NCCL runs each group's collectives
+    as (NVLS's 16 on Hopper for an all-reduce with NVLS, else the ring's channels: 24 in a node,
+    on A100 too). Before the charge followed the algorithm (NVLS's count for every collective,
+    nothing on A100): 9.0 %, 22.5 %, 21 of 77. When it was made
     the default the same two runs measured 9.3 %, 23.2 %, 19 of 77 against 9.9 %, 23.5 %, 23 of
     77 (and 9.6 %, 23.3 %, 21 of 77 at the SM share, 16/132 = 0.121); the async-TP, expert-dp
     and pipeline-reduction terms added since moved both; last, together: the charge reaching the

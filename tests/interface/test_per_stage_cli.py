@@ -75,7 +75,11 @@ def test_cli_per_stage_prints_the_plan_gain_proof_and_flags(monkeypatch, capsys,
     waited); charged at φ = 1 − 1/1.314 = 0.238965 they wait 25.238 s more (φ × 121.263 =
     28.978 s would be the most: where a collective outlasts (1 − φ) of its GEMM it already
     waited a − c); the uniform plan's likewise: per-stage 1,545.87 → 1,571.12 s, uniform
-    1,566.77 → 1,592.01 s, 1.013×."""
+    1,566.77 → 1,592.01 s, 1.013×. Since the charge follows the algorithm NCCL runs
+    (model.nccl_channels), those all-gathers and reduce-scatters (sequence parallelism) hold the
+    ring's 24 blocks of the node, φ = 1 − 1/1.350 = 0.259259, not NVLS's 16: 27.813 s more
+    (short of 0.259259 × 121.263 = 31.439 s), per-stage 1,573.68 s, uniform 1,594.58 s,
+    1.013×."""
     monkeypatch.setattr("sys.argv", ["trainplan", "search"])
     args = ["--model", "llama3-70b", "--gpus", "16", "--seq-len", "8192", "--per-stage"]
     from trainplan.interface.cli import main
@@ -90,8 +94,8 @@ def test_cli_per_stage_prints_the_plan_gain_proof_and_flags(monkeypatch, capsys,
     assert ps["stage_layers"] == [40, 40]
     assert ps["recompute_layers"] == [39, 38]
     assert ps["uniform"]["layout"]["recompute"] == "full"
-    assert ps["step_s"] == pytest.approx(1545.867 + 25.251, abs=1e-3)
-    assert ps["gain"] == pytest.approx(1592.014 / 1571.118, abs=1e-4)
+    assert ps["step_s"] == pytest.approx(1545.867 + 27.813, abs=1e-3)
+    assert ps["gain"] == pytest.approx(1594.575 / 1573.680, abs=1e-4)
     assert d["layout"]["recompute_layers"] == [39, 38]
     assert "--recompute-num-layers" in d["launch"]["megatron"]
     assert d["launch"]["megatron_step_s"] > ps["step_s"]
@@ -233,7 +237,13 @@ def test_cli_per_stage_keeps_to_the_schedules_asked_for(monkeypatch, capsys):
     output layer (model.step_time.kind_parts): 0.113006 s of its 0.282804 s hid under their
     GEMMs uncharged, each shorter than (1 − φ) of its GEMM, so φ × 0.113006 = 27.004 ms more
     waits: 3.610487 → 3.637491 s; the per-stage plan has no tp. Gain 3.637491 / 3.564716 =
-    1.02042."""
+    1.02042.
+
+    Since the charge follows the algorithm NCCL runs (model.nccl_channels), both plans' dp
+    groups lie in the node, their reduce-scatters and all-gathers rings on its 24 channels, and
+    the uniform plan's tp 2 all-gathers and reduce-scatters (sequence parallelism) too:
+    φ = 1 − 1/1.350 = 0.259259 for all, not NVLS's 0.238965: per-stage 3.565886 s, uniform
+    3.640994 s, gain 1.02106."""
     from trainplan.interface.cli import main
 
     args = ["--model", "llama3-8b", "--gpus", "8", "--seq-len", "8192", "--global-batch", "32"]
@@ -255,17 +265,17 @@ def test_cli_per_stage_keeps_to_the_schedules_asked_for(monkeypatch, capsys):
         [17, 15],
     )
     assert lay["chunk_layers"] == [2, 1, *[2] * 12, 3, 2]
-    phi = 1 - 1 / 1.314
+    phi = 1 - 1 / 1.350  # the ring's 24 blocks of a node (dp and tp alike)
     reduce_s = 106 * 159.745e6 * 3 / 4 / 313.212e9
     assert reduce_s == pytest.approx(0.040547, abs=1e-6)
     per_stage = 3.546463 + phi * 0.062719 - 0.000592 + (1 - phi) * reduce_s / 8
     uniform = 3.596854 + phi * 0.059518 - 0.000589
-    assert (per_stage, uniform) == pytest.approx((3.564716, 3.610487), abs=2e-6)
+    assert (per_stage, uniform) == pytest.approx((3.565886, 3.611696), abs=2e-6)
     uniform += phi * 0.113006  # its tp 2 collectives hidden under their GEMMs, charged
-    assert uniform == pytest.approx(3.637491, abs=2e-6)
+    assert uniform == pytest.approx(3.640994, abs=2e-6)
     assert d["per_stage"]["step_s"] == pytest.approx(per_stage, abs=1e-5)
     assert d["per_stage"]["gain"] == pytest.approx(uniform / per_stage, abs=1e-4)
-    assert d["per_stage"]["gain"] == pytest.approx(1.02042, abs=1e-4)
+    assert d["per_stage"]["gain"] == pytest.approx(1.02106, abs=1e-4)
     monkeypatch.setattr("sys.argv", argv[:-1])
     with pytest.raises(SystemExit):
         main()
@@ -303,7 +313,17 @@ def test_every_shape_is_searched_by_default(monkeypatch, capsys):
     call 8.4 µs + 1 × 14 µs of latency across the 2 nodes (L = 2.486 ms a collective); of the
     280.659 − 2L = 275.686 ms of bytes the FP32 reduce-scatter's 2/3: 186.277 ms, half of it,
     93.138 ms, waits: + 93.138 · (1 − φ) = 70.88 ms, 581.449 → 581.520 s; the per-stage plan
-    (1F1B) keeps 537.758 s: gain 581.520 / 537.758 = 1.08138."""
+    (1F1B) keeps 537.758 s: gain 581.520 / 537.758 = 1.08138.
+
+    Since the charge follows the algorithm NCCL runs each group's collectives as
+    (model.nccl_channels): the per-stage plan's dp 2 group lies in one node (tp 4 × dp 2 = 8
+    consecutive ranks), its reduce-scatter and all-gather rings on the node's 24 channels, and
+    its tp 4 all-gathers and reduce-scatters likewise: φ = 1 − 1/1.350 = 0.259259 for both,
+    11.633 ms of dp exposed, 0.259259 × 25.369 = 6.577 s of tp, 6.596 s of step with the 3/m
+    share: 538.275 s. The uniform plan's dp 2 group has one rank on each of 2 nodes: 4 ring
+    blocks, φ = 0.15038 × 4/8 = 0.075191 (0.280659 s: 21.103 ms exposed, chunk 0's half waits
+    (1 − 0.075191) × 93.138 = 86.135 ms), its tp 8 on the node's 24, 13.902 s more: 582.770 s;
+    stock Megatron-LM's 590.99 s. Gain 582.770 / 538.275 = 1.08266."""
     from trainplan.interface.cli import main
 
     args = ["--model", "llama3-70b", "--gpus", "32", "--seq-len", "8192", "--per-stage"]
@@ -315,27 +335,29 @@ def test_every_shape_is_searched_by_default(monkeypatch, capsys):
         got[bool(extra)] = json.loads(capsys.readouterr().out)
     assert got[True]["per_stage"]["gain"] == pytest.approx(1.0, abs=5e-4)
     d = got[False]
-    assert d["per_stage"]["gain"] == pytest.approx(1.0814, abs=1e-4)
+    assert d["per_stage"]["gain"] == pytest.approx(1.0827, abs=1e-4)
     lay = d["layout"]
     assert (lay["dp"], lay["tp"], lay["pp"], lay["schedule"]) == (2, 4, 4, "1f1b")
     assert d["per_stage"]["stage_layers"] == [19, 20, 21, 20]
     assert d["per_stage"]["recompute_layers"] == [7, 3, 0, 0]
-    phi = 1 - 1 / 1.314
-    assert 531.668 + phi * 0.044871 - 0.000394 == pytest.approx(531.678, abs=1e-3)
-    assert phi * 25.369 == pytest.approx(6.062, abs=1e-3)
-    assert d["per_stage"]["step_s"] == pytest.approx(531.678 + 6.080, abs=1e-3)
-    assert 568.763 + phi * 0.280659 - 0.002528 == pytest.approx(568.828, abs=1e-3)
+    phi = 1 - 1 / 1.350  # the per-stage plan's dp and tp groups: the ring's 24 blocks
+    assert 531.668 + phi * 0.044871 - 0.000394 == pytest.approx(531.679, abs=1e-3)
+    assert phi * 25.369 == pytest.approx(6.577, abs=1e-3)
+    per_stage = 531.679 + phi * 25.369 * (1 + 3 / 1024)
+    assert d["per_stage"]["step_s"] == pytest.approx(per_stage, abs=1e-3)
+    phi_u = (1 - 1 / 1.177) * 4 / 8  # the uniform plan's dp group: 4 ring blocks
+    assert 568.763 + phi_u * 0.280659 - 0.002528 == pytest.approx(568.782, abs=1e-3)
     latency = 111 * (8.4e-6 + 14e-6)
     half = (latency + (0.280659 - 2 * latency) * 2 / 3) / 2
     assert half == pytest.approx(0.093138, abs=1e-6)
-    uniform = 568.828 + 12.621 + (1 - phi) * half  # the tp charge, then chunk 0's wait
-    assert uniform == pytest.approx(581.520, abs=1e-3)
-    assert d["per_stage"]["gain"] == pytest.approx(uniform / 537.758, abs=1e-4)
-    # stock Megatron-LM runs the largest count (7) on every stage: 590.44 s, slower than the
-    # uniform plan's 581.52 s — the flags say so instead of promising the gain
-    assert d["launch"]["megatron_step_s"] == pytest.approx(590.44, abs=0.01)
+    uniform = 568.782 + 13.902 + (1 - phi_u) * half  # the tp charge, then chunk 0's wait
+    assert uniform == pytest.approx(582.770, abs=1e-3)
+    assert d["per_stage"]["gain"] == pytest.approx(uniform / 538.275, abs=1e-4)
+    # stock Megatron-LM runs the largest count (7) on every stage: 590.99 s, slower than the
+    # uniform plan's 582.77 s — the flags say so instead of promising the gain
+    assert d["launch"]["megatron_step_s"] == pytest.approx(590.99, abs=0.01)
     assert any(
-        "no faster than the best uniform plan's 581.52 s" in n
+        "no faster than the best uniform plan's 582.77 s" in n
         for n in d["launch"]["megatron_notes"]
     )
 

@@ -44,35 +44,39 @@ def test_deepep_costs_its_20_blocks_measured_phi() -> None:
     share 20/132 = 0.1515); DeepEP's Buffer.num_sms = 20 on a B200 (148 SMs, gemm.toml) and a
     GB200 (the B200's GPU): 20·132/148 = 17.838 blocks, 0.23896 + (1.838/8)·0.02030 = 0.24363;
     of 160 on GB300 (NVIDIA's Blackwell Ultra blog): 16.5 blocks, 0.23896 + (0.5/8)·0.02030 =
-    0.24023. DeepEP's own kernels are charged whatever nccl_sm_charge says; a part without a
-    sourced count: nothing."""
-    for charged in (True, False):
-        assert dispatcher_sm_share("deepep", "H800", charged) == pytest.approx(0.24911, abs=1e-5)
-    assert dispatcher_sm_share("deepep", "B200", True) == pytest.approx(0.24363, abs=1e-5)
-    assert dispatcher_sm_share("deepep", "GB200", True) == dispatcher_sm_share(
-        "deepep", "B200", True
-    )
-    assert dispatcher_sm_share("deepep", "GB300", True) == pytest.approx(0.24023, abs=1e-5)
-    assert dispatcher_sm_share("deepep", "B300", True) == dispatcher_sm_share(
-        "deepep", "GB300", True
-    )
-    assert dispatcher_sm_share("deepep", "MI300X", True) == 0.0
+    0.24023. DeepEP's own kernels are charged whatever nccl_sm_charge says (the rule takes no
+    option); a part without a sourced count: nothing."""
+    assert dispatcher_sm_share("deepep", "H800") == pytest.approx(0.24911, abs=1e-5)
+    assert dispatcher_sm_share("deepep", "B200") == pytest.approx(0.24363, abs=1e-5)
+    assert dispatcher_sm_share("deepep", "GB200") == dispatcher_sm_share("deepep", "B200")
+    assert dispatcher_sm_share("deepep", "GB300") == pytest.approx(0.24023, abs=1e-5)
+    assert dispatcher_sm_share("deepep", "B300") == dispatcher_sm_share("deepep", "GB300")
+    assert dispatcher_sm_share("deepep", "MI300X") == 0.0
 
 
-def test_nccls_all_to_all_costs_what_its_collectives_cost() -> None:
+def test_nccls_all_to_all_holds_its_point_to_point_channels() -> None:
     """NCCL's all-to-all is grouped send/recv on p2pnChannels blocks (NVIDIA/nccl 5067397c
-    src/graph/paths.cc ncclTopoComputeP2pChannels: pow2Up(min(nChannels, 64)), the ring count
-    rounded up, so at least the ring collectives' blocks), charged as they are: the NVLS count
-    as the floor. Hopper's 16 of 132: φ = 1 − 1/1.314 = 0.23896 (H800, H100, H200); B200's 24
-    of 148: 21.405 H200 blocks, 0.25267; GB300's 24 of 160: 0.24860. Off under
-    nccl_sm_charge=false and on a part without an NVLS count (A100)."""
-    hopper = 1 - 1 / 1.314
-    for part in ("H800", "H100-SXM", "H200"):
-        assert dispatcher_sm_share("alltoall", part, True) == pytest.approx(hopper)
-    assert dispatcher_sm_share("alltoall", "B200", True) == pytest.approx(0.25267, abs=1e-5)
-    assert dispatcher_sm_share("alltoall", "GB300", True) == pytest.approx(0.24860, abs=1e-5)
-    assert dispatcher_sm_share("alltoall", "H800", False) == 0.0
-    assert dispatcher_sm_share("alltoall", "A100-80GB", True) == 0.0
+    src/graph/paths.cc ncclTopoComputeP2pChannels: pow2Up(min(nChannels, 64)); a large one
+    touches every channel, src/enqueue.cc scheduleP2pTasksToPlan). In an H100 node: the ring's
+    24 → 32, φ(32) = 1 − 1/1.542 = 0.35149; in an A100 node the same 32 of 108 SMs, 32·132/108 =
+    39.111 H200 blocks, 0.35149 + (7.111/32)·(0.55830 − 0.35149) = 0.39745; in a B200 node
+    (NVLink 5: 32 collective channels, 32 p2p) 32·132/148 = 28.541 blocks, 0.25926 +
+    (4.541/8)·(0.35149 − 0.25926) = 0.31161. An ep group of 64 H100s over 8 nodes (8 a node,
+    400 Gb/s NICs): 16 collective channels (8 at 48 GB/s, Postset ×2), pow2Up(16) = 16,
+    φ(16) = 1 − 1/1.314 = 0.23896. Off under nccl_sm_charge=false; the dispatcher rule
+    charges nothing of NCCL's (it is not a dispatcher's own kernel)."""
+    node = (8, 8, 8, True, 0.0, False)
+    a2a = "send-recv"
+    assert collective_sm_share(a2a, "H100-SXM", True, True, *node) == pytest.approx(1 - 1 / 1.542)
+    assert collective_sm_share(a2a, "A100-80GB", True, True, *node) == pytest.approx(
+        0.39745, abs=1e-5
+    )
+    b200 = (*node[:-1], True)
+    assert collective_sm_share(a2a, "B200", True, True, *b200) == pytest.approx(0.31161, abs=1e-5)
+    across = (64, 64, 8, False, 50e9, False)
+    assert collective_sm_share(a2a, "H100-SXM", True, True, *across) == pytest.approx(1 - 1 / 1.314)
+    assert collective_sm_share(a2a, "H800", False, True, *node) == 0.0
+    assert dispatcher_sm_share("alltoall", "H800") == 0.0
 
 
 def test_hybridep_costs_its_default_sms_by_the_same_rule() -> None:
@@ -83,17 +87,14 @@ def test_hybridep_costs_its_default_sms_by_the_same_rule() -> None:
     φ(24) = 1 − 1/1.350 = 0.25926, φ(8) = 1 − 1/1.177 = 0.15038; on a GB200 (148): 24·132/148 =
     21.405 H200 blocks, 0.25267 (the NVLS collectives' figure: the same count), and 8 → 7.135
     blocks, 0.15038·7.135/8 = 0.13412. Charged whatever nccl_sm_charge says (its kernels are
-    not NCCL's); nothing on a part without a sourced SM count."""
-    for charged in (True, False):
-        assert dispatcher_sm_share("hybridep", "H800", charged) == pytest.approx(1 - 1 / 1.350)
-        assert dispatcher_sm_share("hybridep", "H100-SXM", charged, False) == pytest.approx(
-            1 - 1 / 1.177
-        )
-    assert dispatcher_sm_share("hybridep", "GB200", True) == pytest.approx(0.25267, abs=1e-5)
-    assert dispatcher_sm_share("hybridep", "GB200", True, False) == pytest.approx(0.13412, abs=1e-5)
-    assert dispatcher_sm_share("hybridep", "MI300X", True) == 0.0
-    assert dispatcher_sm_share("deepep", "H800", True, False) == dispatcher_sm_share(
-        "deepep", "H800", True
+    not NCCL's: the rule takes no option); nothing on a part without a sourced SM count."""
+    assert dispatcher_sm_share("hybridep", "H800") == pytest.approx(1 - 1 / 1.350)
+    assert dispatcher_sm_share("hybridep", "H100-SXM", False) == pytest.approx(1 - 1 / 1.177)
+    assert dispatcher_sm_share("hybridep", "GB200") == pytest.approx(0.25267, abs=1e-5)
+    assert dispatcher_sm_share("hybridep", "GB200", False) == pytest.approx(0.13412, abs=1e-5)
+    assert dispatcher_sm_share("hybridep", "MI300X") == 0.0
+    assert dispatcher_sm_share("deepep", "H800", False) == dispatcher_sm_share(
+        "deepep", "H800"
     )  # DeepEP's 20 either way
 
 
@@ -118,8 +119,8 @@ def test_combined_1f1b_pays_hybrideps_sms() -> None:
     """The combined-1F1B case below (Qwen3-30B-A3B, 64 H100s, dp 64, ep 8, m = 16, 1/16
     unpaired, every paired phase hidden) under HybridEP: its 24 SMs in one NVLink domain,
     φ = 0.25926, so exposed = T·(1 + 15·φ)/16 = 0.30556·T (T = 0.70511 s: 0.21545 s), with or
-    without the NCCL charge: the step 4.3811 s (NCCL's charged all-to-all: 4.7303 s, DeepEP's
-    20 SMs: 4.3748 s). T: HybridEP sends a token once to each rank holding one of its experts
+    without the NCCL charge: the step 4.3811 s (NCCL's charged all-to-all on its 32 point-to-point blocks:
+    4.8356 s, DeepEP's 20 SMs: 4.3748 s). T: HybridEP sends a token once to each rank holding one of its experts
     (model.moe_dispatch): R = 8·(1 − C(112, 8)/C(128, 8)) = 8·(1 − 475,491,062,970 /
     1,429,702,652,400) = 5.33936 ranks of 16 experts where NCCL sends 8 copies, R/k = 0.66742 of
     the bytes; the 3,072 all-to-alls (16 micro-batches × 48 layers × dispatch and combine,
@@ -142,7 +143,7 @@ def _axis(est, axis: str):  # noqa: ANN001, ANN202 - an Estimate's traffic row
 
 
 @pytest.mark.parametrize(("dispatcher", "phi_on", "phi_off"), [
-    ("alltoall", 1 - 1 / 1.314, 0.0),  # NCCL's: under the option
+    ("alltoall", 1 - 1 / 1.542, 0.0),  # NCCL's 32 p2p blocks: under the option
     ("deepep", 0.24911, 0.24911),  # DeepEP's 20 blocks: always
 ])  # fmt: skip
 def test_combined_1f1b_pays_the_dispatchers_sms(
@@ -153,10 +154,12 @@ def test_combined_1f1b_pays_the_dispatchers_sms(
     1/m = 1/16 unpaired (moe_run.unpaired_fraction), which waits whole. The paired phases are
     all hidden (each all-to-all shorter than its computation, so at φ = 0 only the unpaired
     sixteenth waits); at φ each waits max(φ·a, a − c) = φ·a. So of the ep row's T seconds
-    (dispatch + combine) exposed = T·(1/16 + 15/16·φ): NCCL's all-to-all at Hopper's
-    φ = 0.23896 with the charge, T/16 without (T = 1.06507 s: 0.30517 s against 0.06657 s, the
-    step 4.5066 → 4.7303 s); DeepEP's at 0.24911 either way (T = 0.70511 s, a token sent once to
-    each rank holding one of its experts: 0.20874 s)."""
+    (dispatch + combine) exposed = T·(1/16 + 15/16·φ): NCCL's all-to-all in one H100 node on
+    its 32 point-to-point blocks (the ring's 24 rounded up), φ = 1 − 1/1.542 = 0.35149 with the
+    charge, T/16 without (T = 1.06507 s: 1.06507 × 6.27237/16 = 0.41753 s against 0.06657 s,
+    the step 4.5066 → 4.8356 s; 4.7303 s when it was charged NVLS's 16 blocks, 0.23896);
+    DeepEP's at 0.24911 either way (T = 0.70511 s, a token sent once to each rank holding one
+    of its experts: 0.20874 s)."""
     run = MoERun(dispatcher=Dispatcher(dispatcher), ep_overlap=EpOverlap.COMBINED_1F1B)
     case = dict(model="qwen3-30b-a3b", device="H100-SXM", num_gpus=64, dp=64, ep=8, moe_run=run)
     on = Case.of(**case).evaluate()
@@ -168,7 +171,7 @@ def test_combined_1f1b_pays_the_dispatchers_sms(
     if dispatcher == "alltoall":
         assert t == pytest.approx(1.06507, abs=5e-6)
         assert (off.step_s, on.step_s) == (pytest.approx(4.5066, abs=5e-5),
-                                           pytest.approx(4.7303, abs=5e-5))  # fmt: skip
+                                           pytest.approx(4.8356, abs=5e-5))  # fmt: skip
 
 
 def test_every_layer_kind_pays_the_async_tp_charge() -> None:
@@ -181,10 +184,13 @@ def test_every_layer_kind_pays_the_async_tp_charge() -> None:
     is shorter than its GEMM, so uncharged they are hidden whole: the hidden seconds are
     T − exposed_off, (4·80 + 2)/(10·80 + 5) = 322/805 of the tp row's T (10 equal collectives
     a layer, 3 of the output layer, 2 of the embedding; the cross-entropy's few bytes a token
-    aside). Charged, each waits φ·a (φ = 1 − 1/1.314 = 0.23896, Hopper's 16 NVLS blocks), so
-    exposed_on = exposed_off + φ·(T − exposed_off): 0.21005 + 0.23896 × 0.13995 = 0.24349 s.
-    Before the dense layers' and the output layer's clocks carried the share (step_time
-    kind_parts), the charge moved nothing here."""
+    aside). Charged, each waits φ·a: under sequence parallelism they are all-gathers and
+    reduce-scatters, which NCCL runs as rings on the node's 24 channels (NVLS's bus bandwidth for
+    them is about half the ring's: model.nccl_channels), φ = 1 − 1/1.350 = 0.25926, so
+    exposed_on = exposed_off + φ·(T − exposed_off): 0.21005 + 0.25926 × 0.13995 = 0.24633 s
+    (0.24349 s when NVLS's 16 blocks were charged, 0.23896). Before the dense layers' and the
+    output layer's clocks carried the share (step_time kind_parts), the charge moved nothing
+    here."""
     case = dict(model="llama3-70b", device="H100-SXM", num_gpus=64, dp=32, tp=2,
                 global_batch_size=64, micro_batch_size=1)  # fmt: skip
     on = _axis(Case.of(**case).evaluate(), "tp")
@@ -192,11 +198,11 @@ def test_every_layer_kind_pays_the_async_tp_charge() -> None:
     t = on.seconds
     assert off.seconds == t == pytest.approx(0.35000, abs=5e-6)
     assert t - off.exposed_seconds == pytest.approx(322 / 805 * t, rel=1e-3)
-    phi = 1 - 1 / 1.314
+    phi = 1 - 1 / 1.350
     expected = off.exposed_seconds + phi * (t - off.exposed_seconds)
     assert on.exposed_seconds == pytest.approx(expected, rel=1e-9)
     assert (off.exposed_seconds, on.exposed_seconds) == (pytest.approx(0.21005, abs=5e-6),
-                                                         pytest.approx(0.24349, abs=5e-6))  # fmt: skip
+                                                         pytest.approx(0.24633, abs=5e-6))  # fmt: skip
 
 
 def test_a_block_computes_on_the_sms_the_communication_leaves() -> None:
@@ -235,26 +241,47 @@ def test_dualpipe_charges_deepeps_sms_on_deepseek_v3() -> None:
     assert ep.exposed_seconds == pytest.approx(ep.seconds * 0.24911, rel=1e-4)
 
 
-def test_nccl_holds_its_nvls_channels_of_the_parts_sms() -> None:
-    """NCCL src/transport/nvls.cc ncclNvlsTuning: NVLS_NCHANNELS_SM90 = 16 thread blocks on
-    Hopper (132 SMs): φ = 1 − 1/1.314 = 0.23896 (the SM share 16/132 = 0.1212);
-    NVLS_NCHANNELS_SM100_NVL = 24 on Blackwell (148 SMs): 24·132/148 = 21.405 blocks, 0.25267
-    (24/148 = 0.1622); Blackwell Ultra (160): 19.8 blocks, 0.23896 + (3.8/8)·0.02030 =
-    0.24860 (24/160 = 0.15). A100 has no NVLS (its ring count is a topology-search outcome):
-    nothing. Not charged: 0 — and the cost options charge it unless nccl_sm_charge=false is
-    given (on by default: :func:`test_the_charge_prices_megatron_fsdp_per_micro_batch_traffic`
-    says why)."""
+def test_nccl_holds_the_channels_of_the_algorithm_it_runs() -> None:
+    """NCCL runs a collective on one block per channel of its algorithm (model.nccl_channels;
+    NVIDIA/nccl 5067397c): an all-reduce of a communicator with NVLS (≥ 2 GPUs a node of an
+    NVLS part) on src/transport/nvls.cc ncclNvlsTuning's NVLS_NCHANNELS_SM90 = 16 on Hopper
+    (132 SMs): φ = 1 − 1/1.314 = 0.23896 (the SM share 16/132 = 0.1212); NVLS_NCHANNELS_SM100_NVL
+    = 24 on Blackwell (148 SMs): 24·132/148 = 21.405 blocks, 0.25267 (24/148 = 0.1622);
+    Blackwell Ultra (160): 19.8 blocks, 0.23896 + (3.8/8)·0.02030 = 0.24860 (24/160 = 0.15).
+    A reduce-scatter or all-gather runs as a ring on the node's 24 collective channels
+    (search.cc ncclTopoCompute: 6 rings at 60 GB/s on an H100's 18 × 20.6 GB/s, or at 40 GB/s
+    on an A100's 12 × 20 GB/s; DupChannels ×2; connect.cc ncclTopoPostset ×2): 1 − 1/1.350 =
+    0.25926 on Hopper. An A100 has no NVLS: its all-reduce runs as a ring or tree on the same
+    24 channels, 24·132/108 = 29.333 H200 blocks, 0.25926 + (5.333/8)·(0.35149 − 0.25926) =
+    0.32075 (it was charged nothing). NCCL_NVLS_ENABLE=0 (nccl_nvls=false): the H100's
+    all-reduce on the ring's 24 too. Across nodes (400 Gb/s NICs, one rank a node: 1 search
+    channel at 48 GB/s, DupChannels 2 at 24, Postset 4): 4 blocks, 0.15038/2 = 0.07519, NVLS
+    or not (NVLS needs 2 GPUs of the communicator on a node). Not charged: 0 — and the cost
+    options charge it unless nccl_sm_charge=false is given (on by default:
+    :func:`test_the_charge_prices_megatron_fsdp_per_micro_batch_traffic` says why)."""
+    node = (8, 8, 8, True, 0.0, False)
+    ar, ring = "all-reduce", "ring"
     hopper = 1 - 1 / 1.314
-    assert collective_sm_share("H100-SXM", True) == pytest.approx(hopper)
-    assert collective_sm_share("H100-96GB-500W", True) == pytest.approx(hopper)  # the SXM die
-    assert collective_sm_share("H800", True) == collective_sm_share("H200", True)
-    assert collective_sm_share("H200", True) == pytest.approx(hopper)
-    assert collective_sm_share("B200", True) == collective_sm_share("GB200", True)
-    assert collective_sm_share("B200", True) == pytest.approx(0.25267, abs=1e-5)
-    assert collective_sm_share("B300", True) == collective_sm_share("GB300", True)
-    assert collective_sm_share("GB300", True) == pytest.approx(0.24860, abs=1e-5)
-    assert collective_sm_share("A100-80GB", True) == collective_sm_share("MI300X", True) == 0.0
-    assert collective_sm_share("H100-SXM", False) == 0.0
+    for part in ("H100-SXM", "H100-96GB-500W", "H800", "H200"):
+        assert collective_sm_share(ar, part, True, True, *node) == pytest.approx(hopper)
+        assert collective_sm_share(ring, part, True, True, *node) == pytest.approx(1 - 1 / 1.350)
+    nvl5 = (*node[:-1], True)
+    assert collective_sm_share(ar, "B200", True, True, *nvl5) == pytest.approx(0.25267, abs=1e-5)
+    assert collective_sm_share(ar, "GB200", True, True, *nvl5) == pytest.approx(0.25267, abs=1e-5)
+    assert collective_sm_share(ar, "GB300", True, True, *nvl5) == pytest.approx(0.24860, abs=1e-5)
+    for kind in (ar, ring):
+        assert collective_sm_share(kind, "A100-80GB", True, True, *node) == pytest.approx(
+            0.32075, abs=1e-5
+        )
+    assert collective_sm_share(ar, "H100-SXM", True, False, *node) == pytest.approx(1 - 1 / 1.350)
+    one_a_node = (16, 128, 8, False, 50e9, False)
+    for kind in (ar, ring):
+        assert collective_sm_share(kind, "H100-SXM", True, True, *one_a_node) == pytest.approx(
+            0.07519, abs=1e-5
+        )
+    assert collective_sm_share(ar, "MI300X", True, True, *node) == 0.0
+    assert collective_sm_share(ar, "H100-SXM", False, True, *node) == 0.0
+    assert collective_sm_share(ring, "H100-SXM", True, True, 1, 1, 8, True, 0.0, False) == 0.0
     assert CostOptions().nccl_sm_charge
     assert Case.of("llama3-8b", "H100-SXM").options.nccl_sm_charge
     assert not Case.of("llama3-8b", "H100-SXM", nccl_sm_charge=False).options.nccl_sm_charge
@@ -340,11 +367,16 @@ def test_the_charge_prices_megatron_fsdp_per_micro_batch_traffic() -> None:
     ``grad_reduce_pipeline.reset()``), the last micro-batch its last bucket's whole share,
     1.5712/442 = 3.555 ms: 127 × 1.777 + 3.555 ms = 0.229 s.
     Charged, each pass waits φ of its traffic (max(φ·0.3928, 0.3928 − 0.6484), max(φ·1.1784,
-    1.1784 − 1.2969)) with Hopper's φ = 1 − 1/1.314 = 0.23896, so 128 × 0.23896 × 1.5712 =
-    0.23896 × 201.117 = 48.06 s exposed. The tp 4 layers' asynchronous collectives pay the same
-    φ: of the tp row's 33.600 s, 20.164 s wait uncharged and the other 13.436 s are hidden whole,
-    so charged 20.164 + 0.23896 × 13.436 = 23.375 s wait (+3.211 s). The step 249.240 →
-    300.282 s (+47.831 + 3.211 s)."""
+    1.1784 − 1.2969)) with φ of the blocks NCCL runs the dp group's all-gathers and
+    reduce-scatters on: at tp 4 the dp group of 16 has 2 ranks on each of 8 nodes, a ring of
+    2 search channels at 48 GB/s (400 Gb/s NICs behind PCIe Gen5), duplicated to 4 at 24 GB/s,
+    doubled by Postset: 8 blocks, φ = 1 − 1/1.177 = 0.15038 (NVLS does not run a reduce-scatter
+    or all-gather across nodes), so 0.15038 × 201.117 = 30.244 s exposed (48.06 s at NVLS's
+    16 blocks, 0.23896, as charged before). The tp 4 layers' asynchronous all-gathers and
+    reduce-scatters (sequence parallelism) run as rings on the node's 24 channels, φ = 1 −
+    1/1.350 = 0.25926: of the tp row's 33.600 s, 20.164 s wait uncharged and the other 13.436 s
+    are hidden whole, so charged 20.164 + 0.25926 × 13.436 = 23.648 s wait (+3.483 s). The
+    step 249.240 → 282.739 s (+30.015 + 3.483 s; 300.282 s before)."""
     case = dict(dp=16, tp=4, zero_stage=3, micro_batch_size=1, global_batch_size=2048,
                 framework="megatron")  # fmt: skip
     on = Case.of("llama3-70b", "H100-SXM", **case).evaluate()
@@ -353,12 +385,12 @@ def test_the_charge_prices_megatron_fsdp_per_micro_batch_traffic() -> None:
     dp_off = next(r for r in off.traffic if r.traffic.axis == "dp")
     assert dp_on.seconds == dp_off.seconds == pytest.approx(201.117, abs=5e-4)
     assert dp_off.exposed_seconds == pytest.approx((127 * 0.78561 + 1.57123) / 442, abs=5e-5)
-    assert dp_on.exposed_seconds == pytest.approx((1 - 1 / 1.314) * 201.117, abs=5e-3)
+    assert dp_on.exposed_seconds == pytest.approx((1 - 1 / 1.177) * 201.117, abs=5e-3)
     assert off.step_s == pytest.approx(249.240, abs=5e-4)
     tp_on = next(r for r in on.traffic if r.traffic.axis == "tp")
     tp_off = next(r for r in off.traffic if r.traffic.axis == "tp")
     assert tp_on.seconds == tp_off.seconds == pytest.approx(33.600, abs=5e-4)
     assert tp_off.exposed_seconds == pytest.approx(20.164, abs=5e-4)
     hidden = tp_on.seconds - tp_off.exposed_seconds
-    assert tp_on.exposed_seconds == pytest.approx(tp_off.exposed_seconds + (1 - 1 / 1.314) * hidden)
-    assert on.step_s == pytest.approx(300.282, abs=5e-4)
+    assert tp_on.exposed_seconds == pytest.approx(tp_off.exposed_seconds + (1 - 1 / 1.350) * hidden)
+    assert on.step_s == pytest.approx(282.739, abs=5e-4)

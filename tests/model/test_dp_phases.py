@@ -48,37 +48,54 @@ def test_gpt3_175b_megatron_fsdp_by_hand():
     gathered for the forward, 2 B again for the backward and 4 B of FP32 gradients
     reduce-scattered, so the forward's gathers are a quarter, 2.1187 s, and the backward
     carries 6.3561 s. The micro-batch's compute with its exposed tp collectives, without
-    recomputation, is t = (15.813 + 0.725) / 2 = 8.2688 s: the forward's window t/3 = 2.7563 s,
-    the backward's 2t/3 = 5.5126 s (A100: no NCCL SM charge, φ = 0).
+    recomputation, is t = (15.813 + 0.880)/2 = 8.3465 s (the tp 4 group's asynchronous
+    all-gathers and reduce-scatters charged NCCL's 24 ring blocks of the A100's 108 SMs,
+    φ_tp = 0.32075: 0.725 s uncharged + 0.32075 × 0.483 s): the forward's window
+    t/3 = 2.7822 s, the backward's 2t/3 = 5.5643 s. The dp group's 256 ranks lie 2 on each of
+    128 nodes: its all-gathers and reduce-scatters run as rings on 4 blocks (2 search channels
+    at 24 GB/s on 200 Gb/s NICs, no DupChannels under 25 GB/s, Postset ×2), 4·132/108 = 4.889
+    H200 blocks, φ_dp = 0.15038 × 4.889/8 = 0.09190 (tests/model/test_nccl_blocks.py).
 
-    The forward hides its gathers (0.637 s of its link idle); the backward leaves
-    6.3561 − 5.5126 = 0.8435 s, more than its last bucket's reduce-scatter (4.2374/171 =
-    0.0248 s) or, in the last micro-batch, its last bucket's whole share (8.4748/171 =
-    0.0496 s), in each of the two micro-batches: 1.6871 s exposed. Before, the micro-batch's whole 8.4748 s was set
-    against the whole t: 8.4748 − 8.2688 = 0.206 s a micro-batch, 0.412 s exposed, so the step
-    moves 16.953 → 18.229 s."""
+    The forward's gathers fit its window but hold φ_dp of the SMs: 0.09190 × 2.1187 =
+    0.1947 s; the backward leaves 6.3561 − 5.5643 = 0.7918 s (more than φ_dp × 6.3561 =
+    0.5841 s, its last bucket's reduce-scatter 4.2374/171 = 0.0248 s or, in the last
+    micro-batch, its last bucket's whole share 8.4748/171 = 0.0496 s), in each of the two
+    micro-batches: 2 × 0.9865 = 1.973 s exposed (1.687 s when A100 was charged nothing, the
+    step 18.229 s; before the phases were split, 8.4748 − 8.2688 = 0.206 s a micro-batch,
+    16.953 s). The step 18.670 s."""
     est = Case.of("gpt3-175b", "A100-80GB", **GPT3).evaluate()
     dp = next(r for r in est.traffic if r.traffic.axis == "dp")
     assert dp.seconds == pytest.approx(2 * 8.4748, abs=5e-4)
-    t = 8.2688
+    phi = (1 - 1 / 1.177) * (4 * 132 / 108) / 8
+    assert dict(est.time_terms.sm_shares)["dp"] == pytest.approx(phi)
+    assert phi == pytest.approx(0.09190, abs=1e-5)
+    t = 8.3465
     backward = 8.4748 * 3 / 4 - 2 * t / 3
-    assert backward == pytest.approx(0.8435, abs=1e-4)
-    assert 8.4748 / 4 < t / 3  # the forward hides its gathers
-    assert dp.exposed_seconds == pytest.approx(2 * backward, abs=5e-4)
-    assert est.step_s == pytest.approx(18.229, abs=5e-4)
+    assert backward == pytest.approx(0.7918, abs=1e-4)
+    assert 8.4748 / 4 < t / 3 and phi * 8.4748 * 3 / 4 < backward
+    forward = phi * 8.4748 / 4
+    assert dp.exposed_seconds == pytest.approx(2 * (forward + backward), abs=5e-4)
+    assert est.step_s == pytest.approx(18.670, abs=5e-4)
 
 
 def test_gpt3_175b_search_answer_moves_to_tp_8():
     """The search's answer with the phases apart: dp 128 × tp 8, still Megatron-FSDP, b 6, m 2,
-    17.504 s (0.275 s of dp exposed: each micro-batch's backward sends 7.8391 × 3/4 = 5.8793 s
-    under 2/3 of its 8.6127 s, 0.1375 s beyond), ahead of dp 256 × tp 4's 18.229 s; the
-    search's tables give the evaluator's figure."""
+    18.254 s, ahead of dp 256 × tp 4's 18.670 s; the search's tables give the evaluator's
+    figure. Its dp group has one rank on each of 128 nodes: 2 ring blocks (1 search channel at
+    24 GB/s, Postset ×2), 2·132/108 = 2.444 H200 blocks, φ = 0.15038 × 2.444/8 = 0.04595. Each
+    micro-batch's backward sends 7.8391 × 3/4 = 5.8793 s, 0.1375 s beyond 2/3 of its
+    micro-batch, less than the φ · 5.8793 = 0.2702 s its blocks cost; the forward's gathers
+    φ · 1.9598 = 0.0901 s: 2 × φ × 7.8391 = 0.720 s of dp exposed (0.275 s, the step 17.504 s,
+    when A100 was charged nothing)."""
     import trainplan
 
     r = trainplan.search(model="gpt3-175b", gpus=1024, gpu="A100-80GB", global_batch=1536)
     lay = r.best.estimate.layout
     assert (lay.dp, lay.tp, lay.pp, lay.zero_stage, lay.micro_batch_size) == (128, 8, 1, 3, 6)
-    assert r.best.estimate.step_s == pytest.approx(17.504, abs=5e-4)
+    dp = next(t for t in r.best.estimate.traffic if t.traffic.axis == "dp")
+    phi = (1 - 1 / 1.177) * (2 * 132 / 108) / 8
+    assert dp.exposed_seconds == pytest.approx(2 * phi * 7.8391, abs=5e-4)
+    assert r.best.estimate.step_s == pytest.approx(18.254, abs=5e-4)
     assert Case.of("gpt3-175b", "A100-80GB", **GPT3).evaluate().step_s > r.best.estimate.step_s
 
 

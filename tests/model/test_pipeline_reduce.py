@@ -13,7 +13,12 @@ from trainplan.model.pipeline_reduce import reduce_waiting_share
 from trainplan.model.step_time import dp_exposed_seconds
 from trainplan.optimizer.case import Case
 
-PHI = 1 - 1 / 1.314  # NCCL's NVLS SMs on Hopper (model.comm_sms; tests/model/test_comm_sms.py)
+PHI_DP = 1 - 1 / 1.177
+"""φ of a dp group with 2 GPUs on each node (400 Gb/s NICs): its reduce-scatters and all-gathers
+run as rings on 2 search channels at 48 GB/s, duplicated to 4, doubled by ncclTopoPostset: 8
+blocks (model.nccl_channels; tests/model/test_nccl_blocks.py), 1 − 1/1.177 on Hopper."""
+PHI_TP = 1 - 1 / 1.350
+"""φ of a tp group's reduce-scatters and all-gathers in an H100 node: the ring's 24 channels."""
 
 
 def test_the_share_that_waits():
@@ -60,9 +65,11 @@ def test_llama3_70b_1f1b_waits_for_the_whole_reduce_scatter_by_hand():
     50.4 µs of latency, 40 calls 2.016 ms; the bytes, 215.0 − 2.016 = 212.98 ms, split 4 : 2:
     the reduce-scatter 1.008 + 141.99 = 143.0 ms, the all-gather 1.008 + 70.99 = 72.0 ms.
 
-    Before: all of it overlapped, max(φ · 215.0, 215.0 / 20) = 51.4 ms waited. Now the
-    reduce-scatter waits whole after stage 0's last backward and the gather keeps its overlap:
-    143.0 + max(φ · 72.0 = 17.2, 72.0 / 20 = 3.6) = 160.2 ms; the step 43.075 → 43.184 s."""
+    Before: all of it overlapped, max(φ · 215.0, 215.0 / 20) = 51.4 ms waited (φ 0.239, NVLS's
+    count, as charged then). Now the reduce-scatter waits whole after stage 0's last backward
+    and the gather keeps its overlap, at φ = 1 − 1/1.177 = 0.15038 (the group's 2 GPUs a node:
+    8 ring blocks): 143.0 + max(φ · 72.0 = 10.8, 72.0 / 20 = 3.6) = 153.8 ms (160.2 ms at
+    0.239); the step 43.178 s (43.184 s at 0.239)."""
     est = Case.of(**LAYOUT).evaluate()
     dp = next(r for r in est.traffic if r.traffic.axis == "dp")
     c = dp.seconds
@@ -73,21 +80,21 @@ def test_llama3_70b_1f1b_waits_for_the_whole_reduce_scatter_by_hand():
         pytest.approx(0.1430, abs=1e-4),
         pytest.approx(0.0720, abs=1e-4),
     )
-    assert dp.exposed_seconds == pytest.approx(reduce_s + PHI * gather_s, abs=5e-5)
-    assert dp.exposed_seconds == pytest.approx(0.1602, abs=1e-4)
-    assert est.step_s == pytest.approx(43.184, abs=1e-3)
+    assert dp.exposed_seconds == pytest.approx(reduce_s + PHI_DP * gather_s, abs=5e-5)
+    assert dp.exposed_seconds == pytest.approx(0.1538, abs=1e-4)
+    assert est.step_s == pytest.approx(43.178, abs=1e-3)
 
 
 def test_interleaved_waits_for_its_last_chunk_only():
     """The same layout interleaved over v = 2 chunks a rank: the last chunk's half of the
     reduce-scatter waits, the rest of the once-per-step traffic keeps its overlap:
-    c_r / 2 + max(φ · (c − c_r / 2), (c − c_r / 2) / 20)."""
+    c_r / 2 + max(φ · (c − c_r / 2), (c − c_r / 2) / 20), φ the dp group's (8 ring blocks)."""
     est = Case.of(**{**LAYOUT, "schedule": "interleaved", "virtual_stages": 2}).evaluate()
     dp = next(r for r in est.traffic if r.traffic.axis == "dp")
     c = dp.seconds
     latency = 20 * (8.4e-6 + 3 * 14e-6)
     half = (latency + (c - 2 * latency) * 2 / 3) / 2
-    assert dp.exposed_seconds == pytest.approx(half + PHI * (c - half), abs=5e-5)
+    assert dp.exposed_seconds == pytest.approx(half + PHI_DP * (c - half), abs=5e-5)
 
 
 MEGATRON = dict(model="llama3-70b", num_gpus=2048, device="H100-SXM", framework="megatron",
@@ -96,14 +103,10 @@ MEGATRON = dict(model="llama3-70b", num_gpus=2048, device="H100-SXM", framework=
 
 
 @pytest.mark.parametrize(
-    ("v", "exposed_ms", "before_s", "step_s"),
-    [
-        (2, 193.96, 2.89687, 3.02792),
-        (4, 146.00, 2.52820, 2.60649),
-        (8, 122.02, 2.36117, 2.41310),
-    ],
+    ("v", "exposed_ms", "step_s"),
+    [(2, 168.78, 3.00573), (4, 115.24, 2.57831), (8, 88.47, 2.38192)],
 )
-def test_megatron_interleaved_llama3_70b_by_hand(v, exposed_ms, before_s, step_s):
+def test_megatron_interleaved_llama3_70b_by_hand(v, exposed_ms, step_s):
     """Llama 3 70B, dp 128 × tp 4 × pp 4 on 2,048 H100s, ZeRO-1 (the distributed optimizer:
     FP32 gradients reduce-scattered, BF16 weights all-gathered once a step). The busiest stage
     holds 20 layers of 855,654,400 / 4 and the embedding's 128,512 × 8,192 / 4 parameters per
@@ -112,21 +115,22 @@ def test_megatron_interleaved_llama3_70b_by_hand(v, exposed_ms, before_s, step_s
     a collective; the traffic table's 410.26 ms less 2L leaves 281.64 ms of bytes, split 4 : 2
     (FP32 gradients, BF16 weights): the reduce-scatter L + 187.76 = 252.07 ms.
 
-    Before (every chunk reduced under computation): φ · 410.26 = 98.04 ms at every v. Now
-    chunk 0 of rank 0, 252.07 / v, waits whole and the rest keeps its overlap:
-    252.07 / v + φ · (410.26 − 252.07 / v) — v 2: 126.04 + 67.92 = 193.96 ms, v 4: 63.02 +
-    82.98 = 146.00 ms, v 8: 31.51 + 90.51 = 122.02 ms; the step (``before_s``, the figures of
-    the rule that waited for none) grows by what the exposed dp grows: 2.897 → 2.993 s
-    (+3.3 %), 2.528 → 2.576 s (+1.9 %), 2.361 → 2.385 s (+1.0 %).
+    Chunk 0 of rank 0, 252.07 / v, waits whole and the rest keeps its overlap beside the
+    computation, which loses φ of its SMs meanwhile — the dp group's 128 ranks lie 2 on each of
+    64 nodes (tp 4 inside a node), so its reduce-scatters and all-gathers run as rings on 8
+    blocks, φ = 1 − 1/1.177 = 0.15038: 252.07 / v + φ · (410.26 − 252.07 / v) — v 2: 126.04 +
+    42.74 = 168.78 ms, v 4: 63.02 + 52.22 = 115.24 ms, v 8: 31.51 + 56.96 = 88.47 ms (193.96,
+    146.00, 122.02 ms at NVLS's 16 blocks, 0.239, as charged before).
 
     NCCL's SM charge reaches the layers' and the output layer's asynchronous tp 4 collectives
     too (model.step_time.kind_parts): of the busiest stage's 265.04 ms of tp collectives a step
     (m = 512 / 128 = 4 micro-batches) 106.92 ms hid under their GEMMs uncharged (158.12 ms
     waited, as ``nccl_sm_charge=false`` still times them), each shorter than (1 − φ) of its
-    GEMM, so φ × 106.92 = 25.55 ms more waits: tp exposed 158.12 → 183.67 ms at every v. The
-    step pays it on every micro-batch of the schedule's m + (pp − 1)/v = 4 + 3/v passes, × (1 +
-    3/(4v)): v 2 × 1.375 = 35.13 ms, v 4 × 1.1875 = 30.34 ms, v 8 × 1.09375 = 27.95 ms; the
-    dp and pp rows are unchanged: 2.993 → 3.028 s, 2.576 → 2.606 s, 2.385 → 2.413 s."""
+    GEMM; they are all-gathers and reduce-scatters (sequence parallelism) on the node's 24 ring
+    channels, φ = 1 − 1/1.350 = 0.25926, so 0.25926 × 106.92 = 27.72 ms more waits: tp exposed
+    158.12 → 185.84 ms at every v. The step pays it on every micro-batch of the schedule's
+    m + (pp − 1)/v = 4 + 3/v passes, × (1 + 3/(4v)), and the dp row's growth over the uncharged
+    once: 3.006 s, 2.578 s, 2.382 s (3.028, 2.606, 2.413 s before)."""
     est = Case.of(**MEGATRON, virtual_stages=v).evaluate()
     dp = next(r for r in est.traffic if r.traffic.axis == "dp")
     c = dp.seconds
@@ -135,27 +139,28 @@ def test_megatron_interleaved_llama3_70b_by_hand(v, exposed_ms, before_s, step_s
     reduce_s = latency + (c - 2 * latency) * 2 / 3
     assert reduce_s == pytest.approx(0.25207, abs=1e-5)
     waits = reduce_s / v
-    assert dp.exposed_seconds == pytest.approx(waits + PHI * (c - waits), abs=2e-6)
+    assert dp.exposed_seconds == pytest.approx(waits + PHI_DP * (c - waits), abs=2e-6)
     assert dp.exposed_seconds * 1e3 == pytest.approx(exposed_ms, abs=0.01)
     tp = next(r for r in est.traffic if r.traffic.axis == "tp")
     off = Case.of(**MEGATRON, virtual_stages=v, nccl_sm_charge=False).evaluate()
     tp_off = next(r for r in off.traffic if r.traffic.axis == "tp")
+    dp_off = next(r for r in off.traffic if r.traffic.axis == "dp")
     assert (tp.seconds, tp_off.exposed_seconds) == (
         pytest.approx(0.26504, abs=1e-5),
         pytest.approx(0.15812, abs=1e-5),
     )
     hidden = tp.seconds - tp_off.exposed_seconds
     assert hidden == pytest.approx(0.10692, abs=1e-5)
-    assert tp.exposed_seconds == pytest.approx(tp_off.exposed_seconds + PHI * hidden, abs=1e-9)
-    charged = PHI * hidden * (1 + 3 / (4 * v))  # each of the m + (pp − 1)/v passes
-    dp_moved = dp.exposed_seconds - PHI * c
-    assert est.step_s == pytest.approx(before_s + dp_moved + charged, abs=1e-5)
+    assert tp.exposed_seconds == pytest.approx(tp_off.exposed_seconds + PHI_TP * hidden, abs=1e-9)
+    charged = PHI_TP * hidden * (1 + 3 / (4 * v))  # each of the m + (pp − 1)/v passes
+    dp_moved = dp.exposed_seconds - dp_off.exposed_seconds
+    assert est.step_s == pytest.approx(off.step_s + dp_moved + charged, abs=1e-5)
     assert est.step_s == pytest.approx(step_s, abs=1e-5)
 
 
 def test_megatron_1f1b_keeps_its_overlap():
     """The same layout under 1F1B: the first stage reduces under its last backward, so only the
-    SMs of the collectives wait: φ · c."""
+    SMs of the collectives wait: φ · c at the dp group's 8 ring blocks."""
     est = Case.of(**{**MEGATRON, "schedule": "1f1b"}).evaluate()
     dp = next(r for r in est.traffic if r.traffic.axis == "dp")
-    assert dp.exposed_seconds == pytest.approx(PHI * dp.seconds, abs=1e-6)
+    assert dp.exposed_seconds == pytest.approx(PHI_DP * dp.seconds, abs=1e-6)

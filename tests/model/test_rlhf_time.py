@@ -99,7 +99,10 @@ def test_scoring_forward_counts_its_fsdp2_all_gathers():
     t = est.time_terms
     assert t is not None and t.compute_and_pipeline_s == pytest.approx(1.88982, abs=1e-5)
     assert 32 * per_call < t.compute_and_pipeline_s / 4 / 3  # the forward covers the gathers
-    phi = collective_sm_share("H100-SXM", est.options.nccl_sm_charge)
+    # the dp group of 16 over two nodes, 8 a node: its all-gathers run as rings on 16 channels
+    # (8 search channels at 48 GB/s, Postset ×2; model.nccl_channels), φ(16) = 1 − 1/1.314
+    across = (16, 16, 8, False, 50e9, False)
+    phi = collective_sm_share("ring", "H100-SXM", est.options.nccl_sm_charge, True, *across)
     assert phi == pytest.approx(0.23896, abs=1e-5)
     assert t.forward_gather_s == pytest.approx(4 * phi * 32 * per_call, rel=1e-9)
     assert t.forward_gather_s == pytest.approx(0.04416, abs=1e-5)

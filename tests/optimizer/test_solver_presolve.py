@@ -167,9 +167,9 @@ def _agree(result, answers, statuses) -> None:
 
 def test_gpt_oss_20b_on_32_h100_colocated_solve_finds_the_best(monkeypatch):
     """GPT-OSS-20B GRPO, 64 prompts × 8 rollouts of 1,024 + 2,048 tokens on 32 H100: the best
-    placement colocates, 19,139,149,602 ns; with the presolve rule on, the colocated-only solve
-    proves 20,691,651,705 ns optimal (the explanation's "best colocated" above the best, which
-    is colocated). The split: 26,796,460,489 ns. (All three equal the exhaustive oracle over the
+    placement colocates, 19,141,022,448 ns; with the presolve rule on, the colocated-only solve
+    proved 20,691,651,705 ns optimal (the explanation's "best colocated" above the best, which
+    is colocated). The split: 26,800,923,712 ns. (All three equal the exhaustive oracle over the
     same tables: the slow test below.)
 
     Found at 19,137,453,234, 20,689,955,337 and 26,793,843,237 ns; each moved since by NCCL's SM
@@ -182,21 +182,27 @@ def test_gpt_oss_20b_on_32_h100_colocated_solve_finds_the_best(monkeypatch):
     1.017820 ms on the update and a third of it, 0.339273 ms, on each of the two scoring
     forwards: + 1.696367 ms (+ 1,696,368 ns to both colocated figures; the same actor and
     reference in each). The split's actor (dp 4 tp 2 pp 2, m = 26): 27 × 0.072701 = 1.962939 ms
-    on its update and 0.654313 ms on its scoring, the reference at tp 1 none: + 2,617,252 ns."""
+    on its update and 0.654313 ms on its scoring, the reference at tp 1 none: + 2,617,252 ns
+    (19,139,149,602 and 26,796,460,489 ns). Moved again when the charge followed the algorithm
+    NCCL runs each group's collectives as (model.nccl_channels): the tp 2 groups' all-gathers and
+    reduce-scatters (sequence parallelism) on the ring's 24 blocks, φ = 1 − 1/1.350 = 0.259259
+    instead of NVLS's 16 (the output layer's pair now 0.259259 × 0.304235 = 0.078876 ms a
+    micro-batch), each dp group's at its own placement's blocks: + 1,872,846 ns colocated,
+    + 4,463,223 ns split."""
     result, _, answers, statuses = _three(_grpo("gpt-oss-20b", 32, 64), monkeypatch)
     _agree(result, answers, statuses)
-    assert result.best.colocated and result.best.objective_ns == 19_139_149_602
-    assert 19_137_453_234 + 1_696_368 == 19_139_149_602
-    assert answers[True].objective_ns == 19_139_149_602
-    assert answers[False].objective_ns == 26_796_460_489 == 26_793_843_237 + 2_617_252
+    assert result.best.colocated and result.best.objective_ns == 19_141_022_448
+    assert 19_139_149_602 + 1_872_846 == 19_141_022_448
+    assert answers[True].objective_ns == 19_141_022_448
+    assert answers[False].objective_ns == 26_800_923_712 == 26_796_460_489 + 4_463_223
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("model", "gpus", "prompts", "best", "split"),
     [
-        ("gpt-oss-20b", 32, 64, 19_139_149_602, 26_796_460_489),
-        ("qwen3-235b-a22b", 128, 256, 203_978_336_097, 297_170_394_114),
+        ("gpt-oss-20b", 32, 64, 19_141_022_448, 26_800_923_712),
+        ("qwen3-235b-a22b", 128, 256, 204_005_936_115, 297_171_891_052),
     ],
 )
 def test_the_three_solves_equal_the_oracle(model, gpus, prompts, best, split, monkeypatch):
@@ -214,7 +220,11 @@ def test_the_three_solves_equal_the_oracle(model, gpus, prompts, best, split, mo
     is the slowest of 32 (0.089109 s, the next 0.080731 s): 410 + 31 slots of it on the three
     passes, 64.998 ms, a third on each scoring forward, 2 × 21.666 ms = + 43,332,024 ns. The
     fully recomputed update's slowest stage is stage 1 (0.114182 s, the last 0.111410 s): it
-    stays 51.715518 s. The split runs every role at tp 1: 297,170,394,114 ns, unchanged."""
+    stays 51.715518 s. The split runs every role at tp 1: 297,170,394,114 ns, unchanged. Both
+    moved again when the charge followed the algorithm NCCL runs (model.nccl_channels): the
+    tp 4 groups' all-gathers and reduce-scatters on the ring's 24 blocks (φ 0.259259, not
+    NVLS's 0.238965) and each dp group's collectives at its own placement's blocks:
+    204,005,936,115 ns (+27,600,018) and 297,171,891,052 ns (+1,496,938)."""
     result, tables, answers, statuses = _three(_grpo(model, gpus, prompts), monkeypatch)
     _agree(result, answers, statuses)
     for colocate in (None, True, False):

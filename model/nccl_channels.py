@@ -1,0 +1,300 @@
+"""How many channels NCCL gives a communicator, and how many thread blocks a large collective
+runs on: the one rule the communicators' memory (:mod:`model.terms.comm_memory`: connections and
+set-up per channel) and the SMs an overlapped collective holds (:mod:`model.comm_sms`) read.
+
+NCCL (``NVIDIA/nccl`` at 5067397c; NCCL's defaults, no ``NCCL_*`` variable set):
+
+* **Channels.** ``ncclTopoCompute`` (``src/graph/search.cc``) searches rings at the per-channel
+  speeds of the part's architecture (``speedArrayIntra``/``Inter`` on Ampere,
+  ``sm90SpeedArray*`` on Hopper, ``sm100SpeedArray*`` on Blackwell) for the most
+  ``channels × speed`` the links allow; ``ncclTopoDupChannels`` doubles them (not below 25 GB/s a
+  channel, nor on sm90+ below 50 GB/s with more than 4); ``src/init.cc`` takes the tree's and
+  the ring's fewer (``comm->nChannels = min(treeGraph, ringGraph)``, the tree searched with the
+  ring's count as its minimum and maximum); ``ncclTopoPostset`` (``src/graph/connect.cc``)
+  doubles again ("Duplication should be complete now"), doubles once more across nodes on sm90+
+  above 45 GB/s a channel under 16 channels ("4 compute channels per search channel"), and
+  clamps to ``NCCL_MAX_NCHANNELS``/``NCCL_MIN_NCHANNELS`` (``ncclMaxNchannels`` = ``MAXCHANNELS``
+  64, ``ncclMinNchannels`` = 0 by default: no change) and the communicator's ``maxCTAs``/
+  ``minCTAs`` (``NCCL_MAX_CTAS``/``NCCL_MIN_CTAS``, unset: 64 and 1): :func:`collective_channels`.
+  ``p2pnChannels`` is that count rounded up to a power of two (``src/graph/paths.cc``
+  ``ncclTopoComputeP2pChannels``): :func:`setup_channels`.
+* **Blocks a collective runs on.** ``topoGetAlgoInfo`` (``src/enqueue.cc``) gives a ring or tree
+  collective (and PAT's, all-gather and reduce-scatter at one rank a node) ``comm->nChannels``
+  channels, fewer only while the bytes are under ``nc × nt × threadThreshold`` (Simple: 512
+  threads × ``NCCL_SIMPLE_THREAD_THRESHOLD`` 64 B = 32 KiB a channel, 768 KiB at 24 channels),
+  and an NVLS or NVLS-tree one ``comm->nvlsChannels`` (:func:`model.nvls.nvls_channels`);
+  ``scheduleCollTasksToPlan`` spreads one large collective over all of them, and the kernel
+  runs one block (CTA) per channel for the whole collective. Grouped send/recv (the expert
+  all-to-all) runs on the ``p2pnChannels`` channels, a large one on every one
+  (``scheduleP2pTasksToPlan``: each peer's transfer striped over ``p2pnChannelsPerPeer``
+  channels from a base that differs by peer). :func:`collective_blocks`.
+* **Which algorithm.** ``ncclTopoTuneModel`` (``src/graph/tuning.cc``) and ``topoGetAlgoInfo``
+  pick the algorithm of least ``latency + bytes ÷ bandwidth``. Reduce-scatter and all-gather
+  run as rings (PAT at one rank a node): across nodes NVLS is disabled without CollNet
+  (``NCCL_ALGO_NVLS`` off for ``nNodes > 1``; CollNet is off by default), and in one node its
+  bus bandwidth ``heads × bwIntra × nvlsEfficiency × ((n − 1)/n)²`` (8 H100s: 8 × 40 × 0.85 ×
+  0.766 = 208 GB/s) is about half the ring's ``12 × 30 × n/(n − 1)`` = 411 GB/s (8 B200s: 363
+  against 823). An all-reduce runs as NVLS in one NVLink domain and NVLS-tree across nodes
+  where the part and the communicator have NVLS (:func:`model.nvls.nvls_on`: ≥ 2 of its GPUs
+  on a node, ``NCCL_NVLS_ENABLE`` not 0) — the rule the step time's NVLS speed-up
+  (:func:`model.nvls.nvls_ring`) and NVLS's memory read: 8 H100s 8 × min(40 × 0.85 × 7/8 × 2,
+  60) = 476 GB/s against the ring's 360 at the same ``n/(2(n − 1))``; across nodes (8 a node,
+  400 Gb/s NICs) NVLS-tree's 8 × min(59.5, 48, ``perChMaxNVLSTreeBw`` 45.5) = 364 GB/s against
+  the ring's 8 × 48 = 384 at the same ratio, with 25 + 2·log2(nodes)·20.9 µs of latency
+  against the ring's ~3.4 µs a step and 14 µs a network step (×1.4, the ring's plateau), so
+  NVLS-tree below about 1 GB at 4 nodes and far beyond at more. Where NCCL's own model differs
+  (an assumption shared with :func:`model.nvls.nvls_ring`): at 2 or 4 GPUs of an H100 node the
+  NVLS all-reduce's 2 × min(51, 60) = 102 and 4 × min(76.5, 60) = 240 GB/s are under the
+  ring's 360, so NCCL runs it as a ring (24 blocks, not 16); ``φ`` differs by 0.020
+  (:mod:`model.comm_sms`). Else the ring's (or tree's: the same channels) count.
+
+Assumed: collectives large enough for every channel (all the overlapped ones the model charges:
+gradient buckets of tens of MB, a layer's activations), NCCL's defaults (no ``NCCL_ALGO``,
+``NCCL_MAX_NCHANNELS``, ``NCCL_NVLS_NCHANNELS``, no tuner plugin), non-registered buffers
+(``NCCL_CTA_POLICY_EFFICIENCY`` not set), and the topology of a DGX/HGX node: every GPU on
+the NVSwitch through all its NVLinks, one NIC per GPU behind a PCIe switch.
+"""
+
+from __future__ import annotations
+
+import math
+from enum import StrEnum
+from functools import lru_cache
+from typing import Any
+
+from trainplan.model.nvls import nvls_channels, nvls_on
+
+__all__ = [
+    "MAXCHANNELS",
+    "NODE_CHANNELS",
+    "NcclKernel",
+    "pow2_up",
+    "collective_channels",
+    "setup_channels",
+    "group_placement",
+    "strided_nodes",
+    "group_channels",
+    "strided_group_channels",
+    "collective_blocks",
+    "group_blocks",
+]
+
+MAXCHANNELS = 64
+"""``MAXCHANNELS`` (``src/include/device.h``): the most channels a communicator gets
+(``ncclMaxNchannels``' default)."""
+
+NODE_CHANNELS = 24
+"""Collective channels (``comm->nChannels``) of a communicator inside one NVLink domain of
+NVLink 3 or 4 (A100, H100, H200): :func:`collective_channels`. ``ncclTopoCompute`` (``src/graph/search.cc``) finds 6 ring
+channels at 60 GB/s on an H100's 18 × ``SM90_NVLINK_BW`` 20.6 = 370.8 GB/s (7 × 50 and 9 × 40
+are no better), ``ncclTopoDupChannels`` doubles them (``bwIntra`` ≥ 50) to 12 at 30 GB/s, and
+``ncclTopoPostset`` (``src/graph/connect.cc``, "Duplication should be complete now") doubles
+them again: 24. An A100 (12 × 20 GB/s, 6 at 40 GB/s) reaches 24 the same way. The ring connects
+these (``src/transport/generic.cc`` ``ncclTransportRingConnect``: ``c < comm->nChannels``); the
+channels set up are the point-to-point count, 32 (:func:`setup_channels`, NVIDIA/nccl#1685).
+"""
+
+
+def pow2_up(n: int) -> int:
+    """``n`` rounded up to a power of two (NCCL's ``pow2Up``).
+
+    >>> pow2_up(24), pow2_up(16), pow2_up(1)
+    (32, 16, 1)
+    """
+    return 1 << max(0, math.ceil(math.log2(n)))
+
+
+SM90_INTER_SPEEDS = (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0)
+"""``sm90SpeedArrayInter`` (``src/graph/search.cc``), GB/s: the bandwidths the ring search tries
+per channel across nodes, highest first."""
+PCIE_GEN5_X16 = 48.0
+"""A GPU's or NIC's PCIe Gen5 × 16 link as NCCL's topology counts it, GB/s (``src/graph/topo.cc``
+``kvDictPciGen`` "32.0 GT/s PCIe" 240 × 16 lanes ÷ 80): the path from a GPU to its own NIC."""
+
+
+@lru_cache(maxsize=256)
+def collective_channels(local: int, nodes: int, nic_bytes_per_s: float | None, nvl5: bool) -> int:
+    """Collective channels NCCL gives a communicator of ``local`` ranks on each of ``nodes``
+    nodes (``comm->nChannels`` after ``ncclTopoPostset``; ``src/init.cc``,
+    ``src/graph/search.cc``, ``src/graph/connect.cc`` at 5067397).
+
+    * One node (one NVLink domain): :data:`NODE_CHANNELS`, 24; 32 on NVLink 5 (``nvl5``: 18 ×
+      ``SM100_NVLINK_BW`` 40.1 GB/s, 8 search channels at 90 GB/s, doubled twice).
+    * Across nodes, one NIC per GPU behind its PCIe path (a DGX H100's eight): each of the
+      node's ``local`` GPUs carries one search channel at the fastest ``sm90SpeedArrayInter``
+      speed its NIC and PCIe Gen5 path (:data:`PCIE_GEN5_X16`) allow, 48 GB/s for 400 Gb/s
+      NICs; ``ncclTopoDupChannels`` doubles them unless the speed is under 25 GB/s or, on
+      sm90, under 50 GB/s with more than 4 channels; ``ncclTopoPostset`` doubles; and on sm90
+      with more than 45 GB/s a channel and under 16 channels "4 compute channels per search
+      channel" doubles again. 8 ranks a node: 8 → 16 (NVIDIA/nccl#1453's three H100 nodes:
+      ``Channel 00/16``; nccl#1041: "execution channels are typically 2x the search channels",
+      8 search channels on H100s with eight CX7s); 4 a node: 4 → 8 → 16; 1 a node: 1 → 2 → 4.
+      Unknown NIC bandwidth: 400 Gb/s.
+
+    >>> collective_channels(8, 1, None, False), collective_channels(8, 1, None, True)
+    (24, 32)
+    >>> [collective_channels(r, 8, 50e9, False) for r in (1, 2, 4, 6, 8)]
+    [4, 8, 16, 24, 16]
+    >>> collective_channels(8, 4, 25e9, False)  # 200 Gb/s NICs: 8 at 24 GB/s, no duplication
+    16
+    """
+    if nodes <= 1:
+        return 32 if nvl5 else NODE_CHANNELS
+    bw = min(PCIE_GEN5_X16, (nic_bytes_per_s or 50e9) / 1e9)
+    speed = next((s for s in SM90_INTER_SPEEDS if s <= bw), SM90_INTER_SPEEDS[-1])
+    search = local
+    if speed >= 25.0 and not (speed < 50.0 and search > 4):
+        search, speed = 2 * search, speed / 2
+    channels = 2 * search
+    if speed > 45.0 and channels < 16:
+        channels *= 2
+    return min(channels, MAXCHANNELS)
+
+
+def setup_channels(channels: int) -> int:
+    """Channels a communicator with ``channels`` collective channels sets up (``initChannel``):
+    ``ncclTopoComputeP2pChannels`` (``src/graph/paths.cc``) runs it up to ``p2pnChannels``, the
+    collective count rounded up to a power of two.
+
+    >>> setup_channels(24), setup_channels(16), setup_channels(12)
+    (32, 16, 16)
+    """
+    return pow2_up(int(channels))
+
+
+def group_placement(size: int, span: int, gpus_per_node: int) -> tuple[int, int]:
+    """``(ranks on each node, nodes)`` of a group of ``size`` ranks spread over ``span``
+    consecutive ranks across nodes: ``min(size, ⌈span ÷ gpus_per_node⌉)`` nodes with
+    ``⌈size ÷ nodes⌉`` ranks (at most a node's) on each.
+
+    >>> group_placement(32, 64, 8), group_placement(2, 16, 8)
+    ((4, 8), (1, 2))
+    """
+    nodes = max(1, min(int(size), -(-int(span) // int(gpus_per_node))))
+    return max(1, min(int(gpus_per_node), -(-int(size) // nodes))), nodes
+
+
+def strided_nodes(s1: int, n1: int, s2: int, n2: int, gpus_per_node: int) -> int:
+    """Nodes of ``gpus_per_node`` consecutive ranks the group of ranks ``i·s1 + j·s2``
+    (``i < n1``, ``j < n2``) touches.
+
+    >>> strided_nodes(1, 4, 16, 4, 8), strided_nodes(8, 16, 0, 1, 8)
+    (4, 16)
+    """
+    ranks = (i * int(s1) + j * int(s2) for i in range(int(n1)) for j in range(int(n2)))
+    return len({r // int(gpus_per_node) for r in ranks})
+
+
+@lru_cache(maxsize=4096)
+def group_channels(
+    size: int, span: int, gpus_per_node: int, nvlink: bool, nic: Any, nvl5: bool
+) -> int:
+    """:func:`collective_channels` of a group of ``size`` ranks spread over ``span`` consecutive
+    ranks: one node where ``nvlink`` (the group lies in one NVLink domain), else ``size ÷ nodes``
+    ranks on each of ``min(size, ⌈span ÷ gpus_per_node⌉)`` nodes (a 2-rank pipeline group
+    spanning 8 nodes has one rank on each of 2).
+
+    >>> group_channels(32, 64, 8, False, 50e9, False), group_channels(2, 2, 8, True, None, False)
+    (16, 24)
+    """
+    if nvlink or size <= 1:
+        return collective_channels(int(size), 1, None, nvl5)
+    local, nodes = group_placement(size, span, gpus_per_node)
+    return collective_channels(local, nodes, float(nic) if nic else None, nvl5)
+
+
+@lru_cache(maxsize=4096)
+def strided_group_channels(
+    s1: int, n1: int, s2: int, n2: int, gpus_per_node: int, nvlink: bool, nic: Any, nvl5: bool
+) -> int:
+    """:func:`collective_channels` of the group of ranks ``i·s1 + j·s2`` (``i < n1``,
+    ``j < n2``), two axes' groups combined (Megatron-LM's model-parallel group: a tp block at
+    each pp stride): one node where ``nvlink``, else the nodes of ``gpus_per_node`` consecutive
+    ranks the group touches, with ``size ÷ nodes`` ranks on each.
+
+    >>> strided_group_channels(1, 4, 16, 4, 8, False, 50e9, False)  # tp 4 × pp 4 on 64: 4 × 4
+    16
+    >>> strided_group_channels(8, 16, 0, 1, 8, False, 50e9, False)  # one rank on each of 16
+    4
+    """
+    size, gpn = int(n1) * int(n2), int(gpus_per_node)
+    if nvlink or size <= 1:
+        return collective_channels(size, 1, None, nvl5)
+    nodes = strided_nodes(s1, n1, s2, n2, gpn)
+    local = max(1, min(gpn, -(-size // nodes)))
+    return collective_channels(local, nodes, float(nic) if nic else None, nvl5)
+
+
+class NcclKernel(StrEnum):
+    """What NCCL runs a collective as, for the blocks it holds (:func:`collective_blocks`)."""
+
+    ALL_REDUCE = "all-reduce"
+    """An all-reduce: NVLS or NVLS-tree where the communicator has NVLS, else a ring or tree."""
+    RING = "ring"
+    """A reduce-scatter, all-gather, reduce or broadcast: a ring (PAT at one rank a node)."""
+    SEND_RECV = "send-recv"
+    """Grouped send/recv (NCCL's all-to-all): the point-to-point channels."""
+
+
+@lru_cache(maxsize=1024)
+def collective_blocks(
+    kind: str, device_name: str, nvls_enabled: bool, local: int, nodes: int,
+    nic_bytes_per_s: float | None, nvl5: bool,
+) -> int:  # fmt: skip
+    """Thread blocks (one per channel, each on its own SM) NCCL runs a large collective of
+    ``kind`` (a :class:`NcclKernel` value) on, for a communicator of ``local`` ranks on each of
+    ``nodes`` nodes of the part ``device_name`` (module docstring): an all-reduce where
+    :func:`model.nvls.nvls_on` (``nvls_enabled``: :class:`model.timing.CostOptions`
+    ``nccl_nvls``) on the NVLS count (:func:`model.nvls.nvls_channels`, NVLS in one domain and
+    NVLS-tree across alike); send/recv on :func:`setup_channels`; everything else on
+    :func:`collective_channels`. Raises ``ValueError`` on an unknown ``kind``.
+
+    8 H100s: an all-reduce on NVLS's 16, a reduce-scatter on the ring's 24, an all-to-all on
+    32; an A100 node (no NVLS): 24 for both collectives. Across nodes at one rank a node
+    (400 Gb/s NICs): 4 whatever the part; at two, 8 on H100 (48 GB/s doubled: 4 → 8) and 4 on
+    A100 (its 200 Gb/s NICs at 24 GB/s: no duplication).
+
+    >>> [collective_blocks(k, "H100-SXM", True, 8, 1, None, False) for k in NcclKernel]
+    [16, 24, 32]
+    >>> [collective_blocks(k, "A100-80GB", True, 8, 1, None, False) for k in NcclKernel]
+    [24, 24, 32]
+    >>> collective_blocks("all-reduce", "H100-SXM", True, 1, 16, 50e9, False)
+    4
+    >>> collective_blocks("ring", "H100-SXM", True, 2, 128, 50e9, False)
+    8
+    >>> collective_blocks("ring", "A100-80GB", True, 2, 128, 25e9, False)
+    4
+    >>> collective_blocks("all-reduce", "H100-SXM", False, 8, 1, None, False)  # NCCL_NVLS_ENABLE=0
+    24
+    """
+    kernel = NcclKernel(kind)
+    if kernel is NcclKernel.ALL_REDUCE and nvls_on(device_name, local, nvls_enabled):
+        return nvls_channels(device_name)
+    channels = collective_channels(int(local), int(nodes), nic_bytes_per_s, bool(nvl5))
+    return setup_channels(channels) if kernel is NcclKernel.SEND_RECV else channels
+
+
+@lru_cache(maxsize=4096)
+def group_blocks(
+    kind: str, device_name: str, nvls_enabled: bool, size: int, span: int, gpus_per_node: int,
+    nvlink: bool, nic: Any, nvl5: bool,
+) -> int:  # fmt: skip
+    """:func:`collective_blocks` of a group of ``size`` ranks over ``span`` consecutive ranks,
+    placed as :func:`group_channels` places it (one node where ``nvlink``, the group in one
+    NVLink domain; else :func:`group_placement`); 0 for a group of one rank (no collective).
+
+    >>> group_blocks("ring", "H100-SXM", True, 256, 1024, 8, False, 50e9, False)  # 2 a node
+    8
+    >>> group_blocks("all-reduce", "H100-SXM", True, 4, 4, 8, True, 0.0, False)
+    16
+    >>> group_blocks("ring", "H100-SXM", True, 1, 1, 8, True, 0.0, False)
+    0
+    """
+    if int(size) <= 1:
+        return 0
+    if nvlink:
+        local, nodes, nic = int(size), 1, None
+    else:
+        local, nodes = group_placement(size, span, gpus_per_node)
+        nic = float(nic) if nic else None
+    return collective_blocks(kind, device_name, nvls_enabled, local, nodes, nic, nvl5)

@@ -1,0 +1,136 @@
+"""The thread blocks NCCL runs a collective on, by the algorithm it runs it as
+(:mod:`model.nccl_channels`; NVIDIA/nccl at 5067397c), and what they cost the computation the
+collective hides under (:func:`model.comm_sms.collective_sm_share`): derivations from NCCL's
+code, written out."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainplan.model.layer_time import output_time
+from trainplan.model.nccl_channels import collective_blocks, group_blocks
+from trainplan.model.op_rates import deployed_params
+from trainplan.model.op_time import Clock, TpOverlap
+from trainplan.model.ops import LayerShape
+from trainplan.model.roofline import Collective, LinkTime, collective_time
+from trainplan.model.specs import Architecture
+from trainplan.model.userbuffers_gemm import userbuffers_for
+from trainplan.optimizer.case import Case
+
+AR, RING, A2A = "all-reduce", "ring", "send-recv"
+
+
+def test_one_node_blocks_by_algorithm() -> None:
+    """One 8-GPU node (src/graph/search.cc ncclTopoCompute, connect.cc ncclTopoPostset):
+
+    * H100: 18 NVLinks × SM90_NVLINK_BW 20.6 = 370.8 GB/s a GPU; sm90SpeedArrayIntra starts at
+      60: 6 rings (360 GB/s; 7 × 50 and 9 × 40 no more), DupChannels (60 ≥ 50) 12 at 30 GB/s,
+      Postset 24 = comm->nChannels. An all-reduce runs as NVLS (ncclTopoTuneModel: 8 heads ×
+      min(40 × 0.85 × 7/8 × 2, 60) = 476 GB/s against the ring's 12 × 30 = 360, at the same
+      n/(2(n−1))) on comm->nvlsChannels = NVLS_NCHANNELS_SM90 = 16 (enqueue.cc
+      topoGetAlgoInfo); a reduce-scatter or all-gather as a ring (NVLS's 8 × 40 × 0.85 ×
+      (7/8)² = 208 GB/s against the ring's 360 × 8/7 = 411) on 24; the all-to-all on
+      p2pnChannels = pow2Up(24) = 32 (paths.cc ncclTopoComputeP2pChannels).
+    * A100: 12 NVLinks × SM80_NVLINK_BW 20 = 240 GB/s; speedArrayIntra starts at 40: 6 rings
+      (240 GB/s: the search stops, "perfect"), DupChannels (Ampere: only ≥ 25 GB/s needed) 12
+      at 20, Postset 24 — "Channel 23/24" on an HGX A100 (NVIDIA/nccl-tests#100). No NVLS:
+      every collective on the ring's (or tree's: the same) 24; the all-to-all on 32.
+    * NCCL_NVLS_ENABLE=0 (nccl_nvls=false, Megatron Bridge's recipes): the H100's all-reduce on
+      the ring's 24."""
+    assert [collective_blocks(k, "H100-SXM", True, 8, 1, None, False) for k in (AR, RING, A2A)] == [
+        16, 24, 32
+    ]  # fmt: skip
+    assert [collective_blocks(k, "A100-80GB", True, 8, 1, None, False) for k in (AR, RING)] == [
+        24, 24
+    ]  # fmt: skip
+    assert collective_blocks(A2A, "A100-80GB", True, 8, 1, None, False) == 32
+    assert collective_blocks(AR, "H100-SXM", False, 8, 1, None, False) == 24
+    # Blackwell (NVLink 5, 18 × 40.1 = 721.8 GB/s): 8 rings at 90, ×2, ×2 = 32; NVLS 24
+    assert collective_blocks(RING, "B200", True, 8, 1, None, True) == 32
+    assert collective_blocks(AR, "B200", True, 8, 1, None, True) == 24
+
+
+def test_blocks_across_nodes() -> None:
+    """Across nodes, one NIC per GPU: each GPU of the communicator on a node carries one search
+    channel at the fastest inter speed its NIC and PCIe path allow, DupChannels, Postset ×2.
+
+    * H100 (400 Gb/s NICs, PCIe Gen5 48 GB/s): 1 a node: 1 at 48 → 2 at 24 → 4; 2 a node: 2 →
+      4 → 8; 8 a node: 8 at 48 (no DupChannels on sm90 below 50 GB/s with more than 4) → 16.
+      Reduce-scatters and all-gathers: NVLS is off across nodes without CollNet
+      (tuning.cc: NCCL_ALGO_NVLS disabled for nNodes > 1), so the ring's (PAT's at one rank a
+      node: the same comm->nChannels). An all-reduce with ≥ 2 ranks a node: NVLS-tree on the
+      16 NVLS channels; at one rank a node no NVLS (ncclNvlsInit: fewer than 2 local GPUs): 4.
+    * A100 (200 Gb/s NICs, 25 GB/s; PCIe Gen4 24 GB/s): 24 GB/s a channel, under DupChannels'
+      25: 2 a node → 2 → 4; 8 a node → 16.
+    * The reviewer's GPT-3 175B layout on 1,024 A100s, dp 256 × tp 4: the dp group has 2 ranks
+      on each of 128 nodes (256 ranks over 1,024 consecutive ones): 4 blocks."""
+    assert collective_blocks(RING, "H100-SXM", True, 1, 16, 50e9, False) == 4
+    assert collective_blocks(RING, "H100-SXM", True, 2, 128, 50e9, False) == 8
+    assert collective_blocks(RING, "H100-SXM", True, 8, 8, 50e9, False) == 16
+    assert collective_blocks(AR, "H100-SXM", True, 2, 128, 50e9, False) == 16
+    assert collective_blocks(AR, "H100-SXM", True, 1, 16, 50e9, False) == 4
+    assert collective_blocks(RING, "A100-80GB", True, 2, 128, 25e9, False) == 4
+    assert collective_blocks(RING, "A100-80GB", True, 8, 4, 25e9, False) == 16
+    assert group_blocks(RING, "A100-80GB", True, 256, 1024, 8, False, 25e9, False) == 4
+    with pytest.raises(ValueError):
+        collective_blocks("broadcast-tree", "H100-SXM", True, 8, 1, None, False)
+
+
+def test_a100_zero3_pays_its_ring_channels() -> None:
+    """GPT-3 175B on 1,024 A100-80GB, DeepSpeed ZeRO-3, dp 256 × tp 4, b 3, B 1536 (the
+    search's answer for `trainplan search --model gpt3-175b --gpus 1024 --gpu A100-80GB
+    --framework deepspeed`): the dp group's per-micro-batch all-gathers and reduce-scatters run
+    on 4 blocks (above) of 108 SMs, 4·132/108 = 4.889 H200 blocks, φ = 0.15038 × 4.889/8 =
+    0.09190; every pass waits φ of its traffic: 0.09190 × 12.136 s = 1.1153 s (0.0931 s
+    uncharged, as A100 was charged before). The tp 4 group's asynchronous all-gathers and
+    reduce-scatters on the node's 24 ring channels: 24·132/108 = 29.333 blocks, φ = 0.25926 +
+    (5.333/8)·(0.35149 − 0.25926) = 0.32075: 0.72503 s wait uncharged, the other 1.20825 −
+    0.72503 = 0.48322 s are hidden whole, so 0.72503 + 0.32075 × 0.48322 = 0.88002 s. The step
+    16.634 → 17.812 s."""
+    case = dict(num_gpus=1024, dp=256, tp=4, zero_stage=3, framework="deepspeed",
+                micro_batch_size=3, global_batch_size=1536, seq_len=2048)  # fmt: skip
+    on = Case.of("gpt3-175b", "A100-80GB", **case).evaluate()
+    off = Case.of("gpt3-175b", "A100-80GB", nccl_sm_charge=False, **case).evaluate()
+    dp_on, dp_off = (next(r for r in e.traffic if r.traffic.axis == "dp") for e in (on, off))
+    tp_on, tp_off = (next(r for r in e.traffic if r.traffic.axis == "tp") for e in (on, off))
+    phi_dp = (1 - 1 / 1.177) * (4 * 132 / 108) / 8
+    phi_tp = (1 - 1 / 1.350) + (24 * 132 / 108 - 24) / 8 * ((1 - 1 / 1.542) - (1 - 1 / 1.350))
+    assert dict(on.time_terms.sm_shares) == pytest.approx({"dp": phi_dp, "tp": phi_tp})
+    assert dp_on.seconds == pytest.approx(12.13576, abs=5e-5)
+    assert dp_on.exposed_seconds == pytest.approx(phi_dp * dp_on.seconds, rel=1e-9)
+    assert dp_off.exposed_seconds == pytest.approx(0.09313, abs=5e-5)
+    hidden = tp_on.seconds - tp_off.exposed_seconds
+    assert tp_on.exposed_seconds == pytest.approx(tp_off.exposed_seconds + phi_tp * hidden)
+    assert (off.step_s, on.step_s) == (pytest.approx(16.6344, abs=5e-4),
+                                       pytest.approx(17.8116, abs=5e-4))  # fmt: skip
+
+
+def test_the_output_layer_pays_nccls_share_under_full_overlap() -> None:
+    """Megatron-Core's output layer is a tensor_parallel.ColumnParallelLinear, not a Transformer
+    Engine layer: under tp_comm_overlap=full its backward collectives are NCCL's, not
+    userbuffers', and pay the tp group's NCCL φ as under async. Llama-3-70B-wide output layer
+    (hidden 8192), 8192 tokens, tp 8 with sequence parallelism, one H100 node: each all-gather
+    of the final norm's output moves 7/8 × 2 B × 8192 × 8192 = 117,440,512 B, the
+    reduce-scatter the same, ag = rs seconds on the published curve. Forward gather: waits
+    whole; the backward's gather under the logits' dgrad and reduce-scatter under its wgrad
+    (each ~4 ms, ten times longer): φ·ag each at φ = 1 − 1/1.350 (the ring's 24 blocks); the
+    cross-entropy's three all-reduces of 4 B a token wait whole. So exposed = ag·(1 + 2φ) +
+    the three — under full as under async (before: ag + the three under full, no φ)."""
+    arch = Architecture(num_layers=1, hidden_size=8192, num_attention_heads=64,
+                        ffn_hidden_size=28672, vocab_size=128256)  # fmt: skip
+    x = LayerShape(arch, False, 8192, 1, 8, sequence_parallel=True)
+    p = deployed_params("H100-SXM")
+    phi = 1 - 1 / 1.350
+    got = {}
+    for mode in (TpOverlap.ASYNC, TpOverlap.FULL, TpOverlap.NONE):
+        ub = userbuffers_for("te-1", 8) if mode is TpOverlap.FULL else None
+        c = Clock(989.4e12, 3.35e12, p, tp_link=LinkTime(450e9, True), tp_comm_overlap=mode,
+                  nccl_sm_share=phi, userbuffers=ub)  # fmt: skip
+        got[mode] = output_time(x, c, 128256)
+    ag = collective_time(Collective.ALL_GATHER, 8, 7 / 8 * 2 * 8192 * 8192, 450e9, True, p)
+    cross_entropy = got[TpOverlap.NONE].tp_s - 3 * ag  # exposed whole under every mode
+    assert cross_entropy > 0
+    expected = ag * (1 + 2 * phi) + cross_entropy
+    assert got[TpOverlap.FULL].tp_exposed_s == pytest.approx(expected, rel=1e-9)
+    assert got[TpOverlap.ASYNC].tp_exposed_s == got[TpOverlap.FULL].tp_exposed_s
+    assert got[TpOverlap.NONE].tp_exposed_s == pytest.approx(3 * ag + cross_entropy)
