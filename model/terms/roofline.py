@@ -38,6 +38,7 @@ from trainplan.model.comm import (
 from trainplan.model.comm_sms import collective_sm_share, dispatcher_sm_share
 from trainplan.model.context_parallel import torch_rotate_method
 from trainplan.model.elementwise import elementwise_mode
+from trainplan.model.ep_kernels import kernel_rates
 from trainplan.model.fp8_gathers import tp_gather_bytes
 from trainplan.model.frameworks import Framework, gradient_bytes_for
 from trainplan.model.grouped_gemm import grouped_fp8_rates
@@ -212,6 +213,7 @@ def _kind_row(
         grouped_mm,
         ub_config,
         gather_bytes,
+        ep_rates,
     ) = base
     overlap = tp_overlap_run(overlap, int(tp), bool(sp))  # async-tp fuses nothing without sp
     ub = None
@@ -222,6 +224,7 @@ def _kind_row(
         int(r), int(u), bool(gather), speedup, int(rep), int(ep_g), float(unpaired),
         bool(regather), str(templated), float(sm_share), grouped, ao, bool(bf16_ex), loop, nccl,
         grouped_mm=bool(grouped_mm), tp_gather_bytes=gather_bytes, userbuffers=ub,
+        ep_kernel=ep_rates.at(int(ep)) if ep_rates is not None and bool(ep_up) else None,
     )  # fmt: skip
     parts = kind_parts(
         arch, training, int(b), int(tp), int(cp), int(ep), int(etp), bool(sp), causal, mode,
@@ -268,7 +271,8 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
             expert_passes_of(f.framework, t.precision), ao,
             experts_stay_bf16(f.framework, t.precision), expert_loop_of(f.framework),
             collective_sm_share(d.name, o.nccl_sm_charge), grouped_mm_of(f.framework),
-            o.tp_comm_overlap_cfg, _gather_bytes(f.framework, t))  # fmt: skip
+            o.tp_comm_overlap_cfg, _gather_bytes(f.framework, t),
+            kernel_rates(str(t.moe_run.dispatcher), d.name, d.nvlink_bytes_per_s, d.nvlink_domain))  # fmt: skip
     r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
     rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp", "framework")
     tp_bw, tp_up = axis_link(c, f, "tp")
