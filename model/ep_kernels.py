@@ -104,6 +104,13 @@ def _bf16(library: str, part: str) -> tuple[KernelRates, str] | None:
     return KernelRates(row.ep, row.combine_gbps, row.combine_gbps, where), note
 
 
+def _listed(library: str, part: str) -> tuple[KernelRates, str]:
+    """:func:`_bf16` of a part the library's rows name."""
+    got = _bf16(library, part)
+    assert got is not None, f"{library} on {part}: listed without rows"
+    return got
+
+
 @lru_cache(maxsize=64)
 def kernel_rates(
     dispatcher: str, part: str, nvlink_bytes_per_s: float | None, nvlink_domain: int
@@ -140,17 +147,16 @@ def kernel_rates(
     }
     for other, (gbps, domain) in systems.items():
         if gbps is not None and (gbps * 1e9, domain) == (nvlink_bytes_per_s, nvlink_domain):
-            rates, note = _bf16(library, other) or (None, "")
-            assert rates is not None
+            rates, note = _listed(library, other)
             said = f"{other}'s {library} rows for {part} (same NVLink bandwidth and domain)"
             borrowed = "; ".join(x for x in (said, note) if x)
             return KernelRates(
                 rates.ep, rates.dispatch_gbps, rates.combine_gbps, rates.source, borrowed
             )
     first = next(iter(systems))
-    rates, note = _bf16(library, first) or (None, "")
+    rates, note = _listed(library, first)
     nominal = systems[first][0]
-    assert rates is not None and nominal
+    assert nominal, f"{library} on {first}: no nvlink_gbps in collectives.toml"
     scale = nvlink_bytes_per_s / (nominal * 1e9)
     said = (
         f"{first}'s {library} rates for {part} scaled by the nominal NVLink bandwidths "
