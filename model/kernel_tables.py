@@ -303,6 +303,11 @@ class ExpertAllToAll:
     combine_us: tuple[float, ...] | None = None
     sms: tuple[int, ...] | None = None
     notes: str = ""
+    nvlink_gbps: float | None = None
+    """The measured part's nominal NVLink bandwidth per GPU (GB/s, one direction; as
+    ``topology/accelerators.toml``): what a part without rows scales by (:mod:`model.ep_kernels`)."""
+    nvlink_domain: int | None = None
+    """GPUs in the measured part's NVLink domain (as ``topology/accelerators.toml``)."""
 
     def check(self, where: str) -> None:
         """A known link; one value per EP size; sizes ascending."""

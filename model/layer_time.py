@@ -58,6 +58,7 @@ from trainplan.model.context_parallel import (
     templated_kv_repeat,
     templated_merge_bytes,
 )
+from trainplan.model.ep_kernels import kernel_seconds
 from trainplan.model.layout import Recompute
 from trainplan.model.moe_dispatch import all_to_all_sent
 from trainplan.model.moe_kernels import counts_gather_seconds, dispatch_metadata
@@ -318,7 +319,7 @@ def ep_all_to_all_seconds(x: LayerShape, c: Clock, full_recompute: bool) -> tupl
     the busiest expert-parallel rank: a dispatch and a combine in forward (again for a
     recomputed forward under full recomputation) and their two transposes in backward, each of
     :func:`model.moe_dispatch.all_to_all_sent` bytes (routing, padding, imbalance, de-duplication)
-    over the ep link; with them the dispatcher's own small collectives
+    over the ep link (:attr:`Clock.ep_kernel`); with them the dispatcher's own small collectives
     (:func:`model.moe_kernels.dispatch_metadata`: Megatron-Core's all-to-all of the
     probability, one value per routed row, each way, at the tokens' rule; the forward's
     all-gather of the token counts per expert over the etp × ep ranks at NCCL's latency,
@@ -336,13 +337,15 @@ def ep_all_to_all_seconds(x: LayerShape, c: Clock, full_recompute: bool) -> tupl
             c.ep_per_domain, row_bytes,
         )  # fmt: skip
 
-    one = _coll(Collective.ALL_TO_ALL, x.ep, sent(x.arch.hidden_size * x.beta), c.ep_link, c)
+    rows = sent(x.arch.hidden_size * x.beta)
+    one = _coll(Collective.ALL_TO_ALL, x.ep, rows, c.ep_link, c)
+    d, back = kernel_seconds(rows, x.ep, c.ep_kernel) or (one, one)
     meta = dispatch_metadata(x.expert_passes, x.moe_run.dispatcher)
     probs = _coll(Collective.ALL_TO_ALL, x.ep, sent(x.beta), c.ep_link, c)
     counts = counts_gather_seconds(x.etp * x.ep, c.ep_link.scaleup)
-    forward = 2 * one + meta.probs_all_to_alls[0] * probs + meta.counts_all_gathers * counts
+    forward = d + back + meta.probs_all_to_alls[0] * probs + meta.counts_all_gathers * counts
     forward += torchtitan_dispatch_seconds(meta, spec.num_experts, x.ep, c.ep_link, c.params)
-    return forward * (2 if full_recompute else 1), 2 * one + meta.probs_all_to_alls[1] * probs
+    return forward * (2 if full_recompute else 1), d + back + meta.probs_all_to_alls[1] * probs
 
 
 def _ep_collectives(

@@ -145,6 +145,10 @@ class Clock:
     (:func:`model.userbuffers_gemm.userbuffers_for`; set under ``tp_comm_overlap = full`` with
     sequence parallelism at tp > 1): the GEMMs next to the tp collectives run cut into its
     chunks on the SMs it leaves them (:func:`_linear`); None: whole, on every SM."""
+    ep_kernel: tuple[float, float] | None = None
+    """(dispatch, combine) bytes/s of DeepEP's or HybridEP's own kernels for an expert-parallel
+    group inside one NVLink domain, counted as the kernels count (:mod:`model.ep_kernels`);
+    None: the all-to-all rule (NCCL's share of the link)."""
 
 
 def expert_loop_of(framework: str) -> bool:

@@ -5,6 +5,7 @@ model state and data-parallel traffic, and the capacity each figure is measured 
 
 from __future__ import annotations
 
+from trainplan.interface.render.moe_text import dispatcher_kernel_sentence, grouped_mm_sentence
 from trainplan.interface.render.offload_text import offload_sentence
 from trainplan.interface.render.precision_text import loss_sentence, precision_sentence
 from trainplan.model.comm import p2p_overlapped, reduces_beside_compute
@@ -27,12 +28,6 @@ from trainplan.model.roofline import generation_of, roofline_params_for
 from trainplan.model.split import default_chunk_sizes
 from trainplan.model.terms.step import uses_roofline
 from trainplan.model.timing import GENERATION_OF, attention_efficiency_for
-from trainplan.model.torchtitan_experts import (
-    GROUPED_MM_MEASURED_ON,
-    GROUPED_MM_OVER_DENSE,
-    HOST_SYNC_S,
-    grouped_mm_of,
-)
 
 __all__ = ["assumptions", "elementwise", "tp_block_inputs"]
 
@@ -303,7 +298,7 @@ def assumptions(est: Estimate) -> list[str]:
         out.append(_cp_sentence(lay))
     if est.model.arch is not None and est.model.arch.moe is not None:
         out += _deepspeed_experts_sentence(lay)
-        out += _grouped_mm_sentence(est)
+        out += grouped_mm_sentence(est) + dispatcher_kernel_sentence(est)
     if est.model.size_only or est.model.num_params_declared is not None:
         out.append(
             "parameters taken as given and divided evenly over tp·pp (the textbook convention)"
@@ -407,32 +402,6 @@ def _state_sentence(mech: Mechanism, lay: Layout) -> str:
         group = "tp·dp·cp/ep (torchtitan's efsdp; each expert whole, not split over tp)"
     experts = f", experts over {group} = {lay.expert_shard_degree}" if lay.ep > 1 else ""
     return f"model state: {' '.join(parts)} with D = dp·cp = {lay.shard_degree}{experts}"
-
-
-def _grouped_mm_sentence(est: Estimate) -> list[str]:
-    """Under ``fsdp2``: the routed experts as ``torch._grouped_mm`` at the measured ratio and
-    where it is assumed, and the dispatcher's per-layer wait
-    (:mod:`model.torchtitan_experts`)."""
-    lay = est.layout
-    if not grouped_mm_of(str(lay.framework)):
-        return []
-    ratios = " / ".join(f"{y:g}" for _, y in GROUPED_MM_OVER_DENSE)
-    rows = " / ".join(f"{r:,}" for r, _ in GROUPED_MM_OVER_DENSE)
-    name = est.device.name
-    elsewhere = "" if name == GROUPED_MM_MEASURED_ON else f", and the H200's ratio on the {name}"
-    out = (
-        "routed experts (fsdp2): torchtitan's torch._grouped_mm, one kernel per pass for all "
-        f"local experts, at the dense GEMM of the same FLOPs × {ratios} at {rows} rows per "
-        "expert (measured on one H200, PyTorch 2.11, forward; linear in log2 of the rows, "
-        "held at the end values outside), the forward's ratio assumed for the input- and "
-        f"weight-gradient passes{elsewhere}"
-    )
-    if lay.ep > 1 and str(est.training.moe_run.dispatcher) == "alltoall":
-        out += (
-            "; each MoE layer's forward adds the token counts' all-to-all and the host's wait "
-            f"on their copy (at least {HOST_SYNC_S * 1e6:.2f} µs: one eager launch)"
-        )
-    return [out]
 
 
 def _deepspeed_experts_sentence(lay: Layout) -> list[str]:

@@ -37,6 +37,7 @@ from trainplan.model.comm import (
 )
 from trainplan.model.context_parallel import torch_rotate_method
 from trainplan.model.elementwise import elementwise_mode
+from trainplan.model.ep_kernels import kernel_rates
 from trainplan.model.fp8_gathers import tp_gather_bytes
 from trainplan.model.frameworks import Framework, gradient_bytes_for
 from trainplan.model.grouped_gemm import grouped_fp8_rates
@@ -192,6 +193,7 @@ def _kind_row(
         grouped_mm,
         ub_config,
         gather_bytes,
+        ep_rates,
     ) = base
     overlap = tp_overlap_run(overlap, int(tp), bool(sp))  # async-tp fuses nothing without sp
     ub = None
@@ -203,6 +205,7 @@ def _kind_row(
         bool(regather), str(templated), float(sm_share), grouped, ao, bool(bf16_ex), loop,
         float(nccl), grouped_mm=bool(grouped_mm), tp_gather_bytes=gather_bytes,
         userbuffers=ub,
+        ep_kernel=ep_rates.at(int(ep)) if ep_rates is not None and bool(ep_up) else None,
     )  # fmt: skip
     parts = kind_parts(
         arch, training, int(b), int(tp), int(cp), int(ep), int(etp), bool(sp), causal, mode,
@@ -248,7 +251,8 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
             grouped_fp8_rates(t.precision, recipe, d, f.framework),
             expert_passes_of(f.framework, t.precision), ao,
             experts_stay_bf16(f.framework, t.precision), expert_loop_of(f.framework),
-            grouped_mm_of(f.framework), o.tp_comm_overlap_cfg, _gather_bytes(f.framework, t))  # fmt: skip
+            grouped_mm_of(f.framework), o.tp_comm_overlap_cfg, _gather_bytes(f.framework, t),
+            kernel_rates(str(t.moe_run.dispatcher), d.name, d.nvlink_bytes_per_s, d.nvlink_domain))  # fmt: skip
     r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
     rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp", "framework")
     tp_bw, tp_up = axis_link(c, f, "tp")

@@ -118,24 +118,30 @@ def test_hybrideps_sms_follow_the_groups_span(gpu: str, ep: int, phi: float) -> 
 def test_combined_1f1b_pays_hybrideps_sms() -> None:
     """The combined-1F1B case below (Qwen3-30B-A3B, 64 H100s, dp 64, ep 8, m = 16, 1/16
     unpaired, every paired phase hidden) under HybridEP: its 24 SMs in one NVLink domain,
-    φ = 0.25926, so exposed = T·(1 + 15·φ)/16 = 0.30556·T (T = 0.70511 s: 0.21545 s), with or
-    without the NCCL charge: the step 4.3811 s (NCCL's charged all-to-all on its 32 point-to-point blocks:
-    4.8356 s, DeepEP's 20 SMs: 4.3748 s). T: HybridEP sends a token once to each rank holding one of its experts
+    φ = 0.25926, so exposed = T·(1 + 15·φ)/16 = 0.30556·T (T = 0.78282 s: 0.23919 s), with or
+    without the NCCL charge: the step 4.4034 s (4.3811 s when T was NCCL's rule, 0.70511 s; NCCL's charged all-to-all
+    on its 32 point-to-point blocks: 4.8356 s, DeepEP's 20 SMs: 4.3940 s).
+    T: HybridEP sends a token once to each rank holding one of its experts
     (model.moe_dispatch): R = 8·(1 − C(112, 8)/C(128, 8)) = 8·(1 − 475,491,062,970 /
     1,429,702,652,400) = 5.33936 ranks of 16 experts where NCCL sends 8 copies, R/k = 0.66742 of
-    the bytes; the 3,072 all-to-alls (16 micro-batches × 48 layers × dispatch and combine,
-    forward and backward) keep their 11.8 µs latency each, 0.03625 s, so of the 1.03841 s timed
-    as every routed copy (1.00216 s of bytes) T = 0.03625 + 0.66742 × 1.00216 = 0.70511 s."""
+    the bytes: of the 1.00216 s of bytes timed as every routed copy at NCCL's 0.8 × 450 GB/s,
+    0.66742 × 1.00216 s × 360 GB/s are sent to other ranks, × 8/7 the rows HybridEP's kernels
+    count (its own included), half in the 1,536 dispatches and half in the 1,536 combines
+    (16 micro-batches × 48 layers, forward and backward), at HybridEP's B200 kernel-only rates
+    scaled to the H100's NVLink (model.ep_kernels: 734.95 and 673.84 GB/s × 450/900 = 367.475
+    and 336.92 GB/s), no latency added: T = 0.66742 × 1.00216 × 360e9 × 8/7 / 2 ×
+    (1/367.475e9 + 1/336.92e9) = 0.78282 s."""
     phi = 1 - 1 / 1.350
     run = MoERun(dispatcher=Dispatcher.HYBRIDEP, ep_overlap=EpOverlap.COMBINED_1F1B)
     case = dict(model="qwen3-30b-a3b", device="H100-SXM", num_gpus=64, dp=64, ep=8, moe_run=run)
     for options in ({}, {"nccl_sm_charge": False}):
         est = Case.of(**case, **options).evaluate()
         row = _axis(est, "ep")
-        assert row.seconds == pytest.approx(0.03625 + 0.66742 * (1.03841 - 0.03625), abs=5e-6)
-        assert row.seconds == pytest.approx(0.70511, abs=5e-6)
+        sent = 0.66742 * 1.00216 * 360e9 * 8 / 7 / 2
+        assert row.seconds == pytest.approx(sent * (1 / 367.475e9 + 1 / 336.92e9), abs=5e-6)
+        assert row.seconds == pytest.approx(0.78282, abs=5e-6)
         assert row.exposed_seconds == pytest.approx(row.seconds * (1 + 15 * phi) / 16, rel=1e-5)
-        assert est.step_s == pytest.approx(4.3811, abs=5e-5)
+        assert est.step_s == pytest.approx(4.4034, abs=5e-5)
 
 
 def _axis(est, axis: str):  # noqa: ANN001, ANN202 - an Estimate's traffic row
@@ -158,8 +164,9 @@ def test_combined_1f1b_pays_the_dispatchers_sms(
     its 32 point-to-point blocks (the ring's 24 rounded up), φ = 1 − 1/1.542 = 0.35149 with the
     charge, T/16 without (T = 1.06507 s: 1.06507 × 6.27237/16 = 0.41753 s against 0.06657 s,
     the step 4.5066 → 4.8356 s; 4.7303 s when it was charged NVLS's 16 blocks, 0.23896);
-    DeepEP's at 0.24911 either way (T = 0.70511 s, a token sent once to each rank holding one
-    of its experts: 0.20874 s)."""
+    DeepEP's at 0.24911 either way (T = 0.77409 s, a token sent once to each rank holding one
+    of its experts, at DeepEP's H800 kernel rate scaled to the H100's NVLink, model.ep_kernels:
+    0.22916 s)."""
     run = MoERun(dispatcher=Dispatcher(dispatcher), ep_overlap=EpOverlap.COMBINED_1F1B)
     case = dict(model="qwen3-30b-a3b", device="H100-SXM", num_gpus=64, dp=64, ep=8, moe_run=run)
     on = Case.of(**case).evaluate()

@@ -149,7 +149,7 @@ def test_traffic_table_counts_the_ranks_sent_to():
     assert float(got / plain) == pytest.approx(0.861235, abs=5e-7)
 
 
-def test_intranode_time_against_the_kernels_published_bandwidth():
+def test_nccl_rule_against_the_kernels_published_bandwidth():
     """A check, not a fit. DeepEP's intranode normal kernels at EP 8 on H800 (docs/legacy.md at
     dd758ca; scenarios/kernels/collectives.toml): 153 GB/s FP8 dispatch, 158 GB/s BF16 combine,
     counted by its tests/legacy/test_intranode.py as the bytes a rank receives (``recv_x``: R·T
@@ -160,8 +160,9 @@ def test_intranode_time_against_the_kernels_published_bandwidth():
     24 % slower). HybridEP's B200 figures (``hybrid-ep`` 94a9f8f6b1 docs/README_Hybrid-EP.md, EP
     8, 8 experts a rank, its kernel-only BF16 dispatch 734.95 and combine 673.84 GB/s, the
     same count) stand 9 % and 19 % under the model's 798.6 GB/s (0.8 of 900 GB/s; R = 5.4326 of
-    64 experts). What is left: DeepEP's and HybridEP's kernels do not reach NCCL's NVLink
-    efficiency; the model reads none of their own rates (docs/moe.md)."""
+    64 experts). NCCL's rule, that is: DeepEP's and HybridEP's kernels do not reach NCCL's
+    NVLink efficiency, and the layer clock times them at their own published rates instead
+    (model.ep_kernels; tests/model/test_ep_kernels.py)."""
     r = float(expected_distinct_nodes(256, 8, 8))
     received = 4096 * r * 14336
     sent = all_to_all_sent(DEEPEP, 4096, 256, 8, 8, 8, 14336)

@@ -1,0 +1,74 @@
+"""The printed sentences on how a MoE layer's experts and dispatcher run: torchtitan's grouped
+experts and the dispatcher's wait (:mod:`model.torchtitan_experts`), and DeepEP's or HybridEP's
+intra-domain dispatch and combine at their kernels' published bandwidth, with what was borrowed
+(:mod:`model.ep_kernels`). Each reads the figures the cost model reads;
+:func:`interface.render.assumptions.assumptions` prints them."""
+
+from __future__ import annotations
+
+from trainplan.model.ep_kernels import KERNEL_LIBRARY, kernel_rates
+from trainplan.model.estimate import Estimate
+from trainplan.model.terms.step import uses_roofline
+from trainplan.model.torchtitan_experts import (
+    GROUPED_MM_MEASURED_ON,
+    GROUPED_MM_OVER_DENSE,
+    HOST_SYNC_S,
+    grouped_mm_of,
+)
+
+__all__ = ["grouped_mm_sentence", "dispatcher_kernel_sentence"]
+
+
+def grouped_mm_sentence(est: Estimate) -> list[str]:
+    """Under ``fsdp2``: the routed experts as ``torch._grouped_mm`` at the measured ratio and
+    where it is assumed, and the dispatcher's per-layer wait
+    (:mod:`model.torchtitan_experts`)."""
+    lay = est.layout
+    if not grouped_mm_of(str(lay.framework)):
+        return []
+    ratios = " / ".join(f"{y:g}" for _, y in GROUPED_MM_OVER_DENSE)
+    rows = " / ".join(f"{r:,}" for r, _ in GROUPED_MM_OVER_DENSE)
+    name = est.device.name
+    elsewhere = "" if name == GROUPED_MM_MEASURED_ON else f", and the H200's ratio on the {name}"
+    out = (
+        "routed experts (fsdp2): torchtitan's torch._grouped_mm, one kernel per pass for all "
+        f"local experts, at the dense GEMM of the same FLOPs × {ratios} at {rows} rows per "
+        "expert (measured on one H200, PyTorch 2.11, forward; linear in log2 of the rows, "
+        "held at the end values outside), the forward's ratio assumed for the input- and "
+        f"weight-gradient passes{elsewhere}"
+    )
+    if lay.ep > 1 and str(est.training.moe_run.dispatcher) == "alltoall":
+        out += (
+            "; each MoE layer's forward adds the token counts' all-to-all and the host's wait "
+            f"on their copy (at least {HOST_SYNC_S * 1e6:.2f} µs: one eager launch)"
+        )
+    return [out]
+
+
+def dispatcher_kernel_sentence(est: Estimate) -> list[str]:
+    """Under ``deepep`` or ``hybridep`` at ep > 1 on the roofline model: the dispatch and combine
+    rates an expert-parallel group inside one NVLink domain runs at (:func:`model.ep_kernels.
+    kernel_rates` at the layout's ep, GB/s as the kernels count), the rows read, where the ep
+    lies beyond the published sizes, and what was borrowed; empty otherwise."""
+    d, lay = est.device, est.layout
+    dispatcher = str(est.training.moe_run.dispatcher)
+    if dispatcher not in KERNEL_LIBRARY or lay.ep == 1:
+        return []
+    if not uses_roofline(est.options, lay.framework, d):
+        return []
+    rates = kernel_rates(dispatcher, d.name, d.nvlink_bytes_per_s, d.nvlink_domain)
+    if rates is None:
+        return []
+    dispatch, combine = (x / 1e9 for x in rates.at(lay.ep))
+    held = ""
+    if not rates.ep[0] <= lay.ep <= rates.ep[-1]:
+        near = rates.ep[0] if lay.ep < rates.ep[0] else rates.ep[-1]
+        held = f", held at the published EP {near}'s (none at EP {lay.ep})"
+    out = (
+        f"expert dispatch and combine ({dispatcher}) inside one NVLink domain at the kernels' "
+        f"published bandwidth, {dispatch:.1f} / {combine:.1f} GB/s of the rows a rank receives "
+        f"(its own included){held}: {rates.source}; across domains NCCL's all-to-all rule"
+    )
+    if rates.borrowed:
+        out += f"; BORROWED: {rates.borrowed}"
+    return [out]
