@@ -70,8 +70,6 @@ from trainplan.model.op_time import (
     dgrad_seconds,
     layer_compute,
     op_seconds,
-    output_tp_sm_share,
-    tp_sm_share,
     wgrad_seconds,
 )
 from trainplan.model.ops import (
@@ -90,6 +88,7 @@ from trainplan.model.recompute_ops import (
 )
 from trainplan.model.roofline import Collective, LinkTime, collective_seconds, memory_seconds
 from trainplan.model.torchtitan_experts import torchtitan_dispatch_seconds
+from trainplan.model.tp_sm_charge import output_tp_sm_share, tp_sm_share
 from trainplan.model.xp import where
 
 __all__ = [

@@ -35,7 +35,6 @@ from trainplan.model.userbuffers_gemm import (
     UB_STREAMS,
     Userbuffers,
     partials_sum_seconds,
-    ub_sm_share,
 )
 
 __all__ = [
@@ -53,8 +52,7 @@ __all__ = [
     "wgrad_seconds",
     "LayerCompute",
     "layer_compute",
-    "tp_sm_share",
-    "output_tp_sm_share",
+    "PASSES",
 ]
 
 
@@ -128,8 +126,8 @@ class Clock:
     """``φ`` of the tensor-parallel group's NCCL collectives beside computation (measured at the
     blocks of the algorithm NCCL runs them as, :func:`model.terms.sm_shares.tp_sm_share_of`; 0
     unless :class:`model.timing.CostOptions` ``nccl_sm_charge``): what an asynchronous
-    tensor-parallel collective costs the GEMM it hides under (:func:`tp_sm_share`), and the
-    output layer's under ``full`` too (:func:`output_tp_sm_share`)."""
+    tensor-parallel collective costs the GEMM it hides under (:func:`model.tp_sm_charge.tp_sm_share`), and the
+    output layer's under ``full`` too (:func:`model.tp_sm_charge.output_tp_sm_share`)."""
     grouped_mm: bool = False
     """The routed experts run as PyTorch's ``torch._grouped_mm``, one kernel per pass for all
     local experts (torchtitan's ``GroupedExperts``, the ``fsdp2`` profile:
@@ -423,52 +421,12 @@ class LayerCompute:
 
     def role(self, name: str, which: str) -> float:
         """Seconds of the ``which`` (forward, dgrad, wgrad) GEMMs of role ``name`` (0 if none)."""
-        k = _PASSES.index(which)
+        k = PASSES.index(which)
         return self.roles[name][k] if name in self.roles else 0.0
 
 
-def tp_sm_share(c: Clock, role: str, which: str) -> float:
-    """``φ`` the GEMM of ``role``'s pass ``which`` (``forward``, ``dgrad``, ``wgrad``) loses while
-    the tensor-parallel collective it hides runs: NCCL's (:attr:`Clock.nccl_sm_share`) under
-    ``async``; under ``full`` the userbuffers kernel's where it holds SMs beside a GEMM launched
-    on every SM (:func:`model.userbuffers_gemm.ub_sm_share`); 0 under ``none`` (nothing hidden)
-    and ``async-tp`` (SymmetricMemory's kernels, not charged).
-
-    >>> from trainplan.model.op_rates import deployed_params
-    >>> from trainplan.model.userbuffers_gemm import userbuffers_for
-    >>> c = Clock(989.4e12, 3.35e12, deployed_params("H100-SXM"), tp_comm_overlap=TpOverlap.FULL,
-    ...           userbuffers=userbuffers_for("te-1", 4))
-    >>> round(tp_sm_share(c, "mlp_in", "wgrad"), 4), tp_sm_share(c, "mlp_in", "forward")
-    (0.239, 0.0)
-    """
-    if c.tp_comm_overlap is TpOverlap.ASYNC:
-        return c.nccl_sm_share
-    if c.tp_comm_overlap is not TpOverlap.FULL:
-        return 0.0
-    return ub_sm_share(c.userbuffers, role, _PASSES.index(which), c.params.part)
-
-
-def output_tp_sm_share(c: Clock) -> float:
-    """``φ`` the output layer's GEMMs lose while its backward tensor-parallel collectives run:
-    NCCL's (:attr:`Clock.nccl_sm_share`) under ``async`` and ``full`` alike — Megatron-Core's
-    output layer is a ``tensor_parallel.ColumnParallelLinear`` (``gpt_model.py``), not a
-    Transformer Engine layer, so userbuffers never carry its collectives
-    (``LinearWithGradAccumulationAndAsyncCommunication`` issues them through
-    ``torch.distributed``, NCCL's); 0 under ``none`` and ``async-tp`` (as :func:`tp_sm_share`).
-
-    >>> from dataclasses import replace
-    >>> from trainplan.model.op_rates import deployed_params
-    >>> c = Clock(989.4e12, 3.35e12, deployed_params("H100-SXM"), tp_comm_overlap=TpOverlap.FULL,
-    ...           nccl_sm_share=0.2593)
-    >>> output_tp_sm_share(c), output_tp_sm_share(replace(c, tp_comm_overlap=TpOverlap.NONE))
-    (0.2593, 0.0)
-    """
-    if c.tp_comm_overlap in (TpOverlap.ASYNC, TpOverlap.FULL):
-        return c.nccl_sm_share
-    return 0.0
-
-
-_PASSES = ("forward", "dgrad", "wgrad")
+PASSES = ("forward", "dgrad", "wgrad")
+"""The passes of a GEMM role, in :attr:`LayerCompute.roles`' order."""
 
 
 @lru_cache(maxsize=4096)
