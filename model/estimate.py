@@ -26,6 +26,7 @@ from trainplan.model.model_spec import ModelSpec
 from trainplan.model.offload import NO_OFFLOAD, host_rates
 from trainplan.model.params import count_params
 from trainplan.model.pipeline import SPLIT_BACKWARD, bubble_fraction, bubble_ratio
+from trainplan.model.pipeline_uneven import uneven_chunks
 from trainplan.model.recompute_ops import recompute_flops_of
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import recomputed_in_chunks, stage_chunks
@@ -118,10 +119,16 @@ class TimeTerms:
     """What activation offload's copies leave exposed; already in ``compute_and_pipeline_s``."""
     forward_gather_s: float = 0.0
     """Exposed all-gathers of a forward-only pass (:mod:`model.terms.forward_gather`); not summed."""
+    busy_s: float = 0.0
+    """m × the slowest stage's micro-batch: the pipeline section without its bubble."""
 
     @property
     def step_s(self) -> float:
         return self.compute_and_pipeline_s + self.exposed_dp_s + self.optimizer_s + self.offload_s
+
+
+def _frac(x: float) -> Fraction:
+    return Fraction(x).limit_denominator(10**6)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,31 +192,28 @@ class Estimate:
     @property
     def bubble_fraction(self) -> Fraction:
         """Idle share of the pipeline section: the closed form of GPipe, 1F1B and interleaved
-        1F1B; under a split-backward schedule the bubble over the section's time as the cost
-        model times it (:func:`model.terms.step.schedule_span`), to 1/10⁶."""
-        split = self._split_bubble()
-        if split is not None:
-            return split[0]
-        return bubble_fraction(self.layout.pp, self.num_microbatches, self.layout.virtual_stages)
+        1F1B; under a split-backward schedule, or interleaving with unequal model chunks
+        (:func:`model.pipeline_uneven.uneven_chunks`), the bubble over the section's time as the
+        cost model times it (:func:`model.terms.step.schedule_span`), to 1/10⁶."""
+        return self._bubble()[0]
 
     @property
     def bubble_ratio(self) -> Fraction:
         """Bubble over ideal compute (as :attr:`bubble_fraction`)."""
-        split = self._split_bubble()
-        if split is not None:
-            return split[1]
-        return bubble_ratio(self.layout.pp, self.num_microbatches, self.layout.virtual_stages)
+        return self._bubble()[1]
 
-    def _split_bubble(self) -> tuple[Fraction, Fraction] | None:
-        tt = self.time_terms
-        if self.layout.schedule not in SPLIT_BACKWARD or tt is None:
-            return None
-        bubble = max(tt.bubble_s, 0.0)
-        busy = tt.compute_and_pipeline_s - bubble
-        return (
-            Fraction(bubble / tt.compute_and_pipeline_s).limit_denominator(10**6),
-            Fraction(bubble / busy).limit_denominator(10**6),
-        )
+    def _bubble(self) -> tuple[Fraction, Fraction]:
+        tt, lay, m = self.time_terms, self.layout, self.num_microbatches
+        pp, v = lay.pp, lay.virtual_stages
+        if tt is not None and lay.schedule in SPLIT_BACKWARD:
+            bubble = max(tt.bubble_s, 0.0)
+            whole, busy = tt.compute_and_pipeline_s, tt.compute_and_pipeline_s - bubble
+            return _frac(bubble / whole), _frac(bubble / busy)
+        split = (lay.split_rule, lay.stage_layers, lay.schedule)
+        if tt is not None and tt.busy_s and uneven_chunks(self.model.arch, pp, v, *split):
+            ratio = _frac(tt.bubble_s / tt.busy_s)
+            return ratio / (1 + ratio), ratio
+        return bubble_fraction(pp, m, v), bubble_ratio(pp, m, v)
 
     @property
     def exposed_comm_s(self) -> float | None:
@@ -359,7 +363,7 @@ def _time(
     forward = forward_gather_term(c, f)[1] if roofline else 0.0  # an RLHF scoring forward's
     return rows, TimeTerms(
         pipe.compute_s, pipe.total_s, dp.exposed_s, pipe.bubble_s, dp.optimizer_s, dp.offload_s,
-        pipe.activation_offload_s, forward,
+        pipe.activation_offload_s, forward, f.m * pipe.microbatch_s,
     )  # fmt: skip
 
 
