@@ -20,6 +20,8 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
+
 from trainplan.model.errors import LayoutError
 from trainplan.model.xp import exact, maximum, minimum, where
 
@@ -287,7 +289,8 @@ def interleaved_peak(
     last of one period (about 2·v + 4 states). Ties go to the earliest state, as the simulation.
 
     Works on scalars (``pp``, ``m``, ``stage`` ints; weights exact) and on arrays of layouts
-    (:mod:`model.xp`); ``v`` is one whole number for all.
+    (:mod:`model.xp`; every state at once, :func:`_peak_of_arrays`); ``v`` is one whole number
+    for all.
 
     Examples
     --------
@@ -310,6 +313,8 @@ def interleaved_peak(
         steps += [minimum(q * pp, last), minimum(shift + q * pp, last)]
     for t in steps:
         states.append((warmup + 1 + t, warmup + 1 + t, t, steady > 0))
+    if any(isinstance(x, np.ndarray) for x in (pp, m, stage, *chunk_weights)):
+        return _peak_of_arrays(pp, v, states, chunk_weights)
     best_w: Any = None
     best_time: Any = None
     best_held: list[Any] | None = None
@@ -327,6 +332,42 @@ def interleaved_peak(
         best_held = [where(better, h, b) for h, b in zip(held, best_held, strict=True)]
     assert best_held is not None
     return best_w, list(best_held)
+
+
+def _peak_of_arrays(
+    pp: Any, v: int, states: list[tuple[Any, Any, Any, Any]], chunk_weights: Sequence[Any]
+) -> tuple[Any, list[Any]]:
+    """:func:`interleaved_peak`'s choice among its candidate ``states`` (time, forwards done,
+    backwards done, valid) for arrays of layouts, every state at once (numpy): the largest
+    weight of a valid state (the first state's weight, or −1 when it is not valid, else none),
+    then the earliest time, then the first state — the scalar loop's choice, each weight summed
+    chunk by chunk in the same order."""
+    shape = np.broadcast_shapes(*(np.shape(x) for st in states for x in st), np.shape(pp))
+    time, fwd, bwd, valid = (
+        np.stack([np.broadcast_to(st[i], shape) for st in states]) for i in range(4)
+    )
+    k = np.arange(v) * pp if np.ndim(pp) == 0 else np.asarray(pp)[..., None] * np.arange(v)
+    period = v * np.asarray(pp)[..., None]
+
+    def counts(done: np.ndarray) -> np.ndarray:  # _chunk_counts of every state: [S, ..., v]
+        laps = done[..., None] // period
+        rest = done[..., None] - laps * period
+        return laps * np.asarray(pp)[..., None] + np.minimum(np.maximum(rest - k, 0), pp)
+
+    held = counts(fwd) - counts(bwd)[..., ::-1]
+    weight: Any = 0
+    for j, w in enumerate(chunk_weights):
+        weight = weight + held[..., j] * w
+    weight = np.broadcast_to(weight, held.shape[:-1]).astype(float)
+    first = np.where(valid[0], weight[0], -1.0)
+    weight = np.where(valid, weight, -np.inf)
+    weight[0] = first
+    best = weight.max(axis=0)
+    tied = weight == best
+    earliest = np.where(tied, time, np.inf).min(axis=0)
+    pick = np.argmax(tied & (time == earliest), axis=0)
+    chosen = np.take_along_axis(held, pick[None, ..., None], axis=0)[0]
+    return best, [chosen[..., j] for j in range(v)]
 
 
 @lru_cache(maxsize=4096)
