@@ -25,8 +25,7 @@ from trainplan.model.memory import model_state
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.offload import NO_OFFLOAD, host_rates
 from trainplan.model.params import count_params
-from trainplan.model.pipeline import SPLIT_BACKWARD, bubble_fraction, bubble_ratio
-from trainplan.model.pipeline_uneven import uneven_chunks
+from trainplan.model.pipeline_uneven import reported_bubble, uneven_chunks
 from trainplan.model.recompute_ops import recompute_flops_of
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import recomputed_in_chunks, stage_chunks
@@ -127,10 +126,6 @@ class TimeTerms:
         return self.compute_and_pipeline_s + self.exposed_dp_s + self.optimizer_s + self.offload_s
 
 
-def _frac(x: float) -> Fraction:
-    return Fraction(x).limit_denominator(10**6)
-
-
 @dataclass(frozen=True, slots=True)
 class Estimate:
     """Everything ``evaluate()`` knows about one layout (its JSON form is the interface's)."""
@@ -203,17 +198,12 @@ class Estimate:
         return self._bubble()[1]
 
     def _bubble(self) -> tuple[Fraction, Fraction]:
-        tt, lay, m = self.time_terms, self.layout, self.num_microbatches
-        pp, v = lay.pp, lay.virtual_stages
-        if tt is not None and lay.schedule in SPLIT_BACKWARD:
-            bubble = max(tt.bubble_s, 0.0)
-            whole, busy = tt.compute_and_pipeline_s, tt.compute_and_pipeline_s - bubble
-            return _frac(bubble / whole), _frac(bubble / busy)
-        split = (lay.split_rule, lay.stage_layers, lay.schedule)
-        if tt is not None and tt.busy_s and uneven_chunks(self.model.arch, pp, v, *split):
-            ratio = _frac(tt.bubble_s / tt.busy_s)
-            return ratio / (1 + ratio), ratio
-        return bubble_fraction(pp, m, v), bubble_ratio(pp, m, v)
+        lay = self.layout
+        split = (lay.pp, lay.virtual_stages, lay.split_rule, lay.stage_layers, lay.schedule)
+        uneven = uneven_chunks(self.model.arch, *split)
+        return reported_bubble(
+            lay.schedule, self.num_microbatches, *split[:2], uneven, self.time_terms
+        )
 
     @property
     def exposed_comm_s(self) -> float | None:

@@ -20,10 +20,8 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
-import numpy as np
-
 from trainplan.model.errors import LayoutError
-from trainplan.model.xp import exact, maximum, minimum, where
+from trainplan.model.xp import exact, maximum, minimum, namespace, where
 
 __all__ = [
     "Schedule",
@@ -288,16 +286,13 @@ def interleaved_peak(
     warm-up states at block ends and at W; the steady states at block starts, the first and the
     last of one period (about 2·v + 4 states). Ties go to the earliest state, as the simulation.
 
-    Works on scalars (``pp``, ``m``, ``stage`` ints; weights exact) and on arrays of layouts
-    (:mod:`model.xp`; every state at once, :func:`_peak_of_arrays`); ``v`` is one whole number
-    for all.
+    Scalars (``pp``, ``m``, ``stage`` ints; weights exact) or arrays of layouts (every state at
+    once, :func:`_peak_of_arrays`); ``v`` is one whole number for all.
 
     Examples
     --------
-    >>> interleaved_peak(4, 8, 2, 0, (1, 1))
-    (11, [7, 4])
-    >>> interleaved_peak(16, 32, 4, 0, (1, 2, 2, 2))[1]
-    [31, 16, 16, 16]
+    >>> interleaved_peak(4, 8, 2, 0, (1, 1)), interleaved_peak(16, 32, 4, 0, (1, 2, 2, 2))[1]
+    ((11, [7, 4]), [31, 16, 16, 16])
     """
     total = m * v
     warmup = minimum(2 * (pp - stage - 1) + (v - 1) * pp, total)
@@ -313,7 +308,7 @@ def interleaved_peak(
         steps += [minimum(q * pp, last), minimum(shift + q * pp, last)]
     for t in steps:
         states.append((warmup + 1 + t, warmup + 1 + t, t, steady > 0))
-    if any(isinstance(x, np.ndarray) for x in (pp, m, stage, *chunk_weights)):
+    if namespace(pp, m, stage, *chunk_weights) is not None:
         return _peak_of_arrays(pp, v, states, chunk_weights)
     best_w: Any = None
     best_time: Any = None
@@ -338,35 +333,37 @@ def _peak_of_arrays(
     pp: Any, v: int, states: list[tuple[Any, Any, Any, Any]], chunk_weights: Sequence[Any]
 ) -> tuple[Any, list[Any]]:
     """:func:`interleaved_peak`'s choice among its candidate ``states`` (time, forwards done,
-    backwards done, valid) for arrays of layouts, every state at once (numpy): the largest
-    weight of a valid state (the first state's weight, or −1 when it is not valid, else none),
-    then the earliest time, then the first state — the scalar loop's choice, each weight summed
-    chunk by chunk in the same order."""
-    shape = np.broadcast_shapes(*(np.shape(x) for st in states for x in st), np.shape(pp))
+    backwards done, valid) for arrays of layouts, every state at once (the arrays' own
+    namespace, :func:`model.xp.namespace`): the largest weight of a valid state (the first
+    state's weight, or −1 when it is not valid, else none), then the earliest time, then the
+    first state — the scalar loop's choice, each weight summed chunk by chunk in the same
+    order."""
+    xp = namespace(pp, *(x for st in states for x in st), *chunk_weights)
+    shape = xp.broadcast_shapes(*(xp.asarray(x).shape for st in states for x in st))
     time, fwd, bwd, valid = (
-        np.stack([np.broadcast_to(st[i], shape) for st in states]) for i in range(4)
+        xp.stack([xp.broadcast_to(xp.asarray(st[i]), shape) for st in states]) for i in range(4)
     )
-    k = np.arange(v) * pp if np.ndim(pp) == 0 else np.asarray(pp)[..., None] * np.arange(v)
-    period = v * np.asarray(pp)[..., None]
+    pp_ = xp.asarray(pp)[..., None]
+    k, period = pp_ * xp.arange(v), v * pp_
 
-    def counts(done: np.ndarray) -> np.ndarray:  # _chunk_counts of every state: [S, ..., v]
+    def counts(done: Any) -> Any:  # _chunk_counts of every state: [S, ..., v]
         laps = done[..., None] // period
         rest = done[..., None] - laps * period
-        return laps * np.asarray(pp)[..., None] + np.minimum(np.maximum(rest - k, 0), pp)
+        return laps * pp_ + xp.minimum(xp.maximum(rest - k, 0), pp_)
 
-    held = counts(fwd) - counts(bwd)[..., ::-1]
+    held = counts(fwd) - xp.flip(counts(bwd), axis=-1)
     weight: Any = 0
     for j, w in enumerate(chunk_weights):
         weight = weight + held[..., j] * w
-    weight = np.broadcast_to(weight, held.shape[:-1]).astype(float)
-    first = np.where(valid[0], weight[0], -1.0)
-    weight = np.where(valid, weight, -np.inf)
+    weight = xp.astype(xp.broadcast_to(weight, held.shape[:-1]), xp.float64)
+    first = xp.where(valid[0], weight[0], -1.0)
+    weight = xp.where(valid, weight, -xp.inf)
     weight[0] = first
-    best = weight.max(axis=0)
+    best = xp.max(weight, axis=0)
     tied = weight == best
-    earliest = np.where(tied, time, np.inf).min(axis=0)
-    pick = np.argmax(tied & (time == earliest), axis=0)
-    chosen = np.take_along_axis(held, pick[None, ..., None], axis=0)[0]
+    earliest = xp.min(xp.where(tied, time, xp.inf), axis=0)
+    pick = xp.argmax(tied & (time == earliest), axis=0)
+    chosen = xp.take_along_axis(held, pick[None, ..., None], axis=0)[0]
     return best, [chosen[..., j] for j in range(v)]
 
 

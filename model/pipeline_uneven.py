@@ -28,7 +28,7 @@ it and makes nobody wait.
 
 Every pass waits for the pass before it on its rank and for one pass of a neighbour, so the
 passes run depth by depth (a pass's depth one more than the deeper of those two), every layout
-of a batch at once (numpy). Up to :data:`EXACT_GROUPS` groups of pp micro-batches the order is
+of a batch at once (their array namespace). Up to :data:`EXACT_GROUPS` groups of pp micro-batches the order is
 run whole; beyond, the bubble grows by the same time with every two further groups once the
 steady phase runs (the tests check it against the whole order: the growth repeats with a period
 of one or two groups), so the runs at 2 and 4 groups give every m.
@@ -40,13 +40,13 @@ rank)``) is taken as the same order.
 
 from __future__ import annotations
 
+from fractions import Fraction
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from trainplan.model.pipeline import Schedule
+from trainplan.model.pipeline import SPLIT_BACKWARD, Schedule, bubble_fraction, bubble_ratio
 from trainplan.model.split import stage_chunks
+from trainplan.model.xp import namespace
 
 if TYPE_CHECKING:
     from trainplan.model.specs import Architecture
@@ -58,6 +58,7 @@ __all__ = [
     "chunk_counts",
     "chunk_recomputed",
     "uneven_chunks",
+    "reported_bubble",
 ]
 
 EXACT_GROUPS = 2
@@ -67,52 +68,47 @@ _BATCH_FLOATS = 1 << 21
 """Floats one batched run may hold (its ends: passes × layouts); larger batches run in parts."""
 
 
-def _rank_passes(pp: int, v: int, m: int, rank: int) -> tuple[np.ndarray, np.ndarray]:
+def _rank_passes(pp: int, v: int, m: int, rank: int) -> tuple[list[int], list[int]]:
     """Positions in ``rank``'s order (:func:`model.schedule.stage_order`) of its forwards and its
     backwards by index ``k`` (``m·v`` each): warm-up ``W`` forwards, then forward ``W + i`` and
     backward ``i`` in turn, then the rest of the backwards."""
     total = m * v
     warm = min(2 * (pp - rank - 1) + (v - 1) * pp, total)
-    k = np.arange(total)
-    forward = np.where(k < warm, k, warm + 2 * (k - warm))
-    return forward, np.where(k < total - warm, warm + 2 * k + 1, total + k)
+    forward = [k if k < warm else warm + 2 * (k - warm) for k in range(total)]
+    return forward, [warm + 2 * k + 1 if k < total - warm else total + k for k in range(total)]
 
 
 @lru_cache(maxsize=256)
-def _program(pp: int, v: int, m: int) -> tuple[np.ndarray, ...]:
+def _program(pp: int, v: int, m: int) -> tuple[tuple[int, ...], ...]:
     """Megatron-Core's interleaved order on ``pp`` ranks, ``v`` chunks, ``m`` micro-batches (a
-    multiple of pp) as arrays over its ``N = 2·pp·m·v`` passes (pass p of rank i numbered
-    ``i·2·m·v + p``): each pass's chunk, whether it is a backward, the pass before it on its rank
-    and the pass it waits for (``N``: none; :func:`model.pipeline_sim.dependency` under the loop
-    placement, by index: forward k reads forward k of the rank before, the first rank's chunk
-    c > 0 the last rank's forward k − pp; backward k reads backward k of the rank after, the
-    last rank's chunk c < v − 1 the first rank's backward k − pp, its last chunk its own forward
-    k + (v − 1)·pp), and the passes grouped by depth (one more than the deeper of those two):
-    ``order`` and the bounds of its groups, so that a group's passes read only earlier groups."""
+    multiple of pp) over its ``N = 2·pp·m·v`` passes, grouped by depth (a pass's depth one more
+    than the deeper of the pass before it on its rank and the pass it waits for, so a group's
+    passes read only earlier groups) and numbered in that order: each pass's slot (rank i's
+    chunk c at ``i·v + c``), whether it is a backward, the pass before it on its rank and the
+    pass it waits for (``N``: none), and the bounds of the groups. The wait is
+    :func:`model.pipeline_sim.dependency`'s under the loop placement, by index: forward k reads
+    forward k of the rank before (the first rank's chunk c > 0 the last rank's forward k − pp);
+    backward k reads backward k of the rank after (the last rank's chunk c < v − 1 the first
+    rank's backward k − pp, its last chunk its own forward k + (v − 1)·pp)."""
     size, total = 2 * m * v, m * v
     n = pp * size
-    k = np.arange(total)
     ranks = [_rank_passes(pp, v, m, i) for i in range(pp)]
-    chunk = np.empty(n, dtype=np.int64)
-    backward = np.zeros(n, dtype=bool)
-    dep = np.full(n, n, dtype=np.int64)
+    slot, backward, dep = [0] * n, [False] * n, [n] * n
     for i, (fwd, bwd) in enumerate(ranks):
-        f_at, b_at = i * size + fwd, i * size + bwd
-        chunk[f_at], chunk[b_at] = (k // pp) % v, v - 1 - (k // pp) % v
-        backward[b_at] = True
-        if i:
-            dep[f_at] = (i - 1) * size + ranks[i - 1][0]
-        else:
-            later = k >= pp
-            dep[f_at[later]] = (pp - 1) * size + ranks[pp - 1][0][k[later] - pp]
-        if i < pp - 1:
-            dep[b_at] = (i + 1) * size + ranks[i + 1][1]
-        else:
-            wrap = (k // pp) % v > 0
-            dep[b_at[wrap]] = ranks[0][1][k[wrap] - pp]
-            own = k[~wrap] + (v - 1) * pp
-            dep[b_at[~wrap]] = i * size + ranks[i][0][own]
-    reads = dep.tolist()
+        for k in range(total):
+            c = (k // pp) % v
+            f_at, b_at = i * size + fwd[k], i * size + bwd[k]
+            slot[f_at], slot[b_at], backward[b_at] = i * v + c, i * v + v - 1 - c, True
+            if i:
+                dep[f_at] = (i - 1) * size + ranks[i - 1][0][k]
+            elif k >= pp:
+                dep[f_at] = (pp - 1) * size + ranks[pp - 1][0][k - pp]
+            if i < pp - 1:
+                dep[b_at] = (i + 1) * size + ranks[i + 1][1][k]
+            elif c:
+                dep[b_at] = ranks[0][1][k - pp]
+            else:
+                dep[b_at] = i * size + ranks[i][0][k + (v - 1) * pp]
     depth = [0] * (n + 1)
     placed = [False] * n + [True]
     pos, left = [0] * pp, n
@@ -120,74 +116,92 @@ def _program(pp: int, v: int, m: int) -> tuple[np.ndarray, ...]:
         moved = left
         for i in range(pp):
             t, end = i * size + pos[i], (i + 1) * size
-            while t < end and placed[reads[t]]:
-                depth[t] = 1 + max(depth[t - 1] if t > i * size else 0, depth[reads[t]])
+            while t < end and placed[dep[t]]:
+                depth[t] = 1 + max(depth[t - 1] if t > i * size else 0, depth[dep[t]])
                 placed[t] = True
                 t += 1
             left -= t - (i * size + pos[i])
             pos[i] = t - i * size
         if moved == left:  # pragma: no cover - Megatron-Core's order never deadlocks
             raise RuntimeError(f"interleaved order deadlocked (pp {pp}, v {v}, m {m})")
-    prev = np.arange(-1, n - 1)
-    prev[::size] = n
-    levels = np.array(depth[:n])
-    order = np.argsort(levels, kind="stable")  # the passes renumbered by depth
-    renumber = np.empty(n + 1, dtype=np.int64)
-    renumber[order], renumber[n] = np.arange(n), n
-    bounds = np.searchsorted(levels[order], np.arange(1, levels.max() + 2))
-    slot = np.repeat(np.arange(pp), size) * v + chunk  # rank i's chunk c at i·v + c
-    return slot[order], backward[order], renumber[prev[order]], renumber[dep[order]], bounds
+    order = sorted(range(n), key=depth.__getitem__)  # stable: by depth, then number
+    renumber = [0] * (n + 1)
+    for new, old in enumerate(order):
+        renumber[old] = new
+    renumber[n] = n
+    prev = [renumber[t - 1] if t % size else n for t in order]
+    bounds = [0] + [j for j in range(1, n) if depth[order[j]] != depth[order[j - 1]]] + [n]
+    return (
+        tuple(slot[t] for t in order), tuple(backward[t] for t in order), tuple(prev),
+        tuple(renumber[dep[t]] for t in order), tuple(bounds),
+    )  # fmt: skip
 
 
-def interleaved_steps(pp: int, m: int, forward: np.ndarray, backward: np.ndarray) -> np.ndarray:
-    """The step of Megatron-Core's interleaved order for each of a batch of layouts ``k``:
-    ``forward[k]``, ``backward[k]`` (``[K, pp·v]``, rank i's chunk c at ``i·v + c``) the time of
-    each rank's chunk's forward and backward of one micro-batch; ``[K]`` in their unit.
+@lru_cache(maxsize=256)
+def _program_arrays(pp: int, v: int, m: int, xp: Any) -> tuple[Any, ...]:
+    """:func:`_program` as arrays of the namespace ``xp``."""
+    return tuple(xp.asarray(part) for part in _program(pp, v, m)[:4])
+
+
+def interleaved_steps(pp: int, m: int, forward: Any, backward: Any) -> Any:
+    """The step of Megatron-Core's interleaved order, in the unit of the times: ``forward``,
+    ``backward`` the time of each rank's chunk's forward and backward of one micro-batch (rank
+    i's chunk c at ``i·v + c``) — a sequence of ``pp·v`` numbers for one layout (a float back),
+    or ``[K, pp·v]`` arrays for a batch (``[K]`` back, every layout run at once).
 
     Examples
     --------
-    >>> chunks = np.array([[2, 2, 3, 3, 3, 3, 2, 2] * 4])  # 80 layers, pp 4, v 8
-    >>> interleaved_steps(4, 8, chunks, 2 * chunks)  # in one layer's forward
-    array([507.])
+    >>> chunks = [2, 2, 3, 3, 3, 3, 2, 2] * 4  # 80 layers, pp 4, v 8
+    >>> interleaved_steps(4, 8, chunks, [2 * c for c in chunks])  # in one layer's forward
+    507.0
     """
-    slot, is_backward, prev, dep, bounds = _program(pp, forward.shape[1] // pp, m)
-    out = np.empty(len(forward))
+    xp = namespace(forward)
+    width = forward.shape[1] if xp is not None else len(forward)
+    slot, is_backward, prev, dep, bounds = _program(pp, width // pp, m)
+    spans = list(zip(bounds[:-1], bounds[1:], strict=True))
+    if xp is None:  # one layout, pass by pass in the depth order
+        ends = [0.0] * (len(slot) + 1)
+        for t, (s, b, p, d) in enumerate(zip(slot, is_backward, prev, dep, strict=True)):
+            ends[t] = max(ends[p], ends[d]) + float(backward[s] if b else forward[s])
+        return max(ends[:-1])
+    slot_a, back_a, prev_a, dep_a = _program_arrays(pp, width // pp, m, xp)
+    out = []
     size = max(1, _BATCH_FLOATS // (len(slot) + 1))
-    spans = list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
-    for lo in range(0, len(forward), size):
+    for lo in range(0, forward.shape[0], size):
         k = slice(lo, lo + size)
-        dur = np.where(is_backward[:, None], backward[k].T[slot], forward[k].T[slot])  # [N, K]
-        ends = np.zeros((len(slot) + 1, dur.shape[1]))
+        dur = xp.where(back_a[:, None], backward[k].T[slot_a], forward[k].T[slot_a])  # [N, K]
+        ends = xp.zeros((len(slot) + 1, dur.shape[1]))
         for a, b in spans:  # a depth's passes read only shallower ones
-            start = ends[prev[a:b]]
-            np.maximum(start, ends[dep[a:b]], out=start)
-            np.add(start, dur[a:b], out=ends[a:b])
-        out[k] = ends[:-1].max(axis=0)
-    return out
+            ends[a:b] = xp.maximum(ends[prev_a[a:b]], ends[dep_a[a:b]]) + dur[a:b]
+        out.append(xp.max(ends[:-1], axis=0))
+    return xp.concat(out)
 
 
-def layout_bubbles(
-    pp: int, m: np.ndarray, forward: np.ndarray, backward: np.ndarray, busy: np.ndarray
-) -> np.ndarray:
-    """The bubble of each layout ``k`` of a batch (``[K]``, the unit of the times): the step of
-    :func:`interleaved_steps` less ``m[k]`` × ``busy[k]``, the slowest rank's micro-batch; up to
-    :data:`EXACT_GROUPS` groups of pp micro-batches the order run whole, beyond from the runs at 2
-    and 4 groups (module docstring).
+def layout_bubbles(pp: int, m: Any, forward: Any, backward: Any, busy: Any) -> Any:
+    """The bubble, in the unit of the times: the step of :func:`interleaved_steps` less ``m`` ×
+    ``busy``, the slowest rank's micro-batch — for one layout (``m``, ``busy`` numbers) or a batch
+    (``[K]`` each, ``[K, pp·v]`` times); up to :data:`EXACT_GROUPS` groups of pp micro-batches
+    the order run whole, beyond from the runs at 2 and 4 groups (module docstring).
 
     Examples
     --------
-    >>> chunks = np.array([[2, 2, 3, 3, 3, 3, 2, 2] * 4])
-    >>> layout_bubbles(4, np.array([8]), chunks, 2 * chunks, np.array([60]))  # 507 − 8 × 60
-    array([27.])
+    >>> chunks = [2, 2, 3, 3, 3, 3, 2, 2] * 4
+    >>> layout_bubbles(4, 8, chunks, [2 * c for c in chunks], 60)  # 507 − 8 × 60
+    27.0
     """
-    m = np.broadcast_to(m, len(forward))
-    busy = np.broadcast_to(np.asarray(busy, dtype=float), len(forward))
-    out = np.empty(len(forward))
+    xp = namespace(forward)
+    if xp is None:
+        if m <= EXACT_GROUPS * pp:
+            return interleaved_steps(pp, m, forward, backward) - m * busy
+        two, four = (interleaved_steps(pp, g * pp, forward, backward) - g * pp * busy
+                     for g in (2, 4))  # fmt: skip
+        return two + (four - two) * (m - 2 * pp) / (2 * pp)
+    out = xp.zeros(forward.shape[0])
     big = m > EXACT_GROUPS * pp
     for m_run in sorted(set(m[~big].tolist())):
         k = m == m_run
         out[k] = interleaved_steps(pp, m_run, forward[k], backward[k]) - m_run * busy[k]
-    if big.any():
+    if xp.any(big):
         two, four = (
             interleaved_steps(pp, g * pp, forward[big], backward[big]) - g * pp * busy[big]
             for g in (2, 4)
@@ -258,3 +272,26 @@ def uneven_chunks(
         if len({sum(j < arch.num_layers for j in chunk) for chunk in chunks}) > 1:
             return True
     return False
+
+
+def reported_bubble(
+    schedule: Any, m: int, pp: int, v: int, uneven: bool, terms: Any
+) -> tuple[Fraction, Fraction]:
+    """(bubble over the pipeline section, bubble over its compute) as the estimate reports them:
+    the closed forms of GPipe, 1F1B and interleaved 1F1B (:func:`model.pipeline.bubble_fraction`,
+    :func:`model.pipeline.bubble_ratio`); under a split-backward schedule, or interleaving with
+    ``uneven`` chunks, the bubble of the time ``terms`` (:class:`model.estimate.TimeTerms`: its
+    ``bubble_s`` over the section, or over ``busy_s`` = m × the slowest stage's micro-batch), to
+    1/10⁶."""
+
+    def frac(x: float) -> Fraction:
+        return Fraction(x).limit_denominator(10**6)
+
+    if terms is not None and schedule in SPLIT_BACKWARD:
+        bubble = max(terms.bubble_s, 0.0)
+        whole = terms.compute_and_pipeline_s
+        return frac(bubble / whole), frac(bubble / (whole - bubble))
+    if terms is not None and terms.busy_s and uneven:
+        ratio = frac(terms.bubble_s / terms.busy_s)
+        return ratio / (1 + ratio), ratio
+    return bubble_fraction(pp, m, v), bubble_ratio(pp, m, v)

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from trainplan.model.layout import Recompute
 from trainplan.model.pipeline import bubble_ratio
 from trainplan.model.pipeline_uneven import (
@@ -27,53 +25,75 @@ from trainplan.model.pipeline_uneven import (
 from trainplan.model.terms.activation_fields import LAYER_FIELDS
 from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.terms.roofline import kind_seconds
-from trainplan.model.xp import as_float, is_array
+from trainplan.model.xp import as_float, namespace
 
 __all__ = ["classic_span", "uneven_bubble"]
 
 
+def _chunk_times(
+    width: int, counts: Any, again: Any, kinds: Any, plain: Any, full: Any
+) -> tuple[Any, Any]:
+    """Each chunk's (time, forward) of one micro-batch (rank i's chunk c at ``i·v + c``, ``width``
+    = pp·v of them): its dense and MoE layers (``counts``: :func:`chunk_counts`' layers then MoE,
+    numbers or ``[n, 1]`` columns), those of them recomputed whole (``again``, the same layout,
+    or None) timed ``full``, the embedding on the first and the output layer on the last; the
+    forward a third of the same without recomputation (``plain``)."""
+    (d, mo, e, o), (dp, mp, ep, op) = kinds, plain
+    df, mf = (d, mo) if full is None else full[:2]
+    total, forward = [], []
+    for j in range(width):
+        moe = counts[width + j]
+        dense = counts[j] - moe
+        redo_moe = 0 if again is None else again[width + j]
+        redo = 0 if again is None else again[j] - redo_moe
+        ends = (e if j == 0 else 0) + (o if j == width - 1 else 0)
+        plain_ends = (ep if j == 0 else 0) + (op if j == width - 1 else 0)
+        total.append((dense - redo) * d + (moe - redo_moe) * mo + redo * df + redo_moe * mf + ends)
+        forward.append((dense * dp + moe * mp + plain_ends) / 3)
+    return total, forward
+
+
 def uneven_bubble(
-    pp: int,
-    v: Any,
-    m: Any,
-    counts: np.ndarray,
-    kinds: tuple[Any, ...],
-    plain: tuple[Any, ...],
-    full: tuple[Any, ...] | None = None,
-    redone: np.ndarray | None = None,
-) -> np.ndarray:
-    """Per layout (``[n]``, seconds), the bubble of Megatron-Core's interleaved order on its
-    chunks (:func:`model.pipeline_uneven.layout_bubbles`): ``counts`` each layout's
-    :func:`model.pipeline_uneven.chunk_counts` (``[n, 2·pp·v]``, zeros past them), ``kinds``,
-    ``plain`` the seconds of a dense layer, a MoE layer, the embedding and the output layer as
-    the layout runs them and without recomputation (each a number or ``[n]``); with per-stage
-    counts, ``redone`` their :func:`model.pipeline_uneven.chunk_recomputed` and ``full`` the
-    kinds fully recomputed."""
-    n = len(counts)
-    v, m = (np.broadcast_to(np.asarray(x).reshape(-1), n) for x in (v, m))
-    per = [[np.broadcast_to(np.asarray(x, dtype=float).reshape(-1), n) for x in k]
-           for k in (kinds, plain, full or kinds)]  # fmt: skip
-    out = np.empty(n)
+    pp: int, v: int, m: int, counts: Any, kinds: Any, plain: Any, full: Any, again: Any
+) -> Any:
+    """Seconds of the bubble Megatron-Core's interleaved order leaves on one layout's chunks
+    (:func:`model.pipeline_uneven.layout_bubbles`; :func:`_chunk_times`, ``counts`` and ``again``
+    the lookups' tuples, the kinds numbers)."""
+    total, forward = _chunk_times(pp * v, counts, again, kinds, plain, full)
+    busy = max(sum(total[i * v : (i + 1) * v]) for i in range(pp))
+    return layout_bubbles(
+        pp, m, forward, [t - f for t, f in zip(total, forward, strict=True)], busy
+    )
+
+
+def _uneven_bubbles(
+    xp: Any, pp: int, v: Any, m: Any, counts: Any, kinds: Any, plain: Any, full: Any, again: Any
+) -> Any:
+    """:func:`uneven_bubble` of many layouts (``[n, 1]`` seconds): rows grouped by v, each group's
+    chunks run at once (their array namespace ``xp``)."""
+    n = m.shape[0]
+    v = xp.reshape(xp.broadcast_to(xp.asarray(v), (n, 1)), (n,))
+    columns = [xp.reshape(xp.broadcast_to(xp.asarray(x, dtype=xp.float64), (n, 1)), (n,))
+               for x in (*kinds, *plain, *(full or ()))]  # fmt: skip
+    out = xp.zeros(n)
     for vi in sorted(set(v.tolist())):
-        rows, width = np.flatnonzero(v == vi), pp * vi
-        layers, moe = counts[rows, :width], counts[rows, width : 2 * width]
-        again = np.zeros((len(rows), 2 * width)) if redone is None else redone[rows, : 2 * width]
-        ends = np.zeros((2, width))
-        ends[0, 0] = ends[1, width - 1] = 1  # the embedding, the output layer
-        (d, mo, e, o), (dp, mp, ep, op), (df, mf, _, _) = ([x[rows, None] for x in k] for k in per)
-        again_moe = again[:, width:]
-        again_dense = again[:, :width] - again_moe
-        total = ((layers - moe - again_dense) * d + (moe - again_moe) * mo + again_dense * df
-                 + again_moe * mf + ends[0] * e + ends[1] * o)  # fmt: skip
-        forward = ((layers - moe) * dp + moe * mp + ends[0] * ep + ends[1] * op) / 3
-        busy = total.reshape(len(rows), pp, vi).sum(axis=2).max(axis=1)
-        out[rows] = layout_bubbles(pp, m[rows], forward, total - forward, busy)
-    return out
-
-
-def _table(found: Any, n: int) -> np.ndarray:
-    """A lookup's tuple (numbers, or ``[n, 1]`` columns) as ``[n, len]`` floats."""
-    return np.column_stack([np.broadcast_to(np.asarray(x, dtype=float), (n, 1)) for x in found])
+        rows = v == vi
+        width = pp * vi
+        take = [x[rows][:, None] for x in columns]
+        table = [xp.reshape(xp.broadcast_to(xp.asarray(x), (n, 1)), (n,))[rows]
+                 for x in counts[: 2 * width]]  # fmt: skip
+        redo = None if again is None else [
+            xp.reshape(xp.broadcast_to(xp.asarray(x), (n, 1)), (n,))[rows] for x in again[: 2 * width]
+        ]  # fmt: skip
+        total, forward = _chunk_times(
+            width, table, redo, [t[:, 0] for t in take[:4]], [t[:, 0] for t in take[4:8]],
+            None if full is None else [t[:, 0] for t in take[8:]],
+        )  # fmt: skip
+        total, forward = xp.stack(total, axis=1), xp.stack(forward, axis=1)
+        busy = xp.max(xp.sum(xp.reshape(total, (-1, pp, vi)), axis=2), axis=1)
+        mr = xp.reshape(xp.broadcast_to(xp.asarray(m), (n, 1)), (n,))[rows]
+        out[rows] = layout_bubbles(pp, mr, forward, total - forward, busy)
+    return out[:, None]
 
 
 def classic_span(c: Context, f: Fields, t_mb: Any, t_plain: Any, roofline: bool) -> Any:
@@ -83,28 +103,30 @@ def classic_span(c: Context, f: Fields, t_mb: Any, t_plain: Any, roofline: bool)
     ``m·t_mb`` + :func:`uneven_bubble`, its layers timed by the roofline model's kinds
     (``roofline``; per-stage counts' layers fully recomputed) or, under the single model, every
     layer as long as one of the stage with the most (``t_mb`` and ``t_plain`` over its layers)."""
-    m = f.m
-    closed = m * t_mb * (1 + as_float(bubble_ratio(f.pp, m, f.virtual_stages)))
+    m, pp = f.m, f.pp
+    closed = m * t_mb * (1 + as_float(bubble_ratio(pp, m, f.virtual_stages)))
     uneven = f.lookup(uneven_chunks, (c.arch,), *LAYER_FIELDS)
-    if not np.any(uneven):
+    xp = namespace(uneven, t_mb)
+    if not (bool(xp.any(uneven)) if xp is not None else uneven):
         return closed
-    n = t_mb.shape[0] if is_array(t_mb) else 1
-    counts = _table(f.lookup(chunk_counts, (c.arch,), *LAYER_FIELDS), n)
-    full = redone = None
+    counts = f.lookup(chunk_counts, (c.arch,), *LAYER_FIELDS)
+    full = again = None
     if roofline:
         kinds, plain = kind_seconds(c, f), kind_seconds(c, f, Recompute.NONE)
         if f.recompute_layers is not None:
             full = kind_seconds(c, f, Recompute.FULL)
-            found = f.lookup(chunk_recomputed, (c.arch,), *LAYER_FIELDS, "recompute_layers")
-            redone = _table(found, n)
+            again = f.lookup(chunk_recomputed, (c.arch,), *LAYER_FIELDS, "recompute_layers")
     else:  # the single model: no layer kinds, every layer the busiest stage's share
-        v = np.broadcast_to(np.asarray(f.virtual_stages).reshape(-1), n)
-        most = np.array([counts[k, : f.pp * v[k]].reshape(f.pp, -1).sum(axis=1).max()
-                         for k in range(n)])  # fmt: skip
-        kinds, plain = ((x / most, x / most, 0.0, 0.0) for x in (np.reshape(t_mb, -1),
-                                                                  np.reshape(t_plain, -1)))  # fmt: skip
-    bubble = uneven_bubble(f.pp, f.virtual_stages, m, counts, kinds, plain, full, redone)
-    span = m * t_mb + bubble.reshape(np.shape(t_mb) or ())
-    if not is_array(t_mb):
-        return float(span)
-    return np.where(uneven, span, closed)
+        most = f.lookup(_most_layers, (c.arch,), *LAYER_FIELDS)
+        kinds, plain = ((x / most, x / most, 0.0, 0.0) for x in (t_mb, t_plain))
+    if xp is None:
+        bubble = uneven_bubble(pp, f.virtual_stages, m, counts, kinds, plain, full, again)
+        return m * t_mb + bubble
+    bubble = _uneven_bubbles(xp, pp, f.virtual_stages, m, counts, kinds, plain, full, again)
+    return xp.where(uneven, m * t_mb + bubble, closed)
+
+
+def _most_layers(arch: Any, pp: int, v: int, rule: Any, sizes: Any, schedule: Any) -> int:
+    """The most layers a rank holds (:func:`model.pipeline_uneven.chunk_counts`)."""
+    counts = chunk_counts(arch, pp, v, rule, sizes, schedule)[: pp * v]
+    return max(sum(counts[i * v : (i + 1) * v]) for i in range(pp))

@@ -92,15 +92,23 @@ def test_beyond_two_groups_the_bubble_is_read_off_the_runs_at_two_and_four(layer
     groups, for the default split's chunks (a layer 1, the output layer 1.2 on the last chunk)
     and a backward 2, 2.25 and 3 times the forward."""
     arch = get_model("llama3-405b").model.arch if layers == 126 else LLAMA_70B
-    chunks = np.array([chunk_counts(arch, pp, v, True, None, "interleaved")[: pp * v]], float)
-    chunks[0, -1] += 1.2
-    busy = chunks.reshape(pp, v).sum(axis=1).max()
+    chunks = [float(n) for n in chunk_counts(arch, pp, v, True, None, "interleaved")[: pp * v]]
+    chunks[-1] += 1.2
+    busy = max(sum(chunks[i * v : (i + 1) * v]) for i in range(pp))
     for rho in (2.0, 2.25, 3.0):
+        back = [rho * c for c in chunks]
         for groups in (3, 5, 6, 8):
             m = groups * pp
-            whole = interleaved_steps(pp, m, chunks, rho * chunks)[0] - m * busy * (1 + rho)
-            got = layout_bubbles(pp, np.array([m]), chunks, rho * chunks, [busy * (1 + rho)])
-            assert got[0] == pytest.approx(whole, rel=1e-9, abs=1e-9)
+            whole = interleaved_steps(pp, m, chunks, back) - m * busy * (1 + rho)
+            got = layout_bubbles(pp, m, chunks, back, busy * (1 + rho))
+            assert got == pytest.approx(whole, rel=1e-9, abs=1e-9)
+            batch = layout_bubbles(  # a batch of two layouts, run at once as arrays
+                pp, np.array([m, 2 * pp]), np.array([chunks] * 2), np.array([back] * 2),
+                np.array([busy * (1 + rho)] * 2),
+            )  # fmt: skip
+            assert batch[0] == pytest.approx(got, rel=1e-12, abs=1e-12)
+            two = layout_bubbles(pp, 2 * pp, chunks, back, busy * (1 + rho))
+            assert batch[1] == pytest.approx(two, rel=1e-12, abs=1e-12)
 
 
 def test_steady_phase_stalls_grow_with_m() -> None:
