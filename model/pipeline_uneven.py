@@ -56,7 +56,6 @@ __all__ = [
     "interleaved_steps",
     "layout_bubbles",
     "chunk_counts",
-    "chunk_recomputed",
     "uneven_chunks",
     "reported_bubble",
 ]
@@ -218,36 +217,17 @@ def chunk_counts(
     rule: bool | str,
     sizes: tuple[int, ...] | None,
     schedule: Any,
+    counts: tuple[int, ...] | None = None,
 ) -> tuple[int, ...]:
     """Every stage's layers per model chunk, stage after stage (``pp·v`` counts, rank i's chunk c
-    at ``i·v + c``; :func:`model.split.stage_chunks`), then as many of them MoE; empty without
-    dimensions."""
-    if arch is None:
-        return ()
-    chunks = [
-        chunk for i in range(pp) for chunk in stage_chunks(arch, pp, v, rule, i, sizes, schedule)
-    ]
-    return (*map(len, chunks), *(sum(map(arch.is_moe_layer, chunk)) for chunk in chunks))
-
-
-@lru_cache(maxsize=4096)
-def chunk_recomputed(
-    arch: Architecture | None,
-    pp: int,
-    v: int,
-    rule: bool | str,
-    sizes: tuple[int, ...] | None,
-    schedule: Any,
-    counts: tuple[int, ...] | None,
-) -> tuple[int, ...]:
-    """:func:`chunk_counts`' layout of the layers ``Layout.recompute_layers`` recomputes whole:
-    the first ``counts[i]`` of each of rank i's chunks (:func:`model.split.recomputed_in_chunks`),
-    ``pp·v`` counts, then as many of them MoE; zeros without counts."""
+    at ``i·v + c``; :func:`model.split.stage_chunks`), then as many of them MoE; with ``counts``
+    (``Layout.recompute_layers``) only those it recomputes whole, the first ``counts[i]`` of each
+    of rank i's chunks (:func:`model.split.recomputed_in_chunks`); empty without dimensions."""
     if arch is None:
         return ()
     out: list[tuple[int, ...]] = []
     for i in range(pp):
-        k = 0 if counts is None else counts[i]
+        k = None if counts is None else counts[i]
         out += [chunk[:k] for chunk in stage_chunks(arch, pp, v, rule, i, sizes, schedule)]
     return (*map(len, out), *(sum(map(arch.is_moe_layer, chunk)) for chunk in out))
 

@@ -18,7 +18,6 @@ from trainplan.model.layout import Recompute
 from trainplan.model.pipeline import bubble_ratio
 from trainplan.model.pipeline_uneven import (
     chunk_counts,
-    chunk_recomputed,
     layout_bubbles,
     uneven_chunks,
 )
@@ -115,7 +114,7 @@ def classic_span(c: Context, f: Fields, t_mb: Any, t_plain: Any, roofline: bool)
         kinds, plain = kind_seconds(c, f), kind_seconds(c, f, Recompute.NONE)
         if f.recompute_layers is not None:
             full = kind_seconds(c, f, Recompute.FULL)
-            again = f.lookup(chunk_recomputed, (c.arch,), *LAYER_FIELDS, "recompute_layers")
+            again = f.lookup(chunk_counts, (c.arch,), *LAYER_FIELDS, "recompute_layers")
     else:  # the single model: no layer kinds, every layer the busiest stage's share
         most = f.lookup(_most_layers, (c.arch,), *LAYER_FIELDS)
         kinds, plain = ((x / most, x / most, 0.0, 0.0) for x in (t_mb, t_plain))
