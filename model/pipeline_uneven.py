@@ -18,18 +18,19 @@ and 3 layers on every rank, :func:`model.split.default_chunk_sizes`) no closed f
 warm-up and the cool-down wait on the chunks they pass chunk by chunk, and in the steady phase a
 forward and the backward beside it can be longer than the pair the next rank runs at that point
 of its order, so the order itself can make ranks wait every group of micro-batches. The step is
-the order run (:func:`interleaved_steps`) on the layout's own chunks: each rank's micro-batch
-(its forward and its backward, :mod:`model.terms.pipeline_span`) spread over its chunks by their
-layers (the embedding and the output layer with the rank's layers, in proportion). 80 layers,
+the order run (:func:`interleaved_steps`) on the layout's own chunks, each timed by its layers
+of each kind, the embedding on the first rank's first chunk and the output layer on the last
+rank's last, its forward and its backward as the cost model splits them
+(:mod:`model.terms.pipeline_span`). 80 layers,
 pp 4, v 8, a layer's backward twice its forward, 8 micro-batches: every rank computes 480 layer
 forwards and the step is 507, a bubble of 27 where equal chunks give 22.5 (1.2×). A rank that
 gave a layer back (Llama 3 405B's 126 layers: the end stages hold one fewer) is the lighter for
 it and makes nobody wait.
 
 Every pass waits for the pass before it on its rank and for one pass of a neighbour, so the
-passes run depth by depth (a pass's depth one more than the deeper of those two), every layout
-of a batch at once (their array namespace). Up to :data:`EXACT_GROUPS` groups of pp micro-batches the order is
-run whole; beyond, the bubble grows by the same time with every two further groups once the
+passes run depth by depth (a pass's depth one more than the deeper of those two): one layout
+pass by pass, a batch every layout at once (their array namespace). Up to :data:`EXACT_GROUPS`
+groups of pp micro-batches the order is run whole; beyond, the bubble grows by the same time with every two further groups once the
 steady phase runs (the tests check it against the whole order: the growth repeats with a period
 of one or two groups), so the runs at 2 and 4 groups give every m.
 
