@@ -93,7 +93,6 @@ from trainplan.model.units import parse_count, parse_counts, parse_number
 from trainplan.optimizer.problem import Constraints, Job, Objective, Problem, gpu_counts
 from trainplan.optimizer.space import (
     DEFAULT_RANK_ORDER,
-    DEFAULT_VIRTUAL_STAGES,
     SearchSpace,
     divisors,
 )
@@ -178,7 +177,7 @@ def _space(d: Mapping[str, Any], num_gpus: int) -> SearchSpace:
         recomputes=tuple(Recompute(r) for r in opts.names(d.get("recompute"), "recompute"))
         or tuple(Recompute),
         schedules=schedules,
-        virtual_stages=_ints(d, "virtual_stages") or DEFAULT_VIRTUAL_STAGES,
+        virtual_stages=_ints(d, "virtual_stages") or None,
         rank_orders=tuple(
             dict.fromkeys(_order(o) for o in opts.names(d.get("rank_order"), "rank_order"))
         )

@@ -40,7 +40,8 @@ class PipelineRequest:
     """``trainplan pipeline``'s inputs (``/api/pipeline``; the ``pipeline`` examples)."""
 
     stages: Any
-    """Pipeline stages (ranks) p, a count."""
+    """Pipeline stages (ranks) p, a count of at most 256 (:data:`model.units.LIMITS`: the
+    timeline draws one row per stage)."""
     microbatches: Any
     """Micro-batches per step m (DualPipe: both ends), a count."""
     schedule: str = "1f1b"

@@ -25,7 +25,7 @@ from trainplan.model.memory import model_state
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.offload import NO_OFFLOAD, host_rates
 from trainplan.model.params import count_params
-from trainplan.model.pipeline import SPLIT_BACKWARD, bubble_fraction, bubble_ratio
+from trainplan.model.pipeline_uneven import reported_bubble, uneven_chunks
 from trainplan.model.recompute_ops import recompute_flops_of
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import recomputed_in_chunks, stage_chunks
@@ -121,6 +121,8 @@ class TimeTerms:
     """In-backward gradient accumulation (:func:`model.terms.dp_time.grad_accumulation_term`)."""
     sm_shares: tuple[tuple[str, float], ...] = ()
     """``(group, φ)`` of its overlapped NCCL collectives (:func:`model.terms.sm_shares.layout_sm_shares`)."""
+    busy_s: float = 0.0
+    """m × the slowest stage's micro-batch: the pipeline section without its bubble."""
 
     @property
     def step_s(self) -> float:
@@ -189,30 +191,22 @@ class Estimate:
     @property
     def bubble_fraction(self) -> Fraction:
         """Idle share of the pipeline section: the closed form of GPipe, 1F1B and interleaved
-        1F1B; under a split-backward schedule the bubble over the section's time as the cost
-        model times it (:func:`model.terms.step.schedule_span`), to 1/10⁶."""
-        split = self._split_bubble()
-        if split is not None:
-            return split[0]
-        return bubble_fraction(self.layout.pp, self.num_microbatches, self.layout.virtual_stages)
+        1F1B; under a split-backward schedule, or interleaving with unequal model chunks
+        (:func:`model.pipeline_uneven.uneven_chunks`), the bubble over the section's time as the
+        cost model times it (:func:`model.terms.step.schedule_span`), to 1/10⁶."""
+        return self._bubble()[0]
 
     @property
     def bubble_ratio(self) -> Fraction:
         """Bubble over ideal compute (as :attr:`bubble_fraction`)."""
-        split = self._split_bubble()
-        if split is not None:
-            return split[1]
-        return bubble_ratio(self.layout.pp, self.num_microbatches, self.layout.virtual_stages)
+        return self._bubble()[1]
 
-    def _split_bubble(self) -> tuple[Fraction, Fraction] | None:
-        tt = self.time_terms
-        if self.layout.schedule not in SPLIT_BACKWARD or tt is None:
-            return None
-        bubble = max(tt.bubble_s, 0.0)
-        busy = tt.compute_and_pipeline_s - bubble
-        return (
-            Fraction(bubble / tt.compute_and_pipeline_s).limit_denominator(10**6),
-            Fraction(bubble / busy).limit_denominator(10**6),
+    def _bubble(self) -> tuple[Fraction, Fraction]:
+        lay = self.layout
+        split = (lay.pp, lay.virtual_stages, lay.split_rule, lay.stage_layers, lay.schedule)
+        uneven = uneven_chunks(self.model.arch, *split)
+        return reported_bubble(
+            lay.schedule, self.num_microbatches, *split[:2], uneven, self.time_terms
         )
 
     @property
@@ -363,7 +357,7 @@ def _time(
     return rows, TimeTerms(
         pipe.compute_s, pipe.total_s, dp.exposed_s, pipe.bubble_s, dp.optimizer_s, dp.offload_s,
         pipe.activation_offload_s, forward, dp.accumulate_s,
-        layout_sm_shares(c, f) if roofline else (),
+        layout_sm_shares(c, f) if roofline else (), f.m * pipe.microbatch_s,
     )  # fmt: skip
 
 

@@ -21,7 +21,7 @@ from functools import lru_cache
 from typing import Any
 
 from trainplan.model.errors import LayoutError
-from trainplan.model.xp import exact, maximum, minimum, where
+from trainplan.model.xp import exact, maximum, minimum, namespace, where
 
 __all__ = [
     "Schedule",
@@ -286,15 +286,13 @@ def interleaved_peak(
     warm-up states at block ends and at W; the steady states at block starts, the first and the
     last of one period (about 2·v + 4 states). Ties go to the earliest state, as the simulation.
 
-    Works on scalars (``pp``, ``m``, ``stage`` ints; weights exact) and on arrays of layouts
-    (:mod:`model.xp`); ``v`` is one whole number for all.
+    Scalars (``pp``, ``m``, ``stage`` ints; weights exact) or arrays of layouts (every state at
+    once, :func:`_peak_of_arrays`); ``v`` is one whole number for all.
 
     Examples
     --------
-    >>> interleaved_peak(4, 8, 2, 0, (1, 1))
-    (11, [7, 4])
-    >>> interleaved_peak(16, 32, 4, 0, (1, 2, 2, 2))[1]
-    [31, 16, 16, 16]
+    >>> interleaved_peak(4, 8, 2, 0, (1, 1)), interleaved_peak(16, 32, 4, 0, (1, 2, 2, 2))[1]
+    ((11, [7, 4]), [31, 16, 16, 16])
     """
     total = m * v
     warmup = minimum(2 * (pp - stage - 1) + (v - 1) * pp, total)
@@ -310,6 +308,8 @@ def interleaved_peak(
         steps += [minimum(q * pp, last), minimum(shift + q * pp, last)]
     for t in steps:
         states.append((warmup + 1 + t, warmup + 1 + t, t, steady > 0))
+    if namespace(pp, m, stage, *chunk_weights) is not None:
+        return _peak_of_arrays(pp, v, states, chunk_weights)
     best_w: Any = None
     best_time: Any = None
     best_held: list[Any] | None = None
@@ -327,6 +327,44 @@ def interleaved_peak(
         best_held = [where(better, h, b) for h, b in zip(held, best_held, strict=True)]
     assert best_held is not None
     return best_w, list(best_held)
+
+
+def _peak_of_arrays(
+    pp: Any, v: int, states: list[tuple[Any, Any, Any, Any]], chunk_weights: Sequence[Any]
+) -> tuple[Any, list[Any]]:
+    """:func:`interleaved_peak`'s choice among its candidate ``states`` (time, forwards done,
+    backwards done, valid) for arrays of layouts, every state at once (the arrays' own
+    namespace, :func:`model.xp.namespace`): the largest weight of a valid state (the first
+    state's weight, or −1 when it is not valid, else none), then the earliest time, then the
+    first state — the scalar loop's choice, each weight summed chunk by chunk in the same
+    order."""
+    xp = namespace(pp, *(x for st in states for x in st), *chunk_weights)
+    shape = xp.broadcast_shapes(*(xp.asarray(x).shape for st in states for x in st))
+    time, fwd, bwd, valid = (
+        xp.stack([xp.broadcast_to(xp.asarray(st[i]), shape) for st in states]) for i in range(4)
+    )
+    pp_ = xp.asarray(pp)[..., None]
+    k, period = pp_ * xp.arange(v), v * pp_
+
+    def counts(done: Any) -> Any:  # _chunk_counts of every state: [S, ..., v]
+        laps = done[..., None] // period
+        rest = done[..., None] - laps * period
+        return laps * pp_ + xp.minimum(xp.maximum(rest - k, 0), pp_)
+
+    held = counts(fwd) - xp.flip(counts(bwd), axis=-1)
+    weight: Any = 0
+    for j, w in enumerate(chunk_weights):
+        weight = weight + held[..., j] * w
+    weight = xp.astype(xp.broadcast_to(weight, held.shape[:-1]), xp.float64)
+    first = xp.where(valid[0], weight[0], -1.0)
+    weight = xp.where(valid, weight, -xp.inf)
+    weight[0] = first
+    best = xp.max(weight, axis=0)
+    tied = weight == best
+    earliest = xp.min(xp.where(tied, time, xp.inf), axis=0)
+    pick = xp.argmax(tied & (time == earliest), axis=0)
+    chosen = xp.take_along_axis(held, pick[None, ..., None], axis=0)[0]
+    return best, [chosen[..., j] for j in range(v)]
 
 
 @lru_cache(maxsize=4096)

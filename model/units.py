@@ -117,6 +117,12 @@ LIMITS: Mapping[str, Limit] = MappingProxyType(
         "sequences": _SEQUENCES,
         "epochs": Limit(10**3, "epochs", "10^3; PPO implementations use 1–4 per batch"),
         "width": Limit(10**3, "columns", "10^3; a terminal line is ~10^2"),
+        "stages": Limit(
+            256,
+            "stages",
+            "256; the pipeline timeline draws one row per stage, and published runs use at most "
+            "64, Megatron-LM's 1T (Narayanan et al. 2021 Table 1)",
+        ),
         "top": Limit(100, "layouts", "100; each answer is one more CP-SAT solve of ~0.1–1 s"),
         "workers": Limit(2**10, "threads", "2^10; CP-SAT runs one search thread per worker"),
         "delay": Limit(60, "seconds per frame", "60; an animation frame longer than a minute"),

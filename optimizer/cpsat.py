@@ -19,7 +19,8 @@ Encoding (variables → constraints → objective → solve → read, as the CP-
   then shape order, recompute and ZeRO preference: :func:`optimizer.rules.tie_keys`), so the
   answer is unique and equals the exhaustive oracle's.
 * Top-k: each answer found is excluded (``x[c] = 0``); frontiers bound the second axis with
-  removable literals.
+  removable literals. Both work on a copy (:meth:`LayoutModel.copy`), so a prepared model
+  gives the same answers however often it is searched.
 
 The earlier encoding (one Boolean per shape, ZeRO stage and recompute mode, their products, and
 a clause per forbidden candidate) gave the same answers but spent seconds in the solver on tens
@@ -112,6 +113,25 @@ class LayoutModel:
                     m.add(sum(hit) == 0).only_enforce_if(lit)
         self._memory: cp_model.IntVar | None = None
         self._ties: np.ndarray | None = None
+
+    def copy(self) -> LayoutModel:
+        """A model to search on without touching this one: the CP-SAT model cloned
+        (``CpModel.clone``: its variables keep their indices, so :attr:`x`, :attr:`index`,
+        :attr:`objective` and the family literals read the copy as they read the original) with
+        every constraint added so far, and the excluded candidates. What the copy adds —
+        :meth:`exclude`, :meth:`forbid_above`, :meth:`bound`, :meth:`retire`, hints — stays in
+        the copy, so a prepared model answers each search and frontier alike.
+        :meth:`memory`'s variable is shared once made (made on the copy, it lives there); the
+        tie keys are computed once, on the original."""
+        twin = object.__new__(LayoutModel)
+        for name in ("tables", "candidates", "x", "index", "objective", "families"):
+            setattr(twin, name, getattr(self, name))
+        twin._objective_values = self._objective_values
+        twin._ties = self._tie_keys()  # computed once, on the original
+        twin._memory = self._memory
+        twin._excluded = self._excluded.copy()
+        twin.model = self.model.clone()
+        return twin
 
     # ---------------------------------------------------------------- expressions
     def weighted(self, values: np.ndarray | Sequence[int]) -> cp_model.LinearExpr:

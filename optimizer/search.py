@@ -342,7 +342,7 @@ def search(
     InfeasibleError
         When nothing satisfies the constraints; ``explanation`` names the blocking families.
     """
-    tables, lm, t_tables = prepared or prepare(problem, time_limit_s=time_limit_s)
+    tables, lm, t_tables = _own(problem, prepared, time_limit_s)
     time_limit_s = _remaining(time_limit_s, t_tables)
     maximize = None
     if problem.objective is Objective.PARAMS:
@@ -362,12 +362,26 @@ def search(
         if st != "optimal":
             status = "feasible"
         answers.append(_answer(tables, choice, int(value)))
-        if len(answers) < top:  # the last answer stays: a prepared model can be searched again
+        if len(answers) < top:  # on this call's copy of a prepared model (_own)
             lm.exclude(choice)
     n = len(tables.shapes) * len(tables.zero_stages) * len(tables.recomputes)
     if not tables.complete:
         status = "feasible"  # the best of the jobs tabulated within the time limit
     return SearchResult(status, tuple(answers), seconds, t_tables, len(tables.shapes), n)
+
+
+def _own(
+    problem: Problem,
+    prepared: tuple[CostTables, LayoutModel, float] | None,
+    time_limit_s: float | None,
+) -> tuple[CostTables, LayoutModel, float]:
+    """The tables and a model this call may tighten: ``prepared``'s model copied
+    (:meth:`LayoutModel.copy`: the top-k exclusions and the frontier's ε bounds stay in the
+    copy, so the same ``prepared`` answers again alike), or a fresh :func:`prepare`."""
+    if prepared is None:
+        return prepare(problem, time_limit_s=time_limit_s)
+    tables, lm, t_tables = prepared
+    return tables, lm.copy(), t_tables
 
 
 SOLVE_FLOOR_S = 1.0
@@ -445,7 +459,7 @@ def frontier(
         When nothing satisfies the constraints; ``explanation`` names the blocking families.
     """
     problem.check_frontier_axis(against)  # bad input (exit 2) before any table is built
-    tables, lm, t_tables = prepared or prepare(problem, time_limit_s=time_limit_s)
+    tables, lm, t_tables = _own(problem, prepared, time_limit_s)
     time_limit_s = _remaining(time_limit_s, t_tables)
     proven = tables.complete
     second, second_values = _second_axis(against, tables, lm)

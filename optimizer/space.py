@@ -33,6 +33,10 @@ from trainplan.model.recompute_modules import DEFAULT_RECOMPUTE_MODULES
 from trainplan.model.schedule_support import SCHEDULE_SUPPORT
 from trainplan.model.specs import TrainingSpec
 from trainplan.optimizer.columns import ShapeColumns
+from trainplan.optimizer.virtual_stages import (
+    divisors,
+    virtual_stage_options,
+)
 
 DEFAULT_RANK_ORDER: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
 """Megatron-LM's default order, inner to outer."""
@@ -60,18 +64,6 @@ _SCHEDULE_ORDER = {
     Schedule.DUALPIPE_V: 6,
     Schedule.DUALPIPE: 7,
 }
-
-
-def divisors(n: int) -> list[int]:
-    """Positive divisors of n, ascending.
-
-    Examples
-    --------
-    >>> divisors(12)
-    [1, 2, 3, 4, 6, 12]
-    """
-    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
 
 
 @dataclass(frozen=True, slots=True, order=False)
@@ -157,11 +149,6 @@ def _allowed(values: tuple[int, ...] | None, candidates: list[int]) -> list[int]
     return candidates if values is None else [c for c in candidates if c in values]
 
 
-DEFAULT_VIRTUAL_STAGES: tuple[int, ...] = (2, 3, 4, 8)
-"""Virtual stages the search tries with interleaving: Megatron-LM Table 1's 2 and 3, 4, and
-Llama 3 405B's 8 (one-layer chunks, §3.3.2)."""
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SearchSpace:
     """Allowed values per decision; None means every legal value."""
@@ -176,8 +163,9 @@ class SearchSpace:
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     recomputes: tuple[Recompute, ...] = tuple(Recompute)
     schedules: tuple[Schedule, ...] = tuple(Schedule)
-    virtual_stages: tuple[int, ...] = DEFAULT_VIRTUAL_STAGES
-    """Virtual stages tried with the interleaved schedule."""
+    virtual_stages: tuple[int, ...] | None = None
+    """Virtual stages tried with the interleaved schedule; None: :func:`virtual_stage_options`
+    of each pipeline degree."""
     rank_orders: tuple[tuple[str, ...], ...] = (DEFAULT_RANK_ORDER,)
     """Rank orders the search may choose among (the first is preferred on ties)."""
     frameworks: tuple[Framework, ...] = (DEFAULT_FRAMEWORK,)
@@ -222,7 +210,9 @@ class SearchSpace:
                 )
 
 
-def _schedules(space: SearchSpace, pp: int) -> list[tuple[Schedule, int]]:
+def _schedules(
+    space: SearchSpace, pp: int, num_layers: int | None = None
+) -> list[tuple[Schedule, int]]:
     if pp == 1:  # no pipeline: the schedules coincide; keep one
         return [(Schedule.ONE_F_ONE_B, 1)]
     # a schedule only where a framework of the space runs it (schedule_support)
@@ -231,7 +221,9 @@ def _schedules(space: SearchSpace, pp: int) -> list[tuple[Schedule, int]]:
         (s, 1) for s in space.schedules if s in {Schedule.ONE_F_ONE_B, Schedule.GPIPE} & runs
     ]
     if Schedule.INTERLEAVED in runs:
-        out += [(Schedule.INTERLEAVED, v) for v in space.virtual_stages if v > 1]
+        given = space.virtual_stages
+        tried = virtual_stage_options(num_layers, pp) if given is None else given
+        out += [(Schedule.INTERLEAVED, v) for v in tried if v > 1]
     return out + [(s, LAYOUT_CHUNKS[s]) for s in space.schedules if s in SPLIT_BACKWARD & runs]
 
 
@@ -254,7 +246,8 @@ def _candidates(model: ModelSpec, training: TrainingSpec, space: SearchSpace) ->
                     for b in _allowed(space.micro_batch_size, divisors(B // dp))
                     if b <= space.max_micro_batch_size
                 ]
-                for ep, b, (schedule, v) in product(eps, mbs, _schedules(space, pp)):
+                layers = model.arch.num_layers if model.arch is not None else None
+                for ep, b, (schedule, v) in product(eps, mbs, _schedules(space, pp, layers)):
                     for key, value in zip(
                         ("tp", "cp", "pp", "dp", "ep", "micro_batch_size", "schedule",
                          "virtual_stages"), (tp, cp, pp, dp, ep, b, schedule, v), strict=True,

@@ -114,15 +114,21 @@ def leading_layers(arch: Architecture) -> int | None:
     return d if d <= L // 2 else None
 
 
-def layer_counts(num_layers: int, pp: int, stage: int, prefix: int) -> range:
+def layer_counts(num_layers: int, pp: int, stage: int, prefix: int, v: int = 1) -> range:
     """The layer counts a stage may hold in the per-stage tables: 0 … L (only L at pp = 1); the
     first stage at least the ``prefix`` leading layers, the others at most L − prefix (the
-    leading block is the first stage's, :func:`leading_layers`)."""
+    leading block is the first stage's, :func:`leading_layers`); multiples of ``v`` under
+    interleaving, every chunk of a stage equal as Megatron-Core builds them without a layout
+    (unequal chunks' bubble is the whole pipeline's, :mod:`model.pipeline_uneven`, no stage's
+    own row).
+
+    >>> list(layer_counts(8, 2, 1, 0, 3))
+    [0, 3, 6]
+    """
     if pp == 1:
         return range(num_layers, num_layers + 1)
-    if stage == 0:
-        return range(prefix, num_layers + 1)
-    return range(0, num_layers - prefix + 1)
+    low, high = (prefix, num_layers) if stage == 0 else (0, num_layers - prefix)
+    return range(low + (-low) % v, high + 1, v)
 
 
 def realization(

@@ -14,10 +14,9 @@ layers on the stage (``Layout.stage_layers``) and recomputes k of them
   GPU, which with the most layers on a stage decide the rest of the step (exposed dp, the
   optimizer step, offload: :func:`model.terms.step.dp_term`).
 
-Interleaved shapes (v model chunks per stage) keep their schedule: a stage's n layers are
-spread over its chunks by :func:`model.split.balanced_chunk_sizes` (⌊n/v⌋ each, its last
-n mod v chunks one more) and its count k applies to each chunk, as Megatron-LM's
-``--recompute-num-layers`` (0 ≤ k ≤ ⌈n/v⌉; :attr:`model.layout.Layout.recompute_layers`). The
+Interleaved shapes (v model chunks per stage) keep their schedule: a stage's n layers, a
+multiple of v (:func:`layer_counts`), are spread evenly over its chunks and its count k applies
+to each chunk, as ``--recompute-num-layers`` (0 ≤ k ≤ n/v; ``Layout.recompute_layers``). The
 interleaved peak (:func:`model.pipeline.interleaved_peak`) reads the stage's own chunk weights
 and its position only — the schedule's order of forwards and backwards on a stage is fixed by
 pp, v, m and the stage — so an interleaved stage's cost still reads only its own n and k, and the
@@ -159,8 +158,9 @@ class _Stages:
     """Whether a stage may recompute layers (:func:`optimizer.stage_rules.takes_counts`)."""
 
     def counts(self, stage: int) -> range:
-        """:func:`layer_counts` of ``stage``."""
-        return layer_counts(self.num_layers, self.layout.pp, stage, self.prefix)
+        """:func:`layer_counts` of ``stage`` (multiples of v)."""
+        lay = self.layout
+        return layer_counts(self.num_layers, lay.pp, stage, self.prefix, lay.virtual_stages)
 
     def memory(self, stage: int, n: int, k: int) -> StageMemory:
         """The peak of ``stage`` holding ``n`` layers with ``k`` recomputed (per model chunk):

@@ -114,7 +114,8 @@ SPACE: list[Decorator] = [
         "--virtual-stages",
         "virtual_stages",
         type=COUNT,
-        help="Virtual stages tried with interleaving (default 2, 3, 4, 8).",
+        help="Virtual stages tried with interleaving (default: each v dividing the layers a "
+        "pipeline stage holds, as Megatron-Core builds them, and 2, 3, 4, 8).",
     ),
     list_option(
         "--micro-batch",

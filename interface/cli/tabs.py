@@ -147,7 +147,13 @@ def _scaled_cells(
 
 
 @cli.command("pipeline")
-@click.option("--stages", "-p", metavar="COUNT", required=True, help="Pipeline stages (ranks) p.")
+@click.option(
+    "--stages",
+    "-p",
+    metavar="COUNT",
+    required=True,
+    help="Pipeline stages (ranks) p, at most 256 (one timeline row each).",
+)
 @click.option(
     "--microbatches",
     "-m",

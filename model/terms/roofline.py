@@ -273,6 +273,18 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
     return dense, moe, embedding, output
 
 
+def kind_seconds(c: Context, f: Fields, recompute: Recompute | None = None) -> tuple[Any, ...]:
+    """Seconds of one micro-batch on one GPU of a dense layer, a MoE layer, the embedding and the
+    output layer (operations and exposed tp, cp, ep, totalled as :func:`stage_parts_term` totals
+    a stage; ``recompute`` overrides the layout's mode): what the interleaved order's model
+    chunks are timed by (:mod:`model.terms.pipeline_span`)."""
+    i = {name: j for j, name in enumerate(PARTS)}
+    return tuple(
+        k[i["compute"]] + k[i["tp_exposed"]] + k[i["cp_exposed"]] + k[i["ep_exposed"]]
+        for k in _kinds(c, f, f.recompute if recompute is None else recompute)
+    )
+
+
 @lru_cache(maxsize=CACHE)
 def recomputed_counts(
     arch: Architecture,

@@ -56,6 +56,7 @@ from trainplan.model.terms.activation_fields import (
 )
 from trainplan.model.terms.dp_time import dp_group_times, grad_accumulation_term
 from trainplan.model.terms.fields import Context, Fields, stage_max
+from trainplan.model.terms.pipeline_span import classic_span
 from trainplan.model.terms.roofline import (
     ep_dispatch_fields,
     ep_sm_share,
@@ -169,7 +170,8 @@ class DpTime:
 
 def pipeline_seconds(m: Any, microbatch_s: Any, pp: Any, v: Any) -> Any:
     """``m·t_mb·(1 + bubble_ratio)``: the slowest stage paces every micro-batch, and the bubble
-    is ``(pp − 1)/(v·m)`` of the ideal compute (Narayanan et al. 2021 §2.2)."""
+    is ``(pp − 1)/(v·m)`` of the ideal compute (Narayanan et al. 2021 §2.2) — every rank's chunks
+    of equal layers (else :func:`model.terms.pipeline_span.classic_span`)."""
     return m * microbatch_s * (1 + as_float(bubble_ratio(pp, m, v)))
 
 
@@ -345,11 +347,14 @@ def schedule_span(
     exposed_mb: Any,
     hideable_mb: Any,
     ep_mb: Any = 0.0,
+    roofline: bool = False,
 ) -> ScheduleSpan:
     """The pipeline section of a step (:class:`ScheduleSpan`) under the layout's schedule, from
     the slowest stage's micro-batch ``t_mb`` and the same without recomputation ``t_plain``
     (seconds): ``m·t_mb·(1 + bubble_ratio)`` for GPipe, 1F1B and interleaved 1F1B (Narayanan et
-    al. 2021 §2.2); for a split-backward schedule its pass times
+    al. 2021 §2.2), with unequal model chunks the bubble Megatron-Core's interleaved order makes
+    of them (:func:`model.terms.pipeline_span.classic_span`, its chunks timed by the roofline
+    model's layer kinds when ``roofline``); for a split-backward schedule its pass times
     (:func:`model.schedule_cost.pass_times`) through :func:`model.schedule_cost.split_span`.
     DualPipe's and DualPipeV's overlapped block, where the framework overlaps it, hides the
     communication of two chunks behind their computation
@@ -365,7 +370,7 @@ def schedule_span(
     m, pp, v = f.m, f.pp, f.virtual_stages
     sched = Schedule(f.schedule)
     if sched not in SPLIT_BACKWARD:
-        return ScheduleSpan(m * t_mb * (1 + as_float(bubble_ratio(pp, m, v))), m * t_mb)
+        return ScheduleSpan(classic_span(c, f, t_mb, t_plain, roofline), m * t_mb)
     t_f, t_b, t_w = pass_times(t_mb, t_plain, v)
     overlapped = (
         sched in (Schedule.DUALPIPE, Schedule.DUALPIPE_V)
@@ -423,7 +428,7 @@ def pipeline_term(c: Context, f: Fields) -> PipelineTime:
         pp_total, pp_s = pp_seconds_term(c, f, plain)
         axes = {a: (m * parts[k + 3], m * parts[k]) for k, a in enumerate(("tp", "cp", "ep"), 1)}
         axes["pp"] = (pp_total, pp_s)
-        span = schedule_span(c, f, t_mb, plain, parts[3], parts[6], parts[6])
+        span = schedule_span(c, f, t_mb, plain, parts[3], parts[6], parts[6], True)
         ep_total, ep_exposed = axes["ep"]
         axes["ep"] = (ep_total, ep_exposed - span.hidden_s + span.paced_s + span.contention_s)
         return PipelineTime(

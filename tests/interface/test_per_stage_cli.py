@@ -11,6 +11,7 @@ from tests.optimizer.test_per_stage import tiny_case
 from trainplan.interface.inputs import build_case
 from trainplan.interface.launch import megatron_flags, single_count_layout, torchtitan_toml
 from trainplan.model.layout import Layout
+from trainplan.optimizer.case import Case
 
 
 def test_megatron_flags_say_what_one_count_cannot():
@@ -208,42 +209,25 @@ def test_megatron_flags_say_when_the_plan_is_another_frameworks():
 
 def test_cli_per_stage_keeps_to_the_schedules_asked_for(monkeypatch, capsys):
     """--schedule interleaved: every base with a pipeline stays interleaved (pp 1 has no
-    schedule to keep); no 1F1B plan is answered as a gain. Llama 3 8B on 8
-    H100, B 32: pp 2 × v 8 with 17 + 15 layers (chunks 2+2+2+2+2+2+2+3 and 1+2+…+2) is 1.022×
-    the uniform tp 2 plan (1.014× before NCCL's SM charge reached its layers' tp collectives,
-    below; (1.011× while every pipeline send was counted as waiting, 1.018× while
-    all but the fill and drain ran beside computation; Megatron-Core waits on its warm-up and
-    cool-down sends and, since 0.18, on every forward send).
+    schedule to keep); no 1F1B plan is answered as a gain. Llama 3 8B on 8 H100, B 32.
 
-    With NCCL's SM charge (``nccl_sm_charge``, on by default) each plan's distributed
-    optimizer traffic, once a step beside the last backward, waits φ·c, φ = 1 − 1/1.314 =
-    0.238965, where only its last bucket did (model.step_time.dp_exposed_seconds): the
-    per-stage plan (dp 4 × pp 2) c = 62.719 ms, 0.592 → 14.988 ms exposed, 3.546463 →
-    3.560858 s; the uniform plan (dp 4 × tp 2, b 2) c = 59.518 ms, 0.589 → 14.223 ms,
-    3.596854 → 3.610487 s. The gain 3.596854 / 3.546463 = 1.01421 → 3.610487 / 3.560858 =
-    1.01394: the charge adds 14.40 ms to the per-stage plan and 13.63 ms to the uniform one
-    (its dp traffic is the busiest stage's gradients and parameters: 17 layers and the embedding
-    whole, 4.23e9, against 32 layers, the embedding and the output layer ÷ tp 2, 4.01e9).
+    The per-stage plan was pp 2 × v 8 with 17 + 15 layers, chunks 2+2+2+2+2+2+2+3 and 1+2+…+2,
+    at 3.564716 s under the closed-form bubble, 1.02042× the uniform plan. An interleaved stage
+    now holds a multiple of v layers (optimizer.stage_tables: unequal chunks' bubble is the whole
+    pipeline's, model.pipeline_uneven), so pp 2 × v 8 splits 16 + 16 — 3.764 s, its last stage
+    holding the output layer beside as many layers as the first — and the answer is the uniform
+    plan itself, gain 1.
 
-    Megatron-Core's interleaved schedule launches each chunk's reduction after its last backward
-    (``align_grad_reduce``, model.pipeline_reduce), so rank 0's chunk 0, 1/8 of the per-stage
-    plan's reduce-scatter, waits whole: c is 106 buckets of 4e7 parameters, each a 159.7 MB FP32
-    reduce-scatter over 4 NVLink ranks at the published curve's 313.2 GB/s, 0.3825 ms, and an
-    80 MB all-gather, 0.2092 ms; the reduce-scatter's 40.547 ms / 8 = 5.068 ms waits instead of
-    φ of it: + 5.068 · (1 − φ) = 3.857 ms, 3.560858 → 3.564716 s; the uniform plan (pp 1)
-    keeps 3.610487 s.
-
-    The charge reaches the uniform plan's asynchronous tp 2 collectives in every layer and the
-    output layer (model.step_time.kind_parts): 0.113006 s of its 0.282804 s hid under their
-    GEMMs uncharged, each shorter than (1 − φ) of its GEMM, so φ × 0.113006 = 27.004 ms more
-    waits: 3.610487 → 3.637491 s; the per-stage plan has no tp. Gain 3.637491 / 3.564716 =
-    1.02042.
-
-    Since the charge follows the algorithm NCCL runs (model.nccl_channels), both plans' dp
-    groups lie in the node, their reduce-scatters and all-gathers rings on its 24 channels, and
-    the uniform plan's tp 2 all-gathers and reduce-scatters (sequence parallelism) too:
-    φ = 1 − 1/1.350 = 0.259259 for all, not NVLS's 0.238965: per-stage 3.565886 s, uniform
-    3.640994 s, gain 1.02106."""
+    The uniform plan (dp 4 × tp 2, b 2): its distributed optimizer's traffic, once a step beside
+    the last backward, waits φ·c under NCCL's SM charge, φ = 1 − 1/1.314 = 0.238965, c = 59.518
+    ms, 0.589 → 14.223 ms exposed, 3.596854 → 3.610487 s; the charge reaches its asynchronous
+    tp 2 collectives in every layer and the output layer (model.step_time.kind_parts): 0.113006
+    s of its 0.282804 s hid under their GEMMs uncharged, each shorter than (1 − φ) of its GEMM,
+    so φ × 0.113006 = 27.004 ms more waits: 3.610487 → 3.637491 s. Since the charge follows the algorithm NCCL runs
+    (model.nccl_channels), the uniform plan's dp group lies in the node and its reduce-scatters
+    and all-gathers, and the tp 2 all-gathers and reduce-scatters (sequence parallelism), are
+    rings on its 24 channels: φ = 1 − 1/1.350 = 0.259259, not NVLS's 0.238965: 3.611696 →
+    3.640994 s."""
     from trainplan.interface.cli import main
 
     args = ["--model", "llama3-8b", "--gpus", "8", "--seq-len", "8192", "--global-batch", "32"]
@@ -259,28 +243,20 @@ def test_cli_per_stage_keeps_to_the_schedules_asked_for(monkeypatch, capsys):
         (True, "interleaved"),
     }
     lay = d["layout"]
-    assert (lay["schedule"], lay["virtual_stages"], lay["stage_layers"]) == (
-        "interleaved",
-        8,
-        [17, 15],
-    )
-    assert lay["chunk_layers"] == [2, 1, *[2] * 12, 3, 2]
+    assert (lay["pp"], lay["tp"], lay["stage_layers"]) == (1, 2, [32])
     phi = 1 - 1 / 1.350  # the ring's 24 blocks of a node (dp and tp alike)
-    reduce_s = 106 * 159.745e6 * 3 / 4 / 313.212e9
-    assert reduce_s == pytest.approx(0.040547, abs=1e-6)
-    per_stage = 3.546463 + phi * 0.062719 - 0.000592 + (1 - phi) * reduce_s / 8
     uniform = 3.596854 + phi * 0.059518 - 0.000589
-    assert (per_stage, uniform) == pytest.approx((3.565886, 3.611696), abs=2e-6)
+    assert uniform == pytest.approx(3.611696, abs=2e-6)
     uniform += phi * 0.113006  # its tp 2 collectives hidden under their GEMMs, charged
     assert uniform == pytest.approx(3.640994, abs=2e-6)
-    assert d["per_stage"]["step_s"] == pytest.approx(per_stage, abs=1e-5)
-    assert d["per_stage"]["gain"] == pytest.approx(uniform / per_stage, abs=1e-4)
-    assert d["per_stage"]["gain"] == pytest.approx(1.02106, abs=1e-4)
-    monkeypatch.setattr("sys.argv", argv[:-1])
-    with pytest.raises(SystemExit):
-        main()
-    out = capsys.readouterr().out
-    assert "0        17        2+2+2+2+2+2+2+3  0" in out  # each stage's chunks, not its total
+    assert d["per_stage"]["step_s"] == pytest.approx(uniform, abs=1e-5)
+    assert d["per_stage"]["gain"] == 1.0
+    even = Case.of(
+        model="llama3-8b", device="H100-SXM", num_gpus=8, seq_len=8192, global_batch_size=32,
+        dp=4, pp=2, zero_stage=1, schedule="interleaved", virtual_stages=8, recompute="none",
+        stage_layers="16,16",
+    ).evaluate()  # fmt: skip
+    assert even.fits and even.step_s == pytest.approx(3.764, abs=1e-3)
 
 
 def test_every_shape_is_searched_by_default(monkeypatch, capsys):
@@ -431,17 +407,19 @@ def test_the_launch_line_writes_the_mtp_block_as_megatron_parses_it():
     (megatron/core/transformer/pipeline_parallel_layer_layout.py ``parse_str_to_list``:
     E, L, t, m), and ``validate_layer_layout`` counts ``t`` against ``--num-layers`` (32 here),
     ``m`` against ``--mtp-num-layers`` (1), MTP after every decoder layer. The per-stage search's
-    launch line, run as a user runs it, wrote the MTP block as a 33rd decoder layer
-    (``…|t*4L``)."""
+    launch line wrote the MTP block as a 33rd decoder layer (``…|t*4L``) for the chunks below,
+    an interleaved plan the per-stage search no longer makes (its stages hold a multiple of v
+    layers now: optimizer.stage_tables); the same writer prints them for ``evaluate``, run as a
+    user runs it."""
     import re
 
     from tests.cli_runs import trainplan
 
-    done = trainplan("search", "--model", "llama3-8b", "--mtp-layers", "1", "--gpus", "16",
-                     "--tp", "1", "--pp", "4", "--per-stage", "--json")  # fmt: skip
+    done = trainplan("evaluate", "--model", "llama3-8b", "--mtp-layers", "1", "--gpus", "16",
+                     "--tp", "1", "--pp", "4", "--schedule", "interleaved",
+                     "--virtual-stages", "2", "--stage-layers", "4,4,4,2,5,5,5,3")  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    flags = json.loads(done.stdout)["launch"]["megatron"]
-    layout = flags[flags.index("--pipeline-model-parallel-layout") + 1]
+    layout = re.search(r"--pipeline-model-parallel-layout '([^']+)'", done.stdout).group(1)
     assert layout == "Et*4|t*4|t*4|t*2|t*5|t*5|t*5|t*3mL"
     decoder = sum(int(n or 1) for n in re.findall(r"t(?:\*(\d+))?", layout))
     assert decoder == 32 and layout.count("m") == 1 and layout.endswith("mL")

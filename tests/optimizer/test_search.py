@@ -8,7 +8,7 @@ from trainplan.model.errors import InfeasibleError
 from trainplan.optimizer import enumerate as oracle
 from trainplan.optimizer.case import Case
 from trainplan.optimizer.problem import Constraints, Job, Problem
-from trainplan.optimizer.search import prepare, search
+from trainplan.optimizer.search import frontier, prepare, search
 from trainplan.optimizer.space import SearchSpace
 from trainplan.topology.accelerators import get_accelerator
 
@@ -89,3 +89,42 @@ def test_infeasible_names_min_mfu_alone():
     with pytest.raises(InfeasibleError) as err:
         search(problem)
     assert err.value.explanation[0].startswith("min_mfu: the best MFU")
+
+
+def test_prepared_answers_alike_however_often_it_is_used():
+    """A user's Python session: one ``prepare``, then frontier, frontier again, search, top-3
+    twice on the same object. Before the model was copied per call, the first frontier's ε
+    bounds stayed in ``prepared``: the second frontier raised IndexError (an explanation with no
+    line for a model whose every candidate was ruled out) and the top-3 search's exclusions
+    moved the next top-3 down by the answers already given. Each call must equal the exhaustive
+    oracle over the same tables (optimizer.enumerate: pareto, best, top)."""
+    problem = _problem(*SCENARIOS[3])  # Llama 3 8B on 8 H100s, s 8192, B 16
+    prepared = prepare(problem)
+    tables = prepared[0]
+    pareto = [(value, int(tables.peak_ceil[c])) for c, value in oracle.pareto(problem, tables)]
+    top3 = [value for _, value in oracle.top(problem, tables, 3)]
+    assert len(pareto) > 2 and len(top3) == 3  # a frontier and a top-3 to lose
+    for _ in range(2):
+        points = frontier(problem, "memory", prepared=prepared).points
+        assert [(p.objective, p.peak_bytes) for p in points] == pareto
+    assert search(problem, prepared=prepared).best.objective == top3[0] == pareto[0][0]
+    for _ in range(2):
+        assert [a.objective for a in search(problem, top=3, prepared=prepared).answers] == top3
+
+
+def test_default_virtual_stages_are_those_megatron_core_builds() -> None:
+    """Megatron-Core builds v chunks a rank without a layout when v divides the layers a rank
+    holds (transformer_block.get_num_layers_to_build: num_layers_per_pipeline_rank % vp_size ==
+    0), the embedding and the loss counted as a layer each under --account-for-*: 80 layers over
+    pp 4 is 20 a rank (v 2, 4, 5, 10, 20; 81 and 82 do not divide by 4); over pp 2, 40 a rank
+    and 82/2 = 41 (one layer a chunk, an embedding-only and an output-only chunk); 126 over pp 16
+    divides only as 128 = 126 + 2, 8 a rank. Beside them the defaults 2, 3, 4, 8 (chunks of
+    unequal layers, --pipeline-model-parallel-layout), never more than (L + 2)/pp chunks a
+    rank."""
+    from trainplan.optimizer.virtual_stages import virtual_stage_options
+
+    assert virtual_stage_options(80, 4) == (2, 3, 4, 5, 8, 10, 20)
+    assert virtual_stage_options(80, 2) == (2, 3, 4, 5, 8, 10, 20, 40, 41)
+    assert virtual_stage_options(80, 16) == (2, 3, 4, 5)
+    assert virtual_stage_options(126, 16) == (2, 3, 4, 8)
+    assert virtual_stage_options(None, 4) == (2, 3, 4, 8)

@@ -11,7 +11,7 @@ import pytest
 
 from trainplan.model.errors import InfeasibleError
 from trainplan.optimizer.case import Case
-from trainplan.optimizer.cpsat import SolveResult
+from trainplan.optimizer.cpsat import LayoutModel, SolveResult
 from trainplan.optimizer.problem import Job, Problem
 from trainplan.optimizer.search import frontier, prepare, search
 from trainplan.optimizer.space import SearchSpace
@@ -31,7 +31,8 @@ def _prepared():
 @pytest.mark.parametrize("run", [search, frontier], ids=["search", "frontier"])
 def test_no_answer_within_the_time_limit_is_said_so(monkeypatch, run):
     problem, prepared = _prepared()
-    monkeypatch.setattr(prepared[1], "solve", lambda *a, **k: STOPPED)
+    # on the class: a search or a frontier solves a copy of the prepared model (LayoutModel.copy)
+    monkeypatch.setattr(LayoutModel, "solve", lambda self, *a, **k: STOPPED)
     with pytest.raises(InfeasibleError) as err:
         run(problem, prepared=prepared)
     assert err.value.status == "unknown"
@@ -45,12 +46,12 @@ def test_a_frontier_stopped_after_its_first_point_keeps_it_unproven(monkeypatch)
     problem, prepared = _prepared()
     whole = frontier(problem, prepared=_prepared()[1])
     assert whole.status == "optimal" and len(whole.points) > 1
-    lm, solve, calls = prepared[1], prepared[1].solve, []
+    solve, calls = LayoutModel.solve, []
 
-    def stops_after_one_point(*args, **kwargs):  # a point: the objective, the axis, the tie
+    def stops_after_one_point(self, *args, **kwargs):  # a point: the objective, the axis, the tie
         calls.append(1)
-        return solve(*args, **kwargs) if len(calls) <= 3 else STOPPED
+        return solve(self, *args, **kwargs) if len(calls) <= 3 else STOPPED
 
-    monkeypatch.setattr(lm, "solve", stops_after_one_point)
+    monkeypatch.setattr(LayoutModel, "solve", stops_after_one_point)
     cut = frontier(problem, prepared=prepared)
     assert cut.status == "feasible" and cut.points == whole.points[:1]

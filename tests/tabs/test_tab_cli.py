@@ -6,9 +6,11 @@ import pytest
 from click.testing import CliRunner
 
 import trainplan.interface.cli.tabs  # noqa: F401
+from tests import cli_runs
 from trainplan.interface.cli import cli
 from trainplan.interface.cli.tabs import render_timeline
 from trainplan.interface.tabs import pipeline_report
+from trainplan.model.errors import InputError
 
 BAD = [
     (["ckpt", "--layers", "9", "--every", "0"], "every"),
@@ -226,3 +228,28 @@ def test_missing_matplotlib_is_a_clear_error(monkeypatch, tmp_path):
         cli, ["pipeline", "-p", "2", "-m", "2", "--svg", str(tmp_path / "x.svg")]
     )
     assert result.exit_code == 2 and "pip install -e '.[plot]'" in result.output
+
+
+def test_pipeline_refuses_more_stages_than_it_draws_in_its_own_process():
+    """``trainplan pipeline --stages 4000`` printed 4,007 lines (492 kB: one timeline row per
+    stage) after 10 s of simulation. The timeline draws one row per stage, so stages are a
+    count under a stated limit (model.units.LIMITS: 256, four times the most a published run
+    uses, Megatron-LM's 1T at pp 64): above it one line naming the flag, the value and the
+    limit with its reason, exit 2, nothing on stdout; at the limit the drawing is 256 rows."""
+    assert cli_runs.refusal(
+        cli_runs.trainplan("pipeline", "--stages", "4000", "--microbatches", "8")
+    ) == (
+        "--stages: 4000 is above the limit of 256 stages (256; the pipeline timeline draws one "
+        "row per stage, and published runs use at most 64, Megatron-LM's 1T (Narayanan et al. "
+        "2021 Table 1))"
+    )
+    with pytest.raises(InputError, match="^stages: 1e9 is above the limit of 256 stages"):
+        pipeline_report("1e9", 8)  # the page's /api/pipeline: 422 with this line
+    done = cli_runs.trainplan("pipeline", "--stages", "256", "--microbatches", "1", "--width", "80")
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith("stage ")]
+    assert (
+        len(rows) == 256
+        and rows[0].startswith("stage   0 |")
+        and rows[-1].startswith("stage 255 |")
+    )

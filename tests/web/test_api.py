@@ -418,27 +418,32 @@ PER_STAGE_8B = ["--model", "llama3-8b", "--gpus", "8", "--seq-len", "8192", "--g
 
 def test_per_stage_frontier_is_the_cli_object_and_its_links_reproduce_the_plans(client):
     """/api/frontier with per-stage=true is frontier --per-stage --json (it used to answer the
-    uniform frontier). Its 8-GPU point is interleaved (pp 2 × v 8, 17 + 15 layers): its planner
-    link gives the split per chunk (a stage's 17 layers do not divide by v = 8), and the link
-    evaluates to the point's own step time; the CSV writes the lists as --stage-layers takes
-    them."""
+    uniform frontier). Its 6-GPU point is a per-stage plan (pp 3, 11 + 12 + 9 layers): its
+    planner link gives the split per chunk, and the link evaluates to the point's own step time;
+    the CSV writes the lists as --stage-layers takes them. (The 8-GPU point was interleaved, pp 2
+    × v 8 with 17 + 15 layers, chunks of unequal layers; an interleaved per-stage stage holds a
+    multiple of v now, optimizer.stage_tables, and the 8-GPU point is the uniform plan.)"""
     # ZeRO-0/1: at ZeRO-3 the 8-GPU point is Megatron-FSDP at pp 1, with no chunks to check
     args = [*PER_STAGE_8B[:2], "--gpus", "2..8", *PER_STAGE_8B[4:], "--against", "gpus"]
     args += ["--zero", "0", "--zero", "1"]
     want = cli_json("frontier", *args, "--per-stage")
     got = client.get(f"/api/frontier?{query(args)}&per-stage=true").json()
     assert got["per_stage"] is True and got["points"] == want["points"]
-    eight = got["points"][0]
-    assert (eight["num_gpus"], eight["virtual_stages"], eight["stage_layers"]) == (8, 8, [17, 15])
-    assert len(eight["chunk_layers"]) == 16 and sum(eight["chunk_layers"]) == 32
+    eight = got["points"][1]
+    assert (eight["num_gpus"], eight["virtual_stages"], eight["stage_layers"]) == (
+        6,
+        1,
+        [11, 12, 9],
+    )
+    assert eight["chunk_layers"] == [11, 12, 9]
     events = client.get(f"/api/frontier/stream?{query(args)}&per-stage=true").text.splitlines()
-    link = json.loads(events[-1])["planner"][0]
+    link = json.loads(events[-1])["planner"][1]
     chunks = ",".join(map(str, eight["chunk_layers"]))
     assert "stage-layers=" + chunks.replace(",", "%2C") in link
     planner = client.get("/api/evaluate?" + link.split("?", 1)[1]).json()
     assert planner["time"]["step_s"] == pytest.approx(eight["step_s"], rel=1e-12)
     csv = client.get(f"/api/figures/frontier.csv?{query(args)}&per-stage=true").text
-    assert f'"{chunks}"' in csv.splitlines()[1]
+    assert f'"{chunks}"' in csv.splitlines()[2]
     bad = client.get(f"/api/frontier?{query([*args, '--per-stage-shapes', '3'])}")
     assert bad.status_code == 422
     assert bad.json()["error"].startswith("per-stage-shapes: 3 applies to the per-stage search")

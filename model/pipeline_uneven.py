@@ -1,0 +1,278 @@
+"""The bubble of Megatron-Core's interleaved 1F1B when a rank's model chunks hold unequal layers.
+
+Megatron-Core (NVIDIA/Megatron-LM d98e8a64dd) ``megatron/core/pipeline_parallel/schedules.py``
+``forward_backward_pipelining_with_interleaving`` runs on each rank a fixed order
+(:func:`model.schedule.stage_order`): ``get_pp_rank_microbatches``' warm-up of
+``(pp − rank − 1)·2 + (v − 1)·pp`` forwards (``microbatch_group_size_per_vp_stage`` = pp, its
+default), then one forward and one backward in turn, then the cool-down backwards;
+``get_schedule_table`` takes the model chunks in groups of pp micro-batches (chunk 0 for
+micro-batches 0 … pp − 1, chunk 1 for the same, …; backwards the chunks in reverse). A rank's
+forward of chunk c waits for the previous rank's (the last rank's chunk c − 1 on the first rank),
+its backward for the next rank's (the first rank's chunk c + 1 on the last rank, the last chunk
+for its own forward): :func:`model.pipeline_sim.dependency` under the loop placement. With every
+chunk of equal time ``t/v`` the step is ``m·t + (pp − 1)·t/v`` (Narayanan et al. 2021 §2.2.2,
+:func:`model.pipeline.bubble_ratio`), which the cost model takes with ``t`` the slowest stage's.
+
+When a rank's layers do not split evenly over its v chunks (80 layers, pp 4, v 8: chunks of 2
+and 3 layers on every rank, :func:`model.split.default_chunk_sizes`) no closed form holds: the
+warm-up and the cool-down wait on the chunks they pass chunk by chunk, and in the steady phase a
+forward and the backward beside it can be longer than the pair the next rank runs at that point
+of its order, so the order itself can make ranks wait every group of micro-batches. The step is
+the order run (:func:`interleaved_steps`) on the layout's own chunks, each timed by its layers
+of each kind, the embedding on the first rank's first chunk and the output layer on the last
+rank's last, its forward and its backward as the cost model splits them
+(:mod:`model.terms.pipeline_span`). 80 layers,
+pp 4, v 8, a layer's backward twice its forward, 8 micro-batches: every rank computes 480 layer
+forwards and the step is 507, a bubble of 27 where equal chunks give 22.5 (1.2×). A rank that
+gave a layer back (Llama 3 405B's 126 layers: the end stages hold one fewer) is the lighter for
+it and makes nobody wait.
+
+Every pass waits for the pass before it on its rank and for one pass of a neighbour, so the
+passes run depth by depth (a pass's depth one more than the deeper of those two): one layout
+pass by pass, a batch every layout at once (their array namespace). Up to :data:`EXACT_GROUPS`
+groups of pp micro-batches the order is run whole; beyond, the bubble grows by the same time
+with every two further groups once the steady phase runs (the tests check it against the whole
+order: the growth repeats with a period of one or two groups), so the runs at 2 and 4 groups give every m.
+
+torchtitan's interleaved schedule (``fsdp2``: torch.distributed.pipelining's
+``ScheduleInterleaved1F1B``, rounds of pp micro-batches, warm-up ``(v − 1)·pp + 2·(pp − 1 −
+rank)``) is taken as the same order.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from trainplan.model.pipeline import SPLIT_BACKWARD, Schedule, bubble_fraction, bubble_ratio
+from trainplan.model.split import stage_chunks
+from trainplan.model.xp import namespace
+
+if TYPE_CHECKING:
+    from trainplan.model.specs import Architecture
+
+__all__ = [
+    "EXACT_GROUPS",
+    "interleaved_steps",
+    "layout_bubbles",
+    "chunk_counts",
+    "uneven_chunks",
+    "reported_bubble",
+]
+
+EXACT_GROUPS = 2
+"""Groups of pp micro-batches up to which the order is run whole (:func:`layout_bubbles`);
+beyond, the bubble is read off the runs at 2 and 4 groups."""
+_BATCH_FLOATS = 1 << 21
+"""Floats one batched run may hold (its ends: passes × layouts); larger batches run in parts."""
+
+
+def _rank_passes(pp: int, v: int, m: int, rank: int) -> tuple[list[int], list[int]]:
+    """Positions in ``rank``'s order (:func:`model.schedule.stage_order`) of its forwards and its
+    backwards by index ``k`` (``m·v`` each): warm-up ``W`` forwards, then forward ``W + i`` and
+    backward ``i`` in turn, then the rest of the backwards."""
+    total = m * v
+    warm = min(2 * (pp - rank - 1) + (v - 1) * pp, total)
+    forward = [k if k < warm else warm + 2 * (k - warm) for k in range(total)]
+    return forward, [warm + 2 * k + 1 if k < total - warm else total + k for k in range(total)]
+
+
+@lru_cache(maxsize=256)
+def _program(pp: int, v: int, m: int) -> tuple[tuple[int, ...], ...]:
+    """Megatron-Core's interleaved order on ``pp`` ranks, ``v`` chunks, ``m`` micro-batches (a
+    multiple of pp) over its ``N = 2·pp·m·v`` passes, grouped by depth (a pass's depth one more
+    than the deeper of the pass before it on its rank and the pass it waits for, so a group's
+    passes read only earlier groups) and numbered in that order: each pass's slot (rank i's
+    chunk c at ``i·v + c``), whether it is a backward, the pass before it on its rank and the
+    pass it waits for (``N``: none), and the bounds of the groups. The wait is
+    :func:`model.pipeline_sim.dependency`'s under the loop placement, by index: forward k reads
+    forward k of the rank before (the first rank's chunk c > 0 the last rank's forward k − pp);
+    backward k reads backward k of the rank after (the last rank's chunk c < v − 1 the first
+    rank's backward k − pp, its last chunk its own forward k + (v − 1)·pp)."""
+    size, total = 2 * m * v, m * v
+    n = pp * size
+    ranks = [_rank_passes(pp, v, m, i) for i in range(pp)]
+    slot, backward, dep = [0] * n, [False] * n, [n] * n
+    for i, (fwd, bwd) in enumerate(ranks):
+        for k in range(total):
+            c = (k // pp) % v
+            f_at, b_at = i * size + fwd[k], i * size + bwd[k]
+            slot[f_at], slot[b_at], backward[b_at] = i * v + c, i * v + v - 1 - c, True
+            if i:
+                dep[f_at] = (i - 1) * size + ranks[i - 1][0][k]
+            elif k >= pp:
+                dep[f_at] = (pp - 1) * size + ranks[pp - 1][0][k - pp]
+            if i < pp - 1:
+                dep[b_at] = (i + 1) * size + ranks[i + 1][1][k]
+            elif c:
+                dep[b_at] = ranks[0][1][k - pp]
+            else:
+                dep[b_at] = i * size + ranks[i][0][k + (v - 1) * pp]
+    depth = [0] * (n + 1)
+    placed = [False] * n + [True]
+    pos, left = [0] * pp, n
+    while left:  # the ranks in turn, each as far as its inputs are placed (pipeline_sim.run)
+        moved = left
+        for i in range(pp):
+            t, end = i * size + pos[i], (i + 1) * size
+            while t < end and placed[dep[t]]:
+                depth[t] = 1 + max(depth[t - 1] if t > i * size else 0, depth[dep[t]])
+                placed[t] = True
+                t += 1
+            left -= t - (i * size + pos[i])
+            pos[i] = t - i * size
+        if moved == left:  # pragma: no cover - Megatron-Core's order never deadlocks
+            raise RuntimeError(f"interleaved order deadlocked (pp {pp}, v {v}, m {m})")
+    order = sorted(range(n), key=depth.__getitem__)  # stable: by depth, then number
+    renumber = [0] * (n + 1)
+    for new, old in enumerate(order):
+        renumber[old] = new
+    renumber[n] = n
+    prev = [renumber[t - 1] if t % size else n for t in order]
+    bounds = [0] + [j for j in range(1, n) if depth[order[j]] != depth[order[j - 1]]] + [n]
+    return (
+        tuple(slot[t] for t in order), tuple(backward[t] for t in order), tuple(prev),
+        tuple(renumber[dep[t]] for t in order), tuple(bounds),
+    )  # fmt: skip
+
+
+@lru_cache(maxsize=256)
+def _program_arrays(pp: int, v: int, m: int, xp: Any) -> tuple[Any, ...]:
+    """:func:`_program` as arrays of the namespace ``xp``."""
+    return tuple(xp.asarray(part) for part in _program(pp, v, m)[:4])
+
+
+def interleaved_steps(pp: int, m: int, forward: Any, backward: Any) -> Any:
+    """The step of Megatron-Core's interleaved order, in the unit of the times: ``forward``,
+    ``backward`` the time of each rank's chunk's forward and backward of one micro-batch (rank
+    i's chunk c at ``i·v + c``) — a sequence of ``pp·v`` numbers for one layout (a float back),
+    or ``[K, pp·v]`` arrays for a batch (``[K]`` back, every layout run at once).
+
+    Examples
+    --------
+    >>> chunks = [2, 2, 3, 3, 3, 3, 2, 2] * 4  # 80 layers, pp 4, v 8
+    >>> interleaved_steps(4, 8, chunks, [2 * c for c in chunks])  # in one layer's forward
+    507.0
+    """
+    xp = namespace(forward)
+    width = forward.shape[1] if xp is not None else len(forward)
+    slot, is_backward, prev, dep, bounds = _program(pp, width // pp, m)
+    spans = list(zip(bounds[:-1], bounds[1:], strict=True))
+    if xp is None:  # one layout, pass by pass in the depth order
+        ends = [0.0] * (len(slot) + 1)
+        for t, (s, b, p, d) in enumerate(zip(slot, is_backward, prev, dep, strict=True)):
+            ends[t] = max(ends[p], ends[d]) + float(backward[s] if b else forward[s])
+        return max(ends[:-1])
+    slot_a, back_a, prev_a, dep_a = _program_arrays(pp, width // pp, m, xp)
+    out = []
+    size = max(1, _BATCH_FLOATS // (len(slot) + 1))
+    for lo in range(0, forward.shape[0], size):
+        k = slice(lo, lo + size)
+        dur = xp.where(back_a[:, None], backward[k].T[slot_a], forward[k].T[slot_a])  # [N, K]
+        ends = xp.zeros((len(slot) + 1, dur.shape[1]))
+        for a, b in spans:  # a depth's passes read only shallower ones
+            ends[a:b] = xp.maximum(ends[prev_a[a:b]], ends[dep_a[a:b]]) + dur[a:b]
+        out.append(xp.max(ends[:-1], axis=0))
+    return xp.concat(out)
+
+
+def layout_bubbles(pp: int, m: Any, forward: Any, backward: Any, busy: Any) -> Any:
+    """The bubble, in the unit of the times: the step of :func:`interleaved_steps` less ``m`` ×
+    ``busy``, the slowest rank's micro-batch — for one layout (``m``, ``busy`` numbers) or a batch
+    (``[K]`` each, ``[K, pp·v]`` times); up to :data:`EXACT_GROUPS` groups of pp micro-batches
+    the order run whole, beyond from the runs at 2 and 4 groups (module docstring).
+
+    Examples
+    --------
+    >>> chunks = [2, 2, 3, 3, 3, 3, 2, 2] * 4
+    >>> layout_bubbles(4, 8, chunks, [2 * c for c in chunks], 60)  # 507 − 8 × 60
+    27.0
+    """
+    xp = namespace(forward)
+    if xp is None:
+        if m <= EXACT_GROUPS * pp:
+            return interleaved_steps(pp, m, forward, backward) - m * busy
+        two, four = (interleaved_steps(pp, g * pp, forward, backward) - g * pp * busy
+                     for g in (2, 4))  # fmt: skip
+        return two + (four - two) * (m - 2 * pp) / (2 * pp)
+    out = xp.zeros(forward.shape[0])
+    big = m > EXACT_GROUPS * pp
+    for m_run in sorted(set(m[~big].tolist())):
+        k = m == m_run
+        out[k] = interleaved_steps(pp, m_run, forward[k], backward[k]) - m_run * busy[k]
+    if xp.any(big):
+        two, four = (
+            interleaved_steps(pp, g * pp, forward[big], backward[big]) - g * pp * busy[big]
+            for g in (2, 4)
+        )
+        out[big] = two + (four - two) * (m[big] - 2 * pp) / (2 * pp)
+    return out
+
+
+@lru_cache(maxsize=4096)
+def chunk_counts(
+    arch: Architecture | None,
+    pp: int,
+    v: int,
+    rule: bool | str,
+    sizes: tuple[int, ...] | None,
+    schedule: Any,
+    counts: tuple[int, ...] | None = None,
+) -> tuple[int, ...]:
+    """Every stage's layers per model chunk, stage after stage (``pp·v`` counts, rank i's chunk c
+    at ``i·v + c``; :func:`model.split.stage_chunks`), then as many of them MoE; with ``counts``
+    (``Layout.recompute_layers``) only those it recomputes whole, the first ``counts[i]`` of each
+    of rank i's chunks (:func:`model.split.recomputed_in_chunks`); empty without dimensions."""
+    if arch is None:
+        return ()
+    out: list[tuple[int, ...]] = []
+    for i in range(pp):
+        k = None if counts is None else counts[i]
+        out += [chunk[:k] for chunk in stage_chunks(arch, pp, v, rule, i, sizes, schedule)]
+    return (*map(len, out), *(sum(map(arch.is_moe_layer, chunk)) for chunk in out))
+
+
+@lru_cache(maxsize=4096)
+def uneven_chunks(
+    arch: Architecture | None,
+    pp: int,
+    v: int,
+    rule: bool | str,
+    sizes: tuple[int, ...] | None,
+    schedule: Any,
+) -> bool:
+    """Whether some rank's model chunks hold unequal counts of the model's L layers under the
+    interleaved schedule (:func:`model.split.stage_chunks`; a multi-token-prediction block rides
+    in the last chunk as the output layer does, timed with it but no cause of unequal chunks);
+    False for every other schedule and without dimensions."""
+    if arch is None or str(schedule) != Schedule.INTERLEAVED.value or v == 1 or pp == 1:
+        return False
+    for i in range(pp):
+        chunks = stage_chunks(arch, pp, v, rule, i, sizes, schedule)
+        if len({sum(j < arch.num_layers for j in chunk) for chunk in chunks}) > 1:
+            return True
+    return False
+
+
+def reported_bubble(
+    schedule: Any, m: int, pp: int, v: int, uneven: bool, terms: Any
+) -> tuple[Fraction, Fraction]:
+    """(bubble over the pipeline section, bubble over its compute) as the estimate reports them:
+    the closed forms of GPipe, 1F1B and interleaved 1F1B (:func:`model.pipeline.bubble_fraction`,
+    :func:`model.pipeline.bubble_ratio`); under a split-backward schedule, or interleaving with
+    ``uneven`` chunks, the bubble of the time ``terms`` (:class:`model.estimate.TimeTerms`: its
+    ``bubble_s`` over the section, or over ``busy_s`` = m × the slowest stage's micro-batch), to
+    1/10⁶."""
+
+    def frac(x: float) -> Fraction:
+        return Fraction(x).limit_denominator(10**6)
+
+    if terms is not None and schedule in SPLIT_BACKWARD:
+        bubble = max(terms.bubble_s, 0.0)
+        whole = terms.compute_and_pipeline_s
+        return frac(bubble / whole), frac(bubble / (whole - bubble))
+    if terms is not None and terms.busy_s and uneven:
+        ratio = frac(terms.bubble_s / terms.busy_s)
+        return ratio / (1 + ratio), ratio
+    return bubble_fraction(pp, m, v), bubble_ratio(pp, m, v)
