@@ -25,14 +25,11 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from trainplan.model.activation_offload import activation_offload_seconds, layer_offload_seconds
 from trainplan.model.errors import InputError
 from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Recompute
-from trainplan.model.memory import optimizer_elements
 from trainplan.model.moe_dispatch import dispatch_time_share
-from trainplan.model.offload import host_rates, offload_seconds
 from trainplan.model.packing import Documents
 from trainplan.model.pipeline import SPLIT_BACKWARD, Schedule, bubble_ratio
 from trainplan.model.precision import linear_speedup
@@ -46,16 +43,14 @@ from trainplan.model.schedule_cost import (
 from trainplan.model.specs import Architecture
 from trainplan.model.split import stage_layers
 from trainplan.model.terms.activation_fields import (
-    CONTEXT_FIELDS,
     LAYER_FIELDS,
-    layer_figures,
     mirror_layer_counts,
-    offload_figures,
     output_stage,
     stage_layer_counts,
 )
 from trainplan.model.terms.dp_time import dp_group_times, grad_accumulation_term
 from trainplan.model.terms.fields import Context, Fields, stage_max
+from trainplan.model.terms.offload_time import activation_offload_term, offload_term
 from trainplan.model.terms.pipeline_span import classic_span
 from trainplan.model.terms.roofline import (
     ep_dispatch_fields,
@@ -65,11 +60,9 @@ from trainplan.model.terms.roofline import (
     slowest_microbatch,
     window_seconds,
 )
-from trainplan.model.terms.stage_params import busiest_params
 from trainplan.model.terms.traffic import (
     cp_traffic_bytes,
     dp_group_traffic_bytes,
-    dp_mechanism,
     ep_traffic_bytes,
     most_layers,
     pp_traffic_bytes,
@@ -96,9 +89,7 @@ __all__ = [
     "schedule_span",
     "pipeline_term",
     "dp_term",
-    "activation_offload_term",
     "offload_layer_forward_s",
-    "offload_term",
     "objective_ns",
     "stage_core_flops",
     "single_axis_seconds",
@@ -258,63 +249,6 @@ def offload_layer_forward_s(c: Context, f: Fields) -> Any:
     roofline = uses_roofline(c.options, f.framework, c.gpu)
     t_mb = slowest_microbatch(c, f)[0] if roofline else single_microbatch_seconds(c, f)
     return t_mb / maximum(most_layers(c, f)[0], 1) / 3
-
-
-def activation_offload_term(c: Context, f: Fields, microbatch_s: Any) -> Any:
-    """:func:`model.activation_offload.activation_offload_seconds` of the stage with the most
-    layers (its dense layers the most layers less the most MoE layers of any stage), from the
-    per-layer offloaded bytes (selective recomputation's figure or no recomputation's) and the
-    time model's micro-batch on the slowest stage, ``microbatch_s``. 0 without activation
-    offload.
-
-    Raises
-    ------
-    InputError
-        Activation offload on a device without a host-link figure.
-    """
-    if c.training.cpu_offloading_num_layers:
-        return _layer_offload_term(c, f, microbatch_s)
-    if not c.training.offload.activations:
-        return 0.0
-    link, _ = host_rates(c.gpu, need_memory=False)
-    q = f.lookup(offload_figures, (c.arch, c.training), *CONTEXT_FIELDS)
-    i = 1 if f.recompute is Recompute.SELECTIVE else 0
-    most, most_moe = most_layers(c, f)
-    return activation_offload_seconds(
-        as_float(q[i]), as_float(q[4 + i]), most - most_moe, most_moe, microbatch_s, f.m, link
-    )
-
-
-def _layer_offload_term(c: Context, f: Fields, microbatch_s: Any) -> Any:
-    """:func:`model.activation_offload.layer_offload_seconds` of whole-layer CPU offload
-    (``cpu_offloading_num_layers``; pp = 1, dense layers, no recomputation), each layer moving
-    its bytes without recomputation (:func:`model.stage_bytes.layer_figures`)."""
-    link, _ = host_rates(c.gpu, need_memory=False)
-    q = f.lookup(layer_figures, (c.arch, c.training), *CONTEXT_FIELDS)
-    most, _ = most_layers(c, f)
-    n = c.training.cpu_offloading_num_layers
-    return layer_offload_seconds(as_float(q[0]), most, n, microbatch_s, f.m, link)
-
-
-def offload_term(c: Context, f: Fields) -> Any:
-    """:func:`model.offload.offload_seconds` of the stage with the most parameters (whose
-    optimizer step finishes last). 0 without offload.
-
-    Raises
-    ------
-    InputError
-        Offload on a device without host-link or host-memory figures.
-    """
-    t = c.training
-    if not t.offload.active:
-        return 0.0
-    link, memory = host_rates(c.gpu)
-    dense, experts = busiest_params(c, f)
-    mech = dp_mechanism(c, f)
-    elements = optimizer_elements(mech, dense, experts, f.shard_degree, f.expert_shard_degree)
-    return as_float(
-        offload_seconds(mech, t.offload, elements, f.m, t.optimizer_bytes, link, memory)
-    )
 
 
 @dataclass(frozen=True, slots=True)
