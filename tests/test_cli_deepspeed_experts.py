@@ -62,7 +62,7 @@ def test_deepspeed_moe_search_etp_refusal_and_axis_rule():
     assert "Memory per GPU (busiest pipeline stage: 1, counted from 0)" in search.stdout
     assert 70_358_177_280 - 216 * 2**20 + 2 * 32768 * 4096 == 70_400_120_320
     assert 70_400_120_320 + 4 * 2 * 2**20 == 70_408_508_928
-    assert "= total (peak: forward-backward)                   70.41 GB" in search.stdout
+    assert "= total (peak: forward-backward)                    70.41 GB" in search.stdout
     assert refusal(done["etp2"]) == (
         "--etp: 2 under framework deepspeed must be 1 (experts whole on every tp rank, the "
         "default) or tp = 8 (--enable-expert-tensor-parallelism)"

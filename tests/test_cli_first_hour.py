@@ -174,11 +174,12 @@ def test_torchtitans_tensor_parallelism_waits_unless_asked():
 
 
 def test_a_timeline_too_long_to_simulate_names_every_factor():
-    """1,000,000 stages × 8 micro-batches is over the passes the timeline simulates; the advice
-    named only the micro-batches (8 here), not the stages that make it too long."""
-    line = refusal(trainplan("pipeline", "--stages", "1000000", "--microbatches", "8"))
+    """256 stages (the drawing's limit) × 1,000 micro-batches is over the passes the timeline
+    simulates; the advice named only the micro-batches, not the stages that make it too long
+    (more stages than the drawing's 256 are refused first: tests/tabs/test_tab_cli.py)."""
+    line = refusal(trainplan("pipeline", "--stages", "256", "--microbatches", "1000"))
     assert line == (
-        "stages × microbatches × virtual_stages: 1000000·8·1 is over the 200,000 passes this "
+        "stages × microbatches × virtual_stages: 256·1000·1 is over the 200,000 passes this "
         "timeline simulates; use fewer stages, micro-batches or virtual stages"
     )
 

@@ -369,7 +369,13 @@ def test_an_interleaved_only_space_searches_every_shape_interleaved(monkeypatch,
     pipeline sends' critical path ((n − 1) sends less two chunk forwards,
     model.comm.p2p_exposed_sends) 2 × 0.364 = 0.727 ms shorter: 550.526 → 557.234 s. The
     uniform plan 568.899 → 581.520 s (test_every_shape_is_searched_by_default derives it:
-    12.621 s of its tp 8). Gain 581.520 / 557.234 = 1.04358."""
+    12.621 s of its tp 8). Gain 581.520 / 557.234 = 1.04358.
+
+    Since an interleaved stage holds a multiple of v layers (what Megatron-Core builds without a
+    layout string; optimizer.stage_rules.layer_counts, model.pipeline_uneven), that tp 4 × pp 8
+    plan (9 to 11 layers a stage at v 3) is no longer built, and with NCCL's charge at the blocks
+    of the algorithm NCCL runs (model.nccl_channels: the tp 8 ring's 24 blocks, φ 0.259) the
+    answer is the uniform plan itself, tp 8 × pp 2, v 2, 582.770 s, gain 1."""
     from trainplan.interface.cli import main
 
     args = ["--model", "llama3-70b", "--gpus", "32", "--seq-len", "8192", "--per-stage"]
@@ -381,24 +387,10 @@ def test_an_interleaved_only_space_searches_every_shape_interleaved(monkeypatch,
         main()
     d = json.loads(capsys.readouterr().out)
     lay = d["layout"]
-    assert (lay["tp"], lay["pp"], lay["schedule"], lay["virtual_stages"]) == (
-        4,
-        8,
-        "interleaved",
-        3,
-    )
-    assert d["per_stage"]["recompute_layers"] == [1, 1, 1, 1, 1, 0, 0, 0]
-    phi = 1 - 1 / 1.314
-    tp = phi * 28.039  # the tp 4 collectives hidden under their GEMMs, charged
-    assert tp == pytest.approx(6.700, abs=1e-3)
-    sends = 2 * tp / 2048 / 9  # two chunk forwards, each a third of a micro-batch over v 3
-    assert sends == pytest.approx(0.000727, abs=1e-6)
-    per_stage = 550.526 + tp * (1 + 7 / (3 * 2048)) - sends
-    assert per_stage == pytest.approx(557.234, abs=1e-3)
-    assert d["per_stage"]["step_s"] == pytest.approx(per_stage, abs=1e-3)
-    assert d["per_stage"]["step_s"] == pytest.approx(557.23, abs=0.01)
-    assert d["per_stage"]["gain"] == pytest.approx(581.520 / 557.234, abs=1e-4)
-    assert d["per_stage"]["gain"] == pytest.approx(1.04358, abs=1e-4)
+    assert (lay["tp"], lay["pp"], lay["schedule"], lay["virtual_stages"]) == (8, 2, "interleaved", 2)
+    assert d["per_stage"]["recompute_layers"] == [0, 0]
+    assert d["per_stage"]["step_s"] == pytest.approx(582.770, abs=1e-3)
+    assert d["per_stage"]["gain"] == 1.0
     assert all(s["schedule"] == "interleaved" for s in d["per_stage"]["shapes"] if s["pp"] > 1)
 
 

@@ -104,7 +104,7 @@ MEGATRON = dict(model="llama3-70b", num_gpus=2048, device="H100-SXM", framework=
 
 @pytest.mark.parametrize(
     ("v", "exposed_ms", "step_s"),
-    [(2, 168.78, 3.00573), (4, 115.24, 2.57831), (8, 88.47, 2.38192)],
+    [(2, 168.78, 3.00573), (4, 115.24, 2.57831), (8, 88.47, 2.41173)],
 )
 def test_megatron_interleaved_llama3_70b_by_hand(v, exposed_ms, step_s):
     """Llama 3 70B, dp 128 × tp 4 × pp 4 on 2,048 H100s, ZeRO-1 (the distributed optimizer:
@@ -130,7 +130,9 @@ def test_megatron_interleaved_llama3_70b_by_hand(v, exposed_ms, step_s):
     channels, φ = 1 − 1/1.350 = 0.25926, so 0.25926 × 106.92 = 27.72 ms more waits: tp exposed
     158.12 → 185.84 ms at every v. The step pays it on every micro-batch of the schedule's
     m + (pp − 1)/v = 4 + 3/v passes, × (1 + 3/(4v)), and the dp row's growth over the uncharged
-    once: 3.006 s, 2.578 s, 2.382 s (3.028, 2.606, 2.413 s before)."""
+    once: 3.006 s, 2.578 s, 2.382 s (3.028, 2.606, 2.413 s before). At v 8 the 20 layers of a
+    rank split into chunks of 2 and 3 layers, whose bubble is read off Megatron-Core's order
+    (model.pipeline_uneven) rather than the equal chunks' (pp − 1)/v: 2.382 → 2.412 s."""
     est = Case.of(**MEGATRON, virtual_stages=v).evaluate()
     dp = next(r for r in est.traffic if r.traffic.axis == "dp")
     c = dp.seconds
@@ -154,7 +156,9 @@ def test_megatron_interleaved_llama3_70b_by_hand(v, exposed_ms, step_s):
     assert tp.exposed_seconds == pytest.approx(tp_off.exposed_seconds + PHI_TP * hidden, abs=1e-9)
     charged = PHI_TP * hidden * (1 + 3 / (4 * v))  # each of the m + (pp − 1)/v passes
     dp_moved = dp.exposed_seconds - dp_off.exposed_seconds
-    assert est.step_s == pytest.approx(off.step_s + dp_moved + charged, abs=1e-5)
+    # unequal chunks (v 8): the bubble is the order's, not (pp − 1)/v micro-batches: within 1 ms
+    close = 1e-5 if v != 8 else 1e-3
+    assert est.step_s == pytest.approx(off.step_s + dp_moved + charged, abs=close)
     assert est.step_s == pytest.approx(step_s, abs=1e-5)
 
 
