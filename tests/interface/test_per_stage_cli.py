@@ -387,7 +387,12 @@ def test_an_interleaved_only_space_searches_every_shape_interleaved(monkeypatch,
         main()
     d = json.loads(capsys.readouterr().out)
     lay = d["layout"]
-    assert (lay["tp"], lay["pp"], lay["schedule"], lay["virtual_stages"]) == (8, 2, "interleaved", 2)
+    assert (lay["tp"], lay["pp"], lay["schedule"], lay["virtual_stages"]) == (
+        8,
+        2,
+        "interleaved",
+        2,
+    )
     assert d["per_stage"]["recompute_layers"] == [0, 0]
     assert d["per_stage"]["step_s"] == pytest.approx(582.770, abs=1e-3)
     assert d["per_stage"]["gain"] == 1.0
