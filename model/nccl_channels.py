@@ -65,6 +65,8 @@ from typing import Any
 from trainplan.model.nvls import nvls_channels, nvls_on
 
 __all__ = [
+    "NVLINK5_ABOVE_BYTES_PER_S",
+    "nvlink5",
     "MAXCHANNELS",
     "NODE_CHANNELS",
     "NcclKernel",
@@ -110,6 +112,24 @@ per channel across nodes, highest first."""
 PCIE_GEN5_X16 = 48.0
 """A GPU's or NIC's PCIe Gen5 × 16 link as NCCL's topology counts it, GB/s (``src/graph/topo.cc``
 ``kvDictPciGen`` "32.0 GT/s PCIe" 240 × 16 lanes ÷ 80): the path from a GPU to its own NIC."""
+
+
+NVLINK5_ABOVE_BYTES_PER_S = 450e9
+"""Above this a part's NVLink (bytes/s a direction) is NVLink 5, whose node NCCL gives 32 channels
+(:func:`collective_channels`): Hopper's NVLink 4 is 18 links × 25 GB/s = 450 GB/s a direction,
+Blackwell's NVLink 5 18 × 50 = 900 GB/s (NVIDIA's H100 and B200 datasheets; the parts'
+``nvlink_gbps`` in ``topology/accelerators.toml``)."""
+
+
+def nvlink5(nvlink_bytes_per_s: float | None) -> bool:
+    """Whether a part of ``nvlink_bytes_per_s`` (bytes/s a direction; None without NVLink) is an
+    NVLink 5 part (:data:`NVLINK5_ABOVE_BYTES_PER_S`): the ``nvl5`` flag of
+    :func:`collective_channels`.
+
+    >>> nvlink5(450e9), nvlink5(900e9), nvlink5(None)
+    (False, True, False)
+    """
+    return (nvlink_bytes_per_s or 0) > NVLINK5_ABOVE_BYTES_PER_S
 
 
 @lru_cache(maxsize=256)

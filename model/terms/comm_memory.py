@@ -59,6 +59,7 @@ from trainplan.model.nccl_channels import (
     NODE_CHANNELS,
     collective_channels,
     group_channels,
+    nvlink5,
     pow2_up,
     setup_channels,
     strided_group_channels,
@@ -338,7 +339,7 @@ def _channels(c: Context, f: Fields, axis: str | None, size: Any, large: Any = T
     (:func:`model.terms.nvls_memory.nvls_group_bytes`; ``large`` false: its step runs only
     one-float all-reduces, so no NVLS buffers); ``None``: the world, every GPU."""
     gpn = c.gpu.gpus_per_node
-    nvl5 = (c.gpu.nvlink_bytes_per_s or 0) > 450e9
+    nvl5 = nvlink5(c.gpu.nvlink_bytes_per_s)
     if axis is None:
         domain = c.gpu.nvlink_domain or gpn
         args = (size, size, gpn, size <= domain, c.gpu.scaleout_bytes_per_s, nvl5)
@@ -359,7 +360,7 @@ def _strided(c: Context, f: Fields, a: Any, b: Any, axes: tuple[str, str]) -> An
     inner, outer = f.link(axes[0]), f.link(axes[1])
     nvlink = where(b[1] > 1, outer.nvlink, inner.nvlink)
     nic = where(nvlink, 0.0, where(b[1] > 1, outer.bandwidth, inner.bandwidth))
-    nvl5 = (c.gpu.nvlink_bytes_per_s or 0) > 450e9
+    nvl5 = nvlink5(c.gpu.nvlink_bytes_per_s)
     args = (a[0], a[1], b[0], b[1], c.gpu.gpus_per_node, nvlink, nic, nvl5)
     coll = f.lookup_values(strided_group_channels, (), *args)
     nvls = f.lookup_values(nvls_strided_bytes, (c.gpu.name, c.options.nccl_nvls), *args[:6], large)
@@ -384,7 +385,7 @@ def _pipeline_bytes(
     lone = (f.schedule == Schedule.INTERLEAVED) & (f.virtual_stages > 1) & (f.pp > 2) & megatron
     stride = link.span // maximum(f.pp, 1)
     nic = where(link.nvlink, 0.0, link.bandwidth)
-    nvl5 = (c.gpu.nvlink_bytes_per_s or 0) > 450e9
+    nvl5 = nvlink5(c.gpu.nvlink_bytes_per_s)
     args = (2, 2 * stride, c.gpu.gpus_per_node, link.nvlink, nic, nvl5)
     pair_coll = f.lookup_values(group_channels, (), *args)
     pair = (pair_coll, f.lookup_values(setup_channels, (), pair_coll))
