@@ -46,6 +46,7 @@ OPTION_DEFAULTS: Mapping[str, bool] = {
     "p2p_forward_send_wait": True,
     "zero3_regather": False,
     "grad_reduce_overlap": True,
+    "lp_grads_set_to_none": False,
 }
 """The on/off cost options whose legality depends on the framework or the pipeline, with their
 defaults (:class:`model.timing.CostOptions` fields)."""
@@ -128,6 +129,8 @@ def check_option_keys(given: tuple[tuple[str, bool], ...], framework: Any) -> No
       ``step()``) and its ZeRO-3 has none (every collective per micro-batch); its own key is
       ``deepspeed_overlap_comm``. The textbook profile runs the single time model, whose
       overlap is the ``overlap`` fractions.
+    * ``lp_grads_set_to_none`` true outside ``deepspeed``: DeepSpeed's ``BF16_Optimizer`` of
+      2022–2025 (:mod:`model.deepspeed_accumulate`); no other profile reads it.
 
     Raises
     ------
@@ -146,6 +149,11 @@ def check_option_keys(given: tuple[tuple[str, bool], ...], framework: Any) -> No
             raise LayoutError(
                 "zero3_regather: true is read by the textbook profile's ZeRO-3 only (`framework` "
                 f"textbook), not {fw}, whose ZeRO-3 gathers as its code does"
+            )
+        if key == "lp_grads_set_to_none" and fw != Framework.DEEPSPEED:
+            raise LayoutError(
+                "lp_grads_set_to_none: true is read by deepspeed only (its BF16_Optimizer's "
+                f"gradient accumulation in each backward), not {fw}"
             )
         if key == "grad_reduce_overlap" and fw in (Framework.DEEPSPEED, Framework.TEXTBOOK):
             raise LayoutError(

@@ -55,3 +55,19 @@ def test_pp1_zero_stages_by_hand() -> None:
         assert terms.grad_accumulation_s == pytest.approx(moved * n / h100), zero
     megatron = Case.of(**{**base, "framework": "megatron"}, zero_stage=1).evaluate().time_terms
     assert megatron is not None and megatron.grad_accumulation_s == 0.0
+
+
+def test_lp_grads_set_to_none_is_refused_outside_deepspeed_in_its_own_process() -> None:
+    """``--set lp_grads_set_to_none=true`` is DeepSpeed's BF16_Optimizer's (2022–2025); under
+    megatron it was accepted and read by nothing. Now one line, exit 2; a search over megatron
+    and deepspeed keeps deepspeed's layouts."""
+    from tests.cli_runs import refusal, trainplan
+
+    base = ("--model", "llama3-70b", "--gpus", "64", "--set", "lp_grads_set_to_none=true")
+    assert refusal(trainplan("evaluate", *base, "--framework", "megatron")) == (
+        "--set lp_grads_set_to_none: true is read by deepspeed only (its BF16_Optimizer's "
+        "gradient accumulation in each backward), not megatron"
+    )
+    done = trainplan("search", *base, "--framework", "megatron", "--framework", "deepspeed")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert ", deepspeed ZeRO-" in done.stdout
