@@ -1,23 +1,70 @@
 """``python -m trainplan.interface.fidelity``: the published-runs report (``--markdown``: the
-page ``docs/fidelity-published.md``), the validation set (``--validation``) or the former
-calibration rows' residuals (``--residuals``); ``--validation --goals`` prints the set against
-its goals, the table the README shows."""
+page ``docs/fidelity-published.md``; ``--goals``: its goals and rows as the tables
+``docs/fidelity.md`` shows), the validation set (``--validation``) or the former calibration
+rows' residuals (``--residuals``); ``--validation --goals`` prints the set against its goals, the
+table the README shows. ``--set KEY=VALUE`` (any key of ``trainplan evaluate --set``) evaluates
+every run with it as well: what a mechanism or a constant moves (``--set nccl_sm_charge=false``),
+the figures the manual quotes beside the model's own. Bad input: one line, exit 2."""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+import dataclasses
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from trainplan.interface.fidelity import published
-from trainplan.interface.fidelity.report import markdown_report, text_report
-from trainplan.interface.fidelity.validation import evaluate_all
-from trainplan.interface.fidelity.validation_report import goal_table, print_report
+from trainplan.interface.fidelity import published, validation
+from trainplan.interface.fidelity.report import markdown_report, summary_tables, text_report
+from trainplan.interface.fidelity.validation_report import goal_table, report_text
+from trainplan.model.errors import PlannerError
+
+PROG = "python -m trainplan.interface.fidelity"
+
+
+def _over(params: Mapping[str, Any], sets: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` with ``sets`` over them; a table's entries (``overlap.dp``) over its own."""
+    out = dict(params)
+    for key, value in sets.items():
+        before = out.get(key)
+        both = isinstance(value, Mapping) and isinstance(before, Mapping)
+        out[key] = {**before, **value} if both else value
+    return out
+
+
+def _validation_results(sets: Mapping[str, Any]) -> tuple[validation.ValidationResult, ...]:
+    """The validation set evaluated, each run's parameters with ``sets`` over them."""
+    runs = validation.validation_runs()
+    if sets:
+        runs = tuple(dataclasses.replace(r, params=_over(r.params, sets)) for r in runs)
+    return validation.evaluate_all(runs)
+
+
+def _output(args: argparse.Namespace) -> str:
+    """What the command prints."""
+    from trainplan.interface.scenario_keys import EVALUATE_KEYS, read_sets
+
+    sets = read_sets(args.set, EVALUATE_KEYS, "evaluate")
+    if sets and args.residuals:
+        raise PlannerError("--set: --residuals reports the model as it stands; drop --set")
+    # a counterfactual says it is one
+    said = f"Every run with --set {' --set '.join(args.set)}: not the model's defaults.\n\n"
+    head = said if sets and not args.json else ""
+    if args.validation:
+        results = _validation_results(sets)
+        if args.goals:
+            return head + "\n".join(goal_table(results)) + "\n"
+        return head + report_text(results, args.markdown, args.json)
+    if args.residuals:
+        return f"{published.residuals()}\n"
+    runs = published.evaluate_all(**sets)
+    if args.goals:
+        return head + "\n".join(summary_tables(runs)) + "\n"
+    return head + (markdown_report(runs) if args.markdown else text_report(runs))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m trainplan.interface.fidelity", description=published.__doc__
-    )
+    parser = argparse.ArgumentParser(prog=PROG, description=published.__doc__)
     parser.add_argument("--markdown", action="store_true", help="print the Markdown page")
     parser.add_argument(
         "--validation",
@@ -28,27 +75,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--goals",
         action="store_true",
-        help="with --validation: print the table of the set against its goals (Markdown)",
+        help="the runs against their goals (Markdown): the published runs' goals and rows as "
+        "docs/fidelity.md shows them, or with --validation the set's table the README shows",
     )
     parser.add_argument(
         "--residuals",
         action="store_true",
         help="the step-time error of the former calibration rows (fits nothing)",
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="evaluate every run with KEY=VALUE as well (any key of trainplan evaluate --set; "
+        "repeatable), e.g. --set nccl_sm_charge=false",
+    )
     args = parser.parse_args(argv)
-    for flag in ("json", "goals"):
-        if getattr(args, flag) and not args.validation:
-            parser.error(f"--{flag} applies to --validation only")
-    if args.goals:
-        print("\n".join(goal_table(evaluate_all())))
-        return 0
-    if args.validation:
-        print_report(args.markdown, args.json)
-        return 0
-    if args.residuals:
-        print(published.residuals())
-        return 0
-    print(markdown_report() if args.markdown else text_report(), end="")
+    if args.json and not args.validation:
+        parser.error("--json applies to --validation only")
+    if args.json and (args.markdown or args.goals):
+        parser.error("--json: give one of --json, --markdown, --goals")
+    try:
+        text = _output(args)
+    except PlannerError as err:
+        from trainplan.interface.flags import refusal
+
+        typed = {"--set", *(f"--set {item.partition('=')[0].strip()}" for item in args.set)}
+        print(f"{PROG}: error: {refusal(str(err), typed)}", file=sys.stderr)
+        return 2
+    print(text, end="")
     return 0
 
 

@@ -26,7 +26,7 @@ __all__ = [
     "report_dict",
     "text_report",
     "markdown_report",
-    "print_report",
+    "report_text",
 ]
 
 GROUPS: dict[str, Callable[[ValidationResult], str]] = {
@@ -363,13 +363,17 @@ def text_report(results: Sequence[ValidationResult] | None = None) -> str:
     return "\n".join(out) + "\n"
 
 
-def print_report(markdown: bool = False, as_json: bool = False) -> None:
-    """Print the report: text, the Markdown page, or the JSON object (one of the two flags)."""
+def report_text(
+    results: Sequence[ValidationResult] | None = None,
+    markdown: bool = False,
+    as_json: bool = False,
+) -> str:
+    """The report of ``results`` (default: the set as it stands): text, the Markdown page, or
+    the JSON object (one of the two flags)."""
     import json
 
     if markdown and as_json:
         raise SystemExit("--markdown and --json: choose one")
     if as_json:
-        print(json.dumps(report_dict(), indent=1))
-    else:
-        print((markdown_report if markdown else text_report)(), end="")
+        return json.dumps(report_dict(results), indent=1) + "\n"
+    return (markdown_report if markdown else text_report)(results)
