@@ -1,25 +1,33 @@
-"""The figures the prose of the README and the guides quotes from a command's output — "ZeRO-3
-takes 7.50 s", "needs 142 GB per GPU" — beside the command that prints each
-(:data:`QUOTES`). A transcript shows what a command prints and is checked as it stands
-(:mod:`tests.transcripts`); a figure in a sentence is the same claim in words, often of a command
-the page does not show, rounded as the sentence reads.
+"""The figures the prose of the README and the manual quotes from a command's output — "ZeRO-3
+takes 7.50 s", "needs 142 GB per GPU", "within 7.8 % on average" — beside the command that
+prints each (:data:`QUOTES`, and the fidelity pages' in :mod:`tests.fidelity_prose`), and the
+blocks of a page that are a command's output whole (:class:`Block`: the tables of
+``docs/fidelity.md``, the README's validation goals). A transcript shows what a command prints
+and is checked as it stands (:mod:`tests.transcripts`); a figure in a sentence is the same claim
+in words, often of a command the page does not show, rounded as the sentence reads.
 
 Each :class:`Quote` is the sentence around its figures (``{}`` where each stands; the page's
 line breaks and spaces are one space), the command, and for each figure how to read it off the
-output and how the sentence rounds it. ``tests/test_prose_figures.py`` checks that every
-sentence is still on its page (fast: a rewritten sentence must be re-quoted here) and, marked
-slow, that its figures are what the commands print today.
+output and how the sentence rounds it. A command is ``trainplan …`` (run as a transcript runs
+it), ``python -m trainplan.interface.fidelity …`` (the fidelity reports, ``--set`` for what a
+mechanism moves) or ``cat PAGE`` (a generated page of the repository, as it stands).
+``tests/test_prose_figures.py`` checks that every sentence and block is on its page (fast: a
+rewritten sentence must be re-quoted here), that those of the published runs' report are what it
+prints today (a few seconds: :data:`tests.fidelity_prose.QUICK`), and, marked slow, that the
+rest are.
 
     python -m tests.prose_figures            # run the commands, print the quotes that drifted
-    python -m tests.prose_figures --fix      # write today's figures into the pages' sentences
+    python -m tests.prose_figures --fix      # write today's figures and blocks into the pages
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
+import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,15 +38,38 @@ Reader = Callable[[str], float]
 """A figure read off a command's output (stdout and stderr together)."""
 
 
-def printed(regex: str) -> Reader:
-    """The number of ``regex``'s first group (thousands commas dropped) in the output."""
+def printed(regex: str, group: int = 1) -> Reader:
+    """The number of ``regex``'s ``group`` (thousands commas dropped) where it first matches
+    the output."""
 
     def read(output: str) -> float:
         found = re.search(regex, output, re.MULTILINE)
         assert found, f"no {regex!r} in the output"
-        return float(found.group(1).replace(",", ""))
+        return float(found.group(group).replace(",", "").replace("−", "-"))
 
     return read
+
+
+def every(regex: str) -> Callable[[str], list[float]]:
+    """The numbers of ``regex``'s first group wherever it matches the output."""
+
+    def read(output: str) -> list[float]:
+        found = re.findall(regex, output, re.MULTILINE)
+        assert found, f"no {regex!r} in the output"
+        return [float(f.replace(",", "")) for f in found]
+
+    return read
+
+
+def least(numbers: Callable[[str], Iterable[float]], sign: float = 1) -> Reader:
+    """The smallest of ``numbers`` times ``sign`` (−1: the smallest of the negated, e.g. the
+    least "too fast" of negative errors)."""
+    return lambda output: min(sign * x for x in numbers(output))
+
+
+def most(numbers: Callable[[str], Iterable[float]], sign: float = 1) -> Reader:
+    """The largest of ``numbers`` times ``sign``."""
+    return lambda output: max(sign * x for x in numbers(output))
 
 
 def in_json(*keys: str) -> Reader:
@@ -77,9 +108,9 @@ class Quote:
     sentence writes it in (``.2f``: 7.501 s is written 7.50)."""
 
     def pattern(self) -> re.Pattern[str]:
-        """The sentence on its page, each figure a group."""
+        """The sentence on its page, each figure a group (a sign, + or −, is the figure's)."""
         words = [re.escape(part).replace(r"\ ", " ") for part in self.says.split("{}")]
-        text = r"([\d.,]+)".join(words)
+        text = r"([+−]?[\d.,]+)".join(words)
         return re.compile(re.sub(" +", r"\\s+", text))
 
     def written(self) -> list[str]:
@@ -91,8 +122,39 @@ class Quote:
         return list(found[0]) if isinstance(found[0], tuple) else [found[0]]
 
     def wanted(self, output: str) -> list[str]:
-        """The figures as the sentence should write them, from the command's ``output``."""
-        return [format(read(output), spec) for read, spec in self.figures]
+        """The figures as the sentence should write them, from the command's ``output`` (a
+        minus as the pages write it, −)."""
+        return [format(read(output), spec).replace("-", "−") for read, spec in self.figures]
+
+
+@dataclass(frozen=True)
+class Block:
+    """Lines of ``page`` that are ``command``'s output whole, between the markers
+    ``<!-- {name}: {command} -->`` and ``<!-- end {name} -->``."""
+
+    page: str
+    name: str
+    command: str
+
+    def bounds(self, text: str) -> tuple[int, int]:
+        """Where the output stands in ``text``, the page; AssertionError if the markers are not
+        there once each."""
+        start, end = f"<!-- {self.name}: {self.command} -->\n", f"<!-- end {self.name} -->"
+        assert text.count(start) == 1 == text.count(end), f"{self.page}: markers of {self.name}"
+        return text.index(start) + len(start), text.index(end)
+
+    def written(self) -> str:
+        """The block as the page holds it."""
+        text = (ROOT / self.page).read_text()
+        at, end = self.bounds(text)
+        return text[at:end]
+
+    def write(self, output: str) -> None:
+        """Put ``output`` in the block's place (nothing else on the page changes)."""
+        path = ROOT / self.page
+        text = path.read_text()
+        at, end = self.bounds(text)
+        path.write_text(text[:at] + output + text[end:])
 
 
 SEARCH_405B = (
@@ -187,12 +249,36 @@ QUOTES = (
 """Every figure the README's and the search guide's prose quotes from a command."""
 
 
-def outputs(quotes: tuple[Quote, ...] = QUOTES) -> dict[str, str]:
+FIDELITY = "python -m trainplan.interface.fidelity"
+"""The fidelity reports' command (:mod:`interface.fidelity`), quoted as the pages write it."""
+
+
+def output_of(command: str, cwd: Path) -> str:
+    """What ``command`` prints (module docstring): a ``trainplan`` command as a transcript runs
+    it, the fidelity report in its own process (stdout and stderr together), a page as it
+    stands."""
+    if command.startswith("cat "):
+        return (ROOT / command.removeprefix("cat ")).read_text()
+    if command.startswith(FIDELITY + " ") or command == FIDELITY:
+        args = shlex.split(command)[3:]
+        proc = subprocess.run(
+            [sys.executable, "-m", "trainplan.interface.fidelity", *args],
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=600,
+        )
+        return proc.stdout
+    return run(Transcript(ROOT, 0, command, (), 0), cwd)
+
+
+def outputs(commands: Iterable[str]) -> dict[str, str]:
     """Each distinct command's output, two at a time, each its own process."""
-    commands = sorted({q.command for q in quotes})
+    distinct = sorted(set(commands))
     with workdir() as tmp, ThreadPoolExecutor(2) as pool:
-        printed = pool.map(lambda c: run(Transcript(ROOT, 0, c, (), 0), Path(tmp)), commands)
-        return dict(zip(commands, printed, strict=True))
+        done = pool.map(lambda c: output_of(c, Path(tmp)), distinct)
+        return dict(zip(distinct, done, strict=True))
 
 
 def drifted(quotes: tuple[Quote, ...], done: dict[str, str]) -> list[tuple[Quote, list[str]]]:
@@ -220,15 +306,34 @@ def fix(stale: list[tuple[Quote, list[str]]]) -> None:
         path.write_text(text[: found.start()] + "".join(parts) + text[at:])
 
 
+def stale_blocks(blocks: Iterable[Block], done: dict[str, str]) -> list[tuple[Block, str]]:
+    """The blocks that are not what their commands print, with what they print."""
+    return [(b, done[b.command]) for b in blocks if b.written() != done[b.command]]
+
+
+def everything() -> tuple[tuple[Quote, ...], tuple[Block, ...]]:
+    """Every quote and block the checker holds: :data:`QUOTES`, and the fidelity pages'
+    (:mod:`tests.fidelity_prose`)."""
+    from tests.fidelity_prose import BLOCKS, FIDELITY_QUOTES
+
+    return QUOTES + FIDELITY_QUOTES, BLOCKS
+
+
 def main(argv: list[str]) -> int:
-    stale = drifted(QUOTES, outputs())
+    quotes, blocks = everything()
+    done = outputs([q.command for q in quotes] + [b.command for b in blocks])
+    stale, moved = drifted(quotes, done), stale_blocks(blocks, done)
     for q, want in stale:
         print(f"--- {q.page}: {q.says.format(*q.written())!r} -> {q.says.format(*want)!r}")
         print(f"    $ {q.command}")
+    for b, _ in moved:
+        print(f"--- {b.page}: the block {b.name!r} is not what {b.command} prints")
     if argv[:1] == ["--fix"]:
         fix(stale)
+        for b, output in moved:
+            b.write(output)
         return 0
-    return 1 if stale else 0
+    return 1 if stale or moved else 0
 
 
 if __name__ == "__main__":
