@@ -17,6 +17,8 @@ from typing import Any
 from trainplan.interface.fidelity import published, validation
 from trainplan.interface.fidelity.report import markdown_report, summary_tables, text_report
 from trainplan.interface.fidelity.validation_report import goal_table, report_text
+from trainplan.interface.flags import refusal
+from trainplan.interface.scenario_keys import EVALUATE_KEYS, read_sets
 from trainplan.model.errors import PlannerError
 
 PROG = "python -m trainplan.interface.fidelity"
@@ -42,8 +44,6 @@ def _validation_results(sets: Mapping[str, Any]) -> tuple[validation.ValidationR
 
 def _output(args: argparse.Namespace) -> str:
     """What the command prints."""
-    from trainplan.interface.scenario_keys import EVALUATE_KEYS, read_sets
-
     sets = read_sets(args.set, EVALUATE_KEYS, "evaluate")
     if sets and args.residuals:
         raise PlannerError("--set: --residuals reports the model as it stands; drop --set")
@@ -99,8 +99,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         text = _output(args)
     except PlannerError as err:
-        from trainplan.interface.flags import refusal
-
         typed = {"--set", *(f"--set {item.partition('=')[0].strip()}" for item in args.set)}
         print(f"{PROG}: error: {refusal(str(err), typed)}", file=sys.stderr)
         return 2
