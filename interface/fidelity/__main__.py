@@ -29,8 +29,9 @@ def _over(params: Mapping[str, Any], sets: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(params)
     for key, value in sets.items():
         before = out.get(key)
-        both = isinstance(value, Mapping) and isinstance(before, Mapping)
-        out[key] = {**before, **value} if both else value
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            value = {**before, **value}
+        out[key] = value
     return out
 
 
