@@ -5,6 +5,7 @@ prints (:mod:`interface.commands` has the other commands'): each from the comman
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -90,45 +91,44 @@ def search_json(
     maximize: str | None = None,
     on_tables: TableProgress | None = None,
     on_solution: SolutionProgress | None = None,
+    compare: bool = True,
+    web: bool = False,
 ) -> SearchRun:
     """The best layout (``trainplan search --json``): the answer's evaluate object plus
     ``status``, ``solve_seconds``, ``tables_seconds``, ``shapes``, ``candidates``, ``jobs``,
     ``job``, ``objective_kind``, the objective under a key naming its unit and
     ``objective_text`` (``top``: the next answers; with ``top`` > 1 all under ``answers``),
-    ``time_limit_s`` and ``time_limit_note`` (:func:`time_limit_note`), ``interrupted``.
+    ``time_limit_s`` and ``time_limit_note`` (:func:`time_limit_note`), ``interrupted``, and
+    ``settings_cost``: the search without the user's choice settings
+    (:func:`interface.setting_cost.settings_cost`; null when none is set or ``compare`` is
+    False, as a sweep's points, whose recipes are the sweep's own axis), its note naming each
+    setting by its flag (``web``: by the web API's query parameter).
 
     Raises
     ------
     PlannerError
         Bad input (one line).
     InfeasibleError
-        No layout meets the constraints; its ``explanation`` names the blocking families.
+        No layout meets the constraints; its ``explanation`` names the blocking families, and
+        the best layout without the user's choice settings when there is one.
     """
-    from trainplan.interface.render.report import objective_text
+    from trainplan.interface.setting_cost import best_without, settings_json
     from trainplan.optimizer.search import prepare, search
 
+    started = time.perf_counter()
     request = search_request(kw, "params" if maximize else None)
     problem = search_problem(request)
     limit = request.time_limit
     prepared = prepare(problem, on_tables, limit)
     in_units = _in_units(problem, prepared)
-    progress = None
-    if on_solution is not None:
-        report = on_solution
-
-        def progress(count: int, best: float) -> None:
-            report(count, objective_text(str(problem.objective), *in_units(best), problem.tokens))
-
-    result = search(problem, top, limit, request.workers, progress, prepared=prepared)
-    answers = []
-    for a in result.answers:
-        d = estimate_to_dict(a.estimate)
-        _with_fit_rule(d, problem, a.estimate)
-        key, value = in_units(a.objective)
-        d.update({"job": a.job.label, key: value, "objective_kind": str(problem.objective)})
-        d["objective_text"] = objective_text(str(problem.objective), key, value, problem.tokens)
-        d.update(_prices(a.job.num_gpus, a.job.gpu_hour_price, d["time"]["step_s"]))
-        answers.append(d)
+    progress = _solutions(on_solution, problem, in_units)
+    try:
+        result = search(problem, top, limit, request.workers, progress, prepared=prepared)
+    except InfeasibleError as err:
+        raise (
+            best_without(err, request, problem, started, on_tables) if compare else err
+        ) from None
+    answers = [_answer(a, problem, in_units) for a in result.answers]
     meta = {
         "status": result.status,
         "solve_seconds": result.solve_seconds,
@@ -139,8 +139,45 @@ def search_json(
         "time_limit_s": limit,
         "time_limit_note": time_limit_note(limit, result.tables_seconds, result.solve_seconds),
     }
+    best = in_units(result.best.objective)[1]
+    cost = settings_json(request, problem, best, started, on_tables, web) if compare else None
+    meta["settings_cost"] = cost
     out = {**answers[0], **meta, "top": answers[1:]} if top == 1 else {**meta, "answers": answers}
     return SearchRun(out, str(problem.objective), len(problem.jobs))
+
+
+def _solutions(
+    on_solution: SolutionProgress | None,
+    problem: Any,
+    in_units: Callable[[float], tuple[str, float]],
+) -> Callable[[int, float], None] | None:
+    """CP-SAT's progress ``(solutions, best objective)`` as ``on_solution`` takes it (the best as
+    text); None without ``on_solution``."""
+    from trainplan.interface.render.report import objective_text
+
+    if on_solution is None:
+        return None
+    report = on_solution
+
+    def progress(count: int, best: float) -> None:
+        report(count, objective_text(str(problem.objective), *in_units(best), problem.tokens))
+
+    return progress
+
+
+def _answer(a: Any, problem: Any, in_units: Callable[[float], tuple[str, float]]) -> dict[str, Any]:
+    """One answer of the search (:class:`optimizer.search.Answer`) as its JSON object: the
+    evaluate object with the search's memory rule, ``job``, the objective under its unit's key,
+    ``objective_kind``, ``objective_text`` and the prices (:func:`_prices`)."""
+    from trainplan.interface.render.report import objective_text
+
+    d = estimate_to_dict(a.estimate)
+    _with_fit_rule(d, problem, a.estimate)
+    key, value = in_units(a.objective)
+    d.update({"job": a.job.label, key: value, "objective_kind": str(problem.objective)})
+    d["objective_text"] = objective_text(str(problem.objective), key, value, problem.tokens)
+    d.update(_prices(a.job.num_gpus, a.job.gpu_hour_price, d["time"]["step_s"]))
+    return d
 
 
 def _prices(gpus: int, price: float | None, step_s: float | None) -> dict[str, float]:
@@ -298,11 +335,13 @@ def frontier_json(
     kw: SearchRequest | Mapping[str, Any],
     against: str = "memory",
     on_tables: TableProgress | None = None,
+    web: bool = False,
 ) -> SearchRun:
     """The Pareto frontier (``trainplan frontier --json``): ``status``, ``against``,
     ``solve_seconds``, ``tables_seconds``, ``candidates`` and ``points``, one CSV row each
     (:func:`interface.render.report.frontier_row`: every layout field, memory term, traffic per axis,
-    step time, MFU; units in the names), objective ascending.
+    step time, MFU; units in the names), objective ascending; ``settings_cost`` (as
+    :func:`search_json`'s, against the frontier's fastest point).
 
     Raises
     ------
@@ -313,14 +352,19 @@ def frontier_json(
     """
     from trainplan.interface.render.report import frontier_row
     from trainplan.interface.render.report_dict import fit_figure
+    from trainplan.interface.setting_cost import best_without, settings_json
     from trainplan.optimizer.search import frontier, prepare
 
+    started = time.perf_counter()
     request = search_request(kw)
     problem = search_problem(request)
     problem.check_frontier_axis(against)  # bad input before the tables are built
     limit = request.time_limit
     prepared = prepare(problem, on_tables, limit)
-    result = frontier(problem, against, limit, request.workers, prepared=prepared)
+    try:
+        result = frontier(problem, against, limit, request.workers, prepared=prepared)
+    except InfeasibleError as err:
+        raise best_without(err, request, problem, started, on_tables) from None
     rows = []
     in_units = _in_units(problem, prepared)
     for a in result.points:
@@ -338,6 +382,8 @@ def frontier_json(
         "candidates": result.num_candidates,
         "points": rows,
     }
+    fastest = in_units(result.points[0].objective)[1]
+    out["settings_cost"] = settings_json(request, problem, fastest, started, on_tables, web)
     return SearchRun(out, str(problem.objective), len(problem.jobs))
 
 

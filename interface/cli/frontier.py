@@ -15,7 +15,13 @@ from trainplan.interface.cli import cli
 from trainplan.interface.cli.common import COUNT, echo_json, output
 from trainplan.interface.cli.interrupt import interruptible, stop_between_tables
 from trainplan.interface.cli.options import Decorator
-from trainplan.interface.cli.search import exit_if, infeasible, search_options, table_progress
+from trainplan.interface.cli.search import (
+    exit_if,
+    infeasible,
+    search_options,
+    settings_note,
+    table_progress,
+)
 from trainplan.interface.commands import frontier_json, per_stage_frontier_json
 from trainplan.interface.render.report import frontier_text, write_csv
 from trainplan.interface.requests import search_request
@@ -128,6 +134,7 @@ def frontier_cmd(
     if stopped:
         click.echo("Interrupted (Ctrl-C): the points found before it, not proven")
     click.echo(_headline(out, run.objective, against, per_stage))
+    settings_note(out)
     click.echo(frontier_text(rows, against))
     if csv_path is not None:
         click.echo(f"CSV: {csv_path}")

@@ -28,6 +28,7 @@ from trainplan.interface.cli.options import (
 )
 from trainplan.interface.cli.planner import CP_KIND_CHOICES
 from trainplan.interface.commands import infeasible_json, per_stage_json, search_json
+from trainplan.interface.flags import with_flags
 from trainplan.interface.render.report import dollars, evaluate_text
 from trainplan.interface.requests import SearchRequest, search_request
 from trainplan.model.errors import InfeasibleError, InputError
@@ -244,8 +245,8 @@ def infeasible(err: InfeasibleError, as_json: bool) -> None:
             else f"No layout found before the solver stopped ({err}):",
             err=True,
         )
-        for line in err.explanation:
-            click.echo(f"  - {line}", err=True)
+        for line in err.explanation:  # names in backticks as flags, as --json's
+            click.echo(f"  - {with_flags(line)}", err=True)
     raise SystemExit(1)
 
 
@@ -333,6 +334,7 @@ def search_cmd(
     )
     if out.get("time_limit_note"):
         click.echo(f"Note: {out['time_limit_note']}")
+    settings_note(out)
     for i, d in enumerate(answers, 1):
         click.echo(f"\n#{i}: {d['job']}" if top > 1 else "")
         click.echo(f"objective ({run.objective}): {d['objective_text']}")
@@ -345,6 +347,14 @@ def search_cmd(
         click.echo("")
         click.echo(evaluate_text(d))
     exit_if(stopped)
+
+
+def settings_note(out: dict[str, Any]) -> None:
+    """The note saying what the user's choice settings cost, when they cost more than the
+    threshold (:mod:`interface.setting_cost`; JSON ``settings_cost``)."""
+    cost = out.get("settings_cost")
+    if cost and cost["note"]:
+        click.echo(f"Note: {cost['note']}")
 
 
 def _proof(out: dict[str, Any]) -> str:

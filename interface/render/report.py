@@ -19,6 +19,7 @@ __all__ = [
     "frame",
     "table_text",
     "evaluate_text",
+    "layout_line",
     "gb",
     "duration",
     "objective_text",
@@ -241,7 +242,7 @@ def evaluate_text(d: dict[str, Any], defaults_used: dict[str, Any] | None = None
     out = [
         f"{model['name']}: {model['num_params']:,} parameters ({model['num_active_params']:,} active) "
         f"on {d['num_gpus']:,} × {d['gpu']['name']}",
-        _evaluate_layout(lay),
+        f"layout: {layout_line(lay)}",
         "",
         *_memory_lines(d),
         "",
@@ -256,10 +257,11 @@ def evaluate_text(d: dict[str, Any], defaults_used: dict[str, Any] | None = None
     return "\n".join(out)
 
 
-def _evaluate_layout(lay: dict[str, Any]) -> str:
-    """The evaluate text's layout line: degrees, framework, ZeRO, recompute, schedule, batch."""
+def layout_line(lay: dict[str, Any]) -> str:
+    """A layout as the evaluate text's ``layout:`` line writes it (``lay``: the JSON object's
+    ``layout``): degrees, framework, ZeRO, recompute, schedule, batch, rank order."""
     return (
-        f"layout: dp {lay['dp']} × tp {lay['tp']} × pp {lay['pp']} × cp {lay['cp']}"
+        f"dp {lay['dp']} × tp {lay['tp']} × pp {lay['pp']} × cp {lay['cp']}"
         + (f" {_cp_kind_text(lay)}" if lay["cp"] > 1 else "")
         + f" (ep {lay['ep']}"
         + (f", etp {lay['etp']}" if lay.get("etp", lay["tp"]) != lay["tp"] else "")

@@ -136,7 +136,8 @@ def run_point(grid: Grid, point: Point) -> dict[str, Any]:
 
 def _search(grid: Grid, point: Point, row: dict[str, Any]) -> None:
 
-    run = search_json({"scenario": grid.scenario(point), "workers": 1})
+    # compare=False: a recipe is an axis of the sweep, compared by the sweep itself
+    run = search_json({"scenario": grid.scenario(point), "workers": 1}, compare=False)
     d = run.json
     _answer(grid, point, d, row)
     key = next(

@@ -180,7 +180,9 @@ def search_run(query: list[tuple[str, str]], **progress: Any) -> Any:
         if top != 1 or maximize:
             raise InputError("per_stage: takes neither --top nor --maximize (one plan, step time)")
         return cached_run(key, lambda: commands.per_stage_json(request))
-    return cached_run(key, lambda: commands.search_json(request, top, maximize, **progress))
+    return cached_run(
+        key, lambda: commands.search_json(request, top, maximize, web=True, **progress)
+    )
 
 
 def frontier_run(query: list[tuple[str, str]], **progress: Any) -> Any:
@@ -191,7 +193,7 @@ def frontier_run(query: list[tuple[str, str]], **progress: Any) -> Any:
     request = search_request(kw)
     if request.per_stage:  # the CLI's frontier --per-stage --json object
         return cached_run(key, lambda: commands.per_stage_frontier_json(request, against))
-    return cached_run(key, lambda: commands.frontier_json(request, against, on_tables))
+    return cached_run(key, lambda: commands.frontier_json(request, against, on_tables, web=True))
 
 
 def run_object(result: Any) -> dict[str, Any]:

@@ -337,6 +337,20 @@ def test_search_and_its_stream(client):
     assert planner["memory"]["total_bytes"] == got["memory"]["total_bytes"]
 
 
+def test_search_says_what_a_setting_costs(client):
+    # the forced EP overlap costs 2.1 % on Mixtral 8x7B, 64 H100s (tests/test_cli_settings_cost.py):
+    # the CLI's settings_cost, its note naming the query parameter the page's user gave
+    args = ["--model", "mixtral-8x7b", "--gpus", "64", "--gpu", "H100-SXM"]
+    overlap = "overlap_moe_expert_parallel_comm"
+    got = client.get(f"/api/search?{query(args)}&moe-ep-overlap={overlap}").json()["settings_cost"]
+    want = cli_json("search", *args, "--set", f"moe_ep_overlap={overlap}")["settings_cost"]
+    assert {k: v for k, v in got.items() if k != "note"} == {
+        k: v for k, v in want.items() if k != "note"
+    }
+    assert want["note"].startswith(f"your setting --set moe_ep_overlap={overlap} costs 2.1%")
+    assert got["note"] == want["note"].replace("--set moe_ep_overlap=", "moe-ep-overlap=")
+
+
 def test_planner_link_carries_the_answers_cp_flavour(client):
     # the search chooses among flavours: the link names the answer's one, not the query's list
     args = ["--model", "llama3-8b", "--gpus", "16", "--seq-len", "131072", "--global-batch", "16"]

@@ -297,6 +297,23 @@ def test_search_shows_progress_and_the_proof(page):
     expect(page.locator("#explanation")).to_contain_text("min_mfu: the best MFU")
 
 
+def test_search_says_what_a_setting_costs(page):
+    # a link that forces the EP overlap on Mixtral 8x7B, 64 H100s: the CLI's note under the status
+    job = {"model": "mixtral-8x7b", "gpus": "64", "gpu": "H100-SXM"}
+    overlap = "overlap_moe_expert_parallel_comm"
+    go(page, "/search?" + urlencode({**job, "moe-ep-overlap": overlap}))
+    expect(page.locator("#status")).to_have_text("proven optimal (CP-SAT)")
+    args = ["--model", "mixtral-8x7b", "--gpus", "64", "--gpu", "H100-SXM"]
+    note = cli_json("search", *args, "--set", f"moe_ep_overlap={overlap}")["settings_cost"]["note"]
+    expect(page.locator("#settings-cost")).to_have_text(
+        "note: " + note.replace("--set moe_ep_overlap=", "moe-ep-overlap=")
+    )
+    expect(page.locator("#settings-cost")).to_contain_text("costs 2.1%")
+    go(page, "/search?" + urlencode(job))  # without the setting: no note
+    expect(page.locator("#status")).to_have_text("proven optimal (CP-SAT)")
+    expect(page.locator("#settings-cost")).to_be_hidden()
+
+
 def test_search_per_stage_shows_the_stages_and_the_flags(page):
     args = ["--model", "llama3-70b", "--gpus", "16", "--seq-len", "8192"]
     go(page, "/search?" + urlencode({"model": "llama3-70b", "gpus": "16", "seq-len": "8192"}))

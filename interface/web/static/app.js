@@ -457,6 +457,7 @@ TP.searchPage = async (kind, render) => {
     status.className = "muted";
     status.textContent = "";
     TP.$("#explanation").innerHTML = "";
+    TP.$("#settings-cost").hidden = true;
     TP.$("#results").classList.add("stale");
     bar.removeAttribute("value");
     const t0 = performance.now();
@@ -499,6 +500,10 @@ TP.searchPage = async (kind, render) => {
       ? { optimal: "OPTIMAL (proven over the shapes searched)", feasible: "FEASIBLE (best found within the time limit, not proven)" }[proof]
       : { optimal: "proven optimal (CP-SAT)", feasible: "best found within the time limit — not proven optimal", infeasible: "no layout satisfies the constraints" }[proof];
     TP.$("#explanation").innerHTML = (r.explanation || []).map((l) => `<li>${TP.esc(l)}</li>`).join("");
+    // what the user's own settings cost: the best layout without them (the CLI's note)
+    const cost = TP.$("#settings-cost"), costNote = r.settings_cost && r.settings_cost.note;
+    cost.hidden = !costNote;
+    cost.textContent = costNote ? `note: ${costNote}` : "";
     render(last, q);
   }
   form.addEventListener("submit", (e) => { e.preventDefault(); run(); });

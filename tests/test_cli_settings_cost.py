@@ -1,0 +1,78 @@
+"""``trainplan search`` and ``frontier`` with a user's choice set, as a user runs them (each its own
+process): the output says what the setting costs, with the best layout without it, in the text
+and under ``settings_cost`` in ``--json``.
+
+Mixtral 8x7B on 64 H100s with ``--set moe_ep_overlap=overlap_moe_expert_parallel_comm``
+(tests/interface/test_setting_cost.py has the derivation): the best layout with the overlap takes
+18.062 s a step; without it (Megatron-Core's default) dp 64 × ep 8, ZeRO-3, full recomputation,
+17.697 s. Both step times are ``trainplan evaluate``'s of those layouts, run here too, and the
+cost is 18.062 / 17.697 − 1 = 2.06 % (shown 2.1%)."""
+
+from __future__ import annotations
+
+import json
+
+from tests.cli_runs import run_many
+
+JOB = ["--model", "mixtral-8x7b", "--gpus", "64", "--gpu", "H100-SXM"]
+SET = ["--set", "moe_ep_overlap=overlap_moe_expert_parallel_comm"]
+EVALUATE = ["evaluate", "--model", "mixtral-8x7b", "--gpu", "H100-SXM", "--schedule", "1f1b"]
+WITHOUT = ["--dp", "64", "--ep", "8", "--zero", "3", "--recompute", "full", "--micro-batch", "2"]
+WITH = ["--dp", "8", "--tp", "8", "--ep", "8", "--zero", "1", "--recompute", "none"]
+WITH += ["--micro-batch", "1"]
+NOTE = (
+    "Note: your setting --set moe_ep_overlap=overlap_moe_expert_parallel_comm costs 2.1%: without "
+    "it (the frameworks' defaults) the best layout is dp 64 × tp 1 × pp 1 × cp 1 (ep 8), megatron "
+    "ZeRO-3, recompute full, 1f1b, b 2, B 128, m 1, s 32768, rank order tp-cp-ep-dp-pp "
+    "(17.697 s per step against 18.062 s per step with it)"
+)
+
+
+def test_search_and_frontier_say_what_the_setting_costs():
+    done = run_many(
+        {
+            "text": ["search", *JOB, *SET],
+            "json": ["search", *JOB, *SET, "--json"],
+            "frontier": ["frontier", *JOB, *SET],
+            "fact": ["search", *JOB, "--set", "nccl_nvls=false", "--json"],
+            "without": [*EVALUATE, *WITHOUT, "--json"],
+            "with": [*EVALUATE, *WITH, *SET, "--json"],
+        }
+    )
+    for name, d in done.items():
+        assert d.returncode == 0 and "Traceback" not in d.stderr, (name, d.stderr[-2000:])
+    without_s = json.loads(done["without"].stdout)["time"]["step_s"]
+    with_s = json.loads(done["with"].stdout)["time"]["step_s"]
+    assert (round(without_s, 3), round(with_s, 3)) == (17.697, 18.062)
+
+    lines = done["text"].stdout.splitlines()
+    assert lines[0].startswith("Searched") and lines[1] == NOTE  # under the headline
+    assert "objective (step-time): 18.062 s per step" in lines
+
+    d = json.loads(done["json"].stdout)
+    assert round(d["time"]["step_s"], 3) == 18.062 and d["layout"]["tp"] == 8
+    cost = d["settings_cost"]
+    assert cost["note"] == NOTE.removeprefix("Note: ")
+    assert abs(cost["without_settings"] - without_s) < 1e-9
+    assert abs(cost["with_settings"] - with_s) < 1e-9
+    # 2.06 %; the objectives are whole nanoseconds (the solver's), so 1 ns in 17.7 s apart
+    assert abs(cost["cost"] - (with_s / without_s - 1)) < 1e-9
+    assert cost["settings"] == {"moe_ep_overlap": "overlap_moe_expert_parallel_comm"}
+    assert cost["layout"]["zero_stage"] == 3 and cost["layout"]["recompute"] == "full"
+
+    frontier = done["frontier"].stdout.splitlines()
+    assert frontier[0].startswith("Pareto frontier") and frontier[1] == NOTE
+
+    # nccl_nvls=false says what the fabric has, not a choice: nothing compared
+    assert json.loads(done["fact"].stdout)["settings_cost"] is None
+
+
+def test_a_setting_that_leaves_no_layout_says_so():
+    (done,) = run_many({"16": ["search", *JOB[:2], "--gpus", "16", *SET]}).values()
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.splitlines()[-1].startswith(
+        "  - settings: your setting --set moe_ep_overlap=overlap_moe_expert_parallel_comm leaves "
+        "no layout; without it (the frameworks' defaults) the best layout is dp 4 × tp 1 × pp 4 × "
+        "cp 1 (ep 4), megatron ZeRO-1, recompute sqrt, interleaved v=8"
+    )
+    assert done.stderr.rstrip().endswith("(74.064 s per step)")
