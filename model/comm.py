@@ -17,7 +17,7 @@ from typing import Any
 
 from trainplan.model.deepspeed_mechanisms import sp_comm_bytes
 from trainplan.model.frameworks import Framework
-from trainplan.model.fsdp2_pipeline import regather_name, runtime_regathers
+from trainplan.model.fsdp2_pipeline import regather_name, runtime_mechanism, runtime_regathers
 from trainplan.model.layout import Layout
 from trainplan.model.mechanisms import Mechanism, mechanism
 from trainplan.model.specs import TrainingSpec
@@ -125,6 +125,7 @@ def dp_traffic(
         multi_rank_allreduce=multi_rank_allreduce,
         sp_comm=sp_comm_bytes(training, layout.cp),
     )
+    mech = runtime_mechanism(mech, training.pipeline_frees_stage_tensors)
     m = layout.num_microbatches(training.global_batch_size)
     again = runtime_regathers(mech, layout.schedule, layout.pp, layout.virtual_stages, m)
     shards = layout.shard_degree, layout.expert_shard_degree
@@ -139,9 +140,8 @@ def dp_bytes(
     parameter's ring share ``(D − 1)/D`` (dense over D = ``shard``, experts over ``expert_shard``)
     times the mechanism's bytes per parameter once per step plus m times its bytes per
     micro-batch (:meth:`Mechanism.traffic_terms`), plus ``again`` all-gathers of its weights a
-    step beyond its own count (PyTorch's multi-stage pipeline runtime,
-    :func:`model.fsdp2_pipeline.runtime_regathers`; in the step's bytes, not a micro-batch's).
-    Element-wise for arrays of layouts."""
+    step beyond its own count (:func:`model.fsdp2_pipeline.runtime_regathers`; in the step's
+    bytes). Element-wise for arrays of layouts."""
     per_step, per_mb = mech.traffic_terms()
     ring = ring_share(shard) * dense + ring_share(expert_shard) * experts
     return ring * (per_step + m * per_mb + mech.weight_bytes * again), ring * per_mb

@@ -89,6 +89,7 @@ git cf30153c4c ``torch/distributed/pipelining/schedules.py``) adds two things to
 
 from __future__ import annotations
 
+from dataclasses import replace
 from fractions import Fraction
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -112,6 +113,7 @@ __all__ = [
     "runtime_regathers",
     "upfront_gather",
     "regather_name",
+    "runtime_mechanism",
 ]
 
 TORCHTITAN_RESHARD_SOURCE = (
@@ -261,6 +263,19 @@ def chunk_gathers(pp: int, v: int, m: int, reshard_after_forward: bool) -> int:
     return max(
         _replay(stage_order(pp, m, "interleaved", v, r), reshard_after_forward) for r in range(pp)
     )
+
+
+def runtime_mechanism(mech: Mechanism, frees_stage_tensors: bool) -> Mechanism:
+    """``mech`` as the recipe's pipeline runtime runs it: without
+    :attr:`~model.mechanism_record.Mechanism.torch_pipelining` where the recipe says the runtime
+    is not PyTorch's (:attr:`model.specs.TrainingSpec.pipeline_frees_stage_tensors`: Meta's for
+    Llama 3, whose FSDP does not reshard after forward, arXiv 2407.21783 §3.3.1).
+
+    >>> from trainplan.model.mechanisms import mechanism
+    >>> runtime_mechanism(mechanism("fsdp2", 2, pipelined=True), True).torch_pipelining
+    False
+    """
+    return replace(mech, torch_pipelining=False) if frees_stage_tensors else mech
 
 
 def runtime_regathers(mech: Mechanism, schedule: Any, pp: Any, v: Any, m: Any) -> Any:

@@ -37,7 +37,7 @@ from trainplan.model.context_parallel import CpKind, cp_collective, torch_rotate
 from trainplan.model.deepspeed_mechanisms import sp_comm_bytes
 from trainplan.model.fp8_gathers import fp8_gather_saving, fp8_param_gathers, tp_gather_bytes
 from trainplan.model.frameworks import Framework, gradient_bytes_for
-from trainplan.model.fsdp2_pipeline import regather_name, runtime_regathers
+from trainplan.model.fsdp2_pipeline import regather_name, runtime_mechanism, runtime_regathers
 from trainplan.model.layout import Recompute
 from trainplan.model.mechanisms import mechanism
 from trainplan.model.memory import keeps_gathered_inputs
@@ -85,10 +85,10 @@ __all__ = [
 def dp_mechanism(c: Context, f: Fields) -> Any:
     """The layout's ZeRO stage as its framework runs it, with the recipe's bytes, the
     options' ZeRO-3 re-gather, DeepSpeed bucket all-reduce and BF16 gradient clearing and, with
-    pp > 1, the framework's pipeline-schedule variant
-    (:func:`model.mechanisms.mechanism`)."""
+    pp > 1, the framework's pipeline-schedule variant (:func:`model.mechanisms.mechanism`) as
+    the recipe's pipeline runtime runs it (:func:`model.fsdp2_pipeline.runtime_mechanism`)."""
     t = c.training
-    return mechanism(
+    mech = mechanism(
         f.framework, f.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
         c.options.zero3_regather, pipelined=f.pp > 1,
         distributed_optimizer=t.distributed_optimizer, overlap_comm=t.deepspeed_overlap_comm,
@@ -96,6 +96,7 @@ def dp_mechanism(c: Context, f: Fields) -> Any:
         multi_rank_allreduce=c.options.use_multi_rank_bucket_allreduce,
         sp_comm=sp_comm_bytes(t, f.cp), lp_grads_set_to_none=c.options.lp_grads_set_to_none,
     )  # fmt: skip
+    return runtime_mechanism(mech, t.pipeline_frees_stage_tensors)
 
 
 def fp8_gathered_params(c: Context, f: Fields) -> tuple[Any, Any]:

@@ -27,6 +27,7 @@ from trainplan.model.fsdp2_pipeline import (
     EXACT_ROUNDS,
     _replay,
     chunk_gathers,
+    runtime_mechanism,
     runtime_regathers,
     upfront_gather,
 )
@@ -243,3 +244,15 @@ def test_against_pytorch_action_lists():
                         most[reshard] = max(most[reshard], sum(_gathers(lowered, reshard).values()))
                 for reshard, count in most.items():
                     assert chunk_gathers(pp, v, m, reshard) == count, (pp, v, n, reshard)
+
+
+def test_meta_runtime_leaves_it_out():
+    """``pipeline_frees_stage_tensors`` stands for Meta's pipeline runtime (Llama 3 §3.3.2),
+    whose FSDP does not reshard after forward (§3.3.1): no chunk freed and gathered again, no
+    up-front wait; the Llama 3 published rows set it. The same v 4 layout sends the one gather
+    a step again, 22,585,121,280 B."""
+    meta = runtime_mechanism(mechanism("fsdp2", 2, pipelined=True), True)
+    assert runtime_regathers(meta, "interleaved", 4, 8, 16) == 0
+    assert upfront_gather(meta, "interleaved", 4, 8, 16) == (0, 1)
+    row = dp_parts("interleaved", 2, virtual_stages=4, pipeline_frees_stage_tensors=True)[3]
+    assert row.traffic.bytes_per_step == 22_585_121_280
