@@ -213,25 +213,25 @@ def _replay(order: list[tuple[str, int, int]], reshard_after_forward: bool) -> i
     :data:`MAX_ACTIVE_STAGES` distinct chunks are kept; one that leaves is freed (``RESHARD``),
     one that enters gathers if freed (``UNSHARD``); then the pass's own hooks gather it if freed,
     a forward frees it under ``reshard_after_forward``, a backward leaves it whole."""
-    chunks = [c for _, _, c in order]
-    active: set[int] = set()
+    windows: list[frozenset[int]] = []
+    first: list[int] = []  # the chunks from a pass on, in the order they first come
+    window: frozenset[int] = frozenset()
+    for _, _, chunk in reversed(order):
+        if not first or first[0] != chunk:
+            first = [chunk, *(c for c in first if c != chunk)]
+            window = frozenset(first[:MAX_ACTIVE_STAGES])
+        windows.append(window)
+    active: frozenset[int] = frozenset()
     freed: dict[int, bool] = {}
     gathers = 0
-    for i, (kind, _, chunk) in enumerate(order):
-        ahead: list[int] = []
-        for c in chunks[i:]:
-            if c not in ahead:
-                ahead.append(c)
-                if len(ahead) == MAX_ACTIVE_STAGES:
-                    break
-        for c in active - set(ahead):
-            active.discard(c)
-            freed[c] = True
-        for c in ahead:
-            if c not in active:
-                active.add(c)
+    for (kind, _, chunk), window in zip(order, reversed(windows), strict=True):
+        if window != active:
+            for c in active - window:
+                freed[c] = True
+            for c in window - active:
                 gathers += freed.get(c, True)
                 freed[c] = False
+            active = window
         gathers += freed.get(chunk, True)
         freed[chunk] = reshard_after_forward and kind == "F"
     return gathers
