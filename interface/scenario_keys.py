@@ -164,7 +164,8 @@ KEY_HELP: dict[str, str] = {
     "Megatron-LM --memory-efficient-layer-norm): 2 fewer S·h tensors per layer.",
     "pipeline_frees_stage_tensors": "fsdp2 with pp > 1: the pipeline runtime frees each stage's "
     "input and output tensors (Llama 3 §3.3.2) instead of keeping PyTorch pipelining's stage "
-    "outputs, receive buffers and last-stage outputs (default false).",
+    "outputs, receive buffers and last-stage outputs, and does not free and gather model chunks "
+    "as PyTorch's multi-stage runtime does (Meta's runtime; default false).",
     "pipeline_keeps_outputs": "fsdp2 with pp > 1: the last stage keeps every micro-batch's logits "
     "until the next step, as torchtitan did before 2025-10-22 (e5ef99aab; its trainer now passes "
     "return_outputs=False). Default false: today's torchtitan.",

@@ -17,6 +17,7 @@ from typing import Any
 
 from trainplan.model.deepspeed_mechanisms import sp_comm_bytes
 from trainplan.model.frameworks import Framework
+from trainplan.model.fsdp2_pipeline import regather_name, runtime_mechanism, runtime_regathers
 from trainplan.model.layout import Layout
 from trainplan.model.mechanisms import Mechanism, mechanism
 from trainplan.model.specs import TrainingSpec
@@ -124,23 +125,26 @@ def dp_traffic(
         multi_rank_allreduce=multi_rank_allreduce,
         sp_comm=sp_comm_bytes(training, layout.cp),
     )
+    mech = runtime_mechanism(mech, training.pipeline_frees_stage_tensors)
     m = layout.num_microbatches(training.global_batch_size)
-    total, per_mb = dp_bytes(
-        mech, dense_params, expert_params, layout.shard_degree, layout.expert_shard_degree, m
-    )
-    return AxisTraffic("dp", dp_name(mech), layout.shard_degree, total, per_mb)
+    again = runtime_regathers(mech, layout.schedule, layout.pp, layout.virtual_stages, m)
+    shards = layout.shard_degree, layout.expert_shard_degree
+    total, per_mb = dp_bytes(mech, dense_params, expert_params, *shards, m, again)
+    return AxisTraffic("dp", dp_name(mech) + regather_name(again), shards[0], total, per_mb)
 
 
 def dp_bytes(
-    mech: Mechanism, dense: Any, experts: Any, shard: Any, expert_shard: Any, m: Any
+    mech: Mechanism, dense: Any, experts: Any, shard: Any, expert_shard: Any, m: Any, again: Any = 0
 ) -> tuple[Any, Any]:
     """(bytes per step, bytes per micro-batch) one GPU sends for data parallelism: each
     parameter's ring share ``(D − 1)/D`` (dense over D = ``shard``, experts over ``expert_shard``)
     times the mechanism's bytes per parameter once per step plus m times its bytes per
-    micro-batch (:meth:`Mechanism.traffic_terms`). Element-wise for arrays of layouts."""
+    micro-batch (:meth:`Mechanism.traffic_terms`), plus ``again`` all-gathers of its weights a
+    step beyond its own count (:func:`model.fsdp2_pipeline.runtime_regathers`; in the step's
+    bytes). Element-wise for arrays of layouts."""
     per_step, per_mb = mech.traffic_terms()
     ring = ring_share(shard) * dense + ring_share(expert_shard) * experts
-    return ring * (per_step + m * per_mb), ring * per_mb
+    return ring * (per_step + m * per_mb + mech.weight_bytes * again), ring * per_mb
 
 
 MEGATRON_BUCKET_PARAMS = 40_000_000

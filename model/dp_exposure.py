@@ -33,7 +33,7 @@ from trainplan.model.comm_sms import contended_wait
 from trainplan.model.mechanisms import Mechanism
 from trainplan.model.roofline import Collective, RooflineParams, collective_time
 from trainplan.model.schedule_cost import pass_times
-from trainplan.model.xp import maximum, where
+from trainplan.model.xp import is_array, maximum, where
 
 __all__ = [
     "DpSeconds",
@@ -63,6 +63,10 @@ class DpSeconds:
     step_forward_s: Any = 0.0
     """Of :attr:`step_s`, the all-gathers only the step's first forward can hide
     (:attr:`Mechanism.step_gathers_in_forward`); 0 elsewhere."""
+    again_s: Any = 0.0
+    """The all-gathers PyTorch's multi-stage pipeline runtime issues beyond the mechanism's count
+    (:func:`model.fsdp2_pipeline.runtime_regathers`), seconds a step, apart from
+    :attr:`step_s` and :attr:`microbatch_s`; 0 elsewhere."""
 
 
 def phase_gathers(mech: Mechanism) -> tuple[int, int]:
@@ -92,6 +96,7 @@ def dp_seconds(
     p: RooflineParams,
     forward_share: Any = None,
     gathered: Any = 1.0,
+    again: Any = 0,
 ) -> DpSeconds:
     """The :class:`DpSeconds` of the mechanism's collectives over ``group`` = dp·cp ranks:
     ``step_bytes`` sent once per step, ``microbatch_bytes`` each micro-batch. Each collective
@@ -105,7 +110,9 @@ def dp_seconds(
     nodes). A micro-batch's all-gathers are equal: the forward's are :func:`phase_gathers`'
     share of them, or ``forward_share`` of them where the mechanism
     :attr:`~Mechanism.regathers_after_forward` (the schedule's,
-    :func:`model.fsdp2_pipeline.regather_forward_share`). Element-wise for arrays."""
+    :func:`model.fsdp2_pipeline.regather_forward_share`). ``again``: gathers of the weights a
+    step beyond the mechanism's, in ``step_bytes`` (:func:`model.fsdp2_pipeline.
+    runtime_regathers`), each timed as its once-per-step gather. Element-wise for arrays."""
     reduce = Collective.ALL_REDUCE if mech.all_reduce else Collective.REDUCE_SCATTER
     reduce_b = mech.reduce_bytes * (2 if mech.all_reduce else 1)
     per_mb = mech.reduce_per_microbatch
@@ -124,14 +131,18 @@ def dp_seconds(
                 out[i] = calls * collective_time(kind, group, sent, bandwidth, scaleup, p)
         return out
 
+    if is_array(again) or again:  # their bytes out of the step's: again·w of all it sends
+        own = sum(b * (gathered if k is Collective.ALL_GATHER else 1) for k, b in step_kinds)
+        step_bytes = step_bytes * own / (own + mech.weight_bytes * again * gathered)
     (reduce_s, gather_s), mb = seconds(step_kinds, step_bytes), seconds(mb_kinds, microbatch_bytes)
+    again_s = again * gather_s / max(mech.gathers_per_step, 1)
     forward = phase_gathers(mech)[0] / max(mech.gathers_per_microbatch, 1)
     if mech.regathers_after_forward:
         if forward_share is None:
             raise ValueError("forward_share: a mechanism that re-gathers after forward needs it")
         forward = forward_share
     first = gather_s if mech.step_gathers_in_forward else 0.0 * gather_s
-    return DpSeconds(reduce_s + gather_s, reduce_s, mb[0] + mb[1], mb[1] * forward, mb[0], first)
+    return DpSeconds(reduce_s + gather_s, reduce_s, sum(mb), mb[1] * forward, mb[0], first, again_s)
 
 
 def microbatch_exposed_seconds(
@@ -183,21 +194,34 @@ def microbatch_exposed_seconds(
     return (m - 1) * each + maximum(each, microbatch_s * tail)
 
 
-def first_forward_seconds(gather_s: Any, window_s: Any, tail: Any, share: float = 0.0) -> Any:
+def first_forward_seconds(
+    gather_s: Any,
+    window_s: Any,
+    tail: Any,
+    share: float = 0.0,
+    whole: Any = 0,
+    forwards: Any = 1,
+) -> Any:
     """Seconds of ``gather_s`` of once-per-step all-gathers that only the step's first forward
     can hide (FSDP2's under a pipeline schedule: the first forward finds the units sharded and
     gathers them unit by unit, the later passes find them whole;
     :attr:`~model.mechanism_record.Mechanism.step_gathers_in_forward`) left waiting: what
     exceeds that forward's window, :func:`model.schedule_cost.pass_times`' ``t/3`` of
     ``window_s`` (:func:`model.comm_sms.contended_wait`, ``share`` = ``φ``), at least the first
-    unit's gather, ``tail``'s share, which nothing precedes. Element-wise for arrays.
+    unit's gather, ``tail``'s share, which nothing precedes. Under PyTorch's multi-stage
+    pipeline runtime (:func:`model.fsdp2_pipeline.upfront_gather`) ``whole`` of it (the first
+    chunk's) waits whole before that forward and the rest hides under ``forwards`` × ``t/3``.
+    Element-wise for arrays.
 
     >>> round(first_forward_seconds(0.8, 1.5, 0.1), 12)  # 0.8 − 1.5/3
     0.3
     >>> round(first_forward_seconds(0.2, 1.5, 0.1, 0.25), 12)  # max(0.25 · 0.2, 0.1 · 0.2)
     0.05
+    >>> round(first_forward_seconds(0.8, 1.5, 0.1, 0.0, 0.5, 4), 12)  # 0.4 + max(0, 0.4 − 2)
+    0.4
     """
-    first = contended_wait(gather_s, pass_times(window_s, window_s, 1)[0], share)
+    t_f = pass_times(window_s, window_s, 1)[0]
+    first = gather_s * whole + contended_wait(gather_s * (1 - whole), forwards * t_f, share)
     return maximum(first, gather_s * tail)
 
 
@@ -214,6 +238,7 @@ def dp_exposed_seconds(
     forward_s: Any = 0.0,
     reduce_s: Any = 0.0,
     step_forward_s: Any = 0.0,
+    upfront: tuple[Any, Any] = (0, 1),
 ) -> Any:
     """Seconds of data-parallel communication left exposed in a step, by mechanism.
 
@@ -237,7 +262,7 @@ def dp_exposed_seconds(
     * ``waits``: seconds of the once-per-step traffic that wait whole even when it overlaps
       (FSDP2's reduce-scatter after a pipeline stage's last backward,
       :func:`model.pipeline_reduce.reduce_waiting_share`); ``step_forward_s``: those only the
-      step's first forward can hide (:func:`first_forward_seconds`); the rest as above.
+      step's first forward can hide (:func:`first_forward_seconds`, ``upfront`` its last two).
 
     Examples
     --------
@@ -255,9 +280,7 @@ def dp_exposed_seconds(
     overlapped = overlapped & beside_compute
     rest = step_s - waits - step_forward_s
     beyond = contended_wait(rest, window_s, share)
-    first = first_forward_seconds(step_forward_s, window_s, tail, share)
+    first = first_forward_seconds(step_forward_s, window_s, tail, share, *upfront)
     step = where(overlapped, waits + maximum(beyond, rest * tail) + first, step_s)
-    hidden = microbatch_exposed_seconds(
-        microbatch_s, forward_s, reduce_s, m, window_s, tail, share
-    )  # fmt: skip
+    hidden = microbatch_exposed_seconds(microbatch_s, forward_s, reduce_s, m, window_s, tail, share)
     return step + where(beside_compute, hidden, m * microbatch_s)

@@ -47,27 +47,73 @@ the weight-gradient pass ``W`` runs no FSDP hook. A pass gathers the units it fi
   all-gathers a step, whatever the schedule** (m + 1 of each of a rank's chunks under the
   multi-stage schedules, whose ``UNSHARD`` takes the first forward's place).
 
-With four chunks a rank or more (the interleaved schedule's ``v ≥ 4``) a chunk leaves the three
-``_add_unshard_reshard`` keeps and is gathered again on its return, beyond these counts: not
-counted here.
-
 Checked against the schedules' own action lists (PyTorch 2.13.0, the lists each schedule's
 ``pipeline_order_with_comms`` holds, replayed with the rules above): m + 1 gathers of every chunk
 for GPipe and 1F1B at pp 2–8, m = pp…8·pp, and for Interleaved1F1B (v = 2, 3), ZBVZeroBubble
 and DualPipeV at the same sizes; one a step with ``reshard_after_forward=False``.
+
+**The multi-stage runtime** (``_PipelineScheduleRuntime._step_microbatches``, PyTorch 2.13.0
+git cf30153c4c ``torch/distributed/pipelining/schedules.py``) adds two things to these counts:
+
+* *Chunks re-gathered* (:func:`chunk_gathers`, :func:`runtime_regathers`). ``_add_unshard_reshard``
+  walks a rank's compute actions and before each one keeps active the next
+  :data:`MAX_ACTIVE_STAGES` distinct stages it will compute: an ``UNSHARD`` for each that enters,
+  a ``RESHARD`` for each that leaves. ``RESHARD`` calls ``FSDPModule.reshard`` on every unit of
+  the stage, and ``FSDPParamGroup.reshard`` outside a forward frees the unsharded parameters
+  whatever ``reshard_after_forward`` says; the ``UNSHARD`` that brings the stage back gathers
+  them again (``unshard(async_op=True)`` on every unit). With at most three chunks a rank
+  (``ScheduleZBVZeroBubble``, ``ScheduleDualPipeV``, ``ScheduleInterleaved1F1B`` at v ≤ 3) a
+  chunk leaves only after its last pass: the counts above hold. With four or more
+  (``ScheduleInterleaved1F1B`` at v ≥ 4; its order, warm-up ``(v − 1)·pp + 2·(pp − 1 − r)``
+  forwards then one forward and one backward in turn, chunks taken in rounds of pp micro-batches,
+  is Megatron-Core's, :func:`model.schedule.stage_order`) the forwards walk the chunks upwards
+  and the backwards downwards, so every round a rank's window loses chunks it will need again:
+  at pp 2, v 4, m 4 rank 0 issues 11 gathers of a chunk under ZeRO-2 where 4 were counted
+  (2.75 of its weights a step where 1 was), 22 under ZeRO-3 where 20 were. Replayed
+  (:func:`chunk_gathers`) over n = m/pp rounds the most a rank issues is, under ZeRO-2,
+  ``2v − 3`` at n = 1 and ``2(v − 3)·n + 7`` from n = 2 on, whatever pp (ranks in the second half
+  of the pipeline two fewer); under ZeRO-3 ``(m + 1)·v`` plus a few per round. Every ``UNSHARD``
+  after the step's first is issued at least one forward and one backward of a chunk before the
+  pass that waits for it (two passes at the least, four to sixteen most often), so the re-gathers
+  are counted in each micro-batch's backward window (:func:`model.dp_exposure.dp_seconds`).
+* *The first chunk gathered up front* (:func:`upfront_gather`). Each rank's list begins with the
+  ``UNSHARD`` of its first chunks; before a stage's first pass ``_assert_unsharded`` waits on
+  every one of its units' handles (``UnshardHandle.wait`` → ``wait_for_unshard``: the compute
+  stream waits for the stage's all-gathers and copies them out), so the first forward starts
+  only when its whole chunk is gathered, where FSDP's own hooks gather unit by unit under it.
+  Nothing runs before it on the first rank, which every other rank waits for: ``1/v`` of the
+  step's first-forward gather waits whole; the other chunks' first gathers, issued behind it on
+  the same group, hide under the forwards of the chunk before them (``min(m, pp)`` a chunk on
+  the first rank's warm-up, each ``1/v`` of a micro-batch's forward).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
+from fractions import Fraction
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 
 from trainplan.model.frameworks import DEFAULT_ZERO_STAGE, Framework
+from trainplan.model.schedule import stage_order
+from trainplan.model.xp import elementwise, minimum
+
+if TYPE_CHECKING:
+    from trainplan.model.mechanism_record import Mechanism
 
 __all__ = [
     "TORCHTITAN_RESHARD_SOURCE",
+    "MAX_ACTIVE_STAGES",
+    "RUNTIME_SCHEDULES",
+    "EXACT_ROUNDS",
     "default_zero_stage",
     "reshard_policy",
     "regather_forward_share",
+    "chunk_gathers",
+    "runtime_regathers",
+    "upfront_gather",
+    "regather_name",
+    "runtime_mechanism",
 ]
 
 TORCHTITAN_RESHARD_SOURCE = (
@@ -75,6 +121,22 @@ TORCHTITAN_RESHARD_SOURCE = (
     '("default" → not pp_enabled), apply_fsdp_to_decoder; torchtitan/config/configs.py '
     'fsdp_reshard_after_forward = "default"'
 )
+
+
+MAX_ACTIVE_STAGES = 3
+"""Stages a rank keeps gathered under the multi-stage runtime: ``_add_unshard_reshard``'s
+``max_active_stages`` default, which ``_PipelineScheduleRuntime._prepare_schedule_with_comms``
+leaves as it is (PyTorch 2.13.0 ``torch/distributed/pipelining/schedules.py``)."""
+
+RUNTIME_SCHEDULES = frozenset({"interleaved", "zb-v", "dualpipev"})
+"""The ``fsdp2`` profile's schedules that PyTorch runs on ``_PipelineScheduleRuntime``
+(``ScheduleInterleaved1F1B``, ``ScheduleZBVZeroBubble``, ``ScheduleDualPipeV`` subclass it;
+``ScheduleGPipe`` and ``Schedule1F1B`` are ``PipelineScheduleSingle``: no ``UNSHARD``)."""
+
+EXACT_ROUNDS = 4
+"""Rounds of pp micro-batches up to which :func:`chunk_gathers` replays the order whole; beyond,
+the count grows by the same number every round (from the second round on; checked against the
+whole replay and against PyTorch's own lists in ``tests/model/test_fsdp2_runtime_gathers.py``)."""
 
 
 def default_zero_stage(framework: Framework | str, pp: int = 1) -> int:
@@ -143,3 +205,135 @@ def regather_forward_share(schedule: str, m: Any) -> Any:
     if name == "interleaved":
         return 1.0 + 0 * m
     return 0.0 * m
+
+
+def _replay(order: list[tuple[str, int, int]], reshard_after_forward: bool) -> int:
+    """All-gathers of a chunk one rank's ``order`` (:func:`model.schedule.stage_order`'s
+    ``(kind, micro-batch, chunk)``) issues under the runtime: before each pass the next
+    :data:`MAX_ACTIVE_STAGES` distinct chunks are kept; one that leaves is freed (``RESHARD``),
+    one that enters gathers if freed (``UNSHARD``); then the pass's own hooks gather it if freed,
+    a forward frees it under ``reshard_after_forward``, a backward leaves it whole."""
+    windows: list[frozenset[int]] = []
+    first: list[int] = []  # the chunks from a pass on, in the order they first come
+    window: frozenset[int] = frozenset()
+    for _, _, chunk in reversed(order):
+        if not first or first[0] != chunk:
+            first = [chunk, *(c for c in first if c != chunk)]
+            window = frozenset(first[:MAX_ACTIVE_STAGES])
+        windows.append(window)
+    active: frozenset[int] = frozenset()
+    freed: dict[int, bool] = {}
+    gathers = 0
+    for (kind, _, chunk), window in zip(order, reversed(windows), strict=True):
+        if window != active:
+            for c in active - window:
+                freed[c] = True
+            for c in window - active:
+                gathers += freed.get(c, True)
+                freed[c] = False
+            active = window
+        gathers += freed.get(chunk, True)
+        freed[chunk] = reshard_after_forward and kind == "F"
+    return gathers
+
+
+@lru_cache(maxsize=1024)
+def chunk_gathers(pp: int, v: int, m: int, reshard_after_forward: bool) -> int:
+    """All-gathers of one model chunk's units (each ``1/v`` of a rank's weights) in a step on the
+    rank that issues the most, under ``ScheduleInterleaved1F1B`` on ``_PipelineScheduleRuntime``
+    with FSDP2 (the module docstring): every rank's order replayed with the runtime's window of
+    :data:`MAX_ACTIVE_STAGES` chunks, up to :data:`EXACT_ROUNDS` rounds of pp micro-batches; beyond,
+    the last round's growth carried on. ``m`` a multiple of pp (:func:`model.pipeline.
+    check_schedule`).
+
+    Examples
+    --------
+    pp 2, v 4, m 4 (rank 0's list: ``0UNSHARD 2UNSHARD 4UNSHARD 0F0 0F1 0RESHARD 6UNSHARD 2F0
+    …``): 11 gathers of a chunk under ZeRO-2, 22 under ZeRO-3 (rank 1: 23); at v 3 one a chunk
+    and m + 1 a chunk.
+
+    >>> chunk_gathers(2, 4, 4, False), chunk_gathers(2, 4, 4, True), chunk_gathers(2, 3, 4, True)
+    (11, 23, 15)
+    """
+    rounds = m // pp
+    if rounds > EXACT_ROUNDS:
+        last = chunk_gathers(pp, v, EXACT_ROUNDS * pp, reshard_after_forward)
+        step = last - chunk_gathers(pp, v, (EXACT_ROUNDS - 1) * pp, reshard_after_forward)
+        return last + step * (rounds - EXACT_ROUNDS)
+    return max(
+        _replay(stage_order(pp, m, "interleaved", v, r), reshard_after_forward) for r in range(pp)
+    )
+
+
+def runtime_mechanism(mech: Mechanism, frees_stage_tensors: bool) -> Mechanism:
+    """``mech`` as the recipe's pipeline runtime runs it: without
+    :attr:`~model.mechanism_record.Mechanism.torch_pipelining` where the recipe says the runtime
+    is not PyTorch's (:attr:`model.specs.TrainingSpec.pipeline_frees_stage_tensors`: Meta's for
+    Llama 3, whose FSDP does not reshard after forward, arXiv 2407.21783 §3.3.1).
+
+    >>> from trainplan.model.mechanisms import mechanism
+    >>> runtime_mechanism(mechanism("fsdp2", 2, pipelined=True), True).torch_pipelining
+    False
+    """
+    return replace(mech, torch_pipelining=False) if frees_stage_tensors else mech
+
+
+def runtime_regathers(mech: Mechanism, schedule: Any, pp: Any, v: Any, m: Any) -> Any:
+    """All-gathers of a stage's whole weights a step that ``mech`` under PyTorch's multi-stage
+    runtime issues beyond its own count (:attr:`~model.mechanism_record.Mechanism.
+    gathers_per_step` + m × :attr:`~model.mechanism_record.Mechanism.gathers_per_microbatch`:
+    one a chunk under ZeRO-2, m + 1 under ZeRO-3): ``(chunk_gathers − that·v)/v`` under
+    ``interleaved`` with ``v ≥ 4`` (:func:`chunk_gathers`), 0 elsewhere and for a mechanism not
+    run by torch.distributed.pipelining (:attr:`~model.mechanism_record.Mechanism.
+    torch_pipelining`). A Fraction for one layout, element-wise in ``v`` and ``m`` (floats)
+    over arrays.
+
+    >>> from trainplan.model.mechanisms import mechanism
+    >>> z2, z3 = (mechanism("fsdp2", z, pipelined=True) for z in (2, 3))
+    >>> runtime_regathers(z2, "interleaved", 2, 4, 4), runtime_regathers(z3, "interleaved", 2, 4, 4)
+    (Fraction(7, 4), Fraction(3, 4))
+    >>> runtime_regathers(z2, "interleaved", 4, 3, 16), runtime_regathers(z2, "1f1b", 4, 1, 16)
+    (0, 0)
+    """
+    if not mech.torch_pipelining or str(schedule) != "interleaved":
+        return 0
+    again = mech.regathers_after_forward
+    counted = mech.gathers_per_step, mech.gathers_per_microbatch
+
+    def extra(v: Any, m: Any) -> Any:
+        v, m = int(v), int(m)
+        if v <= MAX_ACTIVE_STAGES:
+            return 0
+        return Fraction(chunk_gathers(int(pp), v, m, again) - v * (counted[0] + m * counted[1]), v)
+
+    return elementwise(extra, v, m)
+
+
+def upfront_gather(mech: Mechanism, schedule: Any, pp: Any, v: Any, m: Any) -> tuple[Any, Any]:
+    """(share of the step's first-forward all-gathers that waits whole before the first forward,
+    the window the rest hide under in forwards of one micro-batch): ``(1/v, (v − 1)·min(m,
+    pp)/v)`` under PyTorch's multi-stage runtime (:data:`RUNTIME_SCHEDULES`; the module
+    docstring: the first chunk's ``UNSHARD`` is waited for whole, each later chunk's first
+    gather hides under the ``min(m, pp)`` forwards of the chunk before it on the first rank,
+    ``1/v`` of a micro-batch's forward each), ``(0, 1)`` elsewhere: FSDP's hooks gather unit by
+    unit under the first forward (:func:`model.dp_exposure.first_forward_seconds`).
+    Element-wise in ``v`` and ``m``.
+
+    >>> from trainplan.model.mechanisms import mechanism
+    >>> z2 = mechanism("fsdp2", 2, pipelined=True)
+    >>> upfront_gather(z2, "interleaved", 8, 2, 8), upfront_gather(z2, "1f1b", 8, 1, 8)
+    ((0.5, 4.0), (0, 1))
+    """
+    if not mech.torch_pipelining or str(schedule) not in RUNTIME_SCHEDULES:
+        return 0, 1
+    return 1 / v, (v - 1) * minimum(m, pp) / v
+
+
+def regather_name(again: Any) -> str:
+    """What the dp traffic's name adds for :func:`runtime_regathers`' ``again`` gathers of the
+    weights a step (one layout): nothing when there are none.
+
+    >>> regather_name(Fraction(39, 8)), regather_name(0)
+    (' + 4.875 re-gathers a step (pipeline runtime)', '')
+    """
+    return f" + {float(again):.4g} re-gathers a step (pipeline runtime)" if again else ""

@@ -118,6 +118,12 @@ class Mechanism:
     forward reaches it (FSDP2 under a pipeline schedule: the first ``pre_forward`` finds the
     units sharded, the later passes find them whole), so only that forward can hide them
     (:func:`model.dp_exposure.dp_exposed_seconds`)."""
+    torch_pipelining: bool = False
+    """Run by torch.distributed.pipelining's schedules (FSDP2 with pp > 1, as torchtitan runs
+    it), whose multi-stage runtime gathers a model chunk whole ahead of its first pass and frees
+    it when it leaves the next three chunks the rank computes: re-gathers beyond the counts
+    above at four chunks a rank or more (:func:`model.fsdp2_pipeline.runtime_regathers`) and the
+    first chunk's gather waited for whole (:func:`model.fsdp2_pipeline.upfront_gather`)."""
     non_units_gathered: bool = False
     """The parameters outside every unit (the embedding, the output layer) stay gathered from
     their first use to the step's end, beside the :attr:`gathered_units` (Megatron-FSDP:

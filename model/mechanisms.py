@@ -363,7 +363,10 @@ def _fsdp2_pipelined(zero_stage: int, w: int, g: int, o: int, src: str) -> Mecha
     after a forward and each backward after a forward gather it again: m + 1 all-gathers a step,
     whatever the schedule (``regathers_after_forward``; the first forward's once a step, the
     m others per micro-batch), not the 2m of a step without a pipeline. Both run their
-    once-a-step gather in the step's first forward (``step_gathers_in_forward``).
+    once-a-step gather in the step's first forward (``step_gathers_in_forward``). The
+    multi-stage schedules' runtime adds re-gathers at four chunks a rank or more and waits for
+    the first chunk whole (``torch_pipelining``: :func:`model.fsdp2_pipeline.runtime_regathers`,
+    :func:`model.fsdp2_pipeline.upfront_gather`).
 
     >>> z3, z2 = _fsdp2_pipelined(3, 2, 4, 12, ""), _fsdp2_pipelined(2, 2, 4, 12, "")
     >>> z3.gathers_per_step, z3.gathers_per_microbatch, z3.traffic_terms()
@@ -382,7 +385,8 @@ def _fsdp2_pipelined(zero_stage: int, w: int, g: int, o: int, src: str) -> Mecha
         weights_full=w, weights_sharded=4, grads_full=g, grads_sharded=0,
         optimizer_full=0, optimizer_sharded=o - 4, step_sharded=4, unit_grad_bytes=w,
         reduce_bytes=g, gathers_per_step=1, gathers_per_microbatch=1 if zero_stage == 3 else 0,
-        regathers_after_forward=zero_stage == 3, step_gathers_in_forward=True, weight_bytes=w,
+        regathers_after_forward=zero_stage == 3, step_gathers_in_forward=True,
+        torch_pipelining=True, weight_bytes=w,
         source=f"{src}; {TORCHTITAN_RESHARD_SOURCE}",
     )  # fmt: skip
 

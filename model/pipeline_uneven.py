@@ -35,8 +35,11 @@ with every two further groups once the steady phase runs (the tests check it aga
 order: the growth repeats with a period of one or two groups), so the runs at 2 and 4 groups give every m.
 
 torchtitan's interleaved schedule (``fsdp2``: torch.distributed.pipelining's
-``ScheduleInterleaved1F1B``, rounds of pp micro-batches, warm-up ``(v − 1)·pp + 2·(pp − 1 −
-rank)``) is taken as the same order.
+``ScheduleInterleaved1F1B``, PyTorch 2.13.0 ``_calculate_single_rank_operations``: rounds of pp
+micro-batches, warm-up ``(v − 1)·pp + 2·(pp − 1 − rank)`` from ``_get_warmup_ops``, then
+``_get_1f1b_rank_ops``' forward and backward in turn, stage ``c·pp + rank``) is the same order:
+every rank's list, its empty slots dropped, equals :func:`model.schedule.stage_order`'s at pp
+2–8, v 2–8, 1–6 rounds (``tests/model/test_fsdp2_runtime_gathers.py``).
 """
 
 from __future__ import annotations

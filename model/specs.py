@@ -312,15 +312,15 @@ class TrainingSpec:
     ``tests/fidelity``)."""
 
     pipeline_frees_stage_tensors: bool = False
-    """Under ``fsdp2`` with pp > 1: the pipeline runtime frees each stage's input and output
-    tensors once they are no longer needed, as Meta's does for Llama 3 (arXiv 2407.21783
+    """Under ``fsdp2`` with pp > 1: the pipeline runtime is Meta's for Llama 3 (arXiv 2407.21783
     §3.3.2: "we proactively deallocate tensors that will not be used for future computation,
-    including the input and output tensors of each pipeline stage"). False (the default) is
-    PyTorch's ``torch.distributed.pipelining``, as torchtitan runs it: stage outputs kept in
-    ``fwd_cache`` until their backward, one receive buffer per micro-batch for activations and
-    for gradients, the last stage's outputs kept in ``output_chunks`` until the next step
-    (:mod:`model.terms.activations`, :func:`model.loss_memory.output_chunks_bytes`). The other
-    profiles keep none of these."""
+    including the input and output tensors of each pipeline stage"; §3.3.1: no reshard after
+    forward). False (the default) is PyTorch's ``torch.distributed.pipelining`` as torchtitan
+    runs it: stage outputs kept in ``fwd_cache`` until their backward, one receive buffer per
+    micro-batch for activations and for gradients, the last stage's outputs in ``output_chunks``
+    until the next step (:mod:`model.terms.activations`, :func:`model.loss_memory.
+    output_chunks_bytes`), whole model chunks gathered and freed by the multi-stage schedules'
+    runtime (:mod:`model.fsdp2_pipeline`). The other profiles keep none of these."""
     pipeline_keeps_outputs: bool = False
     """Under ``fsdp2`` with pp > 1: the pipeline schedule keeps the last stage's output (the BF16
     logits) of every micro-batch until the next step (:func:`model.loss_memory.output_chunks_bytes`),

@@ -372,7 +372,8 @@ def _llama3_params(r: dict[str, Any]) -> dict[str, Any]:
         "virtual_stages": LLAMA3_VIRTUAL_STAGES,
         "memory_efficient_norm": True,
         # Meta's pipeline frees each stage's input and output tensors (§3.3.2), which
-        # PyTorch's pipelining (the fsdp2 profile's default) keeps
+        # PyTorch's pipelining (the fsdp2 profile's default) keeps, and its FSDP does not
+        # reshard after forward (§3.3.1) where PyTorch's multi-stage runtime frees chunks
         "pipeline_frees_stage_tensors": True,
         # Meta's tensor parallelism keeps the sequence shard of the blocks' inputs, as
         # Megatron-Core does: under torchtitan's DTensor plan (the fsdp2 profile's default)

@@ -32,7 +32,11 @@ from trainplan.model.comm import (
 )
 from trainplan.model.deepspeed_accumulate import accumulate_seconds
 from trainplan.model.dp_exposure import DpSeconds, dp_exposed_seconds, dp_seconds
-from trainplan.model.fsdp2_pipeline import regather_forward_share
+from trainplan.model.fsdp2_pipeline import (
+    regather_forward_share,
+    runtime_regathers,
+    upfront_gather,
+)
 from trainplan.model.memory import FP8_PARAM_BYTES
 from trainplan.model.pipeline_reduce import reduce_waiting_share
 from trainplan.model.terms.fields import Context, Fields
@@ -66,10 +70,12 @@ def dp_group_seconds(c: Context, f: Fields, mech: Any = None) -> tuple[tuple[DpS
     per MoE block); zero seconds for a group of one rank. A mechanism that
     :attr:`~model.mechanism_record.Mechanism.regathers_after_forward` runs the schedule's share
     of its per-micro-batch gathers in forwards (:func:`model.fsdp2_pipeline.
-    regather_forward_share`). ``mech``: another mechanism's collectives in the same buckets
-    (None: the layout's)."""
+    regather_forward_share`); under PyTorch's multi-stage runtime the chunks it gathers again
+    (:func:`model.fsdp2_pipeline.runtime_regathers`, :attr:`DpSeconds.again_s`). ``mech``:
+    another mechanism's collectives in the same buckets (None: the layout's)."""
     mech, m, fw = mech or dp_mechanism(c, f), f.m, str(f.framework)
     forward = regather_forward_share(str(f.schedule), m) if mech.regathers_after_forward else None
+    again = runtime_regathers(mech, f.schedule, f.pp, f.virtual_stages, m)
     overlapped = c.options.grad_reduce_overlap
     layers, moe_layers = most_layers(c, f)
     out = []
@@ -86,6 +92,7 @@ def dp_group_seconds(c: Context, f: Fields, mech: Any = None) -> tuple[tuple[DpS
         s = dp_seconds(
             mech, as_float(total - m * per_mb), as_float(per_mb), group, calls,
             where(on, bandwidth, 1.0), scaleup, params_of(c), forward_share=forward, gathered=gathered,
+            again=again,
         )  # fmt: skip
         s = DpSeconds(*(where(on, getattr(s, k.name), 0.0) for k in fields(DpSeconds)))
         out.append((s, calls))
@@ -123,12 +130,17 @@ def dp_group_times(
     computation it hides under (:func:`dp_sm_share`; 0 unless ``nccl_sm_charge``), a pipeline
     stage's reductions after its last backward (:func:`model.pipeline_reduce.reduce_waiting_share`)
     and the once-per-step gathers of the step's first forward
-    (:attr:`model.mechanism_record.Mechanism.step_gathers_in_forward`). ``mech``: as
-    :func:`dp_group_seconds`."""
+    (:attr:`model.mechanism_record.Mechanism.step_gathers_in_forward`; under PyTorch's
+    multi-stage runtime the first chunk's waited whole, :func:`model.fsdp2_pipeline.
+    upfront_gather`) and the runtime's re-gathers of chunks (:attr:`model.dp_exposure.
+    DpSeconds.again_s`, spread over the m micro-batches in their backwards' windows: each is
+    issued a chunk's forward and backward or more before the pass that waits for it, the
+    module docstring of :mod:`model.fsdp2_pipeline`). ``mech``: as :func:`dp_group_seconds`."""
     mech = mech or dp_mechanism(c, f)
     (d, d_calls), (e, e_calls) = dp_group_seconds(c, f, mech)
     m, fw = f.m, str(f.framework)
-    dense, experts = d.step_s + m * d.microbatch_s, e.step_s + m * e.microbatch_s
+    dense = d.step_s + m * d.microbatch_s + d.again_s
+    experts = e.step_s + m * e.microbatch_s + e.again_s
     total = dense + experts
     some = total > 0
     tail = where(some, (dense / d_calls + experts / e_calls) / where(some, total, 1.0), 1 / d_calls)
@@ -138,10 +150,12 @@ def dp_group_times(
     )  # fmt: skip
     share = dp_sm_share(c, f, mech, dense, experts)
     waits = (d.step_reduce_s + e.step_reduce_s) * reduce_waiting_share(fw, f.pp, f.virtual_stages)
+    again = (d.again_s + e.again_s) / m  # spread over the micro-batches, in their backwards
     exposed = dp_exposed_seconds(
-        d.step_s + e.step_s, d.microbatch_s + e.microbatch_s, m, window, after_flush, tail,
-        beside, share, waits, d.forward_s + e.forward_s,
+        d.step_s + e.step_s, d.microbatch_s + e.microbatch_s + again, m, window, after_flush,
+        tail, beside, share, waits, d.forward_s + e.forward_s,
         d.microbatch_reduce_s + e.microbatch_reduce_s, d.step_forward_s + e.step_forward_s,
+        upfront_gather(mech, f.schedule, f.pp, f.virtual_stages, m),
     )  # fmt: skip
     expert_exposed = where(some, exposed * experts / where(some, total, 1.0), 0.0)
     return (dense, exposed - expert_exposed), (experts, expert_exposed)

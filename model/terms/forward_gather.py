@@ -59,7 +59,7 @@ def forward_mechanism(mech: Mechanism) -> Mechanism | None:
         return None
     return replace(mech, reduce_bytes=0, all_reduce=False, reduce_per_microbatch=False,
                    gathers_per_step=0, gathers_per_microbatch=1, regathers_after_forward=False,
-                   step_gathers_in_forward=False)  # fmt: skip
+                   step_gathers_in_forward=False, torch_pipelining=False)  # fmt: skip
 
 
 def forward_gather_term(c: Context, f: Fields) -> tuple[Any, Any]:

@@ -37,6 +37,7 @@ from trainplan.model.context_parallel import CpKind, cp_collective, torch_rotate
 from trainplan.model.deepspeed_mechanisms import sp_comm_bytes
 from trainplan.model.fp8_gathers import fp8_gather_saving, fp8_param_gathers, tp_gather_bytes
 from trainplan.model.frameworks import Framework, gradient_bytes_for
+from trainplan.model.fsdp2_pipeline import regather_name, runtime_mechanism, runtime_regathers
 from trainplan.model.layout import Recompute
 from trainplan.model.mechanisms import mechanism
 from trainplan.model.memory import keeps_gathered_inputs
@@ -84,10 +85,10 @@ __all__ = [
 def dp_mechanism(c: Context, f: Fields) -> Any:
     """The layout's ZeRO stage as its framework runs it, with the recipe's bytes, the
     options' ZeRO-3 re-gather, DeepSpeed bucket all-reduce and BF16 gradient clearing and, with
-    pp > 1, the framework's pipeline-schedule variant
-    (:func:`model.mechanisms.mechanism`)."""
+    pp > 1, the framework's pipeline-schedule variant (:func:`model.mechanisms.mechanism`) as
+    the recipe's pipeline runtime runs it (:func:`model.fsdp2_pipeline.runtime_mechanism`)."""
     t = c.training
-    return mechanism(
+    mech = mechanism(
         f.framework, f.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
         c.options.zero3_regather, pipelined=f.pp > 1,
         distributed_optimizer=t.distributed_optimizer, overlap_comm=t.deepspeed_overlap_comm,
@@ -95,6 +96,7 @@ def dp_mechanism(c: Context, f: Fields) -> Any:
         multi_rank_allreduce=c.options.use_multi_rank_bucket_allreduce,
         sp_comm=sp_comm_bytes(t, f.cp), lp_grads_set_to_none=c.options.lp_grads_set_to_none,
     )  # fmt: skip
+    return runtime_mechanism(mech, t.pipeline_frees_stage_tensors)
 
 
 def fp8_gathered_params(c: Context, f: Fields) -> tuple[Any, Any]:
@@ -109,13 +111,16 @@ def fp8_gathered_params(c: Context, f: Fields) -> tuple[Any, Any]:
 
 
 def _dp_bytes(c: Context, f: Fields, mech: Any, dense: Any, experts: Any) -> tuple[Any, Any]:
-    """:func:`model.comm.dp_bytes` of ``dense`` and ``experts`` less what FP8 primary weights
-    save (:func:`model.fp8_gathers.fp8_gather_saving` of the share of
-    :func:`fp8_gathered_params` in each group the call counts)."""
+    """:func:`model.comm.dp_bytes` of ``dense`` and ``experts``, with the re-gathers of PyTorch's
+    multi-stage pipeline runtime (:func:`model.fsdp2_pipeline.runtime_regathers`), less what FP8
+    primary weights save (:func:`model.fp8_gathers.fp8_gather_saving` of the share of
+    :func:`fp8_gathered_params` in each group the call counts; Megatron-Core only, so never
+    beside those re-gathers)."""
     fp8_dense, fp8_experts = fp8_gathered_params(c, f)
     fp8 = (where(dense == 0, 0, fp8_dense), where(experts == 0, 0, fp8_experts))
     shard, expert_shard = f.shard_degree, f.expert_shard_degree
-    total, per_mb = dp_bytes(mech, dense, experts, shard, expert_shard, f.m)
+    again = runtime_regathers(mech, f.schedule, f.pp, f.virtual_stages, f.m)
+    total, per_mb = dp_bytes(mech, dense, experts, shard, expert_shard, f.m, again)
     saved, saved_mb = fp8_gather_saving(mech, fp8, shard, expert_shard, f.m)
     return total - saved, per_mb - saved_mb
 
@@ -296,8 +301,9 @@ def axis_traffic(c: Context, f: LayoutFields) -> list[AxisTraffic]:
     """One layout's traffic per axis (dp, then with routed experts edp, the experts' share of it
     on the expert data-parallel group, :func:`dp_group_traffic_bytes`; then tp, cp, ep and pp
     when the model has dimensions), named with its collectives: the terms above."""
-    lay = f.layout
-    name = dp_name(dp_mechanism(c, f))
+    lay, mech = f.layout, dp_mechanism(c, f)
+    again = runtime_regathers(mech, f.schedule, f.pp, f.virtual_stages, f.m)
+    name = dp_name(mech) + regather_name(again)
     if c.model.arch is None or c.arch.moe is None:
         total, per_mb = dp_traffic_bytes(c, f)
         rows = [AxisTraffic("dp", name, lay.shard_degree, total, per_mb)]

@@ -1,5 +1,6 @@
 """The project's reference tables, read from the installed package (``scenarios/published.toml``
-and ``scenarios/examples.toml``, each table with its source): nothing outside the repository."""
+and ``scenarios/examples.toml``, each table with its source): nothing outside the repository;
+and the check that the search's tables read the evaluator's terms (:func:`search_matches_evaluate`)."""
 
 from __future__ import annotations
 
@@ -24,3 +25,23 @@ def table_rows(name: str, table: str) -> list[dict[str, Any]]:
 def table_meta(name: str, table: str) -> dict[str, Any]:
     """The ``[[table]]`` itself (``rel``, ``note``…)."""
     return load(name)[table][0]
+
+
+def search_matches_evaluate(case: Any, num_gpus: int, space: Any) -> list[Any]:
+    """The search's tables (float64 arrays over candidates) for ``case`` on ``num_gpus`` over
+    ``space`` against the evaluator on every legal candidate, the two objective terms to the
+    nanosecond (:data:`optimizer.search.NS_TOLERANCE`); the layouts checked."""
+    from trainplan.model.estimate import objective_ns
+    from trainplan.optimizer.problem import Job, Problem
+    from trainplan.optimizer.search import NS_TOLERANCE
+    from trainplan.optimizer.tables import build_tables
+
+    tables = build_tables(Problem(jobs=(Job(case, num_gpus, "case"),), space=space))
+    checked = []
+    for s, z, r in zip(*tables.legal.nonzero(), strict=True):
+        lay = tables.shapes[s].layout(tables.zero_stages[z], tables.recomputes[r])
+        t1, t2 = objective_ns(case.evaluate(lay).time_terms)
+        assert abs(t1 - tables.t1_ns[s, r]) <= NS_TOLERANCE, lay
+        assert abs(t2 - tables.t2_ns[s, z]) <= NS_TOLERANCE, lay
+        checked.append(lay)
+    return checked

@@ -127,10 +127,13 @@ def test_forward_share_by_schedule():
     assert regather_forward_share("interleaved", 16) == 1
 
 
-def _dp_parts(schedule: str):
+def dp_parts(schedule: str, zero_stage: int = 3, **layout):  # type: ignore[no-untyped-def]
+    """(the dp group's :class:`~model.dp_exposure.DpSeconds`, its calls, a micro-batch's window,
+    the dp traffic row, the estimate) of Llama 3 8B on A100-80GB, dp 16 × pp 2, s 512, B 256,
+    NCCL's SM charge off, under ``schedule``."""
     case = Case.of(
-        "llama3-8b", "A100-80GB", framework="fsdp2", dp=16, pp=2, zero_stage=3, seq_len=512,
-        global_batch_size=256, schedule=schedule, nccl_sm_charge=False,
+        "llama3-8b", "A100-80GB", framework="fsdp2", dp=16, pp=2, zero_stage=zero_stage,
+        seq_len=512, global_batch_size=256, schedule=schedule, nccl_sm_charge=False, **layout,
     )  # fmt: skip
     est = case.evaluate()
     c = evaluation_context(case.model, case.training, case.device, case.options)
@@ -157,7 +160,7 @@ def test_exposure_by_hand_a100(schedule):
 
     Both sent 255.96 GB and left 313.4 ms exposed with two gathers a micro-batch (step
     1.676 s); they send 143.04 GB now."""
-    d, calls, t, dp, est = _dp_parts(schedule)
+    d, calls, t, dp, est = dp_parts(schedule)
     a, reduce_s = d.microbatch_s, d.step_reduce_s
     assert calls == 16 and d.step_forward_s == a  # one gather of the stage's units
     assert (reduce_s, a, t) == (
