@@ -258,8 +258,9 @@ def evaluate_cmd(as_json: bool, per_stage: bool, **params: Any) -> None:
     "--file",
     "part_file",
     metavar="PATH.toml",
-    help="Show the accelerator a file describes (what --gpu PATH.toml reads): its figures, "
-    "each with its source, and the catalogue part whose per-part rates it takes.",
+    help="Show the accelerator a TOML file describes, as the planner reads a gpu given as "
+    "PATH.toml: its figures, each with its source, and the catalogue part whose per-part rates "
+    "it takes.",
 )
 def gpus_cmd(as_json: bool, part_file: str | None) -> None:
     """The accelerator table: memory, dense BF16 peak, links, each with its source."""
