@@ -420,8 +420,7 @@ def _calibrated(path: Any, accelerators: list[str | DeviceSpec]) -> set[str | De
 
     fitted_on = calibration_gpu(path)
     names = {
-        gpu: gpu.name if isinstance(gpu, DeviceSpec) else get_part(gpu).name
-        for gpu in accelerators
+        gpu: gpu.name if isinstance(gpu, DeviceSpec) else get_part(gpu).name for gpu in accelerators
     }
     if fitted_on not in names.values():
         given = ", ".join(g if isinstance(g, str) else g.name for g in accelerators)

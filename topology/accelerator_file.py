@@ -50,6 +50,7 @@ from trainplan.topology.accelerators import (
     get_accelerator,
     is_part_file,
     load_accelerators,
+    name_key,
     row_dict,
     to_device,
 )
@@ -138,11 +139,11 @@ def _check_own(row: dict[str, Any], where: str) -> None:
             f"{where}: name {shown_text(name)} has a bracket, which marks a what-if part "
             "(H100-SXM[hbm×1.5]); name the part without one"
         )
-    taken = {n.lower().replace("-", ""): n for n in load_accelerators()}
-    if name.lower().replace("-", "") in taken:
+    taken = {name_key(n): n for n in load_accelerators()}
+    if name_key(name) in taken:
         raise ScenarioError(
             f"{where}: name {shown_text(name)} is the accelerator table's "
-            f"{taken[name.lower().replace('-', '')]}; give the file's part a name of its own"
+            f"{taken[name_key(name)]}; give the file's part a name of its own"
         )
 
 

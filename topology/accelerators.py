@@ -20,7 +20,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from trainplan.model.errors import ScenarioError, named_lookup
+from trainplan.model.errors import ScenarioError
 from trainplan.model.frameworks import DRIVER_RESERVED_BYTES
 from trainplan.model.hardware import DeviceSpec, runtime_reserve_for
 from trainplan.model.units import GB, GIB, closest_names
@@ -29,6 +29,7 @@ __all__ = [
     "load_accelerators",
     "get_accelerator",
     "is_part_file",
+    "name_key",
     "check_keys",
     "check_row",
     "to_device",
@@ -99,14 +100,14 @@ ALIASES: dict[str, str] = {
     "trn2": "Trainium2",
 }
 """Other spellings accepted by :func:`get_accelerator`, keyed by normalised spelling (see
-``_key``). Only names that mean one part: ``H100`` (SXM, PCIe or NVL?), ``A100`` (40 or 80 GB?)
+:func:`name_key`). Only names that mean one part: ``H100`` (SXM, PCIe or NVL?), ``A100`` (40 or 80 GB?)
 and ``Gaudi`` (2 or 3?) are not here, and are refused with their candidates."""
 
 
-def _key(name: str) -> str:
+def name_key(name: str) -> str:
     """Normalised spelling: lower case without spaces, hyphens, underscores or dots.
 
-    >>> _key("TPU v4"), _key("tpu-v4"), _key("H100_SXM")
+    >>> name_key("TPU v4"), name_key("tpu-v4"), name_key("H100_SXM")
     ('tpuv4', 'tpuv4', 'h100sxm')
     """
     return re.sub(r"[\s\-_.]+", "", name).lower()
@@ -326,7 +327,7 @@ def _devices_from_text(text: str) -> dict[str, DeviceSpec]:
     devices: dict[str, DeviceSpec] = {}
     for index, row in enumerate(_parse(text), start=1):
         device = to_device(row, _where(index, row["name"]))
-        if _key(device.name) in {_key(n) for n in devices}:
+        if name_key(device.name) in {name_key(n) for n in devices}:
             raise ScenarioError(f"{_where(index, device.name)}: duplicate name")
         devices[device.name] = device
     return devices
@@ -381,15 +382,15 @@ def get_accelerator(name: str) -> DeviceSpec:
     ('H100-SXM', 'V100-SXM2-32GB')
     """
     devices = load_accelerators()
-    by_key = {_key(n): d for n, d in devices.items()}
-    key = _key(str(name))
+    by_key = {name_key(n): d for n, d in devices.items()}
+    key = name_key(str(name))
     if not key:
         raise ScenarioError(f"gpu: {name!r} is empty; name an accelerator (trainplan gpus)")
     if key in by_key:
         return by_key[key]
     if key in ALIASES:
         return devices[ALIASES[key]]
-    candidates = [n for n in devices if _key(n).startswith(key)]
+    candidates = [n for n in devices if name_key(n).startswith(key)]
     if len(candidates) == 1:
         return devices[candidates[0]]
     if candidates:
