@@ -38,7 +38,7 @@ from typing import Any
 from trainplan.interface.inputs import build_case, unknown_parameter
 from trainplan.model.errors import InputError, ScenarioError
 from trainplan.model.roofline import CALIBRATABLE, roofline_params_for
-from trainplan.topology.accelerators import get_accelerator
+from trainplan.topology.accelerator_file import get_part
 
 __all__ = [
     "Measurement",
@@ -247,8 +247,8 @@ def calibrate_measurements(
     unknown = [k for k in keys if k not in CALIBRATABLE]
     if unknown:
         raise InputError(f"fit: {unknown[0]!r} is not one of {', '.join(CALIBRATABLE)}")
-    device = get_accelerator(gpu)
-    base = roofline_params_for(device.name)
+    device = get_part(gpu)
+    base = roofline_params_for(device.part)
     start = {k: getattr(base, k) or base.gemm_efficiency for k in keys}
     predictors = [_predictor(m) for m in measurements]
     figures = fit_figures(predictors, [m.step_s for m in measurements], keys, start)

@@ -18,7 +18,7 @@ from trainplan.model.precision import Precision, check_precision, fp8_recipe_of
 from trainplan.model.specs import TrainingSpec
 from trainplan.model.units import parse_number, shown_number
 from trainplan.optimizer.case import DEFAULT_GPU
-from trainplan.topology.accelerators import accelerator_of
+from trainplan.topology.accelerator_file import accelerator_of
 
 __all__ = [
     "DEFAULT_GPU",

@@ -165,6 +165,29 @@ def uploaded_model(text: str, name: str | None = None) -> Any:
     return ModelSpec(name=label, source="Hugging Face config.json (uploaded)", arch=arch)
 
 
+def inline_accelerator(text: str) -> Any:
+    """The part a JSON object describes (the web API's ``accelerator=``): the keys of an
+    accelerator file, read as one (:func:`topology.accelerator_file.part_from_table`).
+
+    Raises
+    ------
+    ScenarioError
+        Not a JSON object (:func:`model.hf_config.parse_config_json`), too long, or what a file's
+        ``[[accelerator]]`` table is refused for, in one line headed ``accelerator:``.
+    """
+    from trainplan.topology.accelerator_file import part_from_table
+
+    if len(text) > MAX_CONFIG_CHARS:
+        raise ScenarioError(
+            f"accelerator: the object has {len(text):,} characters, over {MAX_CONFIG_CHARS:,}"
+        )
+    return part_from_table(parse_config_json(text, "accelerator"), "accelerator", INLINE_ORIGIN)[0]
+
+
+INLINE_ORIGIN = "the request's accelerator object"
+"""Where the web API's inline accelerator's figures come from, as its answer says."""
+
+
 def models_json() -> list[dict[str, Any]]:
     """The model catalogue (``trainplan models --json``): name, exact parameter counts, the
     published s and B, and each model's source (``scenarios/models/*.toml``)."""
@@ -185,7 +208,23 @@ def models_json() -> list[dict[str, Any]]:
     return rows
 
 
-def gpus_json() -> list[dict[str, Any]]:
+def gpus_json(part_file: str | None = None) -> list[dict[str, Any]]:
     """The accelerator table (``trainplan gpus --json``): memory, dense BF16 peak, links, each
-    row with its source (``topology/accelerators.toml``)."""
-    return accelerator_rows()
+    row with its source (``topology/accelerators.toml``); with ``part_file``, the one row of the
+    part that file describes (``trainplan gpus --file PATH.toml``,
+    :func:`topology.accelerator_file.part_file_row`: its ``file``, ``base``, ``like`` and the
+    keys it gives besides).
+
+    Raises
+    ------
+    ScenarioError
+        What ``--gpu PATH.toml`` refuses of the file, headed ``file: 'PATH'``.
+    """
+    if part_file is None:
+        return accelerator_rows()
+    from trainplan.topology.accelerator_file import part_file_row
+
+    try:
+        return [part_file_row(part_file)]
+    except ScenarioError as err:  # the file is --file's here, not --gpu's
+        raise ScenarioError("file" + str(err).removeprefix("gpu")) from None

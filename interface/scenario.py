@@ -97,7 +97,8 @@ from trainplan.optimizer.space import (
     divisors,
 )
 from trainplan.scenarios.catalogue import get_model
-from trainplan.topology.accelerators import get_accelerator
+from trainplan.topology.accelerator_file import get_part
+from trainplan.topology.accelerators import is_part_file
 
 if TYPE_CHECKING:
     from trainplan.optimizer.case import Case
@@ -124,13 +125,23 @@ def _listify(value: Any) -> list[Any]:
 
 
 def _parts(value: Any) -> list[str | DeviceSpec]:
-    """The accelerators searched: catalogue names (one, a list, or a comma list), or one
-    :class:`DeviceSpec` built in code (a hardware what-if part, :mod:`topology.what_if`)."""
+    """The accelerators searched: catalogue names (one, a list, or a comma list), a file
+    describing a part (``PATH.toml``, read here: the part answers and is priced by its own
+    name), or one :class:`DeviceSpec` built in code (a hardware what-if part,
+    :mod:`topology.what_if`)."""
     if value is None:
         return [DEFAULT_GPU]
     if isinstance(value, DeviceSpec):
         return [value]
-    return list(opts.names(value, "gpu"))
+    parts = [get_part(n) if is_part_file(n) else n for n in opts.names(value, "gpu")]
+    files = [p for p in parts if isinstance(p, DeviceSpec)]
+    for one, other in itertools.combinations(files, 2):
+        if one.name == other.name:
+            raise InputError(
+                f"gpu: {one.origin!r} and {other.origin!r} both name their part {one.name!r}; "
+                "give each file's part a name of its own"
+            )
+    return parts
 
 
 def _ints(d: Mapping[str, Any], key: str) -> tuple[int, ...] | None:
@@ -409,8 +420,7 @@ def _calibrated(path: Any, accelerators: list[str | DeviceSpec]) -> set[str | De
 
     fitted_on = calibration_gpu(path)
     names = {
-        gpu: gpu.name if isinstance(gpu, DeviceSpec) else get_accelerator(gpu).name
-        for gpu in accelerators
+        gpu: gpu.name if isinstance(gpu, DeviceSpec) else get_part(gpu).name for gpu in accelerators
     }
     if fitted_on not in names.values():
         given = ", ".join(g if isinstance(g, str) else g.name for g in accelerators)

@@ -80,7 +80,7 @@ class MfuRequest:
     achieved_tflops_per_gpu: Any = None
     """One chip's reported model FLOP rate, TFLOP/s."""
     gpu: str | None = None
-    """Accelerator name (its dense BF16 peak from the table)."""
+    """Accelerator name, or a ``PATH.toml`` describing one (its dense BF16 peak from there)."""
     peak_tflops: Any = None
     """Dense peak per chip, TFLOP/s (instead of ``gpu``)."""
     chips: Any = 1

@@ -10,7 +10,7 @@ from typing import Any
 
 from trainplan.model.errors import InputError, check_applicable, named_lookup
 from trainplan.model.units import as_json_number, parse_count, parse_positive
-from trainplan.topology.accelerators import get_accelerator
+from trainplan.topology.accelerator_file import get_part
 
 __all__ = ["jsonable", "positive", "optional_count", "fmt_number", "percent", "resolve_peak"]
 
@@ -86,8 +86,8 @@ def resolve_peak(
     gpu = gpu or default_gpu
     if gpu is None:
         raise InputError("gpu: missing; give `gpu` (e.g. H100-SXM) or `peak_tflops` (per chip)")
-    device = named_lookup("gpu", get_accelerator, gpu)
+    device = named_lookup("gpu", get_part, gpu)
     # the figure used first: a row's source may open with another figure (H100-SXM's with FP8)
     return Fraction(device.peak_flops_per_s), (
-        f"{device.name} dense BF16, the accelerator table's (source: {device.source})"
+        f"{device.name} dense BF16, {device.figures_from}'s (source: {device.source})"
     )

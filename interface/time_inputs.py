@@ -25,7 +25,7 @@ from trainplan.model.op_time import TpOverlap
 from trainplan.model.roofline import CALIBRATABLE
 from trainplan.model.timing import TimeModel
 from trainplan.model.units import parse_number, shown_number
-from trainplan.topology.accelerators import get_accelerator
+from trainplan.topology.accelerator_file import get_part
 
 __all__ = [
     "TIME_KEYS",
@@ -102,7 +102,7 @@ def calibration_gpu(path: str | Path) -> str:
     ScenarioError
         The file cannot be read, has no ``gpu`` or ``[cluster]``, or names no known accelerator.
     """
-    return get_accelerator(_calibration_data(path)["gpu"]).name
+    return get_part(_calibration_data(path)["gpu"]).name
 
 
 def read_calibration(path: str | Path, device_name: str) -> dict[str, float]:

@@ -43,7 +43,7 @@ from trainplan.model.op_rates import (
     gemm_wave_efficiency,
     te_caches_fp8_weights,
 )
-from trainplan.model.part_family import FAMILY, catalogue_part
+from trainplan.model.part_family import FAMILY
 from trainplan.model.precision import Fp8Recipe, Precision
 from trainplan.scenarios.kernel_data import low_precision_data
 
@@ -176,7 +176,7 @@ def grouped_fp8_rates(
     True
     """
     r = check_fp8_recipe(precision, recipe, device)
-    part = RECIPE_PART.get(FAMILY.get(catalogue_part(device.name), ""))
+    part = RECIPE_PART.get(FAMILY.get(device.part, ""))
     if r is None or part is None or not te_caches_fp8_weights(framework):
         return None
     if not device.hbm_bytes_per_s:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 from trainplan.model.errors import InputError
 from trainplan.model.frameworks import DEFAULT_RUNTIME_RESERVE_BYTES, DRIVER_RESERVED_BYTES
+from trainplan.model.part_family import catalogue_part
 
 __all__ = ["DeviceSpec", "ClusterLinks", "runtime_reserve_for", "link_example"]
 
@@ -102,6 +103,15 @@ class DeviceSpec:
     the FP8 peak in :attr:`fp8_source` where that is apart."""
     status: str = "secondary"
     """``vendor`` (read in the vendor's document), ``secondary`` (a copy of it) or ``derived``."""
+    like: str = ""
+    """The catalogue part whose per-part tables stand for this one (:attr:`part`): a part
+    described in a file (``--gpu PATH.toml``, :mod:`topology.accelerator_file`) names it with
+    ``like`` or ``base``; empty for the catalogue's own rows and their what-ifs, whose name says
+    it."""
+    origin: str = ""
+    """Where this part's figures were read: the file of ``--gpu PATH.toml`` as the user gave
+    it, or the web API's inline object (``the request's accelerator object``); empty for the
+    accelerator table's parts."""
 
     def __post_init__(self) -> None:
         if self.memory_bytes <= 0 or self.peak_flops_per_s <= 0:
@@ -111,6 +121,29 @@ class DeviceSpec:
                 f"memory_reserve: {self.runtime_reserve_bytes / 2**30:.2f} GiB must be at least 0 "
                 f"and below the {self.name}'s {int(self.physical_bytes * 100 / 2**30) / 100:.2f} GiB"
             )
+
+    @property
+    def part(self) -> str:
+        """The catalogue name every per-part table is keyed by (the generation's calibrated
+        efficiencies, :func:`model.roofline.generation_of`; the SM count; the published kernel
+        and collective curves, :mod:`model.part_family`): :attr:`like` where a file names it,
+        else the name without a what-if suffix (:func:`model.part_family.catalogue_part`).
+
+        >>> spec = dict(memory_bytes=80 * 10**9, memory_unit="GB", peak_flops_per_s=989.4e12)
+        >>> DeviceSpec(name="H100-SXM[hbm×1.5]", **spec).part
+        'H100-SXM'
+        >>> DeviceSpec(name="H100-A3-High", like="H100-SXM", **spec).part
+        'H100-SXM'
+        """
+        return self.like or catalogue_part(self.name)
+
+    @property
+    def figures_from(self) -> str:
+        """Where the part's figures were read, as a refusal of a missing one names it: ``the
+        accelerator table``, ``the file PATH`` or the web API's object (:attr:`origin`)."""
+        if not self.origin:
+            return "the accelerator table"
+        return f"the file {self.origin}" if self.origin.endswith(".toml") else self.origin
 
     @property
     def physical_bytes(self) -> int:
@@ -245,7 +278,7 @@ class ClusterLinks:
         ]
         if missing:
             raise InputError(
-                f"gpu {device.name}: the accelerator table has no "
+                f"gpu {device.name}: {device.figures_from} has no "
                 f"{', '.join(missing)}; give {', '.join(link_example(m) for m in missing)}"
             )
         assert device.nvlink_domain and device.nvlink_bytes_per_s

@@ -449,6 +449,7 @@ def host_rates(device: DeviceSpec, need_memory: bool = True) -> tuple[float, flo
         missing = "`host_link_gbps`" if link is None else "`host_memory_gbps`"
         raise InputError(
             f"offload: the {device.name} has no {'host link' if link is None else 'host memory'}"
-            f" bandwidth in the table (trainplan gpus); give {missing}"
+            f" bandwidth in {device.figures_from if device.origin else 'the table (trainplan gpus)'}"
+            f"; give {missing}"
         )
     return link, memory

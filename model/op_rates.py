@@ -138,14 +138,14 @@ def check_fp8_recipe(
     except ValueError:
         allowed = ", ".join(x.value for x in Fp8Recipe)
         raise InputError(f"fp8_recipe: {recipe!r} is not one of {allowed}") from None
-    if r is Fp8Recipe.MXFP8 and FAMILY.get(catalogue_part(device.name)) != "blackwell":
+    if r is Fp8Recipe.MXFP8 and FAMILY.get(device.part) != "blackwell":
         raise InputError(
             f"fp8_recipe: mxfp8 needs Blackwell tensor cores (B200, B300, GB200, GB300); the "
             f"{device.name} has none"
         )
-    profiled = profile_recipes(device.name)
+    profiled = profile_recipes(device.part)
     if profiled is not None and r not in profiled:
-        part = RECIPE_PART[FAMILY[catalogue_part(device.name)]]
+        part = RECIPE_PART[FAMILY[device.part]]
         raise InputError(
             f"fp8_recipe: {r.value} has no published GEMM profile on the {device.name}; "
             f"Transformer Engine's profile of its family (measured on the {part}) has "
@@ -199,7 +199,7 @@ def fp8_linear_speedups(
     if r is None:
         return (1.0, 1.0, 1.0)
     try:
-        found = recipe_speedups(device.name, r, weights_cached)
+        found = recipe_speedups(device.part, r, weights_cached)
     except InputError:
         found = None
     if found is None:

@@ -44,7 +44,7 @@ from fractions import Fraction
 
 from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.hardware import DeviceSpec
-from trainplan.model.part_family import FAMILY, catalogue_part
+from trainplan.model.part_family import FAMILY
 
 __all__ = [
     "Precision",
@@ -190,7 +190,7 @@ def keeps_fp8_transpose(recipe: Fp8Recipe | str, device: DeviceSpec | None) -> b
     """
     if device is None or Fp8Recipe(recipe) not in PER_TENSOR_RECIPES:
         return True
-    return FAMILY.get(catalogue_part(device.name)) != "blackwell"
+    return FAMILY.get(device.part) != "blackwell"
 
 
 def fp8_activation_bytes(recipe: Fp8Recipe | str) -> Fraction:
@@ -298,7 +298,7 @@ def check_precision(precision: Precision | str, device: DeviceSpec) -> Precision
     if p is Precision.FP8 and device.fp8_flops_per_s is None:
         raise InputError(
             f"precision: fp8 needs FP8 tensor cores (Hopper, Blackwell, MI300, Gaudi 3); the "
-            f"{device.name} has none in the table"
+            f"{device.name} has none in {device.figures_from}"
         )
     return p
 

@@ -92,10 +92,10 @@ def _engine_clock(device: DeviceSpec, tp: int, kind: Collective) -> Clock:
     if tp > 1 and not bandwidth:
         link = "NVLink" if inside else "scale-out"
         raise InputError(
-            f"rollout tp: {tp} needs the {link} bandwidth of {device.name}, which the "
-            "accelerator table does not have"
+            f"rollout tp: {tp} needs the {link} bandwidth of {device.name}, which "
+            f"{device.figures_from} does not have"
         )
-    params = deployed_params(device.name)
+    params = deployed_params(device.part)
     share = ring_share(kind, tp)
 
     def seconds(buffer_bytes: float) -> float:

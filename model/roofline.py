@@ -22,6 +22,7 @@ from typing import Any
 
 from trainplan.model.errors import InputError
 from trainplan.model.nvls import nvls_ring
+from trainplan.model.part_family import catalogue_part
 from trainplan.model.xp import log2, maximum, minimum, where
 
 __all__ = [
@@ -182,9 +183,10 @@ never calibrated use the newest calibrated one (H100), an assumption stated in t
 DEFAULT_GEMM_EFFICIENCY = GEMM_EFFICIENCY_BY_GENERATION["H100"]
 """The figure for an accelerator of no calibrated generation (see above)."""
 
-_GENERATIONS: MappingProxyType[str, str] = MappingProxyType(
+GENERATION_OF: MappingProxyType[str, str] = MappingProxyType(
     {"A100": "A100", "H100": "H100", "H800": "H100", "H200": "H100", "GH200": "H100"}
 )
+"""Name prefix → calibrated generation (NVIDIA H800/H200 datasheets: Hopper like the H100)."""
 
 _ATTENTION_EFFICIENCY: MappingProxyType[str, float] = MappingProxyType({"H100": 0.35})
 """FlashAttention core efficiency by generation (see :attr:`RooflineParams.attention_efficiency`;
@@ -193,15 +195,13 @@ range, so the core follows the GEMM rule)."""
 
 
 def generation_of(device_name: str) -> str | None:
-    """The calibrated generation an accelerator belongs to (name before the first ``-``:
-    H800, H200 and GH200 are Hopper like the H100); None for an uncalibrated part.
+    """The calibrated generation of catalogue part ``device_name`` (:data:`GENERATION_OF`, by
+    the name before ``-``, a what-if suffix left out; :attr:`model.hardware.DeviceSpec.part`).
 
-    Examples
-    --------
-    >>> generation_of("H200"), generation_of("A100-40GB"), generation_of("B200")
+    >>> generation_of("H200[hbm×1.5]"), generation_of("A100-40GB"), generation_of("B200")
     ('H100', 'A100', None)
     """
-    return _GENERATIONS.get(device_name.split("-")[0].upper())
+    return GENERATION_OF.get(catalogue_part(device_name).split("-")[0].upper())
 
 
 def roofline_params_for(device_name: str, **overrides: Any) -> RooflineParams:

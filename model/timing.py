@@ -33,7 +33,7 @@ from trainplan.model.op_time import TpOverlap
 from trainplan.model.packing import Documents
 from trainplan.model.recompute_modules import DEFAULT_RECOMPUTE_MODULES
 from trainplan.model.recompute_ops import layout_plan, plan_recomputes_core, recomputed_gemm_flops
-from trainplan.model.roofline import RooflineParams
+from trainplan.model.roofline import GENERATION_OF, RooflineParams, generation_of
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.userbuffers_gemm import DEFAULT_UB_CONFIG, check_ub_config
 from trainplan.model.xp import maximum, where
@@ -94,12 +94,6 @@ Same-architecture parts share their generation's figure (:data:`GENERATION_OF`);
 accelerators never calibrated use the newest calibrated one (H100) — an assumption, stated in
 the output, that keeps a multi-accelerator search from favouring an uncalibrated part."""
 
-GENERATION_OF: Mapping[str, str] = MappingProxyType(
-    {"A100": "A100", "H100": "H100", "H800": "H100", "H200": "H100", "GH200": "H100"}
-)
-"""Accelerator name prefix (before ``-``) → calibrated generation (same tensor cores: H800 and
-H200 are Hopper like the H100, NVIDIA H800/H200 datasheets)."""
-
 ATTENTION_EFFICIENCY_BY_GENERATION: Mapping[str, float] = MappingProxyType({"H100": 0.35})
 """Fraction of the dense peak the FlashAttention kernel reaches on the attention core (QKᵀ and
 scores·V, forward and backward), by generation. H100: 0.35, FlashAttention-2 on Hopper ("only
@@ -141,7 +135,7 @@ def kernel_efficiency_for(device_name: str, hidden_size: int | None = None) -> f
     """
     if hidden_size is None:
         return DEFAULT_KERNEL_EFFICIENCY
-    generation = GENERATION_OF.get(device_name.split("-")[0].upper(), "H100")
+    generation = generation_of(device_name) or "H100"
     e_inf = KERNEL_EFFICIENCY_BY_GENERATION[generation]
     return e_inf * hidden_size / (hidden_size + KERNEL_EFFICIENCY_HALF_HIDDEN)
 
@@ -156,7 +150,7 @@ def attention_efficiency_for(device_name: str) -> float | None:
     >>> attention_efficiency_for("H100-SXM"), attention_efficiency_for("A100-80GB")
     (0.35, None)
     """
-    generation = GENERATION_OF.get(device_name.split("-")[0].upper(), "H100")
+    generation = generation_of(device_name) or "H100"
     return ATTENTION_EFFICIENCY_BY_GENERATION.get(generation)
 
 

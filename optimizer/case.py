@@ -25,7 +25,7 @@ from trainplan.model.roofline import CALIBRATABLE
 from trainplan.model.specs import TrainingSpec
 from trainplan.model.timing import CostOptions, attention_efficiency_for, kernel_efficiency_for
 from trainplan.scenarios.catalogue import get_model
-from trainplan.topology.accelerators import accelerator_of
+from trainplan.topology.accelerator_file import accelerator_of
 from trainplan.topology.graph import build_cluster
 from trainplan.topology.placement import axis_links
 
@@ -288,15 +288,15 @@ def cost_options_for(
     return CostOptions(
         kernel_efficiency=kernel_efficiency
         if kernel_efficiency is not None
-        else kernel_efficiency_for(device.name, model.arch.hidden_size if model.arch else None),
+        else kernel_efficiency_for(device.part, model.arch.hidden_size if model.arch else None),
         overlap=dict(overlap or {}),
         causal_attention_flops=training.flash_attention
         if causal_attention_flops is None
         else causal_attention_flops,
         attention_efficiency=attention_efficiency
         if attention_efficiency is not None
-        else attention_efficiency_for(device.name),
-        roofline=deployed_params(device.name, attention_kernel, **figures),
+        else attention_efficiency_for(device.part),
+        roofline=deployed_params(device.part, attention_kernel, **figures),
         attention_kernel=attention_kernel,
         **given,
     )

@@ -12,6 +12,7 @@ Units: the file holds vendor units (``memory_gb`` in GB or GiB as ``memory_unit`
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from fractions import Fraction
@@ -19,7 +20,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from trainplan.model.errors import ScenarioError, named_lookup
+from trainplan.model.errors import ScenarioError
 from trainplan.model.frameworks import DRIVER_RESERVED_BYTES
 from trainplan.model.hardware import DeviceSpec, runtime_reserve_for
 from trainplan.model.units import GB, GIB, closest_names
@@ -27,7 +28,14 @@ from trainplan.model.units import GB, GIB, closest_names
 __all__ = [
     "load_accelerators",
     "get_accelerator",
-    "accelerator_of",
+    "is_part_file",
+    "name_key",
+    "check_keys",
+    "check_row",
+    "to_device",
+    "accelerator_tables",
+    "catalogue_row",
+    "row_dict",
     "accelerator_rows",
     "status_legend",
     "ALIASES",
@@ -62,6 +70,12 @@ _OPTIONAL = (
     "driver_source",
 )
 _DRIVER_KEYS = ("driver_total_mib", "driver_reserved_mib", "driver_source")
+_ROW_OPTIONAL = (
+    *("nvlink_gbps", "nvlink_domain", "scaleout_gbps", "hbm_tbps", "host_link_gbps"),
+    *("bandwidth_source", "host_memory_gb", "host_memory_gbps", "host_cores", "host_source"),
+    *("power_w", "power_source"),
+)
+"""The optional keys a row of :func:`accelerator_rows` shows, in its order."""
 _UNITS = {"GB": GB, "GiB": GIB}
 STATUS_MEANINGS: dict[str, str] = {
     "vendor": "read in the vendor's document",
@@ -86,14 +100,14 @@ ALIASES: dict[str, str] = {
     "trn2": "Trainium2",
 }
 """Other spellings accepted by :func:`get_accelerator`, keyed by normalised spelling (see
-``_key``). Only names that mean one part: ``H100`` (SXM, PCIe or NVL?), ``A100`` (40 or 80 GB?)
+:func:`name_key`). Only names that mean one part: ``H100`` (SXM, PCIe or NVL?), ``A100`` (40 or 80 GB?)
 and ``Gaudi`` (2 or 3?) are not here, and are refused with their candidates."""
 
 
-def _key(name: str) -> str:
+def name_key(name: str) -> str:
     """Normalised spelling: lower case without spaces, hyphens, underscores or dots.
 
-    >>> _key("TPU v4"), _key("tpu-v4"), _key("H100_SXM")
+    >>> name_key("TPU v4"), name_key("tpu-v4"), name_key("H100_SXM")
     ('tpuv4', 'tpuv4', 'h100sxm')
     """
     return re.sub(r"[\s\-_.]+", "", name).lower()
@@ -106,6 +120,8 @@ def _where(row: int, name: object) -> str:
 def _number(value: Any, where: str, key: str, *, integer: bool = False) -> Fraction:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ScenarioError(f"{where}: key '{key}' must be a number, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ScenarioError(f"{where}: key '{key}' must be a finite number, got {value!r}")
     exact = Fraction(repr(value)) if isinstance(value, float) else Fraction(value)
     if exact <= 0 or (integer and exact.denominator != 1):
         kind = "a positive whole number" if integer else "positive"
@@ -125,12 +141,31 @@ def _check_peak_sources(row: dict[str, Any], where: str) -> None:
         raise ScenarioError(f"{where}: fp8_source must be a non-empty string, beside fp8_tflops")
 
 
-def _check_row(row: dict[str, Any], index: int) -> None:
-    where = _where(index, row.get("name"))
-    unknown = sorted(set(row) - set(_REQUIRED) - set(_OPTIONAL))
+def check_keys(row: dict[str, Any], where: str, extra: tuple[str, ...] = ()) -> None:
+    """Refuse a key that is neither the table's nor one of ``extra``, naming the allowed ones.
+
+    Raises
+    ------
+    ScenarioError
+        ``{where}: unknown key 'X' (allowed: name, memory_gb, …)``.
+    """
+    unknown = sorted(set(row) - set(_REQUIRED) - set(_OPTIONAL) - set(extra))
     if unknown:
-        allowed = ", ".join(_REQUIRED + _OPTIONAL)
+        allowed = ", ".join(_REQUIRED + _OPTIONAL + extra)
         raise ScenarioError(f"{where}: unknown key '{unknown[0]}' (allowed: {allowed})")
+
+
+def check_row(row: dict[str, Any], where: str, extra: tuple[str, ...] = ()) -> None:
+    """Check one ``[[accelerator]]`` row against the table's rules (module docstring);
+    ``where`` heads each refusal (the table's file and row, or ``gpu: 'PATH'``), ``extra`` are
+    keys a caller takes besides the table's (a file's ``base`` and ``like``).
+
+    Raises
+    ------
+    ScenarioError
+        An unknown or missing key, a value of the wrong kind, a figure without its source.
+    """
+    check_keys(row, where, extra)
     for key in _REQUIRED:
         if key not in row:
             raise ScenarioError(f"{where}: missing required key '{key}'")
@@ -196,8 +231,8 @@ def _driver_figures(row: dict[str, Any], where: str, memory: Fraction) -> tuple[
     return int(total), int(kept), row["driver_source"]
 
 
-def _to_device(row: dict[str, Any], index: int) -> DeviceSpec:
-    where = _where(index, row["name"])
+def to_device(row: dict[str, Any], where: str) -> DeviceSpec:
+    """A row :func:`check_row` passed as a :class:`DeviceSpec` (refusals headed ``where``)."""
     memory = _number(row["memory_gb"], where, "memory_gb") * _UNITS[row["memory_unit"]]
     if memory.denominator != 1:
         raise ScenarioError(f"{where}: memory_gb {row['memory_gb']} is not a whole number of bytes")
@@ -258,21 +293,32 @@ def _to_device(row: dict[str, Any], index: int) -> DeviceSpec:
     )
 
 
-def _parse(text: str) -> list[dict[str, Any]]:
+def accelerator_tables(text: str, where: str) -> list[dict[str, Any]]:
+    """The ``[[accelerator]]`` tables of TOML ``text``, unchecked (the table's file, or a file
+    describing one part); ``where`` heads a refusal.
+
+    Raises
+    ------
+    ScenarioError
+        Not TOML, a top-level key other than ``accelerator``, no ``[[accelerator]]`` table.
+    """
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ScenarioError(f"{TABLE_FILE}: not valid TOML ({exc})") from exc
+        raise ScenarioError(f"{where}: not valid TOML ({exc})") from None
     extra = sorted(set(data) - {"accelerator"})
     if extra:
-        raise ScenarioError(
-            f"{TABLE_FILE}: unknown top-level key '{extra[0]}' (only [[accelerator]])"
-        )
+        raise ScenarioError(f"{where}: unknown top-level key '{extra[0]}' (only [[accelerator]])")
     rows = data.get("accelerator")
     if not isinstance(rows, list) or not rows:
-        raise ScenarioError(f"{TABLE_FILE}: no [[accelerator]] rows")
+        raise ScenarioError(f"{where}: no [[accelerator]] table")
+    return rows
+
+
+def _parse(text: str) -> list[dict[str, Any]]:
+    rows = accelerator_tables(text, TABLE_FILE)
     for index, row in enumerate(rows, start=1):
-        _check_row(row, index)
+        check_row(row, _where(index, row.get("name")))
     return rows
 
 
@@ -280,8 +326,8 @@ def _devices_from_text(text: str) -> dict[str, DeviceSpec]:
     """Parse and validate table text (the loader's work, separated from file access for tests)."""
     devices: dict[str, DeviceSpec] = {}
     for index, row in enumerate(_parse(text), start=1):
-        device = _to_device(row, index)
-        if _key(device.name) in {_key(n) for n in devices}:
+        device = to_device(row, _where(index, row["name"]))
+        if name_key(device.name) in {name_key(n) for n in devices}:
             raise ScenarioError(f"{_where(index, device.name)}: duplicate name")
         devices[device.name] = device
     return devices
@@ -336,15 +382,15 @@ def get_accelerator(name: str) -> DeviceSpec:
     ('H100-SXM', 'V100-SXM2-32GB')
     """
     devices = load_accelerators()
-    by_key = {_key(n): d for n, d in devices.items()}
-    key = _key(str(name))
+    by_key = {name_key(n): d for n, d in devices.items()}
+    key = name_key(str(name))
     if not key:
         raise ScenarioError(f"gpu: {name!r} is empty; name an accelerator (trainplan gpus)")
     if key in by_key:
         return by_key[key]
     if key in ALIASES:
         return devices[ALIASES[key]]
-    candidates = [n for n in devices if _key(n).startswith(key)]
+    candidates = [n for n in devices if name_key(n).startswith(key)]
     if len(candidates) == 1:
         return devices[candidates[0]]
     if candidates:
@@ -372,44 +418,41 @@ def accelerator_rows() -> list[dict[str, Any]]:
     ('V100-SXM2-32GB', 32000000000)
     """
     devices = load_accelerators()
-    rows = []
-    for raw in _parse(_table_text()):
-        rows.append(
-            {
-                "name": raw["name"],
-                "memory_gb": raw["memory_gb"],
-                "memory_unit": raw["memory_unit"],
-                "memory_bytes": devices[raw["name"]].memory_bytes,
-                "bf16_tflops": raw["bf16_tflops"],
-                "fp8_tflops": raw.get("fp8_tflops"),
-                "fp8_source": raw.get("fp8_source"),
-                "dense": raw["dense"],
-                "nvlink_gbps": raw.get("nvlink_gbps"),
-                "nvlink_domain": raw.get("nvlink_domain"),
-                "scaleout_gbps": raw.get("scaleout_gbps"),
-                "hbm_tbps": raw.get("hbm_tbps"),
-                "host_link_gbps": raw.get("host_link_gbps"),
-                "bandwidth_source": raw.get("bandwidth_source"),
-                "host_memory_gb": raw.get("host_memory_gb"),
-                "host_memory_gbps": raw.get("host_memory_gbps"),
-                "host_cores": raw.get("host_cores"),
-                "host_source": raw.get("host_source"),
-                "power_w": raw.get("power_w"),
-                "power_source": raw.get("power_source"),
-                "source": raw["source"],
-                "status": raw["status"],
-            }
-        )
-    return rows
+    return [row_dict(raw, devices[raw["name"]]) for raw in _parse(_table_text())]
 
 
-def accelerator_of(gpu: DeviceSpec | str) -> DeviceSpec:
-    """``gpu`` as it is when it is a :class:`DeviceSpec` built in code (a hardware what-if,
-    ``topology.what_if``), else the table's accelerator of that name (:func:`get_accelerator`).
+def row_dict(raw: dict[str, Any], device: DeviceSpec) -> dict[str, Any]:
+    """One row of :func:`accelerator_rows` from a checked row ``raw`` and its device."""
+    return {
+        "name": raw["name"],
+        "memory_gb": raw["memory_gb"],
+        "memory_unit": raw["memory_unit"],
+        "memory_bytes": device.memory_bytes,
+        "bf16_tflops": raw["bf16_tflops"],
+        **{k: raw.get(k) for k in ("fp8_tflops", "fp8_source")},
+        "dense": raw["dense"],
+        **{k: raw.get(k) for k in _ROW_OPTIONAL},
+        "source": raw["source"],
+        "status": raw["status"],
+    }
+
+
+def catalogue_row(name: str) -> dict[str, Any]:
+    """The table's row of catalogue part ``name`` as the file writes it (a copy).
 
     Raises
     ------
-    ScenarioError
-        ``--gpu: unknown gpu 'X'; did you mean …?`` (the flag named, :func:`model.errors.named_lookup`).
+    KeyError
+        ``name`` is not a catalogue name as the table spells it.
     """
-    return gpu if isinstance(gpu, DeviceSpec) else named_lookup("gpu", get_accelerator, str(gpu))
+    return dict(next(r for r in _parse(_table_text()) if r["name"] == name))
+
+
+def is_part_file(name: object) -> bool:
+    """Whether an accelerator named ``name`` is a file describing one (a path ending in
+    ``.toml``, as ``--model`` takes a path ending in ``.json``).
+
+    >>> is_part_file("parts/h100-a3-high.toml"), is_part_file("H100-SXM")
+    (True, False)
+    """
+    return isinstance(name, str) and name.strip().lower().endswith(".toml")

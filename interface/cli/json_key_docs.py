@@ -16,10 +16,15 @@ KEY_DOCS: dict[str, str] = {
     "model.padded_vocab_size": "Vocabulary rows after the framework's padding for tp.",
     "model.source": "Where the model's dimensions come from.",
     "gpu": "The accelerator: name, memory, dense BF16 peak, source.",
-    "gpu.name": "Accelerator name as in `trainplan gpus`.",
+    "gpu.name": "Accelerator name as in `trainplan gpus` (a file's `name` under `--gpu PATH.toml`).",
     "gpu.memory_bytes": "Memory as the vendor states it, in bytes.",
     "gpu.peak_flops_per_s": "Dense BF16 peak, FLOP/s.",
-    "gpu.source": "Vendor datasheet the figures come from.",
+    "gpu.source": "Where the figures come from: the vendor's datasheet, or a file's `source`.",
+    "gpu.file": "Where the part's figures were read: the file of `--gpu PATH.toml`, or the web "
+    "API's accelerator object; null for a part of the accelerator table.",
+    "gpu.part": "The catalogue part whose per-part rates (calibrated efficiencies, SM count, "
+    "published kernel and collective curves) stand for this one: itself, or a file's `like` "
+    "or `base`.",
     "layout": "The layout evaluated, every default filled in.",
     "layout.dp": "Data-parallel degree.",
     "layout.tp": "Tensor-parallel degree.",

@@ -28,7 +28,11 @@ CP_KIND_CHOICES = [k.value for k in CpKind] + ["p2p", "all_gather", "a2a", "hybr
 
 
 CLUSTER: list[Decorator] = [
-    click.option("--gpu", help="Accelerator (trainplan gpus); default H100-SXM."),
+    click.option(
+        "--gpu",
+        help="Accelerator: a name (trainplan gpus) or a PATH.toml describing one (trainplan gpus "
+        "--file); default H100-SXM.",
+    ),
     click.option(
         "--gpus",
         "num_gpus",
@@ -250,12 +254,20 @@ def evaluate_cmd(as_json: bool, per_stage: bool, **params: Any) -> None:
 
 @cli.command("gpus")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def gpus_cmd(as_json: bool) -> None:
+@click.option(
+    "--file",
+    "part_file",
+    metavar="PATH.toml",
+    help="Show the accelerator a TOML file describes, as the planner reads a gpu given as "
+    "PATH.toml: its figures, each with its source, and the catalogue part whose per-part rates "
+    "it takes.",
+)
+def gpus_cmd(as_json: bool, part_file: str | None) -> None:
     """The accelerator table: memory, dense BF16 peak, links, each with its source."""
     from trainplan.interface.commands import gpus_json
     from trainplan.interface.render.tables import gpus_text
 
-    rows = gpus_json()
+    rows = gpus_json(part_file)
     if as_json:
         echo_json(rows)
         return
@@ -263,15 +275,27 @@ def gpus_cmd(as_json: bool) -> None:
 
     click.echo(gpus_text(rows))
     click.echo(status_legend())
+    if part_file is not None:
+        from trainplan.interface.render.tables import part_file_text
+
+        click.echo(part_file_text(rows[0]))
+    shown = _SOURCES if part_file is None else _SOURCES + _FILE_SOURCES
     click.echo("\nSources:")
     for r in rows:
         click.echo(f"  {r['name']}: {r['source']}")
-        if r["fp8_source"]:
-            click.echo(f"  {' ' * len(r['name'])}  {r['fp8_source']}")
-        if r["bandwidth_source"]:
-            click.echo(f"  {' ' * len(r['name'])}  HBM and host link: {r['bandwidth_source']}")
-        if r["power_source"]:
-            click.echo(f"  {' ' * len(r['name'])}  power: {r['power_source']}")
+        for key, label in shown:
+            if r.get(key):
+                click.echo(f"  {' ' * len(r['name'])}  {label}{r[key]}")
+
+
+_SOURCES = (
+    ("fp8_source", ""),
+    ("bandwidth_source", "HBM and host link: "),
+    ("power_source", "power: "),
+)
+"""The sources ``trainplan gpus`` lists under a row's ``source``, with their labels."""
+_FILE_SOURCES = (("host_source", "host: "), ("driver_source", "driver capture: "))
+"""The sources ``trainplan gpus --file`` lists besides (every figure of the part it shows)."""
 
 
 @cli.command("models")

@@ -66,7 +66,9 @@ def _workload(f: Callable[..., Any]) -> Callable[..., Any]:
             "--max-completion-tokens", metavar="COUNT",
             help="The longest rollout's completion (the engine waits for it) [default: the mean].",
         ),
-        click.option("--gpu", help=f"Accelerator [default: {D['gpu']}]."),
+        click.option(
+            "--gpu", help=f"Accelerator: a name or a PATH.toml describing one [default: {D['gpu']}]."
+        ),
         click.option(
             "--rollout-batch", metavar="COUNT",
             help="Sequences an engine decodes at once at most (vLLM max_num_seqs) "

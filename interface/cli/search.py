@@ -54,8 +54,8 @@ CLUSTER: list[Decorator] = [
     list_option(
         "--gpu",
         "gpu",
-        help="Accelerator; repeat, or separate with commas, to choose among several "
-        "(--gpu H100-SXM --gpu B200).",
+        help="Accelerator: a name or a PATH.toml describing one; repeat, or separate with "
+        "commas, to choose among several (--gpu H100-SXM --gpu B200).",
     ),
 ]
 """The GPU counts and accelerators searched."""

@@ -263,7 +263,10 @@ def _classic_summary(r: dict[str, Any]) -> list[str]:
     metavar="NUMBER",
     help="Reported model FLOP rate per chip, TFLOP/s.",
 )
-@click.option("--gpu", help="Accelerator name from the table (peak from there).")
+@click.option(
+    "--gpu",
+    help="Accelerator: a name from the table or a PATH.toml describing one (peak from there).",
+)
 @click.option(
     "--peak-tflops", metavar="NUMBER", help="Dense BF16 peak per chip, TFLOP/s (instead of --gpu)."
 )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from trainplan.interface.render.moe_text import dispatcher_kernel_sentence, grouped_mm_sentence
 from trainplan.interface.render.offload_text import offload_sentence
+from trainplan.interface.render.part_text import part_sentences
 from trainplan.interface.render.precision_text import loss_sentence, precision_sentence
 from trainplan.model.comm import p2p_overlapped, reduces_beside_compute
 from trainplan.model.deepspeed_mechanisms import sp_comm_bytes
@@ -27,7 +28,7 @@ from trainplan.model.op_time import TpOverlap, tp_overlap_for, tp_overlap_run
 from trainplan.model.roofline import generation_of, roofline_params_for
 from trainplan.model.split import default_chunk_sizes
 from trainplan.model.terms.step import uses_roofline
-from trainplan.model.timing import GENERATION_OF, attention_efficiency_for
+from trainplan.model.timing import attention_efficiency_for
 
 __all__ = ["assumptions", "elementwise", "tp_block_inputs"]
 
@@ -47,9 +48,9 @@ def _attention_note(est: Estimate) -> str:
     o, device = est.options, est.device
     if o.attention_efficiency is None or not est.training.flash_attention:
         return ""
-    if o.attention_efficiency != attention_efficiency_for(device.name):
+    if o.attention_efficiency != attention_efficiency_for(device.part):
         why = "given"
-    elif GENERATION_OF.get(device.name.split("-")[0].upper()) == "H100":
+    elif generation_of(device.part) == "H100":
         why = "FlashAttention-2 on Hopper, Shah et al. 2024"
     else:
         why = "FlashAttention-2's H100 figure, borrowed: none for this accelerator"
@@ -68,10 +69,10 @@ def _time_sentence(est: Estimate, overlap: str) -> str:
             + f"; × (1 + bubble_ratio); plus exposed communication with overlap {overlap}"
         )
 
-    p = params_in_force(o.roofline, est.device.name, o.attention_kernel, str(est.layout.framework))
-    gen = generation_of(est.device.name)
+    p = params_in_force(o.roofline, est.device.part, o.attention_kernel, str(est.layout.framework))
+    gen = generation_of(est.device.part)
     fitted = f"fitted on {gen}" if gen else "the H100's, no calibration for this accelerator"
-    if p.gemm_efficiency != roofline_params_for(est.device.name).gemm_efficiency:
+    if p.gemm_efficiency != roofline_params_for(est.device.part).gemm_efficiency:
         fitted = "given (--set gemm_efficiency or --calibration)"
     attention = ""
     if est.training.flash_attention and p.attention_kernel is not None and FAMILY.get(p.part):
@@ -275,6 +276,7 @@ def assumptions(est: Estimate) -> list[str]:
     )  # fmt: skip
     out = [
         f"framework {lay.framework}: ZeRO-{lay.zero_stage} is {mech.name} ({mech.source})",
+        *part_sentences(est.device),
         precision_sentence(est),
         *offload_sentence(est),
         _state_sentence(mech, lay),

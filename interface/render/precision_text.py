@@ -85,8 +85,8 @@ def precision_sentence(est: Estimate) -> str:
     if t.precision is not Precision.FP8:
         return f"precision bf16 (weights, activations, GEMMs); {state}"
     recipe = fp8_recipe_of(est.layout.framework, t.fp8_recipe)
-    published = recipe_speedups(est.device.name, recipe) if recipe is not Fp8Recipe.MXFP8 or \
-        FAMILY.get(est.device.name) == "blackwell" else None  # fmt: skip
+    published = recipe_speedups(est.device.part, recipe) if recipe is not Fp8Recipe.MXFP8 or \
+        FAMILY.get(est.device.part) == "blackwell" else None  # fmt: skip
     ao = _torchao_rates(est, recipe)
     if ao is not None:
         speed = (
@@ -101,7 +101,7 @@ def precision_sentence(est: Estimate) -> str:
         speed = (
             f"{fwd:.2f}×, {dgrad:.2f}×, {wgrad:.2f}× faster in forward, input and weight gradient "
             f"(Transformer Engine's published {recipe.value} GEMM profile on "
-            f"{RECIPE_PART[FAMILY[est.device.name]]}, quantisation included)"
+            f"{RECIPE_PART[FAMILY[est.device.part]]}, quantisation included)"
         )
     else:
         flat = linear_speedup(t.precision, est.device)
@@ -124,9 +124,9 @@ def _torchao_rates(est: Estimate, recipe: Fp8Recipe) -> TorchaoFp8 | None:
     if d.hbm_bytes_per_s is None:
         return None
     o = est.options
-    params = params_in_force(o.roofline, d.name, o.attention_kernel, str(est.layout.framework))
+    params = params_in_force(o.roofline, d.part, o.attention_kernel, str(est.layout.framework))
     clock = Clock(d.peak_flops_per_s, d.hbm_bytes_per_s, params)
-    return torchao_fp8_rates(est.training.precision, recipe, d.name, est.layout.framework, clock)
+    return torchao_fp8_rates(est.training.precision, recipe, d.part, est.layout.framework, clock)
 
 
 def _fp8_linear(est: Estimate, recipe: Fp8Recipe) -> tuple[str, str, str]:

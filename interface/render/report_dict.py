@@ -284,6 +284,8 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "memory_bytes": est.device.memory_bytes,
             "peak_flops_per_s": est.device.peak_flops_per_s,
             "source": est.device.source,
+            "file": est.device.origin or None,
+            "part": est.device.part,
         },
         "layout": _layout(est),
         "memory": _memory(est),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainplan.interface.render.part_text import rates_of
 from trainplan.interface.render.report import gb, table_text
 from trainplan.topology.accelerators import STATUS_HEADER
 
@@ -78,4 +79,17 @@ def gpus_text(rows: list[dict[str, Any]]) -> str:
             }
             for r in rows
         ]
+    )
+
+
+def part_file_text(row: dict[str, Any]) -> str:
+    """The lines under ``trainplan gpus --file``'s table: the file its figures come from, the
+    base it starts from and the keys it gives, and the catalogue part whose per-part rates it
+    takes (:func:`interface.render.part_text.rates_of`)."""
+    base = f"base {row['base']}; " if row["base"] else ""
+    given = ", ".join(k for k in row["given"] if k not in ("base", "like"))
+    return (
+        f"{STATUS_HEADER}: {row['file']} ({base}the file gives {given})\n"
+        f"per-part rates (calibrated efficiencies, SM count, published kernel and collective "
+        f"curves): {rates_of(row['like'])}"
     )

@@ -38,7 +38,7 @@ from trainplan.model.rollout import check_fraction
 from trainplan.model.units import parse_count, parse_number, parse_positive
 from trainplan.optimizer.rlhf.tables import RLHFProblem, cost_of
 from trainplan.scenarios.catalogue import get_model
-from trainplan.topology.accelerators import get_accelerator
+from trainplan.topology.accelerator_file import get_part
 
 E = TypeVar("E", bound=Enum)
 
@@ -179,7 +179,7 @@ def rlhf_inputs(request: RLHFRequest | Mapping[str, Any], placement: bool = True
     r = request if isinstance(request, RLHFRequest) else tab_request(RLHFRequest, request)
     used: dict[str, Any] = {}
     spec = _spec(r, used)
-    device = named_lookup("gpu", get_accelerator, str(_opt(r, "gpu", used)))
+    device = named_lookup("gpu", get_part, str(_opt(r, "gpu", used)))
     gpus = _count(r, "gpus", used) or 1
     links = ClusterLinks.from_device(device, gpus)
     if not placement:

@@ -240,7 +240,7 @@ def faithful_report(seed_report: Any, request: RLHFRequest) -> dict[str, Any]:
             epochs=spec.epochs,
             decode_mfu=request.decode_mfu,
             train_mfu=request.train_mfu,
-            gpu=inp.device.name,
+            gpu=inp.device.origin or inp.device.name,
             chips=inp.gpus,
         )
     )

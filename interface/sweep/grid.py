@@ -52,7 +52,8 @@ from trainplan.model.errors import PlannerError, ScenarioError
 from trainplan.model.units import parse_count, parse_counts, parse_number
 from trainplan.optimizer.problem import gpu_counts
 from trainplan.scenarios.catalogue import check_model_name
-from trainplan.topology.accelerators import get_accelerator
+from trainplan.topology.accelerator_file import get_part
+from trainplan.topology.accelerators import is_part_file
 from trainplan.topology.what_if import WHAT_IFS, what_if_label, what_if_part
 
 __all__ = ["AXES", "COMMANDS", "MAX_POINTS", "Grid", "Point", "load_grid", "parse_grid"]
@@ -149,11 +150,11 @@ class Grid:
         return self.points[index]
 
     def part_name(self, point: Point) -> str:
-        """The accelerator the point runs on: the catalogue name, with its what-ifs."""
-        return what_if_label(str(self.gpu(point)), dict(point.what_if))
+        """The accelerator the point runs on: its name (a file's part's own), with its what-ifs."""
+        return what_if_label(get_part(self.gpu(point)).name, dict(point.what_if))
 
     def gpu(self, point: Point) -> str:
-        """The point's catalogue accelerator."""
+        """The point's accelerator as the grid writes it: a catalogue name, or a file's path."""
         return str(point.get("gpu") or self.base.get("gpu") or "H100-SXM")
 
     def model(self, point: Point) -> str:
@@ -185,7 +186,7 @@ class Grid:
         gpu = self.gpu(point)
         values["gpu"] = gpu
         if point.what_if:
-            values["gpu"] = what_if_part(get_accelerator(gpu), dict(point.what_if))
+            values["gpu"] = what_if_part(get_part(gpu), dict(point.what_if))
         if str(values.get("objective") or "step-time") not in ("time-to-train", "cost"):
             # the sweep's own time-to-train and cost columns read the budget (points.py); the
             # search refuses one its objective does not use
@@ -355,8 +356,9 @@ def _axis_values(axis: str, value: Any, where: str) -> list[Any]:
         return parse_counts(value, name)
     if not isinstance(value, str) or not value.strip():
         raise ScenarioError(f"{name}: {value!r} must be a name (text)")
-    if axis == "gpu":
-        return [named(get_accelerator, value, name).name]
+    if axis == "gpu":  # a file describing a part is read here, and kept as written
+        part = named(get_part, value, name)
+        return [value if is_part_file(value) else part.name]
     if axis == "framework":
         return [str(parse_framework(value))]
     return [value]

@@ -63,6 +63,12 @@ CONFIG = (
     "The text of a Hugging Face config.json (Llama, Mistral, Mixtral, Qwen2, DeepSeek-V3 keys), "
     "instead of model or params: the planner's upload"
 )
+ACCELERATOR = (
+    "A part the accelerator table lacks, instead of gpu: a JSON object with the keys of an "
+    "accelerator file (`trainplan gpus --file`; topology/accelerators.toml's, plus base and like), "
+    'e.g. {"base": "H100-SXM", "name": "H100-600W", "bf16_tflops": 900, "source": "our '
+    'measurement"}'
+)
 _MODEL_KEYS = ("model", "params", "arch", "layers", "hidden", "heads", "kv_heads", "ffn_hidden")
 
 
@@ -82,13 +88,17 @@ def _doc(name: str, extra: dict[str, str] | None = None) -> dict[str, Any]:
 
 def evaluate_object(query: list[tuple[str, str]]) -> dict[str, Any]:
     """``trainplan evaluate --json`` of the query (with ``config``: the uploaded model)."""
-    params, own = parse("evaluate", query, ("config",))
+    params, own = parse("evaluate", query, ("config", "accelerator"))
     params.pop("as_json")
     per_stage = params.pop("per_stage")
     if "config" in own:
         why = "the uploaded config.json is the model; give the config, a model or a size"
         check_applicable({k: params.get(k) for k in _MODEL_KEYS}, dict.fromkeys(_MODEL_KEYS, why))
         params["model_spec"] = commands.uploaded_model(own["config"])
+    if "accelerator" in own:
+        why = "the accelerator object is the part; give it or a gpu name, not both"
+        check_applicable({"gpu": params.get("gpu")}, {"gpu": why})
+        params["gpu"] = commands.inline_accelerator(own["accelerator"])
     out = commands.evaluate_json(evaluate_request(params, per_stage))
     fields = page_fields("evaluate")
     out["notes"] = [on_page(note, fields) for note in out["notes"]]
@@ -203,7 +213,11 @@ def run_object(result: Any) -> dict[str, Any]:
     return dict(result.json)
 
 
-@router.get("/evaluate", responses=BAD_INPUT, openapi_extra=_doc("evaluate", {"config": CONFIG}))
+@router.get(
+    "/evaluate",
+    responses=BAD_INPUT,
+    openapi_extra=_doc("evaluate", {"config": CONFIG, "accelerator": ACCELERATOR}),
+)
 def evaluate(request: Request) -> Response:
     """The planner, `trainplan evaluate --json`: memory per GPU, ZeRO table, traffic per axis,
     bubble, step time, MFU/HFU, assumptions, defaults used."""

@@ -50,8 +50,9 @@ spelling: any other key is refused; repeat one that repeats, `tp=8&tp=16`; on/of
 `true`/`false`), and its answer is the same object, key for key. Bad input is HTTP 422 with
 `{"error": line}`, the line the CLI prints after `Error:`, each flag written as its query key.
 Options that name files on the server (`--scenario`, `--csv`, `--png`…) are not taken: the planner
-takes a config.json's text as `config`, and `/api/figures/…` and `/api/figures/frontier.csv` return
-the pictures and the CSV."""
+takes a config.json's text as `config` and a part the accelerator table lacks as `accelerator` (a
+JSON object with an accelerator file's keys), and `/api/figures/…` and `/api/figures/frontier.csv`
+return the pictures and the CSV."""
 
 
 def create_app(hosts: tuple[str, ...] = LOCAL_HOSTS) -> FastAPI:

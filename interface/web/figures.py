@@ -14,6 +14,7 @@ from trainplan.interface.cli.query import query_params
 from trainplan.interface.render import plots
 from trainplan.interface.render.report import csv_text
 from trainplan.interface.web.api import (
+    ACCELERATOR,
     BAD_INPUT,
     CONFIG,
     ckpt_object,
@@ -53,7 +54,7 @@ def _doc(name: str, extra: dict[str, str] | None = None) -> dict[str, Any]:
     "/memory",
     response_class=Response,
     responses=SVG,
-    openapi_extra=_doc("evaluate", {"config": CONFIG}),
+    openapi_extra=_doc("evaluate", {"config": CONFIG, "accelerator": ACCELERATOR}),
 )
 def memory(request: Request) -> Response:
     """The planner's memory per GPU as stacked bars against the capacity, with the verdict

@@ -15,6 +15,7 @@ from typing import Any
 from trainplan.interface.cli.query import QueryParam, parse_query, query_params
 from trainplan.interface.render.markdown import cell_text
 from trainplan.model.errors import InputError
+from trainplan.topology.accelerators import is_part_file
 
 __all__ = ["parse", "openapi_parameters", "TERMINAL_ONLY", "API_COMMANDS", "api_markdown"]
 
@@ -29,6 +30,9 @@ TERMINAL_ONLY = {
 WEB_HELP = {
     "model": "Catalogue name (/api/models lists them). The web app reads no files on the server: "
     "a config.json path is refused; /api/evaluate takes the config.json's text as config=.",
+    "gpu": "Catalogue name (/api/gpus lists them). The web app reads no files on the server: a "
+    "PATH.toml is refused; /api/evaluate takes a part the table lacks as accelerator=, a JSON "
+    "object with the keys of an accelerator file.",
 }
 """Help of the query keys whose command-line help names what the API refuses (a file path)."""
 
@@ -46,6 +50,11 @@ def _refuse_paths(pairs: list[tuple[str, str]]) -> None:
             raise InputError(
                 f"--model: {value!r} does not apply here: the web app reads no files on the "
                 "server; send the config.json's text as config= (the planner's upload)"
+            )
+        if key == "gpu" and is_part_file(text):
+            raise InputError(
+                f"--gpu: {value!r} does not apply here: the web app reads no files on the "
+                "server; send the part's keys as a JSON object in accelerator= (/api/evaluate)"
             )
 
 

@@ -51,7 +51,7 @@ def role_cost(
         host_rates(device)  # the one-line InputError naming the missing bandwidth
     elif option.offload == "idle" and not device.host_link_bytes_per_s:
         raise InputError(
-            f"offload: the accelerator table has no host link figure for {device.name}"
+            f"offload: {device.figures_from} has no host link figure for {device.name}"
         )
     if rs.role is Role.ROLLOUT:
         return rollout_cost(spec, rs, option, device, sync_bytes_per_s, over_budget)

@@ -182,7 +182,7 @@ def decode_efficiency(spec: RLHFSpec, device: DeviceSpec) -> float:
     of 3.35 TB/s, 0.8866 (``tests/model/test_rlhf_time.py``)."""
     if spec.bandwidth_efficiency is not None:
         return spec.bandwidth_efficiency
-    return deployed_params(device.name).streaming_hbm_efficiency
+    return deployed_params(device.part).streaming_hbm_efficiency
 
 
 def rollout_cost(
@@ -205,7 +205,7 @@ def rollout_cost(
     if opt.fraction is None:
         raise InputError("rollout: the engine needs its memory fraction")
     if device.hbm_bytes_per_s is None:
-        raise InputError(f"rollout: the accelerator table has no HBM bandwidth for {device.name}")
+        raise InputError(f"rollout: {device.figures_from} has no HBM bandwidth for {device.name}")
     weights = engine_weights_bytes(rs, opt.tp)
     mem, need = _fitted_memory(spec, rs, opt, device, weights, over_budget)
     time = _rollout_time(spec, rs, opt, device, weights, mem.concurrent, sync_bytes_per_s)
@@ -298,7 +298,7 @@ def _rollout_time(
         completion_tokens=spec.completion_tokens,
         tp=opt.tp,
         peak_flops_per_s=device.peak_flops_per_s,
-        kernel_efficiency=kernel_efficiency_for(device.name, arch.hidden_size),
+        kernel_efficiency=kernel_efficiency_for(device.part, arch.hidden_size),
         hbm_bytes_per_s=device.hbm_bytes_per_s,
         bandwidth_efficiency=decode_efficiency(spec, device),
         sync_bytes=weights,

@@ -444,7 +444,7 @@ def attention_kernels(c: Context) -> tuple[tuple[str, str | None], ...]:
     ``attention_kernel``, else the framework's on the part
     (:func:`model.attention_rates.default_attention_kernel`); None without an accelerator."""
     given = c.options.attention_kernel
-    name = c.device.name if c.device is not None else None
+    name = c.device.part if c.device is not None else None
     return tuple(
         (fw.value, given or (default_attention_kernel(fw.value, name) if name else None))
         for fw in Framework

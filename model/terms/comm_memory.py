@@ -348,7 +348,7 @@ def _channels(c: Context, f: Fields, axis: str | None, size: Any, large: Any = T
         nic = where(link.nvlink, 0.0, link.bandwidth)
         args = (size, link.span, gpn, link.nvlink, nic, nvl5)
     coll = f.lookup_values(group_channels, (), *args)
-    nvls = f.lookup_values(nvls_group_bytes, (c.gpu.name, c.options.nccl_nvls), *args[:4], large)
+    nvls = f.lookup_values(nvls_group_bytes, (c.gpu.part, c.options.nccl_nvls), *args[:4], large)
     return coll, f.lookup_values(setup_channels, (), coll), nvls
 
 
@@ -363,7 +363,7 @@ def _strided(c: Context, f: Fields, a: Any, b: Any, axes: tuple[str, str]) -> An
     nvl5 = nvlink5(c.gpu.nvlink_bytes_per_s)
     args = (a[0], a[1], b[0], b[1], c.gpu.gpus_per_node, nvlink, nic, nvl5)
     coll = f.lookup_values(strided_group_channels, (), *args)
-    nvls = f.lookup_values(nvls_strided_bytes, (c.gpu.name, c.options.nccl_nvls), *args[:6], large)
+    nvls = f.lookup_values(nvls_strided_bytes, (c.gpu.part, c.options.nccl_nvls), *args[:6], large)
     return coll, f.lookup_values(setup_channels, (), coll), nvls
 
 

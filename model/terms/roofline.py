@@ -124,7 +124,7 @@ def params_of(c: Context, framework: str | None = None) -> RooflineParams:
     """The roofline figures in force (:func:`model.op_rates.params_in_force`; with
     ``framework``, the attention kernel it runs where none was given)."""
     o = c.options
-    return params_in_force(o.roofline, c.gpu.name, o.attention_kernel, framework, o.nccl_nvls)
+    return params_in_force(o.roofline, c.gpu.part, o.attention_kernel, framework, o.nccl_nvls)
 
 
 def axis_link(c: Context, f: Fields, axis: str, all_to_all: Any = False) -> tuple[Any, Any]:
@@ -241,7 +241,7 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
     speedup = fp8_linear_speedups(t.precision, recipe, d, cached)
     p = params_of(c, f.framework)
     ao = torchao_fp8_rates(
-        t.precision, recipe, d.name, f.framework, Clock(d.peak_flops_per_s, d.hbm_bytes_per_s, p)
+        t.precision, recipe, d.part, f.framework, Clock(d.peak_flops_per_s, d.hbm_bytes_per_s, p)
     )
     if ao is not None:  # torchao's Float8Linear: its own GEMM speed-up and casts by shape
         speedup = (ao.kernel_speedup,) * 3

@@ -31,7 +31,7 @@ def group_sm_share(c: Context, f: Fields, axis: str, kind: NcclKernel) -> Any:
     link, d, o = f.link(axis), c.gpu, c.options
     nic = where(link.nvlink, 0.0, link.bandwidth if link.bandwidth is not None else 0.0)
     nvl5 = nvlink5(d.nvlink_bytes_per_s)
-    args = (str(kind), d.name, o.nccl_sm_charge, o.nccl_nvls)
+    args = (str(kind), d.part, o.nccl_sm_charge, o.nccl_nvls)
     return f.lookup_values(
         collective_sm_share, args, link.group_size, link.span, d.gpus_per_node, link.nvlink,
         nic, nvl5,
@@ -71,9 +71,9 @@ def ep_sm_share(c: Context, f: Fields) -> Any:
     if str(run.dispatcher) in NCCL_DISPATCHERS:
         return group_sm_share(c, f, "ep", NcclKernel.SEND_RECV)
     if run.dispatcher is not Dispatcher.HYBRIDEP:
-        return dispatcher_sm_share(str(run.dispatcher), c.gpu.name)
-    one = dispatcher_sm_share(str(run.dispatcher), c.gpu.name, True)
-    several = dispatcher_sm_share(str(run.dispatcher), c.gpu.name, False)
+        return dispatcher_sm_share(str(run.dispatcher), c.gpu.part)
+    one = dispatcher_sm_share(str(run.dispatcher), c.gpu.part, True)
+    several = dispatcher_sm_share(str(run.dispatcher), c.gpu.part, False)
     return where(f.link("ep").nvlink, one, several)
 
 

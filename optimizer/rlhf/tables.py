@@ -127,8 +127,8 @@ def make_evaluator(device: DeviceSpec, links: ClusterLinks) -> Evaluator:
     def run(model: ModelSpec, training: TrainingSpec, layout: Layout) -> Estimate:
         h = model.arch.hidden_size if model.arch else None
         options = CostOptions(
-            kernel_efficiency=kernel_efficiency_for(device.name, h),
-            attention_efficiency=attention_efficiency_for(device.name),
+            kernel_efficiency=kernel_efficiency_for(device.part, h),
+            attention_efficiency=attention_efficiency_for(device.part),
             causal_attention_flops=training.flash_attention,
         )
         return evaluate(model, training, layout, device, links_for(layout, links), options)
