@@ -41,11 +41,38 @@ from trainplan.model.moe import expected_distinct_nodes, expected_remote_nodes
 from trainplan.model.moe_run import MoERun, routed_rows
 
 __all__ = [
+    "kernel_members",
     "dispatch_copies",
     "all_to_all_sent",
     "dispatch_traffic_share",
     "dispatch_time_share",
 ]
+
+
+def kernel_members(run: MoERun, per_domain: int, ep: int, group_ranks: int) -> int:
+    """Members of the expert-parallel group in each of the groups the dispatcher's kernels join
+    over NVLink (``g`` of :func:`dispatch_copies` and the link rule): the members per NVLink
+    domain ``per_domain`` (0 = unknown, the whole group), except where the kernels reach fewer
+    ranks (:attr:`model.moe_run.Dispatcher.nvlink_ranks`): DeepEP's group of ``group_ranks`` >
+    8 ranks (:func:`model.dispatch_buffers.deepep_group_ranks`, etp·ep under Megatron-Core)
+    forwards over NVLink inside runs of 8 of them only, ``8·ep/group_ranks`` members of the ep
+    group, and crosses between runs over RDMA, inside one NVLink domain as across two.
+
+    Examples
+    --------
+    DeepSeek-V3's EP 64 in one GB200 NVL72 domain: HybridEP's 64, DeepEP's runs of 8 (and of 4
+    ep members at expert tp 2 under Megatron-Core, whose group is etp·ep = 128 ranks):
+
+    >>> hybrid, deepep = MoERun(dispatcher="hybridep"), MoERun(dispatcher="deepep")
+    >>> kernel_members(hybrid, 64, 64, 64), kernel_members(deepep, 64, 64, 64)
+    (64, 8)
+    >>> kernel_members(deepep, 64, 64, 128), kernel_members(deepep, 8, 8, 8)
+    (4, 8)
+    """
+    reach = run.dispatcher.nvlink_ranks
+    if reach is None or group_ranks <= reach:
+        return per_domain
+    return min(per_domain or ep, max(1, reach * ep // group_ranks))
 
 
 @lru_cache(maxsize=1024)

@@ -51,6 +51,7 @@ from trainplan.model.terms.activation_fields import (
     stage_layer_counts,
 )
 from trainplan.model.terms.dispatch_buffers import ep_members_per_domain
+from trainplan.model.terms.ep_link import ep_rdma
 from trainplan.model.terms.fields import (
     Context,
     Fields,
@@ -335,11 +336,15 @@ def single_axis_seconds(
     c: Context, f: Fields, axis: str, total: Any, hidden: Any, microbatch: Any, window: Any
 ) -> tuple[Any, Any]:
     """(seconds if nothing overlapped, exposed) of one axis's traffic under the single model:
-    bytes over the link's bandwidth; exposed as the axis's overlap fraction and the per-micro-
+    bytes over the link's bandwidth (the expert all-to-all's DeepEP RDMA hop inside an NVLink
+    domain over the NIC's, :func:`model.terms.ep_link.ep_rdma`); exposed as the axis's overlap fraction and the per-micro-
     batch window say (:func:`model.timing.exposed_seconds`). 0 for no traffic."""
     link = f.link(axis)
     sends = total != 0
     bandwidth = where(sends, link.bandwidth if link.bandwidth is not None else 1.0, 1.0)
+    if axis == "ep":  # DeepEP's RDMA hop inside an NVLink domain rides the NIC
+        rdma, nic = ep_rdma(c, f)
+        bandwidth = where(sends & rdma, nic, bandwidth)
     exposed = exposed_seconds(
         as_float(total - hidden) / bandwidth, as_float(microbatch) / bandwidth, f.m,
         axis_overlap(c.options.overlap, axis), window,
