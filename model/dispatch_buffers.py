@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 
 from trainplan.model.moe import DEEPEP_WORKSPACE_BYTES, deepep_buffer_bytes
+from trainplan.model.moe_dispatch import PROB_BYTES, SCALE_BLOCK
 from trainplan.model.moe_run import Dispatcher, MoERun
 from trainplan.model.nvshmem_heap import nvshmem_gpu_bytes
 
@@ -46,9 +47,8 @@ HYBRIDEP_MIN_TOKENS = 512
 (``std::max(max_num_of_tokens_per_rank, 512)``)."""
 
 _TOKEN_BYTES = 2  # BF16 tokens: Megatron-Core asserts "not fp8_dispatch" (init_hybrid_ep_buffer);
-# the combine's buffers are uint16_t whatever the dispatch type (internode_doca.cu, intranode.cu)
-_PROB_BYTES = 4  # float probabilities; HybridEP's dispatch takes float32 probs only
-_SCALE_BLOCK = 128  # one float scaling factor per 128 hidden elements (hidden_dim / 128)
+# the combine's buffers are uint16_t whatever the dispatch type (internode_doca.cu, intranode.cu);
+# probabilities and scaling factors as the dispatch sends them (model.moe_dispatch, one rule)
 
 
 def deepep_group_ranks(framework: str, ep: int, expert_tp: int) -> int:
@@ -117,14 +117,14 @@ def hybridep_buffer_bytes(
     """
     t, r, n = hybridep_tokens_per_rank(tokens), ranks_per_domain, domains
     lr = local_experts * r
-    scales = _PROB_BYTES * (hidden // _SCALE_BLOCK)
-    token = _TOKEN_BYTES * hidden + _PROB_BYTES * lr + scales
+    scales = PROB_BYTES * (hidden // SCALE_BLOCK)
+    token = _TOKEN_BYTES * hidden + PROB_BYTES * lr + scales
     nvl = t * r * n * token + lr * n * t * r * n
     if n == 1:
         return nvl, 0
     remote = t * (n - 1)
-    staging = t * (_TOKEN_BYTES * hidden + _PROB_BYTES * lr * n + scales)
-    combine = 2 * remote * (_TOKEN_BYTES * hidden + _PROB_BYTES * lr)
+    staging = t * (_TOKEN_BYTES * hidden + PROB_BYTES * lr * n + scales)
+    combine = 2 * remote * (_TOKEN_BYTES * hidden + PROB_BYTES * lr)
     return nvl, staging + remote * token + combine
 
 

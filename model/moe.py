@@ -35,6 +35,8 @@ __all__ = [
     "scale_out_dispatch_bytes",
     "DEEPEP_NUM_SMS",
     "DEEPEP_NVL_PEERS",
+    "DEEPEP_TOPK_IDX_BYTES",
+    "DEEPEP_SOURCE_META_BYTES",
     "DEEPEP_DISPATCH_CONFIGS",
     "DEEPEP_COMBINE_CONFIGS",
     "deepep_buffer_bytes",
@@ -327,8 +329,12 @@ reach over NVLink. A group of more than 8 ranks is split into runs of 8 consecut
 (``rdma_rank = rank / 8``, ``nvl_rank = rank % 8``) and runs the internode kernels between them,
 whatever the NVLink domain (:attr:`model.moe_run.Dispatcher.nvlink_ranks`)."""
 _MAX_TOPK = _MAX_SCALES = 128  # kNumMaxTopK, kNumMaxScales, csrc/legacy/config.hpp
-_TOPK_IDX_BYTES = 8  # topk_idx_t = int64_t (EP_NUM_TOPK_IDX_BITS = 64), common/compiled.cuh
-_SOURCE_META_BYTES = 8  # sizeof(SourceMeta): two ints, csrc/kernels/legacy/internode.cu
+DEEPEP_TOPK_IDX_BYTES = 8
+"""``sizeof(topk_idx_t)``: int64 (``EP_NUM_TOPK_IDX_BITS`` 64 by default,
+``deep_ep/include/deep_ep/common/compiled.cuh``, DeepEP dd758ca)."""
+DEEPEP_SOURCE_META_BYTES = 8
+"""``sizeof(SourceMeta)``: two ints a token row across nodes (``csrc/kernels/legacy/
+internode.cu``, DeepEP dd758ca)."""
 _ALIGN = 128  # LEGACY_NUM_BUFFER_ALIGNMENT_BYTES
 
 DEEPEP_DISPATCH_CONFIGS = {
@@ -361,8 +367,8 @@ def _nvl_hint(hidden_bytes: int, ep: int, recv: int, num_sms: int) -> int:
     )
     per_token = (
         hidden_bytes
-        + _SOURCE_META_BYTES
-        + _MAX_TOPK * _TOPK_IDX_BYTES
+        + DEEPEP_SOURCE_META_BYTES
+        + _MAX_TOPK * DEEPEP_TOPK_IDX_BYTES
         + _MAX_TOPK * 4
         + _MAX_SCALES * 4
     )
@@ -377,8 +383,8 @@ def _rdma_hint(hidden_bytes: int, ep: int, send: int, recv: int, num_sms: int) -
     recv = -(-recv // send) * send  # the Config constructor aligns the receive chunk up to send
     per_token = 2 * (
         hidden_bytes
-        + _SOURCE_META_BYTES
-        + _MAX_TOPK * _TOPK_IDX_BYTES
+        + DEEPEP_SOURCE_META_BYTES
+        + _MAX_TOPK * DEEPEP_TOPK_IDX_BYTES
         + _MAX_TOPK * 4
         + _MAX_SCALES * 4
         + 16

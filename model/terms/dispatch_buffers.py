@@ -17,7 +17,7 @@ from typing import Any
 from trainplan.model.dispatch_buffers import deepep_group_ranks, dispatch_buffer_bytes
 from trainplan.model.frameworks import Framework
 from trainplan.model.moe import DEEPEP_DISPATCH_CONFIGS
-from trainplan.model.moe_dispatch import kernel_members
+from trainplan.model.moe_dispatch import group_domain_ranks, kernel_members
 from trainplan.model.moe_run import Dispatcher, MoERun, members_per_domain
 from trainplan.model.pipeline import Schedule
 from trainplan.model.terms.activation_fields import (
@@ -80,7 +80,7 @@ def _dispatch_buffers(
     ranks = deepep_group_ranks(framework, ep, expert_tp)
     if run.dispatcher is Dispatcher.DEEPEP and ranks not in DEEPEP_DISPATCH_CONFIGS:
         return 0
-    in_domain = min(ranks, int(per_domain) * ranks // ep)
+    in_domain = group_domain_ranks(ranks, ep, int(per_domain))
     heap = Framework(framework).physical
     return dispatch_buffer_bytes(run, hidden, ranks, heap, tokens, experts // ep, in_domain)
 

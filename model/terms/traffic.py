@@ -40,7 +40,7 @@ from trainplan.model.frameworks import Framework, gradient_bytes_for
 from trainplan.model.layout import Recompute
 from trainplan.model.mechanisms import mechanism
 from trainplan.model.memory import keeps_gathered_inputs
-from trainplan.model.moe_dispatch import dispatch_traffic_share
+from trainplan.model.moe_dispatch import dispatch_traffic_share, transfer_side_bytes
 from trainplan.model.params import shares_embedding_with_last_stage
 from trainplan.model.terms.activation_fields import (
     LAYER_FIELDS,
@@ -237,9 +237,16 @@ def ep_traffic_bytes(c: Context, f: Fields) -> Any:
     t = c.training
     _, moe = most_layers(c, f)
     again = recomputed_sends(c.arch, Framework(f.framework), Recompute(f.recompute), t)
+    side: Any = (0, 0, 0, 0)
+    spec = c.arch.moe
+    if spec is not None and t.moe_run.dispatcher.deduplicates:  # their rows' probabilities
+        g = ep_members_per_domain(c, f) if f.links_known else 0
+        row = c.arch.hidden_size * t.activation_bytes
+        args = (t.moe_run, row, spec.num_experts, spec.experts_per_token)
+        side = f.lookup_values(transfer_side_bytes, args, f.ep, f.expert_tp, g)
     return ep_bytes(
         c.arch, moe, f.ep, f.tp, f.cp, f.micro_batch_size, f.m, t.seq_len, t.activation_bytes,
-        f.sp, again.all_to_all, t.moe_run, ep_dispatch_traffic_share(c, f),
+        f.sp, again.all_to_all, t.moe_run, ep_dispatch_traffic_share(c, f), side,
     )  # fmt: skip
 
 

@@ -47,8 +47,9 @@ def test_deepep_ep64_in_an_nvl72_times_its_rdma_hop_on_the_nic():
     in runs of 8: a token reaches D = 8·(1 − C(224, 8)/C(256, 8)) = 5.294652 runs, 7/8 of them
     remote, D_r = 4.632821 RDMA rows a token. The link rule hands the NIC ``(ep − 1)/(ep − g)``
     = 63/56 of them and times them at 50 GB/s × 63/56 = 56.25 GB/s (one ConnectX-7 a GB200),
-    so 4,096 × 4.632821 × 63/56 × 14,336 = 306.045 MB a transfer, 5.6675 ms at 0.96 of it
-    before NCCL's latency; a MoE layer's forward and backward are two transfers each."""
+    so 4,096 × 4.632821 × 63/56 × 14,336 = 306.045 MB of hidden vectors a transfer, 5.6675 ms at
+    0.96 of it before NCCL's latency and the rows' side bytes; a MoE layer's forward and
+    backward are two transfers each."""
     d = 8 * (1 - math.comb(224, 8) / math.comb(256, 8))
     assert d == pytest.approx(5.294652, abs=1e-6)
     d_r = float(expected_remote_nodes(256, 8, 8, None))
@@ -70,8 +71,16 @@ def test_deepep_ep64_in_an_nvl72_times_its_rdma_hop_on_the_nic():
     fwd, bwd = ep_all_to_all_seconds(
         x, Clock(2.5e15, 8e12, P, ep_link=link, ep_per_domain=8), False
     )
-    one = collective_seconds(Collective.ALL_TO_ALL, 64, transfer, link, P)
-    assert (fwd, bwd) == (pytest.approx(2 * one), pytest.approx(2 * one))
+    # each RDMA row carries its 8-byte SourceMeta, and the forward dispatch k int32 indices and
+    # k float32 weights, the backward combine the weights' gradient, aligned to 16 bytes:
+    # 14,416 / 14,352 (forward), 14,384 / 14,352 (backward) bytes (model.moe_dispatch.side_bytes)
+    rows = {n: transfer / 14336 * n for n in (14416, 14352, 14384)}
+
+    def one(n: int) -> float:
+        return collective_seconds(Collective.ALL_TO_ALL, 64, rows[n], link, P)
+
+    assert fwd == pytest.approx(one(14416) + one(14352), rel=1e-12)
+    assert bwd == pytest.approx(one(14384) + one(14352), rel=1e-12)
 
 
 def test_the_planner_times_deepep_in_an_nvl72_as_across_8_gpu_domains():
@@ -96,6 +105,7 @@ def test_the_planner_times_deepep_in_an_nvl72_as_across_8_gpu_domains():
     assert nvl72["seconds"] == pytest.approx(nvl8["seconds"], rel=1e-12)
     assert nvl72["bytes_per_step"] == pytest.approx(nvl8["bytes_per_step"], rel=1e-12)
     assert buf72 == buf8 == 1_069_979_715
-    # 240 micro-batches × 16 MoE layers × 4 transfers × 5.6675 ms = 87.05 s, + NCCL's latency
-    assert 87.05 < nvl72["seconds"] < 87.05 * 1.01
+    # 240 micro-batches × 16 MoE layers × 4 transfers × 5.6675 ms = 87.05 s, + the rows' side
+    # bytes (+0.28 %: 64 + 4 × 16 + 32 of 4 × 14,336 bytes) and NCCL's latency
+    assert 87.05 * (1 + 160 / 57344) < nvl72["seconds"] < 87.05 * 1.01
     assert (hybrid["link"], hybrid["bandwidth_bytes_per_s"]) == ("nvlink", 900e9)
