@@ -392,7 +392,7 @@ def evaluate(
         When the layout breaks a legality rule (:func:`model.layout.validate`).
     """
     options = options or CostOptions()
-    validate(layout, model, training, num_gpus, options)
+    validate(layout, model, training, num_gpus, options, device.nvlink_domain)
     c = evaluation_context(model, training, device, options, vocab_multiple)
     f = LayoutFields(layout, training.global_batch_size, 0, links)
     stages = stage_memory(model, training, layout, vocab_multiple, device, links, options)
