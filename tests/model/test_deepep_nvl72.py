@@ -14,6 +14,7 @@ import math
 
 import pytest
 
+from tests.archs import one_moe_layer
 from tests.cli_runs import run_many
 from trainplan.model.layer_time import ep_all_to_all_seconds
 from trainplan.model.moe import expected_remote_nodes
@@ -22,7 +23,6 @@ from trainplan.model.moe_run import MoERun
 from trainplan.model.op_time import Clock
 from trainplan.model.ops import LayerShape
 from trainplan.model.roofline import Collective, LinkTime, RooflineParams, collective_seconds
-from trainplan.model.specs import Architecture, MoESpec
 from trainplan.model.step_time import all_to_all_bandwidth
 
 DEEPEP, HYBRIDEP = MoERun(dispatcher="deepep"), MoERun(dispatcher="hybridep")
@@ -61,12 +61,7 @@ def test_deepep_ep64_in_an_nvl72_times_its_rdma_hop_on_the_nic():
     transfer = 4096 * d_r * 63 / 56 * 14336
     assert transfer / 1e6 == pytest.approx(306.045, abs=1e-3)
     assert transfer / (nic * 0.96) * 1e3 == pytest.approx(5.6675, abs=1e-4)
-    moe = MoESpec(num_experts=256, experts_per_token=8, expert_ffn_hidden_size=2048)
-    arch = Architecture(
-        num_layers=1, hidden_size=7168, num_attention_heads=8, ffn_hidden_size=18432,
-        vocab_size=1024, moe=moe,
-    )  # fmt: skip
-    x = LayerShape(arch, True, 4096, 1, 1, ep=64, moe_run=DEEPEP)
+    x = LayerShape(one_moe_layer(256), True, 4096, 1, 1, ep=64, moe_run=DEEPEP)
     link = LinkTime(nic, False)
     fwd, bwd = ep_all_to_all_seconds(
         x, Clock(2.5e15, 8e12, P, ep_link=link, ep_per_domain=8), False

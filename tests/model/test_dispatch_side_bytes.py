@@ -18,6 +18,7 @@ import math
 
 import pytest
 
+from tests.archs import one_moe_layer
 from trainplan.model.dispatch_buffers import hybridep_buffer_bytes, hybridep_tokens_per_rank
 from trainplan.model.ep_kernels import kernel_rates
 from trainplan.model.layer_time import ep_all_to_all_seconds
@@ -27,7 +28,6 @@ from trainplan.model.moe_run import MoERun
 from trainplan.model.op_time import Clock
 from trainplan.model.ops import LayerShape
 from trainplan.model.roofline import LinkTime, RooflineParams
-from trainplan.model.specs import Architecture, MoESpec
 
 DEEPEP, HYBRIDEP = MoERun(dispatcher="deepep"), MoERun(dispatcher="hybridep")
 
@@ -80,12 +80,7 @@ def test_hybridep_deepseek_v3_ep64_on_gb200_with_its_probabilities():
     d, c = rates.at(64)
     assert (d, c) == pytest.approx((612.85e9 * 15488 / 14336, 543.27e9 * 15488 / 14336))
     rows = 4096 * r
-    moe = MoESpec(num_experts=256, experts_per_token=8, expert_ffn_hidden_size=2048)
-    arch = Architecture(
-        num_layers=1, hidden_size=7168, num_attention_heads=8, ffn_hidden_size=18432,
-        vocab_size=1024, moe=moe,
-    )  # fmt: skip
-    x = LayerShape(arch, True, 4096, 1, 1, ep=64, moe_run=HYBRIDEP)
+    x = LayerShape(one_moe_layer(256), True, 4096, 1, 1, ep=64, moe_run=HYBRIDEP)
     clock = Clock(
         2.5e15, 8e12, RooflineParams(gemm_efficiency=0.6), ep_link=LinkTime(900e9, True),
         ep_per_domain=64, ep_kernel=(d, c),

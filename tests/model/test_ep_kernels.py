@@ -12,6 +12,7 @@ import math
 
 import pytest
 
+from tests.archs import one_moe_layer
 from trainplan.model.ep_kernels import kernel_rates, kernel_seconds
 from trainplan.model.layer_time import ep_all_to_all_seconds
 from trainplan.model.moe import expected_distinct_nodes
@@ -19,17 +20,8 @@ from trainplan.model.moe_run import MoERun
 from trainplan.model.op_time import Clock
 from trainplan.model.ops import LayerShape
 from trainplan.model.roofline import Collective, LinkTime, RooflineParams, collective_seconds
-from trainplan.model.specs import Architecture, MoESpec
 
 P = RooflineParams(gemm_efficiency=0.6)
-
-
-def _arch(experts: int) -> Architecture:
-    moe = MoESpec(num_experts=experts, experts_per_token=8, expert_ffn_hidden_size=2048)
-    return Architecture(
-        num_layers=1, hidden_size=7168, num_attention_heads=8, ffn_hidden_size=18432,
-        vocab_size=1024, moe=moe,
-    )  # fmt: skip
 
 
 def test_deepep_h800_ep8_at_its_combine_rate_both_ways():
@@ -52,7 +44,7 @@ def test_deepep_h800_ep8_at_its_combine_rate_both_ways():
     assert rates is not None and rates.at(8) == (158e9, 158e9)
     assert "BF16 combine" in rates.borrowed
     link = LinkTime(200e9, True)
-    x = LayerShape(_arch(256), True, 4096, 1, 1, ep=8, moe_run=MoERun(dispatcher="deepep"))
+    x = LayerShape(one_moe_layer(256), True, 4096, 1, 1, ep=8, moe_run=MoERun(dispatcher="deepep"))
     fwd, bwd = ep_all_to_all_seconds(
         x, Clock(989e12, 3.35e12, P, ep_link=link, ep_kernel=rates.at(8)), False
     )
@@ -92,7 +84,7 @@ def test_hybridep_b200_ep8_kernel_only_each_direction():
     assert (d * 1e6, c * 1e6) == pytest.approx((434.04, 473.41), abs=0.01)
     bare_d, bare_c = kernel_seconds(received * 7 / 8, 8, rates.at(8)) or (0.0, 0.0)
     assert (bare_c * 1e6, bare_d * 1e6) == pytest.approx((465.10, 426.43), abs=0.01)
-    x = LayerShape(_arch(64), True, 4096, 1, 1, ep=8, moe_run=MoERun(dispatcher="hybridep"))
+    x = LayerShape(one_moe_layer(64), True, 4096, 1, 1, ep=8, moe_run=MoERun(dispatcher="hybridep"))
     clock = Clock(2.25e15, 8e12, P, ep_link=LinkTime(900e9, True), ep_kernel=rates.at(8))
     fwd, bwd = ep_all_to_all_seconds(x, clock, False)
     assert (fwd, bwd) == (pytest.approx(d + bare_c), pytest.approx(c + bare_d))
