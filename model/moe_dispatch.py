@@ -169,7 +169,7 @@ def transfer_side_bytes(
     >>> transfer_side_bytes(MoERun(dispatcher="hybridep"), 4096, 128, 8, 8, 1, 8)  # 16 × 8
     (512, 0, 512, 0)
     """
-    g = per_domain or ep
+    g = int(per_domain) or ep  # the search's tables hand it as a float
     domain_experts = (experts // ep) * group_domain_ranks(expert_tp * ep, ep, g) if ep > 1 else 0
     return side_bytes(run, hidden_bytes, top_k, domain_experts, g < ep)
 
@@ -209,8 +209,8 @@ def kernel_members(run: MoERun, per_domain: int, ep: int, group_ranks: int) -> i
     """
     reach = run.dispatcher.nvlink_ranks
     if reach is None or group_ranks <= reach:
-        return per_domain
-    return min(per_domain or ep, max(1, reach * ep // group_ranks))
+        return int(per_domain)
+    return min(int(per_domain) or ep, max(1, reach * int(ep) // int(group_ranks)))
 
 
 @lru_cache(maxsize=1024)
@@ -250,6 +250,7 @@ def dispatch_copies(
     """
     if ep == 1:
         return Fraction(0), Fraction(0)
+    per_domain = int(per_domain)  # the search's tables hand it as a float
     plain = Fraction(top_k * (ep - 1), ep)
     if not run.dispatcher.deduplicates or experts % ep:
         return plain, plain

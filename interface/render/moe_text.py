@@ -79,8 +79,9 @@ def dispatcher_kernel_sentence(est: Estimate) -> list[str]:
 def _deepep_runs(est: Estimate) -> list[str]:
     """Under ``deepep``, first the line that its group exceeds the 8 ranks its normal kernels
     reach over NVLink (:attr:`model.moe_run.Dispatcher.nvlink_ranks`) and runs the internode
-    kernels with their RDMA hop on the NIC ("" where the group fits one run of 8; ``[""]``
-    under another dispatcher); then, where its runs of 8 span hosts of fewer GPUs (GB200,
+    kernels with their RDMA hop on the NIC, said where the part's NVLink domain is larger
+    ("" where the group fits one run of 8 or the domain is 8; ``[""]`` under another
+    dispatcher); then, where its runs of 8 span hosts of fewer GPUs (GB200,
     GB300: 4 a tray), that DeepEP maps their buffers only through CUDA fabric handles, which its
     ``Buffer`` uses under ``allow_mnnvl=True`` (deepseek-ai/DeepEP dd758ca ``deep_ep/buffers/
     legacy.py`` passes the flag as ``use_fabric``, ``csrc/utils/shared_memory.hpp``) and
@@ -93,7 +94,7 @@ def _deepep_runs(est: Estimate) -> list[str]:
         return [""]
     ranks = deepep_group_ranks(str(lay.framework), lay.ep, lay.expert_tp)
     out = [""]  # first: the internode kernels' line, "" where the group fits one run
-    if ranks > reach:
+    if ranks > reach and (d.nvlink_domain or 0) > reach:  # NVLink reaches further than DeepEP
         out[0] = (
             f"expert dispatch and combine (deepep): its group of {ranks} ranks exceeds the {reach} "
             "its normal kernels reach over NVLink (LEGACY_NUM_MAX_NVL_PEERS), so it runs the "

@@ -40,6 +40,9 @@ def test_deepep_joins_runs_of_8_ranks_over_nvlink_whatever_the_domain():
     assert kernel_members(DEEPEP, 64, 64, 128) == 4
     assert kernel_members(DEEPEP, 8, 8, 8) == 8
     assert kernel_members(DEEPEP, 0, 64, 64) == 8  # the domain unknown: still runs of 8
+    # the search's tables hand the members as floats (its lookups gather into float columns)
+    assert type(kernel_members(DEEPEP, 64.0, 64, 64)) is int
+    assert dispatch_copies(DEEPEP, 256, 8, 64, 8.0) == dispatch_copies(DEEPEP, 256, 8, 64, 8)
 
 
 def test_deepep_ep64_in_an_nvl72_times_its_rdma_hop_on_the_nic():
