@@ -24,7 +24,7 @@ from trainplan.model.fp8_gathers import tp_gather_bytes
 from trainplan.model.frameworks import Framework
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.moe import all_to_all_bytes
-from trainplan.model.moe_dispatch import dispatch_traffic_share
+from trainplan.model.moe_dispatch import dispatch_traffic_share, transfer_side_bytes
 from trainplan.model.moe_run import DROPLESS, MoERun, mean_rows_sent
 from trainplan.model.ops import LayerShape
 from trainplan.model.recompute_ops import (
@@ -366,11 +366,15 @@ def ep_traffic(
     share = dispatch_traffic_share(
         run, moe.num_experts, moe.experts_per_token, layout.ep, per_domain
     )
+    side = transfer_side_bytes(
+        run, arch.hidden_size * training.activation_bytes, moe.num_experts,
+        moe.experts_per_token, layout.ep, layout.expert_tp, per_domain,
+    )  # fmt: skip
     total = ep_bytes(
         arch, num_moe_layers, layout.ep, layout.tp, layout.cp, layout.micro_batch_size, m,
         training.seq_len, training.activation_bytes, layout.sp,
         recomputed_sends(arch, Framework(layout.framework), layout.recompute, training).all_to_all,
-        run, share,
+        run, share, side,
     )  # fmt: skip
     return AxisTraffic("ep", "all-to-all (dispatch + combine)", layout.ep, total)
 
@@ -389,6 +393,7 @@ def ep_bytes(
     recompute: bool,
     run: MoERun = DROPLESS,
     share: Any = 1,
+    side: tuple[int, int, int, int] = (0, 0, 0, 0),
 ) -> Any:
     """Bytes per step of :func:`ep_traffic`, from plain numbers (exact for ints, element-wise
     for arrays); ``recompute``: a recomputed forward dispatches again (full or √n, or the
@@ -400,10 +405,14 @@ def ep_bytes(
     HybridEP send a token once per destination rank, across NVLink domains once per remote
     domain and then once per rank over NVLink) — every byte a GPU sends, whichever link it rides
     (the link rule times the scale-out share of it across domains,
-    :func:`model.moe_dispatch.dispatch_time_share`)."""
+    :func:`model.moe_dispatch.dispatch_time_share`). A row is ``h·beta`` bytes plus, in each
+    of :data:`model.moe_dispatch.TRANSFERS`, its ``side`` bytes
+    (:func:`model.moe_dispatch.transfer_side_bytes`: the flex dispatchers' probabilities)."""
     if arch.moe is None:
         return 0 * ep
     tokens = exact(seq_len) / cp * b / where(sp, tp, 1)
     rows = mean_rows_sent(run, tokens, arch.moe.num_experts, arch.moe.experts_per_token)
-    one = all_to_all_bytes(rows, arch.hidden_size, beta, ep) * share
-    return 2 * one * (3 if recompute else 2) * num_moe_layers * m
+    row = arch.hidden_size * beta
+    forward, backward = 2 * row + side[0] + side[1], 2 * row + side[2] + side[3]
+    per_layer = forward * (2 if recompute else 1) + backward
+    return all_to_all_bytes(rows, 1, 1, ep) * per_layer * share * num_moe_layers * m

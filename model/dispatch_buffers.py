@@ -24,12 +24,15 @@ from __future__ import annotations
 import math
 
 from trainplan.model.moe import DEEPEP_WORKSPACE_BYTES, deepep_buffer_bytes
+from trainplan.model.moe_dispatch import PROB_BYTES, SCALE_BLOCK
 from trainplan.model.moe_run import Dispatcher, MoERun
 from trainplan.model.nvshmem_heap import nvshmem_gpu_bytes
 
 __all__ = [
     "HYBRIDEP_CHUNK_TOKENS",
     "HYBRIDEP_MIN_TOKENS",
+    "HYBRIDEP_ACROSS_DOMAINS_MAX_TOKENS",
+    "hybridep_token_refusal",
     "deepep_group_ranks",
     "hybridep_tokens_per_rank",
     "hybridep_buffer_bytes",
@@ -46,9 +49,58 @@ HYBRIDEP_MIN_TOKENS = 512
 (``std::max(max_num_of_tokens_per_rank, 512)``)."""
 
 _TOKEN_BYTES = 2  # BF16 tokens: Megatron-Core asserts "not fp8_dispatch" (init_hybrid_ep_buffer);
-# the combine's buffers are uint16_t whatever the dispatch type (internode_doca.cu, intranode.cu)
-_PROB_BYTES = 4  # float probabilities; HybridEP's dispatch takes float32 probs only
-_SCALE_BLOCK = 128  # one float scaling factor per 128 hidden elements (hidden_dim / 128)
+# the combine's buffers are uint16_t whatever the dispatch type (internode_doca.cu, intranode.cu);
+# probabilities and scaling factors as the dispatch sends them (model.moe_dispatch, one rule)
+
+
+_IB_QP_MAX_TX_DEPTH = 65536  # HYBRID_EP_IB_QP_MAX_TX_DEPTH, csrc/hybrid_ep/config.cuh
+_TX_DEPTH_TOKEN_FACTOR, _TX_DEPTH_EXTRA = 3, 1  # HYBRID_EP_DISPATCH_TX_DEPTH_TOKEN_FACTOR, _EXTRA
+
+HYBRIDEP_ACROSS_DOMAINS_MAX_TOKENS = (
+    _IB_QP_MAX_TX_DEPTH - 1 - _TX_DEPTH_EXTRA
+) // _TX_DEPTH_TOKEN_FACTOR
+"""21,844: the most tokens a rank (``BufferConfig.max_num_of_tokens_per_rank``, padded:
+:func:`hybridep_tokens_per_rank`) HybridEP takes when its group spans more than one NVLink
+domain: its dispatch may post 3 InfiniBand work requests a token (token, probabilities,
+scaling factors) and one more, which must stay under the queue pair's 65,536
+(``hybrid-ep`` 94a9f8f6b1 ``csrc/hybrid_ep/config.cuh`` ``hybrid_ep_token_capacity_is_valid``:
+``3·T + 1 < 65536``, checked by ``BufferConfig.is_valid`` in the ``Configurer`` the buffer is
+built with, which throws "The buffer config is not valid", and by
+``HybridEpConfigInstance.is_valid``, asserted in ``update_template_config``). In one domain
+(no RDMA) there is no limit."""
+
+
+def hybridep_token_refusal(
+    micro_batch_size: int, seq_len: int, cp: int, sp_tp: int, group_ranks: int, span: int,
+    domain: int,
+) -> str | None:  # fmt: skip
+    """The one line that refuses a layout under HybridEP whose rank dispatches ``T = b·s/cp``
+    tokens a micro-batch (``/tp`` under sequence parallelism: ``sp_tp``, 1 without;
+    :func:`model.terms.dispatch_tokens`' count) when its group of ``group_ranks`` (Megatron-Core's
+    etp·ep ``tp_ep_group``), laid over ``span`` consecutive ranks, leaves one NVLink domain of
+    ``domain`` GPUs and ``T`` padded (:func:`hybridep_tokens_per_rank`) is above
+    :data:`HYBRIDEP_ACROSS_DOMAINS_MAX_TOKENS`; None otherwise.
+
+    >>> hybridep_token_refusal(8, 4096, 1, 1, 16, 16, 8)[:66]
+    'micro_batch_size: 8 × seq_len 4,096 = 32,768 tokens a rank dispatc'
+    >>> hybridep_token_refusal(8, 4096, 1, 1, 64, 64, 72), hybridep_token_refusal(5, 4096, 1, 1, 16, 16, 8)
+    (None, None)
+    """
+    tokens = micro_batch_size * seq_len // (cp * sp_tp)
+    padded = hybridep_tokens_per_rank(tokens)
+    if span <= domain or padded <= HYBRIDEP_ACROSS_DOMAINS_MAX_TOKENS:
+        return None
+    split = "".join(
+        f" / {name} {n}" for name, n in (("cp", cp), ("tp (sequence parallelism)", sp_tp)) if n > 1
+    )
+    return (
+        f"micro_batch_size: {micro_batch_size} × seq_len {seq_len:,}{split} = {tokens:,} tokens "
+        f"a rank dispatches each micro-batch exceed the {HYBRIDEP_ACROSS_DOMAINS_MAX_TOKENS:,} "
+        f"HybridEP takes across NVLink domains (its group of {group_ranks} ranks spans {span} "
+        f"GPUs, domains of {domain}; its dispatch posts 3 InfiniBand work requests a token + 1, "
+        "under the queue pair's 65,536: hybrid-ep config.cuh hybrid_ep_token_capacity_is_valid); "
+        "use a smaller micro-batch, more cp or tp, or an ep group inside one domain"
+    )
 
 
 def deepep_group_ranks(framework: str, ep: int, expert_tp: int) -> int:
@@ -117,14 +169,14 @@ def hybridep_buffer_bytes(
     """
     t, r, n = hybridep_tokens_per_rank(tokens), ranks_per_domain, domains
     lr = local_experts * r
-    scales = _PROB_BYTES * (hidden // _SCALE_BLOCK)
-    token = _TOKEN_BYTES * hidden + _PROB_BYTES * lr + scales
+    scales = PROB_BYTES * (hidden // SCALE_BLOCK)
+    token = _TOKEN_BYTES * hidden + PROB_BYTES * lr + scales
     nvl = t * r * n * token + lr * n * t * r * n
     if n == 1:
         return nvl, 0
     remote = t * (n - 1)
-    staging = t * (_TOKEN_BYTES * hidden + _PROB_BYTES * lr * n + scales)
-    combine = 2 * remote * (_TOKEN_BYTES * hidden + _PROB_BYTES * lr)
+    staging = t * (_TOKEN_BYTES * hidden + PROB_BYTES * lr * n + scales)
+    combine = 2 * remote * (_TOKEN_BYTES * hidden + PROB_BYTES * lr)
     return nvl, staging + remote * token + combine
 
 

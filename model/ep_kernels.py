@@ -15,6 +15,15 @@ bytes``, the same rows sent back, by the combine's. HybridEP's ``tests/test_hybr
 ``R·(ep − 1)/ep`` a token: ×``ep/(ep − 1)`` gives the rows the kernels count
 (:func:`kernel_seconds`).
 
+**What else the rows carried.** The counted bytes are the hidden vectors alone; the timed kernels
+moved what the benchmark's rows carried beside them too (:data:`BENCHMARK_TRANSFERS`):
+HybridEP's dispatch and combine a float32 probability per expert of the domain, ``4·8·ep``
+bytes a row at its 8 local experts (1,152 at GB200's EP 36, 8 % of a 14,336-byte row); DeepEP's
+cached dispatch and weightless combine nothing beyond the 4-byte source index every row has.
+So each published figure is read as the bytes moved, × ``(2h + side)/2h`` (:func:`_moved`),
+and the model's rows carry their own side bytes at that rate
+(:func:`model.moe_dispatch.side_bytes`: the run's probabilities, DeepEP's top-k).
+
 **Which figure** (:func:`kernel_rates`): BF16 dispatch and combine — Megatron-Core dispatches
 BF16 rows through both flex backends (``model.dispatch_buffers``); at the SM count the model
 charges the kernels (:data:`model.comm_sms.DISPATCHER_SMS`, one domain), the published row
@@ -33,15 +42,25 @@ rank; fewer tokens would run below it (not modelled). Units: bytes/s, seconds.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
 from trainplan.model.comm_sms import DISPATCHER_SMS
 from trainplan.model.kernel_tables import ExpertAllToAll
 from trainplan.model.kernels import interpolate_log2
+from trainplan.model.moe_dispatch import side_bytes
+from trainplan.model.moe_run import Dispatcher, MoERun
 from trainplan.scenarios.kernel_data import collective_data
 
-__all__ = ["KERNEL_LIBRARY", "KernelRates", "kernel_rates", "kernel_seconds"]
+__all__ = [
+    "KERNEL_LIBRARY",
+    "BENCHMARK_TRANSFERS",
+    "KernelRates",
+    "kernel_rates",
+    "kernel_seconds",
+    "transfer_seconds",
+]
 
 KERNEL_LIBRARY = {"deepep": "deepep-v1-normal", "hybridep": "hybridep"}
 """The ``[[expert_all_to_all]]`` library whose NVLink rows time each flex dispatcher."""
@@ -50,7 +69,9 @@ KERNEL_LIBRARY = {"deepep": "deepep-v1-normal", "hybridep": "hybridep"}
 @dataclass(frozen=True, slots=True)
 class KernelRates:
     """A dispatcher's BF16 dispatch and combine bandwidth inside one NVLink domain by
-    expert-parallel size (GB/s, counted as the kernels count: module docstring)."""
+    expert-parallel size (GB/s of the rows a rank receives, its own included, as the bytes the
+    kernels moved: the hidden vectors and what the rows carried beside them, module
+    docstring)."""
 
     ep: tuple[int, ...]
     dispatch_gbps: tuple[float, ...]
@@ -83,9 +104,35 @@ def _sms_row(rows: list[ExpertAllToAll], charged: int) -> ExpertAllToAll:
     return max(fits, key=sms) if fits else min(rows, key=sms)
 
 
+BENCHMARK_TRANSFERS = {"deepep-v1-normal": (3, 1), "hybridep": (0, 2)}
+"""Which of :data:`model.moe_dispatch.TRANSFERS` each library's published dispatch and combine
+ran: DeepEP's ``tests/legacy/test_intranode.py`` (dd758ca) times a dispatch with the cached
+handle and no top-k (the backward dispatch's row) and a combine without weights (the forward
+combine's); HybridEP's ``tests/test_hybrid_ep.py`` ``test_hybrid_ep_benchmark`` (``hybrid-ep``
+94a9f8f6b1) a dispatch with ``topk_weights`` turned into probabilities (the forward's) and a
+combine with them (``with_probs``: the backward's)."""
+
+
+def _moved(row: ExpertAllToAll, gbps: tuple[float, ...], transfer: int) -> tuple[float, ...]:
+    """``gbps`` as the bytes the benchmark's kernel moved a row: the counted ``2h`` plus what
+    its rows carried beside them in that transfer (:func:`model.moe_dispatch.side_bytes`:
+    HybridEP's ``4·L·ep`` probabilities, ``L`` = the row's ``local_experts``; none of DeepEP's
+    timed transfers carry any), × ``(2h + side)/2h`` at each ep."""
+    dispatcher = next(k for k, v in KERNEL_LIBRARY.items() if v == row.library)
+    hidden = 2 * row.hidden
+    out = []
+    for ep, rate in zip(row.ep, gbps, strict=True):
+        experts = (row.local_experts or 0) * ep
+        side = side_bytes(
+            MoERun(dispatcher=Dispatcher(dispatcher)), hidden, row.top_k, experts, False
+        )
+        out.append(rate * (hidden + side[transfer]) / hidden)
+    return tuple(out)
+
+
 def _bf16(library: str, part: str) -> tuple[KernelRates, str] | None:
     """The part's own rates of ``library`` (with what was borrowed for a missing BF16
-    dispatch), None without a row."""
+    dispatch), None without a row; as the bytes the kernels moved (:func:`_moved`)."""
     rows = [
         r
         for r in collective_data().expert_all_to_all
@@ -98,10 +145,12 @@ def _bf16(library: str, part: str) -> tuple[KernelRates, str] | None:
     row = _sms_row(bf16 or rows, charged)
     sms = f", {max(row.sms)} SMs" if row.sms else ""
     where = f"{library} on {part}{sms} ({row.source})"
+    dispatch, combine = BENCHMARK_TRANSFERS[library]
+    moved = _moved(row, row.combine_gbps, combine)
     if bf16:
-        return KernelRates(row.ep, row.dispatch_gbps, row.combine_gbps, where), ""
+        return KernelRates(row.ep, _moved(row, row.dispatch_gbps, dispatch), moved, where), ""
     note = f"{library}'s BF16 dispatch on {part} at its BF16 combine's rate (FP8 dispatch only)"
-    return KernelRates(row.ep, row.combine_gbps, row.combine_gbps, where), note
+    return KernelRates(row.ep, moved, moved, where), note
 
 
 def _listed(library: str, part: str) -> tuple[KernelRates, str]:
@@ -123,7 +172,8 @@ def kernel_rates(
     Examples
     --------
     DeepEP on H800: the combine's 158 GB/s for both; on H100 (450 GB/s of NVLink against the
-    H800's 200) 158 × 2.25; HybridEP on B300 reads B200's rows:
+    H800's 200) 158 × 2.25; HybridEP on B300 reads B200's rows, 734.95 and 673.84 GB/s of
+    14,336-byte rows that carried 4 × 8 × 8 = 256 bytes of probabilities each (× 14,592/14,336):
 
     >>> kernel_rates("deepep", "H800", 200e9, 8).at(8)
     (158000000000.0, 158000000000.0)
@@ -131,7 +181,7 @@ def kernel_rates(
     355.5
     >>> b300 = kernel_rates("hybridep", "B300", 900e9, 8)
     >>> b300.at(8), b300.borrowed.startswith("B200's")
-    ((734950000000.0, 673840000000.0), True)
+    ((748074107142.8572, 685872857142.8573), True)
     """
     library = KERNEL_LIBRARY.get(str(dispatcher))
     if library is None or not nvlink_bytes_per_s:
@@ -174,11 +224,12 @@ def kernel_rates(
 def kernel_seconds(
     timed_bytes: float, ep: int, rates: tuple[float, float] | None
 ) -> tuple[float, float] | None:
-    """(dispatch, combine) seconds of one dispatch and its combine inside one NVLink domain:
-    the model's timed bytes (:func:`model.moe_dispatch.all_to_all_sent`, the rows sent to the
-    other ``ep − 1`` ranks) × ``ep/(ep − 1)`` — the rows the kernels count, the rank's own
-    included — over each direction's rate (bytes/s, :meth:`KernelRates.at`); None without rates
-    (NCCL's all-to-all rule holds).
+    """(dispatch, combine) seconds of ``timed_bytes`` sent by a dispatch and by a combine inside
+    one NVLink domain: the model's timed bytes (:func:`model.moe_dispatch.all_to_all_sent` of
+    the transfer's row, hidden and side bytes, sent to the other ``ep − 1`` ranks) ×
+    ``ep/(ep − 1)`` — the rows the kernels count, the rank's own included — over each
+    direction's rate (bytes/s, :meth:`KernelRates.at`); None without rates (NCCL's all-to-all
+    rule holds).
 
     Examples
     --------
@@ -194,3 +245,22 @@ def kernel_seconds(
         return None
     received = timed_bytes * ep / (ep - 1)
     return received / rates[0], received / rates[1]
+
+
+def transfer_seconds(
+    moved: list[float], ep: int, rates: tuple[float, float] | None, nccl: Callable[[float], float]
+) -> list[float]:
+    """Seconds of each of :data:`model.moe_dispatch.TRANSFERS` sending ``moved`` bytes (the
+    model's timed bytes of its rows, :func:`kernel_seconds`): a dispatch (the forward's, the
+    backward's transpose of the combine) at the kernels' dispatch rate, a combine at their
+    combine rate, inside one NVLink domain; ``nccl(bytes)`` — NCCL's all-to-all rule on the
+    group's link — without rates.
+
+    >>> transfer_seconds([7e9, 7e9, 7e9, 7e9], 8, (8e9, 4e9), lambda b: 0.0)
+    [1.0, 2.0, 2.0, 1.0]
+    """
+    out = []
+    for sent, rate in zip(moved, (0, 1, 1, 0), strict=True):
+        kernel = kernel_seconds(sent, ep, rates)
+        out.append(kernel[rate] if kernel else nccl(sent))
+    return out

@@ -30,6 +30,7 @@ from trainplan.model.recompute_ops import recompute_flops_of
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import recomputed_in_chunks, stage_chunks
 from trainplan.model.terms.activation_fields import padded_vocab_of
+from trainplan.model.terms.ep_link import ep_rdma
 from trainplan.model.terms.fields import INSIDE_DOMAIN, AxisLinkLike, Context, LayoutFields
 from trainplan.model.terms.forward_gather import forward_gather_term
 from trainplan.model.terms.peak import StageMemory, busiest_stage, host_fits, stage_memory_term
@@ -309,7 +310,10 @@ def _row(
     elif roofline:  # the share the mechanism hides
         overlap = 1 - timed[1] / timed[0] if timed[0] > 0 else 0.0
     seconds, exposed = timed
-    return TrafficRow(t, link.link, link.bandwidth_bytes_per_s, seconds, overlap, exposed)
+    kind, bandwidth = link.link, link.bandwidth_bytes_per_s
+    if t.axis == "ep" and ep_rdma(c, f)[0]:  # DeepEP's hop between runs of 8: the NIC
+        kind, bandwidth = "scale-out", float(ep_rdma(c, f)[1])
+    return TrafficRow(t, kind, bandwidth, seconds, overlap, exposed)
 
 
 def _muon_rows(
@@ -388,7 +392,7 @@ def evaluate(
         When the layout breaks a legality rule (:func:`model.layout.validate`).
     """
     options = options or CostOptions()
-    validate(layout, model, training, num_gpus, options)
+    validate(layout, model, training, num_gpus, options, device.nvlink_domain)
     c = evaluation_context(model, training, device, options, vocab_multiple)
     f = LayoutFields(layout, training.global_batch_size, 0, links)
     stages = stage_memory(model, training, layout, vocab_multiple, device, links, options)

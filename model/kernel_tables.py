@@ -308,6 +308,9 @@ class ExpertAllToAll:
     ``topology/accelerators.toml``): what a part without rows scales by (:mod:`model.ep_kernels`)."""
     nvlink_domain: int | None = None
     """GPUs in the measured part's NVLink domain (as ``topology/accelerators.toml``)."""
+    local_experts: int | None = None
+    """Experts a rank in the benchmark, where its rows carry a probability per expert of the
+    domain (HybridEP's: :func:`model.moe_dispatch.side_bytes`); None where they carry none."""
 
     def check(self, where: str) -> None:
         """A known link; one value per EP size; sizes ascending."""

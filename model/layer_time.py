@@ -58,9 +58,9 @@ from trainplan.model.context_parallel import (
     templated_kv_repeat,
     templated_merge_bytes,
 )
-from trainplan.model.ep_kernels import kernel_seconds
+from trainplan.model.ep_kernels import transfer_seconds
 from trainplan.model.layout import Recompute
-from trainplan.model.moe_dispatch import all_to_all_sent
+from trainplan.model.moe_dispatch import all_to_all_sent, transfer_side_bytes
 from trainplan.model.moe_kernels import counts_gather_seconds, dispatch_metadata
 from trainplan.model.moe_run import exposed_all_to_all
 from trainplan.model.op_time import (
@@ -315,36 +315,36 @@ def templated_merge_seconds(x: LayerShape, c: Clock) -> tuple[float, float]:
 
 def ep_all_to_all_seconds(x: LayerShape, c: Clock, full_recompute: bool) -> tuple[float, float]:
     """(forward, backward) seconds of one MoE layer's expert all-to-alls for one micro-batch on
-    the busiest expert-parallel rank: a dispatch and a combine in forward (again for a
-    recomputed forward under full recomputation) and their two transposes in backward, each of
-    :func:`model.moe_dispatch.all_to_all_sent` bytes (routing, padding, imbalance, de-duplication)
-    over the ep link (:attr:`Clock.ep_kernel`); with them the dispatcher's own small collectives
+    the busiest expert-parallel rank: a dispatch and a combine in forward (again in a recomputed
+    forward under full recomputation) and their transposes in backward
+    (:func:`model.ep_kernels.transfer_seconds`), each :func:`model.moe_dispatch.all_to_all_sent`
+    of its rows' hidden and side bytes (:func:`model.moe_dispatch.transfer_side_bytes`) over the
+    ep link (:attr:`Clock.ep_kernel`); with them the dispatcher's own small collectives
     (:func:`model.moe_kernels.dispatch_metadata`: Megatron-Core's all-to-all of the
     probability, one value per routed row, each way, at the tokens' rule; the forward's
     all-gather of the token counts per expert over the etp × ep ranks at NCCL's latency,
     :func:`model.moe_kernels.counts_gather_seconds`; torchtitan's counts and host wait,
-    :func:`model.torchtitan_experts.torchtitan_dispatch_seconds`). What a schedule that hides
-    one micro-batch's all-to-alls under another's computation (DualPipe) reads, per MoE layer
-    of a model chunk; (0, 0) without ep."""
+    :func:`model.torchtitan_experts.torchtitan_dispatch_seconds`). What DualPipe reads, per MoE
+    layer of a model chunk; (0, 0) without ep."""
     spec = x.arch.moe
     if not x.moe or x.ep == 1 or c.ep_link is None or spec is None:
         return 0.0, 0.0
 
     def sent(row_bytes: float) -> float:
-        return all_to_all_sent(
-            x.moe_run, x.local_tokens, spec.num_experts, spec.experts_per_token, x.ep,
-            c.ep_per_domain, row_bytes,
-        )  # fmt: skip
+        return all_to_all_sent(x.moe_run, x.local_tokens, spec.num_experts,
+                               spec.experts_per_token, x.ep, c.ep_per_domain, row_bytes)  # fmt: skip
 
-    rows = sent(x.arch.hidden_size * x.beta)
-    one = _coll(Collective.ALL_TO_ALL, x.ep, rows, c.ep_link, c)
-    d, back = kernel_seconds(rows, x.ep, c.ep_kernel) or (one, one)
+    row = x.arch.hidden_size * x.beta
+    side = transfer_side_bytes(x.moe_run, row, spec.num_experts, spec.experts_per_token, x.ep,
+                               x.etp, c.ep_per_domain)  # fmt: skip
+    t = transfer_seconds([sent(row + e) for e in side], x.ep, c.ep_kernel,
+                         lambda b: _coll(Collective.ALL_TO_ALL, x.ep, b, c.ep_link, c))  # fmt: skip
     meta = dispatch_metadata(x.expert_passes, x.moe_run.dispatcher)
     probs = _coll(Collective.ALL_TO_ALL, x.ep, sent(x.beta), c.ep_link, c)
     counts = counts_gather_seconds(x.etp * x.ep, c.ep_link.scaleup)
-    forward = d + back + meta.probs_all_to_alls[0] * probs + meta.counts_all_gathers * counts
+    forward = t[0] + t[1] + meta.probs_all_to_alls[0] * probs + meta.counts_all_gathers * counts
     forward += torchtitan_dispatch_seconds(meta, spec.num_experts, x.ep, c.ep_link, c.params)
-    return forward * (2 if full_recompute else 1), d + back + meta.probs_all_to_alls[1] * probs
+    return forward * (2 if full_recompute else 1), t[2] + t[3] + meta.probs_all_to_alls[1] * probs
 
 
 def _ep_collectives(

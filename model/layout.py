@@ -394,8 +394,11 @@ def validate(
     training: TrainingSpec,
     num_gpus: int | None = None,
     options: Any = None,
+    nvlink_domain: int | None = None,
 ) -> None:
     """Check every legality rule (:data:`model.legality.RULES`); raise the first broken one.
+    ``nvlink_domain``: the accelerator's, for the rules on where a group lies (HybridEP's token
+    limit across domains, :func:`model.moe_rules.hybridep_tokens_rule`); None skips them.
 
     Rules: the degrees multiply to ``num_gpus`` (when given); tp divides the attention heads, the
     KV heads and the FFN sizes; with sequence parallelism tp divides s/cp; cp>1 needs s divisible
@@ -423,4 +426,5 @@ def validate(
     def value(name: str) -> Any:
         return layout.num_microbatches(B) if name == "m" else getattr(layout, name)
 
-    check_rules(Setting.of(model, training, num_gpus, options), value)
+    setting = Setting.of(model, training, num_gpus, options)
+    check_rules(replace(setting, nvlink_domain=nvlink_domain), value)

@@ -26,7 +26,6 @@ from trainplan.model.context_parallel import CpKind
 from trainplan.model.cp_rules import check_cp_framework, check_cp_kind
 from trainplan.model.deepspeed_fp8 import check_deepspeed_fp8
 from trainplan.model.deepspeed_layers import check_deepspeed_layers, check_deepspeed_pipe_recompute
-from trainplan.model.dispatch_buffers import deepep_group_ranks
 from trainplan.model.errors import LayoutError
 from trainplan.model.expert_groups import check_expert_groups, expert_tp_of
 from trainplan.model.frameworks import (
@@ -38,8 +37,10 @@ from trainplan.model.frameworks import (
 from trainplan.model.key_rules import check_framework_recipe, check_options, options_given
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.moe_rules import (
+    HYBRIDEP_TOKENS_SCOPE,
     check_expert_parallel,
-    moe_layout_violation,
+    hybridep_tokens_rule,
+    moe_layout_rule,
     moe_recompute_violation,
     moe_run_violation,
 )
@@ -86,15 +87,26 @@ class Setting:
     num_gpus: int | None = None
     options: tuple[tuple[str, bool], ...] = ()
     tp_comm_overlap: str | None = None
+    nvlink_domain: int | None = None
+    """GPUs per NVLink domain of the accelerator (:attr:`model.hardware.DeviceSpec.
+    nvlink_domain`, a run's ``nvlink_domain`` included); None: the rules that read where a
+    group lies are not checked (:func:`model.moe_rules.hybridep_tokens_rule`)."""
 
     @classmethod
     def of(
-        cls, model: ModelSpec, training: TrainingSpec, num_gpus: int | None, options: Any
+        cls,
+        model: ModelSpec,
+        training: TrainingSpec,
+        num_gpus: int | None,
+        options: Any,
+        device: Any = None,
     ) -> Setting:
-        """The setting of a :class:`model.timing.CostOptions` ``options`` (None: defaults)."""
+        """The setting of a :class:`model.timing.CostOptions` ``options`` (None: defaults) on a
+        :class:`model.hardware.DeviceSpec` ``device`` (its ``nvlink_domain``; None: not known)."""
         overlap = getattr(options, "tp_comm_overlap", None)
         given = None if overlap is None else str(overlap)
-        return cls(model, training, num_gpus, options_given(options), given)
+        domain = getattr(device, "nvlink_domain", None)
+        return cls(model, training, num_gpus, options_given(options), given, domain)
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,19 +380,6 @@ def _moe_schedule(s: Setting, framework: Any, schedule: Any) -> None:
         raise LayoutError(problem)
 
 
-def _moe_layout(
-    s: Setting, ep: int, pp: int, v: int, tp: int, etp: int | None, framework: Any
-) -> None:
-    """The run's MoE choices on the layout's degrees (:func:`model.moe_run.
-    moe_layout_violation`: DeepEP's group sizes,
-    :func:`model.dispatch_buffers.deepep_group_ranks`; the combined-1F1B overlap's ep and
-    schedule)."""
-    ranks = deepep_group_ranks(str(framework), ep, expert_tp_of(tp, etp, framework, ep))
-    problem = moe_layout_violation(s.training.moe_run, ep, pp, v, ranks)
-    if problem:
-        raise LayoutError(problem)
-
-
 RULES: tuple[Rule, ...] = (
     Rule("gpus", ("dp", "tp", "pp", "cp"), _gpus),
     Rule("global_batch_size", ("micro_batch_size", "dp"), _batch),
@@ -427,7 +426,8 @@ RULES: tuple[Rule, ...] = (
     Rule("optimizer", ("optimizer", "framework", "zero_stage"), _optimizer),
     Rule("moe_framework", ("framework", "recompute"), _moe_framework),
     Rule("moe_schedule", ("framework", "schedule"), _moe_schedule),
-    Rule("moe_layout", ("ep", "pp", "virtual_stages", "tp", "etp", "framework"), _moe_layout),
+    Rule("moe_layout", ("ep", "pp", "virtual_stages", "tp", "etp", "framework"), moe_layout_rule),
+    Rule("hybridep_tokens", HYBRIDEP_TOKENS_SCOPE, hybridep_tokens_rule),
 )
 """Every rule, in the order :func:`model.layout.validate` checks them."""
 

@@ -34,6 +34,9 @@ __all__ = [
     "expected_remote_nodes",
     "scale_out_dispatch_bytes",
     "DEEPEP_NUM_SMS",
+    "DEEPEP_NVL_PEERS",
+    "DEEPEP_TOPK_IDX_BYTES",
+    "DEEPEP_SOURCE_META_BYTES",
     "DEEPEP_DISPATCH_CONFIGS",
     "DEEPEP_COMBINE_CONFIGS",
     "deepep_buffer_bytes",
@@ -319,10 +322,19 @@ DEEPEP_WORKSPACE_BYTES = 32 << 20
 workspace the legacy ``Buffer`` constructor allocates with ``cudaMalloc`` on every rank,
 whatever its group (``csrc/legacy/buffer.hpp``, "Create 32 MiB workspace")."""
 
-_NUM_MAX_NVL_PEERS = 8  # LEGACY_NUM_MAX_NVL_PEERS, csrc/kernels/legacy/compiled.cuh
+DEEPEP_NVL_PEERS = 8
+"""``LEGACY_NUM_MAX_NVL_PEERS`` (``csrc/kernels/legacy/compiled.cuh``, DeepEP dd758ca; the legacy
+``Buffer`` asserts it is 8, ``csrc/legacy/buffer.hpp``): the ranks of a group the normal kernels
+reach over NVLink. A group of more than 8 ranks is split into runs of 8 consecutive ranks
+(``rdma_rank = rank / 8``, ``nvl_rank = rank % 8``) and runs the internode kernels between them,
+whatever the NVLink domain (:attr:`model.moe_run.Dispatcher.nvlink_ranks`)."""
 _MAX_TOPK = _MAX_SCALES = 128  # kNumMaxTopK, kNumMaxScales, csrc/legacy/config.hpp
-_TOPK_IDX_BYTES = 8  # topk_idx_t = int64_t (EP_NUM_TOPK_IDX_BITS = 64), common/compiled.cuh
-_SOURCE_META_BYTES = 8  # sizeof(SourceMeta): two ints, csrc/kernels/legacy/internode.cu
+DEEPEP_TOPK_IDX_BYTES = 8
+"""``sizeof(topk_idx_t)``: int64 (``EP_NUM_TOPK_IDX_BITS`` 64 by default,
+``deep_ep/include/deep_ep/common/compiled.cuh``, DeepEP dd758ca)."""
+DEEPEP_SOURCE_META_BYTES = 8
+"""``sizeof(SourceMeta)``: two ints a token row across nodes (``csrc/kernels/legacy/
+internode.cu``, DeepEP dd758ca)."""
 _ALIGN = 128  # LEGACY_NUM_BUFFER_ALIGNMENT_BYTES
 
 DEEPEP_DISPATCH_CONFIGS = {
@@ -349,14 +361,14 @@ def _align(n: int) -> int:
 def _nvl_hint(hidden_bytes: int, ep: int, recv: int, num_sms: int) -> int:
     """``Config::get_nvl_buffer_size_hint`` (``csrc/legacy/config.hpp``)."""
     rdma, nvl, channels = (
-        max(ep // _NUM_MAX_NVL_PEERS, 1),
-        min(ep, _NUM_MAX_NVL_PEERS),
+        max(ep // DEEPEP_NVL_PEERS, 1),
+        min(ep, DEEPEP_NVL_PEERS),
         num_sms // 2,
     )
     per_token = (
         hidden_bytes
-        + _SOURCE_META_BYTES
-        + _MAX_TOPK * _TOPK_IDX_BYTES
+        + DEEPEP_SOURCE_META_BYTES
+        + _MAX_TOPK * DEEPEP_TOPK_IDX_BYTES
         + _MAX_TOPK * 4
         + _MAX_SCALES * 4
     )
@@ -365,19 +377,19 @@ def _nvl_hint(hidden_bytes: int, ep: int, recv: int, num_sms: int) -> int:
 
 def _rdma_hint(hidden_bytes: int, ep: int, send: int, recv: int, num_sms: int) -> int:
     """``Config::get_rdma_buffer_size_hint``: 0 within one node, else double-buffered chunks."""
-    if ep <= _NUM_MAX_NVL_PEERS:
+    if ep <= DEEPEP_NVL_PEERS:
         return 0
-    rdma, channels = ep // _NUM_MAX_NVL_PEERS, num_sms // 2
+    rdma, channels = ep // DEEPEP_NVL_PEERS, num_sms // 2
     recv = -(-recv // send) * send  # the Config constructor aligns the receive chunk up to send
     per_token = 2 * (
         hidden_bytes
-        + _SOURCE_META_BYTES
-        + _MAX_TOPK * _TOPK_IDX_BYTES
+        + DEEPEP_SOURCE_META_BYTES
+        + _MAX_TOPK * DEEPEP_TOPK_IDX_BYTES
         + _MAX_TOPK * 4
         + _MAX_SCALES * 4
         + 16
     )
-    return _align(channels * rdma * ((_NUM_MAX_NVL_PEERS * 2 + 2) * 2 * 4 + recv * per_token))
+    return _align(channels * rdma * ((DEEPEP_NVL_PEERS * 2 + 2) * 2 * 4 + recv * per_token))
 
 
 def deepep_buffer_bytes(

@@ -37,15 +37,180 @@ from __future__ import annotations
 from fractions import Fraction
 from functools import lru_cache
 
-from trainplan.model.moe import expected_distinct_nodes, expected_remote_nodes
-from trainplan.model.moe_run import MoERun, routed_rows
+from trainplan.model.moe import (
+    DEEPEP_SOURCE_META_BYTES,
+    DEEPEP_TOPK_IDX_BYTES,
+    expected_distinct_nodes,
+    expected_remote_nodes,
+)
+from trainplan.model.moe_run import Dispatcher, MoERun, routed_rows
 
 __all__ = [
+    "PROB_BYTES",
+    "SCALE_BLOCK",
+    "TRANSFERS",
+    "side_bytes",
+    "transfer_side_bytes",
+    "group_domain_ranks",
+    "kernel_members",
     "dispatch_copies",
     "all_to_all_sent",
     "dispatch_traffic_share",
     "dispatch_time_share",
 ]
+
+
+PROB_BYTES = 4
+"""Bytes of one routing probability as the flex dispatchers send it: float32 only (DeepEP's
+``topk_weights``, HybridEP's ``probs``; Megatron-LM d98e8a64dd ``moe/token_dispatcher.py``
+``_DeepepManager.dispatch`` and ``_HybridEPManager.dispatch`` cast to float32: "only supports
+float32 probs")."""
+
+SCALE_BLOCK = 128
+"""Hidden elements per FP8 scaling factor, one float32 each (``h/128`` a token): DeepEP's
+``x_scales`` (``csrc/kernels/legacy/intranode.cu`` ``dispatch``, ``num_scales``), HybridEP's
+``scaling_factor`` (``hybrid_ep_backend.cuh``: ``HIDDEN_DIM / 128`` floats a token)."""
+
+TRANSFERS = ("forward dispatch", "forward combine", "backward combine", "backward dispatch")
+"""A MoE layer's four expert transfers a micro-batch, in the order :func:`side_bytes` gives
+them: the backward's are the transposes (the dispatch's gradient is a combine, the combine's a
+dispatch: Megatron-LM d98e8a64dd ``moe/fused_a2a.py`` ``FusedDispatch.backward``,
+``HybridEPDispatch.backward``)."""
+
+_ALIGN_ROW = 16  # internode rows: get_num_bytes_per_token aligns up to sizeof(int4)
+
+
+def side_bytes(
+    run: MoERun,
+    hidden_bytes: int,
+    top_k: int,
+    domain_experts: int,
+    across: bool,
+    fp8: bool = False,
+) -> tuple[int, int, int, int]:
+    """Bytes one token-row carries beside its ``hidden_bytes`` in each of :data:`TRANSFERS`
+    (the 4-byte source index DeepEP's intranode rows carry in every transfer, its benchmark's
+    too, left out; FP8 scaling factors, ``4·h/128``, in the forward dispatch when ``fp8``,
+    ``h = hidden_bytes``, 1 a byte — no dispatcher the frameworks run sends FP8 rows: Megatron-Core
+    dispatches BF16 through both flex backends, ``fused_a2a.py`` asserts ``not fp8_dispatch``
+    for HybridEP and hands DeepEP its BF16 input).
+
+    * ``alltoall``: none (Megatron-Core's probabilities ride an all-to-all of their own,
+      :func:`model.moe_kernels.dispatch_metadata`);
+    * ``deepep`` (deepseek-ai/DeepEP dd758ca; Megatron-Core ``FusedDispatch`` passes
+      ``topk_idx`` and float32 ``topk_weights``, ``FusedCombine.backward`` dispatches with the
+      handle, ``FusedDispatch.backward`` combines with the probabilities' gradient): inside a
+      run of 8 (the intranode kernels, ``intranode.cu``) the forward dispatch's ``k`` int64
+      indices (``topk_idx_t``) and ``k`` float32 weights, ``12·k``, the backward combine's
+      weights ``4·k``; across runs (``across``, the RDMA row, ``internode.cu``
+      ``get_num_bytes_per_token``: hidden + the 8-byte ``SourceMeta`` + scales + ``k`` int32
+      indices + ``k`` weights, aligned to 16 bytes) ``align16(h + 8 + 8·k) − h`` forward,
+      ``align16(h + 8 + 4·k) − h`` in the backward combine, ``align16(h + 8) − h`` else;
+    * ``hybridep`` (``hybrid-ep`` 94a9f8f6b1 ``csrc/hybrid_ep/backend/hybrid_ep_backend.cuh``:
+      the forward dispatch writes each token's probability row, ``NUM_OF_EXPERTS_PER_RANK ×
+      NUM_OF_RANKS_PER_NODE`` floats, beside it over NVLink and over RDMA, the backward combine
+      sends that row's gradient back, ``backward_combine_api``): ``4·L·R`` =
+      ``4·domain_experts`` in the forward dispatch and the backward combine, whatever the hop.
+
+    Examples
+    --------
+    DeepSeek-V3 (h 7,168 BF16, k 8): DeepEP intranode 96 and 32 bytes beside 14,336; across runs
+    14,408 → 14,416 and 14,376 → 14,384 bytes a row; HybridEP at EP 64 in one GB200 domain, 4
+    experts a rank: 4 × 4 × 64 = 1,024 bytes:
+
+    >>> deepep, hybrid = MoERun(dispatcher="deepep"), MoERun(dispatcher="hybridep")
+    >>> side_bytes(deepep, 14336, 8, 0, False), side_bytes(deepep, 14336, 8, 0, True)
+    ((96, 0, 32, 0), (80, 16, 48, 16))
+    >>> side_bytes(hybrid, 14336, 8, 256, False), side_bytes(MoERun(), 14336, 8, 256, True)
+    ((1024, 0, 1024, 0), (0, 0, 0, 0))
+    >>> side_bytes(hybrid, 7168, 8, 256, False, fp8=True)[0]  # + 56 float32 scales
+    1248
+    """
+    scales = PROB_BYTES * (hidden_bytes // SCALE_BLOCK) if fp8 else 0
+    if run.dispatcher is Dispatcher.HYBRIDEP:
+        probs = PROB_BYTES * domain_experts
+        return probs + scales, 0, probs, 0
+    if run.dispatcher is not Dispatcher.DEEPEP:
+        return 0, 0, 0, 0
+    return _deepep_side(hidden_bytes, top_k, across, scales)
+
+
+def _deepep_side(
+    hidden_bytes: int, top_k: int, across: bool, scales: int
+) -> tuple[int, int, int, int]:
+    """:func:`side_bytes` of DeepEP's rows: intranode, across runs of 8 (the RDMA row)."""
+    if not across:
+        return (DEEPEP_TOPK_IDX_BYTES + PROB_BYTES) * top_k + scales, 0, PROB_BYTES * top_k, 0
+
+    def row(extra: int) -> int:
+        meta = hidden_bytes + DEEPEP_SOURCE_META_BYTES + extra
+        return -(-meta // _ALIGN_ROW) * _ALIGN_ROW - hidden_bytes
+
+    plain = row(0)
+    return row(scales + 8 * top_k), plain, row(PROB_BYTES * top_k), plain
+
+
+def transfer_side_bytes(
+    run: MoERun,
+    hidden_bytes: int,
+    experts: int,
+    top_k: int,
+    ep: int,
+    expert_tp: int,
+    per_domain: int,
+) -> tuple[int, int, int, int]:
+    """:func:`side_bytes` of a layout: ``per_domain`` = ``g``, the ep members that share the
+    dispatcher's NVLink group (:func:`kernel_members`; 0 = the whole group); DeepEP's rows cross
+    runs of 8 where ``g < ep``; HybridEP (Megatron-Core only) spans the etp·ep ranks of
+    ``tp_ep_group``, ``etp·g`` of them in a domain, ``E/ep`` experts each: its probability row
+    holds ``L·R`` = ``(E/ep)·min(etp·ep, etp·g)`` values (as its buffers,
+    :func:`model.dispatch_buffers.hybridep_buffer_bytes`).
+
+    >>> transfer_side_bytes(MoERun(dispatcher="hybridep"), 4096, 128, 8, 8, 1, 8)  # 16 × 8
+    (512, 0, 512, 0)
+    """
+    g = int(per_domain) or ep  # the search's tables hand it as a float
+    domain_experts = (experts // ep) * group_domain_ranks(expert_tp * ep, ep, g) if ep > 1 else 0
+    return side_bytes(run, hidden_bytes, top_k, domain_experts, g < ep)
+
+
+def group_domain_ranks(group_ranks: int, ep: int, per_domain: int) -> int:
+    """Ranks of a flex dispatcher's group of ``group_ranks`` (etp·ep under Megatron-Core,
+    :func:`model.dispatch_buffers.deepep_group_ranks`) in one NVLink domain, where ``per_domain``
+    of the ep group's ``ep`` members share it: ``min(group_ranks, per_domain·group_ranks/ep)``
+    (0 when unknown) — HybridEP's ``num_of_ranks_per_node``, which sizes its probability rows
+    (:func:`transfer_side_bytes`) and its buffers (:mod:`model.terms.dispatch_buffers`).
+
+    >>> group_domain_ranks(128, 64, 64), group_domain_ranks(16, 16, 8), group_domain_ranks(8, 8, 0)
+    (128, 8, 0)
+    """
+    return min(group_ranks, per_domain * group_ranks // ep)
+
+
+def kernel_members(run: MoERun, per_domain: int, ep: int, group_ranks: int) -> int:
+    """Members of the expert-parallel group in each of the groups the dispatcher's kernels join
+    over NVLink (``g`` of :func:`dispatch_copies` and the link rule): the members per NVLink
+    domain ``per_domain`` (0 = unknown, the whole group), except where the kernels reach fewer
+    ranks (:attr:`model.moe_run.Dispatcher.nvlink_ranks`): DeepEP's group of ``group_ranks`` >
+    8 ranks (:func:`model.dispatch_buffers.deepep_group_ranks`, etp·ep under Megatron-Core)
+    forwards over NVLink inside runs of 8 of them only, ``8·ep/group_ranks`` members of the ep
+    group, and crosses between runs over RDMA, inside one NVLink domain as across two.
+
+    Examples
+    --------
+    DeepSeek-V3's EP 64 in one GB200 NVL72 domain: HybridEP's 64, DeepEP's runs of 8 (and of 4
+    ep members at expert tp 2 under Megatron-Core, whose group is etp·ep = 128 ranks):
+
+    >>> hybrid, deepep = MoERun(dispatcher="hybridep"), MoERun(dispatcher="deepep")
+    >>> kernel_members(hybrid, 64, 64, 64), kernel_members(deepep, 64, 64, 64)
+    (64, 8)
+    >>> kernel_members(deepep, 64, 64, 128), kernel_members(deepep, 8, 8, 8)
+    (4, 8)
+    """
+    reach = run.dispatcher.nvlink_ranks
+    if reach is None or group_ranks <= reach:
+        return int(per_domain)
+    return min(int(per_domain) or ep, max(1, reach * int(ep) // int(group_ranks)))
 
 
 @lru_cache(maxsize=1024)
@@ -85,6 +250,7 @@ def dispatch_copies(
     """
     if ep == 1:
         return Fraction(0), Fraction(0)
+    per_domain = int(per_domain)  # the search's tables hand it as a float
     plain = Fraction(top_k * (ep - 1), ep)
     if not run.dispatcher.deduplicates or experts % ep:
         return plain, plain

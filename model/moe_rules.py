@@ -1,18 +1,27 @@
 """The rules a MoE run's choices follow (:class:`model.moe_run.MoERun`): which framework
 profile runs which dispatcher and overlap, what a layout needs for them (DeepEP's EP sizes, the
-combined 1F1B's interleaving) and what they refuse under full recomputation. Each returns the
-first rule broken as one line (``parameter: value …: rule``) or None; :mod:`model.legality` and
-the interface raise it."""
+combined 1F1B's interleaving, HybridEP's tokens a rank across NVLink domains) and what they
+refuse under full recomputation. Each ``*_violation`` returns the first rule broken as one line
+(``parameter: value …: rule``) or None, which :mod:`model.legality` and the interface raise;
+each ``*_rule`` is one of :data:`model.legality.RULES`' checks, raising it."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from trainplan.model.dispatch_buffers import deepep_group_ranks, hybridep_token_refusal
 from trainplan.model.errors import LayoutError
+from trainplan.model.expert_groups import expert_placement_tp_of, expert_tp_of
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.moe import DEEPEP_DISPATCH_CONFIGS
 from trainplan.model.moe_run import DROPLESS, Dispatcher, EpOverlap, MoERun
+from trainplan.model.rank_groups import axis_spans
 
 __all__ = [
+    "HYBRIDEP_TOKENS_SCOPE",
     "check_expert_parallel",
+    "hybridep_tokens_rule",
+    "moe_layout_rule",
     "moe_layout_violation",
     "moe_recompute_violation",
     "moe_run_violation",
@@ -114,6 +123,63 @@ def moe_layout_violation(
             "Megatron-Core asserts it)"
         )
     return None
+
+
+def moe_layout_rule(
+    s: Any, ep: int, pp: int, v: int, tp: int, etp: int | None, framework: Any
+) -> None:
+    """The legality rule ``moe_layout`` (``s``: :class:`model.legality.Setting`): the run's MoE
+    choices on the layout's degrees (:func:`moe_layout_violation`: DeepEP's group sizes,
+    :func:`model.dispatch_buffers.deepep_group_ranks`; the combined-1F1B overlap's ep and
+    schedule).
+
+    Raises
+    ------
+    LayoutError
+        The first rule broken, one line.
+    """
+    ranks = deepep_group_ranks(str(framework), ep, expert_tp_of(tp, etp, framework, ep))
+    problem = moe_layout_violation(s.training.moe_run, ep, pp, v, ranks)
+    if problem:
+        raise LayoutError(problem)
+
+
+HYBRIDEP_TOKENS_SCOPE = (
+    "ep", "tp", "etp", "cp", "dp", "pp", "framework", "rank_order", "micro_batch_size", "sp",
+)  # fmt: skip
+"""The fields :func:`hybridep_tokens_rule` reads."""
+
+
+def hybridep_tokens_rule(
+    s: Any, ep: int, tp: int, etp: int | None, cp: int, dp: int, pp: int, framework: Any,
+    rank_order: tuple[str, ...], b: int, sp: bool,
+) -> None:  # fmt: skip
+    """The legality rule ``hybridep_tokens`` (``s``: :class:`model.legality.Setting`, whose
+    ``nvlink_domain`` says where groups lie; not checked without it): under ``hybridep`` a group
+    that leaves one NVLink domain takes at most :data:`model.dispatch_buffers.
+    HYBRIDEP_ACROSS_DOMAINS_MAX_TOKENS` tokens a rank a micro-batch
+    (:func:`model.dispatch_buffers.hybridep_token_refusal`). The group is Megatron-Core's etp·ep
+    ``tp_ep_group``, laid out as the expert-parallel groups are
+    (:func:`model.rank_groups.axis_spans`, the placement the links read), so it leaves the
+    domain where the ep span does.
+
+    Raises
+    ------
+    LayoutError
+        The limit broken, one line naming ``micro_batch_size``, the tokens and the rule.
+    """
+    if s.training.moe_run.dispatcher is not Dispatcher.HYBRIDEP or ep == 1 or not s.nvlink_domain:
+        return
+    etp_ = expert_placement_tp_of(tp, etp, framework, ep)
+    degrees = {"tp": tp, "cp": cp, "ep": ep, "dp": dp, "pp": pp, "etp": etp_}
+    span = axis_spans(degrees, rank_order, ("ep",))["ep"]
+    ranks = deepep_group_ranks(str(framework), ep, expert_tp_of(tp, etp, framework, ep))
+    sp_tp = tp if sp else 1
+    problem = hybridep_token_refusal(
+        b, s.training.seq_len, cp, sp_tp, ranks, int(span), s.nvlink_domain
+    )
+    if problem:
+        raise LayoutError(problem)
 
 
 def moe_recompute_violation(

@@ -29,7 +29,7 @@ from typing import Any
 
 from trainplan.model.comm_sms import contended_wait
 from trainplan.model.errors import InputError
-from trainplan.model.moe import expert_capacity
+from trainplan.model.moe import DEEPEP_NVL_PEERS, expert_capacity
 from trainplan.model.xp import exact, floor, is_array, maximum, minimum, where
 
 __all__ = [
@@ -92,6 +92,25 @@ class Dispatcher(StrEnum):
         domain holding one of its experts (DeepEP, HybridEP): the rule of
         :func:`model.moe_dispatch.dispatch_copies`."""
         return self is not Dispatcher.ALLTOALL
+
+    @property
+    def nvlink_ranks(self) -> int | None:
+        """The most ranks of its group one of its kernels reaches over NVLink; None: every rank
+        of the NVLink domain. DeepEP's normal kernels reach 8 (:data:`model.moe.DEEPEP_NVL_PEERS`):
+        a group of more than 8 ranks runs the internode kernels between runs of 8 consecutive
+        ranks (``csrc/legacy/buffer.hpp``: ``rdma_rank = rank / 8``, ``num_rdma_ranks =
+        num_ranks / 8``, ``is_internode_available`` = ``num_ranks > 8``), and their hop between
+        two runs is an RDMA write through the NIC (``csrc/kernels/legacy/internode.cu``
+        ``dispatch``: ``nvshmemi_ibgda_put_nbi_warp``, an InfiniBand work request posted by the
+        GPU, even where both runs share an NVLink domain; NVSHMEM's multi-node NVLink transport,
+        off unless ``Buffer(allow_mnnvl=True)``, reaches only the low-latency kernels'
+        ``nvshmemi_get_p2p_ptr``). HybridEP's and NCCL's reach the whole domain
+        (``hybrid_ep_buffer.py`` ``detect_accessible_ranks``; NCCL's NVLink transport).
+
+        >>> Dispatcher("deepep").nvlink_ranks, Dispatcher("hybridep").nvlink_ranks
+        (8, None)
+        """
+        return DEEPEP_NVL_PEERS if self is Dispatcher.DEEPEP else None
 
 
 class EpOverlap(StrEnum):

@@ -151,7 +151,7 @@ class Case:
         """
         lay = layout or self.layout
         num_gpus = None if layout else self.num_gpus
-        validate(lay, self.model, self.training, num_gpus, self.options)
+        validate(lay, self.model, self.training, num_gpus, self.options, self.device.nvlink_domain)
         return evaluate(
             self.model,
             self.training,

@@ -238,7 +238,8 @@ def ordered_bases(
     refusal: InputError | None = None
     for job, base in ranked_bases(problem, prepared, top_shapes, max_bytes):
         try:
-            validate(base, job.case.model, job.case.training)
+            case = job.case
+            validate(base, case.model, case.training, nvlink_domain=case.device.nvlink_domain)
             bound = pipeline_lower_bound(job.case, base)
         except LayoutError:
             continue

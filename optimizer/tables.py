@@ -141,7 +141,7 @@ def _legal(c: Context, table: ShapeColumns, zs, rs) -> np.ndarray:
     mode (:func:`model.legality.legality`): the rules that read neither once, those that read
     the ZeRO stage once per stage and those that read the recompute mode once per mode (no rule
     reads both)."""
-    setting = Setting.of(c.model, c.training, None, c.options)
+    setting = Setting.of(c.model, c.training, None, c.options, c.device)
     every = np.arange(table.n)
     by_z, by_r = _reading("zero_stage"), _reading("recompute")
     assert not set(by_z) & set(by_r), "a rule reads both modifiers: tabulate it per (z, r)"
@@ -169,9 +169,9 @@ def illegal_reason(tables: CostTables) -> str | None:
     # the first stage its framework has: a stage it has not would hide the recipe's rule
     runs = [z for z in tables.zero_stages if z in ZERO_STAGES[Framework(shape.framework)]]
     layout = shape.layout((runs or tables.zero_stages)[0], tables.recomputes[0])
-    setting = Setting.of(job.case.model, job.case.training, job.num_gpus, job.case.options)
-    _, why = legality(setting, LayoutFields(layout, job.case.training.global_batch_size))
-    return str(why) or None
+    c = job.case
+    setting = Setting.of(c.model, c.training, job.num_gpus, c.options, c.device)
+    return str(legality(setting, LayoutFields(layout, c.training.global_batch_size))[1]) or None
 
 
 def _skip(values, legal, name="zero_stage") -> Callable[[dict[str, Any], np.ndarray], bool]:

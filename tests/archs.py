@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainplan.model.model_spec import ModelSpec
-from trainplan.model.specs import Architecture, Mlp, Norm, PositionEmbedding
+from trainplan.model.specs import Architecture, Mlp, MoESpec, Norm, PositionEmbedding
 
 
 def llama_like(
@@ -35,3 +35,13 @@ def llama_like(
 TINY_GQA = ModelSpec(name="tiny", arch=llama_like(8, 1024, 16, 4096, 32000, num_kv_heads=4))
 """Eight Llama-like layers (h 1,024, 16 query and 4 K/V heads, FFN 4,096, V 32,000): the small
 model the RLHF placement tests plan, small enough for the exhaustive oracle."""
+
+
+def one_moe_layer(experts: int) -> Architecture:
+    """One MoE layer of DeepSeek-V3's widths (h 7,168: 14,336-byte BF16 rows; top-8 of
+    ``experts``, expert FFN 2,048): what the tests of the expert all-to-all's time route."""
+    moe = MoESpec(num_experts=experts, experts_per_token=8, expert_ffn_hidden_size=2048)
+    return Architecture(
+        num_layers=1, hidden_size=7168, num_attention_heads=8, ffn_hidden_size=18432,
+        vocab_size=1024, moe=moe,
+    )  # fmt: skip

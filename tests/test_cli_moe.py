@@ -10,6 +10,8 @@ import pytest
 
 from tests.cli_runs import refusal, run_many
 from trainplan.model.moe import expected_distinct_nodes
+from trainplan.model.moe_dispatch import dispatch_time_share
+from trainplan.model.moe_run import MoERun
 
 GPT_OSS_20B = [
     *("evaluate", "--model", "gpt-oss-20b", "--gpu", "H100-SXM", "--gpus", "8", "--dp", "8"),
@@ -108,13 +110,19 @@ def test_deepep_with_node_limit_shortens_deepseek_v3s_all_to_all(runs):
     about half. The bytes the dispatch moves over both links grow: those RDMA rows plus the
     NVLink forward, once per destination rank other than the forwarder, R·7/8 with R =
     64·(1 − C(252, 8)/C(256, 8)) ≈ 7.676 (uniform routing's count; test_moe_dispatch), in place
-    of 8·63/64 = 7.875 copies."""
+    of 8·63/64 = 7.875 copies. Each of DeepEP's internode rows carries, beside its 14,336
+    bytes, the 8-byte SourceMeta and in the forward dispatch 8 int32 indices and 8 float32
+    weights, in the backward combine the weights' gradient, aligned to 16 bytes: 80, 16, 48 and
+    16 bytes in the layer's four transfers (model.moe_dispatch.side_bytes), × (1 + 160/57,344)."""
     base, deepep = (json.loads(runs[k].stdout) for k in ("v3", "v3 deepep"))
     limited = float(expected_distinct_nodes(256, 8, 8, 4))
     r = 64 * (1 - math.comb(252, 8) / math.comb(256, 8))
     share = (limited * 7 / 8 + r * 7 / 8) / (8 * 63 / 64)
     assert share == pytest.approx(1.2954, abs=5e-5)
-    assert _ep(deepep)["bytes_per_step"] == pytest.approx(_ep(base)["bytes_per_step"] * share)
+    rows = 1 + (80 + 16 + 48 + 16) / (4 * 14336)
+    assert _ep(deepep)["bytes_per_step"] == pytest.approx(
+        _ep(base)["bytes_per_step"] * share * rows
+    )
     ratio = _ep(deepep)["exposed_seconds"] / _ep(base)["exposed_seconds"]
     assert 0.45 < ratio < 0.55
     assert deepep["time"]["step_s"] < base["time"]["step_s"]
@@ -135,22 +143,34 @@ def test_deepep_in_one_node_sends_a_token_once_to_each_rank(runs):
     """DeepEP's intranode dispatch copies a token once to each rank whose ``is_token_in_rank``
     flag is set (any of the rank's 4 experts took it): a token's 4 experts of 32 reach R =
     8·(1 − C(28, 4)/C(32, 4)) = 8·15,485/35,960 = 3.444939 ranks, so the step's all-to-all bytes
-    are EP_BYTES·R/4 = 6,137,661,358,080/899 ≈ 6.827 GB in place of 7.927 GB
-    (tests/model/test_moe_dispatch.py)."""
+    are EP_BYTES·R/4 = 6,137,661,358,080/899 ≈ 6.827 GB of hidden vectors in place of 7.927 GB
+    (tests/model/test_moe_dispatch.py); the forward dispatch's rows carry the token's 4 int64
+    indices and 4 float32 weights, 48 bytes, the backward combine's the weights' gradient, 16,
+    beside 5,760 (intranode.cu; model.moe_dispatch.side_bytes): × (4·5,760 + 64)/(4·5,760)."""
     out = json.loads(runs["deepep"].stdout)
-    assert _ep(out)["bytes_per_step"] == pytest.approx(6_137_661_358_080 / 899, rel=1e-12)
+    rows = (4 * 5760 + 48 + 16) / (4 * 5760)
+    assert _ep(out)["bytes_per_step"] == pytest.approx(6_137_661_358_080 / 899 * rows, rel=1e-12)
     assert 6_137_661_358_080 / 899 == pytest.approx(EP_BYTES * 8 * 15485 / 35960 / 4, rel=1e-15)
 
 
 def test_hybridep_sends_once_per_domain_and_holds_its_buffers(runs):
     """HybridEP under the same routing: a token crosses to each remote domain (an H800 node)
-    once, so its all-to-all takes DeepEP's seconds (the rule of model.moe_dispatch.all_to_all_sent;
-    nothing overlapped, so no SM share enters); neither sets up NCCL's ep − 1 all-to-all peers;
+    once, as DeepEP's does (the rule of model.moe_dispatch.all_to_all_sent; nothing overlapped,
+    so no SM share enters); their rows differ beside the hidden 14,336 bytes: HybridEP's
+    forward dispatch and backward combine carry the probability row of the domain's 4 × 8
+    experts, 128 bytes each, DeepEP's RDMA rows 80, 16, 48 and 16 (model.moe_dispatch.
+    side_bytes), so HybridEP moves (57,344 + 256)/(57,344 + 160) of DeepEP's bytes and takes
+    the difference's scale-out share (model.moe_dispatch.dispatch_time_share) longer at 0.96 of
+    50 × 63/56 GB/s; neither sets up NCCL's ep − 1 all-to-all peers;
     its HybridEPBuffer for 4,096 tokens a rank, 4 experts a rank, 8 domains of 8 at h 7,168
     holds 3,917,479,936 NVLink-registered and 1,314,390,016 RDMA bytes
     (tests/model/test_hybridep.py) on every GPU of a stage with MoE layers, in its peak."""
     deepep, hybrid = (json.loads(runs[k].stdout) for k in ("v3 deepep", "v3 hybridep"))
-    assert _ep(hybrid)["seconds"] == pytest.approx(_ep(deepep)["seconds"], rel=1e-12)
+    d, h = _ep(deepep), _ep(hybrid)
+    assert h["bytes_per_step"] == pytest.approx(d["bytes_per_step"] * 57600 / 57504, rel=1e-12)
+    share = float(dispatch_time_share(MoERun(dispatcher="hybridep", node_limit=4), 256, 8, 64, 8))
+    longer = (h["bytes_per_step"] - d["bytes_per_step"]) * share / (0.96 * 50e9 * 63 / 56)
+    assert h["seconds"] - d["seconds"] == pytest.approx(longer, rel=1e-9)
     assert hybrid["memory"]["communicator_bytes"] == deepep["memory"]["communicator_bytes"]
     assert hybrid["memory"]["dispatch_buffer_bytes"] == 3_917_479_936 + 1_314_390_016
     assert hybrid["layout"]["moe"]["moe_node_limit"] == 4

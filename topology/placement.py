@@ -21,14 +21,14 @@ the default order tp→tp, cp→tp·cp, ep→tp·ep, dp→tp·cp·dp, dp_cp→tp
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from trainplan.model.errors import LayoutError
 from trainplan.model.hardware import ClusterLinks
-from trainplan.model.xp import is_array, minimum, where
+from trainplan.model.rank_groups import AXES, axis_spans, stride_size
+from trainplan.model.xp import is_array, where
 from trainplan.topology.graph import bottleneck_bandwidth
 
 if TYPE_CHECKING:  # networkx is imported only when a graph is given (it is slow to import)
@@ -50,9 +50,7 @@ __all__ = [
 DEFAULT_RANK_ORDER: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
 """Inner to outer; Megatron-LM's default ``order="tp-cp-ep-dp-pp"``."""
 
-AXES: tuple[str, ...] = ("tp", "cp", "ep", "dp", "dp_cp", "edp", "pp")
-"""Axes :func:`axis_groups` knows: the five degrees, ``dp_cp`` (the dp·cp gradient group) and
-``edp`` (the expert data-parallel group, :func:`_expert_dp`)."""
+# AXES (the axes :func:`axis_groups` knows) and axis_spans are model.rank_groups', re-exported
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,85 +124,6 @@ def world_size(degrees: Mapping[str, int]) -> int:
     return d["dp"] * d["tp"] * d["pp"] * d["cp"]
 
 
-def _stride_size(d: Mapping[str, Any], axis: str, order: tuple[str, ...]) -> tuple[Any, Any]:
-    """(stride, size) of ``axis``'s groups: rank offsets between members, and member count.
-    The degrees may be ints or arrays of layouts (the search's tables: one rank order at a
-    time)."""
-    dense = _dense(order)
-
-    def stride(a: str) -> Any:
-        return math.prod(d[x] for x in dense[: dense.index(a)])
-
-    if axis in ("tp", "cp", "dp", "pp"):
-        return stride(axis), d[axis]
-    block = minimum(stride("cp"), stride("dp"))  # the cp·dp block starts at the inner of the two
-    if axis == "dp_cp":
-        return block, d["cp"] * d["dp"]
-    if axis == "edp":
-        return _expert_dp(d, order, block)
-    if axis == "ep":
-        own = _own_expert_tp(d, order)
-        inner = order.index("ep") < order.index("dp")
-        stride = block if inner else block * d["cp"] * d["dp"] // d["ep"]
-        return where(own, d.get("etp", d["tp"]), stride), d["ep"]
-    raise LayoutError(f"unknown axis '{axis}' (known: {', '.join(AXES)})")
-
-
-def _own_expert_tp(d: Mapping[str, Any], order: tuple[str, ...]) -> Any:
-    """Where etp ≠ tp (element-wise for the search's arrays): Megatron-Core's expert rank order
-    etp-ep-edp-pp over the tp·cp·dp block, ep groups of consecutive etp-strided ranks, which
-    needs tp innermost and pp outermost (torchtitan's sparse mesh at ep > 1, etp 1, is the
-    same: ``("pp", "dp_replicate", "efsdp", "ep")`` over its world order ending in tp)."""
-    own = d.get("etp", d["tp"]) != d["tp"]
-    dense = _dense(order)
-    if (own.any() if is_array(own) else own) and (dense[0] != "tp" or dense[-1] != "pp"):
-        raise LayoutError(
-            f"rank_order: {'-'.join(order)} with etp ≠ tp needs tp innermost and pp "
-            "outermost (Megatron-Core's expert groups are carved out of the tp·cp·dp block)"
-        )
-    return own
-
-
-def _dense(order: Sequence[str]) -> list[str]:
-    """The rank order's axes less ep (ep is carved out of cp·dp)."""
-    return [a for a in order if a != "ep"]
-
-
-def _expert_dp(d: Mapping[str, Any], order: tuple[str, ...], block: Any) -> tuple[Any, Any]:
-    """(stride, size) of the expert data-parallel groups: the ranks that share an expert tp rank
-    and an ep rank, ``D_e`` of them. Megatron-Core's expert rank generator orders the tp·cp·dp
-    block etp-ep-edp (Megatron-LM d98e8a64dd ``parallel_state.py`` ``initialize_model_parallel``:
-    ``expert_decoder_rank_generator``, ``get_ranks("dp")`` → ``_EXPERT_DATA_PARALLEL_GROUP``, the
-    group ``DistributedDataParallel.__init__`` reduces expert buffers on): stride etp·ep where
-    etp ≠ tp. With etp = tp the ep groups are carved out of the cp·dp block at stride ``block``
-    (:func:`_stride_size`): ep before dp in the order (the default), an ep group is ep
-    consecutive block positions, so the edp group strides ep of them (stride block·ep, as
-    DeepSpeed edaa72212 ``utils/groups.py`` ``_create_expert_and_data_parallel`` strides a dp
-    group by ep, ``range(i, pp_stride, ep)``, and torchtitan b5bcd76c6 ``parallel_dims.py`` nests ``efsdp`` outside ``ep`` in its
-    sparse mesh ``("pp", "dp_replicate", "efsdp", "ep")``); ep after dp, the ep groups stride
-    cp·dp/ep positions, so the edp group is that many consecutive ones (stride block)."""
-    etp = d.get("etp", d["tp"])
-    own = _own_expert_tp(d, order)
-    size = d["cp"] * d["dp"] // d["ep"]
-    inner = order.index("ep") < order.index("dp")
-    stride = block * d["ep"] if inner else block
-    own_size = d["tp"] * d["cp"] * d["dp"] // (etp * d["ep"])
-    return where(own, etp * d["ep"], stride), where(own, own_size, size)
-
-
-def axis_spans(
-    degrees: Mapping[str, Any], rank_order: Sequence[str], axes: Sequence[str] = AXES
-) -> dict[str, Any]:
-    """The span (stride × group size) of each axis: ints, or arrays of layouts that share one
-    rank order (the search's tables; the degrees are not re-checked here)."""
-    order = tuple(rank_order)
-    out = {}
-    for axis in axes:
-        stride, size = _stride_size(degrees, axis, order)
-        out[axis] = stride * size
-    return out
-
-
 def two_tier_bandwidth(span: Any, links: ClusterLinks) -> Any:
     """Ring bandwidth of an axis whose groups span ``span`` consecutive ranks on a two-tier
     cluster: NVLink's when the span fits one NVLink domain, else the scale-out NIC's
@@ -246,7 +165,7 @@ def axis_groups(
     [[0, 1], [2, 3]]
     """
     d, order = _degrees(degrees), _order(rank_order)
-    stride, size = _stride_size(d, axis, order)
+    stride, size = stride_size(d, axis, order)
     total = d["dp"] * d["tp"] * d["pp"] * d["cp"]
     span = stride * size
     groups = []
@@ -273,7 +192,7 @@ def axis_span(
     >>> [axis_span({"tp": 8, "pp": 16, "dp": 128}, a) for a in ("tp", "dp", "pp")]
     [8, 1024, 16384]
     """
-    stride, size = _stride_size(_degrees(degrees), axis, _order(rank_order))
+    stride, size = stride_size(_degrees(degrees), axis, _order(rank_order))
     return stride * size
 
 
@@ -342,7 +261,7 @@ def axis_links(
         )
     out: dict[str, AxisLink] = {}
     for axis in axes:
-        stride, size = _stride_size(d, axis, order)
+        stride, size = stride_size(d, axis, order)
         span = stride * size
         if size == 1:
             out[axis] = AxisLink(axis, 1, span, "none", None)

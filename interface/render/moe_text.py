@@ -6,6 +6,7 @@ intra-domain dispatch and combine at their kernels' published bandwidth, with wh
 
 from __future__ import annotations
 
+from trainplan.model.dispatch_buffers import deepep_group_ranks
 from trainplan.model.ep_kernels import KERNEL_LIBRARY, kernel_rates
 from trainplan.model.estimate import Estimate
 from trainplan.model.terms.step import uses_roofline
@@ -54,8 +55,9 @@ def dispatcher_kernel_sentence(est: Estimate) -> list[str]:
     dispatcher = str(est.training.moe_run.dispatcher)
     if dispatcher not in KERNEL_LIBRARY or lay.ep == 1:
         return []
-    if not uses_roofline(est.options, lay.framework, d):
-        return []
+    runs = _deepep_runs(est)
+    if runs[:1] != [""] or not uses_roofline(est.options, lay.framework, d):
+        return [x for x in runs if x]  # DeepEP's internode kernels: no intra-domain rate read
     rates = kernel_rates(dispatcher, d.name, d.nvlink_bytes_per_s, d.nvlink_domain)
     if rates is None:
         return []
@@ -71,4 +73,40 @@ def dispatcher_kernel_sentence(est: Estimate) -> list[str]:
     )
     if rates.borrowed:
         out += f"; BORROWED: {rates.borrowed}"
-    return [out]
+    return [out, *runs[1:]]
+
+
+def _deepep_runs(est: Estimate) -> list[str]:
+    """Under ``deepep``, first the line that its group exceeds the 8 ranks its normal kernels
+    reach over NVLink (:attr:`model.moe_run.Dispatcher.nvlink_ranks`) and runs the internode
+    kernels with their RDMA hop on the NIC, said where the part's NVLink domain is larger
+    ("" where the group fits one run of 8 or the domain is 8; ``[""]`` under another
+    dispatcher); then, where its runs of 8 span hosts of fewer GPUs (GB200,
+    GB300: 4 a tray), that DeepEP maps their buffers only through CUDA fabric handles, which its
+    ``Buffer`` uses under ``allow_mnnvl=True`` (deepseek-ai/DeepEP dd758ca ``deep_ep/buffers/
+    legacy.py`` passes the flag as ``use_fabric``, ``csrc/utils/shared_memory.hpp``) and
+    Megatron-Core's ``get_buffer`` does not pass (NVIDIA/Megatron-LM d98e8a64dd ``moe/
+    fused_a2a.py``: ``Buffer(group, num_nvl_bytes, num_rdma_bytes)``): an assumption."""
+    lay, d = est.layout, est.device
+    run = est.training.moe_run.dispatcher
+    reach = run.nvlink_ranks
+    if reach is None:
+        return [""]
+    ranks = deepep_group_ranks(str(lay.framework), lay.ep, lay.expert_tp)
+    out = [""]  # first: the internode kernels' line, "" where the group fits one run
+    if ranks > reach and (d.nvlink_domain or 0) > reach:  # NVLink reaches further than DeepEP
+        out[0] = (
+            f"expert dispatch and combine (deepep): its group of {ranks} ranks exceeds the {reach} "
+            "its normal kernels reach over NVLink (LEGACY_NUM_MAX_NVL_PEERS), so it runs the "
+            f"internode kernels: NVLink inside runs of {reach} ranks, RDMA between them through "
+            "the GPU's NIC (IBGDA writes, internode.cu), inside one NVLink domain as across "
+            "domains, timed on the NIC"
+        )
+    if d.gpus_per_node < min(ranks, reach):
+        out.append(
+            f"deepep on {d.name}: its runs of {min(ranks, reach)} ranks span hosts of "
+            f"{d.gpus_per_node} GPUs, whose buffers DeepEP maps through CUDA fabric handles only "
+            "with Buffer(allow_mnnvl=True), which Megatron-Core's get_buffer does not pass: "
+            "ASSUMED set"
+        )
+    return out

@@ -17,6 +17,7 @@ from typing import Any
 from trainplan.model.dispatch_buffers import deepep_group_ranks, dispatch_buffer_bytes
 from trainplan.model.frameworks import Framework
 from trainplan.model.moe import DEEPEP_DISPATCH_CONFIGS
+from trainplan.model.moe_dispatch import group_domain_ranks, kernel_members
 from trainplan.model.moe_run import Dispatcher, MoERun, members_per_domain
 from trainplan.model.pipeline import Schedule
 from trainplan.model.terms.activation_fields import (
@@ -43,12 +44,19 @@ def ep_members_per_domain(c: Context, f: Fields) -> Any:
     (:func:`model.moe_run.members_per_domain` of the ep link on the accelerator's domain) for a
     dispatcher that sends a token once per rank and once per remote domain
     (:attr:`model.moe_run.Dispatcher.deduplicates`, :func:`model.moe_dispatch.dispatch_copies`);
-    0 otherwise (no distinct clocks added to the search's tables)."""
-    if not c.training.moe_run.dispatcher.deduplicates:
+    0 otherwise (no distinct clocks added to the search's tables). Where the dispatcher's kernels
+    reach fewer ranks over NVLink than the domain holds, the members of each run they do reach
+    (:func:`model.moe_dispatch.kernel_members`: DeepEP's runs of 8 ranks of its group)."""
+    run = c.training.moe_run
+    if not run.dispatcher.deduplicates:
         return 0
     link = f.link("ep")
     domain = c.device.nvlink_domain if c.device is not None else None
-    return members_per_domain(link.nvlink, link.span, link.group_size, domain)
+    g = members_per_domain(link.nvlink, link.span, link.group_size, domain)
+    if run.dispatcher.nvlink_ranks is None:
+        return g
+    ranks = f.lookup_values(deepep_group_ranks, (), f.framework, f.ep, f.expert_tp)
+    return f.lookup_values(kernel_members, (run,), g, f.ep, ranks)
 
 
 def _dispatch_buffers(
@@ -72,7 +80,7 @@ def _dispatch_buffers(
     ranks = deepep_group_ranks(framework, ep, expert_tp)
     if run.dispatcher is Dispatcher.DEEPEP and ranks not in DEEPEP_DISPATCH_CONFIGS:
         return 0
-    in_domain = min(ranks, int(per_domain) * ranks // ep)
+    in_domain = group_domain_ranks(ranks, ep, int(per_domain))
     heap = Framework(framework).physical
     return dispatch_buffer_bytes(run, hidden, ranks, heap, tokens, experts // ep, in_domain)
 

@@ -81,6 +81,7 @@ from trainplan.model.terms.activation_fields import (
     stage_layer_counts,
 )
 from trainplan.model.terms.dispatch_buffers import ep_members_per_domain
+from trainplan.model.terms.ep_link import ep_dispatch_link
 from trainplan.model.terms.fields import (
     Context,
     Fields,
@@ -257,7 +258,7 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
     rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp", "framework")
     tp_bw, tp_up = axis_link(c, f, "tp")
     cp_bw, cp_up = axis_link(c, f, "cp", (r == 1) & (u > 1))
-    ep_bw, ep_up = axis_link(c, f, "ep", True)
+    ep_bw, ep_up = ep_dispatch_link(c, f)  # DeepEP beyond 8 ranks: its RDMA hop on the NIC
     vocab = f.lookup(padded_vocab_of, (arch.vocab_size, c.vocab_multiple), "framework", "tp")
     ep_g, unpaired, ep_share = ep_dispatch_fields(c, f)
     templated = f.lookup(torch_rotate_method, (), "cp_kind")

@@ -41,7 +41,7 @@ from trainplan.model.fsdp2_pipeline import regather_name, runtime_mechanism, run
 from trainplan.model.layout import Recompute
 from trainplan.model.mechanisms import mechanism
 from trainplan.model.memory import keeps_gathered_inputs
-from trainplan.model.moe_dispatch import dispatch_traffic_share
+from trainplan.model.moe_dispatch import dispatch_traffic_share, transfer_side_bytes
 from trainplan.model.params import shares_embedding_with_last_stage
 from trainplan.model.terms.activation_fields import (
     LAYER_FIELDS,
@@ -52,6 +52,7 @@ from trainplan.model.terms.activation_fields import (
     stage_layer_counts,
 )
 from trainplan.model.terms.dispatch_buffers import ep_members_per_domain
+from trainplan.model.terms.ep_link import ep_rdma
 from trainplan.model.terms.fields import (
     Context,
     Fields,
@@ -241,9 +242,16 @@ def ep_traffic_bytes(c: Context, f: Fields) -> Any:
     t = c.training
     _, moe = most_layers(c, f)
     again = recomputed_sends(c.arch, Framework(f.framework), Recompute(f.recompute), t)
+    side: Any = (0, 0, 0, 0)
+    spec = c.arch.moe
+    if spec is not None and t.moe_run.dispatcher.deduplicates:  # their rows' probabilities
+        g = ep_members_per_domain(c, f) if f.links_known else 0
+        row = c.arch.hidden_size * t.activation_bytes
+        args = (t.moe_run, row, spec.num_experts, spec.experts_per_token)
+        side = f.lookup_values(transfer_side_bytes, args, f.ep, f.expert_tp, g)
     return ep_bytes(
         c.arch, moe, f.ep, f.tp, f.cp, f.micro_batch_size, f.m, t.seq_len, t.activation_bytes,
-        f.sp, again.all_to_all, t.moe_run, ep_dispatch_traffic_share(c, f),
+        f.sp, again.all_to_all, t.moe_run, ep_dispatch_traffic_share(c, f), side,
     )  # fmt: skip
 
 
@@ -341,11 +349,15 @@ def single_axis_seconds(
     c: Context, f: Fields, axis: str, total: Any, hidden: Any, microbatch: Any, window: Any
 ) -> tuple[Any, Any]:
     """(seconds if nothing overlapped, exposed) of one axis's traffic under the single model:
-    bytes over the link's bandwidth; exposed as the axis's overlap fraction and the per-micro-
+    bytes over the link's bandwidth (the expert all-to-all's DeepEP RDMA hop inside an NVLink
+    domain over the NIC's, :func:`model.terms.ep_link.ep_rdma`); exposed as the axis's overlap fraction and the per-micro-
     batch window say (:func:`model.timing.exposed_seconds`). 0 for no traffic."""
     link = f.link(axis)
     sends = total != 0
     bandwidth = where(sends, link.bandwidth if link.bandwidth is not None else 1.0, 1.0)
+    if axis == "ep":  # DeepEP's RDMA hop inside an NVLink domain rides the NIC
+        rdma, nic = ep_rdma(c, f)
+        bandwidth = where(sends & rdma, nic, bandwidth)
     exposed = exposed_seconds(
         as_float(total - hidden) / bandwidth, as_float(microbatch) / bandwidth, f.m,
         axis_overlap(c.options.overlap, axis), window,

@@ -118,9 +118,10 @@ def test_hybrideps_sms_follow_the_groups_span(gpu: str, ep: int, phi: float) -> 
 def test_combined_1f1b_pays_hybrideps_sms() -> None:
     """The combined-1F1B case below (Qwen3-30B-A3B, 64 H100s, dp 64, ep 8, m = 16, 1/16
     unpaired, every paired phase hidden) under HybridEP: its 24 SMs in one NVLink domain,
-    φ = 0.25926, so exposed = T·(1 + 15·φ)/16 = 0.30556·T (T = 0.78282 s: 0.23919 s), with or
-    without the NCCL charge: the step 4.4034 s (4.3811 s when T was NCCL's rule, 0.70511 s; NCCL's charged all-to-all
-    on its 32 point-to-point blocks: 4.8356 s, DeepEP's 20 SMs: 4.3940 s).
+    φ = 0.25926, so exposed = T·(1 + 15·φ)/16 = 0.30556·T (T = 0.81715 s: 0.24969 s), with or
+    without the NCCL charge: the step 4.4132 s (4.4034 s before the rows' probabilities,
+    T = 0.78282 s; 4.3811 s when T was NCCL's rule, 0.70511 s; NCCL's charged all-to-all on
+    its 32 point-to-point blocks: 4.8356 s, DeepEP's 20 SMs: 4.3957 s).
     T: HybridEP sends a token once to each rank holding one of its experts
     (model.moe_dispatch): R = 8·(1 − C(112, 8)/C(128, 8)) = 8·(1 − 475,491,062,970 /
     1,429,702,652,400) = 5.33936 ranks of 16 experts where NCCL sends 8 copies, R/k = 0.66742 of
@@ -129,8 +130,12 @@ def test_combined_1f1b_pays_hybrideps_sms() -> None:
     count (its own included), half in the 1,536 dispatches and half in the 1,536 combines
     (16 micro-batches × 48 layers, forward and backward), at HybridEP's B200 kernel-only rates
     scaled to the H100's NVLink (model.ep_kernels: 734.95 and 673.84 GB/s × 450/900 = 367.475
-    and 336.92 GB/s), no latency added: T = 0.66742 × 1.00216 × 360e9 × 8/7 / 2 ×
-    (1/367.475e9 + 1/336.92e9) = 0.78282 s."""
+    and 336.92 GB/s), no latency added: 0.66742 × 1.00216 × 360e9 × 8/7 / 2 ×
+    (1/367.475e9 + 1/336.92e9) = 0.78282 s of hidden vectors. The forward dispatch and the
+    backward combine also carry each token's probability row, 16 experts × 8 ranks × 4 =
+    512 bytes beside its 4,096 (model.moe_dispatch.side_bytes), and the benchmark's rows
+    carried theirs, 8 × 8 × 4 = 256 beside 14,336, so the kernels moved 14,592/14,336 of the
+    published rates: T = 0.78282 × (1 + 4,608/4,096)/2 / (14,592/14,336) = 0.81715 s."""
     phi = 1 - 1 / 1.350
     run = MoERun(dispatcher=Dispatcher.HYBRIDEP, ep_overlap=EpOverlap.COMBINED_1F1B)
     case = dict(model="qwen3-30b-a3b", device="H100-SXM", num_gpus=64, dp=64, ep=8, moe_run=run)
@@ -138,10 +143,13 @@ def test_combined_1f1b_pays_hybrideps_sms() -> None:
         est = Case.of(**case, **options).evaluate()
         row = _axis(est, "ep")
         sent = 0.66742 * 1.00216 * 360e9 * 8 / 7 / 2
-        assert row.seconds == pytest.approx(sent * (1 / 367.475e9 + 1 / 336.92e9), abs=5e-6)
-        assert row.seconds == pytest.approx(0.78282, abs=5e-6)
+        hidden = sent * (1 / 367.475e9 + 1 / 336.92e9)
+        assert hidden == pytest.approx(0.78282, abs=5e-6)
+        moved = (1 + 4608 / 4096) / 2 / (14592 / 14336)
+        assert row.seconds == pytest.approx(hidden * moved, abs=5e-6)
+        assert row.seconds == pytest.approx(0.81715, abs=5e-6)
         assert row.exposed_seconds == pytest.approx(row.seconds * (1 + 15 * phi) / 16, rel=1e-5)
-        assert est.step_s == pytest.approx(4.4034, abs=5e-5)
+        assert est.step_s == pytest.approx(4.4132, abs=5e-5)
 
 
 def _axis(est, axis: str):  # noqa: ANN001, ANN202 - an Estimate's traffic row
@@ -164,9 +172,11 @@ def test_combined_1f1b_pays_the_dispatchers_sms(
     its 32 point-to-point blocks (the ring's 24 rounded up), φ = 1 − 1/1.542 = 0.35149 with the
     charge, T/16 without (T = 1.06507 s: 1.06507 × 6.27237/16 = 0.41753 s against 0.06657 s,
     the step 4.5066 → 4.8356 s; 4.7303 s when it was charged NVLS's 16 blocks, 0.23896);
-    DeepEP's at 0.24911 either way (T = 0.77409 s, a token sent once to each rank holding one
-    of its experts, at DeepEP's H800 kernel rate scaled to the H100's NVLink, model.ep_kernels:
-    0.22916 s)."""
+    DeepEP's at 0.24911 either way (T = 0.78014 s, a token sent once to each rank holding one
+    of its experts, at DeepEP's H800 kernel rate scaled to the H100's NVLink, model.ep_kernels,
+    its forward dispatch's rows with 8 int64 indices and 8 float32 weights, 96 bytes, its
+    backward combine's with the weights' gradient, 32, beside 4,096: 0.77409 × (4 × 4,096 +
+    128)/(4 × 4,096); 0.23095 s)."""
     run = MoERun(dispatcher=Dispatcher(dispatcher), ep_overlap=EpOverlap.COMBINED_1F1B)
     case = dict(model="qwen3-30b-a3b", device="H100-SXM", num_gpus=64, dp=64, ep=8, moe_run=run)
     on = Case.of(**case).evaluate()
@@ -175,6 +185,8 @@ def test_combined_1f1b_pays_the_dispatchers_sms(
     assert _axis(off, "ep").seconds == t
     assert _axis(on, "ep").exposed_seconds == pytest.approx(t * (1 + 15 * phi_on) / 16, rel=1e-5)
     assert _axis(off, "ep").exposed_seconds == pytest.approx(t * (1 + 15 * phi_off) / 16, rel=1e-5)
+    if dispatcher == "deepep":
+        assert t == pytest.approx(0.77409 * (4 * 4096 + 128) / (4 * 4096), abs=5e-6)
     if dispatcher == "alltoall":
         assert t == pytest.approx(1.06507, abs=5e-6)
         assert (off.step_s, on.step_s) == (pytest.approx(4.5066, abs=5e-5),

@@ -12,6 +12,7 @@ import math
 
 import pytest
 
+from tests.archs import one_moe_layer
 from trainplan.model.ep_kernels import kernel_rates, kernel_seconds
 from trainplan.model.layer_time import ep_all_to_all_seconds
 from trainplan.model.moe import expected_distinct_nodes
@@ -19,17 +20,8 @@ from trainplan.model.moe_run import MoERun
 from trainplan.model.op_time import Clock
 from trainplan.model.ops import LayerShape
 from trainplan.model.roofline import Collective, LinkTime, RooflineParams, collective_seconds
-from trainplan.model.specs import Architecture, MoESpec
 
 P = RooflineParams(gemm_efficiency=0.6)
-
-
-def _arch(experts: int) -> Architecture:
-    moe = MoESpec(num_experts=experts, experts_per_token=8, expert_ffn_hidden_size=2048)
-    return Architecture(
-        num_layers=1, hidden_size=7168, num_attention_heads=8, ffn_hidden_size=18432,
-        vocab_size=1024, moe=moe,
-    )  # fmt: skip
 
 
 def test_deepep_h800_ep8_at_its_combine_rate_both_ways():
@@ -40,7 +32,10 @@ def test_deepep_h800_ep8_at_its_combine_rate_both_ways():
     310.90 MB / 158 GB/s = 1,967.7 µs — against NCCL's rule, 11.8 µs + 272.04 MB (the 7/8 sent
     to others) / (0.8 · 200 GB/s) = 1,712.05 µs, 181.6 GB/s as DeepEP counts: 15 % faster
     than DeepEP's own kernel, which the rule no longer times. Forward: a dispatch and a combine;
-    backward: their transposes (a combine and a dispatch)."""
+    backward: their transposes (a combine and a dispatch). The forward dispatch's rows carry
+    the token's 8 int64 indices and 8 float32 weights beside it, 96 bytes, the backward
+    combine's the weights' gradient, 32 (intranode.cu; DeepEP's benchmark timed a cached
+    dispatch and a weightless combine, whose rows carry neither): 1,980.9 and 1,972.1 µs."""
     r = float(expected_distinct_nodes(256, 8, 8))
     assert r == pytest.approx(5.294652, abs=1e-6)
     received = 4096 * r * 14336
@@ -49,64 +44,95 @@ def test_deepep_h800_ep8_at_its_combine_rate_both_ways():
     assert rates is not None and rates.at(8) == (158e9, 158e9)
     assert "BF16 combine" in rates.borrowed
     link = LinkTime(200e9, True)
-    x = LayerShape(_arch(256), True, 4096, 1, 1, ep=8, moe_run=MoERun(dispatcher="deepep"))
+    x = LayerShape(one_moe_layer(256), True, 4096, 1, 1, ep=8, moe_run=MoERun(dispatcher="deepep"))
     fwd, bwd = ep_all_to_all_seconds(
         x, Clock(989e12, 3.35e12, P, ep_link=link, ep_kernel=rates.at(8)), False
     )
     assert received / 158e9 * 1e6 == pytest.approx(1967.7, abs=0.05)
-    assert (fwd, bwd) == (pytest.approx(2 * received / 158e9), pytest.approx(2 * received / 158e9))
+    dispatch, combine = (received * (14336 + e) / 14336 / 158e9 for e in (96, 32))
+    assert (dispatch * 1e6, combine * 1e6) == pytest.approx((1980.9, 1972.1), abs=0.05)
+    assert fwd == pytest.approx(dispatch + received / 158e9, rel=1e-12)
+    assert bwd == pytest.approx(combine + received / 158e9, rel=1e-12)
     nccl, _ = ep_all_to_all_seconds(x, Clock(989e12, 3.35e12, P, ep_link=link), False)
     one = collective_seconds(Collective.ALL_TO_ALL, 8, received * 7 / 8, link, P)
-    assert nccl == pytest.approx(2 * one) and one * 1e6 == pytest.approx(1712.05, abs=0.01)
-    assert fwd / nccl == pytest.approx(1967.7 / 1712.05, abs=1e-4)
+    first = collective_seconds(Collective.ALL_TO_ALL, 8, received * 7 / 8 * 14432 / 14336, link, P)
+    assert nccl == pytest.approx(first + one) and one * 1e6 == pytest.approx(1712.05, abs=0.01)
 
 
 def test_hybridep_b200_ep8_kernel_only_each_direction():
     """HybridEP on B200, EP 8 with 8 experts a rank (64, k 8): R = 8·(1 − C(56, 8)/C(64, 8))
     = 5.432551 ranks; a rank receives 4,096·R·14,336 = 319.00 MB, 434.04 µs at the
     kernel-only 734.95 GB/s BF16 dispatch and 473.41 µs at the 673.84 GB/s combine (NCCL's
-    rule: 11.8 µs + 279.13 MB / 720 GB/s = 399.5 µs each way)."""
+    rule: 11.8 µs + 279.13 MB / 720 GB/s = 399.5 µs each way). The benchmark's rows carried
+    their probability row, 8 experts × 8 ranks × 4 = 256 bytes, in both (test_hybrid_ep.py:
+    a dispatch with probabilities, a combine with them): the kernels moved 14,592/14,336 of the
+    counted bytes, 748.07 and 685.87 GB/s. This layout is the benchmark's: the forward dispatch
+    and the backward combine (rows with their probabilities) take the published 434.04 and
+    473.41 µs; the forward combine and the backward dispatch (rows without) 465.10 and 426.43."""
     r = 8 * (1 - math.comb(56, 8) / math.comb(64, 8))
     assert float(expected_distinct_nodes(64, 8, 8)) == pytest.approx(r, rel=1e-12)
     assert r == pytest.approx(5.432551, abs=1e-6)
     received = 4096 * r * 14336
     rates = kernel_rates("hybridep", "B200", 900e9, 8)
-    assert rates is not None and rates.at(8) == (734.95e9, 673.84e9) and not rates.borrowed
-    d, c = kernel_seconds(received * 7 / 8, 8, rates.at(8)) or (0.0, 0.0)
+    moved = 14592 / 14336
+    assert rates is not None and not rates.borrowed
+    assert rates.at(8) == pytest.approx((734.95e9 * moved, 673.84e9 * moved), rel=1e-12)
+    assert (rates.at(8)[0] / 1e9, rates.at(8)[1] / 1e9) == pytest.approx(
+        (748.07, 685.87), abs=0.005
+    )
+    d, c = kernel_seconds(received * 7 / 8 * moved, 8, rates.at(8)) or (0.0, 0.0)
     assert (d * 1e6, c * 1e6) == pytest.approx((434.04, 473.41), abs=0.01)
-    x = LayerShape(_arch(64), True, 4096, 1, 1, ep=8, moe_run=MoERun(dispatcher="hybridep"))
+    bare_d, bare_c = kernel_seconds(received * 7 / 8, 8, rates.at(8)) or (0.0, 0.0)
+    assert (bare_c * 1e6, bare_d * 1e6) == pytest.approx((465.10, 426.43), abs=0.01)
+    x = LayerShape(one_moe_layer(64), True, 4096, 1, 1, ep=8, moe_run=MoERun(dispatcher="hybridep"))
     clock = Clock(2.25e15, 8e12, P, ep_link=LinkTime(900e9, True), ep_kernel=rates.at(8))
     fwd, bwd = ep_all_to_all_seconds(x, clock, False)
-    assert (fwd, bwd) == (pytest.approx(d + c), pytest.approx(d + c))
+    assert (fwd, bwd) == (pytest.approx(d + bare_c), pytest.approx(c + bare_d))
     nccl = collective_seconds(Collective.ALL_TO_ALL, 8, received * 7 / 8, LinkTime(900e9, True), P)
     assert nccl * 1e6 == pytest.approx(399.5, abs=0.05)
 
 
 def test_gb200_rows_at_the_charged_sms_between_and_beyond_published_sizes():
     """GB200 publishes EP 8 to 36 at 16 and 32 SMs; the model charges HybridEP 24 SMs in one
-    domain (DeepEP's ``Configurer`` default), so the 16-SM rows are read. EP 12 lies
-    log2(12/8) = 0.58496 of the way from EP 8 to 16: 750.15 − 0.58496·88.22 = 698.54 GB/s
-    dispatch, 684.27 − 0.58496·83.52 = 635.41 combine; EP 64 (one NVL72 domain) holds EP 36's
-    612.85 / 543.27."""
+    domain (DeepEP's ``Configurer`` default), so the 16-SM rows are read, each as the bytes its
+    kernels moved: rows of 14,336 bytes with 8 × ep float32 probabilities beside them, × 14,592
+    / 14,336 at EP 8, 14,848 / 14,336 at EP 16, 15,488 / 14,336 at EP 36. EP 12 lies
+    log2(12/8) = 0.58496 of the way from EP 8 to 16: dispatch 763.55 − 0.58496·(763.55 −
+    685.57) = 717.93 GB/s, combine 696.49 − 0.58496·(696.49 − 622.21) = 653.04; EP 64 (one NVL72
+    domain) holds EP 36's 612.85 / 543.27 × 15,488 / 14,336 = 662.10 / 586.93."""
     rates = kernel_rates("hybridep", "GB200", 900e9, 72)
     assert rates is not None and "16 SMs" in rates.source
+    at8 = (750.15 * 14592 / 14336, 684.27 * 14592 / 14336)
+    at16 = (661.93 * 14848 / 14336, 600.75 * 14848 / 14336)
+    assert at8 == pytest.approx((763.55, 696.49), abs=0.005)
+    assert at16 == pytest.approx((685.57, 622.21), abs=0.005)
     d, c = rates.at(12)
-    assert (d / 1e9, c / 1e9) == pytest.approx((698.54, 635.41), abs=0.005)
-    assert rates.at(64) == (612.85e9, 543.27e9)
+    f = math.log2(12 / 8)
+    assert d / 1e9 == pytest.approx(at8[0] - f * (at8[0] - at16[0]), rel=1e-12)
+    assert c / 1e9 == pytest.approx(at8[1] - f * (at8[1] - at16[1]), rel=1e-12)
+    assert (d / 1e9, c / 1e9) == pytest.approx((717.93, 653.04), abs=0.005)
+    held = rates.at(64)
+    assert held == pytest.approx((612.85e9 * 15488 / 14336, 543.27e9 * 15488 / 14336))
+    assert (held[0] / 1e9, held[1] / 1e9) == pytest.approx((662.10, 586.93), abs=0.005)
 
 
 def test_parts_without_a_row_borrow_and_say_so():
     """B300 and GB300 read B200's and GB200's rows (same 900 GB/s NVLink and domain); DeepEP
     on H100 (450 GB/s) scales H800's 158 by 450/200 = 355.5 GB/s; HybridEP on H100 scales
-    B200's by 450/900: 367.475 / 336.92. The NCCL all-to-all has no kernel rates."""
+    B200's by 450/900: 367.475 / 336.92. HybridEP's, as its kernels moved them, × 14,592 /
+    14,336 (EP 8) and 14,848 / 14,336 (EP 16): the benchmark's rows carried their
+    probabilities. The NCCL all-to-all has no kernel rates."""
     b300 = kernel_rates("hybridep", "B300", 900e9, 8)
     gb300 = kernel_rates("hybridep", "GB300", 900e9, 72)
-    assert b300 is not None and b300.at(8) == (734.95e9, 673.84e9) and "B200's" in b300.borrowed
-    assert gb300 is not None and gb300.at(16) == (661.93e9, 600.75e9)
+    at8, at16 = 14592 / 14336, 14848 / 14336
+    assert b300 is not None and "B200's" in b300.borrowed
+    assert b300.at(8) == pytest.approx((734.95e9 * at8, 673.84e9 * at8), rel=1e-12)
+    assert gb300 is not None
+    assert gb300.at(16) == pytest.approx((661.93e9 * at16, 600.75e9 * at16), rel=1e-12)
     h100 = kernel_rates("deepep", "H100-SXM", 450e9, 8)
     assert h100 is not None and h100.at(8) == pytest.approx((355.5e9, 355.5e9))
     hy = kernel_rates("hybridep", "H100-SXM", 450e9, 8)
-    assert hy is not None and hy.at(8) == pytest.approx((367.475e9, 336.92e9))
+    assert hy is not None and hy.at(8) == pytest.approx((367.475e9 * at8, 336.92e9 * at8))
     assert kernel_rates("alltoall", "H800", 200e9, 8) is None
     assert kernel_seconds(1e9, 8, None) is None and kernel_seconds(1e9, 1, (1.0, 1.0)) is None
 
