@@ -64,8 +64,11 @@ def rlhf_report(*args: Any, **kw: Any) -> dict[str, Any]:
     return _textbook(r)
 
 
-def _textbook(r: RLHFRequest) -> dict[str, Any]:
-    """The textbook accounting of ``r`` (:func:`rlhf_report` without a model)."""
+def _textbook(r: RLHFRequest, active: tuple[int, int | None] | None = None) -> dict[str, Any]:
+    """The textbook accounting of ``r`` (:func:`rlhf_report` without a model). ``active``: the
+    policy's and the reward network's active parameters (counts; None: dense, all of them) — a
+    model's, which :func:`interface.rlhf.report.faithful_report` passes so the FLOPs of a mixture
+    of experts count its active parameters (:attr:`model.rlhf.shares.Network.flop_params`)."""
     faithful = {k: getattr(r, k) for k in rf.FAITHFUL_ONLY}
     check_applicable(
         faithful,
@@ -85,7 +88,8 @@ def _textbook(r: RLHFRequest) -> dict[str, Any]:
         )
     n_p = parse_count(r.policy_params, "policy_params")
     n_r = None if r.reward_params is None else parse_count(r.reward_params, "reward_params")
-    nets = rl.networks(algo, n_p, n_r, r.reward)
+    a_p, a_r = active or (None, None)
+    nets = rl.networks(algo, n_p, n_r, r.reward, policy_active=a_p, reward_active=a_r)
     reward = r.reward if algo == "dpo" else (r.reward or "model")
     samples = r.samples_per_prompt
     samples = RLHF_DEFAULTS["samples_per_prompt"] if samples is None else samples
@@ -140,6 +144,7 @@ def _network_row(x: Any) -> dict[str, Any]:
     return {
         "role": x.role,
         "params": x.params,
+        "active_params": x.flop_params,
         "trainable": x.trainable,
         "bytes_per_param": x.bytes_per_param,
         "bytes": x.bytes,
