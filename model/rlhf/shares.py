@@ -15,9 +15,9 @@ network (reference, reward model, critic), training ``6·N`` per token per epoch
 network. ``N`` in the FLOPs is the parameters a token passes through (:attr:`Network.
 flop_params`: a mixture of experts' active parameters, its routed experts' share only; all of them
 for a dense network, Kaplan et al. 2020's ``C = 6N`` with ``N`` the parameters used per token),
-while the resident bytes count every parameter. DPO trains on chosen and rejected sequences (2 per prompt) and scores them with the
-reference. Time of a phase = its FLOPs ÷ (its MFU × peak × chips): decode MFU for the rollout,
-training MFU for scoring and training.
+while the resident bytes count every parameter. DPO trains on chosen and rejected sequences (2 per
+prompt) and scores them with the reference. Time of a phase = its FLOPs ÷ (its MFU × peak ×
+chips): decode MFU for the rollout, training MFU for scoring and training.
 """
 
 from __future__ import annotations

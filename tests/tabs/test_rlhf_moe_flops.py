@@ -44,7 +44,10 @@ def test_reward_network_active_count():
     the policy's network and take its active count."""
     nets = rl.networks("ppo", TOTAL, 8 * 10**9, policy_active=ACTIVE)
     assert {n.role: n.flop_params for n in nets} == {
-        "actor": ACTIVE, "critic": 8 * 10**9, "reward": 8 * 10**9, "reference": ACTIVE
+        "actor": ACTIVE,
+        "critic": 8 * 10**9,
+        "reward": 8 * 10**9,
+        "reference": ACTIVE,
     }
     same = rl.networks("ppo", TOTAL, policy_active=ACTIVE)
     assert {n.flop_params for n in same} == {Fraction(ACTIVE)}
