@@ -18,10 +18,10 @@ import numpy as np
 from trainplan.model.errors import InfeasibleError, InputError
 from trainplan.model.estimate import Estimate, objective_ns
 from trainplan.model.terms.peak import reserved_over_capacity
+from trainplan.optimizer.axis_rules import axis_refusal, recipe_refusal
 from trainplan.optimizer.cpsat import Candidate, LayoutModel
 from trainplan.optimizer.problem import Job, Objective, Problem, fit_rule, model_size
 from trainplan.optimizer.rules import allowed, mfu_table, tie_ranks, tp_cp_in_nvlink
-from trainplan.optimizer.space import axis_refusal, recipe_refusal
 from trainplan.optimizer.tables import (
     CostTables,
     build_tables,
