@@ -5,11 +5,11 @@ prints (:mod:`interface.commands` has the other commands'): each from the comman
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from trainplan.interface.flags import with_flags
+from trainplan.interface.flags import flag_for, refusal, with_flags
 from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.interface.requests import SearchRequest, search_request
 from trainplan.model.errors import InfeasibleError
@@ -105,6 +105,7 @@ def search_json(
         No layout meets the constraints; its ``explanation`` names the blocking families.
     """
     from trainplan.interface.render.report import objective_text
+    from trainplan.optimizer.axis_rules import unused_values
     from trainplan.optimizer.search import prepare, search
 
     request = search_request(kw, "params" if maximize else None)
@@ -120,9 +121,11 @@ def search_json(
             report(count, objective_text(str(problem.objective), *in_units(best), problem.tokens))
 
     result = search(problem, top, limit, request.workers, progress, prepared=prepared)
+    unused = unused_note(unused_values(problem, prepared[0]))
     answers = []
     for a in result.answers:
         d = estimate_to_dict(a.estimate)
+        d["notes"] += [unused] if unused else []
         _with_fit_rule(d, problem, a.estimate)
         key, value = in_units(a.objective)
         d.update({"job": a.job.label, key: value, "objective_kind": str(problem.objective)})
@@ -141,6 +144,26 @@ def search_json(
     }
     out = {**answers[0], **meta, "top": answers[1:]} if top == 1 else {**meta, "answers": answers}
     return SearchRun(out, str(problem.objective), len(problem.jobs))
+
+
+_RULE_HEADS = frozenset(flag_for(n) for n in ("tp", "pp", "cp", "ep", "zero_stage", "cp_kind"))
+"""The flags the rules :func:`optimizer.axis_rules.value_refusal` names start with."""
+
+
+def unused_note(unused: Sequence[tuple[str, int, str]]) -> str | None:
+    """The one note line naming the values the user asked for that no layout uses, and why
+    (:func:`optimizer.axis_rules.unused_values`; the rule as a refusal words it on the command
+    line, :func:`interface.flags.refusal`), or None when there are none.
+
+    Examples
+    --------
+    >>> unused_note([("tp", 3, "tp: 3 does not divide num_attention_heads = 64")])
+    'requested values no layout uses: tp 3 (--tp: 3 does not divide num_attention_heads = 64)'
+    """
+    if not unused:
+        return None
+    each = [f"{axis} {v} ({refusal(why, _RULE_HEADS)})" for axis, v, why in unused]
+    return "requested values no layout uses: " + "; ".join(each)
 
 
 def _prices(gpus: int, price: float | None, step_s: float | None) -> dict[str, float]:

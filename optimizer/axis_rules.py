@@ -1,9 +1,12 @@
-"""Why a search's space is empty: the rule itself, as :func:`model.legality.refusal` words it for ``trainplan evaluate`` — the
+"""Why a search's space is empty, or why a value the user asked for is used by no layout: the
+rule itself, as :func:`model.legality.refusal` words it for ``trainplan evaluate`` — the
 search never re-types a rule, it asks the one the evaluator asks.
 
 * :func:`recipe_refusal` — no framework of the space runs the recipe (offload, loss, optimizer);
 * :func:`axis_refusal` — every given value of an axis breaks a rule (tp against the heads, cp's
   flavours, pp against the layers and against the framework's ZeRO stages);
+* :func:`unused_values` — the given values no legal shape uses while others are, with why (the
+  search output's notes, :func:`interface.search_commands.unused_note`).
 """
 
 from __future__ import annotations
@@ -20,9 +23,15 @@ from trainplan.model.offload import NO_OFFLOAD
 from trainplan.model.specs import TrainingSpec
 
 if TYPE_CHECKING:
+    from trainplan.optimizer.problem import Problem
     from trainplan.optimizer.space import SearchSpace
+    from trainplan.optimizer.tables import CostTables
 
-__all__ = ["recipe_refusal", "axis_refusal", "value_refusal"]
+__all__ = ["recipe_refusal", "axis_refusal", "value_refusal", "unused_values", "AXES"]
+
+AXES = ("tp", "pp", "cp", "ep")
+"""The degrees a user can restrict (``--tp``, ``--pp``, ``--cp``, ``--ep``), in the order the
+notes name them."""
 
 
 def recipe_refusal(space: SearchSpace, training: TrainingSpec, model: ModelSpec) -> str | None:
@@ -102,3 +111,40 @@ def _alone(axis: str, value: int, framework: Framework, cp_kind: CpKind) -> dict
     out[axis] = value
     out["sp"] = out["tp"] > 1  # type: ignore[operator]
     return out
+
+
+def unused_values(problem: Problem, tables: CostTables) -> tuple[tuple[str, int, str], ...]:
+    """The values of tp, pp, cp and ep the user asked for (two or more of an axis) that no legal
+    shape of the tables uses, each as ``(axis, value, why)``: the rule that refuses it
+    (:func:`value_refusal`, the first job's, in :func:`model.legality.refusal`'s words), that it
+    divides no GPU count searched, or that no combination with the other degrees, the batch and
+    the GPU count is legal. Empty when every asked value is used, or when a time limit stopped
+    the tables before every job (a value may then be missing for want of time).
+
+    Example: ``("tp", 3, "tp: 3 does not divide num_attention_heads = 64")`` for Llama 3 70B
+    with ``--tp 3 --tp 8`` on 96 GPUs."""
+    if not tables.complete or not tables.shapes:
+        return ()
+    space = problem.space
+    legal = tables.legal.reshape(len(tables.shapes), -1).any(axis=1)
+    job = problem.jobs[0]
+    gpus = sorted({j.num_gpus for j in problem.jobs})
+    counts = ", ".join(f"{g:,}" for g in gpus[:4]) + (", …" if len(gpus) > 4 else "")
+    out = []
+    for axis in AXES:
+        given = getattr(space, axis)
+        if not given or len(given) < 2:  # one value unused empties the space: a refusal says why
+            continue
+        used = {getattr(s, axis) for s, ok in zip(tables.shapes, legal, strict=True) if ok}
+        for v in given:
+            if v in used:
+                continue
+            why = value_refusal(space, job.case.training, job.case.model, axis, v)
+            if not why and not any(g % v == 0 for g in gpus):
+                why = f"{axis}: {v} divides no GPU count searched ({counts})"
+            why = why or (
+                f"{axis}: {v} has no legal combination with the other degrees, the global batch "
+                "and the GPU count"
+            )
+            out.append((axis, v, why))
+    return tuple(out)

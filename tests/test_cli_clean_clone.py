@@ -4,9 +4,13 @@ process (text and ``--json`` where both apply), all of them in parallel once per
 
 * a search whose space a framework rule empties names that rule, as ``evaluate`` words it, exit 2
   (it said "No layout satisfies the constraints: - divisibility: …", exit 1);
+* a tp that does not divide the heads is refused by that rule whenever it applies (it was only
+  when no other line was said), and a requested value no layout uses is said in the notes.
 """
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -15,6 +19,7 @@ from tests.cli_runs import Done, refusal, run_many
 S70 = ["search", "--model", "llama3-70b"]
 DS128 = [*S70, "--gpus", "128", "--framework", "deepspeed"]
 DS_RULE = "with --framework deepspeed needs pp = 1 (its pipeline engine allows ZeRO-0/1 only)"
+HEADS = "--tp: 3 does not divide num_attention_heads = 64"
 
 CALLS: dict[str, list[str]] = {
     "evaluate ds pp 4 zero 3": [
@@ -33,8 +38,15 @@ CALLS: dict[str, list[str]] = {
     "ds pp 4 zero 3": [*DS128, "--pp", "4", "--zero", "3"],
     "ds pp 4 zero 2": [*DS128, "--pp", "4", "--zero", "2"],
     "ds pp 2 4 zero 3": [*DS128, "--pp", "2", "--pp", "4", "--zero", "3"],
+    "tp 3 on 64": [*S70, "--gpus", "64", "--tp", "3"],
+    "tp 3 on 96": [*S70, "--gpus", "96", "--tp", "3"],
+    "tp 3 8 on 96": [*S70, "--gpus", "96", "--tp", "3", "--tp", "8"],
+    "ds pp 1 4 zero 3": [*DS128, "--pp", "1", "--pp", "4", "--zero", "3"],
 }
-JSON_TOO = ("ds pp 4 zero 3", "ds pp 4 zero 2", "ds pp 2 4 zero 3")
+JSON_TOO = (
+    "ds pp 4 zero 3", "ds pp 4 zero 2", "ds pp 2 4 zero 3", "tp 3 on 64", "tp 3 8 on 96",
+    "ds pp 1 4 zero 3",
+)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -53,3 +65,28 @@ def test_a_framework_rule_that_empties_the_search_is_named(done, fmt):
     assert refusal(done["ds pp 4 zero 2" + fmt]) == f"--zero: 2 {DS_RULE}; pp is 4"
     # two pp values, both refused: the first's line
     assert refusal(done["ds pp 2 4 zero 3" + fmt]) == f"--zero: 3 {DS_RULE}; pp is 2"
+
+
+@pytest.mark.parametrize("fmt", ["", " json"])
+def test_tp_against_the_heads_wins_whenever_it_applies(done, fmt):
+    """Llama 3 70B has 64 heads: tp 3 is refused by that rule on 64 GPUs (where 3 divides no
+    GPU count too, which it said instead, exit 1) as on 96."""
+    assert refusal(done["tp 3 on 64" + fmt]) == HEADS
+    if not fmt:
+        assert refusal(done["tp 3 on 96"]) == HEADS
+
+
+def test_an_unusable_requested_value_is_said_in_the_notes(done):
+    """``--tp 3 --tp 8`` on 96 GPUs searches tp 8 only; the notes say tp 3 was dropped and why
+    (one line), in text and JSON; ``--pp 1 --pp 4 --zero 3`` under deepspeed keeps pp 1 and says
+    why pp 4 is unused."""
+    note = f"requested values no layout uses: tp 3 ({HEADS})"
+    text = done["tp 3 8 on 96"]
+    assert text.returncode == 0, text.stderr[-2000:]
+    assert f"Note: {note}" in text.stdout.splitlines()
+    d = json.loads(done["tp 3 8 on 96 json"].stdout)
+    assert d["layout"]["tp"] == 8 and note in d["notes"]
+    ds = json.loads(done["ds pp 1 4 zero 3 json"].stdout)
+    assert ds["layout"]["pp"] == 1
+    assert f"requested values no layout uses: pp 4 (--zero: 3 {DS_RULE}; pp is 4)" in ds["notes"]
+    assert "requested values" in done["ds pp 1 4 zero 3"].stdout
