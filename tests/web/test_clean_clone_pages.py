@@ -1,0 +1,60 @@
+"""What a new user met on the pages of a clean clone, in a real browser (Playwright driving
+Debian's Chromium against ``trainplan serve``). Marked slow and browser; skipped without Chromium
+or the extras (see conftest).
+
+* Search tab: a field's error ("gpus: '0' must be at least 1") went away neither when the field
+  was corrected nor when a new search started (and was then cancelled): it stayed on screen
+  beside a running, or a cancelled, search of other inputs.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+import pytest
+
+from tests.web.conftest import need, need_chromium
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+need("fastapi", "pip install -e '.[web]'")
+need("playwright", "pip install -e '.[webtest]'")
+need_chromium()
+
+from playwright.sync_api import expect  # noqa: E402
+
+from tests.web.conftest import TIMEOUT, go  # noqa: E402  (browser, page: conftest's fixtures)
+
+expect.set_options(timeout=TIMEOUT)
+GPUS_0 = "Error: gpus: '0' must be at least 1"
+
+
+def _refuse_gpus_0(page) -> None:
+    page.fill("input[name=gpus]", "0")
+    page.click("#run")
+    expect(page.locator(".field-error")).to_have_text([GPUS_0])
+    expect(page.locator("input[name=gpus]")).to_have_attribute("aria-invalid", "true")
+    expect(page.locator("#error")).to_be_visible()
+
+
+def test_search_field_error_clears_on_edit_and_when_a_search_starts(page):
+    go(page, "/search?" + urlencode({"model": "llama3-8b", "gpus": "8"}))
+    expect(page.locator("#status")).to_have_text("proven optimal (CP-SAT)")
+    _refuse_gpus_0(page)
+    # the refused field corrected: its error goes at once, before any search
+    page.fill("input[name=gpus]", "16")
+    expect(page.locator(".field-error")).to_have_count(0)
+    expect(page.locator("#error")).to_be_hidden()
+    expect(page.locator("input[name=gpus]")).not_to_have_attribute("aria-invalid", "true")
+    # refused again; the inputs changed without an edit event (a script, a restored form), then a
+    # long search started: the old refusal goes when it starts, and stays gone once cancelled
+    _refuse_gpus_0(page)
+    page.evaluate("document.querySelector('input[name=gpus]').value = '1024..16384'")
+    page.select_option("select[name=model]", "deepseek-v3")
+    page.click("#run")
+    expect(page.locator("#cancel")).to_be_visible()
+    expect(page.locator(".field-error")).to_have_count(0)
+    expect(page.locator("#error")).to_be_hidden()
+    page.click("#cancel")
+    expect(page.locator("#status")).to_have_text("cancelled")
+    expect(page.locator(".field-error")).to_have_count(0)
+    expect(page.locator("#error")).to_be_hidden()
