@@ -4,7 +4,8 @@ or the extras (see conftest).
 
 * Search tab: a field's error ("gpus: '0' must be at least 1") went away neither when the field
   was corrected nor when a new search started (and was then cancelled): it stayed on screen
-  beside a running, or a cancelled, search of other inputs.
+  beside a running, or a cancelled, search of other inputs;
+* Search tab: the answer's notes were not shown (a requested value no layout uses is said there).
 """
 
 from __future__ import annotations
@@ -58,3 +59,15 @@ def test_search_field_error_clears_on_edit_and_when_a_search_starts(page):
     expect(page.locator("#status")).to_have_text("cancelled")
     expect(page.locator(".field-error")).to_have_count(0)
     expect(page.locator("#error")).to_be_hidden()
+
+
+def test_search_answer_says_a_requested_value_no_layout_uses(page):
+    """``tp 3;8`` on 96 GPUs: the answer is tp 8 and its notes say why tp 3 is unused (the
+    heads rule, in the page's words: ``tp:`` where the command line writes ``--tp:``)."""
+    go(page, "/search?" + urlencode({"model": "llama3-70b", "gpus": "96", "tp": "3;8"}))
+    expect(page.locator("#status")).to_have_text("proven optimal (CP-SAT)")
+    expect(page.locator(".answer .mono").first).to_contain_text("tp 8")
+    expect(page.locator(".answer-notes")).to_contain_text(
+        "note: requested values no layout uses: tp 3 (tp: 3 does not divide "
+        "num_attention_heads = 64)"
+    )
