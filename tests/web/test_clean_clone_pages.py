@@ -71,3 +71,30 @@ def test_search_answer_says_a_requested_value_no_layout_uses(page):
         "note: requested values no layout uses: tp 3 (tp: 3 does not divide "
         "num_attention_heads = 64)"
     )
+
+
+LONG = 'model = "megatron-1.7b"\n[space]\npp = [1]\n[sweep]\ngpus = [8, 16]\n[what_if]\n' + (
+    "hbm_capacity = [" + ", ".join(f"{1 + k / 100:g}" for k in range(32)) + "]\n"
+)  # 64 points: long enough to be running when the page asks for another
+SHORT = 'model = "megatron-1.7b"\n[space]\npp = [1]\n[sweep]\ngpus = [8, 16]\n'
+
+
+def test_sweep_refused_while_another_runs_links_it_and_cancels_it(page):
+    """One sweep at a time: Start while another runs is refused with the running sweep's link
+    (/sweep?id=…) and a Cancel button beside the line (it said only "wait for it or cancel it",
+    neither of which the page offered); Cancel stops it and follows it here, then Start runs."""
+    running = page.request.post(page.base + "/api/sweep", data={"grid": LONG})
+    assert running.ok
+    other = running.json()["id"]
+    go(page, "/sweep")
+    page.fill("#grid", SHORT)
+    page.click("#run")
+    expect(page.locator("#error")).to_contain_text(
+        f"sweep: {other} is running (follow it at /sweep?id={other}); wait for it or cancel it"
+    )
+    expect(page.locator("#running-sweep")).to_have_attribute("href", f"/sweep?id={other}")
+    page.click("#cancel-running")
+    expect(page.locator("#status")).to_contain_text("cancelled after", timeout=4 * TIMEOUT)
+    expect(page.locator("#error")).to_be_hidden()
+    page.click("#run")
+    expect(page.locator("#sweep-done")).to_have_text("2 points", timeout=4 * TIMEOUT)

@@ -80,6 +80,27 @@
     summary(id, last.summary);
   }
 
+  // Another sweep runs on the server (one at a time): beside the refusal, its page and a button
+  // that cancels it and follows it here until it stops (then Start runs this grid).
+  function busy(id) {
+    const box = TP.$("#error");
+    const link = document.createElement("a");
+    link.id = "running-sweep";
+    link.href = `/sweep?id=${encodeURIComponent(id)}`;
+    link.textContent = "follow the running sweep";
+    const stop = document.createElement("button");
+    stop.type = "button";
+    stop.id = "cancel-running";
+    stop.textContent = "Cancel it";
+    stop.addEventListener("click", async () => {
+      stop.disabled = true;
+      await fetch(`/api/sweep/${encodeURIComponent(id)}`, { method: "DELETE" });
+      TP.showError("");
+      follow(id);
+    });
+    box.append(" ", link, " ", stop);
+  }
+
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
     const res = await fetch("/api/sweep", {
@@ -88,7 +109,11 @@
       body: JSON.stringify({ grid: TP.$("#grid").value }),
     });
     const body = await res.json().catch(() => ({ error: `the server answered ${res.status}` }));
-    if (!res.ok) { TP.showError(body.error); return; }
+    if (!res.ok) {
+      TP.showError(body.error);
+      if (body.running) busy(body.running);
+      return;
+    }
     TP.showError("");
     follow(body.id);
   });
