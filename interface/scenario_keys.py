@@ -249,6 +249,20 @@ KEY_HELP: dict[str, str] = {
     "distributed_fused_adam (Apex's, as NeMo's launcher configurations to 24.x run it: a whole "
     "gradient buffer in gradient_dtype reduce-scattered into a separate shard, the FP32 master "
     "kept as a 2 B remainder of the BF16 weight, FP32 embedding gradients).",
+    "fp8_activation_storage": "precision fp8: how activations are saved for backward. "
+    "linear_inputs (the default; Transformer Engine and torchao): each linear layer saves its "
+    "own FP8 input, the attention output and the activation functions' inputs stay BF16; "
+    "deepseek_v3 (DeepSeek-V3 report, arXiv 2412.19437 §3.3.3): the attention output kept once "
+    "in E5M6 and the MoE SwiGLU inputs in FP8 with their 1×128 tiles' scales, the SwiGLU output "
+    "recomputed. deepseek_v3 runs in DeepSeek's own framework only: the textbook profile "
+    "(model.precision.FP8_ACTIVATION_STORAGE).",
+    "muon_tp_mode": "megatron with the Muon optimizer and tp > 1, Megatron-Core's "
+    "--muon-tp-mode: duplicated (its default since Megatron-LM bb47df5416) all-gathers each "
+    "tensor-parallel matrix over tp and orthogonalises it whole on every tp rank (its traffic "
+    "and working set counted); blockwise orthogonalises each rank's own block, nothing gathered "
+    "(emerging_optimizers.py orthogonalize, partition_dim None). Its distributed mode is not "
+    "modelled and refused; other frameworks orthogonalise whole matrices (model.muon."
+    "muon_tp_gathers).",
     "document_length_spread": "Standard deviation of document_length (tokens; default 0): "
     "documents of mean ± spread, half each.",
     "document_lengths": "Packed documents as a histogram, [[length, count], …] (instead of "

@@ -5,7 +5,9 @@ process (text and ``--json`` where both apply), all of them in parallel once per
 * a search whose space a framework rule empties names that rule, as ``evaluate`` words it, exit 2
   (it said "No layout satisfies the constraints: - divisibility: …", exit 1);
 * a tp that does not divide the heads is refused by that rule whenever it applies (it was only
-  when no other line was said), and a requested value no layout uses is said in the notes.
+  when no other line was said), and a requested value no layout uses is said in the notes;
+* ``--set help`` gives every key its help (``fp8_activation_storage`` and ``muon_tp_mode`` had
+  none).
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ CALLS: dict[str, list[str]] = {
     "tp 3 on 96": [*S70, "--gpus", "96", "--tp", "3"],
     "tp 3 8 on 96": [*S70, "--gpus", "96", "--tp", "3", "--tp", "8"],
     "ds pp 1 4 zero 3": [*DS128, "--pp", "1", "--pp", "4", "--zero", "3"],
+    "search set help": ["search", "--set", "help"],
+    "evaluate set help": ["evaluate", "--set", "help"],
 }
 JSON_TOO = (
     "ds pp 4 zero 3", "ds pp 4 zero 2", "ds pp 2 4 zero 3", "tp 3 on 64", "tp 3 8 on 96",
@@ -90,3 +94,31 @@ def test_an_unusable_requested_value_is_said_in_the_notes(done):
     assert ds["layout"]["pp"] == 1
     assert f"requested values no layout uses: pp 4 (--zero: 3 {DS_RULE}; pp is 4)" in ds["notes"]
     assert "requested values" in done["ds pp 1 4 zero 3"].stdout
+
+
+@pytest.mark.parametrize("command", ["search", "evaluate"])
+def test_every_settable_key_has_its_help(done, command):
+    """``trainplan COMMAND --set help``: each key's line (``  key [table] (kind)``) is followed by
+    its help, indented; a key without help (fp8_activation_storage, muon_tp_mode) was a bare
+    line. Checked over every key the command takes, so a new key cannot come without help."""
+    from trainplan.interface.scenario_keys import EVALUATE_KEYS, SEARCH_KEYS
+
+    d = done[f"{command} set help"]
+    assert d.returncode == 0, d.stderr[-2000:]
+    lines = d.stdout.splitlines()[1:]
+    keys = [x.split()[0] for x in lines if x.startswith("  ") and not x.startswith("   ")]
+    assert set(keys) == set(EVALUATE_KEYS if command == "evaluate" else SEARCH_KEYS)
+    for i, x in enumerate(lines):
+        if x.startswith("  ") and not x.startswith("   "):
+            nxt = lines[i + 1] if i + 1 < len(lines) else ""
+            assert nxt.startswith("      ") and nxt.strip(), f"{x.strip()} has no help"
+    text = " ".join(x.strip() for x in lines)
+    assert "deepseek_v3 (DeepSeek-V3 report, arXiv 2412.19437 §3.3.3)" in text
+    assert "Megatron-Core's --muon-tp-mode: duplicated" in text
+
+
+def test_key_help_covers_every_key():
+    """The library's list (the CLI reference's table reads it too): no key without help."""
+    from trainplan.interface.cli.reference import scenario_key_rows
+
+    assert [r["key"] for r in scenario_key_rows() if not r["help"].strip()] == []
