@@ -7,7 +7,9 @@ process (text and ``--json`` where both apply), all of them in parallel once per
 * a tp that does not divide the heads is refused by that rule whenever it applies (it was only
   when no other line was said), and a requested value no layout uses is said in the notes;
 * ``--set help`` gives every key its help (``fp8_activation_storage`` and ``muon_tp_mode`` had
-  none).
+  none);
+* a sweep grid trimmed from the documented one keeps a price for a part it no longer runs: noted
+  as unused in the summary, not refused.
 """
 
 from __future__ import annotations
@@ -122,3 +124,47 @@ def test_key_help_covers_every_key():
     from trainplan.interface.cli.reference import scenario_key_rows
 
     assert [r["key"] for r in scenario_key_rows() if not r["help"].strip()] == []
+
+
+TRIMMED = """description = "the documented grid, trimmed to one part"
+objective = "time-to-train"
+tokens = 15e12
+gpu_hour_price = { H100-SXM = 2.5, H200 = 3.2 }
+[space]
+pp = [1]
+[sweep]
+model = ["megatron-1.7b"]
+gpu = ["H100-SXM"]
+gpus = [8]
+"""
+UNUSED = (
+    "gpu_hour_price: H200 is priced and no point runs on it (this grid: H100-SXM); its price "
+    "is unused"
+)
+
+
+def test_a_trimmed_grid_keeps_an_unused_price_as_a_note(tmp_path):
+    """docs/sweeps.md's grid prices H100-SXM and H200; trimmed to H100-SXM it was refused
+    ("gpu_hour_price: 'H200' is not a part of this grid"). Now it runs and the summary says the
+    price is unused, text and JSON; a name that is no catalogue part (H100: ambiguous) is still
+    refused, one line, exit 2."""
+    (tmp_path / "trim.toml").write_text(TRIMMED)
+    (tmp_path / "typo.toml").write_text(TRIMMED.replace("H200 = 3.2", "H100 = 3.2"))
+    done = run_many(
+        {
+            "text": ["sweep", "trim.toml", "--workers", "1"],
+            "json": ["sweep", "trim.toml", "--workers", "1", "--json", "--out", "j.parquet"],
+            "typo": ["sweep", "typo.toml", "--workers", "1"],
+        },
+        cwd=tmp_path,
+    )
+    assert done["text"].returncode == 0, done["text"].stderr[-2000:]
+    assert f"Note: {UNUSED}" in done["text"].stdout.splitlines()
+    s = json.loads(done["json"].stdout)
+    assert s["notes"] == [UNUSED] and s["statuses"] == {"optimal": 1}
+    assert s["best"][0]["cost_usd"] is not None  # the H100-SXM price is used
+    line = refusal(done["typo"])
+    assert (
+        "gpu_hour_price: 'H100' is not a part of this grid (H100-SXM; write the catalogue " in line
+    )
+    assert "'H100' is ambiguous" in line

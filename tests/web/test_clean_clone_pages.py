@@ -76,7 +76,10 @@ def test_search_answer_says_a_requested_value_no_layout_uses(page):
 LONG = 'model = "megatron-1.7b"\n[space]\npp = [1]\n[sweep]\ngpus = [8, 16]\n[what_if]\n' + (
     "hbm_capacity = [" + ", ".join(f"{1 + k / 100:g}" for k in range(32)) + "]\n"
 )  # 64 points: long enough to be running when the page asks for another
-SHORT = 'model = "megatron-1.7b"\n[space]\npp = [1]\n[sweep]\ngpus = [8, 16]\n'
+SHORT = (  # the page's example grid's prices, trimmed to one part: the other price is a note
+    'model = "megatron-1.7b"\ngpu_hour_price = { H100-SXM = 2.5, H200 = 3.2 }\n[space]\npp = [1]\n'
+    "[sweep]\ngpus = [8, 16]\n"
+)
 
 
 def test_sweep_refused_while_another_runs_links_it_and_cancels_it(page):
@@ -98,3 +101,7 @@ def test_sweep_refused_while_another_runs_links_it_and_cancels_it(page):
     expect(page.locator("#error")).to_be_hidden()
     page.click("#run")
     expect(page.locator("#sweep-done")).to_have_text("2 points", timeout=4 * TIMEOUT)
+    expect(page.locator(".sweep-note")).to_have_text(
+        "note: gpu_hour_price: H200 is priced and no point runs on it (this grid: H100-SXM); its "
+        "price is unused"
+    )

@@ -26,7 +26,8 @@
   function summary(id, s) {
     const counts = Object.entries(s.statuses).map(([k, n]) => `${TP.num(n)} ${k}`).join(", ");
     status.className = "";
-    status.innerHTML = `<b id="sweep-done">${TP.num(s.points)} points</b>: ${TP.esc(counts)} <span class="note">(${TP.num(s.ran)} run in ${s.seconds.toFixed(1)} s)</span>`;
+    status.innerHTML = `<b id="sweep-done">${TP.num(s.points)} points</b>: ${TP.esc(counts)} <span class="note">(${TP.num(s.ran)} run in ${s.seconds.toFixed(1)} s)</span>`
+      + (s.notes || []).map((n) => `<p class="note sweep-note">note: ${TP.esc(n)}</p>`).join("");
     const why = [...s.infeasible.map((w) => ["infeasible", w]), ...s.errors.map((w) => ["refused", w])];
     TP.$("#why").innerHTML = why.length
       ? `<ul class="plain" id="why-list">${why.map(([k, w]) => `<li>${k}, ${TP.esc(w.why)}: ${TP.num(w.points)} point(s), e.g. point ${w.example_point}: ${TP.esc(w.example)}</li>`).join("")}</ul>`
