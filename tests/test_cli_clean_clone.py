@@ -9,7 +9,9 @@ process (text and ``--json`` where both apply), all of them in parallel once per
 * ``--set help`` gives every key its help (``fp8_activation_storage`` and ``muon_tp_mode`` had
   none);
 * a sweep grid trimmed from the documented one keeps a price for a part it no longer runs: noted
-  as unused in the summary, not refused.
+  as unused in the summary, not refused;
+* ``--model bm/mixtral.json`` is named ``mixtral`` (its stem), not ``bm`` (its folder); a
+  ``config.json`` still takes its folder's name.
 """
 
 from __future__ import annotations
@@ -168,3 +170,27 @@ def test_a_trimmed_grid_keeps_an_unused_price_as_a_note(tmp_path):
         "gpu_hour_price: 'H100' is not a part of this grid (H100-SXM; write the catalogue " in line
     )
     assert "'H100' is ambiguous" in line
+
+
+def test_a_config_file_not_named_config_json_is_named_after_its_stem(tmp_path):
+    """The file's stem names the model unless it is ``config.json`` (then its folder, the Hugging
+    Face layout), in the text's first line and the JSON's model name."""
+    from pathlib import Path
+
+    hf = Path(__file__).resolve().parent / "data" / "hf" / "mixtral-8x7b" / "config.json"
+    (tmp_path / "bm").mkdir()
+    (tmp_path / "bm" / "mixtral.json").write_bytes(hf.read_bytes())
+    (tmp_path / "mixtral-8x7b").mkdir()
+    (tmp_path / "mixtral-8x7b" / "config.json").write_bytes(hf.read_bytes())
+    ev = ["evaluate", "--dp", "8"]
+    done = run_many(
+        {
+            "text": [*ev, "--model", "bm/mixtral.json"],
+            "json": [*ev, "--model", str(tmp_path / "bm" / "mixtral.json"), "--json"],
+            "folder": [*ev, "--model", "mixtral-8x7b/config.json", "--json"],
+        },
+        cwd=tmp_path,
+    )
+    assert done["text"].stdout.startswith("mixtral: 46,702,792,704 parameters"), done["text"].stderr
+    assert json.loads(done["json"].stdout)["model"]["name"] == "mixtral"
+    assert json.loads(done["folder"].stdout)["model"]["name"] == "mixtral-8x7b"
