@@ -11,7 +11,8 @@ process (text and ``--json`` where both apply), all of them in parallel once per
 * a sweep grid trimmed from the documented one keeps a price for a part it no longer runs: noted
   as unused in the summary, not refused;
 * ``--model bm/mixtral.json`` is named ``mixtral`` (its stem), not ``bm`` (its folder); a
-  ``config.json`` still takes its folder's name.
+  ``config.json`` still takes its folder's name;
+* the host-memory and reserved lines stand in the memory lines' column.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ CALLS: dict[str, list[str]] = {
         "4",
         "--dp",
         "32",
-    ],  # fmt: skip
+    ],
     "ds pp 4 zero 3": [*DS128, "--pp", "4", "--zero", "3"],
     "ds pp 4 zero 2": [*DS128, "--pp", "4", "--zero", "2"],
     "ds pp 2 4 zero 3": [*DS128, "--pp", "2", "--pp", "4", "--zero", "3"],
@@ -49,6 +50,18 @@ CALLS: dict[str, list[str]] = {
     "tp 3 8 on 96": [*S70, "--gpus", "96", "--tp", "3", "--tp", "8"],
     "ds pp 1 4 zero 3": [*DS128, "--pp", "1", "--pp", "4", "--zero", "3"],
     "search set help": ["search", "--set", "help"],
+    "ds offload": [
+        "evaluate",
+        "--model",
+        "llama3-70b",
+        "--framework",
+        "deepspeed",
+        "--zero",
+        "3",
+        "--offload-params",
+        "--dp",
+        "64",
+    ],
     "evaluate set help": ["evaluate", "--set", "help"],
 }
 JSON_TOO = (
@@ -194,3 +207,19 @@ def test_a_config_file_not_named_config_json_is_named_after_its_stem(tmp_path):
     assert done["text"].stdout.startswith("mixtral: 46,702,792,704 parameters"), done["text"].stderr
     assert json.loads(done["json"].stdout)["model"]["name"] == "mixtral"
     assert json.loads(done["folder"].stdout)["model"]["name"] == "mixtral-8x7b"
+
+
+def test_host_and_reserved_lines_align_with_the_memory_lines(done):
+    """DeepSpeed ZeRO-3 with the parameters offloaded: the memory lines' labels run past 44
+    columns (the gathered weights' label), and the host-memory and reserved lines kept 44, their
+    figures two columns left of the others'."""
+    d = done["ds offload"]
+    assert d.returncode == 0, d.stderr[-2000:]
+    lines = d.stdout.splitlines()
+    total = next(x for x in lines if x.startswith("  = total"))
+    host = next(x for x in lines if x.startswith("  host memory (offloaded), per GPU"))
+    reserved = next(x for x in lines if x.startswith("  reserved at least"))
+    end = total.index(" GB") + 3  # the figures' right edge
+    assert len("  gathered weights (layers kept for reuse, output, prefetch)") - 2 > 44
+    for line in (host, reserved):
+        assert line.index(" GB") + 3 == end, (line, total)
