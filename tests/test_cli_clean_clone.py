@@ -12,12 +12,14 @@ process (text and ``--json`` where both apply), all of them in parallel once per
   as unused in the summary, not refused;
 * ``--model bm/mixtral.json`` is named ``mixtral`` (its stem), not ``bm`` (its folder); a
   ``config.json`` still takes its folder's name;
-* the host-memory and reserved lines stand in the memory lines' column.
+* the host-memory and reserved lines stand in the memory lines' column;
+* ``sweep-plot`` labels every GPU count of the sweep (384 between 256 and 512 had no label).
 """
 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -223,3 +225,35 @@ def test_host_and_reserved_lines_align_with_the_memory_lines(done):
     assert len("  gathered weights (layers kept for reuse, output, prefetch)") - 2 > 44
     for line in (host, reserved):
         assert line.index(" GB") + 3 == end, (line, total)
+
+
+def test_sweep_plot_labels_every_gpu_count(tmp_path):
+    """A sweep over 16, 24 and 32 GPUs: the scaling figure's GPU axis labels 24 too (the log-2
+    axis labelled only the powers of two), and a log axis's minor labels (1.2×10⁶ on a cost
+    axis) are drawn at the major labels' size (7 pt; they were larger)."""
+    grid = (
+        'model = "megatron-1.7b"\ntokens = 1e11\ngpu_hour_price = 2\nglobal_batch = 96\n'
+        "[space]\npp = [1]\n[sweep]\ngpus = [16, 24, 32]\n"
+    )
+    (tmp_path / "g.toml").write_text(grid)
+    swept = run_many({"sweep": ["sweep", "g.toml", "--workers", "1"]}, cwd=tmp_path)["sweep"]
+    assert swept.returncode == 0, swept.stderr[-2000:]
+    done = run_many(
+        {
+            m: ["sweep-plot", "g.parquet", "--png", f"{m}.svg", "--metric", m]
+            for m in ("cost", "mfu")
+        },
+        cwd=tmp_path,
+    )
+    for m, d in done.items():
+        assert d.returncode == 0, d.stderr[-2000:]
+        svg = (tmp_path / f"{m}.svg").read_text()
+        for count in ("16", "24", "32"):
+            assert f"<!-- {count} -->" in svg, (m, count)
+    # every tick label (text as paths, its text in a comment) is drawn at 7 pt: scale 0.07
+    svg = (tmp_path / "cost.svg").read_text()
+    sizes = re.findall(
+        r"<!-- \$\\mathdefault\{[^}]*\\times10\^\{\d+\}\}\$ -->\s*<g transform=\"translate\([^)]*\) scale\(([\d.]+)",
+        svg,
+    )
+    assert sizes and set(sizes) == {"0.07"}, sizes

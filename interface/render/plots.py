@@ -54,6 +54,7 @@ __all__ = [
     "pipeline_figure",
     "MAX_BOXES",
     "sweep_scaling_chart",
+    "MAX_GPU_TICKS",
     "sweep_heatmap",
     "svg",
 ]
@@ -271,12 +272,18 @@ def memory_chart(d: dict[str, Any], path: Target) -> Any:
     return out
 
 
+MAX_GPU_TICKS = 10
+"""Most GPU counts a sweep's scaling panel labels one by one (256 to 4,096 in 1.5× and 2× steps is
+nine); with more, the log axis's powers of two are labelled."""
+
+
 def sweep_scaling_chart(
     series: dict[str, dict[str, list[tuple[int, float]]]], label: str, note: str, path: Target
 ) -> Any:
     """A sweep's metric against the GPU count: a panel per model, a line per part
     (:func:`interface.sweep.charts.scaling_series` gives ``series`` in the axis unit ``label``;
-    ``note`` says what each point is the best over). Log scales on both axes.
+    ``note`` says what each point is the best over). Log scales on both axes; each GPU count of
+    a panel is a labelled tick (at most :data:`MAX_GPU_TICKS`, else the powers of two).
 
     Raises
     ------
@@ -308,12 +315,16 @@ def sweep_scaling_chart(
                     color=colour, linestyle=style, label=part)  # fmt: skip
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        counts = sorted({g for points in lines.values() for g, _ in points})
+        if len(counts) <= MAX_GPU_TICKS:  # each GPU count swept labelled (384 between 256, 512)
+            ax.set_xticks(counts)
+            ax.xaxis.set_minor_formatter(plt.NullFormatter())
         ax.xaxis.set_major_formatter(whole)
         ax.set_title(model, fontsize=9)
         ax.set_xlabel("GPUs", fontsize=8)
         ax.set_ylabel(label, fontsize=8)
         ax.grid(alpha=0.3, which="both")
-        ax.tick_params(labelsize=7)
+        ax.tick_params(which="both", labelsize=7)  # the minor labels a short log axis gets too
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
     handles: dict[str, Any] = {}
