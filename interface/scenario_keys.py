@@ -42,6 +42,7 @@ __all__ = [
     "SEARCH_KEYS",
     "EVALUATE_KEYS",
     "KEY_HELP",
+    "closest_key",
     "read_sets",
     "read_line",
     "merge",
@@ -302,9 +303,24 @@ def read_line(item: str) -> dict[str, Any]:
     )
 
 
+def closest_key(key: str, keys: Iterable[str]) -> str | None:
+    """The one of ``keys`` closest to a misspelt ``key`` (:func:`difflib.get_close_matches`,
+    ``-`` and ``_`` alike), or None: the "did you mean" of ``--set`` and of the API's query
+    keys (:func:`interface.cli.query.parse_query`).
+
+    >>> closest_key("compil", ["compile", "cp", "recompute"]), closest_key("gpu-hour", ["tp"])
+    ('compile', None)
+    >>> closest_key("memory_efficent_norm", ["memory-efficient-norm", "tp"])
+    'memory-efficient-norm'
+    """
+    by_form = {k.replace("-", "_"): k for k in sorted(keys)}
+    near = difflib.get_close_matches(key.replace("-", "_"), list(by_form), n=1)
+    return by_form[near[0]] if near else None
+
+
 def _unknown(key: str, keys: Iterable[str], command: str) -> InputError:
-    near = difflib.get_close_matches(key.replace("-", "_"), sorted(keys), n=1)
-    hint = f"; did you mean {near[0]}?" if near else ""
+    near = closest_key(key, keys)
+    hint = f"; did you mean {near}?" if near else ""
     return InputError(
         f"--set: {shown_text(key, 60)} is not a scenario key {command} takes{hint} (trainplan "
         f"{command} --set help lists them)"
