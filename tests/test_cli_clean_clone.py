@@ -257,3 +257,31 @@ def test_sweep_plot_labels_every_gpu_count(tmp_path):
         svg,
     )
     assert sizes and set(sizes) == {"0.07"}, sizes
+
+
+def test_the_web_guide_names_every_tab():
+    """docs/guides/web.md's "Its tabs are …" sentence left out Sweep: it names each tab of the
+    navigation (interface.web.pages.PAGES), in its order."""
+    from pathlib import Path
+
+    from trainplan.interface.web.pages import PAGES
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "guides" / "web.md").read_text()
+    start = text.index("Its tabs are the planner's jobs: ")
+    sentence = " ".join(text[start : text.index(" (what each tab", start)].split())
+    named = re.findall(r"\*\*(.+?)\*\*", sentence)
+    assert named == list(PAGES.values())
+
+
+def test_the_about_tab_describes_every_tab():
+    """The About page's list of tabs (a link and a line each) left out Sweep."""
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from trainplan.interface.web.app import create_app
+    from trainplan.interface.web.pages import PAGES
+
+    page = TestClient(create_app(("testserver",))).get("/about").text
+    described = re.findall(r"<dt>.*?</dt>", page)
+    linked = {k for dt in described for k in re.findall(r'href="/(\w+)"', dt)}
+    assert linked == set(PAGES) - {"about"}
