@@ -307,19 +307,13 @@ def sweep_scaling_chart(
         base = p.split("[")[0]
         variant = sum(q.split("[")[0] == base for q in look)
         look[p] = (colours[bases.index(base) % len(colours)], styles[variant % len(styles)])
-    whole = plt.FuncFormatter(lambda x, _: f"{x:,.0f}")
     for ax, (model, lines) in zip(axes.flat, series.items(), strict=False):
         for part, points in lines.items():
             colour, style = look[part]
             ax.plot([g for g, _ in points], [v for _, v in points], marker="o", markersize=3,
                     color=colour, linestyle=style, label=part)  # fmt: skip
-        ax.set_xscale("log", base=2)
+        _gpu_axis(ax, plt, sorted({g for points in lines.values() for g, _ in points}))
         ax.set_yscale("log")
-        counts = sorted({g for points in lines.values() for g, _ in points})
-        if len(counts) <= MAX_GPU_TICKS:  # each GPU count swept labelled (384 between 256, 512)
-            ax.set_xticks(counts)
-            ax.xaxis.set_minor_formatter(plt.NullFormatter())
-        ax.xaxis.set_major_formatter(whole)
         ax.set_title(model, fontsize=9)
         ax.set_xlabel("GPUs", fontsize=8)
         ax.set_ylabel(label, fontsize=8)
@@ -340,6 +334,17 @@ def sweep_scaling_chart(
     save_figure(fig, out)
     plt.close(fig)
     return out
+
+
+def _gpu_axis(ax: Any, plt: Any, counts: list[int]) -> None:
+    """A scaling panel's GPU axis: log 2, whole numbers with thousands separators, a labelled
+    tick at each of the panel's GPU ``counts`` (384 between 256 and 512) where there are at most
+    :data:`MAX_GPU_TICKS`, else at the powers of two."""
+    ax.set_xscale("log", base=2)
+    if len(counts) <= MAX_GPU_TICKS:
+        ax.set_xticks(counts)
+        ax.xaxis.set_minor_formatter(plt.NullFormatter())
+    ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda x, _: f"{x:,.0f}"))
 
 
 def sweep_heatmap(cells: Any, path: Target) -> Any:

@@ -81,15 +81,7 @@ def _textbook(r: RLHFRequest, active: tuple[int, int | None] | None = None) -> d
             algo, r.reward, rollout_engine=r.rollout_engine, logits_buffer=r.logits_buffer
         ),
     )
-    if r.policy_params is None:
-        raise InputError(
-            "policy_params: missing; give --policy-params SIZE (the textbook accounting) or --model NAME "
-            "(the faithful one)"
-        )
-    n_p = parse_count(r.policy_params, "policy_params")
-    n_r = None if r.reward_params is None else parse_count(r.reward_params, "reward_params")
-    a_p, a_r = active or (None, None)
-    nets = rl.networks(algo, n_p, n_r, r.reward, policy_active=a_p, reward_active=a_r)
+    n_p, n_r, nets = _networks(algo, r, active)
     reward = r.reward if algo == "dpo" else (r.reward or "model")
     samples = r.samples_per_prompt
     samples = RLHF_DEFAULTS["samples_per_prompt"] if samples is None else samples
@@ -128,6 +120,28 @@ def _textbook(r: RLHFRequest, active: tuple[int, int | None] | None = None) -> d
         "peak_flops_per_s": peak, "peak_source": peak_source, "chips": chips,
         "decode_mfu": mfus[0], "train_mfu": mfus[1], "assumptions": rl.ASSUMPTIONS,
     })  # fmt: skip
+
+
+def _networks(
+    algo: str, r: RLHFRequest, active: tuple[int, int | None] | None
+) -> tuple[int, int | None, list[rl.Network]]:
+    """(policy parameters, reward parameters or None, the networks) of the request, the FLOPs of
+    a mixture of experts on ``active`` (:func:`model.rlhf.shares.networks`).
+
+    Raises
+    ------
+    InputError
+        No ``policy_params``, or a bad size.
+    """
+    if r.policy_params is None:
+        raise InputError(
+            "policy_params: missing; give --policy-params SIZE (the textbook accounting) or --model NAME "
+            "(the faithful one)"
+        )
+    n_p = parse_count(r.policy_params, "policy_params")
+    n_r = None if r.reward_params is None else parse_count(r.reward_params, "reward_params")
+    a_p, a_r = active or (None, None)
+    return n_p, n_r, rl.networks(algo, n_p, n_r, r.reward, policy_active=a_p, reward_active=a_r)
 
 
 _ENGINE_DIMS = ("layers", "kv_heads", "head_dim", "rollout_batch", "vocab_size", "logits_tokens")

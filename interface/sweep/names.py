@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from trainplan.model.errors import PlannerError, ScenarioError
+from trainplan.topology.accelerators import get_accelerator
 
 __all__ = ["check_models", "named", "price_notes"]
 
@@ -58,8 +59,6 @@ def price_notes(price: Any, parts: set[str], where: str = "") -> tuple[str, ...]
     >>> price_notes({"H100-SXM": 2.5, "H200": 3.2}, {"H100-SXM"})
     ('gpu_hour_price: H200 is priced and no point runs on it (this grid: H100-SXM); its price is unused',)
     """
-    from trainplan.topology.accelerators import get_accelerator
-
     if not isinstance(price, dict):
         return ()
     unused = []

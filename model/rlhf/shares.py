@@ -166,11 +166,38 @@ def networks(
         not_applicable(algo, reward, rollout_engine=True, logits_buffer=True),
     )
     kind = _check_choice("reward", reward or "model", REWARDS)
-    n_p = Fraction(policy_params)
-    n_r = n_p if reward_params is None else Fraction(reward_params)
+    n_p, n_r, a_p, a_r = _sizes(policy_params, reward_params, policy_active, reward_active)
+    if algo == "dpo":
+        return [Network("policy", n_p, True, a_p), Network("reference", n_p, False, a_p)]
+    nets = [Network("actor", n_p, True, a_p)]
+    if algo == "ppo":
+        nets.append(Network("critic", n_r, True, a_r))
+    if kind == "model":
+        nets.append(Network("reward", n_r, False, a_r))
+    nets.append(Network("reference", n_p, False, a_p))
+    return nets
+
+
+def _sizes(
+    policy: Fraction | int,
+    reward: Fraction | int | None,
+    policy_active: Fraction | int | None,
+    reward_active: Fraction | int | None,
+) -> tuple[Fraction, Fraction, Fraction | None, Fraction | None]:
+    """(policy, reward, policy active, reward active) parameters of :func:`networks`: the reward
+    network the policy's size (and active count) when not given; each positive, an active count
+    at most its network's.
+
+    Raises
+    ------
+    InputError
+        A size not positive, or an active count above its network's parameters.
+    """
+    n_p = Fraction(policy)
+    n_r = n_p if reward is None else Fraction(reward)
     a_p = None if policy_active is None else Fraction(policy_active)
     a_r = Fraction(reward_active) if reward_active is not None else None
-    a_r = a_p if a_r is None and reward_params is None else a_r
+    a_r = a_p if a_r is None and reward is None else a_r
     for name, value, whole in (
         ("policy_params", n_p, None),
         ("reward_params", n_r, None),
@@ -181,15 +208,7 @@ def networks(
             raise InputError(f"{name}: {value} must be positive")
         if value is not None and whole is not None and value > whole:
             raise InputError(f"{name}: {value} is more than the network's {whole} parameters")
-    if algo == "dpo":
-        return [Network("policy", n_p, True, a_p), Network("reference", n_p, False, a_p)]
-    nets = [Network("actor", n_p, True, a_p)]
-    if algo == "ppo":
-        nets.append(Network("critic", n_r, True, a_r))
-    if kind == "model":
-        nets.append(Network("reward", n_r, False, a_r))
-    nets.append(Network("reference", n_p, False, a_p))
-    return nets
+    return n_p, n_r, a_p, a_r
 
 
 def network_bytes(nets: list[Network]) -> Fraction:
