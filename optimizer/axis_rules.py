@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from trainplan.model.context_parallel import CpKind
 from trainplan.model.frameworks import ZERO_STAGES, Framework
 from trainplan.model.layout import Recompute
@@ -126,7 +128,7 @@ def unused_values(problem: Problem, tables: CostTables) -> tuple[tuple[str, int,
     if not tables.complete or not tables.shapes:
         return ()
     space = problem.space
-    legal = tables.legal.reshape(len(tables.shapes), -1).any(axis=1)
+    rows = np.asarray(tables.legal).reshape(len(tables.shapes), -1)  # [S, Z·R] legal
     job = problem.jobs[0]
     gpus = sorted({j.num_gpus for j in problem.jobs})
     counts = ", ".join(f"{g:,}" for g in gpus[:4]) + (", …" if len(gpus) > 4 else "")
@@ -135,7 +137,7 @@ def unused_values(problem: Problem, tables: CostTables) -> tuple[tuple[str, int,
         given = getattr(space, axis)
         if not given or len(given) < 2:  # one value unused empties the space: a refusal says why
             continue
-        used = {getattr(s, axis) for s, ok in zip(tables.shapes, legal, strict=True) if ok}
+        used = {getattr(s, axis) for i, s in enumerate(tables.shapes) if rows[i].any()}
         for v in given:
             if v in used:
                 continue
