@@ -30,20 +30,10 @@ DS128 = [*S70, "--gpus", "128", "--framework", "deepspeed"]
 DS_RULE = "with --framework deepspeed needs pp = 1 (its pipeline engine allows ZeRO-0/1 only)"
 HEADS = "--tp: 3 does not divide num_attention_heads = 64"
 
+EV_DS3 = ["evaluate", "--model", "llama3-70b", "--framework", "deepspeed", "--zero", "3"]
+
 CALLS: dict[str, list[str]] = {
-    "evaluate ds pp 4 zero 3": [
-        "evaluate",
-        "--model",
-        "llama3-70b",
-        "--framework",
-        "deepspeed",
-        "--zero",
-        "3",
-        "--pp",
-        "4",
-        "--dp",
-        "32",
-    ],
+    "evaluate ds pp 4 zero 3": [*EV_DS3, "--pp", "4", "--dp", "32"],
     "ds pp 4 zero 3": [*DS128, "--pp", "4", "--zero", "3"],
     "ds pp 4 zero 2": [*DS128, "--pp", "4", "--zero", "2"],
     "ds pp 2 4 zero 3": [*DS128, "--pp", "2", "--pp", "4", "--zero", "3"],
@@ -52,19 +42,8 @@ CALLS: dict[str, list[str]] = {
     "tp 3 8 on 96": [*S70, "--gpus", "96", "--tp", "3", "--tp", "8"],
     "ds pp 1 4 zero 3": [*DS128, "--pp", "1", "--pp", "4", "--zero", "3"],
     "search set help": ["search", "--set", "help"],
-    "ds offload": [
-        "evaluate",
-        "--model",
-        "llama3-70b",
-        "--framework",
-        "deepspeed",
-        "--zero",
-        "3",
-        "--offload-params",
-        "--dp",
-        "64",
-    ],
     "evaluate set help": ["evaluate", "--set", "help"],
+    "ds offload": [*EV_DS3, "--offload-params", "--dp", "64"],
 }
 JSON_TOO = (
     "ds pp 4 zero 3", "ds pp 4 zero 2", "ds pp 2 4 zero 3", "tp 3 on 64", "tp 3 8 on 96",
