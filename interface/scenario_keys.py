@@ -42,6 +42,7 @@ __all__ = [
     "SEARCH_KEYS",
     "EVALUATE_KEYS",
     "KEY_HELP",
+    "closest_key",
     "read_sets",
     "read_line",
     "merge",
@@ -250,6 +251,20 @@ KEY_HELP: dict[str, str] = {
     "distributed_fused_adam (Apex's, as NeMo's launcher configurations to 24.x run it: a whole "
     "gradient buffer in gradient_dtype reduce-scattered into a separate shard, the FP32 master "
     "kept as a 2 B remainder of the BF16 weight, FP32 embedding gradients).",
+    "fp8_activation_storage": "precision fp8: how activations are saved for backward. "
+    "linear_inputs (the default; Transformer Engine and torchao): each linear layer saves its "
+    "own FP8 input, the attention output and the activation functions' inputs stay BF16; "
+    "deepseek_v3 (DeepSeek-V3 report, arXiv 2412.19437 §3.3.3): the attention output kept once "
+    "in E5M6 and the MoE SwiGLU inputs in FP8 with their 1×128 tiles' scales, the SwiGLU output "
+    "recomputed. deepseek_v3 runs in DeepSeek's own framework only: the textbook profile "
+    "(model.precision.FP8_ACTIVATION_STORAGE).",
+    "muon_tp_mode": "megatron with the Muon optimizer and tp > 1, Megatron-Core's "
+    "--muon-tp-mode: duplicated (its default since Megatron-LM bb47df5416) all-gathers each "
+    "tensor-parallel matrix over tp and orthogonalises it whole on every tp rank (its traffic "
+    "and working set counted); blockwise orthogonalises each rank's own block, nothing gathered "
+    "(emerging_optimizers.py orthogonalize, partition_dim None). Its distributed mode is not "
+    "modelled and refused; other frameworks orthogonalise whole matrices (model.muon."
+    "muon_tp_gathers).",
     "document_length_spread": "Standard deviation of document_length (tokens; default 0): "
     "documents of mean ± spread, half each.",
     "document_lengths": "Packed documents as a histogram, [[length, count], …] (instead of "
@@ -289,9 +304,24 @@ def read_line(item: str) -> dict[str, Any]:
     )
 
 
+def closest_key(key: str, keys: Iterable[str]) -> str | None:
+    """The one of ``keys`` closest to a misspelt ``key`` (:func:`difflib.get_close_matches`,
+    ``-`` and ``_`` alike), or None: the "did you mean" of ``--set`` and of the API's query
+    keys (:func:`interface.cli.query.parse_query`).
+
+    >>> closest_key("compil", ["compile", "cp", "recompute"]), closest_key("gpu-hour", ["tp"])
+    ('compile', None)
+    >>> closest_key("memory_efficent_norm", ["memory-efficient-norm", "tp"])
+    'memory-efficient-norm'
+    """
+    by_form = {k.replace("-", "_"): k for k in sorted(keys)}
+    near = difflib.get_close_matches(key.replace("-", "_"), list(by_form), n=1)
+    return by_form[near[0]] if near else None
+
+
 def _unknown(key: str, keys: Iterable[str], command: str) -> InputError:
-    near = difflib.get_close_matches(key.replace("-", "_"), sorted(keys), n=1)
-    hint = f"; did you mean {near[0]}?" if near else ""
+    near = closest_key(key, keys)
+    hint = f"; did you mean {near}?" if near else ""
     return InputError(
         f"--set: {shown_text(key, 60)} is not a scenario key {command} takes{hint} (trainplan "
         f"{command} --set help lists them)"

@@ -6,11 +6,11 @@ prints (:mod:`interface.commands` has the other commands'): each from the comman
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from trainplan.interface.flags import with_flags
+from trainplan.interface.flags import flag_for, refusal, with_flags
 from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.interface.requests import SearchRequest, search_request
 from trainplan.model.errors import InfeasibleError
@@ -113,6 +113,7 @@ def search_json(
         the best layout without the user's choice settings when there is one.
     """
     from trainplan.interface.setting_cost import best_without, settings_json
+    from trainplan.optimizer.axis_rules import unused_values
     from trainplan.optimizer.search import prepare, search
 
     started = time.perf_counter()
@@ -128,7 +129,10 @@ def search_json(
         raise (
             best_without(err, request, problem, started, on_tables) if compare else err
         ) from None
+    unused = unused_note(unused_values(problem, prepared[0]))
     answers = [_answer(a, problem, in_units) for a in result.answers]
+    for d in answers:
+        d["notes"] += [unused] if unused else []
     meta = {
         "status": result.status,
         "solve_seconds": result.solve_seconds,
@@ -178,6 +182,26 @@ def _answer(a: Any, problem: Any, in_units: Callable[[float], tuple[str, float]]
     d["objective_text"] = objective_text(str(problem.objective), key, value, problem.tokens)
     d.update(_prices(a.job.num_gpus, a.job.gpu_hour_price, d["time"]["step_s"]))
     return d
+
+
+_RULE_HEADS = frozenset(flag_for(n) for n in ("tp", "pp", "cp", "ep", "zero_stage", "cp_kind"))
+"""The flags the rules :func:`optimizer.axis_rules.value_refusal` names start with."""
+
+
+def unused_note(unused: Sequence[tuple[str, int, str]]) -> str | None:
+    """The one note line naming the values the user asked for that no layout uses, and why
+    (:func:`optimizer.axis_rules.unused_values`; the rule as a refusal words it on the command
+    line, :func:`interface.flags.refusal`), or None when there are none.
+
+    Examples
+    --------
+    >>> unused_note([("tp", 3, "tp: 3 does not divide num_attention_heads = 64")])
+    'requested values no layout uses: tp 3 (--tp: 3 does not divide num_attention_heads = 64)'
+    """
+    if not unused:
+        return None
+    each = [f"{axis} {v} ({refusal(why, _RULE_HEADS)})" for axis, v, why in unused]
+    return "requested values no layout uses: " + "; ".join(each)
 
 
 def _prices(gpus: int, price: float | None, step_s: float | None) -> dict[str, float]:

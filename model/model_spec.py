@@ -42,6 +42,18 @@ def _check_declared_size(declared: int, arch: Architecture) -> None:
         )
 
 
+def _config_name(path: Path) -> str:
+    """The model's name for a config file at ``path``: its folder's for ``config.json`` (the
+    Hugging Face layout, one model a folder), else the file's stem.
+
+    >>> _config_name(Path("/m/mixtral/config.json")), _config_name(Path("/m/bm/mixtral.json"))
+    ('mixtral', 'mixtral')
+    """
+    if path.name == "config.json":
+        return path.parent.name or path.resolve().parent.name or path.stem
+    return path.stem
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelSpec:
     """A model: its name, source and either an architecture, a declared size, or both.
@@ -85,7 +97,10 @@ class ModelSpec:
         """Read a Hugging Face ``config.json`` from disk (nothing is downloaded).
 
         The families and keys understood are listed in :mod:`model.hf_families`; a key that is
-        neither read nor known to change no cost is named in :attr:`notes`.
+        neither read nor known to change no cost is named in :attr:`notes`. Its name, unless
+        ``name`` is given: a ``config.json``'s folder (``huggingface-cli download … --local-dir
+        mixtral`` leaves ``mixtral/config.json``), any other file's stem (``bm/mixtral.json`` is
+        ``mixtral``).
 
         Raises
         ------
@@ -100,7 +115,7 @@ class ModelSpec:
             raise ScenarioError(f"model: cannot read {p}: {err.strerror or err}") from None
         arch, notes = read_hf_config(parse_config_json(data, str(p)), str(p))
         return cls(
-            name=name or p.parent.name or p.stem,
+            name=name or _config_name(p),
             source=f"Hugging Face config {p}",
             arch=arch,
             notes=notes,

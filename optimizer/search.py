@@ -18,10 +18,10 @@ import numpy as np
 from trainplan.model.errors import InfeasibleError, InputError
 from trainplan.model.estimate import Estimate, objective_ns
 from trainplan.model.terms.peak import reserved_over_capacity
+from trainplan.optimizer.axis_rules import axis_refusal, recipe_refusal
 from trainplan.optimizer.cpsat import Candidate, LayoutModel
 from trainplan.optimizer.problem import Job, Objective, Problem, fit_rule, model_size
 from trainplan.optimizer.rules import allowed, mfu_table, tie_ranks, tp_cp_in_nvlink
-from trainplan.optimizer.space import axis_refusal, recipe_refusal
 from trainplan.optimizer.tables import (
     CostTables,
     build_tables,
@@ -106,6 +106,10 @@ def prepare(
             if refusal:
                 raise InputError(refusal)
         space = problem.space
+        for job in problem.jobs:  # every given value of an axis breaks a rule of its own: exit 2
+            refusal = axis_refusal(space, job.case.training, job.case.model)
+            if refusal:
+                raise InputError(refusal)
         gpus = sorted({job.num_gpus for job in problem.jobs})
         batches = sorted({job.case.training.global_batch_size for job in problem.jobs})
         counts = ", ".join(f"{g:,}" for g in gpus[:4]) + (", …" if len(gpus) > 4 else "")
@@ -120,11 +124,6 @@ def prepare(
             if given and not any(g % d == 0 for d in given for g in gpus):
                 shown = ", ".join(map(str, given))
                 why.insert(0, f"{axis}: {shown} divides no GPU count searched ({counts})")
-        if len(why) == 1:  # every given degree of an axis breaks one of the model's rules: exit 2
-            for job in problem.jobs:
-                refusal = axis_refusal(space, job.case.training, job.case.model)
-                if refusal:
-                    raise InputError(refusal)
         raise InfeasibleError(
             "search: no legal layout: no dp·tp·pp·cp of the allowed degrees equals the GPU count with "
             "B divisible by b·dp",

@@ -344,69 +344,6 @@ def _cp_refusal(
     )  # fmt: skip
 
 
-def recipe_refusal(space: SearchSpace, training: TrainingSpec, model: ModelSpec) -> str | None:
-    """Why no framework of ``space`` can run the recipe (its offload, its loss, its optimizers)
-    at any allowed ZeRO stage (the first framework's rule, :func:`model.legality.refusal` of the
-    framework, offload and optimizer rules at pp 1 with no recomputation), or None when one
-    can: a search that finds no shape says this instead of a generic "no legal combination"."""
-    setting = Setting(model, training, space.num_gpus)
-    first = None
-    for fw in space.frameworks:
-        # the stages the framework has first: a stage it has not is not the recipe's rule
-        stages = [z for z in space.zero_stages if z in ZERO_STAGES[Framework(fw)]]
-        for z in stages or space.zero_stages:
-            for o in space.optimizers:
-                why = refusal(
-                    setting, framework=fw, zero_stage=z, pp=1, recompute=Recompute.NONE,
-                    recompute_layers=None, optimizer=o,
-                )  # fmt: skip
-                if not why:
-                    return None
-                first = first or why
-    return first
-
-
-def axis_refusal(space: SearchSpace, training: TrainingSpec, model: ModelSpec) -> str | None:
-    """The rule that refuses every allowed value of a given axis (tp, cp or pp), whatever the
-    other axes are — the first value's, under the space's first framework (and first CP
-    flavour) — or None when each given axis keeps a value some framework accepts. The rules are
-    :func:`model.legality.refusal`'s over that axis alone (the other degrees 1, no stage
-    layout): tp dividing the heads and the FFN, cp's flavours, pp against the layers. A search
-    that finds no shape says this instead of a generic "no legal combination"."""
-    setting = Setting(model, replace(training, offload=NO_OFFLOAD), None)
-    for axis in ("tp", "cp", "pp"):
-        given = getattr(space, axis)
-        if not given or (axis == "cp" and tuple(given) == (1,)):
-            continue
-        first = ""
-        for value in given:
-            whys = [
-                refusal(setting, **_alone(axis, value, fw, kind))
-                for fw in space.frameworks
-                for kind in (space.cp_kinds if axis == "cp" and value > 1 else (CpKind.RING,))
-            ]
-            if all(whys):
-                first = first or whys[0]
-            else:
-                break
-        else:
-            return first
-    return None
-
-
-def _alone(axis: str, value: int, framework: Framework, cp_kind: CpKind) -> dict[str, object]:
-    """The fields of a layout with ``axis`` at ``value`` and every other degree 1: the scope
-    of the rules :func:`axis_refusal` reads."""
-    out: dict[str, object] = {
-        "tp": 1, "cp": 1, "pp": 1, "ep": 1, "etp": None, "framework": framework,
-        "cp_kind": cp_kind, "cp_a2a": None, "virtual_stages": 1, "uneven_stages": True,
-        "stage_layers": None, "sequence_parallel": None,
-    }  # fmt: skip
-    out[axis] = value
-    out["sp"] = out["tp"] > 1  # type: ignore[operator]
-    return out
-
-
 def _with_frameworks(
     shapes: list[Shape], space: SearchSpace, model: ModelSpec, training: TrainingSpec
 ) -> list[Shape]:

@@ -26,7 +26,7 @@ from trainplan.interface.cli.common import ListOf, OutputFile, click_line
 from trainplan.interface.flags import MOVED_FLAGS
 from trainplan.interface.scenario import VALUE_KINDS, check_scenario
 from trainplan.interface.scenario_file import switch_word
-from trainplan.interface.scenario_keys import KEY_HELP, read_line, table_of
+from trainplan.interface.scenario_keys import KEY_HELP, closest_key, read_line, table_of
 from trainplan.model.errors import InputError, PlannerError
 
 __all__ = ["QueryParam", "query_params", "parse_query", "moved_params"]
@@ -182,7 +182,9 @@ def _unknown(
     name: str, key: str, by_key: dict[str, click.Option], moved: dict[str, str], why: dict
 ) -> str:
     """The line refusing query key ``key``, no parameter of command ``name``: its dashed
-    spelling when that is one (``cp_kind``: write ``cp-kind``), else the parameters there are."""
+    spelling when that is one (``cp_kind``: write ``cp-kind``), else the closest parameter
+    (:func:`interface.scenario_keys.closest_key`, as ``--set`` suggests one) and the parameters
+    there are."""
     dashed = key.replace("_", "-")
     if dashed != key and (dashed in by_key or dashed in moved):
         return (
@@ -191,7 +193,9 @@ def _unknown(
         )
     known = sorted(k for k, o in by_key.items() if k != "json" and k not in why
                    and not _writes_file(o))  # fmt: skip
-    return f"{key}: no such parameter of {name}; its parameters are " + ", ".join(
+    near = closest_key(key, known + sorted(moved))  # the command line's "did you mean"
+    hint = f" (did you mean {near}?)" if near else ""
+    return f"{key}: no such parameter of {name}{hint}; its parameters are " + ", ".join(
         known + sorted(moved)
     )
 

@@ -54,6 +54,7 @@ __all__ = [
     "pipeline_figure",
     "MAX_BOXES",
     "sweep_scaling_chart",
+    "MAX_GPU_TICKS",
     "sweep_heatmap",
     "svg",
 ]
@@ -271,12 +272,18 @@ def memory_chart(d: dict[str, Any], path: Target) -> Any:
     return out
 
 
+MAX_GPU_TICKS = 10
+"""Most GPU counts a sweep's scaling panel labels one by one (256 to 4,096 in 1.5× and 2× steps is
+nine); with more, the log axis's powers of two are labelled."""
+
+
 def sweep_scaling_chart(
     series: dict[str, dict[str, list[tuple[int, float]]]], label: str, note: str, path: Target
 ) -> Any:
     """A sweep's metric against the GPU count: a panel per model, a line per part
     (:func:`interface.sweep.charts.scaling_series` gives ``series`` in the axis unit ``label``;
-    ``note`` says what each point is the best over). Log scales on both axes.
+    ``note`` says what each point is the best over). Log scales on both axes; each GPU count of
+    a panel is a labelled tick (at most :data:`MAX_GPU_TICKS`, else the powers of two).
 
     Raises
     ------
@@ -300,20 +307,18 @@ def sweep_scaling_chart(
         base = p.split("[")[0]
         variant = sum(q.split("[")[0] == base for q in look)
         look[p] = (colours[bases.index(base) % len(colours)], styles[variant % len(styles)])
-    whole = plt.FuncFormatter(lambda x, _: f"{x:,.0f}")
     for ax, (model, lines) in zip(axes.flat, series.items(), strict=False):
         for part, points in lines.items():
             colour, style = look[part]
             ax.plot([g for g, _ in points], [v for _, v in points], marker="o", markersize=3,
                     color=colour, linestyle=style, label=part)  # fmt: skip
-        ax.set_xscale("log", base=2)
+        _gpu_axis(ax, plt, sorted({g for points in lines.values() for g, _ in points}))
         ax.set_yscale("log")
-        ax.xaxis.set_major_formatter(whole)
         ax.set_title(model, fontsize=9)
         ax.set_xlabel("GPUs", fontsize=8)
         ax.set_ylabel(label, fontsize=8)
         ax.grid(alpha=0.3, which="both")
-        ax.tick_params(labelsize=7)
+        ax.tick_params(which="both", labelsize=7)  # the minor labels a short log axis gets too
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
     handles: dict[str, Any] = {}
@@ -329,6 +334,17 @@ def sweep_scaling_chart(
     save_figure(fig, out)
     plt.close(fig)
     return out
+
+
+def _gpu_axis(ax: Any, plt: Any, counts: list[int]) -> None:
+    """A scaling panel's GPU axis: log 2, whole numbers with thousands separators, a labelled
+    tick at each of the panel's GPU ``counts`` (384 between 256 and 512) where there are at most
+    :data:`MAX_GPU_TICKS`, else at the powers of two."""
+    ax.set_xscale("log", base=2)
+    if len(counts) <= MAX_GPU_TICKS:
+        ax.set_xticks(counts)
+        ax.xaxis.set_minor_formatter(plt.NullFormatter())
+    ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda x, _: f"{x:,.0f}"))
 
 
 def sweep_heatmap(cells: Any, path: Target) -> Any:

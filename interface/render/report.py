@@ -179,14 +179,14 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
     if m.get("host_bytes"):
         cap = m.get("host_capacity_bytes")
         lines.append(
-            f"  {'host memory (offloaded), per GPU':<44} {gb(m['host_bytes']):>14}"
+            f"  {'host memory (offloaded), per GPU':<{width}} {gb(m['host_bytes']):>14}"
             f"  (per node {gb(m['host_bytes_per_node'])}"
             + (f"; host capacity per GPU {gb(cap)})" if cap else "; host capacity unknown)")
         )
         if m.get("host_fits") is False:
             verdict = f"DOES NOT FIT: host memory over by {gb(m['host_bytes'] - cap)}"
     lines.append(f"  verdict: {verdict}")
-    lines += _reserved_lines(m)
+    lines += _reserved_lines(m, width)
     if m.get("construction_bytes"):
         lines.append(
             f"  model construction without deepspeed.zero.Init: {gb(m['construction_bytes'])} "
@@ -195,17 +195,18 @@ def _memory_lines(d: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _reserved_lines(m: dict[str, Any]) -> list[str]:
+def _reserved_lines(m: dict[str, Any], width: int = 44) -> list[str]:
     """The allocator's reserved peak where a side stream's pool adds to it (fsdp2's all-gather
     outputs, DeepSpeed ZeRO-3's reduce-scatter copies: :func:`model.terms.peak.stream_pool_term`):
     what ``torch.cuda.max_memory_reserved`` counts at least; not in the total or the verdict (the
     allocator frees idle cached blocks before it raises out-of-memory). Where the reserved bytes
     and the communicators exceed the capacity (``memory.allocator_retries``), a second line says
-    the run pays those releases, at least one per step, which the step time does not charge."""
+    the run pays those releases, at least one per step, which the step time does not charge.
+    ``width``: the memory lines' label column, so the figure stands under theirs."""
     if not m.get("stream_pool_bytes"):
         return []
     lines = [
-        f"  {'reserved at least (max_memory_reserved)':<44} {gb(m['reserved_bytes']):>14}"
+        f"  {'reserved at least (max_memory_reserved)':<{width}} {gb(m['reserved_bytes']):>14}"
         f"  (allocated {gb(m['allocated_bytes'])} + {gb(m['stream_pool_bytes'])} idle in a "
         "side stream's pool; not in the verdict: freed before out-of-memory)"
     ]

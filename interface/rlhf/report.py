@@ -213,7 +213,9 @@ def faithful_report(seed_report: Any, request: RLHFRequest) -> dict[str, Any]:
     """The RLHF tab with ``model``: the textbook accounting's figures for the same workload (its keys,
     with ``chips`` = ``gpus``) and the ``faithful`` object — :func:`workload_dict` and
     :func:`plan_dict` of the tab's placement. ``seed_report`` is the textbook accounting of a
-    request (:func:`interface.rlhf.tab.rlhf_report`'s; passed in: that module imports this one).
+    request (:func:`interface.rlhf.tab.rlhf_report`'s; passed in: that module imports this one),
+    called with the request and the actor's and reward network's active parameters (a mixture of
+    experts' FLOPs count those; its bytes all parameters).
 
     Raises
     ------
@@ -227,11 +229,12 @@ def faithful_report(seed_report: Any, request: RLHFRequest) -> dict[str, Any]:
     spec = inp.spec
     reward_net = {"ppo": "critic", "grpo": "reward"}[spec.algorithm]
     has_net = spec.algorithm == "ppo" or spec.reward == "model"
+    actor, reward = spec.role("actor"), spec.role(reward_net) if has_net else None
     seed = seed_report(
         RLHFRequest(
             algorithm=spec.algorithm,
-            policy_params=spec.role("actor").params,
-            reward_params=spec.role(reward_net).params if has_net else None,
+            policy_params=actor.params,
+            reward_params=reward.params if reward else None,
             reward=spec.reward,
             prompts=spec.prompts,
             samples_per_prompt=spec.samples_per_prompt,
@@ -242,7 +245,8 @@ def faithful_report(seed_report: Any, request: RLHFRequest) -> dict[str, Any]:
             train_mfu=request.train_mfu,
             gpu=inp.device.origin or inp.device.name,
             chips=inp.gpus,
-        )
+        ),
+        (actor.active_params, reward.active_params if reward else None),
     )
     seed["accounting"] = "faithful"
     verdict = fit_verdict(inp, plan, seed["resident_bytes"])

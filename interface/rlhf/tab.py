@@ -64,8 +64,11 @@ def rlhf_report(*args: Any, **kw: Any) -> dict[str, Any]:
     return _textbook(r)
 
 
-def _textbook(r: RLHFRequest) -> dict[str, Any]:
-    """The textbook accounting of ``r`` (:func:`rlhf_report` without a model)."""
+def _textbook(r: RLHFRequest, active: tuple[int, int | None] | None = None) -> dict[str, Any]:
+    """The textbook accounting of ``r`` (:func:`rlhf_report` without a model). ``active``: the
+    policy's and the reward network's active parameters (counts; None: dense, all of them) — a
+    model's, which :func:`interface.rlhf.report.faithful_report` passes so the FLOPs of a mixture
+    of experts count its active parameters (:attr:`model.rlhf.shares.Network.flop_params`)."""
     faithful = {k: getattr(r, k) for k in rf.FAITHFUL_ONLY}
     check_applicable(
         faithful,
@@ -78,14 +81,7 @@ def _textbook(r: RLHFRequest) -> dict[str, Any]:
             algo, r.reward, rollout_engine=r.rollout_engine, logits_buffer=r.logits_buffer
         ),
     )
-    if r.policy_params is None:
-        raise InputError(
-            "policy_params: missing; give --policy-params SIZE (the textbook accounting) or --model NAME "
-            "(the faithful one)"
-        )
-    n_p = parse_count(r.policy_params, "policy_params")
-    n_r = None if r.reward_params is None else parse_count(r.reward_params, "reward_params")
-    nets = rl.networks(algo, n_p, n_r, r.reward)
+    n_p, n_r, nets = _networks(algo, r, active)
     reward = r.reward if algo == "dpo" else (r.reward or "model")
     samples = r.samples_per_prompt
     samples = RLHF_DEFAULTS["samples_per_prompt"] if samples is None else samples
@@ -126,6 +122,28 @@ def _textbook(r: RLHFRequest) -> dict[str, Any]:
     })  # fmt: skip
 
 
+def _networks(
+    algo: str, r: RLHFRequest, active: tuple[int, int | None] | None
+) -> tuple[int, int | None, list[rl.Network]]:
+    """(policy parameters, reward parameters or None, the networks) of the request, the FLOPs of
+    a mixture of experts on ``active`` (:func:`model.rlhf.shares.networks`).
+
+    Raises
+    ------
+    InputError
+        No ``policy_params``, or a bad size.
+    """
+    if r.policy_params is None:
+        raise InputError(
+            "policy_params: missing; give --policy-params SIZE (the textbook accounting) or --model NAME "
+            "(the faithful one)"
+        )
+    n_p = parse_count(r.policy_params, "policy_params")
+    n_r = None if r.reward_params is None else parse_count(r.reward_params, "reward_params")
+    a_p, a_r = active or (None, None)
+    return n_p, n_r, rl.networks(algo, n_p, n_r, r.reward, policy_active=a_p, reward_active=a_r)
+
+
 _ENGINE_DIMS = ("layers", "kv_heads", "head_dim", "rollout_batch", "vocab_size", "logits_tokens")
 """The textbook accounting's engine and logits-buffer dimensions (:func:`model.rlhf.shares.
 extra_bytes`)."""
@@ -140,6 +158,7 @@ def _network_row(x: Any) -> dict[str, Any]:
     return {
         "role": x.role,
         "params": x.params,
+        "active_params": x.flop_params,
         "trainable": x.trainable,
         "bytes_per_param": x.bytes_per_param,
         "bytes": x.bytes,

@@ -47,7 +47,7 @@ from typing import Any
 
 from trainplan.interface.inputs import LAYOUT_KEYS, RECIPE_KEYS, parse_framework
 from trainplan.interface.scenario import TOP_KEYS, check_scenario
-from trainplan.interface.sweep.names import check_models, named
+from trainplan.interface.sweep.names import check_models, named, price_notes
 from trainplan.model.errors import PlannerError, ScenarioError
 from trainplan.model.units import parse_count, parse_counts, parse_number
 from trainplan.optimizer.problem import gpu_counts
@@ -134,6 +134,12 @@ class Grid:
         }
         text = json.dumps(data, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What the sweep's summary notes of the grid itself: a price for a part no point runs
+        on (:func:`interface.sweep.names.price_notes`)."""
+        return price_notes(self.base.get("gpu_hour_price"), {self.gpu(p) for p in self.points})
 
     def point(self, index: int) -> Point:
         """Point ``index``.
@@ -488,13 +494,6 @@ def _layout(data: dict[str, Any], command: str, base: dict[str, Any], where: str
 
 
 def _check_prices(grid: Grid, where: str) -> None:
-    price = grid.base.get("gpu_hour_price")
-    if not isinstance(price, dict):
-        return
-    parts = {grid.gpu(p) for p in grid.points}
-    for name in price:
-        if name not in parts:
-            raise ScenarioError(
-                f"{where}gpu_hour_price: {name!r} is not a part of this grid "
-                f"({', '.join(sorted(parts))}; write the catalogue names)"
-            )
+    """Refuse a priced name that is no catalogue part (:func:`interface.sweep.names.price_notes`;
+    a catalogue part no point runs on is a note, :attr:`Grid.notes`)."""
+    price_notes(grid.base.get("gpu_hour_price"), {grid.gpu(p) for p in grid.points}, where)

@@ -7,8 +7,9 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from trainplan.model.errors import PlannerError, ScenarioError
+from trainplan.topology.accelerators import get_accelerator
 
-__all__ = ["check_models", "named"]
+__all__ = ["check_models", "named", "price_notes"]
 
 T = TypeVar("T")
 
@@ -39,3 +40,44 @@ def check_models(
     for name, model in models:
         if model is not None:
             named(check_model, model, f"{where}{name}")
+
+
+def price_notes(price: Any, parts: set[str], where: str = "") -> tuple[str, ...]:
+    """The notes of a grid's ``gpu_hour_price`` table (``price``; a number or None has none) for
+    the catalogue ``parts`` its points run on: one line naming the priced parts no point runs on
+    (a grid trimmed from the documented one keeps their prices; they are unused, not wrong).
+
+    Raises
+    ------
+    ScenarioError
+        A priced name that is no catalogue part (a misspelling, or a name that is ambiguous):
+        ``gpu_hour_price: 'H100' is not a part of this grid (H100-SXM; write the catalogue
+        names): gpu: 'H100' is ambiguous …``.
+
+    Examples
+    --------
+    >>> price_notes({"H100-SXM": 2.5, "H200": 3.2}, {"H100-SXM"})
+    ('gpu_hour_price: H200 is priced and no point runs on it (this grid: H100-SXM); its price is unused',)
+    """
+    if not isinstance(price, dict):
+        return ()
+    unused = []
+    for name in price:
+        if name in parts:
+            continue
+        try:
+            get_accelerator(name)
+        except PlannerError as err:
+            raise ScenarioError(
+                f"{where}gpu_hour_price: {name!r} is not a part of this grid "
+                f"({', '.join(sorted(parts))}; write the catalogue names): {err}"
+            ) from None
+        unused.append(name)
+    if not unused:
+        return ()
+    s = "s" if len(unused) > 1 else ""
+    return (
+        f"gpu_hour_price: {', '.join(unused)} {'are' if s else 'is'} priced and no point runs on "
+        f"{'them' if s else 'it'} (this grid: {', '.join(sorted(parts))}); {'their' if s else 'its'} "
+        f"price{s} {'are' if s else 'is'} unused",
+    )

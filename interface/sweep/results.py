@@ -26,7 +26,7 @@ __all__ = ["ResultsStore", "load_results", "frame_of", "records", "results_meta"
 
 META_KEY = b"trainplan.sweep"
 """The schema metadata key holding the sweep's description (JSON: fingerprint, grid, command,
-objective, points, what_ifs, version)."""
+objective, points, what_ifs, notes — :attr:`interface.sweep.grid.Grid.notes` — version)."""
 
 
 def _pa() -> tuple[Any, Any]:
@@ -50,6 +50,7 @@ def _schema(grid: Grid) -> Any:
         "tokens": grid.base.get("tokens"),
         "points": len(grid.points),
         "what_ifs": list(grid.what_ifs),
+        "notes": list(grid.notes),
     }
     fields = [pa.field(name, kinds[kind]) for name, kind in columns(grid)]
     return pa.schema(fields, metadata={META_KEY: json.dumps(meta, default=str).encode()})

@@ -72,7 +72,8 @@ def summary_json(
     """The summary of a results table (``frame``: :func:`interface.sweep.results.load_results`'s
     DataFrame; ``meta``: its description): ``points``, ``statuses`` (count each),
     ``infeasible`` and ``errors`` (grouped by rule: ``why``, ``points``, an example), ``best``
-    (per ``group_by`` values, the row with the least ``ranked_by``), ``ranked_by``.
+    (per ``group_by`` values, the row with the least ``ranked_by``), ``ranked_by``, ``notes``
+    (what the grid itself is noted for, from ``meta``: a price no point uses).
 
     Raises
     ------
@@ -100,6 +101,7 @@ def summary_json(
         "group_by": list(group_by),
         "ranked_by": name,
         "best": best,
+        "notes": list(meta.get("notes") or []),
     }
 
 
@@ -111,6 +113,7 @@ def summary_text(s: dict[str, Any], head: str) -> str:
     """The summary as the terminal shows it, under the ``head`` line."""
     lines = [head]
     lines.append(", ".join(f"{n:,} {k}" for k, n in s["statuses"].items()))
+    lines += [f"Note: {n}" for n in s.get("notes", [])]
     for title, items in (("Infeasible", s["infeasible"]), ("Refused (error)", s["errors"])):
         if items:
             lines.append(f"\n{title}, by rule:")

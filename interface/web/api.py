@@ -207,10 +207,21 @@ def frontier_run(query: list[tuple[str, str]], **progress: Any) -> Any:
 
 
 def run_object(result: Any) -> dict[str, Any]:
-    """A SearchRun's JSON object, or the CLI's infeasible object."""
+    """A SearchRun's JSON object, or the CLI's infeasible object; each answer's notes name the
+    page's fields where the command line's name its flags (:func:`interface.flags.on_page`)."""
     if isinstance(result, InfeasibleError):
         return commands.infeasible_json(result, web=True)
-    return dict(result.json)
+    out = dict(result.json)
+    fields = page_fields("search")
+
+    def paged(answer: dict[str, Any]) -> dict[str, Any]:
+        notes = answer.get("notes")
+        return answer if notes is None else {**answer, "notes": [on_page(n, fields) for n in notes]}
+
+    for key in ("top", "answers"):
+        if key in out:
+            out[key] = [paged(a) for a in out[key]]
+    return paged(out)
 
 
 @router.get(

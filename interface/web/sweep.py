@@ -3,7 +3,8 @@ its results, draw its figures — ``trainplan sweep`` on the server's process po
 rules, rows, summary and figures.
 
 * ``POST /api/sweep`` with ``{"grid": "<the grid file's TOML>"}`` starts a sweep (one at a time)
-  and answers ``{"id", "points"}``; a bad grid is HTTP 422 with the line the CLI prints;
+  and answers ``{"id", "points"}``; a bad grid is HTTP 422 with the line the CLI prints; while
+  another runs, HTTP 422 with ``{"error", "running"}`` (:func:`busy_line`; its id);
 * ``GET /api/sweep/{id}/stream``: newline-delimited JSON events from the start — ``start``
   (points, to run), ``progress`` after each batch (done, to run, points per second, seconds
   left), then ``done`` with the summary (``trainplan sweep --json``), ``cancelled`` or ``error``;
@@ -46,7 +47,7 @@ from trainplan.interface.web.api import BAD_INPUT, json_response
 from trainplan.model.errors import InputError, PlannerError
 from trainplan.scenarios.catalogue import model_names
 
-__all__ = ["router", "MAX_POINTS"]
+__all__ = ["router", "MAX_POINTS", "busy_line"]
 
 router = APIRouter(prefix="/api/sweep", tags=["sweeps"])
 _LOG = logging.getLogger("trainplan.web")
@@ -167,14 +168,27 @@ def _job(sweep_id: str) -> Job:
     return job
 
 
+def busy_line(sweep_id: str) -> str:
+    """The refusal of a second sweep while ``sweep_id`` runs: where to follow it and how to
+    cancel it (the page shows its link and a Cancel button beside the line).
+
+    >>> busy_line("0123abcd")
+    'sweep: 0123abcd is running (follow it at /sweep?id=0123abcd); wait for it or cancel it (DELETE /api/sweep/0123abcd)'
+    """
+    return (
+        f"sweep: {sweep_id} is running (follow it at /sweep?id={sweep_id}); wait for it or "
+        f"cancel it (DELETE /api/sweep/{sweep_id})"
+    )
+
+
 @router.post("", responses=BAD_INPUT)
 def start(grid: str = Body(..., embed=True, description="The grid file's text (TOML)")) -> Response:
     """Start a sweep of the grid (`trainplan sweep GRID`) on the server's cores; one at a time."""
     g = _grid(grid)
     with _LOCK:
         running = [j.id for j in _JOBS.values() if j.state == "running"]
-    if running:
-        raise InputError(f"sweep: {running[0]} is running; wait for it or cancel it")
+    if running:  # the line, and the running sweep's id for the page's link and Cancel button
+        return json_response({"error": busy_line(running[0]), "running": running[0]}, 422)
     job = Job(uuid.uuid4().hex[:12], g, _folder() / f"{uuid.uuid4().hex[:12]}.parquet")
     with _LOCK:
         _JOBS[job.id] = job

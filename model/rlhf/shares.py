@@ -12,9 +12,12 @@ model), the actor and the reference ``policy_params``.
 FLOPs of one step with ``P`` prompts × ``G`` samples of ``Tp + Tc`` tokens, ``E`` epochs:
 rollout ``2·N_p`` per token (prefill and decode), scoring ``2·N`` per token by every scoring
 network (reference, reward model, critic), training ``6·N`` per token per epoch by every trainable
-network. DPO trains on chosen and rejected sequences (2 per prompt) and scores them with the
-reference. Time of a phase = its FLOPs ÷ (its MFU × peak × chips): decode MFU for the rollout,
-training MFU for scoring and training.
+network. ``N`` in the FLOPs is the parameters a token passes through (:attr:`Network.
+flop_params`: a mixture of experts' active parameters, its routed experts' share only; all of them
+for a dense network, Kaplan et al. 2020's ``C = 6N`` with ``N`` the parameters used per token),
+while the resident bytes count every parameter. DPO trains on chosen and rejected sequences (2 per
+prompt) and scores them with the reference. Time of a phase = its FLOPs ÷ (its MFU × peak ×
+chips): decode MFU for the rollout, training MFU for scoring and training.
 """
 
 from __future__ import annotations
@@ -51,11 +54,22 @@ FROZEN_BYTES_PER_PARAM = 2
 
 @dataclass(frozen=True, slots=True)
 class Network:
-    """One resident network: ``role`` (actor, critic, reward, reference, policy), size, trained?"""
+    """One resident network: ``role`` (actor, critic, reward, reference, policy), size, trained?
+
+    ``params`` (count) sizes its resident bytes; ``active_params`` (count, None: ``params``, a
+    dense network) is what one token passes through — a mixture of experts' active parameters
+    (:func:`model.params.count_params` ``.active``), which its FLOPs count."""
 
     role: str
     params: Fraction
     trainable: bool
+    active_params: Fraction | None = None
+
+    @property
+    def flop_params(self) -> Fraction:
+        """Parameters one token's FLOPs count (``2·N`` to infer, ``6·N`` to train): the active
+        ones of a mixture of experts, all of a dense network."""
+        return self.params if self.active_params is None else self.active_params
 
     @property
     def bytes_per_param(self) -> int:
@@ -116,6 +130,9 @@ def networks(
     policy_params: Fraction | int,
     reward_params: Fraction | int | None = None,
     reward: str | None = None,
+    *,
+    policy_active: Fraction | int | None = None,
+    reward_active: Fraction | int | None = None,
 ) -> list[Network]:
     """The networks ``algorithm`` keeps resident.
 
@@ -124,6 +141,10 @@ def networks(
     algorithm : {"ppo", "grpo", "dpo"}
     policy_params, reward_params : number
         Parameters of the policy and of the reward model / critic (default: the policy's).
+    policy_active, reward_active : number or None
+        Parameters one token passes through (a mixture of experts' active parameters; None: all,
+        a dense network; ``reward_active`` defaults to the policy's when ``reward_params`` does):
+        the FLOPs count them (:attr:`Network.flop_params`), the resident bytes do not.
     reward : {"model", "rule"} or None
         A learned reward model (the default for PPO and GRPO) or a rule-based reward (no network);
         DPO has neither, so it takes none.
@@ -145,20 +166,49 @@ def networks(
         not_applicable(algo, reward, rollout_engine=True, logits_buffer=True),
     )
     kind = _check_choice("reward", reward or "model", REWARDS)
-    n_p = Fraction(policy_params)
-    n_r = n_p if reward_params is None else Fraction(reward_params)
-    for name, value in (("policy_params", n_p), ("reward_params", n_r)):
-        if value <= 0:
-            raise InputError(f"{name}: {value} must be positive")
+    n_p, n_r, a_p, a_r = _sizes(policy_params, reward_params, policy_active, reward_active)
     if algo == "dpo":
-        return [Network("policy", n_p, True), Network("reference", n_p, False)]
-    nets = [Network("actor", n_p, True)]
+        return [Network("policy", n_p, True, a_p), Network("reference", n_p, False, a_p)]
+    nets = [Network("actor", n_p, True, a_p)]
     if algo == "ppo":
-        nets.append(Network("critic", n_r, True))
+        nets.append(Network("critic", n_r, True, a_r))
     if kind == "model":
-        nets.append(Network("reward", n_r, False))
-    nets.append(Network("reference", n_p, False))
+        nets.append(Network("reward", n_r, False, a_r))
+    nets.append(Network("reference", n_p, False, a_p))
     return nets
+
+
+def _sizes(
+    policy: Fraction | int,
+    reward: Fraction | int | None,
+    policy_active: Fraction | int | None,
+    reward_active: Fraction | int | None,
+) -> tuple[Fraction, Fraction, Fraction | None, Fraction | None]:
+    """(policy, reward, policy active, reward active) parameters of :func:`networks`: the reward
+    network the policy's size (and active count) when not given; each positive, an active count
+    at most its network's.
+
+    Raises
+    ------
+    InputError
+        A size not positive, or an active count above its network's parameters.
+    """
+    n_p = Fraction(policy)
+    n_r = n_p if reward is None else Fraction(reward)
+    a_p = None if policy_active is None else Fraction(policy_active)
+    a_r = Fraction(reward_active) if reward_active is not None else None
+    a_r = a_p if a_r is None and reward is None else a_r
+    for name, value, whole in (
+        ("policy_params", n_p, None),
+        ("reward_params", n_r, None),
+        ("policy_active", a_p, n_p),
+        ("reward_active", a_r, n_r),
+    ):
+        if value is not None and value <= 0:
+            raise InputError(f"{name}: {value} must be positive")
+        if value is not None and whole is not None and value > whole:
+            raise InputError(f"{name}: {value} is more than the network's {whole} parameters")
+    return n_p, n_r, a_p, a_r
 
 
 def network_bytes(nets: list[Network]) -> Fraction:
@@ -179,7 +229,9 @@ def phase_flops(
     tokens_per_sequence: int,
     epochs: int = 1,
 ) -> dict[str, Fraction]:
-    """FLOPs of one step by phase: ``rollout``, ``scoring``, ``training``.
+    """FLOPs of one step by phase: ``rollout``, ``scoring``, ``training``, each ``2·N`` or ``6·N``
+    per token with ``N`` a network's :attr:`Network.flop_params` (a mixture of experts' active
+    parameters).
 
     ``sequences`` = prompts × samples per prompt (DPO: prompts × 2, chosen and rejected);
     ``tokens_per_sequence`` = prompt + completion tokens.
@@ -193,11 +245,11 @@ def phase_flops(
     if epochs < 1:
         raise InputError(f"epochs: {epochs} must be at least 1")
     tokens = Fraction(sequences) * tokens_per_sequence
-    policy = nets[0].params
+    policy = nets[0].flop_params
     rollout = Fraction(0) if algorithm == "dpo" else 2 * policy * tokens
     scorers = [n for n in nets if n.role not in ("actor", "policy")]  # reference, reward, critic
-    scoring = sum((2 * n.params * tokens for n in scorers), Fraction(0))
-    training = sum((6 * n.params * tokens * epochs for n in nets if n.trainable), Fraction(0))
+    scoring = sum((2 * n.flop_params * tokens for n in scorers), Fraction(0))
+    training = sum((6 * n.flop_params * tokens * epochs for n in nets if n.trainable), Fraction(0))
     return {"rollout": rollout, "scoring": scoring, "training": training}
 
 
@@ -297,8 +349,9 @@ the algorithm, the networks, the epochs and the two MFUs, not on the token count
 
 ASSUMPTIONS = (
     "rollout 2·N_p per token (prefill + decode); scoring 2·N per token per scoring network; "
-    "training 6·N per token per epoch per trainable network; decode MFU for the rollout, training "
-    "MFU for scoring and training"
+    "training 6·N per token per epoch per trainable network (N: the parameters a token passes "
+    "through, a mixture of experts' active ones; memory counts all); decode MFU for the rollout, "
+    "training MFU for scoring and training"
 )
 
 

@@ -334,7 +334,9 @@ def test_time_limit_bounds_table_building_and_returns_the_best_so_far():
 
 def test_a_recipe_no_framework_runs_is_its_rule_not_no_layout():
     """`search --offload-activations … --framework fsdp2` names the rule (exit 2), as evaluate
-    does, instead of "no legal combination"; a degree that divides no GPU count is named."""
+    does, instead of "no legal combination"; a degree that divides no GPU count is named (exit 1)
+    unless a rule of the model refuses it anyway: tp 3 does not divide Llama 3 8B's 32 heads, the
+    rule evaluate states (exit 2; it was "tp: 3 divides no GPU count searched (8)", exit 1)."""
     from click.testing import CliRunner
 
     from trainplan.interface.cli import cli, register_commands
@@ -345,8 +347,11 @@ def test_a_recipe_no_framework_runs_is_its_rule_not_no_layout():
         cli, [*base, "--set", "offload_activations=attn_norm", "--framework", "fsdp2"]
     )
     assert r.exit_code == 2 and "fsdp2 has no fine-grained activation offload" in r.output
+    twelve = ["search", "--model", "llama3-8b", "--gpus", "12", "--gpu", "H100-SXM"]
+    r = CliRunner().invoke(cli, [*twelve, "--tp", "8"])  # 8 divides the 32 and 8 heads, not 12
+    assert r.exit_code == 1 and "tp: 8 divides no GPU count searched (12)" in r.output
     r = CliRunner().invoke(cli, [*base, "--tp", "3"])
-    assert r.exit_code == 1 and "tp: 3 divides no GPU count searched (8)" in r.output
+    assert r.exit_code == 2 and "--tp: 3 does not divide num_attention_heads = 32" in r.output
 
 
 def test_no_layout_for_a_gpu_count_names_the_count_and_the_batch():

@@ -274,8 +274,13 @@ def test_an_unknown_name_is_422_naming_it_and_the_parameters(client):
     got = client.get("/api/evaluate?model=llama3-70b&bogus=1")
     assert got.status_code == 422
     line = got.json()["error"]
-    assert line.startswith("bogus: no such parameter of evaluate; its parameters are ")
+    # the closest parameter as --set suggests one (difflib: "gpus" is 0.67 like "bogus")
+    assert line.startswith(
+        "bogus: no such parameter of evaluate (did you mean gpus?); its parameters are "
+    )
     assert ", gpus," in line and "No such option" not in line and "json" not in line
+    compil = client.get("/api/evaluate?model=llama3-70b&compil=true").json()["error"]
+    assert compil.startswith("compil: no such parameter of evaluate (did you mean compile?); ")
 
 
 def test_tp_block_inputs_is_the_cli_option(client):

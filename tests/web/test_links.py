@@ -57,6 +57,8 @@ def test_an_unknown_name_is_refused_naming_it_and_the_parameters():
     with pytest.raises(InputError) as err:
         parse_query("pipeline", [("stagez", "8")])
     text = str(err.value)
-    assert text.startswith("stagez: no such parameter of pipeline; its parameters are ")
+    assert text.startswith(
+        "stagez: no such parameter of pipeline (did you mean stages?); its parameters are "
+    )
     assert "stages" in text and "microbatches" in text
     assert "No such option" not in text and "png" not in text  # a file option is no guess

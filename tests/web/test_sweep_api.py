@@ -56,10 +56,11 @@ def finished(client, tmp_path_factory):
     sweep_id = started.json()["id"]
     assert started.json()["points"] == 4
     busy = client.post("/api/sweep", json={"grid": GRID})
-    assert (
-        busy.status_code == 422
-        and busy.json()["error"] == f"sweep: {sweep_id} is running; wait for it or cancel it"
-    )
+    assert busy.status_code == 422 and busy.json() == {
+        "error": f"sweep: {sweep_id} is running (follow it at /sweep?id={sweep_id}); wait for it "
+        f"or cancel it (DELETE /api/sweep/{sweep_id})",
+        "running": sweep_id,
+    }
     with client.stream("GET", f"/api/sweep/{sweep_id}/stream") as res:
         assert res.headers["content-type"].startswith("application/x-ndjson")
         events = [json.loads(line) for line in res.iter_lines() if line]

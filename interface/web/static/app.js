@@ -439,6 +439,8 @@ TP.searchPage = async (kind, render) => {
   const withExtra = (q) => { for (const [k, v] of extra) q.append(k, v); return q; };
   const keepUrl = (e) => {
     if (e && e.isTrusted) TP.dropExample();
+    // the field an error was said against, edited: the error no longer describes the inputs
+    if (e && e.isTrusted && e.target?.getAttribute?.("aria-invalid") === "true") TP.showError("");
     history.replaceState(null, "", `${location.pathname}?${withExtra(TP.query(form, false))}`);
     TP.remember();
   };
@@ -451,6 +453,7 @@ TP.searchPage = async (kind, render) => {
     const controller = (running = new AbortController());
     const q = withExtra(TP.query(form));
     keepUrl();
+    TP.showError(""); // a new search: the last one's refusal is not this one's
     cancel.hidden = false;
     TP.$("#progress").hidden = false;
     const status = TP.$("#status");

@@ -64,6 +64,7 @@ TP.searchPage("search", (last, q) => {
       <div><b class="step">${TP.secs(t.step_s)}</b><span>step time</span></div><div><b class="mfu">${TP.pct(t.mfu)}</b><span>MFU</span></div>
       <div><b>${TP.pct(t.hfu)}</b><span>HFU</span></div></div>
       <p><a class="planner-link" href="${TP.esc(last.planner[i])}">Open this layout in the Planner</a></p>
+      ${notes(a.notes || [], "answer-notes")}
       <div class="figure memory-figure" data-label="Memory per GPU of answer ${i + 1} against the usable capacity"></div>
     </div>`;
   }).join("") + `<p class="note">Searched ${TP.num(r.candidates)} candidates (${TP.num(r.shapes)} shapes × ZeRO × recompute, ${r.jobs} job(s)); tables ${r.tables_seconds.toFixed(2)} s, CP-SAT ${r.solve_seconds.toFixed(2)} s.</p>`;

@@ -26,7 +26,8 @@
   function summary(id, s) {
     const counts = Object.entries(s.statuses).map(([k, n]) => `${TP.num(n)} ${k}`).join(", ");
     status.className = "";
-    status.innerHTML = `<b id="sweep-done">${TP.num(s.points)} points</b>: ${TP.esc(counts)} <span class="note">(${TP.num(s.ran)} run in ${s.seconds.toFixed(1)} s)</span>`;
+    status.innerHTML = `<b id="sweep-done">${TP.num(s.points)} points</b>: ${TP.esc(counts)} <span class="note">(${TP.num(s.ran)} run in ${s.seconds.toFixed(1)} s)</span>`
+      + (s.notes || []).map((n) => `<p class="note sweep-note">note: ${TP.esc(n)}</p>`).join("");
     const why = [...s.infeasible.map((w) => ["infeasible", w]), ...s.errors.map((w) => ["refused", w])];
     TP.$("#why").innerHTML = why.length
       ? `<ul class="plain" id="why-list">${why.map(([k, w]) => `<li>${k}, ${TP.esc(w.why)}: ${TP.num(w.points)} point(s), e.g. point ${w.example_point}: ${TP.esc(w.example)}</li>`).join("")}</ul>`
@@ -80,6 +81,27 @@
     summary(id, last.summary);
   }
 
+  // Another sweep runs on the server (one at a time): beside the refusal, its page and a button
+  // that cancels it and follows it here until it stops (then Start runs this grid).
+  function busy(id) {
+    const box = TP.$("#error");
+    const link = document.createElement("a");
+    link.id = "running-sweep";
+    link.href = `/sweep?id=${encodeURIComponent(id)}`;
+    link.textContent = "follow the running sweep";
+    const stop = document.createElement("button");
+    stop.type = "button";
+    stop.id = "cancel-running";
+    stop.textContent = "Cancel it";
+    stop.addEventListener("click", async () => {
+      stop.disabled = true;
+      await fetch(`/api/sweep/${encodeURIComponent(id)}`, { method: "DELETE" });
+      TP.showError("");
+      follow(id);
+    });
+    box.append(" ", link, " ", stop);
+  }
+
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
     const res = await fetch("/api/sweep", {
@@ -88,7 +110,11 @@
       body: JSON.stringify({ grid: TP.$("#grid").value }),
     });
     const body = await res.json().catch(() => ({ error: `the server answered ${res.status}` }));
-    if (!res.ok) { TP.showError(body.error); return; }
+    if (!res.ok) {
+      TP.showError(body.error);
+      if (body.running) busy(body.running);
+      return;
+    }
     TP.showError("");
     follow(body.id);
   });
