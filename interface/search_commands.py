@@ -6,24 +6,24 @@ prints (:mod:`interface.commands` has the other commands'): each from the comman
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from trainplan.interface.flags import flag_for, refusal, with_flags
 from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.interface.requests import SearchRequest, search_request
+from trainplan.interface.search_notes import infeasible_json, time_limit_note, unused_note
 from trainplan.model.errors import InfeasibleError
 from trainplan.optimizer.problem import objective_value
 
 __all__ = [
+    "infeasible_json",
+    "time_limit_note",
     "search_problem",
     "search_json",
     "frontier_json",
     "per_stage_json",
     "per_stage_frontier_json",
-    "infeasible_json",
-    "time_limit_note",
     "SearchRun",
     "PER_STAGE_FRONTIER_TIME_LIMIT_S",
 ]
@@ -133,21 +133,28 @@ def search_json(
     answers = [_answer(a, problem, in_units) for a in result.answers]
     for d in answers:
         d["notes"] += [unused] if unused else []
-    meta = {
-        "status": result.status,
-        "solve_seconds": result.solve_seconds,
-        "tables_seconds": result.tables_seconds,
-        "shapes": result.num_shapes,
-        "candidates": result.num_candidates,
-        "jobs": len(problem.jobs),
-        "time_limit_s": limit,
-        "time_limit_note": time_limit_note(limit, result.tables_seconds, result.solve_seconds),
-    }
+    meta = _search_meta(result, len(problem.jobs), limit)
     best = in_units(result.best.objective)[1]
     cost = settings_json(request, problem, best, started, on_tables, web) if compare else None
     meta["settings_cost"] = cost
     out = {**answers[0], **meta, "top": answers[1:]} if top == 1 else {**meta, "answers": answers}
     return SearchRun(out, str(problem.objective), len(problem.jobs))
+
+
+def _search_meta(result: Any, jobs: int, limit: float | None) -> dict[str, Any]:
+    """The search's own fields of ``search --json``: ``status``, ``solve_seconds``,
+    ``tables_seconds``, ``shapes``, ``candidates``, ``jobs``, ``time_limit_s`` and
+    ``time_limit_note``."""
+    return {
+        "status": result.status,
+        "solve_seconds": result.solve_seconds,
+        "tables_seconds": result.tables_seconds,
+        "shapes": result.num_shapes,
+        "candidates": result.num_candidates,
+        "jobs": jobs,
+        "time_limit_s": limit,
+        "time_limit_note": time_limit_note(limit, result.tables_seconds, result.solve_seconds),
+    }
 
 
 def _solutions(
@@ -184,26 +191,6 @@ def _answer(a: Any, problem: Any, in_units: Callable[[float], tuple[str, float]]
     return d
 
 
-_RULE_HEADS = frozenset(flag_for(n) for n in ("tp", "pp", "cp", "ep", "zero_stage", "cp_kind"))
-"""The flags the rules :func:`optimizer.axis_rules.value_refusal` names start with."""
-
-
-def unused_note(unused: Sequence[tuple[str, int, str]]) -> str | None:
-    """The one note line naming the values the user asked for that no layout uses, and why
-    (:func:`optimizer.axis_rules.unused_values`; the rule as a refusal words it on the command
-    line, :func:`interface.flags.refusal`), or None when there are none.
-
-    Examples
-    --------
-    >>> unused_note([("tp", 3, "tp: 3 does not divide num_attention_heads = 64")])
-    'requested values no layout uses: tp 3 (--tp: 3 does not divide num_attention_heads = 64)'
-    """
-    if not unused:
-        return None
-    each = [f"{axis} {v} ({refusal(why, _RULE_HEADS)})" for axis, v, why in unused]
-    return "requested values no layout uses: " + "; ".join(each)
-
-
 def _prices(gpus: int, price: float | None, step_s: float | None) -> dict[str, float]:
     """What a priced answer costs whatever the objective: ``price_per_hour`` ($ per hour for
     the job's GPUs, ``gpus × price``) and ``price_per_step`` ($ per optimizer step,
@@ -215,22 +202,6 @@ def _prices(gpus: int, price: float | None, step_s: float | None) -> dict[str, f
     if step_s is None:
         return {"price_per_hour": per_hour}
     return {"price_per_hour": per_hour, "price_per_step": per_hour * step_s / 3600}
-
-
-def time_limit_note(limit: float | None, tables_s: float, solve_s: float) -> str | None:
-    """What ``--time-limit`` did when the search took longer (None when it held, or none was
-    given): a job's cost tables are built whole once started (jobs not started in time are left
-    out), and CP-SAT gets at least :data:`optimizer.search.SOLVE_FLOOR_S` to read an answer."""
-    from trainplan.optimizer.search import SOLVE_FLOOR_S
-
-    if limit is None or tables_s + solve_s <= limit:
-        return None
-    return (
-        f"the time limit of {limit:g} s was passed ({tables_s:.2f} s of cost tables + "
-        f"{solve_s:.2f} s of CP-SAT): a job's tables are built whole once started, and CP-SAT "
-        f"is given at least {SOLVE_FLOOR_S:g} s to read an answer; the status says whether "
-        "that answer is proven"
-    )
 
 
 def per_stage_json(kw: SearchRequest | Mapping[str, Any]) -> SearchRun:
@@ -498,15 +469,3 @@ def _frontier_point(
         }
     )
     return row
-
-
-def infeasible_json(err: InfeasibleError, web: bool = False) -> dict[str, Any]:
-    """What ``search --json`` and ``frontier --json`` print when no layout meets the constraints
-    (exit code 1): ``status`` infeasible (or unknown: the time limit ran out before an answer),
-    the ``explanation`` lines and the ``message`` (``web``: parameters named as the web API's,
-    :func:`interface.flags.with_flags`)."""
-    return {
-        "status": err.status,
-        "explanation": [with_flags(line, web) for line in err.explanation],
-        "message": with_flags(str(err), web),
-    }

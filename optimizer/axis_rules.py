@@ -6,7 +6,7 @@ search never re-types a rule, it asks the one the evaluator asks.
 * :func:`axis_refusal` — every given value of an axis breaks a rule (tp against the heads, cp's
   flavours, pp against the layers and against the framework's ZeRO stages);
 * :func:`unused_values` — the given values no legal shape uses while others are, with why (the
-  search output's notes, :func:`interface.search_commands.unused_note`).
+  search output's notes, :func:`interface.search_notes.unused_note`).
 """
 
 from __future__ import annotations
