@@ -48,6 +48,18 @@ BAD = {
         'dense = true\nsource = "s"\nstatus = "vendor"\n',
         "': missing key 'like' (or 'base'): the catalogue part whose generation's calibrated efficiencies",
     ),  # fmt: skip
+    "derating dropped": (
+        '[[accelerator]]\nbase = "H100-96GB-500W"\nlike = "H100-SXM"\nname = "U"\nsource = "s"\n',
+        "': base H100-96GB-500W runs its tensor cores at 0.896 of its rated peak under its power limit",
+    ),  # fmt: skip
+    "power only": (
+        GOOD.replace("bf16_tflops = 900\n", 'power_w = 500\npower_source = "cap"\n'),
+        "': power_w 500 is shown, not read by the time model (it runs at the rated bf16_tflops)",
+    ),  # fmt: skip
+    "too large": (
+        GOOD.replace("900", "1e300"),
+        "': key 'bf16_tflops' must be at most 1e+09 in its unit (no accelerator comes near it), got 1e+300",
+    ),  # fmt: skip
 }
 """Each bad file's text (None: no file) and the end of the line refusing it, after
 ``--gpu: 'PATH``."""

@@ -188,7 +188,21 @@ def _on_base(given: dict[str, Any], base: dict[str, Any], where: str) -> dict[st
 def _check_like(like: str, given: dict[str, Any], base: str | None, where: str) -> None:
     """Refuse a part that would take ``like``'s sustained clock (:data:`model.op_rates.
     SUSTAINED_CLOCK`) for a peak or a power limit of its own: that fraction derates the
-    ``like`` part's rated peak under its own limit, and says nothing of another."""
+    ``like`` part's rated peak under its own limit, and says nothing of another. Refuse too a
+    part that would lose its base's derating (a derated ``base`` with another ``like`` and no
+    ``bf16_tflops`` of its own), and a ``power_w`` without the ``bf16_tflops`` it sustains: no
+    term reads ``power_w``, so the part would run at its rated peak."""
+    if base in SUSTAINED_CLOCK and like != base and "bf16_tflops" not in given:
+        raise ScenarioError(
+            f"{where}: base {base} runs its tensor cores at {SUSTAINED_CLOCK[base][0]:.3f} of its "
+            f"rated peak under its power limit (model.op_rates.SUSTAINED_CLOCK); like {like} "
+            "would drop that derating: give the bf16_tflops this part sustains, or leave like out"
+        )
+    if "power_w" in given and "bf16_tflops" not in given:
+        raise ScenarioError(
+            f"{where}: power_w {given['power_w']} is shown, not read by the time model (it runs "
+            "at the rated bf16_tflops): give the bf16_tflops this part sustains at that limit"
+        )
     if like not in SUSTAINED_CLOCK or (
         base == like and not {"bf16_tflops", "power_w"} & set(given)
     ):

@@ -117,6 +117,12 @@ def _where(row: int, name: object) -> str:
     return f"{TABLE_FILE}: accelerator row {row}" + (f" ({name})" if name else "")
 
 
+FIGURE_LIMIT = 10**9
+"""The largest figure a row may give in its key's own unit (TFLOP/s, GB, GB/s, GPUs, W, cores):
+a thousand times beyond any part of the table, and small enough that every figure scaled to
+FLOP/s or bytes stays a finite float (a file's ``bf16_tflops = 1e300`` would not)."""
+
+
 def _number(value: Any, where: str, key: str, *, integer: bool = False) -> Fraction:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ScenarioError(f"{where}: key '{key}' must be a number, got {value!r}")
@@ -126,6 +132,11 @@ def _number(value: Any, where: str, key: str, *, integer: bool = False) -> Fract
     if exact <= 0 or (integer and exact.denominator != 1):
         kind = "a positive whole number" if integer else "positive"
         raise ScenarioError(f"{where}: key '{key}' must be {kind}, got {value!r}")
+    if exact > FIGURE_LIMIT:
+        raise ScenarioError(
+            f"{where}: key '{key}' must be at most {FIGURE_LIMIT:.0e} in its unit (no accelerator "
+            f"comes near it), got {value!r}"
+        )
     return exact
 
 

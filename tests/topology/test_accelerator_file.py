@@ -134,6 +134,22 @@ def test_a_power_capped_like_part_keeps_its_own_clock_only():
         part({**base, "bf16_tflops": 880})
 
 
+def test_a_part_never_loses_its_derating_silently():
+    """A derated base under another ``like`` would run at the rated 989.4 TFLOP/s, 1/0.896 =
+    1.116× the base's sustained rate (9.2 % less step time on Llama 3 8B); a ``power_w``
+    without its ``bf16_tflops`` would be read by no term. Both refused; with the sustained
+    peak given, the part is the file's."""
+    base = {"base": "H100-96GB-500W", "like": "H100-SXM", "name": "U", "source": "s"}
+    with pytest.raises(
+        ScenarioError, match=r"base H100-96GB-500W runs .* at 0.896 .* like H100-SXM would drop"
+    ):
+        part(base)
+    assert part({**base, "bf16_tflops": 886.5}).peak_flops_per_s == 886.5e12
+    with pytest.raises(ScenarioError, match=r"power_w 500 is shown, not read by the time model"):
+        capped = {k: v for k, v in H100_600W.items() if k != "bf16_tflops"}
+        part({**capped, "power_w": 500, "power_source": "cap"})
+
+
 def test_files_with_one_part_each(tmp_path):
     two = '[[accelerator]]\nbase = "H100-SXM"\nname = "A"\nsource = "s"\n' * 2
     with pytest.raises(ScenarioError, match=r"holds 2 \[\[accelerator\]\] tables; a file"):
