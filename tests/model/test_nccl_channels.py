@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from trainplan.model.nccl_search import nvlink_node
 from trainplan.model.terms.comm_memory import (
     channel_setup_bytes,
     collective_channels,
@@ -13,6 +14,8 @@ from trainplan.model.terms.comm_memory import (
 )
 
 MIB = 2**20
+H100 = nvlink_node("H100-SXM", 450e9)
+B200 = nvlink_node("B200", 900e9)
 
 
 def test_inside_one_h100_node():
@@ -22,12 +25,12 @@ def test_inside_one_h100_node():
     raise 12 channels to 40 GB/s (480 > 370.8). Postset doubles: 24 collective channels;
     p2pnChannels = pow2Up(24) = 32 set up (NVIDIA/nccl#1685: 32 p2p channels on 8 H100s).
     The group size inside the node does not enter: a 2-rank tp group is the same."""
-    assert collective_channels(8, 1, None, False) == collective_channels(2, 1, None, False) == 24
+    assert collective_channels(8, 1, None, H100) == collective_channels(2, 1, None, H100) == 24
     assert setup_channels(24) == 32
-    assert group_channels(2, 2, 8, True, None, False) == 24
+    assert group_channels(2, 2, 8, True, None, H100) == 24
     # NVLink 5: 18 × 40.1 = 721.8 GB/s; sm100 speeds 90 → 8 channels (720 < 721.8), dup 16 at
     # 45, Postset 32.
-    assert collective_channels(8, 1, None, True) == 32
+    assert collective_channels(8, 1, None, B200) == 32
 
 
 def test_across_h100_nodes_with_a_400g_nic_per_gpu():
@@ -42,12 +45,12 @@ def test_across_h100_nodes_with_a_400g_nic_per_gpu():
       → 8 at 24; Postset 16; 24 GB/s is not > 45: 16.
     * 1 a node: 1 → 2 (dup) → 4 (Postset).
     * 6 a node: 6 at 48, no dup; Postset 12; 48 > 45 and 12 < 16 → 24."""
-    assert collective_channels(8, 8, 50e9, False) == 16
-    assert collective_channels(4, 8, 50e9, False) == 16
-    assert collective_channels(1, 8, 50e9, False) == 4
-    assert collective_channels(6, 8, 50e9, False) == 24
+    assert collective_channels(8, 8, 50e9, H100) == 16
+    assert collective_channels(4, 8, 50e9, H100) == 16
+    assert collective_channels(1, 8, 50e9, H100) == 4
+    assert collective_channels(6, 8, 50e9, H100) == 24
     # dp 32 at tp 2 spans 64 consecutive ranks: 32 × 8 / 64 = 4 ranks on each of 8 nodes.
-    assert group_channels(32, 64, 8, False, 50e9, False) == 16
+    assert group_channels(32, 64, 8, False, 50e9, H100) == 16
     # the set-up: 16 channels × 3 + 2 granules of 2 MiB = 100 MiB (was 196 MiB at 32).
     assert setup_channels(16) == 16 and channel_setup_bytes(16) == 100 * MIB
 
@@ -55,4 +58,4 @@ def test_across_h100_nodes_with_a_400g_nic_per_gpu():
 def test_across_nodes_with_200g_nics():
     """25 GB/s NICs: the search runs at 24 GB/s, one channel per NIC; DupChannels needs bwIntra
     ≥ 25: none; Postset 2 × 8 = 16."""
-    assert collective_channels(8, 4, 25e9, False) == 16
+    assert collective_channels(8, 4, 25e9, H100) == 16
