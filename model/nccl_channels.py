@@ -7,7 +7,9 @@ NCCL (``NVIDIA/nccl`` at 5067397c; NCCL's defaults, no ``NCCL_*`` variable set):
 * **Channels.** ``ncclTopoCompute`` (``src/graph/search.cc``) searches rings at the per-channel
   speeds of the part's architecture (``speedArrayIntra``/``Inter`` on Ampere,
   ``sm90SpeedArray*`` on Hopper, ``sm100SpeedArray*`` on Blackwell) for the most
-  ``channels × speed`` the links allow; ``ncclTopoDupChannels`` doubles them (not below 25 GB/s a
+  ``channels × speed`` the links allow (in a node :func:`model.nccl_search.ring_search` on the
+  part's NVLinks: 24 in an A100 or H100 node, 16 in an H800's, 32 on NVLink 5);
+  ``ncclTopoDupChannels`` doubles them (not below 25 GB/s a
   channel, nor on sm90+ below 50 GB/s with more than 4); ``src/init.cc`` takes the tree's and
   the ring's fewer (``comm->nChannels = min(treeGraph, ringGraph)``, the tree searched with the
   ring's count as its minimum and maximum); ``ncclTopoPostset`` (``src/graph/connect.cc``)
@@ -49,6 +51,10 @@ NCCL (``NVIDIA/nccl`` at 5067397c; NCCL's defaults, no ``NCCL_*`` variable set):
   (:func:`model.nvls.nvls_ring`, the rule the step time and NVLS's buffers read). Else the
   ring's (or tree's: the same channels) count.
 
+Not derived: across nodes an H800's 8 NVLinks bound the inter-node ring too (each channel
+crosses every GPU of its node, 7 × its speed on a GPU's link at 8 a node); the count across nodes
+is the NIC-bound one of a DGX H100 (:func:`collective_channels`).
+
 Assumed: collectives large enough for every channel (all the overlapped ones the model charges:
 gradient buckets of tens of MB, a layer's activations), NCCL's defaults (no ``NCCL_ALGO``,
 ``NCCL_MAX_NCHANNELS``, ``NCCL_NVLS_NCHANNELS``, no tuner plugin), non-registered buffers
@@ -63,7 +69,7 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import Any
 
-from trainplan.model.nccl_search import NvlinkNode
+from trainplan.model.nccl_search import NvlinkNode, node_channels
 from trainplan.model.nvls import nvls_channels, nvls_on, nvls_ring
 
 __all__ = [
@@ -86,8 +92,9 @@ MAXCHANNELS = 64
 (``ncclMaxNchannels``' default)."""
 
 NODE_CHANNELS = 24
-"""Collective channels (``comm->nChannels``) of a communicator inside one NVLink domain of
-NVLink 3 or 4 (A100, H100, H200): :func:`collective_channels`. ``ncclTopoCompute`` (``src/graph/search.cc``) finds 6 ring
+"""Collective channels (``comm->nChannels``) of a communicator inside an A100, H100 or H200 node
+(12 or 18 NVLinks): :func:`model.nccl_search.node_channels`, which :func:`collective_channels`
+reads for the part's own NVLinks (16 on an H800's 8, 32 on NVLink 5). ``ncclTopoCompute`` (``src/graph/search.cc``) finds 6 ring
 channels at 60 GB/s on an H100's 18 × ``SM90_NVLINK_BW`` 20.6 = 370.8 GB/s (7 × 50 and 9 × 40
 are no better), ``ncclTopoDupChannels`` doubles them (``bwIntra`` ≥ 50) to 12 at 30 GB/s, and
 ``ncclTopoPostset`` (``src/graph/connect.cc``, "Duplication should be complete now") doubles
@@ -122,8 +129,9 @@ def collective_channels(
     nodes (``comm->nChannels`` after ``ncclTopoPostset``; ``src/init.cc``,
     ``src/graph/search.cc``, ``src/graph/connect.cc`` at 5067397).
 
-    * One node (one NVLink domain): :data:`NODE_CHANNELS`, 24; 32 on NVLink 5
-      (:attr:`model.nccl_search.NvlinkNode.nvl5` of ``node``, the part's NVLinks: 18 ×
+    * One node (one NVLink domain): :func:`model.nccl_search.node_channels` of ``node``, the
+      part's NVLinks: 24 on an A100 or H100 (:data:`NODE_CHANNELS`), 16 on an H800 (8 NVLinks
+      × 20.6 GB/s: 4 search channels at 40 GB/s, doubled twice), 32 on NVLink 5 (18 ×
       ``SM100_NVLINK_BW`` 40.1 GB/s, 8 search channels at 90 GB/s, doubled twice).
     * Across nodes, one NIC per GPU behind its PCIe path (a DGX H100's eight): each of the
       node's ``local`` GPUs carries one search channel at the fastest ``sm90SpeedArrayInter``
@@ -140,13 +148,15 @@ def collective_channels(
     >>> h100, b200 = nvlink_node("H100-SXM", 450e9), nvlink_node("B200", 900e9)
     >>> collective_channels(8, 1, None, h100), collective_channels(8, 1, None, b200)
     (24, 32)
+    >>> collective_channels(8, 1, None, nvlink_node("H800", 200e9))
+    16
     >>> [collective_channels(r, 8, 50e9, h100) for r in (1, 2, 4, 6, 8)]
     [4, 8, 16, 24, 16]
     >>> collective_channels(8, 4, 25e9, h100)  # 200 Gb/s NICs: 8 at 24 GB/s, no duplication
     16
     """
     if nodes <= 1:
-        return 32 if node.nvl5 else NODE_CHANNELS
+        return node_channels(node)
     bw = min(PCIE_GEN5_X16, (nic_bytes_per_s or 50e9) / 1e9)
     speed = next((s for s in SM90_INTER_SPEEDS if s <= bw), SM90_INTER_SPEEDS[-1])
     search = local

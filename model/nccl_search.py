@@ -210,6 +210,7 @@ def ring_search(node: NvlinkNode) -> tuple[int, float]:
     return doubled, speed / math.ceil(doubled / n)
 
 
+@lru_cache(maxsize=64)
 def node_channels(node: NvlinkNode) -> int:
     """Collective channels (``comm->nChannels``) of a communicator inside one NVLink domain:
     :func:`ring_search`'s, doubled by ``ncclTopoPostset``, at most ``MAXCHANNELS`` 64. A part

@@ -191,3 +191,21 @@ def test_the_peak_holds_them_in_both_phases_and_the_reserve_lost_them():
     # Reserved) + 666,632,192 B (CUDA context) + 32 MiB + 32 MiB + 1 KiB (cuBLAS, TE)
     # + 1 GiB (fragmentation), no NCCL
     assert DEFAULT_RUNTIME_RESERVE_BYTES == 841 * MIB + 666_632_192 + 64 * MIB + 1024 + 2**30
+
+
+def test_an_h800_node_rings_on_16_channels():
+    """An H800 node (8 NVLinks, 164.8 GB/s as NCCL counts them: 4 search channels at 40 GB/s,
+    doubled twice, tests/model/test_nccl_channels.py) gives a ring 16 collective channels and
+    sets up pow2Up(16) = 16: 16 × 12 = 192 MiB and (16 × 3 + 2) × 2 = 100 MiB, 292 MiB where an
+    H100 node's ring holds 484. dp 8 on 8 GPUs, ZeRO-1: the dp ring, the distributed optimizer's
+    gradient-statistics ring and the world ring, 3 × 292 = 876 MiB (1,452 on H100s); NVLS: the
+    dp ring's 8 heads run its all-reduce as NVLS (178.5 GB/s of bus bandwidth against the ring's
+    160, model/nccl_search.py), 2 + 16 × 2 × 1 × 8 = 258 MiB, the two one-float rings 2 each:
+    1,138 MiB."""
+    h800 = get_accelerator("H800")
+    cluster = ClusterLinks(nvlink_domain=8, nvlink_bytes_per_s=200e9, scaleout_bytes_per_s=50e9)
+    layout = Layout(dp=8)
+    est = evaluate(ModelSpec(name="m", arch=DENSE), TRAINING, layout, h800,
+                   links_for(layout, cluster))  # fmt: skip
+    assert [int(s.communicator_bytes) for s in est.stages] == [(3 * 292 + 258 + 2 * 2) * MIB]
+    assert (3 * 292 + 258 + 2 * 2) * MIB == 1138 * MIB

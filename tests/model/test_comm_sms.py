@@ -281,6 +281,16 @@ def test_nccl_holds_the_channels_of_the_algorithm_it_runs() -> None:
     # bandwidth against the ring's 360, model.nccl_search), on the ring's 24 blocks
     four = (4, 4, 8, True, 0.0, h100)
     assert collective_sm_share(ar, "H100-SXM", True, True, *four) == pytest.approx(1 - 1 / 1.350)
+    # the H800 (8 NVLinks, 164.8 GB/s as NCCL counts them): the ring's 16 collective channels
+    # (4 search channels at 40 GB/s, doubled twice: tests/model/test_nccl_channels.py), φ(16)
+    # = 1 − 1/1.314 as NVLS's 16; its 8-GPU all-reduce NVLS (8 × min(15 × 0.85 × 7/8 × 2, 30) =
+    # 178.5 GB/s against the ring's 8 × 20 = 160), its 4-GPU one a ring (153 against 160): 16
+    # blocks either way; the all-to-all on pow2Up(16) = 16, 0.23896 where an H100's is 0.35149
+    h800 = (*node[:-1], nvlink_node("H800", 200e9))
+    for kind in (ar, ring, "send-recv"):
+        assert collective_sm_share(kind, "H800", True, True, *h800) == pytest.approx(hopper)
+    four800 = (4, 4, 8, True, 0.0, h800[-1])
+    assert collective_sm_share(ar, "H800", True, True, *four800) == pytest.approx(hopper)
     nvl5 = (*node[:-1], nvlink_node("B200", 900e9))
     assert collective_sm_share(ar, "B200", True, True, *nvl5) == pytest.approx(0.25267, abs=1e-5)
     assert collective_sm_share(ar, "GB200", True, True, *nvl5) == pytest.approx(0.25267, abs=1e-5)
