@@ -211,9 +211,10 @@ def dp_exposed_seconds(
     beside_compute: Any = True,
     share: float = 0.0,
     waits: Any = 0.0,
-    forward_s: Any = 0.0,
-    reduce_s: Any = 0.0,
-    step_forward_s: Any = 0.0,
+    *,
+    forward_s: Any,
+    reduce_s: Any,
+    step_forward_s: Any,
 ) -> Any:
     """Seconds of data-parallel communication left exposed in a step, by mechanism.
 
@@ -239,25 +240,31 @@ def dp_exposed_seconds(
       :func:`model.pipeline_reduce.reduce_waiting_share`); ``step_forward_s``: those only the
       step's first forward can hide (:func:`first_forward_seconds`); the rest as above.
 
+    ``forward_s``, ``reduce_s`` and ``step_forward_s`` are keyword-only and required (seconds,
+    floats or arrays like ``step_s``; 0 where the mechanism has none): left out, the forward's
+    gathers would be read as the backward's and the first forward's as any other step traffic.
+
     Examples
     --------
-    >>> dp_exposed_seconds(2.0, 0.0, 8, 1.5, True, 0.1)  # max(2 − 1.5, 0.2)
+    >>> none = dict(forward_s=0.0, reduce_s=0.0, step_forward_s=0.0)
+    >>> dp_exposed_seconds(2.0, 0.0, 8, 1.5, True, 0.1, **none)  # max(2 − 1.5, 0.2)
     0.5
-    >>> dp_exposed_seconds(2.0, 0.0, 8, 1.5, False, 0.1)
+    >>> dp_exposed_seconds(2.0, 0.0, 8, 1.5, False, 0.1, **none)
     2.0
-    >>> dp_exposed_seconds(0.0, 0.5, 4, 0.4, True, 0.25, False)  # 4 · 0.5 on the compute stream
+    >>> dp_exposed_seconds(0.0, 0.5, 4, 0.4, True, 0.25, False, **none)  # 4 · 0.5 on the compute stream
     2.0
-    >>> dp_exposed_seconds(1.0, 0.0, 8, 1.5, True, 0.1, True, 0.25)  # max(0.25·1, 1 − 1.5, 0.1)
+    >>> dp_exposed_seconds(1.0, 0.0, 8, 1.5, True, 0.1, True, 0.25, **none)  # max(0.25·1, 1 − 1.5, 0.1)
     0.25
-    >>> dp_exposed_seconds(3.0, 0.0, 8, 1.5, True, 0.1, True, 0.25, 2.0)  # 2 + max(0.25, 0.1)
+    >>> dp_exposed_seconds(3.0, 0.0, 8, 1.5, True, 0.1, True, 0.25, 2.0, **none)  # 2 + max(0.25, 0.1)
     2.25
+    >>> dp_exposed_seconds(2.0, 0.0, 8, 1.5, True, 0.1)  # the gathers' phases left out
+    Traceback (most recent call last):
+    TypeError: dp_exposed_seconds() missing 3 required keyword-only arguments: 'forward_s', 'reduce_s', and 'step_forward_s'
     """
     overlapped = overlapped & beside_compute
     rest = step_s - waits - step_forward_s
     beyond = contended_wait(rest, window_s, share)
     first = first_forward_seconds(step_forward_s, window_s, tail, share)
     step = where(overlapped, waits + maximum(beyond, rest * tail) + first, step_s)
-    hidden = microbatch_exposed_seconds(
-        microbatch_s, forward_s, reduce_s, m, window_s, tail, share
-    )  # fmt: skip
+    hidden = microbatch_exposed_seconds(microbatch_s, forward_s, reduce_s, m, window_s, tail, share)
     return step + where(beside_compute, hidden, m * microbatch_s)

@@ -140,8 +140,9 @@ def dp_group_times(
     waits = (d.step_reduce_s + e.step_reduce_s) * reduce_waiting_share(fw, f.pp, f.virtual_stages)
     exposed = dp_exposed_seconds(
         d.step_s + e.step_s, d.microbatch_s + e.microbatch_s, m, window, after_flush, tail,
-        beside, share, waits, d.forward_s + e.forward_s,
-        d.microbatch_reduce_s + e.microbatch_reduce_s, d.step_forward_s + e.step_forward_s,
+        beside, share, waits, forward_s=d.forward_s + e.forward_s,
+        reduce_s=d.microbatch_reduce_s + e.microbatch_reduce_s,
+        step_forward_s=d.step_forward_s + e.step_forward_s,
     )  # fmt: skip
     expert_exposed = where(some, exposed * experts / where(some, total, 1.0), 0.0)
     return (dense, exposed - expert_exposed), (experts, expert_exposed)
