@@ -119,6 +119,7 @@ from trainplan.model.gemm_shapes import sm_count
 from trainplan.model.kernels import interpolate_linear
 from trainplan.model.moe import DEEPEP_NUM_SMS
 from trainplan.model.nccl_channels import group_blocks
+from trainplan.model.nccl_search import NvlinkNode
 from trainplan.model.op_rates import SM_PART
 from trainplan.model.part_family import catalogue_part
 from trainplan.model.xp import maximum
@@ -255,11 +256,12 @@ def dispatcher_sm_share(dispatcher: str, device_name: str, one_domain: bool = Tr
 @lru_cache(maxsize=4096)
 def collective_sm_share(
     kind: str, device_name: str, charged: bool, nvls_enabled: bool, size: int, span: int,
-    gpus_per_node: int, nvlink: bool, nic: Any, nvl5: bool,
+    gpus_per_node: int, nvlink: bool, nic: Any, node: NvlinkNode,
 ) -> float:  # fmt: skip
     """``φ`` of an NCCL collective of ``kind`` (:class:`model.nccl_channels.NcclKernel`) over a
     group of ``size`` ranks spread over ``span`` consecutive ranks (``nvlink``: in one NVLink
-    domain; else across nodes of ``gpus_per_node`` GPUs on NICs of ``nic`` bytes/s) beside
+    domain; else across nodes of ``gpus_per_node`` GPUs on NICs of ``nic`` bytes/s; ``node``:
+    the part's NVLinks, :func:`model.nccl_search.nvlink_node`) beside
     computation: :func:`held_sm_share` of the blocks the algorithm NCCL runs it as holds
     (:func:`model.nccl_channels.group_blocks`; ``nvls_enabled``:
     :class:`model.timing.CostOptions` ``nccl_nvls``); 0 for a group of one rank, a part without
@@ -272,27 +274,30 @@ def collective_sm_share(
     its reduce-scatter on the ring's 24, 1 − 1/1.350; an A100 node's on the ring's 24 of 108
     SMs, 29.33 H200 blocks: 0.2593 + (5.33/8)·0.0922:
 
-    >>> node = (8, 8, 8, True, 0.0, False)
+    >>> from trainplan.model.nccl_search import nvlink_node
+    >>> h100, a100 = nvlink_node("H100-SXM", 450e9), nvlink_node("A100-80GB", 300e9)
+    >>> node = (8, 8, 8, True, 0.0, h100)
     >>> round(collective_sm_share("all-reduce", "H100-SXM", True, True, *node), 4)
     0.239
     >>> round(collective_sm_share("ring", "H100-SXM", True, True, *node), 4)
     0.2593
-    >>> round(collective_sm_share("ring", "A100-80GB", True, True, *node), 4)
+    >>> round(collective_sm_share("ring", "A100-80GB", True, True, *node[:-1], a100), 4)
     0.3207
 
     A dp group of one GPU a node on H100s (400 Gb/s NICs): 4 channels, 0.1504/2; a B200 node's
     all-reduce on 24 of 148 SMs (21.41 blocks); off with the option:
 
-    >>> round(collective_sm_share("ring", "H100-SXM", True, True, 16, 128, 8, False, 50e9, False), 4)
+    >>> round(collective_sm_share("ring", "H100-SXM", True, True, 16, 128, 8, False, 50e9, h100), 4)
     0.0752
-    >>> round(collective_sm_share("all-reduce", "B200", True, True, *node[:-1], True), 4)
+    >>> b200 = nvlink_node("B200", 900e9)
+    >>> round(collective_sm_share("all-reduce", "B200", True, True, *node[:-1], b200), 4)
     0.2527
     >>> collective_sm_share("ring", "H100-SXM", False, True, *node)
     0.0
     """
     if not charged:
         return 0.0
-    args = (size, span, gpus_per_node, nvlink, nic, nvl5)
+    args = (size, span, gpus_per_node, nvlink, nic, node)
     return held_sm_share(group_blocks(kind, device_name, nvls_enabled, *args), device_name)
 
 

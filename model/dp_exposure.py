@@ -41,6 +41,8 @@ __all__ = [
     "dp_seconds",
     "microbatch_exposed_seconds",
     "first_forward_seconds",
+    "interleaved_gather_seconds",
+    "step_exposed_seconds",
     "dp_exposed_seconds",
 ]
 
@@ -225,6 +227,72 @@ def first_forward_seconds(
     return maximum(first, gather_s * tail)
 
 
+def interleaved_gather_seconds(
+    gather_s: Any, window_s: Any, chunks: Any, group: Any, tail: Any, share: float = 0.0
+) -> Any:
+    """Seconds of ``gather_s`` of a stage's once-per-step parameter all-gathers left waiting
+    where Megatron-Core's interleaved schedule launches them chunk by chunk
+    (:func:`model.pipeline_reduce.chunked_param_gathers`; its module docstring has the code):
+    ``chunks`` = v equal chunks of ``a = gather_s / v``, each chunk-forward of one micro-batch
+    ``f`` = :func:`model.schedule_cost.pass_times`' ``t/3`` of ``window_s`` over v, ``group``
+    micro-batches a chunk at a time (``pp``). Chunk 0's gathers hide under its own first forward
+    (what exceeds ``f``, at least the first bucket, ``tail``'s share of ``gather_s``), chunk
+    1's under chunk 0's other ``group − 1`` forwards, every later chunk's under the previous
+    chunk's ``group`` forwards; what exceeds each window waits
+    (:func:`model.comm_sms.contended_wait`, ``share`` = ``φ``). Rank 0's windows, the shortest
+    (rank ``r`` launches ``r`` forwards earlier). Element-wise for arrays; ``chunks`` ≥ 2.
+
+    Examples
+    --------
+    GPT-3 175B on 512 H100s (NeMo 24.07, pp 8, v 6): 0.14052 s of gathers a step, 0.02342 a
+    chunk; one micro-batch 0.17036 s, a chunk-forward 0.17036/18 = 0.009464 s; 141 buckets,
+    φ = 0.15038. Chunk 0 waits 0.02342 − 0.00946 = 0.01396; chunk 1 (window 7 × 0.00946) and
+    chunks 2–5 (8 × 0.00946 each) only φ · 0.02342 = 0.00352 each:
+
+    >>> round(interleaved_gather_seconds(0.14052, 0.17036, 6, 8, 1 / 141, 0.15038), 5)
+    0.03157
+    """
+    a = gather_s / chunks
+    f = pass_times(window_s, window_s, 1)[0] / chunks
+    first = maximum(contended_wait(a, f, share), gather_s * tail)
+    second = contended_wait(a, (group - 1) * f, share)
+    later = (chunks - 2) * contended_wait(a, group * f, share)
+    return first + second + later
+
+
+def step_exposed_seconds(
+    step_s: Any, window_s: Any, tail: Any, share: float, waits: Any, *, step_forward_s: Any,
+    chunk_gather_s: Any, chunks: Any, chunk_group: Any, upfront: tuple[Any, Any] = (0, 1),
+) -> Any:  # fmt: skip
+    """Seconds of the once-per-step traffic ``step_s`` left waiting where it overlaps
+    (:func:`dp_exposed_seconds`): ``waits`` whole; ``step_forward_s`` under the step's first
+    forward (:func:`first_forward_seconds`, ``upfront`` its last two: PyTorch's multi-stage
+    runtime's first chunk); ``chunk_gather_s``, the parameter all-gathers
+    Megatron-Core's interleaved schedule launches chunk by chunk under the next step's warm-up
+    forwards, ``chunks`` (v) chunks ``chunk_group`` micro-batches at a time
+    (:func:`interleaved_gather_seconds`; 0 elsewhere, ``chunks`` and ``chunk_group`` then
+    unread); the rest under ``window_s``, at least ``tail``'s share of it
+    (:func:`model.comm_sms.contended_wait`, ``share`` = ``φ``). Element-wise for arrays.
+
+    The GPT-3 175B row of :func:`interleaved_gather_seconds`: 0.28104 s a step, its
+    reduce-scatter 0.14052 (v = 6: 1/6 of it waits whole, 0.02342; the rest, 0.11710, under one
+    micro-batch's 0.17036 s, φ of it) and its gathers by chunk (0.03157): 0.07259 s, where one
+    window for the reduction and the gathers together left max(0.25762 − 0.17036, φ · 0.25762)
+    = 0.08726, 0.11068 in all.
+
+    >>> round(step_exposed_seconds(0.28104, 0.17036, 1 / 141, 0.15038, 0.02342, step_forward_s=0.0,
+    ...                            chunk_gather_s=0.14052, chunks=6, chunk_group=8), 5)
+    0.07259
+    """
+    rest = step_s - waits - step_forward_s - chunk_gather_s
+    beyond = maximum(contended_wait(rest, window_s, share), rest * tail)
+    first = first_forward_seconds(step_forward_s, window_s, tail, share, *upfront)
+    chunked = interleaved_gather_seconds(
+        chunk_gather_s, window_s, maximum(chunks, 1), chunk_group, tail, share
+    )  # fmt: skip
+    return waits + beyond + first + where(chunk_gather_s > 0, chunked, 0.0)
+
+
 def dp_exposed_seconds(
     step_s: Any,
     microbatch_s: Any,
@@ -235,10 +303,14 @@ def dp_exposed_seconds(
     beside_compute: Any = True,
     share: float = 0.0,
     waits: Any = 0.0,
-    forward_s: Any = 0.0,
-    reduce_s: Any = 0.0,
-    step_forward_s: Any = 0.0,
-    upfront: tuple[Any, Any] = (0, 1),
+    *,
+    forward_s: Any,
+    reduce_s: Any,
+    step_forward_s: Any,
+    upfront: tuple[Any, Any],
+    chunk_gather_s: Any,
+    chunks: Any,
+    chunk_group: Any,
 ) -> Any:
     """Seconds of data-parallel communication left exposed in a step, by mechanism.
 
@@ -248,39 +320,42 @@ def dp_exposed_seconds(
     * The once-per-step traffic (the distributed optimizer's reduce-scatter and all-gather, a
       DDP all-reduce, FSDP2's reduce-scatter under a pipeline schedule) overlaps the last
       micro-batch's backward and the next step's first forward when the framework overlaps it
-      (``overlapped``: Megatron-Core ``--overlap-grad-reduce`` / ``--overlap-param-gather``,
-      FSDP's prefetch): ``max(c − window, tail·c)``; else all of it waits (Megatron-LM 2021's
-      DDP all-reduce after the last backward, DeepSpeed's pipeline engine:
-      :func:`model.comm.grad_reduce_overlaps`). ``overlapped`` is element-wise.
+      (``overlapped``, element-wise: Megatron-Core ``--overlap-grad-reduce`` /
+      ``--overlap-param-gather``, FSDP's prefetch): :func:`step_exposed_seconds` (``waits``,
+      ``step_forward_s``, ``chunk_gather_s``, ``chunks``, ``chunk_group`` its); else all of it
+      waits (Megatron-LM 2021's DDP all-reduce after the last backward, DeepSpeed's pipeline
+      engine: :func:`model.comm.grad_reduce_overlaps`).
     * Without ``beside_compute`` (:func:`model.comm.reduces_beside_compute`: DeepSpeed ZeRO-1/2
-      without ``overlap_comm`` reduces on the compute stream) nothing overlaps: every
-      collective waits, the per-micro-batch ones and the once-per-step ones alike.
-    * ``share``: the SMs an overlapped collective's kernels hold (``φ``,
-      :func:`model.comm_sms.collective_sm_share`); the computation it hides under runs on the
-      rest, so what waits beyond a window is :func:`model.comm_sms.contended_wait`
-      ``max(φ·a, a − window)`` in place of ``max(0, a − window)``.
-    * ``waits``: seconds of the once-per-step traffic that wait whole even when it overlaps
-      (FSDP2's reduce-scatter after a pipeline stage's last backward,
-      :func:`model.pipeline_reduce.reduce_waiting_share`); ``step_forward_s``: those only the
-      step's first forward can hide (:func:`first_forward_seconds`, ``upfront`` its last two).
+      without ``overlap_comm`` reduces on the compute stream) nothing overlaps.
+    * ``share``: ``φ``, the SMs an overlapped collective's kernels hold
+      (:func:`model.comm_sms.collective_sm_share`): what waits beyond a window is
+      :func:`model.comm_sms.contended_wait` ``max(φ·a, a − window)``.
+    * ``upfront``: under PyTorch's multi-stage pipeline runtime, the share of ``step_forward_s``
+      that waits whole before the first forward and the forwards the rest hides under
+      (:func:`model.fsdp2_pipeline.upfront_gather`; ``(0, 1)`` elsewhere).
 
-    Examples
-    --------
-    >>> dp_exposed_seconds(2.0, 0.0, 8, 1.5, True, 0.1)  # max(2 − 1.5, 0.2)
+    The keyword-only arguments are required (seconds as ``step_s``, 0 where the mechanism has
+    none; counts): left out, the forward's gathers would be read as the backward's, the first
+    forward's or a chunk's as any other step traffic.
+
+    >>> none = dict(forward_s=0, reduce_s=0, step_forward_s=0, upfront=(0, 1), chunk_gather_s=0,
+    ...             chunks=1, chunk_group=1)
+    >>> dp_exposed_seconds(2.0, 0.0, 8, 1.5, True, 0.1, **none)  # max(2 − 1.5, 0.2)
     0.5
-    >>> dp_exposed_seconds(2.0, 0.0, 8, 1.5, False, 0.1)
+    >>> dp_exposed_seconds(2.0, 0.0, 8, 1.5, False, 0.1, **none)
     2.0
-    >>> dp_exposed_seconds(0.0, 0.5, 4, 0.4, True, 0.25, False)  # 4 · 0.5 on the compute stream
+    >>> dp_exposed_seconds(0.0, 0.5, 4, 0.4, True, 0.25, False, **none)  # 4 · 0.5, compute stream
     2.0
-    >>> dp_exposed_seconds(1.0, 0.0, 8, 1.5, True, 0.1, True, 0.25)  # max(0.25·1, 1 − 1.5, 0.1)
-    0.25
-    >>> dp_exposed_seconds(3.0, 0.0, 8, 1.5, True, 0.1, True, 0.25, 2.0)  # 2 + max(0.25, 0.1)
+    >>> dp_exposed_seconds(3.0, 0.0, 8, 1.5, True, 0.1, True, 0.25, 2.0, **none)  # 2 + max(0.25, 0.1)
     2.25
+    >>> dp_exposed_seconds(2.0, 0.0, 8, 1.5, True, 0.1)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    TypeError: dp_exposed_seconds() missing 7 required keyword-only arguments: ...
     """
-    overlapped = overlapped & beside_compute
-    rest = step_s - waits - step_forward_s
-    beyond = contended_wait(rest, window_s, share)
-    first = first_forward_seconds(step_forward_s, window_s, tail, share, *upfront)
-    step = where(overlapped, waits + maximum(beyond, rest * tail) + first, step_s)
+    kept = dict(step_forward_s=step_forward_s, chunk_gather_s=chunk_gather_s, chunks=chunks)
+    step = step_exposed_seconds(
+        step_s, window_s, tail, share, waits, **kept, chunk_group=chunk_group, upfront=upfront
+    )  # fmt: skip
+    step = where(overlapped & beside_compute, step, step_s)
     hidden = microbatch_exposed_seconds(microbatch_s, forward_s, reduce_s, m, window_s, tail, share)
     return step + where(beside_compute, hidden, m * microbatch_s)

@@ -7,7 +7,9 @@ NCCL (``NVIDIA/nccl`` at 5067397c; NCCL's defaults, no ``NCCL_*`` variable set):
 * **Channels.** ``ncclTopoCompute`` (``src/graph/search.cc``) searches rings at the per-channel
   speeds of the part's architecture (``speedArrayIntra``/``Inter`` on Ampere,
   ``sm90SpeedArray*`` on Hopper, ``sm100SpeedArray*`` on Blackwell) for the most
-  ``channels × speed`` the links allow; ``ncclTopoDupChannels`` doubles them (not below 25 GB/s a
+  ``channels × speed`` the links allow (in a node :func:`model.nccl_search.ring_search` on the
+  part's NVLinks: 24 in an A100 or H100 node, 16 in an H800's, 32 on NVLink 5);
+  ``ncclTopoDupChannels`` doubles them (not below 25 GB/s a
   channel, nor on sm90+ below 50 GB/s with more than 4); ``src/init.cc`` takes the tree's and
   the ring's fewer (``comm->nChannels = min(treeGraph, ringGraph)``, the tree searched with the
   ring's count as its minimum and maximum); ``ncclTopoPostset`` (``src/graph/connect.cc``)
@@ -42,11 +44,16 @@ NCCL (``NVIDIA/nccl`` at 5067397c; NCCL's defaults, no ``NCCL_*`` variable set):
   400 Gb/s NICs) NVLS-tree's 8 × min(59.5, 48, ``perChMaxNVLSTreeBw`` 45.5) = 364 GB/s against
   the ring's 8 × 48 = 384 at the same ratio, with 25 + 2·log2(nodes)·20.9 µs of latency
   against the ring's ~3.4 µs a step and 14 µs a network step (×1.4, the ring's plateau), so
-  NVLS-tree below about 1 GB at 4 nodes and far beyond at more. Where NCCL's own model differs
-  (an assumption shared with :func:`model.nvls.nvls_ring`): at 2 or 4 GPUs of an H100 node the
+  NVLS-tree below about 1 GB at 4 nodes and far beyond at more. Inside a node NVLS's bus
+  bandwidth falls with the GPUs (:mod:`model.nccl_search`): at 2 or 4 GPUs of an H100 node the
   NVLS all-reduce's 2 × min(51, 60) = 102 and 4 × min(76.5, 60) = 240 GB/s are under the
-  ring's 360, so NCCL runs it as a ring (24 blocks, not 16); ``φ`` differs by 0.020
-  (:mod:`model.comm_sms`). Else the ring's (or tree's: the same channels) count.
+  ring's 360, so NCCL runs it as a ring, on the ring's 24 blocks, not NVLS's 16
+  (:func:`model.nvls.nvls_ring`, the rule the step time and NVLS's buffers read). Else the
+  ring's (or tree's: the same channels) count.
+
+Not derived: across nodes an H800's 8 NVLinks bound the inter-node ring too (each channel
+crosses every GPU of its node, 7 × its speed on a GPU's link at 8 a node); the count across nodes
+is the NIC-bound one of a DGX H100 (:func:`collective_channels`).
 
 Assumed: collectives large enough for every channel (all the overlapped ones the model charges:
 gradient buckets of tens of MB, a layer's activations), NCCL's defaults (no ``NCCL_ALGO``,
@@ -62,11 +69,10 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import Any
 
-from trainplan.model.nvls import nvls_channels, nvls_on
+from trainplan.model.nccl_search import NvlinkNode, node_channels
+from trainplan.model.nvls import nvls_channels, nvls_on, nvls_ring
 
 __all__ = [
-    "NVLINK5_ABOVE_BYTES_PER_S",
-    "nvlink5",
     "MAXCHANNELS",
     "NODE_CHANNELS",
     "NcclKernel",
@@ -86,8 +92,9 @@ MAXCHANNELS = 64
 (``ncclMaxNchannels``' default)."""
 
 NODE_CHANNELS = 24
-"""Collective channels (``comm->nChannels``) of a communicator inside one NVLink domain of
-NVLink 3 or 4 (A100, H100, H200): :func:`collective_channels`. ``ncclTopoCompute`` (``src/graph/search.cc``) finds 6 ring
+"""Collective channels (``comm->nChannels``) of a communicator inside an A100, H100 or H200 node
+(12 or 18 NVLinks): :func:`model.nccl_search.node_channels`, which :func:`collective_channels`
+reads for the part's own NVLinks (16 on an H800's 8, 32 on NVLink 5). ``ncclTopoCompute`` (``src/graph/search.cc``) finds 6 ring
 channels at 60 GB/s on an H100's 18 × ``SM90_NVLINK_BW`` 20.6 = 370.8 GB/s (7 × 50 and 9 × 40
 are no better), ``ncclTopoDupChannels`` doubles them (``bwIntra`` ≥ 50) to 12 at 30 GB/s, and
 ``ncclTopoPostset`` (``src/graph/connect.cc``, "Duplication should be complete now") doubles
@@ -114,31 +121,17 @@ PCIE_GEN5_X16 = 48.0
 ``kvDictPciGen`` "32.0 GT/s PCIe" 240 × 16 lanes ÷ 80): the path from a GPU to its own NIC."""
 
 
-NVLINK5_ABOVE_BYTES_PER_S = 450e9
-"""Above this a part's NVLink (bytes/s a direction) is NVLink 5, whose node NCCL gives 32 channels
-(:func:`collective_channels`): Hopper's NVLink 4 is 18 links × 25 GB/s = 450 GB/s a direction,
-Blackwell's NVLink 5 18 × 50 = 900 GB/s (NVIDIA's H100 and B200 datasheets; the parts'
-``nvlink_gbps`` in ``topology/accelerators.toml``)."""
-
-
-def nvlink5(nvlink_bytes_per_s: float | None) -> bool:
-    """Whether a part of ``nvlink_bytes_per_s`` (bytes/s a direction; None without NVLink) is an
-    NVLink 5 part (:data:`NVLINK5_ABOVE_BYTES_PER_S`): the ``nvl5`` flag of
-    :func:`collective_channels`.
-
-    >>> nvlink5(450e9), nvlink5(900e9), nvlink5(None)
-    (False, True, False)
-    """
-    return (nvlink_bytes_per_s or 0) > NVLINK5_ABOVE_BYTES_PER_S
-
-
 @lru_cache(maxsize=256)
-def collective_channels(local: int, nodes: int, nic_bytes_per_s: float | None, nvl5: bool) -> int:
+def collective_channels(
+    local: int, nodes: int, nic_bytes_per_s: float | None, node: NvlinkNode
+) -> int:
     """Collective channels NCCL gives a communicator of ``local`` ranks on each of ``nodes``
     nodes (``comm->nChannels`` after ``ncclTopoPostset``; ``src/init.cc``,
     ``src/graph/search.cc``, ``src/graph/connect.cc`` at 5067397).
 
-    * One node (one NVLink domain): :data:`NODE_CHANNELS`, 24; 32 on NVLink 5 (``nvl5``: 18 ×
+    * One node (one NVLink domain): :func:`model.nccl_search.node_channels` of ``node``, the
+      part's NVLinks: 24 on an A100 or H100 (:data:`NODE_CHANNELS`), 16 on an H800 (8 NVLinks
+      × 20.6 GB/s: 4 search channels at 40 GB/s, doubled twice), 32 on NVLink 5 (18 ×
       ``SM100_NVLINK_BW`` 40.1 GB/s, 8 search channels at 90 GB/s, doubled twice).
     * Across nodes, one NIC per GPU behind its PCIe path (a DGX H100's eight): each of the
       node's ``local`` GPUs carries one search channel at the fastest ``sm90SpeedArrayInter``
@@ -151,15 +144,19 @@ def collective_channels(local: int, nodes: int, nic_bytes_per_s: float | None, n
       8 search channels on H100s with eight CX7s); 4 a node: 4 → 8 → 16; 1 a node: 1 → 2 → 4.
       Unknown NIC bandwidth: 400 Gb/s.
 
-    >>> collective_channels(8, 1, None, False), collective_channels(8, 1, None, True)
+    >>> from trainplan.model.nccl_search import nvlink_node
+    >>> h100, b200 = nvlink_node("H100-SXM", 450e9), nvlink_node("B200", 900e9)
+    >>> collective_channels(8, 1, None, h100), collective_channels(8, 1, None, b200)
     (24, 32)
-    >>> [collective_channels(r, 8, 50e9, False) for r in (1, 2, 4, 6, 8)]
+    >>> collective_channels(8, 1, None, nvlink_node("H800", 200e9))
+    16
+    >>> [collective_channels(r, 8, 50e9, h100) for r in (1, 2, 4, 6, 8)]
     [4, 8, 16, 24, 16]
-    >>> collective_channels(8, 4, 25e9, False)  # 200 Gb/s NICs: 8 at 24 GB/s, no duplication
+    >>> collective_channels(8, 4, 25e9, h100)  # 200 Gb/s NICs: 8 at 24 GB/s, no duplication
     16
     """
     if nodes <= 1:
-        return 32 if nvl5 else NODE_CHANNELS
+        return node_channels(node)
     bw = min(PCIE_GEN5_X16, (nic_bytes_per_s or 50e9) / 1e9)
     speed = next((s for s in SM90_INTER_SPEEDS if s <= bw), SM90_INTER_SPEEDS[-1])
     search = local
@@ -207,42 +204,47 @@ def strided_nodes(s1: int, n1: int, s2: int, n2: int, gpus_per_node: int) -> int
 
 @lru_cache(maxsize=4096)
 def group_channels(
-    size: int, span: int, gpus_per_node: int, nvlink: bool, nic: Any, nvl5: bool
+    size: int, span: int, gpus_per_node: int, nvlink: bool, nic: Any, node: NvlinkNode
 ) -> int:
     """:func:`collective_channels` of a group of ``size`` ranks spread over ``span`` consecutive
     ranks: one node where ``nvlink`` (the group lies in one NVLink domain), else ``size ÷ nodes``
     ranks on each of ``min(size, ⌈span ÷ gpus_per_node⌉)`` nodes (a 2-rank pipeline group
     spanning 8 nodes has one rank on each of 2).
 
-    >>> group_channels(32, 64, 8, False, 50e9, False), group_channels(2, 2, 8, True, None, False)
+    >>> from trainplan.model.nccl_search import nvlink_node
+    >>> h100 = nvlink_node("H100-SXM", 450e9)
+    >>> group_channels(32, 64, 8, False, 50e9, h100), group_channels(2, 2, 8, True, None, h100)
     (16, 24)
     """
     if nvlink or size <= 1:
-        return collective_channels(int(size), 1, None, nvl5)
+        return collective_channels(int(size), 1, None, node)
     local, nodes = group_placement(size, span, gpus_per_node)
-    return collective_channels(local, nodes, float(nic) if nic else None, nvl5)
+    return collective_channels(local, nodes, float(nic) if nic else None, node)
 
 
 @lru_cache(maxsize=4096)
 def strided_group_channels(
-    s1: int, n1: int, s2: int, n2: int, gpus_per_node: int, nvlink: bool, nic: Any, nvl5: bool
-) -> int:
+    s1: int, n1: int, s2: int, n2: int, gpus_per_node: int, nvlink: bool, nic: Any,
+    node: NvlinkNode,
+) -> int:  # fmt: skip
     """:func:`collective_channels` of the group of ranks ``i·s1 + j·s2`` (``i < n1``,
     ``j < n2``), two axes' groups combined (Megatron-LM's model-parallel group: a tp block at
     each pp stride): one node where ``nvlink``, else the nodes of ``gpus_per_node`` consecutive
     ranks the group touches, with ``size ÷ nodes`` ranks on each.
 
-    >>> strided_group_channels(1, 4, 16, 4, 8, False, 50e9, False)  # tp 4 × pp 4 on 64: 4 × 4
+    >>> from trainplan.model.nccl_search import nvlink_node
+    >>> h100 = nvlink_node("H100-SXM", 450e9)
+    >>> strided_group_channels(1, 4, 16, 4, 8, False, 50e9, h100)  # tp 4 × pp 4 on 64: 4 × 4
     16
-    >>> strided_group_channels(8, 16, 0, 1, 8, False, 50e9, False)  # one rank on each of 16
+    >>> strided_group_channels(8, 16, 0, 1, 8, False, 50e9, h100)  # one rank on each of 16
     4
     """
     size, gpn = int(n1) * int(n2), int(gpus_per_node)
     if nvlink or size <= 1:
-        return collective_channels(size, 1, None, nvl5)
+        return collective_channels(size, 1, None, node)
     nodes = strided_nodes(s1, n1, s2, n2, gpn)
     local = max(1, min(gpn, -(-size // nodes)))
-    return collective_channels(local, nodes, float(nic) if nic else None, nvl5)
+    return collective_channels(local, nodes, float(nic) if nic else None, node)
 
 
 class NcclKernel(StrEnum):
@@ -259,55 +261,66 @@ class NcclKernel(StrEnum):
 @lru_cache(maxsize=1024)
 def collective_blocks(
     kind: str, device_name: str, nvls_enabled: bool, local: int, nodes: int,
-    nic_bytes_per_s: float | None, nvl5: bool,
+    nic_bytes_per_s: float | None, node: NvlinkNode,
 ) -> int:  # fmt: skip
     """Thread blocks (one per channel, each on its own SM) NCCL runs a large collective of
     ``kind`` (a :class:`NcclKernel` value) on, for a communicator of ``local`` ranks on each of
-    ``nodes`` nodes of the part ``device_name`` (module docstring): an all-reduce where
-    :func:`model.nvls.nvls_on` (``nvls_enabled``: :class:`model.timing.CostOptions`
-    ``nccl_nvls``) on the NVLS count (:func:`model.nvls.nvls_channels`, NVLS in one domain and
-    NVLS-tree across alike); send/recv on :func:`setup_channels`; everything else on
-    :func:`collective_channels`. Raises ``ValueError`` on an unknown ``kind``.
+    ``nodes`` nodes of the part ``device_name`` with ``node``'s NVLinks
+    (:func:`model.nccl_search.nvlink_node`; module docstring): an all-reduce on the NVLS count
+    (:func:`model.nvls.nvls_channels`) where :func:`model.nvls.nvls_on` (``nvls_enabled``:
+    :class:`model.timing.CostOptions` ``nccl_nvls``) and NCCL's tuner runs it as NVLS — in
+    one node where :func:`model.nvls.nvls_ring` (the group large enough for NVLS's bus
+    bandwidth to reach the ring's), across nodes as NVLS-tree; send/recv on
+    :func:`setup_channels`; everything else on :func:`collective_channels`. Raises
+    ``ValueError`` on an unknown ``kind``.
 
     8 H100s: an all-reduce on NVLS's 16, a reduce-scatter on the ring's 24, an all-to-all on
-    32; an A100 node (no NVLS): 24 for both collectives. Across nodes at one rank a node
-    (400 Gb/s NICs): 4 whatever the part; at two, 8 on H100 (48 GB/s doubled: 4 → 8) and 4 on
-    A100 (its 200 Gb/s NICs at 24 GB/s: no duplication).
+    32; 4 H100s: the all-reduce as a ring, 24; an A100 node (no NVLS): 24 for both collectives.
+    Across nodes at one rank a node (400 Gb/s NICs): 4 whatever the part; at two, 8 on H100
+    (48 GB/s doubled: 4 → 8) and 4 on A100 (its 200 Gb/s NICs at 24 GB/s: no duplication).
 
-    >>> [collective_blocks(k, "H100-SXM", True, 8, 1, None, False) for k in NcclKernel]
+    >>> from trainplan.model.nccl_search import nvlink_node
+    >>> h100, a100 = nvlink_node("H100-SXM", 450e9), nvlink_node("A100-80GB", 300e9)
+    >>> [collective_blocks(k, "H100-SXM", True, 8, 1, None, h100) for k in NcclKernel]
     [16, 24, 32]
-    >>> [collective_blocks(k, "A100-80GB", True, 8, 1, None, False) for k in NcclKernel]
+    >>> collective_blocks("all-reduce", "H100-SXM", True, 4, 1, None, h100)
+    24
+    >>> [collective_blocks(k, "A100-80GB", True, 8, 1, None, a100) for k in NcclKernel]
     [24, 24, 32]
-    >>> collective_blocks("all-reduce", "H100-SXM", True, 1, 16, 50e9, False)
+    >>> collective_blocks("all-reduce", "H100-SXM", True, 1, 16, 50e9, h100)
     4
-    >>> collective_blocks("ring", "H100-SXM", True, 2, 128, 50e9, False)
+    >>> collective_blocks("ring", "H100-SXM", True, 2, 128, 50e9, h100)
     8
-    >>> collective_blocks("ring", "A100-80GB", True, 2, 128, 25e9, False)
+    >>> collective_blocks("ring", "A100-80GB", True, 2, 128, 25e9, a100)
     4
-    >>> collective_blocks("all-reduce", "H100-SXM", False, 8, 1, None, False)  # NCCL_NVLS_ENABLE=0
+    >>> collective_blocks("all-reduce", "H100-SXM", False, 8, 1, None, h100)  # NCCL_NVLS_ENABLE=0
     24
     """
     kernel = NcclKernel(kind)
+    local, nodes = int(local), int(nodes)
     if kernel is NcclKernel.ALL_REDUCE and nvls_on(device_name, local, nvls_enabled):
-        return nvls_channels(device_name)
-    channels = collective_channels(int(local), int(nodes), nic_bytes_per_s, bool(nvl5))
+        if nodes > 1 or nvls_ring(node, True, local):
+            return nvls_channels(device_name)
+    channels = collective_channels(local, nodes, nic_bytes_per_s, node)
     return setup_channels(channels) if kernel is NcclKernel.SEND_RECV else channels
 
 
 @lru_cache(maxsize=4096)
 def group_blocks(
     kind: str, device_name: str, nvls_enabled: bool, size: int, span: int, gpus_per_node: int,
-    nvlink: bool, nic: Any, nvl5: bool,
+    nvlink: bool, nic: Any, node: NvlinkNode,
 ) -> int:  # fmt: skip
     """:func:`collective_blocks` of a group of ``size`` ranks over ``span`` consecutive ranks,
     placed as :func:`group_channels` places it (one node where ``nvlink``, the group in one
     NVLink domain; else :func:`group_placement`); 0 for a group of one rank (no collective).
 
-    >>> group_blocks("ring", "H100-SXM", True, 256, 1024, 8, False, 50e9, False)  # 2 a node
+    >>> from trainplan.model.nccl_search import nvlink_node
+    >>> h100 = nvlink_node("H100-SXM", 450e9)
+    >>> group_blocks("ring", "H100-SXM", True, 256, 1024, 8, False, 50e9, h100)  # 2 a node
     8
-    >>> group_blocks("all-reduce", "H100-SXM", True, 4, 4, 8, True, 0.0, False)
+    >>> group_blocks("all-reduce", "H100-SXM", True, 8, 8, 8, True, 0.0, h100)
     16
-    >>> group_blocks("ring", "H100-SXM", True, 1, 1, 8, True, 0.0, False)
+    >>> group_blocks("ring", "H100-SXM", True, 1, 1, 8, True, 0.0, h100)
     0
     """
     if int(size) <= 1:
@@ -317,4 +330,4 @@ def group_blocks(
     else:
         local, nodes = group_placement(size, span, gpus_per_node)
         nic = float(nic) if nic else None
-    return collective_blocks(kind, device_name, nvls_enabled, local, nodes, nic, nvl5)
+    return collective_blocks(kind, device_name, nvls_enabled, local, nodes, nic, node)

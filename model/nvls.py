@@ -28,17 +28,28 @@ NCCL (``NVIDIA/nccl`` at 5067397):
   rounds only the multicast object's virtual range (``mcsize``), which holds no memory.
   8 H100s: 16 × 2 × 1 MiB × 8 = 256 MiB (NCCL's ``NVLS comm ... nHeads 8 buffSize 1048576
   nvlsPerRankSize 33554432 nvlsTotalSize 268435456`` on 8 H100s, public logs).
-* **Which collectives.** In one node NVLS carries all-reduce, reduce-scatter and all-gather
-  (``src/graph/tuning.cc`` ``ncclTopoTuneModel``); across nodes, without CollNet (off by
-  default), only the all-reduce, as NVLS-tree (``NCCL_ALGO_NVLS`` is disabled for
-  ``nNodes > 1`` without CollNet; ``updateCollCostTable`` in ``src/enqueue.cc``).
+* **Which collectives.** In one node NVLS can carry all-reduce, reduce-scatter and all-gather
+  (``src/graph/tuning.cc`` ``ncclTopoTuneModel``), the tuner picking it where it is the
+  fastest: a large all-reduce where NVLS's bus bandwidth reaches the ring's on the part's
+  NVLinks (:func:`nvls_ring`, :mod:`model.nccl_search`: from 6 GPUs of an H100 node, 5 of an
+  H800's, 8 of a B200's), never a large reduce-scatter or all-gather (about half the ring's).
+  Across nodes, without CollNet (off by default), only the all-reduce, as NVLS-tree
+  (``NCCL_ALGO_NVLS`` is disabled for ``nNodes > 1`` without CollNet; ``updateCollCostTable``
+  in ``src/enqueue.cc``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from trainplan.model.nccl_search import (
+    NCCL_MAX_NVLS_ARITY,
+    NvlinkNode,
+    nvlink_node,
+    nvls_allreduce_runs,
+)
 from trainplan.model.part_family import catalogue_part
+from trainplan.model.xp import namespace
 
 __all__ = [
     "NVLS_CHANNELS",
@@ -50,6 +61,7 @@ __all__ = [
     "nvls_channels",
     "nvls_on",
     "nvls_ring",
+    "nvls_ring_on_link",
     "nvls_buffer_bytes",
     "nvls_credit_bytes",
 ]
@@ -70,9 +82,10 @@ catalogue part: ``ncclNvlsTuning``'s ``NVLS_NCHANNELS_SM90`` = 16 (Hopper, compu
 ``ncclNvlsTreeSm100Tuning`` sets for more than two domains of ≤ 8 GPUs). The parts are those on
 an NVSwitch with multicast (NVLink SHARP); a part not here (A100, H100-PCIe, H20, AMD) runs no
 NVLS."""
-NVLS_MAX_HEADS = 32
-"""``NCCL_MAX_NVLS_ARITY`` (``src/include/device.h``): the NVLS search's most heads
-(``maxChannels = min(32, GPUs)``), however many GPUs an NVLink domain (an NVL72's) holds."""
+NVLS_MAX_HEADS = NCCL_MAX_NVLS_ARITY
+"""``NCCL_MAX_NVLS_ARITY`` (``src/include/device.h``, :data:`model.nccl_search.
+NCCL_MAX_NVLS_ARITY`): the NVLS search's most heads (``maxChannels = min(32, GPUs)``), however
+many GPUs an NVLink domain (an NVL72's) holds."""
 NVLS_CHUNK_BYTES = 128 * 1024
 """``NCCL_NVLS_CHUNKSIZE`` default (``src/transport/nvls.cc``), bytes a step."""
 NCCL_STEPS = 8
@@ -108,18 +121,50 @@ def nvls_on(device_name: str, local_ranks: int, enabled: bool = True) -> bool:
     return bool(enabled) and nvls_channels(device_name) > 0 and int(local_ranks) >= 2
 
 
-def nvls_ring(in_domain: Any, ranks: Any) -> Any:
-    """Whether NCCL can run a collective of a communicator of ``ranks`` GPUs as NVLS proper
-    (``NCCL_ALGO_NVLS``), given a part that runs NVLS with it on: all its GPUs in one NVLink
-    domain (across nodes ``ncclTopoTuneModel`` disables ``NCCL_ALGO_NVLS`` without CollNet,
-    leaving NVLS-tree) and at least 2 of them (``ncclNvlsInit``). Element-wise. The one rule the
-    step time's NVLS all-reduce speed-up (:func:`model.roofline.collective_time`) and the NVLS
-    buffers (:mod:`model.terms.nvls_memory`) read.
+def nvls_ring(node: NvlinkNode, in_domain: Any, ranks: Any) -> Any:
+    """Whether NCCL runs a large all-reduce of a communicator of ``ranks`` GPUs as NVLS proper
+    (``NCCL_ALGO_NVLS``), given a part that runs NVLS with it on (:func:`nvls_on`): all its GPUs
+    in one NVLink domain (across nodes ``ncclTopoTuneModel`` disables ``NCCL_ALGO_NVLS``
+    without CollNet, leaving NVLS-tree), at least 2 of them (``ncclNvlsInit``), and NVLS's bus
+    bandwidth at that size at least the ring's on the part's NVLinks (``node``,
+    :func:`model.nccl_search.nvls_allreduce_runs`: on an H100 node from 6 GPUs, on an H800's
+    from 5, on a B200's from 8). Element-wise in ``in_domain`` and ``ranks``. The one rule the
+    step time's NVLS all-reduce (:func:`model.roofline.collective_time`, through
+    :func:`nvls_ring_on_link`), the NVLS buffers (:mod:`model.terms.nvls_memory`) and the SMs an
+    all-reduce holds (:func:`model.nccl_channels.collective_blocks`) read.
 
-    >>> nvls_ring(True, 8), nvls_ring(True, 1), nvls_ring(False, 8)
+    >>> from trainplan.model.nccl_search import nvlink_node
+    >>> h100 = nvlink_node("H100-SXM", 450e9)
+    >>> nvls_ring(h100, True, 8), nvls_ring(h100, True, 4), nvls_ring(h100, True, 1)
     (True, False, False)
+    >>> nvls_ring(h100, False, 8)
+    False
     """
-    return in_domain & (ranks >= 2)
+    ns = namespace(ranks)
+    if ns is None:
+        runs = int(ranks) >= 2 and nvls_allreduce_runs(node, int(ranks))
+        return in_domain & runs
+    sizes = [int(k) for k in ns.unique(ranks).tolist()]
+    runs_at = [k for k in sizes if k >= 2 and nvls_allreduce_runs(node, k)]
+    return in_domain & ns.isin(ranks, runs_at)
+
+
+def nvls_ring_on_link(part: str, link_bytes_per_s: Any, in_domain: Any, ranks: Any) -> Any:
+    """:func:`nvls_ring` of a group on a link of ``link_bytes_per_s`` a direction (the NVLink of
+    the part ``part`` where ``in_domain``; element-wise, each distinct bandwidth read as the
+    part's NVLinks, :func:`model.nccl_search.nvlink_node`).
+
+    >>> nvls_ring_on_link("H800", 200e9, True, 5), nvls_ring_on_link("H100-SXM", 450e9, True, 5)
+    (True, False)
+    """
+    ns = namespace(link_bytes_per_s, ranks, in_domain)
+    if ns is None:
+        return nvls_ring(nvlink_node(part, float(link_bytes_per_s)), in_domain, ranks)
+    out: Any = False
+    for bandwidth in ns.unique(ns.asarray(link_bytes_per_s)).tolist():
+        node = nvlink_node(part, float(bandwidth))
+        out = out | ((link_bytes_per_s == bandwidth) & nvls_ring(node, in_domain, ranks))
+    return out
 
 
 def _granules(nbytes: int) -> int:

@@ -62,6 +62,32 @@ with ``overlap_grad_reduce``:
 
 Not counted: rank 0's chunk 0 also holds the input embedding, whose gradient reduces in the
 same launch; the share here is the stage's ``1/v`` (its layers' share).
+
+The parameters' all-gathers of the next step (the distributed optimizer's, with
+``--overlap-param-gather``) follow the same alignment under the interleaved schedule
+(:func:`chunked_param_gathers`), Megatron-LM d98e8a64dd:
+
+* ``megatron/training/training.py`` (l. 4360) sets ``config.param_sync_func`` to each model
+  chunk's ``start_param_sync`` where ``overlap_param_gather`` and ``align_param_gather`` (its
+  default; ``arguments.py`` turns it off only without a virtual pipeline). NeMo's distributed
+  Adam hands the schedule its own ``param_sync_func`` alike (NeMo 24.07, Megatron-Core
+  338af514: the same schedule code, below).
+* ``forward_backward_pipelining_with_interleaving`` (``schedules.py``) calls
+  ``param_sync_func`` for chunks 0 and 1 before the first forward ("Synchronize params for
+  first two model chunks"), and ``forward_step_helper_preprocess`` launches chunk ``k + 1``'s
+  (``1 < k + 1 < v``) where virtual micro-batch ``id + pipeline_parallel_rank`` is chunk
+  ``k``'s first: on rank 0 as chunk ``k``'s first forward starts, ``r`` forwards earlier on
+  rank ``r``. ``start_param_sync`` (``distributed_data_parallel.py``) dispatches all the
+  chunk's buckets at once; the forward pre-hook (``_make_forward_pre_hook`` →
+  ``finish_param_sync(skip_next_bucket_dispatch=True)`` under ``align_param_gather``) waits for
+  each bucket as its module's forward starts.
+* A chunk's first forward is its first micro-batch's: micro-batches run in groups of
+  ``microbatch_group_size_per_vp_stage`` (``pp`` by default) per chunk, so chunk ``k + 1``'s
+  first forward comes ``pp`` chunk-forwards after chunk ``k``'s, all in the warm-up (``(v − 1)
+  · pp + 2(pp − r − 1)`` forwards before the first backward). Each later chunk's gathers
+  therefore have ``pp`` chunk-forwards of rank 0 to hide under; chunk 1's ``pp − 1`` (chunk
+  0's other micro-batches, its gathers queued behind chunk 0's on the group's stream);
+  chunk 0's only its own first forward, bucket by bucket.
 """
 
 from __future__ import annotations
@@ -71,7 +97,7 @@ from typing import Any
 from trainplan.model.frameworks import Framework
 from trainplan.model.xp import where
 
-__all__ = ["reduce_waiting_share"]
+__all__ = ["reduce_waiting_share", "chunked_param_gathers"]
 
 
 def reduce_waiting_share(framework: str, pp: Any, virtual_stages: Any) -> Any:
@@ -94,3 +120,21 @@ def reduce_waiting_share(framework: str, pp: Any, virtual_stages: Any) -> Any:
     if framework == Framework.MEGATRON:
         return where((pp > 1) & (virtual_stages > 1), 1.0 / virtual_stages, 0.0)
     return 0.0
+
+
+def chunked_param_gathers(framework: str, pp: Any, virtual_stages: Any) -> Any:
+    """Whether a stage's once-per-step parameter all-gathers run chunk by chunk under the
+    interleaved schedule's forwards (module docstring: Megatron-Core's ``param_sync_func``
+    with ``align_param_gather``), :func:`model.dp_exposure.interleaved_gather_seconds`: under
+    ``megatron`` at ``pp > 1`` and ``v > 1``; elsewhere they overlap as the other once-per-step
+    traffic (:func:`model.dp_exposure.dp_exposed_seconds`). Element-wise in ``pp`` and
+    ``virtual_stages``.
+
+    >>> chunked_param_gathers("megatron", 8, 6), chunked_param_gathers("megatron", 8, 1)
+    (True, False)
+    >>> chunked_param_gathers("fsdp2", 8, 2), chunked_param_gathers("deepspeed", 8, 1)
+    (False, False)
+    """
+    if framework == Framework.MEGATRON:
+        return (pp > 1) & (virtual_stages > 1)
+    return False

@@ -21,7 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from trainplan.model.errors import InputError
-from trainplan.model.nvls import nvls_ring
+from trainplan.model.nvls import nvls_ring_on_link
 from trainplan.model.part_family import catalogue_part
 from trainplan.model.xp import log2, maximum, minimum, where
 
@@ -427,27 +427,28 @@ def ring_share(kind: Collective, group_size: Any) -> Any:
     return 2 * share if kind is Collective.ALL_REDUCE else share
 
 
-def published_busbw(kind: Collective, buffer_bytes: Any, bandwidth: Any, p: RooflineParams) -> Any:
+def published_busbw(
+    kind: Collective, buffer_bytes: Any, bandwidth: Any, p: RooflineParams, *, nvls: Any
+) -> Any:
     """Bytes/s of bus bandwidth a ``kind`` collective of an ``buffer_bytes`` buffer reaches in
     the part's NVLink domain by its published curve (:attr:`RooflineParams.busbw_curve`,
     interpolated linearly in log2 of the size, held at the ends), scaled by the link in use
     (``bandwidth``) over the curve system's (:attr:`RooflineParams.busbw_curve_link_gbps`).
 
-    The curve is the all-reduce's as NCCL ran it on the part (NVLink SHARP on HGX Hopper); an
-    all-gather or reduce-scatter runs as a ring there, so it reads the same curve divided by
-    the NVLS all-reduce's stated speed-up over the ring (:attr:`RooflineParams.
-    nvls_allreduce_speedup`; 1 where the curve is a ring's). nccl-tests defines the bus
-    bandwidth so that it does not depend on the rank count (``doc/PERFORMANCE.md``), so a
+    The curve is the all-reduce's as NCCL ran it on the part (NVLink SHARP on HGX Hopper's 8
+    GPUs); a ring there (all-gather, reduce-scatter, an all-reduce where ``nvls`` is false:
+    :func:`model.nvls.nvls_ring`) reads it ÷ the NVLS all-reduce's stated speed-up over the
+    ring (:attr:`RooflineParams.nvls_allreduce_speedup`; 1 where the curve is a ring's).
+    nccl-tests' bus bandwidth does not depend on the rank count (``doc/PERFORMANCE.md``), so a
     group of 2 or 4 reads the 8-GPU curve at the same buffer size. Element-wise.
 
-    Examples
-    --------
-    An 8-GPU H100 all-reduce of 16 MiB reads the published 234.45 GB/s:
+    An 8-GPU H100 all-reduce of 16 MiB (NVLS) reads the published 234.45 GB/s, a 4-GPU one (a
+    ring) 234.45 ÷ 480/370:
 
     >>> from trainplan.model.op_rates import deployed_params
-    >>> p = deployed_params("H100-SXM")
-    >>> round(published_busbw(Collective.ALL_REDUCE, 2 ** 24, 450e9, p) / 1e9, 2)
-    234.45
+    >>> p, ar = deployed_params("H100-SXM"), Collective.ALL_REDUCE
+    >>> [round(published_busbw(ar, 2**24, 450e9, p, nvls=n) / 1e9, 2) for n in (True, False)]
+    [234.45, 180.72]
     """
     sizes = [math.log2(x) for x, _ in p.busbw_curve]
     gbps = [y for _, y in p.busbw_curve]
@@ -457,8 +458,8 @@ def published_busbw(kind: Collective, buffer_bytes: Any, bandwidth: Any, p: Roof
         t = (x - sizes[k]) / (sizes[k + 1] - sizes[k])
         value = where(x < sizes[k + 1], gbps[k] + t * (gbps[k + 1] - gbps[k]), value)
     busbw = where(x <= sizes[0], gbps[0], value) * 1e9
-    if kind is not Collective.ALL_REDUCE:
-        busbw = busbw / p.nvls_allreduce_speedup
+    as_nvls = nvls if kind is Collective.ALL_REDUCE else False
+    busbw = where(as_nvls, busbw, busbw / p.nvls_allreduce_speedup)
     return busbw * (bandwidth / (p.busbw_curve_link_gbps * 1e9))
 
 
@@ -481,11 +482,12 @@ def collective_time(
     ``S = sent_bytes / ring_share`` read on the curve (:func:`published_busbw`), which measured
     the whole call, latency included; below the curve's smallest size, the smallest size's time
     (a latency floor). Elsewhere (across nodes, all-to-all, point-to-point, parts without a
-    curve) NCCL's latency plus the bytes at the link's efficiency (Hockney's α-β model). An
-    all-reduce gets NVLS's speed-up where the group runs NVLS (:func:`model.nvls.nvls_ring`)."""
+    curve) NCCL's latency plus the bytes at the link's efficiency (Hockney's α-β model); an
+    all-reduce NCCL runs as NVLS on these NVLinks (:func:`model.nvls.nvls_ring`) at its speed-up."""
     efficiency = where(scaleup, p.scaleup_efficiency, p.scaleout_efficiency)
-    if kind is Collective.ALL_REDUCE and p.nvls_allreduce_speedup != 1:
-        efficiency = efficiency * where(nvls_ring(scaleup, group_size), p.nvls_allreduce_speedup, 1)
+    on = kind is Collective.ALL_REDUCE and p.nvls_allreduce_speedup != 1
+    nvls = nvls_ring_on_link(p.part, bandwidth, scaleup, group_size) if on else False
+    efficiency = efficiency * where(nvls, p.nvls_allreduce_speedup, 1)
     seconds = collective_latency(kind, group_size, scaleup, p) + transfer_seconds(
         sent_bytes, bandwidth * efficiency
     )
@@ -493,6 +495,6 @@ def collective_time(
         share = ring_share(kind, group_size)
         smallest = p.busbw_curve[0][0]
         buffer = maximum(sent_bytes / where(share > 0, share, 1.0), smallest)
-        busbw = published_busbw(kind, buffer, where(bandwidth > 0, bandwidth, 1.0), p)
+        busbw = published_busbw(kind, buffer, where(bandwidth > 0, bandwidth, 1.0), p, nvls=nvls)
         seconds = where(scaleup, buffer * share / busbw, seconds)
     return where((group_size > 1) & (sent_bytes > 0), seconds, 0.0)

@@ -59,11 +59,11 @@ from trainplan.model.nccl_channels import (
     NODE_CHANNELS,
     collective_channels,
     group_channels,
-    nvlink5,
     pow2_up,
     setup_channels,
     strided_group_channels,
 )
+from trainplan.model.nccl_search import nvlink_node
 from trainplan.model.params import shares_embedding_with_last_stage
 from trainplan.model.pipeline import Schedule
 from trainplan.model.terms.activation_fields import cp_mechanism_of
@@ -339,16 +339,17 @@ def _channels(c: Context, f: Fields, axis: str | None, size: Any, large: Any = T
     (:func:`model.terms.nvls_memory.nvls_group_bytes`; ``large`` false: its step runs only
     one-float all-reduces, so no NVLS buffers); ``None``: the world, every GPU."""
     gpn = c.gpu.gpus_per_node
-    nvl5 = nvlink5(c.gpu.nvlink_bytes_per_s)
+    node = nvlink_node(c.gpu.part, c.gpu.nvlink_bytes_per_s)
     if axis is None:
         domain = c.gpu.nvlink_domain or gpn
-        args = (size, size, gpn, size <= domain, c.gpu.scaleout_bytes_per_s, nvl5)
+        args = (size, size, gpn, size <= domain, c.gpu.scaleout_bytes_per_s, node)
     else:
         link = f.link(axis)
         nic = where(link.nvlink, 0.0, link.bandwidth)
-        args = (size, link.span, gpn, link.nvlink, nic, nvl5)
+        args = (size, link.span, gpn, link.nvlink, nic, node)
     coll = f.lookup_values(group_channels, (), *args)
-    nvls = f.lookup_values(nvls_group_bytes, (c.gpu.part, c.options.nccl_nvls), *args[:4], large)
+    nvls_args = (c.gpu.part, c.options.nccl_nvls, node)
+    nvls = f.lookup_values(nvls_group_bytes, nvls_args, *args[:4], large)
     return coll, f.lookup_values(setup_channels, (), coll), nvls
 
 
@@ -360,10 +361,11 @@ def _strided(c: Context, f: Fields, a: Any, b: Any, axes: tuple[str, str]) -> An
     inner, outer = f.link(axes[0]), f.link(axes[1])
     nvlink = where(b[1] > 1, outer.nvlink, inner.nvlink)
     nic = where(nvlink, 0.0, where(b[1] > 1, outer.bandwidth, inner.bandwidth))
-    nvl5 = nvlink5(c.gpu.nvlink_bytes_per_s)
-    args = (a[0], a[1], b[0], b[1], c.gpu.gpus_per_node, nvlink, nic, nvl5)
+    node = nvlink_node(c.gpu.part, c.gpu.nvlink_bytes_per_s)
+    args = (a[0], a[1], b[0], b[1], c.gpu.gpus_per_node, nvlink, nic, node)
     coll = f.lookup_values(strided_group_channels, (), *args)
-    nvls = f.lookup_values(nvls_strided_bytes, (c.gpu.part, c.options.nccl_nvls), *args[:6], large)
+    nvls_args = (c.gpu.part, c.options.nccl_nvls, node)
+    nvls = f.lookup_values(nvls_strided_bytes, nvls_args, *args[:6], large)
     return coll, f.lookup_values(setup_channels, (), coll), nvls
 
 
@@ -385,8 +387,8 @@ def _pipeline_bytes(
     lone = (f.schedule == Schedule.INTERLEAVED) & (f.virtual_stages > 1) & (f.pp > 2) & megatron
     stride = link.span // maximum(f.pp, 1)
     nic = where(link.nvlink, 0.0, link.bandwidth)
-    nvl5 = nvlink5(c.gpu.nvlink_bytes_per_s)
-    args = (2, 2 * stride, c.gpu.gpus_per_node, link.nvlink, nic, nvl5)
+    node = nvlink_node(c.gpu.part, c.gpu.nvlink_bytes_per_s)
+    args = (2, 2 * stride, c.gpu.gpus_per_node, link.nvlink, nic, node)
     pair_coll = f.lookup_values(group_channels, (), *args)
     pair = (pair_coll, f.lookup_values(setup_channels, (), pair_coll))
     per_peer = _p2p(c, f, "pp", 2)

@@ -38,7 +38,7 @@ from trainplan.model.fsdp2_pipeline import (
     upfront_gather,
 )
 from trainplan.model.memory import FP8_PARAM_BYTES
-from trainplan.model.pipeline_reduce import reduce_waiting_share
+from trainplan.model.pipeline_reduce import chunked_param_gathers, reduce_waiting_share
 from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.terms.roofline import axis_link, params_of
 from trainplan.model.terms.sm_shares import dp_kind, group_sm_share
@@ -49,7 +49,7 @@ from trainplan.model.terms.traffic import (
     fp8_gathered_params,
     most_layers,
 )
-from trainplan.model.xp import as_float, where
+from trainplan.model.xp import as_float, minimum, where
 
 __all__ = [
     "dp_group_seconds",
@@ -128,14 +128,19 @@ def dp_group_times(
     traffic table's two rows); a model without experts keeps the whole on the dense group.
     What waits of an overlapped collective includes the SMs its kernels take from the
     computation it hides under (:func:`dp_sm_share`; 0 unless ``nccl_sm_charge``), a pipeline
-    stage's reductions after its last backward (:func:`model.pipeline_reduce.reduce_waiting_share`)
-    and the once-per-step gathers of the step's first forward
+    stage's reductions after its last backward (:func:`model.pipeline_reduce.reduce_waiting_share`),
+    the once-per-step gathers of the step's first forward
     (:attr:`model.mechanism_record.Mechanism.step_gathers_in_forward`; under PyTorch's
     multi-stage runtime the first chunk's waited whole, :func:`model.fsdp2_pipeline.
-    upfront_gather`) and the runtime's re-gathers of chunks (:attr:`model.dp_exposure.
+    upfront_gather`), the runtime's re-gathers of chunks (:attr:`model.dp_exposure.
     DpSeconds.again_s`, spread over the m micro-batches in their backwards' windows: each is
     issued a chunk's forward and backward or more before the pass that waits for it, the
-    module docstring of :mod:`model.fsdp2_pipeline`). ``mech``: as :func:`dp_group_seconds`."""
+    module docstring of :mod:`model.fsdp2_pipeline`) and Megatron-Core's interleaved
+    schedule's parameter all-gathers, chunk by chunk under the next step's warm-up forwards,
+    ``min(pp, m)`` micro-batches a chunk at a time
+    (:func:`model.pipeline_reduce.chunked_param_gathers`,
+    :func:`model.dp_exposure.interleaved_gather_seconds`). ``mech``: as
+    :func:`dp_group_seconds`."""
     mech = mech or dp_mechanism(c, f)
     (d, d_calls), (e, e_calls) = dp_group_seconds(c, f, mech)
     m, fw = f.m, str(f.framework)
@@ -151,11 +156,15 @@ def dp_group_times(
     share = dp_sm_share(c, f, mech, dense, experts)
     waits = (d.step_reduce_s + e.step_reduce_s) * reduce_waiting_share(fw, f.pp, f.virtual_stages)
     again = (d.again_s + e.again_s) / m  # spread over the micro-batches, in their backwards
+    gathers = sum(s.step_s - s.step_reduce_s - s.step_forward_s for s in (d, e))
+    chunked = where(chunked_param_gathers(fw, f.pp, f.virtual_stages), gathers, 0.0)
     exposed = dp_exposed_seconds(
         d.step_s + e.step_s, d.microbatch_s + e.microbatch_s + again, m, window, after_flush,
-        tail, beside, share, waits, d.forward_s + e.forward_s,
-        d.microbatch_reduce_s + e.microbatch_reduce_s, d.step_forward_s + e.step_forward_s,
-        upfront_gather(mech, f.schedule, f.pp, f.virtual_stages, m),
+        tail, beside, share, waits, forward_s=d.forward_s + e.forward_s,
+        reduce_s=d.microbatch_reduce_s + e.microbatch_reduce_s,
+        step_forward_s=d.step_forward_s + e.step_forward_s,
+        upfront=upfront_gather(mech, f.schedule, f.pp, f.virtual_stages, m),
+        chunk_gather_s=chunked, chunks=f.virtual_stages, chunk_group=minimum(f.pp, m),
     )  # fmt: skip
     expert_exposed = where(some, exposed * experts / where(some, total, 1.0), 0.0)
     return (dense, exposed - expert_exposed), (experts, expert_exposed)

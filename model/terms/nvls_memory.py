@@ -1,9 +1,11 @@
 """NVLink SHARP's (NVLS) buffers in a ring communicator's bytes (:mod:`model.nvls` has NCCL's
 code): where the communicator's GPUs share a node and the part runs NVLS (:func:`model.nvls.
-nvls_on`), ``ncclNvlsSetup``'s credits at init; where the whole group lies in one NVLink domain
-(:func:`model.nvls.nvls_ring`, the rule the step time's NVLS all-reduce speed-up reads) and its
-step runs a large all-reduce, reduce-scatter or all-gather, also ``ncclNvlsBufferSetup``'s
-buffers. NCCL (5067397) makes those lazily: ``runtimeConn`` is on by default
+nvls_on`), ``ncclNvlsSetup``'s credits at init, whatever algorithm NCCL's tuner later picks;
+where the whole group lies in one NVLink domain, NCCL's tuner runs its large all-reduce as NVLS
+(:func:`model.nvls.nvls_ring`, the rule the step time's NVLS all-reduce speed-up and the SM
+charge read: not at 2 to 5 GPUs of an H100 node, whose all-reduces run as rings) and its step
+runs large collectives, also ``ncclNvlsBufferSetup``'s buffers. NCCL (5067397) makes those
+lazily: ``runtimeConn`` is on by default
 (``NCCL_RUNTIME_CONNECT`` = 1, ``src/init.cc``), and ``ncclPrepareTasks`` (``src/enqueue.cc``)
 marks NVLS for connection only when a task's algorithm is NVLS or NVLS-tree, after which
 ``ncclCollPreconnect`` (``src/group.cc``) calls ``ncclNvlsBufferSetup``. The tuner
@@ -26,6 +28,7 @@ from typing import Any
 
 from trainplan.model.frameworks import Framework
 from trainplan.model.nccl_channels import group_placement, strided_nodes
+from trainplan.model.nccl_search import NvlinkNode
 from trainplan.model.nvls import (
     NVLS_MAX_HEADS,
     nvls_buffer_bytes,
@@ -44,63 +47,75 @@ __all__ = [
 ]
 
 
-def _bytes(device: str, enabled: bool, size: int, local: int, domain: bool, large: bool) -> int:
-    """NVLS bytes of a ring communicator of ``size`` ranks, ``local`` a node; ``domain``: all
-    in one NVLink domain (heads = its ranks, :mod:`model.nvls`); ``large``: its step runs a
-    collective NCCL's tuner gives NVLS (:func:`nvls_group_bytes`)."""
+def _bytes(
+    device: str, enabled: bool, node: NvlinkNode, size: int, local: int, domain: bool,
+    large: bool,
+) -> int:  # fmt: skip
+    """NVLS bytes of a ring communicator of ``size`` ranks, ``local`` a node, on a part with
+    ``node``'s NVLinks; ``domain``: all in one NVLink domain (heads = its ranks,
+    :mod:`model.nvls`); ``large``: its step runs large collectives (:func:`nvls_group_bytes`)."""
     if not nvls_on(device, local, enabled):
         return 0
     heads = min(NVLS_MAX_HEADS, int(size) if domain else int(local))
     channels = nvls_channels(device)
     credit = nvls_credit_bytes(channels, heads)
-    buffers = bool(nvls_ring(bool(domain), int(size))) and bool(large)
+    buffers = bool(nvls_ring(node, bool(domain), int(size))) and bool(large)
     return credit + (nvls_buffer_bytes(channels, heads) if buffers else 0)
 
 
 @lru_cache(maxsize=4096)
 def nvls_group_bytes(
-    device: str, enabled: bool, size: int, span: int, gpus_per_node: int, nvlink: bool,
-    large: bool = True,
+    device: str, enabled: bool, node: NvlinkNode, size: int, span: int, gpus_per_node: int,
+    nvlink: bool, large: bool,
 ) -> int:  # fmt: skip
     """NVLS bytes on one GPU of the ring communicator of ``size`` ranks over ``span``
-    (:func:`model.terms.comm_memory.group_channels`' placement): in one NVLink domain
-    (``nvlink``) credits, and buffers where ``large`` (its step runs a collective the tuner
-    gives NVLS: not only one-float all-reduces); else credits where ≥ 2 ranks share a node.
+    (:func:`model.terms.comm_memory.group_channels`' placement) on a part with ``node``'s
+    NVLinks (:func:`model.nccl_search.nvlink_node`): in one NVLink domain (``nvlink``)
+    credits, and buffers where NCCL runs its large all-reduce as NVLS
+    (:func:`model.nvls.nvls_ring`) and ``large`` (its step runs large collectives: not only
+    one-float all-reduces); else credits where ≥ 2 ranks share a node.
 
-    8 H100s: 2 MiB of credits and 16 × 2 × 1 MiB × 8 = 256 MiB; a dp ring of 4 ranks a node
-    across 8 nodes: 2 MiB; 1 rank a node: 0.
+    8 H100s: 2 MiB of credits and 16 × 2 × 1 MiB × 8 = 256 MiB; 4 H100s (their all-reduce a
+    ring): the credits alone, 16 × 2 × 64 B × 4 = 8 KiB in a 2 MiB granule; a dp ring of 4
+    ranks a node across 8 nodes: 2 MiB; 1 rank a node: 0.
 
-    >>> [nvls_group_bytes("H100-SXM", True, *a) // 2**20 for a in
-    ...  ((8, 8, 8, True), (32, 64, 8, False), (16, 128, 8, False))]
-    [258, 2, 0]
-    >>> nvls_group_bytes("H100-SXM", True, 8, 8, 8, True, False) // 2**20  # barriers only
+    >>> from trainplan.model.nccl_search import nvlink_node
+    >>> h100 = ("H100-SXM", True, nvlink_node("H100-SXM", 450e9))
+    >>> [nvls_group_bytes(*h100, *a, True) // 2**20 for a in
+    ...  ((8, 8, 8, True), (4, 4, 8, True), (32, 64, 8, False), (16, 128, 8, False))]
+    [258, 2, 2, 0]
+    >>> nvls_group_bytes(*h100, 8, 8, 8, True, False) // 2**20  # barriers only
     2
-    >>> nvls_group_bytes("H100-SXM", False, 8, 8, 8, True), nvls_group_bytes("A100-80GB", True, 8, 8, 8, True)
+    >>> a100 = ("A100-80GB", True, nvlink_node("A100-80GB", 300e9))
+    >>> off = ("H100-SXM", False, h100[2])  # NCCL_NVLS_ENABLE=0
+    >>> nvls_group_bytes(*off, 8, 8, 8, True, True), nvls_group_bytes(*a100, 8, 8, 8, True, True)
     (0, 0)
     """
     if nvlink:
-        return _bytes(device, enabled, size, size, True, large)
+        return _bytes(device, enabled, node, size, size, True, large)
     local, _ = group_placement(size, span, gpus_per_node)
-    return _bytes(device, enabled, size, local, False, large)
+    return _bytes(device, enabled, node, size, local, False, large)
 
 
 @lru_cache(maxsize=4096)
 def nvls_strided_bytes(
-    device: str, enabled: bool, s1: int, n1: int, s2: int, n2: int, gpus_per_node: int,
-    nvlink: bool, large: bool = True,
+    device: str, enabled: bool, node: NvlinkNode, s1: int, n1: int, s2: int, n2: int,
+    gpus_per_node: int, nvlink: bool, large: bool,
 ) -> int:  # fmt: skip
     """:func:`nvls_group_bytes` of the group of ranks ``i·s1 + j·s2`` (``i < n1``, ``j < n2``;
     :func:`model.terms.comm_memory.strided_group_channels`).
 
-    >>> nvls_strided_bytes("H200", True, 1, 4, 16, 4, 8, False) // 2**20  # tp 4 × pp 4 on 64
+    >>> from trainplan.model.nccl_search import nvlink_node
+    >>> h200 = ("H200", True, nvlink_node("H200", 450e9))
+    >>> nvls_strided_bytes(*h200, 1, 4, 16, 4, 8, False, True) // 2**20  # tp 4 × pp 4 on 64
     2
     """
     size = int(n1) * int(n2)
     if nvlink:
-        return _bytes(device, enabled, size, size, True, large)
+        return _bytes(device, enabled, node, size, size, True, large)
     nodes = strided_nodes(s1, n1, s2, n2, gpus_per_node)
     local = max(1, min(int(gpus_per_node), -(-size // nodes)))
-    return _bytes(device, enabled, size, local, False, large)
+    return _bytes(device, enabled, node, size, local, False, large)
 
 
 def world_runs_large(f: Any) -> Any:

@@ -12,7 +12,8 @@ from typing import Any
 
 from trainplan.model.comm_sms import NCCL_DISPATCHERS, collective_sm_share, dispatcher_sm_share
 from trainplan.model.moe_run import Dispatcher
-from trainplan.model.nccl_channels import NcclKernel, nvlink5
+from trainplan.model.nccl_channels import NcclKernel
+from trainplan.model.nccl_search import nvlink_node
 from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.terms.traffic import dp_mechanism
 from trainplan.model.xp import where
@@ -30,11 +31,11 @@ def group_sm_share(c: Context, f: Fields, axis: str, kind: NcclKernel) -> Any:
     Scope: ``axis``'s link (and the context's accelerator and cost options)."""
     link, d, o = f.link(axis), c.gpu, c.options
     nic = where(link.nvlink, 0.0, link.bandwidth if link.bandwidth is not None else 0.0)
-    nvl5 = nvlink5(d.nvlink_bytes_per_s)
+    node = nvlink_node(d.part, d.nvlink_bytes_per_s)
     args = (str(kind), d.part, o.nccl_sm_charge, o.nccl_nvls)
     return f.lookup_values(
         collective_sm_share, args, link.group_size, link.span, d.gpus_per_node, link.nvlink,
-        nic, nvl5,
+        nic, node,
     )  # fmt: skip
 
 

@@ -70,10 +70,11 @@ def _dense(text: str, m: dict) -> None:
       tp pair, but a ``create_group`` of its own that Megatron-LM's ``train_step`` all-reduces
       over at every ZeRO stage, ``model/terms/comm_groups.py`` ``megatron_rings``): 5 ×
       :data:`COMM` (4 before it was counted); and NVLink SHARP's (:mod:`model.terms.nvls_memory`):
-      the tp ring of 2 and the dp ring of 4 in the node, which reduce-scatter and all-gather, hold
-      2 MiB of credits and 16 × 2 × (128 KiB × 8) × ranks of buffers, 2 + 32 · 2 = 66 and
-      2 + 32 · 4 = 130 MiB; the gradient-statistics, world and model-parallel rings run small
-      all-reduces only, 2 MiB of credits each: 202 MiB, 211,812,352 B.
+      the tp ring of 2 and the dp ring of 4 in the node hold 2 MiB of credits each and no
+      buffers — NCCL's tuner runs an all-reduce of 2 or 4 GPUs of an H100 node as a ring
+      (``model/nccl_search.py``; 2 + 32 · 2 = 66 and 2 + 32 · 4 = 130 MiB were counted
+      before); the gradient-statistics, world and model-parallel rings run small all-reduces
+      only, 2 MiB of credits each: 10 MiB, 10,485,760 B.
     * The fit figure: the allocated peak with the communicators (no side-stream pool under
       Megatron-Core) — the total."""
     beta, S, h, f, tp = 2, 8192, 4096, 14336, 2
@@ -82,15 +83,15 @@ def _dense(text: str, m: dict) -> None:
     gather = beta * S * h
     assert (m["backward_working_bytes"], m["persistent_buffers_bytes"]) == (work, gather)
     assert COMM == 507_510_784
-    nvls = (66 + 130 + 3 * 2) * 2**20
-    assert nvls == 211_812_352
-    assert m["communicator_bytes"] == 5 * COMM + nvls == 2_537_553_920 + nvls == 2_749_366_272
+    nvls = (2 + 2 + 3 * 2) * 2**20
+    assert nvls == 10_485_760
+    assert m["communicator_bytes"] == 5 * COMM + nvls == 2_537_553_920 + nvls == 2_548_039_680
     assert m["stream_pool_bytes"] == m["moe_forward_transient_bytes"] == 0
     assert m["fit_bytes"] == m["allocated_bytes"] + m["communicator_bytes"] == m["total_bytes"]
     assert _lines_sum(m) == m["total_bytes"]
     assert _line(text, "backward working set (one layer)") == _gb(work) == "0.27 GB"
     assert _line(text, "persistent buffers (whole run)") == _gb(gather) == "0.07 GB"
-    assert _line(text, "NCCL communicator buffers (whole run)") == _gb(5 * COMM + nvls) == "2.75 GB"
+    assert _line(text, "NCCL communicator buffers (whole run)") == _gb(5 * COMM + nvls) == "2.55 GB"
     assert _line(text, "= total (peak: forward-backward)") == _gb(m["fit_bytes"])
     assert "MoE forward working set" not in text
 

@@ -81,10 +81,11 @@ def test_the_searched_70b_plan_scores_at_29_gb_not_77():
     of 4 at the pp stride of 32, 4 ranks a node on 2 nodes, 16 channels, 192 + 100 = 292 MiB)
     adds 306,184,192 B to the roles' set: 2,935,750,656 → 3,241,934,848 B held, peak
     28,456,271,872 → 28,762,456,064 B; the step does not move. NVLink SHARP
-    (model/terms/nvls_memory.py): the tp 4 ring in a node 2 MiB of credits and 16 × 2 × (128 KiB
-    × 8) × 4 = 128 MiB of buffers; the dp, gradient-statistics, world and model-parallel rings
-    (≥ 2 ranks a node across nodes) 2 MiB of credits each: 138 MiB, 3,386,638,336 B held, peak
-    28,907,159,552 B.
+    (model/terms/nvls_memory.py): the tp 4 ring in a node 2 MiB of credits (NCCL's tuner runs a
+    4-GPU all-reduce of an H100 node as a ring, model/nccl_search.py: no buffers; 16 × 2 × (128
+    KiB × 8) × 4 = 128 MiB more were counted before); the dp, gradient-statistics, world and
+    model-parallel rings (≥ 2 ranks a node across nodes) 2 MiB of credits each: 10 MiB,
+    3,252,420,608 B held, peak 28,772,941,824 B.
 
     The engine's tp all-reduces (model/rollout_reduce.py; vLLM RowParallelLinear, 2·80 = 160 a
     forward over tp 8) add to its rollout: 32,768 decode steps × 160 × 57.019 µs (256 tokens ×
@@ -116,10 +117,10 @@ def test_the_searched_70b_plan_scores_at_29_gb_not_77():
     assert held == 3_443_261_440 - 507_510_784 == 2_935_750_656
     fewer = (1_660_944_384 - (484 + 148 + 76 + 292 + 292) * 2**20) + 2 * 8 * 12 * 2**20
     assert fewer == 306_184_192 + 201_326_592 == 507_510_784
-    mp, nvls, graphs = 292 * 2**20, (130 + 4 * 2) * 2**20, 386_547_057
-    assert pool.held_bytes == held + mp + nvls + graphs == 3_386_638_336 + graphs == 3_773_185_393
+    mp, nvls, graphs = 292 * 2**20, (2 + 4 * 2) * 2**20, 386_547_057
+    assert pool.held_bytes == held + mp + nvls + graphs == 3_252_420_608 + graphs == 3_638_967_665
     assert held + 17_640_472_576 + 7_880_048_640 == 28_456_271_872
-    assert pool.peak_bytes[1] == 28_456_271_872 + mp + nvls + graphs == 29_293_706_609
+    assert pool.peak_bytes[1] == 28_456_271_872 + mp + nvls + graphs == 29_159_488_881
     charge = (1 - 1 / 1.177 - 1 / 221) * 0.529385  # the dp group's 8 ring blocks
     assert charge == pytest.approx(0.0772, abs=1e-4)
     decode = 32_768 * 160 * (2**22 * 1.75 / 128.73e9)

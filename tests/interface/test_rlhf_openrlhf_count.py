@@ -72,7 +72,14 @@ def test_the_search_no_longer_offers_the_actor_at_dp_8_for_4_rollouts(monkeypatc
     of 152,064 BF16 logits, 1,216,512 B = 1.16016 × 2^20 B, on the curve ÷ the NVLS speed-up
     480/370: (43.70 + 0.21432 × 38.23) / 1.2973 = 40.001 GB/s, each rank receiving 3/4 of it;
     the prefill chunk holds the 4 prompts, 4 rows too: 15.095 → 15.301 s, the same placement
-    (the refused tp 8: + 0.241 s, 7/8 received, 26.61 µs a gather, 13.622 s)."""
+    (the refused tp 8: + 0.241 s, 7/8 received, 26.61 µs a gather, 13.622 s).
+
+    NCCL runs an all-reduce of 4 GPUs of an H100 node as a ring (model/nccl_search.py: NVLS's
+    240 GB/s of bus bandwidth against the ring's 360), the curve ÷ 480/370: the tp 4 engine's
+    all-reduces 6.318 × 480/370 = 8.196 s (35.69 µs a decode all-reduce, 201.34 µs a prefill
+    one), its embedding's and gathers 0.240 s: rollout 4.914 + 8.196 + 0.240 = 13.350 s; the
+    actor's dp 4 all-reduce in training likewise, 0.015 s more: 18.281 s, the same placement
+    (the tp 8 engine's all-reduces, 8 GPUs, stay NVLS)."""
     r = search_placement(_problem(2, 2, 8))
     actor = next(o for o in r.best.options if o.role is Role.ACTOR)
     assert (actor.gpus, actor.dp, actor.offload) == (4, 4, "optimizer")
@@ -84,13 +91,18 @@ def test_the_search_no_longer_offers_the_actor_at_dp_8_for_4_rollouts(monkeypatc
     gather = 0.75 * 4 * 152_064 * 2 / (busbw * 1e9)  # 22.81 µs
     extra = 4_096 * (1.5 * decode + gather) + 1.5 * prefill + gather
     assert (extra, busbw) == (pytest.approx(0.206, abs=1e-3), pytest.approx(40.001, abs=1e-3))
-    rollout = 4.914 + tp4 + extra
+    ring = 48 / 37  # tp 4's all-reduces run as rings: the curve ÷ 480/370
+    ring_extra = 4_096 * (1.5 * decode * ring + gather) + 1.5 * prefill * ring + gather
+    assert ring_extra == pytest.approx(0.240, abs=1e-3)
+    rollout = 4.914 + tp4 * ring + ring_extra
+    assert rollout == pytest.approx(13.350, abs=1e-3)
     host_step = 112 / 8 * 10e9 * 28 / (2.57 * 48)
     cpu = 30 * 7_615_616_512 / 4 * (1 / host_step - 1 / 76.8e9)
     assert cpu == pytest.approx(1.054, abs=1e-3)
-    assert r.best.plan.phase_s == pytest.approx((rollout, 0.987, 2.876 + cpu), abs=0.001)
-    assert r.best.plan.step_s == pytest.approx(rollout + 0.987 + 2.876 + cpu, abs=0.001)
-    assert r.best.plan.step_s == pytest.approx(16.355, abs=0.001)
+    dp4 = 0.015  # the actor's dp 4 all-reduce as a ring (docstring)
+    assert r.best.plan.phase_s == pytest.approx((rollout, 0.987, 2.876 + cpu + dp4), abs=0.001)
+    assert r.best.plan.step_s == pytest.approx(rollout + 0.987 + 2.876 + cpu + dp4, abs=0.001)
+    assert r.best.plan.step_s == pytest.approx(18.281, abs=0.001)
     monkeypatch.setattr(network, "check_split_count", lambda spec, role, dp: None)
     old = search_placement(_problem(2, 2, 8))
     assert next(o.dp for o in old.best.options if o.role is Role.ACTOR) == 8

@@ -42,22 +42,29 @@ def test_deepspeed_engine_takes_openrlhfs_095_by_default():
     2,433,024 B at 70.886 GB/s) = 1.319 + 0.012 = 1.331 s: 345.7 → 347.0 s. DeepSpeed's ZeRO-1
     accumulates the actor's 16-bit gradients by autograd's add (model/deepspeed_accumulate.py):
     its update at dp 64, b 3 is m = ⌈16,384 / 192⌉ = 86 micro-batches, 85 adds of 6 B ×
-    7,615,616,512 parameters at the H100's triad (3.35 TB/s × 0.8866) = 1.308 s: 348.3 s."""
+    7,615,616,512 parameters at the H100's triad (3.35 TB/s × 0.8866) = 1.308 s: 348.3 s.
+
+    NCCL runs an all-reduce of 2 GPUs of an H100 node as a ring (model/nccl_search.py: NVLS's
+    102 GB/s of bus bandwidth against the ring's 360), the NVLS curve ÷ 480/370: the engine's
+    all-reduces 11.893 × 480/370 = 15.429 s, its embedding's 0.212 × 480/370 = 0.275 s: 3.599 s
+    more, 351.9 s."""
     eng, plan = _engine("deepspeed")
     assert eng.option.fraction == Fraction(19, 20) == default_fraction(False, Framework.DEEPSPEED)
     assert eng.budget_bytes == Fraction(19, 20) * HBM
+    ring = 480 / 370  # tp 2's all-reduces as rings: the curve ÷ 480/370
     ar = 8_192 * 56 * 1_835_008 / 74.565e9 + 2 * 32 * 56 * 58_720_256 / 349.017e9
     assert ar == pytest.approx(11.893, abs=1e-3) and (eng.option.tp, eng.option.dp) == (2, 32)
+    ar *= ring
     decode_gather, chunk_gather = 77_856_768 / 2 / 285.287e9, 2_433_024 / 2 / 70.886e9
     assert (decode_gather * 1e6, chunk_gather * 1e6) == pytest.approx((136.453, 17.162), abs=1e-3)
-    ends = 8_192 * (1_835_008 / 74.565e9 + decode_gather)
-    ends += 64 * (58_720_256 / 349.017e9 + chunk_gather)
-    assert ends == pytest.approx(1.331, abs=1e-3)
+    ends = 8_192 * (1_835_008 / 74.565e9 * ring + decode_gather)
+    ends += 64 * (58_720_256 / 349.017e9 * ring + chunk_gather)
+    assert ends == pytest.approx(1.394, abs=1e-3)
     adds = 85 * 6 * 7_615_616_512 / (3.35e12 * 0.8865671641791045)
     assert adds == pytest.approx(1.308, abs=1e-3)
     step_s = float(plan.step_s)
     assert not plan.fits and step_s == pytest.approx(333.775 + ar + ends + adds, abs=1e-3)
-    assert round(step_s, 1) == 348.3
+    assert round(step_s, 1) == 351.9
     split, _ = _engine("deepspeed", rollout_gpus=16)
     assert split.option.fraction == Fraction(19, 20)
     verl, _ = _engine("megatron")

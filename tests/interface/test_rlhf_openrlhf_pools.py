@@ -105,7 +105,11 @@ def test_the_16_gpu_answer_is_the_best_pools_openrlhf_makes():
     add (model/deepspeed_accumulate.py): its update at dp 8, b 3 is m = ⌈16,384 / 24⌉ = 683
     micro-batches, 682 adds of 6 B × 7,615,616,512 parameters at the H100's triad (3.35 TB/s ×
     0.8866): 10.493 s, training 1,320.310 → 1,330.803 s, 3,389.041 → 3,399.533 s, the same
-    placement.
+    placement. NCCL runs an all-reduce of 4 GPUs of an H100 node as a ring
+    (model/nccl_search.py: NVLS's 240 GB/s of bus bandwidth against the ring's 360): the tp 4
+    engine's all-reduces read the curve ÷ 480/370, 47.889 and 327.395 µs
+    (tests/model/test_rollout_reduce.py): 703.01 + 37.55 = 740.56 s and its embedding's and
+    gathers 66.21 + 0.72 = 66.93 s, 2,127.37 s; the tp 1 engine keeps its place.
 
     The engine's pool holds, in every phase, the model-update ring (301,989,888 B) and no tp
     communicators (tp 1; at tp 4 629,145,600 B more); with its awake bytes, the whole budget
@@ -131,10 +135,10 @@ def test_the_16_gpu_answer_is_the_best_pools_openrlhf_makes():
     option = next(c.option for c in r.best.plan.costs if c.option.role is Role.ROLLOUT)
     assert (option.tp, option.dp, option.fraction) == (1, 4, Fraction(9, 10))
     old = cost_of(_problem(), RoleOption(Role.ROLLOUT, 4, 1, 4, 1, "none", Fraction(3, 10)))
-    reduces = 262_144 * 56 * 36.914e-6 + 64 * 32 * 56 * 252.367e-6
-    assert reduces == pytest.approx(570.85, abs=0.01)
-    ends = 262_144 * (36.914e-6 + 204.680e-6) + 64 * 32 * (252.367e-6 + 25.742e-6)
-    assert ends == pytest.approx(63.90, abs=0.01)
+    reduces = 262_144 * 56 * 47.889e-6 + 64 * 32 * 56 * 327.395e-6  # rings (docstring)
+    assert reduces == pytest.approx(740.56, abs=0.01)
+    ends = 262_144 * (47.889e-6 + 204.680e-6) + 64 * 32 * (327.395e-6 + 25.742e-6)
+    assert ends == pytest.approx(66.93, abs=0.01)
     assert old.rollout_s == pytest.approx(1_319.877 + reduces + ends, abs=0.01)
     engine = r.best.plan.pools[0]
     graphs = 386_547_057

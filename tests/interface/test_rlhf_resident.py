@@ -98,7 +98,11 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     under their GEMMs uncharged, each shorter than (1 − φ) of its GEMM, so φ × 64.313 = 15.369 s
     more waits, 15.391 s of the update with the 1F1B bubble's share (pp 2); each of the four
     roles' scoring is a third of the passes (model.rlhf.network._forward_s), 15.391 / 3 =
-    5.130 s more: 2 × 15.391 + 4 × 5.130 = 51.30 s, 5,825.41 → 5,876.72 s."""
+    5.130 s more: 2 × 15.391 + 4 × 5.130 = 51.30 s, 5,825.41 → 5,876.72 s.
+
+    NCCL runs a 4-GPU all-reduce of an H100 node as a ring (model/nccl_search.py): the tp 4
+    ring holds NVLS's 2 MiB of credits, not 130 MiB (134,217,728 B less held in every phase),
+    and the roles' cross-entropy all-reduces read the NVLS curve ÷ 480/370: 0.076 s more."""
     inp = _ppo_70b()
     r = search_placement(inp.problem)
     assert r.status == "optimal" and r.best.colocated and r.best.plan.fits
@@ -108,12 +112,14 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     assert before_mp == 1_606_418_432
     # + the model-parallel group (tp 4 × pp 2: 4 ranks a node on 2 nodes, 16 channels), 292 MiB
     assert before_mp + 292 * MIB == 1_912_602_624
-    # + NVLink SHARP (model/terms/nvls_memory.py): the tp 4 ring in a node 2 MiB of credits and
-    # 16 × 2 × (128 KiB × 8) × 4 = 128 MiB of buffers; the dp ring (2 a node), the
-    # gradient-statistics, world and model-parallel rings (≥ 2 a node across nodes, or one-float
-    # all-reduces NCCL runs as rings, src/graph/tuning.cc) 2 MiB of credits each: 138 MiB
-    resident = before_mp + 292 * MIB + 138 * MIB
-    assert resident == 2_057_306_112
+    # + NVLink SHARP (model/terms/nvls_memory.py): the tp 4 ring in a node 2 MiB of credits, no
+    # buffers (NCCL's tuner runs a 4-GPU all-reduce of an H100 node as a ring: NVLS's 240 GB/s of
+    # bus bandwidth against the ring's 360, model/nccl_search.py; 16 × 2 × (128 KiB × 8) × 4 =
+    # 128 MiB more were counted before); the dp ring (2 a node), the gradient-statistics, world
+    # and model-parallel rings (≥ 2 a node across nodes, or one-float all-reduces NCCL runs as
+    # rings, src/graph/tuning.cc) 2 MiB of credits each: 10 MiB
+    resident = before_mp + 292 * MIB + 10 * MIB
+    assert resident == 1_923_088_384
     # the engine at tp 8: its PyNccl ring 24 × 12 MiB + custom all-reduce 3 × 8 MiB outside its
     # budget, and torch's ring for the logits all-gather, 24 × 12 MiB, inside it
     outside, inside = 24 * CONNECTION + 3 * 8 * MIB, 24 * CONNECTION
@@ -125,8 +131,8 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     held = resident + outside + inside + graphs + 666_632_192 + 33_554_432
     assert pool.processes == 2 and pool.process_bytes == 700_186_624
     assert pool.resident_bytes == resident + outside + inside + graphs
-    assert pool.held_bytes == held == 2_935_750_656 + 306_184_192 + 138 * MIB + graphs
-    assert held == 3_386_638_336 + graphs == 3_773_185_393
+    assert pool.held_bytes == held == 2_935_750_656 + 306_184_192 + 10 * MIB + graphs
+    assert held == 3_252_420_608 + graphs == 3_638_967_665
     costs = {str(c.option.role): c for c in r.best.plan.costs}
     assert all(costs[k].resident_bytes == resident for k in ("actor", "critic", "reference"))
     assert costs["actor"].swap_bytes == 66_151_772_160
@@ -149,9 +155,9 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     )
     # the pool held 3,443,261,440 B before NCCL's placed channels (above): scoring 57,402,769,408
     # and training 77,739,520,000 then, 507,510,784 B less each after (56,895,258,624 and
-    # 77,232,009,216), 306,184,192 B more each with the model-parallel ring, NVLS's 138 MiB
-    # (57,346,146,304 and 77,682,896,896), and 386,547,057 B more each with the engine's graph pool
-    assert pool.peak_bytes[1:] == (57_732_693_361, 78_069_443_953) and pool.peak <= CAPACITY
+    # 77,232,009,216), 306,184,192 B more each with the model-parallel ring, NVLS's 10 MiB
+    # (57,211,928,576 and 77,548,679,168), and 386,547,057 B more each with the engine's graph pool
+    assert pool.peak_bytes[1:] == (57_598_475_633, 77_935_226_225) and pool.peak <= CAPACITY
     # the actor's and the critic's scoring round trips move 2P, not 7.5P: 2 × 2 × 5.5P / 64 GB/s
     # = 3.03 s less than 5,496.4 s: 5,493.39 s; NCCL's SM charge on the two updates' dp traffic
     # (docstring): 2 × (φ − 1/221) × 0.529385 s = 0.248 s more
@@ -170,8 +176,12 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     assert (1 - 1 / 1.350) * 64.313 == pytest.approx(16.674, abs=1e-3)
     update = 16.674 * 15.391 / 15.369  # with the 1F1B bubble's share (pp 2)
     tp = 2 * update + 4 * update / 3  # the two updates and the four roles' scoring
-    assert r.best.plan.step_s == pytest.approx(5493.39 + charge + ar + ends + tp, abs=0.05)
-    assert r.best.plan.step_s == pytest.approx(5880.98, abs=0.05)
+    # the roles' tp 4 cross-entropy all-reduces run as rings (NCCL's tuner: NVLS's 240 GB/s of
+    # bus bandwidth at 4 GPUs against the ring's 360, model/nccl_search.py), the NVLS curve ÷
+    # 480/370: 0.076 s more
+    xent = 0.076
+    assert r.best.plan.step_s == pytest.approx(5493.39 + charge + ar + ends + tp + xent, abs=0.05)
+    assert r.best.plan.step_s == pytest.approx(5881.05, abs=0.05)
 
 
 def test_the_old_four_layout_answer_is_refused():
@@ -200,16 +210,17 @@ def test_the_old_four_layout_answer_is_refused():
     # at each pp stride: the actor's 4 × 2 ranks, 4 a node on 2 nodes, 16 channels, 292; the
     # critic's 2 × 4 and the reference's 2 × 2, 2 a node on 4 and 2 nodes, 8 channels, 96 + 52 =
     # 148; the reward model's 1 × 2, one a node on 2 nodes, 4 channels, 76. NVLink SHARP
-    # (model/terms/nvls_memory.py): the tp ring in a node 2 MiB of credits and 32·tp MiB of
-    # buffers (actor tp 4: 130; critic and reference tp 2: 66), and 2 MiB of credits on each
-    # other ring with ≥ 2 ranks a node (dp, gradient statistics, world, model-parallel: 8; the
-    # reward model's model-parallel ring, one rank a node: none, 6)
+    # (model/terms/nvls_memory.py): the tp ring in a node 2 MiB of credits, no buffers (NCCL's
+    # tuner runs an all-reduce of 4 or 2 GPUs of an H100 node as a ring, model/nccl_search.py;
+    # 130 and 66 MiB with the buffers before), and 2 MiB of credits on each other ring with ≥ 2
+    # ranks a node (dp, gradient statistics, world, model-parallel: 8; the reward model's
+    # model-parallel ring, one rank a node: none, 6)
     mpu = 251_658_240
     actor, critic = (
-        (484 + 148 + 76 + 584 + 292 + 130 + 8) * MIB + mpu,
-        (484 + 292 + 76 + 584 + 148 + 66 + 8) * MIB + mpu,
+        (484 + 148 + 76 + 584 + 292 + 2 + 8) * MIB + mpu,
+        (484 + 292 + 76 + 584 + 148 + 2 + 8) * MIB + mpu,
     )
-    assert critic > (484 + 292 + 96 + 28 + 584 + 148 + 66 + 8) * MIB
+    assert critic > (484 + 292 + 96 + 28 + 584 + 148 + 2 + 8) * MIB
     reward = (292 + 76 + 584 + 76 + 6) * MIB
     assert [c.resident_bytes for c in costs[1:]] == [actor, critic, critic, reward]
     with pytest.raises(InputError, match=r"need one tp × pp: actor tp 4 × pp 2, critic tp 2"):
@@ -333,7 +344,9 @@ def test_grpo_qwen7b_on_64_h100_counts_the_sleeping_engine():
     357.88 s and the answer moves to a tp 2 engine, the actor offloaded when idle: 336.12 s.
     With the embedding's all-reduce and the logits all-gather too, 361.88 s and 337.45 s (the tp
     2 engine, 256 at once in 2 waves, + 1.331 s: tests/interface/
-    test_rlhf_openrlhf_defaults.py), the same answer."""
+    test_rlhf_openrlhf_defaults.py), the same answer. NCCL runs an all-reduce of 2 or 4 GPUs of
+    an H100 node as a ring (model/nccl_search.py: NVLS's 102 and 240 GB/s of bus bandwidth
+    against the ring's 360), the NVLS curve ÷ 480/370: 372.67 s and 341.05 s, the same answer."""
     inp = rlhf_inputs(  # decode at the datasheet HBM bandwidth, as derived below
         {"algorithm": "grpo", "model": "qwen2.5-7b", "reward": "rule", "gpus": 64,
          "packing": "first-fit", "bandwidth_efficiency": 1},
@@ -363,27 +376,33 @@ def test_grpo_qwen7b_on_64_h100_counts_the_sleeping_engine():
     assert r.status == "optimal" and r.best.colocated and r.best.plan.fits
     charge = (1 - 1 / 1.314 - 1 / 119) * 0.329050  # the docstring's SM charge
     assert charge == pytest.approx(0.0759, abs=1e-4)
-    # the engine's tp 4 all-reduces (model/rollout_reduce.py): 16,384 decode steps × 56 ×
-    # 36.914 µs + 4 waves × 32 prefill chunks × 56 × 252.367 µs (tests/model/
-    # test_rollout_reduce.py) = 33.869 + 1.809 s on the old placement: 322.21 → 357.88 s; the
-    # embedding's all-reduce and the logits all-gather: 16,384 × (36.914 + 204.680) µs + 4 × 32
-    # × (252.367 + 25.742) µs = 3.958 + 0.036 s more: 361.88 s
-    ar = 16_384 * 56 * 36.914e-6 + 4 * 32 * 56 * 252.367e-6
-    ends = 16_384 * (36.914e-6 + 204.680e-6) + 4 * 32 * (252.367e-6 + 25.742e-6)
-    assert ends == pytest.approx(3.994, abs=1e-3)
+    # the engine's tp 4 all-reduces (model/rollout_reduce.py), rings: 16,384 decode steps × 56 ×
+    # 47.889 µs + 4 waves × 32 prefill chunks × 56 × 327.395 µs (tests/model/
+    # test_rollout_reduce.py) = 43.938 + 2.347 s on the old placement: 322.21 → 368.49 s; the
+    # embedding's all-reduce and the logits all-gather: 16,384 × (47.889 + 204.680) µs + 4 × 32
+    # × (327.395 + 25.742) µs = 4.138 + 0.045 s more: 372.67 s
+    ar = 16_384 * 56 * 47.889e-6 + 4 * 32 * 56 * 327.395e-6
+    ends = 16_384 * (47.889e-6 + 204.680e-6) + 4 * 32 * (327.395e-6 + 25.742e-6)
+    assert ends == pytest.approx(4.183, abs=1e-3)
     assert plan.step_s == pytest.approx(322.13 + charge + ar + ends, abs=0.05)
+    assert plan.step_s == pytest.approx(372.67, abs=0.05)
     # and the answer leaves it: engine tp 2 × dp 32 at 0.6, actor and reference dp 64 offloaded
-    # when idle, 336.12 s; + 8,192 × (24.609 + 136.453) µs + 64 × (168.245 + 17.162) µs =
-    # 1.331 s for its embedding's all-reduce and logits all-gather: 337.45 s
+    # when idle, 336.12 s with its 56 all-reduces a forward on the NVLS curve, 8,192 decode
+    # steps × 56 × 24.609 µs + 64 prefill chunks × 56 × 168.245 µs = 11.892 s; NCCL runs them as
+    # rings, × 480/370: 3.536 s more, 339.66 s; + 8,192 × (31.925 + 136.453) µs + 64 × (218.264
+    # + 17.162) µs = 1.394 s for its embedding's all-reduce (a ring too) and logits all-gather:
+    # 341.05 s
     by = {o.role: o for o in r.best.options}
     assert (by[Role.ROLLOUT].tp, by[Role.ROLLOUT].fraction) == (2, Fraction(3, 5))
     assert by[Role.ACTOR].offload == by[Role.REFERENCE].offload == "idle"
     rollout = next(c for c in r.best.plan.costs if c.option.role is Role.ROLLOUT)
     assert (rollout.option.dp, rollout.concurrent) == (32, 256)
-    ends = 8_192 * (24.609e-6 + 136.453e-6) + 64 * (168.245e-6 + 17.162e-6)
-    assert ends == pytest.approx(1.331, abs=1e-3)
-    assert r.best.plan.step_s == pytest.approx(336.12 + ends, abs=0.05)
-    assert r.best.plan.step_s == pytest.approx(337.45, abs=0.05)
+    rings = (8_192 * 56 * 24.609e-6 + 64 * 56 * 168.245e-6) * (480 / 370 - 1)
+    assert rings == pytest.approx(3.536, abs=1e-3)
+    ends = 8_192 * (31.925e-6 + 136.453e-6) + 64 * (218.264e-6 + 17.162e-6)
+    assert ends == pytest.approx(1.394, abs=1e-3)
+    assert r.best.plan.step_s == pytest.approx(336.12 + rings + ends, abs=0.05)
+    assert r.best.plan.step_s == pytest.approx(341.05, abs=0.05)
     assert r.best.plan.step_s < plan.step_s
 
 
@@ -417,7 +436,13 @@ def test_grpo_qwen7b_under_verl_packing_moves_off_dp64():
     follows the algorithm NCCL runs (model.nccl_channels), the tp 2 all-gathers and
     reduce-scatters (sequence parallelism) hold the ring's 24 blocks of a node, φ = 1 − 1/1.350
     = 0.259259: 0.259259 × 3.574 = 0.927 s, 0.309 s each scoring, 359.51 s; the dp group (32
-    over 8 nodes, 4 a node: 16 ring blocks, 0.238965) is charged as before."""
+    over 8 nodes, 4 a node: 16 ring blocks, 0.238965) is charged as before.
+
+    NCCL runs an all-reduce of 2 GPUs of an H100 node as a ring (model/nccl_search.py: NVLS's
+    102 GB/s of bus bandwidth against the ring's 360), the NVLS curve ÷ 480/370: the tp 2
+    engine's all-reduces 3.600 s more (3.536 s its layers', 0.064 s its embedding's:
+    test_grpo_qwen7b_on_64_h100_counts_the_sleeping_engine), the actor's and the reference's
+    tp 2 cross-entropy all-reduces 0.005 s: 363.11 s (rollout 108.9), the same placement."""
     inp = rlhf_inputs(
         {"algorithm": "grpo", "model": "qwen2.5-7b", "reward": "rule", "gpus": 64},
         placement=False,
@@ -461,8 +486,9 @@ def test_grpo_qwen7b_under_verl_packing_moves_off_dp64():
     assert was.pools[0].peak_bytes[2] - GRAPHS <= CAPACITY
     tp = (1 - 1 / 1.350) * 3.574
     assert tp == pytest.approx(0.927, abs=1e-3)
-    assert r.best.plan.step_s == pytest.approx(357.963 + tp + 2 * tp / 3, abs=0.005)
-    assert r.best.plan.step_s == pytest.approx(359.51, abs=0.005)
+    rings = 3.600 + 0.005  # the tp 2 engine's and the roles' tp 2 all-reduces as rings
+    assert r.best.plan.step_s == pytest.approx(357.963 + tp + 2 * tp / 3 + rings, abs=0.005)
+    assert r.best.plan.step_s == pytest.approx(363.11, abs=0.005)
 
 
 def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
@@ -526,12 +552,22 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     each role's groups, its dp-4 ring and DeepSpeed's world ring inside the node, 24 channels ×
     12 MiB + (32 × 3 + 2) × 2 MiB of set-up = 484 MiB a ring (model/terms/comm_memory.py),
     968 MiB = 1,015,021,568 each: 2,030,043,136; with NVLink SHARP (model/terms/nvls_memory.py)
-    the dp-4 ring's 2 MiB of credits and 16 × 2 × (128 KiB × 8) × 4 = 128 MiB of buffers, the
-    world ring's (the barrier's one float, run as a ring: no buffers) 2 MiB of credits, 132 MiB
-    a role: 2,306,867,200; pool 1 also DeepSpeed rank 0's side of the model-update ring,
-    301,989,888: 2,608,857,088. Pool 1 holds that, the process, the reference's BF16 weights
-    (2 B × 8,030,261,248 parameters = 16,060,522,496) and the actor's held state:
-    52,541,284,352 B (52,239,294,464 before the actor's ring was counted)."""
+    the dp-4 ring's 2 MiB of credits (its all-reduces NCCL runs as rings, model/nccl_search.py:
+    no buffers; 16 × 2 × (128 KiB × 8) × 4 = 128 MiB more were counted before), the world
+    ring's (the barrier's one float, run as a ring: no buffers) 2 MiB of credits, 4 MiB a role:
+    2,038,431,744; pool 1 also DeepSpeed rank 0's side of the model-update ring, 301,989,888:
+    2,340,421,632. Pool 1 holds that, the process, the reference's BF16 weights (2 B ×
+    8,030,261,248 parameters = 16,060,522,496) and the actor's held state: 52,272,848,896 B
+    (52,239,294,464 before the actor's ring was counted, 52,541,284,352 with the dp-4 ring's
+    NVLS buffers).
+
+    NCCL runs an all-reduce of 2 or 4 GPUs of an H100 node as a ring (model/nccl_search.py:
+    NVLS's 102 and 240 GB/s of bus bandwidth against the ring's 360): the tp 2 engine's
+    all-reduces read the curve ÷ 480/370, decode 172.02 s and prefill 7.920 s (179.94 s), its
+    embedding's all-reduces and logits all-gathers 11.132 s: rollout 1,286.71 + 179.94 + 11.132
+    = 1,477.78 s, still the fastest engine (tp 4 × dp 2: 1,237.55 + 340.32 × 480/370 =
+    1,679.05 s; tp 8 and tp 1 as above); the actor's and the critic's dp 4 all-reduces 0.012 s
+    more in training: step 5,842.78 s, the same placement."""
     inp = rlhf_inputs(
         {"algorithm": "ppo", "model": "llama3-8b", "gpus": 16, "framework": "deepspeed",
          "bandwidth_efficiency": 1},  # decode at the datasheet HBM bandwidth, as derived
@@ -559,11 +595,11 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     role = 2 * (24 * CONNECTION + (32 * 3 + 2) * 2 * MIB)
     assert role == 968 * MIB == 1_015_021_568
     assert 2 * role == 2_030_043_136
-    nvls = (2 + 128 + 2) * MIB
-    assert pool2.resident_bytes == 2 * (role + nvls) == 2_306_867_200
+    nvls = (2 + 2) * MIB
+    assert pool2.resident_bytes == 2 * (role + nvls) == 2_038_431_744
     # the actor's pool also holds DeepSpeed rank 0's side of the model-update ring, 24 × 12 MiB
-    # (OpenRLHF _init_vllm_sync_group; review-o MED-1): 2,306,867,200 + 301,989,888
-    assert pool1.resident_bytes == 2_306_867_200 + 24 * 12 * MIB == 2_608_857_088
+    # (OpenRLHF _init_vllm_sync_group; review-o MED-1): 2,038,431,744 + 301,989,888
+    assert pool1.resident_bytes == 2_038_431_744 + 24 * 12 * MIB == 2_340_421_632
     costs = {c.option.role: c for c in r.best.plan.costs}
     assert all(
         c.option.tp == 1 and c.option.pp == 1
@@ -571,31 +607,36 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
         if role is not Role.ROLLOUT
     )
     assert costs[Role.REFERENCE].held_bytes == 2 * 8_030_261_248 == 16_060_522_496
-    held = 2_608_857_088 + 700_186_624 + 16_060_522_496 + costs[Role.ACTOR].held_bytes
-    assert pool1.held_bytes == held == 52_541_284_352
+    held = 2_340_421_632 + 700_186_624 + 16_060_522_496 + costs[Role.ACTOR].held_bytes
+    assert pool1.held_bytes == held == 52_272_848_896
     # the engine's tp all-reduces (model/rollout_reduce.py; 2 · 32 = 64 a forward) move it from
-    # tp 8 × dp 1 to tp 2 × dp 4 (docstring): its rollout 1,237.53 → 1,425.41 s
-    decode = 20 * 4_096 * 64 * 24.078e-6 + 4_096 * 64 * 24.273e-6
-    prefill = 20 * (25 * 64 * 185.50e-6 + 64 * 113.54e-6) + 2 * 64 * 185.50e-6
+    # tp 8 × dp 1 to tp 2 × dp 4 (docstring): its rollout 1,237.53 → 1,466.65 s; NCCL runs the
+    # tp 2 (and tp 4) all-reduces as rings (model/nccl_search.py), the curve ÷ 480/370
+    ring = 480 / 370
+    decode = (20 * 4_096 * 64 * 24.078e-6 + 4_096 * 64 * 24.273e-6) * ring
+    prefill = (20 * (25 * 64 * 185.50e-6 + 64 * 113.54e-6) + 2 * 64 * 185.50e-6) * ring
     tp2 = decode + prefill
     tp8 = 262_144 * 64 * (2**21 * 1.75 / 81.93e9) + 64 * 32 * 64 * (2**26 * 1.75 / 361.78e9)
-    assert (decode, prefill) == (pytest.approx(132.60, abs=0.01), pytest.approx(6.105, abs=1e-3))
-    assert (tp2, tp8) == (pytest.approx(138.71, abs=0.01), pytest.approx(794.08, abs=0.01))
-    assert 1286.71 + tp2 < min(1237.53 + tp8, 1237.55 + 340.32, 1532.33)
+    assert (decode, prefill) == (pytest.approx(172.02, abs=0.01), pytest.approx(7.920, abs=1e-3))
+    assert (tp2, tp8) == (pytest.approx(179.94, abs=0.01), pytest.approx(794.08, abs=0.01))
+    assert 1286.71 + tp2 < min(1237.53 + tp8, 1237.55 + 340.32 * ring, 1532.33)
     engine = costs[Role.ROLLOUT]
     assert (engine.option.tp, engine.option.dp, engine.option.fraction) == (2, 4, Fraction(9, 10))
-    ends = 20 * 4_096 * (24.078e-6 + 100.422e-6) + 4_096 * (24.273e-6 + 20.919e-6)
-    ends += 20 * (25 * (185.50e-6 + 16.488e-6) + 113.54e-6 + 15.478e-6)
-    ends += 2 * (185.50e-6 + 16.488e-6)
-    assert ends == pytest.approx(10.488, abs=1e-3)
+    ends = 20 * 4_096 * (24.078e-6 * ring + 100.422e-6) + 4_096 * (24.273e-6 * ring + 20.919e-6)
+    ends += 20 * (25 * (185.50e-6 * ring + 16.488e-6) + 113.54e-6 * ring + 15.478e-6)
+    ends += 2 * (185.50e-6 * ring + 16.488e-6)
+    assert ends == pytest.approx(11.132, abs=1e-3)
     rollout = 1286.71 + tp2 + ends
     assert (engine.concurrent, engine.rollout_s) == (204, pytest.approx(rollout, abs=0.01))
     adds = 1_365 * 6 * 8_030_261_248 / (3.35e12 * 0.8865671641791045)
     assert adds == pytest.approx(22.144, abs=1e-3)
-    assert r.best.plan.phase_s == pytest.approx((1435.90, 1466.93, 2875.91 + adds), abs=0.01)
-    step_s = 5579.25 - 1237.53 + 1435.90 + 1.107 + adds
+    rings = 0.012  # the actor's and the critic's dp 4 all-reduces as rings (docstring)
+    assert r.best.plan.phase_s == pytest.approx(
+        (1477.78, 1466.93, 2875.91 + adds + rings), abs=0.01
+    )
+    step_s = 5579.25 - 1237.53 + 1477.78 + 1.107 + adds + rings
     assert r.best.plan.step_s == pytest.approx(step_s, abs=0.05)
-    assert r.best.plan.step_s == pytest.approx(5800.88, abs=0.05)
+    assert r.best.plan.step_s == pytest.approx(5842.78, abs=0.05)
     for role in (Role.REFERENCE, Role.REWARD):
         with pytest.raises(LayoutError, match="only ZeRO-3"):
             cost_of(p, RoleOption(role, 16, 16, 1, 1, "idle"))

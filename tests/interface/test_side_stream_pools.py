@@ -39,10 +39,12 @@ POOL_70B_TP4 = 455 * 2 * 2**20 + 465 * 2 * 2**20
 # 2 = 148 MiB; the world ring and the model-parallel group's ring (tests/model/
 # test_deepspeed_groups.py), placed as the 64 GPUs (16 channels), 192 + 100 = 292 MiB each:
 # 1,216 MiB = 1,275,068,416 B (was 4 × 384 MiB = 1,610,612,736 B, 32 channels, no set-up).
-# NVLink SHARP (model/terms/nvls_memory.py): the tp 4 ring in a node 2 MiB of credits and
-# 16 × 2 × (128 KiB × 8) × 4 = 128 MiB of buffers, the three rings across nodes with ≥ 2 ranks a
-# node 2 MiB of credits each: 136 MiB more, 1,352 MiB = 1,417,674,752 B.
-COMM_70B_TP4 = (484 + 148 + 292 + 292 + 130 + 3 * 2) * 2**20
+# NVLink SHARP (model/terms/nvls_memory.py): the tp 4 ring in a node 2 MiB of credits (no
+# buffers: NCCL's tuner runs a 4-GPU all-reduce of an H100 node as a ring, NVLS's 240 GB/s of bus
+# bandwidth against the ring's 360, model/nccl_search.py; 128 MiB more were counted before), the
+# three rings across nodes with ≥ 2 ranks a node 2 MiB of credits each: 8 MiB more, 1,224 MiB =
+# 1,283,457,024 B.
+COMM_70B_TP4 = (484 + 148 + 292 + 292 + 2 + 3 * 2) * 2**20
 COMMON_70B = dict(model="llama3-70b", gpu="H100-SXM", dp=16, tp=4, framework="deepspeed",
                   zero_stage=3, global_batch_size=2048, recompute="none", micro_batch_size=1)  # fmt: skip
 
@@ -121,9 +123,9 @@ def test_llama3_70b_tp4_pools_two_segments_and_the_uniform_answer():
     masks = 80 * 2 * 8192 * 8192 // 4
     assert 81_707_433_472 + 1_050_673_152 + view + lse == 82_900_712_960
     assert p.allocated_bytes == 82_900_712_960 + masks == 85_585_067_520
-    assert p.communicator_bytes == COMM_70B_TP4 == 1_417_674_752
+    assert p.communicator_bytes == COMM_70B_TP4 == 1_283_457_024
     assert p.reserved_total_bytes == 85_585_067_520 + POOL_70B_TP4 + COMM_70B_TP4
-    assert p.reserved_total_bytes == 88_932_122_112 > e.capacity_bytes == 83_210_009_600
+    assert p.reserved_total_bytes == 88_797_904_384 > e.capacity_bytes == 83_210_009_600
     case = {"model": "llama3-70b", "gpus": "64", "gpu": "H100-SXM",
             "space": {"framework": ["deepspeed"]}}  # fmt: skip
     best = search(build_problem({}, case)).best.estimate
@@ -184,7 +186,13 @@ def test_the_per_stage_answer_counts_the_second_segment():
     134.308 = 20.197 s exposed instead of 32.095; the tp 4 group's (sequence parallelism) rings
     on the node's 24, φ_tp = 1 − 1/1.350 = 0.25926: 0.25926 × 13.436 = 3.483 s. The plan takes
     303.503 − 32.095 + 20.197 + 3.483 = 295.088 s, 1.077× the uniform ZeRO-3 317.796 s (dp 64,
-    8 ranks a node: 16 blocks, φ 0.239 as before)."""
+    8 ranks a node: 16 blocks, φ 0.239 as before).
+
+    NCCL runs a 4-GPU all-reduce of an H100 node as a ring (model/nccl_search.py: NVLS's 240
+    GB/s of bus bandwidth against the ring's 360): the tp 4 ring holds NVLS's credits alone,
+    134,217,728 B less (the fit 83,022,347,776 → 82,888,130,048 B, still 8 layers recomputed:
+    a ninth kept whole needs 704,643,072 B more), and the cross-entropy's tp 4 all-reduces read
+    the NVLS curve ÷ 480/370: 0.004 s more, 295.092 s."""
     two = trainplan.evaluate(**COMMON_70B, recompute_layers=(2,)).peak
     view = 100_663_296
     lse = 4 * 16 * 8192  # a layer's FP32 softmax statistics (flash-attn's softmax_lse)
@@ -194,7 +202,7 @@ def test_the_per_stage_answer_counts_the_second_segment():
     assert two.allocated_bytes == 81_348_820_480 + kept
     assert two.stream_pool_bytes == POOL_70B_TP4
     assert two.reserved_total_bytes == 81_348_820_480 + POOL_70B_TP4 + COMM_70B_TP4 + kept
-    assert two.reserved_total_bytes == 84_695_875_072 + kept > 83_210_009_600
+    assert two.reserved_total_bytes == 84_561_657_344 + kept > 83_210_009_600
     run = per_stage_json({"model": "llama3-70b", "gpus": 64, "gpu": "H100-SXM",
                           "framework": "deepspeed", "zero": [3]})  # fmt: skip
     lay, m = run.json["layout"], run.json["memory"]
@@ -203,14 +211,14 @@ def test_the_per_stage_answer_counts_the_second_segment():
     assert (1 - 1 / 1.314) * 134.308 == pytest.approx(32.095, abs=1e-3)
     assert (1 - 1 / 1.177) * 134.308 == pytest.approx(20.197, abs=1e-3)
     assert (1 - 1 / 1.350) * 13.436 == pytest.approx(3.483, abs=1e-3)
-    step = 303.503 - 32.095 + 20.197 + 3.483
+    step = 303.503 - 32.095 + 20.197 + 3.483 + 0.004  # + the tp 4 cross-entropy rings
     assert run.json["per_stage"]["step_s"] == pytest.approx(step, abs=1e-3)
-    assert run.json["per_stage"]["gain"] == pytest.approx(317.796 / 295.088, abs=1e-4)
+    assert run.json["per_stage"]["gain"] == pytest.approx(317.796 / 295.092, abs=1e-4)
     assert m["stream_pool_bytes"] == POOL_70B_TP4
     # 72 layers kept whole, each with its softmax statistics and its two masks
     assert 79_234_891_264 - 3 * (738_197_504 - 33_554_432) == 77_120_962_048
     assert m["allocated_bytes"] == 77_120_962_048 + view + 72 * (lse + masks) == 79_675_293_184
-    assert m["fit_bytes"] == 79_675_293_184 + POOL_70B_TP4 + COMM_70B_TP4 == 83_022_347_776
+    assert m["fit_bytes"] == 79_675_293_184 + POOL_70B_TP4 + COMM_70B_TP4 == 82_888_130_048
     assert m["fit_bytes"] <= m["capacity_bytes"] == 83_210_009_600
 
 

@@ -57,8 +57,13 @@ assert (NODE_RING, CROSS_RING) == (484 * MIB, 292 * MIB)
 # ncclPrepareTasks → src/group.cc ncclCollPreconnect), and its tuner never picks NVLS for a
 # one-float all-reduce (Simple protocol only, 25 µs of latency; src/graph/tuning.cc): a ring in
 # a node that runs only those (the world's barrier, the gradient statistics, Megatron's
-# model-parallel and token-count groups) holds the 2 MiB of credits alone.
-NVLS8, NVLS4, NVLS2, CREDITS = (2 + 256) * MIB, (2 + 128) * MIB, (2 + 64) * MIB, 2 * MIB
+# model-parallel and token-count groups) holds the 2 MiB of credits alone. Nor does it run a
+# large all-reduce of 2 or 4 GPUs of an H100 node as NVLS (model/nccl_search.py: NVLS's bus
+# bandwidth 2 × min(60 × 0.85 × 1/2 × 2, 60) = 102 and 4 × min(60 × 0.85 × 3/4 × 2, 60) = 240
+# GB/s against the ring's 12 × 30 = 360, src/graph/tuning.cc ncclTopoTuneModel): those rings
+# hold the credits alone too (they held 2 + 64 and 2 + 128 MiB while NVLS was kept there).
+CREDITS = 2 * MIB
+NVLS8, NVLS4, NVLS2 = (2 + 256) * MIB, CREDITS, CREDITS
 
 
 def test_a_tp_dp_pp_layout_by_hand():
@@ -72,13 +77,14 @@ def test_a_tp_dp_pp_layout_by_hand():
     # Megatron-LM's train_step all-reduces over the model-parallel group (tp·pp = 16 ranks) after
     # every optimizer step (test_megatron_groups, test_the_model_parallel_group_at_every_zero_stage):
     # the tp block of 4 at each pp stride of 8, 4 ranks a node on 4 nodes: 16 channels, 292 MiB.
-    # NVLS: tp 4 in a node 130 MiB, dp 2 in a node 66, the three rings across nodes at 8 or 4
-    # ranks a node 2 each, the pipeline (one rank a node) none: 202 MiB.
+    # NVLS: tp 4 and dp 2 in a node the credits, 2 MiB each (their all-reduces run as rings:
+    # header), the three rings across nodes at 8 or 4 ranks a node 2 each, the pipeline (one
+    # rank a node) none: 10 MiB (202 while tp 4 and dp 2 held NVLS's buffers).
     lay = Layout(dp=2, tp=4, pp=4)
     nvls = NVLS4 + NVLS2 + 3 * CREDITS
     ends = (484 + 484 + 48 + 28 + 292 + 292 + 292) * MIB + nvls
     middle = (484 + 484 + 96 + 28 + 292 + 292 + 292) * MIB + nvls
-    assert (ends, middle) == (2122 * MIB, 2170 * MIB)  # 1,920 and 1,968 without NVLS
+    assert (ends, middle) == (1930 * MIB, 1978 * MIB)  # 1,920 and 1,968 without NVLS
     assert _comm(DENSE, lay) == [ends, middle, middle, ends]
 
 
@@ -90,7 +96,7 @@ def test_interleaving_gives_each_stage_two_pair_communicators():
     ranks apart, has one rank on each of 2 nodes: 4 channels, 4 × 12 = 48 MiB of buffers and
     28 MiB of set-up, 76 MiB each; with the model-parallel ring (292 MiB,
     test_a_tp_dp_pp_layout_by_hand): 484 + 484 + 2 × 76 + 292 + 292 + 292 = 1,996 MiB, and
-    NVLS's 202 MiB (the pairs, one rank a node, none)."""
+    NVLS's 10 MiB (the pairs, one rank a node, none)."""
     lay = Layout(dp=2, tp=4, pp=4, virtual_stages=2, schedule="interleaved")
     nvls = NVLS4 + NVLS2 + 3 * CREDITS
     assert _comm(DENSE, lay) == [(484 + 484 + 2 * 76 + 292 + 292 + 292) * MIB + nvls] * 4
@@ -185,3 +191,21 @@ def test_the_peak_holds_them_in_both_phases_and_the_reserve_lost_them():
     # Reserved) + 666,632,192 B (CUDA context) + 32 MiB + 32 MiB + 1 KiB (cuBLAS, TE)
     # + 1 GiB (fragmentation), no NCCL
     assert DEFAULT_RUNTIME_RESERVE_BYTES == 841 * MIB + 666_632_192 + 64 * MIB + 1024 + 2**30
+
+
+def test_an_h800_node_rings_on_16_channels():
+    """An H800 node (8 NVLinks, 164.8 GB/s as NCCL counts them: 4 search channels at 40 GB/s,
+    doubled twice, tests/model/test_nccl_channels.py) gives a ring 16 collective channels and
+    sets up pow2Up(16) = 16: 16 × 12 = 192 MiB and (16 × 3 + 2) × 2 = 100 MiB, 292 MiB where an
+    H100 node's ring holds 484. dp 8 on 8 GPUs, ZeRO-1: the dp ring, the distributed optimizer's
+    gradient-statistics ring and the world ring, 3 × 292 = 876 MiB (1,452 on H100s); NVLS: the
+    dp ring's 8 heads run its all-reduce as NVLS (178.5 GB/s of bus bandwidth against the ring's
+    160, model/nccl_search.py), 2 + 16 × 2 × 1 × 8 = 258 MiB, the two one-float rings 2 each:
+    1,138 MiB."""
+    h800 = get_accelerator("H800")
+    cluster = ClusterLinks(nvlink_domain=8, nvlink_bytes_per_s=200e9, scaleout_bytes_per_s=50e9)
+    layout = Layout(dp=8)
+    est = evaluate(ModelSpec(name="m", arch=DENSE), TRAINING, layout, h800,
+                   links_for(layout, cluster))  # fmt: skip
+    assert [int(s.communicator_bytes) for s in est.stages] == [(3 * 292 + 258 + 2 * 2) * MIB]
+    assert (3 * 292 + 258 + 2 * 2) * MIB == 1138 * MIB

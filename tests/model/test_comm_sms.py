@@ -15,6 +15,7 @@ from trainplan.model.comm_sms import (
 )
 from trainplan.model.estimate import evaluation_context
 from trainplan.model.moe_run import Dispatcher, EpOverlap, MoERun, exposed_all_to_all
+from trainplan.model.nccl_search import nvlink_node
 from trainplan.model.schedule_cost import dualpipe_block
 from trainplan.model.step_time import dp_exposed_seconds
 from trainplan.model.terms.fields import LayoutFields
@@ -65,15 +66,16 @@ def test_nccls_all_to_all_holds_its_point_to_point_channels() -> None:
     400 Gb/s NICs): 16 collective channels (8 at 48 GB/s, Postset ×2), pow2Up(16) = 16,
     φ(16) = 1 − 1/1.314 = 0.23896. Off under nccl_sm_charge=false; the dispatcher rule
     charges nothing of NCCL's (it is not a dispatcher's own kernel)."""
-    node = (8, 8, 8, True, 0.0, False)
+    node = (8, 8, 8, True, 0.0, nvlink_node("H100-SXM", 450e9))
     a2a = "send-recv"
     assert collective_sm_share(a2a, "H100-SXM", True, True, *node) == pytest.approx(1 - 1 / 1.542)
-    assert collective_sm_share(a2a, "A100-80GB", True, True, *node) == pytest.approx(
+    a100 = (*node[:-1], nvlink_node("A100-80GB", 300e9))
+    assert collective_sm_share(a2a, "A100-80GB", True, True, *a100) == pytest.approx(
         0.39745, abs=1e-5
     )
-    b200 = (*node[:-1], True)
+    b200 = (*node[:-1], nvlink_node("B200", 900e9))
     assert collective_sm_share(a2a, "B200", True, True, *b200) == pytest.approx(0.31161, abs=1e-5)
-    across = (64, 64, 8, False, 50e9, False)
+    across = (64, 64, 8, False, 50e9, node[-1])
     assert collective_sm_share(a2a, "H100-SXM", True, True, *across) == pytest.approx(1 - 1 / 1.314)
     assert collective_sm_share(a2a, "H800", False, True, *node) == 0.0
     assert dispatcher_sm_share("alltoall", "H800") == 0.0
@@ -206,22 +208,24 @@ def test_every_layer_kind_pays_the_async_tp_charge() -> None:
     aside). Charged, each waits φ·a: under sequence parallelism they are all-gathers and
     reduce-scatters, which NCCL runs as rings on the node's 24 channels (NVLS's bus bandwidth for
     them is about half the ring's: model.nccl_channels), φ = 1 − 1/1.350 = 0.25926, so
-    exposed_on = exposed_off + φ·(T − exposed_off): 0.21005 + 0.25926 × 0.13995 = 0.24633 s
+    exposed_on = exposed_off + φ·(T − exposed_off): 0.21008 + 0.25926 × 0.13995 = 0.24636 s
     (0.24349 s when NVLS's 16 blocks were charged, 0.23896). Before the dense layers' and the
     output layer's clocks carried the share (step_time kind_parts), the charge moved nothing
-    here."""
+    here. The cross-entropy's all-reduces over the 2 GPUs run as rings (NCCL's tuner: NVLS's
+    102 GB/s of bus bandwidth against the ring's 360, model.nccl_search), the published NVLS
+    curve ÷ 480/370: T 0.35000 → 0.35003 s."""
     case = dict(model="llama3-70b", device="H100-SXM", num_gpus=64, dp=32, tp=2,
                 global_batch_size=64, micro_batch_size=1)  # fmt: skip
     on = _axis(Case.of(**case).evaluate(), "tp")
     off = _axis(Case.of(**case, nccl_sm_charge=False).evaluate(), "tp")
     t = on.seconds
-    assert off.seconds == t == pytest.approx(0.35000, abs=5e-6)
+    assert off.seconds == t == pytest.approx(0.35003, abs=5e-6)
     assert t - off.exposed_seconds == pytest.approx(322 / 805 * t, rel=1e-3)
     phi = 1 - 1 / 1.350
     expected = off.exposed_seconds + phi * (t - off.exposed_seconds)
     assert on.exposed_seconds == pytest.approx(expected, rel=1e-9)
-    assert (off.exposed_seconds, on.exposed_seconds) == (pytest.approx(0.21005, abs=5e-6),
-                                                         pytest.approx(0.24633, abs=5e-6))  # fmt: skip
+    assert (off.exposed_seconds, on.exposed_seconds) == (pytest.approx(0.21008, abs=5e-6),
+                                                         pytest.approx(0.24636, abs=5e-6))  # fmt: skip
 
 
 def test_a_block_computes_on_the_sms_the_communication_leaves() -> None:
@@ -278,29 +282,46 @@ def test_nccl_holds_the_channels_of_the_algorithm_it_runs() -> None:
     or not (NVLS needs 2 GPUs of the communicator on a node). Not charged: 0 — and the cost
     options charge it unless nccl_sm_charge=false is given (on by default:
     :func:`test_the_charge_prices_megatron_fsdp_per_micro_batch_traffic` says why)."""
-    node = (8, 8, 8, True, 0.0, False)
+    h100 = nvlink_node("H100-SXM", 450e9)
+    node = (8, 8, 8, True, 0.0, h100)
     ar, ring = "all-reduce", "ring"
     hopper = 1 - 1 / 1.314
-    for part in ("H100-SXM", "H100-96GB-500W", "H800", "H200"):
+    for part in ("H100-SXM", "H100-96GB-500W", "H200"):
         assert collective_sm_share(ar, part, True, True, *node) == pytest.approx(hopper)
         assert collective_sm_share(ring, part, True, True, *node) == pytest.approx(1 - 1 / 1.350)
-    nvl5 = (*node[:-1], True)
+    # 4 of an H100 node: NCCL's tuner runs the all-reduce as a ring (NVLS 240 GB/s of bus
+    # bandwidth against the ring's 360, model.nccl_search), on the ring's 24 blocks
+    four = (4, 4, 8, True, 0.0, h100)
+    assert collective_sm_share(ar, "H100-SXM", True, True, *four) == pytest.approx(1 - 1 / 1.350)
+    # the H800 (8 NVLinks, 164.8 GB/s as NCCL counts them): the ring's 16 collective channels
+    # (4 search channels at 40 GB/s, doubled twice: tests/model/test_nccl_channels.py), φ(16)
+    # = 1 − 1/1.314 as NVLS's 16; its 8-GPU all-reduce NVLS (8 × min(15 × 0.85 × 7/8 × 2, 30) =
+    # 178.5 GB/s against the ring's 8 × 20 = 160), its 4-GPU one a ring (153 against 160): 16
+    # blocks either way; the all-to-all on pow2Up(16) = 16, 0.23896 where an H100's is 0.35149
+    h800 = (*node[:-1], nvlink_node("H800", 200e9))
+    for kind in (ar, ring, "send-recv"):
+        assert collective_sm_share(kind, "H800", True, True, *h800) == pytest.approx(hopper)
+    four800 = (4, 4, 8, True, 0.0, h800[-1])
+    assert collective_sm_share(ar, "H800", True, True, *four800) == pytest.approx(hopper)
+    nvl5 = (*node[:-1], nvlink_node("B200", 900e9))
     assert collective_sm_share(ar, "B200", True, True, *nvl5) == pytest.approx(0.25267, abs=1e-5)
     assert collective_sm_share(ar, "GB200", True, True, *nvl5) == pytest.approx(0.25267, abs=1e-5)
     assert collective_sm_share(ar, "GB300", True, True, *nvl5) == pytest.approx(0.24860, abs=1e-5)
+    a100 = (*node[:-1], nvlink_node("A100-80GB", 300e9))
     for kind in (ar, ring):
-        assert collective_sm_share(kind, "A100-80GB", True, True, *node) == pytest.approx(
+        assert collective_sm_share(kind, "A100-80GB", True, True, *a100) == pytest.approx(
             0.32075, abs=1e-5
         )
     assert collective_sm_share(ar, "H100-SXM", True, False, *node) == pytest.approx(1 - 1 / 1.350)
-    one_a_node = (16, 128, 8, False, 50e9, False)
+    one_a_node = (16, 128, 8, False, 50e9, h100)
     for kind in (ar, ring):
         assert collective_sm_share(kind, "H100-SXM", True, True, *one_a_node) == pytest.approx(
             0.07519, abs=1e-5
         )
-    assert collective_sm_share(ar, "MI300X", True, True, *node) == 0.0
+    mi300x = (*node[:-1], nvlink_node("MI300X", 448e9))
+    assert collective_sm_share(ar, "MI300X", True, True, *mi300x) == 0.0
     assert collective_sm_share(ar, "H100-SXM", False, True, *node) == 0.0
-    assert collective_sm_share(ring, "H100-SXM", True, True, 1, 1, 8, True, 0.0, False) == 0.0
+    assert collective_sm_share(ring, "H100-SXM", True, True, 1, 1, 8, True, 0.0, h100) == 0.0
     assert CostOptions().nccl_sm_charge
     assert Case.of("llama3-8b", "H100-SXM").options.nccl_sm_charge
     assert not Case.of("llama3-8b", "H100-SXM", nccl_sm_charge=False).options.nccl_sm_charge
@@ -314,9 +335,27 @@ def test_an_overlapped_dp_collective_pays_for_the_sms_it_holds() -> None:
     waits max(φ·0.25, 0.25 − 0.1333) = 0.1167 (the communication paces), the backward
     max(φ·0.25, 0.25 − 0.2667) = φ·0.25 (the SMs it holds)."""
     phi = 16 / 132
-    assert dp_exposed_seconds(1.0, 0.0, 8, 1.5, True, 0.1, True, phi) == pytest.approx(phi)
-    assert dp_exposed_seconds(1.0, 0.0, 8, 1.5, True, 0.1) == pytest.approx(0.1)
-    got = dp_exposed_seconds(0.0, 0.5, 4, 0.4, True, 0.05, True, phi, forward_s=0.25)
+    none = dict(
+        forward_s=0.0, reduce_s=0.0, step_forward_s=0.0, chunk_gather_s=0.0, chunks=1, chunk_group=1
+    )
+    assert dp_exposed_seconds(1.0, 0.0, 8, 1.5, True, 0.1, True, phi, **none) == pytest.approx(phi)
+    assert dp_exposed_seconds(1.0, 0.0, 8, 1.5, True, 0.1, **none) == pytest.approx(0.1)
+    got = dp_exposed_seconds(
+        0.0,
+        0.5,
+        4,
+        0.4,
+        True,
+        0.05,
+        True,
+        phi,
+        forward_s=0.25,
+        reduce_s=0.0,
+        step_forward_s=0.0,
+        chunk_gather_s=0.0,
+        chunks=1,
+        chunk_group=1,
+    )
     assert got == pytest.approx(4 * (max(phi * 0.25, 0.25 - 0.4 / 3) + phi * 0.25))
 
 
@@ -393,9 +432,11 @@ def test_the_charge_prices_megatron_fsdp_per_micro_batch_traffic() -> None:
     or all-gather across nodes), so 0.15038 × 201.117 = 30.244 s exposed (48.06 s at NVLS's
     16 blocks, 0.23896, as charged before). The tp 4 layers' asynchronous all-gathers and
     reduce-scatters (sequence parallelism) run as rings on the node's 24 channels, φ = 1 −
-    1/1.350 = 0.25926: of the tp row's 33.600 s, 20.164 s wait uncharged and the other 13.436 s
-    are hidden whole, so charged 20.164 + 0.25926 × 13.436 = 23.648 s wait (+3.483 s). The
-    step 249.240 → 282.739 s (+30.015 + 3.483 s; 300.282 s before)."""
+    1/1.350 = 0.25926: of the tp row's 33.603 s, 20.168 s wait uncharged and the other 13.436 s
+    are hidden whole, so charged 20.168 + 0.25926 × 13.436 = 23.651 s wait (+3.483 s). The
+    step 249.244 → 282.742 s (+30.015 + 3.483 s; 300.282 s before). (The cross-entropy's
+    all-reduces over the 4 GPUs run as rings, NCCL's tuner: NVLS's 240 GB/s of bus bandwidth
+    against the ring's 360, model.nccl_search; tp 33.600 → 33.603 s.)"""
     case = dict(dp=16, tp=4, zero_stage=3, micro_batch_size=1, global_batch_size=2048,
                 framework="megatron")  # fmt: skip
     on = Case.of("llama3-70b", "H100-SXM", **case).evaluate()
@@ -405,11 +446,11 @@ def test_the_charge_prices_megatron_fsdp_per_micro_batch_traffic() -> None:
     assert dp_on.seconds == dp_off.seconds == pytest.approx(201.117, abs=5e-4)
     assert dp_off.exposed_seconds == pytest.approx((127 * 0.78561 + 1.57123) / 442, abs=5e-5)
     assert dp_on.exposed_seconds == pytest.approx((1 - 1 / 1.177) * 201.117, abs=5e-3)
-    assert off.step_s == pytest.approx(249.240, abs=5e-4)
+    assert off.step_s == pytest.approx(249.244, abs=5e-4)
     tp_on = next(r for r in on.traffic if r.traffic.axis == "tp")
     tp_off = next(r for r in off.traffic if r.traffic.axis == "tp")
-    assert tp_on.seconds == tp_off.seconds == pytest.approx(33.600, abs=5e-4)
-    assert tp_off.exposed_seconds == pytest.approx(20.164, abs=5e-4)
+    assert tp_on.seconds == tp_off.seconds == pytest.approx(33.603, abs=5e-4)
+    assert tp_off.exposed_seconds == pytest.approx(20.168, abs=5e-4)
     hidden = tp_on.seconds - tp_off.exposed_seconds
     assert tp_on.exposed_seconds == pytest.approx(tp_off.exposed_seconds + (1 - 1 / 1.350) * hidden)
-    assert on.step_s == pytest.approx(282.739, abs=5e-4)
+    assert on.step_s == pytest.approx(282.742, abs=5e-4)

@@ -10,8 +10,10 @@ A ring inside an H100 node: 24 channels × 12 MiB = 288 MiB and set-up (32 × 3 
 196 MiB, 484 MiB; across nodes at 4 or 8 ranks a node: 16 × 12 = 192 and (16 × 3 + 2) × 2 = 100,
 292 MiB (model/terms/comm_memory.py group_channels, channel_setup_bytes). NVLink SHARP
 (model/terms/nvls_memory.py, NCCL src/transport/nvls.cc): a ring of r ranks in an H100 node adds
-2 MiB of credits and 16 channels × 2 × (128 KiB × 8 steps) × r heads = 32·r MiB of buffers; a
-ring across nodes with ≥ 2 ranks a node the 2 MiB of credits; point-to-point peers nothing."""
+2 MiB of credits, and where NCCL's tuner runs its all-reduce as NVLS (r of 6 to 8; at 2 to 5 the
+ring is faster, model/nccl_search.py) 16 channels × 2 × (128 KiB × 8 steps) × r heads = 32·r MiB
+of buffers; a ring across nodes with ≥ 2 ranks a node the 2 MiB of credits; point-to-point peers
+nothing."""
 
 import trainplan
 
@@ -20,8 +22,9 @@ NODE, CROSS = 288 + 196, 192 + 100
 
 
 def nvls(r: int) -> int:
-    """MiB of NVLS credits and buffers of a ring of ``r`` ranks in one H100 node."""
-    return 2 + 32 * r
+    """MiB of NVLS credits and buffers of a ring of ``r`` ranks in one H100 node: the buffers
+    only from 6 ranks (module docstring)."""
+    return 2 + (32 * r if r >= 6 else 0)
 
 
 def test_fsdp2_dp4_tp2_holds_batch_and_loss_rings():
@@ -30,18 +33,20 @@ def test_fsdp2_dp4_tp2_holds_batch_and_loss_rings():
     ``train_step``): before, the tp ring, the
     FSDP ring and the world ring, 3 × 484 MiB = 1,522,532,352 B; now also "batch" and "loss",
     two 4-rank groups in the node, 5 × 484 MiB = 2,537,553,920 B; the total 65,845,895,168 B
-    grows by 2 × 484 MiB = 1,015,021,568 B to 66,860,916,736 B. With NVLS: tp 2 66 MiB and
-    FSDP (4 ranks) 130, whose large collectives set the buffers up; "batch", "loss" and the
-    world run one-float all-reduces only, which NCCL never runs as NVLS (src/graph/tuning.cc),
-    so their credits alone, 2 each: 202 MiB more (714 with every ring's buffers)."""
+    grows by 2 × 484 MiB = 1,015,021,568 B to 66,860,916,736 B. With NVLS: tp 2 and FSDP (4
+    ranks) 2 MiB of credits each — NCCL's tuner runs their all-reduces as rings, NVLS's 102 and
+    240 GB/s of bus bandwidth against the ring's 360 (model/nccl_search.py), so their buffers
+    are never set up (66 and 130 MiB were counted before); "batch", "loss" and the world run
+    one-float all-reduces only, which NCCL never runs as NVLS (src/graph/tuning.cc), so their
+    credits alone, 2 each: 10 MiB more (202 while tp 2 and FSDP held buffers)."""
     e = trainplan.evaluate(
         model="llama3-8b", num_gpus=8, framework="fsdp2", dp=4, tp=2, zero_stage=2,
         micro_batch_size=1, global_batch_size=2048,
     )  # fmt: skip
     added = nvls(2) + nvls(4) + 3 * 2
-    assert added == 202
-    assert e.peak.communicator_bytes == (5 * NODE + added) * MIB == 2_749_366_272
-    assert e.peak.total_bytes == 65_845_895_168 + (2 * NODE + added) * MIB == 67_072_729_088
+    assert added == 10
+    assert e.peak.communicator_bytes == (5 * NODE + added) * MIB == 2_548_039_680
+    assert e.peak.total_bytes == 65_845_895_168 + (2 * NODE + added) * MIB == 66_871_402_496
 
 
 def test_fsdp2_world_sized_groups_are_the_default_group():

@@ -7,8 +7,10 @@ Sizes as model/terms/comm_memory.py counts them: 12 MiB a connection, (set-up ch
 or 8 ranks a node: 16 channels, 192 + 100 = 292 MiB; one rank a node: 4 channels, 48 + 28 =
 76 MiB; ring connections added to a communicator that exists already: channels × 12 MiB.
 NVLink SHARP (model/terms/nvls_memory.py; NCCL src/transport/nvls.cc): a ring of r ranks in an
-H100 node also holds 2 MiB of credits and 16 × 2 × (128 KiB × 8) × r = 32·r MiB of buffers (8:
-258, 4: 130, 2: 66); a ring across nodes with ≥ 2 ranks a node 2 MiB; one rank a node none."""
+H100 node also holds 2 MiB of credits, and where NCCL's tuner runs its all-reduce as NVLS (6 to
+8 ranks; at 2 to 5 its ring is faster, model/nccl_search.py) 16 × 2 × (128 KiB × 8) × r = 32·r
+MiB of buffers (8: 258; 4 and 2: the credits alone, 2); a ring across nodes with ≥ 2 ranks a
+node 2 MiB; one rank a node none."""
 
 from __future__ import annotations
 
@@ -20,12 +22,14 @@ from trainplan.model.hardware import ClusterLinks
 from trainplan.model.layout import Layout
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.moe_run import Dispatcher, MoERun
+from trainplan.model.nccl_search import nvlink_node
 from trainplan.model.specs import Architecture, MoESpec, TrainingSpec
 from trainplan.model.terms.comm_memory import group_channels, strided_group_channels
 from trainplan.optimizer.case import links_for
 from trainplan.topology.accelerators import get_accelerator
 
 MIB = 2**20
+H100 = nvlink_node("H100-SXM", 450e9)
 MOE = Architecture(
     num_layers=8, hidden_size=256, num_attention_heads=8, num_kv_heads=4,
     ffn_hidden_size=512, vocab_size=1000, mlp="swiglu", norm="rmsnorm",
@@ -51,18 +55,19 @@ def test_the_model_parallel_group_at_every_zero_stage():
     ``update_successful`` and the grad norm over the model-parallel group after every optimizer
     step: ranks {0-3, 16-19, 32-35, 48-51}, 4 a node on 4 nodes, 16 channels, 292 MiB: 1,584.
     Under ZeRO-0 it is the Float16 optimizer's gradient-statistics group as well, counted once:
-    484 + 148 + 76 + 292 (world) + 292 = 1,292. NVLS: the tp ring 130, the dp, gradient-
-    statistics, world and model-parallel rings (≥ 2 ranks a node) 2 each: + 138 (ZeRO-0: 136)."""
+    484 + 148 + 76 + 292 (world) + 292 = 1,292. NVLS: the tp ring (4 in a node, its all-reduces
+    rings) 2, the dp, gradient-statistics, world and model-parallel rings (≥ 2 ranks a node) 2
+    each: + 10 (ZeRO-0: 8; 138 and 136 while the tp ring counted NVLS's 128 MiB of buffers)."""
     one = dict(model="llama3-70b", num_gpus=64, gpu="H100-SXM", dp=4, tp=4, pp=4)
     run = dict(micro_batch_size=1, global_batch_size=2048, recompute="none")
     zero1 = trainplan.evaluate(**one, **run, zero_stage=1)
     zero0 = trainplan.evaluate(**one, **run, zero_stage=0)
-    hand1, hand0 = 484 + 148 + 76 + 292 + 292 + 292 + 138, 484 + 148 + 76 + 292 + 292 + 136
+    hand1, hand0 = 484 + 148 + 76 + 292 + 292 + 292 + 10, 484 + 148 + 76 + 292 + 292 + 8
     assert int(zero1.stages[0].communicator_bytes) == hand1 * MIB
     assert int(zero0.stages[0].communicator_bytes) == hand0 * MIB
     # Placed as a tp block at each pp stride, not spread over the span (8 nodes × 2: 8 channels)
-    assert strided_group_channels(1, 4, 16, 4, 8, False, 50e9, False) == 16
-    assert group_channels(16, 64, 8, False, 50e9, False) == 8
+    assert strided_group_channels(1, 4, 16, 4, 8, False, 50e9, H100) == 16
+    assert group_channels(16, 64, 8, False, 50e9, H100) == 8
 
 
 def test_megatron_moe_groups_deepseek_v3():
@@ -104,18 +109,19 @@ def test_the_expert_dp_group_on_its_own_span():
     (tp 2 × cp 1, apart from the tp group) 484; the model-parallel group (tp 2 × pp 1) 484;
     gradient statistics and world, 8 a node on 4 nodes, 292 each: 5,772 MiB. With etp = tp
     = 2 and ep 4 the expert dp group is 4 ranks at stride tp·ep = 8 too: 76. NVLS: the tp ring
-    (2 in a node) 66; the tp·cp, model-parallel and tp·ep rings run one-float or token-count
-    all-reduces and all-gathers only, which NCCL runs as rings, so 2 MiB of credits each; the
-    dp, gradient-statistics and world rings across nodes 2 each: + 78 (+ 462 with every ring's
-    buffers)."""
-    hand = 484 + 292 + 2688 + 196 + 76 + 484 + 484 + 484 + 292 + 292 + 66 + 3 * 2 + 3 * 2
-    assert _comm(Layout(tp=2, dp=16, ep=8, etp=1)) == [hand] == [5772 + 78]
-    assert strided_group_channels(8, 4, 0, 1, 8, False, 50e9, False) == 4  # 48 + 28 = 76
-    assert group_channels(16, 32, 8, False, 50e9, False) == 16  # the dense dp's: 192 + 100
+    (2 in a node, its all-reduces rings: NVLS's 102 GB/s of bus bandwidth against the ring's
+    360) 2 of credits (66 with NVLS's buffers); the tp·cp, model-parallel and tp·ep rings run
+    one-float or token-count all-reduces and all-gathers only, which NCCL runs as rings, so
+    2 MiB of credits each; the dp, gradient-statistics and world rings across nodes 2 each:
+    + 14."""
+    hand = 484 + 292 + 2688 + 196 + 76 + 484 + 484 + 484 + 292 + 292 + 2 + 3 * 2 + 3 * 2
+    assert _comm(Layout(tp=2, dp=16, ep=8, etp=1)) == [hand] == [5772 + 14]
+    assert strided_group_channels(8, 4, 0, 1, 8, False, 50e9, H100) == 4  # 48 + 28 = 76
+    assert group_channels(16, 32, 8, False, 50e9, H100) == 16  # the dense dp's: 192 + 100
     # etp = tp = 2, ep 4: the ep peers (3 × 32 × 12 = 1,152 + 196), the expert tp ring (484)
-    # and tp·ep {0-7} (484); NVLS 2 × 66 (tp, expert tp: the activations' collectives), 3 × 2
-    # (tp·cp, model-parallel, tp·ep: credits) + 3 × 2 (across nodes)
-    hand4 = 484 + 292 + 1152 + 196 + 76 + 484 + 484 + 484 + 484 + 292 + 292 + 2 * 66 + 6 + 6
+    # and tp·ep {0-7} (484); NVLS 2 × 2 (tp, expert tp: 2 ranks, rings), 3 × 2 (tp·cp,
+    # model-parallel, tp·ep: credits) + 3 × 2 (across nodes)
+    hand4 = 484 + 292 + 1152 + 196 + 76 + 484 + 484 + 484 + 484 + 292 + 292 + 2 * 2 + 6 + 6
     assert _comm(Layout(tp=2, dp=16, ep=4)) == [hand4]
 
 

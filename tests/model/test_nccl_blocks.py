@@ -9,6 +9,7 @@ import pytest
 
 from trainplan.model.layer_time import output_time
 from trainplan.model.nccl_channels import collective_blocks, group_blocks
+from trainplan.model.nccl_search import nvlink_node
 from trainplan.model.op_rates import deployed_params
 from trainplan.model.op_time import Clock, TpOverlap
 from trainplan.model.ops import LayerShape
@@ -18,6 +19,9 @@ from trainplan.model.userbuffers_gemm import userbuffers_for
 from trainplan.optimizer.case import Case
 
 AR, RING, A2A = "all-reduce", "ring", "send-recv"
+H100 = nvlink_node("H100-SXM", 450e9)
+A100 = nvlink_node("A100-80GB", 300e9)
+B200 = nvlink_node("B200", 900e9)
 
 
 def test_one_node_blocks_by_algorithm() -> None:
@@ -37,17 +41,17 @@ def test_one_node_blocks_by_algorithm() -> None:
       every collective on the ring's (or tree's: the same) 24; the all-to-all on 32.
     * NCCL_NVLS_ENABLE=0 (nccl_nvls=false, Megatron Bridge's recipes): the H100's all-reduce on
       the ring's 24."""
-    assert [collective_blocks(k, "H100-SXM", True, 8, 1, None, False) for k in (AR, RING, A2A)] == [
+    assert [collective_blocks(k, "H100-SXM", True, 8, 1, None, H100) for k in (AR, RING, A2A)] == [
         16, 24, 32
     ]  # fmt: skip
-    assert [collective_blocks(k, "A100-80GB", True, 8, 1, None, False) for k in (AR, RING)] == [
+    assert [collective_blocks(k, "A100-80GB", True, 8, 1, None, A100) for k in (AR, RING)] == [
         24, 24
     ]  # fmt: skip
-    assert collective_blocks(A2A, "A100-80GB", True, 8, 1, None, False) == 32
-    assert collective_blocks(AR, "H100-SXM", False, 8, 1, None, False) == 24
+    assert collective_blocks(A2A, "A100-80GB", True, 8, 1, None, A100) == 32
+    assert collective_blocks(AR, "H100-SXM", False, 8, 1, None, H100) == 24
     # Blackwell (NVLink 5, 18 × 40.1 = 721.8 GB/s): 8 rings at 90, ×2, ×2 = 32; NVLS 24
-    assert collective_blocks(RING, "B200", True, 8, 1, None, True) == 32
-    assert collective_blocks(AR, "B200", True, 8, 1, None, True) == 24
+    assert collective_blocks(RING, "B200", True, 8, 1, None, B200) == 32
+    assert collective_blocks(AR, "B200", True, 8, 1, None, B200) == 24
 
 
 def test_blocks_across_nodes() -> None:
@@ -64,16 +68,16 @@ def test_blocks_across_nodes() -> None:
       25: 2 a node → 2 → 4; 8 a node → 16.
     * The reviewer's GPT-3 175B layout on 1,024 A100s, dp 256 × tp 4: the dp group has 2 ranks
       on each of 128 nodes (256 ranks over 1,024 consecutive ones): 4 blocks."""
-    assert collective_blocks(RING, "H100-SXM", True, 1, 16, 50e9, False) == 4
-    assert collective_blocks(RING, "H100-SXM", True, 2, 128, 50e9, False) == 8
-    assert collective_blocks(RING, "H100-SXM", True, 8, 8, 50e9, False) == 16
-    assert collective_blocks(AR, "H100-SXM", True, 2, 128, 50e9, False) == 16
-    assert collective_blocks(AR, "H100-SXM", True, 1, 16, 50e9, False) == 4
-    assert collective_blocks(RING, "A100-80GB", True, 2, 128, 25e9, False) == 4
-    assert collective_blocks(RING, "A100-80GB", True, 8, 4, 25e9, False) == 16
-    assert group_blocks(RING, "A100-80GB", True, 256, 1024, 8, False, 25e9, False) == 4
+    assert collective_blocks(RING, "H100-SXM", True, 1, 16, 50e9, H100) == 4
+    assert collective_blocks(RING, "H100-SXM", True, 2, 128, 50e9, H100) == 8
+    assert collective_blocks(RING, "H100-SXM", True, 8, 8, 50e9, H100) == 16
+    assert collective_blocks(AR, "H100-SXM", True, 2, 128, 50e9, H100) == 16
+    assert collective_blocks(AR, "H100-SXM", True, 1, 16, 50e9, H100) == 4
+    assert collective_blocks(RING, "A100-80GB", True, 2, 128, 25e9, A100) == 4
+    assert collective_blocks(RING, "A100-80GB", True, 8, 4, 25e9, A100) == 16
+    assert group_blocks(RING, "A100-80GB", True, 256, 1024, 8, False, 25e9, A100) == 4
     with pytest.raises(ValueError):
-        collective_blocks("broadcast-tree", "H100-SXM", True, 8, 1, None, False)
+        collective_blocks("broadcast-tree", "H100-SXM", True, 8, 1, None, H100)
 
 
 def test_a100_zero3_pays_its_ring_channels() -> None:

@@ -32,12 +32,15 @@ LLAMA70 = get_model("llama3-70b").model.arch  # L 80, h 8,192, V 128,256 (= 64 �
 
 # H100 all-reduce bus bandwidth (model.op_rates, GB/s at 450 GB/s NVLink): 1 MiB 43.70,
 # 2 MiB 81.93, 32 MiB 295.53, 64 MiB 361.78; read linearly in log2 of the buffer size.
-LOG2_175 = 0.8073549220576041  # log2(1.75): 1,835,008 = 1.75 · 2^20, 58,720,256 = 1.75 · 2^25
-DECODE_AR = 1_835_008 * 1.5 / ((43.70 + LOG2_175 * (81.93 - 43.70)) * 1e9)
-PREFILL_AR = 58_720_256 * 1.5 / ((295.53 + LOG2_175 * (361.78 - 295.53)) * 1e9)
-# An all-gather reads the same curve ÷ the NVLS all-reduce's speed-up on H100, 480/370
-# (model.nvlink_rates.nvls_allreduce_speedup), each rank receiving (tp − 1)/tp of the output.
+# The curve is the 8-GPU all-reduce as NCCL ran it, NVLink SHARP (NVLS); a ring collective
+# reads it ÷ the NVLS all-reduce's speed-up on H100, 480/370
+# (model.nvlink_rates.nvls_allreduce_speedup): an all-gather, each rank receiving (tp − 1)/tp of
+# the output, and an all-reduce of 4 GPUs, which NCCL's tuner runs as a ring (NVLS's 240 GB/s of
+# bus bandwidth at 4 GPUs against the ring's 360: model.nccl_search, model.nvls.nvls_ring).
 NVLS = 480 / 370
+LOG2_175 = 0.8073549220576041  # log2(1.75): 1,835,008 = 1.75 · 2^20, 58,720,256 = 1.75 · 2^25
+DECODE_AR = 1_835_008 * 1.5 / ((43.70 + LOG2_175 * (81.93 - 43.70)) / NVLS * 1e9)
+PREFILL_AR = 58_720_256 * 1.5 / ((295.53 + LOG2_175 * (361.78 - 295.53)) / NVLS * 1e9)
 LOG2_116 = math.log2(1.16015625)  # 0.21433;: 77,856,768 = 1.16015625 · 2^26, 2,433,024 = ·2^21
 LOG2_196 = math.log2(1.95703125)  # 0.96867;: 65,667,072 = 1.95703125 · 2^25, 2,052,096 = ·2^20
 DECODE_AG = 77_856_768 * 0.75 / ((361.78 + LOG2_116 * (400.61 - 361.78)) / NVLS * 1e9)
@@ -45,14 +48,15 @@ PREFILL_AG = 2_433_024 * 0.75 / ((81.93 + LOG2_116 * (128.73 - 81.93)) / NVLS * 
 
 
 def test_one_all_reduce_on_the_nccl_curve_by_hand():
-    """256 decode tokens × h 3,584 × 2 B = 1,835,008 B over tp 4: busbw 43.70 + 0.80735 ·
-    38.23 = 74.565 GB/s, each rank sends 2·3/4 of the buffer: 1,835,008 · 1.5 / 74.565e9 =
-    36.914 µs. A prefill chunk of 8,192 tokens, 58,720,256 B: 349.02 GB/s, 252.37 µs. tp 1 sums
-    nothing."""
+    """256 decode tokens × h 3,584 × 2 B = 1,835,008 B over tp 4, a ring (NCCL's tuner: NVLS
+    only from 6 GPUs of an H100 node): busbw (43.70 + 0.80735 · 38.23) / 1.2973 = 57.477 GB/s,
+    each rank sends 2·3/4 of the buffer: 1,835,008 · 1.5 / 57.477e9 = 47.889 µs (36.914 µs at
+    the NVLS curve's 74.565 GB/s, read before). A prefill chunk of 8,192 tokens, 58,720,256 B:
+    269.03 GB/s, 327.39 µs (252.37). tp 1 sums nothing."""
     ar = engine_all_reduce(H100, 4)
-    assert DECODE_AR * 1e6 == pytest.approx(36.914, abs=1e-3)
+    assert DECODE_AR * 1e6 == pytest.approx(47.889, abs=1e-3)
     assert ar(1_835_008) == pytest.approx(DECODE_AR, rel=1e-9)
-    assert PREFILL_AR * 1e6 == pytest.approx(252.367, abs=1e-3)
+    assert PREFILL_AR * 1e6 == pytest.approx(327.395, abs=1e-3)
     assert ar(8192 * 3584 * 2) == pytest.approx(PREFILL_AR, rel=1e-9)
     assert engine_all_reduce(H100, 1)(1_835_008) == 0.0
 
@@ -73,7 +77,7 @@ def test_the_logits_all_gather_on_the_nccl_curve_by_hand():
     forward = forward_collectives(28, 3584, 152_064, ar, ag)
     decode = forward(Fraction(256), Fraction(256))
     assert decode == pytest.approx(57 * DECODE_AR + DECODE_AG, rel=1e-9)
-    assert decode * 1e6 == pytest.approx(57 * 36.914 + 204.680, abs=0.1)  # 2,308.78 µs
+    assert decode * 1e6 == pytest.approx(57 * 47.889 + 204.680, abs=0.1)  # 2,934.33 µs
     prefill = forward(Fraction(8192), Fraction(8))
     assert prefill == pytest.approx(57 * PREFILL_AR + PREFILL_AG, rel=1e-9)
 
@@ -109,11 +113,11 @@ def test_rollout_adds_them_to_decode_and_prefill_by_hand():
     """The rlhf guide's Qwen2.5 7B engine before these terms: tp 4 × dp 16 on 64 H100s, 16,384
     rollouts of 1,024 + 4,096 tokens, 1,024 per replica, 256 at once: 4 waves.
 
-    Decode: 4 × 4,096 = 16,384 steps × (57 all-reduces × 36.914 µs + the 204.680 µs gather) =
-    16,384 × 2,308.78 µs = 37.827 s more (33.869 s of it the layers' 56 all-reduces).
-    Prefill: a wave's 256 · 1,024 = 262,144 prompt tokens are 32 chunks of 8,192 holding 8
-    prompts each; 4 × 32 × (57 × 252.367 + 25.742) µs = 1.845 s more. The roofline parts are
-    unchanged."""
+    Decode: 4 × 4,096 = 16,384 steps × (57 all-reduces × 47.889 µs + the 204.680 µs gather) =
+    16,384 × 2,934.33 µs = 48.076 s more (43.938 s of it the layers' 56 all-reduces; 37.827 and
+    33.869 s while the 4-GPU all-reduce read the NVLS curve). Prefill: a wave's 256 · 1,024 =
+    262,144 prompt tokens are 32 chunks of 8,192 holding 8 prompts each; 4 × 32 × (57 × 327.395
+    + 25.742) µs = 2.392 s more (1.845). The roofline parts are unchanged."""
     kw = dict(
         active_params=7_615_616_512,
         weights_bytes=Fraction(15_231_233_024, 4),
@@ -133,9 +137,9 @@ def test_rollout_adds_them_to_decode_and_prefill_by_hand():
     bare, with_ar = rollout_time(**kw), rollout_time(**kw, tp_reduce=forward)
     decode_ar = 16_384 * (57 * DECODE_AR + DECODE_AG)
     prefill_ar = 4 * 32 * (57 * PREFILL_AR + PREFILL_AG)
-    assert decode_ar == pytest.approx(37.827, abs=1e-3)
-    assert 16_384 * 56 * DECODE_AR == pytest.approx(33.869, abs=1e-3)
-    assert prefill_ar == pytest.approx(1.845, abs=1e-3)
+    assert decode_ar == pytest.approx(48.076, abs=1e-3)
+    assert 16_384 * 56 * DECODE_AR == pytest.approx(43.938, abs=1e-3)
+    assert prefill_ar == pytest.approx(2.392, abs=1e-3)
     assert with_ar.decode_s - bare.decode_s == pytest.approx(decode_ar, rel=1e-9)
     assert with_ar.prefill_s - bare.prefill_s == pytest.approx(prefill_ar, rel=1e-9)
     assert with_ar.all_reduce_s == pytest.approx(decode_ar + prefill_ar, rel=1e-9)

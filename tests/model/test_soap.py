@@ -152,9 +152,10 @@ def test_layer_wise_packing_puts_every_one_layer_chunks_fc1_on_rank_0():
     all-reduces over at every ZeRO stage (model/terms/comm_groups.py ``megatron_rings``: the tp
     block of 4 at each pp stride of 16, 4 a node on 32 nodes, 16 channels): 292 more, 1,660
     MiB, 116,967,735,296 B. NVLink SHARP (model/terms/nvls_memory.py): the tp 4 ring in a node
-    2 MiB of credits and 16 × 2 × (128 KiB × 8) × 4 = 128 MiB of buffers, the dp,
-    gradient-statistics, world and model-parallel rings (≥ 2 ranks a node) 2 MiB each: 138
-    more, 1,798 MiB, 117,112,438,784 B."""
+    2 MiB of credits (NCCL's tuner runs a 4-GPU all-reduce of an H100 node as a ring,
+    model/nccl_search.py: no buffers; 16 × 2 × (128 KiB × 8) × 4 = 128 MiB more were counted
+    before), the dp, gradient-statistics, world and model-parallel rings (≥ 2 ranks a node)
+    2 MiB each: 10 more, 1,670 MiB, 116,978,221,056 B."""
     shapes = [(4608, 16384), (16384, 4096), (26624, 16384), (16384, 13312)]
     assert sum(m * n for m, n in shapes) == 796_917_760
     assert layer_wise_owners(shapes, 4) == (2, 3, 0, 1)
@@ -167,14 +168,14 @@ def test_layer_wise_packing_puts_every_one_layer_chunks_fc1_on_rank_0():
     assert case.stages[1].state.optimizer_bytes == 4 * fc1 + 393_216 == 52_211_089_408
     assert layer_wise_padding(shapes, 4) == 4 * 436_207_616 - 796_917_760 == 947_912_704
     assert case.stages[1].state.weights_bytes == 2 * (3_187_802_112 + 4 * 947_912_704)
-    nvls = 130 + 4 * 2
+    nvls = 2 + 4 * 2
     assert case.stages[1].communicator_bytes == (484 + 148 + 2 * 76 + 2 * 292 + 292 + nvls) * 2**20
     nccl = (484 + 148 + 2 * 76 + 2 * 292 - 136 * 12) * 2**20
     assert nccl == -276_824_064
     total = 94_188_470_272 + 4 * 947_912_704 * 6 + nccl
     assert total == 116_661_551_104
     assert total + 292 * 2**20 == 116_967_735_296
-    assert int(case.peak.total_bytes) == 116_967_735_296 + nvls * 2**20 == 117_112_438_784
+    assert int(case.peak.total_bytes) == 116_967_735_296 + nvls * 2**20 == 116_978_221_056
 
 
 def test_soap_search_answers_fit_with_the_state_megatron_keeps():
@@ -224,12 +225,14 @@ def test_soap_search_answers_fit_with_the_state_megatron_keeps():
     model-parallel group (the tp 2 block at the pp stride of 4, ranks 0, 1, 4, 5 in the node:
     484 MiB): 3,000 MiB, 72,355,414,016 B; the answer is unchanged. NVLink SHARP
     (model/terms/nvls_memory.py): a ring of r ranks in an H100 node 2 + 32·r MiB, one across
-    nodes with ≥ 2 ranks a node 2 MiB. The 405B answers' stages hold 138 MiB of it (tp 4: 130;
-    dp, gradient statistics, world, model-parallel: 2 each; dp 8 × tp 2: tp 66 + 4 × 2 = 74),
-    the 8B answer's 138 (tp 2 and dp 2 in the node 66 each; the gradient statistics, world and
-    model-parallel rings in the node run one-float all-reduces only, which NCCL runs as rings and
-    so never sets their buffers up, src/graph/tuning.cc, src/group.cc: 2 each):
-    72,500,117,504 B, the answer unchanged."""
+    nodes with ≥ 2 ranks a node 2 MiB — its 32·r MiB of buffers only where NCCL's tuner runs the
+    ring's all-reduce as NVLS, from 6 of an H100 node's GPUs (model/nccl_search.py). The 405B
+    answers' stages hold 10 MiB of it (tp 4: 2; dp, gradient statistics, world,
+    model-parallel: 2 each; dp 8 × tp 2: tp 2 + 4 × 2 = 10), the 8B answer's 10 (tp 2 and dp 2
+    in the node 2 each; the gradient statistics, world and model-parallel rings in the node run
+    one-float all-reduces only, which NCCL runs as rings and so never sets their buffers up,
+    src/graph/tuning.cc, src/group.cc: 2 each): 72,365,899,776 B, the answer unchanged (138,
+    74 and 138 MiB while the tp 4, tp 2 and dp 2 rings held NVLS's buffers)."""
     import trainplan
 
     big = {"model": "llama3-405b", "optimizer": "soap", "seq_len": 8192}
@@ -242,10 +245,10 @@ def test_soap_search_answers_fit_with_the_state_megatron_keeps():
     assert old.stages[1].state.step_bytes == 4 * 13_354_663_936 + 12 * e == 63_887_638_528
     # each one-layer chunk's buckets: 8 × fc1's 872,415,232 elements for 1,593,835,520
     padding = 8 * 872_415_232 - 1_593_835_520
-    assert old.stages[1].communicator_bytes == (484 + 292 + 2 * 76 + 2 * 292 + 148 + 74) * 2**20
+    assert old.stages[1].communicator_bytes == (484 + 292 + 2 * 76 + 2 * 292 + 148 + 10) * 2**20
     nccl = (484 + 292 + 2 * 76 + 2 * 292 - 136 * 12) * 2**20
     assert 245_048_999_936 + 4 * padding * 6 + nccl == 374_300_672_000 - 125_829_120
-    assert int(old.peak.total_bytes) == 374_174_842_880 + (148 + 74) * 2**20 == 374_407_626_752
+    assert int(old.peak.total_bytes) == 374_174_842_880 + (148 + 10) * 2**20 == 374_340_517_888
     capacity = 83_210_009_600
     r = trainplan.search(model="llama3-405b", gpus=512, optimizer="soap")
     lay = r.best.estimate.layout
@@ -267,11 +270,11 @@ def test_soap_search_answers_fit_with_the_state_megatron_keeps():
     # interleaved, stage 0): 276,824,064 B fewer
     mp = 292
     assert r.best.estimate.stages[31].communicator_bytes == (
-        484 + 148 + 2 * 76 + 2 * 292 + mp + 138
+        484 + 148 + 2 * 76 + 2 * 292 + mp + 10
     ) * 2**20  # fmt: skip
     total = 74_900_815_872 - 276_824_064 + mp * 2**20
     assert total == 74_930_176_000
-    assert int(r.best.estimate.peak.total_bytes) == total + 138 * 2**20 == 75_074_879_488 < capacity
+    assert int(r.best.estimate.peak.total_bytes) == total + 10 * 2**20 == 74_940_661_760 < capacity
     small = trainplan.search(model="llama3-8b", gpus=8, optimizer="soap").best.estimate
     assert (small.layout.dp, small.layout.tp, small.layout.pp, small.layout.zero_stage) == (
         2, 2, 2, 1,
@@ -279,10 +282,10 @@ def test_soap_search_answers_fit_with_the_state_megatron_keeps():
     assert small.stages[0].state.optimizer_bytes == 33_654_833_152
     lse = 16 * 5 // 2 * 4 * 32 // 2 * 8192
     assert lse == 20_971_520
-    assert small.stages[0].communicator_bytes == (5 * 484 + 580 + 2 * 66 + 3 * 2) * 2**20
+    assert small.stages[0].communicator_bytes == (5 * 484 + 580 + 2 * 2 + 3 * 2) * 2**20
     nccl = (4 * 484 + 580 - 5 * 384) * 2**20
     assert nccl == 624_951_296
     total = 72_777_990_144 - 6 * 262_668_288 + lse + nccl
     assert total == 71_847_903_232
     assert total + 484 * 2**20 == 72_355_414_016
-    assert int(small.peak.total_bytes) == 72_355_414_016 + 138 * 2**20 == 72_500_117_504
+    assert int(small.peak.total_bytes) == 72_355_414_016 + 10 * 2**20 == 72_365_899_776

@@ -93,10 +93,13 @@ def test_the_search_answer_that_did_not_fit():
     SHARP on a B200 (model/terms/nvls_memory.py; 24 channels): a ring of r ranks in the node
     2 MiB of credits and, where its step runs a collective NCCL gives NVLS (the first one sets
     the buffers up, src/group.cc ncclCollPreconnect), 24 × 2 × (128 KiB × 8) × r = 48·r MiB of
-    buffers — tp and etp (2) 98 each, dp (4) 194 — and the rings that run only token counts or
-    one float, which NCCL runs as rings (src/graph/tuning.cc): tp·cp, tp·ep, gradient
-    statistics, world and model-parallel, 2 each: 400 MiB more (880 with every ring's
-    buffers), 190,187,988,992 B."""
+    buffers — none here: NCCL's tuner runs an all-reduce of 2 or 4 GPUs of a B200 node as a
+    ring (model/nccl_search.py: NVLS's 2 × min(90 × 0.74 × 1/2 × 2, 90) = 133.2 and 4 × min(99.9,
+    90) = 360 GB/s of bus bandwidth against the ring's 16 × 45 = 720), so tp and etp (2) and dp
+    (4) hold their credits alone (98, 98 and 194 MiB with the buffers before) — and the rings
+    that run only token counts or one float, which NCCL runs as rings (src/graph/tuning.cc):
+    tp·cp, tp·ep, gradient statistics, world and model-parallel, 2 each: 16 MiB more (400 with
+    the tp, etp and dp buffers, 880 with every ring's), 189,785,335,808 B."""
     case = Case.of("mixtral-8x7b", "B200", num_gpus=16, tp_comm_overlap="full",
                    precision="fp8", fp8_recipe="mxfp8")  # fmt: skip
     lay = Layout(dp=4, tp=2, pp=2, ep=4, etp=2, schedule="interleaved", virtual_stages=8,
@@ -111,9 +114,9 @@ def test_the_search_answer_that_did_not_fit():
     assert comms == 3_748 and 5 * 384 + 1_152 + 48 == 3_120
     moe_groups = 580 + 580 + 4 * 12
     nccl = est.peak.communicator_bytes - est.peak.userbuffer_bytes
-    nvls = 2 * 98 + 194 + 5 * 2
-    assert nccl == (comms + moe_groups + 96 + 52 + nvls) * 2**20 == (5_104 + 400) * 2**20
+    nvls = 2 * 2 + 2 + 5 * 2
+    assert nccl == (comms + moe_groups + 96 + 52 + nvls) * 2**20 == (5_104 + 16) * 2**20
     assert total + 628 * 2**20 == 188_346_689_536
     assert 188_346_689_536 + 1_208 * 2**20 == 189_613_369_344
     assert 189_613_369_344 + 148 * 2**20 == 189_768_558_592
-    assert est.peak.reserved_total_bytes == 189_768_558_592 + nvls * 2**20 == 190_187_988_992
+    assert est.peak.reserved_total_bytes == 189_768_558_592 + nvls * 2**20 == 189_785_335_808

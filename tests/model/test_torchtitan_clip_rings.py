@@ -33,8 +33,11 @@ import trainplan
 MIB = 2**20
 NODE, CROSS = 288 + 196, 192 + 100
 NVLS8, CREDITS = 2 + 256, 2
-# NVLink SHARP for 4 and 2 ranks in an H100 node: 16 × 2 × (128 KiB × 8) × heads + 2 MiB credits
-NVLS4, NVLS2 = 2 + 128, 2 + 64
+# NVLink SHARP for 4 and 2 ranks in an H100 node: the 2 MiB of credits alone — NCCL's tuner runs
+# their all-reduces as rings (NVLS's 240 and 102 GB/s of bus bandwidth against the ring's 360,
+# model/nccl_search.py), so the 16 × 2 × (128 KiB × 8) × heads of buffers (128 and 64 MiB,
+# counted before) are never set up
+NVLS4, NVLS2 = CREDITS, CREDITS
 
 
 @pytest.mark.parametrize(
@@ -89,8 +92,9 @@ NVLS4, NVLS2 = 2 + 128, 2 + 64
         # × 32 × 12 = 1,152, set-up 196; the experts' FSDP group, 8 ÷ 4 = 2 ranks in a node
         # (484); the pp group's communicator, 48 + 48 + 28 as above. Before: 4,236 MiB (each
         # norm ring placed as the world with its own set-up, 2 × 292, in place of 288 + 48).
-        # NVLS: the FSDP ring 258 and the experts' FSDP pair 66 (gradients); the world, "batch",
-        # "loss" and the ep norm's ring 2 each: 332 MiB (was 3 × 258 + 2 + 130 + 66 = 972)
+        # NVLS: the FSDP ring 258 and the experts' FSDP pair 2 (a ring all-reduce: NVLS2); the
+        # world, "batch", "loss" and the ep norm's ring 2 each: 268 MiB (332 with the pair's
+        # buffers; 3 × 258 + 2 + 130 + 66 = 972 before that)
         (
             "mixtral-8x7b",
             {"num_gpus": 16, "dp": 8, "pp": 2, "ep": 4},
