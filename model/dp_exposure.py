@@ -320,23 +320,18 @@ def dp_exposed_seconds(
     * The once-per-step traffic (the distributed optimizer's reduce-scatter and all-gather, a
       DDP all-reduce, FSDP2's reduce-scatter under a pipeline schedule) overlaps the last
       micro-batch's backward and the next step's first forward when the framework overlaps it
-      (``overlapped``, element-wise: Megatron-Core ``--overlap-grad-reduce`` /
-      ``--overlap-param-gather``, FSDP's prefetch): :func:`step_exposed_seconds` (``waits``,
-      ``step_forward_s``, ``chunk_gather_s``, ``chunks``, ``chunk_group`` its); else all of it
-      waits (Megatron-LM 2021's DDP all-reduce after the last backward, DeepSpeed's pipeline
-      engine: :func:`model.comm.grad_reduce_overlaps`).
-    * Without ``beside_compute`` (:func:`model.comm.reduces_beside_compute`: DeepSpeed ZeRO-1/2
-      without ``overlap_comm`` reduces on the compute stream) nothing overlaps.
-    * ``share``: ``φ``, the SMs an overlapped collective's kernels hold
-      (:func:`model.comm_sms.collective_sm_share`): what waits beyond a window is
+      (``overlapped``, element-wise: ``--overlap-grad-reduce`` / ``--overlap-param-gather``,
+      FSDP's prefetch): :func:`step_exposed_seconds`, with ``waits`` and the keywords after it;
+      else all waits (Megatron-LM 2021, DeepSpeed's pipeline: :func:`model.comm.grad_reduce_overlaps`).
+    * Without ``beside_compute`` (DeepSpeed ZeRO-1/2 without ``overlap_comm``,
+      :func:`model.comm.reduces_beside_compute`) nothing overlaps. ``share``: ``φ``
+      (:func:`model.comm_sms.collective_sm_share`), what waits beyond a window
       :func:`model.comm_sms.contended_wait` ``max(φ·a, a − window)``.
-    * ``upfront``: under PyTorch's multi-stage pipeline runtime, the share of ``step_forward_s``
-      that waits whole before the first forward and the forwards the rest hides under
-      (:func:`model.fsdp2_pipeline.upfront_gather`; ``(0, 1)`` elsewhere).
+    * ``upfront``: PyTorch's multi-stage runtime's share of ``step_forward_s`` waiting whole and
+      the forwards the rest hides under (:func:`model.fsdp2_pipeline.upfront_gather`; else (0, 1)).
 
-    The keyword-only arguments are required (seconds as ``step_s``, 0 where the mechanism has
-    none; counts): left out, the forward's gathers would be read as the backward's, the first
-    forward's or a chunk's as any other step traffic.
+    The keyword-only arguments are required (left out, the forward's gathers would be read as
+    the backward's, the first forward's or a chunk's as any other step traffic).
 
     >>> none = dict(forward_s=0, reduce_s=0, step_forward_s=0, upfront=(0, 1), chunk_gather_s=0,
     ...             chunks=1, chunk_group=1)
@@ -352,10 +347,8 @@ def dp_exposed_seconds(
     Traceback (most recent call last):
     TypeError: dp_exposed_seconds() missing 7 required keyword-only arguments: ...
     """
-    kept = dict(step_forward_s=step_forward_s, chunk_gather_s=chunk_gather_s, chunks=chunks)
-    step = step_exposed_seconds(
-        step_s, window_s, tail, share, waits, **kept, chunk_group=chunk_group, upfront=upfront
-    )  # fmt: skip
+    kept = dict(step_forward_s=step_forward_s, chunk_gather_s=chunk_gather_s, upfront=upfront)
+    step = step_exposed_seconds(step_s, window_s, tail, share, waits, **kept, chunks=chunks, chunk_group=chunk_group)  # fmt: skip
     step = where(overlapped & beside_compute, step, step_s)
     hidden = microbatch_exposed_seconds(microbatch_s, forward_s, reduce_s, m, window_s, tail, share)
     return step + where(beside_compute, hidden, m * microbatch_s)

@@ -51,7 +51,7 @@ def test_evaluate_gives_the_command_lines_figures():
     more for the model-parallel group Megatron-LM's train_step all-reduces over at every ZeRO
     stage (model/terms/comm_groups.py ``megatron_rings``: the tp block of 4 at each pp stride of
     8, 4 ranks a node on 8 nodes, 16 channels, 192 + 100 MiB): 76,149,555,200 bytes; and
-    NVLink SHARP's 202 MiB (below): 76,361,367,552 bytes."""
+    NVLink SHARP's credits, 10 MiB (below): 76,160,040,960 bytes."""
     e = trainplan.evaluate(model="llama3-70b", gpu="H100-SXM", dp=2, tp=4, pp=8)
     args = ["evaluate", "--model", "llama3-70b", "--gpu", "H100-SXM", "--dp", "2", "--tp", "4"]
     cli = json.loads(run_cli(*args, "--pp", "8", "--json").stdout)

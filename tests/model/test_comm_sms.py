@@ -336,7 +336,13 @@ def test_an_overlapped_dp_collective_pays_for_the_sms_it_holds() -> None:
     max(φ·0.25, 0.25 − 0.2667) = φ·0.25 (the SMs it holds)."""
     phi = 16 / 132
     none = dict(
-        forward_s=0.0, reduce_s=0.0, step_forward_s=0.0, chunk_gather_s=0.0, chunks=1, chunk_group=1
+        forward_s=0.0,
+        reduce_s=0.0,
+        step_forward_s=0.0,
+        chunk_gather_s=0.0,
+        chunks=1,
+        chunk_group=1,
+        upfront=(0, 1),
     )
     assert dp_exposed_seconds(1.0, 0.0, 8, 1.5, True, 0.1, True, phi, **none) == pytest.approx(phi)
     assert dp_exposed_seconds(1.0, 0.0, 8, 1.5, True, 0.1, **none) == pytest.approx(0.1)
@@ -355,6 +361,7 @@ def test_an_overlapped_dp_collective_pays_for_the_sms_it_holds() -> None:
         chunk_gather_s=0.0,
         chunks=1,
         chunk_group=1,
+        upfront=(0, 1),
     )
     assert got == pytest.approx(4 * (max(phi * 0.25, 0.25 - 0.4 / 3) + phi * 0.25))
 

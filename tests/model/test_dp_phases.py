@@ -126,6 +126,7 @@ def test_exposure_never_decreases_as_per_micro_batch_traffic_grows(
         return dp_exposed_seconds(
             0.0, total, m, window, True, tail, True, share, 0.0, forward_s=forward,
             reduce_s=reduce, step_forward_s=0.0, chunk_gather_s=0.0, chunks=1, chunk_group=1,
+            upfront=(0, 1),
         )  # fmt: skip
 
     base = exposed(mb, fwd, red)
@@ -144,11 +145,11 @@ def test_arrays_give_the_floats():
     red = np.array([4.2374, 0.7856, 0.1, 0.0])
     got = dp_exposed_seconds(0.0, mb, m, window, True, tail, True, share, 0.0, forward_s=fwd,
                              reduce_s=red, step_forward_s=0.0, chunk_gather_s=0.0, chunks=1,
-                             chunk_group=1)  # fmt: skip
+                             chunk_group=1, upfront=(0, 1))  # fmt: skip
     one = [
         dp_exposed_seconds(0.0, float(a), int(k), float(w), True, tail, True, share, 0.0,
                            forward_s=float(f), reduce_s=float(r), step_forward_s=0.0,
-                           chunk_gather_s=0.0, chunks=1, chunk_group=1)
+                           chunk_gather_s=0.0, chunks=1, chunk_group=1, upfront=(0, 1))
         for a, k, w, f, r in zip(mb, m, window, fwd, red, strict=True)
     ]  # fmt: skip
     assert got.tolist() == one
