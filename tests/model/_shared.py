@@ -8,6 +8,14 @@ from typing import Any
 
 from trainplan import scenarios
 
+NO_STEP_MECHANISMS: dict[str, Any] = dict(
+    forward_s=0.0, reduce_s=0.0, step_forward_s=0.0, upfront=(0, 1), chunk_gather_s=0.0,
+    chunks=1, chunk_group=1,
+)  # fmt: skip
+"""The keywords :func:`model.dp_exposure.dp_exposed_seconds` requires, for a layout with none of
+their mechanisms: no forward gathers, reduction or first-forward gathers a micro-batch, nothing
+waited up front (PyTorch's runtime), no chunked gathers (Megatron-Core's interleaving)."""
+
 _FILES = {"published.toml": "published", "seed_examples.toml": "examples"}
 
 

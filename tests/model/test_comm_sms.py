@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 import tests.optimizer.test_tables_exact as exact
+from tests.model._shared import NO_STEP_MECHANISMS
 from trainplan.model.comm_sms import (
     collective_sm_share,
     contended_wait,
@@ -335,15 +336,7 @@ def test_an_overlapped_dp_collective_pays_for_the_sms_it_holds() -> None:
     waits max(φ·0.25, 0.25 − 0.1333) = 0.1167 (the communication paces), the backward
     max(φ·0.25, 0.25 − 0.2667) = φ·0.25 (the SMs it holds)."""
     phi = 16 / 132
-    none = dict(
-        forward_s=0.0,
-        reduce_s=0.0,
-        step_forward_s=0.0,
-        chunk_gather_s=0.0,
-        chunks=1,
-        chunk_group=1,
-        upfront=(0, 1),
-    )
+    none = NO_STEP_MECHANISMS
     assert dp_exposed_seconds(1.0, 0.0, 8, 1.5, True, 0.1, True, phi, **none) == pytest.approx(phi)
     assert dp_exposed_seconds(1.0, 0.0, 8, 1.5, True, 0.1, **none) == pytest.approx(0.1)
     got = dp_exposed_seconds(
@@ -355,13 +348,7 @@ def test_an_overlapped_dp_collective_pays_for_the_sms_it_holds() -> None:
         0.05,
         True,
         phi,
-        forward_s=0.25,
-        reduce_s=0.0,
-        step_forward_s=0.0,
-        chunk_gather_s=0.0,
-        chunks=1,
-        chunk_group=1,
-        upfront=(0, 1),
+        **{**none, "forward_s": 0.25},
     )
     assert got == pytest.approx(4 * (max(phi * 0.25, 0.25 - 0.4 / 3) + phi * 0.25))
 

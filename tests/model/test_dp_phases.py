@@ -20,6 +20,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.model._shared import NO_STEP_MECHANISMS
 from trainplan.model.dp_exposure import dp_exposed_seconds, phase_gathers
 from trainplan.model.mechanisms import mechanism
 from trainplan.optimizer.case import Case
@@ -124,9 +125,8 @@ def test_exposure_never_decreases_as_per_micro_batch_traffic_grows(
 
     def exposed(total: float, forward: float, reduce: float) -> float:
         return dp_exposed_seconds(
-            0.0, total, m, window, True, tail, True, share, 0.0, forward_s=forward,
-            reduce_s=reduce, step_forward_s=0.0, chunk_gather_s=0.0, chunks=1, chunk_group=1,
-            upfront=(0, 1),
+            0.0, total, m, window, True, tail, True, share, 0.0,
+            **{**NO_STEP_MECHANISMS, "forward_s": forward, "reduce_s": reduce},
         )  # fmt: skip
 
     base = exposed(mb, fwd, red)
@@ -143,13 +143,11 @@ def test_arrays_give_the_floats():
     window, m, tail = np.array([8.2688, 1.9453, 0.6, 1.0]), np.array([2, 128, 4, 8]), 0.01
     share = 0.23896
     red = np.array([4.2374, 0.7856, 0.1, 0.0])
-    got = dp_exposed_seconds(0.0, mb, m, window, True, tail, True, share, 0.0, forward_s=fwd,
-                             reduce_s=red, step_forward_s=0.0, chunk_gather_s=0.0, chunks=1,
-                             chunk_group=1, upfront=(0, 1))  # fmt: skip
+    got = dp_exposed_seconds(0.0, mb, m, window, True, tail, True, share, 0.0,
+                             **{**NO_STEP_MECHANISMS, "forward_s": fwd, "reduce_s": red})  # fmt: skip
     one = [
         dp_exposed_seconds(0.0, float(a), int(k), float(w), True, tail, True, share, 0.0,
-                           forward_s=float(f), reduce_s=float(r), step_forward_s=0.0,
-                           chunk_gather_s=0.0, chunks=1, chunk_group=1, upfront=(0, 1))
+                           **{**NO_STEP_MECHANISMS, "forward_s": float(f), "reduce_s": float(r)})
         for a, k, w, f, r in zip(mb, m, window, fwd, red, strict=True)
     ]  # fmt: skip
     assert got.tolist() == one

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.model._shared import NO_STEP_MECHANISMS
 from trainplan.model.pipeline_reduce import reduce_waiting_share
 from trainplan.model.step_time import dp_exposed_seconds
 from trainplan.optimizer.case import Case
@@ -46,15 +47,7 @@ def test_what_waits_beside_what_overlaps_by_hand():
     """Once-per-step traffic of 3 s, 2 s of it a reduction that waits, 1 s of gather under a
     1.5 s window at φ 0.25, tail 0.1: 2 + max(0.25 · 1, 1 − 1.5, 0.1 · 1) = 2.25 s. Not
     overlapped, all 3 s wait; without the waiting part max(0.25 · 3, 3 − 1.5, 0.3) = 1.5 s."""
-    none = dict(
-        forward_s=0.0,
-        reduce_s=0.0,
-        step_forward_s=0.0,
-        chunk_gather_s=0.0,
-        chunks=1,
-        chunk_group=1,
-        upfront=(0, 1),
-    )
+    none = NO_STEP_MECHANISMS
     assert dp_exposed_seconds(3.0, 0.0, 8, 1.5, True, 0.1, True, 0.25, 2.0, **none) == 2.25
     assert dp_exposed_seconds(3.0, 0.0, 8, 1.5, False, 0.1, True, 0.25, 2.0, **none) == 3.0
     assert dp_exposed_seconds(3.0, 0.0, 8, 1.5, True, 0.1, True, 0.25, **none) == 1.5
