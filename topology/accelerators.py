@@ -265,6 +265,14 @@ def to_device(row: dict[str, Any], where: str) -> DeviceSpec:
         hbm, kept_bytes, driver_source = _driver_figures(row, where, memory)
     else:
         kept_bytes, driver_source = DRIVER_RESERVED_BYTES, ""
+    reserve = runtime_reserve_for(kept_bytes)
+    if (hbm or memory) <= reserve:  # DeviceSpec's check would name memory_reserve, not the key
+        raise ScenarioError(
+            f"{where}: memory_gb {row['memory_gb']} ({row['memory_unit']}) must be above the "
+            f"{reserve / GIB:.2f} GiB every process holds before the model "
+            "(driver, CUDA context, cuBLAS workspaces, fragmentation allowance: "
+            "model.hardware.runtime_reserve_for)"
+        )
     return DeviceSpec(
         name=row["name"],
         memory_bytes=int(memory),
@@ -272,7 +280,7 @@ def to_device(row: dict[str, Any], where: str) -> DeviceSpec:
         hbm_bytes=hbm,
         driver_reserved_bytes=kept_bytes,
         driver_source=driver_source,
-        runtime_reserve_bytes=runtime_reserve_for(kept_bytes),
+        runtime_reserve_bytes=reserve,
         peak_flops_per_s=float(peak),
         nvlink_bytes_per_s=rate("nvlink_gbps"),
         nvlink_domain=None
