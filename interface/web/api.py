@@ -209,10 +209,11 @@ def frontier_run(query: list[tuple[str, str]], **progress: Any) -> Any:
 def run_object(result: Any) -> dict[str, Any]:
     """A SearchRun's JSON object, or the CLI's infeasible object; each answer's notes name the
     page's fields where the command line's name its flags (:func:`interface.flags.on_page`)."""
-    if isinstance(result, InfeasibleError):
-        return commands.infeasible_json(result, web=True)
-    out = dict(result.json)
     fields = page_fields("search")
+    if isinstance(result, InfeasibleError):
+        out = commands.infeasible_json(result, web=True)
+        return {**out, "explanation": [on_page(line, fields) for line in out["explanation"]]}
+    out = dict(result.json)
 
     def paged(answer: dict[str, Any]) -> dict[str, Any]:
         notes = answer.get("notes")
