@@ -22,12 +22,14 @@ from functools import lru_cache
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
+from starlette.concurrency import run_in_threadpool
 
 from trainplan.interface import commands, tabs
 from trainplan.interface.cli.query import query_params
 from trainplan.interface.flags import on_page, refusal
 from trainplan.interface.requests import evaluate_request, search_request
 from trainplan.interface.tab_requests import TAB_REQUESTS, tab_request
+from trainplan.interface.web.body import BODY_DOC, body_pairs
 from trainplan.interface.web.params import (
     API_COMMANDS,
     TERMINAL_ONLY,
@@ -234,6 +236,14 @@ def evaluate(request: Request) -> Response:
     """The planner, `trainplan evaluate --json`: memory per GPU, ZeRO table, traffic per axis,
     bubble, step time, MFU/HFU, assumptions, defaults used."""
     return json_response(evaluate_object(pairs(request)))
+
+
+@router.post("/evaluate", responses=BAD_INPUT, openapi_extra={**_doc("evaluate", {}), **BODY_DOC})
+async def evaluate_post(request: Request) -> Response:
+    """`GET /api/evaluate` with its parameters in a JSON body (:mod:`interface.web.body`): for a
+    config.json too large for a URL."""
+    query = await body_pairs(request)
+    return json_response(await run_in_threadpool(evaluate_object, query))
 
 
 def _tab(name: str, query: list[tuple[str, str]], drop: tuple[str, ...]) -> dict[str, Any]:
