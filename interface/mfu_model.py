@@ -19,6 +19,28 @@ _DIMENSIONS = ("layers", "heads", "head_dim", "hidden")
 """The MFU tab's dimensions a model has of its own."""
 
 
+def _check_beside(r: MfuRequest, name: str) -> None:
+    """Refuse what ``model`` ``name`` gives too (``params``, a dimension), as evaluate's
+    ``--model`` does, and ``model`` beside a reported FLOP rate (N is not read).
+
+    Raises
+    ------
+    InputError
+        The first such input given."""
+    given = {"params": r.params, **{k: getattr(r, k) for k in _DIMENSIONS}}
+    own_dims = f"model {name} has its own dimensions; give them with --params instead of --model"
+    check_applicable(
+        given,
+        {
+            "params": f"model {name} has its own size; give either --model or --params, not both",
+            **dict.fromkeys(_DIMENSIONS, own_dims),
+        },
+    )
+    if r.achieved_pflops is not None or r.achieved_tflops_per_gpu is not None:
+        why = "a reported FLOP rate already counts what it counts; N is not read"
+        check_applicable({"model": name}, {"model": why})
+
+
 def mfu_model(r: MfuRequest) -> tuple[MfuRequest, dict[str, Any] | None]:
     """``r`` with the figures of its ``model`` filled in, and the report's ``model`` object
     (None without a model: ``r`` as given).
@@ -46,19 +68,7 @@ def mfu_model(r: MfuRequest) -> tuple[MfuRequest, dict[str, Any] | None]:
     if r.model is None:
         return r, None
     name = str(r.model)
-    given = {"params": r.params, **{k: getattr(r, k) for k in _DIMENSIONS}}
-    own_dims = f"model {name} has its own dimensions; give them with --params instead of --model"
-    check_applicable(
-        given,
-        {
-            "params": f"model {name} has its own size; give either --model or --params, not both",
-            **dict.fromkeys(_DIMENSIONS, own_dims),
-        },
-    )
-    rate = r.achieved_pflops is not None or r.achieved_tflops_per_gpu is not None
-    if rate:
-        why = "a reported FLOP rate already counts what it counts; N is not read"
-        check_applicable({"model": name}, {"model": why})
+    _check_beside(r, name)
     entry = named_lookup("model", get_model, name)
     spec, arch = entry.model, entry.model.arch
     declared = spec.num_params_declared

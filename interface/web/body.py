@@ -87,7 +87,7 @@ def pairs_of(body: Any) -> list[tuple[str, str]]:
     trainplan.model.errors.InputError: body: a JSON list; send a JSON object {"name": value, …} of the GET form's parameters
     """
     if not isinstance(body, dict):
-        kind = {list: "list", str: "string"}.get(type(body), type(body).__name__)
+        kind = "list" if isinstance(body, list) else "string" if isinstance(body, str) else "value"
         raise InputError(
             f'body: a JSON {kind}; send a JSON object {{"name": value, …}} of the GET form\'s '
             "parameters"
