@@ -12,7 +12,12 @@ from typing import Any
 
 from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.interface.requests import SearchRequest, search_request
-from trainplan.interface.search_notes import infeasible_json, time_limit_note, unused_note
+from trainplan.interface.search_notes import (
+    infeasible_json,
+    time_limit_note,
+    unused_note,
+    with_unused,
+)
 from trainplan.model.errors import InfeasibleError
 from trainplan.optimizer.problem import objective_value
 
@@ -126,6 +131,7 @@ def search_json(
     try:
         result = search(problem, top, limit, request.workers, progress, prepared=prepared)
     except InfeasibleError as err:
+        err = with_unused(err, problem, prepared[0])
         raise (
             best_without(err, request, problem, started, on_tables) if compare else err
         ) from None
@@ -359,6 +365,7 @@ def frontier_json(
     try:
         result = frontier(problem, against, limit, request.workers, prepared=prepared)
     except InfeasibleError as err:
+        err = with_unused(err, problem, prepared[0])
         raise best_without(err, request, problem, started, on_tables) from None
     rows = []
     in_units = _in_units(problem, prepared)

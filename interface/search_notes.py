@@ -7,12 +7,16 @@ object an infeasible search prints (:func:`infeasible_json`). Read by
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainplan.interface.flags import flag_for, refusal, with_flags
 from trainplan.model.errors import InfeasibleError
 
-__all__ = ["unused_note", "time_limit_note", "infeasible_json"]
+if TYPE_CHECKING:
+    from trainplan.optimizer.problem import Problem
+    from trainplan.optimizer.tables import CostTables
+
+__all__ = ["unused_note", "with_unused", "time_limit_note", "infeasible_json"]
 
 
 _RULE_HEADS = frozenset(flag_for(n) for n in ("tp", "pp", "cp", "ep", "zero_stage", "cp_kind"))
@@ -33,6 +37,19 @@ def unused_note(unused: Sequence[tuple[str, int, str]]) -> str | None:
         return None
     each = [f"{axis} {v} ({refusal(why, _RULE_HEADS)})" for axis, v, why in unused]
     return "requested values no layout uses: " + "; ".join(each)
+
+
+def with_unused(err: InfeasibleError, problem: Problem, tables: CostTables) -> InfeasibleError:
+    """``err`` (the search found no layout) with :func:`unused_note`'s line last in its
+    explanation when the user asked for values no layout uses (:func:`optimizer.axis_rules.
+    unused_values` over the search's own ``tables``): the answer said with a layout says it, so
+    does the one without (each value with the rule that refuses it); ``err`` itself otherwise."""
+    from trainplan.optimizer.axis_rules import unused_values
+
+    note = unused_note(unused_values(problem, tables))
+    if note is None:
+        return err
+    return InfeasibleError(str(err), [*err.explanation, note], err.status)
 
 
 def time_limit_note(limit: float | None, tables_s: float, solve_s: float) -> str | None:

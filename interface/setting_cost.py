@@ -20,10 +20,15 @@ NVLink SHARP, a calibrated efficiency, a framework version) are not choices and 
 No figure of the comparison is a second cost model: it is the same search over the same cost
 model (:func:`optimizer.search.search`), only without the settings.
 
-Cost: nothing unless a choice key is set to a value that changes a job's case (a key set to its
-default builds the same case: no second search; ``tp_comm_overlap = async`` is compared, as the
-case holds None for "each framework's own"); otherwise one more table build and one CP-SAT solve
-(top 1), within what ``--time-limit`` leaves. The first search's tables are not reused: the
+Which choice costs: with two to :data:`EACH_MAX` choices set and the note said, each is dropped
+alone too (the others kept, one more search each) and the note names what keeping each costs
+(``settings_cost.each``); with more, they are named together, said so.
+
+Cost: nothing unless a choice key is set to a value that is not what every searched profile runs
+by default (:func:`interface.setting_defaults.same_runs`: ``tp_comm_overlap = async`` under
+Megatron-Core is its default, not a choice; such a setting is neither compared nor named);
+otherwise one more table build and one CP-SAT solve (top 1), and one more per choice when they
+are told apart, within what ``--time-limit`` leaves. The first search's tables are not reused: the
 settings are part of each job's case, from which every table is built; the memory terms are
 memoised by the recipe alone (:func:`optimizer.tables._job_rows`) but hold the legality rules,
 which read the cost options too (``tp_comm_overlap`` among them), so sharing them across the two
@@ -40,11 +45,12 @@ from types import MappingProxyType
 from typing import Any
 
 from trainplan.interface.flags import with_flags
-from trainplan.interface.render.report import layout_line, objective_text
 from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.interface.requests import SearchRequest
 from trainplan.interface.scenario import problem_of
 from trainplan.interface.scenario_file import CLUSTER_KEYS
+from trainplan.interface.setting_defaults import same_runs
+from trainplan.interface.setting_notes import each_text, note_of, without_line
 from trainplan.model.errors import InfeasibleError, PlannerError
 from trainplan.optimizer.problem import Objective, Problem, objective_value
 from trainplan.optimizer.search import SOLVE_FLOOR_S, prepare, search
@@ -53,6 +59,7 @@ from trainplan.optimizer.tables import objective_divisor
 
 __all__ = [
     "CHOICE_KEYS",
+    "EACH_MAX",
     "FACT_KEYS",
     "THRESHOLD",
     "SettingCost",
@@ -68,6 +75,10 @@ THRESHOLD = 0.01
 something: 1 % of the objective (step time, time to train, dollars, GPU-seconds per token). A
 presentation threshold, not a figure of the cost model: it keeps a difference of a few
 milliseconds out of the text; ``settings_cost`` holds both figures whatever the difference."""
+
+EACH_MAX = 4
+"""The most choices told apart (one more search each, :func:`settings_cost`); above it the note
+names them together. A bound on the work, not a figure of the cost model."""
 
 CHOICE_KEYS: Mapping[str, str] = MappingProxyType(
     {
@@ -223,6 +234,12 @@ class SettingCost:
     without."""
     threshold: float = THRESHOLD
     """The fraction the defaults must be better by for the note."""
+    each: tuple[Mapping[str, Any], ...] = ()
+    """Each choice dropped alone, the others kept (set when the note is said and two to
+    :data:`EACH_MAX` choices are set), in the order given: ``setting``, ``value`` (as ``--set``
+    writes it), ``status`` (as :attr:`status`), ``without_setting`` (the best objective without
+    it alone, in :attr:`unit`; None without an answer), ``cost`` (with ÷ that − 1: what keeping
+    it costs; None without both figures) and ``reason`` (why there is no figure)."""
 
     @property
     def cost(self) -> float | None:
@@ -249,22 +266,8 @@ class SettingCost:
             "layout": None if self.layout is None else dict(self.layout),
             "reason": self.reason,
             "note": None if self.note is None else with_flags(self.note, web),
+            "each": [dict(e) for e in self.each],
         }
-
-
-def _same_cases(a: Problem, b: Problem) -> bool:
-    """Whether two problems' jobs run the same cases (a setting at its default changes none)."""
-    key = lambda job: (  # noqa: E731
-        job.num_gpus,
-        job.case.model,
-        job.case.training,
-        job.case.options,
-        job.case.vocab_multiple,
-        job.case.fabric,
-    )
-    return len(a.jobs) == len(b.jobs) and all(
-        key(x) == key(y) for x, y in zip(a.jobs, b.jobs, strict=True)
-    )
 
 
 class _Stopped(Exception):
@@ -297,33 +300,108 @@ def settings_cost(
     settings = chosen_settings(request)
     if not settings or problem.objective is Objective.PARAMS:
         return None
+    alone = _alone(request, problem, settings)
+    if not alone:  # every one the profiles' default
+        return None
+    chosen = {k: settings[k] for k in alone}
     unit = objective_value(problem.objective, 0)[0]
-    given: dict[str, Any] = {"settings": settings, "objective_kind": str(problem.objective)}
+    given: dict[str, Any] = {"settings": chosen, "objective_kind": str(problem.objective)}
     given["unit"] = unit
     given["with_settings"] = with_value
-    cluster = {k: v for k, v in request.cluster.items() if k not in settings}
     try:
-        without = problem_of(replace(request, cluster=MappingProxyType(cluster), per_stage=False))
+        without = _without(request, tuple(settings))
     except PlannerError as err:  # another key needs one of them
         return SettingCost(**given, status="refused", reason=str(err))
-    if _same_cases(problem, without):
-        return None
+    found = _best(without, request, started, on_tables)
+    cost = SettingCost(**given, **found)
+    if cost.layout is None:
+        return cost
+    note = note_of(cost, problem.tokens, len(problem.jobs) > 1)
+    if note is None or len(chosen) == 1:
+        return replace(cost, note=note)
+    if len(chosen) > EACH_MAX:
+        note += f"; more than {EACH_MAX} choices: not told apart (a search each)"
+        return replace(cost, note=note)
+    each = tuple(_each(k, chosen[k], alone[k], cost, request, started) for k in chosen)
+    return replace(cost, note=note + each_text(each, cost, problem.tokens), each=each)
+
+
+def _without(request: SearchRequest, keys: tuple[str, ...]) -> Problem:
+    """The problem of ``request`` without the ``[cluster]`` keys ``keys``, uniform.
+
+    Raises
+    ------
+    PlannerError
+        Another input needs one of them.
+    """
+    cluster = {k: v for k, v in request.cluster.items() if k not in keys}
+    return problem_of(replace(request, cluster=MappingProxyType(cluster), per_stage=False))
+
+
+def _alone(
+    request: SearchRequest, problem: Problem, settings: Mapping[str, str]
+) -> dict[str, Problem | PlannerError]:
+    """The choices of ``settings`` that are not every searched profile's default, each with the
+    problem without it alone (or the refusal of that problem: another input needs it).
+    A setting whose problem runs the same (:func:`interface.setting_defaults.same_runs`) is the
+    default, left out."""
+    out: dict[str, Problem | PlannerError] = {}
+    for key in settings:
+        try:
+            other = _without(request, (key,))
+        except PlannerError as err:
+            out[key] = err
+            continue
+        if not same_runs(problem, other):
+            out[key] = other
+    return out
+
+
+def _best(
+    problem: Problem,
+    request: SearchRequest,
+    started: float,
+    on_tables: Callable[[int, int], None] | None,
+) -> dict[str, Any]:
+    """:func:`_search`'s fields for ``problem`` within what the time limit leaves, or ``status``
+    and ``reason`` when there is no answer (skipped, infeasible, refused)."""
     limit = request.time_limit
     left = None if limit is None else limit - (time.perf_counter() - started)
     if left is not None and left < SOLVE_FLOOR_S:
         reason = f"the time limit of {limit:g} s was spent by the search with them"
-        return SettingCost(**given, status="skipped", reason=reason)
+        return {"status": "skipped", "reason": reason}
     try:
-        found = _search(without, left, request.workers, on_tables)
+        return _search(problem, left, request.workers, on_tables)
     except _Stopped:
-        return SettingCost(**given, status="skipped", reason="interrupted (Ctrl-C)")
+        return {"status": "skipped", "reason": "interrupted (Ctrl-C)"}
     except InfeasibleError as err:
         reason = err.explanation[0] if err.explanation else str(err)
-        return SettingCost(**given, status=err.status, reason=reason)
+        return {"status": err.status, "reason": reason}
     except PlannerError as err:
-        return SettingCost(**given, status="refused", reason=str(err))
-    cost = SettingCost(**given, **found)
-    return replace(cost, note=_note(cost, problem.tokens, len(problem.jobs) > 1))
+        return {"status": "refused", "reason": str(err)}
+
+
+def _each(
+    key: str,
+    value: str,
+    alone: Problem | PlannerError,
+    cost: SettingCost,
+    request: SearchRequest,
+    started: float,
+) -> Mapping[str, Any]:
+    """:attr:`SettingCost.each`'s entry of ``key``: the search without it alone."""
+    entry: dict[str, Any] = {"setting": key, "value": value}
+    if isinstance(alone, PlannerError):
+        found: dict[str, Any] = {"status": "refused", "reason": str(alone)}
+    else:
+        found = _best(alone, request, started, None)
+    best = found.get("without_settings")
+    share = None
+    if best and cost.with_settings is not None:
+        share = cost.with_settings / best - 1
+    entry.update(status=found["status"], without_setting=best, cost=share)
+    entry["reason"] = found.get("reason")
+    return MappingProxyType(entry)
 
 
 def _search(
@@ -395,45 +473,3 @@ def best_without(
     if cost is None or cost.note is None:
         return err
     return InfeasibleError(str(err), [*err.explanation, cost.note], err.status)
-
-
-def _note(cost: SettingCost, tokens: int | None, jobs: bool) -> str | None:
-    """The line saying what the settings cost (None when they cost at most the threshold)."""
-    assert cost.without_settings is not None and cost.layout is not None
-    if cost.with_settings is None:
-        return without_line(cost, tokens, jobs)
-    if cost.cost is None or cost.cost <= cost.threshold:
-        return None
-    said = _said(cost.settings)
-    it = "it" if len(cost.settings) == 1 else "them"
-    proof = "" if cost.status == "optimal" else "; not proven, time limit"
-    where = f"{cost.job}: " if jobs else ""
-
-    def text(value: float) -> str:
-        return objective_text(cost.objective_kind, cost.unit, value, tokens)
-
-    return (
-        f"{said} {'costs' if it == 'it' else 'cost'} {cost.cost:.1%}: without {it} (the "
-        f"frameworks' defaults) the best layout is {where}{layout_line(dict(cost.layout))} "
-        f"({text(cost.without_settings)} against {text(cost.with_settings)} with {it}{proof})"
-    )
-
-
-def _said(settings: Mapping[str, str]) -> str:
-    """``your setting `k`=v`` or ``your settings `k`=v, `k2`=v2`` (names in backticks)."""
-    plural = "s" if len(settings) > 1 else ""
-    return f"your setting{plural} " + ", ".join(f"`{k}`={v}" for k, v in settings.items())
-
-
-def without_line(cost: SettingCost, tokens: int | None, jobs: bool) -> str:
-    """The explanation's line when no layout meets the constraints with the settings but one
-    does without them."""
-    assert cost.without_settings is not None and cost.layout is not None
-    it = "it" if len(cost.settings) == 1 else "them"
-    where = f"{cost.job}: " if jobs else ""
-    value = objective_text(cost.objective_kind, cost.unit, cost.without_settings, tokens)
-    return (
-        f"settings: {_said(cost.settings)} {'leaves' if it == 'it' else 'leave'} no layout; "
-        f"without {it} (the frameworks' defaults) the best layout is {where}"
-        f"{layout_line(dict(cost.layout))} ({value})"
-    )

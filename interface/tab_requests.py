@@ -69,6 +69,9 @@ class MfuRequest:
 
     params: Any = None
     """Model parameters N."""
+    model: str | None = None
+    """A catalogue model or a ``config.json`` (as evaluate's ``--model``), instead of ``params``
+    and the dimensions: N its active parameters, the dimensions its own."""
     tokens: Any = None
     """Tokens in one step, all chips."""
     step_seconds: Any = None

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
+from trainplan.interface.mfu_model import mfu_model
 from trainplan.interface.render import pipeline_tab
 from trainplan.interface.rlhf.tab import RLHF_DEFAULTS, rlhf_report
 from trainplan.interface.tab_requests import (
@@ -187,7 +188,7 @@ def mfu_report(*args: Any, **kw: Any) -> dict[str, Any]:
     >>> r["arithmetic"]
     '6 · 70e9 · 4e6 ÷ (989e12 · 512 · 7 s) = 47.4%'
     """
-    r = as_request(MfuRequest, args, kw)
+    r, model = mfu_model(as_request(MfuRequest, args, kw))
     n_chips = parse_count(r.chips, "chips")
     peak, peak_source = resolve_peak(r.gpu, r.peak_tflops)
     dims = _mfu_dims(r)
@@ -198,6 +199,7 @@ def mfu_report(*args: Any, **kw: Any) -> dict[str, Any]:
         "chips": n_chips,
         "peak_flops_per_s": peak,
         "peak_source": peak_source,
+        "model": model,
     }
     mode, rate, line, plain, per_token = _achieved(r, n, attn, attn_text, peak, n_chips, out)
     mfu = mf.utilisation(rate, peak, n_chips)

@@ -60,6 +60,16 @@ BAD = {
         GOOD.replace("900", "1e300"),
         "': key 'bf16_tflops' must be at most 1e+09 in its unit (no accelerator comes near it), got 1e+300",
     ),  # fmt: skip
+    # 2 GB = 1.86 GiB is below the 2.50 GiB runtime reserve (2,689,336,320 B: the driver's
+    # 841 MiB + CUDA context + cuBLAS workspaces + fragmentation allowance,
+    # model.frameworks.DEFAULT_RUNTIME_RESERVE_BYTES): the line names memory_gb, the key written,
+    # not memory_reserve (DeviceSpec's own check, which a user never wrote)
+    "tiny memory": (
+        GOOD + "memory_gb = 2\n",
+        "': memory_gb 2 (GB) must be above the 2.50 GiB every process holds before the model "
+        "(driver, CUDA context, cuBLAS workspaces, fragmentation allowance: "
+        "model.hardware.runtime_reserve_for)",
+    ),  # fmt: skip
 }
 """Each bad file's text (None: no file) and the end of the line refusing it, after
 ``--gpu: 'PATH``."""

@@ -76,3 +76,80 @@ def test_a_setting_that_leaves_no_layout_says_so():
         "cp 1 (ep 4), megatron ZeRO-1, recompute sqrt, interleaved v=8"
     )
     assert done.stderr.rstrip().endswith("(74.064 s per step)")
+
+
+FLUSH = ["--set", "p2p_warmup_flush=true"]
+ASYNC = ["--set", "tp_comm_overlap=async"]
+
+
+def test_several_choices_say_which_one_costs():
+    """``moe_ep_overlap`` with ``p2p_warmup_flush = true`` and ``tp_comm_overlap = async``.
+
+    ``tp_comm_overlap = async`` is Megatron-Core's default (:func:`model.tp_overlap.tp_overlap_for`):
+    not compared, not named. The two others cost 2.1 % together; dropped alone, the overlap is the
+    whole cost: without it (the flush kept) the best layout is the defaults' dp 64 × ep 8 at pp 1,
+    17.697 s, as the flush changes only the interleaved schedule's warm-up and cool-down sends
+    (Megatron-LM ``--overlap-p2p-communication-warmup-flush``), none at pp 1; without the flush
+    alone (the overlap kept) the best is the overlap's own dp 8 × tp 8 × ep 8 at pp 1, 18.062 s,
+    the same as with both: 0.0 %."""
+    done = run_many(
+        {
+            "text": ["search", *JOB, *SET, *FLUSH, *ASYNC],
+            "json": ["search", *JOB, *SET, *FLUSH, *ASYNC, "--json"],
+            "default": ["search", *JOB, *ASYNC, "--json"],
+        }
+    )
+    for name, d in done.items():
+        assert d.returncode == 0 and "Traceback" not in d.stderr, (name, d.stderr[-2000:])
+    assert json.loads(done["default"].stdout)["settings_cost"] is None
+    cost = json.loads(done["json"].stdout)["settings_cost"]
+    assert cost["settings"] == {
+        "moe_ep_overlap": "overlap_moe_expert_parallel_comm",
+        "p2p_warmup_flush": "true",
+    }
+    overlap, flush = cost["each"]
+    assert (overlap["setting"], overlap["status"], flush["setting"], flush["status"]) == (
+        "moe_ep_overlap",
+        "optimal",
+        "p2p_warmup_flush",
+        "optimal",
+    )
+    assert overlap["without_setting"] == cost["without_settings"]  # 17.697 s: the whole cost
+    assert (
+        round(overlap["without_setting"], 3) == 17.697
+        and abs(overlap["cost"] - cost["cost"]) < 1e-12
+    )
+    assert flush["without_setting"] == cost["with_settings"] and flush["cost"] == 0  # 18.062 s
+    note = (
+        "Note: your settings --set moe_ep_overlap=overlap_moe_expert_parallel_comm, "
+        "--p2p-warmup-flush=true cost 2.1%: without them (the frameworks' defaults) the best "
+        "layout is dp 64 × tp 1 × pp 1 × cp 1 (ep 8), megatron ZeRO-3, recompute full, 1f1b, b 2, "
+        "B 128, m 1, s 32768, rank order tp-cp-ep-dp-pp (17.697 s per step against 18.062 s per "
+        "step with them); each alone (dropped, the others kept): --set moe_ep_overlap="
+        "overlap_moe_expert_parallel_comm costs 2.1%, --p2p-warmup-flush=true costs 0.0%"
+    )
+    assert done["text"].stdout.splitlines()[1] == note
+    assert cost["note"] == note.removeprefix("Note: ")
+
+
+def test_an_infeasible_search_keeps_the_unused_values_note():
+    """Llama 3 70B on 8 H100s with ``--tp 3 --tp 8``: no layout fits (the least any needs is
+    162.89 GB at tp 8, full recomputation), and tp 3 divides none of the 64 heads; the answer
+    says both, as an answer with a layout says the second."""
+    args = ["search", "--model", "llama3-70b", "--gpus", "8", "--gpu", "H100-SXM"]
+    args += ["--tp", "3", "--tp", "8"]
+    done = run_many({"text": args, "json": [*args, "--json"]})
+    unused = (
+        "requested values no layout uses: tp 3 (--tp: 3 does not divide num_attention_heads = 64)"
+    )
+    text = done["text"]
+    assert text.returncode == 1 and text.stdout == "" and "Traceback" not in text.stderr
+    lines = text.stderr.splitlines()
+    assert lines[0] == "No layout satisfies the constraints:"
+    assert lines[1].startswith(
+        "  - memory: no layout fits 83.21 GB per GPU; the least any candidate needs is 162.89 GB"
+    )
+    assert lines[-1] == f"  - {unused}"
+    d = json.loads(done["json"].stdout)
+    assert done["json"].returncode == 1 and d["status"] == "infeasible"
+    assert d["explanation"][-1] == unused and d["explanation"][0] == lines[1].removeprefix("  - ")

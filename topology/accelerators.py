@@ -242,6 +242,26 @@ def _driver_figures(row: dict[str, Any], where: str, memory: Fraction) -> tuple[
     return int(total), int(kept), row["driver_source"]
 
 
+def _reserve(row: dict[str, Any], where: str, physical: Fraction | int, kept_bytes: int) -> int:
+    """The runtime reserve of a part whose driver keeps ``kept_bytes`` (bytes,
+    :func:`model.hardware.runtime_reserve_for`), checked below the part's ``physical`` bytes.
+
+    Raises
+    ------
+    ScenarioError
+        Naming ``memory_gb``, the key the row gives (DeviceSpec's own check would name
+        ``memory_reserve``, which the row never wrote), its value, unit and the reserve."""
+    reserve = runtime_reserve_for(kept_bytes)
+    if physical <= reserve:
+        raise ScenarioError(
+            f"{where}: memory_gb {row['memory_gb']} ({row['memory_unit']}) must be above the "
+            f"{reserve / GIB:.2f} GiB every process holds before the model "
+            "(driver, CUDA context, cuBLAS workspaces, fragmentation allowance: "
+            "model.hardware.runtime_reserve_for)"
+        )
+    return reserve
+
+
 def to_device(row: dict[str, Any], where: str) -> DeviceSpec:
     """A row :func:`check_row` passed as a :class:`DeviceSpec` (refusals headed ``where``)."""
     memory = _number(row["memory_gb"], where, "memory_gb") * _UNITS[row["memory_unit"]]
@@ -272,7 +292,7 @@ def to_device(row: dict[str, Any], where: str) -> DeviceSpec:
         hbm_bytes=hbm,
         driver_reserved_bytes=kept_bytes,
         driver_source=driver_source,
-        runtime_reserve_bytes=runtime_reserve_for(kept_bytes),
+        runtime_reserve_bytes=_reserve(row, where, hbm or memory, kept_bytes),
         peak_flops_per_s=float(peak),
         nvlink_bytes_per_s=rate("nvlink_gbps"),
         nvlink_domain=None

@@ -25,6 +25,7 @@ from trainplan.interface.cli.common import COUNT, POSITIVE, echo_json, output
 from trainplan.interface.render.chart_layout import chunk_letter, pass_label
 from trainplan.interface.render.timeline_text import render_split_timeline, split_summary
 from trainplan.interface.tab_requests import CkptRequest, MfuRequest, PipelineRequest, tab_request
+from trainplan.interface.tab_values import fmt_number
 from trainplan.model.checkpointing import tensor_state
 from trainplan.model.frameworks import Framework
 from trainplan.model.schedule import TIMELINE_SCHEDULES
@@ -250,6 +251,11 @@ def _classic_summary(r: dict[str, Any]) -> list[str]:
 # ------------------------------------------------------------------------------------ MFU
 @cli.command("mfu")
 @click.option("--params", metavar="NUMBER", help="Model parameters N (70e9, 70B).")
+@click.option(
+    "--model",
+    help="A catalogue model or a config.json (as evaluate's), instead of --params and the "
+    "dimensions: N its active parameters.",
+)
 @click.option("--tokens", metavar="NUMBER", help="Tokens in one step (all chips).")
 @click.option("--step-seconds", metavar="NUMBER", help="Seconds per step.")
 @click.option("--tokens-per-second", metavar="NUMBER", help="Training throughput, all chips.")
@@ -291,6 +297,16 @@ def mfu_cmd(as_json: bool, **kw: Any) -> None:
     if as_json:
         echo_json(r)
         return
+    model = r["model"]
+    if model:
+        of = "" if model["params_total"] == model["params_active"] else " active"
+        total = "" if not of else f" of {fmt_number(model['params_total'])}"
+        seq = {"catalogue": f"; seq_len {model['seq_len']} the catalogue's"}.get(
+            model["seq_len_from"] or "", ""
+        )
+        click.echo(
+            f"model {model['name']}: N = {fmt_number(model['params_active'])}{of}{total}{seq}"
+        )
     click.echo(f"mfu  {r['arithmetic']}")
     if r["attention"]["included"]:
         click.echo(

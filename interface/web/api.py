@@ -22,12 +22,14 @@ from functools import lru_cache
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
+from starlette.concurrency import run_in_threadpool
 
 from trainplan.interface import commands, tabs
 from trainplan.interface.cli.query import query_params
 from trainplan.interface.flags import on_page, refusal
 from trainplan.interface.requests import evaluate_request, search_request
 from trainplan.interface.tab_requests import TAB_REQUESTS, tab_request
+from trainplan.interface.web.body import BODY_DOC, body_pairs
 from trainplan.interface.web.params import (
     API_COMMANDS,
     TERMINAL_ONLY,
@@ -209,10 +211,11 @@ def frontier_run(query: list[tuple[str, str]], **progress: Any) -> Any:
 def run_object(result: Any) -> dict[str, Any]:
     """A SearchRun's JSON object, or the CLI's infeasible object; each answer's notes name the
     page's fields where the command line's name its flags (:func:`interface.flags.on_page`)."""
-    if isinstance(result, InfeasibleError):
-        return commands.infeasible_json(result, web=True)
-    out = dict(result.json)
     fields = page_fields("search")
+    if isinstance(result, InfeasibleError):
+        out = commands.infeasible_json(result, web=True)
+        return {**out, "explanation": [on_page(line, fields) for line in out["explanation"]]}
+    out = dict(result.json)
 
     def paged(answer: dict[str, Any]) -> dict[str, Any]:
         notes = answer.get("notes")
@@ -233,6 +236,14 @@ def evaluate(request: Request) -> Response:
     """The planner, `trainplan evaluate --json`: memory per GPU, ZeRO table, traffic per axis,
     bubble, step time, MFU/HFU, assumptions, defaults used."""
     return json_response(evaluate_object(pairs(request)))
+
+
+@router.post("/evaluate", responses=BAD_INPUT, openapi_extra={**_doc("evaluate", {}), **BODY_DOC})
+async def evaluate_post(request: Request) -> Response:
+    """`GET /api/evaluate` with its parameters in a JSON body (:mod:`interface.web.body`): for a
+    config.json too large for a URL."""
+    query = await body_pairs(request)
+    return json_response(await run_in_threadpool(evaluate_object, query))
 
 
 def _tab(name: str, query: list[tuple[str, str]], drop: tuple[str, ...]) -> dict[str, Any]:

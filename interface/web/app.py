@@ -95,6 +95,8 @@ def create_app(hosts: tuple[str, ...] = LOCAL_HOSTS) -> FastAPI:
             return await http_exception_handler(request, err)
         answer = json_response({"error": api_http_line(app, request, err)}, err.status_code)
         answer.headers.update(err.headers or {})  # a 405's Allow
+        if err.status_code == 405 and allowed_methods(app, request.url.path):
+            answer.headers["Allow"] = allowed_methods(app, request.url.path) or ""
         return answer
 
     app.include_router(api.router)
@@ -120,6 +122,14 @@ def unknown_endpoint(app: FastAPI, path: str) -> str:
     return f"{shown}: no such endpoint; the API's are {', '.join(known)} (and /docs)"
 
 
+def allowed_methods(app: FastAPI, path: str) -> str | None:
+    """The methods the endpoint at ``path`` answers, as an ``Allow`` header lists them (``GET,
+    POST`` for the planner's endpoints with a POST form: Starlette's own header names only the
+    first route of the path); None for a path the OpenAPI description lacks."""
+    ops = app.openapi().get("paths", {}).get(path)
+    return ", ".join(sorted(m.upper() for m in ops)) if ops else None
+
+
 def api_http_line(app: FastAPI, request: Request, err: StarletteHTTPException) -> str:
     """The line answering an HTTP error under ``/api/``: a path no endpoint serves
     (:func:`unknown_endpoint`), a method the endpoint does not take (405, naming those it takes:
@@ -127,7 +137,7 @@ def api_http_line(app: FastAPI, request: Request, err: StarletteHTTPException) -
     path = request.url.path
     if err.status_code == 404:
         return unknown_endpoint(app, path)
-    allowed = (err.headers or {}).get("Allow")
+    allowed = allowed_methods(app, path) or (err.headers or {}).get("Allow")
     if err.status_code == 405 and allowed:
         return f"{path}: {request.method} is not allowed; this endpoint answers {allowed}"
     return f"{path}: {err.detail}"

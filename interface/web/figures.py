@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request, Response
+from starlette.concurrency import run_in_threadpool
 
 from trainplan.interface.cli.query import query_params
 from trainplan.interface.render import plots
@@ -25,6 +26,7 @@ from trainplan.interface.web.api import (
     pipeline_object,
     run_object,
 )
+from trainplan.interface.web.body import BODY_DOC, body_pairs
 from trainplan.interface.web.params import openapi_parameters
 from trainplan.model.errors import InfeasibleError
 
@@ -60,6 +62,14 @@ def memory(request: Request) -> Response:
     """The planner's memory per GPU as stacked bars against the capacity, with the verdict
     (the evaluate object of the same query)."""
     d = evaluate_object(pairs(request))
+    return _svg(lambda out: plots.memory_chart(d, out))
+
+
+@router.post("/memory", response_class=Response, responses=SVG, openapi_extra=BODY_DOC)
+async def memory_post(request: Request) -> Response:
+    """`GET /api/figures/memory` with its parameters in a JSON body (:mod:`interface.web.body`):
+    the planner page's, whose config.json may be too large for a URL."""
+    d = await run_in_threadpool(evaluate_object, await body_pairs(request))
     return _svg(lambda out: plots.memory_chart(d, out))
 
 

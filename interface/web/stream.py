@@ -31,6 +31,7 @@ from trainplan.interface.web.api import (
     run_key,
     run_object,
 )
+from trainplan.interface.web.body import BODY_DOC, body_pairs
 from trainplan.interface.web.figures import planner_links
 from trainplan.interface.web.params import openapi_parameters
 
@@ -61,7 +62,9 @@ class _Watched:
     read while the client stays: :meth:`next` answers None once the client has gone (the caller
     then cancels the job, which terminates its process)."""
 
-    def __init__(self, kind: str, request: Request, key: tuple[Any, ...]) -> None:
+    def __init__(
+        self, kind: str, request: Request, query: list[tuple[str, str]], key: tuple[Any, ...]
+    ) -> None:
         loop = asyncio.get_running_loop()
         self.request, self.key = request, key
         self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
@@ -69,7 +72,7 @@ class _Watched:
         def put(event: dict[str, Any]) -> None:
             loop.call_soon_threadsafe(self.queue.put_nowait, event)
 
-        self.job, _ = jobs.run_job(kind, pairs(request), put)
+        self.job, _ = jobs.run_job(kind, query, put)
 
     async def next(self) -> dict[str, Any] | None:
         """The job's next event (``done`` with its result kept in the API's cache); None when
@@ -86,14 +89,15 @@ class _Watched:
             return event
 
 
-async def _whole(kind: str, request: Request) -> Response:
-    """``/api/search`` or ``/api/frontier``: the object once the job ends; HTTP 499 and the
-    job's process terminated when the client goes away first."""
-    key = run_key(kind, pairs(request))  # bad options: 422 before anything runs
+async def _whole(kind: str, request: Request, query: list[tuple[str, str]]) -> Response:
+    """``/api/search`` or ``/api/frontier`` of ``query`` (the GET form's, or the POST form's
+    body): the object once the job ends; HTTP 499 and the job's process terminated when the
+    client goes away first."""
+    key = run_key(kind, query)  # bad options: 422 before anything runs
     hit = cached(key)
     if hit is not None:
         return json_response(run_object(hit))
-    watched = _Watched(kind, request, key)
+    watched = _Watched(kind, request, query, key)
     try:
         event = await watched.next()
         while event is not None and event["event"] not in ("done", "error"):
@@ -107,15 +111,14 @@ async def _whole(kind: str, request: Request) -> Response:
     return json_response(run_object(event["result"]))
 
 
-async def _stream(kind: str, request: Request) -> Response:
-    query = pairs(request)
+async def _stream(kind: str, request: Request, query: list[tuple[str, str]]) -> Response:
     key = run_key(kind, query)  # bad options: 422 before anything runs
     hit = cached(key)
     if hit is not None:
         return StreamingResponse(
             iter([to_json(_result(query, hit), None) + "\n"]), media_type="application/x-ndjson"
         )
-    watched = _Watched(kind, request, key)
+    watched = _Watched(kind, request, query, key)
 
     async def next_event() -> dict[str, Any] | None:
         """The job's next event as the stream sends it; None when the client has gone."""
@@ -158,7 +161,7 @@ async def search(request: Request) -> Response:
     """The best layout, `trainplan search --json`: the answer's evaluate object with `status`
     (optimal, feasible, infeasible), the objective and the solve times. Closing the connection
     before the answer stops the search."""
-    return await _whole("search", request)
+    return await _whole("search", request, pairs(request))
 
 
 @router.get(
@@ -169,7 +172,7 @@ async def search(request: Request) -> Response:
 async def frontier(request: Request) -> Response:
     """The Pareto frontier, `trainplan frontier --json`: `points`, one CSV row each. Closing the
     connection before the answer stops the work."""
-    return await _whole("frontier", request)
+    return await _whole("frontier", request, pairs(request))
 
 
 @router.get(
@@ -180,7 +183,7 @@ async def frontier(request: Request) -> Response:
 )
 async def search_stream(request: Request) -> Response:
     """`/api/search` with its progress as it runs (the search page's indicator)."""
-    return await _stream("search", request)
+    return await _stream("search", request, pairs(request))
 
 
 @router.get(
@@ -191,7 +194,31 @@ async def search_stream(request: Request) -> Response:
 )
 async def frontier_stream(request: Request) -> Response:
     """`/api/frontier` with its progress as it runs (the frontier page's indicator)."""
-    return await _stream("frontier", request)
+    return await _stream("frontier", request, pairs(request))
+
+
+@router.post("/search", responses=BAD_INPUT, openapi_extra=BODY_DOC)
+async def search_post(request: Request) -> Response:
+    """`GET /api/search` with its parameters in a JSON body (:mod:`interface.web.body`)."""
+    return await _whole("search", request, await body_pairs(request))
+
+
+@router.post("/frontier", responses=BAD_INPUT, openapi_extra=BODY_DOC)
+async def frontier_post(request: Request) -> Response:
+    """`GET /api/frontier` with its parameters in a JSON body (:mod:`interface.web.body`)."""
+    return await _whole("frontier", request, await body_pairs(request))
+
+
+@router.post("/search/stream", response_class=Response, responses=NDJSON, openapi_extra=BODY_DOC)
+async def search_stream_post(request: Request) -> Response:
+    """`GET /api/search/stream` with its parameters in a JSON body."""
+    return await _stream("search", request, await body_pairs(request))
+
+
+@router.post("/frontier/stream", response_class=Response, responses=NDJSON, openapi_extra=BODY_DOC)
+async def frontier_stream_post(request: Request) -> Response:
+    """`GET /api/frontier/stream` with its parameters in a JSON body."""
+    return await _stream("frontier", request, await body_pairs(request))
 
 
 @router.get("/jobs")

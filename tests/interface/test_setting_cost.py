@@ -99,6 +99,13 @@ def test_nothing_is_compared_for_facts_defaults_or_a_sweep():
     assert search_json({**small, "set": {"nccl_nvls": False}}).json["settings_cost"] is None
     # a choice at Megatron-Core's own default builds the same case: no second search
     assert search_json({**small, "set": {"moe_ep_overlap": "none"}}).json["settings_cost"] is None
+    # the case holds None for tp_comm_overlap ("the framework's own"), which Megatron-Core runs
+    # as async (model.tp_overlap.tp_overlap_for): the default, not a choice
+    d = search_json({**small, "set": {"tp_comm_overlap": "async"}}).json
+    assert d["settings_cost"] is None
+    # beside a choice it is not named either
+    cost = search_json({**small, "set": {**OVERLAP, "tp_comm_overlap": "async"}}).json
+    assert cost["settings_cost"]["settings"] == OVERLAP and cost["settings_cost"]["each"] == []
     assert search_json({**small, "set": OVERLAP}, compare=False).json["settings_cost"] is None
 
 

@@ -592,9 +592,15 @@ def test_a_body_the_endpoint_cannot_read_is_422_with_one_line(client, body, line
 
 def test_a_method_the_endpoint_does_not_take_is_405_naming_the_one_it_takes(client):
     """405 (the method is wrong, not the input), in the one shape, with Starlette's Allow."""
-    got = client.post("/api/evaluate?params=70B")
+    got = client.post("/api/mfu?params=70B")
     assert got.status_code == 405 and got.headers["allow"] == "GET"
-    assert got.json() == {"error": "/api/evaluate: POST is not allowed; this endpoint answers GET"}
+    assert got.json() == {"error": "/api/mfu: POST is not allowed; this endpoint answers GET"}
+    # evaluate answers both: POST takes its parameters as a JSON body (interface.web.body)
+    got = client.put("/api/evaluate")
+    assert got.status_code == 405 and got.headers["allow"] == "GET, POST"
+    assert got.json() == {
+        "error": "/api/evaluate: PUT is not allowed; this endpoint answers GET, POST"
+    }
     assert client.put("/api/sweep").json() == {
         "error": "/api/sweep: PUT is not allowed; this endpoint answers POST"
     }

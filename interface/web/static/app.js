@@ -322,11 +322,26 @@ const TP = (() => {
   }
 
   // ---------------------------------------------------------------- the API
+  // A request to an endpoint with a POST form (interface/web/body.py) whose URL is longer than
+  // POST_LIMIT characters (an uploaded config.json of hundreds of kilobytes: the HTTP server
+  // refuses a URL that long with a bare 400) goes as a JSON body of the same parameters, each a
+  // list of its values; every other request is the GET it was.
+  const POST_LIMIT = 8000;
+  const POSTABLE = new Set(["/api/evaluate", "/api/figures/memory", "/api/search", "/api/frontier", "/api/search/stream", "/api/frontier/stream"]);
+  function send(url, init = {}) {
+    const at = url.indexOf("?");
+    const path = at < 0 ? url : url.slice(0, at);
+    if (url.length <= POST_LIMIT || !POSTABLE.has(path)) return fetch(url, init);
+    const body = {};
+    for (const [k, v] of new URLSearchParams(url.slice(at + 1))) (body[k] ||= []).push(v);
+    return fetch(path, { ...init, method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+  }
+
   const latest = {};
   // GET a JSON object; answers null for a stale reply (a newer call of the same kind was made).
   async function api(kind, url) {
     const ticket = (latest[kind] = (latest[kind] || 0) + 1);
-    const res = await fetch(url);
+    const res = await send(url);
     const body = await res.json().catch(() => ({ error: `the server answered ${res.status}` }));
     if (ticket !== latest[kind]) return null;
     if (!res.ok || body.error) {
@@ -342,7 +357,7 @@ const TP = (() => {
   async function figure(container, url, label = "") {
     const ticket = (container._ticket = (container._ticket || 0) + 1);
     container.classList.add("loading");
-    const res = await fetch(url);
+    const res = await send(url);
     const text = await res.text();
     if (ticket !== container._ticket) return false;
     container.classList.remove("loading");
@@ -381,7 +396,7 @@ const TP = (() => {
     }
   }
 
-  return { $, $$, PAGE, gb, pct, num, secs, esc, table, start, bind, refuseLink, linkOnly, query, fill, value, conditions, setPageParam, api, figure, showError, dropExample, remember, info: () => INFO };
+  return { send, $, $$, PAGE, gb, pct, num, secs, esc, table, start, bind, refuseLink, linkOnly, query, fill, value, conditions, setPageParam, api, figure, showError, dropExample, remember, info: () => INFO };
 })();
 
 // A search or frontier with its progress (/api/…/stream: one JSON event a line); onEvent(event)
@@ -390,7 +405,7 @@ const TP = (() => {
 TP.stream = async (url, onEvent, signal) => {
   let res;
   try {
-    res = await fetch(url, { signal });
+    res = await TP.send(url, { signal });
   } catch (e) {
     if (e.name === "AbortError") return null;
     throw e;

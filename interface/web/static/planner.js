@@ -132,7 +132,7 @@
     if (dims.length) {
       const q = new URLSearchParams(source === "config" ? { config: params.get("config") } : { model: params.get("model") || form.elements.model.dataset.default });
       for (const n of dims) q.append(n, params.get(n));
-      const body = await fetch(`/api/evaluate?${q}`).then((r) => r.json()).catch(() => ({}));
+      const body = await TP.send(`/api/evaluate?${q}`).then((r) => r.json()).catch(() => ({}));
       if (body.error) TP.refuseLink(body.error);
     }
   }

@@ -1,0 +1,96 @@
+"""``trainplan mfu --model``: the MFU tab's N and dimensions read from a model, a catalogue name or
+a Hugging Face ``config.json`` (the one grammar of evaluate's ``--model``,
+:func:`scenarios.catalogue.get_model`), instead of typed as ``--params``, ``--layers``,
+``--heads``, ``--head-dim``."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from trainplan.interface.tab_requests import MfuRequest
+from trainplan.model.errors import check_applicable, named_lookup
+from trainplan.model.params import count_params
+from trainplan.scenarios.catalogue import get_model
+
+__all__ = ["mfu_model"]
+
+_DIMENSIONS = ("layers", "heads", "head_dim", "hidden")
+"""The MFU tab's dimensions a model has of its own."""
+
+
+def _check_beside(r: MfuRequest, name: str) -> None:
+    """Refuse what ``model`` ``name`` gives too (``params``, a dimension), as evaluate's
+    ``--model`` does, and ``model`` beside a reported FLOP rate (N is not read).
+
+    Raises
+    ------
+    InputError
+        The first such input given."""
+    given = {"params": r.params, **{k: getattr(r, k) for k in _DIMENSIONS}}
+    own_dims = f"model {name} has its own dimensions; give them with --params instead of --model"
+    check_applicable(
+        given,
+        {
+            "params": f"model {name} has its own size; give either --model or --params, not both",
+            **dict.fromkeys(_DIMENSIONS, own_dims),
+        },
+    )
+    if r.achieved_pflops is not None or r.achieved_tflops_per_gpu is not None:
+        why = "a reported FLOP rate already counts what it counts; N is not read"
+        check_applicable({"model": name}, {"model": why})
+
+
+def mfu_model(r: MfuRequest) -> tuple[MfuRequest, dict[str, Any] | None]:
+    """``r`` with the figures of its ``model`` filled in, and the report's ``model`` object
+    (None without a model: ``r`` as given).
+
+    N is the model's active parameters, the N of ``trainplan evaluate``'s MFU
+    (:func:`model.params.count_params` ``.active``, as :func:`model.estimate.estimate` takes it:
+    a MoE model's routed experts counted ``top_k`` of ``num_experts``; a size-only model's
+    declared count). The dimensions — layers L, attention heads H, head dimension Q
+    (:attr:`model.specs.Architecture.dim_per_head`) — are filled only where a term reads them
+    (``attention``, ``recompute`` selective or full: :func:`model.mfu.attention_term`, PaLM's
+    12·L·H·Q·T, Chowdhery et al. 2022 appendix B), and so is the sequence length T when not
+    given: the catalogue entry's ``seq_len`` (a ``config.json`` has none: ``--seq-len``).
+
+    The report's object: ``name``, ``source``, ``params_total`` and ``params_active``
+    (parameters), ``seq_len`` (tokens; null where no term reads it) and ``seq_len_from``
+    (``given``, ``catalogue`` or null).
+
+    Raises
+    ------
+    InputError
+        ``params`` or a dimension given beside ``model`` (the model has its own), ``model``
+        beside a reported FLOP rate (which counts what it counts), an unknown model name or an
+        unreadable file (one line naming ``model``).
+    """
+    if r.model is None:
+        return r, None
+    name = str(r.model)
+    _check_beside(r, name)
+    entry = named_lookup("model", get_model, name)
+    spec, arch = entry.model, entry.model.arch
+    declared = spec.num_params_declared
+    counts = None if arch is None or declared is not None else count_params(arch)
+    total = declared if counts is None else counts.total
+    active = declared if counts is None else counts.active
+    needs_dims = arch is not None and (r.attention or r.recompute not in (None, "none"))
+    seq_len, seq_from = r.seq_len, "given" if r.seq_len is not None else None
+    if needs_dims and seq_len is None and entry.training.get("seq_len") is not None:
+        seq_len, seq_from = entry.training["seq_len"], "catalogue"
+    fields: dict[str, Any] = {"params": active, "seq_len": seq_len}
+    if needs_dims:
+        assert arch is not None
+        fields.update(
+            layers=arch.num_layers, heads=arch.num_attention_heads, head_dim=arch.dim_per_head
+        )
+    record = {
+        "name": spec.name,
+        "source": spec.source,
+        "params_total": total,
+        "params_active": active,
+        "seq_len": seq_len,
+        "seq_len_from": seq_from,
+    }
+    return replace(r, **fields), record

@@ -1,0 +1,117 @@
+"""The POST form of the planner's endpoints (``POST /api/evaluate``, ``/api/search``,
+``/api/frontier``, their ``…/stream`` and ``/api/figures/memory``): the same parameters as the
+GET query, in a JSON object, for requests too large for a URL (a Hugging Face ``config.json`` of
+hundreds of kilobytes: a query string that long is refused by the HTTP server, HTTP 400, before
+the app can say why).
+
+The body is ``{"name": value, …}``, each name a query parameter of the GET form; a value is a
+string, a number, true or false (as the query's text: ``"tp": 8`` is ``tp=8``), or a list of them
+for a parameter that repeats (``"gpus": [2048, 4096]``). ``config`` and ``accelerator`` also take
+the JSON object itself (``"config": {…}``), written back as its text. The parameters then go
+through the GET form's parsing (:func:`interface.web.params.parse`), so every value is checked by
+the same rule and refused with the same line (HTTP 422); a body that is not such an object is
+refused in one line naming ``body``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import Request
+
+from trainplan.model.errors import InputError
+
+__all__ = ["body_pairs", "pairs_of", "MAX_BODY_BYTES", "BODY_DOC"]
+
+MAX_BODY_BYTES = 64 * 2**20
+"""The largest body read, bytes (64 MiB: the largest published config.json is some kilobytes; a
+model's weights index is not a config)."""
+
+_OBJECTS = frozenset({"config", "accelerator"})
+"""The parameters whose value may be the JSON object itself."""
+
+BODY_DOC: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {"type": "object", "additionalProperties": True},
+                "example": {"model": "llama3-70b", "gpus": 1024, "tp": [4, 8]},
+            }
+        },
+        "description": "The GET form's query parameters as a JSON object: a string, number or "
+        "boolean each, a list for one that repeats; config and accelerator may be the JSON "
+        "object itself",
+    }
+}
+"""The OpenAPI request body of every POST form."""
+
+
+def _text(name: str, value: Any) -> str:
+    """One value as the query's text.
+
+    Raises
+    ------
+    InputError
+        A value that is not a string, number or boolean (an object but for ``config`` and
+        ``accelerator``).
+    """
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float):
+        return json.dumps(value)
+    if name in _OBJECTS and isinstance(value, dict):
+        return json.dumps(value)
+    raise InputError(
+        f"{name}: {json.dumps(value)[:60]} is not a string, number or boolean (a list of them "
+        "for a parameter that repeats)"
+    )
+
+
+def pairs_of(body: Any) -> list[tuple[str, str]]:
+    """The query pairs of a decoded JSON body (the module docstring), repeats in order.
+
+    Raises
+    ------
+    InputError
+        ``body`` not an object; a value not a string, number, boolean or list of them.
+
+    >>> pairs_of({"model": "llama3-8b", "tp": [2, 4], "compare": True})
+    [('model', 'llama3-8b'), ('tp', '2'), ('tp', '4'), ('compare', 'true')]
+    >>> pairs_of([1])
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.InputError: body: a JSON list; send a JSON object {"name": value, …} of the GET form's parameters
+    """
+    if not isinstance(body, dict):
+        kind = "list" if isinstance(body, list) else "string" if isinstance(body, str) else "value"
+        raise InputError(
+            f'body: a JSON {kind}; send a JSON object {{"name": value, …}} of the GET form\'s '
+            "parameters"
+        )
+    out: list[tuple[str, str]] = []
+    for name, value in body.items():
+        values = value if isinstance(value, list) else [value]
+        out += [(str(name), _text(str(name), v)) for v in values if v is not None]
+    return out
+
+
+async def body_pairs(request: Request) -> list[tuple[str, str]]:
+    """The query pairs of a POST request: its URL's query, then its JSON body's (:func:`pairs_of`).
+
+    Raises
+    ------
+    InputError
+        A body over :data:`MAX_BODY_BYTES`, not JSON, or not such an object.
+    """
+    raw = await request.body()
+    if len(raw) > MAX_BODY_BYTES:
+        raise InputError(f"body: {len(raw):,} bytes is over the {MAX_BODY_BYTES:,} read")
+    try:
+        body = json.loads(raw) if raw.strip() else {}
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise InputError(f"body: not JSON ({err}); send a JSON object") from None
+    return list(request.query_params.multi_items()) + pairs_of(body)

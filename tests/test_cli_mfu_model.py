@@ -1,0 +1,140 @@
+"""``trainplan mfu --model`` as a user runs it (each call its own process): N and the dimensions
+read from a catalogue model or a config.json, as evaluate's ``--model`` reads them
+(:mod:`interface.mfu_model`), with evaluate's number grammar and refusals.
+
+Hand derivations (the catalogue's dimensions; every matrix, norm and embedding counted):
+
+* Llama 3 70B (L 80, h 8192, f 28672, 64 heads of 128, 8 KV heads, V 128256, untied): a layer
+  holds q and o 2 · 8192² = 134,217,728, k and v 2 · 8192 · 1024 = 16,777,216, the SwiGLU MLP
+  3 · 8192 · 28672 = 704,643,072 and two norms 16,384: 855,654,400; × 80 = 68,452,352,000, plus
+  the embedding and output 2 · 128256 · 8192 = 2,101,346,304 and the final norm 8,192:
+  N = 70,553,706,496. On 512 H100s (989.4 TFLOP/s) at 4e6 tokens in 7 s:
+  MFU = 6 · N · 4e6 / (989.4e12 · 512 · 7) = 47.75 %; with PaLM's causal attention FLOPs
+  12 · 80 · 64 · 128 · 8192 / 2 per token (T the catalogue's 8192) 51.4 %.
+* Mixtral 8x7B (L 32, h 4096, f 14336, 8 experts top 2, 32 heads, 8 KV heads, V 32000): a layer
+  holds attention 2 · 4096² + 2 · 4096 · 1024 = 41,943,040, an expert 3 · 4096 · 14336 =
+  176,160,768, the router 4096 · 8 = 32,768, two norms 8,192; active (2 experts) 394,305,536 a
+  layer, × 32 = 12,617,777,152, + 2 · 32000 · 4096 + 4096 = 262,148,096: N = 12,879,925,248
+  active (the N of evaluate's MFU) of 46,702,792,704 (8 experts).
+"""
+
+from __future__ import annotations
+
+import json
+
+from tests.cli_runs import refusal, run_many
+
+JOB = ["--tokens", "4e6", "--step-seconds", "7", "--gpu", "H100-SXM", "--chips", "512"]
+LLAMA_N = 80 * (2 * 8192**2 + 2 * 8192 * 1024 + 3 * 8192 * 28672 + 2 * 8192)
+LLAMA_N += 2 * 128256 * 8192 + 8192
+MIXTRAL_LAYER = 2 * 4096**2 + 2 * 4096 * 1024 + 4096 * 8 + 2 * 4096
+MIXTRAL_ACTIVE = 32 * (MIXTRAL_LAYER + 2 * 3 * 4096 * 14336) + 2 * 32000 * 4096 + 4096
+MIXTRAL_TOTAL = 32 * (MIXTRAL_LAYER + 8 * 3 * 4096 * 14336) + 2 * 32000 * 4096 + 4096
+
+
+def test_mfu_reads_the_model(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "hidden_size": 8192,
+                "intermediate_size": 28672,
+                "num_hidden_layers": 80,
+                "num_attention_heads": 64,
+                "num_key_value_heads": 8,
+                "vocab_size": 128256,
+                "max_position_embeddings": 8192,
+                "tie_word_embeddings": False,
+            }
+        )
+    )
+    done = run_many(
+        {
+            "text": ["mfu", "--model", "llama3-70b", *JOB],
+            "json": ["mfu", "--model", "llama3-70b", *JOB, "--json"],
+            "params": ["mfu", "--params", str(LLAMA_N), *JOB, "--json"],
+            "attention": ["mfu", "--model", "llama3-70b", *JOB, "--attention", "--causal"],
+            "moe": ["mfu", "--model", "mixtral-8x7b", *JOB, "--json"],
+            "moe text": ["mfu", "--model", "mixtral-8x7b", *JOB],
+            "file": ["mfu", "--model", str(config), *JOB, "--json"],
+            "file attention": ["mfu", "--model", str(config), *JOB, "--attention"],
+            "both": ["mfu", "--model", "llama3-70b", "--params", "7e9", *JOB],
+            "dims": ["mfu", "--model", "llama3-70b", "--heads", "7", *JOB],
+            "unknown": ["mfu", "--model", "llama3-7b", *JOB],
+            "rate": [
+                "mfu",
+                "--model",
+                "llama3-70b",
+                "--achieved-pflops",
+                "100",
+                "--gpu",
+                "H100-SXM",
+            ],
+            "grammar": [
+                "mfu",
+                "--model",
+                "llama3-70b",
+                "--tokens",
+                "4,000,000",
+                "--step-seconds",
+                "7s",
+                "--gpu",
+                "H100-SXM",
+            ],
+        }  # fmt: skip
+    )
+    for name in ("text", "json", "params", "attention", "moe", "moe text", "file"):
+        assert done[name].returncode == 0, (name, done[name].stderr[-2000:])
+
+    d = json.loads(done["json"].stdout)
+    assert LLAMA_N == 70_553_706_496
+    assert d["model"]["params_active"] == d["model"]["params_total"] == LLAMA_N
+    assert abs(d["mfu"] - 6 * LLAMA_N * 4e6 / (989.4e12 * 512 * 7)) < 1e-12
+    assert round(d["mfu"], 4) == 0.4775
+    # --model is --params N, figure for figure
+    same = json.loads(done["params"].stdout)
+    assert (same["mfu"], same["arithmetic"], same["model"]) == (d["mfu"], d["arithmetic"], None)
+    assert done["text"].stdout.splitlines()[:2] == [
+        "model llama3-70b: N = 70.5537e9",
+        "mfu  6 · 70.5537e9 · 4e6 ÷ (989.4e12 · 512 · 7 s) = 47.8%",
+    ]
+    lines = done["attention"].stdout.splitlines()
+    assert lines[0] == "model llama3-70b: N = 70.5537e9; seq_len 8192 the catalogue's"
+    assert lines[1] == (
+        "mfu  (6 · 70.5537e9 + 12 · 80 · 64 · 128 · 8192 / 2) · 4e6 ÷ (989.4e12 · 512 · 7 s) "
+        "= 51.4%"
+    )
+
+    moe = json.loads(done["moe"].stdout)
+    assert (MIXTRAL_ACTIVE, MIXTRAL_TOTAL) == (12_879_925_248, 46_702_792_704)
+    assert (moe["model"]["params_active"], moe["model"]["params_total"]) == (
+        MIXTRAL_ACTIVE,
+        MIXTRAL_TOTAL,
+    )
+    assert abs(moe["mfu"] - 6 * MIXTRAL_ACTIVE * 4e6 / (989.4e12 * 512 * 7)) < 1e-12
+    assert done["moe text"].stdout.splitlines()[0] == (
+        "model mixtral-8x7b: N = 12.8799e9 active of 46.7028e9"
+    )
+
+    # a config.json counts as the catalogue's Llama 3 70B; it has no seq_len of its own
+    assert json.loads(done["file"].stdout)["model"]["params_active"] == LLAMA_N
+    assert refusal(done["file attention"]) == "--attention: needs layers and seq_len"
+
+    assert refusal(done["both"]) == (
+        "--params: '7e9' does not apply: model llama3-70b has its own size; give either --model "
+        "or --params, not both"
+    )
+    assert refusal(done["dims"]) == (
+        "--heads: '7' does not apply: model llama3-70b has its own dimensions; give them with "
+        "--params instead of --model"
+    )
+    assert refusal(done["unknown"]).startswith("--model: unknown model 'llama3-7b'; did you mean")
+    assert refusal(done["rate"]) == (
+        "--model: 'llama3-70b' does not apply: a reported FLOP rate already counts what it "
+        "counts; N is not read"
+    )
+    assert refusal(done["grammar"]) == (
+        "--step-seconds: '7s' is not a number (write e.g. 0.5, 4e6, 4000000 or 4,000,000)"
+    )
