@@ -218,29 +218,34 @@ def _attention_efficiency(params: Mapping[str, Any], training: TrainingSpec) -> 
     return given
 
 
-def _check_adam_knobs(params: Mapping[str, Any], layout: Layout) -> None:
-    """``optimizer_dtype`` and ``master_weights`` size Adam's state: refused with another
-    optimizer, whose state (an FP32 master included) is its own (:mod:`model.optimizers`);
-    ``muon_tp_mode`` applies to Muon only."""
-    if "muon_tp_mode" in params and layout.optimizer is not OptimizerKind.MUON:
-        raise InputError(f"muon_tp_mode: applies to optimizer muon, not {layout.optimizer}")
-    if layout.optimizer is OptimizerKind.ADAM:
+def _check_adam_knobs(params: Mapping[str, Any], optimizers: tuple[OptimizerKind, ...]) -> None:
+    """``optimizer_dtype`` and ``master_weights`` size Adam's state: refused when no optimizer
+    of ``optimizers`` (the layout's, or every one a search chooses among) is Adam, their state
+    (an FP32 master included) being their own (:mod:`model.optimizers`); ``muon_tp_mode``
+    applies to Muon only, refused when Muon is not among them."""
+    names = ", ".join(str(o) for o in optimizers)
+    if "muon_tp_mode" in params and OptimizerKind.MUON not in optimizers:
+        raise InputError(f"muon_tp_mode: applies to optimizer muon, not {names}")
+    if OptimizerKind.ADAM in optimizers:
         return
     for key in ("optimizer_dtype", "master_weights"):
         if key in params:
             raise InputError(
-                f"{key}: sizes Adam's state; optimizer {layout.optimizer} keeps its own (an FP32 "
+                f"{key}: sizes Adam's state; optimizer {names} keeps its own (an FP32 "
                 f"master included), give no {key}"
             )
 
 
 def build_case(
-    params: Mapping[str, Any], frameworks: Iterable[Framework | str] | None = None
+    params: Mapping[str, Any],
+    frameworks: Iterable[Framework | str] | None = None,
+    optimizers: Iterable[OptimizerKind] | None = None,
 ) -> Case:
     """Build a :class:`Case` from flat parameters named as in docs/concepts/conventions.md
     (``dp``, ``seq_len``…; an evaluate request's :attr:`~interface.requests.EvaluateRequest.params`).
     ``frameworks``: those the recipe's FP8 scaling is checked under (a search's; default the
-    layout's, :func:`interface.cluster_inputs.check_fp8_profile`).
+    layout's, :func:`interface.cluster_inputs.check_fp8_profile`). ``optimizers``: those an
+    optimizer's own settings are checked against (a search's; default the layout's).
 
     Raises
     ------
@@ -256,7 +261,7 @@ def build_case(
     model = with_mtp(model, params)
     layout = _layout(params, model, used)
     training, notes = _training(params, model, layout, defaults, used)
-    _check_adam_knobs(params, layout)
+    _check_adam_knobs(params, tuple(optimizers or (layout.optimizer,)))
     _tp_plan(params, layout, used)
     check_compile(params.get("compile"), (layout.framework,))
     check_pipeline_frees_stage_tensors(  # a search's cases: checked against its space

@@ -315,7 +315,7 @@ def problem_of(request: SearchRequest) -> Problem:
         params = dict(base, gpu=gpu)
         if gpu not in calibrated:
             params.pop("calibration", None)
-        case = _variant_case(params, variant, space.frameworks)
+        case = _variant_case(params, variant, space.frameworks, space.optimizers)
         jobs += _jobs(case, d, count, name, prices[name])
     tokens = parse_count(d["tokens"], "tokens") if d.get("tokens") is not None else None
     opts.check_applies(objective, d.get("tokens"), space_d, jobs)
@@ -444,12 +444,15 @@ def _with_batch(case, batch: int):
     return replace(case, training=replace(case.training, global_batch_size=batch), notes=())
 
 
-def _variant_case(params: dict[str, Any], variant: dict[str, Any], frameworks: Any):
+def _variant_case(
+    params: dict[str, Any], variant: dict[str, Any], frameworks: Any, optimizers: Any
+):
     """The case of ``params`` (with a family member's model and training where ``variant`` is
     one), the FP8 recipe checked under every framework searched, each one's default
-    (:func:`interface.cluster_inputs.check_fp8_profile`)."""
+    (:func:`interface.cluster_inputs.check_fp8_profile`), an optimizer's settings against every
+    optimizer searched."""
     if not variant:
-        return build_case(params, frameworks)
+        return build_case(params, frameworks, optimizers)
     return build_case(
         {
             **params,
@@ -458,4 +461,5 @@ def _variant_case(params: dict[str, Any], variant: dict[str, Any], frameworks: A
             "training_defaults": variant["training"],
         },
         frameworks,
+        optimizers,
     )
