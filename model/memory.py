@@ -325,6 +325,7 @@ def state_terms(
     fp8_params: bool = False,
     optimizer_scale: tuple[Any, Any] = (1, 1),
     fsdp_transpose: bool = False,
+    held: tuple[Any, Any] | None = None,
 ) -> tuple[Any, ...]:
     """(weights, gradients, optimizer, gathered, buffers, step extra, weight cache, host) bytes
     of one GPU: the mechanism's terms for the dense parameters (replicated over ``shard`` ranks)
@@ -346,12 +347,14 @@ def state_terms(
     ``transpose_weight_buffer`` shard, 1 B per ``linear ÷ shard`` element (its E8M0 scales, one
     byte per 32 elements, are counted for neither shard). ``optimizer_scale``:
     (dense, expert) factors on the optimizer state of an optimizer other than Adam
-    (:func:`model.optimizers.optimizer_scale`; 1 for Adam). Exact for Fractions; element-wise for
-    arrays of layouts (the search's tables call it so)."""
+    (:func:`model.optimizers.optimizer_scale`; 1 for Adam). ``held``: (dense, expert) parameters
+    whose whole working weights are held at the peak where fewer than all
+    (:func:`model.terms.runtime_window.held_whole_params`); None = all. Exact for Fractions;
+    element-wise for arrays of layouts (the search's tables call it so)."""
     whole = dense_unit + expert_unit  # one layer's, gathered and prefetched as one unit
     dense, experts = _class_terms(
         mech, dense_params, expert_params, shard, expert_shard, dense_unit, expert_unit,
-        bool(offload.params),
+        bool(offload.params), held,
     )  # fmt: skip
     w, g, o, gathered, buffers, step = (a + b for a, b in zip(dense, experts, strict=True))
     o = o + (optimizer_scale[0] - 1) * dense[2] + (optimizer_scale[1] - 1) * experts[2]
@@ -376,6 +379,7 @@ def _class_terms(
     dense_unit: Any,
     expert_unit: Any,
     params_offloaded: bool,
+    held: tuple[Any, Any] | None = None,
 ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """:meth:`model.mechanism_record.Mechanism.memory_terms` of the dense parameters and of the
     routed experts, one layer's two parts gathered and prefetched as one unit. With the
@@ -383,12 +387,15 @@ def _class_terms(
     CPU partition into the full-size gathered buffer; FSDP2's CPUOffloadPolicy copies the shard
     in before its all-gather), even unsharded. FSDP2 wraps the experts on their own mesh, one
     rank included (world size 1: the unsharded parameters are still a copy,
-    ``_fsdp_param_group.py`` ``wait_for_unshard``)."""
+    ``_fsdp_param_group.py`` ``wait_for_unshard``). ``held``: :func:`state_terms`'."""
     whole = dense_unit + expert_unit
     fetched = True if params_offloaded else None
-    dense = mech.memory_terms(dense_params, shard, dense_unit, whole, fetched)
+    held_dense, held_expert = (None, None) if held is None else held
+    dense = mech.memory_terms(dense_params, shard, dense_unit, whole, fetched, held_dense)
     wrapped = shard > 1 if mech.framework is Framework.FSDP2 else None
-    expert = mech.memory_terms(expert_params, expert_shard, expert_unit, whole, fetched or wrapped)
+    expert = mech.memory_terms(
+        expert_params, expert_shard, expert_unit, whole, fetched or wrapped, held_expert
+    )
     return dense, expert
 
 
