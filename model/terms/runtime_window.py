@@ -99,12 +99,18 @@ def window_params(key: SplitKey, m: int, reshard_after_forward: bool) -> tuple[P
     """
     chunks = chunk_params(key)
     if str(key.schedule) != "interleaved" or key.v <= 3:
-        return tuple((sum(d for d, _ in c), sum(e for _, e in c)) for c in chunks)
+        zero = Fraction(0)
+        return tuple((sum((d for d, _ in c), zero), sum((e for _, e in c), zero)) for c in chunks)
     out = []
     for stage, rank in enumerate(chunks):
         sets = held_chunks(key.pp, key.v, m, stage, reshard_after_forward)
         best = max(sets, key=lambda s: (sum(rank[i][0] + rank[i][1] for i in s), sorted(s)))
-        out.append((sum(rank[i][0] for i in best), sum(rank[i][1] for i in best)))
+        out.append(
+            (
+                sum((rank[i][0] for i in best), Fraction(0)),
+                sum((rank[i][1] for i in best), Fraction(0)),
+            )
+        )
     return tuple(out)
 
 

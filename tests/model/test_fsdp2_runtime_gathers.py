@@ -20,9 +20,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.model._shared import search_matches_evaluate
 from tests.model.test_fsdp2_pipeline_gathers import dp_parts
-from trainplan.model.frameworks import Framework
 from trainplan.model.fsdp2_pipeline import (
     _replay,
     chunk_gathers,
@@ -30,12 +28,8 @@ from trainplan.model.fsdp2_pipeline import (
     runtime_regathers,
     upfront_gather,
 )
-from trainplan.model.layout import Recompute
 from trainplan.model.mechanisms import mechanism
-from trainplan.model.pipeline import Schedule
 from trainplan.model.schedule import stage_order
-from trainplan.optimizer.case import Case
-from trainplan.optimizer.space import SearchSpace
 
 Z2, Z3 = (mechanism("fsdp2", z, pipelined=True) for z in (2, 3))
 
@@ -203,20 +197,6 @@ def test_llama3_8b_exposure_by_hand():
     expected = reduce_s / 4 + (3 * reduce_s / 4) / 16 + a / 4 + last
     assert v4.exposed_seconds == pytest.approx(expected, abs=1e-9)
     assert v4.exposed_seconds == pytest.approx(0.03579, abs=1e-5)
-
-
-def test_the_search_reads_the_same_terms():
-    """The search's tables (float64 arrays over candidates) against the evaluator on the fsdp2
-    interleaved candidates of Llama 3 8B on 16 A100s at pp 2 and 4, v 2, 4 and 8: time to the
-    nanosecond (:data:`optimizer.search.NS_TOLERANCE`), so the re-gathers and the first chunk's
-    wait reach the search as they reach evaluate."""
-    case = Case.of("llama3-8b", "A100-80GB", seq_len=2048, global_batch_size=64)
-    space = SearchSpace(
-        num_gpus=16, tp=(1,), pp=(2, 4), max_micro_batch_size=2, zero_stages=(2, 3),
-        recomputes=(Recompute.FULL,), schedules=(Schedule.INTERLEAVED,), virtual_stages=(2, 4, 8),
-        frameworks=(Framework.FSDP2,),
-    )  # fmt: skip
-    assert any(lay.virtual_stages >= 4 for lay in search_matches_evaluate(case, 16, space))
 
 
 def test_against_pytorch_action_lists():

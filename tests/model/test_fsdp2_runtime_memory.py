@@ -140,9 +140,10 @@ def test_llama31_405b_before_after():
 
 def test_the_search_reads_the_same_memory():
     """The search's tables against the evaluator, every term (``check_against_evaluate``: each
-    stage's state, step and activation bytes, and the time), on every legal fsdp2 interleaved
-    candidate of Llama 3 8B on 16 A100s at pp 2 and 4, v 2, 4 and 8, ZeRO-2 and 3: the window
-    reaches the search as it reaches evaluate, and some candidate holds fewer than all chunks."""
+    stage's state, step and activation bytes to the byte, the time to the nanosecond), on every
+    legal fsdp2 interleaved candidate of Llama 3 8B on 16 A100s at pp 2 and 4, v 2, 4 and 8,
+    ZeRO-2 and 3: the window, the re-gathers and the first chunk's wait reach the search as they
+    reach evaluate, and some candidate holds fewer than all chunks."""
     case = Case.of("llama3-8b", "A100-80GB", seq_len=2048, global_batch_size=64)
     space = SearchSpace(
         num_gpus=16, tp=(1,), pp=(2, 4), max_micro_batch_size=2, zero_stages=(2, 3),
