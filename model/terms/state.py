@@ -382,23 +382,20 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
     gradients, optimizer state, gathered units, buffers, optimizer-step extras, cached weight
     copies, the host's share), as the layout's framework holds them at its ZeRO stage
     (:func:`model.memory.state_terms`, :meth:`model.mechanisms.Mechanism.memory_terms`; FSDP2's
-    whole weights under PyTorch's multi-stage runtime those of the largest window of chunks,
-    :func:`model.terms.runtime_window.held_whole_params`); where
-    the framework keeps the modules outside its units gathered (Megatron-FSDP,
-    :attr:`model.mechanisms.Mechanism.non_units_gathered`), two layer units
+    whole weights under PyTorch's multi-stage runtime: :func:`model.terms.runtime_window.
+    held_whole_params`); where the framework keeps the modules outside its units gathered
+    (Megatron-FSDP, :attr:`model.mechanisms.Mechanism.non_units_gathered`), two layer units
     (:func:`model.terms.stage_params.layer_units`) and the embedding and output layer whole
     (:func:`model.terms.stage_params.non_unit_params`). Under optimizer offload the gradients
     include the GPU staging buffer of the stage's largest parameter tensor where the mechanism
     keeps one, and the host its twin (DeepSpeed ZeRO-1/2,
-    :func:`model.offload.offload_staging_bytes`).
-    Exact for one layout; element-wise over columns.
+    :func:`model.offload.offload_staging_bytes`). Exact for one layout; element-wise over columns.
 
     Scope: the split (:data:`model.terms.stage_params.SPLIT_FIELDS`), dp, cp (the replicas ZeRO
     shards over), the ZeRO stage, micro_batch_size (with dp, the micro-batches a step: whether it
-    accumulates over more than one, which sizes offload's accumulation buffers, and the
-    runtime's windows of chunks), the schedule (DualPipe's
-    two stages, :func:`model.terms.stage_params.split_params`). Control: framework, zero_stage,
-    pp, schedule.
+    accumulates, which sizes offload's accumulation buffers; the runtime's windows of chunks),
+    the schedule (DualPipe's two stages, :func:`model.terms.stage_params.split_params`).
+    Control: framework, zero_stage, pp, schedule.
     """
     t = c.training
     dense, experts = split_params(c, f)
@@ -418,8 +415,7 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
     w, g, o, gathered, buffers, step, cache, host = state_terms(
         mech, dense, experts, f.shard_degree, f.expert_shard_degree, *held,
         linear, layer_linear, cache_bytes, t.offload, f.m > 1, t.fp8_param_gather,
-        optimizer_scales(c, f), fsdp_fp8_transpose(t, f.framework),
-        held_whole_params(c, f, mech),  # the runtime's window of chunks, where it frees some
+        optimizer_scales(c, f), fsdp_fp8_transpose(t, f.framework), held_whole_params(c, f, mech),
     )  # fmt: skip
     if mech.non_units_gathered:  # Megatron-FSDP
         # the embedding and output layer whole beside the layer units, through the optimizer
