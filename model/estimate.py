@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from fractions import Fraction
+from functools import partial
 from typing import Any
 
 from trainplan.model.comm import AxisTraffic, dp_traffic
@@ -35,6 +36,7 @@ from trainplan.model.terms.fields import INSIDE_DOMAIN, AxisLinkLike, Context, L
 from trainplan.model.terms.forward_gather import forward_gather_term
 from trainplan.model.terms.peak import StageMemory, busiest_stage, host_fits, stage_memory_term
 from trainplan.model.terms.roofline import muon_axis_traffic, muon_gather_seconds
+from trainplan.model.terms.runtime_window import held_whole_params
 from trainplan.model.terms.sm_shares import layout_sm_shares
 from trainplan.model.terms.split_key import SplitKey
 from trainplan.model.terms.stage_params import stage_params_per_gpu
@@ -263,23 +265,23 @@ def stage_memory(
     return tuple(stage_memory_term(c, f.at(i), len(split[i][1])) for i in range(layout.pp))
 
 
-def _zero_table(
-    stage: StageMemory, layout: Layout, training: TrainingSpec, options: CostOptions
-) -> tuple[ZeroRow, ...]:
-    """The model state of the busiest stage under each ZeRO stage the layout's framework runs at
-    its pp, against its lowest stage (textbook: ZeRO-0, the ZeRO paper's baseline). On the GPU without
-    offload: the table compares the ZeRO stages themselves (an offload is reported beside it,
-    ``memory.host_bytes``)."""
+def _zero_table(stage: StageMemory, options: CostOptions, c: Context, f: Any) -> tuple[Any, ...]:
+    """The model state of the busiest stage (``f``'s) under each ZeRO stage its framework runs
+    at its pp (the whole weights :func:`model.terms.runtime_window.held_whole_params`), against
+    its lowest (textbook: ZeRO-0, the ZeRO paper's baseline). On the GPU without offload: the
+    table compares the ZeRO stages themselves (an offload is beside it, ``memory.host_bytes``)."""
+    layout, training = f.layout, replace(c.training, offload=NO_OFFLOAD)
     stages = zero_stages_for(layout.framework, layout.pp)
-    training = replace(training, offload=NO_OFFLOAD)
     d, e = stage.dense_params, stage.expert_params
-    base = model_state(d, e, layout, training, stages[0], embedding=stage.embedding).total_bytes
+    held = partial(held_whole_params, c, f)  # the whole weights of the runtime's chunks
+    state = partial(model_state, d, e, layout, training, embedding=stage.embedding, held=held)
+    base = state(stages[0]).total_bytes
     rows = []
     for z in stages:
-        state = model_state(d, e, layout, training, z, embedding=stage.embedding).total_bytes
+        total = state(z).total_bytes
         regather, multi = options.zero3_regather, options.use_multi_rank_bucket_allreduce
         dp = dp_traffic(d, e, layout, training, z, regather, multi)
-        rows.append(ZeroRow(z, state, base / state if state else Fraction(1), dp.bytes_per_step))
+        rows.append(ZeroRow(z, total, base / total if total else Fraction(1), dp.bytes_per_step))
     return tuple(rows)
 
 
@@ -419,7 +421,7 @@ def evaluate(
             options.mfu_convention, causal, recomputed_layers(arch, layout), training.documents,
             recompute_flops_of(arch, training, layout, causal),
         )  # fmt: skip
-    zero = _zero_table(stages[busiest], layout, training, options)
+    zero = _zero_table(stages[busiest], options, c, f.at(busiest))
     return Estimate(
         model, training, layout, device, options, n_total, n_active, f.m, stages, busiest, zero,
         rows, flops, terms.compute_s if terms else None, terms.step_s if terms else None,

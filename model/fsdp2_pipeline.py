@@ -85,6 +85,16 @@ git cf30153c4c ``torch/distributed/pipelining/schedules.py``) adds two things to
   step's first-forward gather waits whole; the other chunks' first gathers, issued behind it on
   the same group, hide under the forwards of the chunk before them (``min(m, pp)`` a chunk on
   the first rank's warm-up, each ``1/v`` of a micro-batch's forward).
+* *Chunks held gathered* (:func:`held_chunks`). The ``RESHARD`` that drops a chunk from the
+  window frees its unsharded parameters (``FSDPParamGroup.reshard`` → ``_to_sharded`` →
+  ``FSDPParam.free_unsharded_param``: the all-gather outputs' storage) before the ``UNSHARD``
+  of the chunk that enters, so at v ≥ 4 a rank holds at most :data:`MAX_ACTIVE_STAGES` chunks'
+  weights whole at once (the windows replayed, under both ZeRO stages: three at some pass on
+  every rank), not all v of them; the unsharded gradients (``unsharded_accumulated_grad``,
+  FP32) are not the parameters' storage and stay until the stage's ``REDUCE_GRAD``. The
+  memory term reads the largest of those sets (:func:`model.terms.runtime_window.
+  held_whole_params`); ``pipeline_frees_stage_tensors`` (Meta's runtime) leaves every chunk
+  whole, as before.
 """
 
 from __future__ import annotations
@@ -95,7 +105,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from trainplan.model.frameworks import DEFAULT_ZERO_STAGE, Framework
-from trainplan.model.schedule import stage_order
+from trainplan.model.fsdp2_replay import WINDOW, rank_replay, replay_passes
 from trainplan.model.xp import elementwise, minimum
 
 if TYPE_CHECKING:
@@ -105,11 +115,11 @@ __all__ = [
     "TORCHTITAN_RESHARD_SOURCE",
     "MAX_ACTIVE_STAGES",
     "RUNTIME_SCHEDULES",
-    "EXACT_ROUNDS",
     "default_zero_stage",
     "reshard_policy",
     "regather_forward_share",
     "chunk_gathers",
+    "held_chunks",
     "runtime_regathers",
     "upfront_gather",
     "regather_name",
@@ -123,7 +133,7 @@ TORCHTITAN_RESHARD_SOURCE = (
 )
 
 
-MAX_ACTIVE_STAGES = 3
+MAX_ACTIVE_STAGES = WINDOW
 """Stages a rank keeps gathered under the multi-stage runtime: ``_add_unshard_reshard``'s
 ``max_active_stages`` default, which ``_PipelineScheduleRuntime._prepare_schedule_with_comms``
 leaves as it is (PyTorch 2.13.0 ``torch/distributed/pipelining/schedules.py``)."""
@@ -132,11 +142,6 @@ RUNTIME_SCHEDULES = frozenset({"interleaved", "zb-v", "dualpipev"})
 """The ``fsdp2`` profile's schedules that PyTorch runs on ``_PipelineScheduleRuntime``
 (``ScheduleInterleaved1F1B``, ``ScheduleZBVZeroBubble``, ``ScheduleDualPipeV`` subclass it;
 ``ScheduleGPipe`` and ``Schedule1F1B`` are ``PipelineScheduleSingle``: no ``UNSHARD``)."""
-
-EXACT_ROUNDS = 4
-"""Rounds of pp micro-batches up to which :func:`chunk_gathers` replays the order whole; beyond,
-the count grows by the same number every round (from the second round on; checked against the
-whole replay and against PyTorch's own lists in ``tests/model/test_fsdp2_runtime_gathers.py``)."""
 
 
 def default_zero_stage(framework: Framework | str, pp: int = 1) -> int:
@@ -209,42 +214,23 @@ def regather_forward_share(schedule: str, m: Any) -> Any:
 
 def _replay(order: list[tuple[str, int, int]], reshard_after_forward: bool) -> int:
     """All-gathers of a chunk one rank's ``order`` (:func:`model.schedule.stage_order`'s
-    ``(kind, micro-batch, chunk)``) issues under the runtime: before each pass the next
+    ``(kind, micro-batch, chunk)``) issues under the runtime, replayed pass by pass
+    (:func:`model.fsdp2_replay.replay_passes`): before each pass the next
     :data:`MAX_ACTIVE_STAGES` distinct chunks are kept; one that leaves is freed (``RESHARD``),
     one that enters gathers if freed (``UNSHARD``); then the pass's own hooks gather it if freed,
-    a forward frees it under ``reshard_after_forward``, a backward leaves it whole."""
-    windows: list[frozenset[int]] = []
-    first: list[int] = []  # the chunks from a pass on, in the order they first come
-    window: frozenset[int] = frozenset()
-    for _, _, chunk in reversed(order):
-        if not first or first[0] != chunk:
-            first = [chunk, *(c for c in first if c != chunk)]
-            window = frozenset(first[:MAX_ACTIVE_STAGES])
-        windows.append(window)
-    active: frozenset[int] = frozenset()
-    freed: dict[int, bool] = {}
-    gathers = 0
-    for (kind, _, chunk), window in zip(order, reversed(windows), strict=True):
-        if window != active:
-            for c in active - window:
-                freed[c] = True
-            for c in window - active:
-                gathers += freed.get(c, True)
-                freed[c] = False
-            active = window
-        gathers += freed.get(chunk, True)
-        freed[chunk] = reshard_after_forward and kind == "F"
-    return gathers
+    a forward frees it under ``reshard_after_forward``, a backward leaves it whole. The
+    reference :func:`chunk_gathers`' replay in runs equals."""
+    return replay_passes([(k, c) for k, _, c in order], reshard_after_forward)[0]
 
 
 @lru_cache(maxsize=1024)
 def chunk_gathers(pp: int, v: int, m: int, reshard_after_forward: bool) -> int:
     """All-gathers of one model chunk's units (each ``1/v`` of a rank's weights) in a step on the
     rank that issues the most, under ``ScheduleInterleaved1F1B`` on ``_PipelineScheduleRuntime``
-    with FSDP2 (the module docstring): every rank's order replayed with the runtime's window of
-    :data:`MAX_ACTIVE_STAGES` chunks, up to :data:`EXACT_ROUNDS` rounds of pp micro-batches; beyond,
-    the last round's growth carried on. ``m`` a multiple of pp (:func:`model.pipeline.
-    check_schedule`).
+    with FSDP2 (the module docstring): every rank's whole order replayed with the runtime's
+    window of :data:`MAX_ACTIVE_STAGES` chunks, in runs of a repeated pattern
+    (:func:`model.fsdp2_replay.rank_replay`: O(v·m/pp) work a rank, where the order has 2·v·m
+    passes). ``m`` a multiple of pp (:func:`model.pipeline.check_schedule`).
 
     Examples
     --------
@@ -255,14 +241,32 @@ def chunk_gathers(pp: int, v: int, m: int, reshard_after_forward: bool) -> int:
     >>> chunk_gathers(2, 4, 4, False), chunk_gathers(2, 4, 4, True), chunk_gathers(2, 3, 4, True)
     (11, 23, 15)
     """
-    rounds = m // pp
-    if rounds > EXACT_ROUNDS:
-        last = chunk_gathers(pp, v, EXACT_ROUNDS * pp, reshard_after_forward)
-        step = last - chunk_gathers(pp, v, (EXACT_ROUNDS - 1) * pp, reshard_after_forward)
-        return last + step * (rounds - EXACT_ROUNDS)
-    return max(
-        _replay(stage_order(pp, m, "interleaved", v, r), reshard_after_forward) for r in range(pp)
-    )
+    return max(rank_replay(pp, v, m, r, reshard_after_forward)[0] for r in range(pp))
+
+
+def held_chunks(pp: int, v: int, m: int, rank: int, reshard_after_forward: bool) -> frozenset:
+    """The sets of rank ``rank``'s chunks (local indices 0…v − 1) held gathered at once during
+    one of its passes under ``ScheduleInterleaved1F1B`` on the runtime (the most each holds: no
+    set inside another listed): the window's chunks not freed, the pass's own counted whole for
+    the whole pass (a backward ends with it whole; a ZeRO-3 forward of a freed chunk holds two
+    of its units at a time, an upper bound by the rest of the chunk). At most
+    :data:`MAX_ACTIVE_STAGES` chunks: ``RESHARD`` frees a chunk as it leaves the window
+    (``FSDPParam.free_unsharded_param``), before the ``UNSHARD`` of the one that enters. With v
+    ≤ 3 every chunk at once (the last backwards leave them all whole).
+
+    pp 2, v 4, m 4, rank 0 (:data:`tests.model.test_fsdp2_runtime_gathers.RANK0`; local chunk c
+    is stage 2c): the window starts {0, 1, 2}, ends {2, 1, 0}; 0RESHARD makes room for chunk 3
+    after 0F1, so {1, 2, 3} during 2F0, …
+
+    >>> sorted(sorted(s) for s in held_chunks(2, 4, 4, 0, False))
+    [[0, 1, 2], [0, 1, 3], [0, 2, 3], [1, 2, 3]]
+    >>> held_chunks(2, 3, 4, 0, True)
+    frozenset({frozenset({0, 1, 2})})
+    """
+    if v <= MAX_ACTIVE_STAGES:
+        return frozenset({frozenset(range(v))})
+    sets = rank_replay(pp, v, m, rank, reshard_after_forward)[1]
+    return frozenset(s for s in sets if not any(s < t for t in sets))
 
 
 def runtime_mechanism(mech: Mechanism, frees_stage_tensors: bool) -> Mechanism:

@@ -266,6 +266,7 @@ class Mechanism:
         unit: Any,
         whole_unit: Any = None,
         wrapped: Any = None,
+        held: Any = None,
     ) -> tuple[Any, ...]:
         """(weights, gradients, optimizer, gathered, unit buffers, step extra) bytes on one GPU
         for ``params`` parameters replicated over ``replicas`` ranks, whose largest unit holds
@@ -274,8 +275,11 @@ class Mechanism:
         parameters are one unit, gathered and prefetched together: :meth:`units_held`);
         None = ``unit``. ``wrapped``: whether the framework gathers these parameters at all
         (None: where ``replicas`` > 1, they are sharded; FSDP2 wraps a module on a mesh of one
-        rank too, :func:`model.memory.mechanism_memory`). The fixed :attr:`bucket_bytes` are not
-        included (one bucket serves every parameter class).
+        rank too, :func:`model.memory.mechanism_memory`). ``held``: of ``params``, those whose
+        :attr:`weights_full` are whole at the peak (FSDP2 under PyTorch's multi-stage runtime:
+        the largest window of chunks, :func:`model.terms.runtime_window.held_whole_params`);
+        None = all. The fixed :attr:`bucket_bytes` are not included (one bucket serves every
+        parameter class).
 
         Exact for Fraction ``params``/``unit``; element-wise for arrays of layouts
         (:mod:`model.xp`).
@@ -296,7 +300,8 @@ class Mechanism:
         """
         d = replicas
         shard = params / d
-        weights = self.weights_full * params + self.weights_sharded * shard
+        weights = self.weights_full * (params if held is None else held)
+        weights = weights + self.weights_sharded * shard
         grads = self.grads_full * params + self.grads_sharded * shard
         opt = self.optimizer_full * params + self.optimizer_sharded * shard
         # each gathered unit whole, beside the local shard (none when nothing is sharded); the

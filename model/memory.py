@@ -11,6 +11,7 @@ The model-state term written over a layout's fields is :func:`model.terms.state.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
@@ -127,6 +128,7 @@ def model_state(
     gather_unit: tuple[Fraction, Fraction] = (Fraction(0), Fraction(0)),
     linear: tuple[Fraction, Fraction] = (Fraction(0), Fraction(0)),
     embedding: Fraction = Fraction(0),
+    held: Callable[[Mechanism], tuple[Fraction, Fraction] | None] | None = None,
 ) -> ModelState:
     """Model-state bytes on one GPU (weights, gradients, optimizer state, gathered units,
     buffers, step extras) under a ZeRO stage of the layout's framework.
@@ -138,7 +140,9 @@ def model_state(
     (:func:`model.estimate.stage_linear_per_gpu`), whose FP8 copies ``precision = fp8`` caches
     (:func:`weight_cache_terms`). ``embedding``: the embedding elements on this GPU
     (:func:`model.terms.grad_buffers.stage_embedding_per_gpu`), whose gradients some mechanisms
-    keep wider (:meth:`model.mechanisms.Mechanism.embedding_grad_extra`). Dense parameters
+    keep wider (:meth:`model.mechanisms.Mechanism.embedding_grad_extra`). ``held``: of the
+    mechanism, the (dense, expert) parameters whose whole weights it holds where fewer than all
+    (:func:`model.terms.runtime_window.held_whole_params` of the stage); None = all. Dense parameters
     are replicated over D = dp·cp ranks, experts over D_e (:attr:`Layout.expert_shard_degree`);
     each class is held as :meth:`model.mechanisms.Mechanism.memory_terms` says.
 
@@ -171,7 +175,7 @@ def model_state(
         dense_params, expert_params, layout.shard_degree, layout.expert_shard_degree, mech,
         gather_unit, linear, cache_bytes_per_element(t, layout.framework), t.offload,
         layout.num_microbatches(t.global_batch_size) > 1, t.fp8_param_gather, embedding,
-        fsdp_fp8_transpose(t, layout.framework),
+        fsdp_fp8_transpose(t, layout.framework), held(mech) if held else None,
     )  # fmt: skip
 
 
@@ -190,6 +194,7 @@ def _model_state(
     fp8_params: bool = False,
     embedding: Fraction = Fraction(0),
     fsdp_transpose: bool = False,
+    held: tuple[Fraction, Fraction] | None = None,
 ) -> ModelState:
     """Sum of :meth:`Mechanism.memory_terms` over the dense and the expert parameters (and
     :meth:`Mechanism.embedding_grad_extra` of the ``embedding`` elements). Under
@@ -203,7 +208,7 @@ def _model_state(
     """
     w, g, o, gathered, buffers, step, cache, host = state_terms(
         mech, dense_params, expert_params, shard, expert_shard, unit[0], unit[1], *linear,
-        cache_bytes, offload, accumulating, fp8_params, fsdp_transpose=fsdp_transpose,
+        cache_bytes, offload, accumulating, fp8_params, fsdp_transpose=fsdp_transpose, held=held,
     )  # fmt: skip
     g = g + mech.embedding_grad_extra(embedding)
     return ModelState(w, g, o, gathered, buffers, step, host, cache)
@@ -325,6 +330,7 @@ def state_terms(
     fp8_params: bool = False,
     optimizer_scale: tuple[Any, Any] = (1, 1),
     fsdp_transpose: bool = False,
+    held: tuple[Any, Any] | None = None,
 ) -> tuple[Any, ...]:
     """(weights, gradients, optimizer, gathered, buffers, step extra, weight cache, host) bytes
     of one GPU: the mechanism's terms for the dense parameters (replicated over ``shard`` ranks)
@@ -346,12 +352,14 @@ def state_terms(
     ``transpose_weight_buffer`` shard, 1 B per ``linear ÷ shard`` element (its E8M0 scales, one
     byte per 32 elements, are counted for neither shard). ``optimizer_scale``:
     (dense, expert) factors on the optimizer state of an optimizer other than Adam
-    (:func:`model.optimizers.optimizer_scale`; 1 for Adam). Exact for Fractions; element-wise for
-    arrays of layouts (the search's tables call it so)."""
+    (:func:`model.optimizers.optimizer_scale`; 1 for Adam). ``held``: (dense, expert) parameters
+    whose whole working weights are held at the peak where fewer than all
+    (:func:`model.terms.runtime_window.held_whole_params`); None = all. Exact for Fractions;
+    element-wise for arrays of layouts (the search's tables call it so)."""
     whole = dense_unit + expert_unit  # one layer's, gathered and prefetched as one unit
     dense, experts = _class_terms(
         mech, dense_params, expert_params, shard, expert_shard, dense_unit, expert_unit,
-        bool(offload.params),
+        bool(offload.params), held,
     )  # fmt: skip
     w, g, o, gathered, buffers, step = (a + b for a, b in zip(dense, experts, strict=True))
     o = o + (optimizer_scale[0] - 1) * dense[2] + (optimizer_scale[1] - 1) * experts[2]
@@ -376,6 +384,7 @@ def _class_terms(
     dense_unit: Any,
     expert_unit: Any,
     params_offloaded: bool,
+    held: tuple[Any, Any] | None = None,
 ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """:meth:`model.mechanism_record.Mechanism.memory_terms` of the dense parameters and of the
     routed experts, one layer's two parts gathered and prefetched as one unit. With the
@@ -383,12 +392,15 @@ def _class_terms(
     CPU partition into the full-size gathered buffer; FSDP2's CPUOffloadPolicy copies the shard
     in before its all-gather), even unsharded. FSDP2 wraps the experts on their own mesh, one
     rank included (world size 1: the unsharded parameters are still a copy,
-    ``_fsdp_param_group.py`` ``wait_for_unshard``)."""
+    ``_fsdp_param_group.py`` ``wait_for_unshard``). ``held``: :func:`state_terms`'."""
     whole = dense_unit + expert_unit
     fetched = True if params_offloaded else None
-    dense = mech.memory_terms(dense_params, shard, dense_unit, whole, fetched)
+    held_dense, held_expert = (None, None) if held is None else held
+    dense = mech.memory_terms(dense_params, shard, dense_unit, whole, fetched, held_dense)
     wrapped = shard > 1 if mech.framework is Framework.FSDP2 else None
-    expert = mech.memory_terms(expert_params, expert_shard, expert_unit, whole, fetched or wrapped)
+    expert = mech.memory_terms(
+        expert_params, expert_shard, expert_unit, whole, fetched or wrapped, held_expert
+    )
     return dense, expert
 
 

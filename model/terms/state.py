@@ -62,6 +62,7 @@ from trainplan.model.terms.dispatch_buffers import dispatch_buffer_term
 from trainplan.model.terms.fields import Context, Fields, stage_argmax, stage_take, stage_tuple
 from trainplan.model.terms.grad_buffers import embedding_grad_term
 from trainplan.model.terms.layer_wise_buffers import layer_wise_padding_term
+from trainplan.model.terms.runtime_window import held_whole_params
 from trainplan.model.terms.split_key import CACHE, SPLIT_FIELDS, SplitKey
 from trainplan.model.terms.stage_params import (
     busiest_stage,
@@ -380,21 +381,21 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
     """Model-state bytes on one GPU of pipeline stage ``f.stage`` (:class:`ModelState`: weights,
     gradients, optimizer state, gathered units, buffers, optimizer-step extras, cached weight
     copies, the host's share), as the layout's framework holds them at its ZeRO stage
-    (:func:`model.memory.state_terms`, :meth:`model.mechanisms.Mechanism.memory_terms`); where
-    the framework keeps the modules outside its units gathered (Megatron-FSDP,
-    :attr:`model.mechanisms.Mechanism.non_units_gathered`), two layer units
+    (:func:`model.memory.state_terms`, :meth:`model.mechanisms.Mechanism.memory_terms`; FSDP2's
+    whole weights under PyTorch's multi-stage runtime: :func:`model.terms.runtime_window.
+    held_whole_params`); where the framework keeps the modules outside its units gathered
+    (Megatron-FSDP, :attr:`model.mechanisms.Mechanism.non_units_gathered`), two layer units
     (:func:`model.terms.stage_params.layer_units`) and the embedding and output layer whole
     (:func:`model.terms.stage_params.non_unit_params`). Under optimizer offload the gradients
     include the GPU staging buffer of the stage's largest parameter tensor where the mechanism
     keeps one, and the host its twin (DeepSpeed ZeRO-1/2,
-    :func:`model.offload.offload_staging_bytes`).
-    Exact for one layout; element-wise over columns.
+    :func:`model.offload.offload_staging_bytes`). Exact for one layout; element-wise over columns.
 
     Scope: the split (:data:`model.terms.stage_params.SPLIT_FIELDS`), dp, cp (the replicas ZeRO
-    shards over), the ZeRO stage, micro_batch_size (with dp, whether a step accumulates over more
-    than one micro-batch, which sizes offload's accumulation buffers), the schedule (DualPipe's
-    two stages, :func:`model.terms.stage_params.split_params`). Control: framework, zero_stage,
-    pp, schedule.
+    shards over), the ZeRO stage, micro_batch_size (with dp, the micro-batches a step: whether it
+    accumulates, which sizes offload's accumulation buffers; the runtime's windows of chunks),
+    the schedule (DualPipe's two stages, :func:`model.terms.stage_params.split_params`).
+    Control: framework, zero_stage, pp, schedule.
     """
     t = c.training
     dense, experts = split_params(c, f)
@@ -414,7 +415,7 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
     w, g, o, gathered, buffers, step, cache, host = state_terms(
         mech, dense, experts, f.shard_degree, f.expert_shard_degree, *held,
         linear, layer_linear, cache_bytes, t.offload, f.m > 1, t.fp8_param_gather,
-        optimizer_scales(c, f), fsdp_fp8_transpose(t, f.framework),
+        optimizer_scales(c, f), fsdp_fp8_transpose(t, f.framework), held_whole_params(c, f, mech),
     )  # fmt: skip
     if mech.non_units_gathered:  # Megatron-FSDP
         # the embedding and output layer whole beside the layer units, through the optimizer
