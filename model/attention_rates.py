@@ -274,8 +274,14 @@ def window_fractions(
     ``min(window, seq_len)`` (:func:`attention_fractions`): a band of W keys is, per query tile
     of T rows, about W/T key tiles of which the two on its edges are partly masked, the same
     ratio of masked to kept work as a causal call of W tokens (its diagonal tiles), while an
-    unmasked call of W has no masked work at all and would be read too fast. None where the
-    kernel has no curve on the part.
+    unmasked call of W has no masked work at all and would be read too fast. Either way the
+    band is charged no more than the causal call of ``seq_len`` it is a part of (its fraction
+    at least the causal call's × the causal pairs' share the band keeps): the band's key tiles
+    are a subset of the causal triangle's, which the same kernel runs with the band's mask
+    left off — where the curves say otherwise it is their head dimension (the sweeps' bands
+    are d = 64; the causal curve standing for 64 is d = 128's, :func:`attention_fractions`),
+    e.g. the H200's 1,024-key band at s = 2,048 (75 % of the triangle's pairs, 310 TFLOP/s
+    against 484 causal). None where the kernel has no curve on the part.
 
     Examples
     --------
@@ -291,11 +297,22 @@ def window_fractions(
         raise InputError(
             f"attention_kernel: {kernel!r} is not one of {', '.join(ATTENTION_KERNELS)}"
         )
+    causal = attention_fractions(kernel, device_name, head_dims, seq_len)
+    if causal is None:
+        return None
+    band = None
     for part in attention_curve_parts(kernel, device_name):
         try:
             fwd, _ = _one_direction(kernel, part, "fwd", head_dims, seq_len, True, window)
             bwd, _ = _one_direction(kernel, part, "bwd", head_dims, seq_len, True, window)
         except InputError:
             continue
-        return fwd, bwd
-    return attention_fractions(kernel, device_name, head_dims, min(window, seq_len))
+        band = fwd, bwd
+        break
+    if band is None:
+        band = attention_fractions(kernel, device_name, head_dims, min(window, seq_len))
+        assert band is not None
+    kept = attended_pairs(AttentionSpan.LOCAL, seq_len, window, True) / (
+        seq_len * (seq_len + 1) / 2
+    )
+    return max(band[0], causal[0] * kept), max(band[1], causal[1] * kept)
