@@ -180,10 +180,9 @@ def kind_parts(
     ``plan`` and ``every_norm``: what selective recomputation re-runs
     (:func:`model.recompute_ops.recompute_plan`); ``elementwise``: how the framework runs the
     elementwise passes (:func:`model.elementwise.elementwise_mode`); ``expert_passes``: the
-    MoE layer's framework passes (:func:`model.moe_kernels.expert_passes_of`). A kind's attention
-    core is timed at each of its layers' spans (:func:`model.core_spans.kind_spans`: the
-    model-wide mix of the kind, not a stage's). Cached: the search asks once per distinct
-    (b, tp, cp, ep, links, recompute, plan)."""
+    MoE layer's framework passes (:func:`model.moe_kernels.expert_passes_of`); each kind's core
+    at its layers' spans, the model-wide mix (:func:`model.core_spans.kind_spans`). Cached: the
+    search asks once per distinct (b, tp, cp, ep, links, recompute, plan)."""
 
     def shape(moe: bool) -> LayerShape:  # ep and etp only shape a MoE layer
         return LayerShape(
