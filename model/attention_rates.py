@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from trainplan.model.attention import AttentionSpan, attended_pairs
 from trainplan.model.errors import InputError
 from trainplan.model.frameworks import Framework
 from trainplan.model.kernels import AttentionKey, attention_kernel_flops, attention_rate
@@ -33,6 +34,7 @@ __all__ = [
     "default_attention_kernel",
     "attention_fractions",
     "ring_fractions",
+    "window_fractions",
 ]
 
 
@@ -121,12 +123,19 @@ def default_attention_kernel(framework: str, device_name: str) -> str | None:
 
 
 def _planner_flops(
-    direction: str, seq_len: int, head_dims: tuple[int, int], causal: bool = True
+    direction: str,
+    seq_len: int,
+    head_dims: tuple[int, int],
+    causal: bool = True,
+    window: int | None = None,
 ) -> float:
     """The planner's FLOPs of one call of one head (:func:`model.flops.
     attention_core_forward_flops`: ``2·pairs·(d_qk + d_v)`` forward, ``s(s + 1)/2`` pairs
-    causal, ``s²`` unmasked; backward twice the forward)."""
+    causal, ``s²`` unmasked, a band's :func:`model.attention.attended_pairs`; backward twice
+    the forward)."""
     pairs = seq_len * (seq_len + 1) / 2 if causal else float(seq_len) ** 2
+    if window is not None:
+        pairs = float(attended_pairs(AttentionSpan.LOCAL, seq_len, window, True))
     forward = 2.0 * pairs * sum(head_dims)
     return forward * {"fwd": 1.0, "bwd": 2.0, "fwd+bwd": 3.0}[direction]
 
@@ -138,25 +147,26 @@ def _one_direction(
     head_dims: tuple[int, int],
     seq_len: int,
     causal: bool = True,
+    window: int | None = None,
 ) -> tuple[float, bool]:
     """(fraction of ``part``'s peak in the planner's count, whether a fallback was taken) for
-    a call with the mask ``causal``; a missing curve of that mask falls back to the other
-    mask's (its rate applied to this call's FLOPs), unequal head dims without a curve to the
-    square curve of the larger one (:func:`model.kernels.attention_rate` interpolates in the
-    dimension)."""
+    a call with the mask ``causal`` (and a band of ``window`` keys: its own curve only); a
+    missing curve of that mask falls back to the other mask's (its rate applied to this call's
+    FLOPs), unequal head dims without a curve to the square curve of the larger one
+    (:func:`model.kernels.attention_rate` interpolates in the dimension)."""
     curves = attention_curves()
-    for masked in (causal, not causal):
-        key = AttentionKey(kernel, part, "bf16", direction, masked)
+    for masked in (causal,) if window is not None else (causal, not causal):
+        key = AttentionKey(kernel, part, "bf16", direction, masked, window)
         for dims in dict.fromkeys((head_dims, (max(head_dims),) * 2)):
             try:
                 rate = attention_rate(curves, key, dims, seq_len)
             except InputError:
                 continue
             kernel_flops = attention_kernel_flops(
-                rate.flop_count, direction, 1, 1, seq_len, *dims, causal
+                rate.flop_count, direction, 1, 1, seq_len, *dims, causal, window
             )
             seconds = kernel_flops / (rate.tflops_per_s * 1e12)
-            fraction = _planner_flops(direction, seq_len, dims, causal) / seconds
+            fraction = _planner_flops(direction, seq_len, dims, causal, window) / seconds
             fallback = masked != causal or dims != head_dims or rate.clamped is not None
             return fraction / (PUBLISHED_PEAK_TFLOPS[part] * 1e12), fallback
     raise InputError(f"attention kernel: no {direction} curve for {kernel} on {part}")
@@ -247,3 +257,62 @@ def ring_fractions(
         1 / (1 / (calls * causal[0]) + (calls - 1) / (calls * unmasked[0])),
         1 / (1 / (calls * causal[1]) + (calls - 1) / (calls * unmasked[1])),
     )
+
+
+@lru_cache(maxsize=4096)
+def window_fractions(
+    kernel: str, device_name: str, head_dims: tuple[int, int], seq_len: int, window: int
+) -> tuple[float, float] | None:
+    """(forward, backward) efficiency of one call of ``seq_len`` queries under a causal band of
+    ``window`` keys (a sliding-window layer), as a fraction of the dense BF16 peak, counted in
+    the planner's FLOPs over the band's pairs (:func:`model.attention.attended_pairs`,
+    backward twice the forward): the published windowed curve of ``kernel`` with this very
+    ``window`` on the part or its family (:func:`attention_curve_parts`, first match first;
+    cudnn-frontend's gpt-oss sweeps, ``attention.toml``). The kernel skips the key tiles
+    outside the band, so its time is linear in ``seq_len`` and its rate depends on W; a
+    curve of another W is not read. Without one, the causal call at the window's own length
+    ``min(window, seq_len)`` (:func:`attention_fractions`): a band of W keys is, per query tile
+    of T rows, about W/T key tiles of which the two on its edges are partly masked, the same
+    ratio of masked to kept work as a causal call of W tokens (its diagonal tiles), while an
+    unmasked call of W has no masked work at all and would be read too fast. Either way the
+    band is charged no more than the causal call of ``seq_len`` it is a part of (its fraction
+    at least the causal call's × the causal pairs' share the band keeps): the band's key tiles
+    are a subset of the causal triangle's, which the same kernel runs with the band's mask
+    left off — where the curves say otherwise it is their head dimension (the sweeps' bands
+    are d = 64; the causal curve standing for 64 is d = 128's, :func:`attention_fractions`),
+    e.g. the H200's 1,024-key band at s = 2,048 (75 % of the triangle's pairs, 310 TFLOP/s
+    against 484 causal). None where the kernel has no curve on the part.
+
+    Examples
+    --------
+    cuDNN 9.22 on GB200, W = 128, d = 64, s = 8,192: 165 TFLOP/s forward and 187 backward in
+    the sweep's count (backward ``2·E·(3·d_qk + 2·d_v)``, 2.5× its forward; the planner's
+    backward is 2×), so 165 / 2,500 and 187 · 0.8 / 2,500.
+
+    >>> f, b = window_fractions("cudnn", "GB200", (64, 64), 8192, 128)
+    >>> round(f, 4), round(b, 4)
+    (0.066, 0.0598)
+    """
+    if kernel not in ATTENTION_KERNELS:
+        raise InputError(
+            f"attention_kernel: {kernel!r} is not one of {', '.join(ATTENTION_KERNELS)}"
+        )
+    causal = attention_fractions(kernel, device_name, head_dims, seq_len)
+    if causal is None:
+        return None
+    band = None
+    for part in attention_curve_parts(kernel, device_name):
+        try:
+            fwd, _ = _one_direction(kernel, part, "fwd", head_dims, seq_len, True, window)
+            bwd, _ = _one_direction(kernel, part, "bwd", head_dims, seq_len, True, window)
+        except InputError:
+            continue
+        band = fwd, bwd
+        break
+    if band is None:
+        band = attention_fractions(kernel, device_name, head_dims, min(window, seq_len))
+        assert band is not None
+    kept = attended_pairs(AttentionSpan.LOCAL, seq_len, window, True) / (
+        seq_len * (seq_len + 1) / 2
+    )
+    return max(band[0], causal[0] * kept), max(band[1], causal[1] * kept)

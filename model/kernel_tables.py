@@ -90,6 +90,11 @@ class AttentionCurve:
     batch_times_seq_len: int | None = None
     """batch × seq_len held constant (tokens), when the batch shrinks as the sequence grows."""
     notes: str = ""
+    window: int | None = None
+    """W, keys of a top-left sliding-window band each query attends to, its own included
+    (cudnn-frontend's ``sliding_window_size``, cuDNN's ``diagonal_band_left_bound``), on top of
+    the causal mask; None: no band. A windowed curve is read only for a band of the same W
+    (:func:`model.kernels.attention_rate`)."""
     extends: bool = False
     """A longer sweep of the same kernel, part, direction, mask and head dims that only
     continues the main curve beyond its longest length: its rate relative to its own rate at
@@ -106,6 +111,8 @@ class AttentionCurve:
         ascending(self.seq_len, where, "seq_len")
         if (self.batch is None) == (self.batch_times_seq_len is None):
             raise ScenarioError(f"{where}: give exactly one of 'batch' and 'batch_times_seq_len'")
+        if self.window is not None and not (self.causal and self.flop_count == "nonmasked"):
+            raise ScenarioError(f"{where}: a 'window' band is causal and counted 'nonmasked'")
         if self.flop_count == "fa-half" and self.head_dim_qk != self.head_dim_v:
             raise ScenarioError(f"{where}: flop_count 'fa-half' counts one head dim: d_qk = d_v")
 

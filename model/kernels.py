@@ -24,6 +24,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from trainplan.model.attention import AttentionSpan, attended_pairs
 from trainplan.model.errors import InputError
 from trainplan.model.kernel_tables import AttentionCurve, NormCurve, StreamRow
 from trainplan.model.part_family import FAMILY
@@ -95,21 +96,24 @@ def attention_kernel_flops(
     head_dim_qk: int,
     head_dim_v: int,
     causal: bool,
+    window: int | None = None,
 ) -> float:
     """FLOPs a benchmark counts for one attention call (``seq_len`` queries and keys per
-    sequence), by its convention:
+    sequence; ``window``: a causal band of W keys), by its convention:
 
     * ``fa-half`` — ``F = 4·b·s²·h·d``, halved under the causal mask; backward ``2.5·F``,
       forward and backward ``3.5·F`` (flash-attention ``benchmarks/benchmark_flash_attention.py``
       ``flops``; cudnn-frontend ``benchmark_{bf16,fp8}_sdpa.py`` at commit 0b1577c8).
     * ``nonmasked`` — ``E = s²`` pairs, ``s(s + 1)/2`` under the causal mask; forward
       ``2·b·h·E·(d_qk + d_v)``, backward ``2·b·h·E·(3·d_qk + 2·d_v)`` (cudnn-frontend
-      ``benchmark/sdpa_benchmark_training/benchmark_single_sdpa.py`` ``flops``).
+      ``benchmark/sdpa_benchmark_training/benchmark_single_sdpa.py`` ``flops``); under a causal
+      band of W keys ``E = W(W + 1)/2 + (s − W)·W`` (the same function's ``sliding_window_size``
+      branch, at fb682ce7: :func:`model.attention.attended_pairs` of a ``local`` layer).
 
     Raises
     ------
     InputError
-        An unknown convention or direction, or ``fa-half`` with d_qk ≠ d_v.
+        An unknown convention or direction, or ``fa-half`` with d_qk ≠ d_v or a window.
 
     Examples
     --------
@@ -123,12 +127,16 @@ def attention_kernel_flops(
     1280.0
     """
     if flop_count == "fa-half":
+        if window is not None:
+            raise InputError("flop_count: fa-half counts no sliding window")
         if head_dim_qk != head_dim_v:
             raise InputError("flop_count: fa-half counts one head dimension (d_qk = d_v)")
         forward = 4.0 * batch * seq_len * seq_len * q_heads * head_dim_qk / (2 if causal else 1)
         factor = {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}
     elif flop_count == "nonmasked":
         pairs = seq_len * (seq_len + 1) / 2 if causal else float(seq_len) * seq_len
+        if window is not None and causal:
+            pairs = float(attended_pairs(AttentionSpan.LOCAL, seq_len, window, True))
         forward = 2.0 * batch * q_heads * pairs * (head_dim_qk + head_dim_v)
         backward = (3 * head_dim_qk + 2 * head_dim_v) / (head_dim_qk + head_dim_v)
         factor = {"fwd": 1.0, "bwd": backward, "fwd+bwd": 1.0 + backward}
@@ -143,13 +151,15 @@ def attention_kernel_flops(
 class AttentionKey:
     """Which published kernel to read: the kernel (``attention.toml``'s names), the part, the
     input dtype (fp16 and bf16 read each other's curves), the direction (fwd, bwd, fwd+bwd) and
-    the causal mask."""
+    the causal mask, and the sliding window's W keys on top of it (None: no band; a curve is read
+    only for its own W)."""
 
     kernel: str
     part: str
     dtype: str
     direction: str
     causal: bool
+    window: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,17 +180,22 @@ def _matching(curves: Sequence[AttentionCurve], key: AttentionKey) -> list[Atten
     found = [
         c
         for c in curves
-        if (c.kernel, c.part, c.direction, c.causal)
-        == (key.kernel, key.part, key.direction, key.causal)
+        if (c.kernel, c.part, c.direction, c.causal, c.window)
+        == (key.kernel, key.part, key.direction, key.causal, key.window)
         and _DTYPE_CLASS[c.dtype] == cls
     ]
     if not found:
         have = sorted(
-            {f"{c.kernel}/{c.part}/{c.dtype}/{c.direction}/causal={c.causal}" for c in curves}
+            {
+                f"{c.kernel}/{c.part}/{c.dtype}/{c.direction}/causal={c.causal}"
+                + (f"/window={c.window}" if c.window else "")
+                for c in curves
+            }
         )
+        band = f", window={key.window}" if key.window else ""
         raise InputError(
             f"attention kernel: no published curve for {key.kernel} on {key.part} ({key.dtype}, "
-            f"{key.direction}, causal={key.causal}); published: {', '.join(have)}"
+            f"{key.direction}, causal={key.causal}{band}); published: {', '.join(have)}"
         )
     return found
 
@@ -257,7 +272,8 @@ def _family_extensions(curves: Sequence[AttentionCurve], key: AttentionKey) -> l
         and family is not None
         and c.part != key.part
         and FAMILY.get(c.part) == family
-        and (c.kernel, c.direction, c.causal) == (key.kernel, key.direction, key.causal)
+        and (c.kernel, c.direction, c.causal, c.window)
+        == (key.kernel, key.direction, key.causal, key.window)
         and _DTYPE_CLASS.get(c.dtype) == cls
     ]
 
@@ -323,8 +339,9 @@ def published_attention_seconds(
     """
     rate = attention_rate(curves, key, head_dims, seq_len)
     flops = attention_kernel_flops(
-        rate.flop_count, key.direction, batch, q_heads, seq_len, *head_dims, key.causal
-    )
+        rate.flop_count, key.direction, batch, q_heads, seq_len, *head_dims, key.causal,
+        key.window,
+    )  # fmt: skip
     return flops / (rate.tflops_per_s * 1e12)
 
 

@@ -11,7 +11,8 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from trainplan.model.attention_rates import attention_fractions, ring_fractions
+from trainplan.model.attention_rates import attention_fractions, ring_fractions, window_fractions
+from trainplan.model.core_spans import CoreSpan
 from trainplan.model.grouped_gemm import GroupedFp8, grouped_shape
 from trainplan.model.op_rates import dense_wave_efficiency
 from trainplan.model.ops import WGRAD_ACCUMULATE_BYTES, LayerShape, Op, OpKind, layer_ops
@@ -275,31 +276,46 @@ def _fp8(op: Op, c: Clock) -> bool:
 
 
 def _attention(op: Op, c: Clock, backward: bool) -> float:
-    """The fused attention core: at the published kernel's efficiency for its chunk length,
-    head dimensions and causal mask over the FLOPs the mask keeps
-    (:func:`model.attention_rates.attention_fractions`) where the clock names a kernel with curves on
-    the part, else at :attr:`RooflineParams.attention_efficiency` over :attr:`Op.flops`."""
+    """The fused attention core: the share-weighted sum over the spans of the layers it stands
+    for (:attr:`model.ops.Op.spans`; one span of :attr:`Op.flops` when it names none) of each
+    span's time, at the published kernel's efficiency for its call length, head dimensions and
+    mask (a sliding window's band at :func:`model.attention_rates.window_fractions`, else
+    :func:`model.attention_rates.attention_fractions`) over the FLOPs its mask keeps where the
+    clock names a kernel with curves on the part, else at
+    :attr:`RooflineParams.attention_efficiency` over its FLOPs. Every span moves the same
+    Q, K, V and O bytes."""
+    spans = op.spans or (CoreSpan(1.0, op.flops, op.masked_flops),)
+    return sum(s.share * _span_seconds(op, s, c, backward) for s in spans)
+
+
+def _span_seconds(op: Op, span: CoreSpan, c: Clock, backward: bool) -> float:
+    """Seconds of one span's core (:func:`_attention`)."""
     moved = op.backward_bytes if backward else op.forward_bytes
-    params, flops = c.params, op.flops
+    params, flops = c.params, span.flops
     peak = c.peak_flops_per_s * params.clock_fraction
     found = None
     if params.attention_kernel is not None and op.seq_len >= 1:
-        found = _kernel_fractions(op, c, params.attention_kernel, params.part)
+        found = _kernel_fractions(op, span, c, params.attention_kernel, params.part)
     if found is not None:
-        params, flops = params.with_(attention_efficiency=found[int(backward)]), op.masked_flops
+        params, flops = params.with_(attention_efficiency=found[int(backward)]), span.masked_flops
     elif params.attention_efficiency is None:  # the core at the GEMM rule's large-k figure
         params = params.with_(attention_efficiency=params.gemm_efficiency)
     return attention_seconds(flops * (2 if backward else 1), moved, peak, c.hbm_bytes_per_s, params)
 
 
-def _kernel_fractions(op: Op, c: Clock, kernel: str, part: str) -> tuple[float, float] | None:
-    """(forward, backward) fractions of the core's kernel calls on one GPU: a ring's (Transformer
-    Engine's ``p2p``, PyTorch's ``context_parallel``; the hybrid's ring after its head
-    all-to-all) one causal and r − 1 unmasked calls on the rank's chunk
+def _kernel_fractions(
+    op: Op, span: CoreSpan, c: Clock, kernel: str, part: str
+) -> tuple[float, float] | None:
+    """(forward, backward) fractions of one span's kernel calls on one GPU: a band's one
+    windowed call at ``Op.seq_len`` (:func:`model.attention_rates.window_fractions`); a ring's
+    (Transformer Engine's ``p2p``, PyTorch's ``context_parallel``; the hybrid's ring after its
+    head all-to-all) one causal and r − 1 unmasked calls on the rank's chunk
     (:func:`model.attention_rates.ring_fractions`; the chunk is s/r, ``Op.seq_len`` × the head
     all-to-all's degree), Ulysses' one causal call on the whole sequence; otherwise (the
-    all-gather, a windowed or document-masked core) one causal call at ``Op.seq_len``."""
-    if not op.ring_split or c.cp_gather:
+    all-gather, a chunked or document-masked core) one causal call at ``Op.seq_len``."""
+    if span.window is not None:
+        return window_fractions(kernel, part, op.head_dims, int(op.seq_len), span.window)
+    if not span.ring_split or c.cp_gather:
         return attention_fractions(kernel, part, op.head_dims, int(op.seq_len))
     chunk = int(op.seq_len * c.cp_a2a)
     return ring_fractions(kernel, part, op.head_dims, chunk, c.cp_ring)

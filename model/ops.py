@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
 
+from trainplan.model.core_spans import CoreSpan, core_spans
 from trainplan.model.cross_entropy_bytes import (
     CROSS_ENTROPY_BYTES_PER_LOGIT,
     CROSS_ENTROPY_EXCHANGES,
@@ -57,7 +58,6 @@ from trainplan.model.elementwise import (
     megatron_unfused_rope,
     repeat_kv_bytes,
 )
-from trainplan.model.flops import attention_core_forward_flops
 from trainplan.model.moe_kernels import NO_EXPERT_PASSES, ExpertPasses, megatron_expert_passes
 from trainplan.model.moe_run import DROPLESS, MoERun, routed_rows
 from trainplan.model.offload import adam_step_bytes
@@ -65,7 +65,6 @@ from trainplan.model.packing import Documents, kernel_length
 from trainplan.model.specs import (
     Architecture,
     AttentionKind,
-    AttentionSpan,
     Mlp,
     Norm,
     PositionEmbedding,
@@ -77,7 +76,6 @@ __all__ = [
     "Op",
     "LayerShape",
     "layer_ops",
-    "widest_span_layer",
     "embedding_ops",
     "output_ops",
     "WGRAD_ACCUMULATE_BYTES",
@@ -122,7 +120,8 @@ class Op:
     k: float = 0.0
     batch: float = 1.0
     flops: float = 0.0
-    """Forward FLOPs of the fused attention core (GEMM FLOPs follow from the shape)."""
+    """Forward FLOPs of the fused attention core, the mean over the layers it stands for (GEMM
+    FLOPs follow from the shape)."""
     forward_bytes: float = 0.0
     """HBM bytes of the forward kernel (memory-bound kernels and the attention core)."""
     backward_bytes: float = 0.0
@@ -147,11 +146,12 @@ class Op:
     """The fused attention core: forward FLOPs over the (query, key) pairs its causal (or
     windowed) mask and the document mask keep, per GPU
     (:func:`model.flops.attention_core_forward_flops` with the mask; the kernel skips the masked
-    blocks whatever :attr:`flops` counts)."""
-    ring_split: bool = False
-    """The fused attention core is the causal triangle of whole sequences (a global span, no
-    document mask), which a load-balanced context-parallel ring runs as one causal call and
-    unmasked calls (:func:`model.attention_rates.ring_fractions`)."""
+    blocks whatever :attr:`flops` counts); the mean over the layers it stands for."""
+    spans: tuple[CoreSpan, ...] = ()
+    """The fused attention core: the spans of the layers it stands for, each with its share of
+    the layers, FLOPs, window and ring split (:class:`model.core_spans.CoreSpan`); its time is
+    the share-weighted sum of each span's (:func:`model.op_time.op_seconds`). Empty: one span of
+    :attr:`flops` and :attr:`masked_flops`, no window."""
     forward_kernels: int = 1
     """Kernels a memory-bound operation's forward launches (each adds ``t_kernel``): 1 fused,
     more as PyTorch's eager operators (:mod:`model.elementwise`)."""
@@ -182,10 +182,10 @@ class LayerShape:
     causal: bool = False
     """Attention FLOPs halved for causal masking (FlashAttention skips masked blocks)."""
     beta: int = 2
-    core_layer: int = 0
-    """The layer whose attention span times the FlashAttention core
-    (:func:`model.flops.attention_core_forward_flops`): the widest of the layers this shape
-    stands for (:func:`widest_span_layer`)."""
+    core_spans: tuple[tuple[int, int], ...] = ((0, 1),)
+    """The attention spans of the layers this shape stands for, ``(layer, count)`` each
+    (:func:`model.core_spans.kind_spans`): the FlashAttention core is timed at each span's own
+    FLOPs and kernel rate, weighted by its count (:attr:`Op.spans`)."""
     documents: Documents | None = None
     """Each sequence packs documents under document masking (:mod:`model.packing`): the
     FlashAttention core computes their Σ P(lᵢ) pairs (its variable-length kernel skips the
@@ -209,15 +209,6 @@ class LayerShape:
     def local_tokens(self) -> float:
         """T_sp: T/tp with sequence parallelism, else T."""
         return self.tokens / self.tp if self.sequence_parallel else self.tokens
-
-
-def widest_span_layer(arch: Architecture, moe: bool, seq_len: int, causal: bool) -> int:
-    """Of the layers of one kind (MoE or dense), the one whose attention core computes the most
-    pairs: the roofline clock times every layer of a kind as one shape, so a model mixing local
-    and global layers (Gemma 2/3, gpt-oss) is timed at its global span — an upper bound on the
-    core (the single model and the FLOP counts take every layer's own span)."""
-    layers = [j for j in range(arch.num_layers) if arch.is_moe_layer(j) == moe] or [0]
-    return max(layers, key=lambda j: attention_core_forward_flops(arch, j, seq_len, 1, causal))
 
 
 def _memory(name: str, forward: float, backward: float, core: bool = False) -> Op:
@@ -315,26 +306,23 @@ def _attention_core(x: LayerShape) -> list[Op]:
         kv_heads = arch.kv_heads
     heads = b * a / tp
     if x.flash_attention:
-        core = attention_core_forward_flops(arch, x.core_layer, s, b, x.causal, x.documents)
-        flops = core / (tp * x.cp)
         q_o = b * queries * a * (d_qk + d_v) / tp
         k_v = b * s * kv_heads * (d_qk + d_v) / tp
         moved = beta * (q_o + k_v)
-        pairs = attention_core_forward_flops(arch, x.core_layer, s, b, True, x.documents)
-        masked = pairs / (tp * x.cp)
+        call = min(queries, kernel_length(int(s), x.documents))
+        spans = core_spans(arch, x.core_spans, int(s), b, tp * x.cp, x.causal, x.documents, call)
         return [
             Op(
                 "attention core (FlashAttention)",
                 OpKind.ATTENTION,
-                flops=flops,
+                flops=sum(p.share * p.flops for p in spans),
                 forward_bytes=moved,
                 backward_bytes=2 * moved + beta * q_o,
                 core=True,
-                seq_len=min(queries, kernel_length(int(s), x.documents)),
+                seq_len=call,
                 head_dims=(int(d_qk), int(d_v)),
-                masked_flops=masked,
-                ring_split=x.documents is None
-                and arch.layer_span(x.core_layer) is AttentionSpan.GLOBAL,
+                masked_flops=sum(p.share * p.masked_flops for p in spans),
+                spans=spans,
             )
         ]
     scores = heads * queries * s

@@ -15,6 +15,7 @@ from functools import lru_cache
 from typing import Any
 
 from trainplan.model.comm import p2p_exposed_sends
+from trainplan.model.core_spans import kind_spans
 from trainplan.model.deepspeed_pipe import pipe_engine_counts
 from trainplan.model.dp_exposure import dp_exposed_seconds, dp_seconds, phase_gathers
 from trainplan.model.elementwise import Elementwise
@@ -22,7 +23,7 @@ from trainplan.model.layer_time import embedding_time, layer_time, output_time, 
 from trainplan.model.layout import Recompute
 from trainplan.model.moe_kernels import NO_EXPERT_PASSES, ExpertPasses
 from trainplan.model.op_time import Clock
-from trainplan.model.ops import OPTIMIZER_BYTES_PER_PARAM, LayerShape, widest_span_layer
+from trainplan.model.ops import OPTIMIZER_BYTES_PER_PARAM, LayerShape
 from trainplan.model.recompute_modules import DEFAULT_RECOMPUTE_MODULES
 from trainplan.model.roofline import (
     Collective,
@@ -179,14 +180,15 @@ def kind_parts(
     ``plan`` and ``every_norm``: what selective recomputation re-runs
     (:func:`model.recompute_ops.recompute_plan`); ``elementwise``: how the framework runs the
     elementwise passes (:func:`model.elementwise.elementwise_mode`); ``expert_passes``: the
-    MoE layer's framework passes (:func:`model.moe_kernels.expert_passes_of`). Cached: the search asks
-    once per distinct (b, tp, cp, ep, links, recompute, plan)."""
+    MoE layer's framework passes (:func:`model.moe_kernels.expert_passes_of`); each kind's core
+    at its layers' spans, the model-wide mix (:func:`model.core_spans.kind_spans`). Cached: the
+    search asks once per distinct (b, tp, cp, ep, links, recompute, plan)."""
 
     def shape(moe: bool) -> LayerShape:  # ep and etp only shape a MoE layer
         return LayerShape(
             arch, moe, training.seq_len, b, tp, cp, ep if moe else 1, etp if moe else 1, sp,
             training.flash_attention, causal, training.activation_bytes,
-            widest_span_layer(arch, moe, training.seq_len, causal), training.documents,
+            kind_spans(arch, moe), training.documents,
             training.moe_run, elementwise, expert_passes,
         )  # fmt: skip
 

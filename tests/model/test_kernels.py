@@ -35,7 +35,7 @@ def test_every_published_attention_point_comes_back_exactly():
     curve: :func:`test_a_longer_sweep_continues_a_curve_beyond_its_longest_length`)."""
     for c in (c for c in CURVES if not c.extends):
         for s, tflops in zip(c.seq_len, c.tflops_per_s, strict=True):
-            key = AttentionKey(c.kernel, c.part, c.dtype, c.direction, c.causal)
+            key = AttentionKey(c.kernel, c.part, c.dtype, c.direction, c.causal, c.window)
             r = attention_rate(CURVES, key, (c.head_dim_qk, c.head_dim_v), s)
             assert (r.tflops_per_s, r.clamped, r.flop_count) == (tflops, None, c.flop_count)
 

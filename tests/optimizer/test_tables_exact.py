@@ -83,6 +83,10 @@ CASES = [
      {"global_batch_size": 32, "seq_len": 16384}),
     ("gpt-oss-20b", "gpt-oss-20b", 16, "H100-SXM", {"ep": (1, 4)},
      {"global_batch_size": 32, "seq_len": 2048, "flash_attention": False}),
+    # each layer's span on the clock (model.core_spans): gpt-oss's 128-key bands under cuDNN's
+    # fused kernel on Blackwell (the windowed curve), mixed with its global layers
+    ("gpt-oss-20b-bands", "gpt-oss-20b", 16, "B200", {"ep": (1, 4)},
+     {"global_batch_size": 32, "seq_len": 4096}),
     ("qwen2.5-7b", "qwen2.5-7b", 16, "H100-SXM", {},
      {"global_batch_size": 32, "seq_len": 4096, "vocab_multiple": 64}),
     # MoE as it runs (model.moe_run): DeepEP's de-duplicated dispatch with node-limited routing
