@@ -1,0 +1,58 @@
+"""Fixes of what a new user met in the first hour, each run as the user ran it: its own process,
+text and ``--json`` (the page's in tests/web/test_first_hour_page.py)."""
+
+from __future__ import annotations
+
+import json
+
+from fastapi.testclient import TestClient
+
+from tests.cli_runs import run_many
+from trainplan.interface.web.app import create_app
+
+# ZB-H1, ZB-H2, ZB-V, DualPipe, DualPipeV at p 4, m 8, T_F = T_B = 1, T_W = 0: a zero-length W
+# is still a pass of the schedule (Qi et al. 2024 §2: W reads the buffer I kept), so what is
+# held is the closed form of model.pipeline_zb (chunks_in_flight / w_pending) at any T_W —
+# ZB-H1's W buffers 1 2 3 4 (rank i: i + 1), ZB-H2's 2 4 6 7 — and the time is ZB-H1's
+# (p − 1)·max(T_F, T_B, T_F + T_B − T_W) = 3·max(1, 1, 2) = 6 idle, step m·(T_F + T_B + T_W) +
+# 6 = 8·2 + 6 = 22 (Qi et al. 2024 Table 2).
+ZERO_W = {
+    "zb-h1": ([4, 4, 4, 4], [1, 2, 3, 4]),
+    "zb-h2": ([7, 7, 7, 7], [2, 4, 6, 7]),
+    "zb-v": ([8, 8, 8, 8], [1, 3, 5, 7]),
+    "dualpipe": ([5, 5, 5, 5], [1, 2, 2, 1]),
+    "dualpipev": ([9, 9, 9, 9], [1, 2, 3, 4]),
+}
+
+
+def test_a_zero_length_w_pass_is_a_pass_of_zero_time():
+    """``pipeline --t-w 0`` under every split-backward schedule: exit 0 (it was an
+    AssertionError, the simulation dropping the instant a zero-length W holds its buffer), the
+    held counts of the closed form, and ZB-H1's bubble 3·2 = 6 of a 22-unit step."""
+    base = ("pipeline", "-p", "4", "-m", "8", "--t-w", "0")
+    calls = {(s, j): (*base, "--schedule", s, *j) for s in ZERO_W for j in ((), ("--json",))}
+    done = run_many(calls)
+    for (s, j), d in done.items():
+        assert d.returncode == 0 and "Traceback" not in d.stderr, (s, d.stderr[-800:])
+        if not j:
+            chunks, w = ZERO_W[s]
+            want = f"held per rank   {' '.join(map(str, chunks))} chunk micro-batches in flight"
+            assert want in d.stdout and f"W buffers {' '.join(map(str, w))} " in d.stdout
+            continue
+        r = json.loads(d.stdout)
+        assert (r["chunks_held_per_stage"], r["w_pending_per_stage"]) == ZERO_W[s]
+        assert r["pass_times"]["t_w"] == 0
+    r = json.loads(done[("zb-h1", ("--json",))].stdout)
+    assert (r["bubble_time_units"], r["step_time_units"], r["closed_form"]["value"]) == (6, 22, 6)
+
+
+def test_a_zero_length_w_pass_on_the_page_api():
+    """``GET /api/pipeline?…&t-w=0`` answers 200 with the command line's figures (it was 500)."""
+    client = TestClient(create_app(("testserver",)))
+    for s, (chunks, w) in ZERO_W.items():
+        got = client.get(f"/api/pipeline?stages=4&microbatches=8&schedule={s}&t-w=0")
+        assert got.status_code == 200, (s, got.text[:300])
+        assert (got.json()["chunks_held_per_stage"], got.json()["w_pending_per_stage"]) == (
+            chunks,
+            w,
+        )
