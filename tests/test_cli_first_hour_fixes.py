@@ -7,7 +7,7 @@ import json
 
 from fastapi.testclient import TestClient
 
-from tests.cli_runs import run_many
+from tests.cli_runs import refusal, run_many
 from trainplan.interface.web.app import create_app
 
 # ZB-H1, ZB-H2, ZB-V, DualPipe, DualPipeV at p 4, m 8, T_F = T_B = 1, T_W = 0: a zero-length W
@@ -56,3 +56,33 @@ def test_a_zero_length_w_pass_on_the_page_api():
             chunks,
             w,
         )
+
+
+V1 = (
+    "1 under schedule interleaved needs at least 2: at 1 it is 1F1B (Megatron-LM validate_args "
+    "sets virtual_pipeline_model_parallel_size 1 to None and runs "
+    "forward_backward_pipelining_without_interleaving); use 1f1b or virtual_stages ≥ 2"
+)
+
+
+def test_interleaved_without_virtual_stages_is_refused():
+    """``--schedule interleaved`` without ``--virtual-stages`` ran the interleaved order at v = 1
+    (warm-up 2(p − 1 − r): 7 5 3 1 micro-batches held at p = 4 where 1F1B holds 4 3 2 1; Llama 3
+    70B at tp 8 pp 4 held 39.38 GB of activations against 1F1B's 22.50 GB), a schedule Megatron
+    never runs (NVIDIA/Megatron-LM d98e8a6 arguments.py validate_args: v = 1 is None, the
+    one-chunk 1F1B). Refused in one line naming --virtual-stages under megatron and textbook,
+    as under fsdp2 (torchtitan's own rule), and on the pipeline tab; v = 2 still runs."""
+    ev = ("evaluate", "--model", "llama3-70b", "--gpus", "64", "--tp", "8", "--pp", "4")
+    calls = {
+        fw + j: (*ev, "--schedule", "interleaved", "--framework", fw, *([j] if j else []))
+        for fw in ("megatron", "textbook")
+        for j in ("", "--json")
+    }
+    calls["tab"] = ("pipeline", "-p", "4", "-m", "8", "--schedule", "interleaved")
+    calls["tab--json"] = (*calls["tab"], "--json")
+    calls["v2"] = (*calls["tab"], "-v", "2", "--json")
+    done = run_many(calls)
+    for key in [k for k in calls if k != "v2"]:
+        assert refusal(done[key]) == f"--virtual-stages: {V1}", key
+    r = json.loads(done["v2"].stdout)
+    assert (r["virtual_stages"], r["bubble_fraction_exact"]) == (2, "3/19")  # 3/(2·8 + 3)
