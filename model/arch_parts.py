@@ -122,6 +122,20 @@ class MoESpec:
                 f"num_experts = {self.num_experts}"
             )
 
+    def check_layers(self, num_layers: int) -> None:
+        """Refuse ``first_k_dense_layers`` past the model's ``num_layers``, naming both.
+
+        Raises
+        ------
+        InputError
+            ``moe.first_k_dense_layers: 70 is more than num_layers = 61``.
+        """
+        if self.first_k_dense_layers > num_layers:
+            raise InputError(
+                f"moe.first_k_dense_layers: {self.first_k_dense_layers} is more than "
+                f"num_layers = {num_layers}"
+            )
+
     @property
     def shared_ffn(self) -> int:
         """FFN hidden size of one shared expert."""

@@ -331,6 +331,14 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
     return out
 
 
+def _etp(est: Estimate) -> int:
+    """The layout's expert tensor-parallel degree; tp for a model without routed experts, which
+    has no expert degree of its own, so every profile writes its layout line alike (deepspeed's
+    etp 1 default is the experts')."""
+    arch = est.model.arch
+    return est.layout.expert_tp if arch is not None and arch.moe else est.layout.tp
+
+
 def _layout(est: Estimate) -> dict[str, Any]:
     """The ``layout`` object: the layout's fields, the batch and the recipe as evaluated."""
     lay, t = est.layout, est.training
@@ -349,9 +357,7 @@ def _layout(est: Estimate) -> dict[str, Any]:
         "cp_kind": str(lay.cp_kind),
         "cp_a2a": lay.cp_a2a,
         "ep": lay.ep,
-        # a model without routed experts has no expert degree of its own: tp, so that every
-        # profile writes its layout line alike (deepspeed's etp 1 default is the experts')
-        "etp": lay.expert_tp if est.model.arch is not None and est.model.arch.moe else lay.tp,
+        "etp": _etp(est),
         "zero_stage": lay.zero_stage,
         "framework": str(lay.framework),
         "optimizer": str(lay.optimizer),
