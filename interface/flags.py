@@ -22,6 +22,7 @@ __all__ = [
     "MOVED_QUERY",
     "flag_for",
     "with_flags",
+    "as_keys",
     "on_page",
     "refusal",
     "moved_hint",
@@ -180,6 +181,18 @@ def with_flags(message: str, web: bool = False, options: Collection[str] = ()) -
         return message
     message = _SET.sub(lambda m: _query(m.group(1), m.group(2)), message)
     return _HEAD.sub(lambda m: MOVED_QUERY.get(m.group(1), m.group(1)), message)
+
+
+def as_keys(message: str) -> str:
+    """``message`` as a sweep grid's (or a scenario file's) reader reads it: each backticked
+    parameter as the key itself, which is how a grid gives it (``global_batch``), never a flag.
+
+    Examples
+    --------
+    >>> as_keys("global_batch: no batch; give `global_batch` or `global_batch_tokens`")
+    'global_batch: no batch; give global_batch or global_batch_tokens'
+    """
+    return _NAME.sub(lambda m: m.group(1), message)
 
 
 def on_page(message: str, fields: Collection[str]) -> str:

@@ -159,8 +159,8 @@ def require_batch(d: Mapping[str, Any]) -> None:
         return  # a size only: the search refuses it for want of layers (optimizer.tables), first
     name = d.get("model") or "a model given by its dimensions"
     raise InputError(
-        f"global_batch: {name} has no published batch size; give --global-batch (sequences per "
-        "step, e.g. 1024, or a range 512..2048) or --global-batch-tokens (e.g. 4e6)"
+        f"global_batch: {name} has no published batch size; give `global_batch` (sequences per "
+        "step, e.g. 1024, or a range 512..2048) or `global_batch_tokens` (e.g. 4e6)"
     )
 
 

@@ -38,7 +38,7 @@ from trainplan.model.errors import InputError, check_applicable
 from trainplan.model.pipeline import bubble_fraction, bubble_ratio
 from trainplan.model.pipeline_zb import SplitSchedule
 from trainplan.model.schedule import TIMELINE_SCHEDULES, simulate
-from trainplan.model.schedule_support import check_schedule_framework
+from trainplan.model.schedule_support import INTERLEAVED_V1, check_schedule_framework
 from trainplan.model.units import parse_count, parse_number
 
 __all__ = [
@@ -90,6 +90,8 @@ def pipeline_report(*args: Any, **kw: Any) -> dict[str, Any]:
         given, dict.fromkeys(given, f"{name} runs whole backwards: give `backward_ratio`")
     )
     v = 1 if v is None else v
+    if name == "interleaved" and v < 2 and p > 1:  # the rule of the layouts (schedule_support)
+        raise InputError(f"virtual_stages: {v} under schedule interleaved {INTERLEAVED_V1}")
     ratio = positive("backward_ratio", 2 if r.backward_ratio is None else r.backward_ratio)
     return jsonable(_whole_backward_report(p, m, r.schedule, v, ratio))
 

@@ -91,6 +91,14 @@ class MoESpec:
     dense_layers: tuple[int, ...] = ()
     """Layers (0-based) that keep a dense FFN besides the two rules above (Qwen3-MoE
     ``mlp_only_layers``)."""
+    group_limit: int | None = None
+    """Group-limited routing: a token's experts come from at most this many expert groups
+    (DeepSeek-V3 §2.1.2, "each token will be sent to at most M nodes", M = 4 with its groups the
+    nodes; config.json ``topk_group`` of ``n_group`` groups; Megatron-Core
+    ``--moe-router-group-topk`` of ``--moe-router-num-groups``); None when the router is not
+    group-limited (``n_group`` 1 or absent). Routing only: it changes no cost counted (the
+    expert all-to-all is timed node-limited under ``moe_node_limit``); the ep traffic note cites
+    it (:func:`interface.render.report_dict.bound_notes`)."""
 
     def __post_init__(self) -> None:
         positive(
@@ -100,6 +108,7 @@ class MoESpec:
             expert_ffn_hidden_size=self.expert_ffn_hidden_size,
             shared_expert_ffn_hidden_size=self.shared_expert_ffn_hidden_size,
             moe_layer_step=self.moe_layer_step,
+            group_limit=self.group_limit,
         )
         layers = tuple(self.dense_layers)
         if any(not isinstance(i, int) or isinstance(i, bool) or i < 0 for i in layers):
@@ -111,6 +120,20 @@ class MoESpec:
             raise InputError(
                 f"moe.experts_per_token: {self.experts_per_token} must be at most "
                 f"num_experts = {self.num_experts}"
+            )
+
+    def check_layers(self, num_layers: int) -> None:
+        """Refuse ``first_k_dense_layers`` past the model's ``num_layers``, naming both.
+
+        Raises
+        ------
+        InputError
+            ``moe.first_k_dense_layers: 70 is more than num_layers = 61``.
+        """
+        if self.first_k_dense_layers > num_layers:
+            raise InputError(
+                f"moe.first_k_dense_layers: {self.first_k_dense_layers} is more than "
+                f"num_layers = {num_layers}"
             )
 
     @property

@@ -201,7 +201,9 @@ class Estimate:
 
     @property
     def bubble_ratio(self) -> Fraction:
-        """Bubble over ideal compute (as :attr:`bubble_fraction`)."""
+        """Bubble over the micro-batches' time, m × the slowest stage's micro-batch (its
+        operations + exposed tp, cp, ep collectives: :attr:`TimeTerms.bubble_s` over
+        ``compute_s`` + those; as :attr:`bubble_fraction`)."""
         return self._bubble()[1]
 
     def _bubble(self) -> tuple[Fraction, Fraction]:

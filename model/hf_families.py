@@ -352,6 +352,15 @@ def _mixtral(r: Reader, kw: dict[str, Any]) -> dict[str, Any]:
     return {**_window_everywhere(r, kw), "moe": moe}
 
 
+def _group_limit(r: Reader) -> int | None:
+    """``topk_group`` when the router is group-limited (``n_group`` > 1 groups and fewer taken:
+    transformers ``DeepseekV3TopkRouter.get_topk_indices`` keeps the ``topk_group`` best of
+    ``n_group`` groups; DeepSeek-V3's 4 of 8, the nodes); None otherwise (``n_group`` 1:
+    every expert open to every token)."""
+    groups, taken = r.count("n_group", 1) or 1, r.count("topk_group", 1) or 1
+    return taken if 1 < groups and taken < groups else None
+
+
 def _deepseek_v3(r: Reader, kw: dict[str, Any]) -> dict[str, Any]:
     mla = MLASpec(
         q_lora_rank=r.count("q_lora_rank"),
@@ -365,6 +374,8 @@ def _deepseek_v3(r: Reader, kw: dict[str, Any]) -> dict[str, Any]:
         r.count("moe_layer_freq", 1),
         r.count("first_k_dense_replace"),
     )
+    if first > L:  # the first k layers dense: k at most the layers there are
+        raise r.refuse("first_k_dense_replace", first, f"more than num_hidden_layers = {L}")
     moe = moe_spec(
         r,
         num_experts=r.count("n_routed_experts"),
@@ -372,6 +383,7 @@ def _deepseek_v3(r: Reader, kw: dict[str, Any]) -> dict[str, Any]:
         expert_ffn_hidden_size=r.count("moe_intermediate_size"),
         num_shared_experts=r.count("n_shared_experts") or 0,
         first_k_dense_layers=first,
+        group_limit=_group_limit(r),
         router_bias=True,  # DeepseekV3TopkRouter's e_score_correction_bias (§2.1.2)
         bias_balancing=True,  # updated from the token counts, auxiliary-loss-free (§2.1.2)
         # DeepseekV3's rule: layer i is MoE when i >= first_k_dense_replace and i % freq == 0

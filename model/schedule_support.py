@@ -32,7 +32,7 @@ from __future__ import annotations
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework
 
-__all__ = ["SCHEDULE_SUPPORT", "IMPLEMENTATIONS", "check_schedule_framework"]
+__all__ = ["SCHEDULE_SUPPORT", "IMPLEMENTATIONS", "INTERLEAVED_V1", "check_schedule_framework"]
 
 SCHEDULE_SUPPORT: dict[str, frozenset[Framework]] = {
     "gpipe": frozenset({Framework.FSDP2, Framework.TEXTBOOK}),
@@ -81,6 +81,15 @@ IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
 """Where each schedule runs, by the implementation's own name."""
 
 
+INTERLEAVED_V1 = (
+    "needs at least 2: at 1 it is 1F1B (Megatron-LM validate_args sets "
+    "virtual_pipeline_model_parallel_size 1 to None and runs "
+    "forward_backward_pipelining_without_interleaving); use 1f1b or virtual_stages ≥ 2"
+)
+"""Why ``interleaved`` at ``v = 1`` is refused (:func:`check_schedule_framework`; the pipeline
+tab says the same)."""
+
+
 def check_schedule_framework(
     schedule: str, framework: Framework | str, pp: int, m: int, v: int | None = None
 ) -> None:
@@ -90,7 +99,15 @@ def check_schedule_framework(
     ``torchtitan/distributed/pipeline_parallel.py`` ``_get_pipeline_metadata`` ("Multi-stage
     schedule requires at least 2 stages per rank"; ``Interleaved1F1B`` is a
     ``PipelineScheduleMulti``). ``zb-h1`` (one chunk per rank) is refused under ``fsdp2`` for
-    the same rule: torch's ``ScheduleInterleavedZeroBubble`` is multi-stage too.
+    the same rule: torch's ``ScheduleInterleavedZeroBubble`` is multi-stage too. Under
+    ``megatron`` and ``textbook`` ``interleaved`` at ``v = 1`` is refused as well: Megatron-LM
+    never runs it — NVIDIA/Megatron-LM d98e8a6 ``megatron/training/arguments.py``
+    ``validate_args`` sets ``virtual_pipeline_model_parallel_size`` 1 to None, and
+    ``megatron/core/pipeline_parallel/schedules.py`` ``get_forward_backward_func`` then runs
+    ``forward_backward_pipelining_without_interleaving`` (1F1B) — and the interleaved order at
+    ``v = 1`` (its warm-up ``2(p − 1 − r)``) holds up to ``2p − 1`` micro-batches where that 1F1B
+    holds ``p``: the answer is ``1f1b``'s, so the user is sent there (``deepspeed`` runs no
+    interleaving at all).
 
     Raises
     ------
@@ -130,3 +147,5 @@ def check_schedule_framework(
             'least 2 (torchtitan _get_pipeline_metadata: "Multi-stage schedule requires at '
             'least 2 stages per rank"); use 1f1b or virtual_stages ≥ 2'
         )
+    if name == "interleaved" and v is not None and v < 2:
+        raise LayoutError(f"virtual_stages: {v} under schedule interleaved {INTERLEAVED_V1}")

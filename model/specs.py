@@ -158,8 +158,8 @@ class Architecture:
             and not self.max_position_embeddings
         ):
             raise InputError("model.max_position_embeddings: required with learned positions")
-        if self.moe and self.moe.first_k_dense_layers > self.num_layers:
-            raise InputError("moe.first_k_dense_layers: more than num_layers")
+        if self.moe:
+            self.moe.check_layers(self.num_layers)
         _check_attention(self)
         fields = (f for f in self.__dataclass_fields__ if f != "_hash")
         object.__setattr__(self, "_hash", hash(tuple(getattr(self, f) for f in fields)))

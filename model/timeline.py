@@ -85,10 +85,13 @@ class Timeline:
         events.sort(key=lambda e: (e[0], e[1]))
         return events
 
-    def _series(
+    def _states(
         self, stage: int, activation: Sequence[Any], weight_grad: Sequence[Any]
     ) -> list[tuple[Fraction, Any, tuple[int, ...], tuple[int, ...]]]:
-        """(t, weight, held per chunk, pending W per chunk) after each time point."""
+        """(t, weight, held per chunk, pending W per chunk) after each event, in the rank's
+        order: an instant between two events at the same time is kept (a zero-length ``W``
+        still consumes the buffer its ``I`` made — Qi et al. 2024, arXiv 2401.10241, §2: ``W``
+        needs the ``M_W`` kept since ``B`` — so the buffer is held while it runs)."""
         held, pending = [0] * self.v, [0] * self.v
         out: list[tuple[Fraction, Any, tuple[int, ...], tuple[int, ...]]] = [
             (Fraction(0), 0, tuple(held), tuple(pending))
@@ -98,8 +101,17 @@ class Timeline:
             pending[c] += dw
             weight = sum(h * a for h, a in zip(held, activation, strict=True))
             weight += sum(p * w for p, w in zip(pending, weight_grad, strict=True))
-            point = (t, weight, tuple(held), tuple(pending))
-            out[-1 if out[-1][0] == t else len(out) :] = [point]
+            out.append((t, weight, tuple(held), tuple(pending)))
+        return out
+
+    def _series(
+        self, stage: int, activation: Sequence[Any], weight_grad: Sequence[Any]
+    ) -> list[tuple[Fraction, Any, tuple[int, ...], tuple[int, ...]]]:
+        """:meth:`_states` as a step function: the state after each time point (the last of
+        the events at one time)."""
+        out: list[tuple[Fraction, Any, tuple[int, ...], tuple[int, ...]]] = []
+        for point in self._states(stage, activation, weight_grad):
+            out[-1 if out and out[-1][0] == point[0] else len(out) :] = [point]
         return out
 
     def held_over_time(self, stage: int) -> list[tuple[Fraction, Fraction]]:
@@ -111,8 +123,10 @@ class Timeline:
 
     def peak_held(self, stage: int) -> Fraction:
         """Most micro-batches in flight at once on rank ``stage`` (units of
-        :meth:`held_over_time`)."""
-        return max(h for _, h in self.held_over_time(stage))
+        :meth:`held_over_time`), an instant between two events at one time included (see
+        :meth:`_states`)."""
+        ones = [Fraction(1, self.v)] * self.v
+        return max(w for _, w, _, _ in self._states(stage, ones, ones))
 
     def peak_chunks_held(self, stage: int) -> int:
         """Most chunk micro-batches in flight at once on rank ``stage`` (forward to last
@@ -123,7 +137,7 @@ class Timeline:
         """Most chunk micro-batches on rank ``stage`` whose input gradient is done and whose
         weight gradient is not: the W buffers held between ``I`` and ``W``."""
         zero = [0] * self.v
-        return max(sum(p) for _, _, _, p in self._series(stage, zero, zero))
+        return max(sum(p) for _, _, _, p in self._states(stage, zero, zero))
 
     def peak_memory(
         self, stage: int, activation: Sequence[Any], weight_grad: Sequence[Any]
@@ -138,5 +152,5 @@ class Timeline:
         ValueError
             ``activation`` or ``weight_grad`` not of length ``v``.
         """
-        best = max(self._series(stage, activation, weight_grad), key=lambda p: p[1])
+        best = max(self._states(stage, activation, weight_grad), key=lambda p: p[1])
         return best[1], best[2], best[3]

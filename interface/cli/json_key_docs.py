@@ -35,7 +35,7 @@ KEY_DOCS: dict[str, str] = {
     "layout.cp_kind": "How cp ranks exchange attention's inputs: ring, all-gather, ulysses, ulysses-kv-repeat, a2a+p2p.",
     "layout.cp_a2a": "Inner all-to-all degree of the a2a+p2p hybrid; null otherwise.",
     "layout.ep": "Expert-parallel degree (carved from dp·cp).",
-    "layout.etp": "Expert tensor-parallel degree (routed experts over etp·ep ranks).",
+    "layout.etp": "Expert tensor-parallel degree (routed experts over etp·ep ranks); tp without routed experts.",
     "layout.framework": "Framework profile: megatron, deepspeed, fsdp2 or textbook.",
     "layout.zero_stage": "ZeRO stage under the framework's mechanism (0–3).",
     "layout.recompute": "Activation recomputation: none, selective, sqrt or full.",
@@ -217,7 +217,7 @@ KEY_DOCS: dict[str, str] = {
     "traffic[].optimizer_step": "Sent in the optimizer step (Muon's gathers): time in time.optimizer_s, not exposed_comm_s.",
     "pipeline": "The bubble both ways and the micro-batches held.",
     "pipeline.bubble_fraction": "(p − 1)/(v·m + p − 1): the idle share of the step.",
-    "pipeline.bubble_ratio": "(p − 1)/(v·m): bubble time over compute.",
+    "pipeline.bubble_ratio": "(p − 1)/(v·m): bubble over m × the slowest stage's micro-batch (compute + exposed tp, cp, ep).",
     "pipeline.microbatches_in_flight": "Micro-batches of activations held on the busiest stage.",
     "pipeline.megatron_split_flags": "megatron: the Megatron-LM flags that build this split "
     "(first/last stage counts, embedding/loss accounted, or the layout string), where its own "

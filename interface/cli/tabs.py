@@ -173,8 +173,8 @@ def _scaled_cells(
     "--virtual-stages",
     "-v",
     metavar="COUNT",
-    help="Chunks per rank (default 1; 2 under zb-v, dualpipe, dualpipev; interleaved needs m a "
-    "multiple of p).",
+    help="Chunks per rank (default 1; 2 under zb-v, dualpipe, dualpipev; interleaved needs 2 or "
+    "more and m a multiple of p).",
 )
 @click.option(
     "--backward-ratio",

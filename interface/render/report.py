@@ -321,7 +321,7 @@ def _pipeline_and_step(d: dict[str, Any]) -> list[str]:
     p, t = d["pipeline"], d["time"]
     out.append(
         f"Pipeline: bubble_fraction {_pct(p['bubble_fraction'])} of the step, bubble_ratio "
-        f"{_pct(p['bubble_ratio'])} of compute; "
+        f"{_pct(p['bubble_ratio'])} of the micro-batches' time (compute + exposed tp, cp, ep); "
         + (
             f"{p['microbatches_in_flight']} micro-batch"
             f"{'' if p['microbatches_in_flight'] == 1 else 'es'} in flight on the busiest stage; "

@@ -117,17 +117,26 @@ def bound_notes(est: Estimate) -> list[str]:
     """Figures the model states as bounds rather than estimates, said where they are printed:
     expert-parallel all-to-all traffic assumes uniform routing with every routed copy sent on its
     own (model.comm_layers.ep_traffic) under the NCCL all-to-all dispatcher, an upper bound on
-    DeepSeek-V3-style node-limited routing, which sends a token to at most 4 nodes and
-    deduplicates it there (DeepSeek-V3 Technical Report, arXiv 2412.19437, §2.1.2 and §3.2.2;
-    timed under ``moe_dispatcher = deepep``, :mod:`model.moe_run`)."""
+    a deduplicating dispatcher, which sends a token once per destination (DeepEP; timed under
+    ``moe_dispatcher = deepep``, :mod:`model.moe_run`), and on node-limited routing, cited only
+    for a model whose router is group-limited (:attr:`model.arch_parts.MoESpec.group_limit`:
+    DeepSeek-V3's at most 4 nodes a token, DeepSeek-V3 Technical Report, arXiv 2412.19437,
+    §2.1.2 and §3.2.2)."""
     notes = []
     nccl = est.training.moe_run.dispatcher is Dispatcher.ALLTOALL
     if nccl and any(r.traffic.axis == "ep" and r.traffic.bytes_per_step > 0 for r in est.traffic):
+        moe = est.model.arch.moe if est.model.arch is not None else None
+        limit = moe.group_limit if moe is not None else None
+        less = (
+            "deduplication sends less (`moe_dispatcher`=deepep times it)"
+            if limit is None
+            else f"this model's node-limited routing with deduplication (DeepSeek-V3 §2.1.2, "
+            f"§3.2.2: at most {limit} nodes per token) sends less (`moe_dispatcher`=deepep "
+            f"`moe_node_limit`={limit} times it)"
+        )
         notes.append(
             "ep traffic is an upper bound: the all-to-all assumes uniform routing and sends every "
-            "routed copy on its own; node-limited routing with deduplication (DeepSeek-V3 §2.1.2, "
-            "§3.2.2: at most 4 nodes per token) sends less (`moe_dispatcher`=deepep "
-            "`moe_node_limit`=4 times it)"
+            f"routed copy on its own; {less}"
         )
     return notes
 
@@ -322,6 +331,14 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
     return out
 
 
+def _etp(est: Estimate) -> int:
+    """The layout's expert tensor-parallel degree; tp for a model without routed experts, which
+    has no expert degree of its own, so every profile writes its layout line alike (deepspeed's
+    etp 1 default is the experts')."""
+    arch = est.model.arch
+    return est.layout.expert_tp if arch is not None and arch.moe else est.layout.tp
+
+
 def _layout(est: Estimate) -> dict[str, Any]:
     """The ``layout`` object: the layout's fields, the batch and the recipe as evaluated."""
     lay, t = est.layout, est.training
@@ -340,7 +357,7 @@ def _layout(est: Estimate) -> dict[str, Any]:
         "cp_kind": str(lay.cp_kind),
         "cp_a2a": lay.cp_a2a,
         "ep": lay.ep,
-        "etp": lay.expert_tp,
+        "etp": _etp(est),
         "zero_stage": lay.zero_stage,
         "framework": str(lay.framework),
         "optimizer": str(lay.optimizer),

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from trainplan.interface.commands import evaluate_json, search_json, search_problem
+from trainplan.interface.flags import as_keys
 from trainplan.interface.sweep.grid import Grid, Point
 from trainplan.model.errors import InfeasibleError, InputError, PlannerError
 from trainplan.model.params import count_params
@@ -126,7 +127,7 @@ def run_point(grid: Grid, point: Point) -> dict[str, Any]:
         row.update(status="infeasible", reason="; ".join(err.explanation) or str(err))
         _fill_inputs(grid, point, row)
     except PlannerError as err:
-        row.update(status="error", reason=str(err))
+        row.update(status="error", reason=as_keys(str(err)))  # the grid's keys, not flags
     except Exception as err:  # a bug: recorded, counted, the sweep goes on
         row.update(status="error", reason=f"internal error: {type(err).__name__}: {err}")
     row["search_s"] = time.perf_counter() - t0

@@ -71,6 +71,10 @@ ACCELERATOR = (
     'e.g. {"base": "H100-SXM", "name": "H100-600W", "bf16_tflops": 900, "source": "our '
     'measurement"}'
 )
+API_ONLY = {"evaluate": ("config", "accelerator")}
+"""Per command, the API's parameters that no option of the command gives (the planner's
+uploaded ``config`` and inline ``accelerator``): a page's link may carry them too
+(:func:`interface.web.links.names`)."""
 _MODEL_KEYS = ("model", "params", "arch", "layers", "hidden", "heads", "kv_heads", "ffn_hidden")
 
 
@@ -90,7 +94,7 @@ def _doc(name: str, extra: dict[str, str] | None = None) -> dict[str, Any]:
 
 def evaluate_object(query: list[tuple[str, str]]) -> dict[str, Any]:
     """``trainplan evaluate --json`` of the query (with ``config``: the uploaded model)."""
-    params, own = parse("evaluate", query, ("config", "accelerator"))
+    params, own = parse("evaluate", query, API_ONLY["evaluate"])
     params.pop("as_json")
     per_stage = params.pop("per_stage")
     if "config" in own:

@@ -25,7 +25,7 @@ from trainplan.interface.cli.names import option_names
 from trainplan.interface.examples import example_params, examples
 from trainplan.interface.scenario_file import CLUSTER_KEYS
 from trainplan.interface.tabs import fmt_number
-from trainplan.interface.web.api import json_response, pairs
+from trainplan.interface.web.api import API_ONLY, json_response, pairs
 from trainplan.model.errors import InputError
 
 __all__ = [
@@ -67,8 +67,12 @@ options already."""
 
 @cache
 def names(page: str) -> tuple[str, ...]:
-    """``page``'s own parameter names (its command's options without dashes), sorted."""
-    return tuple(sorted(o.long for o in option_names(PAGE_COMMANDS[page])))
+    """``page``'s own parameter names, sorted: its command's options without dashes and the
+    API's parameters no option gives (:data:`interface.web.api.API_ONLY`: the planner's
+    uploaded ``config``, which its link carries so that a reload opens the same model)."""
+    command = PAGE_COMMANDS[page]
+    own = {o.long for o in option_names(command)} | set(API_ONLY.get(command, ()))
+    return tuple(sorted(own))
 
 
 @cache

@@ -43,7 +43,8 @@ NDJSON: dict[int | str, dict[str, Any]] = {
         "content": {"application/x-ndjson": {}},
         "description": 'One JSON event a line: {"event": "tables", "done", "total"}, '
         '{"event": "solution", "count", "best"}, then {"event": "result", "result": {…}, '
-        '"planner": [the planner page of each layout]}; closing the connection before the '
+        '"planner": [the planner page of each layout], "cached": true when the same search '
+        "answered earlier (its times are that run's)}; closing the connection before the "
         "result stops the search",
     },
     **BAD_INPUT,
@@ -52,9 +53,12 @@ WAIT_S = 0.25
 """How often the wait for a search's first event looks whether the client has gone."""
 
 
-def _result(query: list[tuple[str, str]], result: Any) -> dict[str, Any]:
+def _result(query: list[tuple[str, str]], result: Any, saved: bool = False) -> dict[str, Any]:
+    """The stream's last event: the object, each layout's planner link, and ``cached``: True
+    when the API's cache answered (the same search run earlier: the object's own times,
+    ``tables_seconds`` and ``solve_seconds``, are that run's, not this request's)."""
     obj = run_object(result)
-    return {"event": "result", "result": obj, "planner": planner_links(query, obj)}
+    return {"event": "result", "result": obj, "planner": planner_links(query, obj), "cached": saved}
 
 
 class _Watched:
@@ -116,7 +120,8 @@ async def _stream(kind: str, request: Request, query: list[tuple[str, str]]) -> 
     hit = cached(key)
     if hit is not None:
         return StreamingResponse(
-            iter([to_json(_result(query, hit), None) + "\n"]), media_type="application/x-ndjson"
+            iter([to_json(_result(query, hit, saved=True), None) + "\n"]),
+            media_type="application/x-ndjson",
         )
     watched = _Watched(kind, request, query, key)
 

@@ -328,4 +328,15 @@ def test_torch_multi_stage_schedules_need_two_stages_per_rank():
     with pytest.raises(LayoutError, match="virtual_stages: 1 under schedule interleaved"):
         check_schedule_framework("interleaved", "fsdp2", 4, 8, 1)
     check_schedule_framework("interleaved", "fsdp2", 4, 8, 2)
-    check_schedule_framework("interleaved", "megatron", 4, 8, 1)  # not torchtitan's rule
+    check_schedule_framework("interleaved", "megatron", 4, 8, 2)
+
+
+def test_interleaved_at_one_chunk_is_refused_everywhere():
+    """Megatron-LM d98e8a6 arguments.py validate_args sets virtual_pipeline_model_parallel_size
+    1 to None (the one-chunk 1F1B runs): ``interleaved`` at v = 1 is refused under megatron and
+    textbook too, naming ``virtual_stages``, since the interleaved order at v = 1 holds
+    2(p − 1 − r) + 1 micro-batches on rank r (7 on rank 0 at p = 4) where 1F1B holds p − r (4)."""
+    for fw in ("megatron", "textbook"):
+        with pytest.raises(LayoutError, match="virtual_stages: 1 under schedule interleaved needs"):
+            check_schedule_framework("interleaved", fw, 4, 8, 1)
+    check_schedule_framework("interleaved", "textbook", 4, 8, 2)

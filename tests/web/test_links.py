@@ -62,3 +62,11 @@ def test_an_unknown_name_is_refused_naming_it_and_the_parameters():
     )
     assert "stages" in text and "microbatches" in text
     assert "No such option" not in text and "png" not in text  # a file option is no guess
+
+
+def test_the_planners_link_may_carry_its_uploaded_config():
+    """``config`` (the uploaded config.json's text) and ``accelerator`` are the API's own
+    parameters of /api/evaluate, no option of ``evaluate``: the planner's link names include
+    them, so app.js canonical() keeps them (it refused ``config`` and opened llama3-70b)."""
+    assert {"config", "accelerator"} <= set(names("planner"))
+    assert "config" not in names("search")

@@ -508,7 +508,11 @@ TP.searchPage = async (kind, render) => {
     TP.$("#results").classList.remove("stale");
     bar.max = 1;
     bar.value = 1;
-    text.textContent = `done in ${elapsed()}`;
+    // a search the server answered before comes from its cache: this request's time is said,
+    // and the answer's own times (tables, CP-SAT) are the earlier run's
+    text.textContent = last.cached
+      ? `done in ${elapsed()}: the server's saved answer to this same search (the times below are of the run that computed it)`
+      : `done in ${elapsed()}`;
     const r = last.result;
     // A per-stage answer (search --per-stage) holds its proof status in per_stage, in the CLI's
     // words; the per-stage frontier (per_stage true) in status, in the same words.

@@ -86,7 +86,7 @@
       ["time if not overlapped", (r) => TP.secs(r.seconds)], ["exposed", (r) => TP.secs(r.exposed_seconds)],
     ], 'id="traffic"');
     TP.$("#step").innerHTML = [
-      ["bubble_fraction (of the step)", TP.pct(p.bubble_fraction)], ["bubble_ratio (of compute)", TP.pct(p.bubble_ratio)],
+      ["bubble_fraction (of the step)", TP.pct(p.bubble_fraction)], ["bubble_ratio (of compute + exposed tp, cp, ep)", TP.pct(p.bubble_ratio)],
       ["micro-batches in flight", p.microbatches_in_flight ?? "—"], ["step time", TP.secs(t.step_s), "step-time"],
       ["compute + bubble + exposed comm", `${TP.secs(t.compute_s)} + ${TP.secs(t.bubble_s)} + ${TP.secs(t.exposed_comm_s)}`],
       [`MFU (${flops.convention || "needs the model's dimensions"})`, TP.pct(t.mfu), "mfu"], ["MFU with attention FLOPs", TP.pct(t.mfu_with_attention)], [`HFU (${flops.convention || "needs the model's dimensions"})`, TP.pct(t.hfu), "hfu"], ["HFU with attention FLOPs", TP.pct(t.hfu_with_attention)],
