@@ -110,13 +110,9 @@ def link_time_of(
 
 
 def rings_bandwidth(
-    nic: Any,
-    group_size: Any,
-    span: Any,
-    domain: int,
-    scaleup_bandwidth: float | None,
+    nic: Any, group_size: Any, span: Any, domain: int, scaleup_bandwidth: float | None,
     per_domain: Any = 0,
-) -> Any:
+) -> Any:  # fmt: skip
     """The bandwidth per GPU of a scale-out group's collectives: ``g`` parallel rings, one per
     NIC, for ``g`` members per domain (:func:`model.rank_groups.members_per_domain_of`),
     capped at the scale-up bandwidth (see :func:`link_time`). Element-wise for arrays.
@@ -136,13 +132,9 @@ def rings_bandwidth(
 
 
 def all_to_all_bandwidth(
-    nic: Any,
-    group_size: Any,
-    span: Any,
-    domain: int,
-    scaleup_bandwidth: float | None,
+    nic: Any, group_size: Any, span: Any, domain: int, scaleup_bandwidth: float | None,
     per_domain: Any = 0,
-) -> Any:
+) -> Any:  # fmt: skip
     """The bandwidth per GPU, counted over all the bytes it sends, of an all-to-all over a
     scale-out group with ``g`` members per domain (as in :func:`rings_bandwidth`): of the
     ``n − 1`` peers each GPU sends to, ``n − g`` are outside its domain and their share of the
