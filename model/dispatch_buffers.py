@@ -27,6 +27,7 @@ from trainplan.model.moe import DEEPEP_WORKSPACE_BYTES, deepep_buffer_bytes
 from trainplan.model.moe_dispatch import PROB_BYTES, SCALE_BLOCK
 from trainplan.model.moe_run import Dispatcher, MoERun
 from trainplan.model.nvshmem_heap import nvshmem_gpu_bytes
+from trainplan.model.rank_groups import in_one_domain
 
 __all__ = [
     "HYBRIDEP_CHUNK_TOKENS",
@@ -72,23 +73,29 @@ built with, which throws "The buffer config is not valid", and by
 
 def hybridep_token_refusal(
     micro_batch_size: int, seq_len: int, cp: int, sp_tp: int, group_ranks: int, span: int,
-    domain: int,
+    domain: int, total: int | None = None,
 ) -> str | None:  # fmt: skip
     """The one line that refuses a layout under HybridEP whose rank dispatches ``T = b·s/cp``
     tokens a micro-batch (``/tp`` under sequence parallelism: ``sp_tp``, 1 without;
     :func:`model.terms.dispatch_tokens`' count) when its group of ``group_ranks`` (Megatron-Core's
-    etp·ep ``tp_ep_group``), laid over ``span`` consecutive ranks, leaves one NVLink domain of
-    ``domain`` GPUs and ``T`` padded (:func:`hybridep_tokens_per_rank`) is above
+    etp·ep ``tp_ep_group``), laid over ``span`` consecutive ranks of the layout's ``total``
+    (None: ``span``), leaves one NVLink domain of ``domain`` GPUs (some group does:
+    :func:`model.rank_groups.in_one_domain`, a block of ``span`` across a domain's edge
+    included) and ``T`` padded (:func:`hybridep_tokens_per_rank`) is above
     :data:`HYBRIDEP_ACROSS_DOMAINS_MAX_TOKENS`; None otherwise.
 
     >>> hybridep_token_refusal(8, 4096, 1, 1, 16, 16, 8)[:66]
     'micro_batch_size: 8 × seq_len 4,096 = 32,768 tokens a rank dispatc'
     >>> hybridep_token_refusal(8, 4096, 1, 1, 64, 64, 72), hybridep_token_refusal(5, 4096, 1, 1, 16, 16, 8)
     (None, None)
+    >>> hybridep_token_refusal(8, 4096, 1, 1, 64, 64, 72, 256)[:14]  # ranks 64–127: 8 in 0–71
+    'micro_batch_si'
+
     """
     tokens = micro_batch_size * seq_len // (cp * sp_tp)
     padded = hybridep_tokens_per_rank(tokens)
-    if span <= domain or padded <= HYBRIDEP_ACROSS_DOMAINS_MAX_TOKENS:
+    inside = in_one_domain(span, span if total is None else total, domain)
+    if inside or padded <= HYBRIDEP_ACROSS_DOMAINS_MAX_TOKENS:
         return None
     split = "".join(
         f" / {name} {n}" for name, n in (("cp", cp), ("tp (sequence parallelism)", sp_tp)) if n > 1

@@ -161,7 +161,8 @@ def hybridep_tokens_rule(
     (:func:`model.dispatch_buffers.hybridep_token_refusal`). The group is Megatron-Core's etp·ep
     ``tp_ep_group``, laid out as the expert-parallel groups are
     (:func:`model.rank_groups.axis_spans`, the placement the links read), so it leaves the
-    domain where the ep span does.
+    domain where an ep group does (:func:`model.rank_groups.in_one_domain`: a span over the
+    domain, or blocks that straddle a domain's edge).
 
     Raises
     ------
@@ -176,7 +177,7 @@ def hybridep_tokens_rule(
     ranks = deepep_group_ranks(str(framework), ep, expert_tp_of(tp, etp, framework, ep))
     sp_tp = tp if sp else 1
     problem = hybridep_token_refusal(
-        b, s.training.seq_len, cp, sp_tp, ranks, int(span), s.nvlink_domain
+        b, s.training.seq_len, cp, sp_tp, ranks, int(span), s.nvlink_domain, tp * cp * dp * pp
     )
     if problem:
         raise LayoutError(problem)

@@ -30,7 +30,8 @@ from typing import Any
 from trainplan.model.comm_sms import contended_wait
 from trainplan.model.errors import InputError
 from trainplan.model.moe import DEEPEP_NVL_PEERS, expert_capacity
-from trainplan.model.xp import exact, floor, is_array, maximum, minimum, where
+from trainplan.model.rank_groups import members_per_domain_of
+from trainplan.model.xp import exact, floor, is_array, minimum, where
 
 __all__ = [
     "Dispatcher",
@@ -203,11 +204,15 @@ DEEPGEMM_BLOCK_M`); a grouped GEMM tiles each group apart, so a partial tile cos
 (tile quantisation, NVIDIA's Matrix Multiplication Background guide §3.1)."""
 
 
-def members_per_domain(nvlink: Any, span: Any, group_size: Any, domain: int | None) -> Any:
+def members_per_domain(
+    nvlink: Any, span: Any, group_size: Any, domain: int | None, per_domain: Any = 0
+) -> Any:
     """Members of an expert-parallel group in each NVLink domain (``g`` of
     :func:`model.step_time.all_to_all_bandwidth`): the whole group when it lies in one domain
-    (``nvlink``), else ``max(1, min(n, domain·n // span))`` for a group of ``n`` spread over
-    ``span`` consecutive ranks; 0 when unknown (no domain, no span). Element-wise for arrays.
+    (``nvlink``), else the slowest group's (:func:`model.rank_groups.members_per_domain_of`:
+    the placement's ``per_domain``, or ``max(1, min(n, domain·n // span))`` for a group of ``n``
+    spread over ``span`` consecutive ranks); 0 when unknown (no domain, no span). Element-wise
+    for arrays.
 
     Examples
     --------
@@ -219,7 +224,7 @@ def members_per_domain(nvlink: Any, span: Any, group_size: Any, domain: int | No
     if not domain:
         return where(nvlink, group_size, 0)
     known = span > 0
-    spread = maximum(1, minimum(group_size, domain * group_size // where(known, span, 1)))
+    spread = members_per_domain_of(group_size, where(known, span, 1), domain, per_domain)
     return where(nvlink, group_size, where(known, spread, 0))
 
 

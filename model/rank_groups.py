@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 from trainplan.model.errors import LayoutError
-from trainplan.model.xp import is_array, minimum, where
+from trainplan.model.xp import is_array, maximum, minimum, namespace, where
 
-__all__ = ["AXES", "stride_size", "axis_spans"]
+__all__ = [
+    "AXES", "stride_size", "axis_spans", "in_one_domain", "windows", "fewest_in_domain",
+    "members_in_domain", "members_per_domain_of",
+]  # fmt: skip
 
 AXES: tuple[str, ...] = ("tp", "cp", "ep", "dp", "dp_cp", "edp", "pp")
 """Axes :func:`stride_size` knows: the five degrees, ``dp_cp`` (the dp·cp gradient group) and
@@ -109,3 +113,89 @@ def axis_spans(
         stride, size = stride_size(degrees, axis, order)
         out[axis] = stride * size
     return out
+
+
+def in_one_domain(span: Any, total: Any, domain: int) -> Any:
+    """Whether every group of an axis lies in one scale-up domain of ``domain`` consecutive
+    ranks (an NVLink domain; a host node with ``gpus_per_node``): the groups of ``span``
+    consecutive ranks tile the ``total`` ranks in aligned blocks, and the domains tile them too,
+    so no block crosses a domain's edge iff the whole layout is one domain (``total ≤ domain``)
+    or a domain holds whole blocks (``span ≤ domain`` and ``domain % span == 0``). Otherwise the
+    block that holds a domain's edge has a group with ranks on both sides (a group of ≥ 2 ranks
+    at stride ``s`` over a block cut at offset ``p``: the rank ``p − 1`` and its next member
+    ``p − 1 + s``, or ``p`` and ``p − s``). Element-wise for arrays. Units: ranks.
+
+    >>> in_one_domain(16, 144, 72), in_one_domain(8, 144, 72), in_one_domain(144, 144, 144)
+    (False, True, True)
+    """
+    return (total <= domain) | ((span <= domain) & (domain % span == 0))
+
+
+def windows(span: int, total: int, period: int) -> list[range]:
+    """The ranges of ranks whose groups (blocks of ``span``) stand for all: the placement of
+    blocks and domains (or pods, rails) repeats every ``period`` ranks (a common multiple of
+    them), so the first ``period`` ranks and the last, partial, window hold every case
+    (a domain or pod the cluster's end cuts short). Units: ranks.
+
+    >>> windows(16, 288, 144), windows(16, 160, 144)
+    ([range(0, 144)], [range(0, 144), range(144, 160)])
+    """
+    first = range(0, min(total, period))
+    last = range(period * ((total - 1) // period), total)
+    return [first] if last.start == 0 or total % period == 0 else [first, last]
+
+
+@lru_cache(maxsize=4096)
+def fewest_in_domain(stride: int, size: int, total: int, domain: int) -> int:
+    """Members of the slowest group of an axis in one domain: the fewest ranks any group of
+    ``size`` ranks at ``stride`` (blocks of ``stride·size`` over ``total`` ranks) has in any
+    domain of ``domain`` consecutive ranks it touches — ``size`` where every group lies in one
+    domain (:func:`in_one_domain`); for a group across domains, how many NICs its ring (or its
+    all-to-all's off-domain share) leaves one domain through (:func:`model.step_time.
+    rings_bandwidth`). Aligned layouts in closed form (``domain // stride`` members, at least 1);
+    others by counting the groups of :func:`windows`. Units: ranks.
+
+    >>> fewest_in_domain(8, 2, 144, 72)  # cp 2 after tp 8 on GB200 NVL72: ranks 64 and 72
+    1
+    >>> fewest_in_domain(8, 18, 144, 72), fewest_in_domain(1, 2, 12, 3)  # dp 18; tp 2 on 3s
+    (9, 1)
+    """
+    span = stride * size
+    if in_one_domain(span, total, domain):
+        return size
+    if span % domain == 0 and (domain % stride == 0 or stride % domain == 0):
+        return max(1, domain // stride)
+    fewest = size
+    for window in windows(span, total, math.lcm(span, domain)):
+        for base in range(window.start, window.stop, span):
+            for offset in range(stride):
+                counts: dict[int, int] = {}
+                for k in range(size):
+                    d = (base + offset + k * stride) // domain
+                    counts[d] = counts.get(d, 0) + 1
+                fewest = min(fewest, *counts.values())
+    return fewest
+
+
+def members_in_domain(stride: Any, size: Any, total: Any, domain: int) -> Any:
+    """:func:`fewest_in_domain`, element-wise for the search's arrays (int64 there)."""
+    ns = namespace(stride, size, total)
+    if ns is None:
+        return fewest_in_domain(int(stride), int(size), int(total), int(domain))
+    s, n, t = ns.broadcast_arrays(ns.asarray(stride), ns.asarray(size), ns.asarray(total))
+    flat = zip(ns.reshape(s, (-1,)), ns.reshape(n, (-1,)), ns.reshape(t, (-1,)), strict=True)
+    out = [fewest_in_domain(int(a), int(b), int(c), domain) for a, b, c in flat]
+    return ns.reshape(ns.asarray(out, dtype=ns.int64), s.shape)
+
+
+def members_per_domain_of(group_size: Any, span: Any, domain: int, per_domain: Any = 0) -> Any:
+    """Ranks of an axis's slowest group in one domain: the placement's ``per_domain``
+    (:func:`fewest_in_domain`) where given (> 0), else the closed form for groups that line up
+    with the domains, ``max(1, min(n, domain·n // span))`` for ``n`` ranks over ``span``
+    consecutive ones (a link built without a placement). Element-wise for arrays. Units: ranks.
+
+    >>> members_per_domain_of(32, 256, 8), members_per_domain_of(2, 16, 72, 1)
+    (1, 1)
+    """
+    closed = maximum(1, minimum(group_size, domain * group_size // span))
+    return where(per_domain > 0, per_domain, closed)

@@ -24,6 +24,7 @@ from trainplan.model.layout import Recompute
 from trainplan.model.moe_kernels import NO_EXPERT_PASSES, ExpertPasses
 from trainplan.model.op_time import Clock
 from trainplan.model.ops import OPTIMIZER_BYTES_PER_PARAM, LayerShape
+from trainplan.model.rank_groups import members_per_domain_of
 from trainplan.model.recompute_modules import DEFAULT_RECOMPUTE_MODULES
 from trainplan.model.roofline import (
     Collective,
@@ -63,7 +64,7 @@ def link_time(
     span, size = getattr(link, "span", None) or 0, getattr(link, "group_size", None) or 0
     bandwidth, scaleup = link_time_of(
         float(link.bandwidth_bytes_per_s), link.link == "nvlink", span, size, scaleup_bandwidth,
-        domain, all_to_all, size or 2,
+        domain, all_to_all, size or 2, getattr(link, "per_domain", 0),
     )  # fmt: skip
     return LinkTime(bandwidth, bool(scaleup))
 
@@ -77,6 +78,7 @@ def link_time_of(
     domain: int | None = None,
     all_to_all: Any = False,
     ranks: Any = None,
+    per_domain: Any = 0,
 ) -> tuple[Any, Any]:
     """(bandwidth per GPU, scale-up tier) of an axis's collectives on its link: the tier's
     bandwidth ``bandwidth`` (``nvlink``: the group lies in one scale-up domain; a graph's
@@ -85,7 +87,8 @@ def link_time_of(
     ``group_size``: no collective). Exact for one link, element-wise for arrays of layouts.
 
     A scale-out group with ``g`` members in each NVLink domain of ``domain`` GPUs (its
-    ``group_size``·``domain``/``span``) runs ``g`` rings at once, each leaving the domain
+    ``group_size``·``domain``/``span``; the placement's ``per_domain`` where given: the slowest
+    group's, :func:`model.rank_groups.fewest_in_domain`) runs ``g`` rings at once, each leaving the domain
     through its own GPU's NIC (NCCL builds one ring per channel and gives each channel its own
     NIC on rail-optimised nodes): the group's bandwidth per GPU is ``g`` × the NIC's, at most
     the scale-up figure. A group with one member per domain (dp outside tp = 8) gets one NIC.
@@ -99,8 +102,8 @@ def link_time_of(
         span_, size_ = where(known, span, 1), where(known, group_size, 1)
         group = where(
             all_to_all,
-            all_to_all_bandwidth(bandwidth, size_, span_, domain, scaleup_bandwidth),
-            rings_bandwidth(bandwidth, size_, span_, domain, scaleup_bandwidth),
+            all_to_all_bandwidth(bandwidth, size_, span_, domain, scaleup_bandwidth, per_domain),
+            rings_bandwidth(bandwidth, size_, span_, domain, scaleup_bandwidth, per_domain),
         )
         effective = where(scaleup | logical_not(known), bandwidth, group)
     used = (group_size if ranks is None else ranks) > 1
@@ -108,10 +111,11 @@ def link_time_of(
 
 
 def rings_bandwidth(
-    nic: Any, group_size: Any, span: Any, domain: int, scaleup_bandwidth: float | None
-) -> Any:
+    nic: Any, group_size: Any, span: Any, domain: int, scaleup_bandwidth: float | None,
+    per_domain: Any = 0,
+) -> Any:  # fmt: skip
     """The bandwidth per GPU of a scale-out group's collectives: ``g`` parallel rings, one per
-    NIC, for ``g = max(1, min(group_size, domain·group_size // span))`` members per domain,
+    NIC, for ``g`` members per domain (:func:`model.rank_groups.members_per_domain_of`),
     capped at the scale-up bandwidth (see :func:`link_time`). Element-wise for arrays.
 
     Examples
@@ -123,14 +127,15 @@ def rings_bandwidth(
     >>> rings_bandwidth(25e9, 32, 256, 8, 300e9)  # tp = 8 inside: one member per node
     25000000000.0
     """
-    per_domain = maximum(1, minimum(group_size, domain * group_size // span))
-    bandwidth = nic * per_domain
+    g = members_per_domain_of(group_size, span, domain, per_domain)
+    bandwidth = nic * g
     return bandwidth if scaleup_bandwidth is None else minimum(bandwidth, scaleup_bandwidth)
 
 
 def all_to_all_bandwidth(
-    nic: Any, group_size: Any, span: Any, domain: int, scaleup_bandwidth: float | None
-) -> Any:
+    nic: Any, group_size: Any, span: Any, domain: int, scaleup_bandwidth: float | None,
+    per_domain: Any = 0,
+) -> Any:  # fmt: skip
     """The bandwidth per GPU, counted over all the bytes it sends, of an all-to-all over a
     scale-out group with ``g`` members per domain (as in :func:`rings_bandwidth`): of the
     ``n − 1`` peers each GPU sends to, ``n − g`` are outside its domain and their share of the
@@ -150,8 +155,8 @@ def all_to_all_bandwidth(
     >>> round(all_to_all_bandwidth(50e9, 16, 16, 8, 400e9) / 1e9, 2)
     93.75
     """
-    per_domain = maximum(1, minimum(group_size, domain * group_size // span))
-    outside = maximum(group_size - per_domain, 1)
+    g = members_per_domain_of(group_size, span, domain, per_domain)
+    outside = maximum(group_size - g, 1)
     bandwidth = nic * (group_size - 1) / outside
     return bandwidth if scaleup_bandwidth is None else minimum(bandwidth, scaleup_bandwidth)
 

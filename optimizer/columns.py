@@ -33,12 +33,13 @@ from trainplan.model.layout import (
     num_microbatches_of,
     sequence_parallel_on,
 )
+from trainplan.model.rank_groups import in_one_domain, members_in_domain, stride_size
 from trainplan.model.split import split_rule_of
 from trainplan.model.terms import Term
 from trainplan.model.terms.fields import LINK_AXES, Context, LinkFields
 from trainplan.model.xp import over_arrays
 from trainplan.optimizer.case import links_for
-from trainplan.topology.placement import axis_spans, two_tier_bandwidth
+from trainplan.topology.placement import two_tier_bandwidth
 
 __all__ = ["ShapeColumns", "Columns", "tabulate", "SHAPE_FIELDS"]
 
@@ -57,7 +58,7 @@ _NUMERIC = {"dp", "tp", "pp", "cp", "ep", "micro_batch_size", "virtual_stages"}
 
 class ShapeColumns:
     """One job's shapes as 1-D columns, with the links of each axis
-    (:func:`topology.placement.axis_spans` on a two-tier cluster; per shape from the cluster
+    (:func:`topology.placement.axis_links`' rule on a two-tier cluster; per shape from the cluster
     graph with fabric options)."""
 
     def __init__(
@@ -89,11 +90,12 @@ class ShapeColumns:
     def _links(
         self, cluster: ClusterLinks, fabric: tuple[tuple[str, Any], ...]
     ) -> dict[str, tuple[np.ndarray, ...]]:
-        """Per axis: (bandwidth of its tier, in one scale-up domain, span), [N] (the group's size
-        is the fields', :meth:`Columns.link`)."""
+        """Per axis: (bandwidth of its tier, every group in one scale-up domain, span, the
+        slowest group's members per domain), [N] (the group's size is the fields',
+        :meth:`Columns.link`): :func:`topology.placement.axis_links`' rule, the arrays' way."""
         v = self.values
         out: dict[str, tuple[Any, ...]] = {
-            a: (np.zeros(self.n), np.zeros(self.n, dtype=bool), np.zeros(self.n, dtype=np.int64))
+            a: (np.zeros(self.n), np.zeros(self.n, dtype=bool), *np.zeros((2, self.n), np.int64))
             for a in LINK_AXES
         }
         if fabric:  # a cluster graph: each shape's links (no closed form)
@@ -104,20 +106,24 @@ class ShapeColumns:
                     out[axis][0][n] = link.bandwidth_bytes_per_s or 0.0
                     out[axis][1][n] = link.link == "nvlink"
                     out[axis][2][n] = link.span
+                    out[axis][3][n] = link.per_domain
             return out
         orders = v["rank_order"].tolist()
+        domain = cluster.nvlink_domain
         for order in dict.fromkeys(orders):
             rows = np.array([o == order for o in orders])
             degrees = {a: v[a][rows] for a in ("tp", "cp", "ep", "dp", "pp")}
             degrees["etp"] = expert_placement_tp_of(
                 degrees["tp"], None, v["framework"][rows], degrees["ep"]
             )
-            spans = axis_spans(degrees, order, [_PLACED.get(a, a) for a in LINK_AXES])
+            total = degrees["dp"] * degrees["tp"] * degrees["pp"] * degrees["cp"]
             for axis in LINK_AXES:
-                span = spans[_PLACED.get(axis, axis)]
-                out[axis][0][rows] = two_tier_bandwidth(span, cluster)
-                out[axis][1][rows] = span <= cluster.nvlink_domain
+                stride, size = stride_size(degrees, _PLACED.get(axis, axis), tuple(order))
+                span = stride * size
+                out[axis][0][rows] = two_tier_bandwidth(span, cluster, total)
+                out[axis][1][rows] = in_one_domain(span, total, domain)
                 out[axis][2][rows] = span
+                out[axis][3][rows] = members_in_domain(stride, size, total, domain)
         return out
 
     def groups(self, control: Sequence[str]) -> list[tuple[tuple[Any, ...], np.ndarray]]:
@@ -295,12 +301,12 @@ class Columns:
         return True
 
     def link(self, axis: str) -> LinkFields:
-        bandwidth, nvlink, span = self._table.links[axis]
+        bandwidth, nvlink, span, per_domain = self._table.links[axis]
         rows = self._rows
         size = {"dp": "shard_degree", "edp": "expert_shard_degree"}.get(axis, axis)
         return LinkFields(
             bandwidth[rows][:, None], nvlink[rows][:, None], span[rows][:, None],
-            getattr(self, size),
+            getattr(self, size), per_domain[rows][:, None],
         )  # fmt: skip
 
 

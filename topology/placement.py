@@ -21,13 +21,21 @@ the default order tp→tp, cp→tp·cp, ep→tp·ep, dp→tp·cp·dp, dp_cp→tp
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from trainplan.model.errors import LayoutError
 from trainplan.model.hardware import ClusterLinks
-from trainplan.model.rank_groups import AXES, axis_spans, stride_size
+from trainplan.model.rank_groups import (
+    AXES,
+    axis_spans,
+    fewest_in_domain,
+    in_one_domain,
+    stride_size,
+    windows,
+)
 from trainplan.model.xp import is_array, where
 from trainplan.topology.graph import bottleneck_bandwidth
 
@@ -71,6 +79,11 @@ class AxisLink:
     """``nvlink``, ``scale-out`` or ``none``."""
     bandwidth_bytes_per_s: float | None
     """Bandwidth per GPU per direction for the axis's ring, bytes/s; None for link ``none``."""
+    per_domain: int = 0
+    """Ranks the axis's slowest group has in one NVLink domain (:func:`model.rank_groups.
+    fewest_in_domain`): ``group_size`` on ``nvlink``; on ``scale-out``, the NICs its ring leaves
+    a domain through (:func:`model.step_time.rings_bandwidth`); 0 for ``none`` (and for a bare
+    link built without a placement: the span's closed form then)."""
 
 
 def _degrees(degrees: Mapping[str, int]) -> dict[str, int]:
@@ -124,17 +137,32 @@ def world_size(degrees: Mapping[str, int]) -> int:
     return d["dp"] * d["tp"] * d["pp"] * d["cp"]
 
 
-def two_tier_bandwidth(span: Any, links: ClusterLinks) -> Any:
-    """Ring bandwidth of an axis whose groups span ``span`` consecutive ranks on a two-tier
-    cluster: NVLink's when the span fits one NVLink domain, else the scale-out NIC's
-    (docs/concepts/conventions.md "Layout"). Element-wise for arrays.
+def two_tier_bandwidth(span: Any, links: ClusterLinks, total: Any) -> Any:
+    """Ring bandwidth of an axis whose groups span ``span`` consecutive ranks of ``total`` on a
+    two-tier cluster: NVLink's when every group lies in one NVLink domain
+    (:func:`model.rank_groups.in_one_domain`: the span fits a domain *and* the blocks line up
+    with the domains), else the scale-out NIC's (docs/concepts/conventions.md "Layout").
+    Element-wise for arrays. Units: bytes/s per GPU per direction.
+
+    A group whose ranks straddle two domains (a block of ``span`` over a domain's edge: cp 2
+    after tp 8 on 72-GPU NVL72 domains, ranks 64–79) rides the scale-out fabric too: a ring
+    moves each step's bytes over every hop, so it runs at its slowest hop, and the hops that
+    leave the domain go through the NICs (NVIDIA/nccl ``src/graph/rings.cc`` and
+    ``src/graph/search.cc`` ``ncclTopoCompute``: an inter-node ring enters and leaves each
+    node through a NET device, one per channel); the NCCL collectives of the step wait for
+    their slowest group, so the axis is charged that group's rate. How many NICs carry it is
+    :func:`model.rank_groups.fewest_in_domain` (the placed link's ``per_domain``).
 
     Raises
     ------
     InputError
-        A span beyond one domain on a part without a scale-out figure (``ClusterLinks.across_domains``).
+        A group beyond one domain on a part without a scale-out figure (``ClusterLinks.across_domains``).
+
+    >>> cl = ClusterLinks(nvlink_domain=72, nvlink_bytes_per_s=900e9, scaleout_bytes_per_s=100e9)
+    >>> two_tier_bandwidth(16, cl, 144) / 1e9, two_tier_bandwidth(8, cl, 144) / 1e9
+    (100.0, 900.0)
     """
-    inside = span <= links.nvlink_domain
+    inside = in_one_domain(span, total, links.nvlink_domain)
     if links.scaleout_bytes_per_s is None and not (
         bool(inside.all()) if is_array(inside) else bool(inside)
     ):
@@ -202,11 +230,14 @@ def fits_in_domain(
     nvlink_domain: int,
     rank_order: Sequence[str] = DEFAULT_RANK_ORDER,
 ) -> bool:
-    """Whether ``axis`` fits in one NVLink domain: its span is at most ``nvlink_domain``.
+    """Whether every group of ``axis`` lies in one NVLink domain of ``nvlink_domain`` GPUs
+    (:func:`model.rank_groups.in_one_domain`): its span is at most the domain and divides it,
+    or the whole layout is one domain.
 
-    docs/concepts/conventions.md "Layout": "An axis fits in the NVLink domain when its degree times the degrees of every axis
-    inside it is at most the number of GPUs per NVLink domain". (When the span does not divide
-    the domain a group can still straddle two domains; :func:`axis_links` with a graph sees that.)
+    docs/concepts/conventions.md "Layout": "An axis fits in the NVLink domain when its degree
+    times the degrees of every axis inside it is at most the number of GPUs per NVLink domain"
+    and its groups line up with the domains (a span that does not divide the domain leaves a
+    group across two: cp 2 after tp 8 on 72-GPU domains, ranks 64–79 of 144).
 
     Raises
     ------
@@ -219,10 +250,13 @@ def fits_in_domain(
     True
     >>> fits_in_domain({"pp": 16, "dp": 128, "ep": 64}, "ep", 8)
     False
+    >>> fits_in_domain({"tp": 8, "cp": 2, "dp": 9}, "cp", 72)
+    False
     """
     if isinstance(nvlink_domain, bool) or not isinstance(nvlink_domain, int) or nvlink_domain < 1:
         raise LayoutError(f"nvlink_domain: {nvlink_domain!r} must be a whole number >= 1")
-    return axis_span(degrees, axis, rank_order) <= nvlink_domain
+    span = axis_span(degrees, axis, rank_order)
+    return bool(in_one_domain(span, world_size(degrees), nvlink_domain))
 
 
 def axis_links(
@@ -233,11 +267,13 @@ def axis_links(
 ) -> dict[str, AxisLink]:
     """The link and ring bandwidth of each axis, keyed by axis.
 
-    With :class:`ClusterLinks` (two tiers): NVLink bandwidth when :func:`fits_in_domain`, else
-    scale-out. With a cluster graph (:mod:`topology.graph`): the bottleneck bandwidth of a ring
-    over the **first** group of the axis (ranks 0…; groups of a regular layout are alike, except
-    that oversubscribed pods may treat later groups differently), and ``nvlink`` when that group
-    lies in one NVLink domain. Degree-1 axes (group size 1): link ``none``, bandwidth None.
+    With :class:`ClusterLinks` (two tiers): NVLink bandwidth when :func:`fits_in_domain` (every
+    group in one domain), else scale-out (:func:`two_tier_bandwidth`), with the slowest group's
+    members per domain (``per_domain``). With a cluster graph (:mod:`topology.graph`): the
+    slowest group's ring, the least :func:`topology.graph.bottleneck_bandwidth` over every group
+    of the axis (those of :func:`model.rank_groups.windows` stand for all: the graph repeats
+    every domain, pod and block), and ``nvlink`` when every group lies in one NVLink domain.
+    Degree-1 axes (group size 1): link ``none``, bandwidth None.
 
     Raises
     ------
@@ -259,24 +295,36 @@ def axis_links(
             f"the cluster graph has {graph.graph.get('num_gpus')} GPUs; "
             f"the layout needs G = {total}"
         )
+    domain = links.nvlink_domain if graph is None else graph.graph["nvlink_domain"]
     out: dict[str, AxisLink] = {}
     for axis in axes:
         stride, size = stride_size(d, axis, order)
         span = stride * size
         if size == 1:
             out[axis] = AxisLink(axis, 1, span, "none", None)
-        elif graph is not None:
-            group = [k * stride for k in range(size)]
-            domains = {graph.nodes[f"gpu{r}"]["domain"] for r in group}
-            link = "nvlink" if len(domains) == 1 else "scale-out"
-            out[axis] = AxisLink(axis, size, span, link, _bottleneck(graph, group))
+            continue
+        inside = bool(in_one_domain(span, total, domain))
+        link = "nvlink" if inside else "scale-out"
+        if graph is not None:
+            bandwidth = _slowest_ring(graph, stride, size, total)
         else:
             assert isinstance(links, ClusterLinks)
-            fits = span <= links.nvlink_domain
-            bandwidth = two_tier_bandwidth(span, links)
-            out[axis] = AxisLink(axis, size, span, "nvlink" if fits else "scale-out", bandwidth)
+            bandwidth = two_tier_bandwidth(span, links, total)
+        per_domain = fewest_in_domain(stride, size, total, domain)
+        out[axis] = AxisLink(axis, size, span, link, bandwidth, per_domain)
     return out
 
 
-def _bottleneck(graph: nx.Graph, group: list[int]) -> float:
-    return bottleneck_bandwidth(graph, group)
+def _slowest_ring(graph: nx.Graph, stride: int, size: int, total: int) -> float:
+    """The least :func:`topology.graph.bottleneck_bandwidth` over the groups of ``size`` ranks
+    at ``stride`` that stand for all (:func:`model.rank_groups.windows` of the period of blocks,
+    domains and pods), bytes/s per GPU per direction."""
+    span = stride * size
+    g = graph.graph
+    period = math.lcm(span, g["nvlink_domain"], g.get("pod_size") or g["nvlink_domain"])
+    return min(
+        bottleneck_bandwidth(graph, [base + offset + k * stride for k in range(size)])
+        for window in windows(span, total, period)
+        for base in range(window.start, window.stop, span)
+        for offset in range(stride)
+    )

@@ -52,7 +52,7 @@ def ep_members_per_domain(c: Context, f: Fields) -> Any:
         return 0
     link = f.link("ep")
     domain = c.device.nvlink_domain if c.device is not None else None
-    g = members_per_domain(link.nvlink, link.span, link.group_size, domain)
+    g = members_per_domain(link.nvlink, link.span, link.group_size, domain, link.per_domain)
     if run.dispatcher.nvlink_ranks is None:
         return g
     ranks = f.lookup_values(deepep_group_ranks, (), f.framework, f.ep, f.expert_tp)

@@ -64,8 +64,9 @@ def ep_dispatch_link(c: Context, f: Fields) -> tuple[Any, Any]:
     bandwidth = as_float(link.bandwidth) if known else 0.0
     size = link.group_size if known else 1
     placed = link_time_of(
-        bandwidth, link.nvlink, link.span, size, d.nvlink_bytes_per_s, d.nvlink_domain, True
-    )
+        bandwidth, link.nvlink, link.span, size, d.nvlink_bytes_per_s, d.nvlink_domain, True,
+        None, link.per_domain,
+    )  # fmt: skip
     if c.arch.moe is None or c.training.moe_run.dispatcher.nvlink_ranks is None or not known:
         return placed
     rdma, nic = ep_rdma(c, f)

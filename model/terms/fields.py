@@ -127,6 +127,10 @@ class LinkFields:
     """Consecutive ranks containing one group (:func:`topology.placement.axis_span`)."""
     group_size: Any
     """Ranks in one group (1: no traffic)."""
+    per_domain: Any = 0
+    """Ranks the slowest group has in one NVLink domain (:func:`model.rank_groups.
+    fewest_in_domain`, the placement's ``per_domain``); 0: not placed (the span's closed form,
+    :func:`model.step_time.link_time_of`)."""
 
 
 class Fields(Protocol):
@@ -259,6 +263,7 @@ class LayoutFields:
             link.link == "nvlink",
             getattr(link, "span", 0),
             size if link.link != "none" else 1,
+            getattr(link, "per_domain", 0),
         )
 
 

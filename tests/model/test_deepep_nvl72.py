@@ -85,12 +85,16 @@ def test_the_planner_times_deepep_in_an_nvl72_as_across_8_gpu_domains():
     """The planner end to end (each run its own process): DeepEP at EP 64 on GB200 takes the
     same ep time, bytes and buffers in the 72-GPU domain as with ``nvlink_domain=8`` (the
     runs of 8 and the NIC are the same; its 9.737 s before this rule, on NVLink at the
-    borrowed 711 GB/s, is gone), and the traffic table names the NIC (scale-out, 50 GB/s);
-    HybridEP stays on NVLink's 900 GB/s."""
+    borrowed 711 GB/s, is gone), and the traffic table names the NIC (scale-out, 50 GB/s).
+    HybridEP stays on NVLink's 900 GB/s where every ep group lies in one domain (the job on 16
+    of each rack's 18 trays, ``nvlink_domain=64``); on 256 GPUs filling 72-GPU domains the ep
+    group of ranks 64–127 has 8 ranks in domain 0 (0–71) and 56 in domain 1, so it leaves the
+    domain through the NICs: scale-out, 50 GB/s (:func:`model.rank_groups.in_one_domain`)."""
     runs = run_many({
         "nvl72": [*ARGS, "--set", "moe_dispatcher=deepep"],
         "nvl8": [*ARGS, "--set", "moe_dispatcher=deepep", "--set", "nvlink_domain=8"],
-        "hybridep": [*ARGS, "--set", "moe_dispatcher=hybridep"],
+        "hybridep": [*ARGS, "--set", "moe_dispatcher=hybridep", "--set", "nvlink_domain=64"],
+        "straddle": [*ARGS, "--set", "moe_dispatcher=hybridep"],
     })  # fmt: skip
     out = {}
     for name, done in runs.items():
@@ -99,6 +103,7 @@ def test_the_planner_times_deepep_in_an_nvl72_as_across_8_gpu_domains():
         row = next(r for r in est["traffic"] if r["axis"] == "ep")
         out[name] = (row, est["memory"]["dispatch_buffer_bytes"])
     (nvl72, buf72), (nvl8, buf8), (hybrid, _) = out["nvl72"], out["nvl8"], out["hybridep"]
+    straddle = out["straddle"][0]
     assert (nvl72["link"], nvl72["bandwidth_bytes_per_s"]) == ("scale-out", 50e9)
     assert nvl72["seconds"] == pytest.approx(nvl8["seconds"], rel=1e-12)
     assert nvl72["bytes_per_step"] == pytest.approx(nvl8["bytes_per_step"], rel=1e-12)
@@ -107,3 +112,4 @@ def test_the_planner_times_deepep_in_an_nvl72_as_across_8_gpu_domains():
     # bytes (+0.28 %: 64 + 4 × 16 + 32 of 4 × 14,336 bytes) and NCCL's latency
     assert 87.05 * (1 + 160 / 57344) < nvl72["seconds"] < 87.05 * 1.01
     assert (hybrid["link"], hybrid["bandwidth_bytes_per_s"]) == ("nvlink", 900e9)
+    assert (straddle["link"], straddle["bandwidth_bytes_per_s"]) == ("scale-out", 50e9)
