@@ -32,7 +32,9 @@ published sizes and held at the ends (:func:`model.kernels.interpolate_log2`). D
 its H800 dispatch in FP8 only: the BF16 dispatch borrows the BF16 combine's figure (HybridEP's
 B200 BF16 dispatch runs 9 % above its combine, so a lower bound). A part without a row borrows,
 said in :attr:`KernelRates.borrowed`: the rows of a published part with the same NVLink
-bandwidth and domain (B300 ← B200, GB300 ← GB200), else the library's first part's figures
+bandwidth and the same kind of domain — one 8-GPU board's NVSwitch, or a multi-node NVLink
+domain over more (:data:`BOARD_GPUS`; B300 ← B200, GB300 ← GB200, whether a job's share of an
+NVL72 rack is 72 or 64 GPUs) — else the library's first part's figures
 scaled by the two parts' nominal NVLink bandwidths (DeepEP's H800 for every other part,
 HybridEP's B200).
 
@@ -160,6 +162,12 @@ def _listed(library: str, part: str) -> tuple[KernelRates, str]:
     return got
 
 
+BOARD_GPUS = 8
+"""GPUs of one board's NVSwitch domain (NVIDIA HGX H100, H200, B200, B300: 8 GPUs a baseboard);
+an NVLink domain over more is a multi-node NVLink system (GB200/GB300 NVL72), whatever share
+of it a job holds."""
+
+
 @lru_cache(maxsize=64)
 def kernel_rates(
     dispatcher: str, part: str, nvlink_bytes_per_s: float | None, nvlink_domain: int
@@ -182,6 +190,11 @@ def kernel_rates(
     >>> b300 = kernel_rates("hybridep", "B300", 900e9, 8)
     >>> b300.at(8), b300.borrowed.startswith("B200's")
     ((748074107142.8572, 685872857142.8573), True)
+
+    GB300 on 64 GPUs of each NVL72 rack reads GB200's rows, as on all 72:
+
+    >>> kernel_rates("hybridep", "GB300", 900e9, 64).borrowed.startswith("GB200's")
+    True
     """
     library = KERNEL_LIBRARY.get(str(dispatcher))
     if library is None or not nvlink_bytes_per_s:
@@ -196,9 +209,10 @@ def kernel_rates(
         if (r.library, r.link) == (library, "nvlink")
     }
     for other, (gbps, domain) in systems.items():
-        if gbps is not None and (gbps * 1e9, domain) == (nvlink_bytes_per_s, nvlink_domain):
+        same_kind = (domain > BOARD_GPUS) == (nvlink_domain > BOARD_GPUS)
+        if gbps is not None and gbps * 1e9 == nvlink_bytes_per_s and same_kind:
             rates, note = _listed(library, other)
-            said = f"{other}'s {library} rows for {part} (same NVLink bandwidth and domain)"
+            said = f"{other}'s {library} rows for {part} (same NVLink bandwidth and domain kind)"
             borrowed = "; ".join(x for x in (said, note) if x)
             return KernelRates(
                 rates.ep, rates.dispatch_gbps, rates.combine_gbps, rates.source, borrowed

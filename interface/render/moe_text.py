@@ -58,7 +58,7 @@ def dispatcher_kernel_sentence(est: Estimate) -> list[str]:
     runs = _deepep_runs(est)
     if runs[:1] != [""] or not uses_roofline(est.options, lay.framework, d):
         return [x for x in runs if x]  # DeepEP's internode kernels: no intra-domain rate read
-    rates = kernel_rates(dispatcher, d.name, d.nvlink_bytes_per_s, d.nvlink_domain)
+    rates = kernel_rates(dispatcher, d.part, d.nvlink_bytes_per_s, d.nvlink_domain)
     if rates is None:
         return []
     dispatch, combine = (x / 1e9 for x in rates.at(lay.ep))

@@ -253,7 +253,7 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
             expert_passes_of(f.framework, t.precision), ao,
             experts_stay_bf16(f.framework, t.precision), expert_loop_of(f.framework),
             grouped_mm_of(f.framework), o.tp_comm_overlap_cfg, _gather_bytes(f.framework, t),
-            kernel_rates(str(t.moe_run.dispatcher), d.name, d.nvlink_bytes_per_s, d.nvlink_domain))  # fmt: skip
+            kernel_rates(str(t.moe_run.dispatcher), d.part, d.nvlink_bytes_per_s, d.nvlink_domain))  # fmt: skip
     r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
     rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp", "framework")
     tp_bw, tp_up = axis_link(c, f, "tp")

@@ -9,6 +9,7 @@ counted as the bytes a rank receives, its own rows included (tests/legacy/test_i
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -20,6 +21,7 @@ from trainplan.model.moe_run import MoERun
 from trainplan.model.op_time import Clock
 from trainplan.model.ops import LayerShape
 from trainplan.model.roofline import Collective, LinkTime, RooflineParams, collective_seconds
+from trainplan.topology.accelerator_file import accelerator_of
 
 P = RooflineParams(gemm_efficiency=0.6)
 
@@ -135,6 +137,24 @@ def test_parts_without_a_row_borrow_and_say_so():
     assert hy is not None and hy.at(8) == pytest.approx((367.475e9 * at8, 336.92e9 * at8))
     assert kernel_rates("alltoall", "H800", 200e9, 8) is None
     assert kernel_seconds(1e9, 8, None) is None and kernel_seconds(1e9, 1, (1.0, 1.0)) is None
+
+
+def test_a_job_on_part_of_an_nvl72_rack_and_a_file_part_read_the_racks_rows():
+    """A job on 64 GPUs of each NVL72 rack (``nvlink_domain`` 64, Slurm ``--segment=16``) runs
+    on the same multi-node NVLink fabric as on all 72: GB300 borrows GB200's HybridEP rows, not
+    the 8-GPU B200 board's (EP 16: 661.93 / 600.75 GB/s × 14,848 / 14,336, as on 72); a part
+    from a file is looked up by the catalogue part it names (``like``), not by its file name."""
+    at16 = 14848 / 14336
+    for domain in (64, 72):
+        gb300 = kernel_rates("hybridep", "GB300", 900e9, domain)
+        assert gb300 is not None and gb300.borrowed.startswith("GB200's"), domain
+        assert gb300.at(16) == pytest.approx((661.93e9 * at16, 600.75e9 * at16), rel=1e-12)
+    gb200 = accelerator_of("GB200")
+    mine = replace(gb200, name="my-gb200", like="GB200")
+    assert mine.part == "GB200"
+    own = kernel_rates("hybridep", mine.part, mine.nvlink_bytes_per_s, mine.nvlink_domain)
+    assert own is not None and own.borrowed == ""
+    assert own == kernel_rates("hybridep", "GB200", gb200.nvlink_bytes_per_s, 72)
 
 
 def test_the_rows_measured_systems_are_the_accelerator_tables():
