@@ -209,7 +209,7 @@ def kernel_rates(
         if (r.library, r.link) == (library, "nvlink")
     }
     for other, (gbps, domain) in systems.items():
-        same_kind = (domain > BOARD_GPUS) == (nvlink_domain > BOARD_GPUS)
+        same_kind = domain is not None and (domain > BOARD_GPUS) == (nvlink_domain > BOARD_GPUS)
         if gbps is not None and gbps * 1e9 == nvlink_bytes_per_s and same_kind:
             rates, note = _listed(library, other)
             said = f"{other}'s {library} rows for {part} (same NVLink bandwidth and domain kind)"
