@@ -1,5 +1,6 @@
 """The POST form of the planner's endpoints (``POST /api/evaluate``, ``/api/search``,
-``/api/frontier``, their ``…/stream`` and ``/api/figures/memory``): the same parameters as the
+``/api/frontier``, their ``…/stream``, ``/api/figures/memory``, ``/api/figures/frontier`` and
+``/api/figures/frontier.csv``): the same parameters as the
 GET query, in a JSON object, for requests too large for a URL (a Hugging Face ``config.json`` of
 hundreds of kilobytes: a query string that long is refused by the HTTP server, HTTP 400, before
 the app can say why).

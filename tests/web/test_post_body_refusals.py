@@ -11,6 +11,7 @@ the reader's recursion limit (1,000 frames)."""
 from __future__ import annotations
 
 import asyncio
+import re
 import warnings
 
 import pytest
@@ -109,3 +110,23 @@ def test_the_cli_refuses_a_long_number_in_one_line():
     assert refusal(done["digits"]) == "--" + DIGITS_LINE
     assert refusal(done["exponent"]).startswith("--dp: '1e999")
     assert "is 5,002 characters long" in refusal(done["exponent"])
+
+
+def test_the_frontier_figure_and_csv_take_a_post_body(client):
+    """The frontier page's chart and CSV go as POST when their query is long (an uploaded
+    config.json), like its search: the same chart and the same CSV as GET."""
+    query = "model=llama3-8b&gpu=H100-SXM&gpus=8&gpus=16&pp=1"
+    body = {"model": "llama3-8b", "gpu": "H100-SXM", "gpus": [8, 16], "pp": 1}
+    for path in ("/api/figures/frontier", "/api/figures/frontier.csv"):
+        got, want = client.post(path, json=body), client.get(f"{path}?{query}")
+        assert got.status_code == want.status_code == 200, got.text[:300]
+        assert got.headers["content-type"] == want.headers["content-type"]
+
+        # the same figure but the moment matplotlib wrote it
+        def undated(text: str) -> str:
+            return re.sub(r"<dc:date>[^<]*</dc:date>", "", text)
+
+        assert undated(got.text) == undated(want.text)
+    csv = client.post("/api/figures/frontier.csv", json=body)
+    assert csv.headers["content-disposition"] == 'attachment; filename="frontier.csv"'
+    assert len(csv.text.splitlines()) >= 2  # the header and a point at least
