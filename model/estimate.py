@@ -265,31 +265,24 @@ def stage_memory(
 
 def _zero_table(stage: StageMemory, options: CostOptions, c: Context, f: Any) -> tuple[Any, ...]:
     """The model state of the busiest stage (``f``'s) under each ZeRO stage its framework runs
-    at its pp, against its lowest (textbook: ZeRO-0, the ZeRO paper's baseline): the memory
-    report's own term, :func:`model.terms.state.model_state_term` (weights + gradients +
-    optimizer state, ``ModelState.total_bytes``), read at each stage — the optimizer's own state
-    (Muon's momentum, :func:`model.terms.optimizer_state.optimizer_scales`), the layer-wise
-    optimizer's padding and the wider embedding gradients included, so the layout's own row is
-    the report's model state. On the GPU without offload: the table compares the ZeRO stages
-    themselves (an offload is beside it, ``memory.host_bytes``)."""
-    layout = f.layout
-    on_gpu = replace(c, training=replace(c.training, offload=NO_OFFLOAD))
-    batch = c.training.global_batch_size
-    d, e = stage.dense_params, stage.expert_params
+    at its pp, against its lowest (textbook: ZeRO-0, the ZeRO paper's baseline): the report's
+    own term (:func:`model.terms.state.model_state_term`'s ``total_bytes``) at each stage, so
+    the layout's own row is the report's model state (Muon's state and padding included). On
+    the GPU without offload: the table compares the ZeRO stages themselves (an offload is beside
+    it, ``memory.host_bytes``)."""
+    layout, on_gpu = f.layout, replace(c, training=replace(c.training, offload=NO_OFFLOAD))
+    d, e, B = stage.dense_params, stage.expert_params, c.training.global_batch_size
     stages = zero_stages_for(layout.framework, layout.pp)
-
-    def state(z: int) -> Fraction:
-        at_z = LayoutFields(layout.with_(zero_stage=z), batch, f.stage)
-        return model_state_term(on_gpu, at_z).total_bytes
-
-    base = state(stages[0])
-    rows = []
-    for z in stages:
-        total = state(z)
-        regather, multi = options.zero3_regather, options.use_multi_rank_bucket_allreduce
-        dp = dp_traffic(d, e, layout, on_gpu.training, z, regather, multi)
-        rows.append(ZeroRow(z, total, base / total if total else Fraction(1), dp.bytes_per_step))
-    return tuple(rows)
+    totals = [
+        model_state_term(on_gpu, LayoutFields(layout.with_(zero_stage=z), B, f.stage)).total_bytes
+        for z in stages
+    ]
+    regather, multi = options.zero3_regather, options.use_multi_rank_bucket_allreduce
+    dp = [dp_traffic(d, e, layout, on_gpu.training, z, regather, multi) for z in stages]
+    return tuple(
+        ZeroRow(z, x, totals[0] / x if x else Fraction(1), t.bytes_per_step)
+        for z, x, t in zip(stages, totals, dp, strict=True)
+    )
 
 
 def _row(

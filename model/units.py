@@ -16,7 +16,7 @@ from functools import lru_cache
 from types import MappingProxyType
 
 from trainplan.model.errors import InputError
-from trainplan.model.number_words import not_a_number
+from trainplan.model.number_words import check_length, not_a_number
 
 __all__ = [
     "GB",
@@ -67,11 +67,6 @@ MAX_EXPONENT = 300
 """Every number read lies within ±10^300 and is 0 or at least 10^-300 in size: beyond that a float
 (IEEE double, ≈ 1.8·10^308) overflows or underflows when the figure is printed, and ``1e999999``
 would take seconds to expand exactly. :func:`parse_number` refuses the rest."""
-
-MAX_DIGITS = 4000
-"""The longest number text read, characters (digits, point, exponent): any number within
-:data:`MAX_EXPONENT` is written in far fewer, and Python's ``int()`` refuses a text of more than
-4,300 digits (``sys.int_info.default_max_str_digits``) with a ``ValueError``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,12 +251,7 @@ def parse_number(text: str | float | int | Fraction, name: str = "value") -> Fra
         s = s[:-1].strip()
     if not _NUMBER.match(s):
         raise InputError(not_a_number(name, shown_text(raw), s, _NUMBER, limit_for(name)))
-    if len(s) > MAX_DIGITS:  # Python's int() refuses over 4,300 digits (sys.int_info)
-        raise InputError(
-            f"{name}: {shown_text(raw)} is {len(s):,} characters long: a number is written in at "
-            f"most {MAX_DIGITS:,} (0 or between 1e-{MAX_EXPONENT} and 1e{MAX_EXPONENT} in size)"
-        )
-    mantissa, _, exponent = s.lower().partition("e")
+    mantissa, _, exponent = check_length(name, shown_text(raw), s).lower().partition("e")
     value = Fraction(mantissa) * scale
     if exponent:
         if abs(int(exponent)) > 2 * MAX_EXPONENT:  # refused before 10**exponent is expanded

@@ -32,7 +32,7 @@ from trainplan.model.errors import InputError  # noqa: E402
 BIG = "9" * 5000
 DIGITS_LINE = (
     "dp: '" + "9" * 78 + "… (5,002 characters) is 5,000 characters long: a number is written in "
-    "at most 4,000 (0 or between 1e-300 and 1e300 in size)"
+    "at most 4,000 (any number within ±1e300 takes far fewer)"
 )
 BASE = '{"model": "llama3-8b", "gpu": "H100-SXM", "tp": 2, '
 
