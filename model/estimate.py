@@ -271,12 +271,9 @@ def _zero_table(stage: StageMemory, options: CostOptions, c: Context, f: Any) ->
     the GPU without offload: the table compares the ZeRO stages themselves (an offload is beside
     it, ``memory.host_bytes``)."""
     layout, on_gpu = f.layout, replace(c, training=replace(c.training, offload=NO_OFFLOAD))
-    d, e, B = stage.dense_params, stage.expert_params, c.training.global_batch_size
+    d, e = stage.dense_params, stage.expert_params
     stages = zero_stages_for(layout.framework, layout.pp)
-    totals = [
-        model_state_term(on_gpu, LayoutFields(layout.with_(zero_stage=z), B, f.stage)).total_bytes
-        for z in stages
-    ]
+    totals = [model_state_term(on_gpu, f.with_zero_stage(z)).total_bytes for z in stages]
     regather, multi = options.zero3_regather, options.use_multi_rank_bucket_allreduce
     dp = [dp_traffic(d, e, layout, on_gpu.training, z, regather, multi) for z in stages]
     return tuple(
