@@ -5,15 +5,20 @@ a Hugging Face ``config.json`` (the one grammar of evaluate's ``--model``,
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
+from fractions import Fraction
 from typing import Any
 
 from trainplan.interface.tab_requests import MfuRequest
+from trainplan.interface.tab_values import fmt_number
 from trainplan.model.errors import check_applicable, named_lookup
+from trainplan.model.flops import attention_model_flops
 from trainplan.model.params import count_params
+from trainplan.model.specs import Architecture
 from trainplan.scenarios.catalogue import get_model
 
-__all__ = ["mfu_model"]
+__all__ = ["mfu_model", "model_attention"]
 
 _DIMENSIONS = ("layers", "heads", "head_dim", "hidden")
 """The MFU tab's dimensions a model has of its own."""
@@ -41,9 +46,37 @@ def _check_beside(r: MfuRequest, name: str) -> None:
         check_applicable({"model": name}, {"model": why})
 
 
-def mfu_model(r: MfuRequest) -> tuple[MfuRequest, dict[str, Any] | None]:
-    """``r`` with the figures of its ``model`` filled in, and the report's ``model`` object
-    (None without a model: ``r`` as given).
+def model_attention(arch: Architecture, seq_len: int, causal: bool) -> tuple[Fraction, str]:
+    """The model's own attention FLOPs per token, forward + backward, and their formula: the
+    count of ``trainplan evaluate``'s ``6n+attention`` MFU
+    (:func:`model.flops.attention_model_flops` of one sequence ÷ ``seq_len``), each layer at
+    its own span — a sliding-window or chunked layer counts the pairs it attends with
+    ``causal`` (:func:`model.attention.attended_pairs`), the MTP blocks counted too. Without
+    ``causal`` every layer computes s² pairs (PaLM's ``12·L·H·Q·T``).
+
+    Examples
+    --------
+    >>> arch = Architecture(num_layers=2, hidden_size=8, num_attention_heads=2,
+    ...                     ffn_hidden_size=32, vocab_size=16)
+    >>> model_attention(arch, 4, causal=False)[0] == 12 * 2 * 8 * 4
+    True
+    """
+    flops = Fraction(attention_model_flops(arch, seq_len, 1, causal), seq_len)
+    spans = Counter(arch.layer_span(i) for i in range(arch.num_layers + arch.mtp_layers))
+    parts = []
+    for span, n in spans.items():
+        width = arch.span_width(span)
+        parts.append(f"{n} {span.value}" + (f" {width}" if width is not None else ""))
+    text = f"{fmt_number(flops)} attention of the {' + '.join(parts)} layers"
+    return flops, text
+
+
+def mfu_model(
+    r: MfuRequest,
+) -> tuple[MfuRequest, dict[str, Any] | None, Architecture | None]:
+    """``r`` with the figures of its ``model`` filled in, the report's ``model`` object
+    (None without a model: ``r`` as given) and the model's architecture where a term reads its
+    attention (:func:`model_attention`; None otherwise).
 
     N is the model's active parameters, the N of ``trainplan evaluate``'s MFU
     (:func:`model.params.count_params` ``.active``, as :func:`model.estimate.estimate` takes it:
@@ -66,7 +99,7 @@ def mfu_model(r: MfuRequest) -> tuple[MfuRequest, dict[str, Any] | None]:
         unreadable file (one line naming ``model``).
     """
     if r.model is None:
-        return r, None
+        return r, None, None
     name = str(r.model)
     _check_beside(r, name)
     entry = named_lookup("model", get_model, name)
@@ -93,4 +126,4 @@ def mfu_model(r: MfuRequest) -> tuple[MfuRequest, dict[str, Any] | None]:
         "seq_len": seq_len,
         "seq_len_from": seq_from,
     }
-    return replace(r, **fields), record
+    return replace(r, **fields), record, arch if needs_dims else None

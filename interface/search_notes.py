@@ -23,7 +23,7 @@ _RULE_HEADS = frozenset(flag_for(n) for n in ("tp", "pp", "cp", "ep", "zero_stag
 """The flags the rules :func:`optimizer.axis_rules.value_refusal` names start with."""
 
 
-def unused_note(unused: Sequence[tuple[str, int, str]]) -> str | None:
+def unused_note(unused: Sequence[tuple[str, int | str, str]]) -> str | None:
     """The one note line naming the values the user asked for that no layout uses, and why
     (:func:`optimizer.axis_rules.unused_values`; the rule as a refusal words it on the command
     line, :func:`interface.flags.refusal`), or None when there are none.

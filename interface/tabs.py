@@ -15,7 +15,7 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
-from trainplan.interface.mfu_model import mfu_model
+from trainplan.interface.mfu_model import mfu_model, model_attention
 from trainplan.interface.render import pipeline_tab
 from trainplan.interface.rlhf.tab import RLHF_DEFAULTS, rlhf_report
 from trainplan.interface.tab_requests import (
@@ -39,6 +39,7 @@ from trainplan.model.pipeline import bubble_fraction, bubble_ratio
 from trainplan.model.pipeline_zb import SplitSchedule
 from trainplan.model.schedule import TIMELINE_SCHEDULES, simulate
 from trainplan.model.schedule_support import INTERLEAVED_V1, check_schedule_framework
+from trainplan.model.specs import Architecture
 from trainplan.model.units import parse_count, parse_number
 
 __all__ = [
@@ -190,12 +191,12 @@ def mfu_report(*args: Any, **kw: Any) -> dict[str, Any]:
     >>> r["arithmetic"]
     '6 · 70e9 · 4e6 ÷ (989e12 · 512 · 7 s) = 47.4%'
     """
-    r, model = mfu_model(as_request(MfuRequest, args, kw))
+    r, model, arch = mfu_model(as_request(MfuRequest, args, kw))
     n_chips = parse_count(r.chips, "chips")
     peak, peak_source = resolve_peak(r.gpu, r.peak_tflops)
     dims = _mfu_dims(r)
     n = None if r.params is None else Fraction(parse_count(r.params, "params"))
-    attn, attn_text = _attention(r, dims)
+    attn, attn_text = _attention(r, dims, arch)
     out: dict[str, Any] = {
         "tab": "mfu",
         "chips": n_chips,
@@ -207,7 +208,9 @@ def mfu_report(*args: Any, **kw: Any) -> dict[str, Any]:
     mfu = mf.utilisation(rate, peak, n_chips)
     if mfu > 1:
         raise _too_high(mode, mfu, line, n_chips)
-    extra, how = _recomputed_share(r, dims, n, per_token, mfu)
+    seq = dims["seq_len"]
+    own = model_attention(arch, seq, bool(r.causal))[0] if arch and seq else None
+    extra, how = _recomputed_share(r, dims, n, per_token, mfu, own)
     out.update(
         mode=mode,
         achieved_model_flops_per_s=rate,
@@ -215,7 +218,7 @@ def mfu_report(*args: Any, **kw: Any) -> dict[str, Any]:
         mfu_without_attention=plain,
         hfu=mfu * (1 + extra),
         recomputed_flops_share=extra,
-        attention=_attention_record(r, attn, attn_text),
+        attention=_attention_record(r, attn, attn_text, arch is not None),
         arithmetic=f"{line} = {percent(mfu)}",
         hfu_arithmetic=f"hfu = mfu × (1 + {how}) = {percent(mfu * (1 + extra))}"
         if extra
@@ -224,19 +227,28 @@ def mfu_report(*args: Any, **kw: Any) -> dict[str, Any]:
     return jsonable(out)
 
 
-def _attention(r: MfuRequest, dims: dict[str, int | None]) -> tuple[Any, str]:
-    """(attention FLOPs per token, their formula) when ``attention`` is on (PaLM's,
-    :func:`model.mfu.attention_term`), else (0, "")."""
+def _attention(
+    r: MfuRequest, dims: dict[str, int | None], arch: Architecture | None
+) -> tuple[Any, str]:
+    """(attention FLOPs per token, their formula) when ``attention`` is on, else (0, ""): a
+    model's own per-layer count (``arch``: :func:`interface.mfu_model.model_attention`, the
+    count of evaluate's MFU), else PaLM's from the typed dimensions
+    (:func:`model.mfu.attention_term`)."""
     if not r.attention:
         return 0, ""
+    if arch is not None and dims["seq_len"] is not None:
+        return model_attention(arch, dims["seq_len"], bool(r.causal))
     return mf.attention_term(
         dims["layers"], dims["heads"], dims["head_dim"], dims["hidden"], dims["seq_len"], r.causal
     )
 
 
-def _attention_record(r: MfuRequest, attn: Any, attn_text: str) -> dict[str, Any]:
-    """The report's ``attention`` object: whether counted, causal, FLOPs per token, formula."""
+def _attention_record(r: MfuRequest, attn: Any, attn_text: str, own: bool) -> dict[str, Any]:
+    """The report's ``attention`` object: whether counted, causal, FLOPs per token, formula
+    (``own``: the model's own per-layer count)."""
     note = " (causal: halved)" if r.causal else " (non-causal)"
+    if own:
+        note = " (causal: each layer's attended pairs)" if r.causal else " (non-causal: s² a layer)"
     return {
         "included": bool(r.attention),
         "causal": bool(r.causal) if r.attention else None,
@@ -310,10 +322,16 @@ def _achieved(
 
 
 def _recomputed_share(
-    r: MfuRequest, dims: dict[str, int | None], n: Fraction | None, per_token: Any, mfu: Any
+    r: MfuRequest,
+    dims: dict[str, int | None],
+    n: Fraction | None,
+    per_token: Any,
+    mfu: Any,
+    attention: Fraction | None = None,
 ) -> tuple[Any, str]:
     """(recomputed FLOPs / model FLOPs, its arithmetic) from ``recomputed_flops_pct`` or
-    ``recompute`` (:func:`model.mfu.recompute_share`).
+    ``recompute`` (:func:`model.mfu.recompute_share`; ``attention``: a model's own attention
+    FLOPs per token, forward + backward, instead of PaLM's from the dimensions).
 
     Raises
     ------
@@ -324,7 +342,7 @@ def _recomputed_share(
     pct = r.recomputed_flops_pct
     pct = None if pct is None else parse_number(pct, "recomputed_flops_pct")
     extra, how = mf.recompute_share(
-        r.recompute, pct, n, per_token, dims["layers"], hq, dims["seq_len"], r.causal
+        r.recompute, pct, n, per_token, dims["layers"], hq, dims["seq_len"], r.causal, attention
     )
     if mfu * (1 + extra) > 1:
         raise InputError(

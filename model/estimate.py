@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from fractions import Fraction
-from functools import partial
 from typing import Any
 
 from trainplan.model.comm import AxisTraffic, dp_traffic
@@ -22,7 +21,6 @@ from trainplan.model.flops import StepFlops, step_flops, utilisation
 from trainplan.model.frameworks import zero_stages_for
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Layout, Recompute, validate
-from trainplan.model.memory import model_state
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.offload import NO_OFFLOAD, host_rates
 from trainplan.model.params import count_params
@@ -36,10 +34,10 @@ from trainplan.model.terms.fields import INSIDE_DOMAIN, AxisLinkLike, Context, L
 from trainplan.model.terms.forward_gather import forward_gather_term
 from trainplan.model.terms.peak import StageMemory, busiest_stage, host_fits, stage_memory_term
 from trainplan.model.terms.roofline import muon_axis_traffic, muon_gather_seconds
-from trainplan.model.terms.runtime_window import held_whole_params
 from trainplan.model.terms.sm_shares import layout_sm_shares
 from trainplan.model.terms.split_key import SplitKey
 from trainplan.model.terms.stage_params import stage_params_per_gpu
+from trainplan.model.terms.state import model_state_term
 from trainplan.model.terms.step import (
     dp_term,
     pipeline_term,
@@ -269,22 +267,21 @@ def stage_memory(
 
 def _zero_table(stage: StageMemory, options: CostOptions, c: Context, f: Any) -> tuple[Any, ...]:
     """The model state of the busiest stage (``f``'s) under each ZeRO stage its framework runs
-    at its pp (the whole weights :func:`model.terms.runtime_window.held_whole_params`), against
-    its lowest (textbook: ZeRO-0, the ZeRO paper's baseline). On the GPU without offload: the
-    table compares the ZeRO stages themselves (an offload is beside it, ``memory.host_bytes``)."""
-    layout, training = f.layout, replace(c.training, offload=NO_OFFLOAD)
-    stages = zero_stages_for(layout.framework, layout.pp)
+    at its pp, against its lowest (textbook: ZeRO-0, the ZeRO paper's baseline): the report's
+    own term (:func:`model.terms.state.model_state_term`'s ``total_bytes``) at each stage, so
+    the layout's own row is the report's model state (Muon's state and padding included). On
+    the GPU without offload: the table compares the ZeRO stages themselves (an offload is beside
+    it, ``memory.host_bytes``)."""
+    layout, on_gpu = f.layout, replace(c, training=replace(c.training, offload=NO_OFFLOAD))
     d, e = stage.dense_params, stage.expert_params
-    held = partial(held_whole_params, c, f)  # the whole weights of the runtime's chunks
-    state = partial(model_state, d, e, layout, training, embedding=stage.embedding, held=held)
-    base = state(stages[0]).total_bytes
-    rows = []
-    for z in stages:
-        total = state(z).total_bytes
-        regather, multi = options.zero3_regather, options.use_multi_rank_bucket_allreduce
-        dp = dp_traffic(d, e, layout, training, z, regather, multi)
-        rows.append(ZeroRow(z, total, base / total if total else Fraction(1), dp.bytes_per_step))
-    return tuple(rows)
+    stages = zero_stages_for(layout.framework, layout.pp)
+    totals = [model_state_term(on_gpu, f.with_zero_stage(z)).total_bytes for z in stages]
+    regather, multi = options.zero3_regather, options.use_multi_rank_bucket_allreduce
+    dp = [dp_traffic(d, e, layout, on_gpu.training, z, regather, multi) for z in stages]
+    return tuple(
+        ZeroRow(z, x, totals[0] / x if x else Fraction(1), t.bytes_per_step)
+        for z, x, t in zip(stages, totals, dp, strict=True)
+    )
 
 
 def _row(

@@ -42,6 +42,7 @@ __all__ = [
     "layer_matmul_weights",
     "layer_forward_flops",
     "attention_core_forward_flops",
+    "attention_model_flops",
     "output_forward_flops",
     "StepFlops",
     "step_flops",
@@ -144,6 +145,30 @@ def attention_core_forward_flops(
         return int(2 * batch * packed_pairs(span, seq_len, width, causal, docs) * a * dims)
     pairs = attended_pairs(span, seq_len, width, causal)
     return 2 * batch * pairs * a * dims
+
+
+def attention_model_flops(
+    arch: Architecture, seq_len: int, batch: int, causal: bool, docs: Documents | None = None
+) -> int:
+    """Attention FLOPs of ``batch`` sequences, forward + backward, that ``6n+attention`` adds to
+    ``6·N`` (PaLM Appendix B): 3 × Σ over the layers (the MTP blocks' too) of each layer's own
+    :func:`attention_core_forward_flops` — at its span (a sliding-window or chunked layer counts
+    the pairs it attends with ``causal``) — in FLOPs. The one count both ``trainplan evaluate``'s
+    MFU (:func:`step_flops`) and ``trainplan mfu --model`` (:mod:`interface.mfu_model`, per
+    token: this at ``batch`` 1 divided by ``seq_len``) read.
+
+    Examples
+    --------
+    >>> from trainplan.model.specs import Architecture
+    >>> gpt = Architecture(num_layers=2, hidden_size=8, num_attention_heads=2,
+    ...                    ffn_hidden_size=32, vocab_size=16)
+    >>> attention_model_flops(gpt, 4, 1, causal=False) == 3 * 2 * (4 * 4**2 * 8)  # 12·L·h·s²
+    True
+    """
+    layers = range(arch.num_layers + arch.mtp_layers)
+    return 3 * sum(
+        attention_core_forward_flops(arch, i, seq_len, batch, causal, docs) for i in layers
+    )
 
 
 def output_forward_flops(arch: Architecture, seq_len: int, batch: int) -> int:
@@ -307,8 +332,7 @@ def _model_flops(
         return 3 * (layers_fwd + logits_fwd)
     model = 6 * active_params * B * s
     if convention is MfuConvention.SIX_N_ATTENTION:
-        layers = range(arch.num_layers + arch.mtp_layers)
-        model += 3 * sum(attention_core_forward_flops(arch, i, s, B, causal, docs) for i in layers)
+        model += attention_model_flops(arch, s, B, causal, docs)
     return model
 
 

@@ -94,11 +94,15 @@ def recompute_flops_per_token(
     head_dim: int | None = None,
     seq_len: int | None = None,
     causal: bool = False,
+    attention: Fraction | None = None,
 ) -> Fraction:
     """FLOPs per token spent recomputing activations under ``mode`` (``none|selective|full``).
 
     ``full`` = ``2·N`` (+ ``4·L·H·Q·T`` attention forward when the dimensions are given);
     ``selective`` = ``4·L·H·Q·T`` (needs the dimensions). Halved attention when ``causal``.
+    ``attention``: a model's own attention FLOPs per token, forward + backward
+    (:func:`interface.mfu_model.model_attention`, each layer at its span), whose forward third
+    replaces ``4·L·H·Q·T``.
 
     Raises
     ------
@@ -116,6 +120,9 @@ def recompute_flops_per_token(
         raise InputError(f"recompute: {mode!r} must be one of {', '.join(RECOMPUTE_MODES)}")
     if mode == "none":
         return Fraction(0)
+    if attention is not None:
+        forward = Fraction(attention) / 3
+        return forward if mode == "selective" else 2 * _positive("params", params) + forward
     names = ("layers", "heads", "head_dim", "seq_len")
     dims = (layers, heads, head_dim, seq_len)
     missing = [n for n, d in zip(names, dims, strict=True) if d is None]
@@ -223,12 +230,14 @@ def recompute_share(
     hidden: int | None = None,
     seq_len: int | None = None,
     causal: bool = False,
+    attention: Fraction | None = None,
 ) -> tuple[Fraction, str]:
     """Recomputed FLOPs as a share of model FLOPs (HFU = MFU × (1 + share)) and how it was found.
 
     From ``pct`` (percent of model FLOPs) or from the ``recompute`` mode with the model's
     dimensions (``hidden`` = heads × head_dim); full recompute of a FLOP rate with no parameter
-    count is 1/3 (2N of 6N).
+    count is 1/3 (2N of 6N). ``attention``: a model's own attention FLOPs per token
+    (:func:`recompute_flops_per_token`).
 
     Raises
     ------
@@ -253,6 +262,6 @@ def recompute_share(
             return Fraction(1, 3), "1/3: full recompute = one more forward, 2N of 6N"
         raise InputError("recompute: 'selective' needs params and the model's dimensions")
     extra = recompute_flops_per_token(
-        recompute, params, layers, hidden, 1 if hidden else None, seq_len, causal
+        recompute, params, layers, hidden, 1 if hidden else None, seq_len, causal, attention
     )
     return extra / per_token, f"{float(extra):.4g}/{float(per_token):.4g} ({recompute})"

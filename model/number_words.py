@@ -9,10 +9,12 @@ import re
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
+from trainplan.model.errors import InputError
+
 if TYPE_CHECKING:
     from trainplan.model.units import Limit
 
-__all__ = ["AMBIGUOUS_SUFFIXES", "not_a_number", "number_examples"]
+__all__ = ["AMBIGUOUS_SUFFIXES", "MAX_DIGITS", "check_length", "not_a_number", "number_examples"]
 
 AMBIGUOUS_SUFFIXES = {"K": 1, "M": 2, "G": 3}
 """Suffixes refused as ambiguous, with the power each raises its base to: ``8K`` is 8,000 to an
@@ -21,6 +23,33 @@ silently and names both (``B`` and ``T``, billions and trillions of parameters o
 one reading and are accepted)."""
 
 _SUPERSCRIPT = {1: "", 2: "²", 3: "³"}
+
+MAX_DIGITS = 4000
+"""The longest number text read, characters (digits, point, exponent): any number within
+:data:`model.units.MAX_EXPONENT` is written in far fewer, and Python's ``int()`` refuses a text of
+more than 4,300 digits (``sys.int_info.default_max_str_digits``) with a ``ValueError``."""
+
+
+def check_length(name: str, shown: str, body: str) -> str:
+    """``body``, a number's text (without separators), when at most :data:`MAX_DIGITS` long:
+    refused before ``int()`` or ``Fraction()`` reads it; ``shown`` is the text as echoed.
+
+    Raises
+    ------
+    InputError
+        Naming ``name``, the text (shortened) and the rule.
+
+    >>> check_length("dp", "'99…'", "9" * 5000)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.InputError: dp: '99…' is 5,000 characters long: a number is written ...
+    """
+    if len(body) > MAX_DIGITS:
+        raise InputError(
+            f"{name}: {shown} is {len(body):,} characters long: a number is written in at most "
+            f"{MAX_DIGITS:,} (any number within ±1e300 takes far fewer)"
+        )
+    return body
 
 
 def not_a_number(

@@ -16,7 +16,7 @@ from functools import lru_cache
 from types import MappingProxyType
 
 from trainplan.model.errors import InputError
-from trainplan.model.number_words import not_a_number
+from trainplan.model.number_words import check_length, not_a_number
 
 __all__ = [
     "GB",
@@ -251,7 +251,7 @@ def parse_number(text: str | float | int | Fraction, name: str = "value") -> Fra
         s = s[:-1].strip()
     if not _NUMBER.match(s):
         raise InputError(not_a_number(name, shown_text(raw), s, _NUMBER, limit_for(name)))
-    mantissa, _, exponent = s.lower().partition("e")
+    mantissa, _, exponent = check_length(name, shown_text(raw), s).lower().partition("e")
     value = Fraction(mantissa) * scale
     if exponent:
         if abs(int(exponent)) > 2 * MAX_EXPONENT:  # refused before 10**exponent is expanded

@@ -12,7 +12,7 @@ search never re-types a rule, it asks the one the evaluator asks.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -115,9 +115,10 @@ def _alone(axis: str, value: int, framework: Framework, cp_kind: CpKind) -> dict
     return out
 
 
-def unused_values(problem: Problem, tables: CostTables) -> tuple[tuple[str, int, str], ...]:
+def unused_values(problem: Problem, tables: CostTables) -> tuple[tuple[str, int | str, str], ...]:
     """The values of tp, pp, cp and ep the user asked for (two or more of an axis) that no legal
-    shape of the tables uses, each as ``(axis, value, why)``: the rule that refuses it
+    shape of the tables uses, and the frameworks (two or more asked) none runs
+    (:func:`_unused_frameworks`), each as ``(axis, value, why)``: the rule that refuses it
     (:func:`value_refusal`, the first job's, in :func:`model.legality.refusal`'s words), that it
     divides no GPU count searched, or that no combination with the other degrees, the batch and
     the GPU count is legal. Empty when every asked value is used, or when a time limit stopped
@@ -132,7 +133,7 @@ def unused_values(problem: Problem, tables: CostTables) -> tuple[tuple[str, int,
     job = problem.jobs[0]
     gpus = sorted({j.num_gpus for j in problem.jobs})
     counts = ", ".join(f"{g:,}" for g in gpus[:4]) + (", …" if len(gpus) > 4 else "")
-    out = []
+    out: list[tuple[str, int | str, str]] = []
     for axis in AXES:
         given = getattr(space, axis)
         if not given or len(given) < 2:  # one value unused empties the space: a refusal says why
@@ -149,4 +150,27 @@ def unused_values(problem: Problem, tables: CostTables) -> tuple[tuple[str, int,
                 "and the GPU count"
             )
             out.append((axis, v, why))
+    return tuple(out) + _unused_frameworks(space, job.case.training, job.case.model, tables, rows)
+
+
+def _unused_frameworks(
+    space: SearchSpace, training: TrainingSpec, model: ModelSpec, tables: CostTables, rows: Any
+) -> tuple[tuple[str, str, str], ...]:
+    """The frameworks asked for (two or more) that no legal shape of the tables runs, each as
+    ``("framework", name, why)``: the framework's own rule against the recipe
+    (:func:`recipe_refusal` of the space with that framework alone: a Megatron-only setting
+    such as ``muon_tp_mode``, an optimizer or offload it does not run), or that no layout of
+    the other degrees is legal under it."""
+    if len(space.frameworks) < 2:
+        return ()
+    used = {s.framework for i, s in enumerate(tables.shapes) if rows[i].any()}
+    out = []
+    for fw in space.frameworks:
+        if fw in used:
+            continue
+        why = recipe_refusal(replace(space, frameworks=(fw,)), training, model) or (
+            f"framework: {fw} has no legal combination with the degrees, the global batch and "
+            "the GPU count"
+        )
+        out.append(("framework", str(Framework(fw).value), why))
     return tuple(out)

@@ -9,8 +9,10 @@ Hand derivations (the catalogue's dimensions; every matrix, norm and embedding c
   3 · 8192 · 28672 = 704,643,072 and two norms 16,384: 855,654,400; × 80 = 68,452,352,000, plus
   the embedding and output 2 · 128256 · 8192 = 2,101,346,304 and the final norm 8,192:
   N = 70,553,706,496. On 512 H100s (989.4 TFLOP/s) at 4e6 tokens in 7 s:
-  MFU = 6 · N · 4e6 / (989.4e12 · 512 · 7) = 47.75 %; with PaLM's causal attention FLOPs
-  12 · 80 · 64 · 128 · 8192 / 2 per token (T the catalogue's 8192) 51.4 %.
+  MFU = 6 · N · 4e6 / (989.4e12 · 512 · 7) = 47.75 %; with the model's own causal attention
+  FLOPs (evaluate's count: s(s+1)/2 pairs a layer, 2 · P · 64 · (128 + 128) forward, × 3) per
+  token 3 · 80 · 2 · (8192 · 8193 / 2) · 64 · 256 / 8192 = 32,216,186,880 (T the catalogue's
+  8192; PaLM's s²/2 gives 32,212,254,720) 51.4 %.
 * Mixtral 8x7B (L 32, h 4096, f 14336, 8 experts top 2, 32 heads, 8 KV heads, V 32000): a layer
   holds attention 2 · 4096² + 2 · 4096 · 1024 = 41,943,040, an expert 3 · 4096 · 14336 =
   176,160,768, the router 4096 · 8 = 32,768, two norms 8,192; active (2 experts) 394,305,536 a
@@ -103,9 +105,10 @@ def test_mfu_reads_the_model(tmp_path):
     lines = done["attention"].stdout.splitlines()
     assert lines[0] == "model llama3-70b: N = 70.5537e9; seq_len 8192 the catalogue's"
     assert lines[1] == (
-        "mfu  (6 · 70.5537e9 + 12 · 80 · 64 · 128 · 8192 / 2) · 4e6 ÷ (989.4e12 · 512 · 7 s) "
-        "= 51.4%"
+        "mfu  (6 · 70.5537e9 + 32.2162e9 attention of the 80 global layers) · 4e6 "
+        "÷ (989.4e12 · 512 · 7 s) = 51.4%"
     )
+    assert 3 * 80 * 2 * (8192 * 8193 // 2) * 64 * 256 // 8192 == 32_216_186_880
 
     moe = json.loads(done["moe"].stdout)
     assert (MIXTRAL_ACTIVE, MIXTRAL_TOTAL) == (12_879_925_248, 46_702_792_704)

@@ -1,5 +1,6 @@
 """The POST form of the planner's endpoints (``POST /api/evaluate``, ``/api/search``,
-``/api/frontier``, their ``…/stream`` and ``/api/figures/memory``): the same parameters as the
+``/api/frontier``, their ``…/stream``, ``/api/figures/memory``, ``/api/figures/frontier`` and
+``/api/figures/frontier.csv``): the same parameters as the
 GET query, in a JSON object, for requests too large for a URL (a Hugging Face ``config.json`` of
 hundreds of kilobytes: a query string that long is refused by the HTTP server, HTTP 400, before
 the app can say why).
@@ -7,22 +8,29 @@ the app can say why).
 The body is ``{"name": value, …}``, each name a query parameter of the GET form; a value is a
 string, a number, true or false (as the query's text: ``"tp": 8`` is ``tp=8``), or a list of them
 for a parameter that repeats (``"gpus": [2048, 4096]``). ``config`` and ``accelerator`` also take
-the JSON object itself (``"config": {…}``), written back as its text. The parameters then go
-through the GET form's parsing (:func:`interface.web.params.parse`), so every value is checked by
-the same rule and refused with the same line (HTTP 422); a body that is not such an object is
-refused in one line naming ``body``.
+the JSON object itself (``"config": {…}``), written back as its text. ``null`` is the query's
+empty value (``"tp": null`` is ``tp=``: refused by the same rule as on GET). The parameters then
+go through the GET form's parsing (:func:`interface.web.params.parse`), so every value is checked
+by the same rule and refused with the same line (HTTP 422); an integer too long for Python's
+``int()`` goes there as its text, to be refused by the number rule naming its parameter. A body
+that is not such an object — not JSON, nested too deep for the reader, a key given twice (the
+GET form refuses a parameter given twice), over :data:`MAX_BODY_BYTES` (refused from its
+``Content-Length`` before it is read, or as soon as the bytes read pass it) — is refused in one
+line naming ``body``.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 from fastapi import Request
 
 from trainplan.model.errors import InputError
+from trainplan.model.units import shown_text
 
-__all__ = ["body_pairs", "pairs_of", "MAX_BODY_BYTES", "BODY_DOC"]
+__all__ = ["body_pairs", "decode", "pairs_of", "MAX_BODY_BYTES", "BODY_DOC"]
 
 MAX_BODY_BYTES = 64 * 2**20
 """The largest body read, bytes (64 MiB: the largest published config.json is some kilobytes; a
@@ -57,6 +65,8 @@ def _text(name: str, value: Any) -> str:
         A value that is not a string, number or boolean (an object but for ``config`` and
         ``accelerator``).
     """
+    if value is None:
+        return ""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
@@ -95,8 +105,64 @@ def pairs_of(body: Any) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     for name, value in body.items():
         values = value if isinstance(value, list) else [value]
-        out += [(str(name), _text(str(name), v)) for v in values if v is not None]
+        out += [(str(name), _text(str(name), v)) for v in values]
     return out
+
+
+class _Digits(str):
+    """An integer of the body too long for Python's ``int()`` (over
+    ``sys.get_int_max_str_digits()`` digits), kept as its text."""
+
+
+def _integer(text: str) -> int | str:
+    """``json.loads``'s ``parse_int``: the integer, or its text (:class:`_Digits`) when too long
+    for ``int()``, so that the number rule refuses it naming its parameter."""
+    limit = sys.get_int_max_str_digits()
+    return _Digits(text) if limit and len(text.lstrip("-")) > limit else int(text)
+
+
+def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``'s ``object_pairs_hook``: the object, each key once.
+
+    Raises
+    ------
+    InputError
+        A key given twice (JSON would keep the last silently; the GET form refuses it)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise InputError(
+                f"body: {shown_text(key)} given twice; give it once (a list for a parameter that "
+                "repeats)"
+            )
+        out[key] = value
+    return out
+
+
+def decode(raw: bytes) -> Any:
+    """The decoded JSON of a body (:func:`body_pairs`).
+
+    Raises
+    ------
+    InputError
+        Not JSON, nested too deep, a key given twice.
+
+    >>> decode(b'{"tp": 2, "dp": null}')
+    {'tp': 2, 'dp': None}
+    >>> decode(b'{"tp": 2, "tp": 4}')
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.InputError: body: 'tp' given twice; give it once (a list for a parameter that repeats)
+    """
+    try:
+        return json.loads(raw, parse_int=_integer, object_pairs_hook=_once) if raw.strip() else {}
+    except RecursionError:
+        raise InputError(
+            "body: nested deeper than the JSON reader goes; send a flat JSON object of the GET "
+            "form's parameters"
+        ) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise InputError(f"body: not JSON ({err}); send a JSON object") from None
 
 
 async def body_pairs(request: Request) -> list[tuple[str, str]]:
@@ -105,13 +171,17 @@ async def body_pairs(request: Request) -> list[tuple[str, str]]:
     Raises
     ------
     InputError
-        A body over :data:`MAX_BODY_BYTES`, not JSON, or not such an object.
+        A body over :data:`MAX_BODY_BYTES` (by its ``Content-Length``, or once the bytes read
+        pass it), not JSON, nested too deep, a key given twice, or not such an object.
     """
-    raw = await request.body()
-    if len(raw) > MAX_BODY_BYTES:
-        raise InputError(f"body: {len(raw):,} bytes is over the {MAX_BODY_BYTES:,} read")
-    try:
-        body = json.loads(raw) if raw.strip() else {}
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise InputError(f"body: not JSON ({err}); send a JSON object") from None
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and len(length) < 20 and int(length) > MAX_BODY_BYTES:
+        raise InputError(f"body: {int(length):,} bytes is over the {MAX_BODY_BYTES:,} read")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise InputError(f"body: over the {MAX_BODY_BYTES:,} bytes read")
+        chunks.append(chunk)
+    body = decode(b"".join(chunks))
     return list(request.query_params.multi_items()) + pairs_of(body)

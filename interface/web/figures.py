@@ -160,21 +160,41 @@ def planner_links(query: list[tuple[str, str]], obj: dict[str, Any]) -> list[str
     return [planner_link(query, r) for r in rows]
 
 
-def _points(request: Request) -> tuple[list[tuple[str, str]], Any]:
-    query = pairs(request)
-    return query, frontier_run(query)
+def _frontier_svg(query: list[tuple[str, str]]) -> Response:
+    """The frontier chart of ``query`` (each point a link to its layout on the planner page), or
+    the infeasible search's object, HTTP 409."""
+    result = frontier_run(query)
+    if isinstance(result, InfeasibleError):
+        return json_response(run_object(result), 409)
+    rows, against = result.json["points"], result.json["against"]
+    links = [planner_link(query, r) for r in rows]
+    return _svg(lambda out: plots.frontier_chart(rows, against, out, links))
+
+
+def _frontier_csv(query: list[tuple[str, str]]) -> Response:
+    """The frontier of ``query`` as CSV (a download), or the infeasible search's object, 409."""
+    result = frontier_run(query)
+    if isinstance(result, InfeasibleError):
+        return json_response(run_object(result), 409)
+    return Response(
+        csv_text(result.json["points"]),
+        media_type="text/csv",
+        headers={"Content-Disposition": 'attachment; filename="frontier.csv"'},
+    )
 
 
 @router.get("/frontier", response_class=Response, responses=SVG, openapi_extra=_doc("frontier"))
 def frontier(request: Request) -> Response:
     """The frontier chart (`trainplan frontier --png x.svg`), each point a link to its layout on
     the planner page."""
-    query, result = _points(request)
-    if isinstance(result, InfeasibleError):
-        return json_response(run_object(result), 409)
-    rows, against = result.json["points"], result.json["against"]
-    links = [planner_link(query, r) for r in rows]
-    return _svg(lambda out: plots.frontier_chart(rows, against, out, links))
+    return _frontier_svg(pairs(request))
+
+
+@router.post("/frontier", response_class=Response, responses=SVG, openapi_extra=BODY_DOC)
+async def frontier_post(request: Request) -> Response:
+    """`GET /api/figures/frontier` with its parameters in a JSON body (:mod:`interface.web.body`):
+    the frontier page's, whose config.json may be too large for a URL."""
+    return await run_in_threadpool(_frontier_svg, await body_pairs(request))
 
 
 @router.get(
@@ -185,11 +205,11 @@ def frontier(request: Request) -> Response:
 )
 def frontier_csv(request: Request) -> Response:
     """The frontier as CSV, as `trainplan frontier --csv` writes it (a download)."""
-    _, result = _points(request)
-    if isinstance(result, InfeasibleError):
-        return json_response(run_object(result), 409)
-    return Response(
-        csv_text(result.json["points"]),
-        media_type="text/csv",
-        headers={"Content-Disposition": 'attachment; filename="frontier.csv"'},
-    )
+    return _frontier_csv(pairs(request))
+
+
+@router.post("/frontier.csv", response_class=Response, responses=CSV, openapi_extra=BODY_DOC)
+async def frontier_csv_post(request: Request) -> Response:
+    """`GET /api/figures/frontier.csv` with its parameters in a JSON body: the frontier page's
+    download when its query is too long for a URL."""
+    return await run_in_threadpool(_frontier_csv, await body_pairs(request))

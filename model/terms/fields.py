@@ -232,6 +232,18 @@ class LayoutFields:
         out.layout, out.stage, out.m, out._links = self.layout, stage, self.m, self._links
         return out
 
+    def with_zero_stage(self, zero_stage: int) -> LayoutFields:
+        """The same layout, stage and links under ZeRO stage ``zero_stage`` (the ZeRO table's
+        rows, :func:`model.estimate.estimate`; the micro-batches a step do not depend on it).
+
+        Raises
+        ------
+        LayoutError
+            A stage :meth:`model.layout.Layout.with_` refuses."""
+        out = self.at(self.stage)
+        out.layout = self.layout.with_(zero_stage=zero_stage)
+        return out
+
     def lookup(self, fn: Callable[..., Any], args: tuple[Any, ...], *names: str) -> Any:
         return fn(*args, *(getattr(self, n) for n in names))
 

@@ -11,6 +11,7 @@ CLI's ``evaluate --model FILE``'s, figure for figure."""
 from __future__ import annotations
 
 import json
+import re
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -104,3 +105,28 @@ def test_the_planner_page_sends_a_large_config(page, big):
     expect(page.locator("#verdict")).to_have_attribute("data-total-bytes", str(total))
     expect(page.locator("#memory-figure svg")).to_have_count(1)
     assert page.base + "/api/evaluate" in posted and page.base + "/api/figures/memory" in posted
+
+
+def test_a_reload_after_a_large_upload_keeps_it(page, big):
+    """The address leaves the uploaded file out (a 475,601-character URL made the reload a GET
+    the HTTP server refused with a bare 400): it stays under the page's POST threshold of 8,000
+    characters, the page says the link does not carry the file, and a reload restores the file
+    from the tab's sessionStorage — the same figures, the CLI's."""
+    go(page, "/planner?model=llama3-70b&dp=8")
+    page.check("input[name=_source][value=config]")
+    page.set_input_files("#config-file", str(big))
+    total = cli_json("evaluate", "--model", str(big), "--dp", "8")["memory"]["total_bytes"]
+    expect(page.locator("#verdict")).to_have_attribute("data-total-bytes", str(total))
+    expect(page.locator("#address-note")).to_contain_text("do not carry the uploaded file")
+    expect(page.locator("#address-note")).to_contain_text("a reload of this tab restores it")
+    assert len(page.url) < 8000 and "config=" not in page.url and "dp=8" in page.url
+    answer = page.reload()
+    assert answer is not None and answer.status == 200
+    expect(page.locator("input[name=_source][value=config]")).to_be_checked()
+    expect(page.locator("#verdict")).to_have_attribute("data-total-bytes", str(total))
+    assert len(page.url) < 8000
+    # back to a catalogue model: the address holds everything again, and the note goes
+    page.check("input[name=_source][value=catalogue]")
+    page.select_option("select[name=model]", "llama3-8b")
+    expect(page.locator("#address-note")).to_be_hidden()
+    expect(page).to_have_url(re.compile(r"model=llama3-8b"))

@@ -107,13 +107,62 @@ const TP = (() => {
     const q = new URLSearchParams(location.search);
     if (!q.has("example")) return;
     q.delete("example");
-    history.replaceState(null, "", `${location.pathname}?${q}`);
+    setAddress(q);
     const box = $("#preset");
     if (box && !box.hidden) box.innerHTML += ' <span class="note">— edited</span>';
   }
 
   // Each tab keeps its last state for this browser tab: the navigation returns to it.
   const KEY = (page) => `trainplan:${page}`;
+
+  // The address holds the page's state, but not an uploaded file too large for it: a query
+  // longer than POST_LIMIT characters (an uploaded config.json of hundreds of kilobytes) would
+  // make a reload a GET the HTTP server refuses with a bare 400. Its `config` and `accelerator`
+  // are left out of the address and kept in this tab's sessionStorage with the short address
+  // they belong to, so a reload (or the navigation back) restores them; the page says the link
+  // does not carry the file, and whether a reload restores it or needs the file again.
+  const LARGE = ["config", "accelerator"];
+  const LARGE_KEY = (page) => `trainplan:${page}:large`;
+  function setAddress(q) {
+    const full = new URLSearchParams(q);
+    const short = new URLSearchParams(full);
+    for (const k of LARGE) short.delete(k);
+    const large = `${full}`.length > POST_LIMIT && LARGE.some((k) => full.has(k));
+    let kept = false;
+    if (large) {
+      const values = Object.fromEntries(LARGE.filter((k) => full.has(k)).map((k) => [k, full.get(k)]));
+      try { sessionStorage.setItem(LARGE_KEY(PAGE), JSON.stringify({ address: `${short}`, values })); kept = true; } catch { /* storage full or off */ }
+    } else {
+      try { sessionStorage.removeItem(LARGE_KEY(PAGE)); } catch { /* none */ }
+    }
+    history.replaceState(null, "", `${location.pathname}?${large ? short : full}`);
+    addressNote(large, kept);
+  }
+  function addressNote(large, kept) {
+    let box = $("#address-note");
+    if (!box && !large) return;
+    if (!box) {
+      box = document.createElement("p");
+      box.id = "address-note";
+      box.className = "note";
+      box.setAttribute("role", "status");
+      ($("#results .card") || $("#results") || document.body).prepend(box);
+    }
+    box.hidden = !large;
+    box.textContent = !large ? "" : "This page's address and links do not carry the uploaded file (too large for a URL): " +
+      (kept ? "a reload of this tab restores it from the tab's storage; to share the layout, share the file too."
+        : "this browser tab could not keep it, so a reload needs the file again.");
+  }
+  // The stashed file of the address `q` (a reload of a page setAddress shortened), into `q`.
+  function restoreLarge(q) {
+    if (LARGE.some((k) => q.has(k))) return q;
+    let saved = null;
+    try { saved = JSON.parse(sessionStorage.getItem(LARGE_KEY(PAGE)) || "null"); } catch { /* none */ }
+    if (!saved || saved.address !== `${q}`) return q;
+    const out = new URLSearchParams(q);
+    for (const [k, v] of Object.entries(saved.values || {})) out.set(k, v);
+    return out;
+  }
   function remember() {
     try { sessionStorage.setItem(KEY(PAGE), location.search); } catch { /* storage off: nothing kept */ }
     navLinks();
@@ -146,8 +195,9 @@ const TP = (() => {
     const exName = raw.get("example");
     const ex = exName && INFO.examples.find((e) => e.name === exName);
     if (ex && ex.page !== PAGE) return go(`/${ex.page}?${raw}`);
-    const params = withExample(canonical(raw, form));
-    history.replaceState(null, "", `${location.pathname}?${params}`);
+    // the uploaded file a shortened address left out (setAddress), back beside the link's names
+    const params = restoreLarge(withExample(canonical(raw, form)));
+    setAddress(params);
     for (const sel of $$("select[data-gpus], select[data-models]")) {
       const keep = params.get(sel.name);
       if (!keep) continue;
@@ -229,7 +279,7 @@ const TP = (() => {
 
   // Keep the URL in step with the form; call update(query) now and on every change (debounced).
   function bind(form, update, { wait = 250 } = {}) {
-    fill(form, new URLSearchParams(location.search));
+    fill(form, restoreLarge(new URLSearchParams(location.search)));
     conditions(form);
     const extra = linkOnly(form);
     const withExtra = (q) => { for (const [k, v] of extra) q.append(k, v); return q; };
@@ -242,7 +292,7 @@ const TP = (() => {
         const address = withExtra(query(form, false));
         const keep = new URLSearchParams(location.search);
         for (const k of PAGE_ONLY) if (keep.has(k)) address.set(k, keep.get(k));
-        history.replaceState(null, "", `${location.pathname}?${address}`);
+        setAddress(address);
         remember();
         update(withExtra(query(form)));
       }, wait);
@@ -257,9 +307,9 @@ const TP = (() => {
   }
 
   function setPageParam(key, val) {
-    const q = new URLSearchParams(location.search);
+    const q = restoreLarge(new URLSearchParams(location.search));
     q.set(key, val);
-    history.replaceState(null, "", `${location.pathname}?${q}`);
+    setAddress(q);
     remember();
   }
 
@@ -327,7 +377,7 @@ const TP = (() => {
   // refuses a URL that long with a bare 400) goes as a JSON body of the same parameters, each a
   // list of its values; every other request is the GET it was.
   const POST_LIMIT = 8000;
-  const POSTABLE = new Set(["/api/evaluate", "/api/figures/memory", "/api/search", "/api/frontier", "/api/search/stream", "/api/frontier/stream"]);
+  const POSTABLE = new Set(["/api/evaluate", "/api/figures/memory", "/api/figures/frontier", "/api/figures/frontier.csv", "/api/search", "/api/frontier", "/api/search/stream", "/api/frontier/stream"]);
   function send(url, init = {}) {
     const at = url.indexOf("?");
     const path = at < 0 ? url : url.slice(0, at);
@@ -396,7 +446,7 @@ const TP = (() => {
     }
   }
 
-  return { send, $, $$, PAGE, gb, pct, num, secs, esc, table, start, bind, refuseLink, linkOnly, query, fill, value, conditions, setPageParam, api, figure, showError, dropExample, remember, info: () => INFO };
+  return { send, POST_LIMIT, setAddress, restoreLarge, $, $$, PAGE, gb, pct, num, secs, esc, table, start, bind, refuseLink, linkOnly, query, fill, value, conditions, setPageParam, api, figure, showError, dropExample, remember, info: () => INFO };
 })();
 
 // A search or frontier with its progress (/api/…/stream: one JSON event a line); onEvent(event)
@@ -449,14 +499,14 @@ TP.stream = async (url, onEvent, signal) => {
 TP.searchPage = async (kind, render) => {
   await TP.start("model=llama3-70b&gpus=64");
   const form = TP.$("#inputs"), bar = TP.$("#bar"), text = TP.$("#progress-text"), cancel = TP.$("#cancel");
-  TP.fill(form, new URLSearchParams(location.search));
+  TP.fill(form, TP.restoreLarge(new URLSearchParams(location.search)));
   const extra = TP.linkOnly(form);
   const withExtra = (q) => { for (const [k, v] of extra) q.append(k, v); return q; };
   const keepUrl = (e) => {
     if (e && e.isTrusted) TP.dropExample();
     // the field an error was said against, edited: the error no longer describes the inputs
     if (e && e.isTrusted && e.target?.getAttribute?.("aria-invalid") === "true") TP.showError("");
-    history.replaceState(null, "", `${location.pathname}?${withExtra(TP.query(form, false))}`);
+    TP.setAddress(withExtra(TP.query(form, false)));
     TP.remember();
   };
   form.addEventListener("input", keepUrl);

@@ -5,7 +5,7 @@ TP.searchPage("frontier", async (last, q) => {
   const r = last.result, answer = TP.$("#answer");
   answer.hidden = r.status === "infeasible";
   if (answer.hidden) return;
-  TP.$("#csv").href = `/api/figures/frontier.csv?${q}`;
+  csvLink(TP.$("#csv"), `/api/figures/frontier.csv?${q}`);
   const second = { memory: ["memory/GPU", (p) => TP.gb(p.total_bytes)], gpus: ["GPUs", (p) => TP.num(p.num_gpus)], price: ["$/hour", (p) => TP.num(p.price_per_hour)] }[r.against];
   TP.$("#points").innerHTML = TP.table(r.points, [
     ["#", (p, i) => i + 1], ["step", (p) => TP.secs(p.step_s)], [second[0], second[1]], ["fit/GPU", (p) => TP.gb(p.fit_bytes)], ["MFU", (p) => TP.pct(p.mfu)],
@@ -47,3 +47,22 @@ TP.searchPage("frontier", async (last, q) => {
     row.addEventListener("mouseleave", () => light(i, false));
   });
 });
+
+// The CSV download: a link while its URL is short; longer (an uploaded config.json), a click
+// POSTs the query (TP.send) and saves the answer, as the chart and the search itself are sent.
+function csvLink(a, url) {
+  a.onclick = null;
+  a.href = url.length <= TP.POST_LIMIT ? url : "#";
+  if (url.length <= TP.POST_LIMIT) return;
+  a.onclick = async (e) => {
+    e.preventDefault();
+    const res = await TP.send(url);
+    if (!res.ok) return TP.showError((await res.json().catch(() => ({}))).error || `the server answered ${res.status}`);
+    const blob = URL.createObjectURL(await res.blob());
+    const save = Object.assign(document.createElement("a"), { href: blob, download: "frontier.csv" });
+    document.body.append(save);
+    save.click();
+    save.remove();
+    setTimeout(() => URL.revokeObjectURL(blob), 1000);
+  };
+}

@@ -3,7 +3,7 @@
 (async () => {
   const { gpus } = await TP.start("model=llama3-70b&dp=2&tp=4&pp=8");
   const form = TP.$("#inputs");
-  const params = new URLSearchParams(location.search);
+  const params = TP.restoreLarge(new URLSearchParams(location.search)); // the uploaded file too
   const source = params.get("config") ? "config" : params.get("params") ? "size" : "catalogue";
   TP.$(`input[name=_source][value=${source}]`).checked = true;
 
