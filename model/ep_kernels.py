@@ -208,15 +208,36 @@ def kernel_rates(
         for r in collective_data().expert_all_to_all
         if (r.library, r.link) == (library, "nvlink")
     }
-    for other, (gbps, domain) in systems.items():
-        same_kind = domain is not None and (domain > BOARD_GPUS) == (nvlink_domain > BOARD_GPUS)
+    same = _same_system(systems, nvlink_bytes_per_s, nvlink_domain)
+    if same is not None:
+        rates, note = _listed(library, same)
+        said = f"{same}'s {library} rows for {part} (same NVLink bandwidth and domain kind)"
+        borrowed = "; ".join(x for x in (said, note) if x)
+        return KernelRates(
+            rates.ep, rates.dispatch_gbps, rates.combine_gbps, rates.source, borrowed
+        )
+    return _scaled(library, part, systems, nvlink_bytes_per_s)
+
+
+def _same_system(
+    systems: dict[str, tuple[float | None, int | None]], nvlink_bytes_per_s: float, domain: int
+) -> str | None:
+    """The first published part with the same nominal NVLink bandwidth and the same kind of
+    domain (:data:`BOARD_GPUS`), or None."""
+    for other, (gbps, theirs) in systems.items():
+        same_kind = theirs is not None and (theirs > BOARD_GPUS) == (domain > BOARD_GPUS)
         if gbps is not None and gbps * 1e9 == nvlink_bytes_per_s and same_kind:
-            rates, note = _listed(library, other)
-            said = f"{other}'s {library} rows for {part} (same NVLink bandwidth and domain kind)"
-            borrowed = "; ".join(x for x in (said, note) if x)
-            return KernelRates(
-                rates.ep, rates.dispatch_gbps, rates.combine_gbps, rates.source, borrowed
-            )
+            return other
+    return None
+
+
+def _scaled(
+    library: str,
+    part: str,
+    systems: dict[str, tuple[float | None, int | None]],
+    nvlink_bytes_per_s: float,
+) -> KernelRates:
+    """The library's first part's rates scaled by the two parts' nominal NVLink bandwidths."""
     first = next(iter(systems))
     rates, note = _listed(library, first)
     nominal = systems[first][0]
