@@ -370,14 +370,25 @@ def fp8_recipe_of(framework: str, recipe: Fp8Recipe | str | None) -> Fp8Recipe:
     ``Float8LinearConfig.from_recipe_name``; torchao ``torchao/float8/config.py``
     ``Float8LinearRecipeName``: TENSORWISE is the default, and torchtitan's ``recipe_name`` was
     None, that default, at the 2024–2025 releases the validation rows ran), Transformer Engine's
-    delayed scaling elsewhere (Megatron-Core ``transformer_config.py`` ``fp8_recipe = "delayed"``;
-    DeepSpeed and the textbook take Transformer Engine's recipe). The one place the default is
-    read: memory, time and the printed assumptions call it.
+    delayed scaling elsewhere, on every part (Megatron-Core ``transformer_config.py``
+    ``fp8_recipe = "delayed"``). Not Transformer Engine's own default: from v2.0 (544dd14b4) to
+    d0067d0da ``get_default_fp8_recipe`` returns ``MXFP8BlockScaling()`` at compute capability
+    10.0–11.x (B200, B300, GB200, GB300; current scaling at 12.x since v2.7), but only an
+    ``fp8_autocast`` given no recipe reads it, and ``deepspeed``'s one FP8 stack gives one:
+    DeepSpeed edaa72212 calls no Transformer Engine, and Megatron-DeepSpeed 4efb479d
+    ``ParallelTransformer.__init__`` builds ``DelayedScaling`` and passes it to ``fp8_autocast``
+    (:mod:`model.deepspeed_fp8`; HF Accelerate 16cb6eb8 ``apply_fp8_autowrap`` also builds
+    ``DelayedScaling`` unless ``use_mxfp8_block_scaling``). ``textbook`` runs no framework's
+    code: it keeps per-tensor delayed scaling (Micikevicius et al. 2022's per-tensor scales;
+    Transformer Engine's default before v2.0, v1.13 ``get_default_fp8_recipe``). The one place
+    the default is read: memory, time and the printed assumptions call it.
 
     >>> str(fp8_recipe_of("fsdp2", None)), str(fp8_recipe_of("megatron", None))
     ('tensorwise', 'delayed')
     >>> str(fp8_recipe_of("fsdp2", "mxfp8"))
     'mxfp8'
+    >>> str(fp8_recipe_of("deepspeed", None)), str(fp8_recipe_of("textbook", None))
+    ('delayed', 'delayed')
     """
     if recipe is not None:
         return Fp8Recipe(str(recipe).lower())
