@@ -71,6 +71,7 @@ from typing import Any
 
 from trainplan.model.nccl_search import NvlinkNode, node_channels
 from trainplan.model.nvls import nvls_channels, nvls_on, nvls_ring
+from trainplan.model.rank_groups import domain_placements
 
 __all__ = [
     "MAXCHANNELS",
@@ -79,8 +80,9 @@ __all__ = [
     "pow2_up",
     "collective_channels",
     "setup_channels",
-    "group_placement",
-    "strided_nodes",
+    "group_placements",
+    "strided_placement",
+    "spans_nodes",
     "group_channels",
     "strided_group_channels",
     "collective_blocks",
@@ -179,27 +181,58 @@ def setup_channels(channels: int) -> int:
     return pow2_up(int(channels))
 
 
-def group_placement(size: int, span: int, gpus_per_node: int) -> tuple[int, int]:
-    """``(ranks on each node, nodes)`` of a group of ``size`` ranks spread over ``span``
-    consecutive ranks across nodes: ``min(size, ⌈span ÷ gpus_per_node⌉)`` nodes with
-    ``⌈size ÷ nodes⌉`` ranks (at most a node's) on each.
+def group_placements(size: int, span: int, gpus_per_node: int) -> tuple[tuple[int, int], ...]:
+    """The distinct ``(ranks on one node, nodes)`` of an axis's groups of ``size`` ranks at
+    stride ``span ÷ size`` (the groups tile the ranks in blocks of ``span``): the groups' fewest
+    ranks on one node (the count every rank of a communicator takes: ``src/init.cc``, each
+    graph's ``nChannels`` the least over the ranks' ``allGather3Data``) and the nodes each
+    touches — :func:`model.rank_groups.domain_placements` with host nodes of ``gpus_per_node``
+    ranks as the domains, the rule NVLink domains are read by. Groups that line up with the
+    nodes are all alike: ``min(size, span ÷ gpus_per_node)`` nodes with ``size ÷ nodes`` ranks
+    on each. A span that fits a node without lining up with it (6 on 8-GPU nodes: ranks 6–11
+    lie 2 + 4 on two) has groups of both kinds; one longer than a node (12 on 8: ranks 0–11
+    are 8 + 4) has 4 ranks a node, not ``12 ÷ 2``. The figures read per group
+    (:func:`group_channels`, :func:`group_blocks`, NVLS's bytes) take their groups' most: the
+    GPU that holds the most buffers and SMs.
 
-    >>> group_placement(32, 64, 8), group_placement(2, 16, 8)
-    ((4, 8), (1, 2))
+    >>> group_placements(32, 64, 8), group_placements(2, 16, 8)
+    (((4, 8),), ((1, 2),))
+    >>> group_placements(6, 6, 8), group_placements(12, 12, 8), group_placements(2, 16, 4)
+    (((2, 2), (6, 1)), ((4, 2),), ((1, 2),))
     """
-    nodes = max(1, min(int(size), -(-int(span) // int(gpus_per_node))))
-    return max(1, min(int(gpus_per_node), -(-int(size) // nodes))), nodes
+    size, span = max(1, int(size)), max(1, int(span))
+    return domain_placements(max(1, span // size), size, 0, int(gpus_per_node))
 
 
-def strided_nodes(s1: int, n1: int, s2: int, n2: int, gpus_per_node: int) -> int:
-    """Nodes of ``gpus_per_node`` consecutive ranks the group of ranks ``i·s1 + j·s2``
-    (``i < n1``, ``j < n2``) touches.
+def strided_placement(s1: int, n1: int, s2: int, n2: int, gpus_per_node: int) -> tuple[int, int]:
+    """``(fewest ranks on one node, nodes)`` of the group of ranks ``i·s1 + j·s2`` (``i < n1``,
+    ``j < n2``) over nodes of ``gpus_per_node`` consecutive ranks: the fewest, the count every
+    rank of its communicator takes (:func:`group_placements`).
 
-    >>> strided_nodes(1, 4, 16, 4, 8), strided_nodes(8, 16, 0, 1, 8)
-    (4, 16)
+    >>> strided_placement(1, 4, 16, 4, 8), strided_placement(8, 16, 0, 1, 8)
+    ((4, 4), (1, 16))
+    >>> strided_placement(1, 3, 6, 2, 8)  # ranks 0 1 2 and 6 7 8: 5 on node 0, 1 on node 1
+    (1, 2)
     """
-    ranks = (i * int(s1) + j * int(s2) for i in range(int(n1)) for j in range(int(n2)))
-    return len({r // int(gpus_per_node) for r in ranks})
+    counts: dict[int, int] = {}
+    for i in range(int(n1)):
+        for j in range(int(n2)):
+            node = (i * int(s1) + j * int(s2)) // int(gpus_per_node)
+            counts[node] = counts.get(node, 0) + 1
+    return min(counts.values()), len(counts)
+
+
+def spans_nodes(size: int, span: int, gpus_per_node: int) -> bool:
+    """Whether every group of :func:`group_placements` (an axis's groups of ``size`` ranks over
+    ``span``) has ranks on more than one host node (NCCL's ``nNodes > 1``): across hosts for
+    its point-to-point channels (:func:`model.terms.comm_memory.p2p_channels_per_peer`) and
+    vLLM's custom all-reduce (:func:`model.rlhf.engine.engine_communicator_bytes`) on every
+    GPU; where one group lies in one node, its GPUs hold the in-node figures, the most.
+
+    >>> spans_nodes(6, 6, 8), spans_nodes(2, 16, 8), spans_nodes(8, 8, 4)
+    (False, True, True)
+    """
+    return all(nodes > 1 for _, nodes in group_placements(size, span, gpus_per_node))
 
 
 @lru_cache(maxsize=4096)
@@ -207,19 +240,23 @@ def group_channels(
     size: int, span: int, gpus_per_node: int, nvlink: bool, nic: Any, node: NvlinkNode
 ) -> int:
     """:func:`collective_channels` of a group of ``size`` ranks spread over ``span`` consecutive
-    ranks: one node where ``nvlink`` (the group lies in one NVLink domain), else ``size ÷ nodes``
-    ranks on each of ``min(size, ⌈span ÷ gpus_per_node⌉)`` nodes (a 2-rank pipeline group
-    spanning 8 nodes has one rank on each of 2).
+    ranks: one node where ``nvlink`` (the group lies in one NVLink domain), else the most over
+    the groups' :func:`group_placements` (a 2-rank pipeline group spanning 8 nodes has one rank
+    on each of 2; tp 12 on 8-GPU nodes, ranks 0–11 8 + 4 and 12–23 4 + 8: 4 a node on 2, 16
+    channels, not 6 a node's 24).
 
     >>> from trainplan.model.nccl_search import nvlink_node
     >>> h100 = nvlink_node("H100-SXM", 450e9)
     >>> group_channels(32, 64, 8, False, 50e9, h100), group_channels(2, 2, 8, True, None, h100)
     (16, 24)
+    >>> group_channels(12, 12, 8, False, 50e9, h100), group_channels(6, 6, 8, False, 50e9, h100)
+    (16, 24)
     """
     if nvlink or size <= 1:
         return collective_channels(int(size), 1, None, node)
-    local, nodes = group_placement(size, span, gpus_per_node)
-    return collective_channels(local, nodes, float(nic) if nic else None, node)
+    nic = float(nic) if nic else None
+    places = group_placements(size, span, gpus_per_node)
+    return max(collective_channels(local, nodes, nic, node) for local, nodes in places)
 
 
 @lru_cache(maxsize=4096)
@@ -229,8 +266,8 @@ def strided_group_channels(
 ) -> int:  # fmt: skip
     """:func:`collective_channels` of the group of ranks ``i·s1 + j·s2`` (``i < n1``,
     ``j < n2``), two axes' groups combined (Megatron-LM's model-parallel group: a tp block at
-    each pp stride): one node where ``nvlink``, else the nodes of ``gpus_per_node`` consecutive
-    ranks the group touches, with ``size ÷ nodes`` ranks on each.
+    each pp stride): one node where ``nvlink``, else :func:`strided_placement` (the nodes of
+    ``gpus_per_node`` consecutive ranks the group touches, its fewest ranks on one).
 
     >>> from trainplan.model.nccl_search import nvlink_node
     >>> h100 = nvlink_node("H100-SXM", 450e9)
@@ -239,11 +276,10 @@ def strided_group_channels(
     >>> strided_group_channels(8, 16, 0, 1, 8, False, 50e9, h100)  # one rank on each of 16
     4
     """
-    size, gpn = int(n1) * int(n2), int(gpus_per_node)
+    size = int(n1) * int(n2)
     if nvlink or size <= 1:
         return collective_channels(size, 1, None, node)
-    nodes = strided_nodes(s1, n1, s2, n2, gpn)
-    local = max(1, min(gpn, -(-size // nodes)))
+    local, nodes = strided_placement(s1, n1, s2, n2, gpus_per_node)
     return collective_channels(local, nodes, float(nic) if nic else None, node)
 
 
@@ -312,7 +348,8 @@ def group_blocks(
 ) -> int:  # fmt: skip
     """:func:`collective_blocks` of a group of ``size`` ranks over ``span`` consecutive ranks,
     placed as :func:`group_channels` places it (one node where ``nvlink``, the group in one
-    NVLink domain; else :func:`group_placement`); 0 for a group of one rank (no collective).
+    NVLink domain; else the most over :func:`group_placements`' groups); 0 for a group of one
+    rank (no collective).
 
     >>> from trainplan.model.nccl_search import nvlink_node
     >>> h100 = nvlink_node("H100-SXM", 450e9)
@@ -326,8 +363,7 @@ def group_blocks(
     if int(size) <= 1:
         return 0
     if nvlink:
-        local, nodes, nic = int(size), 1, None
-    else:
-        local, nodes = group_placement(size, span, gpus_per_node)
-        nic = float(nic) if nic else None
-    return collective_blocks(kind, device_name, nvls_enabled, local, nodes, nic, node)
+        return collective_blocks(kind, device_name, nvls_enabled, int(size), 1, None, node)
+    nic = float(nic) if nic else None
+    places = group_placements(size, span, gpus_per_node)
+    return max(collective_blocks(kind, device_name, nvls_enabled, *p, nic, node) for p in places)

@@ -19,7 +19,7 @@ from trainplan.model.xp import is_array, maximum, minimum, namespace, where
 
 __all__ = [
     "AXES", "stride_size", "axis_spans", "in_one_domain", "windows", "fewest_in_domain",
-    "members_in_domain", "members_per_domain_of",
+    "members_in_domain", "members_per_domain_of", "domain_placements",
 ]  # fmt: skip
 
 AXES: tuple[str, ...] = ("tp", "cp", "ep", "dp", "dp_cp", "edp", "pp")
@@ -165,7 +165,43 @@ def fewest_in_domain(stride: int, size: int, total: int, domain: int) -> int:
         return size
     if span % domain == 0 and (domain % stride == 0 or stride % domain == 0):
         return max(1, domain // stride)
-    fewest = size
+    return min(min(counts) for counts in _group_counts(stride, size, total, domain))
+
+
+@lru_cache(maxsize=4096)
+def domain_placements(
+    stride: int, size: int, total: int, domain: int
+) -> tuple[tuple[int, int], ...]:
+    """The distinct ``(fewest members in one domain, domains touched)`` over an axis's groups
+    of ``size`` ranks at ``stride`` (blocks of ``stride·size`` over ``total`` ranks), ascending:
+    what a communicator's channel count reads where the domains are host nodes of
+    ``gpus_per_node`` ranks (:func:`model.nccl_channels.group_placements`; NCCL's count across
+    nodes grows with a communicator's GPUs on a node and every rank takes the fewest). Groups
+    that line up with the domains are all alike: ``((size, 1),)`` in one domain, else ``domain
+    // stride`` members (at least 1) on ``size`` ÷ that many domains; others by counting the
+    groups of :func:`windows` (``total`` 0: one whole period, ``lcm(span, domain)``). Units:
+    ranks, domains.
+
+    >>> domain_placements(1, 6, 24, 8)  # 0–5 on node 0; 6–11 2 + 4; 12–17 4 + 2; 18–23 on 2
+    ((2, 2), (6, 1))
+    >>> domain_placements(1, 12, 24, 8), domain_placements(8, 2, 16, 4)  # 8 + 4, 4 + 8; 0 and 8
+    (((4, 2),), ((1, 2),))
+    """
+    span = stride * size
+    total = total or math.lcm(span, domain)
+    if in_one_domain(span, total, domain):
+        return ((size, 1),)
+    if span % domain == 0 and (domain % stride == 0 or stride % domain == 0):
+        local = max(1, domain // stride)
+        return ((local, size // local),)
+    return tuple(sorted({(min(c), len(c)) for c in _group_counts(stride, size, total, domain)}))
+
+
+def _group_counts(stride: int, size: int, total: int, domain: int) -> list[list[int]]:
+    """Members in each domain it touches, of every group of :func:`windows` (blocks of
+    ``stride·size``, each ``stride`` groups of ``size`` ranks)."""
+    span = stride * size
+    out = []
     for window in windows(span, total, math.lcm(span, domain)):
         for base in range(window.start, window.stop, span):
             for offset in range(stride):
@@ -173,8 +209,8 @@ def fewest_in_domain(stride: int, size: int, total: int, domain: int) -> int:
                 for k in range(size):
                     d = (base + offset + k * stride) // domain
                     counts[d] = counts.get(d, 0) + 1
-                fewest = min(fewest, *counts.values())
-    return fewest
+                out.append(list(counts.values()))
+    return out
 
 
 def members_in_domain(stride: Any, size: Any, total: Any, domain: int) -> Any:

@@ -13,6 +13,7 @@ from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.estimate import stage_params_per_gpu
 from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
+from trainplan.model.nccl_channels import spans_nodes
 from trainplan.model.op_rates import deployed_params
 from trainplan.model.rlhf.openrlhf import (
     SLEEP_HOST_SOURCE,
@@ -144,7 +145,7 @@ def engine_communicator_bytes(tp: int, gpus_per_node: int) -> tuple[int, int]:
     """
     if tp == 1:
         return 0, 0
-    across = tp > gpus_per_node
+    across = spans_nodes(tp, tp, gpus_per_node)  # engine 0's ranks 0…tp−1: the peak GPU's
     ring = communicator_bytes(True, 0, 0)
     custom = CUSTOM_ALL_REDUCE_BYTES if not across and tp in CUSTOM_ALL_REDUCE_SIZES else 0
     return ring + custom, ring

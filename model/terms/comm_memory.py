@@ -61,6 +61,7 @@ from trainplan.model.nccl_channels import (
     group_channels,
     pow2_up,
     setup_channels,
+    spans_nodes,
     strided_group_channels,
 )
 from trainplan.model.nccl_search import nvlink_node
@@ -245,11 +246,17 @@ def _pipeline_peers(f: Fields) -> Any:
     return where(f.pp == 1, 0, where(f.pp == 2, 1, peers))
 
 
-def _p2p(c: Context, f: Fields, axis: str, ranks: Any) -> Any:
-    """Channels per peer of the point-to-point communicator over ``axis`` (``ranks`` ranks): a
-    group outside one NVLink domain, or larger than a node, spans nodes."""
+def _p2p(c: Context, f: Fields, axis: str, ranks: Any, span: Any = None) -> Any:
+    """Channels per peer of the point-to-point communicator over ``axis`` (``ranks`` ranks over
+    ``span``, the axis's span unless given): a group outside one NVLink domain spans nodes; one
+    inside spans nodes where its ranks lie on more than one host node
+    (:func:`model.nccl_channels.spans_nodes`: node membership as the groups lie, not ``ranks``
+    against ``gpus_per_node``)."""
     link = f.link(axis)
-    across = where(link.nvlink, ranks > c.gpu.gpus_per_node, True)
+    span = link.span if span is None else span
+    across = where(
+        link.nvlink, f.lookup_values(spans_nodes, (), ranks, span, c.gpu.gpus_per_node), True
+    )
     nic = where(link.nvlink, 0.0, link.bandwidth)  # one NIC's bandwidth across domains
     return f.lookup_values(p2p_channels_per_peer, (), ranks, across, nic)
 
@@ -391,6 +398,6 @@ def _pipeline_bytes(
     args = (2, 2 * stride, c.gpu.gpus_per_node, link.nvlink, nic, node)
     pair_coll = f.lookup_values(group_channels, (), *args)
     pair = (pair_coll, f.lookup_values(setup_channels, (), pair_coll))
-    per_peer = _p2p(c, f, "pp", 2)
+    per_peer = _p2p(c, f, "pp", 2, 2 * stride)
     group = comm(ring, _pipeline_peers(f), _p2p(c, f, "pp", f.pp), pp, f.pp)
     return where(lone, 2 * comm(False, 1, per_peer, pair) + comm(ring, 0, 0, pp), group)

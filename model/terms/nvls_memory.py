@@ -27,7 +27,7 @@ from functools import lru_cache
 from typing import Any
 
 from trainplan.model.frameworks import Framework
-from trainplan.model.nccl_channels import group_placement, strided_nodes
+from trainplan.model.nccl_channels import group_placements, strided_placement
 from trainplan.model.nccl_search import NvlinkNode
 from trainplan.model.nvls import (
     NVLS_MAX_HEADS,
@@ -39,8 +39,8 @@ from trainplan.model.nvls import (
 )
 
 __all__ = [
-    "group_placement",
-    "strided_nodes",
+    "group_placements",
+    "strided_placement",
     "nvls_group_bytes",
     "nvls_strided_bytes",
     "world_runs_large",
@@ -93,8 +93,8 @@ def nvls_group_bytes(
     """
     if nvlink:
         return _bytes(device, enabled, node, size, size, True, large)
-    local, _ = group_placement(size, span, gpus_per_node)
-    return _bytes(device, enabled, node, size, local, False, large)
+    places = group_placements(size, span, gpus_per_node)
+    return max(_bytes(device, enabled, node, size, local, False, large) for local, _ in places)
 
 
 @lru_cache(maxsize=4096)
@@ -113,8 +113,7 @@ def nvls_strided_bytes(
     size = int(n1) * int(n2)
     if nvlink:
         return _bytes(device, enabled, node, size, size, True, large)
-    nodes = strided_nodes(s1, n1, s2, n2, gpus_per_node)
-    local = max(1, min(int(gpus_per_node), -(-size // nodes)))
+    local, _ = strided_placement(s1, n1, s2, n2, gpus_per_node)
     return _bytes(device, enabled, node, size, local, False, large)
 
 
