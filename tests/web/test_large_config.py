@@ -212,12 +212,15 @@ def test_a_frontier_point_opens_the_planner_with_a_large_upload(page, big):
 
 def test_a_chart_link_leaves_a_config_over_the_limit_out():
     """planner_link with a limit: a 9,000-character config makes the link longer than 8,000
-    characters, so it goes without it; a 10-character one stays (urlencode of {"a":1} is
+    characters, so it goes without it (the gpu is the row's); a 7-character one stays (urlencode of {"a":1} is
     %7B%22a%22%3A1%7D, 17 characters)."""
     from trainplan.interface.web.figures import URL_LIMIT, planner_link
 
-    row = {"dp": 8, "tp": 1, "num_gpus": 8}
-    big_link = planner_link([("config", "x" * 9000), ("gpu", "H100-SXM")], row, URL_LIMIT)
-    assert big_link == "/planner?gpu=H100-SXM&dp=8&tp=1&gpus=8"
-    small = planner_link([("config", '{"a":1}'), ("gpu", "H100-SXM")], row, URL_LIMIT)
-    assert small == "/planner?config=%7B%22a%22%3A1%7D&gpu=H100-SXM&dp=8&tp=1&gpus=8"
+    row = {"dp": 8, "tp": 1, "gpu": "H100-SXM", "num_gpus": 8}
+    cluster = ("nvlink-gbps", "450")  # a cluster option the planner has: carried
+    big_link = planner_link([("config", "x" * 9000), cluster], row, URL_LIMIT)
+    assert big_link == "/planner?nvlink-gbps=450&dp=8&tp=1&gpu=H100-SXM&gpus=8"
+    small = planner_link([("config", '{"a":1}'), cluster], row, URL_LIMIT)
+    assert (
+        small == "/planner?config=%7B%22a%22%3A1%7D&nvlink-gbps=450&dp=8&tp=1&gpu=H100-SXM&gpus=8"
+    )
