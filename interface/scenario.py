@@ -263,6 +263,12 @@ def _family(model_name: str, max_layers: int | None) -> list[dict[str, Any]]:
     return out
 
 
+_MODEL_VALUES = ("params", *DIM_KEYS, "mtp_layers", "model_spec")
+"""The request's values that give each job's model beside ``model``: a size, dimensions, MTP
+modules, or ``model_spec``, a model built in code (the web's uploaded config.json,
+:func:`interface.web.api.search_run`)."""
+
+
 def build_problem(file_values: dict[str, Any], cli: dict[str, Any]) -> Problem:
     """Merge a scenario's values with command-line values (CLI wins) into a :class:`Problem`
     (:func:`interface.requests.merged_request`, then :func:`problem_of`)."""
@@ -294,7 +300,7 @@ def problem_of(request: SearchRequest) -> Problem:
     space = _space(space_d, counts[0])
     base = {
         "model": d.get("model"),
-        **{k: d.get(k) for k in ("params", *DIM_KEYS, "mtp_layers") if d.get(k) is not None},
+        **{k: d.get(k) for k in _MODEL_VALUES if d.get(k) is not None},
         "seq_len": d.get("seq_len"),
         **_tp_plan(request.cluster, space, counts),
     }

@@ -63,7 +63,7 @@ BAD_INPUT: dict[int | str, dict[str, Any]] = {
 }
 CONFIG = (
     "The text of a Hugging Face config.json (Llama, Mistral, Mixtral, Qwen2, DeepSeek-V3 keys), "
-    "instead of model or params: the planner's upload"
+    "instead of model or params: the upload of the planner, the search and the frontier"
 )
 ACCELERATOR = (
     "A part the accelerator table lacks, instead of gpu: a JSON object with the keys of an "
@@ -71,10 +71,10 @@ ACCELERATOR = (
     'e.g. {"base": "H100-SXM", "name": "H100-600W", "bf16_tflops": 900, "source": "our '
     'measurement"}'
 )
-API_ONLY = {"evaluate": ("config", "accelerator")}
-"""Per command, the API's parameters that no option of the command gives (the planner's
-uploaded ``config`` and inline ``accelerator``): a page's link may carry them too
-(:func:`interface.web.links.names`)."""
+API_ONLY = {"evaluate": ("config", "accelerator"), "search": ("config",), "frontier": ("config",)}
+"""Per command, the API's parameters that no option of the command gives (the planner's, the
+search's and the frontier's uploaded ``config``; the planner's inline ``accelerator``): a page's
+link may carry them too (:func:`interface.web.links.names`)."""
 _MODEL_KEYS = ("model", "params", "arch", "layers", "hidden", "heads", "kv_heads", "ffn_hidden")
 
 
@@ -143,15 +143,36 @@ def _key(kind: str, kw: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def run_key(kind: str, query: list[tuple[str, str]]) -> tuple[Any, ...]:
-    """The cache key of a ``search`` or ``frontier`` query (its parsed inputs).
+    """The cache key of a ``search`` or ``frontier`` query (its parsed inputs, the uploaded
+    config's text among them).
 
     Raises
     ------
     PlannerError
         What the command refuses while reading its options.
     """
-    kw, _ = parse(kind, query)
-    return _key(kind, kw)
+    return _run_options(kind, query)[1]
+
+
+def _run_options(kind: str, query: list[tuple[str, str]]) -> tuple[dict[str, Any], tuple[Any, ...]]:
+    """(``search``'s or ``frontier``'s options as :func:`search_request` takes them, their cache
+    key): with ``config`` (the page's upload), the model is the file's
+    (:func:`interface.commands.uploaded_model`, as ``evaluate``'s), given to the request as a
+    scenario value (``model_spec``) that the options' model keys may not also give.
+
+    Raises
+    ------
+    PlannerError
+        What the command refuses while reading its options; ``config`` with a model, a size or
+        dimensions; a config the reader refuses (naming the key).
+    """
+    kw, own = parse(kind, query, API_ONLY[kind])
+    key = _key(kind, {**kw, **own})
+    if "config" in own:
+        why = "the uploaded config.json is the model; give the config, a model or a size"
+        check_applicable({k: kw.get(k) for k in _MODEL_KEYS}, dict.fromkeys(_MODEL_KEYS, why))
+        kw["scenario"] = {"model_spec": commands.uploaded_model(own["config"])}
+    return kw, key
 
 
 def cached(key: tuple[Any, ...]) -> commands.SearchRun | InfeasibleError | None:
@@ -188,8 +209,7 @@ def cached_run(key: tuple[Any, ...], run: Callable[[], commands.SearchRun]) -> A
 def search_run(query: list[tuple[str, str]], **progress: Any) -> Any:
     """The SearchRun (or InfeasibleError) of ``trainplan search`` for the query; ``progress``:
     :func:`interface.commands.search_json`'s ``on_tables`` and ``on_solution``."""
-    kw, _ = parse("search", query)
-    key = _key("search", kw)
+    kw, key = _run_options("search", query)
     top, maximize = kw.pop("top"), kw.pop("maximize")
     request = search_request(kw, "params" if maximize else None)
     if request.per_stage:  # the CLI's search --per-stage --json object
@@ -203,8 +223,7 @@ def search_run(query: list[tuple[str, str]], **progress: Any) -> Any:
 
 def frontier_run(query: list[tuple[str, str]], **progress: Any) -> Any:
     """The SearchRun (or InfeasibleError) of ``trainplan frontier`` for the query."""
-    kw, _ = parse("frontier", query)
-    key = _key("frontier", kw)
+    kw, key = _run_options("frontier", query)
     against, on_tables = kw.pop("against"), progress.get("on_tables")
     request = search_request(kw)
     if request.per_stage:  # the CLI's frontier --per-stage --json object

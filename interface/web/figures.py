@@ -16,6 +16,7 @@ from trainplan.interface.render import plots
 from trainplan.interface.render.report import csv_text
 from trainplan.interface.web.api import (
     ACCELERATOR,
+    API_ONLY,
     BAD_INPUT,
     CONFIG,
     ckpt_object,
@@ -132,10 +133,22 @@ def _query_value(value: Any) -> str:
 _NOT_CARRIED = {"gpus", "stage-layers", *_SEARCHED.values()}
 
 
-def planner_link(query: list[tuple[str, str]], row: dict[str, Any]) -> str:
+URL_LIMIT = 8000
+"""Characters of a link's URL over which the frontier chart's point links leave the uploaded
+``config`` out (the page's POST threshold, ``POST_LIMIT`` in interface/web/static/app.js: a
+385 KB config.json in each point's link made the SVG megabytes, and a click a GET the HTTP
+server refuses with a bare 400); the page gives those points the table's links, which open the
+planner with the file from the tab's storage."""
+
+
+def planner_link(
+    query: list[tuple[str, str]], row: dict[str, Any], limit: int | None = None
+) -> str:
     """The planner page of a frontier point: the search's model and cluster options (those the
-    planner has) with the point's layout, so the planner shows the point's figures."""
-    planner = {q.name for q in query_params("evaluate")}
+    planner has, the uploaded ``config`` among them) with the point's layout, so the planner shows
+    the point's figures. With ``limit`` (characters), a link longer than it leaves ``config``
+    out (:data:`URL_LIMIT`)."""
+    planner = {q.name for q in query_params("evaluate")} | set(API_ONLY["evaluate"])
     kept = [(k, v) for k, v in query if k.replace("_", "-") in planner - _NOT_CARRIED]
     layout = [
         (name, _query_value(row[key]))
@@ -144,7 +157,10 @@ def planner_link(query: list[tuple[str, str]], row: dict[str, Any]) -> str:
     ]
     if row.get("recompute_layers") is not None and row.get("chunk_layers"):
         layout.append(("stage-layers", _query_value(row["chunk_layers"])))
-    return "/planner?" + urlencode(kept + layout + [("gpus", str(row["num_gpus"]))])
+    link = "/planner?" + urlencode(kept + layout + [("gpus", str(row["num_gpus"]))])
+    if limit is not None and len(link) > limit:
+        return planner_link([(k, v) for k, v in query if k != "config"], row)
+    return link
 
 
 def planner_links(query: list[tuple[str, str]], obj: dict[str, Any]) -> list[str]:
@@ -167,7 +183,7 @@ def _frontier_svg(query: list[tuple[str, str]]) -> Response:
     if isinstance(result, InfeasibleError):
         return json_response(run_object(result), 409)
     rows, against = result.json["points"], result.json["against"]
-    links = [planner_link(query, r) for r in rows]
+    links = [planner_link(query, r, URL_LIMIT) for r in rows]
     return _svg(lambda out: plots.frontier_chart(rows, against, out, links))
 
 
@@ -183,7 +199,12 @@ def _frontier_csv(query: list[tuple[str, str]]) -> Response:
     )
 
 
-@router.get("/frontier", response_class=Response, responses=SVG, openapi_extra=_doc("frontier"))
+@router.get(
+    "/frontier",
+    response_class=Response,
+    responses=SVG,
+    openapi_extra=_doc("frontier", {"config": CONFIG}),
+)
 def frontier(request: Request) -> Response:
     """The frontier chart (`trainplan frontier --png x.svg`), each point a link to its layout on
     the planner page."""
@@ -201,7 +222,7 @@ async def frontier_post(request: Request) -> Response:
     "/frontier.csv",
     response_class=Response,
     responses=CSV,
-    openapi_extra=_doc("frontier"),
+    openapi_extra=_doc("frontier", {"config": CONFIG}),
 )
 def frontier_csv(request: Request) -> Response:
     """The frontier as CSV, as `trainplan frontier --csv` writes it (a download)."""

@@ -24,6 +24,7 @@ from trainplan.interface.commands import to_json
 from trainplan.interface.web import jobs
 from trainplan.interface.web.api import (
     BAD_INPUT,
+    CONFIG,
     cached,
     json_response,
     pairs,
@@ -160,7 +161,7 @@ async def _stream(kind: str, request: Request, query: list[tuple[str, str]]) -> 
 @router.get(
     "/search",
     responses=BAD_INPUT,
-    openapi_extra={"parameters": openapi_parameters("search")},
+    openapi_extra={"parameters": openapi_parameters("search", {"config": CONFIG})},
 )
 async def search(request: Request) -> Response:
     """The best layout, `trainplan search --json`: the answer's evaluate object with `status`
@@ -172,7 +173,7 @@ async def search(request: Request) -> Response:
 @router.get(
     "/frontier",
     responses=BAD_INPUT,
-    openapi_extra={"parameters": openapi_parameters("frontier")},
+    openapi_extra={"parameters": openapi_parameters("frontier", {"config": CONFIG})},
 )
 async def frontier(request: Request) -> Response:
     """The Pareto frontier, `trainplan frontier --json`: `points`, one CSV row each. Closing the
@@ -184,7 +185,7 @@ async def frontier(request: Request) -> Response:
     "/search/stream",
     response_class=Response,
     responses=NDJSON,
-    openapi_extra={"parameters": openapi_parameters("search")},
+    openapi_extra={"parameters": openapi_parameters("search", {"config": CONFIG})},
 )
 async def search_stream(request: Request) -> Response:
     """`/api/search` with its progress as it runs (the search page's indicator)."""
@@ -195,7 +196,7 @@ async def search_stream(request: Request) -> Response:
     "/frontier/stream",
     response_class=Response,
     responses=NDJSON,
-    openapi_extra={"parameters": openapi_parameters("frontier")},
+    openapi_extra={"parameters": openapi_parameters("frontier", {"config": CONFIG})},
 )
 async def frontier_stream(request: Request) -> Response:
     """`/api/frontier` with its progress as it runs (the frontier page's indicator)."""

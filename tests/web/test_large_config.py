@@ -130,3 +130,97 @@ def test_a_reload_after_a_large_upload_keeps_it(page, big):
     page.select_option("select[name=model]", "llama3-8b")
     expect(page.locator("#address-note")).to_be_hidden()
     expect(page).to_have_url(re.compile(r"model=llama3-8b"))
+
+
+def test_the_search_takes_a_config_and_its_small_links_carry_it(server):
+    """Search and frontier take the uploaded config as the planner does (``config=`` text; the
+    model is the file's, so the answer is the CLI's ``search --model FILE``'s, byte for byte);
+    a small config stays in each answer's planner link (a GET link, unchanged), and a model
+    beside it is refused by name."""
+    text = HF_8B.read_text()
+    want = cli_json("search", "--model", str(HF_8B), "--gpus", "8", "--global-batch", "64")
+    query = urllib.parse.urlencode({"config": text, "gpus": "8", "global-batch": "64"})
+    with urllib.request.urlopen(f"{server}/api/search/stream?{query}", timeout=300) as r:
+        last = json.loads(r.read().decode().strip().splitlines()[-1])
+    assert last["result"]["memory"]["total_bytes"] == want["memory"]["total_bytes"]
+    assert last["result"]["layout"] == want["layout"]
+    link = urllib.parse.urlsplit(last["planner"][0])
+    assert link.path == "/planner" and urllib.parse.parse_qs(link.query)["config"] == [text]
+    status, raw = _post(server, "/api/search", {"config": text, "gpus": 8, "model": "llama3-8b"})
+    assert status == 422 and json.loads(raw)["error"].startswith(
+        "model: 'llama3-8b' does not apply: the uploaded config.json is the model"
+    )
+
+
+def test_a_search_answer_opens_the_planner_with_a_large_upload(page, big):
+    """The Search tab's answer link with a 385 KB config: its address leaves the file out (under
+    8,000 characters, ``large=config``); a click keeps the file in the tab's storage for the
+    planner, which shows the CLI's total bytes of that layout (``search --model FILE``'s answer
+    is evaluated by the same cost model). The same address opened in another browser tab (no
+    such storage) says the file must be chosen again, instead of another model's figures."""
+    want = cli_json("search", "--model", str(big), "--gpus", "8", "--global-batch", "64")
+    total = want["memory"]["total_bytes"]
+    go(page, "/search?gpus=8&global-batch=64")
+    page.set_input_files("#config-file", str(big))
+    page.click("#run")
+    link = page.locator(".answer a.planner-link").first
+    expect(link).to_have_attribute("href", re.compile(r"large=config"))
+    expect(page.locator(".answer .total").first).to_have_text(re.compile(r"\S"))
+    href = link.get_attribute("href")
+    assert href is not None and len(href) < 8000 and "config=" not in href
+    assert f"dp={want['layout']['dp']}&" in href and f"tp={want['layout']['tp']}&" in href
+    link.click()
+    page.wait_for_url(re.compile(r"/planner\?"))
+    page.wait_for_selector("body[data-ready=true]", state="attached")
+    expect(page.locator("input[name=_source][value=config]")).to_be_checked()
+    expect(page.locator("#verdict")).to_have_attribute("data-total-bytes", str(total))
+    expect(page.locator("#address-note")).to_contain_text("do not carry the uploaded file")
+    assert len(page.url) < 8000
+    other = page.context.new_page()
+    other.goto(page.base + href)
+    other.wait_for_selector("body[data-ready=true]", state="attached")
+    expect(other.locator("#error")).to_contain_text("Error at the config field")
+    expect(other.locator("#error-config")).to_be_visible()
+    expect(other.locator("#error-config")).to_contain_text(
+        "config: this link did not carry the uploaded file (too large for a URL)"
+    )
+    expect(other.locator("input[name=_source][value=config]")).to_be_checked()
+    expect(other.locator("#verdict")).not_to_have_attribute("data-total-bytes", re.compile("."))
+
+
+def test_a_frontier_point_opens_the_planner_with_a_large_upload(page, big):
+    """The Frontier tab's point links with the 385 KB config: the table's and the chart's leave
+    the file out (the server's chart links drop a config over 8,000 characters, so the SVG is
+    not megabytes); a click on the last point's table link opens the planner with the file, and
+    it shows that point's total bytes, the CLI's ``frontier --model FILE``'s."""
+    want = cli_json("frontier", "--model", str(big), "--gpus", "8", "--global-batch", "64")
+    go(page, "/frontier?gpus=8&global-batch=64")
+    page.set_input_files("#config-file", str(big))
+    page.click("#run")
+    rows = page.locator("#points-table a.planner-link")
+    expect(rows).to_have_count(len(want["points"]))
+    expect(page.locator("#chart svg")).to_have_count(1)
+    assert page.locator("#chart a").count() == len(want["points"])
+    for a in [*rows.all(), *page.locator("#chart a").all()]:
+        href = a.get_attribute("href") or a.get_attribute("xlink:href") or ""
+        assert href.startswith("/planner?") and len(href) < 8000 and "config=" not in href
+    rows.last.click()
+    page.wait_for_url(re.compile(r"/planner\?"))
+    total = want["points"][-1]["total_bytes"]
+    expect(page.locator("#verdict")).to_have_attribute("data-total-bytes", str(total))
+
+
+def test_a_chart_link_leaves_a_config_over_the_limit_out():
+    """planner_link with a limit: a 9,000-character config makes the link longer than 8,000
+    characters, so it goes without it (the gpu is the row's); a 7-character one stays (urlencode of {"a":1} is
+    %7B%22a%22%3A1%7D, 17 characters)."""
+    from trainplan.interface.web.figures import URL_LIMIT, planner_link
+
+    row = {"dp": 8, "tp": 1, "gpu": "H100-SXM", "num_gpus": 8}
+    cluster = ("nvlink-gbps", "450")  # a cluster option the planner has: carried
+    big_link = planner_link([("config", "x" * 9000), cluster], row, URL_LIMIT)
+    assert big_link == "/planner?nvlink-gbps=450&dp=8&tp=1&gpu=H100-SXM&gpus=8"
+    small = planner_link([("config", '{"a":1}'), cluster], row, URL_LIMIT)
+    assert (
+        small == "/planner?config=%7B%22a%22%3A1%7D&nvlink-gbps=450&dp=8&tp=1&gpu=H100-SXM&gpus=8"
+    )

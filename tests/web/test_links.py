@@ -69,4 +69,7 @@ def test_the_planners_link_may_carry_its_uploaded_config():
     parameters of /api/evaluate, no option of ``evaluate``: the planner's link names include
     them, so app.js canonical() keeps them (it refused ``config`` and opened llama3-70b)."""
     assert {"config", "accelerator"} <= set(names("planner"))
-    assert "config" not in names("search")
+    # the search and frontier take the upload too (their answers' planner links carry it), but
+    # no inline accelerator
+    assert "config" in names("search") and "config" in names("frontier")
+    assert "accelerator" not in names("search")

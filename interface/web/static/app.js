@@ -153,6 +153,12 @@ const TP = (() => {
       (kept ? "a reload of this tab restores it from the tab's storage; to share the layout, share the file too."
         : "this browser tab could not keep it, so a reload needs the file again.");
   }
+  // A link whose uploaded file this tab does not hold (opened in a new tab, or shared): said,
+  // instead of the page showing another model's figures for the link's layout.
+  function leftOutNote() {
+    addressNote(false, false);
+    startError = `${leftOut}: this link did not carry the uploaded file (too large for a URL) and this browser tab does not hold it; choose the file again to see the layout's figures`;
+  }
   // The stashed file of the address `q` (a reload of a page setAddress shortened), into `q`.
   function restoreLarge(q) {
     if (LARGE.some((k) => q.has(k))) return q;
@@ -163,6 +169,32 @@ const TP = (() => {
     for (const [k, v] of Object.entries(saved.values || {})) out.set(k, v);
     return out;
   }
+  // A link to another tab (a search answer's or frontier point's "planner" link) whose query is
+  // over POST_LIMIT characters (it carries the search's uploaded config.json): its address leaves
+  // `config` and `accelerator` out and adds large=config; a click first keeps them in this
+  // browser tab's storage under the target tab's key, with the short address they belong to, so
+  // the target restores them as after a reload (restoreLarge). A link opened elsewhere (a new
+  // tab, shared) does not find them, and the target says the file must be chosen again.
+  function largeLink(a, url = a.getAttribute("href")) {
+    const at = url.indexOf("?");
+    if (url.length <= POST_LIMIT || at < 0) { a.setAttribute("href", url); return; }
+    const path = url.slice(0, at), full = new URLSearchParams(url.slice(at + 1)), short = new URLSearchParams(full);
+    const left = LARGE.filter((k) => full.has(k));
+    for (const k of left) short.delete(k);
+    const values = Object.fromEntries(left.map((k) => [k, full.get(k)]));
+    const withMark = new URLSearchParams(short);
+    withMark.set("large", left.join(","));
+    a.setAttribute("href", `${path}?${withMark}`);
+    a.title = "opens with the uploaded file in this browser tab; the link itself does not carry it (too large for a URL)";
+    a.classList.add("large-link");
+    const keep = () => {
+      try { sessionStorage.setItem(LARGE_KEY(path.replace(/^\//, "")), JSON.stringify({ address: `${short}`, values })); } catch { /* storage full or off */ }
+    };
+    a.addEventListener("click", keep);
+    a.addEventListener("auxclick", keep);
+  }
+  // large=config on arrival (largeLink): which parameters the link left out; "" when none.
+  let leftOut = "";
   function remember() {
     try { sessionStorage.setItem(KEY(PAGE), location.search); } catch { /* storage off: nothing kept */ }
     navLinks();
@@ -192,12 +224,16 @@ const TP = (() => {
     catalogues(gpus, models);
     const form = $("#inputs");
     const raw = new URLSearchParams(location.search);
+    leftOut = raw.get("large") || "";
+    raw.delete("large"); // the page's marker (largeLink), never a parameter
     const exName = raw.get("example");
     const ex = exName && INFO.examples.find((e) => e.name === exName);
     if (ex && ex.page !== PAGE) return go(`/${ex.page}?${raw}`);
     // the uploaded file a shortened address left out (setAddress), back beside the link's names
     const params = restoreLarge(withExample(canonical(raw, form)));
+    if (leftOut && LARGE.some((k) => params.has(k))) leftOut = ""; // restored from this tab
     setAddress(params);
+    if (leftOut) leftOutNote();
     for (const sel of $$("select[data-gpus], select[data-models]")) {
       const keep = params.get(sel.name);
       if (!keep) continue;
@@ -446,7 +482,7 @@ const TP = (() => {
     }
   }
 
-  return { send, POST_LIMIT, setAddress, restoreLarge, $, $$, PAGE, gb, pct, num, secs, esc, table, start, bind, refuseLink, linkOnly, query, fill, value, conditions, setPageParam, api, figure, showError, dropExample, remember, info: () => INFO };
+  return { send, POST_LIMIT, setAddress, restoreLarge, largeLink, leftOut: () => leftOut, $, $$, PAGE, gb, pct, num, secs, esc, table, start, bind, refuseLink, linkOnly, query, fill, value, conditions, setPageParam, api, figure, showError, dropExample, remember, info: () => INFO };
 })();
 
 // A search or frontier with its progress (/api/…/stream: one JSON event a line); onEvent(event)
@@ -492,6 +528,28 @@ TP.stream = async (url, onEvent, signal) => {
   }
 };
 
+// A config.json chosen in #config-file, into the form's hidden config field (compact JSON: the
+// API names a text that is not JSON); with dropOn, choosing a model there drops the file.
+TP.upload = (form, dropOn = null) => {
+  TP.$("#config-file").addEventListener("change", async (e) => {
+    const file = e.target.files[0];
+    if (!file) return;
+    const text = await file.text();
+    let compact = text;
+    try { compact = JSON.stringify(JSON.parse(text)); } catch { /* the API names the error */ }
+    TP.$("#config").value = compact;
+    if (dropOn) dropOn.value = "";
+    TP.$("#config-name").textContent = `${file.name}: ${compact.length.toLocaleString("en-US")} characters`;
+    form.dispatchEvent(new Event("change"));
+  });
+  dropOn?.addEventListener("change", () => {
+    if (!dropOn.value || !TP.$("#config").value) return;
+    TP.$("#config").value = "";
+    TP.$("#config-file").value = "";
+    TP.$("#config-name").textContent = "the config.json was dropped: the model is the one chosen";
+  });
+};
+
 // The search and frontier tabs: run on the button (and on arrival when the URL holds a job),
 // with a visible progress indicator and a Cancel button; render(result event, query) draws the
 // answer. The button stays live while a search runs (the first visit's example, or the user's
@@ -500,6 +558,7 @@ TP.searchPage = async (kind, render) => {
   await TP.start("model=llama3-70b&gpus=64");
   const form = TP.$("#inputs"), bar = TP.$("#bar"), text = TP.$("#progress-text"), cancel = TP.$("#cancel");
   TP.fill(form, TP.restoreLarge(new URLSearchParams(location.search)));
+  TP.upload(form, TP.$("select[name=model]", form));
   const extra = TP.linkOnly(form);
   const withExtra = (q) => { for (const [k, v] of extra) q.append(k, v); return q; };
   const keepUrl = (e) => {

@@ -19,11 +19,22 @@ TP.searchPage("frontier", async (last, q) => {
       ["uniform step", (p) => (p.uniform_step_s === null ? "none fits" : TP.secs(p.uniform_step_s))],
       ["gain", (p) => (p.gain === null ? "—" : `${p.gain.toFixed(3)}×`)],
     ] : []),
-    ["", (p, i) => `<a href="${TP.esc(last.planner[i])}">planner</a>`],
+    ["", (p, i) => `<a class="planner-link" href="${TP.esc(last.planner[i])}">planner</a>`],
   ], 'id="points-table"');
   const chart = TP.$("#chart");
   await TP.figure(chart, `/api/figures/frontier?${q}`, `${r.points.length} points against ${r.against}`);
   TP.$$("a[target]", chart).forEach((a) => a.removeAttribute("target")); // open here, as a page link
+  // an uploaded config.json too large for a URL: the table's links and the chart's points open
+  // the planner with the file from this tab's storage (TP.largeLink; the chart's links, made by
+  // the server, leave such a file out)
+  TP.$$("#points-table a.planner-link").forEach((a) => TP.largeLink(a));
+  TP.$$("g[id^=point-]", chart).forEach((g) => {
+    const a = g.closest("a") || TP.$("a", g), i = Number(g.id.slice(6)) - 1;
+    if (a && last.planner[i] && last.planner[i].length > TP.POST_LIMIT) {
+      a.removeAttribute("xlink:href");
+      TP.largeLink(a, last.planner[i]);
+    }
+  });
   const tip = TP.$("#tooltip");
   const rows = TP.$$("#points-table tbody tr");
   const light = (i, on) => {

@@ -4,7 +4,9 @@
   const { gpus } = await TP.start("model=llama3-70b&dp=2&tp=4&pp=8");
   const form = TP.$("#inputs");
   const params = TP.restoreLarge(new URLSearchParams(location.search)); // the uploaded file too
-  const source = params.get("config") ? "config" : params.get("params") ? "size" : "catalogue";
+  // a link that left its uploaded file out (TP.largeLink) and found none in this tab: the file's
+  // source, waiting for the file, not the default model's figures for the link's layout
+  const source = params.get("config") || TP.leftOut().includes("config") ? "config" : params.get("params") ? "size" : "catalogue";
   TP.$(`input[name=_source][value=${source}]`).checked = true;
 
   function showSource() {
@@ -14,16 +16,7 @@
   showSource();
   form.addEventListener("change", (e) => { if (e.target.name === "_source") showSource(); });
 
-  TP.$("#config-file").addEventListener("change", async (e) => {
-    const file = e.target.files[0];
-    if (!file) return;
-    const text = await file.text();
-    let compact = text;
-    try { compact = JSON.stringify(JSON.parse(text)); } catch { /* the API names the error */ }
-    TP.$("#config").value = compact;
-    TP.$("#config-name").textContent = `${file.name}: ${compact.length.toLocaleString("en-US")} characters`;
-    form.dispatchEvent(new Event("change"));
-  });
+  TP.upload(form);
 
   // The text report's memory lines in its order (interface/render/report.py _memory_lines): each
   // term shown where it applies, so the rows add up to the total as the CLI's do.

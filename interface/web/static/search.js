@@ -52,7 +52,7 @@ function perStage(r, link) {
 TP.searchPage("search", (last, q) => {
   const r = last.result, box = TP.$("#answers");
   if (r.status === "infeasible") { box.innerHTML = ""; return; }
-  if (r.per_stage) { box.innerHTML = perStage(r, last.planner[0]); return; }
+  if (r.per_stage) { box.innerHTML = perStage(r, last.planner[0]); TP.$$("a.planner-link", box).forEach((a) => TP.largeLink(a)); return; }
   const answers = r.answers || [r, ...(r.top || [])];
   box.innerHTML = answers.map((a, i) => {
     const lay = a.layout, m = a.memory, t = a.time;
@@ -68,5 +68,6 @@ TP.searchPage("search", (last, q) => {
       <div class="figure memory-figure" data-label="Memory per GPU of answer ${i + 1} against the usable capacity"></div>
     </div>`;
   }).join("") + `<p class="note">Searched ${TP.num(r.candidates)} candidates (${TP.num(r.shapes)} shapes × ZeRO × recompute, ${r.jobs} job(s)); tables ${r.tables_seconds.toFixed(2)} s, CP-SAT ${r.solve_seconds.toFixed(2)} s.</p>`;
+  TP.$$("a.planner-link", box).forEach((a) => TP.largeLink(a)); // an uploaded config.json: not in the link
   TP.$$(".answer").forEach((card, i) => TP.figure(TP.$(".memory-figure", card), `/api/figures/memory?${last.planner[i].split("?")[1]}`));
 });
