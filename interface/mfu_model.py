@@ -14,7 +14,6 @@ from trainplan.interface.tab_requests import MfuRequest
 from trainplan.interface.tab_values import fmt_number
 from trainplan.model.errors import check_applicable, named_lookup
 from trainplan.model.flops import attention_model_flops
-from trainplan.model.params import count_params
 from trainplan.model.specs import Architecture
 from trainplan.scenarios.catalogue import get_model
 
@@ -79,12 +78,12 @@ def mfu_model(
     attention (:func:`model_attention`; None otherwise).
 
     N is the model's active parameters, the N of ``trainplan evaluate``'s MFU
-    (:func:`model.params.count_params` ``.active``, as :func:`model.estimate.estimate` takes it:
-    a MoE model's routed experts counted ``top_k`` of ``num_experts``; a size-only model's
+    (:attr:`model.model_spec.ModelSpec.total_and_active_params`, which evaluate reads too: a
+    MoE model's routed experts counted ``top_k`` of ``num_experts``; a size-only model's
     declared count). The dimensions — layers L, attention heads H, head dimension Q
     (:attr:`model.specs.Architecture.dim_per_head`) — are filled only where a term reads them
-    (``attention``, ``recompute`` selective or full: :func:`model.mfu.attention_term`, PaLM's
-    12·L·H·Q·T, Chowdhery et al. 2022 appendix B), and so is the sequence length T when not
+    (``attention``, ``recompute`` selective or full; the attention FLOPs are the model's own
+    per-layer count, :func:`model_attention`), and so is the sequence length T when not
     given: the catalogue entry's ``seq_len`` (a ``config.json`` has none: ``--seq-len``).
 
     The report's object: ``name``, ``source``, ``params_total`` and ``params_active``
@@ -104,10 +103,7 @@ def mfu_model(
     _check_beside(r, name)
     entry = named_lookup("model", get_model, name)
     spec, arch = entry.model, entry.model.arch
-    declared = spec.num_params_declared
-    counts = None if arch is None or declared is not None else count_params(arch)
-    total = declared if counts is None else counts.total
-    active = declared if counts is None else counts.active
+    total, active = spec.total_and_active_params
     needs_dims = arch is not None and (r.attention or r.recompute not in (None, "none"))
     seq_len, seq_from = r.seq_len, "given" if r.seq_len is not None else None
     if needs_dims and seq_len is None and entry.training.get("seq_len") is not None:

@@ -23,7 +23,6 @@ from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Layout, Recompute, validate
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.offload import NO_OFFLOAD, host_rates
-from trainplan.model.params import count_params
 from trainplan.model.pipeline_uneven import reported_bubble, uneven_chunks
 from trainplan.model.recompute_ops import recompute_flops_of
 from trainplan.model.specs import Architecture, TrainingSpec
@@ -408,9 +407,7 @@ def evaluate(
         if padded != arch.vocab_size:
             multiple = vocab_multiple_for(layout.framework, vocab_multiple)
             notes.append(_vocab_note(arch.vocab_size, padded, multiple, layout, vocab_multiple))
-    n_total = model.num_params_declared or count_params(arch).total  # type: ignore[arg-type]
-    declared = arch is None or model.num_params_declared is not None
-    n_active = n_total if declared else count_params(arch).active  # type: ignore[arg-type]
+    n_total, n_active = model.total_and_active_params
     rows, terms = _time(c, f, traffic, links)
     notes += _notes(model, layout, terms)
     causal, flops = options.causal_attention_flops, None

@@ -88,6 +88,19 @@ class ModelSpec:
                 _check_declared_size(n, self.arch)
 
     @property
+    def total_and_active_params(self) -> tuple[int, int]:
+        """(total, active) parameters, counts: the declared size for both where the user gave
+        one (a declared size says nothing of which parameters a token meets), else both counted
+        from :attr:`arch` (:func:`model.params.count_params`; active = the parameters one token
+        meets, the routed experts it is sent to). What evaluate's MFU and ``trainplan mfu
+        --model`` read as N."""
+        if self.num_params_declared is not None or self.arch is None:
+            n = int(self.num_params_declared or 0)
+            return n, n
+        counts = count_params(self.arch)
+        return int(counts.total), int(counts.active)
+
+    @property
     def size_only(self) -> bool:
         """True when the model has no dimensions (activations unavailable)."""
         return self.arch is None
