@@ -10,7 +10,15 @@ only through Transformer Engine's ``TransformerLayer`` (deepspeedai/Megatron-Dee
 * ``megatron/arguments.py`` ``validate_args``: ``--fp8-e4m3`` / ``--fp8-hybrid`` need
   ``--transformer-impl transformer_engine``;
 * ``megatron/model/transformer.py`` ``ParallelTransformer.__init__`` scales with
-  ``DelayedScaling`` only; ``build_layer`` asserts ``num_attention_heads ==
+  ``DelayedScaling`` only, at every tp (microsoft/Megatron-DeepSpeed f4157bea: it builds
+  ``transformer_engine.common.recipe.DelayedScaling(margin, interval, fp8_format,
+  amax_history_len, amax_compute_algo, override_linear_precision)`` whenever ``--fp8-e4m3`` or
+  ``--fp8-hybrid`` is set, reading no parallel size, and ``ParallelTransformer.forward`` passes
+  it as ``fp8_autocast(fp8_recipe=self.fp8_recipe)``; its arguments offer no other recipe), so
+  under ``deepspeed`` FP8 is delayed scaling at every tp (HF Accelerate's
+  ``apply_fp8_autowrap``, which can build ``MXFP8BlockScaling``, swaps ``nn.Linear`` modules
+  for Transformer Engine's ``Linear``: not the ``TransformerLayer`` whose ``LayerNormMLP`` this
+  profile's memory counts, :mod:`model.deepspeed_backward`); ``build_layer`` asserts ``num_attention_heads ==
   num_key_value_heads`` ("Transformer_engine does not support GQA"), builds the layer with
   Transformer Engine's defaults (LayerNorm, a GELU MLP) and ignores the expert count ``n_e``;
 * ``megatron/training.py`` ``get_model`` asserts every model chunk is a ``GPTModel`` with that
@@ -30,17 +38,15 @@ from typing import Any
 
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework
-from trainplan.model.precision import Fp8Recipe, Precision
+from trainplan.model.precision import Precision
 
 __all__ = ["check_deepspeed_fp8"]
 
 
-def _te_layer_gaps(recipe: Any, arch: Any) -> list[str]:
-    """What Megatron-DeepSpeed's Transformer Engine layer does not run of ``recipe`` and
-    ``arch`` (module docstring: delayed scaling, no GQA, LayerNorm and GELU only)."""
+def _te_layer_gaps(arch: Any) -> list[str]:
+    """What Megatron-DeepSpeed's Transformer Engine layer does not run of ``arch`` at tp > 1
+    (module docstring: no GQA, LayerNorm and GELU only)."""
     why = []
-    if recipe is not None and Fp8Recipe(str(recipe).lower()) is not Fp8Recipe.DELAYED:
-        why.append(f"scales with delayed scaling only, not {recipe}")
     if arch is not None:
         if arch.num_kv_heads not in (None, arch.num_attention_heads):
             why.append("does not run GQA")
@@ -59,7 +65,8 @@ def check_deepspeed_fp8(
     ------
     LayoutError
         fp8 under deepspeed with routed experts; at cp or pp > 1; or at tp > 1 with GQA,
-        RMSNorm, a gated MLP or a recipe other than delayed.
+        RMSNorm or a gated MLP. A recipe other than delayed is refused at every tp by the
+        framework's recipe rule, :func:`model.precision.check_framework_fp8_recipe`.
 
     >>> check_deepspeed_fp8("deepspeed", Precision.FP8, None, None, 2)
     >>> check_deepspeed_fp8("megatron", Precision.FP8, "mxfp8", None, 2, 4)
@@ -89,7 +96,7 @@ def check_deepspeed_fp8(
             "Transformer Engine, its only FP8 path, in GPTModel only, which DeepSpeed builds "
             "with --no-pipeline-parallel, pp 1 (use `framework` megatron, `pp` 1 or `precision` bf16)"
         )
-    why = _te_layer_gaps(recipe, arch) if tp > 1 else []
+    why = _te_layer_gaps(arch) if tp > 1 else []
     if why:
         raise LayoutError(
             f"precision: fp8 with `framework` deepspeed at tp {tp} runs Megatron-DeepSpeed's "

@@ -396,7 +396,11 @@ def fp8_recipe_of(framework: str, recipe: Fp8Recipe | str | None) -> Fp8Recipe:
 
 
 def check_framework_fp8_recipe(framework: str, recipe: Fp8Recipe | str | None) -> None:
-    """Refuse under ``fsdp2`` the recipes torchtitan does not run:
+    """Refuse under ``deepspeed`` every recipe but delayed scaling, at every tp: its one FP8
+    stack, Megatron-DeepSpeed (f4157bea ``megatron/model/transformer.py``
+    ``ParallelTransformer.__init__``), builds ``DelayedScaling`` whatever the parallel sizes and
+    ``forward`` passes it to ``fp8_autocast``; its arguments name no other recipe
+    (:mod:`model.deepspeed_fp8`). Refuse under ``fsdp2`` the recipes torchtitan does not run:
 
     * delayed scaling: torchao's Float8 training scales dynamically only (delayed scaling was
       deleted from ``torchao.float8``, pytorch/ao d37019636, February 2025; its recipes are
@@ -411,7 +415,8 @@ def check_framework_fp8_recipe(framework: str, recipe: Fp8Recipe | str | None) -
     Raises
     ------
     LayoutError
-        ``fp8_recipe`` delayed or blockwise with ``framework`` fsdp2.
+        ``fp8_recipe`` delayed or blockwise with ``framework`` fsdp2; tensorwise, blockwise or
+        mxfp8 with ``framework`` deepspeed.
 
     >>> check_framework_fp8_recipe("megatron", "delayed")
     >>> check_framework_fp8_recipe("fsdp2", None)
@@ -420,7 +425,15 @@ def check_framework_fp8_recipe(framework: str, recipe: Fp8Recipe | str | None) -
     ...
     trainplan.model.errors.LayoutError: fp8_recipe: blockwise is Transformer Engine's ...
     """
-    if str(framework) != "fsdp2" or recipe is None:
+    if recipe is None:
+        return
+    if str(framework) == "deepspeed" and Fp8Recipe(str(recipe).lower()) is not Fp8Recipe.DELAYED:
+        raise LayoutError(
+            f"fp8_recipe: {recipe} with `framework` deepspeed: Megatron-DeepSpeed, its one FP8 "
+            "stack, scales with Transformer Engine's DelayedScaling only, at every tp (use "
+            "`fp8_recipe` delayed or `framework` megatron)"
+        )
+    if str(framework) != "fsdp2":
         return
     if Fp8Recipe(str(recipe).lower()) is Fp8Recipe.DELAYED:
         raise LayoutError(

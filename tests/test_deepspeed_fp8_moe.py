@@ -9,6 +9,9 @@ f4157bea)."""
 from __future__ import annotations
 
 import json
+import warnings
+
+import pytest
 
 from tests.cli_runs import refusal, trainplan
 
@@ -64,3 +67,51 @@ def test_deepspeed_fp8_refused_at_cp_above_1():
                   "deepspeed", "--precision", "fp8", "--tp", "8", "--cp", "2", "--zero", "3")
     )  # fmt: skip
     assert line.startswith("--precision: fp8 with --framework deepspeed at cp 2: ")
+
+
+def test_deepspeed_fp8_recipe_other_than_delayed_refused_at_tp_1():
+    """Megatron-DeepSpeed builds its FP8 recipe in ``ParallelTransformer.__init__``
+    (microsoft/Megatron-DeepSpeed f4157bea ``megatron/model/transformer.py``):
+    ``transformer_engine.common.recipe.DelayedScaling(margin, interval, fp8_format, ...)``
+    whenever ``--fp8-e4m3`` or ``--fp8-hybrid`` is set, reading no parallel size, and
+    ``forward`` passes it as ``fp8_autocast(fp8_recipe=self.fp8_recipe)``. So MXFP8 (or
+    blockwise, tensorwise) is refused under deepspeed at tp 1 too, each command its own process,
+    one line naming the flag, the value and the rule, exit 2; before, tp 1 evaluated Llama 3 8B
+    on 8 B200 in MXFP8 (3.511 s a step). A search over deepspeed alone says the same line; one
+    over deepspeed and megatron answers under megatron."""
+    line = refusal(
+        trainplan("evaluate", "--model", "llama3-8b", "--gpus", "8", "--gpu", "B200",
+                  "--precision", "fp8", "--framework", "deepspeed", "--dp", "8",
+                  "--fp8-recipe", "mxfp8")
+    )  # fmt: skip
+    assert line.startswith("--fp8-recipe: mxfp8 with --framework deepspeed: ")
+    assert "DelayedScaling only, at every tp" in line
+    line = refusal(
+        trainplan("search", "--model", "llama3-8b", "--gpus", "8", "--precision", "fp8",
+                  "--framework", "deepspeed", "--fp8-recipe", "tensorwise")
+    )  # fmt: skip
+    assert line.startswith("--fp8-recipe: tensorwise with --framework deepspeed: ")
+    done = trainplan("search", "--model", "llama3-8b", "--gpus", "8", "--gpu", "B200",
+                     "--precision", "fp8", "--framework", "deepspeed", "--framework",
+                     "megatron", "--fp8-recipe", "mxfp8", "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["layout"]["framework"] == "megatron"
+    delayed = trainplan("evaluate", "--model", "llama3-8b", "--gpus", "8", "--precision", "fp8",
+                        "--framework", "deepspeed", "--dp", "8", "--fp8-recipe", "delayed")  # fmt: skip
+    assert delayed.returncode == 0, delayed.stderr[-2000:]
+
+
+def test_web_api_refuses_deepspeed_mxfp8_with_422():
+    pytest.importorskip("fastapi")
+    pytest.importorskip("httpx")
+    warnings.filterwarnings("ignore", message=".*httpx2.*")
+    from fastapi.testclient import TestClient
+
+    from trainplan.interface.web.app import create_app
+
+    got = TestClient(create_app(("testserver",))).get(
+        "/api/evaluate?model=llama3-8b&gpu=B200&gpus=8&dp=8&framework=deepspeed&precision=fp8"
+        "&fp8-recipe=mxfp8"
+    )
+    assert got.status_code == 422, got.text
+    assert got.json()["error"].startswith("fp8-recipe: mxfp8 with framework deepspeed: "), got.text

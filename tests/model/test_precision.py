@@ -9,6 +9,7 @@ from fractions import Fraction
 import pytest
 
 from trainplan.model.activations import ActivationContext, layer_activations
+from trainplan.model.errors import LayoutError
 from trainplan.model.precision import linear_speedup, optimizer_state_bytes
 from trainplan.model.timing import stage_peak_seconds
 from trainplan.optimizer.case import Case
@@ -82,29 +83,30 @@ def test_blackwell_default_recipe_stays_delayed_under_deepspeed_and_textbook():
     """No ``fp8_recipe`` on B200 under ``deepspeed`` and ``textbook``: delayed scaling, not
     Transformer Engine's own Blackwell default (``get_default_fp8_recipe``: MXFP8BlockScaling
     from v2.0 at compute capability 10.x), which only an ``fp8_autocast`` without a recipe
-    reads; Megatron-DeepSpeed 4efb479d ``ParallelTransformer`` passes ``DelayedScaling`` and
-    DeepSpeed edaa72212 calls no Transformer Engine (:func:`model.precision.fp8_recipe_of`).
-    Llama 3 8B on 8 B200 at tp 1, one stage: delayed keeps the row-wise FP8 weight only on
-    Blackwell, 1 B × 32 × 218,103,808 = 6,979,321,856 B; MXFP8 would keep both copies and an
-    E8M0 scale per 32 elements each, (2 + 2/32) × 6,979,321,856 = 14,394,851,328 B; and under
-    deepspeed the GEMMs read B300's published delayed rows (forward 1.69×), not MXFP8's (1.47×):
-    3.309 s a step, not 3.511 s."""
+    reads; Megatron-DeepSpeed f4157bea ``ParallelTransformer.__init__`` passes ``DelayedScaling``
+    at every tp and DeepSpeed edaa72212 calls no Transformer Engine
+    (:func:`model.precision.fp8_recipe_of`). Llama 3 8B on 8 B200 at tp 1, one stage: delayed
+    keeps the row-wise FP8 weight only on Blackwell, 1 B × 32 × 218,103,808 = 6,979,321,856 B;
+    MXFP8 (textbook) keeps both copies and an E8M0 scale per 32 elements each, (2 + 2/32) ×
+    6,979,321,856 = 14,394,851,328 B. Under deepspeed MXFP8 is refused even at tp 1
+    (:func:`model.precision.check_framework_fp8_recipe`; before: evaluated at 3.511 s, a recipe
+    that stack cannot run); the default reads B300's published delayed rows, 3.309 s a step."""
+    base = {**LLAMA3_8B, "device": "B200", "precision": "fp8"}
     for framework in ("deepspeed", "textbook"):
-        base = {**LLAMA3_8B, "device": "B200", "precision": "fp8", "framework": framework}
-        default = Case.of(**base).evaluate()
-        delayed = Case.of(**{**base, "fp8_recipe": "delayed"}).evaluate()
-        mx = Case.of(**{**base, "fp8_recipe": "mxfp8"}).evaluate()
+        fw = {**base, "framework": framework}
+        default = Case.of(**fw).evaluate()
+        delayed = Case.of(**{**fw, "fp8_recipe": "delayed"}).evaluate()
         assert default.stages[0].state == delayed.stages[0].state
         assert default.step_s == delayed.step_s
         assert default.stages[0].state.weight_cache_bytes == 6_979_321_856
-        assert mx.stages[0].state.weight_cache_bytes == 14_394_851_328
-    # deepspeed's GEMMs read the recipe's row (the textbook's the flat FP8 rate, any recipe)
+    mx = Case.of(**{**base, "framework": "textbook", "fp8_recipe": "mxfp8"}).evaluate()
+    assert mx.stages[0].state.weight_cache_bytes == 14_394_851_328
+    # the textbook's GEMMs read the flat FP8 rate, any recipe
     assert mx.step_s == default.step_s
     ds = {**base, "framework": "deepspeed"}
     assert Case.of(**ds).evaluate().step_s == pytest.approx(3.3087, abs=5e-4)
-    assert Case.of(**{**ds, "fp8_recipe": "mxfp8"}).evaluate().step_s == pytest.approx(
-        3.5109, abs=5e-4
-    )
+    with pytest.raises(LayoutError, match=r"^fp8_recipe: mxfp8 with `framework` deepspeed"):
+        Case.of(**{**ds, "fp8_recipe": "mxfp8"}).evaluate()
 
 
 def test_fp8_under_zero3_caches_every_layer():
