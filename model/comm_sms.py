@@ -256,10 +256,11 @@ def dispatcher_sm_share(dispatcher: str, device_name: str, one_domain: bool = Tr
 @lru_cache(maxsize=4096)
 def collective_sm_share(
     kind: str, device_name: str, charged: bool, nvls_enabled: bool, size: int, span: int,
-    gpus_per_node: int, nvlink: bool, nic: Any, node: NvlinkNode,
+    gpus_per_node: int, world: int, nvlink: bool, nic: Any, node: NvlinkNode,
 ) -> float:  # fmt: skip
     """``φ`` of an NCCL collective of ``kind`` (:class:`model.nccl_channels.NcclKernel`) over a
-    group of ``size`` ranks spread over ``span`` consecutive ranks (``nvlink``: in one NVLink
+    group of ``size`` ranks spread over ``span`` consecutive ranks of a layout of ``world``
+    ranks (``nvlink``: in one NVLink
     domain; else across nodes of ``gpus_per_node`` GPUs on NICs of ``nic`` bytes/s; ``node``:
     the part's NVLinks, :func:`model.nccl_search.nvlink_node`) beside
     computation: :func:`held_sm_share` of the blocks the algorithm NCCL runs it as holds
@@ -276,7 +277,7 @@ def collective_sm_share(
 
     >>> from trainplan.model.nccl_search import nvlink_node
     >>> h100, a100 = nvlink_node("H100-SXM", 450e9), nvlink_node("A100-80GB", 300e9)
-    >>> node = (8, 8, 8, True, 0.0, h100)
+    >>> node = (8, 8, 8, 8, True, 0.0, h100)
     >>> round(collective_sm_share("all-reduce", "H100-SXM", True, True, *node), 4)
     0.239
     >>> round(collective_sm_share("ring", "H100-SXM", True, True, *node), 4)
@@ -287,7 +288,7 @@ def collective_sm_share(
     A dp group of one GPU a node on H100s (400 Gb/s NICs): 4 channels, 0.1504/2; a B200 node's
     all-reduce on 24 of 148 SMs (21.41 blocks); off with the option:
 
-    >>> round(collective_sm_share("ring", "H100-SXM", True, True, 16, 128, 8, False, 50e9, h100), 4)
+    >>> round(collective_sm_share("ring", "H100-SXM", True, True, 16, 128, 8, 128, False, 50e9, h100), 4)
     0.0752
     >>> b200 = nvlink_node("B200", 900e9)
     >>> round(collective_sm_share("all-reduce", "B200", True, True, *node[:-1], b200), 4)
@@ -297,7 +298,7 @@ def collective_sm_share(
     """
     if not charged:
         return 0.0
-    args = (size, span, gpus_per_node, nvlink, nic, node)
+    args = (size, span, gpus_per_node, world, nvlink, nic, node)
     return held_sm_share(group_blocks(kind, device_name, nvls_enabled, *args), device_name)
 
 

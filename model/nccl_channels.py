@@ -181,9 +181,13 @@ def setup_channels(channels: int) -> int:
     return pow2_up(int(channels))
 
 
-def group_placements(size: int, span: int, gpus_per_node: int) -> tuple[tuple[int, int], ...]:
+def group_placements(
+    size: int, span: int, gpus_per_node: int, world: int
+) -> tuple[tuple[int, int], ...]:
     """The distinct ``(ranks on one node, nodes)`` of an axis's groups of ``size`` ranks at
-    stride ``span ÷ size`` (the groups tile the ranks in blocks of ``span``): the groups' fewest
+    stride ``span ÷ size`` (the groups tile the ``world`` ranks of the layout in blocks of
+    ``span``; only groups that exist are counted, so a world shorter than one repeat of blocks
+    and nodes, ``lcm(span, gpus_per_node)``, lists only its own groups): the groups' fewest
     ranks on one node (the count every rank of a communicator takes: ``src/init.cc``, each
     graph's ``nChannels`` the least over the ranks' ``allGather3Data``) and the nodes each
     touches — :func:`model.rank_groups.domain_placements` with host nodes of ``gpus_per_node``
@@ -195,13 +199,15 @@ def group_placements(size: int, span: int, gpus_per_node: int) -> tuple[tuple[in
     (:func:`group_channels`, :func:`group_blocks`, NVLS's bytes) take their groups' most: the
     GPU that holds the most buffers and SMs.
 
-    >>> group_placements(32, 64, 8), group_placements(2, 16, 8)
+    >>> group_placements(32, 64, 8, 64), group_placements(2, 16, 8, 16)
     (((4, 8),), ((1, 2),))
-    >>> group_placements(6, 6, 8), group_placements(12, 12, 8), group_placements(2, 16, 4)
-    (((2, 2), (6, 1)), ((4, 2),), ((1, 2),))
+    >>> group_placements(6, 6, 8, 12), group_placements(12, 12, 8, 24)
+    (((2, 2), (6, 1)), ((4, 2),))
+    >>> group_placements(10, 10, 8, 10), group_placements(10, 10, 8, 20)  # 8 + 2; and 6 + 4
+    (((2, 2),), ((2, 2), (4, 2)))
     """
     size, span = max(1, int(size)), max(1, int(span))
-    return domain_placements(max(1, span // size), size, 0, int(gpus_per_node))
+    return domain_placements(max(1, span // size), size, int(world), int(gpus_per_node))
 
 
 def strided_placement(s1: int, n1: int, s2: int, n2: int, gpus_per_node: int) -> tuple[int, int]:
@@ -222,40 +228,44 @@ def strided_placement(s1: int, n1: int, s2: int, n2: int, gpus_per_node: int) ->
     return min(counts.values()), len(counts)
 
 
-def spans_nodes(size: int, span: int, gpus_per_node: int) -> bool:
+def spans_nodes(size: int, span: int, gpus_per_node: int, world: int) -> bool:
     """Whether every group of :func:`group_placements` (an axis's groups of ``size`` ranks over
-    ``span``) has ranks on more than one host node (NCCL's ``nNodes > 1``): across hosts for
+    ``span``, of a layout of ``world`` ranks) has ranks on more than one host node (NCCL's ``nNodes > 1``): across hosts for
     its point-to-point channels (:func:`model.terms.comm_memory.p2p_channels_per_peer`) and
     vLLM's custom all-reduce (:func:`model.rlhf.engine.engine_communicator_bytes`) on every
     GPU; where one group lies in one node, its GPUs hold the in-node figures, the most.
 
-    >>> spans_nodes(6, 6, 8), spans_nodes(2, 16, 8), spans_nodes(8, 8, 4)
+    >>> spans_nodes(6, 6, 8, 24), spans_nodes(2, 16, 8, 16), spans_nodes(8, 8, 4, 8)
     (False, True, True)
     """
-    return all(nodes > 1 for _, nodes in group_placements(size, span, gpus_per_node))
+    return all(nodes > 1 for _, nodes in group_placements(size, span, gpus_per_node, world))
 
 
 @lru_cache(maxsize=4096)
 def group_channels(
-    size: int, span: int, gpus_per_node: int, nvlink: bool, nic: Any, node: NvlinkNode
+    size: int, span: int, gpus_per_node: int, world: int, nvlink: bool, nic: Any, node: NvlinkNode
 ) -> int:
     """:func:`collective_channels` of a group of ``size`` ranks spread over ``span`` consecutive
-    ranks: one node where ``nvlink`` (the group lies in one NVLink domain), else the most over
-    the groups' :func:`group_placements` (a 2-rank pipeline group spanning 8 nodes has one rank
-    on each of 2; tp 12 on 8-GPU nodes, ranks 0–11 8 + 4 and 12–23 4 + 8: 4 a node on 2, 16
-    channels, not 6 a node's 24).
+    ranks of a layout of ``world`` ranks: one node where ``nvlink`` (the group lies in one
+    NVLink domain), else the most over the groups' :func:`group_placements` (a 2-rank pipeline
+    group spanning 8 nodes has one rank on each of 2; tp 12 on 8-GPU nodes, ranks 0–11 8 + 4
+    and 12–23 4 + 8: 4 a node on 2, 16 channels, not 6 a node's 24; a dp group of 10 in a world
+    of 10, ranks 0–9 8 + 2: 2 a node, 8 channels, where a world of 20 adds ranks 10–19, 6 + 4,
+    16).
 
     >>> from trainplan.model.nccl_search import nvlink_node
     >>> h100 = nvlink_node("H100-SXM", 450e9)
-    >>> group_channels(32, 64, 8, False, 50e9, h100), group_channels(2, 2, 8, True, None, h100)
-    (16, 24)
-    >>> group_channels(12, 12, 8, False, 50e9, h100), group_channels(6, 6, 8, False, 50e9, h100)
-    (16, 24)
+    >>> group_channels(32, 64, 8, 64, False, 50e9, h100)
+    16
+    >>> group_channels(2, 2, 8, 8, True, None, h100), group_channels(12, 12, 8, 24, False, 50e9, h100)
+    (24, 16)
+    >>> group_channels(6, 6, 8, 24, False, 50e9, h100), group_channels(10, 10, 8, 10, False, 50e9, h100)
+    (24, 8)
     """
     if nvlink or size <= 1:
         return collective_channels(int(size), 1, None, node)
     nic = float(nic) if nic else None
-    places = group_placements(size, span, gpus_per_node)
+    places = group_placements(size, span, gpus_per_node, world)
     return max(collective_channels(local, nodes, nic, node) for local, nodes in places)
 
 
@@ -344,20 +354,20 @@ def collective_blocks(
 @lru_cache(maxsize=4096)
 def group_blocks(
     kind: str, device_name: str, nvls_enabled: bool, size: int, span: int, gpus_per_node: int,
-    nvlink: bool, nic: Any, node: NvlinkNode,
+    world: int, nvlink: bool, nic: Any, node: NvlinkNode,
 ) -> int:  # fmt: skip
-    """:func:`collective_blocks` of a group of ``size`` ranks over ``span`` consecutive ranks,
-    placed as :func:`group_channels` places it (one node where ``nvlink``, the group in one
+    """:func:`collective_blocks` of a group of ``size`` ranks over ``span`` consecutive ranks
+    (of a layout of ``world`` ranks), placed as :func:`group_channels` places it (one node where ``nvlink``, the group in one
     NVLink domain; else the most over :func:`group_placements`' groups); 0 for a group of one
     rank (no collective).
 
     >>> from trainplan.model.nccl_search import nvlink_node
     >>> h100 = nvlink_node("H100-SXM", 450e9)
-    >>> group_blocks("ring", "H100-SXM", True, 256, 1024, 8, False, 50e9, h100)  # 2 a node
+    >>> group_blocks("ring", "H100-SXM", True, 256, 1024, 8, 1024, False, 50e9, h100)  # 2 a node
     8
-    >>> group_blocks("all-reduce", "H100-SXM", True, 8, 8, 8, True, 0.0, h100)
+    >>> group_blocks("all-reduce", "H100-SXM", True, 8, 8, 8, 8, True, 0.0, h100)
     16
-    >>> group_blocks("ring", "H100-SXM", True, 1, 1, 8, True, 0.0, h100)
+    >>> group_blocks("ring", "H100-SXM", True, 1, 1, 8, 8, True, 0.0, h100)
     0
     """
     if int(size) <= 1:
@@ -365,5 +375,5 @@ def group_blocks(
     if nvlink:
         return collective_blocks(kind, device_name, nvls_enabled, int(size), 1, None, node)
     nic = float(nic) if nic else None
-    places = group_placements(size, span, gpus_per_node)
+    places = group_placements(size, span, gpus_per_node, world)
     return max(collective_blocks(kind, device_name, nvls_enabled, *p, nic, node) for p in places)

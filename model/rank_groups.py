@@ -173,22 +173,25 @@ def domain_placements(
     stride: int, size: int, total: int, domain: int
 ) -> tuple[tuple[int, int], ...]:
     """The distinct ``(fewest members in one domain, domains touched)`` over an axis's groups
-    of ``size`` ranks at ``stride`` (blocks of ``stride·size`` over ``total`` ranks), ascending:
+    of ``size`` ranks at ``stride`` (blocks of ``stride·size`` over the ``total`` ranks of the
+    layout, a multiple of ``stride·size``; only groups that exist), ascending:
     what a communicator's channel count reads where the domains are host nodes of
     ``gpus_per_node`` ranks (:func:`model.nccl_channels.group_placements`; NCCL's count across
     nodes grows with a communicator's GPUs on a node and every rank takes the fewest). Groups
     that line up with the domains are all alike: ``((size, 1),)`` in one domain, else ``domain
     // stride`` members (at least 1) on ``size`` ÷ that many domains; others by counting the
-    groups of :func:`windows` (``total`` 0: one whole period, ``lcm(span, domain)``). Units:
-    ranks, domains.
+    groups of :func:`windows` (the first repeat of blocks and domains, ``lcm(span, domain)``
+    ranks, or the whole world where it is shorter, and the world's last partial repeat).
+    Units: ranks, domains.
 
     >>> domain_placements(1, 6, 24, 8)  # 0–5 on node 0; 6–11 2 + 4; 12–17 4 + 2; 18–23 on 2
     ((2, 2), (6, 1))
+    >>> domain_placements(1, 6, 6, 8), domain_placements(1, 10, 10, 8)  # 0–5; 0–9 8 + 2
+    (((6, 1),), ((2, 2),))
     >>> domain_placements(1, 12, 24, 8), domain_placements(8, 2, 16, 4)  # 8 + 4, 4 + 8; 0 and 8
     (((4, 2),), ((1, 2),))
     """
     span = stride * size
-    total = total or math.lcm(span, domain)
     if in_one_domain(span, total, domain):
         return ((size, 1),)
     if span % domain == 0 and (domain % stride == 0 or stride % domain == 0):

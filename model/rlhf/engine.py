@@ -145,7 +145,7 @@ def engine_communicator_bytes(tp: int, gpus_per_node: int) -> tuple[int, int]:
     """
     if tp == 1:
         return 0, 0
-    across = spans_nodes(tp, tp, gpus_per_node)  # engine 0's ranks 0…tp−1: the peak GPU's
+    across = spans_nodes(tp, tp, gpus_per_node, tp)  # engine 0's ranks 0…tp−1: the peak GPU's
     ring = communicator_bytes(True, 0, 0)
     custom = CUSTOM_ALL_REDUCE_BYTES if not across and tp in CUSTOM_ALL_REDUCE_SIZES else 0
     return ring + custom, ring

@@ -77,7 +77,7 @@ from trainplan.model.terms.comm_groups import (
     placed_rings,
     world_ring,
 )
-from trainplan.model.terms.fields import Context, Fields
+from trainplan.model.terms.fields import Context, Fields, world_ranks
 from trainplan.model.terms.nvls_memory import (
     nvls_group_bytes,
     nvls_strided_bytes,
@@ -254,8 +254,9 @@ def _p2p(c: Context, f: Fields, axis: str, ranks: Any, span: Any = None) -> Any:
     against ``gpus_per_node``)."""
     link = f.link(axis)
     span = link.span if span is None else span
+    gpn = c.gpu.gpus_per_node
     across = where(
-        link.nvlink, f.lookup_values(spans_nodes, (), ranks, span, c.gpu.gpus_per_node), True
+        link.nvlink, f.lookup_values(spans_nodes, (), ranks, span, gpn, world_ranks(f)), True
     )
     nic = where(link.nvlink, 0.0, link.bandwidth)  # one NIC's bandwidth across domains
     return f.lookup_values(p2p_channels_per_peer, (), ranks, across, nic)
@@ -349,14 +350,14 @@ def _channels(c: Context, f: Fields, axis: str | None, size: Any, large: Any = T
     node = nvlink_node(c.gpu.part, c.gpu.nvlink_bytes_per_s)
     if axis is None:
         domain = c.gpu.nvlink_domain or gpn
-        args = (size, size, gpn, size <= domain, c.gpu.scaleout_bytes_per_s, node)
+        args = (size, size, gpn, size, size <= domain, c.gpu.scaleout_bytes_per_s, node)
     else:
         link = f.link(axis)
         nic = where(link.nvlink, 0.0, link.bandwidth)
-        args = (size, link.span, gpn, link.nvlink, nic, node)
+        args = (size, link.span, gpn, world_ranks(f), link.nvlink, nic, node)
     coll = f.lookup_values(group_channels, (), *args)
     nvls_args = (c.gpu.part, c.options.nccl_nvls, node)
-    nvls = f.lookup_values(nvls_group_bytes, nvls_args, *args[:4], large)
+    nvls = f.lookup_values(nvls_group_bytes, nvls_args, *args[:5], large)
     return coll, f.lookup_values(setup_channels, (), coll), nvls
 
 
@@ -395,7 +396,7 @@ def _pipeline_bytes(
     stride = link.span // maximum(f.pp, 1)
     nic = where(link.nvlink, 0.0, link.bandwidth)
     node = nvlink_node(c.gpu.part, c.gpu.nvlink_bytes_per_s)
-    args = (2, 2 * stride, c.gpu.gpus_per_node, link.nvlink, nic, node)
+    args = (2, 2 * stride, c.gpu.gpus_per_node, world_ranks(f), link.nvlink, nic, node)
     pair_coll = f.lookup_values(group_channels, (), *args)
     pair = (pair_coll, f.lookup_values(setup_channels, (), pair_coll))
     per_peer = _p2p(c, f, "pp", 2, 2 * stride)

@@ -45,6 +45,7 @@ __all__ = [
     "LinkFields",
     "LayoutFields",
     "AxisLinkLike",
+    "world_ranks",
     "stage_max",
     "stage_argmax",
     "stage_take",
@@ -277,6 +278,14 @@ class LayoutFields:
             size if link.link != "none" else 1,
             getattr(link, "per_domain", 0),
         )
+
+
+def world_ranks(f: Fields) -> Any:
+    """The layout's ranks, ``dp·tp·pp·cp`` (expert parallelism is carved out of the dp·cp
+    block and the expert tensor-parallel order etp-ep-edp out of tp·cp·dp, so the expert
+    layout has the same ranks): the world whose groups the placements count
+    (:func:`model.nccl_channels.group_placements`). An int, or ``[n, 1]`` columns. Units: ranks."""
+    return f.dp * f.tp * f.pp * f.cp
 
 
 def stage_max(values: Any) -> Any:

@@ -66,10 +66,10 @@ def _bytes(
 @lru_cache(maxsize=4096)
 def nvls_group_bytes(
     device: str, enabled: bool, node: NvlinkNode, size: int, span: int, gpus_per_node: int,
-    nvlink: bool, large: bool,
+    world: int, nvlink: bool, large: bool,
 ) -> int:  # fmt: skip
-    """NVLS bytes on one GPU of the ring communicator of ``size`` ranks over ``span``
-    (:func:`model.terms.comm_memory.group_channels`' placement) on a part with ``node``'s
+    """NVLS bytes on one GPU of the ring communicator of ``size`` ranks over ``span`` (of a
+    layout of ``world`` ranks; :func:`model.terms.comm_memory.group_channels`' placement) on a part with ``node``'s
     NVLinks (:func:`model.nccl_search.nvlink_node`): in one NVLink domain (``nvlink``)
     credits, and buffers where NCCL runs its large all-reduce as NVLS
     (:func:`model.nvls.nvls_ring`) and ``large`` (its step runs large collectives: not only
@@ -82,18 +82,18 @@ def nvls_group_bytes(
     >>> from trainplan.model.nccl_search import nvlink_node
     >>> h100 = ("H100-SXM", True, nvlink_node("H100-SXM", 450e9))
     >>> [nvls_group_bytes(*h100, *a, True) // 2**20 for a in
-    ...  ((8, 8, 8, True), (4, 4, 8, True), (32, 64, 8, False), (16, 128, 8, False))]
+    ...  ((8, 8, 8, 8, True), (4, 4, 8, 8, True), (32, 64, 8, 64, False), (16, 128, 8, 128, False))]
     [258, 2, 2, 0]
-    >>> nvls_group_bytes(*h100, 8, 8, 8, True, False) // 2**20  # barriers only
+    >>> nvls_group_bytes(*h100, 8, 8, 8, 8, True, False) // 2**20  # barriers only
     2
     >>> a100 = ("A100-80GB", True, nvlink_node("A100-80GB", 300e9))
     >>> off = ("H100-SXM", False, h100[2])  # NCCL_NVLS_ENABLE=0
-    >>> nvls_group_bytes(*off, 8, 8, 8, True, True), nvls_group_bytes(*a100, 8, 8, 8, True, True)
+    >>> nvls_group_bytes(*off, 8, 8, 8, 8, True, True), nvls_group_bytes(*a100, 8, 8, 8, 8, True, True)
     (0, 0)
     """
     if nvlink:
         return _bytes(device, enabled, node, size, size, True, large)
-    places = group_placements(size, span, gpus_per_node)
+    places = group_placements(size, span, gpus_per_node, world)
     return max(_bytes(device, enabled, node, size, local, False, large) for local, _ in places)
 
 

@@ -142,7 +142,7 @@ def test_a_k_cta_copy_costs_a_gemm_about_twice_its_sm_share() -> None:
     phi = {k: 1 - 1 / s for k, s in MEASURED.items()}
     assert [round(phi[k], 3) for k in MEASURED] == [0.150, 0.239, 0.259, 0.351, 0.558]
     assert [measured_sm_share(k, 132) for k in MEASURED] == [pytest.approx(phi[k]) for k in phi]
-    node = (8, 8, 8, True, 0.0, nvlink_node("H200", 450e9))
+    node = (8, 8, 8, 8, True, 0.0, nvlink_node("H200", 450e9))
     assert collective_sm_share("all-reduce", "H200", True, True, *node) == pytest.approx(phi[16])
     assert phi[16] / (16 / 132) == pytest.approx(1.97, abs=0.01)
     assert max(slowdowns("sm_copy_8")) == pytest.approx(1.960, abs=1e-3)

@@ -67,7 +67,7 @@ def test_nccls_all_to_all_holds_its_point_to_point_channels() -> None:
     400 Gb/s NICs): 16 collective channels (8 at 48 GB/s, Postset ×2), pow2Up(16) = 16,
     φ(16) = 1 − 1/1.314 = 0.23896. Off under nccl_sm_charge=false; the dispatcher rule
     charges nothing of NCCL's (it is not a dispatcher's own kernel)."""
-    node = (8, 8, 8, True, 0.0, nvlink_node("H100-SXM", 450e9))
+    node = (8, 8, 8, 8, True, 0.0, nvlink_node("H100-SXM", 450e9))
     a2a = "send-recv"
     assert collective_sm_share(a2a, "H100-SXM", True, True, *node) == pytest.approx(1 - 1 / 1.542)
     a100 = (*node[:-1], nvlink_node("A100-80GB", 300e9))
@@ -76,7 +76,7 @@ def test_nccls_all_to_all_holds_its_point_to_point_channels() -> None:
     )
     b200 = (*node[:-1], nvlink_node("B200", 900e9))
     assert collective_sm_share(a2a, "B200", True, True, *b200) == pytest.approx(0.31161, abs=1e-5)
-    across = (64, 64, 8, False, 50e9, node[-1])
+    across = (64, 64, 8, 64, False, 50e9, node[-1])
     assert collective_sm_share(a2a, "H100-SXM", True, True, *across) == pytest.approx(1 - 1 / 1.314)
     assert collective_sm_share(a2a, "H800", False, True, *node) == 0.0
     assert dispatcher_sm_share("alltoall", "H800") == 0.0
@@ -284,7 +284,7 @@ def test_nccl_holds_the_channels_of_the_algorithm_it_runs() -> None:
     options charge it unless nccl_sm_charge=false is given (on by default:
     :func:`test_the_charge_prices_megatron_fsdp_per_micro_batch_traffic` says why)."""
     h100 = nvlink_node("H100-SXM", 450e9)
-    node = (8, 8, 8, True, 0.0, h100)
+    node = (8, 8, 8, 8, True, 0.0, h100)
     ar, ring = "all-reduce", "ring"
     hopper = 1 - 1 / 1.314
     for part in ("H100-SXM", "H100-96GB-500W", "H200"):
@@ -292,7 +292,7 @@ def test_nccl_holds_the_channels_of_the_algorithm_it_runs() -> None:
         assert collective_sm_share(ring, part, True, True, *node) == pytest.approx(1 - 1 / 1.350)
     # 4 of an H100 node: NCCL's tuner runs the all-reduce as a ring (NVLS 240 GB/s of bus
     # bandwidth against the ring's 360, model.nccl_search), on the ring's 24 blocks
-    four = (4, 4, 8, True, 0.0, h100)
+    four = (4, 4, 8, 8, True, 0.0, h100)
     assert collective_sm_share(ar, "H100-SXM", True, True, *four) == pytest.approx(1 - 1 / 1.350)
     # the H800 (8 NVLinks, 164.8 GB/s as NCCL counts them): the ring's 16 collective channels
     # (4 search channels at 40 GB/s, doubled twice: tests/model/test_nccl_channels.py), φ(16)
@@ -302,7 +302,7 @@ def test_nccl_holds_the_channels_of_the_algorithm_it_runs() -> None:
     h800 = (*node[:-1], nvlink_node("H800", 200e9))
     for kind in (ar, ring, "send-recv"):
         assert collective_sm_share(kind, "H800", True, True, *h800) == pytest.approx(hopper)
-    four800 = (4, 4, 8, True, 0.0, h800[-1])
+    four800 = (4, 4, 8, 8, True, 0.0, h800[-1])
     assert collective_sm_share(ar, "H800", True, True, *four800) == pytest.approx(hopper)
     nvl5 = (*node[:-1], nvlink_node("B200", 900e9))
     assert collective_sm_share(ar, "B200", True, True, *nvl5) == pytest.approx(0.25267, abs=1e-5)
@@ -314,7 +314,7 @@ def test_nccl_holds_the_channels_of_the_algorithm_it_runs() -> None:
             0.32075, abs=1e-5
         )
     assert collective_sm_share(ar, "H100-SXM", True, False, *node) == pytest.approx(1 - 1 / 1.350)
-    one_a_node = (16, 128, 8, False, 50e9, h100)
+    one_a_node = (16, 128, 8, 128, False, 50e9, h100)
     for kind in (ar, ring):
         assert collective_sm_share(kind, "H100-SXM", True, True, *one_a_node) == pytest.approx(
             0.07519, abs=1e-5
@@ -322,7 +322,7 @@ def test_nccl_holds_the_channels_of_the_algorithm_it_runs() -> None:
     mi300x = (*node[:-1], nvlink_node("MI300X", 448e9))
     assert collective_sm_share(ar, "MI300X", True, True, *mi300x) == 0.0
     assert collective_sm_share(ar, "H100-SXM", False, True, *node) == 0.0
-    assert collective_sm_share(ring, "H100-SXM", True, True, 1, 1, 8, True, 0.0, h100) == 0.0
+    assert collective_sm_share(ring, "H100-SXM", True, True, 1, 1, 8, 8, True, 0.0, h100) == 0.0
     assert CostOptions().nccl_sm_charge
     assert Case.of("llama3-8b", "H100-SXM").options.nccl_sm_charge
     assert not Case.of("llama3-8b", "H100-SXM", nccl_sm_charge=False).options.nccl_sm_charge

@@ -67,7 +67,7 @@ def test_the_model_parallel_group_at_every_zero_stage():
     assert int(zero0.stages[0].communicator_bytes) == hand0 * MIB
     # Placed as a tp block at each pp stride, not spread over the span (8 nodes × 2: 8 channels)
     assert strided_group_channels(1, 4, 16, 4, 8, False, 50e9, H100) == 16
-    assert group_channels(16, 64, 8, False, 50e9, H100) == 8
+    assert group_channels(16, 64, 8, 64, False, 50e9, H100) == 8
 
 
 def test_megatron_moe_groups_deepseek_v3():
@@ -117,7 +117,7 @@ def test_the_expert_dp_group_on_its_own_span():
     hand = 484 + 292 + 2688 + 196 + 76 + 484 + 484 + 484 + 292 + 292 + 2 + 3 * 2 + 3 * 2
     assert _comm(Layout(tp=2, dp=16, ep=8, etp=1)) == [hand] == [5772 + 14]
     assert strided_group_channels(8, 4, 0, 1, 8, False, 50e9, H100) == 4  # 48 + 28 = 76
-    assert group_channels(16, 32, 8, False, 50e9, H100) == 16  # the dense dp's: 192 + 100
+    assert group_channels(16, 32, 8, 32, False, 50e9, H100) == 16  # the dense dp's: 192 + 100
     # etp = tp = 2, ep 4: the ep peers (3 × 32 × 12 = 1,152 + 196), the expert tp ring (484)
     # and tp·ep {0-7} (484); NVLS 2 × 2 (tp, expert tp: 2 ranks, rings), 3 × 2 (tp·cp,
     # model-parallel, tp·ep: credits) + 3 × 2 (across nodes)

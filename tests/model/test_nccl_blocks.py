@@ -75,7 +75,7 @@ def test_blocks_across_nodes() -> None:
     assert collective_blocks(AR, "H100-SXM", True, 1, 16, 50e9, H100) == 4
     assert collective_blocks(RING, "A100-80GB", True, 2, 128, 25e9, A100) == 4
     assert collective_blocks(RING, "A100-80GB", True, 8, 4, 25e9, A100) == 16
-    assert group_blocks(RING, "A100-80GB", True, 256, 1024, 8, False, 25e9, A100) == 4
+    assert group_blocks(RING, "A100-80GB", True, 256, 1024, 8, 1024, False, 25e9, A100) == 4
     with pytest.raises(ValueError):
         collective_blocks("broadcast-tree", "H100-SXM", True, 8, 1, None, H100)
 

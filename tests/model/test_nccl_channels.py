@@ -29,7 +29,7 @@ def test_inside_one_h100_node():
     The group size inside the node does not enter: a 2-rank tp group is the same."""
     assert collective_channels(8, 1, None, H100) == collective_channels(2, 1, None, H100) == 24
     assert setup_channels(24) == 32
-    assert group_channels(2, 2, 8, True, None, H100) == 24
+    assert group_channels(2, 2, 8, 8, True, None, H100) == 24
     # NVLink 5: 18 × 40.1 = 721.8 GB/s; sm100 speeds 90 → 8 channels (720 < 721.8), dup 16 at
     # 45, Postset 32.
     assert collective_channels(8, 1, None, B200) == 32
@@ -52,7 +52,7 @@ def test_across_h100_nodes_with_a_400g_nic_per_gpu():
     assert collective_channels(1, 8, 50e9, H100) == 4
     assert collective_channels(6, 8, 50e9, H100) == 24
     # dp 32 at tp 2 spans 64 consecutive ranks: 32 × 8 / 64 = 4 ranks on each of 8 nodes.
-    assert group_channels(32, 64, 8, False, 50e9, H100) == 16
+    assert group_channels(32, 64, 8, 64, False, 50e9, H100) == 16
     # the set-up: 16 channels × 3 + 2 granules of 2 MiB = 100 MiB (was 196 MiB at 32).
     assert setup_channels(16) == 16 and channel_setup_bytes(16) == 100 * MIB
 
@@ -83,7 +83,7 @@ def test_inside_one_h800_node():
     assert ring_search(h800) == (8, 20.0)
     assert node_channels(h800) == collective_channels(8, 1, None, h800) == 16
     assert collective_channels(2, 1, None, h800) == 16  # the group's size does not enter
-    assert group_channels(8, 8, 8, True, None, h800) == 16
+    assert group_channels(8, 8, 8, 8, True, None, h800) == 16
     assert setup_channels(16) == 16 and channel_setup_bytes(16) == 100 * MIB
     # a what-if H100 with half its NVLinks (9 × 20.6 = 185.4): 3 at 60 (180) → 6 at 30 → 12
     assert node_channels(nvlink_node("H100-SXM[nvlink×0.5]", 225e9)) == 12

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -40,11 +41,11 @@ def test_a_dp_group_of_12_on_8_gpu_nodes_has_4_a_node():
     48 GB/s, DupChannels (4 is not > 4) → 8, Postset → 16; 24 GB/s is not > 45: 16 channels
     (test_nccl_channels' "4 a node"). ``⌈12 ÷ 8⌉`` = 2 nodes of 6 gave 6 at 48, no dup, Postset
     12, 48 > 45 and 12 < 16 → 24."""
-    assert group_placements(12, 12, 8) == ((4, 2),)
+    assert group_placements(12, 12, 8, 24) == ((4, 2),)
     assert collective_channels(4, 2, 50e9, H100) == 16
     assert collective_channels(6, 2, 50e9, H100) == 24  # the ⌈span ÷ node⌉ count's
-    assert group_channels(12, 12, 8, False, 50e9, H100) == 16
-    assert group_blocks("ring", "H100-SXM", True, 12, 12, 8, False, 50e9, H100) == 16
+    assert group_channels(12, 12, 8, 24, False, 50e9, H100) == 16
+    assert group_blocks("ring", "H100-SXM", True, 12, 12, 8, 24, False, 50e9, H100) == 16
 
 
 def test_a_span_of_6_in_8_has_one_group_in_a_node_and_others_across():
@@ -53,10 +54,10 @@ def test_a_span_of_6_in_8_has_one_group_in_a_node_and_others_across():
     {12, 14, 16}: 12, 14 on node 1, 16 on node 2. The GPUs of {0, 2, 4} hold the most: one
     node's 24 channels (the figure the ⌈6 ÷ 8⌉ = 1 count gave), and those groups are not across
     hosts for their point-to-point channels; GB200's 4-GPU trays: 8 ranks always are."""
-    assert group_placements(3, 6, 8) == ((1, 2), (3, 1))
+    assert group_placements(3, 6, 8, 24) == ((1, 2), (3, 1))
     assert collective_channels(1, 2, 50e9, H100) == 4
-    assert group_channels(3, 6, 8, False, 50e9, H100) == 24
-    assert not spans_nodes(3, 6, 8) and spans_nodes(8, 8, 4) and spans_nodes(2, 16, 8)
+    assert group_channels(3, 6, 8, 24, False, 50e9, H100) == 24
+    assert not spans_nodes(3, 6, 8, 24) and spans_nodes(8, 8, 4, 8) and spans_nodes(2, 16, 8, 16)
     # Megatron's model-parallel group: the tp block {0, 1, 2} at pp stride 6: 0 1 2 6 on node 0,
     # 7 8 on node 1 — 2 the fewest, not ⌈6 ÷ 2⌉ = 3.
     assert strided_placement(1, 3, 6, 2, 8) == (1, 2)
@@ -113,14 +114,66 @@ def _by_hand(stride: int, size: int, total: int, node: int) -> set[tuple[int, in
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.integers(1, 12), st.integers(1, 12), st.sampled_from([2, 3, 4, 6, 8, 16]))
-def test_the_placements_are_every_groups(stride, size, node):
-    """Over strides, sizes and node sizes, on a world of whole periods (lcm(span, node) × 2):
-    the placements are exactly the groups' by hand, and the channels the figure of the group
-    that has the most."""
+@given(
+    st.integers(1, 12), st.integers(1, 12), st.sampled_from([2, 3, 4, 6, 8, 16]), st.integers(1, 24)
+)
+def test_the_placements_are_every_groups(stride, size, node, blocks):
+    """Over strides, sizes, node sizes and worlds of any number of blocks (shorter than one
+    repeat of blocks and nodes, lcm(span, node), or longer, whole or not): the placements are
+    exactly the groups' that exist, by hand, and the channels the figure of the group that has
+    the most."""
     span = stride * size
-    total = 2 * span * node
-    assert set(group_placements(size, span, node)) == _by_hand(stride, size, total, node)
+    total = blocks * span
+    assert set(group_placements(size, span, node, total)) == _by_hand(stride, size, total, node)
     if size > 1:
         most = max(collective_channels(*p, 50e9, H100) for p in _by_hand(stride, size, total, node))
-        assert group_channels(size, span, node, False, 50e9, H100) == most
+        assert group_channels(size, span, node, total, False, 50e9, H100) == most
+
+
+def test_a_world_shorter_than_one_repeat_places_only_its_own_groups():
+    """The groups listed by hand, on nodes of 8 (nodes 0–7, 8–15, 16–23 …):
+
+    * a dp·cp group of 12 at stride 1 in a world of 24: ranks 0–11 (8 + 4), 12–23 (4 + 8); in
+      a world of 48 also 24–35 (8 + 4) and 36–47 (4 + 8): 4 a node on 2 nodes either way;
+    * a span of 6 (cp 3 after tp 2) in a world of 12: {0, 2, 4}, {1, 3, 5} in node 0; {6, 8,
+      10}, {7, 9, 11} 1 + 2 on nodes 0 and 1; in a world of 6 only the first two, one node;
+    * a dp group of 10 in a world of 10: ranks 0–9, 8 + 2 — 2 a node; a world of 20 adds 10–19,
+      6 + 4 (its fewest 4). One repeat, lcm(10, 8) = 40 ranks, listed 4 a node for the world of
+      10 too, a group that does not exist: 16 channels (4 search channels at 48 GB/s → 8 → 16)
+      where its 2 a node get 8 (2 → 4 → 8, and 48 > 45 with under 16 channels doubles it)."""
+    assert group_placements(12, 12, 8, 24) == group_placements(12, 12, 8, 48) == ((4, 2),)
+    assert group_placements(3, 6, 8, 12) == ((1, 2), (3, 1))
+    assert group_placements(3, 6, 8, 6) == ((3, 1),)
+    assert group_placements(10, 10, 8, 10) == ((2, 2),)
+    assert group_placements(10, 10, 8, 20) == ((2, 2), (4, 2))
+    assert collective_channels(2, 2, 50e9, H100) == 8
+    assert collective_channels(4, 2, 50e9, H100) == 16
+    assert group_channels(10, 10, 8, 10, False, 50e9, H100) == 8
+    assert group_channels(10, 10, 8, 20, False, 50e9, H100) == 16
+    assert spans_nodes(10, 10, 8, 10) and not spans_nodes(3, 6, 8, 12)
+
+
+def test_ten_h100s_hold_the_channels_of_their_one_dp_group():
+    """Llama 3 8B, dp 10 on 10 H100s (nodes of 8: the dp group is ranks 0–9, 8 + 2). Three
+    rings run on that one group of 10 (the dp·cp gradient group, the gradient statistics', the
+    world's), each 8 channels: 8 × 12 MiB = 96 MiB of connections and (pow2Up(8) × 3 + 2) × 2 =
+    52 MiB of set-up, 148 MiB, plus 2 MiB of NVLS credits (≥ 2 ranks share a node): 3 × 150 =
+    450 MiB. Counting one repeat (40 ranks) charged 16 channels, 192 + 100 + 2 = 294 MiB each,
+    882 MiB. The step's exposed dp time falls with the ring's SM share (8 blocks, not 16):
+    3.5425 s → 3.4977 s. The search's tables agree term by term."""
+    case = Case.of("llama3-8b", "H100-SXM", global_batch_size=40)
+    est = Case.of("llama3-8b", "H100-SXM", global_batch_size=40, dp=10, num_gpus=10).evaluate()
+    assert est.stages[0].communicator_bytes == 3 * (8 * 12 + (8 * 3 + 2) * 2 + 2) * MIB
+    assert 3 * (8 * 12 + (8 * 3 + 2) * 2 + 2) == 450
+    assert est.step_s == pytest.approx(3.4977, abs=5e-4)
+    space = SearchSpace(
+        num_gpus=10, tp=(1,), pp=(1,), cp=(1,), micro_batch_size=(1,),
+        schedules=(Schedule.ONE_F_ONE_B,), zero_stages=(1,), recomputes=(Recompute.FULL,),
+        virtual_stages=(1,),
+    )  # fmt: skip
+    tables = build_tables(Problem(jobs=(Job(case, 10, "t"),), space=space))
+    rows = [s for s, sh in enumerate(tables.shapes) if (sh.tp, sh.cp, sh.pp) == (1, 1, 1)]
+    assert rows
+    for s in rows:
+        got = check_against_evaluate(tables, (s, 0, 0))
+        assert got.stages[0].communicator_bytes == 450 * MIB

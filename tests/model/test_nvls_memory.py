@@ -82,22 +82,22 @@ def test_a_ring_by_placement():
     * a B200 node: 24 channels, 2 + 24 × 2 × 1 × 8 = 386 MiB;
     * a GB200 NVL72 ring of 64 in the domain: 32 heads at most, 2 + 24 × 2 × 1 × 32 = 1,538;
     * an A100 (no NVLS), or ``nccl_nvls`` off (``NCCL_NVLS_ENABLE=0``): nothing."""
-    assert nvls_group_bytes(*H100, 8, 8, 8, True, True) == 258 * MIB
-    assert nvls_group_bytes(*H200, 4, 4, 8, True, True) == 2 * MIB
-    assert nvls_group_bytes(*H100, 2, 2, 8, True, True) == 2 * MIB
-    assert nvls_group_bytes(*H100, 32, 64, 8, False, True) == 2 * MIB
-    assert nvls_group_bytes(*H100, 16, 128, 8, False, True) == 0
-    assert nvls_group_bytes(*B200, 8, 8, 8, True, True) == 386 * MIB
-    assert nvls_group_bytes(*GB200, 64, 64, 4, True, True) == 1538 * MIB
-    assert nvls_group_bytes(*A100, 8, 8, 8, True, True) == 0
-    assert nvls_group_bytes(*H100_OFF, 8, 8, 8, True, True) == 0
+    assert nvls_group_bytes(*H100, 8, 8, 8, 8, True, True) == 258 * MIB
+    assert nvls_group_bytes(*H200, 4, 4, 8, 8, True, True) == 2 * MIB
+    assert nvls_group_bytes(*H100, 2, 2, 8, 8, True, True) == 2 * MIB
+    assert nvls_group_bytes(*H100, 32, 64, 8, 64, False, True) == 2 * MIB
+    assert nvls_group_bytes(*H100, 16, 128, 8, 128, False, True) == 0
+    assert nvls_group_bytes(*B200, 8, 8, 8, 8, True, True) == 386 * MIB
+    assert nvls_group_bytes(*GB200, 64, 64, 4, 64, True, True) == 1538 * MIB
+    assert nvls_group_bytes(*A100, 8, 8, 8, 8, True, True) == 0
+    assert nvls_group_bytes(*H100_OFF, 8, 8, 8, 8, True, True) == 0
     # Megatron's model-parallel ring, tp 4 at each pp stride of 16 on 64 GPUs: 4 a node
     assert nvls_strided_bytes(*H100, 1, 4, 16, 4, 8, False, True) == 2 * MIB
     # tp 2 × pp 2 in one node: 4 ranks, a ring all-reduce: the credits alone (was 130)
     assert nvls_strided_bytes(*H100, 1, 2, 4, 2, 8, True, True) == 2 * MIB
     # 6 of a node: NVLS's 6 × min(50 × 0.85 × 5/6 × 2, 60) = 360 equals the ring's, and its
     # 25 µs of latency is under the ring's 8.4 + 10 × 3.4: NVLS, 2 + 16 × 2 × 1 × 6 = 194 MiB
-    assert nvls_group_bytes(*H100, 6, 6, 8, True, True) == 194 * MIB
+    assert nvls_group_bytes(*H100, 6, 6, 8, 24, True, True) == 194 * MIB
 
 
 def test_one_rule_for_the_memory_and_the_speed_up():
@@ -127,14 +127,14 @@ def test_buffers_only_on_rings_that_run_a_large_collective():
     protocol only, at 25 µs of NVLink latency against the ring LL's 0.6 µs a step, so a
     one-float all-reduce (barrier, grad norm, loss, token count) runs as a ring: such a ring
     holds the credits alone. 8 H100s: 2 MiB, not 258; across nodes the same 2 MiB either way."""
-    assert nvls_group_bytes(*H100, 8, 8, 8, True, False) == 2 * MIB
-    assert nvls_group_bytes(*H100, 8, 8, 8, True, True) == (2 + 256) * MIB
-    assert nvls_group_bytes(*H100, 32, 64, 8, False, False) == 2 * MIB
+    assert nvls_group_bytes(*H100, 8, 8, 8, 8, True, False) == 2 * MIB
+    assert nvls_group_bytes(*H100, 8, 8, 8, 8, True, True) == (2 + 256) * MIB
+    assert nvls_group_bytes(*H100, 32, 64, 8, 64, False, False) == 2 * MIB
     assert nvls_strided_bytes(*H100, 1, 2, 4, 2, 8, True, False) == 2 * MIB
     # GB200, the dp ring of 64 in the NVL72 domain: 32 heads, 24 × 2 × 1 MiB × 32 = 1,536 MiB
     # of buffers where it reduces gradients; the world ring of the same 64 GPUs, barriers only
-    assert nvls_group_bytes(*GB200, 64, 64, 4, True, True) == (2 + 1536) * MIB
-    assert nvls_group_bytes(*GB200, 64, 64, 4, True, False) == 2 * MIB
+    assert nvls_group_bytes(*GB200, 64, 64, 4, 64, True, True) == (2 + 1536) * MIB
+    assert nvls_group_bytes(*GB200, 64, 64, 4, 64, True, False) == 2 * MIB
 
 
 def test_the_world_ring_runs_large_collectives_only_as_fsdp2s_default_group():
@@ -179,8 +179,8 @@ def test_one_function_says_where_nvls_runs():
         with_nvls = collective_time(Collective.ALL_REDUCE, ranks, sent, 450e9, True, on)
         without = collective_time(Collective.ALL_REDUCE, ranks, sent, 450e9, True, off)
         assert without / with_nvls == pytest.approx(ratio, rel=1e-12)
-    assert nvls_group_bytes(*H100, 2, 2, 8, True, True) == 2 * MIB
-    assert nvls_group_bytes(*H100, 2, 16, 8, False, True) == 0  # one rank a node
+    assert nvls_group_bytes(*H100, 2, 2, 8, 8, True, True) == 2 * MIB
+    assert nvls_group_bytes(*H100, 2, 16, 8, 16, False, True) == 0  # one rank a node
 
 
 def test_the_tuner_by_part_and_size():

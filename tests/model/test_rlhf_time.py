@@ -102,7 +102,7 @@ def test_scoring_forward_counts_its_fsdp2_all_gathers():
     assert 32 * per_call < t.compute_and_pipeline_s / 4 / 3  # the forward covers the gathers
     # the dp group of 16 over two nodes, 8 a node: its all-gathers run as rings on 16 channels
     # (8 search channels at 48 GB/s, Postset ×2; model.nccl_channels), φ(16) = 1 − 1/1.314
-    across = (16, 16, 8, False, 50e9, nvlink_node("H100-SXM", 450e9))
+    across = (16, 16, 8, 16, False, 50e9, nvlink_node("H100-SXM", 450e9))
     phi = collective_sm_share("ring", "H100-SXM", est.options.nccl_sm_charge, True, *across)
     assert phi == pytest.approx(0.23896, abs=1e-5)
     assert t.forward_gather_s == pytest.approx(4 * phi * 32 * per_call, rel=1e-9)
