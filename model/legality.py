@@ -28,6 +28,7 @@ from trainplan.model.deepspeed_fp8 import check_deepspeed_fp8
 from trainplan.model.deepspeed_layers import check_deepspeed_layers, check_deepspeed_pipe_recompute
 from trainplan.model.errors import LayoutError
 from trainplan.model.expert_groups import check_expert_groups, expert_tp_of
+from trainplan.model.flex_domains import FLEX_DOMAINS_SCOPE, flex_domains_rule
 from trainplan.model.frameworks import (
     Framework,
     check_distributed_optimizer,
@@ -428,6 +429,7 @@ RULES: tuple[Rule, ...] = (
     Rule("moe_schedule", ("framework", "schedule"), _moe_schedule),
     Rule("moe_layout", ("ep", "pp", "virtual_stages", "tp", "etp", "framework"), moe_layout_rule),
     Rule("hybridep_tokens", HYBRIDEP_TOKENS_SCOPE, hybridep_tokens_rule),
+    Rule("flex_domains", FLEX_DOMAINS_SCOPE, flex_domains_rule),
 )
 """Every rule, in the order :func:`model.layout.validate` checks them."""
 

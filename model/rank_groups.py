@@ -19,7 +19,8 @@ from trainplan.model.xp import is_array, maximum, minimum, namespace, where
 
 __all__ = [
     "AXES", "stride_size", "axis_spans", "in_one_domain", "windows", "fewest_in_domain",
-    "members_in_domain", "members_per_domain_of", "domain_placements",
+    "members_in_domain", "members_per_domain_of", "domain_placements", "group_members",
+    "domain_counts",
 ]  # fmt: skip
 
 AXES: tuple[str, ...] = ("tp", "cp", "ep", "dp", "dp_cp", "edp", "pp")
@@ -201,18 +202,40 @@ def domain_placements(
 
 
 def _group_counts(stride: int, size: int, total: int, domain: int) -> list[list[int]]:
-    """Members in each domain it touches, of every group of :func:`windows` (blocks of
-    ``stride·size``, each ``stride`` groups of ``size`` ranks)."""
+    """Members in each domain it touches, of every group of :func:`group_members`."""
+    return [domain_counts(m, domain) for m in group_members(stride, size, total, domain)]
+
+
+def domain_counts(members: tuple[int, ...], domain: int) -> list[int]:
+    """Members of one group (its ranks, ascending) in each domain of ``domain`` consecutive
+    ranks it touches, in rank order. Units: ranks.
+
+    >>> domain_counts((6, 7, 8, 9, 10, 11), 8)
+    [2, 4]
+    """
+    counts: dict[int, int] = {}
+    for rank in members:
+        counts[rank // domain] = counts.get(rank // domain, 0) + 1
+    return list(counts.values())
+
+
+def group_members(stride: int, size: int, total: int, domain: int) -> list[tuple[int, ...]]:
+    """The ranks of every group of :func:`windows` (blocks of ``stride·size`` over the
+    ``total`` ranks, each ``stride`` groups of ``size`` ranks at ``stride``), each in member
+    order (ascending): the groups that stand for all where domains of ``domain`` ranks repeat.
+    Units: ranks.
+
+    >>> group_members(1, 6, 12, 8)  # 0–5, 6–11
+    [(0, 1, 2, 3, 4, 5), (6, 7, 8, 9, 10, 11)]
+    >>> group_members(2, 2, 4, 8)
+    [(0, 2), (1, 3)]
+    """
     span = stride * size
     out = []
     for window in windows(span, total, math.lcm(span, domain)):
         for base in range(window.start, window.stop, span):
             for offset in range(stride):
-                counts: dict[int, int] = {}
-                for k in range(size):
-                    d = (base + offset + k * stride) // domain
-                    counts[d] = counts.get(d, 0) + 1
-                out.append(list(counts.values()))
+                out.append(tuple(base + offset + k * stride for k in range(size)))
     return out
 
 
