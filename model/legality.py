@@ -402,11 +402,7 @@ RULES: tuple[Rule, ...] = (
     Rule("experts", ("etp", "tp", "dp", "cp", "ep", "framework"), _experts),
     Rule("schedule", ("pp", "m", "schedule", "virtual_stages"), _schedule),
     Rule("options", ("framework", "pp", "virtual_stages"), _options),
-    Rule(
-        "split_schedule",
-        ("pp", "m", "schedule", "virtual_stages", "framework"),
-        _split_schedule,
-    ),
+    Rule("split_schedule", ("pp", "m", "schedule", "virtual_stages", "framework"), _split_schedule),
     Rule("sequence_parallel", ("sequence_parallel", "tp"), _sequence_parallel),
     Rule("tp_comm_overlap", ("framework", "tp", "sp"), _tp_overlap),
     Rule("size_only", ("stage_layers", "ep"), _size_only),
