@@ -85,17 +85,23 @@ def test_the_search_reads_the_same_placement_as_the_evaluator():
     time terms, fits) agree with the evaluator term by term (``check_against_evaluate`` raises
     on any difference) where the dp·cp group straddles the nodes."""
     case = Case.of("llama3-8b", "H100-SXM", global_batch_size=48, seq_len=6144)
+    for est in _tables_agree(case, 24, cp=3, pp=2):
+        assert est.stages[0].communicator_bytes > 0
+
+
+def _tables_agree(case: Case, gpus: int, cp: int, pp: int) -> list:
+    """The evaluator's estimates of the search's rows at tp 1, ``cp``, ``pp`` (1F1B, ZeRO-1,
+    full recomputation, b 1), each checked term by term against the tables
+    (``check_against_evaluate`` raises on any difference); at least one row."""
     space = SearchSpace(
-        num_gpus=24, tp=(1,), pp=(2,), cp=(3,), micro_batch_size=(1,),
+        num_gpus=gpus, tp=(1,), pp=(pp,), cp=(cp,), micro_batch_size=(1,),
         schedules=(Schedule.ONE_F_ONE_B,), zero_stages=(1,), recomputes=(Recompute.FULL,),
         virtual_stages=(1,),
     )  # fmt: skip
-    tables = build_tables(Problem(jobs=(Job(case, 24, "t"),), space=space))
-    rows = [s for s, sh in enumerate(tables.shapes) if (sh.tp, sh.cp, sh.pp) == (1, 3, 2)]
+    tables = build_tables(Problem(jobs=(Job(case, gpus, "t"),), space=space))
+    rows = [s for s, sh in enumerate(tables.shapes) if (sh.tp, sh.cp, sh.pp) == (1, cp, pp)]
     assert rows
-    for s in rows:
-        est = check_against_evaluate(tables, (s, 0, 0))
-        assert est.stages[0].communicator_bytes > 0
+    return [check_against_evaluate(tables, (s, 0, 0)) for s in rows]
 
 
 def _by_hand(stride: int, size: int, total: int, node: int) -> set[tuple[int, int]]:
@@ -166,14 +172,5 @@ def test_ten_h100s_hold_the_channels_of_their_one_dp_group():
     assert est.stages[0].communicator_bytes == 3 * (8 * 12 + (8 * 3 + 2) * 2 + 2) * MIB
     assert 3 * (8 * 12 + (8 * 3 + 2) * 2 + 2) == 450
     assert est.step_s == pytest.approx(3.4977, abs=5e-4)
-    space = SearchSpace(
-        num_gpus=10, tp=(1,), pp=(1,), cp=(1,), micro_batch_size=(1,),
-        schedules=(Schedule.ONE_F_ONE_B,), zero_stages=(1,), recomputes=(Recompute.FULL,),
-        virtual_stages=(1,),
-    )  # fmt: skip
-    tables = build_tables(Problem(jobs=(Job(case, 10, "t"),), space=space))
-    rows = [s for s, sh in enumerate(tables.shapes) if (sh.tp, sh.cp, sh.pp) == (1, 1, 1)]
-    assert rows
-    for s in rows:
-        got = check_against_evaluate(tables, (s, 0, 0))
+    for got in _tables_agree(case, 10, cp=1, pp=1):
         assert got.stages[0].communicator_bytes == 450 * MIB
