@@ -19,9 +19,16 @@ from __future__ import annotations
 from functools import lru_cache
 
 from trainplan.model.attention import AttentionSpan, attended_pairs
+from trainplan.model.band_tiles import band_seconds
 from trainplan.model.errors import InputError
 from trainplan.model.frameworks import Framework
-from trainplan.model.kernels import AttentionKey, attention_kernel_flops, attention_rate
+from trainplan.model.kernel_tables import AttentionCurve
+from trainplan.model.kernels import (
+    AttentionKey,
+    attention_kernel_flops,
+    attention_rate,
+    interpolate_linear,
+)
 from trainplan.model.part_family import FAMILY, catalogue_part
 from trainplan.scenarios.kernel_data import attention_curves
 
@@ -271,16 +278,17 @@ def window_fractions(
     cudnn-frontend's gpt-oss sweeps, ``attention.toml``). The kernel skips the key tiles
     outside the band, so its time is linear in ``seq_len`` and its rate depends on W; a
     curve of another W is not read. Without one, the causal call at the window's own length
-    ``min(window, seq_len)`` (:func:`attention_fractions`): a band of W keys is, per query tile
-    of T rows, about W/T key tiles of which the two on its edges are partly masked, the same
-    ratio of masked to kept work as a causal call of W tokens (its diagonal tiles), while an
-    unmasked call of W has no masked work at all and would be read too fast. Either way the
-    band is charged no more than the causal call of ``seq_len`` it is a part of (its fraction
-    at least the causal call's × the causal pairs' share the band keeps): the band's key tiles
-    are a subset of the causal triangle's, which the same kernel runs with the band's mask
-    left off — where the curves say otherwise it is their head dimension (the sweeps' bands
-    are d = 64; the causal curve standing for 64 is d = 128's, :func:`attention_fractions`),
-    e.g. the H200's 1,024-key band at s = 2,048 (75 % of the triangle's pairs, 310 TFLOP/s
+    ``min(window, seq_len)`` (:func:`attention_fractions`; per query tile a band runs about
+    W/T key tiles, the two on its edges partly masked, as the diagonal tiles of a causal call
+    of W), unless that length lies below the part's causal sweep (cuDNN's start at 2,048, 3–4×
+    too fast for a 128-key band): then the kernels' tiling, a query tile's fixed cost and its
+    key tiles' from a sweep of the family at constant b·s (:func:`_tiled_band`, Ampere and
+    Hopper; Blackwell has none and holds). Either way the band is charged no more than the
+    causal call of ``seq_len`` it is a part of (its fraction at least the causal call's × the
+    share of the causal pairs it keeps): its key tiles are a subset of the triangle's — where
+    the curves say otherwise it is their head dimension (the sweeps' bands are d = 64, the
+    causal curve standing for 64 is d = 128's), e.g. the H200's 1,024-key band at s = 2,048
+    (75 % of the triangle's pairs, 310 TFLOP/s
     against 484 causal). None where the kernel has no curve on the part.
 
     Examples
@@ -309,6 +317,8 @@ def window_fractions(
             continue
         band = fwd, bwd
         break
+    if band is None and min(window, seq_len) < _shortest_causal(kernel, device_name):
+        band = _tiled_band(kernel, device_name, head_dims, seq_len, window)
     if band is None:
         band = attention_fractions(kernel, device_name, head_dims, min(window, seq_len))
         assert band is not None
@@ -316,3 +326,79 @@ def window_fractions(
         seq_len * (seq_len + 1) / 2
     )
     return max(band[0], causal[0] * kept), max(band[1], causal[1] * kept)
+
+
+def _curves(kernel: str, part: str, direction: str, causal: bool) -> list[AttentionCurve]:
+    """The main (not ``extends``) unbanded 16-bit curves of ``kernel`` on ``part``."""
+    return [
+        c
+        for c in attention_curves()
+        if (c.kernel, c.part, c.direction, c.causal, c.window, c.extends)
+        == (kernel, part, direction, causal, None, False)
+        and c.dtype in ("bf16", "fp16")
+    ]
+
+
+def _shortest_causal(kernel: str, device_name: str) -> int:
+    """The shortest length (tokens) the causal sweep read for ``kernel`` on the part publishes:
+    the first part of :func:`attention_curve_parts` with a causal curve (forward, else forward
+    and backward); 0 where none."""
+    for part in attention_curve_parts(kernel, device_name):
+        for direction in ("fwd", "fwd+bwd"):
+            found = _curves(kernel, part, direction, True)
+            if found:
+                return min(c.seq_len[0] for c in found)
+    return 0
+
+
+def _tiled_band(
+    kernel: str, device_name: str, head_dims: tuple[int, int], seq_len: int, window: int
+) -> tuple[float, float] | None:
+    """(forward, backward) fractions of a band of ``window`` keys over ``seq_len`` queries by
+    the kernels' tiling (:func:`model.band_tiles.band_seconds`), in the planner's FLOPs
+    (:func:`_planner_flops` of the band) over the sweep's part's peak: per direction, the first
+    part of :func:`attention_curve_parts` with a sweep of b·s held constant whose costs fit,
+    causal before unmasked, these head dims, else the square ones linear in the larger dimension
+    (held outside them, as :func:`model.kernels.attention_rate`); where only a
+    forward-and-backward sweep fits, both passes take its fraction. None where no sweep fits.
+
+    Examples
+    --------
+    The H100's 128-key band of 64-dim heads at s = 8,192: the FlashAttention-3 paper's cuDNN
+    sweeps give 131 TFLOP/s forward (causal) and 97 backward (unmasked, in cudnn-frontend's 2.5×
+    count) — the causal call held at 2,048 read 484 and 370.
+
+    >>> f, b = _tiled_band("cudnn", "H100-SXM", (64, 64), 8192, 128)
+    >>> round(f * 989.4), round(b * 989.4 / 0.8)
+    (131, 97)
+    """
+
+    def fraction(c: AttentionCurve) -> float | None:
+        seconds = band_seconds(c, seq_len, window)
+        if seconds is None:
+            return None
+        dims = (c.head_dim_qk, c.head_dim_v)
+        flops = _planner_flops(c.direction, seq_len, dims, True, window)
+        return flops / seconds / (PUBLISHED_PEAK_TFLOPS[c.part] * 1e12)
+
+    def one(direction: str) -> float | None:
+        for part in attention_curve_parts(kernel, device_name):
+            for causal in (True, False):
+                fits = {
+                    (c.head_dim_qk, c.head_dim_v): f
+                    for c in _curves(kernel, part, direction, causal)
+                    if (f := fraction(c)) is not None
+                }
+                if head_dims in fits:
+                    return fits[head_dims]
+                square = sorted((d, f) for (d, d_v), f in fits.items() if d == d_v)
+                if square:
+                    xs, ys = zip(*square, strict=True)
+                    return interpolate_linear(xs, ys, max(head_dims)).value
+        return None
+
+    fwd, bwd = one("fwd"), one("bwd")
+    if fwd is not None and bwd is not None:
+        return fwd, bwd
+    both = one("fwd+bwd")
+    return None if both is None else (both, both)
