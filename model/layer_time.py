@@ -480,21 +480,34 @@ def output_time(x: LayerShape, c: Clock, vocab: int, loss: str = "none") -> Laye
 
 
 def stage_parts(
-    dense: tuple[float, ...],
-    moe: tuple[float, ...],
+    groups: tuple[tuple[float, ...], ...],
     embedding: tuple[float, ...],
     output: tuple[float, ...],
-    n_dense: Any,
-    n_moe: Any,
+    counts: tuple[Any, ...],
     first: Any,
     last: Any,
 ) -> list[Any]:
-    """Each of the :data:`PARTS` of one micro-batch on a stage of ``n_dense`` dense and ``n_moe``
-    MoE layers (``first``: it holds the embedding; ``last``: the output layer), from the
-    :attr:`LayerTime.parts` of each kind: ``n_dense·dense + n_moe·moe + [first]·embedding +
-    [last]·output``. Floats for one stage; element-wise for arrays of stages (the search's
-    tables), in the same order of operations so both give the same float."""
-    return [
-        n_dense * d + n_moe * m + where(first, e, 0.0) + where(last, o, 0.0)
-        for d, m, e, o in zip(dense, moe, embedding, output, strict=True)
-    ]
+    """Each of the :data:`PARTS` of one micro-batch on a stage (or model chunk) holding
+    ``counts[g]`` layers of span group g (:func:`model.core_spans.group_counts`; ``first``: it
+    holds the embedding; ``last``: the output layer), from the :attr:`LayerTime.parts` of one
+    layer of each group (:func:`model.step_time.kind_parts`): ``Σ_g counts[g]·groups[g] +
+    [first]·embedding + [last]·output``, so its attention core is the sum over its layers of
+    each one's own span time. Floats for one stage; element-wise for arrays of stages (the
+    search's tables), in the same order of operations so both give the same float.
+
+    Examples
+    --------
+    Two groups (a local layer's compute 1 ms, a global one's 3 ms; the other parts 0), a stage
+    of 13 local and 3 global layers, neither end:
+
+    >>> local, glob = (1e-3,) + (0.0,) * 6, (3e-3,) + (0.0,) * 6
+    >>> round(stage_parts((local, glob), (0.0,) * 7, (0.0,) * 7, (13, 3), False, False)[0], 9)
+    0.022
+    """
+    out = []
+    for k in range(len(PARTS)):
+        total: Any = 0.0
+        for n, g in zip(counts, groups, strict=True):
+            total = total + n * g[k]
+        out.append(total + where(first, embedding[k], 0.0) + where(last, output[k], 0.0))
+    return out
