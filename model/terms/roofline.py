@@ -6,9 +6,11 @@ traffic overlapped by its mechanism, and the optimizer step.
 slowest stage's micro-batch (operations + exposed tp, cp, ep collectives):
 
 * :func:`stage_parts_term` — a stage's :data:`model.layer_time.PARTS` for one micro-batch:
-  :func:`model.step_time.kind_parts` of a dense layer, a MoE layer, the embedding and the
-  output layer (one call per distinct micro-batch, degrees, links and recompute mode) times the
-  stage's layers (:func:`model.layer_time.stage_parts`); per-stage recomputation counts time
+  :func:`model.step_time.kind_parts` of one layer of each span group (FFN kind and attention
+  span, :func:`model.core_spans.span_groups`), the embedding and the output layer (one call per
+  distinct micro-batch, degrees, links and recompute mode) times the stage's own layers in each
+  group (:func:`model.terms.span_counts.stage_group_counts`,
+  :func:`model.layer_time.stage_parts`); per-stage recomputation counts time
   their layers fully recomputed (:func:`model.step_time.recompute_stage_parts`);
 * :func:`slowest_microbatch` — the slowest stage's micro-batch and its parts, and the dp overlap
   window (the slowest without recomputation, read from the shape alone);
