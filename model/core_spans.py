@@ -5,7 +5,7 @@ chunks) runs its attention core once per layer at that layer's span.
 The roofline clock times one layer of each *span group* (:func:`span_groups`: a distinct
 (FFN kind, attention span) among the model's layers, its first layer standing for the others,
 :meth:`Architecture.layer_span`) and a pipeline stage, or a model chunk, as the count of its
-own layers in each group (:func:`group_counts`; :func:`model.layer_time.stage_parts`): so each
+own layers in each group (:func:`group_counts`; :func:`model.step_time.stage_parts`): so each
 stage's attention core is the sum over the layers it holds of each layer's own span time, not
 the model-wide mean. Gemma 3's ten global layers (5, 11, …, 59 of 62) fall two on some stages
 of pp 4 and three on others; the slowest stage paces the pipeline

@@ -19,7 +19,7 @@ from trainplan.model.core_spans import span_groups
 from trainplan.model.deepspeed_pipe import pipe_engine_counts
 from trainplan.model.dp_exposure import dp_exposed_seconds, dp_seconds, phase_gathers
 from trainplan.model.elementwise import Elementwise
-from trainplan.model.layer_time import embedding_time, layer_time, output_time, stage_parts
+from trainplan.model.layer_time import PARTS, embedding_time, layer_time, output_time
 from trainplan.model.layout import Recompute
 from trainplan.model.moe_kernels import NO_EXPERT_PASSES, ExpertPasses
 from trainplan.model.op_time import Clock
@@ -42,6 +42,7 @@ __all__ = [
     "rings_bandwidth",
     "all_to_all_bandwidth",
     "kind_parts",
+    "stage_parts",
     "recompute_stage_parts",
     "pp_seconds",
     "pipe_engine_seconds",
@@ -190,7 +191,7 @@ def kind_parts(
     kind, attention span) of the model (:func:`model.core_spans.span_groups`, in its order), its
     layer's attention core timed at that span alone, a MoE group on the clock with the expert
     link, a dense one without it; a stage is the count of its layers in each group
-    (:func:`model.layer_time.stage_parts`). ``plan`` and ``every_norm``: what selective
+    (:func:`stage_parts`). ``plan`` and ``every_norm``: what selective
     recomputation re-runs (:func:`model.recompute_ops.recompute_plan`); ``elementwise``: how the
     framework runs the elementwise passes (:func:`model.elementwise.elementwise_mode`);
     ``expert_passes``: the MoE layer's framework passes (:func:`model.moe_kernels.expert_passes_of`).
@@ -227,6 +228,40 @@ def kind_parts(
     )
 
 
+def stage_parts(
+    groups: tuple[tuple[float, ...], ...],
+    embedding: tuple[float, ...],
+    output: tuple[float, ...],
+    counts: tuple[Any, ...],
+    first: Any,
+    last: Any,
+) -> list[Any]:
+    """Each of the :data:`PARTS` of one micro-batch on a stage (or model chunk) holding
+    ``counts[g]`` layers of span group g (:func:`model.core_spans.group_counts`; ``first``: it
+    holds the embedding; ``last``: the output layer), from the :attr:`LayerTime.parts` of one
+    layer of each group (:func:`kind_parts`): ``Σ_g counts[g]·groups[g] +
+    [first]·embedding + [last]·output``, so its attention core is the sum over its layers of
+    each one's own span time. Floats for one stage; element-wise for arrays of stages (the
+    search's tables), in the same order of operations so both give the same float.
+
+    Examples
+    --------
+    Two groups (a local layer's compute 1 ms, a global one's 3 ms; the other parts 0), a stage
+    of 13 local and 3 global layers, neither end:
+
+    >>> local, glob = (1e-3,) + (0.0,) * 6, (3e-3,) + (0.0,) * 6
+    >>> round(stage_parts((local, glob), (0.0,) * 7, (0.0,) * 7, (13, 3), False, False)[0], 9)
+    0.022
+    """
+    out = []
+    for k in range(len(PARTS)):
+        total: Any = 0.0
+        for n, g in zip(counts, groups, strict=True):
+            total = total + n * g[k]
+        out.append(total + where(first, embedding[k], 0.0) + where(last, output[k], 0.0))
+    return out
+
+
 def recompute_stage_parts(
     base: KindParts,
     full: KindParts,
@@ -238,7 +273,7 @@ def recompute_stage_parts(
     """The :data:`model.layer_time.PARTS` of one micro-batch on a stage holding ``counts``
     layers of each span group (:func:`model.core_spans.group_counts`) of which ``again`` are
     fully recomputed (:attr:`model.layout.Layout.recompute_layers`):
-    :func:`model.layer_time.stage_parts` of the others under the base mode's :func:`kind_parts`
+    :func:`stage_parts` of the others under the base mode's :func:`kind_parts`
     (``base``), plus those of the recomputed layers under ``full``'s (their backward runs one
     more forward and its collectives: :func:`model.layer_time.layer_time`). Seconds; the
     evaluator and the per-stage search's tables both call it (numbers or arrays of stages)."""

@@ -10,7 +10,7 @@ slowest stage's micro-batch (operations + exposed tp, cp, ep collectives):
   span, :func:`model.core_spans.span_groups`), the embedding and the output layer (one call per
   distinct micro-batch, degrees, links and recompute mode) times the stage's own layers in each
   group (:func:`model.terms.span_counts.stage_group_counts`,
-  :func:`model.layer_time.stage_parts`); per-stage recomputation counts time
+  :func:`model.step_time.stage_parts`); per-stage recomputation counts time
   their layers fully recomputed (:func:`model.step_time.recompute_stage_parts`);
 * :func:`slowest_microbatch` — the slowest stage's micro-batch and its parts, and the dp overlap
   window (the slowest without recomputation, read from the shape alone);
@@ -44,7 +44,7 @@ from trainplan.model.ep_kernels import kernel_rates
 from trainplan.model.fp8_gathers import tp_gather_bytes
 from trainplan.model.frameworks import Framework, gradient_bytes_for
 from trainplan.model.grouped_gemm import grouped_fp8_rates
-from trainplan.model.layer_time import PARTS, stage_parts
+from trainplan.model.layer_time import PARTS
 from trainplan.model.layout import Recompute
 from trainplan.model.memory import keeps_gathered_inputs, optimizer_elements
 from trainplan.model.moe_kernels import expert_passes_of, experts_stay_bf16
@@ -73,6 +73,7 @@ from trainplan.model.step_time import (
     pp_exposed_seconds,
     pp_seconds,
     recompute_stage_parts,
+    stage_parts,
 )
 from trainplan.model.terms.activation_fields import (
     LAYER_FIELDS,
