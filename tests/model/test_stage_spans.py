@@ -178,3 +178,32 @@ def test_the_search_tables_equal_evaluate_on_gemma3_stages():
         interleaved += uneven_chunks(GEMMA, lay.pp, lay.virtual_stages, rule, lay.stage_layers,
                                      str(lay.schedule))  # fmt: skip
     assert mixed and interleaved
+
+
+def test_dense_layers_between_moe_layers_are_timed():
+    """Llama 4 Scout with a MoE FFN on every other layer (moe_layer_step 2, as Maverick's
+    interleave_moe_layer_step; no leading dense block): layers 0, 2, … dense, 1, 3, … MoE
+    ((index + 1) mod 2 = 0); the pattern's global layers are 3, 7, 11, … (chunked × 3, global),
+    all MoE. Three span groups: dense chunked (layer 0), MoE chunked (1), MoE global (3). At pp 2
+    stage 0 holds layers 0–23: 12 dense, 6 MoE chunked (1, 5, …, 21), 6 MoE global (3, 7, …,
+    23). Its micro-batch is 12 dense layers + 6 + 6 MoE + the embedding: the dense layers, 34.4 ms
+    each here (tp 1, s 8,192 on the H100), were charged nothing when the clock read the dense
+    kind off the leading block alone (first_k_dense_layers 0)."""
+    from dataclasses import replace
+
+    from trainplan.model.core_spans import span_groups
+
+    spec = get_model("llama4-scout").model
+    arch = replace(spec.arch, moe=replace(spec.arch.moe, moe_layer_step=2))
+    assert span_groups(arch) == ((False, 0), (True, 1), (True, 3))
+    assert stage_group_counts(arch, 2, 1, True, None) == ((12, 6, 6), (12, 6, 6))
+    case = Case.of(
+        replace(spec, arch=arch), "H100-SXM", num_gpus=16, dp=8, pp=2, recompute="none",
+        global_batch_size=16, seq_len=8192,
+    )  # fmt: skip
+    c = evaluation_context(case.model, case.training, case.device, case.options)
+    f = LayoutFields(case.layout, 16, 0, links_for(case.layout, case.links, case.fabric))
+    (dense, chunked, glob), embedding, _ = kind_seconds(c, f)
+    assert dense * 1e3 == pytest.approx(34.41, abs=0.01)
+    t = stage_parts_term(c, f)[0]
+    assert t == pytest.approx(12 * dense + 6 * chunked + 6 * glob + embedding, rel=1e-12)
