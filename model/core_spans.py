@@ -1,14 +1,17 @@
-"""The attention spans of one layer kind (dense or MoE), each timed at its own span: a model
-mixing local and global layers (gpt-oss's 128-key band on every other layer, Gemma 2/3's
-windows, Llama 4's chunks) runs its attention core once per layer at that layer's span, so a
-kind's core costs the mean over its layers of each span's time (:func:`model.op_time.op_seconds`
-of the core, reading :attr:`model.ops.Op.spans`).
+"""The attention spans of a model's layers, each timed at its own span: a model mixing local and
+global layers (gpt-oss's 128-key band on every other layer, Gemma 2/3's windows, Llama 4's
+chunks) runs its attention core once per layer at that layer's span.
 
-The mix is the kind's over the whole model (:func:`kind_spans`), not a pipeline stage's: the
-roofline clock times one layer of each kind and a stage as counts of those
-(:func:`model.layer_time.stage_parts`), which is exact where every stage holds the model's mix
-(gpt-oss's alternation on stages of an even number of layers) and the mean elsewhere (Gemma 3's
-five local layers to one global on stages of a number of layers not a multiple of six).
+The roofline clock times one layer of each *span group* (:func:`span_groups`: a distinct
+(FFN kind, attention span) among the model's layers, its first layer standing for the others,
+:meth:`Architecture.layer_span`) and a pipeline stage, or a model chunk, as the count of its
+own layers in each group (:func:`group_counts`; :func:`model.step_time.stage_parts`): so each
+stage's attention core is the sum over the layers it holds of each layer's own span time, not
+the model-wide mean. Gemma 3's ten global layers (5, 11, …, 59 of 62) fall two on some stages
+of pp 4 and three on others; the slowest stage paces the pipeline
+(:func:`model.terms.roofline.slowest_microbatch`). Which layers a stage holds is the split's
+(:func:`model.split.stage_layers`: Megatron-Core's ``get_transformer_layer_offset`` and
+``--pipeline-model-parallel-layout``, torchtitan's ``generate_llm_fqn_per_model_part``).
 
 Standard library and :mod:`model` only; pure functions.
 """
@@ -22,7 +25,7 @@ from trainplan.model.flops import attention_core_forward_flops
 from trainplan.model.packing import Documents
 from trainplan.model.specs import Architecture, AttentionSpan
 
-__all__ = ["CoreSpan", "kind_spans", "core_spans"]
+__all__ = ["CoreSpan", "span_groups", "group_counts", "core_spans"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,11 +52,11 @@ class CoreSpan:
 
 
 @lru_cache(maxsize=1024)
-def kind_spans(arch: Architecture, moe: bool) -> tuple[tuple[int, int], ...]:
-    """``(layer, count)`` for each distinct attention span among the layers of one kind (MoE
-    or dense): the first such layer (whose span and width stand for the others,
-    :meth:`Architecture.layer_span`) and how many of the kind's layers have it, in layer
-    order; ``((0, 1),)`` for a model without layers of the kind.
+def span_groups(arch: Architecture) -> tuple[tuple[bool, int], ...]:
+    """``(moe, layer)`` for each distinct (FFN kind, attention span) among the model's layers
+    (its L layers and MTP blocks, :attr:`Architecture.mtp_layers`): whether its FFN is MoE and
+    the first such layer (whose span and width stand for the others,
+    :meth:`Architecture.layer_span`); dense groups first, then MoE, each in layer order.
 
     Examples
     --------
@@ -63,17 +66,39 @@ def kind_spans(arch: Architecture, moe: bool) -> tuple[tuple[int, int], ...]:
     >>> g = Architecture(num_layers=62, hidden_size=8, num_attention_heads=2,
     ...                  ffn_hidden_size=32, vocab_size=16, sliding_window=1024,
     ...                  attention_pattern=("local",) * 5 + ("global",))
-    >>> kind_spans(g, False)
-    ((0, 52), (5, 10))
+    >>> span_groups(g)
+    ((False, 0), (False, 5))
     """
-    first: dict[AttentionSpan, int] = {}
-    count: dict[AttentionSpan, int] = {}
-    for j in range(arch.num_layers):
-        if arch.is_moe_layer(j) == moe:
-            span = arch.layer_span(j)
-            first.setdefault(span, j)
-            count[span] = count.get(span, 0) + 1
-    return tuple((first[s], count[s]) for s in first) or ((0, 1),)
+    first: dict[tuple[bool, AttentionSpan], int] = {}
+    for j in range(arch.num_layers + arch.mtp_layers):
+        first.setdefault((arch.is_moe_layer(j), arch.layer_span(j)), j)
+    return tuple(sorted(((moe, j) for (moe, _), j in first.items()), key=lambda g: g[0]))
+
+
+@lru_cache(maxsize=4096)
+def group_counts(arch: Architecture, layers: tuple[int, ...]) -> tuple[int, ...]:
+    """How many of ``layers`` (indices, MTP blocks L, L + 1, …) fall in each of
+    :func:`span_groups`, in its order: what a stage or model chunk holding them is timed by.
+
+    Examples
+    --------
+    Gemma 3 (as in :func:`span_groups`) at pp 4, Megatron's split 15, 16, 16, 15: stage 0
+    holds layers 0 … 14 (globals 5, 11), stage 1 layers 15 … 30 (globals 17, 23, 29).
+
+    >>> from trainplan.model.specs import Architecture
+    >>> g = Architecture(num_layers=62, hidden_size=8, num_attention_heads=2,
+    ...                  ffn_hidden_size=32, vocab_size=16, sliding_window=1024,
+    ...                  attention_pattern=("local",) * 5 + ("global",))
+    >>> group_counts(g, tuple(range(15))), group_counts(g, tuple(range(15, 31)))
+    ((13, 2), (13, 3))
+    """
+    index = {
+        (moe, arch.layer_span(j)): k for k, (moe, j) in enumerate(span_groups(arch))
+    }  # fmt: skip
+    out = [0] * len(index)
+    for j in layers:
+        out[index[arch.is_moe_layer(j), arch.layer_span(j)]] += 1
+    return tuple(out)
 
 
 def core_spans(
@@ -86,7 +111,9 @@ def core_spans(
     documents: Documents | None,
     call: float,
 ) -> tuple[CoreSpan, ...]:
-    """Each ``(layer, count)`` of ``spans`` (:func:`kind_spans`) as the FlashAttention core
+    """Each ``(layer, count)`` of ``spans`` (a layer standing for its span, :func:`span_groups`,
+    and how many layers it stands for; the clock times one group at a time, ``((layer, 1),)``:
+    :func:`model.step_time.kind_parts`) as the FlashAttention core
     runs it on one GPU for ``batch`` sequences of ``seq_len`` tokens: its share of the layers,
     its forward FLOPs (``causal`` convention) and masked FLOPs
     (:func:`model.flops.attention_core_forward_flops`, with ``documents``) ÷ ``shards`` (tp·cp);
@@ -101,7 +128,7 @@ def core_spans(
 
     >>> from trainplan.scenarios.catalogue import get_model
     >>> arch = get_model("gpt-oss-120b").model.arch
-    >>> band, full = core_spans(arch, kind_spans(arch, True), 8192, 1, 1, True, None, 8192)
+    >>> band, full = core_spans(arch, ((0, 1), (1, 1)), 8192, 1, 1, True, None, 8192)
     >>> band.share, band.window, band.masked_flops == 2 * 64 * 1040448 * 128, band.ring_split
     (0.5, 128, True, False)
     >>> full.window, full.masked_flops == 2 * 64 * (8192 * 8193 // 2) * 128, full.ring_split

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 
 from trainplan.model.async_tp import async_tp_collectives
 from trainplan.model.comm_sms import contended_wait
@@ -89,7 +88,6 @@ from trainplan.model.recompute_ops import (
 from trainplan.model.roofline import Collective, LinkTime, collective_seconds, memory_seconds
 from trainplan.model.torchtitan_experts import torchtitan_dispatch_seconds
 from trainplan.model.tp_sm_charge import output_tp_sm_share, tp_sm_share
-from trainplan.model.xp import where
 
 __all__ = [
     "LayerTime",
@@ -98,12 +96,12 @@ __all__ = [
     "ep_all_to_all_seconds",
     "embedding_time",
     "output_time",
-    "stage_parts",
 ]
 
 
 PARTS = ("compute", "tp_exposed", "cp_exposed", "ep_exposed", "tp", "cp", "ep")
-"""The parts of a :class:`LayerTime`, in the order :func:`stage_parts` combines them."""
+"""The parts of a :class:`LayerTime`, in the order :func:`model.step_time.stage_parts` combines
+them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -477,24 +475,3 @@ def output_time(x: LayerShape, c: Clock, vocab: int, loss: str = "none") -> Laye
         share = output_tp_sm_share(c)  # NCCL's under async and full: no userbuffers there
         exposed = sum(max(0.0, contended_wait(t, covered, share)) for t, covered in pairs)
     return LayerTime(forward, backward, 0.0, tp, exposed)
-
-
-def stage_parts(
-    dense: tuple[float, ...],
-    moe: tuple[float, ...],
-    embedding: tuple[float, ...],
-    output: tuple[float, ...],
-    n_dense: Any,
-    n_moe: Any,
-    first: Any,
-    last: Any,
-) -> list[Any]:
-    """Each of the :data:`PARTS` of one micro-batch on a stage of ``n_dense`` dense and ``n_moe``
-    MoE layers (``first``: it holds the embedding; ``last``: the output layer), from the
-    :attr:`LayerTime.parts` of each kind: ``n_dense·dense + n_moe·moe + [first]·embedding +
-    [last]·output``. Floats for one stage; element-wise for arrays of stages (the search's
-    tables), in the same order of operations so both give the same float."""
-    return [
-        n_dense * d + n_moe * m + where(first, e, 0.0) + where(last, o, 0.0)
-        for d, m, e, o in zip(dense, moe, embedding, output, strict=True)
-    ]

@@ -183,9 +183,11 @@ class LayerShape:
     """Attention FLOPs halved for causal masking (FlashAttention skips masked blocks)."""
     beta: int = 2
     core_spans: tuple[tuple[int, int], ...] = ((0, 1),)
-    """The attention spans of the layers this shape stands for, ``(layer, count)`` each
-    (:func:`model.core_spans.kind_spans`): the FlashAttention core is timed at each span's own
-    FLOPs and kernel rate, weighted by its count (:attr:`Op.spans`)."""
+    """The attention spans of the layers this shape stands for, ``(layer, count)`` each (a
+    layer standing for its span): the FlashAttention core is timed at each span's own FLOPs
+    and kernel rate, weighted by its count (:attr:`Op.spans`); the clock gives one span group
+    at a time, ``((layer, 1),)`` (:func:`model.core_spans.span_groups`,
+    :func:`model.step_time.kind_parts`)."""
     documents: Documents | None = None
     """Each sequence packs documents under document masking (:mod:`model.packing`): the
     FlashAttention core computes their Σ P(lᵢ) pairs (its variable-length kernel skips the

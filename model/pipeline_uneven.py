@@ -17,9 +17,11 @@ When a rank's layers do not split evenly over its v chunks (80 layers, pp 4, v 8
 and 3 layers on every rank, :func:`model.split.default_chunk_sizes`) no closed form holds: the
 warm-up and the cool-down wait on the chunks they pass chunk by chunk, and in the steady phase a
 forward and the backward beside it can be longer than the pair the next rank runs at that point
-of its order, so the order itself can make ranks wait every group of micro-batches. The step is
-the order run (:func:`interleaved_steps`) on the layout's own chunks, each timed by its layers
-of each kind, the embedding on the first rank's first chunk and the output layer on the last
+of its order, so the order itself can make ranks wait every group of micro-batches; so can
+chunks of equal counts whose layers' attention spans differ (Gemma 3's global layers, one in
+every six, two in one chunk and one in the next). The step is the order run
+(:func:`interleaved_steps`) on the layout's own chunks, each timed by its layers of each span
+group (:func:`model.core_spans.group_counts`), the embedding on the first rank's first chunk and the output layer on the last
 rank's last, its forward and its backward as the cost model splits them
 (:mod:`model.terms.pipeline_span`). 80 layers,
 pp 4, v 8, a layer's backward twice its forward, 8 micro-batches: every rank computes 480 layer
@@ -48,6 +50,7 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from trainplan.model.core_spans import group_counts, span_groups
 from trainplan.model.pipeline import SPLIT_BACKWARD, Schedule, bubble_fraction, bubble_ratio
 from trainplan.model.split import stage_chunks
 from trainplan.model.xp import namespace
@@ -224,16 +227,19 @@ def chunk_counts(
     counts: tuple[int, ...] | None = None,
 ) -> tuple[int, ...]:
     """Every stage's layers per model chunk, stage after stage (``pp·v`` counts, rank i's chunk c
-    at ``i·v + c``; :func:`model.split.stage_chunks`), then as many of them MoE; with ``counts``
-    (``Layout.recompute_layers``) only those it recomputes whole, the first ``counts[i]`` of each
-    of rank i's chunks (:func:`model.split.recomputed_in_chunks`); empty without dimensions."""
+    at ``i·v + c``; :func:`model.split.stage_chunks`), then, for each span group in turn
+    (:func:`model.core_spans.span_groups`), as many of them in that group (group g of chunk j at
+    ``(1 + g)·pp·v + j``); with ``counts`` (``Layout.recompute_layers``) only those it
+    recomputes whole, the first ``counts[i]`` of each of rank i's chunks
+    (:func:`model.split.recomputed_in_chunks`); empty without dimensions."""
     if arch is None:
         return ()
     out: list[tuple[int, ...]] = []
     for i in range(pp):
         k = None if counts is None else counts[i]
         out += [chunk[:k] for chunk in stage_chunks(arch, pp, v, rule, i, sizes, schedule)]
-    return (*map(len, out), *(sum(map(arch.is_moe_layer, chunk)) for chunk in out))
+    groups = [group_counts(arch, chunk) for chunk in out]
+    return (*map(len, out), *(n[g] for g in range(len(span_groups(arch))) for n in groups))
 
 
 @lru_cache(maxsize=4096)
@@ -245,15 +251,18 @@ def uneven_chunks(
     sizes: tuple[int, ...] | None,
     schedule: Any,
 ) -> bool:
-    """Whether some rank's model chunks hold unequal counts of the model's L layers under the
-    interleaved schedule (:func:`model.split.stage_chunks`; a multi-token-prediction block rides
-    in the last chunk as the output layer does, timed with it but no cause of unequal chunks);
-    False for every other schedule and without dimensions."""
+    """Whether some rank's model chunks hold unequal counts of the model's L layers, or of its
+    layers of one span group (:func:`model.core_spans.group_counts`: Gemma 3's global layers two
+    in one chunk and one in another), under the interleaved schedule
+    (:func:`model.split.stage_chunks`; a multi-token-prediction block rides in the last chunk
+    as the output layer does, timed with it but no cause of unequal chunks); False for every
+    other schedule and without dimensions."""
     if arch is None or str(schedule) != Schedule.INTERLEAVED.value or v == 1 or pp == 1:
         return False
     for i in range(pp):
         chunks = stage_chunks(arch, pp, v, rule, i, sizes, schedule)
-        if len({sum(j < arch.num_layers for j in chunk) for chunk in chunks}) > 1:
+        main = [tuple(j for j in chunk if j < arch.num_layers) for chunk in chunks]
+        if len({group_counts(arch, chunk) for chunk in main}) > 1:
             return True
     return False
 

@@ -15,11 +15,11 @@ from functools import lru_cache
 from typing import Any
 
 from trainplan.model.comm import p2p_exposed_sends
-from trainplan.model.core_spans import kind_spans
+from trainplan.model.core_spans import span_groups
 from trainplan.model.deepspeed_pipe import pipe_engine_counts
 from trainplan.model.dp_exposure import dp_exposed_seconds, dp_seconds, phase_gathers
 from trainplan.model.elementwise import Elementwise
-from trainplan.model.layer_time import embedding_time, layer_time, output_time, stage_parts
+from trainplan.model.layer_time import PARTS, embedding_time, layer_time, output_time
 from trainplan.model.layout import Recompute
 from trainplan.model.moe_kernels import NO_EXPERT_PASSES, ExpertPasses
 from trainplan.model.op_time import Clock
@@ -42,6 +42,7 @@ __all__ = [
     "rings_bandwidth",
     "all_to_all_bandwidth",
     "kind_parts",
+    "stage_parts",
     "recompute_stage_parts",
     "pp_seconds",
     "pipe_engine_seconds",
@@ -161,6 +162,11 @@ def all_to_all_bandwidth(
     return bandwidth if scaleup_bandwidth is None else minimum(bandwidth, scaleup_bandwidth)
 
 
+KindParts = tuple[tuple[tuple[float, ...], ...], tuple[float, ...], tuple[float, ...]]
+""":func:`kind_parts`: the parts of one layer of each span group
+(:func:`model.core_spans.span_groups`), of the embedding and of the output layer."""
+
+
 @lru_cache(maxsize=4096)
 def kind_parts(
     arch: Architecture,
@@ -179,26 +185,26 @@ def kind_parts(
     every_norm: bool = False,
     elementwise: Elementwise = Elementwise.FUSED,
     expert_passes: ExpertPasses = NO_EXPERT_PASSES,
-) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
-    """The :attr:`model.layer_time.LayerTime.parts` of a dense layer, a MoE layer, the embedding
-    and the output layer for one micro-batch on one GPU (zeros for a kind the model lacks);
-    ``plan`` and ``every_norm``: what selective recomputation re-runs
-    (:func:`model.recompute_ops.recompute_plan`); ``elementwise``: how the framework runs the
-    elementwise passes (:func:`model.elementwise.elementwise_mode`); ``expert_passes``: the
-    MoE layer's framework passes (:func:`model.moe_kernels.expert_passes_of`); each kind's core
-    at its layers' spans, the model-wide mix (:func:`model.core_spans.kind_spans`). Cached: the
-    search asks once per distinct (b, tp, cp, ep, links, recompute, plan)."""
+) -> KindParts:
+    """(the :attr:`model.layer_time.LayerTime.parts` of one layer of each span group, of the
+    embedding, of the output layer) for one micro-batch on one GPU: a group is a distinct (FFN
+    kind, attention span) of the model (:func:`model.core_spans.span_groups`, in its order), its
+    layer's attention core timed at that span alone, a MoE group on the clock with the expert
+    link, a dense one without it; a stage is the count of its layers in each group
+    (:func:`stage_parts`). ``plan`` and ``every_norm``: what selective
+    recomputation re-runs (:func:`model.recompute_ops.recompute_plan`); ``elementwise``: how the
+    framework runs the elementwise passes (:func:`model.elementwise.elementwise_mode`);
+    ``expert_passes``: the MoE layer's framework passes (:func:`model.moe_kernels.expert_passes_of`).
+    Cached: the search asks once per distinct (b, tp, cp, ep, links, recompute, plan)."""
 
-    def shape(moe: bool) -> LayerShape:  # ep and etp only shape a MoE layer
+    def shape(moe: bool, layer: int) -> LayerShape:  # ep and etp only shape a MoE layer
         return LayerShape(
             arch, moe, training.seq_len, b, tp, cp, ep if moe else 1, etp if moe else 1, sp,
             training.flash_attention, causal, training.activation_bytes,
-            kind_spans(arch, moe), training.documents,
+            ((layer, 1),), training.documents,
             training.moe_run, elementwise, expert_passes,
         )  # fmt: skip
 
-    first_moe = arch.moe.first_k_dense_layers if arch.moe else arch.num_layers
-    zero = (0.0,) * 7
     # what each part reads of the links: the embedding and output layer tp's, a dense layer tp's
     # and cp's (fewer distinct clocks, more cache hits); each kind's tp collectives hold NCCL's SMs
     base = (c.peak_flops_per_s, c.hbm_bytes_per_s, c.params)
@@ -210,46 +216,70 @@ def kind_parts(
         grouped_fp8=c.grouped_fp8, torchao_fp8=c.torchao_fp8, nccl_sm_share=c.nccl_sm_share,
         tp_gather_bytes=c.tp_gather_bytes, userbuffers=c.userbuffers,
     )  # fmt: skip
-    dense = layer_time(shape(False), no_ep, recompute, plan, every_norm).parts
-    moe = (
-        layer_time(shape(True), c, recompute, plan, every_norm).parts
-        if arch.moe is not None
-        else zero
+    groups = tuple(
+        layer_time(shape(moe, j), c if moe else no_ep, recompute, plan, every_norm).parts
+        for moe, j in span_groups(arch)
     )
+    ends = shape(False, 0)  # the embedding and output layer read no span
     return (
-        dense if first_moe > 0 else zero,
-        moe,
-        embedding_time(shape(False), tp_only).parts,
-        output_time(shape(False), tp_only, vocab, training.cross_entropy_fusion_impl).parts,
+        groups,
+        embedding_time(ends, tp_only).parts,
+        output_time(ends, tp_only, vocab, training.cross_entropy_fusion_impl).parts,
     )
 
 
-KindParts = tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...], tuple[float, ...]]
-""":func:`kind_parts`: the parts of a dense layer, a MoE layer, the embedding, the output layer."""
+def stage_parts(
+    groups: tuple[tuple[float, ...], ...],
+    embedding: tuple[float, ...],
+    output: tuple[float, ...],
+    counts: tuple[Any, ...],
+    first: Any,
+    last: Any,
+) -> list[Any]:
+    """Each of the :data:`PARTS` of one micro-batch on a stage (or model chunk) holding
+    ``counts[g]`` layers of span group g (:func:`model.core_spans.group_counts`; ``first``: it
+    holds the embedding; ``last``: the output layer), from the :attr:`LayerTime.parts` of one
+    layer of each group (:func:`kind_parts`): ``Σ_g counts[g]·groups[g] +
+    [first]·embedding + [last]·output``, so its attention core is the sum over its layers of
+    each one's own span time. Floats for one stage; element-wise for arrays of stages (the
+    search's tables), in the same order of operations so both give the same float.
+
+    Examples
+    --------
+    Two groups (a local layer's compute 1 ms, a global one's 3 ms; the other parts 0), a stage
+    of 13 local and 3 global layers, neither end:
+
+    >>> local, glob = (1e-3,) + (0.0,) * 6, (3e-3,) + (0.0,) * 6
+    >>> round(stage_parts((local, glob), (0.0,) * 7, (0.0,) * 7, (13, 3), False, False)[0], 9)
+    0.022
+    """
+    out = []
+    for k in range(len(PARTS)):
+        total: Any = 0.0
+        for n, g in zip(counts, groups, strict=True):
+            total = total + n * g[k]
+        out.append(total + where(first, embedding[k], 0.0) + where(last, output[k], 0.0))
+    return out
 
 
 def recompute_stage_parts(
     base: KindParts,
     full: KindParts,
-    n_dense: int,
-    n_moe: int,
-    k_dense: int,
-    k_moe: int,
-    first: bool,
-    last: bool,
-) -> list[float]:
-    """The :data:`model.layer_time.PARTS` of one micro-batch on a stage of ``n_dense`` dense and
-    ``n_moe`` MoE layers of which ``k_dense`` and ``k_moe`` are fully recomputed
-    (:attr:`model.layout.Layout.recompute_layers`): :func:`model.layer_time.stage_parts` of the
-    others under the base mode's :func:`kind_parts` (``base``), plus those of the recomputed
-    layers under ``full``'s (their backward runs one more forward and its collectives:
-    :func:`model.layer_time.layer_time`). With no layer recomputed it is ``stage_parts`` of
-    ``base`` alone, the same float. Seconds; the evaluator and the per-stage search's tables
-    both call it."""
-    parts = stage_parts(*base, n_dense - k_dense, n_moe - k_moe, first, last)
-    if not (k_dense or k_moe):
-        return parts
-    extra = stage_parts(*full, k_dense, k_moe, False, False)
+    counts: tuple[Any, ...],
+    again: tuple[Any, ...],
+    first: Any,
+    last: Any,
+) -> list[Any]:
+    """The :data:`model.layer_time.PARTS` of one micro-batch on a stage holding ``counts``
+    layers of each span group (:func:`model.core_spans.group_counts`) of which ``again`` are
+    fully recomputed (:attr:`model.layout.Layout.recompute_layers`):
+    :func:`stage_parts` of the others under the base mode's :func:`kind_parts`
+    (``base``), plus those of the recomputed layers under ``full``'s (their backward runs one
+    more forward and its collectives: :func:`model.layer_time.layer_time`). Seconds; the
+    evaluator and the per-stage search's tables both call it (numbers or arrays of stages)."""
+    rest = tuple(n - k for n, k in zip(counts, again, strict=True))
+    parts = stage_parts(base[0], base[1], base[2], rest, first, last)
+    extra = stage_parts(full[0], full[1], full[2], again, False, False)
     return [a + b for a, b in zip(parts, extra, strict=True)]
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainplan.model.core_spans import span_groups
 from trainplan.model.layout import Recompute
 from trainplan.model.pipeline import bubble_ratio
 from trainplan.model.pipeline_uneven import (
@@ -33,22 +34,27 @@ def _chunk_times(
     width: int, counts: Any, again: Any, kinds: Any, plain: Any, full: Any
 ) -> tuple[Any, Any]:
     """Each chunk's (time, forward) of one micro-batch (rank i's chunk c at ``i·v + c``, ``width``
-    = pp·v of them): its dense and MoE layers (``counts``: :func:`chunk_counts`' layers then MoE,
-    numbers or ``[n, 1]`` columns), those of them recomputed whole (``again``, the same layout,
-    or None) timed ``full``, the embedding on the first and the output layer on the last; the
-    forward a third of the same without recomputation (``plain``)."""
-    (d, mo, e, o), (dp, mp, ep, op) = kinds, plain
-    df, mf = (d, mo) if full is None else full[:2]
+    = pp·v of them): its layers of each span group (``counts``: :func:`chunk_counts`' totals,
+    then group after group; numbers or ``[n, 1]`` columns), those of them recomputed whole
+    (``again``, the same layout, or None) timed ``full``, the embedding on the first and the
+    output layer on the last; the forward a third of the same without recomputation
+    (``plain``). ``kinds``, ``plain``, ``full``: :func:`model.terms.roofline.kind_seconds`' (one
+    layer of each group, the embedding, the output layer)."""
+    (groups, e, o), (plain_groups, ep, op) = kinds, plain
+    redone = groups if full is None else full[0]
     total, forward = [], []
     for j in range(width):
-        moe = counts[width + j]
-        dense = counts[j] - moe
-        redo_moe = 0 if again is None else again[width + j]
-        redo = 0 if again is None else again[j] - redo_moe
         ends = (e if j == 0 else 0) + (o if j == width - 1 else 0)
         plain_ends = (ep if j == 0 else 0) + (op if j == width - 1 else 0)
-        total.append((dense - redo) * d + (moe - redo_moe) * mo + redo * df + redo_moe * mf + ends)
-        forward.append((dense * dp + moe * mp + plain_ends) / 3)
+        busy: Any = 0.0
+        ahead: Any = 0.0
+        for g, (k, kp, kf) in enumerate(zip(groups, plain_groups, redone, strict=True)):
+            n = counts[(1 + g) * width + j]
+            redo = 0 if again is None else again[(1 + g) * width + j]
+            busy = busy + (n - redo) * k + redo * kf
+            ahead = ahead + n * kp
+        total.append(busy + ends)
+        forward.append((ahead + plain_ends) / 3)
     return total, forward
 
 
@@ -65,6 +71,17 @@ def uneven_bubble(
     )
 
 
+def _flat(kinds: Any) -> list[Any]:
+    """:func:`model.terms.roofline.kind_seconds`' figures in one list (groups, embedding,
+    output)."""
+    return [*kinds[0], kinds[1], kinds[2]]
+
+
+def _nested(flat: list[Any]) -> tuple[tuple[Any, ...], Any, Any]:
+    """:func:`_flat`'s inverse."""
+    return tuple(flat[:-2]), flat[-2], flat[-1]
+
+
 def _uneven_bubbles(
     xp: Any, pp: int, v: Any, m: Any, counts: Any, kinds: Any, plain: Any, full: Any, again: Any
 ) -> Any:
@@ -72,21 +89,25 @@ def _uneven_bubbles(
     chunks run at once (their array namespace ``xp``)."""
     n = m.shape[0]
     v = xp.reshape(xp.broadcast_to(xp.asarray(v), (n, 1)), (n,))
+    width_k = len(_flat(kinds))
     columns = [xp.reshape(xp.broadcast_to(xp.asarray(x, dtype=xp.float64), (n, 1)), (n,))
-               for x in (*kinds, *plain, *(full or ()))]  # fmt: skip
+               for x in (*_flat(kinds), *_flat(plain), *(_flat(full) if full else ()))]  # fmt: skip
     out = xp.zeros(n)
+    groups = len(kinds[0])
     for vi in sorted(set(v.tolist())):
         rows = v == vi
         width = pp * vi
-        take = [x[rows][:, None] for x in columns]
-        table = [xp.reshape(xp.broadcast_to(xp.asarray(x), (n, 1)), (n,))[rows]
-                 for x in counts[: 2 * width]]  # fmt: skip
-        redo = None if again is None else [
-            xp.reshape(xp.broadcast_to(xp.asarray(x), (n, 1)), (n,))[rows] for x in again[: 2 * width]
-        ]  # fmt: skip
+        take = [x[rows] for x in columns]
+
+        def column(x: Any, rows: Any = rows) -> Any:
+            return xp.reshape(xp.broadcast_to(xp.asarray(x), (n, 1)), (n,))[rows]
+
+        # each row's tuple: its pp·v totals, then each group's pp·v counts (padded with zeros)
+        table = [column(x) for x in counts[: (1 + groups) * width]]
+        redo = None if again is None else [column(x) for x in again[: (1 + groups) * width]]
         total, forward = _chunk_times(
-            width, table, redo, [t[:, 0] for t in take[:4]], [t[:, 0] for t in take[4:8]],
-            None if full is None else [t[:, 0] for t in take[8:]],
+            width, table, redo, _nested(take[:width_k]), _nested(take[width_k : 2 * width_k]),
+            None if full is None else _nested(take[2 * width_k :]),
         )  # fmt: skip
         total, forward = xp.stack(total, axis=1), xp.stack(forward, axis=1)
         busy = xp.max(xp.sum(xp.reshape(total, (-1, pp, vi)), axis=2), axis=1)
@@ -117,7 +138,8 @@ def classic_span(c: Context, f: Fields, t_mb: Any, t_plain: Any, roofline: bool)
             again = f.lookup(chunk_counts, (c.arch,), *LAYER_FIELDS, "recompute_layers")
     else:  # the single model: no layer kinds, every layer the busiest stage's share
         most = f.lookup(_most_layers, (c.arch,), *LAYER_FIELDS)
-        kinds, plain = ((x / most, x / most, 0.0, 0.0) for x in (t_mb, t_plain))
+        groups = len(span_groups(c.arch))
+        kinds, plain = (((x / most,) * groups, 0.0, 0.0) for x in (t_mb, t_plain))
     if xp is None:
         bubble = uneven_bubble(pp, f.virtual_stages, m, counts, kinds, plain, full, again)
         return m * t_mb + bubble

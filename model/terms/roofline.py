@@ -6,9 +6,11 @@ traffic overlapped by its mechanism, and the optimizer step.
 slowest stage's micro-batch (operations + exposed tp, cp, ep collectives):
 
 * :func:`stage_parts_term` — a stage's :data:`model.layer_time.PARTS` for one micro-batch:
-  :func:`model.step_time.kind_parts` of a dense layer, a MoE layer, the embedding and the
-  output layer (one call per distinct micro-batch, degrees, links and recompute mode) times the
-  stage's layers (:func:`model.layer_time.stage_parts`); per-stage recomputation counts time
+  :func:`model.step_time.kind_parts` of one layer of each span group (FFN kind and attention
+  span, :func:`model.core_spans.span_groups`), the embedding and the output layer (one call per
+  distinct micro-batch, degrees, links and recompute mode) times the stage's own layers in each
+  group (:func:`model.terms.span_counts.stage_group_counts`,
+  :func:`model.step_time.stage_parts`); per-stage recomputation counts time
   their layers fully recomputed (:func:`model.step_time.recompute_stage_parts`);
 * :func:`slowest_microbatch` — the slowest stage's micro-batch and its parts, and the dp overlap
   window (the slowest without recomputation, read from the shape alone);
@@ -36,12 +38,13 @@ from trainplan.model.comm import (
     pp_message_bytes,
 )
 from trainplan.model.context_parallel import torch_rotate_method
+from trainplan.model.core_spans import span_groups
 from trainplan.model.elementwise import elementwise_mode
 from trainplan.model.ep_kernels import kernel_rates
 from trainplan.model.fp8_gathers import tp_gather_bytes
 from trainplan.model.frameworks import Framework, gradient_bytes_for
 from trainplan.model.grouped_gemm import grouped_fp8_rates
-from trainplan.model.layer_time import PARTS, stage_parts
+from trainplan.model.layer_time import PARTS
 from trainplan.model.layout import Recompute
 from trainplan.model.memory import keeps_gathered_inputs, optimizer_elements
 from trainplan.model.moe_kernels import expert_passes_of, experts_stay_bf16
@@ -62,7 +65,6 @@ from trainplan.model.precision import Precision, fp8_recipe_of
 from trainplan.model.recompute_ops import layout_plan
 from trainplan.model.roofline import LinkTime, RooflineParams
 from trainplan.model.specs import Architecture, TrainingSpec
-from trainplan.model.split import recomputed_in_chunks, stage_chunks
 from trainplan.model.step_time import (
     kind_parts,
     link_time_of,
@@ -71,6 +73,7 @@ from trainplan.model.step_time import (
     pp_exposed_seconds,
     pp_seconds,
     recompute_stage_parts,
+    stage_parts,
 )
 from trainplan.model.terms.activation_fields import (
     LAYER_FIELDS,
@@ -78,7 +81,6 @@ from trainplan.model.terms.activation_fields import (
     cp_mechanism_of,
     output_stage,
     padded_vocab_of,
-    stage_layer_counts,
 )
 from trainplan.model.terms.dispatch_buffers import ep_members_per_domain
 from trainplan.model.terms.ep_link import ep_dispatch_link
@@ -92,6 +94,7 @@ from trainplan.model.terms.fields import (
     stage_tuple,
 )
 from trainplan.model.terms.sm_shares import ep_sm_share, tp_sm_share_of
+from trainplan.model.terms.span_counts import recomputed_group_counts, stage_group_counts
 from trainplan.model.terms.stage_params import busiest_params
 from trainplan.model.terms.state import busiest_muon_work, busiest_scales, muon_whole_matrices
 from trainplan.model.terms.traffic import (
@@ -173,9 +176,10 @@ def _kind_row(
     plan: tuple[tuple[str, ...], bool],
     *key: Any,
 ) -> tuple[float, ...]:
-    """:func:`model.step_time.kind_parts` (4 kinds × 7 parts, flat) on the clock of the key's
-    links and CP flavour; ``plan``: what selective recomputation re-runs and whether
-    ``layernorm`` takes every norm (:func:`_recompute_plan`)."""
+    """:func:`model.step_time.kind_parts` (each span group's layer, the embedding, the output
+    layer: 7 parts each, flat) on the clock of the key's links and CP flavour; ``plan``: what
+    selective recomputation re-runs and whether ``layernorm`` takes every norm
+    (:func:`_recompute_plan`)."""
     b, tp, cp, ep, etp, sp, r, u, gather, rep, vocab = key[:11]
     tp_bw, tp_up, cp_bw, cp_up, ep_bw, ep_up = key[11:17]
     ep_g, unpaired, sm_share, templated, regather, nccl = key[17:]
@@ -212,7 +216,8 @@ def _kind_row(
         arch, training, int(b), int(tp), int(cp), int(ep), int(etp), bool(sp), causal, mode,
         int(vocab), clock, *plan, elementwise, passes,
     )  # fmt: skip
-    return tuple(x for kind in parts for x in kind)
+    groups, embedding, output = parts
+    return tuple(x for kind in (*groups, embedding, output) for x in kind)
 
 
 def _recompute_plan(c: Context, f: Fields, mode: Recompute) -> tuple[tuple[str, ...], bool]:
@@ -229,9 +234,10 @@ def _gather_bytes(framework: Any, t: TrainingSpec) -> int | None:
     return None if gathered == t.activation_bytes else gathered
 
 
-def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
-    """The :data:`model.layer_time.PARTS` of a dense layer, a MoE layer, the embedding and the
-    output layer for one micro-batch on one GPU of the layout (:func:`_kind_row`)."""
+def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any]:
+    """(the :data:`model.layer_time.PARTS` of one layer of each span group, of the embedding,
+    of the output layer) for one micro-batch on one GPU of the layout (:func:`_kind_row`;
+    the groups: :func:`model.core_spans.span_groups`)."""
     arch, t, d, o = c.arch, c.training, c.gpu, c.options
     assert d.hbm_bytes_per_s is not None
     gathered = keeps_gathered_inputs(Framework(f.framework), t)
@@ -269,50 +275,37 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any, Any]:
         f.cp, f.ep, f.expert_tp, f.sp, r, u, gather, rep, vocab, tp_bw, tp_up, cp_bw, cp_up,
         ep_bw, ep_up, ep_g, unpaired, ep_share, templated, regather, tp_sm_share_of(c, f),
     )  # fmt: skip
-    n = len(PARTS)
-    dense, moe, embedding, output = (tuple(row[k * n : (k + 1) * n]) for k in range(4))
-    return dense, moe, embedding, output
+    n, g = len(PARTS), len(span_groups(arch))
+    kinds = tuple(tuple(row[k * n : (k + 1) * n]) for k in range(g + 2))
+    return kinds[:g], kinds[g], kinds[g + 1]
 
 
-def kind_seconds(c: Context, f: Fields, recompute: Recompute | None = None) -> tuple[Any, ...]:
-    """Seconds of one micro-batch on one GPU of a dense layer, a MoE layer, the embedding and the
-    output layer (operations and exposed tp, cp, ep, totalled as :func:`stage_parts_term` totals
-    a stage; ``recompute`` overrides the layout's mode): what the interleaved order's model
-    chunks are timed by (:mod:`model.terms.pipeline_span`)."""
+def kind_seconds(
+    c: Context, f: Fields, recompute: Recompute | None = None
+) -> tuple[tuple[Any, ...], Any, Any]:
+    """Seconds of one micro-batch on one GPU of (one layer of each span group, the embedding,
+    the output layer) (operations and exposed tp, cp, ep, totalled as :func:`stage_parts_term`
+    totals a stage; ``recompute`` overrides the layout's mode; the groups:
+    :func:`model.core_spans.span_groups`): what the interleaved order's model chunks are timed
+    by (:mod:`model.terms.pipeline_span`)."""
     i = {name: j for j, name in enumerate(PARTS)}
-    return tuple(
-        k[i["compute"]] + k[i["tp_exposed"]] + k[i["cp_exposed"]] + k[i["ep_exposed"]]
-        for k in _kinds(c, f, f.recompute if recompute is None else recompute)
-    )
 
+    def total(k: Any) -> Any:
+        return k[i["compute"]] + k[i["tp_exposed"]] + k[i["cp_exposed"]] + k[i["ep_exposed"]]
 
-@lru_cache(maxsize=CACHE)
-def recomputed_counts(
-    arch: Architecture,
-    pp: int,
-    v: int,
-    uneven: bool,
-    sizes: tuple[int, ...] | None,
-    schedule: Any,
-    counts: tuple[int, ...] | None,
-) -> tuple[tuple[int, int], ...]:
-    """Per stage, (layers fully recomputed, of them MoE) by ``Layout.recompute_layers``: the
-    first k of each of its model chunks (:func:`model.split.recomputed_in_chunks`)."""
-    out = []
-    for stage in range(pp):
-        k = 0 if counts is None else counts[stage]
-        chunks = stage_chunks(arch, pp, v, uneven, stage, sizes, schedule)
-        layers = recomputed_in_chunks(chunks, k)
-        out.append((len(layers), sum(map(arch.is_moe_layer, layers))))
-    return tuple(out)
+    groups, embedding, output = _kinds(c, f, f.recompute if recompute is None else recompute)
+    return tuple(map(total, groups)), total(embedding), total(output)
 
 
 def stage_parts_term(c: Context, f: Fields, recompute: Recompute | None = None) -> tuple[Any, ...]:
     """The :data:`model.layer_time.PARTS` of one micro-batch on pipeline stage ``f.stage``
     (seconds on one GPU), preceded by their total (operations and exposed tp, cp, ep): its
-    layers' operations and exposed collectives, the embedding on the first stage and the output
-    layer on the last; a multi-token-prediction block counts as a layer of its kind on the last
-    stage (its 2h → h projection and second pass through the output head are not timed). With
+    layers' operations and exposed collectives — one layer of each span group times the stage's
+    own layers in it (:func:`model.terms.span_counts.stage_group_counts`: each layer's attention
+    core at its own span, so Gemma 3's stages of three global layers take longer than those of
+    two) — the embedding on the first stage and the output layer on the last; a
+    multi-token-prediction block counts as a layer of its kind and span on the last stage (its
+    2h → h projection and second pass through the output head are not timed). With
     ``Layout.recompute_layers`` the first k layers of each of the stage's model chunks are timed
     as fully recomputed and the rest under the layout's mode. ``recompute`` overrides the mode
     and ignores the per-stage counts (the dp window: no recomputation anywhere)."""
@@ -321,13 +314,13 @@ def stage_parts_term(c: Context, f: Fields, recompute: Recompute | None = None) 
     base = _kinds(c, f, mode)
     counts = None if recompute is not None else f.recompute_layers
     full = base if counts is None else _kinds(c, f, Recompute.FULL)
-    layers, moe = f.per_stage(stage_layer_counts, (arch,), *LAYER_FIELDS)
+    held = f.per_stage(stage_group_counts, (arch,), *LAYER_FIELDS)
     first, last = f.stage == 0, output_stage(f)
     if counts is None:
-        parts = stage_parts(*base, layers - moe, moe, first, last)
+        parts = stage_parts(*base, held, first, last)
     else:
-        k, k_moe = f.per_stage(recomputed_counts, (arch,), *LAYER_FIELDS, "recompute_layers")
-        parts = recompute_stage_parts(base, full, layers - moe, moe, k - k_moe, k_moe, first, last)
+        again = f.per_stage(recomputed_group_counts, (arch,), *LAYER_FIELDS, "recompute_layers")
+        parts = recompute_stage_parts(base, full, held, again, first, last)
     i = {name: j for j, name in enumerate(PARTS)}
     total = parts[i["compute"]] + parts[i["tp_exposed"]] + parts[i["cp_exposed"]]
     return (total + parts[i["ep_exposed"]], *parts)

@@ -66,7 +66,8 @@ def test_the_charge_measures_as_documented() -> None:
     default, as the validation page shows it; 9.0 %, 24.0 %, 19 of 77 with it off; 23.0 % and
     23.6 % before each layer's attention core was timed at its own span, the gpt-oss rows'
     128-key bands; 23.5 % before a Hopper band shorter than the causal sweep was timed by its
-    tiles, model.band_tiles: the H100 gpt-oss row −19.0 → −18.5 %). The charge
+    tiles, model.band_tiles, and each pipeline stage's core at its own layers' spans: the H100
+    gpt-oss row's pp 4). The charge
     is the H200's measured φ at the blocks of the algorithm NCCL runs each group's collectives
     as (NVLS's 16 on Hopper for an all-reduce with NVLS, else the ring's channels: 24 in a node,
     on A100 too). Before the charge followed the algorithm (NVLS's count for every collective,

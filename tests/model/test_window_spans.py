@@ -18,7 +18,7 @@ from dataclasses import replace
 import pytest
 
 from trainplan.model.attention_rates import attention_fractions, window_fractions
-from trainplan.model.core_spans import kind_spans
+from trainplan.model.core_spans import group_counts, span_groups
 from trainplan.model.op_time import Clock, op_seconds
 from trainplan.model.ops import LayerShape, OpKind, layer_ops
 from trainplan.model.roofline import RooflineParams
@@ -28,11 +28,20 @@ from trainplan.scenarios.catalogue import get_model
 T_KERNEL = 3e-6  # RooflineParams.kernel_overhead_s
 
 
+def _mix(arch, moe):
+    """The model-wide ``(layer, count)`` of each span of one FFN kind: a core standing for all
+    the kind's layers (model.core_spans.core_spans weighs each span by its count)."""
+    counts = group_counts(arch, tuple(range(arch.num_layers)))
+    return tuple((j, n) for (m, j), n in zip(span_groups(arch), counts, strict=True) if m == moe)
+
+
 def _core(arch, part, peak, hbm, s, b=1, tp=1, cp=1, spans=None, moe=False, head_dims=None):
-    """(seconds forward, seconds backward, the core Op) of a layer kind's attention core."""
+    """(seconds forward, seconds backward, the core Op) of a layer kind's attention core, by
+    default the mean over the kind's layers (the clock times one group at a time and sums a
+    stage's layers: tests/model/test_stage_spans.py)."""
     x = LayerShape(
         arch, moe, s, b, tp, cp, causal=True,
-        core_spans=kind_spans(arch, moe) if spans is None else spans,
+        core_spans=_mix(arch, moe) if spans is None else spans,
     )  # fmt: skip
     core = next(o for o in layer_ops(x) if o.kind is OpKind.ATTENTION)
     clock = Clock(
@@ -53,7 +62,8 @@ def test_gpt_oss_gb200_band_layer_at_the_sweeps_rate():
     (151 MB) take 0.02 ms at 8 TB/s, under the compute. The MoE kind holds 18 of each, so its
     core is the mean of the two."""
     arch = get_model("gpt-oss-120b").model.arch
-    assert kind_spans(arch, True) == ((0, 18), (1, 18))
+    assert span_groups(arch) == ((True, 0), (True, 1))
+    assert _mix(arch, True) == ((0, 18), (1, 18))
     band_f = 2 * 1_040_448 * 64 * 128
     glob_f = 2 * (8192 * 8193 // 2) * 64 * 128
     assert (band_f, glob_f) == (17_046_700_032, 549_822_922_752)
@@ -77,7 +87,8 @@ def test_gemma3_five_local_to_one_global_on_h200():
     forward, 300·0.8 = 240 backward; global: 33,558,528 pairs at 644 and 432.8. Core =
     52/62 · local + 10/62 · global."""
     arch = get_model("gemma3-27b").model.arch
-    assert kind_spans(arch, False) == ((0, 52), (5, 10))
+    assert span_groups(arch) == ((False, 0), (False, 5))
+    assert _mix(arch, False) == ((0, 52), (5, 10))
     a, d = arch.num_attention_heads, arch.dim_per_head
     assert (a, d, arch.sliding_window) == (32, 128, 1024)
     loc_f = 2 * 7_864_832 * a * 2 * d
