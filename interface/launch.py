@@ -33,21 +33,28 @@ import math
 from dataclasses import dataclass
 
 from trainplan.interface.launch_overlap import megatron_overlap_flags
-from trainplan.interface.launch_parallel import megatron_parallel_flags, megatron_run_flags
+from trainplan.interface.launch_parallel import (
+    megatron_env,
+    megatron_parallel_flags,
+    megatron_run_flags,
+)
 from trainplan.interface.launch_split import megatron_pipeline_flags, pipeline_layout
 from trainplan.interface.launch_torchtitan import (
+    TORCHTITAN_COMMIT,
+    TORCHTITAN_SCHEDULES,
     cpu_step_note,
+    torchtitan_batch,
     torchtitan_cp,
+    torchtitan_pipeline,
     torchtitan_recipe,
     torchtitan_reshard,
-    torchtitan_split,
 )
 from trainplan.model.estimate import recomputed_by_stage
 from trainplan.model.frameworks import gradient_bytes_for
+from trainplan.model.fsdp2_pipeline import default_zero_stage
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.precision import Fp8Recipe, Precision, fp8_recipe_of
-from trainplan.model.schedule_support import IMPLEMENTATIONS
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import stage_chunks, stage_layers
 from trainplan.model.timing import CostOptions
@@ -63,26 +70,6 @@ __all__ = [
     "single_count_layout",
 ]
 
-
-TORCHTITAN_SCHEDULES: dict[str, str | None] = {
-    "gpipe": "GPipe",
-    "1f1b": "1F1B",
-    "interleaved": "Interleaved1F1B",
-    "zb-h1": None,  # InterleavedZeroBubble needs ≥ 2 stages per rank; ZB-H1 has one
-    "zb-h2": None,
-    "zb-v": "ZBVZeroBubble",
-    "dualpipe": None,
-    "dualpipev": "DualPipeV",
-}
-"""torchtitan's ``[parallelism] pipeline_parallel_schedule`` value for each schedule
-(torch.distributed.pipelining ``schedules.py`` ``get_schedule_class``); None: not there, or
-not at one chunk per rank (:data:`_TORCHTITAN_WHY_NOT`)."""
-
-_TORCHTITAN_WHY_NOT = {
-    "zb-h1": "torchtitan's InterleavedZeroBubble needs at least 2 stages per rank "
-    "(pipeline_parallel.py _get_pipeline_metadata) and ZB-H1 has one",
-}
-"""Why torchtitan cannot run a schedule it names (the default: it has no such schedule)."""
 
 MEGATRON_ARGUMENTS = frozenset(
     """--tensor-model-parallel-size --pipeline-model-parallel-size --context-parallel-size
@@ -102,7 +89,8 @@ MEGATRON_ARGUMENTS = frozenset(
     --overlap-p2p-communication-warmup-flush --tp-comm-overlap
     --no-create-attention-mask-in-dataloader --moe-token-dispatcher-type
     --moe-flex-dispatcher-backend --moe-grouped-gemm --moe-permute-fusion --moe-router-fusion
-    --recompute-modules --overlap-moe-expert-parallel-comm --moe-shared-expert-overlap""".split()
+    --recompute-modules --overlap-moe-expert-parallel-comm --moe-shared-expert-overlap
+    --ckpt-format --fp8-recipe --fp8-param-gather --muon-tp-mode""".split()
 )
 """The Megatron-LM arguments :func:`megatron_flags` writes, each present at Megatron-LM d98e8a64dd
 (2026-08-22): ``megatron/training/arguments.py`` (``add_argument`` calls, and
@@ -126,20 +114,26 @@ there, ``--overlap-p2p-communication-warmup-flush`` is ``ModelParallelConfig``'s
 ``tp_comm_overlap``; ``--no-create-attention-mask-in-dataloader`` is an ``add_argument`` call of
 ``_add_data_args``; the ``--moe-*`` flags are ``TransformerConfig``'s ``moe_token_dispatcher_type``,
 ``moe_flex_dispatcher_backend``, ``moe_grouped_gemm``, ``moe_permute_fusion`` and
-``moe_router_fusion``)."""
+``moe_router_fusion``; ``--ckpt-format`` is ``TrainingConfig.ckpt_format``,
+``megatron/training/config/training_config.py``, whose ``Literal`` holds ``fsdp_dtensor``;
+``--fp8-recipe`` is ``TransformerConfig.fp8_recipe``; ``--fp8-param-gather`` and
+``--muon-tp-mode`` are ``add_argument`` calls of ``arguments.py``)."""
 
 TORCHTITAN_KEYS: dict[str, frozenset[str]] = {
     "parallelism": frozenset(
         """tensor_parallel_degree pipeline_parallel_degree context_parallel_degree
         context_parallel_rotate_method pipeline_parallel_schedule
-        module_fqns_per_model_part fsdp_reshard_after_forward""".split()
+        module_fqns_per_model_part fsdp_reshard_after_forward data_parallel_shard_degree
+        pipeline_parallel_microbatch_size expert_parallel_degree
+        expert_tensor_parallel_degree""".split()
     ),
+    "training": frozenset({"local_batch_size", "global_batch_size", "seq_len"}),
     "activation_checkpoint": frozenset({"mode", "selective_ac_option"}),
     "compile": frozenset({"enable"}),
 }
 """The torchtitan TOML keys :func:`torchtitan_toml` writes, by section: ``JobConfig``'s
-``Parallelism``, ``ActivationCheckpoint`` and ``Compile`` in ``torchtitan/config/job_config.py``
-at e347b1e5e (2026-02-15), the last commit with TOML configurations (9810191bb, 2026-02-23,
+``Parallelism``, ``Training``, ``ActivationCheckpoint`` and ``Compile`` in
+``torchtitan/config/job_config.py`` at e347b1e5e (2026-02-15), the last commit with TOML configurations (9810191bb, 2026-02-23,
 moved them to Python, ``torchtitan/config/configs.py``, the same field names:
 ``parallelism.module_fqns_per_model_part``, ``compile.enable``); ``module_fqns_per_model_part``
 is there since 6e06a49cd (2025-10-13; it replaced ``pipeline_parallel_split_points``),
@@ -155,6 +149,9 @@ class LaunchFlags:
     """Command-line arguments (Megatron-LM) or TOML lines (torchtitan), in order."""
     notes: tuple[str, ...]
     """One sentence per part of the plan the flags do not express exactly."""
+    env: tuple[str, ...] = ()
+    """The environment the line runs under, ``NAME=VALUE`` each
+    (:func:`interface.launch_parallel.megatron_env`); none for torchtitan."""
 
 
 def _split(arch: Architecture, layout: Layout) -> tuple[int, ...]:
@@ -201,6 +198,7 @@ def megatron_flags(
     global_batch_size: int,
     training: TrainingSpec | None = None,
     options: CostOptions | None = None,
+    part: str | None = None,
 ) -> LaunchFlags:
     """Megatron-LM arguments for ``layout``: parallel sizes, the CP flavour
     (``--cp-comm-type p2p|allgather|a2a|a2a+p2p``, ``--hierarchical-context-parallel-sizes``),
@@ -213,7 +211,9 @@ def megatron_flags(
     (``--fine-grained-activation-offloading --offload-modules …``), and the overlaps the step
     time assumes (``options``, default :class:`model.timing.CostOptions`:
     :func:`interface.launch_overlap.megatron_overlap_flags`) — Megatron-LM ``megatron/training/arguments.py``;
-    :attr:`LaunchFlags.notes` says what does not map exactly.
+    :attr:`LaunchFlags.notes` says what does not map exactly, and :attr:`LaunchFlags.env` the
+    environment ``validate_args`` requires of the line on the plan's accelerator ``part`` (a
+    catalogue name; None: one before Blackwell), :func:`interface.launch_parallel.megatron_env`.
 
     Examples
     --------
@@ -246,7 +246,8 @@ def megatron_flags(
     out += megatron_pipeline_flags(arch, layout, notes)
     out += _megatron_recompute(layout, split, notes)
     out += [] if training is None else _megatron_recipe(training, layout, notes)
-    return LaunchFlags(tuple(out), tuple(notes))
+    env = megatron_env(tuple(out), part, notes)
+    return LaunchFlags(tuple(out), tuple(notes), env)
 
 
 def _megatron_recipe(training: TrainingSpec, layout: Layout, notes: list[str]) -> list[str]:
@@ -345,66 +346,91 @@ def _megatron_recompute(layout: Layout, split: tuple[int, ...], notes: list[str]
     return flags
 
 
-def _torchtitan_pipeline(arch: Architecture, layout: Layout, notes: list[str]) -> list[str]:
-    """torchtitan's pipeline schedule and, where the plan's split is not torchtitan's own, its
-    model chunks (:func:`interface.launch_torchtitan.torchtitan_split`); a schedule
-    torch.distributed.pipelining lacks is noted in ``notes`` and 1F1B written."""
-    name = TORCHTITAN_SCHEDULES[str(layout.schedule)]
-    if name is None:
-        notes.append(
-            f"schedule {layout.schedule}: "
-            + _TORCHTITAN_WHY_NOT.get(
-                str(layout.schedule), "torch.distributed.pipelining has no such schedule"
-            )
-            + f" ({'; '.join(IMPLEMENTATIONS[str(layout.schedule)])} run it); 1F1B written"
-        )
-    name = name or "1F1B"
-    return [f'pipeline_parallel_schedule = "{name}"', *torchtitan_split(arch, layout, name)]
-
-
 def torchtitan_toml(
     arch: Architecture, layout: Layout, training: TrainingSpec | None = None
 ) -> LaunchFlags:
-    """A torchtitan TOML fragment for ``layout`` (the format of :data:`TORCHTITAN_KEYS`):
-    ``[parallelism]`` degrees, schedule, model chunks and FSDP reshard policy
-    (:func:`interface.launch_torchtitan.torchtitan_reshard`), ``[activation_checkpoint]``, and with
-    ``training`` under ``fsdp2`` ``[compile] enable`` as the plan counted it
-    (:func:`model.elementwise.elementwise_mode`); what it cannot express (per-stage AC counts,
-    interleaving's chunks, the pipeline runtime's memory settings) in :attr:`LaunchFlags.notes`.
+    """A torchtitan TOML fragment for ``layout`` at torchtitan
+    :data:`interface.launch_torchtitan.TORCHTITAN_COMMIT` (the format of :data:`TORCHTITAN_KEYS`;
+    its first line, a TOML comment, names that commit): ``[parallelism]`` degrees (data, tensor,
+    pipeline, context, expert) and micro-batch (:func:`interface.launch_torchtitan.torchtitan_batch`),
+    schedule and model chunks, FSDP reshard policy
+    (:func:`interface.launch_torchtitan.torchtitan_reshard`); with ``training``
+    ``[training]`` batch and sequence; ``[activation_checkpoint]``; and with ``training`` under
+    ``fsdp2`` ``[compile] enable`` as the plan counted it
+    (:func:`model.elementwise.elementwise_mode`). What it cannot express (per-stage AC counts,
+    the pipeline runtime's memory settings, another framework's mechanism) is in
+    :attr:`LaunchFlags.notes`.
 
     Examples
     --------
     >>> from trainplan.model.specs import Architecture
     >>> arch = Architecture(num_layers=8, hidden_size=8, num_attention_heads=2,
     ...                     ffn_hidden_size=32, vocab_size=16)
-    >>> torchtitan_toml(arch, Layout(pp=2, recompute="full")).flags[-2:]
+    >>> lay = Layout(pp=2, recompute="full", framework="fsdp2", zero_stage=2)
+    >>> torchtitan_toml(arch, lay).flags[-2:]
     ('[activation_checkpoint]', 'mode = "full"')
+    >>> torchtitan_toml(arch, lay).flags[0]
+    '# torchtitan e347b1e5e (2026-02-15), its last TOML format: --job.config_file FILE'
     """
     split = _split(arch, layout)
     notes: list[str] = []
+    fw = str(layout.framework)
+    if fw != "fsdp2":
+        runs = default_zero_stage("fsdp2", layout.pp)
+        notes.append(
+            f"framework {fw}: the plan's memory and traffic are that profile's mechanism "
+            f"(ZeRO-{layout.zero_stage}); torchtitan runs FSDP2 over dp (ZeRO-{runs} here, its "
+            "default reshard policy) with its own kernels: this is torchtitan's run of the same "
+            "degrees, not a launch of the plan"
+        )
+    parallel, batch = torchtitan_batch(arch, layout, training, notes)
     lines = [
+        f"# torchtitan {TORCHTITAN_COMMIT}, its last TOML format: --job.config_file FILE",
         "[parallelism]",
         f"tensor_parallel_degree = {layout.tp}",
         f"pipeline_parallel_degree = {layout.pp}",
         f"context_parallel_degree = {layout.cp}",
+        *parallel,
         *torchtitan_cp(layout, notes),
         *torchtitan_reshard(layout),
     ]
     if layout.pp > 1:
-        lines += _torchtitan_pipeline(arch, layout, notes)
+        lines += torchtitan_pipeline(arch, layout, notes)
+    lines += batch
+    lines += _torchtitan_ac(arch, layout, split, notes)
+    if training is not None and fw == "fsdp2":
+        lines += torchtitan_recipe(layout, training, notes)
+    return LaunchFlags(tuple(lines), tuple(notes))
+
+
+def _torchtitan_ac(
+    arch: Architecture, layout: Layout, split: tuple[int, ...], notes: list[str]
+) -> list[str]:
+    """``[activation_checkpoint]`` for the plan's recomputation: ``mode = "full"`` where every
+    layer is recomputed, ``"selective"`` with ``selective_ac_option = "N"`` (full AC of every
+    N-th block of the model; at e347b1e5e, removed by 114151ad4, 2026-03-23) for per-stage
+    counts, ``"op"`` for selective, ``"none"``."""
     counts = layout.recompute_layers
-    lines.append("[activation_checkpoint]")
+    lines = ["[activation_checkpoint]"]
     done = tuple(map(len, recomputed_by_stage(arch, layout)))  # layers recomputed per stage
     if counts is not None and all(k == n for k, n in zip(done, split, strict=True)):
         lines.append('mode = "full"')
     elif counts is not None and any(counts):
         ratios = [n // k for k, n in zip(done, split, strict=True) if k]
         every = max(1, min(ratios))
+        if every == 1:  # every block: torchtitan's full mode
+            notes.append(
+                f"recompute_layers {','.join(map(str, counts))} per stage: torchtitan has no "
+                'count per stage; mode = "full" recomputes every block, more than the plan: it '
+                "fits wherever the plan fits and runs the extra recomputation"
+            )
+            return [*lines, 'mode = "full"']
         lines += ['mode = "selective"', f'selective_ac_option = "{every}"']
         notes.append(
             f"recompute_layers {','.join(map(str, counts))} per stage: torchtitan checkpoints "
             f"every N-th block of the whole model, not a count per stage; N = {every} recomputes "
-            "at least the plan's share on every stage (about n/N of a stage's n layers)"
+            "at least the plan's share on every stage (about n/N of a stage's n layers); "
+            "torchtitan has this option until 114151ad4 (2026-03-23), which removed it"
         )
     elif layout.recompute is Recompute.FULL:
         lines.append('mode = "full"')
@@ -419,6 +445,4 @@ def torchtitan_toml(
         lines += ['mode = "selective"', 'selective_ac_option = "op"']
     else:
         lines.append('mode = "none"')
-    if training is not None and str(layout.framework) == "fsdp2":
-        lines += torchtitan_recipe(layout, training, notes)
-    return LaunchFlags(tuple(lines), tuple(notes))
+    return lines

@@ -9,7 +9,20 @@ from trainplan.model.moe_run import Dispatcher, EpOverlap
 from trainplan.model.recompute_modules import DEFAULT_RECOMPUTE_MODULES
 from trainplan.model.specs import TrainingSpec
 
-__all__ = ["CP_COMM_TYPE", "megatron_parallel_flags", "megatron_run_flags"]
+__all__ = [
+    "BLACKWELL_PARTS",
+    "CP_COMM_TYPE",
+    "megatron_env",
+    "megatron_parallel_flags",
+    "megatron_run_flags",
+]
+
+BLACKWELL_PARTS = frozenset({"B200", "B300", "GB200", "GB300"})
+"""The catalogue parts of CUDA compute capability 10 or more (NVIDIA's "CUDA GPUs - Compute
+Capability" table: B200 and GB200 10.0, B300 and GB300 10.3): Megatron-LM's
+``get_device_arch_version`` (``megatron/training/utils/common_utils.py``, the device's
+``major``) is 10 there; every other NVIDIA part of the catalogue is 9 or less (H100, H200,
+H800, H20: 9.0; A100: 8.0; V100: 7.0)."""
 
 CP_COMM_TYPE = {
     "ring": "p2p",
@@ -49,8 +62,52 @@ def megatron_parallel_flags(layout: Layout, moe: bool = False) -> list[str]:
     if layout.zero_stage >= 1 and str(layout.framework) == "megatron":
         out.append("--use-distributed-optimizer")
     if layout.zero_stage == 3 and str(layout.framework) == "megatron":
+        # validate_args: "Megatron-FSDP requires the `fsdp_dtensor` checkpointing format"
+        # (the default, TrainingConfig.ckpt_format, is torch_dist)
         out += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params"]
+        out += ["--ckpt-format", "fsdp_dtensor"]
     return out
+
+
+def megatron_env(flags: tuple[str, ...], part: str | None, notes: list[str]) -> tuple[str, ...]:
+    """The environment a Megatron-LM line ``flags`` runs under, as ``NAME=VALUE`` words, read
+    from the line itself by ``validate_args``'s rule (Megatron-LM d98e8a64dd
+    ``megatron/training/arguments.py``): at ``--tensor-model-parallel-size`` or
+    ``--context-parallel-size`` above 1 on a device of compute capability below 10 (``part``,
+    a catalogue name, not in :data:`BLACKWELL_PARTS`; None: assumed below 10) it asserts
+    ``CUDA_DEVICE_MAX_CONNECTIONS`` is ``"1"`` — unless the line runs Megatron-FSDP
+    (``--use-megatron-fsdp``, which asserts the opposite: "FSDP requires
+    CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset") or ``--overlap-moe-expert-parallel-comm`` (a
+    warning only, either value runs). Those two are said in ``notes`` (a script exporting 1 by
+    habit fails validate_args under Megatron-FSDP).
+
+    >>> megatron_env(("--tensor-model-parallel-size", "8", "--context-parallel-size", "1"),
+    ...              "H100-SXM", [])
+    ('CUDA_DEVICE_MAX_CONNECTIONS=1',)
+    >>> megatron_env(("--tensor-model-parallel-size", "8", "--context-parallel-size", "1"),
+    ...              "B200", [])
+    ()
+    """
+    if "--use-megatron-fsdp" in flags:
+        notes.append(
+            "Megatron-FSDP: leave CUDA_DEVICE_MAX_CONNECTIONS unset or above 1 (validate_args "
+            'asserts "FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset")'
+        )
+        return ()
+    at = {f: flags[i + 1] for i, f in enumerate(flags[:-1]) if f.startswith("--")}
+    sharded = any(
+        int(at.get(f, "1")) > 1 for f in ("--tensor-model-parallel-size", "--context-parallel-size")
+    )
+    if not sharded or (part is not None and part in BLACKWELL_PARTS):
+        return ()
+    if "--overlap-moe-expert-parallel-comm" in flags:
+        notes.append(
+            "--overlap-moe-expert-parallel-comm with tp or cp above 1 before Blackwell: "
+            "validate_args only warns (CUDA_DEVICE_MAX_CONNECTIONS 1 serves tp and cp, a larger "
+            "value the all-to-all overlap); none is written"
+        )
+        return ()
+    return ("CUDA_DEVICE_MAX_CONNECTIONS=1",)
 
 
 def megatron_run_flags(

@@ -300,19 +300,25 @@ def _shape_row(s: Any) -> dict[str, Any]:
 
 
 def _launch(result: Any) -> dict[str, Any]:
-    """The per-stage plan's launch flags (:mod:`interface.launch`): Megatron-LM's and
-    torchtitan's with their notes, and ``megatron_step_s``, the step time of what stock
-    Megatron-LM's one ``--recompute-num-layers`` runs (None when the plan's counts are one
-    number), with a note when that is no faster than the best uniform plan."""
+    """The per-stage plan's launch flags (:mod:`interface.launch`): Megatron-LM's with the
+    environment it runs under (``megatron_env``, ``NAME=VALUE`` each), torchtitan e347b1e5e's TOML
+    (``torchtitan``, its first line names the commit) and the same plan as assignments on a
+    ``Trainer.Config`` for torchtitan's HEAD (``torchtitan_head``, its notes beyond the TOML's in
+    ``torchtitan_head_notes``: :mod:`interface.launch_torchtitan_head`), with their notes, and
+    ``megatron_step_s``, the step time of what stock Megatron-LM's one
+    ``--recompute-num-layers`` runs (None when the plan's counts are one number), with a note
+    when that is no faster than the best uniform plan."""
     from trainplan.interface.launch import megatron_flags, single_count_layout, torchtitan_toml
+    from trainplan.interface.launch_torchtitan_head import torchtitan_config
 
     plan, uniform = result.plan, result.uniform.estimate
     lay, arch = plan.layout, plan.model.arch
     assert arch is not None
     megatron = megatron_flags(
-        arch, lay, plan.training.global_batch_size, plan.training, plan.options
+        arch, lay, plan.training.global_batch_size, plan.training, plan.options, plan.device.part
     )
     titan = torchtitan_toml(arch, lay, plan.training)
+    head = torchtitan_config(titan, lay)
     single = single_count_layout(lay, arch)
     megatron_step = None if single is None else result.job.case.evaluate(single).step_s
     notes = list(megatron.notes)
@@ -325,10 +331,13 @@ def _launch(result: Any) -> dict[str, Any]:
         )
     return {
         "megatron": list(megatron.flags),
+        "megatron_env": list(megatron.env),
         "megatron_notes": notes,
         "megatron_step_s": megatron_step,
         "torchtitan": list(titan.flags),
         "torchtitan_notes": list(titan.notes),
+        "torchtitan_head": list(head.flags),
+        "torchtitan_head_notes": [n for n in head.notes if n not in titan.notes],
     }
 
 

@@ -13,6 +13,7 @@ from trainplan.interface.launch import (
     megatron_flags,
     torchtitan_toml,
 )
+from trainplan.interface.launch_torchtitan_head import TORCHTITAN_HEAD_FIELDS, torchtitan_config
 from trainplan.model.arch_parts import MoESpec
 from trainplan.model.layout import Layout
 from trainplan.model.offload import Offload
@@ -57,12 +58,26 @@ def test_every_flag_exists_in_its_framework() -> None:
             written = megatron_flags(ARCH, lay, 8, training).flags
             assert {f for f in written if f.startswith("--")} <= MEGATRON_ARGUMENTS, lay
             section = ""
-            for line in torchtitan_toml(ARCH, lay, training).flags:
+            toml = torchtitan_toml(ARCH, lay, training)
+            assert toml.flags[0].startswith("# torchtitan e347b1e5e (2026-02-15)")
+            for line in toml.flags[1:]:
                 if line.startswith("["):
                     section = line.strip("[]")
                     assert section in TORCHTITAN_KEYS, line
                 else:
                     assert line.split(" = ")[0] in TORCHTITAN_KEYS[section], line
+            head = torchtitan_config(toml, lay).flags
+            assert head[0].startswith("# torchtitan b5bcd76c (2026-08-21)")
+            for line in head[2:]:
+                path, value = line.split(" = ")
+                _, section, *field = path.split(".")
+                if section == "activation_checkpoint":
+                    assert (
+                        value == "None"
+                        or value.removesuffix(".Config()") in (TORCHTITAN_HEAD_FIELDS[section])
+                    ), line
+                else:
+                    assert field[0] in TORCHTITAN_HEAD_FIELDS[section], line
 
 
 def test_compile_and_pipeline_memory_settings() -> None:
@@ -96,6 +111,113 @@ def test_megatron_fsdp_and_whole_layer_offload_are_written_as_counted() -> None:
     assert flags[flags.index("--cpu-offloading-num-layers") + 1] == "2"
     bf16 = megatron_flags(ARCH, lay, 8, replace(TRAINING, gradient_bytes=2)).flags
     assert bf16[bf16.index("--megatron-fsdp-main-grads-dtype") + 1] == "bf16"
+    # validate_args (arguments.py at d98e8a64, under use_megatron_fsdp): "Megatron-FSDP requires
+    # the `fsdp_dtensor` checkpointing format"; TrainingConfig.ckpt_format's default is torch_dist
+    assert flags[flags.index("--ckpt-format") + 1] == "fsdp_dtensor"
+    assert "--ckpt-format" not in megatron_flags(ARCH, Layout(dp=2, zero_stage=1), 8).flags
+    assert "--ckpt-format" not in megatron_flags(ARCH, lay.with_(framework="fsdp2"), 8).flags
+
+
+def test_the_environment_validate_args_asserts_is_written():
+    """``validate_args`` (Megatron-LM d98e8a64 ``arguments.py``): at tp > 1 or cp > 1 on a device
+    of compute capability below 10 it asserts ``CUDA_DEVICE_MAX_CONNECTIONS == "1"``, except
+    under Megatron-FSDP (which asserts it is not 1) and with
+    ``--overlap-moe-expert-parallel-comm`` (a warning); Blackwell (B200: 10.0) has no rule."""
+    from trainplan.model.moe_run import MoERun
+
+    def env(lay: Layout, part: str | None = "H100-SXM", t: TrainingSpec = TRAINING):
+        out = megatron_flags(ARCH, lay, 8, t, part=part)
+        return out.env, out.notes
+
+    assert env(Layout(tp=2))[0] == ("CUDA_DEVICE_MAX_CONNECTIONS=1",)
+    assert env(Layout(cp=2))[0] == ("CUDA_DEVICE_MAX_CONNECTIONS=1",)
+    assert env(Layout(tp=2), part=None)[0] == ("CUDA_DEVICE_MAX_CONNECTIONS=1",)
+    assert env(Layout(tp=2), part="A100-80GB")[0] == ("CUDA_DEVICE_MAX_CONNECTIONS=1",)
+    assert env(Layout(tp=2), part="B200") == ((), ())
+    assert env(Layout(dp=2, pp=2)) == ((), ())  # tp 1, cp 1: no rule
+    fsdp, notes = env(Layout(tp=2, dp=2, zero_stage=3))
+    assert fsdp == () and any("unset or above 1" in n for n in notes)
+    moe = replace(ARCH, moe=MoESpec(num_experts=4, experts_per_token=2, expert_ffn_hidden_size=32))
+    overlap = replace(TRAINING, moe_run=MoERun(ep_overlap="overlap_moe_expert_parallel_comm"))
+    out = megatron_flags(moe, Layout(tp=2, ep=2, dp=2), 8, overlap, part="H100-SXM")
+    assert out.env == () and any("only warns" in n for n in out.notes)
+
+
+def test_the_torchtitan_fragment_writes_every_value_the_plan_fixes():
+    """Every value the plan fixes, not torchtitan's defaults (e347b1e5e job_config.py:
+    local_batch_size 8, seq_len 2048, pipeline_parallel_microbatch_size 1, ep 1, etp 1).
+    Hand derivation, a MoE model on dp 4 × tp 2 × pp 2, ep 4, etp 1, b 2, B 64, s 4096,
+    interleaved v = 2 (torchtitan's own split of 8 layers into 4 chunks of 2: no fqn list), full
+    recomputation: m = B/(b·dp) = 64/(2·4) = 8; at pp > 1 one step of m pipeline micro-batches,
+    local_batch_size = b·m = 16. At HEAD (b5bcd76c, tokens): b·s = 8192 a micro-batch,
+    B·s = 262144 a step, 8 pipeline micro-batches; no etp there (experts whole: etp 1 is it)."""
+    moe = replace(ARCH, moe=MoESpec(num_experts=4, experts_per_token=2, expert_ffn_hidden_size=32))
+    lay = Layout(
+        dp=4, tp=2, pp=2, ep=4, etp=1, micro_batch_size=2, schedule="interleaved",
+        virtual_stages=2, recompute="full", framework="fsdp2", zero_stage=2,
+    )  # fmt: skip
+    training = TrainingSpec(seq_len=4096, global_batch_size=64)
+    toml = torchtitan_toml(moe, lay, training)
+    assert toml.flags == (
+        "# torchtitan e347b1e5e (2026-02-15), its last TOML format: --job.config_file FILE",
+        "[parallelism]",
+        "tensor_parallel_degree = 2",
+        "pipeline_parallel_degree = 2",
+        "context_parallel_degree = 1",
+        "data_parallel_shard_degree = 4",
+        "pipeline_parallel_microbatch_size = 2",
+        "expert_parallel_degree = 4",
+        "expert_tensor_parallel_degree = 1",
+        'pipeline_parallel_schedule = "Interleaved1F1B"',
+        "[training]",
+        "local_batch_size = 16",
+        "global_batch_size = 64",
+        "seq_len = 4096",
+        "[activation_checkpoint]",
+        'mode = "full"',
+        "[compile]",
+        "enable = false",
+    )
+    head = torchtitan_config(toml, lay)
+    assert head.flags[2:] == (
+        "config.parallelism.tensor_parallel_degree = 2",
+        "config.parallelism.pipeline_parallel_degree = 2",
+        "config.parallelism.context_parallel_degree = 1",
+        "config.parallelism.data_parallel_shard_degree = 4",
+        "config.parallelism.expert_parallel_degree = 4",
+        "config.parallelism.pipeline_parallel_schedule = 'Interleaved1F1B'",
+        "config.parallelism.num_pp_microbatches = 8",
+        "config.training.num_tokens_per_microbatch_per_dp_rank = 8192",
+        "config.training.num_tokens_per_train_step = 262144",
+        "config.training.max_context_length = 4096",
+        "config.activation_checkpoint = FullAC.Config()",
+        "config.compile.enable = False",
+    )
+    # pp 1: local_batch_size is the micro-batch; train.py accumulates B/(b·dp) = 8 of them
+    flat = torchtitan_toml(ARCH, Layout(dp=4, micro_batch_size=2, framework="fsdp2"), training)
+    assert flat.flags[-7:-4] == ("local_batch_size = 2", "global_batch_size = 64", "seq_len = 4096")
+    # an expert tp torchtitan cannot run (etp neither 1 nor tp) is said, not written
+    odd = torchtitan_toml(moe, Layout(dp=4, tp=4, ep=4, etp=2), training)
+    assert not any(f.startswith("expert_tensor") for f in odd.flags)
+    assert any(n.startswith("expert tp 2: torchtitan runs") for n in odd.notes)
+
+
+def test_another_frameworks_plan_says_what_torchtitan_runs_instead():
+    """A megatron plan's fragment says it is not a launch of the plan (torchtitan runs FSDP2 over
+    dp whatever the plan's ZeRO stage: ZeRO-3 without pp, ZeRO-2 with it), as the Megatron-LM
+    line does under an fsdp2 plan; its every-N-th-block option is named as e347b1e5e's (gone in
+    114151ad4), and the HEAD form runs FullAC with a note."""
+    lay = Layout(pp=2, stage_layers=(3, 5), recompute_layers=(1, 0))  # megatron ZeRO-1
+    toml = torchtitan_toml(ARCH, lay, TRAINING)
+    assert toml.notes[0].startswith("framework megatron: the plan's memory and traffic are")
+    assert "(ZeRO-1); torchtitan runs FSDP2 over dp (ZeRO-2 here" in toml.notes[0]
+    assert 'selective_ac_option = "3"' in toml.flags  # stage 0: 1 of 3 layers
+    assert any("until 114151ad4 (2026-03-23)" in n for n in toml.notes)
+    head = torchtitan_config(toml, lay)
+    assert head.flags[-1] == "config.activation_checkpoint = FullAC.Config()"
+    assert any('selective_ac_option "3"' in n and "FullAC" in n for n in head.notes)
+    fsdp2 = torchtitan_toml(ARCH, Layout(dp=2, framework="fsdp2", zero_stage=3), TRAINING)
+    assert not any(n.startswith("framework") for n in fsdp2.notes)
 
 
 def test_the_overlaps_the_step_time_assumes_are_written() -> None:
@@ -141,6 +263,13 @@ def test_fp8_flags_follow_what_the_plan_counted():
         "--fp8-format", "hybrid", "--fp8-param-gather",
     ]  # fmt: skip
     assert fp8_flags(TRAINING) == []
+    every = megatron_flags(
+        ARCH,
+        Layout(dp=8, zero_stage=3),
+        8,
+        replace(fp8, fp8_recipe="tensorwise", fp8_param_gather=True),
+    ).flags
+    assert {f for f in every if f.startswith("--")} <= MEGATRON_ARGUMENTS
 
 
 def test_moe_layouts_write_the_expert_tensor_parallel_size() -> None:
@@ -285,3 +414,89 @@ def test_the_all_to_all_overlap_the_plan_times_is_written():
         assert {f for f in flags if f.startswith("--")} <= MEGATRON_ARGUMENTS
     plain = megatron_flags(moe_arch, lay, 8, TRAINING).flags
     assert not {"--overlap-moe-expert-parallel-comm", "--moe-shared-expert-overlap"} & set(plain)
+
+
+def test_a_megatron_fsdp_plans_lines_launch_it_as_planned():
+    """The new-user command (Mixtral 8x7B on 64 H100, ``--framework megatron``, ep 4 or 8,
+    ``--per-stage``), each form in its own process: its Megatron-FSDP line names the checkpoint
+    format ``validate_args`` requires (``--ckpt-format fsdp_dtensor``) and no
+    ``CUDA_DEVICE_MAX_CONNECTIONS=1`` (which Megatron-FSDP refuses); both torchtitan fragments
+    name their commit and carry the plan's degrees, batch, micro-batch, sequence and ep — read
+    back from the JSON's layout, the plan itself."""
+    import json
+    import tomllib
+
+    from tests.cli_runs import trainplan
+
+    args = (
+        "search", "--model", "mixtral-8x7b", "--gpus", "64", "--gpu", "H100-SXM",
+        "--framework", "megatron", "--ep", "4", "--ep", "8", "--per-stage",
+    )  # fmt: skip
+    done = trainplan(*args, "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    d = json.loads(done.stdout)
+    lay, launch = d["layout"], d["launch"]
+    assert lay["zero_stage"] == 3 and lay["framework"] == "megatron"
+    line = launch["megatron"]
+    assert line[line.index("--ckpt-format") + 1] == "fsdp_dtensor"
+    assert "--use-megatron-fsdp" in line and launch["megatron_env"] == []
+    assert any(
+        "CUDA_DEVICE_MAX_CONNECTIONS unset or above 1" in n for n in launch["megatron_notes"]
+    )
+    toml = tomllib.loads("\n".join(launch["torchtitan"]))
+    assert launch["torchtitan"][0].startswith("# torchtitan e347b1e5e")
+    b, big_b, s = lay["micro_batch_size"], lay["global_batch_size"], lay["seq_len"]
+    m = lay["num_microbatches"]
+    par = toml["parallelism"]
+    assert (par["data_parallel_shard_degree"], par["tensor_parallel_degree"]) == (
+        lay["dp"],
+        lay["tp"],
+    )
+    assert (par["pipeline_parallel_degree"], par["context_parallel_degree"]) == (
+        lay["pp"],
+        lay["cp"],
+    )
+    assert (par["expert_parallel_degree"], par["expert_tensor_parallel_degree"]) == (
+        lay["ep"], lay["etp"],
+    )  # fmt: skip
+    assert toml["training"] == {
+        "local_batch_size": b if lay["pp"] == 1 else b * m,
+        "global_batch_size": big_b,
+        "seq_len": s,
+    }
+    assert big_b == b * m * lay["dp"]
+    head = launch["torchtitan_head"]
+    assert head[0].startswith("# torchtitan b5bcd76c")
+    assert f"config.training.num_tokens_per_microbatch_per_dp_rank = {b * s}" in head
+    assert f"config.training.num_tokens_per_train_step = {big_b * s}" in head
+    text = trainplan(*args)
+    assert text.returncode == 0, text.stderr[-2000:]
+    assert "--ckpt-format fsdp_dtensor" in text.stdout
+    assert "Megatron-LM environment:" not in text.stdout
+    assert "  # torchtitan e347b1e5e (2026-02-15)" in text.stdout
+    assert "torchtitan HEAD (Python configuration):" in text.stdout
+    assert f"  seq_len = {s}" in text.stdout
+
+
+def test_a_tensor_parallel_plans_line_runs_under_the_environment_it_needs():
+    """A plan at tp > 1 on H100 (Llama 3 8B on 16 GPUs at 64k tokens needs tp or cp) prints
+    ``CUDA_DEVICE_MAX_CONNECTIONS=1`` as the line's environment, in text and JSON; on B200
+    (compute capability 10.0) it prints none."""
+    import json
+
+    from tests.cli_runs import trainplan
+
+    args = ("search", "--model", "llama3-8b", "--gpus", "16", "--seq-len", "65536",
+            "--global-batch", "16", "--framework", "megatron", "--zero", "1",
+            "--per-stage")  # fmt: skip
+    done = trainplan(*args, "--gpu", "H100-SXM", "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    d = json.loads(done.stdout)
+    lay = d["layout"]
+    assert lay["tp"] > 1 or lay["cp"] > 1, lay
+    assert d["launch"]["megatron_env"] == ["CUDA_DEVICE_MAX_CONNECTIONS=1"]
+    text = trainplan(*args, "--gpu", "H100-SXM")
+    assert "Megatron-LM environment: CUDA_DEVICE_MAX_CONNECTIONS=1" in text.stdout
+    blackwell = json.loads(trainplan(*args, "--gpu", "B200", "--json").stdout)
+    if blackwell["layout"]["tp"] > 1 or blackwell["layout"]["cp"] > 1:
+        assert blackwell["launch"]["megatron_env"] == []

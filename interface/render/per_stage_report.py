@@ -57,7 +57,10 @@ def per_stage_text(d: dict[str, Any]) -> str:
         out.append(table_text(rows))
     elif ps["gain"] == 1:
         out.append("no per-stage plan is faster than the uniform one: the plan is the uniform one")
-    out += ["", "Megatron-LM: " + shlex.join(launch["megatron"])]  # quoted for a shell
+    out += [""]
+    if launch["megatron_env"]:  # validate_args asserts it (interface.launch_parallel.megatron_env)
+        out.append("Megatron-LM environment: " + shlex.join(launch["megatron_env"]))
+    out.append("Megatron-LM: " + shlex.join(launch["megatron"]))  # quoted for a shell
     out += [f"  note: {n}" for n in launch["megatron_notes"]]
     if launch["megatron_step_s"] is not None:
         out.append(
@@ -66,4 +69,7 @@ def per_stage_text(d: dict[str, Any]) -> str:
         )
     out += ["", "torchtitan:", *("  " + line for line in launch["torchtitan"])]
     out += [f"  note: {n}" for n in launch["torchtitan_notes"]]
+    out += ["", "torchtitan HEAD (Python configuration):"]
+    out += ["  " + line for line in launch["torchtitan_head"]]
+    out += [f"  note: {n}" for n in launch["torchtitan_head_notes"]]
     return "\n".join(out)

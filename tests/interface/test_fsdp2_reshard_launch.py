@@ -30,4 +30,6 @@ def test_fragment_names_the_policy():
 def test_policy_line_in_the_parallelism_section():
     flags = torchtitan_toml(ARCH, Layout(pp=2, framework="fsdp2", zero_stage=3)).flags
     at = flags.index('fsdp_reshard_after_forward = "always"')
-    assert flags[0] == "[parallelism]" and "[activation_checkpoint]" not in flags[:at]
+    assert (
+        flags[1] == "[parallelism]" and "[activation_checkpoint]" not in flags[:at]
+    )  # [0]: the commit

@@ -36,7 +36,9 @@ def test_megatron_flags_say_what_one_count_cannot():
     titan = torchtitan_toml(arch, lay)
     # 40, 40 is torchtitan's own split of 80 layers (82 = 2·41, each end one fewer): no key
     assert not any(x.startswith("module_fqns_per_model_part") for x in titan.flags)
-    assert titan.flags[-2:] == ('mode = "selective"', 'selective_ac_option = "1"')
+    # 37 of 40 layers: N = 40 // 37 = 1, every block, which is torchtitan's full mode
+    assert titan.flags[-2:] == ("[activation_checkpoint]", 'mode = "full"')
+    assert any("has no count per stage; mode = " in n for n in titan.notes)
     assert torchtitan_toml(arch, lay.with_(recompute_layers=(40, 40))).flags[-1] == 'mode = "full"'
 
 

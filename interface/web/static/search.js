@@ -39,12 +39,16 @@ function perStage(r, link) {
     </div>
     <div class="card launch">
       <h3>Megatron-LM</h3>
+      ${launch.megatron_env.length ? `<p class="note" id="megatron-env">environment: <code>${TP.esc(launch.megatron_env.map(shellWord).join(" "))}</code></p>` : ""}
       <pre class="launch-text" id="megatron-flags">${TP.esc(launch.megatron.map(shellWord).join(" "))}</pre>
       ${notes(launch.megatron_notes, "megatron-notes")}
       ${launch.megatron_step_s === null ? "" : `<p class="note" id="megatron-step">with one --recompute-num-layers for every stage: ${TP.secs(launch.megatron_step_s)} per step</p>`}
       <h3>torchtitan</h3>
       <pre class="launch-text" id="torchtitan-toml">${TP.esc(launch.torchtitan.join("\n"))}</pre>
       ${notes(launch.torchtitan_notes, "torchtitan-notes")}
+      <h3>torchtitan HEAD (Python configuration)</h3>
+      <pre class="launch-text" id="torchtitan-head">${TP.esc(launch.torchtitan_head.join("\n"))}</pre>
+      ${notes(launch.torchtitan_head_notes, "torchtitan-head-notes")}
     </div>
     <p class="note">Per-stage search over ${ps.shapes.length} base layout(s); uniform search ${ps.uniform_seconds.toFixed(2)} s, stage tables ${ps.tables_seconds.toFixed(2)} s, CP-SAT ${ps.solve_seconds.toFixed(2)} s.</p>`;
 }
