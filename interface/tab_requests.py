@@ -90,8 +90,10 @@ class MfuRequest:
     """Chips in the job."""
     attention: bool = False
     """Count PaLM's attention FLOPs (Chowdhery et al. 2022, appendix B)."""
-    causal: bool = False
-    """Halve the attention FLOPs (causal mask)."""
+    causal: bool | None = None
+    """Count attention over the causal mask's pairs (True) or PaLM's full s² (False). None: the
+    model's own with ``model`` (causal, as evaluate counts with FlashAttention on:
+    :func:`interface.mfu_model.mfu_model`), else PaLM's non-causal count."""
     layers: Any = None
     """Layers L (attention and recomputed FLOPs)."""
     heads: Any = None

@@ -248,7 +248,11 @@ def _attention_record(r: MfuRequest, attn: Any, attn_text: str, own: bool) -> di
     (``own``: the model's own per-layer count)."""
     note = " (causal: halved)" if r.causal else " (non-causal)"
     if own:
-        note = " (causal: each layer's attended pairs)" if r.causal else " (non-causal: s² a layer)"
+        note = (
+            " (causal: each layer's attended pairs)"
+            if r.causal
+            else " (non-causal: s² a layer, PaLM's)"
+        )
     return {
         "included": bool(r.attention),
         "causal": bool(r.causal) if r.attention else None,
@@ -275,8 +279,9 @@ def _mfu_dims(r: MfuRequest) -> dict[str, int | None]:
     if not r.attention and r.recompute in (None, "none"):
         why = "it enters only attention FLOPs (--attention) or recomputed FLOPs (--recompute)"
         ignored.update(dict.fromkeys((*named, "seq_len", "causal"), why))
+    causal = None if r.causal is None else ("causal" if r.causal else "non-causal")
     check_applicable(
-        {**named, "seq_len": r.seq_len, "causal": r.causal, "attention": r.attention}, ignored
+        {**named, "seq_len": r.seq_len, "causal": causal, "attention": r.attention}, ignored
     )
     return {k: optional_count(k, x) for k, x in {**named, "seq_len": r.seq_len}.items()}
 
