@@ -40,7 +40,7 @@ from trainplan.model.pipeline_zb import SplitSchedule
 from trainplan.model.schedule import TIMELINE_SCHEDULES, simulate
 from trainplan.model.schedule_support import INTERLEAVED_V1, check_schedule_framework
 from trainplan.model.specs import Architecture
-from trainplan.model.units import parse_count, parse_number
+from trainplan.model.units import Limit, parse_count, parse_number
 
 __all__ = [
     "pipeline_report",
@@ -359,8 +359,15 @@ def _recomputed_share(
 
 
 # ------------------------------------------------------------------------------------ ckpt
-MAX_CKPT_LAYERS = 1000
-"""Largest chain the checkpointing walk-through lays out (its output grows with n²)."""
+CKPT_LAYERS = Limit(
+    1000,
+    "layers",
+    "the walk-through lists every tensor at every one of its 3·n steps, n² cells: use a smaller "
+    "n to see the pattern",
+)
+"""Largest chain the checkpointing walk-through lays out (its output grows with n²): the one
+limit of its ``layers``, below the 10,000 of a model's (:data:`model.units.LIMITS`), and so the
+one message for any n above it."""
 
 
 def _shown_steps(steps: list[Any], step: Any) -> list[Any]:
@@ -393,12 +400,7 @@ def ckpt_report(*args: Any, **kw: Any) -> dict[str, Any]:
     """
     r = as_request(CkptRequest, args, kw)
     layers, every, labels = r.layers, r.every, r.labels
-    n = parse_count(layers, "layers")
-    if n > MAX_CKPT_LAYERS:
-        raise InputError(
-            f"layers: {n} is over {MAX_CKPT_LAYERS}; the walk-through lists every tensor at every one "
-            "of its 3·n steps (n² cells) — use a smaller n to see the pattern"
-        )
+    n = parse_count(layers, "layers", limit=CKPT_LAYERS)
     if every is None:
         every = max(1, round(math.sqrt(n)))
     k = parse_count(every, "every")
