@@ -239,7 +239,12 @@ def _attention(
     if arch is not None and dims["seq_len"] is not None:
         return model_attention(arch, dims["seq_len"], bool(r.causal))
     return mf.attention_term(
-        dims["layers"], dims["heads"], dims["head_dim"], dims["hidden"], dims["seq_len"], r.causal
+        dims["layers"],
+        dims["heads"],
+        dims["head_dim"],
+        dims["hidden"],
+        dims["seq_len"],
+        bool(r.causal),
     )
 
 
@@ -347,7 +352,15 @@ def _recomputed_share(
     pct = r.recomputed_flops_pct
     pct = None if pct is None else parse_number(pct, "recomputed_flops_pct")
     extra, how = mf.recompute_share(
-        r.recompute, pct, n, per_token, dims["layers"], hq, dims["seq_len"], r.causal, attention
+        r.recompute,
+        pct,
+        n,
+        per_token,
+        dims["layers"],
+        hq,
+        dims["seq_len"],
+        bool(r.causal),
+        attention,
     )
     if mfu * (1 + extra) > 1:
         raise InputError(
