@@ -383,6 +383,26 @@ limit of its ``layers``, below the 10,000 of a model's (:data:`model.units.LIMIT
 one message for any n above it."""
 
 
+def _ckpt_layers(layers: Any) -> int:
+    """The walk-through's n: a count up to :data:`CKPT_LAYERS`, refused above it in
+    :func:`model.units.check_limit`'s words (the one message for any n above it, 4,000 or 10⁵:
+    the model's own 10,000-layer limit is never reached first).
+
+    Raises
+    ------
+    InputError
+        Not a number, not a whole one, below 1, or above 1,000.
+    """
+    value = parse_number(layers, "layers")
+    if value > CKPT_LAYERS.maximum:
+        shown = layers if isinstance(layers, str) else f"{value:,}"
+        raise InputError(
+            f"layers: {shown} is above the limit of {CKPT_LAYERS.maximum:,} {CKPT_LAYERS.unit} "
+            f"({CKPT_LAYERS.why})"
+        )
+    return parse_count(layers, "layers")
+
+
 def _shown_steps(steps: list[Any], step: Any) -> list[Any]:
     """Every step of the walk, or only step ``step`` (1-based) when it is given.
 
@@ -413,7 +433,7 @@ def ckpt_report(*args: Any, **kw: Any) -> dict[str, Any]:
     """
     r = as_request(CkptRequest, args, kw)
     layers, every, labels = r.layers, r.every, r.labels
-    n = parse_count(layers, "layers", limit=CKPT_LAYERS)
+    n = _ckpt_layers(layers)
     if every is None:
         every = max(1, round(math.sqrt(n)))
     k = parse_count(every, "every")

@@ -183,11 +183,9 @@ def limit_for(name: str) -> Limit | None:
     return LIMITS.get(_LIMIT_ALIASES.get(key, key))
 
 
-def check_limit(
-    name: str, value: Fraction | int, text: object = None, limit: Limit | None = None
-) -> None:
-    """Refuse a size or count above its :data:`LIMITS` entry, or ``limit`` where a context has a
-    lower one (nothing happens for a parameter without one).
+def check_limit(name: str, value: Fraction | int, text: object = None) -> None:
+    """Refuse a size or count above its :data:`LIMITS` entry (nothing happens for a parameter
+    without one).
 
     Raises
     ------
@@ -203,7 +201,7 @@ def check_limit(
     ...
     trainplan.model.errors.InputError: --seq-len: 1e26 is above the limit of 16,777,216 tokens (2^24 ...)
     """
-    limit = limit or limit_for(name)
+    limit = limit_for(name)
     if limit is None or value <= limit.maximum:
         return
     shown = (
@@ -297,15 +295,9 @@ def _in_range(value: Fraction, name: str, text: object) -> Fraction:
     return value
 
 
-def parse_count(
-    text: str | float | int | Fraction,
-    name: str = "value",
-    minimum: int = 1,
-    limit: Limit | None = None,
-) -> int:
+def parse_count(text: str | float | int | Fraction, name: str = "value", minimum: int = 1) -> int:
     """Read a whole number (``4e6``, ``70B``…) that must be at least ``minimum`` and at most the
-    parameter's :data:`LIMITS` entry (found by ``name``, see :func:`limit_for`), or ``limit``
-    where the context's is lower (the checkpointing walk-through's chain).
+    parameter's :data:`LIMITS` entry (found by ``name``, see :func:`limit_for`).
 
     Raises
     ------
@@ -323,7 +315,7 @@ def parse_count(
         raise InputError(f"{name}: {given} must be a whole number")
     if value < minimum:
         raise InputError(f"{name}: {given} must be at least {minimum}")
-    check_limit(name, value, text if isinstance(text, str) else None, limit)
+    check_limit(name, value, text if isinstance(text, str) else None)
     return int(value)
 
 
