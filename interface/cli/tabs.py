@@ -277,7 +277,12 @@ def _classic_summary(r: dict[str, Any]) -> list[str]:
     "--peak-tflops", metavar="NUMBER", help="Dense BF16 peak per chip, TFLOP/s (instead of --gpu)."
 )
 @click.option("--chips", metavar="COUNT", default="1", show_default=True, help="Chips in the job.")
-@click.option("--attention/--no-attention", default=False, help="Count PaLM's attention FLOPs.")
+@click.option(
+    "--attention/--no-attention",
+    default=False,
+    help="Count attention FLOPs: PaLM's 12·L·H·Q·T from the dimensions, or with --model the "
+    "model's own per-layer count.",
+)
 @click.option(
     "--causal/--non-causal",
     default=None,
