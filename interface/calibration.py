@@ -31,13 +31,17 @@ import datetime as _dt
 import math
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from trainplan.interface.inputs import build_case, unknown_parameter
 from trainplan.model.errors import InputError, ScenarioError
+from trainplan.model.frameworks import gradient_bytes_for
+from trainplan.model.layout import sequence_parallel_on
+from trainplan.model.memory import keeps_gathered_inputs
 from trainplan.model.roofline import CALIBRATABLE, roofline_params_for
+from trainplan.model.tp_overlap import tp_overlap_for
 from trainplan.topology.accelerator_file import get_part
 
 __all__ = [
@@ -46,6 +50,10 @@ __all__ = [
     "Fit",
     "fit_figures",
     "fit_problems",
+    "fit_warnings",
+    "run_settings",
+    "SETTINGS",
+    "FAR_FROM_DEFAULT",
     "read_measurements",
     "MAX_RESIDUAL",
     "BOUND_TOLERANCE",
@@ -69,6 +77,35 @@ value outside the range (the measured steps are faster than the datasheet peak a
 than 20× slower), so the figure explains nothing."""
 
 
+FAR_FROM_DEFAULT = 1.5
+"""A fitted figure more than this factor from the per-operation default it replaces, either way
+(below ``default / 1.5`` or above ``1.5 × default``; the defaults are
+:func:`model.roofline.roofline_params_for`'s, each one's benchmark in
+``docs/time-model-sources.md``), draws a warning (:func:`fit_warnings`). The fit is kept — a
+cluster may truly differ — but with the sourced default the planner's step for those runs would
+be a third to a half off, beyond the ±25 % (:data:`MAX_RESIDUAL`) a trusted fit may leave a run,
+which is more often a run evaluated under other settings than it ran (a default recompute,
+overlap or framework; :func:`run_settings` lists them) than a cluster that slow or fast."""
+
+SETTINGS = (
+    "framework",
+    "zero_stage",
+    "recompute",
+    "precision",
+    "seq_len",
+    "sequence_parallel",
+    "flash_attention",
+    "gradient_dtype",
+    "tp_comm_overlap",
+    "grad_reduce_overlap",
+    "p2p_overlap",
+    "pipeline_scatter_gather",
+)
+"""The settings of a run that move its step time most and that a measurements file most often
+leaves out (the recipe of the code measured): each run's are printed with the fit, those left at
+the planner's default marked (:func:`run_settings`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Measurement:
     """One measured step of a known layout."""
@@ -87,6 +124,10 @@ class Residual:
     label: str
     measured_s: float
     predicted_s: float
+    settings: Mapping[str, str] = field(default_factory=dict)
+    """The run's :data:`SETTINGS` as evaluated (:func:`run_settings`)."""
+    defaulted: tuple[str, ...] = ()
+    """Those of :data:`SETTINGS` the run did not give: the planner's default was used."""
 
     @property
     def error(self) -> float:
@@ -102,6 +143,9 @@ class Fit:
     residuals: tuple[Residual, ...]
     fixed: Mapping[str, float]
     """The other roofline figures in force (defaults, not fitted)."""
+    defaults: Mapping[str, float] = field(default_factory=dict)
+    """The per-operation default each fitted figure replaces (a 0–1 rate; absent when the
+    default is no single number, as ``attention_efficiency``'s per-kernel figure)."""
 
     @property
     def mean_abs_error(self) -> float:
@@ -174,6 +218,81 @@ def fit_problems(fit: Fit) -> list[str]:
                 f"measured ({100 * r.error:+,.0f}%, more than ±{100 * MAX_RESIDUAL:g}%)"
             )
     return out
+
+
+def fit_warnings(fit: Fit) -> list[str]:
+    """Lines flagging each fitted figure beyond :data:`FAR_FROM_DEFAULT` of the per-operation
+    default it replaces (the fit is kept; :func:`fit_problems` refuses).
+
+    Examples
+    --------
+    >>> fit_warnings(Fit({"gemm_efficiency": 0.3764}, (), {}, {"gemm_efficiency": 0.6996}))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    ['gemm_efficiency fitted 0.3764 is 0.54 × its per-operation default 0.6996 (more than
+      1.5 × from it either way, docs/time-model-sources.md): check that each run gives the
+      settings it ran (recompute, precision, overlaps, framework; the settings listed above,
+      * = a default)']
+    >>> fit_warnings(Fit({"gemm_efficiency": 0.7463}, (), {}, {"gemm_efficiency": 0.6996}))
+    []
+    """
+    low, high = 1 / FAR_FROM_DEFAULT, FAR_FROM_DEFAULT
+    out = []
+    for key, value in fit.figures.items():
+        default = fit.defaults.get(key)
+        if not default:
+            continue
+        if value < low * default or value > high * default:
+            out.append(
+                f"{key} fitted {value:.4f} is {value / default:.2f} × its per-operation default "
+                f"{default:.4f} (more than {high:g} × from it either way, "
+                "docs/time-model-sources.md): check that each run gives the settings it ran "
+                "(recompute, precision, overlaps, framework; the settings listed above, "
+                "* = a default)"
+            )
+    return out
+
+
+def run_settings(params: Mapping[str, Any]) -> tuple[dict[str, str], tuple[str, ...]]:
+    """The :data:`SETTINGS` a run of flat evaluate parameters ``params`` is evaluated under, as
+    text, each read through the model's own resolver of its default (the framework's
+    ``tp_comm_overlap``, :func:`model.tp_overlap.tp_overlap_for`; its gradient dtype,
+    :func:`model.frameworks.gradient_bytes_for`; sequence parallelism,
+    :func:`model.layout.sequence_parallel_on`), and those of them ``params`` does not give.
+
+    Examples
+    --------
+    >>> s, defaulted = run_settings({"gpu": "A100-80GB", "model": "megatron-7.5b", "tp": 4,
+    ...     "dp": 32, "micro_batch_size": 16, "global_batch_size": 512, "recompute": "full"})
+    >>> s["recompute"], s["zero_stage"], s["tp_comm_overlap"], s["gradient_dtype"]
+    ('full', '1', 'async', 'fp32')
+    >>> "recompute" in defaulted, "zero_stage" in defaulted
+    (False, True)
+    """
+    case = build_case(params)
+    lay, t, o = case.layout, case.training, case.options
+    fw = lay.framework
+
+    def on(flag: Any) -> str:
+        return "on" if flag else "off"
+
+    grad = gradient_bytes_for(fw, t.gradient_bytes)
+    settings = {
+        "framework": fw.value,
+        "zero_stage": str(lay.zero_stage),
+        "recompute": lay.recompute.value,
+        "precision": t.precision.value,
+        "seq_len": str(t.seq_len),
+        "sequence_parallel": on(sequence_parallel_on(lay.tp, lay.sequence_parallel)),
+        "flash_attention": on(t.flash_attention),
+        "gradient_dtype": {4: "fp32", 2: "bf16"}.get(grad, f"{grad} B"),
+        "tp_comm_overlap": str(
+            tp_overlap_for(fw, o.tp_comm_overlap, keeps_gathered_inputs(fw, t)).value
+        ),
+        "grad_reduce_overlap": on(o.grad_reduce_overlap),
+        "p2p_overlap": on(o.p2p_overlap),
+        "pipeline_scatter_gather": on(lay.pipeline_scatter_gather),
+    }
+    return settings, tuple(k for k in SETTINGS if params.get(k) is None)
 
 
 def read_measurements(path: str | Path) -> tuple[str, tuple[str, ...], tuple[Measurement, ...]]:
@@ -253,11 +372,12 @@ def calibrate_measurements(
     predictors = [_predictor(m) for m in measurements]
     figures = fit_figures(predictors, [m.step_s for m in measurements], keys, start)
     residuals = tuple(
-        Residual(m.label, m.step_s, p(figures))
+        Residual(m.label, m.step_s, p(figures), *run_settings(m.params))
         for m, p in zip(measurements, predictors, strict=True)
     )
     fixed = {k: getattr(base, k) for k in CALIBRATABLE if k not in figures}
-    return Fit(figures, residuals, {k: v for k, v in fixed.items() if v is not None})
+    defaults = {k: getattr(base, k) for k in figures if getattr(base, k) is not None}
+    return Fit(figures, residuals, {k: v for k, v in fixed.items() if v is not None}, defaults)
 
 
 def fit_text(fit: Fit) -> str:
@@ -277,6 +397,20 @@ def fit_text(fit: Fit) -> str:
         f"mean |error| {100 * fit.mean_abs_error:.2f}%, max {100 * fit.max_abs_error:.2f}% "
         f"over {len(fit.residuals)} run(s)"
     )
+    said = {
+        r.label: ", ".join(
+            f"{k} {v}{'*' if k in r.defaulted else ''}" for k, v in r.settings.items()
+        )
+        for r in fit.residuals
+        if r.settings
+    }
+    if said:
+        lines.append("settings each run was evaluated under (* = the planner's default):")
+        if len(said) > 1 and len(set(said.values())) == 1:
+            lines.append(f"  every run: {next(iter(said.values()))}")
+        else:
+            lines += [f"  {label}: {text}" for label, text in said.items()]
+    lines += [f"Warning: {w}" for w in fit_warnings(fit)]
     return "\n".join(lines)
 
 
@@ -288,6 +422,7 @@ def scenario_text(fit: Fit, gpu: str, source: str) -> str:
     today = _dt.date.today().isoformat()
     lines = [f"# Written by trainplan calibrate on {today} from {source}."]
     lines += [f"# WARNING (accepted with --accept-poor-fit): {p}" for p in fit_problems(fit)]
+    lines += [f"# WARNING: {w}" for w in fit_warnings(fit)]
     lines += ["# Residuals of the fit (predicted / measured − 1):"]
     lines += [
         f"#   {r.label}: measured {r.measured_s:.4g} s, predicted {r.predicted_s:.4g} s, "

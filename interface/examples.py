@@ -69,7 +69,9 @@ def example_params(
 
 
 def run_example(name: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Run an example; the JSON object of its tab's command, with ``example`` and ``says`` added."""
+    """Run an example; the JSON object of its tab's command, with ``example``, ``says`` (what it
+    shows as published) and, where ``overrides`` change it, ``changed`` (the values given, which
+    the figures are for) added."""
     tab, params = example_params(name, overrides)
     if tab == "planner":
         from trainplan.interface.commands import evaluate_json
@@ -84,6 +86,9 @@ def run_example(name: str, overrides: dict[str, Any] | None = None) -> dict[str,
     head = {"example": name, "tab": tab, "says": ex["says"], "source": ex.get("source", "")}
     if ex.get("note") and not overrides:
         head["note"] = ex["note"]
+    changed = {k: v for k, v in (overrides or {}).items() if v is not None and v != ()}
+    if changed:  # ``says`` is the example as published; the figures are for these values
+        head["changed"] = changed
     if tab == "planner":
         head["framework"] = params["framework"]
     return {**head, **out}

@@ -17,7 +17,16 @@ from trainplan.model.flops import attention_model_flops
 from trainplan.model.specs import Architecture
 from trainplan.scenarios.catalogue import get_model
 
-__all__ = ["mfu_model", "model_attention"]
+__all__ = ["mfu_model", "model_attention", "MODEL_CAUSAL"]
+
+MODEL_CAUSAL = True
+"""How ``mfu --model`` counts a model's attention unless told (``causal`` None): over the pairs
+the causal mask keeps, each layer's window its own — the count of ``trainplan evaluate``'s MFU,
+which counts causal pairs whenever FlashAttention is on, its default
+(``optimizer/case.py`` ``Case.of``: ``causal_attention_flops`` defaults to the recipe's
+``flash_attention``; :mod:`model.attention`). Every catalogue model and every
+``*ForCausalLM`` config is a causal language model. ``--non-causal`` asks for PaLM's s² a layer
+(Chowdhery et al. 2022, appendix B), what an unfused kernel computes."""
 
 _DIMENSIONS = ("layers", "heads", "head_dim", "hidden")
 """The MFU tab's dimensions a model has of its own."""
@@ -51,7 +60,8 @@ def model_attention(arch: Architecture, seq_len: int, causal: bool) -> tuple[Fra
     (:func:`model.flops.attention_model_flops` of one sequence ÷ ``seq_len``), each layer at
     its own span — a sliding-window or chunked layer counts the pairs it attends with
     ``causal`` (:func:`model.attention.attended_pairs`), the MTP blocks counted too. Without
-    ``causal`` every layer computes s² pairs (PaLM's ``12·L·H·Q·T``).
+    ``causal`` every layer computes s² pairs (PaLM's ``12·L·H·Q·T``, asked for with
+    ``--non-causal``; ``mfu --model``'s default is causal, :data:`MODEL_CAUSAL`).
 
     Examples
     --------
@@ -83,8 +93,9 @@ def mfu_model(
     declared count). The dimensions — layers L, attention heads H, head dimension Q
     (:attr:`model.specs.Architecture.dim_per_head`) — are filled only where a term reads them
     (``attention``, ``recompute`` selective or full; the attention FLOPs are the model's own
-    per-layer count, :func:`model_attention`), and so is the sequence length T when not
-    given: the catalogue entry's ``seq_len`` (a ``config.json`` has none: ``--seq-len``).
+    per-layer count, :func:`model_attention`, causal unless ``causal`` is False:
+    :data:`MODEL_CAUSAL`), and so is the sequence length T when not given: the catalogue entry's
+    ``seq_len`` (a ``config.json`` has none: ``--seq-len``).
 
     The report's object: ``name``, ``source``, ``params_total`` and ``params_active``
     (parameters), ``seq_len`` (tokens; null where no term reads it) and ``seq_len_from``
@@ -112,7 +123,10 @@ def mfu_model(
     if needs_dims:
         assert arch is not None
         fields.update(
-            layers=arch.num_layers, heads=arch.num_attention_heads, head_dim=arch.dim_per_head
+            layers=arch.num_layers,
+            heads=arch.num_attention_heads,
+            head_dim=arch.dim_per_head,
+            causal=MODEL_CAUSAL if r.causal is None else r.causal,
         )
     record = {
         "name": spec.name,

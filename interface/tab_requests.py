@@ -89,9 +89,13 @@ class MfuRequest:
     chips: Any = 1
     """Chips in the job."""
     attention: bool = False
-    """Count PaLM's attention FLOPs (Chowdhery et al. 2022, appendix B)."""
-    causal: bool = False
-    """Halve the attention FLOPs (causal mask)."""
+    """Count attention FLOPs: PaLM's 12·L·H·Q·T per token from the dimensions (Chowdhery et al.
+    2022, appendix B), or with ``model`` the model's own per-layer count
+    (:func:`interface.mfu_model.model_attention`)."""
+    causal: bool | None = None
+    """Count attention over the causal mask's pairs (True) or PaLM's full s² (False). None: the
+    model's own with ``model`` (causal, as evaluate counts with FlashAttention on:
+    :func:`interface.mfu_model.mfu_model`), else PaLM's non-causal count."""
     layers: Any = None
     """Layers L (attention and recomputed FLOPs)."""
     heads: Any = None

@@ -40,7 +40,7 @@ from trainplan.model.pipeline_zb import SplitSchedule
 from trainplan.model.schedule import TIMELINE_SCHEDULES, simulate
 from trainplan.model.schedule_support import INTERLEAVED_V1, check_schedule_framework
 from trainplan.model.specs import Architecture
-from trainplan.model.units import parse_count, parse_number
+from trainplan.model.units import Limit, parse_count, parse_number
 
 __all__ = [
     "pipeline_report",
@@ -239,7 +239,12 @@ def _attention(
     if arch is not None and dims["seq_len"] is not None:
         return model_attention(arch, dims["seq_len"], bool(r.causal))
     return mf.attention_term(
-        dims["layers"], dims["heads"], dims["head_dim"], dims["hidden"], dims["seq_len"], r.causal
+        dims["layers"],
+        dims["heads"],
+        dims["head_dim"],
+        dims["hidden"],
+        dims["seq_len"],
+        bool(r.causal),
     )
 
 
@@ -248,7 +253,11 @@ def _attention_record(r: MfuRequest, attn: Any, attn_text: str, own: bool) -> di
     (``own``: the model's own per-layer count)."""
     note = " (causal: halved)" if r.causal else " (non-causal)"
     if own:
-        note = " (causal: each layer's attended pairs)" if r.causal else " (non-causal: s² a layer)"
+        note = (
+            " (causal: each layer's attended pairs)"
+            if r.causal
+            else " (non-causal: s² a layer, PaLM's)"
+        )
     return {
         "included": bool(r.attention),
         "causal": bool(r.causal) if r.attention else None,
@@ -275,8 +284,9 @@ def _mfu_dims(r: MfuRequest) -> dict[str, int | None]:
     if not r.attention and r.recompute in (None, "none"):
         why = "it enters only attention FLOPs (--attention) or recomputed FLOPs (--recompute)"
         ignored.update(dict.fromkeys((*named, "seq_len", "causal"), why))
+    causal = None if r.causal is None else ("causal" if r.causal else "non-causal")
     check_applicable(
-        {**named, "seq_len": r.seq_len, "causal": r.causal, "attention": r.attention}, ignored
+        {**named, "seq_len": r.seq_len, "causal": causal, "attention": r.attention}, ignored
     )
     return {k: optional_count(k, x) for k, x in {**named, "seq_len": r.seq_len}.items()}
 
@@ -342,7 +352,15 @@ def _recomputed_share(
     pct = r.recomputed_flops_pct
     pct = None if pct is None else parse_number(pct, "recomputed_flops_pct")
     extra, how = mf.recompute_share(
-        r.recompute, pct, n, per_token, dims["layers"], hq, dims["seq_len"], r.causal, attention
+        r.recompute,
+        pct,
+        n,
+        per_token,
+        dims["layers"],
+        hq,
+        dims["seq_len"],
+        bool(r.causal),
+        attention,
     )
     if mfu * (1 + extra) > 1:
         raise InputError(
@@ -354,8 +372,35 @@ def _recomputed_share(
 
 
 # ------------------------------------------------------------------------------------ ckpt
-MAX_CKPT_LAYERS = 1000
-"""Largest chain the checkpointing walk-through lays out (its output grows with n²)."""
+CKPT_LAYERS = Limit(
+    1000,
+    "layers",
+    "the walk-through lists every tensor at every one of its 3·n steps, n² cells: use a smaller "
+    "n to see the pattern",
+)
+"""Largest chain the checkpointing walk-through lays out (its output grows with n²): the one
+limit of its ``layers``, below the 10,000 of a model's (:data:`model.units.LIMITS`), and so the
+one message for any n above it."""
+
+
+def _ckpt_layers(layers: Any) -> int:
+    """The walk-through's n: a count up to :data:`CKPT_LAYERS`, refused above it in
+    :func:`model.units.check_limit`'s words (the one message for any n above it, 4,000 or 10⁵:
+    the model's own 10,000-layer limit is never reached first).
+
+    Raises
+    ------
+    InputError
+        Not a number, not a whole one, below 1, or above 1,000.
+    """
+    value = parse_number(layers, "layers")
+    if value > CKPT_LAYERS.maximum:
+        shown = layers if isinstance(layers, str) else f"{value:,}"
+        raise InputError(
+            f"layers: {shown} is above the limit of {CKPT_LAYERS.maximum:,} {CKPT_LAYERS.unit} "
+            f"({CKPT_LAYERS.why})"
+        )
+    return parse_count(layers, "layers")
 
 
 def _shown_steps(steps: list[Any], step: Any) -> list[Any]:
@@ -388,12 +433,7 @@ def ckpt_report(*args: Any, **kw: Any) -> dict[str, Any]:
     """
     r = as_request(CkptRequest, args, kw)
     layers, every, labels = r.layers, r.every, r.labels
-    n = parse_count(layers, "layers")
-    if n > MAX_CKPT_LAYERS:
-        raise InputError(
-            f"layers: {n} is over {MAX_CKPT_LAYERS}; the walk-through lists every tensor at every one "
-            "of its 3·n steps (n² cells) — use a smaller n to see the pattern"
-        )
+    n = _ckpt_layers(layers)
     if every is None:
         every = max(1, round(math.sqrt(n)))
     k = parse_count(every, "every")

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.cli_runs import refusal, run_many
 
 JOB = ["--tokens", "4e6", "--step-seconds", "7", "--gpu", "H100-SXM", "--chips", "512"]
@@ -57,7 +59,19 @@ def test_mfu_reads_the_model(tmp_path):
             "text": ["mfu", "--model", "llama3-70b", *JOB],
             "json": ["mfu", "--model", "llama3-70b", *JOB, "--json"],
             "params": ["mfu", "--params", str(LLAMA_N), *JOB, "--json"],
-            "attention": ["mfu", "--model", "llama3-70b", *JOB, "--attention", "--causal"],
+            "attention": ["mfu", "--model", "llama3-70b", *JOB, "--attention"],
+            "palm": ["mfu", "--model", "llama3-70b", *JOB, "--attention", "--non-causal"],
+            "recompute": ["mfu", "--model", "llama3-70b", *JOB, "--recompute", "full", "--json"],
+            "recompute palm": [
+                "mfu",
+                "--model",
+                "llama3-70b",
+                *JOB,
+                "--recompute",
+                "full",
+                "--non-causal",
+                "--json",
+            ],
             "moe": ["mfu", "--model", "mixtral-8x7b", *JOB, "--json"],
             "moe text": ["mfu", "--model", "mixtral-8x7b", *JOB],
             "file": ["mfu", "--model", str(config), *JOB, "--json"],
@@ -87,7 +101,7 @@ def test_mfu_reads_the_model(tmp_path):
             ],
         }  # fmt: skip
     )
-    for name in ("text", "json", "params", "attention", "moe", "moe text", "file"):
+    for name in ("text", "json", "params", "attention", "palm", "moe", "moe text", "file"):
         assert done[name].returncode == 0, (name, done[name].stderr[-2000:])
 
     d = json.loads(done["json"].stdout)
@@ -109,6 +123,21 @@ def test_mfu_reads_the_model(tmp_path):
         "÷ (989.4e12 · 512 · 7 s) = 51.4%"
     )
     assert 3 * 80 * 2 * (8192 * 8193 // 2) * 64 * 256 // 8192 == 32_216_186_880
+    # causal is the model's own count without --causal; --non-causal asks for PaLM's s² a layer:
+    # 12 · 80 · 64 · 128 · 8192 = 64,424,509,440 per token, 55.0 %
+    assert 12 * 80 * 64 * 128 * 8192 == 64_424_509_440
+    palm = done["palm"].stdout.splitlines()
+    assert palm[1] == (
+        "mfu  (6 · 70.5537e9 + 64.4245e9 attention of the 80 global layers) · 4e6 "
+        "÷ (989.4e12 · 512 · 7 s) = 55.0%"
+    )
+    assert palm[2].endswith("(non-causal: s² a layer, PaLM's)")
+    assert lines[2].endswith("(causal: each layer's attended pairs)")
+    # full recomputation re-runs the forward: 2N + the forward third of the attention, causal
+    # by default (2 · N + 32,216,186,880 / 3 = 151.85e9), PaLM's with --non-causal (162.58e9)
+    for name, attention in (("recompute", 32_216_186_880), ("recompute palm", 64_424_509_440)):
+        share = json.loads(done[name].stdout)["recomputed_flops_share"]
+        assert share * 6 * LLAMA_N == pytest.approx(2 * LLAMA_N + attention / 3, rel=1e-12)
 
     moe = json.loads(done["moe"].stdout)
     assert (MIXTRAL_ACTIVE, MIXTRAL_TOTAL) == (12_879_925_248, 46_702_792_704)

@@ -2,7 +2,10 @@
 (``6n+attention``) exactly, each call its own process: the attention FLOPs are the model's own
 per-layer count (:func:`model.flops.attention_model_flops`), so a sliding-window layer counts
 the pairs its window keeps, not the full causal triangle (reviewer's finding: gpt-oss-120b's
-``mfu --model`` gave 34.1 % beside evaluate's 32.5 %, Gemma 3 27B 23 % high).
+``mfu --model`` gave 34.1 % beside evaluate's 32.5 %, Gemma 3 27B 23 % high). The causal
+count is ``mfu --model``'s default (the model's own, :data:`interface.mfu_model.MODEL_CAUSAL`):
+no ``--causal`` is given (a new user's finding: ``--model --attention`` counted PaLM's
+non-causal s², 57.8 % beside evaluate's 54.0 % for Llama 3 70B).
 
 Hand derivation for gpt-oss-120b (catalogue: 36 layers alternating a 128-token sliding window
 and global attention, 64 query heads of 64, s = 4,096; N active read from the report): a causal
@@ -41,7 +44,7 @@ def _mfu_args(m: str, e: dict, *extra: str) -> list[str]:
     return [
         "mfu", "--model", m, "--tokens", str(batch * seq), "--step-seconds",
         repr(e["time"]["step_s"]), "--gpu", "H100-SXM", "--chips", str(e["num_gpus"]),
-        "--seq-len", str(seq), "--attention", "--causal", *extra,
+        "--seq-len", str(seq), "--attention", *extra,
     ]  # fmt: skip
 
 

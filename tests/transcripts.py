@@ -20,6 +20,11 @@ A page's commands run in the page's order, in one scratch folder of the page's o
 (:func:`workdir`): a later block may read what an earlier one wrote (``trainplan sweep-plot
 study.parquet`` after the sweep that wrote it), as a reader following the page would.
 
+A block whose fence names a file, ```` ```toml title="m.toml" ```` (MkDocs shows the name above
+it), is a file the reader writes: it is written under that name into the page's scratch folder
+before the page's next command runs (``trainplan calibrate m.toml`` after the measurements file
+the page shows), so the page's own example is what the command reads.
+
 A block whose leading ``#`` lines include one starting ``# long run`` (the documentation's
 243-point study, a minute on an idle 2-core machine and several on a busy one, and the blocks
 that read its results) runs only
@@ -36,7 +41,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,6 +68,9 @@ class Transcript:
     command may read what an earlier one wrote)."""
     long: bool = False
     """The block is marked ``# long run``: run only on request (module docstring)."""
+    files: tuple[tuple[str, str], ...] = ()
+    """(name, text) of the page's file blocks since the previous command, written into the
+    scratch folder before this command runs (module docstring)."""
 
     @property
     def name(self) -> str:
@@ -84,6 +92,7 @@ def transcripts_of_text(path: Path, text: str) -> list[Transcript]:
     """The transcripts of ``text``, the contents of the Markdown file ``path``, in order."""
     out: list[Transcript] = []
     lines = text.split("\n")
+    files: list[tuple[str, str]] = []
     i = 0
     while i < len(lines):
         fence = re.match(r"^(\s*)(```+|~~~+)", lines[i])
@@ -95,12 +104,21 @@ def transcripts_of_text(path: Path, text: str) -> list[Transcript]:
         while j < len(lines) and not lines[j].strip().startswith(marker):
             j += 1
         body = [line.removeprefix(indent) for line in lines[i + 1 : j]]
+        named = re.search(r'\stitle="([\w.-]+)"', lines[i])
+        if named:
+            files.append((named.group(1), "\n".join(body) + "\n"))
+            i = j + 1
+            continue
         said = 0  # the block's leading "# …" lines: what it runs, in words
         while said < len(body) and body[said].startswith("#"):
             said += 1
         if body[said:] and body[said].startswith("$ trainplan "):
             long = any(line.startswith(LONG_RUN) for line in body[:said])
-            out.extend(_commands(path, i + 2 + said, body[said:], i + 1, long))
+            commands = _commands(path, i + 2 + said, body[said:], i + 1, long)
+            if files and commands:
+                commands[0] = replace(commands[0], files=tuple(files))
+                files = []
+            out.extend(commands)
         i = j + 1
     return out
 
@@ -146,6 +164,8 @@ def run(t: Transcript, cwd: Path) -> str:
     too; a page that shows another width gives it (``--width 80``)."""
     args = shlex.split(t.command)
     assert args[0] == "trainplan", t.command
+    for name, text in t.files:
+        (cwd / name).write_text(text)
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     proc = subprocess.run(
         [sys.executable, "-m", "trainplan", *args[1:]],

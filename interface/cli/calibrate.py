@@ -98,8 +98,12 @@ def calibrate_cmd(
 
 
 def _fit_json(gpu: str, fit: Any, problems: list[str], accept: bool, output: Any) -> dict:
-    """``calibrate --json``: the fit, its residuals, why it is poor (``problems``), whether it
-    was kept, and the file written (None: none)."""
+    """``calibrate --json``: the fit, its residuals (each run's settings as evaluated and those
+    left at the planner's default), why it is poor (``problems``), each fitted figure far from
+    its per-operation default (``warnings``), whether it was kept, and the file written (None:
+    none)."""
+    from trainplan.interface.calibration import fit_warnings
+
     return {
         "gpu": gpu,
         "fitted": dict(fit.figures),
@@ -110,12 +114,15 @@ def _fit_json(gpu: str, fit: Any, problems: list[str], accept: bool, output: Any
                 "measured_s": r.measured_s,
                 "predicted_s": r.predicted_s,
                 "error": r.error,
+                "settings": dict(r.settings),
+                "defaulted": list(r.defaulted),
             }
             for r in fit.residuals
         ],
         "mean_abs_error": fit.mean_abs_error,
         "max_abs_error": fit.max_abs_error,
         "problems": problems,
+        "warnings": fit_warnings(fit),
         "accepted": not problems or accept,
         "output": str(output) if output else None,
     }

@@ -38,6 +38,30 @@ def _note(example: dict[str, Any], overrides: dict[str, Any]) -> str:
     return f"\nNote: {example['note']}" if example.get("note") and not overrides else ""
 
 
+def _headline(name: str, says: str, source: str, overrides: dict[str, Any]) -> str:
+    """The example's first line: what it shows and its source; once options change it, the
+    values changed first (the figures below are theirs) and what it shows as published after.
+
+    >>> _headline("1f1b-4x8", "bubble 3/11 = 27%", "Narayanan 2021", {"microbatches": "16"})
+    'Example 1f1b-4x8 with microbatches = 16 (the figures below are for these; as published: bubble 3/11 = 27%)  [Narayanan 2021]'
+    """
+    tail = f"  [{source}]" if source else ""
+    if not overrides:
+        return f"Example {name}: {says}{tail}"
+    changed = ", ".join(f"{k} = {_shown(v)}" for k, v in overrides.items())
+    return (
+        f"Example {name} with {changed} (the figures below are for these; as published: "
+        f"{says}){tail}"
+    )
+
+
+def _shown(value: Any) -> str:
+    """An override's value as typed (a repeated option's values joined by commas)."""
+    if isinstance(value, list | tuple):
+        return ",".join(map(str, value))
+    return str(value)
+
+
 @cli.command("example")
 @click.argument("name", required=False)
 @option_groups(
@@ -96,8 +120,7 @@ def example_cmd(
                 "megatron|deepspeed|fsdp2 for a real framework's peak memory and traffic)"
             )
             header = (
-                f"Example {name}: {ex['says']}"
-                + (f"  [{ex['source']}]" if ex.get("source") else "")
+                _headline(name, ex["says"], ex.get("source", ""), overrides)
                 + f"\nProfile: {merged['framework']}"
                 + (f" — {gloss}" if merged["framework"] == "textbook" else "")
                 + _note(ex, overrides)
@@ -109,8 +132,8 @@ def example_cmd(
     if as_json:
         echo_json(out)
         return
-    source = f"  [{out['source']}]" if out.get("source") else ""
-    click.echo(f"Example {name}: {out['says']}{source}{_note(examples()[name], overrides)}\n")
+    headline = _headline(name, out["says"], out.get("source", ""), overrides)
+    click.echo(f"{headline}{_note(examples()[name], overrides)}\n")
     _, merged = example_params(name, overrides)
     ctx = click.get_current_context()
     command = cli.get_command(ctx, tab)  # loaded on lookup (interface.cli.LazyGroup)

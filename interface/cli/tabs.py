@@ -277,8 +277,18 @@ def _classic_summary(r: dict[str, Any]) -> list[str]:
     "--peak-tflops", metavar="NUMBER", help="Dense BF16 peak per chip, TFLOP/s (instead of --gpu)."
 )
 @click.option("--chips", metavar="COUNT", default="1", show_default=True, help="Chips in the job.")
-@click.option("--attention/--no-attention", default=False, help="Count PaLM's attention FLOPs.")
-@click.option("--causal", is_flag=True, help="Halve the attention FLOPs (causal mask).")
+@click.option(
+    "--attention/--no-attention",
+    default=False,
+    help="Count attention FLOPs: PaLM's 12·L·H·Q·T from the dimensions, or with --model the "
+    "model's own per-layer count.",
+)
+@click.option(
+    "--causal/--non-causal",
+    default=None,
+    help="Attention over the causal mask's pairs, or PaLM's full s² a layer. Default: with "
+    "--model the model's own, causal (evaluate's count); without, non-causal (PaLM's).",
+)
 @click.option("--layers", metavar="COUNT", help="Layers L (attention FLOPs).")
 @click.option("--heads", metavar="COUNT", help="Attention heads H.")
 @click.option("--head-dim", metavar="COUNT", help="Head dimension Q.")

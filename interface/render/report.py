@@ -314,6 +314,16 @@ def _tables(d: dict[str, Any]) -> list[str]:
     ]
 
 
+def _count(value: Any) -> str:
+    """A count that may be fractional (an interleaved stage's micro-batches in flight, whole
+    chunks of a micro-batch) as the ``--per-stage`` table writes it: four significant figures.
+
+    >>> _count(4.428571428571429), _count(3), _count(None)
+    ('4.429', '3', 'None')
+    """
+    return f"{value:,.4g}" if isinstance(value, float) else f"{value}"
+
+
 def _pipeline_and_step(d: dict[str, Any]) -> list[str]:
     """The pipeline line (bubble, micro-batches in flight, layers per stage) and the step line
     (its terms, MFU and HFU)."""
@@ -323,7 +333,7 @@ def _pipeline_and_step(d: dict[str, Any]) -> list[str]:
         f"Pipeline: bubble_fraction {_pct(p['bubble_fraction'])} of the step, bubble_ratio "
         f"{_pct(p['bubble_ratio'])} of the micro-batches' time (compute + exposed tp, cp, ep); "
         + (
-            f"{p['microbatches_in_flight']} micro-batch"
+            f"{_count(p['microbatches_in_flight'])} micro-batch"
             f"{'' if p['microbatches_in_flight'] == 1 else 'es'} in flight on the busiest stage; "
             "layers per stage "
             f"{lay['stage_layers']} (stages counted from 0)"

@@ -123,12 +123,17 @@ def api_fields() -> frozenset[str]:
     return frozenset().union(*(page_fields(name) for name in API_COMMANDS))
 
 
-def error_line(err: PlannerError) -> str:
+def error_line(err: PlannerError, path: str = "") -> str:
     """The API's line refusing bad input (HTTP 422, a stream's ``error`` event): the command
     line's, each flag that is a query key written as that key (``--tp: '0' …`` as ``tp: '0' …``,
     ``--set host_link_gbps`` as ``host-link-gbps``; :func:`interface.flags.on_page`), so it names
-    what the API's user typed and the page's field it belongs next to."""
-    return refusal(str(err), api_fields(), web=True)
+    what the API's user typed and the page's field it belongs next to. ``path`` (the request's,
+    ``/api/pipeline``): the keys of that command only, so a parameter two commands spell apart
+    is named as this one's field — the pipeline's ``stages``, not evaluate's ``pp``
+    (``microbatches: 6 must be a multiple of stages = 4``); else every command's keys."""
+    name = path.removeprefix("/api/").partition("/")[0]
+    fields = page_fields(name) if name in API_COMMANDS else api_fields()
+    return refusal(str(err), fields, web=True)
 
 
 _RESULTS: OrderedDict[tuple[Any, ...], commands.SearchRun | InfeasibleError] = OrderedDict()

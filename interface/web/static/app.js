@@ -314,12 +314,22 @@ const TP = (() => {
   }
 
   // Keep the URL in step with the form; call update(query) now and on every change (debounced).
+  // A change that leaves the query as last sent sends nothing: a text field fires "input" as
+  // it is typed in and "change" again when it is left, and Enter in a field (the form's
+  // implicit submission) fires "change" with nothing edited — each would send the request
+  // just answered a second time.
   function bind(form, update, { wait = 250 } = {}) {
     fill(form, restoreLarge(new URLSearchParams(location.search)));
     conditions(form);
     const extra = linkOnly(form);
     const withExtra = (q) => { for (const [k, v] of extra) q.append(k, v); return q; };
     let timer = null;
+    let sent = null;
+    const send = (q) => {
+      if (q.toString() === sent) return;
+      sent = q.toString();
+      update(q);
+    };
     const changed = (e) => {
       if (e && e.isTrusted) { dropExample(); startError = ""; }
       conditions(form);
@@ -330,14 +340,14 @@ const TP = (() => {
         for (const k of PAGE_ONLY) if (keep.has(k)) address.set(k, keep.get(k));
         setAddress(address);
         remember();
-        update(withExtra(query(form)));
+        send(withExtra(query(form)));
       }, wait);
     };
     form.addEventListener("input", changed);
     form.addEventListener("change", changed);
     form.addEventListener("submit", (e) => e.preventDefault());
     if (startError) showError(startError, form);
-    update(withExtra(query(form)));
+    send(withExtra(query(form)));
     document.body.dataset.ready = "true"; // listening: what the user does now is seen
     return changed;
   }
@@ -477,8 +487,10 @@ const TP = (() => {
         ["scale-out GB/s", (g) => num(g.scaleout_gbps)],
         // the status column, headed and explained by the legend under the table (trainplan gpus')
         [$("#gpu-status-legend")?.dataset.header || "status", (g) => esc(g.status)],
-        ["source", (g) => esc(g.source)],
+        // on a narrow screen two lines of it, the rest on a tap (style.css .clamp)
+        ["source", (g) => `<span class="clamp" title="${esc(g.source)}">${esc(g.source)}</span>`],
       ]);
+      box.addEventListener("click", (e) => e.target.closest?.(".clamp")?.classList.toggle("open"));
     }
   }
 
