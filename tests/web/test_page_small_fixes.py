@@ -1,7 +1,7 @@
 """A new user's findings on the page, in headless Chromium: a form's Enter, or leaving a field
 already sent, sends no second identical request (the RLHF tab sent its ``/api/rlhf`` twice);
 at 390 px the accelerator table's rows stay two lines high (the source column squeezed them to
-ten). Marked slow and browser; skipped without Chromium or the extras (see conftest)."""
+ten); a link that leaves a select out keeps its choice. Marked slow and browser; skipped without Chromium or the extras (see conftest)."""
 
 from __future__ import annotations
 
@@ -57,3 +57,18 @@ def test_the_accelerator_table_at_390_px(browser, server):
     page.close()
     assert max(heights) <= 60, heights
     assert opened > 120, opened
+
+
+def test_a_link_without_a_select_keeps_its_choice(browser, server):
+    """``/rlhf?gpu=H200`` names no ``algorithm``: the select keeps its first choice (ppo) and
+    sends it, where filling the form from the link left it selecting nothing ("algorithm:
+    required by this command")."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    sent: list[str] = []
+    page.on("request", lambda r: sent.append(r.url) if "/api/rlhf" in r.url else None)
+    page.goto(server + "/rlhf?gpu=H200")
+    page.wait_for_selector("#resident")
+    chosen = page.eval_on_selector("select[name=algorithm]", "s => s.value")
+    page.close()
+    assert chosen == "ppo"
+    assert sent and "algorithm=ppo" in sent[0] and "gpu=H200" in sent[0], sent

@@ -256,6 +256,9 @@ const TP = (() => {
       if (el.name.startsWith("_")) continue; // the page's own controls, not parameters
       const values = params.getAll(el.name);
       if (el.type === "checkbox") el.checked = values.includes("true");
+      // a select left out of the link, with no empty choice, keeps the choice the page marks
+      // (an empty value would select nothing and send nothing: "algorithm: required")
+      else if (el.tagName === "SELECT" && !el.multiple && !values.length && ![...el.options].some((o) => o.value === "")) el.selectedIndex = Math.max(0, [...el.options].findIndex((o) => o.defaultSelected));
       else if (el.type === "radio") el.checked = values.includes(el.value);
       else if (el.type !== "file") el.value = el.dataset.list !== undefined ? values.join(document.body.dataset.listSeparator) : values.length ? values[values.length - 1] : "";
     }
