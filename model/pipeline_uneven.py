@@ -29,10 +29,25 @@ it and makes nobody wait.
 
 Every pass waits for the pass before it on its rank and for one pass of a neighbour, so the
 passes run depth by depth (a pass's depth one more than the deeper of those two): one layout
-pass by pass, a batch every layout at once (their array namespace). Up to :data:`EXACT_GROUPS`
-groups of pp micro-batches the order is run whole; beyond, the bubble grows by the same time
-with every two further groups once the steady phase runs (the tests check it against the whole
-order: the growth repeats with a period of one or two groups), so the runs at 2 and 4 groups give every m.
+pass by pass, a batch every layout at once (their array namespace). Up to 8 groups of pp
+micro-batches (:data:`EXACT_GROUPS`) the order is run whole. Beyond, the steady phase is cut
+into blocks of one group, block b holding on rank i the 2·pp·v passes from forward
+``W_i + i + b·pp·v`` and backward ``i + b·pp·v`` on (:func:`_blocks`): by the dependencies
+above, forward k waits for forward k of the rank before (the first rank's for the last rank's
+k − pp), backward k for the next rank's (the last rank's for the first rank's k − pp, or its
+own forward k + (v − 1)·pp), each one index off at most, so every pass waits for its own block
+or the one before, and the same way in every block. Block b + 1's ends are then one max-plus
+function of block b's (max-plus algebra: Baccelli, Cohen, Olsder & Quadrat, *Synchronization
+and Linearity*, 1992, ch. 3), and the rest of the order after block ``G − 3`` (cool-down included)
+one function of that block's at every G groups: if block b + p ends c after block b at every
+pass, every later block does too, and the step grows by exactly c every p groups from any G
+past b + 3. If only by at most ``c_max``, by at most ``c_max`` (the functions are monotone and
+shift with their input): an upper bound. :func:`_extend` reads both off the run at 8 (or 9,
+m's parity) groups for p = 1 and 2; where the steady phase does not yet repeat there, the run
+at m itself up to 32 groups, beyond the same at 32 (33) groups, and past it the bound. A
+bubble that shrinks while the lighter ranks' slack absorbs the fill settles to a constant (the
+runs at 2 and 4 groups once drew a line through it that crossed 0: a step shorter than the
+busiest rank's own work); one that grows grows by the same time every group.
 
 torchtitan's interleaved schedule (``fsdp2``: torch.distributed.pipelining's
 ``ScheduleInterleaved1F1B``, PyTorch 2.13.0 ``_calculate_single_rank_operations``: rounds of pp
@@ -50,13 +65,15 @@ from typing import TYPE_CHECKING, Any
 
 from trainplan.model.pipeline import SPLIT_BACKWARD, Schedule, bubble_fraction, bubble_ratio
 from trainplan.model.split import stage_chunks
-from trainplan.model.xp import namespace
+from trainplan.model.xp import minimum, namespace
 
 if TYPE_CHECKING:
     from trainplan.model.specs import Architecture
 
 __all__ = [
     "EXACT_GROUPS",
+    "PERIODS",
+    "PERIODIC_TOLERANCE",
     "interleaved_steps",
     "layout_bubbles",
     "chunk_counts",
@@ -64,9 +81,16 @@ __all__ = [
     "reported_bubble",
 ]
 
-EXACT_GROUPS = 2
-"""Groups of pp micro-batches up to which the order is run whole (:func:`layout_bubbles`);
-beyond, the bubble is read off the runs at 2 and 4 groups."""
+EXACT_GROUPS = (8, 32)
+"""Groups of pp micro-batches up to which the order is run whole, level by level
+(:func:`layout_bubbles`): up to 8 groups the run at m itself; beyond, the run at 8 (or 9, of
+m's parity) groups gives every m once its steady phase repeats; where it does not yet, the same
+at 32 (33) groups, and past those a proven upper bound (module docstring)."""
+PERIODS = (1, 2)
+"""Periods, in groups of pp micro-batches, the steady phase is checked for (:func:`_extend`)."""
+PERIODIC_TOLERANCE = 1e-9
+"""Spread, relative to the step, within which two blocks' shifts count as one: far above the
+rounding of float sums along the order, far below any time the cost model reports."""
 _BATCH_FLOATS = 1 << 21
 """Floats one batched run may hold (its ends: passes × layouts); larger batches run in parts."""
 
@@ -146,6 +170,63 @@ def _program_arrays(pp: int, v: int, m: int, xp: Any) -> tuple[Any, ...]:
     return tuple(xp.asarray(part) for part in _program(pp, v, m)[:4])
 
 
+@lru_cache(maxsize=64)
+def _blocks(pp: int, v: int, groups: int) -> tuple[tuple[int, ...], ...]:
+    """The passes of the steady phase's blocks ``groups − 3``, ``groups − 4``, ``groups − 5`` in
+    :func:`_program`'s numbering (``groups ≥ 5``), each rank's in its order: block b holds, on
+    rank i, the 2·pp·v passes from position ``2(pp − 1) + (v − 1)·pp + 2b·pp·v`` of its order
+    (forwards ``W_i + i + b·pp·v`` on, backwards ``i + b·pp·v`` on, ``W_i`` its warm-up). Every
+    pass waits only for passes of its own block or the one before (module docstring), and
+    blocks up to ``groups − 3`` run as in an order of any more groups."""
+    slot = _program(pp, v, groups * pp)[0]
+    order: list[list[int]] = [[] for _ in range(pp)]
+    for t, s in enumerate(slot):  # a rank's passes come in its order (each waits for the last)
+        order[s // v].append(t)
+    width = 2 * pp * v
+    first = 2 * (pp - 1) + (v - 1) * pp
+    return tuple(
+        tuple(t for row in order for t in row[first + b * width : first + (b + 1) * width])
+        for b in (groups - 3, groups - 4, groups - 5)
+    )
+
+
+@lru_cache(maxsize=64)
+def _block_arrays(pp: int, v: int, groups: int, xp: Any) -> Any:
+    """:func:`_blocks` as one ``[3, 2·pp·pp·v]`` array of the namespace ``xp``."""
+    return xp.asarray(_blocks(pp, v, groups))
+
+
+def _run(pp: int, m: int, forward: Any, backward: Any, keep: bool = False) -> tuple[Any, Any]:
+    """(the step, the ends of :func:`_blocks`' passes) of the order on ``m`` micro-batches
+    (:func:`interleaved_steps`' times and shapes; the ends ``[3][2·pp·pp·v]`` floats, or a
+    ``[3, 2·pp·pp·v, K]`` array; None unless ``keep``)."""
+    xp = namespace(forward)
+    width = forward.shape[1] if xp is not None else len(forward)
+    v = width // pp
+    slot, is_backward, prev, dep, bounds = _program(pp, v, m)
+    if xp is None:  # one layout, pass by pass in the depth order
+        ends = [0.0] * (len(slot) + 1)
+        for t, (s, b, p, d) in enumerate(zip(slot, is_backward, prev, dep, strict=True)):
+            ends[t] = max(ends[p], ends[d]) + float(backward[s] if b else forward[s])
+        kept = [[ends[t] for t in block] for block in _blocks(pp, v, m // pp)] if keep else None
+        return max(ends[:-1]), kept
+    spans = list(zip(bounds[:-1], bounds[1:], strict=True))
+    slot_a, back_a, prev_a, dep_a = _program_arrays(pp, v, m, xp)
+    picks = _block_arrays(pp, v, m // pp, xp) if keep else None
+    out, parts = [], []
+    size = max(1, _BATCH_FLOATS // (len(slot) + 1))
+    for lo in range(0, forward.shape[0], size):
+        k = slice(lo, lo + size)
+        dur = xp.where(back_a[:, None], backward[k].T[slot_a], forward[k].T[slot_a])  # [N, K]
+        ends = xp.zeros((len(slot) + 1, dur.shape[1]))
+        for a, b in spans:  # a depth's passes read only shallower ones
+            ends[a:b] = xp.maximum(ends[prev_a[a:b]], ends[dep_a[a:b]]) + dur[a:b]
+        out.append(xp.max(ends[:-1], axis=0))
+        if picks is not None:
+            parts.append(ends[picks])
+    return xp.concat(out), (xp.concat(parts, axis=2) if keep else None)
+
+
 def interleaved_steps(pp: int, m: int, forward: Any, backward: Any) -> Any:
     """The step of Megatron-Core's interleaved order, in the unit of the times: ``forward``,
     ``backward`` the time of each rank's chunk's forward and backward of one micro-batch (rank
@@ -158,33 +239,79 @@ def interleaved_steps(pp: int, m: int, forward: Any, backward: Any) -> Any:
     >>> interleaved_steps(4, 8, chunks, [2 * c for c in chunks])  # in one layer's forward
     507.0
     """
+    return _run(pp, m, forward, backward)[0]
+
+
+def _extend(step: Any, groups: Any, kept: Any, xp: Any) -> tuple[Any, Any]:
+    """(the step ``groups`` groups of pp micro-batches after a run's, whether exact) from that
+    run's step and its blocks' ends ``kept`` (:func:`_run`; one layout or ``[K]`` each).
+
+    Block b + 1's ends are the max-plus function of block b's the steady phase repeats every
+    group (every pass waits for its block or the one before), and the tail after block
+    ``G − 3`` (the rest of the steady phase and the cool-down) is the same function of it at
+    every G. So if block b + p ends ``c`` after block b at every pass, every later block does
+    too and the step grows by ``c`` every p groups, exactly; if only by at most ``c_max``, every
+    later block (the function is monotone and shifts with its input) and the step by at most
+    ``c_max``: an upper bound, never below the exact step. With p = 1 and 2 (:data:`PERIODS`)
+    the least of the bounds, ``step + min_p c_max(p)·groups/p``, is the exact one where one is
+    exact (``groups`` even)."""
+    if xp is None:
+        spans = [[a - b for a, b in zip(kept[0], kept[p], strict=True)] for p in PERIODS]
+        lows, highs = [min(d) for d in spans], [max(d) for d in spans]
+    else:
+        lows = [xp.min(kept[0] - kept[p], axis=0) for p in PERIODS]
+        highs = [xp.max(kept[0] - kept[p], axis=0) for p in PERIODS]
+    tolerance = PERIODIC_TOLERANCE * step
+    exact = [hi - lo <= tolerance for lo, hi in zip(lows, highs, strict=True)]
+    growth = minimum(highs[0] * groups, highs[1] * groups / 2)
+    return step + growth, (exact[0] or exact[1]) if xp is None else exact[0] | exact[1]
+
+
+def _step(pp: int, groups: int, forward: Any, backward: Any) -> float:
+    """The step of one layout's order on ``groups`` groups of pp micro-batches, by the levels of
+    :data:`EXACT_GROUPS` (:func:`layout_bubbles`)."""
+    value = 0.0
+    for top in EXACT_GROUPS:
+        if groups <= top:
+            return float(_run(pp, groups * pp, forward, backward)[0])
+        run = top + (groups - top) % 2  # of the parity of groups: a period 2 repeats from it
+        step, kept = _run(pp, run * pp, forward, backward, keep=True)
+        value, exact = _extend(step, groups - run, kept, None)
+        if exact:
+            break
+    return value
+
+
+def _steps(pp: int, groups: Any, forward: Any, backward: Any) -> Any:
+    """:func:`_step` of a batch (``groups`` ``[K]``, times ``[K, pp·v]``): at each level the
+    layouts not yet settled, run together by the groups they run at."""
     xp = namespace(forward)
-    width = forward.shape[1] if xp is not None else len(forward)
-    slot, is_backward, prev, dep, bounds = _program(pp, width // pp, m)
-    spans = list(zip(bounds[:-1], bounds[1:], strict=True))
-    if xp is None:  # one layout, pass by pass in the depth order
-        ends = [0.0] * (len(slot) + 1)
-        for t, (s, b, p, d) in enumerate(zip(slot, is_backward, prev, dep, strict=True)):
-            ends[t] = max(ends[p], ends[d]) + float(backward[s] if b else forward[s])
-        return max(ends[:-1])
-    slot_a, back_a, prev_a, dep_a = _program_arrays(pp, width // pp, m, xp)
-    out = []
-    size = max(1, _BATCH_FLOATS // (len(slot) + 1))
-    for lo in range(0, forward.shape[0], size):
-        k = slice(lo, lo + size)
-        dur = xp.where(back_a[:, None], backward[k].T[slot_a], forward[k].T[slot_a])  # [N, K]
-        ends = xp.zeros((len(slot) + 1, dur.shape[1]))
-        for a, b in spans:  # a depth's passes read only shallower ones
-            ends[a:b] = xp.maximum(ends[prev_a[a:b]], ends[dep_a[a:b]]) + dur[a:b]
-        out.append(xp.max(ends[:-1], axis=0))
-    return xp.concat(out)
+    out = xp.zeros(forward.shape[0])
+    todo = xp.ones(forward.shape[0], dtype=bool)
+    for top in EXACT_GROUPS:
+        small = todo & (groups <= top)
+        for g in sorted(set(groups[small].tolist())):
+            k = small & (groups == g)
+            out[k] = _run(pp, int(g) * pp, forward[k], backward[k])[0]
+        todo = todo & ~small
+        for run in (top, top + 1):
+            k = todo & ((groups - run) % 2 == 0)
+            if xp.any(k):
+                step, kept = _run(pp, run * pp, forward[k], backward[k], keep=True)
+                out[k], exact = _extend(step, groups[k] - run, kept, xp)
+                settled = xp.zeros_like(todo)
+                settled[k] = exact
+                todo = todo & ~settled
+    return out
 
 
 def layout_bubbles(pp: int, m: Any, forward: Any, backward: Any, busy: Any) -> Any:
-    """The bubble, in the unit of the times: the step of :func:`interleaved_steps` less ``m`` ×
-    ``busy``, the slowest rank's micro-batch — for one layout (``m``, ``busy`` numbers) or a batch
-    (``[K]`` each, ``[K, pp·v]`` times); up to :data:`EXACT_GROUPS` groups of pp micro-batches
-    the order run whole, beyond from the runs at 2 and 4 groups (module docstring).
+    """The bubble, in the unit of the times: the step of Megatron-Core's interleaved order
+    (:func:`interleaved_steps`) less ``m`` × ``busy``, the slowest rank's micro-batch — for one
+    layout (``m``, ``busy`` numbers) or a batch (``[K]`` each, ``[K, pp·v]`` times). Up to
+    :data:`EXACT_GROUPS`' first level the order run whole; beyond, read off its steady phase
+    (:func:`_extend`): exact once that repeats, else an upper bound; never below 0 (no rank
+    finishes before its own ``m`` micro-batches).
 
     Examples
     --------
@@ -192,25 +319,9 @@ def layout_bubbles(pp: int, m: Any, forward: Any, backward: Any, busy: Any) -> A
     >>> layout_bubbles(4, 8, chunks, [2 * c for c in chunks], 60)  # 507 − 8 × 60
     27.0
     """
-    xp = namespace(forward)
-    if xp is None:
-        if m <= EXACT_GROUPS * pp:
-            return interleaved_steps(pp, m, forward, backward) - m * busy
-        two, four = (interleaved_steps(pp, g * pp, forward, backward) - g * pp * busy
-                     for g in (2, 4))  # fmt: skip
-        return two + (four - two) * (m - 2 * pp) / (2 * pp)
-    out = xp.zeros(forward.shape[0])
-    big = m > EXACT_GROUPS * pp
-    for m_run in sorted(set(m[~big].tolist())):
-        k = m == m_run
-        out[k] = interleaved_steps(pp, m_run, forward[k], backward[k]) - m_run * busy[k]
-    if xp.any(big):
-        two, four = (
-            interleaved_steps(pp, g * pp, forward[big], backward[big]) - g * pp * busy[big]
-            for g in (2, 4)
-        )
-        out[big] = two + (four - two) * (m[big] - 2 * pp) / (2 * pp)
-    return out
+    if namespace(forward) is None:
+        return _step(pp, m // pp, forward, backward) - m * busy
+    return _steps(pp, m // pp, forward, backward) - m * busy
 
 
 @lru_cache(maxsize=4096)
