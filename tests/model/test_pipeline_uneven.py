@@ -90,19 +90,20 @@ def test_the_order_runs_as_the_timeline_engine_runs_it(pp, m, forward) -> None:
 @pytest.mark.parametrize(
     ("layers", "pp", "v"), [(80, 4, 8), (80, 8, 3), (80, 8, 4), (126, 8, 4), (126, 16, 8)]
 )
-def test_beyond_eight_groups_the_bubble_is_read_off_the_steady_phase(layers, pp, v):
-    """Past 8 groups of pp micro-batches the step is the run at 8 or 9 groups (m's parity) plus
-    its steady phase's shift per group, once two of its blocks end the same time apart at every
-    pass (model.pipeline_uneven._extend): the whole order's bubble at 9, 10, 12 and 17 groups,
-    for the default split's chunks (a layer 1, the output layer 1.2 on the last chunk) and a
-    backward 2, 2.25 and 3 times the forward."""
+def test_from_three_groups_the_bubble_is_read_off_the_steady_phase(layers, pp, v):
+    """From 3 groups of pp micro-batches on, the step is the run at 5 or 6 groups (m's parity)
+    moved by its steady phase's shift per group, where two of its blocks end the same time
+    apart at every pass (model.pipeline_uneven._extend), else the order run whole at m (up to 32
+    groups) or read off the run at 32 or 33: the whole order's bubble at 3, 4, 7, 9, 10, 12, 17
+    and 40 groups, for the default split's chunks (a layer 1, the output layer 1.2 on the last
+    chunk) and a backward 2, 2.25 and 3 times the forward."""
     arch = get_model("llama3-405b").model.arch if layers == 126 else LLAMA_70B
     chunks = [float(n) for n in chunk_counts(arch, pp, v, True, None, "interleaved")[: pp * v]]
     chunks[-1] += 1.2
     busy = max(sum(chunks[i * v : (i + 1) * v]) for i in range(pp))
     for rho in (2.0, 2.25, 3.0):
         back = [rho * c for c in chunks]
-        for groups in (9, 10, 12, 17) if pp < 16 else (9, 12):
+        for groups in (3, 4, 7, 9, 10, 12, 17, 40) if pp < 16 else (3, 9, 12):
             m = groups * pp
             whole = interleaved_steps(pp, m, chunks, back) - m * busy * (1 + rho)
             got = layout_bubbles(pp, m, chunks, back, busy * (1 + rho))
@@ -122,15 +123,18 @@ def test_a_bubble_that_shrinks_settles_and_never_turns_negative() -> None:
     (10, 9). A layer's forward 1, its backward 2: rank 1 computes 21 × 3 = 63 a micro-batch, the
     others 60 and 57, and their slack absorbs rank 1's fill: the bubble is 78, 55, 46 at 1, 2,
     3 groups and 46 from then on — every block of the steady phase ends 4 × 63 = 252 after the
-    one before, at every pass, so the step grows by exactly the busiest rank's work. The runs
-    at 2 and 4 groups gave a line through 55 and 46 that crossed 0 at 14 groups (−542 at 128);
+    one before from block 3 on, at every pass, so the step grows by exactly the busiest rank's
+    work: read off the run at 32 (33) groups past 32 groups, the order run whole below. The runs
+    at 2 and 4 groups gave a line through 55 and 46 that crossed 0 past 14 groups (−3.5 at 15, −512 at 128);
     now every m gives the whole order's 46, and the engine's step agrees at 64 groups."""
     chunks = [10, 10, 11, 10, 10, 10, 10, 9]
     back = [2 * c for c in chunks]
     bubbles = [interleaved_steps(4, g * 4, chunks, back) - g * 4 * 63 for g in (1, 2, 3, 4, 5)]
     assert bubbles == [78, 55, 46, 46, 46]
-    step, kept = _run(4, 36, chunks, back, keep=True)  # 9 groups: blocks 6, 5, 4
-    assert {a - b for a, b in zip(kept[0], kept[1], strict=True)} == {252.0}
+    step, kept = _run(4, 36, chunks, back, keep=True)  # 9 groups: blocks 0 … 6
+    shifts = [{a - b for a, b in zip(kept[j + 1], kept[j], strict=True)} for j in range(6)]
+    assert [min(d) for d in shifts] == [228, 228, 246, 252, 252, 252]
+    assert shifts[3:] == [{252.0}] * 3  # from block 3 on: the run at 5 groups has blocks 0 … 2
     for groups in (9, 10, 16, 32, 64, 128, 256):
         assert layout_bubbles(4, groups * 4, chunks, back, 63) == 46
     pairs = [[10, 10], [11, 10], [10, 10], [10, 9]]
@@ -175,8 +179,8 @@ def test_a_long_transient_is_bounded_above() -> None:
 def test_the_bubble_is_the_whole_orders_or_above_it(pp, v, data, groups, rho) -> None:
     """Any split of 0–4 layers a chunk (a layer 1, the embedding and output layer extra): the
     bubble is never below 0 (no rank ends before its own m micro-batches) and never below the
-    whole order's; up to 33 groups it is the whole order's (8 run, beyond from a periodic steady
-    phase or the run itself), beyond at most above it (an upper bound); a batch gives the
+    whole order's; up to 33 groups it is the whole order's (from a steady phase that repeats by 5
+    or 6 groups, or the order run whole), beyond at most above it (an upper bound); a batch gives the
     single layout's."""
     chunks = [float(data.draw(st.integers(0, 4))) for _ in range(pp * v)]
     chunks[0] += data.draw(st.sampled_from([0.0, 0.05, 0.5]))
