@@ -208,10 +208,17 @@ def test_steady_phase_stalls_grow_with_m() -> None:
     rank's 3-layer forward runs beside a 4-layer backward while the next rank, two passes behind
     in its order, runs 4 beside 4, so every group of 8 micro-batches adds the same wait: with a
     backward twice the forward the bubble grows by 9 layer forwards a group (84, 93, 102, 111 at
-    1 … 4 groups, each rank computing 8 × 15 × 3 = 360 a group)."""
+    1 … 4 groups, each rank computing 8 × 15 × 3 = 360 a group), and on: 84 + 9 × 39 = 435 at
+    40 groups and 84 + 9 × 100 = 984 at 101, read off the steady phase as the whole order runs
+    it (a bubble that grows is charged its growth, not bounded by a constant)."""
     chunks = np.array([[3, 4, 4, 4] * 8])
     bubbles = [interleaved_steps(8, g * 8, chunks, 2 * chunks)[0] - g * 360 for g in (1, 2, 3, 4)]
     assert bubbles == [84, 93, 102, 111]
+    assert interleaved_steps(8, 320, chunks, 2 * chunks)[0] - 40 * 360 == 435
+    got = layout_bubbles(
+        8, np.array([320, 808]), chunks.repeat(2, 0), 2 * chunks.repeat(2, 0), np.array([45, 45])
+    )
+    assert list(got) == [435, 984]
 
 
 def test_evaluate_charges_it_llama3_70b_on_1024_h100() -> None:
