@@ -31,10 +31,26 @@ it and makes nobody wait.
 
 Every pass waits for the pass before it on its rank and for one pass of a neighbour, so the
 passes run depth by depth (a pass's depth one more than the deeper of those two): one layout
-pass by pass, a batch every layout at once (their array namespace). Up to :data:`EXACT_GROUPS`
-groups of pp micro-batches the order is run whole; beyond, the bubble grows by the same time
-with every two further groups once the steady phase runs (the tests check it against the whole
-order: the growth repeats with a period of one or two groups), so the runs at 2 and 4 groups give every m.
+pass by pass, a batch every layout at once (their array namespace). Past its warm-up the order
+is cut into blocks of one group of pp micro-batches: block b holds on rank i the 2·pp·v passes
+from forward ``W_i + i + b·pp·v`` and backward ``i + b·pp·v`` on (:func:`_blocks`, ``W_i`` the
+rank's warm-up). Forward k waits for forward k of the rank before (the first rank's for the last
+rank's k − pp), backward k for the next rank's (the last rank's for the first rank's k − pp, or
+its own forward k + (v − 1)·pp), each one index off the block's bounds at most, so every pass
+waits only for its own block or the one before, the same way in every block: block b + 1's ends
+are one max-plus function of block b's (Baccelli, Cohen, Olsder & Quadrat, *Synchronization and
+Linearity*, Wiley 1992, ch. 3), and the step at G groups (the rest of the steady phase and the
+cool-down) one function of block ``G − 3``'s for every G ≥ 3. If block b + p ends c after block
+b at every pass, so does every later block, and the step moves by exactly c every p groups from
+any G ≥ b + 3; if only by at most ``c_max``, by at most ``c_max`` (the functions are monotone and
+shift with their input): an upper bound, never below the whole order. :func:`_extend` reads
+both off one run (p = 1 and 2, :data:`PERIODS`): every m of 3 groups or more from the run at 5
+(or 6, of m's parity) groups where its steady phase repeats by then; where not, the order run
+whole at m up to 32 groups, beyond from the run at 32 (33) groups, past which the bound
+(:data:`RUN_GROUPS`). A bubble that shrinks while the lighter ranks' slack absorbs the fill
+settles to a constant (a line through the runs at 2 and 4 groups, as this model once drew it,
+crossed zero: a step under the busiest rank's own work); one that grows grows by the same time
+every group, or every two.
 
 torchtitan's interleaved schedule (``fsdp2``: torch.distributed.pipelining's
 ``ScheduleInterleaved1F1B``, PyTorch 2.13.0 ``_calculate_single_rank_operations``: rounds of pp
@@ -53,13 +69,15 @@ from typing import TYPE_CHECKING, Any
 from trainplan.model.core_spans import group_counts, span_groups
 from trainplan.model.pipeline import SPLIT_BACKWARD, Schedule, bubble_fraction, bubble_ratio
 from trainplan.model.split import stage_chunks
-from trainplan.model.xp import namespace
+from trainplan.model.xp import minimum, namespace, where
 
 if TYPE_CHECKING:
     from trainplan.model.specs import Architecture
 
 __all__ = [
-    "EXACT_GROUPS",
+    "RUN_GROUPS",
+    "PERIODS",
+    "PERIODIC_TOLERANCE",
     "interleaved_steps",
     "layout_bubbles",
     "chunk_counts",
@@ -67,9 +85,18 @@ __all__ = [
     "reported_bubble",
 ]
 
-EXACT_GROUPS = 2
-"""Groups of pp micro-batches up to which the order is run whole (:func:`layout_bubbles`);
-beyond, the bubble is read off the runs at 2 and 4 groups."""
+RUN_GROUPS = (5, 32)
+"""Groups of pp micro-batches of the runs the steady phase is read off (:func:`layout_bubbles`):
+every m of 3 groups or more from the run at 5 (or 6, of m's parity) groups where its steady phase
+repeats by then; where it does not, the order run whole at m up to 32 groups, and beyond from the
+run at 32 (33) groups: exact where it repeats by then, else a proven upper bound (module
+docstring). 5 is the fewest with a shift to read (blocks 0 … G − 3); more would settle more
+layouts at the first run but cost every search's batch its depth-by-depth run."""
+PERIODS = (1, 2)
+"""Periods, in groups of pp micro-batches, the steady phase is checked for (:func:`_extend`)."""
+PERIODIC_TOLERANCE = 1e-9
+"""Spread, relative to the step, within which two blocks' shifts count as one: far above the
+rounding of float sums along the order, far below any time the cost model reports."""
 _BATCH_FLOATS = 1 << 21
 """Floats one batched run may hold (its ends: passes × layouts); larger batches run in parts."""
 
@@ -149,6 +176,63 @@ def _program_arrays(pp: int, v: int, m: int, xp: Any) -> tuple[Any, ...]:
     return tuple(xp.asarray(part) for part in _program(pp, v, m)[:4])
 
 
+@lru_cache(maxsize=64)
+def _blocks(pp: int, v: int, groups: int) -> tuple[tuple[int, ...], ...]:
+    """The passes of the steady phase's blocks 0 … ``groups − 3`` in :func:`_program`'s numbering,
+    each rank's in its order: block b holds, on rank i, the 2·pp·v passes from position
+    ``2(pp − 1) + (v − 1)·pp + 2b·pp·v`` of its order (forwards ``W_i + i + b·pp·v`` on,
+    backwards ``i + b·pp·v`` on, ``W_i`` its warm-up). Every pass waits only for passes of its
+    own block or the one before (module docstring), and these blocks run as in an order of any
+    more groups."""
+    slot = _program(pp, v, groups * pp)[0]
+    order: list[list[int]] = [[] for _ in range(pp)]
+    for t, s in enumerate(slot):  # a rank's passes come in its order (each waits for the last)
+        order[s // v].append(t)
+    width = 2 * pp * v
+    first = 2 * (pp - 1) + (v - 1) * pp
+    return tuple(
+        tuple(t for row in order for t in row[first + b * width : first + (b + 1) * width])
+        for b in range(groups - 2)
+    )
+
+
+@lru_cache(maxsize=64)
+def _block_arrays(pp: int, v: int, groups: int, xp: Any) -> Any:
+    """:func:`_blocks` as one ``[groups − 2, 2·pp·pp·v]`` array of the namespace ``xp``."""
+    return xp.asarray(_blocks(pp, v, groups))
+
+
+def _run(pp: int, m: int, forward: Any, backward: Any, keep: bool = False) -> tuple[Any, Any]:
+    """(the step, the ends of :func:`_blocks`' passes) of the order on ``m`` micro-batches
+    (:func:`interleaved_steps`' times and shapes; the ends ``[G − 2][2·pp·pp·v]`` floats, or a
+    ``[G − 2, 2·pp·pp·v, K]`` array, G = m/pp; None unless ``keep``)."""
+    xp = namespace(forward)
+    width = forward.shape[1] if xp is not None else len(forward)
+    v = width // pp
+    slot, is_backward, prev, dep, bounds = _program(pp, v, m)
+    if xp is None:  # one layout, pass by pass in the depth order
+        ends = [0.0] * (len(slot) + 1)
+        for t, (s, b, p, d) in enumerate(zip(slot, is_backward, prev, dep, strict=True)):
+            ends[t] = max(ends[p], ends[d]) + float(backward[s] if b else forward[s])
+        kept = [[ends[t] for t in block] for block in _blocks(pp, v, m // pp)] if keep else None
+        return max(ends[:-1]), kept
+    spans = list(zip(bounds[:-1], bounds[1:], strict=True))
+    slot_a, back_a, prev_a, dep_a = _program_arrays(pp, v, m, xp)
+    picks = _block_arrays(pp, v, m // pp, xp) if keep else None
+    out, parts = [], []
+    size = max(1, _BATCH_FLOATS // (len(slot) + 1))
+    for lo in range(0, forward.shape[0], size):
+        k = slice(lo, lo + size)
+        dur = xp.where(back_a[:, None], backward[k].T[slot_a], forward[k].T[slot_a])  # [N, K]
+        ends = xp.zeros((len(slot) + 1, dur.shape[1]))
+        for a, b in spans:  # a depth's passes read only shallower ones
+            ends[a:b] = xp.maximum(ends[prev_a[a:b]], ends[dep_a[a:b]]) + dur[a:b]
+        out.append(xp.max(ends[:-1], axis=0))
+        if picks is not None:
+            parts.append(ends[picks])
+    return xp.concat(out), (xp.concat(parts, axis=2) if keep else None)
+
+
 def interleaved_steps(pp: int, m: int, forward: Any, backward: Any) -> Any:
     """The step of Megatron-Core's interleaved order, in the unit of the times: ``forward``,
     ``backward`` the time of each rank's chunk's forward and backward of one micro-batch (rank
@@ -161,33 +245,102 @@ def interleaved_steps(pp: int, m: int, forward: Any, backward: Any) -> Any:
     >>> interleaved_steps(4, 8, chunks, [2 * c for c in chunks])  # in one layer's forward
     507.0
     """
+    return _run(pp, m, forward, backward)[0]
+
+
+def _extend(step: Any, groups: Any, run: int, kept: Any, xp: Any) -> tuple[Any, Any]:
+    """(the step on ``groups`` groups of pp micro-batches, whether exact) from the run at ``run``
+    groups: its step and its blocks' ends ``kept`` (:func:`_run`; one layout or ``[K]`` each).
+
+    Block b + 1's ends are the same max-plus function of block b's in every group (every pass
+    waits for its block or the one before), and the step at G groups the same function of block
+    ``G − 3``'s (the rest of the steady phase and the cool-down). So if block b + p ends ``c``
+    after block b at every pass, and so every block after it (:data:`PERIODS` p = 1, 2; the
+    earliest such b), the step moves by ``c`` every p groups from any G ≥ b + 3: exact at
+    ``groups`` ≥ b + 3 (of ``run``'s parity for p = 2). Otherwise, past ``run``, by at most
+    the most any pass of the last block ends after the one p before, ``c_max`` (the function
+    is monotone and shifts with its input): ``step + min_p c_max(p)·(groups − run)/p`` bounds
+    it above, and is exact where one p repeats."""
+    blocks = len(kept)
+    tolerance = PERIODIC_TOLERANCE * step
+    repeats, growth = [], []
+    for p in PERIODS:
+        if xp is None:
+            shifts = [[a - b for a, b in zip(kept[j + p], kept[j], strict=True)]
+                      for j in range(blocks - p)]  # fmt: skip
+            spread = [max(d) - min(d) for d in shifts]
+            top = max(shifts[-1])
+        else:
+            shifts = kept[p:] - kept[:-p]  # [blocks − p, passes, K]
+            spread = xp.max(shifts, axis=1) - xp.min(shifts, axis=1)
+            top = xp.max(shifts[-1], axis=0)
+        settled, steady = blocks - p, True  # the earliest block every later one repeats from
+        for j in reversed(range(blocks - p)):
+            steady = steady & (spread[j] <= tolerance)
+            settled = where(steady, j, settled)
+        repeats.append((settled < blocks - p) & (groups >= settled + 3) & ((groups - run) % p == 0))
+        growth.append(top * (groups - run) / p)
+    (one, two), (by_one, by_two) = repeats, growth
+    value = step + where(one, by_one, where(two, by_two, minimum(by_one, by_two)))
+    return value, one | two
+
+
+def _step(pp: int, groups: int, forward: Any, backward: Any) -> float:
+    """The step of one layout's order on ``groups`` groups of pp micro-batches, by
+    :data:`RUN_GROUPS` (:func:`layout_bubbles`)."""
+    first, most = RUN_GROUPS
+    for run in (first, first + 1):  # the second, of m's parity, where a period of 2 needs it
+        if groups >= 3 and (run == first or (groups - run) % 2 == 0):
+            step, kept = _run(pp, run * pp, forward, backward, keep=True)
+            value, exact = _extend(step, groups, run, kept, None)
+            if exact:
+                return float(value)
+    if groups <= most:
+        return float(_run(pp, groups * pp, forward, backward)[0])
+    run = most + (groups - most) % 2
+    step, kept = _run(pp, run * pp, forward, backward, keep=True)
+    return float(_extend(step, groups, run, kept, None)[0])
+
+
+def _steps(pp: int, groups: Any, forward: Any, backward: Any) -> Any:
+    """:func:`_step` of a batch (``groups`` ``[K]``, times ``[K, pp·v]``): the layouts that take
+    each run, together."""
     xp = namespace(forward)
-    width = forward.shape[1] if xp is not None else len(forward)
-    slot, is_backward, prev, dep, bounds = _program(pp, width // pp, m)
-    spans = list(zip(bounds[:-1], bounds[1:], strict=True))
-    if xp is None:  # one layout, pass by pass in the depth order
-        ends = [0.0] * (len(slot) + 1)
-        for t, (s, b, p, d) in enumerate(zip(slot, is_backward, prev, dep, strict=True)):
-            ends[t] = max(ends[p], ends[d]) + float(backward[s] if b else forward[s])
-        return max(ends[:-1])
-    slot_a, back_a, prev_a, dep_a = _program_arrays(pp, width // pp, m, xp)
-    out = []
-    size = max(1, _BATCH_FLOATS // (len(slot) + 1))
-    for lo in range(0, forward.shape[0], size):
-        k = slice(lo, lo + size)
-        dur = xp.where(back_a[:, None], backward[k].T[slot_a], forward[k].T[slot_a])  # [N, K]
-        ends = xp.zeros((len(slot) + 1, dur.shape[1]))
-        for a, b in spans:  # a depth's passes read only shallower ones
-            ends[a:b] = xp.maximum(ends[prev_a[a:b]], ends[dep_a[a:b]]) + dur[a:b]
-        out.append(xp.max(ends[:-1], axis=0))
-    return xp.concat(out)
+    first, most = RUN_GROUPS
+    out = xp.zeros(forward.shape[0])
+    todo = xp.ones(forward.shape[0], dtype=bool)
+
+    def extend(k: Any, run: int, last: bool) -> Any:
+        step, kept = _run(pp, run * pp, forward[k], backward[k], keep=True)
+        out[k], exact = _extend(step, groups[k], run, kept, xp)
+        settled = xp.zeros_like(todo)
+        settled[k] = exact | last
+        return todo & ~settled
+
+    for run in (first, first + 1):
+        k = todo & (groups >= 3) & ((groups - run) % 2 == 0 if run > first else True)
+        if xp.any(k):
+            todo = extend(k, run, False)
+    small = todo & (groups <= most)
+    for g in sorted(set(groups[small].tolist())):
+        k = small & (groups == g)
+        out[k] = _run(pp, int(g) * pp, forward[k], backward[k])[0]
+    todo = todo & ~small
+    for run in (most, most + 1):
+        k = todo & ((groups - run) % 2 == 0)
+        if xp.any(k):
+            todo = extend(k, run, True)
+    return out
 
 
 def layout_bubbles(pp: int, m: Any, forward: Any, backward: Any, busy: Any) -> Any:
-    """The bubble, in the unit of the times: the step of :func:`interleaved_steps` less ``m`` ×
-    ``busy``, the slowest rank's micro-batch — for one layout (``m``, ``busy`` numbers) or a batch
-    (``[K]`` each, ``[K, pp·v]`` times); up to :data:`EXACT_GROUPS` groups of pp micro-batches
-    the order run whole, beyond from the runs at 2 and 4 groups (module docstring).
+    """The bubble, in the unit of the times: the step of Megatron-Core's interleaved order
+    (:func:`interleaved_steps`) less ``m`` × ``busy``, the slowest rank's micro-batch — for one
+    layout (``m``, ``busy`` numbers) or a batch (``[K]`` each, ``[K, pp·v]`` times), m a multiple
+    of pp. Read off the steady phase of the runs of :data:`RUN_GROUPS` (:func:`_extend`) or the
+    order run whole: exact wherever the steady phase repeats by 32 groups (every layout the
+    tests draw), else a proven upper bound; never below 0 (no rank finishes before its own m
+    micro-batches).
 
     Examples
     --------
@@ -195,25 +348,9 @@ def layout_bubbles(pp: int, m: Any, forward: Any, backward: Any, busy: Any) -> A
     >>> layout_bubbles(4, 8, chunks, [2 * c for c in chunks], 60)  # 507 − 8 × 60
     27.0
     """
-    xp = namespace(forward)
-    if xp is None:
-        if m <= EXACT_GROUPS * pp:
-            return interleaved_steps(pp, m, forward, backward) - m * busy
-        two, four = (interleaved_steps(pp, g * pp, forward, backward) - g * pp * busy
-                     for g in (2, 4))  # fmt: skip
-        return two + (four - two) * (m - 2 * pp) / (2 * pp)
-    out = xp.zeros(forward.shape[0])
-    big = m > EXACT_GROUPS * pp
-    for m_run in sorted(set(m[~big].tolist())):
-        k = m == m_run
-        out[k] = interleaved_steps(pp, m_run, forward[k], backward[k]) - m_run * busy[k]
-    if xp.any(big):
-        two, four = (
-            interleaved_steps(pp, g * pp, forward[big], backward[big]) - g * pp * busy[big]
-            for g in (2, 4)
-        )
-        out[big] = two + (four - two) * (m[big] - 2 * pp) / (2 * pp)
-    return out
+    if namespace(forward) is None:
+        return _step(pp, m // pp, forward, backward) - m * busy
+    return _steps(pp, m // pp, forward, backward) - m * busy
 
 
 @lru_cache(maxsize=4096)
