@@ -491,9 +491,15 @@ def refusal(setting: Setting, **values: Any) -> str:
     >>> refusal(s, framework="deepspeed", zero_stage=2, pp=4).split(" (")[0]
     'zero_stage: 2 with `framework` deepspeed needs pp = 1'
     """
-    for rule in RULES:
-        if all(name in values for name in rule.scope):
-            found = _reason(rule.check, setting, *(values[name] for name in rule.scope))
-            if found:
-                return found
+    for rule in _rules_within(frozenset(values)):
+        found = _reason(rule.check, setting, *(values[name] for name in rule.scope))
+        if found:
+            return found
     return ""
+
+
+@lru_cache(maxsize=256)
+def _rules_within(names: frozenset[str]) -> tuple[Rule, ...]:
+    """The rules of :data:`RULES` whose whole scope is among ``names``, in their order (the
+    search asks :func:`refusal` thousands of times with the same few sets of names)."""
+    return tuple(rule for rule in RULES if all(name in names for name in rule.scope))

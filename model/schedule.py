@@ -20,6 +20,8 @@ The idle time and the micro-batches held that come out are checked against the c
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Callable
 from fractions import Fraction
 from functools import lru_cache
 from math import lcm
@@ -250,11 +252,13 @@ def split_step_time(
     pp: int, m: int, sched: SplitSchedule | str, v: int, times: PassTimes
 ) -> Fraction:
     """``simulate_split(pp, m, sched, v, times).step_time`` (:func:`simulate_split`; the same
-    rules, errors and orders on the same engine), the order run on whole numbers: every pass time
-    times the least common multiple ``D`` of their denominators, the step the last end over
-    ``D``. Exact, and equal: the engine only adds the times and compares the sums
-    (:func:`model.pipeline_sim.run`), and one positive scale keeps every sum and every
-    comparison, where Fractions cost a greatest common divisor at every addition.
+    rules, errors, orders and engine), for the cost model, which asks it of one shape at many
+    ratios of pass times. The engine only adds the pass times and takes maxima
+    (:func:`model.pipeline_sim.run`), so the run of a shape is recorded once as those
+    operations (:func:`_recorded_run`) and replayed on whole numbers: every pass time times the
+    least common multiple ``D`` of their denominators, the step the last end over ``D``. Exact,
+    and equal: one positive scale keeps every sum and every comparison, where Fractions cost a
+    greatest common divisor at every addition.
 
     Examples
     --------
@@ -262,13 +266,57 @@ def split_step_time(
     >>> split_step_time(4, 8, "zb-v", 2, times) == simulate(4, 8, "zb-v", times=times).step_time
     True
     """
-    sched = SplitSchedule(str(sched))
-    parts = [times.of(kind) for kind in "FBIW"] + [times.overlapped]
+    parts = [times.of(kind) for kind in KIND_CODES] + [times.overlapped]
     scale = lcm(*(Fraction(x).denominator for x in parts))
     whole = [int(Fraction(x) * scale) for x in parts]
-    of = dict(zip("FBIW", whole[:4], strict=True))
-    slots = _split_slots(pp, m, sched, v, (of, whole[4]), zero=0)
-    return Fraction(max(s.end for rank in slots for s in rank), scale)
+    first, second, code, ends = _recorded_run(pp, m, SplitSchedule(str(sched)), v)
+    value = [0]
+    for a, b, k in zip(first, second, code, strict=True):
+        if k < 0:  # a maximum, the engine's join: max(x, y) (the first where equal)
+            x, y = value[a], value[b]
+            value.append(x if x >= y else y)
+        else:  # a pass: its start plus its time
+            value.append(value[a] + whole[k])
+    return Fraction(max(map(value.__getitem__, ends)), scale)
+
+
+KIND_CODES = "FBIW"
+"""A pass kind's code in :func:`_recorded_run` (its index); 4 an overlapped F&B block."""
+
+
+class _Recorded:
+    """A time of the recorded run (:func:`_recorded_run`): operation ``i`` of ``ops``."""
+
+    __slots__ = ("i", "ops")
+
+    def __init__(self, i: int, ops: list[tuple[int, int, int]]) -> None:
+        self.i, self.ops = i, ops
+
+    def __add__(self, code: int) -> _Recorded:  # a block's end: its start plus its time
+        self.ops.append((self.i, -1, code))
+        return _Recorded(len(self.ops), self.ops)
+
+
+def _join(a: _Recorded, b: _Recorded) -> _Recorded:
+    a.ops.append((a.i, b.i, -1))
+    return _Recorded(len(a.ops), a.ops)
+
+
+@lru_cache(maxsize=8)  # bounded: pp and m are a user's; an entry holds two operations a pass
+def _recorded_run(
+    pp: int, m: int, sched: SplitSchedule, v: int
+) -> tuple[array[int], array[int], array[int], array[int]]:
+    """The engine's run of ``sched``'s order (:func:`_split_slots`: its rules and errors) as the
+    operations it made on times, in the order it made them (each reads only earlier ones):
+    value ``i + 1`` is ``max(value[first[i]], value[second[i]])`` where ``code[i]`` is −1, else
+    ``value[first[i]]`` plus the time of pass kind ``code[i]`` (:data:`KIND_CODES`, 4 an
+    overlapped block); value 0 is the start, 0. ``ends``: the value of every slot's end."""
+    ops: list[tuple[int, int, int]] = []
+    codes = {kind: KIND_CODES.index(kind) for kind in KIND_CODES}
+    slots = _split_slots(pp, m, sched, v, (codes, 4), zero=_Recorded(0, ops), join=_join)
+    first, second, code = zip(*ops, strict=True) if ops else ((), (), ())
+    ends = [s.end.i for rank in slots for s in rank]
+    return array("q", first), array("q", second), array("q", code), array("q", ends)
 
 
 def _durations(times: PassTimes) -> tuple[dict[str, Fraction], Fraction]:
@@ -283,10 +331,12 @@ def _split_slots(
     v: int,
     durations: tuple[dict[str, Any], Any],
     zero: Any = None,
+    join: Callable[..., Any] = max,
 ) -> tuple[tuple[Slot, ...], ...]:
     """Every rank's slots of ``sched``'s order run on the engine (:func:`simulate_split`'s rules
     and errors), ``durations`` each pass kind's time and an overlapped block's
-    (:func:`_durations`), every rank starting at ``zero`` (:func:`model.pipeline_sim.run`)."""
+    (:func:`_durations`), every rank starting at ``zero``, ``join`` the engine's maximum
+    (:func:`model.pipeline_sim.run`)."""
     check_split_schedule(pp, m, sched, v)
     if 3 * pp * m * v > MAX_PASSES:
         raise InputError(
@@ -300,14 +350,14 @@ def _split_slots(
 
     orders = _split_orders(pp, m, sched, v)
     if sched is SplitSchedule.ZB_H2:
-        return run(pp, pp, loop_stage(pp), duration, orders=orders, zero=zero)
+        return run(pp, pp, loop_stage(pp), duration, orders=orders, zero=zero, join=join)
     if sched is SplitSchedule.ZB_H1:
-        return run(pp, pp * v, loop_stage(pp), duration, orders=orders, zero=zero)
+        return run(pp, pp * v, loop_stage(pp), duration, orders=orders, zero=zero, join=join)
     if sched is SplitSchedule.ZB_V:
-        return run(pp, 2 * pp, v_stage(pp), duration, orders=orders, zero=zero)
+        return run(pp, 2 * pp, v_stage(pp), duration, orders=orders, zero=zero, join=join)
     v_shape = sched is SplitSchedule.DUALPIPE_V
     place = v_stage(pp) if v_shape else dualpipe_stage(pp)
-    return run(pp, 2 * pp if v_shape else pp, place, duration, orders=orders, zero=zero)
+    return run(pp, 2 * pp if v_shape else pp, place, duration, orders=orders, zero=zero, join=join)
 
 
 @lru_cache(maxsize=32)  # bounded: pp and m are a user's; each entry holds the step's passes
