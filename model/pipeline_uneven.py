@@ -27,9 +27,10 @@ forwards and the step is 507, a bubble of 27 where equal chunks give 22.5 (1.2×
 gave a layer back (Llama 3 405B's 126 layers: the end stages hold one fewer) is the lighter for
 it and makes nobody wait.
 
-Every pass waits for the pass before it on its rank and for one pass of a neighbour, so the
-passes run depth by depth (a pass's depth one more than the deeper of those two): one layout
-pass by pass, a batch every layout at once (their array namespace). Up to :data:`EXACT_GROUPS`
+Every pass waits for the pass before it on its rank and for one pass of a neighbour: one
+layout runs pass by pass in the order :func:`model.pipeline_sim.run` places them (the ranks in
+turn, each as far as its inputs are placed: :func:`_passes`), a batch depth by depth (a pass's
+depth one more than the deeper of those two), every layout at once (their array namespace). Up to :data:`EXACT_GROUPS`
 groups of pp micro-batches the order is run whole; beyond, the bubble grows by the same time
 with every two further groups once the steady phase runs (the tests check it against the whole
 order: the growth repeats with a period of one or two groups), so the runs at 2 and 4 groups give every m.
