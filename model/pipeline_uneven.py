@@ -45,6 +45,7 @@ every rank's list, its empty slots dropped, equals :func:`model.schedule.stage_o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from fractions import Fraction
 from functools import lru_cache
 from itertools import accumulate
@@ -133,7 +134,8 @@ def _passes(
         prev += [n, *range(i * size, (i + 1) * size - 1)]
     placed = bytearray(n + 1)
     placed[n] = 1
-    pos, order = [i * size for i in range(pp)], []
+    pos = [i * size for i in range(pp)]
+    order: list[int] = []
     while len(order) < n:  # the ranks in turn, each as far as its inputs are placed
         moved = len(order)
         for i in range(pp):
@@ -198,15 +200,8 @@ def interleaved_steps(pp: int, m: int, forward: Any, backward: Any) -> Any:
     507.0
     """
     xp = namespace(forward)
-    if xp is None:  # one layout, pass by pass in a topological order
-        slot, is_backward, prev, dep, topo = _passes(pp, len(forward) // pp, m)
-        f, b = [float(x) for x in forward], [float(x) for x in backward]
-        dur = [b[s] if back else f[s] for s, back in zip(slot, is_backward, strict=True)]
-        ends = [0.0] * (len(slot) + 1)
-        for t in topo:
-            x, y = ends[prev[t]], ends[dep[t]]
-            ends[t] = (x if x >= y else y) + dur[t]
-        return max(ends[:-1])
+    if xp is None:
+        return _one_layout(pp, m, forward, backward)
     width = forward.shape[1]
     slot, is_backward, prev, dep, bounds = _program(pp, width // pp, m)
     spans = list(zip(bounds[:-1], bounds[1:], strict=True))
@@ -221,6 +216,20 @@ def interleaved_steps(pp: int, m: int, forward: Any, backward: Any) -> Any:
             ends[a:b] = xp.maximum(ends[prev_a[a:b]], ends[dep_a[a:b]]) + dur[a:b]
         out.append(xp.max(ends[:-1], axis=0))
     return xp.concat(out)
+
+
+def _one_layout(pp: int, m: int, forward: Sequence[Any], backward: Sequence[Any]) -> float:
+    """:func:`interleaved_steps` of one layout: its passes in the order the engine places them
+    (:func:`_passes`, every pass after both it reads), each ending at the later of the two ends
+    it waits for (the first where equal, as ``max``) plus its time."""
+    slot, is_backward, prev, dep, topo = _passes(pp, len(forward) // pp, m)
+    f, b = [float(x) for x in forward], [float(x) for x in backward]
+    dur = [b[s] if back else f[s] for s, back in zip(slot, is_backward, strict=True)]
+    ends = [0.0] * (len(slot) + 1)
+    for t in topo:
+        x, y = ends[prev[t]], ends[dep[t]]
+        ends[t] = (x if x >= y else y) + dur[t]
+    return max(ends[:-1])
 
 
 def layout_bubbles(pp: int, m: Any, forward: Any, backward: Any, busy: Any) -> Any:

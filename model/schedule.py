@@ -25,7 +25,7 @@ from collections.abc import Callable
 from fractions import Fraction
 from functools import lru_cache
 from math import lcm
-from typing import Any
+from typing import Any, cast
 
 from trainplan.model.errors import InputError
 from trainplan.model.pipeline import Schedule, check_schedule
@@ -315,7 +315,7 @@ def _recorded_run(
     codes = {kind: KIND_CODES.index(kind) for kind in KIND_CODES}
     slots = _split_slots(pp, m, sched, v, (codes, 4), zero=_Recorded(0, ops), join=_join)
     first, second, code = zip(*ops, strict=True) if ops else ((), (), ())
-    ends = [s.end.i for rank in slots for s in rank]
+    ends = [cast(_Recorded, s.end).i for rank in slots for s in rank]  # the run's own times
     return array("q", first), array("q", second), array("q", code), array("q", ends)
 
 
