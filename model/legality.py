@@ -34,6 +34,7 @@ from trainplan.model.frameworks import (
     check_framework,
     check_framework_recompute,
 )
+from trainplan.model.hash_once import HashOnce
 from trainplan.model.key_rules import check_framework_recipe, check_options, options_given
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.moe_rules import (
@@ -75,7 +76,7 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True)
-class Setting:
+class Setting(HashOnce):
     """What the rules read besides the layout: the model, the recipe and the GPU count the
     degrees must multiply to (None: not checked), the on/off cost options set away from
     their defaults (:func:`model.key_rules.options_given`) and the tensor-parallel overlap
@@ -491,15 +492,9 @@ def refusal(setting: Setting, **values: Any) -> str:
     >>> refusal(s, framework="deepspeed", zero_stage=2, pp=4).split(" (")[0]
     'zero_stage: 2 with `framework` deepspeed needs pp = 1'
     """
-    for rule in _rules_within(frozenset(values)):
-        found = _reason(rule.check, setting, *(values[name] for name in rule.scope))
-        if found:
-            return found
+    for rule in RULES:
+        if all(name in values for name in rule.scope):
+            found = _reason(rule.check, setting, *(values[name] for name in rule.scope))
+            if found:
+                return found
     return ""
-
-
-@lru_cache(maxsize=256)
-def _rules_within(names: frozenset[str]) -> tuple[Rule, ...]:
-    """The rules of :data:`RULES` whose whole scope is among ``names``, in their order (the
-    search asks :func:`refusal` thousands of times with the same few sets of names)."""
-    return tuple(rule for rule in RULES if all(name in names for name in rule.scope))

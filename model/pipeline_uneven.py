@@ -132,6 +132,20 @@ def _passes(
     prev: list[int] = []
     for i in range(pp):  # a rank's first pass follows none
         prev += [n, *range(i * size, (i + 1) * size - 1)]
+    return slot, backward, prev, dep, _placement(pp, size, dep)
+
+
+def _placement(pp: int, size: int, dep: list[int]) -> list[int]:
+    """The passes (rank i's at ``i·size`` on, each waiting for the pass before it on its rank and
+    for ``dep[t]``, ``N = pp·size`` none) in the order :func:`model.pipeline_sim.run` places
+    them: the ranks in turn, each as far as its inputs are placed.
+
+    Raises
+    ------
+    RuntimeError
+        An order that deadlocks (never Megatron-Core's).
+    """
+    n = pp * size
     placed = bytearray(n + 1)
     placed[n] = 1
     pos = [i * size for i in range(pp)]
@@ -147,8 +161,8 @@ def _passes(
             order += range(start, t)
             pos[i] = t
         if moved == len(order):  # pragma: no cover - Megatron-Core's order never deadlocks
-            raise RuntimeError(f"interleaved order deadlocked (pp {pp}, v {v}, m {m})")
-    return slot, backward, prev, dep, order
+            raise RuntimeError(f"interleaved order deadlocked (pp {pp}, {size} passes a rank)")
+    return order
 
 
 @lru_cache(maxsize=256)
