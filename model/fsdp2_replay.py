@@ -177,7 +177,8 @@ def _replay_shape(runs: tuple[Run, ...], reshard_after_forward: bool) -> tuple[A
     for start, width, shown in spans:
         delta: int | None = None
         for occurrence in range(shown):
-            before, gathers = state.key(), state.gathers
+            before = state.key() if occurrence == 1 else None  # only the second is compared
+            gathers = state.gathers
             for i in range(start + occurrence * width, start + (occurrence + 1) * width):
                 state.step(kept[i][0], kept[i][1], windows[i])
             if occurrence == 1 and state.key() == before:
