@@ -41,7 +41,7 @@ class HashOnce:
 
     def __hash__(self) -> int:
         try:
-            return self._hash  # type: ignore[no-any-return]
+            return self._hash  # type: ignore[attr-defined,no-any-return]
         except AttributeError:
             value = hash(
                 tuple(
