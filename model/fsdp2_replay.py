@@ -119,7 +119,7 @@ class _State:
         self.gathers += freed.get(chunk, True)  # the pass's own hooks
         freed[chunk] = False
         # held whole during the pass: the kept chunks not freed, the pass's own among them
-        self.held.add(frozenset(c for c in window if not freed.get(c, True)) | {chunk})
+        self.held.add(frozenset([c for c in window if not freed.get(c, True)] + [chunk]))
         freed[chunk] = self.raf and kind == "F"
 
     def key(self) -> tuple[frozenset[int], tuple[tuple[int, bool], ...]]:
@@ -130,12 +130,15 @@ def _windows(passes: list[Pass]) -> list[frozenset[int]]:
     """The window kept before each of ``passes``: the next :data:`WINDOW` distinct chunks from
     it on."""
     out: list[frozenset[int]] = []
-    first: list[int] = []  # the chunks from a pass on, in the order they first come
+    # the first WINDOW of the chunks from a pass on, in the order they first come: moving a
+    # chunk to the front keeps the others' order, so the first WINDOW after it are the chunk
+    # and the first of those before it — the chunks further back never matter
+    first: list[int] = []
     window: frozenset[int] = frozenset()
     for _, chunk in reversed(passes):
         if not first or first[0] != chunk:
-            first = [chunk, *(c for c in first if c != chunk)]
-            window = frozenset(first[:WINDOW])
+            first = [chunk, *(c for c in first if c != chunk)][:WINDOW]
+            window = frozenset(first)
         out.append(window)
     out.reverse()
     return out
@@ -174,7 +177,8 @@ def _replay_shape(runs: tuple[Run, ...], reshard_after_forward: bool) -> tuple[A
     for start, width, shown in spans:
         delta: int | None = None
         for occurrence in range(shown):
-            before, gathers = state.key(), state.gathers
+            before = state.key() if occurrence == 1 else None  # only the second is compared
+            gathers = state.gathers
             for i in range(start + occurrence * width, start + (occurrence + 1) * width):
                 state.step(kept[i][0], kept[i][1], windows[i])
             if occurrence == 1 and state.key() == before:

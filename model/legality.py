@@ -35,6 +35,7 @@ from trainplan.model.frameworks import (
     check_framework,
     check_framework_recompute,
 )
+from trainplan.model.hash_once import HashOnce
 from trainplan.model.key_rules import check_framework_recipe, check_options, options_given
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.moe_rules import (
@@ -76,7 +77,7 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True)
-class Setting:
+class Setting(HashOnce):
     """What the rules read besides the layout: the model, the recipe and the GPU count the
     degrees must multiply to (None: not checked), the on/off cost options set away from
     their defaults (:func:`model.key_rules.options_given`) and the tensor-parallel overlap

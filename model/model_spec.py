@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from trainplan.model.errors import InputError, ScenarioError
+from trainplan.model.hash_once import HashOnce
 from trainplan.model.hf_config import parse_config_json
 from trainplan.model.hf_families import read_hf_config
 from trainplan.model.params import count_params
@@ -55,7 +56,7 @@ def _config_name(path: Path) -> str:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ModelSpec:
+class ModelSpec(HashOnce):
     """A model: its name, source and either an architecture, a declared size, or both.
 
     With only ``num_params_declared`` (``--params 70B``) the model is *size-only*: model state

@@ -29,6 +29,7 @@ from typing import Any
 
 from trainplan.model.comm_sms import contended_wait
 from trainplan.model.errors import InputError
+from trainplan.model.hash_once import HashOnce
 from trainplan.model.moe import DEEPEP_NVL_PEERS, expert_capacity
 from trainplan.model.rank_groups import members_per_domain_of
 from trainplan.model.xp import exact, floor, is_array, minimum, where
@@ -140,7 +141,7 @@ class EpOverlap(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class MoERun:
+class MoERun(HashOnce):
     """How the MoE layers run (defaults: dropless, balanced, NCCL all-to-all, nothing overlapped —
     what the planner assumed before these mechanisms, and Megatron-Core's defaults apart from its
     ``allgather`` dispatcher, which ep > 1 runs do not use)."""

@@ -14,7 +14,7 @@ time against these formulas.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from enum import StrEnum
 from fractions import Fraction
 from functools import lru_cache
@@ -258,15 +258,22 @@ def microbatches_in_flight(
     return Fraction(flat_in_flight(pp, m, stage, sched is Schedule.GPIPE))
 
 
-def _chunk_counts(done: Any, pp: Any, v: int) -> list[Any]:
+def _chunk_counts(
+    done: Any,
+    pp: Any,
+    v: int,
+    low: Callable[..., Any] = minimum,
+    high: Callable[..., Any] = maximum,
+) -> list[Any]:
     """How many of ``done`` forwards (or backwards) ran the chunk at each position of the block
     order: they run in blocks of pp, block q on position q mod v, so after ``done`` of them
-    position k has ``pp·⌊done/(v·pp)⌋ + clamp(done mod (v·pp) − k·pp, 0, pp)``."""
+    position k has ``pp·⌊done/(v·pp)⌋ + clamp(done mod (v·pp) − k·pp, 0, pp)`` (``low``,
+    ``high``: the min and max; Python's own where every value is a number)."""
     period = v * pp
     laps = done // period
     rest = done - laps * period
     base = laps * pp
-    return [base + minimum(maximum(rest - k * pp, 0), pp) for k in range(v)]
+    return [base + low(high(rest - k * pp, 0), pp) for k in range(v)]
 
 
 def interleaved_peak(
@@ -313,18 +320,19 @@ def interleaved_peak(
     best_w: Any = None
     best_time: Any = None
     best_held: list[Any] | None = None
-    for time, fwd, bwd, valid in states:
-        forwards, backwards = _chunk_counts(fwd, pp, v), _chunk_counts(bwd, pp, v)
+    for time, fwd, bwd, valid in states:  # numbers only (xp.minimum, maximum, where of numbers)
+        forwards, backwards = (
+            _chunk_counts(fwd, pp, v, min, max),
+            _chunk_counts(bwd, pp, v, min, max),
+        )
         held = [forwards[j] - backwards[v - 1 - j] for j in range(v)]
         weight = sum((h * w for h, w in zip(held, chunk_weights, strict=True)), 0)
         if best_w is None:
-            best_w, best_time, best_held = where(valid, weight, -1), time, held
+            best_w, best_time, best_held = weight if valid else -1, time, held
             continue
         assert best_held is not None
-        better = valid & ((weight > best_w) | ((weight == best_w) & (time < best_time)))
-        best_w = where(better, weight, best_w)
-        best_time = where(better, time, best_time)
-        best_held = [where(better, h, b) for h, b in zip(held, best_held, strict=True)]
+        if valid & ((weight > best_w) | ((weight == best_w) & (time < best_time))):
+            best_w, best_time, best_held = weight, time, held
     assert best_held is not None
     return best_w, list(best_held)
 

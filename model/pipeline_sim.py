@@ -247,11 +247,14 @@ def run(
     policy: Policy | None = None,
     join: Callable[..., Any] = max,
     latency: Callable[[int, Entry], Any] | None = None,
+    zero: Any = None,
 ) -> tuple[tuple[Slot, ...], ...]:
     """Simulate one step: each rank runs ``orders[rank]`` (or what ``policy`` picks) as the
     dataflow allows; returns each rank's slots in time order. ``latency(rank, entry)``, when
     given: how long after ``entry`` ends its outputs reach the passes that need them (a send run
-    beside the rank's next pass); none by default.
+    beside the rank's next pass); none by default. ``zero``: the time every rank starts at (a
+    fixed order's), of the durations' kind: ``Fraction(0)`` (None, the default), or ``0`` for
+    whole-number durations (:func:`model.schedule.split_step_time`).
 
     A fixed order needs no clock: every block starts at ``join`` (max) of its rank's free time
     and its inputs' arrival, so ``join`` and the durations may be any max-plus values (the tests
@@ -277,7 +280,7 @@ def run(
             f"passes: {total:,} is over the {MAX_PASSES:,} this timeline simulates; "
             "use fewer micro-batches or stages"
         )
-    pos, free = [0] * ranks, [Fraction(0)] * ranks
+    pos, free = [0] * ranks, [Fraction(0) if zero is None else zero] * ranks
     while total:
         progressed = False
         for rank in range(ranks):

@@ -29,9 +29,10 @@ forwards and the step is 507, a bubble of 27 where equal chunks give 22.5 (1.2×
 gave a layer back (Llama 3 405B's 126 layers: the end stages hold one fewer) is the lighter for
 it and makes nobody wait.
 
-Every pass waits for the pass before it on its rank and for one pass of a neighbour, so the
-passes run depth by depth (a pass's depth one more than the deeper of those two): one layout
-pass by pass, a batch every layout at once (their array namespace). Past its warm-up the order
+Every pass waits for the pass before it on its rank and for one pass of a neighbour, one
+layout runs pass by pass in the order :func:`model.pipeline_sim.run` places them (the ranks in
+turn, each as far as its inputs are placed: :func:`_passes`), a batch depth by depth (a pass's
+depth one more than the deeper of those two), every layout at once (their array namespace). Past its warm-up the order
 is cut into blocks of one group of pp micro-batches: block b holds on rank i the 2·pp·v passes
 from forward ``W_i + i + b·pp·v`` and backward ``i + b·pp·v`` on (:func:`_blocks`, ``W_i`` the
 rank's warm-up). Forward k waits for forward k of the rank before (the first rank's for the last
@@ -62,8 +63,10 @@ every rank's list, its empty slots dropped, equals :func:`model.schedule.stage_o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from fractions import Fraction
 from functools import lru_cache
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
 from trainplan.model.core_spans import group_counts, span_groups
@@ -111,62 +114,114 @@ def _rank_passes(pp: int, v: int, m: int, rank: int) -> tuple[list[int], list[in
     return forward, [warm + 2 * k + 1 if k < total - warm else total + k for k in range(total)]
 
 
-@lru_cache(maxsize=256)
-def _program(pp: int, v: int, m: int) -> tuple[tuple[int, ...], ...]:
+@lru_cache(maxsize=16)
+def _passes(
+    pp: int, v: int, m: int
+) -> tuple[list[int], list[bool], list[int], list[int], list[int]]:
     """Megatron-Core's interleaved order on ``pp`` ranks, ``v`` chunks, ``m`` micro-batches (a
-    multiple of pp) over its ``N = 2·pp·m·v`` passes, grouped by depth (a pass's depth one more
-    than the deeper of the pass before it on its rank and the pass it waits for, so a group's
-    passes read only earlier groups) and numbered in that order: each pass's slot (rank i's
-    chunk c at ``i·v + c``), whether it is a backward, the pass before it on its rank and the
-    pass it waits for (``N``: none), and the bounds of the groups. The wait is
-    :func:`model.pipeline_sim.dependency`'s under the loop placement, by index: forward k reads
-    forward k of the rank before (the first rank's chunk c > 0 the last rank's forward k − pp);
-    backward k reads backward k of the rank after (the last rank's chunk c < v − 1 the first
-    rank's backward k − pp, its last chunk its own forward k + (v − 1)·pp)."""
+    multiple of pp), its ``N = 2·pp·m·v`` passes numbered rank after rank (rank i's position p in
+    its order at ``i·size + p``, ``size = 2·m·v``): each pass's slot (rank i's chunk c at
+    ``i·v + c``), whether it is a backward, the pass before it on its rank and the pass it waits
+    for (``N``: none), and a topological order of the passes (every pass after both), the one
+    :func:`model.pipeline_sim.run` places them in: the ranks in turn, each as far as its inputs
+    are placed. The wait is :func:`model.pipeline_sim.dependency`'s under the loop placement, by
+    index: forward k reads forward k of the rank before (the first rank's chunk c > 0 the last
+    rank's forward k − pp); backward k reads backward k of the rank after (the last rank's chunk
+    c < v − 1 the first rank's backward k − pp, its last chunk its own forward k + (v − 1)·pp).
+    Lists, each built by one comprehension or one pass (pure Python: ``model/`` imports no array
+    library), so pp 128, v 8 (half a million passes) takes a fraction of a second."""
     size, total = 2 * m * v, m * v
     n = pp * size
+    chunk = [(k // pp) % v for k in range(total)]
     ranks = [_rank_passes(pp, v, m, i) for i in range(pp)]
-    slot, backward, dep = [0] * n, [False] * n, [n] * n
-    for i, (fwd, bwd) in enumerate(ranks):
-        for k in range(total):
-            c = (k // pp) % v
-            f_at, b_at = i * size + fwd[k], i * size + bwd[k]
-            slot[f_at], slot[b_at], backward[b_at] = i * v + c, i * v + v - 1 - c, True
-            if i:
-                dep[f_at] = (i - 1) * size + ranks[i - 1][0][k]
-            elif k >= pp:
-                dep[f_at] = (pp - 1) * size + ranks[pp - 1][0][k - pp]
-            if i < pp - 1:
-                dep[b_at] = (i + 1) * size + ranks[i + 1][1][k]
-            elif c:
-                dep[b_at] = ranks[0][1][k - pp]
-            else:
-                dep[b_at] = i * size + ranks[i][0][k + (v - 1) * pp]
-    depth = [0] * (n + 1)
-    placed = [False] * n + [True]
-    pos, left = [0] * pp, n
-    while left:  # the ranks in turn, each as far as its inputs are placed (pipeline_sim.run)
-        moved = left
+    slot: list[int] = []
+    backward: list[bool] = []
+    dep: list[int] = []
+    for i in range(pp):
+        base, warm = i * v, min(2 * (pp - i - 1) + (v - 1) * pp, total)
+        steady = total - warm  # forwards warm … total − 1 beside backwards 0 … total − warm − 1
+        f_slot = [base + c for c in chunk]
+        b_slot = [base + v - 1 - c for c in chunk]
+        if i:
+            f_dep = [(i - 1) * size + at for at in ranks[i - 1][0]]
+        else:
+            last = (pp - 1) * size
+            f_dep = [n] * min(pp, total) + [last + at for at in ranks[pp - 1][0][: total - pp]]
+        if i < pp - 1:
+            b_dep = [(i + 1) * size + at for at in ranks[i + 1][1]]
+        else:
+            own, first = i * size, ranks[0][1]
+            ahead = ranks[i][0]
+            b_dep = [first[k - pp] if c else own + ahead[k + (v - 1) * pp]
+                     for k, c in enumerate(chunk)]  # fmt: skip
+        for f_row, b_row, out in ((f_slot, b_slot, slot), (f_dep, b_dep, dep)):
+            out += f_row[:warm]  # warm-up forwards, then forward warm + j beside backward j
+            out += [x for pair in zip(f_row[warm:], b_row[:steady], strict=True) for x in pair]
+            out += b_row[steady:]  # cool-down backwards
+        backward += [False] * warm + [False, True] * steady + [True] * warm
+    prev: list[int] = []
+    for i in range(pp):  # a rank's first pass follows none
+        prev += [n, *range(i * size, (i + 1) * size - 1)]
+    return slot, backward, prev, dep, _placement(pp, size, dep)
+
+
+def _placement(pp: int, size: int, dep: list[int]) -> list[int]:
+    """The passes (rank i's at ``i·size`` on, each waiting for the pass before it on its rank and
+    for ``dep[t]``, ``N = pp·size`` none) in the order :func:`model.pipeline_sim.run` places
+    them: the ranks in turn, each as far as its inputs are placed.
+
+    Raises
+    ------
+    RuntimeError
+        An order that deadlocks (never Megatron-Core's).
+    """
+    n = pp * size
+    placed = bytearray(n + 1)
+    placed[n] = 1
+    pos = [i * size for i in range(pp)]
+    order: list[int] = []
+    while len(order) < n:  # the ranks in turn, each as far as its inputs are placed
+        moved = len(order)
         for i in range(pp):
-            t, end = i * size + pos[i], (i + 1) * size
+            t = start = pos[i]
+            end = (i + 1) * size
             while t < end and placed[dep[t]]:
-                depth[t] = 1 + max(depth[t - 1] if t > i * size else 0, depth[dep[t]])
-                placed[t] = True
+                placed[t] = 1
                 t += 1
-            left -= t - (i * size + pos[i])
-            pos[i] = t - i * size
-        if moved == left:  # pragma: no cover - Megatron-Core's order never deadlocks
-            raise RuntimeError(f"interleaved order deadlocked (pp {pp}, v {v}, m {m})")
-    order = sorted(range(n), key=depth.__getitem__)  # stable: by depth, then number
+            order += range(start, t)
+            pos[i] = t
+        if moved == len(order):  # pragma: no cover - Megatron-Core's order never deadlocks
+            raise RuntimeError(f"interleaved order deadlocked (pp {pp}, {size} passes a rank)")
+    return order
+
+
+@lru_cache(maxsize=256)
+def _program(pp: int, v: int, m: int) -> tuple[tuple[int, ...], ...]:
+    """:func:`_passes`' order grouped by depth (a pass's depth one more than the deeper of the
+    pass before it on its rank and the pass it waits for, so a group's passes read only earlier
+    groups) and numbered in that order (by depth, then by number): each pass's slot, whether it
+    is a backward, the pass before it on its rank and the pass it waits for (``N``: none), and
+    the bounds of the groups."""
+    slot, backward, prev, dep, topo = _passes(pp, v, m)
+    n = len(slot)
+    depth = [0] * (n + 1)
+    for t in topo:  # every pass after both it reads
+        a, b = depth[prev[t]], depth[dep[t]]
+        depth[t] = (a if a >= b else b) + 1
+    groups: list[list[int]] = [[] for _ in range(max(depth) + 1)]
+    for t in range(n):  # by depth, then number
+        groups[depth[t]].append(t)
+    order = [t for group in groups for t in group]
     renumber = [0] * (n + 1)
     for new, old in enumerate(order):
         renumber[old] = new
     renumber[n] = n
-    prev = [renumber[t - 1] if t % size else n for t in order]
-    bounds = [0] + [j for j in range(1, n) if depth[order[j]] != depth[order[j - 1]]] + [n]
+    bounds = [0, *accumulate(len(group) for group in groups if group)]
+    new_number = renumber.__getitem__
     return (
-        tuple(slot[t] for t in order), tuple(backward[t] for t in order), tuple(prev),
-        tuple(renumber[dep[t]] for t in order), tuple(bounds),
+        tuple(map(slot.__getitem__, order)), tuple(map(backward.__getitem__, order)),
+        tuple(map(new_number, map(prev.__getitem__, order))),
+        tuple(map(new_number, map(dep.__getitem__, order))), tuple(bounds),
     )  # fmt: skip
 
 
@@ -209,8 +264,10 @@ def _run(pp: int, m: int, forward: Any, backward: Any, keep: bool = False) -> tu
     xp = namespace(forward)
     width = forward.shape[1] if xp is not None else len(forward)
     v = width // pp
+    if xp is None and not keep:  # one layout, in the engine's placement order
+        return _one_layout(pp, m, forward, backward), None
     slot, is_backward, prev, dep, bounds = _program(pp, v, m)
-    if xp is None:  # one layout, pass by pass in the depth order
+    if xp is None:  # one layout, pass by pass in the depth order, its blocks' ends kept
         ends = [0.0] * (len(slot) + 1)
         for t, (s, b, p, d) in enumerate(zip(slot, is_backward, prev, dep, strict=True)):
             ends[t] = max(ends[p], ends[d]) + float(backward[s] if b else forward[s])
@@ -331,6 +388,20 @@ def _steps(pp: int, groups: Any, forward: Any, backward: Any) -> Any:
         if xp.any(k):
             todo = extend(k, run, True)
     return out
+
+
+def _one_layout(pp: int, m: int, forward: Sequence[Any], backward: Sequence[Any]) -> float:
+    """:func:`interleaved_steps` of one layout: its passes in the order the engine places them
+    (:func:`_passes`, every pass after both it reads), each ending at the later of the two ends
+    it waits for (the first where equal, as ``max``) plus its time."""
+    slot, is_backward, prev, dep, topo = _passes(pp, len(forward) // pp, m)
+    f, b = [float(x) for x in forward], [float(x) for x in backward]
+    dur = [b[s] if back else f[s] for s, back in zip(slot, is_backward, strict=True)]
+    ends = [0.0] * (len(slot) + 1)
+    for t in topo:
+        x, y = ends[prev[t]], ends[dep[t]]
+        ends[t] = (x if x >= y else y) + dur[t]
+    return max(ends[:-1])
 
 
 def layout_bubbles(pp: int, m: Any, forward: Any, backward: Any, busy: Any) -> Any:

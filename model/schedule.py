@@ -20,7 +20,12 @@ The idle time and the micro-batches held that come out are checked against the c
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Callable
 from fractions import Fraction
+from functools import lru_cache
+from math import lcm
+from typing import Any, cast
 
 from trainplan.model.errors import InputError
 from trainplan.model.pipeline import Schedule, check_schedule
@@ -48,6 +53,7 @@ __all__ = [
     "simulate",
     "simulate_classic",
     "simulate_split",
+    "split_step_time",
     "stage_order",
     "MAX_PASSES",
     "TIMELINE_SCHEDULES",
@@ -238,28 +244,131 @@ def simulate_split(
                 "times t_f, t_b (input gradient) and t_w (weight gradient)"
             )
     v = default_virtual_stages(sched) if v is None else v
-    check_split_schedule(pp, m, sched, v)
     times = times or PassTimes()
+    return Timeline(pp, m, v, sched, times, _split_slots(pp, m, sched, v, _durations(times)))
+
+
+def split_step_time(
+    pp: int, m: int, sched: SplitSchedule | str, v: int, times: PassTimes
+) -> Fraction:
+    """``simulate_split(pp, m, sched, v, times).step_time`` (:func:`simulate_split`; the same
+    rules, errors, orders and engine), for the cost model, which asks it of one shape at many
+    ratios of pass times. The engine only adds the pass times and takes maxima
+    (:func:`model.pipeline_sim.run`), so the run of a shape is recorded once as those
+    operations (:func:`_recorded_run`) and replayed on whole numbers: every pass time times the
+    least common multiple ``D`` of their denominators, the step the last end over ``D``. Exact,
+    and equal: one positive scale keeps every sum and every comparison, where Fractions cost a
+    greatest common divisor at every addition.
+
+    Examples
+    --------
+    >>> times = PassTimes(Fraction(1), Fraction(3, 2), Fraction(2, 3))
+    >>> split_step_time(4, 8, "zb-v", 2, times) == simulate(4, 8, "zb-v", times=times).step_time
+    True
+    """
+    parts = [times.of(kind) for kind in KIND_CODES] + [times.overlapped]
+    scale = lcm(*(Fraction(x).denominator for x in parts))
+    whole = [int(Fraction(x) * scale) for x in parts]
+    first, second, code, ends = _recorded_run(pp, m, SplitSchedule(str(sched)), v)
+    value = [0]
+    for a, b, k in zip(first, second, code, strict=True):
+        if k < 0:  # a maximum, the engine's join: max(x, y) (the first where equal)
+            x, y = value[a], value[b]
+            value.append(x if x >= y else y)
+        else:  # a pass: its start plus its time
+            value.append(value[a] + whole[k])
+    return Fraction(max(map(value.__getitem__, ends)), scale)
+
+
+KIND_CODES = "FBIW"
+"""A pass kind's code in :func:`_recorded_run` (its index); 4 an overlapped F&B block."""
+
+
+class _Recorded:
+    """A time of the recorded run (:func:`_recorded_run`): operation ``i`` of ``ops``."""
+
+    __slots__ = ("i", "ops")
+
+    def __init__(self, i: int, ops: list[tuple[int, int, int]]) -> None:
+        self.i, self.ops = i, ops
+
+    def __add__(self, code: int) -> _Recorded:  # a block's end: its start plus its time
+        self.ops.append((self.i, -1, code))
+        return _Recorded(len(self.ops), self.ops)
+
+
+def _join(a: _Recorded, b: _Recorded) -> _Recorded:
+    a.ops.append((a.i, b.i, -1))
+    return _Recorded(len(a.ops), a.ops)
+
+
+@lru_cache(maxsize=8)  # bounded: pp and m are a user's; an entry holds two operations a pass
+def _recorded_run(
+    pp: int, m: int, sched: SplitSchedule, v: int
+) -> tuple[array[int], array[int], array[int], array[int]]:
+    """The engine's run of ``sched``'s order (:func:`_split_slots`: its rules and errors) as the
+    operations it made on times, in the order it made them (each reads only earlier ones):
+    value ``i + 1`` is ``max(value[first[i]], value[second[i]])`` where ``code[i]`` is −1, else
+    ``value[first[i]]`` plus the time of pass kind ``code[i]`` (:data:`KIND_CODES`, 4 an
+    overlapped block); value 0 is the start, 0. ``ends``: the value of every slot's end."""
+    ops: list[tuple[int, int, int]] = []
+    codes = {kind: KIND_CODES.index(kind) for kind in KIND_CODES}
+    slots = _split_slots(pp, m, sched, v, (codes, 4), zero=_Recorded(0, ops), join=_join)
+    first, second, code = zip(*ops, strict=True) if ops else ((), (), ())
+    ends = [cast(_Recorded, s.end).i for rank in slots for s in rank]  # the run's own times
+    return array("q", first), array("q", second), array("q", code), array("q", ends)
+
+
+def _durations(times: PassTimes) -> tuple[dict[str, Fraction], Fraction]:
+    """(each pass kind's time, an overlapped F&B block's) of ``times``."""
+    return {kind: times.of(kind) for kind in "FBIW"}, times.overlapped
+
+
+def _split_slots(
+    pp: int,
+    m: int,
+    sched: SplitSchedule,
+    v: int,
+    durations: tuple[dict[str, Any], Any],
+    zero: Any = None,
+    join: Callable[..., Any] = max,
+) -> tuple[tuple[Slot, ...], ...]:
+    """Every rank's slots of ``sched``'s order run on the engine (:func:`simulate_split`'s rules
+    and errors), ``durations`` each pass kind's time and an overlapped block's
+    (:func:`_durations`), every rank starting at ``zero``, ``join`` the engine's maximum
+    (:func:`model.pipeline_sim.run`)."""
+    check_split_schedule(pp, m, sched, v)
     if 3 * pp * m * v > MAX_PASSES:
         raise InputError(
             f"stages × microbatches × virtual_stages: {pp}·{m}·{v} is over the "
             f"{MAX_PASSES // 3:,} passes this timeline simulates; use fewer stages, micro-batches or virtual stages"
         )
+    of, block = durations
 
-    def duration(rank: int, entry: Entry) -> Fraction:
-        return times.overlapped if len(entry) > 1 else times.of(entry[0].kind)
+    def duration(rank: int, entry: Entry) -> Any:
+        return block if len(entry) > 1 else of[entry[0].kind]
 
+    orders = _split_orders(pp, m, sched, v)
     if sched is SplitSchedule.ZB_H2:
-        slots = run(pp, pp, loop_stage(pp), duration, orders=zb_h2_orders(pp, m))
-    elif sched is SplitSchedule.ZB_H1:
-        orders = [zb_h1_order(pp, m, v, r) for r in range(pp)]
-        slots = run(pp, pp * v, loop_stage(pp), duration, orders=orders)
-    elif sched is SplitSchedule.ZB_V:
-        orders = [zb_v_order(pp, m, r) for r in range(pp)]
-        slots = run(pp, 2 * pp, v_stage(pp), duration, orders=orders)
-    else:
-        v_shape = sched is SplitSchedule.DUALPIPE_V
-        orders = [dualpipe_order(pp, m, r, v_shape) for r in range(pp)]
-        place = v_stage(pp) if v_shape else dualpipe_stage(pp)
-        slots = run(pp, 2 * pp if v_shape else pp, place, duration, orders=orders)
-    return Timeline(pp, m, v, sched, times, slots)
+        return run(pp, pp, loop_stage(pp), duration, orders=orders, zero=zero, join=join)
+    if sched is SplitSchedule.ZB_H1:
+        return run(pp, pp * v, loop_stage(pp), duration, orders=orders, zero=zero, join=join)
+    if sched is SplitSchedule.ZB_V:
+        return run(pp, 2 * pp, v_stage(pp), duration, orders=orders, zero=zero, join=join)
+    v_shape = sched is SplitSchedule.DUALPIPE_V
+    place = v_stage(pp) if v_shape else dualpipe_stage(pp)
+    return run(pp, 2 * pp if v_shape else pp, place, duration, orders=orders, zero=zero, join=join)
+
+
+@lru_cache(maxsize=32)  # bounded: pp and m are a user's; each entry holds the step's passes
+def _split_orders(pp: int, m: int, sched: SplitSchedule, v: int) -> tuple[tuple[Entry, ...], ...]:
+    """Every rank's order under ``sched`` (:mod:`model.schedule_zb`), built once for every
+    timeline of that shape (the cost model runs one per ratio of pass times)."""
+    if sched is SplitSchedule.ZB_H2:
+        return zb_h2_orders(pp, m)
+    if sched is SplitSchedule.ZB_H1:
+        return tuple(tuple(zb_h1_order(pp, m, v, r)) for r in range(pp))
+    if sched is SplitSchedule.ZB_V:
+        return tuple(tuple(zb_v_order(pp, m, r)) for r in range(pp))
+    v_shape = sched is SplitSchedule.DUALPIPE_V
+    return tuple(tuple(dualpipe_order(pp, m, r, v_shape)) for r in range(pp))

@@ -34,7 +34,7 @@ from trainplan.model.pipeline import (
 )
 from trainplan.model.pipeline_sim import PassTimes
 from trainplan.model.pipeline_zb import check_split_schedule
-from trainplan.model.schedule import simulate
+from trainplan.model.schedule import split_step_time
 from trainplan.model.schedule_support import check_schedule_framework
 from trainplan.model.xp import (
     all_equal,
@@ -192,7 +192,7 @@ def _timeline_step(
     schedule: str, pp: int, m: int, b: Fraction, w: Fraction, fb: Fraction | None
 ) -> Fraction:
     v = timeline_chunks(schedule, LAYOUT_CHUNKS[Schedule(schedule)])
-    return simulate(pp, m, schedule, v, times=PassTimes(Fraction(1), b, w, fb)).step_time
+    return split_step_time(pp, m, schedule, v, PassTimes(Fraction(1), b, w, fb))
 
 
 def simulated_span(

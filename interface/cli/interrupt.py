@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -24,7 +23,8 @@ __all__ = ["Interrupted", "interruptible", "stop_between_tables"]
 
 T = TypeVar("T")
 POLL_S = 0.1
-"""How often the waiting main thread looks whether the search has ended, seconds."""
+"""How often the waiting main thread looks for a Ctrl-C, seconds (the search's end wakes it at
+once)."""
 
 
 class Interrupted(click.ClickException):
@@ -68,7 +68,8 @@ def interruptible(work: Callable[[], T]) -> tuple[T, bool]:
     try:
         seen = 0
         while not done.is_set():
-            time.sleep(POLL_S)  # polled: a Thread.join interrupted by Ctrl-C may misreport
+            done.wait(POLL_S)  # polled (a Thread.join interrupted by Ctrl-C may misreport), and
+            # woken the moment the search ends rather than at the next tick
             if len(presses) > seen:
                 again = len(presses) - seen > 1  # pressed twice between two polls
                 seen = len(presses)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from trainplan.model.errors import LayoutError
 from trainplan.model.pipeline import LAYOUT_CHUNKS, Schedule, check_schedule, timeline_chunks
 from trainplan.model.pipeline_sim import PassTimes
-from trainplan.model.schedule import simulate
+from trainplan.model.schedule import simulate, split_step_time
 from trainplan.model.schedule_cost import (
     check_schedule_domain,
     dualpipe_block,
@@ -53,6 +53,41 @@ def test_span_is_the_timeline(
     expected = _timeline(name, pp, m, 1, b, 1, fb)
     got = split_span(name, pp, m, 1.0, float(b), 1.0, None if fb is None else float(fb))
     assert got == pytest.approx(float(expected), rel=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    name=st.sampled_from(SPLIT),
+    half_pp=st.integers(1, 4),
+    extra=st.integers(0, 6),
+    b=st.fractions(Fraction(1, 10**6), 5, max_denominator=10**6),
+    w=st.fractions(0, 5, max_denominator=10**6),
+    fb_at=st.fractions(0, 1, max_denominator=1000),
+)
+def test_whole_number_run_is_the_fraction_timeline(
+    name: str, half_pp: int, extra: int, b: Fraction, w: Fraction, fb_at: Fraction
+) -> None:
+    """The cost model's timelines run on whole numbers (model.schedule.split_step_time: every
+    time times the least common multiple of the denominators, the ratios' up to 10⁶ as
+    schedule_cost._ratio rounds them) give exactly the Fraction timeline's step, the same type."""
+    pp, v = 2 * half_pp, timeline_chunks(name, LAYOUT_CHUNKS[Schedule(name)])
+    m = 2 * pp + 2 * extra
+    fb = None
+    if name.startswith("dualpipe"):  # within [max(1, b + w), 1 + b + w]
+        low = max(Fraction(1), b + w)
+        fb = low + (1 + b + w - low) * fb_at
+    times = PassTimes(Fraction(1), b, w, fb)
+    got = split_step_time(pp, m, name, v, times)
+    assert type(got) is Fraction
+    assert got == simulate(pp, m, name, v, times=times).step_time
+
+
+def test_whole_number_run_by_hand() -> None:
+    """ZB-H1 at pp 4, m 8 with t_f = 1, t_b = 3/2, t_w = 1/2 (scaled by 2: 2, 3, 1): 8·3 busy
+    + 3·max(1, 3/2, 1 + 3/2 − 1/2) = 24 + 6 = 30 (Qi et al. 2024 Table 2), as the timeline."""
+    times = PassTimes(Fraction(1), Fraction(3, 2), Fraction(1, 2))
+    assert split_step_time(4, 8, "zb-h1", 1, times) == 30
+    assert simulate(4, 8, "zb-h1", 1, times=times).step_time == 30
 
 
 def test_zb_h1_span_by_hand() -> None:
