@@ -1,7 +1,8 @@
 """A new user's findings on the page, in headless Chromium: a form's Enter, or leaving a field
 already sent, sends no second identical request (the RLHF tab sent its ``/api/rlhf`` twice);
 at 390 px the accelerator table's rows stay two lines high (the source column squeezed them to
-ten); a link that leaves a select out keeps its choice. Marked slow and browser; skipped without Chromium or the extras (see conftest)."""
+ten); a link that leaves a select out keeps its choice. Marked slow and browser; skipped
+without Chromium or the extras (see conftest)."""
 
 from __future__ import annotations
 
