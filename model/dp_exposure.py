@@ -99,17 +99,31 @@ def dp_seconds(
     forward_share: Any = None,
     gathered: Any = 1.0,
     again: Any = 0,
+    gather_calls: Any = None,
+    per_domain: Any = 1,
 ) -> DpSeconds:
     """The :class:`DpSeconds` of the mechanism's collectives over ``group`` = dp·cp ranks:
     ``step_bytes`` sent once per step, ``microbatch_bytes`` each micro-batch. Each collective
     the mechanism runs (its reduction, its all-gathers) carries its share of the bytes
     (:meth:`Mechanism.traffic_terms`' bytes per parameter, the all-gathers' × ``gathered``: the
     mean gathered bytes of a parameter over the weight bytes, below 1 where FP8 primary weights
-    gather at a byte, :func:`model.fp8_gathers.fp8_gather_saving`) in ``calls`` equal calls —
-    the framework's buckets (:func:`model.comm.dp_collective_calls`) — each timed by
-    :func:`model.roofline.collective_time` at its own message size (the published bus
-    bandwidth by size inside an NVLink domain, NCCL's latency plus the link's rate across
-    nodes). A micro-batch's all-gathers are equal: the forward's are :func:`phase_gathers`'
+    gather at a byte, :func:`model.fp8_gathers.fp8_gather_saving`): the reduction in ``calls``
+    equal calls — the framework's buckets (:func:`model.comm.dp_collective_calls`) — and each
+    gathering of the weights in ``gather_calls`` (None: ``calls``; DeepSpeed ZeRO-3's fetches,
+    :func:`model.deepspeed_fetches.deepspeed_gather_calls`), so the step's
+    :attr:`~Mechanism.gathers_per_step` gatherings run ``gathers_per_step × gather_calls``
+    calls and a micro-batch's :attr:`~Mechanism.gathers_per_microbatch` (forward, backward)
+    ``gathers_per_microbatch × gather_calls``, each a pass's unit, as the frameworks issue them
+    (torch ``_fully_shard/_fsdp_param_group.py`` at 002a76fb ``FSDPParamGroup.unshard``, called
+    by ``pre_forward`` and again by ``pre_backward`` after ``post_forward``'s ``reshard``;
+    Megatron-LM d98e8a64dd ``megatron_fsdp.py`` ``_pre_forward_param_unshard`` and
+    ``_pre_backward_param_unshard`` → ``AllGatherPipeline.all_gather_params`` per bucket; DeepSpeed
+    38327e07 ``partitioned_param_coordinator.py`` ``fetch_sub_module`` in each pass). Each call
+    is timed by :func:`model.roofline.collective_time` at its own message size (the published
+    bus bandwidth by size inside an NVLink domain, NCCL's latency plus the link's rate across
+    nodes, ``per_domain`` of the group's members in each NVLink domain: its ring's hops
+    between them ride NVLink, :func:`model.roofline.collective_latency`). A micro-batch's
+    all-gathers are equal: the forward's are :func:`phase_gathers`'
     share of them, or ``forward_share`` of them where the mechanism
     :attr:`~Mechanism.regathers_after_forward` (the schedule's,
     :func:`model.fsdp2_pipeline.regather_forward_share`). ``again``: gathers of the weights a
@@ -123,20 +137,24 @@ def dp_seconds(
     mb_kinds = [(reduce, reduce_b if per_mb else 0)]
     mb_kinds.append((Collective.ALL_GATHER, mech.weight_bytes * mech.gathers_per_microbatch))
 
-    def seconds(kinds: list[tuple[Collective, int]], total: Any) -> list[Any]:
+    each = calls if gather_calls is None else gather_calls
+
+    def seconds(kinds: list[tuple[Collective, int]], total: Any, gathers: int) -> list[Any]:
         scaled = [b * (gathered if kind is Collective.ALL_GATHER else 1) for kind, b in kinds]
         per_param = sum(scaled)
         out: list[Any] = [0.0, 0.0]  # (reduction, all-gathers)
         for i, ((kind, b), share) in enumerate(zip(kinds, scaled, strict=True)):
             if b:
-                sent = total * (share / per_param) / calls
-                out[i] = calls * collective_time(kind, group, sent, bandwidth, scaleup, p)
+                n = each * gathers if kind is Collective.ALL_GATHER else calls
+                sent = total * (share / per_param) / n
+                out[i] = n * collective_time(kind, group, sent, bandwidth, scaleup, p, per_domain)
         return out
 
     if is_array(again) or again:  # their bytes out of the step's: again·w of all it sends
         own = sum(b * (gathered if k is Collective.ALL_GATHER else 1) for k, b in step_kinds)
         step_bytes = step_bytes * own / (own + mech.weight_bytes * again * gathered)
-    (reduce_s, gather_s), mb = seconds(step_kinds, step_bytes), seconds(mb_kinds, microbatch_bytes)
+    (reduce_s, gather_s) = seconds(step_kinds, step_bytes, mech.gathers_per_step)
+    mb = seconds(mb_kinds, microbatch_bytes, mech.gathers_per_microbatch)
     again_s = again * gather_s / max(mech.gathers_per_step, 1)
     forward = phase_gathers(mech)[0] / max(mech.gathers_per_microbatch, 1)
     if mech.regathers_after_forward:
