@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from trainplan.model.params import attention_params
 from trainplan.model.specs import Architecture, AttentionKind
 
 __all__ = [
@@ -79,8 +80,6 @@ def layer_fetches(arch: Architecture, tp: int, etp: int, ep: int) -> tuple[tuple
     """
     h, a = arch.hidden_size, arch.num_attention_heads
     if arch.attention is AttentionKind.MLA:
-        from trainplan.model.params import attention_params
-
         assert arch.mla is not None
         out = a * arch.mla.v_head_dim * h
         attention = ((attention_params(arch) - out) // tp, out // tp)

@@ -7,7 +7,9 @@ term (:func:`model.terms.dp_time.dp_group_times`) and the search's tables call t
 functions. Re-exported by :mod:`model.step_time`.
 
 Per-micro-batch traffic pass by pass (:func:`microbatch_exposed_seconds`). The frameworks
-free each unit after its forward and gather it again before its backward (torch
+free each unit after its forward and gather it again before its backward, in calls of its own
+(:func:`dp_seconds`; torch ``FSDPParamGroup.unshard`` from ``pre_forward`` and again from
+``pre_backward``; Megatron-FSDP's per bucket, ``AllGatherPipeline.all_gather_params``) (torch
 ``_fully_shard/_fsdp_param_group.py`` at 002a76fb ``FSDPParamGroup.post_forward`` →
 ``reshard``, ``pre_backward`` → ``unshard``; Megatron-LM ``megatron_fsdp.py`` at d98e8a64dd
 ``_post_forward`` → ``release_module_parameters``, ``_pre_backward_param_unshard``; DeepSpeed
@@ -88,20 +90,10 @@ def phase_gathers(mech: Mechanism) -> tuple[int, int]:
 
 
 def dp_seconds(
-    mech: Mechanism,
-    step_bytes: Any,
-    microbatch_bytes: Any,
-    group: Any,
-    calls: Any,
-    bandwidth: Any,
-    scaleup: Any,
-    p: RooflineParams,
-    forward_share: Any = None,
-    gathered: Any = 1.0,
-    again: Any = 0,
-    gather_calls: Any = None,
-    per_domain: Any = 1,
-) -> DpSeconds:
+    mech: Mechanism, step_bytes: Any, microbatch_bytes: Any, group: Any, calls: Any,
+    bandwidth: Any, scaleup: Any, p: RooflineParams, forward_share: Any = None,
+    gathered: Any = 1.0, again: Any = 0, gather_calls: Any = None, per_domain: Any = 1,
+) -> DpSeconds:  # fmt: skip
     """The :class:`DpSeconds` of the mechanism's collectives over ``group`` = dp·cp ranks:
     ``step_bytes`` sent once per step, ``microbatch_bytes`` each micro-batch. Each collective
     the mechanism runs (its reduction, its all-gathers) carries its share of the bytes
@@ -110,20 +102,14 @@ def dp_seconds(
     gather at a byte, :func:`model.fp8_gathers.fp8_gather_saving`): the reduction in ``calls``
     equal calls — the framework's buckets (:func:`model.comm.dp_collective_calls`) — and each
     gathering of the weights in ``gather_calls`` (None: ``calls``; DeepSpeed ZeRO-3's fetches,
-    :func:`model.deepspeed_fetches.deepspeed_gather_calls`), so the step's
-    :attr:`~Mechanism.gathers_per_step` gatherings run ``gathers_per_step × gather_calls``
-    calls and a micro-batch's :attr:`~Mechanism.gathers_per_microbatch` (forward, backward)
-    ``gathers_per_microbatch × gather_calls``, each a pass's unit, as the frameworks issue them
-    (torch ``_fully_shard/_fsdp_param_group.py`` at 002a76fb ``FSDPParamGroup.unshard``, called
-    by ``pre_forward`` and again by ``pre_backward`` after ``post_forward``'s ``reshard``;
-    Megatron-LM d98e8a64dd ``megatron_fsdp.py`` ``_pre_forward_param_unshard`` and
-    ``_pre_backward_param_unshard`` → ``AllGatherPipeline.all_gather_params`` per bucket; DeepSpeed
-    38327e07 ``partitioned_param_coordinator.py`` ``fetch_sub_module`` in each pass). Each call
-    is timed by :func:`model.roofline.collective_time` at its own message size (the published
-    bus bandwidth by size inside an NVLink domain, NCCL's latency plus the link's rate across
-    nodes, ``per_domain`` of the group's members in each NVLink domain: its ring's hops
-    between them ride NVLink, :func:`model.roofline.collective_latency`). A micro-batch's
-    all-gathers are equal: the forward's are :func:`phase_gathers`'
+    :func:`model.deepspeed_fetches.deepspeed_gather_calls`): the step's
+    :attr:`~Mechanism.gathers_per_step` gatherings in ``gathers_per_step × gather_calls`` calls,
+    a micro-batch's :attr:`~Mechanism.gathers_per_microbatch` in ``gathers_per_microbatch ×
+    gather_calls``, each pass's own (the module docstring). Each call is timed by
+    :func:`model.roofline.collective_time` at its own message size (the published bus
+    bandwidth by size inside an NVLink domain, NCCL's latency plus the link's rate across
+    nodes, the ring's steps between the group's ``per_domain`` members of a domain on NVLink).
+    A micro-batch's all-gathers are equal: the forward's are :func:`phase_gathers`'
     share of them, or ``forward_share`` of them where the mechanism
     :attr:`~Mechanism.regathers_after_forward` (the schedule's,
     :func:`model.fsdp2_pipeline.regather_forward_share`). ``again``: gathers of the weights a

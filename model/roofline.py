@@ -362,12 +362,9 @@ def collective_seconds(
 
     ``latency + sent_bytes / (bandwidth × e_link)``
 
-    Latency, NCCL's model for its ``Simple`` protocol (``src/graph/tuning.cc``): the base latency
-    plus one hop per ring step — ``n − 1`` steps for an all-gather or reduce-scatter,
-    ``2(n − 1)`` for a ring all-reduce; over the network an all-reduce runs as NCCL's tree when
-    that is quicker, ``2·log₂ n`` hops (its bus bandwidth is the ring's, so only the latency
-    differs); an all-to-all and a point-to-point send post their messages at once: one hop.
-    ``group_size`` 1 or no bytes: 0.
+    Latency, NCCL's model for its ``Simple`` protocol (:func:`collective_latency`): the base
+    latency plus one hop per ring step, the tree's where quicker for an all-reduce over the
+    network, one hop for an all-to-all or a send. ``group_size`` 1 or no bytes: 0.
 
     Examples
     --------
@@ -396,17 +393,13 @@ def transfer_seconds(sent_bytes: Any, rate: Any) -> Any:
 def collective_latency(
     kind: Collective, group_size: Any, scaleup: Any, p: RooflineParams, per_domain: Any = 1
 ) -> Any:
-    """The latency part of :func:`collective_seconds`: NCCL's base latency plus its steps
-    (:func:`model.nccl_latency.steps_latency`, ``per_domain`` of the group's members in each
-    NVLink domain; 1: every step over the network), ``n − 1`` ring steps for an all-gather or
-    reduce-scatter, ``2(n − 1)`` or the tree for an all-reduce, one hop for an all-to-all or a
-    send. Element-wise for arrays.
+    """The latency part of :func:`collective_seconds`: NCCL's base latency plus its steps, each
+    at its link's hop latency (:func:`model.nccl_latency.steps_latency`; ``per_domain``: the
+    group's members in each NVLink domain, 1 = every step over the network). Element-wise.
 
     >>> p = RooflineParams(gemm_efficiency=0.7)
     >>> round(collective_latency(Collective.ALL_REDUCE, 1024, False, p) * 1e6, 1)  # tree: 2·10 hops
     288.4
-    >>> round(collective_latency(Collective.ALL_GATHER, 1024, False, p, 18) * 1e6, 1)  # 8.4 + …
-    4080.2
     """
     rings = {Collective.ALL_REDUCE: 2, Collective.ALL_GATHER: 1, Collective.REDUCE_SCATTER: 1}
     steps = steps_latency(
