@@ -2,7 +2,8 @@
 between two ranks of one NVLink domain at NVLink's hop latency, each step between domains at the
 network's (NVIDIA/nccl 5067397c ``src/graph/tuning.cc`` ``ncclTopoTuneModel``). The per-hop
 figures are :class:`model.roofline.RooflineParams`'; :func:`model.roofline.collective_latency`
-adds the base latency. Element-wise for arrays (:mod:`model.xp`). Units: seconds, ranks.
+adds the base latency (and :func:`model.collective_rates.nccl_latency_us`, the tuner's table
+restated by algorithm and protocol, reads the same ring rule). Element-wise for arrays (:mod:`model.xp`). Units: seconds, ranks.
 """
 
 from __future__ import annotations
