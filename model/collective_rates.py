@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from trainplan.model.errors import InputError
 from trainplan.model.kernel_tables import BusBwCurve, BusBwPeak, ExpertAllToAll, NcclLatency
 from trainplan.model.kernels import Interpolated, interpolate_log2
+from trainplan.model.nccl_latency import steps_latency
 
 __all__ = [
     "busbw_factor",
@@ -141,17 +142,16 @@ def _ring_us(
     net: float,
     cpu: str,
 ) -> float:
-    """:func:`nccl_latency_us` of a ring: base + (steps − s_net)·intra + s_net·net, the
-    intra-node hop at least the CPU's network overhead across nodes (×3 for Simple). Not
-    modelled: the ×1.4 plateau NCCL adds to a multi-node Simple ring all-reduce once each rank's
-    share of a channel reaches 64 bytes (``ring_plateau``; it needs the channel count)."""
-    steps = 2 * (ranks - 1) if collective == "all-reduce" else ranks - 1
-    inter = 0 if nodes == 1 else (2 * (nodes - 1) if collective == "all-reduce" else nodes - 1)
+    """:func:`nccl_latency_us` of a ring: base + (steps − s_net)·intra + s_net·net
+    (:func:`model.nccl_latency.steps_latency`, the step time's rule), the intra-node hop at
+    least the CPU's network overhead across nodes (×3 for Simple). Not modelled: the ×1.4
+    plateau NCCL adds to a multi-node Simple ring all-reduce once each rank's share of a
+    channel reaches 64 bytes (``ring_plateau``; it needs the channel count)."""
     if nodes > 1:
         intra = max(intra, lat.net_overhead_us[cpu] * (3 if protocol == "Simple" else 1))
-    return (
-        lat.base_us["ring"][lat.protocols.index(protocol)] + (steps - inter) * intra + inter * net
-    )
+    rounds = 2 if collective == "all-reduce" else 1
+    hops = steps_latency(ranks, nodes == 1, intra, net, rounds=rounds, per_domain=ranks // nodes)
+    return lat.base_us["ring"][lat.protocols.index(protocol)] + float(hops)
 
 
 def _curve(curves: Sequence[BusBwCurve], part: str, collective: str, ranks: int) -> BusBwCurve:

@@ -7,7 +7,9 @@ term (:func:`model.terms.dp_time.dp_group_times`) and the search's tables call t
 functions. Re-exported by :mod:`model.step_time`.
 
 Per-micro-batch traffic pass by pass (:func:`microbatch_exposed_seconds`). The frameworks
-free each unit after its forward and gather it again before its backward (torch
+free each unit after its forward and gather it again before its backward, in calls of its own
+(:func:`dp_seconds`; torch ``FSDPParamGroup.unshard`` from ``pre_forward`` and again from
+``pre_backward``; Megatron-FSDP's per bucket, ``AllGatherPipeline.all_gather_params``) (torch
 ``_fully_shard/_fsdp_param_group.py`` at 002a76fb ``FSDPParamGroup.post_forward`` →
 ``reshard``, ``pre_backward`` → ``unshard``; Megatron-LM ``megatron_fsdp.py`` at d98e8a64dd
 ``_post_forward`` → ``release_module_parameters``, ``_pre_backward_param_unshard``; DeepSpeed
@@ -88,28 +90,26 @@ def phase_gathers(mech: Mechanism) -> tuple[int, int]:
 
 
 def dp_seconds(
-    mech: Mechanism,
-    step_bytes: Any,
-    microbatch_bytes: Any,
-    group: Any,
-    calls: Any,
-    bandwidth: Any,
-    scaleup: Any,
-    p: RooflineParams,
-    forward_share: Any = None,
-    gathered: Any = 1.0,
-    again: Any = 0,
-) -> DpSeconds:
+    mech: Mechanism, step_bytes: Any, microbatch_bytes: Any, group: Any, calls: Any,
+    bandwidth: Any, scaleup: Any, p: RooflineParams, forward_share: Any = None,
+    gathered: Any = 1.0, again: Any = 0, gather_calls: Any = None, per_domain: Any = 1,
+) -> DpSeconds:  # fmt: skip
     """The :class:`DpSeconds` of the mechanism's collectives over ``group`` = dp·cp ranks:
     ``step_bytes`` sent once per step, ``microbatch_bytes`` each micro-batch. Each collective
     the mechanism runs (its reduction, its all-gathers) carries its share of the bytes
     (:meth:`Mechanism.traffic_terms`' bytes per parameter, the all-gathers' × ``gathered``: the
     mean gathered bytes of a parameter over the weight bytes, below 1 where FP8 primary weights
-    gather at a byte, :func:`model.fp8_gathers.fp8_gather_saving`) in ``calls`` equal calls —
-    the framework's buckets (:func:`model.comm.dp_collective_calls`) — each timed by
+    gather at a byte, :func:`model.fp8_gathers.fp8_gather_saving`): the reduction in ``calls``
+    equal calls — the framework's buckets (:func:`model.comm.dp_collective_calls`) — and each
+    gathering of the weights in ``gather_calls`` (None: ``calls``; DeepSpeed ZeRO-3's fetches,
+    :func:`model.deepspeed_fetches.deepspeed_gather_calls`): the step's
+    :attr:`~Mechanism.gathers_per_step` gatherings in ``gathers_per_step × gather_calls`` calls,
+    a micro-batch's :attr:`~Mechanism.gathers_per_microbatch` in ``gathers_per_microbatch ×
+    gather_calls``, each pass's own (the module docstring). Each call is timed by
     :func:`model.roofline.collective_time` at its own message size (the published bus
     bandwidth by size inside an NVLink domain, NCCL's latency plus the link's rate across
-    nodes). A micro-batch's all-gathers are equal: the forward's are :func:`phase_gathers`'
+    nodes, the ring's steps between the group's ``per_domain`` members of a domain on NVLink).
+    A micro-batch's all-gathers are equal: the forward's are :func:`phase_gathers`'
     share of them, or ``forward_share`` of them where the mechanism
     :attr:`~Mechanism.regathers_after_forward` (the schedule's,
     :func:`model.fsdp2_pipeline.regather_forward_share`). ``again``: gathers of the weights a
@@ -123,20 +123,24 @@ def dp_seconds(
     mb_kinds = [(reduce, reduce_b if per_mb else 0)]
     mb_kinds.append((Collective.ALL_GATHER, mech.weight_bytes * mech.gathers_per_microbatch))
 
-    def seconds(kinds: list[tuple[Collective, int]], total: Any) -> list[Any]:
+    each = calls if gather_calls is None else gather_calls
+
+    def seconds(kinds: list[tuple[Collective, int]], total: Any, gathers: int) -> list[Any]:
         scaled = [b * (gathered if kind is Collective.ALL_GATHER else 1) for kind, b in kinds]
         per_param = sum(scaled)
         out: list[Any] = [0.0, 0.0]  # (reduction, all-gathers)
         for i, ((kind, b), share) in enumerate(zip(kinds, scaled, strict=True)):
             if b:
-                sent = total * (share / per_param) / calls
-                out[i] = calls * collective_time(kind, group, sent, bandwidth, scaleup, p)
+                n = each * gathers if kind is Collective.ALL_GATHER else calls
+                sent = total * (share / per_param) / n
+                out[i] = n * collective_time(kind, group, sent, bandwidth, scaleup, p, per_domain)
         return out
 
     if is_array(again) or again:  # their bytes out of the step's: again·w of all it sends
         own = sum(b * (gathered if k is Collective.ALL_GATHER else 1) for k, b in step_kinds)
         step_bytes = step_bytes * own / (own + mech.weight_bytes * again * gathered)
-    (reduce_s, gather_s), mb = seconds(step_kinds, step_bytes), seconds(mb_kinds, microbatch_bytes)
+    (reduce_s, gather_s) = seconds(step_kinds, step_bytes, mech.gathers_per_step)
+    mb = seconds(mb_kinds, microbatch_bytes, mech.gathers_per_microbatch)
     again_s = again * gather_s / max(mech.gathers_per_step, 1)
     forward = phase_gathers(mech)[0] / max(mech.gathers_per_microbatch, 1)
     if mech.regathers_after_forward:

@@ -29,7 +29,8 @@ _SOURCES = {
     Framework.FSDP2: "PyTorch FSDP2 fully_shard, MixedPrecisionPolicy(param_dtype=bf16, "
     "reduce_dtype=fp32) as torchtitan sets it; Llama 3 (arXiv 2407.21783) §3.3.1, §3.3.4",
     Framework.TEXTBOOK: "Rajbhandari et al. 2019 (ZeRO, arXiv 1910.02054) §3.1, §7: 16 B/param "
-    "and one DP exchange per step (steady state, the textbook accounting)",
+    "and one DP exchange per step (steady state, the textbook accounting; ZeRO-2 reduce-scatters "
+    "its 1/D gradients every micro-batch, §5.2)",
 }
 
 
@@ -112,7 +113,24 @@ def _megatron_of(
 
 
 def _textbook(zero_stage: int, w: int, g: int, o: int, regather: bool) -> Mechanism:
-    """The ZeRO paper's steady state (:data:`Framework.TEXTBOOK`)."""
+    """The ZeRO paper's steady state (:data:`Framework.TEXTBOOK`).
+
+    ZeRO-2 holds each gradient at 1/D (Rajbhandari et al. 2020, SC20, §5.2 "P_g": each rank
+    keeps only its partition's gradients, reduced bucket by bucket as the backward makes them)
+    for 2Ψ of traffic a step (§7.2.1: a reduce-scatter of the gradients and an all-gather of
+    the parameters), counted there for one backward a step. With m micro-batches the gradients
+    can stay at 1/D only if every backward reduce-scatters them, as DeepSpeed's ZeRO-2 does
+    (38327e07 ``stage_1_and_2.py``: each gradient's hook calls
+    ``reduce_ready_partitions_and_remove_grads``, which buckets it for ``reduce_ipg_grads`` →
+    ``average_tensor`` whenever ``self.partition_gradients``, ZeRO-2, not only at the
+    accumulation boundary as ZeRO-1): the
+    reduction runs per micro-batch (m·Ψ of gradients a step), the all-gather once a step.
+    Holding the gradients whole instead is ZeRO-1. The same at m = 1.
+
+    >>> z2 = _textbook(2, 2, 2, 12, False)
+    >>> z2.grads_sharded, z2.reduce_per_microbatch, z2.traffic_terms()
+    (2, True, (2, 2))
+    """
     fw, src = Framework.TEXTBOOK, _SOURCES[Framework.TEXTBOOK]
 
     def textbook(name: str, **held: Any) -> Mechanism:
@@ -124,12 +142,16 @@ def _textbook(zero_stage: int, w: int, g: int, o: int, regather: bool) -> Mechan
             weights_full=w, weights_sharded=0, grads_full=g, grads_sharded=0,
             optimizer_full=o, optimizer_sharded=0, all_reduce=True,
         )  # fmt: skip
-    if zero_stage < 3:
+    if zero_stage == 1:
         return textbook(
-            f"ZeRO-{zero_stage} (steady state)",
-            weights_full=w, weights_sharded=0,
-            grads_full=g if zero_stage == 1 else 0, grads_sharded=0 if zero_stage == 1 else g,
-            optimizer_full=0, optimizer_sharded=o, gathers_per_step=1,
+            "ZeRO-1 (steady state)", weights_full=w, weights_sharded=0, grads_full=g,
+            grads_sharded=0, optimizer_full=0, optimizer_sharded=o, gathers_per_step=1,
+        )  # fmt: skip
+    if zero_stage == 2:
+        return textbook(
+            "ZeRO-2 (gradients reduce-scattered every micro-batch)",
+            weights_full=w, weights_sharded=0, grads_full=0, grads_sharded=g,
+            optimizer_full=0, optimizer_sharded=o, reduce_per_microbatch=True, gathers_per_step=1,
         )  # fmt: skip
     return textbook(
         "ZeRO-3 (per-micro-batch gathers)" if regather else "ZeRO-3 (weights gathered twice a step: forward, backward)",

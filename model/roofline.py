@@ -21,9 +21,10 @@ from types import MappingProxyType
 from typing import Any
 
 from trainplan.model.errors import InputError
+from trainplan.model.nccl_latency import steps_latency
 from trainplan.model.nvls import nvls_ring_on_link
 from trainplan.model.part_family import catalogue_part
-from trainplan.model.xp import log2, maximum, minimum, where
+from trainplan.model.xp import log2, maximum, where
 
 __all__ = [
     "RooflineParams",
@@ -361,12 +362,9 @@ def collective_seconds(
 
     ``latency + sent_bytes / (bandwidth × e_link)``
 
-    Latency, NCCL's model for its ``Simple`` protocol (``src/graph/tuning.cc``): the base latency
-    plus one hop per ring step — ``n − 1`` steps for an all-gather or reduce-scatter,
-    ``2(n − 1)`` for a ring all-reduce; over the network an all-reduce runs as NCCL's tree when
-    that is quicker, ``2·log₂ n`` hops (its bus bandwidth is the ring's, so only the latency
-    differs); an all-to-all and a point-to-point send post their messages at once: one hop.
-    ``group_size`` 1 or no bytes: 0.
+    Latency, NCCL's model for its ``Simple`` protocol (:func:`collective_latency`): the base
+    latency plus one hop per ring step, the tree's where quicker for an all-reduce over the
+    network, one hop for an all-to-all or a send. ``group_size`` 1 or no bytes: 0.
 
     Examples
     --------
@@ -392,25 +390,23 @@ def transfer_seconds(sent_bytes: Any, rate: Any) -> Any:
     return where(rate > 0, sent_bytes / rate_or_one, where(sent_bytes > 0, float("inf"), 0.0))
 
 
-def collective_latency(kind: Collective, group_size: Any, scaleup: Any, p: RooflineParams) -> Any:
-    """The latency part of :func:`collective_seconds`: NCCL's base latency plus one hop per
-    step of its algorithm. Element-wise for arrays.
+def collective_latency(
+    kind: Collective, group_size: Any, scaleup: Any, p: RooflineParams, per_domain: Any = 1
+) -> Any:
+    """The latency part of :func:`collective_seconds`: NCCL's base latency plus its steps, each
+    at its link's hop latency (:func:`model.nccl_latency.steps_latency`; ``per_domain``: the
+    group's members in each NVLink domain, 1 = every step over the network). Element-wise.
 
-    Examples
-    --------
     >>> p = RooflineParams(gemm_efficiency=0.7)
     >>> round(collective_latency(Collective.ALL_REDUCE, 1024, False, p) * 1e6, 1)  # tree: 2·10 hops
     288.4
     """
-    hop = where(scaleup, p.scaleup_hop_latency_s, p.scaleout_hop_latency_s)
-    if kind is Collective.ALL_REDUCE:
-        ring = 2 * (group_size - 1) * 1.0
-        steps = where(scaleup, ring, minimum(ring, 2 * log2(maximum(group_size, 1))))
-    elif kind in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER):
-        steps = (group_size - 1) * 1.0
-    else:
-        steps = 1.0
-    return p.collective_base_latency_s + steps * hop
+    rings = {Collective.ALL_REDUCE: 2, Collective.ALL_GATHER: 1, Collective.REDUCE_SCATTER: 1}
+    steps = steps_latency(
+        group_size, scaleup, p.scaleup_hop_latency_s, p.scaleout_hop_latency_s,
+        rounds=rings.get(kind, 0), tree=kind is Collective.ALL_REDUCE, per_domain=per_domain,
+    )  # fmt: skip
+    return p.collective_base_latency_s + steps
 
 
 def ring_share(kind: Collective, group_size: Any) -> Any:
@@ -473,6 +469,7 @@ def collective_time(
     bandwidth: Any,
     scaleup: Any,
     p: RooflineParams,
+    per_domain: Any = 1,
 ) -> Any:
     """:func:`collective_seconds` from plain numbers: floats for one collective, element-wise
     for arrays of layouts (the search's tables), the same operations in the same order.
@@ -483,12 +480,14 @@ def collective_time(
     the whole call, latency included; below the curve's smallest size, the smallest size's time
     (a latency floor). Elsewhere (across nodes, all-to-all, point-to-point, parts without a
     curve) NCCL's latency plus the bytes at the link's efficiency (Hockney's α-β model); an
-    all-reduce NCCL runs as NVLS on these NVLinks (:func:`model.nvls.nvls_ring`) at its speed-up."""
+    all-reduce NCCL runs as NVLS on these NVLinks (:func:`model.nvls.nvls_ring`) at its speed-up.
+    ``per_domain``: the group's members in each NVLink domain, whose ring steps between them
+    ride NVLink (:func:`collective_latency`; 1: every step crosses the network)."""
     efficiency = where(scaleup, p.scaleup_efficiency, p.scaleout_efficiency)
     on = kind is Collective.ALL_REDUCE and p.nvls_allreduce_speedup != 1
     nvls = nvls_ring_on_link(p.part, bandwidth, scaleup, group_size) if on else False
     efficiency = efficiency * where(nvls, p.nvls_allreduce_speedup, 1)
-    seconds = collective_latency(kind, group_size, scaleup, p) + transfer_seconds(
+    seconds = collective_latency(kind, group_size, scaleup, p, per_domain) + transfer_seconds(
         sent_bytes, bandwidth * efficiency
     )
     if p.busbw_curve and kind in _CURVE_KINDS:

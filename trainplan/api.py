@@ -112,7 +112,7 @@ def search(
     >>> import trainplan
     >>> r = trainplan.search(model="llama3-8b", gpus=8, gpu="H100-SXM")
     >>> r.status, r.best.estimate.layout.tp, round(r.best.estimate.step_s)  # seconds per step
-    ('optimal', 1, 230)
+    ('optimal', 1, 231)
 
     (dp 8, ZeRO-3: 45.943 s of gathers and reduce-scatters hidden under the computation cost it
     φ·45.943 = 0.259 × 45.943 = 11.91 s, the NCCL SM charge — NCCL runs them as rings on the

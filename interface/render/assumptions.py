@@ -428,6 +428,11 @@ def _deepspeed_experts_sentence(lay: Layout) -> list[str]:
 def _dp_sentence(mech: Mechanism, lay: Layout, regather: bool) -> str:
     if lay.framework.physical:
         return "the mechanism's own collectives (per micro-batch where it says so)"
+    if lay.zero_stage == 2:
+        return (
+            "ZeRO-2 reduce-scatters its 1/D gradients every micro-batch and all-gathers the "
+            "weights once per step (ZeRO §5.2: gradients held at 1/D are reduced as made)"
+        )
     if lay.zero_stage != 3:
         return "one exchange per step (the textbook convention)"
     if regather:

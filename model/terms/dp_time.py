@@ -31,13 +31,16 @@ from trainplan.model.comm import (
     reduces_beside_compute,
 )
 from trainplan.model.deepspeed_accumulate import accumulate_seconds
+from trainplan.model.deepspeed_fetches import deepspeed_gather_calls
 from trainplan.model.dp_exposure import DpSeconds, dp_exposed_seconds, dp_seconds
+from trainplan.model.frameworks import Framework
 from trainplan.model.fsdp2_pipeline import (
     regather_forward_share,
     runtime_regathers,
     upfront_gather,
 )
 from trainplan.model.memory import FP8_PARAM_BYTES
+from trainplan.model.moe_run import members_per_domain
 from trainplan.model.pipeline_reduce import chunked_param_gathers, reduce_waiting_share
 from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.terms.roofline import axis_link, params_of
@@ -49,7 +52,7 @@ from trainplan.model.terms.traffic import (
     fp8_gathered_params,
     most_layers,
 )
-from trainplan.model.xp import as_float, minimum, where
+from trainplan.model.xp import as_float, maximum, minimum, where
 
 __all__ = [
     "dp_group_seconds",
@@ -67,7 +70,11 @@ def dp_group_seconds(c: Context, f: Fields, mech: Any = None) -> tuple[tuple[DpS
     :func:`model.dp_exposure.dp_seconds` of :func:`model.terms.traffic.dp_group_traffic_bytes`,
     each group split into its own buckets over its own parameters
     (:func:`model.comm.dp_collective_calls`; under ``fsdp2`` one unit per block, the experts one
-    per MoE block); zero seconds for a group of one rank. A mechanism that
+    per MoE block; DeepSpeed ZeRO-3's all-gathers its fetches,
+    :func:`model.deepspeed_fetches.deepspeed_gather_calls`), each ring's steps between members
+    of one NVLink domain on NVLink (:func:`model.moe_run.members_per_domain` of the group's
+    link: the slowest group's members in a domain, :func:`model.roofline.collective_latency`);
+    zero seconds for a group of one rank. A mechanism that
     :attr:`~model.mechanism_record.Mechanism.regathers_after_forward` runs the schedule's share
     of its per-micro-batch gathers in forwards (:func:`model.fsdp2_pipeline.
     regather_forward_share`); under PyTorch's multi-stage runtime the chunks it gathers again
@@ -84,15 +91,22 @@ def dp_group_seconds(c: Context, f: Fields, mech: Any = None) -> tuple[tuple[DpS
         (layers, moe_layers), (f.shard_degree, f.expert_shard_degree), ("dp", "edp"),
     )  # fmt: skip
     narrow = (mech.weight_bytes - FP8_PARAM_BYTES) / mech.weight_bytes
-    for params, fp8, (total, per_mb), units, group, axis in zip(*parts, strict=True):
+    fetches: Any = (None, None)
+    if mech.framework is Framework.DEEPSPEED and mech.zero_stage == 3:
+        fetched = (c.arch,), f.tp, f.expert_tp, f.ep, layers, moe_layers
+        fetches = f.lookup_values(deepspeed_gather_calls, *fetched)
+    for *part, gather_calls in zip(*parts, fetches, strict=True):
+        params, fp8, (total, per_mb), units, group, axis = part
         calls = dp_collective_calls(fw, as_float(params), units, f.dp, overlapped)
         bandwidth, scaleup = axis_link(c, f, axis)
+        link, domain = f.link(axis), c.gpu.nvlink_domain
+        local = members_per_domain(link.nvlink, link.span, link.group_size, domain, link.per_domain)
         on = (group > 1) & (bandwidth > 0)
         gathered = 1 - narrow * as_float(fp8) / where(params > 0, as_float(params), 1.0)
         s = dp_seconds(
             mech, as_float(total - m * per_mb), as_float(per_mb), group, calls,
             where(on, bandwidth, 1.0), scaleup, params_of(c), forward_share=forward, gathered=gathered,
-            again=again,
+            again=again, gather_calls=gather_calls, per_domain=maximum(local, 1),
         )  # fmt: skip
         s = DpSeconds(*(where(on, getattr(s, k.name), 0.0) for k in fields(DpSeconds)))
         out.append((s, calls))

@@ -106,7 +106,15 @@ def test_llama3_70b_tp4_pools_two_segments_and_the_uniform_answer():
     (model/deepspeed_pipe.py: at pp 2 each stage exchanges every other step, 2m transfers and
     2m gathers on the critical path, not 4 and 3 for each of m + pp − 1 cycles, each gather
     with its zeros and clone) 1.348 → 0.913 s: 306.442 → 310.569 s, the same answer (ZeRO-3
-    at dp 8 × tp 8 319.283 s)."""
+    at dp 8 × tp 8 319.283 s).
+
+    DeepSpeed ZeRO-3's all-gathers counted by its fetches (model/deepspeed_fetches.py: 80 layers
+    of 4 weights at tp 8, 107 M elements a layer, beyond 1e9 live: one call a weight, 320 a pass,
+    640 a micro-batch where the 18 reduce buckets carried both passes): 622 calls more a
+    micro-batch at 8.4 + 7 × 14 = 106.4 µs each (one rank a node), 0.968558 → 1.034739 s a
+    micro-batch, 247.951 → 264.893 s a step; uncharged (255 × 0.323491 + 1.034739)/18 = 4.640 s
+    waits, 298.380 s, still the answer with the charge off; charged 0.075191 × 264.893 = 19.918
+    s, 320.557 s, still slower than the answer."""
     assert 476_602_368 == 262_668_288 + 8_192 + 213_925_888
     assert 486_572_032 == 2 * 213_925_888 + 58_720_256
     assert (2 * 476_602_368, 2 * 486_572_032) == (953_204_736, 973_144_064)
@@ -143,12 +151,14 @@ def test_llama3_70b_tp4_pools_two_segments_and_the_uniform_answer():
     assert 293.726 + tp + 0.968 + 0.014 + adds8 == pytest.approx(zero1.step_s, abs=1e-3)
     assert round(zero1.step_s, 3) == 306.151
     assert int(zero1.peak.total_bytes) == 83_475_921_408 > zero1.capacity_bytes
-    zero3 = 293.726 + tp + phi * 247.951 + 0.014  # ZeRO-3 at dp 8 × tp 8, charged
-    assert zero3 == pytest.approx(319.283, abs=1e-3) and zero3 > best.step_s
+    dp3 = 247.951 + 256 * 622 * 106.4e-6  # ZeRO-3's dp traffic, its fetches counted
+    assert dp3 == pytest.approx(264.893, abs=1e-3)
+    zero3 = 293.726 + tp + phi * dp3 + 0.014  # ZeRO-3 at dp 8 × tp 8, charged
+    assert zero3 == pytest.approx(320.557, abs=1e-3) and zero3 > best.step_s
     off = search(build_problem({}, case | {"cluster": {"nccl_sm_charge": False}})).best.estimate
     assert (off.layout.dp, off.layout.tp, off.layout.zero_stage) == (8, 8, 3)
-    exposed = (255 * 0.323491 + 0.968558) / 18
-    assert 293.726 + exposed + 0.014 == pytest.approx(off.step_s, abs=1e-3) == 298.376
+    exposed = (255 * 0.323491 + 0.968558 + 622 * 106.4e-6) / 18
+    assert 293.726 + exposed + 0.014 == pytest.approx(off.step_s, abs=1e-3) == 298.380
 
 
 def test_the_per_stage_answer_counts_the_second_segment():
@@ -192,7 +202,16 @@ def test_the_per_stage_answer_counts_the_second_segment():
     GB/s of bus bandwidth against the ring's 360): the tp 4 ring holds NVLS's credits alone,
     134,217,728 B less (the fit 83,022,347,776 → 82,888,130,048 B, still 8 layers recomputed:
     a ninth kept whole needs 704,643,072 B more), and the cross-entropy's tp 4 all-reduces read
-    the NVLS curve ÷ 480/370: 0.004 s more, 295.092 s."""
+    the NVLS curve ÷ 480/370: 0.004 s more, 295.092 s.
+
+    DeepSpeed ZeRO-3's all-gathers counted by its fetches (model/deepspeed_fetches.py: 4 weights
+    a layer at tp 4, one call each, 640 a micro-batch where the 36 reduce buckets carried both
+    passes) and a ring's latency by its placement (2 ranks on each of 8 nodes: 8.4 + 7 × 14 + 8 ×
+    3.4 = 133.6 µs a call where 218.4 were charged): each of the 128 micro-batches (36 + 640) ×
+    133.6 − (36 + 36) × 218.4 µs = 74.589 ms more, 134.308 → 143.855 s of dp traffic, φ_dp of it
+    21.633 s: 296.528 s. The uniform best, ZeRO-3 dp 64 × tp 1 (full recomputation, b 2),
+    317.796 → 317.716 s (its ring 8 ranks a node: 296.8 µs a call, not 890.4, against its 640
+    fetches a micro-batch): 1.071×."""
     two = trainplan.evaluate(**COMMON_70B, recompute_layers=(2,)).peak
     view = 100_663_296
     lse = 4 * 16 * 8192  # a layer's FP32 softmax statistics (flash-attn's softmax_lse)
@@ -211,9 +230,14 @@ def test_the_per_stage_answer_counts_the_second_segment():
     assert (1 - 1 / 1.314) * 134.308 == pytest.approx(32.095, abs=1e-3)
     assert (1 - 1 / 1.177) * 134.308 == pytest.approx(20.197, abs=1e-3)
     assert (1 - 1 / 1.350) * 13.436 == pytest.approx(3.483, abs=1e-3)
-    step = 303.503 - 32.095 + 20.197 + 3.483 + 0.004  # + the tp 4 cross-entropy rings
+    dp = 134.308 + 128 * ((36 + 640) * 133.6e-6 - (36 + 36) * 218.4e-6)
+    assert dp == pytest.approx(143.855, abs=1e-3)
+    fetches = (1 - 1 / 1.177) * (dp - 134.308)
+    step = 303.503 - 32.095 + 20.197 + 3.483 + 0.004 + fetches  # + the tp 4 cross-entropy rings
+    assert step == pytest.approx(296.528, abs=1e-3)
     assert run.json["per_stage"]["step_s"] == pytest.approx(step, abs=1e-3)
-    assert run.json["per_stage"]["gain"] == pytest.approx(317.796 / 295.092, abs=1e-4)
+    assert run.json["per_stage"]["uniform"]["step_s"] == pytest.approx(317.716, abs=1e-3)
+    assert run.json["per_stage"]["gain"] == pytest.approx(317.716 / 296.528, abs=1e-4)
     assert m["stream_pool_bytes"] == POOL_70B_TP4
     # 72 layers kept whole, each with its softmax statistics and its two masks
     assert 79_234_891_264 - 3 * (738_197_504 - 33_554_432) == 77_120_962_048

@@ -122,9 +122,12 @@ def test_combined_1f1b_pays_hybrideps_sms() -> None:
     """The combined-1F1B case below (Qwen3-30B-A3B, 64 H100s, dp 64, ep 8, m = 16, 1/16
     unpaired, every paired phase hidden) under HybridEP: its 24 SMs in one NVLink domain,
     φ = 0.25926, so exposed = T·(1 + 15·φ)/16 = 0.30556·T (T = 0.81715 s: 0.24969 s), with or
-    without the NCCL charge: the step 4.4132 s (4.4034 s before the rows' probabilities,
-    T = 0.78282 s; 4.3811 s when T was NCCL's rule, 0.70511 s; NCCL's charged all-to-all on
-    its 32 point-to-point blocks: 4.8356 s, DeepEP's 20 SMs: 4.3957 s).
+    without the NCCL charge: the step 4.3835 s (4.4132 s while the dp group's ring calls
+    charged all 63 steps the network's 14 µs where its 64 ranks lie 8 on each of 8 nodes and
+    NCCL's model charges 7: 8.4 + 7 × 14 + 56 × 3.4 = 296.8 µs a call, not 890.4; 4.4034 s
+    before the rows' probabilities, T = 0.78282 s; 4.3811 s when T was NCCL's rule, 0.70511
+    s; NCCL's charged all-to-all on its 32 point-to-point blocks: 4.8059 s, DeepEP's 20 SMs:
+    4.3660 s).
     T: HybridEP sends a token once to each rank holding one of its experts
     (model.moe_dispatch): R = 8·(1 − C(112, 8)/C(128, 8)) = 8·(1 − 475,491,062,970 /
     1,429,702,652,400) = 5.33936 ranks of 16 experts where NCCL sends 8 copies, R/k = 0.66742 of
@@ -152,7 +155,7 @@ def test_combined_1f1b_pays_hybrideps_sms() -> None:
         assert row.seconds == pytest.approx(hidden * moved, abs=5e-6)
         assert row.seconds == pytest.approx(0.81715, abs=5e-6)
         assert row.exposed_seconds == pytest.approx(row.seconds * (1 + 15 * phi) / 16, rel=1e-5)
-        assert est.step_s == pytest.approx(4.4132, abs=5e-5)
+        assert est.step_s == pytest.approx(4.3835, abs=5e-5)
 
 
 def _axis(est, axis: str):  # noqa: ANN001, ANN202 - an Estimate's traffic row
@@ -174,7 +177,8 @@ def test_combined_1f1b_pays_the_dispatchers_sms(
     (dispatch + combine) exposed = T·(1/16 + 15/16·φ): NCCL's all-to-all in one H100 node on
     its 32 point-to-point blocks (the ring's 24 rounded up), φ = 1 − 1/1.542 = 0.35149 with the
     charge, T/16 without (T = 1.06507 s: 1.06507 × 6.27237/16 = 0.41753 s against 0.06657 s,
-    the step 4.5066 → 4.8356 s; 4.7303 s when it was charged NVLS's 16 blocks, 0.23896);
+    the step 4.4769 → 4.8059 s, 4.5066 → 4.8356 s with every dp ring step at 14 µs; 4.7303 s
+    when it was charged NVLS's 16 blocks, 0.23896);
     DeepEP's at 0.24911 either way (T = 0.78014 s, a token sent once to each rank holding one
     of its experts, at DeepEP's H800 kernel rate scaled to the H100's NVLink, model.ep_kernels,
     its forward dispatch's rows with 8 int64 indices and 8 float32 weights, 96 bytes, its
@@ -192,8 +196,8 @@ def test_combined_1f1b_pays_the_dispatchers_sms(
         assert t == pytest.approx(0.77409 * (4 * 4096 + 128) / (4 * 4096), abs=5e-6)
     if dispatcher == "alltoall":
         assert t == pytest.approx(1.06507, abs=5e-6)
-        assert (off.step_s, on.step_s) == (pytest.approx(4.5066, abs=5e-5),
-                                           pytest.approx(4.8356, abs=5e-5))  # fmt: skip
+        assert (off.step_s, on.step_s) == (pytest.approx(4.4769, abs=5e-5),
+                                           pytest.approx(4.8059, abs=5e-5))  # fmt: skip
 
 
 def test_every_layer_kind_pays_the_async_tp_charge() -> None:
@@ -408,27 +412,33 @@ def test_the_charge_prices_megatron_fsdp_per_micro_batch_traffic() -> None:
     tp 4, Megatron-FSDP (ZeRO-3), b 1, B 2048, so m = 2048 / 16 = 128. Megatron-FSDP
     reduce-scatters every micro-batch under optim_grads_params and all-gathers each unit in
     forward and again in backward (Megatron-LM d98e8a64dd megatron_fsdp.py, ``no_sync``), on
-    side streams beside the layers' GEMMs: 201.117 s of dp traffic a step beside 228.833 s of
-    computation. Each micro-batch sends 201.117/128 = 1.5712 s: its forward's gathers, 2 B of
-    the 8 a parameter sends (2 B gathered twice, 4 B of FP32 gradients), 0.3928 s, under the
-    forward's third of the 1.9453 s micro-batch (operations and exposed tp, no recomputation:
-    0.6484 s), the backward's gathers and reduce-scatter, 1.1784 s, under its two thirds,
-    1.2969 s. Uncharged both hide, and each micro-batch waits only for the reduce-scatter of its
-    last of 442 buckets, half its 1.5712 s (4 B of 8), 0.7856/442 = 1.777 ms (Megatron-FSDP
-    waits for every backward's reduce-scatters: ``_root_post_backward`` →
+    side streams beside the layers' GEMMs: 199.080 s of dp traffic a step beside 228.833 s of
+    computation. Each micro-batch sends 1.3782 s of bytes (2 B a parameter gathered for the
+    forward, 2 B again for the backward, 4 B of FP32 gradients) in 442 reduce-scatter buckets
+    and 442 all-gather calls a pass, each call 8.4 + 7 × 14 + 8 × 3.4 = 133.6 µs of NCCL
+    latency (the dp group's 16 ranks 2 on each of 8 nodes: 7 of the ring's 15 steps cross the
+    network): 1.3782 + 1326 × 133.6 µs = 1.5553 s (1.5712 s, 201.117 s a step, when both
+    passes' gathers shared 442 calls at 8.4 + 15 × 14 = 218.4 µs). Its forward's gathers,
+    1.3782/4 + 442 × 133.6 µs = 0.4036 s, under the forward's third of the 1.9453 s
+    micro-batch (operations and exposed tp, no recomputation: 0.6484 s), the backward's
+    gathers and reduce-scatter, 1.1517 s, under its two thirds, 1.2969 s. Uncharged both hide,
+    and each micro-batch waits only for the reduce-scatter of its last of 442 buckets,
+    1.3782/2 + 442 × 133.6 µs = 0.7481 s of it, 0.7481/442 = 1.693 ms (Megatron-FSDP waits for
+    every backward's reduce-scatters: ``_root_post_backward`` →
     ``grad_reduce_pipeline.reset()``), the last micro-batch its last bucket's whole share,
-    1.5712/442 = 3.555 ms: 127 × 1.777 + 3.555 ms = 0.229 s.
+    1.5553/442 = 3.519 ms: 127 × 1.693 + 3.519 ms = 0.218 s.
     Charged, each pass waits φ of its traffic (max(φ·0.3928, 0.3928 − 0.6484), max(φ·1.1784,
     1.1784 − 1.2969)) with φ of the blocks NCCL runs the dp group's all-gathers and
     reduce-scatters on: at tp 4 the dp group of 16 has 2 ranks on each of 8 nodes, a ring of
     2 search channels at 48 GB/s (400 Gb/s NICs behind PCIe Gen5), duplicated to 4 at 24 GB/s,
     doubled by Postset: 8 blocks, φ = 1 − 1/1.177 = 0.15038 (NVLS does not run a reduce-scatter
-    or all-gather across nodes), so 0.15038 × 201.117 = 30.244 s exposed (48.06 s at NVLS's
+    or all-gather across nodes), so 0.15038 × 199.080 = 29.938 s exposed (48.06 s at NVLS's
     16 blocks, 0.23896, as charged before). The tp 4 layers' asynchronous all-gathers and
     reduce-scatters (sequence parallelism) run as rings on the node's 24 channels, φ = 1 −
     1/1.350 = 0.25926: of the tp row's 33.603 s, 20.168 s wait uncharged and the other 13.436 s
     are hidden whole, so charged 20.168 + 0.25926 × 13.436 = 23.651 s wait (+3.483 s). The
-    step 249.244 → 282.742 s (+30.015 + 3.483 s; 300.282 s before). (The cross-entropy's
+    step 249.233 → 282.436 s (+29.720 + 3.483 s; 249.244 → 282.742 s with the 201.117 s of dp
+    traffic, 300.282 s before that). (The cross-entropy's
     all-reduces over the 4 GPUs run as rings, NCCL's tuner: NVLS's 240 GB/s of bus bandwidth
     against the ring's 360, model.nccl_search; tp 33.600 → 33.603 s.)"""
     case = dict(dp=16, tp=4, zero_stage=3, micro_batch_size=1, global_batch_size=2048,
@@ -437,14 +447,18 @@ def test_the_charge_prices_megatron_fsdp_per_micro_batch_traffic() -> None:
     off = Case.of("llama3-70b", "H100-SXM", nccl_sm_charge=False, **case).evaluate()
     dp_on = next(r for r in on.traffic if r.traffic.axis == "dp")
     dp_off = next(r for r in off.traffic if r.traffic.axis == "dp")
-    assert dp_on.seconds == dp_off.seconds == pytest.approx(201.117, abs=5e-4)
-    assert dp_off.exposed_seconds == pytest.approx((127 * 0.78561 + 1.57123) / 442, abs=5e-5)
-    assert dp_on.exposed_seconds == pytest.approx((1 - 1 / 1.177) * 201.117, abs=5e-3)
-    assert off.step_s == pytest.approx(249.244, abs=5e-4)
+    latency = (8.4 + 7 * 14 + 8 * 3.4) * 1e-6
+    wire = 1.57123 - 2 * 442 * (8.4 + 15 * 14) * 1e-6  # a micro-batch's bytes, as before
+    microbatch, reduce_s = wire + 3 * 442 * latency, wire / 2 + 442 * latency
+    assert dp_on.seconds == dp_off.seconds == pytest.approx(128 * microbatch, abs=5e-3)
+    assert dp_on.seconds == pytest.approx(199.080, abs=5e-4)
+    assert dp_off.exposed_seconds == pytest.approx((127 * reduce_s + microbatch) / 442, abs=5e-5)
+    assert dp_on.exposed_seconds == pytest.approx((1 - 1 / 1.177) * dp_on.seconds, abs=5e-3)
+    assert off.step_s == pytest.approx(249.233, abs=5e-4)
     tp_on = next(r for r in on.traffic if r.traffic.axis == "tp")
     tp_off = next(r for r in off.traffic if r.traffic.axis == "tp")
     assert tp_on.seconds == tp_off.seconds == pytest.approx(33.603, abs=5e-4)
     assert tp_off.exposed_seconds == pytest.approx(20.168, abs=5e-4)
     hidden = tp_on.seconds - tp_off.exposed_seconds
     assert tp_on.exposed_seconds == pytest.approx(tp_off.exposed_seconds + (1 - 1 / 1.350) * hidden)
-    assert on.step_s == pytest.approx(282.742, abs=5e-4)
+    assert on.step_s == pytest.approx(282.436, abs=5e-4)

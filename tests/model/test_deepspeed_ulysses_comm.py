@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+import pytest
+
 import trainplan
 from trainplan.model.mechanisms import mechanism
 
@@ -51,14 +53,20 @@ def test_zero2_all_reduces_fp32_and_holds_the_fp32_cast():
     flattened copy 5e8 × 2 B + the copy's FP32 cast 5e8 × 4 B = 4e9 B (was 2e9). The step: 25.366
     → 26.662 s (the all-reduce exposed, overlap_comm off below ZeRO-3), and the 16 backwards'
     copies into the IPG bucket, 16 × 4 B × 8,030,261,248 at the H100's triad (3.35 TB/s ×
-    0.8866) = 0.173 s (model/deepspeed_accumulate.py): 26.835 s."""
+    0.8866) = 0.173 s (model/deepspeed_accumulate.py): 26.835 s with every ring step at the
+    network's 14 µs. NCCL's latency by placement (32 ranks, 8 on each of 4 nodes): the
+    all-reduce's tree 8.4 + 2·(7·3.4 + 2·14) = 112.0 µs, not 148.4; the all-gather 8.4 + 3·14 +
+    28·3.4 = 145.6 µs, not 442.4: 16 × 17 all-reduces and 17 all-gathers (⌈P / 5e8⌉ buckets)
+    save 272 × 36.4 + 17 × 296.8 µs = 14.95 ms: 26.820 s."""
     e = _evaluate(2)
     row = e.traffic[0].traffic
     assert row.collective == "all-reduce (fp32) per micro-batch + all-gather per step"
     assert row.bytes_per_step == Fraction(31, 32) * P * 130 == 1_011_311_025_920
     assert e.stages[0].state.buffers_bytes == 2 * R * 2 + R * 4 == 4 * 10**9
     assert round(e.time_terms.grad_accumulation_s, 3) == 0.173
-    assert round(e.step_s, 3) == 26.835
+    saved = (16 * 17 * (148.4 - 112.0) + 17 * (442.4 - 145.6)) * 1e-6
+    assert saved == pytest.approx(14.95e-3, abs=1e-5)
+    assert round(e.step_s, 3) == round(26.835 - saved, 3) == 26.820
 
 
 def test_zero2_ignores_the_key_allreduce_bucket_forces_fp32():

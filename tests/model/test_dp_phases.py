@@ -44,50 +44,65 @@ def test_phase_gathers_as_each_framework_runs_them():
 
 
 def test_gpt3_175b_megatron_fsdp_by_hand():
-    """GPT-3 175B on 1024 A100-80GB, dp 256 × tp 4, Megatron-FSDP, b 3, m 2. One micro-batch's
-    dp traffic is 8.4748 s over 171 bucket calls a collective (scale-out): per parameter 2 B
+    """GPT-3 175B on 1024 A100-80GB, dp 256 × tp 4, Megatron-FSDP, b 3, m 2. Per parameter 2 B
     gathered for the forward, 2 B again for the backward and 4 B of FP32 gradients
-    reduce-scattered, so the forward's gathers are a quarter, 2.1187 s, and the backward
-    carries 6.3561 s. The micro-batch's compute with its exposed tp collectives, without
+    reduce-scattered, 7.2510 s of bytes a micro-batch at the link's rate. The reduce-scatter
+    runs in 171 bucket calls, and each pass's all-gather in its own 171 (Megatron-FSDP gathers
+    every bucket before the forward and again before the backward), 342 a micro-batch. The dp
+    group's 256 ranks lie 2 on each of 128 nodes, so NCCL's ring crosses the network in 127
+    of its 255 steps (``nInterSteps = nNodes − 1``) and NVLink in the other 128: a call's
+    latency 8.4 + 127 × 14 + 128 × 3.4 = 2221.6 µs (3578.4 µs when every step was charged
+    the network's 14 µs and the two passes' gathers shared 171 calls: 8.4748 s a
+    micro-batch). One micro-batch: 7.2510 + 513 × 2.2216 ms = 8.3907 s; the forward's
+    gathers a quarter of the bytes and 171 calls, 1.8127 + 0.3799 = 2.1926 s, the backward
+    carries 6.1980 s. The micro-batch's compute with its exposed tp collectives, without
     recomputation, is t = (15.813 + 0.880)/2 = 8.3465 s (the tp 4 group's asynchronous
     all-gathers and reduce-scatters charged NCCL's 24 ring blocks of the A100's 108 SMs,
     φ_tp = 0.32075: 0.725 s uncharged + 0.32075 × 0.483 s): the forward's window
-    t/3 = 2.7822 s, the backward's 2t/3 = 5.5643 s. The dp group's 256 ranks lie 2 on each of
-    128 nodes: its all-gathers and reduce-scatters run as rings on 4 blocks (2 search channels
-    at 24 GB/s on 200 Gb/s NICs, no DupChannels under 25 GB/s, Postset ×2), 4·132/108 = 4.889
-    H200 blocks, φ_dp = 0.15038 × 4.889/8 = 0.09190 (tests/model/test_nccl_blocks.py).
+    t/3 = 2.7822 s, the backward's 2t/3 = 5.5643 s. The dp group runs as rings on 4 blocks
+    (2 search channels at 24 GB/s on 200 Gb/s NICs, no DupChannels under 25 GB/s, Postset
+    ×2), 4·132/108 = 4.889 H200 blocks, φ_dp = 0.15038 × 4.889/8 = 0.09190
+    (tests/model/test_nccl_blocks.py).
 
-    The forward's gathers fit its window but hold φ_dp of the SMs: 0.09190 × 2.1187 =
-    0.1947 s; the backward leaves 6.3561 − 5.5643 = 0.7918 s (more than φ_dp × 6.3561 =
-    0.5841 s, its last bucket's reduce-scatter 4.2374/171 = 0.0248 s or, in the last
-    micro-batch, its last bucket's whole share 8.4748/171 = 0.0496 s), in each of the two
-    micro-batches: 2 × 0.9865 = 1.973 s exposed (1.687 s when A100 was charged nothing, the
-    step 18.229 s; before the phases were split, 8.4748 − 8.2688 = 0.206 s a micro-batch,
-    16.953 s). The step 18.670 s."""
+    The forward's gathers fit its window but hold φ_dp of the SMs: 0.09190 × 2.1926 =
+    0.2015 s; the backward leaves 6.1980 − 5.5643 = 0.6337 s (more than φ_dp × 6.1980 =
+    0.5696 s and its last bucket's reduce-scatter), in each of the two micro-batches:
+    2 × 0.8352 = 1.6705 s exposed (1.973 s before). The step 18.367 s (18.670 s before)."""
     est = Case.of("gpt3-175b", "A100-80GB", **GPT3).evaluate()
     dp = next(r for r in est.traffic if r.traffic.axis == "dp")
-    assert dp.seconds == pytest.approx(2 * 8.4748, abs=5e-4)
+    latency = (8.4 + 127 * 14 + 128 * 3.4) * 1e-6
+    assert latency == pytest.approx(2221.6e-6)
+    old_latency = (8.4 + 255 * 14) * 1e-6
+    wire = 8.4748 - 2 * 171 * old_latency  # the bytes, as before
+    assert wire == pytest.approx(7.2510, abs=1e-4)
+    microbatch = wire + (171 + 2 * 171) * latency
+    assert microbatch == pytest.approx(8.3907, abs=1e-4)
+    assert dp.seconds == pytest.approx(2 * microbatch, abs=5e-4)
     phi = (1 - 1 / 1.177) * (4 * 132 / 108) / 8
     assert dict(est.time_terms.sm_shares)["dp"] == pytest.approx(phi)
     assert phi == pytest.approx(0.09190, abs=1e-5)
     t = 8.3465
-    backward = 8.4748 * 3 / 4 - 2 * t / 3
-    assert backward == pytest.approx(0.7918, abs=1e-4)
-    assert 8.4748 / 4 < t / 3 and phi * 8.4748 * 3 / 4 < backward
-    forward = phi * 8.4748 / 4
+    gathers_forward = wire / 4 + 171 * latency
+    backward = microbatch - gathers_forward - 2 * t / 3
+    assert backward == pytest.approx(0.6337, abs=1e-4)
+    assert gathers_forward < t / 3 and phi * (microbatch - gathers_forward) < backward
+    forward = phi * gathers_forward
     assert dp.exposed_seconds == pytest.approx(2 * (forward + backward), abs=5e-4)
-    assert est.step_s == pytest.approx(18.670, abs=5e-4)
+    assert est.step_s == pytest.approx(18.367, abs=5e-4)
 
 
 def test_gpt3_175b_search_answer_moves_to_tp_8():
     """The search's answer with the phases apart: dp 128 × tp 8, still Megatron-FSDP, b 6, m 2,
-    18.254 s, ahead of dp 256 × tp 4's 18.670 s; the search's tables give the evaluator's
-    figure. Its dp group has one rank on each of 128 nodes: 2 ring blocks (1 search channel at
-    24 GB/s, Postset ×2), 2·132/108 = 2.444 H200 blocks, φ = 0.15038 × 2.444/8 = 0.04595. Each
-    micro-batch's backward sends 7.8391 × 3/4 = 5.8793 s, 0.1375 s beyond 2/3 of its
-    micro-batch, less than the φ · 5.8793 = 0.2702 s its blocks cost; the forward's gathers
-    φ · 1.9598 = 0.0901 s: 2 × φ × 7.8391 = 0.720 s of dp exposed (0.275 s, the step 17.504 s,
-    when A100 was charged nothing)."""
+    18.282 s, ahead of dp 256 × tp 4's 18.367 s; the search's tables give the evaluator's
+    figure. Its dp group has one rank on each of 128 nodes: every ring step crosses the
+    network, 8.4 + 127 × 14 = 1786.4 µs a call, in 171 calls for the reduce-scatter and 171
+    for each pass's all-gather: 7.2282 s of bytes + 513 × 1.7864 ms = 8.1446 s a micro-batch
+    (7.8391 s when the two passes' gathers shared 171 calls), the forward's gathers
+    7.2282/4 + 171 × 1.7864 ms = 2.1125 s. 2 ring blocks (1 search channel at 24 GB/s,
+    Postset ×2), 2·132/108 = 2.444 H200 blocks, φ = 0.15038 × 2.444/8 = 0.04595. The
+    micro-batch's window t = 8.7647 s: the backward's 6.0321 s exceeds 2t/3 = 5.8431 s by
+    0.1890 s, less than the φ · 6.0321 = 0.2772 s its blocks cost; the forward's gathers fit
+    t/3 and cost φ · 2.1125 = 0.0971 s: 2 × φ × 8.1446 = 0.748 s of dp exposed."""
     import trainplan
 
     r = trainplan.search(model="gpt3-175b", gpus=1024, gpu="A100-80GB", global_batch=1536)
@@ -95,8 +110,11 @@ def test_gpt3_175b_search_answer_moves_to_tp_8():
     assert (lay.dp, lay.tp, lay.pp, lay.zero_stage, lay.micro_batch_size) == (128, 8, 1, 3, 6)
     dp = next(t for t in r.best.estimate.traffic if t.traffic.axis == "dp")
     phi = (1 - 1 / 1.177) * (2 * 132 / 108) / 8
-    assert dp.exposed_seconds == pytest.approx(2 * phi * 7.8391, abs=5e-4)
-    assert r.best.estimate.step_s == pytest.approx(18.254, abs=5e-4)
+    microbatch = 7.8391 - 2 * 171 * 1786.4e-6 + 513 * 1786.4e-6
+    assert microbatch == pytest.approx(8.1446, abs=1e-4)
+    assert dp.seconds == pytest.approx(2 * microbatch, abs=5e-4)
+    assert dp.exposed_seconds == pytest.approx(2 * phi * microbatch, abs=5e-4)
+    assert r.best.estimate.step_s == pytest.approx(18.282, abs=5e-4)
     assert Case.of("gpt3-175b", "A100-80GB", **GPT3).evaluate().step_s > r.best.estimate.step_s
 
 

@@ -148,15 +148,18 @@ def dp_parts(schedule: str, zero_stage: int = 3, **layout):  # type: ignore[no-u
 def test_exposure_by_hand_a100(schedule):
     """Llama 3 8B on A100-80GB (NCCL's SM charge off, φ = 0: ``nccl_sm_charge=false``), dp 16 × pp 2, s 512, B 256: m = 16.
     The busiest stage's 16 blocks (16 calls a collective, tail 1/16) reduce-scatter their FP32
-    gradients once, R = 81.91 ms, and gather their BF16 weights 17 times, a = 42.70 ms each.
+    gradients once, R = 79.54 ms, and gather their BF16 weights 17 times, a = 40.33 ms each.
+    The dp group's 16 ranks lie 8 on each of 2 nodes: NCCL's ring crosses the network in 1 of
+    its 15 steps, a call's latency 8.4 + 14 + 14 × 3.4 = 70.0 µs (218.4 µs with every step at
+    the network's 14 µs: R = 81.91 ms, a = 42.70 ms, 16 × 148.4 µs more each).
     A micro-batch's window t = 79.47 ms: its forward t/3 = 26.49 ms, its backward 52.98 ms.
 
     * R waits whole after stage 0's last backward (model.pipeline_reduce).
-    * The first forward's gather: max(a − t/3, a/16) = 16.21 ms.
+    * The first forward's gather: max(a − t/3, a/16) = 13.84 ms.
     * 1F1B, each backward's gather: under 2t/3, hidden; the last micro-batch waits a/16 =
-      2.67 ms. Exposed: 81.91 + 16.21 + 2.67 = 100.80 ms; step 1.4637 s.
-    * GPipe, 15/16 of the m gathers in forwards: (15/16)·a − t/3 = 13.55 ms waits in each of
-      the 16 micro-batches, 216.8 ms: 314.86 ms; step 1.6778 s.
+      2.52 ms. Exposed: 79.54 + 13.84 + 2.52 = 95.90 ms; step 1.4588 s.
+    * GPipe, 15/16 of the m gathers in forwards: (15/16)·a − t/3 = 11.32 ms waits in each of
+      the 16 micro-batches, 181.1 ms: 274.49 ms; step 1.6374 s.
 
     Both sent 255.96 GB and left 313.4 ms exposed with two gathers a micro-batch (step
     1.676 s); they send 143.04 GB now."""
@@ -164,22 +167,29 @@ def test_exposure_by_hand_a100(schedule):
     a, reduce_s = d.microbatch_s, d.step_reduce_s
     assert calls == 16 and d.step_forward_s == a  # one gather of the stage's units
     assert (reduce_s, a, t) == (
-        pytest.approx(0.08191, abs=1e-5),
-        pytest.approx(0.04270, abs=1e-5),
+        pytest.approx(0.07954, abs=1e-5),
+        pytest.approx(0.04033, abs=1e-5),
         pytest.approx(0.07947, abs=1e-5),
     )
+    latency = (8.4 + 14 + 14 * 3.4) * 1e-6
+    assert latency == pytest.approx(70.0e-6)
+    old = (8.4 + 15 * 14) * 1e-6
+    assert (reduce_s + 16 * (old - latency), a + 16 * (old - latency)) == (
+        pytest.approx(0.08191, abs=1e-5),
+        pytest.approx(0.04270, abs=1e-5),
+    )
     first = max(a - t / 3, a / 16)
-    assert first == pytest.approx(0.01621, abs=1e-5)
+    assert first == pytest.approx(0.01384, abs=1e-5)
     share = 15 / 16 if schedule == "gpipe" else 0.0
     per_mb = microbatch_exposed_seconds(a, a * share, 0.0, 16, t, 1 / 16)
     if schedule == "gpipe":
         assert per_mb == pytest.approx(16 * (a * 15 / 16 - t / 3))
-        assert dp.exposed_seconds == pytest.approx(0.31486, abs=1e-5)
-        assert est.step_s == pytest.approx(1.6778, abs=1e-4)
+        assert dp.exposed_seconds == pytest.approx(0.27449, abs=1e-5)
+        assert est.step_s == pytest.approx(1.6374, abs=1e-4)
     else:
         assert per_mb == pytest.approx(a / 16)
-        assert dp.exposed_seconds == pytest.approx(0.10080, abs=1e-5)
-        assert est.step_s == pytest.approx(1.4637, abs=1e-4)
+        assert dp.exposed_seconds == pytest.approx(0.09590, abs=1e-5)
+        assert est.step_s == pytest.approx(1.4588, abs=1e-4)
     assert dp.exposed_seconds == pytest.approx(reduce_s + first + per_mb, abs=1e-9)
 
 

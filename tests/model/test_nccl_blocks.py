@@ -85,12 +85,17 @@ def test_a100_zero3_pays_its_ring_channels() -> None:
     search's answer for `trainplan search --model gpt3-175b --gpus 1024 --gpu A100-80GB
     --framework deepspeed`): the dp group's per-micro-batch all-gathers and reduce-scatters run
     on 4 blocks (above) of 108 SMs, 4·132/108 = 4.889 H200 blocks, φ = 0.15038 × 4.889/8 =
-    0.09190; every pass waits φ of its traffic: 0.09190 × 12.136 s = 1.1153 s (0.0931 s
-    uncharged, as A100 was charged before). The tp 4 group's asynchronous all-gathers and
+    0.09190; every pass waits φ of its traffic: 0.09190 × 14.680 s = 1.3491 s (0.1062 s
+    uncharged, as A100 was charged before). The traffic, m = 2: each micro-batch 5.4381 s of
+    bytes, 88 reduce-scatter buckets (⌈43.75e9 / 5e8⌉) and 2 × 384 fetches (4 linears a layer
+    over 96 layers, model.deepspeed_fetches), each call 8.4 + 127 × 14 + 128 × 3.4 = 2221.6 µs
+    of NCCL latency (2 ranks on each of 128 nodes): 2 × (5.4381 + 856 × 2.2216 ms) = 14.680 s
+    (12.136 s when both passes' gathers shared the 88 buckets and every ring step was charged
+    14 µs). The tp 4 group's asynchronous all-gathers and
     reduce-scatters on the node's 24 ring channels: 24·132/108 = 29.333 blocks, φ = 0.25926 +
     (5.333/8)·(0.35149 − 0.25926) = 0.32075: 0.72503 s wait uncharged, the other 1.20825 −
     0.72503 = 0.48322 s are hidden whole, so 0.72503 + 0.32075 × 0.48322 = 0.88002 s. The step
-    16.634 → 17.812 s."""
+    16.648 → 18.045 s."""
     case = dict(num_gpus=1024, dp=256, tp=4, zero_stage=3, framework="deepspeed",
                 micro_batch_size=3, global_batch_size=1536, seq_len=2048)  # fmt: skip
     on = Case.of("gpt3-175b", "A100-80GB", **case).evaluate()
@@ -100,13 +105,16 @@ def test_a100_zero3_pays_its_ring_channels() -> None:
     phi_dp = (1 - 1 / 1.177) * (4 * 132 / 108) / 8
     phi_tp = (1 - 1 / 1.350) + (24 * 132 / 108 - 24) / 8 * ((1 - 1 / 1.542) - (1 - 1 / 1.350))
     assert dict(on.time_terms.sm_shares) == pytest.approx({"dp": phi_dp, "tp": phi_tp})
-    assert dp_on.seconds == pytest.approx(12.13576, abs=5e-5)
+    wire = 12.13576 / 2 - 2 * 88 * (8.4 + 255 * 14) * 1e-6  # the bytes, as before
+    assert wire == pytest.approx(5.43808, abs=1e-5)
+    assert dp_on.seconds == pytest.approx(2 * (wire + (88 + 2 * 384) * 2221.6e-6), abs=5e-5)
+    assert dp_on.seconds == pytest.approx(14.67955, abs=5e-5)
     assert dp_on.exposed_seconds == pytest.approx(phi_dp * dp_on.seconds, rel=1e-9)
-    assert dp_off.exposed_seconds == pytest.approx(0.09313, abs=5e-5)
+    assert dp_off.exposed_seconds == pytest.approx(0.10623, abs=5e-5)
     hidden = tp_on.seconds - tp_off.exposed_seconds
     assert tp_on.exposed_seconds == pytest.approx(tp_off.exposed_seconds + phi_tp * hidden)
-    assert (off.step_s, on.step_s) == (pytest.approx(16.6344, abs=5e-4),
-                                       pytest.approx(17.8116, abs=5e-4))  # fmt: skip
+    assert (off.step_s, on.step_s) == (pytest.approx(16.6475, abs=5e-4),
+                                       pytest.approx(18.0454, abs=5e-4))  # fmt: skip
 
 
 def test_the_output_layer_pays_nccls_share_under_full_overlap() -> None:

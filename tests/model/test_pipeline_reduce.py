@@ -63,28 +63,30 @@ def test_llama3_70b_1f1b_waits_for_the_whole_reduce_scatter_by_hand():
     --schedule 1f1b --global-batch 256``'s answer: dp 4 × tp 4 × pp 4, ZeRO-2, m 64. Its dp
     group spans 2 nodes (scale-out): each of the 20 blocks of the busiest stage reduce-scatters
     its FP32 gradients once a step and all-gathers its BF16 weights once (FSDP2, one call a
-    block), 215.0 ms if nothing overlapped. A call costs NCCL's 8.4 µs + 3 hops × 14 µs =
-    50.4 µs of latency, 40 calls 2.016 ms; the bytes, 215.0 − 2.016 = 212.98 ms, split 4 : 2:
-    the reduce-scatter 1.008 + 141.99 = 143.0 ms, the all-gather 1.008 + 70.99 = 72.0 ms.
+    block), 214.09 ms if nothing overlapped. Its 4 ranks lie 2 on each node, so NCCL's ring
+    crosses the network in 1 of its 3 steps (``ncclTopoTuneModel``: ``nInterSteps = nNodes −
+    1``): a call costs 8.4 µs + 14 µs + 2 × 3.4 µs = 29.2 µs of latency (50.4 µs with every
+    step at 14 µs: 215.0 ms), 40 calls 1.168 ms; the bytes, 214.09 − 1.168 = 212.93 ms, split
+    4 : 2: the reduce-scatter 0.584 + 141.95 = 142.5 ms, the all-gather 0.584 + 70.98 = 71.6 ms.
 
     Before: all of it overlapped, max(φ · 215.0, 215.0 / 20) = 51.4 ms waited (φ 0.239, NVLS's
     count, as charged then). Now the reduce-scatter waits whole after stage 0's last backward
     and the gather keeps its overlap, at φ = 1 − 1/1.177 = 0.15038 (the group's 2 GPUs a node:
-    8 ring blocks): 143.0 + max(φ · 72.0 = 10.8, 72.0 / 20 = 3.6) = 153.8 ms (160.2 ms at
-    0.239); the step 43.178 s (43.184 s at 0.239)."""
+    8 ring blocks): 142.5 + max(φ · 71.6 = 10.8, 71.6 / 20 = 3.6) = 153.3 ms (153.8 ms with
+    every ring step at 14 µs, 160.2 ms at 0.239); the step 43.177 s (43.178 s, 43.184 s)."""
     est = Case.of(**LAYOUT).evaluate()
     dp = next(r for r in est.traffic if r.traffic.axis == "dp")
     c = dp.seconds
-    assert c == pytest.approx(0.2150, abs=5e-5)
-    latency = 20 * (8.4e-6 + 3 * 14e-6)
+    assert c == pytest.approx(0.21494 - 40 * (50.4e-6 - 29.2e-6), abs=5e-6)  # 0.21494 before
+    latency = 20 * (8.4e-6 + 14e-6 + 2 * 3.4e-6)
     reduce_s, gather_s = latency + (c - 2 * latency) * 2 / 3, latency + (c - 2 * latency) / 3
     assert (reduce_s, gather_s) == (
-        pytest.approx(0.1430, abs=1e-4),
-        pytest.approx(0.0720, abs=1e-4),
+        pytest.approx(0.1425, abs=1e-4),
+        pytest.approx(0.0716, abs=1e-4),
     )
     assert dp.exposed_seconds == pytest.approx(reduce_s + PHI_DP * gather_s, abs=5e-5)
-    assert dp.exposed_seconds == pytest.approx(0.1538, abs=1e-4)
-    assert est.step_s == pytest.approx(43.178, abs=1e-3)
+    assert dp.exposed_seconds == pytest.approx(0.1533, abs=1e-4)
+    assert est.step_s == pytest.approx(43.177, abs=1e-3)
 
 
 def test_interleaved_waits_for_its_last_chunk_only():
@@ -112,32 +114,35 @@ MEGATRON = dict(model="llama3-70b", num_gpus=2048, device="H100-SXM", framework=
 
 @pytest.mark.parametrize(
     ("v", "exposed_ms", "step_s"),
-    [(2, 168.78, 3.00587), (4, 115.24, 2.57843), (8, 89.89, 2.41326)],
+    [(2, 151.06, 2.98815), (4, 102.70, 2.56590), (8, 79.73, 2.40310)],
 )
 def test_megatron_interleaved_llama3_70b_by_hand(v, exposed_ms, step_s):
     """Llama 3 70B, dp 128 × tp 4 × pp 4 on 2,048 H100s, ZeRO-1 (the distributed optimizer:
     FP32 gradients reduce-scattered, BF16 weights all-gathered once a step). The busiest stage
     holds 20 layers of 855,654,400 / 4 and the embedding's 128,512 × 8,192 / 4 parameters per
-    GPU: 4.5416e9, in ⌈4.5416e9 / max(4e7, 1e6 · 128)⌉ = 36 buckets. Each call across the
-    128-rank ring pays 8.4 µs + 127 × 14 µs = 1.7864 ms of latency: 36 × 2 calls, L = 64.31 ms
-    a collective; the traffic table's 410.26 ms less 2L leaves 281.64 ms of bytes, split 4 : 2
-    (FP32 gradients, BF16 weights): the reduce-scatter L + 187.76 = 252.07 ms.
+    GPU: 4.5416e9, in ⌈4.5416e9 / max(4e7, 1e6 · 128)⌉ = 36 buckets. The 128-rank ring has 2
+    ranks on each of 64 nodes, so NCCL's model charges 63 of its 127 steps the network's 14 µs
+    and 64 NVLink's 3.4 µs: 8.4 + 882 + 217.6 = 1.1080 ms of latency a call (1.7864 ms with
+    every step at 14 µs: 410.26 ms of dp traffic), 36 × 2 calls, L = 39.888 ms a collective;
+    the traffic table's 361.42 ms less 2L leaves 281.64 ms of bytes, split 4 : 2 (FP32
+    gradients, BF16 weights): the reduce-scatter L + 187.76 = 227.65 ms.
 
     Chunk 0 of rank 0, 252.07 / v, waits whole and the rest keeps its overlap beside the
     computation, which loses φ of its SMs meanwhile — the dp group's 128 ranks lie 2 on each of
     64 nodes (tp 4 inside a node), so its reduce-scatters and all-gathers run as rings on 8
-    blocks, φ = 1 − 1/1.177 = 0.15038: 252.07 / v + φ · (410.26 − 252.07 / v) — v 2: 126.04 +
-    42.74 = 168.78 ms, v 4: 63.02 + 52.22 = 115.24 ms, v 8: 31.51 + 56.96 = 88.47 ms (193.96,
-    146.00, 122.02 ms at NVLS's 16 blocks, 0.239, as charged before).
+    blocks, φ = 1 − 1/1.177 = 0.15038: 227.65 / v + φ · (361.42 − 227.65 / v) — v 2: 113.82 +
+    37.23 = 151.06 ms, v 4: 56.91 + 45.79 = 102.70 ms, v 8: 28.46 + 50.07 = 78.53 ms (168.78,
+    115.24, 88.47 ms with every ring step at 14 µs; 193.96, 146.00, 122.02 ms at NVLS's 16
+    blocks, 0.239, as charged before that).
 
-    The all-gathers, 410.26 − 252.07 = 158.19 ms, Megatron-Core's interleaved schedule launches
+    The all-gathers, 361.42 − 227.65 = 133.77 ms, Megatron-Core's interleaved schedule launches
     chunk by chunk (model.pipeline_reduce.chunked_param_gathers: chunks 0 and 1 before the first
     forward, chunk k + 1 at chunk k's first forward, pp = 4 micro-batches a chunk at a time):
-    158.19 / v a chunk, one micro-batch 513.92 ms (t), a chunk's forward t / (3v). At v 2 and 4
-    every window holds its chunk (v 4: 39.55 ms under 42.83, 3 × 42.83 and 4 × 42.83), so each
-    waits φ of itself, as above; at v 8 chunk 0's 19.77 ms fit its one forward of 21.41 ms, but
-    its first bucket, 158.19 / 36 = 4.394 ms, waits whole (nothing runs before it) where φ ×
-    19.77 = 2.974 ms was charged: + 1.420 ms, 89.89 ms, step 2.41184 → 2.41326 s.
+    133.77 / v a chunk, one micro-batch 513.92 ms (t), a chunk's forward t / (3v). At v 2 and 4
+    every window holds its chunk (v 4: 33.44 ms under 42.83, 3 × 42.83 and 4 × 42.83), so each
+    waits φ of itself, as above; at v 8 chunk 0's 16.72 ms fit its one forward of 21.41 ms, but
+    its first bucket, 133.77 / 36 = 3.716 ms, waits whole (nothing runs before it) where φ ×
+    16.72 = 2.514 ms was charged: + 1.201 ms, 79.73 ms.
 
     NCCL's SM charge reaches the layers' and the output layer's asynchronous tp 4 collectives
     too (model.step_time.kind_parts): of the busiest stage's 265.14 ms of tp collectives a step
@@ -147,19 +152,20 @@ def test_megatron_interleaved_llama3_70b_by_hand(v, exposed_ms, step_s):
     channels, φ = 1 − 1/1.350 = 0.25926, so 0.25926 × 106.92 = 27.72 ms more waits: tp exposed
     158.22 → 185.94 ms at every v. The step pays it on every micro-batch of the schedule's
     m + (pp − 1)/v = 4 + 3/v passes, × (1 + 3/(4v)), and the dp row's growth over the uncharged
-    once: 3.006 s, 2.578 s, 2.382 s (3.028, 2.606, 2.413 s before). At v 8 the 20 layers of a
-    rank split into chunks of 2 and 3 layers, whose bubble is read off Megatron-Core's order
-    (model.pipeline_uneven) rather than the equal chunks' (pp − 1)/v: 2.382 → 2.412 s. (The
+    once: 2.988 s, 2.566 s and, the 20 layers of a rank split at v 8 into chunks of 2 and 3
+    layers whose bubble is read off Megatron-Core's order (model.pipeline_uneven), 2.403 s
+    (3.006, 2.578, 2.413 s with every dp ring step at 14 µs). (The
     cross-entropy's all-reduces over the 4 GPUs of tp run as rings, NCCL's tuner: NVLS's 240
     GB/s of bus bandwidth against the ring's 360, model.nccl_search: tp 265.04 → 265.14 ms,
     the steps 0.1 ms longer.)"""
     est = Case.of(**MEGATRON, virtual_stages=v).evaluate()
     dp = next(r for r in est.traffic if r.traffic.axis == "dp")
     c = dp.seconds
-    assert c == pytest.approx(0.41026, abs=1e-5)
-    latency = 36 * (8.4e-6 + 127 * 14e-6)
+    latency = 36 * (8.4e-6 + 63 * 14e-6 + 64 * 3.4e-6)
+    assert c - 2 * latency == pytest.approx(0.41026 - 2 * 36 * (8.4e-6 + 127 * 14e-6), abs=1e-5)
+    assert c == pytest.approx(0.36142, abs=1e-5)
     reduce_s = latency + (c - 2 * latency) * 2 / 3
-    assert reduce_s == pytest.approx(0.25207, abs=1e-5)
+    assert reduce_s == pytest.approx(0.22765, abs=1e-5)
     waits = reduce_s / v
     gathers = c - reduce_s
     chunk = gathers / v  # a chunk's all-gathers; each chunk's window holds it (docstring)
