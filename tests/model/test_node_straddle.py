@@ -166,11 +166,13 @@ def test_ten_h100s_hold_the_channels_of_their_one_dp_group():
     52 MiB of set-up, 148 MiB, plus 2 MiB of NVLS credits (≥ 2 ranks share a node): 3 × 150 =
     450 MiB. Counting one repeat (40 ranks) charged 16 channels, 192 + 100 + 2 = 294 MiB each,
     882 MiB. The step's exposed dp time falls with the ring's SM share (8 blocks, not 16):
-    3.5425 s → 3.4977 s. The search's tables agree term by term."""
+    3.5425 s → 3.4977 s (3.4945 s since the ring's latency counts only its one step between
+    the two nodes at the network's, model/nccl_latency.py). The search's tables agree term by
+    term."""
     case = Case.of("llama3-8b", "H100-SXM", global_batch_size=40)
     est = Case.of("llama3-8b", "H100-SXM", global_batch_size=40, dp=10, num_gpus=10).evaluate()
     assert est.stages[0].communicator_bytes == 3 * (8 * 12 + (8 * 3 + 2) * 2 + 2) * MIB
     assert 3 * (8 * 12 + (8 * 3 + 2) * 2 + 2) == 450
-    assert est.step_s == pytest.approx(3.4977, abs=5e-4)
+    assert est.step_s == pytest.approx(3.4945, abs=5e-4)
     for got in _tables_agree(case, 10, cp=1, pp=1):
         assert got.stages[0].communicator_bytes == 450 * MIB
