@@ -154,7 +154,8 @@ def _kernel_flops(curve: AttentionCurve, seq_len: int) -> float:
 
 def _least_squares(rows: Sequence[tuple[float, float]]) -> tuple[float, float]:
     """(a, b) minimising Σ(a·x + b·y − 1)² over ``rows`` of (x, y) (each row divided by its
-    time: the relative error); the 2 × 2 normal equations."""
+    time: the relative error); the 2 × 2 normal equations (``model`` imports no numpy,
+    ``tests/test_imports.py``: two unknowns need no solver)."""
     sxx = sum(x * x for x, _ in rows)
     syy = sum(y * y for _, y in rows)
     sxy = sum(x * y for x, y in rows)
