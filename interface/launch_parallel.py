@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from trainplan.model.layout import Layout
 from trainplan.model.moe_run import Dispatcher, EpOverlap
+from trainplan.model.part_family import FAMILY
 from trainplan.model.recompute_modules import DEFAULT_RECOMPUTE_MODULES
 from trainplan.model.specs import TrainingSpec
 
@@ -17,8 +18,9 @@ __all__ = [
     "megatron_run_flags",
 ]
 
-BLACKWELL_PARTS = frozenset({"B200", "B300", "GB200", "GB300"})
-"""The catalogue parts of CUDA compute capability 10 or more (NVIDIA's "CUDA GPUs - Compute
+BLACKWELL_PARTS = frozenset(part for part, family in FAMILY.items() if family == "blackwell")
+"""The catalogue parts of CUDA compute capability 10 or more, the Blackwell family of
+:data:`model.part_family.FAMILY` (NVIDIA's "CUDA GPUs - Compute
 Capability" table: B200 and GB200 10.0, B300 and GB300 10.3): Megatron-LM's
 ``get_device_arch_version`` (``megatron/training/utils/common_utils.py``, the device's
 ``major``) is 10 there; every other NVIDIA part of the catalogue is 9 or less (H100, H200,
