@@ -40,7 +40,7 @@ from trainplan.model.pipeline_zb import SplitSchedule
 from trainplan.model.schedule import TIMELINE_SCHEDULES, simulate
 from trainplan.model.schedule_support import INTERLEAVED_V1, check_schedule_framework
 from trainplan.model.specs import Architecture
-from trainplan.model.units import Limit, parse_count, parse_number
+from trainplan.model.units import Limit, check_limit, parse_count, parse_number
 
 __all__ = [
     "pipeline_report",
@@ -394,12 +394,7 @@ def _ckpt_layers(layers: Any) -> int:
         Not a number, not a whole one, below 1, or above 1,000.
     """
     value = parse_number(layers, "layers")
-    if value > CKPT_LAYERS.maximum:
-        shown = layers if isinstance(layers, str) else f"{value:,}"
-        raise InputError(
-            f"layers: {shown} is above the limit of {CKPT_LAYERS.maximum:,} {CKPT_LAYERS.unit} "
-            f"({CKPT_LAYERS.why})"
-        )
+    check_limit("layers", value, layers if isinstance(layers, str) else None, CKPT_LAYERS)
     return parse_count(layers, "layers")
 
 

@@ -183,9 +183,11 @@ def limit_for(name: str) -> Limit | None:
     return LIMITS.get(_LIMIT_ALIASES.get(key, key))
 
 
-def check_limit(name: str, value: Fraction | int, text: object = None) -> None:
-    """Refuse a size or count above its :data:`LIMITS` entry (nothing happens for a parameter
-    without one).
+def check_limit(
+    name: str, value: Fraction | int, text: object = None, limit: Limit | None = None
+) -> None:
+    """Refuse a size or count above ``limit`` (a :class:`Limit`), else its :data:`LIMITS` entry
+    (nothing happens for a parameter without one).
 
     Raises
     ------
@@ -201,12 +203,10 @@ def check_limit(name: str, value: Fraction | int, text: object = None) -> None:
     ...
     trainplan.model.errors.InputError: --seq-len: 1e26 is above the limit of 16,777,216 tokens (2^24 ...)
     """
-    limit = limit_for(name)
+    limit = limit or limit_for(name)
     if limit is None or value <= limit.maximum:
         return
-    shown = (
-        text if text is not None else (f"{value:,}" if value < 10**15 else f"{float(value):.3g}")
-    )
+    shown = text if text is not None else f"{value:,}" if value < 10**15 else f"{float(value):.3g}"
     raise InputError(
         f"{name}: {shown} is above the limit of {limit.maximum:,} {limit.unit} ({limit.why})"
     )
