@@ -24,8 +24,8 @@ from trainplan.optimizer.problem import Job, Objective, Problem
 from trainplan.optimizer.rules import allowed
 from trainplan.optimizer.search import Answer, SearchResult, prepare, search
 from trainplan.optimizer.stage_bases import ranked_bases
+from trainplan.optimizer.stage_bounds import pipeline_lower_bound
 from trainplan.optimizer.stage_solve import ShapePlan, solve_shape, step_ns
-from trainplan.optimizer.stage_tables import pipeline_lower_bound
 from trainplan.optimizer.tables import CostTables
 
 __all__ = [
@@ -227,7 +227,7 @@ def ordered_bases(
     """(pipeline lower bound ns, job, base layout) of :func:`optimizer.stage_bases.ranked_bases`
     that are legal layouts the per-stage search takes, the most promising (lowest bound) first,
     ties in ranked order. The bound is of time alone
-    (:func:`optimizer.stage_tables.pipeline_lower_bound`; memory's bound comes when solved).
+    (:func:`optimizer.stage_bounds.pipeline_lower_bound`; memory's bound comes when solved).
 
     Raises
     ------

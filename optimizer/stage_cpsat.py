@@ -7,6 +7,12 @@ Variables → constraints → objective (the CP-SAT primer's order):
   table constraint (``AddAllowedAssignments``) over the stage's rows — only options that fit
   are rows, so memory per stage within capacity is the table itself;
 * ``Σ n_s = L``;
+* for a model whose attention spans repeat a period P after d leading layers
+  (:func:`optimizer.stage_rules.layer_pattern`), per stage after the first its start within the
+  period, ``r_s = (n_0 + … + n_{s−1} − d) mod P`` (``AddModuloEquality``), in the stage's table
+  beside its n: a stage's rows are per (r, n) (:attr:`optimizer.stage_tables.StageOption.residue`),
+  so every stage is costed at the layers the split gives it. Models of alike layers (P = 1)
+  carry no such variable;
 * ``T = max paced_s`` (``AddMaxEquality``): the slowest stage paces the pipeline, bubble
   included (:func:`model.estimate.time_terms`);
 * the rest of the step (pipeline messages, exposed dp, optimizer step, offload) reads the split
@@ -59,20 +65,31 @@ class StageModel:
         m = self.model = cp_model.CpModel()
         self.tables = tables
         L = tables.num_layers
-        self.n, self.k, paced, bare, params = [], [], [], [], []
+        self.n: list[cp_model.IntVar] = []
+        self.k, paced, bare, params = [], [], [], []
         big_t = max((o.paced_ns for rows in tables.options for o in rows), default=0)
         big_c = max((o.bare_ns for rows in tables.options for o in rows), default=0)
         big_a = max((o.params_key for rows in tables.options for o in rows), default=0)
+        period = tables.period
         for s, rows in enumerate(tables.options):
             n = m.new_int_var(0, L, f"n{s}")
             k = m.new_int_var(0, L, f"k{s}")
             p = m.new_int_var(0, big_t, f"paced{s}")
             b = m.new_int_var(0, big_c, f"bare{s}")
             a = m.new_int_var(0, big_a, f"params{s}")
-            m.add_allowed_assignments(
-                [n, k, p, b, a],
-                [(o.layers, o.recomputed, o.paced_ns, o.bare_ns, o.params_key) for o in rows],
-            )
+            table = [(o.layers, o.recomputed, o.paced_ns, o.bare_ns, o.params_key) for o in rows]
+            if period == 1:
+                m.add_allowed_assignments([n, k, p, b, a], table)
+            else:  # the stage's rows per (start within the period, n)
+                r = m.new_int_var(0, period - 1, f"r{s}")
+                m.add_allowed_assignments(
+                    [r, n, k, p, b, a],
+                    [(o.residue, *row) for o, row in zip(rows, table, strict=True)],
+                )
+                if s:  # r = (layers before the stage − d) mod P; the first stage's rows say 0
+                    before = m.new_int_var(0, L, f"before{s}")
+                    m.add(before == sum(self.n) - tables.prefix)
+                    m.add_modulo_equality(r, before, period)
             self.n.append(n)
             self.k.append(k)
             paced.append(p)

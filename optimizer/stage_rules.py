@@ -6,6 +6,8 @@ recipes it models (:func:`check_per_stage`), the leading block of layers unlike 
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from trainplan.model.deepspeed_layers import deepspeed_pipe_refusal
 from trainplan.model.errors import InputError
 from trainplan.model.layout import Layout, Recompute
@@ -19,7 +21,11 @@ from trainplan.optimizer.case import Case
 
 __all__ = [
     "check_per_stage",
+    "check_pattern",
     "leading_layers",
+    "layer_pattern",
+    "spans_alone",
+    "start_residue",
     "layer_counts",
     "realization",
     "most_recomputed",
@@ -34,6 +40,10 @@ def check_per_stage(case: Case, layout: Layout) -> None:
     (:func:`leading_layers`: DeepSeek-V3's three dense layers before its MoE ones; MTP blocks
     sit on the last stage, outside the count), so a stage's cost reads only its own layer count
     and whether it is the first or the last (the leading block on the first stage, at v = 1);
+    or whose layers after the block repeat a period of attention spans, the same parameters and
+    FFN kind on every one (:func:`layer_pattern`: gpt-oss's band and global layers, Gemma 3's
+    five local to one global), so a stage's cost reads its count and where it starts within
+    the period (:func:`start_residue`), at v = 1;
     the roofline time model;
     1F1B or interleaved 1F1B (the closed form ``m·t_max·(1 + (p − 1)/(v·m))`` is the evaluator's
     pipeline term: under 1F1B it bounds the simulated step of unequal stages; interleaved it is
@@ -51,19 +61,7 @@ def check_per_stage(case: Case, layout: Layout) -> None:
     arch = case.model.arch
     if arch is None:
         raise InputError("per_stage: needs the model's dimensions (a catalogue model or --layers)")
-    prefix = leading_layers(arch)
-    if prefix is None:
-        raise InputError(
-            f"per_stage: {case.model.name}'s layers differ beyond a leading block (MoE and dense "
-            "layers, or attention spans, interleaved); the per-stage search needs the layers "
-            "after the first stage's leading ones to be all alike"
-        )
-    if prefix and layout.virtual_stages > 1:
-        raise InputError(
-            f"per_stage: {case.model.name}'s first {prefix} layers differ from the rest; with "
-            f"virtual_stages {layout.virtual_stages} they would spread over model chunks: search "
-            "it without interleaving"
-        )
+    check_pattern(case.model.name, arch, layout.virtual_stages)
     if case.training.offload.activations:
         raise InputError(
             "per_stage: activation offload (--offload-activations) is not in the per-stage "
@@ -88,12 +86,51 @@ def check_per_stage(case: Case, layout: Layout) -> None:
         )
 
 
+def check_pattern(name: str, arch: Architecture, v: int) -> None:
+    """Refuse a model ``name`` whose layers the per-stage tables do not place at ``v`` model
+    chunks a stage: layers that differ beyond a leading block and repeat no period
+    (:func:`layer_pattern`), MoE and dense layers (or their parameters) in turn
+    (:func:`spans_alone`), a leading block or a period under interleaving (v > 1).
+
+    Raises
+    ------
+    InputError
+        The first rule broken, in one line.
+    """
+    pattern = layer_pattern(arch)
+    if pattern is None:
+        raise InputError(
+            f"per_stage: {name}'s layers differ beyond a leading block and do not "
+            "repeat a pattern of attention spans; the per-stage search needs the layers after "
+            "the first stage's leading ones to be alike or to repeat one period"
+        )
+    prefix, period = pattern
+    if period > 1 and not spans_alone(arch, prefix):
+        raise InputError(
+            f"per_stage: {name}'s MoE and dense layers (or their parameters) "
+            "alternate; the per-stage search places layers whose attention spans alone "
+            "alternate (the rest of the step reads the busiest stage's parameters, which a "
+            "stage's layer count then no longer gives)"
+        )
+    if (prefix or period > 1) and v > 1:
+        what = (
+            f"first {prefix} layers differ from the rest"
+            if period == 1
+            else f"layers repeat a period of {period} attention spans"
+        )
+        raise InputError(
+            f"per_stage: {name}'s {what}; with virtual_stages "
+            f"{v} a stage's model chunks would start where the other "
+            "stages' counts put them: search it without interleaving"
+        )
+
+
 def leading_layers(arch: Architecture) -> int | None:
     """The least d such that transformer layers d … L − 1 are alike (the same parameters,
     kind — MoE or dense — and attention span): 0 for a model of alike layers, 3 for DeepSeek-V3
     (``first_k_dense_replace = 3``); None when the rest are alike only from past half the
     model (interleaved kinds or spans: Llama 4's alternating MoE, Gemma's local and global
-    layers), which the per-stage search does not place.
+    layers: :func:`layer_pattern` gives their period).
 
     Examples
     --------
@@ -102,16 +139,71 @@ def leading_layers(arch: Architecture) -> int | None:
     ...                              ffn_hidden_size=32, vocab_size=16))
     0
     """
+    pattern = layer_pattern(arch)
+    return pattern[0] if pattern is not None and pattern[1] == 1 else None
+
+
+def _layer_key(arch: Architecture, i: int) -> tuple[object, ...]:
+    """What makes layer ``i`` cost what it does: its parameters, FFN kind and attention span."""
+    return (layer_params(arch, i), arch.is_moe_layer(i), arch.layer_span(i))
+
+
+@lru_cache(maxsize=256)
+def layer_pattern(arch: Architecture) -> tuple[int, int] | None:
+    """(d, P): the least period P, then the least d, such that transformer layer i ≥ d is alike
+    layer i + P (:func:`_layer_key`: parameters, FFN kind, attention span), with d ≤ L // 2 and
+    the period repeating at least twice after d (P ≤ (L − d) // 2, or P = 1); None when no such
+    pair exists. (d, 1) is :func:`leading_layers`; gpt-oss (``layer_types`` sliding and full in
+    turn) is (0, 2), Gemma 3 (five local to one global) (0, 6), Llama 4 Scout (three chunked to
+    one global) (0, 4). A stage after the first that starts at layer S holds the layers of the
+    one that starts at d + (S − d) mod P, shifted by whole periods: the same parameters, kinds
+    and spans (:func:`start_residue`).
+
+    Examples
+    --------
+    >>> from trainplan.model.specs import Architecture
+    >>> layer_pattern(Architecture(num_layers=62, hidden_size=8, num_attention_heads=2,
+    ...                            ffn_hidden_size=32, vocab_size=16, sliding_window=1024,
+    ...                            attention_pattern=("local",) * 5 + ("global",)))
+    (0, 6)
+    """
     L = arch.num_layers
+    keys = [_layer_key(arch, i) for i in range(L)]
+    for period in range(1, L + 1):
+        d = L - period
+        while d > 0 and keys[d - 1] == keys[d - 1 + period]:
+            d -= 1
+        d = max(d, 0)
+        if d <= L // 2 and (period == 1 or period <= (L - d) // 2):
+            return d, period
+    return None
 
-    def key(i: int) -> tuple[object, ...]:
-        return (layer_params(arch, i), arch.is_moe_layer(i), arch.layer_span(i))
 
-    last = key(L - 1)
-    d = L - 1
-    while d > 0 and key(d - 1) == last:
-        d -= 1
-    return d if d <= L // 2 else None
+def spans_alone(arch: Architecture, prefix: int) -> bool:
+    """Whether the layers from ``prefix`` on have the same parameters and FFN kind (MoE or
+    dense), differing at most in attention span: then a stage's parameters, and the rest of the
+    step that reads them (exposed dp, the optimizer step, offload), read only its layer count
+    and its ends, as for alike layers."""
+    kinds = {(layer_params(arch, i), arch.is_moe_layer(i)) for i in range(prefix, arch.num_layers)}
+    return len(kinds) <= 1
+
+
+def start_residue(
+    stage: int, pp: int, start: int, layers: int, num_layers: int, prefix: int, period: int
+) -> int:
+    """Where a stage holding ``layers`` layers from layer ``start`` (the layers on the stages
+    before it) starts within the period of :func:`layer_pattern`: 0 for the first stage (it
+    starts at 0 and holds the leading ``prefix``) and at P = 1; else ``(start − prefix) mod
+    period``, the last stage's start being L − ``layers``.
+
+    >>> start_residue(2, 4, 19, 9, 36, 0, 2), start_residue(3, 4, 0, 9, 36, 0, 2)
+    (1, 1)
+    """
+    if stage == 0 or period == 1:
+        return 0
+    if stage == pp - 1:
+        start = num_layers - layers
+    return (start - prefix) % period
 
 
 def layer_counts(num_layers: int, pp: int, stage: int, prefix: int, v: int = 1) -> range:
@@ -137,9 +229,11 @@ def realization(
     """A layout with ``layers`` layers on ``stage``, ``recomputed`` of them recomputed (per model
     chunk), the other L − n layers on the next stage and none recomputed elsewhere: what the
     tables evaluate one stage's option on (the stage's figures do not read the others'). Each
-    stage's layers spread over its chunks by :func:`model.split.balanced_chunk_sizes`. With a
-    leading block of ``prefix`` layers (:func:`leading_layers`) another stage than the first
-    holds layers after it: the first stage keeps the block."""
+    stage's layers spread over its chunks by :func:`model.split.balanced_chunk_sizes`. With
+    ``prefix`` layers before it (a leading block, :func:`leading_layers`, or the start of a
+    stage within a period of spans, :func:`layer_pattern`) another stage than the first holds
+    layers after them: the first stage keeps them (the last stage starts at L − ``layers``
+    whatever ``prefix``)."""
     pp = layout.pp
     sizes = [0] * pp
     sizes[stage] = layers

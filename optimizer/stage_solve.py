@@ -17,13 +17,13 @@ from trainplan.model.layout import Layout
 from trainplan.optimizer.case import Case
 from trainplan.optimizer.search import TermMismatch
 from trainplan.optimizer.stage_bases import plan_layout
+from trainplan.optimizer.stage_bounds import NO_SPLIT, pipeline_lower_bound
 from trainplan.optimizer.stage_cpsat import StageModel
+from trainplan.optimizer.stage_rules import start_residue
 from trainplan.optimizer.stage_tables import (
-    NO_SPLIT,
     OutOfTime,
     StageTables,
     build_stage_tables,
-    pipeline_lower_bound,
     stage_capacity,
 )
 
@@ -71,16 +71,21 @@ def check_plan(tables: StageTables, est: Estimate, paced_ns: int) -> None:
         A tabulated figure that differs, or a stage tabulated as fitting that does not.
     """
     options = {
-        (s, o.layers, o.recomputed): o for s, rows in enumerate(tables.options) for o in rows
+        (s, o.residue, o.layers, o.recomputed): o
+        for s, rows in enumerate(tables.options)
+        for o in rows
     }
     lay = est.layout
     assert lay.stage_layers is not None and lay.recompute_layers is not None
     paced = []
     arch = est.model.arch
     mtp = arch.mtp_layers if arch is not None else 0
+    start, L, pp = 0, tables.num_layers, lay.pp
     for s, stage in enumerate(est.stages):
         layers = stage.num_layers - (mtp if s == lay.pp - 1 else 0)  # the MTP blocks ride along
-        row = options.get((s, layers, lay.recompute_layers[s]))
+        residue = start_residue(s, pp, start, layers, L, tables.prefix, tables.period)
+        start += layers
+        row = options.get((s, residue, layers, lay.recompute_layers[s]))
         if row is None or abs(math.ceil(stage.total_bytes) - row.peak_bytes) > 1:
             raise TermMismatch(f"stage {s}: evaluate {stage.total_bytes} B != table {row}")
         if not tables.within(stage):

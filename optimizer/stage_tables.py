@@ -22,8 +22,16 @@ and its position only — the schedule's order of forwards and backwards on a st
 pp, v, m and the stage — so an interleaved stage's cost still reads only its own n and k, and the
 pipeline term ``m·t_max·(1 + (p − 1)/(v·m))`` is the evaluator's exactly.
 
-A stage's figures read only its own layers and position, never the other stages' counts, when the model's layers
-are alike (:func:`optimizer.stage_rules.check_per_stage` refuses other models). The CP-SAT model is :mod:`optimizer.stage_cpsat`.
+A stage's figures read only its own layers and position, never the other stages' counts: for a
+model whose layers after a leading block are alike, its count n and whether it is the first or
+the last; for one whose attention spans repeat a period P after d leading layers
+(:func:`optimizer.stage_rules.layer_pattern`: gpt-oss, Gemma 2/3, Llama 4), also where it starts
+within the period, so a stage between the first and the last has rows per (residue r < P, n),
+each evaluated at the start d + r (:meth:`_Stages.starts`: the same layers as every later start
+of that residue, shifted by whole periods); the last stage's residue is read off its n
+(:func:`optimizer.stage_rules.start_residue`). :func:`optimizer.stage_rules.check_per_stage`
+refuses other models. The CP-SAT model is :mod:`optimizer.stage_cpsat`; the lower bounds that
+skip a shape before its tables are :mod:`optimizer.stage_bounds`.
 """
 
 from __future__ import annotations
@@ -43,9 +51,10 @@ from trainplan.optimizer.case import Case, links_for
 from trainplan.optimizer.stage_rules import (
     check_per_stage,
     layer_counts,
-    leading_layers,
+    layer_pattern,
     most_recomputed,
     realization,
+    start_residue,
     takes_counts,
 )
 
@@ -53,15 +62,14 @@ __all__ = [
     "StageOption",
     "StageTables",
     "OutOfTime",
+    "stage_context",
     "build_stage_tables",
     "StageCosts",
     "time_caps",
     "least_fitting",
     "stage_rows",
-    "pipeline_lower_bound",
     "stage_capacity",
     "stage_within",
-    "NO_SPLIT",
 ]
 
 
@@ -86,6 +94,10 @@ class StageOption:
     the dp bytes, the optimizer step and offload."""
     peak_bytes: int
     """Its peak bytes per GPU, rounded up (:func:`model.terms.peak.stage_memory_term`)."""
+    residue: int = 0
+    """Where the stage starts within the period of the model's attention spans
+    (:func:`optimizer.stage_rules.start_residue`; 0 for the first stage and for a model whose
+    layers after a leading block are alike): its layers' spans, and so its figures, read it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +114,8 @@ class StageTables:
     """Bytes per GPU a stage may use (the device's usable bytes × (1 − headroom)), which its fit
     figure must not exceed (:func:`stage_within`)."""
     options: tuple[tuple[StageOption, ...], ...]
-    """Per stage, the options that fit: for each layer count the least recomputation that fits
+    """Per stage, the options that fit: for each start residue and layer count the least
+    recomputation that fits
     (more recomputes hold no more and run no slower — tested — so they are dominated)."""
     evaluations: int
     """Per-stage memory evaluations made to build the rows."""
@@ -112,6 +125,11 @@ class StageTables:
     max_bytes: int | None = None
     """The memory frontier's ε, bytes per GPU: a bound on every stage's peak
     (:attr:`~model.terms.peak.StageMemory.total_bytes`, :func:`stage_within`); None: none."""
+    prefix: int = 0
+    """d of :func:`optimizer.stage_rules.layer_pattern`: the leading layers, the first stage's."""
+    period: int = 1
+    """P of :func:`optimizer.stage_rules.layer_pattern`: the period of the attention spans after
+    the leading layers (1: alike layers; the options' :attr:`StageOption.residue` then all 0)."""
 
     def within(self, stage: StageMemory) -> bool:
         """:func:`stage_within` of ``stage`` under these tables' capacity, bound and fit rule."""
@@ -153,35 +171,60 @@ class _Stages:
     layout: Layout
     case: Case
     prefix: int = 0
-    """The leading layers that differ from the rest (:func:`leading_layers`): the first stage's."""
+    """The leading layers that differ from the rest (:func:`layer_pattern`'s d): the first
+    stage's."""
     recomputes: bool = True
     """Whether a stage may recompute layers (:func:`optimizer.stage_rules.takes_counts`)."""
+    period: int = 1
+    """The period of the spans after the leading layers (:func:`layer_pattern`'s P)."""
 
-    def counts(self, stage: int) -> range:
-        """:func:`layer_counts` of ``stage`` (multiples of v)."""
+    def starts(self, stage: int) -> tuple[int, ...]:
+        """The layers before ``stage`` its rows are evaluated at, one per place within the
+        period a stage between the first and the last can start (d + r for r < P: the least
+        start of each residue, so the most layers after it); ``(d,)`` for the first stage (it
+        starts at 0 and holds the d), the last (it starts at L − n) and at P = 1."""
+        if self.period == 1 or stage in (0, self.layout.pp - 1):
+            return (self.prefix,)
+        return tuple(self.prefix + r for r in range(self.period))
+
+    def counts(self, stage: int, start: int | None = None) -> range:
+        """:func:`layer_counts` of ``stage`` (multiples of v) after ``start`` layers (default
+        d; a stage between the first and the last holds at most L − start)."""
         lay = self.layout
-        return layer_counts(self.num_layers, lay.pp, stage, self.prefix, lay.virtual_stages)
+        before = self.prefix if start is None else start
+        return layer_counts(self.num_layers, lay.pp, stage, before, lay.virtual_stages)
 
-    def memory(self, stage: int, n: int, k: int) -> StageMemory:
-        """The peak of ``stage`` holding ``n`` layers with ``k`` recomputed (per model chunk):
-        :func:`model.terms.peak.stage_memory_term` on :func:`realization`'s layout."""
-        lay = realization(self.layout, self.num_layers, stage, n, k, self.prefix)
+    def residue(self, stage: int, start: int, n: int) -> int:
+        """:func:`start_residue` of ``stage`` holding ``n`` layers after ``start``."""
+        pp, L = self.layout.pp, self.num_layers
+        return start_residue(stage, pp, start, n, L, self.prefix, self.period)
+
+    def memory(self, stage: int, n: int, k: int, start: int | None = None) -> StageMemory:
+        """The peak of ``stage`` holding ``n`` layers with ``k`` recomputed (per model chunk)
+        after ``start`` layers (default d): :func:`model.terms.peak.stage_memory_term` on
+        :func:`realization`'s layout."""
+        before = self.prefix if start is None else start
+        lay = realization(self.layout, self.num_layers, stage, n, k, before)
         f = LayoutFields(lay, self.case.training.global_batch_size, stage, self.links)
         return stage_memory_term(self.c, f, n)
 
-    def paced(self, stage: int, n: int, k: int, mode: Recompute | None = None) -> tuple[int, float]:
+    def paced(
+        self, stage: int, n: int, k: int, mode: Recompute | None = None, start: int | None = None
+    ) -> tuple[int, float]:
         """(the step's pipeline term if this stage were the slowest, whole ns; its micro-batch,
         seconds): :func:`model.terms.roofline.stage_parts_term` of ``stage`` holding ``n``
-        layers with ``k`` recomputed (``mode`` overrides the recompute mode), paced by
-        :func:`model.terms.step.pipeline_seconds`."""
-        lay = realization(self.layout, self.num_layers, stage, n, k, self.prefix)
+        layers with ``k`` recomputed (``mode`` overrides the recompute mode) after ``start``
+        layers (default d), paced by :func:`model.terms.step.pipeline_seconds`."""
+        before = self.prefix if start is None else start
+        lay = realization(self.layout, self.num_layers, stage, n, k, before)
         f = LayoutFields(lay, self.case.training.global_batch_size, stage, self.links)
         t = stage_parts_term(self.c, f, mode)[0]
         return round(pipeline_seconds(f.m, t, lay.pp, lay.virtual_stages) * 1e9), t
 
 
-def _stage_context(case: Case, layout: Layout) -> _Stages:
-    """The per-stage tables' view of ``layout``'s shape.
+def stage_context(case: Case, layout: Layout) -> _Stages:
+    """The per-stage tables' view of ``layout``'s shape (:func:`optimizer.stage_rules.
+    layer_pattern`'s leading layers and period with it).
 
     Raises
     ------
@@ -195,8 +238,11 @@ def _stage_context(case: Case, layout: Layout) -> _Stages:
         case.model, case.training, case.device, case.options, case.vocab_multiple
     )
     links = links_for(layout, case.links, case.fabric)
-    prefix = leading_layers(arch) or 0
-    return _Stages(c, links, arch.num_layers, layout, case, prefix, takes_counts(case, layout))
+    pattern = layer_pattern(arch)
+    assert pattern is not None  # check_per_stage refuses None
+    prefix, period = pattern
+    recomputes = takes_counts(case, layout)
+    return _Stages(c, links, arch.num_layers, layout, case, prefix, recomputes, period)
 
 
 def stage_capacity(
@@ -208,120 +254,6 @@ def stage_capacity(
     :func:`stage_within`: :func:`pipeline_lower_bound`'s)."""
     capacity = int(case.device.usable_bytes(layout.framework.physical) * (1 - headroom))
     return capacity if max_bytes is None else min(capacity, max_bytes)
-
-
-NO_SPLIT = 2**62
-""":func:`pipeline_lower_bound` of a shape where no split fits at all (whole ns)."""
-
-
-def _most_that_fits(fits: Any, top: int, guess: int) -> int:
-    """The largest n in 0 … ``top`` with ``fits(n)`` (monotone: true up to some n, then false),
-    or −1 when not even 0 fits: galloping from ``guess`` (the neighbouring stage's answer, which
-    is usually within a layer or two), then bisection."""
-    guess = min(max(guess, 0), top)
-    if fits(guess):
-        lo, step = guess, 1  # lo fits; find a hi that does not
-        while lo + step <= top and fits(lo + step):
-            lo, step = lo + step, step * 2
-        hi = min(lo + step, top + 1)  # does not fit (or past the top)
-    else:
-        hi, step = guess, 1  # hi does not fit; find a lo that does
-        while hi - step >= 0 and not fits(hi - step):
-            hi, step = hi - step, step * 2
-        if hi - step < 0:
-            if not fits(0):
-                return -1
-            lo = 0
-        else:
-            lo = hi - step
-    while hi - lo > 1:  # lo fits, hi does not
-        mid = (lo + hi) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
-def _fit_most(sc: _Stages, layout: Layout, capacity: int) -> list[int] | None:
-    """The most layers each stage can hold fully recomputed within ``capacity`` bytes per GPU
-    (bisection over n, starting from the previous stage's count); None where the stages cannot
-    hold the model's L layers between them. By the allocated peak
-    (:attr:`~model.terms.peak.StageMemory.total_bytes`): never more than the reserved bytes, so
-    the counts stay an upper bound (and the time a lower bound) under either fit rule
-    (:func:`model.terms.peak.fit_bytes`)."""
-    L, pp, v = sc.num_layers, layout.pp, layout.virtual_stages
-    fit_most = [L] * pp
-    for stage in range(pp):
-
-        def fits(n: int, stage: int = stage) -> bool:
-            return sc.memory(stage, n, most_recomputed(n, v, sc.recomputes)).total_bytes <= capacity
-
-        if pp == 1:  # one stage holds all L layers
-            if not fits(L):
-                return None
-            continue
-        top = sc.counts(stage)[-1]
-        fit_most[stage] = _most_that_fits(fits, top, fit_most[stage - 1] if stage else L // pp)
-        if fit_most[stage] < 0:
-            return None
-    return fit_most if sum(fit_most) >= L else None
-
-
-def pipeline_lower_bound(case: Case, layout: Layout, capacity: int | None = None) -> int:
-    """A lower bound on the pipeline term ``T`` of any per-stage plan of ``layout``'s shape, in
-    whole ns: the least T such that the stages, each at its fastest for n layers (nothing
-    recomputed: recomputation only adds time), can hold L layers between them with every stage's
-    paced time ≤ T. With ``capacity`` (bytes per GPU) a stage takes at most the most layers that
-    fit it fully recomputed (more layers never hold less: bisection over n), and a shape where
-    these cannot hold L layers gets :data:`NO_SPLIT`. The search skips a shape whose bound plus
-    the rest's lower bound cannot beat the best plan so far.
-
-    Raises
-    ------
-    InputError
-        :func:`optimizer.stage_rules.check_per_stage`'s rules.
-    """
-    sc = _stage_context(case, layout)
-    L, pp = sc.num_layers, layout.pp
-    fit_most: list[int] | None = [L] * pp
-    if capacity is not None:
-        fit_most = _fit_most(sc, layout, capacity)
-        if fit_most is None:
-            return NO_SPLIT
-    assert fit_most is not None
-    by_role: dict[tuple[bool, bool], list[int]] = {}
-    fastest: list[list[int]] = []
-    for stage in range(pp):
-        role = (stage == 0, stage == pp - 1)  # a stage's time reads only its ends and layers
-        if role not in by_role:
-            allowed = sc.counts(stage)
-            by_role[role] = [
-                sc.paced(stage, n, 0, layout.recompute)[0] if n in allowed else NO_SPLIT
-                for n in ([L] if pp == 1 else range(L + 1))
-            ]
-        fastest.append(by_role[role])
-    if pp == 1:
-        return fastest[0][0]
-    candidates = sorted({t for row in fastest for t in row})
-
-    def holds(t: int) -> bool:  # the most layers each stage can take within t, together ≥ L
-        return (
-            sum(
-                max((n for n, x in enumerate(row[: most + 1]) if x <= t), default=-1)
-                for row, most in zip(fastest, fit_most, strict=True)
-            )
-            >= L
-        )
-
-    lo, hi = 0, len(candidates) - 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if holds(candidates[mid]):
-            hi = mid
-        else:
-            lo = mid + 1
-    return candidates[lo]
 
 
 def build_stage_tables(
@@ -361,7 +293,7 @@ def build_stage_tables(
         ``deadline`` passed before the rows were complete.
     """
     costs = StageCosts(
-        _stage_context(case, layout),
+        stage_context(case, layout),
         stage_capacity(case, layout, headroom),
         allocator_retries_ok,
         max_bytes,
@@ -376,9 +308,10 @@ def build_stage_tables(
         found = stage_rows(costs, stage, cap_ns, rest_lower_ns, deadline)
         rows.append(found)
         most[stage] = max((o.layers for o in found), default=-1)
+    sc = costs.stages
     return StageTables(
         case, layout, L, costs.capacity, tuple(rows), costs.evaluations, allocator_retries_ok,
-        max_bytes,
+        max_bytes, sc.prefix, sc.period,
     )  # fmt: skip
 
 
@@ -402,55 +335,66 @@ class StageCosts:
         self.max_bytes = max_bytes
         """The memory frontier's ε on every stage's peak, bytes per GPU (None: none)."""
         self.evaluations = 0
-        self._memory: dict[tuple[int, int, int], StageMemory] = {}
-        self._paced: dict[tuple[bool, bool, int, int, Recompute | None], tuple[int, float]] = {}
+        self._memory: dict[tuple[int, int, int, int | None], StageMemory] = {}
+        self._paced: dict[tuple[Any, ...], tuple[int, float]] = {}
 
-    def memory(self, stage: int, n: int, k: int) -> StageMemory:
+    def memory(self, stage: int, n: int, k: int, start: int | None = None) -> StageMemory:
         """:meth:`_Stages.memory`, evaluated once."""
-        if (stage, n, k) not in self._memory:
+        key = (stage, n, k, start)
+        if key not in self._memory:
             self.evaluations += 1
-            self._memory[stage, n, k] = self.stages.memory(stage, n, k)
-        return self._memory[stage, n, k]
+            self._memory[key] = self.stages.memory(stage, n, k, start)
+        return self._memory[key]
 
-    def fits(self, stage: int, n: int, k: int) -> bool:
+    def fits(self, stage: int, n: int, k: int, start: int | None = None) -> bool:
         """Whether the stage fits (:func:`stage_within`: its fit figure within
         :attr:`capacity`, its peak within :attr:`max_bytes`)."""
-        mem = self.memory(stage, n, k)
+        mem = self.memory(stage, n, k, start)
         return stage_within(mem, self.capacity, self.max_bytes, self.allocator_retries_ok)
 
-    def paced(self, stage: int, n: int, k: int, mode: Recompute | None = None) -> tuple[int, float]:
-        """:meth:`_Stages.paced`, evaluated once per first/last position, n, k and mode."""
-        key = (stage == 0, stage == self.stages.layout.pp - 1, n, k, mode)
+    def paced(
+        self, stage: int, n: int, k: int, mode: Recompute | None = None, start: int | None = None
+    ) -> tuple[int, float]:
+        """:meth:`_Stages.paced`, evaluated once per first/last position, start, n, k and
+        mode."""
+        key = (stage == 0, stage == self.stages.layout.pp - 1, start, n, k, mode)
         if key not in self._paced:
-            self._paced[key] = self.stages.paced(stage, n, k, mode)
+            self._paced[key] = self.stages.paced(stage, n, k, mode, start)
         return self._paced[key]
 
 
 def time_caps(costs: StageCosts, cap_ns: int | None, rest_lower_ns: int) -> list[int]:
     """Per stage, the most layers it can take below ``cap_ns`` by time alone (nothing
-    recomputed, memory ignored; −1 when none): once the stages built and these caps of the
-    others cannot hold L layers, no split beats ``cap_ns``."""
+    recomputed, memory ignored; −1 when none), wherever it starts within the period of spans
+    (:meth:`_Stages.starts`): once the stages built and these caps of the others cannot hold L
+    layers, no split beats ``cap_ns``."""
+    sc = costs.stages
     return [
-        max((n for n in costs.stages.counts(i)
-             if cap_ns is None or costs.paced(i, n, 0)[0] + rest_lower_ns < cap_ns), default=-1)
-        for i in range(costs.stages.layout.pp)
+        max((n for start in sc.starts(i) for n in sc.counts(i, start)
+             if cap_ns is None or costs.paced(i, n, 0, None, start)[0] + rest_lower_ns < cap_ns),
+            default=-1)
+        for i in range(sc.layout.pp)
     ]  # fmt: skip
 
 
-def least_fitting(costs: StageCosts, stage: int, n: int, least: int) -> int | None:
+def least_fitting(
+    costs: StageCosts, stage: int, n: int, least: int, start: int | None = None
+) -> int | None:
     """The least k (0 … ⌈n/v⌉ recomputed per model chunk, :func:`most_recomputed`) whose peak
-    fits with ``n`` layers on ``stage``, None when not even the most fits. One more layer never
-    holds less, so it is at least ``least`` (n − 1's): tried first, then the most, then the
-    least above it by bisection."""
+    fits with ``n`` layers on ``stage`` after ``start`` layers, None when not even the most
+    fits. One more layer never holds less (the stage's n − 1 layers are among its n: the first
+    and the middle stages' from the same start, the last stage's to the same end), so it is at
+    least ``least`` (n − 1's): tried first, then the most, then the least above it by
+    bisection."""
     top = most_recomputed(n, costs.stages.layout.virtual_stages, costs.stages.recomputes)
-    if costs.fits(stage, n, least):
+    if costs.fits(stage, n, least, start):
         return least
-    if least >= top or not costs.fits(stage, n, top):
+    if least >= top or not costs.fits(stage, n, top, start):
         return None
     lo, hi = least + 1, top  # hi fits, lo − 1 does not
     while lo < hi:
         mid = (lo + hi) // 2
-        if costs.fits(stage, n, mid):
+        if costs.fits(stage, n, mid, start):
             hi = mid
         else:
             lo = mid + 1
@@ -464,8 +408,9 @@ def stage_rows(
     rest_lower_ns: int,
     deadline: float | None,
 ) -> tuple[StageOption, ...]:
-    """``stage``'s rows of :func:`build_stage_tables`: per layer count n, the least k that fits
-    (:func:`least_fitting`) and its figures, below ``cap_ns`` with ``rest_lower_ns``; the scan
+    """``stage``'s rows of :func:`build_stage_tables`: per place it can start within the
+    period of spans (:meth:`_Stages.starts`) and layer count n, the least k that fits
+    (:func:`least_fitting`) and its figures, below ``cap_ns`` with ``rest_lower_ns``; each scan
     stops at the first n that does not fit fully recomputed or whose stage alone reaches the
     cap.
 
@@ -474,27 +419,36 @@ def stage_rows(
     OutOfTime
         ``deadline`` (:func:`time.perf_counter`) passed, checked before each n.
     """
+    sc = costs.stages
     found = []
-    least = 0
-    for n in costs.stages.counts(stage):
-        if deadline is not None and time.perf_counter() >= deadline:
-            layout = costs.stages.layout
-            raise OutOfTime(f"per_stage: stage tables of {layout} cut short by the time limit")
-        bare = costs.paced(stage, n, 0, Recompute.NONE)[1]
-        if cap_ns is not None and costs.paced(stage, n, 0)[0] + rest_lower_ns >= cap_ns:
-            break  # k = 0 is this n's fastest, and more layers are slower
-        k = least_fitting(costs, stage, n, least)
-        if k is None:
-            break
-        least = k
-        paced_ns, _ = costs.paced(stage, n, k)
-        if cap_ns is not None and paced_ns + rest_lower_ns >= cap_ns:
-            continue
-        mem = costs.memory(stage, n, k)
-        key = mem.dense_params * costs.stages.layout.tp
-        if key.denominator != 1:  # pragma: no cover - _per_gpu's denominators divide tp
-            raise AssertionError(f"stage parameters × tp not whole: {key}")
-        found.append(
-            StageOption(n, k, paced_ns, round(bare * 1e9), int(key), math.ceil(mem.total_bytes))
-        )
+    for start in sc.starts(stage):  # one scan per place in the period (one at P = 1)
+        least = 0
+        for n in sc.counts(stage, start):
+            if deadline is not None and time.perf_counter() >= deadline:
+                raise OutOfTime(
+                    f"per_stage: stage tables of {sc.layout} cut short by the time limit"
+                )
+            bare = costs.paced(stage, n, 0, Recompute.NONE, start)[1]
+            if (
+                cap_ns is not None
+                and costs.paced(stage, n, 0, None, start)[0] + rest_lower_ns >= cap_ns
+            ):
+                break  # k = 0 is this n's fastest, and more layers are slower
+            k = least_fitting(costs, stage, n, least, start)
+            if k is None:
+                break
+            least = k
+            paced_ns, _ = costs.paced(stage, n, k, None, start)
+            if cap_ns is not None and paced_ns + rest_lower_ns >= cap_ns:
+                continue
+            mem = costs.memory(stage, n, k, start)
+            key = mem.dense_params * sc.layout.tp
+            if key.denominator != 1:  # pragma: no cover - _per_gpu's denominators divide tp
+                raise AssertionError(f"stage parameters × tp not whole: {key}")
+            found.append(
+                StageOption(
+                    n, k, paced_ns, round(bare * 1e9), int(key), math.ceil(mem.total_bytes),
+                    sc.residue(stage, start, n),
+                )
+            )  # fmt: skip
     return tuple(found)

@@ -1,0 +1,174 @@
+"""The per-stage search on models whose attention spans repeat a period (gpt-oss's 128-key band
+on every other layer, Gemma 3's five local layers to one global, Llama 4's three chunked to one
+global): a stage's layers, and so its cost, depend on where it starts within the period, so the
+tables are per (start residue, layer count) and CP-SAT ties each stage's residue to the prefix
+sum of the stages before it (optimizer.stage_cpsat). Checked against an exhaustive oracle that
+evaluates every split, and end to end against ``trainplan evaluate`` of the answer's
+``--stage-layers``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.archs import llama_like
+from tests.optimizer.test_per_stage import oracle, tight_headroom
+from trainplan.model.arch_parts import MoESpec
+from trainplan.model.errors import InputError
+from trainplan.model.estimate import objective_ns
+from trainplan.model.model_spec import ModelSpec
+from trainplan.model.terms.activation_fields import LAYER_FIELDS
+from trainplan.model.terms.span_counts import stage_group_counts
+from trainplan.optimizer.case import Case
+from trainplan.optimizer.per_stage import solve_shape
+from trainplan.optimizer.stage_rules import layer_pattern, realization, start_residue
+from trainplan.optimizer.stage_tables import build_stage_tables
+from trainplan.scenarios.catalogue import get_model
+
+
+def span_case(
+    num_layers: int, pp: int, pattern: tuple[str, ...], window: int | None = 512, **extra
+):
+    """A 256-wide Llama-like model (s 8192, as tests/optimizer/test_per_stage.py's tiny_case)
+    whose layers take ``pattern``'s spans in turn, the local ones a ``window``-key band."""
+    arch = llama_like(
+        num_layers, 256, 4, 688, 1024, sliding_window=window, attention_pattern=pattern, **extra
+    )
+    model = ModelSpec(name="tiny-spans", source="test", arch=arch)
+    return Case.of(
+        model=model, pp=pp, seq_len=8192, global_batch_size=8, device="H100-SXM"
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("model", "pattern"),
+    [
+        ("llama3-70b", (0, 1)),  # alike layers
+        ("deepseek-v3", (3, 1)),  # first_k_dense_replace = 3, MoE after
+        ("gpt-oss-120b", (0, 2)),  # layer_types: sliding_attention, full_attention in turn
+        ("llama4-scout", (0, 4)),  # no_rope_layers: three chunked, then one global
+        ("gemma3-27b", (0, 6)),  # sliding_window_pattern 6: five local, then one global
+    ],
+)
+def test_layer_pattern_of_catalogue_models(model, pattern):
+    assert layer_pattern(get_model(model).model.arch) == pattern
+
+
+def test_start_residue_by_hand():
+    """gpt-oss-120b (P = 2, d = 0) split 9, 10, 10, 7: stage 1 starts at layer 9 (odd: residue
+    1, a global layer first), stage 2 at 19 (1), the last at 36 − 7 = 29 (1); the first stage
+    always 0. A leading block shifts the count: d = 3, P = 2, a stage after 8 layers starts at
+    (8 − 3) mod 2 = 1."""
+    assert [start_residue(s, 4, b, n, 36, 0, 2) for s, b, n in
+            [(0, 0, 9), (1, 9, 10), (2, 19, 10), (3, 29, 7)]] == [0, 1, 1, 1]  # fmt: skip
+    assert start_residue(3, 4, 0, 8, 36, 0, 2) == 0  # the last stage: 36 − 8 = 28, even
+    assert start_residue(1, 4, 8, 4, 20, 3, 2) == 1
+    assert start_residue(2, 4, 8, 4, 20, 0, 1) == 0  # alike layers: always 0
+
+
+def test_a_middle_stage_is_costed_at_the_layers_it_starts_at():
+    """9 layers local, global, local, … on 3 stages: stage 1 holding 3 layers after 3 (residue
+    1) holds layers 3, 4, 5 — global, local, global: 1 local and 2 global; after 4 (residue 0)
+    layers 4, 5, 6 — 2 local and 1 global. Its rows differ by residue, the global-heavy one
+    slower (a global layer's core reads 8,192 keys, a local one's 512), and each row is the
+    evaluator's figure at that start (stage_group_counts of the realization's layout)."""
+    case = span_case(9, 3, ("local", "global"))
+    tables = build_stage_tables(case, case.layout)
+    assert (tables.prefix, tables.period) == (0, 2)
+    rows = {(o.residue, o.layers): o for o in tables.options[1]}
+    arch = case.model.arch
+    for residue, groups in ((1, (1, 2)), (0, (2, 1))):
+        lay = realization(case.layout, 9, 1, 3, 0, residue)
+        held = stage_group_counts(arch, *(getattr(lay, name) for name in LAYER_FIELDS))
+        assert held[1] == groups
+    assert rows[1, 3].paced_ns > rows[0, 3].paced_ns
+    # the first stage starts at 0 (residue 0 only), the last stage's residue is read off n
+    assert {o.residue for o in tables.options[0]} == {0}
+    assert all(o.residue == (9 - o.layers) % 2 for o in tables.options[2])
+
+
+SPAN_ORACLE_CASES = [  # (L, pp, pattern, window, share of the way from full recompute's peak)
+    (6, 3, ("local", "global"), 512, 0.5),
+    (7, 3, ("local", "local", "global"), 512, 0.4),
+    (7, 3, ("global", "local", "local"), 128, 0.2),
+    pytest.param(9, 3, ("local", "global"), 128, 0.9, marks=pytest.mark.slow),
+    pytest.param(8, 4, ("local", "global"), 512, 0.5, marks=pytest.mark.exhaustive),
+]
+
+
+@pytest.mark.parametrize(("num_layers", "pp", "pattern", "window", "share"), SPAN_ORACLE_CASES)
+def test_cp_sat_equals_the_exhaustive_oracle_with_spans(num_layers, pp, pattern, window, share):
+    """Every composition of L into pp stages and every recomputed count, evaluated
+    (tests/optimizer/test_per_stage.py's oracle): CP-SAT's optimum over the (residue, n) rows is
+    the oracle's, to the nanosecond. Figures (10 to 40 s of oracle each on 2 cores): 9,918,203
+    ns at 2, 2, 2 recomputing 0, 1, 0; 11,368,549 ns at 3, 2, 2 (0, 1, 0); 12,437,587 ns at 3,
+    2, 2 (1, 1, 0); 14,045,586 ns at 3, 3, 3 (0, 1, 0); 10,870,142 ns at 2, 2, 2, 2 (0, 1, 1,
+    0)."""
+    case = span_case(num_layers, pp, pattern, window)
+    headroom = tight_headroom(case, share)
+    want = oracle(case, headroom)
+    got = solve_shape(case, case.layout, headroom)
+    assert want is not None and got.status == "optimal" and got.estimate is not None
+    assert got.objective_ns == want[0]
+    assert got.objective_ns == sum(objective_ns(got.estimate.time_terms))
+
+
+def test_alternating_moe_and_dense_layers_are_refused():
+    """Llama 4 Maverick's MoE every other layer (``interleave_moe_layer_step`` 2): the rest of the
+    step reads the busiest stage's dense and expert parameters apart, which a stage's count and
+    residue no longer give in the (A, B, C) key: refused in one line."""
+    moe = MoESpec(num_experts=8, experts_per_token=2, expert_ffn_hidden_size=128, moe_layer_step=2)
+    case = span_case(8, 2, ("global",), None, moe=moe)
+    with pytest.raises(InputError, match="MoE and dense layers .or their parameters. alternate"):
+        solve_shape(case, case.layout)
+
+
+SEARCHES = [
+    # (model, the per-stage answer's layout flags and split, step s, the plain search's step s)
+    pytest.param(
+        "gpt-oss-120b",
+        ["--dp", "16", "--tp", "1", "--ep", "8", "--recompute", "none", "--global-batch", "1024"],
+        [9, 10, 10, 7], [0, 0, 0, 0], 7.927043790748705, 9.354582588667652,
+        id="gpt-oss-120b",
+    ),
+    pytest.param(
+        "gemma3-27b",
+        ["--dp", "4", "--tp", "4", "--ep", "1", "--recompute", "none", "--global-batch", "256"],
+        [15, 15, 17, 15], [10, 7, 5, 0], 62.263554965254905, 70.82135547069814,
+        id="gemma3-27b", marks=pytest.mark.slow,
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("model", "flags", "layers", "recomputed", "step", "plain"), SEARCHES)
+def test_per_stage_answer_is_what_evaluate_says(model, flags, layers, recomputed, step, plain):
+    """``trainplan search --per-stage --pp 4`` on 64 H100s, as a user runs it, was refused
+    ("layers differ beyond a leading block") for both; now its answer, evaluated by
+    ``trainplan evaluate`` with the answer's ``--stage-layers`` and ``--recompute-layers``, has
+    the same step time and peak bytes to the last digit, and is faster than the plain search's
+    (the uniform layouts: gpt-oss 9, 9, 9, 9 layers at 9.355 s, its last stage's 9 layers and
+    201,088-token output layer the slowest; Gemma 3 interleaved v 8 at 70.821 s)."""
+    from tests.cli_runs import trainplan
+
+    common = ["--model", model, "--gpus", "64", "--gpu", "H100-SXM", "--pp", "4", "--json"]
+    searched = trainplan("search", *common, "--per-stage")
+    assert searched.returncode == 0, searched.stderr[-2000:]
+    answer = json.loads(searched.stdout)
+    assert answer["per_stage"]["stage_layers"] == layers
+    assert answer["per_stage"]["recompute_layers"] == recomputed
+    evaluated = trainplan(
+        "evaluate", *common, *flags, "--zero", "1", "--framework", "megatron", "--schedule",
+        "1f1b", "--micro-batch", "1", "--stage-layers", ",".join(map(str, layers)),
+        "--recompute-layers", ",".join(map(str, recomputed)),
+    )  # fmt: skip
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    ev = json.loads(evaluated.stdout)
+    assert ev["layout"] == answer["layout"]
+    assert ev["time"]["step_s"] == answer["time"]["step_s"] == pytest.approx(step, abs=1e-9)
+    assert ev["memory"]["total_bytes"] == answer["memory"]["total_bytes"]
+    uniform = trainplan("search", *common)
+    assert uniform.returncode == 0, uniform.stderr[-2000:]
+    plain_step = json.loads(uniform.stdout)["time"]["step_s"]
+    assert plain_step == pytest.approx(plain, abs=1e-9)
+    assert answer["time"]["step_s"] < plain_step
