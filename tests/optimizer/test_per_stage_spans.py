@@ -88,24 +88,35 @@ def test_a_middle_stage_is_costed_at_the_layers_it_starts_at():
     assert all(o.residue == (9 - o.layers) % 2 for o in tables.options[2])
 
 
-SPAN_ORACLE_CASES = [  # (L, pp, pattern, window, share of the way from full recompute's peak)
-    (6, 3, ("local", "global"), 512, 0.5),
-    (7, 3, ("local", "local", "global"), 512, 0.4),
-    (7, 3, ("global", "local", "local"), 128, 0.2),
-    pytest.param(9, 3, ("local", "global"), 128, 0.9, marks=pytest.mark.slow),
-    pytest.param(8, 4, ("local", "global"), 512, 0.5, marks=pytest.mark.exhaustive),
+MOE = MoESpec(num_experts=8, experts_per_token=2, expert_ffn_hidden_size=128)
+"""Every layer MoE, as gpt-oss's: the spans alone alternate."""
+
+SPAN_ORACLE_CASES = [  # (L, pp, pattern, window, share of the way from full recompute's peak, MoE)
+    (6, 3, ("local", "global"), 512, 0.5, None),
+    pytest.param(7, 3, ("local", "local", "global"), 512, 0.4, None, marks=pytest.mark.slow),
+    (7, 3, ("global", "local", "local"), 128, 0.2, None),
+    (6, 3, ("local", "global"), 128, 0.5, MOE),
+    pytest.param(7, 3, ("local", "local", "global"), 128, 0.3, MOE, marks=pytest.mark.slow),
+    pytest.param(9, 3, ("local", "global"), 128, 0.9, None, marks=pytest.mark.slow),
+    pytest.param(8, 4, ("local", "global"), 512, 0.5, None, marks=pytest.mark.exhaustive),
 ]
 
 
-@pytest.mark.parametrize(("num_layers", "pp", "pattern", "window", "share"), SPAN_ORACLE_CASES)
-def test_cp_sat_equals_the_exhaustive_oracle_with_spans(num_layers, pp, pattern, window, share):
+@pytest.mark.parametrize(
+    ("num_layers", "pp", "pattern", "window", "share", "moe"), SPAN_ORACLE_CASES
+)
+def test_cp_sat_equals_the_exhaustive_oracle_with_spans(
+    num_layers, pp, pattern, window, share, moe
+):
     """Every composition of L into pp stages and every recomputed count, evaluated
     (tests/optimizer/test_per_stage.py's oracle): CP-SAT's optimum over the (residue, n) rows is
-    the oracle's, to the nanosecond. Figures (10 to 40 s of oracle each on 2 cores): 9,918,203
-    ns at 2, 2, 2 recomputing 0, 1, 0; 11,368,549 ns at 3, 2, 2 (0, 1, 0); 12,437,587 ns at 3,
-    2, 2 (1, 1, 0); 14,045,586 ns at 3, 3, 3 (0, 1, 0); 10,870,142 ns at 2, 2, 2, 2 (0, 1, 1,
-    0)."""
-    case = span_case(num_layers, pp, pattern, window)
+    the oracle's, to the nanosecond. Figures (10 to 40 s of oracle each on 2 cores, 90 s for
+    pp 4): 9,918,203 ns at 2, 2, 2 recomputing 0, 1, 0; 11,368,549 ns at 3, 2, 2 (0, 1, 0: stage
+    1 starts at layer 3, residue 0, stage 2 at 5, residue 2); 12,437,587 ns at 3, 2, 2 (1, 1,
+    0); MoE 10,755,604 ns at 2, 2, 2 (0, 1, 0) and 12,501,000 ns at 3, 2, 2 (0, 1, 0);
+    14,045,586 ns at 3, 3, 3 (0, 1, 0); 10,870,142 ns at 2, 2, 2, 2 (0, 1, 1, 0)."""
+    extra = {} if moe is None else {"moe": moe}
+    case = span_case(num_layers, pp, pattern, window, **extra)
     headroom = tight_headroom(case, share)
     want = oracle(case, headroom)
     got = solve_shape(case, case.layout, headroom)
@@ -120,6 +131,7 @@ def test_alternating_moe_and_dense_layers_are_refused():
     residue no longer give in the (A, B, C) key: refused in one line."""
     moe = MoESpec(num_experts=8, experts_per_token=2, expert_ffn_hidden_size=128, moe_layer_step=2)
     case = span_case(8, 2, ("global",), None, moe=moe)
+    assert layer_pattern(case.model.arch) == (0, 2)
     with pytest.raises(InputError, match="MoE and dense layers .or their parameters. alternate"):
         solve_shape(case, case.layout)
 
