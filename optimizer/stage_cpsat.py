@@ -9,7 +9,8 @@ Variables → constraints → objective (the CP-SAT primer's order):
 * ``Σ n_s = L``;
 * for a model whose attention spans repeat a period P after d leading layers
   (:func:`optimizer.stage_rules.layer_pattern`), per stage after the first its start within the
-  period, ``r_s = (n_0 + … + n_{s−1} − d) mod P`` (``AddModuloEquality``), in the stage's table
+  period, ``r_s = ((n_0 + … + n_{s−1} − d)/v) mod P`` (``AddModuloEquality``; v model chunks
+  a stage, whose counts are multiples of v, d = 0 then), in the stage's table
   beside its n: a stage's rows are per (r, n) (:attr:`optimizer.stage_tables.StageOption.residue`),
   so every stage is costed at the layers the split gives it. Models of alike layers (P = 1)
   carry no such variable;
@@ -86,9 +87,10 @@ class StageModel:
                     [r, n, k, p, b, a],
                     [(o.residue, *row) for o, row in zip(rows, table, strict=True)],
                 )
-                if s:  # r = (layers before the stage − d) mod P; the first stage's rows say 0
+                if s:  # r = ((layers before − d) / v) mod P; the first stage's rows say 0
+                    v = tables.layout.virtual_stages  # counts are multiples of v (d = 0)
                     before = m.new_int_var(0, L, f"before{s}")
-                    m.add(before == sum(self.n) - tables.prefix)
+                    m.add(v * before == sum(self.n) - tables.prefix)
                     m.add_modulo_equality(r, before, period)
             self.n.append(n)
             self.k.append(k)

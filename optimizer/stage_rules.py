@@ -43,7 +43,8 @@ def check_per_stage(case: Case, layout: Layout) -> None:
     or whose layers after the block repeat a period of attention spans, the same parameters and
     FFN kind on every one (:func:`layer_pattern`: gpt-oss's band and global layers, Gemma 3's
     five local to one global), so a stage's cost reads its count and where it starts within
-    the period (:func:`start_residue`), at v = 1;
+    the period (:func:`start_residue`; interleaved only without a leading block and with L/v
+    a whole number of periods, :func:`check_pattern`);
     the roofline time model;
     1F1B or interleaved 1F1B (the closed form ``m·t_max·(1 + (p − 1)/(v·m))`` is the evaluator's
     pipeline term: under 1F1B it bounds the simulated step of unequal stages; interleaved it is
@@ -90,7 +91,12 @@ def check_pattern(name: str, arch: Architecture, v: int) -> None:
     """Refuse a model ``name`` whose layers the per-stage tables do not place at ``v`` model
     chunks a stage: layers that differ beyond a leading block and repeat no period
     (:func:`layer_pattern`), MoE and dense layers (or their parameters) in turn
-    (:func:`spans_alone`), a leading block or a period under interleaving (v > 1).
+    (:func:`spans_alone`), a leading block under interleaving (v > 1), and a period P of
+    spans under interleaving unless L/v is a multiple of P: then every model chunk of a stage
+    starts at the same place in the period (chunk c at c·L/v + start/v, :func:`start_residue`)
+    and holds the same spans, so its chunks take equal times and the pipeline term is the
+    closed form of the stage's row (a rank whose chunks hold unequal span mixes is timed by
+    the whole schedule, :mod:`model.pipeline_uneven`, which no stage's row gives).
 
     Raises
     ------
@@ -112,16 +118,20 @@ def check_pattern(name: str, arch: Architecture, v: int) -> None:
             "alternate (the rest of the step reads the busiest stage's parameters, which a "
             "stage's layer count then no longer gives)"
         )
-    if (prefix or period > 1) and v > 1:
-        what = (
-            f"first {prefix} layers differ from the rest"
-            if period == 1
-            else f"layers repeat a period of {period} attention spans"
-        )
+    if prefix and v > 1:
         raise InputError(
-            f"per_stage: {name}'s {what}; with virtual_stages "
-            f"{v} a stage's model chunks would start where the other "
-            "stages' counts put them: search it without interleaving"
+            f"per_stage: {name}'s first {prefix} layers differ from the rest; with "
+            f"virtual_stages {v} they would spread over model chunks: search it without "
+            "interleaving"
+        )
+    L = arch.num_layers
+    if period > 1 and v > 1 and (L % v or L // v % period):
+        raise InputError(
+            f"per_stage: {name}'s layers repeat a period of {period} attention spans; with "
+            f"virtual_stages {v} a stage's model chunks start L/v = {L / v:g} layers apart, not "
+            "a whole number of periods, so they would hold unequal spans (the pipeline term is "
+            "then the whole schedule's, not a stage's): search it without interleaving, or at "
+            f"a v that makes L/v a multiple of {period}"
         )
 
 
@@ -189,21 +199,33 @@ def spans_alone(arch: Architecture, prefix: int) -> bool:
 
 
 def start_residue(
-    stage: int, pp: int, start: int, layers: int, num_layers: int, prefix: int, period: int
+    stage: int,
+    pp: int,
+    start: int,
+    layers: int,
+    num_layers: int,
+    prefix: int,
+    period: int,
+    v: int = 1,
 ) -> int:
-    """Where a stage holding ``layers`` layers from layer ``start`` (the layers on the stages
-    before it) starts within the period of :func:`layer_pattern`: 0 for the first stage (it
-    starts at 0 and holds the leading ``prefix``) and at P = 1; else ``(start − prefix) mod
-    period``, the last stage's start being L − ``layers``.
+    """Where a stage holding ``layers`` layers after ``start`` layers on the stages before it
+    starts within the period of :func:`layer_pattern`: 0 for the first stage (it starts at 0
+    and holds the leading ``prefix``) and at P = 1; else ``((start − prefix) / v) mod period``,
+    the last stage's start being L − ``layers``. Under interleaving (v model chunks a stage,
+    every stage's count a multiple of v, spread evenly: :func:`layer_counts`; no leading block)
+    chunk c of the stage, model chunk c·pp + s, starts at c·L/v + start/v, so its chunks' spans
+    all read start/v mod P.
 
     >>> start_residue(2, 4, 19, 9, 36, 0, 2), start_residue(3, 4, 0, 9, 36, 0, 2)
     (1, 1)
+    >>> start_residue(1, 4, 6, 4, 36, 0, 2, v=2)  # chunks start at layers 3 and 18 + 3
+    1
     """
     if stage == 0 or period == 1:
         return 0
     if stage == pp - 1:
         start = num_layers - layers
-    return (start - prefix) % period
+    return (start - prefix) // v % period
 
 
 def layer_counts(num_layers: int, pp: int, stage: int, prefix: int, v: int = 1) -> range:

@@ -83,7 +83,9 @@ def check_plan(tables: StageTables, est: Estimate, paced_ns: int) -> None:
     start, L, pp = 0, tables.num_layers, lay.pp
     for s, stage in enumerate(est.stages):
         layers = stage.num_layers - (mtp if s == lay.pp - 1 else 0)  # the MTP blocks ride along
-        residue = start_residue(s, pp, start, layers, L, tables.prefix, tables.period)
+        residue = start_residue(
+            s, pp, start, layers, L, tables.prefix, tables.period, lay.virtual_stages
+        )
         start += layers
         row = options.get((s, residue, layers, lay.recompute_layers[s]))
         if row is None or abs(math.ceil(stage.total_bytes) - row.peak_bytes) > 1:

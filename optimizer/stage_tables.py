@@ -180,12 +180,14 @@ class _Stages:
 
     def starts(self, stage: int) -> tuple[int, ...]:
         """The layers before ``stage`` its rows are evaluated at, one per place within the
-        period a stage between the first and the last can start (d + r for r < P: the least
-        start of each residue, so the most layers after it); ``(d,)`` for the first stage (it
+        period a stage between the first and the last can start (d + v·r for r < P: the least
+        start of each residue, so the most layers after it; v·r under interleaving, whose
+        chunks start at c·L/v + r, :func:`start_residue`); ``(d,)`` for the first stage (it
         starts at 0 and holds the d), the last (it starts at L − n) and at P = 1."""
         if self.period == 1 or stage in (0, self.layout.pp - 1):
             return (self.prefix,)
-        return tuple(self.prefix + r for r in range(self.period))
+        v = self.layout.virtual_stages  # whole chunks of the stages before: v·r layers
+        return tuple(self.prefix + v * r for r in range(self.period))
 
     def counts(self, stage: int, start: int | None = None) -> range:
         """:func:`layer_counts` of ``stage`` (multiples of v) after ``start`` layers (default
@@ -196,8 +198,10 @@ class _Stages:
 
     def residue(self, stage: int, start: int, n: int) -> int:
         """:func:`start_residue` of ``stage`` holding ``n`` layers after ``start``."""
-        pp, L = self.layout.pp, self.num_layers
-        return start_residue(stage, pp, start, n, L, self.prefix, self.period)
+        lay, L = self.layout, self.num_layers
+        return start_residue(
+            stage, lay.pp, start, n, L, self.prefix, self.period, lay.virtual_stages
+        )
 
     def memory(self, stage: int, n: int, k: int, start: int | None = None) -> StageMemory:
         """The peak of ``stage`` holding ``n`` layers with ``k`` recomputed (per model chunk)

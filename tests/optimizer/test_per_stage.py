@@ -272,7 +272,7 @@ def test_per_stage_plan_is_never_slower_than_the_best_uniform(gpus, headroom):
 
 def test_per_stage_refuses_what_it_does_not_model():
     # Gemma 3's 5:1 local and global layers are placed (tests/optimizer/test_per_stage_spans.py),
-    # but not over interleaved model chunks, whose starts read the other stages' counts
+    # but not over v 2 model chunks 31 layers apart: a rank's two chunks would hold unequal spans
     with pytest.raises(InputError, match="per_stage: gemma3-27b's layers repeat a period of 6"):
         case = Case.of(
             **{"model": "gemma3-27b", "pp": 2, "global_batch_size": 8,

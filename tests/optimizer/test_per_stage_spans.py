@@ -125,6 +125,51 @@ def test_cp_sat_equals_the_exhaustive_oracle_with_spans(
     assert got.objective_ns == sum(objective_ns(got.estimate.time_terms))
 
 
+INTERLEAVED_SPAN_CASES = [  # (L, pp, v, pattern, share, B): L/v a whole number of periods
+    (12, 2, 2, ("local", "global"), 0.5, 8),
+    (12, 3, 2, ("global", "local", "local"), 0.3, 6),
+    pytest.param(12, 3, 2, ("local", "global"), 0.5, 6, marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize(
+    ("num_layers", "pp", "v", "pattern", "share", "gb"), INTERLEAVED_SPAN_CASES
+)
+def test_cp_sat_equals_the_exhaustive_oracle_interleaved_with_spans(
+    num_layers, pp, v, pattern, share, gb
+):
+    """Interleaved, every stage's count a multiple of v over equal chunks: chunk c of a stage
+    after S layers starts at c·L/v + S/v, so with L/v a multiple of P (12/2 = 6 of periods 2
+    and 3) every chunk of the stage starts at residue S/v mod P, and CP-SAT ties
+    r_s = (S_s/v) mod P. Oracle (every composition in multiples of v, every per-chunk count):
+    25,067,896 ns at 6, 6 recomputing 2, 1 per chunk; 14,648,288 ns at 4, 4, 4 (2, 2, 1);
+    12,459,187 ns at 4, 4, 4 (1, 1, 0), equal to CP-SAT's."""
+    arch_case = span_case(num_layers, pp, pattern, 128)
+    case = Case.of(
+        model=arch_case.model, pp=pp, seq_len=8192, global_batch_size=gb, device="H100-SXM",
+        schedule="interleaved", virtual_stages=v,
+    )  # fmt: skip
+    headroom = tight_headroom(case, share)
+    want = oracle(case, headroom)
+    got = solve_shape(case, case.layout, headroom)
+    assert want is not None and got.status == "optimal" and got.estimate is not None
+    assert got.estimate.layout.virtual_stages == v
+    assert got.objective_ns == want[0]
+
+
+def test_chunks_that_would_hold_unequal_spans_are_refused():
+    """10 layers over v 2 chunks start 5 apart, an odd count under a period of 2: a rank's two
+    chunks would hold different spans (layers 0 … 2: local, global, local; 5 … 7: global,
+    local, global), timed by the whole schedule (model.pipeline_uneven), not a stage's row."""
+    arch_case = span_case(10, 2, ("local", "global"), 128)
+    case = Case.of(
+        model=arch_case.model, pp=2, seq_len=8192, global_batch_size=8, device="H100-SXM",
+        schedule="interleaved", virtual_stages=2,
+    )  # fmt: skip
+    with pytest.raises(InputError, match="start L/v = 5 layers apart, not a whole number"):
+        solve_shape(case, case.layout)
+
+
 def test_alternating_moe_and_dense_layers_are_refused():
     """Llama 4 Maverick's MoE every other layer (``interleave_moe_layer_step`` 2): the rest of the
     step reads the busiest stage's dense and expert parameters apart, which a stage's count and
