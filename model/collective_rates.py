@@ -21,11 +21,12 @@ from collections.abc import Sequence
 from trainplan.model.errors import InputError
 from trainplan.model.kernel_tables import BusBwCurve, BusBwPeak, ExpertAllToAll, NcclLatency
 from trainplan.model.kernels import Interpolated, interpolate_log2
-from trainplan.model.nccl_latency import steps_latency
+from trainplan.model.nccl_latency import steps_latency, tree_latency
 
 __all__ = [
     "busbw_factor",
     "nccl_latency_us",
+    "ring_latency_us",
     "busbw_at",
     "published_collective_seconds",
     "busbw_peak",
@@ -82,7 +83,8 @@ def nccl_latency_us(
 
     * ``ring`` — steps ``2(n − 1)`` for all-reduce, ``n − 1`` otherwise (:func:`_ring_us`); the
       net hop is the tree's when one rank sits on each node;
-    * ``tree`` (all-reduce) — base + 2·((n/nodes − 1)·intra + ⌊log2 nodes⌋·net);
+    * ``tree`` (all-reduce) — base + 2·((n/nodes − 1)·intra + ⌊log2 nodes⌋·net)
+      (:func:`model.nccl_latency.tree_latency`, the step time's rule);
     * ``nvls`` — the NVLink SHARP hop alone (no base), plus the net hop across nodes;
     * ``nvls_tree`` (all-reduce) — intra + 2·⌊log2 nodes⌋·net;
     * ``pat`` (all-gather, reduce-scatter) — base + ⌊log2 nodes⌋·net/3.5 + 2.8·n.
@@ -113,9 +115,9 @@ def nccl_latency_us(
     net = _hw(lat, "net", net_algo, p) if nodes > 1 else 0.0
     intra = _hw(lat, intra_link, algorithm, p)
     if algorithm == "ring":
-        return _ring_us(lat, collective, protocol, ranks, nodes, intra, net, cpu)
+        return _ring_us(lat, collective, protocol, ranks, ppn, intra, net, cpu)
     if algorithm == "tree" and collective == "all-reduce":
-        return lat.base_us["tree"][p] + 2 * ((ppn - 1) * intra + log_nodes * net)
+        return lat.base_us["tree"][p] + float(tree_latency(ranks, nodes, intra, net))
     if algorithm == "nvls" and protocol == "Simple":
         return intra + net
     if algorithm == "nvls_tree" and collective == "all-reduce" and protocol == "Simple":
@@ -132,12 +134,43 @@ def _pat_us(lat: NcclLatency, p: int, ranks: int, nodes: int) -> float:
     return lat.base_us["pat"][p] + logs * net / lat.pat_inter_divisor + ranks * lat.pat_rank_us
 
 
+def ring_latency_us(
+    lat: NcclLatency, collective: str, protocol: str, ranks: int, per_domain: int
+) -> float:
+    """NCCL's latency (µs) of one ring all-gather, reduce-scatter or all-reduce over ``ranks``
+    with ``per_domain`` of them in each NVLink domain (:func:`nccl_latency_us`'s ring, whose
+    nodes need not hold equal shares: ⌈ranks ∕ per_domain⌉ domains,
+    :func:`model.nccl_latency.steps_latency`), on an x86 host of neither vendor's overhead
+    (``cpu`` ``other``: 1 µs, Intel's too). Units: µs, ranks.
+
+    Raises
+    ------
+    InputError
+        An unknown protocol.
+
+    Examples
+    --------
+    A 64-rank all-gather in LL, 8 ranks a node: 7 steps over the network at 2.7 µs, 56 on
+    NVLink at the network overhead's 1 µs (above NVLink's 0.6), after the 6.6 µs base:
+
+    >>> from trainplan.scenarios.kernel_data import collective_data
+    >>> round(ring_latency_us(collective_data().nccl_latency, "all-gather", "LL", 64, 8), 6)
+    81.5
+    """
+    if protocol not in lat.protocols:
+        raise InputError(f"protocol: {protocol!r} is not one of {', '.join(lat.protocols)}")
+    p, local = lat.protocols.index(protocol), max(1, min(per_domain, ranks))
+    net = _hw(lat, "net", "tree" if local == 1 else "ring", p) if local < ranks else 0.0
+    intra = _hw(lat, "nvlink", "ring", p)
+    return _ring_us(lat, collective, protocol, ranks, local, intra, net, "other")
+
+
 def _ring_us(
     lat: NcclLatency,
     collective: str,
     protocol: str,
     ranks: int,
-    nodes: int,
+    per_domain: int,
     intra: float,
     net: float,
     cpu: str,
@@ -147,10 +180,11 @@ def _ring_us(
     least the CPU's network overhead across nodes (×3 for Simple). Not modelled: the ×1.4
     plateau NCCL adds to a multi-node Simple ring all-reduce once each rank's share of a
     channel reaches 64 bytes (``ring_plateau``; it needs the channel count)."""
-    if nodes > 1:
+    inside = per_domain >= ranks
+    if not inside:
         intra = max(intra, lat.net_overhead_us[cpu] * (3 if protocol == "Simple" else 1))
     rounds = 2 if collective == "all-reduce" else 1
-    hops = steps_latency(ranks, nodes == 1, intra, net, rounds=rounds, per_domain=ranks // nodes)
+    hops = steps_latency(ranks, inside, intra, net, rounds=rounds, per_domain=per_domain)
     return lat.base_us["ring"][lat.protocols.index(protocol)] + float(hops)
 
 

@@ -46,7 +46,7 @@ A collective's own time is :func:`model.roofline.collective_seconds` over the ax
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from trainplan.model.async_tp import async_tp_collectives
@@ -235,7 +235,13 @@ def _cp_collectives(
     again and their gradients), once more for a recomputed core; each pass overlapped with the
     core of its pass for a ring, waited for as an all-gather — and the head all-to-alls over
     ``cp_a2a`` ranks, each moving (u − 1)/u of Q + KV + O forward and Q + KV + 2·O backward,
-    waited for. The bytes are :func:`model.context_parallel.cp_layer_bytes`'s."""
+    waited for. The bytes are :func:`model.context_parallel.cp_layer_bytes`'s. Latency by
+    placement (:attr:`model.roofline.LinkTime.per_domain` of the cp link): the exchange's ring
+    steps between members of one domain on NVLink — each step of ring attention waits for the
+    K/V chunk its neighbour received the step before, so a chunk's path is the ring
+    all-gather's, NCCL's ring rule — the hybrid's ring holding ``per_domain ∕ u`` of them (one
+    of each inner group of u consecutive cp ranks), its inner all-to-all one NVLink hop where
+    the u ranks share a domain."""
     if x.cp == 1 or c.cp_link is None:
         return 0.0, 0.0
     q, kv, o = (float(v) for v in cp_tensor_bytes(x.arch, x.tp, x.tokens, x.beta))
@@ -243,9 +249,10 @@ def _cp_collectives(
     if c.cp_templated and r > 1:
         return _templated_collectives(kv * templated_kv_repeat(x.arch), r, core, c, recomputed)
     total = exposed = 0.0
-    if r > 1:
-        forward = _coll(Collective.ALL_GATHER, r, (r - 1) * kv, c.cp_link, c)
-        backward = _coll(Collective.ALL_GATHER, r, 2 * (r - 1) * kv, c.cp_link, c)
+    if r > 1:  # the ring's members a domain: one of each inner group of u there
+        link = replace(c.cp_link, per_domain=max(1, c.cp_link.per_domain // u))
+        forward = _coll(Collective.ALL_GATHER, r, (r - 1) * kv, link, c)
+        backward = _coll(Collective.ALL_GATHER, r, 2 * (r - 1) * kv, link, c)
         passes = [(forward, core[0]), (backward, core[1])] + (
             [(forward, core[0])] if recomputed else []
         )
@@ -339,7 +346,7 @@ def ep_all_to_all_seconds(x: LayerShape, c: Clock, full_recompute: bool) -> tupl
                          lambda b: _coll(Collective.ALL_TO_ALL, x.ep, b, c.ep_link, c))  # fmt: skip
     meta = dispatch_metadata(x.expert_passes, x.moe_run.dispatcher)
     probs = _coll(Collective.ALL_TO_ALL, x.ep, sent(x.beta), c.ep_link, c)
-    counts = counts_gather_seconds(x.etp * x.ep, c.ep_link.scaleup)
+    counts = counts_gather_seconds(x.etp * x.ep, c.ep_link.scaleup, x.etp * c.ep_link.per_domain)
     forward = t[0] + t[1] + meta.probs_all_to_alls[0] * probs + meta.counts_all_gathers * counts
     forward += torchtitan_dispatch_seconds(meta, spec.num_experts, x.ep, c.ep_link, c.params)
     return forward * (2 if full_recompute else 1), t[2] + t[3] + meta.probs_all_to_alls[1] * probs

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trainplan.model.collective_rates import ring_latency_us
 from trainplan.model.elementwise import Pass
 from trainplan.model.frameworks import Framework
 from trainplan.model.moe_run import Dispatcher
@@ -258,25 +259,27 @@ def dispatch_metadata(passes: ExpertPasses, dispatcher: Dispatcher | str) -> Dis
     return DispatchMetadata((1, 1), 1) if passes.megatron else NO_DISPATCH_METADATA
 
 
-def counts_gather_seconds(ranks: int, scaleup: bool) -> float:
+def counts_gather_seconds(ranks: int, scaleup: bool, per_domain: int = 1) -> float:
     """Seconds of Megatron-Core's all-gather of the token counts per expert over ``ranks``
     (``E`` int64 values from each, 1 KB at 128 experts: ``preprocess`` in
     ``token_dispatcher.py``): NCCL's latency of a ring all-gather (``src/graph/tuning.cc``, the
     ``[nccl_latency]`` constants of ``scenarios/kernels/collectives.toml``) in the ``LL``
     protocol, the one NCCL's tuner picks for a message this small (its lowest base and per-hop
     latency; the bytes are not counted: 64 KB over 64 ranks, a few microseconds at LL's rate
-    beside the hops' hundreds): the base plus ``ranks − 1`` hops, each over
-    NVLink when the group's link is the scale-up domain, else over the network, as the clock's
-    other scale-out collectives count every ring step (:func:`model.roofline.collective_latency`).
+    beside the hops' hundreds): the base plus ``ranks − 1`` hops, all over NVLink when the
+    group's link is the scale-up domain, else with ``per_domain`` of the ranks in each domain
+    those between domains over the network and the rest over NVLink at no less than NCCL's
+    network overhead (:func:`model.collective_rates.ring_latency_us`, the rule of the clock's
+    other collectives, :func:`model.roofline.collective_latency`).
 
     >>> round(counts_gather_seconds(8, True) * 1e6, 1)  # 6.6 + 7 × 0.6 µs
     10.8
-    >>> round(counts_gather_seconds(64, False) * 1e6, 1)  # 6.6 + 63 × 2.7 µs
-    176.7
+    >>> round(counts_gather_seconds(64, False) * 1e6, 1)  # 6.6 + 63 × 5.0 µs: a rank a node
+    321.6
+    >>> round(counts_gather_seconds(64, False, 8) * 1e6, 1)  # 6.6 + 7 × 2.7 + 56 × 1.0 µs
+    81.5
     """
     if ranks <= 1:
         return 0.0
-    lat = collective_data().nccl_latency
-    p = lat.protocols.index("LL")
-    hop = lat.hw_us["nvlink" if scaleup else "net"]["ring"][p]
-    return (lat.base_us["ring"][p] + (ranks - 1) * hop) * 1e-6
+    local = ranks if scaleup else per_domain
+    return ring_latency_us(collective_data().nccl_latency, "all-gather", "LL", ranks, local) * 1e-6

@@ -1,18 +1,61 @@
 """NCCL's latency model of a collective's steps, by where the group's ranks lie: each ring step
 between two ranks of one NVLink domain at NVLink's hop latency, each step between domains at the
-network's (NVIDIA/nccl 5067397c ``src/graph/tuning.cc`` ``ncclTopoTuneModel``). The per-hop
-figures are :class:`model.roofline.RooflineParams`'; :func:`model.roofline.collective_latency`
-adds the base latency (and :func:`model.collective_rates.nccl_latency_us`, the tuner's table
-restated by algorithm and protocol, reads the same ring rule). Element-wise for arrays (:mod:`model.xp`). Units: seconds, ranks.
+network's; a tree all-reduce ``⌊log₂ N⌋`` network hops up and down over ``N`` domains; a message
+posted to every peer at once (an all-to-all, a send) one hop (NVIDIA/nccl 5067397c
+``src/graph/tuning.cc`` ``ncclTopoTuneModel``). The per-hop figures are
+:class:`model.roofline.RooflineParams`'; :func:`collective_latency` adds the base latency, the
+step time's one rule (and :func:`model.collective_rates.nccl_latency_us`, the tuner's table
+restated by algorithm and protocol, reads the same ring and tree rules). Every parallel axis's collectives
+read it with the group's members per domain (:func:`model.terms.fields.axis_members`: tp, cp,
+ep; :mod:`model.terms.dp_time`: dp, edp). Element-wise for arrays (:mod:`model.xp`). Units:
+seconds, ranks.
+
+An all-to-all or a send has no latency in NCCL's tuner (``ncclFuncSendRecv`` and
+``ncclFuncAlltoAll`` lie beyond ``NCCL_NUM_FUNCTIONS`` in ``src/include/nccl_common.h``;
+``src/enqueue.cc`` turns ``ncclAlltoAll`` into one ``p2pTaskAppend`` send and receive a peer,
+all in one group): the model charges one hop, the slowest peer's link's.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainplan.model.xp import floor, log2, maximum, minimum, where
 
-__all__ = ["steps_latency"]
+if TYPE_CHECKING:
+    from trainplan.model.roofline import RooflineParams
+
+__all__ = ["steps_latency", "tree_latency", "collective_latency"]
+
+_RINGS = {"all-reduce": 2, "all-gather": 1, "reduce-scatter": 1}
+"""Ring rounds of each collective (``nsteps`` ÷ (n − 1) in ``ncclTopoTuneModel``); an
+all-to-all and a send are none (one hop)."""
+
+
+def tree_latency(group_size: Any, domains: Any, intra_s: float, inter_s: float) -> Any:
+    """Seconds of the hops of NCCL's tree all-reduce (``Simple`` latency less its base) over
+    ``group_size`` ranks in ``domains`` domains: ``2·((n ∕ N − 1)·intra_s + log2i(N)·inter_s)``,
+    up the chain inside each domain and the tree across them, then down again
+    (``ncclTopoTuneModel``, the ``NCCL_ALGO_TREE`` branch: ``2 * ((nRanks / nNodes - 1) *
+    intraLat + log2i(nNodes) * interLat)``): ``n ∕ N`` C's integer division, ``log2i`` the
+    whole part of the base-2 logarithm (``src/include/utils.h``: ``log2Down``). ``intra_s``:
+    the tree's own NVLink hop (``hwLatencies[NVLINK][TREE][SIMPLE]``, 4 µs), ``inter_s`` the
+    network's (``hwLatencies[NET][TREE][SIMPLE]``, 14 µs, plus twice the graph's
+    ``latencyInter``: NCCL's own InfiniBand and socket transports report 0,
+    ``src/transport/net_ib/init.cc`` ``props->latency = 0; // Not set``, so 14 µs stands).
+    Element-wise.
+
+    Examples
+    --------
+    1,024 ranks, 8 in each of 128 nodes: 2 × (7 × 4 + 7 × 14) µs; over 12 nodes of 8,
+    ⌊log₂ 12⌋ = 3 network hops each way, 2 × (7 × 4 + 3 × 14):
+
+    >>> [round(tree_latency(n, d, 4e-6, 14e-6) * 1e6, 1) for n, d in ((1024, 128), (96, 12))]
+    [252.0, 140.0]
+    """
+    whole = maximum(domains, 1)
+    local = floor(group_size / whole)
+    return 2 * ((local - 1) * intra_s + floor(log2(whole)) * inter_s)
 
 
 def steps_latency(
@@ -24,6 +67,7 @@ def steps_latency(
     rounds: int,
     tree: bool = False,
     per_domain: Any = 1,
+    tree_intra_s: float | None = None,
 ) -> Any:
     """Seconds of the steps of one collective over ``group_size`` ranks, NCCL's ``Simple``
     latency less its base: a ring of ``rounds`` × (n − 1) steps (1: an all-gather or
@@ -35,9 +79,12 @@ def steps_latency(
     domains where NCCL fuses a multi-node NVLink clique into one (``src/init.cc``:
     ``nvlDomainInfo.nNvlDomains = comm->nNodes``), ``⌈n / per_domain⌉`` for ``per_domain``
     members in each (1, the default: each rank a domain of its own, every step over the
-    network). ``tree``: over the network an all-reduce takes NCCL's tree where that is quicker,
-    ``2((n/N − 1)·intra_s + log₂ N · inter_s)``. ``rounds`` 0: a message posted at once (an
-    all-to-all, a send), one hop. Inside one domain (``scaleup``) every step is NVLink's.
+    network). ``tree``: over the network an all-reduce takes NCCL's tree where that is quicker
+    (:func:`tree_latency`, its NVLink hop ``tree_intra_s``, 4 µs in NCCL's table; ``intra_s``
+    where not given). ``rounds`` 0: a message posted to every peer at once (an all-to-all, a
+    send), one hop — NVLink's where every peer shares the sender's domain (``scaleup``, or
+    ``per_domain`` ≥ ``group_size``), else the network's (NCCL's tuner has none of its own for
+    them: the module's note). Inside one domain (``scaleup``) every step is NVLink's.
 
     Examples
     --------
@@ -50,14 +97,48 @@ def steps_latency(
     [4071.8, 14322.0]
     >>> round(steps_latency(1024, False, 3.4e-6, 14e-6, rounds=2, tree=True) * 1e6, 1)
     280.0
+
+    An all-to-all over 4 ranks of one domain whose link is the network's (the hybrid context
+    parallelism's inner group), one NVLink hop; over 8 ranks 4 a domain, one network hop:
+
+    >>> [round(steps_latency(n, False, 3.4e-6, 14e-6, rounds=0, per_domain=4) * 1e6, 1)
+    ...  for n in (4, 8)]
+    [3.4, 14.0]
     """
     if not rounds:
-        return where(scaleup, intra_s, inter_s) * 1.0
+        inside = scaleup | (per_domain >= group_size)
+        return where(inside, intra_s, inter_s) * 1.0
     local = maximum(minimum(per_domain, group_size), 1)
     domains = where(scaleup, 1, -floor(-group_size / local)) * 1.0
     steps, crossing = rounds * (group_size - 1) * 1.0, rounds * (domains - 1)
     ring = (steps - crossing) * intra_s + crossing * inter_s
     if not tree:
         return ring
-    spread = 2 * ((group_size / domains - 1) * intra_s + log2(maximum(domains, 1)) * inter_s)
-    return where(scaleup, ring, minimum(ring, spread))
+    up = intra_s if tree_intra_s is None else tree_intra_s
+    return where(scaleup, ring, minimum(ring, tree_latency(group_size, domains, up, inter_s)))
+
+
+def collective_latency(
+    kind: str, group_size: Any, scaleup: Any, p: RooflineParams, per_domain: Any = 1
+) -> Any:
+    """The latency part of :func:`model.roofline.collective_seconds` of a ``kind``
+    (:class:`model.roofline.Collective`) over ``group_size`` ranks: NCCL's base latency
+    (:attr:`~model.roofline.RooflineParams.collective_base_latency_s`) plus its steps, each at
+    its link's hop latency (:func:`steps_latency`; ``per_domain``: the group's members in each
+    NVLink domain, 1 = every step over the network; an all-reduce's tree at
+    :attr:`~model.roofline.RooflineParams.scaleup_tree_hop_latency_s` inside a domain; a send
+    between neighbours of a group that leaves its domain, the pair that straddles the domain's
+    edge, which the ring waits on: the network's hop). Element-wise. Units: seconds.
+
+    >>> from trainplan.model.roofline import Collective, RooflineParams
+    >>> p = RooflineParams(gemm_efficiency=0.7)
+    >>> round(collective_latency(Collective.ALL_REDUCE, 1024, False, p) * 1e6, 1)  # tree: 2·10 hops
+    288.4
+    """
+    steps = steps_latency(
+        group_size, scaleup, p.scaleup_hop_latency_s, p.scaleout_hop_latency_s,
+        rounds=_RINGS.get(kind, 0), tree=kind == "all-reduce",
+        per_domain=1 if kind == "send-recv" else per_domain,
+        tree_intra_s=p.scaleup_tree_hop_latency_s,
+    )  # fmt: skip
+    return p.collective_base_latency_s + steps

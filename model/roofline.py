@@ -21,7 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from trainplan.model.errors import InputError
-from trainplan.model.nccl_latency import steps_latency
+from trainplan.model.nccl_latency import collective_latency
 from trainplan.model.nvls import nvls_ring_on_link
 from trainplan.model.part_family import catalogue_part
 from trainplan.model.xp import log2, maximum, where
@@ -88,6 +88,9 @@ class RooflineParams:
     scaleout_hop_latency_s: float = 14e-6
     """Latency of one ring or tree step over the network: 14 µs (NCCL ``tuning.cc``, ``hwLat``
     NET, ring and tree, ``Simple``)."""
+    scaleup_tree_hop_latency_s: float = 4.0e-6
+    """Latency of one tree all-reduce step over NVLink: 4.0 µs (NCCL 5067397c ``tuning.cc``,
+    ``hwLatencies`` NVLINK, Tree, ``Simple``; :func:`model.nccl_latency.tree_latency`)."""
     attention_kernel: str | None = None
     """The published attention kernel whose curves time the FlashAttention core by sequence
     length, head dimensions and mask (:func:`model.attention_rates.attention_fractions`: flash-attention-2,
@@ -351,6 +354,10 @@ class LinkTime:
     """Nominal bandwidth per GPU per direction (the accelerator table's or the cluster's)."""
     scaleup: bool
     """True for the NVLink-class domain, False for the scale-out network."""
+    per_domain: int = 1
+    """Ranks of the group in each NVLink domain (:func:`model.terms.fields.axis_members`),
+    whose ring steps ride NVLink (:func:`collective_latency`); 1: every step off ``scaleup``
+    over the network."""
 
 
 def collective_seconds(
@@ -364,7 +371,9 @@ def collective_seconds(
 
     Latency, NCCL's model for its ``Simple`` protocol (:func:`collective_latency`): the base
     latency plus one hop per ring step, the tree's where quicker for an all-reduce over the
-    network, one hop for an all-to-all or a send. ``group_size`` 1 or no bytes: 0.
+    network, one hop for an all-to-all or a send, each step between two of the link's
+    :attr:`LinkTime.per_domain` members of one domain on NVLink. ``group_size`` 1 or no
+    bytes: 0.
 
     Examples
     --------
@@ -378,7 +387,7 @@ def collective_seconds(
     399.2
     """
     return collective_time(
-        kind, group_size, sent_bytes, link.bandwidth_bytes_per_s, link.scaleup, p
+        kind, group_size, sent_bytes, link.bandwidth_bytes_per_s, link.scaleup, p, link.per_domain
     )
 
 
@@ -388,25 +397,6 @@ def transfer_seconds(sent_bytes: Any, rate: Any) -> Any:
     would never arrive, inf."""
     rate_or_one = where(rate > 0, rate, 1.0)
     return where(rate > 0, sent_bytes / rate_or_one, where(sent_bytes > 0, float("inf"), 0.0))
-
-
-def collective_latency(
-    kind: Collective, group_size: Any, scaleup: Any, p: RooflineParams, per_domain: Any = 1
-) -> Any:
-    """The latency part of :func:`collective_seconds`: NCCL's base latency plus its steps, each
-    at its link's hop latency (:func:`model.nccl_latency.steps_latency`; ``per_domain``: the
-    group's members in each NVLink domain, 1 = every step over the network). Element-wise.
-
-    >>> p = RooflineParams(gemm_efficiency=0.7)
-    >>> round(collective_latency(Collective.ALL_REDUCE, 1024, False, p) * 1e6, 1)  # tree: 2·10 hops
-    288.4
-    """
-    rings = {Collective.ALL_REDUCE: 2, Collective.ALL_GATHER: 1, Collective.REDUCE_SCATTER: 1}
-    steps = steps_latency(
-        group_size, scaleup, p.scaleup_hop_latency_s, p.scaleout_hop_latency_s,
-        rounds=rings.get(kind, 0), tree=kind is Collective.ALL_REDUCE, per_domain=per_domain,
-    )  # fmt: skip
-    return p.collective_base_latency_s + steps
 
 
 def ring_share(kind: Collective, group_size: Any) -> Any:

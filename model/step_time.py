@@ -295,7 +295,11 @@ def pp_seconds(
     ``message_bytes`` each (``2·m·v``: one activation forward and one gradient backward per
     micro-batch and model chunk), each on the critical path of its micro-batch, plus the tied
     embedding's once-per-step all-reduce between the first and last stage (``tied_bytes`` sent).
-    Element-wise for arrays."""
+    Each send one hop (:func:`model.nccl_latency.steps_latency`, ``rounds`` 0): NVLink's where the
+    pipeline's groups lie in one domain (``scaleup``), else the network's — the stages either
+    side of a domain's edge (there is one wherever a group leaves its domain; the tied pair, the
+    first and last stage, straddle it too) pass every one of their messages over the network,
+    and the step waits on the slowest pair. Element-wise for arrays."""
     send = collective_time(Collective.SEND_RECV, 2, message_bytes, bandwidth, scaleup, p)
     tied = collective_time(Collective.ALL_REDUCE, 2, tied_bytes, bandwidth, scaleup, p)
     return messages * send + tied
@@ -349,6 +353,7 @@ def pipe_engine_seconds(
     tp_scaleup: Any,
     p: RooflineParams,
     hbm_bytes_per_s: float | None = None,
+    tp_per_domain: Any = 1,
 ) -> Any:
     """Seconds DeepSpeed's pipeline engine adds to a step for its pipeline messages: the
     blocking transfers and the all-gathers over tp on the critical path of its ``TrainSchedule``
@@ -367,8 +372,8 @@ def pipe_engine_seconds(
     (``torch.zeros``, the bytes written) and returns a ``clone`` of it (read and written):
     3 × the whole tensor at :attr:`~model.roofline.RooflineParams.hbm_efficiency`, two kernels
     (``deepspeed/runtime/utils.py`` ``PartitionedTensor.full`` at edaa72212; the code of 2021
-    gathered into a list of views and copied them out, two passes more, not counted).
-    Element-wise for arrays.
+    gathered into a list of views and copied them out, two passes more, not counted); the
+    gathers' latency by ``tp_per_domain``, the tp members a domain. Element-wise for arrays.
 
     Examples
     --------
@@ -387,9 +392,8 @@ def pipe_engine_seconds(
     True
     """
     send = collective_time(Collective.SEND_RECV, 2, part_bytes, bandwidth, scaleup, p)
-    gather = collective_time(
-        Collective.ALL_GATHER, tp, part_bytes * (tp - 1), tp_bandwidth, tp_scaleup, p
-    )
+    gather = collective_time(Collective.ALL_GATHER, tp, part_bytes * (tp - 1), tp_bandwidth,
+                             tp_scaleup, p, tp_per_domain)  # fmt: skip
     tied = collective_time(Collective.ALL_REDUCE, 2, tied_bytes, bandwidth, scaleup, p)
     if hbm_bytes_per_s is not None:  # full(): zeros (write) and clone (read, write) of the whole
         copies = memory_seconds(3 * part_bytes * tp, hbm_bytes_per_s, p) + p.kernel_overhead_s

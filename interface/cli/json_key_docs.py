@@ -259,6 +259,7 @@ KEY_DOCS: dict[str, str] = {
     "time.roofline.collective_base_latency_s": "NCCL's base latency per collective.",
     "time.roofline.scaleup_hop_latency_s": "Latency per ring step on NVLink.",
     "time.roofline.scaleout_hop_latency_s": "Latency per ring step over the network.",
+    "time.roofline.scaleup_tree_hop_latency_s": "Latency per tree step on NVLink (a tree all-reduce).",
     "time.roofline.kernel_overhead_s": "Launch overhead per kernel.",
     "time.tp_comm_overlap": "Tensor-parallel overlap mechanism the layers run: none, async, full (userbuffers) or "
     "async-tp (torchtitan; none without sequence parallelism, which it needs to fuse anything).",

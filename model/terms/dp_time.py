@@ -40,9 +40,8 @@ from trainplan.model.fsdp2_pipeline import (
     upfront_gather,
 )
 from trainplan.model.memory import FP8_PARAM_BYTES
-from trainplan.model.moe_run import members_per_domain
 from trainplan.model.pipeline_reduce import chunked_param_gathers, reduce_waiting_share
-from trainplan.model.terms.fields import Context, Fields
+from trainplan.model.terms.fields import Context, Fields, axis_members
 from trainplan.model.terms.roofline import axis_link, params_of
 from trainplan.model.terms.sm_shares import dp_kind, group_sm_share
 from trainplan.model.terms.stage_params import busiest_params
@@ -52,7 +51,7 @@ from trainplan.model.terms.traffic import (
     fp8_gathered_params,
     most_layers,
 )
-from trainplan.model.xp import as_float, maximum, minimum, where
+from trainplan.model.xp import as_float, minimum, where
 
 __all__ = [
     "dp_group_seconds",
@@ -72,7 +71,7 @@ def dp_group_seconds(c: Context, f: Fields, mech: Any = None) -> tuple[tuple[DpS
     (:func:`model.comm.dp_collective_calls`; under ``fsdp2`` one unit per block, the experts one
     per MoE block; DeepSpeed ZeRO-3's all-gathers its fetches,
     :func:`model.deepspeed_fetches.deepspeed_gather_calls`), each ring's steps between members
-    of one NVLink domain on NVLink (:func:`model.moe_run.members_per_domain` of the group's
+    of one NVLink domain on NVLink (:func:`model.terms.fields.axis_members` of the group's
     link: the slowest group's members in a domain, :func:`model.roofline.collective_latency`);
     zero seconds for a group of one rank. A mechanism that
     :attr:`~model.mechanism_record.Mechanism.regathers_after_forward` runs the schedule's share
@@ -99,14 +98,12 @@ def dp_group_seconds(c: Context, f: Fields, mech: Any = None) -> tuple[tuple[DpS
         params, fp8, (total, per_mb), units, group, axis = part
         calls = dp_collective_calls(fw, as_float(params), units, f.dp, overlapped)
         bandwidth, scaleup = axis_link(c, f, axis)
-        link, domain = f.link(axis), c.gpu.nvlink_domain
-        local = members_per_domain(link.nvlink, link.span, link.group_size, domain, link.per_domain)
         on = (group > 1) & (bandwidth > 0)
         gathered = 1 - narrow * as_float(fp8) / where(params > 0, as_float(params), 1.0)
         s = dp_seconds(
             mech, as_float(total - m * per_mb), as_float(per_mb), group, calls,
             where(on, bandwidth, 1.0), scaleup, params_of(c), forward_share=forward, gathered=gathered,
-            again=again, gather_calls=gather_calls, per_domain=maximum(local, 1),
+            again=again, gather_calls=gather_calls, per_domain=axis_members(c, f, axis),
         )  # fmt: skip
         s = DpSeconds(*(where(on, getattr(s, k.name), 0.0) for k in fields(DpSeconds)))
         out.append((s, calls))

@@ -19,10 +19,10 @@ from typing import Any
 
 from trainplan.model.step_time import all_to_all_bandwidth, link_time_of
 from trainplan.model.terms.dispatch_buffers import ep_members_per_domain
-from trainplan.model.terms.fields import Context, Fields
+from trainplan.model.terms.fields import Context, Fields, axis_members
 from trainplan.model.xp import as_float, logical_not, maximum, where
 
-__all__ = ["ep_rdma", "ep_dispatch_link"]
+__all__ = ["ep_rdma", "ep_dispatch_link", "ep_dispatch_members"]
 
 
 def ep_rdma(c: Context, f: Fields) -> tuple[Any, Any]:
@@ -67,13 +67,41 @@ def ep_dispatch_link(c: Context, f: Fields) -> tuple[Any, Any]:
         bandwidth, link.nvlink, link.span, size, d.nvlink_bytes_per_s, d.nvlink_domain, True,
         None, link.per_domain,
     )  # fmt: skip
-    if c.arch.moe is None or c.training.moe_run.dispatcher.nvlink_ranks is None or not known:
+    runs, g = _runs(c, f)
+    if runs is False:
         return placed
     rdma, nic = ep_rdma(c, f)
-    g = ep_members_per_domain(c, f)
     span = where(link.span > 0, link.span, size)
-    runs = (g > 0) & (g < size) & (rdma | logical_not(link.nvlink))
     out = where(rdma, nic, bandwidth)
     gpus = maximum(1, g * span // maximum(size, 1))
     timed = all_to_all_bandwidth(out, size, span, gpus, d.nvlink_bytes_per_s)
     return where(runs, timed, placed[0]), where(runs, False, placed[1])
+
+
+def _runs(c: Context, f: Fields) -> tuple[Any, Any]:
+    """(whether the dispatch rides the NIC between the dispatcher's NVLink runs,
+    :func:`model.terms.dispatch_buffers.ep_members_per_domain`'s members of each run); (False,
+    0) for a dispatcher without runs (NCCL's all-to-all, HybridEP) or an unknown link."""
+    link = f.link("ep")
+    run = c.training.moe_run
+    if c.arch.moe is None or run.dispatcher.nvlink_ranks is None or link.bandwidth is None:
+        return False, 0
+    rdma, _ = ep_rdma(c, f)
+    g = ep_members_per_domain(c, f)
+    return (g > 0) & (g < link.group_size) & (rdma | logical_not(link.nvlink)), g
+
+
+def ep_dispatch_members(c: Context, f: Fields) -> Any:
+    """Ranks of the expert-parallel group the dispatch reaches over NVLink from each rank, as
+    the all-to-all's latency reads them (:attr:`model.roofline.LinkTime.per_domain`: one
+    NVLink hop where they are the whole group, else one network hop,
+    :func:`model.nccl_latency.steps_latency`; the token counts' ring all-gather,
+    :func:`model.moe_kernels.counts_gather_seconds`): the placed group's members in one domain
+    (:func:`model.terms.fields.axis_members`), or where the dispatcher crosses between its runs
+    of 8 by the NIC (:func:`ep_dispatch_link`) the members of one run. An int, or ``[n, 1]``
+    columns; 1 on an unknown link. Units: ranks."""
+    if f.link("ep").bandwidth is None:
+        return 1
+    runs, g = _runs(c, f)
+    placed = axis_members(c, f, "ep")
+    return placed if runs is False else where(runs, g, placed)

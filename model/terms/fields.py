@@ -35,9 +35,10 @@ from typing import Any, Protocol
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Layout
 from trainplan.model.model_spec import ModelSpec
+from trainplan.model.moe_run import members_per_domain
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.timing import CostOptions
-from trainplan.model.xp import is_array
+from trainplan.model.xp import is_array, maximum, where
 
 __all__ = [
     "Context",
@@ -52,6 +53,8 @@ __all__ = [
     "stage_tuple",
     "LINK_AXES",
     "INSIDE_DOMAIN",
+    "axis_members",
+    "link_members",
 ]
 
 LINK_AXES = ("tp", "cp", "ep", "dp", "edp", "pp")
@@ -278,6 +281,36 @@ class LayoutFields:
             size if link.link != "none" else 1,
             getattr(link, "per_domain", 0),
         )
+
+
+def axis_members(c: Context, f: Fields, axis: str) -> Any:
+    """Ranks of ``axis``'s slowest group in one NVLink domain of the accelerator, as NCCL's
+    latency model counts its domains (:func:`model.nccl_latency.steps_latency`'s
+    ``per_domain``): the whole group where it lies in one domain, else the placement's
+    ``per_domain`` (:func:`model.moe_run.members_per_domain`, the span's closed form for a link
+    built without a placement); at least 1 (a link of unknown span: every ring step over the
+    network). The tp, cp and ep clocks (:mod:`model.terms.roofline`) and the dp and edp
+    collectives (:mod:`model.terms.dp_time`) read it. An int, or ``[n, 1]`` columns. Units:
+    ranks."""
+    link = f.link(axis)
+    members = members_per_domain(
+        link.nvlink, link.span, link.group_size, c.gpu.nvlink_domain, link.per_domain
+    )
+    return maximum(members, 1)
+
+
+def link_members(bandwidth: Any, scaleup: Any, members: Any) -> Any:
+    """An axis's members per NVLink domain as its clock's :attr:`model.roofline.LinkTime.
+    per_domain` reads them (:func:`axis_members`, or the expert dispatch's
+    :func:`model.terms.ep_link.ep_dispatch_members`), on the link ``bandwidth`` (bytes/s, 0:
+    none) of tier ``scaleup``; 1 where they change no hop (a scale-up link, all of whose steps
+    ride NVLink, or no link), so they add no distinct clocks to the search's tables. Units:
+    ranks.
+
+    >>> link_members(400e9, False, 8), link_members(900e9, True, 64), link_members(0.0, False, 8)
+    (8, 1, 1)
+    """
+    return where(scaleup | (bandwidth <= 0), 1, members)
 
 
 def world_ranks(f: Fields) -> Any:

@@ -83,11 +83,13 @@ from trainplan.model.terms.activation_fields import (
     padded_vocab_of,
 )
 from trainplan.model.terms.dispatch_buffers import ep_members_per_domain
-from trainplan.model.terms.ep_link import ep_dispatch_link
+from trainplan.model.terms.ep_link import ep_dispatch_link, ep_dispatch_members
 from trainplan.model.terms.fields import (
     Context,
     Fields,
     LayoutFields,
+    axis_members,
+    link_members,
     stage_argmax,
     stage_max,
     stage_take,
@@ -162,8 +164,8 @@ def ep_dispatch_fields(c: Context, f: Fields) -> tuple[Any, Any, Any]:
     return g, unpaired, ep_sm_share(c, f)
 
 
-def _link(bandwidth: Any, scaleup: Any) -> LinkTime | None:
-    return LinkTime(float(bandwidth), bool(scaleup)) if bandwidth else None
+def _link(bandwidth: Any, scaleup: Any, per_domain: Any) -> LinkTime | None:
+    return LinkTime(float(bandwidth), bool(scaleup), int(per_domain)) if bandwidth else None
 
 
 @lru_cache(maxsize=CACHE)
@@ -181,8 +183,8 @@ def _kind_row(
     selective recomputation re-runs and whether ``layernorm`` takes every norm
     (:func:`_recompute_plan`)."""
     b, tp, cp, ep, etp, sp, r, u, gather, rep, vocab = key[:11]
-    tp_bw, tp_up, cp_bw, cp_up, ep_bw, ep_up = key[11:17]
-    ep_g, unpaired, sm_share, templated, regather, nccl = key[17:]
+    tp_bw, tp_up, tp_g, cp_bw, cp_up, cp_g, ep_bw, ep_up, ep_lg = key[11:20]
+    ep_g, unpaired, sm_share, templated, regather, nccl = key[20:]
     (
         peak,
         hbm,
@@ -205,7 +207,8 @@ def _kind_row(
     if overlap is TpOverlap.FULL and int(tp) > 1 and bool(sp):  # check_tp_overlap: sp off refused
         ub = userbuffers_for(ub_config, int(tp))
     clock = Clock(
-        peak, hbm, p, _link(tp_bw, tp_up), _link(cp_bw, cp_up), _link(ep_bw, ep_up), overlap,
+        peak, hbm, p, _link(tp_bw, tp_up, tp_g), _link(cp_bw, cp_up, cp_g),
+        _link(ep_bw, ep_up, ep_lg), overlap,
         int(r), int(u), bool(gather), speedup, int(rep), int(ep_g), float(unpaired),
         bool(regather), str(templated), float(sm_share), grouped, ao, bool(bf16_ex), loop,
         float(nccl), grouped_mm=bool(grouped_mm), tp_gather_bytes=gather_bytes,
@@ -265,6 +268,9 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any]:
     tp_bw, tp_up = axis_link(c, f, "tp")
     cp_bw, cp_up = axis_link(c, f, "cp", (r == 1) & (u > 1))
     ep_bw, ep_up = ep_dispatch_link(c, f)  # DeepEP beyond 8 ranks: its RDMA hop on the NIC
+    tp_g = link_members(tp_bw, tp_up, axis_members(c, f, "tp"))
+    cp_g = link_members(cp_bw, cp_up, axis_members(c, f, "cp"))
+    ep_lg = link_members(ep_bw, ep_up, ep_dispatch_members(c, f))
     vocab = f.lookup(padded_vocab_of, (arch.vocab_size, c.vocab_multiple), "framework", "tp")
     ep_g, unpaired, ep_share = ep_dispatch_fields(c, f)
     templated = f.lookup(torch_rotate_method, (), "cp_kind")
@@ -272,8 +278,9 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any]:
     row = f.lookup_values(
         _kind_row, (arch, t, o.causal_attention_flops, base, mode, _recompute_plan(c, f, mode)),
         f.micro_batch_size, f.tp,
-        f.cp, f.ep, f.expert_tp, f.sp, r, u, gather, rep, vocab, tp_bw, tp_up, cp_bw, cp_up,
-        ep_bw, ep_up, ep_g, unpaired, ep_share, templated, regather, tp_sm_share_of(c, f),
+        f.cp, f.ep, f.expert_tp, f.sp, r, u, gather, rep, vocab, tp_bw, tp_up, tp_g, cp_bw,
+        cp_up, cp_g, ep_bw, ep_up, ep_lg, ep_g, unpaired, ep_share, templated, regather,
+        tp_sm_share_of(c, f),
     )  # fmt: skip
     n, g = len(PARTS), len(span_groups(arch))
     kinds = tuple(tuple(row[k * n : (k + 1) * n]) for k in range(g + 2))
@@ -369,6 +376,7 @@ def pp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
             as_float(message), shares, f.m, f.pp, as_float(tied), *link,
             where(tp_bandwidth > 0, tp_bandwidth, 1.0), tp_scaleup, params_of(c),
             c.gpu.hbm_bytes_per_s,
+            link_members(tp_bandwidth, tp_scaleup, axis_members(c, f, "tp")),
         )  # fmt: skip
         seconds = where(on, seconds, 0.0)
         return seconds, seconds

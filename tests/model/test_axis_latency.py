@@ -1,0 +1,195 @@
+"""NCCL's latency by where each parallel axis's ranks lie, for every axis (model.nccl_latency:
+NVIDIA/nccl 5067397c ``src/graph/tuning.cc`` ``ncclTopoTuneModel``): a ring's steps between
+two ranks of one NVLink domain at NVLink's 3.4 µs, those between domains at the network's
+14 µs (``Simple``, after the 8.4 µs base); the tree all-reduce ``2((n/N − 1)·4 + ⌊log₂ N⌋·14)``
+µs; an all-to-all or a send one hop (NCCL's tuner has none for them: ``ncclAlltoAll`` is one
+send and receive a peer, ``src/enqueue.cc``). The tp, cp and ep clocks read the placement's
+members per domain (model.terms.fields.axis_members) as the dp groups did. Every figure by
+hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.archs import one_moe_layer
+from trainplan.model.collective_rates import nccl_latency_us, ring_latency_us
+from trainplan.model.estimate import evaluation_context
+from trainplan.model.layer_time import PARTS, ep_all_to_all_seconds, layer_time
+from trainplan.model.layout import Layout, Recompute
+from trainplan.model.moe_kernels import ExpertPasses, counts_gather_seconds
+from trainplan.model.nccl_latency import steps_latency, tree_latency
+from trainplan.model.op_time import Clock
+from trainplan.model.ops import LayerShape
+from trainplan.model.roofline import Collective, LinkTime, RooflineParams, collective_latency
+from trainplan.model.terms.ep_link import ep_dispatch_link, ep_dispatch_members
+from trainplan.model.terms.fields import LayoutFields, axis_members
+from trainplan.model.terms.roofline import axis_link, stage_parts_term
+from trainplan.optimizer.case import Case, links_for
+from trainplan.scenarios.catalogue import get_model
+from trainplan.scenarios.kernel_data import collective_data
+
+P = RooflineParams(gemm_efficiency=0.6)
+AG, RS, AR = Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.ALL_REDUCE
+A2A, SEND = Collective.ALL_TO_ALL, Collective.SEND_RECV
+US = 1e-6
+
+
+def _stage(name: str, gpu: str, layout: Layout, **options: object) -> tuple:
+    """(case, context, fields, the first stage's PARTS by name for one micro-batch) of the
+    evaluator on the two-tier cluster the accelerator's nodes make."""
+    case = Case.of(name, gpu, layout, **options)
+    links = links_for(layout, case.links)
+    c = evaluation_context(case.model, case.training, case.device, case.options, None)
+    f = LayoutFields(layout, case.training.global_batch_size, 0, links)
+    parts = dict(zip(("total", *PARTS), stage_parts_term(c, f), strict=True))
+    return case, c, f, parts
+
+
+def test_a_tp_16_ring_over_two_8_gpu_nodes_crosses_once():
+    """tp 16 over two H100 nodes of 8: N = 2 domains. An all-gather's 15 ring steps, 1 across:
+    8.4 + 14 + 14 × 3.4 = 70.0 µs, where every step over the network was 8.4 + 15 × 14 = 218.4.
+    An all-reduce: the ring 2 × 15 = 30 steps, 2 across, 8.4 + 2 × 14 + 28 × 3.4 = 131.6 µs;
+    NCCL's tree 2 × ((16/2 − 1) × 4 + ⌊log₂ 2⌋ × 14) = 84 µs + 8.4 = 92.4, the quicker (every
+    step over the network: the tree over 16 one-rank nodes, 2 × 4 × 14 + 8.4 = 120.4)."""
+    assert collective_latency(AG, 16, False, P, 8) == pytest.approx(70.0 * US)
+    assert collective_latency(RS, 16, False, P, 8) == pytest.approx(70.0 * US)
+    assert collective_latency(AG, 16, False, P) == pytest.approx(218.4 * US)
+    ring = steps_latency(16, False, 3.4e-6, 14e-6, rounds=2, per_domain=8)
+    assert ring == pytest.approx((2 * 14 + 28 * 3.4) * US)
+    assert collective_latency(AR, 16, False, P, 8) == pytest.approx(92.4 * US)
+    assert collective_latency(AR, 16, False, P) == pytest.approx(120.4 * US)
+
+
+def test_the_evaluator_times_tp_16_over_two_nodes_by_hand():
+    """Megatron 18.4B (40 layers, h 6,144, s 2,048, b 1), tp 16 with sequence parallelism over
+    two H100 nodes, ``tp_comm_overlap`` none (every collective waits). The tp group has 8
+    members a node, so it rides 8 NICs, 8 × 50 GB/s at 0.96, and NCCL's ring crosses once. One
+    all-gather or reduce-scatter moves (15/16)·2·2,048·6,144 = 23,592,960 B: 70.0 µs +
+    61.44 µs = 131.44 µs. A layer waits on 10 (forward: the attention and MLP gathers and
+    scatters, 4; backward: each half's output-gradient gather, input re-gather and
+    input-gradient scatter, 6), the embedding on 2, the output layer on 3 and the cross
+    entropy's 3 all-reduces of 4 bytes a token (2 × 15/16 × 4 × 2,048 = 15,360 B: 92.4 µs +
+    0.04 µs). 40 × 10 × 131.44 + 5 × 131.44 + 3 × 92.44 = 53,510.52 µs a micro-batch; with
+    every step over the network (70.0 → 218.4 µs, 92.4 → 120.4 µs) it was 113,696.52 µs."""
+    case, c, f, parts = _stage(
+        "megatron-18.4b", "H100-SXM", Layout(tp=16, sequence_parallel=True),
+        global_batch_size=4, tp_comm_overlap="none",
+    )  # fmt: skip
+    arch = case.model.arch
+    assert (arch.num_layers, arch.hidden_size, case.training.seq_len) == (40, 6144, 2048)
+    assert axis_members(c, f, "tp") == 8
+    assert axis_link(c, f, "tp") == (400e9, False)
+    one = 15 / 16 * 2 * 2048 * 6144
+    assert one == 23_592_960
+    ring = 70.0 + one / (400e9 * 0.96) / US
+    ce = 92.4 + 15_360 / (400e9 * 0.96) / US
+    assert ring == pytest.approx(131.44) and ce == pytest.approx(92.44)
+    assert parts["tp"] / US == pytest.approx(40 * 10 * ring + 5 * ring + 3 * ce)
+    assert parts["tp"] / US == pytest.approx(53_510.52)
+    before = 40 * 10 * (ring + 148.4) + 5 * (ring + 148.4) + 3 * (ce + 28)
+    assert before == pytest.approx(113_696.52)
+
+
+def test_a_cp_4_ring_across_two_h100_nodes():
+    """Llama 3 8B (s 8,192, 8 K/V heads of 128), tp 4, cp 4 on two H100 nodes: the cp group
+    (stride 4, span 16) has 2 members a node; its 4-rank ring crosses once. Ring attention's
+    step waits for the chunk its neighbour received the step before, so a chunk travels the
+    ring all-gather's path: 8.4 + 14 + 2 × 3.4 = 29.2 µs of latency (every step over the
+    network: 8.4 + 3 × 14 = 50.4). K + V of a rank: 2 × 2 heads × 128 × 2,048 tokens × 2 B =
+    2 MiB; the ring moves 3 of them forward and 6 backward over 2 NICs (2 × 50 GB/s at 0.96):
+    29.2 + 65.536 and 29.2 + 131.072 µs, 255.008 µs a layer, 8,160.256 µs over 32 layers (21.2
+    µs a pass less than before: 1,356.8 µs)."""
+    case, c, f, parts = _stage(
+        "llama3-8b", "H100-SXM", Layout(tp=4, cp=4, sequence_parallel=True), global_batch_size=4
+    )
+    assert case.training.seq_len == 8192 and case.model.arch.num_layers == 32
+    assert axis_members(c, f, "cp") == 2 and axis_link(c, f, "cp") == (100e9, False)
+    assert collective_latency(AG, 4, False, P, 2) == pytest.approx(29.2 * US)
+    assert collective_latency(AG, 4, False, P) == pytest.approx(50.4 * US)
+    kv = 2 * 2 * 128 * 2048 * 2
+    forward = 29.2 + 3 * kv / 96e9 / US
+    backward = 29.2 + 6 * kv / 96e9 / US
+    assert (forward, backward) == (pytest.approx(94.736), pytest.approx(160.272))
+    assert parts["cp"] / US == pytest.approx(32 * (forward + backward))
+    assert parts["cp"] / US == pytest.approx(8_160.256)
+
+
+def test_the_hybrid_cp_ring_and_its_inner_all_to_all_by_placement():
+    """a2a+p2p, cp 8 = an inner all-to-all of u = 2 consecutive cp ranks and a ring of r = 4,
+    the cp link 4 members a domain (tp 2, cp 8 on 8-GPU nodes): the ring holds one rank of each
+    inner pair, 4 ∕ 2 = 2 a domain — 8.4 + 14 + 2 × 3.4 = 29.2 µs, not 50.4 — and each pair
+    shares a domain, so its all-to-all is one NVLink hop, 8.4 + 3.4 = 11.8 µs, not 22.4. A
+    layer runs the ring once forward and once backward and the all-to-alls once each way:
+    2 × 21.2 + 2 × 10.6 = 63.6 µs less; the ring overlapped by the core, the all-to-alls
+    waited for (21.2 µs less exposed)."""
+    x = LayerShape(get_model("llama3-8b").model.arch, False, 8192, 1, 2, cp=8)
+
+    def cp(per_domain: int) -> tuple[float, float]:
+        link = LinkTime(200e9, False, per_domain)
+        t = layer_time(x, Clock(989e12, 3.35e12, P, cp_link=link, cp_ring=4, cp_a2a=2),
+                       Recompute.NONE)  # fmt: skip
+        return t.cp_s, t.cp_exposed_s
+
+    assert collective_latency(A2A, 2, False, P, 4) == pytest.approx(11.8 * US)
+    assert collective_latency(A2A, 8, False, P, 4) == pytest.approx(22.4 * US)
+    (placed, placed_exposed), (apart, apart_exposed) = cp(4), cp(1)
+    assert (apart - placed) / US == pytest.approx(63.6)
+    assert (apart_exposed - placed_exposed) / US == pytest.approx(21.2)
+
+
+def test_a_send_waits_on_the_pair_across_the_domain_edge():
+    """A send between neighbours of a group that leaves its domain (PyTorch's ring-attention
+    sends, a pipeline's): the ring waits on the pair that straddles the edge, one network hop,
+    8.4 + 14 = 22.4 µs, whatever the members a domain; inside one domain 8.4 + 3.4 = 11.8."""
+    assert collective_latency(SEND, 2, False, P, 4) == pytest.approx(22.4 * US)
+    assert collective_latency(SEND, 2, True, P) == pytest.approx(11.8 * US)
+
+
+def test_an_ep_64_all_to_all_in_an_nvl72_and_across_8_h100_nodes():
+    """Qwen3-30B-A3B, ep 64 under NCCL's all-to-all (Megatron-Core's ``alltoall`` dispatcher).
+    On GB200 the 64 share one NVL72 domain: each dispatch and combine is one NVLink hop,
+    8.4 + 3.4 = 11.8 µs, and the token counts' all-gather (LL: 6.6 µs base, 0.6 µs an NVLink
+    step) 6.6 + 63 × 0.6 = 44.4 µs. On H100 the 64 lie 8 a node on 8 nodes: a peer off the
+    node, so one network hop, 8.4 + 14 = 22.4 µs — what the model charged before too, NCCL's
+    p2p rule — and the counts' ring crosses 7 times (LL's network step 2.7 µs) and rides NVLink
+    56 times at NCCL's network overhead (1 µs, over NVLink's 0.6 once the ring leaves the
+    node): 6.6 + 7 × 2.7 + 56 = 81.5 µs, where every step over the network was 6.6 + 63 × 2.7
+    = 176.7 µs (NCCL's own network step for one rank a node is the tree's 5.0 µs: 321.6)."""
+    gb200 = _stage("qwen3-30b-a3b", "GB200", Layout(dp=64, ep=64), global_batch_size=64)
+    h100 = _stage("qwen3-30b-a3b", "H100-SXM", Layout(dp=64, ep=64), global_batch_size=64)
+    assert str(gb200[0].training.moe_run.dispatcher) == "alltoall"
+    assert ep_dispatch_link(gb200[1], gb200[2]) == (900e9, True)
+    assert ep_dispatch_members(gb200[1], gb200[2]) == 64
+    assert ep_dispatch_link(h100[1], h100[2])[1] is False
+    assert ep_dispatch_members(h100[1], h100[2]) == 8
+    assert collective_latency(A2A, 64, True, P) == pytest.approx(11.8 * US)
+    assert collective_latency(A2A, 64, False, P, 8) == pytest.approx(22.4 * US)
+    assert counts_gather_seconds(64, True) == pytest.approx(44.4 * US)
+    assert counts_gather_seconds(64, False, 8) == pytest.approx(81.5 * US)
+    assert counts_gather_seconds(64, False) == pytest.approx(321.6 * US)
+    # a Megatron-Core layer's forward: the counts' gather is the only collective they move
+    x = LayerShape(one_moe_layer(128), True, 4096, 1, 1, ep=64, expert_passes=ExpertPasses(True))
+    link = 56.25e9
+
+    def forward(per_domain: int) -> float:
+        clock = Clock(2.5e15, 8e12, P, ep_link=LinkTime(link, False, per_domain))
+        return ep_all_to_all_seconds(x, clock, False)[0]
+
+    assert (forward(1) - forward(8)) / US == pytest.approx(321.6 - 81.5)
+
+
+def test_nccl_tree_takes_the_whole_log2_and_its_own_nvlink_hop():
+    """``2 * ((nRanks / nNodes - 1) * intraLat + log2i(nNodes) * interLat)``: MT-NLG's dp 10,
+    one rank a node, 2 × ⌊log₂ 10⌋ × 14 = 84 µs (log₂ 10 = 3.32 gave 93.0); 96 ranks on 12
+    nodes of 8, 2 × (7 × 4 + 3 × 14) = 140 µs, as the tuner's restatement has it
+    (nccl_latency_us, + the 8.4 µs base)."""
+    assert tree_latency(10, 10, 4e-6, 14e-6) == pytest.approx(84 * US)
+    assert collective_latency(AR, 10, False, P) == pytest.approx(92.4 * US)
+    assert tree_latency(96, 12, 4e-6, 14e-6) == pytest.approx(140 * US)
+    lat = collective_data().nccl_latency
+    assert nccl_latency_us(lat, "all-reduce", "tree", "Simple", 96, 12) == pytest.approx(148.4)
+    assert collective_latency(AR, 96, False, P, 8) == pytest.approx(148.4 * US)
+    # the ring restatement by members a domain: 64 ranks, 8 a node, Simple, as the step time's
+    assert ring_latency_us(lat, "all-gather", "Simple", 64, 8) == pytest.approx(
+        collective_latency(AG, 64, False, P, 8) / US
+    )
