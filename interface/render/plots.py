@@ -326,7 +326,8 @@ def plain_ticks() -> Any:
             self.ticks = [float(v) for v in locs]
 
         def __call__(self, x: float, pos: int | None = None) -> str:
-            each = self.axis is not None and self.axis.get_scale() == "log"  # decades: 0.01, 10
+            scale = getattr(self.axis, "get_scale", lambda: "linear")()
+            each = scale == "log"  # a log axis's ticks are decades: 0.01, 10
             text = f"{x:,.{tick_decimals([x] if each else self.ticks)}f}"
             return "0" if text.lstrip("-").strip("0.,") == "" else text
 
