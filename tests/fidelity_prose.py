@@ -230,6 +230,15 @@ FIDELITY_QUOTES = (
           ((V_DENSE, ".1f"), (V_MOE, ".1f"), (V_BEYOND, ".0f"))),
     Quote(R, "are counted {}–{} GB over what their 80 GB GPU leaves a run", PAGE,
           ((least(over), ".0f"), (most(over), ".0f"))),
+    # the limits page: the validation set and what it leaves uncharged
+    Quote(L, "on the validation set of {} runs dense models are within {} % on average and MoE "
+          "models {} %, with {} runs beyond 15 %", VALIDATION_GOALS,
+          ((V_COUNTED, ".0f"), (V_DENSE, ".1f"), (V_MOE, ".1f"), (V_BEYOND, ".0f"))),
+    Quote(L, "(runs with many small experts per GPU, Qwen3-30B-A3B's, come out {}–{} % too fast;",
+          VALIDATION,
+          ((least(run_errors(*QWEN), -1), ".0f"), (most(run_errors(*QWEN), -1), ".0f"))),
+    Quote(L, "(128K–256K tokens at cp 4–8) come out {}–{} % too fast", VALIDATION,
+          ((least(run_errors(*LONG_CP), -1), ".0f"), (most(run_errors(*LONG_CP), -1), ".0f"))),
     # docs/time-model-sources.md, section 2: the charge today
     Quote(T, "the current model measures dense {} %, MoE {} %, {} of {} beyond 15 % with the "
           "charge", VALIDATION_GOALS,

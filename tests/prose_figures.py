@@ -181,6 +181,30 @@ MEGATRON = f"{META_LAYOUT} --schedule interleaved --virtual-stages 8"
 ZERO3 = META_RUN.replace("--zero 2", "--zero 3")
 
 R, S = "README.md", "docs/guides/search.md"
+FW, P, SW = "docs/concepts/frameworks.md", "docs/guides/python.md", "docs/sweeps.md"
+LESS_KEYS = f"{SEARCH_405B} --set tp_block_inputs=sharded --set compile=true"
+"""The framework profiles' page: the search of Meta's recipe with the sharded block inputs and
+fused kernels alone (Megatron-Core's pp 32 answer)."""
+FSDP_70B = "trainplan evaluate --model llama3-70b --gpu H100-SXM --dp 16 --tp 4 --zero 3"
+"""The Python guide's Megatron-FSDP layout of Llama 3 70B on 64 H100s."""
+UNCHARGED_70B = f"{FSDP_70B} --set nccl_sm_charge=false"
+NOT_OVERLAPPED, EXPOSED = 5, 6
+"""Columns of a plan's "Traffic per axis" table: time if not overlapped, exposed."""
+
+
+def axis_seconds(axis: str, column: int) -> Reader:
+    """Seconds in ``column`` of ``axis``'s row of a plan's "Traffic per axis" table (its cells
+    are two or more spaces apart; ``ms`` read as thousandths)."""
+
+    def read(output: str) -> float:
+        found = re.search(rf"^{axis}\s.*$", output, re.MULTILINE)
+        assert found, f"no {axis} row in the output"
+        value, unit = re.split(r"\s{2,}", found.group(0).strip())[column].split()
+        return float(value.replace(",", "")) / (1000 if unit == "ms" else 1)
+
+    return read
+
+
 QUOTES = (
     # README: the search of Meta's recipe and what it says about the other answers
     Quote(R, "at {} % MFU counting attention FLOPs as the paper does",
@@ -245,8 +269,37 @@ QUOTES = (
     Quote(S, "recomputation it fits, at {} s a step", f"{MEGATRON} --recompute full",
           ((STEP, ".2f"),)),
     Quote(S, "Were it to fit as it is, it would take {} s", MEGATRON, ((STEP, ".2f"),)),
+    # the framework profiles' page says which options the search of Meta's recipe needs
+    Quote(FW, "--allocator-retries-ok` finds Meta's own layout (dp 128 × tp 8 × pp 16, interleaved "
+          "v = 8) under FSDP2 ZeRO-2, {} s a step", f"{META_SEARCH} --allocator-retries-ok",
+          ((STEP, ".3f"),)),
+    Quote(FW, "interleaved v = 4, {} s (under a pipeline schedule", LESS_KEYS, ((STEP, ".3f"),)),
+    Quote(FW, "`--allocator-retries-ok` it answers `fsdp2` at dp 64 × tp 8 × pp 32, {} s",
+          META_SEARCH, ((STEP, ".2f"),)),
+    Quote(FW, "under which Meta's layout needs {} GB per GPU", FSDP + " --set compile=true",
+          ((TOTAL, ".0f"),)),
+    # the Python guide's worked example: Megatron-FSDP's dp 16 × tp 4 with and without the charge
+    Quote(P, "hides {} s of per-micro-batch reduce-scatters", FSDP_70B,
+          ((axis_seconds("dp", NOT_OVERLAPPED), ".1f"),)),
+    Quote(P, "rings on 8 blocks, φ = {}; its tp 4 collectives on a node's 24, φ = {}:", FSDP_70B,
+          ((printed(r"φ dp ([\d.]+)"), ".3f"), (printed(r"φ dp [\d.]+, tp ([\d.]+)"), ".3f"))),
+    Quote(P, "which leaves {} s of its dp traffic exposed", FSDP_70B,
+          ((axis_seconds("dp", EXPOSED), ".1f"),)),
+    Quote(P, "exposed, against {} s uncharged", UNCHARGED_70B,
+          ((axis_seconds("dp", EXPOSED), ".1f"),)),
+    Quote(P, "and {} s of its asynchronous tp collectives'", FSDP_70B,
+          ((axis_seconds("tp", EXPOSED), ".1f"),)),
+    Quote(P, "tp collectives', against {} s:", UNCHARGED_70B,
+          ((axis_seconds("tp", EXPOSED), ".1f"),)),
+    Quote(P, "s: {} s a step, against", FSDP_70B, ((STEP, ".1f"),)),
+    Quote(P, "against {} s when nothing charged them", UNCHARGED_70B, ((STEP, ".1f"),)),
+    # the sweeps page: point 93's time to train in days
+    Quote(SW, "({} s is {} days.)", "trainplan sweep docs/sweeps/study.toml --point 93",
+          ((printed(r"time_to_train_s\s+([\d.]+)"), ",.0f"),
+           (lambda out: printed(r"time_to_train_s\s+([\d.]+)")(out) / 86400, ".1f"))),
 )  # fmt: skip
-"""Every figure the README's and the search guide's prose quotes from a command."""
+"""Every figure the README's, the search guide's, the framework profiles', the Python guide's and
+the sweeps page's prose quotes from a command."""
 
 
 FIDELITY = "python -m trainplan.interface.fidelity"

@@ -208,8 +208,10 @@ def test_host_and_reserved_lines_align_with_the_memory_lines(done):
 
 def test_sweep_plot_labels_every_gpu_count(tmp_path):
     """A sweep over 16, 24 and 32 GPUs: the scaling figure's GPU axis labels 24 too (the log-2
-    axis labelled only the powers of two), and a log axis's minor labels (1.2×10⁶ on a cost
-    axis) are drawn at the major labels' size (7 pt; they were larger)."""
+    axis labelled only the powers of two). The value axis was log whatever its range, labelled
+    1.35×10³ or 4.04×10¹: the cost ($1,347–$1,402) and MFU (39.7–41.3 %) span far less than a
+    decade, so both axes are linear, their labels plain numbers with thousands separators
+    (1,350 … 1,400; 40.0 …), every tick label at 7 pt."""
     grid = (
         'model = "megatron-1.7b"\ntokens = 1e11\ngpu_hour_price = 2\nglobal_batch = 96\n'
         "[space]\npp = [1]\n[sweep]\ngpus = [16, 24, 32]\n"
@@ -229,13 +231,18 @@ def test_sweep_plot_labels_every_gpu_count(tmp_path):
         svg = (tmp_path / f"{m}.svg").read_text()
         for count in ("16", "24", "32"):
             assert f"<!-- {count} -->" in svg, (m, count)
-    # every tick label (text as paths, its text in a comment) is drawn at 7 pt: scale 0.07
-    svg = (tmp_path / "cost.svg").read_text()
-    sizes = re.findall(
-        r"<!-- \$\\mathdefault\{[^}]*\\times10\^\{\d+\}\}\$ -->\s*<g transform=\"translate\([^)]*\) scale\(([\d.]+)",
-        svg,
-    )
-    assert sizes and set(sizes) == {"0.07"}, sizes
+        assert "times10" not in svg, m
+    # the value axis's labels (text as paths, its text in a comment), each drawn at 7 pt
+    labels = {}
+    for m in ("cost", "mfu"):
+        svg = (tmp_path / f"{m}.svg").read_text()
+        found = re.findall(
+            r"<!-- ([\d,]+\.?\d*) -->\s*<g transform=\"translate\([^)]*\) scale\(([\d.]+)", svg
+        )
+        assert {size for _, size in found} == {"0.07"}, found
+        labels[m] = [text for text, _ in found if text not in ("16", "24", "32")]
+    assert "1,350" in labels["cost"] and "1,400" in labels["cost"], labels
+    assert all(re.fullmatch(r"\d\d\.\d", x) for x in labels["mfu"]) and "40.0" in labels["mfu"]
 
 
 def test_the_web_guide_names_every_tab():

@@ -14,6 +14,7 @@ from tests.prose_figures import (
     QUOTES,
     Block,
     Quote,
+    axis_seconds,
     drifted,
     everything,
     outputs,
@@ -29,7 +30,13 @@ def test_every_quoted_sentence_is_on_its_page():
     figure has its reader; every block's markers stand once on its page."""
     pages = {q.page for q in ALL_QUOTES}
     assert {"README.md", "docs/guides/search.md", "docs/fidelity.md"} <= pages
-    assert {q.page for q in QUOTES} == {"README.md", "docs/guides/search.md"}
+    assert {q.page for q in QUOTES} == {
+        "README.md",
+        "docs/guides/search.md",
+        "docs/concepts/frameworks.md",
+        "docs/guides/python.md",
+        "docs/sweeps.md",
+    }
     for q in ALL_QUOTES:
         assert len(q.written()) == q.says.count("{}") == len(q.figures), q.says
         assert q.command.startswith(("trainplan ", FIDELITY, "cat docs/")), q.command
@@ -51,6 +58,23 @@ def test_a_quote_reads_its_figure_as_the_sentence_rounds_it(tmp_path, monkeypatc
     assert drifted((q,), {"trainplan evaluate": output}) == [(q, ["7.50"])]
     pf.fix([(q, ["7.50"])])
     assert (tmp_path / "p.md").read_text() == "ZeRO-3, takes\n7.50 s: its gathers"
+
+
+def test_a_traffic_row_read_by_its_column():
+    """The Python guide's Megatron-FSDP row of Llama 3 70B at dp 16 × tp 4 (as ``evaluate``
+    prints it): dp's time if not overlapped 199.080 s and exposed 29.938 s; uncharged, 218.5 ms
+    exposed, read as 0.2185 s (thousandths of a second)."""
+    row = (
+        "axis    collective                  group    bytes/step    link       time if not "
+        "overlapped    exposed\n"
+        "dp      reduce-scatter (fp32) per micro-batch + all-gather per micro-batch (fwd, bwd)  "
+        "16       16,934.85 GB  scale-out  199.080 s                 {}\n"
+        "tp      all-gather + reduce-scatter  4        10,372.36 GB  nvlink     33.603 s  23.651 s\n"
+    )
+    assert axis_seconds("dp", 5)(row.format("29.938 s")) == 199.080
+    assert axis_seconds("dp", 6)(row.format("29.938 s")) == 29.938
+    assert axis_seconds("dp", 6)(row.format("218.5 ms")) == 0.2185
+    assert axis_seconds("tp", 6)(row.format("1 s")) == 23.651
 
 
 def test_a_signed_figure_and_a_block(tmp_path, monkeypatch):

@@ -23,7 +23,8 @@ from trainplan.interface.cli.search import (
     table_progress,
 )
 from trainplan.interface.commands import frontier_json, per_stage_frontier_json
-from trainplan.interface.render.report import frontier_text, write_csv
+from trainplan.interface.render.frontier_text import frontier_text
+from trainplan.interface.render.report import write_csv
 from trainplan.interface.requests import search_request
 from trainplan.model.errors import InfeasibleError
 
@@ -135,7 +136,7 @@ def frontier_cmd(
         click.echo("Interrupted (Ctrl-C): the points found before it, not proven")
     click.echo(_headline(out, run.objective, against, per_stage))
     settings_note(out)
-    click.echo(frontier_text(rows, against))
+    click.echo(frontier_text(rows, against, run.objective))
     if csv_path is not None:
         click.echo(f"CSV: {csv_path}")
     exit_if(stopped)

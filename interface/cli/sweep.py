@@ -13,7 +13,7 @@ from trainplan.interface.cli import cli
 from trainplan.interface.cli.common import COUNT, WHOLE, echo_json, fail, list_option, output
 from trainplan.interface.cli.options import Decorator, option_groups
 from trainplan.interface.outputs import writing
-from trainplan.model.errors import check_applicable
+from trainplan.model.errors import InputError, check_applicable
 
 
 class _Progress:
@@ -251,13 +251,13 @@ def sweep_plot_cmd(
 
     if kind == "scaling":
         check_applicable({"what_if": what_if}, {"what_if": "it applies to --kind heatmap"})
-    elif what_if is None:
-        fail("what_if: --kind heatmap needs --what-if, e.g. --what-if hbm_capacity")
+    elif what_if is None:  # raised, so that the refusal names the flag (--what-if:)
+        raise InputError("what_if: --kind heatmap needs it, e.g. --what-if hbm_capacity")
     frame = load_results(results)
     metric = metric or charts.default_metric(frame)
     if kind == "scaling":
         series, m, note = charts.scaling_series(frame, metric)
-        plots.sweep_scaling_chart(series, m.label, note, png_path)
+        plots.sweep_scaling_chart(series, m.label, note, png_path, m.bounded)
     else:
         assert what_if is not None
         plots.sweep_heatmap(charts.heatmap_cells(frame, what_if, metric), png_path)

@@ -277,13 +277,72 @@ MAX_GPU_TICKS = 10
 nine); with more, the log axis's powers of two are labelled."""
 
 
+LOG_SPAN = 10.0
+"""A panel's values go on a log axis only where the largest is more than this many times the
+smallest (more than a decade); a narrower range (MFU 44.04–44.11 %) reads on a linear axis."""
+
+
+def value_scale(values: list[float], bounded: bool) -> str:
+    """``"log"`` or ``"linear"``: the axis of a scaling panel's ``values`` (its metric in the
+    axis unit). A bounded metric (MFU, a fraction: ``bounded``) is always linear; another is log
+    only where every value is positive and they span more than :data:`LOG_SPAN`.
+
+    >>> value_scale([44.04, 44.11], True), value_scale([1.15e6, 1.16e6], False)
+    ('linear', 'linear')
+    >>> value_scale([2.0, 30.0], False), value_scale([2.0, 30.0], True)
+    ('log', 'linear')
+    """
+    low, high = min(values, default=0.0), max(values, default=0.0)
+    return "log" if not bounded and low > 0 and high > LOG_SPAN * low else "linear"
+
+
+def tick_decimals(locs: list[float]) -> int:
+    """The fewest decimals (at most 6) that write every tick of ``locs`` exactly, to a millionth
+    of the smallest step between them (or of the value where there is one tick).
+
+    >>> tick_decimals([44.04, 44.06, 44.08]), tick_decimals([1.1e6, 1.15e6, 1.2e6])
+    (2, 0)
+    >>> tick_decimals([0.025, 0.05, 0.075]), tick_decimals([0.01, 0.1, 1.0, 10.0])
+    (3, 2)
+    """
+    steps = [b - a for a, b in zip(locs, locs[1:], strict=False) if b > a]
+    scale = min(steps) if steps else max((abs(v) for v in locs), default=1.0) or 1.0
+    for decimals in range(7):
+        if all(abs(round(v, decimals) - v) <= 1e-6 * scale for v in locs):
+            return decimals
+    return 6
+
+
+def plain_ticks() -> Any:
+    """A matplotlib tick formatter writing each label as a plain number with thousands
+    separators, to :func:`tick_decimals` of the axis's ticks (1,151,750; 44.06), or on a log axis
+    of the tick itself (0.01, 1,000), instead of an offset or a power of ten (4.404×10¹)."""
+    from matplotlib.ticker import Formatter
+
+    class Plain(Formatter):  # type: ignore[misc]
+        ticks: list[float] = []
+
+        def set_locs(self, locs: Any) -> None:  # the axis's ticks, before it asks for labels
+            self.ticks = [float(v) for v in locs]
+
+        def __call__(self, x: float, pos: int | None = None) -> str:
+            scale = getattr(self.axis, "get_scale", lambda: "linear")()
+            each = scale == "log"  # a log axis's ticks are decades: 0.01, 10
+            text = f"{x:,.{tick_decimals([x] if each else self.ticks)}f}"
+            return "0" if text.lstrip("-").strip("0.,") == "" else text
+
+    return Plain()
+
+
 def sweep_scaling_chart(
-    series: dict[str, dict[str, list[tuple[int, float]]]], label: str, note: str, path: Target
-) -> Any:
+    series: dict[str, dict[str, list[tuple[int, float]]]], label: str, note: str, path: Target,
+    bounded: bool = False,
+) -> Any:  # fmt: skip
     """A sweep's metric against the GPU count: a panel per model, a line per part
     (:func:`interface.sweep.charts.scaling_series` gives ``series`` in the axis unit ``label``;
-    ``note`` says what each point is the best over). Log scales on both axes; each GPU count of
-    a panel is a labelled tick (at most :data:`MAX_GPU_TICKS`, else the powers of two).
+    ``note`` says what each point is the best over; ``bounded``: a rate such as MFU). GPU axis
+    log 2, each GPU count a labelled tick (at most :data:`MAX_GPU_TICKS`, else the powers of
+    two); value axis log only past a decade (:func:`_value_axis`).
 
     Raises
     ------
@@ -313,7 +372,7 @@ def sweep_scaling_chart(
             ax.plot([g for g, _ in points], [v for _, v in points], marker="o", markersize=3,
                     color=colour, linestyle=style, label=part)  # fmt: skip
         _gpu_axis(ax, plt, sorted({g for points in lines.values() for g, _ in points}))
-        ax.set_yscale("log")
+        _value_axis(ax, plt, [v for points in lines.values() for _, v in points], bounded)
         ax.set_title(model, fontsize=9)
         ax.set_xlabel("GPUs", fontsize=8)
         ax.set_ylabel(label, fontsize=8)
@@ -334,6 +393,14 @@ def sweep_scaling_chart(
     save_figure(fig, out)
     plt.close(fig)
     return out
+
+
+def _value_axis(ax: Any, plt: Any, values: list[float], bounded: bool) -> None:
+    """A scaling panel's value axis: :func:`value_scale`'s, labelled by :func:`plain_ticks`
+    (major ticks only: a short log axis's minor labels were powers of ten too)."""
+    ax.set_yscale(value_scale(values, bounded))
+    ax.yaxis.set_major_formatter(plain_ticks())
+    ax.yaxis.set_minor_formatter(plt.NullFormatter())
 
 
 def _gpu_axis(ax: Any, plt: Any, counts: list[int]) -> None:

@@ -22,6 +22,8 @@ __all__ = [
     "layout_line",
     "gb",
     "duration",
+    "seconds_text",
+    "percent_text",
     "objective_text",
     "readable",
     "csv_text",
@@ -34,7 +36,8 @@ def gb(value: float | int | None) -> str:
     return "—" if value is None else f"{value / 1e9:,.2f} GB"
 
 
-def _secs(value: float | None) -> str:
+def seconds_text(value: float | None) -> str:
+    """Seconds as a table writes them: ``28.942 s``, ``646.2 ms`` below a second, ``—`` unknown."""
     return "—" if value is None else (f"{value * 1e3:,.1f} ms" if value < 1 else f"{value:,.3f} s")
 
 
@@ -48,7 +51,7 @@ def duration(seconds: float) -> str:
     ('22.8 days', '3.0 h', '90.0 min', '10.441 s')
     """
     if seconds < 120:
-        return _secs(seconds)
+        return seconds_text(seconds)
     for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
         if seconds >= 2 * size or unit == "min":
             return f"{seconds / size:,.1f} {unit}"
@@ -87,7 +90,8 @@ def dollars(value: float | None, per: str = "", cents: bool = True) -> str:
     return f"${value:,.{2 if cents else 0}f}{per}"
 
 
-def _pct(value: float | None) -> str:
+def percent_text(value: float | None) -> str:
+    """A 0–1 fraction as a percentage to one decimal (``44.1%``), ``—`` unknown."""
     return "—" if value is None else f"{value * 100:.1f}%"
 
 
@@ -234,7 +238,7 @@ def _mfu_conventions(d: dict[str, Any], which: str) -> str:
     if flops.get("convention") != "6n" or t.get(f"{which}_with_attention") is None:
         return ""
     tail = ", 6n+attention" if which == "mfu" else ""
-    return f" (6n; {_pct(t[f'{which}_with_attention'])} with attention FLOPs{tail})"
+    return f" (6n; {percent_text(t[f'{which}_with_attention'])} with attention FLOPs{tail})"
 
 
 def evaluate_text(d: dict[str, Any], defaults_used: dict[str, Any] | None = None) -> str:
@@ -305,8 +309,8 @@ def _tables(d: dict[str, Any]) -> list[str]:
                     "group": r["group_size"],
                     "bytes/step": gb(r["bytes_per_step"]),
                     "link": r["link"],
-                    "time if not overlapped": _secs(r["seconds"]),
-                    "exposed": _secs(r["exposed_seconds"]),
+                    "time if not overlapped": seconds_text(r["seconds"]),
+                    "exposed": seconds_text(r["exposed_seconds"]),
                 }
                 for r in d["traffic"]
             ]
@@ -330,8 +334,8 @@ def _pipeline_and_step(d: dict[str, Any]) -> list[str]:
     lay, out = d["layout"], []
     p, t = d["pipeline"], d["time"]
     out.append(
-        f"Pipeline: bubble_fraction {_pct(p['bubble_fraction'])} of the step, bubble_ratio "
-        f"{_pct(p['bubble_ratio'])} of the micro-batches' time (compute + exposed tp, cp, ep); "
+        f"Pipeline: bubble_fraction {percent_text(p['bubble_fraction'])} of the step, bubble_ratio "
+        f"{percent_text(p['bubble_ratio'])} of the micro-batches' time (compute + exposed tp, cp, ep); "
         + (
             f"{_count(p['microbatches_in_flight'])} micro-batch"
             f"{'' if p['microbatches_in_flight'] == 1 else 'es'} in flight on the busiest stage; "
@@ -348,24 +352,26 @@ def _pipeline_and_step(d: dict[str, Any]) -> list[str]:
             + " (without them it builds L/pp layers a stage and asserts pp divides L: "
             "megatron/training/arguments.py validate_args)"
         )
-    optimizer = f" + optimizer step {_secs(t['optimizer_s'])}" if t.get("optimizer_s") else ""
+    optimizer = (
+        f" + optimizer step {seconds_text(t['optimizer_s'])}" if t.get("optimizer_s") else ""
+    )
     out.append(
-        f"Step: compute {_secs(t['compute_s'])} + bubble {_secs(t['bubble_s'])} + exposed comm "
-        f"{_secs(t['exposed_comm_s'])}{optimizer}"
-        + (f" + offload {_secs(t['offload_s'])}" if t.get("offload_s") else "")
+        f"Step: compute {seconds_text(t['compute_s'])} + bubble {seconds_text(t['bubble_s'])} + exposed comm "
+        f"{seconds_text(t['exposed_comm_s'])}{optimizer}"
+        + (f" + offload {seconds_text(t['offload_s'])}" if t.get("offload_s") else "")
         + (
-            f" + gradient accumulation {_secs(t['grad_accumulation_s'])}"
+            f" + gradient accumulation {seconds_text(t['grad_accumulation_s'])}"
             if t.get("grad_accumulation_s")
             else ""
         )
         + (
-            f" (activation offload {_secs(t['activation_offload_s'])} exposed, in compute)"
+            f" (activation offload {seconds_text(t['activation_offload_s'])} exposed, in compute)"
             if t.get("activation_offload_s")
             else ""
         )
-        + f" = {_secs(t['step_s'])}; MFU {_pct(t['mfu'])}"
+        + f" = {seconds_text(t['step_s'])}; MFU {percent_text(t['mfu'])}"
         + _mfu_conventions(d, "mfu")
-        + f", HFU {_pct(t['hfu'])}"
+        + f", HFU {percent_text(t['hfu'])}"
         + _mfu_conventions(d, "hfu")
     )
     return out
@@ -454,46 +460,3 @@ def _csv_frame(rows: list[dict[str, Any]]) -> Any:
             for row in rows
         ]
     )
-
-
-def frontier_text(rows: list[dict[str, Any]], against: str) -> str:
-    """The frontier as a terminal table: step time, the second axis, ``fit_bytes``, MFU, the job,
-    the framework (always, as the search's answer names it: two frameworks' layouts can otherwise
-    print alike) and the layout; rows of the per-stage frontier (``plan`` set) add the plan's
-    kind, its layers and recomputed layers per stage, the uniform step time there and the gain."""
-    second = {"memory": "memory/GPU", "gpus": "GPUs", "price": "price"}[against]
-    out = []
-    for r in rows:
-        line = {
-            "step": _secs(r["step_s"]),
-            second: (
-                gb(r["total_bytes"])
-                if against == "memory"
-                else f"{r['num_gpus']:,}"
-                if against == "gpus"
-                else dollars(r.get("price_per_hour"), "/hour")
-            ),
-            "fit/GPU": gb(r["fit_bytes"]),
-            "MFU": _pct(r["mfu"]),
-            "GPUs": f"{r['num_gpus']:,} × {r['gpu']}",
-            "framework": r["framework"],
-            "layout": (
-                f"dp {r['dp']} tp {r['tp']} pp {r['pp']} cp {r['cp']} ep {r['ep']} ZeRO-{r['zero_stage']} "
-                f"{r['recompute']} b {r['micro_batch_size']} {r['schedule']}"
-                + (f" v{r['virtual_stages']}" if r["virtual_stages"] > 1 else "")
-            ),
-        }
-        if "plan" in r:
-            per_stage = r["stage_layers"] is not None
-            line["plan"] = r["plan"]
-            line["layers / recomputed per stage"] = (
-                "/".join(map(str, r["stage_layers"]))
-                + " / "
-                + "/".join(map(str, r["recompute_layers"]))
-                if per_stage
-                else "—"
-            )
-            line["uniform step"] = _secs(r["uniform_step_s"])
-            line["gain"] = "—" if r["gain"] is None else f"{r['gain']:.3f}×"
-        out.append(line)
-    return table_text(out)

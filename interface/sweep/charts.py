@@ -21,6 +21,7 @@ from trainplan.model.errors import InputError
 __all__ = [
     "METRICS",
     "Metric",
+    "check_ran",
     "default_metric",
     "metrics_of",
     "scaling_series",
@@ -36,13 +37,16 @@ class Metric:
     """Multiplier from the column's unit to the axis's."""
     label: str
     best_is_least: bool = True
+    bounded: bool = False
+    """A rate with a fixed range (MFU, 0–100 %): its axis is linear whatever its span
+    (:func:`interface.render.plots.value_scale`)."""
 
 
 METRICS = {
     "time-to-train": Metric("time_to_train_s", 1 / 86400, "time to train (days)"),
     "cost": Metric("cost_usd", 1.0, "cost ($)"),
     "step-time": Metric("step_s", 1.0, "step time (s)"),
-    "mfu": Metric("mfu", 100.0, "MFU (%)", best_is_least=False),
+    "mfu": Metric("mfu", 100.0, "MFU (%)", best_is_least=False, bounded=True),
 }
 """The metrics a figure may show, by name (``--metric``)."""
 
@@ -67,7 +71,43 @@ def metrics_of(frame: Any) -> list[str]:
     return [n for n, m in METRICS.items() if m.column in frame and frame[m.column].notna().any()]
 
 
+def check_ran(frame: Any) -> None:
+    """Refuse results of which no point has an answer (every point errored, was infeasible or
+    did not fit): a figure has nothing to draw, and the metric is not what is missing.
+
+    Raises
+    ------
+    InputError
+        ``results: no point of these results ran (2 points: 2 errored); the first error, point 0:
+        objective cost: …``.
+
+    >>> import pandas as pd
+    >>> check_ran(pd.DataFrame({"point": [0, 1], "status": ["error", "infeasible"],
+    ...                         "reason": ["objective cost: no price", "no layout fits"]}))
+    ... # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.InputError: results: no point ...(2 points: 1 errored, 1 infeasible); the first error, point 0: obj...
+    """
+    if frame["status"].isin(ANSWERED).any():
+        return
+    counts = frame["status"].value_counts()
+    said = ", ".join(
+        f"{n} {'errored' if status == 'error' else status}"
+        for status, n in sorted(counts.items(), key=lambda x: (x[0] != "error", x[0]))
+    )
+    errors = frame[frame["status"] == "error"]
+    first = "".join(
+        f"; the first error, point {int(r.point)}: {r.reason}" for r in errors.head(1).itertuples()
+    )
+    s = "" if len(frame) == 1 else "s"
+    raise InputError(
+        f"results: no point of these results ran ({len(frame)} point{s}: {said}){first}"
+    )
+
+
 def _metric(frame: Any, name: str) -> Metric:
+    check_ran(frame)
     if name not in METRICS:
         raise InputError(f"metric: {name!r} is not one of {', '.join(METRICS)}")
     m = METRICS[name]

@@ -47,7 +47,7 @@ from typing import Any
 
 from trainplan.interface.inputs import LAYOUT_KEYS, RECIPE_KEYS, parse_framework
 from trainplan.interface.scenario import TOP_KEYS, check_scenario
-from trainplan.interface.sweep.names import check_models, named, price_notes
+from trainplan.interface.sweep.names import check_grid_objective, check_models, named, price_notes
 from trainplan.model.errors import PlannerError, ScenarioError
 from trainplan.model.units import parse_count, parse_counts, parse_number
 from trainplan.optimizer.problem import gpu_counts
@@ -494,6 +494,7 @@ def _layout(data: dict[str, Any], command: str, base: dict[str, Any], where: str
 
 
 def _check_prices(grid: Grid, where: str) -> None:
-    """Refuse a priced name that is no catalogue part (:func:`interface.sweep.names.price_notes`;
-    a catalogue part no point runs on is a note, :attr:`Grid.notes`)."""
+    """Refuse a priced name that is no catalogue part (a part no point runs on is a note,
+    :attr:`Grid.notes`) and an objective without its tokens or prices (:mod:`.names`)."""
     price_notes(grid.base.get("gpu_hour_price"), {grid.gpu(p) for p in grid.points}, where)
+    check_grid_objective(grid, where)

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 from trainplan.model.errors import PlannerError, ScenarioError
 from trainplan.topology.accelerators import get_accelerator
 
-__all__ = ["check_models", "named", "price_notes"]
+__all__ = ["check_grid_objective", "check_models", "check_objective_inputs", "named", "price_notes"]
 
 T = TypeVar("T")
 
@@ -81,3 +81,52 @@ def price_notes(price: Any, parts: set[str], where: str = "") -> tuple[str, ...]
         f"{'them' if s else 'it'} (this grid: {', '.join(sorted(parts))}); {'their' if s else 'its'} "
         f"price{s} {'are' if s else 'is'} unused",
     )
+
+
+def check_objective_inputs(
+    objective: str, tokens: Any, prices: dict[str, Any], where: str = ""
+) -> None:
+    """What a search grid's ``objective`` needs, before any point runs (each point would
+    otherwise be refused alone, in the CLI's words, and the sweep end with every point an
+    error): a token budget (``tokens``) for ``time-to-train`` and ``cost``, and for ``cost`` a
+    ``gpu_hour_price`` for every catalogue part the points run on (``prices``: the part's price,
+    None where the grid gives none).
+
+    Raises
+    ------
+    ScenarioError
+        ``objective: 'cost' needs gpu_hour_price for every part; none for H100-SXM
+        (gpu_hour_price = 2.5, or { H100-SXM = 2.5 })``.
+
+    Examples
+    --------
+    >>> check_objective_inputs("cost", 1e11, {"H100-SXM": 2.5, "H200": None})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.ScenarioError: objective: 'cost' needs ...; none for H200 (... { H200 = 2.5 })
+    >>> check_objective_inputs("time-to-train", None, {})
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.ScenarioError: objective: 'time-to-train' needs tokens, the token budget (tokens = 15e12)
+    >>> check_objective_inputs("step-time", None, {"H100-SXM": None})
+    """
+    if objective in ("time-to-train", "cost") and tokens is None:
+        raise ScenarioError(
+            f"{where}objective: {objective!r} needs tokens, the token budget (tokens = 15e12)"
+        )
+    unpriced = sorted(part for part, price in prices.items() if price is None)
+    if objective == "cost" and unpriced:
+        table = ", ".join(f"{part} = 2.5" for part in unpriced)
+        raise ScenarioError(
+            f"{where}objective: 'cost' needs gpu_hour_price for every part; none for "
+            f"{', '.join(unpriced)} (gpu_hour_price = 2.5, or {{ {table} }})"
+        )
+
+
+def check_grid_objective(grid: Any, where: str = "") -> None:
+    """:func:`check_objective_inputs` of a search grid (:class:`interface.sweep.grid.Grid`): its
+    objective, its tokens and the price of each catalogue part its points run on."""
+    if grid.command == "search":
+        prices = {grid.gpu(p): grid.price(p) for p in grid.points}
+        objective = str(grid.base.get("objective") or "")
+        check_objective_inputs(objective, grid.base.get("tokens"), prices, where)

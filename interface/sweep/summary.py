@@ -105,6 +105,24 @@ def summary_json(
     }
 
 
+TOLD = ("model", "seq_len", "global_batch", "framework", "recipe")
+"""Inputs a best-per table names beside its groups (the part, GPU count and layout are always
+columns): the model always, the others where the rows differ in them."""
+
+
+def _told(best: list[dict[str, Any]], group_by: list[str]) -> list[str]:
+    """The :data:`TOLD` columns a best-per table shows besides ``group_by``: ``model`` always (a
+    row per GPU count of a grid of several models named none), each other where ``best``'s rows
+    take more than one value of it.
+
+    >>> rows = [{"model": "a", "seq_len": 8192, "recipe": None}, {"model": "b", "seq_len": 4096}]
+    >>> _told(rows, ["gpus"]), _told(rows, ["model"])
+    (['model', 'seq_len'], ['seq_len'])
+    """
+    varies = [c for c in TOLD[1:] if len({str(r.get(c)) for r in best}) > 1]
+    return [c for c in ("model", *varies) if c not in group_by]
+
+
 def _money(usd: float | None) -> str:
     return "—" if usd is None else f"${usd:,.0f}"
 
@@ -123,9 +141,10 @@ def summary_text(s: dict[str, Any], head: str) -> str:
                 )
     if s["best"]:
         lines.append(f"\nBest per {', '.join(s['group_by'])} (least {s['ranked_by']}):")
+        shown = [*s["group_by"], *_told(s["best"], s["group_by"])]
         table = [
             {
-                **{c: str(r[c]) for c in s["group_by"]},
+                **{c: str(r[c]) for c in shown},
                 "part": r["part"],
                 "GPUs": f"{r['gpus']:,}",
                 "layout": layout_key(r, False),

@@ -267,7 +267,7 @@ def figure(
     if kind == "scaling":
         series, m, note = charts.scaling_series(frame, metric)
         return Response(
-            plots.svg(lambda out: plots.sweep_scaling_chart(series, m.label, note, out)),
+            plots.svg(lambda out: plots.sweep_scaling_chart(series, m.label, note, out, m.bounded)),
             media_type="image/svg+xml",
         )
     if kind != "heatmap":

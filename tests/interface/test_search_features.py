@@ -171,7 +171,7 @@ def test_frontier_text_tells_two_frameworks_apart():
     """Two points alike but for the framework (Megatron-LM's and FSDP2's ZeRO-3 at the same
     degrees) print apart: the framework is a column of the frontier's text table, always (as the
     search's answer names it)."""
-    from trainplan.interface.render.report import frontier_text
+    from trainplan.interface.render.frontier_text import frontier_text
 
     point = {
         "step_s": 0.5, "total_bytes": 15e9, "fit_bytes": 15e9, "mfu": 0.5, "num_gpus": 8, "gpu": "A100-80GB",
