@@ -26,7 +26,8 @@ Each mask below is the framework's own predicate, written out here and counted p
 * Hugging Face ``sliding_window = W``: ``kv_idx > q_idx − W`` on top of the causal mask
   (``masking_utils.sliding_window_overlay``): W keys. Its FlashAttention path passed
   ``(W, W)`` (W + 1 keys) until the off-by-one reported in huggingface/transformers#39408
-  (2025-07) was fixed to ``(W − 1, W − 1)``; the RLHF stacks read here run transformers 5.
+  (2025-07) was fixed to ``(W − 1, W − 1)``; OpenRLHF's stack read here runs transformers 5.15.0
+  (``model/rlhf/openrlhf.py``), after the fix.
 """
 
 from __future__ import annotations
