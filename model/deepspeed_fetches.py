@@ -1,84 +1,69 @@
-"""DeepSpeed ZeRO-3's parameter all-gathers in one pass: how many calls, as its fetch
-coordinator issues them.
+"""DeepSpeed ZeRO-3's parameter all-gathers in one micro-batch: how many launches, and how many
+elements, as its fetch coordinator issues them over Megatron-DeepSpeed's modules.
 
-DeepSpeed 38327e07 ``deepspeed/runtime/zero/partitioned_param_coordinator.py``
-``PartitionedParameterCoordinator.fetch_sub_module`` runs before each submodule's forward and
-backward (``parameter_offload.py`` ``pre_sub_module_forward_function`` /
-``pre_sub_module_backward_function``). It gathers the submodule's own parameters that are not
-yet available in one ``all_gather_coalesced`` (``__all_gather_params_``), then, once the step's
-trace is complete, prefetches the parameters the trace needs next: it pops them off
-``__param_queue`` while ``numel_prefetching < min(max_live − available, prefetch_bucket_sz)``
-and gathers those not yet available in one more ``all_gather_coalesced``, so a prefetch closes
-at the first parameter that takes it to ``stage3_prefetch_bucket_size`` elements or past it
-(:data:`DEEPSPEED_PREFETCH_ELEMENTS`; ``ds_numel``, the parameter's whole element count on
-this tensor-parallel rank). While the pass's parameters fit ``stage3_max_live_parameters``
-(:data:`DEEPSPEED_MAX_LIVE_ELEMENTS`) the prefetches run ahead in calls of at least a bucket;
-beyond it each prefetch may take only what the previous submodule released
-(``release_sub_module`` → ``__release_param``), about one parameter: one call each.
+The coordinator's rule is :func:`model.deepspeed_coordinator.walk` (DeepSpeed 38327e07
+``partitioned_param_coordinator.py``, lines cited there); this module builds the trace it walks
+(:func:`module_trace`) and reads the walk per micro-batch (:func:`step_fetches`), per pass
+(:func:`deepspeed_gather_calls`) and as the elements not gathered (:func:`deepspeed_unfetched`).
+The defaults are ``zero/config.py`` ``DeepSpeedZeroConfig``'s (:208–237); the ``deepspeed``
+profile sets no other.
+
+What the walk finds. Every hooked module's fetch prefetches up to
+``min(stage3_max_live_parameters − n_available, stage3_prefetch_bucket_size)`` elements, whole
+parameters, and ``n_available`` counts the prefetched parameters from their launch (:484): with
+ten hooked modules a layer each taking up to 5e7 elements, the look-ahead grows until
+``n_available`` reaches 1e9 (the output weight and a held embedding count in it), and from then
+on a prefetch finds room only after a release, the room what was released less what the last
+prefetch took past the limit, capped at the bucket. So a pass is neither one launch per weight
+nor one per 5e7 bucket: Llama 3 8B tp 1 takes 3 launches a layer ([QKV, output projection],
+[gate-up], [down]), 70B tp 4 two ([QKV, output, gate-up] closing at 5e7, [down]), 70B tp 8
+three; weights each above 5e7 (405B tp 4) one each.
+
+**The embedding, the output weight and the reuse distance** (the trace's ends).
+
+* The output weight: Megatron-DeepSpeed's ``GPTModel.forward`` (``megatron/model/gpt_model.py``
+  ``post_language_model_processing``) reads ``language_model.output_layer.weight`` (untied) or
+  the word embeddings (tied) in the root module's own forward, so ``ZeROOrderedDict.__getitem__``
+  registers it as an external parameter of the root module (``register_external_parameter``,
+  which does not set ``is_external_param``): the root module's fetch, the first of the trace,
+  gathers it; its release at the end of the forward keeps it (the root module's backward, the
+  next step, uses it); the root module's post-backward never runs (``_post_backward_module_hook``
+  counts only inputs that require grad; token ids do not), so it stays gathered until the
+  optimizer step's ``release_and_reset_all``: one gather a step.
+* The untied input embedding (and learned positions) is freed after its forward, gathered again
+  for its backward and never freed after it (no post-backward): the next micro-batch's forward
+  finds it gathered, and it counts in ``n_available`` until that forward frees it.
+* ``__params_to_release`` keeps a forward weight whose backward lies within
+  ``stage3_max_reuse_distance`` elements of the trace
+  (:data:`model.deepspeed_gathered.DEEPSPEED_MAX_REUSE_DISTANCE_ELEMENTS`), and one whose later
+  use the prefetcher popped while it was gathered.
+
 Parameters of at most ``stage3_param_persistence_threshold`` elements
 (:data:`DEEPSPEED_PERSISTENCE_ELEMENTS`; norms, most biases) are never partitioned
-(``parameter_offload.py`` ``mark_persistent_parameters``: ``ds_persist``) and never gathered.
-The three defaults are ``zero/config.py`` ``DeepSpeedZeroConfig``'s.
-
-The submodules are Megatron-DeepSpeed's (microsoft/Megatron-DeepSpeed f4157bea
-``megatron/model/transformer.py``): ``ParallelAttention.query_key_value`` (the fused Q, K, V
-projection) and ``dense``, ``ParallelMLP.dense_h_to_4h`` (gate and up fused when gated) and
-``dense_4h_to_h``, each weight split over tp; a MoE layer's ``TopKGate.wg`` router and each
-local expert's two linears (DeepSpeed ``deepspeed/moe/experts.py`` ``Experts``: a copy of the
-expert MLP per local expert), the experts' gathered over the expert data-parallel group.
-
-**The embedding, the output weight and the reuse distance** (:func:`step_fetches`). The step's
-trace is one micro-batch's forward then backward (``reset_step`` at the root module's forward,
-``parameter_offload.py`` ``_start_of_forward_hook``), the backward's modules in reverse order.
-
-* The output weight: Megatron-DeepSpeed's ``GPTModel.forward`` (4efb479d
-  ``megatron/model/gpt_model.py`` ``post_language_model_processing``) reads
-  ``language_model.output_layer.weight`` (untied) or the word embeddings (tied) in the root
-  module's own forward, so ``ZeROOrderedDict.__getitem__`` registers it as an external
-  parameter of the root module (``register_external_parameter``, which does not set
-  ``is_external_param``): from then on the root module's fetch, the first of the trace, gathers
-  it, and its release at the end of the forward keeps it (the root module's backward, the first
-  of the backward, lies within any reuse distance). The root module's post-backward hook never
-  runs (``_post_backward_module_hook`` counts only inputs that require grad; token ids do not),
-  so the weight stays gathered until the optimizer step's ``_partition_all_parameters``
-  (``stage3.py`` ``step``): one gather a step. The tied embedding is that weight, also held by
-  the root module's ``ds_active_sub_modules`` while the embedding runs
-  (``__release_param`` frees only a parameter no active module holds): one gather a step.
-* The untied input embedding (and learned positions: ``Embedding.position_embeddings``) is
-  freed after its forward like any module, gathered again for its backward, and never freed
-  after that backward (its inputs are token ids: no post-backward): the next micro-batch's
-  forward finds it gathered. One gather in the step's first forward and one in every backward.
-* ``__params_to_release``: a module's parameters are not freed after its forward when one of
-  the modules the trace runs next, scanned until ``stage3_max_reuse_distance`` elements
-  (:data:`model.deepspeed_gathered.DEEPSPEED_MAX_REUSE_DISTANCE_ELEMENTS`; each scanned module's
-  ``ds_numel``, the root module's being the output weight) have passed, uses them again: a
-  weight w of the forward is kept into its backward, and not gathered there, when
-  2·F(w) + O < R, F(w) the elements the forward runs after w and O the output weight. The
-  persistent parameters' elements (norms, biases) are left out of F (≈ 2h a layer).
-* The prefetcher also keeps a weight whose later use it popped while the weight was still
-  gathered (``__most_recent_step_id_param_fetched_for``); with the default distance and live
-  limit (both 1e9) that adds nothing: a weight the distance does not keep has O ≥ R − 2·F(w),
-  and O held gathered already fills the live limit, which stops the prefetches.
+(``parameter_offload.py`` ``mark_persistent_parameters``) and never gathered. Activation
+recomputation's second forward is not in the trace (a limit of this count). DeepSpeed refuses MoE
+under ZeRO-3 (``engine.py`` :1675, :func:`model.moe_rules.check_deepspeed_moe`); the experts'
+group is counted for completeness.
 
 Pure functions over ints.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from functools import lru_cache
 
+from trainplan.model.deepspeed_coordinator import State, Trace, walk
 from trainplan.model.deepspeed_gathered import DEEPSPEED_MAX_REUSE_DISTANCE_ELEMENTS
 from trainplan.model.params import attention_params
-from trainplan.model.specs import Architecture, AttentionKind, PositionEmbedding
+from trainplan.model.specs import Architecture, AttentionKind, Norm, PositionEmbedding
 
 __all__ = [
     "DEEPSPEED_PREFETCH_ELEMENTS",
     "DEEPSPEED_MAX_LIVE_ELEMENTS",
     "DEEPSPEED_PERSISTENCE_ELEMENTS",
     "layer_fetches",
-    "pass_gathers",
     "head_fetches",
+    "module_trace",
     "step_fetches",
     "deepspeed_gather_calls",
     "deepspeed_unfetched",
@@ -164,51 +149,125 @@ def head_fetches(arch: Architecture, tp: int) -> tuple[int, tuple[int, ...]]:
     return rows, words + positions
 
 
+Node = tuple[int, tuple[int, ...], tuple["Node", ...], bool, bool]
+"""A hooked module: (its id, its parameter ids, its children in call order, whether its
+backward runs ``fetch_sub_module`` (an output that requires grad), whether it runs
+``release_sub_module`` after its backward (an input that requires grad))."""
+
+Event = tuple[bool, int, tuple[int, ...]]
+
+
+def _events(node: Node, forward: bool, out: list[Event]) -> None:
+    """Append ``node``'s events, forward (pre-forward, children, post-forward) or backward
+    (pre-backward, children reversed, post-backward)."""
+    module, params, children, pre, post = node
+    if forward or pre:
+        out.append((True, module, params))
+    for child in children if forward else children[::-1]:
+        _events(child, forward, out)
+    if params and (forward or post):
+        out.append((False, module, params))
+
+
 @lru_cache(maxsize=4096)
-def pass_gathers(
-    weights: tuple[int, ...],
-    layers: int,
-    bucket: int = DEEPSPEED_PREFETCH_ELEMENTS,
-    live: int = DEEPSPEED_MAX_LIVE_ELEMENTS,
-    persist: int = DEEPSPEED_PERSISTENCE_ELEMENTS,
-) -> int:
-    """All-gather calls of one pass over ``layers`` layers whose submodules fetch ``weights``
-    (elements on one GPU, in fetch order; see the module docstring): the weights of more than
-    ``persist`` elements, greedily in prefetches that close at ``bucket`` or past it while the
-    pass's gathered weights fit ``live``, else one call each. At least 1 where any is
-    gathered; 0 where none is.
+def module_trace(
+    arch: Architecture, tp: int, etp: int, ep: int, layers: int, moe_layers: int
+) -> Trace:
+    """One micro-batch's hooked modules of Megatron-DeepSpeed's GPTModel (pp 1) over ``layers``
+    layers, the last ``moe_layers`` of them MoE (f4157bea ``megatron/model/gpt_model.py``,
+    ``language_model.py``, ``transformer.py``): the root module (its external parameter the
+    output weight, :func:`head_fetches`), ``language_model``, ``embedding``
+    (``word_embeddings``, the output weight when tied; learned ``position_embeddings``;
+    ``embedding_dropout``), RoPE's ``rotary_pos_emb``, ``encoder``: each
+    ``ParallelTransformerLayer`` (``input_layernorm``, ``self_attention`` with
+    ``query_key_value``, ``core_attention_flash`` and ``dense``, ``post_attention_layernorm``,
+    ``mlp`` with ``dense_h_to_4h`` and ``dense_4h_to_h``; a MoE layer's shared experts' MLP,
+    ``gate.wg`` and each local expert's MLP), ``final_layernorm``. Weights by
+    :func:`layer_fetches`; each norm's weight (and a LayerNorm's bias) h, each linear's bias
+    (``linear_bias``) its output width, all persistent at the default threshold. The modules
+    whose inputs are token ids (root, ``language_model``, ``embedding`` and its tables) have no
+    post-backward; ``rotary_pos_emb`` (cos, sin) none in the backward. The backward mirrors the
+    forward (autograd reaches a container's output before its children's).
 
-    Examples
-    --------
-    Llama 3 405B at tp 4 (:func:`layer_fetches`), its 126 layers, 101.8e9 elements, far
-    beyond 1e9 live: 4 calls a layer. Llama 3 8B at tp 8 on a stage of 8 layers: QKV
-    3,145,728, output 2,097,152, gate-up 14,680,064, down 7,340,032 elements, 27,262,976 a
-    layer, 218e6 in all (within 1e9): a prefetch closes at the second layer's down projection
-    (54,525,952 ≥ 5e7), so every second layer, 4 calls in all.
+    Llama 3 8B at tp 1: 10 forward fetches a layer (the layer, 2 norms, the attention box, QKV,
+    core attention, dense, the MLP box, its 2 linears), 8 at the front and end (root,
+    language model, embedding, word embeddings, dropout, rotary, encoder, final norm); the
+    backward has no rotary.
 
-    >>> pass_gathers((75497472, 67108864, 436207616, 218103808), 126)
-    504
-    >>> pass_gathers((3145728, 2097152, 14680064, 7340032), 8)
-    4
-    >>> pass_gathers((50_000,), 10), pass_gathers((), 4)
-    (0, 0)
+    >>> from trainplan.model.specs import Architecture
+    >>> arch = Architecture(num_layers=32, hidden_size=4096, num_attention_heads=32,
+    ...     num_kv_heads=8, ffn_hidden_size=14336, vocab_size=128256, mlp="swiglu", norm="rmsnorm")
+    >>> t = module_trace(arch, 1, 1, 1, 32, 0)
+    >>> sum(1 for fetch, _, _ in t.events if fetch), len(t.sizes)  # 2 + 32·6 + 1 parameters
+    (655, 195)
     """
-    gathered = tuple(n for n in weights if n > persist) * max(layers, 0)
-    return _calls(gathered, sum(gathered), bucket, live)
+    tree = _Tree(arch)
+    out, embedding = head_fetches(arch, tp)
+    dense, moe_dense, experts = layer_fetches(arch, tp, etp, ep)
+    root_weight = tree.param(out)
+    words = () if arch.tie_embeddings else (tree.param(embedding[0]),)
+    table = tree.leaf(*(words or (root_weight,)), post=False)
+    positions = tuple(tree.leaf(tree.param(n), post=False) for n in embedding[len(words) :])
+    front = tree.box(table, *positions, tree.leaf(), post=False)
+    rope = arch.position_embedding is PositionEmbedding.ROPE
+    rotary = (tree.leaf(pre=False, post=False),) if rope else ()
+    body = tuple(
+        tree.layer(moe_dense, experts) if j >= layers - moe_layers else tree.layer(dense, ())
+        for j in range(layers)
+    )
+    language_model = tree.box(front, *rotary, tree.box(*body, tree.norm()), post=False)
+    root: Node = (tree.module(), (root_weight,), (language_model,), True, False)
+    events: list[Event] = []
+    _events(root, True, events)
+    _events(root, False, events)
+    return Trace(tuple(tree.sizes), tuple(tree.groups), tuple(events))
 
 
-def _calls(weights: Sequence[int], held: int, bucket: int, live: int) -> int:
-    """Calls gathering ``weights`` in fetch order: greedy prefetches closed at ``bucket`` or
-    past it, or one a weight where ``held`` elements (the pass's and those it found gathered)
-    pass ``live``."""
-    if held > live:
-        return len(weights)
-    calls, open_ = 0, 0
-    for n in weights:
-        open_ += n
-        if open_ >= bucket:
-            calls, open_ = calls + 1, 0
-    return calls + (1 if open_ else 0)
+class _Tree:
+    """The parameters and modules :func:`module_trace` builds (private): ids in order."""
+
+    def __init__(self, arch: Architecture) -> None:
+        self.h, self.bias = arch.hidden_size, arch.linear_bias
+        self.norms = 2 if arch.norm is Norm.LAYERNORM else 1
+        self.sizes: list[int] = []
+        self.groups: list[int] = []
+        self.modules = 0
+
+    def module(self) -> int:
+        self.modules += 1
+        return self.modules - 1
+
+    def param(self, n: int, g: int = 0) -> int:
+        self.sizes.append(n)
+        self.groups.append(g)
+        return len(self.sizes) - 1
+
+    def leaf(self, *params: int, pre: bool = True, post: bool = True) -> Node:
+        return self.module(), params, (), pre, post
+
+    def box(self, *children: Node, post: bool = True) -> Node:
+        return self.module(), (), children, True, post
+
+    def norm(self) -> Node:
+        return self.leaf(*(self.param(self.h) for _ in range(self.norms)))
+
+    def linear(self, weight: int, width: int, g: int = 0) -> Node:
+        return self.leaf(self.param(weight, g), *((self.param(width, g),) if self.bias else ()))
+
+    def mlp(self, weights: tuple[int, ...], g: int = 0) -> Node:
+        first, second = weights
+        return self.box(self.linear(first, first // self.h, g), self.linear(second, self.h, g))
+
+    def layer(self, w: tuple[int, ...], experts: tuple[int, ...]) -> Node:
+        """A ``ParallelTransformerLayer``; a MoE one where ``w`` ends with the router."""
+        h = self.h
+        attention = self.box(self.linear(w[0], w[0] // h), self.leaf(), self.linear(w[1], h))
+        if len(w) == 4 and not experts:
+            return self.box(self.norm(), attention, self.norm(), self.mlp(w[2:4]))
+        shared = (self.mlp(w[2:4]),) if len(w) > 3 else ()
+        router = self.box(self.leaf(self.param(w[-1])))
+        local = self.box(*(self.mlp(experts[k : k + 2], 1) for k in range(0, len(experts), 2)))
+        return self.box(self.norm(), attention, self.norm(), self.box(*shared, router, local))
 
 
 @lru_cache(maxsize=4096)
@@ -219,130 +278,45 @@ def step_fetches(
     ep: int,
     layers: int,
     moe_layers: int,
+    accumulates: bool = False,
     reuse: int = DEEPSPEED_MAX_REUSE_DISTANCE_ELEMENTS,
     bucket: int = DEEPSPEED_PREFETCH_ELEMENTS,
     live: int = DEEPSPEED_MAX_LIVE_ELEMENTS,
     persist: int = DEEPSPEED_PERSISTENCE_ELEMENTS,
 ) -> tuple[tuple[int, int, int, int], tuple[int, int, int, int], tuple[int, int]]:
-    """DeepSpeed ZeRO-3's gathers of one micro-batch (forward and backward) of a model of
-    ``layers`` layers, the last ``moe_layers`` of them MoE, with its embedding and output weight
-    (pp 1): ((dense calls, experts' calls, dense elements, experts' elements) of the step's
-    first micro-batch, the same of each later one, (dense, experts' elements a pass fetches
-    whole)). Elements on one GPU (:func:`layer_fetches`, :func:`head_fetches`); calls by
-    :func:`pass_gathers`' rule per pass, the held elements counting against ``live``. The
-    module docstring says what is kept and for how long (``reuse``:
-    ``stage3_max_reuse_distance``).
+    """DeepSpeed ZeRO-3's all-gathers of one micro-batch (forward and backward) of
+    :func:`module_trace`: ((dense launches, experts' launches, dense elements, experts'
+    elements) of the step's first micro-batch, the same of each later one, (dense, experts'
+    elements a pass fetches whole)), elements on one GPU. :func:`model.deepspeed_coordinator.walk`
+    over the trace: the first micro-batch from nothing gathered (the optimizer step's
+    ``release_and_reset_all``), a later one from what the first leaves (the output weight and
+    the embedding, which no post-backward frees). The release sets are those of the first
+    micro-batch whose trace is complete (the coordinator caches them): a later one's where the
+    step ``accumulates`` (more than one micro-batch: the run's first step records the trace in
+    its first), else the first's.
 
-    Examples
-    --------
-    Llama 3 8B at tp 4: the output weight 131,334,144 elements, a layer 54,525,952. The
-    forward keeps the weights w with 2·F(w) + 131,334,144 < 1e9, F(w) < 434,332,928: the last
-    seven layers (F ≤ 381,681,664 + the layer's own later weights) and layer 24's QKV (F =
-    381,681,664 + 4,194,304 + 29,360,128 + 14,680,064 = 429,916,160), so the last eight layers'
-    32 weights; layer 23's down projection has F = 8·54,525,952 = 436,207,616. The first
-    micro-batch: 2 + 128 calls forward (the output weight, the embedding, one a weight: the
-    pass is beyond 1e9 live), 128 − 32 + 1 backward; a later one 128 + 97.
+    Llama 3 8B at tp 1 (a layer's weights 25,165,824, 16,777,216, 117,440,512, 58,720,256; the
+    output weight and the embedding 525,336,576 each): 187 launches in the first micro-batch,
+    185 in each later one, three a layer in each pass (``tests/model/test_zero_gather_calls.py``
+    walks the trace).
 
     >>> from trainplan.model.specs import Architecture
     >>> arch = Architecture(num_layers=32, hidden_size=4096, num_attention_heads=32,
-    ...     num_kv_heads=8, ffn_hidden_size=14336, vocab_size=128256, mlp="swiglu")
-    >>> first, later, whole = step_fetches(arch, 4, 4, 1, 32, 0)
+    ...     num_kv_heads=8, ffn_hidden_size=14336, vocab_size=128256, mlp="swiglu", norm="rmsnorm")
+    >>> first, later, whole = step_fetches(arch, 1, 1, 1, 32, 0, True)
     >>> first[0], later[0]
-    (227, 225)
+    (187, 185)
     """
-    sizes, forward, backward, heads = _trace(arch, tp, etp, ep, layers, moe_layers)
-    frees = _forward_frees(sizes, forward, backward, reuse)
-    rule = sizes, forward, backward, heads, frees, bucket, live, persist
-    first, held = _micro_batch(set(), *rule)
-    later, _ = _micro_batch(held, *rule)
+    trace = module_trace(arch, tp, etp, ep, layers, moe_layers)
+    _, _, after = walk(trace, State(), None, bucket, live, reuse, persist)
+    cache: dict[tuple[int, int], frozenset[int]] = {}
+    walk(trace, after if accumulates else State(), cache, bucket, live, reuse, persist)
+    calls, got, left = walk(trace, State(), cache, bucket, live, reuse, persist)
+    later_calls, later_got, _ = walk(trace, left, cache, bucket, live, reuse, persist)
     whole = [0, 0]
-    for n, g in sizes:
+    for n, g in zip(trace.sizes, trace.groups, strict=True):
         whole[g] += n if n > persist else 0
-    return first, later, (whole[0], whole[1])
-
-
-Trace = tuple[list[tuple[int, int]], list[int], list[int], int]
-"""(elements and group of each parameter by id, the forward's modules, the backward's, how many
-of the forward's first modules are the root module's and the embedding's), each module one
-parameter id; id 0 the output weight."""
-
-
-def _trace(arch: Architecture, tp: int, etp: int, ep: int, layers: int, moe_layers: int) -> Trace:
-    """The trace of :func:`step_fetches`: the root module (the output weight), the word
-    embeddings (the output weight again when tied), learned positions, then the layers' weights
-    (group 1 the routed experts'); the backward the root module, then the rest reversed."""
-    out, embedding = head_fetches(arch, tp)
-    dense, moe_dense, experts = layer_fetches(arch, tp, etp, ep)
-    sizes: list[tuple[int, int]] = [(out, 0), *((n, 0) for n in embedding)]
-    emb = list(range(1, len(sizes)))
-    body: list[int] = []
-    for j in range(layers):
-        moe = j >= layers - moe_layers
-        weights = [(n, 0) for n in (moe_dense if moe else dense)]
-        weights += [(n, 1) for n in experts] if moe else []
-        body += range(len(sizes), len(sizes) + len(weights))
-        sizes += weights
-    heads = [0, 0, *emb] if arch.tie_embeddings else [0, *emb]
-    return sizes, heads + body, [0, *body[::-1], *heads[:0:-1]], len(heads)
-
-
-def _forward_frees(
-    sizes: list[tuple[int, int]], forward: list[int], backward: list[int], reuse: int
-) -> list[bool]:
-    """Whether each forward module's parameter is freed at its release: not where the trace
-    uses it again before ``reuse`` elements of the modules after it have passed
-    (``__params_to_release``; the root module's release is at the forward's end), nor the
-    output weight while the root module holds it (a tied word embedding)."""
-    trace = forward + backward
-    ends, after = [0], [len(trace)] * len(trace)
-    seen: dict[int, int] = {}
-    for pid in trace:
-        ends.append(ends[-1] + sizes[pid][0])
-    for k in range(len(trace) - 1, -1, -1):
-        after[k], seen[trace[k]] = seen.get(trace[k], len(trace)), k
-    frees = []
-    for k, pid in enumerate(forward):
-        start = len(forward) if k == 0 else k + 1
-        kept = after[k] < len(trace) and ends[after[k]] - ends[start] < reuse
-        frees.append(not kept and not (k and pid == 0))
-    return frees
-
-
-def _micro_batch(
-    held: set[int],
-    sizes: list[tuple[int, int]],
-    forward: list[int],
-    backward: list[int],
-    heads: int,
-    frees: list[bool],
-    bucket: int,
-    live: int,
-    persist: int,
-) -> tuple[tuple[int, int, int, int], set[int]]:
-    """(dense calls, experts' calls, dense elements, experts' elements) one micro-batch gathers
-    starting with ``held`` gathered, and what it leaves gathered: each pass gathers what is not
-    held; the forward frees as ``frees`` says (the root module at its end), the backward every
-    layer weight (the forward's first ``heads`` modules, the root module's and the embedding's,
-    have no post-backward)."""
-    calls, elements = [0, 0], [0, 0]
-    kept = set(forward[:heads])
-    for modules, forward_pass in ((forward, True), (backward, False)):
-        carried = sum(sizes[i][0] for i in held)
-        got: list[int] = []
-        for k, pid in enumerate(modules):
-            if pid not in held and sizes[pid][0] > persist:
-                got.append(pid)
-                held.add(pid)
-            if (frees[k] and k > 0) if forward_pass else pid not in kept:
-                held.discard(pid)
-        if forward_pass and frees[0]:  # the root module's release, at the forward's end
-            held.discard(0)
-        total = carried + sum(sizes[i][0] for i in got)
-        for g in (0, 1):
-            mine = [sizes[i][0] for i in got if sizes[i][1] == g]
-            calls[g] += _calls(mine, total, bucket, live)
-            elements[g] += sum(mine)
-    return (calls[0], calls[1], elements[0], elements[1]), held
+    return (*calls, *got), (*later_calls, *later_got), (whole[0], whole[1])
 
 
 def deepspeed_gather_calls(
@@ -359,8 +333,10 @@ def deepspeed_gather_calls(
     >>> deepspeed_gather_calls(arch, 4, 4, 1, 126, 0)  # (506 + 503) / 2
     (504.5, 1.0)
     """
-    first, later, _ = step_fetches(arch, *(int(x) for x in (tp, etp, ep, layers, moe_layers)))
     m = int(m)
+    first, later, _ = step_fetches(
+        arch, *(int(x) for x in (tp, etp, ep, layers, moe_layers)), m > 1
+    )
     return tuple(  # type: ignore[return-value]
         max((first[g] + (m - 1) * later[g]) / (2 * m), 1.0) for g in (0, 1)
     )
@@ -381,8 +357,10 @@ def deepspeed_unfetched(
     >>> deepspeed_unfetched(arch, 4, 4, 1, 126, 0)  # the output and last down and gate-up once
     (1179648000.0, 0.0)
     """
-    first, later, whole = step_fetches(arch, *(int(x) for x in (tp, etp, ep, layers, moe_layers)))
     m = int(m)
+    first, later, whole = step_fetches(
+        arch, *(int(x) for x in (tp, etp, ep, layers, moe_layers)), m > 1
+    )
     return tuple(  # type: ignore[return-value]
         2 * whole[g] - (first[2 + g] + (m - 1) * later[2 + g]) / m for g in (0, 1)
     )
