@@ -50,6 +50,7 @@ from trainplan.model.terms.traffic import (
     dp_mechanism,
     fp8_gathered_params,
     most_layers,
+    unfetched_params,
 )
 from trainplan.model.xp import as_float, minimum, where
 
@@ -91,15 +92,18 @@ def dp_group_seconds(c: Context, f: Fields, mech: Any = None) -> tuple[tuple[DpS
     )  # fmt: skip
     narrow = (mech.weight_bytes - FP8_PARAM_BYTES) / mech.weight_bytes
     fetches: Any = (None, None)
-    if mech.framework is Framework.DEEPSPEED and mech.zero_stage == 3:
-        fetched = (c.arch,), f.tp, f.expert_tp, f.ep, layers, moe_layers
+    if c.model.arch is not None and mech.framework is Framework.DEEPSPEED and mech.zero_stage == 3:
+        fetched = (c.arch,), f.tp, f.expert_tp, f.ep, layers, moe_layers, m
         fetches = f.lookup_values(deepspeed_gather_calls, *fetched)
-    for *part, gather_calls in zip(*parts, fetches, strict=True):
+    unfetched = unfetched_params(c, f, mech)
+    gathers = max(mech.gathers_per_microbatch, 1)
+    for *part, gather_calls, skip in zip(*parts, fetches, unfetched, strict=True):
         params, fp8, (total, per_mb), units, group, axis = part
         calls = dp_collective_calls(fw, as_float(params), units, f.dp, overlapped)
         bandwidth, scaleup = axis_link(c, f, axis)
         on = (group > 1) & (bandwidth > 0)
-        gathered = 1 - narrow * as_float(fp8) / where(params > 0, as_float(params), 1.0)
+        held = where(params > 0, as_float(params), 1.0)
+        gathered = 1 - narrow * as_float(fp8) / held - as_float(skip) / (gathers * held)
         s = dp_seconds(
             mech, as_float(total - m * per_mb), as_float(per_mb), group, calls,
             where(on, bandwidth, 1.0), scaleup, params_of(c), forward_share=forward, gathered=gathered,

@@ -25,7 +25,14 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
-from trainplan.model.comm import AxisTraffic, dp_bytes, dp_name, pipe_partitioned, pp_bytes
+from trainplan.model.comm import (
+    AxisTraffic,
+    dp_bytes,
+    dp_name,
+    pipe_partitioned,
+    pp_bytes,
+    ring_share,
+)
 from trainplan.model.comm_layers import (
     cp_bytes,
     ep_bytes,
@@ -34,6 +41,7 @@ from trainplan.model.comm_layers import (
     tp_collective_name,
 )
 from trainplan.model.context_parallel import CpKind, cp_collective, torch_rotate_method
+from trainplan.model.deepspeed_fetches import deepspeed_unfetched
 from trainplan.model.deepspeed_mechanisms import sp_comm_bytes
 from trainplan.model.fp8_gathers import fp8_gather_saving, fp8_param_gathers, tp_gather_bytes
 from trainplan.model.frameworks import Framework, gradient_bytes_for
@@ -123,7 +131,26 @@ def _dp_bytes(c: Context, f: Fields, mech: Any, dense: Any, experts: Any) -> tup
     again = runtime_regathers(mech, f.schedule, f.pp, f.virtual_stages, f.m)
     total, per_mb = dp_bytes(mech, dense, experts, shard, expert_shard, f.m, again)
     saved, saved_mb = fp8_gather_saving(mech, fp8, shard, expert_shard, f.m)
-    return total - saved, per_mb - saved_mb
+    skip_dense, skip_experts = unfetched_params(c, f, mech)
+    skipped = ring_share(shard) * where(dense == 0, 0, skip_dense) + ring_share(
+        expert_shard
+    ) * where(experts == 0, 0, skip_experts)
+    unfetched = mech.weight_bytes * skipped
+    return total - saved - f.m * unfetched, per_mb - saved_mb - unfetched
+
+
+def unfetched_params(c: Context, f: Fields, mech: Any) -> tuple[Any, Any]:
+    """(dense, routed-expert) elements on one GPU a micro-batch does not all-gather of what
+    :func:`model.comm.dp_bytes` counts (every weight in every pass): under DeepSpeed ZeRO-3 the
+    output weight, embedding and forward-kept weights its coordinator does not gather again
+    (:func:`model.deepspeed_fetches.deepspeed_unfetched`, the mean over the step's ``m``
+    micro-batches, the stage with the most layers); 0 under every other mechanism and for a
+    model given by its size alone (no layers to fetch)."""
+    if c.model.arch is None or not (mech.framework is Framework.DEEPSPEED and mech.zero_stage == 3):
+        return 0, 0
+    layers, moe_layers = most_layers(c, f)
+    fetched = f.tp, f.expert_tp, f.ep, layers, moe_layers, f.m
+    return f.lookup_values(deepspeed_unfetched, (c.arch,), *fetched)  # type: ignore[no-any-return]
 
 
 def dp_traffic_bytes(c: Context, f: Fields) -> tuple[Any, Any]:

@@ -79,12 +79,21 @@ def test_zero2_ignores_the_key_allreduce_bucket_forces_fp32():
 
 def test_zero3_bucket_and_reduce_scatter_in_the_communication_dtype():
     """ZeRO-3, m = 16: per micro-batch an FP32 reduce-scatter (4 B) and two BF16 all-gathers
-    (2 × 2 B): 16 × 8 × 31/32 × P = 995,752,394,752 B (bf16: 16 × 6, 746,814,296,064 B). The
-    persistent IPG bucket 5e8 × 4 = 2e9 B (bf16: 1e9), in backward and at the step."""
+    (2 × 2 B): 16 × 8 × 31/32 × P = 995,752,394,752 B (bf16: 16 × 6, 746,814,296,064 B) were
+    every pass to gather every weight. DeepSpeed's coordinator does not gather (tests/model/
+    test_zero_gather_calls.py, Llama 3 8B at tp 1) the output weight after the step's first
+    forward, the embedding in the later forwards, nor the last two layers' 436,207,616
+    elements it keeps into the backward: 525,336,576 + 436,207,616 in the first micro-batch,
+    3 × 525,336,576 + 436,207,616 in the others, (961,544,192 + 15 × 2,012,217,344) / 16 =
+    1,946,550,272 elements a micro-batch, 2 B each: 16 × 31/32 × (8P − 2 × 1,946,550,272) =
+    935,409,336,320 B. The persistent IPG bucket 5e8 × 4 = 2e9 B (bf16: 1e9), in backward and
+    at the step."""
     fp32, bf16 = _evaluate(3), _evaluate(3, seq_parallel_communication_data_type="bf16")
-    assert fp32.traffic[0].traffic.bytes_per_step == Fraction(31, 32) * P * 128
-    assert bf16.traffic[0].traffic.bytes_per_step == Fraction(31, 32) * P * 96
-    assert fp32.traffic[0].traffic.bytes_per_step == 995_752_394_752
+    unfetched = (961_544_192 + 15 * 2_012_217_344) // 16
+    assert unfetched == 1_946_550_272
+    assert fp32.traffic[0].traffic.bytes_per_step == Fraction(31, 32) * 16 * (8 * P - 2 * unfetched)
+    assert bf16.traffic[0].traffic.bytes_per_step == Fraction(31, 32) * 16 * (6 * P - 2 * unfetched)
+    assert fp32.traffic[0].traffic.bytes_per_step == 935_409_336_320
     assert fp32.stages[0].state.buffers_bytes == R * 4
     assert bf16.stages[0].state.buffers_bytes == R * 2
     assert fp32.stages[0].state.step_bytes - bf16.stages[0].state.step_bytes == R * 2
