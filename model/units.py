@@ -212,7 +212,9 @@ def check_limit(
     )
 
 
-def parse_number(text: str | float | int | Fraction, name: str = "value") -> Fraction:
+def parse_number(
+    text: str | float | int | Fraction, name: str = "value", whole: bool = False
+) -> Fraction:
     """Read a number as the command line, the page's links and scenario files write it, exactly.
 
     Accepts ``4e6``, ``4000000``, ``4,000,000``, ``4e+6``, ``4e 6`` (a URL's ``+`` read back as a
@@ -222,6 +224,9 @@ def parse_number(text: str | float | int | Fraction, name: str = "value") -> Fra
     -------
     Fraction
         The exact value (``4e6`` → ``Fraction(4000000)``).
+
+    ``whole`` (a count's reading, :func:`parse_count`) gives whole-number examples in the refusal
+    of a text that is not a number.
 
     Raises
     ------
@@ -250,7 +255,8 @@ def parse_number(text: str | float | int | Fraction, name: str = "value") -> Fra
         scale = _SUFFIX[s[-1].upper()]
         s = s[:-1].strip()
     if not _NUMBER.match(s):
-        raise InputError(not_a_number(name, shown_text(raw), s, _NUMBER, limit_for(name)))
+        limit = limit_for(name)  # ``whole``: a count's examples (parse_count), never 0.5
+        raise InputError(not_a_number(name, shown_text(raw), s, _NUMBER, limit, whole))
     mantissa, _, exponent = check_length(name, shown_text(raw), s).lower().partition("e")
     value = Fraction(mantissa) * scale
     if exponent:
@@ -309,7 +315,7 @@ def parse_count(text: str | float | int | Fraction, name: str = "value", minimum
     >>> parse_count("4,000,000", "tokens")
     4000000
     """
-    value = parse_number(text, name)
+    value = parse_number(text, name, whole=True)
     given = repr(text) if isinstance(text, str) else shown_number(text)
     if value.denominator != 1:
         raise InputError(f"{name}: {given} must be a whole number")

@@ -348,16 +348,9 @@ def _pipeline_and_step(d: dict[str, Any]) -> list[str]:
             + " (without them it builds L/pp layers a stage and asserts pp divides L: "
             "megatron/training/arguments.py validate_args)"
         )
-    optimizer = f" + optimizer step {_secs(t['optimizer_s'])}" if t.get("optimizer_s") else ""
+    terms = " + ".join(f"{x['term']} {_secs(x['s'])}" for x in t["step_terms"])
     out.append(
-        f"Step: compute {_secs(t['compute_s'])} + bubble {_secs(t['bubble_s'])} + exposed comm "
-        f"{_secs(t['exposed_comm_s'])}{optimizer}"
-        + (f" + offload {_secs(t['offload_s'])}" if t.get("offload_s") else "")
-        + (
-            f" + gradient accumulation {_secs(t['grad_accumulation_s'])}"
-            if t.get("grad_accumulation_s")
-            else ""
-        )
+        f"Step: {terms}"
         + (
             f" (activation offload {_secs(t['activation_offload_s'])} exposed, in compute)"
             if t.get("activation_offload_s")

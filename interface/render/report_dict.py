@@ -436,10 +436,30 @@ def _traffic(est: Estimate) -> list[dict[str, Any]]:
     ]
 
 
+STEP_TERMS = (
+    ("compute", "compute_s"),
+    ("bubble", "bubble_s"),
+    ("exposed comm", "exposed_comm_s"),
+    ("optimizer step", "optimizer_s"),
+    ("offload", "offload_s"),
+    ("gradient accumulation", "grad_accumulation_s"),
+)
+"""The step's terms in the order they add up (the text report's ``Step:`` line and the web
+planner's breakdown read them from ``time.step_terms``): the first three always, the others
+where they are not zero."""
+
+
+def step_terms(time: dict[str, Any]) -> list[dict[str, Any]]:
+    """``[{"term": name, "s": seconds}]``, the terms of ``time`` (:data:`STEP_TERMS`) that add to
+    ``step_s`` (activation offload's exposed time is inside compute, not a term)."""
+    return [{"term": n, "s": time[k]} for i, (n, k) in enumerate(STEP_TERMS) if i < 3 or time[k]]
+
+
 def _time(est: Estimate) -> dict[str, Any]:
-    """The ``time`` object: the step's terms (s), MFU and HFU, tokens per second."""
+    """The ``time`` object: the step's terms (s) and their list ``step_terms``
+    (:func:`step_terms`), MFU and HFU, tokens per second."""
     t = est.training
-    return {
+    out = {
         "time_model": _time_model(est),
         "compute_s": est.compute_s,
         "bubble_s": None if est.time_terms is None else est.time_terms.bubble_s,
@@ -459,6 +479,7 @@ def _time(est: Estimate) -> dict[str, Any]:
         else t.global_batch_size * t.seq_len / est.step_s,
         **_efficiencies(est),
     }
+    return {**out, "step_terms": step_terms(out)}
 
 
 def _moe_run(run: MoERun) -> dict[str, Any]:
