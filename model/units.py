@@ -219,14 +219,8 @@ def parse_number(
 
     Accepts ``4e6``, ``4000000``, ``4,000,000``, ``4e+6``, ``4e 6`` (a URL's ``+`` read back as a
     space) and the size suffixes ``B`` and ``T`` (``70B`` = 70·10^9, ``1.5T`` = 1.5·10^12).
-
-    Returns
-    -------
-    Fraction
-        The exact value (``4e6`` → ``Fraction(4000000)``).
-
-    ``whole`` (a count's reading, :func:`parse_count`) gives whole-number examples in the refusal
-    of a text that is not a number.
+    ``whole`` (a count's reading, :func:`parse_count`): a refusal's examples are whole numbers.
+    Returns the exact value as a :class:`Fraction` (``4e6`` → ``Fraction(4000000)``).
 
     Raises
     ------
@@ -236,10 +230,8 @@ def parse_number(
 
     Examples
     --------
-    >>> parse_number("4e 6") == 4_000_000
-    True
-    >>> parse_number("1.5T") == 1_500_000_000_000
-    True
+    >>> parse_number("4e 6") == 4_000_000, parse_number("1.5T") == 1_500_000_000_000
+    (True, True)
     """
     if isinstance(text, bool):
         raise InputError(f"{name}: {text!r} is not a number")
@@ -255,8 +247,7 @@ def parse_number(
         scale = _SUFFIX[s[-1].upper()]
         s = s[:-1].strip()
     if not _NUMBER.match(s):
-        limit = limit_for(name)  # ``whole``: a count's examples (parse_count), never 0.5
-        raise InputError(not_a_number(name, shown_text(raw), s, _NUMBER, limit, whole))
+        raise InputError(not_a_number(name, shown_text(raw), s, _NUMBER, limit_for(name), whole))
     mantissa, _, exponent = check_length(name, shown_text(raw), s).lower().partition("e")
     value = Fraction(mantissa) * scale
     if exponent:

@@ -220,13 +220,7 @@ def frontier_figure(
     xs = [r[key] / scale for r in rows]
     ys = [r["step_s"] for r in rows]
     keys = [f"{i:>2}  {layout_key(r, against != 'memory')}" for i, r in enumerate(rows, 1)]
-    if listed:
-        height = max(4.5, 1.2 + 0.16 * sum(k.count("\n") + 1 for k in keys))
-        fig, (ax, side) = plt.subplots(
-            1, 2, figsize=(12, height), gridspec_kw={"width_ratios": [3, 2.2]}
-        )
-    else:
-        fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax, side = _frontier_axes(plt, keys, listed)
     ax.plot(*staircase(xs, ys), "-", color="#4c78a8", label="best step time within the budget")
     ax.plot(xs, ys, "o", markersize=4, color="#4c78a8")
     for i, url in enumerate(links or ()):
@@ -242,20 +236,32 @@ def frontier_figure(
     ax.grid(alpha=0.3)
     ax.margins(0.08)
     _place_labels(ax, xs, ys, [str(i) for i in range(1, len(rows) + 1)])
-    if not listed:
-        return fig
-    side.axis("off")
-    side.text(
-        0,
-        1,
-        "\n".join(keys),
-        va="top",
-        ha="left",
-        family="monospace",
-        fontsize=7 if sum(k.count("\n") + 1 for k in keys) <= 40 else 6,
-        transform=side.transAxes,
-    )
+    if side is not None:
+        side.axis("off")
+        side.text(
+            0,
+            1,
+            "\n".join(keys),
+            va="top",
+            ha="left",
+            family="monospace",
+            fontsize=7 if sum(k.count("\n") + 1 for k in keys) <= 40 else 6,
+            transform=side.transAxes,
+        )
     return fig
+
+
+def _frontier_axes(plt: Any, keys: list[str], listed: bool) -> tuple[Any, Any, Any]:
+    """(figure, plot axes, list axes or None): 12 inches with the layouts' list beside the plot,
+    its height by the list's lines; 8 × 4.5 inches, the plot alone, without it."""
+    if not listed:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        return fig, ax, None
+    height = max(4.5, 1.2 + 0.16 * sum(k.count("\n") + 1 for k in keys))
+    fig, (ax, side) = plt.subplots(
+        1, 2, figsize=(12, height), gridspec_kw={"width_ratios": [3, 2.2]}
+    )
+    return fig, ax, side
 
 
 def memory_chart(d: dict[str, Any], path: Target) -> Any:

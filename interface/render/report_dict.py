@@ -12,6 +12,7 @@ from typing import Any
 from trainplan.interface.flags import with_flags
 from trainplan.interface.launch_split import split_flags
 from trainplan.interface.render.assumptions import assumptions, elementwise, tp_block_inputs
+from trainplan.interface.render.step_terms import step_terms
 from trainplan.model.deepspeed_mechanisms import sp_comm_bytes
 from trainplan.model.estimate import Estimate
 from trainplan.model.flops import utilisation
@@ -434,25 +435,6 @@ def _traffic(est: Estimate) -> list[dict[str, Any]]:
         }
         for r in est.traffic
     ]
-
-
-STEP_TERMS = (
-    ("compute", "compute_s"),
-    ("bubble", "bubble_s"),
-    ("exposed comm", "exposed_comm_s"),
-    ("optimizer step", "optimizer_s"),
-    ("offload", "offload_s"),
-    ("gradient accumulation", "grad_accumulation_s"),
-)
-"""The step's terms in the order they add up (the text report's ``Step:`` line and the web
-planner's breakdown read them from ``time.step_terms``): the first three always, the others
-where they are not zero."""
-
-
-def step_terms(time: dict[str, Any]) -> list[dict[str, Any]]:
-    """``[{"term": name, "s": seconds}]``, the terms of ``time`` (:data:`STEP_TERMS`) that add to
-    ``step_s`` (activation offload's exposed time is inside compute, not a term)."""
-    return [{"term": n, "s": time[k]} for i, (n, k) in enumerate(STEP_TERMS) if i < 3 or time[k]]
 
 
 def _time(est: Estimate) -> dict[str, Any]:

@@ -112,3 +112,12 @@ def test_the_pages_frontier_chart_is_the_plot_alone(client):
     svg = client.get("/api/figures/frontier?model=llama3-8b&gpus=8..32&against=gpus").text
     assert "ZeRO-" not in svg
     assert len(re.findall(r'id="point-\d+"', svg)) == 5
+
+
+def test_a_tp_cap_far_above_the_gpu_count_answers_as_uncapped(client):
+    """``/api/search?…&max-tp=4,000,000`` gave no answer in 150 s (a list tp = 1..4,000,000);
+    the cap now filters the divisors of 8 where the shapes are built."""
+    base = "/api/search?model=llama3-8b&gpus=8&pp=1&zero=1&time-limit=5"
+    capped = client.get(f"{base}&max-tp=4,000,000").json()
+    free = client.get(base).json()
+    assert capped["layout"] == free["layout"] and capped["objective_s"] == free["objective_s"]
