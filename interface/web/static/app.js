@@ -26,7 +26,8 @@ const TP = (() => {
   }
   // A step time as the CLI prints it (seconds with 3 decimals, milliseconds below 1 s): the
   // tables' form, where rows 0.1 min apart must still read apart (291.541 s against 291.664 s).
-  const exact = (s) => (s === null || s === undefined ? "—" : s < 1 ? secs(s) : `${s.toLocaleString("en-US", { minimumFractionDigits: 3, maximumFractionDigits: 3 })} s`);
+  // (a no-break space before the unit: a narrow column never splits "291.541 s")
+  const exact = (s) => (s === null || s === undefined ? "—" : s < 1 ? secs(s) : `${s.toLocaleString("en-US", { minimumFractionDigits: 3, maximumFractionDigits: 3 })}\u00a0s`);
   const esc = (t) => String(t).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
 
   // A table from rows and [header, cell(row)] columns.
