@@ -164,9 +164,9 @@ def _space(d: Mapping[str, Any], num_gpus: int) -> SearchSpace:
     )
     for v in _ints(d, "virtual_stages") or ():  # evaluate's rule: v > 1 only with interleaving
         check_virtual_stages(v, schedules)
-    if d.get("max_tp"):  # a cap, not a list: each job keeps its own count's divisors below it
-        cap = parse_count(d["max_tp"], "max_tp")
-        tp = tuple(t for t in (tp or range(1, cap + 1)) if t <= cap)
+    cap = parse_count(d["max_tp"], "max_tp") if d.get("max_tp") else None
+    if cap is not None and tp:  # a cap, not a list: each job keeps its own count's divisors below
+        tp = tuple(t for t in tp if t <= cap)  # it (SearchSpace.max_tp, where shapes are built)
     cp = _ints(d, "cp") or (1,)
     cp_kinds, cp_a2a = _cp_space(d, cp)
     frameworks = tuple(
@@ -179,6 +179,7 @@ def _space(d: Mapping[str, Any], num_gpus: int) -> SearchSpace:
     return SearchSpace(
         num_gpus=num_gpus,
         tp=tp,
+        max_tp=cap,
         pp=_ints(d, "pp"),
         cp=cp,
         ep=_ints(d, "ep"),
@@ -406,7 +407,8 @@ def _tp_plan(cluster: Mapping[str, Any], space: SearchSpace, counts: list[int]) 
     if cluster.get("compile") is not None:  # fsdp2's; every other profile runs fused kernels
         out["compile_fsdp2"] = cluster["compile"]
     value = cluster.get("tp_block_inputs")
-    check_tp_block_inputs(value, space.frameworks, space.tp or divisors(max(counts)))
+    tps = space.tp or [t for t in divisors(max(counts)) if t <= (space.max_tp or t)]
+    check_tp_block_inputs(value, space.frameworks, tps)
     if gathered_block_inputs(value) is False:
         out["gathered_block_inputs"] = False
     return out

@@ -53,7 +53,12 @@ def check_length(name: str, shown: str, body: str) -> str:
 
 
 def not_a_number(
-    name: str, shown: str, body: str, number: re.Pattern[str], limit: Limit | None
+    name: str,
+    shown: str,
+    body: str,
+    number: re.Pattern[str],
+    limit: Limit | None,
+    whole: bool = False,
 ) -> str:
     """The refusal of text that is not a number: ``body`` (the text without digit separators) is
     a number with an ambiguous suffix, or not one at all; ``shown`` is the text as echoed.
@@ -75,19 +80,26 @@ def not_a_number(
             f"{name}: {shown} is ambiguous: write {_plain(binary)} ({mantissa} × "
             f"1,024{_SUPERSCRIPT[power]}) or {_plain(decimal)}"
         )
-    return f"{name}: {shown} is not a number (write {number_examples(limit)})"
+    return f"{name}: {shown} is not a number (write {number_examples(limit, whole)})"
 
 
-def number_examples(limit: Limit | None) -> str:
+def number_examples(limit: Limit | None, whole: bool = False) -> str:
     """Ways to write a number that fit the parameter: the ``B``/``T`` suffixes only for sizes
     that reach billions (parameters, a token budget: a limit of 10^12 or more); a count's unit
-    with counts; plain numbers for anything else (a price, an efficiency).
+    with counts; whole numbers for a count without a limit (``whole``: checkpointing's
+    ``every``); plain numbers for anything else (a price, an efficiency).
 
     >>> number_examples(None)
     'e.g. 0.5, 4e6, 4000000 or 4,000,000'
+    >>> number_examples(None, whole=True)
+    'a whole number, e.g. 4, 16 or 4,000,000'
     """
     if limit is None:
-        return "e.g. 0.5, 4e6, 4000000 or 4,000,000"
+        return (
+            "a whole number, e.g. 4, 16 or 4,000,000"
+            if whole
+            else "e.g. 0.5, 4e6, 4000000 or 4,000,000"
+        )
     if limit.maximum >= 10**12:
         return "e.g. 4e6, 4000000, 4,000,000, 70B or 1.5T"
     if limit.maximum >= 10**4:

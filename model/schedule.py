@@ -195,7 +195,7 @@ def simulate_classic(
         raise InputError(f"backward_ratio: {backward_ratio} must be positive")
     if 2 * pp * m * v > MAX_PASSES:
         raise InputError(
-            f"stages × microbatches × virtual_stages: {pp}·{m}·{v} is over the "
+            f"stages × microbatches × virtual_stages: {int(pp):,}·{int(m):,}·{int(v):,} is over the "
             f"{MAX_PASSES // 2:,} passes this timeline simulates; use fewer stages, micro-batches or virtual stages"
         )
     if stage_times is not None and (
@@ -340,7 +340,7 @@ def _split_slots(
     check_split_schedule(pp, m, sched, v)
     if 3 * pp * m * v > MAX_PASSES:
         raise InputError(
-            f"stages × microbatches × virtual_stages: {pp}·{m}·{v} is over the "
+            f"stages × microbatches × virtual_stages: {int(pp):,}·{int(m):,}·{int(v):,} is over the "
             f"{MAX_PASSES // 3:,} passes this timeline simulates; use fewer stages, micro-batches or virtual stages"
         )
     of, block = durations

@@ -212,16 +212,15 @@ def check_limit(
     )
 
 
-def parse_number(text: str | float | int | Fraction, name: str = "value") -> Fraction:
+def parse_number(
+    text: str | float | int | Fraction, name: str = "value", whole: bool = False
+) -> Fraction:
     """Read a number as the command line, the page's links and scenario files write it, exactly.
 
     Accepts ``4e6``, ``4000000``, ``4,000,000``, ``4e+6``, ``4e 6`` (a URL's ``+`` read back as a
     space) and the size suffixes ``B`` and ``T`` (``70B`` = 70·10^9, ``1.5T`` = 1.5·10^12).
-
-    Returns
-    -------
-    Fraction
-        The exact value (``4e6`` → ``Fraction(4000000)``).
+    ``whole`` (a count's reading, :func:`parse_count`): a refusal's examples are whole numbers.
+    Returns the exact value as a :class:`Fraction` (``4e6`` → ``Fraction(4000000)``).
 
     Raises
     ------
@@ -231,10 +230,8 @@ def parse_number(text: str | float | int | Fraction, name: str = "value") -> Fra
 
     Examples
     --------
-    >>> parse_number("4e 6") == 4_000_000
-    True
-    >>> parse_number("1.5T") == 1_500_000_000_000
-    True
+    >>> parse_number("4e 6") == 4_000_000, parse_number("1.5T") == 1_500_000_000_000
+    (True, True)
     """
     if isinstance(text, bool):
         raise InputError(f"{name}: {text!r} is not a number")
@@ -250,7 +247,7 @@ def parse_number(text: str | float | int | Fraction, name: str = "value") -> Fra
         scale = _SUFFIX[s[-1].upper()]
         s = s[:-1].strip()
     if not _NUMBER.match(s):
-        raise InputError(not_a_number(name, shown_text(raw), s, _NUMBER, limit_for(name)))
+        raise InputError(not_a_number(name, shown_text(raw), s, _NUMBER, limit_for(name), whole))
     mantissa, _, exponent = check_length(name, shown_text(raw), s).lower().partition("e")
     value = Fraction(mantissa) * scale
     if exponent:
@@ -309,7 +306,7 @@ def parse_count(text: str | float | int | Fraction, name: str = "value", minimum
     >>> parse_count("4,000,000", "tokens")
     4000000
     """
-    value = parse_number(text, name)
+    value = parse_number(text, name, whole=True)
     given = repr(text) if isinstance(text, str) else shown_number(text)
     if value.denominator != 1:
         raise InputError(f"{name}: {given} must be a whole number")

@@ -155,6 +155,10 @@ class SearchSpace:
 
     num_gpus: int
     tp: tuple[int, ...] | None = None
+    max_tp: int | None = None
+    """Largest tensor-parallel degree tried (``--max-tp``), a cap applied to each GPU count's
+    divisors where the shapes are built (:func:`_candidates`), so a cap far above the GPU count
+    costs nothing: no list of 1..cap is ever made; None = no cap."""
     pp: tuple[int, ...] | None = None
     cp: tuple[int, ...] | None = (1,)
     ep: tuple[int, ...] | None = None
@@ -234,7 +238,8 @@ def _candidates(model: ModelSpec, training: TrainingSpec, space: SearchSpace) ->
     moe = model.arch is not None and model.arch.moe is not None
     out: dict[str, list] = {k: [] for k in ("tp", "cp", "pp", "dp", "ep", "micro_batch_size")}
     out["schedule"], out["virtual_stages"] = [], []
-    for tp in _allowed(space.tp, divisors(G)):
+    tps = [t for t in divisors(G) if space.max_tp is None or t <= space.max_tp]
+    for tp in _allowed(space.tp, tps):
         for cp in _allowed(space.cp, divisors(G // tp)):
             for pp in _allowed(space.pp, divisors(G // (tp * cp))):
                 dp = G // (tp * cp * pp)

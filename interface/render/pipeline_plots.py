@@ -223,22 +223,40 @@ _LABEL = {
 }
 
 
-def _bar(ax: Any, s: dict[str, Any], y: float, height: float, numbers: bool) -> None:
-    chunk = s.get("chunk", 0)
-    ax.barh(
-        y,
-        s["end"] - s["start"],
-        left=s["start"],
-        height=height,
-        color=_PASS_COLOURS[s["pass"]],
-        hatch="//" if chunk else "",
-        edgecolor="white",
-        linewidth=0.4,
+def _bar(
+    bars: dict[tuple[float, float, str], list[tuple[float, float, str]]],
+    ax: Any,
+    s: dict[str, Any],
+    y: float,
+    height: float,
+    numbers: bool,
+) -> None:
+    """One pass, kept in ``bars`` by (row centre, height, hatch) to be drawn with its row's others
+    as one collection (:func:`_draw_bars`)."""
+    hatch = "//" if s.get("chunk", 0) else ""
+    bars.setdefault((y, height, hatch), []).append(
+        (s["start"], s["end"] - s["start"], _PASS_COLOURS[s["pass"]])
     )
     if numbers:
         mb = str(s["microbatch"]) + ("'" if s.get("direction") else "")
         ax.text((s["start"] + s["end"]) / 2, y, mb, ha="center", va="center", fontsize=6,
                 color="white")  # fmt: skip
+
+
+def _draw_bars(
+    ax: Any, bars: dict[tuple[float, float, str], list[tuple[float, float, str]]]
+) -> None:
+    """Each group of :func:`_bar` as one ``broken_barh`` collection: a patch a pass (8,944 at 32
+    ranks × 128 micro-batches of DualPipe) took ~18 s to add and ~10 s to write."""
+    for (y, height, hatch), group in bars.items():
+        ax.broken_barh(
+            [(x, w) for x, w, _ in group],
+            (y - height / 2, height),
+            facecolors=[c for _, _, c in group],
+            hatch=hatch or None,
+            edgecolor="white",
+            linewidth=0.4,
+        )
 
 
 def _split_pipeline_figure(plt: Any, report: dict[str, Any], out: Any) -> None:
@@ -248,11 +266,13 @@ def _split_pipeline_figure(plt: Any, report: dict[str, Any], out: Any) -> None:
     returning chunk, DualPipe's reverse-direction stage); an overlapped forward-and-backward block
     (DualPipe's F&B) as its two halves stacked inside one black border, as the DualPipe README's
     figure marks them."""
-    from matplotlib.patches import Patch, Rectangle
+    from matplotlib.patches import Patch
 
     p, total = report["stages"], report["step_time_units"]
     fig, ax = plt.subplots(figsize=(min(6 + total / 4, 26), max(2.2, 1.2 + 0.5 * p)))
     numbers = report["microbatches"] <= 32
+    bars: dict[tuple[float, float, str], list[tuple[float, float, str]]] = {}
+    blocks: list[tuple[float, float, float]] = []  # (start, width, row): overlapped F&B borders
     for row in report["timeline"]:
         y = p - 1 - row["stage"]
         slots = row["slots"]
@@ -260,14 +280,17 @@ def _split_pipeline_figure(plt: Any, report: dict[str, Any], out: Any) -> None:
         while i < len(slots):
             s = slots[i]
             if s.get("overlapped") and i + 1 < len(slots):
-                _bar(ax, s, y + 0.2, 0.4, numbers)
-                _bar(ax, slots[i + 1], y - 0.2, 0.4, numbers)
-                width = s["end"] - s["start"]
-                ax.add_patch(Rectangle((s["start"], y - 0.4), width, 0.8, fill=False, lw=0.9))
+                _bar(bars, ax, s, y + 0.2, 0.4, numbers)
+                _bar(bars, ax, slots[i + 1], y - 0.2, 0.4, numbers)
+                blocks.append((s["start"], s["end"] - s["start"], y))
                 i += 2
                 continue
-            _bar(ax, s, y, 0.8, numbers)
+            _bar(bars, ax, s, y, 0.8, numbers)
             i += 1
+    _draw_bars(ax, bars)
+    for y in sorted({b[2] for b in blocks}):
+        edges = [(x, w) for x, w, row_y in blocks if row_y == y]
+        ax.broken_barh(edges, (y - 0.4, 0.8), facecolors="none", edgecolor="black", lw=0.9)
     ax.set_yticks(range(p), [f"rank {p - 1 - i}" for i in range(p)])
     ax.set_xlabel(
         "time (the pass times given); numbers are micro-batches, ' those fed from the other end"

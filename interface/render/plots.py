@@ -71,22 +71,40 @@ def _colours() -> dict[str, str]:
     }
 
 
+_BAR_CELLS = 200
+"""Tensors up to which the walk-through draws a bar a cell; beyond, the row is one image."""
+_LABELS = 25
+"""Most tensor names under the walk-through's row (every k-th tensor beyond)."""
+
+
 def _ckpt_frames(plt: Any, report: dict[str, Any]) -> tuple[Any, Any]:
     """(figure, draw) of the walk-through: ``draw(i)`` paints step i, a cell per tensor coloured
     by its state, with the colour legend (the text walk-through's C, #, R, x and .)."""
+    from matplotlib.colors import to_rgb
     from matplotlib.patches import Patch
 
     steps, n = report["steps"], report["layers"]
     names = [tensor_label(report, j) for j in range(n + 1)]
-    fig, ax = plt.subplots(figsize=(max(6.5, min(2 + 0.5 * (n + 1), 20)), 2.6))
+    fig, ax = plt.subplots(figsize=(max(6.5, min(2 + 0.5 * (n + 1), 10)), 2.6))
     legend = [Patch(facecolor=c, label=STATE_LEGEND[state]) for state, c in _colours().items()]
 
     def draw(i: int) -> None:
         ax.clear()
         st = steps[i]
-        colours = [_colours()[tensor_state(st, tensor_label(report, j))] for j in range(n + 1)]
-        ax.bar(range(n + 1), [1] * (n + 1), color=colours, edgecolor="white")
-        ax.set_xticks(range(n + 1), names if n <= 24 else [""] * (n + 1), fontsize=7)
+        palette = _colours()
+        colours = [palette[tensor_state(st, names[j])] for j in range(n + 1)]
+        if n + 1 <= _BAR_CELLS:  # a bar a cell, white between them
+            ax.bar(range(n + 1), [1] * (n + 1), color=colours, edgecolor="white")
+        else:  # one image of the row: 1,001 bars took ~2 s and 400 KB of SVG at n = 1,000
+            rgb = [[to_rgb(c) for c in colours]]
+            ax.imshow(rgb, aspect="auto", interpolation="nearest", extent=(-0.5, n + 0.5, 0, 1))
+        ax.set_xlim(-0.5, n + 0.5)
+        # every k-th tensor named, at most ~25 labels: 101 labels at n = 100 overlapped; a tick
+        # a cell cost ~3 s at n = 1,000
+        least = -(-(n + 1) // _LABELS)
+        every = min(m * 10**e for e in range(8) for m in (1, 2, 5) if m * 10**e >= least)
+        shown = range(0, n + 1, every)
+        ax.set_xticks(list(shown), [names[j] for j in shown], fontsize=7)
         ax.set_yticks([])
         ax.set_title(
             f"step {st['step']}: {st['phase']} layer {st['layer']} — {st['held']} held "
@@ -153,9 +171,14 @@ def ckpt_gif(report: dict[str, Any], path: str | Path, delay_s: float = 0.6) -> 
 
 
 def frontier_chart(
-    rows: list[dict[str, Any]], against: str, path: Target, links: list[str] | None = None
+    rows: list[dict[str, Any]],
+    against: str,
+    path: Target,
+    links: list[str] | None = None,
+    listed: bool = True,
 ) -> Any:
-    """Write :func:`frontier_figure` to ``path`` (SVG into a stream).
+    """Write :func:`frontier_figure` to ``path`` (SVG into a stream); ``listed=False`` leaves out
+    the list of layouts beside the plot (the web page's table lists them).
 
     Raises
     ------
@@ -164,7 +187,7 @@ def frontier_chart(
     """
     out = chart_output(path, (".png", ".svg", ".pdf"))
     plt = pyplot()
-    fig = frontier_figure(rows, against, links)
+    fig = frontier_figure(rows, against, links, listed)
     fig.tight_layout()
     save_figure(fig, out)
     plt.close(fig)
@@ -172,14 +195,19 @@ def frontier_chart(
 
 
 def frontier_figure(
-    rows: list[dict[str, Any]], against: str, links: list[str] | None = None
+    rows: list[dict[str, Any]],
+    against: str,
+    links: list[str] | None = None,
+    listed: bool = True,
 ) -> Any:
     """Step time against the second axis of a Pareto frontier: the staircase of the best step
     time within each budget (:func:`interface.render.chart_layout.staircase`: each level starts at its
     own point), one numbered marker per point (labels placed clear of each other), and beside
     the plot each number's full layout — degrees, ZeRO stage, recompute, micro-batch and schedule
     (and GPUs unless against memory). With ``links`` (SVG), marker i is a link to ``links[i]`` in
-    a group with id ``point-<i+1>``. The caller closes the figure.
+    a group with id ``point-<i+1>``. ``listed=False``: the plot alone, 8 inches wide (the web
+    page, whose table beside lists the layouts: in a 12-inch figure scaled to the page the list
+    read at ~6 px). The caller closes the figure.
 
     Raises
     ------
@@ -192,10 +220,7 @@ def frontier_figure(
     xs = [r[key] / scale for r in rows]
     ys = [r["step_s"] for r in rows]
     keys = [f"{i:>2}  {layout_key(r, against != 'memory')}" for i, r in enumerate(rows, 1)]
-    height = max(4.5, 1.2 + 0.16 * sum(k.count("\n") + 1 for k in keys))
-    fig, (ax, side) = plt.subplots(
-        1, 2, figsize=(12, height), gridspec_kw={"width_ratios": [3, 2.2]}
-    )
+    fig, ax, side = _frontier_axes(plt, keys, listed)
     ax.plot(*staircase(xs, ys), "-", color="#4c78a8", label="best step time within the budget")
     ax.plot(xs, ys, "o", markersize=4, color="#4c78a8")
     for i, url in enumerate(links or ()):
@@ -211,18 +236,32 @@ def frontier_figure(
     ax.grid(alpha=0.3)
     ax.margins(0.08)
     _place_labels(ax, xs, ys, [str(i) for i in range(1, len(rows) + 1)])
-    side.axis("off")
-    side.text(
-        0,
-        1,
-        "\n".join(keys),
-        va="top",
-        ha="left",
-        family="monospace",
-        fontsize=7 if sum(k.count("\n") + 1 for k in keys) <= 40 else 6,
-        transform=side.transAxes,
-    )
+    if side is not None:
+        side.axis("off")
+        side.text(
+            0,
+            1,
+            "\n".join(keys),
+            va="top",
+            ha="left",
+            family="monospace",
+            fontsize=7 if sum(k.count("\n") + 1 for k in keys) <= 40 else 6,
+            transform=side.transAxes,
+        )
     return fig
+
+
+def _frontier_axes(plt: Any, keys: list[str], listed: bool) -> tuple[Any, Any, Any]:
+    """(figure, plot axes, list axes or None): 12 inches with the layouts' list beside the plot,
+    its height by the list's lines; 8 × 4.5 inches, the plot alone, without it."""
+    if not listed:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        return fig, ax, None
+    height = max(4.5, 1.2 + 0.16 * sum(k.count("\n") + 1 for k in keys))
+    fig, (ax, side) = plt.subplots(
+        1, 2, figsize=(12, height), gridspec_kw={"width_ratios": [3, 2.2]}
+    )
+    return fig, ax, side
 
 
 def memory_chart(d: dict[str, Any], path: Target) -> Any:

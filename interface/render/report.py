@@ -352,18 +352,9 @@ def _pipeline_and_step(d: dict[str, Any]) -> list[str]:
             + " (without them it builds L/pp layers a stage and asserts pp divides L: "
             "megatron/training/arguments.py validate_args)"
         )
-    optimizer = (
-        f" + optimizer step {seconds_text(t['optimizer_s'])}" if t.get("optimizer_s") else ""
-    )
+    terms = " + ".join(f"{x['term']} {seconds_text(x['s'])}" for x in t["step_terms"])
     out.append(
-        f"Step: compute {seconds_text(t['compute_s'])} + bubble {seconds_text(t['bubble_s'])} + exposed comm "
-        f"{seconds_text(t['exposed_comm_s'])}{optimizer}"
-        + (f" + offload {seconds_text(t['offload_s'])}" if t.get("offload_s") else "")
-        + (
-            f" + gradient accumulation {seconds_text(t['grad_accumulation_s'])}"
-            if t.get("grad_accumulation_s")
-            else ""
-        )
+        f"Step: {terms}"
         + (
             f" (activation offload {seconds_text(t['activation_offload_s'])} exposed, in compute)"
             if t.get("activation_offload_s")

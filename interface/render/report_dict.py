@@ -12,6 +12,7 @@ from typing import Any
 from trainplan.interface.flags import with_flags
 from trainplan.interface.launch_split import split_flags
 from trainplan.interface.render.assumptions import assumptions, elementwise, tp_block_inputs
+from trainplan.interface.render.step_terms import step_terms
 from trainplan.model.deepspeed_mechanisms import sp_comm_bytes
 from trainplan.model.estimate import Estimate
 from trainplan.model.flops import utilisation
@@ -437,9 +438,10 @@ def _traffic(est: Estimate) -> list[dict[str, Any]]:
 
 
 def _time(est: Estimate) -> dict[str, Any]:
-    """The ``time`` object: the step's terms (s), MFU and HFU, tokens per second."""
+    """The ``time`` object: the step's terms (s) and their list ``step_terms``
+    (:func:`step_terms`), MFU and HFU, tokens per second."""
     t = est.training
-    return {
+    out = {
         "time_model": _time_model(est),
         "compute_s": est.compute_s,
         "bubble_s": None if est.time_terms is None else est.time_terms.bubble_s,
@@ -459,6 +461,7 @@ def _time(est: Estimate) -> dict[str, Any]:
         else t.global_batch_size * t.seq_len / est.step_s,
         **_efficiencies(est),
     }
+    return {**out, "step_terms": step_terms(out)}
 
 
 def _moe_run(run: MoERun) -> dict[str, Any]:

@@ -184,7 +184,7 @@ def _frontier_svg(query: list[tuple[str, str]]) -> Response:
         return json_response(run_object(result), 409)
     rows, against = result.json["points"], result.json["against"]
     links = [planner_link(query, r, URL_LIMIT) for r in rows]
-    return _svg(lambda out: plots.frontier_chart(rows, against, out, links))
+    return _svg(lambda out: plots.frontier_chart(rows, against, out, links, listed=False))
 
 
 def _frontier_csv(query: list[tuple[str, str]]) -> Response:

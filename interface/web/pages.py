@@ -9,6 +9,7 @@ the page's state, the API calls, the error line, the accelerator table) and ``st
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from html import escape as html_escape
 from importlib.resources import files
@@ -20,7 +21,17 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from trainplan.model import units
 from trainplan.topology.accelerators import STATUS_HEADER, status_legend
 
-__all__ = ["router", "PAGES", "INTROS", "LIST_HELP", "LIST_SEPARATOR", "STATIC", "swagger_folder"]
+__all__ = [
+    "router",
+    "PAGES",
+    "GPU_PAGES",
+    "SCRIPTS",
+    "INTROS",
+    "LIST_HELP",
+    "LIST_SEPARATOR",
+    "STATIC",
+    "swagger_folder",
+]
 
 PAGES = {
     "planner": "Planner",
@@ -42,9 +53,10 @@ INTROS = {
     "the recomputation chosen. It compares the four ZeRO stages and lists what each parallel axis "
     "sends per step, over which link, and for how long. An empty field takes the value shown in "
     "grey.",
-    "pipeline": "A timeline of GPipe, 1F1B or interleaved 1F1B on p stages with m micro-batches, "
-    "the bubble (p − 1)/(v·m + p − 1), and how many micro-batches of activations each stage "
-    "holds. An empty field takes the value shown in grey.",
+    "pipeline": "A timeline of GPipe, 1F1B, interleaved 1F1B, the zero-bubble schedules (ZB-H1, "
+    "ZB-H2, ZB-V) or DualPipe and DualPipeV on p stages with m micro-batches, the bubble "
+    "((p − 1)/(v·m + p − 1) for GPipe and 1F1B) and how many micro-batches of activations each "
+    "stage holds. An empty field takes the value shown in grey.",
     "mfu": "Model FLOPs utilisation from one measured step (6·N·D ÷ (peak × chips × seconds)), "
     "from tokens per second, or from a reported FLOP rate, optionally with PaLM's attention "
     "FLOPs; HFU adds the recomputed FLOPs. An empty field takes the value shown in grey.",
@@ -90,6 +102,17 @@ def swagger_folder() -> str:
     return str(swagger_ui_bundle.swagger_ui_path)
 
 
+GPU_PAGES = frozenset({"planner", "search", "frontier", "sweep", "mfu", "rlhf"})
+"""The tabs where an accelerator is chosen (a GPU field, or the sweep's scenario naming them):
+they end with the accelerator table; the pipeline, checkpointing and about tabs, which have no
+GPU, do not."""
+
+SCRIPTS = {"search": ("search_page",), "frontier": ("search_page",)}
+"""Scripts a tab loads between app.js and its own (the search and frontier tabs' shared page)."""
+
+_ACCELERATORS = re.compile(r'\s*<section class="accelerators".*?</section>', re.DOTALL)
+
+
 @cache
 def _page(name: str) -> str:
     here = ' class="here" aria-current="page"'
@@ -105,6 +128,10 @@ def _page(name: str) -> str:
         ("nav", nav),
         ("intro", INTROS[name]),
         ("content", (_PAGES / f"{name}.html").read_text()),
+        (
+            "scripts",
+            "".join(f'<script src="/static/{js}.js"></script>\n' for js in SCRIPTS.get(name, ())),
+        ),
         ("search_inputs", (_PAGES / "search_inputs.html").read_text()),
         ("list_help", LIST_HELP),
         ("sep", LIST_SEPARATOR),
@@ -112,7 +139,7 @@ def _page(name: str) -> str:
         ("gpu_status_header", html_escape(STATUS_HEADER)),
     ):
         html = html.replace("{{" + key + "}}", value)
-    return html
+    return html if name in GPU_PAGES else _ACCELERATORS.sub("", html)
 
 
 @router.api_route("/", methods=["GET", "HEAD"])
@@ -133,6 +160,12 @@ def docs() -> Response:
         swagger_css_url="/vendor/swagger-ui/swagger-ui.css",
         swagger_favicon_url="/vendor/swagger-ui/favicon-32x32.png",
     )
+
+
+@router.get("/favicon.ico")
+def favicon() -> Response:
+    """No icon: an empty answer (204), not the 404 of an unknown page in the browser's console."""
+    return Response(status_code=204)
 
 
 @router.api_route("/{name}", methods=["GET", "HEAD"])

@@ -768,10 +768,12 @@ def test_memory_chart_bar_reaches_the_total(client, args):
 
 def test_the_accelerator_tables_status_column_is_explained_on_every_page(client):
     """The page's accelerator table heads the rows' ``status`` as ``trainplan gpus`` does
-    (app.js reads the header from the legend's data-header) and says what each value means."""
+    (app.js reads the header from the legend's data-header) and says what each value means, on
+    each tab that has the table (those that choose an accelerator; the about tab has none)."""
     from trainplan.topology.accelerators import STATUS_MEANINGS
 
-    for path in ("/planner", "/rlhf", "/about"):
+    assert 'id="gpu-status-legend"' not in client.get("/about").text
+    for path in ("/planner", "/rlhf", "/mfu"):
         page = client.get(path).text
         assert 'id="gpu-status-legend" data-header="figures from">figures from: vendor = ' in page
         for kind, meaning in STATUS_MEANINGS.items():

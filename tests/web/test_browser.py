@@ -26,6 +26,7 @@ need_chromium()
 from playwright.sync_api import expect  # noqa: E402
 
 from trainplan.interface.cli import cli  # noqa: E402
+from trainplan.interface.web.pages import GPU_PAGES  # noqa: E402
 
 expect.set_options(timeout=TIMEOUT)
 
@@ -48,6 +49,9 @@ def test_each_tab_loads(page, tab, tmp_path):
     expect(page.locator(value)).to_be_visible()
     if figure:
         expect(page.locator(figure).first).to_be_visible()
+    if tab not in GPU_PAGES:  # no accelerator chosen on this tab: no accelerator table
+        assert page.locator("#gpu-table").count() == 0
+        return
     expect(page.locator("#gpu-table tbody tr").first).to_be_visible()  # the accelerator table
     expect(page.locator("#gpu-table")).to_contain_text("NVIDIA H100 Tensor Core GPU datasheet")
     # the rows' status headed as trainplan gpus heads it, the legend under the table

@@ -96,7 +96,8 @@ def test_errors_sit_next_to_their_field_and_stale_results_are_dimmed(page):
     expect(page.locator("input[name=tp]")).to_be_focused()
     assert page.evaluate("getComputedStyle(document.querySelector('#results')).opacity") < "1"
     page.fill("input[name=tp]", "4")
-    expect(page.locator(".field-error")).to_have_count(0)
+    expect(page.locator(".field-error")).to_have_count(0)  # at once, the answer on its way
+    expect(page.locator("#results")).to_have_attribute("aria-busy", "false")  # the answer in
     assert page.evaluate("getComputedStyle(document.querySelector('#results')).opacity") == "1"
     go(page, "/rlhf?algorithm=ppo&samples-per-prompt=0")  # another tab, another field
     expect(page.locator("#error-samples-per-prompt")).to_contain_text("samples")

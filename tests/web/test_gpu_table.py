@@ -1,6 +1,7 @@
-"""The accelerator table at the bottom of every tab, in a real browser: each tab (the Sweep and
-About tabs too, whose scripts draw no figure from the catalogue) lists every accelerator of
-``/api/gpus``, one row each, as ``trainplan gpus`` does. The Sweep tab's table was empty: its
+"""The accelerator table at the bottom of each tab that chooses an accelerator
+(:data:`interface.web.pages.GPU_PAGES`; the pipeline, checkpointing and about tabs have no GPU
+and no table), in a real browser: each lists every accelerator of ``/api/gpus``, one row each,
+as ``trainplan gpus`` does. The Sweep tab's table was empty: its
 script never started the page (``TP.start``), which fills the table. Marked slow and browser;
 skipped without Chromium or the extras (see conftest)."""
 
@@ -21,12 +22,12 @@ need_chromium()
 from playwright.sync_api import expect  # noqa: E402
 
 from tests.web.conftest import TIMEOUT, go  # noqa: E402  (browser, page: conftest's fixtures)
-from trainplan.interface.web.pages import PAGES  # noqa: E402
+from trainplan.interface.web.pages import GPU_PAGES  # noqa: E402
 
 expect.set_options(timeout=TIMEOUT)
 
 
-@pytest.mark.parametrize("tab", list(PAGES))
+@pytest.mark.parametrize("tab", sorted(GPU_PAGES))
 def test_every_tabs_accelerator_table_lists_every_accelerator(page, tab):
     with urllib.request.urlopen(f"{page.base}/api/gpus") as answer:
         names = [g["name"] for g in json.load(answer)]

@@ -24,6 +24,10 @@ const TP = (() => {
     if (s < 172800) return `${(s / 3600).toFixed(1)} h`;
     return `${(s / 86400).toFixed(1)} days`;
   }
+  // A step time as the CLI prints it (seconds with 3 decimals, milliseconds below 1 s): the
+  // tables' form, where rows 0.1 min apart must still read apart (291.541 s against 291.664 s).
+  // (a no-break space before the unit: a narrow column never splits "291.541 s")
+  const exact = (s) => (s === null || s === undefined ? "—" : s < 1 ? secs(s) : `${s.toLocaleString("en-US", { minimumFractionDigits: 3, maximumFractionDigits: 3 })}\u00a0s`);
   const esc = (t) => String(t).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
 
   // A table from rows and [header, cell(row)] columns.
@@ -334,7 +338,7 @@ const TP = (() => {
       update(q);
     };
     const changed = (e) => {
-      if (e && e.isTrusted) { dropExample(); startError = ""; }
+      if (e && e.isTrusted) { dropExample(); startError = ""; edited(e.target); }
       conditions(form);
       clearTimeout(timer);
       timer = setTimeout(() => {
@@ -371,6 +375,11 @@ const TP = (() => {
   function fieldFor(form, message) {
     if (!form) return null;
     const aliases = INFO.aliases[PAGE] || {};
+    // a rule of several fields ("global-batch: 2,048 is not divisible by micro_batch_size 1,000
+    // × dp 2") goes to the one the user just edited when the line names it
+    const named = (message.match(/[A-Za-z][\w-]*/g) || []).map((w) => aliases[w] || aliases[w.replace(/_/g, "-")] || w.replace(/_/g, "-"));
+    const mine = lastEdited && named.includes(lastEdited) && $$(`[name="${lastEdited}"]`, form).find(active);
+    if (mine) return mine;
     const names = [];
     const give = /give (?:--)?([a-z][\w-]*)/.exec(message);
     const head = /^(?:--)?([A-Za-z][\w-]*)/.exec(message);
@@ -384,6 +393,27 @@ const TP = (() => {
       if (el) return el;
     }
     return null;
+  }
+
+  // The field the user last edited (by name): its old error goes at once, while the answer to
+  // its new value is on its way, and a rule naming it among others is said beside it.
+  let lastEdited = null;
+  function edited(el) {
+    if (!el?.name || el.name.startsWith("_")) return;
+    lastEdited = el.name;
+    $(`#error-${CSS.escape(el.name)}`)?.remove();
+    if (el.getAttribute("aria-invalid") === "true") { el.removeAttribute("aria-invalid"); el.removeAttribute("aria-describedby"); }
+  }
+
+  // Results waiting for an answer (a request of any kind in flight): dimmed, as the search
+  // tab's, and aria-busy, until the latest answer of each kind is in.
+  const pending = new Set();
+  function busy(kind, on) {
+    if (on) pending.add(kind); else pending.delete(kind);
+    const results = $("#results");
+    if (!results) return;
+    results.classList.toggle("stale", pending.size > 0);
+    results.setAttribute("aria-busy", String(pending.size > 0 || document.body.classList.contains("has-error")));
   }
 
   function clearFieldErrors() {
@@ -438,11 +468,21 @@ const TP = (() => {
 
   const latest = {};
   // GET a JSON object; answers null for a stale reply (a newer call of the same kind was made).
+  // While it is on its way the results are marked busy (busy); a reply older than the latest
+  // request of its kind is dropped.
   async function api(kind, url) {
     const ticket = (latest[kind] = (latest[kind] || 0) + 1);
-    const res = await send(url);
-    const body = await res.json().catch(() => ({ error: `the server answered ${res.status}` }));
+    busy(kind, true);
+    let res, body;
+    try {
+      res = await send(url);
+      body = await res.json().catch(() => ({ error: `the server answered ${res.status}` }));
+    } catch (e) {
+      if (ticket === latest[kind]) busy(kind, false);
+      throw e;
+    }
     if (ticket !== latest[kind]) return null;
+    busy(kind, false);
     if (!res.ok || body.error) {
       showError(body.error || `the server answered ${res.status}`);
       return null;
@@ -453,11 +493,21 @@ const TP = (() => {
 
   // An API figure (SVG) into a container, inline (its text and links stay live), named for
   // assistive technology by the container's data-label and ``label``.
+  // A newer figure for the same container aborts the request of the one before (the server
+  // is not left drawing frames nobody will see); the old figure stays, dimmed, until then.
   async function figure(container, url, label = "") {
     const ticket = (container._ticket = (container._ticket || 0) + 1);
+    container._abort?.abort();
+    const controller = (container._abort = new AbortController());
     container.classList.add("loading");
-    const res = await send(url);
-    const text = await res.text();
+    let res, text;
+    try {
+      res = await send(url, { signal: controller.signal });
+      text = await res.text();
+    } catch (e) {
+      if (e.name === "AbortError") return false;
+      throw e;
+    }
     if (ticket !== container._ticket) return false;
     container.classList.remove("loading");
     if (!res.ok) return false;
@@ -497,7 +547,7 @@ const TP = (() => {
     }
   }
 
-  return { send, POST_LIMIT, setAddress, restoreLarge, largeLink, leftOut: () => leftOut, $, $$, PAGE, gb, pct, num, secs, esc, table, start, bind, refuseLink, linkOnly, query, fill, value, conditions, setPageParam, api, figure, showError, dropExample, remember, info: () => INFO };
+  return { send, POST_LIMIT, setAddress, restoreLarge, largeLink, leftOut: () => leftOut, $, $$, PAGE, gb, pct, num, secs, esc, table, start, bind, refuseLink, linkOnly, query, fill, value, conditions, setPageParam, api, figure, showError, exact, busy, dropExample, remember, info: () => INFO };
 })();
 
 // A search or frontier with its progress (/api/…/stream: one JSON event a line); onEvent(event)
@@ -563,97 +613,4 @@ TP.upload = (form, dropOn = null) => {
     TP.$("#config-file").value = "";
     TP.$("#config-name").textContent = "the config.json was dropped: the model is the one chosen";
   });
-};
-
-// The search and frontier tabs: run on the button (and on arrival when the URL holds a job),
-// with a visible progress indicator and a Cancel button; render(result event, query) draws the
-// answer. The button stays live while a search runs (the first visit's example, or the user's
-// last): a click cancels that search and starts the one the fields now hold.
-TP.searchPage = async (kind, render) => {
-  await TP.start("model=llama3-70b&gpus=64");
-  const form = TP.$("#inputs"), bar = TP.$("#bar"), text = TP.$("#progress-text"), cancel = TP.$("#cancel");
-  TP.fill(form, TP.restoreLarge(new URLSearchParams(location.search)));
-  TP.upload(form, TP.$("select[name=model]", form));
-  const extra = TP.linkOnly(form);
-  const withExtra = (q) => { for (const [k, v] of extra) q.append(k, v); return q; };
-  const keepUrl = (e) => {
-    if (e && e.isTrusted) TP.dropExample();
-    // the field an error was said against, edited: the error no longer describes the inputs
-    if (e && e.isTrusted && e.target?.getAttribute?.("aria-invalid") === "true") TP.showError("");
-    TP.setAddress(withExtra(TP.query(form, false)));
-    TP.remember();
-  };
-  form.addEventListener("input", keepUrl);
-  form.addEventListener("change", keepUrl);
-  let running = null;
-  cancel.addEventListener("click", () => running?.abort());
-  async function run() {
-    running?.abort();
-    const controller = (running = new AbortController());
-    const q = withExtra(TP.query(form));
-    keepUrl();
-    TP.showError(""); // a new search: the last one's refusal is not this one's
-    cancel.hidden = false;
-    TP.$("#progress").hidden = false;
-    const status = TP.$("#status");
-    status.className = "muted";
-    status.textContent = "";
-    TP.$("#explanation").innerHTML = "";
-    TP.$("#settings-cost").hidden = true;
-    TP.$("#results").classList.add("stale");
-    bar.removeAttribute("value");
-    const t0 = performance.now();
-    const elapsed = () => `${((performance.now() - t0) / 1000).toFixed(1)} s`;
-    text.textContent = "building the cost tables…";
-    const tick = setInterval(() => { text.dataset.elapsed = elapsed(); }, 200);
-    const last = await TP.stream(`/api/${kind}/stream?${q}`, (e) => {
-      if (e.event === "tables") {
-        bar.max = e.total;
-        bar.value = e.done;
-        text.textContent = `cost tables: ${TP.num(e.done)} of ${TP.num(e.total)} shapes; CP-SAT solving…`;
-      } else if (e.event === "solution") {
-        bar.removeAttribute("value");
-        text.textContent = `CP-SAT: ${e.count} solution(s) found, best so far ${e.best}`;
-      }
-    }, controller.signal);
-    clearInterval(tick);
-    if (running !== controller) return; // a newer run took over
-    running = null;
-    cancel.hidden = true;
-    if (controller.signal.aborted) {
-      bar.max = 1;
-      bar.value = 0;
-      text.textContent = `cancelled after ${elapsed()}; the server stopped the search`;
-      status.textContent = "cancelled";
-      status.className = "status cancelled";
-      return;
-    }
-    if (!last) { TP.$("#progress").hidden = true; return; }
-    TP.$("#results").classList.remove("stale");
-    bar.max = 1;
-    bar.value = 1;
-    // a search the server answered before comes from its cache: this request's time is said,
-    // and the answer's own times (tables, CP-SAT) are the earlier run's
-    text.textContent = last.cached
-      ? `done in ${elapsed()}: the server's saved answer to this same search (the times below are of the run that computed it)`
-      : `done in ${elapsed()}`;
-    const r = last.result;
-    // A per-stage answer (search --per-stage) holds its proof status in per_stage, in the CLI's
-    // words; the per-stage frontier (per_stage true) in status, in the same words.
-    const proof = r.per_stage && r.per_stage.status ? r.per_stage.status : r.status;
-    status.className = `status ${proof}`;
-    status.textContent = r.per_stage
-      ? { optimal: "OPTIMAL (proven over the shapes searched)", feasible: "FEASIBLE (best found within the time limit, not proven)" }[proof]
-      : { optimal: "proven optimal (CP-SAT)", feasible: "best found within the time limit — not proven optimal", infeasible: "no layout satisfies the constraints" }[proof];
-    TP.$("#explanation").innerHTML = (r.explanation || []).map((l) => `<li>${TP.esc(l)}</li>`).join("");
-    // what the user's own settings cost: the best layout without them (the CLI's note)
-    const cost = TP.$("#settings-cost"), costNote = r.settings_cost && r.settings_cost.note;
-    cost.hidden = !costNote;
-    cost.textContent = costNote ? `note: ${costNote}` : "";
-    render(last, q);
-  }
-  form.addEventListener("submit", (e) => { e.preventDefault(); run(); });
-  document.body.dataset.ready = "true";
-  const q0 = new URLSearchParams(location.search);
-  if ((q0.get("model") || q0.get("params")) && q0.get("gpus")) run();
 };

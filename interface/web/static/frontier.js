@@ -8,7 +8,9 @@ TP.searchPage("frontier", async (last, q) => {
   csvLink(TP.$("#csv"), `/api/figures/frontier.csv?${q}`);
   const second = { memory: ["memory/GPU", (p) => TP.gb(p.total_bytes)], gpus: ["GPUs", (p) => TP.num(p.num_gpus)], price: ["$/hour", (p) => TP.num(p.price_per_hour)] }[r.against];
   TP.$("#points").innerHTML = TP.table(r.points, [
-    ["#", (p, i) => i + 1], ["step", (p) => TP.secs(p.step_s)], [second[0], second[1]], ["fit/GPU", (p) => TP.gb(p.fit_bytes)], ["MFU", (p) => TP.pct(p.mfu)],
+    // step times as the CLI's (seconds, 3 decimals): rows 0.1 min apart still read apart; against
+    // the GPU count, the GPUs column below is that axis (no second column of it)
+    ["#", (p, i) => i + 1], ["step", (p) => TP.exact(p.step_s)], ...(r.against === "gpus" ? [] : [second]), ["fit/GPU", (p) => TP.gb(p.fit_bytes)], ["MFU", (p) => TP.pct(p.mfu)],
     ["GPUs", (p) => `${TP.num(p.num_gpus)} × ${TP.esc(p.gpu)}`],
     ["framework", (p) => TP.esc(p.framework)],
     ["layout", (p) => `dp ${p.dp} tp ${p.tp} pp ${p.pp} cp ${p.cp} ep ${p.ep} ZeRO-${p.zero_stage} ${p.recompute} b ${p.micro_batch_size} ${p.schedule}${p.virtual_stages > 1 ? " v" + p.virtual_stages : ""}`],
@@ -16,7 +18,7 @@ TP.searchPage("frontier", async (last, q) => {
     ...(r.per_stage ? [
       ["plan", (p) => TP.esc(p.plan)],
       ["layers / recomputed per stage", (p) => (p.stage_layers ? `${p.stage_layers.join("/")} / ${p.recompute_layers.join("/")}` : "—")],
-      ["uniform step", (p) => (p.uniform_step_s === null ? "none fits" : TP.secs(p.uniform_step_s))],
+      ["uniform step", (p) => (p.uniform_step_s === null ? "none fits" : TP.exact(p.uniform_step_s))],
       ["gain", (p) => (p.gain === null ? "—" : `${p.gain.toFixed(3)}×`)],
     ] : []),
     ["", (p, i) => `<a class="planner-link" href="${TP.esc(last.planner[i])}">planner</a>`],

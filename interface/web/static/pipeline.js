@@ -2,7 +2,16 @@
 "use strict";
 (async () => {
   await TP.start("stages=4&microbatches=8&schedule=1f1b");
-  TP.bind(TP.$("#inputs"), async (q) => {
+  const form = TP.$("#inputs"), v = TP.$("input[name=virtual-stages]", form);
+  // interleaved needs v > 1 (a 422 at once with v = 1): choosing it with v empty or 1 sets v = 2,
+  // and leaving it takes back the 2 it set (a v the user typed stays)
+  let setV = false;
+  TP.$("select[name=schedule]", form).addEventListener("change", (e) => {
+    if (e.target.value === "interleaved" && ["", "1"].includes(v.value.trim())) { v.value = "2"; setV = true; }
+    else if (e.target.value !== "interleaved" && setV && v.value.trim() === "2") { v.value = ""; setV = false; }
+  });
+  v.addEventListener("input", () => { setV = false; });
+  TP.bind(form, async (q) => {
     const r = await TP.api("pipeline", `/api/pipeline?${q}&timeline=false`);
     if (!r) return;
     TP.$("#bubble").innerHTML = [

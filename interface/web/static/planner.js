@@ -79,9 +79,12 @@
       ["time if not overlapped", (r) => TP.secs(r.seconds)], ["exposed", (r) => TP.secs(r.exposed_seconds)],
     ], 'id="traffic"');
     TP.$("#step").innerHTML = [
-      ["bubble_fraction (of the step)", TP.pct(p.bubble_fraction)], ["bubble_ratio (of compute + exposed tp, cp, ep)", TP.pct(p.bubble_ratio)],
-      ["micro-batches in flight", p.microbatches_in_flight ?? "—"], ["step time", TP.secs(t.step_s), "step-time"],
-      ["compute + bubble + exposed comm", `${TP.secs(t.compute_s)} + ${TP.secs(t.bubble_s)} + ${TP.secs(t.exposed_comm_s)}`],
+      ["pipeline bubble, share of the step", TP.pct(p.bubble_fraction)], ["pipeline bubble against compute + exposed tp, cp, ep", TP.pct(p.bubble_ratio)],
+      ["micro-batches in flight", p.microbatches_in_flight ?? "—"], ["step time", TP.exact(t.step_s), "step-time"],
+      // every term of the CLI's Step: line, from the answer's own list (time.step_terms), so the
+      // terms add up to the step time on the page as they do there
+      [(t.step_terms || []).map((x) => x.term).join(" + ") || "compute + bubble + exposed comm",
+        (t.step_terms || []).map((x) => TP.exact(x.s)).join(" + ") + (t.activation_offload_s ? ` (activation offload ${TP.exact(t.activation_offload_s)} exposed, in compute)` : ""), "step-terms"],
       [`MFU (${flops.convention || "needs the model's dimensions"})`, TP.pct(t.mfu), "mfu"], ["MFU with attention FLOPs", TP.pct(t.mfu_with_attention)], [`HFU (${flops.convention || "needs the model's dimensions"})`, TP.pct(t.hfu), "hfu"], ["HFU with attention FLOPs", TP.pct(t.hfu_with_attention)],
     ].map(([k, val, id]) => `<div><b ${id ? `id="${id}"` : ""}>${val}</b><span>${k}</span></div>`).join("");
     TP.$("#assumptions").innerHTML = (d.assumptions || []).map((a) => `<li>${TP.esc(a)}</li>`).join("");

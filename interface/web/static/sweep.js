@@ -18,7 +18,8 @@
       text.textContent = `${TP.num(e.todo)} of ${TP.num(e.points)} points to run`;
     } else if (e.event === "progress") {
       bar.value = e.done;
-      const rate = e.points_per_s ? `, ${e.points_per_s.toFixed(2)} points/s, about ${TP.secs(e.seconds_left)} left` : "";
+      const left = e.done >= e.todo ? ", done" : `, about ${TP.secs(e.seconds_left)} left`;
+      const rate = e.points_per_s ? `, ${e.points_per_s.toFixed(2)} points/s${left}` : "";
       text.textContent = `${TP.num(e.done)} of ${TP.num(e.todo)} points${rate}`;
     }
   }
@@ -37,7 +38,7 @@
       ["part", (r) => TP.esc(r.part)],
       ["GPUs", (r) => TP.num(r.gpus)],
       ["layout", (r) => `<span class="mono">${TP.esc(layout(r))}</span>`],
-      ["step time", (r) => TP.secs(r.step_s)],
+      ["step time", (r) => TP.exact(r.step_s)],
       ["MFU", (r) => TP.pct(r.mfu)],
       ["time to train", (r) => TP.secs(r.time_to_train_s)],
       ["cost", (r) => (r.cost_usd === null ? "—" : `$${TP.num(Math.round(r.cost_usd))}`)],

@@ -1,0 +1,28 @@
+"""The step's terms in the order they add up to the step time: one list, built into the
+``time`` object of the evaluate JSON (:func:`interface.render.report_dict`'s ``time``) and read
+by the text report's ``Step:`` line (:mod:`interface.render.report`) and the web planner's
+breakdown (``static/planner.js``), so neither types the list again."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["STEP_TERMS", "step_terms"]
+
+STEP_TERMS = (
+    ("compute", "compute_s"),
+    ("bubble", "bubble_s"),
+    ("exposed comm", "exposed_comm_s"),
+    ("optimizer step", "optimizer_s"),
+    ("offload", "offload_s"),
+    ("gradient accumulation", "grad_accumulation_s"),
+)
+"""The step's terms in the order they add up (the text report's ``Step:`` line and the web
+planner's breakdown read them from ``time.step_terms``): the first three always, the others
+where they are not zero."""
+
+
+def step_terms(time: dict[str, Any]) -> list[dict[str, Any]]:
+    """``[{"term": name, "s": seconds}]``, the terms of ``time`` (:data:`STEP_TERMS`) that add to
+    ``step_s`` (activation offload's exposed time is inside compute, not a term)."""
+    return [{"term": n, "s": time[k]} for i, (n, k) in enumerate(STEP_TERMS) if i < 3 or time[k]]

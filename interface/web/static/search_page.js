@@ -1,0 +1,97 @@
+// The search and frontier tabs' shared page (loaded after app.js on those two tabs only, see
+// interface/web/pages.py SCRIPTS): the form, the streamed run with its progress and Cancel.
+"use strict";
+
+// The search and frontier tabs: run on the button (and on arrival when the URL holds a job),
+// with a visible progress indicator and a Cancel button; render(result event, query) draws the
+// answer. The button stays live while a search runs (the first visit's example, or the user's
+// last): a click cancels that search and starts the one the fields now hold.
+TP.searchPage = async (kind, render) => {
+  await TP.start("model=llama3-70b&gpus=64");
+  const form = TP.$("#inputs"), bar = TP.$("#bar"), text = TP.$("#progress-text"), cancel = TP.$("#cancel");
+  TP.fill(form, TP.restoreLarge(new URLSearchParams(location.search)));
+  TP.upload(form, TP.$("select[name=model]", form));
+  const extra = TP.linkOnly(form);
+  const withExtra = (q) => { for (const [k, v] of extra) q.append(k, v); return q; };
+  const keepUrl = (e) => {
+    if (e && e.isTrusted) TP.dropExample();
+    // the field an error was said against, edited: the error no longer describes the inputs
+    if (e && e.isTrusted && e.target?.getAttribute?.("aria-invalid") === "true") TP.showError("");
+    TP.setAddress(withExtra(TP.query(form, false)));
+    TP.remember();
+  };
+  form.addEventListener("input", keepUrl);
+  form.addEventListener("change", keepUrl);
+  let running = null;
+  cancel.addEventListener("click", () => running?.abort());
+  async function run() {
+    running?.abort();
+    const controller = (running = new AbortController());
+    const q = withExtra(TP.query(form));
+    keepUrl();
+    TP.showError(""); // a new search: the last one's refusal is not this one's
+    cancel.hidden = false;
+    TP.$("#progress").hidden = false;
+    const status = TP.$("#status");
+    status.className = "muted";
+    status.textContent = "";
+    TP.$("#explanation").innerHTML = "";
+    TP.$("#settings-cost").hidden = true;
+    TP.$("#results").classList.add("stale");
+    bar.removeAttribute("value");
+    const t0 = performance.now();
+    const elapsed = () => `${((performance.now() - t0) / 1000).toFixed(1)} s`;
+    text.textContent = "building the cost tables…";
+    const tick = setInterval(() => { text.dataset.elapsed = elapsed(); }, 200);
+    const last = await TP.stream(`/api/${kind}/stream?${q}`, (e) => {
+      if (e.event === "tables") {
+        bar.max = e.total;
+        bar.value = e.done;
+        // CP-SAT starts once every shape is costed (the table building says so until then)
+        text.textContent = `cost tables: ${TP.num(e.done)} of ${TP.num(e.total)} shapes` + (e.done >= e.total ? "; CP-SAT solving…" : "");
+      } else if (e.event === "solution") {
+        bar.removeAttribute("value");
+        text.textContent = `CP-SAT: ${e.count} solution(s) found, best so far ${e.best}`;
+      }
+    }, controller.signal);
+    clearInterval(tick);
+    if (running !== controller) return; // a newer run took over
+    running = null;
+    cancel.hidden = true;
+    if (controller.signal.aborted) {
+      bar.max = 1;
+      bar.value = 0;
+      text.textContent = `cancelled after ${elapsed()}; the server stopped the search`;
+      status.textContent = "cancelled";
+      status.className = "status cancelled";
+      return;
+    }
+    if (!last) { TP.$("#progress").hidden = true; return; }
+    TP.$("#results").classList.remove("stale");
+    bar.max = 1;
+    bar.value = 1;
+    // a search the server answered before comes from its cache: this request's time is said,
+    // and the answer's own times (tables, CP-SAT) are the earlier run's
+    text.textContent = last.cached
+      ? `done in ${elapsed()}: the server's saved answer to this same search (the times below are of the run that computed it)`
+      : `done in ${elapsed()}`;
+    const r = last.result;
+    // A per-stage answer (search --per-stage) holds its proof status in per_stage, in the CLI's
+    // words; the per-stage frontier (per_stage true) in status, in the same words.
+    const proof = r.per_stage && r.per_stage.status ? r.per_stage.status : r.status;
+    status.className = `status ${proof}`;
+    status.textContent = r.per_stage
+      ? { optimal: "OPTIMAL (proven over the shapes searched)", feasible: "FEASIBLE (best found within the time limit, not proven)" }[proof]
+      : { optimal: "proven optimal (CP-SAT)", feasible: "best found within the time limit — not proven optimal", infeasible: "no layout satisfies the constraints" }[proof];
+    TP.$("#explanation").innerHTML = (r.explanation || []).map((l) => `<li>${TP.esc(l)}</li>`).join("");
+    // what the user's own settings cost: the best layout without them (the CLI's note)
+    const cost = TP.$("#settings-cost"), costNote = r.settings_cost && r.settings_cost.note;
+    cost.hidden = !costNote;
+    cost.textContent = costNote ? `note: ${costNote}` : "";
+    render(last, q);
+  }
+  form.addEventListener("submit", (e) => { e.preventDefault(); run(); });
+  document.body.dataset.ready = "true";
+  const q0 = new URLSearchParams(location.search);
+  if ((q0.get("model") || q0.get("params")) && q0.get("gpus")) run();
+};
