@@ -239,7 +239,7 @@ def _gather_bytes(framework: Any, t: TrainingSpec) -> int | None:
     return None if gathered == t.activation_bytes else gathered
 
 
-def _kinds(c: Context, f: Fields, mode: Recompute, kept: bool | None = None) -> tuple[Any, ...]:
+def _kinds(c: Context, f: Fields, mode: Recompute, kept: Any = None) -> tuple[Any, Any, Any]:
     """(the :data:`model.layer_time.PARTS` of one layer of each span group, of the embedding,
     of the output layer) for one micro-batch on one GPU of the layout (:func:`_kind_row`;
     the groups: :func:`model.core_spans.span_groups`); ``kept`` True: the launch order as kept
