@@ -4,9 +4,9 @@ sequence parallelism, the distributed optimizer and Megatron-FSDP (Megatron-LM d
 
 from __future__ import annotations
 
+from trainplan.model.launch_order import BLACKWELL_PARTS, one_connection
 from trainplan.model.layout import Layout
 from trainplan.model.moe_run import Dispatcher, EpOverlap
-from trainplan.model.part_family import FAMILY
 from trainplan.model.recompute_modules import DEFAULT_RECOMPUTE_MODULES
 from trainplan.model.specs import TrainingSpec
 
@@ -17,14 +17,6 @@ __all__ = [
     "megatron_parallel_flags",
     "megatron_run_flags",
 ]
-
-BLACKWELL_PARTS = frozenset(part for part, family in FAMILY.items() if family == "blackwell")
-"""The catalogue parts of CUDA compute capability 10 or more, the Blackwell family of
-:data:`model.part_family.FAMILY` (NVIDIA's "CUDA GPUs - Compute
-Capability" table: B200 and GB200 10.0, B300 and GB300 10.3): Megatron-LM's
-``get_device_arch_version`` (``megatron/training/utils/common_utils.py``, the device's
-``major``) is 10 there; every other NVIDIA part of the catalogue is 9 or less (H100, H200,
-H800, H20: 9.0; A100: 8.0; V100: 7.0)."""
 
 CP_COMM_TYPE = {
     "ring": "p2p",
@@ -74,14 +66,17 @@ def megatron_parallel_flags(layout: Layout, moe: bool = False) -> list[str]:
 def megatron_env(flags: tuple[str, ...], part: str | None, notes: list[str]) -> tuple[str, ...]:
     """The environment a Megatron-LM line ``flags`` runs under, as ``NAME=VALUE`` words, read
     from the line itself by ``validate_args``'s rule (Megatron-LM d98e8a64dd
-    ``megatron/training/arguments.py``): at ``--tensor-model-parallel-size`` or
-    ``--context-parallel-size`` above 1 on a device of compute capability below 10 (``part``,
-    a catalogue name, not in :data:`BLACKWELL_PARTS`; None: assumed below 10) it asserts
+    ``megatron/training/arguments.py``), :func:`model.launch_order.one_connection` — the rule
+    the time model's tp and cp overlap reads too (:func:`model.launch_order.launch_order_kept`):
+    at ``--tensor-model-parallel-size`` or ``--context-parallel-size`` above 1 on a device of
+    compute capability below 10 (``part``, a catalogue name, not in
+    :data:`model.launch_order.BLACKWELL_PARTS`; None: assumed below 10) it asserts
     ``CUDA_DEVICE_MAX_CONNECTIONS`` is ``"1"`` — unless the line runs Megatron-FSDP
     (``--use-megatron-fsdp``, which asserts the opposite: "FSDP requires
     CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset") or ``--overlap-moe-expert-parallel-comm`` (a
     warning only, either value runs). Those two are said in ``notes`` (a script exporting 1 by
-    habit fails validate_args under Megatron-FSDP).
+    habit fails validate_args under Megatron-FSDP), with the tp/cp overlap the plan does not
+    credit for it.
 
     >>> megatron_env(("--tensor-model-parallel-size", "8", "--context-parallel-size", "1"),
     ...              "H100-SXM", [])
@@ -90,26 +85,34 @@ def megatron_env(flags: tuple[str, ...], part: str | None, notes: list[str]) -> 
     ...              "B200", [])
     ()
     """
-    if "--use-megatron-fsdp" in flags:
-        notes.append(
-            "Megatron-FSDP: leave CUDA_DEVICE_MAX_CONNECTIONS unset or above 1 (validate_args "
-            'asserts "FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset")'
-        )
-        return ()
+    fsdp = "--use-megatron-fsdp" in flags
+    ep_overlap = "--overlap-moe-expert-parallel-comm" in flags
     at = {f: flags[i + 1] for i, f in enumerate(flags[:-1]) if f.startswith("--")}
     sharded = any(
         int(at.get(f, "1")) > 1 for f in ("--tensor-model-parallel-size", "--context-parallel-size")
     )
-    if not sharded or (part is not None and part in BLACKWELL_PARTS):
-        return ()
-    if "--overlap-moe-expert-parallel-comm" in flags:
+    if one_connection(fsdp, ep_overlap, part):
+        return ("CUDA_DEVICE_MAX_CONNECTIONS=1",) if sharded else ()
+    unordered = sharded and one_connection(False, False, part)  # before Blackwell, tp or cp > 1
+    if fsdp:
+        notes.append(
+            "Megatron-FSDP: leave CUDA_DEVICE_MAX_CONNECTIONS unset or above 1 (validate_args "
+            'asserts "FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset")'
+            + (
+                "; the async tp and cp overlap is then not sure to start before its GEMM and "
+                "the plan credits none"
+                if unordered
+                else ""
+            )
+        )
+    elif unordered:
         notes.append(
             "--overlap-moe-expert-parallel-comm with tp or cp above 1 before Blackwell: "
             "validate_args only warns (CUDA_DEVICE_MAX_CONNECTIONS 1 serves tp and cp, a larger "
-            "value the all-to-all overlap); none is written"
+            "value the all-to-all overlap); none is written, and the plan credits the all-to-all "
+            "overlap and no async tp or cp overlap"
         )
-        return ()
-    return ("CUDA_DEVICE_MAX_CONNECTIONS=1",)
+    return ()
 
 
 def megatron_run_flags(

@@ -258,7 +258,8 @@ def _cp_collectives(
         )
         ring = sum(p[0] for p in passes)
         total += ring
-        exposed += ring if c.cp_gather else sum(max(0.0, t - cov) for t, cov in passes)
+        hidden = c.cp_ring_hidden and not c.cp_gather  # launch_order_kept: sends first
+        exposed += sum(max(0.0, t - cov) for t, cov in passes) if hidden else ring
     if u > 1:
         share, kv_a2a = (u - 1) / u, kv * c.cp_kv_repeat
         forward = _coll(Collective.ALL_TO_ALL, u, share * (q + kv_a2a + o), c.cp_link, c)

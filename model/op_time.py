@@ -148,6 +148,10 @@ class Clock:
     """(dispatch, combine) bytes/s of DeepEP's or HybridEP's own kernels for an expert-parallel
     group inside one NVLink domain, counted as the kernels count (:mod:`model.ep_kernels`);
     None: the all-to-all rule (NCCL's share of the link)."""
+    cp_ring_hidden: bool = True
+    """The ring's K/V sends start before the attention core they hide under; False where the
+    run does not keep its launches in order (:func:`model.launch_order.launch_order_kept`):
+    each pass then waits whole."""
 
 
 def expert_loop_of(framework: str) -> bool:

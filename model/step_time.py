@@ -214,7 +214,7 @@ def kind_parts(
         *base, c.tp_link, c.cp_link, None, c.tp_comm_overlap, c.cp_ring, c.cp_a2a, c.cp_gather,
         c.linear_speedup, c.cp_kv_repeat, tp_regather=c.tp_regather, cp_templated=c.cp_templated,
         grouped_fp8=c.grouped_fp8, torchao_fp8=c.torchao_fp8, nccl_sm_share=c.nccl_sm_share,
-        tp_gather_bytes=c.tp_gather_bytes, userbuffers=c.userbuffers,
+        tp_gather_bytes=c.tp_gather_bytes, userbuffers=c.userbuffers, cp_ring_hidden=c.cp_ring_hidden,
     )  # fmt: skip
     groups = tuple(
         layer_time(shape(moe, j), c if moe else no_ep, recompute, plan, every_norm).parts

@@ -43,7 +43,10 @@ its TE layers run without userbuffers; torchtitan's async TP (``async-tp``) only
 
 
 def tp_overlap_for(
-    framework: str, overlap: TpOverlap | str | None, gathered_inputs: bool = True
+    framework: str,
+    overlap: TpOverlap | str | None,
+    gathered_inputs: bool = True,
+    launch_ordered: bool = True,
 ) -> TpOverlap:
     """The tensor-parallel overlap a layout runs: ``overlap`` when given, else the framework's
     default — ``none`` under ``fsdp2`` with torchtitan's tensor-parallel plan
@@ -52,17 +55,24 @@ def tp_overlap_for(
     ``config/configs.py``, which is ``async-tp``), ``async`` elsewhere (Megatron-Core's
     backward collectives beside the weight-gradient GEMMs, Megatron-DeepSpeed's ``layers.py``
     the same, and the Megatron-style sequence-parallel plan ``tp_block_inputs = sharded``
-    stands for).
+    stands for) — but ``none`` where the run does not keep its launches in order
+    (``launch_ordered`` False, :func:`model.launch_order.launch_order_kept`: Megatron-FSDP or
+    the combined-1F1B expert overlap before Blackwell, without ``CUDA_DEVICE_MAX_CONNECTIONS=1``
+    the async collectives are not sure to start before the GEMM they hide under). A given
+    ``overlap`` is run as asked (``async`` there: the upper bound the user asked for, said in
+    the assumptions).
 
     >>> str(tp_overlap_for("fsdp2", None)), str(tp_overlap_for("megatron", None))
     ('none', 'async')
+    >>> str(tp_overlap_for("megatron", None, True, False))
+    'none'
     >>> str(tp_overlap_for("fsdp2", None, False)), str(tp_overlap_for("fsdp2", "async-tp"))
     ('async', 'async-tp')
     """
     if overlap is not None:
         return TpOverlap(str(overlap).lower())
     torchtitan_plan = str(framework) == "fsdp2" and gathered_inputs
-    return TpOverlap.NONE if torchtitan_plan else TpOverlap.ASYNC
+    return TpOverlap.NONE if torchtitan_plan or not launch_ordered else TpOverlap.ASYNC
 
 
 def tp_overlap_run(overlap: TpOverlap, tp: int, sequence_parallel: bool) -> TpOverlap:

@@ -333,14 +333,17 @@ def tabulate(
     read: Callable[[Any], tuple[Any, ...]],
     P: int,
     skip: Callable[[dict[str, Any], np.ndarray], bool] | None = None,
+    fixed: dict[str, Any] | None = None,
 ) -> list[np.ndarray]:
     """``term`` over every shape of ``table`` and every value of the modifiers in its scope:
     the figures ``read`` takes off each result, each an array ``[N, M, P]`` (per stage; stages
     beyond a shape's pp hold 0) or ``[N, M]``, M the modifier values (1 when the term reads
     none). ``skip(scalars, rows)`` leaves a group's rows 0 (a ZeRO stage its framework does not
-    run with its pp)."""
+    run with its pp). ``fixed``: layout fields outside the term's scope set for every row (the
+    pipeline term's ZeRO stage, which it reads only through
+    :func:`model.launch_order.launch_order_kept`: :mod:`optimizer.launch_tables`)."""
     with over_arrays():
-        return _tabulate(term, c, table, modifiers, read, P, skip)
+        return _tabulate(term, c, table, modifiers, read, P, skip, fixed or {})
 
 
 def _tabulate(
@@ -351,6 +354,7 @@ def _tabulate(
     read: Callable[[Any], tuple[Any, ...]],
     P: int,
     skip: Callable[[dict[str, Any], np.ndarray], bool] | None,
+    fixed: dict[str, Any],
 ) -> list[np.ndarray]:
     mods = [m for m in ("zero_stage", "recompute") if m in term.scope]
     if len(mods) > 1:
@@ -360,7 +364,7 @@ def _tabulate(
     out: list[np.ndarray] | None = None
     for mi, value in enumerate(values):
         for key, rows in table.groups(control):
-            scalars = dict(zip(control, key, strict=True))
+            scalars = {**fixed, **dict(zip(control, key, strict=True))}
             if mods:
                 scalars[mods[0]] = value
             if skip is not None and skip(scalars, rows):

@@ -14,9 +14,10 @@ from trainplan.model.errors import LayoutError
 from trainplan.model.estimate import objective_ns
 from trainplan.model.terms.peak import fit_bytes
 from trainplan.optimizer.cpsat import Candidate
+from trainplan.optimizer.launch_tables import objective_grid
 from trainplan.optimizer.problem import Objective, Problem, model_size
 from trainplan.optimizer.rules import allowed, tie_keys
-from trainplan.optimizer.tables import CostTables, objective_tables
+from trainplan.optimizer.tables import CostTables
 
 __all__ = ["allowed", "best", "top", "pareto", "best_by_evaluate"]
 
@@ -42,8 +43,7 @@ def _argbest(
 
 
 def _objective(problem: Problem, tables: CostTables) -> np.ndarray:
-    o1, o2 = objective_tables(problem, tables)
-    return o1[:, None, :] + o2[:, :, None]
+    return objective_grid(problem, tables)
 
 
 def best(

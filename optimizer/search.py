@@ -20,14 +20,10 @@ from trainplan.model.estimate import Estimate, objective_ns
 from trainplan.model.terms.peak import reserved_over_capacity
 from trainplan.optimizer.axis_rules import axis_refusal, recipe_refusal
 from trainplan.optimizer.cpsat import Candidate, LayoutModel
+from trainplan.optimizer.launch_tables import objective_grid
 from trainplan.optimizer.problem import Job, Objective, Problem, fit_rule, model_size
 from trainplan.optimizer.rules import allowed, mfu_table, tie_ranks, tp_cp_in_nvlink
-from trainplan.optimizer.tables import (
-    CostTables,
-    build_tables,
-    illegal_reason,
-    objective_tables,
-)
+from trainplan.optimizer.tables import CostTables, build_tables, illegal_reason
 
 __all__ = [
     "Answer",
@@ -129,9 +125,8 @@ def prepare(
             "B divisible by b·dp",
             why,
         )
-    o1, o2 = objective_tables(problem, tables)
+    objective = objective_grid(problem, tables)
     ok = allowed(problem, tables)
-    objective = o1[:, None, :] + o2[:, :, None]
     lm = LayoutModel(tables, objective, ok, _families(problem, tables))
     return tables, lm, time.perf_counter() - t0
 
@@ -167,7 +162,7 @@ def check_against_evaluate(tables: CostTables, choice: Candidate) -> Estimate:
         )
         if any(abs(a - b) > BYTE_TOLERANCE for a, b in zip(got, want, strict=True)):
             raise TermMismatch(f"stage {stage.stage} memory: evaluate {got} != table {want}")
-    table_time = (int(tables.t1_ns[s, r]), int(tables.t2_ns[s, z]))
+    table_time = (tables.t1_at(s, z, r), int(tables.t2_ns[s, z]))
     if est.time_terms is None or any(
         abs(a - b) > NS_TOLERANCE
         for a, b in zip(objective_ns(est.time_terms), table_time, strict=True)

@@ -11,9 +11,10 @@ from trainplan.model.layout import Layout, Recompute
 from trainplan.model.pipeline import Schedule
 from trainplan.model.split import balanced_chunk_sizes
 from trainplan.optimizer.cpsat import LayoutModel
+from trainplan.optimizer.launch_tables import objective_grid
 from trainplan.optimizer.problem import Job, Problem
 from trainplan.optimizer.rules import allowed, tp_cp_in_nvlink
-from trainplan.optimizer.tables import CostTables, objective_tables
+from trainplan.optimizer.tables import CostTables
 
 __all__ = ["plan_layout", "base_layouts", "ranked_bases", "ranking_masks", "fastest_layout"]
 
@@ -74,8 +75,7 @@ def ranked_bases(
     tables = prepared[0]
     ok, legal = ranking_masks(problem, tables, max_bytes)
     big = np.iinfo(np.int64).max
-    o1, o2 = objective_tables(problem, tables)  # as optimizer.search.prepare combines them
-    objective = o1[:, None, :] + o2[:, :, None]
+    objective = objective_grid(problem, tables)  # as optimizer.search.prepare reads it
     out: list[tuple[Job, Layout]] = []
     seen: set[tuple[int, Layout]] = set()
     counted: set[tuple[int, Layout]] = set()

@@ -28,7 +28,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -43,7 +42,8 @@ from trainplan.model.terms import term
 from trainplan.model.terms.fields import Context, LayoutFields
 from trainplan.optimizer.case import links_for
 from trainplan.optimizer.columns import ShapeColumns, tabulate
-from trainplan.optimizer.problem import Job, Problem, job_model_flops, objective_factor
+from trainplan.optimizer.launch_tables import objective_divisor, pipeline_tables, with_launch_order
+from trainplan.optimizer.problem import Job, Problem, job_model_flops
 from trainplan.optimizer.space import SearchSpace, Shape, legal_shapes
 
 __all__ = [
@@ -56,7 +56,6 @@ __all__ = [
     "job_model_flops",
     "peak_table",
     "fit_columns",
-    "objective_tables",
     "objective_divisor",
     "MAX_ROWS",
     "MAX_SHAPES_PER_JOB",
@@ -95,7 +94,13 @@ class CostTables:
     the step's bytes, plus the side streams' pools; without them under
     :attr:`allocator_retries_ok`) within capacity × (1 − headroom)."""
     t1_ns: np.ndarray
-    """[S, R] compute, bubble and exposed tp/cp/ep/pp time, ns."""
+    """[S, R] compute, bubble and exposed tp/cp/ep/pp time, ns, with the launch order kept
+    (:mod:`optimizer.launch_tables`)."""
+    t1_unordered_ns: np.ndarray
+    """[S, R] the same without it (Megatron-FSDP before Blackwell: no async tp or cp overlap)."""
+    unordered: np.ndarray
+    """[S, Z] whether the shape at the ZeRO stage reads :attr:`t1_unordered_ns`
+    (:func:`model.launch_order.launch_order_kept` False)."""
     t2_ns: np.ndarray
     """[S, Z] exposed dp time, the optimizer step and offload, ns."""
     capacity: np.ndarray
@@ -118,7 +123,13 @@ class CostTables:
 
     def step_ns(self) -> np.ndarray:
         """[S, Z, R] step time in ns as the solver sees it."""
-        return self.t1_ns[:, None, :] + self.t2_ns[:, :, None]
+        t1 = with_launch_order(self.t1_ns, self.t1_unordered_ns, self.unordered)
+        return t1 + self.t2_ns[:, :, None]
+
+    def t1_at(self, s: int, z: int, r: int) -> int:
+        """The pipeline term of candidate (s, z, r), ns, at its launch order."""
+        t1 = self.t1_unordered_ns if self.unordered[s, z] else self.t1_ns
+        return int(t1[s, r])
 
     def num_gpus(self) -> np.ndarray:
         """[S] GPUs of each shape's job."""
@@ -216,13 +227,15 @@ def _times(c: Context, table: ShapeColumns, zs, rs, legal: np.ndarray) -> dict[s
     for, :func:`model.tp_overlap.check_layout_tp_overlap`)."""
     modifiers = {"zero_stage": tuple(zs), "recompute": tuple(rs)}
     by_r = _skip(list(rs), np.asarray(legal.any(axis=1)), "recompute")
-    (t1,) = tabulate(term("pipeline_time"), c, table, modifiers, lambda t: (t.total_s,), 1, by_r)
+    t1, t1u, unordered = pipeline_tables(c, table, zs, rs, by_r)
     some = np.asarray(legal.any(axis=2))  # [N, Z]: the stage runs the shape under some mode
     (t2,) = tabulate(
         term("dp_time"), c, table, modifiers, lambda t: (t.total_s,), 1, _skip(zs, some)
     )
     return {
         "t1": np.rint(t1 * 1e9).astype(np.int64),
+        "t1u": np.rint(t1u * 1e9).astype(np.int64),
+        "unordered": unordered,
         "t2": np.where(some, np.rint(t2 * 1e9), 0).astype(np.int64),
     }
 
@@ -390,6 +403,8 @@ def empty_columns(S: int, Z: int, R: int, P: int) -> dict[str, np.ndarray]:
         "act_ceil": np.zeros((S, R, P), dtype=np.int64),
         "fits": np.zeros((S, Z, R), dtype=bool),
         "t1_ns": np.zeros((S, R), dtype=np.int64),
+        "t1_unordered_ns": np.zeros((S, R), dtype=np.int64),
+        "unordered": np.zeros((S, Z), dtype=bool),
         "t2_ns": np.zeros((S, Z), dtype=np.int64),
         "capacity": np.zeros(S, dtype=np.int64),
         "model_flops": np.zeros((S, R), dtype=float),
@@ -420,6 +435,7 @@ def fill_job_rows(
     cols["act_ceil"][lo:hi, :, :p] = np.ceil(mem["act"])
     cols["legal"][lo:hi], cols["fits"][lo:hi], cols["capacity"][lo:hi] = mem["legal"], ft, cap
     cols["t1_ns"][lo:hi], cols["t2_ns"][lo:hi] = times["t1"], times["t2"]
+    cols["t1_unordered_ns"][lo:hi], cols["unordered"][lo:hi] = times["t1u"], times["unordered"]
     cols["model_flops"][lo:hi] = job_model_flops(job, rs)
 
 
@@ -464,37 +480,3 @@ def _recomputes(problem: Problem) -> tuple[Recompute, ...]:
 
 def _fields(space) -> dict:
     return {f.name: getattr(space, f.name) for f in fields(space)}
-
-
-def objective_tables(problem: Problem, tables: CostTables) -> tuple[np.ndarray, np.ndarray]:
-    """([S, R], [S, Z]) integer objective terms: the time terms times each job's factor
-    (:func:`optimizer.problem.objective_factor`), divided by the smallest power of ten that keeps
-    CP-SAT's sums within 64-bit integers (the resolution is stated by :func:`objective_unit`)."""
-    factors = [objective_factor(problem, job) for job in problem.jobs]
-    scale = Fraction(1, objective_divisor(problem, tables))
-    if all(f == 1 for f in factors) and scale == 1:
-        return tables.t1_ns.copy(), tables.t2_ns.copy()
-    f = [factors[j] * scale for j in tables.job_of]
-    o1 = np.array(
-        [[round(Fraction(int(v)) * f[s]) for v in row] for s, row in enumerate(tables.t1_ns)],
-        dtype=np.int64,
-    )
-    o2 = np.array(
-        [[round(Fraction(int(v)) * f[s]) for v in row] for s, row in enumerate(tables.t2_ns)],
-        dtype=np.int64,
-    )
-    return o1, o2
-
-
-def objective_divisor(problem: Problem, tables: CostTables) -> int:
-    """10^k so that the largest objective sum, times the number of terms, stays below 2^60."""
-    if not tables.shapes:
-        return 1
-    factors = [objective_factor(problem, job) for job in problem.jobs]
-    biggest = max(float(factors[j]) for j in set(tables.job_of.tolist()))
-    top = float(tables.t1_ns.max() + tables.t2_ns.max()) * biggest
-    terms = tables.t1_ns.size + tables.t2_ns.size
-    divisor = 1
-    while top / divisor * terms >= 2**60:
-        divisor *= 10
-    return divisor

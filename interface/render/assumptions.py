@@ -20,6 +20,7 @@ from trainplan.model.frameworks import (
     Framework,
 )
 from trainplan.model.hardware import runtime_reserve_for
+from trainplan.model.launch_order import launch_order_kept
 from trainplan.model.layout import Layout
 from trainplan.model.mechanisms import Mechanism, mechanism
 from trainplan.model.memory import keeps_gathered_inputs
@@ -112,10 +113,20 @@ def _tp_overlap_said(est: Estimate) -> str:
     with its userbuffers configuration's GEMM chunks and SM margin, :mod:`model.userbuffers_gemm`)."""
     fw, tp, cfg = est.layout.framework, est.layout.tp, est.options.tp_comm_overlap_cfg
     gathered = keeps_gathered_inputs(Framework(fw), est.training)
-    chosen = tp_overlap_for(fw, est.options.tp_comm_overlap, gathered)
+    lay, ep = est.layout, est.training.moe_run.ep_overlap
+    ordered = launch_order_kept(est.device.part, ep, fw, lay.zero_stage)
+    chosen = tp_overlap_for(fw, est.options.tp_comm_overlap, gathered, ordered)
     runs = tp_overlap_run(chosen, tp, est.layout.sp)
     if runs is not chosen and tp > 1:
         return f"{runs} (async-tp fuses all-gathers and reduce-scatters: none without sp)"
+    if not ordered and (tp > 1 or lay.cp > 1):
+        why = "Megatron-FSDP" if lay.zero_stage == 3 else "--overlap-moe-expert-parallel-comm"
+        asked = " as asked: not sure to hide" if runs is TpOverlap.ASYNC else ""
+        return (
+            f"{runs}{asked} ({why} before Blackwell runs without CUDA_DEVICE_MAX_CONNECTIONS=1, "
+            "so the async tp collectives and the cp ring's sends may start after the GEMM they "
+            "would hide under: the ring's sends wait too)"
+        )
     ub = f" (userbuffers {cfg}: GEMM chunks and its kernels' SMs charged)"
     return f"{runs}{ub if runs is TpOverlap.FULL and tp > 1 else ''}"
 

@@ -17,6 +17,7 @@ from trainplan.model.deepspeed_mechanisms import sp_comm_bytes
 from trainplan.model.estimate import Estimate
 from trainplan.model.flops import utilisation
 from trainplan.model.frameworks import Framework
+from trainplan.model.launch_order import launch_order_kept
 from trainplan.model.mechanisms import mechanism
 from trainplan.model.memory import keeps_gathered_inputs
 from trainplan.model.moe_run import Dispatcher, MoERun
@@ -69,6 +70,12 @@ def _efficiencies(est: Estimate) -> dict[str, Any]:
                     est.layout.framework,
                     est.options.tp_comm_overlap,
                     keeps_gathered_inputs(Framework(est.layout.framework), est.training),
+                    launch_order_kept(
+                        est.device.part,
+                        est.training.moe_run.ep_overlap,
+                        est.layout.framework,
+                        est.layout.zero_stage,
+                    ),
                 ),
                 est.layout.tp,
                 est.layout.sp,

@@ -44,6 +44,7 @@ from trainplan.model.ep_kernels import kernel_rates
 from trainplan.model.fp8_gathers import tp_gather_bytes
 from trainplan.model.frameworks import Framework, gradient_bytes_for
 from trainplan.model.grouped_gemm import grouped_fp8_rates
+from trainplan.model.launch_order import launch_order_kept
 from trainplan.model.layer_time import PARTS
 from trainplan.model.layout import Recompute
 from trainplan.model.memory import keeps_gathered_inputs, optimizer_elements
@@ -184,7 +185,7 @@ def _kind_row(
     (:func:`_recompute_plan`)."""
     b, tp, cp, ep, etp, sp, r, u, gather, rep, vocab = key[:11]
     tp_bw, tp_up, tp_g, cp_bw, cp_up, cp_g, ep_bw, ep_up, ep_lg = key[11:20]
-    ep_g, unpaired, sm_share, templated, regather, nccl = key[20:]
+    ep_g, unpaired, sm_share, templated, regather, nccl, ordered = key[20:]
     (
         peak,
         hbm,
@@ -201,7 +202,10 @@ def _kind_row(
         ub_config,
         gather_bytes,
         ep_rates,
+        unordered,
     ) = base
+    if not ordered:  # model.launch_order: no async tp overlap credited, the ring's sends wait
+        overlap = unordered
     overlap = tp_overlap_run(overlap, int(tp), bool(sp))  # async-tp fuses nothing without sp
     ub = None
     if overlap is TpOverlap.FULL and int(tp) > 1 and bool(sp):  # check_tp_overlap: sp off refused
@@ -214,6 +218,7 @@ def _kind_row(
         float(nccl), grouped_mm=bool(grouped_mm), tp_gather_bytes=gather_bytes,
         userbuffers=ub,
         ep_kernel=ep_rates.at(int(ep)) if ep_rates is not None and bool(ep_up) else None,
+        cp_ring_hidden=bool(ordered),
     )  # fmt: skip
     parts = kind_parts(
         arch, training, int(b), int(tp), int(cp), int(ep), int(etp), bool(sp), causal, mode,
@@ -237,10 +242,11 @@ def _gather_bytes(framework: Any, t: TrainingSpec) -> int | None:
     return None if gathered == t.activation_bytes else gathered
 
 
-def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any]:
+def _kinds(c: Context, f: Fields, mode: Recompute, kept: Any = None) -> tuple[Any, Any, Any]:
     """(the :data:`model.layer_time.PARTS` of one layer of each span group, of the embedding,
     of the output layer) for one micro-batch on one GPU of the layout (:func:`_kind_row`;
-    the groups: :func:`model.core_spans.span_groups`)."""
+    the groups: :func:`model.core_spans.span_groups`); ``kept`` True: the launch order as kept
+    (:func:`model.launch_order.launch_order_kept`), whatever the layout's."""
     arch, t, d, o = c.arch, c.training, c.gpu, c.options
     assert d.hbm_bytes_per_s is not None
     gathered = keeps_gathered_inputs(Framework(f.framework), t)
@@ -262,7 +268,8 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any]:
             expert_passes_of(f.framework, t.precision), ao,
             experts_stay_bf16(f.framework, t.precision), expert_loop_of(f.framework),
             grouped_mm_of(f.framework), o.tp_comm_overlap_cfg, _gather_bytes(f.framework, t),
-            kernel_rates(str(t.moe_run.dispatcher), d.part, d.nvlink_bytes_per_s, d.nvlink_domain))  # fmt: skip
+            kernel_rates(str(t.moe_run.dispatcher), d.part, d.nvlink_bytes_per_s, d.nvlink_domain),
+            tp_overlap_for(f.framework, o.tp_comm_overlap, gathered, False))  # fmt: skip
     r, u, gather = f.lookup(cp_mechanism_of, (), "cp_kind", "cp", "cp_a2a")
     rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp", "framework")
     tp_bw, tp_up = axis_link(c, f, "tp")
@@ -275,12 +282,15 @@ def _kinds(c: Context, f: Fields, mode: Recompute) -> tuple[Any, Any, Any]:
     ep_g, unpaired, ep_share = ep_dispatch_fields(c, f)
     templated = f.lookup(torch_rotate_method, (), "cp_kind")
     regather = not keeps_gathered_inputs(Framework(f.framework), t)
+    ep = t.moe_run.ep_overlap
+    ordered = kept or f.lookup(launch_order_kept, (d.part, ep), "framework", "zero_stage")
     row = f.lookup_values(
         _kind_row, (arch, t, o.causal_attention_flops, base, mode, _recompute_plan(c, f, mode)),
         f.micro_batch_size, f.tp,
         f.cp, f.ep, f.expert_tp, f.sp, r, u, gather, rep, vocab, tp_bw, tp_up, tp_g, cp_bw,
         cp_up, cp_g, ep_bw, ep_up, ep_lg, ep_g, unpaired, ep_share, templated, regather,
         tp_sm_share_of(c, f),
+        ordered,
     )  # fmt: skip
     n, g = len(PARTS), len(span_groups(arch))
     kinds = tuple(tuple(row[k * n : (k + 1) * n]) for k in range(g + 2))
@@ -304,7 +314,9 @@ def kind_seconds(
     return tuple(map(total, groups)), total(embedding), total(output)
 
 
-def stage_parts_term(c: Context, f: Fields, recompute: Recompute | None = None) -> tuple[Any, ...]:
+def stage_parts_term(
+    c: Context, f: Fields, recompute: Recompute | None = None, kept: bool | None = None
+) -> tuple[Any, ...]:
     """The :data:`model.layer_time.PARTS` of one micro-batch on pipeline stage ``f.stage``
     (seconds on one GPU), preceded by their total (operations and exposed tp, cp, ep): its
     layers' operations and exposed collectives — one layer of each span group times the stage's
@@ -318,9 +330,9 @@ def stage_parts_term(c: Context, f: Fields, recompute: Recompute | None = None) 
     and ignores the per-stage counts (the dp window: no recomputation anywhere)."""
     arch = c.arch
     mode = f.recompute if recompute is None else recompute
-    base = _kinds(c, f, mode)
+    base = _kinds(c, f, mode, kept)
     counts = None if recompute is not None else f.recompute_layers
-    full = base if counts is None else _kinds(c, f, Recompute.FULL)
+    full = base if counts is None else _kinds(c, f, Recompute.FULL, kept)
     held = f.per_stage(stage_group_counts, (arch,), *LAYER_FIELDS)
     first, last = f.stage == 0, output_stage(f)
     if counts is None:
@@ -334,11 +346,12 @@ def stage_parts_term(c: Context, f: Fields, recompute: Recompute | None = None) 
 
 
 def slowest_microbatch(
-    c: Context, f: Fields, recompute: Recompute | None = None
+    c: Context, f: Fields, recompute: Recompute | None = None, kept: bool | None = None
 ) -> tuple[Any, list[Any]]:
     """(t_mb, its :data:`model.layer_time.PARTS`): the micro-batch of the stage that takes
-    longest (the first such), operations and exposed tp, cp, ep collectives."""
-    per_stage = stage_tuple(f.stages(lambda g: stage_parts_term(c, g, recompute)))
+    longest (the first such), operations and exposed tp, cp, ep collectives (``kept``:
+    :func:`_kinds`')."""
+    per_stage = stage_tuple(f.stages(lambda g: stage_parts_term(c, g, recompute, kept)))
     k = stage_argmax(per_stage[0])
     return stage_take(per_stage[0], k), [stage_take(p, k) for p in per_stage[1:]]
 

@@ -245,9 +245,13 @@ def single_microbatch_seconds(c: Context, f: Fields, recompute: Recompute | None
 def offload_layer_forward_s(c: Context, f: Fields) -> Any:
     """One layer's forward as activation offload's copies see it, the ``t/3`` of
     :func:`model.activation_offload.activation_offload_seconds`: :func:`pipeline_term`'s
-    ``t_mb`` (by the time model in force) over the most layers on a stage, a third of it."""
+    ``t_mb`` (by the time model in force) over the most layers on a stage, a third of it —
+    with the launch order kept (:func:`model.launch_order.launch_order_kept`): the activations
+    term reads no ZeRO stage (its search table is per recompute mode), and where the order is
+    not kept the backward's tp and cp collectives wait longer, which leaves the copies more
+    time: the kept order's shorter figure queues at least as many bytes."""
     roofline = uses_roofline(c.options, f.framework, c.gpu)
-    t_mb = slowest_microbatch(c, f)[0] if roofline else single_microbatch_seconds(c, f)
+    t_mb = slowest_microbatch(c, f, kept=True)[0] if roofline else single_microbatch_seconds(c, f)
     return t_mb / maximum(most_layers(c, f)[0], 1) / 3
 
 

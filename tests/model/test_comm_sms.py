@@ -440,11 +440,24 @@ def test_the_charge_prices_megatron_fsdp_per_micro_batch_traffic() -> None:
     step 249.233 → 282.436 s (+29.720 + 3.483 s; 249.244 → 282.742 s with the 201.117 s of dp
     traffic, 300.282 s before that). (The cross-entropy's
     all-reduces over the 4 GPUs run as rings, NCCL's tuner: NVLS's 240 GB/s of bus bandwidth
-    against the ring's 360, model.nccl_search; tp 33.600 → 33.603 s.)"""
+    against the ring's 360, model.nccl_search; tp 33.600 → 33.603 s.) The tp figures are the
+    async overlap asked for (``tp_comm_overlap = async``): by default Megatron-FSDP on H100s
+    runs without CUDA_DEVICE_MAX_CONNECTIONS=1 and the planner credits no async overlap
+    (model.launch_order), so every tp collective waits, 33.603 s, charged or not, and the step
+    is 228.833 + 33.603 + 29.938 (+ the optimizer step and the rest) = 292.388 s charged,
+    262.668 s uncharged (tests/model/test_launch_order.py)."""
     case = dict(dp=16, tp=4, zero_stage=3, micro_batch_size=1, global_batch_size=2048,
-                framework="megatron")  # fmt: skip
+                framework="megatron", tp_comm_overlap="async")  # fmt: skip
     on = Case.of("llama3-70b", "H100-SXM", **case).evaluate()
     off = Case.of("llama3-70b", "H100-SXM", nccl_sm_charge=False, **case).evaluate()
+    plain = {k: v for k, v in case.items() if k != "tp_comm_overlap"}
+    waits = Case.of("llama3-70b", "H100-SXM", **plain).evaluate()
+    waits_off = Case.of("llama3-70b", "H100-SXM", nccl_sm_charge=False, **plain).evaluate()
+    tp_waits = next(r for r in waits.traffic if r.traffic.axis == "tp")
+    assert tp_waits.exposed_seconds == tp_waits.seconds == pytest.approx(33.603, abs=5e-4)
+    assert waits.step_s == pytest.approx(292.388, abs=5e-4)
+    assert waits_off.step_s == pytest.approx(262.668, abs=5e-4)
+    assert waits.step_s - on.step_s == pytest.approx(33.603 - 23.651, abs=1e-3)
     dp_on = next(r for r in on.traffic if r.traffic.axis == "dp")
     dp_off = next(r for r in off.traffic if r.traffic.axis == "dp")
     latency = (8.4 + 7 * 14 + 8 * 3.4) * 1e-6

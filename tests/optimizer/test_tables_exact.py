@@ -173,7 +173,7 @@ def test_tables_equal_the_exact_evaluation(model, base, gpus, gpu, space, option
             ), where
             assert abs(math.ceil(acts) - tables.act_ceil[s, r, i]) <= BYTE_TOLERANCE, where
         t1, t2 = objective_ns(est.time_terms)
-        assert abs(t1 - tables.t1_ns[s, r]) <= NS_TOLERANCE, (where, t1, tables.t1_ns[s, r])
+        assert abs(t1 - tables.t1_at(s, z, r)) <= NS_TOLERANCE, (where, t1, tables.t1_at(s, z, r))
         assert abs(t2 - tables.t2_ns[s, z]) <= NS_TOLERANCE, (where, t2, tables.t2_ns[s, z])
         # the search's rule: the reserved bytes with the communicators fit too (the caching
         # allocator's retries are not charged: model.terms.peak.fit_bytes)

@@ -313,7 +313,7 @@ def test_search_says_what_a_setting_costs(page):
     expect(page.locator("#settings-cost")).to_have_text(
         "note: " + note.replace("--set moe_ep_overlap=", "moe-ep-overlap=")
     )
-    expect(page.locator("#settings-cost")).to_contain_text("costs 2.1%")
+    expect(page.locator("#settings-cost")).to_contain_text("costs 4.6%")
     go(page, "/search?" + urlencode(job))  # without the setting: no note
     expect(page.locator("#status")).to_have_text("proven optimal (CP-SAT)")
     expect(page.locator("#settings-cost")).to_be_hidden()

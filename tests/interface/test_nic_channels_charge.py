@@ -1,0 +1,52 @@
+"""NCCL runs fewer channels on slower NICs, so it holds fewer SMs for longer
+(model/nccl_channels.py, model/comm_sms.py): the derivation from NVIDIA/nccl 5067397c, pinned on
+an fsdp2 Llama 3 405B layout whose step falls as the NIC slows while its dp traffic hides."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainplan.interface.inputs import build_case
+from trainplan.model.nccl_channels import collective_channels
+from trainplan.model.nccl_search import nvlink_node
+
+
+def test_slower_nics_run_half_the_channels_and_hold_fewer_sm_seconds() -> None:
+    """Llama 3 405B, fsdp2 dp 1024 × tp 4, ZeRO-3, full recompute, b 2, B 2048 on 4096 H100s:
+    two dp members a node (rank order tp first, 8 GPUs a node). NVIDIA/nccl 5067397c
+    ``src/graph/search.cc``: at 400 Gb/s (50 GB/s, PCIe Gen5 48) each member's NIC carries one
+    search channel at ``sm90SpeedArrayInter`` 48 GB/s; ``ncclTopoDupChannels`` doubles them
+    (bwIntra 48 ≥ 25, 2 ≤ 4 channels) to 4 at 24, ``ncclTopoPostset`` doubles: 8 channels. At
+    200 Gb/s (25 GB/s) the speed is 24, ``ncclTopoDupChannels`` returns at bwIntra < 25: 2,
+    doubled once: 4. NCCL's own tuning (``src/graph/tuning.cc``, busBw = nChannels × bwInter)
+    puts 4 × 24 = 96 and 2 × 24 = 48 GB/s through the node's two NICs: both counts run the NICs
+    at their rate, so the collective's time at the link's rate is NCCL's. The kernel's grid is
+    its channels (``src/enqueue.cc``, ``dim3 grid = {nChannels}``), each block held for the
+    whole collective: φ 8 blocks 0.15038, 4 blocks 0.07519. The dp traffic hides under the
+    26.603 s of computation either way, so it costs φ·a: 0.15038 × 11.8127 = 1.7764 s at 50,
+    0.07519 × 20.2600 = 1.5234 s at 25 — 8 × 11.81 = 94.5 block-seconds against 4 × 20.26 =
+    81.0 — and the step falls by 0.2530 s with the slower NICs (30.1879 → 29.9348 s). Faithful to
+    NCCL's channel rule, kept; at 12.5 GB/s the traffic (37.15 s) outlasts the computation and
+    the step rises to 44.333 s."""
+    h100 = nvlink_node("H100-SXM", 450e9)
+    assert [collective_channels(2, 512, x * 1e9, h100) for x in (50, 25, 12.5)] == [8, 4, 4]
+    base = {"model": "llama3-405b", "gpu": "H100-SXM", "framework": "fsdp2", "zero_stage": 3,
+            "num_gpus": 4096, "dp": 1024, "tp": 4, "micro_batch_size": 2,
+            "global_batch_size": 2048, "recompute": "full"}  # fmt: skip
+    steps, dps = {}, {}
+    for x in (50, 25, 12.5):
+        est = build_case({**base, "scaleout_gbps": x}).evaluate()
+        assert est.time_terms is not None
+        steps[x] = est.step_s
+        dps[x] = next((r.seconds, r.exposed_seconds) for r in est.traffic if r.traffic.axis == "dp")
+        phi = dict(est.time_terms.sm_shares)["dp"]
+        assert phi == pytest.approx(0.15038 if x == 50 else 0.07519, abs=1e-5)
+    assert dps[50][1] == pytest.approx(0.15038232795 * dps[50][0], rel=1e-9)
+    assert dps[25][1] == pytest.approx(0.07519116398 * dps[25][0], rel=1e-9)
+    assert (dps[50][0], dps[25][0]) == (
+        pytest.approx(11.8127, abs=1e-4),
+        pytest.approx(20.2600, abs=1e-4),
+    )
+    assert steps[50] == pytest.approx(30.1879, abs=1e-4)
+    assert steps[25] == pytest.approx(29.9348, abs=1e-4)
+    assert steps[12.5] == pytest.approx(44.3326, abs=1e-4)
