@@ -23,6 +23,7 @@ from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Layout, Recompute, validate
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.offload import NO_OFFLOAD, host_rates
+from trainplan.model.pipeline_onef import one_chunk
 from trainplan.model.pipeline_uneven import reported_bubble, uneven_chunks
 from trainplan.model.recompute_ops import recompute_flops_of
 from trainplan.model.specs import Architecture, TrainingSpec
@@ -190,8 +191,9 @@ class Estimate:
 
     @property
     def bubble_fraction(self) -> Fraction:
-        """Idle share of the pipeline section: the closed form of GPipe, 1F1B and interleaved
-        1F1B; under a split-backward schedule, or interleaving with unequal model chunks
+        """Idle share of the pipeline section: the closed form of interleaved 1F1B; under GPipe
+        and 1F1B (stages of unequal time, :mod:`model.pipeline_onef`), a split-backward
+        schedule, or interleaving with unequal model chunks
         (:func:`model.pipeline_uneven.uneven_chunks`), the bubble over the section's time as the
         cost model times it (:func:`model.terms.step.schedule_span`), to 1/10⁶."""
         return self._bubble()[0]
@@ -206,7 +208,10 @@ class Estimate:
     def _bubble(self) -> tuple[Fraction, Fraction]:
         lay = self.layout
         split = (lay.pp, lay.virtual_stages, lay.split_rule, lay.stage_layers, lay.schedule)
-        uneven = uneven_chunks(self.model.arch, *split)
+        arch = self.model.arch
+        uneven = uneven_chunks(arch, *split) or (
+            arch is not None and one_chunk(lay.schedule, lay.pp)
+        )
         return reported_bubble(
             lay.schedule, self.num_microbatches, *split[:2], uneven, self.time_terms
         )

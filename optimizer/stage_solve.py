@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from trainplan.model.estimate import Estimate, objective_ns
 from trainplan.model.layout import Layout
+from trainplan.model.pipeline_onef import one_chunk
 from trainplan.optimizer.case import Case
 from trainplan.optimizer.search import TermMismatch
 from trainplan.optimizer.stage_bases import plan_layout
@@ -27,7 +28,7 @@ from trainplan.optimizer.stage_tables import (
     stage_capacity,
 )
 
-__all__ = ["ShapePlan", "step_ns", "check_plan", "solve_rests", "solve_shape"]
+__all__ = ["ShapePlan", "step_ns", "check_plan", "pipeline_ns", "solve_rests", "solve_shape"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,14 +87,26 @@ def check_plan(tables: StageTables, est: Estimate, paced_ns: int) -> None:
         if not tables.within(stage):
             raise TermMismatch(f"stage {s}: tabulated as fitting, evaluates to a misfit")
         paced.append(row.paced_ns)
+    evaluated = pipeline_ns(est)
+    if one_chunk(lay.schedule, lay.pp):
+        # the solver's T is a lower bound on the order's step (stage_cpsat): within the
+        # tables' rounding, a nanosecond a stage's micro-batch and one for each of its m
+        if max(paced) > paced_ns or paced_ns > evaluated + est.num_microbatches + lay.pp + 2:
+            raise TermMismatch(f"pipeline term: evaluate {evaluated:.0f} ns < solver {paced_ns}")
+        return
     if max(paced) != paced_ns:
         raise TermMismatch(f"pipeline term: table {max(paced)} != solver {paced_ns}")
-    # the evaluator's own pipeline term: m·t_mb·(1 + bubble_ratio) = compute_and_pipeline − pp
-    assert est.time_terms is not None
-    pp_row = next(r for r in est.traffic if r.traffic.axis == "pp")
-    evaluated = (est.time_terms.compute_and_pipeline_s - (pp_row.exposed_seconds or 0.0)) * 1e9
     if abs(evaluated - paced_ns) > 2:
         raise TermMismatch(f"pipeline term: evaluate {evaluated:.0f} ns != table {paced_ns} ns")
+
+
+def pipeline_ns(est: Estimate) -> float:
+    """The evaluator's own pipeline term of ``est``, ns: the section's passes and bubble,
+    ``compute_and_pipeline`` less the exposed pipeline messages
+    (:func:`model.terms.step.schedule_span`)."""
+    assert est.time_terms is not None
+    pp_row = next(r for r in est.traffic if r.traffic.axis == "pp")
+    return (est.time_terms.compute_and_pipeline_s - (pp_row.exposed_seconds or 0.0)) * 1e9
 
 
 def solve_rests(
@@ -131,12 +144,19 @@ def solve_rests(
                 status = "feasible" if out_of_time else "infeasible"
             break
         seconds += sol.seconds
-        known = sol.key in model.known  # before this solve: then the optimum is proven
+        split = (sol.layers, sol.recomputed)
+        # the triple's rest (and under 1F1B the split's step) known before this solve: proven
+        known = sol.key in model.known and (not model.one_chunk or split in model.splits)
         lay = plan_layout(layout, sol.layers, sol.recomputed)
         est = case.evaluate(lay)
         check_plan(tables, est, sol.paced_ns)
         total = step_ns(est)
-        model.add_rest(sol.key, total - sol.paced_ns)
+        if model.one_chunk:
+            pipeline = round(pipeline_ns(est))
+            model.add_split(*split, pipeline)
+            model.add_rest(sol.key, total - pipeline)
+        else:
+            model.add_rest(sol.key, total - sol.paced_ns)
         if best is None or (total, est.total_bytes) < (best[0], best[1].total_bytes):
             best = (total, est)
             hint = (sol.layers, sol.recomputed)

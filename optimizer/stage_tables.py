@@ -9,7 +9,8 @@ layers on the stage (``Layout.stage_layers``) and recomputes k of them
 * bytes: :func:`model.terms.peak.stage_memory_term` (the stage's peak over its phases, exact);
 * its micro-batch: :func:`model.terms.roofline.stage_parts_term` (operations and exposed tp,
   cp, ep); paced over the step as the evaluator paces the slowest stage,
-  ``m·t·(1 + bubble_ratio)`` (:func:`model.terms.step.pipeline_seconds`);
+  ``m·t·(1 + bubble_ratio)`` (:func:`model.terms.step.pipeline_seconds`), interleaved; under
+  1F1B ``m·t``, a bound the CP-SAT model raises to the order's step (:mod:`optimizer.stage_cpsat`);
 * the dp overlap window (the same without recomputation) and the stage's dense parameters per
   GPU, which with the most layers on a stage decide the rest of the step (exposed dp, the
   optimizer step, offload: :func:`model.terms.step.dp_term`).
@@ -35,6 +36,7 @@ from typing import Any
 
 from trainplan.model.estimate import evaluation_context
 from trainplan.model.layout import Layout, Recompute
+from trainplan.model.pipeline_onef import one_chunk
 from trainplan.model.terms.fields import Context, LayoutFields
 from trainplan.model.terms.peak import StageMemory, fit_bytes, stage_memory_term
 from trainplan.model.terms.roofline import stage_parts_term
@@ -75,9 +77,10 @@ class StageOption:
     """k, fully recomputed: the first k layers of each of the stage's model chunks (Megatron-LM's
     block method; the stage's first k when v = 1), k ≤ its largest chunk's layers."""
     paced_ns: int
-    """The step's pipeline term if this stage were the slowest, whole ns:
-    ``round(m·t·(1 + bubble_ratio)·1e9)``, t its micro-batch (operations and exposed tp, cp, ep
-    collectives; :func:`model.terms.roofline.stage_parts_term`)."""
+    """The least pipeline term of a plan with this row, whole ns (:meth:`_Stages.paced`; t its
+    micro-batch: operations and exposed tp, cp, ep, :func:`model.terms.roofline.stage_parts_term`):
+    ``round(m·t·(1 + bubble_ratio)·1e9)`` (the term if this stage is the slowest) interleaved,
+    ``round(m·t·1e9)`` under 1F1B, whose step reads every stage (:mod:`model.pipeline_onef`)."""
     bare_ns: int
     """Its micro-batch without recomputation, whole ns (the dp overlap window when it is the
     longest: :func:`model.terms.roofline.slowest_microbatch`)."""
@@ -86,6 +89,9 @@ class StageOption:
     the dp bytes, the optimizer step and offload."""
     peak_bytes: int
     """Its peak bytes per GPU, rounded up (:func:`model.terms.peak.stage_memory_term`)."""
+    microbatch_ns: int = 0
+    """t, whole ns: under 1F1B what the stage adds to a slower stage after it
+    (:class:`optimizer.stage_cpsat.StageModel`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,13 +176,15 @@ class _Stages:
         return stage_memory_term(self.c, f, n)
 
     def paced(self, stage: int, n: int, k: int, mode: Recompute | None = None) -> tuple[int, float]:
-        """(the step's pipeline term if this stage were the slowest, whole ns; its micro-batch,
-        seconds): :func:`model.terms.roofline.stage_parts_term` of ``stage`` holding ``n``
-        layers with ``k`` recomputed (``mode`` overrides the recompute mode), paced by
-        :func:`model.terms.step.pipeline_seconds`."""
+        """(:attr:`StageOption.paced_ns`; its micro-batch t, seconds): t by
+        :func:`model.terms.roofline.stage_parts_term` of ``stage`` holding ``n`` layers, ``k``
+        recomputed (``mode`` overrides the recompute mode), paced by
+        :func:`model.terms.step.pipeline_seconds`, or ``m·t`` under 1F1B."""
         lay = realization(self.layout, self.num_layers, stage, n, k, self.prefix)
         f = LayoutFields(lay, self.case.training.global_batch_size, stage, self.links)
         t = stage_parts_term(self.c, f, mode)[0]
+        if one_chunk(lay.schedule, lay.pp):
+            return round(f.m * t * 1e9), t
         return round(pipeline_seconds(f.m, t, lay.pp, lay.virtual_stages) * 1e9), t
 
 
@@ -487,7 +495,7 @@ def stage_rows(
         if k is None:
             break
         least = k
-        paced_ns, _ = costs.paced(stage, n, k)
+        paced_ns, t = costs.paced(stage, n, k)
         if cap_ns is not None and paced_ns + rest_lower_ns >= cap_ns:
             continue
         mem = costs.memory(stage, n, k)
@@ -495,6 +503,7 @@ def stage_rows(
         if key.denominator != 1:  # pragma: no cover - _per_gpu's denominators divide tp
             raise AssertionError(f"stage parameters × tp not whole: {key}")
         found.append(
-            StageOption(n, k, paced_ns, round(bare * 1e9), int(key), math.ceil(mem.total_bytes))
-        )
+            StageOption(n, k, paced_ns, round(bare * 1e9), int(key), math.ceil(mem.total_bytes),
+                        round(t * 1e9))
+        )  # fmt: skip
     return tuple(found)
