@@ -8,17 +8,13 @@ Variables → constraints → objective (the CP-SAT primer's order):
   are rows, so memory per stage within capacity is the table itself;
 * ``Σ n_s = L``;
 * ``T = max paced_s`` (``AddMaxEquality``): the slowest stage paces the pipeline, bubble
-  included (:func:`model.estimate.time_terms`), under interleaving; under 1F1B and GPipe
-  (:mod:`model.pipeline_onef`, whose step reads every stage) ``T ≥ m·t_k + Σ_{i<k} t_i`` for
-  every stage k (the path down the first micro-batch's forwards to stage k, all of stage k's
-  passes, up the last micro-batch's backwards: a lower bound) and ``T ≥`` the order's step for
-  each split whose step is known (:meth:`StageModel.add_split`, from ``evaluate()``);
+  included (:func:`model.estimate.time_terms`);
 * the rest of the step (pipeline messages, exposed dp, optimizer step, offload) reads the split
   only through ``A = max params_s``, ``B = max n_s`` and ``C = max bare_s``
   (:func:`model.terms.roofline.slowest_microbatch`): ``R ≥ rest(A, B, C)`` for each triple whose rest
   is known (:meth:`StageModel.add_rest`, from ``evaluate()`` of a layout that has it), and
   ``R ≥`` a lower bound for the others. :func:`optimizer.stage_solve.solve_shape` adds triples
-  (and, under 1F1B, splits) until the optimum's own are known: then the optimum is proven.
+  until the optimum's own is known: then the optimum is proven.
 
 Objective: ``T + R`` in whole nanoseconds (the evaluator's two objective terms,
 :func:`model.estimate.objective_ns`). The only ortools import of the per-stage search.
@@ -27,11 +23,9 @@ Objective: ``T + R`` in whole nanoseconds (the evaluator's two objective terms,
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from ortools.sat.python import cp_model
 
-from trainplan.model.pipeline_onef import one_chunk
 from trainplan.optimizer.solver import solve
 from trainplan.optimizer.stage_tables import StageTables
 
@@ -53,8 +47,7 @@ class StageSolution:
     objective_ns: int
     """T + R as the model sees it (R a lower bound when the triple's rest is not known yet)."""
     paced_ns: int
-    """T, the pipeline term (under 1F1B and GPipe a lower bound where the split's step is not
-    known yet)."""
+    """T, the pipeline term."""
     key: Key
     seconds: float
 
@@ -86,21 +79,8 @@ class StageModel:
             bare.append(b)
             params.append(a)
         m.add(sum(self.n) == L)
-        self.one_chunk = one_chunk(tables.layout.schedule, tables.layout.pp)
-        if self.one_chunk:  # T ≥ m·t_k + Σ_{i<k} t_i for every k, and the known splits' steps
-            self.t = m.new_int_var(0, 10**15, "T")
-            micro = []
-            for s, rows in enumerate(tables.options):
-                u = m.new_int_var(0, max((o.microbatch_ns for o in rows), default=0), f"t{s}")
-                m.add_allowed_assignments(
-                    [self.n[s], self.k[s], u],
-                    [(o.layers, o.recomputed, o.microbatch_ns) for o in rows],
-                )
-                m.add(self.t >= paced[s] + sum(micro))
-                micro.append(u)
-        else:
-            self.t = m.new_int_var(0, big_t, "T")
-            m.add_max_equality(self.t, paced)
+        self.t = m.new_int_var(0, big_t, "T")
+        m.add_max_equality(self.t, paced)
         self.a = m.new_int_var(0, big_a, "A")
         m.add_max_equality(self.a, params)
         self.b = m.new_int_var(0, L, "B")
@@ -110,38 +90,20 @@ class StageModel:
         self.rest = m.new_int_var(max(0, rest_lower_ns), 10**15, "R")
         m.minimize(self.t + self.rest)
         self.known: dict[Key, int] = {}
-        self.splits: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
-        """Under 1F1B and GPipe, the order's step (whole ns) of each split evaluated."""
-
-    def add_split(self, layers: tuple[int, ...], recomputed: tuple[int, ...], step_ns: int) -> None:
-        """``T ≥ step_ns`` whenever every stage's (n, k) is ``layers``, ``recomputed``: the
-        one-chunk order's step of that split, from ``evaluate()``."""
-        if (layers, recomputed) in self.splits:
-            return
-        self.splits[(layers, recomputed)] = step_ns
-        self.model.add(self.t >= step_ns).only_enforce_if(
-            self._equal(self.n + self.k, layers + recomputed)
-        )
 
     def add_rest(self, key: Key, rest_ns: int) -> None:
         """``R ≥ rest_ns`` whenever (A, B, C) = ``key``: the triple's rest, from ``evaluate()``."""
         if key in self.known:
             return
         self.known[key] = rest_ns
-        self.model.add(self.rest >= rest_ns).only_enforce_if(
-            self._equal((self.a, self.b, self.c), key)
-        )
-
-    def _equal(self, variables: Any, values: tuple[int, ...]) -> list[Any]:
-        """Literals, one a variable, each true exactly when its variable takes its value."""
         m = self.model
         lits = []
-        for var, value in zip(variables, values, strict=True):
+        for var, value in zip((self.a, self.b, self.c), key, strict=True):
             lit = m.new_bool_var(f"eq{value}")
             m.add(var == value).only_enforce_if(lit)
             m.add(var != value).only_enforce_if(lit.Not())
             lits.append(lit)
-        return lits
+        m.add(self.rest >= rest_ns).only_enforce_if(lits)
 
     def solve(
         self,

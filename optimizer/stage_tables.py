@@ -9,8 +9,7 @@ layers on the stage (``Layout.stage_layers``) and recomputes k of them
 * bytes: :func:`model.terms.peak.stage_memory_term` (the stage's peak over its phases, exact);
 * its micro-batch: :func:`model.terms.roofline.stage_parts_term` (operations and exposed tp,
   cp, ep); paced over the step as the evaluator paces the slowest stage,
-  ``m·t·(1 + bubble_ratio)`` (:func:`model.terms.step.pipeline_seconds`), interleaved; under
-  1F1B ``m·t``, a bound the CP-SAT model raises to the order's step (:mod:`optimizer.stage_cpsat`);
+  ``m·t·(1 + bubble_ratio)`` (:func:`model.terms.step.pipeline_seconds`);
 * the dp overlap window (the same without recomputation) and the stage's dense parameters per
   GPU, which with the most layers on a stage decide the rest of the step (exposed dp, the
   optimizer step, offload: :func:`model.terms.step.dp_term`).
@@ -77,10 +76,9 @@ class StageOption:
     """k, fully recomputed: the first k layers of each of the stage's model chunks (Megatron-LM's
     block method; the stage's first k when v = 1), k ≤ its largest chunk's layers."""
     paced_ns: int
-    """The least pipeline term of a plan with this row, whole ns (:meth:`_Stages.paced`; t its
-    micro-batch: operations and exposed tp, cp, ep, :func:`model.terms.roofline.stage_parts_term`):
-    ``round(m·t·(1 + bubble_ratio)·1e9)`` (the term if this stage is the slowest) interleaved,
-    ``round(m·t·1e9)`` under 1F1B, whose step reads every stage (:mod:`model.pipeline_onef`)."""
+    """The step's pipeline term if this stage were the slowest, whole ns:
+    ``round(m·t·(1 + bubble_ratio)·1e9)``, t its micro-batch (operations and exposed tp, cp, ep
+    collectives; :func:`model.terms.roofline.stage_parts_term`)."""
     bare_ns: int
     """Its micro-batch without recomputation, whole ns (the dp overlap window when it is the
     longest: :func:`model.terms.roofline.slowest_microbatch`)."""
@@ -89,9 +87,6 @@ class StageOption:
     the dp bytes, the optimizer step and offload."""
     peak_bytes: int
     """Its peak bytes per GPU, rounded up (:func:`model.terms.peak.stage_memory_term`)."""
-    microbatch_ns: int = 0
-    """t, whole ns: under 1F1B what the stage adds to a slower stage after it
-    (:class:`optimizer.stage_cpsat.StageModel`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,17 +170,21 @@ class _Stages:
         f = LayoutFields(lay, self.case.training.global_batch_size, stage, self.links)
         return stage_memory_term(self.c, f, n)
 
-    def paced(self, stage: int, n: int, k: int, mode: Recompute | None = None) -> tuple[int, float]:
-        """(:attr:`StageOption.paced_ns`; its micro-batch t, seconds): t by
-        :func:`model.terms.roofline.stage_parts_term` of ``stage`` holding ``n`` layers, ``k``
-        recomputed (``mode`` overrides the recompute mode), paced by
-        :func:`model.terms.step.pipeline_seconds`, or ``m·t`` under 1F1B."""
+    def paced(
+        self, stage: int, n: int, k: int, mode: Recompute | None = None
+    ) -> tuple[int, float, int]:
+        """(the step's pipeline term if this stage were the slowest, whole ns; its micro-batch,
+        seconds; the least pipeline term of a plan with it, whole ns):
+        :func:`model.terms.roofline.stage_parts_term` of ``stage`` holding ``n`` layers with
+        ``k`` recomputed (``mode`` overrides the recompute mode), paced by
+        :func:`model.terms.step.pipeline_seconds`. The least is the same but under 1F1B, whose
+        step the closed form only bounds above (:mod:`model.pipeline_onef`): ``m·t``, what
+        the rows and shapes are pruned by."""
         lay = realization(self.layout, self.num_layers, stage, n, k, self.prefix)
         f = LayoutFields(lay, self.case.training.global_batch_size, stage, self.links)
         t = stage_parts_term(self.c, f, mode)[0]
-        if one_chunk(lay.schedule, lay.pp):
-            return round(f.m * t * 1e9), t
-        return round(pipeline_seconds(f.m, t, lay.pp, lay.virtual_stages) * 1e9), t
+        paced = round(pipeline_seconds(f.m, t, lay.pp, lay.virtual_stages) * 1e9)
+        return paced, t, round(f.m * t * 1e9) if one_chunk(lay.schedule, lay.pp) else paced
 
 
 def _stage_context(case: Case, layout: Layout) -> _Stages:
@@ -305,7 +304,7 @@ def pipeline_lower_bound(case: Case, layout: Layout, capacity: int | None = None
         if role not in by_role:
             allowed = sc.counts(stage)
             by_role[role] = [
-                sc.paced(stage, n, 0, layout.recompute)[0] if n in allowed else NO_SPLIT
+                sc.paced(stage, n, 0, layout.recompute)[2] if n in allowed else NO_SPLIT
                 for n in ([L] if pp == 1 else range(L + 1))
             ]
         fastest.append(by_role[role])
@@ -411,7 +410,9 @@ class StageCosts:
         """The memory frontier's ε on every stage's peak, bytes per GPU (None: none)."""
         self.evaluations = 0
         self._memory: dict[tuple[int, int, int], StageMemory] = {}
-        self._paced: dict[tuple[bool, bool, int, int, Recompute | None], tuple[int, float]] = {}
+        self._paced: dict[
+            tuple[bool, bool, int, int, Recompute | None], tuple[int, float, int]
+        ] = {}
 
     def memory(self, stage: int, n: int, k: int) -> StageMemory:
         """:meth:`_Stages.memory`, evaluated once."""
@@ -426,7 +427,9 @@ class StageCosts:
         mem = self.memory(stage, n, k)
         return stage_within(mem, self.capacity, self.max_bytes, self.allocator_retries_ok)
 
-    def paced(self, stage: int, n: int, k: int, mode: Recompute | None = None) -> tuple[int, float]:
+    def paced(
+        self, stage: int, n: int, k: int, mode: Recompute | None = None
+    ) -> tuple[int, float, int]:
         """:meth:`_Stages.paced`, evaluated once per first/last position, n, k and mode."""
         key = (stage == 0, stage == self.stages.layout.pp - 1, n, k, mode)
         if key not in self._paced:
@@ -440,7 +443,7 @@ def time_caps(costs: StageCosts, cap_ns: int | None, rest_lower_ns: int) -> list
     others cannot hold L layers, no split beats ``cap_ns``."""
     return [
         max((n for n in costs.stages.counts(i)
-             if cap_ns is None or costs.paced(i, n, 0)[0] + rest_lower_ns < cap_ns), default=-1)
+             if cap_ns is None or costs.paced(i, n, 0)[2] + rest_lower_ns < cap_ns), default=-1)
         for i in range(costs.stages.layout.pp)
     ]  # fmt: skip
 
@@ -489,21 +492,20 @@ def stage_rows(
             layout = costs.stages.layout
             raise OutOfTime(f"per_stage: stage tables of {layout} cut short by the time limit")
         bare = costs.paced(stage, n, 0, Recompute.NONE)[1]
-        if cap_ns is not None and costs.paced(stage, n, 0)[0] + rest_lower_ns >= cap_ns:
+        if cap_ns is not None and costs.paced(stage, n, 0)[2] + rest_lower_ns >= cap_ns:
             break  # k = 0 is this n's fastest, and more layers are slower
         k = least_fitting(costs, stage, n, least)
         if k is None:
             break
         least = k
-        paced_ns, t = costs.paced(stage, n, k)
-        if cap_ns is not None and paced_ns + rest_lower_ns >= cap_ns:
+        paced_ns, _, least_ns = costs.paced(stage, n, k)
+        if cap_ns is not None and least_ns + rest_lower_ns >= cap_ns:
             continue
         mem = costs.memory(stage, n, k)
         key = mem.dense_params * costs.stages.layout.tp
         if key.denominator != 1:  # pragma: no cover - _per_gpu's denominators divide tp
             raise AssertionError(f"stage parameters × tp not whole: {key}")
         found.append(
-            StageOption(n, k, paced_ns, round(bare * 1e9), int(key), math.ceil(mem.total_bytes),
-                        round(t * 1e9))
-        )  # fmt: skip
+            StageOption(n, k, paced_ns, round(bare * 1e9), int(key), math.ceil(mem.total_bytes))
+        )
     return tuple(found)

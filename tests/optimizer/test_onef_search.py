@@ -53,9 +53,9 @@ def test_per_stage_answer_is_evaluates_and_never_slower_than_uniform() -> None:
     """trainplan search --model llama3-70b --gpus 64 --gpu H100-SXM --framework megatron
     --schedule 1f1b --pp 4 --global-batch 256 --per-stage: the uniform answer dp 2 × tp 8
     (38.289 → 38.246 s with the order's step) and the per-stage plan dp 4 × tp 4, stages of
-    19, 21, 21, 19 layers, one recomputed on stage 0 (34.321 → 34.241 s): CP-SAT's objective
-    is the lower bound max_k m·t_k + Σ_{i<k} t_i, raised to the order's step for every split
-    evaluated, so the plan printed is evaluate()'s and proven."""
+    19, 21, 21, 19 layers, one recomputed on stage 0 (34.321 → 34.241 s): CP-SAT's pipeline
+    term is the closed form (m + pp − 1)·t_max, an upper bound on the order's step; the plan
+    printed is evaluate()'s, below its CP-SAT objective, and never slower than the uniform one."""
     case = Case.of(model="llama3-70b", device="H100-SXM", global_batch_size=256,
                    framework="megatron")  # fmt: skip
     space = SearchSpace(num_gpus=64, pp=(4,), schedules=(Schedule.ONE_F_ONE_B,),
