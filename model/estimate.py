@@ -23,7 +23,6 @@ from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Layout, Recompute, validate
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.offload import NO_OFFLOAD, host_rates
-from trainplan.model.pipeline_onef import one_chunk
 from trainplan.model.pipeline_uneven import reported_bubble, uneven_chunks
 from trainplan.model.recompute_ops import recompute_flops_of
 from trainplan.model.specs import Architecture, TrainingSpec
@@ -208,10 +207,7 @@ class Estimate:
     def _bubble(self) -> tuple[Fraction, Fraction]:
         lay = self.layout
         split = (lay.pp, lay.virtual_stages, lay.split_rule, lay.stage_layers, lay.schedule)
-        arch = self.model.arch
-        uneven = uneven_chunks(arch, *split) or (
-            arch is not None and one_chunk(lay.schedule, lay.pp)
-        )
+        uneven = uneven_chunks(self.model.arch, *split)
         return reported_bubble(
             lay.schedule, self.num_microbatches, *split[:2], uneven, self.time_terms
         )

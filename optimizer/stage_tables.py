@@ -41,6 +41,7 @@ from trainplan.model.terms.peak import StageMemory, fit_bytes, stage_memory_term
 from trainplan.model.terms.roofline import stage_parts_term
 from trainplan.model.terms.step import pipeline_seconds
 from trainplan.optimizer.case import Case, links_for
+from trainplan.optimizer.gallop import most_that_fits
 from trainplan.optimizer.stage_rules import (
     check_per_stage,
     layer_counts,
@@ -64,6 +65,9 @@ __all__ = [
     "stage_within",
     "NO_SPLIT",
 ]
+
+
+Paced = tuple[int, float, int]  # :meth:`_Stages.paced`'s: closed form ns, t seconds, pruning ns
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,16 +174,12 @@ class _Stages:
         f = LayoutFields(lay, self.case.training.global_batch_size, stage, self.links)
         return stage_memory_term(self.c, f, n)
 
-    def paced(
-        self, stage: int, n: int, k: int, mode: Recompute | None = None
-    ) -> tuple[int, float, int]:
+    def paced(self, stage: int, n: int, k: int, mode: Recompute | None = None) -> Paced:
         """(the step's pipeline term if this stage were the slowest, whole ns; its micro-batch,
-        seconds; the least pipeline term of a plan with it, whole ns):
+        seconds; what rows and shapes are pruned by, ns: the same, under 1F1B ``m·t``, as the
+        closed form only bounds the order's step, :mod:`model.pipeline_onef`):
         :func:`model.terms.roofline.stage_parts_term` of ``stage`` holding ``n`` layers with
-        ``k`` recomputed (``mode`` overrides the recompute mode), paced by
-        :func:`model.terms.step.pipeline_seconds`. The least is the same but under 1F1B, whose
-        step the closed form only bounds above (:mod:`model.pipeline_onef`): ``m·t``, what
-        the rows and shapes are pruned by."""
+        ``k`` recomputed (``mode`` overrides the mode), paced by :func:`pipeline_seconds`."""
         lay = realization(self.layout, self.num_layers, stage, n, k, self.prefix)
         f = LayoutFields(lay, self.case.training.global_batch_size, stage, self.links)
         t = stage_parts_term(self.c, f, mode)[0]
@@ -221,35 +221,6 @@ NO_SPLIT = 2**62
 """:func:`pipeline_lower_bound` of a shape where no split fits at all (whole ns)."""
 
 
-def _most_that_fits(fits: Any, top: int, guess: int) -> int:
-    """The largest n in 0 … ``top`` with ``fits(n)`` (monotone: true up to some n, then false),
-    or −1 when not even 0 fits: galloping from ``guess`` (the neighbouring stage's answer, which
-    is usually within a layer or two), then bisection."""
-    guess = min(max(guess, 0), top)
-    if fits(guess):
-        lo, step = guess, 1  # lo fits; find a hi that does not
-        while lo + step <= top and fits(lo + step):
-            lo, step = lo + step, step * 2
-        hi = min(lo + step, top + 1)  # does not fit (or past the top)
-    else:
-        hi, step = guess, 1  # hi does not fit; find a lo that does
-        while hi - step >= 0 and not fits(hi - step):
-            hi, step = hi - step, step * 2
-        if hi - step < 0:
-            if not fits(0):
-                return -1
-            lo = 0
-        else:
-            lo = hi - step
-    while hi - lo > 1:  # lo fits, hi does not
-        mid = (lo + hi) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
 def _fit_most(sc: _Stages, layout: Layout, capacity: int) -> list[int] | None:
     """The most layers each stage can hold fully recomputed within ``capacity`` bytes per GPU
     (bisection over n, starting from the previous stage's count); None where the stages cannot
@@ -269,7 +240,7 @@ def _fit_most(sc: _Stages, layout: Layout, capacity: int) -> list[int] | None:
                 return None
             continue
         top = sc.counts(stage)[-1]
-        fit_most[stage] = _most_that_fits(fits, top, fit_most[stage - 1] if stage else L // pp)
+        fit_most[stage] = most_that_fits(fits, top, fit_most[stage - 1] if stage else L // pp)
         if fit_most[stage] < 0:
             return None
     return fit_most if sum(fit_most) >= L else None
@@ -410,9 +381,7 @@ class StageCosts:
         """The memory frontier's ε on every stage's peak, bytes per GPU (None: none)."""
         self.evaluations = 0
         self._memory: dict[tuple[int, int, int], StageMemory] = {}
-        self._paced: dict[
-            tuple[bool, bool, int, int, Recompute | None], tuple[int, float, int]
-        ] = {}
+        self._paced: dict[tuple[bool, bool, int, int, Recompute | None], Paced] = {}
 
     def memory(self, stage: int, n: int, k: int) -> StageMemory:
         """:meth:`_Stages.memory`, evaluated once."""
@@ -427,9 +396,7 @@ class StageCosts:
         mem = self.memory(stage, n, k)
         return stage_within(mem, self.capacity, self.max_bytes, self.allocator_retries_ok)
 
-    def paced(
-        self, stage: int, n: int, k: int, mode: Recompute | None = None
-    ) -> tuple[int, float, int]:
+    def paced(self, stage: int, n: int, k: int, mode: Recompute | None = None) -> Paced:
         """:meth:`_Stages.paced`, evaluated once per first/last position, n, k and mode."""
         key = (stage == 0, stage == self.stages.layout.pp - 1, n, k, mode)
         if key not in self._paced:
