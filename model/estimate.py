@@ -190,8 +190,9 @@ class Estimate:
 
     @property
     def bubble_fraction(self) -> Fraction:
-        """Idle share of the pipeline section: the closed form of GPipe, 1F1B and interleaved
-        1F1B; under a split-backward schedule, or interleaving with unequal model chunks
+        """Idle share of the pipeline section: the closed form of interleaved 1F1B; under GPipe
+        and 1F1B (stages of unequal time, :mod:`model.pipeline_onef`), a split-backward
+        schedule, or interleaving with unequal model chunks
         (:func:`model.pipeline_uneven.uneven_chunks`), the bubble over the section's time as the
         cost model times it (:func:`model.terms.step.schedule_span`), to 1/10⁶."""
         return self._bubble()[0]

@@ -71,6 +71,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainplan.model.core_spans import group_counts, span_groups
 from trainplan.model.pipeline import SPLIT_BACKWARD, Schedule, bubble_fraction, bubble_ratio
+from trainplan.model.pipeline_onef import one_chunk
 from trainplan.model.split import stage_chunks
 from trainplan.model.xp import minimum, namespace, where
 
@@ -480,8 +481,9 @@ def reported_bubble(
 ) -> tuple[Fraction, Fraction]:
     """(bubble over the pipeline section, bubble over its compute) as the estimate reports them:
     the closed forms of GPipe, 1F1B and interleaved 1F1B (:func:`model.pipeline.bubble_fraction`,
-    :func:`model.pipeline.bubble_ratio`); under a split-backward schedule, or interleaving with
-    ``uneven`` chunks, the bubble of the time ``terms`` (:class:`model.estimate.TimeTerms`: its
+    :func:`model.pipeline.bubble_ratio`); under a split-backward schedule, interleaving with
+    ``uneven`` chunks, or 1F1B and GPipe (:mod:`model.pipeline_onef`: stages of unequal time),
+    the bubble of the time ``terms`` (:class:`model.estimate.TimeTerms`: its
     ``bubble_s`` over the section, or over ``busy_s`` = m × the slowest stage's micro-batch), to
     1/10⁶."""
 
@@ -492,7 +494,7 @@ def reported_bubble(
         bubble = max(terms.bubble_s, 0.0)
         whole = terms.compute_and_pipeline_s
         return frac(bubble / whole), frac(bubble / (whole - bubble))
-    if terms is not None and terms.busy_s and uneven:
+    if terms is not None and terms.busy_s and (uneven or one_chunk(schedule, pp)):
         ratio = frac(terms.bubble_s / terms.busy_s)
         return ratio / (1 + ratio), ratio
     return bubble_fraction(pp, m, v), bubble_ratio(pp, m, v)

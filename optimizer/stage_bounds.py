@@ -12,6 +12,7 @@ from typing import Any
 
 from trainplan.model.layout import Layout
 from trainplan.optimizer.case import Case
+from trainplan.optimizer.gallop import most_that_fits
 from trainplan.optimizer.stage_rules import most_recomputed
 from trainplan.optimizer.stage_tables import stage_context
 
@@ -19,35 +20,6 @@ __all__ = ["NO_SPLIT", "pipeline_lower_bound", "fit_most"]
 
 NO_SPLIT = 2**62
 """:func:`pipeline_lower_bound` of a shape where no split fits at all (whole ns)."""
-
-
-def _most_that_fits(fits: Any, top: int, guess: int) -> int:
-    """The largest n in 0 … ``top`` with ``fits(n)`` (monotone: true up to some n, then false),
-    or −1 when not even 0 fits: galloping from ``guess`` (the neighbouring stage's answer, which
-    is usually within a layer or two), then bisection."""
-    guess = min(max(guess, 0), top)
-    if fits(guess):
-        lo, step = guess, 1  # lo fits; find a hi that does not
-        while lo + step <= top and fits(lo + step):
-            lo, step = lo + step, step * 2
-        hi = min(lo + step, top + 1)  # does not fit (or past the top)
-    else:
-        hi, step = guess, 1  # hi does not fit; find a lo that does
-        while hi - step >= 0 and not fits(hi - step):
-            hi, step = hi - step, step * 2
-        if hi - step < 0:
-            if not fits(0):
-                return -1
-            lo = 0
-        else:
-            lo = hi - step
-    while hi - lo > 1:  # lo fits, hi does not
-        mid = (lo + hi) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 def fit_most(sc: Any, layout: Layout, capacity: int) -> list[int] | None:
@@ -76,7 +48,7 @@ def fit_most(sc: Any, layout: Layout, capacity: int) -> list[int] | None:
                 continue
             top = sc.counts(stage, start)[-1]
             guess = most[stage - 1] if stage else L // pp
-            found = max(found, _most_that_fits(fits, top, guess))
+            found = max(found, most_that_fits(fits, top, guess))
         most[stage] = found
         if found < 0:
             return None
@@ -117,7 +89,7 @@ def pipeline_lower_bound(case: Case, layout: Layout, capacity: int | None = None
                 allowed = sc.counts(stage, start)
                 for i, n in enumerate(counts):
                     if n in allowed:
-                        t = sc.paced(stage, n, 0, layout.recompute, start)[0]
+                        t = sc.paced(stage, n, 0, layout.recompute, start)[2]
                         row[i] = min(row[i], t)
             by_role[role] = row
         fastest.append(by_role[role])

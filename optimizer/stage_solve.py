@@ -4,6 +4,12 @@ count and its fully recomputed layers, and each answer is re-evaluated with ``ev
 (:func:`check_plan`; a tabulated figure that differs raises
 :class:`optimizer.search.TermMismatch`). :mod:`optimizer.per_stage` runs it over the uniform
 search's top shapes.
+
+Under 1F1B the tables' pipeline term is the closed form ``m·t_max·(1 + (pp − 1)/m)``, an upper
+bound on the order's step the evaluator charges (:mod:`model.pipeline_onef`, whose bubble reads
+every stage, no one stage's row): CP-SAT finds the split best under that bound, and the plan's
+figure is ``evaluate()``'s, the order's own, never above it. The rest of the step each triple
+adds is the evaluated step less the evaluator's own pipeline term.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from dataclasses import dataclass
 
 from trainplan.model.estimate import Estimate, objective_ns
 from trainplan.model.layout import Layout
+from trainplan.model.pipeline_onef import one_chunk
 from trainplan.optimizer.case import Case
 from trainplan.optimizer.search import TermMismatch
 from trainplan.optimizer.stage_bases import plan_layout
@@ -27,7 +34,7 @@ from trainplan.optimizer.stage_tables import (
     stage_capacity,
 )
 
-__all__ = ["ShapePlan", "step_ns", "check_plan", "solve_rests", "solve_shape"]
+__all__ = ["ShapePlan", "step_ns", "check_plan", "pipeline_ns", "solve_rests", "solve_shape"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,12 +102,21 @@ def check_plan(tables: StageTables, est: Estimate, paced_ns: int) -> None:
         paced.append(row.paced_ns)
     if max(paced) != paced_ns:
         raise TermMismatch(f"pipeline term: table {max(paced)} != solver {paced_ns}")
-    # the evaluator's own pipeline term: m·t_mb·(1 + bubble_ratio) = compute_and_pipeline − pp
+    evaluated = pipeline_ns(est)
+    # under 1F1B the closed form bounds the order's step from above (model.pipeline_onef);
+    # elsewhere it is the evaluator's term
+    over = evaluated - paced_ns
+    if over > 2 or (over < -2 and not one_chunk(lay.schedule, lay.pp)):
+        raise TermMismatch(f"pipeline term: evaluate {evaluated:.0f} ns != table {paced_ns} ns")
+
+
+def pipeline_ns(est: Estimate) -> float:
+    """The evaluator's own pipeline term of ``est``, ns: the section's passes and bubble,
+    ``compute_and_pipeline`` less the exposed pipeline messages
+    (:func:`model.terms.step.schedule_span`)."""
     assert est.time_terms is not None
     pp_row = next(r for r in est.traffic if r.traffic.axis == "pp")
-    evaluated = (est.time_terms.compute_and_pipeline_s - (pp_row.exposed_seconds or 0.0)) * 1e9
-    if abs(evaluated - paced_ns) > 2:
-        raise TermMismatch(f"pipeline term: evaluate {evaluated:.0f} ns != table {paced_ns} ns")
+    return (est.time_terms.compute_and_pipeline_s - (pp_row.exposed_seconds or 0.0)) * 1e9
 
 
 def solve_rests(
@@ -143,7 +159,10 @@ def solve_rests(
         est = case.evaluate(lay)
         check_plan(tables, est, sol.paced_ns)
         total = step_ns(est)
-        model.add_rest(sol.key, total - sol.paced_ns)
+        # the rest of the step: less the evaluator's own pipeline term, which under 1F1B is
+        # the order's step, below the closed form the solver's T is (check_plan)
+        exact = one_chunk(lay.schedule, lay.pp)
+        model.add_rest(sol.key, total - (round(pipeline_ns(est)) if exact else sol.paced_ns))
         if best is None or (total, est.total_bytes) < (best[0], best[1].total_bytes):
             best = (total, est)
             hint = (sol.layers, sol.recomputed)

@@ -43,6 +43,7 @@ from typing import Any
 
 from trainplan.model.estimate import evaluation_context
 from trainplan.model.layout import Layout, Recompute
+from trainplan.model.pipeline_onef import one_chunk
 from trainplan.model.terms.fields import Context, LayoutFields
 from trainplan.model.terms.peak import StageMemory, fit_bytes, stage_memory_term
 from trainplan.model.terms.roofline import stage_parts_term
@@ -71,6 +72,9 @@ __all__ = [
     "stage_capacity",
     "stage_within",
 ]
+
+
+Paced = tuple[int, float, int]  # :meth:`_Stages.paced`'s: closed form ns, t seconds, pruning ns
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,16 +218,18 @@ class _Stages:
 
     def paced(
         self, stage: int, n: int, k: int, mode: Recompute | None = None, start: int | None = None
-    ) -> tuple[int, float]:
+    ) -> Paced:
         """(the step's pipeline term if this stage were the slowest, whole ns; its micro-batch,
-        seconds): :func:`model.terms.roofline.stage_parts_term` of ``stage`` holding ``n``
+        seconds; what rows and shapes are pruned by, ns: the same, under 1F1B ``m·t``, as the
+        closed form only bounds the order's step, :mod:`model.pipeline_onef`): :func:`model.terms.roofline.stage_parts_term` of ``stage`` holding ``n``
         layers with ``k`` recomputed (``mode`` overrides the recompute mode) after ``start``
         layers (default d), paced by :func:`model.terms.step.pipeline_seconds`."""
         before = self.prefix if start is None else start
         lay = realization(self.layout, self.num_layers, stage, n, k, before)
         f = LayoutFields(lay, self.case.training.global_batch_size, stage, self.links)
         t = stage_parts_term(self.c, f, mode)[0]
-        return round(pipeline_seconds(f.m, t, lay.pp, lay.virtual_stages) * 1e9), t
+        paced = round(pipeline_seconds(f.m, t, lay.pp, lay.virtual_stages) * 1e9)
+        return paced, t, round(f.m * t * 1e9) if one_chunk(lay.schedule, lay.pp) else paced
 
 
 def stage_context(case: Case, layout: Layout) -> _Stages:
@@ -340,7 +346,7 @@ class StageCosts:
         """The memory frontier's ε on every stage's peak, bytes per GPU (None: none)."""
         self.evaluations = 0
         self._memory: dict[tuple[int, int, int, int | None], StageMemory] = {}
-        self._paced: dict[tuple[Any, ...], tuple[int, float]] = {}
+        self._paced: dict[tuple[Any, ...], Paced] = {}
 
     def memory(self, stage: int, n: int, k: int, start: int | None = None) -> StageMemory:
         """:meth:`_Stages.memory`, evaluated once."""
@@ -358,7 +364,7 @@ class StageCosts:
 
     def paced(
         self, stage: int, n: int, k: int, mode: Recompute | None = None, start: int | None = None
-    ) -> tuple[int, float]:
+    ) -> Paced:
         """:meth:`_Stages.paced`, evaluated once per first/last position, start, n, k and
         mode."""
         key = (stage == 0, stage == self.stages.layout.pp - 1, start, n, k, mode)
@@ -375,7 +381,7 @@ def time_caps(costs: StageCosts, cap_ns: int | None, rest_lower_ns: int) -> list
     sc = costs.stages
     return [
         max((n for start in sc.starts(i) for n in sc.counts(i, start)
-             if cap_ns is None or costs.paced(i, n, 0, None, start)[0] + rest_lower_ns < cap_ns),
+             if cap_ns is None or costs.paced(i, n, 0, None, start)[2] + rest_lower_ns < cap_ns),
             default=-1)
         for i in range(sc.layout.pp)
     ]  # fmt: skip
@@ -435,15 +441,15 @@ def stage_rows(
             bare = costs.paced(stage, n, 0, Recompute.NONE, start)[1]
             if (
                 cap_ns is not None
-                and costs.paced(stage, n, 0, None, start)[0] + rest_lower_ns >= cap_ns
+                and costs.paced(stage, n, 0, None, start)[2] + rest_lower_ns >= cap_ns
             ):
                 break  # k = 0 is this n's fastest, and more layers are slower
             k = least_fitting(costs, stage, n, least, start)
             if k is None:
                 break
             least = k
-            paced_ns, _ = costs.paced(stage, n, k, None, start)
-            if cap_ns is not None and paced_ns + rest_lower_ns >= cap_ns:
+            paced_ns, _, least_ns = costs.paced(stage, n, k, None, start)
+            if cap_ns is not None and least_ns + rest_lower_ns >= cap_ns:
                 continue
             mem = costs.memory(stage, n, k, start)
             key = mem.dense_params * sc.layout.tp

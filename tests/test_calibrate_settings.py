@@ -42,7 +42,7 @@ benchmark in docs/time-model-sources.md)."""
 def test_the_warning_rule():
     """Flagged beyond a factor 1.5 either way: 0.6996 / 1.5 = 0.4664 and 0.6996 × 1.5 = 1.0494
     (unreachable: the fit's range ends at 1). The report's 0.3764 is 0.3764 / 0.6996 = 0.538 ×
-    the default; the three-row fit's 0.7463 is 1.067 ×."""
+    the default; the three-row fit's 0.7460 is 1.066 ×."""
     assert FAR_FROM_DEFAULT == 1.5
     defaults = {"gemm_efficiency": A100_GEMM}
 
@@ -50,7 +50,7 @@ def test_the_warning_rule():
         return bool(fit_warnings(Fit({"gemm_efficiency": value}, (), {}, defaults)))
 
     assert warned(0.3764) and warned(0.4663)
-    assert not warned(0.4665) and not warned(0.7463) and not warned(1.0)
+    assert not warned(0.4665) and not warned(0.7460) and not warned(1.0)
     assert fit_warnings(Fit({"gemm_efficiency": 0.3764}, (), {}, defaults)) == [
         "gemm_efficiency fitted 0.3764 is 0.54 × its per-operation default 0.6996 (more than "
         "1.5 × from it either way, docs/time-model-sources.md): check that each run gives the "
@@ -90,10 +90,11 @@ def test_a_run_without_its_recipe_is_evaluated_under_the_planner_defaults():
 
 def test_the_worked_example_states_its_recipe():
     """The measurements file gives every reported setting but precision (bf16 stands for the
-    2021 code's fp16: the same A100 peak); its fit, 0.7463, is 1.067 × the default: no warning."""
+    2021 code's fp16: the same A100 peak); its fit, 0.7460, is 1.066 × the default: no warning (0.7463 before
+    1F1B's bubble was the order's own on stages of unequal time, model.pipeline_onef)."""
     gpu, keys, runs = read_measurements(MEASUREMENTS)
     fit = calibrate_measurements(gpu, keys, runs)
-    assert fit.figures["gemm_efficiency"] == pytest.approx(0.7463, abs=1e-4)
+    assert fit.figures["gemm_efficiency"] == pytest.approx(0.7460, abs=1e-4)
     assert fit.defaults == {"gemm_efficiency": A100_GEMM}
     for r in fit.residuals:
         assert r.defaulted == ("precision",)

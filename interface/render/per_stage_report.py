@@ -7,6 +7,7 @@ import shlex
 from typing import Any
 
 from trainplan.interface.render.report import duration, table_text
+from trainplan.model.pipeline_onef import one_chunk
 
 __all__ = ["per_stage_text"]
 
@@ -43,6 +44,12 @@ def per_stage_text(d: dict[str, Any]) -> str:
         f"({ps['gain']:.3f}× the uniform)",
     ]
     v, pp = lay["virtual_stages"], lay["pp"]
+    if one_chunk(lay["schedule"], pp):
+        out.append(
+            f"  {lay['schedule']}: the split is proven best under the closed-form bubble "
+            "(m + pp − 1)·t_max, an upper bound; the step printed is evaluate()'s, the order's own "
+            "on stages of unequal time (model.pipeline_onef)"
+        )
     if any(counts) or lay.get("recompute_layers") is not None:
         chunks = lay.get("chunk_layers")
         rows = []

@@ -17,6 +17,7 @@ from typing import Any
 from trainplan.model.core_spans import span_groups
 from trainplan.model.layout import Recompute
 from trainplan.model.pipeline import bubble_ratio
+from trainplan.model.pipeline_onef import one_chunk, onef_bubble
 from trainplan.model.pipeline_uneven import (
     chunk_counts,
     layout_bubbles,
@@ -25,9 +26,9 @@ from trainplan.model.pipeline_uneven import (
 from trainplan.model.terms.activation_fields import LAYER_FIELDS
 from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.terms.roofline import kind_seconds
-from trainplan.model.xp import as_float, namespace
+from trainplan.model.xp import as_float, is_array, namespace, where
 
-__all__ = ["classic_span", "uneven_bubble"]
+__all__ = ["classic_span", "uneven_bubble", "one_chunk_bubble"]
 
 
 def _chunk_times(
@@ -116,18 +117,50 @@ def _uneven_bubbles(
     return out[:, None]
 
 
+def one_chunk_bubble(
+    pp: int, m: Any, schedule: str, counts: Any, kinds: Any, plain: Any, full: Any, again: Any
+) -> Any:
+    """Seconds of the bubble the one-chunk order (1F1B, GPipe) leaves on one layout's stages, or
+    many layouts' (``[n, 1]`` back; rows grouped by m): :func:`model.pipeline_onef.onef_bubble`
+    of each stage's forward and backward of one micro-batch (:func:`_chunk_times` with v = 1:
+    its layers of each span group, those recomputed whole, the embedding on the first stage and
+    the output layer on the last; the forward a third of the same without recomputation)."""
+    total, forward = _chunk_times(pp, counts, again, kinds, plain, full)
+    backward = [t - x for t, x in zip(total, forward, strict=True)]
+    xp = namespace(m, *total, *forward)
+    if xp is None:
+        return onef_bubble(pp, int(m), [float(x) for x in forward],
+                           [float(x) for x in backward], schedule)  # fmt: skip
+    n = max(int(xp.asarray(x).shape[0]) if xp.asarray(x).ndim else 1 for x in (m, *total))
+
+    def column(x: Any) -> Any:
+        return xp.reshape(xp.broadcast_to(xp.asarray(x, dtype=xp.float64), (n, 1)), (n,))
+
+    fw, bw, mr = [column(x) for x in forward], [column(x) for x in backward], column(m)
+    out = xp.zeros(n)
+    for mi in sorted(set(mr.tolist())):
+        rows = mr == mi
+        out[rows] = onef_bubble(pp, int(mi), [x[rows] for x in fw], [x[rows] for x in bw], schedule)
+    return out[:, None]
+
+
 def classic_span(c: Context, f: Fields, t_mb: Any, t_plain: Any, roofline: bool) -> Any:
     """Seconds of the pipeline section under GPipe, 1F1B or interleaved 1F1B: the closed form
-    ``m·t_mb·(1 + (pp − 1)/(v·m))`` (``t_mb`` the slowest stage's micro-batch), or, where a rank's
-    model chunks hold unequal layers (:func:`model.pipeline_uneven.uneven_chunks`),
-    ``m·t_mb`` + :func:`uneven_bubble`, its layers timed by the roofline model's kinds
+    ``m·t_mb·(1 + (pp − 1)/(v·m))`` (``t_mb`` the slowest stage's micro-batch) where every
+    stage (every model chunk) takes the same time; under 1F1B and GPipe with stages of unequal
+    time, ``m·t_mb`` + :func:`one_chunk_bubble` (the order's exact step,
+    :mod:`model.pipeline_onef`); where a rank's model chunks hold unequal layers under
+    interleaving (:func:`model.pipeline_uneven.uneven_chunks`), ``m·t_mb`` +
+    :func:`uneven_bubble`. The stages or chunks are timed by the roofline model's kinds
     (``roofline``; per-stage counts' layers fully recomputed) or, under the single model, every
-    layer as long as one of the stage with the most (``t_mb`` and ``t_plain`` over its layers)."""
+    layer as long as one of the stage with the most (``t_mb`` and ``t_plain`` over its layers).
+    Control: schedule, pp."""
     m, pp = f.m, f.pp
     closed = m * t_mb * (1 + as_float(bubble_ratio(pp, m, f.virtual_stages)))
-    uneven = f.lookup(uneven_chunks, (c.arch,), *LAYER_FIELDS)
-    xp = namespace(uneven, t_mb)
-    if not (bool(xp.any(uneven)) if xp is not None else uneven):
+    onef = one_chunk(f.schedule, pp)
+    uneven = True if onef else f.lookup(uneven_chunks, (c.arch,), *LAYER_FIELDS)
+    xp = namespace(uneven, t_mb, m)
+    if c.arch is None or not (bool(xp.any(uneven)) if is_array(uneven) else uneven):
         return closed
     counts = f.lookup(chunk_counts, (c.arch,), *LAYER_FIELDS)
     full = again = None
@@ -140,11 +173,29 @@ def classic_span(c: Context, f: Fields, t_mb: Any, t_plain: Any, roofline: bool)
         most = f.lookup(_most_layers, (c.arch,), *LAYER_FIELDS)
         groups = len(span_groups(c.arch))
         kinds, plain = (((x / most,) * groups, 0.0, 0.0) for x in (t_mb, t_plain))
+    if onef:
+        alike = False if roofline else _alike(counts, pp)
+        if alike is True:
+            return closed  # stages alike: the closed form is the order's step
+        bubble = one_chunk_bubble(pp, m, str(f.schedule), counts, kinds, plain, full, again)
+        return where(alike, closed, m * t_mb + bubble)
     if xp is None:
         bubble = uneven_bubble(pp, f.virtual_stages, m, counts, kinds, plain, full, again)
         return m * t_mb + bubble
     bubble = _uneven_bubbles(xp, pp, f.virtual_stages, m, counts, kinds, plain, full, again)
     return xp.where(uneven, m * t_mb + bubble, closed)
+
+
+def _alike(counts: Any, pp: int) -> Any:
+    """Whether every stage holds the same layers of each span group (:func:`chunk_counts` with
+    v = 1: numbers, a bool back, or ``[n, 1]`` columns, a column back): under the single model,
+    stages of equal time, whose step the closed form gives."""
+    same: Any = True
+    for g in range(len(counts) // pp):
+        row = counts[g * pp : (g + 1) * pp]
+        for x in row[1:]:
+            same = same & (x == row[0])
+    return bool(same) if not is_array(same) else same
 
 
 def _most_layers(arch: Any, pp: int, v: int, rule: Any, sizes: Any, schedule: Any) -> int:

@@ -131,9 +131,11 @@ def test_the_searched_70b_plan_scores_at_29_gb_not_77():
     update = (1 - 1 / 1.350) * 64.313 * 15.391 / 15.369  # the ring's 24 blocks; the bubble's share
     assert update == pytest.approx(16.698, abs=1e-3)
     tp = update + 2 * update / 3  # the update and two roles' scoring
-    step = 3027.27 + charge + decode + prefill + ends + tp
+    # the roles' 1F1B bubbles the order's own on stages of unequal time (model.pipeline_onef):
+    # 0.052 s under the closed forms' that the derivation above sums
+    step = 3027.27 + charge + decode + prefill + ends + tp - 0.052
     assert r.best.plan.step_s == pytest.approx(step, abs=0.05)
-    assert r.best.plan.step_s == pytest.approx(3386.95, abs=0.05)
+    assert r.best.plan.step_s == pytest.approx(3386.90, abs=0.05)
 
 
 def test_the_megatron_critic_brings_back_its_gradient_buffers_too():

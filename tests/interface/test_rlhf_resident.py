@@ -180,8 +180,12 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     # bus bandwidth at 4 GPUs against the ring's 360, model/nccl_search.py), the NVLS curve ÷
     # 480/370: 0.076 s more
     xent = 0.076
-    assert r.best.plan.step_s == pytest.approx(5493.39 + charge + ar + ends + tp + xent, abs=0.05)
-    assert r.best.plan.step_s == pytest.approx(5881.05, abs=0.05)
+    # the roles' 1F1B bubbles the order's own on stages of unequal time (model.pipeline_onef):
+    # 0.174 s under the closed forms' that the derivation above sums
+    onef = -0.174
+    step = 5493.39 + charge + ar + ends + tp + xent + onef
+    assert r.best.plan.step_s == pytest.approx(step, abs=0.05)
+    assert r.best.plan.step_s == pytest.approx(5880.88, abs=0.05)
 
 
 def test_the_old_four_layout_answer_is_refused():

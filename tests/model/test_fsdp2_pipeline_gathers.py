@@ -185,11 +185,13 @@ def test_exposure_by_hand_a100(schedule):
     if schedule == "gpipe":
         assert per_mb == pytest.approx(16 * (a * 15 / 16 - t / 3))
         assert dp.exposed_seconds == pytest.approx(0.27449, abs=1e-5)
-        assert est.step_s == pytest.approx(1.6374, abs=1e-4)
+        # 1.6374 before GPipe's bubble was the order's own (model.pipeline_onef)
+        assert est.step_s == pytest.approx(1.6274, abs=1e-4)
     else:
         assert per_mb == pytest.approx(a / 16)
         assert dp.exposed_seconds == pytest.approx(0.09590, abs=1e-5)
-        assert est.step_s == pytest.approx(1.4588, abs=1e-4)
+        assert est.step_s == pytest.approx(1.4488, abs=1e-4)  # 1.4588 before 1F1B's bubble was
+        # the order's own on stages of unequal time (model.pipeline_onef)
     assert dp.exposed_seconds == pytest.approx(reduce_s + first + per_mb, abs=1e-9)
 
 
@@ -213,6 +215,7 @@ def test_evaluate_says_which_policy():
     base = dict(model="llama3-405b", framework="fsdp2", dp=32, tp=8, pp=4, recompute="full")
     est = trainplan.evaluate(**base)
     assert est.layout.zero_stage == 2
-    assert est.step_s == pytest.approx(135.838, abs=1e-3)
+    assert est.step_s == pytest.approx(135.709, abs=1e-3)  # 135.838 before 1F1B's bubble
+    # was the order's own on stages of unequal time (model.pipeline_onef)
     z3 = trainplan.evaluate(**base, zero_stage=3)
-    assert z3.step_s == pytest.approx(138.383, abs=1e-3)
+    assert z3.step_s == pytest.approx(138.254, abs=1e-3)  # 138.383 before, likewise

@@ -86,7 +86,9 @@ def test_llama3_70b_1f1b_waits_for_the_whole_reduce_scatter_by_hand():
     )
     assert dp.exposed_seconds == pytest.approx(reduce_s + PHI_DP * gather_s, abs=5e-5)
     assert dp.exposed_seconds == pytest.approx(0.1533, abs=1e-4)
-    assert est.step_s == pytest.approx(43.177, abs=1e-3)
+    # 43.177 s before 1F1B's bubble was the order's own on stages of unequal time
+    # (model.pipeline_onef)
+    assert est.step_s == pytest.approx(43.023, abs=1e-3)
 
 
 def test_interleaved_waits_for_its_last_chunk_only():
