@@ -31,8 +31,8 @@ from trainplan.model.terms.activation_fields import padded_vocab_of
 from trainplan.model.terms.ep_link import ep_rdma
 from trainplan.model.terms.fields import INSIDE_DOMAIN, AxisLinkLike, Context, LayoutFields
 from trainplan.model.terms.forward_gather import forward_gather_term
+from trainplan.model.terms.optimizer_time import muon_axis_traffic, muon_gather_seconds
 from trainplan.model.terms.peak import StageMemory, busiest_stage, host_fits, stage_memory_term
-from trainplan.model.terms.roofline import muon_axis_traffic, muon_gather_seconds
 from trainplan.model.terms.sm_shares import layout_sm_shares
 from trainplan.model.terms.split_key import SplitKey
 from trainplan.model.terms.stage_params import stage_params_per_gpu

@@ -6,9 +6,12 @@ intra-domain dispatch and combine at their kernels' published bandwidth, with wh
 
 from __future__ import annotations
 
+from typing import Any
+
 from trainplan.model.dispatch_buffers import deepep_group_ranks
 from trainplan.model.ep_kernels import KERNEL_LIBRARY, kernel_rates
 from trainplan.model.estimate import Estimate
+from trainplan.model.moe_run import MoERun
 from trainplan.model.terms.step import uses_roofline
 from trainplan.model.torchtitan_experts import (
     GROUPED_MM_MEASURED_ON,
@@ -17,7 +20,7 @@ from trainplan.model.torchtitan_experts import (
     grouped_mm_of,
 )
 
-__all__ = ["grouped_mm_sentence", "dispatcher_kernel_sentence"]
+__all__ = ["grouped_mm_sentence", "dispatcher_kernel_sentence", "moe_run_dict"]
 
 
 def grouped_mm_sentence(est: Estimate) -> list[str]:
@@ -110,3 +113,16 @@ def _deepep_runs(est: Estimate) -> list[str]:
             "ASSUMED set"
         )
     return out
+
+
+def moe_run_dict(run: MoERun) -> dict[str, Any]:
+    """The run's MoE routing and dispatch (:class:`model.moe_run.MoERun`), by the option names."""
+    cf = run.capacity_factor
+    return {
+        "moe_capacity_factor": None if cf is None else float(cf),
+        "moe_pad_to_capacity": run.pad_to_capacity,
+        "moe_imbalance": float(run.imbalance),
+        "moe_node_limit": run.node_limit,
+        "moe_dispatcher": str(run.dispatcher),
+        "moe_ep_overlap": str(run.ep_overlap),
+    }

@@ -12,6 +12,7 @@ from typing import Any
 from trainplan.interface.flags import with_flags
 from trainplan.interface.launch_split import split_flags
 from trainplan.interface.render.assumptions import assumptions, elementwise, tp_block_inputs
+from trainplan.interface.render.moe_text import moe_run_dict
 from trainplan.interface.render.step_terms import step_terms
 from trainplan.model.deepspeed_mechanisms import sp_comm_bytes
 from trainplan.model.estimate import Estimate
@@ -20,7 +21,7 @@ from trainplan.model.frameworks import Framework
 from trainplan.model.launch_order import launch_order_kept
 from trainplan.model.mechanisms import mechanism
 from trainplan.model.memory import keeps_gathered_inputs
-from trainplan.model.moe_run import Dispatcher, MoERun
+from trainplan.model.moe_run import Dispatcher
 from trainplan.model.op_rates import params_in_force
 from trainplan.model.op_time import tp_overlap_for, tp_overlap_run
 from trainplan.model.phases import construction_peak_bytes
@@ -405,7 +406,7 @@ def _layout(est: Estimate) -> dict[str, Any]:
         **_where(sac_fp8, "sac_saves_scaled_mm", t.sac_saves_scaled_mm),
         **_where(fp8, "fp8_activation_storage", t.fp8_activation_storage),
         "document_lengths": _documents(t),
-        "moe": _moe_run(t.moe_run),
+        "moe": moe_run_dict(t.moe_run),
     }
 
 
@@ -469,19 +470,6 @@ def _time(est: Estimate) -> dict[str, Any]:
         **_efficiencies(est),
     }
     return {**out, "step_terms": step_terms(out)}
-
-
-def _moe_run(run: MoERun) -> dict[str, Any]:
-    """The run's MoE routing and dispatch (:class:`model.moe_run.MoERun`), by the option names."""
-    cf = run.capacity_factor
-    return {
-        "moe_capacity_factor": None if cf is None else float(cf),
-        "moe_pad_to_capacity": run.pad_to_capacity,
-        "moe_imbalance": float(run.imbalance),
-        "moe_node_limit": run.node_limit,
-        "moe_dispatcher": str(run.dispatcher),
-        "moe_ep_overlap": str(run.ep_overlap),
-    }
 
 
 def _chunk_layers(est: Estimate) -> list[int] | None:

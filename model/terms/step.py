@@ -51,11 +51,11 @@ from trainplan.model.terms.activation_fields import (
 from trainplan.model.terms.dp_time import dp_group_times, grad_accumulation_term
 from trainplan.model.terms.fields import Context, Fields, stage_max
 from trainplan.model.terms.offload_time import activation_offload_term, offload_term
+from trainplan.model.terms.optimizer_time import optimizer_seconds_term
 from trainplan.model.terms.pipeline_span import classic_span
 from trainplan.model.terms.roofline import (
     ep_dispatch_fields,
     ep_sm_share,
-    optimizer_seconds_term,
     pp_seconds_term,
     slowest_microbatch,
     window_seconds,

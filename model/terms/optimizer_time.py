@@ -1,0 +1,129 @@
+"""The optimizer step's terms on one GPU of its busiest stage: the elements it updates through
+HBM (:func:`optimizer_seconds_term`) and Muon's own work and gathers (:func:`muon_seconds`,
+:func:`muon_gather_traffic`), timed on the links and at the rates of the roofline terms
+(:mod:`model.terms.roofline`'s :func:`~model.terms.roofline.params_of` and
+:func:`~model.terms.roofline.axis_link`). Units: seconds and bytes per GPU per step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainplan.model.comm import AxisTraffic
+from trainplan.model.memory import optimizer_elements
+from trainplan.model.muon import muon_gather_bytes
+from trainplan.model.offload import adam_step_bytes
+from trainplan.model.optimizers import OptimizerKind, optimizer_step_bytes
+from trainplan.model.step_time import optimizer_seconds
+from trainplan.model.terms.fields import Context, Fields, LayoutFields
+from trainplan.model.terms.roofline import axis_link, params_of
+from trainplan.model.terms.stage_params import busiest_params
+from trainplan.model.terms.state import busiest_muon_work, busiest_scales, muon_whole_matrices
+from trainplan.model.terms.traffic import dp_mechanism
+from trainplan.model.xp import as_float, maximum, times, where
+
+__all__ = [
+    "optimizer_seconds_term",
+    "muon_gather_traffic",
+    "muon_gather_seconds",
+    "muon_axis_traffic",
+    "muon_seconds",
+]
+
+
+def optimizer_seconds_term(c: Context, f: Fields) -> Any:
+    """Seconds of the optimizer step on one GPU of the stage with the most parameters: the
+    elements it updates (less what an offload steps on the host) through HBM
+    (:func:`model.step_time.optimizer_seconds`)."""
+    t, d = c.training, c.gpu
+    assert d.hbm_bytes_per_s is not None
+    dense, experts = busiest_params(c, f)
+    owned = optimizer_elements(
+        dp_mechanism(c, f), dense, experts, f.shard_degree, f.expert_shard_degree
+    )
+    owned = times(owned, 1 - t.offload.optimizer)
+    if OptimizerKind(f.optimizer) is OptimizerKind.ADAM:
+        step_bytes = adam_step_bytes(t.optimizer_bytes, t.weight_bytes)
+        return optimizer_seconds(as_float(owned), d.hbm_bytes_per_s, params_of(c), step_bytes)
+    # another optimizer: its state per element (Adam's × the stage's scale) read and written,
+    # the gradient read, the weight written, the clip and zeroing (optimizer_step_bytes' rule)
+    scale_d, scale_e = busiest_scales(c, f)
+    mech = dp_mechanism(c, f)
+    state = t.optimizer_bytes * optimizer_elements(
+        mech, dense * scale_d, experts * scale_e, f.shard_degree, f.expert_shard_degree
+    )
+    state = times(state, 1 - t.offload.optimizer)
+    moved = 2 * as_float(state) + (optimizer_step_bytes(0, t.weight_bytes)) * as_float(owned)
+    return optimizer_seconds(moved, d.hbm_bytes_per_s, params_of(c), 1) + muon_seconds(c, f)
+
+
+def muon_gather_traffic(c: Context, f: Fields) -> tuple[Any, Any]:
+    """(bytes over tp, bytes over the data-parallel shard group) one GPU of Muon's busiest stage
+    (the most Newton–Schulz FLOPs, :func:`model.terms.state.busiest_muon_work`) sends per step so
+    that Muon sees whole matrices: :func:`model.muon.muon_gather_bytes` of its dense
+    matrices (over tp and D) plus its routed experts' (over etp and D_e), both riding the tp and
+    the dp link. The one volume the traffic table's Muon rows show and :func:`muon_seconds`
+    times. (0, 0) under any other optimizer."""
+    if OptimizerKind(f.optimizer) is not OptimizerKind.MUON:
+        return 0, 0
+    _, _, el_d, el_e = busiest_muon_work(c, f)
+    zero, fw = int(f.zero_stage), str(f.framework)
+    whole = muon_whole_matrices(fw, c.training.muon_tp_mode)
+    over_tp, over_dp = muon_gather_bytes(fw, zero, f.shard_degree, f.tp, el_d, whole)
+    e_tp, e_dp = muon_gather_bytes(fw, zero, f.expert_shard_degree, f.expert_tp, el_e, whole)
+    return over_tp + e_tp, over_dp + e_dp
+
+
+def muon_gather_seconds(c: Context, f: Fields) -> tuple[Any, Any]:
+    """(seconds over tp, over dp) of :func:`muon_gather_traffic`'s bytes on each axis's link at
+    its tier's efficiency (scale-up or scale-out), all exposed: the optimizer step waits for
+    them. 0 on an axis without a link figure."""
+    p = params_of(c)
+    out = []
+    for axis, moved in zip(("tp", "dp"), muon_gather_traffic(c, f), strict=True):
+        bandwidth, scaleup = axis_link(c, f, axis)
+        eff = where(scaleup, p.scaleup_efficiency, p.scaleout_efficiency)
+        out.append(where(bandwidth > 0, as_float(moved) / maximum(bandwidth * eff, 1.0), 0.0))
+    return out[0], out[1]
+
+
+def muon_axis_traffic(c: Context, f: LayoutFields) -> list[AxisTraffic]:
+    """The traffic table's rows of Muon's optimizer-step gathers (:func:`muon_gather_traffic`),
+    one per axis that sends: tp (Emerging-Optimizers' ``newton_schulz_tp``, duplicated mode:
+    each matrix all-gathered over tp, etp for routed experts) and dp (Megatron-Core's
+    layer-wise distributed optimizer: the gradient all-reduce beyond the distributed optimizer's
+    reduce-scatter; torchtitan's ``DistMuon``: each matrix's shards to its owner and the update
+    back). Empty under any other optimizer."""
+    lay = f.layout
+    over_tp, over_dp = muon_gather_traffic(c, f)
+    rows = []
+    if over_tp:
+        group = lay.tp if lay.tp > 1 else lay.expert_tp
+        rows.append(AxisTraffic("tp", "Muon: all-gather of whole matrices", group, over_tp))
+    if over_dp:
+        name = "Muon: whole-matrix gather to the owner + scatter back"
+        if lay.framework.value == "megatron":
+            name = "Muon: gradient all-reduce beyond the reduce-scatter (layer-wise optimizer)"
+        rows.append(AxisTraffic("dp", name, lay.shard_degree, over_dp))
+    return rows
+
+
+def muon_seconds(c: Context, f: Fields) -> Any:
+    """Muon's own step work on one GPU of its busiest stage, all exposed (it follows the
+    gradient reduction): the Newton–Schulz FLOPs of the matrices this GPU orthogonalises — whole
+    matrices, ÷ D (D_e for experts) where the optimizer is sharded (Megatron-Core's layer-wise
+    distributed optimizer, torchtitan's ``DistMuon``), every tp rank iterating the whole matrix
+    where tp matrices are gathered (``--muon-tp-mode duplicated``, Megatron's default; its block
+    under ``blockwise``, :func:`model.muon.muon_tp_gathers`) — at the GEMM efficiency's
+    share of the peak, and the gathers' time (:func:`muon_gather_seconds`). 0 under any other
+    optimizer."""
+    if OptimizerKind(f.optimizer) is not OptimizerKind.MUON:
+        return 0.0
+    d, p = c.gpu, params_of(c)
+    ns_d, ns_e, _, _ = busiest_muon_work(c, f)
+    mech = dp_mechanism(c, f)
+    if mech.optimizer_sharded:
+        ns_d, ns_e = ns_d / f.shard_degree, ns_e / f.expert_shard_degree
+    compute = as_float(ns_d + ns_e) / (d.peak_flops_per_s * p.gemm_efficiency)
+    over_tp, over_dp = muon_gather_seconds(c, f)
+    return compute + over_tp + over_dp
