@@ -46,8 +46,9 @@ Pure functions over ints; the trace is :class:`Trace` (built by
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["Trace", "State", "walk"]
+__all__ = ["Trace", "State", "walk", "walk_held"]
 
 NEVER = -(10**10)
 """``__most_recent_step_id_param_fetched_for``'s default, ``int(-1e10)`` (:102)."""
@@ -60,11 +61,14 @@ class Trace:
     ``sizes[p]``: parameter ``p``'s ``ds_numel``, elements on one GPU; ``groups[p]``: 0 the dense
     parameters' dp group, 1 the routed experts'; ``events``: ``(fetch, module, parameters)`` in
     order, ``fetch`` True for ``fetch_sub_module`` (a trace step), False for
-    ``release_sub_module`` (only where the module has parameters)."""
+    ``release_sub_module`` (only where the module has parameters); ``unheld``: per event, the
+    transformer layers whose saved activations are not live then (those not yet run in the
+    forward, those whose backward has run), empty where not recorded."""
 
     sizes: tuple[int, ...]
     groups: tuple[int, ...]
     events: tuple[tuple[bool, int, tuple[int, ...]], ...]
+    unheld: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -101,18 +105,53 @@ def walk(
     >>> walk(t, State(), None, 40, 100, 0, 0)[:2]
     ((2, 0), (60, 0))
     """
-    run = _Run(trace, state, cache, (bucket, live, reuse, persist))
+    run, left = _walked(trace, state, cache, (bucket, live, reuse, persist))
+    return (run.calls[0], run.calls[1]), (run.elements[0], run.elements[1]), left
+
+
+def walk_held(
+    trace: Trace, state: State, cache: dict[tuple[int, int], frozenset[int]] | None, limits: Any
+) -> tuple[tuple[int, ...], State]:
+    """(``n_available`` after each event of ``trace``, the state left): the elements on one GPU
+    held gathered, whole, at each moment of :func:`walk` (``limits``: its ``(bucket, live,
+    reuse, persist)``, elements). The gathered buffer
+    is allocated when the all-gather is launched (DeepSpeed 38327e07 ``partition_parameters.py``
+    ``all_gather_coalesced`` :1254 and :1331, ``torch.empty`` of the whole buffer before the
+    collective) and freed at ``__release_param``, so ``n_available`` (:484, :515–520), in-flight
+    prefetches included, is what the gathered parameters occupy; a fetch only raises it and a
+    release only lowers it, so the value after each event is the moment's most.
+
+    The doctest's walk: 30 gathered and 30 prefetched, then each freed.
+
+    >>> t = Trace((30, 30), (0, 0), ((True, 0, (0,)), (False, 0, (0,)),
+    ...     (True, 1, (1,)), (False, 1, (1,))))
+    >>> walk_held(t, State(), None, (40, 100, 0, 0))[0]
+    (60, 30, 30, 0)
+    """
+    run, left = _walked(trace, state, cache, tuple(limits))
+    return tuple(run.held), left
+
+
+def _walked(
+    trace: Trace,
+    state: State,
+    cache: dict[tuple[int, int], frozenset[int]] | None,
+    limits: tuple[int, int, int, int],
+) -> tuple[_Run, State]:
+    """The walk of :func:`walk` and :func:`walk_held`: the finished run and the state left."""
+    run = _Run(trace, state, cache, limits)
     for fetch, module, params in trace.events:
         if fetch:
             run.fetch(module, params)
         else:
             run.free(module, params)
+        run.held.append(run.available)
     left = State(
         frozenset(run.gathered),
         tuple(sorted((p, frozenset(m)) for p, m in run.active.items() if m)),
         run.available,
     )
-    return (run.calls[0], run.calls[1]), (run.elements[0], run.elements[1]), left
+    return run, left
 
 
 class _Run:
@@ -141,6 +180,7 @@ class _Run:
         self.recent: dict[int, int] = {}  # ``__most_recent_step_id_param_fetched_for``
         self.calls, self.elements = [0, 0], [0, 0]
         self.head = self.step = 0
+        self.held: list[int] = []  # ``n_available`` after each event
 
     def gather(self, params: list[int]) -> None:
         """``__all_gather_params``: one launch for each group among ``params``."""

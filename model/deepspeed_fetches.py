@@ -52,7 +52,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from trainplan.model.deepspeed_coordinator import State, Trace, walk
+from trainplan.model.deepspeed_coordinator import State, Trace, walk, walk_held
 from trainplan.model.deepspeed_gathered import DEEPSPEED_MAX_REUSE_DISTANCE_ELEMENTS
 from trainplan.model.params import attention_params
 from trainplan.model.specs import Architecture, AttentionKind, Norm, PositionEmbedding
@@ -65,6 +65,7 @@ __all__ = [
     "head_fetches",
     "module_trace",
     "step_fetches",
+    "gathered_envelope",
     "deepspeed_gather_calls",
     "deepspeed_unfetched",
 ]
@@ -219,8 +220,34 @@ def module_trace(
     root: Node = (tree.module(), (root_weight,), (language_model,), True, False)
     events: list[Event] = []
     _events(root, True, events)
+    forward = len(events)
     _events(root, False, events)
-    return Trace(tuple(tree.sizes), tuple(tree.groups), tuple(events))
+    return Trace(
+        tuple(tree.sizes),
+        tuple(tree.groups),
+        tuple(events),
+        _unheld(events, forward, tuple(node[0] for node in body), front[0]),
+    )
+
+
+def _unheld(
+    events: list[Event], forward: int, layers: tuple[int, ...], front: int
+) -> tuple[int, ...]:
+    """Per event of :func:`module_trace`, the layers whose saved activations are not live: in
+    the forward, ``L`` before the first layer's fetch and ``L − 1 − j`` from layer ``j``'s on
+    (layer ``j`` counted live while it runs); in the backward (from event ``forward``), ``L − 1
+    − j`` from layer ``j``'s fetch on (the later layers' backward done) and ``L`` from the
+    embedding box's (``front``) fetch on."""
+    n = len(layers)
+    index = {module: j for j, module in enumerate(layers)}
+    out, k = [], n
+    for i, (fetch, module, _) in enumerate(events):
+        if fetch and module in index:
+            k = n - 1 - index[module]
+        elif fetch and module == front and i >= forward:
+            k = n
+        out.append(k)
+    return tuple(out)
 
 
 class _Tree:
@@ -308,15 +335,73 @@ def step_fetches(
     (187, 185)
     """
     trace = module_trace(arch, tp, etp, ep, layers, moe_layers)
-    _, _, after = walk(trace, State(), None, bucket, live, reuse, persist)
-    cache: dict[tuple[int, int], frozenset[int]] = {}
-    walk(trace, after if accumulates else State(), cache, bucket, live, reuse, persist)
+    cache = _release_sets(trace, accumulates, bucket, live, reuse, persist)
     calls, got, left = walk(trace, State(), cache, bucket, live, reuse, persist)
     later_calls, later_got, _ = walk(trace, left, cache, bucket, live, reuse, persist)
     whole = [0, 0]
     for n, g in zip(trace.sizes, trace.groups, strict=True):
         whole[g] += n if n > persist else 0
     return (*calls, *got), (*later_calls, *later_got), (whole[0], whole[1])
+
+
+def _release_sets(
+    trace: Trace, accumulates: bool, bucket: int, live: int, reuse: int, persist: int
+) -> dict[tuple[int, int], frozenset[int]]:
+    """The coordinator's cached ``__params_to_release`` sets (by (module, step)) of the first
+    micro-batch whose trace is complete: the second micro-batch's where the step
+    ``accumulates``, else the second step's first (:func:`step_fetches`)."""
+    _, _, after = walk(trace, State(), None, bucket, live, reuse, persist)
+    cache: dict[tuple[int, int], frozenset[int]] = {}
+    walk(trace, after if accumulates else State(), cache, bucket, live, reuse, persist)
+    return cache
+
+
+@lru_cache(maxsize=4096)
+def gathered_envelope(
+    arch: Architecture, tp: int, etp: int, ep: int, layers: int, moe_layers: int
+) -> tuple[tuple[int, int], ...]:
+    """DeepSpeed ZeRO-3's gathered parameters against the activations then live, over a
+    micro-batch of :func:`module_trace`: ``(k, elements)`` pairs, ``elements`` the most held
+    gathered (:func:`model.deepspeed_coordinator.walk_held`, dense and experts' groups together,
+    elements on one GPU, whole) at any moment when ``k`` or more transformer layers' saved
+    activations are not live (:attr:`model.deepspeed_coordinator.Trace.unheld`), ascending in
+    both and only the pairs a smaller ``k`` does not reach (the upper envelope: a memory peak
+    ``wb·elements + activations − k·(one layer's saved bytes)`` is largest at one of them). Over
+    the step's first micro-batch and a later one, with the release sets of a step that
+    accumulates and of one that does not (the largest of the four at each moment). The
+    ``deepspeed`` profile's limits (the defaults of :func:`step_fetches`).
+
+    Llama 3 8B at tp 1: at the turn (``k`` 0) the output weight (525,336,576) and what the
+    reuse distance and the prefetch hold of the last layers; in the forward of layer 29 two
+    layers' activations not yet saved; in layer 2's backward (``k`` 29) the embedding's
+    525,336,576 prefetched beside the output weight and layers 0 to 2
+    (``tests/model/test_deepspeed_gathered.py`` writes them out).
+
+    >>> from trainplan.model.specs import Architecture
+    >>> arch = Architecture(num_layers=32, hidden_size=4096, num_attention_heads=32,
+    ...     num_kv_heads=8, ffn_hidden_size=14336, vocab_size=128256, mlp="swiglu", norm="rmsnorm")
+    >>> gathered_envelope(arch, 1, 1, 1, 32, 0)
+    ((0, 1078984704), (2, 1095761920), (29, 1512046592))
+    """
+    trace = module_trace(arch, tp, etp, ep, layers, moe_layers)
+    limits = (
+        DEEPSPEED_PREFETCH_ELEMENTS,
+        DEEPSPEED_MAX_LIVE_ELEMENTS,
+        DEEPSPEED_MAX_REUSE_DISTANCE_ELEMENTS,
+        DEEPSPEED_PERSISTENCE_ELEMENTS,
+    )
+    most: dict[int, int] = {}
+    for accumulates in (False, True):
+        cache = _release_sets(trace, accumulates, *limits)
+        first, left = walk_held(trace, State(), cache, limits)
+        later, _ = walk_held(trace, left, cache, limits)
+        for k, a, b in zip(trace.unheld, first, later, strict=True):
+            most[k] = max(most.get(k, 0), a, b)
+    out: list[tuple[int, int]] = []
+    for k in sorted(most):
+        if not out or most[k] > out[-1][1]:
+            out.append((k, most[k]))
+    return tuple(out)
 
 
 def deepspeed_gather_calls(

@@ -1,79 +1,71 @@
-"""DeepSpeed ZeRO-3's gathered parameters at the turn from forward to backward, per pipeline
-stage: :func:`stage_zero3_turn` feeds :func:`model.deepspeed_gathered.zero3_turn_elements` the
-stage's split (exact, cached on :class:`model.terms.split_key.SplitKey`), and
-:func:`zero3_turn_per_gpu` is what :func:`model.terms.state.model_state_term` reads at the rank
-``f.stage``. Units: parameter elements on one GPU, whole (after tp).
+"""DeepSpeed ZeRO-3's gathered parameters at the memory peak, the term
+:func:`model.terms.state.model_state_term` reads (:func:`zero3_turn_gathered`): the walk of its
+fetch coordinator over the stage's modules (:func:`model.deepspeed_fetches.gathered_envelope`,
+cached per architecture, tp, etp, ep and layer counts) taken against the activations freed by
+each moment (:func:`model.deepspeed_gathered.zero3_peak_gathered_bytes`). Units: bytes on one GPU.
+DeepSpeed runs ZeRO-3 only at pp 1 (:func:`model.legality.refusal`), so the stage is the model.
 """
 
 from __future__ import annotations
 
 from fractions import Fraction
-from functools import lru_cache
 from typing import Any
 
-from trainplan.model.deepspeed_gathered import zero3_turn_elements
+from trainplan.model.deepspeed_fetches import gathered_envelope
+from trainplan.model.deepspeed_gathered import zero3_peak_gathered_bytes
 from trainplan.model.frameworks import Framework
-from trainplan.model.params import count_params
 from trainplan.model.terms.fields import Context, Fields
-from trainplan.model.terms.split_key import CACHE, SplitKey, read_split
-from trainplan.model.terms.stage_params import layer_units, output_params, stage_params_per_gpu
-from trainplan.model.terms.tensors import layer_largest_tensor
-from trainplan.model.xp import maximum
+from trainplan.model.terms.traffic import most_layers
 
-__all__ = ["stage_zero3_turn", "zero3_turn_per_gpu", "zero3_turn_gathered"]
+__all__ = ["zero3_gathered_bytes", "zero3_turn_gathered"]
 
 
-@lru_cache(maxsize=CACHE)
-def stage_zero3_turn(key: SplitKey) -> tuple[Fraction, ...]:
-    """Per stage, :func:`model.deepspeed_gathered.zero3_turn_elements` of its largest layer, its
-    layer count, the output weight (or the tied embedding) on :func:`model.split.output_rank`,
-    the untied input embedding on the first stage, its layers' largest tensor
-    (:func:`model.terms.tensors.layer_largest_tensor`) and its parameters. 0 for a size-only
-    model (its layers are unknown; the mechanism's two units stay).
+def zero3_gathered_bytes(
+    arch: Any,
+    weight_bytes: int,
+    token_bytes: int,
+    seq: int,
+    tp: Any,
+    etp: Any,
+    ep: Any,
+    layers: Any,
+    moe_layers: Any,
+    b: Any,
+    cp: Any,
+) -> Fraction:
+    """:func:`model.deepspeed_gathered.zero3_peak_gathered_bytes` of
+    :func:`model.deepspeed_fetches.gathered_envelope` (``arch`` at ``tp``, ``etp``, ``ep`` over
+    ``layers`` layers, the last ``moe_layers`` MoE) with a layer's least saved activations
+    ``token_bytes · b · seq ÷ (cp · tp)`` (``b`` sequences of ``seq`` tokens a micro-batch, over
+    cp; ``token_bytes``: bytes a token of one layer's input, ``h`` × the activation dtype, 0
+    where activations are offloaded). Bytes on one GPU.
 
-    Llama 3 70B at tp 4 (untied; a layer 855,638,016 ÷ 4 + its two norms whole, 16,384, =
-    213,925,888; the output 128,256·8,192 ÷ 4 = 262,668,288; fc1 117,440,512): ``k`` =
-    ⌈737,331,712 ÷ 427,851,776⌉ = 2, so 427,851,776 + 262,668,288 + 50,000,000 + 117,440,512
-    = 857,960,576 elements, below what the prefetch reaches under the live cap, 1e9 +
-    117,440,512 = 1,117,440,512.
+    Llama 3 70B at tp 8, b 1, s 8,192 (a layer's input 8,192 · 8,192 · 2 ÷ 8 = 16,777,216
+    bytes): the turn's 1,045,692,416 elements, as layer 72's backward (1,128,792,064 with 71
+    layers freed) is 2 · 83,099,648 = 166,199,296 bytes more gathered but 71 · 16,777,216 less
+    saved.
 
     >>> from trainplan.scenarios.catalogue import get_model
-    >>> m = get_model("llama3-70b").model
-    >>> stage_zero3_turn(SplitKey(m, 4, 1, 1, 1, False, 1, True, None, 1))
-    (Fraction(1117440512, 1),)
+    >>> arch = get_model("llama3-70b").model.arch
+    >>> zero3_gathered_bytes(arch, 2, 2 * 8192, 8192, 8, 1, 1, 80, 0, 1, 1)
+    Fraction(2091384832, 1)
     """
-    arch = key.model.arch
-    if arch is None or key.model.num_params_declared is not None:
-        return (Fraction(0),) * key.pp
-    counts = count_params(arch, key.vocab())
-    last = key.output_rank()
-    units = layer_units(key)
-    params = stage_params_per_gpu(key)
-    out = []
-    for i, layers in enumerate(key.layers()):
-        kinds = {arch.is_moe_layer(j): j for j in layers}
-        tensor = max(
-            (layer_largest_tensor(arch, j, key.tp, key.etp) for j in kinds.values()),
-            default=Fraction(0),
-        )
-        head = output_params(key, counts, key.vocab()) if i == last else Fraction(0)
-        untied = Fraction(counts.embedding, key.tp) if i == 0 and counts.output else Fraction(0)
-        total = params[i][2] + params[i][3]
-        layer = units[i][0] + units[i][1]
-        out.append(Fraction(zero3_turn_elements(layer, len(layers), head, untied, tensor, total)))
-    return tuple(out)
-
-
-def zero3_turn_per_gpu(c: Context, f: Fields) -> Any:
-    """:func:`stage_zero3_turn` of stage ``f.stage``."""
-    return read_split(c, f, stage_zero3_turn)
+    env = gathered_envelope(arch, *(int(x) for x in (tp, etp, ep, layers, moe_layers)))
+    layer = Fraction(token_bytes * seq * int(b), int(cp) * int(tp))
+    return zero3_peak_gathered_bytes(env, weight_bytes, layer)
 
 
 def zero3_turn_gathered(c: Context, f: Fields, mech: Any, gathered: Any) -> Any:
     """The gathered bytes of :func:`model.terms.state.model_state_term`: under DeepSpeed ZeRO-3
-    (``mech``, a :class:`model.mechanism_record.Mechanism`) the larger of ``gathered`` (the
-    mechanism's two units) and :func:`zero3_turn_per_gpu` whole in the working dtype; else
-    ``gathered`` unchanged. Element-wise for arrays."""
-    if mech.framework is not Framework.DEEPSPEED or mech.zero_stage != 3:
+    (``mech``, a :class:`model.mechanism_record.Mechanism`) of a model with dimensions,
+    :func:`zero3_gathered_bytes` of the stage's layers (:func:`model.terms.stage_params.
+    most_layers`) in the working dtype; else ``gathered`` (the mechanism's units) unchanged.
+    Element-wise for arrays."""
+    if mech.framework is not Framework.DEEPSPEED or mech.zero_stage != 3 or c.model.arch is None:
         return gathered
-    return maximum(gathered, mech.weight_bytes * zero3_turn_per_gpu(c, f))
+    t = c.training
+    token = 0 if t.offload.activations else t.activation_bytes * c.arch.hidden_size
+    layers, moe_layers = most_layers(c, f)
+    args = (c.arch, mech.weight_bytes, token, t.seq_len)
+    values = (f.tp, f.expert_tp, f.ep, layers, moe_layers, f.micro_batch_size, f.cp)
+    return f.lookup_values(zero3_gathered_bytes, args, *values)

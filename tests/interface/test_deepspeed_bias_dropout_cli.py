@@ -99,7 +99,11 @@ def test_the_search_answer_moves(done):
     each later one, 315.008 a micro-batch; not gathered 1,427,681,280 elements a micro-batch
     (262,668,288 + 641,728,512 in the first, 3 × 262,668,288 + 641,728,512 in the others), 2 B
     × 7/8 at the link's 96 GB/s: 258.027 → 246.040 s of dp traffic (252.458 s with one launch
-    a weight), φ_dp of it 37.000 s, the step 588.154 s."""
+    a weight), φ_dp of it 37.000 s, the step 588.154 s.
+
+    DeepSpeed ZeRO-3's gathered weights from the same walk (model/deepspeed_gathered.py): the
+    turn's 1,101,529,088 elements where the turn bound counted 1,117,440,512, 31,822,848 B less:
+    73.64 → 73.61 GB (tests/model/test_deepspeed_gathered.py)."""
     assert done["search"].returncode == 0, done["search"].stderr[-2000:]
     d = json.loads(done["search"].stdout)
     lay = d["layout"]
@@ -117,7 +121,7 @@ def test_the_search_answer_moves(done):
     t = d["time"]
     assert t["step_s"] == pytest.approx(484.062 + 47.302 + 37.000 + 19.790, abs=1e-3)
     assert round(d["objective_s"], 3) == 588.154
-    assert round(d["memory"]["total_bytes"] / 1e9, 2) == 73.64 and d["memory"]["fits"]
+    assert round(d["memory"]["total_bytes"] / 1e9, 2) == 73.61 and d["memory"]["fits"]
     pp8 = json.loads(done["pp8"].stdout)
     assert round(pp8["time"]["step_s"], 3) == 601.601 > d["objective_s"]
     assert pp8["time"]["grad_accumulation_s"] == pytest.approx(9.967, abs=1e-3)

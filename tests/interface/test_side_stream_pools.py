@@ -45,6 +45,11 @@ POOL_70B_TP4 = 455 * 2 * 2**20 + 465 * 2 * 2**20
 # three rings across nodes with ≥ 2 ranks a node 2 MiB of credits each: 8 MiB more, 1,224 MiB =
 # 1,283,457,024 B.
 COMM_70B_TP4 = (484 + 148 + 292 + 292 + 2 + 3 * 2) * 2**20
+# DeepSpeed ZeRO-3's gathered weights at dp 16 × tp 4 from the walk of its coordinator
+# (model/deepspeed_gathered.py): the turn's 1,101,529,088 elements (the output weight, the last
+# layers the reuse distance keeps, the prefetch), 2 B each, where the turn bound counted
+# 1,117,440,512: 31,822,848 B less (tests/model/test_deepspeed_gathered.py)
+WALK_70B_TP4 = 2 * (1_117_440_512 - 1_101_529_088)
 COMMON_70B = dict(model="llama3-70b", gpu="H100-SXM", dp=16, tp=4, framework="deepspeed",
                   zero_stage=3, global_batch_size=2048, recompute="none", micro_batch_size=1)  # fmt: skip
 
@@ -59,7 +64,9 @@ def test_llama3_70b_tp4_pools_two_segments_and_the_uniform_answer():
     adds 2·8,192·8,192 × 3/4 = 100,663,296 B: allocated 82,858,769,920, reserved
     86,063,218,176. Megatron-DeepSpeed's TorchScript bias-dropout-add keeps two bool masks of
     [s/tp, b, h] a layer at dropout 0 (model.activation_rows.BIAS_DROPOUT_MASKS), 80 × 2 ×
-    8,192·8,192/4 = 2,684,354,560 B more; the answers below do not move.
+    8,192·8,192/4 = 2,684,354,560 B more; the answers below do not move. The gathered weights
+    from the walk of DeepSpeed's coordinator: 31,822,848 B less (WALK_70B_TP4), allocated
+    85,553,244,672 B.
 
     The answer's ZeRO stage moved with NCCL's SM charge (``nccl_sm_charge``, on by
     default), its tp did not. dp 8 × tp 8, b 1, m 256: compute, pipeline and the exposed tp
@@ -143,10 +150,10 @@ def test_llama3_70b_tp4_pools_two_segments_and_the_uniform_answer():
     lse = 80 * 4 * 16 * 8192
     masks = 80 * 2 * 8192 * 8192 // 4
     assert 81_707_433_472 + 1_050_673_152 + view + lse == 82_900_712_960
-    assert p.allocated_bytes == 82_900_712_960 + masks == 85_585_067_520
+    assert p.allocated_bytes == 82_900_712_960 + masks - WALK_70B_TP4 == 85_553_244_672
     assert p.communicator_bytes == COMM_70B_TP4 == 1_283_457_024
-    assert p.reserved_total_bytes == 85_585_067_520 + POOL_70B_TP4 + COMM_70B_TP4
-    assert p.reserved_total_bytes == 88_797_904_384 > e.capacity_bytes == 83_210_009_600
+    assert p.reserved_total_bytes == 85_553_244_672 + POOL_70B_TP4 + COMM_70B_TP4
+    assert p.reserved_total_bytes == 88_766_081_536 > e.capacity_bytes == 83_210_009_600
     case = {"model": "llama3-70b", "gpus": "64", "gpu": "H100-SXM",
             "space": {"framework": ["deepspeed"]}}  # fmt: skip
     best = search(build_problem({}, case)).best.estimate
@@ -247,17 +254,24 @@ def test_the_per_stage_answer_counts_the_second_segment():
     gathered the output weight in the first backward, in both passes and the embedding in the
     forward of the others, 3,020,685,312 elements a micro-batch, 2 B × 63/64 at the link's
     384 GB/s: − 16 × 15.487 ms = − 247.8 ms; φ = 0.239 of the − 242.4 ms: 317.716 → 317.658 s,
-    1.076×."""
+    1.076×.
+
+    The gathered weights from the walk of DeepSpeed's coordinator (WALK_70B_TP4): 31,822,848 B
+    less at tp 4, allocated 79,643,470,336, fit 82,856,307,200 B (a ninth layer kept whole still
+    needs 704,643,072 B more); the uniform ZeRO-3 dp 64 × tp 1 holds 2 · 905,654,400 B less
+    (the output weight alone past 1e9: no prefetch, tests/model/test_deepspeed_offload_grads.py),
+    its time unmoved."""
     two = trainplan.evaluate(**COMMON_70B, recompute_layers=(2,)).peak
     view = 100_663_296
     lse = 4 * 16 * 8192  # a layer's FP32 softmax statistics (flash-attn's softmax_lse)
     # 78 layers kept whole hold theirs (the two recomputed hold their input only)
     masks = 2 * 8192 * 8192 // 4  # a layer's two bool masks (TorchScript bias-dropout-add)
     kept = view + 78 * (lse + masks)
-    assert two.allocated_bytes == 81_348_820_480 + kept
+    assert two.allocated_bytes == 81_348_820_480 - WALK_70B_TP4 + kept
     assert two.stream_pool_bytes == POOL_70B_TP4
-    assert two.reserved_total_bytes == 81_348_820_480 + POOL_70B_TP4 + COMM_70B_TP4 + kept
-    assert two.reserved_total_bytes == 84_561_657_344 + kept > 83_210_009_600
+    allocated = 81_348_820_480 - WALK_70B_TP4
+    assert two.reserved_total_bytes == allocated + POOL_70B_TP4 + COMM_70B_TP4 + kept
+    assert two.reserved_total_bytes == 84_529_834_496 + kept > 83_210_009_600
     run = per_stage_json({"model": "llama3-70b", "gpus": 64, "gpu": "H100-SXM",
                           "framework": "deepspeed", "zero": [3]})  # fmt: skip
     lay, m = run.json["layout"], run.json["memory"]
@@ -284,8 +298,9 @@ def test_the_per_stage_answer_counts_the_second_segment():
     assert m["stream_pool_bytes"] == POOL_70B_TP4
     # 72 layers kept whole, each with its softmax statistics and its two masks
     assert 79_234_891_264 - 3 * (738_197_504 - 33_554_432) == 77_120_962_048
-    assert m["allocated_bytes"] == 77_120_962_048 + view + 72 * (lse + masks) == 79_675_293_184
-    assert m["fit_bytes"] == 79_675_293_184 + POOL_70B_TP4 + COMM_70B_TP4 == 82_888_130_048
+    kept72 = 77_120_962_048 + view + 72 * (lse + masks)
+    assert m["allocated_bytes"] == kept72 - WALK_70B_TP4 == 79_643_470_336
+    assert m["fit_bytes"] == 79_643_470_336 + POOL_70B_TP4 + COMM_70B_TP4 == 82_856_307_200
     assert m["fit_bytes"] <= m["capacity_bytes"] == 83_210_009_600
 
 

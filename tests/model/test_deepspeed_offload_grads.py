@@ -38,7 +38,14 @@ def test_llama3_70b_zero3_offload_by_hand():
     46,018,212,608 B; and NVLink SHARP's (model/terms/nvls_memory.py), 2 MiB of credits on each
     and, on the dp ring, whose gathers and reduce-scatters NCCL runs as NVLS, 16 × 2 × (128 KiB
     × 8) × 8 = 256 MiB of buffers (the barrier's one-float all-reduce runs as a ring, so its
-    buffers are never set up): + 260 MiB, 46,290,842,368 B."""
+    buffers are never set up): + 260 MiB, 46,290,842,368 B. DeepSpeed ZeRO-3's gathered weights
+    from the walk of its coordinator (model/deepspeed_gathered.py): at tp 1 the output weight,
+    128,256 · 8,192 = 1,050,673,152 elements, alone holds n_available past 1e9, so nothing is
+    prefetched, and the root module's 1.05e9 in the trace puts every layer's backward beyond
+    the reuse distance: at the turn the output weight and the gate-up being computed, 2 ·
+    28,672 · 8,192 = 469,762,048: 1,520,435,200 elements, against the turn bound's layer kept
+    (855,654,400) + 5e7 bucket beside them: 2 · 905,654,400 = 1,811,308,800 B less,
+    44,479,533,568 B."""
     shard = P70 // 8
     assert shard == 8_819_213_312
     e = _evaluate("llama3-70b", 3, recompute="full")
@@ -48,7 +55,10 @@ def test_llama3_70b_zero3_offload_by_hand():
     assert 45_808_497_408 == 63_446_924_032 - 2 * shard
     ring = 24 * 12 + (32 * 3 + 2) * 2
     assert e.peak.communicator_bytes == (2 * ring + 2 + 256 + 2) * 2**20 == 1228 * 2**20
-    assert e.total_bytes == 45_808_497_408 + (2 * (484 - 384) + 260) * 2**20 == 46_290_842_368
+    before = 45_808_497_408 + (2 * (484 - 384) + 260) * 2**20
+    assert before == 46_290_842_368
+    assert state.gathered_bytes == 2 * (1_050_673_152 + 469_762_048) == 3_040_870_400
+    assert e.total_bytes == before - 2 * 905_654_400 == 44_479_533_568
 
 
 def test_llama3_8b_zero2_offload_by_hand():

@@ -67,12 +67,11 @@ def test_deepspeed_zero3_parameter_offload():
     ``offload_optimizer``) on the host = 20 B × P/8 (was 18); the GPU keeps no shard,
     only the gathered layers and buffers — whole: with its shard on the host, each gathered unit
     holds all 8 ranks' shares (``stage3.py`` fetches the CPU partition into the full-size
-    buffer). Their peak, at the turn from forward to backward (model/deepspeed_gathered.py), is
-    whole with or without offload: at tp 8 a layer is 855,638,016 ÷ 8 + 16,384 = 106,971,136,
-    the output 128,256·8,192 ÷ 8 = 131,334,144, k = ⌈(1e9 − 131,334,144) ÷ 213,942,272⌉ = 5,
-    FC1 2·28,672·8,192 ÷ 8 = 58,720,256: 5 layers + output + 5e7 + FC1 = 774,910,080 elements,
-    below what the prefetch reaches under the live cap, 1e9 + FC1 = 1,058,720,256 elements, so
-    that, above two whole units (2 × 2 B × 131,334,144). Every
+    buffer). Their peak (model/deepspeed_gathered.py, the walk of the coordinator) is whole
+    with or without offload: at tp 8 the turn's, the output weight 131,334,144, layer 79's QKV,
+    projection and gate-up, layers 72 to 78 and layer 71's gate-up and down, 1,045,692,416
+    elements (tests/model/test_deepspeed_gathered.py), above two whole units (2 × 2 B ×
+    131,334,144); it was the turn bound's 1e9 + FC1 = 1,058,720,256. Every
     micro-batch fetches the shard twice (forward and backward, 2 × 2 B × P/8) and sends its bf16
     gradients back (2 B × P/8)."""
     base = {**BASE, "framework": "deepspeed", "zero_stage": 3}
@@ -82,9 +81,8 @@ def test_deepspeed_zero3_parameter_offload():
     st = off.stages[0].state
     assert (st.weights_bytes, st.gradients_bytes, st.optimizer_bytes) == (0, 0, 0)
     assert off.host_bytes == 20 * P / 8
-    assert 5 * 106_971_136 + 131_334_144 + 50_000_000 + 58_720_256 < 1_000_000_000 + 58_720_256
-    turn = 2 * (1_000_000_000 + 58_720_256)
-    assert st.gathered_bytes == plain.stages[0].state.gathered_bytes == turn == 2_117_440_512
+    turn = 2 * 1_045_692_416
+    assert st.gathered_bytes == plain.stages[0].state.gathered_bytes == turn == 2_091_384_832
     assert turn > 2 * 2 * 131_334_144
     m = off.num_microbatches
     elements = float(P / 8)
