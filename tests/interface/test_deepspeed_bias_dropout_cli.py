@@ -80,7 +80,9 @@ def test_the_search_answer_moves(done):
     NCCL runs an all-reduce of 4 GPUs of an H100 node as a ring (model/nccl_search.py: NVLS's
     240 GB/s of bus bandwidth against the ring's 360): the tp ring of 4 holds NVLS's 2 MiB of
     credits, not 130 (73.77 → 73.64 GB), and the cross-entropy's tp 4 all-reduces read the NVLS
-    curve ÷ 480/370: tp exposed 47.295 → 47.302 s, 588.586 s; dp 1 × tp 4 × pp 8 601.601 s.
+    curve ÷ 480/370: tp exposed 47.295 → 47.302 s, 588.586 s; dp 1 × tp 4 × pp 8 601.601 s
+    (601.406 s with 1F1B's bubble the order's own, model.pipeline_onef: DeepSpeed's
+    TrainSchedule's fill and drain run through the seven faster stages, not seven of the slowest).
 
     DeepSpeed ZeRO-3's all-gathers counted by its fetches (model/deepspeed_fetches.py: 80 layers
     of 4 weights at tp 4, 214 M elements a layer, beyond 1e9 live: one call a weight, 320 a pass,
@@ -123,7 +125,7 @@ def test_the_search_answer_moves(done):
     assert round(d["objective_s"], 3) == 588.154
     assert round(d["memory"]["total_bytes"] / 1e9, 2) == 73.61 and d["memory"]["fits"]
     pp8 = json.loads(done["pp8"].stdout)
-    assert round(pp8["time"]["step_s"], 3) == 601.601 > d["objective_s"]
+    assert round(pp8["time"]["step_s"], 3) == 601.406 > d["objective_s"]
     assert pp8["time"]["grad_accumulation_s"] == pytest.approx(9.967, abs=1e-3)
 
 
