@@ -221,9 +221,10 @@ class _Stages:
     ) -> Paced:
         """(the step's pipeline term if this stage were the slowest, whole ns; its micro-batch,
         seconds; what rows and shapes are pruned by, ns: the same, under 1F1B ``m·t``, as the
-        closed form only bounds the order's step, :mod:`model.pipeline_onef`): :func:`model.terms.roofline.stage_parts_term` of ``stage`` holding ``n``
-        layers with ``k`` recomputed (``mode`` overrides the recompute mode) after ``start``
-        layers (default d), paced by :func:`model.terms.step.pipeline_seconds`."""
+        closed form only bounds the order's step, :mod:`model.pipeline_onef`):
+        :func:`model.terms.roofline.stage_parts_term` of ``stage`` holding ``n`` layers with
+        ``k`` recomputed (``mode`` overrides the recompute mode) after ``start`` layers (default
+        d), paced by :func:`model.terms.step.pipeline_seconds`."""
         before = self.prefix if start is None else start
         lay = realization(self.layout, self.num_layers, stage, n, k, before)
         f = LayoutFields(lay, self.case.training.global_batch_size, stage, self.links)
