@@ -179,7 +179,7 @@ def test_a_timeline_too_long_to_simulate_names_every_factor():
     (more stages than the drawing's 256 are refused first: tests/tabs/test_tab_cli.py)."""
     line = refusal(trainplan("pipeline", "--stages", "256", "--microbatches", "1000"))
     assert line == (
-        "stages × microbatches × virtual_stages: 256·1000·1 is over the 200,000 passes this "
+        "stages × microbatches × virtual_stages: 256·1,000·1 is over the 200,000 passes this "
         "timeline simulates; use fewer stages, micro-batches or virtual stages"
     )
 

@@ -103,8 +103,11 @@ def _config(tmp_path: Path, name: str, **changes: object) -> str:
 
 def test_small_first_hour_fixes(tmp_path):
     """(a) bubble_ratio is of the micro-batches' time: Llama 3 8B, tp 2, pp 4, B 64 over dp 2 is
-    m = 64/(2·1) = 32, bubble_ratio (p − 1)/m = 3/32 = 9.375 %, and the bubble is 3/32 of
-    compute + the exposed tp (and cp, ep) the step line sums, not of compute alone.
+    m = 64/(2·1) = 32, and the bubble is bubble_ratio of compute + the exposed tp (and cp, ep)
+    the step line sums, not of compute alone. The ratio is the 1F1B order's own
+    (model.pipeline_onef): its fill and drain run the three stages other than the slowest (the
+    last, with the output layer), 7.2 %, below the closed form's (p − 1)/m = 3/32 = 9.375 %,
+    which took every stage as long as the slowest.
     (b) first_k_dense_replace 70 of DeepSeek-V3's 61 layers: the config's key and both values.
     (d) the ep note cites "at most 4 nodes per token" for DeepSeek-V3's router (n_group 8,
     topk_group 4: transformers DeepseekV3TopkRouter keeps 4 of 8 groups), not for n_group 1.
@@ -126,15 +129,16 @@ def test_small_first_hour_fixes(tmp_path):
     done = run_many(calls)
     # (a)
     assert (
-        "bubble_ratio 9.4% of the micro-batches' time (compute + exposed tp, cp, ep); "
+        "bubble_ratio 7.2% of the micro-batches' time (compute + exposed tp, cp, ep); "
         in done["a"].stdout
     )
     d = json.loads(done["a--json"].stdout)
-    assert d["pipeline"]["bubble_ratio"] == 3 / 32
+    ratio = d["pipeline"]["bubble_ratio"]
+    assert round(ratio, 4) == 0.0724 and ratio < 3 / 32
     exposed = {r["axis"]: r["exposed_seconds"] for r in d["traffic"]}
     stage = d["time"]["compute_s"] + exposed["tp"] + exposed["cp"] + exposed["ep"]
-    assert exposed["tp"] > 0 and abs(d["time"]["bubble_s"] - 3 / 32 * stage) < 1e-12 * stage
-    assert abs(d["time"]["bubble_s"] - 3 / 32 * d["time"]["compute_s"]) > 1e-3  # not of compute
+    assert exposed["tp"] > 0 and abs(d["time"]["bubble_s"] - ratio * stage) < 1e-9 * stage
+    assert abs(d["time"]["bubble_s"] - ratio * d["time"]["compute_s"]) > 1e-3  # not of compute
     # (b)
     for key in ("b", "b--json"):
         assert refusal(done[key]) == (

@@ -363,10 +363,13 @@ def test_mtp_modules_are_counted_once_in_both_totals(runs):
 def test_a_config_model_gets_a_sensible_batch_with_a_note(runs):
     """DeepSeek-V3's config.json at pp 16: B = dp was one micro-batch per step, 15/16 of it
     bubble (1.1% MFU, no word). Now B = dp·b·4·pp = 8·1·64 = 512, m = 64: the 1F1B bubble is
-    15/79 = 19% of the step, and a note says where B came from."""
+    14.7 % of the step — the order's own (model.pipeline_onef), its fill and drain through stages
+    faster than the slowest, under the closed form's 15/79 = 19 % — and a note says where B came
+    from."""
     out = _json(runs["config batch"])
     assert out["layout"]["global_batch_size"] == 512 and out["layout"]["num_microbatches"] == 64
-    assert out["pipeline"]["bubble_fraction"] == pytest.approx(15 / 79)
+    fraction = out["pipeline"]["bubble_fraction"]
+    assert fraction == pytest.approx(0.146932, abs=1e-6) and fraction < 15 / 79
     assert out["defaults_used"]["global_batch_size"] == 512
     (note,) = [n for n in out["notes"] if n.startswith("global_batch_size:")]
     assert "has no published batch size, so B = dp·b·m = 8·1·64 = 512 sequences" in note

@@ -437,7 +437,9 @@ PER_STAGE_8B = ["--model", "llama3-8b", "--gpus", "8", "--seq-len", "8192", "--g
 
 def test_per_stage_frontier_is_the_cli_object_and_its_links_reproduce_the_plans(client):
     """/api/frontier with per-stage=true is frontier --per-stage --json (it used to answer the
-    uniform frontier). Its 6-GPU point is a per-stage plan (pp 3, 11 + 12 + 9 layers): its
+    uniform frontier). Its 6-GPU point is a per-stage plan (pp 3, 12 + 12 + 8 layers; 11 + 12 + 9
+    before 1F1B's bubble was the order's own, model.pipeline_onef, which the plans are now
+    evaluated by): its
     planner link gives the split per chunk, and the link evaluates to the point's own step time;
     the CSV writes the lists as --stage-layers takes them. (The 8-GPU point was interleaved, pp 2
     × v 8 with 17 + 15 layers, chunks of unequal layers; an interleaved per-stage stage holds a
@@ -452,9 +454,9 @@ def test_per_stage_frontier_is_the_cli_object_and_its_links_reproduce_the_plans(
     assert (eight["num_gpus"], eight["virtual_stages"], eight["stage_layers"]) == (
         6,
         1,
-        [11, 12, 9],
+        [12, 12, 8],
     )
-    assert eight["chunk_layers"] == [11, 12, 9]
+    assert eight["chunk_layers"] == [12, 12, 8]
     events = client.get(f"/api/frontier/stream?{query(args)}&per-stage=true").text.splitlines()
     link = json.loads(events[-1])["planner"][1]
     chunks = ",".join(map(str, eight["chunk_layers"]))
