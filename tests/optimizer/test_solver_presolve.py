@@ -207,8 +207,9 @@ def test_gpt_oss_20b_on_32_h100_colocated_solve_finds_the_best(monkeypatch):
     model/nccl_latency.py) and each pass's ZeRO-3 gathers ran in calls of their own: − 4,012,318
     ns colocated, the split unchanged (18,985,701,848 and 26,559,938,159 ns). Moved again, the
     same placements, when 1F1B's bubble became the order's own on stages of unequal time
-    (model.pipeline_onef): the pp 2 actor and reference fill and drain through their first
-    stage, faster than the last (the output layer's), not through a second copy of the last:
+    (model.pipeline_onef: the pp 2 actor and reference fill and drain through their first
+    stage, faster than the last with the output layer), measured together with NCCL's latency
+    by placement on the tp, cp and ep groups and Megatron-FSDP's tp credit (model.launch_order):
     − 120,330,290 ns colocated, − 96,264,232 ns split."""
     result, _, answers, statuses = _three(_grpo("gpt-oss-20b", 32, 64), monkeypatch)
     _agree(result, answers, statuses)
@@ -251,10 +252,11 @@ def test_the_three_solves_equal_the_oracle(model, gpus, prompts, best, split, mo
     again when NCCL's tuner was read for an all-reduce inside a node (model/nccl_search.py): the
     tp 4 groups' all-reduces run as rings (NVLS's 240 GB/s of bus bandwidth against the ring's
     360), the published NVLS curve ÷ 480/370: 204,015,138,787 ns (+9,202,672); the split's roles
-    at tp 1 do not move. Both moved again when 1F1B's bubble became the order's own on stages of
-    unequal time (model.pipeline_onef: the pipelines' fill and drain run their faster stages,
-    not 31 copies of the slowest): 203,781,362,361 ns (−233,776,426) and 292,771,033,107 ns
-    (−4,400,857,945)."""
+    at tp 1 do not move. Both moved again with 1F1B's bubble the order's own on stages of unequal
+    time (model.pipeline_onef: the pipelines' fill and drain run their faster stages, not 31
+    copies of the slowest), beside NCCL's latency by placement reaching the tp, cp and ep groups
+    and Megatron-FSDP's tp overlap credit (model.launch_order), measured together:
+    203,781,362,361 ns (−233,776,426) and 292,771,033,107 ns (−4,400,857,945)."""
     result, tables, answers, statuses = _three(_grpo(model, gpus, prompts), monkeypatch)
     _agree(result, answers, statuses)
     for colocate in (None, True, False):
