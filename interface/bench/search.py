@@ -49,10 +49,15 @@ __all__ = [
 REFERENCE = "sum(i*i for i in range(10**7))"
 """The reference loop, run with ``python -c`` (about 0.9 s on the 2-core development machine)."""
 
-SMOKE_CANDIDATES_PER_REFERENCE = 14_000
-"""Candidates tabulated per reference-loop second on the smoke case (Llama 3 70B on 64 H100s)
-when this was written (16,000 candidates/s with a 0.88 s reference loop): the smoke check fails
-below a fifth of it."""
+SMOKE_CANDIDATES_PER_REFERENCE = 2_200
+"""Candidates tabulated per reference-loop second on the smoke case (Llama 3 70B on 64 H100s),
+as recorded: 14,000 when this was written (16,000 candidates/s with a 0.88 s reference loop),
+recorded again at 2,200 on 2026-12-05, when the pipeline term came to be tabulated a second
+time for the candidates that run without Megatron's launch order (Megatron-FSDP before
+Blackwell, :mod:`optimizer.launch_tables`) and 1F1B's bubble became the order's own on stages
+of unequal time (:mod:`model.pipeline_onef`): the smoke case then measured 1,690 to 2,320
+candidates per reference second on the 2-core development machine, against 3,681 before. The
+smoke check fails below a fifth of the recorded figure."""
 
 
 @dataclass(frozen=True)
