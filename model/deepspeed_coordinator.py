@@ -62,8 +62,9 @@ class Trace:
     parameters' dp group, 1 the routed experts'; ``events``: ``(fetch, module, parameters)`` in
     order, ``fetch`` True for ``fetch_sub_module`` (a trace step), False for
     ``release_sub_module`` (only where the module has parameters); ``unheld``: per event, the
-    transformer layers whose saved activations are not live then (those not yet run in the
-    forward, those whose backward has run), empty where not recorded."""
+    transformer layers (under recomputation the checkpointed chunks) whose saved activations
+    are not live then (those not yet run in the forward, those whose backward has run), empty
+    where not recorded."""
 
     sizes: tuple[int, ...]
     groups: tuple[int, ...]

@@ -16,10 +16,16 @@ parameters exceed the turn's by, less the activations freed by then
 :func:`zero3_peak_gathered_bytes` takes them).
 
 The activations freed are counted at their least: one layer's saved input a layer
-(``b·s·h`` ÷ tp·cp in the activation dtype), what every recompute mode keeps for backward (a
-checkpoint under full recomputation; sequence parallelism's ÷ tp taken whatever it is set), and
-none where activations are offloaded. So the term is an upper bound of the gathered bytes at the
-step's peak, exact where the turn's gathered parameters are the most.
+(``b·s·h`` ÷ tp·cp in the activation dtype), what a layer checkpointed alone keeps for backward
+(sequence parallelism's ÷ tp taken whatever it is set), and none where activations are
+offloaded. The walk puts the recomputed forward in the backward
+(:func:`model.deepspeed_trace.module_trace`), and the term
+(:func:`model.terms.deepspeed_turn.zero3_gathered_bytes`) takes the more of the walk without
+recomputation and the walk under full recomputation, since the state is tabulated per ZeRO
+stage, not per recompute mode. So the term is exact for a layout under full recomputation
+where its own walk gives the more, an upper bound without recomputation (a layer frees its input
+and more), and not a bound under Chen's √n chunks (a chunk of layers frees one input; the
+module :mod:`model.terms.deepspeed_turn` gives the figure).
 """
 
 from __future__ import annotations

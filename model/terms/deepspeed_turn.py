@@ -4,6 +4,16 @@ fetch coordinator over the stage's modules (:func:`model.deepspeed_fetches.gathe
 cached per architecture, tp, etp, ep and layer counts) taken against the activations freed by
 each moment (:func:`model.deepspeed_gathered.zero3_peak_gathered_bytes`). Units: bytes on one GPU.
 DeepSpeed runs ZeRO-3 only at pp 1 (:func:`model.legality.refusal`), so the stage is the model.
+
+The term does not read the recompute mode (the search tabulates the model state per ZeRO stage,
+:func:`optimizer.tables._memory`), so it takes the most of the walk without recomputation and
+the walk under full recomputation (:func:`model.deepspeed_trace.module_trace`'s recomputed
+forward), with one layer's input taken off for each layer whose activations are not live: what
+full recomputation frees exactly and what no recomputation frees at least. Chen's √n chunks free
+only a chunk's input per chunk, so there the gathered bytes at the peak can exceed the term
+(Llama 3 8B tp 1 at s 2,048: its walk's most, layer 2's backward with 5 chunks freed,
+2·1,512,046,592 − 5·16,777,216 = 2,940,207,104 bytes against the term's 2,537,553,920; a limit
+until the state is tabulated per recompute mode too).
 """
 
 from __future__ import annotations
@@ -38,7 +48,8 @@ def zero3_gathered_bytes(
     ``layers`` layers, the last ``moe_layers`` MoE) with a layer's least saved activations
     ``token_bytes · b · seq ÷ (cp · tp)`` (``b`` sequences of ``seq`` tokens a micro-batch, over
     cp; ``token_bytes``: bytes a token of one layer's input, ``h`` × the activation dtype, 0
-    where activations are offloaded). Bytes on one GPU.
+    where activations are offloaded), the most of the walks without and under full
+    recomputation (the module docstring). Bytes on one GPU.
 
     Llama 3 70B at tp 8, b 1, s 8,192 (a layer's input 8,192 · 8,192 · 2 ÷ 8 = 16,777,216
     bytes): the turn's 1,045,692,416 elements, as layer 72's backward (1,128,792,064 with 71
@@ -50,9 +61,12 @@ def zero3_gathered_bytes(
     >>> zero3_gathered_bytes(arch, 2, 2 * 8192, 8192, 8, 1, 1, 80, 0, 1, 1)
     Fraction(2091384832, 1)
     """
-    env = gathered_envelope(arch, *(int(x) for x in (tp, etp, ep, layers, moe_layers)))
+    key = tuple(int(x) for x in (tp, etp, ep, layers, moe_layers))
     layer = Fraction(token_bytes * seq * int(b), int(cp) * int(tp))
-    return zero3_peak_gathered_bytes(env, weight_bytes, layer)
+    return max(
+        zero3_peak_gathered_bytes(gathered_envelope(arch, *key, segment), weight_bytes, layer)
+        for segment in (0, 1)
+    )
 
 
 def zero3_turn_gathered(c: Context, f: Fields, mech: Any, gathered: Any) -> Any:
