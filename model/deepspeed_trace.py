@@ -46,11 +46,12 @@ forward again under ``torch.enable_grad`` (every module's pre-forward fetch and 
 release again, in forward order) and then ``torch.autograd.backward`` over the recomputed
 outputs (the chunk's pre-backward fetches and post-backward releases, as above). Megatron's own
 ``CheckpointFunction`` (``random.py``) orders them alike. So the chunk's backward in the trace is
-its recomputed forward, then its backward; the coordinator records it so in the first step
-(``record_module`` at every ``fetch_sub_module``, in whatever pass) and from the second on
-replays that trace (``trace_prologue`` invalidates it only where a module differs from the
-recorded one at the same ``__step_id``; every micro-batch runs the same order, so it stays
-``COMPLETE``).
+its recomputed forward, then its backward; the coordinator records it so
+(``pre_sub_module_forward_function`` and ``pre_sub_module_backward_function`` both call
+``record_module`` while the trace is recorded: the micro-batch after the first, ``reset_step``
+turning ``INVALID`` to ``RECORD``, then ``COMPLETE``) and replays it from then on
+(``trace_prologue`` invalidates it only where a module differs from the recorded one at the same
+``__step_id``; every micro-batch runs the same order, so it stays ``COMPLETE``).
 
 Pure functions over ints.
 """

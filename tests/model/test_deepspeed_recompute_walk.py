@@ -17,8 +17,8 @@ Read from the code (DeepSpeed 38327e07, Megatron-DeepSpeed 4efb479d):
   ``torch.enable_grad`` (every pre-forward fetch and post-forward release again), then
   ``torch.autograd.backward`` over the recomputed outputs (the chunk's backward hooks).
 * ``partitioned_param_coordinator.py``: ``record_module`` records every ``fetch_sub_module``
-  of the first step in order (the recomputed forward's included); ``trace_prologue`` keeps the
-  trace ``COMPLETE`` while each step's module matches the recorded one.
+  of the recorded micro-batch in order (the recomputed forward's included); ``trace_prologue``
+  keeps the trace ``COMPLETE`` while each step's module matches the recorded one.
 """
 
 from __future__ import annotations
