@@ -9,11 +9,12 @@ The term does not read the recompute mode (the search tabulates the model state 
 :func:`optimizer.tables._memory`), so it takes the most of the walk without recomputation and
 the walk under full recomputation (:func:`model.deepspeed_trace.module_trace`'s recomputed
 forward), with one layer's input taken off for each layer whose activations are not live: what
-full recomputation frees exactly and what no recomputation frees at least. Chen's √n chunks free
-only a chunk's input per chunk, so there the gathered bytes at the peak can exceed the term
-(Llama 3 8B tp 1 at s 2,048: its walk's most, layer 2's backward with 5 chunks freed,
-2·1,512,046,592 − 5·16,777,216 = 2,940,207,104 bytes against the term's 2,537,553,920; a limit
-until the state is tabulated per recompute mode too).
+full recomputation frees exactly and what no recomputation frees at least. Chen's √n chunks
+(:func:`model.stage_bytes.sqrt_segment` layers a chunk) free only a chunk's input per chunk, so
+their walk is in the most too (Llama 3 8B tp 1 at s 2,048: its walk's most, layer 2's backward
+with 5 chunks freed, 2·1,512,046,592 − 5·16,777,216 = 2,940,207,104 bytes, where the two other
+walks give 2,537,553,920): the term is never under the peak of the layout's own mode, and over
+it by up to that difference for the other modes, until the state is tabulated per recompute mode.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 from trainplan.model.deepspeed_fetches import gathered_envelope
 from trainplan.model.deepspeed_gathered import zero3_peak_gathered_bytes
 from trainplan.model.frameworks import Framework
+from trainplan.model.stage_bytes import sqrt_segment
 from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.terms.traffic import most_layers
 
@@ -49,23 +51,25 @@ def zero3_gathered_bytes(
     ``token_bytes · b · seq ÷ (cp · tp)`` (``b`` sequences of ``seq`` tokens a micro-batch, over
     cp; ``token_bytes``: bytes a token of one layer's input, ``h`` × the activation dtype, 0
     where activations are offloaded), the most of the walks without and under full
-    recomputation (the module docstring). Bytes on one GPU.
+    recomputation and under √n recomputation (the module docstring). Bytes on one GPU.
 
     Llama 3 70B at tp 8, b 1, s 8,192 (a layer's input 8,192 · 8,192 · 2 ÷ 8 = 16,777,216
-    bytes): the turn's 1,045,692,416 elements, as layer 72's backward (1,128,792,064 with 71
-    layers freed) is 2 · 83,099,648 = 166,199,296 bytes more gathered but 71 · 16,777,216 less
-    saved.
+    bytes): without recomputation the turn's 1,045,692,416 elements, 2,091,384,832 bytes (layer
+    72's backward, 1,128,792,064 with 71 layers freed, is 2 · 83,099,648 = 166,199,296 bytes more
+    gathered but 71 · 16,777,216 less saved); under √n recomputation (9 layers a chunk) the same
+    1,128,792,064 with only 8 chunks' inputs freed, 2 · 1,128,792,064 − 8 · 16,777,216 =
+    2,123,366,400 bytes, the most.
 
     >>> from trainplan.scenarios.catalogue import get_model
     >>> arch = get_model("llama3-70b").model.arch
     >>> zero3_gathered_bytes(arch, 2, 2 * 8192, 8192, 8, 1, 1, 80, 0, 1, 1)
-    Fraction(2091384832, 1)
+    Fraction(2123366400, 1)
     """
     key = tuple(int(x) for x in (tp, etp, ep, layers, moe_layers))
     layer = Fraction(token_bytes * seq * int(b), int(cp) * int(tp))
     return max(
         zero3_peak_gathered_bytes(gathered_envelope(arch, *key, segment), weight_bytes, layer)
-        for segment in (0, 1)
+        for segment in sorted({0, 1, sqrt_segment(int(layers))})
     )
 
 
