@@ -10,7 +10,7 @@ that share one rank order (the search's tables). Units: ranks.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -229,13 +229,7 @@ def nccl_nodes(stride: int, size: int, total: int, domain: int) -> int:
 
 def nodes_in_domain(stride: Any, size: Any, total: Any, domain: int) -> Any:
     """:func:`nccl_nodes`, element-wise for the search's arrays (int64 there)."""
-    ns = namespace(stride, size, total)
-    if ns is None:
-        return nccl_nodes(int(stride), int(size), int(total), int(domain))
-    s, n, t = ns.broadcast_arrays(ns.asarray(stride), ns.asarray(size), ns.asarray(total))
-    flat = zip(ns.reshape(s, (-1,)), ns.reshape(n, (-1,)), ns.reshape(t, (-1,)), strict=True)
-    out = [nccl_nodes(int(a), int(b), int(c), domain) for a, b, c in flat]
-    return ns.reshape(ns.asarray(out, dtype=ns.int64), s.shape)
+    return _per_layout(nccl_nodes, stride, size, total, domain)
 
 
 def _group_counts(stride: int, size: int, total: int, domain: int) -> list[list[int]]:
@@ -278,12 +272,20 @@ def group_members(stride: int, size: int, total: int, domain: int) -> list[tuple
 
 def members_in_domain(stride: Any, size: Any, total: Any, domain: int) -> Any:
     """:func:`fewest_in_domain`, element-wise for the search's arrays (int64 there)."""
+    return _per_layout(fewest_in_domain, stride, size, total, domain)
+
+
+def _per_layout(
+    fn: Callable[[int, int, int, int], int], stride: Any, size: Any, total: Any, domain: int
+) -> Any:
+    """``fn(stride, size, total, domain)`` of one layout's ints, or of each layout of the
+    search's arrays (int64, the arrays' broadcast shape)."""
     ns = namespace(stride, size, total)
     if ns is None:
-        return fewest_in_domain(int(stride), int(size), int(total), int(domain))
+        return fn(int(stride), int(size), int(total), int(domain))
     s, n, t = ns.broadcast_arrays(ns.asarray(stride), ns.asarray(size), ns.asarray(total))
     flat = zip(ns.reshape(s, (-1,)), ns.reshape(n, (-1,)), ns.reshape(t, (-1,)), strict=True)
-    out = [fewest_in_domain(int(a), int(b), int(c), domain) for a, b, c in flat]
+    out = [fn(int(a), int(b), int(c), domain) for a, b, c in flat]
     return ns.reshape(ns.asarray(out, dtype=ns.int64), s.shape)
 
 
