@@ -348,7 +348,9 @@ def ep_all_to_all_seconds(x: LayerShape, c: Clock, full_recompute: bool) -> tupl
                          lambda b: _coll(Collective.ALL_TO_ALL, x.ep, b, c.ep_link, c))  # fmt: skip
     meta = dispatch_metadata(x.expert_passes, x.moe_run.dispatcher)
     probs = _coll(Collective.ALL_TO_ALL, x.ep, sent(x.beta), c.ep_link, c)
-    counts = counts_gather_seconds(x.etp * x.ep, c.ep_link.scaleup, x.etp * c.ep_link.per_domain)
+    counts = counts_gather_seconds(
+        x.etp * x.ep, c.ep_link.scaleup, x.etp * c.ep_link.per_domain, c.ep_link.domains
+    )
     forward = t[0] + t[1] + meta.probs_all_to_alls[0] * probs + meta.counts_all_gathers * counts
     forward += torchtitan_dispatch_seconds(meta, spec.num_experts, x.ep, c.ep_link, c.params)
     return forward * (2 if full_recompute else 1), t[2] + t[3] + meta.probs_all_to_alls[1] * probs

@@ -176,8 +176,8 @@ def _kind_row(
     (:func:`_recompute_plan`)."""
     b, tp, cp, ep, etp, sp, r, u, gather, rep, vocab = key[:11]
     tp_bw, tp_up, tp_g, tp_n, cp_bw, cp_up, cp_g, cp_n = key[11:19]
-    a2a_bw, a2a_up, a2a_g, ep_bw, ep_up, ep_lg = key[19:25]
-    ep_g, unpaired, sm_share, templated, regather, nccl, ordered = key[25:]
+    a2a_bw, a2a_up, a2a_g, ep_bw, ep_up, ep_lg, ep_n = key[19:26]
+    ep_g, unpaired, sm_share, templated, regather, nccl, ordered = key[26:]
     (
         peak,
         hbm,
@@ -204,7 +204,7 @@ def _kind_row(
         ub = userbuffers_for(ub_config, int(tp))
     clock = Clock(
         peak, hbm, p, _link(tp_bw, tp_up, tp_g, tp_n), _link(cp_bw, cp_up, cp_g, cp_n),
-        _link(ep_bw, ep_up, ep_lg), overlap,
+        _link(ep_bw, ep_up, ep_lg, ep_n), overlap,
         int(r), int(u), bool(gather), speedup, int(rep), int(ep_g), float(unpaired),
         bool(regather), str(templated), float(sm_share), grouped, ao, bool(bf16_ex), loop,
         float(nccl), grouped_mm=bool(grouped_mm), tp_gather_bytes=gather_bytes,
@@ -272,6 +272,7 @@ def _kinds(c: Context, f: Fields, mode: Recompute, kept: Any = None) -> tuple[An
     tp_g = link_members(tp_bw, tp_up, axis_members(c, f, "tp"))
     tp_n = link_members(tp_bw, tp_up, axis_domains(c, f, "tp"))
     ep_lg = link_members(ep_bw, ep_up, ep_dispatch_members(c, f))
+    ep_n = link_members(ep_bw, ep_up, axis_domains(c, f, "ep"))
     vocab = f.lookup(padded_vocab_of, (arch.vocab_size, c.vocab_multiple), "framework", "tp")
     ep_g, unpaired, ep_share = ep_dispatch_fields(c, f)
     templated = f.lookup(torch_rotate_method, (), "cp_kind")
@@ -282,7 +283,7 @@ def _kinds(c: Context, f: Fields, mode: Recompute, kept: Any = None) -> tuple[An
         _kind_row, (arch, t, o.causal_attention_flops, base, mode, _recompute_plan(c, f, mode)),
         f.micro_batch_size, f.tp,
         f.cp, f.ep, f.expert_tp, f.sp, r, u, gather, rep, vocab, tp_bw, tp_up, tp_g, tp_n, cp_bw,
-        cp_up, cp_g, cp_n, a2a_bw, a2a_up, a2a_g, ep_bw, ep_up, ep_lg, ep_g, unpaired, ep_share,
+        cp_up, cp_g, cp_n, a2a_bw, a2a_up, a2a_g, ep_bw, ep_up, ep_lg, ep_n, ep_g, unpaired, ep_share,
         templated, regather,
         tp_sm_share_of(c, f),
         ordered,

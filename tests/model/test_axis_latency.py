@@ -232,3 +232,12 @@ def test_nccl_tree_takes_the_whole_log2_and_its_own_nvlink_hop():
     assert ring_latency_us(lat, "all-gather", "Simple", 64, 8) == pytest.approx(
         collective_latency(AG, 64, False, P, 8) / US
     )
+
+
+def test_the_token_counts_gather_over_an_ep_group_split_8_plus_4_crosses_once():
+    """Megatron-Core's all-gather of the token counts (``LL``: 6.6 µs base, 2.7 µs a network
+    step, NVLink's steps at NCCL's 1 µs network overhead once the ring leaves a node) over an
+    ep group of 12 lying 8 + 4 on two nodes: NCCL's 2 nodes, 1 of its 11 steps over the
+    network, 6.6 + 2.7 + 10 × 1.0 = 19.3 µs; ⌈12 ∕ 4⌉ = 3 counted 2, 6.6 + 2 × 2.7 + 9 = 21.0."""
+    assert counts_gather_seconds(12, False, 4, 2) / US == pytest.approx(19.3)
+    assert counts_gather_seconds(12, False, 4) / US == pytest.approx(21.0)
