@@ -76,18 +76,16 @@ def steps_latency(
     ``N`` domains, ``nInterSteps`` = ``rounds`` × (N − 1) cross the network at ``inter_s``
     (``hwLat[NCCL_HW_NET]``) and the rest ride NVLink at ``intra_s`` (``hwLat[NCCL_HW_NVLINK]``;
     NCCL takes the larger of it and 3 × its per-step network overhead, ``getNetOverhead``: 1 µs
-    on Intel hosts, so NVLink's 3.4 µs stands). ``N`` is NCCL's ``nNodes``: host nodes, or NVLink
-    domains where NCCL fuses a multi-node NVLink clique into one (``src/init.cc``:
-    ``nvlDomainInfo.nNvlDomains = comm->nNodes``): ``domains`` where the placement counted them
-    (:func:`model.rank_groups.nccl_nodes`: the distinct domains the group's ranks lie on, however
-    many each holds — 2 for a group of 12 split 8 + 4), else ``⌈n / per_domain⌉`` for
-    ``per_domain`` members in each (1, the default: each rank a domain of its own, every step
-    over the network). ``tree``: over the network an all-reduce takes NCCL's tree where that is quicker
-    (:func:`tree_latency`, its NVLink hop ``tree_intra_s``, 4 µs in NCCL's table; ``intra_s``
-    where not given). ``rounds`` 0: a message posted to every peer at once (an all-to-all, a
-    send), one hop — NVLink's where every peer shares the sender's domain (``scaleup``, or
-    ``per_domain`` ≥ ``group_size``), else the network's (NCCL's tuner has none of its own for
-    them: the module's note). Inside one domain (``scaleup``) every step is NVLink's.
+    on Intel hosts, so NVLink's 3.4 µs stands). ``N`` is NCCL's ``nNodes``, hosts or fused NVLink
+    cliques (``src/init.cc``): ``domains`` where placed (:func:`model.rank_groups.nccl_nodes`,
+    the distinct domains of the group's ranks: 2 for 12 split 8 + 4, an all-gather's 1 step
+    over the network and 10 over NVLink), else ``⌈n / per_domain⌉`` (``per_domain`` 1, the
+    default: every step over the network). ``tree``: over the network an all-reduce takes
+    NCCL's tree where quicker (:func:`tree_latency`, its NVLink hop ``tree_intra_s``, 4 µs in
+    NCCL's table; ``intra_s`` where not given). ``rounds`` 0: a message to every peer at once
+    (an all-to-all, a send), one hop — NVLink's where every peer shares the sender's domain
+    (``scaleup``, or ``per_domain`` ≥ ``group_size``), else the network's (NCCL's tuner has
+    none for them: the module's note). Inside one domain (``scaleup``) every step is NVLink's.
 
     Examples
     --------
@@ -100,13 +98,6 @@ def steps_latency(
     [4071.8, 14322.0]
     >>> round(steps_latency(1024, False, 3.4e-6, 14e-6, rounds=2, tree=True) * 1e6, 1)
     280.0
-
-    An all-gather over 12 ranks split 8 + 4 over two nodes: NCCL's 2 nodes, 1 network step and
-    10 NVLink ones, not ⌈12 ∕ 4⌉ = 3 nodes' 2 and 9:
-
-    >>> [round(steps_latency(12, False, 3.4e-6, 14e-6, rounds=1, per_domain=4, domains=n) * 1e6, 1)
-    ...  for n in (2, 0)]
-    [48.0, 58.6]
 
     An all-to-all over 4 ranks of one domain whose link is the network's (the hybrid context
     parallelism's inner group), one NVLink hop; over 8 ranks 4 a domain, one network hop:

@@ -373,11 +373,9 @@ def pipe_engine_seconds(
     pays its two copies through HBM: ``full`` allocates the whole tensor zeroed
     (``torch.zeros``, the bytes written) and returns a ``clone`` of it (read and written):
     3 × the whole tensor at :attr:`~model.roofline.RooflineParams.hbm_efficiency`, two kernels
-    (``deepspeed/runtime/utils.py`` ``PartitionedTensor.full`` at edaa72212; the code of 2021
-    gathered into a list of views and copied them out, two passes more, not counted); the
-    gathers' latency by ``tp_per_domain``, the tp members a domain, and ``tp_domains``, NCCL's
-    node count of the tp group (:func:`model.rank_groups.nccl_nodes`; 0: ``⌈tp ∕
-    tp_per_domain⌉``). Element-wise for arrays.
+    (``deepspeed/runtime/utils.py`` ``PartitionedTensor.full`` at edaa72212; 2021's code made
+    two passes more, not counted); the gathers' latency by ``tp_per_domain``, the tp members a
+    domain, and ``tp_domains``, the tp group's NCCL node count. Element-wise for arrays.
 
     Examples
     --------

@@ -48,17 +48,18 @@ def hybrid_cp_groups(stride: Any, cp: Any, u: Any) -> tuple[tuple[Any, Any], tup
 
 
 def cp_clock_links(c: Context, f: Fields, r: Any, u: Any, bw: Any, up: Any) -> tuple[Any, ...]:
-    """(bandwidth, scale-up tier, members a domain, NCCL's domains) of the K/V exchange's link
-    and (bandwidth, scale-up tier, members a domain) of the head all-to-all's, for the cp flavour
-    of ``r`` ring and ``u`` all-to-all ranks (:func:`model.context_parallel.cp_degrees`): the cp
+    """(bandwidth, scale-up tier, members a domain, NCCL's domains) of the K/V exchange's link and
+    (bandwidth, scale-up tier, members a domain) of the head all-to-all's, for the cp flavour of
+    ``r`` ring and ``u`` all-to-all ranks (:func:`model.context_parallel.cp_degrees`): the cp
     group's link (``bw``, ``up``: :func:`model.terms.roofline.axis_link`, an all-to-all's where
-    the flavour is Ulysses) for both unless the flavour is the hybrid (``r``, ``u`` > 1); the hybrid's ring and
-    inner group each on the link of its own groups (the module docstring): a group inside one
-    NVLink domain at the domain's figure (the cp link's where the whole cp group is inside), one
-    across domains at the cp link's scale-out tier, ``g`` of its members a domain in parallel
-    (:func:`model.step_time.rings_bandwidth`, :func:`model.step_time.all_to_all_bandwidth`).
-    Members and domains are 1 on a scale-up link (:func:`model.terms.fields.link_members`).
-    Scalars, or ``[n, 1]`` columns. Units: bytes/s, ranks, domains."""
+    the flavour is Ulysses) for both unless the flavour is the hybrid (``r``, ``u`` > 1); the
+    hybrid's ring and inner group each on the link of its own groups (the module docstring): a
+    group inside one NVLink domain at the domain's figure (the cp link's where the whole cp
+    group is inside), one across domains at the cp link's scale-out tier, ``g`` of its members a
+    domain in parallel (:func:`model.step_time.rings_bandwidth`,
+    :func:`model.step_time.all_to_all_bandwidth`). Members and domains are 1 on a scale-up link
+    (:func:`model.terms.fields.link_members`). Scalars, or ``[n, 1]`` columns. Units: bytes/s,
+    ranks, domains."""
     g = link_members(bw, up, axis_members(c, f, "cp"))
     n = link_members(bw, up, axis_domains(c, f, "cp"))
     hybrid = (r > 1) & (u > 1) & (bw > 0)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import pytest
 
 from tests.archs import one_moe_layer
-from trainplan.interface.scenario import build_problem
 from trainplan.model.collective_rates import nccl_latency_us, ring_latency_us
 from trainplan.model.context_parallel import CpKind
 from trainplan.model.estimate import evaluation_context
@@ -28,7 +27,6 @@ from trainplan.model.terms.ep_link import ep_dispatch_link, ep_dispatch_members
 from trainplan.model.terms.fields import LayoutFields, axis_members
 from trainplan.model.terms.roofline import axis_link, stage_parts_term
 from trainplan.optimizer.case import Case, links_for
-from trainplan.optimizer.search import check_against_evaluate, prepare
 from trainplan.scenarios.catalogue import get_model
 from trainplan.scenarios.kernel_data import collective_data
 
@@ -158,22 +156,6 @@ def test_the_hybrid_cp_layer_on_its_groups_links_by_hand():
     assert placed[0] == pytest.approx(313.5605) and a2a == pytest.approx(58.5525)
     assert collective_latency(A2A, 2, False, P, 4) == pytest.approx(11.8 * US)
     assert cp(cp_link=LinkTime(200e9, False, 2)) == (pytest.approx(245.84), pytest.approx(89.136))
-
-
-def test_the_search_times_the_hybrid_on_its_groups_links_as_the_evaluator_does():
-    """The search's tables (columns of many layouts) place the hybrid's two groups as the
-    evaluator does: tp 2, cp 8 as 2 × 4 and 4 × 2 on two H100 nodes, every row checked term by
-    term against the evaluator (``check_against_evaluate`` raises on any difference)."""
-    values = {
-        "model": "llama3-8b", "gpus": "16", "gpu": "H100-SXM", "seq_len": 32768,
-        "global_batch": 2, "cluster": {"memory_reserve_gib": 0},
-        "space": {"tp": [2], "pp": [1], "cp": [8], "recompute": ["none"], "zero": [1],
-                  "cp_kind": ["a2a+p2p"], "cp_a2a": [2, 4]},
-    }  # fmt: skip
-    tables = prepare(build_problem({}, values))[0]
-    assert {sh.cp_a2a for sh in tables.shapes} == {2, 4}
-    for s in range(len(tables.shapes)):
-        check_against_evaluate(tables, (s, 0, 0))
 
 
 def test_a_send_waits_on_the_pair_across_the_domain_edge():
