@@ -135,12 +135,17 @@ def _pat_us(lat: NcclLatency, p: int, ranks: int, nodes: int) -> float:
 
 
 def ring_latency_us(
-    lat: NcclLatency, collective: str, protocol: str, ranks: int, per_domain: int
+    lat: NcclLatency,
+    collective: str,
+    protocol: str,
+    ranks: int,
+    per_domain: int,
+    domains: int = 0,
 ) -> float:
     """NCCL's latency (µs) of one ring all-gather, reduce-scatter or all-reduce over ``ranks``
     with ``per_domain`` of them in each NVLink domain (:func:`nccl_latency_us`'s ring, whose
-    nodes need not hold equal shares: ⌈ranks ∕ per_domain⌉ domains,
-    :func:`model.nccl_latency.steps_latency`), on an x86 host of neither vendor's overhead
+    nodes need not hold equal shares: ``domains``, NCCL's node count where the placement gave
+    it, else ⌈ranks ∕ per_domain⌉, :func:`model.nccl_latency.steps_latency`), on an x86 host of neither vendor's overhead
     (``cpu`` ``other``: 1 µs, Intel's too). Units: µs, ranks.
 
     Raises
@@ -162,7 +167,7 @@ def ring_latency_us(
     p, local = lat.protocols.index(protocol), max(1, min(per_domain, ranks))
     net = _hw(lat, "net", "tree" if local == 1 else "ring", p) if local < ranks else 0.0
     intra = _hw(lat, "nvlink", "ring", p)
-    return _ring_us(lat, collective, protocol, ranks, local, intra, net, "other")
+    return _ring_us(lat, collective, protocol, ranks, local, intra, net, "other", domains)
 
 
 def _ring_us(
@@ -174,6 +179,7 @@ def _ring_us(
     intra: float,
     net: float,
     cpu: str,
+    domains: int = 0,
 ) -> float:
     """:func:`nccl_latency_us` of a ring: base + (steps − s_net)·intra + s_net·net
     (:func:`model.nccl_latency.steps_latency`, the step time's rule), the intra-node hop at
@@ -184,7 +190,9 @@ def _ring_us(
     if not inside:
         intra = max(intra, lat.net_overhead_us[cpu] * (3 if protocol == "Simple" else 1))
     rounds = 2 if collective == "all-reduce" else 1
-    hops = steps_latency(ranks, inside, intra, net, rounds=rounds, per_domain=per_domain)
+    hops = steps_latency(
+        ranks, inside, intra, net, rounds=rounds, per_domain=per_domain, domains=domains
+    )
     return lat.base_us["ring"][lat.protocols.index(protocol)] + float(hops)
 
 

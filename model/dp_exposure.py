@@ -93,6 +93,7 @@ def dp_seconds(
     mech: Mechanism, step_bytes: Any, microbatch_bytes: Any, group: Any, calls: Any,
     bandwidth: Any, scaleup: Any, p: RooflineParams, forward_share: Any = None,
     gathered: Any = 1.0, again: Any = 0, gather_calls: Any = None, per_domain: Any = 1,
+    domains: Any = 0,
 ) -> DpSeconds:  # fmt: skip
     """The :class:`DpSeconds` of the mechanism's collectives over ``group`` = dp·cp ranks:
     ``step_bytes`` sent once per step, ``microbatch_bytes`` each micro-batch. Each collective
@@ -106,12 +107,10 @@ def dp_seconds(
     :attr:`~Mechanism.gathers_per_step` gatherings in ``gathers_per_step × gather_calls`` calls,
     a micro-batch's :attr:`~Mechanism.gathers_per_microbatch` in ``gathers_per_microbatch ×
     gather_calls``, each pass's own (the module docstring). Each call is timed by
-    :func:`model.roofline.collective_time` at its own message size (the published bus
-    bandwidth by size inside an NVLink domain, NCCL's latency plus the link's rate across
-    nodes, the ring's steps between the group's ``per_domain`` members of a domain on NVLink).
-    A micro-batch's all-gathers are equal: the forward's are :func:`phase_gathers`'
-    share of them, or ``forward_share`` of them where the mechanism
-    :attr:`~Mechanism.regathers_after_forward` (the schedule's,
+    :func:`model.roofline.collective_time` at its own message size (NCCL's latency by the
+    group's ``per_domain`` members a domain and ``domains``, its node count). A micro-batch's
+    all-gathers are equal: the forward's :func:`phase_gathers`' share, or ``forward_share``
+    where the mechanism :attr:`~Mechanism.regathers_after_forward` (the schedule's,
     :func:`model.fsdp2_pipeline.regather_forward_share`). ``again``: gathers of the weights a
     step beyond the mechanism's, in ``step_bytes`` (:func:`model.fsdp2_pipeline.
     runtime_regathers`), each timed as its once-per-step gather. Element-wise for arrays."""
@@ -133,7 +132,8 @@ def dp_seconds(
             if b:
                 n = each * gathers if kind is Collective.ALL_GATHER else calls
                 sent = total * (share / per_param) / n
-                out[i] = n * collective_time(kind, group, sent, bandwidth, scaleup, p, per_domain)
+                t = collective_time(kind, group, sent, bandwidth, scaleup, p, per_domain, domains)
+                out[i] = n * t
         return out
 
     if is_array(again) or again:  # their bytes out of the step's: again·w of all it sends

@@ -46,7 +46,7 @@ A collective's own time is :func:`model.roofline.collective_seconds` over the ax
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 
 from trainplan.model.async_tp import async_tp_collectives
@@ -236,12 +236,13 @@ def _cp_collectives(
     core of its pass for a ring, waited for as an all-gather — and the head all-to-alls over
     ``cp_a2a`` ranks, each moving (u − 1)/u of Q + KV + O forward and Q + KV + 2·O backward,
     waited for. The bytes are :func:`model.context_parallel.cp_layer_bytes`'s. Latency by
-    placement (:attr:`model.roofline.LinkTime.per_domain` of the cp link): the exchange's ring
-    steps between members of one domain on NVLink — each step of ring attention waits for the
-    K/V chunk its neighbour received the step before, so a chunk's path is the ring
-    all-gather's, NCCL's ring rule — the hybrid's ring holding ``per_domain ∕ u`` of them (one
-    of each inner group of u consecutive cp ranks), its inner all-to-all one NVLink hop where
-    the u ranks share a domain."""
+    placement (:attr:`model.roofline.LinkTime.per_domain` and ``domains`` of the cp link): the
+    exchange's ring steps between members of one domain on NVLink — each step of ring attention
+    waits for the K/V chunk its neighbour received the step before, so a chunk's path is the
+    ring all-gather's, NCCL's ring rule. The hybrid's ring and inner all-to-all each ride their
+    own groups' links (:attr:`model.op_time.Clock.cp_link`, :attr:`~model.op_time.Clock.
+    cp_a2a_link`: :func:`model.terms.cp_links.cp_clock_links`), the all-to-all one NVLink hop
+    at the domain's bandwidth where its u ranks share a domain."""
     if x.cp == 1 or c.cp_link is None:
         return 0.0, 0.0
     q, kv, o = (float(v) for v in cp_tensor_bytes(x.arch, x.tp, x.tokens, x.beta))
@@ -249,10 +250,9 @@ def _cp_collectives(
     if c.cp_templated and r > 1:
         return _templated_collectives(kv * templated_kv_repeat(x.arch), r, core, c, recomputed)
     total = exposed = 0.0
-    if r > 1:  # the ring's members a domain: one of each inner group of u there
-        link = replace(c.cp_link, per_domain=max(1, c.cp_link.per_domain // u))
-        forward = _coll(Collective.ALL_GATHER, r, (r - 1) * kv, link, c)
-        backward = _coll(Collective.ALL_GATHER, r, 2 * (r - 1) * kv, link, c)
+    if r > 1:
+        forward = _coll(Collective.ALL_GATHER, r, (r - 1) * kv, c.cp_link, c)
+        backward = _coll(Collective.ALL_GATHER, r, 2 * (r - 1) * kv, c.cp_link, c)
         passes = [(forward, core[0]), (backward, core[1])] + (
             [(forward, core[0])] if recomputed else []
         )
@@ -262,8 +262,9 @@ def _cp_collectives(
         exposed += sum(max(0.0, t - cov) for t, cov in passes) if hidden else ring
     if u > 1:
         share, kv_a2a = (u - 1) / u, kv * c.cp_kv_repeat
-        forward = _coll(Collective.ALL_TO_ALL, u, share * (q + kv_a2a + o), c.cp_link, c)
-        backward = _coll(Collective.ALL_TO_ALL, u, share * (q + kv_a2a + 2 * o), c.cp_link, c)
+        a2a_link = c.cp_link if c.cp_a2a_link is None else c.cp_a2a_link
+        forward = _coll(Collective.ALL_TO_ALL, u, share * (q + kv_a2a + o), a2a_link, c)
+        backward = _coll(Collective.ALL_TO_ALL, u, share * (q + kv_a2a + 2 * o), a2a_link, c)
         a2a = forward * (2 if recomputed else 1) + backward
         total += a2a
         exposed += a2a
@@ -347,7 +348,9 @@ def ep_all_to_all_seconds(x: LayerShape, c: Clock, full_recompute: bool) -> tupl
                          lambda b: _coll(Collective.ALL_TO_ALL, x.ep, b, c.ep_link, c))  # fmt: skip
     meta = dispatch_metadata(x.expert_passes, x.moe_run.dispatcher)
     probs = _coll(Collective.ALL_TO_ALL, x.ep, sent(x.beta), c.ep_link, c)
-    counts = counts_gather_seconds(x.etp * x.ep, c.ep_link.scaleup, x.etp * c.ep_link.per_domain)
+    counts = counts_gather_seconds(
+        x.etp * x.ep, c.ep_link.scaleup, x.etp * c.ep_link.per_domain, c.ep_link.domains
+    )
     forward = t[0] + t[1] + meta.probs_all_to_alls[0] * probs + meta.counts_all_gathers * counts
     forward += torchtitan_dispatch_seconds(meta, spec.num_experts, x.ep, c.ep_link, c.params)
     return forward * (2 if full_recompute else 1), t[2] + t[3] + meta.probs_all_to_alls[1] * probs

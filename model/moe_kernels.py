@@ -259,7 +259,9 @@ def dispatch_metadata(passes: ExpertPasses, dispatcher: Dispatcher | str) -> Dis
     return DispatchMetadata((1, 1), 1) if passes.megatron else NO_DISPATCH_METADATA
 
 
-def counts_gather_seconds(ranks: int, scaleup: bool, per_domain: int = 1) -> float:
+def counts_gather_seconds(
+    ranks: int, scaleup: bool, per_domain: int = 1, domains: int = 0
+) -> float:
     """Seconds of Megatron-Core's all-gather of the token counts per expert over ``ranks``
     (``E`` int64 values from each, 1 KB at 128 experts: ``preprocess`` in
     ``token_dispatcher.py``): NCCL's latency of a ring all-gather (``src/graph/tuning.cc``, the
@@ -270,7 +272,9 @@ def counts_gather_seconds(ranks: int, scaleup: bool, per_domain: int = 1) -> flo
     group's link is the scale-up domain, else with ``per_domain`` of the ranks in each domain
     those between domains over the network and the rest over NVLink at no less than NCCL's
     network overhead (:func:`model.collective_rates.ring_latency_us`, the rule of the clock's
-    other collectives, :func:`model.roofline.collective_latency`).
+    other collectives, :func:`model.roofline.collective_latency`); ``domains``: NCCL's node
+    count of the expert-parallel group (:attr:`model.roofline.LinkTime.domains`, the ep
+    group's, whose etp-wide blocks lie on the same nodes; 0: ``⌈ranks ∕ per_domain⌉``).
 
     >>> round(counts_gather_seconds(8, True) * 1e6, 1)  # 6.6 + 7 × 0.6 µs
     10.8
@@ -282,4 +286,5 @@ def counts_gather_seconds(ranks: int, scaleup: bool, per_domain: int = 1) -> flo
     if ranks <= 1:
         return 0.0
     local = ranks if scaleup else per_domain
-    return ring_latency_us(collective_data().nccl_latency, "all-gather", "LL", ranks, local) * 1e-6
+    lat = collective_data().nccl_latency
+    return ring_latency_us(lat, "all-gather", "LL", ranks, local, 0 if scaleup else domains) * 1e-6

@@ -68,6 +68,7 @@ def steps_latency(
     tree: bool = False,
     per_domain: Any = 1,
     tree_intra_s: float | None = None,
+    domains: Any = 0,
 ) -> Any:
     """Seconds of the steps of one collective over ``group_size`` ranks, NCCL's ``Simple``
     latency less its base: a ring of ``rounds`` × (n − 1) steps (1: an all-gather or
@@ -75,16 +76,16 @@ def steps_latency(
     ``N`` domains, ``nInterSteps`` = ``rounds`` × (N − 1) cross the network at ``inter_s``
     (``hwLat[NCCL_HW_NET]``) and the rest ride NVLink at ``intra_s`` (``hwLat[NCCL_HW_NVLINK]``;
     NCCL takes the larger of it and 3 × its per-step network overhead, ``getNetOverhead``: 1 µs
-    on Intel hosts, so NVLink's 3.4 µs stands). ``N`` is NCCL's ``nNodes``: host nodes, or NVLink
-    domains where NCCL fuses a multi-node NVLink clique into one (``src/init.cc``:
-    ``nvlDomainInfo.nNvlDomains = comm->nNodes``), ``⌈n / per_domain⌉`` for ``per_domain``
-    members in each (1, the default: each rank a domain of its own, every step over the
-    network). ``tree``: over the network an all-reduce takes NCCL's tree where that is quicker
-    (:func:`tree_latency`, its NVLink hop ``tree_intra_s``, 4 µs in NCCL's table; ``intra_s``
-    where not given). ``rounds`` 0: a message posted to every peer at once (an all-to-all, a
-    send), one hop — NVLink's where every peer shares the sender's domain (``scaleup``, or
-    ``per_domain`` ≥ ``group_size``), else the network's (NCCL's tuner has none of its own for
-    them: the module's note). Inside one domain (``scaleup``) every step is NVLink's.
+    on Intel hosts, so NVLink's 3.4 µs stands). ``N`` is NCCL's ``nNodes``, hosts or fused NVLink
+    cliques (``src/init.cc``): ``domains`` where placed (:func:`model.rank_groups.nccl_nodes`,
+    the distinct domains of the group's ranks: 2 for 12 split 8 + 4, an all-gather's 1 step
+    over the network and 10 over NVLink), else ``⌈n / per_domain⌉`` (``per_domain`` 1, the
+    default: every step over the network). ``tree``: over the network an all-reduce takes
+    NCCL's tree where quicker (:func:`tree_latency`, its NVLink hop ``tree_intra_s``, 4 µs in
+    NCCL's table; ``intra_s`` where not given). ``rounds`` 0: a message to every peer at once
+    (an all-to-all, a send), one hop — NVLink's where every peer shares the sender's domain
+    (``scaleup``, or ``per_domain`` ≥ ``group_size``), else the network's (NCCL's tuner has
+    none for them: the module's note). Inside one domain (``scaleup``) every step is NVLink's.
 
     Examples
     --------
@@ -109,7 +110,8 @@ def steps_latency(
         inside = scaleup | (per_domain >= group_size)
         return where(inside, intra_s, inter_s) * 1.0
     local = maximum(minimum(per_domain, group_size), 1)
-    domains = where(scaleup, 1, -floor(-group_size / local)) * 1.0
+    counted = where(domains > 0, domains, -floor(-group_size / local))
+    domains = where(scaleup, 1, counted) * 1.0
     steps, crossing = rounds * (group_size - 1) * 1.0, rounds * (domains - 1)
     ring = (steps - crossing) * intra_s + crossing * inter_s
     if not tree:
@@ -119,13 +121,19 @@ def steps_latency(
 
 
 def collective_latency(
-    kind: str, group_size: Any, scaleup: Any, p: RooflineParams, per_domain: Any = 1
+    kind: str,
+    group_size: Any,
+    scaleup: Any,
+    p: RooflineParams,
+    per_domain: Any = 1,
+    domains: Any = 0,
 ) -> Any:
     """The latency part of :func:`model.roofline.collective_seconds` of a ``kind``
     (:class:`model.roofline.Collective`) over ``group_size`` ranks: NCCL's base latency
     (:attr:`~model.roofline.RooflineParams.collective_base_latency_s`) plus its steps, each at
     its link's hop latency (:func:`steps_latency`; ``per_domain``: the group's members in each
-    NVLink domain, 1 = every step over the network; an all-reduce's tree at
+    NVLink domain, 1 = every step over the network; ``domains``: NCCL's node count of the group,
+    :func:`model.rank_groups.nccl_nodes`, 0 = ``⌈n ∕ per_domain⌉``; an all-reduce's tree at
     :attr:`~model.roofline.RooflineParams.scaleup_tree_hop_latency_s` inside a domain; a send
     between neighbours of a group that leaves its domain, the pair that straddles the domain's
     edge, which the ring waits on: the network's hop). Element-wise. Units: seconds.
@@ -140,5 +148,6 @@ def collective_latency(
         rounds=_RINGS.get(kind, 0), tree=kind == "all-reduce",
         per_domain=1 if kind == "send-recv" else per_domain,
         tree_intra_s=p.scaleup_tree_hop_latency_s,
+        domains=0 if kind == "send-recv" else domains,
     )  # fmt: skip
     return p.collective_base_latency_s + steps

@@ -67,6 +67,8 @@ class Clock:
     params: RooflineParams
     tp_link: LinkTime | None = None
     cp_link: LinkTime | None = None
+    """The K/V exchange's link: the cp group's, or the hybrid's rings' (:func:`model.terms.
+    cp_links.cp_clock_links`)."""
     ep_link: LinkTime | None = None
     tp_comm_overlap: TpOverlap = TpOverlap.ASYNC
     cp_ring: int = 1
@@ -152,6 +154,9 @@ class Clock:
     """The ring's K/V sends start before the attention core they hide under; False where the
     run does not keep its launches in order (:func:`model.launch_order.launch_order_kept`):
     each pass then waits whole."""
+    cp_a2a_link: LinkTime | None = None
+    """The head all-to-all's link where it is not :attr:`cp_link`: the hybrid's inner group,
+    placed on its own (:func:`model.terms.cp_links.cp_clock_links`); None: :attr:`cp_link`."""
 
 
 def expert_loop_of(framework: str) -> bool:

@@ -10,7 +10,7 @@ that share one rank order (the search's tables). Units: ranks.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -20,7 +20,7 @@ from trainplan.model.xp import is_array, maximum, minimum, namespace, where
 __all__ = [
     "AXES", "stride_size", "axis_spans", "in_one_domain", "windows", "fewest_in_domain",
     "members_in_domain", "members_per_domain_of", "domain_placements", "group_members",
-    "domain_counts",
+    "domain_counts", "nccl_nodes", "nodes_in_domain",
 ]  # fmt: skip
 
 AXES: tuple[str, ...] = ("tp", "cp", "ep", "dp", "dp_cp", "edp", "pp")
@@ -201,6 +201,37 @@ def domain_placements(
     return tuple(sorted({(min(c), len(c)) for c in _group_counts(stride, size, total, domain)}))
 
 
+@lru_cache(maxsize=4096)
+def nccl_nodes(stride: int, size: int, total: int, domain: int) -> int:
+    """The domains NCCL counts for the communicator of an axis's slowest group (its
+    ``comm->nNodes``): the distinct domains of ``domain`` consecutive ranks its ranks lie on, of
+    the group with the fewest members in one domain (:func:`fewest_in_domain`, whose NICs set
+    the ring's bandwidth), the most among such groups. NCCL counts a communicator's nodes as
+    the distinct first ranks of its ranks' intra-node rings, one per host, or per NVLink clique
+    where a multi-node NVLink domain is one node (NVIDIA/nccl 5067397c ``src/init.cc``
+    ``initTransportsRank``: ``comm->nNodes++`` for each new ``topoRanks.ringRecv[0]``;
+    ``nvlDomainInfo.nNvlDomains = comm->nNodes``), however many of the communicator's ranks
+    each holds, so a group split 8 + 4 over two 8-GPU nodes is 2 nodes, not
+    ⌈12 ∕ 4⌉ = 3; its tuner's ring crosses the network ``nNodes − 1`` times a round and its tree
+    climbs ``log2i(nNodes)`` levels (``src/graph/tuning.cc`` ``ncclTopoTuneModel``:
+    ``nInterSteps``, ``log2i(nNodes)``, ``nRanks / nNodes``). 1 where every group lies in one
+    domain. Units: domains.
+
+    >>> nccl_nodes(1, 12, 24, 8), nccl_nodes(1, 6, 24, 8)  # 8 + 4; 2 + 4 (the slowest) on 2
+    (2, 2)
+    >>> nccl_nodes(1, 64, 256, 72), nccl_nodes(8, 2, 16, 8)  # 64; 8 + 56, …; ranks 0 and 8
+    (2, 2)
+    """
+    places = domain_placements(stride, size, total, domain)
+    fewest = places[0][0]
+    return max(nodes for members, nodes in places if members == fewest)
+
+
+def nodes_in_domain(stride: Any, size: Any, total: Any, domain: int) -> Any:
+    """:func:`nccl_nodes`, element-wise for the search's arrays (int64 there)."""
+    return _per_layout(nccl_nodes, stride, size, total, domain)
+
+
 def _group_counts(stride: int, size: int, total: int, domain: int) -> list[list[int]]:
     """Members in each domain it touches, of every group of :func:`group_members`."""
     return [domain_counts(m, domain) for m in group_members(stride, size, total, domain)]
@@ -241,12 +272,20 @@ def group_members(stride: int, size: int, total: int, domain: int) -> list[tuple
 
 def members_in_domain(stride: Any, size: Any, total: Any, domain: int) -> Any:
     """:func:`fewest_in_domain`, element-wise for the search's arrays (int64 there)."""
+    return _per_layout(fewest_in_domain, stride, size, total, domain)
+
+
+def _per_layout(
+    fn: Callable[[int, int, int, int], int], stride: Any, size: Any, total: Any, domain: int
+) -> Any:
+    """``fn(stride, size, total, domain)`` of one layout's ints, or of each layout of the
+    search's arrays (int64, the arrays' broadcast shape)."""
     ns = namespace(stride, size, total)
     if ns is None:
-        return fewest_in_domain(int(stride), int(size), int(total), int(domain))
+        return fn(int(stride), int(size), int(total), int(domain))
     s, n, t = ns.broadcast_arrays(ns.asarray(stride), ns.asarray(size), ns.asarray(total))
     flat = zip(ns.reshape(s, (-1,)), ns.reshape(n, (-1,)), ns.reshape(t, (-1,)), strict=True)
-    out = [fewest_in_domain(int(a), int(b), int(c), domain) for a, b, c in flat]
+    out = [fn(int(a), int(b), int(c), domain) for a, b, c in flat]
     return ns.reshape(ns.asarray(out, dtype=ns.int64), s.shape)
 
 

@@ -46,13 +46,16 @@ Sources:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from fractions import Fraction
 
 from trainplan.model.errors import InputError
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.op_rates import deployed_params
+from trainplan.model.rank_groups import fewest_in_domain, nccl_nodes
 from trainplan.model.roofline import Collective, collective_time, ring_share
+from trainplan.model.step_time import rings_bandwidth
 from trainplan.model.vocab import padded_vocab
 
 __all__ = [
@@ -62,6 +65,7 @@ __all__ = [
     "VOCAB_PADDING",
     "engine_all_gather",
     "engine_all_reduce",
+    "engine_placement",
     "forward_collectives",
     "wave_reduce_seconds",
 ]
@@ -85,24 +89,50 @@ ForwardClock = Callable[[Fraction, Fraction], float]
 def _engine_clock(device: DeviceSpec, tp: int, kind: Collective) -> Clock:
     """Seconds of one ``kind`` collective of an ``S``-byte buffer over ``tp`` ranks of
     ``device``: :func:`model.roofline.collective_time` with each rank sending ``ring_share ·
-    S`` (nccl-tests' bus factor) over NVLink when the group fits one NVLink domain, else over
-    the scale-out NIC; an InputError when the part's table has no bandwidth for that link."""
-    inside = tp <= (device.nvlink_domain or device.gpus_per_node)
-    bandwidth = device.nvlink_bytes_per_s if inside else device.scaleout_bytes_per_s
-    if tp > 1 and not bandwidth:
+    S`` (nccl-tests' bus factor), the group placed as the training side's axes are
+    (:func:`engine_placement`): over NVLink when every engine lies in one NVLink domain, else
+    over the scale-out NICs, ``g`` of them in parallel for ``g`` ranks of the slowest engine in
+    a domain (:func:`model.step_time.rings_bandwidth`), its ring crossing the network once a
+    round per further domain NCCL counts (:func:`model.nccl_latency.steps_latency`); an
+    InputError when the part's table has no bandwidth for that link."""
+    domain = device.nvlink_domain or device.gpus_per_node
+    per_domain, nodes = engine_placement(tp, domain)
+    inside = nodes == 1
+    nvlink, nic = device.nvlink_bytes_per_s, device.scaleout_bytes_per_s
+    if tp > 1 and not (nvlink if inside else nic):
         link = "NVLink" if inside else "scale-out"
         raise InputError(
             f"rollout tp: {tp} needs the {link} bandwidth of {device.name}, which "
             f"{device.figures_from} does not have"
         )
+    bandwidth = nvlink if inside else rings_bandwidth(nic, tp, tp, domain, nvlink, per_domain)
     params = deployed_params(device.part)
     share = ring_share(kind, tp)
 
     def seconds(buffer_bytes: float) -> float:
         sent = share * buffer_bytes
-        return float(collective_time(kind, tp, sent, bandwidth, inside, params))
+        time = collective_time(kind, tp, sent, bandwidth, inside, params, per_domain, nodes)
+        return float(time)
 
     return seconds
+
+
+def engine_placement(tp: int, domain: int) -> tuple[int, int]:
+    """(the fewest ranks the slowest engine has in one NVLink domain, the domains NCCL counts for
+    it) for rollout engines of ``tp`` ranks on domains of ``domain`` GPUs: vLLM makes each tp
+    group ``tp`` consecutive ranks (vllm-project/vllm 0c175ae9 ``vllm/distributed/
+    parallel_state.py`` ``initialize_model_parallel``: ``all_ranks.view(-1,
+    tensor_model_parallel_size)``, the engine's world ``ExternalDP × DP × PP × TP`` with tp
+    innermost) and the engines tile the rollout GPUs in order, so their placement repeats every
+    ``lcm(tp, domain)`` ranks: :func:`model.rank_groups.fewest_in_domain` and
+    :func:`model.rank_groups.nccl_nodes` of groups of ``tp`` at stride 1 over that many. Units:
+    ranks, domains.
+
+    >>> engine_placement(8, 8), engine_placement(16, 8), engine_placement(3, 8)
+    ((8, 1), (8, 2), (1, 2))
+    """
+    total = math.lcm(tp, domain)
+    return fewest_in_domain(1, tp, total, domain), nccl_nodes(1, tp, total, domain)
 
 
 def engine_all_reduce(device: DeviceSpec, tp: int) -> Clock:

@@ -358,6 +358,10 @@ class LinkTime:
     """Ranks of the group in each NVLink domain (:func:`model.terms.fields.axis_members`),
     whose ring steps ride NVLink (:func:`collective_latency`); 1: every step off ``scaleup``
     over the network."""
+    domains: int = 0
+    """NCCL's node count of the group (``comm->nNodes``: the distinct NVLink domains its ranks
+    lie on, :func:`model.rank_groups.nccl_nodes`), whose ring crosses the network ``domains − 1``
+    times a round; 0: ``⌈group ∕ per_domain⌉`` (groups that line up with the domains)."""
 
 
 def collective_seconds(
@@ -387,8 +391,9 @@ def collective_seconds(
     399.2
     """
     return collective_time(
-        kind, group_size, sent_bytes, link.bandwidth_bytes_per_s, link.scaleup, p, link.per_domain
-    )
+        kind, group_size, sent_bytes, link.bandwidth_bytes_per_s, link.scaleup, p,
+        link.per_domain, link.domains,
+    )  # fmt: skip
 
 
 def transfer_seconds(sent_bytes: Any, rate: Any) -> Any:
@@ -460,6 +465,7 @@ def collective_time(
     scaleup: Any,
     p: RooflineParams,
     per_domain: Any = 1,
+    domains: Any = 0,
 ) -> Any:
     """:func:`collective_seconds` from plain numbers: floats for one collective, element-wise
     for arrays of layouts (the search's tables), the same operations in the same order.
@@ -472,14 +478,14 @@ def collective_time(
     curve) NCCL's latency plus the bytes at the link's efficiency (Hockney's α-β model); an
     all-reduce NCCL runs as NVLS on these NVLinks (:func:`model.nvls.nvls_ring`) at its speed-up.
     ``per_domain``: the group's members in each NVLink domain, whose ring steps between them
-    ride NVLink (:func:`collective_latency`; 1: every step crosses the network)."""
+    ride NVLink (:func:`collective_latency`; 1: every step crosses the network); ``domains``: the
+    group's NCCL node count (:attr:`LinkTime.domains`; 0: ``⌈group ∕ per_domain⌉``)."""
     efficiency = where(scaleup, p.scaleup_efficiency, p.scaleout_efficiency)
     on = kind is Collective.ALL_REDUCE and p.nvls_allreduce_speedup != 1
     nvls = nvls_ring_on_link(p.part, bandwidth, scaleup, group_size) if on else False
     efficiency = efficiency * where(nvls, p.nvls_allreduce_speedup, 1)
-    seconds = collective_latency(kind, group_size, scaleup, p, per_domain) + transfer_seconds(
-        sent_bytes, bandwidth * efficiency
-    )
+    latency = collective_latency(kind, group_size, scaleup, p, per_domain, domains)
+    seconds = latency + transfer_seconds(sent_bytes, bandwidth * efficiency)
     if p.busbw_curve and kind in _CURVE_KINDS:
         share = ring_share(kind, group_size)
         smallest = p.busbw_curve[0][0]

@@ -215,6 +215,7 @@ def kind_parts(
         c.linear_speedup, c.cp_kv_repeat, tp_regather=c.tp_regather, cp_templated=c.cp_templated,
         grouped_fp8=c.grouped_fp8, torchao_fp8=c.torchao_fp8, nccl_sm_share=c.nccl_sm_share,
         tp_gather_bytes=c.tp_gather_bytes, userbuffers=c.userbuffers, cp_ring_hidden=c.cp_ring_hidden,
+        cp_a2a_link=c.cp_a2a_link,
     )  # fmt: skip
     groups = tuple(
         layer_time(shape(moe, j), c if moe else no_ep, recompute, plan, every_norm).parts
@@ -354,6 +355,7 @@ def pipe_engine_seconds(
     p: RooflineParams,
     hbm_bytes_per_s: float | None = None,
     tp_per_domain: Any = 1,
+    tp_domains: Any = 0,
 ) -> Any:
     """Seconds DeepSpeed's pipeline engine adds to a step for its pipeline messages: the
     blocking transfers and the all-gathers over tp on the critical path of its ``TrainSchedule``
@@ -371,9 +373,9 @@ def pipe_engine_seconds(
     pays its two copies through HBM: ``full`` allocates the whole tensor zeroed
     (``torch.zeros``, the bytes written) and returns a ``clone`` of it (read and written):
     3 × the whole tensor at :attr:`~model.roofline.RooflineParams.hbm_efficiency`, two kernels
-    (``deepspeed/runtime/utils.py`` ``PartitionedTensor.full`` at edaa72212; the code of 2021
-    gathered into a list of views and copied them out, two passes more, not counted); the
-    gathers' latency by ``tp_per_domain``, the tp members a domain. Element-wise for arrays.
+    (``deepspeed/runtime/utils.py`` ``PartitionedTensor.full`` at edaa72212; 2021's code made
+    two passes more, not counted); the gathers' latency by ``tp_per_domain``, the tp members a
+    domain, and ``tp_domains``, the tp group's NCCL node count. Element-wise for arrays.
 
     Examples
     --------
@@ -393,7 +395,7 @@ def pipe_engine_seconds(
     """
     send = collective_time(Collective.SEND_RECV, 2, part_bytes, bandwidth, scaleup, p)
     gather = collective_time(Collective.ALL_GATHER, tp, part_bytes * (tp - 1), tp_bandwidth,
-                             tp_scaleup, p, tp_per_domain)  # fmt: skip
+                             tp_scaleup, p, tp_per_domain, tp_domains)  # fmt: skip
     tied = collective_time(Collective.ALL_REDUCE, 2, tied_bytes, bandwidth, scaleup, p)
     if hbm_bytes_per_s is not None:  # full(): zeros (write) and clone (read, write) of the whole
         copies = memory_seconds(3 * part_bytes * tp, hbm_bytes_per_s, p) + p.kernel_overhead_s

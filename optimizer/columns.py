@@ -33,7 +33,12 @@ from trainplan.model.layout import (
     num_microbatches_of,
     sequence_parallel_on,
 )
-from trainplan.model.rank_groups import in_one_domain, members_in_domain, stride_size
+from trainplan.model.rank_groups import (
+    in_one_domain,
+    members_in_domain,
+    nodes_in_domain,
+    stride_size,
+)
 from trainplan.model.split import split_rule_of
 from trainplan.model.terms import Term
 from trainplan.model.terms.fields import LINK_AXES, Context, LinkFields
@@ -91,11 +96,11 @@ class ShapeColumns:
         self, cluster: ClusterLinks, fabric: tuple[tuple[str, Any], ...]
     ) -> dict[str, tuple[np.ndarray, ...]]:
         """Per axis: (bandwidth of its tier, every group in one scale-up domain, span, the
-        slowest group's members per domain), [N] (the group's size is the fields',
+        slowest group's members per domain and NCCL's node count of it), [N] (the group's size is the fields',
         :meth:`Columns.link`): :func:`topology.placement.axis_links`' rule, the arrays' way."""
         v = self.values
         out: dict[str, tuple[Any, ...]] = {
-            a: (np.zeros(self.n), np.zeros(self.n, dtype=bool), *np.zeros((2, self.n), np.int64))
+            a: (np.zeros(self.n), np.zeros(self.n, dtype=bool), *np.zeros((3, self.n), np.int64))
             for a in LINK_AXES
         }
         if fabric:  # a cluster graph: each shape's links (no closed form)
@@ -107,6 +112,7 @@ class ShapeColumns:
                     out[axis][1][n] = link.link == "nvlink"
                     out[axis][2][n] = link.span
                     out[axis][3][n] = link.per_domain
+                    out[axis][4][n] = link.domains
             return out
         orders = v["rank_order"].tolist()
         domain = cluster.nvlink_domain
@@ -124,6 +130,7 @@ class ShapeColumns:
                 out[axis][1][rows] = in_one_domain(span, total, domain)
                 out[axis][2][rows] = span
                 out[axis][3][rows] = members_in_domain(stride, size, total, domain)
+                out[axis][4][rows] = nodes_in_domain(stride, size, total, domain)
         return out
 
     def groups(self, control: Sequence[str]) -> list[tuple[tuple[Any, ...], np.ndarray]]:
@@ -301,12 +308,12 @@ class Columns:
         return True
 
     def link(self, axis: str) -> LinkFields:
-        bandwidth, nvlink, span, per_domain = self._table.links[axis]
+        bandwidth, nvlink, span, per_domain, domains = self._table.links[axis]
         rows = self._rows
         size = {"dp": "shard_degree", "edp": "expert_shard_degree"}.get(axis, axis)
         return LinkFields(
             bandwidth[rows][:, None], nvlink[rows][:, None], span[rows][:, None],
-            getattr(self, size), per_domain[rows][:, None],
+            getattr(self, size), per_domain[rows][:, None], domains[rows][:, None],
         )  # fmt: skip
 
 

@@ -33,6 +33,7 @@ from trainplan.model.rank_groups import (
     axis_spans,
     fewest_in_domain,
     in_one_domain,
+    nccl_nodes,
     stride_size,
     windows,
 )
@@ -84,6 +85,11 @@ class AxisLink:
     fewest_in_domain`): ``group_size`` on ``nvlink``; on ``scale-out``, the NICs its ring leaves
     a domain through (:func:`model.step_time.rings_bandwidth`); 0 for ``none`` (and for a bare
     link built without a placement: the span's closed form then)."""
+    domains: int = 0
+    """NVLink domains the slowest group's ranks lie on, as NCCL counts a communicator's nodes
+    (:func:`model.rank_groups.nccl_nodes`): 1 on ``nvlink``; what its ring's network steps
+    read (:func:`model.nccl_latency.steps_latency`); 0 for ``none`` and a bare link
+    (``⌈group_size ∕ per_domain⌉`` then)."""
 
 
 def _degrees(degrees: Mapping[str, int]) -> dict[str, int]:
@@ -311,7 +317,8 @@ def axis_links(
             assert isinstance(links, ClusterLinks)
             bandwidth = two_tier_bandwidth(span, links, total)
         per_domain = fewest_in_domain(stride, size, total, domain)
-        out[axis] = AxisLink(axis, size, span, link, bandwidth, per_domain)
+        nodes = nccl_nodes(stride, size, total, domain)
+        out[axis] = AxisLink(axis, size, span, link, bandwidth, per_domain, nodes)
     return out
 
 

@@ -54,6 +54,7 @@ __all__ = [
     "LINK_AXES",
     "INSIDE_DOMAIN",
     "axis_members",
+    "axis_domains",
     "link_members",
 ]
 
@@ -135,6 +136,9 @@ class LinkFields:
     """Ranks the slowest group has in one NVLink domain (:func:`model.rank_groups.
     fewest_in_domain`, the placement's ``per_domain``); 0: not placed (the span's closed form,
     :func:`model.step_time.link_time_of`)."""
+    domains: Any = 0
+    """NVLink domains the slowest group's ranks lie on as NCCL counts its nodes
+    (:func:`model.rank_groups.nccl_nodes`, the placement's ``domains``); 0: not placed."""
 
 
 class Fields(Protocol):
@@ -280,6 +284,7 @@ class LayoutFields:
             getattr(link, "span", 0),
             size if link.link != "none" else 1,
             getattr(link, "per_domain", 0),
+            getattr(link, "domains", 0),
         )
 
 
@@ -297,6 +302,17 @@ def axis_members(c: Context, f: Fields, axis: str) -> Any:
         link.nvlink, link.span, link.group_size, c.gpu.nvlink_domain, link.per_domain
     )
     return maximum(members, 1)
+
+
+def axis_domains(c: Context, f: Fields, axis: str) -> Any:
+    """NVLink domains of ``axis``'s slowest group as NCCL counts a communicator's nodes
+    (``comm->nNodes``, :func:`model.rank_groups.nccl_nodes`; what its ring's network steps and
+    its tree's levels read, :func:`model.nccl_latency.steps_latency`'s ``domains``): 1 where
+    the group lies in one domain, else the placement's ``domains``; 0 for a link built without
+    a placement (``⌈n ∕`` :func:`axis_members` ``⌉`` then, the groups that line up with the
+    domains). An int, or ``[n, 1]`` columns. Units: domains."""
+    link = f.link(axis)
+    return where(link.nvlink, 1, link.domains)
 
 
 def link_members(bandwidth: Any, scaleup: Any, members: Any) -> Any:

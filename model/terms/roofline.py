@@ -78,11 +78,13 @@ from trainplan.model.terms.activation_fields import (
     output_stage,
     padded_vocab_of,
 )
+from trainplan.model.terms.cp_links import cp_clock_links
 from trainplan.model.terms.dispatch_buffers import ep_members_per_domain
 from trainplan.model.terms.ep_link import ep_dispatch_link, ep_dispatch_members
 from trainplan.model.terms.fields import (
     Context,
     Fields,
+    axis_domains,
     axis_members,
     link_members,
     stage_argmax,
@@ -152,8 +154,10 @@ def ep_dispatch_fields(c: Context, f: Fields) -> tuple[Any, Any, Any]:
     return g, unpaired, ep_sm_share(c, f)
 
 
-def _link(bandwidth: Any, scaleup: Any, per_domain: Any) -> LinkTime | None:
-    return LinkTime(float(bandwidth), bool(scaleup), int(per_domain)) if bandwidth else None
+def _link(bandwidth: Any, scaleup: Any, per_domain: Any, domains: Any = 0) -> LinkTime | None:
+    if not bandwidth:
+        return None
+    return LinkTime(float(bandwidth), bool(scaleup), int(per_domain), int(domains))
 
 
 @lru_cache(maxsize=CACHE)
@@ -171,8 +175,9 @@ def _kind_row(
     selective recomputation re-runs and whether ``layernorm`` takes every norm
     (:func:`_recompute_plan`)."""
     b, tp, cp, ep, etp, sp, r, u, gather, rep, vocab = key[:11]
-    tp_bw, tp_up, tp_g, cp_bw, cp_up, cp_g, ep_bw, ep_up, ep_lg = key[11:20]
-    ep_g, unpaired, sm_share, templated, regather, nccl, ordered = key[20:]
+    tp_bw, tp_up, tp_g, tp_n, cp_bw, cp_up, cp_g, cp_n = key[11:19]
+    a2a_bw, a2a_up, a2a_g, ep_bw, ep_up, ep_lg, ep_n = key[19:26]
+    ep_g, unpaired, sm_share, templated, regather, nccl, ordered = key[26:]
     (
         peak,
         hbm,
@@ -198,14 +203,15 @@ def _kind_row(
     if overlap is TpOverlap.FULL and int(tp) > 1 and bool(sp):  # check_tp_overlap: sp off refused
         ub = userbuffers_for(ub_config, int(tp))
     clock = Clock(
-        peak, hbm, p, _link(tp_bw, tp_up, tp_g), _link(cp_bw, cp_up, cp_g),
-        _link(ep_bw, ep_up, ep_lg), overlap,
+        peak, hbm, p, _link(tp_bw, tp_up, tp_g, tp_n), _link(cp_bw, cp_up, cp_g, cp_n),
+        _link(ep_bw, ep_up, ep_lg, ep_n), overlap,
         int(r), int(u), bool(gather), speedup, int(rep), int(ep_g), float(unpaired),
         bool(regather), str(templated), float(sm_share), grouped, ao, bool(bf16_ex), loop,
         float(nccl), grouped_mm=bool(grouped_mm), tp_gather_bytes=gather_bytes,
         userbuffers=ub,
         ep_kernel=ep_rates.at(int(ep)) if ep_rates is not None and bool(ep_up) else None,
         cp_ring_hidden=bool(ordered),
+        cp_a2a_link=_link(a2a_bw, a2a_up, a2a_g),
     )  # fmt: skip
     parts = kind_parts(
         arch, training, int(b), int(tp), int(cp), int(ep), int(etp), bool(sp), causal, mode,
@@ -261,10 +267,12 @@ def _kinds(c: Context, f: Fields, mode: Recompute, kept: Any = None) -> tuple[An
     rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp", "framework")
     tp_bw, tp_up = axis_link(c, f, "tp")
     cp_bw, cp_up = axis_link(c, f, "cp", (r == 1) & (u > 1))
+    cp_bw, cp_up, cp_g, cp_n, a2a_bw, a2a_up, a2a_g = cp_clock_links(c, f, r, u, cp_bw, cp_up)
     ep_bw, ep_up = ep_dispatch_link(c, f)  # DeepEP beyond 8 ranks: its RDMA hop on the NIC
     tp_g = link_members(tp_bw, tp_up, axis_members(c, f, "tp"))
-    cp_g = link_members(cp_bw, cp_up, axis_members(c, f, "cp"))
+    tp_n = link_members(tp_bw, tp_up, axis_domains(c, f, "tp"))
     ep_lg = link_members(ep_bw, ep_up, ep_dispatch_members(c, f))
+    ep_n = link_members(ep_bw, ep_up, axis_domains(c, f, "ep"))
     vocab = f.lookup(padded_vocab_of, (arch.vocab_size, c.vocab_multiple), "framework", "tp")
     ep_g, unpaired, ep_share = ep_dispatch_fields(c, f)
     templated = f.lookup(torch_rotate_method, (), "cp_kind")
@@ -274,8 +282,9 @@ def _kinds(c: Context, f: Fields, mode: Recompute, kept: Any = None) -> tuple[An
     row = f.lookup_values(
         _kind_row, (arch, t, o.causal_attention_flops, base, mode, _recompute_plan(c, f, mode)),
         f.micro_batch_size, f.tp,
-        f.cp, f.ep, f.expert_tp, f.sp, r, u, gather, rep, vocab, tp_bw, tp_up, tp_g, cp_bw,
-        cp_up, cp_g, ep_bw, ep_up, ep_lg, ep_g, unpaired, ep_share, templated, regather,
+        f.cp, f.ep, f.expert_tp, f.sp, r, u, gather, rep, vocab, tp_bw, tp_up, tp_g, tp_n, cp_bw,
+        cp_up, cp_g, cp_n, a2a_bw, a2a_up, a2a_g, ep_bw, ep_up, ep_lg, ep_n, ep_g, unpaired, ep_share,
+        templated, regather,
         tp_sm_share_of(c, f),
         ordered,
     )  # fmt: skip
@@ -377,6 +386,7 @@ def pp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
             where(tp_bandwidth > 0, tp_bandwidth, 1.0), tp_scaleup, params_of(c),
             c.gpu.hbm_bytes_per_s,
             link_members(tp_bandwidth, tp_scaleup, axis_members(c, f, "tp")),
+            link_members(tp_bandwidth, tp_scaleup, axis_domains(c, f, "tp")),
         )  # fmt: skip
         seconds = where(on, seconds, 0.0)
         return seconds, seconds

@@ -13,6 +13,7 @@ import pytest
 
 from tests.archs import one_moe_layer
 from trainplan.model.collective_rates import nccl_latency_us, ring_latency_us
+from trainplan.model.context_parallel import CpKind
 from trainplan.model.estimate import evaluation_context
 from trainplan.model.layer_time import PARTS, ep_all_to_all_seconds, layer_time
 from trainplan.model.layout import Layout, Recompute
@@ -21,6 +22,7 @@ from trainplan.model.nccl_latency import steps_latency, tree_latency
 from trainplan.model.op_time import Clock
 from trainplan.model.ops import LayerShape
 from trainplan.model.roofline import Collective, LinkTime, RooflineParams, collective_latency
+from trainplan.model.terms.cp_links import cp_clock_links, hybrid_cp_groups
 from trainplan.model.terms.ep_link import ep_dispatch_link, ep_dispatch_members
 from trainplan.model.terms.fields import LayoutFields, axis_members
 from trainplan.model.terms.roofline import axis_link, stage_parts_term
@@ -114,27 +116,46 @@ def test_a_cp_4_ring_across_two_h100_nodes():
     assert parts["cp"] / US == pytest.approx(8_160.256)
 
 
-def test_the_hybrid_cp_ring_and_its_inner_all_to_all_by_placement():
-    """a2a+p2p, cp 8 = an inner all-to-all of u = 2 consecutive cp ranks and a ring of r = 4,
-    the cp link 4 members a domain (tp 2, cp 8 on 8-GPU nodes): the ring holds one rank of each
-    inner pair, 4 ∕ 2 = 2 a domain — 8.4 + 14 + 2 × 3.4 = 29.2 µs, not 50.4 — and each pair
-    shares a domain, so its all-to-all is one NVLink hop, 8.4 + 3.4 = 11.8 µs, not 22.4. A
-    layer runs the ring once forward and once backward and the all-to-alls once each way:
-    2 × 21.2 + 2 × 10.6 = 63.6 µs less; the ring overlapped by the core, the all-to-alls
-    waited for (21.2 µs less exposed)."""
+def test_the_hybrid_cp_ring_and_its_inner_all_to_all_each_on_their_own_groups_link():
+    """a2a+p2p, tp 2, cp 8 = an inner all-to-all of u = 2 and a ring of r = 4 on two H100 nodes
+    of 8 (450 GB/s NVLink, 50 GB/s NICs). Megatron-Core's ``create_hierarchical_groups``
+    (Megatron-LM d98e8a64dd ``parallel_state.py``: level k ``"(l s u) -> (l u) s"``) makes the
+    inner groups consecutive cp ranks and the rings every u-th: over the cp group 0 2 4 … 14,
+    the pairs (0, 2) (4, 6) (8, 10) (12, 14), each inside a node, and the rings (0, 4, 8, 12)
+    (2, 6, 10, 14), 2 ranks on each of 2 nodes. So the all-to-all rides NVLink (450 GB/s,
+    scale-up) and the ring 2 NICs, 100 GB/s, 2 members and 2 nodes a domain — where the cp
+    group as a whole had 4 NICs, 200 GB/s, for both."""
+    layout = Layout(tp=2, cp=8, cp_kind=CpKind.HYBRID, cp_a2a=2, micro_batch_size=1)
+    _, c, f, _ = _stage("llama3-8b", "H100-SXM", layout)
+    whole = axis_link(c, f, "cp")
+    assert whole == (200e9, False)
+    assert cp_clock_links(c, f, 4, 2, *whole) == (100e9, False, 2, 2, 450e9, True, 1)
+    assert hybrid_cp_groups(2, 8, 2) == ((2, 2), (4, 4))
+
+
+def test_the_hybrid_cp_layer_on_its_groups_links_by_hand():
+    """The layer of the case above (Llama 3 8B, 8,192 tokens over cp 8: 1,024 a rank; tp 2: 16
+    query heads and 4 K/V heads of 128, BF16: Q = O = 4 MiB, K + V = 2 MiB). The ring of 4:
+    3 × 2 MiB forward and 6 × 2 MiB backward, each 8.4 + 14 + 2 × 3.4 = 29.2 µs of latency
+    (one network step of 3) at 2 NICs × 50 GB/s × 0.96 = 96 GB/s: 29.2 + 65.536 and
+    29.2 + 131.072 µs. The all-to-alls over the pair, ½(Q + KV + O) = 5 MiB forward and
+    ½(Q + KV + 2·O) = 7 MiB backward, one NVLink hop each (8.4 + 3.4 = 11.8 µs) at 450 × 0.8 =
+    360 GB/s: 23.6 + 12 MiB ∕ 360 GB/s = 58.553 µs, all waited for. 313.561 µs in all; on the
+    cp group's 4 NICs (192 GB/s) the ring was 29.2 + 32.768 + 29.2 + 65.536 and the all-to-alls
+    23.6 + 65.536 µs: 245.84 µs, 89.136 of them waited for."""
     x = LayerShape(get_model("llama3-8b").model.arch, False, 8192, 1, 2, cp=8)
 
-    def cp(per_domain: int) -> tuple[float, float]:
-        link = LinkTime(200e9, False, per_domain)
-        t = layer_time(x, Clock(989e12, 3.35e12, P, cp_link=link, cp_ring=4, cp_a2a=2),
-                       Recompute.NONE)  # fmt: skip
-        return t.cp_s, t.cp_exposed_s
+    def cp(**links: LinkTime) -> tuple[float, float]:
+        clock = Clock(989e12, 3.35e12, P, cp_ring=4, cp_a2a=2, **links)
+        t = layer_time(x, clock, Recompute.NONE)
+        return t.cp_s / US, t.cp_exposed_s / US
 
+    placed = cp(cp_link=LinkTime(100e9, False, 2, 2), cp_a2a_link=LinkTime(450e9, True, 1))
+    a2a = 23.6 + 12 * 2**20 / 360e9 / US
+    assert placed == (pytest.approx(29.2 + 65.536 + 29.2 + 131.072 + a2a), pytest.approx(a2a))
+    assert placed[0] == pytest.approx(313.5605) and a2a == pytest.approx(58.5525)
     assert collective_latency(A2A, 2, False, P, 4) == pytest.approx(11.8 * US)
-    assert collective_latency(A2A, 8, False, P, 4) == pytest.approx(22.4 * US)
-    (placed, placed_exposed), (apart, apart_exposed) = cp(4), cp(1)
-    assert (apart - placed) / US == pytest.approx(63.6)
-    assert (apart_exposed - placed_exposed) / US == pytest.approx(21.2)
+    assert cp(cp_link=LinkTime(200e9, False, 2)) == (pytest.approx(245.84), pytest.approx(89.136))
 
 
 def test_a_send_waits_on_the_pair_across_the_domain_edge():
@@ -193,3 +214,12 @@ def test_nccl_tree_takes_the_whole_log2_and_its_own_nvlink_hop():
     assert ring_latency_us(lat, "all-gather", "Simple", 64, 8) == pytest.approx(
         collective_latency(AG, 64, False, P, 8) / US
     )
+
+
+def test_the_token_counts_gather_over_an_ep_group_split_8_plus_4_crosses_once():
+    """Megatron-Core's all-gather of the token counts (``LL``: 6.6 µs base, 2.7 µs a network
+    step, NVLink's steps at NCCL's 1 µs network overhead once the ring leaves a node) over an
+    ep group of 12 lying 8 + 4 on two nodes: NCCL's 2 nodes, 1 of its 11 steps over the
+    network, 6.6 + 2.7 + 10 × 1.0 = 19.3 µs; ⌈12 ∕ 4⌉ = 3 counted 2, 6.6 + 2 × 2.7 + 9 = 21.0."""
+    assert counts_gather_seconds(12, False, 4, 2) / US == pytest.approx(19.3)
+    assert counts_gather_seconds(12, False, 4) / US == pytest.approx(21.0)

@@ -25,11 +25,13 @@ from trainplan.model.nccl_channels import (
 from trainplan.model.nccl_search import nvlink_node
 from trainplan.model.pipeline import Schedule
 from trainplan.model.rlhf.engine import engine_communicator_bytes
+from trainplan.model.roofline import Collective, RooflineParams, collective_latency
 from trainplan.optimizer.case import Case
 from trainplan.optimizer.problem import Job, Problem
 from trainplan.optimizer.search import check_against_evaluate
 from trainplan.optimizer.space import SearchSpace
 from trainplan.optimizer.tables import build_tables
+from trainplan.topology.placement import axis_links
 
 H100 = nvlink_node("H100-SXM", 450e9)
 
@@ -166,13 +168,45 @@ def test_ten_h100s_hold_the_channels_of_their_one_dp_group():
     52 MiB of set-up, 148 MiB, plus 2 MiB of NVLS credits (≥ 2 ranks share a node): 3 × 150 =
     450 MiB. Counting one repeat (40 ranks) charged 16 channels, 192 + 100 + 2 = 294 MiB each,
     882 MiB. The step's exposed dp time falls with the ring's SM share (8 blocks, not 16):
-    3.5425 s → 3.4977 s (3.4945 s since the ring's latency counts only its one step between
-    the two nodes at the network's, model/nccl_latency.py). The search's tables agree term by
-    term."""
+    3.5425 s → 3.4977 s (3.4945 s with the ring's steps between members of one node at
+    NVLink's latency, model/nccl_latency.py). NCCL counts the group's nodes as 2, the distinct
+    hosts of its ranks (``comm->nNodes``, :func:`model.rank_groups.nccl_nodes`), so each of
+    its reduce-scatters and all-gathers crosses the network once in its 9 steps: 8.4 + 14 +
+    8 × 3.4 = 49.6 µs, where ⌈10 ∕ 2⌉ = 5 nodes counted 4 crossings, 8.4 + 4 × 14 + 5 × 3.4 =
+    81.4 µs; 31.8 µs less on each of the step's 402 calls, 12.78 ms of dp time of which 15 %
+    waits (overlap 0.85): 3.4945 s → 3.4926 s. The search's tables agree term by term."""
     case = Case.of("llama3-8b", "H100-SXM", global_batch_size=40)
     est = Case.of("llama3-8b", "H100-SXM", global_batch_size=40, dp=10, num_gpus=10).evaluate()
     assert est.stages[0].communicator_bytes == 3 * (8 * 12 + (8 * 3 + 2) * 2 + 2) * MIB
     assert 3 * (8 * 12 + (8 * 3 + 2) * 2 + 2) == 450
-    assert est.step_s == pytest.approx(3.4945, abs=5e-4)
+    p = RooflineParams(gemm_efficiency=0.6)
+    rs = Collective.REDUCE_SCATTER
+    assert collective_latency(rs, 10, False, p, 2, 2) == pytest.approx(49.6e-6)
+    assert collective_latency(rs, 10, False, p, 2) == pytest.approx(81.4e-6)
+    assert est.step_s == pytest.approx(3.4926, abs=1e-4)
     for got in _tables_agree(case, 10, cp=1, pp=1):
         assert got.stages[0].communicator_bytes == 450 * MIB
+
+
+def test_twelve_h100s_cross_between_their_two_nodes_once():
+    """Llama 3 8B, dp 12 on 12 H100s (nodes of 8): the one dp group, ranks 0–11, lies 8 + 4 on
+    two nodes. NCCL counts its nodes by their distinct hosts, 2 however unevenly they hold the
+    ranks (NVIDIA/nccl 5067397c ``src/init.cc`` ``initTransportsRank``: ``comm->nNodes``), and
+    its tuner's ring crosses the network ``nNodes − 1`` times a round (``src/graph/tuning.cc``
+    ``ncclTopoTuneModel``: ``nInterSteps``): each reduce-scatter and all-gather of 11 steps is
+    8.4 + 14 + 10 × 3.4 = 56.4 µs, where ⌈12 ∕ 4⌉ = 3 nodes counted 2 crossings, 8.4 + 2 × 14 +
+    9 × 3.4 = 67.0 µs. 10.6 µs less on each of the step's 402 calls: the dp time 0.256968 s →
+    0.252706 s (4.2612 ms), 23.9 % of it exposed (overlap 0.761): the step 3.48137 s →
+    3.48035 s. The search's tables agree term by term."""
+    links = Case.of("llama3-8b", "H100-SXM", global_batch_size=48).links
+    placed = axis_links({"dp": 12}, links)["dp_cp"]
+    assert (placed.per_domain, placed.domains) == (4, 2)
+    p = RooflineParams(gemm_efficiency=0.6)
+    ag = Collective.ALL_GATHER
+    assert collective_latency(ag, 12, False, p, 4, 2) == pytest.approx(56.4e-6)
+    assert collective_latency(ag, 12, False, p, 4) == pytest.approx(67.0e-6)
+    assert 402 * (67.0 - 56.4) == pytest.approx(4261.2)
+    case = Case.of("llama3-8b", "H100-SXM", global_batch_size=48)
+    est = Case.of("llama3-8b", "H100-SXM", global_batch_size=48, dp=12, num_gpus=12).evaluate()
+    assert est.step_s == pytest.approx(3.48035, abs=1e-5)
+    assert _tables_agree(case, 12, cp=1, pp=1)

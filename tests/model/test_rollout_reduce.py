@@ -20,6 +20,7 @@ from trainplan.model.rollout import rollout_time
 from trainplan.model.rollout_reduce import (
     engine_all_gather,
     engine_all_reduce,
+    engine_placement,
     forward_collectives,
     wave_reduce_seconds,
 )
@@ -189,3 +190,24 @@ def test_a_part_without_the_link_is_refused():
     bare = replace(H100, nvlink_bytes_per_s=None)
     with pytest.raises(InputError, match="rollout tp: 2 needs the NVLink bandwidth"):
         engine_all_reduce(bare, 2)
+
+
+def test_an_engine_of_16_over_two_h100_nodes_rides_their_8_nics_and_crosses_once():
+    """A vLLM engine of tp 16 on H100 nodes of 8: vLLM's tp group is 16 consecutive ranks
+    (``initialize_model_parallel``: ``all_ranks.view(-1, tensor_model_parallel_size)``), 8 on
+    each of 2 nodes, so NCCL counts 2 nodes and its ring leaves a node through 8 NICs:
+    min(8 × 50, 450) = 400 GB/s at 0.96. An all-reduce of 256 × 3,584 × 2 B = 1,835,008 B,
+    each rank sending 2 × 15/16 of it = 3,440,640 B: 8.96 µs of bytes; latency the quicker of
+    the ring, 8.4 + 2 × 14 + 28 × 3.4 = 131.6 µs, and NCCL's tree, 8.4 + 2 × ((16/2 − 1) × 4 +
+    1 × 14) = 92.4 µs: 101.36 µs. Charged as one NIC with every step over the network it was
+    3,440,640 B ∕ 48 GB/s = 71.68 µs + the tree over 16 one-rank nodes, 8.4 + 2 × 4 × 14 =
+    120.4 µs: 192.08 µs."""
+    assert engine_placement(16, 8) == (8, 2)
+    assert engine_placement(8, 8) == (8, 1)
+    buffer = 256 * 3584 * 2
+    sent = 2 * 15 / 16 * buffer
+    assert sent == 3_440_640
+    expected = 92.4 + sent / (400e9 * 0.96) * 1e6
+    assert expected == pytest.approx(101.36)
+    seconds = engine_all_reduce(get_accelerator("H100-SXM"), 16)(buffer)
+    assert seconds * 1e6 == pytest.approx(expected)

@@ -111,8 +111,9 @@ def _ring_rate(group: list[int], domain: int, nvlink: float, nic: float) -> floa
 def test_the_link_charged_is_never_faster_than_the_slowest_group(tp, cp, dp, pp, domain):
     """Over degrees and domain sizes: each axis's charged rate (the placement's link through
     :func:`model.step_time.link_time`) is the slowest of its groups' rates by hand — never
-    faster — and ``nvlink`` exactly when every group lies in one domain; the search's columns
-    say the same."""
+    faster — and ``nvlink`` exactly when every group lies in one domain; the domains NCCL counts
+    (``comm->nNodes``) those its slowest group's ranks lie on; the search's columns say the
+    same."""
     degrees = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
     links = ClusterLinks(nvlink_domain=domain, nvlink_bytes_per_s=450e9, scaleout_bytes_per_s=50e9)
     placed = axis_links(degrees, links, axes=("tp", "cp", "dp", "dp_cp", "pp"))
@@ -125,15 +126,22 @@ def test_the_link_charged_is_never_faster_than_the_slowest_group(tp, cp, dp, pp,
         assert charged <= slowest and charged == pytest.approx(slowest), (axis, groups)
         one = all(len({r // domain for r in g}) == 1 for g in groups)
         assert (link.link == "nvlink") == one, (axis, groups)
+        # NCCL's nNodes of the slowest group: the distinct domains of its ranks, by hand
+        held = [
+            [sum(r // domain == k for r in g) for k in {r // domain for r in g}] for g in groups
+        ]
+        fewest = min(min(h) for h in held)
+        assert link.per_domain == fewest
+        assert link.domains == max(len(h) for h in held if min(h) == fewest), (axis, groups)
     shape = Shape(dp, tp, pp, cp, 1, 1, Schedule.ONE_F_ONE_B, 1)
     table = ShapeColumns([shape], 64, links)
     for axis, key in (("tp", "tp"), ("cp", "cp"), ("dp", "dp_cp"), ("pp", "pp")):
         if placed[key].link == "none":
             continue
-        bandwidth, nvlink, span, per_domain = (a[0] for a in table.links[axis])
-        assert (bandwidth, bool(nvlink), span, per_domain) == (
+        bandwidth, nvlink, span, per_domain, domains = (a[0] for a in table.links[axis])
+        assert (bandwidth, bool(nvlink), span, per_domain, domains) == (
             placed[key].bandwidth_bytes_per_s, placed[key].link == "nvlink", placed[key].span,
-            placed[key].per_domain,
+            placed[key].per_domain, placed[key].domains,
         )  # fmt: skip
 
 
