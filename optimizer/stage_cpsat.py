@@ -201,7 +201,7 @@ class StageModel:
             max((o.forward + o.backward for o in rows), default=0) for rows in tables.options
         )
         self.p = model.new_int_var(0, max(0, top), "P")
-        self.scale = PASS_UNITS
+        self.scale, self.bound_ns = PASS_UNITS, 0  # the closed form's bound holds no more
         model.minimize(self.p + PASS_UNITS * self.rest)
         for path in onef_paths(len(tables.options), m, schedule):
             self.add_path(path)
@@ -254,8 +254,9 @@ class StageModel:
         solved = solve(m, time_limit_s=limit, workers=workers)
         self.status = solved.status
         solver = solved.solver
-        if solved.status != "infeasible":
-            self.bound_ns = math.floor(solver.best_objective_bound / self.scale)
+        bound = solver.best_objective_bound
+        if solved.status != "infeasible" and math.isfinite(bound):
+            self.bound_ns = math.floor(bound / self.scale)
         if not solved.found:
             return None
         key = (int(solver.value(self.a)), int(solver.value(self.b)), int(solver.value(self.c)))

@@ -99,10 +99,14 @@ def verify_split(
     limit = best[0] if cap_ns is None else min(best[0], cap_ns)
     model.cutoff(limit)
     solves, seconds = 0, 0.0
+
+    def gap(bound: int) -> int:  # below every split: the solver's bound, or the cutoff above it
+        return max(0, best[0] - min(bound, limit))
+
     while True:
         left = None if deadline is None else deadline - time.perf_counter()
-        if left is not None and left <= 0:
-            return "feasible", best, solves, seconds, max(0, limit - model.bound_ns)
+        if left is not None and left <= 0:  # no bound under the order's step before a solve
+            return "feasible", best, solves, seconds, gap(model.bound_ns) if solves else None
         lay = best[1].layout
         assert lay.stage_layers is not None and lay.recompute_layers is not None
         hint = (tuple(lay.stage_layers), tuple(lay.recompute_layers))
@@ -110,8 +114,8 @@ def verify_split(
         solves += 1
         if sol is None:
             if model.status == "infeasible":  # every split's lower bound reaches the limit
-                return "optimal", best, solves, seconds, 0
-            return "feasible", best, solves, seconds, max(0, limit - model.bound_ns)
+                return "optimal", best, solves, seconds, gap(limit)
+            return "feasible", best, solves, seconds, gap(model.bound_ns)
         seconds += sol.seconds
         est = case.evaluate(plan_layout(layout, sol.layers, sol.recomputed))
         check_plan(tables, est, sol.paced_ns)
@@ -126,4 +130,4 @@ def verify_split(
             limit = total
             model.cutoff(limit)
         if known and not new:  # its figure is its step, to the rounding: the optimum's bound
-            return sol.status, best, solves, seconds, max(0, best[0] - sol.bound_ns)
+            return sol.status, best, solves, seconds, gap(sol.bound_ns)
