@@ -152,23 +152,15 @@ def critical_path(
     unit): :func:`model.pipeline_onef.onef_steps` run round by round on values that keep the
     end each pass started after, then walked back from the first rank's last backward. The
     step equals :func:`model.pipeline_onef.onef_steps`' (which jumps over the settled steady
-    phase, so to a float's rounding); the path's length is the step.
+    phase, so to a float's rounding); the path's length is the step. Refuses what
+    :func:`model.pipeline_onef.onef_steps` refuses (``ValueError``: pp or m below 1, times not
+    pp long).
 
-    Raises
-    ------
-    ValueError
-        ``pp`` or ``m`` below 1, or not ``pp`` times.
-
-    Examples
-    --------
     A slow first stage's passes are the path (the module docstring's through rank 0):
 
     >>> critical_path(2, 5, [10.0, 1.0], [10.0, 1.0])
     (100.0, ((5, 0), (5, 0)))
     """
-    _check(pp, m)
-    if len(forward) != pp or len(backward) != pp:
-        raise ValueError(f"critical_path: pp {pp}, {len(forward)}/{len(backward)} times")
     fw = [_Pass(float(x), (i, 0)) for i, x in enumerate(forward)]
     bw = [_Pass(float(x), (i, 1)) for i, x in enumerate(backward)]
     end = onef_steps(pp, m, fw, bw, schedule, settle=False)

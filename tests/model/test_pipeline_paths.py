@@ -105,5 +105,5 @@ def test_a_splits_own_path_is_its_step_and_bounds_every_other(here, there, sched
 def test_bad_counts_are_refused():
     with pytest.raises(ValueError, match="pp 0, m 3"):
         onef_paths(0, 3)
-    with pytest.raises(ValueError, match="pp 2, 1/2 times"):
+    with pytest.raises(ValueError, match="pp 2, m 3, 1/2 times"):
         critical_path(2, 3, [1.0], [1.0, 2.0])
