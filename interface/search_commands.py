@@ -215,8 +215,11 @@ def per_stage_json(kw: SearchRequest | Mapping[str, Any]) -> SearchRun:
     object, plus ``per_stage``: ``status`` (``optimal`` proven over the ``shapes`` fastest
     uniform shapes, or ``feasible``), ``stage_layers``, ``recompute_layers``, ``step_s``,
     ``uniform`` (the best uniform layout's ``layout`` line fields and ``step_s``), ``gain``
-    (uniform ÷ per-stage step time, ≥ 1), ``shapes`` (per base layout: its status, step time,
-    solves, seconds), ``uniform_seconds``, ``tables_seconds``, ``solve_seconds``; and
+    (uniform ÷ per-stage step time, ≥ 1), ``gap_s`` (the step less a proven lower bound on
+    every split searched, under 1F1B by the order's own step: 0 or a ns or so when proven, null
+    when the time limit left no bound: :attr:`optimizer.per_stage.PerStageResult.gap_ns`),
+    ``shapes`` (per base layout: its status, step time, gap, solves, seconds),
+    ``uniform_seconds``, ``tables_seconds``, ``solve_seconds``; and
     ``launch``: ``megatron`` and ``torchtitan`` flags with their ``notes``, and
     ``megatron_step_s`` — the step time of what Megatron-LM's one ``--recompute-num-layers``
     runs (null when the plan's counts are one number).
@@ -253,6 +256,7 @@ def per_stage_json(kw: SearchRequest | Mapping[str, Any]) -> SearchRun:
             "step_s": result.uniform_ns / 1e9,
         },
         "gain": result.gain,
+        "gap_s": None if result.gap_ns is None else result.gap_ns / 1e9,
         "shapes": [_shape_row(s) for s in result.shapes],
         "uniform_seconds": result.uniform_seconds,
         "tables_seconds": result.tables_seconds,
@@ -277,8 +281,9 @@ def _with_fit_rule(d: dict[str, Any], problem: Any, est: Any) -> None:
 
 
 def _shape_row(s: Any) -> dict[str, Any]:
-    """One base layout the per-stage search took (:class:`optimizer.per_stage.ShapeResult`):
-    its layout fields, status, step time (s), solves and seconds."""
+    """One base layout the per-stage search took (:class:`optimizer.stage_solve.ShapePlan`):
+    its layout fields, status, step time (s), gap (s, :attr:`~optimizer.stage_solve.ShapePlan.
+    gap_ns`), solves and seconds."""
     lay = s.layout
     return {
         "dp": lay.dp,
@@ -293,6 +298,7 @@ def _shape_row(s: Any) -> dict[str, Any]:
         "framework": str(lay.framework),
         "status": s.status,
         "step_s": None if s.objective_ns is None else s.objective_ns / 1e9,
+        "gap_s": None if s.gap_ns is None else s.gap_ns / 1e9,
         "solves": s.solves,
         "tables_seconds": s.tables_seconds,
         "solve_seconds": s.solve_seconds,

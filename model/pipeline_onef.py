@@ -95,11 +95,17 @@ def warmup(pp: int, m: int, rank: int, schedule: str = Schedule.ONE_F_ONE_B.valu
 
 
 def onef_steps(
-    pp: int, m: int, forward: Sequence[Any], backward: Sequence[Any], schedule: str = "1f1b"
+    pp: int,
+    m: int,
+    forward: Sequence[Any],
+    backward: Sequence[Any],
+    schedule: str = "1f1b",
+    settle: bool = True,
 ) -> Any:
     """The step of the one-chunk order (module docstring), in the unit of the times:
     ``forward``, ``backward`` each stage's forward and backward of one micro-batch (``pp`` numbers,
-    or ``pp`` arrays of many layouts' times, one shape; ``m`` one int for all).
+    or ``pp`` arrays of many layouts' times, one shape; ``m`` one int for all). ``settle``
+    False: every round run, no jump (:func:`model.pipeline_paths.critical_path`'s values).
 
     Raises
     ------
@@ -143,15 +149,22 @@ def onef_steps(
             if 0 <= q < m:
                 start = last[i] if below is None else maximum(last[i], below)
                 last[i] = below = start + backward[i]
-        if 1 <= q < final and schedule != Schedule.GPIPE.value:
-            shift = _settled(before, (last, ends), xp)
-            if shift is not None:  # every later steady round moves by the same: jump there
-                rounds = final - q
-                last = [x + rounds * shift for x in last]
-                ends = {(i, j + rounds): x + rounds * shift for (i, j), x in ends.items()}
-                q = final
+        if settle and 1 <= q < final and schedule != Schedule.GPIPE.value:
+            last, ends, q = _jump(before, last, ends, q, final, xp)
         q += 1
     return last[0]
+
+
+def _jump(before: Any, last: list[Any], ends: dict[Any, Any], q: int, final: int, xp: Any) -> Any:
+    """(last, ends, q) of :func:`onef_steps` after round ``q``: where every end moved by the
+    same shift from ``before`` (:func:`_settled`), every later steady round moves by it too,
+    so the state jumps to round ``final``; else as they are."""
+    shift = _settled(before, (last, ends), xp)
+    if shift is None:
+        return last, ends, q
+    rounds = final - q
+    last = [x + rounds * shift for x in last]
+    return last, {(i, j + rounds): x + rounds * shift for (i, j), x in ends.items()}, final
 
 
 def _rounds(xp: Any, pp: int, m: int, f: Any, b: Any) -> Any:

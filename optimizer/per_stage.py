@@ -75,6 +75,28 @@ class PerStageResult:
         return self.uniform_ns is None or self.plan_ns < self.uniform_ns
 
     @property
+    def gap_ns(self) -> int | None:
+        """The plan's step less a proven lower bound on every split of the shapes searched, whole
+        ns: each 1F1B shape's by the order's own step (:attr:`optimizer.stage_solve.ShapePlan.
+        gap_ns`: 0, or a ns or so, when proven), an interleaved shape's 0 when proven (its
+        closed form is the evaluator's step), a shape left ``no-gain`` or ``infeasible`` none
+        below the plan; None where a shape's search stopped before any bound (the time
+        limit)."""
+        least = self.plan_ns
+        for shape in self.shapes:
+            if shape.status in ("no-gain", "infeasible"):
+                continue
+            if shape.objective_ns is None:
+                return None
+            if shape.gap_ns is None:
+                if shape.status != "optimal":
+                    return None
+                least = min(least, shape.objective_ns)
+            else:
+                least = min(least, shape.objective_ns - shape.gap_ns)
+        return max(0, self.plan_ns - least)
+
+    @property
     def gain(self) -> float | None:
         """Uniform step time ÷ per-stage step time (≥ 1); None when no uniform layout fits."""
         return None if self.uniform_ns is None else self.uniform_ns / self.plan_ns

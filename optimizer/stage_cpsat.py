@@ -24,19 +24,33 @@ Variables → constraints → objective (the CP-SAT primer's order):
   until the optimum's own is known: then the optimum is proven.
 
 Objective: ``T + R`` in whole nanoseconds (the evaluator's two objective terms,
-:func:`model.estimate.objective_ns`). The only ortools import of the per-stage search.
+:func:`model.estimate.objective_ns`). Under 1F1B T is the closed form, an upper bound on the
+order's step the evaluator charges (:mod:`model.pipeline_onef`); :meth:`StageModel.exact_step`
+then turns the objective to ``P + R``: per stage its forward ``F_s`` and backward ``B_s`` of one
+micro-batch (:attr:`optimizer.stage_tables.StageOption.forward`, a second table constraint over
+the same rows, in :data:`~optimizer.stage_tables.PASS_UNITS` per ns, as P),
+``P ≥ Σ_i a_i·F_i + c_i·B_i`` for each path of the order added (and each stage's ``F_s`` and
+``B_s`` above the lower convex hull of its rows' (n, F) and (n, B), :func:`lower_hull`: valid
+for every row, it gives the linear relaxation what the table constraints hide)
+(:mod:`model.pipeline_paths`: each a lower bound of the step for every split), and
+:meth:`StageModel.cutoff` keeps only splits below the best step found
+(:mod:`optimizer.stage_exact` adds each split's own longest path until none is left). The only
+ortools import of the per-stage search.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from trainplan.model.pipeline_paths import Path, onef_paths, path_seconds
 from trainplan.optimizer.solver import solve
-from trainplan.optimizer.stage_tables import StageTables
+from trainplan.optimizer.stage_tables import PASS_UNITS, StageTables
 
-__all__ = ["StageSolution", "StageModel"]
+__all__ = ["StageSolution", "StageModel", "lower_hull"]
 
 Key = tuple[int, int, int]
 """(A, B, C): the busiest stage's dense parameters × tp, the most layers on a stage, the longest
@@ -57,6 +71,39 @@ class StageSolution:
     """T, the pipeline term."""
     key: Key
     seconds: float
+    passes: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
+    """Under :meth:`StageModel.exact_step`, each stage's (forward, backward) of one micro-batch
+    (its rows' :attr:`~optimizer.stage_tables.StageOption.forward`, ``backward``, in
+    :data:`~optimizer.stage_tables.PASS_UNITS` per ns); empty before."""
+    bound_ns: int = 0
+    """CP-SAT's proven lower bound on the objective, whole ns rounded down (the objective
+    itself when ``optimal``)."""
+
+
+def lower_hull(points: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The lower convex hull of (x, y) points, x rising (Andrew's monotone chain): every point
+    lies on or above each segment's line, so ``y ≥`` the line through a segment's two ends holds
+    for every point (:meth:`StageModel.exact_step` adds one per segment: a stage's passes grow
+    with its layers, which the table constraints alone do not tell CP-SAT's linear relaxation).
+
+    >>> lower_hull([(0, 5), (1, 1), (2, 3), (3, 2), (4, 6), (1, 4)])
+    [(0, 5), (1, 1), (3, 2), (4, 6)]
+    """
+    out: list[tuple[int, int]] = []
+    for p in sorted(set(points)):
+        while (
+            len(out) >= 2
+            and (
+                (out[-1][0] - out[-2][0]) * (p[1] - out[-2][1])
+                - (out[-1][1] - out[-2][1]) * (p[0] - out[-2][0])
+            )
+            <= 0
+        ):
+            out.pop()
+        if out and out[-1][0] == p[0]:  # a higher point at the same x: the lower one stays
+            continue
+        out.append(p)
+    return out
 
 
 class StageModel:
@@ -67,6 +114,7 @@ class StageModel:
         self.tables = tables
         L = tables.num_layers
         self.n: list[cp_model.IntVar] = []
+        self.r: list[cp_model.IntVar | None] = []
         self.k, paced, bare, params = [], [], [], []
         big_t = max((o.paced_ns for rows in tables.options for o in rows), default=0)
         big_c = max((o.bare_ns for rows in tables.options for o in rows), default=0)
@@ -79,6 +127,7 @@ class StageModel:
             b = m.new_int_var(0, big_c, f"bare{s}")
             a = m.new_int_var(0, big_a, f"params{s}")
             table = [(o.layers, o.recomputed, o.paced_ns, o.bare_ns, o.params_key) for o in rows]
+            r = None
             if period == 1:
                 m.add_allowed_assignments([n, k, p, b, a], table)
             else:  # the stage's rows per (start within the period, n)
@@ -93,6 +142,7 @@ class StageModel:
                     m.add(v * before == sum(self.n) - tables.prefix)
                     m.add_modulo_equality(r, before, period)
             self.n.append(n)
+            self.r.append(r)
             self.k.append(k)
             paced.append(p)
             bare.append(b)
@@ -109,6 +159,70 @@ class StageModel:
         self.rest = m.new_int_var(max(0, rest_lower_ns), 10**15, "R")
         m.minimize(self.t + self.rest)
         self.known: dict[Key, int] = {}
+        self.status = "unknown"
+        """The last solve's status (:attr:`optimizer.solver.Solved.status`)."""
+        self.bound_ns = 0
+        """The last solve's proven lower bound on the objective, whole ns."""
+        self.passes: tuple[list[cp_model.IntVar], list[cp_model.IntVar]] | None = None
+        self.paths: set[Path] = set()
+        self.p: cp_model.IntVar | None = None
+        self.scale = 1
+        """Objective units per ns: 1, :data:`~optimizer.stage_tables.PASS_UNITS` after
+        :meth:`exact_step`."""
+
+    def exact_step(self, m: int, schedule: str) -> None:
+        """From now on minimise ``P + R`` (the module docstring): per stage ``F_s``, ``B_s`` from
+        its rows, ``P`` at least every path added, starting with
+        :func:`model.pipeline_paths.onef_paths` of ``m`` micro-batches under ``schedule``."""
+        model, tables = self.model, self.tables
+        fw, bw = [], []
+        for s, rows in enumerate(tables.options):
+            big_f = max((o.forward for o in rows), default=0)
+            big_b = max((o.backward for o in rows), default=0)
+            f = model.new_int_var(0, max(0, big_f), f"F{s}")
+            b = model.new_int_var(0, max(0, big_b), f"B{s}")
+            table = [(o.layers, o.recomputed, o.forward, o.backward) for o in rows]
+            r = self.r[s]
+            if r is None:
+                model.add_allowed_assignments([self.n[s], self.k[s], f, b], table)
+            else:
+                model.add_allowed_assignments(
+                    [r, self.n[s], self.k[s], f, b],
+                    [(o.residue, *row) for o, row in zip(rows, table, strict=True)],
+                )
+            for var, points in ((f, [(o.layers, o.forward) for o in rows]),
+                                (b, [(o.layers, o.backward) for o in rows])):  # fmt: skip
+                for (x1, y1), (x2, y2) in itertools.pairwise(lower_hull(points)):
+                    model.add((x2 - x1) * var >= (y2 - y1) * (self.n[s] - x1) + (x2 - x1) * y1)
+            fw.append(f)
+            bw.append(b)
+        self.passes = (fw, bw)
+        top = m * sum(
+            max((o.forward + o.backward for o in rows), default=0) for rows in tables.options
+        )
+        self.p = model.new_int_var(0, max(0, top), "P")
+        self.scale, self.bound_ns = PASS_UNITS, 0  # the closed form's bound holds no more
+        model.minimize(self.p + PASS_UNITS * self.rest)
+        for path in onef_paths(len(tables.options), m, schedule):
+            self.add_path(path)
+
+    def add_path(self, path: Path) -> bool:
+        """``P ≥`` ``path``'s length over the stages' ``F_s``, ``B_s`` (a lower bound of the
+        order's step for every split, :mod:`model.pipeline_paths`); False when it was already
+        added (nothing new)."""
+        assert self.passes is not None and self.p is not None, "exact_step first"
+        if path in self.paths:
+            return False
+        self.paths.add(path)
+        fw, bw = self.passes
+        self.model.add(self.p >= path_seconds(path, fw, bw))
+        return True
+
+    def cutoff(self, ns: int) -> None:
+        """Only splits whose ``P + R`` is below ``ns`` from now on (the best step found: a split
+        whose lower bound reaches it cannot beat it)."""
+        assert self.p is not None, "exact_step first"
+        self.model.add(self.p + PASS_UNITS * self.rest <= PASS_UNITS * ns - 1)
 
     def add_rest(self, key: Key, rest_ns: int) -> None:
         """``R ≥ rest_ns`` whenever (A, B, C) = ``key``: the triple's rest, from ``evaluate()``."""
@@ -138,16 +252,27 @@ class StageModel:
                 m.add_hint(var, value)
         limit = None if time_limit_s is None else max(0.01, time_limit_s)
         solved = solve(m, time_limit_s=limit, workers=workers)
+        self.status = solved.status
+        solver = solved.solver
+        bound = solver.best_objective_bound
+        if solved.status != "infeasible" and math.isfinite(bound):
+            self.bound_ns = math.floor(bound / self.scale)
         if not solved.found:
             return None
-        solver = solved.solver
         key = (int(solver.value(self.a)), int(solver.value(self.b)), int(solver.value(self.c)))
+        passes: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
+        if self.passes is not None:
+            fw, bw = self.passes
+            passes = (tuple(int(solver.value(v)) for v in fw),
+                      tuple(int(solver.value(v)) for v in bw))  # fmt: skip
         return StageSolution(
             solved.status,
             tuple(int(solver.value(v)) for v in self.n),
             tuple(int(solver.value(v)) for v in self.k),
-            int(round(solver.objective_value)),
+            int(round(solver.objective_value / self.scale)),
             int(solver.value(self.t)),
             key,
             solved.seconds,
+            passes,
+            self.bound_ns,
         )

@@ -1,15 +1,16 @@
 """One base layout's per-stage optimum (:func:`solve_shape`): CP-SAT over the stage tables
 (:mod:`optimizer.stage_cpsat` over :mod:`optimizer.stage_tables`) chooses every stage's layer
 count and its fully recomputed layers, and each answer is re-evaluated with ``evaluate()``
-(:func:`check_plan`; a tabulated figure that differs raises
+(:func:`optimizer.stage_check.check_plan`; a tabulated figure that differs raises
 :class:`optimizer.search.TermMismatch`). :mod:`optimizer.per_stage` runs it over the uniform
 search's top shapes.
 
 Under 1F1B the tables' pipeline term is the closed form ``m·t_max·(1 + (pp − 1)/m)``, an upper
 bound on the order's step the evaluator charges (:mod:`model.pipeline_onef`, whose bubble reads
-every stage, no one stage's row): CP-SAT finds the split best under that bound, and the plan's
-figure is ``evaluate()``'s, the order's own, never above it. The rest of the step each triple
-adds is the evaluated step less the evaluator's own pipeline term.
+every stage, no one stage's row): CP-SAT first finds the split best under that bound, then
+:func:`optimizer.stage_exact.verify_split` proves it, or a faster one, best under the order's own
+step (lower bounds by the order's paths, each split found evaluated). The rest of the step each
+triple adds is the evaluated step less the evaluator's own pipeline term.
 """
 
 from __future__ import annotations
@@ -18,15 +19,15 @@ import math
 import time
 from dataclasses import dataclass
 
-from trainplan.model.estimate import Estimate, objective_ns
+from trainplan.model.estimate import Estimate
 from trainplan.model.layout import Layout
 from trainplan.model.pipeline_onef import one_chunk
 from trainplan.optimizer.case import Case
-from trainplan.optimizer.search import TermMismatch
 from trainplan.optimizer.stage_bases import plan_layout
 from trainplan.optimizer.stage_bounds import NO_SPLIT, pipeline_lower_bound
+from trainplan.optimizer.stage_check import check_plan, pipeline_ns, step_ns
 from trainplan.optimizer.stage_cpsat import StageModel
-from trainplan.optimizer.stage_rules import start_residue
+from trainplan.optimizer.stage_exact import verify_split
 from trainplan.optimizer.stage_tables import (
     OutOfTime,
     StageTables,
@@ -35,6 +36,7 @@ from trainplan.optimizer.stage_tables import (
 )
 
 __all__ = ["ShapePlan", "step_ns", "check_plan", "pipeline_ns", "solve_rests", "solve_shape"]
+# step_ns, check_plan, pipeline_ns: optimizer.stage_check's, named here as before
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,65 +60,12 @@ class ShapePlan:
     solve_seconds: float
     rows: int
     """Table rows (stage options that fit) over all stages."""
-
-
-def step_ns(est: Estimate) -> int:
-    """An evaluated layout's step time in whole ns, as the searches compare it: the sum of
-    :func:`model.estimate.objective_ns`'s two terms."""
-    assert est.time_terms is not None
-    return sum(objective_ns(est.time_terms))
-
-
-def check_plan(tables: StageTables, est: Estimate, paced_ns: int) -> None:
-    """Every stage's tabulated peak and the pipeline term of a per-stage solution (``paced_ns``,
-    the solver's) agree with ``evaluate()``'s ``est`` of its layout (bytes to a byte after
-    rounding up, time to 2 ns).
-
-    Raises
-    ------
-    TermMismatch
-        A tabulated figure that differs, or a stage tabulated as fitting that does not.
-    """
-    options = {
-        (s, o.residue, o.layers, o.recomputed): o
-        for s, rows in enumerate(tables.options)
-        for o in rows
-    }
-    lay = est.layout
-    assert lay.stage_layers is not None and lay.recompute_layers is not None
-    paced = []
-    arch = est.model.arch
-    mtp = arch.mtp_layers if arch is not None else 0
-    start, L, pp = 0, tables.num_layers, lay.pp
-    for s, stage in enumerate(est.stages):
-        layers = stage.num_layers - (mtp if s == lay.pp - 1 else 0)  # the MTP blocks ride along
-        residue = start_residue(
-            s, pp, start, layers, L, tables.prefix, tables.period, lay.virtual_stages
-        )
-        start += layers
-        row = options.get((s, residue, layers, lay.recompute_layers[s]))
-        if row is None or abs(math.ceil(stage.total_bytes) - row.peak_bytes) > 1:
-            raise TermMismatch(f"stage {s}: evaluate {stage.total_bytes} B != table {row}")
-        if not tables.within(stage):
-            raise TermMismatch(f"stage {s}: tabulated as fitting, evaluates to a misfit")
-        paced.append(row.paced_ns)
-    if max(paced) != paced_ns:
-        raise TermMismatch(f"pipeline term: table {max(paced)} != solver {paced_ns}")
-    evaluated = pipeline_ns(est)
-    # under 1F1B the closed form bounds the order's step from above (model.pipeline_onef);
-    # elsewhere it is the evaluator's term
-    over = evaluated - paced_ns
-    if over > 2 or (over < -2 and not one_chunk(lay.schedule, lay.pp)):
-        raise TermMismatch(f"pipeline term: evaluate {evaluated:.0f} ns != table {paced_ns} ns")
-
-
-def pipeline_ns(est: Estimate) -> float:
-    """The evaluator's own pipeline term of ``est``, ns: the section's passes and bubble,
-    ``compute_and_pipeline`` less the exposed pipeline messages
-    (:func:`model.terms.step.schedule_span`)."""
-    assert est.time_terms is not None
-    pp_row = next(r for r in est.traffic if r.traffic.axis == "pp")
-    return (est.time_terms.compute_and_pipeline_s - (pp_row.exposed_seconds or 0.0)) * 1e9
+    gap_ns: int | None = None
+    """Under 1F1B (:func:`optimizer.stage_exact.verify_split`), the plan's step less a proven
+    lower bound on every split's, whole ns: 0 proven to the ns, a ns or so where the last split
+    found closed the proof (the passes' rounding, :data:`optimizer.stage_tables.PASS_UNITS`),
+    more where the time limit stopped it; None elsewhere (the closed form is the evaluator's
+    step) or when the time limit stopped the first solves."""
 
 
 def solve_rests(
@@ -126,12 +75,16 @@ def solve_rests(
     model: StageModel,
     deadline: float | None,
     workers: int,
-) -> tuple[str, tuple[int, Estimate] | None, int, float]:
-    """(status, (step ns, estimate) of the best plan or None, CP-SAT solves, their seconds) of
-    ``layout``'s per-stage tables: solve; if the rest of the step for the optimum's (A, B, C)
-    triple is not yet known, evaluate the optimum's layout (:func:`check_plan`), add its rest
-    (exact) and solve again; the first optimum whose triple is known is proven (every other
-    triple's rest is at least the lower bound used). Stops at ``deadline``
+    cap_ns: int | None = None,
+) -> tuple[str, tuple[int, Estimate] | None, int, float, int | None]:
+    """(status, (step ns, estimate) of the best plan or None, CP-SAT solves, their seconds, the
+    gap :attr:`ShapePlan.gap_ns`) of ``layout``'s per-stage tables: solve; if the rest of the
+    step for the optimum's (A, B, C) triple is not yet known, evaluate the optimum's layout
+    (:func:`check_plan`), add its rest (exact) and solve again; the first optimum whose triple
+    is known is proven (every other triple's rest is at least the lower bound used). Under 1F1B
+    that optimum is the best under the closed form, and
+    :func:`optimizer.stage_exact.verify_split` goes on to the best under the order's own step
+    (``cap_ns``: only splits below it matter). Stops at ``deadline``
     (:func:`time.perf_counter` seconds; None: none) with the best found, ``feasible``.
 
     Raises
@@ -169,7 +122,12 @@ def solve_rests(
         if known:
             status = sol.status
             break
-    return status, best, solves, seconds
+    if best is None or status != "optimal" or not one_chunk(layout.schedule, layout.pp):
+        return status, best, solves, seconds, None
+    status, best, more, spent, gap = verify_split(
+        case, layout, tables, model, best, cap_ns, deadline, workers
+    )
+    return status, best, solves + more, seconds + spent, gap
 
 
 def solve_shape(
@@ -223,11 +181,12 @@ def solve_shape(
         none = "infeasible" if cap_ns is None else "no-gain"
         return ShapePlan(layout, none, None, None, 0, t_tables, 0.0, rows)
     model = StageModel(tables, lower)
-    status, best, solves, seconds = solve_rests(case, layout, tables, model, deadline, workers)
+    found = solve_rests(case, layout, tables, model, deadline, workers, cap_ns)
+    status, best, solves, seconds, gap = found
     if best is None:
         return ShapePlan(layout, status, None, None, solves, t_tables, seconds, rows)
     if cap_ns is not None and best[0] >= cap_ns and status == "optimal":
         # rows at or above the cap were left out, so this is no proof for the shape: it has
         # nothing faster than the cap (the plan found is not kept)
         return ShapePlan(layout, "no-gain", None, None, solves, t_tables, seconds, rows)
-    return ShapePlan(layout, status, best[1], best[0], solves, t_tables, seconds, rows)
+    return ShapePlan(layout, status, best[1], best[0], solves, t_tables, seconds, rows, gap)

@@ -46,6 +46,7 @@ from trainplan.model.layout import Layout, Recompute
 from trainplan.model.pipeline_onef import one_chunk
 from trainplan.model.terms.fields import Context, LayoutFields
 from trainplan.model.terms.peak import StageMemory, fit_bytes, stage_memory_term
+from trainplan.model.terms.pipeline_span import stage_passes
 from trainplan.model.terms.roofline import stage_parts_term
 from trainplan.model.terms.step import pipeline_seconds
 from trainplan.optimizer.case import Case, links_for
@@ -60,6 +61,7 @@ from trainplan.optimizer.stage_rules import (
 )
 
 __all__ = [
+    "PASS_UNITS",
     "StageOption",
     "StageTables",
     "OutOfTime",
@@ -73,6 +75,12 @@ __all__ = [
     "stage_within",
 ]
 
+
+PASS_UNITS = 1024
+"""Units per ns of :attr:`StageOption.forward` and :attr:`StageOption.backward`: fine enough that
+a path of the order over m micro-batches (at most about 2·(m + pp) passes, each rounded down by
+less than a unit) loses under a ns at m up to about 500 (:mod:`optimizer.stage_exact`), coarse
+enough that CP-SAT's sums stay far inside 64 bits (a second of work is 2^40 units)."""
 
 Paced = tuple[int, float, int]  # :meth:`_Stages.paced`'s: closed form ns, t seconds, pruning ns
 
@@ -102,6 +110,14 @@ class StageOption:
     """Where the stage starts within the period of the model's attention spans
     (:func:`optimizer.stage_rules.start_residue`; 0 for the first stage and for a model whose
     layers after a leading block are alike): its layers' spans, and so its figures, read it."""
+    forward: int = 0
+    """Its forward of one micro-batch in :data:`PASS_UNITS` per ns, rounded down, and
+    :attr:`backward` its backward (recomputation included):
+    :func:`model.terms.pipeline_span.stage_passes` of its micro-batch and the same without
+    recomputation, the passes the one-chunk order's step reads (:mod:`model.pipeline_onef`).
+    Rounded down, so a path's length over them (:func:`model.pipeline_paths.path_seconds`)
+    never exceeds the evaluator's."""
+    backward: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -449,7 +465,7 @@ def stage_rows(
             if k is None:
                 break
             least = k
-            paced_ns, _, least_ns = costs.paced(stage, n, k, None, start)
+            paced_ns, t, least_ns = costs.paced(stage, n, k, None, start)
             if cap_ns is not None and least_ns + rest_lower_ns >= cap_ns:
                 continue
             mem = costs.memory(stage, n, k, start)
@@ -460,6 +476,7 @@ def stage_rows(
                 StageOption(
                     n, k, paced_ns, round(bare * 1e9), int(key), math.ceil(mem.total_bytes),
                     sc.residue(stage, start, n),
+                    *(math.floor(x * 1e9 * PASS_UNITS) for x in stage_passes(t, bare)),
                 )
             )  # fmt: skip
     return tuple(found)

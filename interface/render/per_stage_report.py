@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from trainplan.interface.render.report import duration, table_text
+from trainplan.interface.render.report import duration, seconds_text, table_text
 from trainplan.model.pipeline_onef import one_chunk
 
 __all__ = ["per_stage_text"]
@@ -20,6 +20,43 @@ def _layout_line(lay: dict[str, Any]) -> str:
         f"{lay['recompute']}, {lay['schedule']}"
         + (f" v={lay['virtual_stages']}" if lay["virtual_stages"] > 1 else "")
         + f", b {lay['micro_batch_size']}"
+    )
+
+
+def _gap_text(seconds: float) -> str:
+    """A proven gap in the unit it is read in: ns below a µs, µs below a ms, then as a table
+    writes seconds.
+
+    >>> _gap_text(3e-9), _gap_text(2.5e-5), _gap_text(0.0125)
+    ('3 ns', '25.0 µs', '12.5 ms')
+    """
+    if seconds < 1e-6:
+        return f"{seconds * 1e9:.0f} ns"
+    return f"{seconds * 1e6:,.1f} µs" if seconds < 1e-3 else seconds_text(seconds)
+
+
+def _exact_line(ps: dict[str, Any]) -> str:
+    """What the per-stage answer is proven under 1F1B: best under the order's own step on stages
+    of unequal time (the evaluator's, :mod:`model.pipeline_onef`; lower bounds by its paths,
+    :mod:`optimizer.stage_exact`), with the proven gap where one is left.
+
+    >>> _exact_line({"status": "optimal", "gap_s": 0.0})
+    "the split is proven best under the order's own step on stages of unequal time \
+(model.pipeline_onef), the step printed (bounds by the order's paths)"
+    >>> _exact_line({"status": "feasible", "gap_s": 0.0125})
+    "the time limit stopped the proof: no split is faster by more than 12.5 ms under the \
+order's own step on stages of unequal time (model.pipeline_onef)"
+    """
+    gap = ps.get("gap_s")
+    own = "the order's own step on stages of unequal time (model.pipeline_onef)"
+    if gap is None:
+        return f"the time limit stopped the search before a bound under {own}: no gap proven"
+    if ps["status"] == "optimal":
+        within = "" if round(gap * 1e9) <= 2 else f", to {_gap_text(gap)}"
+        return f"the split is proven best under {own}, the step printed (bounds by the order's paths{within})"
+    return (
+        f"the time limit stopped the proof: no split is faster by more than {_gap_text(gap)} "
+        f"under {own}"
     )
 
 
@@ -45,11 +82,7 @@ def per_stage_text(d: dict[str, Any]) -> str:
     ]
     v, pp = lay["virtual_stages"], lay["pp"]
     if one_chunk(lay["schedule"], pp):
-        out.append(
-            f"  {lay['schedule']}: the split is proven best under the closed-form bubble "
-            "(m + pp − 1)·t_max, an upper bound; the step printed is evaluate()'s, the order's own "
-            "on stages of unequal time (model.pipeline_onef)"
-        )
+        out.append(f"  {lay['schedule']}: {_exact_line(ps)}")
     if any(counts) or lay.get("recompute_layers") is not None:
         chunks = lay.get("chunk_layers")
         rows = []

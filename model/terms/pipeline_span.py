@@ -28,22 +28,39 @@ from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.terms.roofline import kind_seconds
 from trainplan.model.xp import as_float, is_array, namespace, where
 
-__all__ = ["classic_span", "uneven_bubble", "one_chunk_bubble"]
+__all__ = ["classic_span", "uneven_bubble", "one_chunk_bubble", "stage_passes"]
+
+
+def stage_passes(total: Any, plain: Any) -> tuple[Any, Any]:
+    """(forward, backward) seconds of one micro-batch on a stage or model chunk from its time
+    ``total`` (forward, backward and recomputation) and the same without recomputation
+    ``plain``: the forward a third of ``plain``, the backward the rest of ``total`` (the cost
+    model's split of a micro-batch, :func:`model.schedule_cost.pass_times` with one chunk: the
+    forward ``t_f``, the backward ``t_b + t_w``). Numbers or arrays of one shape; what the
+    order's step reads (:func:`one_chunk_bubble`) and the per-stage search's paths
+    (:attr:`optimizer.stage_tables.StageOption.forward_ns`).
+
+    >>> stage_passes(4.0, 3.0)
+    (1.0, 3.0)
+    """
+    forward = plain / 3
+    return forward, total - forward
 
 
 def _chunk_times(
     width: int, counts: Any, again: Any, kinds: Any, plain: Any, full: Any
-) -> tuple[Any, Any]:
-    """Each chunk's (time, forward) of one micro-batch (rank i's chunk c at ``i·v + c``, ``width``
-    = pp·v of them): its layers of each span group (``counts``: :func:`chunk_counts`' totals,
-    then group after group; numbers or ``[n, 1]`` columns), those of them recomputed whole
-    (``again``, the same layout, or None) timed ``full``, the embedding on the first and the
-    output layer on the last; the forward a third of the same without recomputation
-    (``plain``). ``kinds``, ``plain``, ``full``: :func:`model.terms.roofline.kind_seconds`' (one
-    layer of each group, the embedding, the output layer)."""
+) -> tuple[Any, Any, Any]:
+    """Each chunk's (time, forward, backward) of one micro-batch (rank i's chunk c at
+    ``i·v + c``, ``width`` = pp·v of them): its layers of each span group (``counts``:
+    :func:`chunk_counts`' totals, then group after group; numbers or ``[n, 1]`` columns), those
+    of them recomputed whole (``again``, the same layout, or None) timed ``full``, the embedding
+    on the first and the output layer on the last; its passes by :func:`stage_passes` (the
+    forward a third of the same without recomputation, ``plain``). ``kinds``, ``plain``,
+    ``full``: :func:`model.terms.roofline.kind_seconds`' (one layer of each group, the
+    embedding, the output layer)."""
     (groups, e, o), (plain_groups, ep, op) = kinds, plain
     redone = groups if full is None else full[0]
-    total, forward = [], []
+    total, forward, backward = [], [], []
     for j in range(width):
         ends = (e if j == 0 else 0) + (o if j == width - 1 else 0)
         plain_ends = (ep if j == 0 else 0) + (op if j == width - 1 else 0)
@@ -54,9 +71,11 @@ def _chunk_times(
             redo = 0 if again is None else again[(1 + g) * width + j]
             busy = busy + (n - redo) * k + redo * kf
             ahead = ahead + n * kp
+        passes = stage_passes(busy + ends, ahead + plain_ends)
         total.append(busy + ends)
-        forward.append((ahead + plain_ends) / 3)
-    return total, forward
+        forward.append(passes[0])
+        backward.append(passes[1])
+    return total, forward, backward
 
 
 def uneven_bubble(
@@ -65,11 +84,9 @@ def uneven_bubble(
     """Seconds of the bubble Megatron-Core's interleaved order leaves on one layout's chunks
     (:func:`model.pipeline_uneven.layout_bubbles`; :func:`_chunk_times`, ``counts`` and ``again``
     the lookups' tuples, the kinds numbers)."""
-    total, forward = _chunk_times(pp * v, counts, again, kinds, plain, full)
+    total, forward, backward = _chunk_times(pp * v, counts, again, kinds, plain, full)
     busy = max(sum(total[i * v : (i + 1) * v]) for i in range(pp))
-    return layout_bubbles(
-        pp, m, forward, [t - f for t, f in zip(total, forward, strict=True)], busy
-    )
+    return layout_bubbles(pp, m, forward, backward, busy)
 
 
 def _flat(kinds: Any) -> list[Any]:
@@ -106,14 +123,13 @@ def _uneven_bubbles(
         # each row's tuple: its pp·v totals, then each group's pp·v counts (padded with zeros)
         table = [column(x) for x in counts[: (1 + groups) * width]]
         redo = None if again is None else [column(x) for x in again[: (1 + groups) * width]]
-        total, forward = _chunk_times(
+        total, forward, backward = (xp.stack(x, axis=1) for x in _chunk_times(
             width, table, redo, _nested(take[:width_k]), _nested(take[width_k : 2 * width_k]),
             None if full is None else _nested(take[2 * width_k :]),
-        )  # fmt: skip
-        total, forward = xp.stack(total, axis=1), xp.stack(forward, axis=1)
+        ))  # fmt: skip
         busy = xp.max(xp.sum(xp.reshape(total, (-1, pp, vi)), axis=2), axis=1)
         mr = xp.reshape(xp.broadcast_to(xp.asarray(m), (n, 1)), (n,))[rows]
-        out[rows] = layout_bubbles(pp, mr, forward, total - forward, busy)
+        out[rows] = layout_bubbles(pp, mr, forward, backward, busy)
     return out[:, None]
 
 
@@ -125,8 +141,7 @@ def one_chunk_bubble(
     of each stage's forward and backward of one micro-batch (:func:`_chunk_times` with v = 1:
     its layers of each span group, those recomputed whole, the embedding on the first stage and
     the output layer on the last; the forward a third of the same without recomputation)."""
-    total, forward = _chunk_times(pp, counts, again, kinds, plain, full)
-    backward = [t - x for t, x in zip(total, forward, strict=True)]
+    total, forward, backward = _chunk_times(pp, counts, again, kinds, plain, full)
     xp = namespace(m, *total, *forward)
     if xp is None:
         return onef_bubble(pp, int(m), [float(x) for x in forward],
