@@ -53,7 +53,8 @@ class ShapePlan:
     objective_ns: int | None
     """Its step time in whole ns (:func:`model.estimate.objective_ns`, summed)."""
     solves: int
-    """CP-SAT solves (one more per (A, B, C) triple whose rest was added)."""
+    """CP-SAT solves (one more per key (D, E, B, M, C) whose rest was added,
+    :data:`optimizer.stage_cpsat.Key`)."""
     tables_seconds: float
     solve_seconds: float
     rows: int
@@ -128,10 +129,12 @@ def solve_rests(
     workers: int,
 ) -> tuple[str, tuple[int, Estimate] | None, int, float]:
     """(status, (step ns, estimate) of the best plan or None, CP-SAT solves, their seconds) of
-    ``layout``'s per-stage tables: solve; if the rest of the step for the optimum's (A, B, C)
-    triple is not yet known, evaluate the optimum's layout (:func:`check_plan`), add its rest
-    (exact) and solve again; the first optimum whose triple is known is proven (every other
-    triple's rest is at least the lower bound used). Stops at ``deadline``
+    ``layout``'s per-stage tables: solve; if the rest of the step for the optimum's key
+    (:data:`optimizer.stage_cpsat.Key`: the busiest stage's dense and expert parameters, the
+    most layers and MoE layers on a stage, the longest micro-batch) is not yet known, evaluate
+    the optimum's layout (:func:`check_plan`), add its rest (exact) and solve again; the first
+    optimum whose key is known is proven (every other key's rest is at least the lower bound
+    used). Stops at ``deadline``
     (:func:`time.perf_counter` seconds; None: none) with the best found, ``feasible``.
 
     Raises

@@ -44,6 +44,7 @@ from typing import Any
 from trainplan.model.estimate import evaluation_context
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.pipeline_onef import one_chunk
+from trainplan.model.terms.activation_fields import LAYER_FIELDS, stage_layer_counts
 from trainplan.model.terms.fields import Context, LayoutFields
 from trainplan.model.terms.peak import StageMemory, fit_bytes, stage_memory_term
 from trainplan.model.terms.roofline import stage_parts_term
@@ -94,14 +95,28 @@ class StageOption:
     """Its micro-batch without recomputation, whole ns (the dp overlap window when it is the
     longest: :func:`model.terms.roofline.slowest_microbatch`)."""
     params_key: int
-    """Dense parameters on one GPU of the stage × tp (a whole number): the busiest stage's decide
-    the dp bytes, the optimizer step and offload."""
+    """Dense parameters on one GPU of the stage (:attr:`~model.terms.peak.StageMemory.
+    dense_params`, after tp) × :meth:`_Stages.params_scale` (lcm(tp, etp·ep)), a whole number: with
+    :attr:`expert_key` the busiest stage's (the most of both together,
+    :func:`model.terms.stage_params.busiest_stage`) decide the dp bytes, the optimizer step and
+    offload (:func:`model.terms.stage_params.busiest_params`)."""
     peak_bytes: int
     """Its peak bytes per GPU, rounded up (:func:`model.terms.peak.stage_memory_term`)."""
     residue: int = 0
-    """Where the stage starts within the period of the model's attention spans
+    """Where the stage starts within the period of the model's layers
     (:func:`optimizer.stage_rules.start_residue`; 0 for the first stage and for a model whose
-    layers after a leading block are alike): its layers' spans, and so its figures, read it."""
+    layers after a leading block are alike): its layers' spans and kinds (MoE or dense), and so
+    its figures, read it."""
+    expert_key: int = 0
+    """Routed-expert parameters on one GPU of the stage (:attr:`~model.terms.peak.StageMemory.
+    expert_params`, after etp·ep) × the same scale as :attr:`params_key`: counted apart from the
+    dense ones, since ZeRO shards them over edp and the dense over dp
+    (:func:`model.terms.state.model_state_term`, :func:`model.terms.traffic.
+    dp_group_traffic_bytes`); 0 for a dense model."""
+    held: tuple[int, int] = (0, 0)
+    """(transformer layers, of them MoE) the evaluator counts on the stage, MTP blocks included
+    (:func:`model.terms.activation_fields.stage_layer_counts`): their maxima over the stages are
+    :func:`model.terms.traffic.most_layers`, which the dp buckets read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,14 +222,34 @@ class _Stages:
             stage, lay.pp, start, n, L, self.prefix, self.period, lay.virtual_stages
         )
 
+    def fields(self, stage: int, n: int, k: int, start: int | None = None) -> LayoutFields:
+        """The evaluator's fields of ``stage`` holding ``n`` layers with ``k`` recomputed (per
+        model chunk) after ``start`` layers (default d), on :func:`realization`'s layout."""
+        before = self.prefix if start is None else start
+        lay = realization(self.layout, self.num_layers, stage, n, k, before)
+        return LayoutFields(lay, self.case.training.global_batch_size, stage, self.links)
+
     def memory(self, stage: int, n: int, k: int, start: int | None = None) -> StageMemory:
         """The peak of ``stage`` holding ``n`` layers with ``k`` recomputed (per model chunk)
         after ``start`` layers (default d): :func:`model.terms.peak.stage_memory_term` on
         :func:`realization`'s layout."""
-        before = self.prefix if start is None else start
-        lay = realization(self.layout, self.num_layers, stage, n, k, before)
-        f = LayoutFields(lay, self.case.training.global_batch_size, stage, self.links)
-        return stage_memory_term(self.c, f, n)
+        return stage_memory_term(self.c, self.fields(stage, n, k, start), n)
+
+    def held(self, stage: int, n: int, start: int | None = None) -> tuple[int, int]:
+        """(layers, MoE layers) the evaluator counts on ``stage`` holding ``n`` layers after
+        ``start`` (:func:`model.terms.activation_fields.stage_layer_counts`, the function
+        :func:`model.terms.traffic.most_layers` takes its maxima of; MTP blocks on the last)."""
+        f = self.fields(stage, n, 0, start)
+        layers, moe = f.per_stage(stage_layer_counts, (self.c.arch,), *LAYER_FIELDS)
+        return int(layers), int(moe)
+
+    def params_scale(self) -> int:
+        """lcm(tp, etp·ep): the least scale that makes a stage's dense (÷ tp) and routed-expert
+        (÷ etp·ep) parameters per GPU whole numbers (:meth:`model.terms.split_key.SplitKey.
+        dense_per_gpu`, :meth:`~model.terms.split_key.SplitKey.experts_per_gpu`), compared on
+        one scale; tp for a dense model."""
+        f = LayoutFields(self.layout, self.case.training.global_batch_size, 0, self.links)
+        return math.lcm(int(f.tp), int(f.expert_tp * f.ep))
 
     def paced(
         self, stage: int, n: int, k: int, mode: Recompute | None = None, start: int | None = None
@@ -225,9 +260,8 @@ class _Stages:
         :func:`model.terms.roofline.stage_parts_term` of ``stage`` holding ``n`` layers with
         ``k`` recomputed (``mode`` overrides the recompute mode) after ``start`` layers (default
         d), paced by :func:`model.terms.step.pipeline_seconds`."""
-        before = self.prefix if start is None else start
-        lay = realization(self.layout, self.num_layers, stage, n, k, before)
-        f = LayoutFields(lay, self.case.training.global_batch_size, stage, self.links)
+        f = self.fields(stage, n, k, start)
+        lay = f.layout
         t = stage_parts_term(self.c, f, mode)[0]
         paced = round(pipeline_seconds(f.m, t, lay.pp, lay.virtual_stages) * 1e9)
         return paced, t, round(f.m * t * 1e9) if one_chunk(lay.schedule, lay.pp) else paced
@@ -432,6 +466,7 @@ def stage_rows(
     """
     sc = costs.stages
     found = []
+    scale = sc.params_scale()
     for start in sc.starts(stage):  # one scan per place in the period (one at P = 1)
         least = 0
         for n in sc.counts(stage, start):
@@ -453,13 +488,15 @@ def stage_rows(
             if cap_ns is not None and least_ns + rest_lower_ns >= cap_ns:
                 continue
             mem = costs.memory(stage, n, k, start)
-            key = mem.dense_params * sc.layout.tp
-            if key.denominator != 1:  # pragma: no cover - _per_gpu's denominators divide tp
-                raise AssertionError(f"stage parameters × tp not whole: {key}")
+            dense, experts = (x * scale for x in (mem.dense_params, mem.expert_params))
+            if dense.denominator != 1 or experts.denominator != 1:  # pragma: no cover
+                raise AssertionError(
+                    f"stage parameters × lcm(tp, etp·ep) not whole: {dense, experts}"
+                )
             found.append(
                 StageOption(
-                    n, k, paced_ns, round(bare * 1e9), int(key), math.ceil(mem.total_bytes),
-                    sc.residue(stage, start, n),
+                    n, k, paced_ns, round(bare * 1e9), int(dense), math.ceil(mem.total_bytes),
+                    sc.residue(stage, start, n), int(experts), sc.held(stage, n, start),
                 )
             )  # fmt: skip
     return tuple(found)

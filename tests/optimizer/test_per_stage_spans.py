@@ -170,17 +170,6 @@ def test_chunks_that_would_hold_unequal_spans_are_refused():
         solve_shape(case, case.layout)
 
 
-def test_alternating_moe_and_dense_layers_are_refused():
-    """Llama 4 Maverick's MoE every other layer (``interleave_moe_layer_step`` 2): the rest of the
-    step reads the busiest stage's dense and expert parameters apart, which a stage's count and
-    residue no longer give in the (A, B, C) key: refused in one line."""
-    moe = MoESpec(num_experts=8, experts_per_token=2, expert_ffn_hidden_size=128, moe_layer_step=2)
-    case = span_case(8, 2, ("global",), None, moe=moe)
-    assert layer_pattern(case.model.arch) == (0, 2)
-    with pytest.raises(InputError, match="MoE and dense layers .or their parameters. alternate"):
-        solve_shape(case, case.layout)
-
-
 SEARCHES = [
     # (model, the per-stage answer's layout flags and split, step s, the plain search's step s)
     pytest.param(
