@@ -95,11 +95,9 @@ class StageOption:
     """Its micro-batch without recomputation, whole ns (the dp overlap window when it is the
     longest: :func:`model.terms.roofline.slowest_microbatch`)."""
     params_key: int
-    """Dense parameters on one GPU of the stage (:attr:`~model.terms.peak.StageMemory.
-    dense_params`, after tp) × :meth:`_Stages.params_scale` (lcm(tp, etp·ep)), a whole number: with
-    :attr:`expert_key` the busiest stage's (the most of both together,
-    :func:`model.terms.stage_params.busiest_stage`) decide the dp bytes, the optimizer step and
-    offload (:func:`model.terms.stage_params.busiest_params`)."""
+    """Dense parameters on one GPU of the stage (after tp) × :meth:`_Stages.params_scale`, whole:
+    with :attr:`expert_key` the busiest stage's (:func:`model.terms.stage_params.busiest_params`)
+    decide the dp bytes, the optimizer step and offload."""
     peak_bytes: int
     """Its peak bytes per GPU, rounded up (:func:`model.terms.peak.stage_memory_term`)."""
     residue: int = 0
@@ -108,11 +106,9 @@ class StageOption:
     layers after a leading block are alike): its layers' spans and kinds (MoE or dense), and so
     its figures, read it."""
     expert_key: int = 0
-    """Routed-expert parameters on one GPU of the stage (:attr:`~model.terms.peak.StageMemory.
-    expert_params`, after etp·ep) × the same scale as :attr:`params_key`: counted apart from the
-    dense ones, since ZeRO shards them over edp and the dense over dp
-    (:func:`model.terms.state.model_state_term`, :func:`model.terms.traffic.
-    dp_group_traffic_bytes`); 0 for a dense model."""
+    """Routed-expert parameters on one GPU of the stage (after etp·ep) × :attr:`params_key`'s
+    scale, apart from the dense ones: ZeRO shards them over edp, the dense over dp
+    (:func:`model.terms.traffic.dp_group_traffic_bytes`); 0 for a dense model."""
     held: tuple[int, int] = (0, 0)
     """(transformer layers, of them MoE) the evaluator counts on the stage, MTP blocks included
     (:func:`model.terms.activation_fields.stage_layer_counts`): their maxima over the stages are
