@@ -78,8 +78,9 @@ class StageModel:
         self.tables = tables
         L = tables.num_layers
         self.n: list[cp_model.IntVar] = []
-        self.k, paced, bare = [], [], []
-        dense, experts, held, moe = [], [], [], []
+        self.k: list[cp_model.IntVar] = []
+        columns: tuple[list[cp_model.IntVar], ...] = tuple([] for _ in range(6))
+        paced, bare, dense, experts, held, moe = columns
         rows_all = [o for rows in tables.options for o in rows]
         big_t = max((o.paced_ns for o in rows_all), default=0)
         big_c = max((o.bare_ns for o in rows_all), default=0)
