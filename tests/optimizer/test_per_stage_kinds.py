@@ -8,12 +8,10 @@ on Maverick's split, and end to end against ``trainplan evaluate``."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from tests.optimizer.test_per_stage import oracle, tight_headroom
-from tests.optimizer.test_per_stage_spans import span_case
+from tests.optimizer.test_per_stage_spans import check_per_stage_answer, span_case
 from trainplan.model.arch_parts import MoESpec
 from trainplan.model.estimate import objective_ns
 from trainplan.model.terms.stage_params import SplitKey, busiest_stage, stage_params_per_gpu
@@ -120,29 +118,8 @@ def test_maverick_per_stage_answer_is_what_evaluate_says(pp, dp, layers, recompu
     time and peak bytes to the last digit, and is faster than the plain search's under the same
     constraints (the uniform 12 × 4 at pp 4, ep 32: 10.719 s; 6 × 8 at pp 8: 12.711 s). At pp 8
     the last stage takes one layer beside the 202,048-token output layer."""
-    from tests.cli_runs import trainplan
-
     common = ["--model", "llama4-maverick", "--gpus", "256", "--gpu", "H100-SXM", "--pp", str(pp),
               "--json"]  # fmt: skip
-    searched = trainplan("search", *common, "--per-stage", timeout=900)
-    assert searched.returncode == 0, searched.stderr[-2000:]
-    answer = json.loads(searched.stdout)
+    flags = ["--dp", str(dp), "--tp", "2", "--ep", "16", "--etp", "2", "--recompute", "none"]
+    answer = check_per_stage_answer(common, flags, layers, recomputed, step, plain, timeout=900)
     assert answer["per_stage"]["status"] == "optimal"
-    assert answer["per_stage"]["stage_layers"] == layers
-    assert answer["per_stage"]["recompute_layers"] == recomputed
-    evaluated = trainplan(
-        "evaluate", *common, "--dp", str(dp), "--tp", "2", "--ep", "16", "--etp", "2",
-        "--recompute", "none", "--zero", "1", "--framework", "megatron", "--schedule", "1f1b",
-        "--micro-batch", "1", "--stage-layers", ",".join(map(str, layers)),
-        "--recompute-layers", ",".join(map(str, recomputed)),
-    )  # fmt: skip
-    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
-    ev = json.loads(evaluated.stdout)
-    assert ev["layout"] == answer["layout"]
-    assert ev["time"]["step_s"] == answer["time"]["step_s"] == pytest.approx(step, abs=1e-9)
-    assert ev["memory"]["total_bytes"] == answer["memory"]["total_bytes"]
-    uniform = trainplan("search", *common)
-    assert uniform.returncode == 0, uniform.stderr[-2000:]
-    plain_step = json.loads(uniform.stdout)["time"]["step_s"]
-    assert plain_step == pytest.approx(plain, abs=1e-9)
-    assert answer["time"]["step_s"] < plain_step
