@@ -10,9 +10,9 @@ layers on the stage (``Layout.stage_layers``) and recomputes k of them
 * its micro-batch: :func:`model.terms.roofline.stage_parts_term` (operations and exposed tp,
   cp, ep); paced over the step as the evaluator paces the slowest stage,
   ``m·t·(1 + bubble_ratio)`` (:func:`model.terms.step.pipeline_seconds`);
-* the dp overlap window (the same without recomputation) and the stage's dense parameters per
-  GPU, which with the most layers on a stage decide the rest of the step (exposed dp, the
-  optimizer step, offload: :func:`model.terms.step.dp_term`).
+* the dp overlap window (the same without recomputation), the stage's dense and expert
+  parameters per GPU apart and its layers and MoE layers, which over the stages decide the rest
+  of the step (exposed dp, the optimizer step, offload: :func:`model.terms.step.dp_term`).
 
 Interleaved shapes (v model chunks per stage) keep their schedule: a stage's n layers, a
 multiple of v (:func:`layer_counts`), are spread evenly over its chunks and its count k applies
@@ -24,7 +24,7 @@ pipeline term ``m·t_max·(1 + (p − 1)/(v·m))`` is the evaluator's exactly.
 
 A stage's figures read only its own layers and position, never the other stages' counts: for a
 model whose layers after a leading block are alike, its count n and whether it is the first or
-the last; for one whose attention spans repeat a period P after d leading layers
+the last; for one whose attention spans or FFN kinds repeat a period P after d leading layers
 (:func:`optimizer.stage_rules.layer_pattern`: gpt-oss, Gemma 2/3, Llama 4), also where it starts
 within the period, so a stage between the first and the last has rows per (residue r < P, n),
 each evaluated at the start d + r (:meth:`_Stages.starts`: the same layers as every later start
