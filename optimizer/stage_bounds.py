@@ -4,7 +4,7 @@ it can hold fully recomputed (:func:`fit_most`), so :mod:`optimizer.per_stage` s
 that cannot beat the best plan so far before building its tables
 (:mod:`optimizer.stage_tables`). Both read the tables' own per-stage figures
 (:func:`optimizer.stage_tables.stage_context`), wherever a stage can start within the period
-of the model's attention spans (:meth:`optimizer.stage_tables._Stages.starts`)."""
+of the model's attention spans and FFN kinds (:meth:`optimizer.stage_tables._Stages.starts`)."""
 
 from __future__ import annotations
 

@@ -17,11 +17,20 @@ Variables → constraints → objective (the CP-SAT primer's order):
 * ``T = max paced_s`` (``AddMaxEquality``): the slowest stage paces the pipeline, bubble
   included (:func:`model.estimate.time_terms`);
 * the rest of the step (pipeline messages, exposed dp, optimizer step, offload) reads the split
-  only through ``A = max params_s``, ``B = max n_s`` and ``C = max bare_s``
-  (:func:`model.terms.roofline.slowest_microbatch`): ``R ≥ rest(A, B, C)`` for each triple whose rest
-  is known (:meth:`StageModel.add_rest`, from ``evaluate()`` of a layout that has it), and
-  ``R ≥`` a lower bound for the others. :func:`optimizer.stage_solve.solve_shape` adds triples
-  until the optimum's own is known: then the optimum is proven.
+  only through the busiest stage's dense and routed-expert parameters apart, ``(D, E)``
+  (:func:`model.terms.stage_params.busiest_params`: the stage with the most of both together,
+  the first of equals, :func:`model.terms.stage_params.busiest_stage`; dense parameters shard
+  over dp, the experts' over edp), the most layers and the most MoE layers on a stage,
+  ``B = max held_s`` and ``M = max moe_s`` (:func:`model.terms.traffic.most_layers`, maxima
+  taken apart), and ``C = max bare_s`` (:func:`model.terms.roofline.slowest_microbatch`). The
+  busiest stage is a Boolean per stage, ``z_s`` (exactly one): ``z_s ⇒ d_s + e_s = max_j
+  (d_j + e_j)`` and ``d_j + e_j < max`` for every j < s, and ``z_s ⇒ D = d_s, E = e_s``. Where
+  MoE and dense layers alternate (Llama 4 Maverick) stages of one count hold different kinds,
+  so the most dense parameters alone no longer give the busiest stage's. ``R ≥ rest(key)`` for
+  each key ``(D, E, B, M, C)`` whose rest is known (:meth:`StageModel.add_rest`, from
+  ``evaluate()`` of a layout that has it), and ``R ≥`` a lower bound for the others.
+  :func:`optimizer.stage_solve.solve_shape` adds keys until the optimum's own is known: then
+  the optimum is proven.
 
 Objective: ``T + R`` in whole nanoseconds (the evaluator's two objective terms,
 :func:`model.estimate.objective_ns`). Under 1F1B T is the closed form, an upper bound on the
@@ -52,8 +61,10 @@ from trainplan.optimizer.stage_tables import PASS_UNITS, StageTables
 
 __all__ = ["StageSolution", "StageModel", "lower_hull"]
 
-Key = tuple[int, int, int]
-"""(A, B, C): the busiest stage's dense parameters × tp, the most layers on a stage, the longest
+Key = tuple[int, int, int, int, int]
+"""(D, E, B, M, C): the busiest stage's dense and routed-expert parameters per GPU × lcm(tp, etp·ep)
+(:attr:`optimizer.stage_tables.StageOption.params_key`, :attr:`~optimizer.stage_tables.
+StageOption.expert_key`), the most layers and the most MoE layers on a stage, the longest
 micro-batch without recomputation in ns."""
 
 
@@ -66,7 +77,7 @@ class StageSolution:
     layers: tuple[int, ...]
     recomputed: tuple[int, ...]
     objective_ns: int
-    """T + R as the model sees it (R a lower bound when the triple's rest is not known yet)."""
+    """T + R as the model sees it (R a lower bound when the key's rest is not known yet)."""
     paced_ns: int
     """T, the pipeline term."""
     key: Key
@@ -115,25 +126,36 @@ class StageModel:
         L = tables.num_layers
         self.n: list[cp_model.IntVar] = []
         self.r: list[cp_model.IntVar | None] = []
-        self.k, paced, bare, params = [], [], [], []
-        big_t = max((o.paced_ns for rows in tables.options for o in rows), default=0)
-        big_c = max((o.bare_ns for rows in tables.options for o in rows), default=0)
-        big_a = max((o.params_key for rows in tables.options for o in rows), default=0)
+        self.k: list[cp_model.IntVar] = []
+        columns: tuple[list[cp_model.IntVar], ...] = tuple([] for _ in range(6))
+        paced, bare, dense, experts, held, moe = columns
+        rows_all = [o for rows in tables.options for o in rows]
+        big_t = max((o.paced_ns for o in rows_all), default=0)
+        big_c = max((o.bare_ns for o in rows_all), default=0)
+        big_d = max((o.params_key for o in rows_all), default=0)
+        big_e = max((o.expert_key for o in rows_all), default=0)
+        big_h = max((o.held[0] for o in rows_all), default=0)  # L, or L + the MTP blocks
         period = tables.period
         for s, rows in enumerate(tables.options):
             n = m.new_int_var(0, L, f"n{s}")
             k = m.new_int_var(0, L, f"k{s}")
             p = m.new_int_var(0, big_t, f"paced{s}")
             b = m.new_int_var(0, big_c, f"bare{s}")
-            a = m.new_int_var(0, big_a, f"params{s}")
-            table = [(o.layers, o.recomputed, o.paced_ns, o.bare_ns, o.params_key) for o in rows]
+            d = m.new_int_var(0, big_d, f"dense{s}")
+            e = m.new_int_var(0, big_e, f"experts{s}")
+            h = m.new_int_var(0, big_h, f"held{s}")
+            g = m.new_int_var(0, big_h, f"moe{s}")
+            table = [
+                (o.layers, o.recomputed, o.paced_ns, o.bare_ns, o.params_key, o.expert_key, *o.held)
+                for o in rows
+            ]
             r = None
             if period == 1:
-                m.add_allowed_assignments([n, k, p, b, a], table)
+                m.add_allowed_assignments([n, k, p, b, d, e, h, g], table)
             else:  # the stage's rows per (start within the period, n)
                 r = m.new_int_var(0, period - 1, f"r{s}")
                 m.add_allowed_assignments(
-                    [r, n, k, p, b, a],
+                    [r, n, k, p, b, d, e, h, g],
                     [(o.residue, *row) for o, row in zip(rows, table, strict=True)],
                 )
                 if s:  # r = ((layers before − d) / v) mod P; the first stage's rows say 0
@@ -144,16 +166,16 @@ class StageModel:
             self.n.append(n)
             self.r.append(r)
             self.k.append(k)
-            paced.append(p)
-            bare.append(b)
-            params.append(a)
+            for out, var in ((paced, p), (bare, b), (dense, d), (experts, e), (held, h), (moe, g)):
+                out.append(var)
         m.add(sum(self.n) == L)
         self.t = m.new_int_var(0, big_t, "T")
         m.add_max_equality(self.t, paced)
-        self.a = m.new_int_var(0, big_a, "A")
-        m.add_max_equality(self.a, params)
-        self.b = m.new_int_var(0, L, "B")
-        m.add_max_equality(self.b, self.n)
+        self.d, self.e = self._busiest(dense, experts, big_d, big_e)
+        self.b = m.new_int_var(0, big_h, "B")
+        m.add_max_equality(self.b, held)
+        self.moe = m.new_int_var(0, big_h, "M")
+        m.add_max_equality(self.moe, moe)
         self.c = m.new_int_var(0, big_c, "C")
         m.add_max_equality(self.c, bare)
         self.rest = m.new_int_var(max(0, rest_lower_ns), 10**15, "R")
@@ -224,14 +246,39 @@ class StageModel:
         assert self.p is not None, "exact_step first"
         self.model.add(self.p + PASS_UNITS * self.rest <= PASS_UNITS * ns - 1)
 
+    def _busiest(
+        self, dense: list[cp_model.IntVar], experts: list[cp_model.IntVar], big_d: int, big_e: int
+    ) -> tuple[cp_model.IntVar, cp_model.IntVar]:
+        """(D, E): the dense and routed-expert parameters (scaled) of the stage with the most of
+        both together, the first of equals, as :func:`model.terms.stage_params.busiest_stage`
+        picks it: ``z_s ⇒ d_s + e_s = most``, ``z_s ⇒ d_j + e_j ≤ most − 1`` for j < s."""
+        m = self.model
+        totals = []
+        for s, (d, e) in enumerate(zip(dense, experts, strict=True)):
+            total = m.new_int_var(0, big_d + big_e, f"total{s}")
+            m.add(total == d + e)
+            totals.append(total)
+        most = m.new_int_var(0, big_d + big_e, "most")
+        m.add_max_equality(most, totals)
+        big_dv, big_ev = m.new_int_var(0, big_d, "D"), m.new_int_var(0, big_e, "E")
+        z = [m.new_bool_var(f"busiest{s}") for s in range(len(totals))]
+        m.add_exactly_one(z)
+        for s, total in enumerate(totals):
+            m.add(total == most).only_enforce_if(z[s])
+            for j in range(s):
+                m.add(totals[j] < most).only_enforce_if(z[s])
+            m.add(big_dv == dense[s]).only_enforce_if(z[s])
+            m.add(big_ev == experts[s]).only_enforce_if(z[s])
+        return big_dv, big_ev
+
     def add_rest(self, key: Key, rest_ns: int) -> None:
-        """``R ≥ rest_ns`` whenever (A, B, C) = ``key``: the triple's rest, from ``evaluate()``."""
+        """``R ≥ rest_ns`` whenever (D, E, B, M, C) = ``key``: its rest, from ``evaluate()``."""
         if key in self.known:
             return
         self.known[key] = rest_ns
         m = self.model
         lits = []
-        for var, value in zip((self.a, self.b, self.c), key, strict=True):
+        for var, value in zip((self.d, self.e, self.b, self.moe, self.c), key, strict=True):
             lit = m.new_bool_var(f"eq{value}")
             m.add(var == value).only_enforce_if(lit)
             m.add(var != value).only_enforce_if(lit.Not())
@@ -259,7 +306,10 @@ class StageModel:
             self.bound_ns = math.floor(bound / self.scale)
         if not solved.found:
             return None
-        key = (int(solver.value(self.a)), int(solver.value(self.b)), int(solver.value(self.c)))
+        d, e, b, most_moe, c = (
+            int(solver.value(v)) for v in (self.d, self.e, self.b, self.moe, self.c)
+        )
+        key = (d, e, b, most_moe, c)
         passes: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
         if self.passes is not None:
             fw, bw = self.passes

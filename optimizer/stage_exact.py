@@ -18,12 +18,12 @@ evaluated, ``best``):
    over its rows' passes) are added, so the model's figure for it becomes its step; a faster
    one becomes ``best`` (and the cutoff);
 3. stop when none is left (infeasible: every split's lower bound reaches ``best``, proven), or
-   when the split found adds nothing (its triple and its path already there: the solver's
+   when the split found adds nothing (its key and its path already there: the solver's
    optimum is then within the passes' rounding of ``best``, under a ns at m up to about 500:
    :data:`optimizer.stage_tables.PASS_UNITS`), or at the time limit with the gap ``best`` less
    CP-SAT's bound.
 
-Each step adds a triple or a path the model lacked, of finitely many, so the loop ends. Where
+Each step adds a key or a path the model lacked, of finitely many, so the loop ends. Where
 the stages take equal time the closed form is the step (:func:`model.pipeline_paths.onef_paths`'
 through the last stage equals it) and the first solve proves the first answer.
 """

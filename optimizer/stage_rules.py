@@ -24,7 +24,6 @@ __all__ = [
     "check_pattern",
     "leading_layers",
     "layer_pattern",
-    "spans_alone",
     "start_residue",
     "layer_counts",
     "realization",
@@ -40,11 +39,12 @@ def check_per_stage(case: Case, layout: Layout) -> None:
     (:func:`leading_layers`: DeepSeek-V3's three dense layers before its MoE ones; MTP blocks
     sit on the last stage, outside the count), so a stage's cost reads only its own layer count
     and whether it is the first or the last (the leading block on the first stage, at v = 1);
-    or whose layers after the block repeat a period of attention spans, the same parameters and
-    FFN kind on every one (:func:`layer_pattern`: gpt-oss's band and global layers, Gemma 3's
-    five local to one global), so a stage's cost reads its count and where it starts within
-    the period (:func:`start_residue`; interleaved only without a leading block and with L/v
-    a whole number of periods, :func:`check_pattern`);
+    or whose layers after the block repeat a period of attention spans and FFN kinds
+    (:func:`layer_pattern`: gpt-oss's band and global layers, Gemma 3's five local to one
+    global, Llama 4 Maverick's dense and MoE layers in turn under three chunked to one
+    global), so a stage's cost reads its count and where it starts within the period
+    (:func:`start_residue`; interleaved only without a leading block and with L/v a whole
+    number of periods, :func:`check_pattern`);
     the roofline time model;
     1F1B or interleaved 1F1B (the closed form ``m·t_max·(1 + (p − 1)/(v·m))`` is the evaluator's
     pipeline term: under 1F1B it bounds the simulated step of unequal stages; interleaved it is
@@ -90,13 +90,15 @@ def check_per_stage(case: Case, layout: Layout) -> None:
 def check_pattern(name: str, arch: Architecture, v: int) -> None:
     """Refuse a model ``name`` whose layers the per-stage tables do not place at ``v`` model
     chunks a stage: layers that differ beyond a leading block and repeat no period
-    (:func:`layer_pattern`), MoE and dense layers (or their parameters) in turn
-    (:func:`spans_alone`), a leading block under interleaving (v > 1), and a period P of
-    spans under interleaving unless L/v is a multiple of P: then every model chunk of a stage
+    (:func:`layer_pattern`), a leading block under interleaving (v > 1), and a period P of
+    layers under interleaving unless L/v is a multiple of P: then every model chunk of a stage
     starts at the same place in the period (chunk c at c·L/v + start/v, :func:`start_residue`)
-    and holds the same spans, so its chunks take equal times and the pipeline term is the
-    closed form of the stage's row (a rank whose chunks hold unequal span mixes is timed by
-    the whole schedule, :mod:`model.pipeline_uneven`, which no stage's row gives).
+    and holds the same spans and kinds, so its chunks take equal times and the pipeline term is
+    the closed form of the stage's row (a rank whose chunks hold unequal mixes is timed by
+    the whole schedule, :mod:`model.pipeline_uneven`, which no stage's row gives). MoE and
+    dense layers in turn (Llama 4 Maverick) are placed: a stage's rows per start residue hold
+    its own kinds, and the solver's key counts the busiest stage's dense and expert
+    parameters apart (:mod:`optimizer.stage_cpsat`).
 
     Raises
     ------
@@ -107,17 +109,10 @@ def check_pattern(name: str, arch: Architecture, v: int) -> None:
     if pattern is None:
         raise InputError(
             f"per_stage: {name}'s layers differ beyond a leading block and do not "
-            "repeat a pattern of attention spans; the per-stage search needs the layers after "
-            "the first stage's leading ones to be alike or to repeat one period"
+            "repeat a period of attention spans and FFN kinds; the per-stage search needs the "
+            "layers after the first stage's leading ones to be alike or to repeat one period"
         )
     prefix, period = pattern
-    if period > 1 and not spans_alone(arch, prefix):
-        raise InputError(
-            f"per_stage: {name}'s MoE and dense layers (or their parameters) "
-            "alternate; the per-stage search places layers whose attention spans alone "
-            "alternate (the rest of the step reads the busiest stage's parameters, which a "
-            "stage's layer count then no longer gives)"
-        )
     if prefix and v > 1:
         raise InputError(
             f"per_stage: {name}'s first {prefix} layers differ from the rest; with "
@@ -165,9 +160,10 @@ def layer_pattern(arch: Architecture) -> tuple[int, int] | None:
     the period repeating at least twice after d (P ≤ (L − d) // 2, or P = 1); None when no such
     pair exists. (d, 1) is :func:`leading_layers`; gpt-oss (``layer_types`` sliding and full in
     turn) is (0, 2), Gemma 3 (five local to one global) (0, 6), Llama 4 Scout (three chunked to
-    one global) (0, 4). A stage after the first that starts at layer S holds the layers of the
-    one that starts at d + (S − d) mod P, shifted by whole periods: the same parameters, kinds
-    and spans (:func:`start_residue`).
+    one global) (0, 4), Llama 4 Maverick (the same spans, dense and MoE in turn) (0, 4). A
+    stage after the first that starts at layer S holds the layers of the one that starts at
+    d + (S − d) mod P, shifted by whole periods: the same parameters, kinds and spans
+    (:func:`start_residue`).
 
     Examples
     --------
@@ -187,15 +183,6 @@ def layer_pattern(arch: Architecture) -> tuple[int, int] | None:
         if d <= L // 2 and (period == 1 or period <= (L - d) // 2):
             return d, period
     return None
-
-
-def spans_alone(arch: Architecture, prefix: int) -> bool:
-    """Whether the layers from ``prefix`` on have the same parameters and FFN kind (MoE or
-    dense), differing at most in attention span: then a stage's parameters, and the rest of the
-    step that reads them (exposed dp, the optimizer step, offload), read only its layer count
-    and its ends, as for alike layers."""
-    kinds = {(layer_params(arch, i), arch.is_moe_layer(i)) for i in range(prefix, arch.num_layers)}
-    return len(kinds) <= 1
 
 
 def start_residue(

@@ -10,7 +10,7 @@ bound on the order's step the evaluator charges (:mod:`model.pipeline_onef`, who
 every stage, no one stage's row): CP-SAT first finds the split best under that bound, then
 :func:`optimizer.stage_exact.verify_split` proves it, or a faster one, best under the order's own
 step (lower bounds by the order's paths, each split found evaluated). The rest of the step each
-triple adds is the evaluated step less the evaluator's own pipeline term.
+key adds is the evaluated step less the evaluator's own pipeline term.
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ class ShapePlan:
     objective_ns: int | None
     """Its step time in whole ns (:func:`model.estimate.objective_ns`, summed)."""
     solves: int
-    """CP-SAT solves (one more per (A, B, C) triple whose rest was added)."""
+    """CP-SAT solves (one more per key (D, E, B, M, C) whose rest was added,
+    :data:`optimizer.stage_cpsat.Key`)."""
     tables_seconds: float
     solve_seconds: float
     rows: int
@@ -79,10 +80,11 @@ def solve_rests(
 ) -> tuple[str, tuple[int, Estimate] | None, int, float, int | None]:
     """(status, (step ns, estimate) of the best plan or None, CP-SAT solves, their seconds, the
     gap :attr:`ShapePlan.gap_ns`) of ``layout``'s per-stage tables: solve; if the rest of the
-    step for the optimum's (A, B, C) triple is not yet known, evaluate the optimum's layout
-    (:func:`check_plan`), add its rest (exact) and solve again; the first optimum whose triple
-    is known is proven (every other triple's rest is at least the lower bound used). Under 1F1B
-    that optimum is the best under the closed form, and
+    step for the optimum's key (:data:`optimizer.stage_cpsat.Key`: the busiest stage's dense and
+    expert parameters, the most layers and MoE layers on a stage, the longest micro-batch) is not
+    yet known, evaluate the optimum's layout (:func:`check_plan`), add its rest (exact) and solve
+    again; the first optimum whose key is known is proven (every other key's rest is at least
+    the lower bound used). Under 1F1B that optimum is the best under the closed form, and
     :func:`optimizer.stage_exact.verify_split` goes on to the best under the order's own step
     (``cap_ns``: only splits below it matter). Stops at ``deadline``
     (:func:`time.perf_counter` seconds; None: none) with the best found, ``feasible``.

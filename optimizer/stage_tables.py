@@ -10,9 +10,9 @@ layers on the stage (``Layout.stage_layers``) and recomputes k of them
 * its micro-batch: :func:`model.terms.roofline.stage_parts_term` (operations and exposed tp,
   cp, ep); paced over the step as the evaluator paces the slowest stage,
   ``m·t·(1 + bubble_ratio)`` (:func:`model.terms.step.pipeline_seconds`);
-* the dp overlap window (the same without recomputation) and the stage's dense parameters per
-  GPU, which with the most layers on a stage decide the rest of the step (exposed dp, the
-  optimizer step, offload: :func:`model.terms.step.dp_term`).
+* the dp overlap window (the same without recomputation), the stage's dense and expert
+  parameters per GPU apart and its layers and MoE layers, which over the stages decide the rest
+  of the step (exposed dp, the optimizer step, offload: :func:`model.terms.step.dp_term`).
 
 Interleaved shapes (v model chunks per stage) keep their schedule: a stage's n layers, a
 multiple of v (:func:`layer_counts`), are spread evenly over its chunks and its count k applies
@@ -24,7 +24,7 @@ pipeline term ``m·t_max·(1 + (p − 1)/(v·m))`` is the evaluator's exactly.
 
 A stage's figures read only its own layers and position, never the other stages' counts: for a
 model whose layers after a leading block are alike, its count n and whether it is the first or
-the last; for one whose attention spans repeat a period P after d leading layers
+the last; for one whose attention spans or FFN kinds repeat a period P after d leading layers
 (:func:`optimizer.stage_rules.layer_pattern`: gpt-oss, Gemma 2/3, Llama 4), also where it starts
 within the period, so a stage between the first and the last has rows per (residue r < P, n),
 each evaluated at the start d + r (:meth:`_Stages.starts`: the same layers as every later start
@@ -44,12 +44,14 @@ from typing import Any
 from trainplan.model.estimate import evaluation_context
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.pipeline_onef import one_chunk
+from trainplan.model.terms.activation_fields import LAYER_FIELDS, stage_layer_counts
 from trainplan.model.terms.fields import Context, LayoutFields
 from trainplan.model.terms.peak import StageMemory, fit_bytes, stage_memory_term
 from trainplan.model.terms.pipeline_span import stage_passes
 from trainplan.model.terms.roofline import stage_parts_term
 from trainplan.model.terms.step import pipeline_seconds
 from trainplan.optimizer.case import Case, links_for
+from trainplan.optimizer.stage_option import PASS_UNITS, StageOption
 from trainplan.optimizer.stage_rules import (
     check_per_stage,
     layer_counts,
@@ -76,48 +78,7 @@ __all__ = [
 ]
 
 
-PASS_UNITS = 1024
-"""Units per ns of :attr:`StageOption.forward` and :attr:`StageOption.backward`: fine enough that
-a path of the order over m micro-batches (at most about 2·(m + pp) passes, each rounded down by
-less than a unit) loses under a ns at m up to about 500 (:mod:`optimizer.stage_exact`), coarse
-enough that CP-SAT's sums stay far inside 64 bits (a second of work is 2^40 units)."""
-
 Paced = tuple[int, float, int]  # :meth:`_Stages.paced`'s: closed form ns, t seconds, pruning ns
-
-
-@dataclass(frozen=True, slots=True)
-class StageOption:
-    """One stage holding ``layers`` layers, ``recomputed`` of them fully recomputed, that fits."""
-
-    layers: int
-    """n, transformer layers on the stage."""
-    recomputed: int
-    """k, fully recomputed: the first k layers of each of the stage's model chunks (Megatron-LM's
-    block method; the stage's first k when v = 1), k ≤ its largest chunk's layers."""
-    paced_ns: int
-    """The step's pipeline term if this stage were the slowest, whole ns:
-    ``round(m·t·(1 + bubble_ratio)·1e9)``, t its micro-batch (operations and exposed tp, cp, ep
-    collectives; :func:`model.terms.roofline.stage_parts_term`)."""
-    bare_ns: int
-    """Its micro-batch without recomputation, whole ns (the dp overlap window when it is the
-    longest: :func:`model.terms.roofline.slowest_microbatch`)."""
-    params_key: int
-    """Dense parameters on one GPU of the stage × tp (a whole number): the busiest stage's decide
-    the dp bytes, the optimizer step and offload."""
-    peak_bytes: int
-    """Its peak bytes per GPU, rounded up (:func:`model.terms.peak.stage_memory_term`)."""
-    residue: int = 0
-    """Where the stage starts within the period of the model's attention spans
-    (:func:`optimizer.stage_rules.start_residue`; 0 for the first stage and for a model whose
-    layers after a leading block are alike): its layers' spans, and so its figures, read it."""
-    forward: int = 0
-    """Its forward of one micro-batch in :data:`PASS_UNITS` per ns, rounded down, and
-    :attr:`backward` its backward (recomputation included):
-    :func:`model.terms.pipeline_span.stage_passes` of its micro-batch and the same without
-    recomputation, the passes the one-chunk order's step reads (:mod:`model.pipeline_onef`).
-    Rounded down, so a path's length over them (:func:`model.pipeline_paths.path_seconds`)
-    never exceeds the evaluator's."""
-    backward: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,14 +184,34 @@ class _Stages:
             stage, lay.pp, start, n, L, self.prefix, self.period, lay.virtual_stages
         )
 
+    def fields(self, stage: int, n: int, k: int, start: int | None = None) -> LayoutFields:
+        """The evaluator's fields of ``stage`` holding ``n`` layers with ``k`` recomputed (per
+        model chunk) after ``start`` layers (default d), on :func:`realization`'s layout."""
+        before = self.prefix if start is None else start
+        lay = realization(self.layout, self.num_layers, stage, n, k, before)
+        return LayoutFields(lay, self.case.training.global_batch_size, stage, self.links)
+
     def memory(self, stage: int, n: int, k: int, start: int | None = None) -> StageMemory:
         """The peak of ``stage`` holding ``n`` layers with ``k`` recomputed (per model chunk)
         after ``start`` layers (default d): :func:`model.terms.peak.stage_memory_term` on
         :func:`realization`'s layout."""
-        before = self.prefix if start is None else start
-        lay = realization(self.layout, self.num_layers, stage, n, k, before)
-        f = LayoutFields(lay, self.case.training.global_batch_size, stage, self.links)
-        return stage_memory_term(self.c, f, n)
+        return stage_memory_term(self.c, self.fields(stage, n, k, start), n)
+
+    def held(self, stage: int, n: int, start: int | None = None) -> tuple[int, int]:
+        """(layers, MoE layers) the evaluator counts on ``stage`` holding ``n`` layers after
+        ``start`` (:func:`model.terms.activation_fields.stage_layer_counts`, the function
+        :func:`model.terms.traffic.most_layers` takes its maxima of; MTP blocks on the last)."""
+        f = self.fields(stage, n, 0, start)
+        layers, moe = f.per_stage(stage_layer_counts, (self.c.arch,), *LAYER_FIELDS)
+        return int(layers), int(moe)
+
+    def params_scale(self) -> int:
+        """lcm(tp, etp·ep): the least scale that makes a stage's dense (÷ tp) and routed-expert
+        (÷ etp·ep) parameters per GPU whole numbers (:meth:`model.terms.split_key.SplitKey.
+        dense_per_gpu`, :meth:`~model.terms.split_key.SplitKey.experts_per_gpu`), compared on
+        one scale; tp for a dense model."""
+        f = LayoutFields(self.layout, self.case.training.global_batch_size, 0, self.links)
+        return math.lcm(int(f.tp), int(f.expert_tp * f.ep))
 
     def paced(
         self, stage: int, n: int, k: int, mode: Recompute | None = None, start: int | None = None
@@ -241,9 +222,8 @@ class _Stages:
         :func:`model.terms.roofline.stage_parts_term` of ``stage`` holding ``n`` layers with
         ``k`` recomputed (``mode`` overrides the recompute mode) after ``start`` layers (default
         d), paced by :func:`model.terms.step.pipeline_seconds`."""
-        before = self.prefix if start is None else start
-        lay = realization(self.layout, self.num_layers, stage, n, k, before)
-        f = LayoutFields(lay, self.case.training.global_batch_size, stage, self.links)
+        f = self.fields(stage, n, k, start)
+        lay = f.layout
         t = stage_parts_term(self.c, f, mode)[0]
         paced = round(pipeline_seconds(f.m, t, lay.pp, lay.virtual_stages) * 1e9)
         return paced, t, round(f.m * t * 1e9) if one_chunk(lay.schedule, lay.pp) else paced
@@ -448,6 +428,7 @@ def stage_rows(
     """
     sc = costs.stages
     found = []
+    scale = sc.params_scale()
     for start in sc.starts(stage):  # one scan per place in the period (one at P = 1)
         least = 0
         for n in sc.counts(stage, start):
@@ -469,14 +450,17 @@ def stage_rows(
             if cap_ns is not None and least_ns + rest_lower_ns >= cap_ns:
                 continue
             mem = costs.memory(stage, n, k, start)
-            key = mem.dense_params * sc.layout.tp
-            if key.denominator != 1:  # pragma: no cover - _per_gpu's denominators divide tp
-                raise AssertionError(f"stage parameters × tp not whole: {key}")
+            dense, experts = (x * scale for x in (mem.dense_params, mem.expert_params))
+            if dense.denominator != 1 or experts.denominator != 1:  # pragma: no cover
+                raise AssertionError(
+                    f"stage parameters × lcm(tp, etp·ep) not whole: {dense, experts}"
+                )
             found.append(
                 StageOption(
-                    n, k, paced_ns, round(bare * 1e9), int(key), math.ceil(mem.total_bytes),
+                    n, k, paced_ns, round(bare * 1e9), int(dense), math.ceil(mem.total_bytes),
                     sc.residue(stage, start, n),
                     *(math.floor(x * 1e9 * PASS_UNITS) for x in stage_passes(t, bare)),
+                    int(experts), sc.held(stage, n, start),
                 )
             )  # fmt: skip
     return tuple(found)

@@ -54,6 +54,7 @@ REQUIRED_MODELS = [
     "gpt-oss-20b",
     "gpt-oss-120b",
     "llama4-scout",
+    "llama4-maverick",
 ]
 
 
@@ -269,6 +270,7 @@ def test_hf_deepseek_v3_matches_catalogue():
         ("gemma3-27b", "gemma-3-27b"),
         ("gpt-oss-120b", "gpt-oss-120b"),
         ("llama4-scout", "llama-4-scout"),
+        ("llama4-maverick", "llama-4-maverick"),
     ],
 )
 def test_new_catalogue_entries_match_their_released_configs(name, fixture):
@@ -276,6 +278,28 @@ def test_new_catalogue_entries_match_their_released_configs(name, fixture):
     assert (
         architecture_from_hf(_hf(fixture), f"{fixture}/config.json") == get_model(name).model.arch
     )
+
+
+def test_llama4_maverick_counts_the_published_400b_and_17b():
+    """meta-llama/Llama-4-Maverick-17B-128E-Instruct (model card: 17B active, 128 experts, 400B
+    total; text_config of its config.json). 48 layers, h 5120, 40 heads of 128, 8 KV heads:
+    attention q, o 2·5120·5120 + k, v 2·5120·1024 = 62,914,560; two RMSNorms 10,240. Layers 0,
+    2, …, 46 (24) dense: SwiGLU 3·5120·16384 = 251,658,240 → 314,583,040. Layers 1, 3, …, 47
+    (24, interleave_moe_layer_step 2) MoE: 128 routed experts of 3·5120·8192 = 125,829,120
+    each, one shared expert of the same size, router 5120·128 = 655,360 → 16,295,536,640, of
+    which active (top-1 + shared) 315,238,400. Embedding and output layer 2·202,048·5120 =
+    2,068,971,520 (untied); final norm 5,120."""
+    arch = get_model("llama4-maverick").model.arch
+    counts = count_params(arch)
+    attention, norms, embed = 62_914_560, 10_240, 2_068_971_520 + 5_120
+    dense = attention + 3 * 5120 * 16384 + norms
+    moe = attention + 129 * 125_829_120 + 5120 * 128 + norms
+    active = attention + 2 * 125_829_120 + 5120 * 128 + norms
+    assert (dense, moe, active) == (314_583_040, 16_295_536_640, 315_238_400)
+    assert [arch.is_moe_layer(i) for i in range(4)] == [False, True, False, True]
+    assert [arch.layer_span(i).value for i in range(4)] == ["chunked"] * 3 + ["global"]
+    assert counts.total == 24 * (dense + moe) + embed == 400_711_848_960  # the card's 400B
+    assert counts.active == 24 * (dense + active) + embed == 17_184_691_200  # the card's 17B
 
 
 def test_qwen3_30b_a3b_counts_the_published_30_5b_and_3_3b():

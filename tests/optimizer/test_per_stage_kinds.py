@@ -1,0 +1,125 @@
+"""The per-stage search on models whose MoE and dense layers alternate (Llama 4 Maverick,
+``interleave_moe_layer_step`` 2): the period of :func:`optimizer.stage_rules.layer_pattern` then
+covers FFN kinds as well as attention spans, so a stage's rows per (start residue, layer count)
+hold its own dense and MoE layers, and the solver's key counts the busiest stage's dense and
+routed-expert parameters apart (:mod:`optimizer.stage_cpsat`), as the evaluator reads them
+(:func:`model.terms.stage_params.busiest_params`). Checked against an exhaustive oracle, by hand
+on Maverick's split, and end to end against ``trainplan evaluate``."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.optimizer.test_per_stage import oracle, tight_headroom
+from tests.optimizer.test_per_stage_spans import check_per_stage_answer, span_case
+from trainplan.model.arch_parts import MoESpec
+from trainplan.model.estimate import objective_ns
+from trainplan.model.terms.stage_params import SplitKey, busiest_stage, stage_params_per_gpu
+from trainplan.optimizer.case import Case
+from trainplan.optimizer.per_stage import solve_shape
+from trainplan.optimizer.stage_cpsat import StageModel
+from trainplan.optimizer.stage_rules import layer_pattern
+from trainplan.optimizer.stage_tables import build_stage_tables
+from trainplan.scenarios.catalogue import get_model
+
+ALTERNATING = MoESpec(
+    num_experts=8, experts_per_token=2, expert_ffn_hidden_size=512, moe_layer_step=2
+)
+"""MoE on layers 1, 3, 5, … (Maverick's rule at a tiny size), dense SwiGLU of 688 between."""
+
+KIND_ORACLE_CASES = [  # (L, pp, share of the way from full recompute's peak)
+    (6, 3, 0.5),
+    pytest.param(7, 3, 0.3, marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize(("num_layers", "pp", "share"), KIND_ORACLE_CASES)
+def test_cp_sat_equals_the_exhaustive_oracle_with_alternating_kinds(num_layers, pp, share):
+    """Every composition of L into pp stages and every recomputed count, evaluated
+    (tests/optimizer/test_per_stage.py's oracle): CP-SAT's optimum over the (residue, n) rows is
+    the oracle's, to the nanosecond. Oracle figures (10 to 30 s each on 2 cores): 12,852,708 ns
+    at 2, 2, 2 recomputing 0, 1, 0 (L 6); 15,846,321 ns at 3, 2, 2 recomputing 1, 1, 0 (L 7: stage
+    1 starts at layer 3, a MoE layer, residue 1)."""
+    case = span_case(num_layers, pp, ("global",), None, moe=ALTERNATING)
+    assert layer_pattern(case.model.arch) == (0, 2)
+    headroom = tight_headroom(case, share)
+    want = oracle(case, headroom)
+    got = solve_shape(case, case.layout, headroom)
+    assert want is not None and got.status == "optimal" and got.estimate is not None
+    assert got.objective_ns == want[0] == {6: 12_852_708, 7: 15_846_321}[num_layers]
+    assert got.objective_ns == sum(objective_ns(got.estimate.time_terms))
+
+
+def maverick_case(pp: int, dp: int) -> Case:
+    """Llama 4 Maverick on 256 H100s at the catalogue's s 8,192 and B 1,024: tp 2, ep 16, etp 2,
+    megatron ZeRO-1, 1F1B, b 1, no base recomputation (the per-stage answers' base)."""
+    entry = get_model("llama4-maverick")
+    return Case.of(
+        entry.model, "H100-SXM", num_gpus=256, dp=dp, tp=2, pp=pp, ep=16, etp=2,
+        recompute="none", zero_stage=1, framework="megatron", schedule="1f1b",
+        micro_batch_size=1, seq_len=8192, global_batch_size=1024,
+    )  # fmt: skip
+
+
+def test_maverick_stages_of_one_count_hold_different_parameters():
+    """Maverick split 12, 13, 13, 10 at tp 2, ep 16, etp 2 (pp 4). Per GPU (model.params,
+    Megatron's tp-replicated norms and router kept whole): a dense layer (314,583,040, norms
+    10,240) (314,583,040 − 10,240)/2 + 10,240 = 157,296,640; a MoE layer's dense part (attention
+    62,914,560 + shared expert 125,829,120 + router 655,360 + norms 10,240 = 189,409,280, of it
+    665,600 replicated) 94,371,840 + 665,600 = 95,037,440; its routed experts 128 · 125,829,120
+    / (etp 2 · ep 16) = 503,316,480. The embedding and output layer, V 202,048 padded to a
+    multiple of 128 · tp = 202,240, 202,240 · 5120 / 2 = 517,734,400 each; the final norm 5,120.
+
+    Stage 1 (layers 12 … 24, starting on a dense layer, residue 0): 7 dense + 6 MoE; stage 2
+    (25 … 37, residue 1): 6 dense + 7 MoE — the same count, 501,986,560 more parameters per
+    GPU. Stage 0 (0 … 11) with the embedding has the most dense parameters, stage 2 the most of
+    both together: the evaluator's busiest stage (model.terms.stage_params.busiest_stage), whose
+    dense and expert parameters decide the dp bytes (ZeRO shards them over dp and edp apart),
+    the optimizer step and offload. The most dense parameters (the key before) is stage 0's,
+    not the busiest stage's; CP-SAT's key (D, E, B, M, C) at this split is stage 2's dense and
+    experts × lcm(tp, etp·ep) = 32, 13 layers and 7 MoE layers on a stage at most."""
+    case = maverick_case(4, 32)
+    lay = case.layout.with_(stage_layers=(12, 13, 13, 10), recompute_layers=(2, 0, 0, 0))
+    split = stage_params_per_gpu(SplitKey.of_layout(case.model, lay, case.vocab_multiple))
+    dense, moe_dense, experts, ends = 157_296_640, 95_037_440, 503_316_480, 517_734_400
+    assert [(d, e) for _, _, d, e in split] == [
+        (6 * dense + 6 * moe_dense + ends, 6 * experts),
+        (7 * dense + 6 * moe_dense, 6 * experts),
+        (6 * dense + 7 * moe_dense, 7 * experts),
+        (5 * dense + 5 * moe_dense + ends + 5_120, 5 * experts),
+    ]
+    assert busiest_stage(split) == 2
+    assert max(range(4), key=lambda s: split[s][2]) == 0
+    tables = build_stage_tables(case, case.layout)
+    assert (tables.prefix, tables.period) == (0, 4)
+    model = StageModel(tables, 0)
+    for var, value in zip(model.n + model.k, (12, 13, 13, 10, 2, 0, 0, 0), strict=True):
+        model.model.add(var == value)
+    sol = model.solve()
+    assert sol is not None and sol.layers == (12, 13, 13, 10)
+    d2, e2 = split[2][2], split[2][3]
+    assert sol.key[:4] == (d2 * 32, e2 * 32, 13, 7)
+
+
+MAVERICK_SEARCHES = [
+    # (pp, the per-stage answer's dp, split, recomputed, step s, the plain search's step s)
+    pytest.param(4, 32, [12, 13, 13, 10], [2, 0, 0, 0], 9.563464337988666, 10.719186610693768,
+                 id="pp4"),
+    pytest.param(8, 16, [7, 7, 7, 7, 7, 7, 5, 1], [0] * 8, 10.349119527877555,
+                 12.710667620853497, id="pp8", marks=pytest.mark.slow),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("pp", "dp", "layers", "recomputed", "step", "plain"), MAVERICK_SEARCHES)
+def test_maverick_per_stage_answer_is_what_evaluate_says(pp, dp, layers, recomputed, step, plain):
+    """``trainplan search --model llama4-maverick --gpus 256 --gpu H100-SXM --per-stage --pp P``
+    was refused ("MoE and dense layers alternate"); now its answer, evaluated by ``trainplan
+    evaluate`` with the answer's ``--stage-layers`` and ``--recompute-layers``, has the same step
+    time and peak bytes to the last digit, and is faster than the plain search's under the same
+    constraints (the uniform 12 × 4 at pp 4, ep 32: 10.719 s; 6 × 8 at pp 8: 12.711 s). At pp 8
+    the last stage takes one layer beside the 202,048-token output layer."""
+    common = ["--model", "llama4-maverick", "--gpus", "256", "--gpu", "H100-SXM", "--pp", str(pp),
+              "--json"]  # fmt: skip
+    flags = ["--dp", str(dp), "--tp", "2", "--ep", "16", "--etp", "2", "--recompute", "none"]
+    answer = check_per_stage_answer(common, flags, layers, recomputed, step, plain, timeout=900)
+    assert answer["per_stage"]["status"] == "optimal"
