@@ -100,8 +100,9 @@ def test_cp_sat_equals_the_oracle_under_memory_pressure(num_layers, pp, gb, shar
 def test_llama3_8b_answer_is_the_orders():
     """Llama 3 8B on 4 H100, tp 1 × pp 4, 8 micro-batches of 4,096 tokens: the closed form ranks
     8, 9, 9, 6 first (1.194052798 s with it, 1.174988306 s evaluated), the order's step
-    9, 9, 8, 6 (1.166363813 s evaluated; 1.197766400 s by the closed form). The per-stage answer
-    is the latter."""
+    9, 9, 8, 6 (1.166363813 s evaluated; 1.197766400 s by the closed form), tied with 9, 9, 9, 5
+    (the same two figures and the same peak: the first stages pace the order). The per-stage
+    answer is one of the tied pair, whichever the solver meets first."""
     case = Case.of(model="llama3-8b", device="H100-SXM", global_batch_size=8, pp=4, tp=1,
                    seq_len=4096)  # fmt: skip
     assert _figures(case, (8, 9, 9, 6)) == (1_174_988_306, 1_194_052_798)
@@ -109,7 +110,9 @@ def test_llama3_8b_answer_is_the_orders():
     got = solve_shape(case, case.layout)
     assert got.status == "optimal" and got.estimate is not None
     lay = got.estimate.layout
-    assert (lay.stage_layers, lay.recompute_layers) == ((9, 9, 8, 6), (0, 0, 0, 0))
+    assert _figures(case, (9, 9, 9, 5)) == (1_166_363_813, 1_197_766_400)
+    assert lay.stage_layers in ((9, 9, 8, 6), (9, 9, 9, 5))
+    assert lay.recompute_layers == (0, 0, 0, 0)
     assert got.objective_ns == 1_166_363_813  # `trainplan evaluate` prints it too: tests/interface
 
 
