@@ -68,7 +68,11 @@ def _default_reserve() -> str:
 
 
 KEY_HELP: dict[str, str] = {
-    "nvlink_domain": "GPUs per NVLink domain; default the accelerator's.",
+    "nvlink_domain": "GPUs per NVLink domain; default the accelerator's. Given alone: the job "
+    "owns whole domains (no Slurm segments).",
+    "segment_gpus": "GPUs per Slurm segment (sbatch --segment x GPUs per node) the ranks fill, "
+    "each in one NVLink domain; default on GB200/GB300 NVL72 NVIDIA's advice: 64 for jobs of "
+    "128+ GPUs, 16 for 32-64, a node below (model.segments).",
     "nvlink_gbps": "NVLink GB/s per GPU per direction; default the accelerator's.",
     "scaleout_gbps": "Scale-out NIC GB/s per GPU per direction; default the accelerator's.",
     "fabric": "Links from the two-tier rule (default) or a cluster graph's bottlenecks.",

@@ -87,7 +87,7 @@ def _engine_clock(device: DeviceSpec, tp: int, kind: Collective) -> Clock:
     ``device``: :func:`model.roofline.collective_time` with each rank sending ``ring_share ·
     S`` (nccl-tests' bus factor) over NVLink when the group fits one NVLink domain, else over
     the scale-out NIC; an InputError when the part's table has no bandwidth for that link."""
-    inside = tp <= (device.nvlink_domain or device.gpus_per_node)
+    inside = tp <= (device.placement_domain or device.gpus_per_node)
     bandwidth = device.nvlink_bytes_per_s if inside else device.scaleout_bytes_per_s
     if tp > 1 and not bandwidth:
         link = "NVLink" if inside else "scale-out"

@@ -1,0 +1,122 @@
+"""GB200/GB300 NVL72 jobs placed in Slurm segments as NVIDIA advises (model.segments): the ranks
+fill segments of 16 nodes (64 GPUs) for jobs of 128+ GPUs, 4 nodes (16 GPUs) for 32–64, one
+node below, each segment in one rack's NVLink domain (NVIDIA developer blog "Unlock exascale
+performance on NVIDIA GB200 NVL72 with Slurm topology-aware job scheduling"; Slurm's
+topology/block ``--segment``). Every figure derived by hand below or printed by the planner
+under an explicit ``nvlink_domain`` that states the same placement."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainplan.api import evaluate
+from trainplan.model.errors import InputError
+from trainplan.model.rank_groups import in_one_domain
+from trainplan.model.segments import advised_segment_gpus, placed_for
+from trainplan.topology.accelerators import get_accelerator
+
+DSV3 = dict(
+    model="deepseek-v3", gpu="GB200", num_gpus=4096, dp=1024, pp=4, ep=64, zero_stage=1,
+    recompute="none", micro_batch_size=1, schedule="1f1b",
+)  # fmt: skip
+
+
+def _ep(est):
+    return next(r for r in est.traffic if r.traffic.axis == "ep")
+
+
+def test_the_advice_by_job_size():
+    """4 GPUs a GB200 compute tray: 4,096 GPUs are 1,024 nodes, ≥ 128 GPUs → 16 nodes, which
+    divide 1,024 → 64 GPUs; 128 GPUs → 16 nodes = 64; 64 GPUs (32–64) → 4 nodes = 16; 16 GPUs
+    (below 32) → 1 node = 4; 72 GPUs (18 nodes, 65–127: the 32–64 size, 4 nodes, does not
+    divide 18) → 3 nodes = 12; 136 GPUs (34 nodes; 16 does not divide 34) → 2 nodes = 8."""
+    got = [advised_segment_gpus(g, 4) for g in (4096, 128, 64, 16, 72, 136)]
+    assert got == [64, 64, 16, 4, 12, 8]
+
+
+def test_deepseek_v3_ep64_on_4096_gb200_rides_nvlink_in_segments_of_64():
+    """ep 64 after tp 1, cp 1: groups of 64 consecutive ranks. Segments of 64 hold whole groups
+    (in_one_domain(64, 4096, 64)); 72-GPU racks filled edge to edge do not (72 % 64 ≠ 0: ranks
+    64–127 straddle ranks 71|72). The ep time is the one the validation rows' explicit
+    ``nvlink_domain = 64`` gives: 443.93 GB at NVLink's 900 GB/s × 0.8 is 616.6 ms plus NCCL's
+    latency per all-to-all, 644.3 ms (8.273 s on the 50 GB/s NIC); step 5.450 s (14.448 s)."""
+    assert in_one_domain(64, 4096, 64) and not in_one_domain(64, 4096, 72)
+    est = evaluate(**DSV3)
+    assert est.device.placement_domain == 64 and est.device.nvlink_domain == 72
+    ep = _ep(est)
+    assert ep.link == "nvlink" and ep.bandwidth_bytes_per_s == 900e9
+    assert ep.seconds == pytest.approx(0.6443, abs=5e-5)
+    assert (
+        ep.seconds
+        > float(ep.traffic.bytes_per_step) / (900e9 * 0.8)
+        == pytest.approx(0.6166, abs=1e-4)
+    )
+    assert est.step_s == pytest.approx(5.450, abs=5e-4)
+    same = evaluate(**DSV3, nvlink_domain=64)
+    assert (same.step_s, _ep(same).seconds) == (est.step_s, ep.seconds)
+    racks = evaluate(**DSV3, nvlink_domain=72)  # a user who owns whole racks: no segments
+    assert _ep(racks).link == "scale-out"
+    assert (round(_ep(racks).seconds, 3), round(racks.step_s, 3)) == (8.273, 14.448)
+    note = next(n for n in est.notes if "Slurm segments" in n)
+    assert note.startswith("ep 64 on NVLink: ranks fill Slurm segments of 64 GPUs")
+    assert "jobs of 128+ GPUs: --segment=16" in note
+    assert not any("Slurm segments" in n for n in racks.notes)
+
+
+def test_qwen3_30b_ep64_on_128_gb200():
+    """128 GPUs = 32 nodes → segments of 16 nodes = 64 GPUs: ep 64 (dp 128) on NVLink, 326.2
+    ms; filling 72-GPU racks, ranks 64–127 straddle → scale-out, 3.842 s."""
+    args = dict(model="qwen3-30b-a3b", gpu="GB200", num_gpus=128, ep=64)
+    est, racks = evaluate(**args), evaluate(**args, nvlink_domain=72)
+    assert (_ep(est).link, round(_ep(est).seconds, 4)) == ("nvlink", 0.3262)
+    assert (_ep(racks).link, round(_ep(racks).seconds, 3)) == ("scale-out", 3.842)
+    assert (round(est.step_s, 3), round(racks.step_s, 3)) == (1.205, 4.721)
+
+
+def test_a_64_gpu_job_lies_in_segments_of_16():
+    """64 GPUs = 16 nodes → 4-node segments of 16 GPUs (NVIDIA: 32–64-GPU jobs): ep 16 fits a
+    segment (NVLink), ep 32 spans two that may lie in two racks (scale-out, 4.429 s against
+    628.6 ms when the job owns its rack), and dp 64 leaves the segment too."""
+    args = dict(model="qwen3-30b-a3b", gpu="GB200", num_gpus=64)
+    assert evaluate(**args, ep=16).device.placement_domain == 16
+    assert _ep(evaluate(**args, ep=16)).link == "nvlink"
+    est, rack = evaluate(**args, ep=32), evaluate(**args, ep=32, nvlink_domain=72)
+    assert (_ep(est).link, round(_ep(est).seconds, 3)) == ("scale-out", 4.429)
+    assert (_ep(rack).link, round(_ep(rack).seconds, 4)) == ("nvlink", 0.6286)
+    note = next(n for n in est.notes if "Slurm segments" in n)
+    assert note.startswith("ep 32 on scale-out, dp 64 on scale-out")
+    assert "jobs of 32–64 GPUs: --segment=4" in note
+    assert evaluate(**args, ep=32, segment_gpus=64).step_s == rack.step_s  # one segment
+
+
+def test_parts_with_one_node_domains_keep_their_placement():
+    """An H100, B200 or TPU job has no segments: its domain is the node's (or the pod's)."""
+    for part in ("H100-SXM", "B200", "TPUv5e"):
+        device = get_accelerator(part)
+        placed = placed_for(device, 4096)
+        assert placed.placement_segment == 0 and placed.placement_domain == device.nvlink_domain
+
+
+def test_a_segment_slurm_could_not_place_is_refused():
+    gb200 = get_accelerator("GB200")
+    with pytest.raises(InputError, match=r"^segment_gpus: 72 must divide the job's 4096 GPUs"):
+        placed_for(gb200.with_links(segment_gpus=72), 4096)
+    with pytest.raises(InputError, match=r"^segment_gpus: 6 must be a whole number"):
+        placed_for(gb200.with_links(segment_gpus=6), 4096)
+    with pytest.raises(InputError, match=r"^segment_gpus: 128 must be at most the NVLink"):
+        placed_for(gb200.with_links(segment_gpus=128), 4096)
+    assert gb200.with_links(nvlink_domain=72).segment_gpus == 0  # whole racks
+
+
+@pytest.mark.slow
+def test_search_deepseek_v3_on_4096_gb200_takes_ep64():
+    """``trainplan search --model deepseek-v3 --gpus 4096 --gpu GB200``: 7.198 s (dp 512 × pp
+    8, ep 8) when ranks filled 72-GPU racks; in segments of 64, ep 64 rides NVLink and the
+    answer is the layout above, 5.450 s."""
+    from trainplan.api import search
+
+    result = search(model="deepseek-v3", gpus=4096, gpu="GB200")
+    best = result.best
+    lay = best.estimate.layout
+    assert (lay.dp, lay.tp, lay.pp, lay.ep) == (1024, 1, 4, 64)
+    assert best.estimate.step_s == pytest.approx(5.450, abs=5e-4)
