@@ -31,6 +31,7 @@ from typing import Any
 
 from trainplan.model.errors import InputError
 from trainplan.model.hardware import DeviceSpec
+from trainplan.model.rank_groups import in_one_domain
 
 __all__ = [
     "SEGMENT_PARTS", "ADVISED_SEGMENT_NODES", "advised_segment_gpus", "placed_for",
@@ -134,8 +135,6 @@ def segment_notes(device: DeviceSpec, links: Any, total: int) -> list[str]:
     segment, domain = device.placement_segment, device.nvlink_domain
     if not links or not segment or not domain or segment >= domain or total <= segment:
         return []
-    from trainplan.model.rank_groups import in_one_domain  # noqa: PLC0415 (no cycle at import)
-
     moved = []
     for axis, link in links.items():
         if link is None or link.group_size < 2 or axis == "dp_cp" and "dp" in links:
@@ -147,15 +146,15 @@ def segment_notes(device: DeviceSpec, links: Any, total: int) -> list[str]:
         return []
     return [
         f"{', '.join(moved)}: ranks fill Slurm segments of {segment} GPUs, each in one "
-        f"{domain}-GPU NVLink domain ({_words(device, total)}); --set segment_gpus=N for "
-        f"another segment, or nvlink_domain={domain} if the job owns whole domains"
+        f"{domain}-GPU NVLink domain ({_words(device, total)}); `segment_gpus`=N for "
+        f"another segment, or `nvlink_domain`={domain} if the job owns whole domains"
     ]
 
 
 def _words(device: DeviceSpec, total: int) -> str:
     """Where the segment comes from: NVIDIA's advice for the job's size, or the user's."""
     if device.segment_gpus is not None:
-        return "--set segment_gpus"
+        return "`segment_gpus` as given"
     _, why = _advice(total)
     return (
         f"NVIDIA's advice for {why}: --segment={device.placement_segment // device.gpus_per_node}"

@@ -128,8 +128,7 @@ class Case:
         _refuse_twice(layout_args if layout is not None else {}, "layout")
         _refuse_twice(given if training is not None else {}, "training")
         layout = Layout.of(**layout_args) if layout is None else layout
-        gpus = case_args.get("num_gpus")
-        device = placed_for(device, gpus or layout.num_gpus, strict=gpus is not None)
+        device = _placed(device, case_args.get("num_gpus"), layout)
         if training is None:
             training, notes = training_of(model, layout, training_defaults, **given)
             case_args["notes"] = (*notes, *case_args.get("notes", ()))
@@ -190,6 +189,12 @@ class Case:
             None if layout else self.num_gpus,
             self.vocab_multiple,
         )
+
+
+def _placed(device: DeviceSpec, num_gpus: int | None, layout: Layout) -> DeviceSpec:
+    """``device`` placed for the job (:func:`model.segments.placed_for`): ``num_gpus`` where
+    given (a ``segment_gpus`` that does not divide it refused), else the layout's own GPUs."""
+    return placed_for(device, num_gpus or layout.num_gpus, strict=num_gpus is not None)
 
 
 def _refuse_twice(fields: Mapping[str, Any], where: str) -> None:

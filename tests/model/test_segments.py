@@ -106,6 +106,8 @@ def test_a_segment_slurm_could_not_place_is_refused():
     with pytest.raises(InputError, match=r"^segment_gpus: 128 must be at most the NVLink"):
         placed_for(gb200.with_links(segment_gpus=128), 4096)
     assert gb200.with_links(nvlink_domain=72).segment_gpus == 0  # whole racks
+    with pytest.raises(InputError, match=r"^segment_gpus: 24 must divide the job's 64 GPUs"):
+        evaluate(model="qwen3-30b-a3b", gpu="GB200", num_gpus=64, ep=32, segment_gpus=24)
 
 
 @pytest.mark.slow
