@@ -99,6 +99,7 @@ def device_of(
         nvlink_domain=count_of(params, "nvlink_domain"),
         nvlink_bytes_per_s=gbps["nvlink_gbps"],
         scaleout_bytes_per_s=gbps["scaleout_gbps"],
+        segment_gpus=count_of(params, "segment_gpus"),
     )
     if gbps["host_link_gbps"] is not None:
         device = replace(device, host_link_bytes_per_s=gbps["host_link_gbps"])

@@ -47,6 +47,7 @@ pipeline``, whose micro-batch count is given where evaluate derives it from the 
 MOVED_FLAGS: dict[str, tuple[str, bool | None]] = {
     # links, memory reserve
     "--nvlink-domain": ("nvlink_domain", None),
+    "--segment-gpus": ("segment_gpus", None),
     "--nvlink-gbps": ("nvlink_gbps", None),
     "--scaleout-gbps": ("scaleout_gbps", None),
     "--fabric": ("fabric", None),

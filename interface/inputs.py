@@ -104,6 +104,7 @@ KNOWN_KEYS = frozenset(
         "global_batch_size",
         "flash_attention",
         "nvlink_domain",
+        "segment_gpus",
         "nvlink_gbps",
         "scaleout_gbps",
         "kernel_efficiency",

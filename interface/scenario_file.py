@@ -84,6 +84,7 @@ SPACE_KEYS = {
 CONSTRAINT_KEYS = {"headroom", "min_mfu", "tp_in_nvlink", "allocator_retries_ok"}
 CLUSTER_KEYS = {
     "nvlink_domain",
+    "segment_gpus",
     "nvlink_gbps",
     "scaleout_gbps",
     "kernel_efficiency",
@@ -200,6 +201,7 @@ VALUE_KINDS: dict[str, Any] = {
     "per_stage": _FLAG,
     # [cluster]
     "nvlink_domain": _COUNT,
+    "segment_gpus": _COUNT,
     "nvlink_gbps": _NUMBER,
     "scaleout_gbps": _NUMBER,
     "kernel_efficiency": _NUMBER,

@@ -68,7 +68,12 @@ def _default_reserve() -> str:
 
 
 KEY_HELP: dict[str, str] = {
-    "nvlink_domain": "GPUs per NVLink domain; default the accelerator's.",
+    "nvlink_domain": "GPUs per NVLink domain; default the accelerator's. Given alone: the job "
+    "owns whole domains (no Slurm segments).",
+    "segment_gpus": "GPUs per Slurm segment (sbatch --segment x GPUs per node) the ranks fill, "
+    "each in one NVLink domain; default on GB200/GB300 NVL72 as NVIDIA's benchmark launcher "
+    "sets it: the whole job up to one rack, else the most trays up to 18 dividing the job "
+    "(model.segments).",
     "nvlink_gbps": "NVLink GB/s per GPU per direction; default the accelerator's.",
     "scaleout_gbps": "Scale-out NIC GB/s per GPU per direction; default the accelerator's.",
     "fabric": "Links from the two-tier rule (default) or a cluster graph's bottlenecks.",

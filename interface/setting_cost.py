@@ -128,13 +128,14 @@ defaults."""
 FACT_KEYS: Mapping[str, str] = MappingProxyType(
     {
         **dict.fromkeys(
-            ("nvlink_domain", "nvlink_gbps", "scaleout_gbps", "fabric", "pod_size"),
+            ("nvlink_domain", "segment_gpus", "nvlink_gbps", "scaleout_gbps", "fabric"),
             "the cluster's hardware",
         ),
         **dict.fromkeys(
-            ("oversubscription", "host_link_gbps", "host_memory_gbps", "memory_reserve_gib"),
+            ("pod_size", "oversubscription", "host_link_gbps", "host_memory_gbps"),
             "the cluster's hardware",
         ),
+        **dict.fromkeys(("memory_reserve_gib",), "the cluster's hardware"),
         "nccl_nvls": "the fabric: NVLink SHARP present and enabled (NCCL_NVLS_ENABLE)",
         **dict.fromkeys(
             ("time_model", "gemm_efficiency", "hbm_efficiency", "scaleup_efficiency"),

@@ -25,6 +25,7 @@ from trainplan.model.model_spec import ModelSpec
 from trainplan.model.offload import NO_OFFLOAD, host_rates
 from trainplan.model.pipeline_uneven import reported_bubble, uneven_chunks
 from trainplan.model.recompute_ops import recompute_flops_of
+from trainplan.model.segments import segment_notes
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import recomputed_in_chunks, stage_chunks
 from trainplan.model.terms.activation_fields import padded_vocab_of
@@ -393,7 +394,7 @@ def evaluate(
         When the layout breaks a legality rule (:func:`model.layout.validate`).
     """
     options = options or CostOptions()
-    validate(layout, model, training, num_gpus, options, device.nvlink_domain)
+    validate(layout, model, training, num_gpus, options, device.placement_domain)
     c = evaluation_context(model, training, device, options, vocab_multiple)
     f = LayoutFields(layout, training.global_batch_size, 0, links)
     stages = stage_memory(model, training, layout, vocab_multiple, device, links, options)
@@ -410,7 +411,7 @@ def evaluate(
             notes.append(_vocab_note(arch.vocab_size, padded, multiple, layout, vocab_multiple))
     n_total, n_active = model.total_and_active_params
     rows, terms = _time(c, f, traffic, links)
-    notes += _notes(model, layout, terms)
+    notes += _notes(model, layout, terms) + segment_notes(device, links, layout.num_gpus)
     causal, flops = options.causal_attention_flops, None
     if arch is not None:
         flops = step_flops(

@@ -73,6 +73,15 @@ class DeviceSpec:
     """Scale-up (NVLink, Infinity Fabric, ICI) bandwidth per GPU per direction, bytes/s; None if unknown."""
     nvlink_domain: int | None = None
     """GPUs per scale-up domain (8 for an HGX node, 72 for NVL72); None if unknown."""
+    segment_gpus: int | None = None
+    """GPUs of one Slurm segment (``sbatch --segment`` × :attr:`gpus_per_node`) the job's ranks
+    fill in order, each segment in one NVLink domain, as the user set it (``--set
+    segment_gpus``); 0: none, the ranks fill whole domains (``--set nvlink_domain`` alone says
+    so); None: as NVIDIA's benchmark launcher sets it on a multi-node domain
+    (:func:`model.segments.placed_for`)."""
+    placement_segment: int = 0
+    """GPUs of the segment the job's placement uses (:func:`model.segments.placed_for` of
+    :attr:`segment_gpus` and the job's size); 0: none."""
     scaleout_bytes_per_s: float | None = None
     """Scale-out (InfiniBand/RoCE NIC) bandwidth per GPU per direction, bytes/s; None if unknown."""
     hbm_bytes_per_s: float | None = None
@@ -138,6 +147,14 @@ class DeviceSpec:
         return self.like or catalogue_part(self.name)
 
     @property
+    def placement_domain(self) -> int | None:
+        """GPUs of consecutive ranks that lie in one NVLink domain: the placement's segment
+        (:attr:`placement_segment`, :mod:`model.segments`) where one is set, else
+        :attr:`nvlink_domain`. What every rule on where a group lies reads
+        (:func:`model.rank_groups.in_one_domain` through :class:`ClusterLinks`). Units: GPUs."""
+        return self.placement_segment or self.nvlink_domain
+
+    @property
     def figures_from(self) -> str:
         """Where the part's figures were read, as a refusal of a missing one names it: ``the
         accelerator table``, ``the file PATH`` or the web API's object (:attr:`origin`)."""
@@ -180,10 +197,16 @@ class DeviceSpec:
         nvlink_domain: int | None = None,
         nvlink_bytes_per_s: float | None = None,
         scaleout_bytes_per_s: float | None = None,
+        segment_gpus: int | None = None,
     ) -> DeviceSpec:
-        """This device with the given link figures overriding the table's (None keeps them)."""
+        """This device with the given link figures overriding the table's (None keeps them). A
+        domain given without ``segment_gpus`` is one the job owns whole: no segments
+        (:attr:`segment_gpus` 0; :mod:`model.segments`)."""
+        if segment_gpus is None and nvlink_domain is not None:
+            segment_gpus = 0
         for name, value in (
             ("nvlink_domain", nvlink_domain),
+            ("segment_gpus", segment_gpus or None),
             ("nvlink_gbps", nvlink_bytes_per_s),
             ("scaleout_gbps", scaleout_bytes_per_s),
         ):
@@ -194,6 +217,7 @@ class DeviceSpec:
             nvlink_domain=nvlink_domain if nvlink_domain is not None else self.nvlink_domain,
             nvlink_bytes_per_s=nvlink_bytes_per_s or self.nvlink_bytes_per_s,
             scaleout_bytes_per_s=scaleout_bytes_per_s or self.scaleout_bytes_per_s,
+            segment_gpus=self.segment_gpus if segment_gpus is None else segment_gpus,
         )
 
 
@@ -253,8 +277,10 @@ class ClusterLinks:
     @classmethod
     def from_device(cls, device: DeviceSpec, num_gpus: int | None = None) -> ClusterLinks:
         """The links of a cluster of ``num_gpus`` GPUs of ``device``; errors name the missing
-        figure and the flag. A cluster of at most one NVLink domain needs no scale-out figure
-        (``num_gpus`` given and ≤ ``nvlink_domain``: nothing leaves the domain).
+        figure and the flag. The domain is the placement's (:attr:`DeviceSpec.placement_domain`:
+        a Slurm segment where one applies, :mod:`model.segments`). A cluster of at most one
+        domain needs no scale-out figure (``num_gpus`` given and ≤ the domain: nothing leaves
+        it).
 
         Raises
         ------
@@ -262,11 +288,8 @@ class ClusterLinks:
             When the accelerator table has no figure for a tier the cluster uses and none was
             given (the scale-out tier: when ``num_gpus`` is None or exceeds one domain).
         """
-        one_domain = (
-            num_gpus is not None
-            and device.nvlink_domain is not None
-            and num_gpus <= device.nvlink_domain
-        )
+        domain = device.placement_domain
+        one_domain = num_gpus is not None and domain is not None and num_gpus <= domain
         missing = [
             flag
             for flag, value in (
@@ -281,9 +304,9 @@ class ClusterLinks:
                 f"gpu {device.name}: {device.figures_from} has no "
                 f"{', '.join(missing)}; give {', '.join(link_example(m) for m in missing)}"
             )
-        assert device.nvlink_domain and device.nvlink_bytes_per_s
+        assert domain and device.nvlink_bytes_per_s
         return cls(
-            nvlink_domain=device.nvlink_domain,
+            nvlink_domain=domain,
             nvlink_bytes_per_s=device.nvlink_bytes_per_s,
             scaleout_bytes_per_s=device.scaleout_bytes_per_s,
         )

@@ -90,8 +90,9 @@ class Setting(HashOnce):
     options: tuple[tuple[str, bool], ...] = ()
     tp_comm_overlap: str | None = None
     nvlink_domain: int | None = None
-    """GPUs per NVLink domain of the accelerator (:attr:`model.hardware.DeviceSpec.
-    nvlink_domain`, a run's ``nvlink_domain`` included); None: the rules that read where a
+    """GPUs of consecutive ranks in one NVLink domain (:attr:`model.hardware.DeviceSpec.
+    placement_domain`: the domain, a run's ``nvlink_domain`` included, or the job's Slurm
+    segment); None: the rules that read where a
     group lies are not checked (:func:`model.moe_rules.hybridep_tokens_rule`)."""
 
     @classmethod
@@ -104,10 +105,11 @@ class Setting(HashOnce):
         device: Any = None,
     ) -> Setting:
         """The setting of a :class:`model.timing.CostOptions` ``options`` (None: defaults) on a
-        :class:`model.hardware.DeviceSpec` ``device`` (its ``nvlink_domain``; None: not known)."""
+        :class:`model.hardware.DeviceSpec` ``device`` (its ``placement_domain``, the NVLink domain
+        or the job's Slurm segment, :mod:`model.segments`; None: not known)."""
         overlap = getattr(options, "tp_comm_overlap", None)
         given = None if overlap is None else str(overlap)
-        domain = getattr(device, "nvlink_domain", None)
+        domain = getattr(device, "placement_domain", None)
         return cls(model, training, num_gpus, options_given(options), given, domain)
 
 

@@ -95,7 +95,7 @@ def _engine_clock(device: DeviceSpec, tp: int, kind: Collective) -> Clock:
     a domain (:func:`model.step_time.rings_bandwidth`), its ring crossing the network once a
     round per further domain NCCL counts (:func:`model.nccl_latency.steps_latency`); an
     InputError when the part's table has no bandwidth for that link."""
-    domain = device.nvlink_domain or device.gpus_per_node
+    domain = device.placement_domain or device.gpus_per_node
     per_domain, nodes = engine_placement(tp, domain)
     inside = nodes == 1
     nvlink, nic = device.nvlink_bytes_per_s, device.scaleout_bytes_per_s

@@ -11,7 +11,7 @@ cases.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from trainplan.model.errors import InputError, named_lookup
@@ -22,6 +22,7 @@ from trainplan.model.layout import Layout, validate
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.op_rates import deployed_params
 from trainplan.model.roofline import CALIBRATABLE
+from trainplan.model.segments import placed_for
 from trainplan.model.specs import TrainingSpec
 from trainplan.model.timing import CostOptions, attention_efficiency_for, kernel_efficiency_for
 from trainplan.scenarios.catalogue import get_model
@@ -127,6 +128,7 @@ class Case:
         _refuse_twice(layout_args if layout is not None else {}, "layout")
         _refuse_twice(given if training is not None else {}, "training")
         layout = Layout.of(**layout_args) if layout is None else layout
+        device = _placed(device, case_args.get("num_gpus"), layout)
         if training is None:
             training, notes = training_of(model, layout, training_defaults, **given)
             case_args["notes"] = (*notes, *case_args.get("notes", ()))
@@ -140,8 +142,26 @@ class Case:
             **case_args,
         )
 
+    def placed(self, num_gpus: int) -> Case:
+        """This case for a job of ``num_gpus`` GPUs: its device placed again
+        (:func:`model.segments.placed_for`: the Slurm segment NVIDIA advises for the job's
+        size) and its links with it; itself where nothing moves. A search's job reads it
+        (:class:`optimizer.problem.Job`).
+
+        Raises
+        ------
+        InputError
+            A ``segment_gpus`` that does not divide ``num_gpus``
+            (:func:`model.segments.placed_for`).
+        """
+        device = placed_for(self.device, num_gpus)
+        if device == self.device:
+            return self
+        return replace(self, device=device, links=ClusterLinks.from_device(device, num_gpus))
+
     def evaluate(self, layout: Layout | None = None) -> Estimate:
-        """Evaluate this case (or another layout of it).
+        """Evaluate this case (or another layout of it, placed for its own GPUs:
+        :meth:`placed`).
 
         Raises
         ------
@@ -149,9 +169,16 @@ class Case:
             The layout's first broken legality rule (:func:`model.layout.validate`), checked
             before the links are placed so the message is the cost model's.
         """
+        if layout is not None and layout.num_gpus != (self.num_gpus or self.layout.num_gpus):
+            return self.placed(layout.num_gpus).evaluate_placed(layout)
+        return self.evaluate_placed(layout)
+
+    def evaluate_placed(self, layout: Layout | None = None) -> Estimate:
+        """:meth:`evaluate` on this case's own placement (its device's segment as it is)."""
         lay = layout or self.layout
         num_gpus = None if layout else self.num_gpus
-        validate(lay, self.model, self.training, num_gpus, self.options, self.device.nvlink_domain)
+        domain = self.device.placement_domain
+        validate(lay, self.model, self.training, num_gpus, self.options, domain)
         return evaluate(
             self.model,
             self.training,
@@ -162,6 +189,12 @@ class Case:
             None if layout else self.num_gpus,
             self.vocab_multiple,
         )
+
+
+def _placed(device: DeviceSpec, num_gpus: int | None, layout: Layout) -> DeviceSpec:
+    """``device`` placed for the job (:func:`model.segments.placed_for`): ``num_gpus`` where
+    given (a ``segment_gpus`` that does not divide it refused), else the layout's own GPUs."""
+    return placed_for(device, num_gpus or layout.num_gpus, strict=num_gpus is not None)
 
 
 def _refuse_twice(fields: Mapping[str, Any], where: str) -> None:

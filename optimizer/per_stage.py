@@ -261,7 +261,7 @@ def ordered_bases(
     for job, base in ranked_bases(problem, prepared, top_shapes, max_bytes):
         try:
             case = job.case
-            validate(base, case.model, case.training, nvlink_domain=case.device.nvlink_domain)
+            validate(base, case.model, case.training, nvlink_domain=case.device.placement_domain)
             bound = pipeline_lower_bound(job.case, base)
         except LayoutError:
             continue

@@ -61,6 +61,11 @@ class Job:
     gpu_hour_price: float | None = None
     """Dollars per GPU-hour for this accelerator (cost objective and price frontier)."""
 
+    def __post_init__(self) -> None:
+        # the case placed for this job's GPUs (its Slurm segment, model.segments): a search's
+        # case is built before its GPU count is known
+        object.__setattr__(self, "case", self.case.placed(self.num_gpus))
+
     @property
     def cents_per_hour(self) -> int:
         """The cluster's price in whole cents per hour, ``round(num_gpus × gpu_hour_price ×

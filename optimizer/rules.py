@@ -70,6 +70,6 @@ def tp_cp_in_nvlink(tables: CostTables, s: int) -> bool:
     """Whether shape s's tp and cp groups each sit inside one NVLink domain for its rank order
     (topology.placement's span rule, the same one that assigns the links)."""
     sh = tables.shapes[s]
-    domain = tables.jobs[tables.job_of[s]].case.device.nvlink_domain or 1
+    domain = tables.jobs[tables.job_of[s]].case.device.placement_domain or 1
     degrees = {"dp": sh.dp, "tp": sh.tp, "pp": sh.pp, "cp": sh.cp, "ep": sh.ep}
     return all(fits_in_domain(degrees, axis, domain, sh.rank_order) for axis in ("tp", "cp"))

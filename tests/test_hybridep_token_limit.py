@@ -42,7 +42,8 @@ def runs():
                    "--json"],
         "gb200 ep64 b8": ["evaluate", "--model", "qwen3-30b-a3b", "--gpu", "GB200", "--dp", "64",
                           "--ep", "64", "--micro-batch", "8", "--global-batch", "512",
-                          "--set", "moe_dispatcher=hybridep", "--json"],
+                          "--set", "moe_dispatcher=hybridep", "--set", "nvlink_domain=72",
+                          "--json"],
         "alltoall ep16 b8": ["evaluate", "--model", "qwen3-30b-a3b", "--gpu", "B300", "--dp", "16",
                              "--ep", "16", "--micro-batch", "8", "--global-batch", "512", "--json"],
         "search": [*SEARCH, "--micro-batch", "4", "--micro-batch", "8"],
@@ -74,7 +75,8 @@ def test_a_micro_batch_beyond_it_across_domains_is_refused_in_one_line(runs):
 def test_what_stays_legal(runs):
     """Micro-batch 5 (20,480 tokens) across the two domains; micro-batch 8 with cp 2 (16,384 a
     rank); micro-batch 8 with the group in one domain (EP 8 in a B300 node, Megatron Bridge's
-    preset; EP 64 in a GB200 NVL72): no RDMA, no limit; the NCCL all-to-all has none."""
+    preset; EP 64 in a GB200 NVL72 the job owns, ``nvlink_domain=72``: by default 64 GPUs lie in
+    Slurm segments of 16, model.segments): no RDMA, no limit; the NCCL all-to-all has none."""
     for name in ("ep16 b5", "ep16 b8 cp2", "ep8 b8", "gb200 ep64 b8", "alltoall ep16 b8"):
         done = runs[name]
         assert done.returncode == 0, (name, done.stderr[-2000:])

@@ -97,7 +97,7 @@ def _deepep_runs(est: Estimate) -> list[str]:
         return [""]
     ranks = deepep_group_ranks(str(lay.framework), lay.ep, lay.expert_tp)
     out = [""]  # first: the internode kernels' line, "" where the group fits one run
-    if ranks > reach and (d.nvlink_domain or 0) > reach:  # NVLink reaches further than DeepEP
+    if ranks > reach and (d.placement_domain or 0) > reach:  # NVLink reaches further than DeepEP
         out[0] = (
             f"expert dispatch and combine (deepep): its group of {ranks} ranks exceeds the {reach} "
             "its normal kernels reach over NVLink (LEGACY_NUM_MAX_NVL_PEERS), so it runs the "

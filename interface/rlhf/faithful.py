@@ -35,6 +35,7 @@ from trainplan.model.rlhf.spec import (
 )
 from trainplan.model.rlhf.step import StepPlan, compose
 from trainplan.model.rollout import check_fraction
+from trainplan.model.segments import placed_for
 from trainplan.model.units import parse_count, parse_number, parse_positive
 from trainplan.optimizer.rlhf.tables import RLHFProblem, cost_of
 from trainplan.scenarios.catalogue import get_model
@@ -181,6 +182,7 @@ def rlhf_inputs(request: RLHFRequest | Mapping[str, Any], placement: bool = True
     spec = _spec(r, used)
     device = named_lookup("gpu", get_part, str(_opt(r, "gpu", used)))
     gpus = _count(r, "gpus", used) or 1
+    device = placed_for(device, gpus)  # the job's Slurm segment on NVL72 (model.segments)
     links = ClusterLinks.from_device(device, gpus)
     if not placement:
         return RLHFInputs(spec, device, gpus, links, defaults_used=used)

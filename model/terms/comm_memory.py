@@ -349,7 +349,7 @@ def _channels(c: Context, f: Fields, axis: str | None, size: Any, large: Any = T
     gpn = c.gpu.gpus_per_node
     node = nvlink_node(c.gpu.part, c.gpu.nvlink_bytes_per_s)
     if axis is None:
-        domain = c.gpu.nvlink_domain or gpn
+        domain = c.gpu.placement_domain or gpn
         args = (size, size, gpn, size, size <= domain, c.gpu.scaleout_bytes_per_s, node)
     else:
         link = f.link(axis)

@@ -66,7 +66,7 @@ def cp_clock_links(c: Context, f: Fields, r: Any, u: Any, bw: Any, up: Any) -> t
     if not (hybrid.any() if is_array(hybrid) else hybrid):
         return bw, up, g, n, bw, up, g
     link, d = f.link("cp"), c.gpu
-    domain, fast = d.nvlink_domain or d.gpus_per_node, d.nvlink_bytes_per_s
+    domain, fast = d.placement_domain or d.gpus_per_node, d.nvlink_bytes_per_s
     tier = as_float(link.bandwidth if link.bandwidth is not None else 0.0)
     inside_bw = where(link.nvlink, tier, fast)
     size = where(link.group_size > 1, link.group_size, 2)

@@ -51,7 +51,7 @@ def ep_members_per_domain(c: Context, f: Fields) -> Any:
     if not run.dispatcher.deduplicates:
         return 0
     link = f.link("ep")
-    domain = c.device.nvlink_domain if c.device is not None else None
+    domain = c.device.placement_domain if c.device is not None else None
     g = members_per_domain(link.nvlink, link.span, link.group_size, domain, link.per_domain)
     if run.dispatcher.nvlink_ranks is None:
         return g

@@ -64,7 +64,7 @@ def ep_dispatch_link(c: Context, f: Fields) -> tuple[Any, Any]:
     bandwidth = as_float(link.bandwidth) if known else 0.0
     size = link.group_size if known else 1
     placed = link_time_of(
-        bandwidth, link.nvlink, link.span, size, d.nvlink_bytes_per_s, d.nvlink_domain, True,
+        bandwidth, link.nvlink, link.span, size, d.nvlink_bytes_per_s, d.placement_domain, True,
         None, link.per_domain,
     )  # fmt: skip
     runs, g = _runs(c, f)

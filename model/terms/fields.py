@@ -299,7 +299,7 @@ def axis_members(c: Context, f: Fields, axis: str) -> Any:
     ranks."""
     link = f.link(axis)
     members = members_per_domain(
-        link.nvlink, link.span, link.group_size, c.gpu.nvlink_domain, link.per_domain
+        link.nvlink, link.span, link.group_size, c.gpu.placement_domain, link.per_domain
     )
     return maximum(members, 1)
 

@@ -132,7 +132,7 @@ def axis_link(c: Context, f: Fields, axis: str, all_to_all: Any = False) -> tupl
     bandwidth = link.bandwidth if known else 0.0
     return link_time_of(
         as_float(bandwidth), link.nvlink, link.span, link.group_size if known else 1,
-        d.nvlink_bytes_per_s, d.nvlink_domain, all_to_all, None, link.per_domain,
+        d.nvlink_bytes_per_s, d.placement_domain, all_to_all, None, link.per_domain,
     )  # fmt: skip
 
 

@@ -9,6 +9,8 @@ hand."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.archs import one_moe_layer
@@ -29,6 +31,7 @@ from trainplan.model.terms.roofline import axis_link, stage_parts_term
 from trainplan.optimizer.case import Case, links_for
 from trainplan.scenarios.catalogue import get_model
 from trainplan.scenarios.kernel_data import collective_data
+from trainplan.topology.accelerators import get_accelerator
 
 P = RooflineParams(gemm_efficiency=0.6)
 AG, RS, AR = Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.ALL_REDUCE
@@ -36,7 +39,7 @@ A2A, SEND = Collective.ALL_TO_ALL, Collective.SEND_RECV
 US = 1e-6
 
 
-def _stage(name: str, gpu: str, layout: Layout, **options: object) -> tuple:
+def _stage(name: str, gpu: Any, layout: Layout, **options: object) -> tuple:
     """(case, context, fields, the first stage's PARTS by name for one micro-batch) of the
     evaluator on the two-tier cluster the accelerator's nodes make."""
     case = Case.of(name, gpu, layout, **options)
@@ -176,7 +179,8 @@ def test_an_ep_64_all_to_all_in_an_nvl72_and_across_8_h100_nodes():
     56 times at NCCL's network overhead (1 µs, over NVLink's 0.6 once the ring leaves the
     node): 6.6 + 7 × 2.7 + 56 = 81.5 µs, where every step over the network was 6.6 + 63 × 2.7
     = 176.7 µs (NCCL's own network step for one rank a node is the tree's 5.0 µs: 321.6)."""
-    gb200 = _stage("qwen3-30b-a3b", "GB200", Layout(dp=64, ep=64), global_batch_size=64)
+    rack = get_accelerator("GB200").with_links(nvlink_domain=72)  # the job owns it: no segments
+    gb200 = _stage("qwen3-30b-a3b", rack, Layout(dp=64, ep=64), global_batch_size=64)
     h100 = _stage("qwen3-30b-a3b", "H100-SXM", Layout(dp=64, ep=64), global_batch_size=64)
     assert str(gb200[0].training.moe_run.dispatcher) == "alltoall"
     assert ep_dispatch_link(gb200[1], gb200[2]) == (900e9, True)

@@ -23,6 +23,7 @@ from trainplan.model.terms.fields import LayoutFields
 from trainplan.model.terms.roofline import ep_sm_share
 from trainplan.model.timing import CostOptions
 from trainplan.optimizer.case import Case, links_for
+from trainplan.topology.accelerators import get_accelerator
 
 
 def test_phi_is_the_measured_cost_of_the_blocks_taken() -> None:
@@ -111,7 +112,9 @@ def test_hybrideps_sms_follow_the_groups_span(gpu: str, ep: int, phi: float) -> 
     it spans two (8 SMs, 0.15038); of 32 GB200s it lies in one 72-GPU NVL72 domain (24 of 148,
     0.25267)."""
     run = MoERun(dispatcher=Dispatcher.HYBRIDEP)
-    case = Case.of("qwen3-30b-a3b", gpu, num_gpus=64, dp=64, ep=ep, moe_run=run)
+    # the 64 GB200s own their rack (nvlink_domain=72; by default Slurm segments of 16 GPUs)
+    device = get_accelerator(gpu).with_links(nvlink_domain=72) if gpu == "GB200" else gpu
+    case = Case.of("qwen3-30b-a3b", device, num_gpus=64, dp=64, ep=ep, moe_run=run)
     c = evaluation_context(case.model, case.training, case.device, case.options)
     links = links_for(case.layout, case.links, case.fabric)
     share = ep_sm_share(c, LayoutFields(case.layout, case.training.global_batch_size, 0, links))

@@ -91,12 +91,16 @@ def test_the_planner_times_deepep_in_an_nvl72_as_across_8_gpu_domains():
     group of ranks 64–127 has 8 ranks in domain 0 (0–71) and 56 in domain 1, which HybridEP
     cannot lay out (its buffer asserts ``64 % R == 0`` with ``R`` = 56 on ranks 72–127,
     :mod:`model.flex_domains`): refused, where it was timed on the NIC at 50 GB/s. DeepEP's
-    runs of 8 (64–71, 72–79, …) each lie in one domain, so it runs there."""
+    runs of 8 (64–71, 72–79, …) each lie in one domain, so it runs there. The default placement
+    of a 256-GPU job is NVIDIA's Slurm segments of 16 trays (:mod:`model.segments`): the
+    ``nvlink_domain=64`` figures, so whole racks are asked for with ``nvlink_domain=72``."""
+    hybrid = [*ARGS, "--set", "moe_dispatcher=hybridep"]
     runs = run_many({
         "nvl72": [*ARGS, "--set", "moe_dispatcher=deepep"],
         "nvl8": [*ARGS, "--set", "moe_dispatcher=deepep", "--set", "nvlink_domain=8"],
-        "hybridep": [*ARGS, "--set", "moe_dispatcher=hybridep", "--set", "nvlink_domain=64"],
-        "straddle": [*ARGS, "--set", "moe_dispatcher=hybridep"],
+        "hybridep": [*hybrid, "--set", "nvlink_domain=64"],
+        "segments": hybrid,
+        "straddle": [*hybrid, "--set", "nvlink_domain=72"],
     })  # fmt: skip
     line = refusal(runs.pop("straddle"))
     assert line.startswith("--set moe_dispatcher: hybridep with ep 64 at stride 1 on NVLink ")
@@ -108,6 +112,7 @@ def test_the_planner_times_deepep_in_an_nvl72_as_across_8_gpu_domains():
         row = next(r for r in est["traffic"] if r["axis"] == "ep")
         out[name] = (row, est["memory"]["dispatch_buffer_bytes"])
     (nvl72, buf72), (nvl8, buf8), (hybrid, _) = out["nvl72"], out["nvl8"], out["hybridep"]
+    assert out["segments"] == out["hybridep"]
     assert (nvl72["link"], nvl72["bandwidth_bytes_per_s"]) == ("scale-out", 50e9)
     assert nvl72["seconds"] == pytest.approx(nvl8["seconds"], rel=1e-12)
     assert nvl72["bytes_per_step"] == pytest.approx(nvl8["bytes_per_step"], rel=1e-12)

@@ -148,8 +148,10 @@ def test_the_link_charged_is_never_faster_than_the_slowest_group(tp, cp, dp, pp,
 def test_the_search_times_the_straddling_layout_as_the_evaluator_does():
     """Llama 3 70B on 144 GB200s at 32k tokens, tp 8: the search's tables time cp 2 (straddling)
     on the NIC as the evaluator does, to the nanosecond, and the answer's layout is checked
-    against the evaluator (``check_against_evaluate``)."""
-    case = Case.of("llama3-70b", "GB200", global_batch_size=72, seq_len=32768)
+    against the evaluator (``check_against_evaluate``). The job owns its two racks
+    (``nvlink_domain=72``: ranks fill them edge to edge, no Slurm segments, model.segments)."""
+    racks = get_accelerator("GB200").with_links(nvlink_domain=72)
+    case = Case.of("llama3-70b", racks, global_batch_size=72, seq_len=32768)
     space = SearchSpace(
         num_gpus=144, tp=(8,), pp=(1,), cp=(1, 2), micro_batch_size=(1,),
         schedules=(Schedule.ONE_F_ONE_B,), zero_stages=(1,), recomputes=(Recompute.NONE,),
@@ -169,7 +171,12 @@ def test_the_search_times_the_straddling_layout_as_the_evaluator_does():
 
 def test_the_cli_charges_the_straddling_groups_the_nic(tmp_path):
     """``trainplan evaluate`` in its own processes, the two cases a user found: cp on GB200's
-    144 GPUs, and tp 2 on an accelerator file with 3-GPU domains, both ``scale-out`` at 50 GB/s."""
+    144 GPUs filling its two racks (``nvlink_domain=72``), and tp 2 on an accelerator file with
+    3-GPU domains, both ``scale-out`` at 50 GB/s. By default the 144 GPUs (36 trays) lie in
+    Slurm segments of 18 trays (NVIDIA's launcher: the largest divisor of 36 up to 18;
+    model.segments), 72 GPUs, one a rack: the same placement, the same straddle; given segments
+    of 48 GPUs (``segment_gpus=48``, 12 trays) they hold whole cp groups of 16 ranks: NVLink at
+    900 GB/s."""
     part = tmp_path / "threes.toml"
     part.write_text(
         '[[accelerator]]\nbase = "H100-SXM"\nname = "H100-SXM-3"\nnvlink_domain = 3\n'
@@ -179,12 +186,20 @@ def test_the_cli_charges_the_straddling_groups_the_nic(tmp_path):
     runs = run_many({
         "nvl72": ["evaluate", "--model", "llama3-70b", "--gpu", "GB200", "--gpus", "144",
                   "--tp", "8", "--cp", "2", "--seq-len", "32768", "--global-batch", "72",
-                  "--json"],
+                  "--json", "--set", "nvlink_domain=72"],
+        "segments": ["evaluate", "--model", "llama3-70b", "--gpu", "GB200", "--gpus", "144",
+                     "--tp", "8", "--cp", "2", "--seq-len", "32768", "--global-batch", "72",
+                     "--json", "--set", "segment_gpus=48"],
+        "default": ["evaluate", "--model", "llama3-70b", "--gpu", "GB200", "--gpus", "144",
+                    "--tp", "8", "--cp", "2", "--seq-len", "32768", "--global-batch", "72",
+                    "--json"],
         "threes": ["evaluate", "--model", "llama3-8b", "--gpu", str(part), "--gpus", "12",
                    "--tp", "2", "--pp", "2", "--global-batch", "96", "--json"],
     })  # fmt: skip
-    for name, axis in (("nvl72", "cp"), ("threes", "tp")):
+    for name, axis in (("nvl72", "cp"), ("default", "cp"), ("threes", "tp")):
         done = runs[name]
         assert done.returncode == 0, done.stderr[-2000:]
         row = next(r for r in json.loads(done.stdout)["traffic"] if r["axis"] == axis)
         assert (row["link"], row["bandwidth_bytes_per_s"]) == ("scale-out", 50e9), name
+    row = next(r for r in json.loads(runs["segments"].stdout)["traffic"] if r["axis"] == "cp")
+    assert (row["link"], row["bandwidth_bytes_per_s"]) == ("nvlink", 900e9)
