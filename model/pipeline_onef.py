@@ -165,11 +165,11 @@ def _rounds(xp: Any, pp: int, m: Any, f: Any, b: Any) -> Any:
     or ``[K]`` ints, one a layout): rank i's forward waits for rank i − 1's of the round before;
     the backwards of a round, ranks falling, ``B_i = max_{l ≥ i} (e_l + Σ_{r=i}^{l} b_r)``
     (``e_l`` rank l's end after its forward), a running maximum from the last rank (numpy's
-    ``maximum.accumulate``; ⌈log₂ pp⌉ doublings in another namespace: a max rounds nothing). The steady phase's jump as :func:`onef_steps`', taken by the layouts of
-    one m together once all of them have settled (as a call with that m alone would); rounds up
-    to each m's last steady one (``m − pp``) run for every layout at once (every forward
-    exists there whatever m), then the cool-down's ``pp − 1`` rounds, counted from each
-    layout's own m, likewise."""
+    ``maximum.accumulate``; ⌈log₂ pp⌉ doublings in another namespace: a max rounds nothing).
+    The steady phase's jump as :func:`onef_steps`', taken by the layouts of one m together once
+    all of them have settled (as a call with that m alone would); rounds up to each m's last
+    steady one (``m − pp``) run for every layout at once (every forward exists there whatever
+    m), then the cool-down's ``pp − 1`` rounds, counted from each layout's own m, likewise."""
     width = f.shape[1]
     groups: dict[int, Any] = {}
     for k, mk in enumerate(xp.broadcast_to(xp.asarray(m), (width,)).tolist()):
