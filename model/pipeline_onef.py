@@ -121,13 +121,8 @@ def onef_steps(
     102.0
     """
     xp = namespace(*forward, *backward)
-    least = m if xp is None or isinstance(m, int) else int(xp.min(xp.asarray(m)))
-    if pp < 1 or least < 1 or len(forward) != pp or len(backward) != pp:
-        raise ValueError(f"onef_steps: pp {pp}, m {m}, {len(forward)}/{len(backward)} times")
-    if xp is not None and schedule != Schedule.GPIPE.value and least >= pp - 1:
+    if _every_round(xp, pp, m, forward, backward, schedule):
         return _rounds(xp, pp, m, xp.stack(list(forward)), xp.stack(list(backward)))
-    if not isinstance(m, int):
-        raise ValueError(f"onef_steps: one m for {schedule} at pp {pp} with some m below pp − 1")
     warm = [warmup(pp, m, i, schedule) for i in range(pp)]
     zero: Any = 0.0 if xp is None else xp.zeros_like(forward[0] + backward[0])
     last = [zero] * pp  # each rank's last end
@@ -159,6 +154,21 @@ def onef_steps(
     return last[0]
 
 
+def _every_round(
+    xp: Any, pp: int, m: Any, forward: Sequence[Any], backward: Sequence[Any], schedule: str
+) -> bool:
+    """Whether :func:`onef_steps` takes :func:`_rounds` (arrays, 1F1B, every ``m ≥ pp − 1``);
+    its ValueErrors."""
+    least = m if xp is None or isinstance(m, int) else int(xp.min(xp.asarray(m)))
+    if pp < 1 or least < 1 or len(forward) != pp or len(backward) != pp:
+        raise ValueError(f"onef_steps: pp {pp}, m {m}, {len(forward)}/{len(backward)} times")
+    if xp is not None and schedule != Schedule.GPIPE.value and least >= pp - 1:
+        return True
+    if not isinstance(m, int):
+        raise ValueError(f"onef_steps: one m for {schedule} at pp {pp} with some m below pp − 1")
+    return False
+
+
 def _rounds(xp: Any, pp: int, m: Any, f: Any, b: Any) -> Any:
     """:func:`onef_steps` of many layouts under 1F1B with ``m ≥ pp − 1`` (every warm-up
     ``pp − i − 1``), a round at a time over every rank (``f``, ``b``: ``[pp, K]``; ``m`` one int,
@@ -177,19 +187,6 @@ def _rounds(xp: Any, pp: int, m: Any, f: Any, b: Any) -> Any:
     groups = {mk: xp.asarray(cols) for mk, cols in groups.items()}
     total = xp.concat([xp.zeros((1, width)), xp.cumulative_sum(b, axis=0)])  # Σ_{r<i} b_r
     warm = xp.reshape(xp.asarray(list(range(pp - 1, -1, -1))), (pp, 1))
-
-    running = getattr(getattr(xp, "maximum", None), "accumulate", None)  # numpy's ufunc
-
-    def backwards(last: Any) -> Any:
-        y = last + total[1:]
-        if running is not None:  # y_i = max_{l ≥ i} y_l, from the last rank up (exact: a max)
-            return xp.flip(running(xp.flip(y, axis=0), axis=0), axis=0) - total[:-1]
-        step = 1
-        while step < pp:  # the same in ⌈log₂ pp⌉ doublings
-            y = xp.concat([xp.maximum(y[:-step], y[step:]), y[-step:]])
-            step *= 2
-        return y - total[:-1]
-
     last = xp.zeros((pp, width))
     ahead = xp.zeros((pp, width))  # each rank's forward end of the round before
     done_last, done_ahead = xp.zeros((pp, width)), xp.zeros((pp, width))
@@ -201,7 +198,7 @@ def _rounds(xp: Any, pp: int, m: Any, f: Any, b: Any) -> Any:
         ahead = xp.maximum(last, wait) + f
         last = xp.where(q + warm >= 0, ahead, last)
         if 0 <= q:
-            last = backwards(last)
+            last = _backwards(xp, total, last)
         settled: Any = None
         shift: Any = None
         if 1 <= q:  # each layout's spread of shifts from the round before
@@ -223,8 +220,22 @@ def _rounds(xp: Any, pp: int, m: Any, f: Any, b: Any) -> Any:
     for t in range(-(pp - 1), 0):  # the cool-down: round m + t, forward j = m + t + w_i < m
         wait = xp.concat([xp.zeros((1, width)), ahead[:-1]])
         ahead = xp.maximum(last, wait) + f
-        last = backwards(xp.where(t + warm < 0, ahead, last))
+        last = _backwards(xp, total, xp.where(t + warm < 0, ahead, last))
     return last[0]
+
+
+def _backwards(xp: Any, total: Any, last: Any) -> Any:
+    """A round's backwards, ranks falling (:func:`_rounds`): ``B_i = max_{l ≥ i} (e_l + Σ_{r<l+1}
+    b_r) − Σ_{r<i} b_r`` (``last`` [pp, K] the ends ``e``, ``total`` [pp + 1, K] the sums)."""
+    y = last + total[1:]
+    running = getattr(getattr(xp, "maximum", None), "accumulate", None)  # numpy's ufunc
+    if running is not None:  # y_i = max_{l ≥ i} y_l, from the last rank up (exact: a max)
+        return xp.flip(running(xp.flip(y, axis=0), axis=0), axis=0) - total[:-1]
+    step = 1
+    while step < y.shape[0]:  # the same in ⌈log₂ pp⌉ doublings
+        y = xp.concat([xp.maximum(y[:-step], y[step:]), y[-step:]])
+        step *= 2
+    return y - total[:-1]
 
 
 def _settled(before: Any, after: Any, xp: Any) -> Any:

@@ -15,18 +15,21 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainplan.interface.scenario import build_problem
 from trainplan.model.estimate import evaluation_context
 from trainplan.model.terms import term
 from trainplan.optimizer import launch_tables
+from trainplan.optimizer.case import Case
 from trainplan.optimizer.columns import ShapeColumns, tabulate
 from trainplan.optimizer.launch_tables import UNORDERED_ZERO, needs_unordered
+from trainplan.optimizer.problem import Job, Problem
 from trainplan.optimizer.search import check_against_evaluate, prepare
+from trainplan.optimizer.space import SearchSpace
 
 
 @pytest.fixture(scope="module")
 def smoke():
-    problem = build_problem({}, {"model": "llama3-70b", "gpus": "64", "gpu": "H100-SXM"})
+    case = Case.of("llama3-70b", "H100-SXM")
+    problem = Problem(jobs=(Job(case, 64, "64"),), space=SearchSpace(num_gpus=64))
     calls: list[tuple[int, str]] = []
     real = launch_tables.tabulate
 
