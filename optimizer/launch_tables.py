@@ -69,7 +69,7 @@ def pipeline_tables(
     ordered_z = next((z for z in zs if z != UNORDERED_ZERO), 0)
     (t1,) = tabulate(
         pipeline, c, table, modifiers, lambda t: (t.total_s,), 1,
-        _skip_mode(rs, legal.any(axis=1)), {"zero_stage": ordered_z},
+        _skip_mode(rs, np.asarray(legal.any(axis=1))), {"zero_stage": ordered_z},
     )  # fmt: skip
     need = needs_unordered(unordered, legal)
     if not need.any():
