@@ -27,7 +27,7 @@ from trainplan.model.pipeline import Schedule
 from trainplan.model.recompute_modules import RECOMPUTE_MODULES
 from trainplan.model.units import list_items, parse_count, parse_counts, parse_number
 from trainplan.model.userbuffers_gemm import UB_CONFIGS
-from trainplan.optimizer.problem import Objective
+from trainplan.optimizer.objectives import Objective
 
 __all__ = [
     "ON_WORDS",

@@ -19,7 +19,6 @@ from trainplan.interface.search_notes import (
     with_unused,
 )
 from trainplan.model.errors import InfeasibleError
-from trainplan.optimizer.problem import objective_value
 
 __all__ = [
     "infeasible_json",
@@ -62,6 +61,7 @@ def _per_stage_request(request: SearchRequest | Mapping[str, Any]) -> SearchRequ
 
 def _in_units(problem: Any, prepared: Any) -> Callable[[float], tuple[str, float]]:
     """The solver's objective value → (JSON key naming the unit, value in that unit)."""
+    from trainplan.optimizer.problem import objective_value
     from trainplan.optimizer.tables import objective_divisor
 
     divisor = objective_divisor(problem, prepared[0])

@@ -104,13 +104,15 @@ def onef_steps(
 ) -> Any:
     """The step of the one-chunk order (module docstring), in the unit of the times:
     ``forward``, ``backward`` each stage's forward and backward of one micro-batch (``pp`` numbers,
-    or ``pp`` arrays of many layouts' times, one shape; ``m`` one int for all). ``settle``
-    False: every round run, no jump (:func:`model.pipeline_paths.critical_path`'s values).
+    or ``pp`` arrays ``[K]`` of many layouts' times); ``m`` one int for all, or, with arrays under
+    1F1B and every ``m ≥ pp − 1``, an int array ``[K]``: each layout's own (a layout's figure is
+    then to the bit what a call with its m alone gives). ``settle`` False: every round run, no
+    jump, where the times are not arrays (:func:`model.pipeline_paths.critical_path`'s values).
 
     Raises
     ------
     ValueError
-        ``pp`` or ``m`` below 1, or not ``pp`` times.
+        ``pp`` or ``m`` below 1, or not ``pp`` times; ``m`` an array elsewhere.
 
     Examples
     --------
@@ -124,12 +126,10 @@ def onef_steps(
     >>> onef_steps(2, 5, [10.0, 1.0], [10.0, 1.0], "gpipe")  # 5 forwards, 1 + 1, 5 backwards
     102.0
     """
-    if pp < 1 or m < 1 or len(forward) != pp or len(backward) != pp:
-        raise ValueError(f"onef_steps: pp {pp}, m {m}, {len(forward)}/{len(backward)} times")
-    warm = [warmup(pp, m, i, schedule) for i in range(pp)]
     xp = namespace(*forward, *backward)
-    if xp is not None and schedule != Schedule.GPIPE.value and m >= pp - 1:
+    if _every_round(xp, pp, m, forward, backward, schedule):
         return _rounds(xp, pp, m, xp.stack(list(forward)), xp.stack(list(backward)))
+    warm = [warmup(pp, m, i, schedule) for i in range(pp)]
     zero: Any = 0.0 if xp is None else xp.zeros_like(forward[0] + backward[0])
     last = [zero] * pp  # each rank's last end
     ends: dict[tuple[int, int], Any] = {}  # (rank, micro-batch): forward ends still awaited
@@ -167,42 +167,88 @@ def _jump(before: Any, last: list[Any], ends: dict[Any, Any], q: int, final: int
     return last, {(i, j + rounds): x + rounds * shift for (i, j), x in ends.items()}, final
 
 
-def _rounds(xp: Any, pp: int, m: int, f: Any, b: Any) -> Any:
+def _every_round(
+    xp: Any, pp: int, m: Any, forward: Sequence[Any], backward: Sequence[Any], schedule: str
+) -> bool:
+    """Whether :func:`onef_steps` takes :func:`_rounds` (arrays, 1F1B, every ``m ≥ pp − 1``);
+    its ValueErrors."""
+    least = m if xp is None or isinstance(m, int) else int(xp.min(xp.asarray(m)))
+    if pp < 1 or least < 1 or len(forward) != pp or len(backward) != pp:
+        raise ValueError(f"onef_steps: pp {pp}, m {m}, {len(forward)}/{len(backward)} times")
+    if xp is not None and schedule != Schedule.GPIPE.value and least >= pp - 1:
+        return True
+    if not isinstance(m, int):
+        raise ValueError(f"onef_steps: one m for {schedule} at pp {pp} with some m below pp − 1")
+    return False
+
+
+def _rounds(xp: Any, pp: int, m: Any, f: Any, b: Any) -> Any:
     """:func:`onef_steps` of many layouts under 1F1B with ``m ≥ pp − 1`` (every warm-up
-    ``pp − i − 1``), a round at a time over every rank (``f``, ``b``: ``[pp, K]``): rank i's
-    forward waits for rank i − 1's of the round before; the backwards of a round, ranks falling,
-    ``B_i = max_{l ≥ i} (e_l + Σ_{r=i}^{l} b_r)`` (``e_l`` rank l's end after its forward), a
-    running maximum from the last rank taken in ⌈log₂ pp⌉ doublings. The steady phase's jump
-    as :func:`onef_steps`' (every layout settled)."""
+    ``pp − i − 1``), a round at a time over every rank (``f``, ``b``: ``[pp, K]``; ``m`` one int,
+    or ``[K]`` ints, one a layout): rank i's forward waits for rank i − 1's of the round before;
+    the backwards of a round, ranks falling, ``B_i = max_{l ≥ i} (e_l + Σ_{r=i}^{l} b_r)``
+    (``e_l`` rank l's end after its forward), a running maximum from the last rank (numpy's
+    ``maximum.accumulate``; ⌈log₂ pp⌉ doublings in another namespace: a max rounds nothing).
+    The steady phase's jump as :func:`onef_steps`', taken by the layouts of one m together once
+    all of them have settled (as a call with that m alone would); rounds up to each m's last
+    steady one (``m − pp``) run for every layout at once (every forward exists there whatever
+    m), then the cool-down's ``pp − 1`` rounds, counted from each layout's own m, likewise."""
     width = f.shape[1]
+    groups: dict[int, Any] = {}
+    for k, mk in enumerate(xp.broadcast_to(xp.asarray(m), (width,)).tolist()):
+        groups.setdefault(int(mk), []).append(k)
+    groups = {mk: xp.asarray(cols) for mk, cols in groups.items()}
     total = xp.concat([xp.zeros((1, width)), xp.cumulative_sum(b, axis=0)])  # Σ_{r<i} b_r
     warm = xp.reshape(xp.asarray(list(range(pp - 1, -1, -1))), (pp, 1))
     last = xp.zeros((pp, width))
     ahead = xp.zeros((pp, width))  # each rank's forward end of the round before
-    final = m - pp  # the last round of the steady phase
+    done_last, done_ahead = xp.zeros((pp, width)), xp.zeros((pp, width))
+    waiting = dict(groups)  # m → its layouts, not yet at their last steady round
     q = -(pp - 1)
-    while q < m:
+    while waiting:
         before = (last, ahead)
-        j = q + warm
         wait = xp.concat([xp.zeros((1, width)), ahead[:-1]])
         ahead = xp.maximum(last, wait) + f
-        last = xp.where((j >= 0) & (j < m), ahead, last)
+        last = xp.where(q + warm >= 0, ahead, last)
         if 0 <= q:
-            y = last + total[1:]
-            step = 1
-            while step < pp:  # y_i = max_{l ≥ i} y_l
-                y = xp.concat([xp.maximum(y[:-step], y[step:]), y[-step:]])
-                step *= 2
-            last = y - total[:-1]
-        if 1 <= q < final:
+            last = _backwards(xp, total, last)
+        settled: Any = None
+        shift: Any = None
+        if 1 <= q:  # each layout's spread of shifts from the round before
             moved = xp.concat([last - before[0], ahead - before[1]])
             spread = xp.max(moved, axis=0) - xp.min(moved, axis=0)
-            if bool(xp.all(spread <= SETTLE_TOLERANCE * xp.max(last, axis=0))):
+            settled, shift = spread <= SETTLE_TOLERANCE * xp.max(last, axis=0), moved[0]
+        for mk, cols in list(waiting.items()):
+            final = mk - pp  # the last round of the steady phase
+            if q == final:
+                done_last[:, cols], done_ahead[:, cols] = last[:, cols], ahead[:, cols]
+                del waiting[mk]
+            elif 1 <= q < final and bool(xp.all(settled[cols])):
                 rounds = final - q  # every later steady round moves by the same: jump there
-                last, ahead = last + rounds * moved[0], ahead + rounds * moved[0]
-                q = final
+                done_last[:, cols] = last[:, cols] + rounds * shift[cols]
+                done_ahead[:, cols] = ahead[:, cols] + rounds * shift[cols]
+                del waiting[mk]
         q += 1
+    last, ahead = done_last, done_ahead
+    for t in range(-(pp - 1), 0):  # the cool-down: round m + t, forward j = m + t + w_i < m
+        wait = xp.concat([xp.zeros((1, width)), ahead[:-1]])
+        ahead = xp.maximum(last, wait) + f
+        last = _backwards(xp, total, xp.where(t + warm < 0, ahead, last))
     return last[0]
+
+
+def _backwards(xp: Any, total: Any, last: Any) -> Any:
+    """A round's backwards, ranks falling (:func:`_rounds`): ``B_i = max_{l ≥ i} (e_l + Σ_{r<l+1}
+    b_r) − Σ_{r<i} b_r`` (``last`` [pp, K] the ends ``e``, ``total`` [pp + 1, K] the sums)."""
+    y = last + total[1:]
+    running = getattr(getattr(xp, "maximum", None), "accumulate", None)  # numpy's ufunc
+    if running is not None:  # y_i = max_{l ≥ i} y_l, from the last rank up (exact: a max)
+        return xp.flip(running(xp.flip(y, axis=0), axis=0), axis=0) - total[:-1]
+    step = 1
+    while step < y.shape[0]:  # the same in ⌈log₂ pp⌉ doublings
+        y = xp.concat([xp.maximum(y[:-step], y[step:]), y[-step:]])
+        step *= 2
+    return y - total[:-1]
 
 
 def _settled(before: Any, after: Any, xp: Any) -> Any:

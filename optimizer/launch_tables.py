@@ -13,6 +13,7 @@ layout's own ZeRO stage (:func:`optimizer.search.check_against_evaluate`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,13 @@ from trainplan.optimizer.problem import Problem, objective_factor
 if TYPE_CHECKING:
     from trainplan.optimizer.tables import CostTables
 
-__all__ = ["pipeline_tables", "objective_grid", "objective_divisor", "with_launch_order"]
+__all__ = [
+    "pipeline_tables",
+    "needs_unordered",
+    "objective_grid",
+    "objective_divisor",
+    "with_launch_order",
+]
 
 UNORDERED_ZERO = 3
 """The ZeRO stage the unordered table is tabulated at: Megatron-FSDP's
@@ -35,12 +42,20 @@ UNORDERED_ZERO = 3
 
 
 def pipeline_tables(
-    c: Context, table: ShapeColumns, zs: tuple[int, ...], rs: tuple[Any, ...], skip: Any
+    c: Context, table: ShapeColumns, zs: tuple[int, ...], rs: tuple[Any, ...], legal: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(t1 [N, R] with the launch order kept, t1 [N, R] without it, unordered [N, Z]) in
-    seconds, for the shapes of ``table`` at the ZeRO stages ``zs`` and recompute modes ``rs``
-    (``skip``: :func:`optimizer.tabulate`'s, the modes under which no ZeRO stage is legal).
-    Where no candidate loses the order the second table is the first (not tabulated again)."""
+    seconds, for the shapes of ``table`` at the ZeRO stages ``zs`` and recompute modes ``rs``;
+    ``legal`` [N, Z, R] bool: the candidates :func:`model.legality.legality` allows. Both tables
+    hold 0 under a recompute mode at which no ZeRO stage is legal (not timed).
+
+    The second table is tabulated only for the groups of shapes (those sharing the term's
+    control fields: pp, framework, recompute, schedule) in which some legal candidate loses the
+    order (:func:`needs_unordered`): Megatron-FSDP's rows where ZeRO 3 is legal (pp 1 only:
+    :func:`model.frameworks.check_framework` models it without pipeline parallelism), every
+    Megatron row before Blackwell under the expert overlap.
+    Every other entry of it, read by no legal candidate, is the first table's (so where no
+    candidate loses the order the second table is the first, tabulated once)."""
     every = np.arange(table.n)
     part, ep = c.gpu.part, c.training.moe_run.ep_overlap
     unordered = np.zeros((table.n, len(zs)), dtype=bool)
@@ -53,15 +68,32 @@ def pipeline_tables(
     pipeline = term("pipeline_time")
     ordered_z = next((z for z in zs if z != UNORDERED_ZERO), 0)
     (t1,) = tabulate(
-        pipeline, c, table, modifiers, lambda t: (t.total_s,), 1, skip, {"zero_stage": ordered_z}
-    )
-    if not unordered.any():
+        pipeline, c, table, modifiers, lambda t: (t.total_s,), 1,
+        _skip_mode(rs, np.asarray(legal.any(axis=1))), {"zero_stage": ordered_z},
+    )  # fmt: skip
+    need = needs_unordered(unordered, legal)
+    if not need.any():
         return t1, t1, unordered
     (t1u,) = tabulate(
-        pipeline, c, table, modifiers, lambda t: (t.total_s,), 1, skip,
+        pipeline, c, table, modifiers, lambda t: (t.total_s,), 1, _skip_mode(rs, need),
         {"zero_stage": UNORDERED_ZERO},
     )  # fmt: skip
-    return t1, t1u, unordered
+    return t1, np.where(need, t1u, t1), unordered
+
+
+def needs_unordered(unordered: np.ndarray, legal: np.ndarray) -> np.ndarray:
+    """[N, R] bool: whether some legal candidate (``legal`` [N, Z, R]) of the shape under the
+    recompute mode runs without the launch order (``unordered`` [N, Z]), and so reads the
+    second pipeline table (:func:`with_launch_order`)."""
+    return np.asarray((unordered[:, :, None] & legal).any(axis=1))
+
+
+def _skip_mode(
+    rs: tuple[Any, ...], mask: np.ndarray
+) -> Callable[[dict[str, Any], np.ndarray], bool]:
+    """:func:`optimizer.columns.tabulate`'s ``skip``: a group of shapes is left 0 under a
+    recompute mode where no row of it is in ``mask`` [N, R]."""
+    return lambda scalars, rows: not mask[rows, rs.index(scalars["recompute"])].any()
 
 
 def with_launch_order(t1: np.ndarray, t1u: np.ndarray, unordered: np.ndarray) -> np.ndarray:

@@ -9,7 +9,6 @@ picks one job and one layout of it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 from fractions import Fraction
 
 from trainplan.model.errors import InputError
@@ -20,6 +19,7 @@ from trainplan.model.layout import Recompute
 from trainplan.model.params import count_params
 from trainplan.model.units import parse_counts
 from trainplan.optimizer.case import Case
+from trainplan.optimizer.objectives import Objective
 from trainplan.optimizer.space import SearchSpace
 
 __all__ = [
@@ -34,21 +34,6 @@ __all__ = [
     "objective_value",
     "job_model_flops",
 ]
-
-
-class Objective(StrEnum):
-    """What the search minimises (or maximises)."""
-
-    STEP_TIME = "step-time"
-    """Seconds per optimizer step (= highest MFU when G and B are fixed)."""
-    TOKENS_PER_GPU = "tokens-per-gpu"
-    """Maximise training tokens per second per GPU (minimises step·G / (B·s))."""
-    TIME_TO_TRAIN = "time-to-train"
-    """Wall time to train ``tokens`` tokens: step × tokens / (B·s)."""
-    COST = "cost"
-    """Dollars to train ``tokens`` tokens: time-to-train × G × price per GPU-hour."""
-    PARAMS = "params"
-    """Maximise the parameter count of a model family that fits (then the least step time)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -226,8 +226,7 @@ def _times(c: Context, table: ShapeColumns, zs, rs, legal: np.ndarray) -> dict[s
     recompute mode (``legal`` [N, Z, R]): not timed (a framework without the tp overlap asked
     for, :func:`model.tp_overlap.check_layout_tp_overlap`)."""
     modifiers = {"zero_stage": tuple(zs), "recompute": tuple(rs)}
-    by_r = _skip(list(rs), np.asarray(legal.any(axis=1)), "recompute")
-    t1, t1u, unordered = pipeline_tables(c, table, zs, rs, by_r)
+    t1, t1u, unordered = pipeline_tables(c, table, tuple(zs), tuple(rs), legal)
     some = np.asarray(legal.any(axis=2))  # [N, Z]: the stage runs the shape under some mode
     (t2,) = tabulate(
         term("dp_time"), c, table, modifiers, lambda t: (t.total_s,), 1, _skip(zs, some)

@@ -25,6 +25,32 @@ def test_import_trainplan_stays_cheap():
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr
 
 
+def test_version_is_read_when_asked_for():
+    """``import trainplan`` reads no distribution metadata (``importlib.metadata``: a tenth of a
+    second a command that never prints the version paid); ``trainplan.__version__`` is still the
+    installed distribution's (pyproject.toml's ``version``)."""
+    code = (
+        "import sys, trainplan; print('importlib.metadata' in sys.modules); "
+        "print(trainplan.__version__)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.split() == ["False", "0.1.0"], done.stderr
+
+
+def test_evaluate_loads_no_numpy():
+    """``trainplan evaluate`` (one layout, exact Python numbers) loads neither numpy nor OR-Tools
+    nor pandas: the search's objectives (:mod:`optimizer.objectives`) and its objective's units
+    (``interface.search_commands``) no longer bring in the search's shapes."""
+    code = (
+        "import sys; sys.argv = ['trainplan', 'evaluate', '--model', 'llama3-8b']; "
+        "from trainplan.interface.cli import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(sorted({'numpy', 'ortools', 'pandas'} & set(sys.modules)), file=sys.stderr)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stderr.strip().splitlines()[-1] == "[]", done.stderr
+
+
 def test_the_facade_names_are_the_projects():
     assert trainplan.Layout is Layout and trainplan.Case is Case and trainplan.Scenario is Scenario
     assert {"evaluate", "search", "Layout", "Case", "Scenario"} <= set(trainplan.__all__)

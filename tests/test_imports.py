@@ -214,7 +214,8 @@ LAZY_IMPORTS: dict[str, str] = {
     # modules `trainplan --help` loads through the command modules above
     "interface/search_commands.py": "OR-Tools (optimizer.search, optimizer.per_stage,"
     " optimizer.per_stage_frontier); with them the search's own inputs (interface.scenario,"
-    " optimizer.tables, interface.launch), which `trainplan --help` does not load",
+    " optimizer.tables, optimizer.problem with numpy, interface.launch), which `trainplan"
+    " --help` and `trainplan evaluate` do not load",
     "interface/search_notes.py": "OR-Tools (optimizer.search, for SOLVE_FLOOR_S), only when a"
     " search passed its time limit",
     "interface/commands.py": "the RLHF tab (interface.tabs and the RLHF model behind it, 20"

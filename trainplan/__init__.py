@@ -20,7 +20,6 @@ typed form: ``Scenario.from_name("deepseek-v3-dualpipe").search()`` is ``trainpl
 --scenario scenarios/deepseek-v3-dualpipe.toml``).
 """
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -28,16 +27,23 @@ if TYPE_CHECKING:
 
 __all__ = ["evaluate", "search", "Layout", "Case", "Scenario", "__version__"]
 
-try:
-    __version__ = version("trainplan")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0+unknown"
-
 
 def __getattr__(name: str) -> Any:
-    """The facade's names (:mod:`trainplan.api`), imported when first asked for (PEP 562)."""
+    """The facade's names (:mod:`trainplan.api`) and ``__version__`` (the installed
+    distribution's, ``0+unknown`` in a source tree never installed), computed when first asked
+    for (PEP 562): ``importlib.metadata`` costs a command that never reads it a tenth of a
+    second."""
     if name in ("evaluate", "search", "Layout", "Case", "Scenario"):
         from trainplan import api
 
         return getattr(api, name)
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("trainplan")
+        except PackageNotFoundError:  # running from a source tree that was never installed
+            found = "0+unknown"
+        globals()["__version__"] = found
+        return found
     raise AttributeError(f"module 'trainplan' has no attribute {name!r}")

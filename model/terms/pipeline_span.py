@@ -16,7 +16,7 @@ from typing import Any
 
 from trainplan.model.core_spans import span_groups
 from trainplan.model.layout import Recompute
-from trainplan.model.pipeline import bubble_ratio
+from trainplan.model.pipeline import Schedule, bubble_ratio
 from trainplan.model.pipeline_onef import one_chunk, onef_bubble
 from trainplan.model.pipeline_uneven import (
     chunk_counts,
@@ -153,7 +153,13 @@ def one_chunk_bubble(
 
     fw, bw, mr = [column(x) for x in forward], [column(x) for x in backward], column(m)
     out = xp.zeros(n)
-    for mi in sorted(set(mr.tolist())):
+    # 1F1B's rows with m ≥ pp − 1 in one call, each its own m (the same figures as one call per
+    # m: model.pipeline_onef.onef_steps); the rest a call per m
+    together = (mr >= pp - 1) & (str(schedule) != Schedule.GPIPE.value)
+    if bool(xp.any(together)):
+        out[together] = onef_bubble(pp, xp.astype(mr[together], xp.int64),
+                                    [x[together] for x in fw], [x[together] for x in bw], schedule)  # fmt: skip
+    for mi in sorted(set(mr[~together].tolist())):
         rows = mr == mi
         out[rows] = onef_bubble(pp, int(mi), [x[rows] for x in fw], [x[rows] for x in bw], schedule)
     return out[:, None]

@@ -146,6 +146,32 @@ def test_the_steady_phase_jump_is_exact() -> None:
             assert many[k] == pytest.approx(float(exact), rel=1e-12)
 
 
+def test_many_micro_batch_counts_in_one_call() -> None:
+    """Layouts of several m in one call (the tables' rows of one group: the search's speed) give,
+    to the bit, what one call per m gives. Hand derivation: pp 4, stages alike (f 1, b 2):
+    ``(m + pp − 1)(f + b)`` = 33 at m 8, 45 at m 12; pp 2, stage 0 f = b = 10, stage 1
+    f = b = 1: ``20·m`` (the warm-up hides stage 1) = 100 at m 5, 140 at m 7."""
+    m = np.array([8, 12, 8])
+    got = onef_steps(4, m, [np.ones(3)] * 4, [np.full(3, 2.0)] * 4)
+    assert got.tolist() == [33.0, 45.0, 33.0]
+    got = onef_steps(
+        2, np.array([5, 7]), [np.full(2, 10.0), np.ones(2)], [np.full(2, 10.0), np.ones(2)]
+    )
+    assert got.tolist() == [100.0, 140.0]
+    rng = np.random.default_rng(11)
+    for pp in (2, 4, 8, 32):
+        ms = rng.choice([pp - 1, pp, 2 * pp, 64 * pp, 512], 40)
+        f = [rng.uniform(1, 3, 40) for _ in range(pp)]
+        b = [2 * x + rng.uniform(0, 1, 40) for x in f]
+        together = onef_bubble(pp, ms, f, b)
+        for mi in set(ms.tolist()):
+            rows = ms == mi
+            alone = onef_bubble(pp, int(mi), [x[rows] for x in f], [x[rows] for x in b])
+            assert np.array_equal(together[rows], alone)
+    with pytest.raises(ValueError, match="one m"):
+        onef_steps(4, np.array([2, 8]), [np.ones(2)] * 4, [np.ones(2)] * 4)
+
+
 def test_evaluate_charges_it_llama3_70b_pp4_19_21_20_20() -> None:
     """Llama 3 70B on 64 H100s, dp 2 × tp 8 × pp 4, 1F1B, B 256 (m = 128), no recomputation,
     stages of 19, 21, 20, 20 layers: a layer L, the embedding e on stage 0, the output layer o
