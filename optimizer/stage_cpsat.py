@@ -51,13 +51,15 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
 from trainplan.model.pipeline_paths import Path, onef_paths, path_seconds
 from trainplan.optimizer.solver import solve
-from trainplan.optimizer.stage_tables import PASS_UNITS, StageTables
+from trainplan.optimizer.stage_option import PASS_UNITS, StageOption
+from trainplan.optimizer.stage_tables import StageTables
 
 __all__ = ["StageSolution", "StageModel", "lower_hull"]
 
@@ -135,38 +137,9 @@ class StageModel:
         big_d = max((o.params_key for o in rows_all), default=0)
         big_e = max((o.expert_key for o in rows_all), default=0)
         big_h = max((o.held[0] for o in rows_all), default=0)  # L, or L + the MTP blocks
-        period = tables.period
         for s, rows in enumerate(tables.options):
-            n = m.new_int_var(0, L, f"n{s}")
-            k = m.new_int_var(0, L, f"k{s}")
-            p = m.new_int_var(0, big_t, f"paced{s}")
-            b = m.new_int_var(0, big_c, f"bare{s}")
-            d = m.new_int_var(0, big_d, f"dense{s}")
-            e = m.new_int_var(0, big_e, f"experts{s}")
-            h = m.new_int_var(0, big_h, f"held{s}")
-            g = m.new_int_var(0, big_h, f"moe{s}")
-            table = [
-                (o.layers, o.recomputed, o.paced_ns, o.bare_ns, o.params_key, o.expert_key, *o.held)
-                for o in rows
-            ]
-            r = None
-            if period == 1:
-                m.add_allowed_assignments([n, k, p, b, d, e, h, g], table)
-            else:  # the stage's rows per (start within the period, n)
-                r = m.new_int_var(0, period - 1, f"r{s}")
-                m.add_allowed_assignments(
-                    [r, n, k, p, b, d, e, h, g],
-                    [(o.residue, *row) for o, row in zip(rows, table, strict=True)],
-                )
-                if s:  # r = ((layers before − d) / v) mod P; the first stage's rows say 0
-                    v = tables.layout.virtual_stages  # counts are multiples of v (d = 0)
-                    before = m.new_int_var(0, L, f"before{s}")
-                    m.add(v * before == sum(self.n) - tables.prefix)
-                    m.add_modulo_equality(r, before, period)
-            self.n.append(n)
-            self.r.append(r)
-            self.k.append(k)
-            for out, var in ((paced, p), (bare, b), (dense, d), (experts, e), (held, h), (moe, g)):
+            bigs = (big_t, big_c, big_d, big_e, big_h, big_h)
+            for out, var in zip(columns, self._stage(s, rows, bigs), strict=True):
                 out.append(var)
         m.add(sum(self.n) == L)
         self.t = m.new_int_var(0, big_t, "T")
@@ -191,6 +164,41 @@ class StageModel:
         self.scale = 1
         """Objective units per ns: 1, :data:`~optimizer.stage_tables.PASS_UNITS` after
         :meth:`exact_step`."""
+
+    def _stage(
+        self, s: int, rows: Sequence[StageOption], bigs: tuple[int, ...]
+    ) -> tuple[cp_model.IntVar, ...]:
+        """Stage ``s``'s variables n, k (kept in :attr:`n`, :attr:`k`, its start residue in
+        :attr:`r`) and (paced, bare, dense, experts, held, moe), tied to its ``rows`` by a table
+        constraint (per start residue where the layers repeat a period); ``bigs`` the six's
+        upper bounds."""
+        m, tables, L = self.model, self.tables, self.tables.num_layers
+        n, k = m.new_int_var(0, L, f"n{s}"), m.new_int_var(0, L, f"k{s}")
+        names = ("paced", "bare", "dense", "experts", "held", "moe")
+        out = tuple(
+            m.new_int_var(0, big, f"{name}{s}") for name, big in zip(names, bigs, strict=True)
+        )
+        table = [
+            (o.layers, o.recomputed, o.paced_ns, o.bare_ns, o.params_key, o.expert_key, *o.held)
+            for o in rows
+        ]
+        r = None
+        if tables.period == 1:
+            m.add_allowed_assignments([n, k, *out], table)
+        else:  # the stage's rows per (start within the period, n)
+            r = m.new_int_var(0, tables.period - 1, f"r{s}")
+            m.add_allowed_assignments(
+                [r, n, k, *out], [(o.residue, *row) for o, row in zip(rows, table, strict=True)]
+            )
+            if s:  # r = ((layers before − d) / v) mod P; the first stage's rows say 0
+                v = tables.layout.virtual_stages  # counts are multiples of v (d = 0)
+                before = m.new_int_var(0, L, f"before{s}")
+                m.add(v * before == sum(self.n) - tables.prefix)
+                m.add_modulo_equality(r, before, tables.period)
+        self.n.append(n)
+        self.r.append(r)
+        self.k.append(k)
+        return out
 
     def exact_step(self, m: int, schedule: str) -> None:
         """From now on minimise ``P + R`` (the module docstring): per stage ``F_s``, ``B_s`` from

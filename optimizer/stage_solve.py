@@ -80,14 +80,12 @@ def solve_rests(
 ) -> tuple[str, tuple[int, Estimate] | None, int, float, int | None]:
     """(status, (step ns, estimate) of the best plan or None, CP-SAT solves, their seconds, the
     gap :attr:`ShapePlan.gap_ns`) of ``layout``'s per-stage tables: solve; if the rest of the
-    step for the optimum's key (:data:`optimizer.stage_cpsat.Key`: the busiest stage's dense and
-    expert parameters, the most layers and MoE layers on a stage, the longest micro-batch) is not
-    yet known, evaluate the optimum's layout (:func:`check_plan`), add its rest (exact) and solve
-    again; the first optimum whose key is known is proven (every other key's rest is at least
-    the lower bound used). Under 1F1B that optimum is the best under the closed form, and
-    :func:`optimizer.stage_exact.verify_split` goes on to the best under the order's own step
-    (``cap_ns``: only splits below it matter). Stops at ``deadline``
-    (:func:`time.perf_counter` seconds; None: none) with the best found, ``feasible``.
+    step for the optimum's key (:data:`optimizer.stage_cpsat.Key`) is not yet known, evaluate the
+    optimum's layout (:func:`check_plan`), add its rest (exact) and solve again; the first
+    optimum whose key is known is proven (every other key's rest is at least the lower bound
+    used). Under 1F1B :func:`optimizer.stage_exact.verify_split` goes on from that optimum (the
+    closed form's) to the best under the order's own step (``cap_ns``: only splits below it).
+    Stops at ``deadline`` (:func:`time.perf_counter` seconds; None: none), ``feasible``.
 
     Raises
     ------
