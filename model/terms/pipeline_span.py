@@ -28,7 +28,7 @@ from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.terms.roofline import kind_seconds
 from trainplan.model.xp import as_float, is_array, namespace, where
 
-__all__ = ["classic_span", "uneven_bubble", "one_chunk_bubble"]
+__all__ = ["classic_span", "uneven_bubble", "one_chunk_bubble", "stage_seconds", "runs_order"]
 
 
 def _chunk_times(
@@ -159,16 +159,14 @@ def classic_span(c: Context, f: Fields, t_mb: Any, t_plain: Any, roofline: bool)
     closed = m * t_mb * (1 + as_float(bubble_ratio(pp, m, f.virtual_stages)))
     onef = one_chunk(f.schedule, pp)
     uneven = True if onef else f.lookup(uneven_chunks, (c.arch,), *LAYER_FIELDS)
+    uneven = runs_order(uneven, f.schedule, pp, roofline)
     xp = namespace(uneven, t_mb, m)
     if c.arch is None or not (bool(xp.any(uneven)) if is_array(uneven) else uneven):
         return closed
     counts = f.lookup(chunk_counts, (c.arch,), *LAYER_FIELDS)
     full = again = None
     if roofline:
-        kinds, plain = kind_seconds(c, f), kind_seconds(c, f, Recompute.NONE)
-        if f.recompute_layers is not None:
-            full = kind_seconds(c, f, Recompute.FULL)
-            again = f.lookup(chunk_counts, (c.arch,), *LAYER_FIELDS, "recompute_layers")
+        kinds, plain, full, again = _roofline_kinds(c, f)
     else:  # the single model: no layer kinds, every layer the busiest stage's share
         most = f.lookup(_most_layers, (c.arch,), *LAYER_FIELDS)
         groups = len(span_groups(c.arch))
@@ -184,6 +182,63 @@ def classic_span(c: Context, f: Fields, t_mb: Any, t_plain: Any, roofline: bool)
         return m * t_mb + bubble
     bubble = _uneven_bubbles(xp, pp, f.virtual_stages, m, counts, kinds, plain, full, again)
     return xp.where(uneven, m * t_mb + bubble, closed)
+
+
+def _roofline_kinds(c: Context, f: Fields) -> tuple[Any, Any, Any, Any]:
+    """(kinds, plain, full, again) of :func:`_chunk_times` under the roofline model: one layer of
+    each span group, the embedding and the output layer as the layout runs them, without
+    recomputation, fully recomputed (where ``recompute_layers`` is given, else None) and the
+    chunks' layers so recomputed (None)."""
+    kinds, plain = kind_seconds(c, f), kind_seconds(c, f, Recompute.NONE)
+    if f.recompute_layers is None:
+        return kinds, plain, None, None
+    again = f.lookup(chunk_counts, (c.arch,), *LAYER_FIELDS, "recompute_layers")
+    return kinds, plain, kind_seconds(c, f, Recompute.FULL), again
+
+
+def stage_seconds(c: Context, f: Fields) -> tuple[tuple[float, float], ...]:
+    """Each pipeline rank's (forward, backward) seconds of one micro-batch under the roofline
+    model, its model chunks summed (:func:`_chunk_times`: its layers of each span group, those
+    recomputed whole, the embedding on the first rank and the output layer on the last): the
+    passes the GPipe, 1F1B and interleaved orders run (:func:`classic_span`), for one layout, so
+    that a reader can check the bubble. Empty without dimensions, at pp = 1 or under the other
+    schedules (zero-bubble and DualPipe split the backward and place the chunks their own way).
+    """
+    if c.arch is None or f.pp == 1 or str(f.schedule) not in _CLASSIC:
+        return ()
+    pp, v = int(f.pp), int(f.virtual_stages)
+    counts = f.lookup(chunk_counts, (c.arch,), *LAYER_FIELDS)
+    kinds, plain, full, again = _roofline_kinds(c, f)
+    total, forward = _chunk_times(pp * v, counts, again, kinds, plain, full)
+    out = []
+    for i in range(pp):
+        fw, busy = sum(forward[i * v : (i + 1) * v]), sum(total[i * v : (i + 1) * v])
+        out.append((float(fw), float(busy - fw)))
+    return tuple(out)
+
+
+_CLASSIC = ("gpipe", "1f1b", "interleaved")
+"""The schedules :func:`classic_span` times (:class:`model.pipeline.Schedule` values)."""
+
+
+def runs_order(uneven: Any, schedule: Any, pp: int, roofline: bool) -> Any:
+    """Whether the interleaved step is the order run (:func:`model.pipeline_uneven.interleaved_steps`) rather than the
+    closed form: chunks of unequal layers (``uneven``, :func:`model.pipeline_uneven.uneven_chunks`; an array for many
+    layouts), or under the roofline model (``roofline``) every interleaved layout with pp > 1,
+    whose first rank's first chunk also runs the embedding and last rank's last chunk the output
+    layer (:func:`_chunk_times`): chunks unequal in time however their
+    layers split, as 1F1B's stages are, whose step is always the order's under that model
+    (:mod:`model.pipeline_onef`), so the search compares the two schedules by one rule. The
+    single model times every layer alike and neither end: there equal chunks are the closed form.
+
+    >>> runs_order(False, "interleaved", 4, True), runs_order(False, "interleaved", 4, False)
+    (True, False)
+    >>> runs_order(False, "1f1b", 4, True), runs_order(True, "interleaved", 4, False)
+    (False, True)
+    """
+    if roofline and str(schedule) == "interleaved" and pp > 1:
+        return True
+    return uneven
 
 
 def _alike(counts: Any, pp: int) -> Any:
