@@ -33,7 +33,7 @@ from trainplan.model.terms.fields import INSIDE_DOMAIN, AxisLinkLike, Context, L
 from trainplan.model.terms.forward_gather import forward_gather_term
 from trainplan.model.terms.optimizer_time import muon_axis_traffic, muon_gather_seconds
 from trainplan.model.terms.peak import StageMemory, busiest_stage, host_fits, stage_memory_term
-from trainplan.model.terms.pipeline_span import runs_order, stage_seconds
+from trainplan.model.terms.pipeline_span import stage_seconds
 from trainplan.model.terms.sm_shares import layout_sm_shares
 from trainplan.model.terms.split_key import SplitKey
 from trainplan.model.terms.stage_params import stage_params_per_gpu
@@ -210,8 +210,7 @@ class Estimate:
     def _bubble(self) -> tuple[Fraction, Fraction]:
         lay, m = self.layout, self.num_microbatches
         split = (lay.pp, lay.virtual_stages, lay.split_rule, lay.stage_layers, lay.schedule)
-        roof = uses_roofline(self.options, lay.framework, self.device)
-        uneven = runs_order(uneven_chunks(self.model.arch, *split), lay.schedule, lay.pp, roof)
+        uneven = uneven_chunks(self.model.arch, *split)
         return reported_bubble(lay.schedule, m, *split[:2], uneven, self.time_terms)
 
     @property

@@ -28,7 +28,7 @@ from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.terms.roofline import kind_seconds
 from trainplan.model.xp import as_float, is_array, namespace, where
 
-__all__ = ["classic_span", "uneven_bubble", "one_chunk_bubble", "stage_seconds", "runs_order"]
+__all__ = ["classic_span", "uneven_bubble", "one_chunk_bubble", "stage_seconds"]
 
 
 def _chunk_times(
@@ -159,7 +159,6 @@ def classic_span(c: Context, f: Fields, t_mb: Any, t_plain: Any, roofline: bool)
     closed = m * t_mb * (1 + as_float(bubble_ratio(pp, m, f.virtual_stages)))
     onef = one_chunk(f.schedule, pp)
     uneven = True if onef else f.lookup(uneven_chunks, (c.arch,), *LAYER_FIELDS)
-    uneven = runs_order(uneven, f.schedule, pp, roofline)
     xp = namespace(uneven, t_mb, m)
     if c.arch is None or not (bool(xp.any(uneven)) if is_array(uneven) else uneven):
         return closed
@@ -219,26 +218,6 @@ def stage_seconds(c: Context, f: Fields) -> tuple[tuple[float, float], ...]:
 
 _CLASSIC = ("gpipe", "1f1b", "interleaved")
 """The schedules :func:`classic_span` times (:class:`model.pipeline.Schedule` values)."""
-
-
-def runs_order(uneven: Any, schedule: Any, pp: int, roofline: bool) -> Any:
-    """Whether the interleaved step is the order run (:func:`model.pipeline_uneven.interleaved_steps`) rather than the
-    closed form: chunks of unequal layers (``uneven``, :func:`model.pipeline_uneven.uneven_chunks`; an array for many
-    layouts), or under the roofline model (``roofline``) every interleaved layout with pp > 1,
-    whose first rank's first chunk also runs the embedding and last rank's last chunk the output
-    layer (:func:`_chunk_times`): chunks unequal in time however their
-    layers split, as 1F1B's stages are, whose step is always the order's under that model
-    (:mod:`model.pipeline_onef`), so the search compares the two schedules by one rule. The
-    single model times every layer alike and neither end: there equal chunks are the closed form.
-
-    >>> runs_order(False, "interleaved", 4, True), runs_order(False, "interleaved", 4, False)
-    (True, False)
-    >>> runs_order(False, "1f1b", 4, True), runs_order(True, "interleaved", 4, False)
-    (False, True)
-    """
-    if roofline and str(schedule) == "interleaved" and pp > 1:
-        return True
-    return uneven
 
 
 def _alike(counts: Any, pp: int) -> Any:
