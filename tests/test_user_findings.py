@@ -44,32 +44,12 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Done]:
         'gpu = "A100-80GB"\n[[run]]\nlabel = "a"\nmodel = "megatron-7.5b"\ntp = 4\ndp = 32\n'
     )
     ev = ["evaluate", "--model", "megatron-7.5b", "--tp", "4", "--dp", "32", "--json"]
+    pp4 = "--model llama3-8b --gpus 8 --dp 2 --pp 4 --global-batch 16".split()
     calls = {
         "1t": ["example", "megatron-1t", "--json"],
         "502pf": ["example", "megatron-502pf"],
-        "mfu no step": [
-            "mfu",
-            "--params",
-            "70B",
-            "--tokens",
-            "4e6",
-            "--chips",
-            "512",
-            "--gpu",
-            "H100-SXM",
-        ],  # fmt: skip
-        "mfu 70M": [
-            "mfu",
-            "--params",
-            "70M",
-            "--tokens",
-            "4M",
-            "--step-seconds",
-            "10",
-            "--peak-tflops",
-            "989",
-            "--json",
-        ],  # fmt: skip
+        "mfu no step": "mfu --params 70B --tokens 4e6 --chips 512 --gpu H100-SXM".split(),
+        "mfu 70M": "mfu --params 70M --tokens 4M --step-seconds 10 --peak-tflops 989 --json".split(),
         "seq 8K": ["evaluate", "--model", "llama3-8b", "--seq-len", "8K"],
         "calibrate no step": ["calibrate", "nostep.toml"],
         "calibration": [*ev, "--calibration", "a100.toml"],
@@ -78,38 +58,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Done]:
         "plan help": ["rlhf-plan", "--help"],
         "width": ["rlhf", "--algorithm", "grpo", "--policy-params", "8B", "--width", "100"],
         "grpo": ["rlhf", "--algorithm", "grpo", "--policy-params", "70B", "--reward", "rule"],
-        "1f1b": [
-            "evaluate",
-            "--model",
-            "llama3-8b",
-            "--gpus",
-            "8",
-            "--dp",
-            "2",
-            "--pp",
-            "4",
-            "--global-batch",
-            "16",
-            "--json",
-        ],  # fmt: skip
-        "v2": [
-            "evaluate",
-            "--model",
-            "llama3-8b",
-            "--gpus",
-            "8",
-            "--dp",
-            "2",
-            "--pp",
-            "4",
-            "--global-batch",
-            "16",
-            "--schedule",
-            "interleaved",
-            "--virtual-stages",
-            "2",
-            "--json",
-        ],  # fmt: skip
+        "1f1b": ["evaluate", *pp4, "--json"],
+        "v2": ["evaluate", *pp4, "--schedule", "interleaved", "--virtual-stages", "2", "--json"],
     }
     return run_many(calls, cwd=where)
 
