@@ -164,8 +164,7 @@ def _textbook(zero_stage: int, w: int, g: int, o: int) -> Mechanism:
             optimizer_full=0, optimizer_sharded=o, reduce_per_microbatch=True, gathers_per_step=1,
         )  # fmt: skip
     return textbook(
-        "ZeRO-3 (weights gathered for each micro-batch's forward and backward, gradients "
-        "reduce-scattered every micro-batch)",
+        "ZeRO-3 (per micro-batch: two gathers, one reduce-scatter)",
         weights_full=0, weights_sharded=w, grads_full=0, grads_sharded=g,
         optimizer_full=0, optimizer_sharded=o, gathered_units=2,
         gathers_per_step=0, gathers_per_microbatch=2, reduce_per_microbatch=True,
