@@ -36,13 +36,13 @@ from pathlib import Path
 from typing import Any
 
 from trainplan.interface.inputs import build_case, unknown_parameter
-from trainplan.model.errors import InputError, ScenarioError
+from trainplan.model.errors import InputError, PlannerError, ScenarioError
 from trainplan.model.frameworks import gradient_bytes_for
 from trainplan.model.layout import sequence_parallel_on
 from trainplan.model.memory import keeps_gathered_inputs
 from trainplan.model.roofline import CALIBRATABLE, roofline_params_for
 from trainplan.model.tp_overlap import tp_overlap_for
-from trainplan.topology.accelerator_file import get_part
+from trainplan.topology.accelerator_file import get_part, is_part_file
 
 __all__ = [
     "Measurement",
@@ -331,6 +331,11 @@ def read_measurements(path: str | Path) -> tuple[str, tuple[str, ...], tuple[Mea
     out = []
     for i, run in enumerate(runs, start=1):
         step = run.get("step_seconds")
+        if step is None:
+            raise ScenarioError(
+                f"measurements {p}: run {i}: step_seconds missing: give the run's measured "
+                "seconds per step (step_seconds = 3.7)"
+            )
         if isinstance(step, bool) or not isinstance(step, int | float) or not step > 0:
             raise ScenarioError(
                 f"measurements {p}: run {i}: step_seconds {step!r} must be a positive number"
@@ -344,7 +349,19 @@ def read_measurements(path: str | Path) -> tuple[str, tuple[str, ...], tuple[Mea
             raise ScenarioError(f"measurements {p}: run {i}{name}: {refused}")
         params["gpu"] = data["gpu"]
         out.append(Measurement(str(run.get("label", f"run {i}")), float(step), params))
-    return data["gpu"], tuple(str(k) for k in fit), tuple(out)
+    return _catalogue_name(data["gpu"]), tuple(str(k) for k in fit), tuple(out)
+
+
+def _catalogue_name(gpu: str) -> str:
+    """The accelerator table's full name of ``gpu`` as a measurements file names it (``A100-80G``
+    → ``A100-80GB``), what the written calibration file says it was fitted on; a ``PATH.toml``
+    part file stays its path. An unknown name is refused later, where the runs are built."""
+    if is_part_file(gpu):
+        return gpu
+    try:
+        return get_part(gpu).name
+    except PlannerError:
+        return gpu
 
 
 def _predictor(m: Measurement) -> Callable[[Mapping[str, float]], float]:

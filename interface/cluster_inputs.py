@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from trainplan.interface.model_inputs import count_of
+from trainplan.interface.time_inputs import calibration_gpu
 from trainplan.model.errors import InputError, check_applicable
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
 from trainplan.model.hardware import DeviceSpec
@@ -62,9 +63,9 @@ def device_of(
     used: dict[str, Any],
     frameworks: Iterable[Framework | str] = (DEFAULT_FRAMEWORK,),
 ) -> DeviceSpec:
-    """The accelerator of ``params`` (``gpu``; :data:`DEFAULT_GPU`, listed in ``used``, when not
-    named) with the links, host bandwidths and memory reserve given, checked against the
-    recipe's precision and, under fp8, its scaling as each of ``frameworks`` runs it
+    """The accelerator of ``params`` (``gpu``; when not named, the one a ``calibration`` file was
+    fitted on, else :data:`DEFAULT_GPU`, listed in ``used``) with the links, host bandwidths and
+    memory reserve given, checked against the recipe's precision and, under fp8, its scaling as each of ``frameworks`` runs it
     (:func:`check_fp8_profile`).
 
     Raises
@@ -74,7 +75,11 @@ def device_of(
         :data:`MIN_GBPS`.
     """
     gpu_name = params.get("gpu", DEFAULT_GPU)  # an empty name is refused, not defaulted
-    if "gpu" not in params:
+    if "gpu" not in params and params.get("calibration"):
+        # a calibration fits one accelerator: without --gpu, that one (only a named other is
+        # refused, interface.time_inputs.read_calibration)
+        gpu_name = calibration_gpu(params["calibration"])
+    elif "gpu" not in params:
         used["gpu"] = gpu_name
     # a DeviceSpec built in code (a hardware what-if, topology.what_if) is taken as it is
     device = accelerator_of(gpu_name)

@@ -1,4 +1,4 @@
-"""The 21 worked examples, runnable by name.
+"""The 20 worked examples, runnable by name.
 
 Data: ``scenarios/examples.toml`` (each example with its source). Each example opens
 one tab with its parameters; parameters given by the caller override the example's.

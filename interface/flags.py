@@ -73,7 +73,6 @@ MOVED_FLAGS: dict[str, tuple[str, bool | None]] = {
     "--activation-convention": ("activation_convention", None),
     "--causal-attention-flops": ("causal_attention_flops", True),
     "--full-attention-flops": ("causal_attention_flops", False),
-    "--zero3-regather": ("zero3_regather", True),
     "--pad-vocab": ("vocab_multiple", None),
     # the training recipe's rarely set knobs
     "--gradient-dtype": ("gradient_dtype", None),

@@ -112,7 +112,6 @@ KNOWN_KEYS = frozenset(
         "overlap",
         "mfu_convention",
         "causal_attention_flops",
-        "zero3_regather",
         "vocab_multiple",
         "fabric",
         "pod_size",

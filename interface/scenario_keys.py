@@ -151,8 +151,6 @@ KEY_HELP: dict[str, str] = {
     "causal_attention_flops": "true: count attention FLOPs over the (query, key) pairs the "
     "causal mask, window or chunks keep; false: over the full s² (default: the pairs with "
     "FlashAttention).",
-    "zero3_regather": "ZeRO-3 gathers weights for every micro-batch (default false: once per "
-    "step, as textbook).",
     "vocab_multiple": "Pad V to a multiple of this × tp (a whole number >= 1); default the "
     "framework's: megatron 128 (make_vocab_size_divisible_by), the others whole rows per tp "
     "rank.",

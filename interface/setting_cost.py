@@ -150,7 +150,6 @@ FACT_KEYS: Mapping[str, str] = MappingProxyType(
         "nccl_channel_setup": "what the memory model counts",
         "activation_convention": "an accounting convention",
         "causal_attention_flops": "an accounting convention",
-        "zero3_regather": "the textbook profile's convention",
         "attention_kernel": "the software stack's attention kernel",
         "flash_attention": "the software stack's attention kernel",
         "distributed_optimizer": "the software stack (Megatron-Core's or Apex's under NeMo)",

@@ -166,6 +166,15 @@ def _token_rate(tokens: Any, step_seconds: Any, tps: Any, peak: Fraction, chips:
             rate,
             f"{fmt_number(rate)} tokens/s ÷ ({fmt_number(peak)} · {chips})",
         )
+    for name, value, other in (
+        ("tokens", tokens, "step_seconds"),
+        ("step_seconds", step_seconds, "tokens"),
+    ):
+        if value is None:
+            raise InputError(
+                f"{name}: missing; MFU from a step needs both tokens (tokens in the step, all "
+                f"chips) and step_seconds (seconds per step): {other} alone is given"
+            )
     d, secs = positive("tokens", tokens), positive("step_seconds", step_seconds)
     tail = f"{fmt_number(d)} ÷ ({fmt_number(peak)} · {chips} · {fmt_number(secs)} s)"
     return "step", d / secs, tail

@@ -162,7 +162,7 @@ def cost_options(
     }
     if kernel is not None:
         given["kernel_efficiency"] = fraction_of_peak(kernel, "kernel_efficiency")
-    flags = ("causal_attention_flops", "zero3_regather", "grad_reduce_overlap", "p2p_overlap")
+    flags = ("causal_attention_flops", "grad_reduce_overlap", "p2p_overlap")
     nccl = ("nccl_sm_charge", "nccl_channel_setup", "nccl_nvls", "use_multi_rank_bucket_allreduce")
     deepspeed = ("lp_grads_set_to_none",)
     for key in (*flags, "p2p_warmup_flush", "p2p_forward_send_wait", *nccl, *deepspeed):

@@ -81,7 +81,6 @@ def dp_traffic(
     layout: Layout,
     training: TrainingSpec,
     zero_stage: int | None = None,
-    regather_per_microbatch: bool = False,
     multi_rank_allreduce: bool = True,
 ) -> AxisTraffic:
     """Data-parallel traffic over D = dp·cp ranks (experts over D_e), as the layout's framework
@@ -89,10 +88,11 @@ def dp_traffic(
     ``(D−1)/D × (bytes once per step + m × bytes per micro-batch)``; ``multi_rank_allreduce``:
     DeepSpeed ZeRO-1/2's ``use_multi_rank_bucket_allreduce`` (:class:`model.timing.CostOptions`).
 
-    ``textbook``: ZeRO-0/1/2 ``2·(D−1)/D · 2·P`` (an all-reduce, or a reduce-scatter plus the
-    all-gather of the updated weights); ZeRO-3 adds one all-gather: ``3·(D−1)/D · 2·P`` (1.5×;
-    Rajbhandari et al. 2019 §7); ``regather_per_microbatch`` gathers before every micro-batch's
-    forward and backward instead: ``(D−1)/D·2·P·(1 + 2m)``. Physical profiles send what their
+    ``textbook``: ZeRO-0/1 ``2·(D−1)/D · 2·P`` (an all-reduce, or a reduce-scatter plus the
+    all-gather of the updated weights); ZeRO-2 reduce-scatters every micro-batch:
+    ``(1 + m)·(D−1)/D · 2·P``; ZeRO-3 gathers the weights for every micro-batch's forward and
+    backward and reduce-scatters every micro-batch: ``3m·(D−1)/D · 2·P`` (Rajbhandari et al.
+    2019 §7.2.2's 1.5× at m = 1; :func:`model.mechanisms._textbook`). Physical profiles send what their
     mechanism sends: e.g. Megatron's distributed optimizer a reduce-scatter of FP32 gradients and
     an all-gather of bf16 weights once per step, FSDP2 ZeRO-3 two bf16 gathers and one FP32
     reduce-scatter per micro-batch. P = parameters on this GPU (after tp/pp/ep split).
@@ -118,7 +118,6 @@ def dp_traffic(
         training.weight_bytes,
         training.gradient_bytes,
         training.optimizer_bytes,
-        regather_per_microbatch,
         pipelined=layout.pp > 1,
         distributed_optimizer=training.distributed_optimizer,
         overlap_comm=training.deepspeed_overlap_comm,

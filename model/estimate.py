@@ -34,6 +34,7 @@ from trainplan.model.terms.fields import INSIDE_DOMAIN, AxisLinkLike, Context, L
 from trainplan.model.terms.forward_gather import forward_gather_term
 from trainplan.model.terms.optimizer_time import muon_axis_traffic, muon_gather_seconds
 from trainplan.model.terms.peak import StageMemory, busiest_stage, host_fits, stage_memory_term
+from trainplan.model.terms.pipeline_span import stage_seconds
 from trainplan.model.terms.sm_shares import layout_sm_shares
 from trainplan.model.terms.split_key import SplitKey
 from trainplan.model.terms.stage_params import stage_params_per_gpu
@@ -124,6 +125,8 @@ class TimeTerms:
     """``(group, φ)`` of its overlapped NCCL collectives (:func:`model.terms.sm_shares.layout_sm_shares`)."""
     busy_s: float = 0.0
     """m × the slowest stage's micro-batch: the pipeline section without its bubble."""
+    stage_s: tuple[tuple[float, float], ...] = ()
+    """(forward, backward) s of one micro-batch a stage (:func:`model.terms.pipeline_span.stage_seconds`)."""
 
     @property
     def step_s(self) -> float:
@@ -206,12 +209,10 @@ class Estimate:
         return self._bubble()[1]
 
     def _bubble(self) -> tuple[Fraction, Fraction]:
-        lay = self.layout
+        lay, m = self.layout, self.num_microbatches
         split = (lay.pp, lay.virtual_stages, lay.split_rule, lay.stage_layers, lay.schedule)
         uneven = uneven_chunks(self.model.arch, *split)
-        return reported_bubble(
-            lay.schedule, self.num_microbatches, *split[:2], uneven, self.time_terms
-        )
+        return reported_bubble(lay.schedule, m, *split[:2], uneven, self.time_terms)
 
     @property
     def exposed_comm_s(self) -> float | None:
@@ -277,8 +278,8 @@ def _zero_table(stage: StageMemory, options: CostOptions, c: Context, f: Any) ->
     d, e = stage.dense_params, stage.expert_params
     stages = zero_stages_for(layout.framework, layout.pp)
     totals = [model_state_term(on_gpu, f.with_zero_stage(z)).total_bytes for z in stages]
-    regather, multi = options.zero3_regather, options.use_multi_rank_bucket_allreduce
-    dp = [dp_traffic(d, e, layout, on_gpu.training, z, regather, multi) for z in stages]
+    multi = options.use_multi_rank_bucket_allreduce
+    dp = [dp_traffic(d, e, layout, on_gpu.training, z, multi) for z in stages]
     return tuple(
         ZeroRow(z, x, totals[0] / x if x else Fraction(1), t.bytes_per_step)
         for z, x, t in zip(stages, totals, dp, strict=True)
@@ -364,6 +365,7 @@ def _time(
         pipe.compute_s, pipe.total_s, dp.exposed_s, pipe.bubble_s, dp.optimizer_s, dp.offload_s,
         pipe.activation_offload_s, forward, dp.accumulate_s,
         layout_sm_shares(c, f) if roofline else (), f.m * pipe.microbatch_s,
+        stage_seconds(c, f) if roofline else (),
     )  # fmt: skip
 
 

@@ -63,8 +63,8 @@ Profiles (``--framework``):
   ZeRO-3, ``"never"`` ZeRO-2 (:func:`model.fsdp2_pipeline.reshard_policy`).
 * ``textbook`` — the ZeRO paper's steady state (Rajbhandari et al. 2019): 16 B/param sharded as
   ZeRO-0…3, one DP exchange per step (ZeRO-2: its gradients, held at 1/D, reduce-scattered
-  every micro-batch; ZeRO-3: one extra all-gather; ``zero3_regather`` gathers per
-  micro-batch), capacity as the vendor states it, with Korthikanti et al.'s per-layer
+  every micro-batch; ZeRO-3: its weights gathered for every micro-batch's forward and backward,
+  its gradients reduce-scattered every micro-batch), capacity as the vendor states it, with Korthikanti et al.'s per-layer
   activations. It reproduces the worked examples' figures (``trainplan example``); the search
   does not optimise it by default.
 """

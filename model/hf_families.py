@@ -299,9 +299,30 @@ def _gpt_oss(r: Reader, kw: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+LLAMA4_DEFAULTS: dict[str, Any] = {
+    "intermediate_size_mlp": 16384,
+    "interleave_moe_layer_step": 1,
+    "no_rope_layer_interval": 4,
+    "attention_chunk_size": 8192,
+    "use_qk_norm": True,
+}
+"""What transformers' ``Llama4TextConfig.__init__`` (``src/transformers/models/llama4/
+configuration_llama4.py``) sets a ``llama4_text`` key the config leaves out to: the dense
+layers' FFN width 16,384 (``intermediate_size`` is the experts'), every layer a MoE layer, every
+fourth layer without RoPE, chunks of 8,192 tokens, the q/k L2 norm on. A config read here without
+one gets the same, named in the notes (:func:`_llama4`)."""
+
+
 def _llama4(r: Reader, kw: dict[str, Any]) -> dict[str, Any]:
     L = kw["num_layers"]
-    step = r.count("interleave_moe_layer_step", 1)
+    d, taken = LLAMA4_DEFAULTS, []
+
+    def default(key: str) -> Any:  # transformers' value of a key the config leaves out
+        if key not in r.config:
+            taken.append(f"{key} = {d[key]}")
+        return d[key]
+
+    step = r.count("interleave_moe_layer_step", default("interleave_moe_layer_step"))
     listed = r.get("moe_layers", None)
     dense: tuple[int, ...] = ()
     by_step = [i for i in range(L) if (i + 1) % step == 0]
@@ -316,25 +337,31 @@ def _llama4(r: Reader, kw: dict[str, Any]) -> dict[str, Any]:
         moe_layer_step=step,
         dense_layers=dense,
     )
-    chunk = r.count("attention_chunk_size", None)
+    chunk = r.count("attention_chunk_size", default("attention_chunk_size"))
     pattern = layer_types(r, L)
     if pattern is None:
         rope = r.get("no_rope_layers", None)
         if rope is None or rope == []:
-            interval = r.count("no_rope_layer_interval", 4)
+            interval = r.count("no_rope_layer_interval", default("no_rope_layer_interval"))
             rope = [int((i + 1) % interval != 0) for i in range(L)]
         r.read.add("no_rope_layer_interval")
         pattern = repeating_pattern(
             tuple(AttentionSpan.CHUNKED if use and chunk else AttentionSpan.GLOBAL for use in rope)
         )
-    if r.flag("use_qk_norm"):
+    if r.flag("use_qk_norm", default("use_qk_norm")):
         r.notes.append(
             f"{r.where}: use_qk_norm is a weight-free L2 norm of q and k on the RoPE layers: no "
             "parameters; the Q and K it keeps before normalising (about β·S·(a + g)·d per such "
             "layer) are not counted in activations"
         )
+    ffn = r.count("intermediate_size_mlp", default("intermediate_size_mlp"))
+    if taken:
+        r.notes.append(
+            f"{r.where}: {', '.join(taken)}: not in the config, transformers' Llama4TextConfig "
+            "defaults (configuration_llama4.py)"
+        )
     return {
-        "ffn_hidden_size": r.count("intermediate_size_mlp", kw["ffn_hidden_size"]),
+        "ffn_hidden_size": ffn,
         "moe": moe,
         "attention_chunk_size": chunk if AttentionSpan.CHUNKED in pattern else None,
         "attention_pattern": pattern,

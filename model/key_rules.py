@@ -6,7 +6,7 @@ space some of whose frameworks cannot take the key keeps the others
 (:data:`model.legality.RULES`, ``optimizer/tables.py`` ``_legal``). The pipeline send options
 (:class:`model.timing.CostOptions` ``p2p_*``) are read only by Megatron-Core's interleaved
 schedule (:func:`model.comm.p2p_overlapped`, :func:`model.comm.p2p_waiting_sends`);
-``zero3_regather`` by the textbook profile only; ``grad_reduce_overlap`` by megatron and fsdp2
+``grad_reduce_overlap`` by megatron and fsdp2
 (:func:`check_option_keys`); ``grad_stats_group`` by Megatron-Core's optimizer at ZeRO ≥ 1 only
 (:func:`check_grad_stats_group`).
 """
@@ -44,7 +44,6 @@ OPTION_DEFAULTS: Mapping[str, bool] = {
     "p2p_overlap": True,
     "p2p_warmup_flush": False,
     "p2p_forward_send_wait": True,
-    "zero3_regather": False,
     "grad_reduce_overlap": True,
     "lp_grads_set_to_none": False,
 }
@@ -120,9 +119,6 @@ def check_option_keys(given: tuple[tuple[str, bool], ...], framework: Any) -> No
     """Refuse the cost options ``given`` (:func:`options_given`) under a profile that never
     reads them:
 
-    * ``zero3_regather`` true outside ``textbook``: only the textbook mechanism reads it
-      (:func:`model.mechanisms.mechanism`, ``_textbook``); the framework profiles gather as
-      their code does (Megatron-FSDP, DeepSpeed ZeRO-3 and FSDP2 per micro-batch already).
     * ``grad_reduce_overlap`` false under ``deepspeed`` or ``textbook``: DeepSpeed's
       once-per-step traffic never overlaps (:func:`model.comm.grad_reduce_overlaps`: its
       pipeline engine reduces after the flush, ZeRO-1/2 end in a blocking all-gather in
@@ -137,7 +133,7 @@ def check_option_keys(given: tuple[tuple[str, bool], ...], framework: Any) -> No
     LayoutError
         One line naming the key, its value and where it is read.
 
-    >>> check_option_keys((("zero3_regather", True),), "textbook")
+    >>> check_option_keys((("lp_grads_set_to_none", True),), "deepspeed")
     >>> check_option_keys((("grad_reduce_overlap", False),), "deepspeed")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
@@ -145,11 +141,6 @@ def check_option_keys(given: tuple[tuple[str, bool], ...], framework: Any) -> No
     """
     fw = str(framework)
     for key, _ in given:
-        if key == "zero3_regather" and fw != Framework.TEXTBOOK:
-            raise LayoutError(
-                "zero3_regather: true is read by the textbook profile's ZeRO-3 only (`framework` "
-                f"textbook), not {fw}, whose ZeRO-3 gathers as its code does"
-            )
         if key == "lp_grads_set_to_none" and fw != Framework.DEEPSPEED:
             raise LayoutError(
                 "lp_grads_set_to_none: true is read by deepspeed only (its BF16_Optimizer's "

@@ -30,7 +30,8 @@ _SOURCES = {
     "reduce_dtype=fp32) as torchtitan sets it; Llama 3 (arXiv 2407.21783) §3.3.1, §3.3.4",
     Framework.TEXTBOOK: "Rajbhandari et al. 2019 (ZeRO, arXiv 1910.02054) §3.1, §7: 16 B/param "
     "and one DP exchange per step (steady state, the textbook accounting; ZeRO-2 reduce-scatters "
-    "its 1/D gradients every micro-batch, §5.2)",
+    "its 1/D gradients every micro-batch, §5.2; ZeRO-3 also gathers the weights for every "
+    "micro-batch's forward and backward, §7.2.2)",
 }
 
 
@@ -40,7 +41,6 @@ def mechanism(
     weight_bytes: int = 2,
     gradient_bytes: int | None = None,
     optimizer_bytes: int = 12,
-    regather: bool = False,
     pipelined: bool = False,
     distributed_optimizer: DistributedOptimizer | str = DistributedOptimizer.MCORE,
     double_buffer: bool = False,
@@ -57,8 +57,7 @@ def mechanism(
     master and two moments). ``gradient_bytes`` is the accumulation and reduction dtype where
     the framework lets the user choose it (textbook; DeepSpeed's ``grad_accum_dtype``);
     Megatron-Core accumulates and reduces FP32 ``main_grad`` with bf16 parameters, FSDP2 as
-    torchtitan sets it reduces in FP32 into FP32 shards. ``regather`` (textbook ZeRO-3 only)
-    gathers the weights for every micro-batch's forward and backward. ``pipelined`` (pp > 1)
+    torchtitan sets it reduces in FP32 into FP32 shards. ``pipelined`` (pp > 1)
     changes ``fsdp2`` only: PyTorch's pipeline schedules run FSDP2 without gradient
     synchronisation until the last micro-batch (:func:`_fsdp2_pipelined`).
     ``distributed_optimizer`` and ``double_buffer`` choose Megatron-Core's (:func:`_megatron_of`)
@@ -81,7 +80,7 @@ def mechanism(
     check_framework(fw, zero_stage, 1)
     g = gradient_bytes_for(fw, gradient_bytes)
     if fw is Framework.TEXTBOOK:
-        return _textbook(zero_stage, weight_bytes, g, optimizer_bytes, regather)
+        return _textbook(zero_stage, weight_bytes, g, optimizer_bytes)
     if fw is Framework.MEGATRON:
         return _megatron_of(
             zero_stage, weight_bytes, g, optimizer_bytes, distributed_optimizer, double_buffer
@@ -112,7 +111,7 @@ def _megatron_of(
     return _megatron(zero_stage, w, g, o)
 
 
-def _textbook(zero_stage: int, w: int, g: int, o: int, regather: bool) -> Mechanism:
+def _textbook(zero_stage: int, w: int, g: int, o: int) -> Mechanism:
     """The ZeRO paper's steady state (:data:`Framework.TEXTBOOK`).
 
     ZeRO-2 holds each gradient at 1/D (Rajbhandari et al. 2020, SC20, §5.2 "P_g": each rank
@@ -127,9 +126,20 @@ def _textbook(zero_stage: int, w: int, g: int, o: int, regather: bool) -> Mechan
     reduction runs per micro-batch (m·Ψ of gradients a step), the all-gather once a step.
     Holding the gradients whole instead is ZeRO-1. The same at m = 1.
 
-    >>> z2 = _textbook(2, 2, 2, 12, False)
-    >>> z2.grads_sharded, z2.reduce_per_microbatch, z2.traffic_terms()
-    (2, True, (2, 2))
+    ZeRO-3 holds the weights at 1/D too (§5.3 "P_os+g+p"), so every micro-batch gathers each
+    layer's weights for its forward and again for its backward, and reduce-scatters the
+    gradients its backward made (§7.2.2: 3Ψ a step, two all-gathers and one reduce-scatter, at
+    one micro-batch a step; DeepSpeed 38327e07 ``deepspeed/runtime/zero/
+    partitioned_param_coordinator.py`` ``PartitionedParameterCoordinator.fetch_sub_module`` gathers
+    each sub-module before its forward and its backward, and ``stage3.py``
+    ``DeepSpeedZeroOptimizer_Stage3.reduce_independent_p_g_buckets_and_remove_grads`` reduce-
+    scatters from every backward's hooks, micro-batch after micro-batch): all three per
+    micro-batch, ``3m·(D − 1)/D·2·P`` a step with bf16 weights and gradients, the paper's 1.5× at
+    m = 1.
+
+    >>> z2, z3 = _textbook(2, 2, 2, 12), _textbook(3, 2, 2, 12)
+    >>> z2.grads_sharded, z2.reduce_per_microbatch, z2.traffic_terms(), z3.traffic_terms()
+    (2, True, (2, 2), (0, 6))
     """
     fw, src = Framework.TEXTBOOK, _SOURCES[Framework.TEXTBOOK]
 
@@ -154,10 +164,10 @@ def _textbook(zero_stage: int, w: int, g: int, o: int, regather: bool) -> Mechan
             optimizer_full=0, optimizer_sharded=o, reduce_per_microbatch=True, gathers_per_step=1,
         )  # fmt: skip
     return textbook(
-        "ZeRO-3 (per-micro-batch gathers)" if regather else "ZeRO-3 (weights gathered twice a step: forward, backward)",
+        "ZeRO-3 (per micro-batch: two gathers, one reduce-scatter)",
         weights_full=0, weights_sharded=w, grads_full=0, grads_sharded=g,
         optimizer_full=0, optimizer_sharded=o, gathered_units=2,
-        gathers_per_step=0 if regather else 2, gathers_per_microbatch=2 if regather else 0,
+        gathers_per_step=0, gathers_per_microbatch=2, reduce_per_microbatch=True,
     )  # fmt: skip
 
 

@@ -14,13 +14,27 @@ from trainplan.model.errors import InputError
 if TYPE_CHECKING:
     from trainplan.model.units import Limit
 
-__all__ = ["AMBIGUOUS_SUFFIXES", "MAX_DIGITS", "check_length", "not_a_number", "number_examples"]
+__all__ = [
+    "AMBIGUOUS_SUFFIXES",
+    "DECIMAL_COUNTS",
+    "MAX_DIGITS",
+    "check_length",
+    "not_a_number",
+    "number_examples",
+]
 
 AMBIGUOUS_SUFFIXES = {"K": 1, "M": 2, "G": 3}
 """Suffixes refused as ambiguous, with the power each raises its base to: ``8K`` is 8,000 to an
 SI reader and 8,192 (8 × 1,024) to an ML engineer's context length, so the tool reads neither
 silently and names both (``B`` and ``T``, billions and trillions of parameters or tokens, have
 one reading and are accepted)."""
+
+DECIMAL_COUNTS = frozenset({"params", "tokens", "tokens_per_second", "sequences"})
+"""The counts whose ``K``, ``M`` and ``G`` are decimal (their :data:`model.units.LIMITS` key, by
+any alias: ``--params``, the policy's and the reward model's, a token budget or a step's tokens,
+a throughput, a count of sequences), as a model's size ("70M"), a token budget ("4M tokens") and
+a count of sequences are written; a length in tokens (``--seq-len 8K``) has a binary reading too
+and stays refused (:func:`model.units.parse_number`)."""
 
 _SUPERSCRIPT = {1: "", 2: "²", 3: "³"}
 

@@ -177,9 +177,6 @@ class CostOptions:
     causal sequence, fewer under a sliding window or chunks (FlashAttention skips the masked
     blocks; :mod:`model.attention`). Off: s² per layer, Megatron-LM's and PaLM's full count and
     what an unfused kernel computes, windows included."""
-    zero3_regather: bool = False
-    """Model ZeRO-3's per-micro-batch weight all-gathers (off = the textbook's gathers once per
-    step: the weights for the forward and again for the backward, ZeRO §7's 1.5× traffic)."""
     attention_efficiency: float | None = None
     """Fraction of the dense peak of the FlashAttention core (QKᵀ, scores·V; forward, backward
     and recomputed), used when FlashAttention is on; None = ``kernel_efficiency``

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
 from fractions import Fraction
-from functools import lru_cache
-from types import MappingProxyType
 
 from trainplan.model.errors import InputError
-from trainplan.model.number_words import check_length, not_a_number
+from trainplan.model.limits import LIMITS, Limit, limit_for, limit_key
+from trainplan.model.number_words import (
+    AMBIGUOUS_SUFFIXES,
+    DECIMAL_COUNTS,
+    check_length,
+    not_a_number,
+)
 
 __all__ = [
     "GB",
@@ -48,7 +50,8 @@ GIB = 2**30
 _SUFFIX = {"B": 10**9, "T": 10**12}
 """Size suffixes (docs/concepts/conventions.md "Inputs and errors"): 70B, 1.5T. K, M and G are
 refused, naming both readings (:data:`model.number_words.AMBIGUOUS_SUFFIXES`): to an ML engineer
-"8K" means 8192 tokens, so a silent 8000 would be a wrong figure."""
+"8K" means 8192 tokens, so a silent 8000 would be a wrong figure — except for the counts whose
+suffixes have one reading (:data:`model.number_words.DECIMAL_COUNTS`)."""
 _NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(e[+-]?\d+)?$", re.IGNORECASE)
 _THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+")
 """A whole part grouped by commas in threes: the only comma a number may hold."""
@@ -67,120 +70,6 @@ MAX_EXPONENT = 300
 """Every number read lies within ±10^300 and is 0 or at least 10^-300 in size: beyond that a float
 (IEEE double, ≈ 1.8·10^308) overflows or underflows when the figure is printed, and ``1e999999``
 would take seconds to expand exactly. :func:`parse_number` refuses the rest."""
-
-
-@dataclass(frozen=True, slots=True)
-class Limit:
-    """The largest accepted value of a size or count, with the reason it is no smaller."""
-
-    maximum: int
-    """Largest accepted value, in ``unit``."""
-    unit: str
-    """What the value counts (``tokens``, ``GPUs``…)."""
-    why: str
-    """The rule in words: the published extremes it leaves room for (each with its source)."""
-
-
-_GPUS = Limit(2**24, "GPUs", "2^24; published training runs use up to ~10^5, Llama 3 16,384")
-_SEQUENCES = Limit(2**24, "sequences", "2^24; published global batches are ~10^3, Llama 3 2,048")
-_TOKENS_PER_SEQUENCE = Limit(
-    2**24, "tokens", "2^24 = 16,777,216; the longest published training contexts are ~10^6"
-)
-_WIDTH = Limit(2**20, "dims", "2^20; the widest published models have h ~ 2.6·10^4, Megatron 1T")
-
-LIMITS: Mapping[str, Limit] = MappingProxyType(
-    {
-        "params": Limit(
-            10**15, "parameters", "10^15 = 1,000T; the largest published models have ~2·10^12"
-        ),
-        "seq_len": _TOKENS_PER_SEQUENCE,
-        "global_batch_size": _SEQUENCES,
-        "micro_batch_size": Limit(2**16, "sequences", "2^16; a global batch is at most 2^24"),
-        "gpus": _GPUS,
-        "layers": Limit(
-            10**4, "layers", "10^4; the deepest published LLMs have ~10^2 layers, PaLM 118"
-        ),
-        "virtual_stages": Limit(10**4, "model chunks", "10^4, the most layers a model may have"),
-        "hidden": _WIDTH,
-        "ffn_hidden": Limit(
-            2**22, "dims", "2^22; published FFNs are ~10^4–10^5 wide, Llama 3 405B 53,248"
-        ),
-        "heads": Limit(2**16, "heads", "2^16; published models have ~10^2, Megatron 1T 160"),
-        "head_dim": Limit(2**16, "dims", "2^16; published heads have 64–256 dims"),
-        "vocab": Limit(2**24, "tokens", "2^24; published vocabularies are ~10^5, Llama 3 128,256"),
-        "vocab_multiple": Limit(
-            2**16, "tokens", "2^16; Megatron-LM pads to multiples of 128 (× tp)"
-        ),
-        "tokens": Limit(
-            10**16, "tokens", "10^16; the largest published budgets are ~1.6·10^13, Llama 3"
-        ),
-        "sequences": _SEQUENCES,
-        "epochs": Limit(10**3, "epochs", "10^3; PPO implementations use 1–4 per batch"),
-        "width": Limit(10**3, "columns", "10^3; a terminal line is ~10^2"),
-        "stages": Limit(
-            256,
-            "stages",
-            "256; the pipeline timeline draws one row per stage, and published runs use at most "
-            "64, Megatron-LM's 1T (Narayanan et al. 2021 Table 1)",
-        ),
-        "top": Limit(100, "layouts", "100; each answer is one more CP-SAT solve of ~0.1–1 s"),
-        "workers": Limit(2**10, "threads", "2^10; CP-SAT runs one search thread per worker"),
-        "delay": Limit(60, "seconds per frame", "60; an animation frame longer than a minute"),
-    }
-)
-"""Upper limits of sizes and counts, by parameter name (see :func:`limit_for` for the spellings
-that share one). A value above its limit is refused by :func:`check_limit` with the limit and its
-reason, rather than printed as an absurd figure (``--seq-len 1e26`` would be 4.98·10^23 GB)."""
-
-_LIMIT_ALIASES: Mapping[str, str] = MappingProxyType(
-    {
-        **dict.fromkeys(("num_params", "num_params_declared", "policy_params"), "params"),
-        "reward_params": "params",
-        **dict.fromkeys(("prompt_tokens", "completion_tokens", "logits_tokens"), "seq_len"),
-        **dict.fromkeys(
-            ("max_position_embeddings", "sliding_window", "attention_chunk_size"), "seq_len"
-        ),
-        **dict.fromkeys(("global_batch", "prompts", "rollout_batch"), "global_batch_size"),
-        **dict.fromkeys(("samples_per_prompt", "max_micro_batch"), "micro_batch_size"),
-        "micro_batch": "micro_batch_size",
-        **dict.fromkeys(("num_gpus", "chips", "dp", "tp", "pp", "cp", "ep"), "gpus"),
-        **dict.fromkeys(("max_tp", "nvlink_domain", "pod_size"), "gpus"),
-        **dict.fromkeys(
-            ("num_layers", "max_layers", "first_k_dense_layers", "mtp_layers", "moe_layer_step"),
-            "layers",
-        ),
-        "hidden_size": "hidden",
-        **dict.fromkeys(("kv_lora_rank", "q_lora_rank"), "hidden"),
-        **dict.fromkeys(("ffn_hidden_size", "expert_ffn_hidden_size"), "ffn_hidden"),
-        "shared_expert_ffn_hidden_size": "ffn_hidden",
-        **dict.fromkeys(("num_attention_heads", "num_kv_heads", "kv_heads"), "heads"),
-        **dict.fromkeys(("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"), "head_dim"),
-        "vocab_size": "vocab",
-        "pad_vocab": "vocab_multiple",
-        "global_batch_tokens": "tokens",
-    }
-)
-
-
-def _canonical(name: str) -> str:
-    """``--seq-len`` → ``seq_len``; ``training.seq_len`` → ``seq_len``."""
-    return name.rsplit(".", 1)[-1].lstrip("-").replace("-", "_").strip().lower()
-
-
-@lru_cache(maxsize=256)  # bounded: a long-lived server sees any spelling a user types
-def limit_for(name: str) -> Limit | None:
-    """The :class:`Limit` of a parameter, by any of its spellings (``--seq-len``, ``seq_len``,
-    ``training.seq_len``; ``tp`` and ``--gpus`` share the GPU limit); None when it has none.
-
-    Examples
-    --------
-    >>> limit_for("--seq-len").maximum
-    16777216
-    >>> limit_for("model.num_layers") is LIMITS["layers"], limit_for("kernel_efficiency")
-    (True, None)
-    """
-    key = _canonical(name)
-    return LIMITS.get(_LIMIT_ALIASES.get(key, key))
 
 
 def check_limit(
@@ -218,7 +107,9 @@ def parse_number(
     """Read a number as the command line, the page's links and scenario files write it, exactly.
 
     Accepts ``4e6``, ``4000000``, ``4,000,000``, ``4e+6``, ``4e 6`` (a URL's ``+`` read back as a
-    space) and the size suffixes ``B`` and ``T`` (``70B`` = 70·10^9, ``1.5T`` = 1.5·10^12).
+    space) and the size suffixes ``B`` and ``T`` (``70B`` = 70·10^9, ``1.5T`` = 1.5·10^12); ``K``,
+    ``M`` and ``G`` as 10^3, 10^6 and 10^9 for the counts of
+    :data:`model.number_words.DECIMAL_COUNTS` only (``--params 70M``), ambiguous elsewhere.
     ``whole`` (a count's reading, :func:`parse_count`): a refusal's examples are whole numbers.
     Returns the exact value as a :class:`Fraction` (``4e6`` → ``Fraction(4000000)``).
 
@@ -232,9 +123,13 @@ def parse_number(
     --------
     >>> parse_number("4e 6") == 4_000_000, parse_number("1.5T") == 1_500_000_000_000
     (True, True)
+    >>> parse_number("70M", "--params"), parse_number("8K", "policy_params")
+    (Fraction(70000000, 1), Fraction(8000, 1))
     """
     if isinstance(text, bool):
         raise InputError(f"{name}: {text!r} is not a number")
+    if text is None:
+        raise InputError(f"{name}: missing (no value given, and it has no default)")
     if isinstance(text, (int, Fraction)):
         return _in_range(Fraction(text), name, text)
     if isinstance(text, float):
@@ -245,6 +140,9 @@ def parse_number(
     scale = 1
     if s and s[-1].upper() in _SUFFIX and not s[-1].isdigit():
         scale = _SUFFIX[s[-1].upper()]
+        s = s[:-1].strip()
+    elif s[-1:].upper() in AMBIGUOUS_SUFFIXES and limit_key(name) in DECIMAL_COUNTS:
+        scale = 1000 ** AMBIGUOUS_SUFFIXES[s[-1].upper()]
         s = s[:-1].strip()
     if not _NUMBER.match(s):
         raise InputError(not_a_number(name, shown_text(raw), s, _NUMBER, limit_for(name), whole))

@@ -299,7 +299,7 @@ def cost_options_for(
     ``attention_efficiency`` and any figure of :data:`model.roofline.CALIBRATABLE` in ``given``
     over them (the attention figure dropped without FlashAttention). Other ``given`` keys are
     :class:`CostOptions` fields (``time_model``, ``tp_comm_overlap``, ``grad_reduce_overlap``,
-    ``mfu_convention``, ``zero3_regather``), their dataclass defaults otherwise.
+    ``mfu_convention``), their dataclass defaults otherwise.
 
     Raises
     ------

@@ -77,7 +77,7 @@ def load(kind: str, name: str) -> dict[str, Any]:
 
 
 DATA_FILES = ("examples", "published", "rlhf_measured")
-"""The package's top-level data files: ``examples.toml`` (the 21 worked examples, their
+"""The package's top-level data files: ``examples.toml`` (the 20 worked examples, their
 sources and the figures each must show) and ``published.toml`` (papers' tables: Megatron-LM 2021 Table 1,
 Korthikanti et al. 2022 Tables 3 and 5, Llama 3 Table 4, the ZeRO paper's Table 1, …; each table
 names its source in the file) and ``rlhf_measured.toml`` (published RLHF step times with the
@@ -98,7 +98,7 @@ def data(name: str) -> dict[str, Any]:
     >>> data("published")["megatron_table1"][0]["columns"][:3]
     ['params_b', 'heads', 'hidden']
     >>> len(data("examples")["example"])
-    21
+    20
     """
     if name not in DATA_FILES:
         raise ScenarioError(f"unknown data file {name!r}; {closest_names(name, list(DATA_FILES))}")

@@ -94,7 +94,9 @@ def test_more_figures_than_measurements_is_refused(tmp_path):
 def test_a_run_without_a_step_time_is_refused(tmp_path):
     bad = tmp_path / "m.toml"
     bad.write_text('gpu = "A100-80GB"\n[[run]]\nmodel = "megatron-7.5b"\n')
-    with pytest.raises(ScenarioError, match="step_seconds None must be a positive number"):
+    with pytest.raises(
+        ScenarioError, match=r"run 1: step_seconds missing: give the run's measured"
+    ):
         read_measurements(bad)
 
 

@@ -273,13 +273,16 @@ def test_the_1t_example_runs_the_papers_recomputation(done) -> None:
 
 
 def test_zero3_traffic_is_said_as_counted(done) -> None:
-    """ZeRO §7: ZeRO-3 gathers the weights for the forward and again for the backward, 1.5× the
-    2Ψ of ZeRO-1/2; the assumption and the traffic row say the same."""
+    """ZeRO §7.2.2: ZeRO-3 gathers the weights for each micro-batch's forward and again for its
+    backward and reduce-scatters its gradients, 1.5× the 2Ψ of ZeRO-1/2 at one micro-batch a step
+    (fsdp-70b-64: m = 1, 3·(63/64)·2·70e9 = 413.44 GB); the assumption and the traffic row say
+    the same."""
     text = _ok(done["ex_fsdp"])
-    assert "reduce-scatter (bf16) + 2 × all-gather per step" in text
+    assert "reduce-scatter (bf16) per micro-batch + all-gather per micro-batch (fwd, bwd)" in text
+    assert "413.44 GB" in text
     assert (
-        "ZeRO-3 gathers the weights twice per step, for the forward and again for the backward"
-        in text
+        "ZeRO-3 gathers the weights for every micro-batch's forward and backward and "
+        "reduce-scatters its 1/D gradients every micro-batch" in text
     )
     assert "one gather per step" not in text
 

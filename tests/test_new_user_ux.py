@@ -224,19 +224,22 @@ def test_a_narrow_heatmap_keeps_its_title_and_its_numbers_read(tmp_path):
 
 
 def test_every_example_names_its_source():
-    """The 21 worked examples each name a source; ``grpo-long-rollouts`` named none. Its header
-    shows it as the others do, in brackets after what it says."""
+    """The 20 worked examples each name a source; ``grpo-long-rollouts`` named none (and ran
+    ``grpo-rule-70b``'s very inputs: its source gives no rollout lengths, so its point, the
+    rollout's share of FLOPs and time, joined ``grpo-rule-70b``). The header shows the source as
+    the others do, in brackets after what it says."""
     from trainplan.interface.examples import examples
 
     missing = [name for name, ex in examples().items() if not ex.get("source")]
-    assert missing == [] and len(examples()) == 21
-    done = trainplan("example", "grpo-long-rollouts")
+    assert missing == [] and len(examples()) == 20 and "grpo-long-rollouts" not in examples()
+    done = trainplan("example", "grpo-rule-70b")
     assert done.returncode == 0, done.stderr
     head = done.stdout.splitlines()[0]
     assert head.startswith(
-        "Example grpo-long-rollouts: Long reasoning rollouts: a fifth of the FLOPs, over 70% of "
-        "the time  [Kaplan et al. 2020 §2.1"
+        "Example grpo-rule-70b: GRPO with a rule-based reward, as DeepSeek-R1: a fifth of the "
+        "FLOPs in the rollout, over 70% of the time  [DeepSeek-AI 2025 (DeepSeek-R1) §2.2.2"
     )
+    assert "Kaplan et al. 2020 §2.1" in head
     assert "OpenRLHF measures 80% of RLHF training time in sample generation" in head
 
 

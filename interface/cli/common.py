@@ -139,6 +139,9 @@ class GuardedGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:  # before click's own handler, which exits 1
+            _drop_stdout()
+            _broken_pipe()
         except PlannerError as err:
             # the flags of the command run, where it is known (``--stages`` on ``pipeline``,
             # ``--pp`` on ``evaluate``: one parameter, two spellings), else every command's
@@ -213,9 +216,11 @@ def run_guarded(group: click.Group) -> None:
     """Run the click group as the console script: a PlannerError or a usage error becomes one
     line and exit code 2, and so does a file the system refuses (an OSError naming it, where no
     check before caught it); Ctrl-C one line and exit 130 (:data:`INTERRUPTED`); output that
-    cannot be written (``> /dev/full``, a closed pipe) one line on stderr and exit code 1."""
+    cannot be written (``> /dev/full``) one line on stderr and exit code 1; a reader that went
+    away (``| head``) ends it as it ends ``cat``: no message, killed by SIGPIPE (:func:`_broken_pipe`)."""
     try:
         code = group.main(standalone_mode=False)
+        sys.stdout.flush()  # here, not at exit: a closed pipe then ends as `cat` does
     except PlannerError as err:
         fail(refusal(str(err), command_options(group)))
     except click.exceptions.Abort as err:
@@ -229,8 +234,9 @@ def run_guarded(group: click.Group) -> None:
         if err.errno not in _WRITE_ERRORS:
             raise
         _drop_stdout()
-        if err.errno != errno.EPIPE:  # a reader that went away (| head) needs no message
-            click.echo(f"Error: the output could not be written: {err.strerror or err}", err=True)
+        if err.errno == errno.EPIPE:
+            _broken_pipe()
+        click.echo(f"Error: the output could not be written: {err.strerror or err}", err=True)
         sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)
 
@@ -240,6 +246,17 @@ _WRITE_ERRORS = {errno.ENOSPC, errno.EPIPE, errno.EIO, errno.EDQUOT, errno.EFBIG
 or quota, a closed pipe, a device error. Files the commands write by name are checked before
 the work (:func:`interface.outputs.output_path`) and their write errors named
 (:func:`interface.outputs.writing`)."""
+
+
+def _broken_pipe() -> None:
+    """End as a Unix filter ends when its reader has gone (``trainplan … | head``): by SIGPIPE's
+    default action, so the shell sees status 128 + 13 = 141 as it does of ``cat`` (POSIX
+    ``write()``: EPIPE after SIGPIPE; Python ignores SIGPIPE at start-up, hence the error here).
+    Where there is no SIGPIPE (Windows), exit 1 without a message."""
+    if hasattr(signal, "SIGPIPE"):
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGPIPE)
+    sys.exit(1)
 
 
 def _drop_stdout() -> None:

@@ -1,4 +1,4 @@
-"""``trainplan example NAME``: run one of the 21 worked examples (``scenarios/examples.toml``)."""
+"""``trainplan example NAME``: run one of the 20 worked examples (``scenarios/examples.toml``)."""
 
 from __future__ import annotations
 

@@ -222,6 +222,13 @@ KEY_DOCS: dict[str, str] = {
     "pipeline.megatron_split_flags": "megatron: the Megatron-LM flags that build this split "
     "(first/last stage counts, embedding/loss accounted, or the layout string), where its own "
     "L/pp split is not it; null otherwise.",
+    "pipeline.stage_microbatch_s": "Roofline model, GPipe/1F1B/interleaved with pp > 1: each "
+    "stage's forward and backward seconds of one micro-batch, its chunks summed (the embedding "
+    "on the first, the output layer on the last): the passes the schedule's order runs, whose "
+    "bubble is pipeline.bubble_fraction; empty otherwise.",
+    "pipeline.stage_microbatch_s[].stage": "Pipeline stage, counted from 0.",
+    "pipeline.stage_microbatch_s[].forward_s": "Its forward of one micro-batch, seconds.",
+    "pipeline.stage_microbatch_s[].backward_s": "Its backward of one micro-batch (recomputation included), seconds.",
     "flops": "FLOPs per step (null for a declared size without dimensions).",
     "flops.model_flops": "Model FLOPs per step under the MFU convention.",
     "flops.hardware_flops": "Hardware FLOPs per step (recomputation included).",

@@ -91,9 +91,10 @@ LAYOUT: list[Decorator] = [
         "all-gather (Llama 3), ulysses (all-to-all over heads), ulysses-kv-repeat "
         "(verl's: K/V heads repeated up to cp; fsdp2, textbook), a2a+p2p "
         "(ulysses inside groups of --cp-a2a, ring across) or PyTorch's context_parallel "
-        "(pytorch-allgather, pytorch-alltoall; fsdp2); Megatron's p2p, all_gather, a2a "
-        "are aliases. Default: the framework's own (ring under megatron and textbook, "
-        "ulysses under deepspeed, pytorch-allgather under fsdp2).",
+        "(pytorch-allgather, pytorch-alltoall; fsdp2); Megatron-Core's --cp-comm-type "
+        "spellings p2p, all_gather, a2a and a2a+p2p's other name hybrid are aliases. "
+        "Default: the framework's own (ring under megatron and textbook, ulysses under "
+        "deepspeed, pytorch-allgather under fsdp2).",
     ),
     click.option(
         "--cp-a2a",
@@ -121,9 +122,18 @@ BATCH: list[Decorator] = [
         "--seq-len", "seq_len", type=COUNT, help="s, tokens per sequence; default the model's."
     ),
     click.option(
-        "--micro-batch", "micro_batch_size", type=COUNT, help="b, sequences per micro-batch."
+        "--micro-batch",
+        "micro_batch_size",
+        type=COUNT,
+        help="b, sequences per micro-batch; default 1.",
     ),
-    click.option("--global-batch", "global_batch_size", type=COUNT, help="B, sequences per step."),
+    click.option(
+        "--global-batch",
+        "global_batch_size",
+        type=COUNT,
+        help="B, sequences per step; default the catalogue model's published batch, else "
+        "dp·b·4·pp (a note says so; a size-only model: dp·b). 'Defaults used' names the value.",
+    ),
     click.option(
         "--schedule",
         type=click.Choice([s.value for s in Schedule]),

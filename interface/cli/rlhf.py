@@ -24,7 +24,7 @@ from trainplan.interface.commands import rlhf_json
 from trainplan.interface.rlhf.faithful import rlhf_inputs
 from trainplan.interface.rlhf.report import result_dict
 from trainplan.interface.tab_requests import RLHFPlanRequest, RLHFRequest, tab_request
-from trainplan.model.errors import InfeasibleError
+from trainplan.model.errors import InfeasibleError, InputError
 from trainplan.optimizer.rlhf.tables import RLHFProblem
 
 __all__ = ["rlhf_cmd", "rlhf_plan_cmd"]
@@ -37,10 +37,28 @@ def _pct(x: float) -> str:
     return f"{x * 100:.1f}%"
 
 
-def _workload(f: Callable[..., Any]) -> Callable[..., Any]:
-    """The workload options both commands share."""
+def _workload(plan: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The workload options both commands share (``plan``: ``rlhf-plan``'s, which places PPO and
+    GRPO only: DPO has no rollout to place)."""
+    algorithms = (
+        "ppo or grpo (DPO has no rollout to place: trainplan rlhf --algorithm dpo --policy-params N)."
+        if plan
+        else "ppo, grpo (or dpo: textbook accounting only, with --policy-params, without --model)."
+    )
+    return lambda f: _with_options(f, algorithms)
+
+
+_EPOCHS = click.option(
+    "--epochs", metavar="COUNT", default="1", show_default=True,
+    help="Passes over the step's sequences per update: PPO's epochs, GRPO's iterations μ "
+    "(scales the training FLOPs).",
+)  # fmt: skip
+
+
+def _with_options(f: Callable[..., Any], algorithms: str) -> Callable[..., Any]:
+    """``f`` with the workload options (``algorithms``: ``--algorithm``'s help)."""
     opts = [
-        click.option("--algorithm", required=True, help="ppo, grpo (or dpo: textbook accounting only, without --model)."),
+        click.option("--algorithm", required=True, help=algorithms),
         click.option("--reward", help="model or rule (no network); PPO and GRPO only [default: model]."),
         click.option(
             "--prompts", metavar="COUNT", default=str(D["prompts"]), show_default=True, help="Prompts per step."
@@ -61,7 +79,7 @@ def _workload(f: Callable[..., Any]) -> Callable[..., Any]:
             show_default=True,
             help="Tokens per completion (the mean).",
         ),
-        click.option("--epochs", metavar="COUNT", default="1", show_default=True, help="PPO epochs per step."),
+        _EPOCHS,
         click.option(
             "--max-completion-tokens", metavar="COUNT",
             help="The longest rollout's completion (the engine waits for it) [default: the mean].",
@@ -98,7 +116,7 @@ def _workload(f: Callable[..., Any]) -> Callable[..., Any]:
 
 # ------------------------------------------------------------------------------------ rlhf
 @cli.command("rlhf")
-@_workload
+@_workload(plan=False)
 @click.option(
     "--policy-params",
     metavar="NUMBER",
@@ -181,13 +199,22 @@ def _workload(f: Callable[..., Any]) -> Callable[..., Any]:
     is_flag=True,
     help="Faithful: colocated, the engine reuses the actor's BF16 weights (HybridFlow).",
 )
-@click.option("--width", type=COUNT, default=72, show_default=True, help="Columns of the timeline.")
+@click.option(
+    "--width", type=COUNT, default=72, show_default=True,
+    help="Columns of the timeline the faithful accounting (--model) draws.",
+)  # fmt: skip
 @JSON
 def rlhf_cmd(as_json: bool, width: int, **kw: Any) -> None:
     """Memory, FLOPs and time of one PPO, GRPO or DPO step: the textbook accounting (16 B per
     trainable parameter, 2 B per frozen one; 2N FLOPs per token to infer, 6N to train), or with
     --model every term as people run it (rollout engine, KV cache, logits buffers, placement)."""
     r = rlhf_json(kw)
+    given = click.get_current_context().get_parameter_source("width")
+    if "faithful" not in r and given is click.core.ParameterSource.COMMANDLINE:
+        raise InputError(
+            f"width: {width} draws the timeline of the faithful accounting (with --model); the "
+            "textbook accounting (--policy-params) has none: leave --width out"
+        )
     if as_json:
         echo_json(r)
         return
@@ -220,6 +247,11 @@ def _textbook_text(r: dict[str, Any]) -> None:
     click.echo(
         f"{head}{r['algorithm'].upper()} ({reward}): {r['networks']} networks; times at peak "
         f"{r['peak_flops_per_s'] / 1e12:,.1f} TFLOP/s per chip × {r['chips']:,} chip(s)"
+    )
+    seqs, each = r["sequences_per_step"], r["tokens_per_sequence"]
+    click.echo(
+        f"{seqs:,} sequences a step of {each:,} tokens each (prompt + completion): "
+        f"{seqs * each:,} tokens, what the FLOPs below count"
     )
     for x in r["network_table"]:
         state = "trainable" if x["trainable"] else "frozen"
@@ -259,7 +291,7 @@ def _secs(x: float) -> str:
 
 # ------------------------------------------------------------------------------------ rlhf-plan
 @cli.command("rlhf-plan")
-@_workload
+@_workload(plan=True)
 @click.option("--model", required=True, help="The policy (catalogue name or config.json).")
 @click.option("--gpus", metavar="COUNT", required=True, help="GPUs of the cluster.")
 @click.option(

@@ -281,7 +281,7 @@ def _classic_summary(r: dict[str, Any]) -> list[str]:
     "--attention/--no-attention",
     default=False,
     help="Count attention FLOPs: PaLM's 12·L·H·Q·T from the dimensions, or with --model the "
-    "model's own per-layer count.",
+    "model's own per-layer count. Default off: 6·N per token only (PaLM's MFU without them).",
 )
 @click.option(
     "--causal/--non-causal",

@@ -290,7 +290,7 @@ def assumptions(est: Estimate) -> list[str]:
         *part_sentences(est.device),
         precision_sentence(est),
         *offload_sentence(est),
-        _state_sentence(mech, lay),
+        _state_sentence(mech, lay, bool(est.peak.state.gathered_bytes)),
         _capacity_sentence(est),
         _activations_sentence(est),
         loss_sentence(est),
@@ -304,7 +304,7 @@ def assumptions(est: Estimate) -> list[str]:
         "traffic: ring bytes sent per GPU per step; an axis rides NVLink when its group spans at most "
         "one NVLink domain (rank order tp, cp, ep, dp, pp)",
         _time_sentence(est, overlap),
-        f"data-parallel traffic: {_dp_sentence(mech, lay, o.zero3_regather)}",
+        f"data-parallel traffic: {_dp_sentence(mech, lay)}",
         _mfu_sentence(est),
     ]
     if lay.cp > 1:
@@ -395,8 +395,10 @@ def _cp_overlap(est: Estimate) -> str:
     }[str(lay.cp_kind)]
 
 
-def _state_sentence(mech: Mechanism, lay: Layout) -> str:
-    """Bytes per parameter held whole and sharded, over which replicas."""
+def _state_sentence(mech: Mechanism, lay: Layout, gathered: bool = True) -> str:
+    """Bytes per parameter held whole and sharded, over which replicas; the gathered weights as
+    counted (``gathered``: the model state holds them; a size-only model has no layers to gather,
+    :func:`model.estimate._notes`)."""
     full = mech.weights_full + mech.grads_full + mech.optimizer_full
     sharded = mech.weights_sharded + mech.grads_sharded + mech.optimizer_sharded
     parts = [f"{full} B/param whole"] if full else []
@@ -405,7 +407,11 @@ def _state_sentence(mech: Mechanism, lay: Layout) -> str:
     if mech.step_sharded:
         parts.append(f"+ {mech.step_sharded} B/param ÷ D during the optimizer step")
     if mech.gathered_what:
-        parts.append(f"+ gathered weights ({mech.gathered_what})")
+        parts.append(
+            f"+ gathered weights ({mech.gathered_what})"
+            if gathered
+            else f"(its gathered weights, {mech.gathered_what}, not counted: see the note)"
+        )
     group = (
         "dp·cp/ep"
         if str(lay.framework) == "deepspeed" or lay.expert_tp == lay.tp
@@ -436,7 +442,7 @@ def _deepspeed_experts_sentence(lay: Layout) -> list[str]:
     ]
 
 
-def _dp_sentence(mech: Mechanism, lay: Layout, regather: bool) -> str:
+def _dp_sentence(mech: Mechanism, lay: Layout) -> str:
     if lay.framework.physical:
         return "the mechanism's own collectives (per micro-batch where it says so)"
     if lay.zero_stage == 2:
@@ -446,12 +452,10 @@ def _dp_sentence(mech: Mechanism, lay: Layout, regather: bool) -> str:
         )
     if lay.zero_stage != 3:
         return "one exchange per step (the textbook convention)"
-    if regather:
-        return "ZeRO-3 re-gathers the weights for every micro-batch's forward and backward"
     return (
-        "ZeRO-3 gathers the weights twice per step, for the forward and again for the backward "
-        "(2 × all-gather, the textbook convention: ZeRO §7's 1.5× the traffic; --set "
-        "zero3_regather=true for every micro-batch's)"
+        "ZeRO-3 gathers the weights for every micro-batch's forward and backward and "
+        "reduce-scatters its 1/D gradients every micro-batch (ZeRO §7.2.2's 1.5× the traffic "
+        "at one micro-batch a step, m times that at m)"
     )
 
 

@@ -345,6 +345,14 @@ def _pipeline_and_step(d: dict[str, Any]) -> list[str]:
             else "layers unknown (size-only model)"
         )
     )
+    if p.get("stage_microbatch_s"):  # what the schedule's order runs: the bubble's inputs
+        out.append(
+            "  one micro-batch per stage (forward + backward): "
+            + ", ".join(
+                f"{r['stage']}: {seconds_text(r['forward_s'])} + {seconds_text(r['backward_s'])}"
+                for r in p["stage_microbatch_s"]
+            )
+        )
     if p.get("megatron_split_flags"):  # what Megatron-LM must be told to build this split
         out.append(
             "  Megatron-LM builds this split with "
@@ -364,6 +372,11 @@ def _pipeline_and_step(d: dict[str, Any]) -> list[str]:
         + _mfu_conventions(d, "mfu")
         + f", HFU {percent_text(t['hfu'])}"
         + _mfu_conventions(d, "hfu")
+        + (
+            f"; {t['tokens_per_s']:,.0f} tokens/s ({t['tokens_per_s'] / d['num_gpus']:,.0f} per GPU)"
+            if t.get("tokens_per_s")
+            else ""
+        )
     )
     return out
 

@@ -322,6 +322,10 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "bubble_ratio": float(est.bubble_ratio),
             "microbatches_in_flight": _n(acts.microbatches_in_flight) if acts else None,
             "megatron_split_flags": split_flags(est.model.arch, est.layout),
+            "stage_microbatch_s": [
+                {"stage": i, "forward_s": fw, "backward_s": bw}
+                for i, (fw, bw) in enumerate(est.time_terms.stage_s if est.time_terms else ())
+            ],
         },
         "flops": None
         if est.flops is None

@@ -232,8 +232,13 @@ class RLHFSpec:
         algo = str(self.algorithm).lower()
         if algo not in ("ppo", "grpo"):
             raise InputError(
-                f"algorithm: {self.algorithm!r} is not one of ppo, grpo (DPO has no rollout: "
-                "use trainplan rlhf)"
+                f"algorithm: {self.algorithm!r} is not one of ppo, grpo"
+                + (
+                    " (DPO has no rollout to place: its textbook accounting takes `policy_params`, "
+                    "without `model`)"
+                    if algo == "dpo"
+                    else ""
+                )
             )
         object.__setattr__(self, "algorithm", algo)
         if str(self.reward) not in ("model", "rule"):

@@ -28,7 +28,7 @@ from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.terms.roofline import kind_seconds
 from trainplan.model.xp import as_float, is_array, namespace, where
 
-__all__ = ["classic_span", "uneven_bubble", "one_chunk_bubble", "stage_passes"]
+__all__ = ["classic_span", "uneven_bubble", "one_chunk_bubble", "stage_passes", "stage_seconds"]
 
 
 def stage_passes(total: Any, plain: Any) -> tuple[Any, Any]:
@@ -186,10 +186,7 @@ def classic_span(c: Context, f: Fields, t_mb: Any, t_plain: Any, roofline: bool)
     counts = f.lookup(chunk_counts, (c.arch,), *LAYER_FIELDS)
     full = again = None
     if roofline:
-        kinds, plain = kind_seconds(c, f), kind_seconds(c, f, Recompute.NONE)
-        if f.recompute_layers is not None:
-            full = kind_seconds(c, f, Recompute.FULL)
-            again = f.lookup(chunk_counts, (c.arch,), *LAYER_FIELDS, "recompute_layers")
+        kinds, plain, full, again = _roofline_kinds(c, f)
     else:  # the single model: no layer kinds, every layer the busiest stage's share
         most = f.lookup(_most_layers, (c.arch,), *LAYER_FIELDS)
         groups = len(span_groups(c.arch))
@@ -205,6 +202,42 @@ def classic_span(c: Context, f: Fields, t_mb: Any, t_plain: Any, roofline: bool)
         return m * t_mb + bubble
     bubble = _uneven_bubbles(xp, pp, f.virtual_stages, m, counts, kinds, plain, full, again)
     return xp.where(uneven, m * t_mb + bubble, closed)
+
+
+def _roofline_kinds(c: Context, f: Fields) -> tuple[Any, Any, Any, Any]:
+    """(kinds, plain, full, again) of :func:`_chunk_times` under the roofline model: one layer of
+    each span group, the embedding and the output layer as the layout runs them, without
+    recomputation, fully recomputed (where ``recompute_layers`` is given, else None) and the
+    chunks' layers so recomputed (None)."""
+    kinds, plain = kind_seconds(c, f), kind_seconds(c, f, Recompute.NONE)
+    if f.recompute_layers is None:
+        return kinds, plain, None, None
+    again = f.lookup(chunk_counts, (c.arch,), *LAYER_FIELDS, "recompute_layers")
+    return kinds, plain, kind_seconds(c, f, Recompute.FULL), again
+
+
+def stage_seconds(c: Context, f: Fields) -> tuple[tuple[float, float], ...]:
+    """Each pipeline rank's (forward, backward) seconds of one micro-batch under the roofline
+    model, its model chunks summed (:func:`_chunk_times`: its layers of each span group, those
+    recomputed whole, the embedding on the first rank and the output layer on the last): the
+    passes the GPipe, 1F1B and interleaved orders run (:func:`classic_span`), for one layout, so
+    that a reader can check the bubble. Empty without dimensions, at pp = 1 or under the other
+    schedules (zero-bubble and DualPipe split the backward and place the chunks their own way).
+    """
+    if c.arch is None or f.pp == 1 or str(f.schedule) not in _CLASSIC:
+        return ()
+    pp, v = int(f.pp), int(f.virtual_stages)
+    counts = f.lookup(chunk_counts, (c.arch,), *LAYER_FIELDS)
+    kinds, plain, full, again = _roofline_kinds(c, f)
+    _, forward, backward = _chunk_times(pp * v, counts, again, kinds, plain, full)
+    return tuple(
+        (float(sum(forward[i * v : (i + 1) * v])), float(sum(backward[i * v : (i + 1) * v])))
+        for i in range(pp)
+    )
+
+
+_CLASSIC = ("gpipe", "1f1b", "interleaved")
+"""The schedules :func:`classic_span` times (:class:`model.pipeline.Schedule` values)."""
 
 
 def _alike(counts: Any, pp: int) -> Any:

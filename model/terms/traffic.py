@@ -93,13 +93,13 @@ __all__ = [
 
 def dp_mechanism(c: Context, f: Fields) -> Any:
     """The layout's ZeRO stage as its framework runs it, with the recipe's bytes, the
-    options' ZeRO-3 re-gather, DeepSpeed bucket all-reduce and BF16 gradient clearing and, with
+    options' DeepSpeed bucket all-reduce and BF16 gradient clearing and, with
     pp > 1, the framework's pipeline-schedule variant (:func:`model.mechanisms.mechanism`) as
     the recipe's pipeline runtime runs it (:func:`model.fsdp2_pipeline.runtime_mechanism`)."""
     t = c.training
     mech = mechanism(
         f.framework, f.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
-        c.options.zero3_regather, pipelined=f.pp > 1,
+        pipelined=f.pp > 1,
         distributed_optimizer=t.distributed_optimizer, overlap_comm=t.deepspeed_overlap_comm,
         cpu_offload=t.offload.optimizer > 0,
         multi_rank_allreduce=c.options.use_multi_rank_bucket_allreduce,

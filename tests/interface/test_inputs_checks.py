@@ -23,7 +23,7 @@ BASE = {"model": "llama3-8b", "gpu": "H100-SXM", "dp": 8, "num_gpus": 8}
             {"memory_efficient_norm": "false"},
             "memory_efficient_norm: 'false' must be true or false",
         ),
-        ({"zero3_regather": 1}, "zero3_regather: 1 must be true or false"),
+        ({"causal_attention_flops": 1}, "causal_attention_flops: 1 must be true or false"),
         (
             {"attention_efficiency": 0.5, "flash_attention": False},
             "attention_efficiency: 0.5 does not apply: it is FlashAttention's core",

@@ -70,16 +70,12 @@ def test_p2p_options():
 
 
 def test_option_keys_are_refused_where_nothing_reads_them():
-    """zero3_regather: model.mechanisms._textbook alone reads it; grad_reduce_overlap false:
+    """grad_reduce_overlap false:
     model.comm.grad_reduce_overlaps keeps DeepSpeed's once-per-step traffic exposed whatever it
     says (pipeline engine: after the flush; ZeRO-1/2: the blocking all-gather in step()), its
     ZeRO-3 has none, and the textbook profile's single time model never reads it."""
-    given = options_given(CostOptions(zero3_regather=True, grad_reduce_overlap=False))
-    assert given == (("zero3_regather", True), ("grad_reduce_overlap", False))
-    check_option_keys((("zero3_regather", True),), "textbook")
-    for fw in ("megatron", "fsdp2", "deepspeed"):
-        with pytest.raises(LayoutError, match=f"^zero3_regather: true .* not {fw}, whose"):
-            check_option_keys((("zero3_regather", True),), fw)
+    given = options_given(CostOptions(grad_reduce_overlap=False))
+    assert given == (("grad_reduce_overlap", False),)
     check_option_keys((("grad_reduce_overlap", False),), "megatron")
     check_option_keys((("grad_reduce_overlap", False),), "fsdp2")
     for fw in ("deepspeed", "textbook"):
@@ -227,9 +223,8 @@ def test_cli_refuses_what_the_framework_does_not_run():
     assert done["ds_search"].returncode == 0, done["ds_search"].stderr
     assert "ulysses" in done["ds_search"].stdout
     assert refusal(done["norm"]).startswith("--set memory_efficient_norm: true needs Apex's")
-    assert refusal(done["regather"]).startswith(
-        "--set zero3_regather: true is read by the textbook"
-    )
+    # the textbook ZeRO-3 gathers per micro-batch as ZeRO-3 runs: the old switch is no key
+    assert refusal(done["regather"]).startswith("--set: 'zero3_regather' is not a scenario key")
     assert refusal(done["zb"]).startswith("--schedule: zb-h1 does not run under framework fsdp2")
     # a layout that does not read the key: refused for the layout evaluated
     # (model.key_rules.check_layout_reads_options); a search keeps such layouts

@@ -237,12 +237,12 @@ def test_memory_and_traffic_describe_the_same_mechanism(framework, zero, m):
 
 
 def test_textbook_is_named_and_not_the_default():
-    """The seed's one-gather-per-step ZeRO-3 exists only under the name ``textbook``; every other
-    profile's ZeRO-3 gathers per micro-batch, and the planner's default is physical."""
+    """The textbook profile is named and not the default; every profile's ZeRO-3 gathers per
+    micro-batch (the ZeRO paper's §7.2.2 gathers for each forward and backward), and the
+    planner's default is physical."""
     assert Layout().framework is Framework.MEGATRON and Framework.MEGATRON.physical
     assert not Framework.TEXTBOOK.physical
-    assert mechanism("textbook", 3).gathers_per_microbatch == 0
-    for fw in ("deepspeed", "fsdp2"):
+    for fw in ("textbook", "deepspeed", "fsdp2"):
         assert mechanism(fw, 3).gathers_per_microbatch == 2
 
 

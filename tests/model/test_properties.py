@@ -199,10 +199,12 @@ def test_memory_never_rises_with_zero_stage(params):
     assert table[0].reduction == 1 and all(r.reduction >= 1 for r in table)
     dp = [r.dp_bytes_per_step for r in table]
     # ZeRO-2 reduce-scatters its 1/D gradients every micro-batch (m of them) and gathers the
-    # weights once (ZeRO §5.2): (m + 1)/2 of the all-reduce's 2 bytes a 2-byte parameter
+    # weights once (ZeRO §5.2): (m + 1)/2 of the all-reduce's 2 bytes a 2-byte parameter; ZeRO-3
+    # gathers for each micro-batch's forward and backward and reduce-scatters every micro-batch
+    # (§7.2.2's 3Ψ at m = 1): 3m/2 of it
     m = ests[0].layout.num_microbatches(params["global_batch_size"])
     assert dp[0] == dp[1] and dp[2] == Fraction(m + 1, 2) * dp[0]
-    assert dp[3] == Fraction(3, 2) * dp[0]
+    assert dp[3] == Fraction(3 * m, 2) * dp[0]
 
 
 def test_busiest_stage_changes_at_zero2_on_a_moe_pipeline():

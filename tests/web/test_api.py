@@ -626,7 +626,7 @@ def test_serve_refuses_a_bad_port_in_one_line(monkeypatch, capsys):
 
 
 def test_examples_are_each_pages_query_and_run_as_the_cli_runs_them(client):
-    """Each of the 21 examples as its page's query: the endpoint of that page, given the query,
+    """Each of the 20 examples as its page's query: the endpoint of that page, given the query,
     answers the figures ``trainplan example NAME --json`` prints."""
     body = client.get("/api/examples").json()
     rows = body["examples"]
