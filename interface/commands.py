@@ -26,12 +26,14 @@ from trainplan.interface.requests import (
     per_stage_shapes,
 )
 from trainplan.interface.search_commands import (
-    PER_STAGE_FRONTIER_TIME_LIMIT_S,
+    PER_STAGE_FRONTIER_SEARCHES,
     SearchRun,
+    check_searches_apply,
     frontier_json,
     infeasible_json,
     per_stage_frontier_json,
     per_stage_json,
+    per_stage_proof,
     search_json,
     search_problem,
     time_limit_note,
@@ -68,7 +70,9 @@ __all__ = [
     "per_stage_shapes",
     "per_stage_json",
     "time_limit_note",
-    "PER_STAGE_FRONTIER_TIME_LIMIT_S",
+    "PER_STAGE_FRONTIER_SEARCHES",
+    "check_searches_apply",
+    "per_stage_proof",
 ]
 
 

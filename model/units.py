@@ -240,6 +240,8 @@ def parse_number(
     if isinstance(text, float):
         text = repr(text)  # inf and nan fail the pattern below
     raw = str(text).strip()
+    if not raw:  # as a list parameter's empty value (list_items): one refusal for both
+        raise InputError(f"{name}: {shown_text(text)} is empty; give a value")
     s = _without_separators(raw, name)
     s = re.sub(r"(?i)e\s+(\d)", r"e+\1", s)  # "4e 6": the '+' of a URL read back as a space
     scale = 1
@@ -371,14 +373,26 @@ def as_json_number(value: Fraction | int | float) -> int | float:
 
 
 def shown_number(value: object) -> str:
-    """A number as a user would write it, for error lines: a whole :class:`Fraction` as an
-    integer, another as its float (``Fraction(3, 2)`` → ``1.5``); anything else as ``str``.
+    """A number as every refusal echoes it: a whole value (a whole :class:`Fraction`, an
+    ``int``, a ``float`` with nothing after the point) as an integer with its thousands grouped
+    (``4,000,000``, as :func:`check_limit` writes limits), another as its float's shortest form
+    (``Fraction(3, 2)`` → ``1.5``; a float read from ``1e3`` is ``1,000``, never ``1000.0``);
+    text (what the user typed) as ``str``.
 
     >>> shown_number(Fraction(3, 2)), shown_number(Fraction(-7_000_000_000)), shown_number("x")
-    ('1.5', '-7000000000', 'x')
+    ('1.5', '-7,000,000,000', 'x')
+    >>> shown_number(1000.0), shown_number(4e6), shown_number(0.0625), shown_number(True)
+    ('1,000', '4,000,000', '0.0625', 'True')
     """
-    if isinstance(value, Fraction):
-        return str(value.numerator) if value.denominator == 1 else f"{float(value):g}"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float) and value.is_integer():
+        return f"{int(value):,}"
+    if isinstance(value, (int, Fraction)):
+        whole = value.denominator == 1 if isinstance(value, Fraction) else True
+        return f"{int(value):,}" if whole else f"{float(value):g}"
+    if isinstance(value, float):
+        return repr(value)
     return str(value)
 
 

@@ -26,6 +26,7 @@ from trainplan.model.op_rates import params_in_force
 from trainplan.model.op_time import tp_overlap_for, tp_overlap_run
 from trainplan.model.phases import construction_peak_bytes
 from trainplan.model.precision import Precision
+from trainplan.model.rank_split import rank_sums
 from trainplan.model.split import default_chunk_sizes
 from trainplan.model.terms.peak import fit_bytes, reserved_over_capacity
 from trainplan.model.terms.step import uses_roofline
@@ -37,6 +38,7 @@ __all__ = [
     "mfu_with_attention",
     "hfu_with_attention",
     "bound_notes",
+    "stage_layers_of",
 ]
 
 
@@ -295,6 +297,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "num_params": est.num_params,
             "num_active_params": est.num_active_params,
             "padded_vocab_size": est.padded_vocab_size,
+            "mtp_layers": 0 if est.model.arch is None else est.model.arch.mtp_layers,
             "source": est.model.source,
         },
         "gpu": {
@@ -390,7 +393,7 @@ def _layout(est: Estimate) -> dict[str, Any]:
         "fp8_recipe": None if t.fp8_recipe is None else str(t.fp8_recipe),
         "gradient_bytes": t.gradient_bytes,
         "optimizer_bytes_per_param": t.optimizer_bytes,
-        "stage_layers": [s.num_layers for s in est.stages],
+        "stage_layers": stage_layers_of(est),
         "chunk_layers": _chunk_layers(est),
         "rank_order": "-".join(lay.rank_order),
         "offload_activations": list(t.offload.activations),
@@ -470,6 +473,16 @@ def _time(est: Estimate) -> dict[str, Any]:
         **_efficiencies(est),
     }
     return {**out, "step_terms": step_terms(out)}
+
+
+def stage_layers_of(est: Estimate) -> list[int]:
+    """Decoder layers on each pipeline rank (``layout.stage_layers``: what ``--stage-layers``
+    takes back, :attr:`model.layout.Layout.stage_layers`), the MTP block apart: its chunks'
+    sums (:func:`model.rank_split.rank_sums`); a size-only model's stages as counted."""
+    chunks, lay = _chunk_layers(est), est.layout
+    if chunks is None:
+        return [s.num_layers for s in est.stages]
+    return list(rank_sums(chunks, lay.pp, lay.virtual_stages, lay.schedule))
 
 
 def _chunk_layers(est: Estimate) -> list[int] | None:
