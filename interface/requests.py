@@ -16,15 +16,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trainplan.interface.scenario_file import CLUSTER_KEYS, SPACE_KEYS, load_scenario
 from trainplan.interface.scenario_keys import merge, table_of
 from trainplan.model.errors import InputError
 from trainplan.model.units import parse_number
-
-if TYPE_CHECKING:
-    from trainplan.optimizer.problem import Constraints
+from trainplan.optimizer.problem import Constraints
 
 __all__ = [
     "EvaluateRequest",
@@ -245,8 +243,6 @@ def constraints_of(values: Mapping[str, Any]) -> Constraints:
         (:class:`~optimizer.problem.Constraints`, the value echoed as
         :func:`model.units.shown_number` writes it).
     """
-    from trainplan.optimizer.problem import Constraints
-
     mfu = values.get("min_mfu")
     return Constraints(
         headroom=float(parse_number(values.get("headroom") or 0, "headroom")),

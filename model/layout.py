@@ -23,8 +23,8 @@ from trainplan.model.legality import Setting, check_rules
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.pipeline import LAYOUT_CHUNKS, Schedule
-from trainplan.model.specs import TrainingSpec
 from trainplan.model.rank_split import chunks_of_rank_counts
+from trainplan.model.specs import TrainingSpec
 from trainplan.model.split import split_rule_of
 from trainplan.model.units import check_limit
 

@@ -271,8 +271,7 @@ def _heads(s: Setting, tp: int, ep: int, etp: int | None, framework: Any) -> Non
     if arch.moe is None:
         if etp is not None:
             raise LayoutError(
-                f"etp: {etp} needs a MoE model; {s.model.name} is dense (its etp is tp, {tp}: "
-                "give that or none)"
+                f"etp: {etp} needs a MoE model; {s.model.name} is dense (etp = tp, {tp})"
             )
         return
     degree = expert_tp_of(tp, etp, framework, ep)

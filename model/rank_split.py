@@ -13,10 +13,21 @@ over its chunks (:func:`chunks_of_ranks`; the per-stage search's own split,
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from trainplan.model.errors import LayoutError
 from trainplan.model.split import chunk_ranks, default_chunk_sizes
 
-__all__ = ["rank_sums", "chunks_of_ranks", "chunks_of_rank_counts"]
+if TYPE_CHECKING:
+    from trainplan.model.estimate import Estimate
+
+__all__ = [
+    "rank_sums",
+    "chunks_of_ranks",
+    "chunks_of_rank_counts",
+    "chunk_layers_of",
+    "stage_layers_of",
+]
 
 
 def rank_sums(
@@ -89,3 +100,26 @@ def chunks_of_rank_counts(
     if default is not None and rank_sums(default, pp, v, schedule) == tuple(rank_layers):
         return default
     return chunks_of_ranks(rank_layers, v, schedule)
+
+
+def chunk_layers_of(est: Estimate) -> list[int] | None:
+    """Transformer layers of each model chunk of ``est``'s layout in model order (pp·v of them:
+    its ``stage_layers`` or the default split, :func:`model.split.default_chunk_sizes`); None
+    for a size-only model."""
+    lay, arch = est.layout, est.model.arch
+    if lay.stage_layers is not None:
+        return list(lay.stage_layers)
+    if arch is None:
+        return None
+    return list(default_chunk_sizes(arch.num_layers, lay.pp, lay.virtual_stages, lay.split_rule))
+
+
+def stage_layers_of(est: Estimate) -> list[int]:
+    """Decoder layers on each pipeline rank of ``est`` (JSON ``layout.stage_layers``: what
+    ``--stage-layers`` takes back, :attr:`model.layout.Layout.stage_layers`), the MTP blocks
+    apart: its chunks' :func:`rank_sums`; a size-only model's stages as counted
+    (:attr:`model.terms.peak.StageMemory.num_layers`)."""
+    chunks, lay = chunk_layers_of(est), est.layout
+    if chunks is None:
+        return [s.num_layers for s in est.stages]
+    return list(rank_sums(chunks, lay.pp, lay.virtual_stages, lay.schedule))

@@ -373,27 +373,16 @@ def as_json_number(value: Fraction | int | float) -> int | float:
 
 
 def shown_number(value: object) -> str:
-    """A number as every refusal echoes it: a whole value (a whole :class:`Fraction`, an
-    ``int``, a ``float`` with nothing after the point) as an integer with its thousands grouped
-    (``4,000,000``, as :func:`check_limit` writes limits), another as its float's shortest form
-    (``Fraction(3, 2)`` → ``1.5``; a float read from ``1e3`` is ``1,000``, never ``1000.0``);
-    text (what the user typed) as ``str``.
+    """A number as refusals echo it: whole, thousands grouped (``1e3``: ``1,000``); else shortest.
 
-    >>> shown_number(Fraction(3, 2)), shown_number(Fraction(-7_000_000_000)), shown_number("x")
-    ('1.5', '-7,000,000,000', 'x')
-    >>> shown_number(1000.0), shown_number(4e6), shown_number(0.0625), shown_number(True)
-    ('1,000', '4,000,000', '0.0625', 'True')
+    >>> shown_number(Fraction(3, 2)), shown_number(Fraction(-7 * 10**9)), shown_number(1e3), shown_number("x")
+    ('1.5', '-7,000,000,000', '1,000', 'x')
     """
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, float) and value.is_integer():
-        return f"{int(value):,}"
-    if isinstance(value, (int, Fraction)):
-        whole = value.denominator == 1 if isinstance(value, Fraction) else True
-        return f"{int(value):,}" if whole else f"{float(value):g}"
-    if isinstance(value, float):
+    if isinstance(value, float) and not value.is_integer():
         return repr(value)
-    return str(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float, Fraction)):
+        return str(value)
+    return f"{int(value):,}" if value == int(value) else f"{float(value):g}"
 
 
 def closest_names(name: str, names: list[str]) -> str:

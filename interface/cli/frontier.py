@@ -98,8 +98,8 @@ FRONTIER_OPTIONS: list[Decorator] = [
         type=COUNT,
         default=None,
         help="With --per-stage: run at most this many per-stage searches, each to its proof "
-        f"(default {PER_STAGE_FRONTIER_SEARCHES}); a count, not a time, so every machine "
-        "finds the same points.",
+        f"(default against memory {PER_STAGE_FRONTIER_SEARCHES}; against gpus or price every "
+        "job); a count, not a time, so every machine finds the same points.",
     ),
 ]
 

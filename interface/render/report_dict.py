@@ -26,8 +26,7 @@ from trainplan.model.op_rates import params_in_force
 from trainplan.model.op_time import tp_overlap_for, tp_overlap_run
 from trainplan.model.phases import construction_peak_bytes
 from trainplan.model.precision import Precision
-from trainplan.model.rank_split import rank_sums
-from trainplan.model.split import default_chunk_sizes
+from trainplan.model.rank_split import chunk_layers_of, stage_layers_of
 from trainplan.model.terms.peak import fit_bytes, reserved_over_capacity
 from trainplan.model.terms.step import uses_roofline
 from trainplan.model.units import as_json_number
@@ -38,7 +37,6 @@ __all__ = [
     "mfu_with_attention",
     "hfu_with_attention",
     "bound_notes",
-    "stage_layers_of",
 ]
 
 
@@ -394,7 +392,7 @@ def _layout(est: Estimate) -> dict[str, Any]:
         "gradient_bytes": t.gradient_bytes,
         "optimizer_bytes_per_param": t.optimizer_bytes,
         "stage_layers": stage_layers_of(est),
-        "chunk_layers": _chunk_layers(est),
+        "chunk_layers": chunk_layers_of(est),
         "rank_order": "-".join(lay.rank_order),
         "offload_activations": list(t.offload.activations),
         **_where(modules, "recompute_modules", list(t.recompute_modules)),
@@ -473,27 +471,6 @@ def _time(est: Estimate) -> dict[str, Any]:
         **_efficiencies(est),
     }
     return {**out, "step_terms": step_terms(out)}
-
-
-def stage_layers_of(est: Estimate) -> list[int]:
-    """Decoder layers on each pipeline rank (``layout.stage_layers``: what ``--stage-layers``
-    takes back, :attr:`model.layout.Layout.stage_layers`), the MTP block apart: its chunks'
-    sums (:func:`model.rank_split.rank_sums`); a size-only model's stages as counted."""
-    chunks, lay = _chunk_layers(est), est.layout
-    if chunks is None:
-        return [s.num_layers for s in est.stages]
-    return list(rank_sums(chunks, lay.pp, lay.virtual_stages, lay.schedule))
-
-
-def _chunk_layers(est: Estimate) -> list[int] | None:
-    """Transformer layers of each model chunk in model order (pp·v of them); None for a
-    size-only model."""
-    lay, arch = est.layout, est.model.arch
-    if lay.stage_layers is not None:
-        return list(lay.stage_layers)
-    if arch is None:
-        return None
-    return list(default_chunk_sizes(arch.num_layers, lay.pp, lay.virtual_stages, lay.split_rule))
 
 
 def _documents(t: Any) -> list[list[Any]] | None:

@@ -68,7 +68,7 @@ def test_a_dense_models_etp_as_printed_is_accepted_back(client):
     plain, given = client.get(q).json(), client.get(f"{q}&etp=4").json()
     assert given["time"]["step_s"] == plain["time"]["step_s"] and given["layout"]["etp"] == 4
     err = client.get(f"{q}&etp=2").json()["error"]
-    assert "etp: 2 needs a MoE model; llama3-70b is dense (its etp is tp, 4" in err
+    assert "etp: 2 needs a MoE model; llama3-70b is dense (etp = tp, 4)" in err
 
 
 @pytest.mark.slow
