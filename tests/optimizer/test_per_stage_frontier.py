@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import strategies as hst
 
 from tests.archs import llama_like
 from tests.optimizer.test_per_stage import oracle_at, tiny_case
@@ -384,7 +384,7 @@ def test_a_point_of_a_search_cut_short_says_it_is_not_proven(monkeypatch):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.integers(1, 40), st.integers(1, 40)), max_size=30))
+@given(hst.lists(hst.tuples(hst.integers(1, 40), hst.integers(1, 40)), max_size=30))
 def test_no_kept_point_is_dominated_by_another(pairs):
     """Property of the frontier's one filter (optimizer.per_stage_frontier.non_dominated): no
     point it keeps is dominated by another point given (at most its value and faster, or as
