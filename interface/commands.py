@@ -17,6 +17,12 @@ from fractions import Fraction
 from typing import Any
 
 from trainplan.interface.inputs import build_case
+from trainplan.interface.per_stage_frontier_command import (
+    PER_STAGE_FRONTIER_SEARCHES,
+    check_searches_apply,
+    per_stage_frontier_json,
+    per_stage_proof,
+)
 from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.interface.requests import (
     PER_STAGE_SHAPES,
@@ -26,11 +32,9 @@ from trainplan.interface.requests import (
     per_stage_shapes,
 )
 from trainplan.interface.search_commands import (
-    PER_STAGE_FRONTIER_TIME_LIMIT_S,
     SearchRun,
     frontier_json,
     infeasible_json,
-    per_stage_frontier_json,
     per_stage_json,
     search_json,
     search_problem,
@@ -68,7 +72,9 @@ __all__ = [
     "per_stage_shapes",
     "per_stage_json",
     "time_limit_note",
-    "PER_STAGE_FRONTIER_TIME_LIMIT_S",
+    "PER_STAGE_FRONTIER_SEARCHES",
+    "check_searches_apply",
+    "per_stage_proof",
 ]
 
 

@@ -301,6 +301,11 @@ def _layout(params: Mapping[str, Any], model: ModelSpec, used: dict[str, Any]) -
             layout_args[k] = count_of(params, k)
     if "dp" not in layout_args and "num_gpus" in params:
         layout_args["dp"] = _dp_from_gpus(params, layout_args)
+    dense = model.arch is not None and model.arch.moe is None
+    if dense and layout_args.get("etp") == layout_args.get("tp", 1):
+        # a dense model's etp is its tp (the JSON's layout.etp, report_dict._etp): given back,
+        # it says nothing; any other etp is refused (model.legality)
+        del layout_args["etp"]
     if any(k in params for k in MEGATRON_SPLIT_KEYS):
         layout_args["stage_layers"] = _megatron_split(params, model, layout_args)
     layout_args["framework"] = parse_framework(params.get("framework", DEFAULT_FRAMEWORK))

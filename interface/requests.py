@@ -21,6 +21,8 @@ from typing import Any
 from trainplan.interface.scenario_file import CLUSTER_KEYS, SPACE_KEYS, load_scenario
 from trainplan.interface.scenario_keys import merge, table_of
 from trainplan.model.errors import InputError
+from trainplan.model.units import parse_number
+from trainplan.optimizer.problem import Constraints
 
 __all__ = [
     "EvaluateRequest",
@@ -218,13 +220,35 @@ def search_request(
     flag = options.get("per_stage")
     per_stage = bool(flag if flag is not None else file_values.get("per_stage"))
     limit = options.get("time_limit")
-    return merged_request(
+    request = merged_request(
         file_values,
         given,
         per_stage=per_stage,
         per_stage_shapes=per_stage_shapes(per_stage, options.get("per_stage_shapes")),
         time_limit=None if limit is None else float(limit),
         workers=int(options.get("workers") or 2),
+    )
+    constraints_of(request.constraints)  # refused now, before any table or solver is loaded
+    return request
+
+
+def constraints_of(values: Mapping[str, Any]) -> Constraints:
+    """The search's :class:`~optimizer.problem.Constraints` of a request's ``[constraints]``
+    table (numbers as :func:`model.units.parse_number` reads them: ``1e3``, ``4,000,000``).
+
+    Raises
+    ------
+    InputError
+        A value that is not a number; headroom outside [0, 1) or min_mfu outside (0, 1]
+        (:class:`~optimizer.problem.Constraints`, the value echoed as
+        :func:`model.units.shown_number` writes it).
+    """
+    mfu = values.get("min_mfu")
+    return Constraints(
+        headroom=float(parse_number(values.get("headroom") or 0, "headroom")),
+        min_mfu=None if mfu is None else float(parse_number(mfu, "min_mfu")),
+        tp_in_nvlink=bool(values.get("tp_in_nvlink")),
+        allocator_retries_ok=bool(values.get("allocator_retries_ok")),
     )
 
 

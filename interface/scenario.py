@@ -62,7 +62,7 @@ from trainplan.interface.inputs import (
     build_case,
     parse_framework,
 )
-from trainplan.interface.requests import SearchRequest, merged_request
+from trainplan.interface.requests import SearchRequest, constraints_of, merged_request
 from trainplan.interface.scenario_file import (
     CLUSTER_KEYS,
     CONSTRAINT_KEYS,
@@ -89,8 +89,8 @@ from trainplan.model.model_spec import ModelSpec
 from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.pipeline import Schedule, check_virtual_stages
 from trainplan.model.schedule_support import SCHEDULE_SUPPORT, check_schedule_framework
-from trainplan.model.units import parse_count, parse_counts, parse_number
-from trainplan.optimizer.problem import Constraints, Job, Objective, Problem, gpu_counts
+from trainplan.model.units import parse_count, parse_counts
+from trainplan.optimizer.problem import Job, Objective, Problem, gpu_counts
 from trainplan.optimizer.space import (
     DEFAULT_RANK_ORDER,
     SearchSpace,
@@ -287,6 +287,7 @@ def problem_of(request: SearchRequest) -> Problem:
         A value its rule refuses (one line), an unknown model or GPU.
     """
     d, space_d, cons_d = request.values, request.space, request.constraints
+    constraints = constraints_of(cons_d)  # bad constraints refused before any case is built
     if d.get("gpus") is None:
         raise InputError(
             "gpus: give --gpus N (a count, or a range 1024..16384; repeat it for several)"
@@ -326,12 +327,6 @@ def problem_of(request: SearchRequest) -> Problem:
         jobs += _jobs(case, d, count, name, prices[name])
     tokens = parse_count(d["tokens"], "tokens") if d.get("tokens") is not None else None
     opts.check_applies(objective, d.get("tokens"), space_d, jobs)
-    constraints = Constraints(
-        headroom=float(cons_d.get("headroom") or 0),
-        min_mfu=_opt_float(cons_d.get("min_mfu")),
-        tp_in_nvlink=bool(cons_d.get("tp_in_nvlink")),
-        allocator_retries_ok=bool(cons_d.get("allocator_retries_ok")),
-    )
     return Problem(
         jobs=tuple(jobs), space=space, constraints=constraints, objective=objective, tokens=tokens
     )
@@ -439,10 +434,6 @@ def _calibrated(path: Any, accelerators: list[str | DeviceSpec]) -> set[str | De
             "or leave --calibration out"
         )
     return {gpu for gpu, name in names.items() if name == fitted_on}
-
-
-def _opt_float(value: Any) -> float | None:
-    return None if value is None else float(parse_number(value, "min_mfu"))
 
 
 def _with_batch(case, batch: int):

@@ -19,6 +19,7 @@ from trainplan.interface.search_notes import (
     with_unused,
 )
 from trainplan.model.errors import InfeasibleError
+from trainplan.model.rank_split import stage_layers_of
 
 __all__ = [
     "infeasible_json",
@@ -27,9 +28,8 @@ __all__ = [
     "search_json",
     "frontier_json",
     "per_stage_json",
-    "per_stage_frontier_json",
     "SearchRun",
-    "PER_STAGE_FRONTIER_TIME_LIMIT_S",
+    "per_stage_request",
 ]
 
 
@@ -49,7 +49,7 @@ def search_problem(request: SearchRequest | Mapping[str, Any], objective: str | 
     return problem_of(search_request(request, objective))
 
 
-def _per_stage_request(request: SearchRequest | Mapping[str, Any]) -> SearchRequest:
+def per_stage_request(request: SearchRequest | Mapping[str, Any]) -> SearchRequest:
     """The request of a per-stage command: its options with the per-stage search asked for
     (unless the request or its ``--set`` already says so)."""
     if isinstance(request, SearchRequest):
@@ -234,7 +234,7 @@ def per_stage_json(kw: SearchRequest | Mapping[str, Any]) -> SearchRun:
     """
     from trainplan.optimizer.per_stage import per_stage_search
 
-    request = _per_stage_request(kw)
+    request = per_stage_request(kw)
     problem = search_problem(request)
     result = per_stage_search(
         problem, request.per_stage_shapes, request.time_limit, request.workers
@@ -248,7 +248,7 @@ def per_stage_json(kw: SearchRequest | Mapping[str, Any]) -> SearchRun:
     d["per_stage"] = {
         "status": result.status,
         "job": result.job.label,
-        "stage_layers": [s.num_layers for s in plan.stages],
+        "stage_layers": stage_layers_of(plan),
         "recompute_layers": list(counts),
         "step_s": result.plan_ns / 1e9,
         "uniform": {
@@ -402,92 +402,3 @@ def frontier_json(
     fastest = in_units(result.points[0].objective)[1]
     out["settings_cost"] = settings_json(request, problem, fastest, started, on_tables, web)
     return SearchRun(out, str(problem.objective), len(problem.jobs))
-
-
-PER_STAGE_FRONTIER_TIME_LIMIT_S = 120.0
-"""Seconds ``frontier --per-stage`` runs when no ``--time-limit`` is given: its per-stage
-searches are one CP-SAT search per point (Mixtral 8x7B on 64 GPUs ran about five minutes);
-past it the answer is the points found, status ``feasible``, and the answer says the limit."""
-
-
-def per_stage_frontier_json(
-    kw: SearchRequest | Mapping[str, Any],
-    against: str = "memory",
-    progress: Callable[[int, int], None] | None = None,
-) -> SearchRun:
-    """The per-stage frontier (``trainplan frontier --per-stage --json``): ``status``
-    (``optimal``: every per-stage and uniform search it rests on proven, per-stage over the
-    ``shapes`` fastest shapes each), ``against``, ``per_stage`` (true), ``searches``,
-    ``seconds`` and ``points``, step time ascending (as the uniform frontier), one CSV row each:
-    :func:`interface.render.report.frontier_row`'s fields (``objective_s`` the step time,
-    ``peak_bytes_ceil`` the memory axis) plus ``plan`` (``uniform`` or ``per-stage``),
-    ``stage_layers`` and ``recompute_layers`` (per stage; null for a uniform plan),
-    ``chunk_layers`` (per model chunk in model order, what ``--stage-layers`` takes; the same as
-    ``stage_layers`` when v = 1),
-    ``uniform_step_s`` (the best uniform layout meeting the same axis value; null when none
-    fits), ``gain`` (uniform ÷ this step time) and ``price_per_hour`` when priced
-    (:func:`optimizer.per_stage_frontier.per_stage_frontier`); ``time_limit_s`` the limit it
-    ran under (:data:`PER_STAGE_FRONTIER_TIME_LIMIT_S` unless ``time_limit`` is given) and
-    ``time_limit_default`` whether it was that default. ``progress(searches, points)`` after
-    each per-stage search.
-
-    Raises
-    ------
-    PlannerError
-        Bad input (one line): an axis that needs what was not given, an objective other than
-        step time, a model the per-stage search does not model.
-    InfeasibleError
-        Nothing fits, uniform or per stage.
-    """
-    from trainplan.optimizer.per_stage import peak_bytes
-    from trainplan.optimizer.per_stage_frontier import per_stage_frontier
-
-    request = _per_stage_request(kw)
-    problem = search_problem(request)
-    given = request.time_limit
-    limit = PER_STAGE_FRONTIER_TIME_LIMIT_S if given is None else given
-    result = per_stage_frontier(
-        problem, against, request.per_stage_shapes, limit, request.workers, progress=progress
-    )
-    retries_ok = problem.constraints.allocator_retries_ok
-    rows = [_frontier_point(p, against, peak_bytes, retries_ok) for p in result.points]
-    out = {
-        "status": result.status,
-        "against": against,
-        "per_stage": True,
-        "searches": result.searches,
-        "seconds": result.seconds,
-        "time_limit_s": limit,
-        "time_limit_default": given is None,
-        "points": rows,
-    }
-    return SearchRun(out, str(problem.objective), len(problem.jobs))
-
-
-def _frontier_point(
-    p: Any, against: str, peak_bytes: Callable[[Any], int], retries_ok: bool
-) -> dict[str, Any]:
-    """One point of the per-stage frontier as its CSV row (:func:`per_stage_frontier_json`;
-    ``fit_bytes`` by the search's memory rule, ``retries_ok`` its allocator_retries_ok)."""
-    from trainplan.interface.render.report import frontier_row
-    from trainplan.interface.render.report_dict import fit_figure
-
-    lay = p.estimate.layout
-    per_stage = p.kind == "per-stage"
-    peak = p.value if against == "memory" else peak_bytes(p.estimate)
-    d = estimate_to_dict(p.estimate)
-    d["memory"]["fit_bytes"] = fit_figure(p.estimate, retries_ok)
-    row = frontier_row(d, p.job.label, ("objective_s", p.step_ns / 1e9), peak)
-    if p.job.gpu_hour_price is not None:
-        row["price_per_hour"] = p.job.num_gpus * p.job.gpu_hour_price
-    row.update(
-        {
-            "plan": p.kind,
-            "stage_layers": [s.num_layers for s in p.estimate.stages] if per_stage else None,
-            "chunk_layers": list(lay.stage_layers or ()) if per_stage else None,
-            "recompute_layers": list(lay.recompute_layers or ()) if per_stage else None,
-            "uniform_step_s": None if p.uniform_ns is None else p.uniform_ns / 1e9,
-            "gain": p.gain,
-        }
-    )
-    return row

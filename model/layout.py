@@ -23,8 +23,9 @@ from trainplan.model.legality import Setting, check_rules
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.pipeline import LAYOUT_CHUNKS, Schedule
+from trainplan.model.rank_split import chunks_of_rank_counts
 from trainplan.model.specs import TrainingSpec
-from trainplan.model.split import chunk_sizes_from_ranks, split_rule_of
+from trainplan.model.split import split_rule_of
 from trainplan.model.units import check_limit
 
 __all__ = [
@@ -117,7 +118,11 @@ class Layout:
     """Allow pp·v not dividing L (ends get fewer layers); False makes that an error."""
     stage_layers: tuple[int, ...] | None = None
     """Transformer layers of each model chunk in model order (pp·v counts; or pp counts, one per
-    stage, each divided evenly over its v chunks), summing to L; None = the default split
+    stage — the decoder layers each rank holds, as ``evaluate`` and the search print
+    ``layout.stage_layers``, the MTP block apart — cut into chunks by
+    :func:`model.rank_split.chunks_of_rank_counts`: the default split's chunks when its
+    per-rank sums are these, else each rank's layers as evenly as they go), summing to L;
+    None = the default split
     (:mod:`model.split`). Zeros are allowed (Megatron-Core's custom pipeline layouts; an
     embedding-only first or loss-only last stage). Stored per chunk. As text, the counts with
     ``,`` or ``;`` between them (``7,8,8,7``: always a list here, never one number)."""
@@ -205,8 +210,9 @@ class Layout:
         chunks = self.pp * self.virtual_stages
         if any(n < 0 for n in sizes):
             raise LayoutError(f"stage_layers: {counts!r} must be whole numbers >= 0")
-        if len(sizes) == self.pp and chunks != self.pp:
-            return chunk_sizes_from_ranks(sizes, self.virtual_stages)
+        if len(sizes) == self.pp and chunks != self.pp:  # per rank, as evaluate prints them
+            v, rule = self.virtual_stages, self.split_rule
+            return chunks_of_rank_counts(sizes, v, self.schedule, rule)
         if len(sizes) != chunks:
             raise LayoutError(
                 f"stage_layers: {len(sizes)} counts for pp {self.pp} × virtual_stages "

@@ -272,7 +272,9 @@ def _heads(s: Setting, tp: int, ep: int, etp: int | None, framework: Any) -> Non
     check_expert_parallel(ep, s.model)
     if arch.moe is None:
         if etp is not None:
-            raise LayoutError(f"etp: {etp} needs a MoE model; {s.model.name} is dense")
+            raise LayoutError(
+                f"etp: {etp} needs a MoE model; {s.model.name} is dense (etp = tp, {tp})"
+            )
         return
     degree = expert_tp_of(tp, etp, framework, ep)
     axis = "tp" if etp is None else "etp"

@@ -135,6 +135,8 @@ def parse_number(
     if isinstance(text, float):
         text = repr(text)  # inf and nan fail the pattern below
     raw = str(text).strip()
+    if not raw:  # as a list parameter's empty value (list_items): one refusal for both
+        raise InputError(f"{name}: {shown_text(text)} is empty; give a value")
     s = _without_separators(raw, name)
     s = re.sub(r"(?i)e\s+(\d)", r"e+\1", s)  # "4e 6": the '+' of a URL read back as a space
     scale = 1
@@ -269,15 +271,16 @@ def as_json_number(value: Fraction | int | float) -> int | float:
 
 
 def shown_number(value: object) -> str:
-    """A number as a user would write it, for error lines: a whole :class:`Fraction` as an
-    integer, another as its float (``Fraction(3, 2)`` → ``1.5``); anything else as ``str``.
+    """A number as refusals echo it: whole, thousands grouped (``1e3``: ``1,000``); else shortest.
 
-    >>> shown_number(Fraction(3, 2)), shown_number(Fraction(-7_000_000_000)), shown_number("x")
-    ('1.5', '-7000000000', 'x')
+    >>> shown_number(Fraction(3, 2)), shown_number(Fraction(-7 * 10**9)), shown_number(1e3), shown_number("x")
+    ('1.5', '-7,000,000,000', '1,000', 'x')
     """
-    if isinstance(value, Fraction):
-        return str(value.numerator) if value.denominator == 1 else f"{float(value):g}"
-    return str(value)
+    if isinstance(value, float) and not value.is_integer():
+        return repr(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float, Fraction)):
+        return str(value)
+    return f"{int(value):,}" if value == int(value) else f"{float(value):g}"
 
 
 def closest_names(name: str, names: list[str]) -> str:

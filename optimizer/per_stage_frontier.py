@@ -14,6 +14,14 @@ peak bytes per GPU, GPU count, or cluster price per hour, the axes of
 
 Every plan is one :func:`optimizer.per_stage.per_stage_search` (re-evaluated with
 ``evaluate()`` there); the points kept are the non-dominated ones.
+
+Two budgets end a frontier before its last point. ``max_searches`` counts per-stage searches,
+each run to its proof: the points are then the same on every machine, loaded or not (each
+search's CP-SAT solves run with the one rule of :func:`optimizer.solver.solve`: a fixed seed, a
+fixed number of workers, no wall-clock limit unless one is asked for, so a proven optimum does
+not depend on the machine's load). ``time_limit_s`` is wall-clock: a search it cuts keeps its
+best so far, which another run, on a machine more or less busy, may not find; such a point says
+so (:attr:`FrontierPoint.proven`).
 """
 
 from __future__ import annotations
@@ -38,6 +46,9 @@ from trainplan.optimizer.stage_solve import step_ns
 
 __all__ = [
     "FrontierPoint",
+    "Budget",
+    "FrontierRun",
+    "non_dominated",
     "PerStageFrontier",
     "per_stage_frontier",
     "memory_frontier",
@@ -70,6 +81,10 @@ class FrontierPoint:
     most ``value`` GPUs or cents per hour): the uniform frontier there; None when none fits."""
     uniform_ns: int | None
     """Its step time, whole ns."""
+    proven: bool = True
+    """Whether the searches behind this point were proven (the per-stage search over the shapes
+    it takes, and the uniform one); False when a wall-clock ``time_limit_s`` cut them, so that
+    another run may find a faster plan at this value."""
 
     @property
     def gain(self) -> float | None:
@@ -88,12 +103,16 @@ class PerStageFrontier:
     frontier's."""
     status: str
     """``optimal`` when every per-stage search and uniform search it rests on was proven
-    (per-stage: over the base layouts each searched); ``feasible`` (time limit: the best so
-    far)."""
+    (per-stage: over the base layouts each searched) and the frontier ran to its end;
+    ``feasible`` when a budget ended it first (:attr:`stopped`) or a point is not proven."""
     searches: int
     """Per-stage searches run (one per job, or one per ε)."""
     seconds: float
     """Wall time, tables included."""
+    stopped: str | None = None
+    """What ended the frontier before its last point: ``searches`` (``max_searches``, the same
+    points on every machine), ``time`` (``time_limit_s``, wall-clock), or None (it ran to the
+    end: nothing fits below the last point, or ``max_points``)."""
 
 
 def axis_value(against: str, result: PerStageResult) -> int:
@@ -107,23 +126,34 @@ def axis_value(against: str, result: PerStageResult) -> int:
     return result.uniform.peak_bytes
 
 
-def _frontier(
-    against: str, points: list[FrontierPoint], proven: bool, searches: int, t0: float
-) -> PerStageFrontier:
-    """The result: the non-dominated ``points``, proven or not, with the searches run and the
-    seconds since ``t0`` (:func:`time.perf_counter`)."""
+def _frontier(against: str, run: FrontierRun, t0: float) -> PerStageFrontier:
+    """The result: the non-dominated points of ``run``, proven or not, with the searches run,
+    the seconds since ``t0`` (:func:`time.perf_counter`) and what stopped it."""
+    proven = run.proven and run.stopped is None
     return PerStageFrontier(
         against,
-        _non_dominated(points),
+        non_dominated(run.points),
         "optimal" if proven else "feasible",
-        searches,
+        run.searches,
         time.perf_counter() - t0,
+        run.stopped,
     )
 
 
-def _non_dominated(points: list[FrontierPoint]) -> tuple[FrontierPoint, ...]:
-    """Each point strictly faster than every point of lesser or equal value; step time
-    ascending."""
+def non_dominated(points: list[FrontierPoint]) -> tuple[FrontierPoint, ...]:
+    """The points no other point dominates (another with at most its value and less step time,
+    or the same step time and less value), step time ascending: each kept point is strictly
+    faster than every point of lesser or equal value. The one place the frontier's points are
+    filtered: what :func:`per_stage_frontier` returns, the CLI prints and the page shows.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace as P
+    >>> pts = [P(step_ns=263_446, value=81_56), P(step_ns=274_094, value=81_35),
+    ...        P(step_ns=263_454, value=79_45), P(step_ns=263_454, value=80_00)]
+    >>> [(p.step_ns, p.value) for p in non_dominated(pts)]
+    [(263446, 8156), (263454, 7945)]
+    """
     out: list[FrontierPoint] = []
     for p in sorted(points, key=lambda p: (p.value, p.step_ns)):
         if not out or p.step_ns < out[-1].step_ns:  # equal values: the fastest came first
@@ -139,6 +169,7 @@ def per_stage_frontier(
     workers: int = 2,
     max_points: int = 64,
     progress: Callable[[int, int], None] | None = None,
+    max_searches: int | None = None,
 ) -> PerStageFrontier:
     """The Pareto frontier of step time against ``against`` where every point is the better of
     the best uniform layout and the best per-stage plan meeting that value (module docstring).
@@ -146,7 +177,9 @@ def per_stage_frontier(
     (:func:`optimizer.stage_bases.ranked_bases`). ``time_limit_s`` bounds the whole frontier
     (then status ``feasible``, the points found so far). ``progress(searches, points)`` is
     called after each point's searches (each ε of the memory axis, each value of the GPU or
-    price axis) with the searches run and the frontier's points so far.
+    price axis) with the searches run and the frontier's points so far. ``max_searches``: at
+    most this many per-stage searches (each to its proof; then status ``feasible``, stopped
+    ``searches``, the points the same on every machine); None: no cap.
 
     Raises
     ------
@@ -161,16 +194,44 @@ def per_stage_frontier(
     problem.check_frontier_axis(against)
     check_objective(problem)
     t0 = time.perf_counter()
-    deadline = None if time_limit_s is None else t0 + time_limit_s
+    budget = Budget(None if time_limit_s is None else t0 + time_limit_s, max_searches)
     if against == "memory":
-        points, proven, searches = memory_frontier(
-            problem, top_shapes, time_limit_s, workers, max_points, progress, deadline
+        run = memory_frontier(
+            problem, top_shapes, time_limit_s, workers, max_points, progress, budget
         )
     else:
-        points, proven, searches = job_frontier(
-            problem, against, top_shapes, workers, max_points, progress, deadline
-        )
-    return _frontier(against, points, proven, searches, t0)
+        run = job_frontier(problem, against, top_shapes, workers, max_points, progress, budget)
+    return _frontier(against, run, t0)
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """What may end a frontier before its last point (module docstring)."""
+
+    deadline: float | None
+    """Wall-clock end, :func:`time.perf_counter` seconds (None: none)."""
+    max_searches: int | None
+    """Per-stage searches at most (None: no cap): the deterministic budget."""
+
+    def spent(self, searches: int) -> str | None:
+        """``searches`` or ``time`` when that budget is spent after ``searches`` searches,
+        else None."""
+        if self.max_searches is not None and searches >= self.max_searches:
+            return "searches"
+        rest = time_left(self.deadline)
+        return "time" if rest is not None and rest <= 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class FrontierRun:
+    """What :func:`memory_frontier` or :func:`job_frontier` leaves."""
+
+    points: list[FrontierPoint]
+    proven: bool
+    """Whether every search run was proven."""
+    searches: int
+    stopped: str | None
+    """:attr:`PerStageFrontier.stopped`."""
 
 
 def time_left(deadline: float | None) -> float | None:
@@ -185,12 +246,12 @@ def memory_frontier(
     workers: int,
     max_points: int,
     progress: Callable[[int, int], None] | None,
-    deadline: float | None,
-) -> tuple[list[FrontierPoint], bool, int]:
-    """(points, proven, searches) of :func:`per_stage_frontier` against memory: the ε-constraint
-    method, each per-stage search within ε bytes per GPU (one less than the last point's
-    value) over the uniform tables prepared once, until nothing fits, ``max_points`` points or
-    ``deadline``.
+    budget: Budget,
+) -> FrontierRun:
+    """The run of :func:`per_stage_frontier` against memory: the ε-constraint method, each
+    per-stage search within ε bytes per GPU (one less than the last point's value) over the
+    uniform tables prepared once, until nothing fits, ``max_points`` points or the ``budget``
+    is spent.
 
     Raises
     ------
@@ -201,13 +262,13 @@ def memory_frontier(
     prepared = prepare(problem, time_limit_s=time_limit_s)
     proven, searches = prepared[0].complete, 0  # tables cut short by a time limit prove nothing
     eps: int | None = None
-    while len(_non_dominated(points)) < max_points:
-        rest = time_left(deadline)
-        if rest is not None and rest <= 0:
-            return points, False, searches
+    while len(non_dominated(points)) < max_points:
+        stopped = budget.spent(searches)
+        if stopped is not None:
+            return FrontierRun(points, proven, searches, stopped)
         try:
             r = per_stage_search(
-                problem, top_shapes, rest, workers,
+                problem, top_shapes, time_left(budget.deadline), workers,
                 max_bytes=eps, without_uniform=True, prepared=prepared,
             )  # fmt: skip
         except InfeasibleError:
@@ -215,21 +276,22 @@ def memory_frontier(
                 raise
             break  # nothing needs at most ε bytes: the frontier ends
         searches += 1
-        proven &= r.status == "optimal"
+        sure = r.status == "optimal"
         value = axis_value("memory", r)
         uniform = r.uniform
         if uniform is not None and uniform.peak_bytes > value:
             # the uniform frontier at this point's own value, not at ε
             try:
-                at = uniform_within(problem, prepared, value, time_left(deadline), workers)
-                uniform, proven = at.best, proven and at.status == "optimal"
+                at = uniform_within(problem, prepared, value, time_left(budget.deadline), workers)
+                uniform, sure = at.best, sure and at.status == "optimal"
             except InfeasibleError:
                 uniform = None
-        points.append(_point(r, value, uniform))
+        proven &= sure
+        points.append(_point(r, value, uniform, sure and prepared[0].complete))
         if progress is not None:
-            progress(searches, len(_non_dominated(points)))
+            progress(searches, len(non_dominated(points)))
         eps = value - 1
-    return points, proven, searches
+    return FrontierRun(points, proven, searches, None)
 
 
 def job_frontier(
@@ -239,11 +301,11 @@ def job_frontier(
     workers: int,
     max_points: int,
     progress: Callable[[int, int], None] | None,
-    deadline: float | None,
-) -> tuple[list[FrontierPoint], bool, int]:
-    """(points, proven, searches) of :func:`per_stage_frontier` against GPUs or price: the jobs
-    by ascending value, each value's jobs searched by :func:`value_search` below the frontier's
-    fastest point so far; a value whose best is faster adds a point.
+    budget: Budget,
+) -> FrontierRun:
+    """The run of :func:`per_stage_frontier` against GPUs or price: the jobs by ascending value,
+    each value's jobs searched by :func:`value_search` below the frontier's fastest point so
+    far; a value whose best is faster adds a point.
 
     Raises
     ------
@@ -256,22 +318,27 @@ def job_frontier(
     best_ns: int | None = None  # the frontier so far: its fastest point
     best_uniform: tuple[int, Answer] | None = None  # the fastest uniform layout of the jobs so far
     nothing: InfeasibleError | None = None  # the last job's reason when none fits
+    stopped: str | None = None
     for value, group in itertools.groupby(jobs, key=lambda j: axis_value_of_job(against, j)):
         if len(points) >= max_points:
             break
-        g = value_search(problem, list(group), best_ns, best_uniform, top_shapes, workers, deadline)
+        g = value_search(
+            problem, list(group), best_ns, best_uniform, top_shapes, workers, budget, searches
+        )
         searches, proven = searches + g.searches, proven and g.proven
         best_uniform, nothing = g.best_uniform, g.nothing or nothing
         if g.found is not None:
-            points.append(_point(g.found, value, None if best_uniform is None else best_uniform[1]))
+            uniform = None if best_uniform is None else best_uniform[1]
+            points.append(_point(g.found, value, uniform, g.proven))
             best_ns = g.found.plan_ns
         if progress is not None:
-            progress(searches, len(_non_dominated(points)))
-        if g.stopped:
-            return points, False, searches
+            progress(searches, len(non_dominated(points)))
+        if g.stopped is not None:
+            stopped = g.stopped
+            break
     if not points and nothing is not None:
         raise nothing
-    return points, proven, searches
+    return FrontierRun(points, proven, searches, stopped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,8 +353,8 @@ class ValueSearch:
     proven: bool
     nothing: InfeasibleError | None
     """The last of these jobs' reason when none fits."""
-    stopped: bool
-    """The deadline came before every job was searched."""
+    stopped: str | None
+    """The budget spent before every job was searched (:meth:`Budget.spent`), else None."""
 
 
 def value_search(
@@ -297,28 +364,31 @@ def value_search(
     best_uniform: tuple[int, Answer] | None,
     top_shapes: int | None,
     workers: int,
-    deadline: float | None,
+    budget: Budget,
+    done: int = 0,
 ) -> ValueSearch:
     """One per-stage search per job of ``jobs`` (one axis value), each capped below the
     frontier's fastest point so far (``best_ns``) and the fastest plan of these jobs so far;
-    ``best_uniform`` (the fastest uniform layout of the jobs before) updated with theirs."""
+    ``best_uniform`` (the fastest uniform layout of the jobs before) updated with theirs.
+    ``done``: the frontier's searches before these (``budget``'s ``max_searches`` counts
+    them all)."""
     found: PerStageResult | None = None
     searches, proven, nothing = 0, True, None
     for job in jobs:
-        rest = time_left(deadline)
-        if rest is not None and rest <= 0:
-            return ValueSearch(found, best_uniform, searches, False, nothing, True)
+        stopped = budget.spent(done + searches)
+        if stopped is not None:
+            return ValueSearch(found, best_uniform, searches, False, nothing, stopped)
         caps = [best_ns] + ([] if found is None else [found.plan_ns])
         cap = min((c for c in caps if c is not None), default=None)
         searches += 1
         try:
             r = per_stage_search(
-                replace(problem, jobs=(job,)), top_shapes, rest, workers,
+                replace(problem, jobs=(job,)), top_shapes, time_left(budget.deadline), workers,
                 cap_ns=cap, without_uniform=True,
             )  # fmt: skip
         except InfeasibleError as err:
             nothing = err
-            proven = proven and not (deadline is not None and time.perf_counter() >= deadline)
+            proven = proven and budget.spent(0) != "time"
             continue
         proven &= r.status == "optimal"
         if r.uniform_ns is not None and (best_uniform is None or r.uniform_ns < best_uniform[0]):
@@ -326,7 +396,7 @@ def value_search(
             best_uniform = (r.uniform_ns, r.uniform)
         if cap is None or r.plan_ns < cap:
             found = r
-    return ValueSearch(found, best_uniform, searches, proven, nothing, False)
+    return ValueSearch(found, best_uniform, searches, proven, nothing, None)
 
 
 def axis_value_of_job(against: str, job: Job) -> int:
@@ -334,7 +404,7 @@ def axis_value_of_job(against: str, job: Job) -> int:
     return job.num_gpus if against == "gpus" else job.cents_per_hour
 
 
-def _point(r: PerStageResult, value: int, uniform: Answer | None) -> FrontierPoint:
+def _point(r: PerStageResult, value: int, uniform: Answer | None, proven: bool) -> FrontierPoint:
     uniform_ns = None if uniform is None else step_ns(uniform.estimate)
     kind = "per-stage" if r.per_stage else "uniform"
-    return FrontierPoint(kind, r.job, r.plan, r.plan_ns, value, uniform, uniform_ns)
+    return FrontierPoint(kind, r.job, r.plan, r.plan_ns, value, uniform, uniform_ns, proven)

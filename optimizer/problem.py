@@ -17,7 +17,7 @@ from trainplan.model.frameworks import ZERO_STAGES
 from trainplan.model.key_rules import SAC_SCALED_MM_FSDP2_ONLY, check_grad_stats_group
 from trainplan.model.layout import Recompute
 from trainplan.model.params import count_params
-from trainplan.model.units import parse_counts
+from trainplan.model.units import parse_counts, shown_number
 from trainplan.optimizer.case import Case
 from trainplan.optimizer.objectives import Objective
 from trainplan.optimizer.space import SearchSpace
@@ -102,9 +102,9 @@ class Constraints:
 
     def __post_init__(self) -> None:
         if not 0 <= self.headroom < 1:
-            raise InputError(f"headroom: {self.headroom} must be in [0, 1)")
+            raise InputError(f"headroom: {shown_number(self.headroom)} must be in [0, 1)")
         if self.min_mfu is not None and not 0 < self.min_mfu <= 1:
-            raise InputError(f"min_mfu: {self.min_mfu} must be in (0, 1]")
+            raise InputError(f"min_mfu: {shown_number(self.min_mfu)} must be in (0, 1]")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

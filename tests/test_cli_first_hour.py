@@ -354,7 +354,7 @@ def test_misspelled_names_and_bad_numbers_name_their_flag():
         "--document-length: 0 must be at least 1 token, its spread at least 0"
     )
     assert said["document long"].startswith(
-        "--document-length: mean 15000 plus spread 0 exceeds seq_len 8192"
+        "--document-length: mean 15,000 plus spread 0 exceeds seq_len 8192"
     )
 
 

@@ -397,7 +397,7 @@ def test_contradicting_options_are_named(runs):
 def test_an_oversubscription_no_fabric_has_is_refused(runs):
     line = refusal(runs["oversubscription"])
     assert line.startswith(
-        "--set oversubscription: 1000000 must be between 1 (non-blocking) and 255"
+        "--set oversubscription: 1,000,000 must be between 1 (non-blocking) and 255"
     )
     assert "Warning" not in runs["oversubscription"].stderr
 

@@ -329,7 +329,7 @@ CLICK_ERRORS = [
     ("micro-batch-zero", ["--model", "llama3-8b", "--micro-batch", "0"], ["--micro-batch", "0"]),
     ("global-batch-zero", ["--model", "llama3-8b", "--global-batch", "0"], ["--global-batch", "0"]),
     ("gpus-zero", ["--model", "llama3-8b", "--gpus", "0"], ["--gpus", "0"]),
-    ("params-negative", ["--params", "-70B"], ["params", "-70000000000"]),
+    ("params-negative", ["--params", "-70B"], ["params", "-70,000,000,000"]),
     ("params-not-a-number", ["--params", "70Q"], ["--params", "70Q"]),
     (
         "global-batch-not-a-number",

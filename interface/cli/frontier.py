@@ -22,7 +22,12 @@ from trainplan.interface.cli.search import (
     settings_note,
     table_progress,
 )
-from trainplan.interface.commands import frontier_json, per_stage_frontier_json
+from trainplan.interface.commands import (
+    PER_STAGE_FRONTIER_SEARCHES,
+    check_searches_apply,
+    frontier_json,
+    per_stage_frontier_json,
+)
 from trainplan.interface.render.frontier_text import frontier_text
 from trainplan.interface.render.report import write_csv
 from trainplan.interface.requests import search_request
@@ -87,6 +92,15 @@ FRONTIER_OPTIONS: list[Decorator] = [
         help="With --per-stage: each search takes only this many shapes per stage; default every "
         "shape.",
     ),
+    click.option(
+        "--per-stage-searches",
+        "per_stage_searches",
+        type=COUNT,
+        default=None,
+        help="With --per-stage: run at most this many per-stage searches, each to its proof "
+        f"(default against memory {PER_STAGE_FRONTIER_SEARCHES}; against gpus or price every "
+        "job); a count, not a time, so every machine finds the same points.",
+    ),
 ]
 
 
@@ -99,6 +113,7 @@ def frontier_cmd(
     png_path: str | None,
     per_stage: bool | None,
     per_stage_shapes: int | None,
+    per_stage_searches: int | None,
     **kw: Any,
 ) -> None:
     """The Pareto frontier of step time (or the objective) against memory per GPU, GPU count or price.
@@ -107,12 +122,13 @@ def frontier_cmd(
     """
     request = search_request({**kw, "per_stage": per_stage, "per_stage_shapes": per_stage_shapes})
     per_stage = request.per_stage
+    check_searches_apply(per_stage_searches, per_stage)
     tables = stop_between_tables(table_progress(as_json))
     try:
         if per_stage:
             with _frontier_progress(as_json) as progress:
                 run, stopped = interruptible(
-                    lambda: per_stage_frontier_json(request, against, progress)
+                    lambda: per_stage_frontier_json(request, against, progress, per_stage_searches)
                 )
         else:
             run, stopped = interruptible(lambda: frontier_json(request, against, tables))
@@ -153,15 +169,8 @@ def _headline(out: dict[str, Any], objective: str, against: str, per_stage: bool
             f"{out['candidates']:,} candidates ({out['status']}; tables "
             f"{out['tables_seconds']:.2f} s, CP-SAT {out['solve_seconds']:.2f} s)"
         )
-    proof = {
-        "optimal": "optimal over the shapes searched",
-        "feasible": "best found within the time limit, not proven",
-    }[out["status"]]
-    limit = f"time limit {out['time_limit_s']:g} s" + (
-        ", the default; --time-limit sets it" if out["time_limit_default"] else ""
-    )
     return (
         f"Pareto frontier, uniform or per stage: {objective} against {against}, "
-        f"{len(rows)} points ({proof}; {out['searches']} per-stage searches, "
-        f"{out['seconds']:.2f} s; {limit})"
+        f"{len(rows)} points ({out['proof']}; {out['searches']} per-stage searches, "
+        f"{out['seconds']:.2f} s)"
     )

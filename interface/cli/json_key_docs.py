@@ -14,6 +14,8 @@ KEY_DOCS: dict[str, str] = {
     "model.num_params": "Parameters, exact (the MTP modules included).",
     "model.num_active_params": "Parameters a token passes through (MoE: the routed experts it uses).",
     "model.padded_vocab_size": "Vocabulary rows after the framework's padding for tp.",
+    "model.mtp_layers": "Multi-token-prediction blocks after the last decoder layer (DeepSeek-V3: "
+    "1), on the output layer's stage; not in layout.stage_layers.",
     "model.source": "Where the model's dimensions come from.",
     "gpu": "The accelerator: name, memory, dense BF16 peak, source.",
     "gpu.name": "Accelerator name as in `trainplan gpus` (a file's `name` under `--gpu PATH.toml`).",
@@ -35,7 +37,8 @@ KEY_DOCS: dict[str, str] = {
     "layout.cp_kind": "How cp ranks exchange attention's inputs: ring, all-gather, ulysses, ulysses-kv-repeat, a2a+p2p.",
     "layout.cp_a2a": "Inner all-to-all degree of the a2a+p2p hybrid; null otherwise.",
     "layout.ep": "Expert-parallel degree (carved from dp·cp).",
-    "layout.etp": "Expert tensor-parallel degree (routed experts over etp·ep ranks); tp without routed experts.",
+    "layout.etp": "Expert tensor-parallel degree (routed experts over etp·ep ranks); tp without "
+    "routed experts (--etp takes it back: a dense model's etp = tp is accepted and means none).",
     "layout.framework": "Framework profile: megatron, deepspeed, fsdp2 or textbook.",
     "layout.zero_stage": "ZeRO stage under the framework's mechanism (0–3).",
     "layout.recompute": "Activation recomputation: none, selective, sqrt or full.",
@@ -64,8 +67,9 @@ KEY_DOCS: dict[str, str] = {
     "the framework's default: tensorwise under fsdp2, delayed elsewhere).",
     "layout.gradient_bytes": "Bytes per gradient element (2 bf16, 4 fp32).",
     "layout.optimizer_bytes_per_param": "Optimizer-state bytes per parameter (12: FP32 master + two moments).",
-    "layout.stage_layers": "Transformer layers per pipeline stage.",
-    "layout.chunk_layers": "Layers per model chunk in model order (what --stage-layers takes).",
+    "layout.stage_layers": "Decoder layers per pipeline stage, the MTP blocks apart "
+    "(--stage-layers takes them back).",
+    "layout.chunk_layers": "Layers per model chunk in model order (--stage-layers takes them too).",
     "layout.rank_order": "Rank order, inner to outer (Megatron-LM's default tp-cp-ep-dp-pp).",
     "layout.moe": "How the MoE layers route and dispatch (null for a dense model or the default dropless, balanced all-to-all).",
     "layout.moe.moe_capacity_factor": "Expert capacity factor C (tokens per expert E·C); null: dropless.",

@@ -66,7 +66,7 @@ def frontier_text(rows: list[dict[str, Any]], against: str, objective: str = "st
         }
         if "plan" in r:
             per_stage = r["stage_layers"] is not None
-            line["plan"] = r["plan"]
+            line["plan"] = r["plan"] + ("" if r.get("proven", True) else ", not proven")
             line["layers / recomputed per stage"] = (
                 "/".join(map(str, r["stage_layers"]))
                 + " / "

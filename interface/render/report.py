@@ -328,6 +328,15 @@ def _count(value: Any) -> str:
     return f"{value:,.4g}" if isinstance(value, float) else f"{value}"
 
 
+def _mtp_apart(d: dict[str, Any]) -> str:
+    """The pipeline line's word on the MTP blocks, which ``layers per stage`` (decoder layers,
+    what ``--stage-layers`` takes) leaves out: on the stage of the last chunk."""
+    mtp = d["model"].get("mtp_layers") or 0
+    if not mtp:
+        return ""
+    return f"; the MTP block{'s' if mtp > 1 else ''} ({mtp}) beside them with the output layer"
+
+
 def _pipeline_and_step(d: dict[str, Any]) -> list[str]:
     """The pipeline line (bubble, micro-batches in flight, layers per stage) and the step line
     (its terms, MFU and HFU)."""
@@ -340,7 +349,7 @@ def _pipeline_and_step(d: dict[str, Any]) -> list[str]:
             f"{_count(p['microbatches_in_flight'])} micro-batch"
             f"{'' if p['microbatches_in_flight'] == 1 else 'es'} in flight on the busiest stage; "
             "layers per stage "
-            f"{lay['stage_layers']} (stages counted from 0)"
+            f"{lay['stage_layers']} (stages counted from 0{_mtp_apart(d)})"
             if p["microbatches_in_flight"] is not None
             else "layers unknown (size-only model)"
         )

@@ -26,7 +26,7 @@ from trainplan.model.op_rates import params_in_force
 from trainplan.model.op_time import tp_overlap_for, tp_overlap_run
 from trainplan.model.phases import construction_peak_bytes
 from trainplan.model.precision import Precision
-from trainplan.model.split import default_chunk_sizes
+from trainplan.model.rank_split import chunk_layers_of, stage_layers_of
 from trainplan.model.terms.peak import fit_bytes, reserved_over_capacity
 from trainplan.model.terms.step import uses_roofline
 from trainplan.model.units import as_json_number
@@ -295,6 +295,7 @@ def estimate_to_dict(est: Estimate, per_stage: bool = False) -> dict[str, Any]:
             "num_params": est.num_params,
             "num_active_params": est.num_active_params,
             "padded_vocab_size": est.padded_vocab_size,
+            "mtp_layers": 0 if est.model.arch is None else est.model.arch.mtp_layers,
             "source": est.model.source,
         },
         "gpu": {
@@ -394,8 +395,8 @@ def _layout(est: Estimate) -> dict[str, Any]:
         "fp8_recipe": None if t.fp8_recipe is None else str(t.fp8_recipe),
         "gradient_bytes": t.gradient_bytes,
         "optimizer_bytes_per_param": t.optimizer_bytes,
-        "stage_layers": [s.num_layers for s in est.stages],
-        "chunk_layers": _chunk_layers(est),
+        "stage_layers": stage_layers_of(est),
+        "chunk_layers": chunk_layers_of(est),
         "rank_order": "-".join(lay.rank_order),
         "offload_activations": list(t.offload.activations),
         **_where(modules, "recompute_modules", list(t.recompute_modules)),
@@ -474,17 +475,6 @@ def _time(est: Estimate) -> dict[str, Any]:
         **_efficiencies(est),
     }
     return {**out, "step_terms": step_terms(out)}
-
-
-def _chunk_layers(est: Estimate) -> list[int] | None:
-    """Transformer layers of each model chunk in model order (pp·v of them); None for a
-    size-only model."""
-    lay, arch = est.layout, est.model.arch
-    if lay.stage_layers is not None:
-        return list(lay.stage_layers)
-    if arch is None:
-        return None
-    return list(default_chunk_sizes(arch.num_layers, lay.pp, lay.virtual_stages, lay.split_rule))
 
 
 def _documents(t: Any) -> list[list[Any]] | None:

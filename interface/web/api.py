@@ -27,7 +27,7 @@ from starlette.concurrency import run_in_threadpool
 from trainplan.interface import commands, tabs
 from trainplan.interface.cli.query import query_params
 from trainplan.interface.flags import on_page, refusal
-from trainplan.interface.requests import evaluate_request, search_request
+from trainplan.interface.requests import constraints_of, evaluate_request, search_request
 from trainplan.interface.tab_requests import TAB_REQUESTS, tab_request
 from trainplan.interface.web.body import BODY_DOC, body_pairs
 from trainplan.interface.web.params import (
@@ -172,6 +172,9 @@ def _run_options(kind: str, query: list[tuple[str, str]]) -> tuple[dict[str, Any
         dimensions; a config the reader refuses (naming the key).
     """
     kw, own = parse(kind, query, API_ONLY[kind])
+    # the query's constraints refused here, before a job's process and its tables start (the
+    # job reads them again with a scenario's: interface.requests.search_request)
+    constraints_of({k: kw.get(k) for k in ("headroom", "min_mfu")})
     key = _key(kind, {**kw, **own})
     if "config" in own:
         why = "the uploaded config.json is the model; give the config, a model or a size"
@@ -230,9 +233,13 @@ def frontier_run(query: list[tuple[str, str]], **progress: Any) -> Any:
     """The SearchRun (or InfeasibleError) of ``trainplan frontier`` for the query."""
     kw, key = _run_options("frontier", query)
     against, on_tables = kw.pop("against"), progress.get("on_tables")
+    searches = kw.pop("per_stage_searches", None)
     request = search_request(kw)
+    commands.check_searches_apply(searches, request.per_stage)
     if request.per_stage:  # the CLI's frontier --per-stage --json object
-        return cached_run(key, lambda: commands.per_stage_frontier_json(request, against))
+        return cached_run(
+            key, lambda: commands.per_stage_frontier_json(request, against, None, searches)
+        )
     return cached_run(key, lambda: commands.frontier_json(request, against, on_tables, web=True))
 
 

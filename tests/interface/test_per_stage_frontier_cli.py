@@ -11,24 +11,34 @@ from tests.optimizer.test_per_stage_frontier import tiny_problem
 from trainplan.optimizer.per_stage_frontier import per_stage_frontier
 
 
-def test_per_stage_frontier_json_says_its_default_time_limit(monkeypatch):
-    """Without --time-limit the per-stage frontier runs under
-    PER_STAGE_FRONTIER_TIME_LIMIT_S and says so; a limit given is the one said."""
+def test_per_stage_frontier_json_says_its_default_budget_of_searches(monkeypatch):
+    """Without --per-stage-searches the per-stage frontier against memory runs at most
+    PER_STAGE_FRONTIER_SEARCHES (4) searches (against GPUs every job) and no wall-clock limit,
+    and says so; a budget or
+    a limit given is the one said and the one run under; the proof is said in the CLI's
+    words."""
     from trainplan.interface import commands
 
-    seen: list[float | None] = []
+    seen: list[tuple[float | None, int | None]] = []
 
-    def fake(problem, against, shapes, limit, workers, progress=None):  # type: ignore[no-untyped-def]
-        seen.append(limit)
+    def fake(problem, against, shapes, limit, workers, progress=None, max_searches=None):  # type: ignore[no-untyped-def]
+        seen.append((limit, max_searches))
         return per_stage_frontier(tiny_problem((2,), 160e6), "gpus", time_limit_s=1e-9)
 
-    monkeypatch.setattr("trainplan.optimizer.per_stage_frontier.per_stage_frontier", fake)
+    monkeypatch.setattr("trainplan.interface.per_stage_frontier_command.per_stage_frontier", fake)
     kw = {"model": "llama3-8b", "gpus": (8,), "gpu": ("H100-SXM",)}
-    out = commands.per_stage_frontier_json(dict(kw), "gpus").json
-    assert (out["time_limit_s"], out["time_limit_default"]) == (120.0, True)
-    out = commands.per_stage_frontier_json({**kw, "time_limit": 7}, "gpus").json
-    assert (out["time_limit_s"], out["time_limit_default"]) == (7.0, False)
-    assert seen == [120.0, 7.0]
+    out = commands.per_stage_frontier_json(dict(kw), "memory").json
+    assert commands.PER_STAGE_FRONTIER_SEARCHES == 4
+    got = (out["max_searches"], out["max_searches_default"], out["time_limit_s"])
+    assert got == (4, True, None)
+    out = commands.per_stage_frontier_json(dict(kw), "gpus").json  # every job: no default cap
+    assert (out["max_searches"], out["max_searches_default"]) == (None, True)
+    out = commands.per_stage_frontier_json({**kw, "time_limit": 7}, "gpus", None, 9).json
+    got = (out["max_searches"], out["max_searches_default"], out["time_limit_s"])
+    assert got == (9, False, 7.0)
+    assert seen == [(None, 4), (None, None), (7.0, 9)]
+    assert out["stopped"] == "time"
+    assert out["proof"] == "best found within the time limit of 7 s, not proven"
 
 
 def _run(monkeypatch, capsys, *args):

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hst
 
 from tests.archs import llama_like
 from tests.optimizer.test_per_stage import oracle_at, tiny_case
@@ -337,7 +339,76 @@ def test_nothing_fits_is_infeasible_on_every_axis():
 def test_time_limit_spent_returns_what_it_has_not_a_proof():
     problem = tiny_problem((2, 4), 160e6)
     spent = per_stage_frontier(problem, "gpus", time_limit_s=1e-9)
-    assert (spent.status, spent.points) == ("feasible", ())
+    assert (spent.status, spent.points, spent.stopped) == ("feasible", (), "time")
+
+
+def test_a_budget_of_searches_cuts_the_same_points_on_every_run():
+    """``max_searches`` 3 against memory on 2 GPUs: the first three ε of the full frontier,
+    each search run to its proof, so two runs give the same points, each proven; the frontier
+    is ``feasible``, stopped by ``searches`` (the full one goes on: 7 points)."""
+    problem = tiny_problem((2,))
+    full = per_stage_frontier(problem, "memory")
+    assert (full.status, full.stopped, len(full.points)) == ("optimal", None, 7)
+    runs = [per_stage_frontier(problem, "memory", max_searches=3) for _ in range(2)]
+    for cut in runs:
+        assert (cut.status, cut.stopped, cut.searches) == ("feasible", "searches", 3)
+        assert all(p.proven for p in cut.points)
+    first, second = ([(p.value, p.step_ns, p.kind) for p in r.points] for r in runs)
+    assert first == second
+    # the ε sweep's first three points: the full frontier's three fastest
+    assert first == [(p.value, p.step_ns, p.kind) for p in full.points[:3]]
+    # a budget the frontier does not reach changes nothing
+    whole = per_stage_frontier(problem, "memory", max_searches=64)
+    assert (whole.status, whole.stopped) == ("optimal", None)
+    assert [(p.value, p.step_ns) for p in whole.points] == [
+        (p.value, p.step_ns) for p in full.points
+    ]
+
+
+def test_a_point_of_a_search_cut_short_says_it_is_not_proven(monkeypatch):
+    """A per-stage search stopped by the wall clock (status ``feasible``) leaves a point that
+    says it is not proven; the others stay proven."""
+    import trainplan.optimizer.per_stage_frontier as psf
+
+    calls: list[int] = []
+
+    def second_cut(*args, **kw):  # type: ignore[no-untyped-def]
+        r = per_stage_search(*args, **kw)
+        calls.append(1)
+        return replace(r, status="feasible") if len(calls) == 2 else r
+
+    monkeypatch.setattr(psf, "per_stage_search", second_cut)
+    got = per_stage_frontier(tiny_problem((2,)), "memory", max_searches=3)
+    assert [p.proven for p in got.points] == [True, False, True]
+    assert got.status == "feasible"
+
+
+@settings(max_examples=300, deadline=None)
+@given(hst.lists(hst.tuples(hst.integers(1, 40), hst.integers(1, 40)), max_size=30))
+def test_no_kept_point_is_dominated_by_another(pairs):
+    """Property of the frontier's one filter (optimizer.per_stage_frontier.non_dominated): no
+    point it keeps is dominated by another point given (at most its value and faster, or as
+    fast with less value); every point given is matched or dominated by a kept one; the kept
+    points run fastest first with the value falling."""
+    from types import SimpleNamespace
+
+    from trainplan.optimizer.per_stage_frontier import non_dominated as keep
+
+    points = [SimpleNamespace(step_ns=t, value=v) for t, v in pairs]
+    kept = keep(points)
+
+    def dominates(a, b):  # type: ignore[no-untyped-def]
+        return (a.value <= b.value and a.step_ns <= b.step_ns) and (
+            a.value < b.value or a.step_ns < b.step_ns
+        )
+
+    assert not any(dominates(a, b) for a in points for b in kept)
+    assert all(
+        any(dominates(k, p) or (k.step_ns, k.value) == (p.step_ns, p.value) for k in kept)
+        for p in points
+    )
+    assert [k.step_ns for k in kept] == sorted({k.step_ns for k in kept})
+    assert [k.value for k in kept] == sorted({k.value for k in kept}, reverse=True)
 
 
 # --- what users see ---------------------------------------------------------------------------

@@ -73,7 +73,7 @@ def test_deep_duplicate_and_null(client):
     get = client.get("/api/evaluate?model=llama3-8b&gpu=H100-SXM&tp=2&dp=")
     assert null.status_code == get.status_code == 422
     assert null.json() == get.json()
-    assert null.json()["error"].startswith("dp: '' is not a number")
+    assert null.json()["error"].startswith("dp: '' is empty; give a value")  # as a list's
 
 
 def test_a_body_over_the_limit_is_refused_by_its_length(client, monkeypatch):

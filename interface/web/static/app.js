@@ -13,21 +13,55 @@ const TP = (() => {
   const PAGE = document.body.dataset.page;
 
   // ---------------------------------------------------------------- formatting (display only)
-  const gb = (b) => (b === null || b === undefined ? "—" : `${(b / 1e9).toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 })} GB`);
-  const pct = (x) => (x === null || x === undefined ? "—" : `${(x * 100).toFixed(1)}%`);
+  // One rounding rule, the CLI's: Python's format of a float (f"{x:.2f}", f"{x:,.3f}",
+  // f"{x:.3e}") rounds the double's exact decimal value, half to even on an exact tie (0.0625 →
+  // 6.2%), where JS's toFixed and toExponential break ties upward (6.3%) and write "e+0" for
+  // Python's "e+00". exactDigits: |x|'s exact decimal digits (toFixed(100) is exact; a double at
+  // or above 1e21 is a whole number, BigInt's digits).
+  function exactDigits(x) {
+    const a = Math.abs(x);
+    if (a >= 1e21) return [BigInt(a).toString(), ""];
+    const [i, f] = a.toFixed(100).split(".");
+    return [i, f];
+  }
+  const tie = (rest) => /^50*$/.test(rest); // the digits past the cut: exactly half a unit
+  const grouped = (t) => t.replace(/^(-?)(\d+)/, (m, sign, i) => sign + i.replace(/\B(?=(\d{3})+(?!\d))/g, ","));
+  // x with d decimals as Python's f"{x:.{d}f}" (group: f"{x:,.{d}f}")
+  function fixed(x, d, group = false) {
+    let t = Math.abs(x) >= 1e21 ? BigInt(Math.round(x)).toString() + (d ? "." + "0".repeat(d) : "") : x.toFixed(d);
+    const [i, f] = exactDigits(x);
+    if (tie(f.slice(d))) { // toFixed rounded the tie away from zero; Python keeps the even digit
+      const cut = d ? `${i}.${f.slice(0, d)}` : i;
+      if (Number(cut[cut.length - 1]) % 2 === 0) t = (x < 0 ? "-" : "") + cut;
+    }
+    return group ? grouped(t) : t;
+  }
+  // x with d decimals of mantissa as Python's f"{x:.{d}e}" (an exponent of two digits at least)
+  function sci(x, d) {
+    let t = x.toExponential(d);
+    const [i, f] = exactDigits(x);
+    const all = (i + f).replace(/^0+/, ""), lead = i.replace(/^0+/, "");
+    if (all && tie(all.slice(d + 1).replace(/0+$/, "0"))) {
+      const sig = all.slice(0, d + 1), e = lead ? lead.length - 1 : -(f.length - f.replace(/^0+/, "").length + 1);
+      if (Number(sig[sig.length - 1]) % 2 === 0) t = `${x < 0 ? "-" : ""}${sig[0]}${d ? "." + sig.slice(1) : ""}e${e < 0 ? "-" : "+"}${Math.abs(e)}`;
+    }
+    return t.replace(/e([+-])(\d)$/, "e$10$2");
+  }
+  const gb = (b) => (b === null || b === undefined ? "—" : `${fixed(b / 1e9, 2, true)} GB`);
+  const pct = (x) => (x === null || x === undefined ? "—" : `${fixed(x * 100, 1)}%`);
   const num = (x) => (x === null || x === undefined ? "—" : Number(x).toLocaleString("en-US"));
   function secs(s) {
     if (s === null || s === undefined) return "—";
-    if (s < 1) return `${(s * 1e3).toLocaleString("en-US", { maximumFractionDigits: 1, minimumFractionDigits: 1 })} ms`;
-    if (s < 120) return `${s.toFixed(3)} s`;
-    if (s < 7200) return `${(s / 60).toFixed(1)} min`;
-    if (s < 172800) return `${(s / 3600).toFixed(1)} h`;
-    return `${(s / 86400).toFixed(1)} days`;
+    if (s < 1) return `${fixed(s * 1e3, 1, true)} ms`;
+    if (s < 120) return `${fixed(s, 3)} s`;
+    if (s < 7200) return `${fixed(s / 60, 1)} min`;
+    if (s < 172800) return `${fixed(s / 3600, 1)} h`;
+    return `${fixed(s / 86400, 1)} days`;
   }
   // A step time as the CLI prints it (seconds with 3 decimals, milliseconds below 1 s): the
   // tables' form, where rows 0.1 min apart must still read apart (291.541 s against 291.664 s).
   // (a no-break space before the unit: a narrow column never splits "291.541 s")
-  const exact = (s) => (s === null || s === undefined ? "—" : s < 1 ? secs(s) : `${s.toLocaleString("en-US", { minimumFractionDigits: 3, maximumFractionDigits: 3 })}\u00a0s`);
+  const exact = (s) => (s === null || s === undefined ? "—" : s < 1 ? secs(s) : `${fixed(s, 3, true)}\u00a0s`);
   const esc = (t) => String(t).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
 
   // A table from rows and [header, cell(row)] columns.
@@ -527,7 +561,7 @@ const TP = (() => {
       for (const g of gpus) sel.add(new Option(`${g.name} (${g.memory_gb} ${g.memory_unit}, ${g.bf16_tflops} TFLOP/s)`, g.name));
     }
     for (const sel of $$("select[data-models]")) {
-      for (const m of models) sel.add(new Option(`${m.name} (${(m.num_params / 1e9).toFixed(1)}B)`, m.name));
+      for (const m of models) sel.add(new Option(`${m.name} (${fixed(m.num_params / 1e9, 1)}B)`, m.name));
     }
     const box = $("#gpu-table");
     if (box) {
@@ -547,7 +581,7 @@ const TP = (() => {
     }
   }
 
-  return { send, POST_LIMIT, setAddress, restoreLarge, largeLink, leftOut: () => leftOut, $, $$, PAGE, gb, pct, num, secs, esc, table, start, bind, refuseLink, linkOnly, query, fill, value, conditions, setPageParam, api, figure, showError, exact, busy, dropExample, remember, info: () => INFO };
+  return { send, POST_LIMIT, setAddress, restoreLarge, largeLink, leftOut: () => leftOut, $, $$, PAGE, gb, pct, num, secs, fixed, sci, esc, table, start, bind, refuseLink, linkOnly, query, fill, value, conditions, setPageParam, api, figure, showError, exact, busy, dropExample, remember, info: () => INFO };
 })();
 
 // A search or frontier with its progress (/api/…/stream: one JSON event a line); onEvent(event)

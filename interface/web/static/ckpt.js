@@ -72,7 +72,7 @@
     TP.$("#summary").innerHTML = [
       ["peak held", `${r.peak_held}`, r.peak_held_formula, "peak-held"],
       ["without checkpointing", `${r.peak_held_without_checkpointing}`, "n + 1 tensors"],
-      ["recompute overhead", `+${(r.recompute_overhead * 100).toFixed(1)}%`, r.recompute_overhead_formula],
+      ["recompute overhead", `+${TP.fixed(r.recompute_overhead * 100, 1)}%`, r.recompute_overhead_formula],
       ["checkpoints", r.checkpoints.join(", "), `every ${r.every} of ${r.layers} layers`],
     ].map(([k, v, note, id]) => `<div><b ${id ? `id="${id}"` : ""}>${TP.esc(v)}</b><span>${k}: ${TP.esc(note)}</span></div>`).join("");
     show(step);

@@ -16,15 +16,19 @@ TP.searchPage("frontier", async (last, q) => {
     ["layout", (p) => `dp ${p.dp} tp ${p.tp} pp ${p.pp} cp ${p.cp} ep ${p.ep} ZeRO-${p.zero_stage} ${p.recompute} b ${p.micro_batch_size} ${p.schedule}${p.virtual_stages > 1 ? " v" + p.virtual_stages : ""}`],
     // the per-stage frontier (frontier --per-stage): each point's plan, its stages, and the gain
     ...(r.per_stage ? [
-      ["plan", (p) => TP.esc(p.plan)],
-      ["layers / recomputed per stage", (p) => (p.stage_layers ? `${p.stage_layers.join("/")} / ${p.recompute_layers.join("/")}` : "—")],
-      ["uniform step", (p) => (p.uniform_step_s === null ? "none fits" : TP.exact(p.uniform_step_s))],
-      ["gain", (p) => (p.gain === null ? "—" : `${p.gain.toFixed(3)}×`)],
+      ["plan", (p) => TP.esc(p.plan) + (p.proven === false ? ", not proven" : "")],
+      // short headers and breakable cells: the table fits a 1,280-px window without a sideways scroll
+      ["layers / recomp. per stage", (p) => (p.stage_layers ? `${p.stage_layers.join("/<wbr>")} / ${p.recompute_layers.join("/<wbr>")}` : "—")],
+      ["uniform", (p) => (p.uniform_step_s === null ? "none fits" : TP.exact(p.uniform_step_s))],
+      ["gain", (p) => (p.gain === null ? "—" : `${TP.fixed(p.gain, 3)}×`)],
     ] : []),
     ["", (p, i) => `<a class="planner-link" href="${TP.esc(last.planner[i])}">planner</a>`],
   ], 'id="points-table"');
   const chart = TP.$("#chart");
   await TP.figure(chart, `/api/figures/frontier?${q}`, `${r.points.length} points against ${r.against}`);
+  // narrower than the chart (a phone): show its right end, where the fastest points and the
+  // title are (interface/render/plots.frontier_chart), not its left axis alone
+  chart.scrollLeft = chart.scrollWidth;
   TP.$$("a[target]", chart).forEach((a) => a.removeAttribute("target")); // open here, as a page link
   // an uploaded config.json too large for a URL: the table's links and the chart's points open
   // the planner with the file from this tab's storage (TP.largeLink; the chart's links, made by

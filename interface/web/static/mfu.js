@@ -17,7 +17,7 @@
     const r = await TP.api("mfu", `/api/mfu?${q}`);
     if (!r) return;
     TP.$("#figures").innerHTML = [["MFU", TP.pct(r.mfu), "mfu"], ["MFU without attention FLOPs", TP.pct(r.mfu_without_attention)], ["HFU", TP.pct(r.hfu), "hfu"],
-      ["model FLOP/s of the job", `${(r.achieved_model_flops_per_s / 1e15).toFixed(1)} PFLOP/s`]]
+      ["model FLOP/s of the job", `${TP.fixed(r.achieved_model_flops_per_s / 1e15, 1)} PFLOP/s`]]
       .map(([k, v, id]) => `<div><b ${id ? `id="${id}"` : ""}>${v}</b><span>${k}</span></div>`).join("");
     TP.$("#arithmetic").textContent = r.arithmetic;
     TP.$("#attention-line").textContent = r.attention.included ? `attention ${r.attention.formula}` : "attention FLOPs not counted";

@@ -71,7 +71,7 @@
       (m.activations_unavailable ? `<p class="note">activations unavailable: ${TP.esc(m.activations_unavailable)}</p>` : "");
     TP.$("#zero-table").innerHTML = TP.table(d.zero_table || [], [
       ["ZeRO", (r) => r.zero_stage], ["model state", (r) => TP.gb(r.model_state_bytes)],
-      ["reduction", (r) => `${r.reduction.toFixed(2)}×`], ["DP bytes/step", (r) => TP.gb(r.dp_bytes_per_step)],
+      ["reduction", (r) => `${TP.fixed(r.reduction, 2)}×`], ["DP bytes/step", (r) => TP.gb(r.dp_bytes_per_step)],
     ]);
     TP.$("#traffic-table").innerHTML = TP.table(d.traffic || [], [
       ["axis", (r) => r.axis], ["collective", (r) => TP.esc(r.collective)], ["group", (r) => r.group_size],

@@ -2,7 +2,7 @@
 "use strict";
 (async () => {
   await TP.start("algorithm=grpo&policy-params=70e9&reward=rule");
-  const tb = (b) => `${(b / 1e12).toFixed(3)} TB`;
+  const tb = (b) => `${TP.fixed(b / 1e12, 3)} TB`;
   const bar = (x) => `<div class="bar" title="${TP.pct(x)}"><span style="width:${(x * 100).toFixed(2)}%"></span></div>`;
   TP.bind(TP.$("#inputs"), async (q) => {
     const r = await TP.api("rlhf", `/api/rlhf?${q}`);
@@ -21,7 +21,7 @@
       ["B/param", (x) => x.bytes_per_param ?? ""], ["memory", (x) => tb(x.bytes)], ["share", (x) => bar(x.bytes / r.resident_bytes)],
     ], 'id="roles-table"');
     TP.$("#phases").innerHTML = TP.table(["rollout", "scoring", "training"], [
-      ["phase", (p) => p], ["FLOPs", (p) => r.phase_flops[p].toExponential(3)],
+      ["phase", (p) => p], ["FLOPs", (p) => TP.sci(r.phase_flops[p], 3)],
       ["FLOPs share", (p) => `${TP.pct(r.phase_flops_share[p])} ${bar(r.phase_flops_share[p])}`],
       ["time", (p) => TP.secs(r.phase_seconds[p])], ["time share", (p) => `${TP.pct(r.phase_time_share[p])} ${bar(r.phase_time_share[p])}`],
     ], 'id="phases-table"');

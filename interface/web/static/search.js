@@ -24,7 +24,7 @@ function perStage(r, link) {
       <p class="mono per-stage-layout">per-stage: ${TP.esc(layoutLine(r.layout))}</p>
       <div class="big"><div><b class="uniform-step">${TP.secs(u.step_s)}</b><span>best uniform step time</span></div>
       <div><b class="step">${TP.secs(ps.step_s)}</b><span>per-stage step time</span></div>
-      <div><b class="gain">${ps.gain.toFixed(3)}×</b><span>gain (uniform ÷ per-stage)</span></div>
+      <div><b class="gain">${TP.fixed(ps.gain, 3)}×</b><span>gain (uniform ÷ per-stage)</span></div>
       <div><b class="total">${TP.gb(r.memory.total_bytes)}</b><span>memory per GPU of ${TP.gb(r.memory.capacity_bytes)}</span></div>
       <div><b class="mfu">${TP.pct(r.time.mfu)}</b><span>MFU</span></div></div>
       <p><a class="planner-link" href="${TP.esc(link)}">Open this plan in the Planner</a> (its stages' layers and recomputed layers included)</p>
@@ -50,7 +50,7 @@ function perStage(r, link) {
       <pre class="launch-text" id="torchtitan-head">${TP.esc(launch.torchtitan_head.join("\n"))}</pre>
       ${notes(launch.torchtitan_head_notes, "torchtitan-head-notes")}
     </div>
-    <p class="note">Per-stage search over ${ps.shapes.length} base layout(s); uniform search ${ps.uniform_seconds.toFixed(2)} s, stage tables ${ps.tables_seconds.toFixed(2)} s, CP-SAT ${ps.solve_seconds.toFixed(2)} s.</p>`;
+    <p class="note">Per-stage search over ${ps.shapes.length} base layout(s); uniform search ${TP.fixed(ps.uniform_seconds, 2)} s, stage tables ${TP.fixed(ps.tables_seconds, 2)} s, CP-SAT ${TP.fixed(ps.solve_seconds, 2)} s.</p>`;
 }
 
 TP.searchPage("search", (last, q) => {
@@ -71,7 +71,7 @@ TP.searchPage("search", (last, q) => {
       ${notes(a.notes || [], "answer-notes")}
       <div class="figure memory-figure" data-label="Memory per GPU of answer ${i + 1} against the usable capacity"></div>
     </div>`;
-  }).join("") + `<p class="note">Searched ${TP.num(r.candidates)} candidates (${TP.num(r.shapes)} shapes × ZeRO × recompute, ${r.jobs} job(s)); tables ${r.tables_seconds.toFixed(2)} s, CP-SAT ${r.solve_seconds.toFixed(2)} s.</p>`;
+  }).join("") + `<p class="note">Searched ${TP.num(r.candidates)} candidates (${TP.num(r.shapes)} shapes × ZeRO × recompute, ${r.jobs} job(s)); tables ${TP.fixed(r.tables_seconds, 2)} s, CP-SAT ${TP.fixed(r.solve_seconds, 2)} s.</p>`;
   TP.$$("a.planner-link", box).forEach((a) => TP.largeLink(a)); // an uploaded config.json: not in the link
   TP.$$(".answer").forEach((card, i) => TP.figure(TP.$(".memory-figure", card), `/api/figures/memory?${last.planner[i].split("?")[1]}`));
 });

@@ -80,7 +80,9 @@ TP.searchPage = async (kind, render) => {
     // words; the per-stage frontier (per_stage true) in status, in the same words.
     const proof = r.per_stage && r.per_stage.status ? r.per_stage.status : r.status;
     status.className = `status ${proof}`;
-    status.textContent = r.per_stage
+    // the per-stage frontier cut by its budget or a time limit says why in the CLI's headline
+    // words (proof)
+    status.textContent = r.proof && proof !== "optimal" ? `${proof.toUpperCase()} (${r.proof})` : r.per_stage
       ? { optimal: "OPTIMAL (proven over the shapes searched)", feasible: "FEASIBLE (best found within the time limit, not proven)" }[proof]
       : { optimal: "proven optimal (CP-SAT)", feasible: "best found within the time limit — not proven optimal", infeasible: "no layout satisfies the constraints" }[proof];
     TP.$("#explanation").innerHTML = (r.explanation || []).map((l) => `<li>${TP.esc(l)}</li>`).join("");

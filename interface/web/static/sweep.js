@@ -19,7 +19,7 @@
     } else if (e.event === "progress") {
       bar.value = e.done;
       const left = e.done >= e.todo ? ", done" : `, about ${TP.secs(e.seconds_left)} left`;
-      const rate = e.points_per_s ? `, ${e.points_per_s.toFixed(2)} points/s${left}` : "";
+      const rate = e.points_per_s ? `, ${TP.fixed(e.points_per_s, 2)} points/s${left}` : "";
       text.textContent = `${TP.num(e.done)} of ${TP.num(e.todo)} points${rate}`;
     }
   }
@@ -27,7 +27,7 @@
   function summary(id, s) {
     const counts = Object.entries(s.statuses).map(([k, n]) => `${TP.num(n)} ${k}`).join(", ");
     status.className = "";
-    status.innerHTML = `<b id="sweep-done">${TP.num(s.points)} points</b>: ${TP.esc(counts)} <span class="note">(${TP.num(s.ran)} run in ${s.seconds.toFixed(1)} s)</span>`
+    status.innerHTML = `<b id="sweep-done">${TP.num(s.points)} points</b>: ${TP.esc(counts)} <span class="note">(${TP.num(s.ran)} run in ${TP.fixed(s.seconds, 1)} s)</span>`
       + (s.notes || []).map((n) => `<p class="note sweep-note">note: ${TP.esc(n)}</p>`).join("");
     const why = [...s.infeasible.map((w) => ["infeasible", w]), ...s.errors.map((w) => ["refused", w])];
     TP.$("#why").innerHTML = why.length

@@ -1,0 +1,165 @@
+"""The browser tester's and the search adversary's findings at the API and in the page: the
+per-stage frontier is cut by a count of searches (the same points on every machine) and says so
+in the CLI's words; refusals come before any table is built, echo numbers in one form
+(``1,000``, ``4,000,000``) and say an empty value alike in every command; a dense model's etp
+(its tp, as the JSON prints it) is accepted back; the page rounds as the CLI does (Python's
+format: half to even on an exact tie, two exponent digits); the per-stage frontier's table fits
+1,280 px and its chart shows its fastest points and title at 390 px. API tests run with the
+``[web]`` and ``[webtest]`` extras; the browser ones are marked slow and browser."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.web.conftest import go, need, need_chromium
+
+need("fastapi", "pip install -e '.[web]'")
+need("httpx", "pip install -e '.[webtest]'")
+
+from fastapi.testclient import TestClient  # noqa: E402
+
+from trainplan.interface.web.app import create_app  # noqa: E402
+
+PER_STAGE = "model=llama3-8b&gpus=8&seq-len=8192&per-stage=true&per-stage-searches=3"
+"""Llama 3 8B at 8K on 8 H100, three per-stage searches: 222.344 s at 80.11 GB, 222.353 s at
+77.96 GB, 223.905 s at 75.81 GB (dp 4 × pp 2, 17/15 layers, 0/0, 1/0 and 2/0 recomputed), each
+proven, the frontier cut by its budget."""
+
+
+@pytest.fixture(scope="module")
+def client() -> TestClient:
+    return TestClient(create_app(("testserver",)))
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("min-mfu=1e3", "min-mfu: 1,000 must be in (0, 1]"),
+        ("headroom=4,000,000", "headroom: 4,000,000 must be in [0, 1)"),
+    ],
+)
+def test_constraints_are_refused_before_any_table_and_echoed_in_one_form(client, query, message):
+    """min-mfu=1e3 and headroom=4,000,000 took 3-4 s (every case built) before refusing, and
+    echoed 1000.0 and 4000000.0; time-limit=0 took 0.03 s. Now the constraints are read with
+    the request (interface.requests.constraints_of), the value as model.units.shown_number
+    writes numbers."""
+    for kind in ("search", "frontier"):
+        t0 = time.perf_counter()
+        res = client.get(f"/api/{kind}?model=llama3-70b&gpus=64&{query}")
+        spent = time.perf_counter() - t0
+        assert res.status_code == 422 and message in res.json()["error"], res.json()
+        assert spent < 1.0, spent  # measured 0.03 s; the cases cost 3-4 s on a loaded machine
+
+
+def test_an_empty_gpus_is_refused_alike_by_search_and_evaluate(client):
+    said = [
+        client.get(f"/api/{kind}?model=llama3-70b&gpus=").json()["error"]
+        for kind in ("search", "evaluate")
+    ]
+    assert all("gpus: '' is empty; give a value" in s for s in said), said
+
+
+def test_a_dense_models_etp_as_printed_is_accepted_back(client):
+    """The search prints a dense model's layout.etp as its tp; evaluate took it back as "needs
+    a MoE model". etp = tp now means none; another etp is still refused, saying what it may be."""
+    q = "/api/evaluate?model=llama3-70b&gpus=64&tp=4&pp=2"
+    plain, given = client.get(q).json(), client.get(f"{q}&etp=4").json()
+    assert given["time"]["step_s"] == plain["time"]["step_s"] and given["layout"]["etp"] == 4
+    err = client.get(f"{q}&etp=2").json()["error"]
+    assert "etp: 2 needs a MoE model; llama3-70b is dense (etp = tp, 4)" in err
+
+
+@pytest.mark.slow
+def test_the_per_stage_frontier_is_cut_by_searches_and_says_so(client):
+    d = client.get(f"/api/frontier?{PER_STAGE}").json()
+    assert (d["status"], d["stopped"], d["searches"], d["max_searches"]) == (
+        "feasible",
+        "searches",
+        3,
+        3,
+    )
+    assert d["time_limit_s"] is None and all(p["proven"] for p in d["points"])
+    assert [round(p["step_s"], 3) for p in d["points"]] == [222.344, 222.353, 223.905]
+    assert d["proof"] == (
+        "each point optimal over the shapes searched; cut at the budget of 3 searches: the "
+        "frontier may go on past its last point"
+    )
+    err = client.get("/api/frontier?model=llama3-8b&gpus=8&per-stage-searches=3").json()
+    assert "per-stage-searches: 3 applies to the per-stage frontier only" in err["error"]
+
+
+# --- in the browser -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def browser_page(page):  # noqa: ANN001
+    need("playwright", "pip install -e '.[webtest]'")
+    need_chromium()
+    return page
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_the_page_rounds_as_the_cli_prints(browser_page):
+    """The page's pct rounded 0.0625 to 6.3 % where the CLI (f"{x * 100:.1f}%", Python: half to
+    even on an exact tie) prints 6.2 %; DPO's zero FLOPs read 0.000e+0 for the CLI's 0.000e+00."""
+    page = browser_page
+    go(page, "/about")
+    got = page.evaluate(
+        "() => [TP.pct(0.0625), TP.pct(0.0375), TP.pct(0.123), TP.sci(0, 3), TP.sci(1.25e18, 1),"
+        " TP.sci(3.5e21, 0), TP.fixed(2.5, 0), TP.fixed(1234567.125, 2, true), TP.gb(80107216896),"
+        " TP.exact(1234.5625)]"
+    )
+    x = 0.0375
+    want = [
+        f"{0.0625 * 100:.1f}%",
+        f"{x * 100:.1f}%",
+        f"{0.123 * 100:.1f}%",
+        f"{0:.3e}",
+        f"{1.25e18:.1e}",
+        f"{3.5e21:.0e}",
+        f"{2.5:.0f}",
+        f"{1234567.125:,.2f}",
+        f"{80107216896 / 1e9:,.2f} GB",
+        f"{1234.5625:,.3f}\u00a0s",
+    ]
+    assert got == want
+    assert want[:4] == ["6.2%", "3.8%", "12.3%", "0.000e+00"]
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+@pytest.mark.parametrize("width", [1280, 390])
+def test_the_per_stage_frontier_fits_and_shows_its_fastest_points(browser_page, width):
+    """At 1,280 px the table's gain and planner columns sat in a sideways scroll; at 390 px the
+    chart (640 px at least) opened on its left axis, the fastest points and the title off-screen.
+    Now the table fits at 1,280 px, and the chart opens scrolled to its right end, where the
+    fastest points and the page's right-aligned title are."""
+    page = browser_page
+    page.set_viewport_size({"width": width, "height": 900})
+    go(page, f"/frontier?{PER_STAGE}")
+    page.wait_for_function(
+        "document.querySelector('#cancel').hidden && document.querySelector('#status')"
+        ".textContent.length > 0",
+        timeout=300_000,
+    )
+    page.wait_for_function("!document.querySelector('.loading')", timeout=120_000)
+    status = page.inner_text("#status")
+    assert status.startswith("FEASIBLE (each point optimal over the shapes searched; cut at")
+    table = page.evaluate(
+        "() => [document.querySelector('#points-table').scrollWidth,"
+        " document.querySelector('#points').clientWidth]"
+    )
+    if width == 1280:
+        assert table[0] <= table[1], table
+        return
+    chart = page.locator("#chart")
+    box = chart.bounding_box()
+    assert box is not None
+    for sel in ("#point-1", "text"):
+        el = chart.locator(sel).first if sel != "text" else chart.get_by_text("step time against")
+        inner = el.bounding_box()
+        assert inner is not None
+        assert box["x"] <= inner["x"] and inner["x"] + inner["width"] <= box["x"] + box["width"]
