@@ -17,12 +17,6 @@ from fractions import Fraction
 from typing import Any
 
 from trainplan.interface.inputs import build_case
-from trainplan.interface.per_stage_frontier_command import (
-    PER_STAGE_FRONTIER_SEARCHES,
-    check_searches_apply,
-    per_stage_frontier_json,
-    per_stage_proof,
-)
 from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.interface.requests import (
     PER_STAGE_SHAPES,
@@ -62,7 +56,6 @@ __all__ = [
     "search_problem",
     "search_json",
     "frontier_json",
-    "per_stage_frontier_json",
     "infeasible_json",
     "SearchRun",
     "to_json",
@@ -72,9 +65,6 @@ __all__ = [
     "per_stage_shapes",
     "per_stage_json",
     "time_limit_note",
-    "PER_STAGE_FRONTIER_SEARCHES",
-    "check_searches_apply",
-    "per_stage_proof",
 ]
 
 
@@ -234,3 +224,24 @@ def gpus_json(part_file: str | None = None) -> list[dict[str, Any]]:
         return [part_file_row(part_file)]
     except ScenarioError as err:  # the file is --file's here, not --gpu's
         raise ScenarioError("file" + str(err).removeprefix("gpu")) from None
+
+
+_PER_STAGE_FRONTIER = frozenset(
+    (
+        "PER_STAGE_FRONTIER_SEARCHES",
+        "check_searches_apply",
+        "per_stage_frontier_json",
+        "per_stage_proof",
+    )
+)
+
+
+def __getattr__(name: str) -> Any:
+    """The per-stage frontier's names (:mod:`interface.per_stage_frontier_command`), loaded on
+    first use: that module brings the search's solver, which ``trainplan evaluate`` does not
+    load."""
+    if name in _PER_STAGE_FRONTIER:
+        from trainplan.interface import per_stage_frontier_command
+
+        return getattr(per_stage_frontier_command, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,13 +16,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainplan.interface.scenario_file import CLUSTER_KEYS, SPACE_KEYS, load_scenario
 from trainplan.interface.scenario_keys import merge, table_of
 from trainplan.model.errors import InputError
 from trainplan.model.units import parse_number
-from trainplan.optimizer.problem import Constraints
+
+if TYPE_CHECKING:  # the search's module brings numpy, which evaluate does not load
+    from trainplan.optimizer.problem import Constraints
 
 __all__ = [
     "EvaluateRequest",
@@ -244,6 +246,8 @@ def constraints_of(values: Mapping[str, Any]) -> Constraints:
         :func:`model.units.shown_number` writes it).
     """
     mfu = values.get("min_mfu")
+    from trainplan.optimizer.problem import Constraints
+
     return Constraints(
         headroom=float(parse_number(values.get("headroom") or 0, "headroom")),
         min_mfu=None if mfu is None else float(parse_number(mfu, "min_mfu")),

@@ -91,8 +91,7 @@ class Setting(HashOnce):
     tp_comm_overlap: str | None = None
     nvlink_domain: int | None = None
     """GPUs of consecutive ranks in one NVLink domain (:attr:`model.hardware.DeviceSpec.
-    placement_domain`: the domain, a run's ``nvlink_domain`` included, or the job's Slurm
-    segment); None: the rules that read where a
+    placement_domain`: the domain or the job's Slurm segment); None: the rules that read where a
     group lies are not checked (:func:`model.moe_rules.hybridep_tokens_rule`)."""
 
     @classmethod
@@ -104,9 +103,8 @@ class Setting(HashOnce):
         options: Any,
         device: Any = None,
     ) -> Setting:
-        """The setting of a :class:`model.timing.CostOptions` ``options`` (None: defaults) on a
-        :class:`model.hardware.DeviceSpec` ``device`` (its ``placement_domain``, the NVLink domain
-        or the job's Slurm segment, :mod:`model.segments`; None: not known)."""
+        """The setting of :class:`model.timing.CostOptions` ``options`` (None: defaults) on a
+        :class:`model.hardware.DeviceSpec` ``device`` (its ``placement_domain``; None: unknown)."""
         overlap = getattr(options, "tp_comm_overlap", None)
         given = None if overlap is None else str(overlap)
         domain = getattr(device, "placement_domain", None)
