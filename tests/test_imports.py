@@ -219,7 +219,10 @@ LAZY_IMPORTS: dict[str, str] = {
     "interface/search_notes.py": "OR-Tools (optimizer.search, for SOLVE_FLOOR_S), only when a"
     " search passed its time limit",
     "interface/commands.py": "the RLHF tab (interface.tabs and the RLHF model behind it, 20"
-    " modules): `trainplan evaluate` does not load it",
+    " modules) and the per-stage frontier's command (interface.per_stage_frontier_command, with"
+    " OR-Tools): `trainplan evaluate` does not load them",
+    "interface/requests.py": "numpy (optimizer.problem, for the search's Constraints), only when"
+    " a search request's constraints are read: `trainplan evaluate` does not load it",
     "interface/examples.py": "numpy (interface.commands, interface.tabs), only when an example"
     " runs: `trainplan example --list` loads none",
     "interface/rlhf/text.py": "OR-Tools (optimizer.rlhf.search, for ALTERNATIVES_WITHIN): the rlhf"
