@@ -1,8 +1,11 @@
 """The search's tables read DeepSpeed ZeRO-3's gathered weights from the same walk as the
 evaluator (model/terms/deepspeed_turn.py zero3_turn_gathered over columns): Llama 3 8B on 8
-H100s at s 2,048, where the peak's gathered weights are those of layer 2's backward for b 1
-(tests/model/test_deepspeed_gathered.py) and of the turn for b 2 (a layer's input then
-2·16,777,216 bytes: 2·1,512,046,592 − 29·33,554,432 = 2,050,011,136 < 2·1,078,984,704)."""
+H100s at s 2,048. The term takes the most of the walks without, under full and under √n
+recomputation (tests/model/test_deepspeed_gathered.py); √n's (6 layers a chunk) decides both:
+layer 2's backward holds 1,512,046,592 elements with only 5 chunks' inputs freed, so
+2·1,512,046,592 − 5·16,777,216 = 2,940,207,104 bytes at b 1 and, a layer's input then
+2·16,777,216 bytes, 2·1,512,046,592 − 5·33,554,432 = 2,856,321,024 at b 2 (above the turn's
+2·1,078,984,704 = 2,157,969,408 and its own walk's 2·1,137,704,960 − 33,554,432)."""
 
 from __future__ import annotations
 
@@ -34,4 +37,5 @@ def test_tables_read_the_walk_at_the_peak():
             assert abs(math.ceil(st.state.backward_bytes + comm) - table) <= BYTE_TOLERANCE
             if shape.tp == 1 and shape.cp == 1:
                 seen[shape.micro_batch_size] = st.state.gathered_bytes
-    assert seen == {1: 2 * 1_512_046_592 - 29 * 16_777_216, 2: 2 * 1_078_984_704}
+    assert seen == {1: 2 * 1_512_046_592 - 5 * 16_777_216, 2: 2 * 1_512_046_592 - 5 * 33_554_432}
+    assert seen == {1: 2_940_207_104, 2: 2_856_321_024}

@@ -564,7 +564,7 @@ def test_skip_link_named_charts_and_the_keyboard_player(page):
 def test_about_lists_the_examples_sources_and_limits(page):
     go(page, "/about")
     rows = page.locator("#examples-table tbody tr")
-    expect(rows).to_have_count(21)
+    expect(rows).to_have_count(20)
     expect(page.locator("#sources")).to_be_visible()
     expect(page.locator("#limits")).to_be_visible()
     expect(page.locator(".prose")).to_contain_text("Rajbhandari et al., ZeRO (2019)")
