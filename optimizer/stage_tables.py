@@ -455,12 +455,11 @@ def stage_rows(
                 raise AssertionError(
                     f"stage parameters × lcm(tp, etp·ep) not whole: {dense, experts}"
                 )
+            fw, bw = (math.floor(x * 1e9 * PASS_UNITS) for x in stage_passes(t, bare))
             found.append(
                 StageOption(
                     n, k, paced_ns, round(bare * 1e9), int(dense), math.ceil(mem.total_bytes),
-                    sc.residue(stage, start, n),
-                    *(math.floor(x * 1e9 * PASS_UNITS) for x in stage_passes(t, bare)),
-                    int(experts), sc.held(stage, n, start),
+                    sc.residue(stage, start, n), fw, bw, int(experts), sc.held(stage, n, start),
                 )
             )  # fmt: skip
     return tuple(found)
