@@ -11,7 +11,7 @@ import json
 import re
 import time
 import urllib.request
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
@@ -249,9 +249,9 @@ HASH = {"planner": "plan", "pipeline": "pipeline", "mfu": "mfu", "ckpt": "ckpt",
 
 
 def _fixed(x: float, digits: int) -> str:
-    """``x`` with ``digits`` decimals and thousands separators as the browser rounds it: the
-    double's exact value, a tie away from zero (``toFixed`` and ``toLocaleString`` both)."""
-    q = Decimal(x).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP)
+    """``x`` with ``digits`` decimals and thousands separators as the page writes it (app.js
+    ``TP.fixed``, as Python's format does: the double's exact value, a tie to the even digit)."""
+    q = Decimal(x).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_EVEN)
     return f"{q:,}"
 
 
