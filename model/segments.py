@@ -31,6 +31,7 @@ from typing import Any
 from trainplan.model.errors import InputError
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.rank_groups import in_one_domain
+from trainplan.model.units import shown_number
 
 __all__ = [
     "SEGMENT_PARTS", "advised_segment_gpus", "placed_for",
@@ -100,17 +101,17 @@ def _check_segment(device: DeviceSpec, segment: int, num_gpus: int) -> None:
     gpn, domain = device.gpus_per_node, device.nvlink_domain
     if segment % gpn:
         raise InputError(
-            f"segment_gpus: {segment} must be a whole number of the {device.name}'s nodes of "
+            f"segment_gpus: {shown_number(segment)} must be a whole number of the {device.name}'s nodes of "
             f"{gpn} GPUs (Slurm's --segment counts nodes)"
         )
     if domain is not None and segment > domain:
         raise InputError(
-            f"segment_gpus: {segment} must be at most the NVLink domain of {domain} GPUs (a "
+            f"segment_gpus: {shown_number(segment)} must be at most the NVLink domain of {domain} GPUs (a "
             "segment lies in one domain)"
         )
     if num_gpus % segment:
         raise InputError(
-            f"segment_gpus: {segment} must divide the job's {num_gpus} GPUs (Slurm's --segment "
+            f"segment_gpus: {shown_number(segment)} must divide the job's {num_gpus} GPUs (Slurm's --segment "
             "splits a job's nodes into whole segments)"
         )
 
