@@ -29,6 +29,7 @@ __all__ = [
     "INTROS",
     "LIST_HELP",
     "LIST_SEPARATOR",
+    "NO_FIELD",
     "STATIC",
     "swagger_folder",
 ]
@@ -89,6 +90,27 @@ LIST_HELP = (
     f"them (2048{LIST_SEPARATOR}4096); a comma only groups thousands (16,384 is one number)."
 )
 """The words for lists, in every form that takes them (``{{list_help}}``)."""
+_SEARCH_NO_FIELD = {
+    **dict.fromkeys(
+        ("params", "arch", "layers", "hidden", "heads", "kv-heads", "ffn-hidden", "vocab"),
+        "a model the catalogue lacks comes as its config.json (the Job's upload), not by size",
+    ),
+    "workers": "the server's CP-SAT runs with the command line's default, 2 workers",
+    "mtp-layers": "Other settings: mtp_layers=0",
+    "rank-order": "Other settings: rank_order=tp-cp-ep-dp-pp",
+    "flash": "Other settings: flash_attention=false",
+    "offload-optimizer": "Other settings: offload_optimizer=0.5",
+    "offload-params": "Other settings: offload_params=true",
+    "document-length": "Other settings: document_length=2048",
+    "cp-a2a": "Other settings: cp_a2a=2",
+}
+NO_FIELD: dict[str, dict[str, str]] = {"search": _SEARCH_NO_FIELD, "frontier": _SEARCH_NO_FIELD}
+"""Per page (named as its command), the command's options without a field of their own, with
+why: those out of the page's reach, or ``Other settings: KEY=VALUE``, the line of the page's
+"Other settings" field (``--set KEY=VALUE``, one a line) that gives the same scenario key. A link
+may still carry any of them (kept as they came and listed, :func:`interface.web.links.names`).
+``tests/web/test_page_fields.py`` holds every other option of ``evaluate``, ``search`` and
+``frontier`` to a field or a ``--set`` key."""
 STATIC = files("trainplan.interface.web") / "static"
 _PAGES = files("trainplan.interface.web") / "pages"
 

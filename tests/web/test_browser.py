@@ -139,19 +139,22 @@ def test_planner_memory_table_lists_the_clis_lines(page, name):
 
 def test_planner_keeps_a_links_options_without_a_field(page):
     # a search answer's link may carry cluster options the form has none for: kept and said
+    # (memory-reserve has a field now, the Links' reserve GiB: filled, not listed)
     args = ["--model", "llama3-70b", "--dp", "1", "--tp", "8", "--pp", "2"]
     go(page, "/planner?" + urlencode({"model": "llama3-70b", "dp": "1", "tp": "8", "pp": "2",
-                                      "memory-reserve": "10"}))  # fmt: skip
+                                      "memory-reserve": "10", "hbm-efficiency": "0.8"}))  # fmt: skip
     expect(page.locator("#link-only")).to_have_text(
-        "From the link, options without a field here (kept): memory-reserve = 10"
+        "From the link, options without a field here (kept): hbm-efficiency = 0.8"
     )
-    total = cli_json("evaluate", *args, "--set", "memory_reserve_gib=10")["memory"][
-        "capacity_bytes"
-    ]
+    expect(page.locator("input[name=memory-reserve]")).to_have_value("10")
+    sets = ["--set", "memory_reserve_gib=10", "--set", "hbm_efficiency=0.8"]
+    want = cli_json("evaluate", *args, *sets)
+    total = want["memory"]["capacity_bytes"]
     assert total != cli_json("evaluate", *args)["memory"]["capacity_bytes"]
     expect(page.locator("#memory-table")).to_contain_text(f"{total / 1e9:,.2f} GB")
+    expect(page.locator("#step-time")).to_have_text(f"{want['time']['step_s']:,.3f}\u00a0s")
     page.fill("input[name=pp]", "4")  # a change keeps it too
-    expect(page).to_have_url(re.compile(r"memory-reserve=10"))
+    expect(page).to_have_url(re.compile(r"memory-reserve=10.*hbm-efficiency=0.8"))
 
 
 def test_planner_bad_input_shows_the_cli_line(page):

@@ -298,7 +298,8 @@ const TP = (() => {
       // (an empty value would select nothing and send nothing: "algorithm: required")
       else if (el.tagName === "SELECT" && !el.multiple && !values.length && ![...el.options].some((o) => o.value === "")) el.selectedIndex = Math.max(0, [...el.options].findIndex((o) => o.defaultSelected));
       else if (el.type === "radio") el.checked = values.includes(el.value);
-      else if (el.type !== "file") el.value = el.dataset.list !== undefined ? values.join(document.body.dataset.listSeparator) : values.length ? values[values.length - 1] : "";
+      // data-lines (the --set field): one value a line, each its own repeat of the parameter
+      else if (el.type !== "file") el.value = el.dataset.list !== undefined ? values.join(document.body.dataset.listSeparator) : el.dataset.lines !== undefined ? values.join("\n") : values.length ? values[values.length - 1] : "";
     }
   }
 
@@ -327,6 +328,8 @@ const TP = (() => {
         if (el.checked) q.append(el.name, "true");
       } else if (el.type === "radio") {
         if (el.checked && el.value) q.append(el.name, el.value);
+      } else if (el.dataset.lines !== undefined) {
+        for (const line of el.value.split("\n")) if (line.trim() !== "") q.append(el.name, line.trim());
       } else if (el.value.trim() !== "") q.append(el.name, el.value);
       else if (withDefaults && el.dataset.default && !overridden(form, el)) q.append(el.name, el.dataset.default);
     }

@@ -69,6 +69,13 @@
     if (m.allocator_retries && m.fits) rows.push({ name: "reserved + communicators over capacity: allocator retries at least once a step (cudaFree, device sync; not in the step time)", v: m.reserved_over_bytes });
     TP.$("#memory-table").innerHTML = TP.table(rows, [["term", (r) => TP.esc(r.name)], ["bytes per GPU", (r) => `<span ${r.id ? 'id="memory-total"' : ""}>${TP.gb(r.v)}</span>`]]) +
       (m.activations_unavailable ? `<p class="note">activations unavailable: ${TP.esc(m.activations_unavailable)}</p>` : "");
+    // evaluate --per-stage's stages (the answer's `stages`, present only when asked for)
+    TP.$("#stages-box").hidden = !d.stages;
+    TP.$("#stages-table").innerHTML = d.stages ? TP.table(d.stages, [
+      ["stage", (r) => r.stage], ["layers", (r) => r.stage_layers], ["model state", (r) => TP.gb(r.stage_state_bytes)],
+      ["activations (layers)", (r) => TP.gb(r.stage_activation_bytes)], ["other activations", (r) => TP.gb(r.stage_other_activation_bytes)],
+      ["in flight", (r) => r.stage_in_flight], ["total", (r) => TP.gb(r.stage_total_bytes)],
+    ], 'id="stages"') : "";
     TP.$("#zero-table").innerHTML = TP.table(d.zero_table || [], [
       ["ZeRO", (r) => r.zero_stage], ["model state", (r) => TP.gb(r.model_state_bytes)],
       ["reduction", (r) => `${TP.fixed(r.reduction, 2)}×`], ["DP bytes/step", (r) => TP.gb(r.dp_bytes_per_step)],

@@ -10,11 +10,13 @@ TP.searchPage = async (kind, render) => {
   await TP.start("model=llama3-70b&gpus=64");
   const form = TP.$("#inputs"), bar = TP.$("#bar"), text = TP.$("#progress-text"), cancel = TP.$("#cancel");
   TP.fill(form, TP.restoreLarge(new URLSearchParams(location.search)));
+  TP.conditions(form); // the per-stage fields and the FP8 recipe apply only with their switch
   TP.upload(form, TP.$("select[name=model]", form));
   const extra = TP.linkOnly(form);
   const withExtra = (q) => { for (const [k, v] of extra) q.append(k, v); return q; };
   const keepUrl = (e) => {
     if (e && e.isTrusted) TP.dropExample();
+    TP.conditions(form);
     // the field an error was said against, edited: the error no longer describes the inputs
     if (e && e.isTrusted && e.target?.getAttribute?.("aria-invalid") === "true") TP.showError("");
     TP.setAddress(withExtra(TP.query(form, false)));
