@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.model.test_node_straddle import _tables_agree
+from tests.model.test_node_straddle import _by_hand, _tables_agree
 from trainplan.model.collective_rates import ring_busbw_gbps
 from trainplan.model.dp_exposure import dp_seconds
 from trainplan.model.mechanisms import mechanism
@@ -29,20 +29,6 @@ P = RooflineParams(gemm_efficiency=0.7)
 NIC = 50e9
 """One 400 Gb/s NIC a GPU, bytes/s (the H100 cluster's); 0.96 of it reached
 (``RooflineParams.scaleout_efficiency``)."""
-
-
-def _groups(stride: int, size: int, total: int, domain: int) -> list[tuple[int, int]]:
-    """Every group's (fewest members in one domain, domains it touches), counted rank by rank."""
-    out = []
-    span = stride * size
-    for base in range(0, total, span):
-        for offset in range(stride):
-            counts: dict[int, int] = {}
-            for k in range(size):
-                d = (base + offset + k * stride) // domain
-                counts[d] = counts.get(d, 0) + 1
-            out.append((min(counts.values()), len(counts)))
-    return out
 
 
 def _group_time(kind: Collective, size: int, sent: float, members: int, nodes: int) -> float:
@@ -68,7 +54,7 @@ def test_two_groups_stand_for_every_group(stride, size, domain, blocks, kind, se
     slowest ``(m, N)``, each at its own latency and NICs, is the slowest of every group counted
     rank by rank, at every size."""
     total = stride * size * blocks
-    every = _groups(stride, size, total, domain)
+    every = _by_hand(stride, size, total, domain)  # each group's (fewest, domains), by hand
     assert len({n for _, n in every}) <= 2
     f, n = fewest_in_domain(stride, size, total, domain), nccl_nodes(stride, size, total, domain)
     m, other = other_placement(stride, size, total, domain)

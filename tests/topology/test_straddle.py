@@ -112,7 +112,8 @@ def test_the_link_charged_is_never_faster_than_the_slowest_group(tp, cp, dp, pp,
     """Over degrees and domain sizes: each axis's charged rate (the placement's link through
     :func:`model.step_time.link_time`) is the slowest of its groups' rates by hand — never
     faster — and ``nvlink`` exactly when every group lies in one domain; the domains NCCL counts
-    (``comm->nNodes``) those its slowest group's ranks lie on; the search's columns say the
+    (``comm->nNodes``) those its slowest group's ranks lie on, and the other groups' placement
+    (:func:`model.rank_groups.other_placement`); the search's columns say the
     same."""
     degrees = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
     links = ClusterLinks(nvlink_domain=domain, nvlink_bytes_per_s=450e9, scaleout_bytes_per_s=50e9)
