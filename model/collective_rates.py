@@ -27,6 +27,7 @@ __all__ = [
     "busbw_factor",
     "nccl_latency_us",
     "ring_latency_us",
+    "ring_busbw_gbps",
     "busbw_at",
     "published_collective_seconds",
     "busbw_peak",
@@ -168,6 +169,71 @@ def ring_latency_us(
     net = _hw(lat, "net", "tree" if local == 1 else "ring", p) if local < ranks else 0.0
     intra = _hw(lat, "nvlink", "ring", p)
     return _ring_us(lat, collective, protocol, ranks, local, intra, net, "other", domains)
+
+
+_LL_ROWS = {"volta": "volta_or_intel", "ampere": "ampere_or_amd"}
+"""``llMaxBws``' rows on one node by generation (NCCL's comments: ``Volta-N1/Intel-N2``,
+``Ampere-N1/AMD-N2``); Hopper and Blackwell are rows of their own."""
+
+
+def ring_busbw_gbps(
+    lat: NcclLatency,
+    protocol: str,
+    channels: int,
+    speed_gbps: float,
+    nodes: int,
+    generation: str,
+    cpu: str = "other",
+) -> float:
+    """NCCL's bus bandwidth (GB/s) of a ring collective in ``protocol``, as its tuner models it
+    (nccl 5067397c ``src/graph/tuning.cc`` ``ncclTopoTuneModel``) for a ring graph of
+    ``channels`` channels at ``speed_gbps`` each over ``nodes`` nodes of GPUs of
+    ``generation`` (volta, ampere, hopper, blackwell):
+
+    * ``bw = nNodes <= 2 ? bwIntra : bwInter`` — for a ring graph the two are one figure:
+      ``ncclTopoCompute`` (``src/graph/search.cc``) sets ``bwIntra = bwInter`` at every speed
+      it tries (``tmpGraph.bwIntra = tmpGraph.bwInter = speedArray[...]``, pass 2's "increase
+      bw for Ring" too), ``ncclTopoDupChannels`` divides both by the same factor and
+      ``src/init.cc`` takes each's least over the ranks (they differ for the tree and NVLS
+      alone): Simple's bus bandwidth is ``channels × speed`` at any node count;
+    * LL: ``min(llMaxBw, busBw × 0.5)``, ``llMaxBws[index1][index2]`` with ``index2`` the
+      column N1, N2 or N4 (``nNodes <= 2 ? nNodes - 1 : 2``) and ``index1`` the generation's
+      row on one node, across nodes the CPU's (``x86_amd``: AMD's row, else Intel's);
+    * LL128: ``min(busBw × 0.92, channels × perChMaxRingLL128Bws[cc][index2])``.
+
+    What nodes ≤ 2 change for a ring is these caps alone; not in force (the step time runs
+    Simple, docs/time-model-sources.md §4). Units: GB/s.
+
+    Raises ``InputError`` on an unknown protocol or generation.
+
+    Examples
+    --------
+    8 H100s in a node (12 channels at 30 GB/s: 360), 16 over two nodes (8 at 48 GB/s: 384) and
+    32 over four: LL's cap 141, 39 and 20.4 GB/s; LL128 0.92 × 360, 8 × 36.7, 8 × 36.7:
+
+    >>> from trainplan.scenarios.kernel_data import collective_data
+    >>> lat = collective_data().nccl_latency
+    >>> [ring_busbw_gbps(lat, "LL", c, s, n, "hopper") for c, s, n in ((12, 30, 1), (8, 48, 2),
+    ...  (8, 48, 4))]
+    [141.0, 39.0, 20.4]
+    >>> [round(ring_busbw_gbps(lat, "LL128", c, s, n, "hopper"), 2) for c, s, n in ((12, 30, 1),
+    ...  (8, 48, 2), (8, 48, 4))]
+    [331.2, 293.6, 293.6]
+    """
+    if protocol not in lat.protocols:
+        raise InputError(f"protocol: {protocol!r} is not one of {', '.join(lat.protocols)}")
+    if generation not in lat.ring_ll128_channel_gbps:
+        known = ", ".join(lat.ring_ll128_channel_gbps)
+        raise InputError(f"generation: {generation!r} is not one of {known}")
+    column = nodes - 1 if nodes <= 2 else 2
+    busbw = channels * speed_gbps
+    if protocol == "LL":
+        row = _LL_ROWS.get(generation, generation) if nodes == 1 else "volta_or_intel"
+        row = "ampere_or_amd" if nodes > 1 and cpu == "x86_amd" else row
+        return min(lat.ll_max_bw_gbps[row][column], busbw * 0.5)
+    if protocol == "LL128":
+        return min(busbw * 0.92, channels * lat.ring_ll128_channel_gbps[generation][column])
+    return busbw
 
 
 def _ring_us(

@@ -93,27 +93,26 @@ def dp_seconds(
     mech: Mechanism, step_bytes: Any, microbatch_bytes: Any, group: Any, calls: Any,
     bandwidth: Any, scaleup: Any, p: RooflineParams, forward_share: Any = None,
     gathered: Any = 1.0, again: Any = 0, gather_calls: Any = None, per_domain: Any = 1,
-    domains: Any = 0,
+    domains: Any = 0, other: Any = None,
 ) -> DpSeconds:  # fmt: skip
     """The :class:`DpSeconds` of the mechanism's collectives over ``group`` = dp·cp ranks:
-    ``step_bytes`` sent once per step, ``microbatch_bytes`` each micro-batch. Each collective
-    the mechanism runs (its reduction, its all-gathers) carries its share of the bytes
-    (:meth:`Mechanism.traffic_terms`' bytes per parameter, the all-gathers' × ``gathered``: the
-    mean gathered bytes of a parameter over the weight bytes, below 1 where FP8 primary weights
-    gather at a byte, :func:`model.fp8_gathers.fp8_gather_saving`): the reduction in ``calls``
-    equal calls — the framework's buckets (:func:`model.comm.dp_collective_calls`) — and each
-    gathering of the weights in ``gather_calls`` (None: ``calls``; DeepSpeed ZeRO-3's fetches,
-    :func:`model.deepspeed_fetches.deepspeed_gather_calls`): the step's
-    :attr:`~Mechanism.gathers_per_step` gatherings in ``gathers_per_step × gather_calls`` calls,
-    a micro-batch's :attr:`~Mechanism.gathers_per_microbatch` in ``gathers_per_microbatch ×
-    gather_calls``, each pass's own (the module docstring). Each call is timed by
-    :func:`model.roofline.collective_time` at its own message size (NCCL's latency by the
-    group's ``per_domain`` members a domain and ``domains``, its node count). A micro-batch's
-    all-gathers are equal: the forward's :func:`phase_gathers`' share, or ``forward_share``
-    where the mechanism :attr:`~Mechanism.regathers_after_forward` (the schedule's,
-    :func:`model.fsdp2_pipeline.regather_forward_share`). ``again``: gathers of the weights a
-    step beyond the mechanism's, in ``step_bytes`` (:func:`model.fsdp2_pipeline.
-    runtime_regathers`), each timed as its once-per-step gather. Element-wise for arrays."""
+    ``step_bytes`` sent once per step, ``microbatch_bytes`` each micro-batch. Each collective the
+    mechanism runs (its reduction, its all-gathers) carries its share of the bytes
+    (:meth:`Mechanism.traffic_terms`' bytes per parameter, the all-gathers' × ``gathered``: a
+    parameter's mean gathered bytes over its weight bytes, below 1 where FP8 weights gather at a
+    byte, :func:`model.fp8_gathers.fp8_gather_saving`): the reduction in ``calls`` equal calls — the
+    framework's buckets (:func:`model.comm.dp_collective_calls`) — and each gathering of the weights
+    in ``gather_calls`` (None: ``calls``; DeepSpeed ZeRO-3's fetches, ``deepspeed_gather_calls``):
+    the step's :attr:`~Mechanism.gathers_per_step` gatherings in ``gathers_per_step × gather_calls``
+    calls, a micro-batch's :attr:`~Mechanism.gathers_per_microbatch` in ``gathers_per_microbatch ×
+    gather_calls``, each pass's own. Each call is timed by :func:`model.roofline.collective_time` at
+    its own message size (NCCL's latency by the group's ``per_domain`` members a domain and
+    ``domains``, its node count; ``other`` its). A micro-batch's all-gathers are equal: the
+    forward's :func:`phase_gathers`' share, or ``forward_share`` where the mechanism
+    :attr:`~Mechanism.regathers_after_forward`
+    (:func:`model.fsdp2_pipeline.regather_forward_share`). ``again``: gathers of the weights a step
+    beyond the mechanism's (:func:`model.fsdp2_pipeline.runtime_regathers`), in ``step_bytes``, each
+    timed as its once-per-step gather. Element-wise."""
     reduce = Collective.ALL_REDUCE if mech.all_reduce else Collective.REDUCE_SCATTER
     reduce_b = mech.reduce_bytes * (2 if mech.all_reduce else 1)
     per_mb = mech.reduce_per_microbatch
@@ -123,6 +122,7 @@ def dp_seconds(
     mb_kinds.append((Collective.ALL_GATHER, mech.weight_bytes * mech.gathers_per_microbatch))
 
     each = calls if gather_calls is None else gather_calls
+    link = (bandwidth, scaleup, p, per_domain, domains, other)
 
     def seconds(kinds: list[tuple[Collective, int]], total: Any, gathers: int) -> list[Any]:
         scaled = [b * (gathered if kind is Collective.ALL_GATHER else 1) for kind, b in kinds]
@@ -132,7 +132,7 @@ def dp_seconds(
             if b:
                 n = each * gathers if kind is Collective.ALL_GATHER else calls
                 sent = total * (share / per_param) / n
-                t = collective_time(kind, group, sent, bandwidth, scaleup, p, per_domain, domains)
+                t = collective_time(kind, group, sent, *link)
                 out[i] = n * t
         return out
 

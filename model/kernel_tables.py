@@ -249,6 +249,10 @@ class NcclLatency:
     pat_inter_divisor: float
     net_overhead_us: Mapping[str, float]
     tree_correction: Mapping[str, tuple[float, ...]]
+    ll_max_bw_gbps: Mapping[str, tuple[float, ...]]
+    """``llMaxBws`` rows, GB/s of bus bandwidth for one node, two, more (N1, N2, N4)."""
+    ring_ll128_channel_gbps: Mapping[str, tuple[float, ...]]
+    """``perChMaxRingLL128Bws`` by generation, GB/s a channel (N1, N2, N4)."""
     source: str
 
 
@@ -429,6 +433,10 @@ def parse_nccl_latency(raw: Any) -> NcclLatency:
         pat_inter_divisor=check_value(raw["pat_inter_divisor"], "num", where, "pat_inter_divisor"),
         net_overhead_us=checked_mapping(raw["net_overhead_us"], f"{where}.net_overhead_us", "num"),
         tree_correction=checked_mapping(raw["tree_correction"], f"{where}.tree_correction", "nums"),
+        ll_max_bw_gbps=checked_mapping(raw["ll_max_bw_gbps"], f"{where}.ll_max_bw_gbps", "nums"),
+        ring_ll128_channel_gbps=checked_mapping(
+            raw["ring_ll128_channel_gbps"], f"{where}.ring_ll128_channel_gbps", "nums"
+        ),
         source=check_value(raw["source"], "str", where, "source"),
     )
     lists = [*out.base_us.values(), *(v for link in out.hw_us.values() for v in link.values())]
@@ -436,4 +444,9 @@ def parse_nccl_latency(raw: Any) -> NcclLatency:
         raise ScenarioError(f"{where}: every latency list needs one value per protocol {protocols}")
     if any(len(v) != 24 for v in out.tree_correction.values()):
         raise ScenarioError(f"{where}: tree_correction lists need 24 values (64 B to 256 MiB)")
+    caps = (*out.ll_max_bw_gbps.values(), *out.ring_ll128_channel_gbps.values())
+    if any(len(v) != 3 for v in caps):
+        raise ScenarioError(
+            f"{where}: ll_max_bw_gbps, ring_ll128_channel_gbps need 3 values (N1 N2 N4)"
+        )
     return out

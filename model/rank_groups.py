@@ -20,7 +20,7 @@ from trainplan.model.xp import is_array, maximum, minimum, namespace, where
 __all__ = [
     "AXES", "stride_size", "axis_spans", "in_one_domain", "windows", "fewest_in_domain",
     "members_in_domain", "members_per_domain_of", "domain_placements", "group_members",
-    "domain_counts", "nccl_nodes", "nodes_in_domain",
+    "domain_counts", "nccl_nodes", "nodes_in_domain", "other_placement", "other_in_domain",
 ]  # fmt: skip
 
 AXES: tuple[str, ...] = ("tp", "cp", "ep", "dp", "dp_cp", "edp", "pp")
@@ -230,6 +230,48 @@ def nccl_nodes(stride: int, size: int, total: int, domain: int) -> int:
 def nodes_in_domain(stride: Any, size: Any, total: Any, domain: int) -> Any:
     """:func:`nccl_nodes`, element-wise for the search's arrays (int64 there)."""
     return _per_layout(nccl_nodes, stride, size, total, domain)
+
+
+@lru_cache(maxsize=4096)
+def other_placement(stride: int, size: int, total: int, domain: int) -> tuple[int, int]:
+    """``(fewest members in one domain, domains)`` of the slowest of an axis's groups that lie
+    on another number of domains than :func:`nccl_nodes`' group (the slowest group, ``(f, n)``:
+    the fewest members :func:`fewest_in_domain`, the most domains among such groups); ``(0, 0)``
+    where every group lies on ``n`` domains. Groups of ranks at one stride touch at most two
+    numbers of domains (``k`` or ``k + 1``), and the other's groups have no fewer members and
+    fewer domains (``m ≥ f``, ``N < n``: counted for strides 1–79, sizes 2–99 and worlds of 1,
+    2, 3 and 5 blocks up to 3,000 ranks on domains of 2 to 72; ``tests/model/
+    test_group_latency.py`` checks both on drawn cases, group by group), so with
+    ``(f, n)`` these two stand for every group: a group on ``n`` domains with more members has
+    ``(f, n)``'s latency and more NICs, and likewise on ``N``. A ring's steps and an
+    all-to-all's hop never make the other slower (fewer network steps, more NICs); NCCL's tree
+    all-reduce can (its ``2·((nRanks/nNodes − 1)·intraLat + log2i(nNodes)·interLat)``, nccl
+    5067397c ``src/graph/tuning.cc`` ``ncclTopoTuneModel``, falls as ``nNodes`` grows at a
+    fixed ``log2i``), so each collective takes the slower of the two, each at its own latency
+    and NICs (:func:`model.roofline.collective_time`'s ``other``). ``N`` is 1 for a group
+    inside one domain (on NVLink). Units: ranks, domains.
+
+    >>> other_placement(1, 13, 26, 8)  # 0–12 8 + 5 on 2; 13–25 3 + 8 + 2 on 3 (the slowest)
+    (5, 2)
+    >>> other_placement(1, 10, 80, 72), other_placement(1, 12, 24, 8)  # 70–79 2 + 8; 8 + 4
+    ((10, 1), (0, 0))
+    """
+    places = domain_placements(stride, size, total, domain)
+    nodes = nccl_nodes(stride, size, total, domain)
+    others = [(m, n) for m, n in places if n != nodes]
+    if not others:
+        return 0, 0
+    fewest = min(m for m, _ in others)
+    return fewest, max(n for m, n in others if m == fewest)
+
+
+def other_in_domain(stride: Any, size: Any, total: Any, domain: int) -> tuple[Any, Any]:
+    """:func:`other_placement`, element-wise for the search's arrays (two int64 arrays there)."""
+    members = _per_layout(
+        lambda *a: other_placement(*a)[0], stride, size, total, domain
+    )  # fmt: skip
+    nodes = _per_layout(lambda *a: other_placement(*a)[1], stride, size, total, domain)
+    return members, nodes
 
 
 def _group_counts(stride: int, size: int, total: int, domain: int) -> list[list[int]]:

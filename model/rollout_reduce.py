@@ -53,7 +53,7 @@ from fractions import Fraction
 from trainplan.model.errors import InputError
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.op_rates import deployed_params
-from trainplan.model.rank_groups import fewest_in_domain, nccl_nodes
+from trainplan.model.rank_groups import fewest_in_domain, nccl_nodes, other_placement
 from trainplan.model.roofline import Collective, collective_time, ring_share
 from trainplan.model.step_time import rings_bandwidth
 from trainplan.model.vocab import padded_vocab
@@ -93,8 +93,10 @@ def _engine_clock(device: DeviceSpec, tp: int, kind: Collective) -> Clock:
     (:func:`engine_placement`): over NVLink when every engine lies in one NVLink domain, else
     over the scale-out NICs, ``g`` of them in parallel for ``g`` ranks of the slowest engine in
     a domain (:func:`model.step_time.rings_bandwidth`), its ring crossing the network once a
-    round per further domain NCCL counts (:func:`model.nccl_latency.steps_latency`); an
-    InputError when the part's table has no bandwidth for that link."""
+    round per further domain NCCL counts (:func:`model.nccl_latency.steps_latency`), and each
+    collective the slower of it and the engines on another number of domains, each at its own
+    latency and NICs (:func:`model.rank_groups.other_placement`, ``collective_time``'s
+    ``other``); an InputError when the part's table has no bandwidth for that link."""
     domain = device.placement_domain or device.gpus_per_node
     per_domain, nodes = engine_placement(tp, domain)
     inside = nodes == 1
@@ -106,12 +108,18 @@ def _engine_clock(device: DeviceSpec, tp: int, kind: Collective) -> Clock:
             f"{device.figures_from} does not have"
         )
     bandwidth = nvlink if inside else rings_bandwidth(nic, tp, tp, domain, nvlink, per_domain)
+    members, others = other_placement(1, tp, math.lcm(tp, domain), domain)
+    other = None
+    if others == 1:  # an engine inside one domain beside engines across two
+        other = (nvlink, True, tp, 1)
+    elif others:
+        other = (rings_bandwidth(nic, tp, tp, domain, nvlink, members), False, members, others)
     params = deployed_params(device.part)
     share = ring_share(kind, tp)
 
     def seconds(buffer_bytes: float) -> float:
         sent = share * buffer_bytes
-        time = collective_time(kind, tp, sent, bandwidth, inside, params, per_domain, nodes)
+        time = collective_time(kind, tp, sent, bandwidth, inside, params, per_domain, nodes, other)
         return float(time)
 
     return seconds

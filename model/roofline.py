@@ -27,25 +27,11 @@ from trainplan.model.part_family import catalogue_part
 from trainplan.model.xp import log2, maximum, where
 
 __all__ = [
-    "RooflineParams",
-    "GEMM_EFFICIENCY_BY_GENERATION",
-    "DEFAULT_GEMM_EFFICIENCY",
-    "generation_of",
-    "roofline_params_for",
-    "CALIBRATABLE",
-    "gemm_efficiency",
-    "gemm_seconds",
-    "attention_seconds",
-    "memory_seconds",
-    "transfer_seconds",
-    "Collective",
-    "LinkTime",
-    "collective_seconds",
-    "collective_time",
-    "collective_latency",
-    "ring_share",
-    "published_busbw",
-]
+    "RooflineParams", "GEMM_EFFICIENCY_BY_GENERATION", "DEFAULT_GEMM_EFFICIENCY", "generation_of",
+    "roofline_params_for", "CALIBRATABLE", "gemm_efficiency", "gemm_seconds", "attention_seconds",
+    "memory_seconds", "transfer_seconds", "Collective", "LinkTime", "collective_seconds",
+    "collective_time", "collective_latency", "ring_share", "published_busbw",
+]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -362,6 +348,9 @@ class LinkTime:
     """NCCL's node count of the group (``comm->nNodes``: the distinct NVLink domains its ranks
     lie on, :func:`model.rank_groups.nccl_nodes`), whose ring crosses the network ``domains − 1``
     times a round; 0: ``⌈group ∕ per_domain⌉`` (groups that line up with the domains)."""
+    other: tuple[float, bool, int, int] | None = None
+    """``(bandwidth, scaleup, per_domain, domains)`` of the axis's groups on another number of
+    domains (:func:`collective_time`'s ``other``); None where every group lies as this one."""
 
 
 def collective_seconds(
@@ -392,7 +381,7 @@ def collective_seconds(
     """
     return collective_time(
         kind, group_size, sent_bytes, link.bandwidth_bytes_per_s, link.scaleup, p,
-        link.per_domain, link.domains,
+        link.per_domain, link.domains, link.other,
     )  # fmt: skip
 
 
@@ -466,6 +455,7 @@ def collective_time(
     p: RooflineParams,
     per_domain: Any = 1,
     domains: Any = 0,
+    other: tuple[Any, Any, Any, Any] | None = None,
 ) -> Any:
     """:func:`collective_seconds` from plain numbers: floats for one collective, element-wise
     for arrays of layouts (the search's tables), the same operations in the same order.
@@ -479,7 +469,19 @@ def collective_time(
     all-reduce NCCL runs as NVLS on these NVLinks (:func:`model.nvls.nvls_ring`) at its speed-up.
     ``per_domain``: the group's members in each NVLink domain, whose ring steps between them
     ride NVLink (:func:`collective_latency`; 1: every step crosses the network); ``domains``: the
-    group's NCCL node count (:attr:`LinkTime.domains`; 0: ``⌈group ∕ per_domain⌉``)."""
+    group's NCCL node count (:attr:`LinkTime.domains`; 0: ``⌈group ∕ per_domain⌉``).
+
+    ``other``: ``(bandwidth, scaleup, per_domain, domains)`` of the axis's groups on another
+    number of domains (:func:`model.rank_groups.other_placement`). NCCL tunes each group's
+    communicator on its own and the step waits for the slowest, so the collective takes the
+    longer of the two, each group at its own latency and bandwidth, ``max(α₁ + S ∕ β₁, α₂ + S ∕
+    β₂)`` (an all-reduce of 13 ranks on 8-GPU nodes: tests/model/test_group_latency.py).
+    """
+    if other is not None:
+        first = collective_time(kind, group_size, sent_bytes, bandwidth, scaleup, p, per_domain,
+                                domains)  # fmt: skip
+        second = collective_time(kind, group_size, sent_bytes, *other[:2], p, *other[2:])
+        return maximum(first, second)
     efficiency = where(scaleup, p.scaleup_efficiency, p.scaleout_efficiency)
     on = kind is Collective.ALL_REDUCE and p.nvls_allreduce_speedup != 1
     nvls = nvls_ring_on_link(p.part, bandwidth, scaleup, group_size) if on else False

@@ -37,6 +37,7 @@ from trainplan.model.rank_groups import (
     in_one_domain,
     members_in_domain,
     nodes_in_domain,
+    other_in_domain,
     stride_size,
 )
 from trainplan.model.split import split_rule_of
@@ -96,11 +97,13 @@ class ShapeColumns:
         self, cluster: ClusterLinks, fabric: tuple[tuple[str, Any], ...]
     ) -> dict[str, tuple[np.ndarray, ...]]:
         """Per axis: (bandwidth of its tier, every group in one scale-up domain, span, the
-        slowest group's members per domain and NCCL's node count of it), [N] (the group's size is the fields',
-        :meth:`Columns.link`): :func:`topology.placement.axis_links`' rule, the arrays' way."""
+        slowest group's members per domain and NCCL's node count of it, and those of the groups
+        on another number of domains, :func:`model.rank_groups.other_placement`), [N] (the
+        group's size is the fields', :meth:`Columns.link`): :func:`topology.placement.
+        axis_links`' rule, the arrays' way."""
         v = self.values
         out: dict[str, tuple[Any, ...]] = {
-            a: (np.zeros(self.n), np.zeros(self.n, dtype=bool), *np.zeros((3, self.n), np.int64))
+            a: (np.zeros(self.n), np.zeros(self.n, dtype=bool), *np.zeros((5, self.n), np.int64))
             for a in LINK_AXES
         }
         if fabric:  # a cluster graph: each shape's links (no closed form)
@@ -113,6 +116,8 @@ class ShapeColumns:
                     out[axis][2][n] = link.span
                     out[axis][3][n] = link.per_domain
                     out[axis][4][n] = link.domains
+                    out[axis][5][n] = link.other_per_domain
+                    out[axis][6][n] = link.other_domains
             return out
         orders = v["rank_order"].tolist()
         domain = cluster.nvlink_domain
@@ -131,6 +136,9 @@ class ShapeColumns:
                 out[axis][2][rows] = span
                 out[axis][3][rows] = members_in_domain(stride, size, total, domain)
                 out[axis][4][rows] = nodes_in_domain(stride, size, total, domain)
+                out[axis][5][rows], out[axis][6][rows] = other_in_domain(
+                    stride, size, total, domain
+                )
         return out
 
     def groups(self, control: Sequence[str]) -> list[tuple[tuple[Any, ...], np.ndarray]]:
@@ -308,12 +316,13 @@ class Columns:
         return True
 
     def link(self, axis: str) -> LinkFields:
-        bandwidth, nvlink, span, per_domain, domains = self._table.links[axis]
+        bandwidth, nvlink, span, per_domain, domains, *other = self._table.links[axis]
         rows = self._rows
         size = {"dp": "shard_degree", "edp": "expert_shard_degree"}.get(axis, axis)
         return LinkFields(
             bandwidth[rows][:, None], nvlink[rows][:, None], span[rows][:, None],
             getattr(self, size), per_domain[rows][:, None], domains[rows][:, None],
+            other[0][rows][:, None], other[1][rows][:, None],
         )  # fmt: skip
 
 

@@ -34,6 +34,7 @@ from trainplan.model.rank_groups import (
     fewest_in_domain,
     in_one_domain,
     nccl_nodes,
+    other_placement,
     stride_size,
     windows,
 )
@@ -90,6 +91,13 @@ class AxisLink:
     (:func:`model.rank_groups.nccl_nodes`): 1 on ``nvlink``; what its ring's network steps
     read (:func:`model.nccl_latency.steps_latency`); 0 for ``none`` and a bare link
     (``⌈group_size ∕ per_domain⌉`` then)."""
+    other_per_domain: int = 0
+    """Of the axis's groups on another number of domains than ``domains``, the fewest members
+    in one domain (:func:`model.rank_groups.other_placement`); 0 where every group lies on
+    ``domains`` domains (and for ``none``, a bare link)."""
+    other_domains: int = 0
+    """The domains those groups lie on (1: inside one domain, on NVLink); 0 as above. Each
+    collective takes the slower of the two groups (:func:`model.roofline.collective_time`)."""
 
 
 def _degrees(degrees: Mapping[str, int]) -> dict[str, int]:
@@ -318,7 +326,8 @@ def axis_links(
             bandwidth = two_tier_bandwidth(span, links, total)
         per_domain = fewest_in_domain(stride, size, total, domain)
         nodes = nccl_nodes(stride, size, total, domain)
-        out[axis] = AxisLink(axis, size, span, link, bandwidth, per_domain, nodes)
+        other = other_placement(stride, size, total, domain)
+        out[axis] = AxisLink(axis, size, span, link, bandwidth, per_domain, nodes, *other)
     return out
 
 

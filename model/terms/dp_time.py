@@ -42,7 +42,7 @@ from trainplan.model.fsdp2_pipeline import (
 from trainplan.model.memory import FP8_PARAM_BYTES
 from trainplan.model.pipeline_reduce import chunked_param_gathers, reduce_waiting_share
 from trainplan.model.terms.fields import Context, Fields, axis_domains, axis_members
-from trainplan.model.terms.roofline import axis_link, params_of
+from trainplan.model.terms.roofline import axis_link, other_link, params_of
 from trainplan.model.terms.sm_shares import dp_kind, group_sm_share
 from trainplan.model.terms.stage_params import busiest_params
 from trainplan.model.terms.traffic import (
@@ -73,7 +73,9 @@ def dp_group_seconds(c: Context, f: Fields, mech: Any = None) -> tuple[tuple[DpS
     per MoE block; DeepSpeed ZeRO-3's all-gathers its fetches,
     :func:`model.deepspeed_fetches.deepspeed_gather_calls`), each ring's steps between members
     of one NVLink domain on NVLink (:func:`model.terms.fields.axis_members` of the group's
-    link: the slowest group's members in a domain, :func:`model.roofline.collective_latency`);
+    link: the slowest group's members in a domain, :func:`model.roofline.collective_latency`;
+    each call the slower of that group and the groups on another number of domains, each at
+    its own latency and NICs, :func:`model.terms.roofline.other_link`);
     zero seconds for a group of one rank. A mechanism that
     :attr:`~model.mechanism_record.Mechanism.regathers_after_forward` runs the schedule's share
     of its per-micro-batch gathers in forwards (:func:`model.fsdp2_pipeline.
@@ -108,11 +110,18 @@ def dp_group_seconds(c: Context, f: Fields, mech: Any = None) -> tuple[tuple[DpS
             mech, as_float(total - m * per_mb), as_float(per_mb), group, calls,
             where(on, bandwidth, 1.0), scaleup, params_of(c), forward_share=forward, gathered=gathered,
             again=again, gather_calls=gather_calls, per_domain=axis_members(c, f, axis),
-            domains=axis_domains(c, f, axis),
+            domains=axis_domains(c, f, axis), other=_other(c, f, axis, on),
         )  # fmt: skip
         s = DpSeconds(*(where(on, getattr(s, k.name), 0.0) for k in fields(DpSeconds)))
         out.append((s, calls))
     return tuple(out)
+
+
+def _other(c: Context, f: Fields, axis: str, on: Any) -> tuple[Any, Any, Any, Any]:
+    """:func:`model.terms.roofline.other_link` of the dp or edp group, its bandwidth 1.0 where
+    the group sends nothing (as the first link's)."""
+    bandwidth, scaleup, members, domains = other_link(c, f, axis)
+    return where(on & (bandwidth > 0), bandwidth, 1.0), scaleup, members, domains
 
 
 def dp_sm_share(c: Context, f: Fields, mech: Any, dense: Any, experts: Any) -> Any:

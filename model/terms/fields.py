@@ -139,6 +139,12 @@ class LinkFields:
     domains: Any = 0
     """NVLink domains the slowest group's ranks lie on as NCCL counts its nodes
     (:func:`model.rank_groups.nccl_nodes`, the placement's ``domains``); 0: not placed."""
+    other_per_domain: Any = 0
+    """Of the groups on another number of domains, the fewest members in one
+    (:func:`model.rank_groups.other_placement`, the placement's ``other_per_domain``); 0:
+    every group on ``domains`` domains, or not placed."""
+    other_domains: Any = 0
+    """The domains those groups lie on (1: inside one domain); 0 as above."""
 
 
 class Fields(Protocol):
@@ -285,6 +291,8 @@ class LayoutFields:
             size if link.link != "none" else 1,
             getattr(link, "per_domain", 0),
             getattr(link, "domains", 0),
+            getattr(link, "other_per_domain", 0),
+            getattr(link, "other_domains", 0),
         )
 
 

@@ -106,6 +106,7 @@ from trainplan.model.xp import as_float, where
 __all__ = [
     "params_of",
     "axis_link",
+    "other_link",
     "ep_dispatch_fields",
     "ep_sm_share",
     "stage_parts_term",
@@ -136,6 +137,35 @@ def axis_link(c: Context, f: Fields, axis: str, all_to_all: Any = False) -> tupl
     )  # fmt: skip
 
 
+def other_link(c: Context, f: Fields, axis: str) -> tuple[Any, Any, Any, Any]:
+    """``(bandwidth, scale-up tier, members per domain, domains)`` of ``axis``'s groups on
+    another number of NVLink domains than its slowest group
+    (:func:`model.rank_groups.other_placement`, the link's ``other_per_domain`` and
+    ``other_domains``), each group on its own link: inside one domain the part's NVLink, else
+    the tier's bandwidth over its own members' NICs (:func:`model.step_time.link_time_of`).
+    Where every group lies alike, the slowest group's own (:func:`axis_link`,
+    :func:`model.terms.fields.axis_members`, :func:`model.terms.fields.axis_domains`), so
+    :func:`model.roofline.collective_time`'s ``other`` changes nothing. Ints or ``[n, 1]``
+    columns."""
+    link, d = f.link(axis), c.gpu
+    bandwidth, scaleup = axis_link(c, f, axis)
+    members, domains = axis_members(c, f, axis), axis_domains(c, f, axis)
+    placed = link.other_domains > 0
+    inside = placed & (link.other_domains == 1)
+    nic = as_float(link.bandwidth if link.bandwidth is not None else 0.0)
+    tier = where(inside, as_float(d.nvlink_bytes_per_s or 0.0), nic)
+    others = where(placed, link.other_per_domain, 1)
+    size = where(bandwidth > 0, link.group_size, 1)
+    own, own_up = link_time_of(
+        tier, inside, link.span, size, d.nvlink_bytes_per_s, d.placement_domain, False, None,
+        others,
+    )  # fmt: skip
+    return (
+        where(placed, own, bandwidth), where(placed, own_up, scaleup),
+        where(placed, others, members), where(placed, link.other_domains, domains),
+    )  # fmt: skip
+
+
 def ep_dispatch_fields(c: Context, f: Fields) -> tuple[Any, Any, Any]:
     """What the expert all-to-all's clock reads of the layout besides its link: the EP group's
     members per NVLink domain (:func:`model.terms.dispatch_buffers.ep_members_per_domain`, for
@@ -154,10 +184,18 @@ def ep_dispatch_fields(c: Context, f: Fields) -> tuple[Any, Any, Any]:
     return g, unpaired, ep_sm_share(c, f)
 
 
-def _link(bandwidth: Any, scaleup: Any, per_domain: Any, domains: Any = 0) -> LinkTime | None:
+def _link(
+    bandwidth: Any, scaleup: Any, per_domain: Any, domains: Any = 0, other: Any = None
+) -> LinkTime | None:
+    """The :class:`model.roofline.LinkTime` of a kind row's key values; ``other``: the other
+    groups' ``(bandwidth, scaleup, per_domain, domains)`` (:func:`other_link`), kept where it
+    differs from the first."""
     if not bandwidth:
         return None
-    return LinkTime(float(bandwidth), bool(scaleup), int(per_domain), int(domains))
+    own = (float(bandwidth), bool(scaleup), int(per_domain), int(domains))
+    if other is not None:
+        other = (float(other[0]), bool(other[1]), int(other[2]), int(other[3]))
+    return LinkTime(*own, None if other in (None, own) or not other[0] else other)
 
 
 @lru_cache(maxsize=CACHE)
@@ -177,7 +215,8 @@ def _kind_row(
     b, tp, cp, ep, etp, sp, r, u, gather, rep, vocab = key[:11]
     tp_bw, tp_up, tp_g, tp_n, cp_bw, cp_up, cp_g, cp_n = key[11:19]
     a2a_bw, a2a_up, a2a_g, ep_bw, ep_up, ep_lg, ep_n = key[19:26]
-    ep_g, unpaired, sm_share, templated, regather, nccl, ordered = key[26:]
+    ep_g, unpaired, sm_share, templated, regather, nccl, ordered = key[26:33]
+    tp_other = key[33:37]
     (
         peak,
         hbm,
@@ -203,7 +242,7 @@ def _kind_row(
     if overlap is TpOverlap.FULL and int(tp) > 1 and bool(sp):  # check_tp_overlap: sp off refused
         ub = userbuffers_for(ub_config, int(tp))
     clock = Clock(
-        peak, hbm, p, _link(tp_bw, tp_up, tp_g, tp_n), _link(cp_bw, cp_up, cp_g, cp_n),
+        peak, hbm, p, _link(tp_bw, tp_up, tp_g, tp_n, tp_other), _link(cp_bw, cp_up, cp_g, cp_n),
         _link(ep_bw, ep_up, ep_lg, ep_n), overlap,
         int(r), int(u), bool(gather), speedup, int(rep), int(ep_g), float(unpaired),
         bool(regather), str(templated), float(sm_share), grouped, ao, bool(bf16_ex), loop,
@@ -271,6 +310,8 @@ def _kinds(c: Context, f: Fields, mode: Recompute, kept: Any = None) -> tuple[An
     ep_bw, ep_up = ep_dispatch_link(c, f)  # DeepEP beyond 8 ranks: its RDMA hop on the NIC
     tp_g = link_members(tp_bw, tp_up, axis_members(c, f, "tp"))
     tp_n = link_members(tp_bw, tp_up, axis_domains(c, f, "tp"))
+    o_bw, o_up, o_g, o_n = other_link(c, f, "tp")  # tp's all-reduce: each group on its own
+    tp_other = (o_bw, o_up, link_members(o_bw, o_up, o_g), link_members(o_bw, o_up, o_n))
     ep_lg = link_members(ep_bw, ep_up, ep_dispatch_members(c, f))
     ep_n = link_members(ep_bw, ep_up, axis_domains(c, f, "ep"))
     vocab = f.lookup(padded_vocab_of, (arch.vocab_size, c.vocab_multiple), "framework", "tp")
@@ -287,6 +328,7 @@ def _kinds(c: Context, f: Fields, mode: Recompute, kept: Any = None) -> tuple[An
         templated, regather,
         tp_sm_share_of(c, f),
         ordered,
+        *tp_other,
     )  # fmt: skip
     n, g = len(PARTS), len(span_groups(arch))
     kinds = tuple(tuple(row[k * n : (k + 1) * n]) for k in range(g + 2))

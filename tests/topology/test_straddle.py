@@ -112,7 +112,8 @@ def test_the_link_charged_is_never_faster_than_the_slowest_group(tp, cp, dp, pp,
     """Over degrees and domain sizes: each axis's charged rate (the placement's link through
     :func:`model.step_time.link_time`) is the slowest of its groups' rates by hand — never
     faster — and ``nvlink`` exactly when every group lies in one domain; the domains NCCL counts
-    (``comm->nNodes``) those its slowest group's ranks lie on; the search's columns say the
+    (``comm->nNodes``) those its slowest group's ranks lie on, and the other groups' placement
+    (:func:`model.rank_groups.other_placement`); the search's columns say the
     same."""
     degrees = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
     links = ClusterLinks(nvlink_domain=domain, nvlink_bytes_per_s=450e9, scaleout_bytes_per_s=50e9)
@@ -133,15 +134,27 @@ def test_the_link_charged_is_never_faster_than_the_slowest_group(tp, cp, dp, pp,
         fewest = min(min(h) for h in held)
         assert link.per_domain == fewest
         assert link.domains == max(len(h) for h in held if min(h) == fewest), (axis, groups)
+        # the groups on another number of domains: their fewest members and that number
+        others = [h for h in held if len(h) != link.domains]
+        if others:
+            m = min(min(h) for h in others)
+            o = max(len(h) for h in others if min(h) == m)
+            assert (link.other_per_domain, link.other_domains) == (m, o), (axis, groups)
+            assert m >= fewest and o < link.domains
+        else:
+            assert (link.other_per_domain, link.other_domains) == (0, 0)
     shape = Shape(dp, tp, pp, cp, 1, 1, Schedule.ONE_F_ONE_B, 1)
     table = ShapeColumns([shape], 64, links)
     for axis, key in (("tp", "tp"), ("cp", "cp"), ("dp", "dp_cp"), ("pp", "pp")):
         if placed[key].link == "none":
             continue
-        bandwidth, nvlink, span, per_domain, domains = (a[0] for a in table.links[axis])
-        assert (bandwidth, bool(nvlink), span, per_domain, domains) == (
+        bandwidth, nvlink, span, per_domain, domains, o_per, o_dom = (
+            a[0] for a in table.links[axis]
+        )
+        assert (bandwidth, bool(nvlink), span, per_domain, domains, o_per, o_dom) == (
             placed[key].bandwidth_bytes_per_s, placed[key].link == "nvlink", placed[key].span,
-            placed[key].per_domain, placed[key].domains,
+            placed[key].per_domain, placed[key].domains, placed[key].other_per_domain,
+            placed[key].other_domains,
         )  # fmt: skip
 
 
