@@ -219,9 +219,9 @@ def gathered_envelope(
     most: dict[int, int] = {}
     for accumulates in (False, True):
         cache = _release_sets(trace, accumulates, *limits)
-        first, left = walk_held(trace, State(), cache, limits)
+        opening, left = walk_held(trace, State(), cache, limits)
         later, _ = walk_held(trace, left, cache, limits)
-        for k, a, b in zip(trace.unheld, first, later, strict=True):
+        for k, a, b in zip(trace.unheld, opening, later, strict=True):
             most[k] = max(most.get(k, 0), a, b)
     out: list[tuple[int, int]] = []
     for k in sorted(most):

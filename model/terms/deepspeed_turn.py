@@ -92,5 +92,4 @@ def zero3_turn_gathered(c: Context, f: Fields, mech: Any, gathered: Any) -> Any:
     layers, moe_layers = most_layers(c, f)
     args = (c.arch, mech.weight_bytes, token, t.seq_len)
     values = (f.tp, f.expert_tp, f.ep, layers, moe_layers, f.micro_batch_size, f.cp)
-    values += deepspeed_walk(c, f)
-    return f.lookup_values(zero3_gathered_bytes, args, *values)
+    return f.lookup_values(zero3_gathered_bytes, args, *values, *deepspeed_walk(c, f))
