@@ -273,17 +273,9 @@ def _mode_fetches(
 
 
 def deepspeed_gather_calls(
-    arch: Architecture,
-    tp: int,
-    etp: int,
-    ep: int,
-    layers: int,
-    moe_layers: int,
-    m: int = 1,
-    recompute: str = "none",
-    core: bool = False,
-    first: int | None = None,
-) -> tuple[float, float]:
+    arch: Architecture, tp: int, etp: int, ep: int, layers: int, moe_layers: int, m: int = 1,
+    recompute: str = "none", core: bool = False, first: int | None = None,
+) -> tuple[float, float]:  # fmt: skip
     """(dense group's, experts' group's) all-gather calls of DeepSpeed ZeRO-3 per pass, the mean
     over a step of ``m`` micro-batches of their two gathering passes (:func:`step_fetches`: the
     output weight and the embedding, the weights the reuse distance keeps; the recomputed
@@ -309,17 +301,9 @@ def deepspeed_gather_calls(
 
 
 def deepspeed_unfetched(
-    arch: Architecture,
-    tp: int,
-    etp: int,
-    ep: int,
-    layers: int,
-    moe_layers: int,
-    m: int = 1,
-    recompute: str = "none",
-    core: bool = False,
-    first: int | None = None,
-) -> tuple[float, float]:
+    arch: Architecture, tp: int, etp: int, ep: int, layers: int, moe_layers: int, m: int = 1,
+    recompute: str = "none", core: bool = False, first: int | None = None,
+) -> tuple[float, float]:  # fmt: skip
     """(dense, experts') elements on one GPU a micro-batch of DeepSpeed ZeRO-3 does not gather,
     the mean over a step of ``m`` micro-batches, against both passes gathering every fetched
     weight (:func:`model.comm.dp_bytes`' count): the output weight after the step's first

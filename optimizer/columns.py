@@ -325,15 +325,9 @@ def _split_rule(uneven: Any, framework: Any, pp: Any) -> Any:
 
 
 def _tabulate_both(
-    term: Term,
-    c: Context,
-    table: ShapeColumns,
-    modifiers: dict[str, tuple[Any, ...]],
-    read: Callable[[Any], tuple[Any, ...]],
-    P: int,
-    skip: Callable[[dict[str, Any], np.ndarray], bool] | None,
-    fixed: dict[str, Any],
-) -> list[np.ndarray]:
+    term: Term, c: Context, table: ShapeColumns, modifiers: dict[str, tuple[Any, ...]],
+    read: Callable[[Any], tuple[Any, ...]], P: int, skip: Any, fixed: dict[str, Any],
+) -> list[np.ndarray]:  # fmt: skip
     """:func:`tabulate` of a term that reads both the ZeRO stage and the recompute mode: arrays
     ``[N, Z, R, P]`` (per stage) or ``[N, Z, R]``; a group whose control values the term says do
     not read the recompute mode (:attr:`model.terms.Term.reads_recompute`) is evaluated once per
