@@ -56,9 +56,9 @@ freed: 185 → 214 at tp 1 (three a layer in the forward, four in the backward's
 distance inside a chunk, so the recomputed forward frees part of a chunk's weights and they are
 gathered a third time for their backward: 17,529,044,992 elements, 249 launches. Selective
 recomputation's core attention (no parameters) adds a fetch and so a prefetch opportunity, which
-moves no launch for the Llama 3 layouts above. The dp term reads the walk without recomputation:
-it is tabulated per ZeRO stage, not per recompute mode (:mod:`optimizer.tables`), so under
-recomputation its launches are those above without it (a limit of this count).
+moves no launch for the Llama 3 layouts above. The dp term reads the walk of the layout's own
+recompute mode (:func:`recompute_walk`, :func:`model.terms.traffic.deepspeed_walk`), and the
+search tabulates it per ZeRO stage and recompute mode (:mod:`optimizer.tables`).
 
 DeepSpeed refuses MoE under ZeRO-3 (``engine.py`` :1675,
 :func:`model.moe_rules.check_deepspeed_moe`); the experts' group is counted for completeness.
@@ -69,11 +69,13 @@ Pure functions over ints.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 from trainplan.model.deepspeed_coordinator import State, Trace, walk, walk_held
 from trainplan.model.deepspeed_gathered import DEEPSPEED_MAX_REUSE_DISTANCE_ELEMENTS
 from trainplan.model.deepspeed_trace import head_fetches, layer_fetches, module_trace
 from trainplan.model.specs import Architecture
+from trainplan.model.stage_bytes import sqrt_segment
 
 __all__ = [
     "DEEPSPEED_PREFETCH_ELEMENTS",
@@ -84,6 +86,7 @@ __all__ = [
     "module_trace",
     "step_fetches",
     "gathered_envelope",
+    "recompute_walk",
     "deepspeed_gather_calls",
     "deepspeed_unfetched",
 ]
@@ -118,10 +121,11 @@ def step_fetches(
     persist: int = DEEPSPEED_PERSISTENCE_ELEMENTS,
     segment: int = 0,
     core: bool = False,
+    first: int | None = None,
 ) -> tuple[tuple[int, int, int, int], tuple[int, int, int, int], tuple[int, int]]:
     """DeepSpeed ZeRO-3's all-gathers of one micro-batch (forward and backward, and the
-    recomputed forward of ``segment``-layer checkpointed chunks, or of the core attention
-    where ``core``) of :func:`module_trace`: ((dense launches, experts' launches, dense elements, experts'
+    recomputed forward of ``segment``-layer checkpointed chunks of the ``first`` layers, or of
+    the core attention where ``core``) of :func:`module_trace`: ((dense launches, experts' launches, dense elements, experts'
     elements) of the step's first micro-batch, the same of each later one, (dense, experts'
     elements a pass fetches whole)), elements on one GPU. :func:`model.deepspeed_coordinator.walk`
     over the trace: the first micro-batch from nothing gathered (the optimizer step's
@@ -143,7 +147,7 @@ def step_fetches(
     >>> first[0], later[0]
     (187, 185)
     """
-    trace = module_trace(arch, tp, etp, ep, layers, moe_layers, segment, core)
+    trace = module_trace(arch, tp, etp, ep, layers, moe_layers, segment, core, first)
     cache = _release_sets(trace, accumulates, bucket, live, reuse, persist)
     calls, got, left = walk(trace, State(), cache, bucket, live, reuse, persist)
     later_calls, later_got, _ = walk(trace, left, cache, bucket, live, reuse, persist)
@@ -175,9 +179,10 @@ def gathered_envelope(
     moe_layers: int,
     segment: int = 0,
     core: bool = False,
+    first: int | None = None,
 ) -> tuple[tuple[int, int], ...]:
     """DeepSpeed ZeRO-3's gathered parameters against the activations then live, over a
-    micro-batch of :func:`module_trace` (``segment``, ``core``: its recomputation):
+    micro-batch of :func:`module_trace` (``segment``, ``core``, ``first``: its recomputation):
     ``(k, elements)`` pairs, ``elements`` the most held gathered
     (:func:`model.deepspeed_coordinator.walk_held`, dense and experts' groups together,
     elements on one GPU, whole) at any moment when ``k`` or more layer inputs' saved
@@ -204,7 +209,7 @@ def gathered_envelope(
     >>> gathered_envelope(arch, 1, 1, 1, 32, 0, 1)
     ((0, 1062207488), (2, 1095761920), (29, 1512046592))
     """
-    trace = module_trace(arch, tp, etp, ep, layers, moe_layers, segment, core)
+    trace = module_trace(arch, tp, etp, ep, layers, moe_layers, segment, core, first)
     limits = (
         DEEPSPEED_PREFETCH_ELEMENTS,
         DEEPSPEED_MAX_LIVE_ELEMENTS,
@@ -214,9 +219,9 @@ def gathered_envelope(
     most: dict[int, int] = {}
     for accumulates in (False, True):
         cache = _release_sets(trace, accumulates, *limits)
-        first, left = walk_held(trace, State(), cache, limits)
+        opening, left = walk_held(trace, State(), cache, limits)
         later, _ = walk_held(trace, left, cache, limits)
-        for k, a, b in zip(trace.unheld, first, later, strict=True):
+        for k, a, b in zip(trace.unheld, opening, later, strict=True):
             most[k] = max(most.get(k, 0), a, b)
     out: list[tuple[int, int]] = []
     for k in sorted(most):
@@ -225,14 +230,60 @@ def gathered_envelope(
     return tuple(out)
 
 
+def recompute_walk(
+    recompute: str, layers: int, core: bool = False, first: int | None = None
+) -> tuple[int, bool, int | None]:
+    """The ``(segment, core, first)`` of :func:`module_trace` a recompute mode runs over
+    ``layers`` layers (pp 1: DeepSpeed runs ZeRO-3 only there). ``recompute``: a
+    :class:`model.layout.Recompute` value. ``full``: every layer its own checkpointed chunk
+    (Megatron-DeepSpeed's ``checkpoint_num_layers`` default 1); ``sqrt``: chunks of
+    :func:`model.stage_bytes.sqrt_segment` layers (``--recompute-method uniform
+    --recompute-num-layers``); ``selective``: the core attention checkpointed where ``core``
+    (the profile recomputes it, :func:`model.recompute_modules.profile_recompute_modules`);
+    ``none``: nothing. ``first`` (``Layout.recompute_layers``' count): the first that many
+    layers each checkpointed whole (``--recompute-method block``), the others as the mode
+    says (the core attention under ``selective``).
+
+    >>> recompute_walk("full", 32), recompute_walk("sqrt", 32), recompute_walk("none", 32, True)
+    ((1, False, None), (6, False, None), (0, False, None))
+    >>> recompute_walk("selective", 32, True), recompute_walk("none", 32, False, 4)
+    ((0, True, None), (1, False, 4))
+    """
+    mode = str(recompute)
+    core = bool(core) and mode == "selective"
+    if first is not None:
+        return 1, core, int(first)
+    if mode == "full":
+        return 1, False, None
+    if mode == "sqrt":
+        return sqrt_segment(int(layers)), False, None
+    return 0, core, None
+
+
+def _mode_fetches(
+    arch: Architecture, fields: tuple[Any, ...], m: int, walk: tuple[Any, ...]
+) -> tuple[tuple[int, int, int, int], tuple[int, int, int, int], tuple[int, int]]:
+    """:func:`step_fetches` of ``fields`` (tp, etp, ep, layers, moe_layers) under the walk of
+    ``walk`` (:func:`recompute_walk`'s arguments after ``layers``)."""
+    tp, etp, ep, layers, moe_layers = (int(x) for x in fields)
+    segment, core, first = recompute_walk(walk[0], layers, *walk[1:])
+    return step_fetches(
+        arch, tp, etp, ep, layers, moe_layers, m > 1, segment=segment, core=core, first=first
+    )
+
+
 def deepspeed_gather_calls(
-    arch: Architecture, tp: int, etp: int, ep: int, layers: int, moe_layers: int, m: int = 1
-) -> tuple[float, float]:
+    arch: Architecture, tp: int, etp: int, ep: int, layers: int, moe_layers: int, m: int = 1,
+    recompute: str = "none", core: bool = False, first: int | None = None,
+) -> tuple[float, float]:  # fmt: skip
     """(dense group's, experts' group's) all-gather calls of DeepSpeed ZeRO-3 per pass, the mean
-    over a step of ``m`` micro-batches of their forward and backward passes
-    (:func:`step_fetches`: the output weight and the embedding, the weights the reuse distance
-    keeps), each at least 1. The walk without recomputation, whatever the layout's mode (the
-    module docstring gives what recomputation moves).
+    over a step of ``m`` micro-batches of their two gathering passes (:func:`step_fetches`: the
+    output weight and the embedding, the weights the reuse distance keeps; the recomputed
+    forward's gathers with the backward's), each at least 1, under the walk of the layout's
+    recompute mode (``recompute``, ``core``, ``first``: :func:`recompute_walk`).
+
+    Llama 3 405B at tp 4 without recomputation (Llama 3 8B at tp 1, a later micro-batch: 185
+    launches without recomputation, 214 under full recomputation, the module docstring):
 
     >>> from trainplan.model.specs import Architecture
     >>> arch = Architecture(num_layers=126, hidden_size=16384, num_attention_heads=128,
@@ -241,22 +292,25 @@ def deepspeed_gather_calls(
     (504.5, 1.0)
     """
     m = int(m)
-    first, later, _ = step_fetches(
-        arch, *(int(x) for x in (tp, etp, ep, layers, moe_layers)), m > 1
+    first_mb, later, _ = _mode_fetches(
+        arch, (tp, etp, ep, layers, moe_layers), m, (recompute, core, first)
     )
     return tuple(  # type: ignore[return-value]
-        max((first[g] + (m - 1) * later[g]) / (2 * m), 1.0) for g in (0, 1)
+        max((first_mb[g] + (m - 1) * later[g]) / (2 * m), 1.0) for g in (0, 1)
     )
 
 
 def deepspeed_unfetched(
-    arch: Architecture, tp: int, etp: int, ep: int, layers: int, moe_layers: int, m: int = 1
-) -> tuple[float, float]:
+    arch: Architecture, tp: int, etp: int, ep: int, layers: int, moe_layers: int, m: int = 1,
+    recompute: str = "none", core: bool = False, first: int | None = None,
+) -> tuple[float, float]:  # fmt: skip
     """(dense, experts') elements on one GPU a micro-batch of DeepSpeed ZeRO-3 does not gather,
     the mean over a step of ``m`` micro-batches, against both passes gathering every fetched
     weight (:func:`model.comm.dp_bytes`' count): the output weight after the step's first
     forward, the embedding in the later forwards, the weights kept from the forward into the
-    backward (:func:`step_fetches`).
+    backward (:func:`step_fetches`), under the walk of the layout's recompute mode
+    (:func:`recompute_walk`); negative where the walk gathers a weight a third time (Chen's √n
+    chunks beyond the reuse distance).
 
     >>> from trainplan.model.specs import Architecture
     >>> arch = Architecture(num_layers=126, hidden_size=16384, num_attention_heads=128,
@@ -265,9 +319,9 @@ def deepspeed_unfetched(
     (1179648000.0, 0.0)
     """
     m = int(m)
-    first, later, whole = step_fetches(
-        arch, *(int(x) for x in (tp, etp, ep, layers, moe_layers)), m > 1
+    first_mb, later, whole = _mode_fetches(
+        arch, (tp, etp, ep, layers, moe_layers), m, (recompute, core, first)
     )
     return tuple(  # type: ignore[return-value]
-        2 * whole[g] - (first[2 + g] + (m - 1) * later[2 + g]) / m for g in (0, 1)
+        2 * whole[g] - (first_mb[2 + g] + (m - 1) * later[2 + g]) / m for g in (0, 1)
     )

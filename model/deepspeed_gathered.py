@@ -20,12 +20,10 @@ The activations freed are counted at their least: one layer's saved input a laye
 (sequence parallelism's ÷ tp taken whatever it is set), and none where activations are
 offloaded. The walk puts the recomputed forward in the backward
 (:func:`model.deepspeed_trace.module_trace`), and the term
-(:func:`model.terms.deepspeed_turn.zero3_gathered_bytes`) takes the more of the walk without
-recomputation and the walk under full recomputation, since the state is tabulated per ZeRO
-stage, not per recompute mode. So the term is exact for a layout under full recomputation
-where its own walk gives the more, an upper bound without recomputation (a layer frees its input
-and more), and not a bound under Chen's √n chunks (a chunk of layers frees one input; the
-module :mod:`model.terms.deepspeed_turn` gives the figure).
+(:func:`model.terms.deepspeed_turn.zero3_gathered_bytes`) reads the walk of the layout's own
+recompute mode (the state is tabulated per ZeRO stage and recompute mode): exact under full
+recomputation, an upper bound without recomputation (a layer frees its input and more) and
+under Chen's √n chunks (a chunk of layers frees its input and more).
 """
 
 from __future__ import annotations

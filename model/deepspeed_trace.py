@@ -192,6 +192,7 @@ def module_trace(
     moe_layers: int,
     segment: int = 0,
     core: bool = False,
+    first: int | None = None,
 ) -> Trace:
     """One micro-batch's hooked modules of Megatron-DeepSpeed's GPTModel (pp 1) over ``layers``
     layers, the last ``moe_layers`` of them MoE (:meth:`_Tree.model` lists them), each event a
@@ -201,7 +202,11 @@ def module_trace(
     its recomputed forward then its backward; ``core``: the core attention checkpointed alone
     (selective recomputation where Megatron-DeepSpeed runs it,
     :func:`model.recompute_modules.profile_recompute_modules`), its recomputed forward (no
-    parameters: a fetch, a prefetch opportunity) just before its backward.
+    parameters: a fetch, a prefetch opportunity) just before its backward. ``first``: only the
+    first that many layers in checkpointed chunks, the core attention of the others where
+    ``core`` (``Layout.recompute_layers``: ``_checkpointed_forward``'s ``recompute_method ==
+    'block'``, ``checkpoint`` for ``l < recompute_num_layers`` and a plain call after); None:
+    every layer.
 
     Llama 3 8B at tp 1: 10 forward fetches a layer (the layer, 2 norms, the attention box, QKV,
     core attention, dense, the MLP box, its 2 linears), 8 at the front and end (root,
@@ -220,15 +225,18 @@ def module_trace(
     """
     tree = _Tree(arch)
     root, encoder, body, front = tree.model(arch, tp, etp, ep, layers, moe_layers)
-    chunks = segments(layers, segment)
+    covered = layers if first is None else min(first, layers)
+    chunks = segments(covered, segment)
     reruns: Reruns = {encoder: chunks} if chunks else {}
     if core:
-        reruns.update((box, ((1, 2),)) for box in tree.attentions)
+        reruns.update((box, ((1, 2),)) for box in tree.attentions[covered if chunks else 0 :])
     events: list[Event] = []
     _events(root, True, events, reruns)
     forward = len(events)
     _events(root, False, events, reruns)
     chunk = tuple(c for c, (a, b) in enumerate(chunks) for _ in range(a, b))
+    if chunk:  # the layers after the checkpointed ones: each its own
+        chunk += tuple(range(len(chunks), len(chunks) + layers - covered))
     return Trace(
         tuple(tree.sizes),
         tuple(tree.groups),

@@ -174,9 +174,10 @@ def microbatch_exposed_seconds(
     ``reduce_s`` (nothing is computed after it); the last micro-batch at least ``tail``'s
     share of all its traffic. Under recomputation the backward also re-runs the forward, which
     the same gather serves (:attr:`model.mechanism_record.Mechanism.gathers_per_microbatch`
-    counts no third): its window is longer than ``2t/3`` by the recomputed forward, which the dp
-    term does not read (the search tabulates it per ZeRO stage, not per recompute mode), so it
-    errs towards exposure there. Element-wise for arrays.
+    counts no third; DeepSpeed ZeRO-3's launches are its own walk's,
+    :func:`model.deepspeed_fetches.recompute_walk`): its window is longer than ``2t/3`` by the
+    recomputed forward, which this rule does not read, so it errs towards exposure there.
+    Element-wise for arrays.
 
     Examples
     --------

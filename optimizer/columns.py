@@ -333,6 +333,39 @@ def _split_rule(uneven: Any, framework: Any, pp: Any) -> Any:
     return split_rule_of(uneven, framework, pp)
 
 
+def _tabulate_both(
+    term: Term, c: Context, table: ShapeColumns, modifiers: dict[str, tuple[Any, ...]],
+    read: Callable[[Any], tuple[Any, ...]], P: int, skip: Any, fixed: dict[str, Any],
+) -> list[np.ndarray]:  # fmt: skip
+    """:func:`tabulate` of a term that reads both the ZeRO stage and the recompute mode: arrays
+    ``[N, Z, R, P]`` (per stage) or ``[N, Z, R]``; a group whose control values the term says do
+    not read the recompute mode (:attr:`model.terms.Term.reads_recompute`) is evaluated once per
+    ZeRO stage and copied to every mode."""
+    zs, rs = modifiers["zero_stage"], modifiers["recompute"]
+    control = [f for f in term.control if f not in ("zero_stage", "recompute")]
+    per_mode = term.reads_recompute or (lambda _: True)
+    shape = (table.n, len(zs), len(rs), *((P,) if term.per_stage else ()))
+    out: list[np.ndarray] | None = None
+    for zi, z in enumerate(zs):
+        for key, rows in table.groups(control):
+            once = None
+            for ri, r in enumerate(rs):
+                scalars = {**fixed, **dict(zip(control, key, strict=True))}
+                scalars |= {"zero_stage": z, "recompute": r}
+                if skip is not None and skip(scalars, rows):
+                    continue
+                if once is None or per_mode(scalars):
+                    once = read(term.fn(c, table.view(rows, scalars)))
+                out = out or [np.zeros(shape) for _ in once]
+                pp = int(scalars["pp"]) if "pp" in scalars else 1
+                for target, figure in zip(out, once, strict=True):
+                    if term.per_stage:
+                        target[rows, zi, ri, :pp] = _broadcast(figure, (len(rows), pp))
+                    else:
+                        target[rows, zi, ri] = _broadcast(figure, (len(rows), 1))[:, 0]
+    return out or [np.zeros(shape)]
+
+
 def _broadcast(value: Any, shape: tuple[int, ...]) -> np.ndarray:
     """A term's figure (a scalar, a Fraction, ``[n, 1]``, ``[1, P]`` or ``[n, P]``) as a float
     array of ``shape``."""
@@ -374,7 +407,7 @@ def _tabulate(
 ) -> list[np.ndarray]:
     mods = [m for m in ("zero_stage", "recompute") if m in term.scope]
     if len(mods) > 1:
-        raise AssertionError(f"term {term.name} reads both modifiers")
+        return _tabulate_both(term, c, table, modifiers, read, P, skip, fixed)
     values = modifiers[mods[0]] if mods else (None,)
     control = [f for f in term.control if f not in mods]
     out: list[np.ndarray] | None = None

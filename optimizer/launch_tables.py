@@ -103,10 +103,10 @@ def with_launch_order(t1: np.ndarray, t1u: np.ndarray, unordered: np.ndarray) ->
 
 
 def _scaled(values: np.ndarray, f: list[Fraction]) -> np.ndarray:
-    return np.array(
-        [[round(Fraction(int(v)) * f[s]) for v in row] for s, row in enumerate(values)],
-        dtype=np.int64,
-    )
+    """``values`` ([S, ...], whole ns) times each shape's factor ``f[s]``, rounded."""
+    rows = values.reshape(len(values), -1)
+    scaled = [[round(Fraction(int(v)) * f[s]) for v in row] for s, row in enumerate(rows)]
+    return np.array(scaled, dtype=np.int64).reshape(values.shape)
 
 
 def objective_grid(problem: Problem, tables: CostTables) -> np.ndarray:
@@ -121,7 +121,7 @@ def objective_grid(problem: Problem, tables: CostTables) -> np.ndarray:
     if not (all(f == 1 for f in factors) and scale == 1):
         f = [factors[j] * scale for j in tables.job_of]
         o1, o1u, o2 = _scaled(o1, f), _scaled(o1u, f), _scaled(o2, f)
-    return with_launch_order(o1, o1u, tables.unordered) + o2[:, :, None]
+    return with_launch_order(o1, o1u, tables.unordered) + o2
 
 
 def objective_divisor(problem: Problem, tables: CostTables) -> int:

@@ -156,13 +156,13 @@ def check_against_evaluate(tables: CostTables, choice: Candidate) -> Estimate:
         )
         i = stage.stage
         want = (
-            int(tables.state_ceil[s, z, i]),
-            int(tables.step_ceil[s, z, i]),
+            int(tables.state_ceil[s, z, r, i]),
+            int(tables.step_ceil[s, z, r, i]),
             int(tables.act_ceil[s, r, i]),
         )
         if any(abs(a - b) > BYTE_TOLERANCE for a, b in zip(got, want, strict=True)):
             raise TermMismatch(f"stage {stage.stage} memory: evaluate {got} != table {want}")
-    table_time = (tables.t1_at(s, z, r), int(tables.t2_ns[s, z]))
+    table_time = (tables.t1_at(s, z, r), int(tables.t2_ns[s, z, r]))
     if est.time_terms is None or any(
         abs(a - b) > NS_TOLERANCE
         for a, b in zip(objective_ns(est.time_terms), table_time, strict=True)

@@ -137,9 +137,9 @@ def ranking_masks(
     if max_bytes is not None:
         room = np.minimum(room, max_bytes)
     pp = np.array([shape.pp for shape in tables.shapes], dtype=np.int64)  # P pads with zeros
-    state_fits = tables.state_ceil.sum(axis=2) <= (room * pp)[:, None]
-    state_fits |= np.array([z == 3 for z in tables.zero_stages], dtype=bool)[None, :]
-    legal = tables.legal & state_fits[:, :, None]
+    state_fits = tables.state_ceil.sum(axis=3) <= (room * pp)[:, None, None]
+    state_fits |= np.array([z == 3 for z in tables.zero_stages], dtype=bool)[None, :, None]
+    legal = tables.legal & state_fits
     if problem.constraints.tp_in_nvlink:
         near = np.array([tp_cp_in_nvlink(tables, s) for s in range(len(tables.shapes))])
         legal = legal & near[:, None, None]

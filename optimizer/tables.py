@@ -3,16 +3,18 @@
 For every job j, every legal shape s of it (optimizer.space), every ZeRO stage z and every
 recompute mode r:
 
-* ``state[s, z, i]`` — model-state bytes of pipeline stage i in forward/backward: weights,
-  gradients, optimizer state, gathered units and buffers
-* ``step[s, z, i]``  — model-state bytes of stage i while the optimizer steps (no activations)
+* ``state[s, z, r, i]`` — model-state bytes of pipeline stage i in forward/backward: weights,
+  gradients, optimizer state, gathered units and buffers (the recompute mode moves DeepSpeed
+  ZeRO-3's gathered weights alone, :func:`model.terms.deepspeed_turn.zero3_turn_gathered`)
+* ``step[s, z, r, i]``  — model-state bytes of stage i while the optimizer steps (no activations)
 * ``act[s, r, i]``   — activation bytes of stage i
 * ``legal[s, z, r]`` — the shape breaks no legality rule at the ZeRO stage and recompute mode
   (:func:`model.legality.legality`: the framework runs the stage with its axes, the recompute
   mode, the offload)
 * ``t1_ns[s, r]``    — compute × (1 + bubble) + exposed tp/cp/ep/pp traffic
-* ``t2_ns[s, z]``    — exposed dp traffic, the optimizer step and an offload's transfers (both
-  rounded to whole nanoseconds as :func:`model.estimate.objective_ns`)
+* ``t2_ns[s, z, r]`` — exposed dp traffic, the optimizer step and an offload's transfers (both
+  rounded to whole nanoseconds as :func:`model.estimate.objective_ns`; the recompute mode moves
+  DeepSpeed ZeRO-3's gather launches alone, :func:`model.terms.dp_time.dp_group_seconds`)
 
 so that the memory of stage i is max(state + act, step) (:func:`model.terms.peak.peak_over_phases`)
 and the step time t1 + t2, exactly as ``evaluate()`` adds them. Each table is one term of
@@ -81,9 +83,9 @@ class CostTables:
     zero_stages: tuple[int, ...]
     recomputes: tuple[Recompute, ...]
     state_ceil: np.ndarray
-    """[S, Z, P] model-state bytes in forward/backward, rounded up (within a byte of exact)."""
+    """[S, Z, R, P] model-state bytes in forward/backward, rounded up (within a byte of exact)."""
     step_ceil: np.ndarray
-    """[S, Z, P] model-state bytes during the optimizer step, rounded up."""
+    """[S, Z, R, P] model-state bytes during the optimizer step, rounded up."""
     legal: np.ndarray
     """[S, Z, R] whether shape s breaks no legality rule at ZeRO stage z and recompute mode r
     (:func:`model.legality.legality`)."""
@@ -102,7 +104,7 @@ class CostTables:
     """[S, Z] whether the shape at the ZeRO stage reads :attr:`t1_unordered_ns`
     (:func:`model.launch_order.launch_order_kept` False)."""
     t2_ns: np.ndarray
-    """[S, Z] exposed dp time, the optimizer step and offload, ns."""
+    """[S, Z, R] exposed dp time, the optimizer step and offload, ns."""
     capacity: np.ndarray
     """[S] usable bytes per GPU of the shape's job."""
     model_flops: np.ndarray
@@ -124,7 +126,7 @@ class CostTables:
     def step_ns(self) -> np.ndarray:
         """[S, Z, R] step time in ns as the solver sees it."""
         t1 = with_launch_order(self.t1_ns, self.t1_unordered_ns, self.unordered)
-        return t1 + self.t2_ns[:, :, None]
+        return t1 + self.t2_ns
 
     def t1_at(self, s: int, z: int, r: int) -> int:
         """The pipeline term of candidate (s, z, r), ns, at its launch order."""
@@ -191,22 +193,33 @@ def _skip(values, legal, name="zero_stage") -> Callable[[dict[str, Any], np.ndar
     return lambda scalars, rows: not legal[rows, values.index(scalars[name])].any()
 
 
+def _skip_both(zs, rs, legal) -> Callable[[dict[str, Any], np.ndarray], bool]:
+    """Whether a group of shapes has no legal row at its ZeRO stage and recompute mode
+    (``legal`` [N, Z, R]): its terms are left 0."""
+    return lambda s, rows: (
+        not legal[rows, zs.index(s["zero_stage"]), rs.index(s["recompute"])].any()
+    )
+
+
 def _memory(c: Context, table: ShapeColumns, zs, rs, P: int) -> dict[str, np.ndarray]:
-    """The memory terms of one job's shapes: forward/backward and optimizer-step state, the host's
-    share, the side streams' pools [N, Z, P], activations and their host share [N, R, P], the
+    """The memory terms of one job's shapes: forward/backward and optimizer-step state and the
+    host's share [N, Z, R, P], the side streams' pools [N, Z, P], activations and their host share
+    [N, R, P], the
     persistent buffers held in both phases (``persistent``,
-    :func:`model.terms.persistent_buffers.persistent_buffers_term`), legality [N, Z]
+    :func:`model.terms.persistent_buffers.persistent_buffers_term`), legality [N, Z, R]
     (:func:`model.terms.peak.host_fits`)."""
     legal = _legal(c, table, zs, rs)
     if not legal.any():  # no ZeRO stage runs any shape: no term to tabulate (see illegal_reason)
         none_z, none_r = np.zeros((table.n, len(zs), P)), np.zeros((table.n, len(rs), P))
-        return {"state": none_z, "step": none_z, "act": none_r, "legal": legal, "host": none_z,
+        none_zr = np.zeros((table.n, len(zs), len(rs), P))
+        return {"state": none_zr, "step": none_zr, "act": none_r, "legal": legal, "host": none_zr,
                 "act_host": none_r, "pool": none_z, "persistent": none_z[:, :1]}  # fmt: skip
     skip = _skip(zs, np.asarray(legal.any(axis=2)))
+    skip_zr = _skip_both(zs, rs, legal)
     modifiers = {"zero_stage": tuple(zs), "recompute": tuple(rs)}
     state, step, host = tabulate(
         term("state"), c, table, modifiers,
-        lambda s: (s.backward_bytes, s.optimizer_step_bytes, s.host_bytes), P, skip,
+        lambda s: (s.backward_bytes, s.optimizer_step_bytes, s.host_bytes), P, skip_zr,
     )  # fmt: skip
     act, act_host = tabulate(
         term("activations"), c, table, modifiers,
@@ -215,27 +228,26 @@ def _memory(c: Context, table: ShapeColumns, zs, rs, P: int) -> dict[str, np.nda
     (pool,) = tabulate(term("stream_pool"), c, table, modifiers, lambda b: (b,), P, skip)
     (persistent,) = tabulate(term("persistent_buffers"), c, table, modifiers, lambda b: (b,), P)
     if c.training.offload.active:  # the host's share of the offloaded state fits its memory
-        legal &= pk.host_fits(host.max(axis=2), c.gpu)[:, :, None]
+        legal &= pk.host_fits(host.max(axis=3), c.gpu)
     return {"state": state, "step": step, "act": act, "legal": legal, "host": host,
             "act_host": act_host, "pool": pool, "persistent": persistent}  # fmt: skip
 
 
 def _times(c: Context, table: ShapeColumns, zs, rs, legal: np.ndarray) -> dict[str, np.ndarray]:
-    """t1 [N, R] and t2 [N, Z] in whole nanoseconds (:func:`model.terms.step.pipeline_term`,
+    """t1 [N, R] and t2 [N, Z, R] in whole nanoseconds (:func:`model.terms.step.pipeline_term`,
     :func:`model.terms.step.dp_term`); 0 where illegal at every ZeRO stage, or under every
     recompute mode (``legal`` [N, Z, R]): not timed (a framework without the tp overlap asked
     for, :func:`model.tp_overlap.check_layout_tp_overlap`)."""
     modifiers = {"zero_stage": tuple(zs), "recompute": tuple(rs)}
     t1, t1u, unordered = pipeline_tables(c, table, tuple(zs), tuple(rs), legal)
-    some = np.asarray(legal.any(axis=2))  # [N, Z]: the stage runs the shape under some mode
     (t2,) = tabulate(
-        term("dp_time"), c, table, modifiers, lambda t: (t.total_s,), 1, _skip(zs, some)
+        term("dp_time"), c, table, modifiers, lambda t: (t.total_s,), 1, _skip_both(zs, rs, legal)
     )
     return {
         "t1": np.rint(t1 * 1e9).astype(np.int64),
         "t1u": np.rint(t1u * 1e9).astype(np.int64),
         "unordered": unordered,
-        "t2": np.where(some, np.rint(t2 * 1e9), 0).astype(np.int64),
+        "t2": np.where(legal, np.rint(t2 * 1e9), 0).astype(np.int64),
     }
 
 
@@ -273,7 +285,7 @@ def _with_communicators(mem: dict, c: Context, table: ShapeColumns, zs, P: int) 
 def fit_columns(mem: dict, retries_ok: bool = False) -> np.ndarray:
     """[N, Z, R, P] bytes each stage must find in its capacity (float64): :func:`model.terms.peak.
     fit_total` of the allocated peak (:func:`model.terms.peak.peak_over_phases`), pools, ``comm``."""
-    st, step, act = mem["state"][:, :, None, :], mem["step"][:, :, None, :], mem["act"][:, None]
+    st, step, act = mem["state"], mem["step"], mem["act"][:, None]
     allocated = pk.peak_over_phases(st, act, step, mem["persistent"][:, :, None, :])
     pool, comm = mem["pool"][:, :, None, :], mem["comm"][:, :, None, :]
     return pk.fit_total(allocated, pool, comm, retries_ok)
@@ -295,7 +307,7 @@ def _fits(
     case = job.case
     host_ok = np.ones(clear_in.shape, dtype=bool)
     if mem["act_host"].any():
-        host = (mem["host"][:, :, None, :] + mem["act_host"][:, None, :, :]).max(axis=3)
+        host = (mem["host"] + mem["act_host"][:, None, :, :]).max(axis=3)
         host_ok = pk.host_fits(host, case.device)
     fits = clear_in & legal & host_ok
     for n, z, r in zip(*np.nonzero(~clear_in & ~clear_out & legal), strict=True):
@@ -396,15 +408,15 @@ def empty_columns(S: int, Z: int, R: int, P: int) -> dict[str, np.ndarray]:
     """The :class:`CostTables` arrays :func:`build_tables` fills, by field name, zeroed: S
     shapes, Z ZeRO stages, R recompute modes, P the most pipeline stages."""
     return {
-        "state_ceil": np.zeros((S, Z, P), dtype=np.int64),
-        "step_ceil": np.zeros((S, Z, P), dtype=np.int64),
+        "state_ceil": np.zeros((S, Z, R, P), dtype=np.int64),
+        "step_ceil": np.zeros((S, Z, R, P), dtype=np.int64),
         "legal": np.zeros((S, Z, R), dtype=bool),
         "act_ceil": np.zeros((S, R, P), dtype=np.int64),
         "fits": np.zeros((S, Z, R), dtype=bool),
         "t1_ns": np.zeros((S, R), dtype=np.int64),
         "t1_unordered_ns": np.zeros((S, R), dtype=np.int64),
         "unordered": np.zeros((S, Z), dtype=bool),
-        "t2_ns": np.zeros((S, Z), dtype=np.int64),
+        "t2_ns": np.zeros((S, Z, R), dtype=np.int64),
         "capacity": np.zeros(S, dtype=np.int64),
         "model_flops": np.zeros((S, R), dtype=float),
     }
@@ -428,9 +440,10 @@ def fill_job_rows(
         return
     hi = lo + len(found)
     mem, times, cap, ft = _job_rows(job, found, zs, rs, headroom, memo, retries_ok)
-    p = mem["state"].shape[2]
-    cols["state_ceil"][lo:hi, :, :p] = np.ceil(mem["state"] + mem["held"])  # in both phases
-    cols["step_ceil"][lo:hi, :, :p] = np.ceil(mem["step"] + mem["held"])
+    p = mem["state"].shape[3]
+    held = mem["held"][:, :, None, :]
+    cols["state_ceil"][lo:hi, :, :, :p] = np.ceil(mem["state"] + held)  # in both phases
+    cols["step_ceil"][lo:hi, :, :, :p] = np.ceil(mem["step"] + held)
     cols["act_ceil"][lo:hi, :, :p] = np.ceil(mem["act"])
     cols["legal"][lo:hi], cols["fits"][lo:hi], cols["capacity"][lo:hi] = mem["legal"], ft, cap
     cols["t1_ns"][lo:hi], cols["t2_ns"][lo:hi] = times["t1"], times["t2"]
@@ -440,15 +453,13 @@ def fill_job_rows(
 
 def peak_table(state: np.ndarray, step: np.ndarray, act: np.ndarray) -> np.ndarray:
     """[S, Z, R] the busiest stage's bytes (:func:`model.terms.peak.peak_over_phases` of the
-    rounded-up terms, ``state`` and ``step`` [S, Z, P], ``act`` [S, R, P]); a loop over z keeps
-    the temporary at [S, R, P]."""
+    rounded-up terms, ``state`` and ``step`` [S, Z, R, P], ``act`` [S, R, P]); a loop over z
+    keeps the temporary at [S, R, P]."""
     S, Z, R = state.shape[0], state.shape[1], act.shape[1]
     peak = np.zeros((S, Z, R), dtype=np.int64)
     for z in range(Z):
         if S:
-            peak[:, z, :] = pk.peak_over_phases(state[:, z, None, :], act, step[:, z, None, :]).max(
-                axis=2
-            )
+            peak[:, z, :] = pk.peak_over_phases(state[:, z], act, step[:, z]).max(axis=2)
     return peak
 
 

@@ -23,7 +23,7 @@ per-stage search and the frontier all see it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +57,11 @@ class Term:
     rounding: str
     """``ceil`` (bytes: a table holds each stage's bytes rounded up) or ``ns`` (seconds: whole
     nanoseconds, to nearest)."""
+    reads_recompute: Callable[[Mapping[str, Any]], bool] | None = None
+    """For a term whose scope holds both the ZeRO stage and the recompute mode: whether its body
+    reads the recompute mode at a group's control values (a mapping of field → scalar); where it
+    does not, the tables copy the first mode's figures (:func:`optimizer.columns.tabulate`).
+    None: every group reads it."""
 
     def __post_init__(self) -> None:
         unknown = (self.scope | set(self.control)) - set(LAYOUT_FIELDS)
@@ -68,16 +73,33 @@ class Term:
 
 _SPLIT = {"tp", "pp", "virtual_stages", "ep", "etp", "uneven_stages", "framework", "stage_layers"}
 _SHAPE = {*_SPLIT, "dp", "cp", "cp_kind", "cp_a2a", "micro_batch_size", "sequence_parallel"}
+_WALK = {"recompute", "recompute_layers"}
+"""What DeepSpeed ZeRO-3's coordinator walk reads of a layout beyond its shape: the recomputed
+forward in the backward (:func:`model.terms.traffic.deepspeed_walk`), so its gathered weights
+(``state``) and gather launches (``dp_time``) are per ZeRO stage and recompute mode; the other
+mechanisms do not read them (:func:`_walks`)."""
+
+
+def _walks(scalars: Mapping[str, Any]) -> bool:
+    """Whether a layout of these control values reads :data:`_WALK`: DeepSpeed ZeRO-3 (the
+    ``if`` of :func:`model.terms.deepspeed_turn.zero3_turn_gathered` and
+    :func:`model.terms.dp_time.dp_group_seconds`)."""
+    return str(scalars["framework"]) == "deepspeed" and int(scalars["zero_stage"]) == 3
+
 
 TERMS: tuple[Term, ...] = (
     Term(
         "state",
         model_state_term,
-        frozenset({*_SPLIT, "dp", "cp", "zero_stage", "micro_batch_size", "optimizer", "schedule"}),
-        ("pp", "framework", "zero_stage", "optimizer", "schedule", "cp"),  # cp: Ulysses' dtype
+        frozenset(
+            {*_SPLIT, "dp", "cp", "zero_stage", "micro_batch_size", "optimizer", "schedule"} | _WALK
+        ),
+        ("pp", "framework", "zero_stage", "optimizer", "schedule", "cp", "recompute"),
+        # cp: Ulysses' dtype; recompute: DeepSpeed ZeRO-3's gathered weights (_WALK)
         True,
         "bytes",
         "ceil",
+        _walks,
     ),
     Term(
         "activations",
@@ -155,12 +177,14 @@ TERMS: tuple[Term, ...] = (
     Term(
         "dp_time",
         dp_term,
-        frozenset({*_SHAPE, "zero_stage", "rank_order", "optimizer", "schedule"}),
-        ("pp", "framework", "zero_stage", "optimizer", "cp", "schedule"),  # schedule: fsdp2's
-        # re-gathers under pp (model.fsdp2_pipeline.regather_forward_share)
+        frozenset({*_SHAPE, "zero_stage", "rank_order", "optimizer", "schedule"} | _WALK),
+        ("pp", "framework", "zero_stage", "optimizer", "cp", "schedule", "recompute"),
+        # schedule: fsdp2's re-gathers under pp (model.fsdp2_pipeline.regather_forward_share);
+        # recompute: DeepSpeed ZeRO-3's gather launches (_WALK)
         False,
         "seconds",
         "ns",
+        _walks,
     ),
 )
 """The terms the search tabulates, in the order the tables build them."""

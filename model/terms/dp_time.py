@@ -46,6 +46,7 @@ from trainplan.model.terms.roofline import axis_link, other_link, params_of
 from trainplan.model.terms.sm_shares import dp_kind, group_sm_share
 from trainplan.model.terms.stage_params import busiest_params
 from trainplan.model.terms.traffic import (
+    deepspeed_walk,
     dp_group_traffic_bytes,
     dp_mechanism,
     fp8_gathered_params,
@@ -71,7 +72,8 @@ def dp_group_seconds(c: Context, f: Fields, mech: Any = None) -> tuple[tuple[DpS
     each group split into its own buckets over its own parameters
     (:func:`model.comm.dp_collective_calls`; under ``fsdp2`` one unit per block, the experts one
     per MoE block; DeepSpeed ZeRO-3's all-gathers its fetches,
-    :func:`model.deepspeed_fetches.deepspeed_gather_calls`), each ring's steps between members
+    :func:`model.deepspeed_fetches.deepspeed_gather_calls` under the walk of the layout's
+    recompute mode, :func:`model.terms.traffic.deepspeed_walk`), each ring's steps between members
     of one NVLink domain on NVLink (:func:`model.terms.fields.axis_members` of the group's
     link: the slowest group's members in a domain, :func:`model.roofline.collective_latency`;
     each call the slower of that group and the groups on another number of domains, each at
@@ -96,7 +98,7 @@ def dp_group_seconds(c: Context, f: Fields, mech: Any = None) -> tuple[tuple[DpS
     fetches: Any = (None, None)
     if c.model.arch is not None and mech.framework is Framework.DEEPSPEED and mech.zero_stage == 3:
         fetched = (c.arch,), f.tp, f.expert_tp, f.ep, layers, moe_layers, m
-        fetches = f.lookup_values(deepspeed_gather_calls, *fetched)
+        fetches = f.lookup_values(deepspeed_gather_calls, *fetched, *deepspeed_walk(c, f))
     unfetched = unfetched_params(c, f, mech)
     gathers = max(mech.gathers_per_microbatch, 1)
     for *part, gather_calls, skip in zip(*parts, fetches, unfetched, strict=True):

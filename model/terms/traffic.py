@@ -51,6 +51,8 @@ from trainplan.model.mechanisms import mechanism
 from trainplan.model.memory import keeps_gathered_inputs
 from trainplan.model.moe_dispatch import dispatch_traffic_share, transfer_side_bytes
 from trainplan.model.params import shares_embedding_with_last_stage
+from trainplan.model.precision import Precision
+from trainplan.model.recompute_modules import profile_recompute_modules
 from trainplan.model.terms.activation_fields import (
     LAYER_FIELDS,
     cp_kv_repeat_of,
@@ -86,6 +88,7 @@ __all__ = [
     "pp_traffic_bytes",
     "tied_embedding_params",
     "most_layers",
+    "deepspeed_walk",
     "axis_traffic",
     "single_axis_seconds",
 ]
@@ -149,8 +152,26 @@ def unfetched_params(c: Context, f: Fields, mech: Any) -> tuple[Any, Any]:
     if c.model.arch is None or not (mech.framework is Framework.DEEPSPEED and mech.zero_stage == 3):
         return 0, 0
     layers, moe_layers = most_layers(c, f)
-    fetched = f.tp, f.expert_tp, f.ep, layers, moe_layers, f.m
+    fetched = f.tp, f.expert_tp, f.ep, layers, moe_layers, f.m, *deepspeed_walk(c, f)
     return f.lookup_values(deepspeed_unfetched, (c.arch,), *fetched)  # type: ignore[no-any-return]
+
+
+def deepspeed_walk(c: Context, f: Fields) -> tuple[str, bool, int | None]:
+    """The layout's recomputation as DeepSpeed ZeRO-3's coordinator walk reads it
+    (:func:`model.deepspeed_fetches.recompute_walk`'s ``recompute``, ``core``, ``first``): the
+    recompute mode (a scalar: a control field of the terms that read it), whether the profile
+    recomputes the core attention under ``selective``
+    (:func:`model.recompute_modules.profile_recompute_modules`: not with flash attention or cp
+    > 1 in Megatron-DeepSpeed's own layer) and ``Layout.recompute_layers``' first count (pp 1,
+    the only pp DeepSpeed runs ZeRO-3 at; None without counts)."""
+    t = c.training
+    modules = profile_recompute_modules(
+        str(f.framework), t.recompute_modules, t.flash_attention, int(f.cp),
+        t.precision is Precision.FP8,
+    )  # fmt: skip
+    counts = f.recompute_layers
+    first = None if counts is None else int(counts[0])
+    return str(Recompute(f.recompute)), "core_attn" in modules, first
 
 
 def dp_traffic_bytes(c: Context, f: Fields) -> tuple[Any, Any]:

@@ -247,20 +247,25 @@ def test_the_per_stage_answer_counts_the_second_segment():
     root module, the embedding once a backward (and in the step's first forward), and
     DeepSpeed's coordinator walked (tests/model/test_zero_gather_calls.py
     test_deepspeed_launches_walked, 70B tp 4: 2 launches a layer a pass; the last three layers,
-    641,728,512 elements, kept into the backward): 317 launches in the step's first
-    micro-batch, 315 in each later one; not gathered 262,668,288 + 641,728,512 in the first,
+    641,728,512 elements, kept into the backward), the first 8 layers recomputed in the backward
+    (``recompute_layers`` 8: Megatron-DeepSpeed's block method, the walk with their recomputed
+    forward, model.deepspeed_fetches.recompute_walk): 318 launches in the step's first
+    micro-batch, 316 in each later one (one more than without recomputation); not gathered 262,668,288 + 641,728,512 in the first,
     3 × 262,668,288 + 641,728,512 in the others, 1,425,629,184 elements a micro-batch, 2 B ×
-    15/16 at the link's 96 GB/s = 27.84 ms: 143.855 → 134.734 s of dp traffic (140.836 s with
-    one launch a weight), φ_dp of its 0.426 s above the reduce-scatters' 134.308 s 0.064 s
-    where 1.436 were: 295.156 s. The uniform best, ZeRO-3 dp 64 × tp 1 (b 2, m 16):
+    15/16 at the link's 96 GB/s = 27.84 ms: 143.855 → 134.751 s of dp traffic (140.836 s with
+    one launch a weight), φ_dp of its 0.443 s above the reduce-scatters' 134.308 s 0.066 s
+    where 1.436 were: 295.159 s (295.156 s with the walk without recomputation). The uniform
+    best, ZeRO-3 dp 64 × tp 1 (b 2, m 16):
     its output weight, 128,256 · 8,192 = 1,050,673,152 elements, passes 1e9 alone, so
-    n_available never leaves room for a prefetch (every module gathers its own weight) and the
-    distance keeps nothing: 2 + 320 + 321 = 643 calls in the first micro-batch, 641 in each
-    later one (641.125 a micro-batch where 640 were: + 16 × 1.125 × 296.8 µs = 5.3 ms); not
-    gathered the output weight in the first backward, in both passes and the embedding in the
-    forward of the others, 3,020,685,312 elements a micro-batch, 2 B × 63/64 at the link's
-    384 GB/s: − 16 × 15.487 ms = − 247.8 ms; φ = 0.239 of the − 242.4 ms: 317.716 → 317.658 s,
-    1.076×.
+    n_available never leaves room for a prefetch (every module gathers its own weight). The
+    layout recomputes every layer, and the dp term reads that walk (the recomputed forward
+    gathers each layer's weights again and keeps some for the backward right after,
+    model.deepspeed_fetches.recompute_walk): 803 calls in the first micro-batch, 801 in each
+    later one (801.125 a micro-batch where 640 were: + 16 × 161.125 × 296.8 µs = 765.2 ms);
+    9,058,910,208 elements a micro-batch gathered beyond both passes' 2 × 70,552,387,584,
+    2 B × 63/64 at the link's 384 GB/s: + 16 × 46.445 ms = + 743.1 ms; φ = 0.239 of the
+    1,508.3 ms: 317.716 → 318.076 s, 1.078× (317.658 s, 1.076×, with the walk without
+    recomputation: 641 calls, 3,020,685,312 elements not gathered).
 
     The gathered weights from the walk of DeepSpeed's coordinator (WALK_70B_TP4): 31,822,848 B
     less at tp 4, allocated 79,643,470,336, fit 82,856,307,200 B (a ninth layer kept whole still
@@ -288,17 +293,17 @@ def test_the_per_stage_answer_counts_the_second_segment():
     assert (1 - 1 / 1.350) * 13.436 == pytest.approx(3.483, abs=1e-3)
     dp = 134.308 + 128 * ((36 + 640) * 133.6e-6 - (36 + 36) * 218.4e-6)
     assert dp == pytest.approx(143.855, abs=1e-3)
-    calls = (317 + 127 * 315) / 128  # DeepSpeed's coordinator walked
+    calls = (318 + 127 * 316) / 128  # DeepSpeed's coordinator walked, 8 layers recomputed
     dp -= 128 * ((640 - calls) * 133.6e-6 + 2 * 15 / 16 * 1_425_629_184 / 96e9)
-    assert dp == pytest.approx(134.734, abs=1e-3)
+    assert dp == pytest.approx(134.751, abs=1e-3)
     fetches = (1 - 1 / 1.177) * (dp - 134.308)
     step = 303.503 - 32.095 + 20.197 + 3.483 + 0.004 + fetches  # + the tp 4 cross-entropy rings
-    assert step == pytest.approx(295.156, abs=1e-3)
+    assert step == pytest.approx(295.159, abs=1e-3)
     assert run.json["per_stage"]["step_s"] == pytest.approx(step, abs=1e-3)
     uniform = 317.716 + (1 - 1 / 1.314) * (
-        16 * 1.125 * 296.8e-6 - 16 * 2 * 63 / 64 * 3_020_685_312 / 384e9
+        16 * 161.125 * 296.8e-6 + 16 * 2 * 63 / 64 * 9_058_910_208 / 384e9
     )
-    assert uniform == pytest.approx(317.658, abs=1e-3)
+    assert uniform == pytest.approx(318.076, abs=1e-3)
     assert run.json["per_stage"]["uniform"]["step_s"] == pytest.approx(uniform, abs=1e-3)
     assert run.json["per_stage"]["gain"] == pytest.approx(uniform / step, abs=1e-4)
     assert m["stream_pool_bytes"] == POOL_70B_TP4

@@ -56,11 +56,11 @@ def test_llama3_8b_dp8_at_8192_tokens_the_turn_is_the_peak():
     """dp 8, b 1, s 8,192, BF16: a layer's input 8,192·4,096·2 = 67,108,864 bytes. The turn
     2·1,078,984,704 = 2,157,969,408; layer 29's forward 2·1,095,761,920 − 2·67,108,864 =
     2,057,306,112; layer 2's backward 2·1,512,046,592 − 29·67,108,864 = 1,077,936,128. The turn
-    is the most of the walk without recomputation. The term takes √n recomputation's walk too
-    (6 layers a chunk: ((0, 1,062,207,488), (1, 1,137,704,960), (5, 1,512,046,592))), whose
-    layer 2's backward frees only 5 chunks' inputs: 2·1,512,046,592 − 5·67,108,864 =
-    2,688,548,864, the term's figure whatever the layout's mode (0.53 GB over the turn for a
-    layout without recomputation, never under a √n layout's own peak)."""
+    is the most of the walk without recomputation, the term's figure for that layout. Under √n
+    recomputation its own walk (6 layers a chunk: ((0, 1,062,207,488), (1, 1,137,704,960), (5,
+    1,512,046,592))), whose layer 2's backward frees only 5 chunks' inputs: 2·1,512,046,592 −
+    5·67,108,864 = 2,688,548,864 (while the term took the most of the walks, the layout without
+    recomputation read this too: 0.53 GB over the turn)."""
     assert 2 * 1_095_761_920 - 2 * 67_108_864 == 2_057_306_112
     assert 2 * 1_512_046_592 - 29 * 67_108_864 == 1_077_936_128
     arch = get_model("llama3-8b").model.arch
@@ -70,22 +70,24 @@ def test_llama3_8b_dp8_at_8192_tokens_the_turn_is_the_peak():
         (5, 1_512_046_592),
     )
     assert 2 * 1_512_046_592 - 5 * 67_108_864 == 2_688_548_864 > 2 * 1_078_984_704
-    assert _state("llama3-8b", dp=8).state.gathered_bytes == 2_688_548_864
+    assert _state("llama3-8b", dp=8).state.gathered_bytes == 2 * 1_078_984_704 == 2_157_969_408
+    assert _state("llama3-8b", dp=8, recompute="sqrt").state.gathered_bytes == 2_688_548_864
 
 
 def test_llama3_8b_dp8_at_2048_tokens_layer_two_backward_is_the_peak():
     """s 2,048: a layer's input 2,048·4,096·2 = 16,777,216 bytes, the least any recompute mode
     frees a layer. Layer 2's backward: 2·1,512,046,592 − 29·16,777,216 = 2,537,553,920 bytes,
     above the turn's 2,157,969,408 (the turn bound under-counted it by 2·1,512,046,592 −
-    2,258,002,176 − 29·16,777,216 = 279,551,744 bytes under full recompute). √n
-    recomputation's walk frees only 5 chunks' inputs there: 2·1,512,046,592 − 5·16,777,216 =
-    2,940,207,104, the term's figure for every mode."""
+    2,258,002,176 − 29·16,777,216 = 279,551,744 bytes under full recompute), without
+    recomputation and under full recomputation alike. √n recomputation's walk frees only 5
+    chunks' inputs there: 2·1,512,046,592 − 5·16,777,216 = 2,940,207,104, its layout's figure
+    (every mode's while the term took the most of the walks)."""
     assert 2 * 1_512_046_592 - 29 * 16_777_216 == 2_537_553_920
-    want = 2 * 1_512_046_592 - 5 * 16_777_216
-    assert want == 2_940_207_104
-    for recompute in ("full", "none", "sqrt"):  # one figure for every mode
+    assert 2 * 1_512_046_592 - 5 * 16_777_216 == 2_940_207_104
+    want = {"full": 2_537_553_920, "none": 2_537_553_920, "sqrt": 2_940_207_104}
+    for recompute, gathered in want.items():
         st = _state("llama3-8b", {"seq_len": 2048}, dp=8, recompute=recompute)
-        assert st.state.gathered_bytes == want
+        assert st.state.gathered_bytes == gathered, recompute
 
 
 def test_llama3_70b_tp8_the_turn_is_the_peak():
@@ -108,11 +110,13 @@ def test_llama3_70b_tp8_the_turn_is_the_peak():
         (71, 1_128_792_064),
     )
     assert 2 * turn == 2_091_384_832
+    assert _state("llama3-70b", dp=8, tp=8).state.gathered_bytes == 2 * turn
     # √n recomputation (9 layers a chunk): the same 1,128,792,064 with only 8 chunks' inputs
-    # freed, 2·1,128,792,064 − 8·16,777,216 = 2,123,366,400, the term's most
+    # freed, 2·1,128,792,064 − 8·16,777,216 = 2,123,366,400, that layout's figure
     assert gathered_envelope(arch, 8, 1, 1, 80, 0, 9)[-1] == (8, 1_128_792_064)
     want = 2 * 1_128_792_064 - 8 * 16_777_216
-    assert _state("llama3-70b", dp=8, tp=8).state.gathered_bytes == want == 2_123_366_400
+    st = _state("llama3-70b", dp=8, tp=8, recompute="sqrt")
+    assert st.state.gathered_bytes == want == 2_123_366_400
 
 
 def test_llama3_70b_tp4_and_gpt3_175b_tp16():
@@ -126,7 +130,11 @@ def test_llama3_70b_tp4_and_gpt3_175b_tp16():
     arch = get_model("gpt3-175b").model.arch
     assert gathered_envelope(arch, 16, 1, 1, 96, 0) == ((0, 1_020_076_032), (8, 1_029_513_216))
     st = _state("gpt3-175b", {"precision": "fp8"}, dp=4, tp=16, micro_batch_size=3)
+    assert st.state.gathered_bytes == 2 * 1_020_076_032 == 2_040_152_064
     # √n (10 layers a chunk): k 1's 1,029,513,216 with one chunk's input freed,
     # 2·1,029,513,216 − 9,437,184 = 2,049,589,248, above the turn's 2,040,152,064
     assert gathered_envelope(arch, 16, 1, 1, 96, 0, 10) == ((0, 1_020_076_032), (1, 1_029_513_216))
-    assert st.state.gathered_bytes == 2 * 1_029_513_216 - 9_437_184 == 2_049_589_248
+    sq = _state(
+        "gpt3-175b", {"precision": "fp8"}, dp=4, tp=16, micro_batch_size=3, recompute="sqrt"
+    )
+    assert sq.state.gathered_bytes == 2 * 1_029_513_216 - 9_437_184 == 2_049_589_248

@@ -135,13 +135,15 @@ def test_llama3_8b_tp4_full_recompute_holds_more_at_the_turn():
       QKV, projection and gate-up (prefetched): 131,334,144 + 2·39,845,888 + 15·54,525,952 =
       1,028,915,200.
 
-    The memory term takes the more of the two whatever the layout's recompute mode (the state
-    is tabulated per ZeRO stage, not per mode): dp 8 × tp 4, b 1, s 8,192 (a layer's input
-    8,192·4,096·2 ÷ 4 = 16,777,216 bytes): the turn 2·1,028,915,200 = 2,057,830,400 bytes
-    (was 2·1,003,749,376 = 2,007,498,752: 50 MB under for full recomputation); k 16's
-    2·1,120,403,456 − 16·16,777,216 = 1,972,371,456 is less. √n recomputation's walk (6 layers
-    a chunk) holds the same 1,120,403,456 with only 3 chunks' inputs freed: 2·1,120,403,456 −
-    3·16,777,216 = 2,190,475,264, the term's figure for every mode."""
+    The memory term reads the walk of the layout's own mode (the state tabulated per ZeRO stage
+    and recompute mode): dp 8 × tp 4, b 1, s 8,192 (a layer's input 8,192·4,096·2 ÷ 4 =
+    16,777,216 bytes): under full recomputation the turn 2·1,028,915,200 = 2,057,830,400
+    bytes, k 16's 2·1,120,403,456 − 16·16,777,216 = 1,972,371,456 less; without recomputation
+    (and selective: flash attention, no core checkpoint) the turn 2·1,003,749,376 =
+    2,007,498,752. √n recomputation's walk (6 layers a chunk) holds the same 1,120,403,456 with
+    only 3 chunks' inputs freed: 2·1,120,403,456 − 3·16,777,216 = 2,190,475,264. (While the
+    term took the most of the walks, every mode read that: 182,976,512 bytes over without
+    recomputation.)"""
     arch = get_model("llama3-8b").model.arch
     layer, head, three = 54_525_952, 131_334_144, 6_291_456 + 4_194_304 + 29_360_128
     assert head + 16 * layer == 1_003_749_376
@@ -149,10 +151,17 @@ def test_llama3_8b_tp4_full_recompute_holds_more_at_the_turn():
     assert gathered_envelope(arch, 4, 4, 1, 32, 0) == ((0, 1_003_749_376), (16, 1_120_403_456))
     assert gathered_envelope(arch, 4, 4, 1, 32, 0, 1) == ((0, 1_028_915_200), (16, 1_120_403_456))
     assert gathered_envelope(arch, 4, 4, 1, 32, 0, 6) == ((0, 1_028_915_200), (3, 1_120_403_456))
-    for recompute in ("none", "full", "selective", "sqrt"):
+    want = {
+        "none": 2 * 1_003_749_376,
+        "selective": 2 * 1_003_749_376,
+        "full": 2 * 1_028_915_200,
+        "sqrt": 2 * 1_120_403_456 - 3 * 16_777_216,
+    }
+    for recompute, gathered in want.items():
         lay = Layout.of(framework="deepspeed", zero_stage=3, dp=8, tp=4, recompute=recompute)
         st = Case.of("llama3-8b", "H100-SXM", lay).evaluate().stages[0]
-        assert st.state.gathered_bytes == 2 * 1_120_403_456 - 3 * 16_777_216 == 2_190_475_264
+        assert st.state.gathered_bytes == gathered, recompute
+    assert (want["full"], want["sqrt"]) == (2_057_830_400, 2_190_475_264)
 
 
 def test_chunked_unheld_counts_chunks():

@@ -90,8 +90,10 @@ def test_one_figure_held_in_both_phases_for_the_evaluator_tables_and_check():
     est = check_against_evaluate(tables, (s, 0, 0))  # raises on any term's difference
     for st in est.stages:
         held = st.both_phases_bytes
-        assert int(tables.state_ceil[s, 0, st.stage]) == math.ceil(st.state.backward_bytes + held)
-        assert int(tables.step_ceil[s, 0, st.stage]) == math.ceil(
+        assert int(tables.state_ceil[s, 0, 0, st.stage]) == math.ceil(
+            st.state.backward_bytes + held
+        )
+        assert int(tables.step_ceil[s, 0, 0, st.stage]) == math.ceil(
             st.state.optimizer_step_bytes + held
         )
     assert est.stages[1].both_phases_bytes - est.stages[1].communicator_bytes == 134_217_728

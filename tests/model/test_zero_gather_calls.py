@@ -260,19 +260,20 @@ def test_deepspeed_prefetch_buckets_below_max_live():
 def test_deepspeed_zero3_405b_on_h100_by_calls():
     """Llama 3 405B on 4,096 H100s, dp 512 × tp 8, DeepSpeed ZeRO-3, full recompute, m = 4. A
     layer at tp 8: QKV 37,748,736, output 33,554,432, gate-up 218,103,808, down 109,051,904. The
-    walk (test_deepspeed_launches_walked's rule), n_available held near 1e9: the forward
-    launches a down, a QKV, then the output projection with a gate-up (the backward its
-    mirror): 3 launches a layer a pass (a layer more adds 6 a micro-batch: 746 → 752 from
-    125 to 126 layers) where the old rule had 4; the first micro-batch 754, each later
-    one 752: 3,010 a step; the reduce-scatter ⌈405.85e9/8 / 5e8⌉ = 102 buckets a micro-batch.
-    Not gathered, the mean of a micro-batch at m = 4: 1,382,285,312 elements (the output
-    weight and the embedding, 16,032·16,384 = 262,668,288 each, and the weights kept into the
-    backward), 2 B each at the ring share 511/512: 11,036,684,288 bytes off the
-    1,215,268,997,376 both passes would send. The dp group has one rank on each of 512 nodes,
-    every ring step over the network: 8.4 + 511 × 14 = 7162.4 µs a call. 1,204,232,313,088 B
-    at 50 GB/s × 0.96 take 25.088 s; with the latency (4 × 102 + 3,010) × 7162.4 µs = 24.481 s,
-    49.569 s of dp traffic (56.872 s with one launch a weight, 57.119 s when every pass
-    gathered every weight)."""
+    walk without recomputation (test_deepspeed_launches_walked's rule), n_available held near
+    1e9: the forward launches a down, a QKV, then the output projection with a gate-up (the
+    backward its mirror): 3 launches a layer a pass (a layer more adds 6 a micro-batch: 746 →
+    752 from 125 to 126 layers) where the old rule had 4; the first micro-batch 754, each later
+    one 752. The layout recomputes every layer, and the dp term reads that walk (the recomputed
+    forward in the backward): 756 and 754, 3,018 a step; the reduce-scatter ⌈405.85e9/8 / 5e8⌉
+    = 102 buckets a micro-batch. Not gathered, the mean of a micro-batch at m = 4: 1,055,129,600
+    elements (without recomputation 1,382,285,312: the walk under full recomputation gathers a
+    layer's gate-up and down, 218,103,808 + 109,051,904 = 327,155,712, more a micro-batch), 2 B
+    each at the ring share 511/512: 8,424,550,400 bytes off the 1,215,268,997,376 both passes
+    would send. The dp group has one rank on each of 512 nodes, every ring step over the
+    network: 8.4 + 511 × 14 = 7162.4 µs a call. 1,206,844,446,976 B at 50 GB/s × 0.96 take
+    25.143 s; with the latency (4 × 102 + 3,018) × 7162.4 µs = 24.538 s, 49.681 s of dp traffic
+    (49.569 s when it read the walk without recomputation)."""
     est = Case.of(
         "llama3-405b", "H100-SXM", framework="deepspeed", dp=512, tp=8, zero_stage=3,
         recompute="full",
@@ -281,14 +282,18 @@ def test_deepspeed_zero3_405b_on_h100_by_calls():
     assert (first[0], later[0]) == (754, 752)
     assert step_fetches(LLAMA3_405B, 8, 8, 1, 125, 0, True)[1][0] == 746
     assert deepspeed_unfetched(LLAMA3_405B, 8, 8, 1, 126, 0, 4)[0] == 1_382_285_312
+    first, later, _ = step_fetches(LLAMA3_405B, 8, 8, 1, 126, 0, True, segment=1)
+    assert (first[0], later[0]) == (756, 754)
+    assert deepspeed_unfetched(LLAMA3_405B, 8, 8, 1, 126, 0, 4, "full")[0] == 1_055_129_600
+    assert 1_382_285_312 - 1_055_129_600 == 218_103_808 + 109_051_904
     dp = next(r for r in est.traffic if r.traffic.axis == "dp")
-    skipped = 4 * 1_382_285_312 * 2 * 511 // 512
-    assert skipped == 11_036_684_288
-    assert dp.traffic.bytes_per_step == 1_215_268_997_376 - skipped == 1_204_232_313_088
+    skipped = 4 * 1_055_129_600 * 2 * 511 // 512
+    assert skipped == 8_424_550_400
+    assert dp.traffic.bytes_per_step == 1_215_268_997_376 - skipped == 1_206_844_446_976
     wire = dp.traffic.bytes_per_step / (50e9 * 0.96)
     latency = (8.4 + 511 * 14) * 1e-6
-    assert dp.seconds == pytest.approx(wire + (4 * 102 + 754 + 3 * 752) * latency, rel=1e-9)
-    assert dp.seconds == pytest.approx(49.569, abs=1e-3)
+    assert dp.seconds == pytest.approx(wire + (4 * 102 + 756 + 3 * 754) * latency, rel=1e-9)
+    assert dp.seconds == pytest.approx(49.681, abs=1e-3)
 
 
 def test_textbook_zero2_reduces_every_microbatch():

@@ -164,17 +164,17 @@ def test_tables_equal_the_exact_evaluation(model, base, gpus, gpu, space, option
             # phases
             comm = st.communicator_bytes + st.persistent_buffers_bytes
             assert (
-                abs(math.ceil(st.state.backward_bytes + comm) - tables.state_ceil[s, z, i])
+                abs(math.ceil(st.state.backward_bytes + comm) - tables.state_ceil[s, z, r, i])
                 <= BYTE_TOLERANCE
             ), where
             assert (
-                abs(math.ceil(st.state.optimizer_step_bytes + comm) - tables.step_ceil[s, z, i])
+                abs(math.ceil(st.state.optimizer_step_bytes + comm) - tables.step_ceil[s, z, r, i])
                 <= BYTE_TOLERANCE
             ), where
             assert abs(math.ceil(acts) - tables.act_ceil[s, r, i]) <= BYTE_TOLERANCE, where
         t1, t2 = objective_ns(est.time_terms)
         assert abs(t1 - tables.t1_at(s, z, r)) <= NS_TOLERANCE, (where, t1, tables.t1_at(s, z, r))
-        assert abs(t2 - tables.t2_ns[s, z]) <= NS_TOLERANCE, (where, t2, tables.t2_ns[s, z])
+        assert abs(t2 - tables.t2_ns[s, z, r]) <= NS_TOLERANCE, (where, t2, tables.t2_ns[s, z, r])
         # the search's rule: the reserved bytes with the communicators fit too (the caching
         # allocator's retries are not charged: model.terms.peak.fit_bytes)
         reserved_fits = all(st.reserved_total_bytes <= est.capacity_bytes for st in est.stages)

@@ -179,7 +179,7 @@ def test_the_search_times_the_straddling_layout_as_the_evaluator_does():
         assert (cp.link, cp.bandwidth_bytes_per_s) == ("scale-out", 50e9)
         t1, t2 = objective_ns(est.time_terms)
         assert abs(t1 - tables.t1_at(s, 0, 0)) <= NS_TOLERANCE
-        assert abs(t2 - tables.t2_ns[s, 0]) <= NS_TOLERANCE
+        assert abs(t2 - tables.t2_ns[s, 0, 0]) <= NS_TOLERANCE
 
 
 def test_the_cli_charges_the_straddling_groups_the_nic(tmp_path):
