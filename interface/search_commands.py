@@ -107,7 +107,8 @@ def search_json(
     ``settings_cost``: the search without the user's choice settings
     (:func:`interface.setting_cost.settings_cost`; null when none is set or ``compare`` is
     False, as a sweep's points, whose recipes are the sweep's own axis), its note naming each
-    setting by its flag (``web``: by the web API's query parameter).
+    setting by its flag (``web``: by the web API's query parameter); ``textbook_note``
+    (:func:`interface.textbook_note.textbook_json`).
 
     Raises
     ------
@@ -118,6 +119,7 @@ def search_json(
         the best layout without the user's choice settings when there is one.
     """
     from trainplan.interface.setting_cost import best_without, settings_json
+    from trainplan.interface.textbook_note import textbook_json
     from trainplan.optimizer.axis_rules import unused_values
     from trainplan.optimizer.search import prepare, search
 
@@ -143,6 +145,7 @@ def search_json(
     best = in_units(result.best.objective)[1]
     cost = settings_json(request, problem, best, started, on_tables, web) if compare else None
     meta["settings_cost"] = cost
+    meta["textbook_note"] = textbook_json(problem, answers[0], request, started, on_tables)
     out = {**answers[0], **meta, "top": answers[1:]} if top == 1 else {**meta, "answers": answers}
     return SearchRun(out, str(problem.objective), len(problem.jobs))
 

@@ -143,6 +143,11 @@ class Mechanism:
     accumulation is fused into the GEMM or runs off the compute stream."""
     accumulate_first_bytes: int = 0
     """The same in a step's first backward (the gradients were freed at the step)."""
+    chunks_at_once: int = 1
+    """Model chunks whose passes one GPU computes at once, each holding its own
+    :meth:`units_held` gathered (the count × this): 2 where the schedule overlaps one chunk's
+    forward with another's backward (DualPipe, DualPipeV under ``textbook``:
+    :func:`model.overlapped_chunks.overlapped_mechanism`); 1 elsewhere."""
     source: str = ""
 
     @property
@@ -165,14 +170,16 @@ class Mechanism:
             return "current + prefetched layers, embedding, output"
         if self.framework is Framework.DEEPSPEED and self.zero_stage == 3:
             return "layers kept for reuse, output, prefetch"  # model.deepspeed_gathered
+        if self.chunks_at_once > 1:
+            return f"current + next unit of {self.chunks_at_once} chunks at once"
         return "current + next unit"
 
     def units_held(self, unit: Any) -> Any:
         """Units held gathered at once when the largest holds ``unit`` elements on this GPU:
         :attr:`gathered_units`, or with :attr:`prefetch_elements` the unit computed and as
         many following ones as the prefetch takes to reach that many elements,
-        ``1 + max(1, ⌈prefetch_elements / unit⌉)`` (Megatron-FSDP, :func:`_megatron_fsdp`).
-        Element-wise for arrays; :attr:`gathered_units` where ``unit`` is 0.
+        ``1 + max(1, ⌈prefetch_elements / unit⌉)`` (Megatron-FSDP, :func:`_megatron_fsdp`); each
+        × :attr:`chunks_at_once`. Element-wise for arrays; :attr:`gathered_units` where ``unit`` is 0.
 
         >>> from trainplan.model.mechanisms import Framework, mechanism
         >>> m = mechanism("megatron", 3)
@@ -182,10 +189,10 @@ class Mechanism:
         2
         """
         if not self.prefetch_elements:  # fixed, or a pool of two under fsdp_double_buffer
-            return self.gathered_units
+            return self.gathered_units * self.chunks_at_once
         some = maximum(unit, 1)
         following = maximum(-(-self.prefetch_elements // some), 1)
-        return where(unit > 0, 1 + following, self.gathered_units)
+        return where(unit > 0, 1 + following, self.gathered_units) * self.chunks_at_once
 
     def reduce_queue_elements(
         self,

@@ -300,7 +300,8 @@ def weight_cache_terms(
     and under Megatron-FSDP only while the unit is gathered: ``MegatronFSDP``'s release hook
     ``release_params_fp8_transpose_cache`` (``megatron_fsdp/megatron_fsdp.py``) discards it
     unless ``keep_fp8_transpose_cache`` — the :attr:`Mechanism.gathered_units` gathered layers'
-    (``layer_linear``: the largest layer's). Exact for Fractions; element-wise for arrays.
+    (``layer_linear``: the largest layer's) of each of the :attr:`Mechanism.chunks_at_once`.
+    Exact for Fractions; element-wise for arrays.
 
     >>> from trainplan.model.mechanisms import mechanism
     >>> fsdp = mechanism("megatron", 3, 2, 4, 12)
@@ -311,7 +312,7 @@ def weight_cache_terms(
         return 0, 0
     if mech.weights_full or not (fp8_params or mech.framework is Framework.TEXTBOOK):
         return cache_bytes * linear, 0
-    return 0, cache_bytes * mech.gathered_units * layer_linear
+    return 0, cache_bytes * mech.gathered_units * mech.chunks_at_once * layer_linear
 
 
 def state_terms(

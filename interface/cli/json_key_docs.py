@@ -108,7 +108,8 @@ KEY_DOCS: dict[str, str] = {
     "memory.optimizer_bytes": "Optimizer state held on the GPU.",
     "memory.model_state_bytes": "Weights + gradients + optimizer state.",
     "memory.zero3_gathered_bytes": "What ZeRO-3 / FSDP holds gathered: the unit being computed and "
-    "the prefetched one(s); Megatron-FSDP also the embedding and output layer, whole.",
+    "the prefetched one(s), for each chunk computed at once (two under textbook dualpipe and "
+    "dualpipev); Megatron-FSDP also the embedding and output layer, whole.",
     "memory.zero3_gathered_what": "What zero3_gathered_bytes holds, in words (the report's line); "
     "null where nothing is gathered.",
     "memory.weight_cache_bytes": "FP8 copies of the linear weights (precision fp8).",

@@ -351,10 +351,14 @@ def search_cmd(
 
 def settings_note(out: dict[str, Any]) -> None:
     """The note saying what the user's choice settings cost, when they cost more than the
-    threshold (:mod:`interface.setting_cost`; JSON ``settings_cost``)."""
+    threshold (:mod:`interface.setting_cost`; JSON ``settings_cost``), and the one saying a
+    textbook answer is a convention (:mod:`interface.textbook_note`; JSON ``textbook_note``)."""
     cost = out.get("settings_cost")
     if cost and cost["note"]:
         click.echo(f"Note: {cost['note']}")
+    textbook = out.get("textbook_note")
+    if textbook:
+        click.echo(f"Note: {textbook['note']}")
 
 
 def _proof(out: dict[str, Any]) -> str:

@@ -26,6 +26,7 @@ from trainplan.model.mechanisms import Mechanism, mechanism
 from trainplan.model.memory import keeps_gathered_inputs
 from trainplan.model.op_rates import FAMILY, params_in_force
 from trainplan.model.op_time import TpOverlap, tp_overlap_for, tp_overlap_run
+from trainplan.model.overlapped_chunks import overlapped_mechanism
 from trainplan.model.roofline import generation_of, roofline_params_for
 from trainplan.model.split import default_chunk_sizes
 from trainplan.model.terms.step import uses_roofline
@@ -285,6 +286,7 @@ def assumptions(est: Estimate) -> list[str]:
         overlap_comm=t.deepspeed_overlap_comm, multi_rank_allreduce=o.use_multi_rank_bucket_allreduce,
         sp_comm=sp_comm_bytes(t, lay.cp),
     )  # fmt: skip
+    mech = overlapped_mechanism(mech, lay.schedule)  # the memory term's (model.terms.state)
     out = [
         f"framework {lay.framework}: ZeRO-{lay.zero_stage} is {mech.name} ({mech.source})",
         *part_sentences(est.device),

@@ -24,6 +24,7 @@ from trainplan.model.memory import keeps_gathered_inputs
 from trainplan.model.moe_run import Dispatcher
 from trainplan.model.op_rates import params_in_force
 from trainplan.model.op_time import tp_overlap_for, tp_overlap_run
+from trainplan.model.overlapped_chunks import overlapped_mechanism
 from trainplan.model.phases import construction_peak_bytes
 from trainplan.model.precision import Precision
 from trainplan.model.rank_split import chunk_layers_of, stage_layers_of
@@ -184,6 +185,7 @@ def _gathered_what(est: Estimate) -> str | None:
         pipelined=lay.pp > 1, distributed_optimizer=t.distributed_optimizer,
         overlap_comm=t.deepspeed_overlap_comm, sp_comm=sp_comm_bytes(t, lay.cp),
     )  # fmt: skip
+    mech = overlapped_mechanism(mech, lay.schedule)  # the memory term's (model.terms.state)
     return mech.gathered_what if est.peak.state.gathered_bytes else None
 
 

@@ -54,6 +54,7 @@ from trainplan.model.optimizers import (
     optimizer_scale,
     soap_preconditions_every_side,
 )
+from trainplan.model.overlapped_chunks import overlapped_mechanism
 from trainplan.model.params import count_params, shares_embedding_with_last_stage
 from trainplan.model.soap import SOAP_CARRIED_TENSORS, soap_step_bytes
 from trainplan.model.split import stage_chunks
@@ -394,7 +395,7 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
     Scope: the split (:data:`model.terms.stage_params.SPLIT_FIELDS`), dp, cp (the replicas ZeRO
     shards over), the ZeRO stage, micro_batch_size (with dp, the micro-batches a step: whether it
     accumulates, which sizes offload's accumulation buffers; the runtime's windows of chunks),
-    the schedule (DualPipe's two stages, :func:`model.terms.stage_params.split_params`).
+    the schedule (DualPipe's two stages and chunks, :func:`model.overlapped_chunks`).
     Control: framework, zero_stage, pp, schedule.
     """
     t = c.training
@@ -404,13 +405,12 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
     linear = layer_linear = 0
     if cache_bytes or t.fp8_param_gather:  # FP8 primary weights are the linear ones
         linear, layer_linear = linear_per_gpu(c, f)
-    mech = mechanism(
+    mech = overlapped_mechanism(mechanism(  # DualPipe's two chunks at once
         f.framework, f.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
         pipelined=f.pp > 1, distributed_optimizer=t.distributed_optimizer,
-        double_buffer=t.fsdp_double_buffer,
-        overlap_comm=t.deepspeed_overlap_comm,
+        double_buffer=t.fsdp_double_buffer, overlap_comm=t.deepspeed_overlap_comm,
         cpu_offload=t.offload.optimizer > 0, sp_comm=sp_comm_bytes(t, f.cp),
-    )  # fmt: skip
+    ), f.schedule)  # fmt: skip
     held = layer_units_per_gpu(c, f) if mech.non_units_gathered else (unit_dense, unit_expert)
     w, g, o, gathered, buffers, step, cache, host = state_terms(
         mech, dense, experts, f.shard_degree, f.expert_shard_degree, *held,
