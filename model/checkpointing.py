@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from trainplan.model.errors import InputError
+from trainplan.model.units import shown_number
 
 __all__ = [
     "Step",
@@ -79,9 +80,13 @@ class Step:
 
 def _check(n: int, k: int) -> None:
     if not isinstance(n, int) or n < 1 or n > MAX_LAYERS:
-        raise InputError(f"layers: {n!r} must be a whole number from 1 to {MAX_LAYERS:,}")
+        raise InputError(
+            f"layers: {shown_number(n)} must be a whole number from 1 to {MAX_LAYERS:,}"
+        )
     if not isinstance(k, int) or k < 1 or k > n:
-        raise InputError(f"every: {k!r} must be a whole number from 1 to layers = {n}")
+        raise InputError(
+            f"every: {shown_number(k)} must be a whole number from 1 to layers = {shown_number(n)}"
+        )
 
 
 def checkpoints(n: int, k: int) -> list[int]:

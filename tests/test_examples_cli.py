@@ -72,12 +72,14 @@ TEXT: dict[str, list[str]] = {
     # 16 + 16 + 2 + 2 = 36 B per policy parameter; GRPO 16 + 2 + 2 = 20 (44.4% fewer); rule 18
     "ppo-70b": ["4 networks", "resident 2.520 TB; 36 bytes per policy parameter"],
     "grpo-70b": ["3 networks", "resident 1.400 TB; 20 bytes per policy parameter; 44.4% fewer"],
-    # 2N rollout + 2N scoring + 6N training: the rollout a fifth of the FLOPs; at MFU 0.04 against
-    # 0.4 it takes 0.2/0.04 ÷ (0.2/0.04 + 0.8/0.4) = 5/7 = 71.4% of the time
+    # 2N rollout + 4N scoring (the reference and the actor's old log-probs) + 6N training: the
+    # rollout a sixth of the FLOPs; at MFU 0.04 against 0.4 it takes 2/0.04 ÷ (2/0.04 + 10/0.4)
+    # = 50/75 = 66.7% of the time; 2 · 70e9 · 83,886,080 tokens ÷ (0.04 · 989.4e12) = 296,746.8 s
     "grpo-rule-70b": [
         "2 networks",
         "resident 1.260 TB; 18 bytes per policy parameter",
-        "rollout    1.174e+19       20.0%   296,746.8 s       71.4%",
+        "rollout    1.174e+19       16.7%   296,746.8 s       66.7%",
+        "scoring    2.349e+19       33.3%    59,349.4 s       13.3%",
     ],
     "dpo-70b": ["2 networks", "rollout    0.000e+00        0.0%"],
 }

@@ -11,7 +11,10 @@ model), the actor and the reference ``policy_params``.
 
 FLOPs of one step with ``P`` prompts × ``G`` samples of ``Tp + Tc`` tokens, ``E`` epochs:
 rollout ``2·N_p`` per token (prefill and decode), scoring ``2·N`` per token by every scoring
-network (reference, reward model, critic), training ``6·N`` per token per epoch by every trainable
+network (reference, reward model, critic, and the actor's old log-probs: the PPO ratio's
+denominator, recomputed with the training weights — OpenRLHF ``NaiveExperienceMaker.
+make_experience``'s actor forward, verl ``RayPPOTrainer.fit``'s ``compute_log_prob``; the
+faithful accounting's default, :func:`model.rlhf.spec.phase_flops`), training ``6·N`` per token per epoch by every trainable
 network. ``N`` in the FLOPs is the parameters a token passes through (:attr:`Network.
 flop_params`: a mixture of experts' active parameters, its routed experts' share only; all of them
 for a dense network, Kaplan et al. 2020's ``C = 6N`` with ``N`` the parameters used per token),
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from trainplan.model.errors import InputError, check_applicable
+from trainplan.model.units import shown_number
 
 __all__ = [
     "Network",
@@ -238,16 +242,24 @@ def phase_flops(
 
     Examples
     --------
+    GRPO with a rule reward, ``N = 1``, one 1-token sequence: scoring 2 (the reference) + 2 (the
+    actor's old log-probs), as :func:`model.rlhf.spec.phase_flops` counts them. DPO's policy
+    forward is part of its training (chosen and rejected): only the reference scores.
+
     >>> nets = networks("grpo", 1, reward="rule")
     >>> {k: int(v) for k, v in phase_flops("grpo", nets, 1, 1).items()}
-    {'rollout': 2, 'scoring': 2, 'training': 6}
+    {'rollout': 2, 'scoring': 4, 'training': 6}
+    >>> {k: int(v) for k, v in phase_flops("dpo", networks("dpo", 1), 1, 1).items()}
+    {'rollout': 0, 'scoring': 2, 'training': 6}
     """
     if epochs < 1:
         raise InputError(f"epochs: {epochs} must be at least 1")
     tokens = Fraction(sequences) * tokens_per_sequence
     policy = nets[0].flop_params
     rollout = Fraction(0) if algorithm == "dpo" else 2 * policy * tokens
-    scorers = [n for n in nets if n.role not in ("actor", "policy")]  # reference, reward, critic
+    scorers = [
+        n for n in nets if n.role != "policy"
+    ]  # actor (old log-probs), reference, reward, critic
     scoring = sum((2 * n.flop_params * tokens for n in scorers), Fraction(0))
     training = sum((6 * n.flop_params * tokens * epochs for n in nets if n.trainable), Fraction(0))
     return {"rollout": rollout, "scoring": scoring, "training": training}
@@ -276,9 +288,13 @@ def phase_times(
     """
     for name, value in (("decode_mfu", decode_mfu), ("train_mfu", train_mfu)):
         if not 0 < value <= 1:
-            raise InputError(f"{name}: {float(value)} must be in (0, 1] (a fraction, 0.4 = 40%)")
+            raise InputError(
+                f"{name}: {shown_number(value)} must be in (0, 1] (a fraction, 0.4 = 40%)"
+            )
     if peak_flops_per_s <= 0 or chips < 1:
-        raise InputError(f"peak and chips: {peak_flops_per_s}, {chips} must be positive")
+        raise InputError(
+            f"peak and chips: {shown_number(peak_flops_per_s)}, {shown_number(chips)} must be positive"
+        )
     rate = Fraction(peak_flops_per_s) * chips
     return {
         phase: Fraction(f) / ((decode_mfu if phase == "rollout" else train_mfu) * rate)
@@ -348,7 +364,8 @@ long completions); decode MFU 4% (memory-bound token-by-token generation) and tr
 the algorithm, the networks, the epochs and the two MFUs, not on the token counts or the GPU."""
 
 ASSUMPTIONS = (
-    "rollout 2·N_p per token (prefill + decode); scoring 2·N per token per scoring network; "
+    "rollout 2·N_p per token (prefill + decode); scoring 2·N per token per scoring network "
+    "(the actor's old log-probs, reference, reward, critic); "
     "training 6·N per token per epoch per trainable network (N: the parameters a token passes "
     "through, a mixture of experts' active ones; memory counts all); decode MFU for the rollout, "
     "training MFU for scoring and training"

@@ -31,8 +31,9 @@ def test_networks_flops_on_active_bytes_on_total():
     assert [(n.role, n.flop_params) for n in nets] == [("actor", ACTIVE), ("reference", ACTIVE)]
     assert rl.network_bytes(nets) == 18 * TOTAL  # 16 B trained + 2 B frozen, every parameter
     flops = rl.phase_flops("grpo", nets, 16 * 1024, 5120)
-    # rollout 2N, scoring 2N (the reference), training 6N per token, N = the active parameters
-    assert flops == {"rollout": 2 * ACTIVE * TOKENS, "scoring": 2 * ACTIVE * TOKENS,
+    # rollout 2N, scoring 2N + 2N (the reference and the actor's old log-probs), training 6N per
+    # token, N = the active parameters: 4 · 3,353,032,704 · 83,886,080 = 1.125e18
+    assert flops == {"rollout": 2 * ACTIVE * TOKENS, "scoring": 4 * ACTIVE * TOKENS,
                      "training": 6 * ACTIVE * TOKENS}  # fmt: skip
     dense = rl.networks("grpo", TOTAL, reward="rule")  # no active count: dense, all of them
     assert dense[0].flop_params == TOTAL
@@ -70,7 +71,10 @@ def test_cli_textbook_and_faithful_flops_agree():
     r = json.loads(done["json"].stdout)
     assert r["phase_flops"]["rollout"] == 2 * ACTIVE * TOKENS  # 5.625e17, was 2 · TOTAL: 5.122e18
     assert r["phase_flops"]["training"] == 6 * ACTIVE * TOKENS
-    assert r["phase_flops"]["rollout"] == r["faithful"]["phase_flops_total"]["rollout"]
+    # the two accountings count the same FLOPs in every phase (the textbook's scoring was the
+    # reference's alone, 5.625e17, against the faithful 1.125e18 with the actor's old log-probs)
+    assert r["phase_flops"] == r["faithful"]["phase_flops_total"]
+    assert r["phase_flops"]["scoring"] == 4 * ACTIVE * TOKENS  # 1.125e18
     assert r["network_bytes"] == 18 * TOTAL  # bytes stay on every parameter
     assert [x["active_params"] for x in r["network_table"]] == [ACTIVE, ACTIVE]
     text = done["text"].stdout

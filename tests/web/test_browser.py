@@ -228,7 +228,13 @@ def test_pipeline_split_schedule(page):
         f"{r['bubble_fraction_exact']} = {r['bubble_fraction'] * 100:.1f}%"
     )
     expect(page.locator("#timeline svg")).to_contain_text("overlapped F&B block")
-    expect(page.locator("#held-table")).to_contain_text("2.5")
+    # per rank the CLI's "held per rank": chunk micro-batches in flight and W buffers (5 and
+    # 1 2 2 1), not held_per_stage's 2.5 (of the rank's layers), which the page showed before
+    rows = page.locator("#held-table tbody tr")
+    expect(rows).to_have_count(4)
+    got = [rows.nth(i).locator("td").all_inner_texts() for i in range(4)]
+    want = zip(r["chunks_held_per_stage"], r["w_pending_per_stage"], strict=True)
+    assert got == [[str(i), f"{h:g}", f"{w:g}"] for i, (h, w) in enumerate(want)], got
 
 
 def test_pipeline_and_mfu_and_rlhf_values(page):

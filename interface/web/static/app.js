@@ -338,12 +338,14 @@ const TP = (() => {
 
   // data-off-when="algorithm=dpo; algorithm=grpo&reward=rule": the field does not apply (it is
   // disabled, kept but not sent) while any ;-clause holds, a clause being &-joined name=value
-  // terms (a checkbox's value is "true" when ticked, "" when not).
+  // terms (a checkbox's value is "true" when ticked, "" when not); name!=value holds while the
+  // field reads otherwise ("model!=": while a model is chosen).
   function conditions(form) {
     for (const el of $$("[data-off-when]", form)) {
       const off = el.dataset.offWhen.split(";").some((clause) => clause.trim().split("&").every((term) => {
         const [k, v = ""] = term.split("=");
-        return value(form, k.trim()) === v.trim();
+        const not = k.trim().endsWith("!");
+        return (value(form, k.trim().replace(/!$/, "")) === v.trim()) !== not;
       }));
       el.disabled = off;
       el.closest("label")?.classList.toggle("off", off);

@@ -44,8 +44,12 @@
   // (a size alone has no activations, FLOPs or step time: those read "—").
   function render(d) {
     const m = d.memory, lay = d.layout, t = d.time || {}, p = d.pipeline || {}, flops = d.flops || {};
-    TP.$("#headline").innerHTML = `<b>${TP.esc(d.model.name)}</b>: ${TP.num(d.model.num_params)} parameters on ${TP.num(d.num_gpus)} × ${TP.esc(d.gpu.name)}<br>` +
-      `<span class="mono">dp ${lay.dp} × tp ${lay.tp} × pp ${lay.pp} × cp ${lay.cp} (ep ${lay.ep}), ${lay.framework} ZeRO-${lay.zero_stage}, recompute ${lay.recompute}, ${lay.schedule}${lay.virtual_stages > 1 ? " v=" + lay.virtual_stages : ""}, b ${lay.micro_batch_size}, B ${lay.global_batch_size}, m ${lay.num_microbatches}, s ${lay.seq_len}</span>`;
+    // the CLI's first two lines (interface/render/report.py evaluate_text, layout_line): the
+    // active parameters, the cp flavour the layout runs (the framework's default when not given)
+    const cpKind = lay.cp > 1 ? ` ${lay.cp_a2a ? `${lay.cp_kind} (a2a ${lay.cp_a2a})` : lay.cp_kind}` : "";
+    const active = d.model.num_active_params !== undefined && d.model.num_active_params !== null ? ` (${TP.num(d.model.num_active_params)} active)` : "";
+    TP.$("#headline").innerHTML = `<b>${TP.esc(d.model.name)}</b>: ${TP.num(d.model.num_params)} parameters${active} on ${TP.num(d.num_gpus)} × ${TP.esc(d.gpu.name)}<br>` +
+      `<span class="mono" id="layout-line">dp ${lay.dp} × tp ${lay.tp} × pp ${lay.pp} × cp ${lay.cp}${TP.esc(cpKind)} (ep ${lay.ep}${lay.etp !== undefined && lay.etp !== lay.tp ? `, etp ${lay.etp}` : ""}), ${lay.framework} ZeRO-${lay.zero_stage}, recompute ${lay.recompute}, ${lay.schedule}${lay.virtual_stages > 1 ? " v=" + lay.virtual_stages : ""}, b ${lay.micro_batch_size}, B ${lay.global_batch_size}, m ${lay.num_microbatches}, s ${lay.seq_len}, rank order ${lay.rank_order || "tp-cp-ep-dp-pp"}</span>`;
     const v = TP.$("#verdict");
     v.className = `verdict ${m.fits ? "fits" : "nofit"}`;
     v.textContent = (m.fits ? "fits" : `DOES NOT FIT: over by ${TP.gb(m.overflow_bytes)}`) +
@@ -63,7 +67,7 @@
     const rows = MEMORY.map(([name, f]) => ({ name: label(name), v: f(m) })).filter((r) => r.v || r.name.startsWith("="));
     rows.push({ name: `= total (peak: ${m.peak_phase})`, v: m.total_bytes, id: "total" });
     rows.push({ name: `capacity (${d.gpu.name}, usable)`, v: m.capacity_bytes });
-    if (m.stream_pool_bytes) rows.push({ name: "reserved at least (max_memory_reserved; not in the verdict)", v: m.reserved_bytes });
+    if (m.stream_pool_bytes) rows.push({ name: `reserved at least (max_memory_reserved): allocated ${TP.gb(m.allocated_bytes)} + ${TP.gb(m.stream_pool_bytes)} idle in a side stream's pool; not in the verdict: freed before out-of-memory`, v: m.reserved_bytes });
     // reserved above capacity: the allocator releases its cache and retries each step (not charged)
     // (as the text report: only where the step fits; over by the allocated peak, no run retries)
     if (m.allocator_retries && m.fits) rows.push({ name: "reserved + communicators over capacity: allocator retries at least once a step (cudaFree, device sync; not in the step time)", v: m.reserved_over_bytes });
@@ -87,7 +91,11 @@
     ], 'id="traffic"');
     TP.$("#step").innerHTML = [
       ["pipeline bubble, share of the step", TP.pct(p.bubble_fraction)], ["pipeline bubble against compute + exposed tp, cp, ep", TP.pct(p.bubble_ratio)],
-      ["micro-batches in flight", p.microbatches_in_flight ?? "—"], ["step time", TP.exact(t.step_s), "step-time"],
+      ["micro-batches in flight", p.microbatches_in_flight ?? "—"],
+      ["layers per stage (stages counted from 0)", p.microbatches_in_flight === null || p.microbatches_in_flight === undefined ? "layers unknown (size-only model)" : `[${(lay.stage_layers || []).join(", ")}]`, "layers-per-stage"],
+      ["step time", TP.exact(t.step_s), "step-time"],
+      // the step line's throughput, as the CLI prints it (report.py _pipeline_and_step)
+      ["tokens/s (per GPU)", t.tokens_per_s === null || t.tokens_per_s === undefined ? "—" : `${TP.fixed(t.tokens_per_s, 0, true)} (${TP.fixed(t.tokens_per_s / d.num_gpus, 0, true)} per GPU)`, "tokens-per-s"],
       // every term of the CLI's Step: line, from the answer's own list (time.step_terms), so the
       // terms add up to the step time on the page as they do there
       [(t.step_terms || []).map((x) => x.term).join(" + ") || "compute + bubble + exposed comm",

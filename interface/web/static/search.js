@@ -17,6 +17,10 @@ const gapText = (s) => (s === null || s === undefined ? "none proven (time limit
 
 const notes = (list, cls) => (list.length ? `<ul class="plain ${cls}">${list.map((n) => `<li>note: ${TP.esc(n)}</li>`).join("")}</ul>` : "");
 
+// A per-stage step time in seconds, as the JSON gives it (two plans 0.1 min apart still read
+// apart), and beyond two minutes the minutes the CLI's text prints beside (290.512 s (4.8 min)).
+const stepTime = (s) => (s === null || s === undefined || s < 120 ? TP.exact(s) : `${TP.exact(s)} (${TP.secs(s)})`);
+
 // The CLI's search --per-stage --json object, presented: nothing computed here.
 function perStage(r, link) {
   const ps = r.per_stage, launch = r.launch, u = ps.uniform;
@@ -28,8 +32,8 @@ function perStage(r, link) {
       <h3>${TP.esc(ps.job)}</h3>
       <p class="mono uniform-layout">best uniform: ${TP.esc(layoutLine(u.layout))}</p>
       <p class="mono per-stage-layout">per-stage: ${TP.esc(layoutLine(r.layout))}</p>
-      <div class="big"><div><b class="uniform-step">${TP.secs(u.step_s)}</b><span>best uniform step time</span></div>
-      <div><b class="step">${TP.secs(ps.step_s)}</b><span>per-stage step time</span></div>
+      <div class="big"><div><b class="uniform-step">${stepTime(u.step_s)}</b><span>best uniform step time</span></div>
+      <div><b class="step">${stepTime(ps.step_s)}</b><span>per-stage step time</span></div>
       <div><b class="gain">${TP.fixed(ps.gain, 3)}×</b><span>gain (uniform ÷ per-stage)</span></div>
       <div><b class="total">${TP.gb(r.memory.total_bytes)}</b><span>memory per GPU of ${TP.gb(r.memory.capacity_bytes)}</span></div>
       <div><b class="mfu">${TP.pct(r.time.mfu)}</b><span>MFU</span></div>
@@ -49,7 +53,7 @@ function perStage(r, link) {
       ${launch.megatron_env.length ? `<p class="note" id="megatron-env">environment: <code>${TP.esc(launch.megatron_env.map(shellWord).join(" "))}</code></p>` : ""}
       <pre class="launch-text" id="megatron-flags">${TP.esc(launch.megatron.map(shellWord).join(" "))}</pre>
       ${notes(launch.megatron_notes, "megatron-notes")}
-      ${launch.megatron_step_s === null ? "" : `<p class="note" id="megatron-step">with one --recompute-num-layers for every stage: ${TP.secs(launch.megatron_step_s)} per step</p>`}
+      ${launch.megatron_step_s === null ? "" : `<p class="note" id="megatron-step">with one --recompute-num-layers for every stage: ${stepTime(launch.megatron_step_s)} per step</p>`}
       <h3>torchtitan</h3>
       <pre class="launch-text" id="torchtitan-toml">${TP.esc(launch.torchtitan.join("\n"))}</pre>
       ${notes(launch.torchtitan_notes, "torchtitan-notes")}

@@ -14,7 +14,17 @@ TP.searchPage = async (kind, render) => {
   TP.upload(form, TP.$("select[name=model]", form));
   const extra = TP.linkOnly(form);
   const withExtra = (q) => { for (const [k, v] of extra) q.append(k, v); return q; };
+  // the query the shown answer ran (null: none yet): an edit that leaves the fields elsewhere
+  // dims the answer, as the planner's pending request does — the address already holds the
+  // new inputs, and the answer under it is not theirs until Search runs them
+  let answered = null, running = null;
+  const staleness = () => {
+    const edited = answered !== null && withExtra(TP.query(form)).toString() !== answered;
+    TP.$("#results").classList.toggle("stale", edited || running !== null);
+    TP.$("#results").title = edited ? "the inputs changed: press Search for their answer" : "";
+  };
   const keepUrl = (e) => {
+    if (e && e.isTrusted) staleness();
     if (e && e.isTrusted) TP.dropExample();
     TP.conditions(form);
     // the field an error was said against, edited: the error no longer describes the inputs
@@ -24,7 +34,6 @@ TP.searchPage = async (kind, render) => {
   };
   form.addEventListener("input", keepUrl);
   form.addEventListener("change", keepUrl);
-  let running = null;
   cancel.addEventListener("click", () => running?.abort());
   async function run() {
     running?.abort();
@@ -69,7 +78,8 @@ TP.searchPage = async (kind, render) => {
       return;
     }
     if (!last) { TP.$("#progress").hidden = true; return; }
-    TP.$("#results").classList.remove("stale");
+    answered = q.toString();
+    staleness();
     bar.max = 1;
     bar.value = 1;
     // a search the server answered before comes from its cache: this request's time is said,
