@@ -71,3 +71,19 @@ def test_step_does_not_fall_as_the_nic_slows(case: dict[str, object]) -> None:
         build_case({**case, "scaleout_gbps": x}).evaluate().step_s for x in (10, 20, 25, 30, 40, 50)
     ]
     assert all(a >= b for a, b in zip(steps, steps[1:], strict=False)), steps
+
+
+def test_segment_zero_is_whole_domains_and_one_host_domains_take_no_segment() -> None:
+    """``segment_gpus`` 0: no segments, the ranks fill whole NVLink domains, the same step as
+    ``nvlink_domain`` 72 alone (model/hardware.py ``DeviceSpec.segment_gpus``); on an H100
+    (its 8-GPU domain in one host) a segment of 32 is not applied and a note says so, where it
+    was refused (a search over GB200 and H100 with ``segment_gpus`` 32 was refused for the
+    H100)."""
+    base = {"model": "llama3-70b", "gpu": "GB200", "num_gpus": 128, "dp": 16, "tp": 8}
+    zero = build_case({**base, "segment_gpus": 0}).evaluate()
+    racks = build_case({**base, "nvlink_domain": 72}).evaluate()
+    assert zero.step_s == racks.step_s
+    h100 = {"model": "llama3-70b", "gpu": "H100-SXM", "num_gpus": 64, "dp": 8, "tp": 8}
+    est = build_case({**h100, "segment_gpus": 32}).evaluate()
+    assert est.step_s == build_case(h100).evaluate().step_s
+    assert any(n.startswith("segment_gpus 32 not applied on the H100-SXM") for n in est.notes)
