@@ -104,7 +104,7 @@ def device_of(
         nvlink_domain=count_of(params, "nvlink_domain"),
         nvlink_bytes_per_s=gbps["nvlink_gbps"],
         scaleout_bytes_per_s=gbps["scaleout_gbps"],
-        segment_gpus=count_of(params, "segment_gpus"),
+        segment_gpus=_segment_gpus(params),
     )
     if gbps["host_link_gbps"] is not None:
         device = replace(device, host_link_bytes_per_s=gbps["host_link_gbps"])
@@ -170,3 +170,13 @@ def fabric_of(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
             )
         out.append(("oversubscription", value))
     return tuple(out)
+
+
+def _segment_gpus(params: Mapping[str, Any]) -> int | None:
+    """``segment_gpus``: 0 (no segments: the ranks fill whole NVLink domains,
+    :attr:`model.hardware.DeviceSpec.segment_gpus`), else a whole number ≥ 1
+    (:func:`count_of`'s rule and refusal), or None where not given."""
+    value = params.get("segment_gpus")
+    if value is not None and str(value).strip() in ("0", "0.0"):
+        return 0
+    return count_of(params, "segment_gpus")

@@ -200,7 +200,7 @@ VALUE_KINDS: dict[str, Any] = {
     "per_stage": _FLAG,
     # [cluster]
     "nvlink_domain": _COUNT,
-    "segment_gpus": _COUNT,
+    "segment_gpus": _WHOLE,  # 0: no segments (model.hardware.DeviceSpec.segment_gpus)
     "nvlink_gbps": _NUMBER,
     "scaleout_gbps": _NUMBER,
     "kernel_efficiency": _NUMBER,

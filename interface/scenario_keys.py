@@ -73,7 +73,7 @@ KEY_HELP: dict[str, str] = {
     "segment_gpus": "GPUs per Slurm segment (sbatch --segment x GPUs per node) the ranks fill, "
     "each in one NVLink domain; default on GB200/GB300 NVL72 as NVIDIA's benchmark launcher "
     "sets it: the whole job up to one rack, else the most trays up to 18 dividing the job "
-    "(model.segments).",
+    "(model.segments); 0: none, the ranks fill whole domains.",
     "nvlink_gbps": "NVLink GB/s per GPU per direction; default the accelerator's.",
     "scaleout_gbps": "Scale-out NIC GB/s per GPU per direction; default the accelerator's.",
     "fabric": "Links from the two-tier rule (default) or a cluster graph's bottlenecks.",

@@ -51,9 +51,11 @@ NCCL (``NVIDIA/nccl`` at 5067397c; NCCL's defaults, no ``NCCL_*`` variable set):
   (:func:`model.nvls.nvls_ring`, the rule the step time and NVLS's buffers read). Else the
   ring's (or tree's: the same channels) count.
 
-Not derived: across nodes an H800's 8 NVLinks bound the inter-node ring too (each channel
-crosses every GPU of its node, 7 × its speed on a GPU's link at 8 a node); the count across nodes
-is the NIC-bound one of a DGX H100 (:func:`collective_channels`).
+Across nodes the search's channels are bound by the NICs and by the GPU's NVLinks, which each
+channel crosses in and out at every GPU of its node (:func:`inter_search`: an H800's 8 NVLinks
+hold 4 channels at 40 GB/s; the 16 GB200s of an NVLink clique, 16 at 45.1). NCCL's node is the
+host, or the NVLink clique on a multi-node NVLink domain
+(:func:`model.rank_groups.nccl_node_size`: the callers place groups on it).
 
 Assumed: collectives large enough for every channel (all the overlapped ones the model charges:
 gradient buckets of tens of MB, a layer's activations), NCCL's defaults (no ``NCCL_ALGO``,
@@ -79,6 +81,7 @@ __all__ = [
     "NcclKernel",
     "pow2_up",
     "collective_channels",
+    "inter_search",
     "setup_channels",
     "group_placements",
     "strided_placement",
@@ -118,6 +121,10 @@ def pow2_up(n: int) -> int:
 SM90_INTER_SPEEDS = (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0)
 """``sm90SpeedArrayInter`` (``src/graph/search.cc``), GB/s: the bandwidths the ring search tries
 per channel across nodes, highest first."""
+SM100_INTER_SPEEDS = (96.0, 86.0, 80.0, 48.0, 45.1, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5,
+                      15.0, 12.0, 6.0, 3.0)  # fmt: skip
+"""``sm100SpeedArrayInter`` (``src/graph/search.cc``), GB/s: Blackwell's (``ccMin >= 100``);
+45.1 × 16 = 721.6 fits NVLink 5's 18 × 40.1 = 721.8 GB/s a GPU."""
 PCIE_GEN5_X16 = 48.0
 """A GPU's or NIC's PCIe Gen5 × 16 link as NCCL's topology counts it, GB/s (``src/graph/topo.cc``
 ``kvDictPciGen`` "32.0 GT/s PCIe" 240 × 16 lanes ÷ 80): the path from a GPU to its own NIC."""
@@ -135,11 +142,12 @@ def collective_channels(
       part's NVLinks: 24 on an A100 or H100 (:data:`NODE_CHANNELS`), 16 on an H800 (8 NVLinks
       × 20.6 GB/s: 4 search channels at 40 GB/s, doubled twice), 32 on NVLink 5 (18 ×
       ``SM100_NVLINK_BW`` 40.1 GB/s, 8 search channels at 90 GB/s, doubled twice).
-    * Across nodes, one NIC per GPU behind its PCIe path (a DGX H100's eight): each of the
-      node's ``local`` GPUs carries one search channel at the fastest ``sm90SpeedArrayInter``
-      speed its NIC and PCIe Gen5 path (:data:`PCIE_GEN5_X16`) allow, 48 GB/s for 400 Gb/s
-      NICs; ``ncclTopoDupChannels`` doubles them unless the speed is under 25 GB/s or, on
-      sm90, under 50 GB/s with more than 4 channels; ``ncclTopoPostset`` doubles; and on sm90
+    * Across nodes, one NIC per GPU behind its PCIe path (a DGX H100's eight): the node's
+      ``local`` GPUs carry a search channel each at the fastest inter-node speed its NIC and
+      PCIe Gen5 path (:data:`PCIE_GEN5_X16`) allow, 48 GB/s for 400 Gb/s NICs, as many as the
+      GPUs' NVLinks carry (:func:`inter_search`: 8 H100s, 8 at 45); ``ncclTopoDupChannels``
+      doubles them unless the speed is under 25 GB/s or, on sm90, under 50 GB/s with more
+      than 4 channels; ``ncclTopoPostset`` doubles; and on sm90
       with more than 45 GB/s a channel and under 16 channels "4 compute channels per search
       channel" doubles again. 8 ranks a node: 8 → 16 (NVIDIA/nccl#1453's three H100 nodes:
       ``Channel 00/16``; nccl#1041: "execution channels are typically 2x the search channels",
@@ -159,15 +167,49 @@ def collective_channels(
     """
     if nodes <= 1:
         return node_channels(node)
-    bw = min(PCIE_GEN5_X16, (nic_bytes_per_s or 50e9) / 1e9)
-    speed = next((s for s in SM90_INTER_SPEEDS if s <= bw), SM90_INTER_SPEEDS[-1])
-    search = local
+    search, speed = inter_search(local, nic_bytes_per_s, node)
     if speed >= 25.0 and not (speed < 50.0 and search > 4):
         search, speed = 2 * search, speed / 2
     channels = 2 * search
     if speed > 45.0 and channels < 16:
         channels *= 2
     return min(channels, MAXCHANNELS)
+
+
+def inter_search(local: int, nic_bytes_per_s: float | None, node: NvlinkNode) -> tuple[int, float]:
+    """``(search channels, GB/s each)`` of the ring ``ncclTopoCompute`` (``src/graph/search.cc``
+    at 5067397) finds across nodes for ``local`` ranks a node, before ``ncclTopoDupChannels``:
+    at each speed of the part's inter-node array (:data:`SM100_INTER_SPEEDS` on Blackwell,
+    else :data:`SM90_INTER_SPEEDS`) no faster than a NIC and its PCIe path
+    (:data:`PCIE_GEN5_X16`), one channel per rank's NIC (``local``), at most ``maxChannels`` =
+    ``MAXCHANNELS / 2`` (``src/init.cc``), and, with ≥ 2 ranks a node, no more than the GPU's
+    NVLinks carry (each channel crosses every GPU of the node in and out:
+    ``node.link_gbps ÷ speed``); the search keeps the most ``channels × speed``
+    (``ncclTopoCompareGraphs``), the faster on a tie (it starts at the fastest). 8 H100s a node
+    at 50 GB/s: 7 × 48 = 336 against 8 × 45 = 360 on 370.8 GB/s of NVLink: 8 at 45 (NVIDIA/nccl#1453's 16
+    channels); 16 GB200s of a clique: 15 × 48 = 720 against 16 × 45.1 = 721.6: 16 at 45.1; 64:
+    still 16 at 45.1; an H800's 8 NVLinks (164.8 GB/s): 4 × 40 = 160.
+
+    >>> from trainplan.model.nccl_search import nvlink_node
+    >>> h100, gb200 = nvlink_node("H100-SXM", 450e9), nvlink_node("GB200", 900e9)
+    >>> inter_search(8, 50e9, h100), inter_search(1, 50e9, h100), inter_search(8, 25e9, h100)
+    ((8, 45.0), (1, 48.0), (8, 24.0))
+    >>> inter_search(16, 50e9, gb200), inter_search(64, 50e9, gb200), inter_search(4, 50e9, gb200)
+    ((16, 45.1), (16, 45.1), (4, 48.0))
+    >>> inter_search(8, 50e9, nvlink_node("H800", 200e9))
+    (4, 40.0)
+    """
+    bw = min(PCIE_GEN5_X16, (nic_bytes_per_s or 50e9) / 1e9)
+    speeds = SM100_INTER_SPEEDS if node.arch == "blackwell" else SM90_INTER_SPEEDS
+    fitting = [s for s in speeds if s <= bw] or [speeds[-1]]
+    best = (0, fitting[0])
+    for s in fitting:
+        n = min(int(local), MAXCHANNELS // 2)
+        if int(local) > 1 and node.link_gbps > 0:
+            n = min(n, int(round(node.link_gbps * 1000)) // int(round(s * 1000)))
+        if n * s > best[0] * best[1]:
+            best = (n, s)
+    return best if best[0] else (1, fitting[0])
 
 
 def setup_channels(channels: int) -> int:

@@ -21,6 +21,7 @@ __all__ = [
     "AXES", "stride_size", "axis_spans", "in_one_domain", "windows", "fewest_in_domain",
     "members_in_domain", "members_per_domain_of", "domain_placements", "group_members",
     "domain_counts", "nccl_nodes", "nodes_in_domain", "other_placement", "other_in_domain",
+    "nccl_node_size",
 ]  # fmt: skip
 
 AXES: tuple[str, ...] = ("tp", "cp", "ep", "dp", "dp_cp", "edp", "pp")
@@ -225,6 +226,32 @@ def nccl_nodes(stride: int, size: int, total: int, domain: int) -> int:
     places = domain_placements(stride, size, total, domain)
     fewest = places[0][0]
     return max(nodes for members, nodes in places if members == fewest)
+
+
+def nccl_node_size(gpus_per_node: int, domain: int | None) -> int:
+    """GPUs of consecutive ranks NCCL takes for one node of a communicator (its ``localRanks``
+    are the communicator's ranks on it, ``comm->nNodes`` the distinct ones): the host node of
+    ``gpus_per_node`` GPUs, or, on a multi-node NVLink domain (``domain`` > ``gpus_per_node``:
+    the placement's domain, :attr:`model.hardware.DeviceSpec.placement_domain`, the NVL72 rack
+    or the job's Slurm segment), the NVLink clique. NVIDIA/nccl 5067397c: ``src/init.cc``
+    ``initTransportsRank`` turns ``comm->MNNVL`` on across hosts (``ncclMnnvlCheck``: every
+    rank in one fabric clique) and then fuses every clique rank's topology into one system
+    (``src/graph/topo.cc`` ``ncclTopoGetSystem``: under ``comm->MNNVL`` ``nLocalRanks =
+    comm->clique.size``, ``xmlAlloc(nLocalRanks * NCCL_TOPO_XML_MAX_NODES)``,
+    ``ncclTopoFuseXml``), so the ring and tree searches (``src/graph/search.cc``
+    ``ncclTopoCompute``: the clique's GPUs and NICs in one system) and ``nNodes`` (one per
+    ``topoRanks.ringRecv[0]``) count the clique as the node. Every reader of NCCL's node calls this: the channels and the blocks a
+    collective holds (:func:`model.nccl_channels.group_channels`, :mod:`model.terms.sm_shares`),
+    the communicators' buffers (:mod:`model.terms.comm_memory`, :mod:`model.terms.nvls_memory`).
+    A domain under the host (two NVLinked PCIe cards of an 8-GPU host) leaves the host. Units:
+    GPUs.
+
+    >>> nccl_node_size(8, 8), nccl_node_size(4, 72), nccl_node_size(4, 64), nccl_node_size(8, 2)
+    (8, 72, 64, 8)
+    >>> nccl_node_size(8, None)
+    8
+    """
+    return max(int(gpus_per_node), int(domain or 0))
 
 
 def nodes_in_domain(stride: Any, size: Any, total: Any, domain: int) -> Any:

@@ -64,7 +64,8 @@ def advised_segment_gpus(num_gpus: int, gpus_per_node: int, domain: int) -> int:
 
 def placed_for(device: DeviceSpec, num_gpus: int | None, strict: bool = True) -> DeviceSpec:
     """``device`` with :attr:`~model.hardware.DeviceSpec.placement_segment` set for a job of
-    ``num_gpus`` GPUs: its ``segment_gpus`` where given (0: none, ranks fill whole domains),
+    ``num_gpus`` GPUs: its ``segment_gpus`` where given (0: none, ranks fill whole domains; not
+    applied on a part whose NVLink domain is one host's, :func:`_multi_node`),
     else NVIDIA's launcher's (:func:`advised_segment_gpus`) on a part of :data:`SEGMENT_PARTS` whose
     domain spans several nodes, else none. None ``num_gpus``: unchanged. ``strict`` false: a
     ``segment_gpus`` that does not divide ``num_gpus`` is taken (a case whose job size is not
@@ -91,9 +92,19 @@ def placed_for(device: DeviceSpec, num_gpus: int | None, strict: bool = True) ->
         advised = device.part in SEGMENT_PARTS and domain > gpn
         segment = advised_segment_gpus(num_gpus, gpn, domain) if advised else 0
         return replace(device, placement_segment=segment)
+    if given and not _multi_node(device):
+        return replace(device, placement_segment=0)  # no segments on one-host domains: note
     if given:
         _check_segment(device, given, num_gpus if strict else given)
     return replace(device, placement_segment=given)
+
+
+def _multi_node(device: DeviceSpec) -> bool:
+    """Whether the part's NVLink domain spans several host nodes (an NVL72 rack): the parts a
+    Slurm segment applies to; on others (an HGX host's 8-GPU domain) a given ``segment_gpus``
+    is not applied (a search over several parts takes it for those that have one; the note of
+    :func:`segment_notes` says so)."""
+    return (device.nvlink_domain or 0) > device.gpus_per_node
 
 
 def _check_segment(device: DeviceSpec, segment: int, num_gpus: int) -> None:
@@ -123,6 +134,12 @@ def segment_notes(device: DeviceSpec, links: Any, total: int) -> list[str]:
     segment and over the domain), the link and the assumption, with the setting that changes
     it. Empty where no segment applies, the job is one segment, or no link moves."""
     segment, domain = device.placement_segment, device.nvlink_domain
+    if device.segment_gpus and not _multi_node(device):
+        return [
+            f"segment_gpus {shown_number(device.segment_gpus)} not applied on the {device.name}: "
+            f"its NVLink domain ({domain or 1} GPUs) lies in one host; a segment applies to "
+            "parts whose domain spans several nodes"
+        ]
     if not links or not segment or not domain or segment >= domain or total <= segment:
         return []
     moved = []

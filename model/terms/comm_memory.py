@@ -67,6 +67,7 @@ from trainplan.model.nccl_channels import (
 from trainplan.model.nccl_search import nvlink_node
 from trainplan.model.params import shares_embedding_with_last_stage
 from trainplan.model.pipeline import Schedule
+from trainplan.model.rank_groups import nccl_node_size
 from trainplan.model.terms.activation_fields import cp_mechanism_of
 from trainplan.model.terms.comm_groups import (
     data_rings,
@@ -246,15 +247,21 @@ def _pipeline_peers(f: Fields) -> Any:
     return where(f.pp == 1, 0, where(f.pp == 2, 1, peers))
 
 
+def _node(c: Context) -> int:
+    """GPUs of NCCL's node for the context's accelerator: the host, or the NVLink clique on a
+    multi-node NVLink domain (:func:`model.rank_groups.nccl_node_size`)."""
+    return nccl_node_size(c.gpu.gpus_per_node, c.gpu.placement_domain)
+
+
 def _p2p(c: Context, f: Fields, axis: str, ranks: Any, span: Any = None) -> Any:
     """Channels per peer of the point-to-point communicator over ``axis`` (``ranks`` ranks over
     ``span``, the axis's span unless given): a group outside one NVLink domain spans nodes; one
-    inside spans nodes where its ranks lie on more than one host node
-    (:func:`model.nccl_channels.spans_nodes`: node membership as the groups lie, not ``ranks``
-    against ``gpus_per_node``)."""
+    inside spans nodes where its ranks lie on more than one of NCCL's nodes (:func:`_node`: the
+    host, the clique on a multi-node NVLink domain; :func:`model.nccl_channels.spans_nodes`:
+    node membership as the groups lie, not ``ranks`` against the node's GPUs)."""
     link = f.link(axis)
     span = link.span if span is None else span
-    gpn = c.gpu.gpus_per_node
+    gpn = _node(c)
     across = where(
         link.nvlink, f.lookup_values(spans_nodes, (), ranks, span, gpn, world_ranks(f)), True
     )
@@ -346,7 +353,7 @@ def _channels(c: Context, f: Fields, axis: str | None, size: Any, large: Any = T
     (:func:`group_channels`, :func:`setup_channels`), and its ring's NVLS bytes
     (:func:`model.terms.nvls_memory.nvls_group_bytes`; ``large`` false: its step runs only
     one-float all-reduces, so no NVLS buffers); ``None``: the world, every GPU."""
-    gpn = c.gpu.gpus_per_node
+    gpn = _node(c)
     node = nvlink_node(c.gpu.part, c.gpu.nvlink_bytes_per_s)
     if axis is None:
         domain = c.gpu.placement_domain or gpn
@@ -370,7 +377,7 @@ def _strided(c: Context, f: Fields, a: Any, b: Any, axes: tuple[str, str]) -> An
     nvlink = where(b[1] > 1, outer.nvlink, inner.nvlink)
     nic = where(nvlink, 0.0, where(b[1] > 1, outer.bandwidth, inner.bandwidth))
     node = nvlink_node(c.gpu.part, c.gpu.nvlink_bytes_per_s)
-    args = (a[0], a[1], b[0], b[1], c.gpu.gpus_per_node, nvlink, nic, node)
+    args = (a[0], a[1], b[0], b[1], _node(c), nvlink, nic, node)
     coll = f.lookup_values(strided_group_channels, (), *args)
     nvls_args = (c.gpu.part, c.options.nccl_nvls, node)
     nvls = f.lookup_values(nvls_strided_bytes, nvls_args, *args[:6], large)
@@ -396,7 +403,8 @@ def _pipeline_bytes(
     stride = link.span // maximum(f.pp, 1)
     nic = where(link.nvlink, 0.0, link.bandwidth)
     node = nvlink_node(c.gpu.part, c.gpu.nvlink_bytes_per_s)
-    args = (2, 2 * stride, c.gpu.gpus_per_node, world_ranks(f), link.nvlink, nic, node)
+    gpn = _node(c)
+    args = (2, 2 * stride, gpn, world_ranks(f), link.nvlink, nic, node)
     pair_coll = f.lookup_values(group_channels, (), *args)
     pair = (pair_coll, f.lookup_values(setup_channels, (), pair_coll))
     per_peer = _p2p(c, f, "pp", 2, 2 * stride)

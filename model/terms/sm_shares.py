@@ -14,6 +14,7 @@ from trainplan.model.comm_sms import NCCL_DISPATCHERS, collective_sm_share, disp
 from trainplan.model.moe_run import Dispatcher
 from trainplan.model.nccl_channels import NcclKernel
 from trainplan.model.nccl_search import nvlink_node
+from trainplan.model.rank_groups import nccl_node_size
 from trainplan.model.terms.fields import Context, Fields, world_ranks
 from trainplan.model.terms.traffic import dp_mechanism
 from trainplan.model.xp import where
@@ -24,8 +25,9 @@ __all__ = ["group_sm_share", "dp_kind", "tp_sm_share_of", "ep_sm_share", "layout
 def group_sm_share(c: Context, f: Fields, axis: str, kind: NcclKernel) -> Any:
     """:func:`model.comm_sms.collective_sm_share` of an NCCL collective of ``kind`` over
     ``axis``'s group as the topology placed it (its size, span and whether it lies in one
-    NVLink domain; one NIC's bandwidth across domains; the layout's dp·tp·pp·cp ranks, so only
-    groups that exist are placed): ``φ`` by the blocks of the algorithm NCCL
+    NVLink domain; one NIC's bandwidth across domains; NCCL's node,
+    :func:`model.rank_groups.nccl_node_size`: the NVLink clique on a multi-node NVLink domain;
+    the layout's dp·tp·pp·cp ranks, so only groups that exist are placed): ``φ`` by the blocks of the algorithm NCCL
     runs it as (:func:`model.nccl_channels.group_blocks`). 0 at degree 1 or with
     ``nccl_sm_charge`` off. Element-wise over the search's columns.
 
@@ -35,8 +37,9 @@ def group_sm_share(c: Context, f: Fields, axis: str, kind: NcclKernel) -> Any:
     node = nvlink_node(d.part, d.nvlink_bytes_per_s)
     args = (str(kind), d.part, o.nccl_sm_charge, o.nccl_nvls)
     return f.lookup_values(
-        collective_sm_share, args, link.group_size, link.span, d.gpus_per_node, world_ranks(f),
-        link.nvlink, nic, node,
+        collective_sm_share, args, link.group_size, link.span,
+        nccl_node_size(d.gpus_per_node, d.placement_domain), world_ranks(f), link.nvlink, nic,
+        node,
     )  # fmt: skip
 
 
