@@ -85,7 +85,8 @@ __all__ = [
     "interleaved_steps",
     "layout_bubbles",
     "chunk_counts",
-    "uneven_chunks",
+    "chunks_alike",
+    "interleaved_order",
     "reported_bubble",
 ]
 
@@ -451,8 +452,19 @@ def chunk_counts(
     return (*map(len, out), *(n[g] for g in range(len(span_groups(arch))) for n in groups))
 
 
+def interleaved_order(schedule: Any, pp: int) -> bool:
+    """Whether a layout's pipeline section is Megatron-Core's interleaved order's step
+    (:func:`interleaved_steps`): interleaved 1F1B at pp > 1 (v ≥ 2 and m a multiple of pp there,
+    :func:`model.schedule_support.check_schedule_framework`, :func:`model.pipeline.check_schedule`).
+
+    >>> interleaved_order("interleaved", 4), interleaved_order("1f1b", 4)
+    (True, False)
+    """
+    return str(schedule) == Schedule.INTERLEAVED.value and pp > 1
+
+
 @lru_cache(maxsize=4096)
-def uneven_chunks(
+def chunks_alike(
     arch: Architecture | None,
     pp: int,
     v: int,
@@ -460,30 +472,32 @@ def uneven_chunks(
     sizes: tuple[int, ...] | None,
     schedule: Any,
 ) -> bool:
-    """Whether some rank's model chunks hold unequal counts of the model's L layers, or of its
-    layers of one span group (:func:`model.core_spans.group_counts`: Gemma 3's global layers two
-    in one chunk and one in another), under the interleaved schedule
-    (:func:`model.split.stage_chunks`; a multi-token-prediction block rides in the last chunk
-    as the output layer does, timed with it but no cause of unequal chunks); False for every
-    other schedule and without dimensions."""
-    if arch is None or str(schedule) != Schedule.INTERLEAVED.value or v == 1 or pp == 1:
+    """Whether every model chunk of every rank (``pp·v`` of them; v = 1 under the one-chunk
+    schedules) holds the same layers of each span group (:func:`chunk_counts`): under the single
+    model, where no embedding or output layer is timed apart, chunks of equal time, whose step
+    is the closed form (:func:`model.pipeline.bubble_ratio`); False without dimensions.
+
+    >>> from trainplan.scenarios.catalogue import get_model
+    >>> arch = get_model("llama3-70b").model.arch  # 80 layers
+    >>> [chunks_alike(arch, 4, v, True, None, "interleaved") for v in (2, 8)]  # 10s; 2s and 3s
+    [True, False]
+    """
+    if arch is None:
         return False
-    for i in range(pp):
-        chunks = stage_chunks(arch, pp, v, rule, i, sizes, schedule)
-        main = [tuple(j for j in chunk if j < arch.num_layers) for chunk in chunks]
-        if len({group_counts(arch, chunk) for chunk in main}) > 1:
-            return True
-    return False
+    counts = chunk_counts(arch, pp, v, rule, sizes, schedule)
+    width = len(counts) // (1 + len(span_groups(arch)))
+    return all(len(set(counts[g : g + width])) == 1 for g in range(0, len(counts), width))
 
 
 def reported_bubble(
-    schedule: Any, m: int, pp: int, v: int, uneven: bool, terms: Any
+    schedule: Any, m: int, pp: int, v: int, terms: Any
 ) -> tuple[Fraction, Fraction]:
     """(bubble over the pipeline section, bubble over its compute) as the estimate reports them:
     the closed forms of GPipe, 1F1B and interleaved 1F1B (:func:`model.pipeline.bubble_fraction`,
-    :func:`model.pipeline.bubble_ratio`); under a split-backward schedule, interleaving with
-    ``uneven`` chunks, or 1F1B and GPipe (:mod:`model.pipeline_onef`: stages of unequal time),
-    the bubble of the time ``terms`` (:class:`model.estimate.TimeTerms`: its
+    :func:`model.pipeline.bubble_ratio`) at pp 1 or without time terms; at pp > 1 under a
+    split-backward schedule, interleaving (:func:`interleaved_order`: the order's own step on the
+    chunks as timed), or 1F1B and GPipe (:mod:`model.pipeline_onef`: the stages as timed), the
+    bubble of the time ``terms`` (:class:`model.estimate.TimeTerms`: its
     ``bubble_s`` over the section, or over ``busy_s`` = m × the slowest stage's micro-batch), to
     1/10⁶."""
 
@@ -494,7 +508,11 @@ def reported_bubble(
         bubble = max(terms.bubble_s, 0.0)
         whole = terms.compute_and_pipeline_s
         return frac(bubble / whole), frac(bubble / (whole - bubble))
-    if terms is not None and terms.busy_s and (uneven or one_chunk(schedule, pp)):
+    if (
+        terms is not None
+        and terms.busy_s
+        and (one_chunk(schedule, pp) or interleaved_order(schedule, pp))
+    ):
         ratio = frac(terms.bubble_s / terms.busy_s)
         return ratio / (1 + ratio), ratio
     return bubble_fraction(pp, m, v), bubble_ratio(pp, m, v)
