@@ -1,13 +1,17 @@
 """The pipeline section of a step under a classic schedule (GPipe, 1F1B, interleaved 1F1B): the
-slowest stage's ``m`` micro-batches and the bubble, ``m·t_mb·(1 + (pp − 1)/(v·m))`` (Narayanan et
-al. 2021 §2.2: every rank taken as the slowest stage, its chunks of equal time), and, where a
-rank's model chunks hold unequal layers under interleaving, ``m·t_mb`` plus the bubble
-Megatron-Core's order leaves on the layout's own chunks (:mod:`model.pipeline_uneven`): each
-chunk timed by its layers of each kind, the embedding on the first and the output layer on the
-last (:func:`model.terms.roofline.kind_seconds`), its forward a third of its time without
+slowest stage's ``m`` micro-batches ``m·t_mb`` plus the bubble the schedule's own order leaves on
+the layout's stages (1F1B, GPipe: :mod:`model.pipeline_onef`) or model chunks (interleaved 1F1B
+at pp > 1, every layout: Megatron-Core's order, :mod:`model.pipeline_uneven`; Megatron-LM
+d98e8a64dd ``megatron/core/pipeline_parallel/schedules.py``
+``forward_backward_pipelining_with_interleaving``): each stage or chunk timed by its layers of
+each kind, the embedding on the first and the output layer on the last
+(:func:`model.terms.roofline.kind_seconds`), its forward a third of its time without
 recomputation and the backward the rest (the cost model's split of a micro-batch,
 :func:`model.schedule_cost.pass_times`); per-stage recomputation counts
-(``Layout.recompute_layers``) recompute the first layers of each chunk whole.
+(``Layout.recompute_layers``) recompute the first layers of each chunk whole. The closed form
+``m·t_mb·(1 + (pp − 1)/(v·m))`` (Narayanan et al. 2021 §2.2: every chunk a v-th of the slowest
+stage's micro-batch) where no order runs (pp 1) and, under the single model, where every stage
+or chunk holds the same layers (the order's step there).
 """
 
 from __future__ import annotations
