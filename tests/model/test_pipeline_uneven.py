@@ -4,8 +4,6 @@ project's own timeline engine, and charged by evaluate() and the search alike.""
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
