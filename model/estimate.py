@@ -23,7 +23,7 @@ from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Layout, Recompute, validate
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.offload import NO_OFFLOAD, host_rates
-from trainplan.model.pipeline_uneven import reported_bubble
+from trainplan.model.pipeline_report import reported_bubble
 from trainplan.model.recompute_ops import recompute_flops_of
 from trainplan.model.segments import segment_notes
 from trainplan.model.specs import Architecture, TrainingSpec

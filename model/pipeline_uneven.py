@@ -68,14 +68,11 @@ every rank's list, its empty slots dropped, equals :func:`model.schedule.stage_o
 from __future__ import annotations
 
 from collections.abc import Sequence
-from fractions import Fraction
 from functools import lru_cache
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
 from trainplan.model.core_spans import group_counts, span_groups
-from trainplan.model.pipeline import SPLIT_BACKWARD, Schedule, bubble_fraction, bubble_ratio
-from trainplan.model.pipeline_onef import one_chunk
 from trainplan.model.split import stage_chunks
 from trainplan.model.xp import minimum, namespace, where
 
@@ -90,8 +87,6 @@ __all__ = [
     "layout_bubbles",
     "chunk_counts",
     "chunks_alike",
-    "interleaved_order",
-    "reported_bubble",
 ]
 
 RUN_GROUPS = (5, 32)
@@ -456,17 +451,6 @@ def chunk_counts(
     return (*map(len, out), *(n[g] for g in range(len(span_groups(arch))) for n in groups))
 
 
-def interleaved_order(schedule: Any, pp: int) -> bool:
-    """Whether a layout's pipeline section is Megatron-Core's interleaved order's step
-    (:func:`interleaved_steps`): interleaved 1F1B at pp > 1 (v ≥ 2 and m a multiple of pp there,
-    :func:`model.schedule_support.check_schedule_framework`, :func:`model.pipeline.check_schedule`).
-
-    >>> interleaved_order("interleaved", 4), interleaved_order("1f1b", 4)
-    (True, False)
-    """
-    return str(schedule) == Schedule.INTERLEAVED.value and pp > 1
-
-
 @lru_cache(maxsize=4096)
 def chunks_alike(
     arch: Architecture | None,
@@ -491,32 +475,3 @@ def chunks_alike(
     counts = chunk_counts(arch, pp, v, rule, sizes, schedule)
     width = len(counts) // (1 + len(span_groups(arch)))
     return all(len(set(counts[g : g + width])) == 1 for g in range(0, len(counts), width))
-
-
-def reported_bubble(
-    schedule: Any, m: int, pp: int, v: int, terms: Any
-) -> tuple[Fraction, Fraction]:
-    """(bubble over the pipeline section, bubble over its compute) as the estimate reports them:
-    the closed forms of GPipe, 1F1B and interleaved 1F1B (:func:`model.pipeline.bubble_fraction`,
-    :func:`model.pipeline.bubble_ratio`) at pp 1 or without time terms; at pp > 1 under a
-    split-backward schedule, interleaving (:func:`interleaved_order`: the order's own step on the
-    chunks as timed), or 1F1B and GPipe (:mod:`model.pipeline_onef`: the stages as timed), the
-    bubble of the time ``terms`` (:class:`model.estimate.TimeTerms`: its
-    ``bubble_s`` over the section, or over ``busy_s`` = m × the slowest stage's micro-batch), to
-    1/10⁶."""
-
-    def frac(x: float) -> Fraction:
-        return Fraction(x).limit_denominator(10**6)
-
-    if terms is not None and schedule in SPLIT_BACKWARD:
-        bubble = max(terms.bubble_s, 0.0)
-        whole = terms.compute_and_pipeline_s
-        return frac(bubble / whole), frac(bubble / (whole - bubble))
-    if (
-        terms is not None
-        and terms.busy_s
-        and (one_chunk(schedule, pp) or interleaved_order(schedule, pp))
-    ):
-        ratio = frac(terms.bubble_s / terms.busy_s)
-        return ratio / (1 + ratio), ratio
-    return bubble_fraction(pp, m, v), bubble_ratio(pp, m, v)

@@ -11,7 +11,7 @@ import math
 
 from trainplan.model.estimate import Estimate, objective_ns
 from trainplan.model.pipeline_onef import one_chunk
-from trainplan.model.pipeline_uneven import interleaved_order
+from trainplan.model.pipeline_report import interleaved_order
 from trainplan.optimizer.search import TermMismatch
 from trainplan.optimizer.stage_rules import start_residue
 from trainplan.optimizer.stage_tables import StageOption, StageTables

@@ -19,11 +19,12 @@ import math
 import time
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 from trainplan.model.estimate import Estimate
 from trainplan.model.layout import Layout
 from trainplan.model.pipeline_onef import one_chunk
-from trainplan.model.pipeline_uneven import interleaved_order
+from trainplan.model.pipeline_report import interleaved_order
 from trainplan.optimizer.case import Case
 from trainplan.optimizer.stage_bases import plan_layout
 from trainplan.optimizer.stage_bounds import NO_SPLIT, pipeline_lower_bound
@@ -124,20 +125,22 @@ def solve_rests(
         if known:
             status = sol.status
             break
-    if best is not None and status == "optimal" and interleaved_order(layout.schedule, layout.pp):
-        return (
-            "feasible",
-            best,
-            solves,
-            seconds,
-            best[0] - interleaved_floor(layout, best[1], model),
-        )
     if best is None or status != "optimal" or not one_chunk(layout.schedule, layout.pp):
-        return status, best, solves, seconds, None
+        status, best, gap = _unverified(layout, status, best, model)
+        return status, best, solves, seconds, gap
     status, best, more, spent, gap = verify_split(
         case, layout, tables, model, best, cap_ns, deadline, workers
     )
     return status, best, solves + more, seconds + spent, gap
+
+
+def _unverified(layout: Layout, status: str, best: Any, model: StageModel) -> tuple[Any, ...]:
+    """(status, best, gap) of an answer :func:`optimizer.stage_exact.verify_split` does not take
+    up: an interleaved optimum ``feasible`` with its gap to :func:`interleaved_floor` (the
+    closed form ranked it, the evaluator's order priced it), any other as it is, no gap."""
+    if best is not None and status == "optimal" and interleaved_order(layout.schedule, layout.pp):
+        return "feasible", best, best[0] - interleaved_floor(layout, best[1], model)
+    return status, best, None
 
 
 def interleaved_floor(layout: Layout, est: Estimate, model: StageModel) -> int:
@@ -207,9 +210,15 @@ def solve_shape(
     status, best, solves, seconds, gap = found
     if best is None:
         return ShapePlan(layout, status, None, None, solves, t_tables, seconds, rows)
-    floor = best[0] if status == "optimal" else None if gap is None else best[0] - gap
-    if cap_ns is not None and floor is not None and floor >= cap_ns:
+    if _no_gain(cap_ns, status, best[0], gap):
         # rows at or above the cap were left out, so this is no proof for the shape: it has
         # nothing faster than the cap (the plan found is not kept)
         return ShapePlan(layout, "no-gain", None, None, solves, t_tables, seconds, rows)
     return ShapePlan(layout, status, best[1], best[0], solves, t_tables, seconds, rows, gap)
+
+
+def _no_gain(cap_ns: int | None, status: str, step_ns: int, gap_ns: int | None) -> bool:
+    """Whether a shape's answer (``step_ns``, proven ``optimal`` or within ``gap_ns`` of a proven
+    floor on its every split) shows nothing under ``cap_ns``."""
+    floor = step_ns if status == "optimal" else None if gap_ns is None else step_ns - gap_ns
+    return cap_ns is not None and floor is not None and floor >= cap_ns

@@ -22,12 +22,8 @@ from trainplan.model.core_spans import span_groups
 from trainplan.model.layout import Recompute
 from trainplan.model.pipeline import Schedule, bubble_ratio
 from trainplan.model.pipeline_onef import one_chunk, onef_bubble
-from trainplan.model.pipeline_uneven import (
-    chunk_counts,
-    chunks_alike,
-    interleaved_order,
-    layout_bubbles,
-)
+from trainplan.model.pipeline_report import interleaved_order
+from trainplan.model.pipeline_uneven import chunk_counts, chunks_alike, layout_bubbles
 from trainplan.model.terms.activation_fields import LAYER_FIELDS
 from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.terms.roofline import kind_seconds

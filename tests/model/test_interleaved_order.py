@@ -20,7 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import trainplan
-from trainplan.model.pipeline_uneven import chunks_alike, interleaved_order, layout_bubbles
+from trainplan.model.pipeline_report import interleaved_order
+from trainplan.model.pipeline_uneven import chunks_alike, layout_bubbles
 from trainplan.scenarios.catalogue import get_model
 
 
