@@ -23,7 +23,7 @@ from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Layout, Recompute, validate
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.offload import NO_OFFLOAD, host_rates
-from trainplan.model.pipeline_uneven import reported_bubble, uneven_chunks
+from trainplan.model.pipeline_report import reported_bubble
 from trainplan.model.recompute_ops import recompute_flops_of
 from trainplan.model.segments import segment_notes
 from trainplan.model.specs import Architecture, TrainingSpec
@@ -194,11 +194,11 @@ class Estimate:
 
     @property
     def bubble_fraction(self) -> Fraction:
-        """Idle share of the pipeline section: the closed form of interleaved 1F1B; under GPipe
-        and 1F1B (stages of unequal time, :mod:`model.pipeline_onef`), a split-backward
-        schedule, or interleaving with unequal model chunks
-        (:func:`model.pipeline_uneven.uneven_chunks`), the bubble over the section's time as the
-        cost model times it (:func:`model.terms.step.schedule_span`), to 1/10⁶."""
+        """Idle share of the pipeline section: at pp > 1 under GPipe and 1F1B (the order run on
+        the stages as timed, :mod:`model.pipeline_onef`), interleaved 1F1B (Megatron-Core's
+        order on the model chunks as timed, :mod:`model.pipeline_uneven`) or a split-backward
+        schedule, the bubble over the section's time as the cost model times it
+        (:func:`model.terms.step.schedule_span`), to 1/10⁶; else the closed form."""
         return self._bubble()[0]
 
     @property
@@ -210,9 +210,7 @@ class Estimate:
 
     def _bubble(self) -> tuple[Fraction, Fraction]:
         lay, m = self.layout, self.num_microbatches
-        split = (lay.pp, lay.virtual_stages, lay.split_rule, lay.stage_layers, lay.schedule)
-        uneven = uneven_chunks(self.model.arch, *split)
-        return reported_bubble(lay.schedule, m, *split[:2], uneven, self.time_terms)
+        return reported_bubble(lay.schedule, m, lay.pp, lay.virtual_stages, self.time_terms)
 
     @property
     def exposed_comm_s(self) -> float | None:

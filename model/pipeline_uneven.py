@@ -35,8 +35,12 @@ turn, each as far as its inputs are placed: :func:`_passes`), a batch depth by d
 depth one more than the deeper of those two), every layout at once (their array namespace). Past its warm-up the order
 is cut into blocks of one group of pp micro-batches: block b holds on rank i the 2·pp·v passes
 from forward ``W_i + i + b·pp·v`` and backward ``i + b·pp·v`` on (:func:`_blocks`, ``W_i`` the
-rank's warm-up). Forward k waits for forward k of the rank before (the first rank's for the last
-rank's k − pp), backward k for the next rank's (the last rank's for the first rank's k − pp, or
+rank's warm-up). Forward k waits for forward k of the rank before (the first rank's chunk c > 0
+for the last rank's k − pp, its chunk 0 for none: the model's input; until 2026-12 this model
+had it wait for the last rank's k − pp there too, a wait Megatron-Core's order does not have,
+which made some steps about 1 % long in random trials (pp 2–5, v 2–3) — ``tests/model/test_interleaved_order.py`` holds the order
+to an event simulation written from Megatron-Core's rules), backward k for the next rank's (the
+last rank's for the first rank's k − pp, or
 its own forward k + (v − 1)·pp), each one index off the block's bounds at most, so every pass
 waits only for its own block or the one before, the same way in every block: block b + 1's ends
 are one max-plus function of block b's (Baccelli, Cohen, Olsder & Quadrat, *Synchronization and
@@ -64,14 +68,11 @@ every rank's list, its empty slots dropped, equals :func:`model.schedule.stage_o
 from __future__ import annotations
 
 from collections.abc import Sequence
-from fractions import Fraction
 from functools import lru_cache
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
 from trainplan.model.core_spans import group_counts, span_groups
-from trainplan.model.pipeline import SPLIT_BACKWARD, Schedule, bubble_fraction, bubble_ratio
-from trainplan.model.pipeline_onef import one_chunk
 from trainplan.model.split import stage_chunks
 from trainplan.model.xp import minimum, namespace, where
 
@@ -85,8 +86,7 @@ __all__ = [
     "interleaved_steps",
     "layout_bubbles",
     "chunk_counts",
-    "uneven_chunks",
-    "reported_bubble",
+    "chunks_alike",
 ]
 
 RUN_GROUPS = (5, 32)
@@ -146,8 +146,8 @@ def _passes(
         if i:
             f_dep = [(i - 1) * size + at for at in ranks[i - 1][0]]
         else:
-            last = (pp - 1) * size
-            f_dep = [n] * min(pp, total) + [last + at for at in ranks[pp - 1][0][: total - pp]]
+            last, ahead = (pp - 1) * size, ranks[pp - 1][0]  # chunk 0 reads no rank
+            f_dep = [last + ahead[k - pp] if c else n for k, c in enumerate(chunk)]
         if i < pp - 1:
             b_dep = [(i + 1) * size + at for at in ranks[i + 1][1]]
         else:
@@ -452,7 +452,7 @@ def chunk_counts(
 
 
 @lru_cache(maxsize=4096)
-def uneven_chunks(
+def chunks_alike(
     arch: Architecture | None,
     pp: int,
     v: int,
@@ -460,41 +460,18 @@ def uneven_chunks(
     sizes: tuple[int, ...] | None,
     schedule: Any,
 ) -> bool:
-    """Whether some rank's model chunks hold unequal counts of the model's L layers, or of its
-    layers of one span group (:func:`model.core_spans.group_counts`: Gemma 3's global layers two
-    in one chunk and one in another), under the interleaved schedule
-    (:func:`model.split.stage_chunks`; a multi-token-prediction block rides in the last chunk
-    as the output layer does, timed with it but no cause of unequal chunks); False for every
-    other schedule and without dimensions."""
-    if arch is None or str(schedule) != Schedule.INTERLEAVED.value or v == 1 or pp == 1:
+    """Whether every model chunk of every rank (``pp·v`` of them; v = 1 under the one-chunk
+    schedules) holds the same layers of each span group (:func:`chunk_counts`): under the single
+    model, where no embedding or output layer is timed apart, chunks of equal time, whose step
+    is the closed form (:func:`model.pipeline.bubble_ratio`); False without dimensions.
+
+    >>> from trainplan.scenarios.catalogue import get_model
+    >>> arch = get_model("llama3-70b").model.arch  # 80 layers
+    >>> [chunks_alike(arch, 4, v, True, None, "interleaved") for v in (2, 8)]  # 10s; 2s and 3s
+    [True, False]
+    """
+    if arch is None:
         return False
-    for i in range(pp):
-        chunks = stage_chunks(arch, pp, v, rule, i, sizes, schedule)
-        main = [tuple(j for j in chunk if j < arch.num_layers) for chunk in chunks]
-        if len({group_counts(arch, chunk) for chunk in main}) > 1:
-            return True
-    return False
-
-
-def reported_bubble(
-    schedule: Any, m: int, pp: int, v: int, uneven: bool, terms: Any
-) -> tuple[Fraction, Fraction]:
-    """(bubble over the pipeline section, bubble over its compute) as the estimate reports them:
-    the closed forms of GPipe, 1F1B and interleaved 1F1B (:func:`model.pipeline.bubble_fraction`,
-    :func:`model.pipeline.bubble_ratio`); under a split-backward schedule, interleaving with
-    ``uneven`` chunks, or 1F1B and GPipe (:mod:`model.pipeline_onef`: stages of unequal time),
-    the bubble of the time ``terms`` (:class:`model.estimate.TimeTerms`: its
-    ``bubble_s`` over the section, or over ``busy_s`` = m × the slowest stage's micro-batch), to
-    1/10⁶."""
-
-    def frac(x: float) -> Fraction:
-        return Fraction(x).limit_denominator(10**6)
-
-    if terms is not None and schedule in SPLIT_BACKWARD:
-        bubble = max(terms.bubble_s, 0.0)
-        whole = terms.compute_and_pipeline_s
-        return frac(bubble / whole), frac(bubble / (whole - bubble))
-    if terms is not None and terms.busy_s and (uneven or one_chunk(schedule, pp)):
-        ratio = frac(terms.bubble_s / terms.busy_s)
-        return ratio / (1 + ratio), ratio
-    return bubble_fraction(pp, m, v), bubble_ratio(pp, m, v)
+    counts = chunk_counts(arch, pp, v, rule, sizes, schedule)
+    width = len(counts) // (1 + len(span_groups(arch)))
+    return all(len(set(counts[g : g + width])) == 1 for g in range(0, len(counts), width))

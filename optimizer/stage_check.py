@@ -11,6 +11,7 @@ import math
 
 from trainplan.model.estimate import Estimate, objective_ns
 from trainplan.model.pipeline_onef import one_chunk
+from trainplan.model.pipeline_report import interleaved_order
 from trainplan.optimizer.search import TermMismatch
 from trainplan.optimizer.stage_rules import start_residue
 from trainplan.optimizer.stage_tables import StageOption, StageTables
@@ -80,8 +81,12 @@ def check_plan(tables: StageTables, est: Estimate, paced_ns: int) -> None:
     evaluated = pipeline_ns(est)
     lay = est.layout
     # under 1F1B the closed form bounds the order's step from above (model.pipeline_onef);
-    # elsewhere it is the evaluator's term
+    # interleaved the order's step (model.pipeline_uneven) is neither the closed form nor below
+    # it, but never under the slowest rank's m micro-batches, T/(1 + (pp − 1)/(v·m))
     over = evaluated - paced_ns
+    if interleaved_order(lay.schedule, lay.pp):
+        busy = paced_ns / (1 + (lay.pp - 1) / (lay.virtual_stages * est.num_microbatches))
+        over = min(evaluated - busy, 0.0)
     if over > 2 or (over < -2 and not one_chunk(lay.schedule, lay.pp)):
         raise TermMismatch(f"pipeline term: evaluate {evaluated:.0f} ns != table {paced_ns} ns")
 

@@ -18,10 +18,13 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
 
 from trainplan.model.estimate import Estimate
 from trainplan.model.layout import Layout
 from trainplan.model.pipeline_onef import one_chunk
+from trainplan.model.pipeline_report import interleaved_order
 from trainplan.optimizer.case import Case
 from trainplan.optimizer.stage_bases import plan_layout
 from trainplan.optimizer.stage_bounds import NO_SPLIT, pipeline_lower_bound
@@ -47,7 +50,8 @@ class ShapePlan:
     """The base layout (1F1B with v = 1 or interleaved with its v, recompute none or selective,
     the default split)."""
     status: str
-    """``optimal`` (proven), ``feasible`` (time limit: the best found), ``infeasible`` (no split
+    """``optimal`` (proven), ``feasible`` (time limit: the best found; interleaved: the best under
+    the closed form, within :attr:`gap_ns` of every split, :func:`interleaved_floor`), ``infeasible`` (no split
     fits) or ``no-gain`` (proven: no split that fits is faster than the cap it was given, the
     best plan so far)."""
     estimate: Estimate | None
@@ -65,8 +69,8 @@ class ShapePlan:
     """Under 1F1B (:func:`optimizer.stage_exact.verify_split`), the plan's step less a proven
     lower bound on every split's, whole ns: 0 proven to the ns, a ns or so where the last split
     found closed the proof (the passes' rounding, :data:`optimizer.stage_tables.PASS_UNITS`),
-    more where the time limit stopped it; None elsewhere (the closed form is the evaluator's
-    step) or when the time limit stopped the first solves."""
+    more where the time limit stopped it; interleaved, the plan's step less
+    :func:`interleaved_floor`; None when the time limit stopped the first solves."""
 
 
 def solve_rests(
@@ -112,10 +116,9 @@ def solve_rests(
         est = case.evaluate(lay)
         check_plan(tables, est, sol.paced_ns)
         total = step_ns(est)
-        # the rest of the step: less the evaluator's own pipeline term, which under 1F1B is
-        # the order's step, below the closed form the solver's T is (check_plan)
-        exact = one_chunk(lay.schedule, lay.pp)
-        model.add_rest(sol.key, total - (round(pipeline_ns(est)) if exact else sol.paced_ns))
+        # the rest of the step: less the evaluator's own pipeline term, the order's step
+        # (1F1B: below the closed form the solver's T is; interleaved: neither, check_plan)
+        model.add_rest(sol.key, total - round(pipeline_ns(est)))
         if best is None or (total, est.total_bytes) < (best[0], best[1].total_bytes):
             best = (total, est)
             hint = (sol.layers, sol.recomputed)
@@ -123,11 +126,33 @@ def solve_rests(
             status = sol.status
             break
     if best is None or status != "optimal" or not one_chunk(layout.schedule, layout.pp):
-        return status, best, solves, seconds, None
+        status, best, gap = _unverified(layout, status, best, model)
+        return status, best, solves, seconds, gap
     status, best, more, spent, gap = verify_split(
         case, layout, tables, model, best, cap_ns, deadline, workers
     )
     return status, best, solves + more, seconds + spent, gap
+
+
+def _unverified(layout: Layout, status: str, best: Any, model: StageModel) -> tuple[Any, ...]:
+    """(status, best, gap) of an answer :func:`optimizer.stage_exact.verify_split` does not take
+    up: an interleaved optimum ``feasible`` with its gap to :func:`interleaved_floor` (the
+    closed form ranked it, the evaluator's order priced it), any other as it is, no gap."""
+    if best is not None and status == "optimal" and interleaved_order(layout.schedule, layout.pp):
+        return "feasible", best, best[0] - interleaved_floor(layout, best[1], model)
+    return status, best, None
+
+
+def interleaved_floor(layout: Layout, est: Estimate, model: StageModel) -> int:
+    """A proven lower bound, whole ns, on the step of every split of an interleaved base
+    ``layout`` the solver proved its optimum over (``model.bound_ns``: the least ``T + R``, T
+    the closed form ``m·t_max·(1 + r)``, r = (pp − 1)/(v·m), R the rest): the evaluator's
+    pipeline term is Megatron-Core's order run on the chunks (:mod:`model.pipeline_uneven`),
+    which the closed form neither equals nor bounds, but never below the slowest rank's own
+    ``m·t_max`` = T/(1 + r) (no rank finishes before its m micro-batches), so every split's
+    step is at least ``(T + R)/(1 + r)`` ≥ the optimum's bound over (1 + r) (R ≥ 0)."""
+    m, pp, v = est.num_microbatches, layout.pp, layout.virtual_stages
+    return math.floor(Fraction(model.bound_ns) / (1 + Fraction(pp - 1, v * m)))
 
 
 def solve_shape(
@@ -185,8 +210,15 @@ def solve_shape(
     status, best, solves, seconds, gap = found
     if best is None:
         return ShapePlan(layout, status, None, None, solves, t_tables, seconds, rows)
-    if cap_ns is not None and best[0] >= cap_ns and status == "optimal":
+    if _no_gain(cap_ns, status, best[0], gap):
         # rows at or above the cap were left out, so this is no proof for the shape: it has
         # nothing faster than the cap (the plan found is not kept)
         return ShapePlan(layout, "no-gain", None, None, solves, t_tables, seconds, rows)
     return ShapePlan(layout, status, best[1], best[0], solves, t_tables, seconds, rows, gap)
+
+
+def _no_gain(cap_ns: int | None, status: str, step_ns: int, gap_ns: int | None) -> bool:
+    """Whether a shape's answer (``step_ns``, proven ``optimal`` or within ``gap_ns`` of a proven
+    floor on its every split) shows nothing under ``cap_ns``."""
+    floor = step_ns if status == "optimal" else None if gap_ns is None else step_ns - gap_ns
+    return cap_ns is not None and floor is not None and floor >= cap_ns

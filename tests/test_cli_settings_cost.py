@@ -78,7 +78,8 @@ def test_a_setting_that_leaves_no_layout_says_so():
         "no layout; without it (the frameworks' defaults) the best layout is dp 4 × tp 1 × pp 4 × "
         "cp 1 (ep 4), megatron ZeRO-1, recompute sqrt, interleaved v=8"
     )
-    assert done.stderr.rstrip().endswith("(74.064 s per step)")
+    # the interleaved bubble Megatron-Core's order on the chunks (74.064 s under the closed form)
+    assert done.stderr.rstrip().endswith("(74.043 s per step)")
 
 
 FLUSH = ["--set", "p2p_warmup_flush=true"]

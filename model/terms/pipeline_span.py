@@ -1,13 +1,17 @@
 """The pipeline section of a step under a classic schedule (GPipe, 1F1B, interleaved 1F1B): the
-slowest stage's ``m`` micro-batches and the bubble, ``m·t_mb·(1 + (pp − 1)/(v·m))`` (Narayanan et
-al. 2021 §2.2: every rank taken as the slowest stage, its chunks of equal time), and, where a
-rank's model chunks hold unequal layers under interleaving, ``m·t_mb`` plus the bubble
-Megatron-Core's order leaves on the layout's own chunks (:mod:`model.pipeline_uneven`): each
-chunk timed by its layers of each kind, the embedding on the first and the output layer on the
-last (:func:`model.terms.roofline.kind_seconds`), its forward a third of its time without
+slowest stage's ``m`` micro-batches ``m·t_mb`` plus the bubble the schedule's own order leaves on
+the layout's stages (1F1B, GPipe: :mod:`model.pipeline_onef`) or model chunks (interleaved 1F1B
+at pp > 1, every layout: Megatron-Core's order, :mod:`model.pipeline_uneven`; Megatron-LM
+d98e8a64dd ``megatron/core/pipeline_parallel/schedules.py``
+``forward_backward_pipelining_with_interleaving``): each stage or chunk timed by its layers of
+each kind, the embedding on the first and the output layer on the last
+(:func:`model.terms.roofline.kind_seconds`), its forward a third of its time without
 recomputation and the backward the rest (the cost model's split of a micro-batch,
 :func:`model.schedule_cost.pass_times`); per-stage recomputation counts
-(``Layout.recompute_layers``) recompute the first layers of each chunk whole.
+(``Layout.recompute_layers``) recompute the first layers of each chunk whole. The closed form
+``m·t_mb·(1 + (pp − 1)/(v·m))`` (Narayanan et al. 2021 §2.2: every chunk a v-th of the slowest
+stage's micro-batch) where no order runs (pp 1) and, under the single model, where every stage
+or chunk holds the same layers (the order's step there).
 """
 
 from __future__ import annotations
@@ -18,15 +22,12 @@ from trainplan.model.core_spans import span_groups
 from trainplan.model.layout import Recompute
 from trainplan.model.pipeline import Schedule, bubble_ratio
 from trainplan.model.pipeline_onef import one_chunk, onef_bubble
-from trainplan.model.pipeline_uneven import (
-    chunk_counts,
-    layout_bubbles,
-    uneven_chunks,
-)
+from trainplan.model.pipeline_report import interleaved_order
+from trainplan.model.pipeline_uneven import chunk_counts, chunks_alike, layout_bubbles
 from trainplan.model.terms.activation_fields import LAYER_FIELDS
 from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.terms.roofline import kind_seconds
-from trainplan.model.xp import as_float, is_array, namespace, where
+from trainplan.model.xp import as_float, namespace, where
 
 __all__ = ["classic_span", "uneven_bubble", "one_chunk_bubble", "stage_passes", "stage_seconds"]
 
@@ -166,42 +167,45 @@ def one_chunk_bubble(
 
 
 def classic_span(c: Context, f: Fields, t_mb: Any, t_plain: Any, roofline: bool) -> Any:
-    """Seconds of the pipeline section under GPipe, 1F1B or interleaved 1F1B: the closed form
-    ``m·t_mb·(1 + (pp − 1)/(v·m))`` (``t_mb`` the slowest stage's micro-batch) where every
-    stage (every model chunk) takes the same time; under 1F1B and GPipe with stages of unequal
-    time, ``m·t_mb`` + :func:`one_chunk_bubble` (the order's exact step,
-    :mod:`model.pipeline_onef`); where a rank's model chunks hold unequal layers under
-    interleaving (:func:`model.pipeline_uneven.uneven_chunks`), ``m·t_mb`` +
-    :func:`uneven_bubble`. The stages or chunks are timed by the roofline model's kinds
-    (``roofline``; per-stage counts' layers fully recomputed) or, under the single model, every
-    layer as long as one of the stage with the most (``t_mb`` and ``t_plain`` over its layers).
-    Control: schedule, pp."""
+    """Seconds of the pipeline section under GPipe, 1F1B or interleaved 1F1B: ``m·t_mb`` (the
+    slowest stage's ``m`` micro-batches) plus the bubble the schedule's own order leaves on the
+    stages (1F1B, GPipe: :func:`one_chunk_bubble`, :mod:`model.pipeline_onef`) or on the model
+    chunks (interleaved 1F1B at pp > 1: :func:`uneven_bubble`, Megatron-Core's order,
+    :mod:`model.pipeline_uneven`) as timed — every layout at pp > 1, since the embedding on the
+    first stage's first chunk and the output layer and loss on the last stage's last make them
+    unequal even where every chunk holds the same layers. The closed form ``m·t_mb·(1 + (pp −
+    1)/(v·m))`` (Narayanan et al. 2021 §2.2) where there is no order to run (pp 1, no
+    dimensions) and under the single model where every stage (every model chunk) holds the same
+    layers: there the order's step is the closed form
+    (``tests/model/test_interleaved_order.py``). The stages or chunks are timed by the roofline
+    model's kinds (``roofline``; per-stage counts' layers fully recomputed) or, under the single
+    model, every layer as long as one of the stage with the most (``t_mb`` and ``t_plain`` over
+    its layers). Control: schedule, pp."""
     m, pp = f.m, f.pp
     closed = m * t_mb * (1 + as_float(bubble_ratio(pp, m, f.virtual_stages)))
     onef = one_chunk(f.schedule, pp)
-    uneven = True if onef else f.lookup(uneven_chunks, (c.arch,), *LAYER_FIELDS)
-    xp = namespace(uneven, t_mb, m)
-    if c.arch is None or not (bool(xp.any(uneven)) if is_array(uneven) else uneven):
+    if c.arch is None or not (onef or interleaved_order(f.schedule, pp)):
         return closed
     counts = f.lookup(chunk_counts, (c.arch,), *LAYER_FIELDS)
     full = again = None
+    alike: Any = False
     if roofline:
         kinds, plain, full, again = _roofline_kinds(c, f)
     else:  # the single model: no layer kinds, every layer the busiest stage's share
         most = f.lookup(_most_layers, (c.arch,), *LAYER_FIELDS)
         groups = len(span_groups(c.arch))
         kinds, plain = (((x / most,) * groups, 0.0, 0.0) for x in (t_mb, t_plain))
-    if onef:
-        alike = False if roofline else _alike(counts, pp)
+        alike = f.lookup(chunks_alike, (c.arch,), *LAYER_FIELDS)
         if alike is True:
-            return closed  # stages alike: the closed form is the order's step
+            return closed  # chunks alike: the closed form is the order's step
+    xp = namespace(alike, t_mb, m, *_flat(kinds))
+    if onef:
         bubble = one_chunk_bubble(pp, m, str(f.schedule), counts, kinds, plain, full, again)
-        return where(alike, closed, m * t_mb + bubble)
-    if xp is None:
+    elif xp is None:
         bubble = uneven_bubble(pp, f.virtual_stages, m, counts, kinds, plain, full, again)
-        return m * t_mb + bubble
-    bubble = _uneven_bubbles(xp, pp, f.virtual_stages, m, counts, kinds, plain, full, again)
-    return xp.where(uneven, m * t_mb + bubble, closed)
+    else:
+        bubble = _uneven_bubbles(xp, pp, f.virtual_stages, m, counts, kinds, plain, full, again)
+    return where(alike, closed, m * t_mb + bubble)
 
 
 def _roofline_kinds(c: Context, f: Fields) -> tuple[Any, Any, Any, Any]:
@@ -238,18 +242,6 @@ def stage_seconds(c: Context, f: Fields) -> tuple[tuple[float, float], ...]:
 
 _CLASSIC = ("gpipe", "1f1b", "interleaved")
 """The schedules :func:`classic_span` times (:class:`model.pipeline.Schedule` values)."""
-
-
-def _alike(counts: Any, pp: int) -> Any:
-    """Whether every stage holds the same layers of each span group (:func:`chunk_counts` with
-    v = 1: numbers, a bool back, or ``[n, 1]`` columns, a column back): under the single model,
-    stages of equal time, whose step the closed form gives."""
-    same: Any = True
-    for g in range(len(counts) // pp):
-        row = counts[g * pp : (g + 1) * pp]
-        for x in row[1:]:
-            same = same & (x == row[0])
-    return bool(same) if not is_array(same) else same
 
 
 def _most_layers(arch: Any, pp: int, v: int, rule: Any, sizes: Any, schedule: Any) -> int:

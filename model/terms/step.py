@@ -161,8 +161,10 @@ class DpTime:
 
 def pipeline_seconds(m: Any, microbatch_s: Any, pp: Any, v: Any) -> Any:
     """``m·t_mb·(1 + bubble_ratio)``: the slowest stage paces every micro-batch, and the bubble
-    is ``(pp − 1)/(v·m)`` of the ideal compute (Narayanan et al. 2021 §2.2) — every rank's chunks
-    of equal layers (else :func:`model.terms.pipeline_span.classic_span`)."""
+    is ``(pp − 1)/(v·m)`` of the ideal compute (Narayanan et al. 2021 §2.2) — every stage and
+    chunk of equal time; the evaluator's term runs the schedule's order on the stages and
+    chunks as timed (:func:`model.terms.pipeline_span.classic_span`), and the per-stage search
+    ranks splits by this closed form (:mod:`optimizer.stage_solve`)."""
     return m * microbatch_s * (1 + as_float(bubble_ratio(pp, m, v)))
 
 
@@ -289,10 +291,10 @@ def schedule_span(
 ) -> ScheduleSpan:
     """The pipeline section of a step (:class:`ScheduleSpan`) under the layout's schedule, from
     the slowest stage's micro-batch ``t_mb`` and the same without recomputation ``t_plain``
-    (seconds): ``m·t_mb·(1 + bubble_ratio)`` for GPipe, 1F1B and interleaved 1F1B (Narayanan et
-    al. 2021 §2.2), with unequal model chunks the bubble Megatron-Core's interleaved order makes
-    of them (:func:`model.terms.pipeline_span.classic_span`, its chunks timed by the roofline
-    model's layer kinds when ``roofline``); for a split-backward schedule its pass times
+    (seconds): for GPipe, 1F1B and interleaved 1F1B ``m·t_mb`` plus the bubble the schedule's
+    own order leaves on the stages or model chunks as timed (:func:`model.terms.pipeline_span.
+    classic_span`, by the roofline model's layer kinds when ``roofline``; the closed form
+    ``m·t_mb·(1 + bubble_ratio)``, Narayanan et al. 2021 §2.2, where they are alike); for a split-backward schedule its pass times
     (:func:`model.schedule_cost.pass_times`) through :func:`model.schedule_cost.split_span`.
     DualPipe's and DualPipeV's overlapped block, where the framework overlaps it, hides the
     communication of two chunks behind their computation

@@ -49,4 +49,6 @@ def test_interleaved_param_gathers_by_chunk_nemo_gpt3_175b():
     exposed = reduce_s / v + max(phi * rest, rest - t) + gathers
     assert dp["exposed_seconds"] == pytest.approx(exposed, abs=2e-5)
     assert dp["exposed_seconds"] == pytest.approx(0.06562, abs=1e-5)
-    assert result.step_s == pytest.approx(11.230, abs=1e-3)
+    # 11.229 s: the bubble Megatron-Core's order on the chunks as timed (11.230 under the closed
+    # form; the validation page's nemo-24.07-h100/gpt3-175b-512 row)
+    assert result.step_s == pytest.approx(11.229, abs=1e-3)

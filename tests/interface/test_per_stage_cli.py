@@ -263,7 +263,9 @@ def test_cli_per_stage_keeps_to_the_schedules_asked_for(monkeypatch, capsys):
         dp=4, pp=2, zero_stage=1, schedule="interleaved", virtual_stages=8, recompute="none",
         stage_layers="16,16",
     ).evaluate()  # fmt: skip
-    assert even.fits and even.step_s == pytest.approx(3.764, abs=1e-3)
+    # 3.757 s: its bubble Megatron-Core's order on the chunks as timed (the embedding and the
+    # output layer on the end chunks), 7 ms under the closed form's 3.764 s
+    assert even.fits and even.step_s == pytest.approx(3.757, abs=1e-3)
 
 
 def test_every_shape_is_searched_by_default(monkeypatch, capsys):
@@ -341,6 +343,10 @@ def test_every_shape_is_searched_by_default(monkeypatch, capsys):
     assert half == pytest.approx(0.093138, abs=1e-6)
     uniform = 568.782 + 13.902 + (1 - phi_u) * half  # the tp charge, then chunk 0's wait
     assert uniform == pytest.approx(582.770, abs=1e-3)
+    # the uniform plan interleaves: its bubble Megatron-Core's order on its chunks as timed
+    # (model.pipeline_uneven; the end chunks carry the embedding and the output layer), 5.4 ms
+    # under the closed form's the sum above takes: 582.765 s
+    uniform -= 0.0054
     assert d["per_stage"]["gain"] == pytest.approx(uniform / 538.211, abs=1e-4)
     # stock Megatron-LM runs the largest count (7) on every stage: 590.94 s (591.02 before 1F1B's
     # bubble was the order's own, model.pipeline_onef), slower than the
@@ -348,7 +354,7 @@ def test_every_shape_is_searched_by_default(monkeypatch, capsys):
     # the tp 4 cross-entropy all-reduces read the NVLS curve; NCCL runs them as rings)
     assert d["launch"]["megatron_step_s"] == pytest.approx(590.94, abs=0.01)
     assert any(
-        "no faster than the best uniform plan's 582.77 s" in n
+        "no faster than the best uniform plan's 582.76 s" in n
         for n in d["launch"]["megatron_notes"]
     )
 
@@ -390,7 +396,8 @@ def test_an_interleaved_only_space_searches_every_shape_interleaved(monkeypatch,
     layout string; optimizer.stage_rules.layer_counts, model.pipeline_uneven), that tp 4 × pp 8
     plan (9 to 11 layers a stage at v 3) is no longer built, and with NCCL's charge at the blocks
     of the algorithm NCCL runs (model.nccl_channels: the tp 8 ring's 24 blocks, φ 0.259) the
-    answer is the uniform plan itself, tp 8 × pp 2, v 2, 582.770 s, gain 1."""
+    answer is the uniform plan itself, tp 8 × pp 2, v 2, 582.765 s (582.770 s under the closed
+    form, before the interleaved bubble was Megatron-Core's order on the chunks), gain 1."""
     from trainplan.interface.cli import main
 
     args = ["--model", "llama3-70b", "--gpus", "32", "--seq-len", "8192", "--per-stage"]
@@ -409,7 +416,7 @@ def test_an_interleaved_only_space_searches_every_shape_interleaved(monkeypatch,
         2,
     )
     assert d["per_stage"]["recompute_layers"] == [0, 0]
-    assert d["per_stage"]["step_s"] == pytest.approx(582.770, abs=1e-3)
+    assert d["per_stage"]["step_s"] == pytest.approx(582.765, abs=1e-3)
     assert d["per_stage"]["gain"] == 1.0
     assert all(s["schedule"] == "interleaved" for s in d["per_stage"]["shapes"] if s["pp"] > 1)
 

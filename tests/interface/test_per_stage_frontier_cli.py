@@ -99,8 +99,10 @@ def test_cli_frontier_per_stage_json_text_and_csv(monkeypatch, capsys, tmp_path)
     assert (second["tp"], second["pp"], second["stage_layers"]) == (4, 4, [19, 20, 21, 20])
     assert second["recompute_layers"] == [7, 3, 0, 0]
     assert second["step_s"] == pytest.approx(538.211, abs=1e-3)
-    assert second["uniform_step_s"] == pytest.approx(582.770, abs=1e-3)
-    assert second["gain"] == pytest.approx(582.770 / 538.211, abs=1e-4)
+    # the uniform plan interleaves: its bubble Megatron-Core's order on its chunks as timed,
+    # 5 ms under the closed form's 582.770 s
+    assert second["uniform_step_s"] == pytest.approx(582.765, abs=1e-3)
+    assert second["gain"] == pytest.approx(582.765 / 538.211, abs=1e-4)
     assert second["gain"] == pytest.approx(1.0827, abs=1e-3)
     from trainplan.interface.render.chart_layout import layout_key  # the --png key beside the plot
 

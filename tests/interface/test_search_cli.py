@@ -82,7 +82,11 @@ def test_llama3_70b_on_1024_h100_finds_a_v_outside_the_old_set_as_the_user_runs_
     between its 32 nodes at the network's 14 µs (model/nccl_latency.py: 8.4 + 31 × 14 + 32 ×
     3.4 = 551.2 µs a call where 890.4 were charged, 2 × 71 calls), the dp row is 357.69 ms,
     not 410.26: v 20 4.4224 s (its first bucket still waits whole), v 10 4.4216 s, v 8
-    4.4774 s: the answer is v 10, also outside the old set."""
+    4.4774 s: the answer is v 10, also outside the old set. Since every interleaved layout's
+    bubble is Megatron-Core's order on its chunks as timed (model.pipeline_uneven; v 8 ran it
+    already, its chunks of 2 and 3 layers): v 20 4.4220 s, v 10 4.4171 s (the end chunks carry
+    the embedding and the output layer, the others shorter than a v-th of the last rank's
+    micro-batch), v 8 4.4774 s: still v 10."""
     from tests.cli_runs import trainplan
     from trainplan.interface.scenario import build_problem
     from trainplan.optimizer import enumerate as oracle
@@ -101,8 +105,8 @@ def test_llama3_70b_on_1024_h100_finds_a_v_outside_the_old_set_as_the_user_runs_
         for v in ("8", "10", "20")
     }
     assert found["time"]["step_s"] == pytest.approx(steps["10"]["time"]["step_s"], abs=1e-9)
-    assert steps["20"]["time"]["step_s"] == pytest.approx(4.4224, abs=5e-5)
-    assert steps["10"]["time"]["step_s"] == pytest.approx(4.4216, abs=5e-5)
+    assert steps["20"]["time"]["step_s"] == pytest.approx(4.4220, abs=5e-5)
+    assert steps["10"]["time"]["step_s"] == pytest.approx(4.4171, abs=5e-5)
     assert steps["8"]["time"]["step_s"] == pytest.approx(4.4774, abs=5e-5)
     problem = build_problem({}, {"model": "llama3-70b", "gpus": "1024", "gpu": "H100-SXM",
                                  "global_batch": "512"})  # fmt: skip

@@ -139,7 +139,9 @@ def test_a_setting_that_leaves_no_layout_names_the_best_without_it():
     step = evaluate_json(
         {**MIXTRAL, **layout, "schedule": "interleaved", "virtual_stages": 8, "micro_batch_size": 1}
     )["time"]["step_s"]
-    assert seconds == round(step, 3) == 74.064
+    # 74.043 s: the interleaved bubble Megatron-Core's order on the chunks as timed (74.064 s
+    # under the closed form)
+    assert seconds == round(step, 3) == 74.043
 
 
 def test_the_search_page_lists_every_choice_and_every_fact():

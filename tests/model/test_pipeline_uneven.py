@@ -4,8 +4,6 @@ project's own timeline engine, and charged by evaluate() and the search alike.""
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -17,9 +15,9 @@ from trainplan.model.pipeline_sim import Step, run
 from trainplan.model.pipeline_uneven import (
     _run,
     chunk_counts,
+    chunks_alike,
     interleaved_steps,
     layout_bubbles,
-    uneven_chunks,
 )
 from trainplan.model.schedule import stage_order
 from trainplan.model.schedule_zb import loop_stage
@@ -65,9 +63,9 @@ def test_llama3_70b_pp4_v8_chunks_of_two_and_three_layers() -> None:
     assert layout_bubbles(4, np.array([8]), chunks, 2 * chunks, np.array([60]))[0] == 27
     equal = np.full((1, 32), 2.5)
     assert layout_bubbles(4, np.array([8]), equal, 2 * equal, np.array([60]))[0] == 22.5
-    assert uneven_chunks(LLAMA_70B, 4, 8, True, None, "interleaved")
-    assert not uneven_chunks(LLAMA_70B, 4, 10, True, None, "interleaved")  # 20 = 10 × 2
-    assert not uneven_chunks(LLAMA_70B, 4, 8, True, None, "1f1b")
+    assert not chunks_alike(LLAMA_70B, 4, 8, True, None, "interleaved")
+    assert chunks_alike(LLAMA_70B, 4, 10, True, None, "interleaved")  # 20 = 10 × 2
+    assert chunks_alike(LLAMA_70B, 4, 1, True, None, "1f1b")
 
 
 @pytest.mark.parametrize(
@@ -230,7 +228,10 @@ def test_evaluate_charges_it_llama3_70b_on_1024_h100() -> None:
     model gives them (model.terms.roofline.kind_seconds: 24.27 ms a layer, 0.97 ms the embedding,
     28.00 ms the output layer; a forward a third, the backward two), here run again on the
     timeline engine: 1.155× the closed form's 8 × t_mb × 3/64 (192.5 → 222.3 ms). v 10 (20 = 10
-    × 2) keeps the closed form. The reported bubble_ratio is the charged one."""
+    × 2, every chunk 2 layers) runs the same order: the end chunks carry the embedding and the
+    output layer, and the bubble, 149.6 ms, is under the closed form's 8 × t_mb × 3/80 = 154.2
+    ms (every other chunk a tenth of a lighter rank's micro-batch, not of the slowest's). The
+    reported bubble_ratio is the charged one."""
     kw = dict(
         model="llama3-70b", device="H100-SXM", num_gpus=1024, dp=64, tp=4, pp=4,
         global_batch_size=512, recompute="none", schedule="interleaved",
@@ -254,9 +255,17 @@ def test_evaluate_charges_it_llama3_70b_on_1024_h100() -> None:
     assert tt.bubble_s / (tt.busy_s * 3 / 64) == pytest.approx(1.155, abs=5e-4)
     assert float(est.bubble_ratio) == pytest.approx(tt.bubble_s / tt.busy_s, rel=1e-5)
     even = Case.of(**kw, virtual_stages=10).evaluate()
-    assert even.time_terms is not None
-    assert even.time_terms.bubble_s == pytest.approx(even.time_terms.busy_s * 3 / 80, rel=1e-12)
-    assert even.bubble_ratio == Fraction(3, 80)
+    et = even.time_terms
+    assert et is not None
+    times = [[2 * layer] * 10 for _ in range(4)]
+    times[0][0] += embedding
+    times[3][9] += output
+    step = _engine_step(
+        4, 8, [[x / 3 for x in r] for r in times], [[2 * x / 3 for x in r] for r in times]
+    )
+    assert et.bubble_s == pytest.approx(step - 8 * t_mb, rel=1e-9)
+    assert (et.bubble_s * 1e3, et.busy_s * 3 / 80 * 1e3) == pytest.approx((149.6, 154.2), abs=0.05)
+    assert float(even.bubble_ratio) == pytest.approx(et.bubble_s / et.busy_s, rel=1e-5)
 
 
 @pytest.mark.parametrize("batch", [16, 64, 128, 256, 1024])

@@ -124,17 +124,17 @@ INTERLEAVED_CASES = [  # stage counts multiples of v: L a multiple of v
 ]
 
 
-def _solved_and_oracle(case, share: float):
+def _solved_and_oracle(case, share: float, status: str = "optimal"):
     """CP-SAT's answer for ``case``'s shape and the exhaustive oracle's at the headroom ``share``
-    of the way between full recomputation's peak and none's: infeasible both, or optimal with an
-    estimate (asserted here)."""
+    of the way between full recomputation's peak and none's: infeasible both, or ``status``
+    (optimal; interleaved feasible, with a gap) with an estimate (asserted here)."""
     headroom = tight_headroom(case, share)
     want = oracle(case, headroom)
     got = solve_shape(case, case.layout, headroom)
     if want is None:
         assert got.status == "infeasible"
     else:
-        assert got.status == "optimal"
+        assert got.status == status
         assert got.estimate is not None
     return got, want
 
@@ -151,13 +151,19 @@ def test_cp_sat_equals_the_exhaustive_oracle(num_layers, pp, base, share):
 
 @pytest.mark.parametrize(("num_layers", "pp", "v", "base", "share", "gb"), INTERLEAVED_CASES)
 def test_cp_sat_equals_the_exhaustive_oracle_interleaved(num_layers, pp, v, base, share, gb):
-    """Interleaved shapes keep their schedule: CP-SAT over per-stage (n, per-chunk k) rows equals
-    evaluate() over every composition and count, to the nanosecond."""
-    got, want = _solved_and_oracle(tiny_case(num_layers, pp, base, v=v, gb=gb), share)
+    """Interleaved shapes keep their schedule. The evaluator prices them by Megatron-Core's order
+    on the chunks as timed (model.pipeline_uneven), which CP-SAT's rows (the closed form, a
+    stage's own time) neither equal nor bound: its answer is the closed form's best, evaluated,
+    ``feasible`` with a gap to a proven floor (optimizer.stage_solve.interleaved_floor). The
+    oracle's best, evaluate() over every composition and count, lies between the floor and the
+    answer (and is the answer where the order keeps the closed form's ranking)."""
+    case = tiny_case(num_layers, pp, base, v=v, gb=gb)
+    got, want = _solved_and_oracle(case, share, "feasible")
     if want is None:
         return
     assert got.estimate.layout.virtual_stages == v
-    assert got.objective_ns == want[0]
+    assert got.objective_ns == sum(objective_ns(got.estimate.time_terms))
+    assert got.objective_ns - got.gap_ns <= want[0] <= got.objective_ns
     assert got.objective_ns == sum(objective_ns(got.estimate.time_terms))
 
 

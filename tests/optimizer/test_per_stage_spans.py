@@ -152,9 +152,11 @@ def test_cp_sat_equals_the_exhaustive_oracle_interleaved_with_spans(
     headroom = tight_headroom(case, share)
     want = oracle(case, headroom)
     got = solve_shape(case, case.layout, headroom)
-    assert want is not None and got.status == "optimal" and got.estimate is not None
+    # interleaved: the closed form's best under the evaluator's order, feasible with a gap to a
+    # proven floor (optimizer.stage_solve.interleaved_floor); the oracle's best between them
+    assert want is not None and got.status == "feasible" and got.estimate is not None
     assert got.estimate.layout.virtual_stages == v
-    assert got.objective_ns == want[0]
+    assert got.objective_ns - got.gap_ns <= want[0] <= got.objective_ns
 
 
 def test_chunks_that_would_hold_unequal_spans_are_refused():
