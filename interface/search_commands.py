@@ -125,21 +125,37 @@ def search_json(
     request = search_request(kw, "params" if maximize else None)
     problem = search_problem(request)
     limit = request.time_limit
-    prepared = prepare(problem, on_tables, limit)
-    in_units = _in_units(problem, prepared)
-    progress = _solutions(on_solution, problem, in_units)
-    try:
-        result = search(problem, top, limit, request.workers, progress, prepared=prepared)
-    except InfeasibleError as err:
-        err = with_unused(err, problem, prepared[0])
-        raise (
-            best_without(err, request, problem, started, on_tables) if compare else err
-        ) from None
-    unused = unused_note(unused_values(problem, prepared[0]))
+    if str(problem.objective) == "params":  # member by member (optimizer.params_search)
+        from trainplan.optimizer.params_search import params_search
+
+        run = params_search(problem, top, limit, request.workers, None, on_tables)
+        result, prepared, searched = run.result, run.prepared, run.problem
+        in_units = _in_units(searched, prepared)
+    else:
+        searched = problem
+        prepared = prepare(problem, on_tables, limit)
+        in_units = _in_units(problem, prepared)
+        progress = _solutions(on_solution, problem, in_units)
+        try:
+            result = search(problem, top, limit, request.workers, progress, prepared=prepared)
+        except InfeasibleError as err:
+            err = with_unused(err, problem, prepared[0])
+            raise (
+                best_without(err, request, problem, started, on_tables) if compare else err
+            ) from None
+    unused = unused_note(unused_values(searched, prepared[0]))
     answers = [_answer(a, problem, in_units) for a in result.answers]
     for d in answers:
         d["notes"] += [unused] if unused else []
     meta = _search_meta(result, len(problem.jobs), limit)
+    if str(problem.objective) == "params":  # parameters; null when proven
+        meta["params_unproven"], meta["members_probed"] = result.params_unproven, run.probed
+        meta["params_note"] = (
+            f"the family's {len(run.members):,} members checked largest first: {run.probed:,} "
+            "probed; each larger than the answer does not fit"
+            if result.params_unproven is None
+            else f"{run.probed:,} of the family's {len(run.members):,} members probed"
+        )
     best = in_units(result.best.objective)[1]
     cost = settings_json(request, problem, best, started, on_tables, web) if compare else None
     meta["settings_cost"] = cost
@@ -159,8 +175,20 @@ def _search_meta(result: Any, jobs: int, limit: float | None) -> dict[str, Any]:
         "candidates": result.num_candidates,
         "jobs": jobs,
         "time_limit_s": limit,
-        "time_limit_note": time_limit_note(limit, result.tables_seconds, result.solve_seconds),
+        "time_limit_note": _params_note(result)
+        or time_limit_note(limit, result.tables_seconds, result.solve_seconds),
     }
+
+
+def _params_note(result: Any) -> str | None:
+    """The ``params`` objective stopped by the time limit: the bracket it proved."""
+    bound = result.params_unproven
+    if bound is None:
+        return None
+    return (
+        f"--time-limit stopped the family's check: the largest member shown to fit is the answer; "
+        f"members up to {bound:,} parameters were not checked (a longer --time-limit proves it)"
+    )
 
 
 def _solutions(
