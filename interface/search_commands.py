@@ -128,7 +128,10 @@ def search_json(
     if str(problem.objective) == "params":  # member by member (optimizer.params_search)
         from trainplan.optimizer.params_search import params_search
 
-        run = params_search(problem, top, limit, request.workers, None, on_tables)
+        def progress_of(member: Any, prepared: Any) -> Any:  # the unit of the member's tables
+            return _solutions(on_solution, problem, _in_units(member, prepared))
+
+        run = params_search(problem, top, limit, request.workers, None, on_tables, progress_of)
         result, prepared, searched = run.result, run.prepared, run.problem
         in_units = _in_units(searched, prepared)
     else:

@@ -109,9 +109,12 @@ def params_search(
     workers: int = 2,
     progress: Progress | None = None,
     on_tables: Callable[[int, int], None] | None = None,
+    progress_of: Callable[[Problem, Prepared], Progress | None] | None = None,
 ) -> ParamsRun:
     """The largest family member that fits and its fastest layout (module docstring);
-    ``on_tables(shapes done, shapes)`` as each member's tables are built (Ctrl-C's check).
+    ``on_tables(shapes done, shapes)`` as each member's tables are built (Ctrl-C's check);
+    ``progress_of(member, prepared)``: the solver's progress for a member's search (its unit read
+    off its tables), in place of ``progress``.
 
     Raises
     ------
@@ -160,11 +163,12 @@ def params_search(
     lo = best
     if lo < 0:
         return _none_fits(problem, members, unproven, time_limit_s)
-    return _answers(members, tables, fits, lo, top, deadline, workers, progress, spent, unproven)
+    solving = (progress, progress_of)
+    return _answers(members, tables, fits, lo, top, deadline, workers, solving, spent, unproven)
 
 
 def _answers(
-    members, tables, fits, best, top, deadline, workers, progress, spent, unproven
+    members, tables, fits, best, top, deadline, workers, solving, spent, unproven
 ) -> ParamsRun:
     """Up to ``top`` answers from the largest fitting member ``best`` down (each member's own
     search: its fastest layouts), as the one-model formulation's top-k."""
@@ -187,7 +191,9 @@ def _answers(
         prepared = (tables[i], layout_model(member, tables[i]), 0.0)
         spent += time.perf_counter() - t0
         left = None if deadline is None else max(SOLVE_FLOOR_S, deadline - time.perf_counter())
-        result = search(member, top - len(answers), left, workers, progress, prepared=prepared)
+        progress, progress_of = solving
+        on = progress_of(member, prepared) if progress_of else progress
+        result = search(member, top - len(answers), left, workers, on, prepared=prepared)
         if first is None:
             first = (prepared, member)
         answers += result.answers
