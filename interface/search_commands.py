@@ -125,20 +125,13 @@ def search_json(
     request = search_request(kw, "params" if maximize else None)
     problem = search_problem(request)
     limit = request.time_limit
+    extra: dict[str, Any] = {}  # the params objective's fields (_params_run)
     if str(problem.objective) == "params":  # member by member (optimizer.params_search)
-        from trainplan.optimizer.params_search import params_search
-
-        def progress_of(member: Any, prepared: Any) -> Any:  # the unit of the member's tables
-            return _solutions(on_solution, problem, _in_units(member, prepared))
-
-        run = params_search(problem, top, limit, request.workers, None, on_tables, progress_of)
-        result, prepared, searched = run.result, run.prepared, run.problem
-        in_units = _in_units(searched, prepared)
+        run = _params_run(problem, top, limit, request.workers, on_tables, on_solution)
+        result, prepared, searched, extra = run
     else:
-        searched = problem
-        prepared = prepare(problem, on_tables, limit)
-        in_units = _in_units(problem, prepared)
-        progress = _solutions(on_solution, problem, in_units)
+        searched, prepared = problem, prepare(problem, on_tables, limit)
+        progress = _solutions(on_solution, problem, _in_units(problem, prepared))
         try:
             result = search(problem, top, limit, request.workers, progress, prepared=prepared)
         except InfeasibleError as err:
@@ -146,24 +139,51 @@ def search_json(
             raise (
                 best_without(err, request, problem, started, on_tables) if compare else err
             ) from None
+    in_units = _in_units(searched, prepared)
     unused = unused_note(unused_values(searched, prepared[0]))
     answers = [_answer(a, problem, in_units) for a in result.answers]
     for d in answers:
         d["notes"] += [unused] if unused else []
-    meta = _search_meta(result, len(problem.jobs), limit)
-    if str(problem.objective) == "params":  # parameters; null when proven
-        meta["params_unproven"], meta["members_probed"] = result.params_unproven, run.probed
-        meta["params_note"] = (
-            f"the family's {len(run.members):,} members checked largest first: {run.probed:,} "
-            "probed; each larger than the answer does not fit"
-            if result.params_unproven is None
-            else f"{run.probed:,} of the family's {len(run.members):,} members probed"
-        )
+    meta = _search_meta(result, len(problem.jobs), limit) | extra
     best = in_units(result.best.objective)[1]
     cost = settings_json(request, problem, best, started, on_tables, web) if compare else None
     meta["settings_cost"] = cost
     out = {**answers[0], **meta, "top": answers[1:]} if top == 1 else {**meta, "answers": answers}
     return SearchRun(out, str(problem.objective), len(problem.jobs))
+
+
+def _params_run(
+    problem: Any,
+    top: int,
+    limit: float | None,
+    workers: int,
+    on_tables: TableProgress | None,
+    on_solution: SolutionProgress | None,
+) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """The ``params`` objective's search (:func:`optimizer.params_search.params_search`, the
+    solver's progress in the unit of the member searched): its result, the winning member's
+    prepared tables and problem, and its own fields of ``--json`` (:func:`_params_meta`)."""
+    from trainplan.optimizer.params_search import params_search
+
+    def progress_of(member: Any, prepared: Any) -> Any:
+        return _solutions(on_solution, problem, _in_units(member, prepared))
+
+    run = params_search(problem, top, limit, workers, None, on_tables, progress_of)
+    return run.result, run.prepared, run.problem, _params_meta(run)
+
+
+def _params_meta(run: Any) -> dict[str, Any]:
+    """``params_unproven`` (parameters; null when proven), ``members_probed`` and
+    ``params_note`` of a ``params`` search (:class:`optimizer.params_search.ParamsRun`)."""
+    n, probed = len(run.members), run.probed
+    return {
+        "params_unproven": run.result.params_unproven,
+        "members_probed": probed,
+        "params_note": f"the family's {n:,} members checked largest first: {probed:,} probed; "
+        "each larger than the answer does not fit"
+        if run.result.params_unproven is None
+        else f"{probed:,} of the family's {n:,} members probed",
+    }
 
 
 def _search_meta(result: Any, jobs: int, limit: float | None) -> dict[str, Any]:

@@ -122,9 +122,19 @@ def params_search(
         No member fits (the smallest member's own refusal, which names the blocking families),
         or the time limit ran out before any member was shown to fit (status ``unknown``).
     """
-    t0 = time.perf_counter()
-    deadline = None if time_limit_s is None else t0 + time_limit_s
+    deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s
     members = family_members(problem)
+    best, unproven, fits, tables, spent = _scan(members, deadline, on_tables)
+    if best < 0:
+        return _none_fits(problem, members, unproven, time_limit_s)
+    solving = (progress, progress_of)
+    return _answers(members, tables, fits, best, top, deadline, workers, solving, spent, unproven)
+
+
+def _scan(members, deadline, on_tables):
+    """The largest member that fits (-1: none shown), the largest member not probed when the
+    time limit stopped the scan (its parameters; None: proven), each probed member's verdict,
+    the fitting members' tables and the probes' seconds (module docstring)."""
     n = len(members)
     fits: dict[int, bool] = {}
     tables: dict[int, CostTables] = {}
@@ -139,12 +149,9 @@ def params_search(
             tables[i] = t
         return ok
 
-    def expired() -> bool:
-        return deadline is not None and bool(fits) and time.perf_counter() > deadline
-
     best, unproven = -1, None
     for i in range(n - 1, -1, -1):  # largest first: the first that fits is the answer, proven
-        if expired():
+        if deadline is not None and fits and time.perf_counter() > deadline:
             unproven = members[i][0]
             break
         if probe(i):
@@ -160,11 +167,7 @@ def params_search(
             else:
                 hi = mid
         best = lo
-    lo = best
-    if lo < 0:
-        return _none_fits(problem, members, unproven, time_limit_s)
-    solving = (progress, progress_of)
-    return _answers(members, tables, fits, lo, top, deadline, workers, solving, spent, unproven)
+    return best, unproven, fits, tables, spent
 
 
 def _answers(

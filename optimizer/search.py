@@ -326,21 +326,22 @@ def search(
     progress: Progress | None = None,
     prepared: tuple[CostTables, LayoutModel, float] | None = None,
 ) -> SearchResult:
-    """The best layout (least objective; for ``params`` the largest model, then the least step
-    time: :func:`optimizer.params_search.params_search`, which builds its own tables member by
-    member) whose every stage fits and which meets the constraints; with ``top`` > 1 the next
-    best distinct layouts too. Equal objectives go to the least peak memory
-    (:func:`optimizer.rules.tie_keys`).
+    """The best layout (least objective) whose every stage fits and which meets the
+    constraints; with ``top`` > 1 the next best distinct layouts too. Equal objectives go to the
+    least peak memory (:func:`optimizer.rules.tie_keys`). The ``params`` objective is
+    :func:`optimizer.params_search.params_search`'s (member by member, each a step-time search).
 
     Raises
     ------
     InfeasibleError
         When nothing satisfies the constraints; ``explanation`` names the blocking families.
+    InputError
+        The ``params`` objective.
     """
-    if problem.objective is Objective.PARAMS:  # member by member (``prepared`` unused)
-        from trainplan.optimizer.params_search import params_search
-
-        return params_search(problem, top, time_limit_s, workers, progress).result
+    if problem.objective is Objective.PARAMS:
+        raise InputError(
+            "objective: params is searched member by member (optimizer.params_search.params_search)"
+        )
     tables, lm, t_tables = _own(problem, prepared, time_limit_s)
     time_limit_s = _remaining(time_limit_s, t_tables)
     answers: list[Answer] = []

@@ -239,16 +239,7 @@ def _times(c: Context, table: ShapeColumns, zs, rs, legal: np.ndarray) -> dict[s
     }
 
 
-def _job_rows(
-    job: Job,
-    shapes: tuple[Shape, ...],
-    zs,
-    rs,
-    headroom: float,
-    memo: dict,
-    retries_ok: bool,
-    fit_only: bool = False,
-):
+def _job_rows(job: Job, shapes: tuple[Shape, ...], zs, rs, headroom, memo, retries_ok, fit_only):
     """Every term of one job's shapes: memory arrays (``memo``, per accelerator: the state reads
     the part), times, capacities, exact fit verdicts (``retries_ok``: ``allocator_retries_ok``).
     ``fit_only``: when no candidate fits, the times are left 0 (not tabulated): the ``params``
@@ -274,9 +265,8 @@ def _job_rows(
 
 def _no_times(N: int, Z: int, R: int) -> dict[str, np.ndarray]:
     """:func:`_times`' arrays, zero: a job none of whose candidates fits, under ``fit_only``."""
-    t1 = np.zeros((N, R), dtype=np.int64)
-    t2 = np.zeros((N, Z), dtype=np.int64)
-    return {"t1": t1, "t1u": t1, "unordered": np.zeros((N, Z), dtype=bool), "t2": t2}
+    t1, t2 = np.zeros((N, R), dtype=np.int64), np.zeros((N, Z), dtype=np.int64)
+    return {"t1": t1, "t1u": t1, "unordered": t2.astype(bool), "t2": t2}
 
 
 def _with_communicators(mem: dict, c: Context, table: ShapeColumns, zs, P: int) -> dict:
