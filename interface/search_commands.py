@@ -127,27 +127,66 @@ def search_json(
     request = search_request(kw, "params" if maximize else None)
     problem = search_problem(request)
     limit = request.time_limit
-    prepared = prepare(problem, on_tables, limit)
-    in_units = _in_units(problem, prepared)
-    progress = _solutions(on_solution, problem, in_units)
-    try:
-        result = search(problem, top, limit, request.workers, progress, prepared=prepared)
-    except InfeasibleError as err:
-        err = with_unused(err, problem, prepared[0])
-        raise (
-            best_without(err, request, problem, started, on_tables) if compare else err
-        ) from None
-    unused = unused_note(unused_values(problem, prepared[0]))
+    extra: dict[str, Any] = {}  # the params objective's fields (_params_run)
+    if str(problem.objective) == "params":  # member by member (optimizer.params_search)
+        run = _params_run(problem, top, limit, request.workers, on_tables, on_solution)
+        result, prepared, searched, extra = run
+    else:
+        searched, prepared = problem, prepare(problem, on_tables, limit)
+        progress = _solutions(on_solution, problem, _in_units(problem, prepared))
+        try:
+            result = search(problem, top, limit, request.workers, progress, prepared=prepared)
+        except InfeasibleError as err:
+            err = with_unused(err, problem, prepared[0])
+            raise (
+                best_without(err, request, problem, started, on_tables) if compare else err
+            ) from None
+    in_units = _in_units(searched, prepared)
+    unused = unused_note(unused_values(searched, prepared[0]))
     answers = [_answer(a, problem, in_units) for a in result.answers]
     for d in answers:
         d["notes"] += [unused] if unused else []
-    meta = _search_meta(result, len(problem.jobs), limit)
+    meta = _search_meta(result, len(problem.jobs), limit) | extra
     best = in_units(result.best.objective)[1]
     cost = settings_json(request, problem, best, started, on_tables, web) if compare else None
     meta["settings_cost"] = cost
     meta["textbook_note"] = textbook_json(problem, answers[0], request, started, on_tables)
     out = {**answers[0], **meta, "top": answers[1:]} if top == 1 else {**meta, "answers": answers}
     return SearchRun(out, str(problem.objective), len(problem.jobs))
+
+
+def _params_run(
+    problem: Any,
+    top: int,
+    limit: float | None,
+    workers: int,
+    on_tables: TableProgress | None,
+    on_solution: SolutionProgress | None,
+) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """The ``params`` objective's search (:func:`optimizer.params_search.params_search`, the
+    solver's progress in the unit of the member searched): its result, the winning member's
+    prepared tables and problem, and its own fields of ``--json`` (:func:`_params_meta`)."""
+    from trainplan.optimizer.params_search import params_search
+
+    def progress_of(member: Any, prepared: Any) -> Any:
+        return _solutions(on_solution, problem, _in_units(member, prepared))
+
+    run = params_search(problem, top, limit, workers, None, on_tables, progress_of)
+    return run.result, run.prepared, run.problem, _params_meta(run)
+
+
+def _params_meta(run: Any) -> dict[str, Any]:
+    """``params_unproven`` (parameters; null when proven), ``members_probed`` and
+    ``params_note`` of a ``params`` search (:class:`optimizer.params_search.ParamsRun`)."""
+    n, probed = len(run.members), run.probed
+    return {
+        "params_unproven": run.result.params_unproven,
+        "members_probed": probed,
+        "params_note": f"the family's {n:,} members checked largest first: {probed:,} probed; "
+        "each larger than the answer does not fit"
+        if run.result.params_unproven is None
+        else f"{probed:,} of the family's {n:,} members probed",
+    }
 
 
 def _search_meta(result: Any, jobs: int, limit: float | None) -> dict[str, Any]:
@@ -162,8 +201,20 @@ def _search_meta(result: Any, jobs: int, limit: float | None) -> dict[str, Any]:
         "candidates": result.num_candidates,
         "jobs": jobs,
         "time_limit_s": limit,
-        "time_limit_note": time_limit_note(limit, result.tables_seconds, result.solve_seconds),
+        "time_limit_note": _params_note(result)
+        or time_limit_note(limit, result.tables_seconds, result.solve_seconds),
     }
+
+
+def _params_note(result: Any) -> str | None:
+    """The ``params`` objective stopped by the time limit: the bracket it proved."""
+    bound = result.params_unproven
+    if bound is None:
+        return None
+    return (
+        f"--time-limit stopped the family's check: the largest member shown to fit is the answer; "
+        f"members up to {bound:,} parameters were not checked (a longer --time-limit proves it)"
+    )
 
 
 def _solutions(

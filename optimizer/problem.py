@@ -158,11 +158,16 @@ class Problem:
         Raises
         ------
         InputError
-            The axis unknown, or price without every accelerator's price (bad input: exit 2,
-            not the infeasible exit 1).
+            The axis unknown, price without every accelerator's price, or the ``params``
+            objective (bad input: exit 2, not the infeasible exit 1).
         """
         if against not in ("memory", "gpus", "price"):
             raise InputError(f"against: {against!r} is not one of memory, gpus, price")
+        if self.objective is Objective.PARAMS:
+            raise InputError(
+                "objective: 'params' is search's alone (the largest model of a family that fits); "
+                "a frontier trades one model's step time against memory, GPUs or price"
+            )
         missing = sorted({j.case.device.name for j in self.jobs if j.gpu_hour_price is None})
         if against == "price" and missing:
             raise InputError(

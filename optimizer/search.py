@@ -21,7 +21,7 @@ from trainplan.model.terms.peak import reserved_over_capacity
 from trainplan.optimizer.axis_rules import axis_refusal, recipe_refusal
 from trainplan.optimizer.cpsat import Candidate, LayoutModel
 from trainplan.optimizer.launch_tables import objective_grid
-from trainplan.optimizer.problem import Job, Objective, Problem, fit_rule, model_size
+from trainplan.optimizer.problem import Job, Objective, Problem, fit_rule
 from trainplan.optimizer.rules import allowed, mfu_table, tie_ranks, tp_cp_in_nvlink
 from trainplan.optimizer.tables import CostTables, build_tables, illegal_reason
 
@@ -31,6 +31,7 @@ __all__ = [
     "search",
     "frontier",
     "prepare",
+    "layout_model",
     "TermMismatch",
     "tie_ranks",
     "mfu_table",
@@ -65,6 +66,10 @@ class SearchResult:
     num_shapes: int
     num_candidates: int
     explanation: list[str] = field(default_factory=list)
+    params_unproven: int | None = None
+    """``params`` objective stopped by the time limit: the parameter count of the largest family
+    member not yet checked (the answer's own count ≤ the true largest ≤ this); None when proven
+    or another objective (:func:`optimizer.params_search.params_search`)."""
 
     @property
     def best(self) -> Answer:
@@ -125,10 +130,14 @@ def prepare(
             "B divisible by b·dp",
             why,
         )
+    return tables, layout_model(problem, tables), time.perf_counter() - t0
+
+
+def layout_model(problem: Problem, tables: CostTables) -> LayoutModel:
+    """The CP-SAT model of ``problem``'s tables: its objective grid, the allowed candidates and
+    each constraint family (for :meth:`LayoutModel.explain`)."""
     objective = objective_grid(problem, tables)
-    ok = allowed(problem, tables)
-    lm = LayoutModel(tables, objective, ok, _families(problem, tables))
-    return tables, lm, time.perf_counter() - t0
+    return LayoutModel(tables, objective, allowed(problem, tables), _families(problem, tables))
 
 
 BYTE_TOLERANCE = 1
@@ -280,20 +289,11 @@ def _solve_one(
     time_limit: float | None,
     workers: int,
     progress: Progress | None,
-    maximize_expr=None,
 ):
-    """Optimum of the objective (or of ``maximize_expr`` first), then the tie-break."""
+    """Optimum of the objective, then the tie-break."""
     active = []
     seconds = 0.0
     proven = True
-    if maximize_expr is not None:
-        res = lm.solve(maximize_expr, maximize=True, time_limit_s=time_limit, workers=workers)
-        seconds += res.seconds
-        if res.choice is None:
-            return res.status, None, None, seconds
-        proven &= res.status == "optimal"
-        assert res.value is not None  # an answer has a value
-        active.append(lm.bound(maximize_expr, res.value, upper=False))
     res = lm.solve(
         lm.objective, active=active, time_limit_s=time_limit, workers=workers, progress=progress
     )
@@ -326,28 +326,30 @@ def search(
     progress: Progress | None = None,
     prepared: tuple[CostTables, LayoutModel, float] | None = None,
 ) -> SearchResult:
-    """The best layout (least objective; for ``params`` the largest model, then the least step
-    time) whose every stage fits and which meets the constraints; with ``top`` > 1 the next best
-    distinct layouts too. Equal objectives go to the least peak memory
-    (:func:`optimizer.rules.tie_keys`).
+    """The best layout (least objective) whose every stage fits and which meets the
+    constraints; with ``top`` > 1 the next best distinct layouts too. Equal objectives go to the
+    least peak memory (:func:`optimizer.rules.tie_keys`). The ``params`` objective is
+    :func:`optimizer.params_search.params_search`'s (member by member, each a step-time search).
 
     Raises
     ------
     InfeasibleError
         When nothing satisfies the constraints; ``explanation`` names the blocking families.
+    InputError
+        The ``params`` objective.
     """
+    if problem.objective is Objective.PARAMS:
+        raise InputError(
+            "objective: params is searched member by member (optimizer.params_search.params_search)"
+        )
     tables, lm, t_tables = _own(problem, prepared, time_limit_s)
     time_limit_s = _remaining(time_limit_s, t_tables)
-    maximize = None
-    if problem.objective is Objective.PARAMS:
-        sizes = [model_size(tables.jobs[j]) for j in tables.job_of]
-        maximize = lm.linear(sizes)
     answers: list[Answer] = []
     seconds, status = 0.0, "optimal"
     for _ in range(top):
         if not tables.legal.any():
             raise _nothing_legal(problem)
-        st, choice, value, sec = _solve_one(lm, tables, time_limit_s, workers, progress, maximize)
+        st, choice, value, sec = _solve_one(lm, tables, time_limit_s, workers, progress)
         seconds += sec
         if choice is None and (st == "unknown" or not answers):
             raise _no_answer("search", problem, tables, lm, st)

@@ -251,11 +251,12 @@ def _times(c: Context, table: ShapeColumns, zs, rs, legal: np.ndarray) -> dict[s
     }
 
 
-def _job_rows(
-    job: Job, shapes: tuple[Shape, ...], zs, rs, headroom: float, memo: dict, retries_ok: bool
-):
+def _job_rows(job: Job, shapes: tuple[Shape, ...], zs, rs, headroom, memo, retries_ok, fit_only):
     """Every term of one job's shapes: memory arrays (``memo``, per accelerator: the state reads
-    the part), times, capacities, exact fit verdicts (``retries_ok``: ``allocator_retries_ok``)."""
+    the part), times, capacities, exact fit verdicts (``retries_ok``: ``allocator_retries_ok``).
+    ``fit_only``: when no candidate fits, the times are left 0 (not tabulated): the ``params``
+    objective's probe of a family member reads only whether something fits
+    (:mod:`optimizer.params_search`)."""
     case = job.case
     c = evaluation_context(
         case.model, case.training, case.device, case.options, case.vocab_multiple
@@ -266,10 +267,18 @@ def _job_rows(
     if key not in memo:
         memo[key] = _memory(c, table, zs, rs, P)
     mem = _with_communicators(memo[key], c, table, zs, P)
-    times = _times(c, table, zs, rs, mem["legal"])
     cap = np.array([_capacity(job, s, headroom) for s in shapes], dtype=np.int64)
     fits = _fits(job, shapes, zs, rs, mem, cap, retries_ok)
+    if fit_only and not fits.any():
+        return mem, _no_times(len(shapes), len(zs), len(rs)), cap, fits
+    times = _times(c, table, zs, rs, mem["legal"])
     return mem, times, cap, fits
+
+
+def _no_times(N: int, Z: int, R: int) -> dict[str, np.ndarray]:
+    """:func:`_times`' arrays, zero: a job none of whose candidates fits, under ``fit_only``."""
+    t1, t2 = np.zeros((N, R), dtype=np.int64), np.zeros((N, Z, R), dtype=np.int64)
+    return {"t1": t1, "t1u": t1, "unordered": np.zeros((N, Z), dtype=bool), "t2": t2}
 
 
 def _with_communicators(mem: dict, c: Context, table: ShapeColumns, zs, P: int) -> dict:
@@ -326,8 +335,10 @@ def build_tables(
     problem: Problem,
     progress: Callable[[int, int], None] | None = None,
     deadline: float | None = None,
+    fit_only: bool = False,
 ) -> CostTables:
-    """Evaluate the cost model's terms for every job × shape × modifier.
+    """Evaluate the cost model's terms for every job × shape × modifier (``fit_only``: a job
+    none of whose candidates fits gets no time terms, :func:`_job_rows`).
 
     ``progress(done, total)`` is called after each job (the CLI's terminal progress line).
     ``deadline`` (a :func:`time.perf_counter` value): jobs not started by then are left out
@@ -354,7 +365,7 @@ def build_tables(
             break
         fill_job_rows(
             cols, lo, job, found, zs, rs, problem.constraints.headroom, memo,
-            problem.constraints.allocator_retries_ok,
+            problem.constraints.allocator_retries_ok, fit_only,
         )  # fmt: skip
         shapes += found
         job_of += [j] * len(found)
@@ -432,6 +443,7 @@ def fill_job_rows(
     headroom: float,
     memo: dict,
     retries_ok: bool = False,
+    fit_only: bool = False,
 ) -> None:
     """Write ``job``'s rows (its shapes ``found``, from row ``lo``) of :func:`empty_columns`'
     ``cols``: the terms (:func:`_job_rows`), rounded up where they are bytes, and the model
@@ -439,7 +451,7 @@ def fill_job_rows(
     if not found:
         return
     hi = lo + len(found)
-    mem, times, cap, ft = _job_rows(job, found, zs, rs, headroom, memo, retries_ok)
+    mem, times, cap, ft = _job_rows(job, found, zs, rs, headroom, memo, retries_ok, fit_only)
     p = mem["state"].shape[3]
     held = mem["held"][:, :, None, :]
     cols["state_ceil"][lo:hi, :, :, :p] = np.ceil(mem["state"] + held)  # in both phases

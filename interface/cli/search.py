@@ -78,8 +78,9 @@ BATCH: list[Decorator] = [
 OBJECTIVE: list[Decorator] = [
     click.option(
         "--objective",
-        type=click.Choice(["step-time", "tokens-per-gpu", "time-to-train", "cost"]),
-        help="What to minimise (default step-time; time-to-train and cost need --tokens).",
+        type=click.Choice(["step-time", "tokens-per-gpu", "time-to-train", "cost", "params"]),
+        help="What to minimise (default step-time; time-to-train and cost need --tokens); "
+        "params: search's --maximize params.",
     ),
     click.option("--tokens", help="Token budget for time-to-train and cost (e.g. 15e12)."),
     click.option(
@@ -334,6 +335,8 @@ def search_cmd(
     )
     if out.get("time_limit_note"):
         click.echo(f"Note: {out['time_limit_note']}")
+    if out.get("params_note"):
+        click.echo(f"Note: {out['params_note']}")
     settings_note(out)
     for i, d in enumerate(answers, 1):
         click.echo(f"\n#{i}: {d['job']}" if top > 1 else "")

@@ -14,6 +14,7 @@ from trainplan.interface.inputs import build_case
 from trainplan.interface.scenario import build_problem, load_scenario
 from trainplan.model.errors import InfeasibleError, InputError, ScenarioError
 from trainplan.model.estimate import objective_ns
+from trainplan.optimizer.params_search import params_search
 from trainplan.optimizer.problem import Objective, gpu_counts
 from trainplan.optimizer.search import frontier, search
 
@@ -96,7 +97,7 @@ def test_cost_objective_needs_prices():
 @pytest.mark.exhaustive  # every deeper member in every layout: 40 s to 2 minutes
 def test_maximize_params_finds_the_deepest_member_that_fits():
     problem = build_problem({}, {**SMALL, "gpus": "8", "objective": "params", "max_layers": 96})
-    best = search(problem).best
+    best = params_search(problem).result.best
     layers = best.estimate.model.arch.num_layers
     assert best.estimate.fits
     deeper = [j for j in problem.jobs if j.case.model.arch.num_layers > layers]

@@ -17,6 +17,7 @@ from trainplan.model.estimate import objective_ns
 from trainplan.model.layout import Layout, Recompute
 from trainplan.optimizer import enumerate as oracle
 from trainplan.optimizer.case import Case
+from trainplan.optimizer.params_search import params_search
 from trainplan.optimizer.problem import Job, Objective, Problem
 from trainplan.optimizer.search import frontier, prepare, search
 from trainplan.optimizer.space import SearchSpace
@@ -49,9 +50,9 @@ def test_search_oracle_and_frontier_take_the_least_memory(case) -> None:
     ((choice, _),) = [oracle.best(problem, tables)]
     assert choice[2] == least
     assert search(problem).best.estimate.layout.recompute is Recompute.SQRT  # read off the ties
-    # a bound already active (the largest model first): the tie is a second CP-SAT solve
+    # the params objective (one member here): its member's step-time search, the same tie
     params = _problem(case, objective=Objective.PARAMS)
-    assert search(params).best.estimate.layout.recompute is Recompute.SQRT
+    assert params_search(params).result.best.estimate.layout.recompute is Recompute.SQRT
     # against GPUs: least objective, least GPUs, then the tie key
     (point,) = frontier(problem, against="gpus").points
     assert point.estimate.layout.recompute is Recompute.SQRT
