@@ -164,6 +164,14 @@ BATCH: list[Decorator] = [
         "per model chunk, as Megatron-LM's: the first that many layers of each of the "
         "stage's chunks.",
     ),
+    click.option(
+        "--pipeline-scatter-gather/--no-pipeline-scatter-gather",
+        "pipeline_scatter_gather",
+        default=None,
+        help="Megatron-LM 2021's --scatter-gather-tensors-in-pipeline: with tp > 1 and no "
+        "sequence parallelism each pipeline send carries 1/tp of the activation (Narayanan et al. "
+        "2021 §4.1); default off (Megatron-Core sends the whole tensor).",
+    ),
 ]
 """Sequence, batch and pipeline schedule."""
 

@@ -1,0 +1,77 @@
+"""The ``trainplan evaluate …`` command line that gives flat evaluate parameters: what
+``calibrate`` prints for each fitted run and ``search`` for its answer, so a user can run the
+planner on exactly what was fitted or found (the round trip ``tests/cli/test_evaluate_line.py``
+runs in fresh processes).
+
+Each parameter is written as evaluate's own option where it has one (``--tp 8``,
+``--no-sequence-parallel``), else as ``--set KEY=VALUE`` (the scenario keys evaluate takes)."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+import click
+
+__all__ = ["evaluate_line", "value_text"]
+
+
+def value_text(value: Any) -> str:
+    """A parameter's value as the command line takes it: ``true``/``false`` for a boolean, a
+    comma-separated list for a sequence (``--stage-layers 7,8,8,7``), ``repr`` of a float (the
+    exact figure, ``0.746``), else ``str``.
+
+    >>> value_text(True), value_text([7, 8]), value_text(0.746), value_text("bf16")
+    ('true', '7,8', '0.746', 'bf16')
+    """
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return ",".join(value_text(v) for v in value)
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def evaluate_line(params: Mapping[str, Any]) -> str:
+    """``trainplan evaluate`` with ``params`` (flat evaluate parameters by name,
+    :func:`interface.inputs.build_case`'s; None values left out; a table value such as
+    ``overlap`` written as its dotted keys, ``--set overlap.dp=0.5``), quoted for a POSIX shell.
+
+    >>> evaluate_line({"model": "llama3-8b", "tp": 2, "sequence_parallel": False,
+    ...     "gradient_dtype": "bf16", "stage_layers": [16, 16], "pp": None})
+    'trainplan evaluate --model llama3-8b --tp 2 --no-sequence-parallel --stage-layers 16,16 --set gradient_dtype=bf16'
+    """
+    from trainplan.interface.cli.planner import evaluate_cmd
+
+    options = {
+        p.name: p
+        for p in evaluate_cmd.params
+        if isinstance(p, click.Option) and p.name not in ("set", "as_json", "per_stage")
+    }
+    words = ["trainplan", "evaluate"]
+    sets: list[str] = []
+    for key, value in params.items():
+        if value is None:
+            continue
+        option = options.get(key)
+        if option is None:
+            items = value.items() if isinstance(value, Mapping) else [(None, value)]
+            sets += [
+                f"{key}{'' if sub is None else '.' + str(sub)}={value_text(v)}" for sub, v in items
+            ]
+        elif option.is_flag and option.secondary_opts:
+            words.append(_long(option.opts) if value else _long(option.secondary_opts))
+        elif option.is_flag:
+            if value:
+                words.append(_long(option.opts))
+        else:
+            words += [_long(option.opts), value_text(value)]
+    for item in sets:
+        words += ["--set", item]
+    return shlex.join(words)
+
+
+def _long(opts: list[str]) -> str:
+    return next((o for o in opts if o.startswith("--")), opts[0])

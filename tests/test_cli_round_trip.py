@@ -1,0 +1,57 @@
+"""The commands that print a ``trainplan evaluate`` line (``calibrate`` for each fitted run,
+``search`` for its answer) and that line, each run in a fresh process as a user runs them: the
+line gives the same step time (and, for a search, peak memory) as the command printed."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from importlib import resources
+
+from tests.cli_runs import refusal, trainplan
+
+MEASUREMENTS = resources.files("trainplan.scenarios").joinpath("measurements-megatron-2021.toml")
+
+
+def _evaluate(line: str) -> dict:
+    words = shlex.split(line)
+    assert words[:2] == ["trainplan", "evaluate"], line
+    done = trainplan(*words[1:], "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_calibrate_prints_the_evaluate_line_of_each_fitted_run():
+    """The worked example's three runs (Megatron-LM Table 1, 2021): each printed line, run on its
+    own, gives the prediction the fit printed (9.393 s for the 18.4B run: the run's recipe, ZeRO-0,
+    full recomputation, no FlashAttention, bf16 gradients, synchronous TP, no gradient overlap,
+    and gemm_efficiency 0.746)."""
+    done = trainplan("calibrate", str(MEASUREMENTS), "--json")
+    assert done.returncode == 0, done.stderr
+    residuals = json.loads(done.stdout)["residuals"]
+    assert len(residuals) == 3
+    for r in residuals:
+        line = r["evaluate_command"]
+        assert "--set gemm_efficiency=0.746" in line and "--no-flash" in line
+        assert _evaluate(line)["time"]["step_s"] == r["predicted_s"]
+    assert round(residuals[2]["predicted_s"], 3) == 9.393
+    text = trainplan("calibrate", str(MEASUREMENTS)).stdout
+    assert "each run's prediction, as evaluate gives it:" in text
+    assert f"  18.4B on 256 GPUs: {residuals[2]['evaluate_command']}" in text
+
+
+def test_calibrate_refuses_a_key_the_runs_layout_does_not_read(tmp_path):
+    """``p2p_overlap`` on a pp 1 run: evaluate's own rule (model.key_rules
+    check_layout_reads_options), naming the file, the run and the key."""
+    m = tmp_path / "m.toml"
+    m.write_text(
+        'gpu = "A100-80GB"\n[[run]]\nlabel = "7.5B"\nstep_seconds = 3.696\n'
+        'model = "megatron-7.5b"\ntp = 4\ndp = 32\nmicro_batch_size = 16\n'
+        "global_batch_size = 512\np2p_overlap = false\n"
+    )
+    line = refusal(trainplan("calibrate", str(m)))
+    assert line == (
+        f"measurements {m}: run 1 ('7.5B'): p2p_overlap: false is read by Megatron-Core's "
+        "interleaved schedule only (virtual_stages > 1), not pp 1 with virtual_stages 1"
+    )
+    assert "p2p_overlap" not in MEASUREMENTS.read_text()
