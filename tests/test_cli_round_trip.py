@@ -55,3 +55,39 @@ def test_calibrate_refuses_a_key_the_runs_layout_does_not_read(tmp_path):
         "interleaved schedule only (virtual_stages > 1), not pp 1 with virtual_stages 1"
     )
     assert "p2p_overlap" not in MEASUREMENTS.read_text()
+
+
+SEARCHES = {
+    "dense": ["search", "--model", "llama3-70b", "--gpus", "64", "--gpu", "H100-SXM",
+              "--seq-len", "8192", "--global-batch", "2048"],
+    "moe": ["search", "--model", "mixtral-8x7b", "--gpus", "64", "--gpu", "H100-SXM",
+            "--set", "moe_ep_overlap=overlap_moe_expert_parallel_comm"],
+    "per-stage": ["search", "--per-stage", "--model", "llama3-8b", "--gpus", "16", "--pp", "4",
+                  "--per-stage-shapes", "1"],
+}  # fmt: skip
+"""A dense, an MoE and a per-stage search (each a few seconds)."""
+
+
+def test_search_prints_the_evaluate_line_of_its_answer():
+    """Each search's ``evaluate_command`` (JSON) and ``evaluate it:`` line (text), run in a fresh
+    process, gives the answer's step time and peak memory to the last bit: the layout (with
+    the per-stage answer's --stage-layers and --recompute-layers) and the ``--set`` keys the
+    answer was evaluated under (moe_ep_overlap) are all on the line."""
+    from tests.cli_runs import run_many
+
+    done = run_many({k: [*v, "--json"] for k, v in SEARCHES.items()})
+    for name, d in done.items():
+        assert d.returncode == 0, (name, d.stderr[-2000:])
+        answer = json.loads(d.stdout)
+        line = answer["evaluate_command"]
+        again = _evaluate(line)
+        assert again["time"]["step_s"] == answer["time"]["step_s"], name
+        assert again["memory"]["total_bytes"] == answer["memory"]["total_bytes"], name
+        if name == "moe":
+            assert "--set moe_ep_overlap=overlap_moe_expert_parallel_comm" in line
+        if name == "per-stage":
+            lay = answer["per_stage"]
+            assert f"--stage-layers {','.join(map(str, lay['stage_layers']))}" in line
+            assert f"--recompute-layers {','.join(map(str, lay['recompute_layers']))}" in line
+    text = trainplan(*SEARCHES["dense"]).stdout
+    assert f"\nevaluate it: {json.loads(done['dense'].stdout)['evaluate_command']}\n" in text

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-__all__ = ["evaluate_line", "value_text"]
+__all__ = ["evaluate_line", "value_text", "answer_params", "ANSWER_FIELDS"]
 
 
 def value_text(value: Any) -> str:
@@ -75,3 +75,52 @@ def evaluate_line(params: Mapping[str, Any]) -> str:
 
 def _long(opts: list[str]) -> str:
     return next((o for o in opts if o.startswith("--")), opts[0])
+
+
+ANSWER_FIELDS = (
+    "framework",
+    "dp",
+    "tp",
+    "pp",
+    "cp",
+    "cp_kind",
+    "cp_a2a",
+    "ep",
+    "etp",
+    "zero_stage",
+    "optimizer",
+    "recompute",
+    "recompute_layers",
+    "micro_batch_size",
+    "global_batch_size",
+    "seq_len",
+    "schedule",
+    "virtual_stages",
+    "stage_layers",
+    "sequence_parallel",
+    "rank_order",
+)
+"""The fields of a search answer's ``layout`` object that evaluate takes back (its options of the
+same names): the searched ones, the batch, and the split of the layers over the stages."""
+
+
+def answer_params(request: Any, answer: Mapping[str, Any]) -> dict[str, Any]:
+    """Flat evaluate parameters that give a search answer (``answer``: its JSON object, as
+    :func:`interface.search_commands.search_json` or ``per_stage_json`` writes it) under the
+    search's request (:class:`interface.requests.SearchRequest`): the answer's model and
+    accelerator, its layout (:data:`ANSWER_FIELDS`; the layers of each model chunk where
+    virtual_stages > 1) and every key of the request's ``[cluster]`` table (the recipe, links and
+    time model the search evaluated under)."""
+    model = request.values.get("model")
+    if not (isinstance(model, str) and model.endswith(".json")):
+        model = answer["model"]["name"]
+    gpu = answer["gpu"]
+    out: dict[str, Any] = {"model": model, "gpu": gpu.get("file") or gpu["name"]}
+    if request.values.get("mtp_layers") is not None:
+        out["mtp_layers"] = request.values["mtp_layers"]
+    layout = dict(answer["layout"])
+    if (layout.get("virtual_stages") or 1) > 1 and layout.get("chunk_layers"):
+        layout["stage_layers"] = layout["chunk_layers"]
+    out |= {k: layout[k] for k in ANSWER_FIELDS if layout.get(k) is not None}
+    out |= {k: v for k, v in request.cluster.items() if v not in (None, {}, [])}
+    return out
