@@ -90,4 +90,8 @@ def test_search_prints_the_evaluate_line_of_its_answer():
             assert f"--stage-layers {','.join(map(str, lay['stage_layers']))}" in line
             assert f"--recompute-layers {','.join(map(str, lay['recompute_layers']))}" in line
     text = trainplan(*SEARCHES["dense"]).stdout
+    # the step in evaluate's seconds (3 decimals), the minutes beside: 280.679 s / 60 = 4.68 min
+    step = json.loads(done["dense"].stdout)["time"]["step_s"]
+    assert f"{step:.3f}" == "280.679"
+    assert "\nobjective (step-time): 280.679 s (4.7 min) per step\n" in text
     assert f"\nevaluate it: {json.loads(done['dense'].stdout)['evaluate_command']}\n" in text

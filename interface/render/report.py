@@ -22,6 +22,7 @@ __all__ = [
     "layout_line",
     "gb",
     "duration",
+    "step_text",
     "seconds_text",
     "percent_text",
     "objective_text",
@@ -58,6 +59,18 @@ def duration(seconds: float) -> str:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def step_text(seconds: float) -> str:
+    """A step time as evaluate prints it (:func:`seconds_text`: ``280.679 s``, ``646.2 ms``),
+    with :func:`duration`'s minutes or hours beside it where it is two minutes or longer, so a
+    search's or a per-stage plan's step reads as evaluate's and frontier's do.
+
+    >>> step_text(280.679204113), step_text(10.44064), step_text(0.6462)
+    ('280.679 s (4.7 min)', '10.441 s', '646.2 ms')
+    """
+    text = seconds_text(seconds)
+    return text if seconds < 120 else f"{text} ({duration(seconds)})"
+
+
 def objective_text(kind: str, key: str, value: float, tokens: int | None = None) -> str:
     """A search objective for people, from :func:`optimizer.problem.objective_value`'s key and
     base-unit value: "22.8 days to train 1.5e+13 tokens", "$2,345,678 to train …", "10.441 s per
@@ -75,7 +88,7 @@ def objective_text(kind: str, key: str, value: float, tokens: int | None = None)
         return f"{1 / value:,.0f} tokens/s per GPU"
     if kind == "time-to-train":
         return duration(value) + budget
-    return f"{duration(value)} per step"
+    return f"{step_text(value)} per step"
 
 
 def dollars(value: float | None, per: str = "", cents: bool = True) -> str:
