@@ -15,7 +15,7 @@ __all__ = ["per_stage_text"]
 def _layout_line(lay: dict[str, Any]) -> str:
     """A layout's degrees, ZeRO stage, recompute, schedule and micro-batch on one line."""
     return (
-        f"dp {lay['dp']} × tp {lay['tp']} × pp {lay['pp']} × cp {lay['cp']}, "
+        f"dp {lay['dp']:,} × tp {lay['tp']} × pp {lay['pp']} × cp {lay['cp']}, "
         f"{lay.get('framework', 'megatron')} ZeRO-{lay['zero_stage']}, recompute "
         f"{lay['recompute']}, {lay['schedule']}"
         + (f" v={lay['virtual_stages']}" if lay["virtual_stages"] > 1 else "")

@@ -277,9 +277,10 @@ def evaluate_text(d: dict[str, Any], defaults_used: dict[str, Any] | None = None
 
 def layout_line(lay: dict[str, Any]) -> str:
     """A layout as the evaluate text's ``layout:`` line writes it (``lay``: the JSON object's
-    ``layout``): degrees, framework, ZeRO, recompute, schedule, batch, rank order."""
+    ``layout``): degrees, framework, ZeRO, recompute, schedule, batch, rank order; counts in the
+    one number form of every message (thousands grouped: ``B 4,000,000``, ``s 8,192``)."""
     return (
-        f"dp {lay['dp']} × tp {lay['tp']} × pp {lay['pp']} × cp {lay['cp']}"
+        f"dp {lay['dp']:,} × tp {lay['tp']} × pp {lay['pp']} × cp {lay['cp']}"
         + (f" {_cp_kind_text(lay)}" if lay["cp"] > 1 else "")
         + f" (ep {lay['ep']}"
         + (f", etp {lay['etp']}" if lay.get("etp", lay["tp"]) != lay["tp"] else "")
@@ -292,8 +293,8 @@ def layout_line(lay: dict[str, Any]) -> str:
         )
         + f", {lay['schedule']}"
         + (f" v={lay['virtual_stages']}" if lay["virtual_stages"] > 1 else "")
-        + f", b {lay['micro_batch_size']}, B {lay['global_batch_size']}, m {lay['num_microbatches']}, "
-        f"s {lay['seq_len']}, rank order {lay.get('rank_order', 'tp-cp-ep-dp-pp')}"
+        + f", b {lay['micro_batch_size']:,}, B {lay['global_batch_size']:,}, "
+        f"m {lay['num_microbatches']:,}, s {lay['seq_len']:,}, rank order {lay.get('rank_order', 'tp-cp-ep-dp-pp')}"
     )
 
 
