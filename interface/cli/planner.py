@@ -292,6 +292,11 @@ def gpus_cmd(as_json: bool, part_file: str | None) -> None:
     from trainplan.topology.accelerators import status_legend
 
     click.echo(gpus_text(rows))
+    click.echo(
+        "memory: vendor = the vendor's nominal figure, in its unit (GiB = 2^30 B); device = the "
+        "bytes the device has, as its driver reports them where a capture is known; usable = "
+        "device less the runtime reserve, what evaluate's capacity is (GB = 10^9 B)"
+    )
     click.echo(status_legend())
     if part_file is not None:
         from trainplan.interface.render.tables import part_file_text
