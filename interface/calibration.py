@@ -353,18 +353,24 @@ def read_measurements(path: str | Path) -> tuple[str, tuple[str, ...], tuple[Mea
         params = {k: v for k, v in run.items() if k not in ("label", "step_seconds")}
         if "gpu" in params:
             raise ScenarioError(f"measurements {p}: run {i}: give gpu once, at the top")
-        refused = unknown_parameter(params)
-        if refused:
-            name = f" ({run['label']!r})" if isinstance(run.get("label"), str) else ""
-            raise ScenarioError(f"measurements {p}: run {i}{name}: {refused}")
         params["gpu"] = data["gpu"]
-        try:  # evaluate's rule: a key the run's layout does not read is refused
-            check_layout_keys(build_case(params))
-        except PlannerError as err:
-            name = f" ({run['label']!r})" if isinstance(run.get("label"), str) else ""
-            raise ScenarioError(f"measurements {p}: run {i}{name}: {err}") from None
+        _check_run(f"measurements {p}: run {i}", run.get("label"), params)
         out.append(Measurement(str(run.get("label", f"run {i}")), float(step), params))
     return _catalogue_name(data["gpu"]), tuple(str(k) for k in fit), tuple(out)
+
+
+def _check_run(where: str, label: Any, params: dict[str, Any]) -> None:
+    """Refuse a run's key that is no parameter (:func:`interface.inputs.unknown_parameter`) or
+    that its layout does not read, by evaluate's own rule
+    (:func:`interface.commands.check_layout_keys`), naming ``where`` and the run's label."""
+    name = f"{where} ({label!r})" if isinstance(label, str) else where
+    refused = unknown_parameter({k: v for k, v in params.items() if k != "gpu"})
+    if refused:
+        raise ScenarioError(f"{name}: {refused}")
+    try:
+        check_layout_keys(build_case(params))
+    except PlannerError as err:
+        raise ScenarioError(f"{name}: {err}") from None
 
 
 def _catalogue_name(gpu: str) -> str:

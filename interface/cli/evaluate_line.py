@@ -14,6 +14,8 @@ from typing import Any
 
 import click
 
+from trainplan.interface.cli.planner import evaluate_cmd
+
 __all__ = ["evaluate_line", "value_text", "answer_params", "ANSWER_FIELDS"]
 
 
@@ -43,8 +45,6 @@ def evaluate_line(params: Mapping[str, Any]) -> str:
     ...     "gradient_dtype": "bf16", "stage_layers": [16, 16], "pp": None})
     'trainplan evaluate --model llama3-8b --tp 2 --no-sequence-parallel --stage-layers 16,16 --set gradient_dtype=bf16'
     """
-    from trainplan.interface.cli.planner import evaluate_cmd
-
     options = {
         p.name: p
         for p in evaluate_cmd.params

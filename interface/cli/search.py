@@ -323,9 +323,8 @@ def search_cmd(
         click.echo("", err=True)
     out = run.json
     out["interrupted"] = stopped
-    for d in [out] if top == 1 else out["answers"]:
-        if not maximize:  # a family member of another depth is no catalogue model
-            d["evaluate_command"] = evaluate_line(answer_params(request, d))
+    if not maximize:  # a family member of another depth is no catalogue model
+        _with_evaluate_lines(request, [out] if top == 1 else out["answers"])
     if as_json:
         echo_json(out)
         exit_if(stopped)
@@ -353,6 +352,13 @@ def search_cmd(
         click.echo("")
         click.echo(evaluate_text(d))
     exit_if(stopped)
+
+
+def _with_evaluate_lines(request: SearchRequest, answers: list[dict[str, Any]]) -> None:
+    """Add to each answer ``evaluate_command``: the ``trainplan evaluate`` line that gives it
+    (:func:`interface.cli.evaluate_line.answer_params`)."""
+    for d in answers:
+        d["evaluate_command"] = evaluate_line(answer_params(request, d))
 
 
 def settings_note(out: dict[str, Any]) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 from tabulate import tabulate
 
 from trainplan.interface.outputs import output_path, writing
+from trainplan.interface.render.bubble_note import equal_stage_bubble
 from trainplan.interface.render.memory_labels import FREED_LABEL, gathered_label, library_labels
 from trainplan.model.layout import SEARCHED_FIELDS
 
@@ -351,32 +352,6 @@ def _mtp_apart(d: dict[str, Any]) -> str:
     return f"; the MTP block{'s' if mtp > 1 else ''} ({mtp}) beside them with the output layer"
 
 
-def _equal_stage_bubble(lay: dict[str, Any]) -> str:
-    """Where the bubble comes from, beside the closed form ``trainplan pipeline`` prints for
-    stages of equal time (:func:`model.pipeline.bubble_fraction`, (p − 1)/(v·m + p − 1): GPipe,
-    1F1B and interleaved 1F1B); empty at pp 1, for the split-backward schedules and without a
-    micro-batch count.
-
-    >>> _equal_stage_bubble({"pp": 8, "virtual_stages": 1, "num_microbatches": 1024,
-    ...     "schedule": "1f1b"})  # doctest: +NORMALIZE_WHITESPACE
-    "  the bubble is the schedule's order run on each stage's own time (the end stages also
-    hold the embedding and the output layer); with equal stages, as trainplan pipeline
-    assumes, (p − 1)/(v·m + p − 1) = 7/1,031 = 0.7%"
-    """
-    from trainplan.model.pipeline import bubble_fraction
-
-    pp, v, m = lay["pp"], lay.get("virtual_stages") or 1, lay.get("num_microbatches")
-    if pp == 1 or not m or lay["schedule"] not in ("gpipe", "1f1b", "interleaved"):
-        return ""
-    f = bubble_fraction(pp, m, v)
-    return (
-        "  the bubble is the schedule's order run on each stage's own time (the end stages "
-        "also hold the embedding and the output layer); with equal stages, as trainplan pipeline "
-        f"assumes, (p − 1)/(v·m + p − 1) = {f.numerator:,}/{f.denominator:,} = "
-        f"{percent_text(float(f))}"
-    )
-
-
 def _pipeline_and_step(d: dict[str, Any]) -> list[str]:
     """The pipeline line (bubble, micro-batches in flight, layers per stage) and the step line
     (its terms, MFU and HFU)."""
@@ -394,7 +369,7 @@ def _pipeline_and_step(d: dict[str, Any]) -> list[str]:
             else "layers unknown (size-only model)"
         )
     )
-    equal = _equal_stage_bubble(lay)
+    equal = equal_stage_bubble(lay)
     if equal:
         out.append(equal)
     if p.get("stage_microbatch_s"):  # what the schedule's order runs: the bubble's inputs
