@@ -77,28 +77,10 @@ def _long(opts: list[str]) -> str:
     return next((o for o in opts if o.startswith("--")), opts[0])
 
 
-ANSWER_FIELDS = (
-    "framework",
-    "dp",
-    "tp",
-    "pp",
-    "cp",
-    "cp_kind",
-    "cp_a2a",
-    "ep",
-    "etp",
-    "zero_stage",
-    "optimizer",
-    "recompute",
-    "recompute_layers",
-    "micro_batch_size",
-    "global_batch_size",
-    "seq_len",
-    "schedule",
-    "virtual_stages",
-    "stage_layers",
-    "sequence_parallel",
-    "rank_order",
+ANSWER_FIELDS: tuple[str, ...] = tuple(
+    "framework dp tp pp cp cp_kind cp_a2a ep etp zero_stage"
+    " optimizer recompute recompute_layers micro_batch_size global_batch_size seq_len"
+    " schedule virtual_stages stage_layers sequence_parallel rank_order".split()
 )
 """The fields of a search answer's ``layout`` object that evaluate takes back (its options of the
 same names): the searched ones, the batch, and the split of the layers over the stages."""
