@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainplan.interface.commands import check_layout_keys
 from trainplan.interface.inputs import build_case, unknown_parameter
 from trainplan.model.errors import InputError, PlannerError, ScenarioError
 from trainplan.model.frameworks import gradient_bytes_for
@@ -128,6 +129,10 @@ class Residual:
     """The run's :data:`SETTINGS` as evaluated (:func:`run_settings`)."""
     defaulted: tuple[str, ...] = ()
     """Those of :data:`SETTINGS` the run did not give: the planner's default was used."""
+    params: Mapping[str, Any] = field(default_factory=dict)
+    """The flat evaluate parameters the prediction is of: the run's, its ``gpu`` and the fitted
+    figures (``trainplan evaluate`` with them gives ``predicted_s``; ``calibrate`` prints that
+    command line for each run)."""
 
     @property
     def error(self) -> float:
@@ -253,7 +258,8 @@ def fit_warnings(fit: Fit) -> list[str]:
 
 
 def run_settings(params: Mapping[str, Any]) -> tuple[dict[str, str], tuple[str, ...]]:
-    """The :data:`SETTINGS` a run of flat evaluate parameters ``params`` is evaluated under, as
+    """The :data:`SETTINGS` a run of flat evaluate parameters ``params`` is evaluated under
+    (``p2p_overlap`` only where the layout reads it: Megatron-Core's interleaved schedule), as
     text, each read through the model's own resolver of its default (the framework's
     ``tp_comm_overlap``, :func:`model.tp_overlap.tp_overlap_for`; its gradient dtype,
     :func:`model.frameworks.gradient_bytes_for`; sequence parallelism,
@@ -292,7 +298,9 @@ def run_settings(params: Mapping[str, Any]) -> tuple[dict[str, str], tuple[str, 
         "p2p_overlap": on(o.p2p_overlap),
         "pipeline_scatter_gather": on(lay.pipeline_scatter_gather),
     }
-    return settings, tuple(k for k in SETTINGS if params.get(k) is None)
+    if lay.virtual_stages == 1 or fw != "megatron":  # read by the interleaved schedule only
+        del settings["p2p_overlap"]
+    return settings, tuple(k for k in settings if params.get(k) is None)
 
 
 def read_measurements(path: str | Path) -> tuple[str, tuple[str, ...], tuple[Measurement, ...]]:
@@ -303,7 +311,9 @@ def read_measurements(path: str | Path) -> tuple[str, tuple[str, ...], tuple[Mea
     ScenarioError
         Unreadable file, no ``gpu`` or runs, a run without a positive ``step_seconds``, a run's
         key that is no parameter (:func:`interface.inputs.unknown_parameter`: the file, the
-        run's number and label, the key, the parameter meant and where they are listed).
+        run's number and label, the key, the parameter meant and where they are listed), a key
+        the run's layout does not read or a bad value (evaluate's own rules,
+        :func:`interface.commands.check_layout_keys` and :func:`interface.inputs.build_case`).
     """
     p = Path(path)
     try:
@@ -343,13 +353,24 @@ def read_measurements(path: str | Path) -> tuple[str, tuple[str, ...], tuple[Mea
         params = {k: v for k, v in run.items() if k not in ("label", "step_seconds")}
         if "gpu" in params:
             raise ScenarioError(f"measurements {p}: run {i}: give gpu once, at the top")
-        refused = unknown_parameter(params)
-        if refused:
-            name = f" ({run['label']!r})" if isinstance(run.get("label"), str) else ""
-            raise ScenarioError(f"measurements {p}: run {i}{name}: {refused}")
         params["gpu"] = data["gpu"]
+        _check_run(f"measurements {p}: run {i}", run.get("label"), params)
         out.append(Measurement(str(run.get("label", f"run {i}")), float(step), params))
     return _catalogue_name(data["gpu"]), tuple(str(k) for k in fit), tuple(out)
+
+
+def _check_run(where: str, label: Any, params: dict[str, Any]) -> None:
+    """Refuse a run's key that is no parameter (:func:`interface.inputs.unknown_parameter`) or
+    that its layout does not read, by evaluate's own rule
+    (:func:`interface.commands.check_layout_keys`), naming ``where`` and the run's label."""
+    name = f"{where} ({label!r})" if isinstance(label, str) else where
+    refused = unknown_parameter({k: v for k, v in params.items() if k != "gpu"})
+    if refused:
+        raise ScenarioError(f"{name}: {refused}")
+    try:
+        check_layout_keys(build_case(params))
+    except PlannerError as err:
+        raise ScenarioError(f"{name}: {err}") from None
 
 
 def _catalogue_name(gpu: str) -> str:
@@ -389,7 +410,13 @@ def calibrate_measurements(
     predictors = [_predictor(m) for m in measurements]
     figures = fit_figures(predictors, [m.step_s for m in measurements], keys, start)
     residuals = tuple(
-        Residual(m.label, m.step_s, p(figures), *run_settings(m.params))
+        Residual(
+            m.label,
+            m.step_s,
+            p(figures),
+            *run_settings(m.params),
+            {"gpu": m.params["gpu"], **m.params, **figures},
+        )
         for m, p in zip(measurements, predictors, strict=True)
     )
     fixed = {k: getattr(base, k) for k in CALIBRATABLE if k not in figures}

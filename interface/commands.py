@@ -51,6 +51,7 @@ from trainplan.topology.accelerators import accelerator_rows
 
 __all__ = [
     "evaluate_json",
+    "check_layout_keys",
     "models_json",
     "gpus_json",
     "search_problem",
@@ -110,19 +111,30 @@ def evaluate_json(
     """
     request = evaluate_request(request, per_stage)
     case = build_case(request.params)
-    lay = case.layout
     if layout_keys:
-        given = options_given(case.options)
-        check_layout_reads_options(given, lay.framework, lay.zero_stage, lay.pp, lay.virtual_stages)
-        check_sac_scaled_mm(lay.framework, case.training, lay.recompute)
-        where = f"{lay.framework} zero_stage {lay.zero_stage}"
-        check_grad_stats_group(
-            case.options.grad_stats_group, [(lay.framework, lay.zero_stage)], where
-        )
+        check_layout_keys(case)
     out = estimate_to_dict(case.evaluate(), request.per_stage or per_stage)
     out["defaults_used"] = case.defaults_used
     out["notes"] = [*out["notes"], *case.notes]
     return out
+
+
+def check_layout_keys(case: Any) -> None:
+    """Refuse a cost option that ``case``'s layout does not read: one rule for ``evaluate`` and
+    each run of a ``calibrate`` measurements file (:func:`model.key_rules.check_layout_reads_options`,
+    ``check_sac_scaled_mm``, ``check_grad_stats_group``).
+
+    Raises
+    ------
+    LayoutError
+        One line naming the key, its value and the layouts that read it.
+    """
+    lay = case.layout
+    given = options_given(case.options)
+    check_layout_reads_options(given, lay.framework, lay.zero_stage, lay.pp, lay.virtual_stages)
+    check_sac_scaled_mm(lay.framework, case.training, lay.recompute)
+    where = f"{lay.framework} zero_stage {lay.zero_stage}"
+    check_grad_stats_group(case.options.grad_stats_group, [(lay.framework, lay.zero_stage)], where)
 
 
 MAX_CONFIG_CHARS = 1_000_000

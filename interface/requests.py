@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -145,6 +146,11 @@ class SearchRequest:
     """Seconds for the whole search (None: no limit)."""
     workers: int = 2
     """CP-SAT workers."""
+    scenario_file: str | None = None
+    """The scenario file's path the values were read from (None: none)."""
+    file_keys: frozenset[str] = frozenset()
+    """The keys whose value is the file's (no option or ``--set`` over it): a refusal of one
+    names the file and the key (:func:`interface.scenario.problem_of`)."""
 
 
 def _tables(values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -211,6 +217,7 @@ def search_request(
         return options
     merge(options, options.get("set") or {})
     file_values = _scenario_values(options)
+    path = options.get("scenario") if isinstance(options.get("scenario"), str | Path) else None
     given: dict[str, Any] = {k: options.get(k) for k in _TOP_OPTIONS}
     if objective:
         given["objective"] = objective
@@ -229,9 +236,21 @@ def search_request(
         per_stage_shapes=per_stage_shapes(per_stage, options.get("per_stage_shapes")),
         time_limit=None if limit is None else float(limit),
         workers=int(options.get("workers") or 2),
+        scenario_file=None if path is None else str(path),
+        file_keys=_file_keys(load_scenario(path), options) if path else frozenset(),
     )
     constraints_of(request.constraints)  # refused now, before any table or solver is loaded
     return request
+
+
+def _file_keys(file_values: Mapping[str, Any], options: Mapping[str, Any]) -> frozenset[str]:
+    """The keys of a scenario file (its tables' too) that no option or ``--set`` gives."""
+    sets = options.get("set") or {}
+    keys = set()
+    for key, value in file_values.items():
+        inner = value if key in ("space", "constraints", "cluster") else {key: value}
+        keys |= {k for k in inner if options.get(k) in (None, (), []) and k not in sets}
+    return frozenset(keys)
 
 
 def constraints_of(values: Mapping[str, Any]) -> Constraints:

@@ -81,7 +81,7 @@ from trainplan.interface.tp_plan import (
 )
 from trainplan.model.context_parallel import DEFAULT_SEARCHED_CP_KINDS, CpKind
 from trainplan.model.elementwise import check_compile
-from trainplan.model.errors import InputError, check_applicable
+from trainplan.model.errors import InputError, PlannerError, check_applicable
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Recompute
@@ -284,8 +284,30 @@ def problem_of(request: SearchRequest) -> Problem:
     Raises
     ------
     PlannerError
-        A value its rule refuses (one line), an unknown model or GPU.
+        A value its rule refuses (one line; a value the scenario file gave, with the file and
+        the key: ``scenario s.toml: global_batch_tokens: …``; no model anywhere, with the file's
+        key to give), an unknown model or GPU.
     """
+    try:
+        return _problem_of(request)
+    except PlannerError as err:
+        path, text = request.scenario_file, str(err)
+        if path is None:
+            raise
+        head = text.split(":", 1)[0]
+        if head in request.file_keys:
+            raise type(err)(f"scenario {path}: {text}") from None
+        if head == "model" and not request.values.get("model"):
+            raise type(err)(
+                f'scenario {path}: model missing: give model = "NAME" in the file (a catalogue '
+                "name or a config.json path), or --model NAME, --params SIZE or the dimensions "
+                "--layers --hidden --heads"
+            ) from None
+        raise
+
+
+def _problem_of(request: SearchRequest) -> Problem:
+    """:func:`problem_of` without the file's name on its refusals."""
     d, space_d, cons_d = request.values, request.space, request.constraints
     constraints = constraints_of(cons_d)  # bad constraints refused before any case is built
     if d.get("gpus") is None:

@@ -9,7 +9,10 @@ input (:func:`model.units.parse_number`, :func:`model.units.list_items`).
 
 from __future__ import annotations
 
+import difflib
+import re
 import tomllib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +28,18 @@ from trainplan.model.layout import Recompute
 from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.pipeline import Schedule
 from trainplan.model.recompute_modules import RECOMPUTE_MODULES
-from trainplan.model.units import list_items, parse_count, parse_counts, parse_number
+from trainplan.model.units import (
+    list_items,
+    parse_count,
+    parse_counts,
+    parse_number,
+    shown_text,
+)
 from trainplan.model.userbuffers_gemm import UB_CONFIGS
 from trainplan.optimizer.objectives import Objective
 
 __all__ = [
+    "closest_key",
     "ON_WORDS",
     "OFF_WORDS",
     "switch_word",
@@ -135,6 +145,7 @@ _FLAG, _TEXT, _COUNT, _WHOLE, _NUMBER, _SIZES, _PRICE, _FRACTIONS = (
     "price",
     "fractions",
 )
+_FRACTION = "fraction"  # a 0–1 share: headroom, min_mfu
 _ANY = "any"  # a key without a kind yet (a test requires one for every key)
 _HISTOGRAM = "histogram"  # [[length, count], …] (interface.recipe_inputs)
 _SCHEDULES = tuple(x.value for x in Schedule)
@@ -193,8 +204,8 @@ VALUE_KINDS: dict[str, Any] = {
     "virtual_stages": [_COUNT],
     "rank_order": [_TEXT],
     # [constraints]
-    "headroom": _NUMBER,
-    "min_mfu": _NUMBER,
+    "headroom": _FRACTION,
+    "min_mfu": _FRACTION,
     "tp_in_nvlink": _FLAG,
     "allocator_retries_ok": _FLAG,
     "per_stage": _FLAG,
@@ -304,6 +315,13 @@ def _check_value(key: str, value: Any, kind: Any) -> None:
         parse_count(value, key, minimum=0)
     elif kind == _NUMBER:
         parse_number(value, key)
+    elif kind == _FRACTION:
+        try:
+            parse_number(value, key)
+        except InputError:
+            raise InputError(
+                f"{key}: {shown_text(value, 40)} is not a number: give a fraction 0–1 (0.05 for 5%)"
+            ) from None
     elif kind == _SIZES and key != "global_batch_tokens":  # tokens: checked with seq_len
         parse_counts(value, key, ranges=True)
     elif kind == _SIZES:
@@ -318,6 +336,21 @@ def _check_value(key: str, value: Any, kind: Any) -> None:
             x = parse_number(number, f"{key} {name}" if name else key)
             if kind == _FRACTIONS and not 0 <= x <= 1:
                 raise InputError(f"{key} {name}: {number!r} must be a fraction in [0, 1]")
+
+
+def closest_key(key: str, keys: Iterable[str]) -> str | None:
+    """The one of ``keys`` closest to a misspelt ``key`` (:func:`difflib.get_close_matches`,
+    ``-`` and ``_`` alike), or None: the "did you mean" of ``--set`` and of the API's query
+    keys (:func:`interface.cli.query.parse_query`).
+
+    >>> closest_key("compil", ["compile", "cp", "recompute"]), closest_key("gpu-hour", ["tp"])
+    ('compile', None)
+    >>> closest_key("memory_efficent_norm", ["memory-efficient-norm", "tp"])
+    'memory-efficient-norm'
+    """
+    by_form = {k.replace("-", "_"): k for k in sorted(keys)}
+    near = difflib.get_close_matches(key.replace("-", "_"), list(by_form), n=1)
+    return by_form[near[0]] if near else None
 
 
 def load_scenario(path: str | Path) -> dict[str, Any]:
@@ -338,24 +371,44 @@ def load_scenario(path: str | Path) -> dict[str, Any]:
         if not p.is_file():  # a device or pipe would be read without end
             raise ScenarioError(f"scenario {p}: not a regular file (a folder, device or pipe)")
         data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+    except tomllib.TOMLDecodeError as err:
+        raise ScenarioError(f"scenario {p}: {_toml_error(p, err)}") from None
+    except (OSError, UnicodeDecodeError) as err:
         raise ScenarioError(f"scenario {p}: {err}") from None
     except RecursionError:
         raise ScenarioError(
             f"scenario {p}: tables or lists nest too deeply to read (a scenario nests two levels)"
         ) from None
-    check_scenario(data, f"scenario {p}")
+    check_scenario(data, f"scenario {p}", dotted=True)
     return data
 
 
-def check_scenario(data: dict[str, Any], where: str) -> None:
+def _toml_error(path: Path, err: tomllib.TOMLDecodeError) -> str:
+    """TOML's message, with the key it stopped at where it names none: a key given twice
+    (``Cannot overwrite a value (at line 2, column 20)``) says which key, read from that line."""
+    text = str(err)
+    found = re.search(r"at line (\d+)", text)
+    if "overwrite" not in text or not found:
+        return text
+    try:
+        line = path.read_text(encoding="utf-8").splitlines()[int(found.group(1)) - 1]
+    except (OSError, UnicodeDecodeError, IndexError):
+        return text
+    key = line.split("=", 1)[0].strip()
+    return f"{shown_text(key, 60)}: given twice (line {found.group(1)}); give each key once"
+
+
+def check_scenario(data: dict[str, Any], where: str, dotted: bool = False) -> None:
     """Check a scenario's values (as TOML reads them): every key known, every value of its kind
-    (:data:`VALUE_KINDS`); the grid of ``trainplan sweep`` checks its base the same way.
+    (:data:`VALUE_KINDS`); the grid of ``trainplan sweep`` checks its base the same way. With
+    ``dotted`` (a file) a table's key is named with its table, as the file places it
+    (``space.tp``).
 
     Raises
     ------
     ScenarioError
-        ``{where}: unknown key …`` or ``{where}: seq_len: 'long' …``, one line.
+        ``{where}: unknown key …`` (with the closest known key, :func:`closest_key`) or
+        ``{where}: seq_len: 'long' …``, one line.
     """
     where = f"{where}: " if where else ""
     for name, keys in (
@@ -367,10 +420,14 @@ def check_scenario(data: dict[str, Any], where: str) -> None:
         table = data.get(name, {}) if name else data
         if not isinstance(table, dict):
             raise ScenarioError(f"{where}{name} = {table!r} must be a table, [{name}]")
+        prefix = f"{name}." if name and dotted else ""
         unknown = sorted(set(table) - keys)
         if unknown:
+            near = closest_key(unknown[0], keys)
+            hint = f"; did you mean {prefix}{near}?" if near else ""
             raise ScenarioError(
-                f"{where}unknown key {unknown[0]!r} (known: {', '.join(sorted(keys))})"
+                f"{where}unknown key {prefix + unknown[0]!r}{hint} (known"
+                f"{' in [' + name + ']' if name else ''}: {', '.join(sorted(keys))})"
             )
         for key, value in table.items():
             if key in ("space", "constraints", "cluster"):
@@ -378,4 +435,7 @@ def check_scenario(data: dict[str, Any], where: str) -> None:
             try:
                 _check_value(key, value, VALUE_KINDS.get(key, _ANY))
             except InputError as err:
-                raise ScenarioError(f"{where}{err}") from None
+                text = str(err)
+                if prefix and text.startswith(key):
+                    text = prefix + text
+                raise ScenarioError(f"{where}{text}") from None

@@ -17,7 +17,6 @@ on their flags.
 
 from __future__ import annotations
 
-import difflib
 import json
 import tomllib
 from collections.abc import Iterable, Mapping
@@ -30,6 +29,7 @@ from trainplan.interface.scenario_file import (
     SPACE_KEYS,
     VALUE_KINDS,
     check_scenario,
+    closest_key,
     switch_word,
 )
 from trainplan.model.errors import InputError
@@ -305,21 +305,6 @@ def read_line(item: str) -> dict[str, Any]:
         f"--set: {shown_text(key, 60)} is not a key: letters, digits and _ (a dotted key sets "
         "one entry of a table, overlap.dp=0.5)"
     )
-
-
-def closest_key(key: str, keys: Iterable[str]) -> str | None:
-    """The one of ``keys`` closest to a misspelt ``key`` (:func:`difflib.get_close_matches`,
-    ``-`` and ``_`` alike), or None: the "did you mean" of ``--set`` and of the API's query
-    keys (:func:`interface.cli.query.parse_query`).
-
-    >>> closest_key("compil", ["compile", "cp", "recompute"]), closest_key("gpu-hour", ["tp"])
-    ('compile', None)
-    >>> closest_key("memory_efficent_norm", ["memory-efficient-norm", "tp"])
-    'memory-efficient-norm'
-    """
-    by_form = {k.replace("-", "_"): k for k in sorted(keys)}
-    near = difflib.get_close_matches(key.replace("-", "_"), list(by_form), n=1)
-    return by_form[near[0]] if near else None
 
 
 def _unknown(key: str, keys: Iterable[str], command: str) -> InputError:

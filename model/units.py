@@ -82,7 +82,8 @@ def check_limit(
     ------
     InputError
         ``seq_len: 1e26 is above the limit of 16,777,216 tokens (2^24 …)``, naming the parameter,
-        the value as written (``text``) and the limit with its reason.
+        the value as written (``text``; plain digits grouped, ``4,000``, as every refusal
+        echoes a number) and the limit with its reason.
 
     Examples
     --------
@@ -91,11 +92,18 @@ def check_limit(
     Traceback (most recent call last):
     ...
     trainplan.model.errors.InputError: --seq-len: 1e26 is above the limit of 16,777,216 tokens (2^24 ...)
+    >>> check_limit("--seq-len", 20000000, "20000000")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.InputError: --seq-len: 20,000,000 is above the limit of 16,777,216 ...
     """
     limit = limit or limit_for(name)
     if limit is None or value <= limit.maximum:
         return
-    shown = text if text is not None else f"{value:,}" if value < 10**15 else f"{float(value):.3g}"
+    if text is not None and not str(text).strip().isdigit():  # 1e26, 16Ki: as written
+        shown = str(text)
+    else:  # plain digits in the one number form of every refusal (4000 → 4,000)
+        shown = shown_number(value) if value < 10**15 else f"{float(value):.3g}"
     raise InputError(
         f"{name}: {shown} is above the limit of {limit.maximum:,} {limit.unit} ({limit.why})"
     )

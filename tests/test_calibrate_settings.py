@@ -82,10 +82,14 @@ def test_a_run_without_its_recipe_is_evaluated_under_the_planner_defaults():
         "gradient_dtype": "fp32",
         "tp_comm_overlap": "async",
         "grad_reduce_overlap": "on",
-        "p2p_overlap": "on",
         "pipeline_scatter_gather": "off",
-    }
+    }  # no p2p_overlap: only Megatron-Core's interleaved schedule reads it (model.key_rules)
     assert set(defaulted) == set(settings)
+    interleaved, _ = run_settings(
+        {"gpu": "A100-80GB", "model": "megatron-7.5b", "tp": 4, "pp": 4, "dp": 8,
+         "virtual_stages": 2, "micro_batch_size": 1, "global_batch_size": 512}
+    )  # fmt: skip
+    assert interleaved["p2p_overlap"] == "on"
 
 
 def test_the_worked_example_states_its_recipe():

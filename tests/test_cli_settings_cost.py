@@ -26,7 +26,7 @@ WITH += ["--micro-batch", "1"]
 NOTE = (
     "Note: your setting --set moe_ep_overlap=overlap_moe_expert_parallel_comm costs 4.6%: without "
     "it (the frameworks' defaults) the best layout is dp 64 × tp 1 × pp 1 × cp 1 (ep 8), megatron "
-    "ZeRO-3, recompute full, 1f1b, b 2, B 128, m 1, s 32768, rank order tp-cp-ep-dp-pp "
+    "ZeRO-3, recompute full, 1f1b, b 2, B 128, m 1, s 32,768, rank order tp-cp-ep-dp-pp "
     "(17.692 s per step against 18.508 s per step with it)"
 )
 
@@ -130,7 +130,7 @@ def test_several_choices_say_which_one_costs():
         "Note: your settings --set moe_ep_overlap=overlap_moe_expert_parallel_comm, "
         "--p2p-warmup-flush=true cost 2.1%: without them (the frameworks' defaults) the best "
         "layout is dp 64 × tp 1 × pp 1 × cp 1 (ep 8), megatron ZeRO-3, recompute full, 1f1b, b 2, "
-        "B 128, m 1, s 32768, rank order tp-cp-ep-dp-pp (17.692 s per step against 18.055 s per "
+        "B 128, m 1, s 32,768, rank order tp-cp-ep-dp-pp (17.692 s per step against 18.055 s per "
         "step with them); each alone (dropped, the others kept): --set moe_ep_overlap="
         "overlap_moe_expert_parallel_comm costs 2.1%, --p2p-warmup-flush=true costs 0.0%"
     )

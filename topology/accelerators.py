@@ -435,12 +435,17 @@ def get_accelerator(name: str) -> DeviceSpec:
 def accelerator_rows() -> list[dict[str, Any]]:
     """One JSON-able dict per table row, in file order, for a ``trainplan gpus`` table.
 
-    Keys: ``name, memory_gb, memory_unit, memory_bytes, bf16_tflops, fp8_tflops, fp8_source,
+    Keys: ``name, memory_gb, memory_unit, memory_bytes, device_bytes, runtime_reserve_bytes,
+    usable_bytes, bf16_tflops, fp8_tflops, fp8_source,
     dense, nvlink_gbps,
     nvlink_domain, scaleout_gbps, hbm_tbps, host_link_gbps, bandwidth_source, host_memory_gb,
     host_memory_gbps, host_cores, host_source, power_w, power_source, source, status``;
     the vendor figures as written in the file (GB/s per GPU per direction, HBM in TB/s; None
-    where the table has no sourced figure) plus ``memory_bytes`` in bytes.
+    where the table has no sourced figure) plus ``memory_bytes`` in bytes (the vendor's nominal
+    figure), ``device_bytes`` (the bytes the device has, as its driver reports them where a
+    capture is known: :attr:`model.hardware.DeviceSpec.physical_bytes`, what evaluate starts
+    from), ``runtime_reserve_bytes`` and ``usable_bytes`` (device less reserve: evaluate's
+    capacity under a physical profile, :meth:`~model.hardware.DeviceSpec.usable_bytes`).
 
     Examples
     --------
@@ -459,6 +464,9 @@ def row_dict(raw: dict[str, Any], device: DeviceSpec) -> dict[str, Any]:
         "memory_gb": raw["memory_gb"],
         "memory_unit": raw["memory_unit"],
         "memory_bytes": device.memory_bytes,
+        "device_bytes": device.physical_bytes,
+        "runtime_reserve_bytes": device.runtime_reserve_bytes,
+        "usable_bytes": device.usable_bytes(True),
         "bf16_tflops": raw["bf16_tflops"],
         **{k: raw.get(k) for k in ("fp8_tflops", "fp8_source")},
         "dense": raw["dense"],

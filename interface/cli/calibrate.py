@@ -15,6 +15,7 @@ import click
 
 from trainplan.interface.cli import cli
 from trainplan.interface.cli.common import echo_json, fail, output
+from trainplan.interface.cli.evaluate_line import evaluate_line
 from trainplan.interface.outputs import writing
 from trainplan.model.errors import InputError
 
@@ -82,6 +83,9 @@ def calibrate_cmd(
         echo_json(_fit_json(gpu, result, problems, accept, output_file if written else None))
     else:
         click.echo(fit_text(result))
+        click.echo("each run's prediction, as evaluate gives it:")
+        for r in result.residuals:
+            click.echo(f"  {r.label}: {evaluate_line(r.params)}")
         if written:
             click.echo(f"wrote {output_file}")
     if problems and accept:
@@ -99,7 +103,8 @@ def calibrate_cmd(
 
 def _fit_json(gpu: str, fit: Any, problems: list[str], accept: bool, output: Any) -> dict:
     """``calibrate --json``: the fit, its residuals (each run's settings as evaluated and those
-    left at the planner's default), why it is poor (``problems``), each fitted figure far from
+    left at the planner's default, and ``evaluate_command``: the ``trainplan evaluate`` line
+    that gives its prediction), why it is poor (``problems``), each fitted figure far from
     its per-operation default (``warnings``), whether it was kept, and the file written (None:
     none)."""
     from trainplan.interface.calibration import fit_warnings
@@ -116,6 +121,7 @@ def _fit_json(gpu: str, fit: Any, problems: list[str], accept: bool, output: Any
                 "error": r.error,
                 "settings": dict(r.settings),
                 "defaulted": list(r.defaulted),
+                "evaluate_command": evaluate_line(r.params),
             }
             for r in fit.residuals
         ],

@@ -164,6 +164,14 @@ BATCH: list[Decorator] = [
         "per model chunk, as Megatron-LM's: the first that many layers of each of the "
         "stage's chunks.",
     ),
+    click.option(
+        "--pipeline-scatter-gather/--no-pipeline-scatter-gather",
+        "pipeline_scatter_gather",
+        default=None,
+        help="Megatron-LM 2021's --scatter-gather-tensors-in-pipeline: with tp > 1 and no "
+        "sequence parallelism each pipeline send carries 1/tp of the activation (Narayanan et al. "
+        "2021 §4.1); default off (Megatron-Core sends the whole tensor).",
+    ),
 ]
 """Sequence, batch and pipeline schedule."""
 
@@ -284,6 +292,11 @@ def gpus_cmd(as_json: bool, part_file: str | None) -> None:
     from trainplan.topology.accelerators import status_legend
 
     click.echo(gpus_text(rows))
+    click.echo(
+        "memory: vendor = the vendor's nominal figure, in its unit (GiB = 2^30 B); device = the "
+        "bytes the device has, as its driver reports them where a capture is known; usable = "
+        "device less the runtime reserve, what evaluate's capacity is (GB = 10^9 B)"
+    )
     click.echo(status_legend())
     if part_file is not None:
         from trainplan.interface.render.tables import part_file_text

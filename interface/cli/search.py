@@ -17,6 +17,7 @@ from trainplan.interface.cli.common import (
     echo_json,
     list_option,
 )
+from trainplan.interface.cli.evaluate_line import answer_params, evaluate_line
 from trainplan.interface.cli.interrupt import interruptible, stop_between_tables
 from trainplan.interface.cli.options import (
     CALIBRATION,
@@ -323,6 +324,8 @@ def search_cmd(
         click.echo("", err=True)
     out = run.json
     out["interrupted"] = stopped
+    if not maximize:  # a family member of another depth is no catalogue model
+        _with_evaluate_lines(request, [out] if top == 1 else out["answers"])
     if as_json:
         echo_json(out)
         exit_if(stopped)
@@ -341,6 +344,8 @@ def search_cmd(
     for i, d in enumerate(answers, 1):
         click.echo(f"\n#{i}: {d['job']}" if top > 1 else "")
         click.echo(f"objective ({run.objective}): {d['objective_text']}")
+        if d.get("evaluate_command"):
+            click.echo(f"evaluate it: {d['evaluate_command']}")
         if "price_per_hour" in d:
             per_step = d.get("price_per_step")
             click.echo(
@@ -350,6 +355,13 @@ def search_cmd(
         click.echo("")
         click.echo(evaluate_text(d))
     exit_if(stopped)
+
+
+def _with_evaluate_lines(request: SearchRequest, answers: list[dict[str, Any]]) -> None:
+    """Add to each answer ``evaluate_command``: the ``trainplan evaluate`` line that gives it
+    (:func:`interface.cli.evaluate_line.answer_params`)."""
+    for d in answers:
+        d["evaluate_command"] = evaluate_line(answer_params(request, d))
 
 
 def settings_note(out: dict[str, Any]) -> None:
@@ -388,6 +400,7 @@ def _per_stage(request: SearchRequest, as_json: bool) -> None:
         infeasible(err, as_json)
         return
     run.json["interrupted"] = stopped
+    run.json["evaluate_command"] = evaluate_line(answer_params(request, run.json))
     if as_json:
         echo_json(run.json)
         exit_if(stopped)
@@ -395,6 +408,7 @@ def _per_stage(request: SearchRequest, as_json: bool) -> None:
     if stopped:
         click.echo("Interrupted (Ctrl-C): the best plan found before it, not proven\n")
     click.echo(per_stage_text(run.json))
+    click.echo(f"evaluate it: {run.json['evaluate_command']}")
     click.echo("")
     click.echo(evaluate_text(run.json))
     exit_if(stopped)

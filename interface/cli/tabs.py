@@ -219,7 +219,9 @@ def _scaled_cells(
 @JSON
 def pipeline_cmd(width, png, svg, as_json, **kw) -> None:
     """Pipeline bubble and timeline: GPipe, 1F1B, interleaved 1F1B, zero-bubble (ZB-H1, ZB-H2,
-    ZB-V), DualPipe and DualPipeV."""
+    ZB-V), DualPipe and DualPipeV, with every stage taking the same time (evaluate times each
+    stage of a model, the embedding and the output layer on the end stages, so its bubble
+    differs where the stages do)."""
     r = tabs.pipeline_report(tab_request(PipelineRequest, kw))
     for path in (png, svg):
         if path is not None:
@@ -239,7 +241,8 @@ def _classic_summary(r: dict[str, Any]) -> list[str]:
     held = " ".join(f"{h:g}" for h in r["held_per_stage"])
     return [
         f"{r['schedule']}: {r['stages']} stages × {r['microbatches']} micro-batches, "
-        f"v = {r['virtual_stages']}, backward = {r['backward_ratio']} × forward",
+        f"v = {r['virtual_stages']}, backward = {r['backward_ratio']} × forward, every stage the "
+        "same time (evaluate times each stage of a model: its bubble differs where they do)",
         f"bubble_fraction {r['bubble_fraction_exact']} = {_pct(r['bubble_fraction'])}   "
         f"idle share of the step, {r['bubble_fraction_formula']}",
         f"bubble_ratio    {_pct(r['bubble_ratio'])}   bubble / ideal compute, "

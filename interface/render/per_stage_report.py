@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from trainplan.interface.render.report import duration, seconds_text, table_text
+from trainplan.interface.render.report import seconds_text, step_text, table_text
 from trainplan.model.pipeline_onef import one_chunk
 
 __all__ = ["per_stage_text"]
@@ -15,7 +15,7 @@ __all__ = ["per_stage_text"]
 def _layout_line(lay: dict[str, Any]) -> str:
     """A layout's degrees, ZeRO stage, recompute, schedule and micro-batch on one line."""
     return (
-        f"dp {lay['dp']} × tp {lay['tp']} × pp {lay['pp']} × cp {lay['cp']}, "
+        f"dp {lay['dp']:,} × tp {lay['tp']} × pp {lay['pp']} × cp {lay['cp']}, "
         f"{lay.get('framework', 'megatron')} ZeRO-{lay['zero_stage']}, recompute "
         f"{lay['recompute']}, {lay['schedule']}"
         + (f" v={lay['virtual_stages']}" if lay["virtual_stages"] > 1 else "")
@@ -76,8 +76,8 @@ def per_stage_text(d: dict[str, Any]) -> str:
         f"{len(ps['shapes'])} base layout(s)",
         "",
         f"best uniform:  {_layout_line(ps['uniform']['layout'])}: "
-        f"{duration(ps['uniform']['step_s'])} per step",
-        f"per-stage:     {_layout_line(lay)}: {duration(ps['step_s'])} per step "
+        f"{step_text(ps['uniform']['step_s'])} per step",
+        f"per-stage:     {_layout_line(lay)}: {step_text(ps['step_s'])} per step "
         f"({ps['gain']:.3f}× the uniform)",
     ]
     v, pp = lay["virtual_stages"], lay["pp"]
@@ -104,7 +104,7 @@ def per_stage_text(d: dict[str, Any]) -> str:
     out += [f"  note: {n}" for n in launch["megatron_notes"]]
     if launch["megatron_step_s"] is not None:
         out.append(
-            f"  with one --recompute-num-layers for every stage: {duration(launch['megatron_step_s'])}"
+            f"  with one --recompute-num-layers for every stage: {step_text(launch['megatron_step_s'])}"
             " per step"
         )
     out += ["", "torchtitan:", *("  " + line for line in launch["torchtitan"])]

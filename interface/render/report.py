@@ -12,6 +12,7 @@ from typing import Any
 from tabulate import tabulate
 
 from trainplan.interface.outputs import output_path, writing
+from trainplan.interface.render.bubble_note import equal_stage_bubble
 from trainplan.interface.render.memory_labels import FREED_LABEL, gathered_label, library_labels
 from trainplan.model.layout import SEARCHED_FIELDS
 
@@ -22,6 +23,7 @@ __all__ = [
     "layout_line",
     "gb",
     "duration",
+    "step_text",
     "seconds_text",
     "percent_text",
     "objective_text",
@@ -58,6 +60,18 @@ def duration(seconds: float) -> str:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def step_text(seconds: float) -> str:
+    """A step time as evaluate prints it (:func:`seconds_text`: ``280.679 s``, ``646.2 ms``),
+    with :func:`duration`'s minutes or hours beside it where it is two minutes or longer, so a
+    search's or a per-stage plan's step reads as evaluate's and frontier's do.
+
+    >>> step_text(280.679204113), step_text(10.44064), step_text(0.6462)
+    ('280.679 s (4.7 min)', '10.441 s', '646.2 ms')
+    """
+    text = seconds_text(seconds)
+    return text if seconds < 120 else f"{text} ({duration(seconds)})"
+
+
 def objective_text(kind: str, key: str, value: float, tokens: int | None = None) -> str:
     """A search objective for people, from :func:`optimizer.problem.objective_value`'s key and
     base-unit value: "22.8 days to train 1.5e+13 tokens", "$2,345,678 to train …", "10.441 s per
@@ -75,7 +89,7 @@ def objective_text(kind: str, key: str, value: float, tokens: int | None = None)
         return f"{1 / value:,.0f} tokens/s per GPU"
     if kind == "time-to-train":
         return duration(value) + budget
-    return f"{duration(value)} per step"
+    return f"{step_text(value)} per step"
 
 
 def dollars(value: float | None, per: str = "", cents: bool = True) -> str:
@@ -264,9 +278,10 @@ def evaluate_text(d: dict[str, Any], defaults_used: dict[str, Any] | None = None
 
 def layout_line(lay: dict[str, Any]) -> str:
     """A layout as the evaluate text's ``layout:`` line writes it (``lay``: the JSON object's
-    ``layout``): degrees, framework, ZeRO, recompute, schedule, batch, rank order."""
+    ``layout``): degrees, framework, ZeRO, recompute, schedule, batch, rank order; counts in the
+    one number form of every message (thousands grouped: ``B 4,000,000``, ``s 8,192``)."""
     return (
-        f"dp {lay['dp']} × tp {lay['tp']} × pp {lay['pp']} × cp {lay['cp']}"
+        f"dp {lay['dp']:,} × tp {lay['tp']} × pp {lay['pp']} × cp {lay['cp']}"
         + (f" {_cp_kind_text(lay)}" if lay["cp"] > 1 else "")
         + f" (ep {lay['ep']}"
         + (f", etp {lay['etp']}" if lay.get("etp", lay["tp"]) != lay["tp"] else "")
@@ -279,8 +294,8 @@ def layout_line(lay: dict[str, Any]) -> str:
         )
         + f", {lay['schedule']}"
         + (f" v={lay['virtual_stages']}" if lay["virtual_stages"] > 1 else "")
-        + f", b {lay['micro_batch_size']}, B {lay['global_batch_size']}, m {lay['num_microbatches']}, "
-        f"s {lay['seq_len']}, rank order {lay.get('rank_order', 'tp-cp-ep-dp-pp')}"
+        + f", b {lay['micro_batch_size']:,}, B {lay['global_batch_size']:,}, "
+        f"m {lay['num_microbatches']:,}, s {lay['seq_len']:,}, rank order {lay.get('rank_order', 'tp-cp-ep-dp-pp')}"
     )
 
 
@@ -354,6 +369,9 @@ def _pipeline_and_step(d: dict[str, Any]) -> list[str]:
             else "layers unknown (size-only model)"
         )
     )
+    equal = equal_stage_bubble(lay)
+    if equal:
+        out.append(equal)
     if p.get("stage_microbatch_s"):  # what the schedule's order runs: the bubble's inputs
         out.append(
             "  one micro-batch per stage (forward + backward): "

@@ -60,12 +60,16 @@ def stages_text(stages: list[dict[str, Any]]) -> str:
 def gpus_text(rows: list[dict[str, Any]]) -> str:
     """The accelerator table for the terminal (the ``status`` column headed
     :data:`topology.accelerators.STATUS_HEADER`; :func:`topology.accelerators.status_legend`
-    says what it means)."""
+    says what it means): the vendor's nominal memory as the vendor writes it (GB or GiB, said),
+    then in GB = 10⁹ B as evaluate prints them the bytes the device has (its driver's report
+    where a capture is known) and what a layout may use after the runtime reserve."""
     return table_text(
         [
             {
                 "name": r["name"],
-                "memory": f"{r['memory_gb']:g} {r['memory_unit']}",
+                "vendor memory": f"{r['memory_gb']:g} {r['memory_unit']}",
+                "device GB": f"{r['device_bytes'] / 1e9:,.2f}",
+                "usable GB": f"{r['usable_bytes'] / 1e9:,.2f}",
                 "dense BF16 TFLOP/s": r["bf16_tflops"],
                 "dense FP8 TFLOP/s": r["fp8_tflops"],
                 "NVLink GB/s": r["nvlink_gbps"],

@@ -83,7 +83,7 @@ def test_forced_ep_overlap_costs_two_percent_on_mixtral():
     assert cost["note"] == (
         "your setting --set moe_ep_overlap=overlap_moe_expert_parallel_comm costs 4.6%: without "
         "it (the frameworks' defaults) the best layout is dp 64 × tp 1 × pp 1 × cp 1 (ep 8), "
-        "megatron ZeRO-3, recompute full, 1f1b, b 2, B 128, m 1, s 32768, rank order "
+        "megatron ZeRO-3, recompute full, 1f1b, b 2, B 128, m 1, s 32,768, rank order "
         "tp-cp-ep-dp-pp (17.692 s per step against 18.508 s per step with it)"
     )
     web = search_json({**MIXTRAL, "gpus": "64", "set": OVERLAP}, web=True).json
