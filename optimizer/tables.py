@@ -3,26 +3,23 @@
 For every job j, every legal shape s of it (optimizer.space), every ZeRO stage z and every
 recompute mode r:
 
-* ``state[s, z, r, i]`` — model-state bytes of pipeline stage i in forward/backward: weights,
-  gradients, optimizer state, gathered units and buffers (the recompute mode moves DeepSpeed
-  ZeRO-3's gathered weights alone, :func:`model.terms.deepspeed_turn.zero3_turn_gathered`)
-* ``step[s, z, r, i]``  — model-state bytes of stage i while the optimizer steps (no activations)
-* ``act[s, r, i]``   — activation bytes of stage i
+* ``state[s, z, r, i]`` — model-state bytes of pipeline stage i in forward/backward (weights,
+  gradients, optimizer state, gathered units, buffers; r moves DeepSpeed ZeRO-3's gathered
+  weights alone, :func:`model.terms.deepspeed_turn.zero3_turn_gathered`); ``step[s, z, r, i]``
+  the same while the optimizer steps (no activations); ``act[s, r, i]`` activation bytes
 * ``legal[s, z, r]`` — the shape breaks no legality rule at the ZeRO stage and recompute mode
   (:func:`model.legality.legality`: the framework runs the stage with its axes, the recompute
   mode, the offload)
 * ``t1_ns[s, r]``    — compute × (1 + bubble) + exposed tp/cp/ep/pp traffic
-* ``t2_ns[s, z, r]`` — exposed dp traffic, the optimizer step and an offload's transfers (both
-  rounded to whole nanoseconds as :func:`model.estimate.objective_ns`; the recompute mode moves
-  DeepSpeed ZeRO-3's gather launches alone, :func:`model.terms.dp_time.dp_group_seconds`)
+* ``t2_ns[s, z, r]`` — exposed dp traffic, the optimizer step, an offload's transfers (both in
+  whole ns as :func:`model.estimate.objective_ns`; r moves DeepSpeed ZeRO-3's gathers alone)
 
 so that the memory of stage i is max(state + act, step) (:func:`model.terms.peak.peak_over_phases`)
 and the step time t1 + t2, exactly as ``evaluate()`` adds them. Each table is one term of
 :data:`model.terms.TERMS` evaluated over its scope (:func:`optimizer.columns.tabulate`): float64,
 within a byte and a nanosecond of the exact evaluation. Fit verdicts are decided exactly where a
 candidate's peak is within a relative 1e-9 of the capacity, and every printed answer is
-re-evaluated exactly (:func:`optimizer.search.check_against_evaluate`). Nothing here computes a
-cost itself.
+re-evaluated exactly (:func:`optimizer.search.check_against_evaluate`). Nothing here costs.
 """
 
 from __future__ import annotations
@@ -254,9 +251,8 @@ def _times(c: Context, table: ShapeColumns, zs, rs, legal: np.ndarray) -> dict[s
 def _job_rows(job: Job, shapes: tuple[Shape, ...], zs, rs, headroom, memo, retries_ok, fit_only):
     """Every term of one job's shapes: memory arrays (``memo``, per accelerator: the state reads
     the part), times, capacities, exact fit verdicts (``retries_ok``: ``allocator_retries_ok``).
-    ``fit_only``: when no candidate fits, the times are left 0 (not tabulated): the ``params``
-    objective's probe of a family member reads only whether something fits
-    (:mod:`optimizer.params_search`)."""
+    ``fit_only``: where nothing fits the times are left 0, untabulated (the ``params`` objective's
+    probe of a family member reads only the fit, :mod:`optimizer.params_search`)."""
     case = job.case
     c = evaluation_context(
         case.model, case.training, case.device, case.options, case.vocab_multiple
@@ -277,8 +273,8 @@ def _job_rows(job: Job, shapes: tuple[Shape, ...], zs, rs, headroom, memo, retri
 
 def _no_times(N: int, Z: int, R: int) -> dict[str, np.ndarray]:
     """:func:`_times`' arrays, zero: a job none of whose candidates fits, under ``fit_only``."""
-    t1, t2 = np.zeros((N, R), dtype=np.int64), np.zeros((N, Z, R), dtype=np.int64)
-    return {"t1": t1, "t1u": t1, "unordered": np.zeros((N, Z), dtype=bool), "t2": t2}
+    t1, t2, u = np.zeros((N, R), np.int64), np.zeros((N, Z, R), np.int64), np.zeros((N, Z), bool)
+    return {"t1": t1, "t1u": t1, "unordered": u, "t2": t2}
 
 
 def _with_communicators(mem: dict, c: Context, table: ShapeColumns, zs, P: int) -> dict:
