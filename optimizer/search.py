@@ -291,7 +291,7 @@ def _solve_one(
     progress: Progress | None,
 ):
     """Optimum of the objective, then the tie-break."""
-    active = []
+    active: list[Any] = []
     seconds = 0.0
     proven = True
     res = lm.solve(
