@@ -227,7 +227,8 @@ def test_every_example_names_its_source():
     """The 20 worked examples each name a source; ``grpo-long-rollouts`` named none (and ran
     ``grpo-rule-70b``'s very inputs: its source gives no rollout lengths, so its point, the
     rollout's share of FLOPs and time, joined ``grpo-rule-70b``). The header shows the source as
-    the others do, in brackets after what it says."""
+    the others do, in brackets after what it says. The scoring phase counts the actor's old
+    log-probs beside the reference's forward (4N, not 2N): a sixth of the FLOPs in the rollout."""
     from trainplan.interface.examples import examples
 
     missing = [name for name, ex in examples().items() if not ex.get("source")]
@@ -236,8 +237,8 @@ def test_every_example_names_its_source():
     assert done.returncode == 0, done.stderr
     head = done.stdout.splitlines()[0]
     assert head.startswith(
-        "Example grpo-rule-70b: GRPO with a rule-based reward, as DeepSeek-R1: a fifth of the "
-        "FLOPs in the rollout, over 70% of the time  [DeepSeek-AI 2025 (DeepSeek-R1) §2.2.2"
+        "Example grpo-rule-70b: GRPO with a rule-based reward, as DeepSeek-R1: a sixth of the "
+        "FLOPs in the rollout, two thirds of the time  [DeepSeek-AI 2025 (DeepSeek-R1) §2.2.2"
     )
     assert "Kaplan et al. 2020 §2.1" in head
     assert "OpenRLHF measures 80% of RLHF training time in sample generation" in head

@@ -71,9 +71,9 @@ def test_deepspeed_zero3_parameter_offload():
     with or without offload: at tp 8 the turn's, the output weight 131,334,144, layer 79's QKV,
     projection and gate-up, layers 72 to 78 and layer 71's gate-up and down, 1,045,692,416
     elements (tests/model/test_deepspeed_gathered.py), above two whole units (2 × 2 B ×
-    131,334,144); it was the turn bound's 1e9 + FC1 = 1,058,720,256. The term takes √n
-    recomputation's walk too (9 layers a chunk): 1,128,792,064 elements with 8 chunks' inputs
-    of 16,777,216 bytes freed, 2·1,128,792,064 − 8·16,777,216 = 2,123,366,400 bytes, the most. Every
+    131,334,144); it was the turn bound's 1e9 + FC1 = 1,058,720,256. The term reads the layout's
+    own walk (recompute none here): 2·1,045,692,416 = 2,091,384,832 bytes (it took the most of the
+    three walks before, √n recomputation's 2·1,128,792,064 − 8·16,777,216 = 2,123,366,400). Every
     micro-batch fetches the shard twice (forward and backward, 2 × 2 B × P/8) and sends its bf16
     gradients back (2 B × P/8)."""
     base = {**BASE, "framework": "deepspeed", "zero_stage": 3}
@@ -83,10 +83,9 @@ def test_deepspeed_zero3_parameter_offload():
     st = off.stages[0].state
     assert (st.weights_bytes, st.gradients_bytes, st.optimizer_bytes) == (0, 0, 0)
     assert off.host_bytes == 20 * P / 8
-    assert 2 * 1_045_692_416 == 2_091_384_832  # the turn, below √n's walk
-    most = 2 * 1_128_792_064 - 8 * 16_777_216
-    assert st.gathered_bytes == plain.stages[0].state.gathered_bytes == most == 2_123_366_400
-    assert most > 2 * 2 * 131_334_144
+    turn = 2 * 1_045_692_416  # the turn: the walk without recomputation
+    assert st.gathered_bytes == plain.stages[0].state.gathered_bytes == turn == 2_091_384_832
+    assert turn > 2 * 2 * 131_334_144
     m = off.num_microbatches
     elements = float(P / 8)
     transfers = (m * 2 * elements) + (2 * elements + 2 * m * 2 * elements)

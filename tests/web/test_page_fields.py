@@ -119,7 +119,8 @@ def test_the_segment_field_refuses_with_the_cli_line(client, capsys, monkeypatch
         main()
     assert exit_.value.code == 2
     assert capsys.readouterr().err.strip() == f"Error: --set segment_gpus: {rule}"
-    for value, line in (("0", "segment-gpus: 0 must be at least 1"),
+    # 0 states no segment (ranks fill whole NVLink domains), as --set segment_gpus=0 does
+    for value, line in (("-1", "segment-gpus: -1 must be at least 0"),
                         ("x", "segment-gpus: 'x' is not a number")):  # fmt: skip
         bad = client.get(f"/api/evaluate?{query(SEGMENT_JOB)}&segment-gpus={value}")
         assert bad.status_code == 422 and bad.json()["error"].startswith(line), bad.json()

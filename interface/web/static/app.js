@@ -66,7 +66,8 @@ const TP = (() => {
 
   // A table from rows and [header, cell(row)] columns.
   function table(rows, columns, attrs = "") {
-    const head = columns.map(([h]) => `<th>${esc(h)}</th>`).join("");
+    // a header may mark where it may wrap ("memory/<wbr>GPU", given as { html }): nothing else
+    const head = columns.map(([h]) => `<th>${h && h.html ? h.html : esc(h)}</th>`).join("");
     const body = rows
       .map((r, i) => `<tr data-row="${i}">${columns.map(([, f]) => `<td>${f(r, i)}</td>`).join("")}</tr>`)
       .join("");
@@ -340,15 +341,19 @@ const TP = (() => {
   // disabled, kept but not sent) while any ;-clause holds, a clause being &-joined name=value
   // terms (a checkbox's value is "true" when ticked, "" when not); name!=value holds while the
   // field reads otherwise ("model!=": while a model is chosen).
-  function conditions(form) {
+  function conditions(form, { keepHeld = false } = {}) {
     for (const el of $$("[data-off-when]", form)) {
       const off = el.dataset.offWhen.split(";").some((clause) => clause.trim().split("&").every((term) => {
         const [k, v = ""] = term.split("=");
         const not = k.trim().endsWith("!");
         return (value(form, k.trim().replace(/!$/, "")) === v.trim()) !== not;
       }));
-      el.disabled = off;
-      el.closest("label")?.classList.toggle("off", off);
+      // on opening a link (keepHeld), a text field the link filled stays on even where it does
+      // not apply: it is sent, and the API's refusal ("t-fb: '2' does not apply …") says so — a
+      // link's value is never dropped unseen; after an edit a field that stops applying is off
+      const holds = keepHeld && el.tagName === "INPUT" && el.type === "text" && el.value.trim() !== "";
+      el.disabled = off && !holds;
+      el.closest("label")?.classList.toggle("off", off && !holds);
     }
   }
 
@@ -366,7 +371,7 @@ const TP = (() => {
   // just answered a second time.
   function bind(form, update, { wait = 250 } = {}) {
     fill(form, restoreLarge(new URLSearchParams(location.search)));
-    conditions(form);
+    conditions(form, { keepHeld: true });
     const extra = linkOnly(form);
     const withExtra = (q) => { for (const [k, v] of extra) q.append(k, v); return q; };
     let timer = null;

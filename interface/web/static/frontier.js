@@ -9,19 +9,19 @@ TP.searchPage("frontier", async (last, q) => {
   // a token a narrow cell must not split ("ZeRO-1", "per-stage", "H100-SXM", "dp 8", "72.66 GB"):
   // the layout wraps between its pairs only, as the CLI's columns read
   const nw = (t) => `<span class="nw">${t}</span>`;
-  const second = { memory: ["memory/GPU", (p) => nw(TP.gb(p.total_bytes))], gpus: ["GPUs", (p) => TP.num(p.num_gpus)], price: ["$/hour", (p) => TP.num(p.price_per_hour)] }[r.against];
+  const second = { memory: [{ html: "memory/<wbr>GPU" }, (p) => nw(TP.gb(p.total_bytes))], gpus: ["GPUs", (p) => TP.num(p.num_gpus)], price: ["$/hour", (p) => TP.num(p.price_per_hour)] }[r.against];
   TP.$("#points").innerHTML = TP.table(r.points, [
     // step times as the CLI's (seconds, 3 decimals): rows 0.1 min apart still read apart; against
     // the GPU count, the GPUs column below is that axis (no second column of it)
-    ["#", (p, i) => i + 1], ["step", (p) => TP.exact(p.step_s)], ...(r.against === "gpus" ? [] : [second]), ["fit/GPU", (p) => nw(TP.gb(p.fit_bytes))], ["MFU", (p) => TP.pct(p.mfu)],
+    ["#", (p, i) => i + 1], ["step", (p) => TP.exact(p.step_s)], ...(r.against === "gpus" ? [] : [second]), [{ html: "fit/<wbr>GPU" }, (p) => nw(TP.gb(p.fit_bytes))], ["MFU", (p) => TP.pct(p.mfu)],
     ["GPUs", (p) => `${TP.num(p.num_gpus)} × ${nw(TP.esc(p.gpu))}`],
-    ["framework", (p) => TP.esc(p.framework)],
-    ["layout", (p) => [`dp ${p.dp} tp ${p.tp} pp ${p.pp}`, `cp ${p.cp} ep ${p.ep}`, `ZeRO-${p.zero_stage} ${TP.esc(p.recompute)}`, `b ${p.micro_batch_size} ${TP.esc(p.schedule)}${p.virtual_stages > 1 ? " v" + p.virtual_stages : ""}`].map(nw).join(" ")],
+    [{ html: "frame<wbr>work" }, (p) => TP.esc(p.framework)],
+    ["layout", (p) => [`dp ${p.dp}`, `tp ${p.tp}`, `pp ${p.pp}`, `cp ${p.cp}`, `ep ${p.ep}`, `ZeRO-${p.zero_stage}`, TP.esc(p.recompute), `b ${p.micro_batch_size}`, `${TP.esc(p.schedule)}${p.virtual_stages > 1 ? " v" + p.virtual_stages : ""}`].map(nw).join(" ")],
     // the per-stage frontier (frontier --per-stage): each point's plan, its stages, and the gain
     ...(r.per_stage ? [
       ["plan", (p) => nw(TP.esc(p.plan)) + (p.proven === false ? ", not proven" : "")],
       // short headers and breakable cells: the table fits a 1,280-px window without a sideways scroll
-      ["layers / recomp. per\u00a0stage", (p) => (p.stage_layers ? `${p.stage_layers.join("/<wbr>")} / ${p.recompute_layers.join("/<wbr>")}` : "—")],
+      ["layers / recomp. per stage", (p) => (p.stage_layers ? `${p.stage_layers.join("/<wbr>")} / ${p.recompute_layers.join("/<wbr>")}` : "—")],
       ["uniform", (p) => (p.uniform_step_s === null ? "none fits" : TP.exact(p.uniform_step_s))],
       ["gain", (p) => (p.gain === null ? "—" : `${TP.fixed(p.gain, 3)}×`)],
     ] : []),
