@@ -118,10 +118,9 @@ def search_json(
         No layout meets the constraints; its ``explanation`` names the blocking families, and
         the best layout without the user's choice settings when there is one.
     """
-    from trainplan.interface.setting_cost import best_without, settings_json
+    from trainplan.interface.setting_cost import settings_json
     from trainplan.interface.textbook_note import textbook_json
     from trainplan.optimizer.axis_rules import unused_values
-    from trainplan.optimizer.search import prepare, search
 
     started = time.perf_counter()
     request = search_request(kw, "params" if maximize else None)
@@ -132,15 +131,10 @@ def search_json(
         run = _params_run(problem, top, limit, request.workers, on_tables, on_solution)
         result, prepared, searched, extra = run
     else:
-        searched, prepared = problem, prepare(problem, on_tables, limit)
-        progress = _solutions(on_solution, problem, _in_units(problem, prepared))
-        try:
-            result = search(problem, top, limit, request.workers, progress, prepared=prepared)
-        except InfeasibleError as err:
-            err = with_unused(err, problem, prepared[0])
-            raise (
-                best_without(err, request, problem, started, on_tables) if compare else err
-            ) from None
+        searched = problem
+        result, prepared = _step_run(
+            request, problem, top, on_tables, on_solution, compare, started
+        )
     in_units = _in_units(searched, prepared)
     unused = unused_note(unused_values(searched, prepared[0]))
     answers = [_answer(a, problem, in_units) for a in result.answers]
@@ -153,6 +147,33 @@ def search_json(
     meta["textbook_note"] = textbook_json(problem, answers[0], request, started, on_tables)
     out = {**answers[0], **meta, "top": answers[1:]} if top == 1 else {**meta, "answers": answers}
     return SearchRun(out, str(problem.objective), len(problem.jobs))
+
+
+def _step_run(
+    request: SearchRequest,
+    problem: Any,
+    top: int,
+    on_tables: TableProgress | None,
+    on_solution: SolutionProgress | None,
+    compare: bool,
+    started: float,
+) -> tuple[Any, Any]:
+    """Every objective but ``params``: the search's result and prepared tables; where nothing
+    fits, :class:`InfeasibleError` with the unused values and (``compare``) the best layout
+    without the user's choice settings (:func:`interface.setting_cost.best_without`)."""
+    from trainplan.interface.setting_cost import best_without
+    from trainplan.optimizer.search import prepare, search
+
+    limit = request.time_limit
+    prepared = prepare(problem, on_tables, limit)
+    progress = _solutions(on_solution, problem, _in_units(problem, prepared))
+    try:
+        return search(problem, top, limit, request.workers, progress, prepared=prepared), prepared
+    except InfeasibleError as err:
+        err = with_unused(err, problem, prepared[0])
+        raise (
+            best_without(err, request, problem, started, on_tables) if compare else err
+        ) from None
 
 
 def _params_run(
@@ -178,15 +199,23 @@ def _params_run(
 def _params_meta(run: Any) -> dict[str, Any]:
     """``params_unproven`` (parameters; null when proven), ``members_probed`` and
     ``params_note`` of a ``params`` search (:class:`optimizer.params_search.ParamsRun`)."""
+    from trainplan.optimizer.problem import model_size
+
     n, probed = len(run.members), run.probed
-    return {
-        "params_unproven": run.result.params_unproven,
-        "members_probed": probed,
-        "params_note": f"the family's {n:,} members checked largest first: {probed:,} probed; "
+    note = (
+        f"the family's {n:,} members checked largest first: {probed:,} probed; "
         "each larger than the answer does not fit"
         if run.result.params_unproven is None
-        else f"{probed:,} of the family's {n:,} members probed",
-    }
+        else f"{probed:,} of the family's {n:,} members probed"
+    )
+    if run.problem.jobs and model_size(run.problem.jobs[0]) == max(run.members, default=0):
+        note = (  # nothing larger was in the family: the depth cap, not the memory, binds
+            f"the answer is the largest of the family's {n:,} members: the depth cap "
+            "(max_layers, by default 4 × the model's layers) binds, not the memory; "
+            "a deeper member may fit: raise --max-layers"
+        )
+    return {"params_unproven": run.result.params_unproven, "members_probed": probed,
+            "params_note": note}  # fmt: skip
 
 
 def _search_meta(result: Any, jobs: int, limit: float | None) -> dict[str, Any]:

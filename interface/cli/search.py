@@ -336,10 +336,8 @@ def search_cmd(
         f"{out['jobs']} job(s)), objective {run.objective}: {_proof(out)}; tables "
         f"{out['tables_seconds']:.2f} s, CP-SAT {out['solve_seconds']:.2f} s"
     )
-    if out.get("time_limit_note"):
-        click.echo(f"Note: {out['time_limit_note']}")
-    if out.get("params_note"):
-        click.echo(f"Note: {out['params_note']}")
+    for note in (out.get("time_limit_note"), out.get("params_note")):
+        click.echo(f"Note: {note}") if note else None
     settings_note(out)
     for i, d in enumerate(answers, 1):
         click.echo(f"\n#{i}: {d['job']}" if top > 1 else "")

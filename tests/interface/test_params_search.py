@@ -92,3 +92,22 @@ def test_time_limit_gives_the_best_found_and_the_unproven_bracket():
     assert run.result.best.job.case.model.arch.num_layers == 48
     assert run.result.params_unproven == _params(124) == 28_096_565_248
     assert run.probed == 6
+
+
+def test_the_answer_at_the_depth_cap_says_the_cap_binds():
+    """Llama 3 8B on 8 H100: the family runs to 4 × 32 = 128 layers (``max_layers``' default) and
+    its largest member fits, so nothing larger was checked: the answer (llama3-8b@L128) is the
+    largest of the family's 32 members (4, 8, …, 128 layers) and the note says the depth cap, not
+    the memory, binds (as a user runs it: a fresh process, ``--json``)."""
+    import json
+
+    from tests.cli_runs import trainplan
+
+    done = trainplan("search", "--model", "llama3-8b", "--gpus", "8", "--gpu", "H100-SXM",
+                     "--maximize", "params", "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["model"]["name"] == "llama3-8b@L128"
+    assert answer["params_note"].startswith(
+        "the answer is the largest of the family's 32 members: the depth cap (max_layers"
+    )
