@@ -32,9 +32,9 @@ def test_small_fixes():
             "in flight json": [*INTERLEAVED_3, "--json"],
         }
     )
-    # one limit, one message: 4,000 (under the 10,000 of a model's layers) and 100,000 alike
+    # one limit, one message, the value in the one number form however typed: 4,000 and 100,000
     assert refusal(done["ckpt 4,000"]) == f"--layers: 4,000 is {CKPT_LIMIT}"
-    assert refusal(done["ckpt 100000"]) == f"--layers: 100000 is {CKPT_LIMIT}"
+    assert refusal(done["ckpt 100000"]) == f"--layers: 100,000 is {CKPT_LIMIT}"
     assert done["ckpt 1000"].returncode == 0
 
     # 16 micro-batches on 4 stages: bubble (p − 1)/(m + p − 1) = 3/19, not the published 3/11

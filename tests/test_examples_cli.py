@@ -43,7 +43,7 @@ TEXT: dict[str, list[str]] = {
         "3       1.88 GB",
     ],
     "llama3-405b": ["on 16,384 × H100-SXM", "dp 128 × tp 8 × pp 16", "m 16,"],
-    "llama3-405b-128k": ["on 16,384 × H100-SXM", "cp 16 all-gather", "s 131072"],
+    "llama3-405b-128k": ["on 16,384 × H100-SXM", "cp 16 all-gather", "s 131,072"],
     "megatron-1t": ["on 3,072 × A100-80GB", "dp 6 × tp 8 × pp 64", "m 512,"],
     # DeepSeek trained this layout: with its published recipe (DualPipe, FP8, the report's
     # recomputation) it fits the H800; BF16 with recompute none and 1F1B needed 141.72 GB

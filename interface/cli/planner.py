@@ -168,7 +168,7 @@ BATCH: list[Decorator] = [
         "--pipeline-scatter-gather/--no-pipeline-scatter-gather",
         "pipeline_scatter_gather",
         default=None,
-        help="Megatron-LM 2021's --scatter-gather-tensors-in-pipeline: with tp > 1 and no "
+        help="Megatron-LM 2021's scatter_gather_tensors_in_pipeline: with tp > 1 and no "
         "sequence parallelism each pipeline send carries 1/tp of the activation (Narayanan et al. "
         "2021 §4.1); default off (Megatron-Core sends the whole tensor).",
     ),

@@ -81,7 +81,7 @@ OBJECTIVE: list[Decorator] = [
         "--objective",
         type=click.Choice(["step-time", "tokens-per-gpu", "time-to-train", "cost", "params"]),
         help="What to minimise (default step-time; time-to-train and cost need --tokens); "
-        "params: search's --maximize params.",
+        "params (search only): the largest family member that fits.",
     ),
     click.option("--tokens", help="Token budget for time-to-train and cost (e.g. 15e12)."),
     click.option(

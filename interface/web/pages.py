@@ -104,7 +104,13 @@ _SEARCH_NO_FIELD = {
     "document-length": "Other settings: document_length=2048",
     "cp-a2a": "Other settings: cp_a2a=2",
 }
-NO_FIELD: dict[str, dict[str, str]] = {"search": _SEARCH_NO_FIELD, "frontier": _SEARCH_NO_FIELD}
+NO_FIELD: dict[str, dict[str, str]] = {
+    "search": _SEARCH_NO_FIELD,
+    "frontier": _SEARCH_NO_FIELD,
+    "evaluate": {  # a 2021 Megatron-LM setting the calibration runs carry, not a planning choice
+        "pipeline-scatter-gather": "a link's pipeline-scatter-gather=false (calibrate's lines)"
+    },
+}
 """Per page (named as its command), the command's options without a field of their own, with
 why: those out of the page's reach, or ``Other settings: KEY=VALUE``, the line of the page's
 "Other settings" field (``--set KEY=VALUE``, one a line) that gives the same scenario key. A link

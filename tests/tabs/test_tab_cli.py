@@ -239,7 +239,7 @@ def test_pipeline_refuses_more_stages_than_it_draws_in_its_own_process():
     assert cli_runs.refusal(
         cli_runs.trainplan("pipeline", "--stages", "4000", "--microbatches", "8")
     ) == (
-        "--stages: 4000 is above the limit of 256 stages (256; the pipeline timeline draws one "
+        "--stages: 4,000 is above the limit of 256 stages (256; the pipeline timeline draws one "
         "row per stage, and published runs use at most 64, Megatron-LM's 1T (Narayanan et al. "
         "2021 Table 1))"
     )

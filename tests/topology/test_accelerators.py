@@ -91,6 +91,7 @@ def test_rows_are_json_able_and_carry_bytes():
         "nvlink_gbps", "nvlink_domain", "scaleout_gbps", "hbm_tbps", "host_link_gbps",
         "bandwidth_source", "host_memory_gb", "host_memory_gbps", "host_cores", "host_source", "power_w",
         "power_source", "source", "status",
+        "device_bytes", "runtime_reserve_bytes", "usable_bytes",  # what evaluate's capacity reads
     }  # fmt: skip
 
 

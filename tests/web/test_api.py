@@ -326,7 +326,10 @@ SEARCH = ["--model", "llama3-8b", "--gpus", "8"]
 
 
 def _untimed(d):
-    return {k: v for k, v in d.items() if k not in ("solve_seconds", "tables_seconds")}
+    """The object without its timings, nor the CLI's ``evaluate_command`` (the shell line that
+    re-runs the answer; on the page the answer's planner link is that round trip)."""
+    skip = ("solve_seconds", "tables_seconds", "evaluate_command")
+    return {k: v for k, v in d.items() if k not in skip}
 
 
 def test_search_and_its_stream(client):
@@ -384,13 +387,14 @@ def test_stream_reports_progress_and_bad_input(client):
 
 
 def _no_seconds(d):
-    """The per-stage object without its timings."""
+    """The per-stage object without its timings (nor the CLI's ``evaluate_command``, as
+    :func:`_untimed`)."""
     ps = {
         k: v
         for k, v in d["per_stage"].items()
         if k not in ("uniform_seconds", "tables_seconds", "solve_seconds", "shapes")
     }
-    return {**d, "per_stage": ps}
+    return {**{k: v for k, v in d.items() if k != "evaluate_command"}, "per_stage": ps}
 
 
 def test_per_stage_search_is_the_cli_object(client):
