@@ -143,6 +143,8 @@ def per_stage_proof(out: dict[str, Any]) -> str:
             "each point optimal over the shapes searched; cut at the budget of "
             f"{out['max_searches']} searches{default}: the frontier may go on past its last point"
         )
+    if out["status"] != "optimal":  # ran to its end, but a point's search was not proven
+        return "over the shapes searched, a point not proven (its plan says so)"
     return "optimal over the shapes searched"
 
 

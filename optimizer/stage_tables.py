@@ -43,7 +43,6 @@ from typing import Any
 
 from trainplan.model.estimate import evaluation_context
 from trainplan.model.layout import Layout, Recompute
-from trainplan.model.pipeline_onef import one_chunk
 from trainplan.model.terms.activation_fields import LAYER_FIELDS, stage_layer_counts
 from trainplan.model.terms.fields import Context, LayoutFields
 from trainplan.model.terms.peak import StageMemory, fit_bytes, stage_memory_term
@@ -217,8 +216,10 @@ class _Stages:
         self, stage: int, n: int, k: int, mode: Recompute | None = None, start: int | None = None
     ) -> Paced:
         """(the step's pipeline term if this stage were the slowest, whole ns; its micro-batch,
-        seconds; what rows and shapes are pruned by, ns: the same, under 1F1B ``m·t``, as the
-        closed form only bounds the order's step, :mod:`model.pipeline_onef`):
+        seconds; what rows and shapes are pruned by, ns: ``m·t`` wherever a pipeline runs (pp > 1:
+        the slowest rank's own busy time, below every order's step, 1F1B's and GPipe's,
+        :mod:`model.pipeline_onef`, and interleaving's, :mod:`model.pipeline_uneven`, which the
+        closed form neither equals nor bounds), else the same):
         :func:`model.terms.roofline.stage_parts_term` of ``stage`` holding ``n`` layers with
         ``k`` recomputed (``mode`` overrides the recompute mode) after ``start`` layers (default
         d), paced by :func:`model.terms.step.pipeline_seconds`."""
@@ -226,7 +227,7 @@ class _Stages:
         lay = f.layout
         t = stage_parts_term(self.c, f, mode)[0]
         paced = round(pipeline_seconds(f.m, t, lay.pp, lay.virtual_stages) * 1e9)
-        return paced, t, round(f.m * t * 1e9) if one_chunk(lay.schedule, lay.pp) else paced
+        return paced, t, round(f.m * t * 1e9) if lay.pp > 1 else paced
 
 
 def stage_context(case: Case, layout: Layout) -> _Stages:

@@ -66,7 +66,8 @@ def per_stage_text(d: dict[str, Any]) -> str:
     ps, launch = d["per_stage"], d["launch"]
     proof = {
         "optimal": "OPTIMAL (proven over the shapes searched)",
-        "feasible": "FEASIBLE (best found within the time limit, not proven)",
+        "feasible": "FEASIBLE (not proven: a time limit stopped it, or an interleaved shape is "
+        "proven only to its floor, the slowest rank's own passes)",
     }[ps["status"]]
     lay = d["layout"]
     counts = ps["recompute_layers"]
