@@ -282,7 +282,8 @@ def solve_bases(
     deadline: float | None,
     workers: int,
 ) -> tuple[list[tuple[Job, ShapePlan]], bool]:
-    """(each base's plan, whether every one was proven) of :func:`ordered_bases`' ``bases``, in
+    """(each base's plan, whether the answer is proven over them: each plan proven, or a feasible
+    one's floor, step − gap, at or above the best found) of :func:`ordered_bases`' ``bases``, in
     order, each sought below the best so far (``caps``, whole ns, and the plans found): a base
     whose pipeline alone cannot beat it is ``no-gain`` unsolved; a shape whose fastest plan
     misses ``min_mfu`` is ``infeasible`` (every plan of it does). Stops, unproven, at
@@ -318,7 +319,10 @@ def solve_bases(
     # is at or above the best found cannot beat it: the proof over the shapes stands
     best = min(caps + [p.objective_ns for _, p in plans if p.objective_ns is not None], default=0)
     open_ = [p for _, p in plans if p.status == "feasible"]
-    sure = all(p.gap_ns is not None and p.objective_ns - p.gap_ns >= best for p in open_)  # type: ignore[operator]
+    sure = all(
+        p.gap_ns is not None and p.objective_ns is not None and p.objective_ns - p.gap_ns >= best
+        for p in open_
+    )
     return plans, proven or sure
 
 
