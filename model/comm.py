@@ -15,19 +15,13 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from trainplan.model.deepspeed_mechanisms import sp_comm_bytes
 from trainplan.model.frameworks import Framework
-from trainplan.model.fsdp2_pipeline import regather_name, runtime_mechanism, runtime_regathers
-from trainplan.model.layout import Layout
-from trainplan.model.mechanisms import Mechanism, mechanism
-from trainplan.model.specs import TrainingSpec
+from trainplan.model.mechanisms import Mechanism
 from trainplan.model.xp import exact, floor, maximum, minimum, where
 
 __all__ = [
     "AxisTraffic",
     "ring_share",
-    "dp_traffic",
-    "pp_traffic",
     "dp_bytes",
     "dp_name",
     "MEGATRON_BUCKET_PARAMS",
@@ -75,63 +69,6 @@ def ring_share(n: Any) -> Any:
     return exact(n - 1) / n
 
 
-def dp_traffic(
-    dense_params: Fraction,
-    expert_params: Fraction,
-    layout: Layout,
-    training: TrainingSpec,
-    zero_stage: int | None = None,
-    multi_rank_allreduce: bool = True,
-) -> AxisTraffic:
-    """Data-parallel traffic over D = dp·cp ranks (experts over D_e), as the layout's framework
-    runs the ZeRO stage (:meth:`model.mechanisms.Mechanism.traffic_terms`): per parameter
-    ``(D−1)/D × (bytes once per step + m × bytes per micro-batch)``; ``multi_rank_allreduce``:
-    DeepSpeed ZeRO-1/2's ``use_multi_rank_bucket_allreduce`` (:class:`model.timing.CostOptions`).
-
-    ``textbook``: ZeRO-0/1 ``2·(D−1)/D · 2·P`` (an all-reduce, or a reduce-scatter plus the
-    all-gather of the updated weights); ZeRO-2 reduce-scatters every micro-batch:
-    ``(1 + m)·(D−1)/D · 2·P``; ZeRO-3 gathers the weights for every micro-batch's forward and
-    backward and reduce-scatters every micro-batch: ``3m·(D−1)/D · 2·P`` (Rajbhandari et al.
-    2019 §7.2.2's 1.5× at m = 1; :func:`model.mechanisms._textbook`). Physical profiles send what their
-    mechanism sends: e.g. Megatron's distributed optimizer a reduce-scatter of FP32 gradients and
-    an all-gather of bf16 weights once per step, FSDP2 ZeRO-3 two bf16 gathers and one FP32
-    reduce-scatter per micro-batch. P = parameters on this GPU (after tp/pp/ep split).
-
-    Examples
-    --------
-    >>> from trainplan.model.specs import TrainingSpec
-    >>> t = TrainingSpec(seq_len=1, global_batch_size=64)
-    >>> lay = Layout(dp=64, zero_stage=3, framework="textbook")
-    >>> dp_traffic(Fraction(70 * 10**9), Fraction(0), lay, t).bytes_per_step
-    Fraction(413437500000, 1)
-
-    FSDP2 ZeRO-3, m = 1: (2 + 2 + 4)·(63/64)·P, all of it per micro-batch.
-
-    >>> f = dp_traffic(Fraction(70 * 10**9), Fraction(0), lay.with_(framework="fsdp2"), t)
-    >>> f.bytes_per_step == f.microbatch_bytes == 8 * Fraction(63, 64) * 70 * 10**9
-    True
-    """
-    stage = layout.zero_stage if zero_stage is None else zero_stage
-    mech = mechanism(
-        layout.framework,
-        stage,
-        training.weight_bytes,
-        training.gradient_bytes,
-        training.optimizer_bytes,
-        pipelined=layout.pp > 1,
-        distributed_optimizer=training.distributed_optimizer,
-        overlap_comm=training.deepspeed_overlap_comm,
-        multi_rank_allreduce=multi_rank_allreduce,
-        sp_comm=sp_comm_bytes(training, layout.cp),
-    )
-    mech = runtime_mechanism(mech, training.pipeline_frees_stage_tensors)
-    m = layout.num_microbatches(training.global_batch_size)
-    again = runtime_regathers(mech, layout.schedule, layout.pp, layout.virtual_stages, m)
-    shards = layout.shard_degree, layout.expert_shard_degree
-    total, per_mb = dp_bytes(mech, dense_params, expert_params, *shards, m, again)
-    return AxisTraffic("dp", dp_name(mech) + regather_name(again), shards[0], total, per_mb)
-
-
 def dp_bytes(
     mech: Mechanism, dense: Any, experts: Any, shard: Any, expert_shard: Any, m: Any, again: Any = 0
 ) -> tuple[Any, Any]:
@@ -140,7 +77,32 @@ def dp_bytes(
     times the mechanism's bytes per parameter once per step plus m times its bytes per
     micro-batch (:meth:`Mechanism.traffic_terms`), plus ``again`` all-gathers of its weights a
     step beyond its own count (:func:`model.fsdp2_pipeline.runtime_regathers`; in the step's
-    bytes). Element-wise for arrays of layouts."""
+    bytes). Element-wise for arrays of layouts. The layout's own figure, with what FP8 primary
+    weights and DeepSpeed's unfetched weights save, is :func:`model.terms.traffic.dp_traffic_bytes`.
+
+    ``textbook``: ZeRO-0/1 ``2·(D−1)/D · 2·P`` (an all-reduce, or a reduce-scatter plus the
+    all-gather of the updated weights); ZeRO-2 reduce-scatters every micro-batch:
+    ``(1 + m)·(D−1)/D · 2·P``; ZeRO-3 gathers the weights for every micro-batch's forward and
+    backward and reduce-scatters every micro-batch: ``3m·(D−1)/D · 2·P`` (Rajbhandari et al.
+    2019 §7.2.2's 1.5× at m = 1; :func:`model.mechanisms._textbook`). Physical profiles send
+    what their mechanism sends: e.g. Megatron's distributed optimizer a reduce-scatter of FP32
+    gradients and an all-gather of bf16 weights once per step, FSDP2 ZeRO-3 two bf16 gathers and
+    one FP32 reduce-scatter per micro-batch. P = parameters on this GPU (after tp/pp/ep split).
+
+    Examples
+    --------
+    Textbook ZeRO-3, 70e9 parameters on dp 64, m = 1: 3·(63/64)·2·70e9 bytes.
+
+    >>> from trainplan.model.mechanisms import mechanism
+    >>> dp_bytes(mechanism("textbook", 3), Fraction(70 * 10**9), 0, 64, 1, 1)[0]
+    Fraction(413437500000, 1)
+
+    FSDP2 ZeRO-3, m = 1: (2 + 2 + 4)·(63/64)·P, all of it per micro-batch.
+
+    >>> total, per_mb = dp_bytes(mechanism("fsdp2", 3, 2, 4), Fraction(70 * 10**9), 0, 64, 1, 1)
+    >>> total == per_mb == 8 * Fraction(63, 64) * 70 * 10**9
+    True
+    """
     per_step, per_mb = mech.traffic_terms()
     ring = ring_share(shard) * dense + ring_share(expert_shard) * experts
     return ring * (per_step + m * per_mb + mech.weight_bytes * again), ring * per_mb
@@ -420,50 +382,6 @@ def dp_name(mech: Mechanism) -> str:
     return " + ".join(parts)
 
 
-def pp_traffic(
-    hidden_size: int,
-    layout: Layout,
-    training: TrainingSpec,
-    tied_embedding_params: Fraction = Fraction(0),
-    reduce_bytes: int = 4,
-    moe: bool = False,
-) -> AxisTraffic:
-    """Pipeline traffic of a middle stage: per micro-batch (and per model chunk with
-    interleaving) one activation forward and one gradient backward. ``textbook``: each of
-    ``β·S_tok·h/tp`` bytes (scatter/gather over tp; Narayanan et al. 2021 §4.1). Physical
-    profiles: ``β·S_tok·h/tp`` with sequence parallelism (the tensor is already split) and under
-    DeepSpeed's pipeline engine (:func:`pipe_partitioned`; not for a mixture-of-experts model,
-    ``moe``), the full ``β·S_tok·h`` otherwise
-    (Megatron-Core sends the whole tensor) unless :attr:`Layout.pipeline_scatter_gather`
-    (Megatron-LM 2021); plus, with tied embeddings
-    over pp > 1, the once-per-step all-reduce of the embedding's gradient between the first and
-    the last stage (``tied_embedding_params`` per GPU, ``reduce_bytes`` per element:
-    Megatron-Core's ``_allreduce_word_embedding_grads``).
-
-    Examples
-    --------
-    >>> from trainplan.model.specs import TrainingSpec
-    >>> t = TrainingSpec(seq_len=4, global_batch_size=8)
-    >>> pp_traffic(8, Layout(pp=2, framework="textbook"), t).bytes_per_step
-    Fraction(1024, 1)
-    """
-    if layout.pp == 1:
-        return AxisTraffic("pp", "none", 1, Fraction(0))
-    m = layout.num_microbatches(training.global_batch_size)
-    physical = layout.framework.physical
-    total = pp_bytes(
-        hidden_size, layout.tp, layout.cp, layout.micro_batch_size, m, layout.virtual_stages,
-        training.seq_len, training.activation_bytes,
-        layout.sp or not physical or layout.pipeline_scatter_gather
-        or pipe_partitioned(str(layout.framework), moe),
-        tied_embedding_params if physical else 0, reduce_bytes,
-    )  # fmt: skip
-    name = "send/recv (point-to-point)"
-    if tied_embedding_params and physical:
-        name += " + tied-embedding all-reduce"
-    return AxisTraffic("pp", name, layout.pp, total)
-
-
 def pp_bytes(
     hidden_size: int,
     tp: Any,
@@ -477,8 +395,19 @@ def pp_bytes(
     tied_embedding_params: Any,
     reduce_bytes: Any,
 ) -> Any:
-    """Bytes per step of :func:`pp_traffic` (pp > 1), from plain numbers: exact for ints,
-    element-wise for arrays. ``split_over_tp``: each send carries 1/tp of the activation."""
+    """Pipeline bytes per step of a middle stage (pp > 1), from plain numbers: exact for ints,
+    element-wise for arrays. Per micro-batch (and per model chunk, ``v``) one activation forward
+    and one gradient backward of :func:`pp_message_bytes` (``split_over_tp``: each send carries
+    1/tp of the activation: the textbook's scatter/gather, Narayanan et al. 2021 §4.1; sequence
+    parallelism; DeepSpeed's pipeline engine, :func:`pipe_partitioned`; else Megatron-Core sends
+    the whole tensor), plus, with tied embeddings over pp > 1, the once-per-step all-reduce of
+    the embedding's gradient between the first and the last stage (``tied_embedding_params`` per
+    GPU, ``reduce_bytes`` per element: Megatron-Core's ``_allreduce_word_embedding_grads``). The
+    layout's own figure is :func:`model.terms.traffic.pp_traffic_bytes`.
+
+    >>> pp_bytes(8, 1, 1, 1, 8, 1, 4, 2, False, 0, 4)
+    Fraction(1024, 1)
+    """
     one = pp_message_bytes(hidden_size, tp, cp, b, seq_len, beta, split_over_tp)
     # the tied embedding's all-reduce over its 2 ranks: 2·(1/2)·bytes per element
     return 2 * one * m * v + reduce_bytes * tied_embedding_params

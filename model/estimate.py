@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
-from trainplan.model.comm import AxisTraffic, dp_traffic
+from trainplan.model.comm import AxisTraffic
 from trainplan.model.cp_rules import window_note
 from trainplan.model.flops import StepFlops, step_flops, utilisation
 from trainplan.model.frameworks import zero_stages_for
@@ -47,7 +47,7 @@ from trainplan.model.terms.step import (
     uses_roofline,
 )
 from trainplan.model.terms.step import objective_ns as _objective_ns
-from trainplan.model.terms.traffic import axis_traffic
+from trainplan.model.terms.traffic import axis_traffic, dp_traffic_bytes
 from trainplan.model.timing import CostOptions, TimeModel, axis_overlap
 from trainplan.model.vocab import vocab_multiple_for
 
@@ -265,21 +265,21 @@ def stage_memory(
     return tuple(stage_memory_term(c, f.at(i), len(split[i][1])) for i in range(layout.pp))
 
 
-def _zero_table(stage: StageMemory, options: CostOptions, c: Context, f: Any) -> tuple[Any, ...]:
+def _zero_table(c: Context, f: Any) -> tuple[Any, ...]:
     """The model state of the busiest stage (``f``'s) under each ZeRO stage its framework runs
     at its pp, against its lowest (textbook: ZeRO-0, the ZeRO paper's baseline): the report's
     own term (:func:`model.terms.state.model_state_term`'s ``total_bytes``) at each stage, so
     the layout's own row is the report's model state (Muon's state and padding included). On
     the GPU without offload: the table compares the ZeRO stages themselves (an offload is beside
-    it, ``memory.host_bytes``)."""
+    it, ``memory.host_bytes``). Each row's data-parallel bytes are the traffic table's own term
+    (:func:`model.terms.traffic.dp_traffic_bytes`, dense and routed experts together) at that
+    stage, so the layout's own row is the sum of the ``dp`` and ``edp`` traffic rows."""
     layout, on_gpu = f.layout, replace(c, training=replace(c.training, offload=NO_OFFLOAD))
-    d, e = stage.dense_params, stage.expert_params
     stages = zero_stages_for(layout.framework, layout.pp)
     totals = [model_state_term(on_gpu, f.with_zero_stage(z)).total_bytes for z in stages]
-    multi = options.use_multi_rank_bucket_allreduce
-    dp = [dp_traffic(d, e, layout, on_gpu.training, z, multi) for z in stages]
+    dp = [dp_traffic_bytes(c, f.with_zero_stage(z))[0] for z in stages]
     return tuple(
-        ZeroRow(z, x, totals[0] / x if x else Fraction(1), t.bytes_per_step)
+        ZeroRow(z, x, totals[0] / x if x else Fraction(1), t)
         for z, x, t in zip(stages, totals, dp, strict=True)
     )
 
@@ -419,7 +419,7 @@ def evaluate(
             options.mfu_convention, causal, recomputed_layers(arch, layout), training.documents,
             recompute_flops_of(arch, training, layout, causal),
         )  # fmt: skip
-    zero = _zero_table(stages[busiest], options, c, f.at(busiest))
+    zero = _zero_table(c, f.at(busiest))
     return Estimate(
         model, training, layout, device, options, n_total, n_active, f.m, stages, busiest, zero,
         rows, flops, terms.compute_s if terms else None, terms.step_s if terms else None,

@@ -86,19 +86,15 @@ def test_textbook_zero3_counts_its_collectives_every_micro_batch(runs):
 
 def test_textbook_zero3_mechanism_is_per_micro_batch():
     """The one term the evaluator, the search and the RLHF placements read
-    (:func:`model.comm.dp_traffic` over :meth:`Mechanism.traffic_terms`): 70e9 parameters on
+    (:func:`model.comm.dp_bytes` over :meth:`Mechanism.traffic_terms`): 70e9 parameters on
     dp 64, bf16; m = 4 (B 256): 3·4·(63/64)·2·70e9 = 1,653.75e9 B, four times m = 1's."""
-    from trainplan.model.comm import dp_traffic
-    from trainplan.model.layout import Layout
-    from trainplan.model.specs import TrainingSpec
+    from trainplan.model.comm import dp_bytes
+    from trainplan.model.mechanisms import mechanism
 
-    lay = Layout(dp=64, zero_stage=3, framework="textbook")
-    for b, m in ((64, 1), (256, 4)):
-        t = dp_traffic(
-            Fraction(70 * 10**9), Fraction(0), lay, TrainingSpec(seq_len=1, global_batch_size=b)
-        )
-        assert t.bytes_per_step == 3 * m * Fraction(63, 64) * 2 * 70 * 10**9
-        assert t.microbatch_bytes == 3 * Fraction(63, 64) * 2 * 70 * 10**9
+    for m in (1, 4):
+        total, per_mb = dp_bytes(mechanism("textbook", 3), Fraction(70 * 10**9), 0, 64, 1, m)
+        assert total == 3 * m * Fraction(63, 64) * 2 * 70 * 10**9
+        assert per_mb == 3 * Fraction(63, 64) * 2 * 70 * 10**9
 
 
 def test_megatron_502pf_is_the_papers_hardware_rate(runs):
@@ -237,3 +233,31 @@ def test_a_closed_pipe_ends_as_cat_does():
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == -signal.SIGPIPE
     assert err == b""
+
+
+@pytest.mark.parametrize(
+    ("model", "options"),
+    [
+        # DeepSpeed ZeRO-3: the weights its coordinator does not gather again are not sent
+        ("llama3-70b", {"framework": "deepspeed", "dp": 128, "tp": 2, "zero_stage": 3}),
+        # PyTorch's pipeline runtime re-gathers FSDP2's weights beyond FSDP's own count
+        ("llama3-70b", {"framework": "fsdp2", "dp": 64, "tp": 2, "pp": 2, "zero_stage": 3}),
+        # FP8 primary weights gathered at a byte (Megatron-Core only); routed experts on edp
+        ("mixtral-8x7b", {"framework": "megatron", "dp": 16, "ep": 4, "zero_stage": 1,
+                          "precision": "fp8", "fp8_recipe": "tensorwise",
+                          "fp8_param_gather": True}),
+    ],
+)  # fmt: skip
+def test_zero_table_row_is_the_traffic_rows(model, options):
+    """The ZeRO table's row at the layout's own stage sends what the traffic table's dp and edp
+    rows send (one term, :func:`model.terms.traffic.dp_traffic_bytes`): DeepSpeed ZeRO-3 on
+    Llama 3 70B at dp 128 tp 2 was 3,360.18 GB in the table against 3,298.65 GB in the
+    traffic row, the weights DeepSpeed does not gather again counted only in the latter."""
+    from trainplan.optimizer.case import Case
+
+    case = Case.of(model, "H200", global_batch_size=256, seq_len=4096, **options)
+    est = case.evaluate(case.layout)
+    rows = {r.traffic.axis: r.traffic.bytes_per_step for r in est.traffic}
+    (own,) = [z for z in est.zero_table if z.zero_stage == est.layout.zero_stage]
+    assert own.dp_bytes_per_step == rows["dp"] + rows.get("edp", 0)
+    assert own.dp_bytes_per_step > 0
