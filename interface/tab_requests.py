@@ -176,8 +176,9 @@ class RLHFRequest:
     logits: str | None = None
     """Faithful: full, chunked or fused log-softmax over the logits (None: full)."""
     old_log_prob: bool | str | None = None
-    """Faithful: recompute (True: the actor's forward, verl) or engine (False); the text or the
-    flag (None: recompute)."""
+    """PPO and GRPO, both accountings: recompute (True: the actor's forward scores the old
+    log-probs, verl and OpenRLHF) or engine (False: the engine's); the text or the flag (None:
+    recompute)."""
     engine_memory_fraction: Any = None
     """Faithful: vLLM ``gpu_memory_utilization`` / SGLang ``mem_fraction_static``, in (0, 1)."""
     off_policy: Any = None
