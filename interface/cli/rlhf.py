@@ -49,7 +49,7 @@ def _workload(plan: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
 
 
 _EPOCHS = click.option(
-    "--epochs", metavar="COUNT", default="1", show_default=True,
+    "--epochs", metavar="COUNT", default=str(D["epochs"]), show_default=True,
     help="Passes over the step's sequences per update: PPO's epochs, GRPO's iterations μ "
     "(scales the training FLOPs).",
 )  # fmt: skip

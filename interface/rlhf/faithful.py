@@ -213,7 +213,8 @@ def _spec(r: RLHFRequest, used: dict[str, Any]) -> RLHFSpec:
         critic=critic,
         reward=str(r.reward or "model").lower(),
         prompts=parse_count(r.prompts, "prompts"),
-        samples_per_prompt=parse_count(r.samples_per_prompt or 16, "samples_per_prompt"),
+        samples_per_prompt=parse_count(
+            r.samples_per_prompt or _TAB["samples_per_prompt"], "samples_per_prompt"),
         prompt_tokens=parse_count(r.prompt_tokens, "prompt_tokens"),
         completion_tokens=parse_count(r.completion_tokens, "completion_tokens"),
         max_completion_tokens=_count(r, "max_completion_tokens", used),

@@ -41,6 +41,7 @@ from trainplan.model.model_spec import ModelSpec
 from trainplan.model.params import count_params
 from trainplan.model.rlhf.packing import Packing, packing_of, peak_tokens, split_peak_tokens
 from trainplan.model.rlhf.phases import PHASES, StepRole, phase_flops, step_roles
+from trainplan.model.rlhf.shares import ROLLOUT_BATCH
 from trainplan.model.rollout import check_fraction
 from trainplan.model.units import LIMITS
 
@@ -215,8 +216,9 @@ class RLHFSpec:
     the engine's are used."""
     engine_memory_fraction: Fraction | None = None
     """vLLM ``gpu_memory_utilization`` in (0, 1); None: the class docstring's defaults."""
-    max_num_seqs: int = 256
-    """Sequences one engine replica decodes at once at most (vLLM ``max_num_seqs``)."""
+    max_num_seqs: int = ROLLOUT_BATCH
+    """Sequences one engine replica decodes at once at most (vLLM ``max_num_seqs``; default
+    :data:`model.rlhf.shares.ROLLOUT_BATCH`, vLLM's 256)."""
     off_policy: int = 0
     """0: synchronous (each rollout uses the weights just trained); 1: one-step off-policy (the
     rollout of step k+1 runs while step k trains, on GPUs of its own)."""
