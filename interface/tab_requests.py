@@ -19,6 +19,7 @@ from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 from trainplan.model.errors import InputError
+from trainplan.model.rlhf.shares import DEFAULTS as RLHF
 
 __all__ = [
     "PipelineRequest",
@@ -144,15 +145,15 @@ class RLHFRequest:
     """Textbook: reward model / critic parameters N_r (None: N_p)."""
     reward: str | None = None
     """model or rule (PPO and GRPO; None: model)."""
-    prompts: Any = 1024
+    prompts: Any = RLHF["prompts"]
     """Prompts per step (:data:`model.rlhf.shares.DEFAULTS`)."""
     samples_per_prompt: Any = None
     """Rollouts per prompt, GRPO's group size (None: 16; DPO has 2)."""
-    prompt_tokens: Any = 1024
+    prompt_tokens: Any = RLHF["prompt_tokens"]
     """Tokens per prompt."""
-    completion_tokens: Any = 4096
+    completion_tokens: Any = RLHF["completion_tokens"]
     """Tokens per completion (the mean)."""
-    epochs: Any = 1
+    epochs: Any = RLHF["epochs"]
     """PPO epochs per step."""
     max_completion_tokens: Any = None
     """The longest rollout's completion, tokens (None: the mean)."""
@@ -176,8 +177,9 @@ class RLHFRequest:
     logits: str | None = None
     """Faithful: full, chunked or fused log-softmax over the logits (None: full)."""
     old_log_prob: bool | str | None = None
-    """Faithful: recompute (True: the actor's forward, verl) or engine (False); the text or the
-    flag (None: recompute)."""
+    """PPO and GRPO, both accountings: recompute (True: the actor's forward scores the old
+    log-probs, verl and OpenRLHF) or engine (False: the engine's); the text or the flag (None:
+    recompute)."""
     engine_memory_fraction: Any = None
     """Faithful: vLLM ``gpu_memory_utilization`` / SGLang ``mem_fraction_static``, in (0, 1)."""
     off_policy: Any = None
@@ -190,7 +192,7 @@ class RLHFRequest:
     """Faithful: fraction of HBM bandwidth decode reaches (None: 1)."""
     decode_mfu: Any = None
     """Textbook: MFU of rollout generation, 0–1 (None: 0.04)."""
-    train_mfu: Any = 0.4
+    train_mfu: Any = RLHF["train_mfu"]
     """Textbook: MFU of scoring and training, 0–1."""
     peak_tflops: Any = None
     """Textbook: dense peak per chip, TFLOP/s, instead of ``gpu``."""

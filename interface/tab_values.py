@@ -91,3 +91,26 @@ def resolve_peak(
     return Fraction(device.peak_flops_per_s), (
         f"{device.name} dense BF16, {device.figures_from}'s (source: {device.source})"
     )
+
+
+def old_log_prob_flag(value: bool | str) -> bool:
+    """``old_log_prob`` as given: a flag, or ``recompute`` (True: the actor's forward recomputes
+    them in the scoring phase) / ``engine`` (False: the engine's are used), the text the command
+    line and the web take (:func:`model.rlhf.phases.step_roles`).
+
+    Raises
+    ------
+    InputError
+        Any other text.
+
+    Examples
+    --------
+    >>> old_log_prob_flag("engine"), old_log_prob_flag(" Recompute"), old_log_prob_flag(True)
+    (False, True, True)
+    """
+    if isinstance(value, bool):
+        return value
+    low = str(value).strip().lower()
+    if low not in ("recompute", "engine"):
+        raise InputError(f"old_log_prob: {value!r} is not one of recompute, engine")
+    return low == "recompute"

@@ -49,7 +49,7 @@ def _workload(plan: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
 
 
 _EPOCHS = click.option(
-    "--epochs", metavar="COUNT", default="1", show_default=True,
+    "--epochs", metavar="COUNT", default=str(D["epochs"]), show_default=True,
     help="Passes over the step's sequences per update: PPO's epochs, GRPO's iterations μ "
     "(scales the training FLOPs).",
 )  # fmt: skip
@@ -100,7 +100,8 @@ def _with_options(f: Callable[..., Any], algorithms: str) -> Callable[..., Any]:
                      help="Tokens per micro-batch (verl ppo_max_token_len_per_gpu) [default: 16384]."),
         click.option("--packing", help="Micro-batches: balanced (verl) or first-fit (OpenRLHF, NeMo-RL) [default: framework's]."),
         click.option("--logits", help="full, chunked or fused: log-softmax/entropy over the logits [default: full]."),
-        click.option("--old-log-prob", help="recompute (the actor's forward, verl) or engine [default: recompute]."),
+        click.option("--old-log-prob", help="recompute (the actor's scoring forward, verl, OpenRLHF) or engine "
+                     "(the engine's log-probs; PPO and GRPO) [default: recompute]."),
         click.option("--engine-memory-fraction", metavar="NUMBER",
                      help="vLLM gpu_memory_utilization / SGLang mem_fraction_static, in (0, 1)."),
         click.option("--off-policy", metavar="COUNT", help="0 synchronous, 1 one-step off-policy [default: 0]."),

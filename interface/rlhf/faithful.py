@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from trainplan.interface.inputs import parse_framework
 from trainplan.interface.tab_requests import RLHFRequest, tab_request
+from trainplan.interface.tab_values import old_log_prob_flag
 from trainplan.model.errors import InputError, LayoutError, check_applicable, named_lookup
 from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
@@ -24,7 +25,7 @@ from trainplan.model.layout import Recompute
 from trainplan.model.rlhf.openrlhf import check_split_count
 from trainplan.model.rlhf.packing import Packing
 from trainplan.model.rlhf.roles import OFFLOAD_MODES, RoleOption, check_training_tp
-from trainplan.model.rlhf.shares import ROLLOUT_BATCH
+from trainplan.model.rlhf.shares import DEFAULTS, ROLLOUT_BATCH
 from trainplan.model.rlhf.spec import (
     HOST_BYTES_PER_NODE,
     MICRO_BATCH_TOKENS,
@@ -51,6 +52,9 @@ __all__ = [
     "ASSUMPTIONS",
 ]
 
+_TAB: dict[str, Any] = DEFAULTS
+"""The RLHF tab's defaults both accountings share (:data:`model.rlhf.shares.DEFAULTS`)."""
+
 FAITHFUL_DEFAULTS: dict[str, Any] = {
     "framework": "megatron",
     "gpus": 8,
@@ -60,7 +64,7 @@ FAITHFUL_DEFAULTS: dict[str, Any] = {
     "logits": "full",
     "micro_batch_tokens": MICRO_BATCH_TOKENS,
     "recompute": "full",
-    "old_log_prob": True,
+    "old_log_prob": _TAB["old_log_prob"],
     "off_policy": 0,
     "host_memory_gb": HOST_BYTES_PER_NODE // 10**9,
     "rollout_batch": ROLLOUT_BATCH,
@@ -143,23 +147,6 @@ def _count(r: RLHFRequest, key: str, used: dict[str, Any]) -> int | None:
     return None if value is None else parse_count(value, key)
 
 
-def _old_log_prob(value: bool | str) -> bool:
-    """``old_log_prob`` as given: a flag, or ``recompute`` (True: a scoring pass recomputes them)
-    / ``engine`` (False), the text the command line and the web take.
-
-    Raises
-    ------
-    InputError
-        Any other text.
-    """
-    if isinstance(value, bool):
-        return value
-    low = str(value).strip().lower()
-    if low not in ("recompute", "engine"):
-        raise InputError(f"old_log_prob: {value!r} is not one of recompute, engine")
-    return low == "recompute"
-
-
 def rlhf_inputs(request: RLHFRequest | Mapping[str, Any], placement: bool = True) -> RLHFInputs:
     """Read the faithful options of ``request`` (an :class:`~interface.tab_requests.RLHFRequest`,
     or its fields by name, a caller's dict: made one here): ``algorithm model critic_model reward
@@ -226,7 +213,8 @@ def _spec(r: RLHFRequest, used: dict[str, Any]) -> RLHFSpec:
         critic=critic,
         reward=str(r.reward or "model").lower(),
         prompts=parse_count(r.prompts, "prompts"),
-        samples_per_prompt=parse_count(r.samples_per_prompt or 16, "samples_per_prompt"),
+        samples_per_prompt=parse_count(
+            r.samples_per_prompt or _TAB["samples_per_prompt"], "samples_per_prompt"),
         prompt_tokens=parse_count(r.prompt_tokens, "prompt_tokens"),
         completion_tokens=parse_count(r.completion_tokens, "completion_tokens"),
         max_completion_tokens=_count(r, "max_completion_tokens", used),
@@ -235,7 +223,7 @@ def _spec(r: RLHFRequest, used: dict[str, Any]) -> RLHFSpec:
         micro_batch_tokens=_count(r, "micro_batch_tokens", used) or MICRO_BATCH_TOKENS,
         logits=_choice(_opt(r, "logits", used), LogitsMode, "logits"),
         packing=None if r.packing is None else _choice(r.packing, Packing, "packing"),
-        old_log_prob=_old_log_prob(_opt(r, "old_log_prob", used)),
+        old_log_prob=old_log_prob_flag(_opt(r, "old_log_prob", used)),
         engine_memory_fraction=frac,
         max_num_seqs=_count(r, "rollout_batch", used) or ROLLOUT_BATCH,
         off_policy=int(parse_count(_opt(r, "off_policy", used), "off_policy", 0)),

@@ -19,7 +19,7 @@ from trainplan.interface.tab_requests import RLHFRequest
 from trainplan.interface.tab_values import jsonable
 from trainplan.model.errors import check_applicable
 from trainplan.model.rlhf.engine import least_engine_tp
-from trainplan.model.rlhf.spec import PHASES, RLHFSpec, Role, default_fraction, phase_flops
+from trainplan.model.rlhf.spec import PHASES, RLHFSpec, Role, default_fraction
 from trainplan.model.rlhf.split import counted_terms
 from trainplan.model.rlhf.step import StepPlan
 from trainplan.model.rollout import kv_bytes_per_token
@@ -125,7 +125,7 @@ def workload_dict(inp: RLHFInputs) -> dict[str, Any]:
     spec = inp.spec
     arch = spec.policy.arch
     assert arch is not None
-    flops = phase_flops(spec)
+    flops = spec.phase_flops()
     return {
         "accounting": "faithful",
         "framework": str(spec.framework),
@@ -196,7 +196,7 @@ FAITHFUL_ONLY = (
     "critic_model", "framework", "zero", "gpus", "rollout_gpus", "train_tp", "train_pp",
     "rollout_tp", "offload", "engine_memory_fraction", "logits", "micro_batch_tokens",
     "packing",
-    "train_batch", "old_log_prob", "off_policy", "recompute", "host_memory_gb",
+    "train_batch", "off_policy", "recompute", "host_memory_gb",
     "bandwidth_efficiency", "shared_engine_weights", "max_completion_tokens",
 )  # fmt: skip
 """Options of the faithful accounting only (they need ``--model``)."""
@@ -227,9 +227,8 @@ def faithful_report(seed_report: Any, request: RLHFRequest) -> dict[str, Any]:
     inp = rlhf_inputs(request)
     plan = evaluate_placement(inp)
     spec = inp.spec
-    reward_net = {"ppo": "critic", "grpo": "reward"}[spec.algorithm]
-    has_net = spec.algorithm == "ppo" or spec.reward == "model"
-    actor, reward = spec.role("actor"), spec.role(reward_net) if has_net else None
+    actor = spec.role("actor")  # the reward network's role, if any: the critic or reward model
+    reward = next((r for r in spec.roles if r.step.weights == "reward"), None)
     seed = seed_report(
         RLHFRequest(
             algorithm=spec.algorithm,
@@ -241,6 +240,7 @@ def faithful_report(seed_report: Any, request: RLHFRequest) -> dict[str, Any]:
             prompt_tokens=spec.prompt_tokens,
             completion_tokens=spec.completion_tokens,
             epochs=spec.epochs,
+            old_log_prob=spec.old_log_prob,
             decode_mfu=request.decode_mfu,
             train_mfu=request.train_mfu,
             gpu=inp.device.origin or inp.device.name,

@@ -4,13 +4,15 @@ accounting of :mod:`interface.rlhf.report`."""
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any
 
 from trainplan.interface.rlhf import report as rf
 from trainplan.interface.tab_requests import RLHFRequest, as_request
-from trainplan.interface.tab_values import jsonable, optional_count, resolve_peak
+from trainplan.interface.tab_values import jsonable, old_log_prob_flag, optional_count, resolve_peak
 from trainplan.model.errors import InputError, check_applicable
 from trainplan.model.rlhf import shares as rl
+from trainplan.model.rlhf.phases import phase_flops, step_roles
 from trainplan.model.units import parse_count, parse_number
 
 __all__ = ["rlhf_report", "RLHF_DEFAULTS"]
@@ -86,7 +88,7 @@ def _textbook(r: RLHFRequest, active: tuple[int, int | None] | None = None) -> d
     samples = r.samples_per_prompt
     samples = RLHF_DEFAULTS["samples_per_prompt"] if samples is None else samples
     seqs, seq_tokens = _rlhf_counts(algo, r.prompts, samples, r.prompt_tokens, r.completion_tokens)
-    flops = rl.phase_flops(algo, nets, seqs, seq_tokens, parse_count(r.epochs, "epochs"))
+    old, flops = _flops(algo, reward, r, nets, seqs, seq_tokens)
     peak, peak_source = resolve_peak(r.gpu, r.peak_tflops, RLHF_DEFAULTS["gpu"])
     decode = RLHF_DEFAULTS["decode_mfu"] if r.decode_mfu is None else r.decode_mfu
     mfus = (parse_number(decode, "decode_mfu"), parse_number(r.train_mfu, "train_mfu"))
@@ -112,6 +114,7 @@ def _textbook(r: RLHFRequest, active: tuple[int, int | None] | None = None) -> d
         "extra_bytes": extras, "resident_bytes": net_bytes + sum(extras.values()),
         "fewer_than_ppo": 1 - net_bytes / ppo_bytes,
         "sequences_per_step": seqs, "tokens_per_sequence": seq_tokens, "rollout_batch": batch,
+        "old_log_prob": None if algo == "dpo" else old,
         "phase_flops": flops, "rollout_flops": flops["rollout"],
         "rollout_flops_share": flops["rollout"] / total_flops,
         "phase_flops_share": {k: f / total_flops for k, f in flops.items()},
@@ -120,6 +123,27 @@ def _textbook(r: RLHFRequest, active: tuple[int, int | None] | None = None) -> d
         "peak_flops_per_s": peak, "peak_source": peak_source, "chips": chips,
         "decode_mfu": mfus[0], "train_mfu": mfus[1], "assumptions": rl.ASSUMPTIONS,
     })  # fmt: skip
+
+
+def _flops(
+    algo: str, reward: str | None, r: RLHFRequest, nets: list[rl.Network], seqs: int, tokens: int
+) -> tuple[bool, dict[str, Fraction]]:
+    """(whether the actor recomputes the old log-probs, the step's FLOPs by phase) of the textbook
+    accounting: the rule the faithful one reads (:func:`model.rlhf.phases.phase_flops` over
+    :func:`model.rlhf.phases.step_roles`), summed over the roles of each phase.
+
+    Raises
+    ------
+    InputError
+        A bad ``old_log_prob`` or ``epochs``.
+    """
+    old = old_log_prob_flag(
+        RLHF_DEFAULTS["old_log_prob"] if r.old_log_prob is None else r.old_log_prob
+    )
+    roles = step_roles(algo, reward or "model", old)
+    epochs = parse_count(r.epochs, "epochs")
+    by_role = phase_flops(roles, rl.active_params(nets), seqs, tokens, epochs)
+    return old, {p: sum(v.values(), Fraction(0)) for p, v in by_role.items()}
 
 
 def _networks(
@@ -148,7 +172,7 @@ _ENGINE_DIMS = ("layers", "kv_heads", "head_dim", "rollout_batch", "vocab_size",
 """The textbook accounting's engine and logits-buffer dimensions (:func:`model.rlhf.shares.
 extra_bytes`)."""
 _TEXTBOOK_CHECKED = ("reward", "reward_params", "samples_per_prompt", "decode_mfu",
-                     "rollout_engine", *_ENGINE_DIMS)  # fmt: skip
+                     "rollout_engine", "old_log_prob", *_ENGINE_DIMS)  # fmt: skip
 """The textbook accounting's options that apply only to some algorithms or with the engine
 (:func:`model.rlhf.shares.not_applicable`)."""
 

@@ -9,18 +9,19 @@ Trainable networks hold 16 B/param (mixed-precision Adam, ZeRO paper), frozen on
 The critic and the reward model have ``reward_params`` parameters (the critic starts from the reward
 model), the actor and the reference ``policy_params``.
 
-FLOPs of one step with ``P`` prompts × ``G`` samples of ``Tp + Tc`` tokens, ``E`` epochs:
-rollout ``2·N_p`` per token (prefill and decode), scoring ``2·N`` per token by every scoring
-network (reference, reward model, critic, and the actor's old log-probs: the PPO ratio's
-denominator, recomputed with the training weights — OpenRLHF ``NaiveExperienceMaker.
-make_experience``'s actor forward, verl ``RayPPOTrainer.fit``'s ``compute_log_prob``; the
-faithful accounting's default, :func:`model.rlhf.spec.phase_flops`), training ``6·N`` per token per epoch by every trainable
-network. ``N`` in the FLOPs is the parameters a token passes through (:attr:`Network.
-flop_params`: a mixture of experts' active parameters, its routed experts' share only; all of them
-for a dense network, Kaplan et al. 2020's ``C = 6N`` with ``N`` the parameters used per token),
-while the resident bytes count every parameter. DPO trains on chosen and rejected sequences (2 per
-prompt) and scores them with the reference. Time of a phase = its FLOPs ÷ (its MFU × peak ×
-chips): decode MFU for the rollout, training MFU for scoring and training.
+FLOPs of one step with ``P`` prompts × ``G`` samples of ``Tp + Tc`` tokens, ``E`` epochs: the
+rule the faithful accounting reads too (:func:`model.rlhf.phases.phase_flops` over
+:func:`model.rlhf.phases.step_roles`, which also lists the networks here) — rollout ``2·N_p`` per
+token (prefill and decode), scoring ``2·N`` per token by every scoring network (reference, reward
+model, critic, and the actor's old log-probs: the PPO ratio's denominator, recomputed with the
+training weights unless the engine's are used, ``old_log_prob``), training ``6·N`` per token per
+epoch by every trainable network. ``N`` in the FLOPs is the parameters a token passes through
+(:attr:`Network.flop_params`: a mixture of experts' active parameters, its routed experts' share
+only; all of them for a dense network, Kaplan et al. 2020's ``C = 6N`` with ``N`` the parameters
+used per token), while the resident bytes count every parameter. DPO trains on chosen and
+rejected sequences (2 per prompt) and scores them with the reference. Time of a phase = its
+FLOPs ÷ (its MFU × peak × chips): decode MFU for the rollout, training MFU for scoring and
+training.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from trainplan.model.errors import InputError, check_applicable
+from trainplan.model.rlhf.phases import step_roles
 from trainplan.model.units import shown_number
 
 __all__ = [
@@ -36,7 +38,7 @@ __all__ = [
     "ALGORITHMS",
     "networks",
     "network_bytes",
-    "phase_flops",
+    "active_params",
     "phase_times",
     "kv_cache_bytes",
     "logits_buffer_bytes",
@@ -62,12 +64,14 @@ class Network:
 
     ``params`` (count) sizes its resident bytes; ``active_params`` (count, None: ``params``, a
     dense network) is what one token passes through — a mixture of experts' active parameters
-    (:func:`model.params.count_params` ``.active``), which its FLOPs count."""
+    (:func:`model.params.count_params` ``.active``), which its FLOPs count; ``weights``: whose
+    network it is, ``policy`` or ``reward`` (:attr:`model.rlhf.phases.StepRole.weights`)."""
 
     role: str
     params: Fraction
     trainable: bool
     active_params: Fraction | None = None
+    weights: str = "policy"
 
     @property
     def flop_params(self) -> Fraction:
@@ -116,6 +120,7 @@ def not_applicable(
         out["reward"] = f"{pairs}: it has no reward model or rule"
         out["reward_params"] = f"{pairs}: it has no reward model or critic"
         out["samples_per_prompt"] = f"{pairs}: 2 sequences per prompt, chosen and rejected"
+        out["old_log_prob"] = f"{pairs}: it has no PPO ratio, so no old log-probs"
         for name in ("decode_mfu", "rollout_engine", "rollout_batch"):
             out[name] = f"{pairs}: it generates no rollouts"
     elif algo == "grpo" and reward is not None and str(reward).lower() == "rule":
@@ -138,7 +143,8 @@ def networks(
     policy_active: Fraction | int | None = None,
     reward_active: Fraction | int | None = None,
 ) -> list[Network]:
-    """The networks ``algorithm`` keeps resident.
+    """The networks ``algorithm`` keeps resident: the roles of :func:`model.rlhf.phases.
+    step_roles` but the rollout engine, in their order.
 
     Parameters
     ----------
@@ -163,6 +169,8 @@ def networks(
     --------
     >>> [n.role for n in networks("grpo", 70 * 10**9, reward="rule")]
     ['actor', 'reference']
+    >>> [n.role for n in networks("ppo", 70 * 10**9)]
+    ['actor', 'critic', 'reference', 'reward']
     """
     algo = _check_choice("algorithm", algorithm, ALGORITHMS)
     check_applicable(
@@ -171,14 +179,12 @@ def networks(
     )
     kind = _check_choice("reward", reward or "model", REWARDS)
     n_p, n_r, a_p, a_r = _sizes(policy_params, reward_params, policy_active, reward_active)
-    if algo == "dpo":
-        return [Network("policy", n_p, True, a_p), Network("reference", n_p, False, a_p)]
-    nets = [Network("actor", n_p, True, a_p)]
-    if algo == "ppo":
-        nets.append(Network("critic", n_r, True, a_r))
-    if kind == "model":
-        nets.append(Network("reward", n_r, False, a_r))
-    nets.append(Network("reference", n_p, False, a_p))
+    size = {"policy": (n_p, a_p), "reward": (n_r, a_r)}
+    nets = []
+    for s in step_roles(algo, kind):
+        if s.role != "rollout":  # the engine's weight copy is an extra (:func:`extra_bytes`)
+            params, active = size[s.weights]
+            nets.append(Network(s.role, params, s.trainable, active, s.weights))
     return nets
 
 
@@ -226,43 +232,16 @@ def network_bytes(nets: list[Network]) -> Fraction:
     return sum((n.bytes for n in nets), Fraction(0))
 
 
-def phase_flops(
-    algorithm: str,
-    nets: list[Network],
-    sequences: int,
-    tokens_per_sequence: int,
-    epochs: int = 1,
-) -> dict[str, Fraction]:
-    """FLOPs of one step by phase: ``rollout``, ``scoring``, ``training``, each ``2·N`` or ``6·N``
-    per token with ``N`` a network's :attr:`Network.flop_params` (a mixture of experts' active
-    parameters).
-
-    ``sequences`` = prompts × samples per prompt (DPO: prompts × 2, chosen and rejected);
-    ``tokens_per_sequence`` = prompt + completion tokens.
+def active_params(nets: list[Network]) -> dict[str, Fraction]:
+    """Parameters a token passes through (:attr:`Network.flop_params`) by whose network it is
+    (``policy``, ``reward``): what :func:`model.rlhf.phases.phase_flops` multiplies.
 
     Examples
     --------
-    GRPO with a rule reward, ``N = 1``, one 1-token sequence: scoring 2 (the reference) + 2 (the
-    actor's old log-probs), as :func:`model.rlhf.spec.phase_flops` counts them. DPO's policy
-    forward is part of its training (chosen and rejected): only the reference scores.
-
-    >>> nets = networks("grpo", 1, reward="rule")
-    >>> {k: int(v) for k, v in phase_flops("grpo", nets, 1, 1).items()}
-    {'rollout': 2, 'scoring': 4, 'training': 6}
-    >>> {k: int(v) for k, v in phase_flops("dpo", networks("dpo", 1), 1, 1).items()}
-    {'rollout': 0, 'scoring': 2, 'training': 6}
+    >>> active_params(networks("ppo", 70, 7, policy_active=10))
+    {'policy': Fraction(10, 1), 'reward': Fraction(7, 1)}
     """
-    if epochs < 1:
-        raise InputError(f"epochs: {epochs} must be at least 1")
-    tokens = Fraction(sequences) * tokens_per_sequence
-    policy = nets[0].flop_params
-    rollout = Fraction(0) if algorithm == "dpo" else 2 * policy * tokens
-    scorers = [
-        n for n in nets if n.role != "policy"
-    ]  # actor (old log-probs), reference, reward, critic
-    scoring = sum((2 * n.flop_params * tokens for n in scorers), Fraction(0))
-    training = sum((6 * n.flop_params * tokens * epochs for n in nets if n.trainable), Fraction(0))
-    return {"rollout": rollout, "scoring": scoring, "training": training}
+    return {n.weights: n.flop_params for n in nets}
 
 
 def phase_times(
@@ -356,16 +335,19 @@ DEFAULTS: dict[str, object] = {
     "train_mfu": 0.40,
     "gpu": "H100-SXM",
     "rollout_batch": ROLLOUT_BATCH,
+    "old_log_prob": True,
 }
 """Documented defaults of the RLHF tab: a GRPO step as in DeepSeekMath (1,024 prompts × 16 samples,
 long completions); decode MFU 4% (memory-bound token-by-token generation) and training MFU 40%
 (decode MFU one tenth of training MFU); the rollout engine decodes
-:data:`ROLLOUT_BATCH` sequences at once (vLLM's default). The FLOP and time *shares* depend only on
+:data:`ROLLOUT_BATCH` sequences at once (vLLM's default); the actor recomputes the old log-probs
+(``old_log_prob`` True: verl's ``RayPPOTrainer.fit`` unless ``bypass_mode``, OpenRLHF's
+``make_experience`` always; :mod:`model.rlhf.phases`). The FLOP and time *shares* depend only on
 the algorithm, the networks, the epochs and the two MFUs, not on the token counts or the GPU."""
 
 ASSUMPTIONS = (
     "rollout 2·N_p per token (prefill + decode); scoring 2·N per token per scoring network "
-    "(the actor's old log-probs, reference, reward, critic); "
+    "(the actor's old log-probs unless the engine's are used, reference, reward, critic); "
     "training 6·N per token per epoch per trainable network (N: the parameters a token passes "
     "through, a mixture of experts' active ones; memory counts all); decode MFU for the rollout, "
     "training MFU for scoring and training"

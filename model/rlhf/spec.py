@@ -4,7 +4,8 @@ and :mod:`model.rlhf.step` (a placement's step). The textbook accounting (16 / 2
 FLOP shares at two MFUs) stays in :mod:`model.rlhf.shares`.
 
 Roles (OpenRLHF's and verl's, Hu et al. 2024 arXiv 2405.11143; Sheng et al. 2025, HybridFlow,
-EuroSys, arXiv 2409.19256):
+EuroSys, arXiv 2409.19256), their phases and each phase's FLOPs are one rule with the textbook
+accounting's networks (:mod:`model.rlhf.phases`):
 
 * ``rollout`` — the inference engine (vLLM / SGLang) generating the step's rollouts with the
   policy's weights (:mod:`model.rollout`).
@@ -39,6 +40,8 @@ from trainplan.model.layout import Recompute
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.params import count_params
 from trainplan.model.rlhf.packing import Packing, packing_of, peak_tokens, split_peak_tokens
+from trainplan.model.rlhf.phases import PHASES, StepRole, phase_flops, step_roles
+from trainplan.model.rlhf.shares import ROLLOUT_BATCH
 from trainplan.model.rollout import check_fraction
 from trainplan.model.units import LIMITS
 
@@ -48,7 +51,6 @@ __all__ = [
     "LogitsMode",
     "RoleSpec",
     "RLHFSpec",
-    "phase_flops",
     "MICRO_BATCH_TOKENS",
     "LOGITS_CHUNK_TOKENS",
     "HOST_BYTES_PER_NODE",
@@ -57,9 +59,6 @@ __all__ = [
     "DEFAULT_FRACTION_OPENRLHF",
     "default_fraction",
 ]
-
-PHASES = ("rollout", "scoring", "training")
-"""The phases of a step, in order."""
 
 
 class Role(StrEnum):
@@ -120,16 +119,29 @@ def default_fraction(colocated: bool, framework: Framework | None = None) -> Fra
 
 @dataclass(frozen=True, slots=True)
 class RoleSpec:
-    """One role of the step: its network, whether it trains, and what its forward outputs."""
+    """One role of the step: its network and its place in the step (whether it trains, what its
+    forward outputs, the phases it works in: :func:`model.rlhf.phases.step_roles`)."""
 
     role: Role
     model: ModelSpec
-    trainable: bool
-    log_probs: bool
-    """Its forward ends in the vocabulary's logits (actor, reference, rollout); False for a
-    value head (critic, reward)."""
-    phases: tuple[str, ...]
-    """The phases it works in."""
+    step: StepRole
+    """The role's rule (:class:`model.rlhf.phases.StepRole`)."""
+
+    @property
+    def trainable(self) -> bool:
+        """Trained (an optimizer update each step) or frozen."""
+        return self.step.trainable
+
+    @property
+    def log_probs(self) -> bool:
+        """Its forward ends in the vocabulary's logits (actor, reference, rollout); False for a
+        value head (critic, reward)."""
+        return self.step.log_probs
+
+    @property
+    def phases(self) -> tuple[str, ...]:
+        """The phases it works in."""
+        return self.step.phases
 
     @property
     def params(self) -> int:
@@ -204,8 +216,9 @@ class RLHFSpec:
     the engine's are used."""
     engine_memory_fraction: Fraction | None = None
     """vLLM ``gpu_memory_utilization`` in (0, 1); None: the class docstring's defaults."""
-    max_num_seqs: int = 256
-    """Sequences one engine replica decodes at once at most (vLLM ``max_num_seqs``)."""
+    max_num_seqs: int = ROLLOUT_BATCH
+    """Sequences one engine replica decodes at once at most (vLLM ``max_num_seqs``; default
+    :data:`model.rlhf.shares.ROLLOUT_BATCH`, vLLM's 256)."""
     off_policy: int = 0
     """0: synchronous (each rollout uses the weights just trained); 1: one-step off-policy (the
     rollout of step k+1 runs while step k trains, on GPUs of its own)."""
@@ -306,22 +319,10 @@ class RLHFSpec:
 
     def _roles(self) -> tuple[RoleSpec, ...]:
         critic = self.critic or self.policy
-        out = [
-            RoleSpec(Role.ROLLOUT, self.policy, False, True, ("rollout",)),
-            RoleSpec(
-                Role.ACTOR,
-                self.policy,
-                True,
-                True,
-                ("scoring", "training") if self.old_log_prob else ("training",),
-            ),
-        ]
-        if self.algorithm == "ppo":
-            out.append(RoleSpec(Role.CRITIC, critic, True, False, ("scoring", "training")))
-        out.append(RoleSpec(Role.REFERENCE, self.policy, False, True, ("scoring",)))
-        if self.reward == "model":
-            out.append(RoleSpec(Role.REWARD, critic, False, False, ("scoring",)))
-        return tuple(out)
+        return tuple(
+            RoleSpec(Role(s.role), self.policy if s.weights == "policy" else critic, s)
+            for s in step_roles(self.algorithm, self.reward, self.old_log_prob)
+        )
 
     @property
     def roles(self) -> tuple[RoleSpec, ...]:
@@ -344,6 +345,24 @@ class RLHFSpec:
     def seq_len(self) -> int:
         """Tokens per rollout: prompt + completion."""
         return self.prompt_tokens + self.completion_tokens
+
+    def phase_flops(self) -> dict[str, dict[str, int]]:
+        """Model FLOPs of the step by phase and role (:func:`model.rlhf.phases.phase_flops`, the
+        rule the textbook accounting reads too) on each role's active parameters (a mixture of
+        experts' routed share; all of a dense network): the actor scores the old log-probs only
+        when it recomputes them (:attr:`old_log_prob`).
+
+        >>> from trainplan.scenarios.catalogue import get_model
+        >>> spec = RLHFSpec(algorithm="grpo", policy=get_model("qwen2.5-7b").model,
+        ...                 reward="rule", prompts=1, samples_per_prompt=1, prompt_tokens=1,
+        ...                 completion_tokens=1, old_log_prob=False)
+        >>> n = spec.role("actor").active_params
+        >>> {ph: sum(v.values()) // (n * 2) for ph, v in spec.phase_flops().items()}
+        {'rollout': 2, 'scoring': 2, 'training': 6}
+        """
+        active = {r.step.weights: r.active_params for r in self.roles}
+        steps = [r.step for r in self.roles]
+        return phase_flops(steps, active, self.sequences, self.seq_len, self.epochs)
 
     @property
     def updates_per_epoch(self) -> int:
@@ -420,40 +439,3 @@ class RLHFSpec:
         (15360, 20480, 15360)
         """
         return self.split_tokens(dp, tp) or self.micro_batch_peak_tokens(tp)
-
-
-def phase_flops(spec: RLHFSpec) -> dict[str, dict[str, int]]:
-    """Model FLOPs of one step by phase and role: rollout ``2·N_active`` per token of prompt and
-    completion (prefill and decode); scoring ``2·N_active`` per token by the reference, the
-    reward model, the critic and — when it recomputes the old log-probs — the actor; training
-    ``6·N_active`` per token per epoch by each trainable role (Kaplan et al. 2020; recomputation
-    is hardware, not model, FLOPs).
-
-    Examples
-    --------
-    GRPO with a rule reward, N = 1, one 1-token sequence: rollout 2, scoring 2 (reference) +
-    2 (the actor's old log-probs), training 6.
-
-    >>> from trainplan.model.model_spec import ModelSpec
-    >>> from trainplan.model.specs import Architecture
-    >>> arch = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
-    ...                     ffn_hidden_size=32, vocab_size=16)
-    >>> tiny = ModelSpec(name="t", arch=arch)
-    >>> spec = RLHFSpec(algorithm="grpo", policy=tiny, reward="rule", prompts=1,
-    ...                 samples_per_prompt=1, prompt_tokens=1, completion_tokens=1)
-    >>> n = spec.role("actor").active_params
-    >>> {ph: sum(v.values()) // (n * 2) for ph, v in phase_flops(spec).items()}
-    {'rollout': 2, 'scoring': 4, 'training': 6}
-    """
-    tokens = spec.sequences * spec.seq_len
-    out: dict[str, dict[str, int]] = {phase: {} for phase in PHASES}
-    for r in spec.roles:
-        n = r.active_params
-        if r.role is Role.ROLLOUT:
-            out["rollout"][r.role] = 2 * n * tokens
-            continue
-        if "scoring" in r.phases:
-            out["scoring"][r.role] = 2 * n * tokens
-        if r.trainable:
-            out["training"][r.role] = 6 * n * tokens * spec.epochs
-    return out

@@ -13,7 +13,7 @@ from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.hardware import ClusterLinks
 from trainplan.model.rlhf.logits import logits_bytes
 from trainplan.model.rlhf.roles import RoleCost, RoleOption
-from trainplan.model.rlhf.spec import RLHFSpec, phase_flops
+from trainplan.model.rlhf.spec import RLHFSpec
 from trainplan.model.rlhf.step import compose, step_seconds
 from trainplan.model.rollout import (
     decode_seconds,
@@ -184,11 +184,11 @@ def test_old_log_prob_pass_and_phase_flops():
     log-probs, another 2N; without the recompute (log-probs from the engine), only the first."""
     spec = _spec()
     tokens = 64 * 5120
-    flops = phase_flops(spec)
+    flops = spec.phase_flops()
     assert flops["rollout"] == {"rollout": 2 * N_QWEN * tokens}
     assert flops["scoring"] == {"actor": 2 * N_QWEN * tokens, "reference": 2 * N_QWEN * tokens}
     assert flops["training"] == {"actor": 6 * N_QWEN * tokens}
-    assert phase_flops(_spec(old_log_prob=False))["scoring"] == {"reference": 2 * N_QWEN * tokens}
+    assert _spec(old_log_prob=False).phase_flops()["scoring"] == {"reference": 2 * N_QWEN * tokens}
     assert _spec(algorithm="ppo", reward="model").role("critic").trainable
 
 

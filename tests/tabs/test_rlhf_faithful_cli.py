@@ -65,9 +65,16 @@ def test_old_log_prob_engine_is_the_users_not_the_default():
     """``--old-log-prob engine`` takes the engine's log-probs: no actor forward among the scoring
     FLOPs, and not listed as a default (it was dropped as "not given" with every False option,
     and the default, recompute, ran instead)."""
-    f = json.loads(run(*GRPO7, "--old-log-prob", "engine", "--json").stdout)["faithful"]
+    r = json.loads(run(*GRPO7, "--old-log-prob", "engine", "--json").stdout)
+    f = r["faithful"]
     assert f["old_log_prob"] is False and "old_log_prob" not in f["defaults_used"]
     assert set(f["flops_by_role"]["scoring"]) == {"reference"}
+    # the textbook section beside it reads the same rule: the reference's 2N per token alone,
+    # 2 · 7,615,616,512 · 83,886,080 = 1.278e18 (it counted the actor's forward too: 2.555e18)
+    assert r["old_log_prob"] is False and r["phase_flops"] == f["phase_flops_total"]
+    assert (
+        r["phase_flops"]["scoring"] == 2 * 7_615_616_512 * 83_886_080 == 1_277_688_431_949_905_920
+    )
 
 
 def test_faithful_text_prints_every_term_and_a_timeline():

@@ -10,6 +10,7 @@ from fractions import Fraction
 
 from tests.cli_runs import run_many
 from trainplan.model.rlhf import shares as rl
+from trainplan.model.rlhf.phases import phase_flops, step_roles
 
 # Qwen3-30B-A3B by hand from its config.json (scenarios/models/qwen3-30b-a3b.toml): 48 layers,
 # hidden 2048, 32 query heads and 4 KV heads of 128, QK-norm, 128 SwiGLU experts of 768, top-8,
@@ -30,11 +31,13 @@ def test_networks_flops_on_active_bytes_on_total():
     nets = rl.networks("grpo", TOTAL, reward="rule", policy_active=ACTIVE)
     assert [(n.role, n.flop_params) for n in nets] == [("actor", ACTIVE), ("reference", ACTIVE)]
     assert rl.network_bytes(nets) == 18 * TOTAL  # 16 B trained + 2 B frozen, every parameter
-    flops = rl.phase_flops("grpo", nets, 16 * 1024, 5120)
+    assert rl.active_params(nets) == {"policy": ACTIVE}
+    flops = phase_flops(step_roles("grpo", "rule"), rl.active_params(nets), 16 * 1024, 5120)
     # rollout 2N, scoring 2N + 2N (the reference and the actor's old log-probs), training 6N per
-    # token, N = the active parameters: 4 · 3,353,032,704 · 83,886,080 = 1.125e18
-    assert flops == {"rollout": 2 * ACTIVE * TOKENS, "scoring": 4 * ACTIVE * TOKENS,
-                     "training": 6 * ACTIVE * TOKENS}  # fmt: skip
+    # token, N = the active parameters: 2 · 3,353,032,704 · 83,886,080 = 5.625e17 each scorer
+    assert flops == {"rollout": {"rollout": 2 * ACTIVE * TOKENS},
+                     "scoring": {"actor": 2 * ACTIVE * TOKENS, "reference": 2 * ACTIVE * TOKENS},
+                     "training": {"actor": 6 * ACTIVE * TOKENS}}  # fmt: skip
     dense = rl.networks("grpo", TOTAL, reward="rule")  # no active count: dense, all of them
     assert dense[0].flop_params == TOTAL
 
@@ -44,6 +47,7 @@ def test_reward_network_active_count():
     model keep their own count (``reward_active`` None: dense); with no reward size they are
     the policy's network and take its active count."""
     nets = rl.networks("ppo", TOTAL, 8 * 10**9, policy_active=ACTIVE)
+    assert rl.active_params(nets) == {"policy": ACTIVE, "reward": 8 * 10**9}
     assert {n.role: n.flop_params for n in nets} == {
         "actor": ACTIVE,
         "critic": 8 * 10**9,

@@ -233,6 +233,16 @@ def test_rlhf_algorithm_and_reward_switches(page):
         expect(page.locator(".field-error")).to_have_count(0)
     expect(page.locator("select[name=reward]")).to_be_disabled()  # DPO has no reward
     expect(page.locator("input[name=samples-per-prompt]")).to_be_disabled()
+    expect(page.locator("select[name=old-log-prob]")).to_be_disabled()  # nor a PPO ratio
+    # the engine's log-probs: the actor's forward leaves the scoring phase, as on the CLI
+    # (rule-reward GRPO: rollout 2N, scoring 2N, training 6N per token — scoring 20% of the FLOPs)
+    page.select_option("select[name=algorithm]", "grpo")
+    page.select_option("select[name=reward]", "rule")
+    page.select_option("select[name=old-log-prob]", "engine")
+    want = cli_json("rlhf", "--algorithm", "grpo", "--policy-params", "70e9", "--reward", "rule",
+                    "--samples-per-prompt", "4", "--old-log-prob", "engine")  # fmt: skip
+    assert want["phase_flops_share"]["scoring"] == 0.2
+    expect(_cells(page, "#phases-table", 1).nth(2)).to_contain_text(_pct(0.2))
 
 
 # ------------------------------------------------------------------------ hash links and examples
