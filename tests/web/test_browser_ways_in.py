@@ -103,6 +103,16 @@ def test_errors_sit_next_to_their_field_and_stale_results_are_dimmed(page):
     expect(page.locator("#error-samples-per-prompt")).to_contain_text("samples")
 
 
+def test_a_refused_search_says_it_did_not_run(page):
+    """A search the API refused left its status card empty, a blank box above the last answer;
+    now it says it did not run, and the error names the field."""
+    go(page, "/search?model=llama3-70b&gpus=0")
+    expect(page.locator("#error-gpus")).to_have_text("Error: gpus: '0' must be at least 1")
+    expect(page.locator("#status")).to_have_text(
+        "not run: an input is refused (the error above names it)"
+    )
+
+
 @pytest.mark.parametrize(
     "query, field, other",
     [

@@ -83,7 +83,11 @@ TP.searchPage = async (kind, render) => {
       status.className = "status cancelled";
       return;
     }
-    if (!last) { TP.$("#progress").hidden = true; return; }
+    if (!last) { // refused: the error line above names the field; the last answer stays dimmed
+      TP.$("#progress").hidden = true;
+      status.textContent = "not run: an input is refused (the error above names it)";
+      return;
+    }
     answered = q.toString();
     staleness();
     bar.max = 1;
