@@ -151,6 +151,19 @@ def test_a_link_with_a_model_and_its_dimensions_says_they_do_not_apply(page, que
     expect(error).to_be_hidden()
 
 
+def test_a_word_of_an_aside_is_not_the_field_edited(page):
+    """Checkpointing at n = 5,000 is refused ("layers: 5,000 is above the limit of 1,000 layers
+    (the walk-through lists every tensor …)"); editing every then moved the layers' line under
+    the every field, since the aside spells "every". The line stays at layers."""
+    go(page, "/ckpt?layers=5000&every=3")
+    line = "Error: layers: 5,000 is above the limit of 1,000 layers (the walk-through lists"
+    expect(page.locator("#error-layers")).to_contain_text(line)
+    with page.expect_response(lambda r: "/api/ckpt?" in r.url and "every=4" in r.url):
+        page.fill("input[name=every]", "4")
+    expect(page.locator("#error-layers")).to_contain_text(line)
+    expect(page.locator("#error-every")).to_have_count(0)
+
+
 # ------------------------------------------------------------------------ the player, 70B, links
 
 
