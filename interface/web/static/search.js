@@ -9,6 +9,18 @@ const layoutLine = (l) =>
 // One shell word as Python's shlex.quote writes it, so the flags paste into a shell as the CLI prints them.
 const shellWord = (w) => (w === "" ? "''" : /[^\w@%+=:,./-]/.test(w) ? `'${w.replace(/'/g, `'"'"'`)}'` : w);
 
+// Megatron-LM's flags as shell words, each flag with its values in a box of its own: the block
+// wraps between flags, never inside one ("--context-parallel-size 1 --" / "micro-batch-size 1"),
+// and its text (what a copy takes) is the words with one space between.
+const flagWords = (words) => {
+  const groups = [];
+  for (const w of words.map(shellWord)) {
+    if (w.startsWith("--") || !groups.length) groups.push([w]);
+    else groups[groups.length - 1].push(w);
+  }
+  return groups.map((g) => `<span class="flag">${TP.esc(g.join(" "))}</span>`).join(" ");
+};
+
 const notes = (list, cls) => (list.length ? `<ul class="plain ${cls}">${list.map((n) => `<li>note: ${TP.esc(n)}</li>`).join("")}</ul>` : "");
 
 // A per-stage step time in seconds, as the JSON gives it (two plans 0.1 min apart still read
@@ -45,7 +57,7 @@ function perStage(r, link) {
     <div class="card launch">
       <h3>Megatron-LM</h3>
       ${launch.megatron_env.length ? `<p class="note" id="megatron-env">environment: <code>${TP.esc(launch.megatron_env.map(shellWord).join(" "))}</code></p>` : ""}
-      <pre class="launch-text" id="megatron-flags">${TP.esc(launch.megatron.map(shellWord).join(" "))}</pre>
+      <pre class="launch-text" id="megatron-flags">${flagWords(launch.megatron)}</pre>
       ${notes(launch.megatron_notes, "megatron-notes")}
       ${launch.megatron_step_s === null ? "" : `<p class="note" id="megatron-step">with one --recompute-num-layers for every stage: ${stepTime(launch.megatron_step_s)} per step</p>`}
       <h3>torchtitan</h3>
