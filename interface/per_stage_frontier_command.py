@@ -48,9 +48,12 @@ def per_stage_frontier_json(
     uniform frontier), one CSV row each: :func:`interface.render.report.frontier_row`'s fields
     (``objective_s`` the step time, ``peak_bytes_ceil`` the memory axis) plus ``plan``
     (``uniform`` or ``per-stage``), ``proven`` (whether this point's searches were proven:
-    false only when ``--time-limit`` cut them), ``stage_layers`` and ``recompute_layers`` (per
-    stage; null for a uniform plan), ``chunk_layers`` (per model chunk in model order; the same
-    as ``stage_layers`` when v = 1; either is what ``--stage-layers`` takes), ``uniform_step_s``
+    false only when ``--time-limit`` cut them), ``gap_s`` (the step less a proven lower bound on
+    every split its search took, s: 0 or a ns or so when proven, null when a time limit left no
+    bound: :attr:`optimizer.per_stage_frontier.FrontierPoint.gap_ns`), ``stage_layers`` and
+    ``recompute_layers`` (per stage; null for a uniform plan), ``chunk_layers`` (per model
+    chunk in model order; the same as ``stage_layers`` when v = 1; either is what
+    ``--stage-layers`` takes), ``uniform_step_s``
     (the best uniform layout meeting the same axis value; null when none fits), ``gain``
     (uniform ÷ this step time) and ``price_per_hour`` when priced
     (:func:`optimizer.per_stage_frontier.per_stage_frontier`); ``max_searches`` the per-stage
@@ -166,6 +169,7 @@ def _frontier_point(
         {
             "plan": p.kind,
             "proven": p.proven,
+            "gap_s": None if p.gap_ns is None else p.gap_ns / 1e9,
             "stage_layers": stage_layers_of(p.estimate) if per_stage else None,
             "chunk_layers": list(lay.stage_layers or ()) if per_stage else None,
             "recompute_layers": list(lay.recompute_layers or ()) if per_stage else None,

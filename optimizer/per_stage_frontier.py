@@ -85,6 +85,10 @@ class FrontierPoint:
     """Whether the searches behind this point were proven (the per-stage search over the shapes
     it takes, and the uniform one); False when a wall-clock ``time_limit_s`` cut them, so that
     another run may find a faster plan at this value."""
+    gap_ns: int | None = None
+    """The step less a proven lower bound on every split of the shapes its per-stage search took
+    at this value, whole ns (:attr:`optimizer.per_stage.PerStageResult.gap_ns`: 0, or a ns or so,
+    when proven); None where a time limit left no bound."""
 
     @property
     def gain(self) -> float | None:
@@ -407,4 +411,6 @@ def axis_value_of_job(against: str, job: Job) -> int:
 def _point(r: PerStageResult, value: int, uniform: Answer | None, proven: bool) -> FrontierPoint:
     uniform_ns = None if uniform is None else step_ns(uniform.estimate)
     kind = "per-stage" if r.per_stage else "uniform"
-    return FrontierPoint(kind, r.job, r.plan, r.plan_ns, value, uniform, uniform_ns, proven)
+    return FrontierPoint(
+        kind, r.job, r.plan, r.plan_ns, value, uniform, uniform_ns, proven, r.gap_ns
+    )

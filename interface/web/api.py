@@ -244,8 +244,9 @@ def frontier_run(query: list[tuple[str, str]], **progress: Any) -> Any:
 
 
 def run_object(result: Any) -> dict[str, Any]:
-    """A SearchRun's JSON object, or the CLI's infeasible object; each answer's notes name the
-    page's fields where the command line's name its flags (:func:`interface.flags.on_page`)."""
+    """A SearchRun's JSON object, or the CLI's infeasible object; each answer's notes, and the
+    per-stage frontier's ``proof``, name the page's fields where the command line's name its
+    flags (:func:`interface.flags.on_page`)."""
     fields = page_fields("search")
     if isinstance(result, InfeasibleError):
         out = commands.infeasible_json(result, web=True)
@@ -259,6 +260,8 @@ def run_object(result: Any) -> dict[str, Any]:
     for key in ("top", "answers"):
         if key in out:
             out[key] = [paged(a) for a in out[key]]
+    if "proof" in out:  # the per-stage frontier's headline: its --per-stage-searches as the field
+        out["proof"] = on_page(out["proof"], page_fields("frontier"))
     return paged(out)
 
 

@@ -98,7 +98,7 @@ def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform()
     problem = tiny_problem((2,))
     got = per_stage_frontier(problem, "memory")
     assert got.status == "optimal"
-    found, eps = [], None
+    found, gaps, eps = [], {}, None
     while True:
         try:
             r = per_stage_search(problem, max_bytes=eps, without_uniform=True)
@@ -107,9 +107,14 @@ def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform()
         assert r.uniform is not None
         value = peak_bytes(r.plan) if r.per_stage else r.uniform.peak_bytes
         found.append((value, r.plan_ns, "per-stage" if r.per_stage else "uniform"))
+        gaps[value, r.plan_ns] = r.gap_ns
         eps = value - 1
     want = non_dominated(found)
     assert [(p.value, p.step_ns, p.kind) for p in got.points] == want[::-1]  # fastest first
+    # each point's proven gap is its own search's (PerStageResult.gap_ns), within the 2 ns of
+    # rounding of a proof (the page and the JSON's gap_s show it per point)
+    assert [p.gap_ns for p in got.points] == [gaps[p.value, p.step_ns] for p in got.points]
+    assert all(p.gap_ns is not None and 0 <= p.gap_ns <= 2 for p in got.points)
     # 7 points (12 when every communicator was 32 channels × 12 MiB without set-up: the pp 2
     # interleaved √n plan and its per-stage plan, 1,374,800,896 and 1,370,606,592 B then, 11.6
     # and 15.8 MB under dp 2's full recomputation; a pp 2 layout holds PAIR − RING = 96 MiB

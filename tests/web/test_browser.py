@@ -346,6 +346,11 @@ def test_search_per_stage_shows_the_stages_and_the_flags(page):
         )
     expect(page.locator(".per-stage .gain")).to_have_text(f"{ps['gain']:.3f}×")
     expect(page.locator("#megatron-flags")).to_have_text(" ".join(launch["megatron"]))
+    # each flag with its value in one box, so the block wraps between flags, never inside one
+    boxes = page.locator("#megatron-flags .flag")
+    expect(boxes).to_have_count(sum(w.startswith("--") for w in launch["megatron"]))
+    assert launch["megatron"][:2] == ["--tensor-model-parallel-size", "8"]
+    expect(boxes.first).to_have_text("--tensor-model-parallel-size 8")
     expect(page.locator(".megatron-notes li")).to_have_count(len(launch["megatron_notes"]))
     expect(page.locator("#megatron-step")).to_contain_text("with one --recompute-num-layers")
     expect(page.locator("#torchtitan-toml")).to_have_text("\n".join(launch["torchtitan"]))

@@ -103,6 +103,16 @@ def test_errors_sit_next_to_their_field_and_stale_results_are_dimmed(page):
     expect(page.locator("#error-samples-per-prompt")).to_contain_text("samples")
 
 
+def test_a_refused_search_says_it_did_not_run(page):
+    """A search the API refused left its status card empty, a blank box above the last answer;
+    now it says it did not run, and the error names the field."""
+    go(page, "/search?model=llama3-70b&gpus=0")
+    expect(page.locator("#error-gpus")).to_have_text("Error: gpus: '0' must be at least 1")
+    expect(page.locator("#status")).to_have_text(
+        "not run: an input is refused (the error above names it)"
+    )
+
+
 @pytest.mark.parametrize(
     "query, field, other",
     [
@@ -139,6 +149,19 @@ def test_a_link_with_a_model_and_its_dimensions_says_they_do_not_apply(page, que
     expect(error).to_contain_text("give them with params instead of model")
     page.fill("input[name=tp]", "4")  # an edit: the link's error has been read
     expect(error).to_be_hidden()
+
+
+def test_a_word_of_an_aside_is_not_the_field_edited(page):
+    """Checkpointing at n = 5,000 is refused ("layers: 5,000 is above the limit of 1,000 layers
+    (the walk-through lists every tensor …)"); editing every then moved the layers' line under
+    the every field, since the aside spells "every". The line stays at layers."""
+    go(page, "/ckpt?layers=5000&every=3")
+    line = "Error: layers: 5,000 is above the limit of 1,000 layers (the walk-through lists"
+    expect(page.locator("#error-layers")).to_contain_text(line)
+    with page.expect_response(lambda r: "/api/ckpt?" in r.url and "every=4" in r.url):
+        page.fill("input[name=every]", "4")
+    expect(page.locator("#error-layers")).to_contain_text(line)
+    expect(page.locator("#error-every")).to_have_count(0)
 
 
 # ------------------------------------------------------------------------ the player, 70B, links

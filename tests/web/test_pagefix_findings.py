@@ -71,6 +71,36 @@ def test_a_dense_models_etp_as_printed_is_accepted_back(client):
     assert "etp: 2 needs a MoE model; llama3-70b is dense (etp = tp, 4)" in err
 
 
+def test_the_per_stage_frontier_says_its_budget_by_the_pages_field():
+    """The status line read "cut at the budget of 4 searches, the default; --per-stage-searches
+    sets it" on the page, whose field is per-stage-searches: the proof is written as the notes
+    are (interface.flags.on_page), the page's field for the command line's flag."""
+    from trainplan.interface.per_stage_frontier_command import per_stage_proof
+    from trainplan.interface.search_commands import SearchRun
+    from trainplan.interface.web.api import run_object
+
+    out = {"status": "feasible", "stopped": "searches", "max_searches": 4}
+    out |= {"max_searches_default": True, "time_limit_s": None, "points": []}
+    out["proof"] = per_stage_proof(out)
+    assert "--per-stage-searches sets it" in out["proof"]  # the CLI's headline
+    said = run_object(SearchRun(out, "step-time", 1))["proof"]
+    assert said == (
+        "each point optimal over the shapes searched; cut at the budget of 4 searches, the "
+        "default; per-stage-searches sets it: the frontier may go on past its last point"
+    )
+
+
+def test_about_says_what_the_memory_reserve_counts(client):
+    """The About tab's limits said "no profile counts allocator fragmentation or the CUDA
+    context" while every physical profile's capacity is the driver's less a reserve holding
+    both (model.frameworks.FRAGMENTATION_ALLOWANCE_BYTES, 1 GiB, an assumption), and listed
+    three pipeline schedules of the tab's eight."""
+    html = client.get("/about").text
+    assert "no profile counts allocator fragmentation" not in html
+    assert "the CUDA context, cuBLAS workspaces and an assumed 1 GiB" in html
+    assert "ZB-H1, ZB-H2, ZB-V) or DualPipe and DualPipeV" in html
+
+
 @pytest.mark.slow
 def test_the_per_stage_frontier_is_cut_by_searches_and_says_so(client):
     d = client.get(f"/api/frontier?{PER_STAGE}").json()
@@ -82,6 +112,9 @@ def test_the_per_stage_frontier_is_cut_by_searches_and_says_so(client):
     )
     assert d["time_limit_s"] is None and all(p["proven"] for p in d["points"])
     assert [round(p["step_s"], 3) for p in d["points"]] == [222.344, 222.353, 223.905]
+    # each point's proven gap, as the per-stage search's answer gives it (per_stage.gap_s): a
+    # proof is exact to the 2 ns of rounding of its step times (optimizer.stage_exact)
+    assert all(0 <= p["gap_s"] <= 2e-9 for p in d["points"]), [p["gap_s"] for p in d["points"]]
     assert d["proof"] == (
         "each point optimal over the shapes searched; cut at the budget of 3 searches: the "
         "frontier may go on past its last point"
@@ -131,12 +164,16 @@ def test_the_page_rounds_as_the_cli_prints(browser_page):
 
 @pytest.mark.slow
 @pytest.mark.browser
-@pytest.mark.parametrize("width", [1280, 390])
+@pytest.mark.parametrize("width", [1264, 390])
 def test_the_per_stage_frontier_fits_and_shows_its_fastest_points(browser_page, width):
     """At 1,280 px the table's gain and planner columns sat in a sideways scroll; at 390 px the
     chart (640 px at least) opened on its left axis, the fastest points and the title off-screen.
-    Now the table fits at 1,280 px, and the chart opens scrolled to its right end, where the
-    fastest points and the page's right-aligned title are."""
+    Now the table fits a 1,280-px window (1,264 px beside a 16-px scroll bar), and the chart
+    opens scrolled to its right end, where the fastest points and the page's right-aligned title
+    are. The layout column then stacked one token a line (dp 2 / tp 4 / … / 1f1b, nine lines)
+    and the points showed no proven gap; now the layout is two unbreakable halves (the degrees;
+    ZeRO, recomputation, b, schedule), the stages' layers over their recomputed layers, and
+    each point's plan says its gap as the per-stage search's answer does (1 ns)."""
     page = browser_page
     page.set_viewport_size({"width": width, "height": 900})
     go(page, f"/frontier?{PER_STAGE}")
@@ -152,8 +189,26 @@ def test_the_per_stage_frontier_fits_and_shows_its_fastest_points(browser_page, 
         "() => [document.querySelector('#points-table').scrollWidth,"
         " document.querySelector('#points').clientWidth]"
     )
-    if width == 1280:
+    if width == 1264:
+        from playwright.sync_api import expect
+
         assert table[0] <= table[1], table
+        d = page.evaluate("fetch('/api/frontier?' + location.search.slice(1)).then(r => r.json())")
+        rows = page.locator("#points-table tbody tr")
+        expect(rows).to_have_count(len(d["points"]))
+        lines = page.evaluate(
+            "() => [...document.querySelectorAll('#points-table tbody tr')].map(tr => {"
+            " const td = tr.children[7], st = tr.querySelector('.stages');"
+            " const line = parseFloat(getComputedStyle(td).lineHeight);"
+            " return [td.querySelectorAll('.nw').length, Math.round(td.querySelector('.nw')"
+            ".getBoundingClientRect().height / line), Math.round(st.getBoundingClientRect()"
+            ".height / line)]; })"
+        )
+        # two halves of one line each (the cell holds one or two lines), stages on two lines
+        assert lines == [[2, 1, 2]] * len(d["points"]), lines
+        for row, p in zip(rows.all(), d["points"], strict=True):
+            assert 0 <= p["gap_s"] <= 2e-9  # a proof, to the step times' rounding
+            expect(row.locator(".gap")).to_have_text(f"gap {round(p['gap_s'] * 1e9)} ns")
         return
     chart = page.locator("#chart")
     box = chart.bounding_box()

@@ -420,8 +420,11 @@ const TP = (() => {
     if (!form) return null;
     const aliases = INFO.aliases[PAGE] || {};
     // a rule of several fields ("global-batch: 2,048 is not divisible by micro_batch_size 1,000
-    // × dp 2") goes to the one the user just edited when the line names it
-    const named = (message.match(/[A-Za-z][\w-]*/g) || []).map((w) => aliases[w] || aliases[w.replace(/_/g, "-")] || w.replace(/_/g, "-"));
+    // × dp 2") goes to the one the user just edited when the line names it; an aside that
+    // explains ("(the walk-through lists every tensor …)") names no field, though its words
+    // may spell one (the checkpointing tab's every)
+    const rule = message.replace(/\(the [^()]*\)/g, "");
+    const named = (rule.match(/[A-Za-z][\w-]*/g) || []).map((w) => aliases[w] || aliases[w.replace(/_/g, "-")] || w.replace(/_/g, "-"));
     const mine = lastEdited && named.includes(lastEdited) && $$(`[name="${lastEdited}"]`, form).find(active);
     if (mine) return mine;
     const names = [];

@@ -16,17 +16,24 @@ TP.searchPage("frontier", async (last, q) => {
     ["#", (p, i) => i + 1], ["step", (p) => TP.exact(p.step_s)], ...(r.against === "gpus" ? [] : [second]), [{ html: "fit/<wbr>GPU" }, (p) => nw(TP.gb(p.fit_bytes))], ["MFU", (p) => TP.pct(p.mfu)],
     ["GPUs", (p) => `${TP.num(p.num_gpus)} × ${nw(TP.esc(p.gpu))}`],
     [{ html: "frame<wbr>work" }, (p) => TP.esc(p.framework)],
-    ["layout", (p) => [`dp ${p.dp}`, `tp ${p.tp}`, `pp ${p.pp}`, `cp ${p.cp}`, `ep ${p.ep}`, `ZeRO-${p.zero_stage}`, TP.esc(p.recompute), `b ${p.micro_batch_size}`, `${TP.esc(p.schedule)}${p.virtual_stages > 1 ? " v" + p.virtual_stages : ""}`].map(nw).join(" ")],
-    // the per-stage frontier (frontier --per-stage): each point's plan, its stages, and the gain
+    // the layout in the CLI's words, on one line where the column has room, else two: the
+    // degrees, then ZeRO, recomputation, micro-batch and schedule (never a token a line)
+    ["layout", (p) => `${nw(`dp ${p.dp} tp ${p.tp} pp ${p.pp} cp ${p.cp} ep ${p.ep}`)} ${nw(`ZeRO-${p.zero_stage} ${TP.esc(p.recompute)} b ${p.micro_batch_size} ${TP.esc(p.schedule)}${p.virtual_stages > 1 ? " v" + p.virtual_stages : ""}`)}`],
+    // the per-stage frontier (frontier --per-stage): each point's plan with its proven gap (as
+    // the per-stage search's answer says it: no split searched is faster by more), its stages,
+    // and the gain
     ...(r.per_stage ? [
-      ["plan", (p) => nw(TP.esc(p.plan)) + (p.proven === false ? ", not proven" : "")],
-      // short headers and breakable cells: the table fits a 1,280-px window without a sideways scroll
-      ["layers / recomp. per stage", (p) => (p.stage_layers ? `${p.stage_layers.join("/<wbr>")} / ${p.recompute_layers.join("/<wbr>")}` : "—")],
-      ["uniform", (p) => (p.uniform_step_s === null ? "none fits" : TP.exact(p.uniform_step_s))],
-      ["gain", (p) => (p.gain === null ? "—" : `${TP.fixed(p.gain, 3)}×`)],
+      [{ html: "plan, proven <wbr>gap" }, (p) => nw(TP.esc(p.plan)) + (p.proven === false ? ", not proven" : "")
+        + `<br><span class="nw gap" title="proven gap: no split searched is faster by more">${p.gap_s === null ? "no gap proven" : `gap ${TP.gapText(p.gap_s)}`}</span>`],
+      // short headers and breakable cells: the table fits a 1,280-px window without a sideways
+      // scroll; the layers over the recomputed layers, each list on a line of its own where it
+      // fits (four stages do), breaking after a "/" where it does not
+      ["layers / recomp. per stage", (p) => (p.stage_layers ? `<div class="stages">${p.stage_layers.join("/<wbr>")} /<br>${p.recompute_layers.join("/<wbr>")}</div>` : "—")],
+      // the best uniform step at the same value over the gain: one column of two lines
+      [{ html: "uniform step, <wbr>gain" }, (p) => `${p.uniform_step_s === null ? "none fits" : TP.exact(p.uniform_step_s)}<br><span class="gain">${p.gain === null ? "—" : `${TP.fixed(p.gain, 3)}×`}</span>`],
     ] : []),
     ["", (p, i) => `<a class="planner-link" href="${TP.esc(last.planner[i])}">planner</a>`],
-  ], 'id="points-table"');
+  ], `id="points-table"${r.per_stage ? ' class="per-stage"' : ""}`);
   const chart = TP.$("#chart");
   await TP.figure(chart, `/api/figures/frontier?${q}`, `${r.points.length} points against ${r.against}`);
   // narrower than the chart (a phone): show its right end, where the fastest points and the

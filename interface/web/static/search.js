@@ -9,11 +9,17 @@ const layoutLine = (l) =>
 // One shell word as Python's shlex.quote writes it, so the flags paste into a shell as the CLI prints them.
 const shellWord = (w) => (w === "" ? "''" : /[^\w@%+=:,./-]/.test(w) ? `'${w.replace(/'/g, `'"'"'`)}'` : w);
 
-// A proven gap (per_stage.gap_s, seconds; null: the time limit left no bound) in the unit it is
-// read in, as the CLI prints it (interface/render/per_stage_report.py _gap_text): ns below a µs,
-// µs below a ms, then seconds.
-const gapText = (s) => (s === null || s === undefined ? "none proven (time limit)"
-  : s < 1e-6 ? `${TP.fixed(s * 1e9, 0)} ns` : s < 1e-3 ? `${TP.fixed(s * 1e6, 1, true)} µs` : TP.exact(s));
+// Megatron-LM's flags as shell words, each flag with its values in a box of its own: the block
+// wraps between flags, never inside one ("--context-parallel-size 1 --" / "micro-batch-size 1"),
+// and its text (what a copy takes) is the words with one space between.
+const flagWords = (words) => {
+  const groups = [];
+  for (const w of words.map(shellWord)) {
+    if (w.startsWith("--") || !groups.length) groups.push([w]);
+    else groups[groups.length - 1].push(w);
+  }
+  return groups.map((g) => `<span class="flag">${TP.esc(g.join(" "))}</span>`).join(" ");
+};
 
 const notes = (list, cls) => (list.length ? `<ul class="plain ${cls}">${list.map((n) => `<li>note: ${TP.esc(n)}</li>`).join("")}</ul>` : "");
 
@@ -37,7 +43,7 @@ function perStage(r, link) {
       <div><b class="gain">${TP.fixed(ps.gain, 3)}×</b><span>gain (uniform ÷ per-stage)</span></div>
       <div><b class="total">${TP.gb(r.memory.total_bytes)}</b><span>memory per GPU of ${TP.gb(r.memory.capacity_bytes)}</span></div>
       <div><b class="mfu">${TP.pct(r.time.mfu)}</b><span>MFU</span></div>
-      <div><b class="gap" id="per-stage-gap">${gapText(ps.gap_s)}</b><span>proven gap: no split searched is faster by more</span></div></div>
+      <div><b class="gap" id="per-stage-gap">${TP.gapText(ps.gap_s)}</b><span>proven gap: no split searched is faster by more</span></div></div>
       <p><a class="planner-link" href="${TP.esc(link)}">Open this plan in the Planner</a> (its stages' layers and recomputed layers included)</p>
       ${ps.gain === 1 ? `<p class="note">no per-stage plan is faster than the uniform one: the plan is the uniform one</p>` : ""}
       <h3>Stages</h3>
@@ -51,7 +57,7 @@ function perStage(r, link) {
     <div class="card launch">
       <h3>Megatron-LM</h3>
       ${launch.megatron_env.length ? `<p class="note" id="megatron-env">environment: <code>${TP.esc(launch.megatron_env.map(shellWord).join(" "))}</code></p>` : ""}
-      <pre class="launch-text" id="megatron-flags">${TP.esc(launch.megatron.map(shellWord).join(" "))}</pre>
+      <pre class="launch-text" id="megatron-flags">${flagWords(launch.megatron)}</pre>
       ${notes(launch.megatron_notes, "megatron-notes")}
       ${launch.megatron_step_s === null ? "" : `<p class="note" id="megatron-step">with one --recompute-num-layers for every stage: ${stepTime(launch.megatron_step_s)} per step</p>`}
       <h3>torchtitan</h3>

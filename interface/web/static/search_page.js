@@ -2,6 +2,12 @@
 // interface/web/pages.py SCRIPTS): the form, the streamed run with its progress and Cancel.
 "use strict";
 
+// A proven gap (per_stage.gap_s, a per-stage frontier point's gap_s; seconds; null: the time
+// limit left no bound) in the unit it is read in, as the CLI prints it
+// (interface/render/per_stage_report.py _gap_text): ns below a µs, µs below a ms, then seconds.
+TP.gapText = (s) => (s === null || s === undefined ? "none proven (time limit)"
+  : s < 1e-6 ? `${TP.fixed(s * 1e9, 0)} ns` : s < 1e-3 ? `${TP.fixed(s * 1e6, 1, true)} µs` : TP.exact(s));
+
 // The search and frontier tabs: run on the button (and on arrival when the URL holds a job),
 // with a visible progress indicator and a Cancel button; render(result event, query) draws the
 // answer. The button stays live while a search runs (the first visit's example, or the user's
@@ -77,7 +83,11 @@ TP.searchPage = async (kind, render) => {
       status.className = "status cancelled";
       return;
     }
-    if (!last) { TP.$("#progress").hidden = true; return; }
+    if (!last) { // refused: the error line above names the field; the last answer stays dimmed
+      TP.$("#progress").hidden = true;
+      status.textContent = "not run: an input is refused (the error above names it)";
+      return;
+    }
     answered = q.toString();
     staleness();
     bar.max = 1;
