@@ -260,7 +260,8 @@ def fit_warnings(fit: Fit) -> list[str]:
 def run_settings(params: Mapping[str, Any]) -> tuple[dict[str, str], tuple[str, ...]]:
     """The :data:`SETTINGS` a run of flat evaluate parameters ``params`` is evaluated under
     (``p2p_overlap`` only where the layout reads it: Megatron-Core's interleaved schedule), as
-    text, each read through the model's own resolver of its default (the framework's
+    text (a number as the tool prints it, ``2,048``), each read through the model's own resolver
+    of its default (the framework's
     ``tp_comm_overlap``, :func:`model.tp_overlap.tp_overlap_for`; its gradient dtype,
     :func:`model.frameworks.gradient_bytes_for`; sequence parallelism,
     :func:`model.layout.sequence_parallel_on`), and those of them ``params`` does not give.
@@ -287,7 +288,7 @@ def run_settings(params: Mapping[str, Any]) -> tuple[dict[str, str], tuple[str, 
         "zero_stage": str(lay.zero_stage),
         "recompute": lay.recompute.value,
         "precision": t.precision.value,
-        "seq_len": str(t.seq_len),
+        "seq_len": f"{t.seq_len:,}",
         "sequence_parallel": on(sequence_parallel_on(lay.tp, lay.sequence_parallel)),
         "flash_attention": on(t.flash_attention),
         "gradient_dtype": {4: "fp32", 2: "bf16"}.get(grad, f"{grad} B"),

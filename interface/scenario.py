@@ -385,7 +385,7 @@ def _jobs(case: Case, d: Mapping[str, Any], count: int, name: str, price: Any) -
     out = []
     for batch in batches:
         job_case = case if batch == case.training.global_batch_size else _with_batch(case, batch)
-        label = f"{job_case.model.name} on {count} × {name}, B {batch}"
+        label = f"{job_case.model.name} on {count:,} × {name}, B {batch:,}"
         out.append(Job(job_case, count, label, price))
     return out
 

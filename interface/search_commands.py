@@ -268,7 +268,8 @@ def _solutions(
 def _answer(a: Any, problem: Any, in_units: Callable[[float], tuple[str, float]]) -> dict[str, Any]:
     """One answer of the search (:class:`optimizer.search.Answer`) as its JSON object: the
     evaluate object with the search's memory rule, ``job``, the objective under its unit's key,
-    ``objective_kind``, ``objective_text`` and the prices (:func:`_prices`)."""
+    ``objective_kind``, ``objective_text`` (under the params objective the member's size first,
+    then this layout's step) and the prices (:func:`_prices`)."""
     from trainplan.interface.render.report import objective_text
 
     d = estimate_to_dict(a.estimate)
@@ -276,6 +277,11 @@ def _answer(a: Any, problem: Any, in_units: Callable[[float], tuple[str, float]]
     key, value = in_units(a.objective)
     d.update({"job": a.job.label, key: value, "objective_kind": str(problem.objective)})
     d["objective_text"] = objective_text(str(problem.objective), key, value, problem.tokens)
+    if str(problem.objective) == "params":  # the size is the objective; the step its layout's
+        model = d["model"]
+        d["objective_text"] = (
+            f"{model['num_params']:,} parameters ({model['name']}) at " + d["objective_text"]
+        )
     d.update(_prices(a.job.num_gpus, a.job.gpu_hour_price, d["time"]["step_s"]))
     return d
 
@@ -414,8 +420,8 @@ def _launch(result: Any) -> dict[str, Any]:
     if megatron_step is not None and uniform.step_s is not None and megatron_step >= uniform.step_s:
         notes.append(
             f"with one --recompute-num-layers (stock Megatron-LM) this plan takes "
-            f"{megatron_step:.2f} s a step, no faster than the best uniform plan's "
-            f"{uniform.step_s:.2f} s: launch the uniform plan unless the block method is "
+            f"{megatron_step:,.2f} s a step, no faster than the best uniform plan's "
+            f"{uniform.step_s:,.2f} s: launch the uniform plan unless the block method is "
             "patched for per-stage counts"
         )
     return {

@@ -211,14 +211,14 @@ def _nothing_fits(tables: CostTables, retried: np.ndarray) -> list[str]:
     )
     if retried.any():
         return [
-            f"memory: no layout's reserved bytes fit {cap / 1e9:.2f} GB per GPU; "
+            f"memory: no layout's reserved bytes fit {cap / 1e9:,.2f} GB per GPU; "
             f"{int(retried.sum()):,} fit by the allocated peak alone (the least "
-            f"{peak[s, z, r] / 1e9:.2f} GB: {which}) and would run with allocator retries",
+            f"{peak[s, z, r] / 1e9:,.2f} GB: {which}) and would run with allocator retries",
             fit_rule(False),
         ]
     return [
-        f"memory: no layout fits {cap / 1e9:.2f} GB per GPU; the least any candidate needs is "
-        f"{peak[s, z, r] / 1e9:.2f} GB ({which}); try more GPUs, a larger accelerator, a shorter "
+        f"memory: no layout fits {cap / 1e9:,.2f} GB per GPU; the least any candidate needs is "
+        f"{peak[s, z, r] / 1e9:,.2f} GB ({which}); try more GPUs, a larger accelerator, a shorter "
         "sequence or higher tp/pp/cp"
     ]
 
@@ -241,7 +241,7 @@ def _explain(problem: Problem, tables: CostTables, lm: LayoutModel) -> list[str]
             others = " and ".join(f for f in blocking if f != "memory")
             out.append(
                 f"memory: {int(fits.sum()):,} of {fits.size:,} candidates fit in "
-                f"{int(tables.capacity.max()) / 1e9:.2f} GB per GPU, but none of them meets {others}"
+                f"{int(tables.capacity.max()) / 1e9:,.2f} GB per GPU, but none of them meets {others}"
             )
             if retried.any():
                 out.append(fit_rule(False))

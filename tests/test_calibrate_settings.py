@@ -76,7 +76,7 @@ def test_a_run_without_its_recipe_is_evaluated_under_the_planner_defaults():
         "zero_stage": "1",
         "recompute": "none",
         "precision": "bf16",
-        "seq_len": "2048",
+        "seq_len": "2,048",
         "sequence_parallel": "on",
         "flash_attention": "on",
         "gradient_dtype": "fp32",

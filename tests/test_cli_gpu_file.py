@@ -126,7 +126,7 @@ def test_gpus_file_shows_the_part_with_its_sources(runs):
     assert done["gpus file"].returncode == 0, done["gpus file"].stderr
     row = next(line for line in text.splitlines() if line.startswith("H100-A3-High"))
     # the vendor's 80 GB, the H100's driver report 81,559 MiB = 85.52 GB, usable 83.21 GB
-    assert row.split()[:10] == ["H100-A3-High", "80", "GB", "85.52", "83.21", "989.4", "1978.9",
+    assert row.split()[:10] == ["H100-A3-High", "80", "GB", "85.52", "83.21", "989.4", "1,978.9",
                                 "450", "8", "12.5"]  # fmt: skip
     assert (
         f"figures from: {A3} (base H100-SXM; the file gives name, scaleout_gbps, source, status)"

@@ -1,6 +1,6 @@
 """The ``trainplan evaluate …`` command line that gives flat evaluate parameters: what
 ``calibrate`` prints for each fitted run and ``search`` for its answer, so a user can run the
-planner on exactly what was fitted or found (the round trip ``tests/cli/test_evaluate_line.py``
+planner on exactly what was fitted or found (the round trip ``tests/test_cli_round_trip.py``
 runs in fresh processes).
 
 Each parameter is written as evaluate's own option where it has one (``--tp 8``,
@@ -15,8 +15,10 @@ from typing import Any
 import click
 
 from trainplan.interface.cli.planner import evaluate_cmd
+from trainplan.model.errors import LayoutError
+from trainplan.model.split import default_chunk_sizes, split_rule_of
 
-__all__ = ["evaluate_line", "value_text", "answer_params", "ANSWER_FIELDS"]
+__all__ = ["evaluate_line", "value_text", "answer_params", "ANSWER_FIELDS", "MODEL_OPTIONS"]
 
 
 def value_text(value: Any) -> str:
@@ -86,23 +88,63 @@ ANSWER_FIELDS: tuple[str, ...] = tuple(
 same names): the searched ones, the batch, and the split of the layers over the stages."""
 
 
-def answer_params(request: Any, answer: Mapping[str, Any]) -> dict[str, Any]:
+MODEL_OPTIONS: tuple[str, ...] = (
+    "params", "arch", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mtp_layers"
+)  # fmt: skip
+"""The search's model options that evaluate takes by the same names (a model given by its size
+and dimensions rather than ``--model``; ``--mtp-layers`` beside either)."""
+
+
+def answer_params(request: Any, answer: Mapping[str, Any]) -> dict[str, Any] | None:
     """Flat evaluate parameters that give a search answer (``answer``: its JSON object, as
     :func:`interface.search_commands.search_json` or ``per_stage_json`` writes it) under the
-    search's request (:class:`interface.requests.SearchRequest`): the answer's model and
-    accelerator, its layout (:data:`ANSWER_FIELDS`; the layers of each model chunk where
-    virtual_stages > 1) and every key of the request's ``[cluster]`` table (the recipe, links and
-    time model the search evaluated under)."""
-    model = request.values.get("model")
-    if not (isinstance(model, str) and model.endswith(".json")):
-        model = answer["model"]["name"]
+    search's request (:class:`interface.requests.SearchRequest`): the model as the request gave it
+    (``--model`` as typed, a catalogue name or a path, so a folder named like a catalogue model is
+    read again; else its size and dimensions, :data:`MODEL_OPTIONS`), the answer's accelerator,
+    its layout (:data:`ANSWER_FIELDS`; the layers of each model chunk where virtual_stages > 1,
+    none where they are evaluate's own default split, :func:`default_split`) and every key of the
+    request's ``[cluster]`` table (the recipe, links and time model the search evaluated under).
+    None where evaluate cannot give the model: a ``head_dim`` (a scenario file's key that no
+    option of evaluate takes)."""
+    values = request.values
+    if values.get("head_dim") is not None:
+        return None
     gpu = answer["gpu"]
-    out: dict[str, Any] = {"model": model, "gpu": gpu.get("file") or gpu["name"]}
-    if request.values.get("mtp_layers") is not None:
-        out["mtp_layers"] = request.values["mtp_layers"]
+    model = values.get("model")
+    out: dict[str, Any] = {"model": model} if isinstance(model, str) else {}
+    out |= {k: values[k] for k in MODEL_OPTIONS if values.get(k) is not None}
+    out["gpu"] = gpu.get("file") or gpu["name"]
     layout = dict(answer["layout"])
     if (layout.get("virtual_stages") or 1) > 1 and layout.get("chunk_layers"):
         layout["stage_layers"] = layout["chunk_layers"]
+    if default_split(layout):
+        layout["stage_layers"] = None
     out |= {k: layout[k] for k in ANSWER_FIELDS if layout.get(k) is not None}
     out |= {k: v for k, v in request.cluster.items() if v not in (None, {}, [])}
     return out
+
+
+def default_split(layout: Mapping[str, Any]) -> bool:
+    """Whether a layout's layers per model chunk (``layout``: the JSON ``layout`` object,
+    ``chunk_layers`` in model order) are the split evaluate builds when given none:
+    :func:`model.split.default_chunk_sizes` of their sum under the framework's rule
+    (:func:`model.split.split_rule_of`, the ends giving a layer back first under megatron,
+    DeepSpeed's and torchtitan's own under deepspeed and fsdp2). Such a split is left off the
+    line: evaluate gives the same figures without it, and a 128-chunk split is 128 numbers.
+
+    >>> default_split({"framework": "megatron", "pp": 4, "virtual_stages": 1,
+    ...                "chunk_layers": [7, 8, 8, 7]})
+    True
+    >>> default_split({"framework": "megatron", "pp": 4, "virtual_stages": 1,
+    ...                "chunk_layers": [8, 9, 9, 4]})
+    False
+    """
+    chunks = layout.get("chunk_layers")
+    if not chunks:
+        return False
+    pp, v = layout["pp"], layout.get("virtual_stages") or 1
+    rule = split_rule_of(True, layout["framework"], pp)
+    try:
+        return list(default_chunk_sizes(sum(chunks), pp, v, rule)) == list(chunks)
+    except LayoutError:
+        return False

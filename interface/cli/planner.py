@@ -321,11 +321,16 @@ _FILE_SOURCES = (("host_source", "host: "), ("driver_source", "driver capture: "
 """The sources ``trainplan gpus --file`` lists besides (every figure of the part it shows)."""
 
 
+def _number(value: object) -> object:
+    """A whole number in the one form the tool prints (``15,360``); anything else as it is."""
+    return f"{value:,}" if type(value) is int else value
+
+
 @cli.command("models")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def models_cmd(as_json: bool) -> None:
     """The model catalogue: names, sizes and sources (a Sources section after the table, as
-    ``trainplan gpus`` prints)."""
+    trainplan gpus prints)."""
     from trainplan.interface.commands import models_json
 
     rows = models_json()
@@ -338,7 +343,7 @@ def models_cmd(as_json: bool) -> None:
         table_text(
             [
                 {
-                    k: (f"{v / 1e9:,.1f}B" if k.startswith("num") else v)
+                    k: f"{v / 1e9:,.1f}B" if k.startswith("num") else _number(v)
                     for k, v in r.items()
                     if k != "source"
                 }

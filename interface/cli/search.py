@@ -138,7 +138,8 @@ SPACE: list[Decorator] = [
         "cp_kind",
         type=click.Choice(CP_KIND_CHOICES),
         help="CP flavours to choose among on shapes with cp > 1 (repeatable; default ring, "
-        "all-gather, ulysses; ulysses-kv-repeat and a2a+p2p only when given).",
+        "all-gather, ulysses, pytorch-allgather and pytorch-alltoall, each under the frameworks "
+        "that run it; ulysses-kv-repeat and a2a+p2p only when given).",
     ),
     list_option(
         "--optimizer",
@@ -189,7 +190,7 @@ SOLVER: list[Decorator] = [
         "time_limit",
         type=POSITIVE,
         help="Seconds for the whole search, table building included; the best found, "
-        "status feasible (not proven) when it runs out. frontier --per-stage: 120 unless given.",
+        "status feasible (not proven) when it runs out (default: no limit).",
     ),
     click.option("--workers", type=COUNT, default=2, show_default=True, help="CP-SAT workers."),
     click.option("--json", "as_json", is_flag=True, help="Print one JSON object."),
@@ -324,7 +325,7 @@ def search_cmd(
         click.echo("", err=True)
     out = run.json
     out["interrupted"] = stopped
-    if not maximize:  # a family member of another depth is no catalogue model
+    if run.objective != "params":  # a family member of another depth is no catalogue model
         _with_evaluate_lines(request, [out] if top == 1 else out["answers"])
     if as_json:
         echo_json(out)
@@ -336,9 +337,7 @@ def search_cmd(
         f"{out['jobs']} job(s)), objective {run.objective}: {_proof(out)}; tables "
         f"{out['tables_seconds']:.2f} s, CP-SAT {out['solve_seconds']:.2f} s"
     )
-    for note in (out.get("time_limit_note"), out.get("params_note")):
-        click.echo(f"Note: {note}") if note else None
-    settings_note(out)
+    search_notes(out)
     for i, d in enumerate(answers, 1):
         click.echo(f"\n#{i}: {d['job']}" if top > 1 else "")
         click.echo(f"objective ({run.objective}): {d['objective_text']}")
@@ -359,7 +358,18 @@ def _with_evaluate_lines(request: SearchRequest, answers: list[dict[str, Any]]) 
     """Add to each answer ``evaluate_command``: the ``trainplan evaluate`` line that gives it
     (:func:`interface.cli.evaluate_line.answer_params`)."""
     for d in answers:
-        d["evaluate_command"] = evaluate_line(answer_params(request, d))
+        params = answer_params(request, d)
+        if params is not None:
+            d["evaluate_command"] = evaluate_line(params)
+
+
+def search_notes(out: dict[str, Any]) -> None:
+    """The notes under a search's first line: what its time limit and the params objective
+    leave unproven, then :func:`settings_note`'s."""
+    for note in (out.get("time_limit_note"), out.get("params_note")):
+        if note:
+            click.echo(f"Note: {note}")
+    settings_note(out)
 
 
 def settings_note(out: dict[str, Any]) -> None:
@@ -398,7 +408,9 @@ def _per_stage(request: SearchRequest, as_json: bool) -> None:
         infeasible(err, as_json)
         return
     run.json["interrupted"] = stopped
-    run.json["evaluate_command"] = evaluate_line(answer_params(request, run.json))
+    params = answer_params(request, run.json)
+    if params is not None:
+        run.json["evaluate_command"] = evaluate_line(params)
     if as_json:
         echo_json(run.json)
         exit_if(stopped)
@@ -406,7 +418,8 @@ def _per_stage(request: SearchRequest, as_json: bool) -> None:
     if stopped:
         click.echo("Interrupted (Ctrl-C): the best plan found before it, not proven\n")
     click.echo(per_stage_text(run.json))
-    click.echo(f"evaluate it: {run.json['evaluate_command']}")
+    if run.json.get("evaluate_command"):
+        click.echo(f"evaluate it: {run.json['evaluate_command']}")
     click.echo("")
     click.echo(evaluate_text(run.json))
     exit_if(stopped)

@@ -271,7 +271,10 @@ def evaluate_text(d: dict[str, Any], defaults_used: dict[str, Any] | None = None
     out += _pipeline_and_step(d)
     out += ["", "Assumptions:"] + [f"  - {a}" for a in d["assumptions"]]
     if defaults_used:
-        out.append("Defaults used: " + ", ".join(f"{k} = {v}" for k, v in defaults_used.items()))
+        said = [
+            f"{k} = {v:,}" if type(v) is int else f"{k} = {v}" for k, v in defaults_used.items()
+        ]
+        out.append("Defaults used: " + ", ".join(said))  # a whole number as 8,192
     out += [f"Note: {n}" for n in d["notes"]]
     return "\n".join(out)
 

@@ -62,7 +62,8 @@ def gpus_text(rows: list[dict[str, Any]]) -> str:
     :data:`topology.accelerators.STATUS_HEADER`; :func:`topology.accelerators.status_legend`
     says what it means): the vendor's nominal memory as the vendor writes it (GB or GiB, said),
     then in GB = 10⁹ B as evaluate prints them the bytes the device has (its driver's report
-    where a capture is known) and what a layout may use after the runtime reserve."""
+    where a capture is known) and what a layout may use after the runtime reserve; every figure
+    in the one number form the tool prints (``1,978.9``), an unknown one blank."""
     return table_text(
         [
             {
@@ -70,20 +71,29 @@ def gpus_text(rows: list[dict[str, Any]]) -> str:
                 "vendor memory": f"{r['memory_gb']:g} {r['memory_unit']}",
                 "device GB": f"{r['device_bytes'] / 1e9:,.2f}",
                 "usable GB": f"{r['usable_bytes'] / 1e9:,.2f}",
-                "dense BF16 TFLOP/s": r["bf16_tflops"],
-                "dense FP8 TFLOP/s": r["fp8_tflops"],
-                "NVLink GB/s": r["nvlink_gbps"],
-                "domain": r["nvlink_domain"],
-                "scale-out GB/s": r["scaleout_gbps"],
-                "HBM TB/s": r["hbm_tbps"],
-                "host GB/s": r["host_link_gbps"],
-                "host memory GB/s": r["host_memory_gbps"],
-                "power W": r["power_w"],
+                "dense BF16 TFLOP/s": _figure(r["bf16_tflops"]),
+                "dense FP8 TFLOP/s": _figure(r["fp8_tflops"]),
+                "NVLink GB/s": _figure(r["nvlink_gbps"]),
+                "domain": _figure(r["nvlink_domain"]),
+                "scale-out GB/s": _figure(r["scaleout_gbps"]),
+                "HBM TB/s": _figure(r["hbm_tbps"]),
+                "host GB/s": _figure(r["host_link_gbps"]),
+                "host memory GB/s": _figure(r["host_memory_gbps"]),
+                "power W": _figure(r["power_w"]),
                 STATUS_HEADER: r["status"],
             }
             for r in rows
         ]
     )
+
+
+def _figure(value: float | None) -> str:
+    """A table figure with thousands separators to six significant figures, blank when unknown.
+
+    >>> _figure(1978.9), _figure(6144), _figure(3.2768), _figure(None)
+    ('1,978.9', '6,144', '3.2768', '')
+    """
+    return "" if value is None else f"{value:,g}"
 
 
 def part_file_text(row: dict[str, Any]) -> str:

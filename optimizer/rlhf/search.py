@@ -252,7 +252,7 @@ def _reason(
         r = split.pool_of[0]
         return (
             f"colocates: every GPU works in every phase; the best split (rollout on "
-            f"{split.plan.pools[r].gpus} GPUs) takes {split.plan.step_s:.1f} s per step "
+            f"{split.plan.pools[r].gpus:,} GPUs) takes {split.plan.step_s:,.1f} s per step "
             f"({pct(split, best)}): a pool of its own idles while the others work"
             + (" (synchronous step)" if best.plan.off_policy == 0 else "")
         )
@@ -269,7 +269,7 @@ def _reason(
         else "each role gets a pool and parallelism that suit it"
     )
     return (
-        f"splits: {how}; the best colocated placement takes {coloc.plan.step_s:.1f} s per step "
+        f"splits: {how}; the best colocated placement takes {coloc.plan.step_s:,.1f} s per step "
         f"({pct(coloc, best)})"
     )
 
@@ -465,7 +465,7 @@ def _explain(tables: RLHFTables) -> list[str]:
     for role in tables.roles:
         if not any(tables.options[role].values()):
             out.append(
-                f"{role}: no pool size and parallelism fits a GPU's {cap / 1e9:.2f} GB on its own"
+                f"{role}: no pool size and parallelism fits a GPU's {cap / 1e9:,.2f} GB on its own"
             )
     if not out:
         out.append(

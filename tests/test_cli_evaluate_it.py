@@ -1,0 +1,128 @@
+"""``search``'s ``evaluate it:`` line as a user runs it, each command its own process: the line
+gives the model as the user gave it (a name, a folder, or a size and dimensions), leaves off a
+split of the layers that is evaluate's own default (128 numbers for Llama 3 405B at pp 32 × v 4),
+and is not printed where evaluate cannot give the answer (a family member of the params
+objective); the figures it gives are the answer's, with the split written out or not."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from tests.cli_runs import run_many, trainplan
+
+
+def _evaluate(line: str, cwd: object = None) -> dict:
+    words = shlex.split(line)
+    assert words[:2] == ["trainplan", "evaluate"], line
+    done = trainplan(*words[1:], "--json", cwd=cwd)  # type: ignore[arg-type]
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _same(a: dict, b: dict) -> None:
+    assert a["time"]["step_s"] == b["time"]["step_s"]
+    assert a["memory"]["total_bytes"] == b["memory"]["total_bytes"]
+    assert a["model"]["num_params"] == b["model"]["num_params"]
+
+
+INTERLEAVED = ["search", "--model", "llama3-405b", "--gpus", "16384", "--gpu", "H100-SXM",
+               "--tp", "8", "--pp", "32", "--schedule", "interleaved", "--virtual-stages", "4",
+               "--recompute", "none", "--zero", "1", "--micro-batch", "1"]  # fmt: skip
+"""The README's answer (dp 64 × tp 8 × pp 32, interleaved v 4), its search space cut to it."""
+
+
+def test_an_interleaved_answer_leaves_its_default_split_off():
+    """126 layers in 32 × 4 = 128 chunks: ⌈126/128⌉ = 1 layer a chunk is 128, two too many, so
+    the end chunks give theirs back first — the first chunk holds the embedding alone, the last
+    the output layer alone: 0, 1 × 126, 0 (model.split.default_chunk_sizes), which is what
+    evaluate builds without --stage-layers. The line printed to the terminal and the JSON's
+    ``evaluate_command`` omit it; run as printed, and with those 128 counts written out, evaluate
+    gives the answer's 7.117 s and peak memory to the bit."""
+    runs = run_many({"json": [*INTERLEAVED, "--json"], "text": INTERLEAVED})
+    assert runs["json"].returncode == 0, runs["json"].stderr[-2000:]
+    answer = json.loads(runs["json"].stdout)
+    line = answer["evaluate_command"]
+    chunks = answer["layout"]["chunk_layers"]
+    assert chunks == [0, *[1] * 126, 0]
+    assert "--stage-layers" not in line and "--virtual-stages 4" in line
+    assert f"\nevaluate it: {line}\n" in runs["text"].stdout
+    assert round(answer["time"]["step_s"], 3) == 7.117
+    _same(_evaluate(line), answer)
+    _same(_evaluate(f"{line} --stage-layers {','.join(map(str, chunks))}"), answer)
+
+
+def test_the_line_gives_the_model_as_the_user_gave_it(tmp_path):
+    """A model by its dimensions printed ``--model 0.157B`` (its label, which evaluate refuses as
+    an unknown model); a folder named like a catalogue model (``./llama3-8b`` holding a config
+    of 8 layers) printed ``--model llama3-8b``, which evaluate reads as the catalogue's 32-layer
+    model. Now the line gives the dimensions, and the path as typed; each gives the answer's
+    parameter count, step time and peak memory. A 1-stage answer's split (every layer on the
+    one stage) is evaluate's default and is left off too."""
+    folder = tmp_path / "llama3-8b"
+    folder.mkdir()
+    config = {"model_type": "llama", "hidden_size": 1024, "intermediate_size": 4096,
+              "num_attention_heads": 16, "num_key_value_heads": 4, "num_hidden_layers": 8,
+              "vocab_size": 32000, "max_position_embeddings": 2048, "tie_word_embeddings": False}  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(config))
+    small = ["--gpus", "8", "--gpu", "H100-SXM", "--global-batch", "64", "--seq-len", "2048",
+             "--json"]  # fmt: skip
+    dims = ["search", "--layers", "8", "--hidden", "1024", "--heads", "16", *small]
+    runs = run_many(
+        {"dims": dims, "folder": ["search", "--model", "./llama3-8b", *small]}, tmp_path
+    )
+    for name, done in runs.items():
+        assert done.returncode == 0, (name, done.stderr[-2000:])
+    by_dims, by_folder = (json.loads(runs[k].stdout) for k in ("dims", "folder"))
+    line = by_dims["evaluate_command"]
+    assert line.startswith("trainplan evaluate --layers 8 --hidden 1024 --heads 16 --gpu H100-SXM")
+    assert "--stage-layers" not in line
+    _same(_evaluate(line), by_dims)
+    line = by_folder["evaluate_command"]
+    assert line.startswith("trainplan evaluate --model ./llama3-8b --gpu H100-SXM")
+    again = _evaluate(line, cwd=tmp_path)
+    _same(again, by_folder)
+    assert by_folder["model"]["num_params"] < 8 * 10**9  # not the catalogue's 8,030,261,248
+
+
+def test_the_params_objective_says_the_size_and_prints_no_line():
+    """``--objective params`` (as ``--maximize params``) answers a family member, here Llama 3
+    8B deepened to 64 layers (the largest of 4, 8, …, 64 under --max-layers 64): its objective
+    said the member's step, ``501.911 s per step``, as if the objective were step time, and its
+    ``evaluate it:`` line named ``--model llama3-8b@L64``, which evaluate refuses. The objective
+    now says the size first; no line is printed (evaluate cannot give a family member)."""
+    args = ["search", "--model", "llama3-8b", "--gpus", "8", "--gpu", "H100-SXM",
+            "--objective", "params", "--max-layers", "64"]  # fmt: skip
+    runs = run_many({"json": [*args, "--json"], "text": args})
+    answer = json.loads(runs["json"].stdout)
+    assert answer["model"]["name"] == "llama3-8b@L64"
+    assert answer["objective_text"] == (
+        f"{answer['model']['num_params']:,} parameters (llama3-8b@L64) at 501.911 s (8.4 min) "
+        "per step"
+    )
+    assert answer["model"]["num_params"] == 15_009_845_248
+    assert "evaluate_command" not in answer
+    text = runs["text"].stdout
+    assert f"\nobjective (params): {answer['objective_text']}\n" in text
+    assert "evaluate it:" not in text
+
+
+def test_default_split_under_each_framework_rule():
+    """The split evaluate builds by itself, per framework (model.split.split_rule_of): megatron
+    61 layers on pp 8 is ⌈61/8⌉ = 8 a stage, 64 − 61 = 3 given back by the first, the last and
+    the second: 7, 7, 8, 8, 8, 8, 8, 7; deepspeed's partition_balanced puts the extra layers of
+    126 on pp 16 (⌊126/16⌋ = 7, 126 mod 16 = 14) on the first 14 stages: 8 × 14, 7, 7; fsdp2
+    (torchtitan) counts the embedding and the output as a layer each, 126 + 2 = 128 units over
+    16 × 8 chunks, one a chunk: the first chunk the embedding alone, the last the output alone."""
+    from trainplan.interface.cli.evaluate_line import default_split
+
+    def split(framework: str, pp: int, v: int, chunks: list[int]) -> bool:
+        lay = {"framework": framework, "pp": pp, "virtual_stages": v, "chunk_layers": chunks}
+        return default_split(lay)
+
+    assert split("megatron", 8, 1, [7, 7, 8, 8, 8, 8, 8, 7])
+    assert not split("megatron", 8, 1, [8, 8, 8, 8, 8, 8, 7, 6])
+    assert split("deepspeed", 16, 1, [8] * 14 + [7, 7])
+    assert not split("megatron", 16, 1, [8] * 14 + [7, 7])
+    assert split("fsdp2", 16, 8, [0, *[1] * 126, 0])
+    assert not split("fsdp2", 16, 8, [1] * 126 + [0, 0])
