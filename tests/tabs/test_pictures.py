@@ -107,7 +107,7 @@ def test_interleaved_timeline_gives_each_chunk_its_colour_and_label():
     assert {"0a", "0b", "7a", "7b"} <= labels  # micro-batch and chunk letter in the boxes
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert legend == ["forward, chunk a", "forward, chunk b", "backward, chunk a",
-                      "backward, chunk b"]  # fmt: skip
+                      "backward, chunk b", "idle (bubble)"]  # fmt: skip
     plt.close(fig)
 
 
