@@ -43,7 +43,14 @@ from collections.abc import Sequence
 from trainplan.model.pipeline_paths import Path
 from trainplan.model.pipeline_uneven import order_graph
 
-__all__ = ["interleaved_paths", "critical_path"]
+__all__ = ["MOST_PASSES", "interleaved_paths", "critical_path"]
+
+MOST_PASSES = 1 << 21
+"""The most passes (2·pp·v·m) of an order whose longest path the per-stage search walks after
+each split it evaluates (:mod:`optimizer.stage_exact`): 2,097,152, about two seconds a walk and
+400 MB while it runs on one core (a million passes, pp 32 × v 4 × m 4,096: 0.9 s, 256 MB).
+Beyond, an interleaved plan keeps the closed form's answer with a proven floor
+(:func:`optimizer.stage_solve.interleaved_floor`)."""
 
 
 def _check(pp: int, v: int, m: int, times: int | None = None) -> None:

@@ -173,9 +173,16 @@ def order_graph(
     """The order's graph on ``pp`` ranks, ``v`` chunks, ``m`` micro-batches (a multiple of pp),
     as :func:`interleaved_steps` runs it (:func:`_passes`: each pass's slot, whether it is a
     backward, the pass before it on its rank, the pass it waits for, ``N`` none, and a
-    topological order): what :mod:`model.interleaved_paths` walks back. Shared lists: not to
-    be changed."""
-    return _passes(pp, v, m)
+    topological order): what :mod:`model.interleaved_paths` walks back. Kept (shared lists, not
+    to be changed) up to :data:`_KEPT_PASSES` passes, built afresh above (about 200 MB a
+    million passes)."""
+    if 2 * pp * v * m <= _KEPT_PASSES:
+        return _passes(pp, v, m)
+    return _passes.__wrapped__(pp, v, m)
+
+
+_KEPT_PASSES = 1 << 18
+""":func:`order_graph`'s largest graph kept between calls (2·pp·v·m passes: about 50 MB)."""
 
 
 def _placement(pp: int, size: int, dep: list[int]) -> list[int]:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import math
 
 from trainplan.model.estimate import Estimate, objective_ns
+from trainplan.model.interleaved_paths import MOST_PASSES
 from trainplan.model.interleaved_paths import critical_path as interleaved_path
+from trainplan.model.layout import Layout
 from trainplan.model.pipeline_onef import one_chunk
 from trainplan.model.pipeline_paths import Path, critical_path
 from trainplan.model.pipeline_report import interleaved_order
@@ -19,7 +21,7 @@ from trainplan.optimizer.search import TermMismatch
 from trainplan.optimizer.stage_rules import start_residue
 from trainplan.optimizer.stage_tables import PASS_UNITS, StageOption, StageTables
 
-__all__ = ["step_ns", "plan_rows", "check_plan", "order_path", "pipeline_ns"]
+__all__ = ["step_ns", "plan_rows", "check_plan", "order_path", "walked", "pipeline_ns"]
 
 
 def step_ns(est: Estimate) -> int:
@@ -71,8 +73,10 @@ def check_plan(tables: StageTables, est: Estimate, paced_ns: int) -> Path | None
     the slowest stage) is the rows' own, and the order run over the rows' passes is the
     evaluator's pipeline term (:func:`order_path`, in both directions). Under 1F1B the closed
     form T bounds that step from above too (:mod:`model.pipeline_onef`); interleaved it neither
-    equals nor bounds it (:mod:`model.pipeline_uneven`). Returns the rows' longest path
-    (:func:`order_path`; None at pp 1, where no order runs).
+    equals nor bounds it (:mod:`model.pipeline_uneven`), but the step is never under the
+    slowest rank's own m micro-batches, T/(1 + (pp − 1)/(v·m)): checked there too, and alone
+    past :func:`walked`. Returns the rows' longest path (:func:`order_path`; None where the
+    search walks no order, :func:`walked`).
 
     Raises
     ------
@@ -89,9 +93,23 @@ def check_plan(tables: StageTables, est: Estimate, paced_ns: int) -> Path | None
     evaluated, lay = pipeline_ns(est), est.layout
     onef, ordered = one_chunk(lay.schedule, lay.pp), interleaved_order(lay.schedule, lay.pp)
     over = evaluated - paced_ns
-    if not ordered and (over > 2 or (over < -2 and not onef)):
+    if ordered:  # never under the slowest rank's own m micro-batches, T/(1 + (pp − 1)/(v·m))
+        busy = paced_ns / (1 + (lay.pp - 1) / (lay.virtual_stages * est.num_microbatches))
+        over = min(evaluated - busy, 0.0)
+    if over > 2 or (over < -2 and not onef):
         raise TermMismatch(f"pipeline term: evaluate {evaluated:.0f} ns != table {paced_ns} ns")
-    return order_path(tables, est, rows)[1] if onef or ordered else None
+    return order_path(tables, est, rows)[1] if walked(lay, est.num_microbatches) else None
+
+
+def walked(lay: Layout, m: int) -> bool:
+    """Whether the per-stage search walks the order of ``lay`` on ``m`` micro-batches for its
+    paths (:func:`order_path`): 1F1B's at pp > 1, interleaved's at pp > 1 up to
+    :data:`model.interleaved_paths.MOST_PASSES` passes (2·pp·v·m); not at pp 1, where the
+    closed form is the step."""
+    if one_chunk(lay.schedule, lay.pp):
+        return True
+    v = lay.virtual_stages
+    return interleaved_order(lay.schedule, lay.pp) and 2 * lay.pp * v * m <= MOST_PASSES
 
 
 def order_path(

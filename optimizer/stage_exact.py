@@ -30,7 +30,10 @@ model chunks') forward and backward times (:mod:`model.pipeline_paths`,
 Each step adds a key or a path the model lacked, of finitely many (the order's graph depends on
 pp, v and m only), so the loop ends. Where the stages (chunks) take equal time the closed form
 is the step (the family's path through the last stage equals it) and the first solve proves the
-first answer. Interleaved beyond :data:`model.pipeline_uneven.RUN_GROUPS`' last run, where the
+first answer. Interleaved orders longer than :data:`model.interleaved_paths.MOST_PASSES` are
+not walked (:func:`optimizer.stage_check.walked`; the closed form's answer keeps its floor,
+:func:`optimizer.stage_solve.interleaved_floor`). Interleaved beyond
+:data:`model.pipeline_uneven.RUN_GROUPS`' last run, where the
 evaluator may charge a proven upper bound on the order's step in place of the step, a split
 whose bound stays that far under its figure is left ``feasible`` with its gap.
 """

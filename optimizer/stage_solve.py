@@ -20,15 +20,16 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
 
 from trainplan.model.estimate import Estimate
 from trainplan.model.layout import Layout
-from trainplan.model.pipeline_onef import one_chunk
 from trainplan.model.pipeline_report import interleaved_order
 from trainplan.optimizer.case import Case
 from trainplan.optimizer.stage_bases import plan_layout
 from trainplan.optimizer.stage_bounds import NO_SPLIT, pipeline_lower_bound
-from trainplan.optimizer.stage_check import check_plan, pipeline_ns, step_ns
+from trainplan.optimizer.stage_check import check_plan, pipeline_ns, step_ns, walked
 from trainplan.optimizer.stage_cpsat import StageModel
 from trainplan.optimizer.stage_exact import verify_split
 from trainplan.optimizer.stage_tables import (
@@ -125,13 +126,37 @@ def solve_rests(
         if known:
             status = sol.status
             break
-    ordered = one_chunk(layout.schedule, layout.pp) or interleaved_order(layout.schedule, layout.pp)
-    if best is None or status != "optimal" or not ordered:  # pp 1: the closed form is the step
-        return status, best, solves, seconds, None
+    if best is None or status != "optimal" or not walked(layout, best[1].num_microbatches):
+        status, best, gap = _unverified(layout, status, best, model)
+        return status, best, solves, seconds, gap
     status, best, more, spent, gap = verify_split(
         case, layout, tables, model, best, cap_ns, deadline, workers
     )
     return status, best, solves + more, seconds + spent, gap
+
+
+def _unverified(layout: Layout, status: str, best: Any, model: StageModel) -> tuple[Any, ...]:
+    """(status, best, gap) of an answer :func:`optimizer.stage_exact.verify_split` does not take
+    up: an interleaved optimum past :data:`model.interleaved_paths.MOST_PASSES` ``feasible``
+    with its gap to :func:`interleaved_floor` (the closed form ranked it, the evaluator's order
+    priced it), any other as it is (pp 1: the closed form is the step), no gap."""
+    if best is not None and status == "optimal" and interleaved_order(layout.schedule, layout.pp):
+        return "feasible", best, best[0] - interleaved_floor(layout, best[1], model)
+    return status, best, None
+
+
+def interleaved_floor(layout: Layout, est: Estimate, model: StageModel) -> int:
+    """A proven lower bound, whole ns, on the step of every split of an interleaved base
+    ``layout`` the solver proved its optimum over under the closed form (``model.bound_ns``:
+    the least ``T + R``, T the closed form ``m·t_max·(1 + r)``, r = (pp − 1)/(v·m), R the
+    rest), where the order is too long to walk (:data:`model.interleaved_paths.MOST_PASSES`):
+    the evaluator's pipeline term is Megatron-Core's order run on the chunks
+    (:mod:`model.pipeline_uneven`), which the closed form neither equals nor bounds, but never
+    below the slowest rank's own ``m·t_max`` = T/(1 + r) (no rank finishes before its m
+    micro-batches), so every split's step is at least ``(T + R)/(1 + r)`` ≥ the optimum's
+    bound over (1 + r) (R ≥ 0)."""
+    m, pp, v = est.num_microbatches, layout.pp, layout.virtual_stages
+    return math.floor(Fraction(model.bound_ns) / (1 + Fraction(pp - 1, v * m)))
 
 
 def solve_shape(

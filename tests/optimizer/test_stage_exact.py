@@ -155,3 +155,18 @@ def test_interleaved_answer_is_the_orders():
     assert got.objective_ns == 15_747_401
     assert got.estimate.layout.stage_layers == (2, 2, 1, 2, 2, 1)
     assert got.estimate.layout.recompute_layers == (2, 1, 0)
+
+
+def test_an_order_too_long_to_walk_keeps_the_closed_forms_answer(monkeypatch):
+    """Past model.interleaved_paths.MOST_PASSES passes (2·pp·v·m; set to 0 here) the search
+    does not walk the interleaved order: the same case as above answers the closed form's best,
+    2, 4, 4 at 16,095,214 ns, ``feasible`` with its gap to a proven floor
+    (optimizer.stage_solve.interleaved_floor: no split under its slowest rank's own m
+    micro-batches), which lies under the order's best, 15,747,401 ns."""
+    monkeypatch.setattr("trainplan.optimizer.stage_check.MOST_PASSES", 0)
+    case = tiny_case(10, 3, v=2, gb=6)
+    got = solve_shape(case, case.layout, tight_headroom(case, 0.5))
+    assert got.status == "feasible" and got.estimate is not None
+    assert got.objective_ns == 16_095_214
+    assert got.estimate.layout.recompute_layers == (1, 1, 1)
+    assert got.objective_ns - got.gap_ns <= 15_747_401
