@@ -87,6 +87,7 @@ __all__ = [
     "layout_bubbles",
     "chunk_counts",
     "chunks_alike",
+    "order_graph",
 ]
 
 RUN_GROUPS = (5, 32)
@@ -164,6 +165,24 @@ def _passes(
     for i in range(pp):  # a rank's first pass follows none
         prev += [n, *range(i * size, (i + 1) * size - 1)]
     return slot, backward, prev, dep, _placement(pp, size, dep)
+
+
+def order_graph(
+    pp: int, v: int, m: int
+) -> tuple[list[int], list[bool], list[int], list[int], list[int]]:
+    """The order's graph on ``pp`` ranks, ``v`` chunks, ``m`` micro-batches (a multiple of pp),
+    as :func:`interleaved_steps` runs it (:func:`_passes`: each pass's slot, whether it is a
+    backward, the pass before it on its rank, the pass it waits for, ``N`` none, and a
+    topological order): what :mod:`model.interleaved_paths` walks back. Kept (shared lists, not
+    to be changed) up to :data:`_KEPT_PASSES` passes, built afresh above (about 200 MB a
+    million passes)."""
+    if 2 * pp * v * m <= _KEPT_PASSES:
+        return _passes(pp, v, m)
+    return _passes.__wrapped__(pp, v, m)
+
+
+_KEPT_PASSES = 1 << 18
+""":func:`order_graph`'s largest graph kept between calls (2·pp·v·m passes: about 50 MB)."""
 
 
 def _placement(pp: int, size: int, dep: list[int]) -> list[int]:

@@ -77,11 +77,10 @@ class PerStageResult:
     @property
     def gap_ns(self) -> int | None:
         """The plan's step less a proven lower bound on every split of the shapes searched, whole
-        ns: each 1F1B shape's by the order's own step (:attr:`optimizer.stage_solve.ShapePlan.
-        gap_ns`: 0, or a ns or so, when proven), an interleaved shape's 0 when proven (its
-        closed form is the evaluator's step), a shape left ``no-gain`` or ``infeasible`` none
-        below the plan; None where a shape's search stopped before any bound (the time
-        limit)."""
+        ns: each shape's by the order's own step, 1F1B or interleaved
+        (:attr:`optimizer.stage_solve.ShapePlan.gap_ns`: 0, or a ns or a few, when proven), a
+        shape left ``no-gain`` or ``infeasible`` none below the plan; None where a shape's
+        search stopped before any bound (the time limit)."""
         least = self.plan_ns
         for shape in self.shapes:
             if shape.status in ("no-gain", "infeasible"):
@@ -315,8 +314,8 @@ def solve_bases(
                     plan.tables_seconds, plan.solve_seconds, plan.rows,
                 )  # fmt: skip
         plans.append((job, plan))
-    # a feasible shape (an interleaved one, proven to its floor only) whose floor, step − gap,
-    # is at or above the best found cannot beat it: the proof over the shapes stands
+    # a feasible shape (stopped with a gap) whose floor, step − gap, is at or above the best
+    # found cannot beat it: the proof over the shapes stands
     best = min(caps + [p.objective_ns for _, p in plans if p.objective_ns is not None], default=0)
     open_ = [p for _, p in plans if p.status == "feasible"]
     sure = all(

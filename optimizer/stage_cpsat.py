@@ -33,15 +33,18 @@ Variables → constraints → objective (the CP-SAT primer's order):
   the optimum is proven.
 
 Objective: ``T + R`` in whole nanoseconds (the evaluator's two objective terms,
-:func:`model.estimate.objective_ns`). Under 1F1B T is the closed form, an upper bound on the
-order's step the evaluator charges (:mod:`model.pipeline_onef`); :meth:`StageModel.exact_step`
-then turns the objective to ``P + R``: per stage its forward ``F_s`` and backward ``B_s`` of one
-micro-batch (:attr:`optimizer.stage_tables.StageOption.forward`, a second table constraint over
-the same rows, in :data:`~optimizer.stage_tables.PASS_UNITS` per ns, as P),
-``P ≥ Σ_i a_i·F_i + c_i·B_i`` for each path of the order added (and each stage's ``F_s`` and
-``B_s`` above the lower convex hull of its rows' (n, F) and (n, B), :func:`lower_hull`: valid
-for every row, it gives the linear relaxation what the table constraints hide)
-(:mod:`model.pipeline_paths`: each a lower bound of the step for every split), and
+:func:`model.estimate.objective_ns`). T is the closed form, under 1F1B an upper bound on the
+order's step the evaluator charges (:mod:`model.pipeline_onef`), interleaved neither that step
+nor a bound on it (:mod:`model.pipeline_uneven`); :meth:`StageModel.exact_step` then turns the
+objective to ``P + R``: per stage each model chunk's forward ``F_{s,c}`` and backward
+``B_{s,c}`` of one micro-batch (the stage's own at v = 1;
+:meth:`optimizer.stage_option.StageOption.passes`, a second table constraint over the same
+rows, in :data:`~optimizer.stage_tables.PASS_UNITS` per ns, as P),
+``P ≥ Σ a·F + c·B`` for each path of the order added (and each ``F_{s,c}`` and ``B_{s,c}``
+above the lower convex hull of its rows' (n, F) and (n, B), :func:`lower_hull`: valid for
+every row, it gives the linear relaxation what the table constraints hide)
+(:mod:`model.pipeline_paths`, :mod:`model.interleaved_paths`: each a lower bound of the step
+for every split), and
 :meth:`StageModel.cutoff` keeps only splits below the best step found
 (:mod:`optimizer.stage_exact` adds each split's own longest path until none is left). The only
 ortools import of the per-stage search.
@@ -56,7 +59,9 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from trainplan.model.interleaved_paths import interleaved_paths
 from trainplan.model.pipeline_paths import Path, onef_paths, path_seconds
+from trainplan.model.pipeline_report import interleaved_order
 from trainplan.optimizer.solver import solve
 from trainplan.optimizer.stage_option import PASS_UNITS, StageOption
 from trainplan.optimizer.stage_tables import StageTables
@@ -85,8 +90,9 @@ class StageSolution:
     key: Key
     seconds: float
     passes: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
-    """Under :meth:`StageModel.exact_step`, each stage's (forward, backward) of one micro-batch
-    (its rows' :attr:`~optimizer.stage_tables.StageOption.forward`, ``backward``, in
+    """Under :meth:`StageModel.exact_step`, (forwards, backwards) of one micro-batch of every
+    model chunk, rank i's chunk c at ``i·v + c`` (v = 1: each stage's; its rows'
+    :meth:`~optimizer.stage_option.StageOption.passes`, in
     :data:`~optimizer.stage_tables.PASS_UNITS` per ns); empty before."""
     bound_ns: int = 0
     """CP-SAT's proven lower bound on the objective, whole ns rounded down (the objective
@@ -201,40 +207,63 @@ class StageModel:
         return out
 
     def exact_step(self, m: int, schedule: str) -> None:
-        """From now on minimise ``P + R`` (the module docstring): per stage ``F_s``, ``B_s`` from
-        its rows, ``P`` at least every path added, starting with
-        :func:`model.pipeline_paths.onef_paths` of ``m`` micro-batches under ``schedule``."""
+        """From now on minimise ``P + R`` (the module docstring): per stage each model chunk's
+        ``F``, ``B`` from its rows (:meth:`~optimizer.stage_option.StageOption.passes`: the
+        stage itself at v = 1), ``P`` at least every path added, starting with the order's
+        family on ``m`` micro-batches: :func:`model.pipeline_paths.onef_paths` under
+        ``schedule`` (1F1B, GPipe) or, interleaved, :func:`model.interleaved_paths.
+        interleaved_paths` over the chunks."""
         model, tables = self.model, self.tables
-        fw, bw = [], []
+        fw: list[cp_model.IntVar] = []
+        bw: list[cp_model.IntVar] = []
         for s, rows in enumerate(tables.options):
-            big_f = max((o.forward for o in rows), default=0)
-            big_b = max((o.backward for o in rows), default=0)
-            f = model.new_int_var(0, max(0, big_f), f"F{s}")
-            b = model.new_int_var(0, max(0, big_b), f"B{s}")
-            table = [(o.layers, o.recomputed, o.forward, o.backward) for o in rows]
-            r = self.r[s]
-            if r is None:
-                model.add_allowed_assignments([self.n[s], self.k[s], f, b], table)
-            else:
-                model.add_allowed_assignments(
-                    [r, self.n[s], self.k[s], f, b],
-                    [(o.residue, *row) for o, row in zip(rows, table, strict=True)],
-                )
-            for var, points in ((f, [(o.layers, o.forward) for o in rows]),
-                                (b, [(o.layers, o.backward) for o in rows])):  # fmt: skip
-                for (x1, y1), (x2, y2) in itertools.pairwise(lower_hull(points)):
-                    model.add((x2 - x1) * var >= (y2 - y1) * (self.n[s] - x1) + (x2 - x1) * y1)
-            fw.append(f)
-            bw.append(b)
+            f, b = self._chunk_vars(s, rows)
+            fw += f
+            bw += b
         self.passes = (fw, bw)
         top = m * sum(
-            max((o.forward + o.backward for o in rows), default=0) for rows in tables.options
-        )
+            max((sum(o.passes()[0]) + sum(o.passes()[1]) for o in rows), default=0)
+            for rows in tables.options
+        )  # every pass at most once on a path
         self.p = model.new_int_var(0, max(0, top), "P")
         self.scale, self.bound_ns = PASS_UNITS, 0  # the closed form's bound holds no more
         model.minimize(self.p + PASS_UNITS * self.rest)
-        for path in onef_paths(len(tables.options), m, schedule):
+        lay = tables.layout
+        if interleaved_order(lay.schedule, lay.pp):
+            family = interleaved_paths(lay.pp, lay.virtual_stages, m)
+        else:
+            family = onef_paths(len(tables.options), m, schedule)
+        for path in family:
             self.add_path(path)
+
+    def _chunk_vars(
+        self, s: int, rows: Sequence[StageOption]
+    ) -> tuple[list[cp_model.IntVar], list[cp_model.IntVar]]:
+        """Stage ``s``'s chunks' forward and backward variables, tied to its ``rows``' passes
+        by a table constraint beside its n and k (and start residue), each above the lower
+        convex hull of its rows' (n, pass) (:func:`lower_hull`)."""
+        model, lay = self.model, self.tables.layout
+        chunks = lay.virtual_stages if interleaved_order(lay.schedule, lay.pp) else 1
+        out: list[list[cp_model.IntVar]] = [[], []]
+        for j, name in ((0, "F"), (1, "B")):
+            for c in range(chunks):
+                top = max((o.passes()[j][c] for o in rows), default=0)
+                out[j].append(model.new_int_var(0, max(0, top), f"{name}{s}_{c}"))
+        table = [(o.layers, o.recomputed, *o.passes()[0], *o.passes()[1]) for o in rows]
+        r = self.r[s]
+        if r is None:
+            model.add_allowed_assignments([self.n[s], self.k[s], *out[0], *out[1]], table)
+        else:
+            model.add_allowed_assignments(
+                [r, self.n[s], self.k[s], *out[0], *out[1]],
+                [(o.residue, *row) for o, row in zip(rows, table, strict=True)],
+            )
+        for j in (0, 1):
+            for c, var in enumerate(out[j]):
+                points = [(o.layers, o.passes()[j][c]) for o in rows]
+                for (x1, y1), (x2, y2) in itertools.pairwise(lower_hull(points)):
+                    model.add((x2 - x1) * var >= (y2 - y1) * (self.n[s] - x1) + (x2 - x1) * y1)
+        return out[0], out[1]
 
     def add_path(self, path: Path) -> bool:
         """``P ≥`` ``path``'s length over the stages' ``F_s``, ``B_s`` (a lower bound of the

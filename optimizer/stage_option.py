@@ -1,6 +1,6 @@
 """One row of the per-stage tables (:mod:`optimizer.stage_tables`): what one pipeline stage
 costs holding n layers of which k are fully recomputed, and the units its passes are held in
-for the exact 1F1B step (:mod:`optimizer.stage_exact`)."""
+for the order's own step, 1F1B or interleaved (:mod:`optimizer.stage_exact`)."""
 
 from __future__ import annotations
 
@@ -59,3 +59,20 @@ class StageOption:
     """(transformer layers, of them MoE) the evaluator counts on the stage, MTP blocks included
     (:func:`model.terms.activation_fields.stage_layer_counts`): their maxima over the stages are
     :func:`model.terms.traffic.most_layers`, which the dp buckets read."""
+    chunk_forward: tuple[int, ...] = ()
+    """Interleaved (v > 1), each of the stage's v model chunks' forward of one micro-batch in
+    :data:`PASS_UNITS` per ns, rounded down, its first chunk first, and :attr:`chunk_backward`
+    their backwards (:func:`model.terms.pipeline_span.chunk_seconds` of the row's layout: the
+    chunk's layers of each span group, those recomputed, the embedding on the first stage's
+    first chunk and the output layer on the last stage's last): the passes the interleaved
+    order's step reads (:mod:`model.interleaved_paths`). Empty at v = 1, where
+    :attr:`forward` and :attr:`backward` are the stage's one chunk's."""
+    chunk_backward: tuple[int, ...] = ()
+
+    def passes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(each chunk's forward, each chunk's backward) of one micro-batch, :data:`PASS_UNITS`
+        per ns: :attr:`chunk_forward`, :attr:`chunk_backward`, or at v = 1 the stage's
+        ``((forward,), (backward,))``."""
+        if self.chunk_forward:
+            return self.chunk_forward, self.chunk_backward
+        return (self.forward,), (self.backward,)

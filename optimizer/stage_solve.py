@@ -5,12 +5,14 @@ count and its fully recomputed layers, and each answer is re-evaluated with ``ev
 :class:`optimizer.search.TermMismatch`). :mod:`optimizer.per_stage` runs it over the uniform
 search's top shapes.
 
-Under 1F1B the tables' pipeline term is the closed form ``m·t_max·(1 + (pp − 1)/m)``, an upper
-bound on the order's step the evaluator charges (:mod:`model.pipeline_onef`, whose bubble reads
-every stage, no one stage's row): CP-SAT first finds the split best under that bound, then
-:func:`optimizer.stage_exact.verify_split` proves it, or a faster one, best under the order's own
-step (lower bounds by the order's paths, each split found evaluated). The rest of the step each
-key adds is the evaluated step less the evaluator's own pipeline term.
+The tables' pipeline term is the closed form ``m·t_max·(1 + (pp − 1)/(v·m))``, under 1F1B an
+upper bound on the order's step the evaluator charges (:mod:`model.pipeline_onef`, whose bubble
+reads every stage, no one stage's row), interleaved neither that step nor a bound on it
+(Megatron-Core's order on the chunks, :mod:`model.pipeline_uneven`): CP-SAT first finds the split
+best under the closed form, then :func:`optimizer.stage_exact.verify_split` proves it, or a
+faster one, best under the order's own step (lower bounds by the order's paths, each split found
+evaluated). The rest of the step each key adds is the evaluated step less the evaluator's own
+pipeline term.
 """
 
 from __future__ import annotations
@@ -23,12 +25,11 @@ from typing import Any
 
 from trainplan.model.estimate import Estimate
 from trainplan.model.layout import Layout
-from trainplan.model.pipeline_onef import one_chunk
 from trainplan.model.pipeline_report import interleaved_order
 from trainplan.optimizer.case import Case
 from trainplan.optimizer.stage_bases import plan_layout
 from trainplan.optimizer.stage_bounds import NO_SPLIT, pipeline_lower_bound
-from trainplan.optimizer.stage_check import check_plan, pipeline_ns, step_ns
+from trainplan.optimizer.stage_check import check_plan, pipeline_ns, step_ns, walked
 from trainplan.optimizer.stage_cpsat import StageModel
 from trainplan.optimizer.stage_exact import verify_split
 from trainplan.optimizer.stage_tables import (
@@ -50,10 +51,9 @@ class ShapePlan:
     """The base layout (1F1B with v = 1 or interleaved with its v, recompute none or selective,
     the default split)."""
     status: str
-    """``optimal`` (proven), ``feasible`` (time limit: the best found; interleaved: the best under
-    the closed form, within :attr:`gap_ns` of every split, :func:`interleaved_floor`), ``infeasible`` (no split
-    fits) or ``no-gain`` (proven: no split that fits is faster than the cap it was given, the
-    best plan so far)."""
+    """``optimal`` (proven), ``feasible`` (time limit: the best found, within :attr:`gap_ns` of
+    every split where a bound was reached), ``infeasible`` (no split fits) or ``no-gain``
+    (proven: no split that fits is faster than the cap it was given, the best plan so far)."""
     estimate: Estimate | None
     """The chosen layout (``stage_layers``, ``recompute_layers``) re-evaluated exactly."""
     objective_ns: int | None
@@ -66,11 +66,11 @@ class ShapePlan:
     rows: int
     """Table rows (stage options that fit) over all stages."""
     gap_ns: int | None = None
-    """Under 1F1B (:func:`optimizer.stage_exact.verify_split`), the plan's step less a proven
-    lower bound on every split's, whole ns: 0 proven to the ns, a ns or so where the last split
-    found closed the proof (the passes' rounding, :data:`optimizer.stage_tables.PASS_UNITS`),
-    more where the time limit stopped it; interleaved, the plan's step less
-    :func:`interleaved_floor`; None when the time limit stopped the first solves."""
+    """The plan's step less a proven lower bound on every split's under the order's own step
+    (:func:`optimizer.stage_exact.verify_split`), whole ns: 0 proven to the ns, a ns or a few
+    where the last split found closed the proof (the passes' rounding,
+    :data:`optimizer.stage_tables.PASS_UNITS`), more where the time limit stopped it; None when
+    the time limit stopped the first solves."""
 
 
 def solve_rests(
@@ -87,8 +87,9 @@ def solve_rests(
     step for the optimum's key (:data:`optimizer.stage_cpsat.Key`) is not yet known, evaluate the
     optimum's layout (:func:`check_plan`), add its rest (exact) and solve again; the first
     optimum whose key is known is proven (every other key's rest is at least the lower bound
-    used). Under 1F1B :func:`optimizer.stage_exact.verify_split` goes on from that optimum (the
-    closed form's) to the best under the order's own step (``cap_ns``: only splits below it).
+    used). :func:`optimizer.stage_exact.verify_split` goes on from that optimum (the closed
+    form's) to the best under the order's own step, 1F1B or interleaved (``cap_ns``: only
+    splits below it).
     Stops at ``deadline`` (:func:`time.perf_counter` seconds; None: none), ``feasible``.
 
     Raises
@@ -117,7 +118,7 @@ def solve_rests(
         check_plan(tables, est, sol.paced_ns)
         total = step_ns(est)
         # the rest of the step: less the evaluator's own pipeline term, the order's step
-        # (1F1B: below the closed form the solver's T is; interleaved: neither, check_plan)
+        # (1F1B: below the closed form the solver's T is; interleaved: neither; check_plan)
         model.add_rest(sol.key, total - round(pipeline_ns(est)))
         if best is None or (total, est.total_bytes) < (best[0], best[1].total_bytes):
             best = (total, est)
@@ -125,7 +126,7 @@ def solve_rests(
         if known:
             status = sol.status
             break
-    if best is None or status != "optimal" or not one_chunk(layout.schedule, layout.pp):
+    if best is None or status != "optimal" or not walked(layout, best[1].num_microbatches):
         status, best, gap = _unverified(layout, status, best, model)
         return status, best, solves, seconds, gap
     status, best, more, spent, gap = verify_split(
@@ -136,8 +137,9 @@ def solve_rests(
 
 def _unverified(layout: Layout, status: str, best: Any, model: StageModel) -> tuple[Any, ...]:
     """(status, best, gap) of an answer :func:`optimizer.stage_exact.verify_split` does not take
-    up: an interleaved optimum ``feasible`` with its gap to :func:`interleaved_floor` (the
-    closed form ranked it, the evaluator's order priced it), any other as it is, no gap."""
+    up: an interleaved optimum past :data:`model.interleaved_paths.MOST_PASSES` ``feasible``
+    with its gap to :func:`interleaved_floor` (the closed form ranked it, the evaluator's order
+    priced it), any other as it is (pp 1: the closed form is the step), no gap."""
     if best is not None and status == "optimal" and interleaved_order(layout.schedule, layout.pp):
         return "feasible", best, best[0] - interleaved_floor(layout, best[1], model)
     return status, best, None
@@ -145,12 +147,14 @@ def _unverified(layout: Layout, status: str, best: Any, model: StageModel) -> tu
 
 def interleaved_floor(layout: Layout, est: Estimate, model: StageModel) -> int:
     """A proven lower bound, whole ns, on the step of every split of an interleaved base
-    ``layout`` the solver proved its optimum over (``model.bound_ns``: the least ``T + R``, T
-    the closed form ``m·t_max·(1 + r)``, r = (pp − 1)/(v·m), R the rest): the evaluator's
-    pipeline term is Megatron-Core's order run on the chunks (:mod:`model.pipeline_uneven`),
-    which the closed form neither equals nor bounds, but never below the slowest rank's own
-    ``m·t_max`` = T/(1 + r) (no rank finishes before its m micro-batches), so every split's
-    step is at least ``(T + R)/(1 + r)`` ≥ the optimum's bound over (1 + r) (R ≥ 0)."""
+    ``layout`` the solver proved its optimum over under the closed form (``model.bound_ns``:
+    the least ``T + R``, T the closed form ``m·t_max·(1 + r)``, r = (pp − 1)/(v·m), R the
+    rest), where the order is too long to walk (:data:`model.interleaved_paths.MOST_PASSES`):
+    the evaluator's pipeline term is Megatron-Core's order run on the chunks
+    (:mod:`model.pipeline_uneven`), which the closed form neither equals nor bounds, but never
+    below the slowest rank's own ``m·t_max`` = T/(1 + r) (no rank finishes before its m
+    micro-batches), so every split's step is at least ``(T + R)/(1 + r)`` ≥ the optimum's
+    bound over (1 + r) (R ≥ 0)."""
     m, pp, v = est.num_microbatches, layout.pp, layout.virtual_stages
     return math.floor(Fraction(model.bound_ns) / (1 + Fraction(pp - 1, v * m)))
 

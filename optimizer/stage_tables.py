@@ -19,8 +19,11 @@ multiple of v (:func:`layer_counts`), are spread evenly over its chunks and its 
 to each chunk, as ``--recompute-num-layers`` (0 ≤ k ≤ n/v; ``Layout.recompute_layers``). The
 interleaved peak (:func:`model.pipeline.interleaved_peak`) reads the stage's own chunk weights
 and its position only — the schedule's order of forwards and backwards on a stage is fixed by
-pp, v, m and the stage — so an interleaved stage's cost still reads only its own n and k, and the
-pipeline term ``m·t_max·(1 + (p − 1)/(v·m))`` is the evaluator's exactly.
+pp, v, m and the stage — so an interleaved stage's cost still reads only its own n and k: its
+peak, its micro-batch, and its chunks' forwards and backwards
+(:attr:`StageOption.chunk_forward`), which Megatron-Core's order on the chunks, the evaluator's
+pipeline term (:mod:`model.pipeline_uneven`), reads (:mod:`optimizer.stage_exact`); the closed
+form ``m·t_max·(1 + (p − 1)/(v·m))`` the rows also carry neither equals nor bounds it.
 
 A stage's figures read only its own layers and position, never the other stages' counts: for a
 model whose layers after a leading block are alike, its count n and whether it is the first or
@@ -46,7 +49,7 @@ from trainplan.model.layout import Layout, Recompute
 from trainplan.model.terms.activation_fields import LAYER_FIELDS, stage_layer_counts
 from trainplan.model.terms.fields import Context, LayoutFields
 from trainplan.model.terms.peak import StageMemory, fit_bytes, stage_memory_term
-from trainplan.model.terms.pipeline_span import stage_passes
+from trainplan.model.terms.pipeline_span import chunk_seconds, stage_passes
 from trainplan.model.terms.roofline import stage_parts_term
 from trainplan.model.terms.step import pipeline_seconds
 from trainplan.optimizer.case import Case, links_for
@@ -211,6 +214,15 @@ class _Stages:
         one scale; tp for a dense model."""
         f = LayoutFields(self.layout, self.case.training.global_batch_size, 0, self.links)
         return math.lcm(int(f.tp), int(f.expert_tp * f.ep))
+
+    def chunks(self, stage: int, n: int, k: int, start: int | None = None) -> Any:
+        """(forwards, backwards) of ``stage``'s v model chunks holding ``n`` layers with ``k``
+        recomputed (per chunk) after ``start`` layers (default d), :data:`PASS_UNITS` per ns
+        rounded down (:attr:`StageOption.chunk_forward`): :func:`model.terms.pipeline_span.
+        chunk_seconds` on :func:`realization`'s layout."""
+        v = self.layout.virtual_stages
+        found = chunk_seconds(self.c, self.fields(stage, n, k, start))[stage * v : (stage + 1) * v]
+        return tuple(tuple(math.floor(x[j] * 1e9 * PASS_UNITS) for x in found) for j in (0, 1))
 
     def paced(
         self, stage: int, n: int, k: int, mode: Recompute | None = None, start: int | None = None
@@ -457,10 +469,12 @@ def stage_rows(
                     f"stage parameters × lcm(tp, etp·ep) not whole: {dense, experts}"
                 )
             fw, bw = (math.floor(x * 1e9 * PASS_UNITS) for x in stage_passes(t, bare))
+            chunks = sc.chunks(stage, n, k, start) if sc.layout.virtual_stages > 1 else ((), ())
             found.append(
                 StageOption(
                     n, k, paced_ns, round(bare * 1e9), int(dense), math.ceil(mem.total_bytes),
                     sc.residue(stage, start, n), fw, bw, int(experts), sc.held(stage, n, start),
+                    *chunks,
                 )
             )  # fmt: skip
     return tuple(found)

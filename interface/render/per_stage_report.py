@@ -8,6 +8,7 @@ from typing import Any
 
 from trainplan.interface.render.report import seconds_text, step_text, table_text
 from trainplan.model.pipeline_onef import one_chunk
+from trainplan.model.pipeline_report import interleaved_order
 
 __all__ = ["per_stage_text"]
 
@@ -35,29 +36,34 @@ def _gap_text(seconds: float) -> str:
     return f"{seconds * 1e6:,.1f} µs" if seconds < 1e-3 else seconds_text(seconds)
 
 
-def _exact_line(ps: dict[str, Any]) -> str:
-    """What the per-stage answer is proven under 1F1B: best under the order's own step on stages
-    of unequal time (the evaluator's, :mod:`model.pipeline_onef`; lower bounds by its paths,
-    :mod:`optimizer.stage_exact`), with the proven gap where one is left.
+def _exact_line(ps: dict[str, Any], interleaved: bool = False) -> str:
+    """What the per-stage answer is proven under: best under the order's own step, the one-chunk
+    order's on stages of unequal time (1F1B, :mod:`model.pipeline_onef`) or, ``interleaved``,
+    Megatron-Core's on the model chunks as timed (:mod:`model.pipeline_uneven`) — the
+    evaluator's; lower bounds by its paths, :mod:`optimizer.stage_exact` — with the proven gap
+    where one is left (a time limit; or, interleaved past 32 groups of pp micro-batches, where
+    the evaluator may charge its proven upper bound on the order's step,
+    :data:`model.pipeline_uneven.RUN_GROUPS`).
 
     >>> _exact_line({"status": "optimal", "gap_s": 0.0})
     "the split is proven best under the order's own step on stages of unequal time \
 (model.pipeline_onef), the step printed (bounds by the order's paths)"
-    >>> _exact_line({"status": "feasible", "gap_s": 0.0125})
-    "the time limit stopped the proof: no split is faster by more than 12.5 ms under the \
-order's own step on stages of unequal time (model.pipeline_onef)"
+    >>> _exact_line({"status": "feasible", "gap_s": 0.0125}, interleaved=True)
+    "the proof stopped short: no split is faster by more than 12.5 ms under the interleaved \
+order's own step on the model chunks (model.pipeline_uneven)"
     """
     gap = ps.get("gap_s")
-    own = "the order's own step on stages of unequal time (model.pipeline_onef)"
+    own = (
+        "the interleaved order's own step on the model chunks (model.pipeline_uneven)"
+        if interleaved
+        else "the order's own step on stages of unequal time (model.pipeline_onef)"
+    )
     if gap is None:
         return f"the time limit stopped the search before a bound under {own}: no gap proven"
     if ps["status"] == "optimal":
         within = "" if round(gap * 1e9) <= 2 else f", to {_gap_text(gap)}"
         return f"the split is proven best under {own}, the step printed (bounds by the order's paths{within})"
-    return (
-        f"the time limit stopped the proof: no split is faster by more than {_gap_text(gap)} "
-        f"under {own}"
-    )
+    return f"the proof stopped short: no split is faster by more than {_gap_text(gap)} under {own}"
 
 
 def per_stage_text(d: dict[str, Any]) -> str:
@@ -66,8 +72,7 @@ def per_stage_text(d: dict[str, Any]) -> str:
     ps, launch = d["per_stage"], d["launch"]
     proof = {
         "optimal": "OPTIMAL (proven over the shapes searched)",
-        "feasible": "FEASIBLE (not proven: a time limit stopped it, or an interleaved shape is "
-        "proven only to its floor, the slowest rank's own passes)",
+        "feasible": "FEASIBLE (not proven: a time limit stopped it, or a gap is left)",
     }[ps["status"]]
     lay = d["layout"]
     counts = ps["recompute_layers"]
@@ -82,8 +87,9 @@ def per_stage_text(d: dict[str, Any]) -> str:
         f"({ps['gain']:.3f}× the uniform)",
     ]
     v, pp = lay["virtual_stages"], lay["pp"]
-    if one_chunk(lay["schedule"], pp):
-        out.append(f"  {lay['schedule']}: {_exact_line(ps)}")
+    if one_chunk(lay["schedule"], pp) or interleaved_order(lay["schedule"], pp):
+        inter = interleaved_order(lay["schedule"], pp)
+        out.append(f"  {lay['schedule']}: {_exact_line(ps, inter)}")
     if any(counts) or lay.get("recompute_layers") is not None:
         chunks = lay.get("chunk_layers")
         rows = []

@@ -29,7 +29,14 @@ from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.terms.roofline import kind_seconds
 from trainplan.model.xp import as_float, namespace, where
 
-__all__ = ["classic_span", "uneven_bubble", "one_chunk_bubble", "stage_passes", "stage_seconds"]
+__all__ = [
+    "classic_span",
+    "uneven_bubble",
+    "one_chunk_bubble",
+    "stage_passes",
+    "stage_seconds",
+    "chunk_seconds",
+]
 
 
 def stage_passes(total: Any, plain: Any) -> tuple[Any, Any]:
@@ -222,22 +229,33 @@ def _roofline_kinds(c: Context, f: Fields) -> tuple[Any, Any, Any, Any]:
 
 def stage_seconds(c: Context, f: Fields) -> tuple[tuple[float, float], ...]:
     """Each pipeline rank's (forward, backward) seconds of one micro-batch under the roofline
-    model, its model chunks summed (:func:`_chunk_times`: its layers of each span group, those
-    recomputed whole, the embedding on the first rank and the output layer on the last): the
-    passes the GPipe, 1F1B and interleaved orders run (:func:`classic_span`), for one layout, so
-    that a reader can check the bubble. Empty without dimensions, at pp = 1 or under the other
-    schedules (zero-bubble and DualPipe split the backward and place the chunks their own way).
-    """
+    model, its model chunks summed (:func:`chunk_seconds`): the passes the GPipe, 1F1B and
+    interleaved orders run (:func:`classic_span`), for one layout, so that a reader can check
+    the bubble. Empty where :func:`chunk_seconds` is."""
+    chunks, v = chunk_seconds(c, f), int(f.virtual_stages)
+    return tuple(
+        (sum(x[0] for x in chunks[i * v : (i + 1) * v]),
+         sum(x[1] for x in chunks[i * v : (i + 1) * v]))
+        for i in range(len(chunks) // v)
+    )  # fmt: skip
+
+
+def chunk_seconds(c: Context, f: Fields) -> tuple[tuple[float, float], ...]:
+    """Each model chunk's (forward, backward) seconds of one micro-batch under the roofline
+    model, rank i's chunk c at ``i·v + c`` (``pp·v`` pairs; v = 1 under GPipe and 1F1B): its
+    layers of each span group, those recomputed whole, the embedding on the first rank's first
+    chunk and the output layer on the last rank's last, split by :func:`stage_passes`
+    (:func:`_chunk_times`) — the times :func:`classic_span`'s orders run, for one layout (the
+    per-stage search's rows, :attr:`optimizer.stage_option.StageOption.chunk_forward`). Empty
+    without dimensions, at pp = 1 or under the other schedules (zero-bubble and DualPipe split
+    the backward and place the chunks their own way)."""
     if c.arch is None or f.pp == 1 or str(f.schedule) not in _CLASSIC:
         return ()
     pp, v = int(f.pp), int(f.virtual_stages)
     counts = f.lookup(chunk_counts, (c.arch,), *LAYER_FIELDS)
     kinds, plain, full, again = _roofline_kinds(c, f)
     _, forward, backward = _chunk_times(pp * v, counts, again, kinds, plain, full)
-    return tuple(
-        (float(sum(forward[i * v : (i + 1) * v])), float(sum(backward[i * v : (i + 1) * v])))
-        for i in range(pp)
-    )
+    return tuple((float(x), float(y)) for x, y in zip(forward, backward, strict=True))
 
 
 _CLASSIC = ("gpipe", "1f1b", "interleaved")

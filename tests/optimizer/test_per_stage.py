@@ -127,7 +127,7 @@ INTERLEAVED_CASES = [  # stage counts multiples of v: L a multiple of v
 def _solved_and_oracle(case, share: float, status: str = "optimal"):
     """CP-SAT's answer for ``case``'s shape and the exhaustive oracle's at the headroom ``share``
     of the way between full recomputation's peak and none's: infeasible both, or ``status``
-    (optimal; interleaved feasible, with a gap) with an estimate (asserted here)."""
+    with an estimate (asserted here)."""
     headroom = tight_headroom(case, share)
     want = oracle(case, headroom)
     got = solve_shape(case, case.layout, headroom)
@@ -152,18 +152,19 @@ def test_cp_sat_equals_the_exhaustive_oracle(num_layers, pp, base, share):
 @pytest.mark.parametrize(("num_layers", "pp", "v", "base", "share", "gb"), INTERLEAVED_CASES)
 def test_cp_sat_equals_the_exhaustive_oracle_interleaved(num_layers, pp, v, base, share, gb):
     """Interleaved shapes keep their schedule. The evaluator prices them by Megatron-Core's order
-    on the chunks as timed (model.pipeline_uneven), which CP-SAT's rows (the closed form, a
-    stage's own time) neither equal nor bound: its answer is the closed form's best, evaluated,
-    ``feasible`` with a gap to a proven floor (optimizer.stage_solve.interleaved_floor). The
-    oracle's best, evaluate() over every composition and count, lies between the floor and the
-    answer (and is the answer where the order keeps the closed form's ranking)."""
+    on the chunks as timed (model.pipeline_uneven), which the closed form CP-SAT first ranks
+    by neither equals nor bounds; the search then minimises the order's own step over the
+    chunks' passes (optimizer.stage_exact, model.interleaved_paths) and proves its answer: the
+    oracle's best, evaluate() over every composition and count, to the ns. 10 layers on 3
+    stages: the closed form's best, 2, 4, 4 layers recomputing 1, 1, 1 a chunk, evaluates to
+    16,095,214 ns, the order's, 4, 4, 2 recomputing 2, 1, 0, to 15,747,401 ns (the oracle's)."""
     case = tiny_case(num_layers, pp, base, v=v, gb=gb)
-    got, want = _solved_and_oracle(case, share, "feasible")
+    got, want = _solved_and_oracle(case, share)
     if want is None:
         return
     assert got.estimate.layout.virtual_stages == v
-    assert got.objective_ns == sum(objective_ns(got.estimate.time_terms))
-    assert got.objective_ns - got.gap_ns <= want[0] <= got.objective_ns
+    assert got.gap_ns <= 2  # proven, to the rounding of ns
+    assert abs(got.objective_ns - want[0]) <= 2
     assert got.objective_ns == sum(objective_ns(got.estimate.time_terms))
 
 

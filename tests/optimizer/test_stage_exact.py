@@ -1,7 +1,9 @@
-"""The per-stage search's 1F1B answer is the fastest split under the order's own step
-(optimizer.stage_exact: bound and verify over model.pipeline_paths), not under the closed form
-(m + pp − 1)·t_max: it equals an exhaustive oracle that evaluates every split with evaluate()
-on cases where the two rankings disagree, and `trainplan evaluate` on its --stage-layers."""
+"""The per-stage search's answer is the fastest split under the order's own step, 1F1B's or
+interleaved 1F1B's (optimizer.stage_exact: bound and verify over model.pipeline_paths and
+model.interleaved_paths), not under the closed form (m + pp − 1)·t_max or
+m·t_max·(1 + (pp − 1)/(v·m)): it equals an exhaustive oracle that evaluates every split with
+evaluate() on cases where the two rankings disagree, and `trainplan evaluate` on its
+--stage-layers."""
 
 from __future__ import annotations
 
@@ -124,3 +126,47 @@ def test_llama3_8b_equals_every_split():
     case = Case.of(model="llama3-8b", device="H100-SXM", global_batch_size=8, pp=4, tp=1,
                    seq_len=4096)  # fmt: skip
     assert _least(case, 0) == (1_166_363_813, (9, 9, 8, 6))
+
+
+def test_interleaved_answer_is_the_orders():
+    """Interleaved, v 2: 10 layers of the tiny model on 3 stages, 6 micro-batches, capacity
+    halfway between the default split's peak fully recomputed and not. The closed form
+    m·t_max·(1 + (pp − 1)/(v·m)) ranks 2, 4, 4 layers (recomputing 1, 1, 1 a chunk) before 4, 4,
+    2 (2, 1, 0): 16,721,943 ns against 17,752,895 (its slowest rank's micro-batch 14.034 ms
+    against 14.918). Megatron-Core's order on the chunks, the evaluator's step, ranks them the
+    other way, 16,095,214 ns against 15,747,401: the first stage's 4 layers and the embedding
+    fill the pipeline while the light last stage drains it. The search answers the order's,
+    proven (optimizer.stage_exact over model.interleaved_paths; the exhaustive oracle's too,
+    tests/optimizer/test_per_stage.py), where it answered the closed form's, feasible, before."""
+    case = tiny_case(10, 3, v=2, gb=6)
+    headroom = tight_headroom(case, 0.5)
+
+    def figures(chunks, counts):  # (step, the same with the closed form), ns
+        est = case.evaluate(case.layout.with_(stage_layers=chunks, recompute_layers=counts))
+        step, m = sum(objective_ns(est.time_terms)), est.num_microbatches
+        closed = round(est.time_terms.busy_s * (1 + 2 / (2 * m)) * 1e9)
+        return step, step - round(pipeline_ns(est)) + closed
+
+    # chunk c of stage i at i + c·pp (each stage's n over its 2 chunks)
+    assert figures((1, 2, 2, 1, 2, 2), (1, 1, 1)) == (16_095_214, 16_721_943)
+    assert figures((2, 2, 1, 2, 2, 1), (2, 1, 0)) == (15_747_401, 17_752_895)
+    got = solve_shape(case, case.layout, headroom)
+    assert got.status == "optimal" and got.gap_ns <= 2 and got.estimate is not None
+    assert got.objective_ns == 15_747_401
+    assert got.estimate.layout.stage_layers == (2, 2, 1, 2, 2, 1)
+    assert got.estimate.layout.recompute_layers == (2, 1, 0)
+
+
+def test_an_order_too_long_to_walk_keeps_the_closed_forms_answer(monkeypatch):
+    """Past model.interleaved_paths.MOST_PASSES passes (2·pp·v·m; set to 0 here) the search
+    does not walk the interleaved order: the same case as above answers the closed form's best,
+    2, 4, 4 at 16,095,214 ns, ``feasible`` with its gap to a proven floor
+    (optimizer.stage_solve.interleaved_floor: no split under its slowest rank's own m
+    micro-batches), which lies under the order's best, 15,747,401 ns."""
+    monkeypatch.setattr("trainplan.optimizer.stage_check.MOST_PASSES", 0)
+    case = tiny_case(10, 3, v=2, gb=6)
+    got = solve_shape(case, case.layout, tight_headroom(case, 0.5))
+    assert got.status == "feasible" and got.estimate is not None
+    assert got.objective_ns == 16_095_214
+    assert got.estimate.layout.recompute_layers == (1, 1, 1)
+    assert got.objective_ns - got.gap_ns <= 15_747_401

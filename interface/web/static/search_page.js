@@ -105,7 +105,7 @@ TP.searchPage = async (kind, render) => {
     // the per-stage frontier cut by its budget or a time limit says why in the CLI's headline
     // words (proof)
     status.textContent = r.proof && proof !== "optimal" ? `${proof.toUpperCase()} (${r.proof})` : r.per_stage
-      ? { optimal: "OPTIMAL (proven over the shapes searched)", feasible: "FEASIBLE (not proven: a time limit stopped it, or an interleaved shape is proven only to its floor, the slowest rank's own passes)" }[proof]
+      ? { optimal: "OPTIMAL (proven over the shapes searched)", feasible: "FEASIBLE (not proven: a time limit stopped it, or a gap is left)" }[proof]
       : { optimal: "proven optimal (CP-SAT)", feasible: "best found within the time limit — not proven optimal", infeasible: "no layout satisfies the constraints" }[proof];
     TP.$("#explanation").innerHTML = (r.explanation || []).map((l) => `<li>${TP.esc(l)}</li>`).join("");
     // what the user's own settings cost: the best layout without them (the CLI's note)
