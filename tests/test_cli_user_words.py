@@ -48,6 +48,7 @@ CALLS: dict[str, list[str]] = {
     "mi300x_evaluate": ["evaluate", "--model", "llama3-8b", "--gpu", "MI300X", "--gpus", "16"],
     "mi300x_search": ["search", "--model", "llama3-70b", "--gpu", "MI300X", "--gpus", "64"],
     "four_million": [*EVAL_70B, "--gpus", "4,000,000"],
+    "four_million_typed": [*EVAL_70B, "--gpus", "4,000,000", "--global-batch", "2,048"],
     "pp7": [*EVAL_70B, "--pp", "7", "--gpus", "56"],
     "pp7_json": [*EVAL_70B, "--pp", "7", "--gpus", "56", "--json"],
     "pp8_json": [*EVAL_70B, "--pp", "8", "--gpus", "64", "--json"],
@@ -167,10 +168,14 @@ def test_a_missing_link_figure_is_asked_for_with_a_value_and_its_unit(done) -> N
 
 
 def test_counts_in_a_refusal_are_written_as_the_output_writes_them(done) -> None:
-    """B = 2048 sequences, b = 1, dp = G = 4,000,000 (tp = pp = cp = 1)."""
+    """B = 2048 sequences, b = 1, dp = G = 4,000,000 (tp = pp = cp = 1). Not typed, the batch is
+    Llama 3 70B's published one (the catalogue's, the ``Defaults used:`` line's), and the line
+    says so and names the flag that sets it; typed, the line is the rule alone."""
+    rule = "--global-batch: 2,048 is not divisible by micro_batch_size 1 × dp 4,000,000 = 4,000,000"
     assert refusal(done["four_million"]) == (
-        "--global-batch: 2,048 is not divisible by micro_batch_size 1 × dp 4,000,000 = 4,000,000"
+        f"{rule} (2,048 is llama3-70b's default; give --global-batch to set another)"
     )
+    assert refusal(done["four_million_typed"]) == rule
 
 
 # ------------------------------------------------------------------ Megatron-LM's split rules
