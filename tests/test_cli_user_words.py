@@ -39,6 +39,8 @@ CALLS: dict[str, list[str]] = {
     ],  # fmt: skip
     "example_tp": ["example", "llama3-405b", "--set", "tp=3"],
     "example_foo": ["example", "llama3-405b", "--set", "foo=1"],
+    "example_nope": ["example", "nope"],
+    "example_near": ["example", "one-gpu"],
     "size_only": ["search", "--params", "70B", "--gpus", "64"],
     "size_only_batch": ["search", "--params", "70B", "--gpus", "64", "--global-batch", "64"],
     "misspelt": [*EVAL_70B, "--set", "memory_efficent_norm=true"],
@@ -165,6 +167,19 @@ def test_a_missing_link_figure_is_asked_for_with_a_value_and_its_unit(done) -> N
     table = _ok(done["gpus"])
     assert "--scaleout-gbps" not in table and "give --" not in table
     assert table.count("scaleout_gbps left out (a run gives its own)") == 3  # PCIe, NVL, H20
+
+
+def test_an_unknown_example_names_the_argument_and_where_the_names_are(done) -> None:
+    """``trainplan example NAME``: a name that is none of scenarios/examples.toml's is refused at
+    ``NAME`` (the usage line's word), with the names close to it (difflib, as for models and
+    accelerators) or, none being close, the command that lists them."""
+    assert refusal(done["example_nope"]) == (
+        "NAME: 'nope' is not an example; trainplan example --list lists them"
+    )
+    assert refusal(done["example_near"]) == (
+        "NAME: 'one-gpu' is not an example; did you mean one-gpu-70b? "
+        "(trainplan example --list lists them all)"
+    )
 
 
 def test_counts_in_a_refusal_are_written_as_the_output_writes_them(done) -> None:
