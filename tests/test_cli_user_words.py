@@ -8,6 +8,7 @@ own ``trainplan`` process (:func:`tests.cli_runs.run_many`), all of them once pe
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from typing import Any
 
@@ -72,6 +73,17 @@ CALLS: dict[str, list[str]] = {
         "H100-SXM",
     ],  # fmt: skip
     "rlhf_peak": ["rlhf", "--algorithm", "grpo", "--policy-params", "7e9", "--gpu", "H100-SXM"],
+    "rlhf_plan": [
+        "rlhf-plan",
+        "--algorithm",
+        "grpo",
+        "--model",
+        "qwen2.5-7b",
+        "--reward",
+        "rule",
+        "--gpus",
+        "8",
+    ],  # fmt: skip
     **{f"help_{c}": [c, "--help"] for c in ("pipeline", "mfu", "ckpt", "rlhf-plan")},
 }
 
@@ -346,3 +358,25 @@ def test_the_sweep_figure_defaults_to_a_metric_the_results_have() -> None:
     assert default_metric(pd.DataFrame({"time_to_train_s": [None, 9.0], "step_s": [1.0, 2.0]})) == (
         "time-to-train"
     )
+
+
+def test_rlhf_writes_counts_and_steps_as_evaluate_and_search_write_them(done) -> None:
+    """``trainplan rlhf``'s networks table gives each network's parameters whole and grouped, as
+    evaluate's first line does (``7,615,616,512 parameters``), not ``7B params``; ``rlhf-plan``
+    gives each step as search does (interface.render.report.step_text): seconds to the ms,
+    minutes beside them from two minutes on (GRPO of Qwen2.5 7B on 8 H100 takes longer)."""
+    table = [x for x in _ok(done["rlhf_peak"]).splitlines() if "B/param" in x]
+    assert [x.split("  trainable")[0].split("  frozen")[0] for x in table] == [
+        "  actor      7,000,000,000 parameters",
+        "  reference  7,000,000,000 parameters",
+        "  reward     7,000,000,000 parameters",  # GRPO with a reward model (no --reward rule)
+    ]
+    lines = _ok(done["rlhf_plan"]).splitlines()
+    steps = [x for x in lines if x.startswith(("best: ", "best colocated: ", "best split: "))]
+    steps += [x.split(" → ")[1] for x in lines if x.startswith("step: ")]
+    assert len(steps) == 4
+    for line in steps:
+        found = re.search(r"([\d,]+\.\d{3}) s \(([\d.]+) min\) per step", line)
+        assert found, line
+        seconds = float(found.group(1).replace(",", ""))
+        assert seconds >= 120 and found.group(2) == f"{seconds / 60:.1f}"
