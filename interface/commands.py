@@ -34,7 +34,7 @@ from trainplan.interface.search_commands import (
     search_problem,
     time_limit_note,
 )
-from trainplan.model.errors import ScenarioError
+from trainplan.model.errors import PlannerError, ScenarioError
 from trainplan.model.estimate import Estimate
 from trainplan.model.hf_config import parse_config_json
 from trainplan.model.hf_families import architecture_from_hf
@@ -107,16 +107,51 @@ def evaluate_json(
     ------
     PlannerError
         Any bad or inapplicable input, one line naming the parameter, value and rule
-        (:func:`interface.inputs.build_case`).
+        (:func:`interface.inputs.build_case`); a value the model gave by default, not the
+        user, named as such (:func:`default_named`).
     """
     request = evaluate_request(request, per_stage)
     case = build_case(request.params)
     if layout_keys:
         check_layout_keys(case)
-    out = estimate_to_dict(case.evaluate(), request.per_stage or per_stage)
+    try:
+        est = case.evaluate()
+    except PlannerError as err:
+        raise type(err)(default_named(str(err), case.defaults_used, case.model.name)) from err
+    out = estimate_to_dict(est, request.per_stage or per_stage)
     out["defaults_used"] = case.defaults_used
     out["notes"] = [*out["notes"], *case.notes]
     return out
+
+
+MODEL_DEFAULTS = ("seq_len", "global_batch_size")
+"""The recipe's values a model gives when the user gives none (its published training setup,
+:func:`optimizer.case.training_of`; a rule's for a model without one): a refusal of one of them
+says so (:func:`default_named`)."""
+
+
+def default_named(message: str, defaults_used: Mapping[str, Any], model: str) -> str:
+    """``message`` (a one-line refusal) with, where its head parameter is one of
+    :data:`MODEL_DEFAULTS` the user did not give (in ``defaults_used``, the case's
+    :attr:`~optimizer.case.Case.defaults_used`), the value named as ``model``'s default and the
+    parameter that sets it; else ``message`` as it is. The head is written as the user's flag
+    (or the page's field) by :func:`interface.flags.refusal`, the parameter after ``give``
+    likewise.
+
+    Examples
+    --------
+    >>> line = "global_batch_size: 2,048 is not divisible by micro_batch_size 1 × dp 3 = 3"
+    >>> default_named(line, {"global_batch_size": 2048}, "llama3-70b")[len(line) :]
+    " (2,048 is llama3-70b's default; give `global_batch_size` to set another)"
+    >>> default_named(line, {"seq_len": 8192}, "llama3-70b") == line
+    True
+    """
+    head = message.partition(":")[0]
+    if head not in MODEL_DEFAULTS or head not in defaults_used:
+        return message
+    value = defaults_used[head]
+    shown = f"{value:,}" if isinstance(value, int) else str(value)
+    return f"{message} ({shown} is {model}'s default; give `{head}` to set another)"
 
 
 def check_layout_keys(case: Any) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from trainplan import scenarios
 from trainplan.model.errors import ScenarioError
-from trainplan.model.units import closest_names
+from trainplan.model.units import close_names, shown_text
 
 __all__ = ["examples", "get_example", "example_params", "run_example", "EXAMPLE_FRAMEWORK"]
 
@@ -27,18 +27,38 @@ def examples() -> dict[str, dict[str, Any]]:
     return {e["name"]: e for e in scenarios.data("examples")["example"]}
 
 
-def get_example(name: str) -> dict[str, Any]:
-    """One example's table.
+LIST = "trainplan example --list"
+"""The command that lists the examples by name, with what each shows."""
+
+
+def get_example(name: str, parameter: str = "example") -> dict[str, Any]:
+    """One example's table. ``parameter``: how the caller's reader gave the name (the command
+    line's ``NAME`` argument; ``example``, the page's link key), the refusal's head.
 
     Raises
     ------
     ScenarioError
-        For an unknown name, with the closest names.
+        For an unknown name: the parameter, the name, up to three close names
+        (:func:`model.units.close_names`) and the command that lists them all.
+
+    Examples
+    --------
+    >>> for name in ("llama3-405", "nope"):
+    ...     try:
+    ...         get_example(name, "NAME")
+    ...     except ScenarioError as err:
+    ...         print(err)
+    NAME: 'llama3-405' is not an example; did you mean llama3-405b, llama3-405b-128k, palm-540b? \
+(trainplan example --list lists them all)
+    NAME: 'nope' is not an example; trainplan example --list lists them
     """
     table = examples()
-    if name not in table:
-        raise ScenarioError(f"unknown example {name!r}; {closest_names(name, list(table))}")
-    return table[name]
+    if name in table:
+        return table[name]
+    close = close_names(name, list(table))
+    hint = f"did you mean {', '.join(close)}? ({LIST} lists them all)" if close else None
+    hint = hint or f"{LIST} lists them"
+    raise ScenarioError(f"{parameter}: {shown_text(name)} is not an example; {hint}")
 
 
 def example_params(

@@ -35,6 +35,7 @@ __all__ = [
     "exact_div",
     "as_json_number",
     "closest_names",
+    "close_names",
     "shown_number",
     "shown_text",
     "list_items",
@@ -299,13 +300,27 @@ def closest_names(name: str, names: list[str]) -> str:
     >>> closest_names("h100", ["H100-SXM", "H100-PCIe", "A100-80GB"])
     'did you mean H100-SXM, H100-PCIe, A100-80GB?'
     """
+    hits = close_names(name, names)
+    if not hits:
+        return "known: " + ", ".join(sorted(names))
+    return "did you mean " + ", ".join(hits) + "?"
+
+
+def close_names(name: str, names: list[str]) -> list[str]:
+    """Up to three of ``names`` close to ``name``, closest first, case aside (difflib's
+    ratio ≥ 0.4, then those that hold ``name``); empty when none is.
+
+    Examples
+    --------
+    >>> close_names("llama3-405", ["one-gpu-70b", "llama3-405b", "llama3-405b-128k"])
+    ['llama3-405b', 'llama3-405b-128k']
+    >>> close_names("nope", ["one-gpu-70b", "llama3-405b"])
+    []
+    """
     lowered = {n.lower(): n for n in names}
     hits = difflib.get_close_matches(name.lower(), list(lowered), n=3, cutoff=0.4)
     hits += [n for low, n in lowered.items() if name.lower() in low and n not in hits]
-    hits = [lowered.get(h, h) for h in hits][:3]
-    if not hits:
-        return "known: " + ", ".join(sorted(names))
-    return "did you mean " + ", ".join(dict.fromkeys(hits)) + "?"
+    return list(dict.fromkeys(lowered.get(h, h) for h in hits))[:3]
 
 
 MAX_SHOWN = 80

@@ -8,6 +8,7 @@ own ``trainplan`` process (:func:`tests.cli_runs.run_many`), all of them once pe
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from typing import Any
 
@@ -39,6 +40,8 @@ CALLS: dict[str, list[str]] = {
     ],  # fmt: skip
     "example_tp": ["example", "llama3-405b", "--set", "tp=3"],
     "example_foo": ["example", "llama3-405b", "--set", "foo=1"],
+    "example_nope": ["example", "nope"],
+    "example_near": ["example", "one-gpu"],
     "size_only": ["search", "--params", "70B", "--gpus", "64"],
     "size_only_batch": ["search", "--params", "70B", "--gpus", "64", "--global-batch", "64"],
     "misspelt": [*EVAL_70B, "--set", "memory_efficent_norm=true"],
@@ -48,6 +51,7 @@ CALLS: dict[str, list[str]] = {
     "mi300x_evaluate": ["evaluate", "--model", "llama3-8b", "--gpu", "MI300X", "--gpus", "16"],
     "mi300x_search": ["search", "--model", "llama3-70b", "--gpu", "MI300X", "--gpus", "64"],
     "four_million": [*EVAL_70B, "--gpus", "4,000,000"],
+    "four_million_typed": [*EVAL_70B, "--gpus", "4,000,000", "--global-batch", "2,048"],
     "pp7": [*EVAL_70B, "--pp", "7", "--gpus", "56"],
     "pp7_json": [*EVAL_70B, "--pp", "7", "--gpus", "56", "--json"],
     "pp8_json": [*EVAL_70B, "--pp", "8", "--gpus", "64", "--json"],
@@ -69,6 +73,17 @@ CALLS: dict[str, list[str]] = {
         "H100-SXM",
     ],  # fmt: skip
     "rlhf_peak": ["rlhf", "--algorithm", "grpo", "--policy-params", "7e9", "--gpu", "H100-SXM"],
+    "rlhf_plan": [
+        "rlhf-plan",
+        "--algorithm",
+        "grpo",
+        "--model",
+        "qwen2.5-7b",
+        "--reward",
+        "rule",
+        "--gpus",
+        "8",
+    ],  # fmt: skip
     **{f"help_{c}": [c, "--help"] for c in ("pipeline", "mfu", "ckpt", "rlhf-plan")},
 }
 
@@ -166,11 +181,28 @@ def test_a_missing_link_figure_is_asked_for_with_a_value_and_its_unit(done) -> N
     assert table.count("scaleout_gbps left out (a run gives its own)") == 3  # PCIe, NVL, H20
 
 
-def test_counts_in_a_refusal_are_written_as_the_output_writes_them(done) -> None:
-    """B = 2048 sequences, b = 1, dp = G = 4,000,000 (tp = pp = cp = 1)."""
-    assert refusal(done["four_million"]) == (
-        "--global-batch: 2,048 is not divisible by micro_batch_size 1 × dp 4,000,000 = 4,000,000"
+def test_an_unknown_example_names_the_argument_and_where_the_names_are(done) -> None:
+    """``trainplan example NAME``: a name that is none of scenarios/examples.toml's is refused at
+    ``NAME`` (the usage line's word), with the names close to it (difflib, as for models and
+    accelerators) or, none being close, the command that lists them."""
+    assert refusal(done["example_nope"]) == (
+        "NAME: 'nope' is not an example; trainplan example --list lists them"
     )
+    assert refusal(done["example_near"]) == (
+        "NAME: 'one-gpu' is not an example; did you mean one-gpu-70b? "
+        "(trainplan example --list lists them all)"
+    )
+
+
+def test_counts_in_a_refusal_are_written_as_the_output_writes_them(done) -> None:
+    """B = 2048 sequences, b = 1, dp = G = 4,000,000 (tp = pp = cp = 1). Not typed, the batch is
+    Llama 3 70B's published one (the catalogue's, the ``Defaults used:`` line's), and the line
+    says so and names the flag that sets it; typed, the line is the rule alone."""
+    rule = "--global-batch: 2,048 is not divisible by micro_batch_size 1 × dp 4,000,000 = 4,000,000"
+    assert refusal(done["four_million"]) == (
+        f"{rule} (2,048 is llama3-70b's default; give --global-batch to set another)"
+    )
+    assert refusal(done["four_million_typed"]) == rule
 
 
 # ------------------------------------------------------------------ Megatron-LM's split rules
@@ -326,3 +358,25 @@ def test_the_sweep_figure_defaults_to_a_metric_the_results_have() -> None:
     assert default_metric(pd.DataFrame({"time_to_train_s": [None, 9.0], "step_s": [1.0, 2.0]})) == (
         "time-to-train"
     )
+
+
+def test_rlhf_writes_counts_and_steps_as_evaluate_and_search_write_them(done) -> None:
+    """``trainplan rlhf``'s networks table gives each network's parameters whole and grouped, as
+    evaluate's first line does (``7,615,616,512 parameters``), not ``7B params``; ``rlhf-plan``
+    gives each step as search does (interface.render.report.step_text): seconds to the ms,
+    minutes beside them from two minutes on (GRPO of Qwen2.5 7B on 8 H100 takes longer)."""
+    table = [x for x in _ok(done["rlhf_peak"]).splitlines() if "B/param" in x]
+    assert [x.split("  trainable")[0].split("  frozen")[0] for x in table] == [
+        "  actor      7,000,000,000 parameters",
+        "  reference  7,000,000,000 parameters",
+        "  reward     7,000,000,000 parameters",  # GRPO with a reward model (no --reward rule)
+    ]
+    lines = _ok(done["rlhf_plan"]).splitlines()
+    steps = [x for x in lines if x.startswith(("best: ", "best colocated: ", "best split: "))]
+    steps += [x.split(" → ")[1] for x in lines if x.startswith("step: ")]
+    assert len(steps) == 4
+    for line in steps:
+        found = re.search(r"([\d,]+\.\d{3}) s \(([\d.]+) min\) per step", line)
+        assert found, line
+        seconds = float(found.group(1).replace(",", ""))
+        assert seconds >= 120 and found.group(2) == f"{seconds / 60:.1f}"

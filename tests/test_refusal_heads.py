@@ -76,6 +76,18 @@ def test_web_heads(query, head, client) -> None:
     assert _head(got.json()["error"]) == head, got.json()["error"]
 
 
+def test_a_default_batch_refused_on_the_page_names_its_field(client) -> None:
+    """4,000 GPUs of Llama 3 70B (tp = pp = cp = 1: dp 4,000) with the model's published batch,
+    2,048 sequences, not typed: 422, the line says whose default it is and names the page's
+    field that sets it (``global-batch``), as the command line names ``--global-batch``."""
+    got = client.get("/api/evaluate?model=llama3-70b&gpus=4,000")
+    assert got.status_code == 422, got.text
+    assert got.json()["error"] == (
+        "global-batch: 2,048 is not divisible by micro_batch_size 1 × dp 4,000 = 4,000 "
+        "(2,048 is llama3-70b's default; give global-batch to set another)"
+    )
+
+
 def test_set_reads_on_off_words_and_quotes_what_was_typed() -> None:
     """``--set``'s on/off grammar is the web query's (any case; 1/0, yes/no, on/off); a key set
     twice is refused with both items as typed, not as parsed (``True, then False``)."""

@@ -90,7 +90,7 @@ def example_cmd(
 ) -> None:
     """Run a worked example by name: a layout, pipeline, MFU, checkpointing or RLHF case, its source
     and the figures it reproduces (trainplan example --list)."""
-    from trainplan.interface.examples import example_params, examples, run_example
+    from trainplan.interface.examples import example_params, examples, get_example, run_example
 
     if list_ or not name:
         rows = [{"name": n, "tab": e["tab"], "says": e["says"]} for n, e in examples().items()]
@@ -100,6 +100,7 @@ def example_cmd(
             for r in rows:
                 click.echo(f"{r['name']:<24} {r['tab']:<9} {r['says']}")
         return
+    get_example(name, "NAME")  # an unknown name refused as the argument the user typed
     overrides = {k: v for k, v in params.items() if v is not None and v != ()}
     from trainplan.interface.scenario_keys import merge
 

@@ -254,17 +254,17 @@ def _textbook_text(r: dict[str, Any]) -> None:
         f"{seqs:,} sequences a step of {each:,} tokens each (prompt + completion): "
         f"{seqs * each:,} tokens, what the FLOPs below count"
     )
+    # parameter counts whole, as evaluate and search write them (7,615,616,512 parameters)
+    wide = max(len(f"{x['params']:,}") for x in r["network_table"])
     for x in r["network_table"]:
         state = "trainable" if x["trainable"] else "frozen"
         click.echo(
-            f"  {x['role']:<10} {x['params'] / 1e9:>8g}B params  {state:<9} "
+            f"  {x['role']:<10} {x['params']:>{wide},} parameters  {state:<9} "
             f"{x['bytes_per_param']:>2} B/param  {x['bytes'] / 1e12:8.3f} TB"
         )
     moe = {x["role"]: x for x in r["network_table"] if x["active_params"] != x["params"]}
     if moe:  # a mixture of experts: FLOPs per token on the experts a token uses, bytes on all
-        each = ", ".join(
-            f"{k} {x['active_params'] / 1e9:g}B of {x['params'] / 1e9:g}B" for k, x in moe.items()
-        )
+        each = ", ".join(f"{k} {x['active_params']:,} of {x['params']:,}" for k, x in moe.items())
         click.echo(f"  FLOPs count the active parameters (mixture of experts): {each}")
     for k, v in r["extra_bytes"].items():
         at_once = f" ({r['rollout_batch']} seqs at once)" if k == "kv_cache_bytes" else ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainplan.interface.render.per_stage_report import gap_text
 from trainplan.interface.render.report import (
     dollars,
     duration,
@@ -31,8 +32,10 @@ def frontier_text(rows: list[dict[str, Any]], against: str, objective: str = "st
     train, cost, tokens/s per GPU: :data:`OBJECTIVE_COLUMNS`), step time, the second axis,
     ``fit_bytes``, MFU, the job, the framework (always, as the search's answer names it: two
     frameworks' layouts can otherwise print alike) and the layout; rows of the per-stage frontier
-    (``plan`` set) add the plan's kind, its layers and recomputed layers per stage, the uniform
-    step time there and the gain."""
+    (``plan`` set) add the plan's kind, its layers and recomputed layers per stage, its proven
+    gap (``gap_s``, written as ``search --per-stage`` writes it:
+    :func:`interface.render.per_stage_report.gap_text`), the uniform step time there and the
+    gain."""
     second = {"memory": "memory/GPU", "gpus": "GPUs", "price": "price"}[against]
     out = []
     for r in rows:
@@ -74,6 +77,7 @@ def frontier_text(rows: list[dict[str, Any]], against: str, objective: str = "st
                 if per_stage
                 else "—"
             )
+            line["proven gap"] = gap_text(r["gap_s"])  # as search --per-stage writes it
             line["uniform step"] = seconds_text(r["uniform_step_s"])
             line["gain"] = "—" if r["gain"] is None else f"{r['gain']:.3f}×"
         out.append(line)

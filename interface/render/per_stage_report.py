@@ -10,7 +10,7 @@ from trainplan.interface.render.report import seconds_text, step_text, table_tex
 from trainplan.model.pipeline_onef import one_chunk
 from trainplan.model.pipeline_report import interleaved_order
 
-__all__ = ["per_stage_text"]
+__all__ = ["per_stage_text", "gap_text"]
 
 
 def _layout_line(lay: dict[str, Any]) -> str:
@@ -24,13 +24,16 @@ def _layout_line(lay: dict[str, Any]) -> str:
     )
 
 
-def _gap_text(seconds: float) -> str:
-    """A proven gap in the unit it is read in: ns below a µs, µs below a ms, then as a table
-    writes seconds.
+def gap_text(seconds: float | None) -> str:
+    """A proven gap (a per-stage search's ``gap_s``, a per-stage frontier point's: the step less
+    a proven lower bound on every split searched, s; None where a time limit left no bound) in
+    the unit it is read in: ns below a µs, µs below a ms, then as a table writes seconds.
 
-    >>> _gap_text(3e-9), _gap_text(2.5e-5), _gap_text(0.0125)
-    ('3 ns', '25.0 µs', '12.5 ms')
+    >>> gap_text(3e-9), gap_text(2.5e-5), gap_text(0.0125), gap_text(None)
+    ('3 ns', '25.0 µs', '12.5 ms', 'none proven (time limit)')
     """
+    if seconds is None:
+        return "none proven (time limit)"
     if seconds < 1e-6:
         return f"{seconds * 1e9:.0f} ns"
     return f"{seconds * 1e6:,.1f} µs" if seconds < 1e-3 else seconds_text(seconds)
@@ -61,9 +64,9 @@ order's own step on the model chunks (model.pipeline_uneven)"
     if gap is None:
         return f"the time limit stopped the search before a bound under {own}: no gap proven"
     if ps["status"] == "optimal":
-        within = "" if round(gap * 1e9) <= 2 else f", to {_gap_text(gap)}"
+        within = "" if round(gap * 1e9) <= 2 else f", to {gap_text(gap)}"
         return f"the split is proven best under {own}, the step printed (bounds by the order's paths{within})"
-    return f"the proof stopped short: no split is faster by more than {_gap_text(gap)} under {own}"
+    return f"the proof stopped short: no split is faster by more than {gap_text(gap)} under {own}"
 
 
 def per_stage_text(d: dict[str, Any]) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainplan.interface.render.report import table_text
+from trainplan.interface.render.report import step_text, table_text
 from trainplan.model.rlhf.engine import ENGINE_GRAPH_POOL_BYTES
 
 __all__ = ["plan_lines", "timeline_lines", "terms_lines", "result_lines", "device_figures"]
@@ -194,7 +194,7 @@ def plan_lines(plan: dict[str, Any], width: int = 72) -> list[str]:
     out += [*terms_lines(plan), "", *pools_lines(plan), ""]
     out.append(
         f"step: rollout {_s(ph['rollout'])} s, scoring {_s(ph['scoring'])} s, training "
-        f"{_s(ph['training'])} s → {_s(plan['step_seconds'])} s per step ({how}); "
+        f"{_s(ph['training'])} s → {step_text(plan['step_seconds'])} per step ({how}); "
         f"{plan['tokens_per_second']:,.0f} tokens/s"
     )
     out += ["", *timeline_lines(plan, width)]
@@ -239,7 +239,7 @@ def result_lines(res: dict[str, Any], width: int = 72) -> list[str]:
     ]
     if best is None:
         return [*out, f"why: {res['reason']}"]
-    out += [f"best: {_s(best['step_seconds'])} s per step", *plan_lines(best, width), ""]
+    out += [f"best: {step_text(best['step_seconds'])} per step", *plan_lines(best, width), ""]
     for key in ("colocated", "split"):
         alt = res[key]
         out.append(
@@ -247,7 +247,7 @@ def result_lines(res: dict[str, Any], width: int = 72) -> list[str]:
             + (
                 _none(res.get("alternatives", {}).get(key))
                 if alt is None
-                else f"{_s(alt['step_seconds'])} s per step"
+                else f"{step_text(alt['step_seconds'])} per step"
             )
         )
     out.append(f"why: {res['reason']}")

@@ -143,3 +143,46 @@ def test_scenario_per_stage_reaches_frontier(monkeypatch, capsys, tmp_path):
     code, out, _ = _run(monkeypatch, capsys, "--scenario", str(scenario), "--against", "gpus")
     assert code in (0, None)
     assert "uniform or per stage" in out and "per-stage" in out
+
+
+def _row(step_s: float, plan: str, gap_s: float | None, proven: bool = True) -> dict:
+    """A per-stage frontier point as its JSON gives it (the fields the text table reads)."""
+    return {
+        "step_s": step_s,
+        "num_gpus": 32,
+        "gpu": "H100-SXM",
+        "fit_bytes": 82_710_000_000,
+        "mfu": 0.417,
+        "framework": "megatron",
+        **{"dp": 2, "tp": 4, "pp": 4, "cp": 1, "ep": 1, "zero_stage": 1, "recompute": "none"},
+        **{"micro_batch_size": 1, "schedule": "1f1b", "virtual_stages": 1},
+        "plan": plan,
+        "proven": proven,
+        "gap_s": gap_s,
+        "stage_layers": [19, 20, 21, 20] if plan == "per-stage" else None,
+        "recompute_layers": [7, 3, 0, 0] if plan == "per-stage" else None,
+        "uniform_step_s": 582.765,
+        "gain": 582.765 / step_s,
+    }
+
+
+def test_the_text_table_gives_each_points_proven_gap():
+    """``frontier --per-stage``'s table has a ``proven gap`` column, each point's ``gap_s``
+    written as ``search --per-stage`` writes its gap (interface.render.per_stage_report.gap_text):
+    1 ns; 12.5 ms where a time limit stopped a proof with a bound 12.5 ms under the step; none
+    where it stopped before any bound. The uniform frontier's table has no such column."""
+    from trainplan.interface.render.frontier_text import frontier_text
+
+    rows = [
+        _row(538.211, "per-stage", 1e-9),
+        _row(540.0, "per-stage", 0.0125, proven=False),
+        _row(582.765, "uniform", None, proven=False),
+    ]
+    header, _, *lines = frontier_text(rows, "gpus").splitlines()
+    at = header.index("proven gap")
+    assert header.index("layers / recomputed per stage") < at < header.index("uniform step")
+    gaps = [line[at:].split("  ")[0] for line in lines]
+    assert gaps == ["1 ns", "12.5 ms", "none proven (time limit)"]
+    assert "per-stage, not proven" in lines[1]
+    uniform = {k: v for k, v in rows[0].items() if k not in ("plan", "gap_s")}
+    assert "proven gap" not in frontier_text([uniform], "gpus")

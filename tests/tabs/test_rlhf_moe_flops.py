@@ -84,7 +84,9 @@ def test_cli_textbook_and_faithful_flops_agree():
     text = done["text"].stdout
     assert f"  rollout   {2 * ACTIVE * TOKENS:10.3e}" in text  # 5.625e+17 in the textbook table
     assert "  rollout    5.625e+17" in text
-    assert "FLOPs count the active parameters (mixture of experts): actor 3.35303B of " in text
+    # counts whole, as evaluate writes them (3,353,032,704: was "3.35303B")
+    moe = "FLOPs count the active parameters (mixture of experts): "
+    assert f"{moe}actor {ACTIVE:,} of {TOTAL:,}, reference {ACTIVE:,} of {TOTAL:,}" in text
     # a dense model says nothing of it
     dense = run_many({"d": ["rlhf", "--algorithm", "grpo", "--policy-params", "8B"]})["d"]
     assert dense.returncode == 0 and "active parameters" not in dense.stdout

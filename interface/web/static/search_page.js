@@ -4,7 +4,7 @@
 
 // A proven gap (per_stage.gap_s, a per-stage frontier point's gap_s; seconds; null: the time
 // limit left no bound) in the unit it is read in, as the CLI prints it
-// (interface/render/per_stage_report.py _gap_text): ns below a µs, µs below a ms, then seconds.
+// (interface/render/per_stage_report.py gap_text): ns below a µs, µs below a ms, then seconds.
 TP.gapText = (s) => (s === null || s === undefined ? "none proven (time limit)"
   : s < 1e-6 ? `${TP.fixed(s * 1e9, 0)} ns` : s < 1e-3 ? `${TP.fixed(s * 1e6, 1, true)} µs` : TP.exact(s));
 
