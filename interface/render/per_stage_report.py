@@ -70,9 +70,9 @@ def _not_searched(shapes: list[dict[str, Any]]) -> list[str]:
     """One line per pp and v the search did not search (a base layout's ``note``: an
     interleaved shape whose layers have no split into equal chunks), each said once.
 
-    >>> _not_searched([{"schedule": "interleaved", "virtual_stages": 2, "pp": 2, "note": "not \
-searched (7 layers have no split into equal chunks of v = 2)"}, {"note": None}])
-    ['  interleaved v=2, pp 2: not searched (7 layers have no split into equal chunks of v = 2)']
+    >>> row = {"schedule": "interleaved", "virtual_stages": 2, "pp": 2, "note": "not searched"}
+    >>> _not_searched([row, row, {**row, "note": None}])
+    ['  interleaved v=2, pp 2: not searched']
     """
     lines = (
         f"  {s['schedule']} v={s['virtual_stages']}, pp {s['pp']}: {s['note']}" for s in shapes
