@@ -61,7 +61,10 @@ def per_stage_frontier_json(
     memory, null against GPUs or price: every job) and
     ``max_searches_default`` whether it was that default; ``time_limit_s`` the wall-clock limit
     given (``time_limit``; null: none); ``stopped`` what ended it before its last point
-    (``searches``, ``time`` or null); ``proof`` what it proves, in the words the CLI's
+    (``searches``, ``time`` or null); ``proof_scope`` what an ``optimal`` point is proven
+    over, in words (interleaved shapes only over splits whose chunks on a stage are equal:
+    :attr:`optimizer.per_stage_frontier.PerStageFrontier.proof_scope`); ``proof`` what it
+    proves, in the words the CLI's
     headline and the page print (:func:`per_stage_proof`). ``progress(searches, points)``
     after each per-stage search.
 
@@ -110,6 +113,7 @@ def _frontier_object(
         "time_limit_s": limit,
         "stopped": result.stopped,
         "points": rows,
+        "proof_scope": result.proof_scope,
     }
     out["proof"] = per_stage_proof(out)
     return out
@@ -134,7 +138,9 @@ def check_searches_apply(searches: int | None, per_stage: bool) -> None:
 def per_stage_proof(out: dict[str, Any]) -> str:
     """What the per-stage frontier ``out`` (:func:`interface.commands.per_stage_frontier_json`)
     proves, and what stopped it: its budget of searches (the same points on every machine) or
-    the wall-clock ``--time-limit`` (points found so far, not proven)."""
+    the wall-clock ``--time-limit`` (points found so far, not proven); ``optimal`` said with
+    ``out["proof_scope"]`` (:attr:`optimizer.per_stage_frontier.PerStageFrontier.proof_scope`:
+    interleaved shapes only over splits whose chunks on a stage are equal)."""
     if out["stopped"] == "time":
         limit = "" if out["time_limit_s"] is None else f" of {out['time_limit_s']:g} s"
         return f"best found within the time limit{limit}, not proven"
@@ -143,12 +149,12 @@ def per_stage_proof(out: dict[str, Any]) -> str:
             ", the default; --per-stage-searches sets it" if out["max_searches_default"] else ""
         )
         return (
-            "each point optimal over the shapes searched; cut at the budget of "
+            f"each point optimal over {out['proof_scope']}; cut at the budget of "
             f"{out['max_searches']} searches{default}: the frontier may go on past its last point"
         )
     if out["status"] != "optimal":  # ran to its end, but a point's search was not proven
         return "over the shapes searched, a point not proven (its plan says so)"
-    return "optimal over the shapes searched"
+    return f"optimal over {out['proof_scope']}"
 
 
 def _frontier_point(

@@ -302,12 +302,15 @@ def _prices(gpus: int, price: float | None, step_s: float | None) -> dict[str, f
 def per_stage_json(kw: SearchRequest | Mapping[str, Any]) -> SearchRun:
     """The per-stage search (``trainplan search --per-stage --json``): the plan's evaluate
     object, plus ``per_stage``: ``status`` (``optimal`` proven over the ``shapes`` fastest
-    uniform shapes, or ``feasible``), ``stage_layers``, ``recompute_layers``, ``step_s``,
+    uniform shapes, or ``feasible``), ``proof_scope`` (what ``optimal`` is proven over, in
+    words: where the space holds interleaved shapes, only their splits whose chunks on a stage
+    are equal, :attr:`optimizer.per_stage.PerStageResult.proof_scope`), ``stage_layers``, ``recompute_layers``, ``step_s``,
     ``uniform`` (the best uniform layout's ``layout`` line fields and ``step_s``), ``gain``
     (uniform ÷ per-stage step time, ≥ 1), ``gap_s`` (the step less a proven lower bound on
     every split searched, under 1F1B by the order's own step: 0 or a ns or so when proven, null
     when the time limit left no bound: :attr:`optimizer.per_stage.PerStageResult.gap_ns`),
-    ``shapes`` (per base layout: its status, step time, gap, solves, seconds),
+    ``shapes`` (per base layout: its status, step time, gap, solves, seconds, and ``note``: why
+    a ``not-searched`` one was not, else null),
     ``uniform_seconds``, ``tables_seconds``, ``solve_seconds``; and
     ``launch``: ``megatron`` and ``torchtitan`` flags with their ``notes``, and
     ``megatron_step_s`` — the step time of what Megatron-LM's one ``--recompute-num-layers``
@@ -336,6 +339,7 @@ def per_stage_json(kw: SearchRequest | Mapping[str, Any]) -> SearchRun:
     counts = lay.recompute_layers or tuple(0 for _ in range(lay.pp))
     d["per_stage"] = {
         "status": result.status,
+        "proof_scope": result.proof_scope,
         "job": result.job.label,
         "stage_layers": stage_layers_of(plan),
         "recompute_layers": list(counts),
@@ -372,7 +376,7 @@ def _with_fit_rule(d: dict[str, Any], problem: Any, est: Any) -> None:
 def _shape_row(s: Any) -> dict[str, Any]:
     """One base layout the per-stage search took (:class:`optimizer.stage_solve.ShapePlan`):
     its layout fields, status, step time (s), gap (s, :attr:`~optimizer.stage_solve.ShapePlan.
-    gap_ns`), solves and seconds."""
+    gap_ns`), solves, seconds and note (:attr:`~optimizer.stage_solve.ShapePlan.note`)."""
     lay = s.layout
     return {
         "dp": lay.dp,
@@ -391,6 +395,7 @@ def _shape_row(s: Any) -> dict[str, Any]:
         "solves": s.solves,
         "tables_seconds": s.tables_seconds,
         "solve_seconds": s.solve_seconds,
+        "note": s.note,
     }
 
 

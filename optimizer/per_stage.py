@@ -14,17 +14,19 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from trainplan.model.errors import InfeasibleError, InputError, LayoutError
 from trainplan.model.estimate import Estimate
 from trainplan.model.layout import Layout, validate
+from trainplan.model.pipeline import Schedule
 from trainplan.optimizer.cpsat import LayoutModel
 from trainplan.optimizer.problem import Job, Objective, Problem
 from trainplan.optimizer.rules import allowed
 from trainplan.optimizer.search import Answer, SearchResult, prepare, search
 from trainplan.optimizer.stage_bases import ranked_bases
 from trainplan.optimizer.stage_bounds import pipeline_lower_bound
+from trainplan.optimizer.stage_rules import equal_chunks_note
 from trainplan.optimizer.stage_solve import ShapePlan, solve_shape, step_ns
 from trainplan.optimizer.tables import CostTables
 
@@ -39,7 +41,41 @@ __all__ = [
     "check_objective",
     "uniform_within",
     "peak_bytes",
+    "interleaved_space",
+    "proof_scope",
+    "EQUAL_CHUNKS_SCOPE",
+    "ALL_SPLITS_SCOPE",
 ]
+
+ALL_SPLITS_SCOPE = "the shapes searched"
+"""What ``optimal`` covers where the space holds no interleaved shape: every split of them."""
+EQUAL_CHUNKS_SCOPE = (
+    "the shapes searched, interleaved ones (v > 1) only over splits whose chunks on a stage are "
+    "equal, not the unequal chunks of --pipeline-model-parallel-layout"
+)
+"""What ``optimal`` covers where the space holds interleaved shapes (pp > 1, v > 1): the stage
+tables give an interleaved stage only multiples of v layers, its chunks equal
+(:func:`optimizer.stage_rules.layer_counts`), while Megatron-Core also builds unequal chunks
+(megatron/core/transformer/pipeline_parallel_layer_layout.py ``PipelineParallelLayerLayout``)
+and ``evaluate`` prices them."""
+
+
+def interleaved_space(problem: Problem) -> bool:
+    """Whether ``problem``'s space holds interleaved shapes: the interleaved schedule, a pp
+    above 1 and a v above 1 allowed (None: the defaults, which hold both). A space that does
+    has its per-stage proof scoped to equal chunks (:data:`EQUAL_CHUNKS_SCOPE`)."""
+    sp = problem.space
+    return (
+        Schedule.INTERLEAVED in sp.schedules
+        and (sp.pp is None or any(p > 1 for p in sp.pp))
+        and (sp.virtual_stages is None or any(v > 1 for v in sp.virtual_stages))
+    )
+
+
+def proof_scope(equal_chunks: bool) -> str:
+    """What a per-stage ``optimal`` is proven over, in words (the CLI's headline, ``--json``'s
+    ``proof_scope``, the page): :data:`EQUAL_CHUNKS_SCOPE` or :data:`ALL_SPLITS_SCOPE`."""
+    return EQUAL_CHUNKS_SCOPE if equal_chunks else ALL_SPLITS_SCOPE
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +84,11 @@ class PerStageResult:
 
     status: str
     """``optimal`` when every shape's per-stage optimum was proven and the uniform search was;
-    else ``feasible``."""
+    else ``feasible``. ``optimal`` is a proof over a stated space, :attr:`proof_scope`: where
+    the space holds interleaved shapes, over their splits whose chunks on a stage are equal
+    only. It stays ``optimal`` there rather than ``feasible`` because the proof over that space
+    is complete and ``feasible`` says a time limit or gap stopped it (more time would change
+    nothing); every place that shows the status shows the scope beside it."""
     uniform: Answer | None
     """The best uniform layout (:func:`optimizer.search.search`); None only when
     ``without_uniform`` was asked and no uniform layout fits."""
@@ -67,6 +107,14 @@ class PerStageResult:
     """The uniform search (its tables and CP-SAT)."""
     tables_seconds: float
     solve_seconds: float
+    equal_chunks: bool = False
+    """Whether the space held interleaved shapes (:func:`interleaved_space`), so the proof covers
+    only their splits whose chunks on a stage are equal (:attr:`proof_scope`)."""
+
+    @property
+    def proof_scope(self) -> str:
+        """What :attr:`status` is proven over, in words (:func:`proof_scope`)."""
+        return proof_scope(self.equal_chunks)
 
     @property
     def per_stage(self) -> bool:
@@ -79,11 +127,11 @@ class PerStageResult:
         """The plan's step less a proven lower bound on every split of the shapes searched, whole
         ns: each shape's by the order's own step, 1F1B or interleaved
         (:attr:`optimizer.stage_solve.ShapePlan.gap_ns`: 0, or a ns or a few, when proven), a
-        shape left ``no-gain`` or ``infeasible`` none below the plan; None where a shape's
+        shape left ``no-gain``, ``infeasible`` or ``not-searched`` none below the plan; None where a shape's
         search stopped before any bound (the time limit)."""
         least = self.plan_ns
         for shape in self.shapes:
-            if shape.status in ("no-gain", "infeasible"):
+            if shape.status in ("no-gain", "infeasible", "not-searched"):
                 continue
             if shape.objective_ns is None:
                 return None
@@ -198,7 +246,8 @@ def per_stage_search(
     deadline = None if time_limit_s is None else t0 + time_limit_s
     caps = [c for c in (uniform.ns, cap_ns) if c is not None]
     plans, proven = solve_bases(problem, bases, caps, max_bytes, deadline, workers)
-    return per_stage_result(uniform, plans, proven and uniform.proven, len(bases), t_uniform)
+    result = per_stage_result(uniform, plans, proven and uniform.proven, len(bases), t_uniform)
+    return replace(result, equal_chunks=interleaved_space(problem))
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,7 +334,10 @@ def solve_bases(
     one's floor, step − gap, at or above the best found) of :func:`ordered_bases`' ``bases``, in
     order, each sought below the best so far (``caps``, whole ns, and the plans found): a base
     whose pipeline alone cannot beat it is ``no-gain`` unsolved; a shape whose fastest plan
-    misses ``min_mfu`` is ``infeasible`` (every plan of it does). Stops, unproven, at
+    misses ``min_mfu`` is ``infeasible`` (every plan of it does); an interleaved one whose L
+    layers have no split into equal chunks is ``not-searched``
+    (:func:`optimizer.stage_rules.equal_chunks_note`), counted as proven over the equal-chunk
+    splits the tables hold (:data:`EQUAL_CHUNKS_SCOPE`). Stops, unproven, at
     ``deadline`` (:func:`time.perf_counter` seconds; None: none)."""
     plans: list[tuple[Job, ShapePlan]] = []
     proven = True
@@ -297,6 +349,9 @@ def solve_bases(
         cap = min(
             caps + [p.objective_ns for _, p in plans if p.objective_ns is not None], default=None
         )
+        if (skip := _not_searched(job, base)) is not None:
+            plans.append((job, skip))
+            continue
         if cap is not None and bound >= cap:
             # the pipeline alone cannot beat the best so far (nor, sorted, any base after it)
             plans.append((job, ShapePlan(base, "no-gain", None, None, 0, 0.0, 0.0, 0)))
@@ -323,6 +378,18 @@ def solve_bases(
         for p in open_
     )
     return plans, proven or sure
+
+
+def _not_searched(job: Job, base: Layout) -> ShapePlan | None:
+    """The ``not-searched`` plan of an interleaved ``base`` whose layers have no split into
+    equal chunks (:func:`optimizer.stage_rules.equal_chunks_note`); None when it has one."""
+    arch = job.case.model.arch
+    note = (
+        None if arch is None else equal_chunks_note(arch.num_layers, base.pp, base.virtual_stages)
+    )
+    if note is None:
+        return None
+    return ShapePlan(base, "not-searched", None, None, 0, 0.0, 0.0, 0, note=note)
 
 
 def per_stage_result(

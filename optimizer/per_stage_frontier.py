@@ -36,8 +36,10 @@ from trainplan.model.estimate import Estimate
 from trainplan.optimizer.per_stage import (
     PerStageResult,
     check_objective,
+    interleaved_space,
     peak_bytes,
     per_stage_search,
+    proof_scope,
     uniform_within,
 )
 from trainplan.optimizer.problem import Job, Problem
@@ -117,6 +119,16 @@ class PerStageFrontier:
     """What ended the frontier before its last point: ``searches`` (``max_searches``, the same
     points on every machine), ``time`` (``time_limit_s``, wall-clock), or None (it ran to the
     end: nothing fits below the last point, or ``max_points``)."""
+    equal_chunks: bool = False
+    """Whether the space held interleaved shapes, so each point's proof covers only their splits
+    whose chunks on a stage are equal (:func:`optimizer.per_stage.interleaved_space`,
+    :attr:`proof_scope`); ``optimal`` is said with that scope."""
+
+    @property
+    def proof_scope(self) -> str:
+        """What each point's search is proven over, in words
+        (:func:`optimizer.per_stage.proof_scope`)."""
+        return proof_scope(self.equal_chunks)
 
 
 def axis_value(against: str, result: PerStageResult) -> int:
@@ -205,7 +217,7 @@ def per_stage_frontier(
         )
     else:
         run = job_frontier(problem, against, top_shapes, workers, max_points, progress, budget)
-    return _frontier(against, run, t0)
+    return replace(_frontier(against, run, t0), equal_chunks=interleaved_space(problem))
 
 
 @dataclass(frozen=True, slots=True)

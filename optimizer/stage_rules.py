@@ -26,6 +26,7 @@ __all__ = [
     "layer_pattern",
     "start_residue",
     "layer_counts",
+    "equal_chunks_note",
     "realization",
     "most_recomputed",
     "takes_counts",
@@ -230,6 +231,25 @@ def layer_counts(num_layers: int, pp: int, stage: int, prefix: int, v: int = 1) 
         return range(num_layers, num_layers + 1)
     low, high = (prefix, num_layers) if stage == 0 else (0, num_layers - prefix)
     return range(low + (-low) % v, high + 1, v)
+
+
+def equal_chunks_note(num_layers: int, pp: int, v: int) -> str | None:
+    """Why a shape of ``pp`` stages and ``v`` model chunks a stage is not searched per stage, or
+    None when it is: interleaved (pp > 1, v > 1), the tables give every stage a multiple of v
+    layers (:func:`layer_counts`, every chunk of a stage equal), so L layers not a multiple of v
+    have no such split — though Megatron-Core builds unequal chunks
+    (``--pipeline-model-parallel-layout``, megatron/core/transformer/pipeline_parallel_layer_layout.py
+    ``PipelineParallelLayerLayout``) and ``evaluate`` prices them (``--stage-layers`` one count
+    per chunk).
+
+    >>> equal_chunks_note(7, 2, 2)
+    'not searched (7 layers have no split into equal chunks of v = 2)'
+    >>> equal_chunks_note(8, 2, 2) is None, equal_chunks_note(7, 1, 2) is None
+    (True, True)
+    """
+    if pp > 1 and v > 1 and num_layers % v:
+        return f"not searched ({num_layers} layers have no split into equal chunks of v = {v})"
+    return None
 
 
 def realization(

@@ -52,8 +52,11 @@ class ShapePlan:
     the default split)."""
     status: str
     """``optimal`` (proven), ``feasible`` (time limit: the best found, within :attr:`gap_ns` of
-    every split where a bound was reached), ``infeasible`` (no split fits) or ``no-gain``
-    (proven: no split that fits is faster than the cap it was given, the best plan so far)."""
+    every split where a bound was reached), ``infeasible`` (no split fits), ``no-gain``
+    (proven: no split that fits is faster than the cap it was given, the best plan so far) or
+    ``not-searched`` (an interleaved shape whose L layers have no split into equal chunks of
+    v, the only interleaved splits the tables hold: :func:`optimizer.stage_rules.equal_chunks_note`,
+    said in :attr:`note`)."""
     estimate: Estimate | None
     """The chosen layout (``stage_layers``, ``recompute_layers``) re-evaluated exactly."""
     objective_ns: int | None
@@ -71,6 +74,8 @@ class ShapePlan:
     where the last split found closed the proof (the passes' rounding,
     :data:`optimizer.stage_tables.PASS_UNITS`), more where the time limit stopped it; None when
     the time limit stopped the first solves."""
+    note: str | None = None
+    """Why a ``not-searched`` shape was not searched, in words; None otherwise."""
 
 
 def solve_rests(

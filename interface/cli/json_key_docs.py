@@ -1,6 +1,7 @@
 """What each key of ``trainplan evaluate --json``'s object means, in one line each (the JSON
 reference page, :mod:`interface.cli.reference`, prints them; ``tests/test_docs.py`` holds every key
-of the evaluate object to this table). Units: bytes, seconds, 0–1 fractions.
+of the evaluate object to this table), and the per-stage search's proof keys (listed under its
+table). Units: bytes, seconds, 0–1 fractions.
 """
 
 from __future__ import annotations
@@ -308,5 +309,16 @@ KEY_DOCS: dict[str, str] = {
     "context-parallel transients, offload buffers, deepspeed's causal mask being built.",
     "stages[].stage_in_flight": "Micro-batches of activations the schedule holds on the stage.",
     "stages[].stage_total_bytes": "The stage's peak per GPU.",
+    # search --per-stage (the JSON reference lists these under its table)
+    "per_stage.status": "optimal (proven over per_stage.proof_scope) or feasible (a time limit "
+    "stopped it, or a gap is left).",
+    "per_stage.proof_scope": "What optimal is proven over, in words: the shapes searched; where "
+    "the space holds interleaved shapes (pp > 1, v > 1), those only over splits whose chunks on a "
+    "stage are equal, not the unequal chunks of --pipeline-model-parallel-layout (the per-stage "
+    "frontier's proof_scope likewise).",
+    "per_stage.shapes[].status": "optimal, feasible, infeasible (no split fits), no-gain (none "
+    "beats the best so far) or not-searched (interleaved, L layers no multiple of v).",
+    "per_stage.shapes[].note": 'Why a not-searched shape was not: "not searched (L layers have no '
+    'split into equal chunks of v = …)"; null otherwise.',
 }
 """What each key of the evaluate object means (units: bytes, seconds, 0–1 fractions)."""

@@ -328,6 +328,9 @@ def json_markdown() -> str:
                 row += f" {cell_text(key_doc(path) or '')} |"
             lines.append(row)
         lines.append("")
+        if title != "evaluate":  # the keys of this run that the table of meanings holds
+            said = [f"- `{p}`: {key_doc(p)}" for p, _ in keys if key_doc(p)]
+            lines += [*said, ""] if said else []
     return "\n".join(lines)
 
 

@@ -69,12 +69,26 @@ order's own step on the model chunks (model.pipeline_uneven)"
     return f"the proof stopped short: no split is faster by more than {gap_text(gap)} under {own}"
 
 
+def _not_searched(shapes: list[dict[str, Any]]) -> list[str]:
+    """One line per pp and v the search did not search (a base layout's ``note``: an
+    interleaved shape whose layers have no split into equal chunks), each said once.
+
+    >>> row = {"schedule": "interleaved", "virtual_stages": 2, "pp": 2, "note": "not searched"}
+    >>> _not_searched([row, row, {**row, "note": None}])
+    ['  interleaved v=2, pp 2: not searched']
+    """
+    lines = (
+        f"  {s['schedule']} v={s['virtual_stages']}, pp {s['pp']}: {s['note']}" for s in shapes
+    )
+    return list(dict.fromkeys(line for line, s in zip(lines, shapes, strict=True) if s["note"]))
+
+
 def per_stage_text(d: dict[str, Any]) -> str:
     """The per-stage search's summary (``trainplan search --per-stage``) from its JSON object:
     proof status, per-stage plan beside the best uniform plan, gain, and the launch flags."""
     ps, launch = d["per_stage"], d["launch"]
     proof = {
-        "optimal": "OPTIMAL (proven over the shapes searched)",
+        "optimal": f"OPTIMAL (proven over {ps['proof_scope']})",
         "feasible": "FEASIBLE (not proven: a time limit stopped it, or a gap is left)",
     }[ps["status"]]
     lay = d["layout"]
@@ -83,6 +97,7 @@ def per_stage_text(d: dict[str, Any]) -> str:
         f"Per-stage search ({ps['job']}): {proof}; uniform search {ps['uniform_seconds']:.2f} s, "
         f"stage tables {ps['tables_seconds']:.2f} s, CP-SAT {ps['solve_seconds']:.2f} s over "
         f"{len(ps['shapes'])} base layout(s)",
+        *_not_searched(ps["shapes"]),
         "",
         f"best uniform:  {_layout_line(ps['uniform']['layout'])}: "
         f"{step_text(ps['uniform']['step_s'])} per step",

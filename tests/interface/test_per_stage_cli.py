@@ -12,6 +12,7 @@ from trainplan.interface.inputs import build_case
 from trainplan.interface.launch import megatron_flags, single_count_layout, torchtitan_toml
 from trainplan.model.layout import Layout
 from trainplan.optimizer.case import Case
+from trainplan.optimizer.per_stage import EQUAL_CHUNKS_SCOPE
 
 
 def test_megatron_flags_say_what_one_count_cannot():
@@ -110,7 +111,7 @@ def test_cli_per_stage_prints_the_plan_gain_proof_and_flags(monkeypatch, capsys,
     with pytest.raises(SystemExit):
         main()
     out = capsys.readouterr().out
-    assert "OPTIMAL (proven over the shapes searched)" in out
+    assert f"OPTIMAL (proven over {EQUAL_CHUNKS_SCOPE})" in out
     assert "1.013× the uniform" in out
     assert "Megatron-LM: --tensor-model-parallel-size 8" in out
 

@@ -27,6 +27,7 @@ from playwright.sync_api import expect  # noqa: E402
 
 from trainplan.interface.cli import cli  # noqa: E402
 from trainplan.interface.web.pages import GPU_PAGES  # noqa: E402
+from trainplan.optimizer.per_stage import EQUAL_CHUNKS_SCOPE  # noqa: E402
 
 expect.set_options(timeout=TIMEOUT)
 
@@ -334,7 +335,7 @@ def test_search_per_stage_shows_the_stages_and_the_flags(page):
     expect(page.locator("#status")).to_have_text("proven optimal (CP-SAT)")
     page.check("input[name=per-stage]")
     page.click("#run")
-    expect(page.locator("#status")).to_have_text("OPTIMAL (proven over the shapes searched)")
+    expect(page.locator("#status")).to_have_text(f"OPTIMAL (proven over {EQUAL_CHUNKS_SCOPE})")
     assert "per-stage=true" in page.url
     want = cli_json("search", *args, "--per-stage")
     ps, launch = want["per_stage"], want["launch"]
@@ -433,7 +434,7 @@ def test_frontier_per_stage_box_shows_the_plans(page):
     expect(page.locator("#status")).to_have_text("proven optimal (CP-SAT)")
     page.check("input[name=per-stage]")
     page.click("#run")
-    expect(page.locator("#status")).to_have_text("OPTIMAL (proven over the shapes searched)")
+    expect(page.locator("#status")).to_have_text(f"OPTIMAL (proven over {EQUAL_CHUNKS_SCOPE})")
     args = ["--model", "llama3-8b", "--gpus", "2..8", "--seq-len", "8192", "--global-batch", "32"]
     want = cli_json("frontier", *args, "--against", "gpus", "--per-stage")["points"]
     rows = page.locator("#points-table tbody tr")

@@ -18,6 +18,8 @@ need_chromium()
 
 from playwright.sync_api import expect  # noqa: E402
 
+from trainplan.optimizer.per_stage import EQUAL_CHUNKS_SCOPE  # noqa: E402
+
 expect.set_options(timeout=TIMEOUT)
 
 
@@ -65,10 +67,10 @@ def test_the_per_stage_gap_in_the_browser(page):
     expect(page.locator("input[name=per-stage-shapes]")).to_be_enabled()
     page.fill("input[name=per-stage-shapes]", "1")
     page.click("#run")
-    expect(page.locator("#status")).to_have_text("OPTIMAL (proven over the shapes searched)")
+    expect(page.locator("#status")).to_have_text(f"OPTIMAL (proven over {EQUAL_CHUNKS_SCOPE})")
     expect(page.locator("#per-stage-gap")).to_have_text("2 ns")
     assert "per-stage-shapes=1" in page.url
-    shown = page.evaluate("[3e-9, 2.5e-5, 0.0125, null].map(gapText)")
+    shown = page.evaluate("[3e-9, 2.5e-5, 0.0125, null].map(TP.gapText)")
     assert shown == ["3 ns", "25.0 µs", "12.5 ms", "none proven (time limit)"]
 
 

@@ -21,6 +21,7 @@ need("httpx", "pip install -e '.[webtest]'")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from trainplan.interface.web.app import create_app  # noqa: E402
+from trainplan.optimizer.per_stage import EQUAL_CHUNKS_SCOPE  # noqa: E402
 
 PER_STAGE = "model=llama3-8b&gpus=8&seq-len=8192&per-stage=true&per-stage-searches=3"
 """Llama 3 8B at 8K on 8 H100, three per-stage searches: 222.344 s at 80.11 GB, 222.353 s at
@@ -81,6 +82,7 @@ def test_the_per_stage_frontier_says_its_budget_by_the_pages_field():
 
     out = {"status": "feasible", "stopped": "searches", "max_searches": 4}
     out |= {"max_searches_default": True, "time_limit_s": None, "points": []}
+    out["proof_scope"] = "the shapes searched"  # a space without interleaved shapes
     out["proof"] = per_stage_proof(out)
     assert "--per-stage-searches sets it" in out["proof"]  # the CLI's headline
     said = run_object(SearchRun(out, "step-time", 1))["proof"]
@@ -116,7 +118,7 @@ def test_the_per_stage_frontier_is_cut_by_searches_and_says_so(client):
     # proof is exact to the 2 ns of rounding of its step times (optimizer.stage_exact)
     assert all(0 <= p["gap_s"] <= 2e-9 for p in d["points"]), [p["gap_s"] for p in d["points"]]
     assert d["proof"] == (
-        "each point optimal over the shapes searched; cut at the budget of 3 searches: the "
+        f"each point optimal over {EQUAL_CHUNKS_SCOPE}; cut at the budget of 3 searches: the "
         "frontier may go on past its last point"
     )
     err = client.get("/api/frontier?model=llama3-8b&gpus=8&per-stage-searches=3").json()
@@ -184,7 +186,7 @@ def test_the_per_stage_frontier_fits_and_shows_its_fastest_points(browser_page, 
     )
     page.wait_for_function("!document.querySelector('.loading')", timeout=120_000)
     status = page.inner_text("#status")
-    assert status.startswith("FEASIBLE (each point optimal over the shapes searched; cut at")
+    assert status.startswith(f"FEASIBLE (each point optimal over {EQUAL_CHUNKS_SCOPE}; cut at")
     table = page.evaluate(
         "() => [document.querySelector('#points-table').scrollWidth,"
         " document.querySelector('#points').clientWidth]"

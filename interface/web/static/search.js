@@ -27,6 +27,13 @@ const notes = (list, cls) => (list.length ? `<ul class="plain ${cls}">${list.map
 // apart), and beyond two minutes the minutes the CLI's text prints beside (290.512 s (4.8 min)).
 const stepTime = (s) => (s === null || s === undefined || s < 120 ? TP.exact(s) : `${TP.exact(s)} (${TP.secs(s)})`);
 
+// The base layouts not searched per stage (interleaved, their layers no split into equal
+// chunks), as the CLI's lines under its headline: one per schedule, v and pp.
+const notSearched = (shapes) => {
+  const lines = [...new Set(shapes.filter((s) => s.note).map((s) => `${s.schedule} v=${s.virtual_stages}, pp ${s.pp}: ${s.note}`))];
+  return lines.length ? `<ul class="plain not-searched">${lines.map((l) => `<li>${TP.esc(l)}</li>`).join("")}</ul>` : "";
+};
+
 // The CLI's search --per-stage --json object, presented: nothing computed here.
 function perStage(r, link) {
   const ps = r.per_stage, launch = r.launch, u = ps.uniform;
@@ -46,6 +53,7 @@ function perStage(r, link) {
       <div><b class="gap" id="per-stage-gap">${TP.gapText(ps.gap_s)}</b><span>proven gap: no split searched is faster by more</span></div></div>
       <p><a class="planner-link" href="${TP.esc(link)}">Open this plan in the Planner</a> (its stages' layers and recomputed layers included)</p>
       ${ps.gain === 1 ? `<p class="note">no per-stage plan is faster than the uniform one: the plan is the uniform one</p>` : ""}
+      ${notSearched(ps.shapes)}
       <h3>Stages</h3>
       <div class="table-wrap">${TP.table(stages, [
         ["stage", (s, i) => i],

@@ -103,9 +103,11 @@ TP.searchPage = async (kind, render) => {
     const proof = r.per_stage && r.per_stage.status ? r.per_stage.status : r.status;
     status.className = `status ${proof}`;
     // the per-stage frontier cut by its budget or a time limit says why in the CLI's headline
-    // words (proof)
+    // words (proof); a per-stage optimal is said with what it is proven over (proof_scope: the
+    // answer's in per_stage, the frontier's at the top; interleaved shapes only over equal chunks)
+    const scope = (r.per_stage && r.per_stage.proof_scope) || r.proof_scope;
     status.textContent = r.proof && proof !== "optimal" ? `${proof.toUpperCase()} (${r.proof})` : r.per_stage
-      ? { optimal: "OPTIMAL (proven over the shapes searched)", feasible: "FEASIBLE (not proven: a time limit stopped it, or a gap is left)" }[proof]
+      ? { optimal: `OPTIMAL (proven over ${scope})`, feasible: "FEASIBLE (not proven: a time limit stopped it, or a gap is left)" }[proof]
       : { optimal: "proven optimal (CP-SAT)", feasible: "best found within the time limit — not proven optimal", infeasible: "no layout satisfies the constraints" }[proof];
     TP.$("#explanation").innerHTML = (r.explanation || []).map((l) => `<li>${TP.esc(l)}</li>`).join("");
     // what the user's own settings cost: the best layout without them (the CLI's note)
