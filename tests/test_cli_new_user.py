@@ -63,7 +63,9 @@ def _files(where: Path) -> None:
 
 CALLS: dict[str, list[str]] = {
     # --- one grammar for numbers and lists
-    "gpus 16,384": ["search", "--model", "llama3-70b", "--gpus", "16,384", "--gpu", "H100-SXM"],
+    # the degrees fixed: the grammar is under test, not the search (a free one is minutes)
+    "gpus 16,384": ["search", "--model", "llama3-70b", "--gpus", "16,384", "--gpu", "H100-SXM"]
+    + ["--tp", "8", "--pp", "8", "--micro-batch", "1"],
     "dp 4,0": ["evaluate", *LLAMA8, "--dp", "4,0"],
     "seq 1,00": ["evaluate", *LLAMA8, "--seq-len", "1,00"],
     "dp 16,38": ["evaluate", *LLAMA8, "--dp", "16,38"],
