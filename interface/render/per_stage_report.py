@@ -35,10 +35,11 @@ def _gap_text(seconds: float) -> str:
     return f"{seconds * 1e6:,.1f} µs" if seconds < 1e-3 else seconds_text(seconds)
 
 
-def _exact_line(ps: dict[str, Any]) -> str:
+def _exact_line(ps: dict[str, Any], stopper: str = "the time limit") -> str:
     """What the per-stage answer is proven under 1F1B: best under the order's own step on stages
     of unequal time (the evaluator's, :mod:`model.pipeline_onef`; lower bounds by its paths,
-    :mod:`optimizer.stage_exact`), with the proven gap where one is left.
+    :mod:`optimizer.stage_exact`), with the proven gap where one is left; ``stopper``: what
+    stopped an unfinished proof (the time limit, or Ctrl-C).
 
     >>> _exact_line({"status": "optimal", "gap_s": 0.0})
     "the split is proven best under the order's own step on stages of unequal time \
@@ -46,29 +47,51 @@ def _exact_line(ps: dict[str, Any]) -> str:
     >>> _exact_line({"status": "feasible", "gap_s": 0.0125})
     "the time limit stopped the proof: no split is faster by more than 12.5 ms under the \
 order's own step on stages of unequal time (model.pipeline_onef)"
+    >>> _exact_line({"status": "feasible"}, "Ctrl-C")
+    "Ctrl-C stopped the search before a bound under the order's own step on stages of unequal \
+time (model.pipeline_onef): no gap proven"
     """
     gap = ps.get("gap_s")
     own = "the order's own step on stages of unequal time (model.pipeline_onef)"
     if gap is None:
-        return f"the time limit stopped the search before a bound under {own}: no gap proven"
+        return f"{stopper} stopped the search before a bound under {own}: no gap proven"
     if ps["status"] == "optimal":
         within = "" if round(gap * 1e9) <= 2 else f", to {_gap_text(gap)}"
         return f"the split is proven best under {own}, the step printed (bounds by the order's paths{within})"
     return (
-        f"the time limit stopped the proof: no split is faster by more than {_gap_text(gap)} "
-        f"under {own}"
+        f"{stopper} stopped the proof: no split is faster by more than {_gap_text(gap)} under {own}"
     )
+
+
+def _proof(status: str, ctrl_c: bool) -> str:
+    """The per-stage answer's ``status`` in words (``ctrl_c``: Ctrl-C stopped the search).
+
+    >>> _proof("feasible", True)
+    'FEASIBLE (not proven: Ctrl-C stopped it)'
+    """
+    if status == "optimal":
+        return "OPTIMAL (proven over the shapes searched)"
+    if ctrl_c:
+        return "FEASIBLE (not proven: Ctrl-C stopped it)"
+    return (
+        "FEASIBLE (not proven: a time limit stopped it, or an interleaved shape is proven only "
+        "to its floor, the slowest rank's own passes)"
+    )
+
+
+def _uniform_line(ctrl_c: bool) -> str:
+    """Why the plan is the uniform one (``ctrl_c``: Ctrl-C stopped the search first)."""
+    if ctrl_c:
+        return "no per-stage plan faster than the uniform one was found before Ctrl-C: the plan is the uniform one"
+    return "no per-stage plan is faster than the uniform one: the plan is the uniform one"
 
 
 def per_stage_text(d: dict[str, Any]) -> str:
     """The per-stage search's summary (``trainplan search --per-stage``) from its JSON object:
     proof status, per-stage plan beside the best uniform plan, gain, and the launch flags."""
     ps, launch = d["per_stage"], d["launch"]
-    proof = {
-        "optimal": "OPTIMAL (proven over the shapes searched)",
-        "feasible": "FEASIBLE (not proven: a time limit stopped it, or an interleaved shape is "
-        "proven only to its floor, the slowest rank's own passes)",
-    }[ps["status"]]
+    ctrl_c = bool(d.get("interrupted"))
+    proof = _proof(ps["status"], ctrl_c)
     lay = d["layout"]
     counts = ps["recompute_layers"]
     out = [
@@ -83,7 +106,9 @@ def per_stage_text(d: dict[str, Any]) -> str:
     ]
     v, pp = lay["virtual_stages"], lay["pp"]
     if one_chunk(lay["schedule"], pp):
-        out.append(f"  {lay['schedule']}: {_exact_line(ps)}")
+        out.append(
+            f"  {lay['schedule']}: {_exact_line(ps, 'Ctrl-C' if ctrl_c else 'the time limit')}"
+        )
     if any(counts) or lay.get("recompute_layers") is not None:
         chunks = lay.get("chunk_layers")
         rows = []
@@ -97,7 +122,7 @@ def per_stage_text(d: dict[str, Any]) -> str:
             rows.append({**row, "others": lay["recompute"]})
         out.append(table_text(rows))
     elif ps["gain"] == 1:
-        out.append("no per-stage plan is faster than the uniform one: the plan is the uniform one")
+        out.append(_uniform_line(ctrl_c))
     out += [""]
     if launch["megatron_env"]:  # validate_args asserts it (interface.launch_parallel.megatron_env)
         out.append("Megatron-LM environment: " + shlex.join(launch["megatron_env"]))

@@ -143,3 +143,12 @@ def test_scenario_per_stage_reaches_frontier(monkeypatch, capsys, tmp_path):
     code, out, _ = _run(monkeypatch, capsys, "--scenario", str(scenario), "--against", "gpus")
     assert code in (0, None)
     assert "uniform or per stage" in out and "per-stage" in out
+
+
+def test_a_per_stage_frontier_stopped_by_ctrl_c_says_so():
+    """What ``frontier --per-stage`` prints after Ctrl-C (stopped ``interrupted``:
+    tests/optimizer/test_interrupt.py), in the headline, its JSON ``proof`` and the page."""
+    from trainplan.interface.per_stage_frontier_command import per_stage_proof
+
+    out = {"stopped": "interrupted", "status": "feasible", "time_limit_s": None}
+    assert per_stage_proof(out) == "interrupted (Ctrl-C): the points found before it, not proven"
