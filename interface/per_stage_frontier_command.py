@@ -61,12 +61,11 @@ def per_stage_frontier_json(
     memory, null against GPUs or price: every job) and
     ``max_searches_default`` whether it was that default; ``time_limit_s`` the wall-clock limit
     given (``time_limit``; null: none); ``stopped`` what ended it before its last point
-    (``searches``, ``time`` or null); ``proof_scope`` what an ``optimal`` point is proven
-    over, in words (interleaved shapes only over splits whose chunks on a stage are equal:
-    :attr:`optimizer.per_stage_frontier.PerStageFrontier.proof_scope`); ``proof`` what it
-    proves, in the words the CLI's
-    headline and the page print (:func:`per_stage_proof`). ``progress(searches, points)``
-    after each per-stage search.
+    (``searches``, ``time``, ``interrupted`` — Ctrl-C — or null); ``proof_scope`` what an
+    ``optimal`` point is proven over, in words (interleaved shapes only over splits whose chunks
+    on a stage are equal: :attr:`optimizer.per_stage_frontier.PerStageFrontier.proof_scope`);
+    ``proof`` what it proves, in the words the CLI's headline and the page print
+    (:func:`per_stage_proof`). ``progress(searches, points)`` after each per-stage search.
 
     Raises
     ------
@@ -138,9 +137,11 @@ def check_searches_apply(searches: int | None, per_stage: bool) -> None:
 def per_stage_proof(out: dict[str, Any]) -> str:
     """What the per-stage frontier ``out`` (:func:`interface.commands.per_stage_frontier_json`)
     proves, and what stopped it: its budget of searches (the same points on every machine) or
-    the wall-clock ``--time-limit`` (points found so far, not proven); ``optimal`` said with
-    ``out["proof_scope"]`` (:attr:`optimizer.per_stage_frontier.PerStageFrontier.proof_scope`:
+    the wall-clock ``--time-limit`` or Ctrl-C (points found so far, not proven); ``optimal`` said
+    with ``out["proof_scope"]`` (:attr:`optimizer.per_stage_frontier.PerStageFrontier.proof_scope`:
     interleaved shapes only over splits whose chunks on a stage are equal)."""
+    if out["stopped"] == "interrupted":
+        return "interrupted (Ctrl-C): the points found before it, not proven"
     if out["stopped"] == "time":
         limit = "" if out["time_limit_s"] is None else f" of {out['time_limit_s']:g} s"
         return f"best found within the time limit{limit}, not proven"

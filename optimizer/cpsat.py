@@ -218,6 +218,31 @@ class LayoutModel:
         # pass 10^16) to a value no candidate has
         return SolveResult(solved.status, choice, int(solver.value(expr)), solved.seconds)
 
+    def least_second(
+        self, second, res: SolveResult, time_limit_s: float | None, workers: int
+    ) -> tuple[Candidate, int | None, float, bool]:
+        """A frontier point at ``res`` (the least objective under the frontier's bounds so far):
+        the least ``second`` (its axis) at that objective, then the least :meth:`tie_rank`.
+        Returns the point's candidate, its ``second`` value (None when the time limit or
+        Ctrl-C, :func:`optimizer.solver.interrupt`, stopped that solve before an answer:
+        ``res``'s own candidate is the point then), the two solves' seconds, and whether both
+        were proven optimal."""
+        assert res.choice is not None and res.value is not None
+        best = self.bound(self.objective, res.value)
+        res2 = self.solve(second, active=[best], time_limit_s=time_limit_s, workers=workers)
+        point, seconds, sure, least = res.choice, res2.seconds, False, None
+        if res2.value is not None:
+            least = self.bound(second, res2.value)
+            tie = self.solve(
+                self.tie_rank(), active=[best, least], time_limit_s=time_limit_s, workers=workers
+            )
+            point, seconds = tie.choice or res.choice, seconds + tie.seconds
+            sure = res.status == res2.status == tie.status == "optimal"
+        for lit in (best, least):
+            if lit is not None:
+                self.retire(lit)
+        return point, res2.value, seconds, sure
+
     def forbid_above(self, values: np.ndarray, value: int) -> None:
         """Permanently rule out every candidate whose ``values[c]`` (one per variable) exceeds
         ``value``: a bound on Σ values·x that, with exactly one candidate chosen, is a set of

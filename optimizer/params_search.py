@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from trainplan.model.errors import InfeasibleError, InputError
-from trainplan.optimizer.cpsat import LayoutModel
+from trainplan.optimizer.cpsat import LayoutModel, interrupted
 from trainplan.optimizer.problem import Objective, Problem, model_size
 from trainplan.optimizer.rules import allowed
 from trainplan.optimizer.search import (
@@ -174,12 +174,16 @@ def _answers(
     members, tables, fits, best, top, deadline, workers, solving, spent, unproven
 ) -> ParamsRun:
     """Up to ``top`` answers from the largest fitting member ``best`` down (each member's own
-    search: its fastest layouts), as the one-model formulation's top-k."""
+    search: its fastest layouts), as the one-model formulation's top-k; Ctrl-C ends them with
+    those found (:func:`optimizer.search.search`'s own top-k does the same within a member)."""
     answers: list = []
     status, seconds, first = "optimal", 0.0, None
     shapes = candidates = 0
     for i in range(best, -1, -1):
         if len(answers) >= top:
+            break
+        if answers and interrupted():  # Ctrl-C (optimizer.solver.interrupt): the answers so far
+            status = "feasible"
             break
         if i not in fits:
             t, ok, sec = _probe(members[i][1])

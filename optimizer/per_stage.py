@@ -24,6 +24,7 @@ from trainplan.optimizer.cpsat import LayoutModel
 from trainplan.optimizer.problem import Job, Objective, Problem
 from trainplan.optimizer.rules import allowed
 from trainplan.optimizer.search import Answer, SearchResult, prepare, search
+from trainplan.optimizer.solver import interrupted
 from trainplan.optimizer.stage_bases import ranked_bases
 from trainplan.optimizer.stage_bounds import pipeline_lower_bound
 from trainplan.optimizer.stage_rules import equal_chunks_note
@@ -337,14 +338,15 @@ def solve_bases(
     misses ``min_mfu`` is ``infeasible`` (every plan of it does); an interleaved one whose L
     layers have no split into equal chunks is ``not-searched``
     (:func:`optimizer.stage_rules.equal_chunks_note`), counted as proven over the equal-chunk
-    splits the tables hold (:data:`EQUAL_CHUNKS_SCOPE`). Stops, unproven, at
-    ``deadline`` (:func:`time.perf_counter` seconds; None: none)."""
+    splits the tables hold (:data:`EQUAL_CHUNKS_SCOPE`). Stops, unproven, at ``deadline``
+    (:func:`time.perf_counter` seconds; None: none) or when interrupted (Ctrl-C:
+    :func:`optimizer.solver.interrupt`)."""
     plans: list[tuple[Job, ShapePlan]] = []
     proven = True
     min_mfu = problem.constraints.min_mfu
     for bound, job, base in bases:
         left = None if deadline is None else deadline - time.perf_counter()
-        if left is not None and left <= 0:
+        if (left is not None and left <= 0) or interrupted():  # a time limit or Ctrl-C
             return plans, False
         cap = min(
             caps + [p.objective_ns for _, p in plans if p.objective_ns is not None], default=None

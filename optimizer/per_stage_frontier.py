@@ -21,7 +21,8 @@ search's CP-SAT solves run with the one rule of :func:`optimizer.solver.solve`: 
 fixed number of workers, no wall-clock limit unless one is asked for, so a proven optimum does
 not depend on the machine's load). ``time_limit_s`` is wall-clock: a search it cuts keeps its
 best so far, which another run, on a machine more or less busy, may not find; such a point says
-so (:attr:`FrontierPoint.proven`).
+so (:attr:`FrontierPoint.proven`). Ctrl-C (:func:`optimizer.solver.interrupt`) ends it as a
+spent budget does, with the points found.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from trainplan.optimizer.per_stage import (
 )
 from trainplan.optimizer.problem import Job, Problem
 from trainplan.optimizer.search import Answer, prepare
+from trainplan.optimizer.solver import interrupted
 from trainplan.optimizer.stage_solve import step_ns
 
 __all__ = [
@@ -117,8 +119,9 @@ class PerStageFrontier:
     """Wall time, tables included."""
     stopped: str | None = None
     """What ended the frontier before its last point: ``searches`` (``max_searches``, the same
-    points on every machine), ``time`` (``time_limit_s``, wall-clock), or None (it ran to the
-    end: nothing fits below the last point, or ``max_points``)."""
+    points on every machine), ``time`` (``time_limit_s``, wall-clock), ``interrupted``
+    (Ctrl-C: :func:`optimizer.solver.interrupt`), or None (it ran to the end: nothing fits below
+    the last point, or ``max_points``)."""
     equal_chunks: bool = False
     """Whether the space held interleaved shapes, so each point's proof covers only their splits
     whose chunks on a stage are equal (:func:`optimizer.per_stage.interleaved_space`,
@@ -144,15 +147,17 @@ def axis_value(against: str, result: PerStageResult) -> int:
 
 def _frontier(against: str, run: FrontierRun, t0: float) -> PerStageFrontier:
     """The result: the non-dominated points of ``run``, proven or not, with the searches run,
-    the seconds since ``t0`` (:func:`time.perf_counter`) and what stopped it."""
-    proven = run.proven and run.stopped is None
+    the seconds since ``t0`` (:func:`time.perf_counter`) and what stopped it (``interrupted``
+    whenever Ctrl-C came, even during the last search: it may have cut that one short)."""
+    stopped = "interrupted" if interrupted() else run.stopped
+    proven = run.proven and stopped is None
     return PerStageFrontier(
         against,
         non_dominated(run.points),
         "optimal" if proven else "feasible",
         run.searches,
         time.perf_counter() - t0,
-        run.stopped,
+        stopped,
     )
 
 
@@ -231,7 +236,9 @@ class Budget:
 
     def spent(self, searches: int) -> str | None:
         """``searches`` or ``time`` when that budget is spent after ``searches`` searches,
-        else None."""
+        ``interrupted`` after Ctrl-C (:func:`optimizer.solver.interrupt`), else None."""
+        if interrupted():
+            return "interrupted"
         if self.max_searches is not None and searches >= self.max_searches:
             return "searches"
         rest = time_left(self.deadline)
@@ -404,7 +411,7 @@ def value_search(
             )  # fmt: skip
         except InfeasibleError as err:
             nothing = err
-            proven = proven and budget.spent(0) != "time"
+            proven = proven and budget.spent(0) not in ("time", "interrupted")
             continue
         proven &= r.status == "optimal"
         if r.uniform_ns is not None and (best_uniform is None or r.uniform_ns < best_uniform[0]):

@@ -19,7 +19,7 @@ from trainplan.model.errors import InfeasibleError, InputError
 from trainplan.model.estimate import Estimate, objective_ns
 from trainplan.model.terms.peak import reserved_over_capacity
 from trainplan.optimizer.axis_rules import axis_refusal, recipe_refusal
-from trainplan.optimizer.cpsat import Candidate, LayoutModel
+from trainplan.optimizer.cpsat import Candidate, LayoutModel, interrupted
 from trainplan.optimizer.launch_tables import objective_grid
 from trainplan.optimizer.problem import Job, Objective, Problem, fit_rule
 from trainplan.optimizer.rules import allowed, mfu_table, tie_ranks, tp_cp_in_nvlink
@@ -327,9 +327,11 @@ def search(
     prepared: tuple[CostTables, LayoutModel, float] | None = None,
 ) -> SearchResult:
     """The best layout (least objective) whose every stage fits and which meets the
-    constraints; with ``top`` > 1 the next best distinct layouts too. Equal objectives go to the
-    least peak memory (:func:`optimizer.rules.tie_keys`). The ``params`` objective is
-    :func:`optimizer.params_search.params_search`'s (member by member, each a step-time search).
+    constraints; with ``top`` > 1 the next best distinct layouts too (Ctrl-C,
+    :func:`optimizer.solver.interrupt`, ends them with those found, status ``feasible``). Equal
+    objectives go to the least peak memory (:func:`optimizer.rules.tie_keys`). The ``params``
+    objective is :func:`optimizer.params_search.params_search`'s (member by member, each a
+    step-time search).
 
     Raises
     ------
@@ -349,8 +351,14 @@ def search(
     for _ in range(top):
         if not tables.legal.any():
             raise _nothing_legal(problem)
+        if answers and interrupted():  # Ctrl-C (optimizer.solver.interrupt): the answers so far
+            status = "feasible"
+            break
         st, choice, value, sec = _solve_one(lm, tables, time_limit_s, workers, progress)
         seconds += sec
+        if choice is None and answers and interrupted():
+            status = "feasible"  # Ctrl-C stopped this solve before its answer: the answers so far
+            break
         if choice is None and (st == "unknown" or not answers):
             raise _no_answer("search", problem, tables, lm, st)
         if choice is None:
@@ -445,6 +453,8 @@ def frontier(
     """The Pareto frontier of the objective against peak memory per GPU, GPU count, or cluster
     price per hour (ε-constraint: least objective with the second axis ≤ ε, then the least
     second axis at that objective, then the tie-break; ε moves just below the point found).
+    A time limit or Ctrl-C (:func:`optimizer.solver.interrupt`) ends it with the points found,
+    status ``feasible``.
 
     Raises
     ------
@@ -462,31 +472,24 @@ def frontier(
     points: list[Answer] = []
     seconds = 0.0
     while len(points) < max_points:
-        active: list[Any] = []
-        res = lm.solve(lm.objective, active=active, time_limit_s=time_limit_s, workers=workers)
+        if points and interrupted():  # Ctrl-C (optimizer.solver.interrupt): the points so far
+            proven = False
+            break
+        res = lm.solve(lm.objective, time_limit_s=time_limit_s, workers=workers)
         seconds += res.seconds
         if res.choice is None:
             if not points:  # a time limit that left no answer is no proof that none exists
                 raise _no_answer("frontier", problem, tables, lm, res.status)
             proven &= res.status != "unknown"
             break
-        assert res.value is not None
-        best = lm.bound(lm.objective, res.value)
-        res2 = lm.solve(second, active=[*active, best], time_limit_s=time_limit_s, workers=workers)
-        assert res2.value is not None  # feasible: the first solve's answer satisfies it
-        least = lm.bound(second, res2.value)
-        tie = lm.solve(
-            lm.tie_rank(),
-            active=[*active, best, least],
-            time_limit_s=time_limit_s,
-            workers=workers,
-        )
-        seconds += res2.seconds + tie.seconds
-        proven &= res.status == res2.status == tie.status == "optimal"
-        points.append(_answer(tables, tie.choice or res.choice, res.value))
-        lm.retire(best)
-        lm.retire(least)
-        lm.forbid_above(second_values, res2.value - 1)  # ε only tightens: fixed variables
+        point, least, sec, sure = lm.least_second(second, res, time_limit_s, workers)
+        seconds += sec
+        proven &= sure
+        points.append(_answer(tables, point, res.value))
+        if least is None:  # the time limit or Ctrl-C stopped the point's second solve
+            proven = False
+            break
+        lm.forbid_above(second_values, least - 1)  # ε only tightens: fixed variables
     n = len(tables.shapes) * len(tables.zero_stages) * len(tables.recomputes)
     return FrontierResult(
         against, tuple(points), "optimal" if proven else "feasible", seconds, t_tables, n

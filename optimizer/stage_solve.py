@@ -27,6 +27,7 @@ from trainplan.model.estimate import Estimate
 from trainplan.model.layout import Layout
 from trainplan.model.pipeline_report import interleaved_order
 from trainplan.optimizer.case import Case
+from trainplan.optimizer.solver import interrupted
 from trainplan.optimizer.stage_bases import plan_layout
 from trainplan.optimizer.stage_bounds import NO_SPLIT, pipeline_lower_bound
 from trainplan.optimizer.stage_check import check_plan, pipeline_ns, step_ns, walked
@@ -94,8 +95,8 @@ def solve_rests(
     optimum whose key is known is proven (every other key's rest is at least the lower bound
     used). :func:`optimizer.stage_exact.verify_split` goes on from that optimum (the closed
     form's) to the best under the order's own step, 1F1B or interleaved (``cap_ns``: only
-    splits below it).
-    Stops at ``deadline`` (:func:`time.perf_counter` seconds; None: none), ``feasible``.
+    splits below it). Stops at ``deadline`` (:func:`time.perf_counter` seconds; None: none) or
+    when interrupted (:func:`optimizer.solver.interrupt`), ``feasible``.
 
     Raises
     ------
@@ -113,8 +114,8 @@ def solve_rests(
         solves += 1
         if sol is None:
             if best is None:
-                out_of_time = deadline is not None and time.perf_counter() >= deadline
-                status = "feasible" if out_of_time else "infeasible"
+                late = deadline is not None and time.perf_counter() >= deadline
+                status = "feasible" if late or interrupted() else "infeasible"  # Ctrl-C: no proof
             break
         seconds += sol.seconds
         known = sol.key in model.known  # before this solve: then the optimum is proven

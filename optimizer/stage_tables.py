@@ -53,6 +53,7 @@ from trainplan.model.terms.pipeline_span import chunk_seconds, stage_passes
 from trainplan.model.terms.roofline import stage_parts_term
 from trainplan.model.terms.step import pipeline_seconds
 from trainplan.optimizer.case import Case, links_for
+from trainplan.optimizer.solver import interrupted
 from trainplan.optimizer.stage_option import PASS_UNITS, StageOption
 from trainplan.optimizer.stage_rules import (
     check_per_stage,
@@ -140,7 +141,8 @@ def stage_within(
 
 class OutOfTime(Exception):
     """The deadline given to :func:`build_stage_tables` passed before its rows were complete
-    (the caller's ``--time-limit``: the shape is left unsearched, its status ``feasible``)."""
+    (the caller's ``--time-limit``: the shape is left unsearched, its status ``feasible``), or
+    Ctrl-C stopped the search (:func:`optimizer.solver.interrupt`) while they were built."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -437,7 +439,8 @@ def stage_rows(
     Raises
     ------
     OutOfTime
-        ``deadline`` (:func:`time.perf_counter`) passed, checked before each n.
+        ``deadline`` (:func:`time.perf_counter`) passed, or the search was interrupted
+        (:func:`optimizer.solver.interrupted`), checked before each n.
     """
     sc = costs.stages
     found = []
@@ -445,9 +448,9 @@ def stage_rows(
     for start in sc.starts(stage):  # one scan per place in the period (one at P = 1)
         least = 0
         for n in sc.counts(stage, start):
-            if deadline is not None and time.perf_counter() >= deadline:
+            if (deadline is not None and time.perf_counter() >= deadline) or interrupted():
                 raise OutOfTime(
-                    f"per_stage: stage tables of {sc.layout} cut short by the time limit"
+                    f"per_stage: stage tables of {sc.layout} cut short by the time limit or Ctrl-C"
                 )
             bare = costs.paced(stage, n, 0, Recompute.NONE, start)[1]
             if (

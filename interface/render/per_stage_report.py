@@ -39,14 +39,17 @@ def gap_text(seconds: float | None) -> str:
     return f"{seconds * 1e6:,.1f} µs" if seconds < 1e-3 else seconds_text(seconds)
 
 
-def _exact_line(ps: dict[str, Any], interleaved: bool = False) -> str:
+def _exact_line(
+    ps: dict[str, Any], interleaved: bool = False, stopper: str = "the time limit"
+) -> str:
     """What the per-stage answer is proven under: best under the order's own step, the one-chunk
     order's on stages of unequal time (1F1B, :mod:`model.pipeline_onef`) or, ``interleaved``,
     Megatron-Core's on the model chunks as timed (:mod:`model.pipeline_uneven`) — the
     evaluator's; lower bounds by its paths, :mod:`optimizer.stage_exact` — with the proven gap
     where one is left (a time limit; or, interleaved past 32 groups of pp micro-batches, where
     the evaluator may charge its proven upper bound on the order's step,
-    :data:`model.pipeline_uneven.RUN_GROUPS`).
+    :data:`model.pipeline_uneven.RUN_GROUPS`); ``stopper``: what stopped an unfinished search
+    (the time limit, or Ctrl-C).
 
     >>> _exact_line({"status": "optimal", "gap_s": 0.0})
     "the split is proven best under the order's own step on stages of unequal time \
@@ -54,6 +57,12 @@ def _exact_line(ps: dict[str, Any], interleaved: bool = False) -> str:
     >>> _exact_line({"status": "feasible", "gap_s": 0.0125}, interleaved=True)
     "the proof stopped short: no split is faster by more than 12.5 ms under the interleaved \
 order's own step on the model chunks (model.pipeline_uneven)"
+    >>> _exact_line({"status": "feasible", "gap_s": 0.0125}, stopper="Ctrl-C")
+    "Ctrl-C stopped the proof: no split is faster by more than 12.5 ms under the order's own \
+step on stages of unequal time (model.pipeline_onef)"
+    >>> _exact_line({"status": "feasible"}, stopper="Ctrl-C")
+    "Ctrl-C stopped the search before a bound under the order's own step on stages of unequal \
+time (model.pipeline_onef): no gap proven"
     """
     gap = ps.get("gap_s")
     own = (
@@ -62,10 +71,14 @@ order's own step on the model chunks (model.pipeline_uneven)"
         else "the order's own step on stages of unequal time (model.pipeline_onef)"
     )
     if gap is None:
-        return f"the time limit stopped the search before a bound under {own}: no gap proven"
+        return f"{stopper} stopped the search before a bound under {own}: no gap proven"
     if ps["status"] == "optimal":
         within = "" if round(gap * 1e9) <= 2 else f", to {gap_text(gap)}"
         return f"the split is proven best under {own}, the step printed (bounds by the order's paths{within})"
+    if stopper == "Ctrl-C":
+        return (
+            f"Ctrl-C stopped the proof: no split is faster by more than {gap_text(gap)} under {own}"
+        )
     return f"the proof stopped short: no split is faster by more than {gap_text(gap)} under {own}"
 
 
@@ -83,14 +96,33 @@ def _not_searched(shapes: list[dict[str, Any]]) -> list[str]:
     return list(dict.fromkeys(line for line, s in zip(lines, shapes, strict=True) if s["note"]))
 
 
+def _proof(status: str, ctrl_c: bool, scope: str) -> str:
+    """The per-stage answer's ``status`` in words (``ctrl_c``: Ctrl-C stopped the search;
+    ``scope``: what an optimal answer is proven over).
+
+    >>> _proof("feasible", True, "the shapes searched")
+    'FEASIBLE (not proven: Ctrl-C stopped it)'
+    """
+    if status == "optimal":
+        return f"OPTIMAL (proven over {scope})"
+    if ctrl_c:
+        return "FEASIBLE (not proven: Ctrl-C stopped it)"
+    return "FEASIBLE (not proven: a time limit stopped it, or a gap is left)"
+
+
+def _uniform_line(ctrl_c: bool) -> str:
+    """Why the plan is the uniform one (``ctrl_c``: Ctrl-C stopped the search first)."""
+    if ctrl_c:
+        return "no per-stage plan faster than the uniform one was found before Ctrl-C: the plan is the uniform one"
+    return "no per-stage plan is faster than the uniform one: the plan is the uniform one"
+
+
 def per_stage_text(d: dict[str, Any]) -> str:
     """The per-stage search's summary (``trainplan search --per-stage``) from its JSON object:
     proof status, per-stage plan beside the best uniform plan, gain, and the launch flags."""
     ps, launch = d["per_stage"], d["launch"]
-    proof = {
-        "optimal": f"OPTIMAL (proven over {ps['proof_scope']})",
-        "feasible": "FEASIBLE (not proven: a time limit stopped it, or a gap is left)",
-    }[ps["status"]]
+    ctrl_c = bool(d.get("interrupted"))
+    proof = _proof(ps["status"], ctrl_c, ps["proof_scope"])
     lay = d["layout"]
     counts = ps["recompute_layers"]
     out = [
@@ -107,7 +139,8 @@ def per_stage_text(d: dict[str, Any]) -> str:
     v, pp = lay["virtual_stages"], lay["pp"]
     if one_chunk(lay["schedule"], pp) or interleaved_order(lay["schedule"], pp):
         inter = interleaved_order(lay["schedule"], pp)
-        out.append(f"  {lay['schedule']}: {_exact_line(ps, inter)}")
+        stopper = "Ctrl-C" if ctrl_c else "the time limit"
+        out.append(f"  {lay['schedule']}: {_exact_line(ps, inter, stopper)}")
     if any(counts) or lay.get("recompute_layers") is not None:
         chunks = lay.get("chunk_layers")
         rows = []
@@ -121,7 +154,7 @@ def per_stage_text(d: dict[str, Any]) -> str:
             rows.append({**row, "others": lay["recompute"]})
         out.append(table_text(rows))
     elif ps["gain"] == 1:
-        out.append("no per-stage plan is faster than the uniform one: the plan is the uniform one")
+        out.append(_uniform_line(ctrl_c))
     out += [""]
     if launch["megatron_env"]:  # validate_args asserts it (interface.launch_parallel.megatron_env)
         out.append("Megatron-LM environment: " + shlex.join(launch["megatron_env"]))

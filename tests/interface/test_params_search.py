@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from tests.optimizer.test_interrupt import _interrupting
 from trainplan.interface.search_commands import search_problem
+from trainplan.optimizer import cpsat
 from trainplan.optimizer import enumerate as oracle
 from trainplan.optimizer.params_search import family_members, params_search
 from trainplan.optimizer.problem import model_size
@@ -111,3 +113,18 @@ def test_the_answer_at_the_depth_cap_says_the_cap_binds():
     assert answer["params_note"].startswith(
         "the answer is the largest of the family's 32 members: the depth cap (max_layers"
     )
+
+
+def test_ctrl_c_ends_the_answers_with_those_found(monkeypatch):
+    """Ctrl-C (:func:`optimizer.solver.interrupt`) after the first solve: the largest member that
+    fits (48 layers, as the oracle's above) gives its fastest layout, and no further member is
+    searched for the --top asked (it once went on, member after member)."""
+    problem = search_problem(FAMILY, "params")
+    cpsat.clear_interrupt()
+    _interrupting(monkeypatch, cpsat.interrupt, 1)
+    try:
+        got = params_search(problem, top=5).result
+    finally:
+        cpsat.clear_interrupt()
+    assert got.status == "feasible" and len(got.answers) == 1
+    assert model_size(got.best.job) == _params(48)

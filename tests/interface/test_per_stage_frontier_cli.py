@@ -186,3 +186,12 @@ def test_the_text_table_gives_each_points_proven_gap():
     assert "per-stage, not proven" in lines[1]
     uniform = {k: v for k, v in rows[0].items() if k not in ("plan", "gap_s")}
     assert "proven gap" not in frontier_text([uniform], "gpus")
+
+
+def test_a_per_stage_frontier_stopped_by_ctrl_c_says_so():
+    """What ``frontier --per-stage`` prints after Ctrl-C (stopped ``interrupted``:
+    tests/optimizer/test_interrupt.py), in the headline, its JSON ``proof`` and the page."""
+    from trainplan.interface.per_stage_frontier_command import per_stage_proof
+
+    out = {"stopped": "interrupted", "status": "feasible", "time_limit_s": None}
+    assert per_stage_proof(out) == "interrupted (Ctrl-C): the points found before it, not proven"
