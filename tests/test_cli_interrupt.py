@@ -55,7 +55,7 @@ def test_ctrl_c_while_cp_sat_runs_prints_the_best_so_far_and_exits_130(as_json):
     )
     assert "within the time limit" not in done.stdout
     shown = [line for line in done.stdout.splitlines() if line.startswith("#")]
-    assert 1 <= len(shown) < 100 and shown[0] == "#1: llama3-8b on 8 × H100-SXM, B 2048"
+    assert 1 <= len(shown) < 100 and shown[0] == "#1: llama3-8b on 8 × H100-SXM, B 2,048"
     assert done.stdout.count("verdict: fits") == len(shown)
 
 
