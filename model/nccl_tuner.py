@@ -19,9 +19,10 @@ plugin):
   all-gather and reduce-scatter at one rank a node, ``ncclPatEnable``), NVLS-tree across
   nodes, CollNet (off by default: ``collnetEnable`` 0).
 * **Latency.** Ring: ``baseLat + (nsteps − nInterSteps)·intraLat + nInterSteps·interLat``
-  (:func:`model.nccl_latency.steps_latency`), ``intraLat`` at least ``getNetOverhead`` (1 µs on
-  Intel and other hosts; ×3 for Simple) across nodes, ``interLat`` the tree's network hop where
-  each node holds one rank (``ppn == 1``). Tree: ``baseLat + 2·((nRanks∕nNodes − 1)·intraLat +
+  (:func:`model.collective_rates.ring_steps_us` over :func:`model.nccl_latency.steps_latency`),
+  ``intraLat`` at least ``getNetOverhead`` (1 µs on Intel and other hosts; ×3 for Simple)
+  across nodes, ``interLat`` the tree's network hop where each node holds one rank
+  (``ppn == 1``). Tree: ``baseLat + 2·((nRanks∕nNodes − 1)·intraLat +
   log2i(nNodes)·interLat)`` (:func:`model.nccl_latency.tree_latency`). ``ncclTopoGetAlgoTime``
   multiplies a multi-node Simple ring all-reduce's latency by 1.4 once each rank's share of a
   channel is 64 bytes or more (the ring's "plateau", ``comm->nChannels``:
@@ -29,13 +30,13 @@ plugin):
 * **Bandwidth.** The Simple ring's bus bandwidth is the model's (the link's bandwidth at its
   efficiency, :func:`model.roofline.collective_time`: NCCL's ``nChannels × bw``); the tuner's
   refinements on it: LL ``min(llMaxBw, 0.5·busBw)``, LL128 ``min(0.92·busBw, nChannels ×
-  perChMaxRingLL128Bw)``; the tree all-reduce ``min(0.92·busBw, nChannels ×
-  perChMaxTreeBw)``, in LL that ÷ 3.8 at most ``llMaxBw``, in LL128 that × 7∕9 in one node
-  (120∕128 across) at most ``nChannels × perChMaxTreeLL128Bw``, and by the message size's
-  ``treeCorrectionFactor``. The caps' column is ``nNodes`` 1, 2 or more; ``llMaxBw``'s row the
-  part's generation in one node, the host CPU's across (Intel's taken: DGX/HGX hosts; Grace and
-  other non-AMD hosts read the same row). ``nChannels`` is the ring graph's
-  (:func:`ring_graph`).
+  perChMaxRingLL128Bw)`` (:func:`model.collective_rates.ring_busbw_gbps`); the tree all-reduce
+  ``min(0.92·busBw, nChannels × perChMaxTreeBw)``, in LL that ÷ 3.8 at most ``llMaxBw``, in
+  LL128 that × 7∕9 in one node (120∕128 across) at most ``nChannels × perChMaxTreeLL128Bw``,
+  and by the message size's ``treeCorrectionFactor``. The caps' column is ``nNodes`` 1, 2 or
+  more; ``llMaxBw``'s row the part's generation in one node, the host CPU's across (Intel's
+  taken: DGX/HGX hosts; Grace and other non-AMD hosts read the same row). ``nChannels`` is the
+  ring graph's (:func:`ring_graph`).
 * **LL128 on.** ``ncclTopoTuneModel`` enables LL128 by default on compute capability 9.0 and
   up where the graph's NIC path is at most ``PATH_PXN`` (8.0: ``PATH_PXB``) and its path
   inside a node at most ``PATH_NVB``: so on the DGX/HGX and NVL72 topologies the model assumes
@@ -54,9 +55,15 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
+from trainplan.model.collective_rates import (
+    ll_max_gbps,
+    node_column,
+    ring_busbw_gbps,
+    ring_steps_us,
+)
 from trainplan.model.kernel_tables import NcclLatency
 from trainplan.model.nccl_channels import collective_channels, inter_graph
-from trainplan.model.nccl_latency import steps_latency, tree_latency
+from trainplan.model.nccl_latency import tree_latency
 from trainplan.model.nccl_search import NCCL_ARCH, nvlink_node, ring_search
 from trainplan.model.part_family import catalogue_part
 from trainplan.model.xp import (
@@ -79,10 +86,6 @@ TUNED: tuple[str, ...] = ("all-reduce", "all-gather", "reduce-scatter")
 """The collectives whose algorithm and protocol NCCL's tuner picks (``NCCL_NUM_FUNCTIONS``: an
 all-to-all and a send are grouped point-to-point calls, :mod:`model.nccl_latency`)."""
 
-_LL_ROWS = {"ampere": "ampere_or_amd", "hopper": "hopper", "blackwell": "blackwell"}
-"""``llMaxBws``' row of each generation on one node (``compCapIndex``)."""
-_CPU_ROW = "volta_or_intel"
-"""``llMaxBws``' row across nodes on an Intel or other non-AMD host (``index1`` 0)."""
 _PLATEAU = "ampere_and_later"
 """``ncclTopoGetAlgoTime``'s ring plateau from compute capability 8.0 (every NCCL part here)."""
 
@@ -138,51 +141,36 @@ def ring_graph(part: str, scaleup: Any, local: Any, bandwidth: Any) -> tuple[Any
     return pick(0), pick(2)
 
 
-def _at(values: tuple[float, ...], index: Any) -> Any:
-    """``values[index]``, element-wise for an integer-valued array ``index``."""
-    ns = namespace(index)
-    if ns is None:
-        return values[int(index)]
-    return ns.take(ns.asarray(values), ns.astype(index, ns.int64))
-
-
 def _hops(t: NcclLatency, algo: str, p: int, shape: tuple[Any, ...]) -> Any:
     """The latency (µs) of one algorithm ``algo`` (ring, tree) in protocol ``p`` (its index):
-    ``shape`` = (kind, n, scaleup, per-domain, nodes, one rank a node)."""
-    kind, n, scaleup, local, nodes, alone = shape
+    ``shape`` = (kind, n, scaleup, per-domain, nodes, one rank a node). The ring's is
+    :func:`model.collective_rates.ring_steps_us`, the tree's
+    :func:`model.nccl_latency.tree_latency` after its base."""
+    kind, n, _, local, nodes, alone = shape
     intra, net = t.hw_us["nvlink"][algo][p], t.hw_us["net"]
     if algo == "tree":
         return t.base_us["tree"][p] + tree_latency(n, nodes, intra, net["tree"][p])
-    overhead = t.net_overhead_us["other"] * (3 if t.protocols[p] == "Simple" else 1)
     inter = where(alone, net["tree"][p], net["ring"][p])
-    rounds = 2 if kind == "all-reduce" else 1
-    steps = steps_latency(
-        n, scaleup, where(nodes == 1, intra, max(intra, overhead)), inter, rounds=rounds,
-        per_domain=local, domains=nodes,
-    )  # fmt: skip
-    return t.base_us["ring"][p] + steps
+    return ring_steps_us(t, kind, t.protocols[p], n, local, intra, inter, domains=nodes)
 
 
-def _bus(t: NcclLatency, arch: str, algo: str, p: int, busbw: Any, fit: tuple[Any, ...]) -> Any:
+def _bus(t: NcclLatency, arch: str, algo: str, p: int, busbw: Any, fit: tuple[Any, Any]) -> Any:
     """The tuner's bus bandwidth (GB/s) of ``algo`` in protocol ``p`` from the Simple ring's
-    ``busbw`` (GB/s); ``fit`` = (channels, nodes, column N1/N2/N4)."""
-    channels, nodes, column = fit
+    ``busbw`` (GB/s), ``fit`` = (channels, nodes): the ring's
+    :func:`model.collective_rates.ring_busbw_gbps`; the tree all-reduce's
+    ``min(0.92·busBw, nChannels × perChMaxTreeBw)``, in LL ÷ 3.8 at most ``llMaxBw``, in LL128
+    × 7/9 in one node (120/128 across) at most ``nChannels × perChMaxTreeLL128Bw``."""
+    channels, nodes = fit
     name = t.protocols[p]
-    llmax = where(nodes == 1, t.ll_max_bw_gbps[_LL_ROWS[arch]][0],
-                  _at(t.ll_max_bw_gbps[_CPU_ROW], column))  # fmt: skip
     if algo == "ring":
-        if name == "LL":
-            return minimum(llmax, 0.5 * busbw)
-        if name == "LL128":
-            cap = channels * _at(t.ring_ll128_channel_gbps[arch], column)
-            return minimum(0.92 * busbw, cap)
-        return busbw
-    tree = minimum(0.92 * busbw, channels * _at(t.tree_channel_gbps[arch], column))
+        return ring_busbw_gbps(t, name, channels, busbw / channels, nodes, arch)
+    tree = minimum(0.92 * busbw, channels * node_column(t.tree_channel_gbps[arch], nodes))
     if name == "LL":
-        return minimum(tree / 3.8, llmax)
+        return minimum(tree / 3.8, ll_max_gbps(t, arch, nodes))
     if name == "LL128":
         share = where(nodes == 1, 7 / 9, 120 / 128)
-        return minimum(tree * share, channels * _at(t.tree_ll128_channel_gbps[arch], column))
+        cap = channels * node_column(t.tree_ll128_channel_gbps[arch], nodes)
+        return minimum(tree * share, cap)
     return tree
 
 
@@ -190,7 +178,15 @@ def _correction(t: NcclLatency, p: int, buffer: Any) -> Any:
     """``treeCorrectionFactor[p][log2i(nBytes >> 6)]`` where that index is 0–22, else 1."""
     index = floor(log2(maximum(buffer, 1) / 64))
     inside = (buffer >= 64) & (index < 23)
-    return where(inside, _at(t.tree_correction[t.protocols[p]], where(inside, index, 0)), 1.0)
+    index = where(inside, index, 0)
+    factors = t.tree_correction[t.protocols[p]]
+    ns = namespace(index)
+    factor = (
+        factors[int(index)]
+        if ns is None
+        else ns.take(ns.asarray(factors), ns.astype(index, ns.int64))
+    )
+    return where(inside, factor, 1.0)
 
 
 def candidate_seconds(
@@ -239,7 +235,8 @@ def candidate_seconds(
     nodes = where(scaleup, 1, where(domains > 0, domains, -floor(-group_size / local)))
     shape = (kind, group_size, scaleup, local, nodes, nodes >= group_size)
     channels, comm = ring_graph(part, scaleup, local, bandwidth)
-    fit = (channels, nodes, where(nodes <= 2, nodes - 1, 2))
+    channels = maximum(channels, 1)
+    fit = (channels, nodes)
     gbps = where(busbw > 0, busbw, 1.0) / 1e9
     out: dict[tuple[str, str], Any] = {}
     for algo in ("ring", "tree") if kind == "all-reduce" else ("ring",):
