@@ -485,6 +485,7 @@ def frontier(
         point, least, sec, sure = lm.least_second(second, res, time_limit_s, workers)
         seconds += sec
         proven &= sure
+        assert res.value is not None  # an answer (res.choice) has its objective
         points.append(_answer(tables, point, res.value))
         if least is None:  # the time limit or Ctrl-C stopped the point's second solve
             proven = False
