@@ -70,7 +70,7 @@ def test_16384_is_one_gpu_count_in_search(page):
     page.fill("input[name=gpus]", "16,384")
     page.click("#run")
     expect(page.locator("#status")).to_have_text(re.compile("proven optimal|best found"))
-    expect(page.locator(".answer h3").first).to_contain_text("16384 ×")
+    expect(page.locator(".answer h3").first).to_contain_text("16,384 ×")
 
 
 def test_4_comma_0_is_refused_next_to_its_field(page):
