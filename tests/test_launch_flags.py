@@ -428,9 +428,10 @@ def test_a_megatron_fsdp_plans_lines_launch_it_as_planned():
 
     from tests.cli_runs import trainplan
 
+    # ZeRO-3, the plan's: the other ZeRO stages' searches are not under test
     args = (
         "search", "--model", "mixtral-8x7b", "--gpus", "64", "--gpu", "H100-SXM",
-        "--framework", "megatron", "--ep", "4", "--ep", "8", "--per-stage",
+        "--framework", "megatron", "--ep", "4", "--ep", "8", "--per-stage", "--zero", "3",
     )  # fmt: skip
     done = trainplan(*args, "--json")
     assert done.returncode == 0, done.stderr[-2000:]
@@ -486,8 +487,9 @@ def test_a_tensor_parallel_plans_line_runs_under_the_environment_it_needs():
 
     from tests.cli_runs import trainplan
 
+    # tp 2: the environment is under test, not the search
     args = ("search", "--model", "llama3-8b", "--gpus", "16", "--seq-len", "65536",
-            "--global-batch", "16", "--framework", "megatron", "--zero", "1",
+            "--global-batch", "16", "--framework", "megatron", "--zero", "1", "--tp", "2",
             "--per-stage")  # fmt: skip
     done = trainplan(*args, "--gpu", "H100-SXM", "--json")
     assert done.returncode == 0, done.stderr[-2000:]
