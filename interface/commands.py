@@ -116,8 +116,9 @@ def evaluate_json(
         check_layout_keys(case)
     try:
         est = case.evaluate()
-    except PlannerError as err:
-        raise type(err)(default_named(str(err), case.defaults_used, case.model.name)) from err
+    except PlannerError as err:  # the same error (its type and fields), its line completed
+        err.args = (default_named(str(err), case.defaults_used, case.model.name),)
+        raise
     out = estimate_to_dict(est, request.per_stage or per_stage)
     out["defaults_used"] = case.defaults_used
     out["notes"] = [*out["notes"], *case.notes]
