@@ -439,36 +439,51 @@ def test_frontier_and_its_csv(client, tmp_path):
 PER_STAGE_8B = ["--model", "llama3-8b", "--gpus", "8", "--seq-len", "8192", "--global-batch", "32"]
 
 
+def _untied(points):
+    """Frontier points without their layer lists: where two splits give one step and one peak
+    (llama3-8b pp 3: 12 + 12 + 8 and 12 + 11 + 9, stage 0's 12 layers set both), CP-SAT's two
+    workers may return either, so two runs agree on everything else."""
+    drop = ("stage_layers", "chunk_layers", "objective_s")
+    return [{k: v for k, v in p.items() if k not in drop} for p in points]
+
+
 def test_per_stage_frontier_is_the_cli_object_and_its_links_reproduce_the_plans(client):
     """/api/frontier with per-stage=true is frontier --per-stage --json (it used to answer the
-    uniform frontier). Its 6-GPU point is a per-stage plan (pp 3, 12 + 12 + 8 layers; 11 + 12 + 9
-    before 1F1B's bubble was the order's own, model.pipeline_onef, which the plans are now
-    evaluated by): its
-    planner link gives the split per chunk, and the link evaluates to the point's own step time;
-    the CSV writes the lists as --stage-layers takes them. (The 8-GPU point was interleaved, pp 2
-    × v 8 with 17 + 15 layers, chunks of unequal layers; an interleaved per-stage stage holds a
-    multiple of v now, optimizer.stage_tables, and the 8-GPU point is the uniform plan.)"""
+    uniform frontier). Its 6-GPU point is a per-stage plan (pp 3 with 12 + 12 + 8 layers, or
+    12 + 11 + 9: the same step and peak): its planner link gives the split per chunk, and the
+    link evaluates to the point's own step time; the CSV writes the lists as --stage-layers
+    takes them. The 8-GPU point is the uniform plan (an interleaved per-stage stage holds a
+    multiple of v, optimizer.stage_tables)."""
     # ZeRO-0/1: at ZeRO-3 the 8-GPU point is Megatron-FSDP at pp 1, with no chunks to check
-    args = [*PER_STAGE_8B[:2], "--gpus", "2..8", *PER_STAGE_8B[4:], "--against", "gpus"]
-    args += ["--zero", "0", "--zero", "1"]
+    args = [*PER_STAGE_8B[:2], "--gpus", "6", "--gpus", "8", *PER_STAGE_8B[4:]]
+    args += ["--against", "gpus", "--zero", "0", "--zero", "1"]
     want = cli_json("frontier", *args, "--per-stage")
     got = client.get(f"/api/frontier?{query(args)}&per-stage=true").json()
-    assert got["per_stage"] is True and got["points"] == want["points"]
-    eight = got["points"][1]
-    assert (eight["num_gpus"], eight["virtual_stages"], eight["stage_layers"]) == (
+    assert got["per_stage"] is True and _untied(got["points"]) == _untied(want["points"])
+    six = next(p for p in got["points"] if p["num_gpus"] == 6)
+    assert (six["num_gpus"], six["pp"], six["virtual_stages"], six["plan"]) == (
         6,
+        3,
         1,
-        [12, 12, 8],
+        "per-stage",
     )
-    assert eight["chunk_layers"] == [12, 12, 8]
+    assert six["chunk_layers"] in ([12, 12, 8], [12, 11, 9])
+    assert six["stage_layers"] == six["chunk_layers"]
+    assert sorted((p["num_gpus"], p["plan"]) for p in got["points"]) == [
+        (6, "per-stage"),
+        (8, "uniform"),
+    ]
+    # the stream answers from the API's cache (the same query just ran): the same points
     events = client.get(f"/api/frontier/stream?{query(args)}&per-stage=true").text.splitlines()
-    link = json.loads(events[-1])["planner"][1]
-    chunks = ",".join(map(str, eight["chunk_layers"]))
+    last = json.loads(events[-1])
+    assert last["cached"] is True and last["result"]["points"] == got["points"]
+    link = last["planner"][got["points"].index(six)]
+    chunks = ",".join(map(str, six["chunk_layers"]))
     assert "stage-layers=" + chunks.replace(",", "%2C") in link
     planner = client.get("/api/evaluate?" + link.split("?", 1)[1]).json()
-    assert planner["time"]["step_s"] == pytest.approx(eight["step_s"], rel=1e-12)
+    assert planner["time"]["step_s"] == pytest.approx(six["step_s"], rel=1e-12)
     csv = client.get(f"/api/figures/frontier.csv?{query(args)}&per-stage=true").text
-    assert f'"{chunks}"' in csv.splitlines()[2]
+    assert f'"{chunks}"' in csv.splitlines()[1 + got["points"].index(six)]
     bad = client.get(f"/api/frontier?{query([*args, '--per-stage-shapes', '3'])}")
     assert bad.status_code == 422
     assert bad.json()["error"].startswith("per-stage-shapes: 3 applies to the per-stage search")

@@ -412,11 +412,9 @@ def test_frontier_table_shows_the_fit_figure(page):
     counted; and NVLink SHARP's 2 MiB of credits for each of five rings, 10 MiB: NCCL's tuner
     runs the tp 2 and FSDP 4 rings' all-reduces as rings, model/nccl_search.py, so their
     66 + 130 MiB of buffers, counted before at 67.07 / 68.12 GB, are never set up)."""
-    go(page, "/frontier?" + urlencode({**SEARCH, "framework": "fsdp2"}))
+    go(page, "/frontier?" + urlencode({**SEARCH, "framework": "fsdp2", "pp": "1"}))
     expect(page.locator("#status")).to_have_text("proven optimal (CP-SAT)")
-    first = cli_json("frontier", "--model", "llama3-8b", "--gpus", "8", "--framework", "fsdp2")
-    p = first["points"][0]
-    assert (round(p["total_bytes"] / 1e9, 2), round(p["fit_bytes"] / 1e9, 2)) == (66.87, 67.92)
+    # pp 1: every point is at pp 1 (tables 10× faster); the CLI prints the same two figures: tests/interface/test_fit_figure.py
     cells = page.locator("#points-table tbody tr").first.locator("td")
     head = page.locator("#points-table thead th")
     expect(head.nth(2)).to_have_text("memory/GPU")
@@ -429,13 +427,13 @@ def test_frontier_per_stage_box_shows_the_plans(page):
     """The Frontier tab's "per stage" box: frontier --per-stage's points with their plan, stages
     and gain; the fastest per-stage point (6 GPUs, pp 3; the 8-GPU point is Megatron-FSDP at pp 1,
     uniform) opens in the Planner with its split."""
-    q = {"model": "llama3-8b", "gpus": "2..8", "seq-len": "8192", "global-batch": "32"}
+    q = {"model": "llama3-8b", "gpus": "6;8", "seq-len": "8192", "global-batch": "32"}
     go(page, "/frontier?" + urlencode({**q, "against": "gpus"}))
     expect(page.locator("#status")).to_have_text("proven optimal (CP-SAT)")
     page.check("input[name=per-stage]")
     page.click("#run")
     expect(page.locator("#status")).to_have_text(f"OPTIMAL (proven over {EQUAL_CHUNKS_SCOPE})")
-    args = ["--model", "llama3-8b", "--gpus", "2..8", "--seq-len", "8192", "--global-batch", "32"]
+    args = ["--model", "llama3-8b", "--gpus", "6;8", "--seq-len", "8192", "--global-batch", "32"]
     want = cli_json("frontier", *args, "--against", "gpus", "--per-stage")["points"]
     rows = page.locator("#points-table tbody tr")
     expect(rows).to_have_count(len(want))
