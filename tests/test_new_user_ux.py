@@ -33,7 +33,9 @@ def test_a_search_keeps_the_frameworks_that_run_userbuffers():
     """A search over megatron and fsdp2 with ``tp_comm_overlap=full`` drops the fsdp2 candidates
     (torchtitan has no userbuffers) and answers with megatron, where it stopped at the first
     fsdp2 table; fsdp2 alone is refused by the rule's own line."""
-    args = ("search", "--model", "llama3-8b", "--gpus", "8", "--set", "tp_comm_overlap=full")
+    # pp 1: the rule is under test, not the search (its other shapes' tables take 10 s)
+    args = ("search", "--model", "llama3-8b", "--gpus", "8", "--pp", "1")
+    args += ("--set", "tp_comm_overlap=full")
     done = trainplan(*args, "--framework", "megatron", "--framework", "fsdp2", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["layout"]["framework"] == "megatron"
@@ -252,7 +254,9 @@ def test_the_output_layer_freed_is_a_subtraction_not_a_negative_row():
     layer, loss working set and NCCL's buffers)."""
     import re
 
-    done = trainplan("search", "--model", "llama3-8b", "--gpus", "8", "--framework", "fsdp2")
+    # pp 1, where the answer is (dp 4 × tp 2), keeps the other shapes' 10 s of tables out
+    done = trainplan("search", "--model", "llama3-8b", "--gpus", "8", "--framework", "fsdp2",
+                     "--pp", "1")  # fmt: skip
     assert done.returncode == 0, done.stderr
     memory = done.stdout.split("Memory per GPU", 1)[1].split("  verdict:", 1)[0]
     rows = re.findall(r"^  (.+?)\s{2,}(-?[\d,.]+) GB$", memory, re.M)

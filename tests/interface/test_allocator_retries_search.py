@@ -46,7 +46,9 @@ import json
 
 from tests.cli_runs import refusal, run_many
 
-ARGS = ("search", "--model", "llama3-405b", "--gpus", "2048", "--framework", "fsdp2", "--json")
+# pp 1, cp 1: both answers are there, and the other shapes' tables take ten times longer
+ARGS = ("search", "--model", "llama3-405b", "--gpus", "2048", "--framework", "fsdp2", "--pp", "1",
+        "--cp", "1", "--json")  # fmt: skip
 CAPACITY = 83_210_009_600  # H100-SXM: 81,559 MiB as the driver reports it, less the reserve
 
 
