@@ -243,6 +243,14 @@ def _order(text: str) -> tuple[str, ...]:
     return order
 
 
+def family_depths(num_layers: int, max_layers: int | None) -> range:
+    """The depths (layers) of the ``params`` objective's family of a ``num_layers`` model: every
+    eighth of its layers (at least 1) up to ``max_layers`` (default 4 × ``num_layers``); a depth
+    between two members is not tried (llama3-70b: 10, 20, …, 320)."""
+    step = max(1, num_layers // 8)
+    return range(step, (max_layers or 4 * num_layers) + 1, step)
+
+
 def _family(model_name: str, max_layers: int | None) -> list[dict[str, Any]]:
     """Depth variants of a catalogue model (same width): the ``params`` objective's family."""
     from dataclasses import replace
@@ -250,10 +258,8 @@ def _family(model_name: str, max_layers: int | None) -> list[dict[str, Any]]:
     entry = get_model(model_name)
     arch = entry.model.arch
     assert arch is not None
-    top = max_layers or 4 * arch.num_layers
-    step = max(1, arch.num_layers // 8)
     out = []
-    for layers in range(step, top + 1, step):
+    for layers in family_depths(arch.num_layers, max_layers):
         variant = replace(arch, num_layers=layers, moe=arch.moe)
         spec = ModelSpec(
             name=f"{model_name}@L{layers}",

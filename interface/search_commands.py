@@ -215,7 +215,34 @@ def _params_meta(run: Any) -> dict[str, Any]:
             "a deeper member may fit: raise --max-layers"
         )
     return {"params_unproven": run.result.params_unproven, "members_probed": probed,
-            "params_note": note}  # fmt: skip
+            "params_note": note + _depth_steps(run)}  # fmt: skip
+
+
+def _depth_steps(run: Any) -> str:
+    """What the note adds on the family's depths (:func:`interface.scenario.family_depths`):
+    the step between members, so a depth between two is known untried; "" for a family of
+    one member or a model outside the catalogue."""
+    from trainplan.interface.scenario import family_depths
+    from trainplan.model.errors import ScenarioError
+    from trainplan.scenarios.catalogue import get_model
+
+    if not run.problem.jobs:
+        return ""
+    base = run.problem.jobs[0].case.model.name.split("@L", 1)[0]
+    try:
+        arch = get_model(base).model.arch
+        layers = None if arch is None else arch.num_layers
+    except ScenarioError:  # a config.json's family: no catalogue depth to step from
+        return ""
+    if layers is None:
+        return ""
+    depths = family_depths(layers, None)
+    if len(run.members) < 2:
+        return ""
+    return (
+        f"; members every {depths.step:,} layers (an eighth of {base}'s {layers:,}), "
+        "so a depth between two is not tried"
+    )
 
 
 def _search_meta(result: Any, jobs: int, limit: float | None) -> dict[str, Any]:

@@ -264,7 +264,8 @@ SEARCH_OPTIONS: list[Decorator] = [
     click.option(
         "--maximize",
         type=click.Choice(["params"]),
-        help="The largest model of --model's family (depth varied) that fits.",
+        help="The largest model of --model's family that fits: its depth varied in steps of "
+        "an eighth of its layers (llama3-70b: 10, 20, …), up to --max-layers.",
     ),
     click.option(
         "--max-layers",
