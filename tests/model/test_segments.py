@@ -121,14 +121,30 @@ def test_a_segment_slurm_could_not_place_is_refused():
 
 
 @pytest.mark.slow
-def test_search_deepseek_v3_on_4096_gb200_takes_ep64():
+def test_search_deepseek_v3_on_4096_gb200_keeps_ep_on_nvlink():
     """``trainplan search --model deepseek-v3 --gpus 4096 --gpu GB200``: 7.198 s (dp 512 × pp
-    8, ep 8) when ranks filled 72-GPU racks; in segments of 64, ep 64 rides NVLink and the
-    answer is the layout above, 5.450 s."""
+    8, ep 8) when ranks filled 72-GPU racks; in segments of 64 the expert group rides NVLink:
+    dp 1024 × pp 4 at ep 64 (the layout above, 5.450 s), now ep 32, 5.434 s.
+
+    ep 64 led ep 32 by 0.64 ms (5.44988 against 5.45051 s) before NCCL's tuner
+    (model/nccl_tuner.py: ``ncclTopoTuneModel``, ``topoGetAlgoInfo``). Both layouts' dp ring,
+    1,024 ranks, 64 in each of 16 segments, runs its 6 buckets' reduce-scatters (3.786 GB a
+    rank) and all-gathers (1.893 GB) in LL128: 14 + 15 × 4.0 + 1,008 × 1.9 = 1,989.2 µs and the
+    bytes at 0.92 × 864 = 794.88 GB/s, 6,751.8 and 4,370.5 µs, against Simple's 8.4 + 15 × 14
+    + 1,008 × 3.4 = 3,645.6 µs at 864 GB/s, 8,027.2 and 5,836.4 µs: 16.45 ms less dp in each
+    (83.18 → 66.73 ms; the expert groups stay Simple). At ep 32 the dp and expert traffic
+    exceeds its window (``max(φ·a, a − window)``, model.comm_sms.contended_wait, at a − window:
+    0.42777 − 0.29485 s exposed 0.13292), so all 16.45 ms leave the step, 5.43408 s; at ep 64
+    it waits φ·a, the dense group's seconds at its φ 1/6, so 2.74 ms do, 5.44715 s (the pp
+    row's embedding all-reduce, two nodes a rank each, +14.6 µs in both: the Simple ring's
+    36.4 µs × 1.4, the multi-node ring's plateau, where the tree's latency was charged)."""
     from trainplan.api import search
 
     result = search(model="deepseek-v3", gpus=4096, gpu="GB200")
     best = result.best
     lay = best.estimate.layout
-    assert (lay.dp, lay.tp, lay.pp, lay.ep) == (1024, 1, 4, 64)
-    assert best.estimate.step_s == pytest.approx(5.450, abs=5e-4)
+    assert (lay.dp, lay.tp, lay.pp, lay.ep) == (1024, 1, 4, 32)
+    assert best.estimate.step_s == pytest.approx(5.434, abs=5e-4)
+    assert _ep(best.estimate).link == "nvlink"
+    ep64 = evaluate(**DSV3)
+    assert ep64.step_s == pytest.approx(5.4471, abs=5e-5) and ep64.step_s > best.estimate.step_s
