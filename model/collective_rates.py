@@ -4,8 +4,10 @@ bus bandwidth by message size, and DeepEP's expert-parallel dispatch/combine ban
 
 The step time reads the bus-bandwidth curves through :func:`model.nvlink_rates.busbw_curve_for` and
 :func:`model.roofline.collective_time` (collectives inside an NVLink domain at their message
-sizes); the functions here look the tables up for reports and tests, and NCCL's latency model
-and DeepEP's tables wait for the scale-out wiring (``docs/time-model-sources.md`` §4).
+sizes), and NCCL's latency and bandwidth by protocol through :mod:`model.nccl_tuner`, which
+reads the ring's rules here (:func:`ring_steps_us`, :func:`ring_busbw_gbps`,
+:func:`ll_max_gbps`); the other functions look the tables up for reports and tests
+(``docs/time-model-sources.md`` §4).
 
 Bus bandwidth (nccl-tests ``doc/PERFORMANCE.md``): for a collective on ``n`` ranks of an
 ``S``-byte buffer taking ``t`` seconds, ``algbw = S/t`` and ``busbw = algbw × factor``, factor
@@ -17,17 +19,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from trainplan.model.errors import InputError
 from trainplan.model.kernel_tables import BusBwCurve, BusBwPeak, ExpertAllToAll, NcclLatency
 from trainplan.model.kernels import Interpolated, interpolate_log2
 from trainplan.model.nccl_latency import steps_latency, tree_latency
+from trainplan.model.xp import maximum, minimum, namespace, where
 
 __all__ = [
     "busbw_factor",
     "nccl_latency_us",
     "ring_latency_us",
     "ring_busbw_gbps",
+    "ll_max_gbps",
+    "node_column",
+    "ring_steps_us",
     "busbw_at",
     "published_collective_seconds",
     "busbw_peak",
@@ -82,7 +89,7 @@ def nccl_latency_us(
     (``src/graph/tuning.cc``) with the constants of ``[nccl_latency]``; ``ranks`` spread evenly
     over ``nodes``; the topology's extra inter-node latency (``graph->latencyInter``) taken as 0:
 
-    * ``ring`` — steps ``2(n − 1)`` for all-reduce, ``n − 1`` otherwise (:func:`_ring_us`); the
+    * ``ring`` — steps ``2(n − 1)`` for all-reduce, ``n − 1`` otherwise (:func:`ring_steps_us`); the
       net hop is the tree's when one rank sits on each node;
     * ``tree`` (all-reduce) — base + 2·((n/nodes − 1)·intra + ⌊log2 nodes⌋·net)
       (:func:`model.nccl_latency.tree_latency`, the step time's rule);
@@ -116,7 +123,7 @@ def nccl_latency_us(
     net = _hw(lat, "net", net_algo, p) if nodes > 1 else 0.0
     intra = _hw(lat, intra_link, algorithm, p)
     if algorithm == "ring":
-        return _ring_us(lat, collective, protocol, ranks, ppn, intra, net, cpu)
+        return float(ring_steps_us(lat, collective, protocol, ranks, ppn, intra, net, cpu))
     if algorithm == "tree" and collective == "all-reduce":
         return lat.base_us["tree"][p] + float(tree_latency(ranks, nodes, intra, net))
     if algorithm == "nvls" and protocol == "Simple":
@@ -168,7 +175,9 @@ def ring_latency_us(
     p, local = lat.protocols.index(protocol), max(1, min(per_domain, ranks))
     net = _hw(lat, "net", "tree" if local == 1 else "ring", p) if local < ranks else 0.0
     intra = _hw(lat, "nvlink", "ring", p)
-    return _ring_us(lat, collective, protocol, ranks, local, intra, net, "other", domains)
+    return float(
+        ring_steps_us(lat, collective, protocol, ranks, local, intra, net, "other", domains)
+    )
 
 
 _LL_ROWS = {"volta": "volta_or_intel", "ampere": "ampere_or_amd"}
@@ -176,15 +185,46 @@ _LL_ROWS = {"volta": "volta_or_intel", "ampere": "ampere_or_amd"}
 ``Ampere-N1/AMD-N2``); Hopper and Blackwell are rows of their own."""
 
 
+def node_column(values: tuple[float, ...], nodes: Any) -> Any:
+    """The entry of a per-node-count row of NCCL's tuner constants (``llMaxBws``,
+    ``perChMax*Bws``: columns N1, N2, N4) for ``nodes`` nodes: ``values[index2]``, ``index2 =
+    nNodes <= 2 ? nNodes - 1 : 2`` (``ncclTopoTuneModel``). Element-wise in ``nodes``.
+
+    >>> [node_column((36.7, 36.7, 29.0), n) for n in (1, 2, 8)]
+    [36.7, 36.7, 29.0]
+    """
+    index = where(nodes <= 2, nodes - 1, 2)
+    ns = namespace(index)
+    if ns is None:
+        return values[int(index)]
+    return ns.take(ns.asarray(values), ns.astype(index, ns.int64))
+
+
+def ll_max_gbps(lat: NcclLatency, generation: str, nodes: Any, cpu: str = "other") -> Any:
+    """``llMaxBw`` (GB/s) of ``ncclTopoTuneModel`` (nccl 5067397c ``src/graph/tuning.cc``):
+    ``llMaxBws[index1][index2]``, ``index2`` the column N1, N2 or N4 (``nNodes <= 2 ? nNodes - 1
+    : 2``) and ``index1`` the generation's row on one node, across nodes the CPU's
+    (``x86_amd``: AMD's row, else Intel's). Element-wise in ``nodes``.
+
+    >>> from trainplan.scenarios.kernel_data import collective_data
+    >>> lat = collective_data().nccl_latency
+    >>> [ll_max_gbps(lat, "hopper", n) for n in (1, 2, 4)], ll_max_gbps(lat, "hopper", 4, "x86_amd")
+    ([141.0, 39.0, 20.4], 19.0)
+    """
+    across = "ampere_or_amd" if cpu == "x86_amd" else "volta_or_intel"
+    one = lat.ll_max_bw_gbps[_LL_ROWS.get(generation, generation)][0]
+    return where(nodes == 1, one, node_column(lat.ll_max_bw_gbps[across], nodes))
+
+
 def ring_busbw_gbps(
     lat: NcclLatency,
     protocol: str,
-    channels: int,
-    speed_gbps: float,
-    nodes: int,
+    channels: Any,
+    speed_gbps: Any,
+    nodes: Any,
     generation: str,
     cpu: str = "other",
-) -> float:
+) -> Any:
     """NCCL's bus bandwidth (GB/s) of a ring collective in ``protocol``, as its tuner models it
     (nccl 5067397c ``src/graph/tuning.cc`` ``ncclTopoTuneModel``) for a ring graph of
     ``channels`` channels at ``speed_gbps`` each over ``nodes`` nodes of GPUs of
@@ -196,13 +236,12 @@ def ring_busbw_gbps(
       bw for Ring" too), ``ncclTopoDupChannels`` divides both by the same factor and
       ``src/init.cc`` takes each's least over the ranks (they differ for the tree and NVLS
       alone): Simple's bus bandwidth is ``channels × speed`` at any node count;
-    * LL: ``min(llMaxBw, busBw × 0.5)``, ``llMaxBws[index1][index2]`` with ``index2`` the
-      column N1, N2 or N4 (``nNodes <= 2 ? nNodes - 1 : 2``) and ``index1`` the generation's
-      row on one node, across nodes the CPU's (``x86_amd``: AMD's row, else Intel's);
+    * LL: ``min(llMaxBw, busBw × 0.5)`` (:func:`ll_max_gbps`);
     * LL128: ``min(busBw × 0.92, channels × perChMaxRingLL128Bws[cc][index2])``.
 
-    What nodes ≤ 2 change for a ring is these caps alone; not in force (the step time runs
-    Simple, docs/time-model-sources.md §4). Units: GB/s.
+    What nodes ≤ 2 change for a ring is these caps alone. The step time's tuner
+    (:mod:`model.nccl_tuner`) reads this rule with the model's Simple bus bandwidth.
+    Element-wise. Units: GB/s.
 
     Raises ``InputError`` on an unknown protocol or generation.
 
@@ -225,41 +264,46 @@ def ring_busbw_gbps(
     if generation not in lat.ring_ll128_channel_gbps:
         known = ", ".join(lat.ring_ll128_channel_gbps)
         raise InputError(f"generation: {generation!r} is not one of {known}")
-    column = nodes - 1 if nodes <= 2 else 2
     busbw = channels * speed_gbps
     if protocol == "LL":
-        row = _LL_ROWS.get(generation, generation) if nodes == 1 else "volta_or_intel"
-        row = "ampere_or_amd" if nodes > 1 and cpu == "x86_amd" else row
-        return min(lat.ll_max_bw_gbps[row][column], busbw * 0.5)
+        return minimum(ll_max_gbps(lat, generation, nodes, cpu), busbw * 0.5)
     if protocol == "LL128":
-        return min(busbw * 0.92, channels * lat.ring_ll128_channel_gbps[generation][column])
+        cap = channels * node_column(lat.ring_ll128_channel_gbps[generation], nodes)
+        return minimum(busbw * 0.92, cap)
     return busbw
 
 
-def _ring_us(
+def ring_steps_us(
     lat: NcclLatency,
     collective: str,
     protocol: str,
-    ranks: int,
-    per_domain: int,
-    intra: float,
-    net: float,
-    cpu: str,
-    domains: int = 0,
-) -> float:
-    """:func:`nccl_latency_us` of a ring: base + (steps − s_net)·intra + s_net·net
-    (:func:`model.nccl_latency.steps_latency`, the step time's rule), the intra-node hop at
-    least the CPU's network overhead across nodes (×3 for Simple). Not modelled: the ×1.4
-    plateau NCCL adds to a multi-node Simple ring all-reduce once each rank's share of a
-    channel reaches 64 bytes (``ring_plateau``; it needs the channel count)."""
-    inside = per_domain >= ranks
-    if not inside:
-        intra = max(intra, lat.net_overhead_us[cpu] * (3 if protocol == "Simple" else 1))
+    ranks: Any,
+    per_domain: Any,
+    intra: Any,
+    net: Any,
+    cpu: str = "other",
+    domains: Any = 0,
+) -> Any:
+    """NCCL's latency (µs) of a ring in ``protocol`` (``ncclTopoTuneModel``): base +
+    (steps − s_net)·intra + s_net·net (:func:`model.nccl_latency.steps_latency`), the
+    intra-node hop at least the CPU's network overhead (``getNetOverhead``, ×3 for Simple)
+    where the ring leaves a node (``per_domain`` under ``ranks`` and ``domains`` not 1);
+    ``domains``: NCCL's node count, 0: ``⌈ranks ∕ per_domain⌉``. The ×1.4 plateau of a
+    multi-node Simple all-reduce (``ncclTopoGetAlgoTime``) needs the channel count: the step
+    time's tuner applies it (:mod:`model.nccl_tuner`). Element-wise.
+
+    >>> from trainplan.scenarios.kernel_data import collective_data
+    >>> round(ring_steps_us(collective_data().nccl_latency, "all-gather", "LL", 64, 8, 0.6, 2.7), 6)
+    81.5
+    """
+    inside = (per_domain >= ranks) | (domains == 1)
+    over = lat.net_overhead_us[cpu] * (3 if protocol == "Simple" else 1)
+    intra = where(inside, intra, maximum(intra, over))
     rounds = 2 if collective == "all-reduce" else 1
     hops = steps_latency(
         ranks, inside, intra, net, rounds=rounds, per_domain=per_domain, domains=domains
     )
-    return lat.base_us["ring"][lat.protocols.index(protocol)] + float(hops)
+    return lat.base_us["ring"][lat.protocols.index(protocol)] + hops
 
 
 def _curve(curves: Sequence[BusBwCurve], part: str, collective: str, ranks: int) -> BusBwCurve:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from trainplan.model.errors import InputError
 from trainplan.model.frameworks import DEFAULT_RUNTIME_RESERVE_BYTES, DRIVER_RESERVED_BYTES
 from trainplan.model.part_family import catalogue_part
+from trainplan.model.rank_groups import nccl_node_size
 
 __all__ = ["DeviceSpec", "ClusterLinks", "runtime_reserve_for", "link_example"]
 
@@ -257,6 +258,10 @@ class ClusterLinks:
     """Bandwidth per GPU per direction across domains, bytes/s; None only for a cluster that is
     one NVLink domain and a part whose table row has no scale-out figure (nothing crosses it:
     :meth:`across_domains` refuses to be asked)."""
+    nccl_node: int = 0
+    """GPUs of consecutive ranks NCCL counts as one node (:func:`model.rank_groups.
+    nccl_node_size`: the host, or the NVLink clique of a multi-node domain), what each group's
+    ``comm->nNodes`` counts (:func:`model.rank_groups.nccl_nodes`); 0: the NVLink domain."""
 
     def across_domains(self) -> float:
         """The scale-out rate, bytes/s per GPU per direction.
@@ -309,4 +314,5 @@ class ClusterLinks:
             nvlink_domain=domain,
             nvlink_bytes_per_s=device.nvlink_bytes_per_s,
             scaleout_bytes_per_s=device.scaleout_bytes_per_s,
+            nccl_node=nccl_node_size(device.gpus_per_node, domain),
         )

@@ -253,6 +253,10 @@ class NcclLatency:
     """``llMaxBws`` rows, GB/s of bus bandwidth for one node, two, more (N1, N2, N4)."""
     ring_ll128_channel_gbps: Mapping[str, tuple[float, ...]]
     """``perChMaxRingLL128Bws`` by generation, GB/s a channel (N1, N2, N4)."""
+    tree_channel_gbps: Mapping[str, tuple[float, ...]]
+    """``perChMaxTreeBws`` by generation, GB/s a channel (N1, N2, N4): a tree all-reduce's cap."""
+    tree_ll128_channel_gbps: Mapping[str, tuple[float, ...]]
+    """``perChMaxTreeLL128Bws`` by generation, GB/s a channel (N1, N2, N4)."""
     source: str
 
 
@@ -437,6 +441,12 @@ def parse_nccl_latency(raw: Any) -> NcclLatency:
         ring_ll128_channel_gbps=checked_mapping(
             raw["ring_ll128_channel_gbps"], f"{where}.ring_ll128_channel_gbps", "nums"
         ),
+        tree_channel_gbps=checked_mapping(
+            raw["tree_channel_gbps"], f"{where}.tree_channel_gbps", "nums"
+        ),
+        tree_ll128_channel_gbps=checked_mapping(
+            raw["tree_ll128_channel_gbps"], f"{where}.tree_ll128_channel_gbps", "nums"
+        ),
         source=check_value(raw["source"], "str", where, "source"),
     )
     lists = [*out.base_us.values(), *(v for link in out.hw_us.values() for v in link.values())]
@@ -444,9 +454,10 @@ def parse_nccl_latency(raw: Any) -> NcclLatency:
         raise ScenarioError(f"{where}: every latency list needs one value per protocol {protocols}")
     if any(len(v) != 24 for v in out.tree_correction.values()):
         raise ScenarioError(f"{where}: tree_correction lists need 24 values (64 B to 256 MiB)")
-    caps = (*out.ll_max_bw_gbps.values(), *out.ring_ll128_channel_gbps.values())
+    caps = (
+        *out.ll_max_bw_gbps.values(), *out.ring_ll128_channel_gbps.values(),
+        *out.tree_channel_gbps.values(), *out.tree_ll128_channel_gbps.values(),
+    )  # fmt: skip
     if any(len(v) != 3 for v in caps):
-        raise ScenarioError(
-            f"{where}: ll_max_bw_gbps, ring_ll128_channel_gbps need 3 values (N1 N2 N4)"
-        )
+        raise ScenarioError(f"{where}: the per-node-count caps need 3 values each (N1 N2 N4)")
     return out

@@ -82,6 +82,7 @@ __all__ = [
     "pow2_up",
     "collective_channels",
     "inter_search",
+    "inter_graph",
     "setup_channels",
     "group_placements",
     "strided_placement",
@@ -167,13 +168,32 @@ def collective_channels(
     """
     if nodes <= 1:
         return node_channels(node)
-    search, speed = inter_search(local, nic_bytes_per_s, node)
-    if speed >= 25.0 and not (speed < 50.0 and search > 4):
-        search, speed = 2 * search, speed / 2
+    search, speed = inter_graph(local, nic_bytes_per_s, node)
     channels = 2 * search
     if speed > 45.0 and channels < 16:
         channels *= 2
     return min(channels, MAXCHANNELS)
+
+
+@lru_cache(maxsize=256)
+def inter_graph(local: int, nic_bytes_per_s: float | None, node: NvlinkNode) -> tuple[int, float]:
+    """``(channels, GB/s each)`` of the ring graph across nodes as ``ncclTopoTuneModel`` reads
+    it (``graphs[NCCL_ALGO_RING]->nChannels`` and ``bwInter``): :func:`inter_search`'s, doubled
+    at half the speed by ``ncclTopoDupChannels`` (``src/graph/search.cc`` at 5067397c) unless
+    the speed is under 25 GB/s or, above compute capability 8.0, under 50 GB/s with more than 4
+    channels. ``ncclTopoPostset``'s doublings (:func:`collective_channels`) give the
+    communicator more channels, not the graph. 8 H100s a node at 50 GB/s: 8 at 45, kept; one
+    a node: 1 at 48 → 2 at 24.
+
+    >>> from trainplan.model.nccl_search import nvlink_node
+    >>> h100 = nvlink_node("H100-SXM", 450e9)
+    >>> inter_graph(8, 50e9, h100), inter_graph(1, 50e9, h100), inter_graph(4, 50e9, h100)
+    ((8, 45.0), (2, 24.0), (8, 24.0))
+    """
+    search, speed = inter_search(local, nic_bytes_per_s, node)
+    if speed >= 25.0 and not (speed < 50.0 and search > 4):
+        return 2 * search, speed / 2
+    return search, speed
 
 
 def inter_search(local: int, nic_bytes_per_s: float | None, node: NvlinkNode) -> tuple[int, float]:

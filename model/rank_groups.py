@@ -21,7 +21,7 @@ __all__ = [
     "AXES", "stride_size", "axis_spans", "in_one_domain", "windows", "fewest_in_domain",
     "members_in_domain", "members_per_domain_of", "domain_placements", "group_members",
     "domain_counts", "nccl_nodes", "nodes_in_domain", "other_placement", "other_in_domain",
-    "nccl_node_size",
+    "nccl_node_size", "node_placements",
 ]  # fmt: skip
 
 AXES: tuple[str, ...] = ("tp", "cp", "ep", "dp", "dp_cp", "edp", "pp")
@@ -203,7 +203,30 @@ def domain_placements(
 
 
 @lru_cache(maxsize=4096)
-def nccl_nodes(stride: int, size: int, total: int, domain: int) -> int:
+def node_placements(
+    stride: int, size: int, total: int, domain: int, node: int = 0
+) -> tuple[tuple[int, int], ...]:
+    """The distinct ``(fewest members in one NVLink domain of ``domain`` ranks, NCCL nodes of
+    ``node`` ranks touched)`` over an axis's groups, ascending: :func:`domain_placements` where
+    NCCL's node is the NVLink domain (``node`` 0 or ``domain``: HGX boards, NVL72 cliques);
+    where a host holds several NVLink domains (two NVLink-bridged PCIe cards of an 8-GPU host:
+    ``node`` 8, ``domain`` 2, :func:`nccl_node_size`) each group's members by domain and its
+    nodes by host. Units: ranks, nodes.
+
+    >>> node_placements(1, 8, 16, 2, 8), node_placements(2, 4, 16, 2, 8)  # 2s on one host; 1s
+    (((2, 1),), ((1, 1),))
+    """
+    if node in (0, domain):
+        return domain_placements(stride, size, total, domain)
+    places = {
+        (min(domain_counts(m, domain)), len(domain_counts(m, node)))
+        for m in group_members(stride, size, total, math.lcm(domain, node))
+    }
+    return tuple(sorted(places))
+
+
+@lru_cache(maxsize=4096)
+def nccl_nodes(stride: int, size: int, total: int, domain: int, node: int = 0) -> int:
     """The domains NCCL counts for the communicator of an axis's slowest group (its
     ``comm->nNodes``): the distinct domains of ``domain`` consecutive ranks its ranks lie on, of
     the group with the fewest members in one domain (:func:`fewest_in_domain`, whose NICs set
@@ -213,7 +236,9 @@ def nccl_nodes(stride: int, size: int, total: int, domain: int) -> int:
     ``initTransportsRank``: ``comm->nNodes++`` for each new ``topoRanks.ringRecv[0]``;
     ``nvlDomainInfo.nNvlDomains = comm->nNodes``), however many of the communicator's ranks
     each holds, so a group split 8 + 4 over two 8-GPU nodes is 2 nodes, not
-    ⌈12 ∕ 4⌉ = 3; its tuner's ring crosses the network ``nNodes − 1`` times a round and its tree
+    ⌈12 ∕ 4⌉ = 3; NCCL's node of ``node`` ranks (:func:`nccl_node_size`; 0: the domain, an
+    HGX board or an NVL72 clique), the slowest group the fewest members in one NVLink domain
+    (:func:`node_placements`); its tuner's ring crosses the network ``nNodes − 1`` times a round and its tree
     climbs ``log2i(nNodes)`` levels (``src/graph/tuning.cc`` ``ncclTopoTuneModel``:
     ``nInterSteps``, ``log2i(nNodes)``, ``nRanks / nNodes``). 1 where every group lies in one
     domain. Units: domains.
@@ -222,8 +247,10 @@ def nccl_nodes(stride: int, size: int, total: int, domain: int) -> int:
     (2, 2)
     >>> nccl_nodes(1, 64, 256, 72), nccl_nodes(8, 2, 16, 8)  # 64; 8 + 56, …; ranks 0 and 8
     (2, 2)
+    >>> nccl_nodes(1, 8, 16, 2), nccl_nodes(1, 8, 16, 2, 8)  # 8 H100 PCIe: 4 pairs, one host
+    (4, 1)
     """
-    places = domain_placements(stride, size, total, domain)
+    places = node_placements(stride, size, total, domain, node)
     fewest = places[0][0]
     return max(nodes for members, nodes in places if members == fewest)
 
@@ -240,11 +267,15 @@ def nccl_node_size(gpus_per_node: int, domain: int | None) -> int:
     comm->clique.size``, ``xmlAlloc(nLocalRanks * NCCL_TOPO_XML_MAX_NODES)``,
     ``ncclTopoFuseXml``), so the ring and tree searches (``src/graph/search.cc``
     ``ncclTopoCompute``: the clique's GPUs and NICs in one system) and ``nNodes`` (one per
-    ``topoRanks.ringRecv[0]``) count the clique as the node. Every reader of NCCL's node calls this: the channels and the blocks a
-    collective holds (:func:`model.nccl_channels.group_channels`, :mod:`model.terms.sm_shares`),
-    the communicators' buffers (:mod:`model.terms.comm_memory`, :mod:`model.terms.nvls_memory`).
-    A domain under the host (two NVLinked PCIe cards of an 8-GPU host) leaves the host. Units:
-    GPUs.
+    ``topoRanks.ringRecv[0]``) count the clique as the node. Every reader of NCCL's node calls
+    this: the channels and the blocks a collective holds (:func:`model.nccl_channels.
+    group_channels`, :mod:`model.terms.sm_shares`), the communicators' buffers
+    (:mod:`model.terms.comm_memory`, :mod:`model.terms.nvls_memory`), and each group's node count
+    ``comm->nNodes`` (:func:`nccl_nodes`' ``node``: :class:`model.hardware.ClusterLinks`'
+    ``nccl_node``, read by the placement, the search's link columns, the hybrid context
+    parallelism's groups and the rollout engines). A domain under the host (two NVLink-bridged
+    PCIe cards of an 8-GPU host: H100 PCIe, H100 NVL) leaves the host the node: its ring's
+    steps between the pairs are steps inside a node, not over the network. Units: GPUs.
 
     >>> nccl_node_size(8, 8), nccl_node_size(4, 72), nccl_node_size(4, 64), nccl_node_size(8, 2)
     (8, 72, 64, 8)
@@ -254,13 +285,15 @@ def nccl_node_size(gpus_per_node: int, domain: int | None) -> int:
     return max(int(gpus_per_node), int(domain or 0))
 
 
-def nodes_in_domain(stride: Any, size: Any, total: Any, domain: int) -> Any:
+def nodes_in_domain(stride: Any, size: Any, total: Any, domain: int, node: int = 0) -> Any:
     """:func:`nccl_nodes`, element-wise for the search's arrays (int64 there)."""
-    return _per_layout(nccl_nodes, stride, size, total, domain)
+    return _per_layout(lambda *a: nccl_nodes(*a, node), stride, size, total, domain)
 
 
 @lru_cache(maxsize=4096)
-def other_placement(stride: int, size: int, total: int, domain: int) -> tuple[int, int]:
+def other_placement(
+    stride: int, size: int, total: int, domain: int, node: int = 0
+) -> tuple[int, int]:
     """``(fewest members in one domain, domains)`` of the slowest of an axis's groups that lie
     on another number of domains than :func:`nccl_nodes`' group (the slowest group, ``(f, n)``:
     the fewest members :func:`fewest_in_domain`, the most domains among such groups); ``(0, 0)``
@@ -283,8 +316,8 @@ def other_placement(stride: int, size: int, total: int, domain: int) -> tuple[in
     >>> other_placement(1, 10, 80, 72), other_placement(1, 12, 24, 8)  # 70–79 2 + 8; 8 + 4
     ((10, 1), (0, 0))
     """
-    places = domain_placements(stride, size, total, domain)
-    nodes = nccl_nodes(stride, size, total, domain)
+    places = node_placements(stride, size, total, domain, node)
+    nodes = nccl_nodes(stride, size, total, domain, node)
     others = [(m, n) for m, n in places if n != nodes]
     if not others:
         return 0, 0
@@ -292,12 +325,14 @@ def other_placement(stride: int, size: int, total: int, domain: int) -> tuple[in
     return fewest, max(n for m, n in others if m == fewest)
 
 
-def other_in_domain(stride: Any, size: Any, total: Any, domain: int) -> tuple[Any, Any]:
+def other_in_domain(
+    stride: Any, size: Any, total: Any, domain: int, node: int = 0
+) -> tuple[Any, Any]:
     """:func:`other_placement`, element-wise for the search's arrays (two int64 arrays there)."""
     members = _per_layout(
-        lambda *a: other_placement(*a)[0], stride, size, total, domain
+        lambda *a: other_placement(*a, node)[0], stride, size, total, domain
     )  # fmt: skip
-    nodes = _per_layout(lambda *a: other_placement(*a)[1], stride, size, total, domain)
+    nodes = _per_layout(lambda *a: other_placement(*a, node)[1], stride, size, total, domain)
     return members, nodes
 
 

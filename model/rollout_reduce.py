@@ -53,7 +53,12 @@ from fractions import Fraction
 from trainplan.model.errors import InputError
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.op_rates import deployed_params
-from trainplan.model.rank_groups import fewest_in_domain, nccl_nodes, other_placement
+from trainplan.model.rank_groups import (
+    fewest_in_domain,
+    nccl_node_size,
+    nccl_nodes,
+    other_placement,
+)
 from trainplan.model.roofline import Collective, collective_time, ring_share
 from trainplan.model.step_time import rings_bandwidth
 from trainplan.model.vocab import padded_vocab
@@ -98,8 +103,9 @@ def _engine_clock(device: DeviceSpec, tp: int, kind: Collective) -> Clock:
     latency and NICs (:func:`model.rank_groups.other_placement`, ``collective_time``'s
     ``other``); an InputError when the part's table has no bandwidth for that link."""
     domain = device.placement_domain or device.gpus_per_node
-    per_domain, nodes = engine_placement(tp, domain)
-    inside = nodes == 1
+    node = nccl_node_size(device.gpus_per_node, device.placement_domain)
+    per_domain, nodes = engine_placement(tp, domain, node)
+    inside = engine_placement(tp, domain)[1] == 1
     nvlink, nic = device.nvlink_bytes_per_s, device.scaleout_bytes_per_s
     if tp > 1 and not (nvlink if inside else nic):
         link = "NVLink" if inside else "scale-out"
@@ -108,9 +114,9 @@ def _engine_clock(device: DeviceSpec, tp: int, kind: Collective) -> Clock:
             f"{device.figures_from} does not have"
         )
     bandwidth = nvlink if inside else rings_bandwidth(nic, tp, tp, domain, nvlink, per_domain)
-    members, others = other_placement(1, tp, math.lcm(tp, domain), domain)
+    members, others = other_placement(1, tp, math.lcm(tp, domain, node), domain, node)
     other = None
-    if others == 1:  # an engine inside one domain beside engines across two
+    if members == tp:  # an engine inside one domain beside engines across two
         other = (nvlink, True, tp, 1)
     elif others:
         other = (rings_bandwidth(nic, tp, tp, domain, nvlink, members), False, members, others)
@@ -125,22 +131,22 @@ def _engine_clock(device: DeviceSpec, tp: int, kind: Collective) -> Clock:
     return seconds
 
 
-def engine_placement(tp: int, domain: int) -> tuple[int, int]:
+def engine_placement(tp: int, domain: int, node: int = 0) -> tuple[int, int]:
     """(the fewest ranks the slowest engine has in one NVLink domain, the domains NCCL counts for
     it) for rollout engines of ``tp`` ranks on domains of ``domain`` GPUs: vLLM makes each tp
     group ``tp`` consecutive ranks (vllm-project/vllm 0c175ae9 ``vllm/distributed/
     parallel_state.py`` ``initialize_model_parallel``: ``all_ranks.view(-1,
     tensor_model_parallel_size)``, the engine's world ``ExternalDP × DP × PP × TP`` with tp
     innermost) and the engines tile the rollout GPUs in order, so their placement repeats every
-    ``lcm(tp, domain)`` ranks: :func:`model.rank_groups.fewest_in_domain` and
-    :func:`model.rank_groups.nccl_nodes` of groups of ``tp`` at stride 1 over that many. Units:
-    ranks, domains.
+    ``lcm(tp, domain, node)`` ranks: :func:`model.rank_groups.fewest_in_domain` and
+    :func:`model.rank_groups.nccl_nodes` (NCCL's node of ``node`` ranks, 0: the domain) of
+    groups of ``tp`` at stride 1 over that many. Units: ranks, nodes.
 
     >>> engine_placement(8, 8), engine_placement(16, 8), engine_placement(3, 8)
     ((8, 1), (8, 2), (1, 2))
     """
-    total = math.lcm(tp, domain)
-    return fewest_in_domain(1, tp, total, domain), nccl_nodes(1, tp, total, domain)
+    total = math.lcm(tp, domain, node or domain)
+    return fewest_in_domain(1, tp, total, domain), nccl_nodes(1, tp, total, domain, node)
 
 
 def engine_all_reduce(device: DeviceSpec, tp: int) -> Clock:

@@ -22,6 +22,7 @@ from typing import Any
 
 from trainplan.model.errors import InputError
 from trainplan.model.nccl_latency import collective_latency
+from trainplan.model.nccl_tuner import TUNED, nccl_arch, tuned_seconds
 from trainplan.model.nvls import nvls_ring_on_link
 from trainplan.model.part_family import catalogue_part
 from trainplan.model.xp import log2, maximum, where
@@ -66,17 +67,16 @@ class RooflineParams:
     """Fraction of the NIC's line rate a collective reaches. 0.96: NCCL counts 12 GB/s for a
     100 Gb/s (12.5 GB/s) NIC (``NET_BW 12.0`` in ``src/graph/topo.h``)."""
     collective_base_latency_s: float = 8.4e-6
-    """Fixed latency of one NCCL collective: 8.4 µs, the ``Simple`` protocol's base latency of
-    ring and tree (NCCL ``src/graph/tuning.cc``, ``baseLat``)."""
+    """Fixed latency of one collective NCCL's tuner does not time (an all-to-all, a send; any
+    collective on a part outside NCCL, :func:`model.nccl_tuner.nccl_arch`): 8.4 µs, the
+    ``Simple`` protocol's ``baseLat`` of ring and tree (NCCL ``src/graph/tuning.cc``). The tuned
+    collectives read NCCL's whole table (``collectives.toml`` ``[nccl_latency]``)."""
     scaleup_hop_latency_s: float = 3.4e-6
-    """Latency of one ring step over NVLink: 3.4 µs (NCCL ``tuning.cc``, ``hwLat`` NVLink, ring,
-    ``Simple``)."""
+    """Latency of one such ring step or hop over NVLink: 3.4 µs (``hwLat`` NVLink, ring)."""
     scaleout_hop_latency_s: float = 14e-6
-    """Latency of one ring or tree step over the network: 14 µs (NCCL ``tuning.cc``, ``hwLat``
-    NET, ring and tree, ``Simple``)."""
+    """Latency of one such step over the network: 14 µs (``hwLat`` NET, ring and tree, Simple)."""
     scaleup_tree_hop_latency_s: float = 4.0e-6
-    """Latency of one tree all-reduce step over NVLink: 4.0 µs (NCCL 5067397c ``tuning.cc``,
-    ``hwLatencies`` NVLINK, Tree, ``Simple``; :func:`model.nccl_latency.tree_latency`)."""
+    """Latency of one such tree step over NVLink: 4.0 µs (:func:`model.nccl_latency.tree_latency`)."""
     attention_kernel: str | None = None
     """The published attention kernel whose curves time the FlashAttention core by sequence
     length, head dimensions and mask (:func:`model.attention_rates.attention_fractions`: flash-attention-2,
@@ -358,22 +358,16 @@ def collective_seconds(
 ) -> float:
     """Seconds of one collective over ``group_size`` ranks in which each GPU sends
     ``sent_bytes`` (the ring counts of :mod:`model.comm`: ``(n − 1)/n·S`` for an all-gather or
-    reduce-scatter of an ``S``-byte buffer, twice that for an all-reduce):
-
-    ``latency + sent_bytes / (bandwidth × e_link)``
-
-    Latency, NCCL's model for its ``Simple`` protocol (:func:`collective_latency`): the base
-    latency plus one hop per ring step, the tree's where quicker for an all-reduce over the
-    network, one hop for an all-to-all or a send, each step between two of the link's
-    :attr:`LinkTime.per_domain` members of one domain on NVLink. ``group_size`` 1 or no
-    bytes: 0.
+    reduce-scatter of an ``S``-byte buffer, twice that for an all-reduce) over ``link``:
+    :func:`collective_time`. ``group_size`` 1 or no bytes: 0.
 
     Examples
     --------
-    An all-gather of a 2·8192·6144-byte buffer over 8 NVLink GPUs (A100: 300 GB/s nominal):
-    8.4 + 7 × 3.4 µs + (7/8)·2·8192·6144 B / (0.8 · 300 GB/s).
+    An all-gather of a 2·8192·6144-byte buffer over 8 NVLink A100s (300 GB/s nominal, without
+    the published curve): NCCL's tuner picks the ring in Simple, 8.4 + 7 × 3.4 µs +
+    (7/8)·2·8192·6144 B / (0.8 · 300 GB/s) (LL128: 14 + 7 × 1.9 µs at 0.92 × 240 GB/s).
 
-    >>> p = RooflineParams(gemm_efficiency=0.7)
+    >>> p = RooflineParams(gemm_efficiency=0.7, part="A100-80GB")
     >>> sent = 7 / 8 * 2 * 8192 * 6144
     >>> t = collective_seconds(Collective.ALL_GATHER, 8, sent, LinkTime(300e9, True), p)
     >>> round(t * 1e6, 1)  # µs: 32.2 of latency, 367.0 of bytes
@@ -463,13 +457,16 @@ def collective_time(
     Inside the NVLink domain (``scaleup``) of a part with a published bus-bandwidth curve an
     all-reduce, all-gather or reduce-scatter takes ``sent_bytes / busbw(S)`` — the buffer
     ``S = sent_bytes / ring_share`` read on the curve (:func:`published_busbw`), which measured
-    the whole call, latency included; below the curve's smallest size, the smallest size's time
-    (a latency floor). Elsewhere (across nodes, all-to-all, point-to-point, parts without a
-    curve) NCCL's latency plus the bytes at the link's efficiency (Hockney's α-β model); an
-    all-reduce NCCL runs as NVLS on these NVLinks (:func:`model.nvls.nvls_ring`) at its speed-up.
-    ``per_domain``: the group's members in each NVLink domain, whose ring steps between them
-    ride NVLink (:func:`collective_latency`; 1: every step crosses the network); ``domains``: the
-    group's NCCL node count (:attr:`LinkTime.domains`; 0: ``⌈group ∕ per_domain⌉``).
+    the whole call, latency and NCCL's choice of protocol included; below the curve's smallest
+    size, the smallest size's time (a latency floor). Elsewhere those three take the time of
+    the algorithm and protocol NCCL's tuner picks (:func:`model.nccl_tuner.tuned_seconds`: the
+    ring in LL, LL128 or Simple, the all-reduce's tree, NVLS where :func:`model.nvls.nvls_ring`
+    says NCCL runs it), the Simple ring's bus bandwidth the link's at its efficiency; on a part
+    NCCL does not run on (:func:`model.nccl_tuner.nccl_arch`), and for an all-to-all or a send,
+    NCCL's Simple latency plus the bytes at the link's efficiency (Hockney's α-β model;
+    :func:`collective_latency`). ``per_domain``: the group's members in each NVLink domain
+    (1: every step crosses the network); ``domains``: the group's NCCL node count
+    (:attr:`LinkTime.domains`; 0: ``⌈group ∕ per_domain⌉``).
 
     ``other``: ``(bandwidth, scaleup, per_domain, domains)`` of the axis's groups on another
     number of domains (:func:`model.rank_groups.other_placement`). NCCL tunes each group's
@@ -482,12 +479,18 @@ def collective_time(
                                 domains)  # fmt: skip
         second = collective_time(kind, group_size, sent_bytes, *other[:2], p, *other[2:])
         return maximum(first, second)
-    efficiency = where(scaleup, p.scaleup_efficiency, p.scaleout_efficiency)
+    busbw = bandwidth * where(scaleup, p.scaleup_efficiency, p.scaleout_efficiency)
     on = kind is Collective.ALL_REDUCE and p.nvls_allreduce_speedup != 1
     nvls = nvls_ring_on_link(p.part, bandwidth, scaleup, group_size) if on else False
-    efficiency = efficiency * where(nvls, p.nvls_allreduce_speedup, 1)
-    latency = collective_latency(kind, group_size, scaleup, p, per_domain, domains)
-    seconds = latency + transfer_seconds(sent_bytes, bandwidth * efficiency)
+    if kind in TUNED and nccl_arch(p.part):
+        faster = busbw * where(nvls, p.nvls_allreduce_speedup, 0.0)
+        seconds = tuned_seconds(str(kind), group_size, sent_bytes, bandwidth, busbw, scaleup,
+                                p.part, per_domain, domains, faster)  # fmt: skip
+        seconds = where(bandwidth > 0, seconds, transfer_seconds(sent_bytes, bandwidth))
+    else:
+        latency = collective_latency(kind, group_size, scaleup, p, per_domain, domains)
+        rate = busbw * where(nvls, p.nvls_allreduce_speedup, 1)
+        seconds = latency + transfer_seconds(sent_bytes, rate)
     if p.busbw_curve and kind in _CURVE_KINDS:
         share = ring_share(kind, group_size)
         smallest = p.busbw_curve[0][0]

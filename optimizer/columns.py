@@ -120,7 +120,7 @@ class ShapeColumns:
                     out[axis][6][n] = link.other_domains
             return out
         orders = v["rank_order"].tolist()
-        domain = cluster.nvlink_domain
+        domain, node = cluster.nvlink_domain, cluster.nccl_node
         for order in dict.fromkeys(orders):
             rows = np.array([o == order for o in orders])
             degrees = {a: v[a][rows] for a in ("tp", "cp", "ep", "dp", "pp")}
@@ -135,9 +135,9 @@ class ShapeColumns:
                 out[axis][1][rows] = in_one_domain(span, total, domain)
                 out[axis][2][rows] = span
                 out[axis][3][rows] = members_in_domain(stride, size, total, domain)
-                out[axis][4][rows] = nodes_in_domain(stride, size, total, domain)
+                out[axis][4][rows] = nodes_in_domain(stride, size, total, domain, node)
                 out[axis][5][rows], out[axis][6][rows] = other_in_domain(
-                    stride, size, total, domain
+                    stride, size, total, domain, node
                 )
         return out
 

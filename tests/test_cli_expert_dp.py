@@ -42,7 +42,11 @@ BUCKETS = math.ceil(EXPERTS_PER_GPU / max(40_000_000, 1_000_000 * 256))
 
 LATENCY = 8.4e-6 + 31 * 14e-6
 """One ring reduce-scatter or all-gather over 32 ranks across nodes: NCCL's base latency
-8.4 µs plus 31 steps of 14 µs (model.roofline.collective_latency): 442.4 µs."""
+8.4 µs plus 31 steps of 14 µs (model.roofline.collective_latency): 442.4 µs. NCCL's tuner
+(model/nccl_tuner.py) keeps Simple: LL128's 14 + 31 × 8.5 µs (one rank a node: the tree's
+network hop) = 277.5 µs saves 164.9 µs, but its bytes at min(0.92 × 48, 2 × 36.7) = 44.16 GB/s
+cost 936.2 MB (a reduce-scatter's) or 468.1 MB (an all-gather's) × (1/44.16 − 1/48) ns a byte
+more: 1.70 or 0.85 ms."""
 
 
 @pytest.fixture(scope="module")
@@ -73,10 +77,23 @@ def test_dense_row_keeps_eight_nics(runs):
     assert dense == 1_541_093_376
     assert dp["bytes_per_step"] == 6 * dense * 255 // 256
     # 8 members a node, 8 NICs: 384 GB/s; ⌈P / 2.56e8⌉ = 7 buckets, each collective NCCL's
-    # ring over 32 nodes, 31 of its 255 steps between nodes (model/nccl_latency.py):
-    # 8.4 µs + 31 × 14 µs + 224 × 3.4 µs = 1.2040 ms (3.5784 ms with all 255 at 14 µs)
+    # ring over 32 nodes, 31 of its 255 steps between nodes (model/nccl_latency.py), in the
+    # protocol NCCL's tuner picks (src/graph/tuning.cc ncclTopoTuneModel, src/enqueue.cc
+    # topoGetAlgoInfo: the least latency + bytes ÷ bandwidth; model/nccl_tuner.py).
+    # Simple: 8.4 µs + 31 × 14 µs + 224 × 3.4 µs = 1.2040 ms (3.5784 ms with all 255 at
+    # 14 µs), the bytes at 384 GB/s. LL128: baseLat 14 µs + 31 × 4.0 µs (hwLat[NET][RING]) +
+    # 224 × 1.9 µs (hwLat[NVLINK][RING], above getNetOverhead's 1 µs) = 563.6 µs, the bytes at
+    # min(0.92 × 384, 8 channels × perChMaxRingLL128Bw 36.7) = 293.6 GB/s (the ring graph's 8
+    # channels, model.nccl_tuner.ring_graph). LL128's 640.4 µs less latency outweighs its
+    # slower bytes below 640.4 µs ÷ (1/293.6 − 1/384) ns a byte = 798.7 MB sent a rank: each
+    # bucket's fp32 reduce-scatter (4/6 of the bytes ÷ 7: 877.2 MB) runs in Simple, its bf16
+    # all-gather (2/6 ÷ 7: 438.6 MB) in LL128. (LL's bytes at min(llMaxBw 20.4, 0.5 × 384)
+    # GB/s are slower still.)
     assert math.ceil(dense / 2.56e8) == 7
-    want = dp["bytes_per_step"] / (8 * NIC) + 2 * 7 * (8.4e-6 + 31 * 14e-6 + 224 * 3.4e-6)
+    reduce, gather = dp["bytes_per_step"] * 4 / 6, dp["bytes_per_step"] * 2 / 6
+    assert reduce / 7 > 798.6e6 > gather / 7
+    simple, ll128 = 8.4e-6 + 31 * 14e-6 + 224 * 3.4e-6, 14e-6 + 31 * 4.0e-6 + 224 * 1.9e-6
+    want = reduce / (8 * NIC) + 7 * simple + gather / (8 * 36.7e9) + 7 * ll128
     assert (dp["group_size"], dp["link"]) == (256, "scale-out")
     assert dp["seconds"] == pytest.approx(want, rel=1e-12)
 
@@ -86,13 +103,15 @@ def test_step_and_exposure(runs):
     share, and the rows' exposed seconds are the step's exposed dp. Before: the 30.27 GB timed
     together on the dense group's 8 NICs, 0.229 s, 54.8 ms exposed, step 1.379 s. The step
     1.5197 → 1.4864 s when the dense group's ring latency counted only its steps between nodes
-    at the network's 14 µs (above)."""
+    at the network's 14 µs (above); 1.4864 → 1.4844 s when NCCL's tuner runs the dense group's
+    all-gathers in LL128 (above: 40.842 → 38.820 ms of dense-group collectives; the exposed
+    comm 428.55 → 426.53 ms, the whole 2.02 ms)."""
     d = json.loads(runs["json"].stdout)
     rows = {r["axis"]: r for r in d["traffic"]}
     assert rows["dp"]["overlap"] == pytest.approx(rows["edp"]["overlap"], rel=1e-12)
     exposed = sum(r["exposed_seconds"] for r in d["traffic"])
     assert exposed == pytest.approx(d["time"]["exposed_comm_s"], rel=1e-12)
-    assert d["time"]["step_s"] == pytest.approx(1.4864, abs=1e-4)
+    assert d["time"]["step_s"] == pytest.approx(1.4844, abs=1e-4)
 
 
 def test_text_table_shows_the_expert_group(runs):

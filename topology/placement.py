@@ -87,16 +87,17 @@ class AxisLink:
     a domain through (:func:`model.step_time.rings_bandwidth`); 0 for ``none`` (and for a bare
     link built without a placement: the span's closed form then)."""
     domains: int = 0
-    """NVLink domains the slowest group's ranks lie on, as NCCL counts a communicator's nodes
-    (:func:`model.rank_groups.nccl_nodes`): 1 on ``nvlink``; what its ring's network steps
-    read (:func:`model.nccl_latency.steps_latency`); 0 for ``none`` and a bare link
-    (``⌈group_size ∕ per_domain⌉`` then)."""
+    """NCCL's nodes the slowest group's ranks lie on (``comm->nNodes``,
+    :func:`model.rank_groups.nccl_nodes` over :attr:`model.hardware.ClusterLinks.nccl_node`:
+    the NVLink domains, or the hosts where a host holds several): 1 on ``nvlink``; what its
+    ring's network steps read (:func:`model.nccl_latency.steps_latency`); 0 for ``none`` and a
+    bare link (``⌈group_size ∕ per_domain⌉`` then)."""
     other_per_domain: int = 0
     """Of the axis's groups on another number of domains than ``domains``, the fewest members
     in one domain (:func:`model.rank_groups.other_placement`); 0 where every group lies on
     ``domains`` domains (and for ``none``, a bare link)."""
     other_domains: int = 0
-    """The domains those groups lie on (1: inside one domain, on NVLink); 0 as above. Each
+    """NCCL's nodes those groups lie on (1: inside one domain, on NVLink); 0 as above. Each
     collective takes the slower of the two groups (:func:`model.roofline.collective_time`)."""
 
 
@@ -310,6 +311,7 @@ def axis_links(
             f"the layout needs G = {total}"
         )
     domain = links.nvlink_domain if graph is None else graph.graph["nvlink_domain"]
+    node = links.nccl_node if graph is None else 0
     out: dict[str, AxisLink] = {}
     for axis in axes:
         stride, size = stride_size(d, axis, order)
@@ -325,8 +327,8 @@ def axis_links(
             assert isinstance(links, ClusterLinks)
             bandwidth = two_tier_bandwidth(span, links, total)
         per_domain = fewest_in_domain(stride, size, total, domain)
-        nodes = nccl_nodes(stride, size, total, domain)
-        other = other_placement(stride, size, total, domain)
+        nodes = nccl_nodes(stride, size, total, domain, node)
+        other = other_placement(stride, size, total, domain, node)
         out[axis] = AxisLink(axis, size, span, link, bandwidth, per_domain, nodes, *other)
     return out
 

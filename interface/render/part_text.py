@@ -5,9 +5,28 @@ where its figures come from, and which catalogue part's per-part rates stand for
 from __future__ import annotations
 
 from trainplan.model.hardware import DeviceSpec
+from trainplan.model.nccl_tuner import nccl_arch
 from trainplan.model.roofline import generation_of
 
-__all__ = ["part_sentences", "rates_of"]
+__all__ = ["part_sentences", "rates_of", "collectives_said"]
+
+
+def collectives_said(part: str) -> str:
+    """How the step time times collectives off the published curves on ``part``
+    (:func:`model.roofline.collective_time`): on a part NCCL runs on, an all-reduce, all-gather
+    or reduce-scatter at the algorithm and protocol NCCL's tuner picks (:mod:`model.nccl_tuner`);
+    else, and for all-to-alls and sends, NCCL's Simple latency.
+
+    >>> collectives_said("MI300X")
+    'NCCL latency + bytes /'
+    """
+    if not nccl_arch(part):
+        return "NCCL latency + bytes /"
+    return (
+        "as NCCL's tuner runs them (all-reduce, all-gather, reduce-scatter: the ring or tree in "
+        "LL, LL128 or Simple; all-to-alls and sends NCCL's Simple latency + bytes), Simple's "
+        "bus bandwidth"
+    )
 
 
 def rates_of(part: str) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainplan.model.rank_groups import members_in_domain, nodes_in_domain
+from trainplan.model.rank_groups import members_in_domain, nccl_node_size, nodes_in_domain
 from trainplan.model.step_time import link_time_of
 from trainplan.model.terms.fields import (
     Context,
@@ -67,6 +67,7 @@ def cp_clock_links(c: Context, f: Fields, r: Any, u: Any, bw: Any, up: Any) -> t
         return bw, up, g, n, bw, up, g
     link, d = f.link("cp"), c.gpu
     domain, fast = d.placement_domain or d.gpus_per_node, d.nvlink_bytes_per_s
+    node = nccl_node_size(d.gpus_per_node, d.placement_domain)
     tier = as_float(link.bandwidth if link.bandwidth is not None else 0.0)
     inside_bw = where(link.nvlink, tier, fast)
     size = where(link.group_size > 1, link.group_size, 2)
@@ -77,8 +78,8 @@ def cp_clock_links(c: Context, f: Fields, r: Any, u: Any, bw: Any, up: Any) -> t
     for all_to_all, (s, k) in ((False, ring), (True, inner)):
         k = where(hybrid, k, 1)
         members = members_in_domain(s, k, total, domain)
-        nodes = nodes_in_domain(s, k, total, domain)
-        one = nodes == 1
+        one = nodes_in_domain(s, k, total, domain) == 1
+        nodes = where(one, 1, nodes_in_domain(s, k, total, domain, node))
         rate, scaleup = link_time_of(
             where(one, inside_bw, tier), one, s * k, k, fast, domain, all_to_all, None, members
         )

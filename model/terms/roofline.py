@@ -151,7 +151,7 @@ def other_link(c: Context, f: Fields, axis: str) -> tuple[Any, Any, Any, Any]:
     bandwidth, scaleup = axis_link(c, f, axis)
     members, domains = axis_members(c, f, axis), axis_domains(c, f, axis)
     placed = link.other_domains > 0
-    inside = placed & (link.other_domains == 1)
+    inside = placed & (link.other_per_domain == link.group_size)
     nic = as_float(link.bandwidth if link.bandwidth is not None else 0.0)
     tier = where(inside, as_float(d.nvlink_bytes_per_s or 0.0), nic)
     others = where(placed, link.other_per_domain, 1)

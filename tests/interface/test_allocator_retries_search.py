@@ -37,7 +37,19 @@ over 256 nodes at 4 a node, 8.4 + 255 × 14 + 768 × 3.4 = 6,189.6 µs a call wh
 15.675083 − 252 × 28.6664 ms + 378 × 9.6712 ms = 12.106864 s, 2.893117 s, 56.064 s. The retry
 layout is now 1.04 % faster; the search still answers the clean fit unless retries are accepted.
 
-Each search is its own process (``python -m trainplan``, ~20 s of table building each).
+Then NCCL's tuner picked each call's protocol (model/nccl_tuner.py: ``ncclTopoTuneModel``,
+``topoGetAlgoInfo``). The clean fit's c less its latency, 10.786777 − 378 × 6.1896 ms =
+8.447108 s at 192 GB/s, is half its 126 reduce-scatters' bytes and half its 252 all-gathers':
+6,435,891,884 and 3,217,945,942 B a call. In LL128 (14 + 255 × 4.0 + 768 × 1.9 = 2,493.2 µs,
+the bytes at min(0.92 × 192, 8 channels × 36.7) = 176.64 GB/s) they take 38,928.3 and
+20,710.7 µs against Simple's 39,709.9 and 22,949.7: both LL128, c = 10.124069 s, φ × c =
+2.419298 s, 56.490 s. The retry layout's, 12.106864 − 378 × 9.6712 ms = 8.451150 s at 384 GB/s,
+12,877,943,435 and 6,438,971,717 B a call; LL128 (14 + 255 × 4.0 + 1,792 × 1.9 = 4,438.8 µs, the
+bytes at min(0.92 × 384, 8 × 36.7) = 293.6 GB/s) 48,301.0 and 26,369.9 µs against 43,207.5 and
+26,439.4: the reduce-scatters stay Simple, the all-gathers LL128, c = 12.089362 s, 2.888934 s,
+56.060 s. The retry layout is 0.77 % faster; the layouts and the answers are as before.
+
+Each search is its own process (``python -m trainplan``), at pp 1 and cp 1, where both answers are.
 """
 
 from __future__ import annotations
@@ -50,6 +62,14 @@ from tests.cli_runs import refusal, run_many
 ARGS = ("search", "--model", "llama3-405b", "--gpus", "2048", "--framework", "fsdp2", "--pp", "1",
         "--cp", "1", "--json")  # fmt: skip
 CAPACITY = 83_210_009_600  # H100-SXM: 81,559 MiB as the driver reports it, less the reserve
+
+
+def _ring_bytes(c: float, latency: float, busbw: float) -> tuple[float, float]:
+    """A rank's bytes in one reduce-scatter and in one all-gather of the dp ring: ``c`` less
+    its 378 calls' Simple latency is half the 126 reduce-scatters' bytes at ``busbw`` and half
+    the 252 all-gathers'."""
+    half = (c - 378 * latency) * busbw / 2
+    return half / 126, half / 252
 
 
 def test_405b_fsdp2_search_answers_the_clean_fit_unless_retries_are_accepted():
@@ -71,8 +91,14 @@ def test_405b_fsdp2_search_answers_the_clean_fit_unless_retries_are_accepted():
     phi = 1 - 1 / 1.314
     c = 12.058369 - 252 * 14330.4e-6 + 378 * 6189.6e-6
     assert round(c, 6) == 10.786777 and round(phi * c, 6) == 2.577662
-    assert round(54.068135 + 2.577662 + 0.002536, 3) == 56.648
-    assert round(clean["time"]["step_s"], 3) == 56.648
+    assert round(54.068135 + 2.577662 + 0.002536, 3) == 56.648  # before NCCL's tuner
+    (rs, ag), simple = _ring_bytes(c, 6189.6e-6, 192e9), 6189.6e-6
+    ll128 = 14e-6 + 255 * 4e-6 + 768 * 1.9e-6  # the bytes at 176.64 GB/s
+    c -= 126 * (simple + rs / 192e9 - ll128 - rs / 176.64e9)
+    c -= 252 * (simple + ag / 192e9 - ll128 - ag / 176.64e9)
+    assert round(c, 6) == 10.124069 and round(phi * c, 6) == 2.419298
+    assert round(54.068135 + 2.419298 + 0.002536, 3) == 56.490
+    assert round(clean["time"]["step_s"], 3) == 56.490
     m = clean["memory"]
     assert m["allocator_retries"] is False and m["reserved_over_bytes"] == 0
     assert m["reserved_bytes"] + m["communicator_bytes"] <= CAPACITY
@@ -95,8 +121,13 @@ def test_405b_fsdp2_search_answers_the_clean_fit_unless_retries_are_accepted():
     assert (lay["dp"], lay["tp"], lay["micro_batch_size"], lay["recompute"]) == (2048, 1, 1, "full")
     c = 15.675083 - 252 * 28666.4e-6 + 378 * 9671.2e-6
     assert round(c, 6) == 12.106864 and round(phi * c, 6) == 2.893117
-    assert round(53.168740 + 2.893117 + 0.002536, 3) == 56.064
-    assert round(retried["time"]["step_s"], 3) == 56.064
+    assert round(53.168740 + 2.893117 + 0.002536, 3) == 56.064  # before NCCL's tuner
+    ag = _ring_bytes(c, 9671.2e-6, 384e9)[1]
+    ll128 = 14e-6 + 255 * 4e-6 + 1792 * 1.9e-6  # the bytes at 293.6 GB/s
+    c -= 252 * (9671.2e-6 + ag / 384e9 - ll128 - ag / 293.6e9)
+    assert round(c, 6) == 12.089362 and round(phi * c, 6) == 2.888934
+    assert round(53.168740 + 2.888934 + 0.002536, 3) == 56.060
+    assert round(retried["time"]["step_s"], 3) == 56.060
     m = retried["memory"]
     assert m["allocator_retries"] is True and m["fits"] is True
     # the communicators with their set-up: the world ring of torchtitan's barrier after step 1

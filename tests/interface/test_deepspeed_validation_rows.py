@@ -29,8 +29,10 @@ _PARAMS = (
     "busbw_curve",
     "busbw_curve_link_gbps",
     "kernel_overhead_s",
+    "part",
 )
-"""The roofline figures the report states, to time a collective as the model did."""
+"""The roofline figures the report states, to time a collective as the model did (the part:
+NCCL's tuner, model.nccl_tuner, for its generation)."""
 
 
 def _report(key: str, **extra: object) -> dict[str, Any]:
@@ -79,8 +81,12 @@ def test_mt_nlg_pipeline_messages_by_hand() -> None:
     2,048 · 20,480 · 2 / 8 = 10,485,760 B across nodes (8.4 + 14 µs + the bytes at 0.96 of 25
     GB/s = 459.307 µs), each gather 7 shares over NVLink plus its zeros and clone, 3 ×
     83,886,080 B at 0.9 of 2.039 TB/s + 2 × 3 µs; 4m + 2pp − 8 = 1,022 transfers and 3m + 3pp −
-    8 = 817 gathers; the tied embedding's FP16 gradient (6,400 · 20,480 per GPU) all-reduced
-    between the first and the last stage once."""
+    8 = 817 gathers; the tied embedding's FP16 gradient (6,400 · 20,480 per GPU, 262,144,000 B)
+    all-reduced between the first and the last stage once, one rank on each of 2 nodes: NCCL's
+    tuner (model.nccl_tuner) runs it as the ring in Simple, (8.4 + 2 × 14) × 1.4 µs (the
+    ring's plateau) and the buffer at 0.96 × 25 GB/s, 10,973.63 µs (the tree's 36.4 µs comes
+    with min(0.92 × 24, 1 × 23.6) × 0.5 × 0.9 GB/s; the model before paid the tree's latency
+    with the ring's bandwidth, 10,959.07 µs)."""
     report = _report("mt-nlg-530b/280-nodes")
     pp_row = next(r for r in report["traffic"] if r["axis"] == "pp")
     p = RooflineParams(**{k: report["time"]["roofline"][k] for k in _PARAMS})
@@ -91,4 +97,5 @@ def test_mt_nlg_pipeline_messages_by_hand() -> None:
     gather = collective_time(Collective.ALL_GATHER, 8, 7 * share, 300e9, True, p)
     gather += 3 * 8 * share / (0.9 * 2.039e12) + 2 * 3e-6
     tied = collective_time(Collective.ALL_REDUCE, 2, 2 * 6400 * 20480, 25e9, False, p)
+    assert tied == pytest.approx((8.4 + 2 * 14) * 1.4e-6 + 262_144_000 / 24e9, rel=1e-12)
     assert pp_row["exposed_seconds"] == pytest.approx(1022 * send + 817 * gather + tied)

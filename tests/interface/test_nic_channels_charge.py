@@ -22,12 +22,17 @@ def test_slower_nics_run_half_the_channels_and_hold_fewer_sm_seconds() -> None:
     puts 4 × 24 = 96 and 2 × 24 = 48 GB/s through the node's two NICs: both counts run the NICs
     at their rate, so the collective's time at the link's rate is NCCL's. The kernel's grid is
     its channels (``src/enqueue.cc``, ``dim3 grid = {nChannels}``), each block held for the
-    whole collective: φ 8 blocks 0.15038, 4 blocks 0.07519. The dp traffic hides under the
-    26.603 s of computation either way, so it costs φ·a: 0.15038 × 11.8127 = 1.7764 s at 50,
-    0.07519 × 20.2600 = 1.5234 s at 25 — 8 × 11.81 = 94.5 block-seconds against 4 × 20.26 =
-    81.0 — and the step falls by 0.2530 s with the slower NICs (30.1879 → 29.9348 s). Faithful to
-    NCCL's channel rule, kept; at 12.5 GB/s the traffic (37.15 s) outlasts the computation and
-    the step rises to 44.333 s."""
+    whole collective: φ 8 blocks 0.15038, 4 blocks 0.07519. NCCL's tuner (model.nccl_tuner) runs
+    the calls (3.2 GB reduce-scatters, 1.6 GB all-gathers a rank) as the ring in LL128, 14 +
+    511 × 4.0 + 512 × 1.9 = 3,030.8 µs of latency against Simple's 8.4 + 511 × 14 + 512 × 3.4
+    = 8,903.2 µs, at min(0.92 × 96, 4 × 36.7) = 88.32 GB/s at 50 and min(0.92 × 48, 2 × 36.7) =
+    44.16 GB/s at 25; at 12.5 GB/s the reduce-scatters run Simple (24 GB/s against LL128's
+    22.08). The dp traffic hides under the 26.603 s of computation either way, so it costs φ·a:
+    0.15038 × 10.3275 = 1.5531 s at 50, 0.07519 × 19.5093 = 1.4669 s at 25 — 8 × 10.33 = 82.6
+    block-seconds against 4 × 19.51 = 78.0 — and the step falls by 0.0861 s with the slower
+    NICs (29.9645 → 29.8784 s; 30.1879 → 29.9348 s with every call in Simple, 11.8127 and
+    20.2600 s of traffic). Faithful to NCCL's channel rule, kept; at 12.5 GB/s the traffic
+    (37.14 s) outlasts the computation and the step rises to 44.322 s."""
     h100 = nvlink_node("H100-SXM", 450e9)
     assert [collective_channels(2, 512, x * 1e9, h100) for x in (50, 25, 12.5)] == [8, 4, 4]
     base = {"model": "llama3-405b", "gpu": "H100-SXM", "framework": "fsdp2", "zero_stage": 3,
@@ -44,9 +49,9 @@ def test_slower_nics_run_half_the_channels_and_hold_fewer_sm_seconds() -> None:
     assert dps[50][1] == pytest.approx(0.15038232795 * dps[50][0], rel=1e-9)
     assert dps[25][1] == pytest.approx(0.07519116398 * dps[25][0], rel=1e-9)
     assert (dps[50][0], dps[25][0]) == (
-        pytest.approx(11.8127, abs=1e-4),
-        pytest.approx(20.2600, abs=1e-4),
+        pytest.approx(10.3275, abs=1e-4),
+        pytest.approx(19.5093, abs=1e-4),
     )
-    assert steps[50] == pytest.approx(30.1879, abs=1e-4)
-    assert steps[25] == pytest.approx(29.9348, abs=1e-4)
-    assert steps[12.5] == pytest.approx(44.3326, abs=1e-4)
+    assert steps[50] == pytest.approx(29.9645, abs=1e-4)
+    assert steps[25] == pytest.approx(29.8784, abs=1e-4)
+    assert steps[12.5] == pytest.approx(44.3218, abs=1e-4)

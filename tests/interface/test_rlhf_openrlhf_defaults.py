@@ -50,7 +50,15 @@ def test_deepspeed_engine_takes_openrlhfs_095_by_default():
     more, 351.9 s. The actor's dp collectives (64 ranks, 8 on each of 8 nodes) at NCCL's latency
     by placement, only the ring's 7 steps between nodes at the network's 14 µs (an all-gather
     8.4 + 7 × 14 + 56 × 3.4 = 296.8 µs a call where 890.4 were charged; model/nccl_latency.py):
-    0.010 s less, 351.9 s."""
+    0.010 s less, 351.9 s. Under NCCL's tuner (model/nccl_tuner.py: ``ncclTopoTuneModel``,
+    ``ncclTopoGetAlgoTime``) the actor's 16 bucket all-reduces of its bf16 gradients
+    (⌈7,615,616,512 ∕ 5e8⌉, DeepSpeed's ``reduce_bucket_size``; 1,874,155,626 B sent a rank each)
+    had the tree's latency, 8.4 + 2 × (7 × 4.0 + 3 × 14) = 148.4 µs, with the ring's bandwidth;
+    timed whole, the tree's bytes at half its bus bandwidth, 0.5 × min(0.92 × 384, 8 × 36.0) =
+    144 GB/s (6,759.2 µs), lose to the ring in Simple, its latency × 1.4 once the buffer is
+    past the plateau, (8.4 + 2 × (7 × 14 + 56 × 3.4)) × 1.4 = 819.28 µs, and the bytes at
+    384 GB/s (5,699.9 µs; LL128 6,666.2): 670.88 µs more a call, +10.7 ms, 351.9 s. The
+    all-gathers (937.1 MB a rank) stay Simple ring, as timed before."""
     eng, plan = _engine("deepspeed")
     assert eng.option.fraction == Fraction(19, 20) == default_fraction(False, Framework.DEEPSPEED)
     assert eng.budget_bytes == Fraction(19, 20) * HBM
@@ -67,6 +75,7 @@ def test_deepspeed_engine_takes_openrlhfs_095_by_default():
     assert adds == pytest.approx(1.308, abs=1e-3)
     step_s = float(plan.step_s)
     placed = -0.0097  # the actor's dp rings' latency by their placement
+    placed += 16 * ((8.4 + 2 * (7 * 14 + 56 * 3.4)) * 1.4 - 148.4) * 1e-6  # NCCL's tuner: 0.0107
     assert not plan.fits and step_s == pytest.approx(333.775 + ar + ends + adds + placed, abs=1e-3)
     assert round(step_s, 1) == 351.9
     split, _ = _engine("deepspeed", rollout_gpus=16)

@@ -125,7 +125,12 @@ def test_combined_1f1b_pays_hybrideps_sms() -> None:
     """The combined-1F1B case below (Qwen3-30B-A3B, 64 H100s, dp 64, ep 8, m = 16, 1/16
     unpaired, every paired phase hidden) under HybridEP: its 24 SMs in one NVLink domain,
     φ = 0.25926, so exposed = T·(1 + 15·φ)/16 = 0.30556·T (T = 0.81715 s: 0.24969 s), with or
-    without the NCCL charge: the step 4.3835 s (4.4132 s while the dp group's ring calls
+    without the NCCL charge: the step 4.3823 s (4.3835 s before NCCL's tuner ran the dp
+    group's all-gathers, 121,361,103 B a rank, as the ring in LL128: 14 + 7 × 4.0 + 56 × 1.9 =
+    148.4 µs and the bytes at min(0.92 × 384, 8 × 36.7) = 293.6 GB/s, 561.76 µs a call where
+    Simple took 296.8 µs + the bytes at 384 GB/s, 612.84 µs, model.nccl_tuner; its
+    reduce-scatters, 242.7 MB, and the expert group's, one rank a node, stay Simple; 4.4132 s
+    while the dp group's ring calls
     charged all 63 steps the network's 14 µs where its 64 ranks lie 8 on each of 8 nodes and
     NCCL's model charges 7: 8.4 + 7 × 14 + 56 × 3.4 = 296.8 µs a call, not 890.4; 4.4034 s
     before the rows' probabilities, T = 0.78282 s; 4.3811 s when T was NCCL's rule, 0.70511
@@ -158,7 +163,7 @@ def test_combined_1f1b_pays_hybrideps_sms() -> None:
         assert row.seconds == pytest.approx(hidden * moved, abs=5e-6)
         assert row.seconds == pytest.approx(0.81715, abs=5e-6)
         assert row.exposed_seconds == pytest.approx(row.seconds * (1 + 15 * phi) / 16, rel=1e-5)
-        assert est.step_s == pytest.approx(4.3835, abs=5e-5)
+        assert est.step_s == pytest.approx(4.3823, abs=5e-5)
 
 
 def _axis(est, axis: str):  # noqa: ANN001, ANN202 - an Estimate's traffic row
@@ -180,7 +185,8 @@ def test_combined_1f1b_pays_the_dispatchers_sms(
     (dispatch + combine) exposed = T·(1/16 + 15/16·φ): NCCL's all-to-all in one H100 node on
     its 32 point-to-point blocks (the ring's 24 rounded up), φ = 1 − 1/1.542 = 0.35149 with the
     charge, T/16 without (T = 1.06507 s: 1.06507 × 6.27237/16 = 0.41753 s against 0.06657 s,
-    the step 4.4769 → 4.8059 s, 4.5066 → 4.8356 s with every dp ring step at 14 µs; 4.7303 s
+    the step 4.4756 → 4.8047 s; 4.4769 → 4.8059 s before NCCL's tuner ran the dp group's
+    all-gathers in LL128, above; 4.5066 → 4.8356 s with every dp ring step at 14 µs; 4.7303 s
     when it was charged NVLS's 16 blocks, 0.23896);
     DeepEP's at 0.24911 either way (T = 0.78014 s, a token sent once to each rank holding one
     of its experts, at DeepEP's H800 kernel rate scaled to the H100's NVLink, model.ep_kernels,
@@ -199,8 +205,8 @@ def test_combined_1f1b_pays_the_dispatchers_sms(
         assert t == pytest.approx(0.77409 * (4 * 4096 + 128) / (4 * 4096), abs=5e-6)
     if dispatcher == "alltoall":
         assert t == pytest.approx(1.06507, abs=5e-6)
-        assert (off.step_s, on.step_s) == (pytest.approx(4.4769, abs=5e-5),
-                                           pytest.approx(4.8059, abs=5e-5))  # fmt: skip
+        assert (off.step_s, on.step_s) == (pytest.approx(4.4756, abs=5e-5),
+                                           pytest.approx(4.8047, abs=5e-5))  # fmt: skip
 
 
 def test_every_layer_kind_pays_the_async_tp_charge() -> None:
@@ -415,13 +421,19 @@ def test_the_charge_prices_megatron_fsdp_per_micro_batch_traffic() -> None:
     tp 4, Megatron-FSDP (ZeRO-3), b 1, B 2048, so m = 2048 / 16 = 128. Megatron-FSDP
     reduce-scatters every micro-batch under optim_grads_params and all-gathers each unit in
     forward and again in backward (Megatron-LM d98e8a64dd megatron_fsdp.py, ``no_sync``), on
-    side streams beside the layers' GEMMs: 199.080 s of dp traffic a step beside 228.833 s of
-    computation. Each micro-batch sends 1.3782 s of bytes (2 B a parameter gathered for the
-    forward, 2 B again for the backward, 4 B of FP32 gradients) in 442 reduce-scatter buckets
+    side streams beside the layers' GEMMs: 198.105 s of dp traffic a step beside 228.833 s of
+    computation (199.080 s before NCCL's tuner ran the all-gathers in LL128, below). Each
+    micro-batch sends 1.3782 s of bytes (2 B a parameter gathered for the forward, 2 B again
+    for the backward, 4 B of FP32 gradients) in 442 reduce-scatter buckets
     and 442 all-gather calls a pass, each call 8.4 + 7 × 14 + 8 × 3.4 = 133.6 µs of NCCL
     latency (the dp group's 16 ranks 2 on each of 8 nodes: 7 of the ring's 15 steps cross the
     network): 1.3782 + 1326 × 133.6 µs = 1.5553 s (1.5712 s, 201.117 s a step, when both
-    passes' gathers shared 442 calls at 8.4 + 15 × 14 = 218.4 µs). Its forward's gathers,
+    passes' gathers shared 442 calls at 8.4 + 15 × 14 = 218.4 µs). NCCL's tuner
+    (model.nccl_tuner) runs the all-gathers, 74,832,287 B a rank, as the ring in LL128: 14 + 7
+    × 4.0 + 8 × 1.9 = 57.2 µs and the bytes at min(0.92 × 96, 4 × 36.7) = 88.32 GB/s, 904.49 µs
+    a call against Simple's 913.12; the reduce-scatters, 149,664,573 B, stay Simple: a
+    micro-batch 1.3782/2 + 442 × 133.6 µs + 1.3782/2 × 96/88.32 + 884 × 57.2 µs = 1.5477 s,
+    198.105 s a step. The figures below are those of Simple alone. Its forward's gathers,
     1.3782/4 + 442 × 133.6 µs = 0.4036 s, under the forward's third of the 1.9453 s
     micro-batch (operations and exposed tp, no recomputation: 0.6484 s), the backward's
     gathers and reduce-scatter, 1.1517 s, under its two thirds, 1.2969 s. Uncharged both hide,
@@ -435,20 +447,21 @@ def test_the_charge_prices_megatron_fsdp_per_micro_batch_traffic() -> None:
     reduce-scatters on: at tp 4 the dp group of 16 has 2 ranks on each of 8 nodes, a ring of
     2 search channels at 48 GB/s (400 Gb/s NICs behind PCIe Gen5), duplicated to 4 at 24 GB/s,
     doubled by Postset: 8 blocks, φ = 1 − 1/1.177 = 0.15038 (NVLS does not run a reduce-scatter
-    or all-gather across nodes), so 0.15038 × 199.080 = 29.938 s exposed (48.06 s at NVLS's
+    or all-gather across nodes), so 0.15038 × 199.080 = 29.938 s exposed (29.792 s of the
+    198.105 s the tuner's protocols give; 48.06 s at NVLS's
     16 blocks, 0.23896, as charged before). The tp 4 layers' asynchronous all-gathers and
     reduce-scatters (sequence parallelism) run as rings on the node's 24 channels, φ = 1 −
     1/1.350 = 0.25926: of the tp row's 33.603 s, 20.168 s wait uncharged and the other 13.436 s
     are hidden whole, so charged 20.168 + 0.25926 × 13.436 = 23.651 s wait (+3.483 s). The
-    step 249.233 → 282.436 s (+29.720 + 3.483 s; 249.244 → 282.742 s with the 201.117 s of dp
-    traffic, 300.282 s before that). (The cross-entropy's
+    step 249.233 → 282.289 s (+29.573 + 3.483 s; 282.436 s in Simple alone; 249.244 →
+    282.742 s with the 201.117 s of dp traffic, 300.282 s before that). (The cross-entropy's
     all-reduces over the 4 GPUs run as rings, NCCL's tuner: NVLS's 240 GB/s of bus bandwidth
     against the ring's 360, model.nccl_search; tp 33.600 → 33.603 s.) The tp figures are the
     async overlap asked for (``tp_comm_overlap = async``): by default Megatron-FSDP on H100s
     runs without CUDA_DEVICE_MAX_CONNECTIONS=1 and the planner credits no async overlap
     (model.launch_order), so every tp collective waits, 33.603 s, charged or not, and the step
-    is 228.833 + 33.603 + 29.938 (+ the optimizer step and the rest) = 292.388 s charged,
-    262.668 s uncharged (tests/model/test_launch_order.py)."""
+    is 228.833 + 33.603 + 29.792 (+ the optimizer step and the rest) = 292.241 s charged
+    (292.388 s in Simple alone), 262.668 s uncharged (tests/model/test_launch_order.py)."""
     case = dict(dp=16, tp=4, zero_stage=3, micro_batch_size=1, global_batch_size=2048,
                 framework="megatron", tp_comm_overlap="async")  # fmt: skip
     on = Case.of("llama3-70b", "H100-SXM", **case).evaluate()
@@ -458,16 +471,18 @@ def test_the_charge_prices_megatron_fsdp_per_micro_batch_traffic() -> None:
     waits_off = Case.of("llama3-70b", "H100-SXM", nccl_sm_charge=False, **plain).evaluate()
     tp_waits = next(r for r in waits.traffic if r.traffic.axis == "tp")
     assert tp_waits.exposed_seconds == tp_waits.seconds == pytest.approx(33.603, abs=5e-4)
-    assert waits.step_s == pytest.approx(292.388, abs=5e-4)
+    assert waits.step_s == pytest.approx(292.241, abs=5e-4)
     assert waits_off.step_s == pytest.approx(262.668, abs=5e-4)
     assert waits.step_s - on.step_s == pytest.approx(33.603 - 23.651, abs=1e-3)
     dp_on = next(r for r in on.traffic if r.traffic.axis == "dp")
     dp_off = next(r for r in off.traffic if r.traffic.axis == "dp")
     latency = (8.4 + 7 * 14 + 8 * 3.4) * 1e-6
     wire = 1.57123 - 2 * 442 * (8.4 + 15 * 14) * 1e-6  # a micro-batch's bytes, as before
-    microbatch, reduce_s = wire + 3 * 442 * latency, wire / 2 + 442 * latency
+    reduce_s = wire / 2 + 442 * latency
+    assert 128 * (wire + 3 * 442 * latency) == pytest.approx(199.080, abs=5e-3)  # Simple alone
+    microbatch = reduce_s + wire / 2 * 96 / 88.32 + 2 * 442 * 57.2e-6
     assert dp_on.seconds == dp_off.seconds == pytest.approx(128 * microbatch, abs=5e-3)
-    assert dp_on.seconds == pytest.approx(199.080, abs=5e-4)
+    assert dp_on.seconds == pytest.approx(198.105, abs=5e-4)
     assert dp_off.exposed_seconds == pytest.approx((127 * reduce_s + microbatch) / 442, abs=5e-5)
     assert dp_on.exposed_seconds == pytest.approx((1 - 1 / 1.177) * dp_on.seconds, abs=5e-3)
     assert off.step_s == pytest.approx(249.233, abs=5e-4)
@@ -477,4 +492,4 @@ def test_the_charge_prices_megatron_fsdp_per_micro_batch_traffic() -> None:
     assert tp_off.exposed_seconds == pytest.approx(20.168, abs=5e-4)
     hidden = tp_on.seconds - tp_off.exposed_seconds
     assert tp_on.exposed_seconds == pytest.approx(tp_off.exposed_seconds + (1 - 1 / 1.350) * hidden)
-    assert on.step_s == pytest.approx(282.436, abs=5e-4)
+    assert on.step_s == pytest.approx(282.289, abs=5e-4)

@@ -40,7 +40,9 @@ def test_deepseek_v3_ep64_on_4096_gb200_rides_nvlink_in_segments_of_64():
     (in_one_domain(64, 4096, 64)); 72-GPU racks filled edge to edge do not (72 % 64 ≠ 0: ranks
     64–127 straddle ranks 71|72). The ep time is the one the validation rows' explicit
     ``nvlink_domain = 64`` gives: 443.93 GB at NVLink's 900 GB/s × 0.8 is 616.6 ms plus NCCL's
-    latency per all-to-all, 644.3 ms (8.271 s on the 50 GB/s NIC); step 5.450 s (14.444 s)."""
+    latency per all-to-all, 644.3 ms (8.271 s on the 50 GB/s NIC); step 5.447 s (14.442 s;
+    5.450 and 14.444 s before NCCL's tuner chose the data-parallel collectives' protocol,
+    model.nccl_tuner)."""
     assert in_one_domain(64, 4096, 64) and not in_one_domain(64, 4096, 72)
     est = evaluate(**DSV3)
     assert est.device.placement_domain == 64 and est.device.nvlink_domain == 72
@@ -52,13 +54,13 @@ def test_deepseek_v3_ep64_on_4096_gb200_rides_nvlink_in_segments_of_64():
         > float(ep.traffic.bytes_per_step) / (900e9 * 0.8)
         == pytest.approx(0.6166, abs=1e-4)
     )
-    assert est.step_s == pytest.approx(5.450, abs=5e-4)
+    assert est.step_s == pytest.approx(5.447, abs=5e-4)
     same = evaluate(**DSV3, nvlink_domain=64)
     assert (same.step_s, _ep(same).seconds) == (est.step_s, ep.seconds)
     racks = evaluate(**DSV3, nvlink_domain=72)  # a user who owns whole racks: no segments
     assert _ep(racks).link == "scale-out"
-    # 8.271 s, 14.444 s: the straddling groups' latency over the 2 nodes NCCL counts
-    assert (round(_ep(racks).seconds, 3), round(racks.step_s, 3)) == (8.271, 14.444)
+    # 8.271 s, 14.442 s: the straddling groups' latency over the 2 nodes NCCL counts
+    assert (round(_ep(racks).seconds, 3), round(racks.step_s, 3)) == (8.271, 14.442)
     note = next(n for n in est.notes if "Slurm segments" in n)
     assert note.startswith("ep 64 on NVLink: ranks fill Slurm segments of 64 GPUs")
     assert "NVIDIA's launcher places a job of 4096 GPUs: --segment=16" in note
@@ -70,12 +72,13 @@ def test_qwen3_30b_ep64_on_128_gb200():
     ms; filling 72-GPU racks, ranks 64–127 straddle → scale-out, 3.838 s. The racks' dp 128
     (72 + 56 a rack) counts its ranks in the NVLink clique, NCCL's node under MNNVL
     (model.rank_groups.nccl_node_size): 56 a node, 16 search channels at 45.1 GB/s (NVLink 5's
-    721.8 GB/s), 32 channels, not the tray's 4 a node's 16 (4.717 s then)."""
+    721.8 GB/s), 32 channels, not the tray's 4 a node's 16 (4.717 s then). The racks' step
+    4.723 s (4.724 s before NCCL's tuner chose the collectives' protocol, model.nccl_tuner)."""
     args = dict(model="qwen3-30b-a3b", gpu="GB200", num_gpus=128, ep=64)
     est, racks = evaluate(**args), evaluate(**args, nvlink_domain=72)
     assert (_ep(est).link, round(_ep(est).seconds, 4)) == ("nvlink", 0.3262)
     assert (_ep(racks).link, round(_ep(racks).seconds, 3)) == ("scale-out", 3.838)
-    assert (round(est.step_s, 3), round(racks.step_s, 3)) == (1.205, 4.724)
+    assert (round(est.step_s, 3), round(racks.step_s, 3)) == (1.205, 4.723)
 
 
 def test_a_job_of_one_rack_or_less_lies_in_one_rack():
@@ -118,14 +121,30 @@ def test_a_segment_slurm_could_not_place_is_refused():
 
 
 @pytest.mark.slow
-def test_search_deepseek_v3_on_4096_gb200_takes_ep64():
+def test_search_deepseek_v3_on_4096_gb200_keeps_ep_on_nvlink():
     """``trainplan search --model deepseek-v3 --gpus 4096 --gpu GB200``: 7.198 s (dp 512 × pp
-    8, ep 8) when ranks filled 72-GPU racks; in segments of 64, ep 64 rides NVLink and the
-    answer is the layout above, 5.450 s."""
+    8, ep 8) when ranks filled 72-GPU racks; in segments of 64 the expert group rides NVLink:
+    dp 1024 × pp 4 at ep 64 (the layout above, 5.450 s), now ep 32, 5.434 s.
+
+    ep 64 led ep 32 by 0.64 ms (5.44988 against 5.45051 s) before NCCL's tuner
+    (model/nccl_tuner.py: ``ncclTopoTuneModel``, ``topoGetAlgoInfo``). Both layouts' dp ring,
+    1,024 ranks, 64 in each of 16 segments, runs its 6 buckets' reduce-scatters (3.786 GB a
+    rank) and all-gathers (1.893 GB) in LL128: 14 + 15 × 4.0 + 1,008 × 1.9 = 1,989.2 µs and the
+    bytes at 0.92 × 864 = 794.88 GB/s, 6,751.8 and 4,370.5 µs, against Simple's 8.4 + 15 × 14
+    + 1,008 × 3.4 = 3,645.6 µs at 864 GB/s, 8,027.2 and 5,836.4 µs: 16.45 ms less dp in each
+    (83.18 → 66.73 ms; the expert groups stay Simple). At ep 32 the dp and expert traffic
+    exceeds its window (``max(φ·a, a − window)``, model.comm_sms.contended_wait, at a − window:
+    0.42777 − 0.29485 s exposed 0.13292), so all 16.45 ms leave the step, 5.43408 s; at ep 64
+    it waits φ·a, the dense group's seconds at its φ 1/6, so 2.74 ms do, 5.44715 s (the pp
+    row's embedding all-reduce, two nodes a rank each, +14.6 µs in both: the Simple ring's
+    36.4 µs × 1.4, the multi-node ring's plateau, where the tree's latency was charged)."""
     from trainplan.api import search
 
     result = search(model="deepseek-v3", gpus=4096, gpu="GB200")
     best = result.best
     lay = best.estimate.layout
-    assert (lay.dp, lay.tp, lay.pp, lay.ep) == (1024, 1, 4, 64)
-    assert best.estimate.step_s == pytest.approx(5.450, abs=5e-4)
+    assert (lay.dp, lay.tp, lay.pp, lay.ep) == (1024, 1, 4, 32)
+    assert best.estimate.step_s == pytest.approx(5.434, abs=5e-4)
+    assert _ep(best.estimate).link == "nvlink"
+    ep64 = evaluate(**DSV3)
+    assert ep64.step_s == pytest.approx(5.4471, abs=5e-5) and ep64.step_s > best.estimate.step_s

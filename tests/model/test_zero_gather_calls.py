@@ -271,9 +271,15 @@ def test_deepspeed_zero3_405b_on_h100_by_calls():
     layer's gate-up and down, 218,103,808 + 109,051,904 = 327,155,712, more a micro-batch), 2 B
     each at the ring share 511/512: 8,424,550,400 bytes off the 1,215,268,997,376 both passes
     would send. The dp group has one rank on each of 512 nodes, every ring step over the
-    network: 8.4 + 511 × 14 = 7162.4 µs a call. 1,206,844,446,976 B at 50 GB/s × 0.96 take
-    25.143 s; with the latency (4 × 102 + 3,018) × 7162.4 µs = 24.538 s, 49.681 s of dp traffic
-    (49.569 s when it read the walk without recomputation)."""
+    network. Its calls send 263 MB to 993 MB a rank (the reduce-scatter's 102 a micro-batch
+    992.9 MB, the gathers 262.9 and 265.7 MB), and NCCL's tuner (model.nccl_tuner) runs each as
+    the ring in LL128: 14 + 511 × 8.5 = 4,357.5 µs (one rank a node: the tree's network hop)
+    and the bytes at min(0.92 × 48, 2 × 36.7) = 44.16 GB/s — Simple's 8.4 + 511 × 14 =
+    7,162.4 µs at 48 GB/s is quicker only above 1.55 GB sent (2,804.9 µs ÷ (1/44.16 − 1/48)
+    ns a byte), LL's 6.6 + 511 × 5.0 µs at 20.4 GB/s below 68 MB. 1,206,844,446,976 B at 44.16
+    GB/s take 27.329 s; with the latency (4 × 102 + 3,018) × 4,357.5 µs = 14.929 s, 42.258 s of
+    dp traffic (in Simple 25.143 + 24.538 = 49.681 s; 49.569 s when it read the walk without
+    recomputation)."""
     est = Case.of(
         "llama3-405b", "H100-SXM", framework="deepspeed", dp=512, tp=8, zero_stage=3,
         recompute="full",
@@ -290,10 +296,12 @@ def test_deepspeed_zero3_405b_on_h100_by_calls():
     skipped = 4 * 1_055_129_600 * 2 * 511 // 512
     assert skipped == 8_424_550_400
     assert dp.traffic.bytes_per_step == 1_215_268_997_376 - skipped == 1_206_844_446_976
-    wire = dp.traffic.bytes_per_step / (50e9 * 0.96)
-    latency = (8.4 + 511 * 14) * 1e-6
+    wire = dp.traffic.bytes_per_step / 44.16e9
+    latency = (14 + 511 * 8.5) * 1e-6
     assert dp.seconds == pytest.approx(wire + (4 * 102 + 756 + 3 * 754) * latency, rel=1e-9)
-    assert dp.seconds == pytest.approx(49.681, abs=1e-3)
+    assert dp.seconds == pytest.approx(42.258, abs=1e-3)
+    simple = dp.traffic.bytes_per_step / (50e9 * 0.96) + 3426 * (8.4 + 511 * 14) * 1e-6
+    assert simple == pytest.approx(49.681, abs=1e-3)
 
 
 def test_textbook_zero2_reduces_every_microbatch():

@@ -182,7 +182,7 @@ SEARCHES = [
     pytest.param(
         "gemma3-27b",
         ["--dp", "4", "--tp", "4", "--ep", "1", "--recompute", "none", "--global-batch", "256"],
-        [15, 15, 17, 15], [10, 7, 5, 0], 62.18451029562628, 70.82135547069814,
+        [15, 15, 17, 15], [10, 7, 5, 0], 62.184524855626286, 70.82137003069813,
         id="gemma3-27b", marks=pytest.mark.slow,
     ),
 ]  # fmt: skip
@@ -196,7 +196,9 @@ def test_per_stage_answer_is_what_evaluate_says(model, flags, layers, recomputed
     the same step time and peak bytes to the last digit, and is faster than the plain search's
     (the uniform layouts: gpt-oss 9, 9, 9, 9 layers at 9.236 s (1F1B's bubble the order's own:
     7.927 s and 9.355 s under the closed form), its last stage's 9 layers and
-    201,088-token output layer the slowest; Gemma 3 interleaved v 8 at 70.821 s)."""
+    201,088-token output layer the slowest; Gemma 3 interleaved v 8 at 70.821 s). Gemma 3's two
+    steps 14.6 µs longer since its collectives are timed by NCCL's own choice of algorithm and
+    protocol (model.nccl_tuner)."""
     common = ["--model", model, "--gpus", "64", "--gpu", "H100-SXM", "--pp", "4", "--json"]
     check_per_stage_answer(common, flags, layers, recomputed, step, plain)
 
