@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from trainplan.model.durations import step_text
 from trainplan.model.errors import InfeasibleError
 from trainplan.model.rlhf.off_policy import off_policy_seconds
 from trainplan.model.rlhf.openrlhf import sleep_host, split_refusal
@@ -239,9 +240,7 @@ def _reason(
             return "fits"
         if st == "beyond":
             bound = (tables.bound_ns or 0) / NS
-            return (
-                f"takes under {bound:,.1f} s per step ({ALTERNATIVES_WITHIN}× the best colocated)"
-            )
+            return f"takes under {step_text(bound)} per step ({ALTERNATIVES_WITHIN}× the best colocated)"
         return "was found within the time limit (not ruled out)"
 
     if best.colocated:
@@ -252,7 +251,7 @@ def _reason(
         r = split.pool_of[0]
         return (
             f"colocates: every GPU works in every phase; the best split (rollout on "
-            f"{split.plan.pools[r].gpus:,} GPUs) takes {split.plan.step_s:,.1f} s per step "
+            f"{split.plan.pools[r].gpus:,} GPUs) takes {step_text(split.plan.step_s)} per step "
             f"({pct(split, best)}): a pool of its own idles while the others work"
             + (" (synchronous step)" if best.plan.off_policy == 0 else "")
         )
@@ -269,7 +268,7 @@ def _reason(
         else "each role gets a pool and parallelism that suit it"
     )
     return (
-        f"splits: {how}; the best colocated placement takes {coloc.plan.step_s:,.1f} s per step "
+        f"splits: {how}; the best colocated placement takes {step_text(coloc.plan.step_s)} per step "
         f"({pct(coloc, best)})"
     )
 

@@ -351,6 +351,11 @@ def test_grpo_on_64_h100_in_seconds_proven_optimal(model):
     assert r.best.colocated and r.reason.startswith("colocates")
     assert r.split is not None and r.split.plan.step_s > r.best.plan.step_s
     assert r.best.plan.step_s == pytest.approx(r.best.objective_ns / 1e9, abs=1e-8)
+    # the split's step as every other step reads: seconds, and minutes from two minutes
+    # (qwen2.5-7b: 680.445 s, 11.3 min; it read "680.4 s" alone)
+    seconds = f"{r.split.plan.step_s:,.3f} s"
+    minutes = f" ({r.split.plan.step_s / 60:,.1f} min)" if r.split.plan.step_s >= 120 else ""
+    assert f"takes {seconds}{minutes} per step" in r.reason
 
 
 def test_one_step_off_policy_may_split():
