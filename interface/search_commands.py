@@ -14,6 +14,8 @@ from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.interface.requests import SearchRequest, search_request
 from trainplan.interface.search_notes import (
     infeasible_json,
+    params_meta,
+    params_note,
     time_limit_note,
     unused_note,
     with_unused,
@@ -186,63 +188,14 @@ def _params_run(
 ) -> tuple[Any, Any, Any, dict[str, Any]]:
     """The ``params`` objective's search (:func:`optimizer.params_search.params_search`, the
     solver's progress in the unit of the member searched): its result, the winning member's
-    prepared tables and problem, and its own fields of ``--json`` (:func:`_params_meta`)."""
+    prepared tables and problem, and its own fields of ``--json`` (:func:`interface.search_notes.params_meta`)."""
     from trainplan.optimizer.params_search import params_search
 
     def progress_of(member: Any, prepared: Any) -> Any:
         return _solutions(on_solution, problem, _in_units(member, prepared))
 
     run = params_search(problem, top, limit, workers, None, on_tables, progress_of)
-    return run.result, run.prepared, run.problem, _params_meta(run)
-
-
-def _params_meta(run: Any) -> dict[str, Any]:
-    """``params_unproven`` (parameters; null when proven), ``members_probed`` and
-    ``params_note`` of a ``params`` search (:class:`optimizer.params_search.ParamsRun`)."""
-    from trainplan.optimizer.problem import model_size
-
-    n, probed = len(run.members), run.probed
-    note = (
-        f"the family's {n:,} members checked largest first: {probed:,} probed; "
-        "each larger than the answer does not fit"
-        if run.result.params_unproven is None
-        else f"{probed:,} of the family's {n:,} members probed"
-    )
-    if run.problem.jobs and model_size(run.problem.jobs[0]) == max(run.members, default=0):
-        note = (  # nothing larger was in the family: the depth cap, not the memory, binds
-            f"the answer is the largest of the family's {n:,} members: the depth cap "
-            "(max_layers, by default 4 × the model's layers) binds, not the memory; "
-            "a deeper member may fit: raise --max-layers"
-        )
-    return {"params_unproven": run.result.params_unproven, "members_probed": probed,
-            "params_note": note + _depth_steps(run)}  # fmt: skip
-
-
-def _depth_steps(run: Any) -> str:
-    """What the note adds on the family's depths (:func:`interface.scenario.family_depths`):
-    the step between members, so a depth between two is known untried; "" for a family of
-    one member or a model outside the catalogue."""
-    from trainplan.interface.scenario import family_depths
-    from trainplan.model.errors import ScenarioError
-    from trainplan.scenarios.catalogue import get_model
-
-    if not run.problem.jobs:
-        return ""
-    base = run.problem.jobs[0].case.model.name.split("@L", 1)[0]
-    try:
-        arch = get_model(base).model.arch
-        layers = None if arch is None else arch.num_layers
-    except ScenarioError:  # a config.json's family: no catalogue depth to step from
-        return ""
-    if layers is None:
-        return ""
-    depths = family_depths(layers, None)
-    if len(run.members) < 2:
-        return ""
-    return (
-        f"; members every {depths.step:,} layers (an eighth of {base}'s {layers:,}), "
-        "so a depth between two is not tried"
-    )
+    return run.result, run.prepared, run.problem, params_meta(run)
 
 
 def _search_meta(result: Any, jobs: int, limit: float | None) -> dict[str, Any]:
@@ -257,20 +210,9 @@ def _search_meta(result: Any, jobs: int, limit: float | None) -> dict[str, Any]:
         "candidates": result.num_candidates,
         "jobs": jobs,
         "time_limit_s": limit,
-        "time_limit_note": _params_note(result)
+        "time_limit_note": params_note(result)
         or time_limit_note(limit, result.tables_seconds, result.solve_seconds),
     }
-
-
-def _params_note(result: Any) -> str | None:
-    """The ``params`` objective stopped by the time limit: the bracket it proved."""
-    bound = result.params_unproven
-    if bound is None:
-        return None
-    return (
-        f"--time-limit stopped the family's check: the largest member shown to fit is the answer; "
-        f"members up to {bound:,} parameters were not checked (a longer --time-limit proves it)"
-    )
 
 
 def _solutions(

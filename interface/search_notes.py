@@ -10,13 +10,15 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from trainplan.interface.flags import flag_for, refusal, with_flags
-from trainplan.model.errors import InfeasibleError
+from trainplan.model.errors import InfeasibleError, ScenarioError
 
 if TYPE_CHECKING:
     from trainplan.optimizer.problem import Problem
     from trainplan.optimizer.tables import CostTables
 
-__all__ = ["unused_note", "with_unused", "time_limit_note", "infeasible_json"]
+__all__ = [
+    "unused_note", "with_unused", "time_limit_note", "infeasible_json", "params_meta", "params_note",
+]  # fmt: skip
 
 
 _RULE_HEADS = frozenset(flag_for(n) for n in ("tp", "pp", "cp", "ep", "zero_stage", "cp_kind"))
@@ -78,3 +80,62 @@ def infeasible_json(err: InfeasibleError, web: bool = False) -> dict[str, Any]:
         "explanation": [with_flags(line, web) for line in err.explanation],
         "message": with_flags(str(err), web),
     }
+
+
+def params_meta(run: Any) -> dict[str, Any]:
+    """``params_unproven`` (parameters; null when proven), ``members_probed`` and
+    ``params_note`` of a ``params`` search (:class:`optimizer.params_search.ParamsRun`)."""
+    from trainplan.optimizer.problem import model_size
+
+    n, probed = len(run.members), run.probed
+    note = (
+        f"the family's {n:,} members checked largest first: {probed:,} probed; "
+        "each larger than the answer does not fit"
+        if run.result.params_unproven is None
+        else f"{probed:,} of the family's {n:,} members probed"
+    )
+    if run.problem.jobs and model_size(run.problem.jobs[0]) == max(run.members, default=0):
+        note = (  # nothing larger was in the family: the depth cap, not the memory, binds
+            f"the answer is the largest of the family's {n:,} members: the depth cap "
+            "(max_layers, by default 4 × the model's layers) binds, not the memory; "
+            "a deeper member may fit: raise --max-layers"
+        )
+    return {"params_unproven": run.result.params_unproven, "members_probed": probed,
+            "params_note": note + _depth_steps(run)}  # fmt: skip
+
+
+def _depth_steps(run: Any) -> str:
+    """What the note adds on the family's depths (:func:`interface.scenario.family_depths`):
+    the step between members, so a depth between two is known untried; "" for a family of
+    one member or a model outside the catalogue."""
+    from trainplan.interface.scenario import family_depths
+    from trainplan.scenarios.catalogue import get_model
+
+    if not run.problem.jobs:
+        return ""
+    base = run.problem.jobs[0].case.model.name.split("@L", 1)[0]
+    try:
+        arch = get_model(base).model.arch
+        layers = None if arch is None else arch.num_layers
+    except ScenarioError:  # a config.json's family: no catalogue depth to step from
+        return ""
+    if layers is None:
+        return ""
+    depths = family_depths(layers, None)
+    if len(run.members) < 2:
+        return ""
+    return (
+        f"; members every {depths.step:,} layers (an eighth of {base}'s {layers:,}), "
+        "so a depth between two is not tried"
+    )
+
+
+def params_note(result: Any) -> str | None:
+    """The ``params`` objective stopped by the time limit: the bracket it proved."""
+    bound = result.params_unproven
+    if bound is None:
+        return None
+    return (
+        f"--time-limit stopped the family's check: the largest member shown to fit is the answer; "
+        f"members up to {bound:,} parameters were not checked (a longer --time-limit proves it)"
+    )
