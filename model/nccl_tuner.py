@@ -33,7 +33,8 @@ plugin):
   perChMaxRingLL128Bw)`` (:func:`model.collective_rates.ring_busbw_gbps`); the tree all-reduce
   ``min(0.92·busBw, nChannels × perChMaxTreeBw)``, in LL that ÷ 3.8 at most ``llMaxBw``, in
   LL128 that × 7∕9 in one node (120∕128 across) at most ``nChannels × perChMaxTreeLL128Bw``,
-  and by the message size's ``treeCorrectionFactor``. The caps' column is ``nNodes`` 1, 2 or
+  × 0.85 at one rank a node (the tree graph's plain pattern there, :data:`_LONE_TREE`), and
+  by the message size's ``treeCorrectionFactor``. The caps' column is ``nNodes`` 1, 2 or
   more; ``llMaxBw``'s row the part's generation in one node, the host CPU's across (Intel's
   taken: DGX/HGX hosts; Grace and other non-AMD hosts read the same row). ``nChannels`` is the
   ring graph's (:func:`ring_graph`).
@@ -88,6 +89,14 @@ all-to-all and a send are grouped point-to-point calls, :mod:`model.nccl_latency
 
 _PLATEAU = "ampere_and_later"
 """``ncclTopoGetAlgoTime``'s ring plateau from compute capability 8.0 (every NCCL part here)."""
+
+_LONE_TREE = 0.85
+"""``ncclTopoTuneModel``'s factor on the tree's bus bandwidth where the communicator's tree graph
+has the plain pattern (``comm->maxTreePattern == NCCL_TOPO_PATTERN_TREE``: ``busBw *= .85``,
+``src/graph/tuning.cc`` at 5067397c, after the protocols' refinements): ``ncclTopoCompute``
+(``src/graph/search.cc``) gives a node holding one of the communicator's GPUs that pattern
+(``ngpus == 1 && graph->pattern != NCCL_TOPO_PATTERN_RING``), and ``src/init.cc`` takes the
+ranks' largest, so every communicator of one rank a node (``ppn == 1``) has it."""
 
 
 def nccl_arch(device_name: str) -> str:
@@ -154,24 +163,27 @@ def _hops(t: NcclLatency, algo: str, p: int, shape: tuple[Any, ...]) -> Any:
     return ring_steps_us(t, kind, t.protocols[p], n, local, intra, inter, domains=nodes)
 
 
-def _bus(t: NcclLatency, arch: str, algo: str, p: int, busbw: Any, fit: tuple[Any, Any]) -> Any:
+def _bus(
+    t: NcclLatency, arch: str, algo: str, p: int, busbw: Any, fit: tuple[Any, Any, Any]
+) -> Any:
     """The tuner's bus bandwidth (GB/s) of ``algo`` in protocol ``p`` from the Simple ring's
-    ``busbw`` (GB/s), ``fit`` = (channels, nodes): the ring's
+    ``busbw`` (GB/s), ``fit`` = (channels, nodes, one rank a node): the ring's
     :func:`model.collective_rates.ring_busbw_gbps`; the tree all-reduce's
     ``min(0.92·busBw, nChannels × perChMaxTreeBw)``, in LL ÷ 3.8 at most ``llMaxBw``, in LL128
-    × 7/9 in one node (120/128 across) at most ``nChannels × perChMaxTreeLL128Bw``."""
-    channels, nodes = fit
+    × 7/9 in one node (120/128 across) at most ``nChannels × perChMaxTreeLL128Bw``; at one
+    rank a node that × 0.85 (:data:`_LONE_TREE`)."""
+    channels, nodes, alone = fit
     name = t.protocols[p]
     if algo == "ring":
         return ring_busbw_gbps(t, name, channels, busbw / channels, nodes, arch)
     tree = minimum(0.92 * busbw, channels * node_column(t.tree_channel_gbps[arch], nodes))
     if name == "LL":
-        return minimum(tree / 3.8, ll_max_gbps(t, arch, nodes))
-    if name == "LL128":
+        tree = minimum(tree / 3.8, ll_max_gbps(t, arch, nodes))
+    elif name == "LL128":
         share = where(nodes == 1, 7 / 9, 120 / 128)
         cap = channels * node_column(t.tree_ll128_channel_gbps[arch], nodes)
-        return minimum(tree * share, cap)
-    return tree
+        tree = minimum(tree * share, cap)
+    return tree * where(alone, _LONE_TREE, 1.0)
 
 
 def _correction(t: NcclLatency, p: int, buffer: Any) -> Any:
@@ -236,7 +248,7 @@ def candidate_seconds(
     shape = (kind, group_size, scaleup, local, nodes, nodes >= group_size)
     channels, comm = ring_graph(part, scaleup, local, bandwidth)
     channels = maximum(channels, 1)
-    fit = (channels, nodes)
+    fit = (channels, nodes, shape[-1])
     gbps = where(busbw > 0, busbw, 1.0) / 1e9
     out: dict[tuple[str, str], Any] = {}
     for algo in ("ring", "tree") if kind == "all-reduce" else ("ring",):

@@ -81,6 +81,37 @@ def test_large_all_reduces_across_nodes_run_the_ring_in_ll128_then_simple():
     assert before == pytest.approx(1524.66 * US, abs=0.01 * US)
 
 
+def test_a_tree_all_reduce_at_one_rank_a_node_takes_the_plain_patterns_085():
+    """dp 64 outside tp 8 on H100 nodes, a 16 MiB all-reduce: each node holds one rank, so
+    ``ncclTopoCompute`` gives each rank's tree graph the plain pattern (``src/graph/search.cc``:
+    ``ngpus == 1`` → ``NCCL_TOPO_PATTERN_TREE``) and ``ncclTopoTuneModel`` scales the tree's
+    bus bandwidth by 0.85 (``src/graph/tuning.cc``: ``comm->maxTreePattern ==
+    NCCL_TOPO_PATTERN_TREE``). The tree in LL128: 14 + 2 × (0 × 1.25 + ⌊log₂ 64⌋ × 8.5) = 116
+    µs; min(0.92 × 48, 2 × 36.0) = 44.16 GB/s × 120/128 = 41.4 (under 2 × 29.0), × 0.85 =
+    35.19, × 0.5 and × 0.9 (``treeCorrectionFactor`` at 2^18 × 64 B): 15.8355 GB/s for the
+    whole buffer, 116 + 1,059.5 µs (without the 0.85, 1,016.5). The tree in Simple: 8.4 + 2 ×
+    6 × 14 = 176.4 µs at 44.16 × 0.85 × 0.5 × 0.7 GB/s; the ring in LL128 14 + 126 × 8.5 µs at
+    44.16 GB/s for 2 × 63/64 of it: both slower."""
+    buffer, sent = 2**24, 2 * 63 / 64 * 2**24
+    out = candidate_seconds("all-reduce", 64, sent, 50e9, 48e9, False, "H100-SXM", 1, 64)
+    tree_ll128 = 116 * US + buffer / (41.4e9 * 0.85 * 0.5 * 0.9)
+    tree_simple = 176.4 * US + buffer / (44.16e9 * 0.85 * 0.5 * 0.7)
+    ring_ll128 = (14 + 126 * 8.5) * US + sent / 44.16e9
+    assert out["tree", "LL128"] == pytest.approx(tree_ll128, rel=1e-12)
+    assert out["tree", "Simple"] == pytest.approx(tree_simple, rel=1e-12)
+    assert out["ring", "LL128"] == pytest.approx(ring_ll128, rel=1e-12)
+    assert protocol_seconds("all-reduce", 64, sent, 50e9, 48e9, False, "H100-SXM", 1, 64)[0] == (
+        "tree", "LL128",
+    )  # fmt: skip
+    assert round(tree_ll128 / US, 1) == 1175.5
+    t = collective_time(AR, 64, sent, 50e9, False, H100, 1, 64)
+    assert t == pytest.approx(tree_ll128, rel=1e-12)
+    two_a_node = candidate_seconds("all-reduce", 64, sent, 100e9, 96e9, False, "H100-SXM", 2, 32)
+    lat = (14 + 2 * (1 * 1.25 + 5 * 8.5)) * US  # 2 a node: the balanced tree, no 0.85
+    bus = min(min(0.92 * 96, 4 * 36.0) * 120 / 128, 4 * 29.0)  # the ring graph: 4 channels
+    assert two_a_node["tree", "LL128"] == pytest.approx(lat + buffer / (bus * 0.45e9), rel=1e-12)
+
+
 def test_the_ring_graph_of_a_node_and_across_nodes():
     """``ncclTopoCompute``'s ring graph as the tuner reads it: 8 H100s of a node 6 channels at
     60 GB/s doubled to 12 at 30 (``comm->nChannels`` 24 after ``ncclTopoPostset``); across
