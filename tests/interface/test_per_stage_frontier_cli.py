@@ -86,7 +86,10 @@ def test_cli_frontier_per_stage_json_text_and_csv(monkeypatch, capsys, tmp_path)
         "H100-SXM",
     ]
     args += ["--against", "gpus", "--per-stage"]
-    code, out, _ = _run(monkeypatch, capsys, *args, "--json")
+    csv = tmp_path / "f.csv"
+    # one run (the frontier takes 15 s): its JSON, the CSV it writes beside it, and the text
+    # table the command prints, which interface.cli.frontier renders from that same object
+    code, out, _ = _run(monkeypatch, capsys, *args, "--json", "--csv", str(csv))
     assert code in (0, None)
     d = json.loads(out)
     assert (d["status"], d["against"], d["per_stage"]) == ("optimal", "gpus", True)
@@ -108,11 +111,12 @@ def test_cli_frontier_per_stage_json_text_and_csv(monkeypatch, capsys, tmp_path)
 
     assert layout_key(first, True).endswith("per stage: layers 40/40, fully recomputed 39/38")
     assert layout_key(second, True).endswith("layers 19/20/21/20, fully recomputed 7/3/0/0")
-    csv = tmp_path / "f.csv"
-    code, out, _ = _run(monkeypatch, capsys, *args, "--csv", str(csv))
-    assert code in (0, None)
-    assert "Pareto frontier, uniform or per stage: step-time against gpus, 2 points" in out
-    assert "40/40 / 39/38" in out and "1.013×" in out and "1.083×" in out
+    from trainplan.interface.cli.frontier import _headline
+    from trainplan.interface.render.frontier_text import frontier_text
+
+    text = _headline(d, "step-time", "gpus", True) + "\n" + frontier_text(d["points"], "gpus")
+    assert "Pareto frontier, uniform or per stage: step-time against gpus, 2 points" in text
+    assert "40/40 / 39/38" in text and "1.013×" in text and "1.083×" in text
     header = csv.read_text().splitlines()[0].split(",")
     assert {"plan", "stage_layers", "recompute_layers", "uniform_step_s", "gain"} <= set(header)
 
