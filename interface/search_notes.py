@@ -107,7 +107,8 @@ def params_meta(run: Any) -> dict[str, Any]:
 def _depth_steps(run: Any) -> str:
     """What the note adds on the family's depths (:func:`interface.scenario.family_depths`):
     the step between members, so a depth between two is known untried; "" for a family of
-    one member or a model outside the catalogue."""
+    one member, one whose step is a single layer (a model of under 16 layers: every depth is
+    tried), or a model whose depth cannot be read (a config.json that is not found again)."""
     from trainplan.interface.scenario import family_depths
     from trainplan.scenarios.catalogue import get_model
 
@@ -121,11 +122,11 @@ def _depth_steps(run: Any) -> str:
         return ""
     if layers is None:
         return ""
-    depths = family_depths(layers, None)
-    if len(run.members) < 2:
+    step = family_depths(layers, None).step
+    if len(run.members) < 2 or step == 1:  # one member, or every depth tried: nothing skipped
         return ""
     return (
-        f"; members every {depths.step:,} layers (an eighth of {base}'s {layers:,}), "
+        f"; members every {step:,} layers (an eighth of {base}'s {layers:,}), "
         "so a depth between two is not tried"
     )
 

@@ -113,6 +113,11 @@ def test_the_answer_at_the_depth_cap_says_the_cap_binds():
     assert answer["params_note"].startswith(
         "the answer is the largest of the family's 32 members: the depth cap (max_layers"
     )
+    # the members' step, 32 ÷ 8 = 4 layers, so a user knows L126 was never tried
+    assert answer["params_note"].endswith(
+        "; members every 4 layers (an eighth of llama3-8b's 32), so a depth between two is not "
+        "tried"
+    )
 
 
 def test_ctrl_c_ends_the_answers_with_those_found(monkeypatch):

@@ -443,7 +443,7 @@ def _untied(points):
     """Frontier points without their layer lists: where two splits give one step and one peak
     (llama3-8b pp 3: 12 + 12 + 8 and 12 + 11 + 9, stage 0's 12 layers set both), CP-SAT's two
     workers may return either, so two runs agree on everything else."""
-    drop = ("stage_layers", "chunk_layers", "objective_s")
+    drop = ("stage_layers", "chunk_layers")
     return [{k: v for k, v in p.items() if k not in drop} for p in points]
 
 
