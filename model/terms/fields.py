@@ -29,7 +29,7 @@ by them.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
 from trainplan.model.hardware import DeviceSpec
@@ -217,6 +217,13 @@ class Fields(Protocol):
         ...
 
 
+SPLIT_FREE: tuple[str, ...] = tuple(
+    f.name for f in fields(Layout) if f.name not in ("stage_layers", "recompute_layers")
+)
+"""The :class:`~model.layout.Layout` fields a layer's own figures may read
+(:meth:`LayoutFields.split_free_key`): all but the per-stage splits."""
+
+
 class LayoutFields:
     """One layout as exact scalars, at one pipeline stage (:class:`Fields`).
 
@@ -239,6 +246,24 @@ class LayoutFields:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.layout, name)
+
+    def split_free_key(self) -> tuple[Any, ...] | None:
+        """What this layout is at its stage apart from the per-stage splits: every
+        :class:`~model.layout.Layout` field but ``stage_layers`` and ``recompute_layers``
+        (:data:`SPLIT_FREE`), the stage, the micro-batches a step and the links (by identity:
+        the caller keeps them alive beside the key). Two layouts of one key differ only in how
+        the layers are split over the stages and how many each recomputes — what the per-stage
+        tables vary row by row (:func:`optimizer.stage_rules.realization`); None where no key
+        applies (no links: memory only)."""
+        if self._links is None:
+            return None
+        lay = self.layout
+        return (*(getattr(lay, n) for n in SPLIT_FREE), self.stage, self.m, id(self._links))
+
+    @property
+    def links_object(self) -> Mapping[str, AxisLinkLike] | None:
+        """The links this layout's terms read (kept alive beside :meth:`split_free_key`)."""
+        return self._links
 
     def at(self, stage: int) -> LayoutFields:
         """The same layout at pipeline stage ``stage``."""

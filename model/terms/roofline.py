@@ -84,6 +84,7 @@ from trainplan.model.terms.ep_link import ep_dispatch_link, ep_dispatch_members
 from trainplan.model.terms.fields import (
     Context,
     Fields,
+    LayoutFields,
     axis_domains,
     axis_members,
     link_members,
@@ -274,7 +275,35 @@ def _gather_bytes(framework: Any, t: TrainingSpec) -> int | None:
     return None if gathered == t.activation_bytes else gathered
 
 
+_KINDS_MEMO: dict[tuple[Any, ...], tuple[Any, tuple[Any, Any, Any]]] = {}
+_KINDS_MEMO_SIZE = 4096
+"""Entries :func:`_kinds` keeps (then it starts afresh): a per-stage search evaluates tens of
+thousands of one-stage layouts that differ only in their splits (a 405B base: about 36,000 calls
+over 2,600 distinct layers)."""
+
+
 def _kinds(c: Context, f: Fields, mode: Recompute, kept: Any = None) -> tuple[Any, Any, Any]:
+    """:func:`_kinds_of`, remembered for one layout's scalar fields by everything but its
+    per-stage splits (:meth:`model.terms.fields.LayoutFields.split_free_key`): a layer's figures
+    do not read how many layers a stage holds or recomputes (the stage's counts multiply them
+    afterwards, :func:`stage_parts_term`); ``tests/model/test_kinds_memo.py`` holds this on
+    dense, MoE, interleaved, context-parallel and DualPipe layouts."""
+    key = f.split_free_key() if isinstance(f, LayoutFields) else None
+    if key is None:
+        return _kinds_of(c, f, mode, kept)
+    key = (c, *key, mode, kept)
+    links = f.links_object
+    found = _KINDS_MEMO.get(key)
+    if found is not None and found[0] is links:
+        return found[1]
+    value = _kinds_of(c, f, mode, kept)
+    if len(_KINDS_MEMO) >= _KINDS_MEMO_SIZE:
+        _KINDS_MEMO.clear()
+    _KINDS_MEMO[key] = (links, value)
+    return value
+
+
+def _kinds_of(c: Context, f: Fields, mode: Recompute, kept: Any = None) -> tuple[Any, Any, Any]:
     """(the :data:`model.layer_time.PARTS` of one layer of each span group, of the embedding,
     of the output layer) for one micro-batch on one GPU of the layout (:func:`_kind_row`;
     the groups: :func:`model.core_spans.span_groups`); ``kept`` True: the launch order as kept
