@@ -97,7 +97,7 @@ SPAN_ORACLE_CASES = [  # (L, pp, pattern, window, share of the way from full rec
     (7, 3, ("global", "local", "local"), 128, 0.2, None),
     (6, 3, ("local", "global"), 128, 0.5, MOE),
     pytest.param(7, 3, ("local", "local", "global"), 128, 0.3, MOE, marks=pytest.mark.slow),
-    pytest.param(9, 3, ("local", "global"), 128, 0.9, None, marks=pytest.mark.slow),
+    pytest.param(9, 3, ("local", "global"), 128, 0.9, None, marks=pytest.mark.exhaustive),
     pytest.param(8, 4, ("local", "global"), 512, 0.5, None, marks=pytest.mark.exhaustive),
 ]
 
