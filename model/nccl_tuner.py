@@ -28,7 +28,8 @@ plugin):
   channel is 64 bytes or more (the ring's "plateau", ``comm->nChannels``:
   :func:`model.nccl_channels.collective_channels`).
 * **Bandwidth.** The Simple ring's bus bandwidth is the model's (the link's bandwidth at its
-  efficiency, :func:`model.roofline.collective_time`: NCCL's ``nChannels × bw``); the tuner's
+  tier's efficiency, NVLink's where NVLink binds a ring across nodes,
+  :func:`model.nvlink_bound.ring_busbw`: NCCL's ``nChannels × bw``); the tuner's
   refinements on it: LL ``min(llMaxBw, 0.5·busBw)``, LL128 ``min(0.92·busBw, nChannels ×
   perChMaxRingLL128Bw)`` (:func:`model.collective_rates.ring_busbw_gbps`); the tree all-reduce
   ``min(0.92·busBw, nChannels × perChMaxTreeBw)``, in LL that ÷ 3.8 at most ``llMaxBw``, in
