@@ -123,11 +123,12 @@ def _engine_clock(device: DeviceSpec, tp: int, kind: Collective) -> Clock:
         other = (rings_bandwidth(nic, tp, tp, domain, nvlink, members), False, members, others)
     params = deployed_params(device.part)
     share = ring_share(kind, tp)
+    caps = (0.0, 0.0) if inside else (float(nic or 0.0), float(nvlink or 0.0))
 
     def seconds(buffer_bytes: float) -> float:
         sent = share * buffer_bytes
         time = collective_time(kind, tp, sent, bandwidth, inside, params, per_domain, nodes, other,
-                               nic=0.0 if inside else nic, nvlink=0.0 if inside else nvlink)  # fmt: skip
+                               nic=caps[0], nvlink=caps[1])  # fmt: skip
         return float(time)
 
     return seconds
