@@ -107,10 +107,9 @@ def dp_seconds(
     calls, a micro-batch's :attr:`~Mechanism.gathers_per_microbatch` in ``gathers_per_microbatch ×
     gather_calls``, each pass's own. Each call is timed by :func:`model.roofline.collective_time` at
     its own message size (NCCL's latency by the group's ``per_domain`` members a domain and
-    ``domains``, its node count; ``other`` its; ``caps`` the link's NIC and NVLink, bytes/s,
-    :attr:`model.roofline.LinkTime.nic_bytes_per_s`). A micro-batch's all-gathers are equal: the
-    forward's :func:`phase_gathers`' share, or ``forward_share`` where the mechanism
-    :attr:`~Mechanism.regathers_after_forward`
+    ``domains``, its node count; ``other`` its; ``caps`` the link's NIC and NVLink). A
+    micro-batch's all-gathers are equal: the forward's :func:`phase_gathers`' share, or
+    ``forward_share`` where the mechanism :attr:`~Mechanism.regathers_after_forward`
     (:func:`model.fsdp2_pipeline.regather_forward_share`). ``again``: gathers of the weights a step
     beyond the mechanism's (:func:`model.fsdp2_pipeline.runtime_regathers`), in ``step_bytes``, each
     timed as its once-per-step gather. Element-wise."""

@@ -215,19 +215,10 @@ def _correction(t: NcclLatency, p: int, buffer: Any) -> Any:
 
 
 def candidate_seconds(
-    kind: str,
-    group_size: Any,
-    sent_bytes: Any,
-    bandwidth: Any,
-    busbw: Any,
-    scaleup: Any,
-    part: str,
-    per_domain: Any = 1,
-    domains: Any = 0,
-    nvls_busbw: Any = 0.0,
-    nic: Any = 0.0,
+    kind: str, group_size: Any, sent_bytes: Any, bandwidth: Any, busbw: Any, scaleup: Any,
+    part: str, per_domain: Any = 1, domains: Any = 0, nvls_busbw: Any = 0.0, nic: Any = 0.0,
     nvlink: Any = 0.0,
-) -> dict[tuple[str, str], Any]:
+) -> dict[tuple[str, str], Any]:  # fmt: skip
     """Seconds ``ncclTopoGetAlgoTime`` models for each ``(algorithm, protocol)`` NCCL's tuner
     weighs for a ``kind`` collective (:data:`TUNED`) over ``group_size`` ranks in which each
     rank sends ``sent_bytes`` (the module docstring): the ring in LL, LL128 and Simple; for an

@@ -64,8 +64,10 @@ def ring_busbw(
     An H800 node's eight 50 GB/s NICs under its 200 GB/s of NVLink: 200 × 0.8 = 160 GB/s
     (NCCL: 8 channels at 20); an H100 node's under its 450: 400 × 0.96 = 384:
 
-    >>> ring_busbw(200e9, False, 200e9, 0.8, 0.96) / 1e9, ring_busbw(400e9, False, 450e9, 0.8, 0.96) / 1e9
-    (160.0, 384.0)
+    >>> ring_busbw(200e9, False, 200e9, 0.8, 0.96) / 1e9
+    160.0
+    >>> ring_busbw(400e9, False, 450e9, 0.8, 0.96) / 1e9
+    384.0
     """
     bound = scaleup | nvlink_binds(bandwidth, scaleup, nvlink)
     return bandwidth * where(bound, scaleup_efficiency, scaleout_efficiency)

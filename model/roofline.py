@@ -416,19 +416,10 @@ _CURVE_KINDS = (Collective.ALL_REDUCE, Collective.ALL_GATHER, Collective.REDUCE_
 
 
 def collective_time(
-    kind: Collective,
-    group_size: Any,
-    sent_bytes: Any,
-    bandwidth: Any,
-    scaleup: Any,
-    p: RooflineParams,
-    per_domain: Any = 1,
-    domains: Any = 0,
-    other: tuple[Any, Any, Any, Any] | None = None,
-    *,
-    nic: Any = 0.0,
-    nvlink: Any = 0.0,
-) -> Any:
+    kind: Collective, group_size: Any, sent_bytes: Any, bandwidth: Any, scaleup: Any,
+    p: RooflineParams, per_domain: Any = 1, domains: Any = 0,
+    other: tuple[Any, Any, Any, Any] | None = None, *, nic: Any = 0.0, nvlink: Any = 0.0,
+) -> Any:  # fmt: skip
     """:func:`collective_seconds` from plain numbers: floats for one collective, element-wise
     for arrays of layouts (the search's tables), the same operations in the same order.
 
@@ -461,11 +452,8 @@ def collective_time(
                                 domains, **caps)  # fmt: skip
         second = collective_time(kind, group_size, sent_bytes, *other[:2], p, *other[2:], **caps)
         return maximum(first, second)
-    su, so = p.scaleup_efficiency, p.scaleout_efficiency
-    if kind in TUNED:
-        busbw = ring_busbw(bandwidth, scaleup, nvlink, su, so)
-    else:
-        busbw = bandwidth * where(scaleup, su, so)
+    busbw = ring_busbw(bandwidth, scaleup, nvlink if kind in TUNED else 0.0,  # rings alone
+                       p.scaleup_efficiency, p.scaleout_efficiency)  # fmt: skip
     on = kind is Collective.ALL_REDUCE and p.nvls_allreduce_speedup != 1
     nvls = nvls_ring_on_link(p.part, bandwidth, scaleup, group_size) if on else False
     if kind in TUNED and nccl_arch(p.part):

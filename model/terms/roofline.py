@@ -334,8 +334,7 @@ def _kinds(c: Context, f: Fields, mode: Recompute, kept: Any = None) -> tuple[An
         tp_sm_share_of(c, f),
         ordered,
         *tp_other,
-        *link_caps(c, f, "tp", tp_bw, tp_up),
-        *link_caps(c, f, "cp", cp_bw, cp_up),
+        *link_caps(c, f, "tp", tp_bw, tp_up), *link_caps(c, f, "cp", cp_bw, cp_up),
     )  # fmt: skip
     n, g = len(PARTS), len(span_groups(arch))
     kinds = tuple(tuple(row[k * n : (k + 1) * n]) for k in range(g + 2))
