@@ -93,7 +93,7 @@ def dp_seconds(
     mech: Mechanism, step_bytes: Any, microbatch_bytes: Any, group: Any, calls: Any,
     bandwidth: Any, scaleup: Any, p: RooflineParams, forward_share: Any = None,
     gathered: Any = 1.0, again: Any = 0, gather_calls: Any = None, per_domain: Any = 1,
-    domains: Any = 0, other: Any = None,
+    domains: Any = 0, other: Any = None, caps: tuple[Any, Any] = (0.0, 0.0),
 ) -> DpSeconds:  # fmt: skip
     """The :class:`DpSeconds` of the mechanism's collectives over ``group`` = dp·cp ranks:
     ``step_bytes`` sent once per step, ``microbatch_bytes`` each micro-batch. Each collective the
@@ -107,9 +107,9 @@ def dp_seconds(
     calls, a micro-batch's :attr:`~Mechanism.gathers_per_microbatch` in ``gathers_per_microbatch ×
     gather_calls``, each pass's own. Each call is timed by :func:`model.roofline.collective_time` at
     its own message size (NCCL's latency by the group's ``per_domain`` members a domain and
-    ``domains``, its node count; ``other`` its). A micro-batch's all-gathers are equal: the
-    forward's :func:`phase_gathers`' share, or ``forward_share`` where the mechanism
-    :attr:`~Mechanism.regathers_after_forward`
+    ``domains``, its node count; ``other`` its; ``caps`` the link's NIC and NVLink). A
+    micro-batch's all-gathers are equal: the forward's :func:`phase_gathers`' share, or
+    ``forward_share`` where the mechanism :attr:`~Mechanism.regathers_after_forward`
     (:func:`model.fsdp2_pipeline.regather_forward_share`). ``again``: gathers of the weights a step
     beyond the mechanism's (:func:`model.fsdp2_pipeline.runtime_regathers`), in ``step_bytes``, each
     timed as its once-per-step gather. Element-wise."""
@@ -132,7 +132,7 @@ def dp_seconds(
             if b:
                 n = each * gathers if kind is Collective.ALL_GATHER else calls
                 sent = total * (share / per_param) / n
-                t = collective_time(kind, group, sent, *link)
+                t = collective_time(kind, group, sent, *link, nic=caps[0], nvlink=caps[1])
                 out[i] = n * t
         return out
 

@@ -28,7 +28,8 @@ plugin):
   channel is 64 bytes or more (the ring's "plateau", ``comm->nChannels``:
   :func:`model.nccl_channels.collective_channels`).
 * **Bandwidth.** The Simple ring's bus bandwidth is the model's (the link's bandwidth at its
-  efficiency, :func:`model.roofline.collective_time`: NCCL's ``nChannels × bw``); the tuner's
+  tier's efficiency, NVLink's where NVLink binds a ring across nodes,
+  :func:`model.nvlink_bound.ring_busbw`: NCCL's ``nChannels × bw``); the tuner's
   refinements on it: LL ``min(llMaxBw, 0.5·busBw)``, LL128 ``min(0.92·busBw, nChannels ×
   perChMaxRingLL128Bw)`` (:func:`model.collective_rates.ring_busbw_gbps`); the tree all-reduce
   ``min(0.92·busBw, nChannels × perChMaxTreeBw)``, in LL that ÷ 3.8 at most ``llMaxBw``, in
@@ -110,42 +111,54 @@ def nccl_arch(device_name: str) -> str:
 
 
 @lru_cache(maxsize=1024)
-def _graph(part: str, scaleup: bool, local: int, bandwidth: float) -> tuple[int, float, int]:
+def _graph(
+    part: str, scaleup: bool, local: int, bandwidth: float, nic: float, nvlink: float
+) -> tuple[int, float, int]:
     """``(graph channels, GB/s each, communicator channels)`` of one collective's ring
     (:func:`ring_graph`)."""
     if scaleup:
         node = nvlink_node(part, bandwidth)
         channels, speed = ring_search(node)
         return channels, speed, collective_channels(local, 1, None, node)
-    nic, node = bandwidth / max(local, 1), nvlink_node(part, None)
+    nic = nic if nic > 0 else bandwidth / max(local, 1)
+    node = nvlink_node(part, nvlink if nvlink > 0 else None)
     channels, speed = inter_graph(local, nic, node)
     return channels, speed, collective_channels(local, 2, nic, node)
 
 
-def ring_graph(part: str, scaleup: Any, local: Any, bandwidth: Any) -> tuple[Any, Any]:
+def ring_graph(
+    part: str, scaleup: Any, local: Any, bandwidth: Any, nic: Any = 0.0, nvlink: Any = 0.0
+) -> tuple[Any, Any]:
     """``(channels, communicator channels)`` NCCL gives a ring over the link: in one NVLink
     domain (``scaleup``, ``bandwidth`` the part's NVLink) the node's ring graph
     (:func:`model.nccl_search.ring_search`: 12 on an H100 node) and ``comm->nChannels``
     (:func:`model.nccl_channels.collective_channels`: 24); across nodes the graph of ``local``
-    ranks a node, each NIC ``bandwidth ÷ local`` (the inverse of
-    :func:`model.step_time.rings_bandwidth`), :func:`model.nccl_channels.inter_graph`, and the
-    communicator's. NCCL's bound of the channels by the GPU's NVLinks across nodes is not
-    read (the link does not carry the part's NVLink): an NVL72 domain's 18 or more ranks a
-    domain count ``min(local, 32)`` channels where NCCL finds 16, which loosens the per-channel
-    caps there. Element-wise. Units: channels.
+    ranks a node (:func:`model.nccl_channels.inter_graph`) and the communicator's, each GPU's
+    NIC ``nic`` bytes/s (0: ``bandwidth ÷ local``, the inverse of
+    :func:`model.step_time.rings_bandwidth`, exact where the NICs bind) and its NVLink
+    ``nvlink`` (the cluster's, bytes/s a direction; 0: unknown, the channels unbound by it).
+    ``ncclTopoCompute`` (``src/graph/search.cc``) bounds the channels across nodes by the GPU's
+    NVLinks as well as by the NIC: 16 GB200s or more of an NVL72 rack find 16 channels at
+    45.1 GB/s (721.6 of the 18 × 40.1 = 721.8 GB/s NCCL counts), not ``min(local, 32)``; an
+    H800 node, 4 at 40 doubled to 8 at 20 (:func:`model.nccl_channels.inter_search`).
+    Element-wise. Units: channels.
 
     >>> ring_graph("H100-SXM", True, 8, 450e9), ring_graph("H100-SXM", False, 8, 400e9)
     ((12, 24), (8, 16))
     >>> ring_graph("H100-SXM", False, 1, 50e9)
     (2, 4)
+    >>> ring_graph("GB200", False, 36, 900e9, 50e9, 900e9), ring_graph("GB200", False, 36, 900e9)
+    ((16, 32), (32, 64))
     """
-    if namespace(scaleup, local, bandwidth) is None:
-        channels, _, comm = _graph(part, bool(scaleup), int(local), float(bandwidth))
+    if namespace(scaleup, local, bandwidth, nic, nvlink) is None:
+        channels, _, comm = _graph(
+            part, bool(scaleup), int(local), float(bandwidth), float(nic), float(nvlink)
+        )
         return channels, comm
 
     def pick(i: int) -> Any:
-        return elementwise(lambda u, g, b: _graph(part, bool(u), int(g), b)[i], scaleup, local,
-                           bandwidth)  # fmt: skip
+        return elementwise(lambda u, g, b, c, v: _graph(part, bool(u), int(g), b, c, v)[i],
+                           scaleup, local, bandwidth, nic, nvlink)  # fmt: skip
 
     return pick(0), pick(2)
 
@@ -202,17 +215,10 @@ def _correction(t: NcclLatency, p: int, buffer: Any) -> Any:
 
 
 def candidate_seconds(
-    kind: str,
-    group_size: Any,
-    sent_bytes: Any,
-    bandwidth: Any,
-    busbw: Any,
-    scaleup: Any,
-    part: str,
-    per_domain: Any = 1,
-    domains: Any = 0,
-    nvls_busbw: Any = 0.0,
-) -> dict[tuple[str, str], Any]:
+    kind: str, group_size: Any, sent_bytes: Any, bandwidth: Any, busbw: Any, scaleup: Any,
+    part: str, per_domain: Any = 1, domains: Any = 0, nvls_busbw: Any = 0.0, nic: Any = 0.0,
+    nvlink: Any = 0.0,
+) -> dict[tuple[str, str], Any]:  # fmt: skip
     """Seconds ``ncclTopoGetAlgoTime`` models for each ``(algorithm, protocol)`` NCCL's tuner
     weighs for a ``kind`` collective (:data:`TUNED`) over ``group_size`` ranks in which each
     rank sends ``sent_bytes`` (the module docstring): the ring in LL, LL128 and Simple; for an
@@ -222,7 +228,9 @@ def candidate_seconds(
     NICs' worth, :func:`model.step_time.rings_bandwidth`), ``busbw``: the Simple ring's bus
     bandwidth on it (bytes/s, at the link's efficiency); ``per_domain`` ranks in each NVLink
     domain and ``domains`` NCCL's nodes (:attr:`model.roofline.LinkTime.domains`; 0:
-    ``⌈n ∕ per_domain⌉``). Element-wise.
+    ``⌈n ∕ per_domain⌉``); ``nic`` and ``nvlink`` the GPU's NIC and the cluster's NVLink
+    (bytes/s, 0: unknown; :attr:`model.roofline.LinkTime.nic_bytes_per_s`), what the ring's
+    channels across nodes are bound by (:func:`ring_graph`). Element-wise.
 
     Raises ``KeyError`` for a part outside :data:`model.nccl_search.NCCL_ARCH`
     (:func:`nccl_arch` says which are in).
@@ -246,7 +254,7 @@ def candidate_seconds(
     local = maximum(minimum(per_domain, group_size), 1)
     nodes = where(scaleup, 1, where(domains > 0, domains, -floor(-group_size / local)))
     shape = (kind, group_size, scaleup, local, nodes, nodes >= group_size)
-    channels, comm = ring_graph(part, scaleup, local, bandwidth)
+    channels, comm = ring_graph(part, scaleup, local, bandwidth, nic, nvlink)
     channels = maximum(channels, 1)
     fit = (channels, nodes, shape[-1])
     gbps = where(busbw > 0, busbw, 1.0) / 1e9

@@ -101,7 +101,8 @@ def _engine_clock(device: DeviceSpec, tp: int, kind: Collective) -> Clock:
     round per further domain NCCL counts (:func:`model.nccl_latency.steps_latency`), and each
     collective the slower of it and the engines on another number of domains, each at its own
     latency and NICs (:func:`model.rank_groups.other_placement`, ``collective_time``'s
-    ``other``); an InputError when the part's table has no bandwidth for that link."""
+    ``other``), NCCL's ring graph across domains bound by the NICs and NVLink
+    (:attr:`model.roofline.LinkTime.nic_bytes_per_s`); an InputError when the part's table has no bandwidth for that link."""
     domain = device.placement_domain or device.gpus_per_node
     node = nccl_node_size(device.gpus_per_node, device.placement_domain)
     per_domain, nodes = engine_placement(tp, domain, node)
@@ -122,10 +123,12 @@ def _engine_clock(device: DeviceSpec, tp: int, kind: Collective) -> Clock:
         other = (rings_bandwidth(nic, tp, tp, domain, nvlink, members), False, members, others)
     params = deployed_params(device.part)
     share = ring_share(kind, tp)
+    caps = (0.0, 0.0) if inside else (float(nic or 0.0), float(nvlink or 0.0))
 
     def seconds(buffer_bytes: float) -> float:
         sent = share * buffer_bytes
-        time = collective_time(kind, tp, sent, bandwidth, inside, params, per_domain, nodes, other)
+        time = collective_time(kind, tp, sent, bandwidth, inside, params, per_domain, nodes, other,
+                               nic=caps[0], nvlink=caps[1])  # fmt: skip
         return float(time)
 
     return seconds

@@ -14,18 +14,19 @@ Pure functions over floats; no state.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
+from trainplan.model.busbw_curve import published_busbw
 from trainplan.model.errors import InputError
 from trainplan.model.nccl_latency import collective_latency
 from trainplan.model.nccl_tuner import TUNED, nccl_arch, tuned_seconds
+from trainplan.model.nvlink_bound import ring_busbw
 from trainplan.model.nvls import nvls_ring_on_link
 from trainplan.model.part_family import catalogue_part
-from trainplan.model.xp import log2, maximum, where
+from trainplan.model.xp import maximum, where
 
 __all__ = [
     "RooflineParams", "GEMM_EFFICIENCY_BY_GENERATION", "DEFAULT_GEMM_EFFICIENCY", "generation_of",
@@ -351,6 +352,15 @@ class LinkTime:
     other: tuple[float, bool, int, int] | None = None
     """``(bandwidth, scaleup, per_domain, domains)`` of the axis's groups on another number of
     domains (:func:`collective_time`'s ``other``); None where every group lies as this one."""
+    nic_bytes_per_s: float = 0.0
+    """One GPU's NIC, bytes/s a direction (the scale-out tier's figure before
+    :func:`model.step_time.rings_bandwidth` multiplies and caps it; a what-if's included): what
+    NCCL's ring graph across nodes is bound by (:func:`model.nccl_tuner.ring_graph`); 0: unknown
+    (``bandwidth ÷ per_domain``)."""
+    nvlink_bytes_per_s: float = 0.0
+    """The cluster's NVLink a GPU, bytes/s a direction (:attr:`model.hardware.DeviceSpec.
+    nvlink_bytes_per_s`, a what-if's included): where a link across domains reached it, NVLink
+    binds (:func:`model.nvlink_bound.ring_busbw`); 0: unknown (the NIC's rule)."""
 
 
 def collective_seconds(
@@ -375,7 +385,8 @@ def collective_seconds(
     """
     return collective_time(
         kind, group_size, sent_bytes, link.bandwidth_bytes_per_s, link.scaleup, p,
-        link.per_domain, link.domains, link.other,
+        link.per_domain, link.domains, link.other, nic=link.nic_bytes_per_s,
+        nvlink=link.nvlink_bytes_per_s,
     )  # fmt: skip
 
 
@@ -401,56 +412,14 @@ def ring_share(kind: Collective, group_size: Any) -> Any:
     return 2 * share if kind is Collective.ALL_REDUCE else share
 
 
-def published_busbw(
-    kind: Collective, buffer_bytes: Any, bandwidth: Any, p: RooflineParams, *, nvls: Any
-) -> Any:
-    """Bytes/s of bus bandwidth a ``kind`` collective of an ``buffer_bytes`` buffer reaches in
-    the part's NVLink domain by its published curve (:attr:`RooflineParams.busbw_curve`,
-    interpolated linearly in log2 of the size, held at the ends), scaled by the link in use
-    (``bandwidth``) over the curve system's (:attr:`RooflineParams.busbw_curve_link_gbps`).
-
-    The curve is the all-reduce's as NCCL ran it on the part (NVLink SHARP on HGX Hopper's 8
-    GPUs); a ring there (all-gather, reduce-scatter, an all-reduce where ``nvls`` is false:
-    :func:`model.nvls.nvls_ring`) reads it ÷ the NVLS all-reduce's stated speed-up over the
-    ring (:attr:`RooflineParams.nvls_allreduce_speedup`; 1 where the curve is a ring's).
-    nccl-tests' bus bandwidth does not depend on the rank count (``doc/PERFORMANCE.md``), so a
-    group of 2 or 4 reads the 8-GPU curve at the same buffer size. Element-wise.
-
-    An 8-GPU H100 all-reduce of 16 MiB (NVLS) reads the published 234.45 GB/s, a 4-GPU one (a
-    ring) 234.45 ÷ 480/370:
-
-    >>> from trainplan.model.op_rates import deployed_params
-    >>> p, ar = deployed_params("H100-SXM"), Collective.ALL_REDUCE
-    >>> [round(published_busbw(ar, 2**24, 450e9, p, nvls=n) / 1e9, 2) for n in (True, False)]
-    [234.45, 180.72]
-    """
-    sizes = [math.log2(x) for x, _ in p.busbw_curve]
-    gbps = [y for _, y in p.busbw_curve]
-    x = log2(buffer_bytes)
-    value: Any = gbps[-1]  # held above the largest size
-    for k in range(len(sizes) - 2, -1, -1):  # each segment, linear in log2 of the size
-        t = (x - sizes[k]) / (sizes[k + 1] - sizes[k])
-        value = where(x < sizes[k + 1], gbps[k] + t * (gbps[k + 1] - gbps[k]), value)
-    busbw = where(x <= sizes[0], gbps[0], value) * 1e9
-    as_nvls = nvls if kind is Collective.ALL_REDUCE else False
-    busbw = where(as_nvls, busbw, busbw / p.nvls_allreduce_speedup)
-    return busbw * (bandwidth / (p.busbw_curve_link_gbps * 1e9))
-
-
 _CURVE_KINDS = (Collective.ALL_REDUCE, Collective.ALL_GATHER, Collective.REDUCE_SCATTER)
 
 
 def collective_time(
-    kind: Collective,
-    group_size: Any,
-    sent_bytes: Any,
-    bandwidth: Any,
-    scaleup: Any,
-    p: RooflineParams,
-    per_domain: Any = 1,
-    domains: Any = 0,
-    other: tuple[Any, Any, Any, Any] | None = None,
-) -> Any:
+    kind: Collective, group_size: Any, sent_bytes: Any, bandwidth: Any, scaleup: Any,
+    p: RooflineParams, per_domain: Any = 1, domains: Any = 0,
+    other: tuple[Any, Any, Any, Any] | None = None, *, nic: Any = 0.0, nvlink: Any = 0.0,
+) -> Any:  # fmt: skip
     """:func:`collective_seconds` from plain numbers: floats for one collective, element-wise
     for arrays of layouts (the search's tables), the same operations in the same order.
 
@@ -461,7 +430,10 @@ def collective_time(
     size, the smallest size's time (a latency floor). Elsewhere those three take the time of
     the algorithm and protocol NCCL's tuner picks (:func:`model.nccl_tuner.tuned_seconds`: the
     ring in LL, LL128 or Simple, the all-reduce's tree, NVLS where :func:`model.nvls.nvls_ring`
-    says NCCL runs it), the Simple ring's bus bandwidth the link's at its efficiency; on a part
+    says NCCL runs it), the Simple ring's bus bandwidth :func:`model.nvlink_bound.ring_busbw`'s
+    (the link at the efficiency of its tier, or of NVLink where NVLink binds across domains;
+    ``nic`` and ``nvlink``: :attr:`LinkTime.nic_bytes_per_s`, :attr:`LinkTime.
+    nvlink_bytes_per_s`, which also bound NCCL's ring graph there); on a part
     NCCL does not run on (:func:`model.nccl_tuner.nccl_arch`), and for an all-to-all or a send,
     NCCL's Simple latency plus the bytes at the link's efficiency (Hockney's α-β model;
     :func:`collective_latency`). ``per_domain``: the group's members in each NVLink domain
@@ -475,17 +447,19 @@ def collective_time(
     β₂)`` (an all-reduce of 13 ranks on 8-GPU nodes: tests/model/test_group_latency.py).
     """
     if other is not None:
+        caps = {"nic": nic, "nvlink": nvlink}
         first = collective_time(kind, group_size, sent_bytes, bandwidth, scaleup, p, per_domain,
-                                domains)  # fmt: skip
-        second = collective_time(kind, group_size, sent_bytes, *other[:2], p, *other[2:])
+                                domains, **caps)  # fmt: skip
+        second = collective_time(kind, group_size, sent_bytes, *other[:2], p, *other[2:], **caps)
         return maximum(first, second)
-    busbw = bandwidth * where(scaleup, p.scaleup_efficiency, p.scaleout_efficiency)
+    busbw = ring_busbw(bandwidth, scaleup, nvlink if kind in TUNED else 0.0,  # rings alone
+                       p.scaleup_efficiency, p.scaleout_efficiency)  # fmt: skip
     on = kind is Collective.ALL_REDUCE and p.nvls_allreduce_speedup != 1
     nvls = nvls_ring_on_link(p.part, bandwidth, scaleup, group_size) if on else False
     if kind in TUNED and nccl_arch(p.part):
         faster = busbw * where(nvls, p.nvls_allreduce_speedup, 0.0)
         seconds = tuned_seconds(str(kind), group_size, sent_bytes, bandwidth, busbw, scaleup,
-                                p.part, per_domain, domains, faster)  # fmt: skip
+                                p.part, per_domain, domains, faster, nic, nvlink)  # fmt: skip
         seconds = where(bandwidth > 0, seconds, transfer_seconds(sent_bytes, bandwidth))
     else:
         latency = collective_latency(kind, group_size, scaleup, p, per_domain, domains)

@@ -41,7 +41,7 @@ from trainplan.model.fsdp2_pipeline import (
 )
 from trainplan.model.memory import FP8_PARAM_BYTES
 from trainplan.model.pipeline_reduce import chunked_param_gathers, reduce_waiting_share
-from trainplan.model.terms.fields import Context, Fields, axis_domains, axis_members
+from trainplan.model.terms.fields import Context, Fields, axis_domains, axis_members, link_caps
 from trainplan.model.terms.roofline import axis_link, other_link, params_of
 from trainplan.model.terms.sm_shares import dp_kind, group_sm_share
 from trainplan.model.terms.stage_params import busiest_params
@@ -113,6 +113,7 @@ def dp_group_seconds(c: Context, f: Fields, mech: Any = None) -> tuple[tuple[DpS
             where(on, bandwidth, 1.0), scaleup, params_of(c), forward_share=forward, gathered=gathered,
             again=again, gather_calls=gather_calls, per_domain=axis_members(c, f, axis),
             domains=axis_domains(c, f, axis), other=_other(c, f, axis, on),
+            caps=link_caps(c, f, axis, bandwidth, scaleup),
         )  # fmt: skip
         s = DpSeconds(*(where(on, getattr(s, k.name), 0.0) for k in fields(DpSeconds)))
         out.append((s, calls))

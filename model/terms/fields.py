@@ -38,7 +38,7 @@ from trainplan.model.model_spec import ModelSpec
 from trainplan.model.moe_run import members_per_domain
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.timing import CostOptions
-from trainplan.model.xp import is_array, maximum, where
+from trainplan.model.xp import as_float, is_array, maximum, where
 
 __all__ = [
     "Context",
@@ -56,6 +56,7 @@ __all__ = [
     "axis_members",
     "axis_domains",
     "link_members",
+    "link_caps",
 ]
 
 LINK_AXES = ("tp", "cp", "ep", "dp", "edp", "pp")
@@ -360,6 +361,22 @@ def link_members(bandwidth: Any, scaleup: Any, members: Any) -> Any:
     (8, 1, 1)
     """
     return where(scaleup | (bandwidth <= 0), 1, members)
+
+
+def link_caps(c: Context, f: Fields, axis: str, bandwidth: Any, scaleup: Any) -> tuple[Any, Any]:
+    """``(NIC, NVLink)`` bytes/s a direction of ``axis``'s link as its clock's
+    :attr:`model.roofline.LinkTime.nic_bytes_per_s` and :attr:`~model.roofline.LinkTime.
+    nvlink_bytes_per_s` read them, on the link ``bandwidth`` (bytes/s, 0: none) of tier
+    ``scaleup`` (:func:`model.terms.roofline.axis_link`): one GPU's share of the tier the
+    topology placed (:attr:`LinkFields.bandwidth`, one NIC's across domains, a what-if's
+    included) and the accelerator's NVLink (:attr:`model.hardware.DeviceSpec.
+    nvlink_bytes_per_s`, the cap :func:`model.step_time.rings_bandwidth` applied); ``(0, 0)``
+    where they change nothing (a scale-up link or none), so they add no distinct clocks to the
+    search's tables. Floats, or ``[n, 1]`` columns."""
+    raw = f.link(axis).bandwidth
+    off = scaleup | (bandwidth <= 0)
+    nic = where(off, 0.0, as_float(raw if raw is not None else 0.0))
+    return nic, where(off, 0.0, float(c.gpu.nvlink_bytes_per_s or 0.0))
 
 
 def world_ranks(f: Fields) -> Any:

@@ -12,10 +12,11 @@ from typing import Any
 from trainplan.model.comm import AxisTraffic
 from trainplan.model.memory import optimizer_elements
 from trainplan.model.muon import muon_gather_bytes
+from trainplan.model.nvlink_bound import ring_busbw
 from trainplan.model.offload import adam_step_bytes
 from trainplan.model.optimizers import OptimizerKind, optimizer_step_bytes
 from trainplan.model.step_time import optimizer_seconds
-from trainplan.model.terms.fields import Context, Fields, LayoutFields
+from trainplan.model.terms.fields import Context, Fields, LayoutFields, link_caps
 from trainplan.model.terms.roofline import axis_link, params_of
 from trainplan.model.terms.stage_params import busiest_params
 from trainplan.model.terms.state import busiest_muon_work, busiest_scales, muon_whole_matrices
@@ -76,14 +77,16 @@ def muon_gather_traffic(c: Context, f: Fields) -> tuple[Any, Any]:
 
 def muon_gather_seconds(c: Context, f: Fields) -> tuple[Any, Any]:
     """(seconds over tp, over dp) of :func:`muon_gather_traffic`'s bytes on each axis's link at
-    its tier's efficiency (scale-up or scale-out), all exposed: the optimizer step waits for
+    its tier's efficiency (scale-up or scale-out; NVLink's where it binds across domains,
+    :func:`model.nvlink_bound.ring_busbw`), all exposed: the optimizer step waits for
     them. 0 on an axis without a link figure."""
     p = params_of(c)
     out = []
     for axis, moved in zip(("tp", "dp"), muon_gather_traffic(c, f), strict=True):
         bandwidth, scaleup = axis_link(c, f, axis)
-        eff = where(scaleup, p.scaleup_efficiency, p.scaleout_efficiency)
-        out.append(where(bandwidth > 0, as_float(moved) / maximum(bandwidth * eff, 1.0), 0.0))
+        nvlink = link_caps(c, f, axis, bandwidth, scaleup)[1]
+        rate = ring_busbw(bandwidth, scaleup, nvlink, p.scaleup_efficiency, p.scaleout_efficiency)
+        out.append(where(bandwidth > 0, as_float(moved) / maximum(rate, 1.0), 0.0))
     return out[0], out[1]
 
 

@@ -87,6 +87,7 @@ from trainplan.model.terms.fields import (
     LayoutFields,
     axis_domains,
     axis_members,
+    link_caps,
     link_members,
     stage_argmax,
     stage_max,
@@ -186,17 +187,20 @@ def ep_dispatch_fields(c: Context, f: Fields) -> tuple[Any, Any, Any]:
 
 
 def _link(
-    bandwidth: Any, scaleup: Any, per_domain: Any, domains: Any = 0, other: Any = None
-) -> LinkTime | None:
+    bandwidth: Any, scaleup: Any, per_domain: Any, domains: Any = 0, other: Any = None,
+    caps: tuple[Any, Any] = (0.0, 0.0),
+) -> LinkTime | None:  # fmt: skip
     """The :class:`model.roofline.LinkTime` of a kind row's key values; ``other``: the other
     groups' ``(bandwidth, scaleup, per_domain, domains)`` (:func:`other_link`), kept where it
-    differs from the first."""
+    differs from the first; ``caps``: the link's NIC and NVLink
+    (:func:`model.terms.fields.link_caps`)."""
     if not bandwidth:
         return None
     own = (float(bandwidth), bool(scaleup), int(per_domain), int(domains))
     if other is not None:
         other = (float(other[0]), bool(other[1]), int(other[2]), int(other[3]))
-    return LinkTime(*own, None if other in (None, own) or not other[0] else other)
+    other = None if other in (None, own) or not other[0] else other
+    return LinkTime(*own, other, float(caps[0]), float(caps[1]))
 
 
 @lru_cache(maxsize=CACHE)
@@ -217,7 +221,7 @@ def _kind_row(
     tp_bw, tp_up, tp_g, tp_n, cp_bw, cp_up, cp_g, cp_n = key[11:19]
     a2a_bw, a2a_up, a2a_g, ep_bw, ep_up, ep_lg, ep_n = key[19:26]
     ep_g, unpaired, sm_share, templated, regather, nccl, ordered = key[26:33]
-    tp_other = key[33:37]
+    tp_other, tp_caps, cp_caps = key[33:37], key[37:39], key[39:41]
     (
         peak,
         hbm,
@@ -243,7 +247,8 @@ def _kind_row(
     if overlap is TpOverlap.FULL and int(tp) > 1 and bool(sp):  # check_tp_overlap: sp off refused
         ub = userbuffers_for(ub_config, int(tp))
     clock = Clock(
-        peak, hbm, p, _link(tp_bw, tp_up, tp_g, tp_n, tp_other), _link(cp_bw, cp_up, cp_g, cp_n),
+        peak, hbm, p, _link(tp_bw, tp_up, tp_g, tp_n, tp_other, tp_caps),
+        _link(cp_bw, cp_up, cp_g, cp_n, None, cp_caps),
         _link(ep_bw, ep_up, ep_lg, ep_n), overlap,
         int(r), int(u), bool(gather), speedup, int(rep), int(ep_g), float(unpaired),
         bool(regather), str(templated), float(sm_share), grouped, ao, bool(bf16_ex), loop,
@@ -358,6 +363,7 @@ def _kinds_of(c: Context, f: Fields, mode: Recompute, kept: Any = None) -> tuple
         tp_sm_share_of(c, f),
         ordered,
         *tp_other,
+        *link_caps(c, f, "tp", tp_bw, tp_up), *link_caps(c, f, "cp", cp_bw, cp_up),
     )  # fmt: skip
     n, g = len(PARTS), len(span_groups(arch))
     kinds = tuple(tuple(row[k * n : (k + 1) * n]) for k in range(g + 2))

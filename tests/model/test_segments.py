@@ -40,9 +40,12 @@ def test_deepseek_v3_ep64_on_4096_gb200_rides_nvlink_in_segments_of_64():
     (in_one_domain(64, 4096, 64)); 72-GPU racks filled edge to edge do not (72 % 64 ≠ 0: ranks
     64–127 straddle ranks 71|72). The ep time is the one the validation rows' explicit
     ``nvlink_domain = 64`` gives: 443.93 GB at NVLink's 900 GB/s × 0.8 is 616.6 ms plus NCCL's
-    latency per all-to-all, 644.3 ms (8.271 s on the 50 GB/s NIC); step 5.447 s (14.442 s;
+    latency per all-to-all, 644.3 ms (8.271 s on the 50 GB/s NIC); step 5.449 s (14.442 s;
     5.450 and 14.444 s before NCCL's tuner chose the data-parallel collectives' protocol,
-    model.nccl_tuner)."""
+    model.nccl_tuner). The dp ring, 64 ranks in each of 16 segments, is bound by NVLink (64 ×
+    50 GB/s over 900): NCCL's 16 channels at 45.1 GB/s, LL128 at min(0.92 × 720, 16 × 40) = 640
+    GB/s where 32 channels at 864 gave 794.88 (model.nvlink_bound; the search test below): dp
+    66.73 → 77.11 ms, of which the dense group's φ 1/6 waits, +1.73 ms: 5.4472 → 5.4489 s."""
     assert in_one_domain(64, 4096, 64) and not in_one_domain(64, 4096, 72)
     est = evaluate(**DSV3)
     assert est.device.placement_domain == 64 and est.device.nvlink_domain == 72
@@ -54,7 +57,7 @@ def test_deepseek_v3_ep64_on_4096_gb200_rides_nvlink_in_segments_of_64():
         > float(ep.traffic.bytes_per_step) / (900e9 * 0.8)
         == pytest.approx(0.6166, abs=1e-4)
     )
-    assert est.step_s == pytest.approx(5.447, abs=5e-4)
+    assert est.step_s == pytest.approx(5.449, abs=5e-4)
     same = evaluate(**DSV3, nvlink_domain=64)
     assert (same.step_s, _ep(same).seconds) == (est.step_s, ep.seconds)
     racks = evaluate(**DSV3, nvlink_domain=72)  # a user who owns whole racks: no segments
@@ -73,12 +76,16 @@ def test_qwen3_30b_ep64_on_128_gb200():
     (72 + 56 a rack) counts its ranks in the NVLink clique, NCCL's node under MNNVL
     (model.rank_groups.nccl_node_size): 56 a node, 16 search channels at 45.1 GB/s (NVLink 5's
     721.8 GB/s), 32 channels, not the tray's 4 a node's 16 (4.717 s then). The racks' step
-    4.723 s (4.724 s before NCCL's tuner chose the collectives' protocol, model.nccl_tuner)."""
+    4.724 s (4.723 s before NVLink bound the dp ring's graph and bus bandwidth,
+    model.nvlink_bound: 56 × 50 GB/s over NVLink's 900, so NCCL's 16 channels at 45.1, LL128 at
+    min(0.92 × 720, 16 × 40) = 640 GB/s where 32 channels at 864 gave 794.88: the 13 buckets'
+    reduce-scatters of 470.5 MB a rank and all-gathers of 235.2 MB, each after 14 + 126 × 1.9
+    + 1 × 4.0 = 257.4 µs, 18.23 → 21.03 ms, of which the same 31.2 % waits, +0.87 ms)."""
     args = dict(model="qwen3-30b-a3b", gpu="GB200", num_gpus=128, ep=64)
     est, racks = evaluate(**args), evaluate(**args, nvlink_domain=72)
     assert (_ep(est).link, round(_ep(est).seconds, 4)) == ("nvlink", 0.3262)
     assert (_ep(racks).link, round(_ep(racks).seconds, 3)) == ("scale-out", 3.838)
-    assert (round(est.step_s, 3), round(racks.step_s, 3)) == (1.205, 4.723)
+    assert (round(est.step_s, 3), round(racks.step_s, 3)) == (1.205, 4.724)
 
 
 def test_a_job_of_one_rack_or_less_lies_in_one_rack():
@@ -124,7 +131,8 @@ def test_a_segment_slurm_could_not_place_is_refused():
 def test_search_deepseek_v3_on_4096_gb200_keeps_ep_on_nvlink():
     """``trainplan search --model deepseek-v3 --gpus 4096 --gpu GB200``: 7.198 s (dp 512 × pp
     8, ep 8) when ranks filled 72-GPU racks; in segments of 64 the expert group rides NVLink:
-    dp 1024 × pp 4 at ep 64 (the layout above, 5.450 s), now ep 32, 5.434 s.
+    dp 1024 × pp 4 at ep 64 (the layout above, 5.450 s), now ep 32, 5.444 s (5.434 s before
+    NVLink bound the dp ring, below).
 
     ep 64 led ep 32 by 0.64 ms (5.44988 against 5.45051 s) before NCCL's tuner
     (model/nccl_tuner.py: ``ncclTopoTuneModel``, ``topoGetAlgoInfo``). Both layouts' dp ring,
@@ -137,14 +145,22 @@ def test_search_deepseek_v3_on_4096_gb200_keeps_ep_on_nvlink():
     0.42777 − 0.29485 s exposed 0.13292), so all 16.45 ms leave the step, 5.43408 s; at ep 64
     it waits φ·a, the dense group's seconds at its φ 1/6, so 2.74 ms do, 5.44715 s (the pp
     row's embedding all-reduce, two nodes a rank each, +14.6 µs in both: the Simple ring's
-    36.4 µs × 1.4, the multi-node ring's plateau, where the tree's latency was charged)."""
+    36.4 µs × 1.4, the multi-node ring's plateau, where the tree's latency was charged).
+
+    64 ranks a segment × 50 GB/s is over NVLink's 900, so NVLink binds the dp ring
+    (model.nvlink_bound): NCCL's graph is 16 channels at 45.1 GB/s (721.6 of the GPU's 18 ×
+    40.1 = 721.8), not 32, and the Simple ring's bus bandwidth 900 × 0.8 = 720, not 864. LL128
+    still runs, at min(0.92 × 720, 16 × 40) = 640 GB/s: 6 × (1,989.2 + 3,786 ÷ 0.640 +
+    1,989.2 + 1,893 ÷ 0.640) µs = 77.11 ms (Simple: 3,645.6 + 3,786 ÷ 0.72 µs = 8.90 ms a
+    reduce-scatter, more). At ep 32 all 10.37 ms more leave the step: 5.4341 → 5.4445 s; at
+    ep 64 φ 1/6 of them, 1.73 ms: 5.4489 s. ep 32 stays the best."""
     from trainplan.api import search
 
     result = search(model="deepseek-v3", gpus=4096, gpu="GB200")
     best = result.best
     lay = best.estimate.layout
     assert (lay.dp, lay.tp, lay.pp, lay.ep) == (1024, 1, 4, 32)
-    assert best.estimate.step_s == pytest.approx(5.434, abs=5e-4)
+    assert best.estimate.step_s == pytest.approx(5.4445, abs=5e-4)
     assert _ep(best.estimate).link == "nvlink"
     ep64 = evaluate(**DSV3)
-    assert ep64.step_s == pytest.approx(5.4471, abs=5e-5) and ep64.step_s > best.estimate.step_s
+    assert ep64.step_s == pytest.approx(5.4489, abs=5e-5) and ep64.step_s > best.estimate.step_s

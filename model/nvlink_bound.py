@@ -1,0 +1,73 @@
+"""Where a ring across NVLink domains is bound by NVLink rather than by the NICs, and the bus
+bandwidth a ring collective's bytes move at on its link: the one rule
+:func:`model.roofline.collective_time` (and through it NCCL's tuner,
+:func:`model.nccl_tuner.candidate_seconds`) and the optimizer step's gathers read.
+
+A group of ``g`` ranks in each NVLink domain runs ``g`` rings across the domains at once, one
+per NIC (:func:`model.step_time.rings_bandwidth`): its link is ``min(g × NIC, NVLink)`` a GPU.
+Each channel of such a ring enters and leaves every GPU of its node over NVLink as well as over
+the NIC, so NCCL's search (``ncclTopoCompute``, ``src/graph/search.cc`` at 5067397c) bounds the
+channels by both: by the NIC and its PCIe path (``sm90SpeedArrayInter`` /
+``sm100SpeedArrayInter``) and by the GPU's NVLinks at NCCL's per-link figure
+(``ncclTopoNVLinkBw``, ``src/graph/topo.h``: 20.6 of NVLink 4's 25 GB/s, 40.1 of NVLink 5's
+50; :func:`model.nccl_channels.inter_search`). ``ncclTopoTuneModel`` (``src/graph/tuning.cc``)
+then takes the ring's bus bandwidth as the graph's ``nChannels × bwInter``:
+
+* **The NIC binds** (``g × NIC`` under NVLink: eight 400 Gb/s NICs of an H100 node, 400 GB/s
+  against 450): the NIC at the scale-out efficiency, NCCL's ``NET_BW`` share of the line rate
+  (:attr:`model.roofline.RooflineParams.scaleout_efficiency`: 8 × 50 × 0.96 = 384 GB/s, the
+  measured figure the model keeps).
+* **NVLink binds** (``g × NIC`` at or above NVLink: an H800 node's eight NICs, 400 against its
+  200 GB/s of NVLink; 16 or more GB200s of an NVL72 rack, 800 against 900): NVLink at the
+  scale-up efficiency (:attr:`model.roofline.RooflineParams.scaleup_efficiency`, NCCL's
+  ``ncclTopoNVLinkBw`` share of the link), what the search's graph holds there: an H800's
+  8 × 20.6 = 164.8 GB/s carry 4 channels at 40 GB/s, 160 (200 × 0.8 = 160); a GB200's
+  18 × 40.1 = 721.8, 16 at 45.1 = 721.6 (900 × 0.8 = 720).
+
+The NVLink a link carries is the cluster's (:attr:`model.roofline.LinkTime.nvlink_bytes_per_s`,
+a what-if's included); 0 where unknown (a part without NVLink): the NIC's rule. Units: bytes/s;
+element-wise (:mod:`model.xp`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainplan.model.xp import logical_not, where
+
+__all__ = ["nvlink_binds", "ring_busbw"]
+
+
+def nvlink_binds(bandwidth: Any, scaleup: Any, nvlink: Any) -> Any:
+    """Whether a link across NVLink domains (``scaleup`` false) of ``bandwidth`` bytes/s a GPU
+    is bound by the cluster's NVLink ``nvlink`` (bytes/s a direction; 0: unknown): its
+    bandwidth reached it (:func:`model.step_time.rings_bandwidth` caps ``g × NIC`` there).
+    Element-wise.
+
+    >>> nvlink_binds(200e9, False, 200e9), nvlink_binds(400e9, False, 450e9)
+    (True, False)
+    >>> nvlink_binds(900e9, True, 900e9), nvlink_binds(50e9, False, 0.0)
+    (False, False)
+    """
+    return logical_not(scaleup) & (nvlink > 0) & (bandwidth >= nvlink)
+
+
+def ring_busbw(
+    bandwidth: Any, scaleup: Any, nvlink: Any, scaleup_efficiency: float,
+    scaleout_efficiency: float,
+) -> Any:  # fmt: skip
+    """Bytes/s of bus bandwidth a ring collective's Simple protocol moves at on a link of
+    ``bandwidth`` bytes/s a GPU (module docstring): the link at the scale-up efficiency inside
+    an NVLink domain (``scaleup``) and across domains where NVLink binds (:func:`nvlink_binds`,
+    ``nvlink`` the cluster's NVLink, bytes/s), else at the scale-out efficiency. Element-wise.
+
+    An H800 node's eight 50 GB/s NICs under its 200 GB/s of NVLink: 200 × 0.8 = 160 GB/s
+    (NCCL: 8 channels at 20); an H100 node's under its 450: 400 × 0.96 = 384:
+
+    >>> ring_busbw(200e9, False, 200e9, 0.8, 0.96) / 1e9
+    160.0
+    >>> ring_busbw(400e9, False, 450e9, 0.8, 0.96) / 1e9
+    384.0
+    """
+    bound = scaleup | nvlink_binds(bandwidth, scaleup, nvlink)
+    return bandwidth * where(bound, scaleup_efficiency, scaleout_efficiency)
