@@ -487,10 +487,10 @@ def test_a_tensor_parallel_plans_line_runs_under_the_environment_it_needs():
 
     from tests.cli_runs import trainplan
 
-    # tp 2: the environment is under test, not the search
+    # tp 2 and pp 1 (the answer's over every pp): the environment is under test, not the search
     args = ("search", "--model", "llama3-8b", "--gpus", "16", "--seq-len", "65536",
             "--global-batch", "16", "--framework", "megatron", "--zero", "1", "--tp", "2",
-            "--per-stage")  # fmt: skip
+            "--pp", "1", "--per-stage")  # fmt: skip
     done = trainplan(*args, "--gpu", "H100-SXM", "--json")
     assert done.returncode == 0, done.stderr[-2000:]
     d = json.loads(done.stdout)

@@ -403,6 +403,9 @@ def test_an_interleaved_only_space_searches_every_shape_interleaved(monkeypatch,
 
     args = ["--model", "llama3-70b", "--gpus", "32", "--seq-len", "8192", "--per-stage"]
     args += ["--zero", "0", "--zero", "1"]  # Megatron-FSDP (ZeRO-3) has no pipeline to interleave
+    # at the answer's tp 8 (the other tp's shapes take the same path): 68 shapes, pp 2 and 4 at
+    # every v their candidates take, the same answer as over every tp (a quarter of the time)
+    args += ["--tp", "8"]
     monkeypatch.setattr(
         "sys.argv", ["trainplan", "search", *args, "--schedule", "interleaved", "--json"]
     )
@@ -420,6 +423,7 @@ def test_an_interleaved_only_space_searches_every_shape_interleaved(monkeypatch,
     assert d["per_stage"]["step_s"] == pytest.approx(582.765, abs=1e-3)
     assert d["per_stage"]["gain"] == 1.0
     assert all(s["schedule"] == "interleaved" for s in d["per_stage"]["shapes"] if s["pp"] > 1)
+    assert len(d["per_stage"]["shapes"]) == 68
 
 
 def test_the_launch_line_writes_the_mtp_block_as_megatron_parses_it():
