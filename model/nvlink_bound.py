@@ -18,22 +18,28 @@ then takes the ring's bus bandwidth as the graph's ``nChannels × bwInter``:
   (:attr:`model.roofline.RooflineParams.scaleout_efficiency`: 8 × 50 × 0.96 = 384 GB/s, the
   measured figure the model keeps).
 * **NVLink binds** (``g × NIC`` at or above NVLink: an H800 node's eight NICs, 400 against its
-  200 GB/s of NVLink; 16 or more GB200s of an NVL72 rack, 800 against 900): NVLink at the
+  200 GB/s of NVLink; 18 or more GB200s of an NVL72 rack, 900 against 900): NVLink at the
   scale-up efficiency (:attr:`model.roofline.RooflineParams.scaleup_efficiency`, NCCL's
   ``ncclTopoNVLinkBw`` share of the link), what the search's graph holds there: an H800's
   8 × 20.6 = 164.8 GB/s carry 4 channels at 40 GB/s, 160 (200 × 0.8 = 160); a GB200's
   18 × 40.1 = 721.8, 16 at 45.1 = 721.6 (900 × 0.8 = 720).
 
 The NVLink a link carries is the cluster's (:attr:`model.roofline.LinkTime.nvlink_bytes_per_s`,
-a what-if's included); 0 where unknown (a part without NVLink): the NIC's rule. Units: bytes/s;
-element-wise (:mod:`model.xp`).
+a what-if's included); 0 where unknown (a part without NVLink): the NIC's rule. The bound is
+NCCL's search's, so a part NCCL does not run on (:func:`model.nccl_tuner.nccl_arch` empty:
+Gaudi under HCCL, TPUs under XLA, AMD under RCCL) keeps the NIC's rule on the capped link.
+Units: bytes/s; element-wise (:mod:`model.xp`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from trainplan.model.nccl_tuner import nccl_arch
 from trainplan.model.xp import logical_not, where
+
+if TYPE_CHECKING:
+    from trainplan.model.roofline import RooflineParams
 
 __all__ = ["nvlink_binds", "ring_busbw"]
 
@@ -52,22 +58,26 @@ def nvlink_binds(bandwidth: Any, scaleup: Any, nvlink: Any) -> Any:
     return logical_not(scaleup) & (nvlink > 0) & (bandwidth >= nvlink)
 
 
-def ring_busbw(
-    bandwidth: Any, scaleup: Any, nvlink: Any, scaleup_efficiency: float,
-    scaleout_efficiency: float,
-) -> Any:  # fmt: skip
+def ring_busbw(bandwidth: Any, scaleup: Any, nvlink: Any, p: RooflineParams) -> Any:
     """Bytes/s of bus bandwidth a ring collective's Simple protocol moves at on a link of
-    ``bandwidth`` bytes/s a GPU (module docstring): the link at the scale-up efficiency inside
-    an NVLink domain (``scaleup``) and across domains where NVLink binds (:func:`nvlink_binds`,
-    ``nvlink`` the cluster's NVLink, bytes/s), else at the scale-out efficiency. Element-wise.
+    ``bandwidth`` bytes/s a GPU (module docstring): the link at ``p``'s scale-up efficiency
+    inside an NVLink domain (``scaleup``) and, on a part NCCL runs on (``p.part``,
+    :func:`model.nccl_tuner.nccl_arch`), across domains where NVLink binds
+    (:func:`nvlink_binds`, ``nvlink`` the cluster's NVLink, bytes/s); else at its scale-out
+    efficiency. Element-wise.
 
     An H800 node's eight 50 GB/s NICs under its 200 GB/s of NVLink: 200 × 0.8 = 160 GB/s
-    (NCCL: 8 channels at 20); an H100 node's under its 450: 400 × 0.96 = 384:
+    (NCCL: 8 channels at 20); an H100 node's under its 450: 400 × 0.96 = 384; a Gaudi 3
+    node's eight 75 GB/s ports capped at its 525 GB/s of scale-up: 525 × 0.96 = 504:
 
-    >>> ring_busbw(200e9, False, 200e9, 0.8, 0.96) / 1e9
+    >>> from trainplan.model.op_rates import deployed_params as params
+    >>> ring_busbw(200e9, False, 200e9, params("H800")) / 1e9
     160.0
-    >>> ring_busbw(400e9, False, 450e9, 0.8, 0.96) / 1e9
+    >>> ring_busbw(400e9, False, 450e9, params("H100-SXM")) / 1e9
     384.0
+    >>> ring_busbw(525e9, False, 525e9, params("Gaudi3")) / 1e9
+    504.0
     """
+    nvlink = nvlink if nccl_arch(p.part) else 0.0
     bound = scaleup | nvlink_binds(bandwidth, scaleup, nvlink)
-    return bandwidth * where(bound, scaleup_efficiency, scaleout_efficiency)
+    return bandwidth * where(bound, p.scaleup_efficiency, p.scaleout_efficiency)

@@ -452,8 +452,7 @@ def collective_time(
                                 domains, **caps)  # fmt: skip
         second = collective_time(kind, group_size, sent_bytes, *other[:2], p, *other[2:], **caps)
         return maximum(first, second)
-    busbw = ring_busbw(bandwidth, scaleup, nvlink if kind in TUNED else 0.0,  # rings alone
-                       p.scaleup_efficiency, p.scaleout_efficiency)  # fmt: skip
+    busbw = ring_busbw(bandwidth, scaleup, nvlink if kind in TUNED else 0.0, p)  # rings alone
     on = kind is Collective.ALL_REDUCE and p.nvls_allreduce_speedup != 1
     nvls = nvls_ring_on_link(p.part, bandwidth, scaleup, group_size) if on else False
     if kind in TUNED and nccl_arch(p.part):

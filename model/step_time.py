@@ -343,20 +343,10 @@ def pp_exposed_seconds(
 
 
 def pipe_engine_seconds(
-    part_bytes: Any,
-    tp: Any,
-    m: Any,
-    pp: Any,
-    tied_bytes: Any,
-    bandwidth: Any,
-    scaleup: Any,
-    tp_bandwidth: Any,
-    tp_scaleup: Any,
-    p: RooflineParams,
-    hbm_bytes_per_s: float | None = None,
-    tp_per_domain: Any = 1,
-    tp_domains: Any = 0,
-) -> Any:
+    part_bytes: Any, tp: Any, m: Any, pp: Any, tied_bytes: Any, bandwidth: Any, scaleup: Any,
+    tp_bandwidth: Any, tp_scaleup: Any, p: RooflineParams, hbm_bytes_per_s: float | None = None,
+    tp_per_domain: Any = 1, tp_domains: Any = 0, tp_caps: tuple[Any, Any] = (0.0, 0.0),
+) -> Any:  # fmt: skip
     """Seconds DeepSpeed's pipeline engine adds to a step for its pipeline messages: the
     blocking transfers and the all-gathers over tp on the critical path of its ``TrainSchedule``
     (:func:`model.deepspeed_pipe.pipe_engine_counts` of m micro-batches on pp stages: a middle
@@ -375,7 +365,9 @@ def pipe_engine_seconds(
     3 × the whole tensor at :attr:`~model.roofline.RooflineParams.hbm_efficiency`, two kernels
     (``deepspeed/runtime/utils.py`` ``PartitionedTensor.full`` at edaa72212; 2021's code made
     two passes more, not counted); the gathers' latency by ``tp_per_domain``, the tp members a
-    domain, and ``tp_domains``, the tp group's NCCL node count. Element-wise for arrays.
+    domain, and ``tp_domains``, the tp group's NCCL node count; ``tp_caps`` the tp link's NIC and
+    NVLink, bytes/s (:func:`model.terms.fields.link_caps`; NVLink binds a tp ring across
+    domains, :func:`model.nvlink_bound.ring_busbw`). Element-wise for arrays.
 
     Examples
     --------
@@ -395,7 +387,8 @@ def pipe_engine_seconds(
     """
     send = collective_time(Collective.SEND_RECV, 2, part_bytes, bandwidth, scaleup, p)
     gather = collective_time(Collective.ALL_GATHER, tp, part_bytes * (tp - 1), tp_bandwidth,
-                             tp_scaleup, p, tp_per_domain, tp_domains)  # fmt: skip
+                             tp_scaleup, p, tp_per_domain, tp_domains, nic=tp_caps[0],
+                             nvlink=tp_caps[1])  # fmt: skip
     tied = collective_time(Collective.ALL_REDUCE, 2, tied_bytes, bandwidth, scaleup, p)
     if hbm_bytes_per_s is not None:  # full(): zeros (write) and clone (read, write) of the whole
         copies = memory_seconds(3 * part_bytes * tp, hbm_bytes_per_s, p) + p.kernel_overhead_s

@@ -85,7 +85,7 @@ def muon_gather_seconds(c: Context, f: Fields) -> tuple[Any, Any]:
     for axis, moved in zip(("tp", "dp"), muon_gather_traffic(c, f), strict=True):
         bandwidth, scaleup = axis_link(c, f, axis)
         nvlink = link_caps(c, f, axis, bandwidth, scaleup)[1]
-        rate = ring_busbw(bandwidth, scaleup, nvlink, p.scaleup_efficiency, p.scaleout_efficiency)
+        rate = ring_busbw(bandwidth, scaleup, nvlink, p)
         out.append(where(bandwidth > 0, as_float(moved) / maximum(rate, 1.0), 0.0))
     return out[0], out[1]
 

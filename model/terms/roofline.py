@@ -464,6 +464,7 @@ def pp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
             c.gpu.hbm_bytes_per_s,
             link_members(tp_bandwidth, tp_scaleup, axis_members(c, f, "tp")),
             link_members(tp_bandwidth, tp_scaleup, axis_domains(c, f, "tp")),
+            link_caps(c, f, "tp", tp_bandwidth, tp_scaleup),
         )  # fmt: skip
         seconds = where(on, seconds, 0.0)
         return seconds, seconds

@@ -129,3 +129,31 @@ def test_evaluate_llama3_70b_on_288_gb200_dp_all_reduce():
     row = next(line for line in done.stdout.splitlines() if line.startswith("dp "))
     assert "all-reduce (fp32)" in row and f"{sent / 1e9:.2f} GB" in row
     assert f"{seconds * 1e3:.1f} ms" in row and round(seconds * 1e3, 1) == 577.6
+
+
+def test_a_part_nccl_does_not_run_on_keeps_the_nic_rule():
+    """The bound is NCCL's (``ncclTopoCompute`` searching its ring graph over the GPU's NVLinks);
+    a part NCCL does not run on (``nccl_arch`` empty: Gaudi under HCCL, TPUs under XLA) keeps
+    the scale-out efficiency on the capped link. Gaudi 3: 8 a node, 75 GB/s of scale-out each,
+    600 GB/s capped at its 525 of scale-up; a 1 GiB all-gather over 16 (two nodes) moves its
+    15/16 GiB at 525 × 0.96 = 504 GB/s after NCCL's Simple latency, 70 µs (8.4 + 14 × 3.4 + 14
+    µs a network hop), not at 525 × 0.8 = 420."""
+    gaudi3 = deployed_params("Gaudi3")
+    sent = 15 / 16 * GIB
+    given = collective_time(AG, 16, sent, 525e9, False, gaudi3, 8, 2, nic=75e9, nvlink=525e9)
+    assert given == collective_time(AG, 16, sent, 525e9, False, gaudi3, 8, 2)
+    assert given == pytest.approx(70.0 * US + sent / 504e9, rel=1e-12)
+
+
+def test_deepspeed_pipe_engine_gathers_over_tp_across_nodes_read_nvlink():
+    """DeepSpeed's pipeline engine all-gathers each partitioned message over tp (model.step_time.
+    pipe_engine_seconds); tp 16 on two H800 nodes is the ring of
+    test_h800_all_gather_over_two_nodes_moves_at_160_gbps, NVLink-bound: each gather of 15 ×
+    64 MiB runs the ring in Simple at 160 GB/s, not 192, as the tp collectives of the same
+    layout do. m 8 on pp 2: 16 gathers (pipe_engine_counts), each 15 × 2²⁶ B × (1/160 − 1/192)
+    ns/B = 2²⁶ ∕ 64·10⁹ s = 1.048576 ms slower: 16.777216 ms in all."""
+    from trainplan.model.step_time import pipe_engine_seconds
+
+    args = (2**26, 16, 8, 2, 0.0, 50e9, False, 200e9, False, H800, None, 8, 2)
+    bound = pipe_engine_seconds(*args, tp_caps=(50e9, 200e9))
+    assert bound - pipe_engine_seconds(*args) == pytest.approx(16 * 1.048576e-3, rel=1e-9)
