@@ -7,7 +7,11 @@ from __future__ import annotations
 
 from trainplan.interface.render.moe_text import dispatcher_kernel_sentence, grouped_mm_sentence
 from trainplan.interface.render.offload_text import offload_sentence
-from trainplan.interface.render.part_text import collectives_said, part_sentences
+from trainplan.interface.render.part_text import (
+    collectives_said,
+    nvlink_bound_said,
+    part_sentences,
+)
 from trainplan.interface.render.precision_text import loss_sentence, precision_sentence
 from trainplan.model.comm import p2p_overlapped, reduces_beside_compute
 from trainplan.model.deepspeed_mechanisms import sp_comm_bytes
@@ -102,7 +106,8 @@ def _time_sentence(est: Estimate, overlap: str) -> str:
         f"its depth k, e·k/(k + k₀), e = {p.gemm_efficiency:g} {fitted}), bytes / (HBM × "
         f"{p.hbm_efficiency:g})) + {p.kernel_overhead_s * 1e6:g} µs; {attention}{curve}collectives "
         f"{collectives_said(p.part)} (link × {p.scaleup_efficiency:g} NVLink, "
-        f"{p.scaleout_efficiency:g} scale-out); tp overlap {_tp_overlap_said(est)}, "
+        f"{p.scaleout_efficiency:g} scale-out{nvlink_bound_said(p)}); "
+        f"tp overlap {_tp_overlap_said(est)}, "
         f"cp {_cp_overlap(est)}, "
         f"{_dp_overlap(est)}{_p2p_waits(est)}{_nccl_charge(est)}; "
         "m × slowest stage × (1 + bubble_ratio) + pipeline messages + exposed dp + optimizer step"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.nccl_tuner import nccl_arch
-from trainplan.model.roofline import generation_of
+from trainplan.model.roofline import RooflineParams, generation_of
 
 __all__ = ["part_sentences", "rates_of", "collectives_said"]
 
@@ -54,3 +54,12 @@ def part_sentences(device: DeviceSpec) -> list[str]:
         f"rates (calibrated efficiencies, SM count, published kernel and collective curves) "
         f"{rates_of(device.part)}"
     ]
+
+
+def nvlink_bound_said(p: RooflineParams) -> str:
+    """The NVLink bound of a ring across domains (:func:`model.nvlink_bound.ring_busbw`), said
+    on parts NCCL runs on: where the NICs of a domain's members reach its NVLink, the ring moves
+    at NVLink × the scale-up efficiency."""
+    if not nccl_arch(p.part):
+        return ""
+    return f", NVLink × {p.scaleup_efficiency:g} across domains where NVLink binds the ring"
