@@ -293,11 +293,10 @@ def _kinds(c: Context, f: Fields, mode: Recompute, kept: Any = None) -> tuple[An
     do not read how many layers a stage holds or recomputes (the stage's counts multiply them
     afterwards, :func:`stage_parts_term`); ``tests/model/test_kinds_memo.py`` holds this on
     dense, MoE, interleaved, context-parallel and DualPipe layouts."""
-    key = f.split_free_key() if isinstance(f, LayoutFields) else None
-    if key is None:
+    split_free = f.split_free_key() if isinstance(f, LayoutFields) else None
+    if split_free is None or not isinstance(f, LayoutFields):
         return _kinds_of(c, f, mode, kept)
-    key = (c, *key, mode, kept)
-    links = f.links_object
+    key, links = (c, *split_free, mode, kept), f.links_object
     found = _KINDS_MEMO.get(key)
     if found is not None and found[0] is links:
         return found[1]
