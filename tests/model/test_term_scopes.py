@@ -72,7 +72,7 @@ defaults: their legal values depend on pp; the tests of model/ cover them)."""
 assert set(DOMAINS) == set(LAYOUT_FIELDS)
 
 ARCHES = st.sampled_from([DENSE, MOE])
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 
 
 def _legal(layout: Layout, model: ModelSpec) -> bool:

@@ -93,7 +93,9 @@ MOE = MoESpec(num_experts=8, experts_per_token=2, expert_ffn_hidden_size=128)
 
 SPAN_ORACLE_CASES = [  # (L, pp, pattern, window, share of the way from full recompute's peak, MoE)
     (6, 3, ("local", "global"), 512, 0.5, None),
-    pytest.param(7, 3, ("local", "local", "global"), 512, 0.4, None, marks=pytest.mark.slow),
+    pytest.param(
+        7, 3, ("local", "local", "global"), 512, 0.4, None, marks=pytest.mark.exhaustive
+    ),  # fmt: skip
     (7, 3, ("global", "local", "local"), 128, 0.2, None),
     (6, 3, ("local", "global"), 128, 0.5, MOE),
     pytest.param(7, 3, ("local", "local", "global"), 128, 0.3, MOE, marks=pytest.mark.slow),
