@@ -149,11 +149,12 @@ def test_deepspeed_runs_what_its_code_runs():
                   "deepspeed", "--zero", "3", "--tp", "4", "--precision", "fp8")
     )  # fmt: skip
     assert line.startswith("--precision: fp8 with --framework deepspeed at tp 4 runs ")
-    # at tp 4 (half the search's time of a free tp) DeepSpeed's FP8 is never legal
+    # at tp 4 and pp 1 (a fraction of the search's time over every tp and pp) DeepSpeed's FP8
+    # is never legal
     frameworks = ("--framework", "megatron", "--framework", "fsdp2", "--framework", "deepspeed")
     d = json.loads(
         trainplan("search", "--model", "llama3-70b", "--gpus", "64", "--precision", "fp8",
-                  "--tp", "4", *frameworks, "--json").stdout
+                  "--tp", "4", "--pp", "1", *frameworks, "--json").stdout
     )  # fmt: skip
     assert d["layout"]["framework"] != "deepspeed" and d["layout"]["tp"] == 4
 
