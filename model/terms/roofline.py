@@ -292,7 +292,7 @@ def _kinds(c: Context, f: Fields, mode: Recompute, kept: Any = None) -> tuple[An
     per-stage splits (:meth:`model.terms.fields.LayoutFields.split_free_key`): a layer's figures
     do not read how many layers a stage holds or recomputes (the stage's counts multiply them
     afterwards, :func:`stage_parts_term`); ``tests/model/test_kinds_memo.py`` holds this on
-    dense, MoE, interleaved, context-parallel and DualPipe layouts."""
+    dense, interleaved, MoE (ep), context-parallel, local/global-span and zb-h1 layouts."""
     split_free = f.split_free_key() if isinstance(f, LayoutFields) else None
     if split_free is None or not isinstance(f, LayoutFields):
         return _kinds_of(c, f, mode, kept)

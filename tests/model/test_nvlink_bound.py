@@ -129,6 +129,17 @@ def test_evaluate_llama3_70b_on_288_gb200_dp_all_reduce():
     row = next(line for line in done.stdout.splitlines() if line.startswith("dp "))
     assert "all-reduce (fp32)" in row and f"{sent / 1e9:.2f} GB" in row
     assert f"{seconds * 1e3:.1f} ms" in row and round(seconds * 1e3, 1) == 577.6
+    said = "(link × 0.8 NVLink, 0.96 scale-out, NVLink × 0.8 across domains where NVLink binds"
+    assert said in " ".join(done.stdout.split())  # the assumptions line states the rule
+
+
+def test_the_assumptions_line_says_the_nvlink_bound_only_where_nccl_runs():
+    """A part NCCL does not run on keeps the NIC's rule (the test below), and its step-time
+    assumptions line says only the two tiers' efficiencies, as a user reads it."""
+    done = trainplan("evaluate", "--model", "llama3-8b", "--gpu", "Gaudi3", "--gpus", "32")
+    assert done.returncode == 0, done.stderr[-2000:]
+    text = " ".join(done.stdout.split())
+    assert "(link × 0.8 NVLink, 0.96 scale-out)" in text and "where NVLink binds" not in text
 
 
 def test_a_part_nccl_does_not_run_on_keeps_the_nic_rule():
