@@ -11,13 +11,19 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from tests import fresh_process
+
 Done = subprocess.CompletedProcess[str]
 
 
 def trainplan(*args: str, cwd: str | Path | None = None, timeout: float = 300) -> Done:
-    """Run ``trainplan ARGS`` in a fresh process; its exit code, stdout and stderr."""
+    """Run ``trainplan ARGS`` in a fresh process (``python -m trainplan ARGS`` as a user types
+    it, forked from an interpreter that has imported only the third-party libraries:
+    :mod:`tests.fresh_process`); its exit code, stdout and stderr."""
     cmd = [sys.executable, "-m", "trainplan", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    if not fresh_process.enabled():
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    return fresh_process.run_module(cmd, "trainplan", list(args), cwd, timeout)
 
 
 def run_many(calls: Mapping[str, Sequence[str]], cwd: str | Path | None = None) -> dict[str, Done]:

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import tomllib
 from importlib import resources
 
 import pytest
 from click.testing import CliRunner
 
+from tests import cli_runs
 from trainplan.interface.calibration import (
     MAX_RESIDUAL,
     calibrate_measurements,
@@ -144,9 +144,7 @@ def test_the_single_model_stays_reachable_and_textbook_uses_it():
 
 def trainplan(*args: str) -> subprocess.CompletedProcess[str]:
     """A ``trainplan`` command in a fresh process, as a user runs it."""
-    return subprocess.run(
-        [sys.executable, "-m", "trainplan", *args], capture_output=True, text=True, timeout=300
-    )
+    return cli_runs.trainplan(*args, timeout=300)
 
 
 def _one_line(out: subprocess.CompletedProcess[str], *fragments: str) -> None:

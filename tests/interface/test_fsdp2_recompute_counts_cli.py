@@ -12,10 +12,10 @@ stage."""
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
 
+from tests import cli_runs
 from tests.optimizer.test_per_stage import tiny_case
 from trainplan.optimizer.stage_rules import takes_counts
 
@@ -29,9 +29,7 @@ ARGS = ("evaluate", "--model", "llama3-8b", "--gpus", "8", "--dp", "4", "--pp", 
 
 
 def trainplan(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "trainplan", *args], capture_output=True, text=True, timeout=300
-    )
+    return cli_runs.trainplan(*args, timeout=300)
 
 
 @pytest.mark.parametrize("recompute", ["none", "selective"])

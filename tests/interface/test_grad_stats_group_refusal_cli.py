@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 
+from tests import cli_runs
 from trainplan.model.errors import LayoutError
 from trainplan.model.key_rules import check_grad_stats_group
 
@@ -28,9 +28,7 @@ RULE = (
 
 
 def trainplan(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "trainplan", *args], capture_output=True, text=True, timeout=300
-    )
+    return cli_runs.trainplan(*args, timeout=300)
 
 
 def assert_refused(p: subprocess.CompletedProcess[str], where: str) -> None:

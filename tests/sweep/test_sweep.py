@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from tests import cli_runs
+
 pytestmark = pytest.mark.slow  # a sweep of 16 points and a dozen trainplan processes: ~30 s
 
 pd = pytest.importorskip("pandas")
@@ -43,9 +45,7 @@ quarter of the HBM)."""
 
 
 def trainplan(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "trainplan", *args], capture_output=True, text=True, check=False
-    )
+    proc = cli_runs.trainplan(*args)
     if check:
         assert proc.returncode == 0, proc.stderr
     return proc

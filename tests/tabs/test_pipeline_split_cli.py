@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 
+from tests import cli_runs
 from trainplan.interface.cli.tabs import render_timeline
 from trainplan.interface.tabs import pipeline_report
 
 
 def trainplan(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "trainplan", *args], capture_output=True, text=True, timeout=120
-    )
+    return cli_runs.trainplan(*args, timeout=120)
 
 
 def test_zb_h1_text_and_json_in_a_process():

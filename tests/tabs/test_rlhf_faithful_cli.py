@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from tests import cli_runs
 from tests.cli_runs import refusal
 from trainplan.interface.cli import cli, register_commands
 from trainplan.interface.rlhf.measured import rows, table_markdown
@@ -196,9 +196,7 @@ def test_readme_measured_table_is_the_planners():
 
 
 def trainplan(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "trainplan", *args], capture_output=True, text=True, timeout=300
-    )
+    return cli_runs.trainplan(*args, timeout=300)
 
 
 DSV3 = ["rlhf", "--algorithm", "grpo", "--model", "deepseek-v3", "--reward", "rule", "--gpus", "64"]

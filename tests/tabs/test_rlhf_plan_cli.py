@@ -18,10 +18,14 @@ import threading
 
 import pytest
 
+from tests import cli_runs
+
 GRPO = ["rlhf-plan", "--algorithm", "grpo", "--reward", "rule"]
 
 
 def trainplan(*args: str, **kw) -> subprocess.CompletedProcess[str]:
+    if not kw:  # a fresh process (tests.fresh_process); with kw (a preexec_fn), a new interpreter
+        return cli_runs.trainplan(*args, timeout=600)
     return subprocess.run(
         [sys.executable, "-m", "trainplan", *args],
         capture_output=True,
