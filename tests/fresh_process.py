@@ -18,9 +18,9 @@ that runs them in-process before a command would hand the command those modules.
 its own: a request is a JSON file and the command's stdout and stderr (``socket.send_fds``); the
 server forks a waiter, which forks the command, sends its pid, waits and sends its exit status.
 
-``TRAINPLAN_TESTS_FORK=0`` runs each command with ``subprocess`` instead. The documentation's
-transcripts (:mod:`tests.transcripts`), the page's server and the commands a test signals, limits
-or reads from a terminal always start a new interpreter.
+``TRAINPLAN_TESTS_FORK=0`` runs each command with ``subprocess`` instead. The page's server, the
+commands a test signals, limits or reads from a terminal, and :mod:`tests.test_fresh_process`'s
+comparisons always start a new interpreter.
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests import fresh_process
 from tests.transcripts import ROOT, Transcript, run, workdir
 
 Reader = Callable[[str], float]
@@ -314,13 +315,12 @@ def output_of(command: str, cwd: Path) -> str:
         return (ROOT / command.removeprefix("cat ")).read_text()
     if command.startswith(FIDELITY + " ") or command == FIDELITY:
         args = shlex.split(command)[3:]
+        cmd = [sys.executable, "-m", "trainplan.interface.fidelity", *args]
+        if fresh_process.enabled():  # its own process (tests.fresh_process)
+            module = "trainplan.interface.fidelity"
+            return fresh_process.run_module(cmd, module, args, cwd, 600, True).stdout
         proc = subprocess.run(
-            [sys.executable, "-m", "trainplan.interface.fidelity", *args],
-            cwd=cwd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            timeout=600,
+            cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600
         )
         return proc.stdout
     return run(Transcript(ROOT, 0, command, (), 0), cwd)

@@ -44,6 +44,8 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from tests import fresh_process
+
 ROOT = Path(__file__).resolve().parents[1]
 SKIP = ("...", "…")
 LONG_RUN = "# long run"
@@ -167,15 +169,14 @@ def run(t: Transcript, cwd: Path) -> str:
     for name, text in t.files:
         (cwd / name).write_text(text)
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "trainplan", *args[1:]],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=600,
-    )
+    cmd = [sys.executable, "-m", "trainplan", *args[1:]]
+    if fresh_process.enabled():  # its own process (tests.fresh_process)
+        proc = fresh_process.run_module(cmd, "trainplan", args[1:], cwd, 600, True, env)
+    else:
+        proc = subprocess.run(
+            cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            timeout=600,
+        )  # fmt: skip
     text = "\n".join(line.rstrip() for line in proc.stdout.rstrip("\n").split("\n"))
     return text + "\n"
 
