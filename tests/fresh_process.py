@@ -273,7 +273,8 @@ def _command(request: dict[str, Any], fds: list[int]) -> None:
     elif not isinstance(code, int):
         print(code, file=sys.stderr)
         code = 1
-    atexit._run_exitfuncs()
+    threading._shutdown()  # type: ignore[attr-defined]  # as the interpreter ends: its threads,
+    atexit._run_exitfuncs()  # then the at-exit handlers, then the streams (Py_FinalizeEx)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
