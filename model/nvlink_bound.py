@@ -41,7 +41,7 @@ from trainplan.model.xp import logical_not, where
 if TYPE_CHECKING:
     from trainplan.model.roofline import RooflineParams
 
-__all__ = ["nvlink_binds", "ring_busbw"]
+__all__ = ["nvlink_binds", "ring_busbw", "ring_caps"]
 
 
 def nvlink_binds(bandwidth: Any, scaleup: Any, nvlink: Any) -> Any:
@@ -81,3 +81,19 @@ def ring_busbw(bandwidth: Any, scaleup: Any, nvlink: Any, p: RooflineParams) -> 
     nvlink = nvlink if nccl_arch(p.part) else 0.0
     bound = scaleup | nvlink_binds(bandwidth, scaleup, nvlink)
     return bandwidth * where(bound, p.scaleup_efficiency, p.scaleout_efficiency)
+
+
+def ring_caps(scaleup: Any, bandwidth: Any, nic: Any, nvlink: Any) -> tuple[Any, Any]:
+    """``(NIC, NVLink)`` bytes/s a direction a ring's clock reads
+    (:attr:`model.roofline.LinkTime.nic_bytes_per_s`, :attr:`~model.roofline.LinkTime.
+    nvlink_bytes_per_s`): one GPU's NIC ``nic`` and the part's NVLink ``nvlink`` on a link
+    across NVLink domains; ``(0, 0)`` where they change nothing — a scale-up link (``scaleup``)
+    or none (``bandwidth`` ≤ 0) — so they add no distinct clocks to the search's tables. The one
+    rule of the search's columns (:func:`model.terms.fields.link_caps`) and the rollout
+    engines' collectives (:func:`model.rollout_reduce.engine_all_reduce`). Element-wise.
+
+    >>> ring_caps(False, 400e9, 50e9, 450e9), ring_caps(True, 450e9, 50e9, 450e9)
+    ((50000000000.0, 450000000000.0), (0.0, 0.0))
+    """
+    off = scaleup | (bandwidth <= 0)
+    return where(off, 0.0, nic), where(off, 0.0, nvlink)

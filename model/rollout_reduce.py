@@ -52,6 +52,7 @@ from fractions import Fraction
 
 from trainplan.model.errors import InputError
 from trainplan.model.hardware import DeviceSpec
+from trainplan.model.nvlink_bound import ring_caps
 from trainplan.model.op_rates import deployed_params
 from trainplan.model.rank_groups import (
     fewest_in_domain,
@@ -123,7 +124,7 @@ def _engine_clock(device: DeviceSpec, tp: int, kind: Collective) -> Clock:
         other = (rings_bandwidth(nic, tp, tp, domain, nvlink, members), False, members, others)
     params = deployed_params(device.part)
     share = ring_share(kind, tp)
-    caps = (0.0, 0.0) if inside else (float(nic or 0.0), float(nvlink or 0.0))
+    caps = ring_caps(inside, bandwidth, float(nic or 0.0), float(nvlink or 0.0))
 
     def seconds(buffer_bytes: float) -> float:
         sent = share * buffer_bytes

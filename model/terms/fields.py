@@ -36,6 +36,7 @@ from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Layout
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.moe_run import members_per_domain
+from trainplan.model.nvlink_bound import ring_caps
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.timing import CostOptions
 from trainplan.model.xp import as_float, is_array, maximum, where
@@ -371,12 +372,12 @@ def link_caps(c: Context, f: Fields, axis: str, bandwidth: Any, scaleup: Any) ->
     topology placed (:attr:`LinkFields.bandwidth`, one NIC's across domains, a what-if's
     included) and the accelerator's NVLink (:attr:`model.hardware.DeviceSpec.
     nvlink_bytes_per_s`, the cap :func:`model.step_time.rings_bandwidth` applied); ``(0, 0)``
-    where they change nothing (a scale-up link or none), so they add no distinct clocks to the
+    where they change nothing (a scale-up link or none: :func:`model.nvlink_bound.ring_caps`,
+    the rule the rollout engines' collectives read too), so they add no distinct clocks to the
     search's tables. Floats, or ``[n, 1]`` columns."""
     raw = f.link(axis).bandwidth
-    off = scaleup | (bandwidth <= 0)
-    nic = where(off, 0.0, as_float(raw if raw is not None else 0.0))
-    return nic, where(off, 0.0, float(c.gpu.nvlink_bytes_per_s or 0.0))
+    nic = as_float(raw if raw is not None else 0.0)
+    return ring_caps(scaleup, bandwidth, nic, float(c.gpu.nvlink_bytes_per_s or 0.0))
 
 
 def world_ranks(f: Fields) -> Any:
