@@ -8,7 +8,9 @@ rules, rows, summary and figures.
 * ``GET /api/sweep/{id}/stream``: newline-delimited JSON events from the start — ``start``
   (points, to run), ``progress`` after each batch (done, to run, points per second, seconds
   left), then ``done`` with the summary (``trainplan sweep --json``), ``cancelled`` or ``error``;
-* ``GET /api/sweep/{id}``: where it stands; ``DELETE`` cancels it (the rows done are kept);
+* ``GET /api/sweep/{id}``: where it stands (``state``: running, cancelling, done, cancelled or
+  error); ``DELETE`` cancels it after the batches running now (the rows done are kept): it
+  answers ``cancelling`` until they end, then ``cancelled``;
 * ``GET /api/sweep/{id}/results.csv`` and ``results.parquet``: the rows so far;
 * ``GET /api/sweep/{id}/figure.svg?kind=scaling&metric=cost`` (or ``kind=heatmap&what_if=…``;
   without ``metric``, the one ``trainplan sweep-plot`` draws); the ``done`` summary names the
@@ -86,10 +88,13 @@ class Job:
             self.events.append(event)
 
     def status(self) -> dict[str, Any]:
+        """Where the sweep stands (module docstring); ``cancelling`` from a cancel until the
+        batches running then end (never ``running`` after the DELETE that stops it)."""
         elapsed = time.perf_counter() - self.started
         rate = self.done / elapsed if self.done and elapsed > 0 else None
         left = (self.todo - self.done) / rate if rate else None
-        return {"id": self.id, "state": self.state, "points": len(self.grid.points), "todo": self.todo,
+        state = "cancelling" if self.state == "running" and self.cancel.is_set() else self.state
+        return {"id": self.id, "state": state, "points": len(self.grid.points), "todo": self.todo,
                 "done": self.done, "points_per_s": rate, "seconds_left": left}  # fmt: skip
 
 
@@ -198,7 +203,8 @@ def start(grid: str = Body(..., embed=True, description="The grid file's text (T
 
 @router.get("/{sweep_id}", responses=BAD_INPUT)
 def status(sweep_id: str) -> Response:
-    """Where the sweep stands: state (running, done, cancelled, error), points done, rate, time left."""
+    """Where the sweep stands: state (running, cancelling, done, cancelled, error), points done,
+    rate, time left."""
     return json_response(_job(sweep_id).status())
 
 

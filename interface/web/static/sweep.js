@@ -66,10 +66,15 @@
     status.textContent = "running…";
     run.disabled = true;
     cancel.hidden = false;
-    cancel.onclick = () => fetch(`/api/sweep/${id}`, { method: "DELETE" });
+    cancel.onclick = () => {
+      cancel.disabled = true; // the batches running now end first, then the stream says cancelled
+      status.textContent = "cancelling… (after the batches running now)";
+      fetch(`/api/sweep/${id}`, { method: "DELETE" });
+    };
     const last = await TP.stream(`/api/sweep/${id}/stream`, progress);
     run.disabled = false;
     cancel.hidden = true;
+    cancel.disabled = false;
     TP.$("#progress").hidden = true;
     if (!last) return;
     if (last.event === "cancelled") {
