@@ -233,8 +233,11 @@ def _ask(
             return code
         except TimeoutError:
             if sent and code is None:
-                sock.sendall(b"kill\n")
-                reply.line("the exit code", time.monotonic() + KILLED_WAIT_S)
+                try:
+                    sock.sendall(b"kill\n")
+                    reply.line("the exit code", time.monotonic() + KILLED_WAIT_S)
+                except (OSError, RuntimeError):  # the waiter gone: nothing left to kill
+                    pass
             raise subprocess.TimeoutExpired(
                 cmd, timeout, _read(files[0]), _read(files[1])
             ) from None
