@@ -23,8 +23,10 @@ Files on the server are not taken from the page: models must be catalogue names,
 from __future__ import annotations
 
 import asyncio
+import atexit
 import io
 import logging
+import shutil
 import tempfile
 import threading
 import time
@@ -61,8 +63,12 @@ _LOCK = threading.Lock()
 
 @cache
 def _folder() -> Path:
-    """Where the page's sweeps write their results: a temporary folder made at the first one."""
-    return Path(tempfile.mkdtemp(prefix="trainplan-sweeps-"))
+    """Where the page's sweeps write their results: a temporary folder made at the first one and
+    removed as the server's process ends (a sweep's id, which the downloads ask by, lives only
+    in that process)."""
+    folder = Path(tempfile.mkdtemp(prefix="trainplan-sweeps-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 class _Cancelled(Exception):

@@ -1,6 +1,6 @@
-"""A sweep cancelled from the page stops after the batches running when the DELETE comes: until
-then it is ``cancelling``, never ``running`` again (the DELETE's own answer included), then
-``cancelled``."""
+"""The page's sweeps: one cancelled stops after the batches running when the DELETE comes (until
+then it is ``cancelling``, never ``running`` again, the DELETE's own answer included, then
+``cancelled``); their results' folder goes with the server's process."""
 
 from __future__ import annotations
 
@@ -48,3 +48,18 @@ def test_delete_answers_cancelling_until_the_running_batches_end(job):
         "todo": 3,
         "done": 1,
     }
+
+
+def test_the_results_folder_goes_with_the_server(tmp_path):
+    """The page's sweeps write into one temporary folder a process; it is removed as the process
+    ends (it held 44 leftover folders in /tmp after a test run)."""
+    import subprocess
+    import sys
+
+    code = (
+        "from trainplan.interface.web.sweep import _folder; f = _folder(); "
+        "(f / 'rows.parquet').write_text('x'); print(f)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    folder = Path(done.stdout.strip())
+    assert folder.name.startswith("trainplan-sweeps-") and not folder.exists()
