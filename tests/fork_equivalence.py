@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tests import fresh_process
+from tests.sweep.test_sweep_quick import SMALL
 from tests.transcripts import ROOT, by_page, long_runs, pages, transcripts, workdir
 
 Call = tuple[str, list[str], Callable[[Path], None] | None]
@@ -42,19 +43,7 @@ TIMING = (
 """Wall and CPU times (``tables 1.23 s``, ``"solve_seconds": 0.4``, ``cpu_s  0.37``), the only
 figures allowed to differ: each pattern's number becomes ``<t>``."""
 
-SMALL_GRID = """model = "megatron-1.7b"
-objective = "step-time"
-tokens = 1e11
-[space]
-pp = [1]
-zero = [1]
-recompute = ["none"]
-schedule = ["1f1b"]
-[sweep]
-gpus = [8, 16]
-[what_if]
-peak_flops = [1, 2]
-"""
+SMALL_GRID = SMALL
 """``tests/sweep/test_sweep_quick.py``'s grid: four points."""
 
 
