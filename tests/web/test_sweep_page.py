@@ -79,3 +79,27 @@ def test_a_grid_without_tokens_draws_the_step_time(page):  # noqa: F811  (the fi
     page.select_option("#metric", "mfu")
     expect(page.locator("#chart svg")).to_contain_text("MFU (%)")
     assert failed == []
+
+
+def test_cancel_says_cancelling_then_what_it_kept(page):  # noqa: F811  (the fixture)
+    """Cancel on a running sweep: the line says it is cancelling (the batches running end first)
+    and the button cannot be pressed twice; then the sweep ends cancelled, short of its 80
+    points, with the rows it ran to download."""
+    what_if = ", ".join(f"{1 + k / 10:g}" for k in range(20))  # 20 × 4 GPU counts
+    grid = GRID.replace("gpus = [8, 16]", "gpus = [8, 16, 32, 64]").replace(
+        "hbm_capacity = [1, 0.05]", f"peak_flops = [{what_if}]"
+    )
+    go(page, "/sweep")
+    page.fill("#grid", grid)
+    page.click("#run")
+    cancel = page.locator("#cancel")
+    expect(cancel).to_be_visible()
+    cancel.click()
+    expect(page.locator("#status")).to_have_text("cancelling… (after the batches running now)")
+    expect(cancel).to_be_disabled()
+    status = page.locator("#status")
+    expect(status).to_contain_text("cancelled after")
+    done = int(status.inner_text().split("cancelled after ")[1].split()[0].replace(",", ""))
+    assert done < 80
+    expect(page.locator("#csv")).to_be_visible()
+    expect(cancel).to_be_hidden()
