@@ -1,7 +1,8 @@
 """The printed sentences on how a MoE layer's experts and dispatcher run: torchtitan's grouped
 experts and the dispatcher's wait (:mod:`model.torchtitan_experts`), and DeepEP's or HybridEP's
 intra-domain dispatch and combine at their kernels' published bandwidth, with what was borrowed
-(:mod:`model.ep_kernels`). Each reads the figures the cost model reads;
+(:mod:`model.ep_kernels`), and the host's expert calls the step time leaves out
+(:mod:`model.host_calls`). Each reads the figures the cost model reads;
 :func:`interface.render.assumptions.assumptions` prints them."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 from trainplan.model.dispatch_buffers import deepep_group_ranks
 from trainplan.model.ep_kernels import KERNEL_LIBRARY, kernel_rates
 from trainplan.model.estimate import Estimate
+from trainplan.model.host_calls import EXPERT_GEMM_HOST_S, expert_gemm_calls
 from trainplan.model.moe_run import MoERun
 from trainplan.model.terms.step import uses_roofline
 from trainplan.model.torchtitan_experts import (
@@ -20,7 +22,12 @@ from trainplan.model.torchtitan_experts import (
     grouped_mm_of,
 )
 
-__all__ = ["grouped_mm_sentence", "dispatcher_kernel_sentence", "moe_run_dict"]
+__all__ = [
+    "grouped_mm_sentence",
+    "dispatcher_kernel_sentence",
+    "host_calls_note",
+    "moe_run_dict",
+]
 
 
 def grouped_mm_sentence(est: Estimate) -> list[str]:
@@ -126,3 +133,36 @@ def moe_run_dict(run: MoERun) -> dict[str, Any]:
         "moe_dispatcher": str(run.dispatcher),
         "moe_ep_overlap": str(run.ep_overlap),
     }
+
+
+HOST_CALLS_FROM = 2
+"""Local experts from which :func:`host_calls_note` speaks: one expert a GPU issues a dense
+layer's GEMM calls."""
+
+
+def host_calls_note(est: Estimate) -> list[str]:
+    """Where the layout's MoE layers issue one GEMM call per local expert
+    (:func:`model.host_calls.expert_gemm_calls`, at least :data:`HOST_CALLS_FROM` experts a
+    GPU): that the step time leaves out the host's time to issue them, with their count per
+    layer and micro-batch and what they take on the host at the measured time of one call
+    (:data:`model.host_calls.EXPERT_GEMM_HOST_S`); empty otherwise (a dense model, one expert
+    a GPU, ``fsdp2``'s grouped kernel, ``textbook``)."""
+    arch, lay = est.model.arch, est.layout
+    moe = arch.moe if arch is not None else None
+    if moe is None or moe.num_experts // lay.ep < HOST_CALLS_FROM:
+        return []
+    calls = expert_gemm_calls(moe.num_experts, lay.ep, str(lay.framework))
+    if not calls:
+        return []
+    local = moe.num_experts // lay.ep
+    host_ms = calls * EXPERT_GEMM_HOST_S * 1e3
+    return [
+        "step time leaves out the host's time to issue the routed experts' calls: each MoE "
+        f"layer issues {calls:,} expert GEMM calls per micro-batch on a GPU here ({local:,} "
+        "experts a GPU, one GEMM per expert for the forward, input and weight gradient of both "
+        f"expert linears), about {host_ms:,.1f} ms of host time at "
+        f"{EXPERT_GEMM_HOST_S * 1e6:g} µs a call (the median an nsys trace measured on a DGX "
+        "B200); where the GPU's own work per layer and micro-batch is shorter than the host's, "
+        "the step is bound by the host and slower than shown — a larger micro-batch or fewer "
+        "experts a GPU (a larger ep) shrinks the gap"
+    ]

@@ -12,7 +12,7 @@ from typing import Any
 from trainplan.interface.flags import with_flags
 from trainplan.interface.launch_split import split_flags
 from trainplan.interface.render.assumptions import assumptions, elementwise, tp_block_inputs
-from trainplan.interface.render.moe_text import moe_run_dict
+from trainplan.interface.render.moe_text import host_calls_note, moe_run_dict
 from trainplan.interface.render.step_terms import step_terms
 from trainplan.model.deepspeed_mechanisms import sp_comm_bytes
 from trainplan.model.estimate import Estimate
@@ -148,7 +148,7 @@ def bound_notes(est: Estimate) -> list[str]:
             "ep traffic is an upper bound: the all-to-all assumes uniform routing and sends every "
             f"routed copy on its own; {less}"
         )
-    return notes
+    return notes + host_calls_note(est)
 
 
 def loss_beyond_recompute(acts: Any) -> Fraction:
