@@ -48,7 +48,7 @@ from trainplan.model.moe_rules import (
 )
 from trainplan.model.moe_run import DROPLESS
 from trainplan.model.muon import muon_tp_gathers
-from trainplan.model.offload import check_offload
+from trainplan.model.offload_rules import check_offload_rules
 from trainplan.model.optimizers import OptimizerKind, check_optimizer
 from trainplan.model.pipeline import check_schedule
 from trainplan.model.precision import check_fp8_activation_storage, check_fp8_param_gather
@@ -155,8 +155,8 @@ def _framework_recompute(s: Setting, framework: Any, recompute: Any, pp: int) ->
     check_framework_recompute(framework, recompute, pp)
 
 
-def _offload(s: Setting, framework: Any, zero_stage: int) -> None:
-    check_offload(framework, zero_stage, s.training.offload)
+def _offload(s: Setting, framework: Any, zero_stage: int, optimizer: Any) -> None:
+    check_offload_rules(framework, zero_stage, optimizer, s.training)
 
 
 def _activation_offload(
@@ -391,7 +391,7 @@ RULES: tuple[Rule, ...] = (
     Rule("framework_recompute", ("framework", "recompute", "pp"), _framework_recompute),
     Rule("deepspeed_layers", ("framework",), _deepspeed_layers),
     Rule("deepspeed_fp8", ("framework", "tp", "pp", "cp"), _deepspeed_fp8),
-    Rule("offload", ("framework", "zero_stage"), _offload),
+    Rule("offload", ("framework", "zero_stage", "optimizer"), _offload),
     Rule("activation_offload", ("framework", "recompute", "recompute_layers"), _activation_offload),
     Rule("layer_offload", ("framework", "pp", "recompute", "recompute_layers"), _layer_offload),
     Rule("recompute_modules", ("framework", "recompute"), _recompute_modules),
