@@ -12,7 +12,7 @@ from typing import Any
 from trainplan.model.dispatch_buffers import deepep_group_ranks
 from trainplan.model.ep_kernels import KERNEL_LIBRARY, kernel_rates
 from trainplan.model.estimate import Estimate
-from trainplan.model.host_calls import EXPERT_GEMM_HOST_S, expert_gemm_calls
+from trainplan.model.host_calls import EXPERT_GEMM_HOST_S, expert_forwards, expert_gemm_calls
 from trainplan.model.moe_run import MoERun
 from trainplan.model.terms.step import uses_roofline
 from trainplan.model.torchtitan_experts import (
@@ -144,23 +144,30 @@ def host_calls_note(est: Estimate) -> list[str]:
     """Where the layout's MoE layers issue one GEMM call per local expert
     (:func:`model.host_calls.expert_gemm_calls`, at least :data:`HOST_CALLS_FROM` experts a
     GPU): that the step time leaves out the host's time to issue them, with their count per
-    layer and micro-batch and what they take on the host at the measured time of one call
-    (:data:`model.host_calls.EXPERT_GEMM_HOST_S`); empty otherwise (a dense model, one expert
-    a GPU, ``fsdp2``'s grouped kernel, ``textbook``)."""
+    layer and micro-batch (the recomputed forward's too, :func:`model.host_calls.
+    expert_forwards`; both counts where only some MoE layers recompute) and what they take on
+    the host at the measured time of one call (:data:`model.host_calls.EXPERT_GEMM_HOST_S`);
+    empty otherwise (a dense model, one expert a GPU, ``fsdp2``'s grouped kernel,
+    ``textbook``)."""
     arch, lay = est.model.arch, est.layout
     moe = arch.moe if arch is not None else None
     if moe is None or moe.num_experts // lay.ep < HOST_CALLS_FROM:
         return []
-    calls = expert_gemm_calls(moe.num_experts, lay.ep, str(lay.framework))
-    if not calls:
+    forwards = expert_forwards(arch, lay, est.training)
+    calls = [expert_gemm_calls(moe.num_experts, lay.ep, str(lay.framework), f) for f in forwards]
+    if not forwards or not calls[-1]:
         return []
     local = moe.num_experts // lay.ep
-    host_ms = calls * EXPERT_GEMM_HOST_S * 1e3
+    passes = "the forward, " + ("its recomputation, " if forwards == (2,) else "")
+    counts = f"{calls[-1]:,} expert GEMM calls per micro-batch on a GPU here ({local:,} experts "
+    if len(calls) > 1:
+        counts = f"{calls[0]:,} expert GEMM calls per micro-batch on a GPU here ({calls[-1]:,} "
+        counts += f"in a layer recomputed in full, its forward run twice; {local:,} experts "
+    host_ms = " or ".join(f"{c * EXPERT_GEMM_HOST_S * 1e3:,.1f}" for c in calls)
     return [
         "step time leaves out the host's time to issue the routed experts' calls: each MoE "
-        f"layer issues {calls:,} expert GEMM calls per micro-batch on a GPU here ({local:,} "
-        "experts a GPU, one GEMM per expert for the forward, input and weight gradient of both "
-        f"expert linears), about {host_ms:,.1f} ms of host time at "
+        f"layer issues {counts}a GPU, one GEMM per expert for {passes}the input and weight "
+        f"gradient of both expert linears), about {host_ms} ms of host time at "
         f"{EXPERT_GEMM_HOST_S * 1e6:g} µs a call (the median an nsys trace measured on a DGX "
         "B200); where the GPU's own work per layer and micro-batch is shorter than the host's, "
         "the step is bound by the host and slower than shown — a larger micro-batch or fewer "

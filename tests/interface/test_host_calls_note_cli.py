@@ -7,6 +7,11 @@ experts a GPU; Transformer Engine's GroupedLinear runs one cuBLAS GEMM per exper
 forward, the input gradient and the weight gradient of both expert linears: 2 × 3 × 16 = 96
 calls per MoE layer and micro-batch; at 13.7 µs a call (nvte_cublas_gemm's median host time in
 the DGX B200 trace of Megatron-MoE-ModelZoo issue #7) 96 × 13.7 µs = 1.3152 ms, printed 1.3 ms.
+Under full recomputation the backward re-runs each layer's forward (Megatron-LM
+``transformer_block.py`` ``_checkpointed_forward``), its expert GEMMs too: 2 × 4 × 16 = 128
+calls, 128 × 13.7 µs = 1.7536 ms, printed 1.8 ms. With pp 2 × ep 4 (32 experts a GPU) and the
+first 4 layers of stage 0 recomputed in full: 2 × 3 × 32 = 192 calls in the other layers,
+2 × 4 × 32 = 256 in those (2.6304 and 3.5072 ms).
 torchtitan's grouped kernel (fsdp2) issues one call a pass whatever the experts, and Mixtral at
 ep 8 holds one expert a GPU: neither gets the note, nor does a dense model."""
 
@@ -20,6 +25,8 @@ from tests.cli_runs import run_many
 
 QWEN = ("evaluate", "--model", "qwen3-30b-a3b", "--gpus", "8", "--gpu", "B200", "--dp", "8")
 QWEN += ("--ep", "8", "--global-batch", "64", "--seq-len", "4096")
+PP2 = ("evaluate", "--model", "qwen3-30b-a3b", "--gpus", "8", "--gpu", "B200", "--dp", "4")
+PP2 += ("--pp", "2", "--ep", "4", "--global-batch", "64", "--seq-len", "4096")
 HEAD = "step time leaves out the host's time to issue the routed experts' calls"
 
 
@@ -30,6 +37,8 @@ def runs():
             "megatron": (*QWEN, "--json"),
             "megatron text": QWEN,
             "fsdp2": (*QWEN, "--framework", "fsdp2", "--json"),
+            "full": (*QWEN, "--recompute", "full", "--json"),
+            "some layers": (*PP2, "--recompute-layers", "4,0", "--json"),
             "mixtral ep 8": (
                 "evaluate",
                 "--model",
@@ -82,3 +91,16 @@ def test_megatron_with_sixteen_experts_a_gpu_says_96_calls_and_1_3_ms(runs):
 @pytest.mark.parametrize("key", ["fsdp2", "mixtral ep 8", "dense"])
 def test_no_note_without_per_expert_calls(runs, key):
     assert not [n for n in _notes(runs[key]) if n.startswith(HEAD)]
+
+
+def test_full_recomputation_counts_the_experts_forward_again(runs):
+    (note,) = [n for n in _notes(runs["full"]) if n.startswith(HEAD)]
+    assert "issues 128 expert GEMM calls per micro-batch on a GPU here (16 experts a GPU" in note
+    assert "for the forward, its recomputation, the input and weight gradient" in note
+    assert "about 1.8 ms of host time" in note
+
+
+def test_layers_recomputed_in_full_get_their_own_count(runs):
+    (note,) = [n for n in _notes(runs["some layers"]) if n.startswith(HEAD)]
+    assert "issues 192 expert GEMM calls per micro-batch on a GPU here (256 in a layer" in note
+    assert "32 experts a GPU" in note and "about 2.6 or 3.5 ms of host time" in note
