@@ -23,10 +23,15 @@ import pytest
 
 from tests.cli_runs import run_many
 
-QWEN = ("evaluate", "--model", "qwen3-30b-a3b", "--gpus", "8", "--gpu", "B200", "--dp", "8")
-QWEN += ("--ep", "8", "--global-batch", "64", "--seq-len", "4096")
-PP2 = ("evaluate", "--model", "qwen3-30b-a3b", "--gpus", "8", "--gpu", "B200", "--dp", "4")
-PP2 += ("--pp", "2", "--ep", "4", "--global-batch", "64", "--seq-len", "4096")
+
+def _evaluate(model, gpu, *layout):
+    """``evaluate`` of ``model`` on 8 ``gpu``s at B 64, s 4,096 and ``layout``'s flags."""
+    base = ("evaluate", "--model", model, "--gpus", "8", "--gpu", gpu)
+    return (*base, *layout, "--global-batch", "64", "--seq-len", "4096")
+
+
+QWEN = _evaluate("qwen3-30b-a3b", "B200", "--dp", "8", "--ep", "8")
+PP2 = _evaluate("qwen3-30b-a3b", "B200", "--dp", "4", "--pp", "2", "--ep", "4")
 HEAD = "step time leaves out the host's time to issue the routed experts' calls"
 
 
@@ -40,37 +45,10 @@ def runs():
             "full": (*QWEN, "--recompute", "full", "--json"),
             "some layers": (*PP2, "--recompute-layers", "4,0", "--json"),
             "mixtral ep 8": (
-                "evaluate",
-                "--model",
-                "mixtral-8x7b",
-                "--gpus",
-                "8",
-                "--gpu",
-                "H100-SXM",
-                "--dp",
-                "8",
-                "--ep",
-                "8",
-                "--global-batch",
-                "64",
-                "--seq-len",
-                "4096",
-                "--recompute",
-                "full",
-                "--json",
-            ),  # fmt: skip
-            "dense": (
-                "evaluate",
-                "--model",
-                "llama3-8b",
-                "--gpus",
-                "8",
-                "--gpu",
-                "H100-SXM",
-                "--dp",
-                "8",
-                "--json",
-            ),  # fmt: skip
+                *_evaluate("mixtral-8x7b", "H100-SXM", "--dp", "8", "--ep", "8"),
+                *("--recompute", "full", "--json"),
+            ),
+            "dense": (*_evaluate("llama3-8b", "H100-SXM", "--dp", "8"), "--json"),
         }
     )
 
