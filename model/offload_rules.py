@@ -58,9 +58,10 @@ def check_megatron_optimizer_offload(
     fp8_recipe: Any = None,
 ) -> None:
     """Refuse an optimizer offload (``fraction`` > 0 of the state, 0-1) Megatron-LM cannot run
-    under ``framework`` megatron: at ZeRO-0, with an optimizer other than Adam, or with FP8
-    primary weights (``fp8_param_gather``) under an FP8 recipe other than delayed
-    (``fp8_recipe``; None: Megatron-Core's default, delayed). Other frameworks: nothing checked.
+    under ``framework`` megatron: with an optimizer other than Adam, with FP8 primary weights
+    (``fp8_param_gather``) under an FP8 recipe other than delayed (``fp8_recipe``; None:
+    Megatron-Core's default, delayed), or at ZeRO-0 — in that order, the rules of every stage
+    first. Other frameworks: nothing checked.
 
     Raises
     ------
@@ -80,12 +81,8 @@ def check_megatron_optimizer_offload(
     if Framework(str(framework)) is not Framework.MEGATRON or not fraction:
         return
     head = f"offload_optimizer: {float(fraction):g} under framework megatron"
-    if zero_stage == 0:
-        raise LayoutError(
-            f"{head} needs zero_stage 1 (the distributed optimizer), not 0: "
-            "--optimizer-cpu-offload needs --use-precision-aware-optimizer (validate_args), "
-            "which runs only with the distributed optimizer (get_megatron_optimizer)"
-        )
+    # the rules that hold at every ZeRO stage first: a search that finds no legal layout tells
+    # the first stage's reason (optimizer.tables.illegal_reason), ZeRO-0's for megatron
     if str(optimizer) != "adam":
         raise LayoutError(
             f"{head} needs optimizer adam, not {optimizer}: --optimizer-cpu-offload needs "
@@ -96,4 +93,10 @@ def check_megatron_optimizer_offload(
         raise LayoutError(
             f"{head} with fp8_param_gather needs fp8_recipe delayed, not {recipe} "
             "(Megatron-LM validate_args)"
+        )
+    if zero_stage == 0:
+        raise LayoutError(
+            f"{head} needs zero_stage 1 (the distributed optimizer), not 0: "
+            "--optimizer-cpu-offload needs --use-precision-aware-optimizer (validate_args), "
+            "which runs only with the distributed optimizer (get_megatron_optimizer)"
         )

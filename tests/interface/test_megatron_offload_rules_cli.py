@@ -61,3 +61,22 @@ def test_search_at_dp_1_answers_the_distributed_optimizer():
     assert (layout["dp"], layout["tp"], layout["zero_stage"]) == (1, 2, 1)
     assert round(answer["time"]["step_s"], 3) == 929.045
     assert "--zero 1" in answer["evaluate_command"]
+
+
+SEARCH = ("search", "--model", "llama3-8b", "--gpus", "8", "--gpu", "H100-SXM")
+SEARCH += ("--framework", "megatron")
+
+
+@pytest.mark.parametrize(
+    ("name", "flags"),
+    [
+        ("lion", ("--optimizer", "lion", "--offload-optimizer", "0.5")),
+        ("tensorwise", ("--offload-optimizer", "1", "--precision", "fp8", "--fp8-recipe")
+         + ("tensorwise", "--set", "fp8_param_gather=true")),
+    ],
+)  # fmt: skip
+def test_a_search_with_no_legal_layout_names_the_rule_every_stage_breaks(name, flags):
+    """The search reports the first ZeRO stage's reason when no layout is legal (ZeRO-0 for
+    megatron); ZeRO-1 breaks the optimizer's or the recipe's rule, so ZeRO-0 must name that
+    rule, not the distributed optimizer that ZeRO-1 would supply."""
+    assert refusal(trainplan(*SEARCH, *flags)).startswith(RULES[name])
