@@ -170,10 +170,16 @@ def microbatch_exposed_seconds(
     The windows are :func:`model.schedule_cost.pass_times` of ``window_s`` (one micro-batch's
     compute without recomputation): the forward ``F = t/3``, the backward ``B + W = 2t/3``. In
     every micro-batch what exceeds each window waits (:func:`model.comm_sms.contended_wait`,
-    ``share`` = ``φ``), the backward at least its last bucket's reduction, ``tail``'s share of
-    ``reduce_s`` (nothing is computed after it); the last micro-batch at least ``tail``'s
-    share of all its traffic. Under recomputation the backward also re-runs the forward, which
-    the same gather serves (:attr:`model.mechanism_record.Mechanism.gathers_per_microbatch`
+    ``share`` = ``φ``), and the backward's last bucket's reduction, ``tail``'s share of
+    ``reduce_s``, waits whole after the rest: its gradients are ready only when the backward's
+    computation ends, so nothing is computed beside it and it takes no SMs from computation
+    (DeepSpeed ZeRO-3: ``runtime/zero/stage3.py`` ``independent_gradient_partition_epilogue``
+    reduces the last bucket and synchronises ``reduce_and_partition_stream`` at every backward's
+    end; FSDP2: ``torch/distributed/fsdp/_fully_shard/_fsdp_state.py``
+    ``FSDPState._root_post_backward_final_callback`` makes the current stream wait for the last
+    reduce-scatter's event when ``is_last_backward``, its default); the last micro-batch at
+    least ``tail``'s share of all its traffic. Under recomputation the backward also re-runs
+    the forward, which the same gather serves (:attr:`model.mechanism_record.Mechanism.gathers_per_microbatch`
     counts no third; DeepSpeed ZeRO-3's launches are its own walk's,
     :func:`model.deepspeed_fetches.recompute_walk`): its window is longer than ``2t/3`` by the
     recomputed forward, which this rule does not read, so it errs towards exposure there.
@@ -182,11 +188,19 @@ def microbatch_exposed_seconds(
     Examples
     --------
     0.5 s a micro-batch, 0.1 of it the forward's gathers and 0.2 the reduction, under 0.6 s
-    (forward 0.2, backward 0.4): the forward hides its 0.1, the backward leaves 0.4 − 0.4 = 0
-    but waits for its last bucket, 0.25 · 0.2; the last micro-batch waits 0.25 · 0.5.
+    (forward 0.2, backward 0.4): the forward hides its 0.1, the backward hides the 0.4 − 0.05
+    before its last bucket and then waits for that bucket, 0.25 · 0.2 = 0.05; the last
+    micro-batch waits 0.25 · 0.5.
 
     >>> round(microbatch_exposed_seconds(0.5, 0.1, 0.2, 4, 0.6, 0.25), 12)  # 3 · 0.05 + 0.125
     0.275
+
+    Beside computation at φ = 0.1 the backward's 0.35 before the last bucket costs 0.1 · 0.35
+    and the bucket waits after it, 0.035 + 0.05, not the larger of 0.1 · 0.4 and 0.05; the
+    forward's 0.1 costs 0.01, so each micro-batch 0.095:
+
+    >>> round(microbatch_exposed_seconds(0.5, 0.1, 0.2, 4, 0.6, 0.25, 0.1), 12)  # 3 · 0.095 + 0.125
+    0.41
 
     With 0.3 s of it in the forward, the forward waits 0.3 − 0.2 = 0.1 s though the whole
     fits the micro-batch: the backward's idle link cannot carry the forward's gathers.
@@ -196,8 +210,9 @@ def microbatch_exposed_seconds(
     """
     t_f, t_b, t_w = pass_times(window_s, window_s, 1)
     forward = maximum(0.0, contended_wait(forward_s, t_f, share))
-    backward = maximum(0.0, contended_wait(microbatch_s - forward_s, t_b + t_w, share))
-    each = forward + maximum(backward, reduce_s * tail)
+    last = reduce_s * tail
+    backward = maximum(0.0, contended_wait(microbatch_s - forward_s - last, t_b + t_w, share))
+    each = forward + backward + last
     return (m - 1) * each + maximum(each, microbatch_s * tail)
 
 

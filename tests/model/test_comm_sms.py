@@ -443,25 +443,27 @@ def test_the_charge_prices_megatron_fsdp_per_micro_batch_traffic() -> None:
     ``grad_reduce_pipeline.reset()``), the last micro-batch its last bucket's whole share,
     1.5553/442 = 3.519 ms: 127 × 1.693 + 3.519 ms = 0.218 s.
     Charged, each pass waits φ of its traffic (max(φ·0.3928, 0.3928 − 0.6484), max(φ·1.1784,
-    1.1784 − 1.2969)) with φ of the blocks NCCL runs the dp group's all-gathers and
+    1.1784 − 1.2969)) but the backward's last bucket, which runs after the backward's
+    computation and so waits whole (model.dp_exposure.microbatch_exposed_seconds), with φ of
+    the blocks NCCL runs the dp group's all-gathers and
     reduce-scatters on: at tp 4 the dp group of 16 has 2 ranks on each of 8 nodes, a ring of
     2 search channels at 48 GB/s (400 Gb/s NICs behind PCIe Gen5), duplicated to 4 at 24 GB/s,
     doubled by Postset: 8 blocks, φ = 1 − 1/1.177 = 0.15038 (NVLS does not run a reduce-scatter
-    or all-gather across nodes), so 0.15038 × 199.080 = 29.938 s exposed (29.792 s of the
-    198.105 s the tuner's protocols give; 48.06 s at NVLS's
-    16 blocks, 0.23896, as charged before). The tp 4 layers' asynchronous all-gathers and
-    reduce-scatters (sequence parallelism) run as rings on the node's 24 channels, φ = 1 −
+    or all-gather across nodes), so 0.15038 × (198.105 − 128 × 1.693 ms) + 128 × 1.693 ms =
+    29.976 s exposed of the 198.105 s the tuner's protocols give (29.792 s when the last bucket
+    was charged only φ like the rest; 48.06 s at NVLS's 16 blocks, 0.23896, as charged
+    before). The tp 4 layers' asynchronous all-gathers and reduce-scatters (sequence
+    parallelism) run as rings on the node's 24 channels, φ = 1 −
     1/1.350 = 0.25926: of the tp row's 33.603 s, 20.168 s wait uncharged and the other 13.436 s
     are hidden whole, so charged 20.168 + 0.25926 × 13.436 = 23.651 s wait (+3.483 s). The
-    step 249.233 → 282.289 s (+29.573 + 3.483 s; 282.436 s in Simple alone; 249.244 →
-    282.742 s with the 201.117 s of dp traffic, 300.282 s before that). (The cross-entropy's
+    step 249.233 → 282.473 s (+29.757 + 3.483 s). (The cross-entropy's
     all-reduces over the 4 GPUs run as rings, NCCL's tuner: NVLS's 240 GB/s of bus bandwidth
     against the ring's 360, model.nccl_search; tp 33.600 → 33.603 s.) The tp figures are the
     async overlap asked for (``tp_comm_overlap = async``): by default Megatron-FSDP on H100s
     runs without CUDA_DEVICE_MAX_CONNECTIONS=1 and the planner credits no async overlap
     (model.launch_order), so every tp collective waits, 33.603 s, charged or not, and the step
-    is 228.833 + 33.603 + 29.792 (+ the optimizer step and the rest) = 292.241 s charged
-    (292.388 s in Simple alone), 262.668 s uncharged (tests/model/test_launch_order.py)."""
+    is 228.833 + 33.603 + 29.976 (+ the optimizer step and the rest) = 292.426 s charged,
+    262.668 s uncharged (tests/model/test_launch_order.py)."""
     case = dict(dp=16, tp=4, zero_stage=3, micro_batch_size=1, global_batch_size=2048,
                 framework="megatron", tp_comm_overlap="async")  # fmt: skip
     on = Case.of("llama3-70b", "H100-SXM", **case).evaluate()
@@ -471,7 +473,7 @@ def test_the_charge_prices_megatron_fsdp_per_micro_batch_traffic() -> None:
     waits_off = Case.of("llama3-70b", "H100-SXM", nccl_sm_charge=False, **plain).evaluate()
     tp_waits = next(r for r in waits.traffic if r.traffic.axis == "tp")
     assert tp_waits.exposed_seconds == tp_waits.seconds == pytest.approx(33.603, abs=5e-4)
-    assert waits.step_s == pytest.approx(292.241, abs=5e-4)
+    assert waits.step_s == pytest.approx(292.4255, abs=5e-4)
     assert waits_off.step_s == pytest.approx(262.668, abs=5e-4)
     assert waits.step_s - on.step_s == pytest.approx(33.603 - 23.651, abs=1e-3)
     dp_on = next(r for r in on.traffic if r.traffic.axis == "dp")
@@ -484,7 +486,12 @@ def test_the_charge_prices_megatron_fsdp_per_micro_batch_traffic() -> None:
     assert dp_on.seconds == dp_off.seconds == pytest.approx(128 * microbatch, abs=5e-3)
     assert dp_on.seconds == pytest.approx(198.105, abs=5e-4)
     assert dp_off.exposed_seconds == pytest.approx((127 * reduce_s + microbatch) / 442, abs=5e-5)
-    assert dp_on.exposed_seconds == pytest.approx((1 - 1 / 1.177) * dp_on.seconds, abs=5e-3)
+    last = reduce_s / 442  # the backward's last bucket: after its computation, waited whole
+    phi = 1 - 1 / 1.177
+    assert dp_on.exposed_seconds == pytest.approx(
+        128 * (phi * (microbatch - last) + last), abs=5e-4
+    )
+    assert dp_on.exposed_seconds == pytest.approx(29.976, abs=5e-4)
     assert off.step_s == pytest.approx(249.233, abs=5e-4)
     tp_on = next(r for r in on.traffic if r.traffic.axis == "tp")
     tp_off = next(r for r in off.traffic if r.traffic.axis == "tp")
@@ -492,4 +499,4 @@ def test_the_charge_prices_megatron_fsdp_per_micro_batch_traffic() -> None:
     assert tp_off.exposed_seconds == pytest.approx(20.168, abs=5e-4)
     hidden = tp_on.seconds - tp_off.exposed_seconds
     assert tp_on.exposed_seconds == pytest.approx(tp_off.exposed_seconds + (1 - 1 / 1.350) * hidden)
-    assert on.step_s == pytest.approx(282.289, abs=5e-4)
+    assert on.step_s == pytest.approx(282.473, abs=5e-4)
