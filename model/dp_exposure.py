@@ -20,7 +20,8 @@ reductions at the end of every backward (torch ``_fsdp_state.py`` at 01c9f4fc
 ``_root_post_backward_final_callback``: while ``is_last_backward``, True unless
 ``set_is_last_backward`` says otherwise, which torchtitan at b5bcd76c never calls, the current
 stream waits on the reduce-scatters' events; Megatron-FSDP ``_root_post_backward`` →
-``grad_reduce_pipeline.reset()`` → ``wait_for_previous_grad_reduce(0)``; DeepSpeed
+``grad_reduce_pipeline.reset()`` → ``wait_for_previous_grad_reduce(0)``, every backward under
+``optim_grads_params``, whose ``grad_reduce_every_bprop`` ignores ``no_sync``; DeepSpeed
 ``stage3.py`` ``independent_gradient_partition_epilogue`` →
 ``reduce_and_partition_stream.synchronize()``, ``stage_1_and_2.py`` the same with
 ``overlap_comm``), so a backward's surplus cannot hide under the next forward.
@@ -172,15 +173,11 @@ def microbatch_exposed_seconds(
     every micro-batch what exceeds each window waits (:func:`model.comm_sms.contended_wait`,
     ``share`` = ``φ``), and the backward's last bucket's reduction, ``tail``'s share of
     ``reduce_s``, waits whole after the rest: its gradients are ready only when the backward's
-    computation ends, so nothing is computed beside it and it takes no SMs from computation
-    (DeepSpeed ZeRO-3: ``runtime/zero/stage3.py`` ``independent_gradient_partition_epilogue``
-    reduces the last bucket and synchronises ``reduce_and_partition_stream`` at every backward's
-    end; FSDP2: ``torch/distributed/fsdp/_fully_shard/_fsdp_state.py``
-    ``FSDPState._root_post_backward_final_callback`` makes the current stream wait for the last
-    reduce-scatter's event when ``is_last_backward``, its default); the last micro-batch at
-    least ``tail``'s share of all its traffic. Under recomputation the backward also re-runs
-    the forward, which the same gather serves (:attr:`model.mechanism_record.Mechanism.gathers_per_microbatch`
-    counts no third; DeepSpeed ZeRO-3's launches are its own walk's,
+    computation ends, and every framework waits for it there (FSDP2, Megatron-FSDP, DeepSpeed
+    ZeRO-2/3: the module docstring), so nothing is computed beside it; the last micro-batch
+    at least ``tail``'s share of all its traffic. Under recomputation the backward also re-runs
+    the forward, which the same gather serves (:attr:`model.mechanism_record.Mechanism.
+    gathers_per_microbatch` counts no third; DeepSpeed ZeRO-3's launches are its own walk's,
     :func:`model.deepspeed_fetches.recompute_walk`): its window is longer than ``2t/3`` by the
     recomputed forward, which this rule does not read, so it errs towards exposure there.
     Element-wise for arrays.
