@@ -23,7 +23,9 @@ def test_search_answer_checked_term_by_term_with_evaluate():
     picks dp 8, tp 2, b 1 under full recomputation; ``evaluate --json`` of that layout gives the
     same figures term by term. Before the tables were keyed by recompute mode the answer was the
     same layout at 21.5929 s with 2,772,434,944 gathered bytes (the √n walk's, the most of the
-    three walks); its own walk gives 2,409,627,648 and its launches 6.4 ms more: 21.5992 s."""
+    three walks); its own walk gives 2,409,627,648 and its launches 6.4 ms more: 21.5992 s;
+    21.6271 s since each micro-batch's last reduce bucket, run after the backward's computation,
+    waits whole instead of φ of it (model.dp_exposure.microbatch_exposed_seconds)."""
     case = ["--model", "llama3-70b", "--gpus", "16", "--gpu", "H100-SXM", "--seq-len", "4096"]
     case += ["--global-batch", "64", "--framework", "deepspeed"]
     found = _json("search", *case, "--zero", "3")
@@ -36,4 +38,4 @@ def test_search_answer_checked_term_by_term_with_evaluate():
     assert est["time"] == found["time"]
     assert est["traffic"] == found["traffic"]
     assert found["memory"]["zero3_gathered_bytes"] == 2_409_627_648
-    assert found["objective_s"] == pytest.approx(21.5992, abs=5e-5)
+    assert found["objective_s"] == pytest.approx(21.6271, abs=5e-5)

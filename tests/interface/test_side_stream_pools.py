@@ -276,7 +276,14 @@ def test_the_per_stage_answer_counts_the_second_segment():
     less at tp 4, allocated 79,643,470,336, fit 82,856,307,200 B (a ninth layer kept whole still
     needs 704,643,072 B more); the uniform ZeRO-3 dp 64 × tp 1 holds 2 · 905,654,400 B less
     (the output weight alone past 1e9: no prefetch, tests/model/test_deepspeed_offload_grads.py),
-    its time unmoved."""
+    its time unmoved.
+
+    Each micro-batch's last reduce bucket runs after the backward's computation, which ZeRO-3's
+    epilogue waits for: whole, not φ of it (model.dp_exposure.microbatch_exposed_seconds). At
+    tp 4, 1 of the 36 buckets of 70,552,387,584 / 4 BF16 gradients, 2 B × 15/16 at 96 GB/s +
+    36 × 133.6 µs, ÷ 36 = 9.703 ms: + 128 × 9.703 ms × (1 − φ_dp) = 1.055 s, 296.214 s; the
+    uniform dp 64 × tp 1, 1 of ⌈70,552,387,584 / 5e8⌉ = 142, 2 B × 63/64 at 384 GB/s + 142 ×
+    296.8 µs, ÷ 142 = 2.844 ms: + 16 × 2.844 ms × (1 − φ) = 0.035 s, 318.111 s."""
     two = trainplan.evaluate(**COMMON_70B, recompute_layers=(2,)).peak
     view = 100_663_296
     lse = 4 * 16 * 8192  # a layer's FP32 softmax statistics (flash-attn's softmax_lse)
@@ -304,11 +311,17 @@ def test_the_per_stage_answer_counts_the_second_segment():
     fetches = (1 - 1 / 1.177) * (dp - 134.308)
     step = 303.503 - 32.095 + 20.197 + 3.483 + 0.004 + fetches  # + the tp 4 cross-entropy rings
     assert step == pytest.approx(295.159, abs=1e-3)
+    params = 70_552_387_584
+    last = (params / 4 * 2 * 15 / 16 / 96e9 + 36 * 133.6e-6) / 36  # the last bucket, whole
+    step += 128 * last / 1.177
+    assert step == pytest.approx(296.214, abs=1e-3)
     assert run.json["per_stage"]["step_s"] == pytest.approx(step, abs=1e-3)
     uniform = 317.716 + (1 - 1 / 1.314) * (
         16 * 161.125 * 296.8e-6 + 16 * 2 * 63 / 64 * 9_058_910_208 / 384e9
     )
     assert uniform == pytest.approx(318.076, abs=1e-3)
+    uniform += 16 * (params * 2 * 63 / 64 / 384e9 + 142 * 296.8e-6) / 142 / 1.314
+    assert uniform == pytest.approx(318.111, abs=1e-3)
     assert run.json["per_stage"]["uniform"]["step_s"] == pytest.approx(uniform, abs=1e-3)
     assert run.json["per_stage"]["gain"] == pytest.approx(uniform / step, abs=1e-4)
     assert m["stream_pool_bytes"] == POOL_70B_TP4

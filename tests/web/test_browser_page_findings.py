@@ -21,13 +21,15 @@ from playwright.sync_api import expect  # noqa: E402
 
 def test_planner_step_terms_add_up_with_offload(page):
     """DeepSpeed ZeRO-3, optimizer offloaded (the field, not only the link): the CLI's
-    ``compute 239.452 s + bubble 0.0 ms + exposed comm 7.856 s + offload 9.009 s = 256.317 s``
-    (8.722 s and 257.183 s before DeepSpeed's coordinator was walked, model/deepspeed_fetches.py).
+    ``compute 239.452 s + bubble 0.0 ms + exposed comm 8.297 s + offload 9.009 s = 256.758 s``
+    (7.856 s and 256.317 s before each micro-batch's last reduce-scatter bucket, after the
+    backward's computation, waited whole, model/dp_exposure.py; 8.722 s and 257.183 s before
+    DeepSpeed's coordinator was walked, model/deepspeed_fetches.py).
     The page showed "4.3 min step time = 4.0 min + 0.0 ms + 8.722 s"."""
     go(page, "/planner?model=llama3-8b&framework=deepspeed&dp=8&zero=3")
     page.fill("input[name=offload-optimizer]", "1")
-    expect(page.locator("#step-time")).to_have_text("256.317 s")
-    expect(page.locator("#step-terms")).to_have_text("239.452 s + 0.0 ms + 7.856 s + 9.009 s")
+    expect(page.locator("#step-time")).to_have_text("256.758 s")
+    expect(page.locator("#step-terms")).to_have_text("239.452 s + 0.0 ms + 8.297 s + 9.009 s")
     label = page.locator("#step-terms + span")
     expect(label).to_have_text("compute + bubble + exposed comm + offload")
     assert page.locator("select[name=offload-params]").count() == 1
