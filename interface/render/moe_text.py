@@ -150,9 +150,9 @@ def host_calls_note(est: Estimate) -> list[str]:
     empty otherwise (a dense model, one expert a GPU, ``fsdp2``'s grouped kernel,
     ``textbook``)."""
     arch, lay = est.model.arch, est.layout
-    moe = arch.moe if arch is not None else None
-    if moe is None or moe.num_experts // lay.ep < HOST_CALLS_FROM:
+    if arch is None or arch.moe is None or arch.moe.num_experts // lay.ep < HOST_CALLS_FROM:
         return []
+    moe = arch.moe
     forwards = expert_forwards(arch, lay, est.training)
     calls = [expert_gemm_calls(moe.num_experts, lay.ep, str(lay.framework), f) for f in forwards]
     if not forwards or not calls[-1]:
