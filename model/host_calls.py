@@ -33,6 +33,7 @@ __all__ = [
     "GEMM_PASSES",
     "expert_gemm_calls",
     "expert_forwards",
+    "local_experts",
     "recomputes_experts",
 ]
 
@@ -47,6 +48,17 @@ the experts' quantisations, not counted here)."""
 
 GEMM_PASSES = 3
 """GEMMs per linear and micro-batch: the forward, the input gradient and the weight gradient."""
+
+
+def local_experts(num_experts: int, ep: int) -> int:
+    """Routed experts each GPU holds, ``E_l`` = ``num_experts`` / ``ep`` (expert tensor
+    parallelism splits each expert, not their number; ``ep`` divides ``num_experts``,
+    :mod:`model.moe_rules`); 0 for ``ep`` < 1.
+
+    >>> local_experts(128, 8), local_experts(64, 64)
+    (16, 1)
+    """
+    return num_experts // ep if ep >= 1 else 0
 
 
 def expert_gemm_calls(num_experts: int, ep: int, framework: str, forwards: int = 1) -> int:
@@ -69,10 +81,9 @@ def expert_gemm_calls(num_experts: int, ep: int, framework: str, forwards: int =
     >>> expert_gemm_calls(128, 8, "megatron", forwards=2)  # 2 linears × 4 GEMMs × 16 experts
     128
     """
-    if grouped_mm_of(framework) or not Framework(framework).physical or ep < 1:
+    if grouped_mm_of(framework) or not Framework(framework).physical:
         return 0
-    local = num_experts // ep
-    return (GEMM_PASSES - 1 + forwards) * len(ROUTED_EXPERT_GEMMS) * local
+    return (GEMM_PASSES - 1 + forwards) * len(ROUTED_EXPERT_GEMMS) * local_experts(num_experts, ep)
 
 
 def recomputes_experts(

@@ -12,7 +12,12 @@ from typing import Any
 from trainplan.model.dispatch_buffers import deepep_group_ranks
 from trainplan.model.ep_kernels import KERNEL_LIBRARY, kernel_rates
 from trainplan.model.estimate import Estimate
-from trainplan.model.host_calls import EXPERT_GEMM_HOST_S, expert_forwards, expert_gemm_calls
+from trainplan.model.host_calls import (
+    EXPERT_GEMM_HOST_S,
+    expert_forwards,
+    expert_gemm_calls,
+    local_experts,
+)
 from trainplan.model.moe_run import MoERun
 from trainplan.model.terms.step import uses_roofline
 from trainplan.model.torchtitan_experts import (
@@ -150,14 +155,16 @@ def host_calls_note(est: Estimate) -> list[str]:
     empty otherwise (a dense model, one expert a GPU, ``fsdp2``'s grouped kernel,
     ``textbook``)."""
     arch, lay = est.model.arch, est.layout
-    if arch is None or arch.moe is None or arch.moe.num_experts // lay.ep < HOST_CALLS_FROM:
+    if arch is None or arch.moe is None:
         return []
     moe = arch.moe
+    local = local_experts(moe.num_experts, lay.ep)
+    if local < HOST_CALLS_FROM:
+        return []
     forwards = expert_forwards(arch, lay, est.training)
     calls = [expert_gemm_calls(moe.num_experts, lay.ep, str(lay.framework), f) for f in forwards]
     if not forwards or not calls[-1]:
         return []
-    local = moe.num_experts // lay.ep
     passes = "the forward, " + ("its recomputation, " if forwards == (2,) else "")
     counts = f"{calls[-1]:,} expert GEMM calls per micro-batch on a GPU here ({local:,} experts "
     if len(calls) > 1:

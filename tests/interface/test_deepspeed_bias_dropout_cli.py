@@ -107,7 +107,7 @@ def test_the_search_answer_moves(done):
     turn's 1,101,529,088 elements where the turn bound counted 1,117,440,512, 31,822,848 B less:
     73.64 → 73.61 GB (tests/model/test_deepspeed_gathered.py).
 
-    Each micro-batch's last reduce bucket (1 of the 36: the BF16 gradients of 70.55e9 / 4
+    Each micro-batch's last reduce bucket (1 of the 36: the BF16 gradients of 70,553,706,496 / 4
     parameters, 2 B × 7/8 at 96 GB/s, 0.3215 s, + 36 calls × 64.0 µs, 0.3238 s, ÷ 36 = 8.995 ms)
     runs after the backward's computation, which ZeRO-3's epilogue waits for (stage3.py
     ``independent_gradient_partition_epilogue``): whole, not φ_dp of it
@@ -126,9 +126,9 @@ def test_the_search_answer_moves(done):
     assert dp["seconds"] == pytest.approx(248.913 + 256 * per_mb, abs=2e-3)
     assert dp["seconds"] == pytest.approx(246.040, abs=1e-3)
     phi = 1 - 1 / 1.177
-    last = (70.55e9 / 4 * 2 * 7 / 8 / 96e9 + 36 * 64.0e-6) / 36
+    last = (70_553_706_496 / 4 * 2 * 7 / 8 / 96e9 + 36 * 64.0e-6) / 36
     exposed = phi * (dp["seconds"] - 256 * last) + 256 * last
-    assert dp["exposed_seconds"] == pytest.approx(exposed, abs=2e-3)
+    assert dp["exposed_seconds"] == pytest.approx(exposed, abs=5e-4)
     assert dp["exposed_seconds"] == pytest.approx(38.957, abs=1e-3)
     assert tp["exposed_seconds"] == pytest.approx(47.302, abs=1e-3)
     t = d["time"]
