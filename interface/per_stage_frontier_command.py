@@ -85,7 +85,7 @@ def per_stage_frontier_json(
         against,
         request.per_stage_shapes,
         request.time_limit,
-        request.workers,
+        request.stage_workers,
         progress=progress,
         max_searches=budget,
     )

@@ -144,13 +144,30 @@ class SearchRequest:
     """Shapes each per-stage search takes (None: every one)."""
     time_limit: float | None = None
     """Seconds for the whole search (None: no limit)."""
-    workers: int = 2
-    """CP-SAT workers."""
+    workers: int | None = None
+    """CP-SAT workers (``--workers``); None: the search's own default
+    (:attr:`layout_workers`, :attr:`stage_workers`)."""
     scenario_file: str | None = None
     """The scenario file's path the values were read from (None: none)."""
     file_keys: frozenset[str] = frozenset()
     """The keys whose value is the file's (no option or ``--set`` over it): a refusal of one
     names the file and the key (:func:`interface.scenario.problem_of`)."""
+
+    @property
+    def layout_workers(self) -> int:
+        """CP-SAT workers of the layout search and frontier: :attr:`workers`, else
+        :data:`optimizer.solver.LAYOUT_WORKERS`."""
+        from trainplan.optimizer.solver import LAYOUT_WORKERS
+
+        return self.workers or LAYOUT_WORKERS
+
+    @property
+    def stage_workers(self) -> int:
+        """CP-SAT workers of the per-stage search and its frontier: :attr:`workers`, else
+        :data:`optimizer.solver.STAGE_WORKERS` (one: the same split on every run)."""
+        from trainplan.optimizer.solver import STAGE_WORKERS
+
+        return self.workers or STAGE_WORKERS
 
 
 def _tables(values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -235,7 +252,7 @@ def search_request(
         per_stage=per_stage,
         per_stage_shapes=per_stage_shapes(per_stage, options.get("per_stage_shapes")),
         time_limit=None if limit is None else float(limit),
-        workers=int(options.get("workers") or 2),
+        workers=int(options["workers"]) if options.get("workers") else None,
         scenario_file=None if path is None else str(path),
         file_keys=_file_keys(load_scenario(path), options) if path else frozenset(),
     )

@@ -130,7 +130,7 @@ def search_json(
     limit = request.time_limit
     extra: dict[str, Any] = {}  # the params objective's fields (_params_run)
     if str(problem.objective) == "params":  # member by member (optimizer.params_search)
-        run = _params_run(problem, top, limit, request.workers, on_tables, on_solution)
+        run = _params_run(problem, top, limit, request.layout_workers, on_tables, on_solution)
         result, prepared, searched, extra = run
     else:
         searched = problem
@@ -170,7 +170,9 @@ def _step_run(
     prepared = prepare(problem, on_tables, limit)
     progress = _solutions(on_solution, problem, _in_units(problem, prepared))
     try:
-        return search(problem, top, limit, request.workers, progress, prepared=prepared), prepared
+        return search(
+            problem, top, limit, request.layout_workers, progress, prepared=prepared
+        ), prepared
     except InfeasibleError as err:
         err = with_unused(err, problem, prepared[0])
         raise (
@@ -298,7 +300,7 @@ def per_stage_json(kw: SearchRequest | Mapping[str, Any]) -> SearchRun:
     request = per_stage_request(kw)
     problem = search_problem(request)
     result = per_stage_search(
-        problem, request.per_stage_shapes, request.time_limit, request.workers
+        problem, request.per_stage_shapes, request.time_limit, request.stage_workers
     )
     assert result.uniform is not None and result.uniform_ns is not None  # without_uniform unset
     plan = result.plan
@@ -441,7 +443,7 @@ def frontier_json(
     limit = request.time_limit
     prepared = prepare(problem, on_tables, limit)
     try:
-        result = frontier(problem, against, limit, request.workers, prepared=prepared)
+        result = frontier(problem, against, limit, request.layout_workers, prepared=prepared)
     except InfeasibleError as err:
         err = with_unused(err, problem, prepared[0])
         raise best_without(err, request, problem, started, on_tables) from None

@@ -371,7 +371,7 @@ def _best(
         reason = f"the time limit of {limit:g} s was spent by the search with them"
         return {"status": "skipped", "reason": reason}
     try:
-        return _search(problem, left, request.workers, on_tables)
+        return _search(problem, left, request.layout_workers, on_tables)
     except _Stopped:
         return {"status": "skipped", "reason": "interrupted (Ctrl-C)"}
     except InfeasibleError as err:

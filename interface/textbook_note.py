@@ -88,7 +88,7 @@ def textbook_json(
     if not real or answer["layout"]["framework"] != Framework.TEXTBOOK.value:
         return None
     others = replace(problem, space=replace(problem.space, frameworks=real))
-    best = _best(others, request.time_limit, request.workers, started, on_tables)
+    best = _best(others, request.time_limit, request.layout_workers, started, on_tables)
     return {"note": textbook_line(best), "best_real": best}
 
 

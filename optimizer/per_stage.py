@@ -24,7 +24,7 @@ from trainplan.optimizer.cpsat import LayoutModel
 from trainplan.optimizer.problem import Job, Objective, Problem
 from trainplan.optimizer.rules import allowed
 from trainplan.optimizer.search import Answer, SearchResult, prepare, search
-from trainplan.optimizer.solver import interrupted
+from trainplan.optimizer.solver import LAYOUT_WORKERS, STAGE_WORKERS, interrupted
 from trainplan.optimizer.stage_bases import ranked_bases
 from trainplan.optimizer.stage_bounds import pipeline_lower_bound
 from trainplan.optimizer.stage_rules import equal_chunks_note
@@ -177,7 +177,7 @@ def uniform_within(
     prepared: tuple[CostTables, LayoutModel, float],
     max_bytes: int | None = None,
     time_limit_s: float | None = None,
-    workers: int = 2,
+    workers: int = LAYOUT_WORKERS,
 ) -> SearchResult:
     """The best uniform layout (:func:`optimizer.search.search`) whose busiest stage needs at
     most ``max_bytes`` bytes per GPU (each term rounded up: the uniform frontier's memory axis,
@@ -205,7 +205,7 @@ def per_stage_search(
     problem: Problem,
     top_shapes: int | None = None,
     time_limit_s: float | None = None,
-    workers: int = 2,
+    workers: int = STAGE_WORKERS,
     *,
     cap_ns: int | None = None,
     max_bytes: int | None = None,
@@ -226,7 +226,9 @@ def per_stage_search(
     :func:`optimizer.stage_tables.build_stage_tables`). ``without_uniform``: when no uniform
     layout fits (or none within ``max_bytes``) the per-stage search still runs, over the shapes
     where none fits; ``uniform`` is then None. ``prepared``: the uniform tables and model
-    (:func:`optimizer.search.prepare`), tightened to ``max_bytes`` for good.
+    (:func:`optimizer.search.prepare`), tightened to ``max_bytes`` for good. ``workers``: CP-SAT
+    threads of every solve, one by default (:data:`optimizer.solver.STAGE_WORKERS`: two splits
+    that tie to the ns come out the same on every run).
 
     Raises
     ------

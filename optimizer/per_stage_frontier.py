@@ -45,7 +45,7 @@ from trainplan.optimizer.per_stage import (
 )
 from trainplan.optimizer.problem import Job, Problem
 from trainplan.optimizer.search import Answer, prepare
-from trainplan.optimizer.solver import interrupted
+from trainplan.optimizer.solver import STAGE_WORKERS, interrupted
 from trainplan.optimizer.stage_solve import step_ns
 
 __all__ = [
@@ -187,7 +187,7 @@ def per_stage_frontier(
     against: str = "memory",
     top_shapes: int | None = None,
     time_limit_s: float | None = None,
-    workers: int = 2,
+    workers: int = STAGE_WORKERS,
     max_points: int = 64,
     progress: Callable[[int, int], None] | None = None,
     max_searches: int | None = None,

@@ -20,6 +20,8 @@ __all__ = [
     "Solved",
     "solve",
     "SEED",
+    "LAYOUT_WORKERS",
+    "STAGE_WORKERS",
     "run_solver",
     "interrupt",
     "interrupted",
@@ -31,6 +33,23 @@ __all__ = [
 SEED = 0
 """The solver's random seed: the same model gives the same answer run after run (ties are broken
 by a later pass, so the answer does not depend on it; its time does)."""
+
+LAYOUT_WORKERS = 2
+"""CP-SAT workers (threads) of the layout search and the RLHF placement unless the caller gives
+a count (``--workers``): their answers do not depend on which worker finds them, as a later pass
+breaks ties by a fixed rank (:mod:`optimizer.cpsat`)."""
+
+STAGE_WORKERS = 1
+"""CP-SAT workers of the per-stage search unless the caller gives a count: one. Two splits can
+tie to the ns and the byte (Llama 4 Maverick at pp 8 on 256 H100s: 7,7,6,6,6,7,6,3 and
+7,7,6,6,7,6,6,3 layers, 10.324 s, one peak), and with several workers the one that reports
+first is kept, so two runs could print different splits. One worker searches on one thread with
+the fixed :data:`SEED` (``ortools/sat/sat_parameters.proto``: ``num_workers`` 1 is no
+parallelism, ``random_seed`` re-seeds each solve), so the same model gives the same split run
+after run; OR-Tools promises that for no worker count across its versions. Measured on a
+two-core machine (OR-Tools 9.15), the per-stage guide's search (Llama 3 405B on 192 H100s)
+spent 5.1 s in CP-SAT with one worker against 5.6 s with two, and Maverick's above 3.6 against
+4.1 s: the per-stage models are small, and their solves wait on the tables, not on threads."""
 
 INTERRUPTED_LIMIT_S = 1.0
 """Seconds each solve may still take once the search is interrupted (:func:`interrupt`): the
@@ -155,7 +174,7 @@ def solve(
     model: cp_model.CpModel,
     *,
     time_limit_s: float | None = None,
-    workers: int = 2,
+    workers: int = LAYOUT_WORKERS,
     progress: Callable[[int, float], None] | None = None,
 ) -> Solved:
     """Solve ``model`` with ``workers`` threads, the fixed :data:`SEED`, at most

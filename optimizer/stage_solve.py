@@ -27,7 +27,7 @@ from trainplan.model.estimate import Estimate
 from trainplan.model.layout import Layout
 from trainplan.model.pipeline_report import interleaved_order
 from trainplan.optimizer.case import Case
-from trainplan.optimizer.solver import interrupted
+from trainplan.optimizer.solver import STAGE_WORKERS, interrupted
 from trainplan.optimizer.stage_bases import plan_layout
 from trainplan.optimizer.stage_bounds import NO_SPLIT, pipeline_lower_bound
 from trainplan.optimizer.stage_check import check_plan, pipeline_ns, step_ns, walked
@@ -170,7 +170,7 @@ def solve_shape(
     layout: Layout,
     headroom: float = 0.0,
     time_limit_s: float | None = None,
-    workers: int = 2,
+    workers: int = STAGE_WORKERS,
     cap_ns: int | None = None,
     max_bytes: int | None = None,
     allocator_retries_ok: bool = False,

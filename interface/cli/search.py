@@ -192,7 +192,12 @@ SOLVER: list[Decorator] = [
         help="Seconds for the whole search, table building included; the best found, "
         "status feasible (not proven) when it runs out (default: no limit).",
     ),
-    click.option("--workers", type=COUNT, default=2, show_default=True, help="CP-SAT workers."),
+    click.option(
+        "--workers",
+        type=COUNT,
+        help="CP-SAT workers (threads); default 2, and 1 with --per-stage, whose one-thread "
+        "search prints the same split on every run where two splits tie.",
+    ),
     click.option("--json", "as_json", is_flag=True, help="Print one JSON object."),
 ]
 """The solver's time and workers, and the output."""

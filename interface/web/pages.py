@@ -95,7 +95,7 @@ _SEARCH_NO_FIELD = {
         ("params", "arch", "layers", "hidden", "heads", "kv-heads", "ffn-hidden", "vocab"),
         "a model the catalogue lacks comes as its config.json (the Job's upload), not by size",
     ),
-    "workers": "the server's CP-SAT runs with the command line's default, 2 workers",
+    "workers": "the server's CP-SAT runs with the command line's defaults: 2 workers, 1 per stage",
     "mtp-layers": "Other settings: mtp_layers=0",
     "rank-order": "Other settings: rank_order=tp-cp-ep-dp-pp",
     "flash": "Other settings: flash_attention=false",
