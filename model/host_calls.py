@@ -15,26 +15,51 @@ and ``t_kernel`` only (:mod:`model.op_time`); why no host term is in force is in
   torchtitan's ``GroupedExperts`` issues one ``torch._grouped_mm`` per pass whatever ``E_l``
   (:func:`model.torchtitan_experts.grouped_mm_of`): none per expert.
 * **One call's host time.** :data:`EXPERT_GEMM_HOST_S`.
+* **FP8: the experts' quantisations.** Under FP8 Transformer Engine quantises each
+  ``GroupedLinear``'s input in the forward and its output gradient in the backward, split by
+  expert (:func:`expert_quantise_calls`; read at Transformer Engine v2.9, 70f536662a,
+  ``pytorch/module/grouped_linear.py`` ``_GroupedLinear.forward`` / ``backward``: one
+  ``tex.split_quantize`` call each, whose C++ side, ``pytorch/csrc/extensions/cast.cpp``
+  ``split_quantize`` → ``multi_tensor_quantize_impl``, runs one fused
+  ``nvte_multi_cast_transpose`` for every expert only where all quantizers are delayed
+  scaling's and the outputs keep an FP8 transpose, and else calls each expert's quantizer in
+  turn; at d0067d0da the default path still does, the one-call ``tex.group_quantize`` being
+  the opt-in ``use_grouped_tensor`` path's). Per expert and tensor that is
+  :func:`expert_quantise_kernels` kernel launches, with the experts' FC1 bias
+  :data:`EXPERT_BIAS_GRAD_KERNELS` for FC1's output gradient, and one more tensor for each
+  expert linear that saves its BF16 input (:mod:`model.expert_saved_inputs`). No measurement of
+  one quantise call's host time is published, so the count is given without a time (the GEMM
+  call's :data:`EXPERT_GEMM_HOST_S` is not one). The weights are quantised once a step, on the
+  first micro-batch (``get_weight_workspace`` under ``is_first_microbatch``): not counted.
 """
 
 from __future__ import annotations
 
 from trainplan.model.estimate import recomputed_layers
+from trainplan.model.expert_saved_inputs import expert_fc1_saves_original, expert_fc2_saves_original
 from trainplan.model.frameworks import Framework
+from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Layout, Recompute
+from trainplan.model.moe_kernels import expert_cast_kernels
+from trainplan.model.op_rates import te_caches_fp8_weights
 from trainplan.model.op_time import ROUTED_EXPERT_GEMMS
 from trainplan.model.ops import LayerShape
+from trainplan.model.precision import Fp8Recipe, keeps_fp8_transpose
 from trainplan.model.recompute_ops import layout_plan, recomputed_ops
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.torchtitan_experts import grouped_mm_of
 
 __all__ = [
+    "EXPERT_BIAS_GRAD_KERNELS",
     "EXPERT_GEMM_HOST_S",
     "GEMM_PASSES",
     "expert_gemm_calls",
+    "expert_quantise_calls",
+    "expert_quantise_kernels",
     "expert_forwards",
     "local_experts",
     "recomputes_experts",
+    "saved_originals",
 ]
 
 EXPERT_GEMM_HOST_S = 13.7e-6
@@ -125,3 +150,103 @@ def expert_forwards(arch: Architecture, layout: Layout, training: TrainingSpec) 
     full = recomputed_layers(arch, layout)
     moe = [i for i in range(arch.num_layers) if arch.is_moe_layer(i)]
     return tuple(sorted({2 if i in full else base for i in moe}))
+
+
+EXPERT_BIAS_GRAD_KERNELS: dict[Fp8Recipe, int] = {
+    Fp8Recipe.DELAYED: 2,
+    Fp8Recipe.TENSORWISE: 5,
+    Fp8Recipe.BLOCKWISE: 2,
+    Fp8Recipe.MXFP8: 2,
+}
+"""Kernel launches per local expert that quantise FC1's output gradient with its bias gradient
+where the experts' FC1 has a bias (``linear_bias``: Megatron-Core builds FC2 with
+``skip_bias_add``, which ``TEGroupedLinear`` passes as ``return_bias``, Megatron-LM d98e8a64dd
+``extensions/transformer_engine.py``, and Transformer Engine's ``GroupedLinear.__init__`` sets
+``apply_bias = bias and not return_bias``: only FC1's bias is Transformer Engine's). Transformer Engine v2.9
+``_GroupedLinear.backward`` loops over the experts under delayed, current (``tensorwise``) and
+MXFP8 scaling, one ``tex.bgrad_quantize`` each (``pytorch/csrc/extensions/bias.cpp``): fused
+``nvte_quantize_dbias`` for delayed scaling and MXFP8, the cast kernel and ``reduce_dbias``
+(``common/util/cast_kernels.cuh``, ``common/transpose/cast_transpose_fusion.cu``) — 2; for
+current scaling ``at::sum_out`` then the quantizer's 4 (:func:`model.moe_kernels.
+expert_cast_kernels`) — 5. Under block scaling each expert's ``sum(dim=0)`` in PyTorch, then
+``tex.split_quantize``, one quantizer call an expert — 2."""
+
+
+def expert_quantise_kernels(recipe: Fp8Recipe | str, device: DeviceSpec | None) -> int:
+    """Kernel launches per local expert and quantised tensor of a ``GroupedLinear`` under
+    ``recipe`` on ``device`` (module docstring): :func:`model.moe_kernels.expert_cast_kernels`
+    (current scaling 4: the amax reset, the amax, the scale, the cast; MXFP8 and block scaling
+    1; delayed scaling 0, one fused call for all experts), except delayed scaling on a part
+    that keeps no FP8 transpose (:func:`model.precision.keeps_fp8_transpose`: Blackwell), whose
+    outputs have no column-wise data, so ``multi_tensor_quantize_impl`` leaves the fused kernel
+    and calls each expert's ``Float8Quantizer::quantize`` (one ``nvte_quantize_v2`` kernel): 1.
+
+    >>> from trainplan.topology.accelerator_file import get_part
+    >>> [expert_quantise_kernels(r, get_part("H100-SXM")) for r in ("delayed", "tensorwise")]
+    [0, 4]
+    >>> expert_quantise_kernels("delayed", get_part("B200")), expert_quantise_kernels("mxfp8", None)
+    (1, 1)
+    """
+    r = Fp8Recipe(str(recipe))
+    if r is Fp8Recipe.DELAYED and not keeps_fp8_transpose(r, device):
+        return 1
+    return expert_cast_kernels(r)
+
+
+def expert_quantise_calls(
+    num_experts: int,
+    ep: int,
+    framework: str,
+    recipe: Fp8Recipe | str | None,
+    device: DeviceSpec | None,
+    forwards: int = 1,
+    saved_originals: int = 0,
+    fc1_bias: bool = False,
+) -> int:
+    """Kernel launches per MoE layer and micro-batch on one GPU that quantise the routed
+    experts' tensors one expert at a time under FP8 ``recipe`` (None: BF16, 0): ``E_l`` local
+    experts × :func:`expert_quantise_kernels` per tensor, for the inputs of both expert linears
+    in each of ``forwards`` forwards, their two output gradients and ``saved_originals``
+    inputs quantised again in the backward (:mod:`model.expert_saved_inputs`); with
+    ``fc1_bias`` FC1's output gradient takes :data:`EXPERT_BIAS_GRAD_KERNELS` instead. 0 where
+    the experts are not Transformer Engine's ``GroupedLinear`` under Megatron-Core
+    (:func:`model.op_rates.te_caches_fp8_weights`: DeepSpeed refuses FP8 with routed experts,
+    torchtitan's stay BF16).
+
+    Qwen3-30B-A3B at ep 8 (16 local experts) on an H100, current scaling: 4 tensors × 4 × 16;
+    under full recomputation 6 tensors; delayed scaling 0 on an H100, 4 × 1 × 16 on a B200:
+
+    >>> from trainplan.topology.accelerator_file import get_part
+    >>> h100, b200 = get_part("H100-SXM"), get_part("B200")
+    >>> expert_quantise_calls(128, 8, "megatron", "tensorwise", h100)
+    256
+    >>> expert_quantise_calls(128, 8, "megatron", "tensorwise", h100, forwards=2)
+    384
+    >>> [expert_quantise_calls(128, 8, "megatron", "delayed", d) for d in (h100, b200)]
+    [0, 64]
+    >>> expert_quantise_calls(128, 8, "megatron", "delayed", h100, fc1_bias=True)  # 2 × 16
+    32
+    """
+    if recipe is None or not te_caches_fp8_weights(framework):
+        return 0
+    k = expert_quantise_kernels(recipe, device)
+    tensors = len(ROUTED_EXPERT_GEMMS) * (forwards + 1) + saved_originals
+    bias = EXPERT_BIAS_GRAD_KERNELS[Fp8Recipe(str(recipe))] - k if fc1_bias else 0
+    return local_experts(num_experts, ep) * (k * tensors + bias)
+
+
+def saved_originals(framework: str, recompute: Recompute, training: TrainingSpec) -> int:
+    """How many of the routed experts' two linears save their BF16 input and quantise it again
+    in the backward under ``recompute`` (:func:`model.expert_saved_inputs.
+    expert_fc1_saves_original`, :func:`~model.expert_saved_inputs.expert_fc2_saves_original` of
+    the selective plan, :func:`model.recompute_ops.layout_plan`): 0, 1 or 2.
+
+    >>> from trainplan.model.offload import Offload
+    >>> t = TrainingSpec(seq_len=4, global_batch_size=1, precision="fp8", fp8_recipe="tensorwise",
+    ...                  offload=Offload(activations=("expert_fc1",)), recompute_modules=("moe_act",))
+    >>> saved_originals("megatron", Recompute.SELECTIVE, t), saved_originals("megatron", Recompute.FULL, t)
+    (2, 1)
+    """
+    plan, _ = layout_plan(Framework(framework), recompute, training)
+    fc1 = expert_fc1_saves_original(training, framework)
+    return int(fc1) + int(expert_fc2_saves_original(training, framework, plan))

@@ -13,12 +13,17 @@ from trainplan.model.dispatch_buffers import deepep_group_ranks
 from trainplan.model.ep_kernels import KERNEL_LIBRARY, kernel_rates
 from trainplan.model.estimate import Estimate
 from trainplan.model.host_calls import (
+    EXPERT_BIAS_GRAD_KERNELS,
     EXPERT_GEMM_HOST_S,
     expert_forwards,
     expert_gemm_calls,
+    expert_quantise_calls,
+    expert_quantise_kernels,
     local_experts,
+    saved_originals,
 )
 from trainplan.model.moe_run import MoERun
+from trainplan.model.precision import Fp8Recipe, Precision, fp8_recipe_of
 from trainplan.model.terms.step import uses_roofline
 from trainplan.model.torchtitan_experts import (
     GROUPED_MM_MEASURED_ON,
@@ -176,7 +181,49 @@ def host_calls_note(est: Estimate) -> list[str]:
         f"layer issues {counts}a GPU, one GEMM per expert for {passes}the input and weight "
         f"gradient of both expert linears), about {host_ms} ms of host time at "
         f"{EXPERT_GEMM_HOST_S * 1e6:g} µs a call (the median an nsys trace measured on a DGX "
-        "B200); where the GPU's own work per layer and micro-batch is shorter than the host's, "
-        "the step is bound by the host and slower than shown — a larger micro-batch or fewer "
-        "experts a GPU (a larger ep) shrinks the gap"
+        f"B200){fp8_quantise_clause(est, forwards)}; where the GPU's own work per layer and "
+        "micro-batch is shorter than the host's, the step is bound by the host and slower than "
+        "shown — a larger micro-batch or fewer experts a GPU (a larger ep) shrinks the gap"
     ]
+
+
+QUANTISE_STEPS = {4: ": the amax reset, the amax, the scale and the cast"}
+"""What each of a recipe's per-expert quantise kernels does, by their number
+(:func:`model.host_calls.expert_quantise_kernels`: current scaling's four)."""
+
+
+def fp8_quantise_clause(est: Estimate, forwards: tuple[int, ...]) -> str:
+    """Under FP8, the kernel launches that quantise the routed experts' tensors one expert at a
+    time (:func:`model.host_calls.expert_quantise_calls` for each of ``forwards``), per expert
+    and tensor by recipe, without a host time (none is published); or that the recipe
+    quantises every expert in one call per tensor; "" under BF16."""
+    t, lay, arch = est.training, est.layout, est.model.arch
+    if t.precision is not Precision.FP8 or arch is None or arch.moe is None:
+        return ""
+    fw = str(lay.framework)
+    recipe, saved = fp8_recipe_of(fw, t.fp8_recipe), saved_originals(fw, lay.recompute, t)
+    n = [
+        expert_quantise_calls(arch.moe.num_experts, lay.ep, fw, recipe, est.device, f, saved,
+                              arch.linear_bias)
+        for f in forwards
+    ]  # fmt: skip
+    lead = f"; under FP8 (recipe {recipe}) Transformer Engine "
+    if not n[-1]:
+        return f"{lead}quantises all experts' inputs and output gradients in one call per tensor, none per expert"
+    k = expert_quantise_kernels(recipe, est.device)
+    parts = [f"{k} per expert and tensor{QUANTISE_STEPS.get(k, '')}"] if k else []
+    if recipe is Fp8Recipe.DELAYED and k:
+        parts[0] += ", as this GPU keeps no FP8 transpose, which one fused cast for all needs"
+    what, bias = "each expert's inputs and output gradients", "FC1's output gradient"
+    if not k:  # delayed scaling with the transpose: only FC1's bias gradient goes expert by expert
+        what, bias, parts = f"{bias} with its bias gradient", "", ["the rest in one call a tensor"]
+    if arch.linear_bias:
+        b = f"{EXPERT_BIAS_GRAD_KERNELS[recipe]} per expert"
+        parts.insert(0 if not k else 1, f"{bias} with its bias gradient, {b}" if bias else b)
+    counts = f"{n[0]:,}" + (f" ({n[-1]:,} in a layer recomputed in full)" if len(n) > 1 else "")
+    again = ", and the inputs saved in BF16 again in the backward," if saved else ""
+    return (
+        f"{lead}also quantises {what}{again} one expert at a "
+        f"time: {counts} more kernel launches per micro-batch on a GPU here "
+        f"({'; '.join(parts)}), whose host time is not counted (no measurement of one is published)"
+    )

@@ -17,6 +17,7 @@ from trainplan.model.attention_rates import default_attention_kernel
 from trainplan.model.backward_working import backward_working_bytes, input_pass_retains
 from trainplan.model.context_parallel import CpKind, cp_degrees, kv_repeat
 from trainplan.model.elementwise import Elementwise, elementwise_mode
+from trainplan.model.expert_saved_inputs import expert_fc1_saves_original
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Recompute
@@ -121,18 +122,17 @@ def _linear_rows(training: TrainingSpec, framework: Framework) -> dict[str, Any]
     per-module quantizers, Megatron-Core's BF16 output-projection input under a recipe other than
     ``delayed`` and its experts' BF16 FC1 input under the ``expert_fc1`` offload other than MXFP8,
     TE's fused permutation's int32 row map under the all-to-all dispatcher."""
-    fp8, offloaded = training.precision is Precision.FP8, training.offload.activations
+    fp8 = training.precision is Precision.FP8
     recipe = fp8_recipe_of(framework, training.fp8_recipe)
     megatron = framework is Framework.MEGATRON
     alltoall = training.moe_run.dispatcher is Dispatcher.ALLTOALL
-    fc1_original = fp8 and megatron and recipe is not Fp8Recipe.MXFP8 and "expert_fc1" in offloaded
     return {
         "fp8_linear_inputs": fp8 and framework.fp8_saves_fp8_inputs,
         "fp8_input_bytes": fp8_activation_bytes(recipe),
         "te_linears": framework.te_layers,
         "permute_map_bytes": 4 if megatron and alltoall else 0,
         "fp8_proj_saves_original": fp8 and megatron and recipe is not Fp8Recipe.DELAYED,
-        "fp8_expert_fc1_saves_original": fc1_original,
+        "fp8_expert_fc1_saves_original": expert_fc1_saves_original(training, framework),
     }
 
 

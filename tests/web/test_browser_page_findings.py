@@ -2,7 +2,8 @@
 shows and has the offload fields; results are marked busy while their request is on its way and
 the edited field's old error goes at once; a rule of several fields is said at the one edited;
 picking interleaved sets v = 2; the checkpointing player never asks for a frame while one is
-on its way; figures keep a readable width at 390 px and scroll. Marked slow and browser; skipped
+on its way; figures keep a readable width at 390 px and scroll; the planner lists the MoE
+host-calls note with its counts, and a dense model gets none. Marked slow and browser; skipped
 without Chromium or the extras (see conftest)."""
 
 from __future__ import annotations
@@ -106,3 +107,21 @@ def test_figures_scroll_at_390_px(browser, server):
     box = page.eval_on_selector("#memory-figure", "b => [b.scrollWidth, b.clientWidth]")
     page.close()
     assert width >= 640 and box[0] > box[1], (width, box)
+
+
+def test_planner_shows_the_host_calls_note_and_a_dense_model_none(page):
+    """Qwen3-30B-A3B at ep 8 under Megatron on B200s, FP8 tensorwise: 128 / 8 = 16 experts a GPU,
+    2 linears × 3 GEMMs × 16 = 96 expert GEMM calls (96 × 13.7 µs = 1.3 ms), and 4 tensors × 4
+    kernels × 16 = 256 quantise launches (tests/interface/test_host_calls_note_cli.py derives
+    both); the note is in the page's list of notes. Llama 3 8B, dense, gets none."""
+    go(page, "/planner?model=qwen3-30b-a3b&gpu=B200&dp=8&ep=8&global-batch=64&seq-len=4096"
+             "&precision=fp8&fp8-recipe=tensorwise")  # fmt: skip
+    expect(page.locator("#headline")).to_contain_text("qwen3-30b-a3b")
+    note = page.locator("#notes li", has_text="host's time to issue the routed experts' calls")
+    expect(note).to_contain_text("each MoE layer issues 96 expert GEMM calls per micro-batch")
+    expect(note).to_contain_text("about 1.3 ms of host time at 13.7 µs a call")
+    expect(note).to_contain_text("256 more kernel launches per micro-batch on a GPU here")
+    page.fill("input[name=ep]", "")
+    page.select_option("select[name=model]", "llama3-8b")
+    expect(page.locator("#headline")).to_contain_text("llama3-8b")  # the dense model's answer
+    expect(note).to_have_count(0)
