@@ -76,8 +76,9 @@ class GroupedFp8:
     cast on this part (:func:`cast_seconds_per_element`, scaled by HBM bandwidth)."""
     cast_kernels: int = 0
     """Kernels each local expert's cast launches beyond the profile's one cast of the whole
-    operand (:func:`model.moe_kernels.expert_cast_kernels` of the recipe: 4 under current
-    scaling, 1 under MXFP8 and block scaling, 0 under delayed scaling)."""
+    operand (:func:`model.moe_kernels.expert_cast_kernels` of the recipe on the part: 4 under
+    current scaling, 1 under MXFP8 and block scaling, 0 under delayed scaling where the part
+    keeps an FP8 transpose, 1 on Blackwell)."""
 
 
 def grouped_shape(part: str, m: float, n: float, groups: float, rows: bool) -> tuple[float, float]:
@@ -191,5 +192,5 @@ def grouped_fp8_rates(
     except InputError:
         return None
     return GroupedFp8(
-        (kernel[0], kernel[1], kernel[2]), (casts[0], casts[1]), expert_cast_kernels(r)
+        (kernel[0], kernel[1], kernel[2]), (casts[0], casts[1]), expert_cast_kernels(r, device)
     )

@@ -25,7 +25,7 @@ and ``t_kernel`` only (:mod:`model.op_time`); why no host term is in force is in
   scaling's and the outputs keep an FP8 transpose, and else calls each expert's quantizer in
   turn; at d0067d0da the default path still does, the one-call ``tex.group_quantize`` being
   the opt-in ``use_grouped_tensor`` path's). Per expert and tensor that is
-  :func:`expert_quantise_kernels` kernel launches, with the experts' FC1 bias
+  :func:`model.moe_kernels.expert_cast_kernels` kernel launches, with the experts' FC1 bias
   :data:`EXPERT_BIAS_GRAD_KERNELS` for FC1's output gradient, and one more tensor for each
   expert linear that saves its BF16 input (:mod:`model.expert_saved_inputs`). No measurement of
   one quantise call's host time is published, so the count is given without a time (the GEMM
@@ -44,7 +44,7 @@ from trainplan.model.moe_kernels import expert_cast_kernels
 from trainplan.model.op_rates import te_caches_fp8_weights
 from trainplan.model.op_time import ROUTED_EXPERT_GEMMS
 from trainplan.model.ops import LayerShape
-from trainplan.model.precision import Fp8Recipe, keeps_fp8_transpose
+from trainplan.model.precision import Fp8Recipe
 from trainplan.model.recompute_ops import layout_plan, recomputed_ops
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.torchtitan_experts import grouped_mm_of
@@ -55,7 +55,6 @@ __all__ = [
     "GEMM_PASSES",
     "expert_gemm_calls",
     "expert_quantise_calls",
-    "expert_quantise_kernels",
     "expert_forwards",
     "local_experts",
     "recomputes_experts",
@@ -172,27 +171,6 @@ expert_cast_kernels`) — 5. Under block scaling each expert's ``sum(dim=0)`` in
 ``tex.split_quantize``, one quantizer call an expert — 2."""
 
 
-def expert_quantise_kernels(recipe: Fp8Recipe | str, device: DeviceSpec | None) -> int:
-    """Kernel launches per local expert and quantised tensor of a ``GroupedLinear`` under
-    ``recipe`` on ``device`` (module docstring): :func:`model.moe_kernels.expert_cast_kernels`
-    (current scaling 4: the amax reset, the amax, the scale, the cast; MXFP8 and block scaling
-    1; delayed scaling 0, one fused call for all experts), except delayed scaling on a part
-    that keeps no FP8 transpose (:func:`model.precision.keeps_fp8_transpose`: Blackwell), whose
-    outputs have no column-wise data, so ``multi_tensor_quantize_impl`` leaves the fused kernel
-    and calls each expert's ``Float8Quantizer::quantize`` (one ``nvte_quantize_v2`` kernel): 1.
-
-    >>> from trainplan.topology.accelerator_file import get_part
-    >>> [expert_quantise_kernels(r, get_part("H100-SXM")) for r in ("delayed", "tensorwise")]
-    [0, 4]
-    >>> expert_quantise_kernels("delayed", get_part("B200")), expert_quantise_kernels("mxfp8", None)
-    (1, 1)
-    """
-    r = Fp8Recipe(str(recipe))
-    if r is Fp8Recipe.DELAYED and not keeps_fp8_transpose(r, device):
-        return 1
-    return expert_cast_kernels(r)
-
-
 def expert_quantise_calls(
     num_experts: int,
     ep: int,
@@ -205,7 +183,7 @@ def expert_quantise_calls(
 ) -> int:
     """Kernel launches per MoE layer and micro-batch on one GPU that quantise the routed
     experts' tensors one expert at a time under FP8 ``recipe`` (None: BF16, 0): ``E_l`` local
-    experts × :func:`expert_quantise_kernels` per tensor, for the inputs of both expert linears
+    experts × :func:`model.moe_kernels.expert_cast_kernels` per tensor, for the inputs of both expert linears
     in each of ``forwards`` forwards, their two output gradients and ``saved_originals``
     inputs quantised again in the backward (:mod:`model.expert_saved_inputs`); with
     ``fc1_bias`` FC1's output gradient takes :data:`EXPERT_BIAS_GRAD_KERNELS` instead. 0 where
@@ -229,7 +207,7 @@ def expert_quantise_calls(
     """
     if recipe is None or not te_caches_fp8_weights(framework):
         return 0
-    k = expert_quantise_kernels(recipe, device)
+    k = expert_cast_kernels(recipe, device)
     tensors = len(ROUTED_EXPERT_GEMMS) * (forwards + 1) + saved_originals
     bias = EXPERT_BIAS_GRAD_KERNELS[Fp8Recipe(str(recipe))] - k if fc1_bias else 0
     return local_experts(num_experts, ep) * (k * tensors + bias)

@@ -50,8 +50,9 @@ from dataclasses import dataclass
 from trainplan.model.collective_rates import ring_latency_us
 from trainplan.model.elementwise import Pass
 from trainplan.model.frameworks import Framework
+from trainplan.model.hardware import DeviceSpec
 from trainplan.model.moe_run import Dispatcher
-from trainplan.model.precision import Fp8Recipe, Precision
+from trainplan.model.precision import Fp8Recipe, Precision, keeps_fp8_transpose
 from trainplan.scenarios.kernel_data import collective_data
 
 __all__ = [
@@ -187,11 +188,20 @@ one ``Quantizer::quantize`` per expert: current scaling (``tensorwise``,
 ``zero_amax_kernel`` and the amax kernel (``common/recipe/current_scaling.cu``
 ``launch_amax_kernel``), ``compute_scale_from_amax_kernel`` and the cast-transpose — 4;
 MXFP8 (``common/util/cast_kernels.cuh`` ``mxfp8_quantize``, row- and column-wise in one
-kernel) and block scaling (``nvte_quantize_v2``) — 1."""
+kernel) and block scaling (``nvte_quantize_v2``) — 1. Delayed scaling's 0 holds where the outputs
+keep an FP8 transpose: :func:`expert_cast_kernels` gives 1 on a part that keeps none."""
 
 
-def expert_cast_kernels(recipe: Fp8Recipe | str) -> int:
-    """:data:`EXPERT_CAST_KERNELS` of ``recipe`` (an :class:`model.precision.Fp8Recipe` value).
+def expert_cast_kernels(recipe: Fp8Recipe | str, device: DeviceSpec | None = None) -> int:
+    """Kernel launches per local expert and quantised operand of a ``GroupedLinear`` under
+    ``recipe`` (an :class:`model.precision.Fp8Recipe` value) on ``device``:
+    :data:`EXPERT_CAST_KERNELS`, except delayed scaling on a part whose FP8 GEMMs keep no
+    transpose (:func:`model.precision.keeps_fp8_transpose`: Blackwell) — 1. There the outputs
+    have no column-wise data, so ``multi_tensor_quantize_impl`` (Transformer Engine v2.9
+    70f536662a, ``pytorch/csrc/extensions/cast.cpp``), which fuses every expert into one
+    ``nvte_multi_cast_transpose`` only where all quantizers are delayed scaling's and keep the
+    transpose, calls each expert's ``Float8Quantizer::quantize`` in turn (one
+    ``nvte_quantize_v2`` kernel). ``device`` None: a part that keeps the transpose.
 
     A grouped GEMM of ``E`` local experts pays ``(E − 1) ×`` this many kernel launches per
     quantised operand beyond the single cast the dense profile's ``te.Linear`` launches
@@ -203,8 +213,14 @@ def expert_cast_kernels(recipe: Fp8Recipe | str) -> int:
     (4, 1, 0)
     >>> 4 * (16 - 1) * expert_cast_kernels("tensorwise")
     240
+    >>> from trainplan.topology.accelerator_file import get_part
+    >>> expert_cast_kernels("delayed", get_part("H100-SXM")), expert_cast_kernels("delayed", get_part("B200"))
+    (0, 1)
     """
-    return EXPERT_CAST_KERNELS[Fp8Recipe(str(recipe))]
+    r = Fp8Recipe(str(recipe))
+    if r is Fp8Recipe.DELAYED and not keeps_fp8_transpose(r, device):
+        return 1
+    return EXPERT_CAST_KERNELS[r]
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,10 +18,10 @@ from trainplan.model.host_calls import (
     expert_forwards,
     expert_gemm_calls,
     expert_quantise_calls,
-    expert_quantise_kernels,
     local_experts,
     saved_originals,
 )
+from trainplan.model.moe_kernels import expert_cast_kernels
 from trainplan.model.moe_run import MoERun
 from trainplan.model.precision import Fp8Recipe, Precision, fp8_recipe_of
 from trainplan.model.terms.step import uses_roofline
@@ -189,7 +189,7 @@ def host_calls_note(est: Estimate) -> list[str]:
 
 QUANTISE_STEPS = {4: ": the amax reset, the amax, the scale and the cast"}
 """What each of a recipe's per-expert quantise kernels does, by their number
-(:func:`model.host_calls.expert_quantise_kernels`: current scaling's four)."""
+(:func:`model.moe_kernels.expert_cast_kernels`: current scaling's four)."""
 
 
 def fp8_quantise_clause(est: Estimate, forwards: tuple[int, ...]) -> str:
@@ -210,7 +210,7 @@ def fp8_quantise_clause(est: Estimate, forwards: tuple[int, ...]) -> str:
     lead = f"; under FP8 (recipe {recipe}) Transformer Engine "
     if not n[-1]:
         return f"{lead}quantises all experts' inputs and output gradients in one call per tensor, none per expert"
-    k = expert_quantise_kernels(recipe, est.device)
+    k = expert_cast_kernels(recipe, est.device)
     parts = [f"{k} per expert and tensor{QUANTISE_STEPS.get(k, '')}"] if k else []
     if recipe is Fp8Recipe.DELAYED and k:
         parts[0] += ", as this GPU keeps no FP8 transpose, which one fused cast for all needs"

@@ -129,6 +129,28 @@ def test_each_experts_cast_launches_its_own_kernels() -> None:
     assert expert_cast_launches(dense, c, 0) == 0.0
 
 
+def test_delayed_scaling_casts_each_expert_where_no_fp8_transpose_is_kept() -> None:
+    """Delayed scaling fuses every expert's cast into one ``nvte_multi_cast_transpose`` only
+    where the outputs keep an FP8 transpose (Transformer Engine v2.9 70f536662a,
+    ``pytorch/csrc/extensions/cast.cpp`` ``multi_tensor_quantize_impl``); Blackwell's FP8 GEMMs
+    take non-TN layouts, so no transpose is kept (``quantizer.cpp``: ``with_transpose =
+    columnwise_usage && !nvte_is_non_tn_fp8_gemm_supported()``) and each expert's
+    ``Float8Quantizer::quantize`` runs alone, one kernel. Qwen3-30B-A3B on 8 B200s at ep 8
+    (16 local experts): 15 launches more per quantised operand; 4 operands a micro-batch and
+    MoE layer (the two expert linears' inputs and output gradients), 48 MoE layers, 64
+    micro-batches (B 512, dp 8, b 1): 64 × 48 × 4 × 15 × 3 µs = 0.55296 s a step, none on
+    an H100."""
+    assert grouped_fp8_rates("fp8", "delayed", H100, "megatron").cast_kernels == 0  # type: ignore[union-attr]
+    b200 = get_accelerator("B200")
+    g = grouped_fp8_rates("fp8", "delayed", b200, "megatron")
+    assert g is not None and g.cast_kernels == 1
+    c = _clock("B200", "delayed")
+    op = Op("experts fc1", OpKind.GEMM, m=2048, n=1536, k=2048, batch=16)
+    per_pass = expert_cast_launches(op, c, 0)
+    assert per_pass == pytest.approx(15 * 3e-6) == expert_cast_launches(op, c, 1)
+    assert 64 * 48 * 4 * per_pass == pytest.approx(0.55296)
+
+
 def _clock(part: str, recipe: str | None) -> Clock:
     """The Megatron-Core clock of ``part`` (BF16 when ``recipe`` is None): the part's default
     roofline parameters and, under FP8, Transformer Engine's grouped FP8 rates."""
