@@ -56,6 +56,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from trainplan.interface import search_options as opts
+from trainplan.interface.flags import as_keys
 from trainplan.interface.inputs import (
     DEFAULT_GPU,
     DIM_KEYS,
@@ -301,8 +302,8 @@ def problem_of(request: SearchRequest) -> Problem:
         if path is None:
             raise
         head = text.split(":", 1)[0]
-        if head in request.file_keys:
-            raise type(err)(f"scenario {path}: {text}") from None
+        if head in request.file_keys:  # the file's key: its parameters as the file writes them
+            raise type(err)(f"scenario {path}: {as_keys(text)}") from None
         if head == "model" and not request.values.get("model"):
             raise type(err)(
                 f'scenario {path}: model missing: give model = "NAME" in the file (a catalogue '

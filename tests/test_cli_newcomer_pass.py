@@ -4,7 +4,14 @@ user ran it (:func:`tests.cli_runs.run_many`):
 * ``search --headroom 0.5`` answered a different layout than without it and said nowhere that
   the headroom was applied: its memory verdict compared the peak with the whole 83.21 GB. The
   answer's notes (text and JSON) now say what the search held every layout to, and a search
-  with no layout says it beside its memory line.
+  with no layout says it beside its memory line;
+* ``--global-batch-tokens 16e6 --global-batch 2048`` was refused as ``('16e6',) does not apply``
+  (a Python tuple) and named ``global_batch`` where the flag is ``--global-batch``; the same in a
+  scenario file named the key as a flag and the value as ``1.6e+07``;
+* ``mfu`` with two measurements (or none) said ``mfu inputs: give exactly one of
+  params+tokens+step_seconds, …``: no flag, no value; it now names what was given, by flag;
+* ``evaluate --gpu H100-SXM,H200`` (the list ``search`` takes) was an "unknown gpu" with
+  ``H100-SXM`` among the suggestions: it now says the command takes one accelerator.
 """
 
 from __future__ import annotations
@@ -13,21 +20,41 @@ import json
 
 import pytest
 
-from tests.cli_runs import Done, run_many
+from tests.cli_runs import Done, refusal, run_many
 
 SEARCH8 = ["search", "--model", "llama3-8b", "--gpus", "8"]
+MFU = ["mfu", "--params", "70B", "--gpu", "H100-SXM", "--chips", "512"]
+BOTH_BATCHES = ["--global-batch-tokens", "16e6", "--global-batch", "2048"]
 
 CALLS: dict[str, list[str]] = {
     "headroom": [*SEARCH8, "--headroom", "0.5"],
     "headroom json": [*SEARCH8, "--headroom", "0.5", "--json"],
     "no headroom json": [*SEARCH8, "--json"],
     "headroom none fits": ["search", "--model", "llama3-8b", "--gpus", "1", "--headroom", "0.5"],
+    "both batches": [*SEARCH8, *BOTH_BATCHES],
+    "both batches file": ["search", "--scenario", "both.toml"],
+    "mfu two": [*MFU, "--tokens", "4e6", "--step-seconds", "7", "--tokens-per-second", "5e5"],
+    "mfu none": MFU,
+    "mfu step alone": [*MFU, "--tokens", "4e6"],
+    "evaluate two gpus": ["evaluate", "--model", "llama3-70b", "--gpu", "H100-SXM,H200"],
+    "rlhf two gpus": [
+        "rlhf",
+        "--algorithm",
+        "ppo",
+        "--model",
+        "llama3-8b",
+        "--gpu",
+        "H100-SXM;B200",
+    ],
 }
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Done]:
     folder = tmp_path_factory.mktemp("newcomer")
+    (folder / "both.toml").write_text(
+        'model = "llama3-8b"\ngpus = 8\nglobal_batch = 2048\nglobal_batch_tokens = 16e6\n'
+    )
     return run_many(CALLS, cwd=folder)
 
 
@@ -60,4 +87,40 @@ def test_a_search_with_no_layout_says_its_memory_line_is_less_the_headroom(runs)
     assert lines[1].startswith("  - memory: no layout fits 41.61 GB per GPU;")
     assert lines[2] == (
         "  - --headroom 0.5: that memory is 50% of the GPU's usable bytes (50% kept free)"
+    )
+
+
+def test_a_batch_given_both_ways_is_refused_with_the_value_as_typed(runs):
+    assert refusal(runs["both batches"]) == (
+        "--global-batch-tokens: '16e6' does not apply: give the batch in sequences "
+        "(--global-batch) or in tokens, not both"
+    )
+    assert refusal(runs["both batches file"]) == (
+        "scenario both.toml: global_batch_tokens: 16,000,000 does not apply: give the batch in "
+        "sequences (global_batch) or in tokens, not both"
+    )
+
+
+def test_mfu_names_the_measurements_given_by_their_flags(runs):
+    rule = (
+        "give exactly one measurement: --tokens with --step-seconds, --tokens-per-second (either "
+        "with --params or --model), --achieved-pflops or --achieved-tflops-per-gpu"
+    )
+    assert refusal(runs["mfu two"]) == (
+        f"mfu: given: --tokens 4e6, --step-seconds 7, --tokens-per-second 5e5; {rule}"
+    )
+    assert refusal(runs["mfu none"]) == f"mfu: no measurement given; {rule}"
+    assert refusal(runs["mfu step alone"]) == (
+        "--step-seconds: missing; MFU from a step needs both --tokens (tokens in the step, all "
+        "chips) and --step-seconds (seconds per step): --tokens alone is given"
+    )
+
+
+def test_a_list_of_accelerators_where_one_is_taken_says_so(runs):
+    rule = "this takes one (search and frontier choose among several)"
+    assert refusal(runs["evaluate two gpus"]) == (
+        f"--gpu: 'H100-SXM,H200' names several accelerators; {rule}"
+    )
+    assert refusal(runs["rlhf two gpus"]) == (
+        f"--gpu: 'H100-SXM;B200' names several accelerators; {rule}"
     )
