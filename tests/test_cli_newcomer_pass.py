@@ -11,12 +11,15 @@ user ran it (:func:`tests.cli_runs.run_many`):
 * ``mfu`` with two measurements (or none) said ``mfu inputs: give exactly one of
   params+tokens+step_seconds, …``: no flag, no value; it now names what was given, by flag;
 * ``evaluate --gpu H100-SXM,H200`` (the list ``search`` takes) was an "unknown gpu" with
-  ``H100-SXM`` among the suggestions: it now says the command takes one accelerator.
+  ``H100-SXM`` among the suggestions: it now says the command takes one accelerator;
+* ``sweep-plot`` of a one-model grid drew its legend wider than the figure, cutting the first
+  and last parts off at its edges.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -124,3 +127,23 @@ def test_a_list_of_accelerators_where_one_is_taken_says_so(runs):
     assert refusal(runs["rlhf two gpus"]) == (
         f"--gpu: 'H100-SXM;B200' names several accelerators; {rule}"
     )
+
+
+def test_a_one_model_scaling_chart_keeps_its_legend_inside_the_figure(tmp_path: Path):
+    """Two parts, each with a what-if, on one panel (4.6 in wide): the four legend entries in
+    one row were wider than the figure. No ink in the outermost pixel columns."""
+    pytest.importorskip("pyarrow", reason="pip install -e '.[sweep]'")
+    image = pytest.importorskip("matplotlib.image", reason="pip install -e '.[plot]'")
+    (tmp_path / "one.toml").write_text(
+        'global_batch = 96\n[space]\npp = [1]\nrecompute = ["none"]\n'
+        '[sweep]\nmodel = ["megatron-1.7b"]\ngpu = ["H100-SXM", "B200"]\ngpus = [16, 32]\n'
+        "[what_if]\nhbm_capacity = [1, 2]\n"
+    )
+    done = run_many({"sweep": ["sweep", "one.toml", "--workers", "1"]}, cwd=tmp_path)["sweep"]
+    assert done.returncode == 0, done.stderr[-2000:]
+    plot = run_many({"plot": ["sweep-plot", "one.parquet", "--png", "one.png"]}, cwd=tmp_path)
+    assert plot["plot"].returncode == 0, plot["plot"].stderr[-2000:]
+    pixels = image.imread(tmp_path / "one.png")[..., :3]
+    assert pixels.shape[1] == 460  # one panel: 4.6 in at 100 dpi
+    for edge in (pixels[:, 0], pixels[:, -1]):
+        assert not (edge < 0.9).any(), "the legend runs past the figure's edge"
