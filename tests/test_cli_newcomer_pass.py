@@ -147,3 +147,20 @@ def test_a_one_model_scaling_chart_keeps_its_legend_inside_the_figure(tmp_path: 
     assert pixels.shape[1] == 460  # one panel: 4.6 in at 100 dpi
     for edge in (pixels[:, 0], pixels[:, -1]):
         assert not (edge < 0.9).any(), "the legend runs past the figure's edge"
+
+
+def test_the_planner_page_says_the_zero_stages_its_table_compares(tmp_path: Path):
+    """The intro promised "the four ZeRO stages"; under the default profile the table lists
+    Megatron-Core's 0, 1 and 3 (``zero_table`` of evaluate --json), which the intro now says."""
+    pytest.importorskip("fastapi", reason="pip install -e '.[web]'")
+    pytest.importorskip("httpx", reason="pip install -e '.[webtest]'")
+    from fastapi.testclient import TestClient
+
+    from trainplan.interface.web.app import create_app
+
+    done = run_many({"evaluate": ["evaluate", "--model", "llama3-70b", "--tp", "8", "--json"]})
+    stages = [row["zero_stage"] for row in json.loads(done["evaluate"].stdout)["zero_table"]]
+    assert stages == [0, 1, 3]
+    html = TestClient(create_app(("testserver",))).get("/planner").text
+    assert "It compares the ZeRO stages the framework runs (megatron: 0, 1, 3)" in html
+    assert "four ZeRO stages" not in html
