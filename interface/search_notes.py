@@ -22,7 +22,9 @@ __all__ = [
 ]  # fmt: skip
 
 
-_RULE_HEADS = frozenset(flag_for(n) for n in ("tp", "pp", "cp", "ep", "zero_stage", "cp_kind"))
+_RULE_HEADS = frozenset(
+    flag_for(n) for n in ("tp", "pp", "cp", "ep", "zero_stage", "cp_kind", "framework")
+)
 """The flags the rules :func:`optimizer.axis_rules.value_refusal` names start with."""
 
 

@@ -491,8 +491,8 @@ def _recomputes(problem: Problem) -> tuple[Recompute, ...]:
         if not all(why):
             kept.append(r)
         first = first or next((w for w in why if w), "")
-    if not kept:
-        raise InputError(f"search: {first}")
+    if not kept:  # the rule's line as evaluate prints it, headed by the parameter it names
+        raise InputError(first)
     return tuple(kept)
 
 

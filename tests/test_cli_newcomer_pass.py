@@ -12,6 +12,9 @@ user ran it (:func:`tests.cli_runs.run_many`):
   params+tokens+step_seconds, …``: no flag, no value; it now names what was given, by flag;
 * ``evaluate --gpu H100-SXM,H200`` (the list ``search`` takes) was an "unknown gpu" with
   ``H100-SXM`` among the suggestions: it now says the command takes one accelerator;
+* ``search --framework deepspeed`` on a QK-norm model said ``search: framework: deepspeed runs
+  …`` where ``evaluate`` says ``--framework: deepspeed runs …``, and the note of a framework no
+  layout uses named it ``framework:``, where a degree's names ``--tp:``;
 * ``sweep-plot`` of a one-model grid drew its legend wider than the figure, cutting the first
   and last parts off at its edges.
 """
@@ -40,6 +43,25 @@ CALLS: dict[str, list[str]] = {
     "mfu none": MFU,
     "mfu step alone": [*MFU, "--tokens", "4e6"],
     "evaluate two gpus": ["evaluate", "--model", "llama3-70b", "--gpu", "H100-SXM,H200"],
+    "deepspeed qk-norm": [
+        "search",
+        "--model",
+        "qwen3-8b",
+        "--gpus",
+        "8",
+        "--framework",
+        "deepspeed",
+    ],
+    "deepspeed or fsdp2": [
+        "search",
+        "--model",
+        "qwen3-8b",
+        "--gpus",
+        "8",
+        "--framework",
+        "deepspeed",
+    ]
+    + ["--framework", "fsdp2", "--tp", "1", "--pp", "1", "--max-micro-batch", "1", "--json"],
     "rlhf two gpus": [
         "rlhf",
         "--algorithm",
@@ -127,6 +149,16 @@ def test_a_list_of_accelerators_where_one_is_taken_says_so(runs):
     assert refusal(runs["rlhf two gpus"]) == (
         f"--gpu: 'H100-SXM;B200' names several accelerators; {rule}"
     )
+
+
+def test_a_framework_no_layout_runs_is_named_by_its_flag(runs):
+    rule = (
+        "--framework: deepspeed runs Megatron-DeepSpeed's transformer layer, which has no "
+        "QK-norm (use --framework megatron or fsdp2)"
+    )
+    assert refusal(runs["deepspeed qk-norm"]) == rule
+    notes = json.loads(runs["deepspeed or fsdp2"].stdout)["notes"]
+    assert f"requested values no layout uses: framework deepspeed ({rule})" in notes
 
 
 def test_a_one_model_scaling_chart_keeps_its_legend_inside_the_figure(tmp_path: Path):
