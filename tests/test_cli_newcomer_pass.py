@@ -7,7 +7,8 @@ user ran it (:func:`tests.cli_runs.run_many`):
   with no layout says it beside its memory line;
 * ``--global-batch-tokens 16e6 --global-batch 2048`` was refused as ``('16e6',) does not apply``
   (a Python tuple) and named ``global_batch`` where the flag is ``--global-batch``; the same in a
-  scenario file named the key as a flag and the value as ``1.6e+07``;
+  scenario file named the key as a flag and the value as ``1.6e+07``; a file's
+  ``[constraints] headroom = 1.5`` was refused as ``--headroom: 1.5 …``, a flag not typed;
 * ``mfu`` with two measurements (or none) said ``mfu inputs: give exactly one of
   params+tokens+step_seconds, …``: no flag, no value; it now names what was given, by flag;
 * ``evaluate --gpu H100-SXM,H200`` (the list ``search`` takes) was an "unknown gpu" with
@@ -39,6 +40,7 @@ CALLS: dict[str, list[str]] = {
     "headroom none fits": ["search", "--model", "llama3-8b", "--gpus", "1", "--headroom", "0.5"],
     "both batches": [*SEARCH8, *BOTH_BATCHES],
     "both batches file": ["search", "--scenario", "both.toml"],
+    "headroom file": ["search", "--scenario", "headroom.toml"],
     "mfu two": [*MFU, "--tokens", "4e6", "--step-seconds", "7", "--tokens-per-second", "5e5"],
     "mfu none": MFU,
     "mfu step alone": [*MFU, "--tokens", "4e6"],
@@ -79,6 +81,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Done]:
     folder = tmp_path_factory.mktemp("newcomer")
     (folder / "both.toml").write_text(
         'model = "llama3-8b"\ngpus = 8\nglobal_batch = 2048\nglobal_batch_tokens = 16e6\n'
+    )
+    (folder / "headroom.toml").write_text(
+        'model = "llama3-8b"\ngpus = 8\n[constraints]\nheadroom = 1.5\n'
     )
     return run_many(CALLS, cwd=folder)
 
@@ -123,6 +128,9 @@ def test_a_batch_given_both_ways_is_refused_with_the_value_as_typed(runs):
     assert refusal(runs["both batches file"]) == (
         "scenario both.toml: global_batch_tokens: 16,000,000 does not apply: give the batch in "
         "sequences (global_batch) or in tokens, not both"
+    )
+    assert (
+        refusal(runs["headroom file"]) == "scenario headroom.toml: headroom: 1.5 must be in [0, 1)"
     )
 
 
