@@ -282,21 +282,21 @@ def _mfu_dims(r: MfuRequest) -> dict[str, int | None]:
     Raises
     ------
     InputError
-        A dimension, ``causal`` or ``attention`` given where it enters nothing: a dimension
-        without attention or recomputed FLOPs, attention with a reported FLOP rate (which counts
-        what it counts); a dimension that is not a count.
+        A dimension, ``causal``, ``attention`` or ``params`` given where it enters nothing: a
+        dimension without attention or recomputed FLOPs, attention or a parameter count with a
+        reported FLOP rate (which counts what it counts); a dimension that is not a count.
     """
     named = {"layers": r.layers, "heads": r.heads, "head_dim": r.head_dim, "hidden": r.hidden}
     ignored: dict[str, str] = {}
     if r.achieved_pflops is not None or r.achieved_tflops_per_gpu is not None:
         ignored["attention"] = "a reported FLOP rate already counts what it counts"
+        ignored["params"] = "a reported FLOP rate already counts what it counts; N is not read"
     if not r.attention and r.recompute in (None, "none"):
         why = "it enters only attention FLOPs (--attention) or recomputed FLOPs (--recompute)"
         ignored.update(dict.fromkeys((*named, "seq_len", "causal"), why))
     causal = None if r.causal is None else ("causal" if r.causal else "non-causal")
-    check_applicable(
-        {**named, "seq_len": r.seq_len, "causal": causal, "attention": r.attention}, ignored
-    )
+    given = {**named, "seq_len": r.seq_len, "causal": causal, "attention": r.attention}
+    check_applicable({**given, "params": r.params}, ignored)
     return {k: optional_count(k, x) for k, x in {**named, "seq_len": r.seq_len}.items()}
 
 

@@ -10,7 +10,8 @@ user ran it (:func:`tests.cli_runs.run_many`):
   scenario file named the key as a flag and the value as ``1.6e+07``; a file's
   ``[constraints] headroom = 1.5`` was refused as ``--headroom: 1.5 …``, a flag not typed;
 * ``mfu`` with two measurements (or none) said ``mfu inputs: give exactly one of
-  params+tokens+step_seconds, …``: no flag, no value; it now names what was given, by flag;
+  params+tokens+step_seconds, …``: no flag, no value; it now names what was given, by flag.
+  ``--params`` beside a reported FLOP rate was dropped silently (``--model`` there is refused);
 * ``evaluate --gpu H100-SXM,H200`` (the list ``search`` takes) was an "unknown gpu" with
   ``H100-SXM`` among the suggestions: it now says the command takes one accelerator;
 * ``search --framework deepspeed`` on a QK-norm model said ``search: framework: deepspeed runs
@@ -44,6 +45,7 @@ CALLS: dict[str, list[str]] = {
     "mfu two": [*MFU, "--tokens", "4e6", "--step-seconds", "7", "--tokens-per-second", "5e5"],
     "mfu none": MFU,
     "mfu step alone": [*MFU, "--tokens", "4e6"],
+    "mfu rate params": [*MFU, "--achieved-pflops", "200"],
     "evaluate two gpus": ["evaluate", "--model", "llama3-70b", "--gpu", "H100-SXM,H200"],
     "deepspeed qk-norm": [
         "search",
@@ -143,6 +145,10 @@ def test_mfu_names_the_measurements_given_by_their_flags(runs):
         f"mfu: given: --tokens 4e6, --step-seconds 7, --tokens-per-second 5e5; {rule}"
     )
     assert refusal(runs["mfu none"]) == f"mfu: no measurement given; {rule}"
+    assert refusal(runs["mfu rate params"]) == (
+        "--params: '70B' does not apply: a reported FLOP rate already counts what it counts; "
+        "N is not read"
+    )
     assert refusal(runs["mfu step alone"]) == (
         "--step-seconds: missing; MFU from a step needs both --tokens (tokens in the step, all "
         "chips) and --step-seconds (seconds per step): --tokens alone is given"
