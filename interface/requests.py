@@ -19,9 +19,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from trainplan.interface.flags import as_keys
 from trainplan.interface.scenario_file import CLUSTER_KEYS, SPACE_KEYS, load_scenario
 from trainplan.interface.scenario_keys import merge, table_of
-from trainplan.model.errors import InputError
+from trainplan.model.errors import InputError, PlannerError
 from trainplan.model.units import parse_number
 
 if TYPE_CHECKING:  # the search's module brings numpy, which evaluate does not load
@@ -151,7 +152,17 @@ class SearchRequest:
     """The scenario file's path the values were read from (None: none)."""
     file_keys: frozenset[str] = frozenset()
     """The keys whose value is the file's (no option or ``--set`` over it): a refusal of one
-    names the file and the key (:func:`interface.scenario.problem_of`)."""
+    names the file and the key (:meth:`said_by_file`)."""
+
+    def said_by_file(self, err: PlannerError) -> PlannerError:
+        """``err`` as the scenario file's refusal when the value it refuses is the file's (its
+        head, the parameter before its first ``:``, is one of :attr:`file_keys`): headed
+        ``scenario PATH:``, its parameters written as the file's keys
+        (:func:`interface.flags.as_keys`), not as flags the user did not type; else ``err``."""
+        text = str(err)
+        if self.scenario_file is None or text.split(":", 1)[0] not in self.file_keys:
+            return err
+        return type(err)(f"scenario {self.scenario_file}: {as_keys(text)}")
 
     @property
     def layout_workers(self) -> int:
@@ -256,7 +267,10 @@ def search_request(
         scenario_file=None if path is None else str(path),
         file_keys=_file_keys(load_scenario(path), options) if path else frozenset(),
     )
-    constraints_of(request.constraints)  # refused now, before any table or solver is loaded
+    try:  # refused now, before any table or solver is loaded
+        constraints_of(request.constraints)
+    except PlannerError as err:
+        raise request.said_by_file(err) from None
     return request
 
 

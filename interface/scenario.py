@@ -297,13 +297,10 @@ def problem_of(request: SearchRequest) -> Problem:
     try:
         return _problem_of(request)
     except PlannerError as err:
-        path, text = request.scenario_file, str(err)
-        if path is None:
-            raise
-        head = text.split(":", 1)[0]
-        if head in request.file_keys:
-            raise type(err)(f"scenario {path}: {text}") from None
-        if head == "model" and not request.values.get("model"):
+        path, said = request.scenario_file, request.said_by_file(err)
+        if path is None or said is not err:
+            raise said from None
+        if str(err).split(":", 1)[0] == "model" and not request.values.get("model"):
             raise type(err)(
                 f'scenario {path}: model missing: give model = "NAME" in the file (a catalogue '
                 "name or a config.json path), or --model NAME, --params SIZE or the dimensions "

@@ -13,11 +13,13 @@ from typing import Any
 from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.interface.requests import SearchRequest, search_request
 from trainplan.interface.search_notes import (
+    headroom_note,
     infeasible_json,
     params_meta,
     params_note,
     time_limit_note,
     unused_note,
+    with_headroom,
     with_unused,
 )
 from trainplan.model.errors import InfeasibleError
@@ -174,7 +176,7 @@ def _step_run(
             problem, top, limit, request.layout_workers, progress, prepared=prepared
         ), prepared
     except InfeasibleError as err:
-        err = with_unused(err, problem, prepared[0])
+        err = with_headroom(with_unused(err, problem, prepared[0]), problem.constraints)
         raise (
             best_without(err, request, problem, started, on_tables) if compare else err
         ) from None
@@ -331,7 +333,8 @@ def per_stage_json(kw: SearchRequest | Mapping[str, Any]) -> SearchRun:
 
 
 def _with_fit_rule(d: dict[str, Any], problem: Any, est: Any) -> None:
-    """Add the search's memory rule (:func:`optimizer.problem.fit_rule`) to an answer's
+    """Add the search's memory rule to an answer: the headroom kept free to its ``notes``
+    (:func:`interface.search_notes.headroom_note`), and :func:`optimizer.problem.fit_rule` to its
     ``assumptions`` where the space holds fsdp2, the one framework whose reserved bytes exceed
     the allocated peak (:func:`model.terms.peak.stream_pool_term`), and set its
     ``memory.fit_bytes`` to the figure that rule compared (:func:`fit_figure` of the estimate
@@ -342,6 +345,8 @@ def _with_fit_rule(d: dict[str, Any], problem: Any, est: Any) -> None:
     d["memory"]["fit_bytes"] = fit_figure(est, problem.constraints.allocator_retries_ok)
     if any(str(fw) == "fsdp2" for fw in problem.space.frameworks):
         d["assumptions"].append(fit_rule(problem.constraints.allocator_retries_ok))
+    held = headroom_note(problem.constraints, est.capacity_bytes)
+    d["notes"] += [held] if held else []
 
 
 def _shape_row(s: Any) -> dict[str, Any]:
@@ -445,7 +450,7 @@ def frontier_json(
     try:
         result = frontier(problem, against, limit, request.layout_workers, prepared=prepared)
     except InfeasibleError as err:
-        err = with_unused(err, problem, prepared[0])
+        err = with_headroom(with_unused(err, problem, prepared[0]), problem.constraints)
         raise best_without(err, request, problem, started, on_tables) from None
     rows = []
     in_units = _in_units(problem, prepared)

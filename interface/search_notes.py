@@ -18,10 +18,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "unused_note", "with_unused", "time_limit_note", "infeasible_json", "params_meta", "params_note",
+    "headroom_note", "with_headroom",
 ]  # fmt: skip
 
 
-_RULE_HEADS = frozenset(flag_for(n) for n in ("tp", "pp", "cp", "ep", "zero_stage", "cp_kind"))
+_RULE_HEADS = frozenset(
+    flag_for(n) for n in ("tp", "pp", "cp", "ep", "zero_stage", "cp_kind", "framework")
+)
 """The flags the rules :func:`optimizer.axis_rules.value_refusal` names start with."""
 
 
@@ -52,6 +55,43 @@ def with_unused(err: InfeasibleError, problem: Problem, tables: CostTables) -> I
     if note is None:
         return err
     return InfeasibleError(str(err), [*err.explanation, note], err.status)
+
+
+def headroom_note(constraints: Any, capacity_bytes: int) -> str | None:
+    """What ``--headroom`` did to the search, said beside its answer (None without it): every
+    candidate was held to :meth:`optimizer.problem.Constraints.held_bytes` of its usable
+    ``capacity_bytes``, so a faster layout that fits the GPU but not that may have been left out;
+    the answer's own verdict is against the whole capacity.
+
+    >>> from trainplan.optimizer.problem import Constraints
+    >>> note = headroom_note(Constraints(headroom=0.1), 83_210_009_600)
+    >>> note[:56], "90% of the 83.21 GB usable (10% kept free)" in note
+    ('--headroom 0.1: only layouts that fit 74.89 GB per GPU w', True)
+    >>> headroom_note(Constraints(), 83_210_009_600) is None
+    True
+    """
+    from trainplan.interface.render.report import gb
+
+    h = constraints.headroom
+    if not h:
+        return None
+    return (
+        f"--headroom {h:g}: only layouts that fit {gb(constraints.held_bytes(capacity_bytes))} "
+        f"per GPU were searched, {(1 - h) * 100:g}% of the {gb(capacity_bytes)} usable "
+        f"({h * 100:g}% kept free); the verdict compares the peak with the whole "
+        f"{gb(capacity_bytes)}"
+    )
+
+
+def with_headroom(err: InfeasibleError, constraints: Any) -> InfeasibleError:
+    """``err`` (the search found no layout) with a last line saying what ``--headroom`` held the
+    memory to, as its answer would (:func:`headroom_note`): its memory line's figure is the
+    usable capacity less the headroom; ``err`` itself without one."""
+    h = constraints.headroom
+    if not h:
+        return err
+    line = f"--headroom {h:g}: that memory is {(1 - h) * 100:g}% of the GPU's usable bytes ({h * 100:g}% kept free)"
+    return InfeasibleError(str(err), [*err.explanation, line], err.status)
 
 
 def time_limit_note(limit: float | None, tables_s: float, solve_s: float) -> str | None:

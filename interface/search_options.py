@@ -47,7 +47,8 @@ def batches(value: Any, tokens: Any, seq_len: int) -> list[int]:
     check_applicable(
         {"global_batch_tokens": tokens if value is not None else None},
         {
-            "global_batch_tokens": "give the batch in sequences (global_batch) or in tokens, not both"
+            "global_batch_tokens": "give the batch in sequences (`global_batch`) or in tokens, "
+            "not both"
         },
     )
     if tokens is None:

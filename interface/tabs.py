@@ -172,8 +172,8 @@ def _token_rate(tokens: Any, step_seconds: Any, tps: Any, peak: Fraction, chips:
     ):
         if value is None:
             raise InputError(
-                f"{name}: missing; MFU from a step needs both tokens (tokens in the step, all "
-                f"chips) and step_seconds (seconds per step): {other} alone is given"
+                f"{name}: missing; MFU from a step needs both `tokens` (tokens in the step, all "
+                f"chips) and `step_seconds` (seconds per step): `{other}` alone is given"
             )
     d, secs = positive("tokens", tokens), positive("step_seconds", step_seconds)
     tail = f"{fmt_number(d)} ÷ ({fmt_number(peak)} · {chips} · {fmt_number(secs)} s)"
@@ -282,22 +282,31 @@ def _mfu_dims(r: MfuRequest) -> dict[str, int | None]:
     Raises
     ------
     InputError
-        A dimension, ``causal`` or ``attention`` given where it enters nothing: a dimension
-        without attention or recomputed FLOPs, attention with a reported FLOP rate (which counts
-        what it counts); a dimension that is not a count.
+        A dimension, ``causal``, ``attention`` or ``params`` given where it enters nothing: a
+        dimension without attention or recomputed FLOPs, attention or a parameter count with a
+        reported FLOP rate (which counts what it counts); a dimension that is not a count.
     """
     named = {"layers": r.layers, "heads": r.heads, "head_dim": r.head_dim, "hidden": r.hidden}
     ignored: dict[str, str] = {}
     if r.achieved_pflops is not None or r.achieved_tflops_per_gpu is not None:
         ignored["attention"] = "a reported FLOP rate already counts what it counts"
+        ignored["params"] = "a reported FLOP rate already counts what it counts; N is not read"
     if not r.attention and r.recompute in (None, "none"):
         why = "it enters only attention FLOPs (--attention) or recomputed FLOPs (--recompute)"
         ignored.update(dict.fromkeys((*named, "seq_len", "causal"), why))
     causal = None if r.causal is None else ("causal" if r.causal else "non-causal")
-    check_applicable(
-        {**named, "seq_len": r.seq_len, "causal": causal, "attention": r.attention}, ignored
-    )
+    given = {**named, "seq_len": r.seq_len, "causal": causal, "attention": r.attention}
+    check_applicable({**given, "params": r.params}, ignored)
     return {k: optional_count(k, x) for k, x in {**named, "seq_len": r.seq_len}.items()}
+
+
+def _measurements_given(r: MfuRequest) -> str:
+    """The measurements ``r`` gives, each backticked with its value as typed (``given:
+    `step_seconds` 7, `tokens_per_second` 5``), for the refusal of none or several."""
+    keys = ("tokens", "step_seconds", "tokens_per_second", "achieved_pflops")
+    keys += ("achieved_tflops_per_gpu",)
+    said = [f"`{k}` {getattr(r, k)}" for k in keys if getattr(r, k) is not None]
+    return "given: " + ", ".join(said) if said else "no measurement given"
 
 
 def _achieved(
@@ -323,8 +332,9 @@ def _achieved(
     given.append(r.tokens is not None or r.step_seconds is not None)
     if sum(given) != 1 or (r.achieved_pflops is not None and r.achieved_tflops_per_gpu is not None):
         raise InputError(
-            "mfu inputs: give exactly one of params+tokens+step_seconds, "
-            "params+tokens_per_second, achieved_pflops or achieved_tflops_per_gpu"
+            f"mfu: {_measurements_given(r)}; give exactly one measurement: `tokens` with "
+            "`step_seconds`, `tokens_per_second` (either with `params` or `model`), "
+            "`achieved_pflops` or `achieved_tflops_per_gpu`"
         )
     if rate_given:
         mode = "flop_rate" if r.achieved_pflops is not None else "flop_rate_per_gpu"

@@ -85,11 +85,18 @@ def check_applicable(given: Mapping[str, object], not_applicable: Mapping[str, s
 
 
 def _shown(value: object) -> str:
-    """A value as a line shows it: a number as written (not ``Fraction(8, 1)``), else its repr."""
+    """A value as a line shows it: a number as written (not ``Fraction(8, 1)``), a repeated
+    option's values each so, ``, `` between them (not ``('16e6',)``), else its repr.
+
+    >>> _shown(("16e6",)), _shown(["8e6", Fraction(16)]), _shown(16e6), _shown(0.5)
+    ("'16e6'", "'8e6', 16", '16,000,000', '0.5')
+    """
+    if isinstance(value, list | tuple):
+        return ", ".join(_shown(v) for v in value)
     if isinstance(value, Fraction):
         return f"{int(value):,}" if value.denominator == 1 else f"{float(value):g}"
-    if isinstance(value, float):
-        return f"{value:g}"
+    if isinstance(value, float):  # a file's 16e6 is TOML's float: shown as the count it is
+        return f"{int(value):,}" if value.is_integer() and abs(value) < 1e18 else f"{value:g}"
     return repr(value)
 
 

@@ -100,6 +100,16 @@ class Constraints:
     reserved bytes exceed the allocated peak (FSDP2's all-gather stream, DeepSpeed ZeRO-3's
     reduce-scatter stream: :func:`model.terms.peak.stream_pool_term`)."""
 
+    def held_bytes(self, usable_bytes: int) -> int:
+        """Bytes a layout may use of a GPU's ``usable_bytes`` (its capacity as its framework
+        counts it, :meth:`model.hardware.DeviceSpec.usable_bytes`) with :attr:`headroom` kept
+        free: ``int(usable_bytes × (1 − headroom))``, what the search fits each candidate in.
+
+        >>> Constraints(headroom=0.1).held_bytes(83_210_009_600)
+        74889008640
+        """
+        return int(usable_bytes * (1 - self.headroom))
+
     def __post_init__(self) -> None:
         if not 0 <= self.headroom < 1:
             raise InputError(f"headroom: {shown_number(self.headroom)} must be in [0, 1)")

@@ -42,7 +42,7 @@ from trainplan.model.terms.fields import Context, LayoutFields
 from trainplan.optimizer.case import links_for
 from trainplan.optimizer.columns import ShapeColumns, tabulate
 from trainplan.optimizer.launch_tables import objective_divisor, pipeline_tables, with_launch_order
-from trainplan.optimizer.problem import Job, Problem, job_model_flops
+from trainplan.optimizer.problem import Constraints, Job, Problem, job_model_flops
 from trainplan.optimizer.space import SearchSpace, Shape, legal_shapes
 
 __all__ = [
@@ -136,9 +136,9 @@ class CostTables:
 
 
 def _capacity(job: Job, shape: Shape, headroom: float) -> int:
-    """Usable bytes per GPU of a candidate: the device's capacity as its framework counts it
-    (:meth:`model.hardware.DeviceSpec.usable_bytes`) × (1 − headroom)."""
-    return int(job.case.device.usable_bytes(shape.framework.physical) * (1 - headroom))
+    """A candidate's usable bytes per GPU less the headroom (:meth:`Constraints.held_bytes`)."""
+    usable = job.case.device.usable_bytes(shape.framework.physical)
+    return Constraints(headroom=headroom).held_bytes(usable)
 
 
 def _reading(name: str) -> tuple[Rule, ...]:
@@ -491,8 +491,8 @@ def _recomputes(problem: Problem) -> tuple[Recompute, ...]:
         if not all(why):
             kept.append(r)
         first = first or next((w for w in why if w), "")
-    if not kept:
-        raise InputError(f"search: {first}")
+    if not kept:  # the rule's line as evaluate prints it, headed by the parameter it names
+        raise InputError(first)
     return tuple(kept)
 
 

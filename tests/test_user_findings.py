@@ -114,8 +114,8 @@ def test_megatron_502pf_is_the_papers_hardware_rate(runs):
 
 def test_a_missing_value_is_named_not_none(runs):
     assert refusal(runs["mfu no step"]) == (
-        "--step-seconds: missing; MFU from a step needs both tokens (tokens in the step, all "
-        "chips) and step_seconds (seconds per step): tokens alone is given"
+        "--step-seconds: missing; MFU from a step needs both --tokens (tokens in the step, all "
+        "chips) and --step-seconds (seconds per step): --tokens alone is given"
     )
     line = refusal(runs["calibrate no step"])
     assert line.endswith(

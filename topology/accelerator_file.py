@@ -312,11 +312,18 @@ def get_part(name: str) -> DeviceSpec:
     Raises
     ------
     ScenarioError
-        What :func:`read_part_file` or :func:`topology.accelerators.get_accelerator` refuses.
+        What :func:`read_part_file` or :func:`topology.accelerators.get_accelerator` refuses;
+        a list of names (``H100-SXM,H200``), which a command that takes one is given where
+        search and frontier take several (they split it before: :func:`interface.search_options.names`).
 
     >>> get_part("h100-sxm").name
     'H100-SXM'
     """
+    if not is_part_file(name) and any(sep in str(name) for sep in ",;"):  # no name holds either
+        raise ScenarioError(
+            f"gpu: {name!r} names several accelerators; this takes one (search and frontier "
+            "choose among several)"
+        )
     return read_part_file(name) if is_part_file(name) else get_accelerator(name)
 
 

@@ -12,6 +12,7 @@ __all__ = [
     "tensor_label",
     "layout_key",
     "place_labels",
+    "fitted_legend",
     "staircase",
     "chunk_letter",
     "pass_label",
@@ -163,6 +164,20 @@ userbuffers in them, the output layer's released bytes taken from its activation
 
 HELD_IN_BOTH_PHASES = ("persistent_buffers_bytes", "communicator_bytes")
 """Held through the optimizer step too (``model.terms.peak.held_in_both_phases``)."""
+
+
+def fitted_legend(fig: Any, handles: list[Any], labels: list[str], most: int) -> int:
+    """Draw a figure legend at its bottom centre in the most columns (up to ``most``) whose row
+    fits the figure's width — a one-panel sweep chart (4.6 in) held four parts in one row and
+    cut the first and last off at its edges — and return its rows."""
+    ncol, renderer = max(1, min(most, len(labels))), fig.canvas.get_renderer()
+    while True:
+        legend = fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8,
+                            frameon=False)  # fmt: skip
+        if ncol == 1 or legend.get_window_extent(renderer).width <= fig.bbox.width:
+            return -(-len(labels) // ncol)
+        legend.remove()
+        ncol -= 1
 
 
 def memory_bars(m: dict[str, Any]) -> dict[str, list[tuple[str, float]]]:

@@ -18,6 +18,7 @@ from trainplan.interface.outputs import writing
 from trainplan.interface.render.chart_layout import (
     MEMORY_PARTS,
     STATE_LEGEND,
+    fitted_legend,
     layout_key,
     memory_bars,
     staircase,
@@ -428,10 +429,7 @@ def sweep_scaling_chart(
     for ax in axes.flat:
         for h, name in zip(*ax.get_legend_handles_labels(), strict=True):
             handles.setdefault(name, h)
-    ncol = min(5, max(1, len(handles)))
-    legend_rows = -(-len(handles) // ncol)
-    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=ncol, fontsize=8,
-               frameon=False)  # fmt: skip
+    legend_rows = fitted_legend(fig, list(handles.values()), list(handles), 5)
     fig.suptitle(f"{label} against GPU count" + (f" ({note})" if note else ""), fontsize=10)
     fig.tight_layout(rect=(0, 0.02 + 0.045 * legend_rows * 3.4 / fig.get_figheight(), 1, 0.97))
     save_figure(fig, out)

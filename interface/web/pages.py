@@ -51,7 +51,8 @@ INTROS = {
     "degrees of data (dp), tensor (tp), pipeline (pp), context (cp) and expert (ep) parallelism. "
     "The planner adds up what one GPU holds at its peak: model state sharded by ZeRO-1, -2, -3 or "
     "FSDP over the data-parallel ranks, and the activations of the micro-batches in flight under "
-    "the recomputation chosen. It compares the four ZeRO stages and lists what each parallel axis "
+    "the recomputation chosen. It compares the ZeRO stages the framework runs (megatron: 0, 1, "
+    "3) and lists what each parallel axis "
     "sends per step, over which link, and for how long. An empty field takes the value shown in "
     "grey.",
     "pipeline": "A timeline of GPipe, 1F1B, interleaved 1F1B, the zero-bubble schedules (ZB-H1, "
