@@ -13,7 +13,8 @@ from typing import Any
 from trainplan.interface.tab_requests import MfuRequest
 from trainplan.interface.tab_values import fmt_number
 from trainplan.model.errors import check_applicable, named_lookup
-from trainplan.model.flops import attention_model_flops
+from trainplan.model.flops import attention_model_flops, step_flops
+from trainplan.model.layout import Recompute
 from trainplan.model.specs import Architecture
 from trainplan.scenarios.catalogue import get_model
 
@@ -78,6 +79,29 @@ def model_attention(arch: Architecture, seq_len: int, causal: bool) -> tuple[Fra
         parts.append(f"{n} {span.value}" + (f" {width}" if width is not None else ""))
     text = f"{fmt_number(flops)} attention of the {' + '.join(parts)} layers"
     return flops, text
+
+
+def model_recomputed(
+    arch: Architecture, seq_len: int, causal: bool, recompute: str | None
+) -> Fraction | None:
+    """The model's own forward FLOPs recomputed per token under ``recompute`` (``full`` or
+    ``selective``; None otherwise): what ``trainplan evaluate``'s HFU adds
+    (:func:`model.flops.step_flops`'s ``recomputed_flops`` of one sequence ÷ ``seq_len``) — under
+    full recomputation each layer's forward (the MTP blocks too), not the embedding nor the
+    output layer, which Megatron-LM's and PyTorch's checkpointing leave out of the recomputed
+    blocks; under selective each layer's attention core (Korthikanti et al. 2022 §4.2).
+
+    Examples
+    --------
+    >>> arch = Architecture(num_layers=2, hidden_size=8, num_attention_heads=2,
+    ...                     ffn_hidden_size=32, vocab_size=16)
+    >>> model_recomputed(arch, 4, False, "full") == 2 * (24 * 64 + 4 * 4 * 8)
+    True
+    """
+    if recompute not in ("full", "selective"):
+        return None
+    flops = step_flops(arch, 0, seq_len, 1, Recompute(recompute), causal=causal)
+    return Fraction(flops.recomputed_flops, seq_len)
 
 
 def mfu_model(

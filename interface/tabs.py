@@ -15,7 +15,7 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
-from trainplan.interface.mfu_model import mfu_model, model_attention
+from trainplan.interface.mfu_model import mfu_model, model_attention, model_recomputed
 from trainplan.interface.render import pipeline_tab
 from trainplan.interface.rlhf.tab import RLHF_DEFAULTS, rlhf_report
 from trainplan.interface.tab_requests import (
@@ -219,7 +219,8 @@ def mfu_report(*args: Any, **kw: Any) -> dict[str, Any]:
         raise _too_high(mode, mfu, line, n_chips)
     seq = dims["seq_len"]
     own = model_attention(arch, seq, bool(r.causal))[0] if arch and seq else None
-    extra, how = _recomputed_share(r, dims, n, per_token, mfu, own)
+    again = model_recomputed(arch, seq, bool(r.causal), r.recompute) if arch and seq else None
+    extra, how = _recomputed_share(r, dims, n, per_token, mfu, own, again)
     out.update(
         mode=mode,
         achieved_model_flops_per_s=rate,
@@ -357,10 +358,12 @@ def _recomputed_share(
     per_token: Any,
     mfu: Any,
     attention: Fraction | None = None,
+    recomputed: Fraction | None = None,
 ) -> tuple[Any, str]:
     """(recomputed FLOPs / model FLOPs, its arithmetic) from ``recomputed_flops_pct`` or
     ``recompute`` (:func:`model.mfu.recompute_share`; ``attention``: a model's own attention
-    FLOPs per token, forward + backward, instead of PaLM's from the dimensions).
+    FLOPs per token, forward + backward, instead of PaLM's from the dimensions; ``recomputed``:
+    a model's own recomputed forward FLOPs per token, evaluate's count).
 
     Raises
     ------
@@ -380,6 +383,7 @@ def _recomputed_share(
         dims["seq_len"],
         bool(r.causal),
         attention,
+        recomputed,
     )
     if mfu * (1 + extra) > 1:
         raise InputError(

@@ -231,13 +231,17 @@ def recompute_share(
     seq_len: int | None = None,
     causal: bool = False,
     attention: Fraction | None = None,
+    recomputed: Fraction | None = None,
 ) -> tuple[Fraction, str]:
     """Recomputed FLOPs as a share of model FLOPs (HFU = MFU × (1 + share)) and how it was found.
 
     From ``pct`` (percent of model FLOPs) or from the ``recompute`` mode with the model's
     dimensions (``hidden`` = heads × head_dim); full recompute of a FLOP rate with no parameter
     count is 1/3 (2N of 6N). ``attention``: a model's own attention FLOPs per token
-    (:func:`recompute_flops_per_token`).
+    (:func:`recompute_flops_per_token`). ``recomputed``: a model's own forward FLOPs recomputed
+    per token, the count of evaluate's HFU (:attr:`model.flops.StepFlops.recomputed_flops` per
+    token: its layers' forward under full recomputation, their attention cores under selective;
+    the embedding and the output layer are not recomputed), in place of ``2·N`` + attention.
 
     Raises
     ------
@@ -261,7 +265,9 @@ def recompute_share(
         if recompute == "full":
             return Fraction(1, 3), "1/3: full recompute = one more forward, 2N of 6N"
         raise InputError("recompute: 'selective' needs params and the model's dimensions")
-    extra = recompute_flops_per_token(
-        recompute, params, layers, hidden, 1 if hidden else None, seq_len, causal, attention
-    )
+    extra = recomputed
+    if extra is None:
+        extra = recompute_flops_per_token(
+            recompute, params, layers, hidden, 1 if hidden else None, seq_len, causal, attention
+        )
     return extra / per_token, f"{float(extra):.4g}/{float(per_token):.4g} ({recompute})"

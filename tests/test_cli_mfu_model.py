@@ -133,11 +133,20 @@ def test_mfu_reads_the_model(tmp_path):
     )
     assert palm[2].endswith("(non-causal: s² a layer, PaLM's)")
     assert lines[2].endswith("(causal: each layer's attended pairs)")
-    # full recomputation re-runs the forward: 2N + the forward third of the attention, causal
-    # by default (2 · N + 32,216,186,880 / 3 = 151.85e9), PaLM's with --non-causal (162.58e9)
+    # full recomputation re-runs each layer's forward, not the embedding nor the output layer
+    # (evaluate's HFU counts the same): 2 · the layers' matrices 80 · (2 · 8192² + 2 · 8192 ·
+    # 1024 + 3 · 8192 · 28672) = 2 · 68,451,041,280 + the forward third of the attention, causal
+    # by default (+ 32,216,186,880 / 3: 147,640,811,520 a token, HFU 64.4 %), PaLM's with
+    # --non-causal (+ 64,424,509,440 / 3: 158,376,919,040). It counted 2N before, the
+    # embedding and output layer's 2 · 2,101,346,304 too (151.85e9, HFU 64.9 %).
+    layers = 80 * (2 * 8192**2 + 2 * 8192 * 1024 + 3 * 8192 * 28672)
+    assert layers == 68_451_041_280
     for name, attention in (("recompute", 32_216_186_880), ("recompute palm", 64_424_509_440)):
         share = json.loads(done[name].stdout)["recomputed_flops_share"]
-        assert share * 6 * LLAMA_N == pytest.approx(2 * LLAMA_N + attention / 3, rel=1e-12)
+        assert share * 6 * LLAMA_N == pytest.approx(2 * layers + attention / 3, rel=1e-12)
+    assert 2 * layers + 32_216_186_880 // 3 == 147_640_811_520
+    recompute = json.loads(done["recompute"].stdout)
+    assert recompute["hfu_arithmetic"] == "hfu = mfu × (1 + 1.476e+11/4.233e+11 (full)) = 64.4%"
 
     moe = json.loads(done["moe"].stdout)
     assert (MIXTRAL_ACTIVE, MIXTRAL_TOTAL) == (12_879_925_248, 46_702_792_704)
