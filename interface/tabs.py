@@ -304,7 +304,7 @@ def _mfu_dims(r: MfuRequest) -> dict[str, int | None]:
 def _measurements_given(r: MfuRequest) -> str:
     """The measurements ``r`` gives, each backticked with its value as typed (``given:
     `step_seconds` 7, `tokens_per_second` 5``), for the refusal of none or several."""
-    keys = ("tokens", "step_seconds", "tokens_per_second", "achieved_pflops")
+    keys: tuple[str, ...] = ("tokens", "step_seconds", "tokens_per_second", "achieved_pflops")
     keys += ("achieved_tflops_per_gpu",)
     said = [f"`{k}` {getattr(r, k)}" for k in keys if getattr(r, k) is not None]
     return "given: " + ", ".join(said) if said else "no measurement given"
