@@ -66,6 +66,7 @@ from trainplan.model.terms.pipeline_buffers import (
     boundary_tensors,
     deepspeed_load_transient,
 )
+from trainplan.model.terms.split_free import split_free
 from trainplan.model.terms.step import offload_layer_forward_s
 from trainplan.model.xp import exact, floor, is_array, maximum, minimum, namespace, where
 
@@ -318,18 +319,18 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     transient = peak_transient(split_forms(f.per_stage(transient_forms, (arch,), *FORM_FIELDS)), q)
     tokens = exact(t.seq_len) / f.cp * f.micro_batch_size
     vocab = f.lookup(padded_vocab_of, (arch.vocab_size, c.vocab_multiple), "framework", "tp")
-    emb, head = _end_bytes(c, f, tokens, vocab)
+    emb, head = split_free(_end_bytes, c, f, tokens, vocab)  # the ends: not the splits'
     split = Schedule(f.schedule) in SPLIT_BACKWARD
     if f.virtual_stages == 1 or f.pp == 1 or split:  # held whole (v > 1: interleaved's chunks)
         in_flight, kept, emb_total, held_mb = _held_whole(c, f, q, per_mb, emb, head, split)
         offloaded = apply_form(per_form, off_q) * in_flight
     else:
         in_flight, kept, emb_total, held_mb, offloaded = _held_by_chunk(c, f, q, off_q, per_mb, emb)
-    outputs, rebuilt = boundary_tensors(arch, c, f, tokens, in_flight)
+    outputs, rebuilt = split_free(boundary_tensors, c, f, tokens, in_flight)
     buffer, host = _offload_lines(c, f, n_layers, n_moe, in_flight, off_q, offloaded)
     kept, host = _layer_offload(c, kept + weight_pass_term(c, f, n_layers, n_moe), n_layers, host)
-    loss, kept_chunks, pred = last_stage_loss(c, f, tokens, vocab)
-    freed, logit_grads = output_layer_phase(c, f, head, tokens, vocab)
+    loss, kept_chunks, pred = split_free(last_stage_loss, c, f, tokens, vocab)
+    freed, logit_grads = split_free(output_layer_phase, c, f, head, tokens, vocab)
     working = backward_working_term(c, f, n_layers, n_moe) + logit_grads + rebuilt + pred
     cp_buffers = cp_buffers_term(c, f, tokens, n_layers, n_moe, working)
     moe = moe_forward_peak(c, f, n_moe, transient, transient + cp_buffers + working - freed)

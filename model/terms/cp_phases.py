@@ -42,6 +42,7 @@ from trainplan.model.terms.activation_fields import (
     te_fp8_of,
 )
 from trainplan.model.terms.fields import Context, Fields
+from trainplan.model.terms.split_free import split_free
 from trainplan.model.xp import maximum, where
 
 __all__ = ["core_headroom_figures", "te_a2a_of", "cp_phase_buffers", "cp_buffers_term"]
@@ -111,7 +112,7 @@ def cp_buffers_term(
     the headroom of the SwiGLU's step over the attention core's, and the forward's 420.5 MiB
     (``8·KV`` and nine partial outputs) less the working set is what the phase adds
     (``tests/model/test_context_parallel.py``)."""
-    fwd, bwd = cp_phase_buffers(c, f, tokens)
+    fwd, bwd = split_free(cp_phase_buffers, c, f, tokens)  # one layer's: not the splits'
     retained = input_pass_retains(f.schedule)
     args = (c.arch, c.training, attention_kernels(c), retained, te_fp8_of(c.training, c.device))
     w = f.lookup(backward_figures, args, *CONTEXT_FIELDS)

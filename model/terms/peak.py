@@ -33,6 +33,7 @@ from trainplan.model.terms.fields import Context, Fields, stage_argmax
 from trainplan.model.terms.grad_buffers import stage_embedding
 from trainplan.model.terms.persistent_buffers import persistent_buffers_term
 from trainplan.model.terms.reduce_pool import reduce_pool_per_gpu
+from trainplan.model.terms.split_free import split_free
 from trainplan.model.terms.stage_params import split_params, units_per_gpu
 from trainplan.model.terms.state import model_state_term
 from trainplan.model.terms.userbuffers import userbuffers_term
@@ -232,8 +233,8 @@ def stage_memory_term(c: Context, f: Fields, num_layers: int = 0) -> StageMemory
     dense, experts = split_params(c, f)
     state = model_state_term(c, f)
     acts = stage_activations_term(c, f) if c.model.arch is not None else None
-    ub = userbuffers_term(c, f)
-    comm = (comm_memory_term(c, f) if c.device is not None else 0) + ub
+    ub = split_free(userbuffers_term, c, f)  # neither reads the splits: once per shape's stage
+    comm = (split_free(comm_memory_term, c, f) if c.device is not None else 0) + ub
     emb = stage_embedding(c, f)
     pools = stream_pool_term(c, f)
     held = persistent_buffers_term(c, f)

@@ -1,0 +1,56 @@
+"""Figures of one layout that do not read its per-stage splits, remembered across layouts that
+differ only in them.
+
+The per-stage tables (:mod:`optimizer.stage_tables`) evaluate thousands of one-stage layouts
+that differ only in ``stage_layers`` and ``recompute_layers``
+(:func:`optimizer.stage_rules.realization`). A figure that reads neither — a layer's roofline
+parts (:func:`model.terms.roofline._kinds_of`), the NCCL communicators
+(:func:`model.terms.comm_memory.comm_memory_term`, whose scope in :data:`model.terms.TERMS`
+holds neither), the userbuffers (:func:`model.terms.userbuffers.userbuffers_term`, likewise),
+the context-parallel exchange's buffers of one layer
+(:func:`model.terms.cp_phases.cp_phase_buffers`) — is the same for all of them, so
+:func:`split_free` evaluates it once per :meth:`model.terms.fields.LayoutFields.split_free_key`
+(every layout field but the two splits, the stage, the micro-batches a step and the links).
+The function called is the one ``evaluate()`` calls; only its repeats are skipped.
+``tests/model/test_split_free.py`` holds that each such figure is the same on rows of different
+splits (dense, interleaved, MoE, context-parallel, span and split-backward layouts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from trainplan.model.terms.fields import Context, Fields, LayoutFields
+
+__all__ = ["MEMO", "MEMO_SIZE", "split_free"]
+
+MEMO: dict[tuple[Any, ...], tuple[Any, Any]] = {}
+"""(function, context, split-free key, further arguments) → (the links evaluated with, the
+figure)."""
+
+MEMO_SIZE = 8192
+"""Entries :data:`MEMO` keeps (then it starts afresh): a per-stage search's shapes hold a few
+thousand (function, stage) pairs; a long-lived server sees many."""
+
+
+def split_free(fn: Callable[..., Any], c: Context, f: Fields, *args: Any) -> Any:
+    """``fn(c, f, *args)``, remembered for one layout of scalar fields by ``fn``, the context
+    ``c`` (by identity), ``f``'s :meth:`~model.terms.fields.LayoutFields.split_free_key` and the
+    hashable ``args``: ``fn`` must not read ``stage_layers`` nor ``recompute_layers``, and
+    ``args`` must not be computed from them. Evaluated afresh for the search's columns, for a
+    layout without links (memory only) and where the links are not the ones remembered (the
+    key holds their identity; an entry keeps the links it was evaluated with alive)."""
+    key = f.split_free_key() if type(f) is LayoutFields else None
+    if key is None:
+        return fn(c, f, *args)
+    memo_key = (fn, c, key, args)
+    links = f.links_object
+    found = MEMO.get(memo_key)
+    if found is not None and found[0] is links:
+        return found[1]
+    value = fn(c, f, *args)
+    if len(MEMO) >= MEMO_SIZE:
+        MEMO.clear()
+    MEMO[memo_key] = (links, value)
+    return value
