@@ -85,6 +85,10 @@ _NAMESPACES: dict[type, Any] = {int: None, float: None, bool: None, Fraction: No
 """Each type's array namespace (None for scalars), looked up once per type: the search's tables
 call these helpers tens of thousands of times."""
 
+_SCALARS = frozenset({int, float, bool, Fraction})
+"""The exact callers' types (:func:`maximum`, :func:`minimum` and :func:`where` answer them
+without :func:`namespace`): the per-stage tables call these helpers millions of times."""
+
 
 def is_array(value: Any) -> bool:
     """Whether ``value`` is an array (has ``__array_namespace__``)."""
@@ -113,6 +117,8 @@ def maximum(a: Any, b: Any) -> Any:
     >>> maximum(Fraction(1, 3), 0)
     Fraction(1, 3)
     """
+    if a.__class__ in _SCALARS and b.__class__ in _SCALARS:  # the exact callers' common case
+        return max(a, b)
     ns = namespace(a, b)
     return max(a, b) if ns is None else ns.maximum(a, b)
 
@@ -125,6 +131,8 @@ def minimum(a: Any, b: Any) -> Any:
     >>> minimum(4, 7)
     4
     """
+    if a.__class__ in _SCALARS and b.__class__ in _SCALARS:
+        return min(a, b)
     ns = namespace(a, b)
     return min(a, b) if ns is None else ns.minimum(a, b)
 
@@ -138,6 +146,8 @@ def where(condition: Any, a: Any, b: Any) -> Any:
     >>> where(2 > 1, "yes", "no")
     'yes'
     """
+    if condition.__class__ in _SCALARS and a.__class__ in _SCALARS and b.__class__ in _SCALARS:
+        return a if condition else b
     ns = namespace(condition, a, b)
     if ns is None:
         return a if condition else b
