@@ -133,7 +133,7 @@ class Layout:
     --recompute-method block --recompute-num-layers N`` does (``megatron/core/transformer/
     transformer_block.py``, ``_checkpointed_forward``: the block is one model chunk's layers, so
     N is per chunk — per virtual pipeline stage when interleaved, NeMo's "Activation
-    Recomputation" page; :func:`model.split.recomputed_in_chunks`). With v = 1 the chunk is the
+    Recomputation" page; :func:`model.recompute_counts.recomputed_in_chunks`). With v = 1 the chunk is the
     stage: its first N layers. The other layers keep ``recompute`` (``none`` or ``selective``).
     None = every layer keeps ``recompute``. A count of the stage's largest chunk = ``full``
     there; 0 = the base mode. One count per stage, 0 ≤ count ≤ the layers of the stage's
