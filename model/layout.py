@@ -200,13 +200,9 @@ class Layout:
 
     def _chunk_layers(self, counts: object) -> tuple[int, ...]:
         """``stage_layers`` as per-chunk counts (:attr:`stage_layers`)."""
-        items = re.split("[,;]", counts) if isinstance(counts, str) else counts
-        try:
-            sizes = tuple(int(str(n).strip()) for n in items)  # type: ignore[attr-defined]
-        except (TypeError, ValueError):
-            raise LayoutError(
-                f"stage_layers: {counts!r} must be whole numbers >= 0, e.g. 7,8,8,7"
-            ) from None
+        sizes = _whole_numbers(counts)
+        if sizes is None:
+            raise LayoutError(f"stage_layers: {counts!r} must be whole numbers >= 0, e.g. 7,8,8,7")
         chunks = self.pp * self.virtual_stages
         if any(n < 0 for n in sizes):
             raise LayoutError(f"stage_layers: {counts!r} must be whole numbers >= 0")
@@ -224,14 +220,12 @@ class Layout:
     def _recompute_counts(self) -> tuple[int, ...]:
         """``recompute_layers`` as pp whole numbers >= 0 (:attr:`recompute_layers`)."""
         counts = self.recompute_layers
-        items = re.split("[,;]", counts) if isinstance(counts, str) else counts
-        try:
-            sizes = tuple(int(str(n).strip()) for n in items)  # type: ignore[union-attr]
-        except (TypeError, ValueError):
+        sizes = _whole_numbers(counts)
+        if sizes is None:
             raise LayoutError(
                 f"recompute_layers: {counts!r} must be whole numbers >= 0, one per pipeline "
                 "stage, e.g. 2,4,4,0"
-            ) from None
+            )
         if any(n < 0 for n in sizes):
             raise LayoutError(f"recompute_layers: {counts!r} must be whole numbers >= 0")
         if len(sizes) != self.pp:
@@ -324,6 +318,23 @@ class Layout:
     ) -> None:
         """Raise the first legality rule this layout breaks (:func:`validate`)."""
         validate(self, model, training, num_gpus)
+
+
+def _whole_numbers(counts: Any) -> tuple[int, ...] | None:
+    """Per-stage counts as ints: a tuple of ints as it is (the per-stage search's layouts),
+    else each item of a sequence, or of text split at ``,`` or ``;``, read from its text as a
+    whole number; None where one does not read.
+
+    >>> _whole_numbers((7, 8)), _whole_numbers("7, 8;9"), _whole_numbers(["7", 8]), _whole_numbers("7,x")
+    ((7, 8), (7, 8, 9), (7, 8), None)
+    """
+    if counts.__class__ is tuple and all(n.__class__ is int for n in counts):
+        return counts
+    items = re.split("[,;]", counts) if isinstance(counts, str) else counts
+    try:
+        return tuple(int(str(n).strip()) for n in items)
+    except (TypeError, ValueError):
+        return None
 
 
 def _enum_of(kind: Any, name: str, value: Any) -> Any:

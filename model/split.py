@@ -316,12 +316,8 @@ def balanced_chunk_sizes(rank_layers: tuple[int, ...], v: int) -> tuple[int, ...
     >>> balanced_chunk_sizes((4, 6), 2) == chunk_sizes_from_ranks((4, 6), 2)
     True
     """
-    pp = len(rank_layers)
-    sizes = [0] * (pp * v)
-    for i, n in enumerate(rank_layers):
-        for c in range(v):
-            sizes[i + c * pp] = n // v + (c >= v - n % v)
-    return tuple(sizes)
+    # chunk c·pp + i is rank i's c-th (model order)
+    return tuple(n // v + (c >= v - n % v) for c in range(v) for n in rank_layers)
 
 
 def check_stage_layers(num_layers: int, pp: int, v: int, sizes: tuple[int, ...]) -> None:
