@@ -167,11 +167,14 @@ class StageActivations:
         (:attr:`layer_backward_bytes`), a MoE layer's forward working set
         (:attr:`moe_over_bytes`) and DeepSpeed's batch load (:attr:`load_over_bytes`); never
         below the forward's end."""
+        backward = self.layer_backward_bytes  # once: each over below reads it
+        phase = maximum(backward, self.loss_transient_bytes)
+        moe = self._moe_over(backward)
         return (
             self.layers_bytes
-            + maximum(self.layer_backward_bytes, self.loss_transient_bytes)
-            + self.moe_over_bytes
-            + self.load_over_bytes
+            + phase
+            + moe
+            + self._load_over(moe, phase)
             + self.embedding_bytes
             + self.pipeline_output_bytes
             + self.offload_buffer_bytes
@@ -188,16 +191,26 @@ class StageActivations:
     def moe_over_bytes(self) -> Any:
         """:func:`model.terms.moe_working.moe_over` of this stage's transients: beyond the layers'
         backward phase (:attr:`layer_backward_bytes`) and the loss phase."""
-        return moe_over(
-            self.moe_forward_bytes, self.layer_backward_bytes, self.loss_transient_bytes
-        )
+        return self._moe_over(self.layer_backward_bytes)
+
+    def _moe_over(self, backward: Any) -> Any:
+        """:attr:`moe_over_bytes` for the layers' backward phase ``backward`` (bytes,
+        :attr:`layer_backward_bytes`)."""
+        return moe_over(self.moe_forward_bytes, backward, self.loss_transient_bytes)
 
     @property
     def load_over_bytes(self) -> Any:
         """What the batch load (:attr:`batch_load_bytes`) adds beyond the layers' backward phase,
         the loss phase and a MoE layer's forward: ``max(load − those, 0)``."""
-        over = self.batch_load_bytes - self.moe_over_bytes
-        over = over - maximum(self.layer_backward_bytes, self.loss_transient_bytes)
+        backward = self.layer_backward_bytes
+        phase = maximum(backward, self.loss_transient_bytes)
+        return self._load_over(self._moe_over(backward), phase)
+
+    def _load_over(self, moe: Any, phase: Any) -> Any:
+        """:attr:`load_over_bytes` beyond a MoE layer's forward ``moe`` (:attr:`moe_over_bytes`)
+        and the larger of the layers' backward phase and the loss phase, ``phase`` (bytes)."""
+        over = self.batch_load_bytes - moe
+        over = over - phase
         return maximum(over, 0 * over)
 
 
