@@ -11,9 +11,14 @@ the context-parallel exchange's buffers of one layer
 (:func:`model.terms.cp_phases.cp_phase_buffers`) — is the same for all of them, so
 :func:`split_free` evaluates it once per :meth:`model.terms.fields.LayoutFields.split_free_key`
 (every layout field but the two splits, the stage, the micro-batches a step and the links).
+A figure that reads the stage's layers but not how many it recomputes — every memory term
+but the activations (:func:`model.terms.peak.stage_memory_term`; not DeepSpeed ZeRO-3's state,
+:func:`model.terms.deepspeed_turn.walks_recompute`) — is remembered by that key and
+``stage_layers`` (:func:`recompute_free`): the tables try several counts k for one n.
 The function called is the one ``evaluate()`` calls; only its repeats are skipped.
 ``tests/model/test_split_free.py`` holds that each such figure is the same on rows of different
-splits (dense, interleaved, MoE, context-parallel, span and split-backward layouts).
+splits, and of different counts (dense, interleaved, MoE, context-parallel, span,
+split-backward, DeepSpeed and fsdp2 layouts).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from typing import Any
 
 from trainplan.model.terms.fields import Context, Fields, LayoutFields
 
-__all__ = ["MEMO", "MEMO_SIZE", "split_free"]
+__all__ = ["MEMO", "MEMO_SIZE", "split_free", "recompute_free"]
 
 MEMO: dict[tuple[Any, ...], tuple[Any, Any]] = {}
 """(function, context, split-free key, further arguments) → (the links evaluated with, the
@@ -41,10 +46,24 @@ def split_free(fn: Callable[..., Any], c: Context, f: Fields, *args: Any) -> Any
     ``args`` must not be computed from them. Evaluated afresh for the search's columns, for a
     layout without links (memory only) and where the links are not the ones remembered (the
     key holds their identity; an entry keeps the links it was evaluated with alive)."""
+    return _remembered(fn, c, f, None, args)
+
+
+def recompute_free(fn: Callable[..., Any], c: Context, f: Fields, *args: Any) -> Any:
+    """:func:`split_free` for an ``fn`` that reads ``stage_layers`` but not
+    ``recompute_layers``: remembered by the split-free key and the layout's ``stage_layers``,
+    so that the per-stage tables' rows of one stage holding n layers with different recomputed
+    counts k share one evaluation."""
+    return _remembered(fn, c, f, "stage_layers", args)
+
+
+def _remembered(fn: Callable[..., Any], c: Context, f: Fields, split: str | None, args: Any) -> Any:
+    """``fn(c, f, *args)`` remembered by the split-free key and, where ``split`` names one, the
+    value of that split (:func:`split_free`, :func:`recompute_free`)."""
     key = f.split_free_key() if type(f) is LayoutFields else None
     if key is None:
         return fn(c, f, *args)
-    memo_key = (fn, c, key, args)
+    memo_key = (fn, c, key, args) if split is None else (fn, c, key, getattr(f, split), args)
     links = f.links_object
     found = MEMO.get(memo_key)
     if found is not None and found[0] is links:
