@@ -313,6 +313,28 @@ class Layout:
         """A copy with some fields changed."""
         return replace(self, **changes)  # type: ignore[arg-type]
 
+    def with_splits(self, stage_layers: Any, recompute_layers: Any) -> Layout:
+        """``with_(stage_layers=…, recompute_layers=…)``, reading only the two splits (as
+        :meth:`__post_init__` reads them); the other fields are this layout's, read when it was
+        made. The per-stage tables make tens of thousands of these (:func:`optimizer.
+        stage_rules.realization`).
+
+        Raises
+        ------
+        LayoutError
+            A split :meth:`__post_init__` refuses.
+        """
+        out = object.__new__(Layout)
+        for name in LAYOUT_FIELDS:
+            object.__setattr__(out, name, getattr(self, name))
+        object.__setattr__(out, "recompute_layers", recompute_layers)
+        if stage_layers is not None:
+            stage_layers = out._chunk_layers(stage_layers)
+        object.__setattr__(out, "stage_layers", stage_layers)
+        if recompute_layers is not None:
+            object.__setattr__(out, "recompute_layers", out._recompute_counts())
+        return out
+
     def validate(
         self, model: ModelSpec, training: TrainingSpec, num_gpus: int | None = None
     ) -> None:
