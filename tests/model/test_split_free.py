@@ -24,7 +24,7 @@ from trainplan.model.terms.roofline import _kinds, _kinds_of
 from trainplan.model.terms.split_free import MEMO
 from trainplan.optimizer.case import Case, links_for
 from trainplan.optimizer.stage_rules import realization
-from trainplan.optimizer.stage_tables import stage_context
+from trainplan.optimizer.stage_view import stage_context
 
 CASES = {
     "dense 1f1b": ("llama3-8b", Layout(dp=2, tp=2, pp=4)),
