@@ -85,9 +85,11 @@ _NAMESPACES: dict[type, Any] = {int: None, float: None, bool: None, Fraction: No
 """Each type's array namespace (None for scalars), looked up once per type: the search's tables
 call these helpers tens of thousands of times."""
 
-_SCALARS = frozenset({int, float, bool, Fraction})
-"""The exact callers' types (:func:`maximum`, :func:`minimum` and :func:`where` answer them
-without :func:`namespace`): the per-stage tables call these helpers millions of times."""
+_SCALAR = _NAMESPACES.get
+"""``_SCALAR(type(v), _UNKNOWN) is None``: ``v``'s type is known and not an array (ints,
+Fractions and every type :func:`namespace` has seen without one), so :func:`maximum`,
+:func:`minimum` and :func:`where` answer it without calling :func:`namespace`: the per-stage
+search calls them millions of times."""
 
 
 def is_array(value: Any) -> bool:
@@ -117,8 +119,8 @@ def maximum(a: Any, b: Any) -> Any:
     >>> maximum(Fraction(1, 3), 0)
     Fraction(1, 3)
     """
-    if a.__class__ in _SCALARS and b.__class__ in _SCALARS:  # the exact callers' common case
-        return max(a, b)
+    if _SCALAR(a.__class__, _UNKNOWN) is None and _SCALAR(b.__class__, _UNKNOWN) is None:
+        return max(a, b)  # the exact callers' common case
     ns = namespace(a, b)
     return max(a, b) if ns is None else ns.maximum(a, b)
 
@@ -131,7 +133,7 @@ def minimum(a: Any, b: Any) -> Any:
     >>> minimum(4, 7)
     4
     """
-    if a.__class__ in _SCALARS and b.__class__ in _SCALARS:
+    if _SCALAR(a.__class__, _UNKNOWN) is None and _SCALAR(b.__class__, _UNKNOWN) is None:
         return min(a, b)
     ns = namespace(a, b)
     return min(a, b) if ns is None else ns.minimum(a, b)
@@ -146,7 +148,11 @@ def where(condition: Any, a: Any, b: Any) -> Any:
     >>> where(2 > 1, "yes", "no")
     'yes'
     """
-    if condition.__class__ in _SCALARS and a.__class__ in _SCALARS and b.__class__ in _SCALARS:
+    if (
+        _SCALAR(condition.__class__, _UNKNOWN) is None
+        and _SCALAR(a.__class__, _UNKNOWN) is None
+        and _SCALAR(b.__class__, _UNKNOWN) is None
+    ):
         return a if condition else b
     ns = namespace(condition, a, b)
     if ns is None:
