@@ -261,6 +261,7 @@ def busiest_stage(params: tuple[tuple[int, tuple[int, ...], Fraction, Fraction],
     return max(params, key=lambda p: (p[2] + p[3], -p[0]))[0]
 
 
+@lru_cache(maxsize=CACHE)
 def _stage_dense_expert(key: SplitKey) -> tuple[Any, ...]:
     return tuple((d, e) for _, _, d, e in stage_params_per_gpu(key))
 
