@@ -41,8 +41,7 @@ from trainplan.model.terms.activation_fields import (
     cp_mechanism_of,
     te_fp8_of,
 )
-from trainplan.model.terms.fields import Context, Fields
-from trainplan.model.terms.split_free import split_free
+from trainplan.model.terms.fields import Context, Fields, LayoutFields
 from trainplan.model.xp import maximum, where
 
 __all__ = ["core_headroom_figures", "te_a2a_of", "cp_phase_buffers", "cp_buffers_term"]
@@ -92,8 +91,15 @@ def cp_phase_buffers(c: Context, f: Fields, tokens: Any) -> tuple[Any, Any]:
     rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp", "framework")
     torch_cp = f.lookup(templated_method_code, (), "cp_kind")
     te = f.lookup(te_a2a_of, (), "cp_kind", "framework")
-    beta = c.training.activation_bytes
-    return cp_phase_bytes(arch, r, u, gather, f.tp, tokens, beta, rep, torch_cp, te)
+    args = (arch, r, u, gather, f.tp, tokens, c.training.activation_bytes, rep, torch_cp, te)
+    return _exact_phase_bytes(*args) if type(f) is LayoutFields else cp_phase_bytes(*args)
+
+
+@lru_cache(maxsize=CACHE)
+def _exact_phase_bytes(*args: Any) -> tuple[Any, Any]:
+    """:func:`model.context_parallel.cp_phase_bytes` of one layout's exact scalars, cached: it
+    reads no stage and no split, so a layout's stages and the per-stage tables' rows share it."""
+    return cp_phase_bytes(*args)
 
 
 def cp_buffers_term(
@@ -112,7 +118,7 @@ def cp_buffers_term(
     the headroom of the SwiGLU's step over the attention core's, and the forward's 420.5 MiB
     (``8·KV`` and nine partial outputs) less the working set is what the phase adds
     (``tests/model/test_context_parallel.py``)."""
-    fwd, bwd = split_free(cp_phase_buffers, c, f, tokens)  # one layer's: not the splits'
+    fwd, bwd = cp_phase_buffers(c, f, tokens)
     retained = input_pass_retains(f.schedule)
     args = (c.arch, c.training, attention_kernels(c), retained, te_fp8_of(c.training, c.device))
     w = f.lookup(backward_figures, args, *CONTEXT_FIELDS)

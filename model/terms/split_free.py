@@ -7,8 +7,8 @@ that differ only in ``stage_layers`` and ``recompute_layers``
 parts (:func:`model.terms.roofline._kinds_of`), the NCCL communicators
 (:func:`model.terms.comm_memory.comm_memory_term`, whose scope in :data:`model.terms.TERMS`
 holds neither), the userbuffers (:func:`model.terms.userbuffers.userbuffers_term`, likewise),
-the context-parallel exchange's buffers of one layer
-(:func:`model.terms.cp_phases.cp_phase_buffers`) — is the same for all of them, so
+the ends' activations and boundary tensors (:mod:`model.terms.activations`) — is the same for
+all of them, so
 :func:`split_free` evaluates it once per :meth:`model.terms.fields.LayoutFields.split_free_key`
 (every layout field but the two splits, the stage, the micro-batches a step and the links).
 A figure that reads the stage's layers but not how many it recomputes — every memory term

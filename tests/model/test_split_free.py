@@ -6,10 +6,10 @@ split_free_key`), so that the per-stage tables' rows, which differ only in their
 afresh (no memo) on rows of different splits: dense, interleaved, MoE with expert parallelism,
 context parallelism, local and global attention spans, a split-backward schedule, DeepSpeed's
 pipeline engine and PyTorch's pipeline schedules under ``fsdp2``: a layer's roofline parts
-(:func:`model.terms.roofline._kinds_of`) and every figure the memory terms remember
-(the communicators, the userbuffers, the context-parallel exchange's buffers, the ends'
-activations, the boundary tensors, the loss and the output layer's phase), with the arguments
-each is called with."""
+(:func:`model.terms.roofline._kinds_of`) and every figure the memory terms remember (the
+communicators, the userbuffers, the ends' activations, the boundary tensors, the loss, the
+output layer's phase; and, across recomputed counts, every term but the activations), with
+the arguments each is called with."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 
 from trainplan.model.estimate import evaluation_context
 from trainplan.model.layout import Layout, Recompute
-from trainplan.model.terms import activations, cp_phases, peak
+from trainplan.model.terms import activations, peak
 from trainplan.model.terms.fields import LayoutFields
 from trainplan.model.terms.peak import stage_memory_term
 from trainplan.model.terms.roofline import _kinds, _kinds_of
@@ -43,7 +43,7 @@ CASES = {
         Layout.of(framework="deepspeed", dp=8, zero_stage=3, recompute="full"),
     ),  # fmt: skip
 }
-MODULES = (activations, cp_phases, peak)
+MODULES = (activations, peak)
 """The modules whose terms remember figures through ``split_free``."""
 
 
@@ -117,7 +117,7 @@ def test_the_memory_terms_remembered_figures_do_not_read_the_splits(name, monkey
                 assert stage_memory_term(stages.c, f, n) == remembered, (name, stage, n, k)
     names = {key[0] for key in seen}
     expected = {
-        "comm_memory_term", "userbuffers_term", "cp_phase_buffers", "_end_bytes",
+        "comm_memory_term", "userbuffers_term", "_end_bytes",
         "boundary_tensors", "last_stage_loss", "output_layer_phase", "_held_terms",
     }  # fmt: skip
     walks = layout.framework == "deepspeed" and layout.zero_stage == 3
