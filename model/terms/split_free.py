@@ -60,8 +60,8 @@ def recompute_free(fn: Callable[..., Any], c: Context, f: Fields, *args: Any) ->
 def _remembered(fn: Callable[..., Any], c: Context, f: Fields, split: str | None, args: Any) -> Any:
     """``fn(c, f, *args)`` remembered by the split-free key and, where ``split`` names one, the
     value of that split (:func:`split_free`, :func:`recompute_free`)."""
-    key = f.split_free_key() if type(f) is LayoutFields else None
-    if key is None:
+    key = f.split_free_key() if isinstance(f, LayoutFields) else None
+    if key is None or not isinstance(f, LayoutFields):
         return fn(c, f, *args)
     memo_key = (fn, c, key, args) if split is None else (fn, c, key, getattr(f, split), args)
     links = f.links_object
