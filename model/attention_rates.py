@@ -39,6 +39,7 @@ __all__ = [
     "ATTENTION_PART_CURVES",
     "attention_curve_parts",
     "default_attention_kernel",
+    "framework_kernels",
     "attention_fractions",
     "ring_fractions",
     "window_fractions",
@@ -127,6 +128,21 @@ def default_attention_kernel(framework: str, device_name: str) -> str | None:
     if str(framework) != Framework.DEEPSPEED and family != "ampere":
         return "cudnn"
     return "flash-attention-2"
+
+
+@lru_cache(maxsize=64)
+def framework_kernels(given: str | None, part: str | None) -> tuple[tuple[str, str | None], ...]:
+    """(framework, the attention kernel it runs) for every profile: ``given`` (the run's
+    ``attention_kernel``) where set, else :func:`default_attention_kernel` on the part named
+    ``part``; None without a part.
+
+    >>> dict(framework_kernels(None, "A100-80GB"))["megatron"], framework_kernels("cudnn", None)[0]
+    ('flash-attention-2', ('megatron', 'cudnn'))
+    """
+    return tuple(
+        (fw.value, given or (default_attention_kernel(fw.value, part) if part else None))
+        for fw in Framework
+    )
 
 
 def _planner_flops(

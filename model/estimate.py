@@ -24,10 +24,11 @@ from trainplan.model.layout import Layout, Recompute, validate
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.offload import NO_OFFLOAD, host_rates
 from trainplan.model.pipeline_report import reported_bubble
+from trainplan.model.recompute_counts import recomputed_in_chunks
 from trainplan.model.recompute_ops import recompute_flops_of
 from trainplan.model.segments import segment_notes
 from trainplan.model.specs import Architecture, TrainingSpec
-from trainplan.model.split import recomputed_in_chunks, stage_chunks
+from trainplan.model.split import stage_chunks
 from trainplan.model.terms.activation_fields import padded_vocab_of
 from trainplan.model.terms.ep_link import ep_rdma
 from trainplan.model.terms.fields import INSIDE_DOMAIN, AxisLinkLike, Context, LayoutFields
@@ -460,7 +461,7 @@ def objective_ns(terms: TimeTerms) -> tuple[int, int]:
 
 def recomputed_by_stage(arch: Architecture, layout: Layout) -> tuple[tuple[int, ...], ...]:
     """Per pipeline stage, the indices of the layers ``Layout.recompute_layers`` fully recomputes
-    there (the first k of each of its model chunks, :func:`model.split.recomputed_in_chunks`);
+    there (the first k of each of its model chunks, :func:`model.recompute_counts.recomputed_in_chunks`);
     empty tuples without per-stage counts."""
     counts = layout.recompute_layers or (0,) * layout.pp
     args = (layout.pp, layout.virtual_stages, layout.split_rule)

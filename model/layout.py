@@ -133,7 +133,7 @@ class Layout:
     --recompute-method block --recompute-num-layers N`` does (``megatron/core/transformer/
     transformer_block.py``, ``_checkpointed_forward``: the block is one model chunk's layers, so
     N is per chunk — per virtual pipeline stage when interleaved, NeMo's "Activation
-    Recomputation" page; :func:`model.split.recomputed_in_chunks`). With v = 1 the chunk is the
+    Recomputation" page; :func:`model.recompute_counts.recomputed_in_chunks`). With v = 1 the chunk is the
     stage: its first N layers. The other layers keep ``recompute`` (``none`` or ``selective``).
     None = every layer keeps ``recompute``. A count of the stage's largest chunk = ``full``
     there; 0 = the base mode. One count per stage, 0 ≤ count ≤ the layers of the stage's
@@ -200,13 +200,9 @@ class Layout:
 
     def _chunk_layers(self, counts: object) -> tuple[int, ...]:
         """``stage_layers`` as per-chunk counts (:attr:`stage_layers`)."""
-        items = re.split("[,;]", counts) if isinstance(counts, str) else counts
-        try:
-            sizes = tuple(int(str(n).strip()) for n in items)  # type: ignore[attr-defined]
-        except (TypeError, ValueError):
-            raise LayoutError(
-                f"stage_layers: {counts!r} must be whole numbers >= 0, e.g. 7,8,8,7"
-            ) from None
+        sizes = _whole_numbers(counts)
+        if sizes is None:
+            raise LayoutError(f"stage_layers: {counts!r} must be whole numbers >= 0, e.g. 7,8,8,7")
         chunks = self.pp * self.virtual_stages
         if any(n < 0 for n in sizes):
             raise LayoutError(f"stage_layers: {counts!r} must be whole numbers >= 0")
@@ -224,14 +220,12 @@ class Layout:
     def _recompute_counts(self) -> tuple[int, ...]:
         """``recompute_layers`` as pp whole numbers >= 0 (:attr:`recompute_layers`)."""
         counts = self.recompute_layers
-        items = re.split("[,;]", counts) if isinstance(counts, str) else counts
-        try:
-            sizes = tuple(int(str(n).strip()) for n in items)  # type: ignore[union-attr]
-        except (TypeError, ValueError):
+        sizes = _whole_numbers(counts)
+        if sizes is None:
             raise LayoutError(
                 f"recompute_layers: {counts!r} must be whole numbers >= 0, one per pipeline "
                 "stage, e.g. 2,4,4,0"
-            ) from None
+            )
         if any(n < 0 for n in sizes):
             raise LayoutError(f"recompute_layers: {counts!r} must be whole numbers >= 0")
         if len(sizes) != self.pp:
@@ -319,11 +313,50 @@ class Layout:
         """A copy with some fields changed."""
         return replace(self, **changes)  # type: ignore[arg-type]
 
+    def with_splits(self, stage_layers: Any, recompute_layers: Any) -> Layout:
+        """``with_(stage_layers=…, recompute_layers=…)``, reading only the two splits (as
+        :meth:`__post_init__` reads them); the other fields are this layout's, read when it was
+        made. The per-stage tables make tens of thousands of these (:func:`optimizer.
+        stage_rules.realization`).
+
+        Raises
+        ------
+        LayoutError
+            A split :meth:`__post_init__` refuses.
+        """
+        out = object.__new__(Layout)
+        for name in LAYOUT_FIELDS:
+            object.__setattr__(out, name, getattr(self, name))
+        object.__setattr__(out, "recompute_layers", recompute_layers)
+        if stage_layers is not None:
+            stage_layers = out._chunk_layers(stage_layers)
+        object.__setattr__(out, "stage_layers", stage_layers)
+        if recompute_layers is not None:
+            object.__setattr__(out, "recompute_layers", out._recompute_counts())
+        return out
+
     def validate(
         self, model: ModelSpec, training: TrainingSpec, num_gpus: int | None = None
     ) -> None:
         """Raise the first legality rule this layout breaks (:func:`validate`)."""
         validate(self, model, training, num_gpus)
+
+
+def _whole_numbers(counts: Any) -> tuple[int, ...] | None:
+    """Per-stage counts as ints: a tuple of ints as it is (the per-stage search's layouts),
+    else each item of a sequence, or of text split at ``,`` or ``;``, read from its text as a
+    whole number; None where one does not read.
+
+    >>> _whole_numbers((7, 8)), _whole_numbers("7, 8;9"), _whole_numbers(["7", 8]), _whole_numbers("7,x")
+    ((7, 8), (7, 8, 9), (7, 8), None)
+    """
+    if counts.__class__ is tuple and all(n.__class__ is int for n in counts):
+        return counts
+    items = re.split("[,;]", counts) if isinstance(counts, str) else counts
+    try:
+        return tuple(int(str(n).strip()) for n in items)
+    except (TypeError, ValueError):
+        return None
 
 
 def _enum_of(kind: Any, name: str, value: Any) -> Any:

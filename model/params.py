@@ -384,8 +384,14 @@ def stage_params(
     out = []
     positions = counts.embedding - (vocab_size or arch.vocab_size) * arch.hidden_size
     for i, layers in enumerate(split):
-        dense = sum(layer_params(arch, j).dense for j in layers)
-        replicated = sum(layer_params(arch, j).tp_replicated for j in layers)
+        dense = replicated = experts = 0
+        for j in layers:
+            lp = layer_params(arch, j)
+            dense, replicated, experts = (
+                dense + lp.dense,
+                replicated + lp.tp_replicated,
+                experts + lp.experts,
+            )
         if i == 0:
             dense += counts.embedding
             replicated += positions  # learned positions: a plain table on every tp rank
@@ -395,7 +401,6 @@ def stage_params(
             dense += counts.final_norm + counts.output + extra
             dense += (vocab_size or arch.vocab_size) * arch.hidden_size if copy else 0
             replicated += counts.final_norm + extra_replicated
-        experts = sum(layer_params(arch, j).experts for j in layers)
         out.append(StageParams(i, layers, dense, experts, replicated))
     return tuple(out)
 

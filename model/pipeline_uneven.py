@@ -459,7 +459,7 @@ def chunk_counts(
     (:func:`model.core_spans.span_groups`), as many of them in that group (group g of chunk j at
     ``(1 + g)·pp·v + j``); with ``counts`` (``Layout.recompute_layers``) only those it
     recomputes whole, the first ``counts[i]`` of each of rank i's chunks
-    (:func:`model.split.recomputed_in_chunks`); empty without dimensions."""
+    (:func:`model.recompute_counts.recomputed_in_chunks`); empty without dimensions."""
     if arch is None:
         return ()
     out: list[tuple[int, ...]] = []

@@ -39,7 +39,12 @@ from trainplan.model.frameworks import Framework
 from trainplan.model.moe_run import EpOverlap
 from trainplan.model.split import stage_chunks
 
-__all__ = ["recompute_counts_refusal", "check_recompute_counts", "check_count_sizes"]
+__all__ = [
+    "recompute_counts_refusal",
+    "check_recompute_counts",
+    "check_count_sizes",
+    "recomputed_in_chunks",
+]
 
 
 def recompute_counts_refusal(framework: Any, recompute: Any, training: Any) -> str:
@@ -147,3 +152,23 @@ def check_count_sizes(
             f"{largest} layers (with virtual_stages {v} the count is per model chunk, as "
             "Megatron-LM's --recompute-num-layers; each must be at most its stage's largest chunk)"
         )
+
+
+def recomputed_in_chunks(chunks: tuple[tuple[int, ...], ...], count: int) -> tuple[int, ...]:
+    """The layers a stage fully recomputes when its count is ``count``: the first
+    ``min(count, len(chunk))`` layers of each of its model chunks, in the stage's order. The count
+    is per model chunk, as Megatron-LM's ``--recompute-method block --recompute-num-layers N``
+    (``megatron/core/transformer/transformer_block.py``, ``_checkpointed_forward``: the block is
+    one chunk's layers; NeMo's "Activation Recomputation" page: "when using virtual pipelining,
+    recompute_num_layers specifies the number of layers per virtual pipeline stage"); with one
+    chunk per stage it is the stage's first ``count`` layers
+    (:attr:`model.layout.Layout.recompute_layers`).
+
+    Examples
+    --------
+    >>> recomputed_in_chunks(((0, 1, 2), (6, 7)), 2)
+    (0, 1, 6, 7)
+    >>> recomputed_in_chunks(((0, 1, 2),), 2)
+    (0, 1)
+    """
+    return tuple(j for chunk in chunks for j in chunk[:count])

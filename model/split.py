@@ -40,7 +40,7 @@ naming the parameter, the value and the rule.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trainplan.model.errors import LayoutError
 
@@ -62,7 +62,6 @@ __all__ = [
     "TORCHTITAN_SPLIT",
     "split_rule_of",
     "model_chunks",
-    "recomputed_in_chunks",
     "split_layers",
     "stage_chunks",
     "stage_layers",
@@ -82,6 +81,7 @@ def _v_placement(schedule: object, v: int) -> bool:
     return v == 2 and str(getattr(schedule, "value", schedule)) in V_SCHEDULES
 
 
+@lru_cache(maxsize=1024)
 def chunk_ranks(pp: int, v: int = 1, schedule: object = None) -> tuple[int, ...]:
     """The pipeline rank holding each of the ``pp·v`` model chunks, in model order: chunk j on
     rank ``j mod pp`` (the loop placement), or under a V schedule (:data:`V_SCHEDULES`, v = 2)
@@ -316,12 +316,8 @@ def balanced_chunk_sizes(rank_layers: tuple[int, ...], v: int) -> tuple[int, ...
     >>> balanced_chunk_sizes((4, 6), 2) == chunk_sizes_from_ranks((4, 6), 2)
     True
     """
-    pp = len(rank_layers)
-    sizes = [0] * (pp * v)
-    for i, n in enumerate(rank_layers):
-        for c in range(v):
-            sizes[i + c * pp] = n // v + (c >= v - n % v)
-    return tuple(sizes)
+    # chunk c·pp + i is rank i's c-th (model order)
+    return tuple(n // v + (c >= v - n % v) for c in range(v) for n in rank_layers)
 
 
 def check_stage_layers(num_layers: int, pp: int, v: int, sizes: tuple[int, ...]) -> None:
@@ -445,12 +441,11 @@ def stage_layers(
     ((0, 3, 4), (1, 2))
     """
     return tuple(
-        tuple(j for c in stage_chunks(arch, pp, v, uneven, i, sizes, schedule) for j in c)
-        for i in range(pp)
+        tuple(j for c in held for j in c)
+        for held in _rank_chunks(arch, pp, v, uneven, sizes, schedule)
     )
 
 
-@lru_cache(maxsize=4096)
 def stage_chunks(
     arch: Architecture,
     pp: int,
@@ -475,26 +470,16 @@ def stage_chunks(
     >>> stage_chunks(arch, 2, 2, True, 0, (1, 1, 2, 2), "dualpipev")
     ((0,), (4, 5))
     """
-    chunks = model_chunks(arch, pp, v, uneven, sizes)
+    return _rank_chunks(arch, pp, v, uneven, sizes, schedule)[stage]
+
+
+@lru_cache(maxsize=4096)
+def _rank_chunks(
+    arch: Architecture, pp: int, v: int, uneven: bool | str, sizes: Any, schedule: Any
+) -> Any:
+    """Every rank's :func:`stage_chunks` at once, in one pass over the chunks."""
+    held: list[list[tuple[int, ...]]] = [[] for _ in range(pp)]
     ranks = chunk_ranks(pp, v, schedule)
-    return tuple(c for c, rank in zip(chunks, ranks, strict=True) if rank == stage)
-
-
-def recomputed_in_chunks(chunks: tuple[tuple[int, ...], ...], count: int) -> tuple[int, ...]:
-    """The layers a stage fully recomputes when its count is ``count``: the first
-    ``min(count, len(chunk))`` layers of each of its model chunks, in the stage's order. The count
-    is per model chunk, as Megatron-LM's ``--recompute-method block --recompute-num-layers N``
-    (``megatron/core/transformer/transformer_block.py``, ``_checkpointed_forward``: the block is
-    one chunk's layers; NeMo's "Activation Recomputation" page: "when using virtual pipelining,
-    recompute_num_layers specifies the number of layers per virtual pipeline stage"); with one
-    chunk per stage it is the stage's first ``count`` layers
-    (:attr:`model.layout.Layout.recompute_layers`).
-
-    Examples
-    --------
-    >>> recomputed_in_chunks(((0, 1, 2), (6, 7)), 2)
-    (0, 1, 6, 7)
-    >>> recomputed_in_chunks(((0, 1, 2),), 2)
-    (0, 1)
-    """
-    return tuple(j for chunk in chunks for j in chunk[:count])
+    for chunk, rank in zip(model_chunks(arch, pp, v, uneven, sizes), ranks, strict=True):
+        held[rank].append(chunk)
+    return tuple(map(tuple, held))

@@ -37,6 +37,7 @@ __all__ = [
     "layer_quantities",
     "offload_quantities",
     "stage_forms",
+    "stage_chunk_forms",
     "block_forms",
     "chunk_block_forms",
     "chunk_form",
@@ -183,6 +184,41 @@ def stage_forms(
     k = 1 if mode == Recompute.FULL else (segment or sqrt_segment(len(kinds)))
     per_chunk, transients = chunk_segment_forms((kinds,), k)
     return per_chunk[0], transients
+
+
+@lru_cache(maxsize=4096)
+def stage_chunk_forms(
+    local: tuple[tuple[bool, ...], ...],
+    mode: Recompute,
+    recomputed: int | None,
+    v: int,
+    segment: int,
+) -> tuple[Form, tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(kept per micro-batch, candidate transients flat, per-chunk kept forms flat, per-chunk
+    layer counts) of a stage whose model chunks' layers are MoE or not as ``local`` says, under
+    ``mode`` with the first ``recomputed`` layers of each chunk fully recomputed (None: no
+    per-stage count) over ``v`` chunks a stage: :func:`block_forms` of its kinds (per model
+    chunk, :func:`chunk_block_forms`, when there are per-stage counts and chunks), the chunks'
+    own forms for the interleaved peak (:func:`chunk_form`); under √n without counts every
+    chunk cut into segments of ``segment`` layers (:func:`chunk_segment_forms`). Cached on the
+    kinds: stages of one kind pattern share it.
+
+    >>> stage_chunk_forms(((False, True),), Recompute.SELECTIVE, None, 1, 0)[::2]
+    ((0, 1, 0, 0, 0, 1, 0, 0), (0, 1, 0, 0, 0, 1, 0, 0))
+    """
+    chunks: tuple[Form, ...]
+    if mode is Recompute.SQRT and recomputed is None:
+        chunks, transients = chunk_segment_forms(local, segment)
+        kept = tuple(sum(c) for c in zip(*chunks, strict=True)) if chunks else (0,) * 8
+    elif recomputed is not None and v > 1:
+        chunks, transients = chunk_block_forms(local, mode, recomputed)
+        kept = tuple(sum(c) for c in zip(*chunks, strict=True))
+    else:
+        kinds = tuple(k for chunk in local for k in chunk)  # the stage's layers in its order
+        kept, transients = block_forms(kinds, mode, recomputed)
+        chunks = tuple(chunk_form(c, mode) for c in local)
+    flat = tuple(x for form in transients for x in form)
+    return kept, flat, tuple(x for c in chunks for x in c), tuple(map(len, local))
 
 
 @lru_cache(maxsize=4096)

@@ -85,6 +85,12 @@ _NAMESPACES: dict[type, Any] = {int: None, float: None, bool: None, Fraction: No
 """Each type's array namespace (None for scalars), looked up once per type: the search's tables
 call these helpers tens of thousands of times."""
 
+_SCALAR = _NAMESPACES.get
+"""``_SCALAR(type(v), _UNKNOWN) is None``: ``v``'s type is known and not an array (ints,
+Fractions and every type :func:`namespace` has seen without one), so :func:`maximum`,
+:func:`minimum` and :func:`where` answer it without calling :func:`namespace`: the per-stage
+search calls them millions of times."""
+
 
 def is_array(value: Any) -> bool:
     """Whether ``value`` is an array (has ``__array_namespace__``)."""
@@ -113,6 +119,8 @@ def maximum(a: Any, b: Any) -> Any:
     >>> maximum(Fraction(1, 3), 0)
     Fraction(1, 3)
     """
+    if _SCALAR(a.__class__, _UNKNOWN) is None and _SCALAR(b.__class__, _UNKNOWN) is None:
+        return max(a, b)  # the exact callers' common case
     ns = namespace(a, b)
     return max(a, b) if ns is None else ns.maximum(a, b)
 
@@ -125,6 +133,8 @@ def minimum(a: Any, b: Any) -> Any:
     >>> minimum(4, 7)
     4
     """
+    if _SCALAR(a.__class__, _UNKNOWN) is None and _SCALAR(b.__class__, _UNKNOWN) is None:
+        return min(a, b)
     ns = namespace(a, b)
     return min(a, b) if ns is None else ns.minimum(a, b)
 
@@ -138,6 +148,12 @@ def where(condition: Any, a: Any, b: Any) -> Any:
     >>> where(2 > 1, "yes", "no")
     'yes'
     """
+    if (
+        _SCALAR(condition.__class__, _UNKNOWN) is None
+        and _SCALAR(a.__class__, _UNKNOWN) is None
+        and _SCALAR(b.__class__, _UNKNOWN) is None
+    ):
+        return a if condition else b
     ns = namespace(condition, a, b)
     if ns is None:
         return a if condition else b

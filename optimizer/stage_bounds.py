@@ -3,8 +3,8 @@ can reach (:func:`pipeline_lower_bound`), each stage at its fastest and at most 
 it can hold fully recomputed (:func:`fit_most`), so :mod:`optimizer.per_stage` skips a shape
 that cannot beat the best plan so far before building its tables
 (:mod:`optimizer.stage_tables`). Both read the tables' own per-stage figures
-(:func:`optimizer.stage_tables.stage_context`), wherever a stage can start within the period
-of the model's attention spans and FFN kinds (:meth:`optimizer.stage_tables._Stages.starts`)."""
+(:func:`optimizer.stage_view.stage_context`), wherever a stage can start within the period
+of the model's attention spans and FFN kinds (:meth:`optimizer.stage_view.StageView.starts`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from trainplan.model.layout import Layout
 from trainplan.optimizer.case import Case
 from trainplan.optimizer.gallop import most_that_fits
 from trainplan.optimizer.stage_rules import most_recomputed
-from trainplan.optimizer.stage_tables import stage_context
+from trainplan.optimizer.stage_view import stage_context
 
 __all__ = ["NO_SPLIT", "pipeline_lower_bound", "fit_most"]
 
@@ -24,7 +24,7 @@ NO_SPLIT = 2**62
 
 def fit_most(sc: Any, layout: Layout, capacity: int) -> list[int] | None:
     """The most layers each stage of the tables' view ``sc``
-    (:func:`optimizer.stage_tables.stage_context`) can hold fully recomputed within
+    (:func:`optimizer.stage_view.stage_context`) can hold fully recomputed within
     ``capacity`` bytes per GPU, the most over the places it can start within the period of
     spans (bisection over n from each start, beginning at the previous stage's count); None
     where the stages cannot hold the model's L layers between them. By the allocated peak

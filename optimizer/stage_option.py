@@ -33,7 +33,7 @@ class StageOption:
     """Its micro-batch without recomputation, whole ns (the dp overlap window when it is the
     longest: :func:`model.terms.roofline.slowest_microbatch`)."""
     params_key: int
-    """Dense parameters on one GPU of the stage (after tp) × :meth:`_Stages.params_scale`, whole:
+    """Dense parameters on one GPU of the stage (after tp) × :meth:`optimizer.stage_view.StageView.params_scale`, whole:
     with :attr:`expert_key` the busiest stage's (:func:`model.terms.stage_params.busiest_params`)
     decide the dp bytes, the optimizer step and offload."""
     peak_bytes: int

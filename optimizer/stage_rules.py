@@ -272,9 +272,8 @@ def realization(
         sizes[(stage + 1) % pp] += num_layers - layers - lead
     counts = [0] * pp
     counts[stage] = recomputed
-    return layout.with_(
-        stage_layers=balanced_chunk_sizes(tuple(sizes), layout.virtual_stages),
-        recompute_layers=tuple(counts),
+    return layout.with_splits(
+        balanced_chunk_sizes(tuple(sizes), layout.virtual_stages), tuple(counts)
     )
 
 

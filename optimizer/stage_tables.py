@@ -15,7 +15,7 @@ layers on the stage (``Layout.stage_layers``) and recomputes k of them
   of the step (exposed dp, the optimizer step, offload: :func:`model.terms.step.dp_term`).
 
 Interleaved shapes (v model chunks per stage) keep their schedule: a stage's n layers, a
-multiple of v (:func:`layer_counts`), are spread evenly over its chunks and its count k applies
+multiple of v (:func:`optimizer.stage_rules.layer_counts`), are spread evenly over its chunks and its count k applies
 to each chunk, as ``--recompute-num-layers`` (0 ≤ k ≤ n/v; ``Layout.recompute_layers``). The
 interleaved peak (:func:`model.pipeline.interleaved_peak`) reads the stage's own chunk weights
 and its position only — the schedule's order of forwards and backwards on a stage is fixed by
@@ -30,8 +30,8 @@ model whose layers after a leading block are alike, its count n and whether it i
 the last; for one whose attention spans or FFN kinds repeat a period P after d leading layers
 (:func:`optimizer.stage_rules.layer_pattern`: gpt-oss, Gemma 2/3, Llama 4), also where it starts
 within the period, so a stage between the first and the last has rows per (residue r < P, n),
-each evaluated at the start d + r (:meth:`_Stages.starts`: the same layers as every later start
-of that residue, shifted by whole periods); the last stage's residue is read off its n
+each evaluated at the start d + r (:meth:`optimizer.stage_view.StageView.starts`: the same
+layers as every later start of that residue, shifted by whole periods); the last stage's residue is read off its n
 (:func:`optimizer.stage_rules.start_residue`). :func:`optimizer.stage_rules.check_per_stage`
 refuses other models. The CP-SAT model is :mod:`optimizer.stage_cpsat`; the lower bounds that
 skip a shape before its tables are :mod:`optimizer.stage_bounds`.
@@ -44,26 +44,14 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from trainplan.model.estimate import evaluation_context
 from trainplan.model.layout import Layout, Recompute
-from trainplan.model.terms.activation_fields import LAYER_FIELDS, stage_layer_counts
-from trainplan.model.terms.fields import Context, LayoutFields
-from trainplan.model.terms.peak import StageMemory, fit_bytes, stage_memory_term
-from trainplan.model.terms.pipeline_span import chunk_seconds, stage_passes
-from trainplan.model.terms.roofline import stage_parts_term
-from trainplan.model.terms.step import pipeline_seconds
-from trainplan.optimizer.case import Case, links_for
+from trainplan.model.terms.peak import StageMemory, fit_bytes
+from trainplan.model.terms.pipeline_span import stage_passes
+from trainplan.optimizer.case import Case
 from trainplan.optimizer.solver import interrupted
 from trainplan.optimizer.stage_option import PASS_UNITS, StageOption
-from trainplan.optimizer.stage_rules import (
-    check_per_stage,
-    layer_counts,
-    layer_pattern,
-    most_recomputed,
-    realization,
-    start_residue,
-    takes_counts,
-)
+from trainplan.optimizer.stage_rules import most_recomputed
+from trainplan.optimizer.stage_view import Paced, StageView, stage_context
 
 __all__ = [
     "PASS_UNITS",
@@ -79,9 +67,6 @@ __all__ = [
     "stage_capacity",
     "stage_within",
 ]
-
-
-Paced = tuple[int, float, int]  # :meth:`_Stages.paced`'s: closed form ns, t seconds, pruning ns
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,128 +128,6 @@ class OutOfTime(Exception):
     """The deadline given to :func:`build_stage_tables` passed before its rows were complete
     (the caller's ``--time-limit``: the shape is left unsearched, its status ``feasible``), or
     Ctrl-C stopped the search (:func:`optimizer.solver.interrupt`) while they were built."""
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class _Stages:
-    """What both per-stage tables read off a shape, after :func:`check_per_stage`: the terms'
-    context, the layout's links, L, pp, v and the layout."""
-
-    c: Context
-    links: Any
-    num_layers: int
-    layout: Layout
-    case: Case
-    prefix: int = 0
-    """The leading layers that differ from the rest (:func:`layer_pattern`'s d): the first
-    stage's."""
-    recomputes: bool = True
-    """Whether a stage may recompute layers (:func:`optimizer.stage_rules.takes_counts`)."""
-    period: int = 1
-    """The period of the spans after the leading layers (:func:`layer_pattern`'s P)."""
-
-    def starts(self, stage: int) -> tuple[int, ...]:
-        """The layers before ``stage`` its rows are evaluated at, one per place within the
-        period a stage between the first and the last can start (d + v·r for r < P: the least
-        start of each residue, so the most layers after it; v·r under interleaving, whose
-        chunks start at c·L/v + r, :func:`start_residue`); ``(d,)`` for the first stage (it
-        starts at 0 and holds the d), the last (it starts at L − n) and at P = 1."""
-        if self.period == 1 or stage in (0, self.layout.pp - 1):
-            return (self.prefix,)
-        v = self.layout.virtual_stages  # whole chunks of the stages before: v·r layers
-        return tuple(self.prefix + v * r for r in range(self.period))
-
-    def counts(self, stage: int, start: int | None = None) -> range:
-        """:func:`layer_counts` of ``stage`` (multiples of v) after ``start`` layers (default
-        d; a stage between the first and the last holds at most L − start)."""
-        lay = self.layout
-        before = self.prefix if start is None else start
-        return layer_counts(self.num_layers, lay.pp, stage, before, lay.virtual_stages)
-
-    def residue(self, stage: int, start: int, n: int) -> int:
-        """:func:`start_residue` of ``stage`` holding ``n`` layers after ``start``."""
-        lay, L = self.layout, self.num_layers
-        return start_residue(
-            stage, lay.pp, start, n, L, self.prefix, self.period, lay.virtual_stages
-        )
-
-    def fields(self, stage: int, n: int, k: int, start: int | None = None) -> LayoutFields:
-        """The evaluator's fields of ``stage`` holding ``n`` layers with ``k`` recomputed (per
-        model chunk) after ``start`` layers (default d), on :func:`realization`'s layout."""
-        before = self.prefix if start is None else start
-        lay = realization(self.layout, self.num_layers, stage, n, k, before)
-        return LayoutFields(lay, self.case.training.global_batch_size, stage, self.links)
-
-    def memory(self, stage: int, n: int, k: int, start: int | None = None) -> StageMemory:
-        """The peak of ``stage`` holding ``n`` layers with ``k`` recomputed (per model chunk)
-        after ``start`` layers (default d): :func:`model.terms.peak.stage_memory_term` on
-        :func:`realization`'s layout."""
-        return stage_memory_term(self.c, self.fields(stage, n, k, start), n)
-
-    def held(self, stage: int, n: int, start: int | None = None) -> tuple[int, int]:
-        """(layers, MoE layers) the evaluator counts on ``stage`` holding ``n`` layers after
-        ``start`` (:func:`model.terms.activation_fields.stage_layer_counts`, the function
-        :func:`model.terms.traffic.most_layers` takes its maxima of; MTP blocks on the last)."""
-        f = self.fields(stage, n, 0, start)
-        layers, moe = f.per_stage(stage_layer_counts, (self.c.arch,), *LAYER_FIELDS)
-        return int(layers), int(moe)
-
-    def params_scale(self) -> int:
-        """lcm(tp, etp·ep): the least scale that makes a stage's dense (÷ tp) and routed-expert
-        (÷ etp·ep) parameters per GPU whole numbers (:meth:`model.terms.split_key.SplitKey.
-        dense_per_gpu`, :meth:`~model.terms.split_key.SplitKey.experts_per_gpu`), compared on
-        one scale; tp for a dense model."""
-        f = LayoutFields(self.layout, self.case.training.global_batch_size, 0, self.links)
-        return math.lcm(int(f.tp), int(f.expert_tp * f.ep))
-
-    def chunks(self, stage: int, n: int, k: int, start: int | None = None) -> Any:
-        """(forwards, backwards) of ``stage``'s v model chunks holding ``n`` layers with ``k``
-        recomputed (per chunk) after ``start`` layers (default d), :data:`PASS_UNITS` per ns
-        rounded down (:attr:`StageOption.chunk_forward`): :func:`model.terms.pipeline_span.
-        chunk_seconds` on :func:`realization`'s layout."""
-        v = self.layout.virtual_stages
-        found = chunk_seconds(self.c, self.fields(stage, n, k, start))[stage * v : (stage + 1) * v]
-        return tuple(tuple(math.floor(x[j] * 1e9 * PASS_UNITS) for x in found) for j in (0, 1))
-
-    def paced(
-        self, stage: int, n: int, k: int, mode: Recompute | None = None, start: int | None = None
-    ) -> Paced:
-        """(the step's pipeline term if this stage were the slowest, whole ns; its micro-batch,
-        seconds; what rows and shapes are pruned by, ns: ``m·t`` wherever a pipeline runs (pp > 1:
-        the slowest rank's own busy time, below every order's step, 1F1B's and GPipe's,
-        :mod:`model.pipeline_onef`, and interleaving's, :mod:`model.pipeline_uneven`, which the
-        closed form neither equals nor bounds), else the same):
-        :func:`model.terms.roofline.stage_parts_term` of ``stage`` holding ``n`` layers with
-        ``k`` recomputed (``mode`` overrides the recompute mode) after ``start`` layers (default
-        d), paced by :func:`model.terms.step.pipeline_seconds`."""
-        f = self.fields(stage, n, k, start)
-        lay = f.layout
-        t = stage_parts_term(self.c, f, mode)[0]
-        paced = round(pipeline_seconds(f.m, t, lay.pp, lay.virtual_stages) * 1e9)
-        return paced, t, round(f.m * t * 1e9) if lay.pp > 1 else paced
-
-
-def stage_context(case: Case, layout: Layout) -> _Stages:
-    """The per-stage tables' view of ``layout``'s shape (:func:`optimizer.stage_rules.
-    layer_pattern`'s leading layers and period with it).
-
-    Raises
-    ------
-    InputError
-        :func:`check_per_stage`'s rules.
-    """
-    check_per_stage(case, layout)
-    arch = case.model.arch
-    assert arch is not None
-    c = evaluation_context(
-        case.model, case.training, case.device, case.options, case.vocab_multiple
-    )
-    links = links_for(layout, case.links, case.fabric)
-    pattern = layer_pattern(arch)
-    assert pattern is not None  # check_per_stage refuses None
-    prefix, period = pattern
-    recomputes = takes_counts(case, layout)
-    return _Stages(c, links, arch.num_layers, layout, case, prefix, recomputes, period)
 
 
 def stage_capacity(
@@ -344,7 +207,7 @@ class StageCosts:
 
     def __init__(
         self,
-        stages: _Stages,
+        stages: StageView,
         capacity: int,
         allocator_retries_ok: bool = False,
         max_bytes: int | None = None,
@@ -361,7 +224,7 @@ class StageCosts:
         self._paced: dict[tuple[Any, ...], Paced] = {}
 
     def memory(self, stage: int, n: int, k: int, start: int | None = None) -> StageMemory:
-        """:meth:`_Stages.memory`, evaluated once."""
+        """:meth:`StageView.memory`, evaluated once."""
         key = (stage, n, k, start)
         if key not in self._memory:
             self.evaluations += 1
@@ -377,7 +240,7 @@ class StageCosts:
     def paced(
         self, stage: int, n: int, k: int, mode: Recompute | None = None, start: int | None = None
     ) -> Paced:
-        """:meth:`_Stages.paced`, evaluated once per first/last position, start, n, k and
+        """:meth:`StageView.paced`, evaluated once per first/last position, start, n, k and
         mode."""
         key = (stage == 0, stage == self.stages.layout.pp - 1, start, n, k, mode)
         if key not in self._paced:
@@ -388,7 +251,7 @@ class StageCosts:
 def time_caps(costs: StageCosts, cap_ns: int | None, rest_lower_ns: int) -> list[int]:
     """Per stage, the most layers it can take below ``cap_ns`` by time alone (nothing
     recomputed, memory ignored; −1 when none), wherever it starts within the period of spans
-    (:meth:`_Stages.starts`): once the stages built and these caps of the others cannot hold L
+    (:meth:`StageView.starts`): once the stages built and these caps of the others cannot hold L
     layers, no split beats ``cap_ns``."""
     sc = costs.stages
     return [
@@ -431,7 +294,7 @@ def stage_rows(
     deadline: float | None,
 ) -> tuple[StageOption, ...]:
     """``stage``'s rows of :func:`build_stage_tables`: per place it can start within the
-    period of spans (:meth:`_Stages.starts`) and layer count n, the least k that fits
+    period of spans (:meth:`StageView.starts`) and layer count n, the least k that fits
     (:func:`least_fitting`) and its figures, below ``cap_ns`` with ``rest_lower_ns``; each scan
     stops at the first n that does not fit fully recomputed or whose stage alone reaches the
     cap.

@@ -30,6 +30,7 @@ from typing import Any
 from trainplan.model.layout import LAYOUT_FIELDS
 from trainplan.model.terms.activations import stage_activations_term
 from trainplan.model.terms.comm_memory import comm_memory_term
+from trainplan.model.terms.deepspeed_turn import walks_recompute
 from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.terms.peak import stream_pool_term
 from trainplan.model.terms.persistent_buffers import persistent_buffers_term
@@ -84,7 +85,7 @@ def _walks(scalars: Mapping[str, Any]) -> bool:
     """Whether a layout of these control values reads :data:`_WALK`: DeepSpeed ZeRO-3 (the
     ``if`` of :func:`model.terms.deepspeed_turn.zero3_turn_gathered` and
     :func:`model.terms.dp_time.dp_group_seconds`)."""
-    return str(scalars["framework"]) == "deepspeed" and int(scalars["zero_stage"]) == 3
+    return walks_recompute(scalars["framework"], scalars["zero_stage"])
 
 
 TERMS: tuple[Term, ...] = (

@@ -13,7 +13,7 @@ from functools import lru_cache
 from typing import Any
 
 from trainplan.model.activations import ActivationContext, kind_activations
-from trainplan.model.attention_rates import default_attention_kernel
+from trainplan.model.attention_rates import framework_kernels
 from trainplan.model.backward_working import backward_working_bytes, input_pass_retains
 from trainplan.model.context_parallel import CpKind, cp_degrees, kv_repeat
 from trainplan.model.elementwise import Elementwise, elementwise_mode
@@ -36,13 +36,10 @@ from trainplan.model.recompute_modules import profile_recompute_modules
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import stage_chunks, stage_layers
 from trainplan.model.stage_bytes import (
-    block_forms,
-    chunk_block_forms,
-    chunk_form,
-    chunk_segment_forms,
     layer_quantities,
     offload_quantities,
     sqrt_segment,
+    stage_chunk_forms,
 )
 from trainplan.model.te_fp8_backward import TeFp8Backward, te_fp8_backward
 from trainplan.model.terms.fields import Context, Fields
@@ -325,37 +322,28 @@ def _forms(
     mode: Recompute,
     counts: tuple[int, ...] | None,
 ) -> tuple[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]], ...]:
-    """Per stage, (kept per micro-batch, candidate transients flat, per-chunk kept forms flat,
-    per-chunk layer counts): :func:`model.stage_bytes.block_forms` of the stage's layer kinds
-    (per model chunk, :func:`model.stage_bytes.chunk_block_forms`, when there are per-stage
-    counts and chunks); the chunks' forms for the interleaved peak. Under √n recomputation
-    every model chunk is cut into segments of one k, round(√n) of the most layers any stage
-    holds (:func:`model.stage_bytes.chunk_segment_forms`): Megatron-LM applies its one
+    """Per stage, :func:`model.stage_bytes.stage_chunk_forms` of the layer kinds of its model
+    chunks (kept per micro-batch, candidate transients flat, per-chunk kept forms flat,
+    per-chunk layer counts). Under √n recomputation every model chunk is cut into segments of
+    one k, round(√n) of the most layers any stage holds: Megatron-LM applies its one
     ``--recompute-num-layers`` (the one the launch line writes) to each model chunk's own
     layers."""
-    out = []
     split = stage_layers(arch, pp, v, uneven, sizes, schedule)
-    segment = sqrt_segment(max(map(len, split), default=0))  # one k for every stage
-    for stage, layers in enumerate(split):
-        kinds = tuple(arch.is_moe_layer(j) for j in layers)
-        local = tuple(
-            tuple(arch.is_moe_layer(j) for j in chunk)
-            for chunk in stage_chunks(arch, pp, v, uneven, stage, sizes, schedule)
+    # one k for every stage under √n (only there does it enter a stage's forms)
+    segment = sqrt_segment(max(map(len, split), default=0)) if mode is Recompute.SQRT else 0
+    return tuple(
+        stage_chunk_forms(
+            tuple(
+                tuple(arch.is_moe_layer(j) for j in chunk)
+                for chunk in stage_chunks(arch, pp, v, uneven, stage, sizes, schedule)
+            ),
+            mode,
+            None if counts is None else counts[stage],
+            v,
+            segment,
         )
-        recomputed = None if counts is None else counts[stage]
-        chunks: tuple[tuple[int, ...], ...]
-        if mode is Recompute.SQRT and recomputed is None:
-            chunks, transients = chunk_segment_forms(local, segment)
-            kept = tuple(sum(c) for c in zip(*chunks, strict=True)) if chunks else (0,) * 8
-        elif recomputed is not None and v > 1:
-            chunks, transients = chunk_block_forms(local, mode, recomputed)
-            kept = tuple(sum(c) for c in zip(*chunks, strict=True))
-        else:
-            kept, transients = block_forms(kinds, mode, recomputed)
-            chunks = tuple(chunk_form(c, mode) for c in local)
-        flat = tuple(x for form in transients for x in form)
-        out.append((kept, flat, tuple(x for c in chunks for x in c), tuple(map(len, local))))
-    return tuple(out)
+        for stage in range(pp)
+    )
 
 
 def kept_form(arch: Architecture, *key: Any) -> tuple[tuple[int, ...], ...]:
@@ -442,13 +430,9 @@ def end_stages(f: Fields) -> tuple[Any, Any]:
 def attention_kernels(c: Context) -> tuple[tuple[str, str | None], ...]:
     """(framework, the attention kernel it runs) for every profile: the run's
     ``attention_kernel``, else the framework's on the part
-    (:func:`model.attention_rates.default_attention_kernel`); None without an accelerator."""
-    given = c.options.attention_kernel
-    name = c.device.part if c.device is not None else None
-    return tuple(
-        (fw.value, given or (default_attention_kernel(fw.value, name) if name else None))
-        for fw in Framework
-    )
+    (:func:`model.attention_rates.framework_kernels`); None without an accelerator."""
+    part = c.device.part if c.device is not None else None
+    return framework_kernels(c.options.attention_kernel, part)
 
 
 def backward_working_term(c: Context, f: Fields, n_layers: Any, n_moe: Any) -> Any:

@@ -66,6 +66,7 @@ from trainplan.model.terms.pipeline_buffers import (
     boundary_tensors,
     deepspeed_load_transient,
 )
+from trainplan.model.terms.split_free import split_free
 from trainplan.model.terms.step import offload_layer_forward_s
 from trainplan.model.xp import exact, floor, is_array, maximum, minimum, namespace, where
 
@@ -166,11 +167,14 @@ class StageActivations:
         (:attr:`layer_backward_bytes`), a MoE layer's forward working set
         (:attr:`moe_over_bytes`) and DeepSpeed's batch load (:attr:`load_over_bytes`); never
         below the forward's end."""
+        backward = self.layer_backward_bytes  # once: each over below reads it
+        phase = maximum(backward, self.loss_transient_bytes)
+        moe = self._moe_over(backward)
         return (
             self.layers_bytes
-            + maximum(self.layer_backward_bytes, self.loss_transient_bytes)
-            + self.moe_over_bytes
-            + self.load_over_bytes
+            + phase
+            + moe
+            + self._load_over(moe, phase)
             + self.embedding_bytes
             + self.pipeline_output_bytes
             + self.offload_buffer_bytes
@@ -187,16 +191,26 @@ class StageActivations:
     def moe_over_bytes(self) -> Any:
         """:func:`model.terms.moe_working.moe_over` of this stage's transients: beyond the layers'
         backward phase (:attr:`layer_backward_bytes`) and the loss phase."""
-        return moe_over(
-            self.moe_forward_bytes, self.layer_backward_bytes, self.loss_transient_bytes
-        )
+        return self._moe_over(self.layer_backward_bytes)
+
+    def _moe_over(self, backward: Any) -> Any:
+        """:attr:`moe_over_bytes` for the layers' backward phase ``backward`` (bytes,
+        :attr:`layer_backward_bytes`)."""
+        return moe_over(self.moe_forward_bytes, backward, self.loss_transient_bytes)
 
     @property
     def load_over_bytes(self) -> Any:
         """What the batch load (:attr:`batch_load_bytes`) adds beyond the layers' backward phase,
         the loss phase and a MoE layer's forward: ``max(load − those, 0)``."""
-        over = self.batch_load_bytes - self.moe_over_bytes
-        over = over - maximum(self.layer_backward_bytes, self.loss_transient_bytes)
+        backward = self.layer_backward_bytes
+        phase = maximum(backward, self.loss_transient_bytes)
+        return self._load_over(self._moe_over(backward), phase)
+
+    def _load_over(self, moe: Any, phase: Any) -> Any:
+        """:attr:`load_over_bytes` beyond a MoE layer's forward ``moe`` (:attr:`moe_over_bytes`)
+        and the larger of the layers' backward phase and the loss phase, ``phase`` (bytes)."""
+        over = self.batch_load_bytes - moe
+        over = over - phase
         return maximum(over, 0 * over)
 
 
@@ -318,18 +332,18 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     transient = peak_transient(split_forms(f.per_stage(transient_forms, (arch,), *FORM_FIELDS)), q)
     tokens = exact(t.seq_len) / f.cp * f.micro_batch_size
     vocab = f.lookup(padded_vocab_of, (arch.vocab_size, c.vocab_multiple), "framework", "tp")
-    emb, head = _end_bytes(c, f, tokens, vocab)
+    emb, head = split_free(_end_bytes, c, f, tokens, vocab)  # the ends: not the splits'
     split = Schedule(f.schedule) in SPLIT_BACKWARD
     if f.virtual_stages == 1 or f.pp == 1 or split:  # held whole (v > 1: interleaved's chunks)
         in_flight, kept, emb_total, held_mb = _held_whole(c, f, q, per_mb, emb, head, split)
         offloaded = apply_form(per_form, off_q) * in_flight
     else:
         in_flight, kept, emb_total, held_mb, offloaded = _held_by_chunk(c, f, q, off_q, per_mb, emb)
-    outputs, rebuilt = boundary_tensors(arch, c, f, tokens, in_flight)
+    outputs, rebuilt = split_free(boundary_tensors, c, f, tokens, in_flight)
     buffer, host = _offload_lines(c, f, n_layers, n_moe, in_flight, off_q, offloaded)
     kept, host = _layer_offload(c, kept + weight_pass_term(c, f, n_layers, n_moe), n_layers, host)
-    loss, kept_chunks, pred = last_stage_loss(c, f, tokens, vocab)
-    freed, logit_grads = output_layer_phase(c, f, head, tokens, vocab)
+    loss, kept_chunks, pred = split_free(last_stage_loss, c, f, tokens, vocab)
+    freed, logit_grads = split_free(output_layer_phase, c, f, head, tokens, vocab)
     working = backward_working_term(c, f, n_layers, n_moe) + logit_grads + rebuilt + pred
     cp_buffers = cp_buffers_term(c, f, tokens, n_layers, n_moe, working)
     moe = moe_forward_peak(c, f, n_moe, transient, transient + cp_buffers + working - freed)

@@ -41,7 +41,7 @@ from trainplan.model.terms.activation_fields import (
     cp_mechanism_of,
     te_fp8_of,
 )
-from trainplan.model.terms.fields import Context, Fields
+from trainplan.model.terms.fields import Context, Fields, LayoutFields
 from trainplan.model.xp import maximum, where
 
 __all__ = ["core_headroom_figures", "te_a2a_of", "cp_phase_buffers", "cp_buffers_term"]
@@ -91,8 +91,15 @@ def cp_phase_buffers(c: Context, f: Fields, tokens: Any) -> tuple[Any, Any]:
     rep = f.lookup(cp_kv_repeat_of, (arch,), "cp_kind", "cp", "tp", "framework")
     torch_cp = f.lookup(templated_method_code, (), "cp_kind")
     te = f.lookup(te_a2a_of, (), "cp_kind", "framework")
-    beta = c.training.activation_bytes
-    return cp_phase_bytes(arch, r, u, gather, f.tp, tokens, beta, rep, torch_cp, te)
+    args = (arch, r, u, gather, f.tp, tokens, c.training.activation_bytes, rep, torch_cp, te)
+    return _exact_phase_bytes(*args) if type(f) is LayoutFields else cp_phase_bytes(*args)
+
+
+@lru_cache(maxsize=CACHE)
+def _exact_phase_bytes(*args: Any) -> tuple[Any, Any]:
+    """:func:`model.context_parallel.cp_phase_bytes` of one layout's exact scalars, cached: it
+    reads no stage and no split, so a layout's stages and the per-stage tables' rows share it."""
+    return cp_phase_bytes(*args)
 
 
 def cp_buffers_term(

@@ -30,7 +30,7 @@ from trainplan.model.frameworks import Framework
 from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.terms.traffic import deepspeed_walk, most_layers
 
-__all__ = ["zero3_gathered_bytes", "zero3_turn_gathered"]
+__all__ = ["zero3_gathered_bytes", "zero3_turn_gathered", "walks_recompute"]
 
 
 def zero3_gathered_bytes(
@@ -76,6 +76,20 @@ def zero3_gathered_bytes(
     layer = Fraction(token_bytes * seq * int(b), int(cp) * int(tp))
     walk = recompute_walk(recompute, key[3], core, first)
     return zero3_peak_gathered_bytes(gathered_envelope(arch, *key, *walk), weight_bytes, layer)
+
+
+def walks_recompute(framework: Any, zero_stage: Any) -> bool:
+    """Whether a layout under ``framework`` (a :class:`model.frameworks.Framework` or its value)
+    at ZeRO stage ``zero_stage`` reads its recompute mode and per-stage counts beyond its
+    activations and time: DeepSpeed ZeRO-3, whose coordinator walks the recomputed forward in
+    the backward (:func:`model.terms.traffic.deepspeed_walk`: its gathered weights,
+    :func:`zero3_turn_gathered`, and gather launches, :mod:`model.terms.dp_time`). The other
+    mechanisms' state and data-parallel time do not read them (:data:`model.terms.TERMS`).
+
+    >>> walks_recompute("deepspeed", 3), walks_recompute(Framework.DEEPSPEED, 2), walks_recompute("megatron", 3)
+    (True, False, False)
+    """
+    return str(framework) == "deepspeed" and int(zero_stage) == 3
 
 
 def zero3_turn_gathered(c: Context, f: Fields, mech: Any, gathered: Any) -> Any:

@@ -46,6 +46,7 @@ __all__ = [
     "Fields",
     "LinkFields",
     "LayoutFields",
+    "SplitFreeKey",
     "AxisLinkLike",
     "world_ranks",
     "stage_max",
@@ -226,13 +227,35 @@ SPLIT_FREE: tuple[str, ...] = tuple(
 (:meth:`LayoutFields.split_free_key`): all but the per-stage splits."""
 
 
+class SplitFreeKey:
+    """:meth:`LayoutFields.split_free_key`'s values, hashed once: a dictionary key that the
+    per-stage tables' memos (:func:`model.terms.split_free.split_free`) look up several times
+    per row. Equal where the values are equal."""
+
+    __slots__ = ("values", "_hash")
+
+    def __init__(self, values: tuple[Any, ...]) -> None:
+        self.values = values
+        self._hash = hash(values)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SplitFreeKey) and self.values == other.values
+
+
 class LayoutFields:
     """One layout as exact scalars, at one pipeline stage (:class:`Fields`).
 
     ``links`` are :func:`topology.placement.axis_links`' (keys ``tp cp ep dp_cp edp pp``); None
     when no term that reads links is evaluated (memory only)."""
 
-    __slots__ = ("layout", "stage", "m", "_links")
+    layout: Layout
+    stage: int
+    m: int
+    _links: Mapping[str, AxisLinkLike] | None
+    _split_free: SplitFreeKey | None
 
     def __init__(
         self,
@@ -245,22 +268,33 @@ class LayoutFields:
         self.stage = stage
         self.m = layout.num_microbatches(global_batch_size)
         self._links = links
+        self._split_free = None
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.layout, name)
+        """A field of the layout (or one it derives, ``sp``, ``shard_degree``, …), kept on this
+        object after its first read, so later reads are plain attribute reads: the layout is
+        frozen, and this object's ``layout`` is not replaced once read (:meth:`at` and
+        :meth:`with_zero_stage` make new objects)."""
+        value = getattr(self.layout, name)
+        self.__dict__[name] = value
+        return value
 
-    def split_free_key(self) -> tuple[Any, ...] | None:
+    def split_free_key(self) -> SplitFreeKey | None:
         """What this layout is at its stage apart from the per-stage splits: every
         :class:`~model.layout.Layout` field but ``stage_layers`` and ``recompute_layers``
         (:data:`SPLIT_FREE`), the stage, the micro-batches a step and the links (by identity:
-        the caller keeps them alive beside the key). Two layouts of one key differ only in how
-        the layers are split over the stages and how many each recomputes — what the per-stage
-        tables vary row by row (:func:`optimizer.stage_rules.realization`); None where no key
-        applies (no links: memory only)."""
+        the caller keeps them alive beside the key), built once per object. Two layouts of one
+        key differ only in how the layers are split over the stages and how many each
+        recomputes — what the per-stage tables vary row by row
+        (:func:`optimizer.stage_rules.realization`); None where no key applies (no links:
+        memory only)."""
         if self._links is None:
             return None
-        lay = self.layout
-        return (*(getattr(lay, n) for n in SPLIT_FREE), self.stage, self.m, id(self._links))
+        if self._split_free is None:
+            lay = self.layout
+            values = (*(getattr(lay, n) for n in SPLIT_FREE), self.stage, self.m, id(self._links))
+            self._split_free = SplitFreeKey(values)
+        return self._split_free
 
     @property
     def links_object(self) -> Mapping[str, AxisLinkLike] | None:
@@ -269,8 +303,13 @@ class LayoutFields:
 
     def at(self, stage: int) -> LayoutFields:
         """The same layout at pipeline stage ``stage``."""
+        return self._of(self.layout, stage)
+
+    def _of(self, layout: Layout, stage: int) -> LayoutFields:
+        """``layout`` at ``stage`` with this object's micro-batches a step and links."""
         out = object.__new__(LayoutFields)
-        out.layout, out.stage, out.m, out._links = self.layout, stage, self.m, self._links
+        out.layout, out.stage, out.m, out._links = layout, stage, self.m, self._links
+        out._split_free = None
         return out
 
     def with_zero_stage(self, zero_stage: int) -> LayoutFields:
@@ -281,18 +320,16 @@ class LayoutFields:
         ------
         LayoutError
             A stage :meth:`model.layout.Layout.with_` refuses."""
-        out = self.at(self.stage)
-        out.layout = self.layout.with_(zero_stage=zero_stage)
-        return out
+        return self._of(self.layout.with_(zero_stage=zero_stage), self.stage)
 
     def lookup(self, fn: Callable[..., Any], args: tuple[Any, ...], *names: str) -> Any:
-        return fn(*args, *(getattr(self, n) for n in names))
+        return fn(*args, *[getattr(self, n) for n in names])
 
     def lookup_values(self, fn: Callable[..., Any], args: tuple[Any, ...], *values: Any) -> Any:
         return fn(*args, *values)
 
     def per_stage(self, fn: Callable[..., Any], args: tuple[Any, ...], *names: str) -> Any:
-        return fn(*args, *(getattr(self, n) for n in names))[self.stage]
+        return fn(*args, *[getattr(self, n) for n in names])[self.stage]
 
     def stages(self, fn: Callable[[Any], Any]) -> list[Any]:
         return [fn(self.at(i)) for i in range(self.layout.pp)]

@@ -29,10 +29,12 @@ from trainplan.model.hardware import DeviceSpec
 from trainplan.model.memory import ModelState
 from trainplan.model.terms.activations import StageActivations, stage_activations_term
 from trainplan.model.terms.comm_memory import comm_memory_term
+from trainplan.model.terms.deepspeed_turn import walks_recompute
 from trainplan.model.terms.fields import Context, Fields, stage_argmax
 from trainplan.model.terms.grad_buffers import stage_embedding
 from trainplan.model.terms.persistent_buffers import persistent_buffers_term
 from trainplan.model.terms.reduce_pool import reduce_pool_per_gpu
+from trainplan.model.terms.split_free import recompute_free, split_free
 from trainplan.model.terms.stage_params import split_params, units_per_gpu
 from trainplan.model.terms.state import model_state_term
 from trainplan.model.terms.userbuffers import userbuffers_term
@@ -228,18 +230,33 @@ class StageMemory:
 def stage_memory_term(c: Context, f: Fields, num_layers: int = 0) -> StageMemory:
     """The bytes of pipeline stage ``f.stage`` (:class:`StageMemory`): its model state, for a
     model with dimensions its activations, and where the accelerator is given (its node and NIC
-    size the channels) the communicators."""
+    size the channels) the communicators. All but the activations read the stage's layers and
+    not how many it recomputes (:data:`model.terms.TERMS`' scopes; DeepSpeed ZeRO-3's state
+    reads them, :func:`model.terms.deepspeed_turn.walks_recompute`): remembered across layouts
+    that differ in those counts alone (:func:`model.terms.split_free.recompute_free`)."""
+    acts = stage_activations_term(c, f) if c.model.arch is not None else None
+    if walks_recompute(f.framework, f.zero_stage):
+        held = _held_terms(c, f)
+    else:
+        held = recompute_free(_held_terms, c, f)
+    dense, experts, state, comm, emb, pools, persistent, ub = held
+    return StageMemory(
+        f.stage, num_layers, dense, experts, state, acts, comm, emb, pools, persistent, ub
+    )
+
+
+def _held_terms(c: Context, f: Fields) -> tuple[Any, ...]:
+    """:func:`stage_memory_term`'s terms but the activations: (dense, expert parameters per
+    GPU, :class:`~model.memory.ModelState`, communicator bytes with the userbuffers, embedding
+    elements, side streams' pools, persistent buffers, userbuffer bytes)."""
     dense, experts = split_params(c, f)
     state = model_state_term(c, f)
-    acts = stage_activations_term(c, f) if c.model.arch is not None else None
-    ub = userbuffers_term(c, f)
-    comm = (comm_memory_term(c, f) if c.device is not None else 0) + ub
+    ub = split_free(userbuffers_term, c, f)  # neither reads the splits: once per shape's stage
+    comm = (split_free(comm_memory_term, c, f) if c.device is not None else 0) + ub
     emb = stage_embedding(c, f)
     pools = stream_pool_term(c, f)
     held = persistent_buffers_term(c, f)
-    return StageMemory(
-        f.stage, num_layers, dense, experts, state, acts, comm, emb, pools, held, Fraction(ub)
-    )
+    return dense, experts, state, comm, emb, pools, held, Fraction(ub)
 
 
 def stream_pool_term(c: Context, f: Fields) -> Any:

@@ -152,13 +152,12 @@ def deepspeed_backward_rebuilt(arch: Architecture, c: Context, f: Fields, tokens
     return where(split, where(output_stage(f), 0 * one, 2 * one), 0 * one)
 
 
-def boundary_tensors(
-    arch: Architecture, c: Context, f: Fields, tokens: Any, in_flight: Any
-) -> tuple[Any, Any]:
+def boundary_tensors(c: Context, f: Fields, tokens: Any, in_flight: Any) -> tuple[Any, Any]:
     """(the stage outputs kept for ``in_flight`` micro-batches and PyTorch's receive buffers,
     held with the layers: :func:`pipeline_outputs` × ``in_flight`` + :func:`torch_recv_buffers`;
     the boundary tensors rebuilt for one micro-batch's backward, held with the backward working
-    set: :func:`deepspeed_backward_rebuilt`)."""
+    set: :func:`deepspeed_backward_rebuilt`), of the model ``c.arch``."""
+    arch = c.arch
     outputs = pipeline_outputs(arch, c, f, tokens) * in_flight
     return outputs + torch_recv_buffers(arch, c, f, tokens), deepspeed_backward_rebuilt(
         arch, c, f, tokens

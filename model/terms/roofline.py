@@ -84,7 +84,6 @@ from trainplan.model.terms.ep_link import ep_dispatch_link, ep_dispatch_members
 from trainplan.model.terms.fields import (
     Context,
     Fields,
-    LayoutFields,
     axis_domains,
     axis_members,
     link_caps,
@@ -96,6 +95,7 @@ from trainplan.model.terms.fields import (
 )
 from trainplan.model.terms.sm_shares import ep_sm_share, tp_sm_share_of
 from trainplan.model.terms.span_counts import recomputed_group_counts, stage_group_counts
+from trainplan.model.terms.split_free import split_free
 from trainplan.model.terms.traffic import (
     pp_split_over_tp,
     tied_embedding_params,
@@ -280,31 +280,13 @@ def _gather_bytes(framework: Any, t: TrainingSpec) -> int | None:
     return None if gathered == t.activation_bytes else gathered
 
 
-_KINDS_MEMO: dict[tuple[Any, ...], tuple[Any, tuple[Any, Any, Any]]] = {}
-_KINDS_MEMO_SIZE = 4096
-"""Entries :func:`_kinds` keeps (then it starts afresh): a per-stage search evaluates tens of
-thousands of one-stage layouts that differ only in their splits (a 405B base: about 36,000 calls
-over 2,600 distinct layers)."""
-
-
 def _kinds(c: Context, f: Fields, mode: Recompute, kept: Any = None) -> tuple[Any, Any, Any]:
     """:func:`_kinds_of`, remembered for one layout's scalar fields by everything but its
-    per-stage splits (:meth:`model.terms.fields.LayoutFields.split_free_key`): a layer's figures
-    do not read how many layers a stage holds or recomputes (the stage's counts multiply them
-    afterwards, :func:`stage_parts_term`); ``tests/model/test_kinds_memo.py`` holds this on
-    dense, interleaved, MoE (ep), context-parallel, local/global-span and zb-h1 layouts."""
-    split_free = f.split_free_key() if isinstance(f, LayoutFields) else None
-    if split_free is None or not isinstance(f, LayoutFields):
-        return _kinds_of(c, f, mode, kept)
-    key, links = (c, *split_free, mode, kept), f.links_object
-    found = _KINDS_MEMO.get(key)
-    if found is not None and found[0] is links:
-        return found[1]
-    value = _kinds_of(c, f, mode, kept)
-    if len(_KINDS_MEMO) >= _KINDS_MEMO_SIZE:
-        _KINDS_MEMO.clear()
-    _KINDS_MEMO[key] = (links, value)
-    return value
+    per-stage splits (:func:`model.terms.split_free.split_free`): a layer's figures do not read
+    how many layers a stage holds or recomputes (the stage's counts multiply them afterwards,
+    :func:`stage_parts_term`); ``tests/model/test_split_free.py`` holds this on dense,
+    interleaved, MoE (ep), context-parallel, local/global-span and zb-h1 layouts."""
+    return split_free(_kinds_of, c, f, mode, kept)
 
 
 def _kinds_of(c: Context, f: Fields, mode: Recompute, kept: Any = None) -> tuple[Any, Any, Any]:

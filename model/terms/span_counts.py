@@ -18,8 +18,9 @@ from functools import lru_cache
 from typing import Any
 
 from trainplan.model.core_spans import group_counts
+from trainplan.model.recompute_counts import recomputed_in_chunks
 from trainplan.model.specs import Architecture
-from trainplan.model.split import recomputed_in_chunks, stage_chunks, stage_layers
+from trainplan.model.split import stage_chunks, stage_layers
 
 __all__ = ["stage_group_counts", "recomputed_group_counts"]
 
@@ -63,7 +64,7 @@ def recomputed_group_counts(
     counts: tuple[int, ...] | None,
 ) -> tuple[tuple[int, ...], ...]:
     """Per stage, its fully recomputed layers in each span group: by ``Layout.recompute_layers``
-    (``counts``) the first k of each of its model chunks (:func:`model.split.recomputed_in_chunks`);
+    (``counts``) the first k of each of its model chunks (:func:`model.recompute_counts.recomputed_in_chunks`);
     zeros without counts."""
     out = []
     for stage in range(pp):

@@ -137,7 +137,7 @@ class SplitKey:
         (:attr:`model.params.LayerParams.tp_replicated`)."""
         if not self.physical:
             return Fraction(dense, self.tp)
-        return Fraction(dense - replicated, self.tp) + replicated
+        return Fraction(dense - replicated + replicated * self.tp, self.tp)  # (d − r)/tp + r
 
     def experts_per_gpu(self, experts: int) -> Fraction:
         """Routed-expert parameters (elements) on one GPU: ÷ etp·ep."""

@@ -136,14 +136,18 @@ def layer_units(key: SplitKey) -> tuple[tuple[Fraction, Fraction], ...]:
                 key.dense_per_gpu(lp.dense, lp.tp_replicated),
                 key.experts_per_gpu(lp.experts),
             )
-    return tuple(
-        max(
-            (kind_unit[k] for k in sorted({arch.is_moe_layer(j) for j in layers})),
-            key=lambda u: u[0] + u[1],
-            default=(Fraction(0), Fraction(0)),
-        )
-        for layers in key.layers()
-    )
+    largest: dict[frozenset[bool], tuple[Fraction, Fraction]] = {}  # by the kinds a stage holds
+    out = []
+    for layers in key.layers():
+        kinds = frozenset(arch.is_moe_layer(j) for j in layers)
+        if kinds not in largest:
+            largest[kinds] = max(
+                (kind_unit[k] for k in sorted(kinds)),
+                key=lambda u: u[0] + u[1],
+                default=(Fraction(0), Fraction(0)),
+            )
+        out.append(largest[kinds])
+    return tuple(out)
 
 
 @lru_cache(maxsize=CACHE)
@@ -196,7 +200,7 @@ def gather_units(key: SplitKey) -> tuple[tuple[Fraction, Fraction], ...]:
             units.append((Fraction(counts.embedding, key.tp), Fraction(0)))
         if i == last:
             units.append((output_params(key, counts, vocab), Fraction(0)))
-        out.append(max(units, key=lambda u: u[0] + u[1]))
+        out.append(units[0] if len(units) == 1 else max(units, key=lambda u: u[0] + u[1]))
     return tuple(out)
 
 
@@ -257,6 +261,7 @@ def busiest_stage(params: tuple[tuple[int, tuple[int, ...], Fraction, Fraction],
     return max(params, key=lambda p: (p[2] + p[3], -p[0]))[0]
 
 
+@lru_cache(maxsize=CACHE)
 def _stage_dense_expert(key: SplitKey) -> tuple[Any, ...]:
     return tuple((d, e) for _, _, d, e in stage_params_per_gpu(key))
 

@@ -77,7 +77,7 @@ def oracle(case, headroom: float):
 def oracle_at(case, lay, capacity: int):
     """(least step ns, layers, recomputed) over every per-stage layout of ``lay``'s shape whose
     every stage needs at most ``capacity`` bytes, by evaluate(): every composition of L into pp
-    stage counts that are multiples of v (equal chunks: optimizer.stage_tables._Stages.counts),
+    stage counts that are multiples of v (equal chunks: optimizer.stage_view.StageView.counts),
     each stage's n spread over its v chunks as n/v, and every per-chunk count 0 … n/v that is legal (evaluate() refuses counts
     above 0 over a selective base under megatron: :mod:`model.recompute_counts`); None when none
     fits."""
