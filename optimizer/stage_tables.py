@@ -48,6 +48,7 @@ from trainplan.model.layout import Layout, Recompute
 from trainplan.model.terms.peak import StageMemory, fit_bytes
 from trainplan.model.terms.pipeline_span import stage_passes
 from trainplan.optimizer.case import Case
+from trainplan.optimizer.problem import Constraints
 from trainplan.optimizer.solver import interrupted
 from trainplan.optimizer.stage_option import PASS_UNITS, StageOption
 from trainplan.optimizer.stage_rules import most_recomputed
@@ -134,10 +135,12 @@ def stage_capacity(
     case: Case, layout: Layout, headroom: float = 0.0, max_bytes: int | None = None
 ) -> int:
     """Bytes per GPU a stage may use: the device's usable bytes as ``layout``'s framework counts
-    them (:meth:`model.hardware.DeviceSpec.usable_bytes`) × (1 − ``headroom``), and at most
+    them (:meth:`model.hardware.DeviceSpec.usable_bytes`) × (1 − ``headroom``)
+    (:meth:`optimizer.problem.Constraints.held_bytes`, the layout search's rule), and at most
     ``max_bytes`` when given (a bound no stage's peak exceeds under either figure of
     :func:`stage_within`: :func:`pipeline_lower_bound`'s)."""
-    capacity = int(case.device.usable_bytes(layout.framework.physical) * (1 - headroom))
+    usable = case.device.usable_bytes(layout.framework.physical)
+    capacity = Constraints(headroom=headroom).held_bytes(usable)
     return capacity if max_bytes is None else min(capacity, max_bytes)
 
 

@@ -34,6 +34,8 @@ SEARCH8 = ["search", "--model", "llama3-8b", "--gpus", "8"]
 MFU = ["mfu", "--params", "70B", "--gpu", "H100-SXM", "--chips", "512"]
 BOTH_BATCHES = ["--global-batch-tokens", "16e6", "--global-batch", "2048"]
 
+QWEN_DEEPSPEED = ["search", "--model", "qwen3-8b", "--gpus", "8", "--framework", "deepspeed"]
+
 CALLS: dict[str, list[str]] = {
     "headroom": [*SEARCH8, "--headroom", "0.5"],
     "headroom json": [*SEARCH8, "--headroom", "0.5", "--json"],
@@ -47,25 +49,9 @@ CALLS: dict[str, list[str]] = {
     "mfu step alone": [*MFU, "--tokens", "4e6"],
     "mfu rate params": [*MFU, "--achieved-pflops", "200"],
     "evaluate two gpus": ["evaluate", "--model", "llama3-70b", "--gpu", "H100-SXM,H200"],
-    "deepspeed qk-norm": [
-        "search",
-        "--model",
-        "qwen3-8b",
-        "--gpus",
-        "8",
-        "--framework",
-        "deepspeed",
-    ],
-    "deepspeed or fsdp2": [
-        "search",
-        "--model",
-        "qwen3-8b",
-        "--gpus",
-        "8",
-        "--framework",
-        "deepspeed",
-    ]
-    + ["--framework", "fsdp2", "--tp", "1", "--pp", "1", "--max-micro-batch", "1", "--json"],
+    "deepspeed qk-norm": QWEN_DEEPSPEED,
+    "deepspeed or fsdp2": [*QWEN_DEEPSPEED, "--framework", "fsdp2", "--tp", "1", "--pp", "1"]
+    + ["--max-micro-batch", "1", "--json"],
     "rlhf two gpus": [
         "rlhf",
         "--algorithm",
