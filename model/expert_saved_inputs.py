@@ -1,7 +1,9 @@
 """Which of the routed experts' two linear layers save their BF16 input instead of an FP8 copy
 under Megatron-Core, so that Transformer Engine quantises that input a second time in the
 backward: read by the activation memory (:mod:`model.terms.activation_fields`) and by the
-host's expert calls (:mod:`model.host_calls`).
+host's expert calls (:mod:`model.host_calls`) and the step time (the weight-gradient pass of
+each such linear quantises its input again, :func:`model.grouped_gemm.expert_cast_seconds`),
+both through :func:`requantised_inputs`.
 
 Megatron-LM d98e8a64dd ``megatron/core/transformer/moe/experts.py`` ``TEGroupedMLP.__init__``
 calls ``set_save_original_input`` on ``linear_fc1`` with the ``expert_fc1`` activation offload
@@ -19,7 +21,7 @@ from trainplan.model.frameworks import Framework
 from trainplan.model.precision import Fp8Recipe, Precision, fp8_recipe_of
 from trainplan.model.specs import TrainingSpec
 
-__all__ = ["expert_fc1_saves_original", "expert_fc2_saves_original"]
+__all__ = ["expert_fc1_saves_original", "expert_fc2_saves_original", "requantised_inputs"]
 
 
 def expert_fc1_saves_original(training: TrainingSpec, framework: Framework | str) -> bool:
@@ -57,3 +59,20 @@ def expert_fc2_saves_original(
     """
     fp8 = training.precision is Precision.FP8
     return fp8 and str(framework) == Framework.MEGATRON and "moe_act" in plan
+
+
+def requantised_inputs(
+    training: TrainingSpec, framework: Framework | str, plan: tuple[str, ...]
+) -> tuple[bool, bool]:
+    """(FC1, FC2): whether each of the routed experts' linears saves its BF16 input and
+    quantises it again for its weight gradient (:func:`expert_fc1_saves_original`,
+    :func:`expert_fc2_saves_original` of the selective ``plan``). The one rule the step time
+    (:attr:`model.grouped_gemm.GroupedFp8.requantised`) and the host's call count
+    (:func:`model.host_calls.saved_originals`) read.
+
+    >>> t = TrainingSpec(seq_len=4, global_batch_size=1, precision="fp8", fp8_recipe="tensorwise")
+    >>> requantised_inputs(t, "megatron", ("moe_act",)), requantised_inputs(t, "megatron", ())
+    ((False, True), (False, False))
+    """
+    fc1 = expert_fc1_saves_original(training, framework)
+    return fc1, expert_fc2_saves_original(training, framework, plan)

@@ -28,14 +28,18 @@ expert receives — not the dense layer's speed-up.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from trainplan.model.errors import InputError
 from trainplan.model.gemm_shapes import cast_elements, layer_ms, layer_row
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.kernel_tables import LayerGemms
-from trainplan.model.moe_kernels import expert_cast_kernels
+from trainplan.model.moe_kernels import (
+    expert_cast_kernels,
+    fc1_bias_grad_reads,
+    fc1_grad_kernels,
+)
 from trainplan.model.moe_run import grouped_rows
 from trainplan.model.op_rates import (
     RECIPE_PART,
@@ -45,6 +49,7 @@ from trainplan.model.op_rates import (
 )
 from trainplan.model.part_family import FAMILY
 from trainplan.model.precision import Fp8Recipe, Precision
+from trainplan.model.roofline import RooflineParams
 from trainplan.scenarios.kernel_data import low_precision_data
 
 __all__ = [
@@ -54,6 +59,8 @@ __all__ = [
     "kernel_speedup",
     "cast_seconds_per_element",
     "grouped_fp8_rates",
+    "experts_fp8",
+    "expert_cast_seconds",
 ]
 
 RECIPE_PART_HBM_TBPS: dict[str, tuple[float, str]] = {
@@ -79,6 +86,16 @@ class GroupedFp8:
     operand (:func:`model.moe_kernels.expert_cast_kernels` of the recipe on the part: 4 under
     current scaling, 1 under MXFP8 and block scaling, 0 under delayed scaling where the part
     keeps an FP8 transpose, 1 on Blackwell)."""
+    fc1_grad_kernels: int | None = None
+    """Kernels each local expert launches to quantise FC1's output gradient
+    (:func:`model.moe_kernels.fc1_grad_kernels`: with its bias gradient where the experts' FC1
+    has a bias); None: :attr:`cast_kernels`."""
+    fc1_bias_reads: bool = False
+    """FC1's bias gradient reads its output gradient in a pass of its own
+    (:func:`model.moe_kernels.fc1_bias_grad_reads`: current and block scaling)."""
+    requantised: tuple[bool, bool] = (False, False)
+    """(FC1, FC2): the linear saves its BF16 input and its weight-gradient pass quantises it
+    again (:func:`model.expert_saved_inputs.requantised_inputs`)."""
 
 
 def grouped_shape(part: str, m: float, n: float, groups: float, rows: bool) -> tuple[float, float]:
@@ -194,3 +211,83 @@ def grouped_fp8_rates(
     return GroupedFp8(
         (kernel[0], kernel[1], kernel[2]), (casts[0], casts[1]), expert_cast_kernels(r, device)
     )
+
+
+def experts_fp8(
+    g: GroupedFp8 | None,
+    recipe: Fp8Recipe | str | None,
+    device: DeviceSpec,
+    fc1_bias: bool,
+    requantised: tuple[bool, bool],
+) -> GroupedFp8 | None:
+    """``g`` (:func:`grouped_fp8_rates`, by part and recipe) with what the model and layout add:
+    FC1's output-gradient kernels with ``fc1_bias`` (the model's ``linear_bias``,
+    :func:`model.moe_kernels.fc1_grad_kernels`), whether its bias gradient reads the gradient
+    again (:func:`model.moe_kernels.fc1_bias_grad_reads`) and which linears quantise their saved
+    input again (``requantised``, :func:`model.expert_saved_inputs.requantised_inputs`); None
+    stays None (no FP8 grouped GEMM).
+
+    >>> from trainplan.topology.accelerator_file import get_part
+    >>> h100 = get_part("H100-SXM")
+    >>> g = experts_fp8(grouped_fp8_rates("fp8", "delayed", h100, "megatron"), "delayed", h100,
+    ...                 True, (False, False))
+    >>> g.cast_kernels, g.fc1_grad_kernels, g.fc1_bias_reads
+    (0, 2, False)
+    """
+    if g is None or recipe is None:
+        return g
+    reads = fc1_bias_grad_reads(recipe, fc1_bias)
+    kernels = fc1_grad_kernels(recipe, device, fc1_bias)
+    return replace(g, fc1_grad_kernels=kernels, fc1_bias_reads=reads, requantised=requantised)
+
+
+def expert_cast_seconds(
+    g: GroupedFp8,
+    linear: int,
+    which: int,
+    mnk: tuple[float, float, float],
+    experts: float,
+    hbm_bytes_per_s: float,
+    p: RooflineParams,
+) -> float:
+    """Seconds the per-expert quantisations add to pass ``which`` (0 forward, 1 input gradient,
+    2 weight gradient) of routed-expert linear ``linear`` (0 FC1, 1 FC2) of ``experts`` local
+    experts, each ``[m, k] × [k, n]`` (``mnk`` as :class:`model.ops.Op` holds it), beyond the
+    single cast the GEMM's own per-element cast charges (:func:`model.op_time._gemm`): each
+    further launch a dependent kernel's ``t_kernel`` (``p.kernel_overhead_s``) —
+
+    * forward and input gradient: ``(experts − 1) ×`` :attr:`GroupedFp8.cast_kernels`; FC1's
+      input gradient ``experts ×`` (:attr:`GroupedFp8.fc1_grad_kernels` − ``cast_kernels``)
+      more, and where :attr:`GroupedFp8.fc1_bias_reads` the bias gradient's read of the BF16
+      output gradient (2·m·n bytes an expert at ``hbm × e_HBM``);
+    * weight gradient, where :attr:`GroupedFp8.requantised` names the linear: its input cast
+      again, ``m·k`` elements an expert at the forward cast's seconds per element
+      (:attr:`GroupedFp8.cast_s_per_element`) plus the forward's ``(experts − 1) ×
+      cast_kernels`` launches (Transformer Engine v2.9 ``_GroupedLinear.backward``:
+      ``tex.split_quantize(inp_view, ctx.m_splits, ctx.input_quantizers)``); else 0.
+
+    >>> from trainplan.model.roofline import RooflineParams
+    >>> g = GroupedFp8((1.9, 1.9, 1.9), (2e-12, 2e-12), 4, 5, True, (False, True))
+    >>> p = RooflineParams(gemm_efficiency=0.74)  # t_kernel 3 µs, e_HBM 0.9
+    >>> mnk = (1000.0, 2048.0, 768.0)
+    >>> # FC1's input gradient: (15·4 + 16·(5 − 4))·3 µs + 2·1,000·2,048·16 B at 0.9·3 TB/s
+    >>> round(expert_cast_seconds(g, 0, 1, mnk, 16, 3e12, p) * 1e6, 3)  # 228 + 24.273 µs
+    252.273
+    >>> # FC2's weight gradient re-quantises its input: 15·4·3 µs + 2 ps × 16·1,000·768
+    >>> round(expert_cast_seconds(g, 1, 2, mnk, 16, 3e12, p) * 1e6, 3)
+    204.576
+    """
+    m, n, k = mnk
+    launches = (experts - 1) * g.cast_kernels
+    if which == 2:
+        if not g.requantised[linear]:
+            return 0.0
+        return launches * p.kernel_overhead_s + g.cast_s_per_element[0] * m * k * experts
+    extra = 0.0
+    if which == 1 and linear == 0:
+        more = g.cast_kernels if g.fc1_grad_kernels is None else g.fc1_grad_kernels
+        launches += experts * (more - g.cast_kernels)
+        extra = (
+            2 * m * n * experts / (hbm_bytes_per_s * p.hbm_efficiency) if g.fc1_bias_reads else 0.0
+        )
+    return launches * p.kernel_overhead_s + extra

@@ -26,7 +26,7 @@ and ``t_kernel`` only (:mod:`model.op_time`); why no host term is in force is in
   turn; at d0067d0da the default path still does, the one-call ``tex.group_quantize`` being
   the opt-in ``use_grouped_tensor`` path's). Per expert and tensor that is
   :func:`model.moe_kernels.expert_cast_kernels` kernel launches, with the experts' FC1 bias
-  :data:`EXPERT_BIAS_GRAD_KERNELS` for FC1's output gradient, and one more tensor for each
+  :func:`model.moe_kernels.fc1_grad_kernels` for FC1's output gradient, and one more tensor for each
   expert linear that saves its BF16 input (:mod:`model.expert_saved_inputs`). No measurement of
   one quantise call's host time is published, so the count is given without a time (the GEMM
   call's :data:`EXPERT_GEMM_HOST_S` is not one). The weights are quantised once a step, on the
@@ -36,11 +36,15 @@ and ``t_kernel`` only (:mod:`model.op_time`); why no host term is in force is in
 from __future__ import annotations
 
 from trainplan.model.estimate import recomputed_layers
-from trainplan.model.expert_saved_inputs import expert_fc1_saves_original, expert_fc2_saves_original
+from trainplan.model.expert_saved_inputs import requantised_inputs
 from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Layout, Recompute
-from trainplan.model.moe_kernels import expert_cast_kernels
+from trainplan.model.moe_kernels import (
+    EXPERT_BIAS_GRAD_KERNELS,
+    expert_cast_kernels,
+    fc1_grad_kernels,
+)
 from trainplan.model.op_rates import te_caches_fp8_weights
 from trainplan.model.op_time import ROUTED_EXPERT_GEMMS
 from trainplan.model.ops import LayerShape
@@ -151,26 +155,6 @@ def expert_forwards(arch: Architecture, layout: Layout, training: TrainingSpec) 
     return tuple(sorted({2 if i in full else base for i in moe}))
 
 
-EXPERT_BIAS_GRAD_KERNELS: dict[Fp8Recipe, int] = {
-    Fp8Recipe.DELAYED: 2,
-    Fp8Recipe.TENSORWISE: 5,
-    Fp8Recipe.BLOCKWISE: 2,
-    Fp8Recipe.MXFP8: 2,
-}
-"""Kernel launches per local expert that quantise FC1's output gradient with its bias gradient
-where the experts' FC1 has a bias (``linear_bias``: Megatron-Core builds FC2 with
-``skip_bias_add``, which ``TEGroupedLinear`` passes as ``return_bias``, Megatron-LM d98e8a64dd
-``extensions/transformer_engine.py``, and Transformer Engine's ``GroupedLinear.__init__`` sets
-``apply_bias = bias and not return_bias``: only FC1's bias is Transformer Engine's). Transformer Engine v2.9
-``_GroupedLinear.backward`` loops over the experts under delayed, current (``tensorwise``) and
-MXFP8 scaling, one ``tex.bgrad_quantize`` each (``pytorch/csrc/extensions/bias.cpp``): fused
-``nvte_quantize_dbias`` for delayed scaling and MXFP8, the cast kernel and ``reduce_dbias``
-(``common/util/cast_kernels.cuh``, ``common/transpose/cast_transpose_fusion.cu``) — 2; for
-current scaling ``at::sum_out`` then the quantizer's 4 (:func:`model.moe_kernels.
-expert_cast_kernels`) — 5. Under block scaling each expert's ``sum(dim=0)`` in PyTorch, then
-``tex.split_quantize``, one quantizer call an expert — 2."""
-
-
 def expert_quantise_calls(
     num_experts: int,
     ep: int,
@@ -185,8 +169,9 @@ def expert_quantise_calls(
     experts' tensors one expert at a time under FP8 ``recipe`` (None: BF16, 0): ``E_l`` local
     experts × :func:`model.moe_kernels.expert_cast_kernels` per tensor, for the inputs of both expert linears
     in each of ``forwards`` forwards, their two output gradients and ``saved_originals``
-    inputs quantised again in the backward (:mod:`model.expert_saved_inputs`); with
-    ``fc1_bias`` FC1's output gradient takes :data:`EXPERT_BIAS_GRAD_KERNELS` instead. 0 where
+    inputs quantised again in the backward (:mod:`model.expert_saved_inputs`); FC1's output
+    gradient takes :func:`model.moe_kernels.fc1_grad_kernels` (with ``fc1_bias``
+    :data:`model.moe_kernels.EXPERT_BIAS_GRAD_KERNELS`). 0 where
     the experts are not Transformer Engine's ``GroupedLinear`` under Megatron-Core
     (:func:`model.op_rates.te_caches_fp8_weights`: DeepSpeed refuses FP8 with routed experts,
     torchtitan's stay BF16).
@@ -208,16 +193,16 @@ def expert_quantise_calls(
     if recipe is None or not te_caches_fp8_weights(framework):
         return 0
     k = expert_cast_kernels(recipe, device)
-    tensors = len(ROUTED_EXPERT_GEMMS) * (forwards + 1) + saved_originals
-    bias = EXPERT_BIAS_GRAD_KERNELS[Fp8Recipe(str(recipe))] - k if fc1_bias else 0
-    return local_experts(num_experts, ep) * (k * tensors + bias)
+    tensors = len(ROUTED_EXPERT_GEMMS) * (forwards + 1) - 1 + saved_originals  # but FC1's gradient
+    return local_experts(num_experts, ep) * (
+        k * tensors + fc1_grad_kernels(recipe, device, fc1_bias)
+    )
 
 
 def saved_originals(framework: str, recompute: Recompute, training: TrainingSpec) -> int:
     """How many of the routed experts' two linears save their BF16 input and quantise it again
-    in the backward under ``recompute`` (:func:`model.expert_saved_inputs.
-    expert_fc1_saves_original`, :func:`~model.expert_saved_inputs.expert_fc2_saves_original` of
-    the selective plan, :func:`model.recompute_ops.layout_plan`): 0, 1 or 2.
+    in the backward under ``recompute`` (:func:`model.expert_saved_inputs.requantised_inputs`
+    of the selective plan, :func:`model.recompute_ops.layout_plan`): 0, 1 or 2.
 
     >>> from trainplan.model.offload import Offload
     >>> t = TrainingSpec(seq_len=4, global_batch_size=1, precision="fp8", fp8_recipe="tensorwise",
@@ -226,5 +211,4 @@ def saved_originals(framework: str, recompute: Recompute, training: TrainingSpec
     (2, 1)
     """
     plan, _ = layout_plan(Framework(framework), recompute, training)
-    fc1 = expert_fc1_saves_original(training, framework)
-    return int(fc1) + int(expert_fc2_saves_original(training, framework, plan))
+    return sum(requantised_inputs(training, framework, plan))

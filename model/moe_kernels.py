@@ -61,7 +61,11 @@ __all__ = [
     "DispatchMetadata",
     "counts_gather_seconds",
     "dispatch_metadata",
+    "BIAS_GRAD_READS",
+    "EXPERT_BIAS_GRAD_KERNELS",
     "expert_cast_kernels",
+    "fc1_bias_grad_reads",
+    "fc1_grad_kernels",
     "expert_passes_of",
     "experts_stay_bf16",
     "megatron_expert_passes",
@@ -205,7 +209,7 @@ def expert_cast_kernels(recipe: Fp8Recipe | str, device: DeviceSpec | None = Non
 
     A grouped GEMM of ``E`` local experts pays ``(E − 1) ×`` this many kernel launches per
     quantised operand beyond the single cast the dense profile's ``te.Linear`` launches
-    (:func:`model.op_time.expert_cast_launches`). Qwen3-30B-A3B on an H100 at EP 8 (16 local
+    (:func:`model.op_time.expert_quantise_seconds`). Qwen3-30B-A3B on an H100 at EP 8 (16 local
     experts, current scaling): four quantised operands per MoE layer and micro-batch (FC1's
     and FC2's inputs, their output gradients), 4 × 15 × 4 = 240 launches.
 
@@ -221,6 +225,70 @@ def expert_cast_kernels(recipe: Fp8Recipe | str, device: DeviceSpec | None = Non
     if r is Fp8Recipe.DELAYED and not keeps_fp8_transpose(r, device):
         return 1
     return EXPERT_CAST_KERNELS[r]
+
+
+EXPERT_BIAS_GRAD_KERNELS: dict[Fp8Recipe, int] = {
+    Fp8Recipe.DELAYED: 2,
+    Fp8Recipe.TENSORWISE: 5,
+    Fp8Recipe.BLOCKWISE: 2,
+    Fp8Recipe.MXFP8: 2,
+}
+"""Kernel launches per local expert that quantise FC1's output gradient with its bias gradient
+where the experts' FC1 has a bias (``linear_bias``: Megatron-Core builds FC2 with
+``skip_bias_add``, which ``TEGroupedLinear`` passes as ``return_bias``, Megatron-LM d98e8a64dd
+``extensions/transformer_engine.py``, and Transformer Engine's ``GroupedLinear.__init__`` sets
+``apply_bias = bias and not return_bias``: only FC1's bias is Transformer Engine's).
+Transformer Engine v2.9 ``_GroupedLinear.backward`` loops over the experts under delayed,
+current (``tensorwise``) and MXFP8 scaling, one ``tex.bgrad_quantize`` each
+(``pytorch/csrc/extensions/bias.cpp``): fused ``nvte_quantize_dbias`` for delayed scaling and
+MXFP8, the cast kernel and ``reduce_dbias`` (``common/util/cast_kernels.cuh``,
+``common/transpose/cast_transpose_fusion.cu``) — 2; for current scaling ``at::sum_out`` then
+the quantizer's 4 (:func:`expert_cast_kernels`) — 5. Under block scaling each expert's
+``sum(dim=0)`` in PyTorch, then ``tex.split_quantize``, one quantizer call an expert — 2.
+Read by :func:`fc1_grad_kernels`."""
+
+
+BIAS_GRAD_READS = frozenset({Fp8Recipe.TENSORWISE, Fp8Recipe.BLOCKWISE})
+"""Recipes whose FC1 bias gradient is a pass of its own over the output gradient: current
+scaling's ``at::sum_out`` of ``bgrad_quantize`` (Transformer Engine v2.9 ``pytorch/csrc/
+extensions/bias.cpp``: the fused ``nvte_quantize_dbias`` only for ``Float8Quantizer``, delayed
+scaling's, and MXFP8) and block scaling's ``grad_output_mats[i].sum(dim=0)`` (``_GroupedLinear.
+backward``), each reading the expert's rows of the BF16 gradient once; the fused kernels sum
+as they cast (:func:`fc1_bias_grad_reads`)."""
+
+
+def fc1_grad_kernels(recipe: Fp8Recipe | str, device: DeviceSpec | None, bias: bool) -> int:
+    """Kernel launches per local expert that quantise the routed experts' FC1 output gradient
+    under ``recipe`` on ``device``: :data:`EXPERT_BIAS_GRAD_KERNELS` where FC1 has a bias
+    (``bias``: the model's ``linear_bias``), else :func:`expert_cast_kernels`. The one rule the
+    step time (:attr:`model.grouped_gemm.GroupedFp8.fc1_grad_kernels`) and the host's call count
+    (:func:`model.host_calls.expert_quantise_calls`) read.
+
+    >>> from trainplan.topology.accelerator_file import get_part
+    >>> h100 = get_part("H100-SXM")
+    >>> fc1_grad_kernels("delayed", h100, False), fc1_grad_kernels("delayed", h100, True)
+    (0, 2)
+    >>> fc1_grad_kernels("tensorwise", h100, True)  # at::sum_out, then the quantizer's 4
+    5
+    """
+    r = Fp8Recipe(str(recipe))
+    return EXPERT_BIAS_GRAD_KERNELS[r] if bias else expert_cast_kernels(r, device)
+
+
+def fc1_bias_grad_reads(recipe: Fp8Recipe | str, bias: bool) -> bool:
+    """Whether FC1's bias gradient reads its BF16 output gradient once more, beyond the
+    gradient's cast: under the recipes of :data:`BIAS_GRAD_READS` where FC1 has a bias. The
+    fused ``nvte_quantize_dbias`` reduces the rows as it casts them; its per-tile partial sums,
+    at most ``[⌈rows/64⌉, n]`` FP32 written and read again (``common/util/cast_kernels.cuh``
+    ``cast_fp8_2D``, ``common/transpose/cast_transpose_fusion.cu``), are left out: at most 1/16
+    of the gradient's bytes.
+
+    >>> fc1_bias_grad_reads("tensorwise", True), fc1_bias_grad_reads("delayed", True)
+    (True, False)
+    >>> fc1_bias_grad_reads("tensorwise", False)
+    False
+    """
+    return bias and Fp8Recipe(str(recipe)) in BIAS_GRAD_READS
 
 
 @dataclass(frozen=True, slots=True)

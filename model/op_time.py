@@ -13,7 +13,7 @@ from functools import lru_cache
 
 from trainplan.model.attention_rates import attention_fractions, ring_fractions, window_fractions
 from trainplan.model.core_spans import CoreSpan
-from trainplan.model.grouped_gemm import GroupedFp8, grouped_shape
+from trainplan.model.grouped_gemm import GroupedFp8, expert_cast_seconds, grouped_shape
 from trainplan.model.op_rates import dense_wave_efficiency
 from trainplan.model.ops import WGRAD_ACCUMULATE_BYTES, LayerShape, Op, OpKind, layer_ops
 from trainplan.model.roofline import (
@@ -48,7 +48,7 @@ __all__ = [
     "TE_COMPUTE_STREAMS",
     "expert_loop_of",
     "op_seconds",
-    "expert_cast_launches",
+    "expert_quantise_seconds",
     "dgrad_seconds",
     "wgrad_seconds",
     "LayerCompute",
@@ -177,9 +177,10 @@ BF16_GEMMS = frozenset({"router", "output layer (logits)"})
 """GEMMs with weights that FP8 recipes keep in BF16 (DeepSeek-V3 §3.3; Transformer Engine
 leaves the output head and the router to PyTorch)."""
 
-ROUTED_EXPERT_GEMMS = frozenset({"experts up", "experts down"})
-"""The routed experts' GEMMs (:func:`model.ops.layer_ops`' names): BF16 under a clock with
-:attr:`Clock.bf16_experts`."""
+EXPERT_LINEARS = ("experts up", "experts down")
+"""The routed experts' FC1 and FC2 GEMMs (:func:`model.ops.layer_ops`' names), in that order."""
+ROUTED_EXPERT_GEMMS = frozenset(EXPERT_LINEARS)
+"""The routed experts' GEMMs: BF16 under a clock with :attr:`Clock.bf16_experts`."""
 
 
 def _gemm(
@@ -242,32 +243,32 @@ def _expert_gemm(
     else:
         rows, w = grouped_shape(c.params.part, m, n, op.batch, which != 2)
     t = _gemm(rows, n, k, op.batch, c, extra, _fp8(op, c), which, w, m)
-    return t + expert_cast_launches(op, c, which)
+    return t + expert_quantise_seconds(op, c, which)
 
 
-def expert_cast_launches(op: Op, c: Clock, which: int) -> float:
-    """Seconds of the kernel launches the per-expert casts of pass ``which`` add: under
-    :attr:`Clock.grouped_fp8` the forward (0) and input gradient (1) of a grouped GEMM of
-    ``op.batch`` local experts quantise their operand one expert at a time, ``(op.batch − 1) ×``
-    :attr:`model.grouped_gemm.GroupedFp8.cast_kernels` launches beyond the profile's single
-    cast, each a dependent kernel's ``t_kernel`` (:attr:`model.roofline.RooflineParams.
-    kernel_overhead_s`); 0 for the weight gradient (it reads the forward's column-wise copies),
-    a BF16 run, or a clock without :attr:`Clock.grouped_fp8`.
+def expert_quantise_seconds(op: Op, c: Clock, which: int) -> float:
+    """Seconds the per-expert quantisations add to pass ``which`` (0 forward, 1 input gradient,
+    2 weight gradient) of a grouped GEMM of ``op.batch`` local experts under
+    :attr:`Clock.grouped_fp8`, beyond the GEMM's own cast (:func:`model.grouped_gemm.
+    expert_cast_seconds`: the launches of casting one expert at a time, FC1's bias gradient,
+    a saved BF16 input quantised again for the weight gradient); 0 for a BF16 run, a dense GEMM
+    or a clock without :attr:`Clock.grouped_fp8`.
 
     >>> from trainplan.model.grouped_gemm import GroupedFp8
     >>> from trainplan.model.roofline import RooflineParams
     >>> c = Clock(989.4e12, 3.35e12, RooflineParams(gemm_efficiency=0.74), linear_speedup=1.9,
     ...           grouped_fp8=GroupedFp8((1.9, 1.9, 1.9), (2e-12, 2e-12), 4))
     >>> fc1 = Op("experts up", OpKind.GEMM, m=2048, n=1536, k=2048, batch=16, weights=True)
-    >>> round(expert_cast_launches(fc1, c, 0) * 1e6, 1)  # 15 experts more × 4 kernels × 3 µs
+    >>> round(expert_quantise_seconds(fc1, c, 0) * 1e6, 1)  # 15 experts more × 4 kernels × 3 µs
     180.0
-    >>> expert_cast_launches(fc1, c, 2)
+    >>> expert_quantise_seconds(fc1, c, 2)  # the forward's column-wise copies
     0.0
     """
-    g = c.grouped_fp8
-    if g is None or which == 2 or not _is_grouped(op) or not _fp8(op, c):
+    g, names = c.grouped_fp8, EXPERT_LINEARS
+    if g is None or not _is_grouped(op) or not _fp8(op, c) or op.name not in names:
         return 0.0
-    return (op.batch - 1) * g.cast_kernels * c.params.kernel_overhead_s
+    mnk, linear = (op.m, op.n, op.k), names.index(op.name)
+    return expert_cast_seconds(g, linear, which, mnk, op.batch, c.hbm_bytes_per_s, c.params)
 
 
 def _speedups(c: Clock) -> tuple[float, float, float]:

@@ -40,9 +40,10 @@ from trainplan.model.context_parallel import torch_rotate_method
 from trainplan.model.core_spans import span_groups
 from trainplan.model.elementwise import elementwise_mode
 from trainplan.model.ep_kernels import kernel_rates
+from trainplan.model.expert_saved_inputs import requantised_inputs
 from trainplan.model.fp8_gathers import tp_gather_bytes
 from trainplan.model.frameworks import Framework, gradient_bytes_for
-from trainplan.model.grouped_gemm import grouped_fp8_rates
+from trainplan.model.grouped_gemm import GroupedFp8, experts_fp8, grouped_fp8_rates
 from trainplan.model.launch_order import launch_order_kept
 from trainplan.model.layer_time import PARTS
 from trainplan.model.layout import Recompute
@@ -273,6 +274,18 @@ def _recompute_plan(c: Context, f: Fields, mode: Recompute) -> tuple[tuple[str, 
     return layout_plan(Framework(f.framework), mode, c.training)
 
 
+def _experts_fp8(c: Context, f: Fields, mode: Recompute, recipe: Any) -> GroupedFp8 | None:
+    """:attr:`model.op_time.Clock.grouped_fp8` of the layout: the part's rates under the recipe
+    (:func:`model.grouped_gemm.grouped_fp8_rates`) with the model's FC1 bias and the linears
+    that quantise their saved input again under the layout's recompute plan
+    (:func:`model.grouped_gemm.experts_fp8`, :func:`model.expert_saved_inputs.
+    requantised_inputs`)."""
+    t, d = c.training, c.gpu
+    rates = grouped_fp8_rates(t.precision, recipe, d, f.framework)
+    requantised = requantised_inputs(t, f.framework, _recompute_plan(c, f, mode)[0])
+    return experts_fp8(rates, recipe, d, c.arch.linear_bias, requantised)
+
+
 def _gather_bytes(framework: Any, t: TrainingSpec) -> int | None:
     """:attr:`model.op_time.Clock.tp_gather_bytes` of the framework and recipe
     (:func:`model.fp8_gathers.tp_gather_bytes`), None where it is the activations' β."""
@@ -311,7 +324,7 @@ def _kinds_of(c: Context, f: Fields, mode: Recompute, kept: Any = None) -> tuple
     base = (d.peak_flops_per_s, d.hbm_bytes_per_s, p, overlap,
             speedup,
             elementwise_mode(f.framework, t.compile),
-            grouped_fp8_rates(t.precision, recipe, d, f.framework),
+            _experts_fp8(c, f, mode, recipe),
             expert_passes_of(f.framework, t.precision), ao,
             experts_stay_bf16(f.framework, t.precision), expert_loop_of(f.framework),
             grouped_mm_of(f.framework), o.tp_comm_overlap_cfg, _gather_bytes(f.framework, t),

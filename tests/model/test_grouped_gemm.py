@@ -21,7 +21,7 @@ from trainplan.model.kernel_tables import GemmTable
 from trainplan.model.op_time import (
     Clock,
     dgrad_seconds,
-    expert_cast_launches,
+    expert_quantise_seconds,
     op_seconds,
     wgrad_seconds,
 )
@@ -91,7 +91,7 @@ def test_an_fp8_grouped_gemm_is_its_kernel_and_its_rows_casts() -> None:
     p = RooflineParams(gemm_efficiency=0.6, part="H100-SXM")
     g = grouped_fp8_rates("fp8", "tensorwise", H100, "megatron")
     c = Clock(989.4e12, 3.35e12, p, linear_speedup=1.5, grouped_fp8=g)
-    op = Op("experts fc1", OpKind.GEMM, m=256, n=1536, k=2048, batch=16)
+    op = Op("experts up", OpKind.GEMM, m=256, n=1536, k=2048, batch=16)
     assert g is not None
     _, w = grouped_shape("H100-SXM", 256, 1536, 16, True)
     gemm = gemm_seconds(256, 1536, 2048, 16, 989.4e12 * g.kernel_speedup[0], 3.35e12, p, 1,
@@ -121,12 +121,12 @@ def test_each_experts_cast_launches_its_own_kernels() -> None:
     assert g is not None and g.cast_kernels == 1
     p = RooflineParams(gemm_efficiency=0.6, part="B200")
     c = Clock(2250e12, 8e12, p, linear_speedup=1.5, grouped_fp8=g)
-    op = Op("experts fc1", OpKind.GEMM, m=2048, n=1536, k=2048, batch=16)
-    assert expert_cast_launches(op, c, 0) == pytest.approx(15 * p.kernel_overhead_s)
-    assert expert_cast_launches(op, c, 1) == pytest.approx(15 * p.kernel_overhead_s)
-    assert expert_cast_launches(op, c, 2) == 0.0
+    op = Op("experts up", OpKind.GEMM, m=2048, n=1536, k=2048, batch=16)
+    assert expert_quantise_seconds(op, c, 0) == pytest.approx(15 * p.kernel_overhead_s)
+    assert expert_quantise_seconds(op, c, 1) == pytest.approx(15 * p.kernel_overhead_s)
+    assert expert_quantise_seconds(op, c, 2) == 0.0
     dense = Op("mlp up", OpKind.GEMM, m=2048, n=1536, k=2048, batch=1)
-    assert expert_cast_launches(dense, c, 0) == 0.0
+    assert expert_quantise_seconds(dense, c, 0) == 0.0
 
 
 def test_delayed_scaling_casts_each_expert_where_no_fp8_transpose_is_kept() -> None:
@@ -145,9 +145,9 @@ def test_delayed_scaling_casts_each_expert_where_no_fp8_transpose_is_kept() -> N
     g = grouped_fp8_rates("fp8", "delayed", b200, "megatron")
     assert g is not None and g.cast_kernels == 1
     c = _clock("B200", "delayed")
-    op = Op("experts fc1", OpKind.GEMM, m=2048, n=1536, k=2048, batch=16)
-    per_pass = expert_cast_launches(op, c, 0)
-    assert per_pass == pytest.approx(15 * 3e-6) == expert_cast_launches(op, c, 1)
+    op = Op("experts up", OpKind.GEMM, m=2048, n=1536, k=2048, batch=16)
+    per_pass = expert_quantise_seconds(op, c, 0)
+    assert per_pass == pytest.approx(15 * 3e-6) == expert_quantise_seconds(op, c, 1)
     assert 64 * 48 * 4 * per_pass == pytest.approx(0.55296)
 
 
