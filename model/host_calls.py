@@ -40,11 +40,7 @@ from trainplan.model.expert_saved_inputs import requantised_inputs
 from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Layout, Recompute
-from trainplan.model.moe_kernels import (
-    EXPERT_BIAS_GRAD_KERNELS,
-    expert_cast_kernels,
-    fc1_grad_kernels,
-)
+from trainplan.model.moe_kernels import expert_cast_kernels, fc1_grad_kernels
 from trainplan.model.op_rates import te_caches_fp8_weights
 from trainplan.model.op_time import ROUTED_EXPERT_GEMMS
 from trainplan.model.ops import LayerShape
@@ -54,7 +50,6 @@ from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.torchtitan_experts import grouped_mm_of
 
 __all__ = [
-    "EXPERT_BIAS_GRAD_KERNELS",
     "EXPERT_GEMM_HOST_S",
     "GEMM_PASSES",
     "expert_gemm_calls",
@@ -193,7 +188,9 @@ def expert_quantise_calls(
     if recipe is None or not te_caches_fp8_weights(framework):
         return 0
     k = expert_cast_kernels(recipe, device)
-    tensors = len(ROUTED_EXPERT_GEMMS) * (forwards + 1) - 1 + saved_originals  # but FC1's gradient
+    tensors = (
+        len(ROUTED_EXPERT_GEMMS) * (forwards + 1) - 1 + saved_originals
+    )  # FC1's gradient apart
     return local_experts(num_experts, ep) * (
         k * tensors + fc1_grad_kernels(recipe, device, fc1_bias)
     )

@@ -13,7 +13,6 @@ from trainplan.model.dispatch_buffers import deepep_group_ranks
 from trainplan.model.ep_kernels import KERNEL_LIBRARY, kernel_rates
 from trainplan.model.estimate import Estimate
 from trainplan.model.host_calls import (
-    EXPERT_BIAS_GRAD_KERNELS,
     EXPERT_GEMM_HOST_S,
     expert_forwards,
     expert_gemm_calls,
@@ -21,7 +20,7 @@ from trainplan.model.host_calls import (
     local_experts,
     saved_originals,
 )
-from trainplan.model.moe_kernels import expert_cast_kernels
+from trainplan.model.moe_kernels import expert_cast_kernels, fc1_grad_kernels
 from trainplan.model.moe_run import MoERun
 from trainplan.model.precision import Fp8Recipe, Precision, fp8_recipe_of
 from trainplan.model.terms.step import uses_roofline
@@ -218,7 +217,7 @@ def fp8_quantise_clause(est: Estimate, forwards: tuple[int, ...]) -> str:
     if not k:  # delayed scaling with the transpose: only FC1's bias gradient goes expert by expert
         what, bias, parts = f"{bias} with its bias gradient", "", ["the rest in one call a tensor"]
     if arch.linear_bias:
-        b = f"{EXPERT_BIAS_GRAD_KERNELS[recipe]} per expert"
+        b = f"{fc1_grad_kernels(recipe, est.device, True)} per expert"
         parts.insert(0 if not k else 1, f"{bias} with its bias gradient, {b}" if bias else b)
     counts = f"{n[0]:,}" + (f" ({n[-1]:,} in a layer recomputed in full)" if len(n) > 1 else "")
     again = ", and the inputs saved in BF16 again in the backward," if saved else ""

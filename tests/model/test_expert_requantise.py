@@ -21,11 +21,14 @@ import pytest
 
 import trainplan
 from trainplan.model.estimate import Estimate
+from trainplan.model.expert_saved_inputs import requantised_inputs
 from trainplan.model.grouped_gemm import grouped_fp8_rates
 from trainplan.model.host_calls import expert_quantise_calls
+from trainplan.model.offload import Offload
 from trainplan.model.op_rates import params_in_force
 from trainplan.model.op_time import Clock, dgrad_seconds, op_seconds, wgrad_seconds
 from trainplan.model.ops import Op, OpKind
+from trainplan.model.specs import TrainingSpec
 from trainplan.model.terms import roofline, split_free
 from trainplan.topology.accelerators import get_accelerator
 
@@ -130,3 +133,23 @@ def test_moe_act_recompute_quantises_fc2s_input_again(monkeypatch: pytest.Monkey
     assert compute == pytest.approx(8 * 48 * per_layer, rel=1e-6)  # 88.65 ms
     assert 0 < now.step_s - before.step_s <= compute + 1e-12
     assert now.step_s - before.step_s == pytest.approx(compute, rel=1e-3)
+
+
+def test_expert_fc1_offload_quantises_fc1s_input_again() -> None:
+    """Megatron-Core sets ``save_original_input`` on FC1 under the ``expert_fc1`` activation
+    offload except under MXFP8 (``experts.py`` ``TEGroupedMLP.__init__``): FC1's weight
+    gradient quantises its 2,048 rows × 2,048 inputs of each of 16 experts again, at the forward
+    cast's seconds per element, with the forward's 15 × 4 launches of 3 µs. MXFP8 keeps the
+    FP8 copy: nothing more."""
+    offload = Offload(activations=("expert_fc1",))
+    t = TrainingSpec(seq_len=4096, global_batch_size=64, precision="fp8",
+                     fp8_recipe="tensorwise", offload=offload)  # fmt: skip
+    assert requantised_inputs(t, "megatron", ()) == (True, False)
+    assert requantised_inputs(replace(t, fp8_recipe="mxfp8"), "megatron", ()) == (False, False)
+    assert requantised_inputs(t, "fsdp2", ()) == (False, False)
+    fc1 = Op("experts up", OpKind.GEMM, m=2048, n=1536, k=2048, batch=16)
+    c = _clock("tensorwise")
+    assert c.grouped_fp8 is not None
+    saved = replace(c, grouped_fp8=replace(c.grouped_fp8, requantised=(True, False)))
+    gained = wgrad_seconds(fc1, saved) - wgrad_seconds(fc1, c)
+    assert gained == pytest.approx(15 * 4 * T_KERNEL + FORWARD_CAST_S * 2048 * 2048 * 16)
