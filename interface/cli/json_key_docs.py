@@ -320,7 +320,8 @@ KEY_DOCS: dict[str, str] = {
     "frontier's proof_scope likewise).",
     "per_stage.shapes[].status": "optimal, feasible, infeasible (no split fits), no-gain (none "
     "beats the best so far) or not-searched (interleaved, L layers no multiple of v).",
-    "per_stage.shapes[].note": 'Why a not-searched shape was not: "not searched (L layers have no '
-    'split into equal chunks of v = …)"; null otherwise.',
+    "per_stage.shapes[].note": 'Why a not-searched shape was not: "not searched (the search '
+    'gives each stage v equal chunks, so a multiple of v layers each: L layers cannot split so)"; '
+    "null otherwise.",
 }
 """What each key of the evaluate object means (units: bytes, seconds, 0–1 fractions)."""
