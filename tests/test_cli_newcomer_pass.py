@@ -22,8 +22,9 @@ user ran it (:func:`tests.cli_runs.run_many`):
 * ``frontier --headroom 0.5`` said nowhere that its points were held to half the GPU (``search``
   says it in its notes): it now says it in the same words, in text and JSON;
 * ``evaluate --model /etc/passwd`` said ``/etc/passwd: is not JSON: …``, naming no flag and no
-  rule; ``mfu`` refused an MFU of ``331640.4%`` (no thousands grouped) and
-  ``--recomputed-flops-pct -5`` as ``-5.0``, not as typed;
+  rule (``rlhf --critic-model`` the same; its missing path was refused as ``--model``); ``mfu``
+  refused an MFU of ``331640.4%`` (no thousands grouped) and ``--recomputed-flops-pct -5`` as
+  ``-5.0``, not as typed;
 * ``models`` showed gpt-oss-120b with 5.7B active parameters beside its card's 5.13B, saying
   nowhere that the count holds the input embedding (201,088 × 2,880 = 0.58B) the card leaves out.
 """
@@ -64,6 +65,8 @@ CALLS: dict[str, list[str]] = {
     "frontier headroom": FRONTIER8,
     "frontier headroom json": [*FRONTIER8, "--json"],
     "model not json": ["evaluate", "--model", "/etc/passwd"],
+    "critic not json": ["rlhf", "--algorithm", "ppo", "--model", "llama3-8b"]
+    + ["--critic-model", "/etc/passwd"],
     "mfu above 100%": [*MFU, "--tokens", "4e6", "--step-seconds", "0.001"],
     "mfu negative recompute": [*MFU_STEP, "--recomputed-flops-pct", "-5"],
     "mfu negative recompute e": [*MFU_STEP, "--recomputed-flops-pct", "-5e0"],
@@ -141,10 +144,12 @@ def test_a_frontier_says_the_headroom_it_held_every_point_to(runs):
 
 
 def test_a_file_that_is_not_a_model_names_the_flag_the_value_and_the_rule(runs):
-    assert refusal(runs["model not json"]) == (
-        "--model: '/etc/passwd': is not JSON: Expecting value: line 1 column 1 (char 0); a model "
-        "path must be a Hugging Face config.json (a JSON object)"
+    why = (
+        "'/etc/passwd': is not JSON: Expecting value: line 1 column 1 (char 0); a model path must "
+        "be a Hugging Face config.json (a JSON object)"
     )
+    assert refusal(runs["model not json"]) == f"--model: {why}"
+    assert refusal(runs["critic not json"]) == f"--critic-model: {why}"
 
 
 def test_mfu_refusals_group_thousands_and_echo_the_value_as_typed(runs):
