@@ -233,8 +233,9 @@ INLINE_ORIGIN = "the request's accelerator object"
 
 
 def models_json() -> list[dict[str, Any]]:
-    """The model catalogue (``trainplan models --json``): name, exact parameter counts, the
-    published s and B, and each model's source (``scenarios/models/*.toml``)."""
+    """The model catalogue (``trainplan models --json``): name, exact parameter counts
+    (``num_active_params``: :data:`model.params.ACTIVE_COUNTS`), the published s and B, and each
+    model's source (``scenarios/models/*.toml``)."""
     rows: list[dict[str, Any]] = []
     for name in model_names():
         entry = get_model(name)

@@ -11,6 +11,7 @@ from trainplan.interface.render.report import frontier_row
 from trainplan.interface.render.report_dict import estimate_to_dict, fit_figure
 from trainplan.interface.requests import SearchRequest
 from trainplan.interface.search_commands import SearchRun, per_stage_request, search_problem
+from trainplan.interface.search_notes import headroom_notes
 from trainplan.model.errors import InputError
 from trainplan.model.rank_split import stage_layers_of
 from trainplan.optimizer.per_stage import peak_bytes
@@ -65,7 +66,9 @@ def per_stage_frontier_json(
     ``optimal`` point is proven over, in words (interleaved shapes only over splits whose chunks
     on a stage are equal: :attr:`optimizer.per_stage_frontier.PerStageFrontier.proof_scope`);
     ``proof`` what it proves, in the words the CLI's headline and the page print
-    (:func:`per_stage_proof`). ``progress(searches, points)`` after each per-stage search.
+    (:func:`per_stage_proof`); ``notes``, what ``--headroom`` held every point to
+    (:func:`interface.search_notes.headroom_notes`). ``progress(searches, points)`` after each
+    per-stage search.
 
     Raises
     ------
@@ -112,6 +115,7 @@ def _frontier_object(
         "time_limit_s": limit,
         "stopped": result.stopped,
         "points": rows,
+        "notes": headroom_notes(problem.constraints, rows),
         "proof_scope": result.proof_scope,
     }
     out["proof"] = per_stage_proof(out)

@@ -14,6 +14,7 @@ from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.interface.requests import SearchRequest, search_request
 from trainplan.interface.search_notes import (
     headroom_note,
+    headroom_notes,
     infeasible_json,
     params_meta,
     params_note,
@@ -426,7 +427,9 @@ def frontier_json(
     """The Pareto frontier (``trainplan frontier --json``): ``status``, ``against``,
     ``solve_seconds``, ``tables_seconds``, ``candidates`` and ``points``, one CSV row each
     (:func:`interface.render.report.frontier_row`: every layout field, memory term, traffic per axis,
-    step time, MFU; units in the names), objective ascending; ``settings_cost`` (as
+    step time, MFU; units in the names), objective ascending; ``notes``, what ``--headroom`` held
+    every point to (:func:`interface.search_notes.headroom_notes`; empty without it);
+    ``settings_cost`` (as
     :func:`search_json`'s, against the frontier's fastest point).
 
     Raises
@@ -468,6 +471,7 @@ def frontier_json(
         "tables_seconds": result.tables_seconds,
         "candidates": result.num_candidates,
         "points": rows,
+        "notes": headroom_notes(problem.constraints, rows),
     }
     fastest = in_units(result.points[0].objective)[1]
     out["settings_cost"] = settings_json(request, problem, fastest, started, on_tables, web)

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "unused_note", "with_unused", "time_limit_note", "infeasible_json", "params_meta", "params_note",
-    "headroom_note", "with_headroom",
+    "headroom_note", "headroom_notes", "with_headroom",
 ]  # fmt: skip
 
 
@@ -81,6 +81,22 @@ def headroom_note(constraints: Any, capacity_bytes: int) -> str | None:
         f"({h * 100:g}% kept free); the verdict compares the peak with the whole "
         f"{gb(capacity_bytes)}"
     )
+
+
+def headroom_notes(constraints: Any, rows: Sequence[dict[str, Any]]) -> list[str]:
+    """:func:`headroom_note` for a frontier's points ``rows`` (each with its ``capacity_bytes``,
+    :func:`interface.render.report.frontier_row`): one note per GPU capacity among them, in the
+    order first met; none without ``--headroom``.
+
+    >>> from trainplan.optimizer.problem import Constraints
+    >>> rows = [{"capacity_bytes": 83_210_009_600}] * 2
+    >>> [n[:40] for n in headroom_notes(Constraints(headroom=0.5), rows)]
+    ['--headroom 0.5: only layouts that fit 41']
+    >>> headroom_notes(Constraints(), rows)
+    []
+    """
+    notes = (headroom_note(constraints, r["capacity_bytes"]) for r in rows)
+    return [n for n in dict.fromkeys(notes) if n]
 
 
 def with_headroom(err: InfeasibleError, constraints: Any) -> InfeasibleError:

@@ -54,8 +54,13 @@ def fmt_number(x: Fraction | int | float) -> str:
 
 
 def percent(x: Fraction) -> str:
-    """A 0–1 fraction as a percentage with one decimal (``39.7%``)."""
-    return f"{float(x) * 100:.1f}%"
+    """A 0–1 fraction as a percentage with one decimal, thousands grouped as every number the
+    command line prints (``39.7%``; ``3,316.4%``).
+
+    >>> percent(Fraction(397, 1000)), percent(Fraction(33164, 1000))
+    ('39.7%', '3,316.4%')
+    """
+    return f"{float(x) * 100:,.1f}%"
 
 
 # ------------------------------------------------------------------------------------ pipeline

@@ -371,11 +371,9 @@ def _recomputed_share(
         A percentage that is not a number; an HFU above 100%.
     """
     hq = dims["heads"] * dims["head_dim"] if dims["heads"] and dims["head_dim"] else dims["hidden"]
-    pct = r.recomputed_flops_pct
-    pct = None if pct is None else parse_number(pct, "recomputed_flops_pct")
     extra, how = mf.recompute_share(
         r.recompute,
-        pct,
+        r.recomputed_flops_pct,
         n,
         per_token,
         dims["layers"],

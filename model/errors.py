@@ -103,7 +103,9 @@ def _shown(value: object) -> str:
 def named_lookup(name: str, get: Callable[[str], T], value: str) -> T:
     """``get(value)`` (a catalogue model, an accelerator), its "unknown …" refusal headed by the
     parameter that gave ``value``, so the line names it (``model: unknown model 'lama3-8b'; did
-    you mean …``, on the command line ``--model: …``; ``critic_model: …`` for the critic's).
+    you mean …``, on the command line ``--model: …``; ``critic_model: …`` for the critic's); a
+    model path's refusal (headed ``model:``, :func:`scenarios.catalogue.config_path`,
+    :meth:`model.model_spec.ModelSpec.from_hf_config`) headed by ``name`` likewise.
 
     >>> def unknown(v):
     ...     raise ScenarioError(f"unknown gpu {v!r}")
@@ -116,6 +118,9 @@ def named_lookup(name: str, get: Callable[[str], T], value: str) -> T:
     try:
         return get(value)
     except ScenarioError as err:
-        if not str(err).startswith("unknown "):
-            raise
-        raise ScenarioError(f"{name}: {err}") from None
+        text = str(err)
+        if text.startswith("unknown "):
+            raise ScenarioError(f"{name}: {text}") from None
+        if text.startswith("model: ") and name != "model":  # a model path's own refusal
+            raise ScenarioError(f"{name}: {text.removeprefix('model: ')}") from None
+        raise

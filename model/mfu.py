@@ -27,6 +27,7 @@ from trainplan.model.flops import (
     korthikanti_selective_hardware_flops,
     megatron_eq3_flops,
 )
+from trainplan.model.units import parse_number, shown_number
 
 __all__ = [
     "attention_flops_per_token",
@@ -223,7 +224,7 @@ def attention_term(
 
 def recompute_share(
     recompute: str | None,
-    pct: Fraction | None,
+    pct: Fraction | str | None,
     params: Fraction | None,
     per_token: Fraction | None,
     layers: int | None = None,
@@ -235,18 +236,20 @@ def recompute_share(
 ) -> tuple[Fraction, str]:
     """Recomputed FLOPs as a share of model FLOPs (HFU = MFU × (1 + share)) and how it was found.
 
-    From ``pct`` (percent of model FLOPs) or from the ``recompute`` mode with the model's
-    dimensions (``hidden`` = heads × head_dim); full recompute of a FLOP rate with no parameter
-    count is 1/3 (2N of 6N). ``attention``: a model's own attention FLOPs per token
-    (:func:`recompute_flops_per_token`). ``recomputed``: a model's own forward FLOPs recomputed
-    per token, the count of evaluate's HFU (:attr:`model.flops.StepFlops.recomputed_flops` per
-    token: its layers' forward under full recomputation, their attention cores under selective;
-    the embedding and the output layer are not recomputed), in place of ``2·N`` + attention.
+    From ``pct`` (percent of model FLOPs, a number or its text as typed, which a refusal echoes)
+    or from the ``recompute`` mode with the model's dimensions (``hidden`` = heads × head_dim);
+    full recompute of a FLOP rate with no parameter count is 1/3 (2N of 6N). ``attention``: a
+    model's own attention FLOPs per token (:func:`recompute_flops_per_token`). ``recomputed``: a
+    model's own forward FLOPs recomputed per token, the count of evaluate's HFU
+    (:attr:`model.flops.StepFlops.recomputed_flops` per token: its layers' forward under full
+    recomputation, their attention cores under selective; the embedding and the output layer are
+    not recomputed), in place of ``2·N`` + attention.
 
     Raises
     ------
     InputError
-        Both given, a negative percentage, or selective recompute without the dimensions.
+        Both given, a percentage that is not a number or is negative, or selective recompute
+        without the dimensions.
 
     Examples
     --------
@@ -256,9 +259,11 @@ def recompute_share(
     if pct is not None and recompute not in (None, "none"):
         raise InputError("recompute: give `recomputed_flops_pct` or `recompute`, not both")
     if pct is not None:
-        if pct < 0:
-            raise InputError(f"recomputed_flops_pct: {float(pct)} must be ≥ 0")
-        return Fraction(pct) / 100, f"{float(pct):g}% recomputed"
+        share = parse_number(pct, "recomputed_flops_pct")
+        if share < 0:
+            typed = pct if isinstance(pct, str) else shown_number(pct)
+            raise InputError(f"recomputed_flops_pct: {typed} must be ≥ 0")
+        return share / 100, f"{float(share):g}% recomputed"
     if recompute in (None, "none"):
         return Fraction(0), ""
     if params is None or per_token is None:

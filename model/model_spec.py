@@ -16,9 +16,27 @@ from trainplan.model.hf_config import parse_config_json
 from trainplan.model.hf_families import read_hf_config
 from trainplan.model.params import count_params
 from trainplan.model.specs import Architecture
-from trainplan.model.units import check_limit, shown_number
+from trainplan.model.units import check_limit, shown_number, shown_text
 
-__all__ = ["ModelSpec", "DECLARED_SIZE_TOLERANCE"]
+__all__ = ["ModelSpec", "DECLARED_SIZE_TOLERANCE", "CONFIG_RULE"]
+
+
+CONFIG_RULE = "a model path must be a Hugging Face config.json (a JSON object)"
+"""What a model given as a path must be (:meth:`ModelSpec.from_hf_config`), said after a file
+that is not JSON text at all (:func:`model.hf_config.parse_config_json`)."""
+
+
+def _as_model(err: ScenarioError, path: Path, rule: str | None = None) -> ScenarioError:
+    """``err`` of the config file at ``path`` (headed by the path) headed ``model:`` and the path
+    as given, the parameter and its value, then ``rule`` where the reason alone does not say it.
+
+    >>> str(_as_model(ScenarioError("c.json: is not JSON: x"), Path("c.json"), "rule"))
+    "model: 'c.json': is not JSON: x; rule"
+    """
+    reason = str(err).removeprefix(f"{path}: ")
+    return ScenarioError(
+        f"model: {shown_text(str(path))}: {reason}" + (f"; {rule}" if rule else "")
+    )
 
 
 DECLARED_SIZE_TOLERANCE = Fraction(1, 10)
@@ -119,15 +137,23 @@ class ModelSpec(HashOnce):
         Raises
         ------
         ScenarioError
-            When the file cannot be read, a required key is missing, or a key's value cannot be
-            modelled (the message names the key, the value and the file).
+            When the file cannot be read, is no JSON object (:data:`CONFIG_RULE`), a required
+            key is missing, or a key's value cannot be modelled: headed ``model:`` and the path
+            (the parameter and the value given), then what is wrong (the key and its value).
         """
         p = Path(path)
         try:
             data = p.read_bytes()
         except OSError as err:
             raise ScenarioError(f"model: cannot read {p}: {err.strerror or err}") from None
-        arch, notes = read_hf_config(parse_config_json(data, str(p)), str(p))
+        try:
+            config = parse_config_json(data, str(p))
+        except ScenarioError as err:  # not text, not JSON: the rule, else the reason says it
+            raise _as_model(err, p, CONFIG_RULE if "is not " in str(err) else None) from None
+        try:
+            arch, notes = read_hf_config(config, str(p))
+        except ScenarioError as err:
+            raise _as_model(err, p) from None
         return cls(
             name=name or _config_name(p),
             source=f"Hugging Face config {p}",

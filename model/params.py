@@ -33,7 +33,19 @@ __all__ = [
     "stage_params",
     "megatron_eq2_params",
     "largest_parameter_bytes",
+    "ACTIVE_COUNTS",
 ]
+
+
+ACTIVE_COUNTS = (
+    "the whole input embedding (V × h) and the output layer counted, with the routed experts a "
+    "token uses (top-k) and any MTP modules; a source may leave the input embedding out "
+    "(gpt-oss-120b's card: 5.13B active, 0.58B fewer)"
+)
+"""What :attr:`ParamCounts.active` counts, said where the count is shown (``trainplan models``,
+the JSON's ``num_active_params``): sources differ on the input embedding (OpenAI, gpt-oss-120b
+& gpt-oss-20b Model Card, arXiv 2508.10925, Table 1: 5.13B and 3.61B active, each 201,088 ×
+2,880 = 579,133,440 under this count)."""
 
 
 def shares_embedding_with_last_stage(arch: Architecture) -> bool:

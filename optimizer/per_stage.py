@@ -107,7 +107,10 @@ class PerStageResult:
     uniform_seconds: float
     """The uniform search (its tables and CP-SAT)."""
     tables_seconds: float
+    """The shapes' stage tables, :attr:`optimizer.stage_solve.ShapePlan.tables_seconds` summed
+    (their base layouts' own evaluations not counted)."""
     solve_seconds: float
+    """The shapes' CP-SAT seconds, :attr:`optimizer.stage_solve.ShapePlan.solve_seconds` summed."""
     equal_chunks: bool = False
     """Whether the space held interleaved shapes (:func:`interleaved_space`), so the proof covers
     only their splits whose chunks on a stage are equal (:attr:`proof_scope`)."""

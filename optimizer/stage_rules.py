@@ -243,12 +243,15 @@ def equal_chunks_note(num_layers: int, pp: int, v: int) -> str | None:
     per chunk).
 
     >>> equal_chunks_note(7, 2, 2)
-    'not searched (7 layers have no split into equal chunks of v = 2)'
+    'not searched (the search gives each stage 2 equal chunks, so a multiple of 2 layers each: 7 layers cannot split so)'
     >>> equal_chunks_note(8, 2, 2) is None, equal_chunks_note(7, 1, 2) is None
     (True, True)
     """
     if pp > 1 and v > 1 and num_layers % v:
-        return f"not searched ({num_layers} layers have no split into equal chunks of v = {v})"
+        return (
+            f"not searched (the search gives each stage {v} equal chunks, so a multiple of {v} "
+            f"layers each: {num_layers} layers cannot split so)"
+        )
     return None
 
 

@@ -66,7 +66,11 @@ class ShapePlan:
     """CP-SAT solves (one more per key (D, E, B, M, C) whose rest was added,
     :data:`optimizer.stage_cpsat.Key`)."""
     tables_seconds: float
+    """Seconds building the shape's stage tables (its stages' capacity, the pipeline's bound,
+    :func:`optimizer.stage_tables.build_stage_tables`), :func:`time.perf_counter`; the base
+    layout's own evaluation before them is not counted."""
     solve_seconds: float
+    """CP-SAT's own seconds over the shape's solves (:func:`solve_rests`)."""
     rows: int
     """Table rows (stage options that fit) over all stages."""
     gap_ns: int | None = None
@@ -190,9 +194,9 @@ def solve_shape(
     InputError
         What the per-stage search does not model (:func:`optimizer.stage_rules.check_per_stage`).
     """
+    deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s
+    base = case.evaluate(layout)  # the base layout's own figures: not the tables' time
     t0 = time.perf_counter()
-    deadline = None if time_limit_s is None else t0 + time_limit_s
-    base = case.evaluate(layout)
     pp_row = next(r for r in base.traffic if r.traffic.axis == "pp")
     lower = math.floor((pp_row.exposed_seconds or 0.0) * 1e9) - 2
     capacity = stage_capacity(case, layout, headroom, max_bytes)

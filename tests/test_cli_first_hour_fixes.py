@@ -142,7 +142,7 @@ def test_small_first_hour_fixes(tmp_path):
     # (b)
     for key in ("b", "b--json"):
         assert refusal(done[key]) == (
-            f"{k70}: first_k_dense_replace = 70: more than num_hidden_layers = 61"
+            f"--model: '{k70}': first_k_dense_replace = 70: more than num_hidden_layers = 61"
         )
     # (d)
     notes8 = " ".join(json.loads(done["d8"].stdout)["notes"])

@@ -253,14 +253,14 @@ def test_bad_files_and_names_are_one_line(runs):
         "--csv: '" + "a" * 300 + ".csv' cannot be written: File name too long"
     )
     assert refusal(runs["deep config"]) == (
-        "deep.json: objects or lists nest too deeply to read (a Hugging Face config nests a few "
-        "levels)"
+        "--model: 'deep.json': objects or lists nest too deeply to read (a Hugging Face config "
+        "nests a few levels)"
     )
     assert refusal(runs["deep scenario"]) == (
         "scenario deep.toml: tables or lists nest too deeply to read (a scenario nests two levels)"
     )
     assert refusal(runs["latin-1 config"]).startswith(
-        "latin1.json: is not UTF-8 (or UTF-16/32) text: invalid continuation byte"
+        "--model: 'latin1.json': is not UTF-8 (or UTF-16/32) text: invalid continuation byte"
     )
     line = refusal(runs["model 100,000"])
     assert line.startswith("--model: unknown model 'xxxx") and "(100,002 characters)" in line
@@ -439,7 +439,7 @@ def test_a_huge_unknown_config_value_is_echoed_as_a_prefix(runs):
 
 def test_a_key_given_twice_in_a_config_is_refused(runs):
     assert refusal(runs["duplicate key"]) == (
-        "twice.json: key 'hidden_size' is given twice (4096, then 8192); keep one"
+        "--model: 'twice.json': key 'hidden_size' is given twice (4096, then 8192); keep one"
     )
 
 

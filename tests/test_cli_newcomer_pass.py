@@ -18,7 +18,15 @@ user ran it (:func:`tests.cli_runs.run_many`):
   …`` where ``evaluate`` says ``--framework: deepspeed runs …``, and the note of a framework no
   layout uses named it ``framework:``, where a degree's names ``--tp:``;
 * ``sweep-plot`` of a one-model grid drew its legend wider than the figure, cutting the first
-  and last parts off at its edges.
+  and last parts off at its edges;
+* ``frontier --headroom 0.5`` said nowhere that its points were held to half the GPU (``search``
+  says it in its notes): it now says it in the same words, in text and JSON;
+* ``evaluate --model /etc/passwd`` said ``/etc/passwd: is not JSON: …``, naming no flag and no
+  rule (``rlhf --critic-model`` the same; its missing path was refused as ``--model``); ``mfu``
+  refused an MFU of ``331640.4%`` (no thousands grouped) and ``--recomputed-flops-pct -5`` as
+  ``-5.0``, not as typed;
+* ``models`` showed gpt-oss-120b with 5.7B active parameters beside its card's 5.13B, saying
+  nowhere that the count holds the input embedding (201,088 × 2,880 = 0.58B) the card leaves out.
 """
 
 from __future__ import annotations
@@ -32,6 +40,8 @@ from tests.cli_runs import Done, refusal, run_many
 
 SEARCH8 = ["search", "--model", "llama3-8b", "--gpus", "8"]
 MFU = ["mfu", "--params", "70B", "--gpu", "H100-SXM", "--chips", "512"]
+MFU_STEP = [*MFU, "--tokens", "4e6", "--step-seconds", "7"]
+FRONTIER8 = ["frontier", "--model", "llama3-8b", "--gpus", "8", "--pp", "1", "--headroom", "0.5"]
 BOTH_BATCHES = ["--global-batch-tokens", "16e6", "--global-batch", "2048"]
 
 QWEN_DEEPSPEED = ["search", "--model", "qwen3-8b", "--gpus", "8", "--framework", "deepspeed"]
@@ -52,6 +62,15 @@ CALLS: dict[str, list[str]] = {
     "deepspeed qk-norm": QWEN_DEEPSPEED,
     "deepspeed or fsdp2": [*QWEN_DEEPSPEED, "--framework", "fsdp2", "--tp", "1", "--pp", "1"]
     + ["--max-micro-batch", "1", "--json"],
+    "frontier headroom": FRONTIER8,
+    "frontier headroom json": [*FRONTIER8, "--json"],
+    "model not json": ["evaluate", "--model", "/etc/passwd"],
+    "critic not json": ["rlhf", "--algorithm", "ppo", "--model", "llama3-8b"]
+    + ["--critic-model", "/etc/passwd"],
+    "mfu above 100%": [*MFU, "--tokens", "4e6", "--step-seconds", "0.001"],
+    "mfu negative recompute": [*MFU_STEP, "--recomputed-flops-pct", "-5"],
+    "mfu negative recompute e": [*MFU_STEP, "--recomputed-flops-pct", "-5e0"],
+    "models": ["models"],
     "rlhf two gpus": [
         "rlhf",
         "--algorithm",
@@ -106,6 +125,55 @@ def test_a_search_with_no_layout_says_its_memory_line_is_less_the_headroom(runs)
     assert lines[2] == (
         "  - --headroom 0.5: that memory is 50% of the GPU's usable bytes (50% kept free)"
     )
+
+
+def test_a_frontier_says_the_headroom_it_held_every_point_to(runs):
+    """The search's note, word for word (:func:`test_a_search_says_the_headroom_it_held_every_
+    layout_to`): 50% of the H100's 83.21 GB usable, 41.61 GB; every point's peak within it."""
+    note = (
+        "--headroom 0.5: only layouts that fit 41.61 GB per GPU were searched, 50% of the "
+        "83.21 GB usable (50% kept free); the verdict compares the peak with the whole 83.21 GB"
+    )
+    held = runs["frontier headroom json"]
+    assert held.returncode == 0, held.stderr[-2000:]
+    answer = json.loads(held.stdout)
+    assert answer["notes"] == [note]
+    assert all(p["total_bytes"] <= int(p["capacity_bytes"] * 0.5) for p in answer["points"])
+    text = runs["frontier headroom"]
+    assert text.returncode == 0 and text.stdout.splitlines()[1] == f"Note: {note}"
+
+
+def test_a_file_that_is_not_a_model_names_the_flag_the_value_and_the_rule(runs):
+    why = (
+        "'/etc/passwd': is not JSON: Expecting value: line 1 column 1 (char 0); a model path must "
+        "be a Hugging Face config.json (a JSON object)"
+    )
+    assert refusal(runs["model not json"]) == f"--model: {why}"
+    assert refusal(runs["critic not json"]) == f"--critic-model: {why}"
+
+
+def test_mfu_refusals_group_thousands_and_echo_the_value_as_typed(runs):
+    """6 · 70e9 · 4e6 ÷ (989.4e12 · 512 · 0.001 s) = 3,316.404 (331,640.4%)."""
+    assert refusal(runs["mfu above 100%"]).startswith(
+        "mfu: 6 · 70e9 · 4e6 ÷ (989.4e12 · 512 · 0.001 s) = 331,640.4% is above 100%, impossible"
+    )
+    assert refusal(runs["mfu negative recompute"]) == "--recomputed-flops-pct: -5 must be ≥ 0"
+    assert refusal(runs["mfu negative recompute e"]) == "--recomputed-flops-pct: -5e0 must be ≥ 0"
+
+
+def test_the_model_list_says_what_its_active_count_holds(runs):
+    """gpt-oss-120b: 5,711,982,912 active here, the card's 5.13B (Table 1) plus its input
+    embedding, 201,088 × 2,880 = 579,133,440 (5,132,849,472)."""
+    done = runs["models"]
+    assert done.returncode == 0, done.stderr[-2000:]
+    row = next(line for line in done.stdout.splitlines() if line.startswith("gpt-oss-120b "))
+    assert row.split()[1:3] == ["116.8B", "5.7B"]
+    assert 5_711_982_912 - 201_088 * 2_880 == 5_132_849_472
+    assert (
+        "num_active_params: the whole input embedding (V × h) and the output layer counted, with "
+        "the routed experts a token uses (top-k) and any MTP modules; a source may leave the "
+        "input embedding out (gpt-oss-120b's card: 5.13B active, 0.58B fewer)"
+    ) in done.stdout.splitlines()
 
 
 def test_a_batch_given_both_ways_is_refused_with_the_value_as_typed(runs):

@@ -151,6 +151,8 @@ def frontier_cmd(
     if stopped:
         click.echo("Interrupted (Ctrl-C): the points found before it, not proven")
     click.echo(_headline(out, run.objective, against, per_stage))
+    for note in out["notes"]:
+        click.echo(f"Note: {note}")
     settings_note(out)
     click.echo(frontier_text(rows, against, run.objective))
     if csv_path is not None:

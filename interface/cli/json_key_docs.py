@@ -6,6 +6,8 @@ table). Units: bytes, seconds, 0–1 fractions.
 
 from __future__ import annotations
 
+from trainplan.model.params import ACTIVE_COUNTS
+
 __all__ = ["KEY_DOCS"]
 
 KEY_DOCS: dict[str, str] = {
@@ -13,7 +15,7 @@ KEY_DOCS: dict[str, str] = {
     "model": "The model: its catalogue name (or the config file's), its parameter counts and source.",
     "model.name": "Catalogue name, or the config file's path, or `params` for a declared size.",
     "model.num_params": "Parameters, exact (the MTP modules included).",
-    "model.num_active_params": "Parameters a token passes through (MoE: the routed experts it uses).",
+    "model.num_active_params": "Parameters a token passes through: " + ACTIVE_COUNTS + ".",
     "model.padded_vocab_size": "Vocabulary rows after the framework's padding for tp.",
     "model.mtp_layers": "Multi-token-prediction blocks after the last decoder layer (DeepSeek-V3: "
     "1), on the output layer's stage; not in layout.stage_layers.",
@@ -318,7 +320,8 @@ KEY_DOCS: dict[str, str] = {
     "frontier's proof_scope likewise).",
     "per_stage.shapes[].status": "optimal, feasible, infeasible (no split fits), no-gain (none "
     "beats the best so far) or not-searched (interleaved, L layers no multiple of v).",
-    "per_stage.shapes[].note": 'Why a not-searched shape was not: "not searched (L layers have no '
-    'split into equal chunks of v = …)"; null otherwise.',
+    "per_stage.shapes[].note": 'Why a not-searched shape was not: "not searched (the search '
+    'gives each stage v equal chunks, so a multiple of v layers each: L layers cannot split so)"; '
+    "null otherwise.",
 }
 """What each key of the evaluate object means (units: bytes, seconds, 0–1 fractions)."""

@@ -338,6 +338,7 @@ def models_cmd(as_json: bool) -> None:
         echo_json(rows)
         return
     from trainplan.interface.render.report import table_text
+    from trainplan.model.params import ACTIVE_COUNTS
 
     click.echo(
         table_text(
@@ -351,6 +352,7 @@ def models_cmd(as_json: bool) -> None:
             ]
         )
     )
+    click.echo(f"\nnum_active_params: {ACTIVE_COUNTS}")
     click.echo("\nSources:")
     for r in rows:
         click.echo(f"  {r['name']}: {r['source']}")

@@ -46,12 +46,12 @@ def test_optimal_says_its_scope_and_an_unequal_chunk_plan_is_faster():
     text = done["text"].stdout
     assert text.splitlines()[0].split(": ", 1)[1].startswith(SCOPE)
     assert (
-        "interleaved v=2, pp 2: not searched (7 layers have no split into equal chunks of v = 2)"
-        in text
+        "interleaved v=2, pp 2: not searched (the search gives each stage 2 equal chunks, so a "
+        "multiple of 2 layers each: 7 layers cannot split so)" in text
     )
     assert (
-        "interleaved v=3, pp 2: not searched (7 layers have no split into equal chunks of v = 3)"
-        in text
+        "interleaved v=3, pp 2: not searched (the search gives each stage 3 equal chunks, so a "
+        "multiple of 3 layers each: 7 layers cannot split so)" in text
     )
     ps = json.loads(done["json"].stdout)["per_stage"]
     assert ps["status"] == "optimal" and ps["proof_scope"] in SCOPE

@@ -170,3 +170,26 @@ def test_an_order_too_long_to_walk_keeps_the_closed_forms_answer(monkeypatch):
     assert got.objective_ns == 16_095_214
     assert got.estimate.layout.recompute_layers == (1, 1, 1)
     assert got.objective_ns - got.gap_ns <= 15_747_401
+
+
+def test_the_tables_seconds_leave_out_the_base_layouts_own_evaluation(monkeypatch):
+    """``solve_shape`` evaluates its base layout (its pipeline's exposed p2p, the lower bound
+    of the tables) before it builds the stage tables; that evaluation is no part of the tables'
+    seconds. On a clock that stands still but for 1,000 s spent in the first ``evaluate()``
+    (the base layout's), the shape's tables took 0 s."""
+    import types
+
+    from trainplan.optimizer import stage_solve
+
+    case = tiny_case(6, 3, gb=3)
+    clock, real = [0.0], Case.evaluate
+
+    def evaluate(self, layout):
+        if clock[0] == 0.0:  # the first call: the base layout
+            clock[0] = 1000.0
+        return real(self, layout)
+
+    monkeypatch.setattr(Case, "evaluate", evaluate)
+    monkeypatch.setattr(stage_solve, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    got = solve_shape(case, case.layout)
+    assert got.status == "optimal" and got.tables_seconds == 0.0

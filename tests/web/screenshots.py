@@ -1,9 +1,11 @@
 """The README's screenshots of every tab: ``python -m tests.web.screenshots`` (the ``[web]`` and
 ``[webtest]`` extras and Debian's Chromium) starts ``trainplan serve``, opens each tab on an
-example in headless Chromium, waits for its figures and writes ``docs/screenshots/<tab>.png``."""
+example in headless Chromium, waits for its figures and writes ``docs/screenshots/<tab>.png``;
+``python -m tests.web.screenshots planner search`` re-makes only the tabs named (:data:`SHOTS`)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from tests.web.conftest import CHROMIUM, CHROMIUM_ARGS, start_server
@@ -33,8 +35,13 @@ SHOTS = {
 """Each tab's example and the element that says it is drawn."""
 
 
-def main() -> None:
+def main(names: list[str]) -> None:
+    """Write the screenshots of the tabs ``names`` (every tab of :data:`SHOTS` when empty)."""
     from playwright.sync_api import sync_playwright
+
+    unknown = sorted(set(names) - set(SHOTS))
+    if unknown:
+        raise SystemExit(f"unknown tab(s) {', '.join(unknown)}; known: {', '.join(SHOTS)}")
 
     OUT.mkdir(parents=True, exist_ok=True)
     proc, address = start_server()
@@ -44,6 +51,8 @@ def main() -> None:
             page = browser.new_page(viewport={"width": 1360, "height": 1000})
             page.set_default_timeout(90_000)
             for name, (path, ready) in SHOTS.items():
+                if names and name not in names:
+                    continue
                 page.goto(address + path)
                 page.locator(ready).first.wait_for()
                 page.wait_for_timeout(800)  # the last figure's swap
@@ -56,4 +65,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
