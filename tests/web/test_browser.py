@@ -421,6 +421,34 @@ def test_frontier_table_shows_the_fit_figure(page):
     expect(head.nth(3)).to_have_text("fit/GPU")
     expect(cells.nth(2)).to_have_text("66.87 GB")
     expect(cells.nth(3)).to_have_text("67.92 GB")
+    expect(page.locator("#frontier-notes li")).to_have_count(0)  # no --headroom: no note
+
+
+def test_frontier_says_the_headroom_it_held(page):
+    """With a headroom the Frontier tab says what every point was held to, the note the CLI's
+    ``frontier --headroom`` prints (frontier JSON ``notes``): 10 % of the H100's usable
+    83.21 GB kept free, 74.89 GB searched."""
+    go(
+        page,
+        "/frontier?" + urlencode({**SEARCH, "framework": "fsdp2", "pp": "1", "headroom": "0.1"}),
+    )
+    expect(page.locator("#status")).to_have_text("proven optimal (CP-SAT)")
+    note = cli_json(
+        "frontier",
+        "--model",
+        "llama3-8b",
+        "--gpus",
+        "8",
+        "--framework",
+        "fsdp2",
+        "--pp",
+        "1",
+        "--headroom",
+        "0.1",
+    )["notes"]
+    assert len(note) == 1 and "74.89 GB per GPU" in note[0]
+    # the page names its field, as its search answer does: "headroom", not the CLI's flag
+    expect(page.locator("#frontier-notes li")).to_have_text([f"note: {note[0].removeprefix('--')}"])
 
 
 def test_frontier_per_stage_box_shows_the_plans(page):

@@ -6,6 +6,8 @@ TP.searchPage("frontier", async (last, q) => {
   answer.hidden = r.status === "infeasible";
   if (answer.hidden) return;
   csvLink(TP.$("#csv"), `/api/figures/frontier.csv?${q}`);
+  // what --headroom held every point to, as the CLI's "Note:" lines (frontier JSON "notes")
+  TP.$("#frontier-notes").innerHTML = (r.notes || []).map((n) => `<li>note: ${TP.esc(n)}</li>`).join("");
   // a token a narrow cell must not split ("ZeRO-1", "per-stage", "H100-SXM", "dp 8", "72.66 GB"):
   // the layout wraps between its pairs only, as the CLI's columns read
   const nw = (t) => `<span class="nw">${t}</span>`;
