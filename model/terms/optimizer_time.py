@@ -10,10 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from trainplan.model.comm import AxisTraffic
+from trainplan.model.frameworks import Framework
+from trainplan.model.mechanism_record import Mechanism
 from trainplan.model.memory import optimizer_elements
 from trainplan.model.muon import muon_gather_bytes
 from trainplan.model.nvlink_bound import ring_busbw
-from trainplan.model.offload import adam_step_bytes
+from trainplan.model.offload import HOST_GRADIENT_BYTES, adam_step_bytes
 from trainplan.model.optimizers import OptimizerKind, optimizer_step_bytes
 from trainplan.model.step_time import optimizer_seconds
 from trainplan.model.terms.fields import Context, Fields, LayoutFields, link_caps
@@ -25,6 +27,7 @@ from trainplan.model.xp import as_float, maximum, times, where
 
 __all__ = [
     "optimizer_seconds_term",
+    "whole_buffer_zeroing_bytes",
     "muon_gather_traffic",
     "muon_gather_seconds",
     "muon_axis_traffic",
@@ -34,28 +37,63 @@ __all__ = [
 
 def optimizer_seconds_term(c: Context, f: Fields) -> Any:
     """Seconds of the optimizer step on one GPU of the stage with the most parameters: the
-    elements it updates (less what an offload steps on the host) through HBM
+    elements it updates (less what an offload steps on the host) and the gradient zeroing
+    beyond them (:func:`whole_buffer_zeroing_bytes`) through HBM
     (:func:`model.step_time.optimizer_seconds`)."""
     t, d = c.training, c.gpu
     assert d.hbm_bytes_per_s is not None
     dense, experts = busiest_params(c, f)
-    owned = optimizer_elements(
-        dp_mechanism(c, f), dense, experts, f.shard_degree, f.expert_shard_degree
-    )
+    mech = dp_mechanism(c, f)
+    owned = optimizer_elements(mech, dense, experts, f.shard_degree, f.expert_shard_degree)
     owned = times(owned, 1 - t.offload.optimizer)
+    zeroing = as_float(whole_buffer_zeroing_bytes(mech, dense + experts, owned))
     if OptimizerKind(f.optimizer) is OptimizerKind.ADAM:
-        step_bytes = adam_step_bytes(t.optimizer_bytes, t.weight_bytes)
-        return optimizer_seconds(as_float(owned), d.hbm_bytes_per_s, params_of(c), step_bytes)
+        moved = adam_step_bytes(t.optimizer_bytes, t.weight_bytes) * as_float(owned) + zeroing
+        return optimizer_seconds(moved, d.hbm_bytes_per_s, params_of(c), 1)
     # another optimizer: its state per element (Adam's × the stage's scale) read and written,
     # the gradient read, the weight written, the clip and zeroing (optimizer_step_bytes' rule)
     scale_d, scale_e = busiest_scales(c, f)
-    mech = dp_mechanism(c, f)
     state = t.optimizer_bytes * optimizer_elements(
         mech, dense * scale_d, experts * scale_e, f.shard_degree, f.expert_shard_degree
     )
     state = times(state, 1 - t.offload.optimizer)
     moved = 2 * as_float(state) + (optimizer_step_bytes(0, t.weight_bytes)) * as_float(owned)
+    moved = moved + zeroing
     return optimizer_seconds(moved, d.hbm_bytes_per_s, params_of(c), 1) + muon_seconds(c, f)
+
+
+def whole_buffer_zeroing_bytes(mech: Mechanism, elements: Any, owned: Any) -> Any:
+    """HBM bytes per step that zeroing the gradients writes on one GPU beyond the
+    :data:`~model.offload.HOST_GRADIENT_BYTES` (4 B) per element the optimizer steps on the GPU
+    (``owned``) that :func:`model.offload.adam_step_bytes` and
+    :func:`model.optimizers.optimizer_step_bytes` count: where the framework zeroes its whole
+    contiguous gradient buffer, ``grads_full`` bytes × every parameter element on the GPU
+    (``elements``), less those 4 B × ``owned``; 0 elsewhere. Bytes; element-wise for arrays;
+    negative where the buffer is narrower than 4 B and whole (Megatron-Core DDP, BF16 grads).
+
+    The Megatron-Core profiles below ZeRO-3 zero the whole buffer, not the optimizer's shard:
+    Megatron-LM d98e8a64 ``megatron/training/training.py`` ``train_step`` calls
+    ``model_chunk.zero_grad_buffer()`` every iteration, which resets every buffer
+    (``distributed_data_parallel.py`` ``zero_grad_buffer`` → ``param_and_grad_buffer.py``
+    ``_ParamAndGradBuffer.reset``: ``self.grad_data.zero_()``, the dense and the expert
+    buffers whole); Apex ``distributed_fused_adam.py`` ``DistributedFusedAdam.zero_grad``
+    (``contiguous_grad_buffer``): ``self._grad_buffer.zero_()``, the whole buffer.
+
+    Examples
+    --------
+    Distributed optimizer, FP32 main_grad, D = 8: 4 B × 8e9 whole, less 4 B × 1e9 counted.
+
+    >>> from trainplan.model.mechanisms import mechanism
+    >>> whole_buffer_zeroing_bytes(mechanism("megatron", 1), 8 * 10**9, 10**9) / 10**9
+    28.0
+    >>> whole_buffer_zeroing_bytes(mechanism("megatron", 0), 8 * 10**9, 8 * 10**9)
+    0
+    >>> whole_buffer_zeroing_bytes(mechanism("fsdp2", 3), 8 * 10**9, 10**9)
+    0
+    """
+    if mech.framework is not Framework.MEGATRON or mech.zero_stage >= 3:
+        return 0
+    return mech.grads_full * elements - HOST_GRADIENT_BYTES * owned
 
 
 def muon_gather_traffic(c: Context, f: Fields) -> tuple[Any, Any]:

@@ -111,8 +111,10 @@ def test_blackwell_keeps_the_overlap_and_the_ring_waits_before_it() -> None:
 def test_search_no_longer_answers_megatron_fsdp_on_the_async_credit() -> None:
     """Before: dp 64 × tp 8 ZeRO-3 at 84.582 s (the async credit); without it that layout is
     87.044 s (87.039 under NCCL's tuner, above) and the best is ZeRO-1, dp 32 × tp 8 × pp 2
-    interleaved (v 41) at 86.360 s (its own tp overlap kept: CUDA_DEVICE_MAX_CONNECTIONS=1 on
-    its line)."""
+    interleaved (v 41) at 86.366 s (its own tp overlap kept: CUDA_DEVICE_MAX_CONNECTIONS=1 on
+    its line; 86.360 s before the optimizer step zeroed the distributed optimizer's whole FP32
+    gradient buffer, model.terms.optimizer_time.whole_buffer_zeroing_bytes: 4 B × 31/32 of its
+    stage's 4,410,974,208 parameters a GPU at 2.97 TB/s, 5.755 ms)."""
     res = CliRunner().invoke(
         cli,
         ["search", "--model", "llama3-70b", "--gpus", "512", "--gpu", "H100-SXM",
@@ -123,5 +125,5 @@ def test_search_no_longer_answers_megatron_fsdp_on_the_async_credit() -> None:
     lay = d["layout"]
     got = (lay["dp"], lay["tp"], lay["pp"], lay["zero_stage"], lay["schedule"])
     assert got == (32, 8, 2, 1, "interleaved") and lay["virtual_stages"] == 41
-    assert d["objective_s"] == pytest.approx(86.360, abs=5e-4)
+    assert d["objective_s"] == pytest.approx(86.366, abs=5e-4)
     assert d["objective_s"] < 87.039

@@ -163,7 +163,8 @@ def test_combined_1f1b_pays_hybrideps_sms() -> None:
         assert row.seconds == pytest.approx(hidden * moved, abs=5e-6)
         assert row.seconds == pytest.approx(0.81715, abs=5e-6)
         assert row.exposed_seconds == pytest.approx(row.seconds * (1 + 15 * phi) / 16, rel=1e-5)
-        assert est.step_s == pytest.approx(4.3823, abs=5e-5)
+        assert est.step_s == pytest.approx(4.3886, abs=5e-5)  # 4.3823 before the
+        # whole gradient buffer was zeroed (model.terms.optimizer_time.whole_buffer_zeroing_bytes)
 
 
 def _axis(est, axis: str):  # noqa: ANN001, ANN202 - an Estimate's traffic row
@@ -205,8 +206,10 @@ def test_combined_1f1b_pays_the_dispatchers_sms(
         assert t == pytest.approx(0.77409 * (4 * 4096 + 128) / (4 * 4096), abs=5e-6)
     if dispatcher == "alltoall":
         assert t == pytest.approx(1.06507, abs=5e-6)
-        assert (off.step_s, on.step_s) == (pytest.approx(4.4756, abs=5e-5),
-                                           pytest.approx(4.8047, abs=5e-5))  # fmt: skip
+        # 4.4756 and 4.8047 s before the whole gradient buffer was zeroed at the step
+        # (model.terms.optimizer_time.whole_buffer_zeroing_bytes)
+        assert (off.step_s, on.step_s) == (pytest.approx(4.4820, abs=5e-5),
+                                           pytest.approx(4.8110, abs=5e-5))  # fmt: skip
 
 
 def test_every_layer_kind_pays_the_async_tp_charge() -> None:

@@ -124,7 +124,9 @@ def test_gpt3_175b_search_answer_moves_to_tp_8():
     default = trainplan.search(model="gpt3-175b", gpus=1024, gpu="A100-80GB", global_batch=1536)
     lay = default.best.estimate.layout
     assert (lay.dp, lay.tp, lay.pp, lay.virtual_stages, lay.zero_stage) == (32, 4, 8, 12, 1)
-    assert default.best.estimate.step_s == pytest.approx(18.411, abs=5e-4)
+    # 18.411 s before the whole gradient buffer was zeroed at the step
+    # (model.terms.optimizer_time.whole_buffer_zeroing_bytes)
+    assert default.best.estimate.step_s == pytest.approx(18.423, abs=5e-4)
     r = trainplan.search(
         model="gpt3-175b", gpus=1024, gpu="A100-80GB", global_batch=1536, tp_comm_overlap="async"
     )

@@ -116,7 +116,9 @@ MEGATRON = dict(model="llama3-70b", num_gpus=2048, device="H100-SXM", framework=
 
 @pytest.mark.parametrize(
     ("v", "exposed_ms", "step_s"),
-    [(2, 142.86, 2.94178), (4, 96.55, 2.54260), (8, 74.43, 2.39780)],
+    # steps 2.94178, 2.54260, 2.39780 s before the whole gradient buffer was zeroed at the step
+    # (model.terms.optimizer_time.whole_buffer_zeroing_bytes): 6.06 ms more each
+    [(2, 142.86, 2.94784), (4, 96.55, 2.54866), (8, 74.43, 2.40387)],
 )
 def test_megatron_interleaved_llama3_70b_by_hand(v, exposed_ms, step_s):
     """Llama 3 70B, dp 128 × tp 4 × pp 4 on 2,048 H100s, ZeRO-1 (the distributed optimizer:

@@ -176,8 +176,10 @@ def test_megatron_is_unchanged() -> None:
     (model.nccl_channels): the dp group's distributed-optimizer reduce-scatter and all-gather in
     the H200 node run as rings on its 24 channels, φ = 1 − 1/1.350 = 0.259259, not NVLS's
     0.238965, and of the 0.026017 s of them, once a step beside the last backward, φ waits:
-    + 0.020294 × 0.026017 = 0.000528 s."""
-    assert _qwen3("megatron")[0] == 2.5137275987031598
+    + 0.020294 × 0.026017 = 0.000528 s — 2.51502731600822 s since the optimizer step zeroes the
+    distributed optimizer's whole FP32 gradient buffer, not the shard
+    (model.terms.optimizer_time.whole_buffer_zeroing_bytes)."""
+    assert _qwen3("megatron")[0] == 2.51502731600822
     assert 2.5137275987031598 - 2.5131995938682232 == pytest.approx(
         (1 / 1.314 - 1 / 1.350) * 0.0260174, abs=1e-9
     )

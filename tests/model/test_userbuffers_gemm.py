@@ -191,8 +191,10 @@ def test_reviewer_check_llama3_70b_interleaved():
     assert tp1.exposed_seconds == pytest.approx(tp0.exposed_seconds + charge, rel=1e-9)
     assert charge * 1e3 == pytest.approx(74.78, abs=0.01)
     assert 4.076 + charge * (1 + 3 / 64) == pytest.approx(4.154, abs=1e-3)  # equal chunks
-    assert te1.step_s == pytest.approx(4.167, abs=1e-3)
-    assert te.step_s == pytest.approx(4.313, abs=1e-3)
+    # 4.167 and 4.313 s before the whole gradient buffer was zeroed at the step
+    # (model.terms.optimizer_time.whole_buffer_zeroing_bytes)
+    assert te1.step_s == pytest.approx(4.173, abs=1e-3)
+    assert te.step_s == pytest.approx(4.319, abs=1e-3)
     assert Case.of(**{**layout, "tp_comm_overlap": "async"}).evaluate().step_s > te.step_s
 
 
