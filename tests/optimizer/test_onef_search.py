@@ -56,8 +56,9 @@ def test_per_stage_answer_is_evaluates_and_never_slower_than_uniform() -> None:
     buffer zeroed at the step, 4 B × half of the GPU's 2.2 billion parameters more at 3.35 TB/s,
     model.terms.optimizer_time.whole_buffer_zeroing_bytes) and the per-stage plan dp 4 × tp 4,
     stages of 19, 21, 21, 19 layers, one recomputed on stage 0 (34.321 → 34.241 s; 34.2455 s
-    with the whole buffer zeroed): CP-SAT's pipeline term is the closed form (m + pp − 1)·t_max, an upper bound on the order's step; the plan
-    printed is evaluate()'s, below its CP-SAT objective, and never slower than the uniform one."""
+    with the whole buffer zeroed): CP-SAT's pipeline term is the closed form
+    (m + pp − 1)·t_max, an upper bound on the order's step; the plan printed is evaluate()'s,
+    below its CP-SAT objective, and never slower than the uniform one."""
     case = Case.of(model="llama3-70b", device="H100-SXM", global_batch_size=256,
                    framework="megatron")  # fmt: skip
     space = SearchSpace(num_gpus=64, pp=(4,), schedules=(Schedule.ONE_F_ONE_B,),
