@@ -140,6 +140,7 @@ from trainplan.model.errors import InputError
 from trainplan.model.op_checkpoint import op_selective_bytes
 from trainplan.model.precision import FP8_ACTIVATION_BYTES
 from trainplan.model.recompute_modules import recomputed_rows
+from trainplan.model.saved_originals import mla_down_saves_original, shared_fc1_saves_original
 from trainplan.model.specs import Architecture, AttentionKind
 
 __all__ = [
@@ -371,7 +372,7 @@ class ActivationContext:
         l. 151–161: ``set_save_original_input(self.linear_fc1)``, "the output of
         pre_mlp_layernorm is saved by router"; ``MoELayer.set_for_recompute_pre_mlp_layernorm``
         sets the same under ``layernorm``)."""
-        return self.fp8_proj_saves_original and "shared_experts" not in self.recompute_modules
+        return shared_fc1_saves_original(self.fp8_proj_saves_original, self.recompute_modules)
 
     @property
     def fp8_mla_down_saves_original(self) -> bool:
@@ -381,7 +382,7 @@ class ActivationContext:
         ``self_attention.set_for_recompute_input_layernorm()`` under FP8, Megatron-LM d98e8a64dd
         ``multi_latent_attention.py`` l. 1114–1118; ``delayed`` with it is refused,
         :func:`model.recompute_modules.check_recompute_modules`)."""
-        return self.fp8_proj_saves_original and "layernorm" in self.recompute_modules
+        return mla_down_saves_original(self.fp8_proj_saves_original, self.recompute_modules)
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,6 +50,7 @@ from trainplan.model.op_rates import (
 from trainplan.model.part_family import FAMILY
 from trainplan.model.precision import Fp8Recipe, Precision
 from trainplan.model.roofline import RooflineParams
+from trainplan.model.saved_originals import requantise_share
 from trainplan.scenarios.kernel_data import low_precision_data
 
 __all__ = [
@@ -61,6 +62,7 @@ __all__ = [
     "grouped_fp8_rates",
     "experts_fp8",
     "expert_cast_seconds",
+    "dense_requantise_seconds",
 ]
 
 RECIPE_PART_HBM_TBPS: dict[str, tuple[float, str]] = {
@@ -96,6 +98,13 @@ class GroupedFp8:
     requantised: tuple[bool, bool] = (False, False)
     """(FC1, FC2): the linear saves its BF16 input and its weight-gradient pass quantises it
     again (:func:`model.expert_saved_inputs.requantised_inputs`)."""
+    dense_requantised: frozenset[str] = frozenset()
+    """Names of the dense linear layers (:func:`model.ops.layer_ops`') that save their BF16
+    input and quantise it again for the weight gradient (:func:`model.saved_originals.
+    requantised_linears`)."""
+    requantise_shares: tuple[float, float] = (1.0, 1.0)
+    """(dense, grouped): what that second quantisation costs as a share of the forward's
+    both-ways cast (:func:`model.saved_originals.requantise_share` of the recipe)."""
 
 
 def grouped_shape(part: str, m: float, n: float, groups: float, rows: bool) -> tuple[float, float]:
@@ -219,13 +228,16 @@ def experts_fp8(
     device: DeviceSpec,
     fc1_bias: bool,
     requantised: tuple[bool, bool],
+    dense_requantised: frozenset[str] = frozenset(),
 ) -> GroupedFp8 | None:
     """``g`` (:func:`grouped_fp8_rates`, by part and recipe) with what the model and layout add:
     FC1's output-gradient kernels with ``fc1_bias`` (the model's ``linear_bias``,
     :func:`model.moe_kernels.fc1_grad_kernels`), whether its bias gradient reads the gradient
-    again (:func:`model.moe_kernels.fc1_bias_grad_reads`) and which linears quantise their saved
-    input again (``requantised``, :func:`model.expert_saved_inputs.requantised_inputs`); None
-    stays None (no FP8 grouped GEMM).
+    again (:func:`model.moe_kernels.fc1_bias_grad_reads`), which linears quantise their saved
+    input again (``requantised``, :func:`model.expert_saved_inputs.requantised_inputs`; the
+    dense ones ``dense_requantised``, :func:`model.saved_originals.requantised_linears`) and at
+    what share of a cast (:func:`model.saved_originals.requantise_share`); None stays None (no
+    FP8 grouped GEMM).
 
     >>> from trainplan.topology.accelerator_file import get_part
     >>> h100 = get_part("H100-SXM")
@@ -238,7 +250,15 @@ def experts_fp8(
         return g
     reads = fc1_bias_grad_reads(recipe, fc1_bias)
     kernels = fc1_grad_kernels(recipe, device, fc1_bias)
-    return replace(g, fc1_grad_kernels=kernels, fc1_bias_reads=reads, requantised=requantised)
+    shares = (float(requantise_share(recipe, False)), float(requantise_share(recipe, True)))
+    return replace(
+        g,
+        fc1_grad_kernels=kernels,
+        fc1_bias_reads=reads,
+        requantised=requantised,
+        dense_requantised=dense_requantised,
+        requantise_shares=shares,
+    )
 
 
 def expert_cast_seconds(
@@ -262,8 +282,10 @@ def expert_cast_seconds(
       output gradient (2·m·n bytes an expert at ``hbm × e_HBM``);
     * weight gradient, where :attr:`GroupedFp8.requantised` names the linear: its input cast
       again, ``m·k`` elements an expert at the forward cast's seconds per element
-      (:attr:`GroupedFp8.cast_s_per_element`) plus the forward's ``(experts − 1) ×
-      cast_kernels`` launches (Transformer Engine v2.9 ``_GroupedLinear.backward``:
+      (:attr:`GroupedFp8.cast_s_per_element`) × the grouped share of
+      :attr:`GroupedFp8.requantise_shares` (the forward then casts row-wise only,
+      :mod:`model.saved_originals`) plus the forward's ``(experts − 1) × cast_kernels``
+      launches (Transformer Engine v2.9 ``_GroupedLinear.backward``:
       ``tex.split_quantize(inp_view, ctx.m_splits, ctx.input_quantizers)``); else 0.
 
     >>> from trainplan.model.roofline import RooflineParams
@@ -282,7 +304,8 @@ def expert_cast_seconds(
     if which == 2:
         if not g.requantised[linear]:
             return 0.0
-        return launches * p.kernel_overhead_s + g.cast_s_per_element[0] * m * k * experts
+        cast = g.requantise_shares[1] * g.cast_s_per_element[0] * m * k * experts
+        return launches * p.kernel_overhead_s + cast
     extra = 0.0
     if which == 1 and linear == 0:
         more = g.cast_kernels if g.fc1_grad_kernels is None else g.fc1_grad_kernels
@@ -291,3 +314,23 @@ def expert_cast_seconds(
             2 * m * n * experts / (hbm_bytes_per_s * p.hbm_efficiency) if g.fc1_bias_reads else 0.0
         )
     return launches * p.kernel_overhead_s + extra
+
+
+def dense_requantise_seconds(g: GroupedFp8 | None, name: str, input_elements: float) -> float:
+    """Seconds the weight-gradient pass of dense linear layer ``name`` adds to quantise its
+    saved BF16 input of ``input_elements`` elements again where :attr:`GroupedFp8.
+    dense_requantised` names it: the forward cast's seconds per element (:attr:`GroupedFp8.
+    cast_s_per_element`) × the dense share of :attr:`GroupedFp8.requantise_shares`
+    (Transformer Engine v2.9 ``_Linear.backward``: ``input_quantizer.set_usage(rowwise=False,
+    columnwise=True)`` on the saved input; :mod:`model.saved_originals`); else 0.
+
+    >>> g = GroupedFp8((1.9, 1.9, 1.9), (2e-12, 2e-12), 4, dense_requantised=frozenset(
+    ...     {"output projection"}), requantise_shares=(2 / 3, 5 / 6))
+    >>> round(dense_requantise_seconds(g, "output projection", 8192 * 512) * 1e6, 3)  # 2/3·2 ps·…
+    5.592
+    >>> dense_requantise_seconds(g, "QKV projection", 8192 * 512)
+    0.0
+    """
+    if g is None or name not in g.dense_requantised:
+        return 0.0
+    return g.requantise_shares[0] * g.cast_s_per_element[0] * input_elements

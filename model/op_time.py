@@ -13,7 +13,12 @@ from functools import lru_cache
 
 from trainplan.model.attention_rates import attention_fractions, ring_fractions, window_fractions
 from trainplan.model.core_spans import CoreSpan
-from trainplan.model.grouped_gemm import GroupedFp8, expert_cast_seconds, grouped_shape
+from trainplan.model.grouped_gemm import (
+    GroupedFp8,
+    dense_requantise_seconds,
+    expert_cast_seconds,
+    grouped_shape,
+)
 from trainplan.model.op_rates import dense_wave_efficiency
 from trainplan.model.ops import WGRAD_ACCUMULATE_BYTES, LayerShape, Op, OpKind, layer_ops
 from trainplan.model.roofline import (
@@ -365,22 +370,28 @@ def _linear(
     op: Op, c: Clock, which: int, mnk: tuple[float, float, float], extra: float = 0.0
 ) -> float:
     """Pass ``which`` (0 forward, 1 input gradient, 2 weight gradient) of a dense GEMM, output
-    ``[m, n]``, depth ``k``; where :attr:`Clock.userbuffers` overlaps it (by the op's role) as
+    ``[m, n]``, depth ``k`` (the weight gradient: with its saved BF16 input quantised again
+    where the layer saves one, :func:`model.grouped_gemm.dense_requantise_seconds`); where
+    :attr:`Clock.userbuffers` overlaps it (by the op's role) as
     Transformer Engine runs it (:mod:`model.userbuffers_gemm`): ``chunks`` GEMMs of the chunk's
     shape (:meth:`~model.userbuffers_gemm.UbGemm.chunk`), their tiles and waves together on all
     the part's SMs but the ``taken`` ones, plus the launches its streams do not hide and, after a
     ring-exchange reduce-scatter, the sum of its partial chunks."""
     m, n, k = mnk
     ub = c.userbuffers.gemm(op.role, which) if c.userbuffers is not None and op.role else None
+    if which == 2 and _fp8(op, c):  # a saved BF16 input quantised again (grouped_gemm)
+        extra_s = dense_requantise_seconds(c.grouped_fp8, op.name, op.m * op.k * op.batch)
+    else:
+        extra_s = 0.0
     if ub is None:
-        return _gemm(m, n, k, op.batch, c, extra, _fp8(op, c), which)
+        return _gemm(m, n, k, op.batch, c, extra, _fp8(op, c), which) + extra_s
     rows, cols = ub.chunk(m, n)
     t = _gemm(rows, cols, k, op.batch * ub.chunks, c, extra, _fp8(op, c), which, None,
               m / ub.chunks, ub.taken)  # fmt: skip
     t += _launch_gaps(ub.chunks, UB_STREAMS, c)
     if ub.reduce:
         t += partials_sum_seconds(m * n * op.batch, ub.chunks, 2, c.hbm_bytes_per_s, c.params)
-    return t
+    return t + extra_s
 
 
 def _is_grouped(op: Op) -> bool:

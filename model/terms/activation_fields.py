@@ -26,13 +26,13 @@ from trainplan.model.moe_run import Dispatcher, combine_output_bytes
 from trainplan.model.moe_working_set import MEGATRON_ROUTER_SCORE_BYTES
 from trainplan.model.pipeline import Schedule
 from trainplan.model.precision import (
-    Fp8Recipe,
     Precision,
     fp8_activation_bytes,
     fp8_recipe_of,
     keeps_fp8_transpose,
 )
 from trainplan.model.recompute_modules import profile_recompute_modules
+from trainplan.model.saved_originals import proj_saves_original
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import stage_chunks, stage_layers
 from trainplan.model.stage_bytes import (
@@ -128,7 +128,7 @@ def _linear_rows(training: TrainingSpec, framework: Framework) -> dict[str, Any]
         "fp8_input_bytes": fp8_activation_bytes(recipe),
         "te_linears": framework.te_layers,
         "permute_map_bytes": 4 if megatron and alltoall else 0,
-        "fp8_proj_saves_original": fp8 and megatron and recipe is not Fp8Recipe.DELAYED,
+        "fp8_proj_saves_original": proj_saves_original(training, framework),
         "fp8_expert_fc1_saves_original": expert_fc1_saves_original(training, framework),
     }
 

@@ -62,6 +62,7 @@ from trainplan.model.op_time import (
 from trainplan.model.precision import Precision, fp8_recipe_of
 from trainplan.model.recompute_ops import layout_plan
 from trainplan.model.roofline import LinkTime, RooflineParams
+from trainplan.model.saved_originals import requantised_linears
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.step_time import (
     kind_parts,
@@ -279,11 +280,12 @@ def _experts_fp8(c: Context, f: Fields, mode: Recompute, recipe: Any) -> Grouped
     (:func:`model.grouped_gemm.grouped_fp8_rates`) with the model's FC1 bias and the linears
     that quantise their saved input again under the layout's recompute plan
     (:func:`model.grouped_gemm.experts_fp8`, :func:`model.expert_saved_inputs.
-    requantised_inputs`)."""
-    t, d = c.training, c.gpu
+    requantised_inputs`, :func:`model.saved_originals.requantised_linears`)."""
+    t, d, plan = c.training, c.gpu, _recompute_plan(c, f, mode)[0]
     rates = grouped_fp8_rates(t.precision, recipe, d, f.framework)
-    requantised = requantised_inputs(t, f.framework, _recompute_plan(c, f, mode)[0])
-    return experts_fp8(rates, recipe, d, c.arch.linear_bias, requantised)
+    requantised = requantised_inputs(t, f.framework, plan)
+    dense = requantised_linears(c.arch, t, f.framework, plan)
+    return experts_fp8(rates, recipe, d, c.arch.linear_bias, requantised, dense)
 
 
 def _gather_bytes(framework: Any, t: TrainingSpec) -> int | None:

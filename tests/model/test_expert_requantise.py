@@ -111,13 +111,26 @@ def test_moe_act_recompute_quantises_fc2s_input_again(monkeypatch: pytest.Monkey
     over 8 ranks' 128 experts: 2,048 rows an expert, so 16 · 2,048 · 768 input elements at the
     forward cast's seconds per element, plus the forward's 15 × 4 launches of 3 µs: about
     230.9 µs per layer and micro-batch, × 48 layers × 8 micro-batches on the step's compute.
-    FC1 and the forward are untouched; the host note counts 16 × 4 more launches."""
+    FC1 and the forward are untouched; the host note counts 16 × 4 more launches.
+
+    The second cast is 5/6 of a both-ways one (model.saved_originals.requantise_share: the
+    forward then casts row-wise only, 5 B an element under current scaling — the amax read, the
+    read, one FP8 copy — and the backward both ways, 6 B, against the 6 B of one both-ways cast):
+    180 µs of launches + 5/6 × 50.87 µs = 222.4 µs. The step also quantises the attention
+    output projection's saved BF16 input [4,096 tokens, 32 heads × 128] again in its weight
+    gradient at 2/3 of a cast (Transformer Engine's ``_Linear.backward``: column-wise only),
+    22.6 µs a layer and micro-batch, which the layout without these terms leaves out too."""
     fc2 = Op("experts down", OpKind.GEMM, m=2048, n=2048, k=768, batch=16)
     c = _clock("tensorwise")
     assert c.grouped_fp8 is not None
-    saved = replace(c, grouped_fp8=replace(c.grouped_fp8, requantised=(False, True)))
-    per_layer = 15 * 4 * T_KERNEL + FORWARD_CAST_S * 2048 * 768 * 16
-    assert round(per_layer * 1e6, 1) == 230.9
+    shares = (2 / 3, 5 / 6)
+    saved = replace(
+        c, grouped_fp8=replace(c.grouped_fp8, requantised=(False, True), requantise_shares=shares)
+    )
+    per_layer = 15 * 4 * T_KERNEL + 5 / 6 * FORWARD_CAST_S * 2048 * 768 * 16
+    assert round(per_layer * 1e6, 1) == 222.4
+    proj = 2 / 3 * FORWARD_CAST_S * 4096 * 4096
+    assert round(proj * 1e6, 1) == 22.6
     assert wgrad_seconds(fc2, saved) - wgrad_seconds(fc2, c) == pytest.approx(per_layer)
     assert dgrad_seconds(fc2, saved) == dgrad_seconds(fc2, c)
     fc1 = replace(fc2, name="experts up", n=1536, k=2048)
@@ -130,7 +143,7 @@ def test_moe_act_recompute_quantises_fc2s_input_again(monkeypatch: pytest.Monkey
         global_batch_size=64, seq_len=4096,
     )  # fmt: skip
     compute = now.time_terms.compute_s - before.time_terms.compute_s
-    assert compute == pytest.approx(8 * 48 * per_layer, rel=1e-6)  # 88.65 ms
+    assert compute == pytest.approx(8 * 48 * (per_layer + proj), rel=1e-6)  # 94.08 ms
     assert 0 < now.step_s - before.step_s <= compute + 1e-12
     assert now.step_s - before.step_s == pytest.approx(compute, rel=1e-3)
 
@@ -140,7 +153,8 @@ def test_expert_fc1_offload_quantises_fc1s_input_again() -> None:
     offload except under MXFP8 (``experts.py`` ``TEGroupedMLP.__init__``): FC1's weight
     gradient quantises its 2,048 rows × 2,048 inputs of each of 16 experts again, at the forward
     cast's seconds per element, with the forward's 15 × 4 launches of 3 µs. MXFP8 keeps the
-    FP8 copy: nothing more."""
+    FP8 copy: nothing more. The second cast is 5/6 of a both-ways one (the forward's row-wise
+    cast, then both ways in the backward: model.saved_originals.requantise_share)."""
     offload = Offload(activations=("expert_fc1",))
     t = TrainingSpec(seq_len=4096, global_batch_size=64, precision="fp8",
                      fp8_recipe="tensorwise", offload=offload)  # fmt: skip
@@ -150,6 +164,9 @@ def test_expert_fc1_offload_quantises_fc1s_input_again() -> None:
     fc1 = Op("experts up", OpKind.GEMM, m=2048, n=1536, k=2048, batch=16)
     c = _clock("tensorwise")
     assert c.grouped_fp8 is not None
-    saved = replace(c, grouped_fp8=replace(c.grouped_fp8, requantised=(True, False)))
+    shares = (2 / 3, 5 / 6)  # model.saved_originals.requantise_share under current scaling
+    saved = replace(
+        c, grouped_fp8=replace(c.grouped_fp8, requantised=(True, False), requantise_shares=shares)
+    )
     gained = wgrad_seconds(fc1, saved) - wgrad_seconds(fc1, c)
-    assert gained == pytest.approx(15 * 4 * T_KERNEL + FORWARD_CAST_S * 2048 * 2048 * 16)
+    assert gained == pytest.approx(15 * 4 * T_KERNEL + 5 / 6 * FORWARD_CAST_S * 2048 * 2048 * 16)
