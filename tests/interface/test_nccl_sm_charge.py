@@ -62,8 +62,10 @@ def _charged(params: dict[str, Any], on: bool = True) -> dict[str, Any]:
 
 def test_the_charge_measures_as_documented() -> None:
     """With the NCCL charge on, the validation set measures what docs/time-model-sources.md §2
-    reports for the current model: dense 8.9 %, MoE 23.8 %, 19 of 77 runs beyond 15 % (the
-    default, as the validation page shows it; 9.0 %, 23.8 %, 19 on and 9.3 %, 24.4 %, 20 off
+    reports for the current model: dense 8.9 %, MoE 23.7 %, 19 of 77 runs beyond 15 % (the
+    default, as the validation page shows it; 8.9 %, 23.8 %, 19 on before the saved BF16 inputs
+    Megatron-Core's linears quantise again were charged their second cast,
+    model.saved_originals; 9.0 %, 23.8 %, 19 on and 9.3 %, 24.4 %, 20 off
     before the Megatron-Core profiles' optimizer step zeroed the whole gradient buffer,
     model.terms.optimizer_time.whole_buffer_zeroing_bytes; 8.9 %, 23.8 %, 18 before NCCL's tuner picked each
     collective's algorithm and protocol, model/nccl_tuner.py: llm-foundry's MPT-3B on 512 H100s,
@@ -103,7 +105,7 @@ def test_the_charge_measures_as_documented() -> None:
     assert sum("nccl_sm_charge" in r.params for r in runs) >= 70
     table = "\n".join(goal_table(evaluate_all(runs)))
     assert "8.9 % (59 runs)" in table
-    assert "23.8 % (18 runs)" in table
+    assert "23.7 % (18 runs)" in table
     assert "19 of 77" in table
 
 

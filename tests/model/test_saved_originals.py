@@ -12,14 +12,13 @@ from fractions import Fraction
 
 import pytest
 
-import trainplan
+from tests.model.test_expert_requantise import _pair
 from trainplan.model.grouped_gemm import grouped_fp8_rates
 from trainplan.model.op_rates import params_in_force
 from trainplan.model.op_time import Clock, op_seconds, wgrad_seconds
 from trainplan.model.ops import Op, OpKind
 from trainplan.model.saved_originals import cast_bytes, requantise_share, requantised_linears
 from trainplan.model.specs import TrainingSpec
-from trainplan.model.terms import roofline, split_free
 from trainplan.scenarios.catalogue import get_model
 from trainplan.topology.accelerators import get_accelerator
 
@@ -88,12 +87,7 @@ def test_the_output_projection_quantises_its_input_again(monkeypatch: pytest.Mon
     assert wgrad_seconds(qkv, saved) == wgrad_seconds(qkv, c)
     params = dict(model="llama3-70b", gpu="H100-SXM", tp=4, pp=2, dp=8, precision="fp8",
                   fp8_recipe="tensorwise", global_batch_size=256, seq_len=8192)  # fmt: skip
-    split_free.MEMO.clear()
-    now = trainplan.evaluate(**params)
-    split_free.MEMO.clear()
-    monkeypatch.setattr(roofline, "experts_fp8", lambda rates, *_: rates)
-    before = trainplan.evaluate(**params)
-    split_free.MEMO.clear()
+    now, before = _pair(monkeypatch, **params)
     compute = now.time_terms.compute_s - before.time_terms.compute_s
     assert compute == pytest.approx(40 * 32 * per_op, rel=1e-6)
     assert now.step_s > before.step_s
