@@ -49,7 +49,7 @@ from trainplan.model.op_rates import (
 )
 from trainplan.model.part_family import FAMILY
 from trainplan.model.precision import Fp8Recipe, Precision
-from trainplan.model.roofline import RooflineParams
+from trainplan.model.roofline import RooflineParams, memory_seconds
 from trainplan.model.saved_originals import requantise_share
 from trainplan.scenarios.kernel_data import low_precision_data
 
@@ -288,7 +288,7 @@ def expert_cast_seconds(
       launches (Transformer Engine v2.9 ``_GroupedLinear.backward``:
       ``tex.split_quantize(inp_view, ctx.m_splits, ctx.input_quantizers)``); else 0.
 
-    >>> from trainplan.model.roofline import RooflineParams
+    >>> from trainplan.model.roofline import RooflineParams, memory_seconds
     >>> g = GroupedFp8((1.9, 1.9, 1.9), (2e-12, 2e-12), 4, 5, True, (False, True))
     >>> p = RooflineParams(gemm_efficiency=0.74)  # t_kernel 3 µs, e_HBM 0.9
     >>> mnk = (1000.0, 2048.0, 768.0)
@@ -310,9 +310,8 @@ def expert_cast_seconds(
     if which == 1 and linear == 0:
         more = g.cast_kernels if g.fc1_grad_kernels is None else g.fc1_grad_kernels
         launches += experts * (more - g.cast_kernels)
-        extra = (
-            2 * m * n * experts / (hbm_bytes_per_s * p.hbm_efficiency) if g.fc1_bias_reads else 0.0
-        )
+        if g.fc1_bias_reads:  # the pass's bytes; its launches are among fc1_grad_kernels
+            extra = memory_seconds(2 * m * n * experts, hbm_bytes_per_s, p) - p.kernel_overhead_s
     return launches * p.kernel_overhead_s + extra
 
 

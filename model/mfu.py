@@ -263,7 +263,7 @@ def recompute_share(
         if share < 0:
             typed = pct if isinstance(pct, str) else shown_number(pct)
             raise InputError(f"recomputed_flops_pct: {typed} must be ≥ 0")
-        return share / 100, f"{float(share):g}% recomputed"
+        return share / 100, f"{shown_number(share)}% recomputed"
     if recompute in (None, "none"):
         return Fraction(0), ""
     if params is None or per_token is None:
