@@ -129,6 +129,8 @@ def onef_steps(
     xp = namespace(*forward, *backward)
     if _every_round(xp, pp, m, forward, backward, schedule):
         return _rounds(xp, pp, m, xp.stack(list(forward)), xp.stack(list(backward)))
+    if schedule == Schedule.GPIPE.value and settle:
+        return _gpipe(m, forward) + _gpipe(m, backward)
     warm = [warmup(pp, m, i, schedule) for i in range(pp)]
     zero: Any = 0.0 if xp is None else xp.zeros_like(forward[0] + backward[0])
     last = [zero] * pp  # each rank's last end
@@ -153,6 +155,25 @@ def onef_steps(
             last, ends, q = _jump(before, last, ends, q, final, xp)
         q += 1
     return last[0]
+
+
+def _gpipe(m: int, times: Sequence[Any]) -> Any:
+    """One phase of GPipe's step in :func:`onef_steps`' recursion: ``m`` passes of equal time
+    through stages of ``times`` in order, ``Σ_i t_i + (m − 1)·max_i t_i``. The recursion's
+    longest path runs from the first pass on the first stage to the last pass on the last,
+    one stage or one pass further at a time: it meets every stage, and m + pp − 1 passes in
+    all, so its m − 1 beyond one a stage go to the slowest. The backward phase is the same
+    from the last rank's last forward (each rank's forwards end before the last rank's:
+    a forward waits for the rank before's), so GPipe's step is the sum of the two phases.
+    Equal to the round-by-round sweep (``settle`` False; ``tests/model/test_pipeline_onef.py``).
+
+    >>> _gpipe(5, [10.0, 1.0]) + _gpipe(5, [10.0, 1.0])
+    102.0
+    """
+    slowest = times[0]
+    for t in times[1:]:
+        slowest = maximum(slowest, t)
+    return sum(times[1:], times[0]) + (m - 1) * slowest
 
 
 def _jump(before: Any, last: list[Any], ends: dict[Any, Any], q: int, final: int, xp: Any) -> Any:

@@ -163,7 +163,7 @@ def test_the_search_reads_the_same_memory():
 @given(
     pp=st.integers(2, 12),
     v=st.integers(2, 10),
-    rounds=st.integers(1, 9),
+    rounds=st.integers(1, 24),
     rank=st.integers(0, 11),
     reshard=st.booleans(),
 )

@@ -104,7 +104,8 @@ def test_the_recursion_is_the_longest_path(forward, data, m) -> None:
     never exceeds the closed form (m + pp − 1)·max T_i (checked here, not proven) and never
     falls below m·T_k + Σ_{i<k} T_i for any stage k (a path: the first micro-batch's forwards
     down to k, all of k's passes, the last micro-batch's backwards up). With stages alike it
-    is the closed form. GPipe's order (w = m) is the same recursion."""
+    is the closed form. GPipe's order (w = m) is the same recursion, whose step is two flow
+    shops' ``Σ t_i + (m − 1)·max t_i``."""
     pp = len(forward)
     backward = data.draw(st.lists(st.integers(1, 80), min_size=pp, max_size=pp))
     f, b = [Fraction(x) for x in forward], [Fraction(x) for x in backward]
@@ -115,7 +116,9 @@ def test_the_recursion_is_the_longest_path(forward, data, m) -> None:
     assert step <= (m + pp - 1) * max(t)
     assert step >= max(m * t[k] + sum(t[:k]) for k in range(pp))
     assert onef_steps(pp, m, [f[0]] * pp, [b[0]] * pp) == (m + pp - 1) * t[0]
-    assert onef_steps(pp, m, f, b, "gpipe") == _engine_step(pp, m, f, b, "gpipe")
+    gpipe = onef_steps(pp, m, f, b, "gpipe")  # the closed form, model.pipeline_onef._gpipe
+    assert gpipe == _engine_step(pp, m, f, b, "gpipe")
+    assert gpipe == onef_steps(pp, m, f, b, "gpipe", settle=False)  # the sweep, round by round
 
 
 def test_a_warm_up_can_hide_the_round_trip_behind_it() -> None:
