@@ -37,3 +37,20 @@ def test_search_help_says_what_the_time_limit_bounds():
             "cost tables (one GPU count on one accelerator) are built whole once started, the "
             "jobs not started in time are left out, and CP-SAT gets what remains (at least 1 s)"
         ) in text
+
+
+def test_a_peak_given_twice_is_refused_naming_the_flag():
+    """``--peak-tflops 989 --gpu H100-SXM``: the refusal named the peak by its Python name,
+    ``peak_tflops = 989``, where every other refusal names the flag typed."""
+    runs = run_many(
+        {
+            "mfu": "mfu --params 70B --tokens-per-second 1e6 --peak-tflops 989 --gpu H100-SXM "
+            "--chips 512".split(),
+            "rlhf": "rlhf --algorithm grpo --policy-params 7B --peak-tflops 989 --gpu H100-SXM".split(),
+        }
+    )
+    for done in runs.values():
+        assert refusal(done) == (
+            "--gpu: 'H100-SXM' does not apply: the peak is given by --peak-tflops = 989; give "
+            "one of the two"
+        )
