@@ -54,3 +54,14 @@ def test_a_peak_given_twice_is_refused_naming_the_flag():
             "--gpu: 'H100-SXM' does not apply: the peak is given by --peak-tflops = 989; give "
             "one of the two"
         )
+
+
+def test_a_training_layout_that_does_not_divide_the_gpus_names_the_flags():
+    """``rlhf --train-tp 3`` on 8 GPUs said ``train_tp × train_pp: 3 does not divide …``, the
+    Python names, where a refusal names the flags typed."""
+    done = run_many(
+        {"tp3": "rlhf --algorithm grpo --model llama3-8b --gpus 8 --train-tp 3".split()}
+    )["tp3"]
+    assert refusal(done) == (
+        "--train-tp × --train-pp: 3 does not divide the training roles' 8 GPUs"
+    )
