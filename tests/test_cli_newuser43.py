@@ -65,3 +65,19 @@ def test_a_training_layout_that_does_not_divide_the_gpus_names_the_flags():
     assert refusal(done) == (
         "--train-tp × --train-pp: 3 does not divide the training roles' 8 GPUs"
     )
+
+
+def test_a_moe_setting_below_its_bound_is_echoed_as_typed():
+    """``--set moe_imbalance=0.5`` was echoed as the fraction ``1/2``, and
+    ``moe_capacity_factor=-0.25`` as ``-1/4``: every other refusal echoes the number typed."""
+    base = "evaluate --model mixtral-8x7b --gpus 64 --ep 8 --set".split()
+    runs = run_many(
+        {
+            "imbalance": [*base, "moe_imbalance=0.5"],
+            "capacity": [*base, "moe_capacity_factor=-0.25"],
+        }
+    )
+    assert refusal(runs["imbalance"]) == (
+        "--set moe_imbalance: 0.5 must be at least 1 (busiest rank ÷ mean)"
+    )
+    assert refusal(runs["capacity"]) == "--set moe_capacity_factor: -0.25 must be positive"
