@@ -85,7 +85,7 @@ def resolve_peak(
     if peak_tflops is not None:
         check_applicable(
             {"gpu": gpu},
-            {"gpu": f"the peak is given by peak_tflops = {peak_tflops}; give one of the two"},
+            {"gpu": f"the peak is given by `peak_tflops` = {peak_tflops}; give one of the two"},
         )
         return positive("peak_tflops", peak_tflops) * 10**12, "given (--peak-tflops)"
     gpu = gpu or default_gpu

@@ -32,6 +32,7 @@ from trainplan.model.errors import InputError
 from trainplan.model.hash_once import HashOnce
 from trainplan.model.moe import DEEPEP_NVL_PEERS, expert_capacity
 from trainplan.model.rank_groups import members_per_domain_of
+from trainplan.model.units import shown_number
 from trainplan.model.xp import exact, floor, is_array, minimum, where
 
 __all__ = [
@@ -172,12 +173,12 @@ class MoERun(HashOnce):
         object.__setattr__(self, "imbalance", Fraction(self.imbalance))
         if self.imbalance < 1:
             raise InputError(
-                f"moe_imbalance: {self.imbalance} must be at least 1 (busiest rank ÷ mean)"
+                f"moe_imbalance: {shown_number(self.imbalance)} must be at least 1 (busiest rank ÷ mean)"
             )
         if self.capacity_factor is not None:
             cf = Fraction(self.capacity_factor)
             if cf <= 0:
-                raise InputError(f"moe_capacity_factor: {cf} must be positive")
+                raise InputError(f"moe_capacity_factor: {shown_number(cf)} must be positive")
             object.__setattr__(self, "capacity_factor", cf)
         elif self.pad_to_capacity:
             raise InputError(

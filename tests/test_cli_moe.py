@@ -208,7 +208,7 @@ def test_combined_1f1b_leaves_the_warmup_and_cooldown_exposed(runs):
             "--set moe_ep_overlap: 'overlap_moe_expert_parallel_comm' is Megatron-Core's",
         ),
         ("no shared", "--set moe_ep_overlap: 'moe_shared_expert_overlap' needs shared experts"),
-        ("imbalance below 1", "--set moe_imbalance: 1/2 must be at least 1"),
+        ("imbalance below 1", "--set moe_imbalance: 0.5 must be at least 1"),
         (
             "overlap 1f1b",
             "--set moe_ep_overlap: 'overlap_moe_expert_parallel_comm' with pp > 1 needs",

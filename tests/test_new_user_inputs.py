@@ -310,11 +310,11 @@ MFU_70B = ["mfu", "--params", "70e9", "--tokens", "4e6", "--step-seconds", "7", 
         ([*GRPO, "--vocab-size", "128256"], "--vocab-size: '128256' does not apply"),
         (
             [*GRPO, "--peak-tflops", "500", "--gpu", "H100-SXM"],
-            "gpu: 'H100-SXM' does not apply: the peak is given by peak_tflops = 500",
+            "gpu: 'H100-SXM' does not apply: the peak is given by --peak-tflops = 500",
         ),
         (
             [*MFU_70B, "--peak-tflops", "989", "--gpu", "A100-80GB"],
-            "gpu: 'A100-80GB' does not apply: the peak is given by peak_tflops = 989",
+            "gpu: 'A100-80GB' does not apply: the peak is given by --peak-tflops = 989",
         ),
         (
             [*MFU_70B, "--peak-tflops", "989", "--layers", "80", "--seq-len", "8192"],

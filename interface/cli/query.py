@@ -23,7 +23,7 @@ import click
 
 from trainplan.interface.cli import cli, register_commands
 from trainplan.interface.cli.common import ListOf, OutputFile, click_line
-from trainplan.interface.flags import MOVED_FLAGS
+from trainplan.interface.flags import MOVED_FLAGS, flag_for
 from trainplan.interface.scenario import VALUE_KINDS, check_scenario
 from trainplan.interface.scenario_file import switch_word
 from trainplan.interface.scenario_keys import KEY_HELP, closest_key, read_line, table_of
@@ -191,6 +191,12 @@ def _unknown(
             f"{key!r}: no such parameter of {name}; write it {dashed} (a query key is the "
             "command's option without its leading --)"
         )
+    option = _field_option(key, by_key)
+    if option is not None:
+        return (
+            f"{key!r}: no such parameter of {name}; write it {option} (a query key is the "
+            "command's option without its leading --, not the JSON answer's field name)"
+        )
     known = sorted(k for k, o in by_key.items() if k != "json" and k not in why
                    and not _writes_file(o))  # fmt: skip
     near = closest_key(key, known + sorted(moved))  # the command line's "did you mean"
@@ -198,6 +204,19 @@ def _unknown(
     return f"{key}: no such parameter of {name}{hint}; its parameters are " + ", ".join(
         known + sorted(moved)
     )
+
+
+def _field_option(key: str, by_key: dict[str, click.Option]) -> str | None:
+    """The query key of the option that sets field ``key`` (the name the JSON answer and the
+    Python API give it, ``global_batch_size``, ``zero_stage``, ``micro_batch_size``): the option
+    whose callback parameter it is, else its flag (:func:`interface.flags.flag_for`) where the
+    command has that option; None when it is no field of one."""
+    field = key.replace("-", "_")
+    found = next((k for k, o in by_key.items() if o.name == field and k != key), None)
+    if found is not None:
+        return found
+    flag = flag_for(field, options={"--" + k for k in by_key})[2:]
+    return flag if flag != key and flag in by_key else None
 
 
 def parse_query(

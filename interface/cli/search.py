@@ -36,6 +36,7 @@ from trainplan.model.errors import InfeasibleError, InputError
 from trainplan.model.layout import Recompute
 from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.pipeline import Schedule
+from trainplan.optimizer.search import SOLVE_FLOOR_S
 
 SCENARIO: Decorator = click.option(
     "--scenario",
@@ -189,8 +190,10 @@ SOLVER: list[Decorator] = [
         "--time-limit",
         "time_limit",
         type=POSITIVE,
-        help="Seconds for the whole search, table building included; the best found, "
-        "status feasible (not proven) when it runs out (default: no limit).",
+        help="Seconds for the whole search, table building included: a job's cost tables "
+        "(one GPU count on one accelerator) are built whole once started, the jobs not started "
+        f"in time are left out, and CP-SAT gets what remains (at least {SOLVE_FLOOR_S:g} s); the "
+        "best found, status feasible (not proven) when it runs out (default: no limit).",
     ),
     click.option(
         "--workers",

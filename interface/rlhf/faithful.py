@@ -328,7 +328,7 @@ def _check_train_dp(inp: RLHFInputs, train_pool: int, mp: int) -> None:
     batch = inp.spec.train_batch or inp.spec.sequences
     if train_pool // mp > batch:
         raise LayoutError(
-            f"gpus: the training roles' {train_pool:,} GPUs at train_tp × train_pp = {mp} "
+            f"gpus: the training roles' {train_pool:,} GPUs at `train_tp` × `train_pp` = {mp} "
             f"are dp {train_pool // mp:,}, above the {batch:,} sequences an update trains "
             "on: a data-parallel rank would have no rollout (fewer --gpus, more "
             "--rollout-gpus, a larger --train-tp or --train-pp, or more --prompts)"
@@ -369,7 +369,7 @@ def evaluate_placement(inp: RLHFInputs) -> StepPlan:
         mp = inp.train_tp * inp.train_pp
         if train_pool % mp:
             raise LayoutError(
-                f"train_tp × train_pp: {mp} does not divide the training roles' {train_pool} GPUs"
+                f"`train_tp` × `train_pp`: {mp} does not divide the training roles' {train_pool:,} GPUs"
             )
         _check_train_dp(inp, train_pool, mp)
         options.append(

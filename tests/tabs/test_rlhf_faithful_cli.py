@@ -281,7 +281,7 @@ def test_more_training_ranks_than_sequences_is_refused():
     base = ["rlhf", "--algorithm", "grpo", "--model", "llama3-8b"]
     line = refusal(trainplan(*base, "--gpus", "4,000,000"))
     assert line == (
-        "--gpus: the training roles' 4,000,000 GPUs at train_tp × train_pp = 1 are dp 4,000,000, "
+        "--gpus: the training roles' 4,000,000 GPUs at --train-tp × --train-pp = 1 are dp 4,000,000, "
         "above the 16,384 sequences an update trains on: a data-parallel rank would have no "
         "rollout (fewer --gpus, more --rollout-gpus, a larger --train-tp or --train-pp, or more "
         "--prompts)"

@@ -1,0 +1,83 @@
+"""A new user's first hour, each ``trainplan`` call its own process (:mod:`tests.cli_runs`):
+the slips found and what the command now says."""
+
+from __future__ import annotations
+
+from tests.cli_runs import refusal, run_many
+
+
+def test_min_mfu_given_as_a_percentage_is_refused_saying_it_is_a_fraction():
+    """Every MFU is printed as a percentage (``MFU 44.2%``), so ``--min-mfu 40`` is the natural
+    slip; the refusal said only ``must be in (0, 1]``, now what the fraction means."""
+    runs = run_many(
+        {
+            "percent": "search --model llama3-8b --gpus 8 --min-mfu 40".split(),
+            "file": "frontier --model llama3-8b --gpus 8 --set min_mfu=44.2".split(),
+        }
+    )
+    assert refusal(runs["percent"]) == (
+        "--min-mfu: 40 must be in (0, 1] (a fraction: 0.4 is an MFU of 40%)"
+    )
+    assert refusal(runs["file"]).endswith(
+        "44.2 must be in (0, 1] (a fraction: 0.4 is an MFU of 40%)"
+    )
+
+
+def test_search_help_says_what_the_time_limit_bounds():
+    """``--time-limit 60`` on DeepSeek-V3 under fsdp2 on 64 GPUs (one job) printed nothing for
+    over five minutes: one job's cost tables are built whole once started, which the help's
+    "Seconds for the whole search, table building included" did not say (the note a search
+    prints afterwards and docs/concepts/search.md do)."""
+    runs = run_many({k: [k, "--help"] for k in ("search", "frontier")})
+    for done in runs.values():
+        assert done.returncode == 0, done.stderr
+        text = " ".join(done.stdout.split())
+        assert (
+            "--time-limit NUMBER Seconds for the whole search, table building included: a job's "
+            "cost tables (one GPU count on one accelerator) are built whole once started, the "
+            "jobs not started in time are left out, and CP-SAT gets what remains (at least 1 s)"
+        ) in text
+
+
+def test_a_peak_given_twice_is_refused_naming_the_flag():
+    """``--peak-tflops 989 --gpu H100-SXM``: the refusal named the peak by its Python name,
+    ``peak_tflops = 989``, where every other refusal names the flag typed."""
+    runs = run_many(
+        {
+            "mfu": "mfu --params 70B --tokens-per-second 1e6 --peak-tflops 989 --gpu H100-SXM "
+            "--chips 512".split(),
+            "rlhf": "rlhf --algorithm grpo --policy-params 7B --peak-tflops 989 --gpu H100-SXM".split(),
+        }
+    )
+    for done in runs.values():
+        assert refusal(done) == (
+            "--gpu: 'H100-SXM' does not apply: the peak is given by --peak-tflops = 989; give "
+            "one of the two"
+        )
+
+
+def test_a_training_layout_that_does_not_divide_the_gpus_names_the_flags():
+    """``rlhf --train-tp 3`` on 8 GPUs said ``train_tp × train_pp: 3 does not divide …``, the
+    Python names, where a refusal names the flags typed."""
+    done = run_many(
+        {"tp3": "rlhf --algorithm grpo --model llama3-8b --gpus 8 --train-tp 3".split()}
+    )["tp3"]
+    assert refusal(done) == (
+        "--train-tp × --train-pp: 3 does not divide the training roles' 8 GPUs"
+    )
+
+
+def test_a_moe_setting_below_its_bound_is_echoed_as_typed():
+    """``--set moe_imbalance=0.5`` was echoed as the fraction ``1/2``, and
+    ``moe_capacity_factor=-0.25`` as ``-1/4``: every other refusal echoes the number typed."""
+    base = "evaluate --model mixtral-8x7b --gpus 64 --ep 8 --set".split()
+    runs = run_many(
+        {
+            "imbalance": [*base, "moe_imbalance=0.5"],
+            "capacity": [*base, "moe_capacity_factor=-0.25"],
+        }
+    )
+    assert refusal(runs["imbalance"]) == (
+        "--set moe_imbalance: 0.5 must be at least 1 (busiest rank ÷ mean)"
+    )
+    assert refusal(runs["capacity"]) == "--set moe_capacity_factor: -0.25 must be positive"
