@@ -343,7 +343,7 @@ def _dense_mlp(
 
 def _routed_experts(
     ctx: ActivationContext, arch: Architecture, rows: dict[str, Fraction],
-    te: TeFp8Backward | None = None,
+    te: TeFp8Backward | None = None, fc2_requant: bool = False,
 ) -> Fraction:  # fmt: skip
     """The routed experts' steps (module docstring), their largest; under ``te`` the down and
     up projections' steps also hold Transformer Engine's FP8 copies of their ``grad_output``
@@ -357,7 +357,9 @@ def _routed_experts(
     quantizers set to both usages (``Float8CurrentScalingQuantizer``, tensorwise: the row-wise
     data and, where kept, its transpose) or the column-wise one (blockwise), freed by
     ``clear_tensor_data(*inputmats)`` after the wgrad GEMM (Megatron-Core's default
-    ``moe_use_grouped_tensor = False`` takes this path)."""
+    ``moe_use_grouped_tensor = False`` takes this path). FC2 under ``fc2_requant`` (it saved its
+    BF16 input: the ``moe_act`` recompute module) by the same rule at its down step, per element
+    of ``[R, f_e/etp]``, made after its dgrad and freed after its wgrad GEMM."""
     moe = arch.moe
     assert moe is not None
     beta, S, h = ctx.activation_bytes, ctx.tokens, arch.hidden_size
@@ -373,8 +375,9 @@ def _routed_experts(
     both = _released(rows, *names)
     q8 = te.both / beta if te else 0
     requant = te.saved_input / beta * rh if te and ctx.fp8_expert_fc1_saves_original else 0
+    requant2 = te.saved_input / beta * rf if te and fc2_requant else 0
     return max(
-        n + rh + rf + q8 * rh,
+        n + rh + rf + q8 * rh + requant2,
         n + rf + u * rf - down,
         n + u * rf + rh - both + q8 * u * rf + requant,
         n + 2 * rh - both,
@@ -445,6 +448,7 @@ def backward_working_bytes(
     kernel: str | None = None,
     retained: bool = False,
     te_fp8: TeFp8Backward | None = None,
+    fc2_requant: bool = False,
 ) -> Fraction:
     """Bytes per GPU the backward of one layer of the kind ``moe`` holds beyond the saved
     activations, for one micro-batch, at its largest step (module docstring), with the
@@ -452,8 +456,8 @@ def backward_working_bytes(
     ``retained``: the pass keeps the layer's saved tensors (PyTorch's input-gradient pass,
     ``retain_graph=True``: nothing released, module docstring); ``te_fp8``: Transformer
     Engine's FP8 copies (:mod:`model.te_fp8_backward`, read under ``megatron`` and ``deepspeed``
-    with FP8 GEMMs).
-    0 under ``textbook``. Exact.
+    with FP8 GEMMs); ``fc2_requant``: the routed experts' FC2 saved its BF16 input
+    (:func:`model.expert_saved_inputs.expert_fc2_saves_original`). 0 under ``textbook``. Exact.
 
     Examples
     --------
@@ -490,7 +494,7 @@ def backward_working_bytes(
         mlp = _dense_mlp(ctx, arch, arch.ffn_hidden_size, "MLP", rows, plan, mlp_casts, te)
         return max(att, mlp)
     assert arch.moe is not None
-    mlp = _routed_experts(ctx, arch, rows, te)
+    mlp = _routed_experts(ctx, arch, rows, te, fc2_requant)
     if arch.moe.num_shared_experts:
         mlp = max(mlp, _shared_experts(ctx, arch, framework, rows, plan, te))
     return max(att, mlp)

@@ -22,7 +22,12 @@ expert receives — not the dense layer's speed-up.
   charged its own: the FP8 kernels at the profile's kernel-only speed-up per pass
   (``pre-quantized`` rows) and ``m·k`` cast elements per expert at the profile's measured
   seconds per cast element (:func:`cast_seconds_per_element`), scaled from the profile part's
-  HBM bandwidth to the part's (a cast is a streaming pass).
+  HBM bandwidth to the part's (a cast is a streaming pass). What does not depend on those rows
+  is charged wherever ``GroupedLinear`` runs under an FP8 recipe, profiled or not (block
+  scaling on Hopper has no kernel-only row): the per-expert cast launches, FC1's bias-gradient
+  launches and read, and a saved BF16 input's second cast, at its bytes
+  (:func:`forward_cast_seconds`) where no rate is measured; the GEMMs then at the linear
+  layers' speed-up, their casts inside it.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ from trainplan.model.op_rates import (
 from trainplan.model.part_family import FAMILY
 from trainplan.model.precision import Fp8Recipe, Precision
 from trainplan.model.roofline import RooflineParams, memory_seconds
-from trainplan.model.saved_originals import requantise_share
+from trainplan.model.saved_originals import cast_bytes, requantise_share
 from trainplan.scenarios.kernel_data import low_precision_data
 
 __all__ = [
@@ -60,6 +65,7 @@ __all__ = [
     "kernel_speedup",
     "cast_seconds_per_element",
     "grouped_fp8_rates",
+    "forward_cast_seconds",
     "experts_fp8",
     "expert_cast_seconds",
     "dense_requantise_seconds",
@@ -77,12 +83,16 @@ RECIPE_PART_HBM_TBPS: dict[str, tuple[float, str]] = {
 class GroupedFp8:
     """How the routed experts' FP8 grouped GEMMs run on a part (:func:`grouped_fp8_rates`)."""
 
-    kernel_speedup: tuple[float, float, float]
+    kernel_speedup: tuple[float, float, float] | None
     """(forward, input-gradient, weight-gradient) BF16 milliseconds over the FP8 GEMM kernels'
-    alone (:func:`kernel_speedup`)."""
-    cast_s_per_element: tuple[float, float]
+    alone (:func:`kernel_speedup`); None where the part's profile has no kernel-only rows for
+    the recipe (block scaling on Hopper, a part without a profile): the GEMMs, dense and grouped,
+    then run at :attr:`model.op_time.Clock.linear_speedup`, the recipe's casts inside it."""
+    cast_s_per_element: tuple[float, float] | None
     """Seconds per element of the forward's input cast and the input gradient's output-gradient
-    cast on this part (:func:`cast_seconds_per_element`, scaled by HBM bandwidth)."""
+    cast on this part (:func:`cast_seconds_per_element`, scaled by HBM bandwidth); None with
+    :attr:`kernel_speedup` None (a second cast then at :attr:`cast_bytes`,
+    :func:`forward_cast_seconds`)."""
     cast_kernels: int = 0
     """Kernels each local expert's cast launches beyond the profile's one cast of the whole
     operand (:func:`model.moe_kernels.expert_cast_kernels` of the recipe on the part: 4 under
@@ -105,6 +115,10 @@ class GroupedFp8:
     requantise_shares: tuple[float, float] = (1.0, 1.0)
     """(dense, grouped): what that second quantisation costs as a share of the forward's
     both-ways cast (:func:`model.saved_originals.requantise_share` of the recipe)."""
+    cast_bytes: int = 0
+    """HBM bytes per element of one both-ways cast of a 16-bit tensor under the recipe
+    (:func:`model.saved_originals.cast_bytes`): what a cast costs where
+    :attr:`cast_s_per_element` is None (:func:`forward_cast_seconds`)."""
 
 
 def grouped_shape(part: str, m: float, n: float, groups: float, rows: bool) -> tuple[float, float]:
@@ -184,11 +198,15 @@ def cast_seconds_per_element(
 def grouped_fp8_rates(
     precision: Precision | str, recipe: Fp8Recipe | str | None, device: DeviceSpec, framework: str
 ) -> GroupedFp8 | None:
-    """:class:`GroupedFp8` of the part under the run's FP8 recipe where Transformer Engine caches
-    the FP8 weights (:func:`model.op_rates.te_caches_fp8_weights`: Megatron-Core) and the part's
-    family has a profile with kernel-only rows; None otherwise (bf16, another framework, a part
-    without a profile, block scaling on Hopper): the grouped GEMMs then take the linear layers'
-    speed-up (:attr:`model.op_time.Clock.linear_speedup`).
+    """:class:`GroupedFp8` of the part under the run's FP8 recipe where Transformer Engine's
+    ``GroupedLinear`` runs it (:func:`model.op_rates.te_caches_fp8_weights`: Megatron-Core);
+    None otherwise (bf16, another framework). The per-expert cast launches
+    (:func:`model.moe_kernels.expert_cast_kernels`) are the recipe's whatever the profile holds;
+    the kernel-only speed-ups and measured cast rates only where the part's family has a
+    profile with kernel-only rows for the recipe — else (block scaling on Hopper, a part without
+    a profile) both are None: the GEMMs take the linear layers' speed-up
+    (:attr:`model.op_time.Clock.linear_speedup`) and a second cast its bytes
+    (:attr:`GroupedFp8.cast_bytes`, :func:`forward_cast_seconds`).
 
     Examples
     --------
@@ -201,13 +219,17 @@ def grouped_fp8_rates(
     ([1.91, 1.91, 1.902], 2.021)
     >>> grouped_fp8_rates("fp8", "tensorwise", h100, "fsdp2") is None
     True
+    >>> b = grouped_fp8_rates("fp8", "blockwise", h100, "megatron")  # no kernel-only row
+    >>> b.kernel_speedup, b.cast_s_per_element, b.cast_kernels, b.cast_bytes
+    (None, None, 1, 4)
     """
     r = check_fp8_recipe(precision, recipe, device)
+    if r is None or not te_caches_fp8_weights(framework):
+        return None
+    bare = GroupedFp8(None, None, expert_cast_kernels(r, device), cast_bytes=cast_bytes(r, 2))
     part = RECIPE_PART.get(FAMILY.get(device.part, ""))
-    if r is None or part is None or not te_caches_fp8_weights(framework):
-        return None
-    if not device.hbm_bytes_per_s:
-        return None
+    if part is None or not device.hbm_bytes_per_s:
+        return bare
     rows, name = low_precision_data().layer_gemms, r.table_name
     scale = RECIPE_PART_HBM_TBPS[part][0] * 1e12 / device.hbm_bytes_per_s
     try:
@@ -216,10 +238,25 @@ def grouped_fp8_rates(
             scale * cast_seconds_per_element(rows, part, name, p) for p in ("fprop", "dgrad")
         )
     except InputError:
-        return None
-    return GroupedFp8(
-        (kernel[0], kernel[1], kernel[2]), (casts[0], casts[1]), expert_cast_kernels(r, device)
-    )
+        return bare
+    return replace(bare, kernel_speedup=kernel, cast_s_per_element=casts)
+
+
+def forward_cast_seconds(g: GroupedFp8, hbm_bytes_per_s: float, p: RooflineParams) -> float:
+    """Seconds per element of the forward's input cast: the profile's measured rate
+    (:attr:`GroupedFp8.cast_s_per_element`), or where the profile has none for the recipe on
+    the part, the recipe's both-ways cast bytes (:attr:`GroupedFp8.cast_bytes`,
+    :func:`model.saved_originals.cast_bytes`, the rule the second casts' shares are counted in)
+    streamed at ``hbm_bytes_per_s × p.hbm_efficiency`` — the rule the measured rate bears out:
+    current scaling's 1.411 ps on the H200 NVL is 6.1 B at 0.9 of 4.8 TB/s against its 6 B.
+
+    >>> p = RooflineParams(gemm_efficiency=0.74)  # e_HBM 0.9
+    >>> round(forward_cast_seconds(GroupedFp8(None, None, 1, cast_bytes=4), 3.35e12, p) * 1e12, 3)
+    1.327
+    """
+    if g.cast_s_per_element is not None:
+        return g.cast_s_per_element[0]
+    return g.cast_bytes / (hbm_bytes_per_s * p.hbm_efficiency)
 
 
 def experts_fp8(
@@ -282,7 +319,7 @@ def expert_cast_seconds(
       output gradient (2·m·n bytes an expert at ``hbm × e_HBM``);
     * weight gradient, where :attr:`GroupedFp8.requantised` names the linear: its input cast
       again, ``m·k`` elements an expert at the forward cast's seconds per element
-      (:attr:`GroupedFp8.cast_s_per_element`) × the grouped share of
+      (:func:`forward_cast_seconds`) × the grouped share of
       :attr:`GroupedFp8.requantise_shares` (the forward then casts row-wise only,
       :mod:`model.saved_originals`) plus the forward's ``(experts − 1) × cast_kernels``
       launches (Transformer Engine v2.9 ``_GroupedLinear.backward``:
@@ -304,7 +341,9 @@ def expert_cast_seconds(
     if which == 2:
         if not g.requantised[linear]:
             return 0.0
-        cast = g.requantise_shares[1] * g.cast_s_per_element[0] * m * k * experts
+        cast = (
+            g.requantise_shares[1] * forward_cast_seconds(g, hbm_bytes_per_s, p) * m * k * experts
+        )
         return launches * p.kernel_overhead_s + cast
     extra = 0.0
     if which == 1 and linear == 0:
@@ -315,21 +354,36 @@ def expert_cast_seconds(
     return launches * p.kernel_overhead_s + extra
 
 
-def dense_requantise_seconds(g: GroupedFp8 | None, name: str, input_elements: float) -> float:
+def dense_requantise_seconds(
+    g: GroupedFp8 | None,
+    name: str,
+    input_elements: float,
+    hbm_bytes_per_s: float,
+    p: RooflineParams,
+) -> float:
     """Seconds the weight-gradient pass of dense linear layer ``name`` adds to quantise its
     saved BF16 input of ``input_elements`` elements again where :attr:`GroupedFp8.
-    dense_requantised` names it: the forward cast's seconds per element (:attr:`GroupedFp8.
-    cast_s_per_element`) × the dense share of :attr:`GroupedFp8.requantise_shares`
-    (Transformer Engine v2.9 ``_Linear.backward``: ``input_quantizer.set_usage(rowwise=False,
-    columnwise=True)`` on the saved input; :mod:`model.saved_originals`); else 0.
+    dense_requantised` names it: the forward cast's seconds per element on a part of
+    ``hbm_bytes_per_s`` (:func:`forward_cast_seconds`) × the dense share of
+    :attr:`GroupedFp8.requantise_shares` (Transformer Engine v2.9 ``_Linear.backward``:
+    ``input_quantizer.set_usage(rowwise=False, columnwise=True)`` on the saved input;
+    :mod:`model.saved_originals`); else 0.
 
+    >>> p = RooflineParams(gemm_efficiency=0.74)
     >>> g = GroupedFp8((1.9, 1.9, 1.9), (2e-12, 2e-12), 4, dense_requantised=frozenset(
     ...     {"output projection"}), requantise_shares=(2 / 3, 5 / 6))
-    >>> round(dense_requantise_seconds(g, "output projection", 8192 * 512) * 1e6, 3)  # 2/3·2 ps·…
+    >>> round(dense_requantise_seconds(g, "output projection", 8192 * 512, 3e12, p) * 1e6, 3)
     5.592
-    >>> dense_requantise_seconds(g, "QKV projection", 8192 * 512)
+    >>> dense_requantise_seconds(g, "QKV projection", 8192 * 512, 3e12, p)
     0.0
+
+    Block scaling on Hopper (no measured rate): 1/2 of a 4 B cast at 0.9 of 3.35 TB/s.
+
+    >>> b = replace(g, kernel_speedup=None, cast_s_per_element=None, cast_bytes=4,
+    ...             requantise_shares=(0.5, 0.5))
+    >>> round(dense_requantise_seconds(b, "output projection", 8192 * 512, 3.35e12, p) * 1e6, 3)
+    2.782
     """
     if g is None or name not in g.dense_requantised:
         return 0.0
-    return g.requantise_shares[0] * g.cast_s_per_element[0] * input_elements
+    return g.requantise_shares[0] * forward_cast_seconds(g, hbm_bytes_per_s, p) * input_elements

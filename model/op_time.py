@@ -112,10 +112,9 @@ class Clock:
     NCCL's all-to-all at its collectives' ``φ`` under ``nccl_sm_charge``): what an overlapped
     all-to-all costs the computation it hides under."""
     grouped_fp8: GroupedFp8 | None = None
-    """How the linear layers' FP8 GEMMs run where Transformer Engine caches FP8 weights, the
-    routed experts' grouped GEMMs and the dense ones alike (:func:`model.grouped_gemm.
-    grouped_fp8_rates`: kernel-only speed-ups and the casts of each GEMM's own rows under
-    Megatron-Core); None: at :attr:`linear_speedup`."""
+    """How the linear layers' FP8 GEMMs run where Transformer Engine caches FP8 weights, dense and
+    grouped alike (:func:`model.grouped_gemm.grouped_fp8_rates`: the per-expert casts, and the
+    kernel-only speed-ups and each GEMM's own casts where profiled, else :attr:`linear_speedup`)."""
     torchao_fp8: TorchaoFp8 | None = None
     """How the linear layers' FP8 GEMMs run where they are torchao's ``Float8Linear`` (the fsdp2
     profile under the tensorwise recipe on a part torchao measured,
@@ -217,14 +216,15 @@ def _gemm(
     if not fp8:
         return gemm_seconds(m, n, k, batch, peak, c.hbm_bytes_per_s, p, 2, extra, shape)
     g, ao = c.grouped_fp8, c.torchao_fp8
+    kernel = None if g is None else g.kernel_speedup
     if ao is not None and g is None:
         peak *= ao.kernel_speedup
     else:
-        peak *= _speedups(c)[which] if g is None else g.kernel_speedup[which]
+        peak *= _speedups(c)[which] if kernel is None else kernel[which]
     t = gemm_seconds(m, n, k, batch, peak, c.hbm_bytes_per_s, p, 1, extra + m * n * batch, shape)
     if ao is not None and g is None:
         return t + cast_seconds(m, k, n, batch, c.hbm_bytes_per_s, c.params, ao, which)
-    if g is None or which == 2:
+    if g is None or g.cast_s_per_element is None or which == 2:
         return t
     return t + g.cast_s_per_element[which] * (m if cast_rows is None else cast_rows) * k * batch
 
@@ -380,7 +380,8 @@ def _linear(
     m, n, k = mnk
     ub = c.userbuffers.gemm(op.role, which) if c.userbuffers is not None and op.role else None
     if which == 2 and _fp8(op, c):  # a saved BF16 input quantised again (grouped_gemm)
-        extra_s = dense_requantise_seconds(c.grouped_fp8, op.name, op.m * op.k * op.batch)
+        extra_s = dense_requantise_seconds(c.grouped_fp8, op.name, op.m * op.k * op.batch,
+                                           c.hbm_bytes_per_s, c.params)  # fmt: skip
     else:
         extra_s = 0.0
     if ub is None:

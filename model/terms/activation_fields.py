@@ -17,7 +17,10 @@ from trainplan.model.attention_rates import framework_kernels
 from trainplan.model.backward_working import backward_working_bytes, input_pass_retains
 from trainplan.model.context_parallel import CpKind, cp_degrees, kv_repeat
 from trainplan.model.elementwise import Elementwise, elementwise_mode
-from trainplan.model.expert_saved_inputs import expert_fc1_saves_original
+from trainplan.model.expert_saved_inputs import (
+    expert_fc1_saves_original,
+    expert_fc2_saves_original,
+)
 from trainplan.model.frameworks import DEFAULT_FRAMEWORK, Framework
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Recompute
@@ -219,7 +222,9 @@ def backward_figures(
     (``full_bytes − selective_bytes`` of :func:`model.activations.kind_activations`): its backward
     recomputes them (Megatron-Core's ``CheckpointFunction`` for the recomputed modules,
     torchtitan's selective ``checkpoint`` at the block's first unpack) and they are live with the
-    working set; 0 for a kind the model has no layer of."""
+    working set, and the routed experts' FC2 input quantised again where FC2 saved it in BF16
+    (:func:`model.expert_saved_inputs.expert_fc2_saves_original`); 0 for a kind the model has no
+    layer of."""
     ctx = activation_context(training, *fields)
     framework = Framework(fields[-1])
     kernel = dict(kernels).get(framework.value)
@@ -234,6 +239,8 @@ def backward_figures(
         layer = kind_activations(arch, moe, ctx)
         dropped = layer.full_bytes - layer.selective_bytes if work else 0
         plain.append(work)
+        if moe and expert_fc2_saves_original(training, framework, ctx.recompute_modules):
+            work = backward_working_bytes(arch, moe, ctx, framework, kernel, retained, te_fp8, True)
         selective.append(work + dropped)
     return (*plain, *selective)
 
