@@ -65,6 +65,7 @@ from trainplan.model.terms.traffic import (
     dp_group_traffic_bytes,
     ep_traffic_bytes,
     most_layers,
+    pair_reduce_bytes,
     pp_traffic_bytes,
     single_axis_seconds,
     tp_traffic_bytes,
@@ -394,12 +395,16 @@ def pipeline_term(c: Context, f: Fields) -> PipelineTime:
         "pp": single_axis_seconds(c, f, "pp", pp_traffic_bytes(c, f), 0, 0, window),
     }
     # the single model's micro-batch holds no communication: an overlapped block hides the ep
-    # and pp messages of its two chunks whole (DeepSeek-V3 report §3.2.1)
-    ep_mb = axes["ep"][0] / m
-    span = schedule_span(c, f, t_mb, window, 0.0, ep_mb + axes["pp"][0] / m, ep_mb)
+    # and pp messages of its two chunks whole (DeepSeek-V3 report §3.2.1), not the pair
+    # all-reduce after the flush (pair_reduce_bytes: DualPipe's mirror stages), which waits
+    ep_mb, pair = (
+        axes["ep"][0] / m,
+        single_axis_seconds(c, f, "pp", pair_reduce_bytes(c, f), 0, 0, window)[0],
+    )
+    span = schedule_span(c, f, t_mb, window, 0.0, ep_mb + (axes["pp"][0] - pair) / m, ep_mb)
     if span.overlapped:
         axes["ep"] = (axes["ep"][0], span.paced_s + span.contention_s)
-        axes["pp"] = (axes["pp"][0], 0.0)
+        axes["pp"] = (axes["pp"][0], pair)
     other = axes["tp"][1] + axes["cp"][1] + axes["ep"][1] + axes["pp"][1]
     act = activation_offload_term(c, f, t_mb)
     passes = span.seconds - span.contention_s  # the contention is counted in ep's exposed part
