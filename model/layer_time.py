@@ -172,7 +172,11 @@ def _tp_collectives(
     total = exposed = own = 0.0
 
     def wait(
-        seconds: float, role: str = "", which: str = "", overlapped: bool = False, first=False
+        seconds: float,
+        role: str = "",
+        which: str = "",
+        overlapped: bool = False,
+        first: bool = False,
     ) -> None:
         nonlocal total, exposed, own
         total += seconds
