@@ -11,6 +11,7 @@ __all__ = ["SCORING_TIME_SOURCE", "forward_microbatch_s", "forward_s", "microbat
 
 SCORING_TIME_SOURCE = (
     "evaluate(), no recompute: a forward-only pipeline, (m + pp − 1) × the slowest stage's "
+    "(m + (pp − 1)/v under interleaved) "
     "forward (Megatron-Core forward_only; verl megatron_actor.py forward_backward_batch) + "
     "model.terms.forward_gather"
 )

@@ -79,7 +79,7 @@ def forward_gather_term(c: Context, f: Fields) -> tuple[Any, Any]:
 
 
 def forward_pass_term(
-    c: Context, f: Fields, t1_s: float, pp_exposed_s: float, roofline: bool
+    c: Context, f: Fields, t1_s: float, pp_exposed_s: float, pair_s: float, roofline: bool
 ) -> float:
     """Seconds of a forward-only pass (``torch.no_grad``: no backward, no recomputation) over
     the layout's m micro-batches, its parameter all-gathers aside (:func:`forward_gather_term`).
@@ -93,26 +93,32 @@ def forward_pass_term(
     forward operations and the collectives of the forward alone, by the step's own overlap
     rules (``forward`` of :func:`model.terms.roofline.stage_parts_term` at no recomputation,
     :attr:`model.layer_time.LayerTime.forward_only_s`) — not the backward's weight-gradient
-    casts, re-quantises, recomputation or gradient-reduction SM share; the pipeline's exposed
-    sends ``pp_exposed_s`` (the step's, :func:`model.terms.roofline.pp_seconds_term`: 2·m·v
-    messages) halved — a forward sends the m·v activations of them. Any schedule (interleaved,
-    DualPipe) is timed by this one-chunk order. Under the single model (``roofline`` False,
-    FLOPs only: a forward is 2N of the 6N per token) a third of ``t1_s``, the step's
-    ``compute_and_pipeline_s`` of the same layout without recomputation.
+    casts, re-quantises, recomputation or gradient-reduction SM share. Under ``interleaved``
+    the fill is pp − 1 of a chunk's forwards, ``t_f/v`` each
+    (``forward_backward_pipelining_with_interleaving``, ``forward_only``: every rank's m·v
+    chunk forwards in turn), so ``(m + (pp − 1)/v)·t_f``; DualPipe is timed by the one-chunk
+    order. The pipeline's exposed sends are the step's (``pp_exposed_s``,
+    :func:`model.terms.roofline.pp_seconds_term`: 2·m·v messages) less the pair all-reduce after
+    the flush (``pair_s``, :attr:`model.terms.step.PipelineTime.pair_reduce_s`: backward-only),
+    halved — a forward sends the m·v activations of them. Under the single model (``roofline``
+    False, FLOPs only: a forward is 2N of the 6N per token) a third of ``t1_s``, the step's
+    ``compute_and_pipeline_s`` of the same layout without recomputation, less ``pair_s``.
 
-    Examples: m = 8 micro-batches on pp = 4 stages with a 0.1 s forward and 0.02 s of exposed
-    sends a step: (8 + 3) × 0.1 + 0.01 = 1.11 s."""
+    Examples: m = 8 micro-batches on pp = 4 stages (one chunk) with a 0.1 s forward and 0.02 s
+    of exposed sends a step, no pair all-reduce: (8 + 3) × 0.1 + 0.01 = 1.11 s; interleaved
+    with v = 3: (8 + 1) × 0.1 + 0.01 = 0.91 s."""
     if not roofline:
-        return t1_s / 3
+        return (t1_s - pair_s) / 3
     parts = stage_tuple(f.stages(lambda g: stage_parts_term(c, g, Recompute.NONE)))
     t_f = max(parts[1 + PARTS.index("forward")])  # after the stage's total
-    return (f.m + f.pp - 1) * t_f + pp_exposed_s / 2
+    fill = (f.pp - 1) / f.virtual_stages if str(f.schedule) == "interleaved" else f.pp - 1
+    return (f.m + fill) * t_f + (pp_exposed_s - pair_s) / 2
 
 
 def forward_terms(
-    c: Context, f: Fields, t1_s: float, pp_exposed_s: float, roofline: bool
+    c: Context, f: Fields, t1_s: float, pp_exposed_s: float, pair_s: float, roofline: bool
 ) -> tuple[float, float]:
     """(the exposed seconds of :func:`forward_gather_term`, 0 under the single model; seconds of
     :func:`forward_pass_term`): an RLHF scoring forward's, for ``evaluate()``'s time terms."""
     gathers = forward_gather_term(c, f)[1] if roofline else 0.0
-    return gathers, forward_pass_term(c, f, t1_s, pp_exposed_s, roofline)
+    return gathers, forward_pass_term(c, f, t1_s, pp_exposed_s, pair_s, roofline)

@@ -432,6 +432,19 @@ def window_seconds(c: Context, f: Fields) -> Any:
     return stage_max(totals)
 
 
+def pair_reduce_seconds(c: Context, f: Fields) -> Any:
+    """Seconds of the pair all-reduce after the flush (:func:`model.terms.traffic.
+    pair_reduce_bytes`: the tied embedding's, or DualPipe's mirror ranks' gradients) on the pp
+    link (:func:`model.step_time.pp_seconds` with no sends), a backward-only wait inside
+    :func:`pp_seconds_term`'s exposed seconds; 0 at pp = 1 or without a pp link figure."""
+    bandwidth, scaleup = axis_link(c, f, "pp")
+    on = (f.pp > 1) & (bandwidth > 0)
+    seconds = pp_seconds(
+        0.0, 0, as_float(pair_reduce_bytes(c, f)), where(on, bandwidth, 1.0), scaleup, params_of(c)
+    )
+    return where(on, seconds, 0.0)
+
+
 def pp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
     """Seconds a stage waits on pipeline messages in a step (:func:`model.step_time.pp_seconds`:
     ``2·m·v`` sends of one micro-batch's activation or gradient, and a pair of ranks' gradient
@@ -467,7 +480,7 @@ def pp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
         return seconds, seconds
     messages = 2 * f.m * f.virtual_stages
     seconds = pp_seconds(as_float(message), messages, as_float(tied), *link, params_of(c))
-    tied_s = pp_seconds(0.0, 0, as_float(tied), *link, params_of(c))
+    tied_s = pair_reduce_seconds(c, f)
     overlapped = p2p_overlapped(str(f.framework), str(f.schedule), f.virtual_stages)
     overlapped = overlapped & c.options.p2p_overlap
     o = c.options

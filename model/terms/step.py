@@ -56,6 +56,7 @@ from trainplan.model.terms.pipeline_span import classic_span
 from trainplan.model.terms.roofline import (
     ep_dispatch_fields,
     ep_sm_share,
+    pair_reduce_seconds,
     pp_seconds_term,
     slowest_microbatch,
     window_seconds,
@@ -129,6 +130,9 @@ class PipelineTime:
     total_s: Any = 0.0
     """t1: ``m·t_mb·(1 + bubble_ratio)`` + exposed pp (single model: + exposed tp, cp, ep) +
     activation offload."""
+    pair_reduce_s: Any = 0.0
+    """Of the exposed pp seconds, the pair all-reduce after the flush (the tied embedding's or
+    DualPipe's mirror ranks', :func:`model.terms.traffic.pair_reduce_bytes`): backward-only."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,7 +378,7 @@ def pipeline_term(c: Context, f: Fields) -> PipelineTime:
         axes["ep"] = (ep_total, ep_exposed - span.hidden_s + span.paced_s + span.contention_s)
         return PipelineTime(
             m * parts[0], t_mb, span.seconds - span.busy_s - span.contention_s, axes, act,
-            span.seconds + span.paced_s + pp_s + act,
+            span.seconds + span.paced_s + pp_s + act, pair_reduce_seconds(c, f),
         )  # fmt: skip
     if f.recompute_layers is not None:
         raise InputError(
@@ -408,7 +412,9 @@ def pipeline_term(c: Context, f: Fields) -> PipelineTime:
     other = axes["tp"][1] + axes["cp"][1] + axes["ep"][1] + axes["pp"][1]
     act = activation_offload_term(c, f, t_mb)
     passes = span.seconds - span.contention_s  # the contention is counted in ep's exposed part
-    return PipelineTime(compute, t_mb, passes - span.busy_s, axes, act, passes + other + act)
+    return PipelineTime(
+        compute, t_mb, passes - span.busy_s, axes, act, passes + other + act, pair
+    )  # fmt: skip
 
 
 def dp_term(c: Context, f: Fields) -> DpTime:

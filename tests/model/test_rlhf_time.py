@@ -167,3 +167,34 @@ def test_scoring_forward_is_a_forward_only_pipeline():
         13.240e-3, abs=1e-6
     )
     assert 0 < embedding < 50e-6
+
+
+def test_scoring_forward_leaves_out_the_backward_pair_all_reduce_and_fills_by_chunks():
+    """Two rules of ``forward_pass_term`` against the one-chunk case above. (1) The pair
+    all-reduce after the flush (a tied embedding's gradients between the first and last stage,
+    ``pair_reduce_bytes``) is backward-only: Llama 3 8B with its embedding tied to its output
+    layer, at pp 2, has the same forward-only pass as untied (the same operations), though its
+    step waits on the all-reduce. (2) Megatron-Core's interleaved forward-only schedule fills
+    with pp − 1 of a chunk's forwards, t_f/v each: at pp 2, v 2, m = 8 the pass is
+    (8 + 1/2)·t_f + sends/2 where 1F1B's is (8 + 1)·t_f + sends/2, the slowest stage's forward
+    t_f the same (16 layers and the output layer either way)."""
+    model = get_model("llama3-8b").model
+    evaluate = make_evaluator(H100, ClusterLinks.from_device(H100))
+    training = TrainingSpec(seq_len=4096, global_batch_size=64)
+
+    def est(arch, schedule="1f1b", v=1):  # type: ignore[no-untyped-def]
+        lay = Layout(dp=8, tp=1, pp=2, framework="megatron", zero_stage=1, micro_batch_size=1,
+                     recompute=Recompute.NONE, schedule=schedule, virtual_stages=v)  # fmt: skip
+        out = evaluate(arch, training, lay)
+        assert out.num_microbatches == 8 and out.time_terms is not None
+        sends = sum(r.exposed_seconds for r in out.traffic if r.traffic.axis == "pp")
+        return out.time_terms, sends
+
+    untied, _ = est(model)
+    tied, _ = est(replace(model, arch=replace(model.arch, tie_embeddings=True)))
+    assert tied.compute_and_pipeline_s > untied.compute_and_pipeline_s  # the step waits on it
+    assert tied.forward_pass_s == pytest.approx(untied.forward_pass_s, rel=1e-12)
+    one, one_sends = est(model)
+    chunks, chunk_sends = est(model, "interleaved", 2)
+    t_f = (one.forward_pass_s - one_sends / 2) / 9
+    assert (chunks.forward_pass_s - chunk_sends / 2) / 8.5 == pytest.approx(t_f, rel=1e-9)
