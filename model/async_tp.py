@@ -88,8 +88,10 @@ def async_tp_collectives(
     c: Clock,
     again: RepeatedTp,
     halves: tuple[tuple[str, str], ...],
-) -> tuple[float, float]:
-    """(all tp collective seconds, exposed seconds) of one layer and micro-batch under async TP
+) -> tuple[float, float, float]:
+    """(all tp collective seconds, exposed seconds, of those the forward's own: one all-gather
+    and one reduce-scatter per half, not the recomputed forward's nor the backward's) of one
+    layer and micro-batch under async TP
     with sequence parallelism, the input kept gathered (no re-gather); ``halves``: the
     (column-, row-parallel) GEMM roles around each pair of collectives; ``again``: the forward
     collectives a recomputed forward runs once more. A fused collective waits for what the
@@ -104,7 +106,7 @@ def async_tp_collectives(
     rs = collective_seconds(Collective.REDUCE_SCATTER, tp, one, c.tp_link, c.params)
     share, split = (tp - 1) / tp, (tp - 1) * c.params.kernel_overhead_s
     reduction = partials_reduction_seconds(x, c)
-    total = exposed = 0.0
+    total = exposed = forward = 0.0
     for (col, row), (ag_again, rs_again) in zip(halves, again.halves, strict=False):
         gathers = [(row, "dgrad"), (col, "forward")] + [(col, "forward")] * ag_again
         scatters = [(row, "forward")] * (1 + rs_again)
@@ -112,8 +114,9 @@ def async_tp_collectives(
             scatters.append((col, "dgrad"))
         else:  # a plain NCCL reduce-scatter, waited for
             total, exposed = total + rs, exposed + rs
-        for seconds, fused, extra in ((ag, gathers, 0.0), (rs, scatters, reduction)):
-            for role, which in fused:
-                total += seconds
-                exposed += max(0.0, seconds - share * ops.role(role, which)) + split + extra
-    return total, exposed
+        for seconds, fused, extra, first in ((ag, gathers, 0.0, 1), (rs, scatters, reduction, 0)):
+            for k, (role, which) in enumerate(fused):
+                wait = max(0.0, seconds - share * ops.role(role, which)) + split + extra
+                total, exposed = total + seconds, exposed + wait
+                forward += wait if k == first else 0.0
+    return total, exposed, forward

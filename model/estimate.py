@@ -32,7 +32,7 @@ from trainplan.model.split import stage_chunks
 from trainplan.model.terms.activation_fields import padded_vocab_of
 from trainplan.model.terms.ep_link import ep_rdma
 from trainplan.model.terms.fields import INSIDE_DOMAIN, AxisLinkLike, Context, LayoutFields
-from trainplan.model.terms.forward_gather import forward_gather_term
+from trainplan.model.terms.forward_gather import forward_terms
 from trainplan.model.terms.optimizer_time import muon_axis_traffic, muon_gather_seconds
 from trainplan.model.terms.peak import StageMemory, busiest_stage, host_fits, stage_memory_term
 from trainplan.model.terms.pipeline_span import stage_seconds
@@ -104,9 +104,8 @@ class TimeTerms:
     """Ideal compute: m × the slowest stage's micro-batch of operations (the roofline model's
     exposed tp, cp and ep collectives are not in it; the single model has none)."""
     compute_and_pipeline_s: float
-    """m × the slowest stage's micro-batch × (1 + bubble_ratio) + exposed tp, cp, ep and pp
-    communication (reads the shape and recompute, not zero_stage): ``t1``
-    (:func:`model.terms.step.pipeline_term`)."""
+    """m × the slowest stage's micro-batch × (1 + bubble_ratio) + exposed tp, cp, ep, pp traffic
+    (reads shape and recompute, not zero_stage): ``t1`` (:func:`model.terms.step.pipeline_term`)."""
     exposed_dp_s: float
     """Exposed data-parallel communication (reads the shape and zero_stage, not recompute)."""
     bubble_s: float = 0.0
@@ -128,6 +127,8 @@ class TimeTerms:
     """m × the slowest stage's micro-batch: the pipeline section without its bubble."""
     stage_s: tuple[tuple[float, float], ...] = ()
     """(forward, backward) s of one micro-batch a stage (:func:`model.terms.pipeline_span.stage_seconds`)."""
+    forward_pass_s: float = 0.0
+    """A forward-only pass's pipeline, s (:func:`model.terms.forward_gather.forward_pass_term`)."""
 
     @property
     def step_s(self) -> float:
@@ -359,12 +360,14 @@ def _time(
         r if r.link == "none" else _row(c, f, t, links, axes[t.axis], roofline, window)
         for t, r in zip(traffic, plain, strict=True)
     ) + _muon_rows(c, f, links)
-    forward = forward_gather_term(c, f)[1] if roofline else 0.0  # an RLHF scoring forward's
+    forward, alone = forward_terms(
+        c, f, pipe.total_s, pipe.axes["pp"][1], pipe.pair_reduce_s, roofline
+    )
     return rows, TimeTerms(
         pipe.compute_s, pipe.total_s, dp.exposed_s, pipe.bubble_s, dp.optimizer_s, dp.offload_s,
         pipe.activation_offload_s, forward, dp.accumulate_s,
         layout_sm_shares(c, f) if roofline else (), f.m * pipe.microbatch_s,
-        stage_seconds(c, f) if roofline else (),
+        stage_seconds(c, f) if roofline else (), alone,
     )  # fmt: skip
 
 

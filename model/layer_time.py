@@ -51,12 +51,7 @@ from functools import lru_cache
 
 from trainplan.model.async_tp import async_tp_collectives
 from trainplan.model.comm_sms import contended_wait
-from trainplan.model.context_parallel import (
-    cp_tensor_bytes,
-    templated_dkv_sends,
-    templated_kv_repeat,
-    templated_merge_bytes,
-)
+from trainplan.model.context_parallel import cp_tensor_bytes, templated_kv_repeat
 from trainplan.model.ep_kernels import transfer_seconds
 from trainplan.model.layout import Recompute
 from trainplan.model.moe_dispatch import all_to_all_sent, transfer_side_bytes
@@ -85,7 +80,8 @@ from trainplan.model.recompute_ops import (
     repeated_tp,
     repeats_all_to_all,
 )
-from trainplan.model.roofline import Collective, LinkTime, collective_seconds, memory_seconds
+from trainplan.model.roofline import Collective, LinkTime, collective_seconds
+from trainplan.model.templated_time import templated_collectives, templated_merge_seconds
 from trainplan.model.torchtitan_experts import torchtitan_dispatch_seconds
 from trainplan.model.tp_sm_charge import output_tp_sm_share, tp_sm_share
 
@@ -99,9 +95,9 @@ __all__ = [
 ]
 
 
-PARTS = ("compute", "tp_exposed", "cp_exposed", "ep_exposed", "tp", "cp", "ep")
+PARTS = ("compute", "tp_exposed", "cp_exposed", "ep_exposed", "tp", "cp", "ep", "forward")
 """The parts of a :class:`LayerTime`, in the order :func:`model.step_time.stage_parts` combines
-them."""
+them (``forward``: :attr:`LayerTime.forward_only_s`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +119,15 @@ class LayerTime:
     cp_exposed_s: float = 0.0
     ep_s: float = 0.0
     ep_exposed_s: float = 0.0
+    forward_exposed_s: float = 0.0
+    """Of the collectives, what the forward's own (tp, cp, ep; not a recomputed forward's, not
+    the backward's) leave waiting, by the same overlap rules: what a forward-only pass waits."""
+
+    @property
+    def forward_only_s(self) -> float:
+        """A forward-only pass (no backward, no recomputation: a ``torch.no_grad`` scoring
+        forward): the forward's operations and its own exposed collectives."""
+        return self.forward_s + self.forward_exposed_s
 
     @property
     def compute_s(self) -> float:
@@ -140,6 +145,7 @@ class LayerTime:
             self.tp_s,
             self.cp_s,
             self.ep_s,
+            self.forward_only_s,
         )
 
     @property
@@ -154,28 +160,35 @@ def _coll(kind: Collective, n: int, sent: float, link: LinkTime | None, c: Clock
 
 def _tp_collectives(
     x: LayerShape, ops: LayerCompute, c: Clock, again: RepeatedTp
-) -> tuple[float, float]:
-    """(all tp collective seconds, exposed seconds) of one layer and micro-batch; ``again``:
-    the forward collectives a recomputed forward runs once more
+) -> tuple[float, float, float]:
+    """(all tp collective seconds, exposed seconds, of those the forward's own) of one layer and
+    micro-batch; ``again``: the forward collectives a recomputed forward runs once more
     (:func:`model.recompute_ops.repeated_tp`)."""
     tp = x.tp
     if tp == 1 or c.tp_link is None:
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     one = (tp - 1) / tp * x.beta * x.tokens * x.arch.hidden_size
     mode = c.tp_comm_overlap
-    total = exposed = 0.0
+    total = exposed = own = 0.0
 
-    def wait(seconds: float, role: str = "", which: str = "", overlapped: bool = False) -> None:
-        nonlocal total, exposed
+    def wait(
+        seconds: float,
+        role: str = "",
+        which: str = "",
+        overlapped: bool = False,
+        first: bool = False,
+    ) -> None:
+        nonlocal total, exposed, own
         total += seconds
         if overlapped:  # beside its GEMM, which loses φ of its SMs meanwhile
             phi = tp_sm_share(c, role, which)
             seconds = max(0.0, contended_wait(seconds, ops.role(role, which), phi))
         exposed += seconds
+        own += seconds if first else 0.0
 
     halves = _halves(x)
     if x.sequence_parallel and mode is TpOverlap.ASYNC_TP:  # :mod:`model.async_tp`
-        total, exposed = async_tp_collectives(x, ops, c, again, halves)
+        total, exposed, own = async_tp_collectives(x, ops, c, again, halves)
     elif x.sequence_parallel:
         gathered = one if c.tp_gather_bytes is None else one * c.tp_gather_bytes / x.beta
         ag = _coll(Collective.ALL_GATHER, tp, gathered, c.tp_link, c)  # FP8 under TE's recipes
@@ -184,9 +197,9 @@ def _tp_collectives(
         for k in range(2):  # forward (and the recomputed forward's collectives)
             for (col, row), repeated in zip(halves, again.halves, strict=False):
                 if k == 0 or repeated[0]:
-                    wait(ag, col, "forward", full)
+                    wait(ag, col, "forward", full, k == 0)
                 if k == 0 or repeated[1]:
-                    wait(rs, row, "forward", full)
+                    wait(rs, row, "forward", full, k == 0)
         for col, row in halves:
             wait(ag, row, "dgrad", full)  # the output gradient, gathered
             hidden = mode is not TpOverlap.NONE
@@ -196,12 +209,13 @@ def _tp_collectives(
     else:
         ar = _coll(Collective.ALL_REDUCE, tp, 2 * one, c.tp_link, c)
         n_again = sum(any(r) for r in again.halves[: len(halves)])
-        for _ in range(len(halves) + n_again):  # after each row-parallel linear
-            wait(ar)
+        for k in range(len(halves) + n_again):  # after each row-parallel linear
+            wait(ar, first=k < len(halves))
         for col, _row in halves:
             wait(ar, col, "wgrad", mode is not TpOverlap.NONE)
-    wait(_etp_seconds(x, c) * (2 + again.etp))
-    return total, exposed
+    wait(_etp_seconds(x, c), first=True)  # the forward's; the backward's and a recomputed one's
+    wait(_etp_seconds(x, c) * (1 + again.etp))
+    return total, exposed, own
 
 
 def _halves(x: LayerShape) -> tuple[tuple[str, str], ...]:
@@ -229,8 +243,9 @@ def _etp_seconds(x: LayerShape, c: Clock) -> float:
 
 def _cp_collectives(
     x: LayerShape, core: tuple[float, float], c: Clock, recomputed: bool
-) -> tuple[float, float]:
-    """(cp seconds, exposed) of one layer and micro-batch, for the flavour the clock carries:
+) -> tuple[float, float, float]:
+    """(cp seconds, exposed, of those the forward's own) of one layer and micro-batch, for the
+    flavour the clock carries:
     the K/V exchange over ``cp_ring`` ranks — ``(r − 1)·KV`` forward, twice in backward (K, V
     again and their gradients), once more for a recomputed core; each pass overlapped with the
     core of its pass for a ring, waited for as an all-gather — and the head all-to-alls over
@@ -244,12 +259,12 @@ def _cp_collectives(
     cp_a2a_link`: :func:`model.terms.cp_links.cp_clock_links`), the all-to-all one NVLink hop
     at the domain's bandwidth where its u ranks share a domain."""
     if x.cp == 1 or c.cp_link is None:
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     q, kv, o = (float(v) for v in cp_tensor_bytes(x.arch, x.tp, x.tokens, x.beta))
     r, u = c.cp_ring, c.cp_a2a
     if c.cp_templated and r > 1:
-        return _templated_collectives(kv * templated_kv_repeat(x.arch), r, core, c, recomputed)
-    total = exposed = 0.0
+        return templated_collectives(kv * templated_kv_repeat(x.arch), r, core, c, recomputed)
+    total = exposed = own = 0.0
     if r > 1:
         forward = _coll(Collective.ALL_GATHER, r, (r - 1) * kv, c.cp_link, c)
         backward = _coll(Collective.ALL_GATHER, r, 2 * (r - 1) * kv, c.cp_link, c)
@@ -260,6 +275,7 @@ def _cp_collectives(
         total += ring
         hidden = c.cp_ring_hidden and not c.cp_gather  # launch_order_kept: sends first
         exposed += sum(max(0.0, t - cov) for t, cov in passes) if hidden else ring
+        own += max(0.0, forward - core[0]) if hidden else forward
     if u > 1:
         share, kv_a2a = (u - 1) / u, kv * c.cp_kv_repeat
         a2a_link = c.cp_link if c.cp_a2a_link is None else c.cp_a2a_link
@@ -268,56 +284,8 @@ def _cp_collectives(
         a2a = forward * (2 if recomputed else 1) + backward
         total += a2a
         exposed += a2a
-    return total, exposed
-
-
-def _templated_collectives(
-    kv: float, r: int, core: tuple[float, float], c: Clock, recomputed: bool
-) -> tuple[float, float]:
-    """(cp seconds, exposed) of PyTorch's ring attention (:func:`model.context_parallel.
-    torch_rotate_method`; ``_templated_ring_attention`` and its backward): a pass runs r SDPA calls
-    of equal work under the head-tail load balance (``_RoundRobinLoadBalancer``: a causal call
-    on the local chunks, then the r − 1 others on half the keys or half the queries), so one
-    call takes 1/r of the core. K/V: the all-gather rotater issues one all-gather of
-    (r − 1)·KV before the first call and waits for it before the second; the all-to-all rotater
-    sends KV to the next rank r − 1 times, each under one call. Backward: the same K/V exchange,
-    and dK/dV in FP32 sent to the next rank after every call (``dkv_rotater``, an all-to-all
-    rotater: :func:`model.context_parallel.templated_dkv_sends`, the sends the traffic table
-    counts), each under the next call but the last, which is waited for. ``kv``: the K + V
-    bytes of the heads SDPA sees (the grouped heads repeated:
-    :func:`model.context_parallel.templated_kv_repeat`)."""
-    if c.cp_templated == "allgather":
-        kv_pass = [(_coll(Collective.ALL_GATHER, r, (r - 1) * kv, c.cp_link, c), 1)]
-    else:
-        kv_pass = [(_coll(Collective.SEND_RECV, 2, kv, c.cp_link, c), r - 1)]
-    sends, dkv_bytes = templated_dkv_sends(kv, r)
-    dkv = _coll(Collective.SEND_RECV, 2, dkv_bytes, c.cp_link, c)
-    total = exposed = 0.0
-    for core_s, times in ((core[0], 1 + int(recomputed)), (core[1], 1)):
-        for t, n in kv_pass:
-            total += t * n * times
-            exposed += max(0.0, t - core_s / r) * n * times
-    total += sends * dkv
-    exposed += (sends - 1) * max(0.0, dkv - core[1] / r) + dkv
-    return total, exposed
-
-
-def templated_merge_seconds(x: LayerShape, c: Clock) -> tuple[float, float]:
-    """(forward, backward) seconds of PyTorch's ring-attention merges and FP32 gradient
-    accumulation outside the SDPA kernels (:func:`model.context_parallel.
-    templated_merge_bytes`) on the HBM roofline, one kernel launch per elementwise step
-    (6 per forward call, 7 per backward call), the K/V and dK/dV terms over the heads SDPA
-    sees (:func:`model.context_parallel.templated_kv_repeat`); (0, 0) unless the clock runs it."""
-    r = c.cp_ring
-    if not c.cp_templated or r == 1 or x.cp == 1:
-        return 0.0, 0.0
-    q, kv, o = (float(v) for v in cp_tensor_bytes(x.arch, x.tp, x.tokens, x.beta))
-    forward, backward = templated_merge_bytes(q, kv * templated_kv_repeat(x.arch), o, r)
-    launch = c.params.kernel_overhead_s
-    return (
-        memory_seconds(forward, c.hbm_bytes_per_s, c.params) + 6 * r * launch,
-        memory_seconds(backward, c.hbm_bytes_per_s, c.params) + 7 * r * launch,
-    )
+        own += forward
+    return total, exposed, own
 
 
 def ep_all_to_all_seconds(x: LayerShape, c: Clock, full_recompute: bool) -> tuple[float, float]:
@@ -358,13 +326,14 @@ def ep_all_to_all_seconds(x: LayerShape, c: Clock, full_recompute: bool) -> tupl
 
 def _ep_collectives(
     x: LayerShape, ops: LayerCompute, c: Clock, full_recompute: bool
-) -> tuple[float, float]:
-    """(EP seconds, exposed) of one MoE layer and micro-batch
+) -> tuple[float, float, float]:
+    """(EP seconds, exposed, the forward's own exposed) of one MoE layer and micro-batch
     (:func:`ep_all_to_all_seconds`), exposed as the run's overlap mechanism leaves them
-    (:func:`model.moe_run.exposed_all_to_all`)."""
+    (:func:`model.moe_run.exposed_all_to_all`; a forward alone has no backward to pair with:
+    every micro-batch unpaired)."""
     forward, backward = ep_all_to_all_seconds(x, c, full_recompute)
     if not forward:
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     split = (
         ops.forward_s - ops.experts_forward_s,
         ops.backward_s - ops.experts_backward_s,
@@ -375,7 +344,9 @@ def _ep_collectives(
     exposed = exposed_all_to_all(
         x.moe_run.ep_overlap, forward, backward, split, shared, c.ep_unpaired, c.ep_sm_share
     )
-    return forward + backward, exposed
+    once = ep_all_to_all_seconds(x, c, False)[0]
+    alone = exposed_all_to_all(x.moe_run.ep_overlap, once, 0.0, split, shared, 1.0, c.ep_sm_share)
+    return forward + backward, exposed, alone
 
 
 @lru_cache(maxsize=4096)
@@ -422,13 +393,12 @@ def layer_time(
     else:
         again = recomputed_ops(x, selective, every_norm)
         recomputed = sum(op_seconds(o, bare) for o in again) + (merge_f if core_again else 0.0)
-    tp_s, tp_exposed = _tp_collectives(x, ops, c, repeated_tp(x, selective, full))
+    tp_s, tp_exposed, tp_own = _tp_collectives(x, ops, c, repeated_tp(x, selective, full))
     core = (ops.core_forward_s, ops.core_backward_s)
-    cp_s, cp_exposed = _cp_collectives(x, core, c, core_again)
-    ep_s, ep_exposed = _ep_collectives(x, ops, c, full or repeats_all_to_all(x, selective))
-    return LayerTime(
-        forward, backward, recomputed, tp_s, tp_exposed, cp_s, cp_exposed, ep_s, ep_exposed
-    )
+    cp_s, cp_exposed, cp_own = _cp_collectives(x, core, c, core_again)
+    ep_s, ep_exposed, ep_own = _ep_collectives(x, ops, c, full or repeats_all_to_all(x, selective))
+    return LayerTime(forward, backward, recomputed, tp_s, tp_exposed, cp_s, cp_exposed, ep_s,
+                     ep_exposed, tp_own + cp_own + ep_own)  # fmt: skip
 
 
 @lru_cache(maxsize=4096)
@@ -439,15 +409,15 @@ def embedding_time(x: LayerShape, c: Clock) -> LayerTime:
     ops = embedding_ops(x)
     forward = sum(op_seconds(o, c) for o in ops)
     backward = sum(op_seconds(o, c, backward=True) for o in ops)
-    tp = 0.0
+    tp = own = 0.0
     if x.tp > 1 and c.tp_link is not None:
         one = (x.tp - 1) / x.tp * x.beta * x.tokens * x.arch.hidden_size
         if x.sequence_parallel:
-            tp = _coll(Collective.REDUCE_SCATTER, x.tp, one, c.tp_link, c)
-            tp += _coll(Collective.ALL_GATHER, x.tp, one, c.tp_link, c)
+            own = _coll(Collective.REDUCE_SCATTER, x.tp, one, c.tp_link, c)
+            tp = own + _coll(Collective.ALL_GATHER, x.tp, one, c.tp_link, c)
         else:
-            tp = _coll(Collective.ALL_REDUCE, x.tp, 2 * one, c.tp_link, c)
-    return LayerTime(forward, backward, 0.0, tp, tp)
+            tp = own = _coll(Collective.ALL_REDUCE, x.tp, 2 * one, c.tp_link, c)
+    return LayerTime(forward, backward, 0.0, tp, tp, forward_exposed_s=own)
 
 
 @lru_cache(maxsize=4096)
@@ -461,28 +431,32 @@ def output_time(x: LayerShape, c: Clock, vocab: int, loss: str = "none") -> Laye
     ops = output_ops(x, vocab, loss)
     forward = sum(op_seconds(o, c) for o in ops)
     backward = sum(op_seconds(o, c, backward=True) for o in ops)
-    tp = exposed = 0.0
+    tp = exposed = own = 0.0
     if x.tp > 1 and c.tp_link is not None:
         one = (x.tp - 1) / x.tp * x.beta * x.tokens * x.arch.hidden_size
         logits = ops[1]
         hidden = c.tp_comm_overlap is not TpOverlap.NONE
-        pairs = []
+        pairs, forward_pairs = [], []  # the forward's: the norm's gather, the loss's exchanges
         if x.sequence_parallel:
             ag = _coll(Collective.ALL_GATHER, x.tp, one, c.tp_link, c)
             rs = _coll(Collective.REDUCE_SCATTER, x.tp, one, c.tp_link, c)
             pairs = [(ag, 0.0), (ag, dgrad_seconds(logits, c) if hidden else 0.0)]
             pairs.append((rs, wgrad_seconds(logits, c) if hidden else 0.0))
+            forward_pairs.append((ag, 0.0))
         else:
             ar = _coll(Collective.ALL_REDUCE, x.tp, 2 * one, c.tp_link, c)
             pairs = [(ar, wgrad_seconds(logits, c) if hidden else 0.0)]
         for kind, per_token in CROSS_ENTROPY_EXCHANGES[str(loss)]:
             if kind == "all_reduce":
                 sent = 2 * (x.tp - 1) / x.tp * per_token * x.tokens
-                pairs.append((_coll(Collective.ALL_REDUCE, x.tp, sent, c.tp_link, c), 0.0))
+                exchange = (_coll(Collective.ALL_REDUCE, x.tp, sent, c.tp_link, c), 0.0)
             else:  # each rank's rows gathered: (tp − 1)/tp of the gathered tensor sent
                 sent = (x.tp - 1) * per_token * x.tokens
-                pairs.append((_coll(Collective.ALL_GATHER, x.tp, sent, c.tp_link, c), 0.0))
+                exchange = (_coll(Collective.ALL_GATHER, x.tp, sent, c.tp_link, c), 0.0)
+            pairs.append(exchange)
+            forward_pairs.append(exchange)
         tp = sum(p[0] for p in pairs)
         share = output_tp_sm_share(c)  # NCCL's under async and full: no userbuffers there
         exposed = sum(max(0.0, contended_wait(t, covered, share)) for t, covered in pairs)
-    return LayerTime(forward, backward, 0.0, tp, exposed)
+        own = sum(max(0.0, contended_wait(t, covered, share)) for t, covered in forward_pairs)
+    return LayerTime(forward, backward, 0.0, tp, exposed, forward_exposed_s=own)

@@ -250,8 +250,8 @@ def stage_parts(
     Two groups (a local layer's compute 1 ms, a global one's 3 ms; the other parts 0), a stage
     of 13 local and 3 global layers, neither end:
 
-    >>> local, glob = (1e-3,) + (0.0,) * 6, (3e-3,) + (0.0,) * 6
-    >>> round(stage_parts((local, glob), (0.0,) * 7, (0.0,) * 7, (13, 3), False, False)[0], 9)
+    >>> local, glob = (1e-3,) + (0.0,) * 7, (3e-3,) + (0.0,) * 7
+    >>> round(stage_parts((local, glob), (0.0,) * 8, (0.0,) * 8, (13, 3), False, False)[0], 9)
     0.022
     """
     out = []

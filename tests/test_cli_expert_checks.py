@@ -25,7 +25,11 @@ Hand derivations (every matrix, norm and embedding counted; β = 2 B):
     of the 120 micro-batches passes rank 2 through 4 MoE layers (one of its two stages):
     480 · 4 · 462,422,016 = 887,850,270,720 B.
   - Pipeline: one activation forward and one gradient backward of s·b·h·β = 58,720,256 B per
-    micro-batch: 120 · 2 · 58,720,256 = 14,092,861,440 B.
+    micro-batch: 120 · 2 · 58,720,256 = 14,092,861,440 B; and DualPipe's mirror ranks' gradient
+    all-reduce once a step (rank r and rank 15 − r hold the same two stages,
+    deepseek-ai/DualPipe examples/example_dualpipe.py sums their gradients): over 2 ranks each
+    sends 2 · 1/2 of rank 0's BF16 gradients, its P = 4,638,585,856 dense (below) and
+    704,643,072 routed parameters, 2 · 5,343,228,928 = 10,686,457,856 B: 24,779,319,296 B.
   - Data parallel (ZeRO-1 textbook: a reduce-scatter and an all-gather of β·P once a step, each
     (D − 1)/D): rank 0 holds the most dense parameters, stages 0 and 15: the embedding and the
     output layer 2 · 129280 · 7168 = 1,853,358,080, the final norm 7,168, 3 dense layers
@@ -99,10 +103,13 @@ def test_published_layouts_match_the_hand_derivations():
     traffic = {t["axis"]: t["bytes_per_step"] for t in ds["traffic"]}
     each_way = Fraction(8 * 4096 * 7168 * 2 * 63, 64)
     assert traffic["ep"] == 480 * 4 * each_way == 887_850_270_720
-    assert traffic["pp"] == 120 * 2 * 4096 * 7168 * 2 == 14_092_861_440
+    sends = 120 * 2 * 4096 * 7168 * 2
     mtp = 2 * 7168 + 2 * 7168**2 + MOE_DENSE + 7168
     rank0 = 2 * 129280 * 7168 + 7168 + 3 * DENSE_LAYER + 3 * MOE_DENSE + mtp
-    assert rank0 == 4_638_585_856
+    assert rank0 == 4_638_585_856 and 4 * 4 * EXPERT == 704_643_072
+    mirror = 2 * (rank0 + 4 * 4 * EXPERT)
+    assert (sends, mirror) == (14_092_861_440, 10_686_457_856)
+    assert traffic["pp"] == sends + mirror == 24_779_319_296
     assert traffic["dp"] == Fraction(2 * 2 * 127, 128) * rank0 == 18_409_387_616
     assert traffic["edp"] == 2 * 2 * Fraction(1, 2) * 4 * 4 * EXPERT == 1_409_286_144
 

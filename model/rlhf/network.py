@@ -20,6 +20,12 @@ from trainplan.model.rlhf.forward_set import scoring_forward_bytes
 from trainplan.model.rlhf.logits import LogitsPass, PassLogits, old_log_prob_pass, pass_logits
 from trainplan.model.rlhf.openrlhf import actor_update_group, check_split_count, idle_swap
 from trainplan.model.rlhf.packing import SPLIT_SOURCE
+from trainplan.model.rlhf.role_time import (
+    SCORING_TIME_SOURCE,
+    forward_microbatch_s,
+    forward_s,
+    microbatch_s,
+)
 from trainplan.model.rlhf.roles import (
     OFFLOAD_SOURCE,
     Evaluator,
@@ -40,7 +46,6 @@ from trainplan.model.terms.peak import fit_total, peak_over_phases
 
 __all__ = ["network_cost", "seconds_floor"]
 
-_SCORING_TIME_SOURCE = "evaluate(), no recompute: 1/3 of three passes + model.terms.forward_gather"
 _FORWARD_SOURCE = (
     "one layer's live tensors under torch.no_grad (model.rlhf.forward_set: HF modeling_llama "
     "LlamaDecoderLayer/LlamaMLP.forward; Megatron-Core TransformerLayer/MLP.forward); the "
@@ -83,45 +88,30 @@ def _layout(spec: RLHFSpec, opt: RoleOption, recompute: Recompute) -> Layout:
     )
 
 
-def _microbatch_s(est: Estimate) -> float:
-    """One micro-batch's compute on the slowest stage: ``TimeTerms.compute_s`` ÷ m (0: none)."""
-    if est.time_terms is None:
-        return 0.0
-    return est.time_terms.compute_s / est.num_microbatches
-
-
 def seconds_floor(spec: RLHFSpec, cost: RoleCost, dp: int) -> float:
     """A lower bound on the seconds, over all its phases, of ``cost``'s role at the same tp, pp
     and offload on ``dp`` ranks: its micro-batches per rank there (:func:`_batch`) × the
-    per-micro-batch compute (``cost.microbatch_s``, which dp does not change) — a scoring
-    forward a third of the three passes, each update's step at least its compute
-    (``compute_and_pipeline_s ≥ compute_s``). Bubbles, traffic, the optimizer and offload only
-    add. 0 for the engine.
+    per-micro-batch seconds (``cost.microbatch_s``, which dp does not change) — a scoring
+    forward's (:func:`model.rlhf.role_time.forward_microbatch_s`), each update's step at least
+    its compute (``compute_and_pipeline_s ≥ compute_s``). Bubbles, traffic, the optimizer and
+    offload only add. 0 for the engine.
 
     Examples
     --------
-    The scoring forward at 1.5 s per micro-batch of 3 sequences, 16,384 sequences on 512 ranks:
-    ⌈16,384 / 1,536⌉ = 11 micro-batches, 11 × 1.5 / 3 = 5.5 s (a frozen role: no update).
+    The scoring forward at 0.5 s per micro-batch of 3 sequences, 16,384 sequences on 512 ranks:
+    ⌈16,384 / 1,536⌉ = 11 micro-batches, 11 × 0.5 = 5.5 s (a frozen role: no update).
     """
     scoring_mb, training_mb = cost.microbatch_s
     b = spec.micro_batch_sequences
     floor = 0.0
     if "scoring" in cost.phases:
-        floor += _batch(spec.sequences, b, dp) // (b * dp) * scoring_mb / 3
+        floor += _batch(spec.sequences, b, dp) // (b * dp) * scoring_mb
     if "training" in cost.phases:
         updates = spec.epochs * spec.updates_per_epoch
         floor += (
             updates * (_batch(spec.train_batch or spec.sequences, b, dp) // (b * dp)) * training_mb
         )
     return floor
-
-
-def _forward_s(est: Estimate) -> float:
-    """A forward over the batch: a third of the three passes' compute, bubble and tp/pp/cp/ep
-    traffic, and its exposed parameter all-gathers (``TimeTerms.forward_gather_s``)."""
-    if est.time_terms is None:
-        raise InputError("rlhf: step time needs every axis's link bandwidth")
-    return est.time_terms.compute_and_pipeline_s / 3 + est.time_terms.forward_gather_s
 
 
 def _loss_over(acts: Any) -> Fraction:
@@ -140,8 +130,8 @@ class _Held:
     """What a role keeps through the step and what its update adds: each stage's state bytes
     (``per_stage``), the busiest's (``held_bytes``), host bytes, the update's seconds and bytes
     above ``held_bytes`` and ``resident_bytes`` (0 for a frozen role), terms, per-micro-batch
-    compute (:func:`_microbatch_s`), bytes held in every phase (:func:`model.rlhf.roles.
-    resident_of`), what idle offload leaves on the GPU (``kept_bytes``: the BF16 weights under
+    compute (:func:`model.rlhf.role_time.microbatch_s`), bytes held in every phase
+    (:func:`model.rlhf.roles.resident_of`), what idle offload leaves on the GPU (``kept_bytes``: the BF16 weights under
     ``deepspeed``) and the busiest stage's weights and gradients (:mod:`model.rlhf.openrlhf`)."""
 
     per_stage: list[Fraction]
@@ -338,7 +328,7 @@ def _trainable(
         training_s,
         training_b,
         terms,
-        _microbatch_s(train_est),
+        microbatch_s(train_est),
         resident,
         busiest.weights_bytes if spec.framework is Framework.DEEPSPEED else Fraction(0),
         busiest.weights_bytes,
@@ -401,10 +391,10 @@ def _scoring(
         for i, st in enumerate(score_est.stages)
     ]
     scoring_b = max(peaks) - held.held_bytes - held.resident_bytes
-    scoring_s = _forward_s(score_est)
+    scoring_s = forward_s(score_est)
     what = "old log-probs" if rs.role is Role.ACTOR else "forward"
     terms = [
-        Term(f"scoring {what} (2N per token)", "scoring", scoring_s, "s", _SCORING_TIME_SOURCE),
+        Term(f"scoring {what} (2N per token)", "scoring", scoring_s, "s", SCORING_TIME_SOURCE),
         Term(
             "forward working set (one layer, no grad)", "scoring", layer, "bytes", _FORWARD_SOURCE
         ),
@@ -491,7 +481,7 @@ def network_cost(
         bf16_weight_bytes=Fraction(whole) if rs.trainable and not swap else Fraction(0),
         swap_bytes=swap,
         phases=rs.phases,
-        microbatch_s=(_microbatch_s(score_est), held.microbatch_s),
+        microbatch_s=(forward_microbatch_s(score_est), held.microbatch_s),
         resident_bytes=held.resident_bytes,
         sync_bytes=sync,
         split_tokens=spec.split_tokens(opt.dp, opt.tp),

@@ -206,10 +206,10 @@ class RoleCost:
     phases: tuple[str, ...] = ()
     """The phases it works in."""
     microbatch_s: tuple[float, float] = (0.0, 0.0)
-    """A training or scoring role: the compute seconds of one micro-batch on its slowest pipeline
-    stage, of the scoring forward's layout and of the update's (``TimeTerms.compute_s`` ÷ m:
-    they read tp, pp, the micro-batch and recomputation, not dp) — what
-    :func:`model.rlhf.network.seconds_floor` scales to another dp."""
+    """A training or scoring role: the seconds of one micro-batch on its slowest pipeline stage,
+    of the scoring forward (:func:`model.rlhf.role_time.forward_microbatch_s`) and of the
+    update's compute (``TimeTerms.compute_s`` ÷ m); they read tp, pp, the micro-batch and
+    recomputation, not dp — what :func:`model.rlhf.network.seconds_floor` scales to another dp."""
     budget_bytes: Fraction | None = None
     """The engine's memory budget per GPU (fraction × the device's bytes; None for the other
     roles). ``rollout_bytes`` above it: the budget cannot hold the engine's weights and one

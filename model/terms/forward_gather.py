@@ -1,6 +1,7 @@
-"""The parameter all-gathers of a forward-only pass (the RLHF scoring forward) where the layout's
-mechanism re-gathers its sharded units every micro-batch: FSDP2 with ``reshard_after_forward``
-and DeepSpeed ZeRO-3.
+"""A forward-only pass over a layout's micro-batches (the RLHF scoring forward): its pipeline
+(:func:`forward_pass_term`) and the parameter all-gathers where the layout's mechanism
+re-gathers its sharded units every micro-batch: FSDP2 with ``reshard_after_forward`` and
+DeepSpeed ZeRO-3 (:func:`forward_gather_term`).
 
 A forward under ``torch.no_grad`` runs the training forward's unit-by-unit gathers and nothing
 else: FSDP2's pre-forward hook all-gathers each ``fully_shard`` unit and its post-forward hook
@@ -19,8 +20,7 @@ for the forward-only mechanism (:func:`forward_mechanism`) over the training win
 (:func:`model.terms.roofline.window_seconds`, forward and backward without recomputation): its
 one gather is a forward's (:func:`model.dp_exposure.phase_gathers`), so the rule sets it
 against the forward's window, a third of the training window
-(:func:`model.schedule_cost.pass_times`), as the scoring forward's compute is a third of the
-three passes (:func:`model.rlhf.network._forward_s`).
+(:func:`model.schedule_cost.pass_times`).
 """
 
 from __future__ import annotations
@@ -28,13 +28,15 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from trainplan.model.layer_time import PARTS
+from trainplan.model.layout import Recompute
 from trainplan.model.mechanism_record import Mechanism
 from trainplan.model.terms.dp_time import dp_group_times
-from trainplan.model.terms.fields import Context, Fields
-from trainplan.model.terms.roofline import window_seconds
+from trainplan.model.terms.fields import Context, Fields, stage_tuple
+from trainplan.model.terms.roofline import stage_parts_term, window_seconds
 from trainplan.model.terms.traffic import dp_mechanism
 
-__all__ = ["forward_gather_term", "forward_mechanism"]
+__all__ = ["forward_gather_term", "forward_mechanism", "forward_pass_term", "forward_terms"]
 
 
 def forward_mechanism(mech: Mechanism) -> Mechanism | None:
@@ -74,3 +76,49 @@ def forward_gather_term(c: Context, f: Fields) -> tuple[Any, Any]:
         c, f, window_seconds(c, f), forward
     )
     return dense + experts, dense_exposed + expert_exposed
+
+
+def forward_pass_term(
+    c: Context, f: Fields, t1_s: float, pp_exposed_s: float, pair_s: float, roofline: bool
+) -> float:
+    """Seconds of a forward-only pass (``torch.no_grad``: no backward, no recomputation) over
+    the layout's m micro-batches, its parameter all-gathers aside (:func:`forward_gather_term`).
+
+    The forward-only pipeline: Megatron-Core's ``forward_backward_pipelining_without_interleaving``
+    with ``forward_only=True`` (``megatron/core/pipeline_parallel/schedules.py``; verl's
+    ``MegatronPPOActor.compute_log_prob`` and the reference's and critic's scoring run
+    ``forward_backward_batch(..., forward_only=True)``, ``verl/workers/actor/megatron_actor.py``)
+    runs stage r's m forwards after the r forwards ahead of it, so the last stage ends after
+    ``(m + pp − 1)·t_f``, ``t_f`` the slowest stage's forward of one micro-batch: its layers'
+    forward operations and the collectives of the forward alone, by the step's own overlap
+    rules (``forward`` of :func:`model.terms.roofline.stage_parts_term` at no recomputation,
+    :attr:`model.layer_time.LayerTime.forward_only_s`) — not the backward's weight-gradient
+    casts, re-quantises, recomputation or gradient-reduction SM share. Under ``interleaved``
+    the fill is pp − 1 of a chunk's forwards, ``t_f/v`` each
+    (``forward_backward_pipelining_with_interleaving``, ``forward_only``: every rank's m·v
+    chunk forwards in turn), so ``(m + (pp − 1)/v)·t_f``; DualPipe is timed by the one-chunk
+    order. The pipeline's exposed sends are the step's (``pp_exposed_s``,
+    :func:`model.terms.roofline.pp_seconds_term`: 2·m·v messages) less the pair all-reduce after
+    the flush (``pair_s``, :attr:`model.terms.step.PipelineTime.pair_reduce_s`: backward-only),
+    halved — a forward sends the m·v activations of them. Under the single model (``roofline``
+    False, FLOPs only: a forward is 2N of the 6N per token) a third of ``t1_s``, the step's
+    ``compute_and_pipeline_s`` of the same layout without recomputation, less ``pair_s``.
+
+    Examples: m = 8 micro-batches on pp = 4 stages (one chunk) with a 0.1 s forward and 0.02 s
+    of exposed sends a step, no pair all-reduce: (8 + 3) × 0.1 + 0.01 = 1.11 s; interleaved
+    with v = 3: (8 + 1) × 0.1 + 0.01 = 0.91 s."""
+    if not roofline:
+        return (t1_s - pair_s) / 3
+    parts = stage_tuple(f.stages(lambda g: stage_parts_term(c, g, Recompute.NONE)))
+    t_f = max(parts[1 + PARTS.index("forward")])  # after the stage's total
+    fill = (f.pp - 1) / f.virtual_stages if str(f.schedule) == "interleaved" else f.pp - 1
+    return (f.m + fill) * t_f + (pp_exposed_s - pair_s) / 2
+
+
+def forward_terms(
+    c: Context, f: Fields, t1_s: float, pp_exposed_s: float, pair_s: float, roofline: bool
+) -> tuple[float, float]:
+    """(the exposed seconds of :func:`forward_gather_term`, 0 under the single model; seconds of
+    :func:`forward_pass_term`): an RLHF scoring forward's, for ``evaluate()``'s time terms."""
+    gathers = forward_gather_term(c, f)[1] if roofline else 0.0
+    return gathers, forward_pass_term(c, f, t1_s, pp_exposed_s, pair_s, roofline)

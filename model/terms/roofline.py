@@ -42,7 +42,7 @@ from trainplan.model.elementwise import elementwise_mode
 from trainplan.model.ep_kernels import kernel_rates
 from trainplan.model.expert_saved_inputs import requantised_inputs
 from trainplan.model.fp8_gathers import tp_gather_bytes
-from trainplan.model.frameworks import Framework, gradient_bytes_for
+from trainplan.model.frameworks import Framework
 from trainplan.model.grouped_gemm import GroupedFp8, experts_fp8, grouped_fp8_rates
 from trainplan.model.launch_order import launch_order_kept
 from trainplan.model.layer_time import PARTS
@@ -99,8 +99,8 @@ from trainplan.model.terms.sm_shares import ep_sm_share, tp_sm_share_of
 from trainplan.model.terms.span_counts import recomputed_group_counts, stage_group_counts
 from trainplan.model.terms.split_free import split_free
 from trainplan.model.terms.traffic import (
+    pair_reduce_bytes,
     pp_split_over_tp,
-    tied_embedding_params,
 )
 from trainplan.model.torchao_time import torchao_fp8_rates
 from trainplan.model.torchtitan_experts import grouped_mm_of
@@ -432,11 +432,25 @@ def window_seconds(c: Context, f: Fields) -> Any:
     return stage_max(totals)
 
 
+def pair_reduce_seconds(c: Context, f: Fields) -> Any:
+    """Seconds of the pair all-reduce after the flush (:func:`model.terms.traffic.
+    pair_reduce_bytes`: the tied embedding's, or DualPipe's mirror ranks' gradients) on the pp
+    link (:func:`model.step_time.pp_seconds` with no sends), a backward-only wait inside
+    :func:`pp_seconds_term`'s exposed seconds; 0 at pp = 1 or without a pp link figure."""
+    bandwidth, scaleup = axis_link(c, f, "pp")
+    on = (f.pp > 1) & (bandwidth > 0)
+    seconds = pp_seconds(
+        0.0, 0, as_float(pair_reduce_bytes(c, f)), where(on, bandwidth, 1.0), scaleup, params_of(c)
+    )
+    return where(on, seconds, 0.0)
+
+
 def pp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
     """Seconds a stage waits on pipeline messages in a step (:func:`model.step_time.pp_seconds`:
-    ``2·m·v`` sends of one micro-batch's activation or gradient, and the tied embedding's
-    all-reduce; under DeepSpeed's pipeline engine its blocking, tp-partitioned transfers,
-    :func:`model.step_time.pipe_engine_seconds`), and of them what waits
+    ``2·m·v`` sends of one micro-batch's activation or gradient, and a pair of ranks' gradient
+    all-reduce, :func:`model.terms.traffic.pair_reduced_params`; under DeepSpeed's pipeline
+    engine its blocking, tp-partitioned transfers, :func:`model.step_time.pipe_engine_seconds`),
+    and of them what waits
     (:func:`model.step_time.pp_exposed_seconds`: Megatron-Core's interleaved schedule overlaps
     its sends with the next chunk's pass; what its sends add to the step's critical path,
     :func:`model.comm.p2p_exposed_sends`, with a chunk's forward a third of ``window``, the
@@ -446,7 +460,7 @@ def pp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
         arch.hidden_size, f.tp, f.cp, f.micro_batch_size, t.seq_len, t.activation_bytes,
         pp_split_over_tp(c, f),
     )  # fmt: skip
-    tied = gradient_bytes_for(f.framework, t.gradient_bytes) * tied_embedding_params(c, f)
+    tied = pair_reduce_bytes(c, f)
     bandwidth, scaleup = axis_link(c, f, "pp")
     on = (f.pp > 1) & (bandwidth > 0)
     link = (where(on, bandwidth, 1.0), scaleup)
@@ -466,7 +480,7 @@ def pp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
         return seconds, seconds
     messages = 2 * f.m * f.virtual_stages
     seconds = pp_seconds(as_float(message), messages, as_float(tied), *link, params_of(c))
-    tied_s = pp_seconds(0.0, 0, as_float(tied), *link, params_of(c))
+    tied_s = pair_reduce_seconds(c, f)
     overlapped = p2p_overlapped(str(f.framework), str(f.schedule), f.virtual_stages)
     overlapped = overlapped & c.options.p2p_overlap
     o = c.options

@@ -56,6 +56,7 @@ from trainplan.model.terms.pipeline_span import classic_span
 from trainplan.model.terms.roofline import (
     ep_dispatch_fields,
     ep_sm_share,
+    pair_reduce_seconds,
     pp_seconds_term,
     slowest_microbatch,
     window_seconds,
@@ -65,6 +66,7 @@ from trainplan.model.terms.traffic import (
     dp_group_traffic_bytes,
     ep_traffic_bytes,
     most_layers,
+    pair_reduce_bytes,
     pp_traffic_bytes,
     single_axis_seconds,
     tp_traffic_bytes,
@@ -128,6 +130,9 @@ class PipelineTime:
     total_s: Any = 0.0
     """t1: ``m·t_mb·(1 + bubble_ratio)`` + exposed pp (single model: + exposed tp, cp, ep) +
     activation offload."""
+    pair_reduce_s: Any = 0.0
+    """Of the exposed pp seconds, the pair all-reduce after the flush (the tied embedding's or
+    DualPipe's mirror ranks', :func:`model.terms.traffic.pair_reduce_bytes`): backward-only."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -373,7 +378,7 @@ def pipeline_term(c: Context, f: Fields) -> PipelineTime:
         axes["ep"] = (ep_total, ep_exposed - span.hidden_s + span.paced_s + span.contention_s)
         return PipelineTime(
             m * parts[0], t_mb, span.seconds - span.busy_s - span.contention_s, axes, act,
-            span.seconds + span.paced_s + pp_s + act,
+            span.seconds + span.paced_s + pp_s + act, pair_reduce_seconds(c, f),
         )  # fmt: skip
     if f.recompute_layers is not None:
         raise InputError(
@@ -394,16 +399,22 @@ def pipeline_term(c: Context, f: Fields) -> PipelineTime:
         "pp": single_axis_seconds(c, f, "pp", pp_traffic_bytes(c, f), 0, 0, window),
     }
     # the single model's micro-batch holds no communication: an overlapped block hides the ep
-    # and pp messages of its two chunks whole (DeepSeek-V3 report §3.2.1)
-    ep_mb = axes["ep"][0] / m
-    span = schedule_span(c, f, t_mb, window, 0.0, ep_mb + axes["pp"][0] / m, ep_mb)
+    # and pp messages of its two chunks whole (DeepSeek-V3 report §3.2.1), not the pair
+    # all-reduce after the flush (pair_reduce_bytes: DualPipe's mirror stages), which waits
+    ep_mb, pair = (
+        axes["ep"][0] / m,
+        single_axis_seconds(c, f, "pp", pair_reduce_bytes(c, f), 0, 0, window)[0],
+    )
+    span = schedule_span(c, f, t_mb, window, 0.0, ep_mb + (axes["pp"][0] - pair) / m, ep_mb)
     if span.overlapped:
         axes["ep"] = (axes["ep"][0], span.paced_s + span.contention_s)
-        axes["pp"] = (axes["pp"][0], 0.0)
+        axes["pp"] = (axes["pp"][0], pair)
     other = axes["tp"][1] + axes["cp"][1] + axes["ep"][1] + axes["pp"][1]
     act = activation_offload_term(c, f, t_mb)
     passes = span.seconds - span.contention_s  # the contention is counted in ep's exposed part
-    return PipelineTime(compute, t_mb, passes - span.busy_s, axes, act, passes + other + act)
+    return PipelineTime(
+        compute, t_mb, passes - span.busy_s, axes, act, passes + other + act, pair
+    )  # fmt: skip
 
 
 def dp_term(c: Context, f: Fields) -> DpTime:

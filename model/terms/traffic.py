@@ -51,6 +51,7 @@ from trainplan.model.mechanisms import mechanism
 from trainplan.model.memory import keeps_gathered_inputs
 from trainplan.model.moe_dispatch import dispatch_traffic_share, transfer_side_bytes
 from trainplan.model.params import shares_embedding_with_last_stage
+from trainplan.model.pipeline import Schedule
 from trainplan.model.precision import Precision
 from trainplan.model.recompute_modules import profile_recompute_modules
 from trainplan.model.terms.activation_fields import (
@@ -72,7 +73,7 @@ from trainplan.model.terms.fields import (
     stage_take,
     stage_tuple,
 )
-from trainplan.model.terms.stage_params import busiest_linear, busiest_params
+from trainplan.model.terms.stage_params import any_dualpipe, busiest_linear, busiest_params
 from trainplan.model.timing import axis_overlap, exposed_seconds
 from trainplan.model.xp import as_float, where
 
@@ -87,6 +88,8 @@ __all__ = [
     "ep_dispatch_traffic_share",
     "pp_traffic_bytes",
     "tied_embedding_params",
+    "pair_reduced_params",
+    "pair_reduce_bytes",
     "most_layers",
     "deepspeed_walk",
     "axis_traffic",
@@ -328,6 +331,33 @@ def tied_embedding_params(c: Context, f: Fields) -> Any:
     return where(f.pp > 1, vocab * arch.hidden_size / f.tp, 0)
 
 
+def pair_reduced_params(c: Context, f: Fields) -> Any:
+    """Parameters on one GPU whose gradients two pipeline ranks all-reduce once per step after
+    the flush: under DualPipe every parameter of the rank with the most (its stage r and the
+    mirror stage pp − 1 − r, :func:`model.terms.stage_params.busiest_params`), which rank
+    pp − 1 − r holds too, so each stage's gradient is the sum of its two copies'; else the tied
+    embedding's (:func:`tied_embedding_params`; under DualPipe the first and last stage share
+    one rank and one embedding). deepseek-ai/DualPipe's ``DualPipe.step`` runs the backward
+    passes and leaves the sum to the caller; ``examples/example_dualpipe.py`` makes it after
+    the step (``p0.grad += p1all[pp_size - 1 - rank]``, the mirror rank's gradient of the same
+    stage, gathered for its check over the whole pipeline group with
+    ``all_gather_into_tensor``); charged as the sum the example makes, a 2-rank all-reduce
+    between the mirrors, waited for (the DeepSeek-V3 report, §3.2.1, keeps "two copies of the
+    model parameters" and says no more)."""
+    tied = tied_embedding_params(c, f)
+    if not any_dualpipe(f):
+        return tied
+    on = f.schedule == Schedule.DUALPIPE
+    dense, experts = busiest_params(c, f)
+    return where(on & (f.pp > 1), dense + experts, where(on, 0, tied))
+
+
+def pair_reduce_bytes(c: Context, f: Fields) -> Any:
+    """Bytes each rank sends in the step's pair all-reduce (:func:`pair_reduced_params` in the
+    framework's gradient bytes; over 2 ranks an all-reduce sends 2·(1/2) of its buffer)."""
+    return gradient_bytes_for(f.framework, c.training.gradient_bytes) * pair_reduced_params(c, f)
+
+
 def pp_split_over_tp(c: Context, f: Fields) -> Any:
     """Whether a pipeline send carries 1/tp of the activation: with sequence parallelism (the
     tensor is already split), under the textbook profile, with Megatron-LM's scatter/gather
@@ -343,11 +373,12 @@ def pp_split_over_tp(c: Context, f: Fields) -> Any:
 def pp_traffic_bytes(c: Context, f: Fields) -> Any:
     """Bytes per step a stage sends to its pipeline neighbours (:func:`model.comm.pp_bytes`):
     per micro-batch and model chunk one activation forward and one gradient backward, and the
-    tied embedding's all-reduce in the framework's gradient bytes; 0 at pp = 1."""
+    pair of ranks' gradient all-reduce (:func:`pair_reduced_params`: the tied embedding's, or
+    DualPipe's mirror stages') in the framework's gradient bytes; 0 at pp = 1."""
     arch, t = c.arch, c.training
     total = pp_bytes(
         arch.hidden_size, f.tp, f.cp, f.micro_batch_size, f.m, f.virtual_stages, t.seq_len,
-        t.activation_bytes, pp_split_over_tp(c, f), tied_embedding_params(c, f),
+        t.activation_bytes, pp_split_over_tp(c, f), pair_reduced_params(c, f),
         gradient_bytes_for(f.framework, t.gradient_bytes),
     )  # fmt: skip
     return where(f.pp > 1, total, 0)
@@ -388,7 +419,10 @@ def axis_traffic(c: Context, f: LayoutFields) -> list[AxisTraffic]:
     pp = "none"
     if lay.pp > 1:
         pp = "send/recv (point-to-point)"
-        pp += " + tied-embedding all-reduce" if tied_embedding_params(c, f) else ""
+        if lay.schedule == Schedule.DUALPIPE:
+            pp += " + mirror-stage gradient all-reduce"
+        elif tied_embedding_params(c, f):
+            pp += " + tied-embedding all-reduce"
     rows.append(AxisTraffic("pp", pp, lay.pp, pp_traffic_bytes(c, f)))
     return rows
 

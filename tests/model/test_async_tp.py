@@ -43,7 +43,7 @@ def test_only_a_single_gemm_input_gradient_is_fused():
 def _exposed(full_recompute: bool = False) -> tuple[Clock, LayerShape, object, float, float]:
     x, c = _block()
     ops = layer_compute(x, Clock(989e12, 3.35e12, H100))
-    return (c, x, ops, *_tp_collectives(x, ops, c, repeated_tp(x, (), full_recompute)))
+    return (c, x, ops, *_tp_collectives(x, ops, c, repeated_tp(x, (), full_recompute))[:2])
 
 
 RS = 7 / 8 * 2 * 8192 * 8192 / (400.61e9 / (48 / 37))  # H100 nvls_allreduce_speedup = 48/37
@@ -95,3 +95,18 @@ def test_recomputed_forward_scatters_are_fused_and_reduced_again():
     halves = ("attn_in", "attn_out", "mlp_in", "mlp_out")
     forward = sum(max(0.0, RS - 7 / 8 * ops.role(role, "forward")) for role in halves)
     assert full - plain == pytest.approx(forward + 4 * 7 * 3e-6 + 2 * REDUCTION)
+
+
+def test_a_forward_alone_waits_for_its_own_fused_collectives_only():
+    """A forward-only pass (the RLHF scoring forward, no grad) waits for the forward's gather
+    and scatter of both halves, fused: each what 7/8 of its forward GEMM leaves, + 21 µs of
+    kernels, and the two scatters' reductions of 53.08 µs — the same figure a recomputed
+    forward adds (the test above), and none of the backward's (the MLP's plain 380.3 µs
+    reduce-scatter among them)."""
+    x, c = _block()
+    ops = layer_compute(x, Clock(989e12, 3.35e12, H100))
+    own = _tp_collectives(x, ops, c, repeated_tp(x, (), False))[2]
+    halves = ("attn_in", "attn_out", "mlp_in", "mlp_out")
+    forward = sum(max(0.0, RS - 7 / 8 * ops.role(role, "forward")) for role in halves)
+    assert own == pytest.approx(forward + 4 * 7 * 3e-6 + 2 * REDUCTION)
+    assert own < _tp_collectives(x, ops, c, repeated_tp(x, (), False))[1] - RS

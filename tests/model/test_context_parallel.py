@@ -43,9 +43,9 @@ from trainplan.model.context_parallel import (
 from trainplan.model.cp_outputs import gather_backward_buffers
 from trainplan.model.cp_rules import check_cp_framework
 from trainplan.model.errors import LayoutError
-from trainplan.model.layer_time import _templated_collectives
 from trainplan.model.op_time import Clock
 from trainplan.model.roofline import Collective, LinkTime, RooflineParams, collective_seconds
+from trainplan.model.templated_time import templated_collectives
 from trainplan.optimizer.case import Case
 from trainplan.scenarios.catalogue import get_model
 
@@ -388,8 +388,9 @@ def test_pytorch_ring_attention_overlap_by_hand():
     gather = collective_seconds(Collective.ALL_GATHER, 4, 3 * kv, link, p)
     dkv = collective_seconds(Collective.SEND_RECV, 2, 2 * kv, link, p)
     core = (4 * gather - 1e-3, 0.4)  # a forward call 0.25 ms shorter than the gather
-    total, exposed = _templated_collectives(kv, 4, core, c, recomputed=True)
+    total, exposed, forward = templated_collectives(kv, 4, core, c, recomputed=True)
     assert total == pytest.approx(3 * gather + 4 * dkv)
+    assert forward == pytest.approx(0.25e-3)  # the forward's own gather, not the recomputed one
     assert exposed == pytest.approx(
         2 * 0.25e-3 + max(0.0, gather - 0.1) + 3 * max(0.0, dkv - 0.1) + dkv
     )

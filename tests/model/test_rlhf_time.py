@@ -14,8 +14,8 @@ from trainplan.model.hardware import ClusterLinks
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.nccl_search import nvlink_node
 from trainplan.model.rlhf.engine import decode_efficiency
-from trainplan.model.rlhf.network import _forward_s
 from trainplan.model.rlhf.off_policy import off_policy_seconds
+from trainplan.model.rlhf.role_time import forward_s
 from trainplan.model.rlhf.roles import RoleCost, RoleOption
 from trainplan.model.rlhf.spec import RLHFSpec, Role
 from trainplan.model.rlhf.step import compose, step_seconds
@@ -84,7 +84,7 @@ def test_scoring_forward_counts_its_fsdp2_all_gathers():
     is one micro-batch's forward, a third of evaluate()'s 1.88982 s / 4 = 157.49 ms, which
     covers it: each waits the SM share φ = 0.23896 of it (model.comm_sms), 9.905 ms; 4
     micro-batches 39.62 ms (44.16 ms with every ring step at the network's 14 µs). The
-    scoring forward is a third of the three passes plus that. Megatron's distributed optimizer
+    scoring forward is the forward-only pipeline plus that. Megatron's distributed optimizer
     and FSDP2 without resharding gather nothing per forward: 0."""
     model = get_model("llama3-8b").model
     evaluate = make_evaluator(H100, ClusterLinks.from_device(H100))
@@ -109,7 +109,7 @@ def test_scoring_forward_counts_its_fsdp2_all_gathers():
     assert phi == pytest.approx(0.23896, abs=1e-5)
     assert t.forward_gather_s == pytest.approx(4 * phi * 32 * per_call, rel=1e-9)
     assert t.forward_gather_s == pytest.approx(0.03962, abs=1e-5)
-    assert _forward_s(est) == t.compute_and_pipeline_s / 3 + t.forward_gather_s
+    assert forward_s(est) == t.forward_pass_s + t.forward_gather_s
     for framework, zero in (("megatron", 1), ("fsdp2", 2)):
         assert evaluate(model, training, layout(framework, zero)).time_terms.forward_gather_s == 0
 
@@ -127,3 +127,74 @@ def test_the_forward_gather_is_not_in_the_training_step():
     assert t is not None and t.forward_gather_s > 0
     assert t.step_s == t.compute_and_pipeline_s + t.exposed_dp_s + t.optimizer_s + t.offload_s
     assert replace(t, forward_gather_s=0.0).step_s == t.step_s
+
+
+def test_scoring_forward_is_a_forward_only_pipeline():
+    """Megatron-Core's forward-only schedule (``forward_only=True``, what verl's scoring
+    forwards run) takes (m + pp − 1) slots of the slowest stage's forward, plus half the step's
+    exposed pipeline sends (the m·v activations of its 2·m·v messages). Llama 3 8B (32 layers)
+    on H100, tp 1, 4,096-token micro-batches, 64 sequences: pp 1 on dp 16 (m = 4), pp 2 on
+    dp 8 (m = 8), pp 4 on dp 4 (m = 16). With L one layer's forward, E the embedding's and O
+    the output layer's, the slowest stage is the last (8L + O at pp 4, 16L + O at pp 2):
+
+        pp 4: 19·(8L + O) + pp₄/2 = 0.849554 s, pp₄ = 11.902 ms → 8L + O = 44.400 ms
+        pp 2:  9·(16L + O) + pp₂/2 = 0.685812 s, pp₂ = 11.543 ms → 16L + O = 75.560 ms
+        so 8L = 31.160 ms (L = 3.895 ms), O = 13.240 ms;
+        pp 1:  4·(32L + E + O) = 0.551620 s → E = 137.905 − 124.639 − 13.240 ≈ 0.02 ms,
+
+    an embedding gather of 4,096 rows of 8 KiB (tens of µs): the three layouts agree on one L,
+    E and O. A forward counts none of the backward's passes, so it is not a third of the three
+    passes: here it is more (1.5 % at pp 1; at pp 4 the last stage's output layer holds the
+    forward pipeline's slot, 0.8496 s against a third of the step's 0.7677 s)."""
+    model = get_model("llama3-8b").model
+    evaluate = make_evaluator(H100, ClusterLinks.from_device(H100))
+    training = TrainingSpec(seq_len=4096, global_batch_size=64)
+    forward, sends = {}, {}
+    for pp in (1, 2, 4):
+        lay = Layout(dp=16 // pp, tp=1, pp=pp, framework="megatron", zero_stage=1,
+                     micro_batch_size=1, recompute=Recompute.NONE)  # fmt: skip
+        est = evaluate(model, training, lay)
+        assert est.num_microbatches == 4 * pp and est.time_terms is not None
+        forward[pp] = est.time_terms.forward_pass_s
+        sends[pp] = sum(r.exposed_seconds for r in est.traffic if r.traffic.axis == "pp")
+    assert sends[1] == 0 and sends[4] == pytest.approx(11.902e-3, abs=1e-6)
+    x = (forward[4] - sends[4] / 2) / 19  # 8L + O
+    y = (forward[2] - sends[2] / 2) / 9  # 16L + O
+    layer, output = (y - x) / 8, 2 * x - y
+    embedding = forward[1] / 4 - 32 * layer - output
+    assert x == pytest.approx(44.400e-3, abs=1e-6) and y == pytest.approx(75.560e-3, abs=1e-6)
+    assert layer == pytest.approx(3.895e-3, abs=1e-6) and output == pytest.approx(
+        13.240e-3, abs=1e-6
+    )
+    assert 0 < embedding < 50e-6
+
+
+def test_scoring_forward_leaves_out_the_backward_pair_all_reduce_and_fills_by_chunks():
+    """Two rules of ``forward_pass_term`` against the one-chunk case above. (1) The pair
+    all-reduce after the flush (a tied embedding's gradients between the first and last stage,
+    ``pair_reduce_bytes``) is backward-only: Llama 3 8B with its embedding tied to its output
+    layer, at pp 2, has the same forward-only pass as untied (the same operations), though its
+    step waits on the all-reduce. (2) Megatron-Core's interleaved forward-only schedule fills
+    with pp − 1 of a chunk's forwards, t_f/v each: at pp 2, v 2, m = 8 the pass is
+    (8 + 1/2)·t_f + sends/2 where 1F1B's is (8 + 1)·t_f + sends/2, the slowest stage's forward
+    t_f the same (16 layers and the output layer either way)."""
+    model = get_model("llama3-8b").model
+    evaluate = make_evaluator(H100, ClusterLinks.from_device(H100))
+    training = TrainingSpec(seq_len=4096, global_batch_size=64)
+
+    def est(arch, schedule="1f1b", v=1):  # type: ignore[no-untyped-def]
+        lay = Layout(dp=8, tp=1, pp=2, framework="megatron", zero_stage=1, micro_batch_size=1,
+                     recompute=Recompute.NONE, schedule=schedule, virtual_stages=v)  # fmt: skip
+        out = evaluate(arch, training, lay)
+        assert out.num_microbatches == 8 and out.time_terms is not None
+        sends = sum(r.exposed_seconds for r in out.traffic if r.traffic.axis == "pp")
+        return out.time_terms, sends
+
+    untied, _ = est(model)
+    tied, _ = est(replace(model, arch=replace(model.arch, tie_embeddings=True)))
+    assert tied.compute_and_pipeline_s > untied.compute_and_pipeline_s  # the step waits on it
+    assert tied.forward_pass_s == pytest.approx(untied.forward_pass_s, rel=1e-12)
+    one, one_sends = est(model)
+    chunks, chunk_sends = est(model, "interleaved", 2)
+    t_f = (one.forward_pass_s - one_sends / 2) / 9
+    assert (chunks.forward_pass_s - chunk_sends / 2) / 8.5 == pytest.approx(t_f, rel=1e-9)
