@@ -4,8 +4,8 @@ profile starts from (:func:`model.offload.adam_step_bytes`,
 read, the 16-bit weight written, one read of the gradient for the norm and one write to zero it,
 38 B an element for FP32 Adam with BF16 weights): :func:`step_pass_bytes`, the one rule
 :func:`model.terms.optimizer_time.optimizer_seconds_term` adds per element the GPU steps.
-The whole gradient buffer's zeroing beyond those elements is
-:func:`model.terms.optimizer_time.whole_buffer_zeroing_bytes`'.
+The passes over the whole gradient buffer beyond those elements (zeroing it; DeepSpeed
+``BF16_Optimizer``'s norm) are :func:`model.terms.optimizer_time.whole_buffer_zeroing_bytes`'.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ __all__ = [
 CLIP_SCALE_BYTES = 8
 """Bytes per element of the clip's in-place scaling of the FP32 gradient, read and written
 (4 + 4), where it runs every step whatever the norm: Megatron-Core d98e8a64dd
-``megatron/core/optimizer/clip_grads.py`` ``clip_grad_by_total_norm_fp32`` (with Transformer
+(``--clip-grad`` 1.0 by default) ``megatron/core/optimizer/clip_grads.py``
+``clip_grad_by_total_norm_fp32`` (with Transformer
 Engine, ``get_grad_norm_fp32`` returns the norm as a tensor, so ``clip_coeff.clamp_max_(1.0)``
 and ``multi_tensor_scale_tensor`` over every gradient); PyTorch
 ``torch/nn/utils/clip_grad.py`` ``clip_grads_with_norm_`` (``_foreach_mul_`` by the clamped

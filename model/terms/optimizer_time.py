@@ -50,7 +50,7 @@ def optimizer_seconds_term(c: Context, f: Fields) -> Any:
     mech = dp_mechanism(c, f)
     owned = optimizer_elements(mech, dense, experts, f.shard_degree, f.expert_shard_degree)
     owned = times(owned, 1 - t.offload.optimizer)
-    embedding = busiest_embedding(c, f)
+    embedding = busiest_embedding(c, f) if mech.embedding_grad_bytes else 0
     zeroing = as_float(whole_buffer_zeroing_bytes(mech, dense + experts, owned, embedding))
     adam = OptimizerKind(f.optimizer) is OptimizerKind.ADAM
     # Megatron-Core's precision-aware optimizer: state not in FP32, or the optimizer offloaded
