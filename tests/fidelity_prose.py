@@ -178,9 +178,9 @@ FIDELITY_QUOTES = (
     Quote(F, "with it at {} % / {} % and {} % / {} %, and the 22B's", GOALS,
           ((goal(K_SEL, 2, 1), ".1f"), (goal(K_SEL, 2, 2), ".1f"),
            (goal(K_ALL, 2, 1), ".1f"), (goal(K_ALL, 2, 2), ".1f"))),
-    Quote(F, "selective row moves from {} % (too fast)", NO_CHARGE,
+    Quote(F, "selective row moves from {} % to", NO_CHARGE,
           ((row("Korthikanti Table 5: 22B, 8 GPUs, selective"), "+.1f"),)),
-    Quote(F, "(too fast) to {} %. Megatron-LM", GOALS, ((row("Korthikanti Table 5: 22B, 8 GPUs, selective"), "+.1f"),)),
+    Quote(F, "% to {} % (too slow). Megatron-LM", GOALS, ((row("Korthikanti Table 5: 22B, 8 GPUs, selective"), "+.1f"),)),
     Quote(F, "**Megatron-LM's 1T** ({} points) is the pp-64 trend above; every other held-out "
           "Table 1 row is within {} points", GOALS,
           ((row("Megatron-LM Table 1: 1008B, 3072 GPUs", 3), "+.1f"),

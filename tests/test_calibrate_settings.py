@@ -94,7 +94,10 @@ def test_a_run_without_its_recipe_is_evaluated_under_the_planner_defaults():
 
 def test_the_worked_example_states_its_recipe():
     """The measurements file gives every reported setting but precision (bf16 stands for the
-    2021 code's fp16: the same A100 peak); its fit, 0.7457, is 1.066 × the default: no warning (0.7460
+    2021 code's fp16: the same A100 peak); its fit, 0.7495, is 1.071 × the default: no warning
+    (0.7457 before Megatron-Core's own optimizer-step passes, model.step_passes: the BF16
+    main_grad's FP32 cast, the clip's scaling and the master's second read, 18 B more an
+    element at ZeRO-0; 0.7460
     before the optimizer step zeroed the whole gradient buffer,
     model.terms.optimizer_time.whole_buffer_zeroing_bytes: 2 B × every element of the DDP's BF16
     buffer in place of 4 B;
@@ -102,7 +105,7 @@ def test_the_worked_example_states_its_recipe():
     model.pipeline_onef)."""
     gpu, keys, runs = read_measurements(MEASUREMENTS)
     fit = calibrate_measurements(gpu, keys, runs)
-    assert fit.figures["gemm_efficiency"] == pytest.approx(0.7457, abs=1e-4)
+    assert fit.figures["gemm_efficiency"] == pytest.approx(0.7495, abs=1e-4)
     assert fit.defaults == {"gemm_efficiency": A100_GEMM}
     for r in fit.residuals:
         assert r.defaulted == ("precision",)

@@ -20,9 +20,17 @@ from trainplan.model.model_spec import ModelSpec
 from trainplan.model.params import count_params, padded_vocab, shares_embedding_with_last_stage
 from trainplan.model.split import output_rank
 from trainplan.model.terms.fields import Context, Fields
+from trainplan.model.terms.split_key import SPLIT_FIELDS, SplitKey
+from trainplan.model.terms.stage_params import busiest_stage, stage_params_per_gpu
 from trainplan.model.vocab import vocab_multiple_for
 
-__all__ = ["stage_embedding_per_gpu", "stage_embedding", "embedding_grad_term", "EMBEDDING_FIELDS"]
+__all__ = [
+    "stage_embedding_per_gpu",
+    "stage_embedding",
+    "busiest_embedding",
+    "embedding_grad_term",
+    "EMBEDDING_FIELDS",
+]
 
 EMBEDDING_FIELDS = ("tp", "pp", "virtual_stages", "framework", "schedule")
 """What :func:`stage_embedding_per_gpu` reads of a layout (the framework for its vocabulary
@@ -76,6 +84,23 @@ def stage_embedding(c: Context, f: Fields) -> Any:
     if c.model.arch is None:
         return Fraction(0)
     return f.per_stage(_stage_embedding, (c.model, c.vocab_multiple), *EMBEDDING_FIELDS)
+
+
+def _busiest_embedding(model: ModelSpec, given: int | None, *fields: Any) -> Fraction:
+    key = SplitKey.of(model, given, *fields)
+    stage = busiest_stage(stage_params_per_gpu(key))
+    return stage_embedding_per_gpu(model, key.tp, key.pp, key.v, key.vocab_multiple, key.schedule)[
+        stage
+    ]
+
+
+def busiest_embedding(c: Context, f: Fields) -> Any:
+    """:func:`stage_embedding_per_gpu` of the stage with the most parameters
+    (:func:`model.terms.stage_params.busiest_params`' stage, whose optimizer steps longest);
+    0 for a size-only model."""
+    if c.model.arch is None:
+        return Fraction(0)
+    return f.lookup(_busiest_embedding, (c.model, c.vocab_multiple), *SPLIT_FIELDS)
 
 
 def embedding_grad_term(c: Context, f: Fields, mech: Mechanism) -> Any:

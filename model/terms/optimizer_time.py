@@ -10,15 +10,17 @@ from __future__ import annotations
 from typing import Any
 
 from trainplan.model.comm import AxisTraffic
-from trainplan.model.frameworks import Framework
+from trainplan.model.frameworks import DistributedOptimizer, Framework, gradient_bytes_for
 from trainplan.model.mechanism_record import Mechanism
 from trainplan.model.memory import optimizer_elements
 from trainplan.model.muon import muon_gather_bytes
 from trainplan.model.nvlink_bound import ring_busbw
 from trainplan.model.offload import HOST_GRADIENT_BYTES, adam_step_bytes
 from trainplan.model.optimizers import OptimizerKind, optimizer_step_bytes
+from trainplan.model.step_passes import is_bf16_optimizer, step_pass_bytes
 from trainplan.model.step_time import optimizer_seconds
 from trainplan.model.terms.fields import Context, Fields, LayoutFields, link_caps
+from trainplan.model.terms.grad_buffers import busiest_embedding
 from trainplan.model.terms.roofline import axis_link, params_of
 from trainplan.model.terms.stage_params import busiest_params
 from trainplan.model.terms.state import busiest_muon_work, busiest_scales, muon_whole_matrices
@@ -37,8 +39,10 @@ __all__ = [
 
 def optimizer_seconds_term(c: Context, f: Fields) -> Any:
     """Seconds of the optimizer step on one GPU of the stage with the most parameters: the
-    elements it updates (less what an offload steps on the host) and the gradient zeroing
-    beyond them (:func:`whole_buffer_zeroing_bytes`) through HBM
+    elements it updates (less what an offload steps on the host) at the optimizer's bytes
+    (:func:`model.offload.adam_step_bytes`, :func:`model.optimizers.optimizer_step_bytes`)
+    plus the framework's own passes (:func:`model.step_passes.step_pass_bytes`), and the
+    gradient zeroing beyond them (:func:`whole_buffer_zeroing_bytes`) through HBM
     (:func:`model.step_time.optimizer_seconds`)."""
     t, d = c.training, c.gpu
     assert d.hbm_bytes_per_s is not None
@@ -46,10 +50,18 @@ def optimizer_seconds_term(c: Context, f: Fields) -> Any:
     mech = dp_mechanism(c, f)
     owned = optimizer_elements(mech, dense, experts, f.shard_degree, f.expert_shard_degree)
     owned = times(owned, 1 - t.offload.optimizer)
-    zeroing = as_float(whole_buffer_zeroing_bytes(mech, dense + experts, owned))
-    if OptimizerKind(f.optimizer) is OptimizerKind.ADAM:
+    embedding = busiest_embedding(c, f) if mech.embedding_grad_bytes else 0
+    zeroing = as_float(whole_buffer_zeroing_bytes(mech, dense + experts, owned, embedding))
+    adam = OptimizerKind(f.optimizer) is OptimizerKind.ADAM
+    # Megatron-Core's precision-aware optimizer: state not in FP32, or the optimizer offloaded
+    aware = adam and (t.optimizer_bytes != 12 or t.offload.optimizer > 0)
+    apex = DistributedOptimizer(t.distributed_optimizer) is DistributedOptimizer.APEX
+    g = gradient_bytes_for(f.framework, t.gradient_bytes)
+    apex = apex and mech.zero_stage == 1
+    passes = step_pass_bytes(mech, g, apex, aware, t.optimizer_bytes) * as_float(owned)
+    if adam:
         moved = adam_step_bytes(t.optimizer_bytes, t.weight_bytes) * as_float(owned) + zeroing
-        return optimizer_seconds(moved, d.hbm_bytes_per_s, params_of(c), 1)
+        return optimizer_seconds(moved + passes, d.hbm_bytes_per_s, params_of(c), 1)
     # another optimizer: its state per element (Adam's × the stage's scale) read and written,
     # the gradient read, the weight written, the clip and zeroing (optimizer_step_bytes' rule)
     scale_d, scale_e = busiest_scales(c, f)
@@ -58,18 +70,22 @@ def optimizer_seconds_term(c: Context, f: Fields) -> Any:
     )
     state = times(state, 1 - t.offload.optimizer)
     moved = 2 * as_float(state) + (optimizer_step_bytes(0, t.weight_bytes)) * as_float(owned)
-    moved = moved + zeroing
+    moved = moved + zeroing + passes
     return optimizer_seconds(moved, d.hbm_bytes_per_s, params_of(c), 1) + muon_seconds(c, f)
 
 
-def whole_buffer_zeroing_bytes(mech: Mechanism, elements: Any, owned: Any) -> Any:
-    """HBM bytes per step that zeroing the gradients writes on one GPU beyond the
-    :data:`~model.offload.HOST_GRADIENT_BYTES` (4 B) per element the optimizer steps on the GPU
-    (``owned``) that :func:`model.offload.adam_step_bytes` and
+def whole_buffer_zeroing_bytes(
+    mech: Mechanism, elements: Any, owned: Any, embedding: Any = 0
+) -> Any:
+    """HBM bytes per step that the gradient passes over the whole buffer move on one GPU beyond
+    the :data:`~model.offload.HOST_GRADIENT_BYTES` (4 B) of zeroing per element the optimizer
+    steps on the GPU (``owned``) that :func:`model.offload.adam_step_bytes` and
     :func:`model.optimizers.optimizer_step_bytes` count: where the framework zeroes its whole
     contiguous gradient buffer, ``grads_full`` bytes × every parameter element on the GPU
-    (``elements``), less those 4 B × ``owned``; 0 elsewhere. Bytes; element-wise for arrays;
-    negative where the buffer is narrower than 4 B and whole (Megatron-Core DDP, BF16 grads).
+    (``elements``), the ``embedding`` elements among them at the width their own buffer has
+    (:meth:`Mechanism.embedding_grad_extra`), less those 4 B × ``owned``; 0 elsewhere. Bytes;
+    element-wise for arrays; negative where the buffer is narrower than 4 B and whole
+    (Megatron-Core DDP, BF16 grads).
 
     The Megatron-Core profiles below ZeRO-3 zero the whole buffer, not the optimizer's shard:
     Megatron-LM d98e8a64 ``megatron/training/training.py`` ``train_step`` calls
@@ -77,7 +93,14 @@ def whole_buffer_zeroing_bytes(mech: Mechanism, elements: Any, owned: Any) -> An
     (``distributed_data_parallel.py`` ``zero_grad_buffer`` → ``param_and_grad_buffer.py``
     ``_ParamAndGradBuffer.reset``: ``self.grad_data.zero_()``, the dense and the expert
     buffers whole); Apex ``distributed_fused_adam.py`` ``DistributedFusedAdam.zero_grad``
-    (``contiguous_grad_buffer``): ``self._grad_buffer.zero_()``, the whole buffer.
+    (``contiguous_grad_buffer``): ``grad_buffer.zero_()`` for every buffer of
+    ``_grad_buffers``, one per dtype group (``_init_grad_buffer``), the embeddings' in FP32.
+    DeepSpeed's ``BF16_Optimizer`` (edaa7221 ``bf16_optimizer.py``) zeroes its whole FP32
+    buffer twice, ``clear_hp_grads`` at the end of ``step`` and again in ``zero_grad``, which
+    ``engine._take_model_step`` calls after it, and its norm reads the whole buffer
+    (``get_grads_for_norm``, ``get_global_norm_of_tensors``): 12 B an element, less the 8 B of
+    the clip's read and the zeroing the count gives each owned one; its clip scales only when the
+    norm exceeds the limit (``clip_tensors_by_global_norm``), not counted.
 
     Examples
     --------
@@ -90,10 +113,22 @@ def whole_buffer_zeroing_bytes(mech: Mechanism, elements: Any, owned: Any) -> An
     0
     >>> whole_buffer_zeroing_bytes(mechanism("fsdp2", 3), 8 * 10**9, 10**9)
     0
+
+    Apex with BF16 buffers: 2 B × 8e9, the 1e9 embedding elements 2 B more, less 4 B × 1e9;
+    BF16_Optimizer: 12 B × 8e9 less 8 B × 1e9.
+
+    >>> apex = mechanism("megatron", 1, gradient_bytes=2, distributed_optimizer="distributed_fused_adam")
+    >>> whole_buffer_zeroing_bytes(apex, 8 * 10**9, 10**9, 10**9) / 10**9
+    14.0
+    >>> whole_buffer_zeroing_bytes(mechanism("deepspeed", 1, gradient_bytes=4), 8 * 10**9, 10**9) / 10**9
+    88.0
     """
+    if is_bf16_optimizer(mech):
+        return 3 * HOST_GRADIENT_BYTES * elements - 2 * HOST_GRADIENT_BYTES * owned
     if mech.framework is not Framework.MEGATRON or mech.zero_stage >= 3:
         return 0
-    return mech.grads_full * elements - HOST_GRADIENT_BYTES * owned
+    wider = mech.embedding_grad_extra(embedding)
+    return mech.grads_full * elements + wider - HOST_GRADIENT_BYTES * owned
 
 
 def muon_gather_traffic(c: Context, f: Fields) -> tuple[Any, Any]:

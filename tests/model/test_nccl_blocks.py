@@ -147,8 +147,12 @@ def test_a100_zero3_pays_its_ring_channels() -> None:
     assert dp_off.exposed_seconds == pytest.approx(0.09947, abs=5e-5)
     hidden = tp_on.seconds - tp_off.exposed_seconds
     assert tp_on.exposed_seconds == pytest.approx(tp_off.exposed_seconds + phi_tp * hidden)
-    assert (off.step_s, on.step_s) == (pytest.approx(16.6408, abs=5e-4),
-                                       pytest.approx(17.9775, abs=5e-4))  # fmt: skip
+    # + 3.2 ms each since DeepSpeed ZeRO-3's own optimizer-step passes (model.step_passes: 32 B
+    # more an element stepped with BF16 gradients, over 43.75e9 / 256 at A100's 2.039 TB/s ×
+    # 0.83, the BabelStream triad)
+    own = 32 * 43.75e9 / 256 / (2.039e12 * 0.83)
+    assert (off.step_s, on.step_s) == (pytest.approx(16.6408 + own, abs=5e-4),
+                                       pytest.approx(17.9775 + own, abs=5e-4))  # fmt: skip
 
 
 def test_the_output_layer_pays_nccls_share_under_full_overlap() -> None:

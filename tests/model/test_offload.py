@@ -40,13 +40,15 @@ def test_megatron_optimizer_offload_moves_the_state_and_adds_its_step():
     elements = float(P / 8)
     expected = (4 + 2) * elements / 64e9 + 30 * elements / HOST_STEP
     assert off.time_terms.offload_s == pytest.approx(expected, rel=1e-12)
-    # the GPU's own Adam step (38 B × P/8 through HBM at BabelStream's triad on H100 SXM,
-    # 2.97 TB/s: the roofline clock) moves to the host; zeroing the FP32 main_grad buffer stays
+    # the GPU's own Adam step (50 B × P/8 through HBM at BabelStream's triad on H100 SXM,
+    # 2.97 TB/s: the roofline clock: the 38 B count, the clip's scaling of the FP32 gradient 8 B
+    # and the second read of the FP32 master, 4 B, by _copy_main_params_to_model_params,
+    # model.step_passes) moves to the host; zeroing the FP32 main_grad buffer stays
     # on the GPU and covers all P elements, not the shard (Megatron-LM train_step →
     # zero_grad_buffer → _ParamAndGradBuffer.reset: grad_data.zero_()): 4 B × (P − P/8) beyond
     # the 4 B × P/8 the 38 B count, and 4 B × P once the step is on the host
     zeroing = 4 * float(P) / 2.97e12
-    gpu_step = (38 * elements + 4 * (float(P) - elements)) / 2.97e12
+    gpu_step = ((38 + 8 + 4) * elements + 4 * (float(P) - elements)) / 2.97e12
     assert plain.time_terms.optimizer_s == pytest.approx(gpu_step, rel=1e-9)
     assert off.time_terms.optimizer_s == pytest.approx(zeroing, rel=1e-9)
     assert off.step_s == pytest.approx(plain.step_s + expected - gpu_step + zeroing, rel=1e-9)

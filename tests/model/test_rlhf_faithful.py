@@ -240,13 +240,14 @@ def test_cpu_adam_of_a_real_70b_actor_is_the_offload_mechanism():
       plus CPU Adam streaming (2·12 + 4 + 2) B × e at the DGX H100's 14 cores per GPU ×
       ZeRO-Offload's CPU-Adam 10e9 × 28 B / (2.57 s × 48 cores) = 31.777 GB/s: 8.326057 s
       (3.445005 s at the DIMMs' 76.8 GB/s, before): 9.152859 s. The
-      GPU's own Adam step leaves the step: 38 B × e (model.offload.adam_step_bytes(12, 2)) at
-      2.97 TB/s (BabelStream's triad on H100 SXM, the optimizer step's streaming rate) = 0.112838 s,
-      but for the zeroing of the whole FP32 gradient buffer, which stays on the GPU (Megatron-LM
-      ``zero_grad_buffer`` → ``grad_data.zero_()``,
+      GPU's own Adam step leaves the step: 50 B × e (model.offload.adam_step_bytes(12, 2), 38,
+      and Megatron-Core's own passes, model.step_passes.step_pass_bytes: the clip's scaling 8 and
+      the master's second read 4) at 2.97 TB/s (BabelStream's triad on H100 SXM, the optimizer
+      step's streaming rate) = 0.148472 s, but for the zeroing of the whole FP32 gradient buffer,
+      which stays on the GPU (Megatron-LM ``zero_grad_buffer`` → ``grad_data.zero_()``,
       model.terms.optimizer_time.whole_buffer_zeroing_bytes): 4 B × 8e with the step on the host
-      as beside it (the 38 B count 4 B × e of it, the other 7e's 4 B come on top), so 34 B × e
-      leave, 0.100960 s.
+      as beside it (the 50 B count 4 B × e of it, the other 7e's 4 B come on top), so 46 B × e
+      leave, 0.136594 s.
     """
     problem = _llama70_actor()
     base = cost_of(problem, RoleOption("actor", 8, 8, 1, 1))
@@ -262,10 +263,10 @@ def test_cpu_adam_of_a_real_70b_actor_is_the_offload_mechanism():
     assert host_step == pytest.approx(31.7769131e9)
     adam = (2 * 12 + 4 + 2) * 8_819_213_312 / host_step
     assert link == pytest.approx(0.826801248) and adam == pytest.approx(8.326057302)
-    gpu_adam = 38 * 8_819_213_312 / 2.97e12
-    assert gpu_adam == pytest.approx(0.112838419)
+    gpu_adam = (38 + 8 + 4) * 8_819_213_312 / 2.97e12
+    assert gpu_adam == pytest.approx(0.148471605)
     zeroing = 4 * 8_819_213_312 / 2.97e12  # the shard's 4 B stay: the whole buffer is zeroed
-    assert gpu_adam - zeroing == pytest.approx(0.100960691)
+    assert gpu_adam - zeroing == pytest.approx(0.136593876)
     assert cost.training_s - base.training_s == pytest.approx(
         link + adam - gpu_adam + zeroing, rel=1e-9
     )
@@ -286,8 +287,11 @@ def test_cpu_adam_under_deepspeed_zero2_sends_gradients_every_micro_batch():
     and, for each micro-batch after the first, the host-accumulated BF16 gradients brought back
     (``async_accumulate_grad_in_cpu_via_gpu``), 2 × 2 B × e: 12 B × e / 64 GB/s = 0.178491 s; CPU
     Adam 30 B × e / 31.777 GB/s (14 cores × CPU-Adam's 2.27 GB/s, as above) = 0.898720 s;
-    1.077211 s per update, less the GPU's own Adam step
-    (38 B × e at 2.97 TB/s, the triad, = 0.012180 s).
+    1.077211 s per update, less the GPU's own Adam step (98 B × e at 2.97 TB/s, the triad,
+    = 0.031411 s: the 38 B count and DeepSpeed's own passes, model.step_passes.step_pass_bytes,
+    60 B at BF16 gradients: the overflow check 28, the norm through .double() 14 beyond the
+    count's read, the flatten 4 and FP32 cast 6 of the partition, the clip's scaling 8, the
+    master's second read 4, and no zeroing, −4).
     GPU: the 12 B optimizer shard and the 2 B BF16 gradient partition leave what the role
     holds (``copy_grads_in_partition`` returns before allocating ``grads_in_partition``
     under ``cpu_offload``; was 12 B only); host 16 B × e and, with m > 1,
@@ -310,7 +314,8 @@ def test_cpu_adam_under_deepspeed_zero2_sends_gradients_every_micro_batch():
     host_step = 112 / 8 * 10e9 * 28 / (2.57 * 48)
     offload_s = (3 * 2 + 2 + 2 * 2) * 951_952_064 / 64e9 + 30 * 951_952_064 / host_step
     assert offload_s == pytest.approx(0.178491012 + 0.898720459, rel=1e-8)
-    gpu_adam = 38 * 951_952_064 / 2.97e12  # the GPU's Adam step leaves, as above
+    gpu_adam = (38 + 60) * 951_952_064 / 2.97e12  # the GPU's Adam step leaves, as above
+    assert gpu_adam == pytest.approx(0.031411213)
     assert cost.training_s - base.training_s == pytest.approx(offload_s - gpu_adam, rel=1e-9)
 
 
