@@ -18,7 +18,8 @@ backward in turn, then the cool-down backwards; a pass's chunk changes only wher
 crosses a multiple of pp. :func:`order_runs` writes it as runs of one repeated pattern (one
 pass, a forward–backward pair, or one period of v·pp pairs) without listing the passes: O(v·m/pp)
 runs a rank where the order holds 2·v·m passes, O(v) where the periods are folded (DeepSeek-V3
-at pp 2, v 31, m 15,360: 4.7 s a rank replayed in pairs' runs, a period's 124 passes folded). Inside a run the window of kept chunks is the same at every pass but
+at pp 2, v 31, m 15,360: 4.7 s a rank replayed in pairs' runs, a period's 124 passes folded).
+Inside a run the window of kept chunks is the same at every pass but
 the last (the chunks ahead, in the order they first come, begin with the run's own), so after
 its first occurrence every occurrence but the last leaves the state as it found it and gathers
 what the second did: :func:`replay_runs` replays the first, the second and the last occurrence
