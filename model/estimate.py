@@ -360,9 +360,7 @@ def _time(
         r if r.link == "none" else _row(c, f, t, links, axes[t.axis], roofline, window)
         for t, r in zip(traffic, plain, strict=True)
     ) + _muon_rows(c, f, links)
-    forward, alone = forward_terms(
-        c, f, pipe.total_s, pipe.axes["pp"][1], pipe.pair_reduce_s, roofline
-    )
+    forward, alone = forward_terms(c, f, pipe, roofline)
     return rows, TimeTerms(
         pipe.compute_s, pipe.total_s, dp.exposed_s, pipe.bubble_s, dp.optimizer_s, dp.offload_s,
         pipe.activation_offload_s, forward, dp.accumulate_s,

@@ -104,10 +104,9 @@ def onef_steps(
 ) -> Any:
     """The step of the one-chunk order (module docstring), in the unit of the times:
     ``forward``, ``backward`` each stage's forward and backward of one micro-batch (``pp`` numbers,
-    or ``pp`` arrays ``[K]`` of many layouts' times); ``m`` one int for all, or, with arrays under
-    1F1B and every ``m ≥ pp − 1``, an int array ``[K]``: each layout's own (a layout's figure is
-    then to the bit what a call with its m alone gives). ``settle`` False: every round run, no
-    jump, where the times are not arrays (:func:`model.pipeline_paths.critical_path`'s values).
+    or ``pp`` arrays ``[K]``); ``m`` one int for all, or, with arrays under 1F1B and every
+    ``m ≥ pp − 1``, an int array ``[K]``: each layout's own (to the bit a call with its m alone).
+    ``settle`` False: every round run, no jump nor GPipe's closed form (:func:`_gpipe`).
 
     Raises
     ------

@@ -115,10 +115,11 @@ def forward_pass_term(
     return (f.m + fill) * t_f + (pp_exposed_s - pair_s) / 2
 
 
-def forward_terms(
-    c: Context, f: Fields, t1_s: float, pp_exposed_s: float, pair_s: float, roofline: bool
-) -> tuple[float, float]:
+def forward_terms(c: Context, f: Fields, pipe: Any, roofline: bool) -> tuple[float, float]:
     """(the exposed seconds of :func:`forward_gather_term`, 0 under the single model; seconds of
-    :func:`forward_pass_term`): an RLHF scoring forward's, for ``evaluate()``'s time terms."""
+    :func:`forward_pass_term` of the step's :class:`model.terms.step.PipelineTime` ``pipe``:
+    its t1, exposed pp seconds and pair all-reduce): an RLHF scoring forward's, for
+    ``evaluate()``'s time terms."""
     gathers = forward_gather_term(c, f)[1] if roofline else 0.0
-    return gathers, forward_pass_term(c, f, t1_s, pp_exposed_s, pair_s, roofline)
+    t1_s, pp_exposed_s = pipe.total_s, pipe.axes["pp"][1]
+    return gathers, forward_pass_term(c, f, t1_s, pp_exposed_s, pipe.pair_reduce_s, roofline)

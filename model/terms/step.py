@@ -355,9 +355,8 @@ def _share(c: Context, f: Fields) -> Any:
 
 def pipeline_term(c: Context, f: Fields) -> PipelineTime:
     """``t1`` of the layout (:class:`PipelineTime`), by the time model in force
-    (:func:`uses_roofline`).
-
-    Scope: every shape field and recompute; not zero_stage. Control: pp, framework, recompute.
+    (:func:`uses_roofline`). Scope: every shape field and recompute; not zero_stage. Control:
+    pp, framework, recompute.
 
     Raises
     ------
@@ -412,9 +411,7 @@ def pipeline_term(c: Context, f: Fields) -> PipelineTime:
     other = axes["tp"][1] + axes["cp"][1] + axes["ep"][1] + axes["pp"][1]
     act = activation_offload_term(c, f, t_mb)
     passes = span.seconds - span.contention_s  # the contention is counted in ep's exposed part
-    return PipelineTime(
-        compute, t_mb, passes - span.busy_s, axes, act, passes + other + act, pair
-    )  # fmt: skip
+    return PipelineTime(compute, t_mb, passes - span.busy_s, axes, act, passes + other + act, pair)
 
 
 def dp_term(c: Context, f: Fields) -> DpTime:

@@ -25,7 +25,11 @@ def test_search_answer_checked_term_by_term_with_evaluate():
     same layout at 21.5929 s with 2,772,434,944 gathered bytes (the √n walk's, the most of the
     three walks); its own walk gives 2,409,627,648 and its launches 6.4 ms more: 21.5992 s;
     21.6271 s since each micro-batch's last reduce bucket, run after the backward's computation,
-    waits whole instead of φ of it (model.dp_exposure.microbatch_exposed_seconds)."""
+    waits whole instead of φ of it (model.dp_exposure.microbatch_exposed_seconds); 21.6746 s
+    since the optimizer step charges DeepSpeed ZeRO-3's own passes (model.step_passes
+    step_pass_bytes: the .double() norm, flatten and cast, the clip's scaling, the master's
+    copy-back; 38 → 70 B an element): +32 B × 4.41 G owned elements (70 B / (tp 2 × dp 8)) /
+    (3.35 TB/s × 0.887) = +47.5 ms."""
     case = ["--model", "llama3-70b", "--gpus", "16", "--gpu", "H100-SXM", "--seq-len", "4096"]
     case += ["--global-batch", "64", "--framework", "deepspeed"]
     found = _json("search", *case, "--zero", "3")
@@ -38,4 +42,4 @@ def test_search_answer_checked_term_by_term_with_evaluate():
     assert est["time"] == found["time"]
     assert est["traffic"] == found["traffic"]
     assert found["memory"]["zero3_gathered_bytes"] == 2_409_627_648
-    assert found["objective_s"] == pytest.approx(21.6271, abs=5e-5)
+    assert found["objective_s"] == pytest.approx(21.6746, abs=5e-5)

@@ -60,7 +60,10 @@ def test_deepspeed_engine_takes_openrlhfs_095_by_default():
     384 GB/s (5,699.9 µs; LL128 6,666.2): 670.88 µs more a call, +10.7 ms, 351.9 s. The
     all-gathers (937.1 MB a rank) stay Simple ring, as timed before. The scoring forwards timed
     as forward-only pipelines (model.terms.forward_gather.forward_pass_term: the forward's own
-    operations, not a third of the three passes): 2.058 s more, 354.0 s."""
+    operations, not a third of the three passes): 2.058 s more, 354.0 s. DeepSpeed ZeRO-1/2's own
+    optimizer-step passes (model.step_passes.step_pass_bytes: 38 → 98 B an element with bf16
+    gradients, the overflow check and the clip's scaling): +60 B × 118,994,008 owned elements
+    (7,615,616,512 / dp 64) / (3.35 TB/s × 0.8866) = +2.404 ms, 353.966 → 353.967 s."""
     eng, plan = _engine("deepspeed")
     assert eng.option.fraction == Fraction(19, 20) == default_fraction(False, Framework.DEEPSPEED)
     assert eng.budget_bytes == Fraction(19, 20) * HBM
@@ -79,8 +82,10 @@ def test_deepspeed_engine_takes_openrlhfs_095_by_default():
     placed = -0.0097  # the actor's dp rings' latency by their placement
     placed += 16 * ((8.4 + 2 * (7 * 14 + 56 * 3.4)) * 1.4 - 148.4) * 1e-6  # NCCL's tuner: 0.0107
     scoring = 2.058  # the forward-only scoring pipelines over a third of the three passes
+    step_passes = 60 * 7_615_616_512 / 64 / (3.35e12 * 0.8865671641791045)  # ZeRO-2: 38 -> 98 B
+    assert step_passes == pytest.approx(2.404e-3, abs=1e-6)
     assert not plan.fits and step_s == pytest.approx(
-        333.775 + ar + ends + adds + placed + scoring, abs=1e-3
+        333.775 + ar + ends + adds + placed + scoring + step_passes, abs=1e-3
     )
     assert round(step_s, 1) == 354.0
     split, _ = _engine("deepspeed", rollout_gpus=16)

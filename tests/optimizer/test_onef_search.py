@@ -58,7 +58,11 @@ def test_per_stage_answer_is_evaluates_and_never_slower_than_uniform() -> None:
     stages of 19, 21, 21, 19 layers, one recomputed on stage 0 (34.321 → 34.241 s; 34.2455 s
     with the whole buffer zeroed): CP-SAT's pipeline term is the closed form
     (m + pp − 1)·t_max, an upper bound on the order's step; the plan printed is evaluate()'s,
-    below its CP-SAT objective, and never slower than the uniform one."""
+    below its CP-SAT objective, and never slower than the uniform one. Megatron-Core's own
+    optimizer-step passes (model.step_passes.step_pass_bytes: the clip's scale +8, the master
+    re-read +4; 38 → 50 B an element) at 3.35 TB/s × 0.8866, the layouts not: the uniform
+    +12 B × 1,135,775,744 owned elements = +4.589 ms, 38.2475 → 38.2521 s; the plan
+    +12 B × 1.1231e9 (a 21-layer stage at tp 4 over dp 4) = +4.538 ms, 34.2455 → 34.2500 s."""
     case = Case.of(model="llama3-70b", device="H100-SXM", global_batch_size=256,
                    framework="megatron")  # fmt: skip
     space = SearchSpace(num_gpus=64, pp=(4,), schedules=(Schedule.ONE_F_ONE_B,),
@@ -67,8 +71,8 @@ def test_per_stage_answer_is_evaluates_and_never_slower_than_uniform() -> None:
     assert result.status == "optimal"
     assert result.uniform_ns is not None and result.plan_ns <= result.uniform_ns
     assert result.plan_ns == sum(objective_ns(result.plan.time_terms))
-    assert result.uniform_ns == pytest.approx(38.2475e9, abs=1e6)
-    assert result.plan_ns == pytest.approx(34.2455e9, abs=1e6)
+    assert result.uniform_ns == pytest.approx(38.2521e9, abs=1e6)
+    assert result.plan_ns == pytest.approx(34.2500e9, abs=1e6)
     lay = result.plan.layout
     assert (lay.dp, lay.tp, lay.stage_layers, lay.recompute_layers) == (
         4, 4, (19, 21, 21, 19), (1, 0, 0, 0)
