@@ -307,9 +307,17 @@ def read_line(item: str) -> dict[str, Any]:
     )
 
 
+FLAG_ONLY = frozenset({"zero_stage", "micro_batch_size", "global_batch_size", "tp", "pp"})
+"""Layout fields that evaluate, example, search and frontier take as flags, not as scenario
+keys: ``--set zero_stage=1`` is answered with ``--zero`` (:func:`~trainplan.interface.flags.
+flag_for`)."""
+
+
 def _unknown(key: str, keys: Iterable[str], command: str) -> InputError:
     near = closest_key(key, keys)
     hint = f"; did you mean {near}?" if near else ""
+    if key in FLAG_ONLY and command in ("evaluate", "example", "search", "frontier"):
+        hint = f"; give it as {flag_for(key)}"
     return InputError(
         f"--set: {shown_text(key, 60)} is not a scenario key {command} takes{hint} (trainplan "
         f"{command} --set help lists them)"

@@ -81,3 +81,39 @@ def test_a_moe_setting_below_its_bound_is_echoed_as_typed():
         "--set moe_imbalance: 0.5 must be at least 1 (busiest rank ÷ mean)"
     )
     assert refusal(runs["capacity"]) == "--set moe_capacity_factor: -0.25 must be positive"
+
+
+def test_a_layout_field_given_as_a_scenario_key_names_its_flag():
+    """``--set zero_stage=1`` was refused as "not a scenario key" with no way forward: the
+    layout's ZeRO stage, micro-batch, global batch, tp and pp are flags of evaluate, example,
+    search and frontier (``--zero`` …); a key that is no flag keeps the plain refusal."""
+    runs = run_many(
+        {
+            "zero": "evaluate --model llama3-8b --gpus 8 --set zero_stage=1".split(),
+            "batch": "search --model llama3-8b --gpus 8 --set global_batch_size=64".split(),
+            "typo": "evaluate --model llama3-8b --gpus 8 --set zerostage=1".split(),
+        }
+    )
+    assert refusal(runs["zero"]) == (
+        "--set: 'zero_stage' is not a scenario key evaluate takes; give it as --zero "
+        "(trainplan evaluate --set help lists them)"
+    )
+    assert "; give it as --global-batch (" in refusal(runs["batch"])
+    assert refusal(runs["typo"]) == (
+        "--set: 'zerostage' is not a scenario key evaluate takes (trainplan evaluate --set help "
+        "lists them)"
+    )
+
+
+def test_a_longest_completion_below_the_mean_names_both_flags():
+    """``rlhf --max-completion-tokens 10`` named the mean as ``completion_tokens 4096`` (the
+    Python name, the number ungrouped); a refusal names the flags typed, numbers grouped."""
+    done = run_many(
+        {
+            "short": "rlhf --algorithm grpo --model llama3-8b --gpus 8 --max-completion-tokens 10"
+            " --completion-tokens 5000".split()
+        }
+    )["short"]
+    assert (
+        refusal(done) == "--max-completion-tokens: 10 is below the mean --completion-tokens 5,000"
+    )

@@ -278,8 +278,8 @@ class RLHFSpec:
         longest = self.max_completion_tokens
         if longest is not None and longest < self.completion_tokens:
             raise InputError(
-                f"max_completion_tokens: {longest} is below the mean completion_tokens "
-                f"{self.completion_tokens}"
+                f"max_completion_tokens: {longest:,} is below the mean `completion_tokens` "
+                f"{self.completion_tokens:,}"
             )
         self._check_batch()
         if self.engine_memory_fraction is not None:
