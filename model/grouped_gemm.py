@@ -239,7 +239,11 @@ def grouped_fp8_rates(
         )
     except InputError:
         return bare
-    return replace(bare, kernel_speedup=kernel, cast_s_per_element=casts)
+    return replace(
+        bare,
+        kernel_speedup=(kernel[0], kernel[1], kernel[2]),
+        cast_s_per_element=(casts[0], casts[1]),
+    )
 
 
 def forward_cast_seconds(g: GroupedFp8, hbm_bytes_per_s: float, p: RooflineParams) -> float:
