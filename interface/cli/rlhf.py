@@ -21,11 +21,7 @@ from trainplan.interface.cli import cli
 from trainplan.interface.cli.common import COUNT, INTERRUPTED, POSITIVE, echo_json
 from trainplan.interface.cli.interrupt import Interrupted, interruptible
 from trainplan.interface.commands import rlhf_json
-from trainplan.interface.rlhf.faithful import rlhf_inputs
-from trainplan.interface.rlhf.report import result_dict
-from trainplan.interface.tab_requests import RLHFPlanRequest, RLHFRequest, tab_request
 from trainplan.model.errors import InfeasibleError, InputError
-from trainplan.optimizer.rlhf.tables import RLHFProblem
 
 __all__ = ["rlhf_cmd", "rlhf_plan_cmd"]
 
@@ -318,17 +314,17 @@ def rlhf_plan_cmd(
     """The fastest placement of a PPO or GRPO step: each role's GPU pool (colocated or split),
     its dp/tp/pp (training) or tp/dp (rollout), offload and the engine's memory fraction —
     CP-SAT over the cost model's tables, proven optimal within the model."""
+    from trainplan.interface.rlhf.plan import (
+        infeasible_json,
+        plan_json,
+        plan_problem,
+        plan_request,
+    )
     from trainplan.interface.rlhf.text import result_lines
     from trainplan.optimizer.rlhf.search import search_placement
 
-    request = RLHFPlanRequest(
-        tab_request(RLHFRequest, kw),
-        offload,
-        float(time_limit) if time_limit else None,
-        workers,
-    )
-    inp = rlhf_inputs(request.workload, placement=False)
-    problem = RLHFProblem(inp.spec, inp.device, inp.gpus, inp.links, offload=request.offload)
+    request = plan_request({**kw, "offload": offload, "time_limit": time_limit, "workers": workers})
+    inp, problem = plan_problem(request)
     limit = request.time_limit
     try:
         with _progress(as_json) as progress:
@@ -337,14 +333,13 @@ def rlhf_plan_cmd(
             )
     except InfeasibleError as err:
         if as_json:
-            echo_json({"status": "infeasible", "explanation": err.explanation, "message": str(err)})
+            echo_json(infeasible_json(err))
         else:
             click.echo("No placement fits:", err=True)
             for line in err.explanation:
                 click.echo(f"  - {line}", err=True)
         raise SystemExit(1) from None
-    res = tabs.jsonable(result_dict(inp, result))
-    res["interrupted"] = stopped
+    res = plan_json(inp, result, stopped)
     if as_json:
         echo_json(res)
     else:

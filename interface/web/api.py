@@ -351,6 +351,18 @@ def rlhf(request: Request) -> Response:
     return json_response(commands.rlhf_json(kw))
 
 
+@router.get("/rlhf-plan", responses=BAD_INPUT, openapi_extra=_doc("rlhf-plan"))
+def rlhf_plan(request: Request) -> Response:
+    """RLHF placement, `trainplan rlhf-plan --json`: the fastest placement of a PPO or GRPO step
+    (each role's GPU pool, its parallelism, offload, the engine's memory fraction), the best
+    colocated and split ones beside it, `status` (optimal, feasible, unknown, infeasible). It
+    runs in the server until it ends: `time-limit` bounds it, as it bounds the command's."""
+    from trainplan.interface.rlhf.plan import rlhf_plan_json
+
+    kw, _ = parse("rlhf-plan", pairs(request))
+    return json_response(rlhf_plan_json(kw))
+
+
 @router.get("/gpus", responses=BAD_INPUT)
 def gpus(request: Request) -> Response:
     """The accelerator table, `trainplan gpus --json`, each row with its source."""

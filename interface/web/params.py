@@ -119,7 +119,7 @@ def openapi_parameters(name: str, extra: dict[str, str] | None = None) -> list[d
     return out
 
 
-API_COMMANDS = ("evaluate", "search", "frontier", "pipeline", "mfu", "ckpt", "rlhf")
+API_COMMANDS = ("evaluate", "search", "frontier", "pipeline", "mfu", "ckpt", "rlhf", "rlhf-plan")
 """The commands the JSON API answers as ``/api/NAME`` (docs/guides/web.md "The API")."""
 
 
