@@ -10,7 +10,7 @@ as its query key (:func:`error_line`). A search or frontier with
 no layout that fits answers 200 with the CLI's ``status: "infeasible"`` object (the CLI exits 1:
 the input was good, the answer is no). ``/api/search`` and ``/api/frontier`` are served by
 :mod:`interface.web.stream`, which runs them in a process of their own that stops when the client
-goes away.
+goes away; so is ``/api/rlhf-plan``, the RLHF placement search.
 """
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ __all__ = [
     "json_response",
     "pairs",
     "error_line",
+    "rlhf_plan_check",
+    "rlhf_plan_object",
 ]
 
 router = APIRouter(prefix="/api", tags=["API: the CLI's --json objects"])
@@ -243,6 +245,32 @@ def frontier_run(query: list[tuple[str, str]], **progress: Any) -> Any:
     return cached_run(key, lambda: commands.frontier_json(request, against, on_tables, web=True))
 
 
+def rlhf_plan_check(query: list[tuple[str, str]]) -> None:
+    """Read an ``rlhf-plan`` query as the command reads its options, before its job starts
+    (:mod:`interface.web.stream`): the workload, the model, the accelerator.
+
+    Raises
+    ------
+    PlannerError
+        What ``trainplan rlhf-plan`` refuses while reading its options
+        (:func:`interface.rlhf.plan.plan_request`, :func:`~interface.rlhf.plan.plan_problem`).
+    """
+    from trainplan.interface.rlhf.plan import plan_problem, plan_request
+
+    kw, _ = parse("rlhf-plan", query)
+    plan_problem(plan_request(kw))
+
+
+def rlhf_plan_object(query: list[tuple[str, str]]) -> dict[str, Any]:
+    """``trainplan rlhf-plan --json`` of the query, the search run whole within its
+    ``time-limit`` (:func:`interface.rlhf.plan.rlhf_plan_json`); no placement fits: the command's
+    ``status: "infeasible"`` object."""
+    from trainplan.interface.rlhf.plan import rlhf_plan_json
+
+    kw, _ = parse("rlhf-plan", query)
+    return rlhf_plan_json(kw)
+
+
 def run_object(result: Any) -> dict[str, Any]:
     """A SearchRun's JSON object, or the CLI's infeasible object; each answer's notes, and the
     per-stage frontier's ``proof``, name the page's fields where the command line's name its
@@ -349,18 +377,6 @@ def rlhf(request: Request) -> Response:
     """RLHF, `trainplan rlhf --json`: the networks' resident memory, FLOPs and time by phase."""
     kw, _ = parse("rlhf", pairs(request))
     return json_response(commands.rlhf_json(kw))
-
-
-@router.get("/rlhf-plan", responses=BAD_INPUT, openapi_extra=_doc("rlhf-plan"))
-def rlhf_plan(request: Request) -> Response:
-    """RLHF placement, `trainplan rlhf-plan --json`: the fastest placement of a PPO or GRPO step
-    (each role's GPU pool, its parallelism, offload, the engine's memory fraction), the best
-    colocated and split ones beside it, `status` (optimal, feasible, unknown, infeasible). It
-    runs in the server until it ends: `time-limit` bounds it, as it bounds the command's."""
-    from trainplan.interface.rlhf.plan import rlhf_plan_json
-
-    kw, _ = parse("rlhf-plan", pairs(request))
-    return json_response(rlhf_plan_json(kw))
 
 
 @router.get("/gpus", responses=BAD_INPUT)

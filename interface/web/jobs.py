@@ -1,12 +1,14 @@
-"""A search or frontier of the page in a process of its own, so that cancelling it stops the work:
-the process (its cost tables, its CP-SAT workers) is terminated, not left running unseen.
+"""A search or frontier of the page (or an RLHF placement search, ``/api/rlhf-plan``) in a
+process of its own, so that cancelling it stops the work: the process (its cost tables, its CP-SAT
+workers) is terminated, not left running unseen.
 
 The page's progress stream (:mod:`interface.web.stream`) starts a :class:`Job` per search and
 cancels it when the page goes away (the browser closes the connection: the page's Cancel button,
 a new search, leaving the page). Processes come from a ``forkserver`` (a clean process that has
 imported the planner once; each job is a fork of it, quick to start and safe beside the server's
-threads). The job sends its progress and its end over a pipe; its result is kept in the API's
-cache (:func:`interface.web.api.remember`) like a search run in the server's own process.
+threads). The job sends its progress and its end over a pipe; a search's or frontier's result is
+kept in the API's cache (:func:`interface.web.api.remember`) like a search run in the server's own
+process (an RLHF placement's is not: its object is answered as it is).
 """
 
 from __future__ import annotations
@@ -34,20 +36,24 @@ _RUNNING_LOCK = threading.Lock()
 def _child(kind: str, query: list[tuple[str, str]], conn: Connection) -> None:
     """The job's process: run the search, send ``("tables", done, total)`` and ``("solution",
     count, best)`` as it goes, then one of ``("result", SearchRun)``, ``("infeasible", message,
-    explanation)``, ``("error", line)``."""
-    run = api.search_run if kind == "search" else api.frontier_run
+    explanation)``, ``("error", line)``; ``rlhf-plan``: ``("result", its JSON object)`` (a
+    placement that does not fit is its object too), or ``("error", line)``."""
     progress = {
         "on_tables": lambda done, total: conn.send(("tables", done, total)),
         "on_solution": lambda count, best: conn.send(("solution", count, best)),
     }
     try:
-        result = run(query, **progress)
+        if kind == "rlhf-plan":
+            result: Any = api.rlhf_plan_object(query)
+        else:
+            run = api.search_run if kind == "search" else api.frontier_run
+            result = run(query, **progress)
         if isinstance(result, InfeasibleError):
             conn.send(("infeasible", str(result), result.explanation))
         else:
             conn.send(("result", result))
     except PlannerError as err:
-        conn.send(("error", api.error_line(err)))
+        conn.send(("error", api.error_line(err, f"/api/{kind}" if kind == "rlhf-plan" else "")))
     except Exception:  # a bug: logged, one line to the page, no trace
         _LOG.exception("search failed")
         conn.send(("error", "internal error; the server's log has the details"))
@@ -56,7 +62,8 @@ def _child(kind: str, query: list[tuple[str, str]], conn: Connection) -> None:
 
 
 class Job:
-    """One search or frontier (``kind``) of ``query`` running in its own process."""
+    """One search, frontier or RLHF placement search (``kind``: ``search``, ``frontier``,
+    ``rlhf-plan``) of ``query`` running in its own process."""
 
     def __init__(self, kind: str, query: list[tuple[str, str]]) -> None:
         self.kind, self.query = kind, query

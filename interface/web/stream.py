@@ -2,7 +2,8 @@
 page's progress indicator (``…/stream``): newline-delimited JSON events as the search goes —
 ``tables`` (shapes tabulated of all), ``solution`` (CP-SAT's solutions so far and the best
 objective as text) — then ``result``, the object of ``/api/search`` or ``/api/frontier`` for the
-same query.
+same query. ``/api/rlhf-plan``, the RLHF placement search, runs as a job too (its answer whole,
+not streamed).
 
 Each search runs in a process of its own (:mod:`interface.web.jobs`), streamed or not: when the
 client goes away before the result (the page's Cancel button aborts the request, a script's client
@@ -29,6 +30,7 @@ from trainplan.interface.web.api import (
     json_response,
     pairs,
     remember,
+    rlhf_plan_check,
     run_key,
     run_object,
 )
@@ -68,7 +70,11 @@ class _Watched:
     then cancels the job, which terminates its process)."""
 
     def __init__(
-        self, kind: str, request: Request, query: list[tuple[str, str]], key: tuple[Any, ...]
+        self,
+        kind: str,
+        request: Request,
+        query: list[tuple[str, str]],
+        key: tuple[Any, ...] | None,
     ) -> None:
         loop = asyncio.get_running_loop()
         self.request, self.key = request, key
@@ -80,8 +86,8 @@ class _Watched:
         self.job, _ = jobs.run_job(kind, query, put)
 
     async def next(self) -> dict[str, Any] | None:
-        """The job's next event (``done`` with its result kept in the API's cache); None when
-        the client has gone."""
+        """The job's next event (``done`` with its result kept in the API's cache under the
+        watch's key, when it has one); None when the client has gone."""
         while True:
             try:
                 event = await asyncio.wait_for(self.queue.get(), WAIT_S)
@@ -89,7 +95,7 @@ class _Watched:
                 if await self.request.is_disconnected():
                     return None
                 continue
-            if event["event"] == "done":
+            if event["event"] == "done" and self.key is not None:
                 remember(self.key, event["result"])
             return event
 
@@ -102,7 +108,15 @@ async def _whole(kind: str, request: Request, query: list[tuple[str, str]]) -> R
     hit = cached(key)
     if hit is not None:
         return json_response(run_object(hit))
-    watched = _Watched(kind, request, query, key)
+    event = await _end(_Watched(kind, request, query, key))
+    if isinstance(event, Response):
+        return event
+    return json_response(run_object(event["result"]))
+
+
+async def _end(watched: _Watched) -> dict[str, Any] | Response:
+    """The job's ``done`` event once it ends; HTTP 499 and the job's process terminated when
+    the client goes away first; a job's refusal (``error``) HTTP 422 with its line."""
     try:
         event = await watched.next()
         while event is not None and event["event"] not in ("done", "error"):
@@ -113,7 +127,7 @@ async def _whole(kind: str, request: Request, query: list[tuple[str, str]]) -> R
         return Response(status_code=499)  # the client closed the request
     if event["event"] == "error":
         return json_response({"error": event["error"]}, 422)
-    return json_response(run_object(event["result"]))
+    return event
 
 
 async def _stream(kind: str, request: Request, query: list[tuple[str, str]]) -> Response:
@@ -227,8 +241,27 @@ async def frontier_stream_post(request: Request) -> Response:
     return await _stream("frontier", request, await body_pairs(request))
 
 
+@router.get(
+    "/rlhf-plan",
+    responses=BAD_INPUT,
+    openapi_extra={"parameters": openapi_parameters("rlhf-plan")},
+)
+async def rlhf_plan(request: Request) -> Response:
+    """RLHF placement, `trainplan rlhf-plan --json`: the fastest placement of a PPO or GRPO
+    step (each role's GPU pool, its parallelism, offload, the engine's memory fraction), the best
+    colocated and split ones beside it, `status` (optimal, feasible, unknown, infeasible).
+    `time-limit` bounds the search as it bounds the command's; closing the connection before
+    the answer stops it."""
+    query = pairs(request)
+    rlhf_plan_check(query)  # bad options: 422 before anything runs
+    event = await _end(_Watched("rlhf-plan", request, query, None))
+    if isinstance(event, Response):
+        return event
+    return json_response(event["result"])
+
+
 @router.get("/jobs")
 def running_jobs() -> Response:
-    """The searches and frontiers of the page running now, each in its own process (`kind`,
+    """The searches, frontiers and RLHF placement searches running now, each in its own process (`kind`,
     `pid`, `seconds`, `query`); one whose page cancelled it is gone within a second."""
     return json_response(jobs.running())

@@ -98,7 +98,8 @@ def test_no_placement_that_fits_is_the_clis_infeasible_object(client):
 def test_the_time_limit_bounds_the_webs_search_as_the_commands(client):
     """Llama 3 70B on 64 H100 in 0.01 s (tests/tabs/test_rlhf_plan_cli.py, the command): nothing
     is costed in time, so the status is ``unknown`` with no placement, never ``infeasible``; the
-    search keeps to the limit within a second; the object is the command's."""
+    search keeps to the limit within a second; the object is the command's, but for how far each
+    run got before its clock ran out (``reason``'s count, ``options``, ``tried``, ``skipped``)."""
     args = ["--algorithm", "grpo", "--reward", "rule", "--model", "llama3-70b", "--gpus", "64",
             "--time-limit", "0.01"]  # fmt: skip
     code, cli = _cli(args)
@@ -108,7 +109,11 @@ def test_the_time_limit_bounds_the_webs_search_as_the_commands(client):
     assert api["status"] == "unknown" and api["best"] is None
     assert api["time_limit_seconds"] == 0.01 and api["tables_complete"] is False
     assert api["tables_seconds"] + api["solve_seconds"] <= 0.01 + 1.0
-    assert _without_clocks(api) == _without_clocks(cli)
+    how_far = ("reason", "options", "tried", "skipped")
+    assert api["reason"].startswith("the time limit ran out before any placement was found (")
+    assert api["reason"].endswith("): not proven infeasible")
+    same = {k: v for k, v in _without_clocks(api).items() if k not in how_far}
+    assert same == {k: v for k, v in _without_clocks(cli).items() if k not in how_far}
 
 
 BASE = ["--algorithm", "grpo", "--reward", "rule", "--model", "llama3-8b"]
@@ -166,3 +171,36 @@ def test_the_endpoint_is_described_and_documented(client):
     assert "width" not in keys and "json" not in keys
     assert "## /api/rlhf-plan" in api_markdown()
     assert "| `time-limit` |" in api_markdown()
+
+
+def test_closing_the_request_stops_the_plans_process(server):
+    """The plan runs in a process of its own (as ``/api/search`` does): a client that goes away
+    before the answer (a timeout, Ctrl-C on ``curl``) stops it — the process is gone within
+    seconds. Llama 3 8B GRPO on 1,000,000 GPUs without a time limit runs far longer than the
+    test waits."""
+    import http.client
+    import time
+    import urllib.request
+    from pathlib import Path
+
+    host, port = server.removeprefix("http://").split(":")
+
+    def jobs() -> list:
+        with urllib.request.urlopen(f"{server}/api/jobs", timeout=10) as res:
+            return json.loads(res.read())
+
+    conn = http.client.HTTPConnection(host, int(port), timeout=120)
+    conn.request("GET", "/api/rlhf-plan?algorithm=grpo&reward=rule&model=llama3-8b&gpus=1,000,000")
+    deadline = time.time() + 30
+    running: list = []
+    while not running and time.time() < deadline:
+        running = jobs()
+        time.sleep(0.2)
+    assert running and running[0]["kind"] == "rlhf-plan"
+    pid = running[0]["pid"]
+    assert Path(f"/proc/{pid}").exists()
+    conn.close()
+    deadline = time.time() + 10
+    while (jobs() or Path(f"/proc/{pid}").exists()) and time.time() < deadline:
+        time.sleep(0.2)
+    assert jobs() == [] and not Path(f"/proc/{pid}").exists()
