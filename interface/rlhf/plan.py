@@ -20,6 +20,7 @@ from trainplan.interface.rlhf.report import result_dict
 from trainplan.interface.tab_requests import RLHFPlanRequest, RLHFRequest, tab_request
 from trainplan.interface.tab_values import jsonable
 from trainplan.model.errors import InfeasibleError
+from trainplan.optimizer.rlhf.search import search_placement
 from trainplan.optimizer.rlhf.tables import RLHFProblem
 
 __all__ = ["SEARCH_OPTIONS", "plan_request", "plan_problem", "plan_json", "infeasible_json",
@@ -97,8 +98,6 @@ def rlhf_plan_json(
     InputError, ScenarioError
         Bad input, as the command refuses it (:func:`plan_request`, :func:`plan_problem`).
     """
-    from trainplan.optimizer.rlhf.search import search_placement
-
     request = plan_request(kw)
     inp, problem = plan_problem(request)
     try:

@@ -27,7 +27,14 @@ from starlette.concurrency import run_in_threadpool
 from trainplan.interface import commands, tabs
 from trainplan.interface.cli.query import query_params
 from trainplan.interface.flags import on_page, refusal
-from trainplan.interface.requests import constraints_of, evaluate_request, search_request
+from trainplan.interface.requests import constraints_of
+from trainplan.interface.rlhf.plan import (
+    evaluate_request,
+    plan_problem,
+    plan_request,
+    rlhf_plan_json,
+    search_request,
+)
 from trainplan.interface.tab_requests import TAB_REQUESTS, tab_request
 from trainplan.interface.web.body import BODY_DOC, body_pairs
 from trainplan.interface.web.params import (
@@ -255,8 +262,6 @@ def rlhf_plan_check(query: list[tuple[str, str]]) -> None:
         What ``trainplan rlhf-plan`` refuses while reading its options
         (:func:`interface.rlhf.plan.plan_request`, :func:`~interface.rlhf.plan.plan_problem`).
     """
-    from trainplan.interface.rlhf.plan import plan_problem, plan_request
-
     kw, _ = parse("rlhf-plan", query)
     plan_problem(plan_request(kw))
 
@@ -265,8 +270,6 @@ def rlhf_plan_object(query: list[tuple[str, str]]) -> dict[str, Any]:
     """``trainplan rlhf-plan --json`` of the query, the search run whole within its
     ``time-limit`` (:func:`interface.rlhf.plan.rlhf_plan_json`); no placement fits: the command's
     ``status: "infeasible"`` object."""
-    from trainplan.interface.rlhf.plan import rlhf_plan_json
-
     kw, _ = parse("rlhf-plan", query)
     return rlhf_plan_json(kw)
 
