@@ -27,14 +27,8 @@ from starlette.concurrency import run_in_threadpool
 from trainplan.interface import commands, tabs
 from trainplan.interface.cli.query import query_params
 from trainplan.interface.flags import on_page, refusal
-from trainplan.interface.requests import constraints_of
-from trainplan.interface.rlhf.plan import (
-    evaluate_request,
-    plan_problem,
-    plan_request,
-    rlhf_plan_json,
-    search_request,
-)
+from trainplan.interface.requests import constraints_of, evaluate_request, search_request
+from trainplan.interface.rlhf.plan import plan_problem, plan_request, rlhf_plan_json
 from trainplan.interface.tab_requests import TAB_REQUESTS, tab_request
 from trainplan.interface.web.body import BODY_DOC, body_pairs
 from trainplan.interface.web.params import (
