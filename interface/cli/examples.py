@@ -88,6 +88,32 @@ def _flags_apply(name: str, tab: str, given: list[str]) -> None:
     )
 
 
+def _run_planner(name: str, overrides: dict[str, Any], as_json: bool, per_stage: bool) -> None:
+    """Run planner example ``name`` with ``overrides``: its JSON, or its headline, profile and
+    note then evaluate's report (:func:`interface.cli.planner.run_evaluate`)."""
+    from trainplan.interface.examples import example_params, examples, run_example
+
+    _, merged = example_params(name, overrides)
+    if as_json:
+        out = run_example(name, overrides)
+        echo_json(out)
+    else:
+        ex = examples()[name]
+        gloss = ex.get("profile") or (
+            "steady-state accounting: the ZeRO paper's 16 B/param, one DP exchange per "
+            "step, Korthikanti's per-layer activations, the vendor's capacity (--framework "
+            "megatron|deepspeed|fsdp2 for a real framework's peak memory and traffic)"
+        )
+        header = (
+            _headline(name, ex["says"], ex.get("source", ""), overrides)
+            + f"\nProfile: {merged['framework']}"
+            + (f" — {gloss}" if merged["framework"] == "textbook" else "")
+            + _note(ex, overrides)
+            + "\n"
+        )
+        run_evaluate(merged, False, per_stage, header)  # the header once it evaluates
+
+
 @cli.command("example")
 @click.argument("name", required=False)
 @option_groups(
@@ -135,25 +161,7 @@ def example_cmd(
     overrides.update(given)
     tab, _ = example_params(name)
     if tab == "planner":
-        _, merged = example_params(name, overrides)
-        if as_json:
-            out = run_example(name, overrides)
-            echo_json(out)
-        else:
-            ex = examples()[name]
-            gloss = ex.get("profile") or (
-                "steady-state accounting: the ZeRO paper's 16 B/param, one DP exchange per "
-                "step, Korthikanti's per-layer activations, the vendor's capacity (--framework "
-                "megatron|deepspeed|fsdp2 for a real framework's peak memory and traffic)"
-            )
-            header = (
-                _headline(name, ex["says"], ex.get("source", ""), overrides)
-                + f"\nProfile: {merged['framework']}"
-                + (f" — {gloss}" if merged["framework"] == "textbook" else "")
-                + _note(ex, overrides)
-                + "\n"
-            )
-            run_evaluate(merged, False, per_stage, header)  # the header once it evaluates
+        _run_planner(name, overrides, as_json, per_stage)
         return
     _flags_apply(name, tab, [k for k, v in params.items() if v is not None and v != ()])
     out = run_example(name, overrides)
