@@ -64,7 +64,14 @@ def get_example(name: str, parameter: str = "example") -> dict[str, Any]:
 def example_params(
     name: str, overrides: dict[str, Any] | None = None
 ) -> tuple[str, dict[str, Any]]:
-    """(tab, flat parameters) of an example with ``overrides`` applied (None values ignored)."""
+    """(tab, flat parameters) of an example with ``overrides`` applied (None values ignored). A
+    planner example given a GPU count (``num_gpus``) without ``dp`` drops its own dp, so dp is
+    the count ÷ (tp·pp·cp) as evaluate derives it.
+
+    >>> _, params = example_params("one-gpu-70b", {"num_gpus": 8})
+    >>> params["num_gpus"], "dp" in params, example_params("one-gpu-70b")[1]["dp"]
+    (8, False, 1)
+    """
     ex = get_example(name)
     tab = ex["tab"]
     if tab == "planner":
@@ -80,9 +87,12 @@ def example_params(
         params.update(layout)
     else:
         params = dict(ex[tab])
-    for key, value in (overrides or {}).items():
-        if value is not None and value != ():
-            params[key] = value
+    given = {k: v for k, v in (overrides or {}).items() if v is not None and v != ()}
+    if tab == "planner" and "num_gpus" in given and "dp" not in given:
+        # a GPU count without dp sets dp as evaluate does (interface.inputs._dp_from_gpus:
+        # num_gpus ÷ tp·pp·cp), not against the example's own dp
+        params.pop("dp", None)
+    params.update(given)
     if "model" in params and "params" in params and overrides and "model" in overrides:
         params.pop("params")
     return tab, params

@@ -428,7 +428,7 @@ def _dp_from_gpus(params: Mapping[str, Any], layout_args: dict[str, Any]) -> int
         model_parallel *= int(layout_args.get(k, 1))
     if gpus % model_parallel:
         raise InputError(
-            f"gpus: {gpus:,} is not divisible by tp·pp·cp = {model_parallel:,}; give dp, or a "
+            f"gpus: {gpus:,} is not divisible by tp·pp·cp = {model_parallel:,}; give `dp`, or a "
             "GPU count that tp·pp·cp divides"
         )
     return gpus // model_parallel

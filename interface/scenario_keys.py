@@ -307,26 +307,44 @@ def read_line(item: str) -> dict[str, Any]:
     )
 
 
-FLAG_ONLY = frozenset({"zero_stage", "micro_batch_size", "global_batch_size", "tp", "pp"})
-"""Layout fields that evaluate, example, search and frontier take as flags, not as scenario
-keys: ``--set zero_stage=1`` is answered with ``--zero`` (:func:`~trainplan.interface.flags.
-flag_for`)."""
+def _unknown(key: str, keys: Iterable[str], command: str, flags: Mapping[str, str]) -> InputError:
+    """The refusal of ``key``, not a scenario key ``command`` takes: naming the command's flag
+    that gives it where ``flags`` (the command's own, :func:`read_sets`) has one — by the
+    parameter's name (``zero_stage``: ``--zero``) or its flag's spelling (``global_batch_size``:
+    :func:`~trainplan.interface.flags.flag_for`'s ``--global-batch``) — else the nearest key.
 
-
-def _unknown(key: str, keys: Iterable[str], command: str) -> InputError:
+    Examples
+    --------
+    >>> flags = {"zero_stage": "--zero", "global_batch": "--global-batch", "tp": "--tp"}
+    >>> print(_unknown("zero_stage", (), "evaluate", flags))
+    --set: 'zero_stage' is not a scenario key evaluate takes; give it as --zero (trainplan evaluate --set help lists them)
+    >>> str(_unknown("global_batch_size", (), "search", flags)).split(";")[1]
+    ' give it as --global-batch (trainplan search --set help lists them)'
+    >>> str(_unknown("zero_stage", (), "evaluate", {})).split(";")[0]
+    "--set: 'zero_stage' is not a scenario key evaluate takes (trainplan evaluate --set help lists them)"
+    """
     near = closest_key(key, keys)
     hint = f"; did you mean {near}?" if near else ""
-    if key in FLAG_ONLY and command in ("evaluate", "example", "search", "frontier"):
-        hint = f"; give it as {flag_for(key)}"
+    options = set(flags.values())
+    flag = flags.get(key) or flag_for(key, options=options)
+    if flag in options:
+        hint = f"; give it as {flag}"
     return InputError(
         f"--set: {shown_text(key, 60)} is not a scenario key {command} takes{hint} (trainplan "
         f"{command} --set help lists them)"
     )
 
 
-def read_sets(items: Iterable[str], keys: frozenset[str], command: str) -> dict[str, Any]:
+def read_sets(
+    items: Iterable[str],
+    keys: frozenset[str],
+    command: str,
+    flags: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """The ``--set`` items as {key: value, as a scenario file holds it}, each checked as a file's
-    key is (:func:`interface.scenario.check_scenario`).
+    key is (:func:`interface.scenario.check_scenario`). ``flags``: the command's own flags by the
+    parameter each gives, {name: flag} (:func:`interface.cli.options.command_flags`); a key that
+    is not a scenario key but one of them is refused naming its flag.
 
     Raises
     ------
@@ -339,7 +357,7 @@ def read_sets(items: Iterable[str], keys: frozenset[str], command: str) -> dict[
     for item in items:
         for key, value in read_line(item).items():
             if key not in keys:
-                raise _unknown(key, keys, command)
+                raise _unknown(key, keys, command, flags or {})
             before = out.get(key)
             if isinstance(value, dict) and isinstance(before, dict):
                 twice = [k for k in value if k in before and before[k] != value[k]]

@@ -62,6 +62,58 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
+def _flags_apply(name: str, tab: str, given: list[str]) -> None:
+    """Refuse a flag of evaluate's (``given``: the parameters the command line's flags set) that
+    is no parameter of example ``name``'s ``tab`` (pipeline, mfu, ckpt, rlhf), naming the flag,
+    the parameters the example takes by ``--set`` and the tab's own command — where it would
+    otherwise be refused by its parameter's name (``num_gpus``, not ``--gpus``).
+
+    Raises
+    ------
+    InputError
+        ``--gpus: does not apply to example 1f1b-4x8 (the pipeline tab); …``.
+    """
+    from trainplan.interface.tab_requests import TAB_REQUESTS, parameters
+
+    takes = [k for k in parameters(TAB_REQUESTS[tab]) if k != "model_spec"]
+    stray = [k for k in given if k not in takes]
+    if not stray:
+        return
+    options = click.get_current_context().command.params
+    flag = next(p.opts[0] for p in options if p.name == stray[0])
+    raise InputError(
+        f"{flag}: does not apply to example {name} (the {tab} tab); set its parameters with "
+        f"--set KEY=VALUE ({', '.join(sorted(takes))}), or run trainplan {tab} (trainplan {tab} "
+        "--help)"
+    )
+
+
+def _run_planner(name: str, overrides: dict[str, Any], as_json: bool, per_stage: bool) -> None:
+    """Run planner example ``name`` with ``overrides``: its JSON, or its headline, profile and
+    note then evaluate's report (:func:`interface.cli.planner.run_evaluate`)."""
+    from trainplan.interface.examples import example_params, examples, run_example
+
+    _, merged = example_params(name, overrides)
+    if as_json:
+        out = run_example(name, overrides)
+        echo_json(out)
+    else:
+        ex = examples()[name]
+        gloss = ex.get("profile") or (
+            "steady-state accounting: the ZeRO paper's 16 B/param, one DP exchange per "
+            "step, Korthikanti's per-layer activations, the vendor's capacity (--framework "
+            "megatron|deepspeed|fsdp2 for a real framework's peak memory and traffic)"
+        )
+        header = (
+            _headline(name, ex["says"], ex.get("source", ""), overrides)
+            + f"\nProfile: {merged['framework']}"
+            + (f" — {gloss}" if merged["framework"] == "textbook" else "")
+            + _note(ex, overrides)
+            + "\n"
+        )
+        run_evaluate(merged, False, per_stage, header)  # the header once it evaluates
+
+
 @cli.command("example")
 @click.argument("name", required=False)
 @option_groups(
@@ -109,26 +161,9 @@ def example_cmd(
     overrides.update(given)
     tab, _ = example_params(name)
     if tab == "planner":
-        _, merged = example_params(name, overrides)
-        if as_json:
-            out = run_example(name, overrides)
-            echo_json(out)
-        else:
-            ex = examples()[name]
-            gloss = ex.get("profile") or (
-                "steady-state accounting: the ZeRO paper's 16 B/param, one DP exchange per "
-                "step, Korthikanti's per-layer activations, the vendor's capacity (--framework "
-                "megatron|deepspeed|fsdp2 for a real framework's peak memory and traffic)"
-            )
-            header = (
-                _headline(name, ex["says"], ex.get("source", ""), overrides)
-                + f"\nProfile: {merged['framework']}"
-                + (f" — {gloss}" if merged["framework"] == "textbook" else "")
-                + _note(ex, overrides)
-                + "\n"
-            )
-            run_evaluate(merged, False, per_stage, header)  # the header once it evaluates
+        _run_planner(name, overrides, as_json, per_stage)
         return
+    _flags_apply(name, tab, [k for k, v in params.items() if v is not None and v != ()])
     out = run_example(name, overrides)
     if as_json:
         echo_json(out)

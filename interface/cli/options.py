@@ -22,6 +22,7 @@ __all__ = [
     "RECIPE",
     "CALIBRATION",
     "set_option",
+    "command_flags",
 ]
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -144,6 +145,30 @@ RECIPE: list[Decorator] = [
 documents (the rest of the recipe is ``--set``'s: :data:`interface.flags.MOVED_FLAGS`)."""
 
 
+def command_flags(command: click.Command) -> dict[str, str]:
+    """The flags of ``command`` by the parameter each gives, {name: first long flag}
+    (``zero_stage``: ``--zero``, ``num_gpus``: ``--gpus``), ``--set`` itself left out: what a
+    ``--set`` of a key that is no scenario key but one of these is answered with
+    (:func:`interface.scenario_keys.read_sets`), read off the command's own options so that a
+    flag added to it is named without a second list.
+
+    >>> @click.command()
+    ... @click.option("--zero", "zero_stage")
+    ... @click.option("--set", "set", multiple=True)
+    ... def f(zero_stage, set): ...
+    >>> command_flags(f)
+    {'zero_stage': '--zero'}
+    """
+    out: dict[str, str] = {}
+    for param in command.params:
+        if not isinstance(param, click.Option) or param.name is None or "--set" in param.opts:
+            continue
+        long = next((o for o in param.opts if o.startswith("--")), None)
+        if long is not None:
+            out[param.name] = long
+    return out
+
+
 def set_option(command: str) -> Decorator:
     """``--set KEY=VALUE`` (repeatable) of ``command`` (evaluate, search or frontier): any key it
     takes of a scenario file (:mod:`interface.scenario_keys`), read and checked as the file's; the
@@ -159,7 +184,7 @@ def set_option(command: str) -> Decorator:
             click.echo(scenario_keys_text(command))
             ctx.exit(0)
         keys = EVALUATE_KEYS if command == "evaluate" else SEARCH_KEYS
-        return read_sets(value or (), keys, command)
+        return read_sets(value or (), keys, command, command_flags(ctx.command))
 
     return click.option(
         "--set",

@@ -51,7 +51,13 @@ LAYOUT: list[Decorator] = [
         "it (default megatron; megatron --zero 3 is Megatron-FSDP); textbook = the ZeRO paper's "
         "steady state.",
     ),
-    click.option("--dp", type=COUNT, help="Data-parallel degree (default 1)."),
+    click.option(
+        "--dp",
+        type=COUNT,
+        help="Data-parallel degree; default with --gpus: --gpus ÷ (tp·pp·cp), which must divide "
+        "it (ep and etp are carved from dp·cp and tp: no GPUs of their own); without --gpus: 1 "
+        "(an example: its own).",
+    ),
     click.option("--tp", type=COUNT, help="Tensor-parallel degree (default 1)."),
     click.option("--pp", type=COUNT, help="Pipeline-parallel degree (default 1)."),
     click.option("--cp", type=COUNT, help="Context-parallel degree (default 1)."),

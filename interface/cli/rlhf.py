@@ -93,7 +93,8 @@ def _with_options(f: Callable[..., Any], algorithms: str) -> Callable[..., Any]:
         click.option("--zero", metavar="COUNT", help="ZeRO stage of the framework [default: the framework's]."),
         click.option("--train-batch", metavar="COUNT", help="Sequences per optimizer update [default: all of the step's]."),
         click.option("--micro-batch-tokens", metavar="COUNT",
-                     help="Tokens per micro-batch (verl ppo_max_token_len_per_gpu) [default: 16384]."),
+                     help="Tokens per micro-batch (verl ppo_max_token_len_per_gpu); under balanced "
+                     "packing at least one sequence, prompt + longest completion [default: 16384]."),
         click.option("--packing", help="Micro-batches: balanced (verl) or first-fit (OpenRLHF, NeMo-RL) [default: framework's]."),
         click.option("--logits", help="full, chunked or fused: log-softmax/entropy over the logits [default: full]."),
         click.option("--old-log-prob", help="recompute (the actor's scoring forward, verl, OpenRLHF) or engine "

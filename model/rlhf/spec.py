@@ -304,17 +304,23 @@ class RLHFSpec:
             )
         if batch is None:
             return
+        group = self.samples_per_prompt
+        grpo = self.algorithm == "grpo"
         if batch < 1 or seqs % batch:
             raise InputError(
-                f"train_batch: {batch} must divide the step's {seqs:,} sequences (prompts × "
-                "samples_per_prompt): every update takes the same number of rollouts"
+                f"train_batch: {batch:,} must divide the step's {seqs:,} sequences (`prompts` "
+                f"{self.prompts:,} × `samples_per_prompt` {group:,}): every update takes the same "
+                f"number of rollouts; the nearest that "
+                + (f"do and are multiples of the group size {group:,} (GRPO)" if grpo else "do")
+                + f": {_nearest_batches(batch, seqs, group if grpo else 1)}"
             )
-        group = self.samples_per_prompt
-        if self.algorithm == "grpo" and batch % group:
+        if grpo and batch % group:
             raise InputError(
-                f"train_batch: {batch} is not a multiple of the group size {group} "
-                "(samples_per_prompt): GRPO normalises each group's rewards together, so a group "
-                "cannot straddle two updates (verl counts mini-batches in whole prompts)"
+                f"train_batch: {batch:,} is not a multiple of the group size {group:,} "
+                "(`samples_per_prompt`): GRPO normalises each group's rewards together, so a group "
+                "cannot straddle two updates (verl counts mini-batches in whole prompts); the "
+                f"nearest that are and divide the step's {seqs:,} sequences: "
+                f"{_nearest_batches(batch, seqs, group)}"
             )
 
     def _roles(self) -> tuple[RoleSpec, ...]:
@@ -439,3 +445,20 @@ class RLHFSpec:
         (15360, 20480, 15360)
         """
         return self.split_tokens(dp, tp) or self.micro_batch_peak_tokens(tp)
+
+
+def _nearest_batches(batch: int, sequences: int, group: int) -> str:
+    """The train batches nearest ``batch`` (below and above) that divide ``sequences`` and are
+    multiples of ``group`` (1: any divisor), as a refusal names them: ``'4,096 or 8,192'``, one
+    where only one side has any. ``group`` divides ``sequences`` (it is a factor of it), so
+    ``sequences`` itself always qualifies.
+
+    >>> _nearest_batches(7, 16384, 1), _nearest_batches(7, 16384, 16), _nearest_batches(3000, 4096, 16)
+    ('4 or 8', '16', '2,048 or 4,096')
+    """
+    root = int(sequences**0.5)
+    pairs = [(d, sequences // d) for d in range(1, root + 1) if sequences % d == 0]
+    valid = sorted({d for pair in pairs for d in pair if d % group == 0})
+    below = [d for d in valid if d < batch][-1:]
+    above = [d for d in valid if d > batch][:1]
+    return " or ".join(f"{d:,}" for d in below + above)

@@ -93,7 +93,7 @@ def test_seed_figures_unchanged_without_model():
 BAD = [
     (["--completion-tokens", "0"], "--completion-tokens: '0' must be at least 1"),
     (["--prompt-tokens", "-5"], "--prompt-tokens"),
-    (["--train-batch", "1000"], "--train-batch: 1000 must divide"),
+    (["--train-batch", "1000"], "--train-batch: 1,000 must divide"),
     (["--train-batch", "8"], "not a multiple of the group size 16"),
     (["--engine-memory-fraction", "1.2"], "--engine-memory-fraction: 1.2 must be in (0, 1)"),
     (["--engine-memory-fraction", "0"], "--engine-memory-fraction: 0 must be in (0, 1)"),
