@@ -301,7 +301,7 @@ def test_the_1t_example_runs_the_papers_recomputation(done) -> None:
     ``6n`` model FLOPs leave it out (PaLM Appendix B: HFU = the MFU's FLOPs + rematerialisation)."""
     out = _json(done["ex_1t_json"])
     assert out["layout"]["recompute"] == "full" and out["flops"]["convention"] == "6n"
-    h, layers, s, tokens = 25600, 128, 2048, 3072 * 2048
+    h, layers, tokens = 25600, 128, 3072 * 2048
     extra = tokens * 2 * 12 * h * h * layers
     assert out["flops"]["hardware_flops"] - out["flops"]["model_flops"] == extra
 
