@@ -85,7 +85,7 @@ def model_recomputed(
     arch: Architecture, seq_len: int, causal: bool, recompute: str | None
 ) -> Fraction | None:
     """The model's own forward FLOPs recomputed per token under ``recompute`` (``full`` or
-    ``selective``; None otherwise): what ``trainplan evaluate``'s HFU adds
+    ``selective``; None otherwise): what ``trainplan evaluate``'s ``6n+attention`` HFU adds
     (:func:`model.flops.step_flops`'s ``recomputed_flops`` of one sequence ÷ ``seq_len``) — under
     full recomputation each layer's forward (the MTP blocks too), not the embedding nor the
     output layer, which Megatron-LM's and PyTorch's checkpointing leave out of the recomputed

@@ -17,7 +17,9 @@ Per layer, per micro-batch of b sequences of s tokens (forward pass):
   (:func:`output_forward_flops`); their transformer blocks are layers L, L + 1, ….
 
 Backward = 2 × forward. Recomputation adds one forward of the layers (full, √n) or of the
-attention core (selective; its QKᵀ and scores·V).
+attention core (selective; its QKᵀ and scores·V). The hardware FLOPs (HFU) add it under the
+convention of the MFU they stand beside (:func:`step_flops`): under ``6n``, which counts no
+attention-core FLOPs, the recomputed matmuls alone.
 
 For the GPT layer with full recomputation the hardware FLOPs per step are exactly Megatron-LM's
 Eq. 3, ``96·B·s·L·h²·(1 + s/(6h) + V/(16·L·h))``, and the model FLOPs (no recomputation)
@@ -219,12 +221,19 @@ class StepFlops:
     model_flops: int
     """MFU numerator under the chosen :class:`MfuConvention`."""
     hardware_flops: int
-    """HFU numerator: the model FLOPs of the same convention plus the recomputed FLOPs (PaLM
-    Appendix B), so HFU ≥ MFU under every convention (an HFU is only compared with the MFU of
-    its own convention: :attr:`with_attention_hardware_flops` beside the ``6n+attention`` MFU);
-    for the GPT layer under ``megatron`` with full recomputation it is Eq. 3."""
+    """HFU numerator: the model FLOPs of the same convention plus the recomputed FLOPs that
+    convention counts (PaLM Appendix B: hardware FLOPs = model FLOPs + rematerialisation): under
+    ``6n`` the recomputed matmuls only (``2·W·tokens`` of each recomputed layer's matmul weights
+    W, the attention core left out as the ``6n`` model FLOPs leave it out), under
+    ``6n+attention`` and ``megatron`` :attr:`recomputed_flops` whole. So HFU ≥ MFU under every
+    convention, and HFU = MFU under ``6n`` when only attention cores are recomputed (an HFU is
+    only compared with the MFU of its own convention: :attr:`with_attention_hardware_flops`
+    beside the ``6n+attention`` MFU); for the GPT layer under ``megatron`` with full
+    recomputation it is Eq. 3."""
     recomputed_flops: int
-    """Of ``hardware_flops``, the recomputed forward work."""
+    """The recomputed forward work, attention cores included (what
+    :attr:`with_attention_hardware_flops` adds; ``hardware_flops`` adds it whole except under
+    ``6n``)."""
     pack_model_flops: int | None = None
     """With packed documents (``docs``), the model FLOPs of a counter that takes each pack for
     one sequence (its s² attention pairs; Megatron-LM's counter before it read
@@ -248,13 +257,31 @@ def recompute_forward_flops(
     recompute: Recompute,
     causal: bool = False,
     docs: Documents | None = None,
+    attention_core: bool = True,
 ) -> int:
-    """Forward FLOPs recomputed in backward for layer ``index`` under ``recompute``."""
-    if recompute in (Recompute.FULL, Recompute.SQRT):
-        return layer_forward_flops(arch, index, seq_len, batch, causal, docs)
+    """Forward FLOPs recomputed in backward for layer ``index`` and ``batch`` sequences of
+    ``seq_len`` tokens under ``recompute`` (count, whole layer): its whole forward under full
+    and √n recomputation (:func:`layer_forward_flops`), its attention core under selective
+    (Korthikanti et al. 2022 §4.2), none otherwise. ``attention_core`` False: without the
+    attention core's QKᵀ and scores·V (what the ``6n`` hardware FLOPs count, :func:`step_flops`):
+    ``2·s·b·W`` of the layer's matmul weights under full, 0 under selective.
+
+    >>> from trainplan.model.specs import Architecture
+    >>> gpt = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
+    ...                    ffn_hidden_size=32, vocab_size=16)
+    >>> recompute_forward_flops(gpt, 0, 4, 1, Recompute.FULL, attention_core=False) == 24 * 4 * 64
+    True
+    >>> recompute_forward_flops(gpt, 0, 4, 1, Recompute.SELECTIVE, attention_core=False)
+    0
+    """
+    if recompute not in (Recompute.FULL, Recompute.SQRT, Recompute.SELECTIVE):
+        return 0
+    core = 0
+    if attention_core:
+        core = attention_core_forward_flops(arch, index, seq_len, batch, causal, docs)
     if recompute is Recompute.SELECTIVE:
-        return attention_core_forward_flops(arch, index, seq_len, batch, causal, docs)
-    return 0
+        return core
+    return 2 * seq_len * batch * layer_matmul_weights(arch, index) + core
 
 
 def step_flops(
@@ -267,7 +294,7 @@ def step_flops(
     causal: bool = False,
     full_layers: frozenset[int] = frozenset(),
     docs: Documents | None = None,
-    recomputed_of: Callable[[int, Recompute], int] | None = None,
+    recomputed_of: Callable[[int, Recompute, bool], int] | None = None,
 ) -> StepFlops:
     """Model and hardware FLOPs of one step of ``global_batch_size`` sequences. ``full_layers``:
     layer indices fully recomputed whatever ``recompute`` says (the per-stage counts of
@@ -275,9 +302,20 @@ def step_flops(
     ``docs``: each sequence packs documents of this length distribution under document masking
     (:mod:`model.packing`): the attention core counts Σ lᵢ² (as Megatron-LM's counter does with
     ``seqlen_squared_sum``), and :attr:`StepFlops.pack_model_flops` the pack as one sequence.
-    ``recomputed_of(index, mode)``: the forward FLOPs layer ``index`` recomputes under ``mode``
+    ``recomputed_of(index, mode, attention_core)``: the forward FLOPs layer ``index`` recomputes
+    under ``mode``, with or without its attention core's
     (:func:`model.recompute_ops.layer_recompute_flops`: what the framework's selective
     recomputation re-runs); None = :func:`recompute_forward_flops` (the attention core).
+
+    The hardware FLOPs are the model FLOPs plus the recomputed FLOPs the convention counts
+    (PaLM, Chowdhery et al. 2022, Appendix B: HFU's numerator adds rematerialisation to the
+    model FLOPs). Under ``6n``, whose model FLOPs count ``2·N`` forward FLOPs per token and
+    parameter and nothing for the attention core, a recomputed layer adds ``2·W·tokens``, W its
+    matmul weights (:func:`layer_matmul_weights`; norms and biases do no matmul), and a
+    recomputed attention core adds nothing: selective recomputation that re-runs only the core
+    gives HFU = MFU, and a plan that re-runs matmuls (Megatron-Core's ``mlp``, torchtitan's
+    op-level policy) adds those. Under ``6n+attention`` and ``megatron``, which count the core,
+    it adds every recomputed FLOP (:attr:`StepFlops.recomputed_flops`).
 
     Examples
     --------
@@ -296,12 +334,14 @@ def step_flops(
     logits_fwd = output_forward_flops(arch, s, B)
     if recomputed_of is None:
 
-        def recomputed_of(i: int, mode: Recompute) -> int:
-            return recompute_forward_flops(arch, i, s, B, mode, causal, docs)
+        def recomputed_of(i: int, mode: Recompute, core: bool) -> int:
+            return recompute_forward_flops(arch, i, s, B, mode, causal, docs, core)
 
-    recomputed = sum(
-        recomputed_of(i, Recompute.FULL if i in full_layers else recompute) for i in layers
-    )
+    modes = [(i, Recompute.FULL if i in full_layers else recompute) for i in layers]
+    recomputed = sum(recomputed_of(i, mode, True) for i, mode in modes)
+    counted = recomputed  # what the convention's hardware FLOPs add
+    if convention is MfuConvention.SIX_N:
+        counted = sum(recomputed_of(i, mode, False) for i, mode in modes)
     model = _model_flops(
         arch, active_params, s, B, convention, causal, layers_fwd, logits_fwd, docs
     )
@@ -313,7 +353,7 @@ def step_flops(
         arch, active_params, s, B, MfuConvention.SIX_N_ATTENTION, causal, layers_fwd, logits_fwd,
         docs,
     )  # fmt: skip
-    return StepFlops(model, model + recomputed, recomputed, pack, with_attention)
+    return StepFlops(model, model + counted, recomputed, pack, with_attention)
 
 
 def _model_flops(

@@ -240,7 +240,7 @@ def recompute_share(
     or from the ``recompute`` mode with the model's dimensions (``hidden`` = heads × head_dim);
     full recompute of a FLOP rate with no parameter count is 1/3 (2N of 6N). ``attention``: a
     model's own attention FLOPs per token (:func:`recompute_flops_per_token`). ``recomputed``: a
-    model's own forward FLOPs recomputed per token, the count of evaluate's HFU
+    model's own forward FLOPs recomputed per token, the count of evaluate's ``6n+attention`` HFU
     (:attr:`model.flops.StepFlops.recomputed_flops` per token: its layers' forward under full
     recomputation, their attention cores under selective; the embedding and the output layer are
     not recomputed), in place of ``2·N`` + attention.

@@ -309,24 +309,30 @@ def layer_recompute_flops(
     every_norm: bool,
     index: int,
     recompute: Recompute,
+    attention_core: bool = True,
 ) -> int:
     """Forward FLOPs recomputed in backward for layer ``index`` and ``batch`` sequences (whole
     layer, all ranks): :func:`model.flops.recompute_forward_flops` unless selective; under
     selective the attention core's exact :func:`model.flops.attention_core_forward_flops` when
     ``plan`` re-runs it, plus :func:`recomputed_gemm_flops`. The default plan (``core_attn``)
-    gives the core alone, as before per-module recomputation was counted."""
+    gives the core alone, as before per-module recomputation was counted. ``attention_core``
+    False: the core's FLOPs left out (the ``6n`` hardware FLOPs,
+    :func:`model.flops.step_flops`); the norms, activations and rotary embeddings a plan re-runs
+    count no FLOPs either way."""
     if recompute is not Recompute.SELECTIVE:
-        return recompute_forward_flops(arch, index, seq_len, batch, recompute, causal, docs)
+        return recompute_forward_flops(
+            arch, index, seq_len, batch, recompute, causal, docs, attention_core
+        )
     moe = arch.is_moe_layer(index)
     gemms = recomputed_gemm_flops(arch, moe, seq_len, batch, plan, every_norm)
-    if not recomputes_core(LayerShape(arch, moe, 1, 1, 1), plan):
+    if not attention_core or not recomputes_core(LayerShape(arch, moe, 1, 1, 1), plan):
         return gemms
     return gemms + attention_core_forward_flops(arch, index, seq_len, batch, causal, docs)
 
 
 def recompute_flops_of(
     arch: Architecture, training: TrainingSpec, layout: Layout, causal: bool
-) -> Callable[[int, Recompute], int]:
+) -> Callable[[int, Recompute, bool], int]:
     """:func:`layer_recompute_flops` of a layout's whole step (``global_batch_size``
     sequences) under its framework's plan (:func:`layout_plan`), as
     :func:`model.flops.step_flops`' ``recomputed_of`` takes it."""

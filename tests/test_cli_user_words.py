@@ -295,12 +295,14 @@ def test_an_example_that_parts_from_its_source_says_so(done) -> None:
 def test_the_1t_example_runs_the_papers_recomputation(done) -> None:
     """Narayanan et al. 2021 ran the 1T model with every layer recomputed (sc21/run_table_1.sh:
     --activations-checkpoint-method uniform; Eq. 3's 96 = 4 passes × 24·B·s·l·h²). The hardware
-    FLOPs beyond the model FLOPs are one more forward of the layers per token: 2·12·h²·L for
-    their GEMMs plus the causal attention core, 2·h·(s + 1)·L (h 25600, L 128, s 2048)."""
+    FLOPs beyond the model FLOPs are one more forward of the layers per token, under the default
+    ``6n`` convention (which counts no attention-core FLOPs) their GEMMs alone: 2·12·h²·L
+    (h 25600, L 128, s 2048); the causal attention core's 2·h·(s + 1)·L is left out, as the
+    ``6n`` model FLOPs leave it out (PaLM Appendix B: HFU = the MFU's FLOPs + rematerialisation)."""
     out = _json(done["ex_1t_json"])
-    assert out["layout"]["recompute"] == "full"
-    h, layers, s, tokens = 25600, 128, 2048, 3072 * 2048
-    extra = tokens * (2 * 12 * h * h * layers + 2 * h * (s + 1) * layers)
+    assert out["layout"]["recompute"] == "full" and out["flops"]["convention"] == "6n"
+    h, layers, tokens = 25600, 128, 3072 * 2048
+    extra = tokens * 2 * 12 * h * h * layers
     assert out["flops"]["hardware_flops"] - out["flops"]["model_flops"] == extra
 
 

@@ -239,7 +239,10 @@ KEY_DOCS: dict[str, str] = {
     "pipeline.stage_microbatch_s[].backward_s": "Its backward of one micro-batch (recomputation included), seconds.",
     "flops": "FLOPs per step (null for a declared size without dimensions).",
     "flops.model_flops": "Model FLOPs per step under the MFU convention.",
-    "flops.hardware_flops": "Hardware FLOPs per step (recomputation included).",
+    "flops.hardware_flops": (
+        "Hardware FLOPs per step: the model FLOPs plus the recomputed FLOPs the convention "
+        "counts (under 6n the recomputed matmuls, not the attention cores)."
+    ),
     "flops.pack_model_flops": "Packed documents: model FLOPs with each pack's s² attention.",
     "flops.convention": "MFU convention: 6n, 6n+attention or megatron.",
     "time": "Step time and utilisation, with the time model's figures.",
@@ -261,7 +264,10 @@ KEY_DOCS: dict[str, str] = {
     "time.mfu": "Model FLOPs utilisation (0–1) under the convention.",
     "time.mfu_pack": "Packed documents: the MFU of a counter taking each pack for one sequence (s²).",
     "time.mfu_with_attention": "MFU counting attention FLOPs (6n+attention) beside a 6n figure.",
-    "time.hfu": "Hardware FLOPs utilisation (0–1): the MFU's model FLOPs plus the recomputed FLOPs.",
+    "time.hfu": (
+        "Hardware FLOPs utilisation (0–1): the MFU's model FLOPs plus the recomputed FLOPs "
+        "its convention counts (under 6n the recomputed matmuls, not the attention cores)."
+    ),
     "time.hfu_with_attention": "HFU under 6n+attention (≥ mfu_with_attention).",
     "time.tokens_per_s": "B·s / step_s.",
     "time.roofline": "The roofline model's efficiencies and latencies.",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from trainplan.model.errors import InputError
 from trainplan.model.estimate import Estimate
+from trainplan.model.terms.forward_gather import forward_only_fill
 
 __all__ = ["SCORING_TIME_SOURCE", "forward_microbatch_s", "forward_s", "microbatch_s"]
 
@@ -26,11 +27,17 @@ def microbatch_s(est: Estimate) -> float:
 
 def forward_microbatch_s(est: Estimate) -> float:
     """Seconds per micro-batch of the forward-only pipeline: ``TimeTerms.forward_pass_s`` ÷
-    (m + pp − 1), the slowest stage's forward with a share of the exposed sends no larger than
-    a micro-batch's; n times it is at most a forward over n micro-batches (0: no time terms)."""
+    (m + fill), the fill the pass itself is timed with
+    (:func:`model.terms.forward_gather.forward_only_fill`: pp − 1, (pp − 1)/v under
+    ``interleaved``), so the slowest stage's forward ``t_f`` with a share of the exposed sends no
+    larger than a micro-batch's; n times it is at most a forward over n micro-batches,
+    (n + fill)·t_f and their sends (0: no time terms). A floor
+    (:func:`model.rlhf.network.seconds_floor`), never above what it bounds."""
     if est.time_terms is None:
         return 0.0
-    return est.time_terms.forward_pass_s / (est.num_microbatches + est.layout.pp - 1)
+    layout = est.layout
+    fill = forward_only_fill(layout.pp, layout.virtual_stages, str(layout.schedule))
+    return est.time_terms.forward_pass_s / (est.num_microbatches + fill)
 
 
 def forward_s(est: Estimate) -> float:

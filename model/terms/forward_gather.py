@@ -36,7 +36,13 @@ from trainplan.model.terms.fields import Context, Fields, stage_tuple
 from trainplan.model.terms.roofline import stage_parts_term, window_seconds
 from trainplan.model.terms.traffic import dp_mechanism
 
-__all__ = ["forward_gather_term", "forward_mechanism", "forward_pass_term", "forward_terms"]
+__all__ = [
+    "forward_gather_term",
+    "forward_mechanism",
+    "forward_only_fill",
+    "forward_pass_term",
+    "forward_terms",
+]
 
 
 def forward_mechanism(mech: Mechanism) -> Mechanism | None:
@@ -78,6 +84,28 @@ def forward_gather_term(c: Context, f: Fields) -> tuple[Any, Any]:
     return dense + experts, dense_exposed + expert_exposed
 
 
+def forward_only_fill(pp: Any, virtual_stages: Any, schedule: str) -> Any:
+    """The forward-only pipeline's fill, in the slowest stage's forwards of one micro-batch
+    (``t_f``): a forward-only pass over m micro-batches ends after ``(m + fill)·t_f``
+    (:func:`forward_pass_term`). ``pp − 1`` (Megatron-Core d98e8a64dd
+    ``megatron/core/pipeline_parallel/schedules.py``
+    ``forward_backward_pipelining_without_interleaving`` under ``forward_only``: stage r starts
+    after the r forwards ahead of it); under ``interleaved`` ``(pp − 1)/v``
+    (``forward_backward_pipelining_with_interleaving`` under ``forward_only``: the fill is
+    pp − 1 chunk forwards of ``t_f/v`` each); every other schedule (DualPipe, ``zb-v``) by the
+    one-chunk order, ``pp − 1``. ``pp``, ``virtual_stages``: counts (≥ 1), scalars or numpy
+    arrays alike; ``schedule``: the :class:`model.pipeline.Schedule` value.
+
+    >>> forward_only_fill(4, 1, "1f1b"), forward_only_fill(4, 3, "interleaved")
+    (3, 1.0)
+    >>> forward_only_fill(1, 2, "interleaved")
+    0.0
+    """
+    if str(schedule) == "interleaved":
+        return (pp - 1) / virtual_stages
+    return pp - 1
+
+
 def forward_pass_term(
     c: Context, f: Fields, t1_s: float, pp_exposed_s: float, pair_s: float, roofline: bool
 ) -> float:
@@ -97,7 +125,7 @@ def forward_pass_term(
     the fill is pp − 1 of a chunk's forwards, ``t_f/v`` each
     (``forward_backward_pipelining_with_interleaving``, ``forward_only``: every rank's m·v
     chunk forwards in turn), so ``(m + (pp − 1)/v)·t_f``; DualPipe is timed by the one-chunk
-    order. The pipeline's exposed sends are the step's (``pp_exposed_s``,
+    order (:func:`forward_only_fill`). The pipeline's exposed sends are the step's (``pp_exposed_s``,
     :func:`model.terms.roofline.pp_seconds_term`: 2·m·v messages) less the pair all-reduce after
     the flush (``pair_s``, :attr:`model.terms.step.PipelineTime.pair_reduce_s`: backward-only),
     halved — a forward sends the m·v activations of them. Under the single model (``roofline``
@@ -111,7 +139,7 @@ def forward_pass_term(
         return (t1_s - pair_s) / 3
     parts = stage_tuple(f.stages(lambda g: stage_parts_term(c, g, Recompute.NONE)))
     t_f = max(parts[1 + PARTS.index("forward")])  # after the stage's total
-    fill = (f.pp - 1) / f.virtual_stages if str(f.schedule) == "interleaved" else f.pp - 1
+    fill = forward_only_fill(f.pp, f.virtual_stages, str(f.schedule))
     return (f.m + fill) * t_f + (pp_exposed_s - pair_s) / 2
 
 

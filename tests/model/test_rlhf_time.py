@@ -8,6 +8,8 @@ from dataclasses import replace
 from fractions import Fraction
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from trainplan.model.comm_sms import collective_sm_share
 from trainplan.model.hardware import ClusterLinks
@@ -15,7 +17,7 @@ from trainplan.model.layout import Layout, Recompute
 from trainplan.model.nccl_search import nvlink_node
 from trainplan.model.rlhf.engine import decode_efficiency
 from trainplan.model.rlhf.off_policy import off_policy_seconds
-from trainplan.model.rlhf.role_time import forward_s
+from trainplan.model.rlhf.role_time import forward_microbatch_s, forward_s
 from trainplan.model.rlhf.roles import RoleCost, RoleOption
 from trainplan.model.rlhf.spec import RLHFSpec, Role
 from trainplan.model.rlhf.step import compose, step_seconds
@@ -198,3 +200,37 @@ def test_scoring_forward_leaves_out_the_backward_pair_all_reduce_and_fills_by_ch
     chunks, chunk_sends = est(model, "interleaved", 2)
     t_f = (one.forward_pass_s - one_sends / 2) / 9
     assert (chunks.forward_pass_s - chunk_sends / 2) / 8.5 == pytest.approx(t_f, rel=1e-9)
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    st.sampled_from([(1, 1, "1f1b"), (2, 1, "1f1b"), (4, 1, "1f1b"), (2, 2, "interleaved"),
+                     (4, 2, "interleaved"), (2, 4, "interleaved"), (4, 4, "interleaved")]),
+    st.integers(1, 4),
+    st.integers(1, 6),
+)  # fmt: skip
+def test_scoring_forward_floor_is_the_pass_per_slot_and_never_above_a_pass(shape, k, j):
+    """``forward_microbatch_s`` divides the forward-only pass by the slots it is timed with,
+    m + pp − 1, or m + (pp − 1)/v under ``interleaved`` (the same fill as ``forward_pass_term``,
+    ``forward_only_fill``), and n times it never exceeds the pass over n micro-batches of the
+    same shape, (n + fill)·t_f + its sends (``model.rlhf.network.seconds_floor`` scales it to
+    another dp: a floor must never exceed what it bounds). Llama 3 8B, tp 1, dp 1, b 1, s 4,096,
+    m = k·pp and n = j·pp micro-batches (the interleaved schedule's m a multiple of pp)."""
+    pp, v, schedule = shape
+    model = get_model("llama3-8b").model
+    evaluate = make_evaluator(H100, ClusterLinks.from_device(H100))
+
+    def est(m: int):  # type: ignore[no-untyped-def]
+        lay = Layout(dp=1, tp=1, pp=pp, framework="megatron", zero_stage=1, micro_batch_size=1,
+                     recompute=Recompute.NONE, schedule=schedule, virtual_stages=v)  # fmt: skip
+        out = evaluate(model, TrainingSpec(seq_len=4096, global_batch_size=m), lay)
+        assert out.num_microbatches == m and out.time_terms is not None
+        return out
+
+    m, n = k * pp, j * pp
+    fill = (pp - 1) / v if schedule == "interleaved" else pp - 1
+    base, other = est(m), est(n)
+    floor = forward_microbatch_s(base)
+    assert floor == pytest.approx(base.time_terms.forward_pass_s / (m + fill), rel=1e-12)
+    assert m * floor <= base.time_terms.forward_pass_s
+    assert n * floor <= other.time_terms.forward_pass_s * (1 + 1e-9)
