@@ -130,6 +130,7 @@ CLUSTER_KEYS = {
     "use_multi_rank_bucket_allreduce",
     "lp_grads_set_to_none",
     "grad_stats_group",
+    "grad_clip_scaling",
     "attention_kernel",
     "calibration",
 }
@@ -278,6 +279,7 @@ VALUE_KINDS: dict[str, Any] = {
     "use_multi_rank_bucket_allreduce": _FLAG,
     "lp_grads_set_to_none": _FLAG,
     "grad_stats_group": ("intra_dist_opt_instance", "world"),
+    "grad_clip_scaling": ("every_step", "above_limit"),
     "attention_kernel": ("flash-attention-2", "flash-attention-3", "cudnn", "pytorch-sdpa-cudnn"),
     "calibration": _TEXT,
 }

@@ -55,6 +55,7 @@ TIME_KEYS: tuple[str, ...] = (
     "use_multi_rank_bucket_allreduce",
     "lp_grads_set_to_none",
     "grad_stats_group",
+    "grad_clip_scaling",
     "attention_kernel",
     "calibration",
 )
@@ -170,6 +171,8 @@ def cost_options(
             given[key] = bool_param(params, key, False)
     if params.get("grad_stats_group") is not None:
         given["grad_stats_group"] = str(params["grad_stats_group"])
+    if params.get("grad_clip_scaling") is not None:
+        given["grad_clip_scaling"] = str(params["grad_clip_scaling"])
     if params.get("tp_comm_overlap_cfg") is not None:
         given["tp_comm_overlap_cfg"] = str(params["tp_comm_overlap_cfg"])
     if "mfu_convention" in params:
