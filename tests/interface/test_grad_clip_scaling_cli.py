@@ -78,3 +78,32 @@ def test_a_search_without_megatron_refuses_it():
     p = trainplan("search", "--model", "llama3-8b", "--gpus", "8", "--framework", "fsdp2",
                   "--set", "grad_clip_scaling=above_limit")  # fmt: skip
     assert_refused(p, READ_BY + "the frameworks searched (fsdp2)")
+
+
+def test_the_page_refuses_what_the_command_line_refuses():
+    """``GET /api/evaluate``: HTTP 422 with the same line, the value named; the key's value read
+    under ``megatron`` comes back in the result's ``time``."""
+    import warnings
+
+    pytest.importorskip("fastapi")
+    pytest.importorskip("httpx")
+    warnings.filterwarnings("ignore", message=".*httpx2.*")
+    from fastapi.testclient import TestClient
+
+    from trainplan.interface.web.app import create_app
+
+    client = TestClient(create_app(("testserver",)))
+    query = {"model": "llama3-8b", "gpus": 8, "framework": "fsdp2"}
+    got = client.get("/api/evaluate", params=query | {"set": "grad_clip_scaling=above_limit"})
+    assert got.status_code == 422, got.text
+    assert got.json()["error"].startswith("grad_clip_scaling: 'above_limit' is read by megatron")
+    got = client.get("/api/evaluate", params=query | {"set": "grad_clip_scaling=never"})
+    assert got.status_code == 422, got.text
+    assert (
+        got.json()["error"]
+        == "set: grad_clip_scaling: 'never' is not one of every_step, above_limit"
+    )
+    query = {"model": "llama3-8b", "gpus": 8, "set": "grad_clip_scaling=above_limit"}
+    got = client.get("/api/evaluate", params=query)
+    assert got.status_code == 200, got.text
+    assert got.json()["time"]["grad_clip_scaling"] == "above_limit"
