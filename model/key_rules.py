@@ -48,6 +48,7 @@ OPTION_DEFAULTS: Mapping[str, bool] = {
     "p2p_forward_send_wait": True,
     "grad_reduce_overlap": True,
     "lp_grads_set_to_none": False,
+    "loss_scaling": False,
 }
 """The on/off cost options whose legality depends on the framework or the pipeline, with their
 defaults (:class:`model.timing.CostOptions` fields)."""
@@ -129,6 +130,8 @@ def check_option_keys(given: tuple[tuple[str, bool], ...], framework: Any) -> No
       overlap is the ``overlap`` fractions.
     * ``lp_grads_set_to_none`` true outside ``deepspeed``: DeepSpeed's ``BF16_Optimizer`` of
       2022–2025 (:mod:`model.deepspeed_accumulate`); no other profile reads it.
+    * ``loss_scaling`` true outside ``megatron``: Megatron's FP16 optimizer's unscaling
+      (:data:`model.step_passes.UNSCALE_BYTES`); DeepSpeed's FP16 path is its own.
 
     Raises
     ------
@@ -143,6 +146,11 @@ def check_option_keys(given: tuple[tuple[str, bool], ...], framework: Any) -> No
     """
     fw = str(framework)
     for key, _ in given:
+        if key == "loss_scaling" and fw != Framework.MEGATRON:
+            raise LayoutError(
+                "loss_scaling: true is read by megatron only (its FP16 optimizer's "
+                f"_unscale_main_grads_and_check_for_nan every step), not {fw}"
+            )
         if key == "lp_grads_set_to_none" and fw != Framework.DEEPSPEED:
             raise LayoutError(
                 "lp_grads_set_to_none: true is read by deepspeed only (its BF16_Optimizer's "

@@ -18,6 +18,7 @@ __all__ = [
     "is_bf16_optimizer",
     "CLIP_SCALE_BYTES",
     "GRAD_CLIP_SCALINGS",
+    "UNSCALE_BYTES",
     "DEEPSPEED_OVERFLOW_CHECK_BYTES",
 ]
 
@@ -48,6 +49,17 @@ at 0fa7175f09 of 2021-04 and 5d2e13a66b of 2022-04) and Megatron-Core until then
 and the gradients scaled only ``if clip_coeff < 1.0``, i.e. on steps whose norm exceeds
 ``--clip-grad``. The model charges ``above_limit`` as not scaling: the steady state of a run whose
 norm is under the clip; a step above it moves 8 B an element more, not counted."""
+
+UNSCALE_BYTES = 8
+"""Bytes per element of Megatron's FP16 loss-scale unscaling, read and written in place (4 + 4),
+every step where the run trains in FP16 with a loss scale (``--fp16`` with ``--loss-scale`` or
+the dynamic scaler: a ``grad_scaler``), :attr:`model.timing.CostOptions.loss_scaling`:
+Megatron-LM 0fa7175f09 (2021-04) ``megatron/optimizer/optimizer.py``
+``Float16OptimizerWithFloat16Params.step`` → ``_unscale_main_grads_and_check_for_nan``
+(``torch._amp_foreach_non_finite_check_and_unscale_`` over the FP32 main gradients, in place),
+as ``MixedPrecisionOptimizer.step`` still runs it at d98e8a64dd. BF16 has no grad scaler, none.
+Megatron-LM Table 1 ran so: ``examples/sc21/CONFIG.sh`` at 6985e58938 passes ``--fp16
+--loss-scale 8192``."""
 
 DEEPSPEED_OVERFLOW_CHECK_BYTES = 22
 """Bytes per FP32 element of DeepSpeed ZeRO-1/2's overflow check, which the BF16 default runs
@@ -81,6 +93,7 @@ def step_pass_bytes(
     fused_copy: bool = False,
     optimizer_bytes: int = 12,
     clip_every_step: bool = True,
+    unscale: bool = False,
 ) -> int:
     """HBM bytes per element the GPU steps that ``mech``'s framework moves in its optimizer step
     beyond :func:`model.offload.adam_step_bytes`' count (negative where it moves fewer), with
@@ -89,8 +102,9 @@ def step_pass_bytes(
     element; launches not counted. ``megatron``: :func:`_megatron_bytes` (``apex``: Apex's
     ``DistributedFusedAdam``; ``fused_copy``: the precision-aware optimizer;
     ``clip_every_step`` False: Megatron-LM's clip before it scaled every step,
-    :attr:`model.timing.CostOptions.grad_clip_scaling` ``above_limit``, read under ``megatron``
-    only); ``deepspeed``:
+    :attr:`model.timing.CostOptions.grad_clip_scaling` ``above_limit``; ``unscale``: FP16 with a
+    loss scale, :data:`UNSCALE_BYTES`, but under ``apex``; both read under ``megatron`` only);
+    ``deepspeed``:
     :func:`_deepspeed_bytes`; ``textbook``: 0; ``fsdp2`` (torchtitan b5bcd76c with PyTorch's
     fused AdamW, ``torch.optim.AdamW(fused=True)``: ``torch._fused_adamw_``): the optimizer updates the FP32
     sharded parameter itself and writes no 16-bit copy (the cast runs in the all-gather's
@@ -107,6 +121,9 @@ def step_pass_bytes(
     18
     >>> step_pass_bytes(mechanism("megatron", 0, gradient_bytes=2), 2, clip_every_step=False)
     10
+    >>> m0 = mechanism("megatron", 0, gradient_bytes=2)
+    >>> step_pass_bytes(m0, 2, clip_every_step=False, unscale=True)
+    18
     >>> step_pass_bytes(mechanism("megatron", 1, gradient_bytes=2, distributed_optimizer="distributed_fused_adam"), 2, apex=True)
     -6
     >>> [step_pass_bytes(mechanism("deepspeed", z), 2) for z in (1, 2, 3)]
@@ -116,6 +133,7 @@ def step_pass_bytes(
     """
     if mech.framework is Framework.MEGATRON:
         clip = CLIP_SCALE_BYTES if clip_every_step else 0
+        clip += UNSCALE_BYTES if unscale and not apex else 0
         return _megatron_bytes(mech, gradient_bytes, apex, fused_copy, optimizer_bytes, clip)
     if mech.framework is Framework.FSDP2:
         return CLIP_SCALE_BYTES - mech.weight_bytes
@@ -158,9 +176,8 @@ def _megatron_bytes(
     same passes — ``_copy_model_grads_to_main_grads`` (``main_grad.float()``), Apex's
     ``FusedAdam`` on the FP32 master, ``_copy_main_params_to_model_params`` (a
     ``multi_tensor_scale`` by 1.0) — but for the clip, which scales only above the limit
-    (``clip=0``); under FP16 with a loss scale its ``_unscale_main_grads_and_check_for_nan``
-    (``torch._amp_foreach_non_finite_check_and_unscale_``, in place) adds one more read and
-    write of the FP32 gradient, which BF16 (no grad scaler) skips and which is not counted."""
+    (``clip=0``); under FP16 with a loss scale ``_unscale_main_grads_and_check_for_nan`` adds
+    :data:`UNSCALE_BYTES` (``clip`` carries both passes over the FP32 gradient)."""
     w, zero = mech.weight_bytes, mech.zero_stage
     if apex:
         return 2 * (mech.optimizer_sharded - optimizer_bytes) + w + 2 * g - 8

@@ -327,8 +327,8 @@ def test_a_set_key_evaluates_every_run_with_it(capsys):
     rows 0.1 point closer; 5.4 % / 11.2 % selective since Megatron-Core's own optimizer-step
     passes, model.step_passes, slowed the too-fast rows; 5.6 % / 11.2 % since the rows' clip
     scales only above the limit, grad_clip_scaling above_limit: the 22B selective row, +0.1 %
-    with every-step scaling, runs 1.1 % fast without it; Megatron-LM Table 1 unmoved, its 2021
-    code overlapping no collective), and
+    with every-step scaling, runs 1.1 % fast without it, and --set grad_clip_scaling=every_step
+    gives 5.4 % back; Megatron-LM Table 1 unmoved, its 2021 code overlapping no collective), and
     says it is not the model's defaults. Bad input is one line naming the key, exit 2."""
     from trainplan.interface.fidelity.__main__ import main
 

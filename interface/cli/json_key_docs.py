@@ -299,6 +299,7 @@ KEY_DOCS: dict[str, str] = {
     "(its own communicator) or world (before 8c1e094afe; none more).",
     "time.grad_clip_scaling": "Megatron's clip scales the gradients every_step (today's) or only "
     "above_limit (before 3d87bfc1b7; charged as not running).",
+    "time.loss_scaling": "Megatron's FP16 optimizer unscales the gradients every step (--fp16 with a loss scale).",
     "time.kernel_efficiency": "Single model: share of peak the kernels reach.",
     "time.attention_efficiency": "Single model: the FlashAttention core's share of peak.",
     "assumptions": "Every convention and default behind the figures, as sentences.",

@@ -42,7 +42,8 @@ def optimizer_seconds_term(c: Context, f: Fields) -> Any:
     elements it updates (less what an offload steps on the host) at the optimizer's bytes
     (:func:`model.offload.adam_step_bytes`, :func:`model.optimizers.optimizer_step_bytes`)
     plus the framework's own passes (:func:`model.step_passes.step_pass_bytes`, the clip's
-    scaling as :attr:`model.timing.CostOptions.grad_clip_scaling` says), and the
+    scaling as :attr:`model.timing.CostOptions.grad_clip_scaling` says, FP16's unscaling as
+    :attr:`~model.timing.CostOptions.loss_scaling` does), and the
     gradient zeroing beyond them (:func:`whole_buffer_zeroing_bytes`) through HBM
     (:func:`model.step_time.optimizer_seconds`)."""
     t, d = c.training, c.gpu
@@ -60,7 +61,8 @@ def optimizer_seconds_term(c: Context, f: Fields) -> Any:
     g = gradient_bytes_for(f.framework, t.gradient_bytes)
     apex = apex and mech.zero_stage == 1
     every_step = c.options.grad_clip_scaling == "every_step"
-    passes = step_pass_bytes(mech, g, apex, aware, t.optimizer_bytes, every_step)
+    unscale = c.options.loss_scaling
+    passes = step_pass_bytes(mech, g, apex, aware, t.optimizer_bytes, every_step, unscale)
     passes = passes * as_float(owned)
     if adam:
         moved = adam_step_bytes(t.optimizer_bytes, t.weight_bytes) * as_float(owned) + zeroing

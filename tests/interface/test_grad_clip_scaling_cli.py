@@ -74,6 +74,18 @@ def test_above_limit_is_refused_where_the_clip_is_not_megatron_s(framework):
     assert_refused(p, READ_BY + framework)
 
 
+@pytest.mark.parametrize("framework", ["fsdp2", "deepspeed"])
+def test_loss_scaling_is_refused_outside_megatron(framework):
+    """``loss_scaling`` is Megatron's FP16 optimizer's unscaling; DeepSpeed's and PyTorch's FP16
+    paths are their own code."""
+    p = trainplan(*BASE, "--framework", framework, "--set", "loss_scaling=true")
+    assert_refused(
+        p,
+        "Error: --set loss_scaling: true is read by megatron only (its FP16 optimizer's "
+        f"_unscale_main_grads_and_check_for_nan every step), not {framework}",
+    )
+
+
 def test_a_search_without_megatron_refuses_it():
     p = trainplan("search", "--model", "llama3-8b", "--gpus", "8", "--framework", "fsdp2",
                   "--set", "grad_clip_scaling=above_limit")  # fmt: skip

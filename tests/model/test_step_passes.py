@@ -54,6 +54,25 @@ def test_megatron_2021_clip_scales_only_above_the_limit(scaling, per_element):
     assert seconds == pytest.approx(per_element * P / TRIAD, rel=1e-9)
 
 
+def test_megatron_2021_fp16_unscales_every_step():
+    """Megatron-LM Table 1's recipe, FP16 with a constant loss scale (``examples/sc21/CONFIG.sh``
+    at 6985e58938: ``--fp16 --loss-scale 8192``), ZeRO-0, 16-bit gradients: the 46 B of the
+    above-limit clip (:func:`test_megatron_2021_clip_scales_only_above_the_limit`) and
+    ``_unscale_main_grads_and_check_for_nan`` (0fa7175f09:
+    ``torch._amp_foreach_non_finite_check_and_unscale_`` reads and writes each FP32 main gradient
+    in place, 4 + 4) every step: 54 B an element, what every-step scaling without a loss scale
+    charges too."""
+    seconds, P = _step(
+        framework="megatron",
+        zero_stage=0,
+        gradient_bytes=2,
+        grad_clip_scaling="above_limit",
+        loss_scaling=True,
+    )
+    assert 46 + 4 + 4 == 54
+    assert seconds == pytest.approx(54 * P / TRIAD, rel=1e-9)
+
+
 def test_fsdp2_writes_no_bf16_copy_and_scales_every_gradient():
     """torchtitan with FSDP2 (ZeRO-3): fused AdamW on the FP32 sharded parameter (28 B: reads
     p, g, m, v; writes p, m, v), no BF16 copy; ``clip_grad_norm_`` reads the gradients for the
