@@ -129,7 +129,9 @@ CLUSTER_KEYS = {
     "nccl_nvls",
     "use_multi_rank_bucket_allreduce",
     "lp_grads_set_to_none",
+    "loss_scaling",
     "grad_stats_group",
+    "grad_clip_scaling",
     "attention_kernel",
     "calibration",
 }
@@ -277,7 +279,9 @@ VALUE_KINDS: dict[str, Any] = {
     "nccl_nvls": _FLAG,
     "use_multi_rank_bucket_allreduce": _FLAG,
     "lp_grads_set_to_none": _FLAG,
+    "loss_scaling": _FLAG,
     "grad_stats_group": ("intra_dist_opt_instance", "world"),
+    "grad_clip_scaling": ("every_step", "above_limit"),
     "attention_kernel": ("flash-attention-2", "flash-attention-3", "cudnn", "pytorch-sdpa-cudnn"),
     "calibration": _TEXT,
 }

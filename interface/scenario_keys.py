@@ -139,6 +139,13 @@ KEY_HELP: dict[str, str] = {
     "use_multi_rank_bucket_allreduce": "deepspeed ZeRO-1/2: DeepSpeed's zero_optimization."
     "use_multi_rank_bucket_allreduce, each gradient bucket all-reduced (default true, DeepSpeed "
     "0.12.4 and later); false: the older reduce to each owning rank, a reduce-scatter's bytes.",
+    "grad_clip_scaling": "Step time, megatron: when the gradient clip scales the FP32 gradients: "
+    "every_step (default, today's Megatron-Core, since Megatron-LM 3d87bfc1b7 of 2026-04: 8 B an "
+    "element every step) or above_limit (Megatron-LM before it: only steps whose norm exceeds "
+    "--clip-grad; charged as the steady state under the clip, no pass; docs/time-model-sources.md).",
+    "loss_scaling": "Step time, megatron: FP16 with a loss scale (--fp16 with --loss-scale or the "
+    "dynamic scaler): the optimizer unscales every FP32 gradient every step, 8 B an element "
+    "(default false: BF16, no scaler; docs/time-model-sources.md).",
     "lp_grads_set_to_none": "deepspeed BF16_Optimizer: clear_lp_grads frees each BF16 gradient "
     "before a backward (true: DeepSpeed of 2022-04 to 2025-03) rather than zeroing it and adding "
     "into it (default false: today's DeepSpeed; docs/time-model-sources.md).",

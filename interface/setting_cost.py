@@ -154,6 +154,8 @@ FACT_KEYS: Mapping[str, str] = MappingProxyType(
         "flash_attention": "the software stack's attention kernel",
         "distributed_optimizer": "the software stack (Megatron-Core's or Apex's under NeMo)",
         "grad_stats_group": "the Megatron-Core version",
+        "grad_clip_scaling": "the Megatron-LM version",
+        "loss_scaling": "the Megatron-LM run's precision (FP16 with a loss scale)",
         "p2p_forward_send_wait": "the Megatron-Core version",
         "use_multi_rank_bucket_allreduce": "the DeepSpeed version",
         "lp_grads_set_to_none": "the DeepSpeed version",

@@ -54,7 +54,9 @@ TIME_KEYS: tuple[str, ...] = (
     "nccl_nvls",
     "use_multi_rank_bucket_allreduce",
     "lp_grads_set_to_none",
+    "loss_scaling",
     "grad_stats_group",
+    "grad_clip_scaling",
     "attention_kernel",
     "calibration",
 )
@@ -164,12 +166,14 @@ def cost_options(
         given["kernel_efficiency"] = fraction_of_peak(kernel, "kernel_efficiency")
     flags = ("causal_attention_flops", "grad_reduce_overlap", "p2p_overlap")
     nccl = ("nccl_sm_charge", "nccl_channel_setup", "nccl_nvls", "use_multi_rank_bucket_allreduce")
-    deepspeed = ("lp_grads_set_to_none",)
-    for key in (*flags, "p2p_warmup_flush", "p2p_forward_send_wait", *nccl, *deepspeed):
+    versions = ("lp_grads_set_to_none", "loss_scaling")
+    for key in (*flags, "p2p_warmup_flush", "p2p_forward_send_wait", *nccl, *versions):
         if params.get(key) is not None:
             given[key] = bool_param(params, key, False)
     if params.get("grad_stats_group") is not None:
         given["grad_stats_group"] = str(params["grad_stats_group"])
+    if params.get("grad_clip_scaling") is not None:
+        given["grad_clip_scaling"] = str(params["grad_clip_scaling"])
     if params.get("tp_comm_overlap_cfg") is not None:
         given["tp_comm_overlap_cfg"] = str(params["tp_comm_overlap_cfg"])
     if "mfu_convention" in params:

@@ -17,6 +17,8 @@ __all__ = [
     "step_pass_bytes",
     "is_bf16_optimizer",
     "CLIP_SCALE_BYTES",
+    "GRAD_CLIP_SCALINGS",
+    "UNSCALE_BYTES",
     "DEEPSPEED_OVERFLOW_CHECK_BYTES",
 ]
 
@@ -31,6 +33,33 @@ and ``multi_tensor_scale_tensor`` over every gradient); PyTorch
 coefficient, no branch on it), which torchtitan b5bcd76c ``torchtitan/distributed/utils.py``
 ``clip_grad_norm_`` calls; DeepSpeed edaa7221 ``unscale_and_clip_grads`` (``mul_(1. /
 combined_scale)``, clip or not) in ``stage_1_and_2.py`` and ``stage3.py``."""
+
+GRAD_CLIP_SCALINGS: tuple[str, ...] = ("every_step", "above_limit")
+"""When Megatron's gradient clip scales the FP32 gradients, the values of
+:attr:`model.timing.CostOptions.grad_clip_scaling` (``clip_every_step`` of
+:func:`step_pass_bytes`). ``every_step``, the default: today's Megatron-Core — Megatron-LM
+3d87bfc1b7 of 2026-04-03 ("Enable CUDA graph for ADAM optimizer") keeps the norm a tensor where
+Transformer Engine gives ``multi_tensor_scale_tensor`` (``get_grad_norm_fp32``:
+``total_norm.pow(1.0 / norm_type)``), so ``clip_grad_by_total_norm_fp32`` clamps the coefficient
+(``clip_coeff.clamp_max_(1.0)``) and scales every gradient whatever the norm
+(:data:`CLIP_SCALE_BYTES`). ``above_limit``: Megatron-LM before it, the code of Narayanan et al.
+2021 and Korthikanti et al. 2022 (``megatron/optimizer/clip_grads.py`` ``clip_grad_norm_fp32``
+at 0fa7175f09 of 2021-04 and 5d2e13a66b of 2022-04) and Megatron-Core until then (92c8482e6d of
+2025-12, ``clip_grad_by_total_norm_fp32``): the norm taken to the host (``total_norm.item()``)
+and the gradients scaled only ``if clip_coeff < 1.0``, i.e. on steps whose norm exceeds
+``--clip-grad``. The model charges ``above_limit`` as not scaling: the steady state of a run whose
+norm is under the clip; a step above it moves 8 B an element more, not counted."""
+
+UNSCALE_BYTES = 8
+"""Bytes per element of Megatron's FP16 loss-scale unscaling, read and written in place (4 + 4),
+every step where the run trains in FP16 with a loss scale (``--fp16`` with ``--loss-scale`` or
+the dynamic scaler: a ``grad_scaler``), :attr:`model.timing.CostOptions.loss_scaling`:
+Megatron-LM 0fa7175f09 (2021-04) ``megatron/optimizer/optimizer.py``
+``Float16OptimizerWithFloat16Params.step`` → ``_unscale_main_grads_and_check_for_nan``
+(``torch._amp_foreach_non_finite_check_and_unscale_`` over the FP32 main gradients, in place),
+as ``MixedPrecisionOptimizer.step`` still runs it at d98e8a64dd. BF16 has no grad scaler, none.
+Megatron-LM Table 1 ran so: ``examples/sc21/CONFIG.sh`` at 6985e58938 passes ``--fp16
+--loss-scale 8192``."""
 
 DEEPSPEED_OVERFLOW_CHECK_BYTES = 22
 """Bytes per FP32 element of DeepSpeed ZeRO-1/2's overflow check, which the BF16 default runs
@@ -63,13 +92,19 @@ def step_pass_bytes(
     apex: bool = False,
     fused_copy: bool = False,
     optimizer_bytes: int = 12,
+    clip_every_step: bool = True,
+    unscale: bool = False,
 ) -> int:
     """HBM bytes per element the GPU steps that ``mech``'s framework moves in its optimizer step
     beyond :func:`model.offload.adam_step_bytes`' count (negative where it moves fewer), with
     the recipe's ``gradient_bytes`` g (the accumulated gradient's dtype) and ``optimizer_bytes``
     (the count's state, 12 for FP32 Adam) and the mechanism's working-weight bytes w. Exact per
     element; launches not counted. ``megatron``: :func:`_megatron_bytes` (``apex``: Apex's
-    ``DistributedFusedAdam``; ``fused_copy``: the precision-aware optimizer); ``deepspeed``:
+    ``DistributedFusedAdam``; ``fused_copy``: the precision-aware optimizer;
+    ``clip_every_step`` False: Megatron-LM's clip before it scaled every step,
+    :attr:`model.timing.CostOptions.grad_clip_scaling` ``above_limit``; ``unscale``: FP16 with a
+    loss scale, :data:`UNSCALE_BYTES`, but under ``apex``; both read under ``megatron`` only);
+    ``deepspeed``:
     :func:`_deepspeed_bytes`; ``textbook``: 0; ``fsdp2`` (torchtitan b5bcd76c with PyTorch's
     fused AdamW, ``torch.optim.AdamW(fused=True)``: ``torch._fused_adamw_``): the optimizer updates the FP32
     sharded parameter itself and writes no 16-bit copy (the cast runs in the all-gather's
@@ -84,6 +119,11 @@ def step_pass_bytes(
     (12, 8)
     >>> step_pass_bytes(mechanism("megatron", 1, gradient_bytes=2), 2)
     18
+    >>> step_pass_bytes(mechanism("megatron", 0, gradient_bytes=2), 2, clip_every_step=False)
+    10
+    >>> m0 = mechanism("megatron", 0, gradient_bytes=2)
+    >>> step_pass_bytes(m0, 2, clip_every_step=False, unscale=True)
+    18
     >>> step_pass_bytes(mechanism("megatron", 1, gradient_bytes=2, distributed_optimizer="distributed_fused_adam"), 2, apex=True)
     -6
     >>> [step_pass_bytes(mechanism("deepspeed", z), 2) for z in (1, 2, 3)]
@@ -92,7 +132,9 @@ def step_pass_bytes(
     (4, 6)
     """
     if mech.framework is Framework.MEGATRON:
-        return _megatron_bytes(mech, gradient_bytes, apex, fused_copy, optimizer_bytes)
+        clip = CLIP_SCALE_BYTES if clip_every_step else 0
+        clip += UNSCALE_BYTES if unscale and not apex else 0
+        return _megatron_bytes(mech, gradient_bytes, apex, fused_copy, optimizer_bytes, clip)
     if mech.framework is Framework.FSDP2:
         return CLIP_SCALE_BYTES - mech.weight_bytes
     if mech.framework is Framework.DEEPSPEED:
@@ -101,11 +143,13 @@ def step_pass_bytes(
 
 
 def _megatron_bytes(
-    mech: Mechanism, g: int, apex: bool, fused_copy: bool, optimizer_bytes: int
+    mech: Mechanism, g: int, apex: bool, fused_copy: bool, optimizer_bytes: int, clip: int
 ) -> int:
     """:func:`step_pass_bytes` under ``megatron`` (Megatron-LM d98e8a64dd
     ``megatron/core/optimizer/optimizer.py`` ``MixedPrecisionOptimizer.step``): the clip scales
-    every FP32 gradient (:data:`CLIP_SCALE_BYTES`); after the fused Adam has written the FP32
+    every FP32 gradient (``clip``: :data:`CLIP_SCALE_BYTES`, or 0 where it scales only above the
+    limit, Megatron-LM before 3d87bfc1b7: :attr:`model.timing.CostOptions.grad_clip_scaling`);
+    after the fused Adam has written the FP32
     master, a second pass reads it again (4) to write the 16-bit weight —
     ``distrib_optimizer.py`` ``_copy_main_params_to_model_params``
     (``shard_model_param.data.copy_(shard_main_param)``),
@@ -125,14 +169,22 @@ def _megatron_bytes(
     and ``_local_step_with_param_remainders`` reads the 16-bit weight (w) and its state
     (``optimizer_sharded``: the master's 16-bit remainder and the moments, 10 B) and writes
     both; the norm and the kernel read the g-byte gradient shard:
-    2 · (``optimizer_sharded`` − ``optimizer_bytes``) + w + 2g − 8, −6 at g 2."""
+    2 · (``optimizer_sharded`` − ``optimizer_bytes``) + w + 2g − 8, −6 at g 2.
+
+    Megatron-LM of 2021 and 2022 at ZeRO-0 (0fa7175f09 and 5d2e13a66b
+    ``megatron/optimizer/optimizer.py`` ``Float16OptimizerWithFloat16Params.step``) runs the
+    same passes — ``_copy_model_grads_to_main_grads`` (``main_grad.float()``), Apex's
+    ``FusedAdam`` on the FP32 master, ``_copy_main_params_to_model_params`` (a
+    ``multi_tensor_scale`` by 1.0) — but for the clip, which scales only above the limit
+    (``clip=0``); under FP16 with a loss scale ``_unscale_main_grads_and_check_for_nan`` adds
+    :data:`UNSCALE_BYTES` (``clip`` carries both passes over the FP32 gradient)."""
     w, zero = mech.weight_bytes, mech.zero_stage
     if apex:
         return 2 * (mech.optimizer_sharded - optimizer_bytes) + w + 2 * g - 8
     if zero == 3:
-        return CLIP_SCALE_BYTES + 4
+        return clip + 4
     cast = g + 4 if g != 4 else 0
-    return CLIP_SCALE_BYTES + (0 if fused_copy else 4 + cast)
+    return clip + (0 if fused_copy else 4 + cast)
 
 
 def _deepspeed_bytes(mech: Mechanism, g: int) -> int:

@@ -35,6 +35,7 @@ from trainplan.model.recompute_modules import DEFAULT_RECOMPUTE_MODULES
 from trainplan.model.recompute_ops import layout_plan, plan_recomputes_core, recomputed_gemm_flops
 from trainplan.model.roofline import GENERATION_OF, RooflineParams, generation_of
 from trainplan.model.specs import Architecture, TrainingSpec
+from trainplan.model.step_passes import GRAD_CLIP_SCALINGS
 from trainplan.model.userbuffers_gemm import DEFAULT_UB_CONFIG, check_ub_config
 from trainplan.model.xp import maximum, where
 
@@ -266,6 +267,12 @@ class CostOptions:
     ``allreduce_and_scatter``), twice a reduce-scatter's bytes. False: the per-rank reduce of
     the DeepSpeed before it (one ``dist.reduce`` to each owning rank, a reduce-scatter's bytes;
     :mod:`model.deepspeed_mechanisms`). Ignored by other frameworks and by ``BF16_Optimizer``."""
+    grad_clip_scaling: str = "every_step"
+    """When Megatron's clip scales the gradients (:data:`model.step_passes.GRAD_CLIP_SCALINGS`);
+    ``megatron`` only (:func:`model.key_rules.check_grad_clip_scaling`)."""
+    loss_scaling: bool = False
+    """Megatron's FP16 optimizer unscales the gradients every step
+    (:data:`model.step_passes.UNSCALE_BYTES`); ``megatron`` only."""
     lp_grads_set_to_none: bool = False
     """DeepSpeed ``BF16_Optimizer``'s ``clear_lp_grads`` before each backward frees the BF16
     gradients (DeepSpeed 56c522386 of 2022-04 to b418cf6c1 of 2025-03), so each backward's
@@ -290,6 +297,9 @@ class CostOptions:
         if self.grad_stats_group not in GRAD_STATS_GROUPS:
             allowed = ", ".join(GRAD_STATS_GROUPS)
             raise InputError(f"grad_stats_group: {self.grad_stats_group!r} is not one of {allowed}")
+        if (clip := self.grad_clip_scaling) not in GRAD_CLIP_SCALINGS:
+            allowed = ", ".join(GRAD_CLIP_SCALINGS)
+            raise InputError(f"grad_clip_scaling: {clip!r} is not one of {allowed}")
         if not 0 < self.kernel_efficiency <= 1:
             raise InputError(f"kernel_efficiency: {self.kernel_efficiency} must be in (0, 1]")
         if self.attention_efficiency is not None and not 0 < self.attention_efficiency <= 1:

@@ -14,7 +14,11 @@ from fractions import Fraction
 from trainplan.model.errors import InputError
 from trainplan.model.flops import step_flops
 from trainplan.model.frameworks import ZERO_STAGES
-from trainplan.model.key_rules import SAC_SCALED_MM_FSDP2_ONLY, check_grad_stats_group
+from trainplan.model.key_rules import (
+    SAC_SCALED_MM_FSDP2_ONLY,
+    check_grad_clip_scaling,
+    check_grad_stats_group,
+)
 from trainplan.model.layout import Recompute
 from trainplan.model.params import count_params
 from trainplan.model.units import parse_counts, shown_number
@@ -155,7 +159,8 @@ class Problem:
 
     def _check_grad_stats_group(self) -> None:
         """``grad_stats_group`` ``world`` where no framework and ZeRO stage searched reads it
-        (:func:`model.key_rules.check_grad_stats_group`); where some do, the others stay
+        (:func:`model.key_rules.check_grad_stats_group`), ``grad_clip_scaling`` ``above_limit``
+        where no framework searched is megatron (:func:`model.key_rules.check_grad_clip_scaling`); where some do, the others stay
         candidates (the key describes the code the run uses; a layout that does not read it
         is not changed by it)."""
         sp = self.space
@@ -163,6 +168,11 @@ class Problem:
         what = "the frameworks searched (" + ", ".join(f"{fw} zero_stage {z}" for fw, z in searched)
         for group in sorted({j.case.options.grad_stats_group for j in self.jobs}):
             check_grad_stats_group(group, searched, what + ")")
+        frameworks = ", ".join(str(fw) for fw in sp.frameworks)
+        for scaling in sorted({j.case.options.grad_clip_scaling for j in self.jobs}):
+            check_grad_clip_scaling(
+                scaling, sp.frameworks, f"the frameworks searched ({frameworks})"
+            )
 
     def check_frontier_axis(self, against: str) -> None:
         """A frontier's second axis must be one the problem can measure: ``memory``, ``gpus``,

@@ -325,15 +325,17 @@ def test_a_set_key_evaluates_every_run_with_it(capsys):
     own, model.pipeline_onef; selective 5.7 % / 11.2 % since the interleaved rows' bubble is
     Megatron-Core's order on their chunks as timed, model.pipeline_uneven, the 175B and 530B
     rows 0.1 point closer; 5.4 % / 11.2 % selective since Megatron-Core's own optimizer-step
-    passes, model.step_passes, slowed the too-fast rows; Megatron-LM Table 1 unmoved, its 2021
-    code overlapping no collective), and
+    passes, model.step_passes, slowed the too-fast rows; 5.6 % / 11.2 % since the rows' clip
+    scales only above the limit, grad_clip_scaling above_limit: the 22B selective row, +0.1 %
+    with every-step scaling, runs 1.1 % fast without it, and --set grad_clip_scaling=every_step
+    gives 5.4 % back; Megatron-LM Table 1 unmoved, its 2021 code overlapping no collective), and
     says it is not the model's defaults. Bad input is one line naming the key, exit 2."""
     from trainplan.interface.fidelity.__main__ import main
 
     assert main(["--goals", "--set", "nccl_sm_charge=false"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "Every run with --set nccl_sm_charge=false: not the model's defaults."
-    assert "| 5.4 % / 11.2 % | 5.16 % / 8.87 %" in out[4] and "| 6.2 % / 11.2 %" in out[5]
+    assert "| 5.6 % / 11.2 % | 5.16 % / 8.87 %" in out[4] and "| 6.2 % / 11.2 %" in out[5]
     assert out[6] == summary_tables(RESULTS)[4]  # Megatron-LM Table 1 held out
     assert main(["--set", "gemm_efficiency=2"]) == 2
     assert capsys.readouterr().err == (

@@ -303,6 +303,9 @@ KEY_DOCS: dict[str, str] = {
     "time.lp_grads_set_to_none": "DeepSpeed BF16_Optimizer frees the BF16 gradients before each backward (2022-04 to 2025-03).",
     "time.grad_stats_group": "Megatron-Core's gradient-statistics group: intra_dist_opt_instance "
     "(its own communicator) or world (before 8c1e094afe; none more).",
+    "time.grad_clip_scaling": "Megatron's clip scales the gradients every_step (today's) or only "
+    "above_limit (before 3d87bfc1b7; charged as not running).",
+    "time.loss_scaling": "Megatron's FP16 optimizer unscales the gradients every step (--fp16 with a loss scale).",
     "time.kernel_efficiency": "Single model: share of peak the kernels reach.",
     "time.attention_efficiency": "Single model: the FlashAttention core's share of peak.",
     "assumptions": "Every convention and default behind the figures, as sentences.",

@@ -284,6 +284,8 @@ def _megatron_rows(data: dict[str, Any]) -> list[PublishedRun]:
                     "tp_comm_overlap": "none",
                     "grad_reduce_overlap": False,
                     "p2p_overlap": False,
+                    "grad_clip_scaling": "above_limit",  # 0fa7175f09: if clip_coeff < 1.0
+                    "loss_scaling": True,  # examples/sc21/CONFIG.sh: --fp16 --loss-scale 8192
                 },
             )
         )
@@ -335,9 +337,9 @@ def _korthikanti_rows(data: dict[str, Any]) -> list[PublishedRun]:
                     published_value=seconds,
                     published_unit="s/iter",
                     arch=arch,
-                    # Megatron-LM of 2022: batched blocking pipeline sends (overlap_p2p_comm
-                    # came with Megatron-LM f9283c5a, 2023-05-31)
-                    mechanisms={"p2p_overlap": False},
+                    # Megatron-LM of 2022: batched blocking pipeline sends (overlap_p2p_comm came
+                    # with f9283c5a, 2023-05-31); clip_coeff < 1.0 alone scales (5d2e13a66b)
+                    mechanisms={"p2p_overlap": False, "grad_clip_scaling": "above_limit"},
                     recipe=("full recompute, no SP" if full else "selective + SP")
                     + f", TP {r['tp']} PP {r['pp']} v {v}, b {r['micro_batch']}",
                 )

@@ -439,12 +439,14 @@ CONVENTIONS = (
     "A100-80GB links 300 GB/s NVLink, 25 GB/s scale-out per GPU (Selene: 8 HDR NICs per node). "
     "Roofline mechanisms of the 2021 code: every tensor-parallel all-reduce waits "
     "(tp_comm_overlap none) and the gradient all-reduce follows the last backward "
-    "(grad_reduce_overlap false).",
+    "(grad_reduce_overlap false); the clip scales only above the limit and the loss scale is "
+    "undone every step (grad_clip_scaling above_limit, loss_scaling true).",
     "Korthikanti Table 5: both columns, selective recomputation + sequence parallelism and "
     "full recomputation (tensor parallelism without sequence parallelism, pipeline sends split "
     "over tp as Megatron-LM then did), b and B of Table 3, dp 1, v 3 for 175B and 530B; MFU "
     "from the iteration time with Appendix A model FLOPs; the 2022 code overlaps the backward "
-    "tensor-parallel collectives with the gradient GEMMs (tp_comm_overlap async). Calculon's "
+    "tensor-parallel collectives with the gradient GEMMs (tp_comm_overlap async) and its clip "
+    "scales only above the limit (grad_clip_scaling above_limit). Calculon's "
     "figures are its own validation command's output, for reference.",
     "Llama 3 Table 4: FSDP that shards optimizer states and gradients and keeps weights "
     "gathered between forward and backward is modelled as ZeRO-2 with FP32 gradients (§3.3.2: "

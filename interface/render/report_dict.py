@@ -93,6 +93,8 @@ def _efficiencies(est: Estimate) -> dict[str, Any]:
         "use_multi_rank_bucket_allreduce": est.options.use_multi_rank_bucket_allreduce,
         "lp_grads_set_to_none": est.options.lp_grads_set_to_none,
         "grad_stats_group": est.options.grad_stats_group,
+        "grad_clip_scaling": est.options.grad_clip_scaling,
+        "loss_scaling": est.options.loss_scaling,
         "tp_comm_overlap_cfg": est.options.tp_comm_overlap_cfg,
     }
 

@@ -41,7 +41,9 @@ def optimizer_seconds_term(c: Context, f: Fields) -> Any:
     """Seconds of the optimizer step on one GPU of the stage with the most parameters: the
     elements it updates (less what an offload steps on the host) at the optimizer's bytes
     (:func:`model.offload.adam_step_bytes`, :func:`model.optimizers.optimizer_step_bytes`)
-    plus the framework's own passes (:func:`model.step_passes.step_pass_bytes`), and the
+    plus the framework's own passes (:func:`model.step_passes.step_pass_bytes`, the clip's
+    scaling as :attr:`model.timing.CostOptions.grad_clip_scaling` says, FP16's unscaling as
+    :attr:`~model.timing.CostOptions.loss_scaling` does), and the
     gradient zeroing beyond them (:func:`whole_buffer_zeroing_bytes`) through HBM
     (:func:`model.step_time.optimizer_seconds`)."""
     t, d = c.training, c.gpu
@@ -58,7 +60,10 @@ def optimizer_seconds_term(c: Context, f: Fields) -> Any:
     apex = DistributedOptimizer(t.distributed_optimizer) is DistributedOptimizer.APEX
     g = gradient_bytes_for(f.framework, t.gradient_bytes)
     apex = apex and mech.zero_stage == 1
-    passes = step_pass_bytes(mech, g, apex, aware, t.optimizer_bytes) * as_float(owned)
+    every_step = c.options.grad_clip_scaling == "every_step"
+    unscale = c.options.loss_scaling
+    passes = step_pass_bytes(mech, g, apex, aware, t.optimizer_bytes, every_step, unscale)
+    passes = passes * as_float(owned)
     if adam:
         moved = adam_step_bytes(t.optimizer_bytes, t.weight_bytes) * as_float(owned) + zeroing
         return optimizer_seconds(moved + passes, d.hbm_bytes_per_s, params_of(c), 1)

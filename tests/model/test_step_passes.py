@@ -33,6 +33,46 @@ def test_megatron_distributed_optimizer_reads_the_master_again_and_scales_every_
     assert seconds == pytest.approx((46 * owned + 4 * P) / TRIAD, rel=1e-9)
 
 
+@pytest.mark.parametrize(("scaling", "per_element"), [("every_step", 54), ("above_limit", 46)])
+def test_megatron_2021_clip_scales_only_above_the_limit(scaling, per_element):
+    """Megatron ZeRO-0 with BF16 gradients, as Megatron-LM of 2021–2022 runs it
+    (``megatron/optimizer/optimizer.py`` ``Float16OptimizerWithFloat16Params.step`` at
+    0fa7175f09): every rank steps all P. Per element: ``_copy_model_grads_to_main_grads``'
+    ``main_grad.float()`` reads 2 and writes 4 (6); Apex ``FusedAdam`` reads the FP32 gradient,
+    master and moments (16) and writes master and moments (12); ``_copy_main_params_to_model_params``
+    reads the master (4) and writes the BF16 weight (2); the norm reads the gradient (4,
+    ``multi_tensor_l2norm``); ``zero_grad_buffer`` zeroes the BF16 ``main_grad`` buffer (2).
+    ``every_step`` (today's Megatron-Core, 3d87bfc1b7 and later: ``clip_coeff.clamp_max_(1.0)``
+    and ``multi_tensor_scale_tensor``) adds the scaling's read and write, 4 + 4; ``above_limit``
+    (``clip_grad_norm_fp32`` at 0fa7175f09: ``total_norm.item()``, scaled only ``if clip_coeff <
+    1.0``) none, the norm under the clip: 54 and 46 B an element."""
+    seconds, P = _step(
+        framework="megatron", zero_stage=0, gradient_bytes=2, grad_clip_scaling=scaling
+    )
+    clip = 8 if scaling == "every_step" else 0
+    assert 6 + 16 + 12 + 4 + 2 + 4 + 2 + clip == per_element
+    assert seconds == pytest.approx(per_element * P / TRIAD, rel=1e-9)
+
+
+def test_megatron_2021_fp16_unscales_every_step():
+    """Megatron-LM Table 1's recipe, FP16 with a constant loss scale (``examples/sc21/CONFIG.sh``
+    at 6985e58938: ``--fp16 --loss-scale 8192``), ZeRO-0, 16-bit gradients: the 46 B of the
+    above-limit clip (:func:`test_megatron_2021_clip_scales_only_above_the_limit`) and
+    ``_unscale_main_grads_and_check_for_nan`` (0fa7175f09:
+    ``torch._amp_foreach_non_finite_check_and_unscale_`` reads and writes each FP32 main gradient
+    in place, 4 + 4) every step: 54 B an element, what every-step scaling without a loss scale
+    charges too."""
+    seconds, P = _step(
+        framework="megatron",
+        zero_stage=0,
+        gradient_bytes=2,
+        grad_clip_scaling="above_limit",
+        loss_scaling=True,
+    )
+    assert 46 + 4 + 4 == 54
+    assert seconds == pytest.approx(54 * P / TRIAD, rel=1e-9)
+
+
 def test_fsdp2_writes_no_bf16_copy_and_scales_every_gradient():
     """torchtitan with FSDP2 (ZeRO-3): fused AdamW on the FP32 sharded parameter (28 B: reads
     p, g, m, v; writes p, m, v), no BF16 copy; ``clip_grad_norm_`` reads the gradients for the

@@ -128,3 +128,24 @@ def test_default_virtual_stages_are_those_megatron_core_builds() -> None:
     assert virtual_stage_options(80, 16) == (2, 3, 4, 5)
     assert virtual_stage_options(126, 16) == (2, 3, 4, 8)
     assert virtual_stage_options(None, 4) == (2, 3, 4, 8)
+
+
+def test_the_search_sees_the_clip_scaling_evaluate_sees() -> None:
+    """``grad_clip_scaling`` is read by the one optimizer-step term
+    (:func:`model.terms.optimizer_time.optimizer_seconds_term`), so the search's tables and
+    ``evaluate`` agree under ``above_limit`` as under the default: CP-SAT's best equals the
+    enumeration's by ``evaluate``, and, the scaling's 8 B an element dropped, no slower than the
+    best with every-step scaling."""
+    params = {"model": "llama3-8b", "device": "H100-SXM", "seq_len": 8192}
+    params |= {"global_batch_size": 16, "framework": "megatron"}
+    best = {}
+    for scaling in ("every_step", "above_limit"):
+        problem = _problem(params | {"grad_clip_scaling": scaling}, 8)
+        tables, _, _ = prepare(problem)
+        want = oracle.best_by_evaluate(problem, tables)
+        assert want is not None and oracle.best(problem, tables) == want
+        result = search(problem)
+        assert result.best.objective == want[1]
+        assert result.best.estimate.options.grad_clip_scaling == scaling
+        best[scaling] = want[1]
+    assert best["above_limit"] < best["every_step"]
