@@ -17,6 +17,7 @@ from collections.abc import Collection
 
 __all__ = [
     "PARAMETER_FLAGS",
+    "derived_count",
     "MOVED_FLAGS",
     "MOVED_KEYS",
     "MOVED_QUERY",
@@ -37,7 +38,7 @@ PARAMETER_FLAGS: dict[str, tuple[str, ...]] = {
     "micro_batch_size": ("--micro-batch",),
     "global_batch_size": ("--global-batch",),
     "pp": ("--pp", "--stages"),
-    "num_microbatches": ("--num-microbatches", "--microbatches"),
+    "num_microbatches": ("--num-microbatches", "--microbatches", "--micro-batches"),
 }
 """Parameter names whose flag is not (only) the name with ``_`` written ``-``: the flags that
 give it, the first where no command is named (:func:`flag_for`); another where a command spells
@@ -139,6 +140,34 @@ def moved_hint(flag: str, value: str | None = None) -> str:
 
 
 _NAME = re.compile(r"`([a-z][a-z0-9_]*)`")
+
+
+def derived_count(flag: str, command: str, fields: Collection[str] | None = None) -> str:
+    """The line refusing a micro-batch count (``flag``, a spelling of ``num_microbatches`` in
+    :data:`PARAMETER_FLAGS`) given to ``command``, which derives it from the batch as
+    Megatron-LM does (megatron/core/num_microbatches_calculator.py,
+    ConstantNumMicroBatchesCalculator: global batch ÷ (micro batch × data-parallel size)) — where
+    the closest flag, ``--micro-batch``, is the sequences of one micro-batch, another figure.
+    ``fields``: the web API's query keys of ``command`` (the line as the page reads it,
+    :func:`on_page`); None: the command line's.
+
+    Examples
+    --------
+    >>> derived_count("--microbatches", "evaluate")[:60]
+    '--microbatches: no such option of trainplan evaluate, which '
+    >>> derived_count("microbatches", "evaluate", {"global-batch", "micro-batch"})[:80]
+    'microbatches: no such parameter of evaluate, which derives the micro-batch count'
+    """
+    line = (
+        f"{flag}: no such option of trainplan {command}, which derives the micro-batch count m "
+        "from the batch: m = --global-batch ÷ (--micro-batch × dp), --micro-batch being the "
+        "sequences of one micro-batch"
+    )
+    if fields is None:
+        return line
+    return on_page(
+        line.replace(f"option of trainplan {command}", f"parameter of {command}"), fields
+    )
 
 
 def flag_for(name: str, web: bool = False, options: Collection[str] = ()) -> str:

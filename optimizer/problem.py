@@ -150,8 +150,12 @@ class Problem:
         ):
             raise InputError(f"{SAC_SCALED_MM_FSDP2_ONLY}, and no framework searched is fsdp2")
         self._check_grad_stats_group()
-        if self.objective is Objective.COST and any(j.gpu_hour_price is None for j in self.jobs):
-            raise InputError("objective cost: give --gpu-hour-price for every accelerator")
+        unpriced = sorted({j.case.device.name for j in self.jobs if j.gpu_hour_price is None})
+        if self.objective is Objective.COST and unpriced:
+            raise InputError(
+                f"objective: 'cost' needs --gpu-hour-price for every accelerator; none given for "
+                f"{', '.join(unpriced)} (e.g. --gpu-hour-price {unpriced[0]}=2.5)"
+            )
         if self.objective in (Objective.TIME_TO_TRAIN, Objective.COST) and self.tokens is None:
             raise InputError(
                 f"objective {self.objective}: give the token budget, e.g. --tokens 15e12"

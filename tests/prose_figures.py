@@ -189,6 +189,20 @@ fused kernels alone (Megatron-Core's pp 32 answer)."""
 FSDP_70B = "trainplan evaluate --model llama3-70b --gpu H100-SXM --dp 16 --tp 4 --zero 3"
 """The Python guide's Megatron-FSDP layout of Llama 3 70B on 64 H100s."""
 UNCHARGED_70B = f"{FSDP_70B} --set nccl_sm_charge=false"
+CAL = "docs/guides/calibration.md"
+CALIBRATED_18B = (
+    "trainplan evaluate --gpu A100-80GB --model megatron-18.4b --tp 8 --dp 32 --micro-batch 8 "
+    "--global-batch 1024 --seq-len 2048 --framework megatron --zero 0 --recompute full "
+    "--no-sequence-parallel --set gemm_efficiency=0.7495"
+)
+"""The calibration guide's third run (18.4B on 256 A100s) at the fitted GEMM efficiency its
+transcript prints (``--set gemm_efficiency`` in place of ``--calibration``, as calibrate's own
+evaluate lines write it), the rest at the planner's defaults."""
+AS_RUN_18B = (
+    f"{CALIBRATED_18B} --no-flash --set gradient_dtype=bf16 --set tp_comm_overlap=none "
+    "--set grad_reduce_overlap=false"
+)
+"""The same with the settings of the 2021 code that ran it (the measurements file's)."""
 NOT_OVERLAPPED, EXPOSED = 5, 6
 """Columns of a plan's "Traffic per axis" table: time if not overlapped, exposed."""
 
@@ -294,13 +308,17 @@ QUOTES = (
           ((axis_seconds("tp", EXPOSED), ".1f"),)),
     Quote(P, "s: {} s a step, against", FSDP_70B, ((STEP, ".1f"),)),
     Quote(P, "against {} s when nothing charged them", UNCHARGED_70B, ((STEP, ".1f"),)),
+    # the calibration guide: the fitted run's prediction, and the same at today's defaults
+    Quote(CAL, "evaluate prints the {} s the fit predicted", AS_RUN_18B, ((STEP, ".3f"),)),
+    Quote(CAL, "the same layout is a step of {} s, not the one that was measured",
+          CALIBRATED_18B, ((STEP, ".3f"),)),
     # the sweeps page: point 93's time to train in days
     Quote(SW, "({} s is {} days.)", "trainplan sweep docs/sweeps/study.toml --point 93",
           ((printed(r"time_to_train_s\s+([\d.]+)"), ",.0f"),
            (lambda out: printed(r"time_to_train_s\s+([\d.]+)")(out) / 86400, ".1f"))),
 )  # fmt: skip
-"""Every figure the README's, the search guide's, the framework profiles', the Python guide's and
-the sweeps page's prose quotes from a command."""
+"""Every figure the README's, the search guide's, the framework profiles', the Python guide's, the
+calibration guide's and the sweeps page's prose quotes from a command."""
 
 
 FIDELITY = "python -m trainplan.interface.fidelity"

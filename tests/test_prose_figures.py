@@ -35,6 +35,7 @@ def test_every_quoted_sentence_is_on_its_page():
         "docs/guides/search.md",
         "docs/concepts/frameworks.md",
         "docs/guides/python.md",
+        "docs/guides/calibration.md",
         "docs/sweeps.md",
     }
     for q in ALL_QUOTES:

@@ -13,7 +13,14 @@ from typing import Any
 import click
 import cloup
 
-from trainplan.interface.flags import MOVED_FLAGS, flag_for, moved_hint, refusal
+from trainplan.interface.flags import (
+    MOVED_FLAGS,
+    PARAMETER_FLAGS,
+    derived_count,
+    flag_for,
+    moved_hint,
+    refusal,
+)
 from trainplan.interface.outputs import output_path
 from trainplan.model.errors import InputError, PlannerError
 from trainplan.model.units import (
@@ -61,7 +68,10 @@ class GuardedCommand(cloup.Command):
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         """click's parsing, after refusing a flag moved to ``--set`` with its replacement
-        (:func:`interface.flags.moved_hint`), where click would say "No such option"."""
+        (:func:`interface.flags.moved_hint`), or another command's spelling of one of this
+        command's parameters with this command's (:func:`_spelled_here`), where click would say
+        "No such option" (``pipeline --pp 8``: "Did you mean '--help', '--png'?")."""
+        _spelled_here(ctx.info_name or "", self.params, args)
         if any("--set" in getattr(p, "opts", ()) for p in self.params):
             for i, arg in enumerate(args):
                 if arg == "--":
@@ -106,6 +116,44 @@ class GuardedCommand(cloup.Command):
 
         setattr(parser, "parse_args", parse_args)  # noqa: B010  (an instance's method replaced)
         return parser
+
+
+def _spelled_here(command: str, params: list[click.Parameter], args: list[str]) -> None:
+    """Refuse a flag this command does not take that another command spells one of its
+    parameters with (:data:`interface.flags.PARAMETER_FLAGS`: evaluate's ``--pp``, pipeline's
+    ``--stages``), naming this command's spelling (a micro-batch count on a command that derives
+    it from the batch, the rule it derives it by) — as the web API names a query key's
+    (``'pp': no such parameter of pipeline; write it stages``).
+
+    Raises
+    ------
+    InputError
+        ``--pp: no such option of trainplan pipeline; write it --stages (-p): --stages 8``.
+    """
+    here = {o: p for p in params for o in getattr(p, "opts", ())}
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return
+        flag, eq, value = arg.partition("=")
+        if not flag.startswith("--") or flag in here:
+            continue
+        spelt = next((fs for fs in PARAMETER_FLAGS.values() if flag in fs), ())
+        other = next((f for f in spelt if f in here), None)
+        if (
+            flag in PARAMETER_FLAGS["num_microbatches"]
+            and other is None
+            and "--global-batch" in here
+        ):
+            raise InputError(derived_count(flag, command))
+        if other is None:
+            continue
+        short = [o for o in here[other].opts if not o.startswith("--")]
+        also = f" ({', '.join(short)})" if short else ""
+        value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+        example = f": {other} {value}" if value and not value.startswith("-") else ""
+        raise InputError(
+            f"{flag}: no such option of trainplan {command}; write it {other}{also}{example}"
+        )
 
 
 def _given_twice(option: click.Option, values: list[Any]) -> str:

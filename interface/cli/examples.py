@@ -88,6 +88,25 @@ def _flags_apply(name: str, tab: str, given: list[str]) -> None:
     )
 
 
+def _gpu_count_key(name: str, tab: str, overrides: dict[str, Any]) -> str:
+    """The parameter that ``--gpus`` gives on example ``name`` of the ``mfu`` or ``rlhf`` tab: the
+    tab's count of GPUs, ``chips`` (MFU's denominator, PaLM Appendix B; the RLHF textbook
+    accounting's), or ``gpus`` where the RLHF example has a model (the faithful accounting's
+    cluster: :func:`interface.rlhf.tab.rlhf_report`).
+
+    Examples
+    --------
+    >>> _gpu_count_key("mfu-70b-512", "mfu", {}), _gpu_count_key("ppo-70b", "rlhf", {})
+    ('chips', 'chips')
+    >>> _gpu_count_key("ppo-70b", "rlhf", {"model": "qwen2.5-7b"})
+    'gpus'
+    """
+    from trainplan.interface.examples import example_params
+
+    _, merged = example_params(name, {k: v for k, v in overrides.items() if k != "num_gpus"})
+    return "gpus" if tab == "rlhf" and merged.get("model") is not None else "chips"
+
+
 def _run_planner(name: str, overrides: dict[str, Any], as_json: bool, per_stage: bool) -> None:
     """Run planner example ``name`` with ``overrides``: its JSON, or its headline, profile and
     note then evaluate's report (:func:`interface.cli.planner.run_evaluate`)."""
@@ -163,7 +182,11 @@ def example_cmd(
     if tab == "planner":
         _run_planner(name, overrides, as_json, per_stage)
         return
-    _flags_apply(name, tab, [k for k, v in params.items() if v is not None and v != ()])
+    flags = [k for k, v in params.items() if v is not None and v != ()]
+    if "num_gpus" in flags and tab in ("mfu", "rlhf"):
+        flags[flags.index("num_gpus")] = gpus = _gpu_count_key(name, tab, overrides)
+        overrides[gpus] = overrides.pop("num_gpus")
+    _flags_apply(name, tab, flags)
     out = run_example(name, overrides)
     if as_json:
         echo_json(out)

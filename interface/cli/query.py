@@ -23,7 +23,7 @@ import click
 
 from trainplan.interface.cli import cli, register_commands
 from trainplan.interface.cli.common import ListOf, OutputFile, click_line
-from trainplan.interface.flags import MOVED_FLAGS, flag_for
+from trainplan.interface.flags import MOVED_FLAGS, PARAMETER_FLAGS, derived_count, flag_for
 from trainplan.interface.scenario import VALUE_KINDS, check_scenario
 from trainplan.interface.scenario_file import switch_word
 from trainplan.interface.scenario_keys import KEY_HELP, closest_key, read_line, table_of
@@ -191,6 +191,8 @@ def _unknown(
             f"{key!r}: no such parameter of {name}; write it {dashed} (a query key is the "
             "command's option without its leading --)"
         )
+    if f"--{key}" in PARAMETER_FLAGS["num_microbatches"] and "global-batch" in by_key:
+        return derived_count(key, name, by_key)
     option = _field_option(key, by_key)
     if option is not None:
         return (

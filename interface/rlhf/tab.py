@@ -72,10 +72,9 @@ def _textbook(r: RLHFRequest, active: tuple[int, int | None] | None = None) -> d
     model's, which :func:`interface.rlhf.report.faithful_report` passes so the FLOPs of a mixture
     of experts count its active parameters (:attr:`model.rlhf.shares.Network.flop_params`)."""
     faithful = {k: getattr(r, k) for k in rf.FAITHFUL_ONLY}
-    check_applicable(
-        faithful,
-        dict.fromkeys(rf.FAITHFUL_ONLY, "it belongs to the faithful accounting; add --model NAME"),
-    )
+    why = dict.fromkeys(rf.FAITHFUL_ONLY, "it belongs to the faithful accounting; add --model NAME")
+    why["gpus"] += " (this accounting's GPU count is `chips`)"
+    check_applicable(faithful, why)
     algo = str(r.algorithm).lower()
     check_applicable(
         {k: getattr(r, k) for k in _TEXTBOOK_CHECKED},
