@@ -21,11 +21,13 @@ The idle time and the micro-batches held that come out are checked against the c
 from __future__ import annotations
 
 from array import array
+from collections import OrderedDict
 from collections.abc import Callable
 from fractions import Fraction
 from functools import lru_cache
 from math import lcm
-from typing import Any, cast
+from threading import Lock
+from typing import Any, TypeAlias, cast
 
 from trainplan.model.errors import InputError
 from trainplan.model.pipeline import Schedule, check_schedule
@@ -302,10 +304,42 @@ def _join(a: _Recorded, b: _Recorded) -> _Recorded:
     return _Recorded(len(a.ops), a.ops)
 
 
-@lru_cache(maxsize=8)  # bounded: pp and m are a user's; an entry holds two operations a pass
-def _recorded_run(
-    pp: int, m: int, sched: SplitSchedule, v: int
-) -> tuple[array[int], array[int], array[int], array[int]]:
+Recorded: TypeAlias = "tuple[array[int], array[int], array[int], array[int]]"
+"""A recorded run (:func:`_recorded_run`): ``first``, ``second``, ``code``, ``ends``."""
+
+RECORDED_OPS = 16 * MAX_PASSES
+"""The most operations the recorded runs kept at once hold in all (:func:`_recorded_run`; 24
+bytes each): eight runs of the largest timeline (two operations a pass, :data:`model.
+pipeline_sim.MAX_PASSES` passes), the memory eight cached runs of any size once took, and every
+run a search reads at common sizes. A search's tables ask for two runs per pipeline depth (the
+timelines :func:`model.schedule_cost.simulated_span` reads) at each recompute mode and launch
+order in turn: eight runs of any size were fewer than its depths (Llama 3 405B on 1,024 GPUs
+under fsdp2 recorded its 12 runs 36 times, three seconds of its tables)."""
+
+_RUNS: OrderedDict[tuple[int, int, SplitSchedule, int], Recorded] = OrderedDict()
+_RUNS_LOCK = Lock()
+
+
+def _recorded_run(pp: int, m: int, sched: SplitSchedule, v: int) -> Recorded:
+    """:func:`_record`, remembered: the least recently read runs are dropped once the runs kept
+    hold over :data:`RECORDED_OPS` operations (the last one recorded is always kept)."""
+    key = (pp, m, sched, v)
+    with _RUNS_LOCK:
+        if key in _RUNS:
+            _RUNS.move_to_end(key)
+            return _RUNS[key]
+    recorded = _record(pp, m, sched, v)
+    with _RUNS_LOCK:
+        _RUNS[key] = recorded
+        _RUNS.move_to_end(key)
+        held = sum(len(kept[0]) for kept in _RUNS.values())
+        while held > RECORDED_OPS and len(_RUNS) > 1:
+            _, dropped = _RUNS.popitem(last=False)
+            held -= len(dropped[0])
+    return recorded
+
+
+def _record(pp: int, m: int, sched: SplitSchedule, v: int) -> Recorded:
     """The engine's run of ``sched``'s order (:func:`_split_slots`: its rules and errors) as the
     operations it made on times, in the order it made them (each reads only earlier ones):
     value ``i + 1`` is ``max(value[first[i]], value[second[i]])`` where ``code[i]`` is −1, else
