@@ -41,12 +41,12 @@ from trainplan.model.hf_families import architecture_from_hf
 from trainplan.model.key_rules import (
     check_grad_stats_group,
     check_layout_reads_options,
-    check_megatron_step_settings,
     check_sac_scaled_mm,
     options_given,
 )
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.params import count_params
+from trainplan.model.step_setting_rules import check_megatron_step_settings
 from trainplan.scenarios.catalogue import get_model, model_names
 from trainplan.topology.accelerators import accelerator_rows
 

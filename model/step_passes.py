@@ -95,13 +95,12 @@ def clip_scaling_note(
     (not Apex's ``distributed_fused_adam``, which has no clip pass to drop), the optimizer step is
     charged without the clip's scaling pass, the steady state of a run whose gradient norm stays
     under ``--clip-grad``; a step above it moves :data:`CLIP_SCALE_BYTES` an element more. None
-    elsewhere. The key as the command line sets it (:func:`interface.flags.with_flags` writes
-    it as the web API's query parameter).
+    elsewhere. The key by its name, as the model's messages give it.
 
     >>> clip_scaling_note("every_step", "megatron") is None
     True
     >>> clip_scaling_note("above_limit", "megatron").split(":")[0]
-    '--set grad_clip_scaling=above_limit'
+    'grad_clip_scaling above_limit'
     >>> clip_scaling_note("above_limit", "megatron", "distributed_fused_adam") is None
     True
     """
@@ -109,7 +108,7 @@ def clip_scaling_note(
     if grad_clip_scaling != "above_limit" or str(framework) != Framework.MEGATRON or apex:
         return None
     return (
-        "--set grad_clip_scaling=above_limit: the optimizer step is charged without the clip's "
+        "grad_clip_scaling above_limit: the optimizer step is charged without the clip's "
         "scaling pass, the steady state of a run whose gradient norm stays under --clip-grad; a "
         f"step above it reads and writes the FP32 gradients once more ({CLIP_SCALE_BYTES} B a "
         "parameter its GPU updates), not counted"

@@ -17,10 +17,10 @@ from trainplan.model.frameworks import ZERO_STAGES
 from trainplan.model.key_rules import (
     SAC_SCALED_MM_FSDP2_ONLY,
     check_grad_stats_group,
-    check_megatron_step_settings,
 )
 from trainplan.model.layout import Recompute
 from trainplan.model.params import count_params
+from trainplan.model.step_setting_rules import check_megatron_step_settings
 from trainplan.model.units import parse_counts, shown_number
 from trainplan.optimizer.case import Case
 from trainplan.optimizer.objectives import Objective
@@ -165,7 +165,7 @@ class Problem:
         """``grad_stats_group`` ``world`` where no framework and ZeRO stage searched reads it
         (:func:`model.key_rules.check_grad_stats_group`), ``grad_clip_scaling`` or ``loss_scaling``
         where no framework searched is megatron or the optimizer is Apex's
-        (:func:`model.key_rules.check_megatron_step_settings`); where some do, the others stay
+        (:func:`model.step_setting_rules.check_megatron_step_settings`); where some do, the others stay
         candidates (the key describes the code the run uses; a layout that does not read it
         is not changed by it)."""
         sp = self.space

@@ -16,8 +16,8 @@ import click
 
 from trainplan.interface.cli.planner import evaluate_cmd
 from trainplan.model.errors import LayoutError
-from trainplan.model.key_rules import MEGATRON_STEP_SETTINGS
 from trainplan.model.split import default_chunk_sizes, split_rule_of
+from trainplan.model.step_setting_rules import MEGATRON_STEP_SETTINGS
 
 __all__ = ["evaluate_line", "value_text", "answer_params", "ANSWER_FIELDS", "MODEL_OPTIONS"]
 
@@ -106,7 +106,7 @@ def answer_params(request: Any, answer: Mapping[str, Any]) -> dict[str, Any] | N
         none where they are evaluate's own default split, :func:`default_split`) and every key of the
         request's ``[cluster]`` table (the recipe, links and time model the search evaluated under) but,
     for an answer not under ``megatron``, the settings only megatron reads
-    (:data:`model.key_rules.MEGATRON_STEP_SETTINGS`: the search kept such layouts, evaluate would
+    (:data:`model.step_setting_rules.MEGATRON_STEP_SETTINGS`: the search kept such layouts, evaluate would
     refuse the setting on them).
         None where evaluate cannot give the model: a ``head_dim`` (a scenario file's key that no
         option of evaluate takes)."""

@@ -7,7 +7,7 @@ Megatron-LM's clip before 3d87bfc1b7 (2026-04-03) scales the gradients only when
 exceeds ``--clip-grad`` (``clip_grad_norm_fp32`` at 0fa7175f09: ``total_norm.item()``, then
 ``if clip_coeff < 1.0``); since then, under Transformer Engine, every step
 (``clip_grad_by_total_norm_fp32``: ``clip_coeff.clamp_max_(1.0)``). PyTorch's and DeepSpeed's
-clips are their own code (:func:`model.key_rules.check_megatron_step_settings`)."""
+clips are their own code (:func:`model.step_setting_rules.check_megatron_step_settings`)."""
 
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ SEARCH = ("--model", "llama3-8b", "--gpus", "8", "--gpu", "H100-SXM", "--global-
 
 @pytest.mark.parametrize("setting", ["loss_scaling=true", "grad_clip_scaling=above_limit"])
 def test_a_search_with_megatron_keeps_the_other_frameworks(setting):
-    """Megatron's step settings (:data:`model.key_rules.MEGATRON_STEP_SETTINGS`) describe the
+    """Megatron's step settings (:data:`model.step_setting_rules.MEGATRON_STEP_SETTINGS`) describe the
     code a megatron run uses; the fsdp2 layouts, which do not read them, stay candidates with
     their figures unchanged: the optimum is the fsdp2 layout of the search without the setting
     (4.108280719 s), and its evaluate line leaves the setting off (evaluate refuses it under
