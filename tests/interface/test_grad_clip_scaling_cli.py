@@ -189,3 +189,27 @@ def test_apex_distributed_fused_adam_refuses_the_step_settings(command, setting,
                   "--set", setting)  # fmt: skip
     key = setting.partition("=")[0]
     assert_refused(p, f"Error: --set {key}: {shown}" + APEX_LINE)
+
+
+def test_the_page_refuses_the_step_settings_under_apex_and_notes_the_clip():
+    """``GET /api/evaluate``: the Apex refusal as HTTP 422 with the command line's line, and the
+    ``above_limit`` note in the result's ``notes``."""
+    import warnings
+
+    pytest.importorskip("fastapi")
+    pytest.importorskip("httpx")
+    warnings.filterwarnings("ignore", message=".*httpx2.*")
+    from fastapi.testclient import TestClient
+
+    from trainplan.interface.web.app import create_app
+
+    client = TestClient(create_app(("testserver",)))
+    query = {"model": "llama3-8b", "gpus": 8, "framework": "megatron", "zero": 1}
+    apex = "distributed_optimizer=distributed_fused_adam"
+    got = client.get("/api/evaluate", params=query | {"set": [apex, "loss_scaling=true"]})
+    assert got.status_code == 422, got.text
+    assert got.json()["error"] == "loss_scaling: true" + APEX_LINE
+    got = client.get("/api/evaluate", params=query | {"set": "grad_clip_scaling=above_limit"})
+    assert got.status_code == 200, got.text
+    assert any(n.startswith("grad_clip_scaling above_limit: the optimizer step is charged without")
+               for n in got.json()["notes"])  # fmt: skip
