@@ -39,7 +39,6 @@ from trainplan.model.estimate import Estimate
 from trainplan.model.hf_config import parse_config_json
 from trainplan.model.hf_families import architecture_from_hf
 from trainplan.model.key_rules import (
-    check_grad_clip_scaling,
     check_grad_stats_group,
     check_layout_reads_options,
     check_sac_scaled_mm,
@@ -47,6 +46,7 @@ from trainplan.model.key_rules import (
 )
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.params import count_params
+from trainplan.model.step_setting_rules import check_megatron_step_settings
 from trainplan.scenarios.catalogue import get_model, model_names
 from trainplan.topology.accelerators import accelerator_rows
 
@@ -101,7 +101,7 @@ def evaluate_json(
     docs/concepts/conventions.md; sources in :mod:`model`), made into one here. With
     ``layout_keys`` (the default) a cost option this layout does not read is refused
     (:func:`model.key_rules.check_layout_reads_options`, ``check_sac_scaled_mm``,
-    ``check_grad_stats_group``, ``check_grad_clip_scaling``); a validation table and a sweep pass
+    ``check_grad_stats_group``, ``check_megatron_step_settings``); a validation table and a sweep pass
     False: their settings apply to every run, each run reading those its layout reads.
 
     Raises
@@ -159,7 +159,7 @@ def default_named(message: str, defaults_used: Mapping[str, Any], model: str) ->
 def check_layout_keys(case: Any) -> None:
     """Refuse a cost option that ``case``'s layout does not read: one rule for ``evaluate`` and
     each run of a ``calibrate`` measurements file (:func:`model.key_rules.check_layout_reads_options`,
-    ``check_sac_scaled_mm``, ``check_grad_stats_group``, ``check_grad_clip_scaling``).
+    ``check_sac_scaled_mm``, ``check_grad_stats_group``, ``check_megatron_step_settings``).
 
     Raises
     ------
@@ -172,7 +172,9 @@ def check_layout_keys(case: Any) -> None:
     check_sac_scaled_mm(lay.framework, case.training, lay.recompute)
     where = f"{lay.framework} zero_stage {lay.zero_stage}"
     check_grad_stats_group(case.options.grad_stats_group, [(lay.framework, lay.zero_stage)], where)
-    check_grad_clip_scaling(case.options.grad_clip_scaling, [lay.framework], str(lay.framework))
+    check_megatron_step_settings(
+        case.options, [lay.framework], str(lay.framework), case.training.distributed_optimizer
+    )
 
 
 MAX_CONFIG_CHARS = 1_000_000

@@ -8,8 +8,8 @@ space some of whose frameworks cannot take the key keeps the others
 schedule (:func:`model.comm.p2p_overlapped`, :func:`model.comm.p2p_waiting_sends`);
 ``grad_reduce_overlap`` by megatron and fsdp2
 (:func:`check_option_keys`); ``grad_stats_group`` by Megatron-Core's optimizer at ZeRO ≥ 1 only
-(:func:`check_grad_stats_group`); ``grad_clip_scaling`` by megatron only
-(:func:`check_grad_clip_scaling`).
+(:func:`check_grad_stats_group`); ``grad_clip_scaling`` and ``loss_scaling`` by
+megatron's own optimizer step only (:func:`model.step_setting_rules.check_megatron_step_settings`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ __all__ = [
     "check_memory_efficient_norm",
     "check_sac_scaled_mm",
     "check_grad_stats_group",
-    "check_grad_clip_scaling",
     "check_bias_dropout_fusion",
 ]
 
@@ -48,7 +47,6 @@ OPTION_DEFAULTS: Mapping[str, bool] = {
     "p2p_forward_send_wait": True,
     "grad_reduce_overlap": True,
     "lp_grads_set_to_none": False,
-    "loss_scaling": False,
 }
 """The on/off cost options whose legality depends on the framework or the pipeline, with their
 defaults (:class:`model.timing.CostOptions` fields)."""
@@ -130,8 +128,6 @@ def check_option_keys(given: tuple[tuple[str, bool], ...], framework: Any) -> No
       overlap is the ``overlap`` fractions.
     * ``lp_grads_set_to_none`` true outside ``deepspeed``: DeepSpeed's ``BF16_Optimizer`` of
       2022–2025 (:mod:`model.deepspeed_accumulate`); no other profile reads it.
-    * ``loss_scaling`` true outside ``megatron``: Megatron's FP16 optimizer's unscaling
-      (:data:`model.step_passes.UNSCALE_BYTES`); DeepSpeed's FP16 path is its own.
 
     Raises
     ------
@@ -146,11 +142,6 @@ def check_option_keys(given: tuple[tuple[str, bool], ...], framework: Any) -> No
     """
     fw = str(framework)
     for key, _ in given:
-        if key == "loss_scaling" and fw != Framework.MEGATRON:
-            raise LayoutError(
-                "loss_scaling: true is read by megatron only (its FP16 optimizer's "
-                f"_unscale_main_grads_and_check_for_nan every step), not {fw}"
-            )
         if key == "lp_grads_set_to_none" and fw != Framework.DEEPSPEED:
             raise LayoutError(
                 "lp_grads_set_to_none: true is read by deepspeed only (its BF16_Optimizer's "
@@ -379,34 +370,6 @@ def check_grad_stats_group(group: str, layouts: Iterable[tuple[Any, int]], what:
         f"grad_stats_group: {group!r} is read by Megatron-Core's optimizer at ZeRO ≥ 1 only "
         f"(`framework` megatron with zero_stage 1 or 3, the group its grad norm reduces over), "
         f"not {what}"
-    )
-
-
-def check_grad_clip_scaling(scaling: str, frameworks: Iterable[Any], what: str) -> None:
-    """Refuse ``grad_clip_scaling`` ``above_limit``
-    (:attr:`model.timing.CostOptions.grad_clip_scaling`) where no framework of ``frameworks``
-    (the one evaluated, or those a search covers) reads it: Megatron-LM's clip before
-    3d87bfc1b7 (:func:`model.step_passes.step_pass_bytes`). The other profiles' clips are their
-    own code: PyTorch's ``clip_grads_with_norm_`` under torchtitan and DeepSpeed's
-    ``unscale_and_clip_grads`` scale every step, DeepSpeed's ``BF16_Optimizer`` only above the
-    limit whatever the key. ``what`` names the layouts in the message.
-
-    Raises
-    ------
-    LayoutError
-        One line naming the key, its value and the rule.
-
-    >>> check_grad_clip_scaling("above_limit", ["megatron"], "megatron")
-    >>> check_grad_clip_scaling("above_limit", ["fsdp2"], "fsdp2")  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    trainplan.model.errors.LayoutError: grad_clip_scaling: 'above_limit' is read by megatron only ...
-    """
-    if scaling == "every_step" or any(str(fw) == Framework.MEGATRON for fw in frameworks):
-        return
-    raise LayoutError(
-        f"grad_clip_scaling: {scaling!r} is read by megatron only (Megatron-LM's clip before "
-        f"3d87bfc1b7 of 2026-04, which scaled the gradients only above --clip-grad), not {what}"
     )
 
 

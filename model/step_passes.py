@@ -20,6 +20,7 @@ __all__ = [
     "GRAD_CLIP_SCALINGS",
     "UNSCALE_BYTES",
     "DEEPSPEED_OVERFLOW_CHECK_BYTES",
+    "clip_scaling_note",
 ]
 
 CLIP_SCALE_BYTES = 8
@@ -83,6 +84,34 @@ def is_bf16_optimizer(mech: Mechanism) -> bool:
         mech.framework is Framework.DEEPSPEED
         and mech.zero_stage == 1
         and mech.grads_full == mech.weight_bytes + 4
+    )
+
+
+def clip_scaling_note(
+    grad_clip_scaling: str, framework: object, distributed_optimizer: object = None
+) -> str | None:
+    """The line a report prints where ``grad_clip_scaling`` ``above_limit``
+    (:data:`GRAD_CLIP_SCALINGS`) changes the figure: under ``megatron`` with its own optimizer
+    (not Apex's ``distributed_fused_adam``, which has no clip pass to drop), the optimizer step is
+    charged without the clip's scaling pass, the steady state of a run whose gradient norm stays
+    under ``--clip-grad``; a step above it moves :data:`CLIP_SCALE_BYTES` an element more. None
+    elsewhere. The key by its name, as the model's messages give it.
+
+    >>> clip_scaling_note("every_step", "megatron") is None
+    True
+    >>> clip_scaling_note("above_limit", "megatron").split(":")[0]
+    'grad_clip_scaling above_limit'
+    >>> clip_scaling_note("above_limit", "megatron", "distributed_fused_adam") is None
+    True
+    """
+    apex = str(distributed_optimizer) == "distributed_fused_adam"
+    if grad_clip_scaling != "above_limit" or str(framework) != Framework.MEGATRON or apex:
+        return None
+    return (
+        "grad_clip_scaling above_limit: the optimizer step is charged without the clip's "
+        "scaling pass, the steady state of a run whose gradient norm stays under --clip-grad; a "
+        f"step above it reads and writes the FP32 gradients once more ({CLIP_SCALE_BYTES} B a "
+        "parameter its GPU updates), not counted"
     )
 
 

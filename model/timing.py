@@ -269,10 +269,11 @@ class CostOptions:
     :mod:`model.deepspeed_mechanisms`). Ignored by other frameworks and by ``BF16_Optimizer``."""
     grad_clip_scaling: str = "every_step"
     """When Megatron's clip scales the gradients (:data:`model.step_passes.GRAD_CLIP_SCALINGS`);
-    ``megatron`` only (:func:`model.key_rules.check_grad_clip_scaling`)."""
+    ``megatron`` only (:func:`model.step_setting_rules.check_megatron_step_settings`)."""
     loss_scaling: bool = False
     """Megatron's FP16 optimizer unscales the gradients every step
-    (:data:`model.step_passes.UNSCALE_BYTES`); ``megatron`` only."""
+    (:data:`model.step_passes.UNSCALE_BYTES`); ``megatron`` only
+    (:func:`model.step_setting_rules.check_megatron_step_settings`)."""
     lp_grads_set_to_none: bool = False
     """DeepSpeed ``BF16_Optimizer``'s ``clear_lp_grads`` before each backward frees the BF16
     gradients (DeepSpeed 56c522386 of 2022-04 to b418cf6c1 of 2025-03), so each backward's

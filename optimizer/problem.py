@@ -16,11 +16,11 @@ from trainplan.model.flops import step_flops
 from trainplan.model.frameworks import ZERO_STAGES
 from trainplan.model.key_rules import (
     SAC_SCALED_MM_FSDP2_ONLY,
-    check_grad_clip_scaling,
     check_grad_stats_group,
 )
 from trainplan.model.layout import Recompute
 from trainplan.model.params import count_params
+from trainplan.model.step_setting_rules import check_megatron_step_settings
 from trainplan.model.units import parse_counts, shown_number
 from trainplan.optimizer.case import Case
 from trainplan.optimizer.objectives import Objective
@@ -163,8 +163,9 @@ class Problem:
 
     def _check_grad_stats_group(self) -> None:
         """``grad_stats_group`` ``world`` where no framework and ZeRO stage searched reads it
-        (:func:`model.key_rules.check_grad_stats_group`), ``grad_clip_scaling`` ``above_limit``
-        where no framework searched is megatron (:func:`model.key_rules.check_grad_clip_scaling`); where some do, the others stay
+        (:func:`model.key_rules.check_grad_stats_group`), ``grad_clip_scaling`` or ``loss_scaling``
+        where no framework searched is megatron or the optimizer is Apex's
+        (:func:`model.step_setting_rules.check_megatron_step_settings`); where some do, the others stay
         candidates (the key describes the code the run uses; a layout that does not read it
         is not changed by it)."""
         sp = self.space
@@ -173,9 +174,12 @@ class Problem:
         for group in sorted({j.case.options.grad_stats_group for j in self.jobs}):
             check_grad_stats_group(group, searched, what + ")")
         frameworks = ", ".join(str(fw) for fw in sp.frameworks)
-        for scaling in sorted({j.case.options.grad_clip_scaling for j in self.jobs}):
-            check_grad_clip_scaling(
-                scaling, sp.frameworks, f"the frameworks searched ({frameworks})"
+        for job in self.jobs:
+            check_megatron_step_settings(
+                job.case.options,
+                sp.frameworks,
+                f"the frameworks searched ({frameworks})",
+                job.case.training.distributed_optimizer,
             )
 
     def check_frontier_axis(self, against: str) -> None:

@@ -60,6 +60,34 @@ def test_a_token_cap_below_one_sequence_is_refused_under_verls_packing():
         assert json.loads(done.stdout)["faithful"]["sequences"] == 16_384
 
 
+def test_the_default_token_cap_below_one_sequence_says_it_is_the_default_and_what_to_give():
+    """``--max-completion-tokens 16384`` without ``--micro-batch-tokens``: the cap is the default,
+    verl's ``ppo_max_token_len_per_gpu`` of 16,384 (``verl/trainer/config/actor/actor.yaml``),
+    and one sequence is 1,024 + 16,384 = 17,408 tokens. verl itself stops at that default
+    (``rearrange_micro_batches`` asserts ``max_token_len >= max_seq_len``), so refusing is right;
+    the line says the value is the default, which the user never typed, and the smallest cap to
+    give. In ``rlhf`` and ``rlhf-plan`` alike; a cap of 17,408 runs."""
+    long = ["--max-completion-tokens", "16384"]
+    runs = run_many(
+        {
+            "rlhf": [*GRPO_8B, *long],
+            "json": [*GRPO_8B, *long, "--json"],
+            "plan": ["rlhf-plan", *GRPO_8B[1:], *long, "--json"],
+            "given": [*GRPO_8B, *long, "--micro-batch-tokens", "17408", "--json"],
+        }
+    )
+    line = (
+        "--micro-batch-tokens: the default 16,384 (verl's ppo_max_token_len_per_gpu) must hold at "
+        "least one sequence, --prompt-tokens + --max-completion-tokens = 1,024 + 16,384 = 17,408 "
+        "tokens: give --micro-batch-tokens 17,408 or more (verl's balanced packing asserts its "
+        "token cap holds the longest sequence, rearrange_micro_batches), or --packing first-fit "
+        "(OpenRLHF), which gives such a sequence a micro-batch of its own"
+    )
+    for name in ("rlhf", "json", "plan"):
+        assert refusal(runs[name]) == line, name
+    assert runs["given"].returncode == 0, runs["given"].stderr[-2000:]
+
+
 def test_the_web_api_refuses_the_token_cap_with_the_same_line():
     """``GET /api/rlhf?…&micro-batch-tokens=4096``: HTTP 422 with the command line's sentence,
     each flag written as its query parameter."""

@@ -17,6 +17,7 @@ import click
 from trainplan.interface.cli.planner import evaluate_cmd
 from trainplan.model.errors import LayoutError
 from trainplan.model.split import default_chunk_sizes, split_rule_of
+from trainplan.model.step_setting_rules import MEGATRON_STEP_SETTINGS
 
 __all__ = ["evaluate_line", "value_text", "answer_params", "ANSWER_FIELDS", "MODEL_OPTIONS"]
 
@@ -97,15 +98,18 @@ and dimensions rather than ``--model``; ``--mtp-layers`` beside either)."""
 
 def answer_params(request: Any, answer: Mapping[str, Any]) -> dict[str, Any] | None:
     """Flat evaluate parameters that give a search answer (``answer``: its JSON object, as
-    :func:`interface.search_commands.search_json` or ``per_stage_json`` writes it) under the
-    search's request (:class:`interface.requests.SearchRequest`): the model as the request gave it
-    (``--model`` as typed, a catalogue name or a path, so a folder named like a catalogue model is
-    read again; else its size and dimensions, :data:`MODEL_OPTIONS`), the answer's accelerator,
-    its layout (:data:`ANSWER_FIELDS`; the layers of each model chunk where virtual_stages > 1,
-    none where they are evaluate's own default split, :func:`default_split`) and every key of the
-    request's ``[cluster]`` table (the recipe, links and time model the search evaluated under).
-    None where evaluate cannot give the model: a ``head_dim`` (a scenario file's key that no
-    option of evaluate takes)."""
+        :func:`interface.search_commands.search_json` or ``per_stage_json`` writes it) under the
+        search's request (:class:`interface.requests.SearchRequest`): the model as the request gave it
+        (``--model`` as typed, a catalogue name or a path, so a folder named like a catalogue model is
+        read again; else its size and dimensions, :data:`MODEL_OPTIONS`), the answer's accelerator,
+        its layout (:data:`ANSWER_FIELDS`; the layers of each model chunk where virtual_stages > 1,
+        none where they are evaluate's own default split, :func:`default_split`) and every key of the
+        request's ``[cluster]`` table (the recipe, links and time model the search evaluated under) but,
+    for an answer not under ``megatron``, the settings only megatron reads
+    (:data:`model.step_setting_rules.MEGATRON_STEP_SETTINGS`: the search kept such layouts, evaluate would
+    refuse the setting on them).
+        None where evaluate cannot give the model: a ``head_dim`` (a scenario file's key that no
+        option of evaluate takes)."""
     values = request.values
     if values.get("head_dim") is not None:
         return None
@@ -121,6 +125,9 @@ def answer_params(request: Any, answer: Mapping[str, Any]) -> dict[str, Any] | N
         layout["stage_layers"] = None
     out |= {k: layout[k] for k in ANSWER_FIELDS if layout.get(k) is not None}
     out |= {k: v for k, v in request.cluster.items() if v not in (None, {}, [])}
+    if layout.get("framework") != "megatron":  # a search's megatron-only step settings
+        for key in MEGATRON_STEP_SETTINGS:
+            out.pop(key, None)
     return out
 
 

@@ -28,6 +28,7 @@ from trainplan.model.overlapped_chunks import overlapped_mechanism
 from trainplan.model.phases import construction_peak_bytes
 from trainplan.model.precision import Precision
 from trainplan.model.rank_split import chunk_layers_of, stage_layers_of
+from trainplan.model.step_passes import clip_scaling_note
 from trainplan.model.terms.peak import fit_bytes, reserved_over_capacity
 from trainplan.model.terms.step import uses_roofline
 from trainplan.model.units import as_json_number
@@ -133,7 +134,9 @@ def bound_notes(est: Estimate) -> list[str]:
     ``moe_dispatcher = deepep``, :mod:`model.moe_run`), and on node-limited routing, cited only
     for a model whose router is group-limited (:attr:`model.arch_parts.MoESpec.group_limit`:
     DeepSeek-V3's at most 4 nodes a token, DeepSeek-V3 Technical Report, arXiv 2412.19437,
-    §2.1.2 and §3.2.2)."""
+    §2.1.2 and §3.2.2); and the optimizer step under ``grad_clip_scaling`` ``above_limit``, a
+    lower bound on a step whose gradient norm exceeds the clip
+    (:func:`model.step_passes.clip_scaling_note`)."""
     notes = []
     nccl = est.training.moe_run.dispatcher is Dispatcher.ALLTOALL
     if nccl and any(r.traffic.axis == "ep" and r.traffic.bytes_per_step > 0 for r in est.traffic):
@@ -150,7 +153,10 @@ def bound_notes(est: Estimate) -> list[str]:
             "ep traffic is an upper bound: the all-to-all assumes uniform routing and sends every "
             f"routed copy on its own; {less}"
         )
-    return notes + host_calls_note(est)
+    clip = clip_scaling_note(
+        est.options.grad_clip_scaling, est.layout.framework, est.training.distributed_optimizer
+    )
+    return notes + ([clip] if clip else []) + host_calls_note(est)
 
 
 def loss_beyond_recompute(acts: Any) -> Fraction:

@@ -167,7 +167,7 @@ def rlhf_inputs(request: RLHFRequest | Mapping[str, Any], placement: bool = True
     r = request if isinstance(request, RLHFRequest) else tab_request(RLHFRequest, request)
     used: dict[str, Any] = {}
     spec = _spec(r, used)
-    check_cap_holds_a_sequence(spec)
+    check_cap_holds_a_sequence(spec, "micro_batch_tokens" in used)
     device = named_lookup("gpu", get_part, str(_opt(r, "gpu", used)))
     gpus = _count(r, "gpus", used) or 1
     device = placed_for(device, gpus)  # the job's Slurm segment on NVL72 (model.segments)
@@ -177,7 +177,7 @@ def rlhf_inputs(request: RLHFRequest | Mapping[str, Any], placement: bool = True
     return _placed(r, RLHFInputs(spec, device, gpus, links, defaults_used=used))
 
 
-def check_cap_holds_a_sequence(spec: RLHFSpec) -> None:
+def check_cap_holds_a_sequence(spec: RLHFSpec, default: bool = False) -> None:
     """Refuse a token cap (``micro_batch_tokens``) below one sequence — the prompt plus the
     longest completion — under verl's balanced packing: ``rearrange_micro_batches``
     (``verl/utils/seqlen_balancing.py``, verl b178a3cd5 and 0d04d640) asserts ``max_token_len >=
@@ -186,25 +186,38 @@ def check_cap_holds_a_sequence(spec: RLHFSpec) -> None:
     1). Under first-fit (OpenRLHF) such a cap is what the run does:
     ``get_minimum_num_micro_batch_size`` (``openrlhf/utils/seqlen_balancing.py``, OpenRLHF
     3c3be6234) gives a sequence longer than the cap a micro-batch of its own, as the model counts.
+    ``default``: the cap is :data:`model.rlhf.spec.MICRO_BATCH_TOKENS`, which the user did not
+    give (verl's own default, so verl would stop too): the refusal says so and names the
+    smallest cap to give.
 
     Raises
     ------
     InputError
-        ``micro_batch_tokens: 4,096 must hold one sequence …``, naming the cap, the sequence's
-        tokens and the rule.
+        ``micro_batch_tokens: 4,096 must hold one sequence …``, naming the cap (as the default
+        where ``default``), the sequence's tokens and the rule.
     """
     completion = spec.max_completion_tokens or spec.completion_tokens
     sequence = spec.prompt_tokens + completion
     cap = spec.micro_batch_tokens
-    if spec.packing is Packing.BALANCED and cap < sequence:
-        name = "max_completion_tokens" if spec.max_completion_tokens else "completion_tokens"
+    if spec.packing is not Packing.BALANCED or cap >= sequence:
+        return
+    name = "max_completion_tokens" if spec.max_completion_tokens else "completion_tokens"
+    holds = (
+        f"must hold at least one sequence, `prompt_tokens` + `{name}` = {spec.prompt_tokens:,} + "
+        f"{completion:,} = {sequence:,} tokens"
+    )
+    rule = "verl's balanced packing asserts its token cap holds the longest sequence"
+    if default:
         raise InputError(
-            f"micro_batch_tokens: {cap:,} must hold at least one sequence, `prompt_tokens` + "
-            f"`{name}` = {spec.prompt_tokens:,} + {completion:,} = {sequence:,} tokens: verl's "
-            "balanced packing asserts its token cap holds the longest sequence "
-            "(rearrange_micro_batches); `packing` first-fit (OpenRLHF) gives such a sequence a "
-            "micro-batch of its own"
+            f"micro_batch_tokens: the default {cap:,} (verl's ppo_max_token_len_per_gpu) {holds}: "
+            f"give `micro_batch_tokens` {sequence:,} or more ({rule}, rearrange_micro_batches), "
+            "or `packing` first-fit (OpenRLHF), which gives such a sequence a micro-batch of its "
+            "own"
         )
+    raise InputError(
+        f"micro_batch_tokens: {cap:,} {holds}: {rule} (rearrange_micro_batches); `packing` "
+        "first-fit (OpenRLHF) gives such a sequence a micro-batch of its own"
+    )
 
 
 def _spec(r: RLHFRequest, used: dict[str, Any]) -> RLHFSpec:
