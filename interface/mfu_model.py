@@ -13,7 +13,7 @@ from typing import Any
 from trainplan.interface.tab_requests import MfuRequest
 from trainplan.interface.tab_values import fmt_number
 from trainplan.model.errors import check_applicable, named_lookup
-from trainplan.model.flops import attention_model_flops, step_flops
+from trainplan.model.flops import MfuConvention, attention_model_flops, step_flops
 from trainplan.model.layout import Recompute
 from trainplan.model.specs import Architecture
 from trainplan.scenarios.catalogue import get_model
@@ -82,14 +82,24 @@ def model_attention(arch: Architecture, seq_len: int, causal: bool) -> tuple[Fra
 
 
 def model_recomputed(
-    arch: Architecture, seq_len: int, causal: bool, recompute: str | None
+    arch: Architecture,
+    seq_len: int | None,
+    causal: bool,
+    recompute: str | None,
+    with_attention: bool = True,
 ) -> Fraction | None:
     """The model's own forward FLOPs recomputed per token under ``recompute`` (``full`` or
-    ``selective``; None otherwise): what ``trainplan evaluate``'s ``6n+attention`` HFU adds
-    (:func:`model.flops.step_flops`'s ``recomputed_flops`` of one sequence ÷ ``seq_len``) — under
+    ``selective``; None otherwise) that the HFU adds beside an MFU with attention FLOPs
+    (``with_attention``, ``6n+attention``) or without (``6n``): what ``trainplan evaluate``'s HFU
+    of that convention adds (:func:`model.flops.step_flops`'s hardware less model FLOPs of one
+    sequence ÷ ``seq_len``, the rule :func:`model.flops.hardware_counts_attention_core`). Under
     full recomputation each layer's forward (the MTP blocks too), not the embedding nor the
     output layer, which Megatron-LM's and PyTorch's checkpointing leave out of the recomputed
-    blocks; under selective each layer's attention core (Korthikanti et al. 2022 §4.2).
+    blocks; under selective each layer's attention core (Korthikanti et al. 2022 §4.2). Without
+    ``with_attention`` the attention cores are left out: full adds ``2·W`` a token (W the
+    layers' matmul weights, :func:`model.flops.layer_matmul_weights`), selective 0; ``seq_len``
+    is then not read (None allowed: ``2·W`` a token is the same at any length). None also with
+    ``with_attention`` and no ``seq_len``.
 
     Examples
     --------
@@ -97,11 +107,20 @@ def model_recomputed(
     ...                     ffn_hidden_size=32, vocab_size=16)
     >>> model_recomputed(arch, 4, False, "full") == 2 * (24 * 64 + 4 * 4 * 8)
     True
+    >>> model_recomputed(arch, None, False, "full", with_attention=False) == 2 * (24 * 64)
+    True
+    >>> model_recomputed(arch, 4, False, "selective", with_attention=False)
+    Fraction(0, 1)
     """
     if recompute not in ("full", "selective"):
         return None
-    flops = step_flops(arch, 0, seq_len, 1, Recompute(recompute), causal=causal)
-    return Fraction(flops.recomputed_flops, seq_len)
+    if seq_len is None:
+        if with_attention:
+            return None
+        seq_len = 1  # 2·W a token, whatever the length
+    convention = MfuConvention.SIX_N_ATTENTION if with_attention else MfuConvention.SIX_N
+    flops = step_flops(arch, 0, seq_len, 1, Recompute(recompute), convention, causal=causal)
+    return Fraction(flops.hardware_flops - flops.model_flops, seq_len)
 
 
 def mfu_model(
@@ -109,17 +128,19 @@ def mfu_model(
 ) -> tuple[MfuRequest, dict[str, Any] | None, Architecture | None]:
     """``r`` with the figures of its ``model`` filled in, the report's ``model`` object
     (None without a model: ``r`` as given) and the model's architecture where a term reads its
-    attention (:func:`model_attention`; None otherwise).
+    attention (:func:`model_attention`) or its recomputed FLOPs (:func:`model_recomputed`; None
+    otherwise).
 
     N is the model's active parameters, the N of ``trainplan evaluate``'s MFU
     (:attr:`model.model_spec.ModelSpec.total_and_active_params`, which evaluate reads too: a
     MoE model's routed experts counted ``top_k`` of ``num_experts``; a size-only model's
     declared count). The dimensions — layers L, attention heads H, head dimension Q
     (:attr:`model.specs.Architecture.dim_per_head`) — are filled only where a term reads them
-    (``attention``, ``recompute`` selective or full; the attention FLOPs are the model's own
-    per-layer count, :func:`model_attention`, causal unless ``causal`` is False:
-    :data:`MODEL_CAUSAL`), and so is the sequence length T when not given: the catalogue entry's
-    ``seq_len`` (a ``config.json`` has none: ``--seq-len``).
+    (``attention``; the attention FLOPs are the model's own per-layer count,
+    :func:`model_attention`, causal unless ``causal`` is False: :data:`MODEL_CAUSAL`), and so is
+    the sequence length T when not given: the catalogue entry's ``seq_len`` (a ``config.json``
+    has none: ``--seq-len``). ``recompute`` alone reads no dimension (the HFU beside a ``6·N``
+    MFU adds the layers' recomputed matmuls, :func:`model_recomputed`), only the architecture.
 
     The report's object: ``name``, ``source``, ``params_total`` and ``params_active``
     (parameters), ``seq_len`` (tokens; null where no term reads it) and ``seq_len_from``
@@ -139,7 +160,8 @@ def mfu_model(
     entry = named_lookup("model", get_model, name)
     spec, arch = entry.model, entry.model.arch
     total, active = spec.total_and_active_params
-    needs_dims = arch is not None and (r.attention or r.recompute not in (None, "none"))
+    needs_dims = arch is not None and bool(r.attention)
+    recomputes = arch is not None and r.recompute not in (None, "none")
     seq_len, seq_from = r.seq_len, "given" if r.seq_len is not None else None
     if needs_dims and seq_len is None and entry.training.get("seq_len") is not None:
         seq_len, seq_from = entry.training["seq_len"], "catalogue"
@@ -160,4 +182,4 @@ def mfu_model(
         "seq_len": seq_len,
         "seq_len_from": seq_from,
     }
-    return replace(r, **fields), record, arch if needs_dims else None
+    return replace(r, **fields), record, arch if needs_dims or recomputes else None

@@ -219,7 +219,9 @@ def mfu_report(*args: Any, **kw: Any) -> dict[str, Any]:
         raise _too_high(mode, mfu, line, n_chips)
     seq = dims["seq_len"]
     own = model_attention(arch, seq, bool(r.causal))[0] if arch and seq else None
-    again = model_recomputed(arch, seq, bool(r.causal), r.recompute) if arch and seq else None
+    again = None
+    if arch is not None:
+        again = model_recomputed(arch, seq, bool(r.causal), r.recompute, bool(r.attention))
     extra, how = _recomputed_share(r, dims, n, per_token, mfu, own, again)
     out.update(
         mode=mode,
@@ -231,7 +233,7 @@ def mfu_report(*args: Any, **kw: Any) -> dict[str, Any]:
         attention=_attention_record(r, attn, attn_text, arch is not None),
         arithmetic=f"{line} = {percent(mfu)}",
         hfu_arithmetic=f"hfu = mfu × (1 + {how}) = {percent(mfu * (1 + extra))}"
-        if extra
+        if how
         else "hfu = mfu (no recomputation given)",
     )
     return jsonable(out)
@@ -284,7 +286,8 @@ def _mfu_dims(r: MfuRequest) -> dict[str, int | None]:
     ------
     InputError
         A dimension, ``causal``, ``attention`` or ``params`` given where it enters nothing: a
-        dimension without attention or recomputed FLOPs, attention or a parameter count with a
+        dimension without attention FLOPs (the HFU beside a ``6·N`` MFU adds no recomputed
+        attention core, :func:`model.mfu.recompute_share`), attention or a parameter count with a
         reported FLOP rate (which counts what it counts); a dimension that is not a count.
     """
     named = {"layers": r.layers, "heads": r.heads, "head_dim": r.head_dim, "hidden": r.hidden}
@@ -292,8 +295,11 @@ def _mfu_dims(r: MfuRequest) -> dict[str, int | None]:
     if r.achieved_pflops is not None or r.achieved_tflops_per_gpu is not None:
         ignored["attention"] = "a reported FLOP rate already counts what it counts"
         ignored["params"] = "a reported FLOP rate already counts what it counts; N is not read"
-    if not r.attention and r.recompute in (None, "none"):
-        why = "it enters only attention FLOPs (--attention) or recomputed FLOPs (--recompute)"
+    if not r.attention:
+        why = (
+            "it enters only attention FLOPs (--attention); without them the 6·N MFU counts no "
+            "attention and its HFU adds no recomputed attention core"
+        )
         ignored.update(dict.fromkeys((*named, "seq_len", "causal"), why))
     causal = None if r.causal is None else ("causal" if r.causal else "non-causal")
     given = {**named, "seq_len": r.seq_len, "causal": causal, "attention": r.attention}
@@ -363,7 +369,8 @@ def _recomputed_share(
     """(recomputed FLOPs / model FLOPs, its arithmetic) from ``recomputed_flops_pct`` or
     ``recompute`` (:func:`model.mfu.recompute_share`; ``attention``: a model's own attention
     FLOPs per token, forward + backward, instead of PaLM's from the dimensions; ``recomputed``:
-    a model's own recomputed forward FLOPs per token, evaluate's count).
+    a model's own recomputed forward FLOPs per token, evaluate's count; without ``attention``
+    the recomputed attention cores are not added, as the ``6·N`` MFU counts none).
 
     Raises
     ------
@@ -382,6 +389,7 @@ def _recomputed_share(
         bool(r.causal),
         attention,
         recomputed,
+        bool(r.attention),
     )
     if mfu * (1 + extra) > 1:
         raise InputError(

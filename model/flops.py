@@ -41,6 +41,7 @@ from trainplan.model.specs import Architecture, AttentionKind
 
 __all__ = [
     "MfuConvention",
+    "hardware_counts_attention_core",
     "layer_matmul_weights",
     "layer_forward_flops",
     "attention_core_forward_flops",
@@ -70,6 +71,22 @@ class MfuConvention(StrEnum):
     SIX_N = "6n"
     SIX_N_ATTENTION = "6n+attention"
     MEGATRON = "megatron"
+
+
+def hardware_counts_attention_core(convention: MfuConvention) -> bool:
+    """Whether the hardware FLOPs (HFU numerator) beside an MFU of ``convention`` add the
+    recomputed attention cores (QKᵀ and scores·V): not under ``6n``, whose model FLOPs count no
+    attention-core FLOPs, under ``6n+attention`` and ``megatron``, which count them. PaLM
+    (Chowdhery et al. 2022, Appendix B): hardware FLOPs = the model FLOPs of the same count plus
+    the rematerialised ones; the one rule of :func:`step_flops` and of ``trainplan mfu``
+    (:func:`model.mfu.recompute_share`).
+
+    >>> hardware_counts_attention_core(MfuConvention.SIX_N)
+    False
+    >>> hardware_counts_attention_core(MfuConvention.SIX_N_ATTENTION)
+    True
+    """
+    return convention is not MfuConvention.SIX_N
 
 
 def _bias_and_norm_free(arch: Architecture, ffn: int) -> int:
@@ -340,7 +357,7 @@ def step_flops(
     modes = [(i, Recompute.FULL if i in full_layers else recompute) for i in layers]
     recomputed = sum(recomputed_of(i, mode, True) for i, mode in modes)
     counted = recomputed  # what the convention's hardware FLOPs add
-    if convention is MfuConvention.SIX_N:
+    if not hardware_counts_attention_core(convention):
         counted = sum(recomputed_of(i, mode, False) for i, mode in modes)
     model = _model_flops(
         arch, active_params, s, B, convention, causal, layers_fwd, logits_fwd, docs

@@ -5,14 +5,25 @@ MFU = model FLOPs per second ÷ (peak × chips) (Chowdhery et al. 2022, PaLM, ar
 Appendix B). Model FLOPs per token = ``6·N`` (forward 2N + backward 4N) plus, when asked, PaLM's
 attention FLOPs ``12·L·H·Q·T`` per token (``H`` heads of dimension ``Q``, sequence ``T``; computed
 as if non-causal, as PaLM does; causal masking halves them). HFU also counts FLOPs the hardware
-spent recomputing activations: a given percentage of model FLOPs, or derived from the mode:
+spent recomputing activations: a given percentage of model FLOPs, or derived from the mode, under
+the rule of the MFU it stands beside (PaLM Appendix B: hardware FLOPs = the model FLOPs of the
+same count plus the rematerialised ones; :func:`model.flops.hardware_counts_attention_core`, the
+rule of ``trainplan evaluate``'s HFU, :func:`model.flops.step_flops`):
 
-* ``full`` — one extra forward of every layer: ``2·N`` plus the forward attention ``4·L·H·Q·T``
-  (Megatron-LM's Eq. 3 counts exactly this: 96 vs 72 ``B·s·L·h²`` terms);
-* ``selective`` — recompute of the attention scores and attention over values only:
-  ``4·L·H·Q·T`` (their forward). Korthikanti et al. 2022 (arXiv 2205.05198, Appendix A) count
-  ``s/(3h)`` instead of ``s/(6h)`` in their hardware formula, i.e. three times this; that
-  convention is :func:`korthikanti_flops`.
+* with attention FLOPs counted (``6·N`` + attention):
+
+  * ``full`` — one extra forward of every layer: ``2·N`` plus the forward attention
+    ``4·L·H·Q·T`` (Megatron-LM's Eq. 3 counts exactly this: 96 vs 72 ``B·s·L·h²`` terms);
+  * ``selective`` — recompute of the attention scores and attention over values only:
+    ``4·L·H·Q·T`` (their forward). Korthikanti et al. 2022 (arXiv 2205.05198, Appendix A)
+    count ``s/(3h)`` instead of ``s/(6h)`` in their hardware formula, i.e. three times this;
+    that convention is :func:`korthikanti_flops`;
+
+* with ``6·N`` alone, which counts no attention-core FLOPs, the recomputed matmuls alone:
+  ``full`` ``2·N`` (a model's layers' matmul weights where the model is known,
+  :func:`interface.mfu_model.model_recomputed`; from a bare parameter count the tool cannot tell
+  the layers from the embedding and output layer, and counts all N), ``selective`` 0 (HFU = MFU:
+  it re-runs only attention cores).
 
 All FLOP counts are exact :class:`~fractions.Fraction` (1 multiply-add = 2 FLOPs).
 """
@@ -23,6 +34,8 @@ from fractions import Fraction
 
 from trainplan.model.errors import InputError
 from trainplan.model.flops import (
+    MfuConvention,
+    hardware_counts_attention_core,
     korthikanti_model_flops,
     korthikanti_selective_hardware_flops,
     megatron_eq3_flops,
@@ -96,6 +109,7 @@ def recompute_flops_per_token(
     seq_len: int | None = None,
     causal: bool = False,
     attention: Fraction | None = None,
+    attention_core: bool = True,
 ) -> Fraction:
     """FLOPs per token spent recomputing activations under ``mode`` (``none|selective|full``).
 
@@ -103,12 +117,18 @@ def recompute_flops_per_token(
     ``selective`` = ``4·L·H·Q·T`` (needs the dimensions). Halved attention when ``causal``.
     ``attention``: a model's own attention FLOPs per token, forward + backward
     (:func:`interface.mfu_model.model_attention`, each layer at its span), whose forward third
-    replaces ``4·L·H·Q·T``.
+    replaces ``4·L·H·Q·T``. ``attention_core`` False: without the recomputed attention cores
+    (the HFU beside a ``6·N`` MFU, :func:`model.flops.hardware_counts_attention_core`):
+    ``full`` = ``2·N``, ``selective`` = 0, no dimension read — as
+    :func:`model.flops.recompute_forward_flops` with ``attention_core=False``, but with all N
+    for the layers' matmul weights (a bare parameter count does not tell the layers from the
+    embedding and output layer).
 
     Raises
     ------
     InputError
-        Unknown mode, or ``selective`` without layers, heads, head_dim and seq_len.
+        Unknown mode, or ``selective`` with ``attention_core`` without layers, heads, head_dim
+        and seq_len.
 
     Examples
     --------
@@ -116,11 +136,15 @@ def recompute_flops_per_token(
     True
     >>> recompute_flops_per_token("selective", 1, 1, 1, 1, 1) == 4
     True
+    >>> recompute_flops_per_token("selective", 1, attention_core=False)
+    Fraction(0, 1)
     """
     if mode not in RECOMPUTE_MODES:
         raise InputError(f"recompute: {mode!r} must be one of {', '.join(RECOMPUTE_MODES)}")
-    if mode == "none":
+    if mode == "none" or (mode == "selective" and not attention_core):
         return Fraction(0)
+    if not attention_core:
+        return 2 * _positive("params", params)
     if attention is not None:
         forward = Fraction(attention) / 3
         return forward if mode == "selective" else 2 * _positive("params", params) + forward
@@ -233,17 +257,22 @@ def recompute_share(
     causal: bool = False,
     attention: Fraction | None = None,
     recomputed: Fraction | None = None,
+    with_attention: bool = True,
 ) -> tuple[Fraction, str]:
     """Recomputed FLOPs as a share of model FLOPs (HFU = MFU × (1 + share)) and how it was found.
 
     From ``pct`` (percent of model FLOPs, a number or its text as typed, which a refusal echoes)
     or from the ``recompute`` mode with the model's dimensions (``hidden`` = heads × head_dim);
-    full recompute of a FLOP rate with no parameter count is 1/3 (2N of 6N). ``attention``: a
-    model's own attention FLOPs per token (:func:`recompute_flops_per_token`). ``recomputed``: a
-    model's own forward FLOPs recomputed per token, the count of evaluate's ``6n+attention`` HFU
-    (:attr:`model.flops.StepFlops.recomputed_flops` per token: its layers' forward under full
-    recomputation, their attention cores under selective; the embedding and the output layer are
-    not recomputed), in place of ``2·N`` + attention.
+    full recompute of a FLOP rate with no parameter count is 1/3 (2N of 6N). ``with_attention``:
+    whether the model FLOPs count attention FLOPs (``6·N`` + attention, else ``6·N``); without
+    them the recomputed attention cores are not added
+    (:func:`model.flops.hardware_counts_attention_core`): full ``2·N``, selective 0
+    (:func:`recompute_flops_per_token`). ``attention``: a model's own attention FLOPs per token
+    (:func:`recompute_flops_per_token`). ``recomputed``: a model's own forward FLOPs recomputed
+    per token under the same rule, the count of evaluate's HFU
+    (:func:`interface.mfu_model.model_recomputed`: its layers' matmuls under full recomputation,
+    plus their attention cores when counted; the embedding and the output layer are not
+    recomputed), in place of ``2·N`` (+ attention).
 
     Raises
     ------
@@ -270,9 +299,16 @@ def recompute_share(
         if recompute == "full":
             return Fraction(1, 3), "1/3: full recompute = one more forward, 2N of 6N"
         raise InputError("recompute: 'selective' needs params and the model's dimensions")
+    core = hardware_counts_attention_core(
+        MfuConvention.SIX_N_ATTENTION if with_attention else MfuConvention.SIX_N
+    )
     extra = recomputed
     if extra is None:
         extra = recompute_flops_per_token(
-            recompute, params, layers, hidden, 1 if hidden else None, seq_len, causal, attention
-        )
-    return extra / per_token, f"{float(extra):.4g}/{float(per_token):.4g} ({recompute})"
+            recompute, params, layers, hidden, 1 if hidden else None, seq_len, causal, attention,
+            core,
+        )  # fmt: skip
+    how = f"{float(extra):.4g}/{float(per_token):.4g} ({recompute})"
+    if not extra:
+        how = f"0 ({recompute} re-runs attention cores, which 6·N does not count)"
+    return extra / per_token, how

@@ -485,9 +485,11 @@ def test_mfu_refusals_name_the_flags_to_check():
     assert (
         refusal(runs["both"]) == "--recompute: give --recomputed-flops-pct or --recompute, not both"
     )
+    # without --attention the 6·N MFU's HFU adds no recomputed attention core: selective
+    # recomputation reads no dimension, and one given is refused as entering nothing
     assert refusal(runs["dims"]) == (
-        "--recompute: 'selective' needs the model's --heads, --head-dim, --seq-len (or give "
-        "--recomputed-flops-pct)"
+        "--layers: '80' does not apply: it enters only attention FLOPs (--attention); without "
+        "them the 6·N MFU counts no attention and its HFU adds no recomputed attention core"
     )
 
 

@@ -62,15 +62,16 @@ def test_mfu_reads_the_model(tmp_path):
             "attention": ["mfu", "--model", "llama3-70b", *JOB, "--attention"],
             "palm": ["mfu", "--model", "llama3-70b", *JOB, "--attention", "--non-causal"],
             "recompute": ["mfu", "--model", "llama3-70b", *JOB, "--recompute", "full", "--json"],
-            "recompute palm": [
-                "mfu",
-                "--model",
-                "llama3-70b",
-                *JOB,
-                "--recompute",
-                "full",
-                "--non-causal",
+            "recompute attention": [
+                *("mfu", "--model", "llama3-70b", *JOB, "--recompute", "full", "--attention"),
                 "--json",
+            ],
+            "recompute palm": [
+                *("mfu", "--model", "llama3-70b", *JOB, "--recompute", "full", "--attention"),
+                *("--non-causal", "--json"),
+            ],
+            "recompute non-causal": [
+                *("mfu", "--model", "llama3-70b", *JOB, "--recompute", "full", "--non-causal"),
             ],
             "moe": ["mfu", "--model", "mixtral-8x7b", *JOB, "--json"],
             "moe text": ["mfu", "--model", "mixtral-8x7b", *JOB],
@@ -135,18 +136,36 @@ def test_mfu_reads_the_model(tmp_path):
     assert lines[2].endswith("(causal: each layer's attended pairs)")
     # full recomputation re-runs each layer's forward, not the embedding nor the output layer
     # (evaluate's HFU counts the same): 2 · the layers' matrices 80 · (2 · 8192² + 2 · 8192 ·
-    # 1024 + 3 · 8192 · 28672) = 2 · 68,451,041,280 + the forward third of the attention, causal
-    # by default (+ 32,216,186,880 / 3: 147,640,811,520 a token, HFU 64.4 %), PaLM's with
-    # --non-causal (+ 64,424,509,440 / 3: 158,376,919,040). It counted 2N before, the
-    # embedding and output layer's 2 · 2,101,346,304 too (151.85e9, HFU 64.9 %).
+    # 1024 + 3 · 8192 · 28672) = 2 · 68,451,041,280 = 136,902,082,560 a token beside the 6·N
+    # MFU, which counts no attention core and so adds none recomputed (PaLM App. B: the HFU
+    # adds rematerialisation to the model FLOPs of its own count; evaluate's 6n HFU):
+    # 47.75 % × (1 + 136,902,082,560 / (6 · 70,553,706,496)) = 63.2 %. With --attention the
+    # forward third of the attention too, causal by default (+ 32,216,186,880 / 3:
+    # 147,640,811,520 a token, of 6N + 32,216,186,880 = 455,538,425,856: HFU 68.0 %), PaLM's
+    # with --non-causal (+ 64,424,509,440 / 3: 158,376,919,040).
     layers = 80 * (2 * 8192**2 + 2 * 8192 * 1024 + 3 * 8192 * 28672)
     assert layers == 68_451_041_280
-    for name, attention in (("recompute", 32_216_186_880), ("recompute palm", 64_424_509_440)):
+    share = json.loads(done["recompute"].stdout)["recomputed_flops_share"]
+    assert share * 6 * LLAMA_N == pytest.approx(2 * layers, rel=1e-12)
+    for name, attention in (
+        ("recompute attention", 32_216_186_880),
+        ("recompute palm", 64_424_509_440),
+    ):
         share = json.loads(done[name].stdout)["recomputed_flops_share"]
-        assert share * 6 * LLAMA_N == pytest.approx(2 * layers + attention / 3, rel=1e-12)
+        per_token = 6 * LLAMA_N + attention
+        assert share * per_token == pytest.approx(2 * layers + attention / 3, rel=1e-12)
     assert 2 * layers + 32_216_186_880 // 3 == 147_640_811_520
+    assert 6 * LLAMA_N + 32_216_186_880 == 455_538_425_856
     recompute = json.loads(done["recompute"].stdout)
-    assert recompute["hfu_arithmetic"] == "hfu = mfu × (1 + 1.476e+11/4.233e+11 (full)) = 64.4%"
+    assert recompute["hfu_arithmetic"] == "hfu = mfu × (1 + 1.369e+11/4.233e+11 (full)) = 63.2%"
+    assert recompute["model"]["seq_len"] is None  # no term reads it
+    again = json.loads(done["recompute attention"].stdout)
+    assert again["hfu_arithmetic"] == "hfu = mfu × (1 + 1.476e+11/4.555e+11 (full)) = 68.0%"
+    assert refusal(done["recompute non-causal"]) == (
+        "--causal: 'non-causal' does not apply: it enters only attention FLOPs (--attention); "
+        "without them the 6·N MFU counts no attention and its HFU adds no recomputed attention "
+        "core"
+    )
 
     moe = json.loads(done["moe"].stdout)
     assert (MIXTRAL_ACTIVE, MIXTRAL_TOTAL) == (12_879_925_248, 46_702_792_704)

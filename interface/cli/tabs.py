@@ -302,7 +302,11 @@ def _classic_summary(r: dict[str, Any]) -> list[str]:
 @click.option(
     "--recomputed-flops-pct", metavar="NUMBER", help="Recomputed FLOPs as % of model FLOPs (HFU)."
 )
-@click.option("--recompute", help="none, selective or full: derive the recomputed FLOPs.")
+@click.option(
+    "--recompute",
+    help="none, selective or full: derive the recomputed FLOPs, those the MFU counts (without "
+    "--attention no attention core: full the layers' matmuls, selective none).",
+)
 @JSON
 def mfu_cmd(as_json: bool, **kw: Any) -> None:
     """MFU and HFU from a measured step, a throughput or a reported FLOP rate."""

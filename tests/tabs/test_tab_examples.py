@@ -31,12 +31,18 @@ def test_example_report(example):
     json.dumps(report)  # plain JSON values only
 
 
+NEGATIVE = {"causal": "--non-causal"}
+"""A switch's off spelling where it is not ``--no-NAME`` (``mfu --causal/--non-causal``)."""
+
+
 def _flags(params):
     args = []
     for k, v in params.items():
         flag = "--" + k.replace("_", "-")
         if v is True:
             args.append(flag)
+        elif v is False:
+            args.append(NEGATIVE.get(k, "--no-" + flag[2:]))
         else:
             args += [flag, str(v)]
     return args
