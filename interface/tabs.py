@@ -219,9 +219,8 @@ def mfu_report(*args: Any, **kw: Any) -> dict[str, Any]:
         raise _too_high(mode, mfu, line, n_chips)
     seq = dims["seq_len"]
     own = model_attention(arch, seq, bool(r.causal))[0] if arch and seq else None
-    again = None
-    if arch is not None:
-        again = model_recomputed(arch, seq, bool(r.causal), r.recompute, bool(r.attention))
+    recompute_args = (seq, bool(r.causal), r.recompute, bool(r.attention))
+    again = None if arch is None else model_recomputed(arch, *recompute_args)
     extra, how = _recomputed_share(r, dims, n, per_token, mfu, own, again)
     out.update(
         mode=mode,
@@ -285,10 +284,9 @@ def _mfu_dims(r: MfuRequest) -> dict[str, int | None]:
     Raises
     ------
     InputError
-        A dimension, ``causal``, ``attention`` or ``params`` given where it enters nothing: a
-        dimension without attention FLOPs (the HFU beside a ``6·N`` MFU adds no recomputed
-        attention core, :func:`model.mfu.recompute_share`), attention or a parameter count with a
-        reported FLOP rate (which counts what it counts); a dimension that is not a count.
+        A dimension, ``causal``, ``attention`` or ``params`` given where it enters nothing (a
+        dimension without attention FLOPs; attention or a parameter count with a reported FLOP
+        rate, which counts what it counts); a dimension that is not a count.
     """
     named = {"layers": r.layers, "heads": r.heads, "head_dim": r.head_dim, "hidden": r.hidden}
     ignored: dict[str, str] = {}
@@ -369,8 +367,7 @@ def _recomputed_share(
     """(recomputed FLOPs / model FLOPs, its arithmetic) from ``recomputed_flops_pct`` or
     ``recompute`` (:func:`model.mfu.recompute_share`; ``attention``: a model's own attention
     FLOPs per token, forward + backward, instead of PaLM's from the dimensions; ``recomputed``:
-    a model's own recomputed forward FLOPs per token, evaluate's count; without ``attention``
-    the recomputed attention cores are not added, as the ``6·N`` MFU counts none).
+    a model's own recomputed forward FLOPs per token, evaluate's count, by the MFU's convention).
 
     Raises
     ------

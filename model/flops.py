@@ -325,14 +325,7 @@ def step_flops(
     recomputation re-runs); None = :func:`recompute_forward_flops` (the attention core).
 
     The hardware FLOPs are the model FLOPs plus the recomputed FLOPs the convention counts
-    (PaLM, Chowdhery et al. 2022, Appendix B: HFU's numerator adds rematerialisation to the
-    model FLOPs). Under ``6n``, whose model FLOPs count ``2·N`` forward FLOPs per token and
-    parameter and nothing for the attention core, a recomputed layer adds ``2·W·tokens``, W its
-    matmul weights (:func:`layer_matmul_weights`; norms and biases do no matmul), and a
-    recomputed attention core adds nothing: selective recomputation that re-runs only the core
-    gives HFU = MFU, and a plan that re-runs matmuls (Megatron-Core's ``mlp``, torchtitan's
-    op-level policy) adds those. Under ``6n+attention`` and ``megatron``, which count the core,
-    it adds every recomputed FLOP (:attr:`StepFlops.recomputed_flops`).
+    (PaLM Appendix B; :func:`_recomputed`).
 
     Examples
     --------
@@ -355,10 +348,7 @@ def step_flops(
             return recompute_forward_flops(arch, i, s, B, mode, causal, docs, core)
 
     modes = [(i, Recompute.FULL if i in full_layers else recompute) for i in layers]
-    recomputed = sum(recomputed_of(i, mode, True) for i, mode in modes)
-    counted = recomputed  # what the convention's hardware FLOPs add
-    if not hardware_counts_attention_core(convention):
-        counted = sum(recomputed_of(i, mode, False) for i, mode in modes)
+    recomputed, counted = _recomputed(modes, recomputed_of, convention)
     model = _model_flops(
         arch, active_params, s, B, convention, causal, layers_fwd, logits_fwd, docs
     )
@@ -371,6 +361,31 @@ def step_flops(
         docs,
     )  # fmt: skip
     return StepFlops(model, model + counted, recomputed, pack, with_attention)
+
+
+def _recomputed(
+    modes: list[tuple[int, Recompute]],
+    recomputed_of: Callable[[int, Recompute, bool], int],
+    convention: MfuConvention,
+) -> tuple[int, int]:
+    """(every recomputed forward FLOP, the share of it ``convention``'s hardware FLOPs add) over
+    ``modes``' (layer index, recompute mode) pairs (:func:`step_flops`; the second leaves the
+    attention cores out where :func:`hardware_counts_attention_core` is False).
+
+    The hardware FLOPs are the model FLOPs plus the recomputed FLOPs the convention counts
+    (PaLM, Chowdhery et al. 2022, Appendix B: HFU's numerator adds rematerialisation to the
+    model FLOPs). Under ``6n``, whose model FLOPs count ``2·N`` forward FLOPs per token and
+    parameter and nothing for the attention core, a recomputed layer adds ``2·W·tokens``, W its
+    matmul weights (:func:`layer_matmul_weights`; norms and biases do no matmul), and a
+    recomputed attention core adds nothing: selective recomputation that re-runs only the core
+    gives HFU = MFU, and a plan that re-runs matmuls (Megatron-Core's ``mlp``, torchtitan's
+    op-level policy) adds those. Under ``6n+attention`` and ``megatron``, which count the core,
+    it adds every recomputed FLOP (:attr:`StepFlops.recomputed_flops`).
+    """
+    recomputed = sum(recomputed_of(i, mode, True) for i, mode in modes)
+    if hardware_counts_attention_core(convention):
+        return recomputed, recomputed
+    return recomputed, sum(recomputed_of(i, mode, False) for i, mode in modes)
 
 
 def _model_flops(

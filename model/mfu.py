@@ -261,24 +261,18 @@ def recompute_share(
 ) -> tuple[Fraction, str]:
     """Recomputed FLOPs as a share of model FLOPs (HFU = MFU × (1 + share)) and how it was found.
 
-    From ``pct`` (percent of model FLOPs, a number or its text as typed, which a refusal echoes)
-    or from the ``recompute`` mode with the model's dimensions (``hidden`` = heads × head_dim);
-    full recompute of a FLOP rate with no parameter count is 1/3 (2N of 6N). ``with_attention``:
-    whether the model FLOPs count attention FLOPs (``6·N`` + attention, else ``6·N``); without
-    them the recomputed attention cores are not added
-    (:func:`model.flops.hardware_counts_attention_core`): full ``2·N``, selective 0
-    (:func:`recompute_flops_per_token`). ``attention``: a model's own attention FLOPs per token
-    (:func:`recompute_flops_per_token`). ``recomputed``: a model's own forward FLOPs recomputed
-    per token under the same rule, the count of evaluate's HFU
-    (:func:`interface.mfu_model.model_recomputed`: its layers' matmuls under full recomputation,
-    plus their attention cores when counted; the embedding and the output layer are not
-    recomputed), in place of ``2·N`` (+ attention).
+    From ``pct`` (percent of model FLOPs, as typed, which a refusal echoes) or from the
+    ``recompute`` mode with the dimensions (``hidden`` = heads × head_dim); full recompute of a
+    FLOP rate with no parameter count is 1/3 (2N of 6N). ``with_attention``: the model FLOPs
+    count attention (else ``6·N``, whose HFU adds no recomputed attention core,
+    :func:`model.flops.hardware_counts_attention_core`: full ``2·N``, selective 0).
+    ``attention``, ``recomputed``: a model's own attention and recomputed forward FLOPs per token
+    (:func:`interface.mfu_model.model_recomputed`, evaluate's count), for ``2·N`` (+ attention).
 
     Raises
     ------
     InputError
-        Both given, a percentage that is not a number or is negative, or selective recompute
-        without the dimensions.
+        Both given; a percentage not a number or negative; selective without the dimensions.
 
     Examples
     --------

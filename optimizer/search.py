@@ -226,14 +226,10 @@ def _nothing_fits(tables: CostTables, retried: np.ndarray) -> list[str]:
 def _explain(problem: Problem, tables: CostTables, lm: LayoutModel) -> list[str]:
     """One line per constraint family in CP-SAT's infeasible core, the user's own constraints
     (min_mfu, nvlink) first — so the message names the constraint the user set — and memory last;
-    memory says "no layout fits" only when that is so. With one family (or none) the core needs
-    no solve: CP-SAT's could only be that family or empty, and either reads as the family, so
-    :meth:`LayoutModel.explain`'s one-worker solve (seconds on a large infeasible model) is
-    skipped."""
-    if len(lm.families) <= 1:
-        blocking = list(lm.families)
-    else:
-        blocking = lm.explain() or list(lm.families)
+    memory says "no layout fits" only when that is so. With one family or none, the core is that
+    family (or empty, read as it): :meth:`LayoutModel.explain`'s one-worker solve is skipped."""
+    one = len(lm.families) <= 1
+    blocking = list(lm.families) if one else (lm.explain() or list(lm.families))
     blocking = sorted(blocking, key=lambda family: family == "memory")
     fits = tables.fits
     # legal candidates whose allocated peak fits but whose reserved bytes do not (tables._fits)
