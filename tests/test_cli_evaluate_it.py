@@ -144,3 +144,47 @@ def test_default_split_under_each_framework_rule():
     assert not split("megatron", 16, 1, [8] * 14 + [7, 7])
     assert split("fsdp2", 16, 8, [0, *[1] * 126, 0])
     assert not split("fsdp2", 16, 8, [1] * 126 + [0, 0])
+
+
+def test_the_line_carries_the_settings_the_answer_reads():
+    """A search keeps the layouts a ``--set`` setting does not apply to, and evaluate refuses the
+    setting on them: the line printed ``--set p2p_warmup_flush=true`` on a pp 1 answer, which
+    evaluate refused (the pipeline send options are read by Megatron-Core's interleaved
+    schedule only, model.key_rules.check_layout_reads_options), and ``sac_saves_scaled_mm=false``
+    on a megatron answer (torchtitan's save list, model.key_rules.check_sac_scaled_mm). The line
+    now leaves off each setting the answer's layout does not read — evaluate's own refusals,
+    interface.cli.evaluate_line.layout_read — and keeps those it reads (``--precision fp8``,
+    ``grad_stats_group=world`` under megatron ZeRO-3, ``compile=true`` under fsdp2). Run in a
+    fresh process, each line exits 0 with the search's step time and peak memory."""
+    small = ["search", "--model", "llama3-8b", "--gpus", "8", "--gpu", "H100-SXM", "--json"]
+    calls = {
+        "p2p": [*small, "--framework", "megatron", "--set", "p2p_warmup_flush=true",
+                "--set", "p2p_overlap=false", "--set", "grad_stats_group=world"],
+        "sac": [*small, "--framework", "megatron", "--framework", "fsdp2",
+                "--set", "precision=fp8", "--set", "sac_saves_scaled_mm=false"],
+        "fsdp": [*small, "--framework", "fsdp2", "--zero", "3", "--pp", "1",
+                 "--set", "grad_reduce_overlap=false", "--set", "compile=true"],
+    }  # fmt: skip
+    runs = run_many(calls)
+    answers = {}
+    for name, done in runs.items():
+        assert done.returncode == 0, (name, done.stderr[-2000:])
+        answers[name] = json.loads(done.stdout)
+    lay = answers["p2p"]["layout"]
+    assert (lay["framework"], lay["zero_stage"], lay["virtual_stages"]) == ("megatron", 3, 1)
+    line = answers["p2p"]["evaluate_command"]
+    assert "p2p_" not in line and line.endswith("--set grad_stats_group=world")
+    lay = answers["sac"]["layout"]
+    assert lay["framework"] == "megatron"
+    line = answers["sac"]["evaluate_command"]
+    assert "sac_saves_scaled_mm" not in line and "--precision fp8" in line
+    lay = answers["fsdp"]["layout"]
+    assert (lay["framework"], lay["zero_stage"], lay["pp"]) == ("fsdp2", 3, 1)
+    line = answers["fsdp"]["evaluate_command"]
+    assert "grad_reduce_overlap" not in line and line.endswith("--set compile=true")
+    lines = {
+        name: shlex.split(a["evaluate_command"])[1:] + ["--json"] for name, a in answers.items()
+    }
+    for name, done in run_many(lines).items():
+        assert done.returncode == 0, (name, done.stderr[-2000:])
+        _same(json.loads(done.stdout), answers[name])

@@ -9,17 +9,25 @@ Each parameter is written as evaluate's own option where it has one (``--tp 8``,
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import click
 
 from trainplan.interface.cli.planner import evaluate_cmd
-from trainplan.model.errors import LayoutError
+from trainplan.interface.commands import check_layout_keys
+from trainplan.interface.inputs import build_case
+from trainplan.model.errors import LayoutError, PlannerError
 from trainplan.model.split import default_chunk_sizes, split_rule_of
-from trainplan.model.step_setting_rules import MEGATRON_STEP_SETTINGS
 
-__all__ = ["evaluate_line", "value_text", "answer_params", "ANSWER_FIELDS", "MODEL_OPTIONS"]
+__all__ = [
+    "evaluate_line",
+    "value_text",
+    "answer_params",
+    "layout_read",
+    "ANSWER_FIELDS",
+    "MODEL_OPTIONS",
+]
 
 
 def value_text(value: Any) -> str:
@@ -98,18 +106,17 @@ and dimensions rather than ``--model``; ``--mtp-layers`` beside either)."""
 
 def answer_params(request: Any, answer: Mapping[str, Any]) -> dict[str, Any] | None:
     """Flat evaluate parameters that give a search answer (``answer``: its JSON object, as
-        :func:`interface.search_commands.search_json` or ``per_stage_json`` writes it) under the
-        search's request (:class:`interface.requests.SearchRequest`): the model as the request gave it
-        (``--model`` as typed, a catalogue name or a path, so a folder named like a catalogue model is
-        read again; else its size and dimensions, :data:`MODEL_OPTIONS`), the answer's accelerator,
-        its layout (:data:`ANSWER_FIELDS`; the layers of each model chunk where virtual_stages > 1,
-        none where they are evaluate's own default split, :func:`default_split`) and every key of the
-        request's ``[cluster]`` table (the recipe, links and time model the search evaluated under) but,
-    for an answer not under ``megatron``, the settings only megatron reads
-    (:data:`model.step_setting_rules.MEGATRON_STEP_SETTINGS`: the search kept such layouts, evaluate would
-    refuse the setting on them).
-        None where evaluate cannot give the model: a ``head_dim`` (a scenario file's key that no
-        option of evaluate takes)."""
+    :func:`interface.search_commands.search_json` or ``per_stage_json`` writes it) under the
+    search's request (:class:`interface.requests.SearchRequest`): the model as the request gave it
+    (``--model`` as typed, a catalogue name or a path, so a folder named like a catalogue model is
+    read again; else its size and dimensions, :data:`MODEL_OPTIONS`), the answer's accelerator,
+    its layout (:data:`ANSWER_FIELDS`; the layers of each model chunk where virtual_stages > 1,
+    none where they are evaluate's own default split, :func:`default_split`) and the keys of the
+    request's ``[cluster]`` table (the recipe, links and time model the search evaluated under)
+    that the answer's layout reads (:func:`layout_read`: a search keeps the layouts a setting does
+    not apply to, evaluate refuses it on them).
+    None where evaluate cannot give the model: a ``head_dim`` (a scenario file's key that no
+    option of evaluate takes)."""
     values = request.values
     if values.get("head_dim") is not None:
         return None
@@ -124,11 +131,43 @@ def answer_params(request: Any, answer: Mapping[str, Any]) -> dict[str, Any] | N
     if default_split(layout):
         layout["stage_layers"] = None
     out |= {k: layout[k] for k in ANSWER_FIELDS if layout.get(k) is not None}
-    out |= {k: v for k, v in request.cluster.items() if v not in (None, {}, [])}
-    if layout.get("framework") != "megatron":  # a search's megatron-only step settings
-        for key in MEGATRON_STEP_SETTINGS:
-            out.pop(key, None)
-    return out
+    settings = {k: v for k, v in request.cluster.items() if v not in (None, {}, [])}
+    return layout_read(out | settings, settings)
+
+
+def layout_read(params: Mapping[str, Any], settings: Iterable[str]) -> dict[str, Any]:
+    """``params`` (flat evaluate parameters) less the keys of ``settings`` (those of a search's
+    ``[cluster]`` table among them) that its layout does not read: evaluate's own refusals, one
+    key at a time — the case it builds (:func:`interface.inputs.build_case`, which checks a
+    framework's keys against the layout's framework alone) and the keys only some layouts read
+    (:func:`interface.commands.check_layout_keys`: the pipeline send options without virtual
+    stages, :func:`model.key_rules.check_layout_reads_options`; ``sac_saves_scaled_mm``,
+    ``grad_stats_group``, Megatron's step settings). A refusal names its key first
+    (``p2p_warmup_flush: true is read by …``, the convention :func:`interface.commands.default_named`
+    reads too); that key is dropped and the rest checked again. A search's settings describe the
+    code its run uses and apply to the layouts that read them (the rules' own docstrings), so the
+    answer's figures are the same without them. A refusal of anything else leaves ``params`` as
+    they are (evaluate will say it).
+
+    Examples
+    --------
+    >>> base = {"model": "llama3-8b", "dp": 8, "pp": 1, "seq_len": 2048,
+    ...         "global_batch_size": 64}
+    >>> layout_read(base | {"p2p_warmup_flush": True, "precision": "bf16"},
+    ...             ["p2p_warmup_flush", "precision"]) == base | {"precision": "bf16"}
+    True
+    """
+    out, left = dict(params), set(settings)
+    while True:
+        try:
+            check_layout_keys(build_case(out))
+            return out
+        except PlannerError as err:
+            key = str(err).partition(":")[0]
+            if key not in left or key not in out:
+                return out
+            left.discard(key)
+            del out[key]
 
 
 def default_split(layout: Mapping[str, Any]) -> bool:
