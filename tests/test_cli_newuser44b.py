@@ -1,10 +1,11 @@
 """A new user's first hour, each ``trainplan`` call its own process (:mod:`tests.cli_runs`):
-another command's spelling of a flag, ``--gpus`` on an MFU or RLHF example, the cost objective
+another command's spelling of a flag, ``--gpus`` on an RLHF example and on an MFU example, the cost objective
 without a price, and a GPU count given to the RLHF textbook accounting."""
 
 from __future__ import annotations
 
 import json
+import shlex
 from fractions import Fraction
 
 from tests.cli_runs import refusal, run_many
@@ -54,30 +55,22 @@ def test_another_commands_spelling_of_a_flag_names_this_commands():
     assert "no such option" not in runs["frontier pp"].stderr
 
 
-def test_gpus_on_an_mfu_or_rlhf_example_is_its_chip_count():
+def test_gpus_on_an_rlhf_example_is_its_chip_count():
     """``trainplan example ppo-70b --gpus 64`` was refused ("--gpus: does not apply to example
     ppo-70b (the rlhf tab); set its parameters with --set KEY=VALUE (…, gpus, …)") and
     ``--set gpus=64`` then refused as the faithful accounting's; ``--gpu B200`` was honoured. The
-    GPU count of these tabs is ``chips``.
+    GPU count of this tab is ``chips``.
 
-    Hand derivation: MFU = 6·N·tokens ÷ (peak · chips · seconds) (PaLM, Appendix B)
-    = 6 · 70e9 · 4e6 ÷ (989e12 · 1024 · 7) = 23.7 %, half the 512-chip 47.4 %. The rollout of
-    PPO 70B: 2 · 70e9 FLOPs a token × 16,384 sequences × 5,120 tokens = 1.1744e19 FLOPs at the
-    decode MFU 0.04 of 989.4 TFLOP/s on 64 chips = 4,636.7 s (on 1 chip: 296,746.8 s)."""
+    Hand derivation: the rollout of PPO 70B: 2 · 70e9 FLOPs a token × 16,384 sequences × 5,120
+    tokens = 1.1744e19 FLOPs at the decode MFU 0.04 of 989.4 TFLOP/s on 64 chips = 4,636.7 s
+    (on 1 chip: 296,746.8 s)."""
     runs = run_many(
         {
-            "mfu": "example mfu-70b-512 --gpus 1,024 --json".split(),
-            "mfu text": "example mfu-70b-512 --gpus 1024".split(),
             "ppo": "example ppo-70b --gpus 64 --json".split(),
             "pipeline": "example 1f1b-4x8 --gpus 8".split(),
             "zero": "example ppo-70b --gpus 0".split(),
         }
     )
-    mfu = json.loads(runs["mfu"].stdout)
-    assert (mfu["chips"], mfu["changed"]) == (1024, {"chips": 1024})
-    expected = Fraction(6 * 70 * 10**9 * 4 * 10**6) / (989 * 10**12 * 1024 * 7)
-    assert abs(mfu["mfu"] - float(expected)) < 1e-12 and f"{float(expected):.1%}" == "23.7%"
-    assert "(989e12 · 1024 · 7 s) = 23.7%" in runs["mfu text"].stdout
     ppo = json.loads(runs["ppo"].stdout)
     rollout = 2 * 70 * 10**9 * 16384 * 5120
     assert ppo["chips"] == 64 and ppo["phase_flops"]["rollout"] == rollout
@@ -89,6 +82,59 @@ def test_gpus_on_an_mfu_or_rlhf_example_is_its_chip_count():
         "--gpus: does not apply to example 1f1b-4x8 (the pipeline tab)"
     )
     assert refusal(runs["zero"]) == "--gpus: '0' must be at least 1"
+
+
+MFU_LINES = {
+    "mfu-70b-512": "trainplan mfu --params 70e9 --tokens 4e6 --step-seconds 7 --peak-tflops 989 "
+    "--chips 512",
+    "palm-540b": "trainplan mfu --params 540.35e9 --tokens-per-second 238.3e3 --gpu TPUv4 "
+    "--chips 6144 --attention --layers 118 --heads 48 --head-dim 256 --seq-len 2048 "
+    "--recomputed-flops-pct 25",
+    "megatron-502pf": "trainplan mfu --model megatron-1t --tokens 6291456 --step-seconds 102.37 "
+    "--gpu A100-80GB --chips 3072 --recompute full --attention --non-causal",
+}
+"""The ``trainplan mfu`` line each MFU example's refusal of a chip count alone gives: the
+example's own values (scenarios/examples.toml), as the command line takes them."""
+
+
+def test_a_chip_count_alone_on_an_mfu_example_is_refused_with_the_mfu_line():
+    """An MFU example is one measured run's step (or rate) on its own chips: ``example
+    mfu-70b-512 --gpus 1024`` printed 6 · 70e9 · 4e6 ÷ (989e12 · 1024 · 7 s) = 23.7 %, the
+    512-GPU step over 1,024 chips, no run's MFU; ``palm-540b --gpus 1024`` and ``mfu-70b-512
+    --gpus 8`` were refused as above 100 % blaming ``--tokens-per-second``, ``--step-seconds``
+    or ``--chips``, flags the user never typed. Now a chip count alone (``--gpus`` or ``--set
+    chips``) is refused in one line naming the option, why, and the ``trainplan mfu`` line with
+    the example's values to edit; that line, run as printed, gives the example's figure (47.4 %,
+    46.2 %, 39.3 %). With a new step time too the chip count applies: 6 · 70e9 · 4e6 ÷ (989e12
+    · 1024 · 3.5 s) = 47.4 %, the same FLOPs a second over twice the chips."""
+    calls = {f"{n} gpus": ["example", n, "--gpus", "1024"] for n in MFU_LINES}
+    calls["set chips"] = "example mfu-70b-512 --set chips=8".split()
+    calls["with step"] = "example mfu-70b-512 --gpus 1,024 --set step_seconds=3.5 --json".split()
+    calls |= {f"{n} line": [*shlex.split(line)[1:], "--json"] for n, line in MFU_LINES.items()}
+    runs = run_many(calls)
+    why = {
+        "mfu-70b-512": ("--step-seconds 7 on 512 chips", "--step-seconds"),
+        "palm-540b": ("--tokens-per-second 238.3e3 on 6,144 chips", "--tokens-per-second"),
+        "megatron-502pf": ("--step-seconds 102.37 on 3,072 chips", "--step-seconds"),
+    }
+    for name, line in MFU_LINES.items():
+        measured, flag = why[name]
+        assert refusal(runs[f"{name} gpus"]) == (
+            f"--gpus: example {name}'s MFU is one measured run's ({measured}); another chip "
+            f"count runs a step of its own, not that one. Give your run's --chips and {flag}: "
+            f"{line}"
+        )
+    assert refusal(runs["set chips"]).startswith(
+        "--set chips: example mfu-70b-512's MFU is one measured run's (--step-seconds 7 on 512 "
+    )
+    figures = {n: json.loads(runs[f"{n} line"].stdout)["mfu"] for n in MFU_LINES}
+    assert f"{figures['mfu-70b-512']:.1%}" == "47.4%"  # 6·70e9·4e6 ÷ (989e12·512·7)
+    assert f"{figures['palm-540b']:.1%}" == "46.2%"  # PaLM Table 3
+    assert f"{figures['megatron-502pf']:.1%}" == "39.3%"  # scenarios/examples.toml's 0.392985
+    mfu = json.loads(runs["with step"].stdout)
+    assert (mfu["chips"], mfu["changed"]) == (1024, {"step_seconds": "3.5", "chips": 1024})
+    expected = Fraction(6 * 70 * 10**9 * 4 * 10**6) / (989 * 10**12 * 1024 * Fraction(7, 2))
+    assert abs(mfu["mfu"] - float(expected)) < 1e-12 and f"{float(expected):.1%}" == "47.4%"
 
 
 def test_the_cost_objective_without_a_price_names_the_flag_and_the_accelerator():

@@ -50,18 +50,29 @@ def value_text(value: Any) -> str:
 def evaluate_line(params: Mapping[str, Any]) -> str:
     """``trainplan evaluate`` with ``params`` (flat evaluate parameters by name,
     :func:`interface.inputs.build_case`'s; None values left out; a table value such as
-    ``overlap`` written as its dotted keys, ``--set overlap.dp=0.5``), quoted for a POSIX shell.
+    ``overlap`` written as its dotted keys, ``--set overlap.dp=0.5``), quoted for a POSIX shell
+    (:func:`command_line`).
 
     >>> evaluate_line({"model": "llama3-8b", "tp": 2, "sequence_parallel": False,
     ...     "gradient_dtype": "bf16", "stage_layers": [16, 16], "pp": None})
     'trainplan evaluate --model llama3-8b --tp 2 --no-sequence-parallel --stage-layers 16,16 --set gradient_dtype=bf16'
     """
+    return command_line("evaluate", evaluate_cmd, params)
+
+
+def command_line(name: str, command: click.Command, params: Mapping[str, Any]) -> str:
+    """``trainplan NAME`` with ``params`` (``command``'s parameters by name; None values left
+    out), quoted for a POSIX shell: each written as the command's own option where it has one
+    (``--tp 8``; an on/off flag as its on or off form, ``--no-sequence-parallel``; a value by
+    :func:`value_text`), else as ``--set KEY=VALUE`` (a table value as its dotted keys).
+    ``evaluate``'s line (:func:`evaluate_line`), and the ``mfu`` line an MFU example prints
+    where ``--gpus`` does not apply (``interface.cli.examples``)."""
     options = {
         p.name: p
-        for p in evaluate_cmd.params
+        for p in command.params
         if isinstance(p, click.Option) and p.name not in ("set", "as_json", "per_stage")
     }
-    words = ["trainplan", "evaluate"]
+    words = ["trainplan", name]
     sets: list[str] = []
     for key, value in params.items():
         if value is None:

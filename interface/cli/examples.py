@@ -107,6 +107,62 @@ def _gpu_count_key(name: str, tab: str, overrides: dict[str, Any]) -> str:
     return "gpus" if tab == "rlhf" and merged.get("model") is not None else "chips"
 
 
+MEASURED_KEYS = ("step_seconds", "tokens_per_second", "achieved_pflops", "achieved_tflops_per_gpu")
+"""The measurements an MFU example gives (``trainplan mfu``'s): a step's seconds, a throughput or
+a reported FLOP rate, each one run's on its own chip count (PaLM Appendix B: MFU = model FLOPs
+per second ÷ (peak × chips), the rate the run's own)."""
+
+
+def _mfu_chips_apply(name: str, typed: str, overrides: dict[str, Any]) -> None:
+    """Refuse a new chip count (``typed``: the option that gave it, ``--gpus`` or ``--set
+    chips``) on MFU example ``name`` without a new measurement (:data:`MEASURED_KEYS`): the
+    example's step time or rate is one published run's on its own chips, and the same step over
+    other chips is no run's MFU (``example mfu-70b-512 --gpus 1024`` printed 23.7%, the 512-GPU
+    step over 1,024 chips). The line names what to do: ``trainplan mfu`` with the example's own
+    values, to edit (:func:`interface.cli.evaluate_line.command_line`).
+
+    Raises
+    ------
+    InputError
+        ``--gpus: example mfu-70b-512's MFU is one measured run's (--step-seconds 7 on 512
+        chips); … Give your run's --chips and --step-seconds: trainplan mfu …``.
+    """
+    from trainplan.interface.cli.evaluate_line import command_line
+    from trainplan.interface.examples import example_params
+
+    if any(k in overrides for k in MEASURED_KEYS):
+        return
+    _, published = example_params(name)
+    measured = [k for k in MEASURED_KEYS if published.get(k) is not None]
+    command = cli.get_command(click.get_current_context(), "mfu")
+    assert command is not None
+    flags = {p.name: p.opts[0] for p in command.params}
+    line = command_line("mfu", command, {k: _number(v) for k, v in published.items()})
+    given = " ".join(f"{flags[k]} {_number(published[k])}" for k in measured)
+    edit = " and ".join(flags[k] for k in ["chips", *measured])
+    raise InputError(
+        f"{typed}: example {name}'s MFU is one measured run's ({given} on "
+        f"{published['chips']:,} chips); another chip count runs a step of its own, not that "
+        f"one. Give your run's {edit}: {line}"
+    )
+
+
+def _number(value: Any) -> Any:
+    """A number of an example as the command line takes it, compact where that is exact
+    (:func:`interface.tab_values.fmt_number`: ``70e9``), else as it is.
+
+    >>> _number(70e9), _number(6291456), _number(102.37), _number("A100-80GB")
+    ('70e9', 6291456, '102.37', 'A100-80GB')
+    """
+    from trainplan.interface.tab_values import fmt_number
+    from trainplan.model.units import parse_number
+
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return value
+    shown = fmt_number(value)
+    return shown if float(parse_number(shown)) == float(value) else value
+
+
 def _run_planner(name: str, overrides: dict[str, Any], as_json: bool, per_stage: bool) -> None:
     """Run planner example ``name`` with ``overrides``: its JSON, or its headline, profile and
     note then evaluate's report (:func:`interface.cli.planner.run_evaluate`)."""
@@ -183,6 +239,8 @@ def example_cmd(
         _run_planner(name, overrides, as_json, per_stage)
         return
     flags = [k for k, v in params.items() if v is not None and v != ()]
+    if tab == "mfu" and ("num_gpus" in flags or "chips" in given):
+        _mfu_chips_apply(name, "--gpus" if "num_gpus" in flags else "--set chips", overrides)
     if "num_gpus" in flags and tab in ("mfu", "rlhf"):
         flags[flags.index("num_gpus")] = gpus = _gpu_count_key(name, tab, overrides)
         overrides[gpus] = overrides.pop("num_gpus")
