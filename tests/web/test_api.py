@@ -677,14 +677,7 @@ def test_closing_a_search_stream_stops_its_process(server):
     whether the search had sent its first event or not (a per-stage search sends none before
     its end); and so does a client of the whole ``/api/search`` or ``/api/frontier`` that goes
     away before the answer."""
-    import http.client
-    import time
-
-    host, port = server.removeprefix("http://").split(":")
-
-    def jobs() -> list:
-        with urllib.request.urlopen(f"{server}/api/jobs", timeout=10) as res:
-            return json.loads(res.read())
+    from tests.web.job_helpers import leaving_stops_the_job
 
     long_runs = [  # (path, whether to read the first event before closing)
         ("/api/search/stream?model=llama3-70b&gpus=32&seq-len=8192&per-stage=true", False),
@@ -693,24 +686,7 @@ def test_closing_a_search_stream_stops_its_process(server):
         ("/api/frontier?model=llama3-405b&gpus=64..16384&gpu=H100-SXM", False),
     ]
     for path, streaming in long_runs:
-        conn = http.client.HTTPConnection(host, int(port), timeout=120)
-        conn.request("GET", path)
-        if streaming:
-            res = conn.getresponse()
-            assert res.status == 200 and b'"event"' in res.fp.readline() + res.fp.readline()
-        deadline = time.time() + 30
-        running: list = []
-        while not running and time.time() < deadline:
-            running = jobs()
-            time.sleep(0.2)
-        assert running, f"{path} never started"
-        pid = running[0]["pid"]
-        assert Path(f"/proc/{pid}").exists()
-        conn.close()
-        deadline = time.time() + 10
-        while (jobs() or Path(f"/proc/{pid}").exists()) and time.time() < deadline:
-            time.sleep(0.2)
-        assert jobs() == [] and not Path(f"/proc/{pid}").exists(), path
+        leaving_stops_the_job(server, path, streaming)
 
 
 def test_pipeline_split_schedules(client):

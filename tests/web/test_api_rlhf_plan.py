@@ -178,29 +178,7 @@ def test_closing_the_request_stops_the_plans_process(server):
     before the answer (a timeout, Ctrl-C on ``curl``) stops it — the process is gone within
     seconds. Llama 3 8B GRPO on 1,000,000 GPUs without a time limit runs far longer than the
     test waits."""
-    import http.client
-    import time
-    import urllib.request
-    from pathlib import Path
+    from tests.web.job_helpers import leaving_stops_the_job
 
-    host, port = server.removeprefix("http://").split(":")
-
-    def jobs() -> list:
-        with urllib.request.urlopen(f"{server}/api/jobs", timeout=10) as res:
-            return json.loads(res.read())
-
-    conn = http.client.HTTPConnection(host, int(port), timeout=120)
-    conn.request("GET", "/api/rlhf-plan?algorithm=grpo&reward=rule&model=llama3-8b&gpus=1,000,000")
-    deadline = time.time() + 30
-    running: list = []
-    while not running and time.time() < deadline:
-        running = jobs()
-        time.sleep(0.2)
-    assert running and running[0]["kind"] == "rlhf-plan"
-    pid = running[0]["pid"]
-    assert Path(f"/proc/{pid}").exists()
-    conn.close()
-    deadline = time.time() + 10
-    while (jobs() or Path(f"/proc/{pid}").exists()) and time.time() < deadline:
-        time.sleep(0.2)
-    assert jobs() == [] and not Path(f"/proc/{pid}").exists()
+    path = "/api/rlhf-plan?algorithm=grpo&reward=rule&model=llama3-8b&gpus=1,000,000"
+    assert leaving_stops_the_job(server, path)["kind"] == "rlhf-plan"
