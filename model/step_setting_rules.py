@@ -6,6 +6,7 @@ several frameworks, which keeps the frameworks that do not read them
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import fields
 from typing import Any
 
 from trainplan.model.errors import LayoutError
@@ -13,20 +14,14 @@ from trainplan.model.frameworks import Framework
 
 __all__ = ["MEGATRON_STEP_SETTINGS", "megatron_step_settings_given", "check_megatron_step_settings"]
 
-MEGATRON_STEP_SETTINGS: Mapping[str, tuple[Any, str]] = {
-    "grad_clip_scaling": (
-        "every_step",
-        "Megatron-LM's clip before 3d87bfc1b7 of 2026-04, which scaled the gradients only above "
-        "--clip-grad",
-    ),
-    "loss_scaling": (
-        False,
-        "its FP16 optimizer's _unscale_main_grads_and_check_for_nan every step",
-    ),
+MEGATRON_STEP_SETTINGS: Mapping[str, str] = {
+    "grad_clip_scaling": "Megatron-LM's clip before 3d87bfc1b7 of 2026-04, which scaled the "
+    "gradients only above --clip-grad",
+    "loss_scaling": "its FP16 optimizer's _unscale_main_grads_and_check_for_nan every step",
 }
-"""The cost options (:class:`model.timing.CostOptions` fields) read by Megatron's optimizer step
-alone (:func:`model.step_passes.step_pass_bytes`), each with its default and the code that reads
-it: ``grad_clip_scaling`` (:data:`model.step_passes.GRAD_CLIP_SCALINGS`; Megatron-LM
+"""The cost options (:class:`model.timing.CostOptions` fields, whose defaults they are
+compared with) read by Megatron's optimizer step alone (:func:`model.step_passes.step_pass_bytes`),
+each with the code that reads it: ``grad_clip_scaling`` (:data:`model.step_passes.GRAD_CLIP_SCALINGS`; Megatron-LM
 ``megatron/core/optimizer/clip_grads.py`` ``clip_grad_norm_fp32`` before 3d87bfc1b7) and
 ``loss_scaling`` (:data:`model.step_passes.UNSCALE_BYTES`; Megatron-LM d98e8a64dd
 ``megatron/core/optimizer/optimizer.py`` ``MixedPrecisionOptimizer._unscale_main_grads_and_check_for_nan``).
@@ -45,10 +40,11 @@ def megatron_step_settings_given(options: Any) -> tuple[tuple[str, str], ...]:
     >>> megatron_step_settings_given(CostOptions(grad_clip_scaling="above_limit", loss_scaling=True))
     (('grad_clip_scaling', "'above_limit'"), ('loss_scaling', 'true'))
     """
+    defaults = {f.name: f.default for f in fields(options)}
     given = []
-    for key, (default, _) in MEGATRON_STEP_SETTINGS.items():
+    for key in MEGATRON_STEP_SETTINGS:
         value = getattr(options, key)
-        if value != default:
+        if value != defaults[key]:
             given.append((key, str(value).lower() if isinstance(value, bool) else repr(value)))
     return tuple(given)
 
@@ -87,7 +83,7 @@ def check_megatron_step_settings(
     for key, shown in megatron_step_settings_given(options):
         if Framework.MEGATRON not in frameworks:
             raise LayoutError(
-                f"{key}: {shown} is read by megatron only ({MEGATRON_STEP_SETTINGS[key][1]}), "
+                f"{key}: {shown} is read by megatron only ({MEGATRON_STEP_SETTINGS[key]}), "
                 f"not {what}"
             )
         if apex:
