@@ -135,3 +135,14 @@ def go(page: Any, path: str) -> None:
     page.goto(page.base + path)
     if not path.startswith("/docs"):
         page.wait_for_selector("body[data-ready=true]", state="attached")
+
+
+def wait_for_held(page: Any, held: list[Any], timeout_ms: int = 5_000) -> None:
+    """Wait until a ``page.route`` handler has put a request in ``held``. The page shows it is
+    waiting (busy, a cancel button) as it sends; Playwright calls the Python handler a moment
+    later, so a test that asserted ``held`` at once failed now and then in CI."""
+    for _ in range(timeout_ms // 25):
+        if held:
+            return
+        page.wait_for_timeout(25)
+    assert held, f"no request reached the route in {timeout_ms} ms"

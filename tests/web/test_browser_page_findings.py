@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.web.conftest import go, need, need_chromium
+from tests.web.conftest import go, need, need_chromium, wait_for_held
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 need("fastapi", "pip install -e '.[web]'")
@@ -47,7 +47,7 @@ def test_results_busy_while_the_request_is_on_its_way(page):
     expect(page.locator("#error-micro-batch")).to_have_count(0)
     expect(page.locator("#results")).to_have_attribute("aria-busy", "true")
     expect(page.locator("#results")).to_have_class("results stale")
-    assert held
+    wait_for_held(page, held)
     for route in held:
         route.continue_()
     page.unroute("**/api/evaluate?*")

@@ -17,7 +17,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
-from tests.web.conftest import TIMEOUT, cli_json, go, need, need_chromium
+from tests.web.conftest import TIMEOUT, cli_json, go, need, need_chromium, wait_for_held
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 need("fastapi", "pip install -e '.[web]'")
@@ -558,7 +558,8 @@ def test_search_during_the_first_visit_example_cancels_it_and_answers_the_users(
     page.route(lambda url: urlsplit(url).path == "/api/search/stream", hold_the_first)
     go(page, "/search")
     expect(page.locator("#cancel")).to_be_visible()  # the example runs
-    assert held and ("model", "llama3-70b") in parse_qsl(urlsplit(held[0].request.url).query)
+    wait_for_held(page, held)
+    assert ("model", "llama3-70b") in parse_qsl(urlsplit(held[0].request.url).query)
     page.select_option("select[name=model]", "llama3-8b")
     page.fill("input[name=gpus]", "8")
     page.click("#run", timeout=5_000)
