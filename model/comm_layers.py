@@ -237,7 +237,9 @@ def tp_bytes(
     a ``gather_bytes/beta`` share of ``one``; the embedding's and output layer's stay at ``beta``."""
     tokens = exact(seq_len) / cp * b
     one = ring_share(tp) * beta * tokens * arch.hidden_size
-    g = 1 if gather_bytes is None else Fraction(gather_bytes, beta)
+    # g is the int 1 where the gathers run at beta (exact either way; a Fraction meeting the
+    # search's arrays would make arrays of Python objects, 30× slower)
+    g = 1 if gather_bytes is None or gather_bytes == beta else Fraction(gather_bytes, beta)
     regather = where(physical & sp, 0 if keeps_gathered else 2, 0)
     # attention and MLP halves; a MoE layer's MLP half runs tp collectives only for its shared
     # experts (physical profiles: the dispatcher uses the expert-TP group, counted below)

@@ -303,9 +303,11 @@ def in_flight_units(schedule: Schedule | str, pp: int, m: Any) -> Any:
     name = Schedule(str(schedule))
     if name is Schedule.ZB_H1:
         return exact(minimum(pp, m))
+    # exact(): Fractions for the evaluator, floats (whole or halves: exact) for the search's
+    # arrays, which a Fraction would turn into arrays of Python objects
     return {
-        Schedule.ZB_H2: Fraction(2 * pp - 1),
-        Schedule.ZB_V: Fraction(pp),
-        Schedule.DUALPIPE: Fraction(pp + 1),
-        Schedule.DUALPIPE_V: Fraction(2 * pp + 1, 2),
+        Schedule.ZB_H2: exact(2 * pp - 1),
+        Schedule.ZB_V: exact(pp),
+        Schedule.DUALPIPE: exact(pp + 1),
+        Schedule.DUALPIPE_V: exact(2 * pp + 1) / 2,
     }[name]
