@@ -479,10 +479,15 @@ def legality(setting: Setting, f: Any, rules: tuple[Rule, ...] = RULES) -> tuple
     return reason == "", reason
 
 
+@lru_cache(maxsize=65536, typed=True)
 def refusal(setting: Setting, **values: Any) -> str:
     """The first broken rule among those whose whole scope is in ``values`` (field name →
     value), or "": the rules that decide a partial choice (which frameworks run a ZeRO stage
     with a pipeline, which CP flavours a shape takes) without a whole layout.
+
+    Cached (the values are hashable; ``typed``, so that ``True`` and ``1`` stay apart in the
+    message): the search asks it for every shape and framework, tens of thousands of times for
+    a few hundred distinct questions (:func:`optimizer.space.legal_shapes`).
 
     Examples
     --------
@@ -492,9 +497,14 @@ def refusal(setting: Setting, **values: Any) -> str:
     >>> refusal(s, framework="deepspeed", zero_stage=2, pp=4).split(" (")[0]
     'zero_stage: 2 with `framework` deepspeed needs pp = 1'
     """
-    for rule in RULES:
-        if all(name in values for name in rule.scope):
-            found = _reason(rule.check, setting, *(values[name] for name in rule.scope))
-            if found:
-                return found
+    for rule in _scoped(frozenset(values)):
+        found = _reason(rule.check, setting, *(values[name] for name in rule.scope))
+        if found:
+            return found
     return ""
+
+
+@lru_cache(maxsize=256)
+def _scoped(names: frozenset[str]) -> tuple[Rule, ...]:
+    """The rules of :data:`RULES` (in their order) whose whole scope is among ``names``."""
+    return tuple(rule for rule in RULES if all(name in names for name in rule.scope))
