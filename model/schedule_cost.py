@@ -218,16 +218,26 @@ def simulated_span(
     return first + (second - first) * Fraction(m - base, 2)
 
 
-def _simulated(schedule: str, pp: int, m: Any, f: Any, b: Any, w: Any, fb: Any) -> Any:
-    def one(mi: int, fi: float, bi: float, wi: float, fbi: float | None) -> float:
-        rb, rw = _ratio(bi / fi), _ratio(wi / fi)
-        block = None
-        if fbi is not None:  # rounded into PassTimes' range [max(1, b + w), 1 + b + w]
-            block = min(max(_ratio(fbi / fi), Fraction(1), rb + rw), 1 + rb + rw)
-        return fi * float(simulated_span(schedule, pp, mi, rb, rw, block))
+@lru_cache(maxsize=65536, typed=True)
+def _simulated_one(
+    schedule: str, pp: int, m: int, f: float, b: float, w: float, fb: float | None
+) -> float:
+    """:func:`simulated_span` scaled to seconds for one layout: the pass times ``f``, ``b``,
+    ``w`` (and DualPipe's block ``fb``; None: none) as ratios to ``t_f``
+    (:data:`RATIO_DENOMINATOR`). Cached: a pure function of its numbers, which the search's
+    tables repeat across thousands of rows."""
+    rb, rw = _ratio(b / f), _ratio(w / f)
+    block = None
+    if fb is not None:  # rounded into PassTimes' range [max(1, b + w), 1 + b + w]
+        block = min(max(_ratio(fb / f), Fraction(1), rb + rw), 1 + rb + rw)
+    return f * float(simulated_span(schedule, pp, m, rb, rw, block))
 
+
+def _simulated(schedule: str, pp: int, m: Any, f: Any, b: Any, w: Any, fb: Any) -> Any:
     return elementwise(
-        lambda mi, fi, bi, wi, fbi: one(int(mi), float(fi), float(bi), float(wi), fbi),
+        lambda mi, fi, bi, wi, fbi: _simulated_one(
+            schedule, pp, int(mi), float(fi), float(bi), float(wi), fbi
+        ),
         m,
         f,
         b,

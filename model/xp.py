@@ -270,11 +270,19 @@ def elementwise(function: Any, *values: Any) -> Any:
     present = [i for i, v in enumerate(values) if v is not None]
     arrays = ns.broadcast_arrays(*(ns.asarray(values[i], dtype=ns.float64) for i in present))
     shape = arrays[0].shape
-    flat = [ns.reshape(a, (-1,)) for a in arrays]
+    # each column as Python floats at once (numpy's ``tolist`` of float64: ``float(a[k])`` of
+    # each element, without indexing element by element)
+    flat = [_floats(ns.reshape(a, (-1,))) for a in arrays]
     out = []
-    for k in range(flat[0].shape[0]):
-        row: list[Any] = [None] * len(values)
-        for i, a in zip(present, flat, strict=True):
-            row[i] = float(a[k])
+    row: list[Any] = [None] * len(values)
+    for elements in zip(*flat, strict=True):
+        for i, x in zip(present, elements, strict=True):
+            row[i] = x
         out.append(function(*row))
     return ns.reshape(ns.asarray(out, dtype=ns.float64), shape)
+
+
+def _floats(array: Any) -> list[float]:
+    """A 1-D float64 array's elements as Python floats (``tolist`` where the library has it)."""
+    to_list = getattr(array, "tolist", None)
+    return to_list() if to_list is not None else [float(x) for x in array]
