@@ -244,6 +244,7 @@ def chunk_gathers(pp: int, v: int, m: int, reshard_after_forward: bool) -> int:
     return max(rank_replay(pp, v, m, r, reshard_after_forward)[0] for r in range(pp))
 
 
+@lru_cache(maxsize=4096)
 def held_chunks(pp: int, v: int, m: int, rank: int, reshard_after_forward: bool) -> frozenset:
     """The sets of rank ``rank``'s chunks (local indices 0…v − 1) held gathered at once during
     one of its passes under ``ScheduleInterleaved1F1B`` on the runtime (the most each holds: no
@@ -262,6 +263,9 @@ def held_chunks(pp: int, v: int, m: int, rank: int, reshard_after_forward: bool)
     [[0, 1, 2], [0, 1, 3], [0, 2, 3], [1, 2, 3]]
     >>> held_chunks(2, 3, 4, 0, True)
     frozenset({frozenset({0, 1, 2})})
+
+    Cached (a pure function of its numbers, an immutable answer): the search asks it for every
+    model split of a shape, the same few (pp, v, m, rank) each time.
     """
     if v <= MAX_ACTIVE_STAGES:
         return frozenset({frozenset(range(v))})
