@@ -66,11 +66,16 @@ def example_params(
 ) -> tuple[str, dict[str, Any]]:
     """(tab, flat parameters) of an example with ``overrides`` applied (None values ignored). A
     planner example given a GPU count (``num_gpus``) without ``dp`` drops its own dp, so dp is
-    the count ÷ (tp·pp·cp) as evaluate derives it.
+    the count ÷ (tp·pp·cp) as evaluate derives it; one given a ``model`` drops its own size (a
+    planner example's ``params``, an RLHF example's ``policy_params`` and the textbook
+    accounting's other sizes), the model's replacing it.
 
     >>> _, params = example_params("one-gpu-70b", {"num_gpus": 8})
     >>> params["num_gpus"], "dp" in params, example_params("one-gpu-70b")[1]["dp"]
     (8, False, 1)
+    >>> _, params = example_params("ppo-70b", {"model": "qwen2.5-7b"})
+    >>> "policy_params" in params, "reward_params" in params, params["algorithm"]
+    (False, False, 'ppo')
     """
     ex = get_example(name)
     tab = ex["tab"]
@@ -92,10 +97,32 @@ def example_params(
         # a GPU count without dp sets dp as evaluate does (interface.inputs._dp_from_gpus:
         # num_gpus ÷ tp·pp·cp), not against the example's own dp
         params.pop("dp", None)
+    if "model" in given:
+        # the user's model replaces the example's own size: a planner example's ``params``; an
+        # RLHF example's textbook-only sizes (policy_params, reward_params, chips, …:
+        # interface.rlhf.report.SEED_ONLY), which the faithful accounting takes from the model
+        # and refuses beside it. A conflicting value the user gave is still refused.
+        for key in _SIZE_KEYS[tab]():
+            params.pop(key, None)
     params.update(given)
-    if "model" in params and "params" in params and overrides and "model" in overrides:
-        params.pop("params")
     return tab, params
+
+
+def _seed_only() -> tuple[str, ...]:
+    from trainplan.interface.rlhf.report import SEED_ONLY
+
+    return SEED_ONLY
+
+
+_SIZE_KEYS: dict[str, Any] = {
+    "planner": lambda: ("params",),
+    "rlhf": _seed_only,
+    "pipeline": tuple,
+    "mfu": tuple,
+    "ckpt": tuple,
+}
+"""The example's own parameters a user's ``model`` replaces, by tab (none on the tabs that take
+no model)."""
 
 
 def run_example(name: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from trainplan.interface.cli import cli
-from trainplan.interface.cli.common import echo_json
+from trainplan.interface.cli.common import RAW_ARGS, echo_json
 from trainplan.interface.cli.options import option_groups
 from trainplan.interface.cli.planner import evaluate_options, run_evaluate
 from trainplan.model.errors import InputError
@@ -38,28 +38,51 @@ def _note(example: dict[str, Any], overrides: dict[str, Any]) -> str:
     return f"\nNote: {example['note']}" if example.get("note") and not overrides else ""
 
 
-def _headline(name: str, says: str, source: str, overrides: dict[str, Any]) -> str:
+def _headline(name: str, says: str, source: str, changed: list[str]) -> str:
     """The example's first line: what it shows and its source; once options change it, the
-    values changed first (the figures below are theirs) and what it shows as published after.
+    options as the user typed them (``changed``: :func:`_typed_words`; the figures below are
+    theirs) and what it shows as published after.
 
-    >>> _headline("1f1b-4x8", "bubble 3/11 = 27%", "Narayanan 2021", {"microbatches": "16"})
-    'Example 1f1b-4x8 with microbatches = 16 (the figures below are for these; as published: bubble 3/11 = 27%)  [Narayanan 2021]'
+    >>> print(_headline("1f1b-4x8", "bubble 3/11 = 27%", "Narayanan 2021", ["--set microbatches=16"]))
+    Example 1f1b-4x8 with --set microbatches=16 (the figures below are for these; as published: \
+bubble 3/11 = 27%)  [Narayanan 2021]
     """
     tail = f"  [{source}]" if source else ""
-    if not overrides:
+    if not changed:
         return f"Example {name}: {says}{tail}"
-    changed = ", ".join(f"{k} = {_shown(v)}" for k, v in overrides.items())
     return (
-        f"Example {name} with {changed} (the figures below are for these; as published: "
-        f"{says}){tail}"
+        f"Example {name} with {', '.join(changed)} (the figures below are for these; as "
+        f"published: {says}){tail}"
     )
 
 
-def _shown(value: Any) -> str:
-    """An override's value as typed (a repeated option's values joined by commas)."""
-    if isinstance(value, list | tuple):
-        return ",".join(map(str, value))
-    return str(value)
+def _typed_words(params: list[click.Parameter], args: list[str], names: set[str]) -> list[str]:
+    """The options among ``args`` (the command line's words) that set one of ``names`` (the
+    parameters the example's overrides come from, ``sets`` for ``--set``), each as the user
+    typed it: ``--gpus 8`` (not the parameter's name, ``num_gpus``), ``--set microbatches=16``,
+    ``--no-flash``, ``--tp=8``; in the order typed.
+
+    >>> opts = [click.Option(["--gpus", "num_gpus"]), click.Option(["--json", "as_json"], is_flag=True),
+    ...         click.Option(["--set", "sets"], multiple=True)]
+    >>> _typed_words(opts, ["1f1b-4x8", "--gpus", "8,192", "--json", "--set=x=1"], {"num_gpus", "sets"})
+    ['--gpus 8,192', '--set=x=1']
+    """
+    by_opt = {
+        o: p for p in params if isinstance(p, click.Option) for o in (*p.opts, *p.secondary_opts)
+    }
+    words: list[str] = []
+    i = 0
+    while i < len(args) and args[i] != "--":
+        flag, eq, _ = args[i].partition("=")
+        param = by_opt.get(flag)
+        takes_value = param is not None and not param.is_flag and not param.count
+        if param is not None and param.name in names:
+            if takes_value and not eq and i + 1 < len(args):
+                words.append(f"{args[i]} {args[i + 1]}")
+            else:
+                words.append(args[i])
+        i += 2 if takes_value and not eq else 1
+    return words
 
 
 def _flags_apply(name: str, tab: str, given: list[str]) -> None:
@@ -163,9 +186,12 @@ def _number(value: Any) -> Any:
     return shown if float(parse_number(shown)) == float(value) else value
 
 
-def _run_planner(name: str, overrides: dict[str, Any], as_json: bool, per_stage: bool) -> None:
+def _run_planner(
+    name: str, overrides: dict[str, Any], changed: list[str], as_json: bool, per_stage: bool
+) -> None:
     """Run planner example ``name`` with ``overrides``: its JSON, or its headline, profile and
-    note then evaluate's report (:func:`interface.cli.planner.run_evaluate`)."""
+    note then evaluate's report (:func:`interface.cli.planner.run_evaluate`); ``changed``: the
+    options as typed (:func:`_typed_words`), the headline's."""
     from trainplan.interface.examples import example_params, examples, run_example
 
     _, merged = example_params(name, overrides)
@@ -180,7 +206,7 @@ def _run_planner(name: str, overrides: dict[str, Any], as_json: bool, per_stage:
             "megatron|deepspeed|fsdp2 for a real framework's peak memory and traffic)"
         )
         header = (
-            _headline(name, ex["says"], ex.get("source", ""), overrides)
+            _headline(name, ex["says"], ex.get("source", ""), changed)
             + f"\nProfile: {merged['framework']}"
             + (f" — {gloss}" if merged["framework"] == "textbook" else "")
             + _note(ex, overrides)
@@ -235,8 +261,14 @@ def example_cmd(
     merge(overrides, given)
     overrides.update(given)
     tab, _ = example_params(name)
+    ctx = click.get_current_context()
+    changed = _typed_words(
+        ctx.command.params,
+        ctx.meta.get(RAW_ARGS, []),
+        {k for k, v in params.items() if v is not None and v != ()} | ({"sets"} if sets else set()),
+    )
     if tab == "planner":
-        _run_planner(name, overrides, as_json, per_stage)
+        _run_planner(name, overrides, changed, as_json, per_stage)
         return
     flags = [k for k, v in params.items() if v is not None and v != ()]
     if tab == "mfu" and ("num_gpus" in flags or "chips" in given):
@@ -249,10 +281,9 @@ def example_cmd(
     if as_json:
         echo_json(out)
         return
-    headline = _headline(name, out["says"], out.get("source", ""), overrides)
+    headline = _headline(name, out["says"], out.get("source", ""), changed)
     click.echo(f"{headline}{_note(examples()[name], overrides)}\n")
     _, merged = example_params(name, overrides)
-    ctx = click.get_current_context()
     command = cli.get_command(ctx, tab)  # loaded on lookup (interface.cli.LazyGroup)
     assert command is not None, tab
     ctx.invoke(command, **merged)
