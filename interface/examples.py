@@ -66,9 +66,8 @@ def example_params(
 ) -> tuple[str, dict[str, Any]]:
     """(tab, flat parameters) of an example with ``overrides`` applied (None values ignored). A
     planner example given a GPU count (``num_gpus``) without ``dp`` drops its own dp, so dp is
-    the count ÷ (tp·pp·cp) as evaluate derives it; one given a ``model`` drops its own size (a
-    planner example's ``params``, an RLHF example's ``policy_params`` and the textbook
-    accounting's other sizes), the model's replacing it.
+    the count ÷ (tp·pp·cp) as evaluate derives it; the example's own values that the given ones
+    replace are dropped (:func:`_giving_way`: a model's size replacing the example's).
 
     >>> _, params = example_params("one-gpu-70b", {"num_gpus": 8})
     >>> params["num_gpus"], "dp" in params, example_params("one-gpu-70b")[1]["dp"]
@@ -97,32 +96,62 @@ def example_params(
         # a GPU count without dp sets dp as evaluate does (interface.inputs._dp_from_gpus:
         # num_gpus ÷ tp·pp·cp), not against the example's own dp
         params.pop("dp", None)
-    if "model" in given:
-        # the user's model replaces the example's own size: a planner example's ``params``; an
-        # RLHF example's textbook-only sizes (policy_params, reward_params, chips, …:
-        # interface.rlhf.report.SEED_ONLY), which the faithful accounting takes from the model
-        # and refuses beside it. A conflicting value the user gave is still refused.
-        for key in _SIZE_KEYS[tab]():
-            params.pop(key, None)
+    for key in _giving_way(tab, params, given):
+        params.pop(key, None)
     params.update(given)
     return tab, params
 
 
-def _seed_only() -> tuple[str, ...]:
+def _giving_way(tab: str, own: dict[str, Any], given: dict[str, Any]) -> list[str]:
+    """The example's own parameters (``own``) that the user's (``given``) replace, which the tab
+    would otherwise refuse beside them — the example's values are defaults, and only a value the
+    user gave is refused as not applying:
+
+    * a ``model``: a planner example's ``params``; an RLHF example's textbook-only sizes
+      (:data:`interface.rlhf.report.SEED_ONLY`: ``policy_params``, ``reward_params``, …), which
+      the faithful accounting takes from the model;
+    * on the RLHF tab, another ``algorithm`` or ``reward``: what that step has no use for
+      (:func:`model.rlhf.shares.not_applicable`: a rule-based reward's or DPO's
+      ``reward_params``, DPO's ``reward`` and rollout MFU).
+
+    >>> _giving_way("rlhf", {"algorithm": "grpo", "reward_params": 70e9}, {"reward": "rule"})
+    ['reward_params']
+
+    Raises
+    ------
+    InputError
+        A ``model`` on an RLHF example whose algorithm places no roles (DPO's, textbook only:
+        :func:`model.rlhf.spec.placed_algorithm`).
+    """
+    out = []
+    if "model" in given and tab == "planner":
+        out.append("params")
+    if tab != "rlhf":
+        return out
     from trainplan.interface.rlhf.report import SEED_ONLY
+    from trainplan.model.errors import InputError
+    from trainplan.model.rlhf.shares import not_applicable
 
-    return SEED_ONLY
+    merged = {**own, **given}
+    if "model" in given:
+        out += SEED_ONLY
+        # the example's algorithm is what it shows: it does not give way to the model
+        if "algorithm" not in given:
+            from trainplan.model.rlhf.spec import placed_algorithm
 
-
-_SIZE_KEYS: dict[str, Any] = {
-    "planner": lambda: ("params",),
-    "rlhf": _seed_only,
-    "pipeline": tuple,
-    "mfu": tuple,
-    "ckpt": tuple,
-}
-"""The example's own parameters a user's ``model`` replaces, by tab (none on the tabs that take
-no model)."""
+            try:
+                placed_algorithm(merged["algorithm"])
+            except InputError as err:
+                raise InputError(
+                    f"model: {shown_text(given['model'])} does not apply to this example: {err}"
+                ) from None
+    try:  # with every option's own rule on, only the algorithm's and the reward's remain
+        unused = not_applicable(
+            merged["algorithm"], merged.get("reward"), rollout_engine=True, logits_buffer=True
+        )
+    except InputError:  # an algorithm or reward not offered: the tab refuses it as given
+        return out
+    return [*out, *(k for k in unused if k not in given)]
 
 
 def run_example(name: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -167,3 +167,84 @@ def test_a_gpu_count_in_the_rlhf_textbook_accounting_names_chips():
         "--gpus: '8' does not apply: it belongs to the faithful accounting; add --model NAME "
         "(this accounting's GPU count is --chips)"
     )
+
+
+EXAMPLE_KEYS = ("example", "says", "source", "changed")
+"""What ``trainplan example NAME --json`` adds to its tab's command's JSON."""
+
+WITH_MODEL = "with --model the sizes, dimensions, GPUs and engine come from the model and placement"
+"""The faithful RLHF accounting's refusal of a textbook-only size (interface.rlhf.report)."""
+
+
+def test_an_rlhf_examples_own_values_give_way_to_the_users():
+    """``trainplan example ppo-70b --model qwen2.5-7b`` was refused ("policy_params:
+    70,000,000,000 does not apply: with --model …"): the example's own 70B size, not the user's
+    input, conflicted with the model; ``grpo-70b --set reward=rule`` and ``ppo-70b --set
+    algorithm=dpo`` were refused for the example's own reward_params. An example's values are
+    defaults: the user's replace them, and the run is exactly the tab's command with the
+    example's remaining values and the user's (the same JSON, less the example's keys). A value
+    the USER gave that conflicts is still refused, named as typed."""
+    grpo_rule = "--algorithm grpo --reward rule --epochs 1 --decode-mfu 0.04 --train-mfu 0.4"
+    runs = run_many(
+        {
+            "ppo model": "example ppo-70b --model qwen2.5-7b --json".split(),
+            "ppo model cmd": "rlhf --algorithm ppo --model qwen2.5-7b --json".split(),
+            "grpo model": "example grpo-70b --model qwen2.5-7b".split(),
+            "rule model": "example grpo-rule-70b --model qwen2.5-7b --gpus 16 --json".split(),
+            "rule model cmd": f"rlhf {grpo_rule} --model qwen2.5-7b --gpus 16 --json".split(),
+            "rule": "example grpo-70b --set reward=rule --json".split(),
+            "rule cmd": "rlhf --algorithm grpo --reward rule --policy-params 70e9 --json".split(),
+            "dpo": "example ppo-70b --set algorithm=dpo --json".split(),
+            "dpo cmd": "rlhf --algorithm dpo --policy-params 70e9 --json".split(),
+            "user size": "example ppo-70b --model qwen2.5-7b --set policy_params=7e9".split(),
+            "user reward": "example grpo-70b --set reward=rule --set reward_params=7e9".split(),
+            "dpo model": "example dpo-70b --model qwen2.5-7b".split(),
+        }
+    )
+    for name in ("ppo model", "rule model", "rule", "dpo"):
+        ex, cmd = json.loads(runs[name].stdout), json.loads(runs[f"{name} cmd"].stdout)
+        assert {k: v for k, v in ex.items() if k not in EXAMPLE_KEYS} == cmd, name
+    # the faithful accounting of qwen2.5-7b (7,615,616,512 parameters) in four PPO roles
+    ppo = json.loads(runs["ppo model"].stdout)
+    assert ppo["changed"] == {"model": "qwen2.5-7b"} and ppo["accounting"] == "faithful"
+    assert [r["params"] for r in ppo["network_table"]] == [7_615_616_512] * 4
+    assert runs["grpo model"].stdout.startswith(
+        "Example grpo-70b with --model qwen2.5-7b (the figures below are for these; as "
+        "published: GRPO: 3 networks instead of 4"
+    )
+    # a rule-based reward: actor and reference, no reward network: 70e9 × (16 + 2) = 1.26 TB
+    rule = json.loads(runs["rule"].stdout)
+    assert rule["networks"] == 2 and rule["resident_bytes"] == 70 * 10**9 * 18
+    assert refusal(runs["user size"]) == f"--set policy_params: '7e9' does not apply: {WITH_MODEL}"
+    assert refusal(runs["user reward"]) == (
+        "--set reward_params: '7e9' does not apply: GRPO with a rule-based reward has no reward "
+        "model and no critic"
+    )
+    # DPO places no roles, so a model does not apply to its example: the user's --model named
+    assert refusal(runs["dpo model"]) == (
+        "--model: 'qwen2.5-7b' does not apply to this example: algorithm: 'dpo' is not one of "
+        "ppo, grpo (DPO has no rollout to place: its textbook accounting takes --policy-params, "
+        "without --model)"
+    )
+
+
+def test_an_examples_headline_names_the_options_as_typed():
+    """``trainplan example ppo-70b --gpus 8`` headed its figures "with chips = 8" (the tab's
+    parameter) and ``fsdp-70b-64 --gpus 128`` "with num_gpus = 128" (evaluate's): names the user
+    never typed. The headline repeats the options as typed, in order, values as written."""
+    runs = run_many(
+        {
+            "ppo": "example ppo-70b --gpus 8".split(),
+            "fsdp": "example fsdp-70b-64 --gpus=8,192 --json".split(),
+            "fsdp text": "example fsdp-70b-64 --gpus=8,192 --no-flash".split(),
+            "pipeline": "example 1f1b-4x8 --set=microbatches=16".split(),
+        }
+    )
+    tail = " (the figures below are for these; as published: "
+    assert runs["ppo"].stdout.startswith(f"Example ppo-70b with --gpus 8{tail}PPO: four")
+    assert runs["fsdp text"].stdout.startswith(
+        f"Example fsdp-70b-64 with --gpus=8,192, --no-flash{tail}"
+    )
+    assert runs["pipeline"].stdout.startswith(f"Example 1f1b-4x8 with --set=microbatches=16{tail}")
+    # the JSON names them by parameter, as it names every value
+    assert json.loads(runs["fsdp"].stdout)["changed"]["num_gpus"] == 8192
