@@ -248,3 +248,34 @@ def test_an_examples_headline_names_the_options_as_typed():
     assert runs["pipeline"].stdout.startswith(f"Example 1f1b-4x8 with --set=microbatches=16{tail}")
     # the JSON names them by parameter, as it names every value
     assert json.loads(runs["fsdp"].stdout)["changed"]["num_gpus"] == 8192
+
+
+def test_the_examples_list_drops_nothing_typed():
+    """``trainplan example --gpus 8`` (no NAME) and ``example --list ppo-70b`` printed the list,
+    the option and the name dropped without a word; ``example ppo-70b --per-stage`` printed the
+    RLHF example, the planner's option ignored. Each is one line naming what was typed."""
+    runs = run_many(
+        {
+            "no name": "example --gpus 8".split(),
+            "set no name": "example --set microbatches=16 --json".split(),
+            "list name": "example --list ppo-70b".split(),
+            "list option": "example --list --per-stage".split(),
+            "per-stage": "example ppo-70b --per-stage".split(),
+            "list": "example --list --json".split(),
+        }
+    )
+    assert refusal(runs["no name"]) == (
+        "NAME: required with --gpus 8 (the example it changes): trainplan example NAME --gpus 8; "
+        "trainplan example --list lists them"
+    )
+    assert refusal(runs["set no name"]).startswith("NAME: required with --set microbatches=16 ")
+    assert refusal(runs["list name"]) == (
+        "--list: lists every example, so it takes no NAME ('ppo-70b'); run that one with "
+        "trainplan example ppo-70b"
+    )
+    assert refusal(runs["list option"]).startswith("--per-stage: does not apply to --list ")
+    assert refusal(runs["per-stage"]).startswith(
+        "--per-stage: does not apply to example ppo-70b (the rlhf tab); set its parameters with "
+        "--set KEY=VALUE ("
+    )
+    assert len(json.loads(runs["list"].stdout)) == 20

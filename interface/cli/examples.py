@@ -111,6 +111,33 @@ def _flags_apply(name: str, tab: str, given: list[str]) -> None:
     )
 
 
+def _nothing_dropped(name: str | None, list_: bool, words: list[str]) -> None:
+    """Refuse what the list would drop: a ``NAME`` given with ``--list``, or an example's option
+    (``words``: those typed, :func:`_typed_words`) without a ``NAME`` to change.
+
+    Raises
+    ------
+    InputError
+        ``--list: lists every example, so it takes no NAME ('ppo-70b'); …`` or ``NAME: required
+        with --gpus 8 (the example it changes); …``.
+    """
+    if list_ and name:
+        raise InputError(
+            f"--list: lists every example, so it takes no NAME ({name!r}); run that one with "
+            f"trainplan example {name}"
+        )
+    if words and list_:
+        raise InputError(
+            f"{words[0].partition(' ')[0].partition('=')[0]}: does not apply to --list (it lists "
+            f"the examples); give an example's NAME instead: trainplan example NAME {words[0]}"
+        )
+    if words:
+        raise InputError(
+            f"NAME: required with {words[0]} (the example it changes): trainplan example NAME "
+            f"{words[0]}; trainplan example --list lists them"
+        )
+
+
 def _gpu_count_key(name: str, tab: str, overrides: dict[str, Any]) -> str:
     """The parameter that ``--gpus`` gives on example ``name`` of the ``mfu`` or ``rlhf`` tab: the
     tab's count of GPUs, ``chips`` (MFU's denominator, PaLM Appendix B; the RLHF textbook
@@ -245,7 +272,16 @@ def example_cmd(
     and the figures it reproduces (trainplan example --list)."""
     from trainplan.interface.examples import example_params, examples, get_example, run_example
 
+    ctx = click.get_current_context()
+    typed = {k for k, v in params.items() if v is not None and v != ()}
+    typed |= {"sets"} if sets else set()
+    changed = _typed_words(ctx.command.params, ctx.meta.get(RAW_ARGS, []), typed)
     if list_ or not name:
+        _nothing_dropped(
+            name,
+            list_,
+            _typed_words(ctx.command.params, ctx.meta.get(RAW_ARGS, []), {*typed, "per_stage"}),
+        )
         rows = [{"name": n, "tab": e["tab"], "says": e["says"]} for n, e in examples().items()]
         if as_json:
             echo_json(rows)
@@ -261,16 +297,11 @@ def example_cmd(
     merge(overrides, given)
     overrides.update(given)
     tab, _ = example_params(name)
-    ctx = click.get_current_context()
-    changed = _typed_words(
-        ctx.command.params,
-        ctx.meta.get(RAW_ARGS, []),
-        {k for k, v in params.items() if v is not None and v != ()} | ({"sets"} if sets else set()),
-    )
     if tab == "planner":
         _run_planner(name, overrides, changed, as_json, per_stage)
         return
     flags = [k for k, v in params.items() if v is not None and v != ()]
+    flags += ["per_stage"] if per_stage else []  # the planner's: refused on another tab
     if tab == "mfu" and ("num_gpus" in flags or "chips" in given):
         _mfu_chips_apply(name, "--gpus" if "num_gpus" in flags else "--set chips", overrides)
     if "num_gpus" in flags and tab in ("mfu", "rlhf"):
