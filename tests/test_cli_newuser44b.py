@@ -279,3 +279,38 @@ def test_the_examples_list_drops_nothing_typed():
         "--set KEY=VALUE ("
     )
     assert len(json.loads(runs["list"].stdout)) == 20
+
+
+def test_the_textbook_engine_and_logits_options_name_what_they_need_as_typed():
+    """``trainplan rlhf … --rollout-engine --layers 32`` said "the KV cache needs kv_heads,
+    head_dim" and ``--logits-buffer`` "needs vocab_size": Python names where the user types
+    ``--kv-heads``; the web, ``kv-heads``."""
+    base = "rlhf --algorithm ppo --policy-params 7e9"
+    runs = run_many(
+        {
+            "engine": f"{base} --rollout-engine --layers 32 --json".split(),
+            "logits": f"{base} --logits-buffer".split(),
+        }
+    )
+    assert refusal(runs["engine"]) == "--rollout-engine: the KV cache needs --kv-heads, --head-dim"
+    assert refusal(runs["logits"]) == "--logits-buffer: needs --vocab-size"
+
+    import warnings
+
+    from tests.web.conftest import need
+
+    need("fastapi", "the web API")
+    need("httpx", "the web API's test client")
+    with warnings.catch_warnings():  # starlette's notice about its httpx client
+        warnings.simplefilter("ignore")
+        from fastapi.testclient import TestClient
+
+        from trainplan.interface.web.app import create_app
+
+        client = TestClient(create_app(("testserver",)))
+        query = "/api/rlhf?algorithm=ppo&policy-params=7e9&rollout-engine=true&layers=32"
+        engine = client.get(query)
+        logits = client.get("/api/rlhf?algorithm=ppo&policy-params=7e9&logits-buffer=true")
+    assert engine.status_code == 422 and logits.status_code == 422
+    assert engine.json() == {"error": "rollout-engine: the KV cache needs kv-heads, head-dim"}
+    assert logits.json() == {"error": "logits-buffer: needs vocab-size"}

@@ -413,14 +413,15 @@ def extra_bytes(
         dims = {"layers": layers, "kv_heads": kv_heads, "head_dim": head_dim}
         need = [k for k, v in dims.items() if v is None]
         if need:
-            raise InputError(f"rollout_engine: the KV cache needs {', '.join(need)}")
+            named = ", ".join(f"`{k}`" for k in need)
+            raise InputError(f"rollout_engine: the KV cache needs {named}")
         batch = rollout_batch_size(rollout_batch, sequences)
         extras["rollout_weights_bytes"] = 2 * Fraction(policy_params)
         kv = kv_cache_bytes(layers, kv_heads, head_dim, batch, tokens_per_sequence)  # type: ignore[arg-type]
         extras["kv_cache_bytes"] = Fraction(kv)
     if logits_buffer:
         if vocab_size is None:
-            raise InputError("logits_buffer: needs vocab_size")
+            raise InputError("logits_buffer: needs `vocab_size`")
         tokens = logits_tokens or tokens_per_sequence
         extras["logits_buffer_bytes"] = Fraction(logits_buffer_bytes(tokens, vocab_size))
     return extras
