@@ -176,6 +176,9 @@ WITH_MODEL = "with --model the sizes, dimensions, GPUs and engine come from the 
 """The faithful RLHF accounting's refusal of a textbook-only size (interface.rlhf.report)."""
 
 
+FSDP2_ZERO3 = "--framework fsdp2 --zero 3"
+
+
 def test_an_rlhf_examples_own_values_give_way_to_the_users():
     """``trainplan example ppo-70b --model qwen2.5-7b`` was refused ("policy_params:
     70,000,000,000 does not apply: with --model …"): the example's own 70B size, not the user's
@@ -199,9 +202,13 @@ def test_an_rlhf_examples_own_values_give_way_to_the_users():
             "user size": "example ppo-70b --model qwen2.5-7b --set policy_params=7e9".split(),
             "user reward": "example grpo-70b --set reward=rule --set reward_params=7e9".split(),
             "dpo model": "example dpo-70b --model qwen2.5-7b".split(),
+            # evaluate's --zero (zero_stage) is the RLHF command's --zero (zero): it was refused
+            # as "does not apply to example ppo-70b (the rlhf tab)"
+            "zero": f"example ppo-70b --model qwen2.5-7b {FSDP2_ZERO3} --json".split(),
+            "zero cmd": f"rlhf --algorithm ppo --model qwen2.5-7b {FSDP2_ZERO3} --json".split(),
         }
     )
-    for name in ("ppo model", "rule model", "rule", "dpo"):
+    for name in ("ppo model", "rule model", "rule", "dpo", "zero"):
         ex, cmd = json.loads(runs[name].stdout), json.loads(runs[f"{name} cmd"].stdout)
         assert {k: v for k, v in ex.items() if k not in EXAMPLE_KEYS} == cmd, name
     # the faithful accounting of qwen2.5-7b (7,615,616,512 parameters) in four PPO roles

@@ -138,6 +138,22 @@ def _nothing_dropped(name: str | None, list_: bool, words: list[str]) -> None:
         )
 
 
+def _same_flag(here: click.Command, tab: click.Command | None, key: str) -> str | None:
+    """The parameter of the ``tab``'s command that takes the flag that gives ``key`` on the
+    example command (``here``), where it names it otherwise: evaluate's ``--zero`` is
+    ``zero_stage``, the RLHF command's ``zero``; else None.
+
+    >>> from trainplan.interface.cli import cli
+    >>> ctx = click.Context(cli)
+    >>> _same_flag(cli.get_command(ctx, "example"), cli.get_command(ctx, "rlhf"), "zero_stage")
+    'zero'
+    """
+    flag = next((p.opts[0] for p in here.params if p.name == key), None)
+    params = tab.params if tab is not None else []
+    other = next((p.name for p in params if flag in getattr(p, "opts", ())), None)
+    return other if other != key else None
+
+
 def _gpu_count_key(name: str, tab: str, overrides: dict[str, Any]) -> str:
     """The parameter that ``--gpus`` gives on example ``name`` of the ``mfu`` or ``rlhf`` tab: the
     tab's count of GPUs, ``chips`` (MFU's denominator, PaLM Appendix B; the RLHF textbook
@@ -307,6 +323,11 @@ def example_cmd(
     if "num_gpus" in flags and tab in ("mfu", "rlhf"):
         flags[flags.index("num_gpus")] = gpus = _gpu_count_key(name, tab, overrides)
         overrides[gpus] = overrides.pop("num_gpus")
+    for i, key in enumerate(flags):  # a flag the tab's command spells alike: its parameter
+        same = _same_flag(ctx.command, cli.get_command(ctx, tab), key)
+        if same is not None and key != "num_gpus" and key in overrides:
+            flags[i] = same
+            overrides[same] = overrides.pop(key)
     _flags_apply(name, tab, flags)
     out = run_example(name, overrides)
     if as_json:
