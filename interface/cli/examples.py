@@ -138,6 +138,35 @@ def _nothing_dropped(name: str | None, list_: bool, words: list[str]) -> None:
         )
 
 
+def _list(as_json: bool) -> None:
+    """Print the examples: name, tab and what each shows (``as_json``: as JSON rows)."""
+    from trainplan.interface.examples import examples
+
+    rows = [{"name": n, "tab": e["tab"], "says": e["says"]} for n, e in examples().items()]
+    if as_json:
+        echo_json(rows)
+        return
+    for r in rows:
+        click.echo(f"{r['name']:<24} {r['tab']:<9} {r['says']}")
+
+
+def _tab_keys(
+    ctx: click.Context, name: str, tab: str, flags: list[str], overrides: dict[str, Any]
+) -> None:
+    """Rename in place the ``flags`` (the parameters the command line's flags set) and their
+    ``overrides`` as example ``name``'s ``tab`` names them: ``--gpus`` as the tab's GPU count
+    (:func:`_gpu_count_key`), a flag the tab's command spells alike as its parameter
+    (:func:`_same_flag`: ``--zero``)."""
+    if "num_gpus" in flags and tab in ("mfu", "rlhf"):
+        flags[flags.index("num_gpus")] = gpus = _gpu_count_key(name, tab, overrides)
+        overrides[gpus] = overrides.pop("num_gpus")
+    for i, key in enumerate(flags):
+        same = _same_flag(ctx.command, cli.get_command(ctx, tab), key)
+        if same is not None and key != "num_gpus" and key in overrides:
+            flags[i] = same
+            overrides[same] = overrides.pop(key)
+
+
 def _same_flag(here: click.Command, tab: click.Command | None, key: str) -> str | None:
     """The parameter of the ``tab``'s command that takes the flag that gives ``key`` on the
     example command (``here``), where it names it otherwise: evaluate's ``--zero`` is
@@ -293,17 +322,9 @@ def example_cmd(
     typed |= {"sets"} if sets else set()
     changed = _typed_words(ctx.command.params, ctx.meta.get(RAW_ARGS, []), typed)
     if list_ or not name:
-        _nothing_dropped(
-            name,
-            list_,
-            _typed_words(ctx.command.params, ctx.meta.get(RAW_ARGS, []), {*typed, "per_stage"}),
-        )
-        rows = [{"name": n, "tab": e["tab"], "says": e["says"]} for n, e in examples().items()]
-        if as_json:
-            echo_json(rows)
-        else:
-            for r in rows:
-                click.echo(f"{r['name']:<24} {r['tab']:<9} {r['says']}")
+        words = _typed_words(ctx.command.params, ctx.meta.get(RAW_ARGS, []), {*typed, "per_stage"})
+        _nothing_dropped(name, list_, words)
+        _list(as_json)
         return
     get_example(name, "NAME")  # an unknown name refused as the argument the user typed
     overrides = {k: v for k, v in params.items() if v is not None and v != ()}
@@ -320,14 +341,7 @@ def example_cmd(
     flags += ["per_stage"] if per_stage else []  # the planner's: refused on another tab
     if tab == "mfu" and ("num_gpus" in flags or "chips" in given):
         _mfu_chips_apply(name, "--gpus" if "num_gpus" in flags else "--set chips", overrides)
-    if "num_gpus" in flags and tab in ("mfu", "rlhf"):
-        flags[flags.index("num_gpus")] = gpus = _gpu_count_key(name, tab, overrides)
-        overrides[gpus] = overrides.pop("num_gpus")
-    for i, key in enumerate(flags):  # a flag the tab's command spells alike: its parameter
-        same = _same_flag(ctx.command, cli.get_command(ctx, tab), key)
-        if same is not None and key != "num_gpus" and key in overrides:
-            flags[i] = same
-            overrides[same] = overrides.pop(key)
+    _tab_keys(ctx, name, tab, flags, overrides)
     _flags_apply(name, tab, flags)
     out = run_example(name, overrides)
     if as_json:

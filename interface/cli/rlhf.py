@@ -61,11 +61,8 @@ _EPOCHS = click.option(
 )  # fmt: skip
 
 
-def _with_options(
-    f: Callable[..., Any], algorithms: str, check: Callable[..., Any] | None
-) -> Callable[..., Any]:
-    """``f`` with the workload options (``algorithms``: ``--algorithm``'s help; ``check``: its
-    callback, or None)."""
+def _with_options(f: Callable[..., Any], algorithms: str, check: Any) -> Callable[..., Any]:
+    """``f`` with the workload options (``--algorithm``'s help and callback or None)."""
     opts = [
         click.option("--algorithm", required=True, help=algorithms, callback=check),
         click.option("--reward", help="model or rule (no network); PPO and GRPO only [default: model]."),
