@@ -321,3 +321,30 @@ def test_the_textbook_engine_and_logits_options_name_what_they_need_as_typed():
     assert engine.status_code == 422 and logits.status_code == 422
     assert engine.json() == {"error": "rollout-engine: the KV cache needs kv-heads, head-dim"}
     assert logits.json() == {"error": "logits-buffer: needs vocab-size"}
+
+
+def test_a_critic_model_where_the_step_has_no_critic_is_refused():
+    """``--critic-model llama3-8b`` with GRPO and a rule-based reward (DeepSeek-R1's: no reward
+    model, no critic, model.rlhf.phases.step_roles) was dropped without a word by ``rlhf`` and
+    ``rlhf-plan``: the figures were those of actor and reference alone. Refused as the
+    textbook accounting refuses ``--reward-params`` there; PPO with a rule keeps its critic."""
+    faithful = "--model qwen2.5-7b --gpus 8 --critic-model llama3-8b"
+    runs = run_many(
+        {
+            "rlhf": f"rlhf --algorithm grpo --reward rule {faithful} --json".split(),
+            "plan": f"rlhf-plan --algorithm grpo --reward RULE {faithful}".split(),
+            "ppo": f"rlhf --algorithm ppo --reward rule {faithful} --json".split(),
+        }
+    )
+    line = (
+        "--critic-model: 'llama3-8b' does not apply: GRPO with a rule-based reward has no reward "
+        "model and no critic"
+    )
+    assert refusal(runs["rlhf"]) == line and refusal(runs["plan"]) == line
+    # PPO's critic is the given network: llama3-8b's 8,030,261,248 parameters
+    table = json.loads(runs["ppo"].stdout)["network_table"]
+    assert [(r["role"], r["params"]) for r in table] == [
+        ("actor", 7_615_616_512),
+        ("critic", 8_030_261_248),
+        ("reference", 7_615_616_512),
+    ]

@@ -25,7 +25,7 @@ from trainplan.model.layout import Recompute
 from trainplan.model.rlhf.openrlhf import check_split_count
 from trainplan.model.rlhf.packing import Packing
 from trainplan.model.rlhf.roles import OFFLOAD_MODES, RoleOption, check_training_tp
-from trainplan.model.rlhf.shares import DEFAULTS, ROLLOUT_BATCH
+from trainplan.model.rlhf.shares import DEFAULTS, ROLLOUT_BATCH, not_applicable
 from trainplan.model.rlhf.spec import (
     HOST_BYTES_PER_NODE,
     MICRO_BATCH_TOKENS,
@@ -33,6 +33,7 @@ from trainplan.model.rlhf.spec import (
     RLHFSpec,
     Role,
     default_fraction,
+    placed_algorithm,
 )
 from trainplan.model.rlhf.step import StepPlan, compose
 from trainplan.model.rollout import check_fraction
@@ -233,6 +234,10 @@ def _spec(r: RLHFRequest, used: dict[str, Any]) -> RLHFSpec:
         if r.model_spec is not None
         else named_lookup("model", get_model, str(r.model)).model
     )
+    # a critic's or reward model's network where the step has neither (GRPO with a rule) is
+    # refused, never dropped (model.rlhf.shares.not_applicable)
+    unused = not_applicable(placed_algorithm(r.algorithm), r.reward, rollout_engine=True)
+    check_applicable({"critic_model": r.critic_model}, unused)
     critic = (
         None
         if r.critic_model is None
