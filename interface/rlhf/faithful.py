@@ -234,15 +234,7 @@ def _spec(r: RLHFRequest, used: dict[str, Any]) -> RLHFSpec:
         if r.model_spec is not None
         else named_lookup("model", get_model, str(r.model)).model
     )
-    # a critic's or reward model's network where the step has neither (GRPO with a rule) is
-    # refused, never dropped (model.rlhf.shares.not_applicable)
-    unused = not_applicable(placed_algorithm(r.algorithm), r.reward, rollout_engine=True)
-    check_applicable({"critic_model": r.critic_model}, unused)
-    critic = (
-        None
-        if r.critic_model is None
-        else named_lookup("critic_model", get_model, str(r.critic_model)).model
-    )
+    critic = _critic(r)
     framework = parse_framework(_opt(r, "framework", used))
     if framework is Framework.TEXTBOOK:
         raise InputError(
@@ -283,6 +275,22 @@ def _spec(r: RLHFRequest, used: dict[str, Any]) -> RLHFSpec:
         bandwidth_efficiency=None if r.bandwidth_efficiency is None else float(
             parse_number(r.bandwidth_efficiency, "bandwidth_efficiency")),
     )  # fmt: skip
+
+
+def _critic(r: RLHFRequest) -> Any:
+    """``r``'s critic and reward model network (``critic_model``'s model), or None: the policy's.
+
+    Raises
+    ------
+    InputError
+        An unknown model; one given where the step has neither a critic nor a reward model (GRPO
+        with a rule-based reward: :func:`model.rlhf.shares.not_applicable`), never dropped.
+    """
+    unused = not_applicable(placed_algorithm(r.algorithm), r.reward, rollout_engine=True)
+    check_applicable({"critic_model": r.critic_model}, unused)
+    if r.critic_model is None:
+        return None
+    return named_lookup("critic_model", get_model, str(r.critic_model)).model
 
 
 def _placed(r: RLHFRequest, inp: RLHFInputs) -> RLHFInputs:
