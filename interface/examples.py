@@ -66,11 +66,15 @@ def example_params(
 ) -> tuple[str, dict[str, Any]]:
     """(tab, flat parameters) of an example with ``overrides`` applied (None values ignored). A
     planner example given a GPU count (``num_gpus``) without ``dp`` drops its own dp, so dp is
-    the count ÷ (tp·pp·cp) as evaluate derives it.
+    the count ÷ (tp·pp·cp) as evaluate derives it; the example's own values that the given ones
+    replace are dropped (:func:`_giving_way`: a model's size replacing the example's).
 
     >>> _, params = example_params("one-gpu-70b", {"num_gpus": 8})
     >>> params["num_gpus"], "dp" in params, example_params("one-gpu-70b")[1]["dp"]
     (8, False, 1)
+    >>> _, params = example_params("ppo-70b", {"model": "qwen2.5-7b"})
+    >>> "policy_params" in params, "reward_params" in params, params["algorithm"]
+    (False, False, 'ppo')
     """
     ex = get_example(name)
     tab = ex["tab"]
@@ -92,10 +96,62 @@ def example_params(
         # a GPU count without dp sets dp as evaluate does (interface.inputs._dp_from_gpus:
         # num_gpus ÷ tp·pp·cp), not against the example's own dp
         params.pop("dp", None)
+    for key in _giving_way(tab, params, given):
+        params.pop(key, None)
     params.update(given)
-    if "model" in params and "params" in params and overrides and "model" in overrides:
-        params.pop("params")
     return tab, params
+
+
+def _giving_way(tab: str, own: dict[str, Any], given: dict[str, Any]) -> list[str]:
+    """The example's own parameters (``own``) that the user's (``given``) replace, which the tab
+    would otherwise refuse beside them — the example's values are defaults, and only a value the
+    user gave is refused as not applying:
+
+    * a ``model``: a planner example's ``params``; an RLHF example's textbook-only sizes
+      (:data:`interface.rlhf.report.SEED_ONLY`: ``policy_params``, ``reward_params``, …), which
+      the faithful accounting takes from the model;
+    * on the RLHF tab, another ``algorithm`` or ``reward``: what that step has no use for
+      (:func:`model.rlhf.shares.not_applicable`: a rule-based reward's or DPO's
+      ``reward_params``, DPO's ``reward`` and rollout MFU).
+
+    >>> _giving_way("rlhf", {"algorithm": "grpo", "reward_params": 70e9}, {"reward": "rule"})
+    ['reward_params']
+
+    Raises
+    ------
+    InputError
+        A ``model`` on an RLHF example whose algorithm places no roles (DPO's, textbook only:
+        :func:`model.rlhf.spec.placed_algorithm`).
+    """
+    out = []
+    if "model" in given and tab == "planner":
+        out.append("params")
+    if tab != "rlhf":
+        return out
+    from trainplan.interface.rlhf.report import SEED_ONLY
+    from trainplan.model.errors import InputError
+    from trainplan.model.rlhf.shares import not_applicable
+
+    merged = {**own, **given}
+    if "model" in given:
+        out += SEED_ONLY
+        # the example's algorithm is what it shows: it does not give way to the model
+        if "algorithm" not in given:
+            from trainplan.model.rlhf.spec import placed_algorithm
+
+            try:
+                placed_algorithm(merged["algorithm"])
+            except InputError as err:
+                raise InputError(
+                    f"model: {shown_text(given['model'])} does not apply to this example: {err}"
+                ) from None
+    try:  # with every option's own rule on, only the algorithm's and the reward's remain
+        unused = not_applicable(
+            merged["algorithm"], merged.get("reward"), rollout_engine=True, logits_buffer=True
+        )
+    except InputError:  # an algorithm or reward not offered: the tab refuses it as given
+        return out
+    return [*out, *(k for k in unused if k not in given)]
 
 
 def run_example(name: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -23,6 +23,7 @@ __all__ = [
     "MOVED_QUERY",
     "flag_for",
     "with_flags",
+    "as_fields",
     "as_keys",
     "on_page",
     "refusal",
@@ -249,6 +250,18 @@ def on_page(message: str, fields: Collection[str]) -> str:
     message = _SET_HELP.sub(SET_KEYS_PAGE, message)
     message = with_flags(message, web=True, options={f"--{f}" for f in fields})
     message = _HEAD.sub(lambda m: _dashed(m.group(1), fields), message)
+    return _FLAG.sub(lambda m: m.group(1) if m.group(1) in fields else m.group(0), message)
+
+
+def as_fields(message: str, fields: Collection[str]) -> str:
+    """``message`` with each ``--flag`` left in it that is one of ``fields`` written as that field:
+    the web's line naming another command's parameter after :func:`on_page` wrote this command's
+    (``/api/rlhf-plan`` refusing DPO points to ``/api/rlhf``'s ``policy-params``); a framework's
+    own flag, no field, is kept.
+
+    >>> as_fields("takes --policy-params, not --overlap-grad-reduce", {"policy-params"})
+    'takes policy-params, not --overlap-grad-reduce'
+    """
     return _FLAG.sub(lambda m: m.group(1) if m.group(1) in fields else m.group(0), message)
 
 

@@ -167,3 +167,184 @@ def test_a_gpu_count_in_the_rlhf_textbook_accounting_names_chips():
         "--gpus: '8' does not apply: it belongs to the faithful accounting; add --model NAME "
         "(this accounting's GPU count is --chips)"
     )
+
+
+EXAMPLE_KEYS = ("example", "says", "source", "changed")
+"""What ``trainplan example NAME --json`` adds to its tab's command's JSON."""
+
+WITH_MODEL = "with --model the sizes, dimensions, GPUs and engine come from the model and placement"
+"""The faithful RLHF accounting's refusal of a textbook-only size (interface.rlhf.report)."""
+
+
+FSDP2_ZERO3 = "--framework fsdp2 --zero 3"
+
+
+def test_an_rlhf_examples_own_values_give_way_to_the_users():
+    """``trainplan example ppo-70b --model qwen2.5-7b`` was refused ("policy_params:
+    70,000,000,000 does not apply: with --model …"): the example's own 70B size, not the user's
+    input, conflicted with the model; ``grpo-70b --set reward=rule`` and ``ppo-70b --set
+    algorithm=dpo`` were refused for the example's own reward_params. An example's values are
+    defaults: the user's replace them, and the run is exactly the tab's command with the
+    example's remaining values and the user's (the same JSON, less the example's keys). A value
+    the USER gave that conflicts is still refused, named as typed."""
+    grpo_rule = "--algorithm grpo --reward rule --epochs 1 --decode-mfu 0.04 --train-mfu 0.4"
+    runs = run_many(
+        {
+            "ppo model": "example ppo-70b --model qwen2.5-7b --json".split(),
+            "ppo model cmd": "rlhf --algorithm ppo --model qwen2.5-7b --json".split(),
+            "grpo model": "example grpo-70b --model qwen2.5-7b".split(),
+            "rule model": "example grpo-rule-70b --model qwen2.5-7b --gpus 16 --json".split(),
+            "rule model cmd": f"rlhf {grpo_rule} --model qwen2.5-7b --gpus 16 --json".split(),
+            "rule": "example grpo-70b --set reward=rule --json".split(),
+            "rule cmd": "rlhf --algorithm grpo --reward rule --policy-params 70e9 --json".split(),
+            "dpo": "example ppo-70b --set algorithm=dpo --json".split(),
+            "dpo cmd": "rlhf --algorithm dpo --policy-params 70e9 --json".split(),
+            "user size": "example ppo-70b --model qwen2.5-7b --set policy_params=7e9".split(),
+            "user reward": "example grpo-70b --set reward=rule --set reward_params=7e9".split(),
+            "dpo model": "example dpo-70b --model qwen2.5-7b".split(),
+            # evaluate's --zero (zero_stage) is the RLHF command's --zero (zero): it was refused
+            # as "does not apply to example ppo-70b (the rlhf tab)"
+            "zero": f"example ppo-70b --model qwen2.5-7b {FSDP2_ZERO3} --json".split(),
+            "zero cmd": f"rlhf --algorithm ppo --model qwen2.5-7b {FSDP2_ZERO3} --json".split(),
+        }
+    )
+    for name in ("ppo model", "rule model", "rule", "dpo", "zero"):
+        ex, cmd = json.loads(runs[name].stdout), json.loads(runs[f"{name} cmd"].stdout)
+        assert {k: v for k, v in ex.items() if k not in EXAMPLE_KEYS} == cmd, name
+    # the faithful accounting of qwen2.5-7b (7,615,616,512 parameters) in four PPO roles
+    ppo = json.loads(runs["ppo model"].stdout)
+    assert ppo["changed"] == {"model": "qwen2.5-7b"} and ppo["accounting"] == "faithful"
+    assert [r["params"] for r in ppo["network_table"]] == [7_615_616_512] * 4
+    assert runs["grpo model"].stdout.startswith(
+        "Example grpo-70b with --model qwen2.5-7b (the figures below are for these; as "
+        "published: GRPO: 3 networks instead of 4"
+    )
+    # a rule-based reward: actor and reference, no reward network: 70e9 × (16 + 2) = 1.26 TB
+    rule = json.loads(runs["rule"].stdout)
+    assert rule["networks"] == 2 and rule["resident_bytes"] == 70 * 10**9 * 18
+    assert refusal(runs["user size"]) == f"--set policy_params: '7e9' does not apply: {WITH_MODEL}"
+    assert refusal(runs["user reward"]) == (
+        "--set reward_params: '7e9' does not apply: GRPO with a rule-based reward has no reward "
+        "model and no critic"
+    )
+    # DPO places no roles, so a model does not apply to its example: the user's --model named
+    assert refusal(runs["dpo model"]) == (
+        "--model: 'qwen2.5-7b' does not apply to this example: algorithm: 'dpo' is not one of "
+        "ppo, grpo (DPO has no rollout to place: its textbook accounting takes --policy-params, "
+        "without --model)"
+    )
+
+
+def test_an_examples_headline_names_the_options_as_typed():
+    """``trainplan example ppo-70b --gpus 8`` headed its figures "with chips = 8" (the tab's
+    parameter) and ``fsdp-70b-64 --gpus 128`` "with num_gpus = 128" (evaluate's): names the user
+    never typed. The headline repeats the options as typed, in order, values as written."""
+    runs = run_many(
+        {
+            "ppo": "example ppo-70b --gpus 8".split(),
+            "fsdp": "example fsdp-70b-64 --gpus=8,192 --json".split(),
+            "fsdp text": "example fsdp-70b-64 --gpus=8,192 --no-flash".split(),
+            "pipeline": "example 1f1b-4x8 --set=microbatches=16".split(),
+        }
+    )
+    tail = " (the figures below are for these; as published: "
+    assert runs["ppo"].stdout.startswith(f"Example ppo-70b with --gpus 8{tail}PPO: four")
+    assert runs["fsdp text"].stdout.startswith(
+        f"Example fsdp-70b-64 with --gpus=8,192, --no-flash{tail}"
+    )
+    assert runs["pipeline"].stdout.startswith(f"Example 1f1b-4x8 with --set=microbatches=16{tail}")
+    # the JSON names them by parameter, as it names every value
+    assert json.loads(runs["fsdp"].stdout)["changed"]["num_gpus"] == 8192
+
+
+def test_the_examples_list_drops_nothing_typed():
+    """``trainplan example --gpus 8`` (no NAME) and ``example --list ppo-70b`` printed the list,
+    the option and the name dropped without a word; ``example ppo-70b --per-stage`` printed the
+    RLHF example, the planner's option ignored. Each is one line naming what was typed."""
+    runs = run_many(
+        {
+            "no name": "example --gpus 8".split(),
+            "set no name": "example --set microbatches=16 --json".split(),
+            "list name": "example --list ppo-70b".split(),
+            "list option": "example --list --per-stage".split(),
+            "per-stage": "example ppo-70b --per-stage".split(),
+            "list": "example --list --json".split(),
+        }
+    )
+    assert refusal(runs["no name"]) == (
+        "NAME: required with --gpus 8 (the example it changes): trainplan example NAME --gpus 8; "
+        "trainplan example --list lists them"
+    )
+    assert refusal(runs["set no name"]).startswith("NAME: required with --set microbatches=16 ")
+    assert refusal(runs["list name"]) == (
+        "--list: lists every example, so it takes no NAME ('ppo-70b'); run that one with "
+        "trainplan example ppo-70b"
+    )
+    assert refusal(runs["list option"]).startswith("--per-stage: does not apply to --list ")
+    assert refusal(runs["per-stage"]).startswith(
+        "--per-stage: does not apply to example ppo-70b (the rlhf tab); set its parameters with "
+        "--set KEY=VALUE ("
+    )
+    assert len(json.loads(runs["list"].stdout)) == 20
+
+
+def test_the_textbook_engine_and_logits_options_name_what_they_need_as_typed():
+    """``trainplan rlhf … --rollout-engine --layers 32`` said "the KV cache needs kv_heads,
+    head_dim" and ``--logits-buffer`` "needs vocab_size": Python names where the user types
+    ``--kv-heads``; the web, ``kv-heads``."""
+    base = "rlhf --algorithm ppo --policy-params 7e9"
+    runs = run_many(
+        {
+            "engine": f"{base} --rollout-engine --layers 32 --json".split(),
+            "logits": f"{base} --logits-buffer".split(),
+        }
+    )
+    assert refusal(runs["engine"]) == "--rollout-engine: the KV cache needs --kv-heads, --head-dim"
+    assert refusal(runs["logits"]) == "--logits-buffer: needs --vocab-size"
+
+    import warnings
+
+    from tests.web.conftest import need
+
+    need("fastapi", "the web API")
+    need("httpx", "the web API's test client")
+    with warnings.catch_warnings():  # starlette's notice about its httpx client
+        warnings.simplefilter("ignore")
+        from fastapi.testclient import TestClient
+
+        from trainplan.interface.web.app import create_app
+
+        client = TestClient(create_app(("testserver",)))
+        query = "/api/rlhf?algorithm=ppo&policy-params=7e9&rollout-engine=true&layers=32"
+        engine = client.get(query)
+        logits = client.get("/api/rlhf?algorithm=ppo&policy-params=7e9&logits-buffer=true")
+    assert engine.status_code == 422 and logits.status_code == 422
+    assert engine.json() == {"error": "rollout-engine: the KV cache needs kv-heads, head-dim"}
+    assert logits.json() == {"error": "logits-buffer: needs vocab-size"}
+
+
+def test_a_critic_model_where_the_step_has_no_critic_is_refused():
+    """``--critic-model llama3-8b`` with GRPO and a rule-based reward (DeepSeek-R1's: no reward
+    model, no critic, model.rlhf.phases.step_roles) was dropped without a word by ``rlhf`` and
+    ``rlhf-plan``: the figures were those of actor and reference alone. Refused as the
+    textbook accounting refuses ``--reward-params`` there; PPO with a rule keeps its critic."""
+    faithful = "--model qwen2.5-7b --gpus 8 --critic-model llama3-8b"
+    runs = run_many(
+        {
+            "rlhf": f"rlhf --algorithm grpo --reward rule {faithful} --json".split(),
+            "plan": f"rlhf-plan --algorithm grpo --reward RULE {faithful}".split(),
+            "ppo": f"rlhf --algorithm ppo --reward rule {faithful} --json".split(),
+        }
+    )
+    line = (
+        "--critic-model: 'llama3-8b' does not apply: GRPO with a rule-based reward has no reward "
+        "model and no critic"
+    )
+    assert refusal(runs["rlhf"]) == line and refusal(runs["plan"]) == line
+    # PPO's critic is the given network: llama3-8b's 8,030,261,248 parameters
+    table = json.loads(runs["ppo"].stdout)["network_table"]
+    assert [(r["role"], r["params"]) for r in table] == [
+        ("actor", 7_615_616_512),
+        ("critic", 8_030_261_248),
+        ("reference", 7_615_616_512),
+    ]

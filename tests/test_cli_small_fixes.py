@@ -40,7 +40,7 @@ def test_small_fixes():
     # 16 micro-batches on 4 stages: bubble (p − 1)/(m + p − 1) = 3/19, not the published 3/11
     head = done["example"].stdout.splitlines()[0]
     assert head.startswith(
-        "Example 1f1b-4x8 with microbatches = 16 (the figures below are for these; as "
+        "Example 1f1b-4x8 with --set microbatches=16 (the figures below are for these; as "
         "published: 4 stages, 8 micro-batches, 1F1B: bubble 3/11 = 27%)"
     )
     assert "bubble_fraction 3/19 = 15.8%" in done["example"].stdout

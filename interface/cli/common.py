@@ -49,6 +49,7 @@ __all__ = [
     "click_line",
     "command_options",
     "typed_options",
+    "RAW_ARGS",
 ]
 
 
@@ -81,7 +82,7 @@ class GuardedCommand(cloup.Command):
                     if not eq and MOVED_FLAGS[flag][1] is None and i + 1 < len(args):
                         value = args[i + 1]
                     raise InputError(moved_hint(flag, value or None))
-        ctx.meta[_RAW_ARGS] = list(args)  # meta is shared with the group's context
+        ctx.meta[RAW_ARGS] = list(args)  # meta is shared with the group's context
         return super().parse_args(ctx, args)
 
     def make_parser(self, ctx: click.Context) -> Any:
@@ -195,11 +196,11 @@ class GuardedGroup(click.Group):
             # ``--pp`` on ``evaluate``: one parameter, two spellings), else every command's
             name = ctx.invoked_subcommand
             command = self.get_command(ctx, name) if name else None
-            options = typed_options(command or self, ctx.meta.get(_RAW_ARGS, ()))
+            options = typed_options(command or self, ctx.meta.get(RAW_ARGS, ()))
             fail(refusal(str(err), options))
 
 
-_RAW_ARGS = "trainplan.raw_args"
+RAW_ARGS = "trainplan.raw_args"
 """``click.Context.meta`` key of the arguments the command was given (shared up the chain)."""
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from trainplan.interface.cli import cli
-from trainplan.interface.cli.common import echo_json
+from trainplan.interface.cli.common import RAW_ARGS, echo_json
 from trainplan.interface.cli.options import option_groups
 from trainplan.interface.cli.planner import evaluate_options, run_evaluate
 from trainplan.model.errors import InputError
@@ -38,28 +38,51 @@ def _note(example: dict[str, Any], overrides: dict[str, Any]) -> str:
     return f"\nNote: {example['note']}" if example.get("note") and not overrides else ""
 
 
-def _headline(name: str, says: str, source: str, overrides: dict[str, Any]) -> str:
+def _headline(name: str, says: str, source: str, changed: list[str]) -> str:
     """The example's first line: what it shows and its source; once options change it, the
-    values changed first (the figures below are theirs) and what it shows as published after.
+    options as the user typed them (``changed``: :func:`_typed_words`; the figures below are
+    theirs) and what it shows as published after.
 
-    >>> _headline("1f1b-4x8", "bubble 3/11 = 27%", "Narayanan 2021", {"microbatches": "16"})
-    'Example 1f1b-4x8 with microbatches = 16 (the figures below are for these; as published: bubble 3/11 = 27%)  [Narayanan 2021]'
+    >>> print(_headline("1f1b-4x8", "bubble 3/11 = 27%", "Narayanan 2021", ["--set microbatches=16"]))
+    Example 1f1b-4x8 with --set microbatches=16 (the figures below are for these; as published: \
+bubble 3/11 = 27%)  [Narayanan 2021]
     """
     tail = f"  [{source}]" if source else ""
-    if not overrides:
+    if not changed:
         return f"Example {name}: {says}{tail}"
-    changed = ", ".join(f"{k} = {_shown(v)}" for k, v in overrides.items())
     return (
-        f"Example {name} with {changed} (the figures below are for these; as published: "
-        f"{says}){tail}"
+        f"Example {name} with {', '.join(changed)} (the figures below are for these; as "
+        f"published: {says}){tail}"
     )
 
 
-def _shown(value: Any) -> str:
-    """An override's value as typed (a repeated option's values joined by commas)."""
-    if isinstance(value, list | tuple):
-        return ",".join(map(str, value))
-    return str(value)
+def _typed_words(params: list[click.Parameter], args: list[str], names: set[str]) -> list[str]:
+    """The options among ``args`` (the command line's words) that set one of ``names`` (the
+    parameters the example's overrides come from, ``sets`` for ``--set``), each as the user
+    typed it: ``--gpus 8`` (not the parameter's name, ``num_gpus``), ``--set microbatches=16``,
+    ``--no-flash``, ``--tp=8``; in the order typed.
+
+    >>> opts = [click.Option(["--gpus", "num_gpus"]), click.Option(["--json", "as_json"], is_flag=True),
+    ...         click.Option(["--set", "sets"], multiple=True)]
+    >>> _typed_words(opts, ["1f1b-4x8", "--gpus", "8,192", "--json", "--set=x=1"], {"num_gpus", "sets"})
+    ['--gpus 8,192', '--set=x=1']
+    """
+    by_opt = {
+        o: p for p in params if isinstance(p, click.Option) for o in (*p.opts, *p.secondary_opts)
+    }
+    words: list[str] = []
+    i = 0
+    while i < len(args) and args[i] != "--":
+        flag, eq, _ = args[i].partition("=")
+        param = by_opt.get(flag)
+        takes_value = param is not None and not param.is_flag and not param.count
+        if param is not None and param.name in names:
+            if takes_value and not eq and i + 1 < len(args):
+                words.append(f"{args[i]} {args[i + 1]}")
+            else:
+                words.append(args[i])
+        i += 2 if takes_value and not eq else 1
+    return words
 
 
 def _flags_apply(name: str, tab: str, given: list[str]) -> None:
@@ -86,6 +109,78 @@ def _flags_apply(name: str, tab: str, given: list[str]) -> None:
         f"--set KEY=VALUE ({', '.join(sorted(takes))}), or run trainplan {tab} (trainplan {tab} "
         "--help)"
     )
+
+
+def _nothing_dropped(name: str | None, list_: bool, words: list[str]) -> None:
+    """Refuse what the list would drop: a ``NAME`` given with ``--list``, or an example's option
+    (``words``: those typed, :func:`_typed_words`) without a ``NAME`` to change.
+
+    Raises
+    ------
+    InputError
+        ``--list: lists every example, so it takes no NAME ('ppo-70b'); …`` or ``NAME: required
+        with --gpus 8 (the example it changes); …``.
+    """
+    if list_ and name:
+        raise InputError(
+            f"--list: lists every example, so it takes no NAME ({name!r}); run that one with "
+            f"trainplan example {name}"
+        )
+    if words and list_:
+        raise InputError(
+            f"{words[0].partition(' ')[0].partition('=')[0]}: does not apply to --list (it lists "
+            f"the examples); give an example's NAME instead: trainplan example NAME {words[0]}"
+        )
+    if words:
+        raise InputError(
+            f"NAME: required with {words[0]} (the example it changes): trainplan example NAME "
+            f"{words[0]}; trainplan example --list lists them"
+        )
+
+
+def _list(as_json: bool) -> None:
+    """Print the examples: name, tab and what each shows (``as_json``: as JSON rows)."""
+    from trainplan.interface.examples import examples
+
+    rows = [{"name": n, "tab": e["tab"], "says": e["says"]} for n, e in examples().items()]
+    if as_json:
+        echo_json(rows)
+        return
+    for r in rows:
+        click.echo(f"{r['name']:<24} {r['tab']:<9} {r['says']}")
+
+
+def _tab_keys(
+    ctx: click.Context, name: str, tab: str, flags: list[str], overrides: dict[str, Any]
+) -> None:
+    """Rename in place the ``flags`` (the parameters the command line's flags set) and their
+    ``overrides`` as example ``name``'s ``tab`` names them: ``--gpus`` as the tab's GPU count
+    (:func:`_gpu_count_key`), a flag the tab's command spells alike as its parameter
+    (:func:`_same_flag`: ``--zero``)."""
+    if "num_gpus" in flags and tab in ("mfu", "rlhf"):
+        flags[flags.index("num_gpus")] = gpus = _gpu_count_key(name, tab, overrides)
+        overrides[gpus] = overrides.pop("num_gpus")
+    for i, key in enumerate(flags):
+        same = _same_flag(ctx.command, cli.get_command(ctx, tab), key)
+        if same is not None and key != "num_gpus" and key in overrides:
+            flags[i] = same
+            overrides[same] = overrides.pop(key)
+
+
+def _same_flag(here: click.Command, tab: click.Command | None, key: str) -> str | None:
+    """The parameter of the ``tab``'s command that takes the flag that gives ``key`` on the
+    example command (``here``), where it names it otherwise: evaluate's ``--zero`` is
+    ``zero_stage``, the RLHF command's ``zero``; else None.
+
+    >>> from trainplan.interface.cli import cli
+    >>> ctx = click.Context(cli)
+    >>> _same_flag(cli.get_command(ctx, "example"), cli.get_command(ctx, "rlhf"), "zero_stage")
+    'zero'
+    """
+    flag = next((p.opts[0] for p in here.params if p.name == key), None)
+    params = tab.params if tab is not None else []
+    other = next((p.name for p in params if flag in getattr(p, "opts", ())), None)
+    return other if other != key else None
 
 
 def _gpu_count_key(name: str, tab: str, overrides: dict[str, Any]) -> str:
@@ -163,9 +258,12 @@ def _number(value: Any) -> Any:
     return shown if float(parse_number(shown)) == float(value) else value
 
 
-def _run_planner(name: str, overrides: dict[str, Any], as_json: bool, per_stage: bool) -> None:
+def _run_planner(
+    name: str, overrides: dict[str, Any], changed: list[str], as_json: bool, per_stage: bool
+) -> None:
     """Run planner example ``name`` with ``overrides``: its JSON, or its headline, profile and
-    note then evaluate's report (:func:`interface.cli.planner.run_evaluate`)."""
+    note then evaluate's report (:func:`interface.cli.planner.run_evaluate`); ``changed``: the
+    options as typed (:func:`_typed_words`), the headline's."""
     from trainplan.interface.examples import example_params, examples, run_example
 
     _, merged = example_params(name, overrides)
@@ -180,7 +278,7 @@ def _run_planner(name: str, overrides: dict[str, Any], as_json: bool, per_stage:
             "megatron|deepspeed|fsdp2 for a real framework's peak memory and traffic)"
         )
         header = (
-            _headline(name, ex["says"], ex.get("source", ""), overrides)
+            _headline(name, ex["says"], ex.get("source", ""), changed)
             + f"\nProfile: {merged['framework']}"
             + (f" — {gloss}" if merged["framework"] == "textbook" else "")
             + _note(ex, overrides)
@@ -219,13 +317,14 @@ def example_cmd(
     and the figures it reproduces (trainplan example --list)."""
     from trainplan.interface.examples import example_params, examples, get_example, run_example
 
+    ctx = click.get_current_context()
+    typed = {k for k, v in params.items() if v is not None and v != ()}
+    typed |= {"sets"} if sets else set()
+    changed = _typed_words(ctx.command.params, ctx.meta.get(RAW_ARGS, []), typed)
     if list_ or not name:
-        rows = [{"name": n, "tab": e["tab"], "says": e["says"]} for n, e in examples().items()]
-        if as_json:
-            echo_json(rows)
-        else:
-            for r in rows:
-                click.echo(f"{r['name']:<24} {r['tab']:<9} {r['says']}")
+        words = _typed_words(ctx.command.params, ctx.meta.get(RAW_ARGS, []), {*typed, "per_stage"})
+        _nothing_dropped(name, list_, words)
+        _list(as_json)
         return
     get_example(name, "NAME")  # an unknown name refused as the argument the user typed
     overrides = {k: v for k, v in params.items() if v is not None and v != ()}
@@ -236,23 +335,21 @@ def example_cmd(
     overrides.update(given)
     tab, _ = example_params(name)
     if tab == "planner":
-        _run_planner(name, overrides, as_json, per_stage)
+        _run_planner(name, overrides, changed, as_json, per_stage)
         return
     flags = [k for k, v in params.items() if v is not None and v != ()]
+    flags += ["per_stage"] if per_stage else []  # the planner's: refused on another tab
     if tab == "mfu" and ("num_gpus" in flags or "chips" in given):
         _mfu_chips_apply(name, "--gpus" if "num_gpus" in flags else "--set chips", overrides)
-    if "num_gpus" in flags and tab in ("mfu", "rlhf"):
-        flags[flags.index("num_gpus")] = gpus = _gpu_count_key(name, tab, overrides)
-        overrides[gpus] = overrides.pop("num_gpus")
+    _tab_keys(ctx, name, tab, flags, overrides)
     _flags_apply(name, tab, flags)
     out = run_example(name, overrides)
     if as_json:
         echo_json(out)
         return
-    headline = _headline(name, out["says"], out.get("source", ""), overrides)
+    headline = _headline(name, out["says"], out.get("source", ""), changed)
     click.echo(f"{headline}{_note(examples()[name], overrides)}\n")
     _, merged = example_params(name, overrides)
-    ctx = click.get_current_context()
     command = cli.get_command(ctx, tab)  # loaded on lookup (interface.cli.LazyGroup)
     assert command is not None, tab
     ctx.invoke(command, **merged)

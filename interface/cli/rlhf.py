@@ -22,6 +22,7 @@ from trainplan.interface.cli.common import COUNT, INTERRUPTED, POSITIVE, echo_js
 from trainplan.interface.cli.interrupt import Interrupted, interruptible
 from trainplan.interface.commands import rlhf_json
 from trainplan.model.errors import InfeasibleError, InputError
+from trainplan.model.rlhf.spec import placed_algorithm
 
 __all__ = ["rlhf_cmd", "rlhf_plan_cmd"]
 
@@ -41,7 +42,16 @@ def _workload(plan: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         if plan
         else "ppo, grpo (or dpo: textbook accounting only, with --policy-params, without --model)."
     )
-    return lambda f: _with_options(f, algorithms)
+    return lambda f: _with_options(f, algorithms, _placed if plan else None)
+
+
+def _placed(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``rlhf-plan``'s ``--algorithm`` checked as it is read (:func:`model.rlhf.spec.
+    placed_algorithm`), so ``--algorithm dpo`` is refused as such before the options DPO does
+    not take are asked for (``--model``, ``--gpus``)."""
+    if value is not None:
+        placed_algorithm(value)
+    return value
 
 
 _EPOCHS = click.option(
@@ -51,10 +61,10 @@ _EPOCHS = click.option(
 )  # fmt: skip
 
 
-def _with_options(f: Callable[..., Any], algorithms: str) -> Callable[..., Any]:
-    """``f`` with the workload options (``algorithms``: ``--algorithm``'s help)."""
+def _with_options(f: Callable[..., Any], algorithms: str, check: Any) -> Callable[..., Any]:
+    """``f`` with the workload options (``--algorithm``'s help and callback or None)."""
     opts = [
-        click.option("--algorithm", required=True, help=algorithms),
+        click.option("--algorithm", required=True, help=algorithms, callback=check),
         click.option("--reward", help="model or rule (no network); PPO and GRPO only [default: model]."),
         click.option(
             "--prompts", metavar="COUNT", default=str(D["prompts"]), show_default=True, help="Prompts per step."

@@ -25,7 +25,7 @@ from trainplan.model.layout import Recompute
 from trainplan.model.rlhf.openrlhf import check_split_count
 from trainplan.model.rlhf.packing import Packing
 from trainplan.model.rlhf.roles import OFFLOAD_MODES, RoleOption, check_training_tp
-from trainplan.model.rlhf.shares import DEFAULTS, ROLLOUT_BATCH
+from trainplan.model.rlhf.shares import DEFAULTS, ROLLOUT_BATCH, not_applicable
 from trainplan.model.rlhf.spec import (
     HOST_BYTES_PER_NODE,
     MICRO_BATCH_TOKENS,
@@ -33,6 +33,7 @@ from trainplan.model.rlhf.spec import (
     RLHFSpec,
     Role,
     default_fraction,
+    placed_algorithm,
 )
 from trainplan.model.rlhf.step import StepPlan, compose
 from trainplan.model.rollout import check_fraction
@@ -233,11 +234,7 @@ def _spec(r: RLHFRequest, used: dict[str, Any]) -> RLHFSpec:
         if r.model_spec is not None
         else named_lookup("model", get_model, str(r.model)).model
     )
-    critic = (
-        None
-        if r.critic_model is None
-        else named_lookup("critic_model", get_model, str(r.critic_model)).model
-    )
+    critic = _critic(r)
     framework = parse_framework(_opt(r, "framework", used))
     if framework is Framework.TEXTBOOK:
         raise InputError(
@@ -278,6 +275,22 @@ def _spec(r: RLHFRequest, used: dict[str, Any]) -> RLHFSpec:
         bandwidth_efficiency=None if r.bandwidth_efficiency is None else float(
             parse_number(r.bandwidth_efficiency, "bandwidth_efficiency")),
     )  # fmt: skip
+
+
+def _critic(r: RLHFRequest) -> Any:
+    """``r``'s critic and reward model network (``critic_model``'s model), or None: the policy's.
+
+    Raises
+    ------
+    InputError
+        An unknown model; one given where the step has neither a critic nor a reward model (GRPO
+        with a rule-based reward: :func:`model.rlhf.shares.not_applicable`), never dropped.
+    """
+    unused = not_applicable(placed_algorithm(r.algorithm), r.reward, rollout_engine=True)
+    check_applicable({"critic_model": r.critic_model}, unused)
+    if r.critic_model is None:
+        return None
+    return named_lookup("critic_model", get_model, str(r.critic_model)).model
 
 
 def _placed(r: RLHFRequest, inp: RLHFInputs) -> RLHFInputs:

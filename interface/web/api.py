@@ -26,7 +26,7 @@ from starlette.concurrency import run_in_threadpool
 
 from trainplan.interface import commands, tabs
 from trainplan.interface.cli.query import query_params
-from trainplan.interface.flags import on_page, refusal
+from trainplan.interface.flags import as_fields, on_page, refusal
 from trainplan.interface.requests import constraints_of, evaluate_request, search_request
 from trainplan.interface.rlhf.plan import plan_problem, plan_request, rlhf_plan_json
 from trainplan.interface.tab_requests import TAB_REQUESTS, tab_request
@@ -133,10 +133,12 @@ def error_line(err: PlannerError, path: str = "") -> str:
     what the API's user typed and the page's field it belongs next to. ``path`` (the request's,
     ``/api/pipeline``): the keys of that command only, so a parameter two commands spell apart
     is named as this one's field — the pipeline's ``stages``, not evaluate's ``pp``
-    (``microbatches: 6 must be a multiple of stages = 4``); else every command's keys."""
+    (``microbatches: 6 must be a multiple of stages = 4``), and a flag of another command as
+    that command's key after (``/api/rlhf-plan?algorithm=dpo``: DPO's textbook accounting takes
+    ``policy-params``, ``/api/rlhf``'s); else every command's keys."""
     name = path.removeprefix("/api/").partition("/")[0]
     fields = page_fields(name) if name in API_COMMANDS else api_fields()
-    return refusal(str(err), fields, web=True)
+    return as_fields(refusal(str(err), fields, web=True), api_fields())
 
 
 _RESULTS: OrderedDict[tuple[Any, ...], commands.SearchRun | InfeasibleError] = OrderedDict()

@@ -111,20 +111,21 @@ def not_applicable(
     Examples
     --------
     >>> sorted(not_applicable("grpo", "rule", rollout_engine=True, logits_buffer=True))
-    ['reward_params']
+    ['critic_model', 'reward_params']
     """
     algo = _check_choice("algorithm", algorithm, ALGORITHMS)
     out: dict[str, str] = {}
     if algo == "dpo":
         pairs = "DPO (Rafailov et al. 2023) learns from preference pairs"
         out["reward"] = f"{pairs}: it has no reward model or rule"
-        out["reward_params"] = f"{pairs}: it has no reward model or critic"
+        out["reward_params"] = out["critic_model"] = f"{pairs}: it has no reward model or critic"
         out["samples_per_prompt"] = f"{pairs}: 2 sequences per prompt, chosen and rejected"
         out["old_log_prob"] = f"{pairs}: it has no PPO ratio, so no old log-probs"
         for name in ("decode_mfu", "rollout_engine", "rollout_batch"):
             out[name] = f"{pairs}: it generates no rollouts"
     elif algo == "grpo" and reward is not None and str(reward).lower() == "rule":
-        out["reward_params"] = "GRPO with a rule-based reward has no reward model and no critic"
+        no_network = "GRPO with a rule-based reward has no reward model and no critic"
+        out["reward_params"] = out["critic_model"] = no_network
     if not rollout_engine:
         for name in ("layers", "kv_heads", "head_dim", "rollout_batch"):
             out.setdefault(name, "it sizes the rollout engine's KV cache; add `rollout_engine`")
@@ -413,14 +414,15 @@ def extra_bytes(
         dims = {"layers": layers, "kv_heads": kv_heads, "head_dim": head_dim}
         need = [k for k, v in dims.items() if v is None]
         if need:
-            raise InputError(f"rollout_engine: the KV cache needs {', '.join(need)}")
+            named = ", ".join(f"`{k}`" for k in need)
+            raise InputError(f"rollout_engine: the KV cache needs {named}")
         batch = rollout_batch_size(rollout_batch, sequences)
         extras["rollout_weights_bytes"] = 2 * Fraction(policy_params)
         kv = kv_cache_bytes(layers, kv_heads, head_dim, batch, tokens_per_sequence)  # type: ignore[arg-type]
         extras["kv_cache_bytes"] = Fraction(kv)
     if logits_buffer:
         if vocab_size is None:
-            raise InputError("logits_buffer: needs vocab_size")
+            raise InputError("logits_buffer: needs `vocab_size`")
         tokens = logits_tokens or tokens_per_sequence
         extras["logits_buffer_bytes"] = Fraction(logits_buffer_bytes(tokens, vocab_size))
     return extras

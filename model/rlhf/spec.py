@@ -58,7 +58,36 @@ __all__ = [
     "DEFAULT_FRACTION_SPLIT",
     "DEFAULT_FRACTION_OPENRLHF",
     "default_fraction",
+    "placed_algorithm",
 ]
+
+
+def placed_algorithm(algorithm: str) -> str:
+    """``algorithm`` in lower case, one whose step has roles to place: PPO (Schulman et al. 2017)
+    or GRPO (Shao et al. 2024) — each generates rollouts; DPO (Rafailov et al. 2023) trains on
+    fixed preference pairs, with no rollout and no engine, so only the textbook accounting
+    (:mod:`model.rlhf.shares`) takes it.
+
+    Raises
+    ------
+    InputError
+        Any other algorithm (DPO with where its accounting is).
+
+    >>> placed_algorithm("GRPO")
+    'grpo'
+    """
+    algo = str(algorithm).lower()
+    if algo not in ("ppo", "grpo"):
+        raise InputError(
+            f"algorithm: {algorithm!r} is not one of ppo, grpo"
+            + (
+                " (DPO has no rollout to place: its textbook accounting takes `policy_params`, "
+                "without `model`)"
+                if algo == "dpo"
+                else ""
+            )
+        )
+    return algo
 
 
 class Role(StrEnum):
@@ -242,18 +271,7 @@ class RLHFSpec:
     """The step's roles (:attr:`roles`), set from the algorithm and the reward."""
 
     def __post_init__(self) -> None:
-        algo = str(self.algorithm).lower()
-        if algo not in ("ppo", "grpo"):
-            raise InputError(
-                f"algorithm: {self.algorithm!r} is not one of ppo, grpo"
-                + (
-                    " (DPO has no rollout to place: its textbook accounting takes `policy_params`, "
-                    "without `model`)"
-                    if algo == "dpo"
-                    else ""
-                )
-            )
-        object.__setattr__(self, "algorithm", algo)
+        object.__setattr__(self, "algorithm", placed_algorithm(self.algorithm))
         if str(self.reward) not in ("model", "rule"):
             raise InputError(f"reward: {self.reward!r} is not one of model, rule")
         object.__setattr__(self, "framework", Framework(self.framework))
