@@ -262,12 +262,16 @@ def rlhf_plan_check(query: list[tuple[str, str]]) -> None:
     plan_problem(plan_request(kw))
 
 
-def rlhf_plan_object(query: list[tuple[str, str]]) -> dict[str, Any]:
+def rlhf_plan_object(
+    query: list[tuple[str, str]], progress: Callable[[str, int, int], None] | None = None
+) -> dict[str, Any]:
     """``trainplan rlhf-plan --json`` of the query, the search run whole within its
     ``time-limit`` (:func:`interface.rlhf.plan.rlhf_plan_json`); no placement fits: the command's
-    ``status: "infeasible"`` object."""
+    ``status: "infeasible"`` object. ``progress(stage, done, total)``: the search's, as
+    :func:`optimizer.rlhf.search.search_placement` calls it (``tables`` per pool size and role,
+    then ``solve`` per CP-SAT solve of 3)."""
     kw, _ = parse("rlhf-plan", query)
-    return rlhf_plan_json(kw)
+    return rlhf_plan_json(kw, progress)
 
 
 def run_object(result: Any) -> dict[str, Any]:

@@ -36,15 +36,18 @@ _RUNNING_LOCK = threading.Lock()
 def _child(kind: str, query: list[tuple[str, str]], conn: Connection) -> None:
     """The job's process: run the search, send ``("tables", done, total)`` and ``("solution",
     count, best)`` as it goes, then one of ``("result", SearchRun)``, ``("infeasible", message,
-    explanation)``, ``("error", line)``; ``rlhf-plan``: ``("result", its JSON object)`` (a
-    placement that does not fit is its object too), or ``("error", line)``."""
+    explanation)``, ``("error", line)``; ``rlhf-plan``: ``("tables", done, total)`` per pool size
+    and role costed and ``("solve", done, 3)`` per CP-SAT solve as it goes, then ``("result", its
+    JSON object)`` (a placement that does not fit is its object too), or ``("error", line)``."""
     progress = {
         "on_tables": lambda done, total: conn.send(("tables", done, total)),
         "on_solution": lambda count, best: conn.send(("solution", count, best)),
     }
     try:
         if kind == "rlhf-plan":
-            result: Any = api.rlhf_plan_object(query)
+            result: Any = api.rlhf_plan_object(
+                query, lambda stage, done, total: conn.send((stage, done, total))
+            )
         else:
             run = api.search_run if kind == "search" else api.frontier_run
             result = run(query, **progress)
@@ -131,7 +134,9 @@ def run_job(
     kind: str, query: list[tuple[str, str]], put: Callable[[dict[str, Any]], None]
 ) -> tuple[Job, threading.Thread]:
     """Start a job and a thread that turns its messages into the stream's events (``tables``,
-    ``solution``, then ``done`` with ``result``: the SearchRun or InfeasibleError, or ``error``);
+    ``solution``; an RLHF placement's ``solve``: ``done`` of ``total`` CP-SAT solves begun; then
+    ``done`` with ``result``: the SearchRun, InfeasibleError or RLHF placement object, or
+    ``error``);
     ``put`` receives each. Nothing is put after a cancel."""
 
     job = Job(kind, query)
@@ -145,6 +150,8 @@ def run_job(
                 put({"event": "tables", "done": rest[0], "total": rest[1]})
             elif tag == "solution":
                 put({"event": "solution", "count": rest[0], "best": rest[1]})
+            elif tag == "solve":
+                put({"event": "solve", "done": rest[0], "total": rest[1]})
             elif tag == "result":
                 put({"event": "done", "result": rest[0]})
             elif tag == "infeasible":

@@ -69,7 +69,8 @@ INTROS = {
     "rlhf": "The resident memory of PPO (actor, critic, reward, reference), GRPO (no critic; no "
     "reward model with a rule-based reward) and DPO (policy and reference), and the FLOPs and "
     "time share of one RL step: rollout generation, scoring and training. Fields that do not "
-    "apply to the algorithm are greyed out.",
+    "apply to the algorithm are greyed out. Under them, the placement plan searches where each "
+    "role runs and how (trainplan rlhf-plan); Cancel stops it on the server.",
     "search": "The fastest layout of a model on a GPU count (or a range or list of counts, "
     "accelerators, frameworks), proven optimal by CP-SAT over every legal combination of degrees, "
     "ZeRO stage, recomputation, schedule and micro-batch. Cancel stops the search on the server.",
@@ -136,8 +137,9 @@ GPU_PAGES = frozenset({"planner", "search", "frontier", "sweep", "mfu", "rlhf"})
 they end with the accelerator table; the pipeline, checkpointing and about tabs, which have no
 GPU, do not."""
 
-SCRIPTS = {"search": ("search_page",), "frontier": ("search_page",)}
-"""Scripts a tab loads between app.js and its own (the search and frontier tabs' shared page)."""
+SCRIPTS = {"search": ("search_page",), "frontier": ("search_page",), "rlhf": ("rlhf_plan",)}
+"""Scripts a tab loads between app.js and its own (the search and frontier tabs' shared page; the
+RLHF tab's step plan and placement plan section)."""
 
 _ACCELERATORS = re.compile(r'\s*<section class="accelerators".*?</section>', re.DOTALL)
 

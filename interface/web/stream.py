@@ -2,8 +2,9 @@
 page's progress indicator (``…/stream``): newline-delimited JSON events as the search goes —
 ``tables`` (shapes tabulated of all), ``solution`` (CP-SAT's solutions so far and the best
 objective as text) — then ``result``, the object of ``/api/search`` or ``/api/frontier`` for the
-same query. ``/api/rlhf-plan``, the RLHF placement search, runs as a job too (its answer whole,
-not streamed).
+same query. ``/api/rlhf-plan``, the RLHF placement search, runs as a job too, whole or with its
+progress (``/api/rlhf-plan/stream``: ``tables``, then ``solve`` per CP-SAT solve, then
+``result``, the object of ``/api/rlhf-plan``).
 
 Each search runs in a process of its own (:mod:`interface.web.jobs`), streamed or not: when the
 client goes away before the result (the page's Cancel button aborts the request, a script's client
@@ -15,7 +16,7 @@ endpoint; the result is kept in the API's cache, so the figure and the CSV that 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -138,13 +139,24 @@ async def _stream(kind: str, request: Request, query: list[tuple[str, str]]) -> 
             iter([to_json(_result(query, hit, saved=True), None) + "\n"]),
             media_type="application/x-ndjson",
         )
-    watched = _Watched(kind, request, query, key)
+    return await _events(
+        _Watched(kind, request, query, key), lambda done: _result(query, done["result"])
+    )
+
+
+async def _events(
+    watched: _Watched, finish: Callable[[dict[str, Any]], dict[str, Any]]
+) -> Response:
+    """The job's events as newline-delimited JSON, its ``done`` event sent as ``finish`` makes
+    it (the ``result`` event); a refusal before the first event is HTTP 422 with its line, HTTP
+    499 when the client went away first; the job's process is terminated when the stream ends
+    (its result sent, or the client gone)."""
 
     async def next_event() -> dict[str, Any] | None:
         """The job's next event as the stream sends it; None when the client has gone."""
         event = await watched.next()
         if event is not None and event["event"] == "done":
-            return _result(query, event["result"])
+            return finish(event)
         return event
 
     try:
@@ -258,6 +270,32 @@ async def rlhf_plan(request: Request) -> Response:
     if isinstance(event, Response):
         return event
     return json_response(event["result"])
+
+
+@router.get(
+    "/rlhf-plan/stream",
+    response_class=Response,
+    responses={
+        200: {
+            "content": {"application/x-ndjson": {}},
+            "description": 'One JSON event a line: {"event": "tables", "done", "total"} (pool '
+            'sizes × roles costed), {"event": "solve", "done", "total"} (CP-SAT solves begun of '
+            '3: the best, the best colocated, the best split placement), then {"event": '
+            '"result", "result": {the object of /api/rlhf-plan}}; closing the connection before '
+            "the result stops the search",
+        },
+        **BAD_INPUT,
+    },
+    openapi_extra={"parameters": openapi_parameters("rlhf-plan")},
+)
+async def rlhf_plan_stream(request: Request) -> Response:
+    """`/api/rlhf-plan` with its progress as it runs (the RLHF tab's placement plan)."""
+    query = pairs(request)
+    rlhf_plan_check(query)  # bad options: 422 before anything runs
+    return await _events(
+        _Watched("rlhf-plan", request, query, None),
+        lambda done: {"event": "result", "result": done["result"]},
+    )
 
 
 @router.get("/jobs")

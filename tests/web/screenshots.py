@@ -24,6 +24,11 @@ SHOTS = {
     ),
     "ckpt": ("/ckpt?layers=9&every=3&step=12", "#frame svg"),
     "rlhf": ("/rlhf?algorithm=ppo&policy-params=70e9&reward-params=7e9", "#resident"),
+    "rlhf-plan": (
+        "/rlhf?algorithm=grpo&policy-params=70e9&reward=rule"
+        "&plan=algorithm%3Dgrpo%26reward%3Drule%26model%3Dllama3-8b%26gpus%3D8",
+        "#plan-step-time",
+    ),
     "search": ("/search?model=llama3-70b&gpus=64", ".answer .memory-figure svg"),
     "search-per-stage": (
         "/search?model=llama3-70b&gpus=32&seq-len=8192&per-stage=true",
@@ -33,6 +38,8 @@ SHOTS = {
     "api": ("/docs", ".swagger-ui .opblock"),
 }
 """Each tab's example and the element that says it is drawn."""
+SCROLL = {"rlhf-plan": "#plan"}
+"""The shots of a section below the page's top: the element scrolled to the window's top."""
 
 
 def main(names: list[str]) -> None:
@@ -55,6 +62,8 @@ def main(names: list[str]) -> None:
                     continue
                 page.goto(address + path)
                 page.locator(ready).first.wait_for()
+                if name in SCROLL:
+                    page.locator(SCROLL[name]).evaluate("e => e.scrollIntoView()")
                 page.wait_for_timeout(800)  # the last figure's swap
                 page.screenshot(path=str(OUT / f"{name}.png"))
                 print(OUT / f"{name}.png")

@@ -256,9 +256,9 @@ def test_rlhf_algorithm_and_reward_switches(page):
                    "--samples-per-prompt", "4")["resident_bytes"]  # fmt: skip
     expect(page.locator("#resident")).to_have_text(f"{ppo / 1e12:.3f} TB")
     for algorithm, reward in (("dpo", None), ("grpo", "rule"), ("ppo", "model"), ("dpo", None)):
-        page.select_option("select[name=algorithm]", algorithm)
+        page.select_option("#inputs select[name=algorithm]", algorithm)
         if reward:
-            page.select_option("select[name=reward]", reward)
+            page.select_option("#inputs select[name=reward]", reward)
         args = ["--algorithm", algorithm, "--policy-params", "70e9"]
         if algorithm != "dpo":
             args += ["--reward", reward or "model", "--samples-per-prompt", "4"]
@@ -266,14 +266,14 @@ def test_rlhf_algorithm_and_reward_switches(page):
         expect(page.locator("#resident")).to_have_text(f"{want / 1e12:.3f} TB")
         expect(page.locator("#error")).to_be_hidden()
         expect(page.locator(".field-error")).to_have_count(0)
-    expect(page.locator("select[name=reward]")).to_be_disabled()  # DPO has no reward
-    expect(page.locator("input[name=samples-per-prompt]")).to_be_disabled()
-    expect(page.locator("select[name=old-log-prob]")).to_be_disabled()  # nor a PPO ratio
+    expect(page.locator("#inputs select[name=reward]")).to_be_disabled()  # DPO has no reward
+    expect(page.locator("#inputs input[name=samples-per-prompt]")).to_be_disabled()
+    expect(page.locator("#inputs select[name=old-log-prob]")).to_be_disabled()  # nor a PPO ratio
     # the engine's log-probs: the actor's forward leaves the scoring phase, as on the CLI
     # (rule-reward GRPO: rollout 2N, scoring 2N, training 6N per token — scoring 20% of the FLOPs)
-    page.select_option("select[name=algorithm]", "grpo")
-    page.select_option("select[name=reward]", "rule")
-    page.select_option("select[name=old-log-prob]", "engine")
+    page.select_option("#inputs select[name=algorithm]", "grpo")
+    page.select_option("#inputs select[name=reward]", "rule")
+    page.select_option("#inputs select[name=old-log-prob]", "engine")
     want = cli_json("rlhf", "--algorithm", "grpo", "--policy-params", "70e9", "--reward", "rule",
                     "--samples-per-prompt", "4", "--old-log-prob", "engine")  # fmt: skip
     assert want["phase_flops_share"]["scoring"] == 0.2

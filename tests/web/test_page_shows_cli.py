@@ -145,13 +145,13 @@ def test_rlhf_page_shows_the_faithful_verdict(browser_page):
         "scoring 1.125e+18 (2N per token: actor, reference)"
     )
     expect(page.locator("#rlhf-pools-table")).to_contain_text("336.69")
-    expect(page.locator("select[name=model]")).to_have_value("qwen3-30b-a3b")
-    assert page.locator("input[name=chips]").is_disabled()
+    expect(page.locator("#inputs select[name=model]")).to_have_value("qwen3-30b-a3b")
+    assert page.locator("#inputs input[name=chips]").is_disabled()
     expect(page.locator("#roles-table")).to_contain_text("30.5321B")
     expect(page.locator("#moe")).to_contain_text("actor 3.35303B of 30.5321B")
-    page.select_option("select[name=model]", "")  # the textbook accounting alone
+    page.select_option("#inputs select[name=model]", "")  # the textbook accounting alone
     expect(page.locator("#faithful")).to_be_hidden()
-    assert page.locator("input[name=chips]").is_enabled()
+    assert page.locator("#inputs input[name=chips]").is_enabled()
 
 
 @pytest.mark.slow

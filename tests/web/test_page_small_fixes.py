@@ -27,11 +27,13 @@ def test_enter_sends_no_second_request(browser, server):
     page.wait_for_selector("#resident")
     time.sleep(1)
     assert len(sent) == 1, sent
-    page.press("input[name=epochs]", "Enter")  # nothing edited
-    page.fill("input[name=prompts]", "512")
+    page.press("#inputs input[name=epochs]", "Enter")  # nothing edited
+    page.fill("#inputs input[name=prompts]", "512")
     page.wait_for_function("document.querySelector('#assumptions').textContent !== ''")
     time.sleep(1)
-    page.locator("input[name=prompts]").blur()  # left: "change" after the "input" already sent
+    page.locator(
+        "#inputs input[name=prompts]"
+    ).blur()  # left: "change" after the "input" already sent
     time.sleep(1)
     page.close()
     assert len(sent) == 2 and sent[1].endswith("prompts=512"), sent
@@ -69,7 +71,7 @@ def test_a_link_without_a_select_keeps_its_choice(browser, server):
     page.on("request", lambda r: sent.append(r.url) if "/api/rlhf" in r.url else None)
     page.goto(server + "/rlhf?gpu=H200")
     page.wait_for_selector("#resident")
-    chosen = page.eval_on_selector("select[name=algorithm]", "s => s.value")
+    chosen = page.eval_on_selector("#inputs select[name=algorithm]", "s => s.value")
     page.close()
     assert chosen == "ppo"
     assert sent and "algorithm=ppo" in sent[0] and "gpu=H200" in sent[0], sent

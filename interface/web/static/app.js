@@ -62,6 +62,10 @@ const TP = (() => {
   // tables' form, where rows 0.1 min apart must still read apart (291.541 s against 291.664 s).
   // (a no-break space before the unit: a narrow column never splits "291.541 s")
   const exact = (s) => (s === null || s === undefined ? "—" : s < 1 ? secs(s) : `${fixed(s, 3, true)}\u00a0s`);
+  // A step time as the CLI's step_text writes it (model/durations.py): the seconds as the JSON
+  // gives them (two plans 0.1 min apart still read apart), and from two minutes on the minutes,
+  // hours or days beside them (290.512 s (4.8 min)).
+  const stepTime = (s) => (s === null || s === undefined || s < 120 ? exact(s) : `${exact(s)} (${secs(s)})`);
   const esc = (t) => String(t).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
 
   // A table from rows and [header, cell(row)] columns.
@@ -78,7 +82,8 @@ const TP = (() => {
   // Hash links: #plan?dp=8&tp=4 opens the Planner with those values.
   const HASH_TABS = { plan: "planner", planner: "planner", pipeline: "pipeline", mfu: "mfu", ckpt: "ckpt", rlhf: "rlhf", search: "search", frontier: "frontier", about: "about" };
   // Parameters of the page itself, never sent to the API: the example shown, the player's step.
-  const PAGE_ONLY = ["example", "step"];
+  // (plan: the RLHF tab's placement plan form, its own query, rlhf_plan.js)
+  const PAGE_ONLY = ["example", "step", "plan"];
   const SOURCES = ["model", "params", "config"]; // the planner's three ways to give a model
   let INFO = { examples: [], aliases: {} };
 
@@ -594,13 +599,14 @@ const TP = (() => {
     }
   }
 
-  return { send, POST_LIMIT, setAddress, restoreLarge, largeLink, leftOut: () => leftOut, $, $$, PAGE, gb, pct, num, secs, fixed, sci, esc, table, start, bind, refuseLink, linkOnly, query, fill, value, conditions, setPageParam, api, figure, showError, exact, busy, dropExample, remember, info: () => INFO };
+  return { send, POST_LIMIT, setAddress, restoreLarge, largeLink, leftOut: () => leftOut, $, $$, PAGE, gb, pct, num, secs, fixed, sci, esc, table, start, bind, refuseLink, linkOnly, query, fill, value, conditions, setPageParam, api, figure, showError, exact, stepTime, busy, dropExample, remember, info: () => INFO };
 })();
 
 // A search or frontier with its progress (/api/…/stream: one JSON event a line); onEvent(event)
 // for each; answers the last event, or null after an error (shown next to its field) or a cancel
 // (signal aborted: the server stops the search when the request closes).
-TP.stream = async (url, onEvent, signal) => {
+// form: the one whose fields a refusal names (the page's inputs unless given).
+TP.stream = async (url, onEvent, signal, form = undefined) => {
   let res;
   try {
     res = await TP.send(url, { signal });
@@ -610,10 +616,10 @@ TP.stream = async (url, onEvent, signal) => {
   }
   if (!res.ok) {
     const body = await res.json().catch(() => ({ error: `the server answered ${res.status}` }));
-    TP.showError(body.error);
+    TP.showError(body.error, form);
     return null;
   }
-  TP.showError("");
+  TP.showError("", form);
   const reader = res.body.getReader();
   const decoder = new TextDecoder();
   let buffer = "", last = null;
@@ -633,7 +639,7 @@ TP.stream = async (url, onEvent, signal) => {
       buffer = buffer.slice(nl + 1);
       if (!line) continue;
       last = JSON.parse(line);
-      if (last.event === "error") { TP.showError(last.error); return null; }
+      if (last.event === "error") { TP.showError(last.error, form); return null; }
       onEvent(last);
     }
     if (done) return last;

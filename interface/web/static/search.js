@@ -23,9 +23,7 @@ const flagWords = (words) => {
 
 const notes = (list, cls) => (list.length ? `<ul class="plain ${cls}">${list.map((n) => `<li>note: ${TP.esc(n)}</li>`).join("")}</ul>` : "");
 
-// A per-stage step time in seconds, as the JSON gives it (two plans 0.1 min apart still read
-// apart), and beyond two minutes the minutes the CLI's text prints beside (290.512 s (4.8 min)).
-const stepTime = (s) => (s === null || s === undefined || s < 120 ? TP.exact(s) : `${TP.exact(s)} (${TP.secs(s)})`);
+const stepTime = TP.stepTime;
 
 // The base layouts not searched per stage (interleaved, their layers no split into equal
 // chunks), as the CLI's lines under its headline: one per schedule, v and pp.
