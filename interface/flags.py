@@ -250,7 +250,7 @@ def on_page(message: str, fields: Collection[str]) -> str:
     message = _SET_HELP.sub(SET_KEYS_PAGE, message)
     message = with_flags(message, web=True, options={f"--{f}" for f in fields})
     message = _HEAD.sub(lambda m: _dashed(m.group(1), fields), message)
-    return _FLAG.sub(lambda m: m.group(1) if m.group(1) in fields else m.group(0), message)
+    return as_fields(message, fields)
 
 
 def as_fields(message: str, fields: Collection[str]) -> str:
