@@ -1,6 +1,6 @@
 """A new user's first hour, each ``trainplan`` call its own process (:mod:`tests.cli_runs`):
-another command's spelling of a flag, ``--gpus`` on an RLHF example and on an MFU example, the cost objective
-without a price, and a GPU count given to the RLHF textbook accounting."""
+another command's spelling of a flag, a flag of another command, ``--gpus`` on an RLHF example
+and on an MFU example, the cost objective without a price, and a GPU count given to the RLHF textbook accounting."""
 
 from __future__ import annotations
 
@@ -348,3 +348,27 @@ def test_a_critic_model_where_the_step_has_no_critic_is_refused():
         ("critic", 8_030_261_248),
         ("reference", 7_615_616_512),
     ]
+
+
+def test_a_flag_of_another_command_names_that_command():
+    """``trainplan rlhf-plan --policy-params 7e9`` said only "No such option '--policy-params'."
+    (the size belongs to ``trainplan rlhf``'s textbook accounting; the placement takes it from
+    the model); ``evaluate --prompts 3`` was offered ``--params`` and ``--recompute``, which
+    are not what the user meant. A flag no command takes keeps click's suggestions."""
+    runs = run_many(
+        {
+            "policy": "rlhf-plan --policy-params 7e9".split(),
+            "prompts": "evaluate --model llama3-8b --prompts 3".split(),
+            "typo": "evaluate --mdoel llama3-8b".split(),
+        }
+    )
+    assert refusal(runs["policy"]) == (
+        "--policy-params: no such option of trainplan rlhf-plan; it is an option of trainplan "
+        "rlhf (trainplan rlhf-plan --help lists this command's)"
+    )
+    assert refusal(runs["prompts"]) == (
+        "--prompts: no such option of trainplan evaluate; it is an option of trainplan rlhf "
+        "and trainplan rlhf-plan; did you mean --params or --recompute? (trainplan evaluate "
+        "--help lists this command's)"
+    )
+    assert "Did you mean one of: '--help', '--model'?" in refusal(runs["typo"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import errno
 import os
 import signal
@@ -73,6 +74,7 @@ class GuardedCommand(cloup.Command):
         command's parameters with this command's (:func:`_spelled_here`), where click would say
         "No such option" (``pipeline --pp 8``: "Did you mean '--help', '--png'?")."""
         _spelled_here(ctx.info_name or "", self.params, args)
+        _taken_elsewhere(ctx, self.params, args)
         if any("--set" in getattr(p, "opts", ()) for p in self.params):
             for i, arg in enumerate(args):
                 if arg == "--":
@@ -155,6 +157,46 @@ def _spelled_here(command: str, params: list[click.Parameter], args: list[str]) 
         raise InputError(
             f"{flag}: no such option of trainplan {command}; write it {other}{also}{example}"
         )
+
+
+def _taken_elsewhere(ctx: click.Context, params: list[click.Parameter], args: list[str]) -> None:
+    """Refuse a flag this command does not take that other commands of the group take, naming
+    them and any of this command's flags close to it (click would say only "No such option", or
+    suggest this command's nearest spellings: ``evaluate --prompts`` "Did you mean --params?"):
+    ``rlhf-plan --policy-params 7e9``, the textbook accounting's size, ``trainplan rlhf``'s.
+
+    Raises
+    ------
+    InputError
+        ``--policy-params: no such option of trainplan rlhf-plan; it is an option of trainplan
+        rlhf (trainplan rlhf-plan --help lists this command's)``.
+    """
+    root = ctx.find_root()
+    group = root.command if isinstance(root.command, click.Group) else None
+    if group is None or ctx is root:
+        return
+    here = {o for p in params for o in (*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ()))}
+    for arg in args:
+        if arg == "--":
+            return
+        flag = arg.partition("=")[0]
+        if not flag.startswith("--") or flag in here:
+            continue
+        others = [
+            name
+            for name in group.list_commands(root)
+            if (cmd := group.get_command(root, name)) is not None
+            and any(flag in getattr(p, "opts", ()) for p in cmd.params)
+        ]
+        if others:
+            command = ctx.info_name or ""
+            near = difflib.get_close_matches(flag, sorted(here), n=2)
+            mean = f"; did you mean {' or '.join(near)}?" if near else ""
+            raise InputError(
+                f"{flag}: no such option of trainplan {command}; it is an option of trainplan "
+                f"{' and trainplan '.join(others)}{mean} (trainplan {command} --help lists "
+                "this command's)"
+            )
 
 
 def _given_twice(option: click.Option, values: list[Any]) -> str:
