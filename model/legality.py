@@ -42,11 +42,10 @@ from trainplan.model.moe_rules import (
     HYBRIDEP_TOKENS_SCOPE,
     check_expert_parallel,
     hybridep_tokens_rule,
+    moe_framework_rule,
     moe_layout_rule,
-    moe_recompute_violation,
-    moe_run_violation,
+    moe_schedule_rule,
 )
-from trainplan.model.moe_run import DROPLESS
 from trainplan.model.muon import muon_tp_gathers
 from trainplan.model.offload_rules import check_offload_rules
 from trainplan.model.optimizers import OptimizerKind, check_optimizer
@@ -350,40 +349,6 @@ def _optimizer(s: Setting, optimizer: Any, framework: Any, zero_stage: int) -> N
         )
 
 
-FULL_RECOMPUTES = ("full", "sqrt")
-"""The recompute modes that run the whole forward again (``model.layout.Recompute``'s values;
-read as text: the layout imports this module)."""
-
-
-def _moe_framework(s: Setting, framework: Any, recompute: Any) -> None:
-    """The run's MoE dispatcher and all-to-all overlap under this framework and recompute mode
-    (:func:`model.moe_rules.moe_run_violation`, :func:`model.moe_rules.moe_recompute_violation`)."""
-    run = s.training.moe_run
-    if run == DROPLESS:
-        return
-    moe = None if s.model.arch is None else s.model.arch.moe
-    shared = moe is not None and moe.num_shared_experts > 0
-    problem = moe_run_violation(run, str(framework), moe is not None, shared)
-    modules = s.training.recompute_modules if str(recompute) == "selective" else ()
-    problem = problem or moe_recompute_violation(run, str(recompute) in FULL_RECOMPUTES, modules)
-    if problem:
-        raise LayoutError(problem)
-
-
-def _moe_schedule(s: Setting, framework: Any, schedule: Any) -> None:
-    """The run's dispatcher under the framework and the schedule: DeepEP under ``textbook`` only
-    with DualPipe (:func:`model.moe_rules.moe_run_violation` given the schedule)."""
-    run = s.training.moe_run
-    moe = None if s.model.arch is None else s.model.arch.moe
-    if run == DROPLESS or moe is None:
-        return
-    problem = moe_run_violation(
-        run, str(framework), True, moe.num_shared_experts > 0, str(schedule)
-    )
-    if problem:
-        raise LayoutError(problem)
-
-
 RULES: tuple[Rule, ...] = (
     Rule("gpus", ("dp", "tp", "pp", "cp"), _gpus),
     Rule("global_batch_size", ("micro_batch_size", "dp"), _batch),
@@ -424,8 +389,8 @@ RULES: tuple[Rule, ...] = (
     Rule("context_parallel", ("cp", "cp_kind", "cp_a2a", "tp", "sp", "framework"), _cp),
     Rule("cp_framework", ("cp", "cp_kind", "framework", "tp", "pp"), _cp_framework),
     Rule("optimizer", ("optimizer", "framework", "zero_stage"), _optimizer),
-    Rule("moe_framework", ("framework", "recompute"), _moe_framework),
-    Rule("moe_schedule", ("framework", "schedule"), _moe_schedule),
+    Rule("moe_framework", ("framework", "recompute"), moe_framework_rule),
+    Rule("moe_schedule", ("framework", "schedule"), moe_schedule_rule),
     Rule("moe_layout", ("ep", "pp", "virtual_stages", "tp", "etp", "framework"), moe_layout_rule),
     Rule("hybridep_tokens", HYBRIDEP_TOKENS_SCOPE, hybridep_tokens_rule),
     Rule("flex_domains", FLEX_DOMAINS_SCOPE, flex_domains_rule),

@@ -220,6 +220,42 @@ def moe_recompute_violation(
     return None
 
 
+FULL_RECOMPUTES = ("full", "sqrt")
+"""The recompute modes that run the whole forward again (``model.layout.Recompute``'s values;
+read as text: the layout imports the legality rules)."""
+
+
+def moe_framework_rule(s: Any, framework: Any, recompute: Any) -> None:
+    """The legality rule ``moe_framework`` (``s``: :class:`model.legality.Setting`): the run's MoE
+    dispatcher and all-to-all overlap under this framework and recompute mode
+    (:func:`moe_run_violation`, :func:`moe_recompute_violation`)."""
+    run = s.training.moe_run
+    if run == DROPLESS:
+        return
+    moe = None if s.model.arch is None else s.model.arch.moe
+    shared = moe is not None and moe.num_shared_experts > 0
+    problem = moe_run_violation(run, str(framework), moe is not None, shared)
+    modules = s.training.recompute_modules if str(recompute) == "selective" else ()
+    problem = problem or moe_recompute_violation(run, str(recompute) in FULL_RECOMPUTES, modules)
+    if problem:
+        raise LayoutError(problem)
+
+
+def moe_schedule_rule(s: Any, framework: Any, schedule: Any) -> None:
+    """The legality rule ``moe_schedule`` (``s``: :class:`model.legality.Setting`): the run's
+    dispatcher under the framework and the schedule: DeepEP under ``textbook`` only with
+    DualPipe (:func:`moe_run_violation` given the schedule)."""
+    run = s.training.moe_run
+    moe = None if s.model.arch is None else s.model.arch.moe
+    if run == DROPLESS or moe is None:
+        return
+    problem = moe_run_violation(
+        run, str(framework), True, moe.num_shared_experts > 0, str(schedule)
+    )
+    if problem:
+        raise LayoutError(problem)
+
+
 def check_expert_parallel(ep: int, model: ModelSpec) -> None:
     """The rule of an expert-parallel degree against the model's experts: ep > 1 needs a MoE
     model, and ep divides the routed experts (each ep rank holds num_experts / ep of them:
