@@ -232,7 +232,7 @@ def _explain(problem: Problem, tables: CostTables, lm: LayoutModel) -> list[str]
     blocking = list(lm.families) if one else (lm.explain() or list(lm.families))
     blocking = sorted(blocking, key=lambda family: family == "memory")
     fits = tables.fits
-    # legal candidates whose allocated peak fits but whose reserved bytes do not (tables._fits)
+    # legal candidates whose allocated peak fits but whose reserved bytes do not (job_rows._fits)
     retried = tables.legal & (tables.peak_ceil <= tables.capacity[:, None, None]) & ~fits
     retried &= not tables.allocator_retries_ok
     out = []
