@@ -108,11 +108,12 @@ def no_answer(
 ) -> InfeasibleError:
     """Why a ``kind`` (search, frontier) has no first answer: CP-SAT stopped at the time limit
     before finding one (``status`` unknown: exit 1 with the way out, not a claim that nothing
-    fits), or the constraints that leave none (:func:`explain`)."""
-    if status == "unknown":
+    fits), or the constraints that leave none (:func:`explain`); tables a time limit cut short
+    (:meth:`CostTables.cut`) prove nothing either: exit 1 with the way out too."""
+    if status == "unknown" or not tables.complete:
+        stopped = f"CP-SAT stopped without an answer ({lm.model.validate() or 'time limit'})"
         return InfeasibleError(
-            f"{kind}: CP-SAT stopped without an answer ({lm.model.validate() or 'time limit'}); "
-            "give a longer --time-limit",
+            f"{kind}: {tables.cut() or stopped}; give a longer --time-limit",
             ["solver: no answer within the limits"],
             status="unknown",
         )

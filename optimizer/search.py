@@ -71,6 +71,9 @@ class SearchResult:
     """``params`` objective stopped by the time limit: the parameter count of the largest family
     member not yet checked (the answer's own count ≤ the true largest ≤ this); None when proven
     or another objective (:func:`optimizer.params_search.params_search`)."""
+    cut: str | None = None
+    """What the time limit left out of the cost tables, in words (:meth:`CostTables.cut`); None
+    when every shape was tabulated."""
 
     @property
     def best(self) -> Answer:
@@ -95,7 +98,8 @@ def prepare(
     time_limit_s: float | None = None,
 ) -> tuple[CostTables, LayoutModel, float]:
     """Tables, the CP-SAT model with every constraint family, and the seconds it took.
-    ``time_limit_s`` bounds table building too: jobs not started within it are left out."""
+    ``time_limit_s`` bounds table building too: the blocks of shapes not started within it are
+    left out (:func:`optimizer.tables.build_tables`)."""
     t0 = time.perf_counter()
     deadline = None if time_limit_s is None else t0 + time_limit_s
     tables = build_tables(problem, progress, deadline)
@@ -285,8 +289,10 @@ def search(
             lm.exclude(choice)
     n = len(tables.shapes) * len(tables.zero_stages) * len(tables.recomputes)
     if not tables.complete:
-        status = "feasible"  # the best of the jobs tabulated within the time limit
-    return SearchResult(status, tuple(answers), seconds, t_tables, len(tables.shapes), n)
+        status = "feasible"  # the best of the rows tabulated within the time limit
+    return SearchResult(
+        status, tuple(answers), seconds, t_tables, len(tables.shapes), n, cut=tables.cut()
+    )
 
 
 def _own(

@@ -54,11 +54,20 @@ __all__ = [
     "fit_columns",
     "objective_divisor",
     "MAX_ROWS",
+    "BLOCK_SHAPES",
+    "blocks",
     "MAX_SHAPES_PER_JOB",
 ]
 
 MAX_ROWS = 2_000_000
 """Refuse tables larger than this many (shape × modifier) rows; narrow the space instead."""
+BLOCK_SHAPES = 512
+"""Shapes of a job whose rows are filled at once under a time limit, between two looks at its
+deadline (:func:`build_tables`). Every term is evaluated shape by shape
+(:func:`optimizer.columns.tabulate` groups the shapes only to look each figure up once), so a row
+does not depend on the block it is filled in; but each block looks its groups' figures up again:
+Mixtral 8x7B on 64 H100s (1,948 shapes, megatron and fsdp2) took 3.6 s of CPU whole and 6.2 s in
+blocks of 512 (25 s in blocks of 37), so without a time limit a job is filled whole."""
 MAX_SHAPES_PER_JOB = 200_000
 """Refuse a job with more legal shapes than this (the arrays of one job live in memory at once)."""
 
@@ -103,17 +112,31 @@ class CostTables:
     """[S, R] model FLOPs per step (for MFU bounds), as float."""
     peak_ceil: np.ndarray
     """[S, Z, R] the busiest stage's bytes (each term rounded up): the memory objective."""
-    jobs_tabulated: int = -1
-    """How many of the jobs (in order) have shapes here; fewer than ``len(jobs)`` when a time
-    limit stopped table building (-1: all)."""
+    shapes_in_all: int = -1
+    """How many shapes the space holds over every job; more than ``len(shapes)`` when a time limit
+    stopped table building, which keeps the blocks filled by then (:func:`build_tables`: the rows
+    held are the first of every job's shapes in order, each row as a complete build has it;
+    -1: all)."""
     allocator_retries_ok: bool = False
     """Whether :attr:`fits` accepts a candidate whose reserved bytes exceed the capacity while its
     allocated ones fit (:attr:`optimizer.problem.Constraints.allocator_retries_ok`)."""
 
     @property
     def complete(self) -> bool:
-        """Whether every job was tabulated (no time limit cut table building short)."""
-        return self.jobs_tabulated < 0 or self.jobs_tabulated == len(self.jobs)
+        """Whether every shape of every job was tabulated (no time limit cut table building
+        short)."""
+        return self.shapes_in_all < 0 or self.shapes_in_all == len(self.shapes)
+
+    def cut(self) -> str | None:
+        """What a time limit left out, in words (None: nothing): the shapes tabulated of all,
+        each job's first in tie-break order (:func:`build_tables`)."""
+        if self.complete:
+            return None
+        return (
+            f"the time limit cut the cost tables at {len(self.shapes):,} of "
+            f"{self.shapes_in_all:,} shapes, each job's first in tie-break order (fewest "
+            "model-parallel GPUs first)"
+        )
 
     def step_ns(self) -> np.ndarray:
         """[S, Z, R] step time in ns as the solver sees it."""
@@ -154,11 +177,18 @@ def build_tables(
     fit_only: bool = False,
 ) -> CostTables:
     """Evaluate the cost model's terms for every job × shape × modifier (``fit_only``: a job
-    none of whose candidates fits gets no time terms, :func:`_job_rows`).
+    none of whose candidates fits gets no time terms, :func:`optimizer.job_rows._job_rows`).
 
-    ``progress(done, total)`` is called after each job (the CLI's terminal progress line).
-    ``deadline`` (a :func:`time.perf_counter` value): jobs not started by then are left out
-    (:attr:`CostTables.complete` is False; the search then reports ``feasible``, not proven).
+    The rows are filled job by job, in the shapes' tie-break order
+    (:func:`optimizer.space.legal_shapes`: fewest model-parallel GPUs first; no cheaper
+    principled order ranks the shapes by their step time before their terms are evaluated), a
+    job whole, or with a ``deadline`` (a :func:`time.perf_counter` value) in blocks of at most
+    :data:`BLOCK_SHAPES` shapes. The deadline is checked between blocks once some tabulated
+    candidate fits (an answer rather than none, as :mod:`optimizer.params_search`'s scan): the
+    blocks not started by then are left out (:attr:`CostTables.complete` is False, the rows
+    held are those a build without the deadline has first; the search then reports
+    ``feasible``, not proven). ``progress(done, total)`` (shapes) is called after each job or
+    block (the CLI's terminal progress line).
 
     Raises
     ------
@@ -173,23 +203,20 @@ def build_tables(
     shapes: list[Shape] = []
     job_of: list[int] = []
     memo: dict = {}
-    lo = 0
-    tabulated = len(per_job)
-    for j, (job, found) in enumerate(per_job):
-        if deadline is not None and j and time.perf_counter() > deadline:
-            tabulated = j
+    for j, block in blocks(per_job, None if deadline is None else BLOCK_SHAPES):
+        lo = len(shapes)
+        if deadline is not None and time.perf_counter() > deadline and cols["fits"][:lo].any():
             break
         fill_job_rows(
-            cols, lo, job, found, zs, rs, problem.constraints.headroom, memo,
+            cols, lo, per_job[j][0], block, zs, rs, problem.constraints.headroom, memo,
             problem.constraints.allocator_retries_ok, fit_only,
         )  # fmt: skip
-        shapes += found
-        job_of += [j] * len(found)
-        lo += len(found)
+        shapes += block
+        job_of += [j] * len(block)
         if progress:
-            progress(lo, S)
-    if tabulated < len(per_job):  # cut short: keep the tabulated jobs' rows
-        cols = {name: column[:lo] for name, column in cols.items()}
+            progress(len(shapes), S)
+    if len(shapes) < S:  # cut short: keep the tabulated blocks' rows
+        cols = {name: column[: len(shapes)] for name, column in cols.items()}
     return CostTables(
         tuple(problem.jobs),
         tuple(shapes),
@@ -198,9 +225,27 @@ def build_tables(
         tuple(rs),
         **cols,
         peak_ceil=peak_table(cols["state_ceil"], cols["step_ceil"], cols["act_ceil"]),
-        jobs_tabulated=tabulated,
+        shapes_in_all=S,
         allocator_retries_ok=problem.constraints.allocator_retries_ok,
     )
+
+
+def blocks(
+    per_job: list[tuple[Job, tuple[Shape, ...]]], size: int | None
+) -> list[tuple[int, tuple[Shape, ...]]]:
+    """Each job's index with its shapes in order, cut into runs of at most ``size`` shapes
+    (None: each job whole); a job without shapes has none.
+
+    >>> jobs = [(None, (1, 2, 3)), (None, ()), (None, (4,))]
+    >>> [(j, len(b)) for j, b in blocks(jobs, 2)], [(j, len(b)) for j, b in blocks(jobs, None)]
+    ([(0, 2), (0, 1), (2, 1)], [(0, 3), (2, 1)])
+    """
+    size = size or max([1, *(len(found) for _, found in per_job)])
+    return [
+        (j, found[a : a + size])
+        for j, (_, found) in enumerate(per_job)
+        for a in range(0, len(found), size)
+    ]
 
 
 def job_shapes(problem: Problem, per_shape: int) -> list[tuple[Job, tuple[Shape, ...]]]:
