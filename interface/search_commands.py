@@ -90,7 +90,7 @@ class SearchRun:
 
 
 TableProgress = Callable[[int, int], None]
-"""``(shapes tabulated, shapes in all)`` after each job."""
+"""``(shapes tabulated, shapes in all)`` after each block of a job's shapes."""
 SolutionProgress = Callable[[int, str], None]
 """``(solutions found, best objective so far as text)`` as CP-SAT improves."""
 
@@ -216,7 +216,7 @@ def _search_meta(result: Any, jobs: int, limit: float | None) -> dict[str, Any]:
         "jobs": jobs,
         "time_limit_s": limit,
         "time_limit_note": params_note(result)
-        or time_limit_note(limit, result.tables_seconds, result.solve_seconds),
+        or time_limit_note(limit, result.tables_seconds, result.solve_seconds, result.cut),
     }
 
 

@@ -110,19 +110,30 @@ def with_headroom(err: InfeasibleError, constraints: Any) -> InfeasibleError:
     return InfeasibleError(str(err), [*err.explanation, line], err.status)
 
 
-def time_limit_note(limit: float | None, tables_s: float, solve_s: float) -> str | None:
+def time_limit_note(
+    limit: float | None, tables_s: float, solve_s: float, cut: str | None = None
+) -> str | None:
     """What ``--time-limit`` did when the search took longer (None when it held, or none was
-    given): a job's cost tables are built whole once started (jobs not started in time are left
-    out), and CP-SAT gets at least :data:`optimizer.search.SOLVE_FLOOR_S` to read an answer."""
+    given): ``cut`` (:meth:`optimizer.tables.CostTables.cut`) the shapes it left out of the cost
+    tables, which are filled in blocks of :data:`optimizer.tables.BLOCK_SHAPES` shapes with the
+    limit looked at between blocks once some candidate fits; and CP-SAT gets at least
+    :data:`optimizer.search.SOLVE_FLOOR_S` to read an answer."""
     from trainplan.optimizer.search import SOLVE_FLOOR_S
+    from trainplan.optimizer.tables import BLOCK_SHAPES
 
-    if limit is None or tables_s + solve_s <= limit:
+    if limit is None or (tables_s + solve_s <= limit and not cut):
         return None
+    if cut:
+        return (
+            f"{cut}; {tables_s:.2f} s of cost tables + {solve_s:.2f} s of CP-SAT: the answer is "
+            "the best of those, not proven; a longer --time-limit searches the rest"
+        )
     return (
         f"the time limit of {limit:g} s was passed ({tables_s:.2f} s of cost tables + "
-        f"{solve_s:.2f} s of CP-SAT): a job's tables are built whole once started, and CP-SAT "
-        f"is given at least {SOLVE_FLOOR_S:g} s to read an answer; the status says whether "
-        "that answer is proven"
+        f"{solve_s:.2f} s of CP-SAT): the cost tables are filled in blocks "
+        f"of {BLOCK_SHAPES:,} shapes, the limit looked at between blocks once a candidate fits, "
+        f"and CP-SAT is given at least {SOLVE_FLOOR_S:g} s to read an answer; the status says "
+        "whether that answer is proven"
     )
 
 

@@ -30,7 +30,7 @@ Megatron-Core is its default, not a choice; such a setting is neither compared n
 otherwise one more table build and one CP-SAT solve (top 1), and one more per choice when they
 are told apart, within what ``--time-limit`` leaves. The first search's tables are not reused: the
 settings are part of each job's case, from which every table is built; the memory terms are
-memoised by the recipe alone (:func:`optimizer.tables._job_rows`) but hold the legality rules,
+memoised by the recipe alone (:func:`optimizer.job_rows._job_rows`) but hold the legality rules,
 which read the cost options too (``tp_comm_overlap`` among them), so sharing them across the two
 searches would carry one search's legality into the other.
 """

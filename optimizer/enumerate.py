@@ -127,7 +127,7 @@ def best_by_evaluate(problem: Problem, tables: CostTables) -> tuple[Candidate, i
                 if any(
                     fit_bytes(st, tables.allocator_retries_ok) > tables.capacity[s]
                     for st in est.stages
-                ):  # the reserved bytes too, unless retries are accepted (tables._fits)
+                ):  # the reserved bytes too, unless retries are accepted (job_rows._fits)
                     continue
                 found.append((sum(objective_ns(est.time_terms)), int(tie[s, z, r]), (s, z, r)))
     if not found:

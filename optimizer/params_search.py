@@ -20,8 +20,8 @@ layers, :func:`model.split.check_chunks`; a member's shapes are its own,
 one probe per member above the answer, the fewest an exact answer can cost without a bound that
 rules a member out unseen. A probe of a member that does not fit costs only its memory terms.
 
-A time limit (checked between probes; a member's tables, once started, are built whole, as
-:func:`optimizer.tables.build_tables`' jobs) that stops the scan before a member fits turns to a
+A time limit (checked between probes; a member's tables, once started, are built whole: a
+probe cut short would prove no verdict) that stops the scan before a member fits turns to a
 bisection of the members below (fit is usually monotone: log₂ n probes, run past the limit so that
 an answer comes rather than none). It returns the largest fitting member found, ``feasible``, with
 :attr:`optimizer.search.SearchResult.params_unproven` the parameter count of the largest member

@@ -1,5 +1,5 @@
 """Layout search over the cost model's tables with CP-SAT: the best layout (or the top k), the
-Pareto frontier, the largest model that fits, and why nothing fits.
+Pareto frontier and the largest model that fits (why nothing fits: :mod:`optimizer.no_answer`).
 
 Every answer is re-evaluated with ``evaluate()`` and every tabulated term is compared with it
 (docs/concepts/search.md "One cost model, two uses"): a difference raises :class:`TermMismatch`.
@@ -21,7 +21,8 @@ from trainplan.model.terms.peak import reserved_over_capacity
 from trainplan.optimizer.axis_rules import axis_refusal, recipe_refusal
 from trainplan.optimizer.cpsat import Candidate, LayoutModel, interrupted
 from trainplan.optimizer.launch_tables import objective_grid
-from trainplan.optimizer.problem import Job, Objective, Problem, fit_rule
+from trainplan.optimizer.no_answer import no_answer, nothing_legal
+from trainplan.optimizer.problem import Job, Objective, Problem
 from trainplan.optimizer.rules import allowed, mfu_table, tie_ranks, tp_cp_in_nvlink
 from trainplan.optimizer.tables import CostTables, build_tables, illegal_reason
 
@@ -70,6 +71,9 @@ class SearchResult:
     """``params`` objective stopped by the time limit: the parameter count of the largest family
     member not yet checked (the answer's own count ≤ the true largest ≤ this); None when proven
     or another objective (:func:`optimizer.params_search.params_search`)."""
+    cut: str | None = None
+    """What the time limit left out of the cost tables, in words (:meth:`CostTables.cut`); None
+    when every shape was tabulated."""
 
     @property
     def best(self) -> Answer:
@@ -94,7 +98,8 @@ def prepare(
     time_limit_s: float | None = None,
 ) -> tuple[CostTables, LayoutModel, float]:
     """Tables, the CP-SAT model with every constraint family, and the seconds it took.
-    ``time_limit_s`` bounds table building too: jobs not started within it are left out."""
+    ``time_limit_s`` bounds table building too: the blocks of shapes not started within it are
+    left out (:func:`optimizer.tables.build_tables`)."""
     t0 = time.perf_counter()
     deadline = None if time_limit_s is None else t0 + time_limit_s
     tables = build_tables(problem, progress, deadline)
@@ -197,94 +202,6 @@ def _answer(tables: CostTables, choice: Candidate, objective: int) -> Answer:
     )
 
 
-def _nothing_fits(tables: CostTables, retried: np.ndarray) -> list[str]:
-    """The memory lines where no candidate fits: the least any needs, or where some fit by the
-    allocated peak alone (``retried`` [S, Z, R]) the search's memory rule."""
-    top = np.iinfo(np.int64).max
-    peak = np.where(tables.legal, tables.peak_ceil, top)
-    s, z, r = np.unravel_index(int(np.argmin(peak)), peak.shape)
-    sh, cap = tables.shapes[s], int(tables.capacity[s])
-    which = (
-        f"dp {sh.dp}, tp {sh.tp}, pp {sh.pp}, cp {sh.cp}, ep {sh.ep}, "
-        f"b {sh.micro_batch_size}, {sh.schedule}, {sh.framework} ZeRO-{tables.zero_stages[z]}, "
-        f"recompute {tables.recomputes[r]}"
-    )
-    if retried.any():
-        return [
-            f"memory: no layout's reserved bytes fit {cap / 1e9:,.2f} GB per GPU; "
-            f"{int(retried.sum()):,} fit by the allocated peak alone (the least "
-            f"{peak[s, z, r] / 1e9:,.2f} GB: {which}) and would run with allocator retries",
-            fit_rule(False),
-        ]
-    return [
-        f"memory: no layout fits {cap / 1e9:,.2f} GB per GPU; the least any candidate needs is "
-        f"{peak[s, z, r] / 1e9:,.2f} GB ({which}); try more GPUs, a larger accelerator, a shorter "
-        "sequence or higher tp/pp/cp"
-    ]
-
-
-def _explain(problem: Problem, tables: CostTables, lm: LayoutModel) -> list[str]:
-    """One line per constraint family in CP-SAT's infeasible core, the user's own constraints
-    (min_mfu, nvlink) first — so the message names the constraint the user set — and memory last;
-    memory says "no layout fits" only when that is so. With one family or none, the core is that
-    family (or empty, read as it): :meth:`LayoutModel.explain`'s one-worker solve is skipped."""
-    one = len(lm.families) <= 1
-    blocking = list(lm.families) if one else (lm.explain() or list(lm.families))
-    blocking = sorted(blocking, key=lambda family: family == "memory")
-    fits = tables.fits
-    # legal candidates whose allocated peak fits but whose reserved bytes do not (tables._fits)
-    retried = tables.legal & (tables.peak_ceil <= tables.capacity[:, None, None]) & ~fits
-    retried &= not tables.allocator_retries_ok
-    out = []
-    for family in blocking:
-        if family == "memory" and not fits.any():
-            out += _nothing_fits(tables, retried)
-        elif family == "memory":
-            others = " and ".join(f for f in blocking if f != "memory")
-            out.append(
-                f"memory: {int(fits.sum()):,} of {fits.size:,} candidates fit in "
-                f"{int(tables.capacity.max()) / 1e9:,.2f} GB per GPU, but none of them meets {others}"
-            )
-            if retried.any():
-                out.append(fit_rule(False))
-        elif family == "min_mfu":
-            mfu = mfu_table(tables)
-            best, where = (
-                (np.where(fits, mfu, 0).max(), "that fits")
-                if fits.any()
-                else (
-                    mfu.max(),
-                    "(none fits)",
-                )
-            )
-            out.append(
-                f"min_mfu: the best MFU of any layout {where} is {best:.1%}, below the "
-                f"min_mfu of {problem.constraints.min_mfu:.1%} asked for; lower --min-mfu"
-            )
-        elif family == "nvlink":
-            out.append(
-                "nvlink: no layout with tp·cp within one NVLink domain fits the other constraints"
-            )
-    if len(blocking) > 1:
-        out.append(
-            "together: " + " + ".join(blocking) + " leave no layout (each alone may allow one)"
-        )
-    return out
-
-
-def _nothing_legal(problem: Problem) -> InfeasibleError:
-    """The refusal when no candidate of any job is legal (:attr:`CostTables.legal`): with
-    offload, the usual cause is the host's share beyond its memory (``pk.host_fits``)."""
-    offload = any(job.case.training.offload.active for job in problem.jobs)
-    why = (
-        "with offload, every candidate's host share exceeds the host memory or breaks a framework "
-        "rule; offload less, use more GPUs, or see `trainplan evaluate` of one layout for which"
-        if offload
-        else "every candidate breaks a framework rule; `trainplan evaluate` of one layout names it"
-    )
-    return InfeasibleError(f"search: no layout is legal: {why}", [why])
-
-
 def _solve_one(
     lm: LayoutModel,
     tables: CostTables,
@@ -352,7 +269,7 @@ def search(
     seconds, status = 0.0, "optimal"
     for _ in range(top):
         if not tables.legal.any():
-            raise _nothing_legal(problem)
+            raise nothing_legal(problem)
         if answers and interrupted():  # Ctrl-C (optimizer.solver.interrupt): the answers so far
             status = "feasible"
             break
@@ -362,7 +279,7 @@ def search(
             status = "feasible"  # Ctrl-C stopped this solve before its answer: the answers so far
             break
         if choice is None and (st == "unknown" or not answers):
-            raise _no_answer("search", problem, tables, lm, st)
+            raise no_answer("search", problem, tables, lm, st)
         if choice is None:
             break
         if st != "optimal":
@@ -372,8 +289,10 @@ def search(
             lm.exclude(choice)
     n = len(tables.shapes) * len(tables.zero_stages) * len(tables.recomputes)
     if not tables.complete:
-        status = "feasible"  # the best of the jobs tabulated within the time limit
-    return SearchResult(status, tuple(answers), seconds, t_tables, len(tables.shapes), n)
+        status = "feasible"  # the best of the rows tabulated within the time limit
+    return SearchResult(
+        status, tuple(answers), seconds, t_tables, len(tables.shapes), n, cut=tables.cut()
+    )
 
 
 def _own(
@@ -393,25 +312,6 @@ def _own(
 SOLVE_FLOOR_S = 1.0
 """The least a solve is given after the tables, to read an answer even on a loaded machine (a
 0.1 s floor returned no answer with the CPUs shared)."""
-
-
-def _no_answer(
-    kind: str, problem: Problem, tables: CostTables, lm: LayoutModel, status: str
-) -> InfeasibleError:
-    """Why a ``kind`` (search, frontier) has no first answer: CP-SAT stopped at the time limit
-    before finding one (``status`` unknown: exit 1 with the way out, not a claim that nothing
-    fits), or the constraints that leave none (:func:`_explain`)."""
-    if status == "unknown":
-        return InfeasibleError(
-            f"{kind}: CP-SAT stopped without an answer ({lm.model.validate() or 'time limit'}); "
-            "give a longer --time-limit",
-            ["solver: no answer within the limits"],
-            status="unknown",
-        )
-    explanation = _explain(problem, tables, lm)
-    return InfeasibleError(
-        f"{kind}: no layout satisfies the constraints. " + explanation[0], explanation
-    )
 
 
 def _remaining(time_limit_s: float | None, spent: float) -> float | None:
@@ -481,7 +381,7 @@ def frontier(
         seconds += res.seconds
         if res.choice is None:
             if not points:  # a time limit that left no answer is no proof that none exists
-                raise _no_answer("frontier", problem, tables, lm, res.status)
+                raise no_answer("frontier", problem, tables, lm, res.status)
             proven &= res.status != "unknown"
             break
         point, least, sec, sure = lm.least_second(second, res, time_limit_s, workers)

@@ -292,7 +292,7 @@ def legal_shapes(model: ModelSpec, training: TrainingSpec, space: SearchSpace) -
     # the framework- and recompute-dependent recipe choices (offload, the MoE dispatcher and its
     # overlap, the recompute modules, the distributed optimizer, Megatron-Core's fused loss and
     # FP8 primary weights, the op-level save list) are checked with each framework and recompute
-    # mode in the tables (optimizer.tables._legal), not here
+    # mode in the tables (optimizer.job_rows._legal), not here
     plain = replace(
         training, offload=NO_OFFLOAD, moe_run=DROPLESS, recompute_modules=DEFAULT_RECOMPUTE_MODULES,
         distributed_optimizer=DistributedOptimizer.MCORE, cross_entropy_fusion_impl="none",

@@ -27,15 +27,17 @@ def test_search_help_says_what_the_time_limit_bounds():
     """``--time-limit 60`` on DeepSeek-V3 under fsdp2 on 64 GPUs (one job) printed nothing for
     over five minutes: one job's cost tables are built whole once started, which the help's
     "Seconds for the whole search, table building included" did not say (the note a search
-    prints afterwards and docs/concepts/search.md do)."""
+    prints afterwards and docs/concepts/search.md do). A job's tables are now filled in blocks,
+    the limit checked between them (tests/test_cli_time_limit_blocks.py); the help says so."""
     runs = run_many({k: [k, "--help"] for k in ("search", "frontier")})
     for done in runs.values():
         assert done.returncode == 0, done.stderr
         text = " ".join(done.stdout.split())
         assert (
-            "--time-limit NUMBER Seconds for the whole search, table building included: a job's "
-            "cost tables (one GPU count on one accelerator) are built whole once started, the "
-            "jobs not started in time are left out, and CP-SAT gets what remains (at least 1 s)"
+            "--time-limit NUMBER Seconds for the whole search, table building included: the cost "
+            "tables are filled a block of shapes at a time and the limit is checked between "
+            "blocks once some layout fits (the shapes not reached are left out), and CP-SAT gets "
+            "what remains (at least 1 s)"
         ) in text
 
 

@@ -190,10 +190,11 @@ SOLVER: list[Decorator] = [
         "--time-limit",
         "time_limit",
         type=POSITIVE,
-        help="Seconds for the whole search, table building included: a job's cost tables "
-        "(one GPU count on one accelerator) are built whole once started, the jobs not started "
-        f"in time are left out, and CP-SAT gets what remains (at least {SOLVE_FLOOR_S:g} s); the "
-        "best found, status feasible (not proven) when it runs out (default: no limit).",
+        help="Seconds for the whole search, table building included: the cost tables are "
+        "filled a block of shapes at a time and the limit is checked between blocks once some "
+        "layout fits (the shapes not reached are left out), and CP-SAT gets what remains (at "
+        f"least {SOLVE_FLOOR_S:g} s); the best found, status feasible (not proven) when it runs "
+        "out (default: no limit).",
     ),
     click.option(
         "--workers",

@@ -25,16 +25,11 @@ from trainplan.model.precision import optimizer_state_bytes
 from trainplan.model.schedule_support import SCHEDULE_SUPPORT
 from trainplan.optimizer.case import Case
 from trainplan.optimizer.columns import ShapeColumns
+from trainplan.optimizer.job_rows import _memory, _with_communicators, fit_columns
 from trainplan.optimizer.problem import Job, Problem
 from trainplan.optimizer.search import BYTE_TOLERANCE, NS_TOLERANCE
 from trainplan.optimizer.space import SearchSpace
-from trainplan.optimizer.tables import (
-    _memory,
-    _with_communicators,
-    build_tables,
-    fit_columns,
-    job_shapes,
-)
+from trainplan.optimizer.tables import build_tables, job_shapes
 from trainplan.topology.accelerators import get_accelerator
 
 FRAMEWORKS = ["megatron", "deepspeed", "fsdp2", "textbook"]
@@ -203,7 +198,7 @@ def test_every_framework_and_schedule_is_drawn():
 
 @pytest.mark.parametrize("retries_ok", [False, True])
 def test_the_tables_fit_figure_is_the_evaluators(retries_ok):
-    """The tables' fit figure (:func:`optimizer.tables.fit_columns`) and the evaluator's
+    """The tables' fit figure (:func:`optimizer.job_rows.fit_columns`) and the evaluator's
     (:attr:`StageMemory.reserved_total_bytes`, with retries allowed :attr:`StageMemory.total_bytes`)
     are one sum, :func:`model.terms.peak.fit_total`: equal stage by stage, to float64's rounding,
     on every framework's candidates — FSDP2's with side-stream pools above 0 among them."""

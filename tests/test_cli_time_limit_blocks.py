@@ -1,0 +1,60 @@
+"""``--time-limit`` binds inside one job's cost tables, each ``trainplan`` call its own process
+(:mod:`tests.cli_runs`).
+
+``trainplan search --model deepseek-v3 --gpus 2048 --gpu H100-SXM --time-limit 2`` spent 12.7 s
+building the tables of its one job (4,912 shapes) and printed "proven optimal": the limit was
+looked at only between jobs. Now a job's shapes are filled in blocks of 512
+(:data:`optimizer.tables.BLOCK_SHAPES`) under a time limit, the limit looked at between blocks
+once some candidate fits. With ``--time-limit 0.001`` the first block (whose candidates include
+fitting ones) is all the tables hold, whatever the machine's speed: the search says so, status
+``feasible``, and its answer is a real layout — ``trainplan evaluate`` on the printed line gives
+the same step time and memory."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+
+from tests.cli_runs import run_many, trainplan
+
+DEEPSEEK = ["search", "--model", "deepseek-v3", "--gpus", "2048", "--gpu", "H100-SXM",
+            "--time-limit", "0.001"]  # fmt: skip
+
+ALLOWANCE_S = 120
+"""What the cut search may take on a loaded two-core machine: the limit (0.001 s), one block of
+512 shapes (about 2 s of CPU), CP-SAT's 1 s floor and the process's start, with room for other
+work on the CPUs. Not a timing assertion of the cut itself: that is the shape count."""
+
+
+def test_a_time_limit_cuts_one_jobs_tables_and_says_so():
+    start = time.monotonic()
+    runs = run_many({"json": [*DEEPSEEK, "--json"], "text": DEEPSEEK})
+    assert time.monotonic() - start < ALLOWANCE_S
+    for done in runs.values():
+        assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(runs["json"].stdout)
+    assert got["status"] == "feasible" and got["interrupted"] is False
+    assert got["shapes"] == 512 and got["candidates"] == 512 * 16  # 4 ZeRO stages × 4 recompute
+    note = got["time_limit_note"]
+    assert note.startswith(
+        "the time limit cut the cost tables at 512 of 4,912 shapes, each job's first in tie-break "
+        "order (fewest model-parallel GPUs first); "
+    )
+    assert note.endswith(
+        "the answer is the best of those, not proven; a longer --time-limit searches the rest"
+    )
+    text = runs["text"].stdout
+    assert "objective step-time: best found within the time limit (not proven)" in text
+    assert "Note: the time limit cut the cost tables at 512 of 4,912 shapes" in text
+    assert f"\nevaluate it: {got['evaluate_command']}\n" in text
+    # the answer is a layout evaluate() gives the same figures for
+    words = shlex.split(got["evaluate_command"])
+    assert words[:2] == ["trainplan", "evaluate"]
+    evaluated = trainplan(*words[1:], "--json")
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    again = json.loads(evaluated.stdout)
+    assert again["time"]["step_s"] == got["time"]["step_s"]
+    assert abs(got["objective_s"] - again["time"]["step_s"]) < 1e-9  # the tables' whole ns
+    assert round(again["time"]["step_s"], 3) == 43.692  # dp 1024 × tp 2 × ep 8, ZeRO-3
+    assert again["memory"]["total_bytes"] == got["memory"]["total_bytes"]
