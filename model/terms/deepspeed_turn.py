@@ -12,7 +12,7 @@ recompute_walk` of :func:`model.terms.traffic.deepspeed_walk`: none, the core at
 input taken off for each layer — or checkpointed chunk — whose activations are not live: what
 full recomputation frees exactly, what no recomputation frees at least (a layer frees its input
 and more), and what a chunk frees at least under √n. The search tabulates the term per ZeRO
-stage and recompute mode (:func:`optimizer.tables._memory`). Llama 3 8B tp 1 at s 2,048, b 1:
+stage and recompute mode (:func:`optimizer.job_rows._memory`). Llama 3 8B tp 1 at s 2,048, b 1:
 no recomputation's walk gives 2·1,512,046,592 − 29·16,777,216 = 2,537,553,920 bytes (layer 2's
 backward), the √n walk 2·1,512,046,592 − 5·16,777,216 = 2,940,207,104 (5 chunks freed there):
 402,653,184 bytes the term took over for the layouts without recomputation when it took the
