@@ -116,7 +116,7 @@ def time_limit_note(
     """What ``--time-limit`` did when the search took longer (None when it held, or none was
     given): ``cut`` (:meth:`optimizer.tables.CostTables.cut`) the shapes it left out of the cost
     tables, which are filled in blocks of :data:`optimizer.tables.BLOCK_SHAPES` shapes with the
-    limit looked at between blocks once some candidate fits; and CP-SAT gets at least
+    limit looked at between blocks once some candidate meets the constraints; and CP-SAT gets at least
     :data:`optimizer.search.SOLVE_FLOOR_S` to read an answer."""
     from trainplan.optimizer.search import SOLVE_FLOOR_S
     from trainplan.optimizer.tables import BLOCK_SHAPES
@@ -131,7 +131,8 @@ def time_limit_note(
     return (
         f"the time limit of {limit:g} s was passed ({tables_s:.2f} s of cost tables + "
         f"{solve_s:.2f} s of CP-SAT): the cost tables are filled in blocks "
-        f"of {BLOCK_SHAPES:,} shapes, the limit looked at between blocks once a candidate fits, "
+        f"of {BLOCK_SHAPES:,} shapes, the limit looked at between blocks once a candidate meets "
+        "the constraints, "
         f"and CP-SAT is given at least {SOLVE_FLOOR_S:g} s to read an answer; the status says "
         "whether that answer is proven"
     )

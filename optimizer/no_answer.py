@@ -109,11 +109,13 @@ def no_answer(
     """Why a ``kind`` (search, frontier) has no first answer: CP-SAT stopped at the time limit
     before finding one (``status`` unknown: exit 1 with the way out, not a claim that nothing
     fits), or the constraints that leave none (:func:`explain`); tables a time limit cut short
-    (:meth:`CostTables.cut`) prove nothing either: exit 1 with the way out too."""
+    (:meth:`CostTables.cut`; cut only once they hold an allowed candidate, so CP-SAT's time ran
+    out) prove nothing either: exit 1 with the way out too."""
     if status == "unknown" or not tables.complete:
         stopped = f"CP-SAT stopped without an answer ({lm.model.validate() or 'time limit'})"
+        cut = f"; {tables.cut()}" if not tables.complete else ""
         return InfeasibleError(
-            f"{kind}: {tables.cut() or stopped}; give a longer --time-limit",
+            f"{kind}: {stopped}{cut}; give a longer --time-limit",
             ["solver: no answer within the limits"],
             status="unknown",
         )

@@ -102,7 +102,10 @@ def prepare(
     left out (:func:`optimizer.tables.build_tables`)."""
     t0 = time.perf_counter()
     deadline = None if time_limit_s is None else t0 + time_limit_s
-    tables = build_tables(problem, progress, deadline)
+    # cut by the deadline only once the solver has an answer among the rows (its own mask)
+    tables = build_tables(
+        problem, progress, deadline, enough=lambda held: bool(allowed(problem, held).any())
+    )
     illegal = illegal_reason(tables)
     if illegal:  # every shape breaks a rule of the recipe at every ZeRO stage: that rule, exit 2
         raise InputError(illegal)

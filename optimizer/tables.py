@@ -28,6 +28,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
+from functools import partial
 
 import numpy as np
 
@@ -112,11 +113,11 @@ class CostTables:
     """[S, R] model FLOPs per step (for MFU bounds), as float."""
     peak_ceil: np.ndarray
     """[S, Z, R] the busiest stage's bytes (each term rounded up): the memory objective."""
-    shapes_in_all: int = -1
-    """How many shapes the space holds over every job; more than ``len(shapes)`` when a time limit
-    stopped table building, which keeps the blocks filled by then (:func:`build_tables`: the rows
-    held are the first of every job's shapes in order, each row as a complete build has it;
-    -1: all)."""
+    job_shapes_in_all: tuple[int, ...] = ()
+    """How many shapes the space holds for each job (in :attr:`jobs`' order); more in all than
+    ``len(shapes)`` when a time limit stopped table building, which keeps the blocks filled by
+    then (:func:`build_tables`: the first jobs' shapes in order, each row as a complete build has
+    it; empty: all)."""
     allocator_retries_ok: bool = False
     """Whether :attr:`fits` accepts a candidate whose reserved bytes exceed the capacity while its
     allocated ones fit (:attr:`optimizer.problem.Constraints.allocator_retries_ok`)."""
@@ -125,18 +126,29 @@ class CostTables:
     def complete(self) -> bool:
         """Whether every shape of every job was tabulated (no time limit cut table building
         short)."""
-        return self.shapes_in_all < 0 or self.shapes_in_all == len(self.shapes)
+        return not self.job_shapes_in_all or sum(self.job_shapes_in_all) == len(self.shapes)
 
     def cut(self) -> str | None:
-        """What a time limit left out, in words (None: nothing): the shapes tabulated of all,
-        each job's first in tie-break order (:func:`build_tables`)."""
+        """What a time limit left out, in words (None: nothing): the shapes tabulated of all, the
+        first in tie-break order, and with several jobs each job's (those after the cut: none).
+
+        Jobs are filled in order (:func:`build_tables`), so a cut search over several GPU counts
+        or parts may have compared only the first: the words say which."""
         if self.complete:
             return None
-        return (
+        words = (
             f"the time limit cut the cost tables at {len(self.shapes):,} of "
-            f"{self.shapes_in_all:,} shapes, each job's first in tie-break order (fewest "
+            f"{sum(self.job_shapes_in_all):,} shapes, the first in tie-break order (fewest "
             "model-parallel GPUs first)"
         )
+        if len(self.jobs) == 1:
+            return words
+        held = np.bincount(self.job_of, minlength=len(self.jobs))
+        each = (
+            f"{job.label} {'none' if not n else f'{n:,}'} of {total:,}"
+            for job, n, total in zip(self.jobs, held.tolist(), self.job_shapes_in_all, strict=True)
+        )
+        return f"{words}: {'; '.join(each)}"
 
     def step_ns(self) -> np.ndarray:
         """[S, Z, R] step time in ns as the solver sees it."""
@@ -175,6 +187,7 @@ def build_tables(
     progress: Callable[[int, int], None] | None = None,
     deadline: float | None = None,
     fit_only: bool = False,
+    enough: Callable[[CostTables], bool] | None = None,
 ) -> CostTables:
     """Evaluate the cost model's terms for every job × shape × modifier (``fit_only``: a job
     none of whose candidates fits gets no time terms, :func:`optimizer.job_rows._job_rows`).
@@ -183,8 +196,10 @@ def build_tables(
     (:func:`optimizer.space.legal_shapes`: fewest model-parallel GPUs first; no cheaper
     principled order ranks the shapes by their step time before their terms are evaluated), a
     job whole, or with a ``deadline`` (a :func:`time.perf_counter` value) in blocks of at most
-    :data:`BLOCK_SHAPES` shapes. The deadline is checked between blocks once some tabulated
-    candidate fits (an answer rather than none, as :mod:`optimizer.params_search`'s scan): the
+    :data:`BLOCK_SHAPES` shapes. The deadline is checked between blocks once the tables so far
+    are ``enough`` (an answer rather than none; default: some tabulated candidate fits, as
+    :mod:`optimizer.params_search`'s scan; the layout search passes its solver's own mask,
+    :func:`optimizer.rules.allowed`, so that ``min_mfu`` and the NVLink rule count too): the
     blocks not started by then are left out (:attr:`CostTables.complete` is False, the rows
     held are those a build without the deadline has first; the search then reports
     ``feasible``, not proven). ``progress(done, total)`` (shapes) is called after each job or
@@ -203,10 +218,13 @@ def build_tables(
     shapes: list[Shape] = []
     job_of: list[int] = []
     memo: dict = {}
+    totals = tuple(len(found) for _, found in per_job)
+    tables = partial(_held, problem, zs, rs, shapes, job_of, cols, totals)
     for j, block in blocks(per_job, None if deadline is None else BLOCK_SHAPES):
         lo = len(shapes)
-        if deadline is not None and time.perf_counter() > deadline and cols["fits"][:lo].any():
-            break
+        if deadline is not None and lo and time.perf_counter() > deadline:
+            if enough(tables()) if enough else cols["fits"][:lo].any():
+                break
         fill_job_rows(
             cols, lo, per_job[j][0], block, zs, rs, problem.constraints.headroom, memo,
             problem.constraints.allocator_retries_ok, fit_only,
@@ -215,19 +233,28 @@ def build_tables(
         job_of += [j] * len(block)
         if progress:
             progress(len(shapes), S)
-    if len(shapes) < S:  # cut short: keep the tabulated blocks' rows
-        cols = {name: column[: len(shapes)] for name, column in cols.items()}
+    return tables()  # cut short: the tabulated blocks' rows
+
+
+def _held(
+    problem: Problem,
+    zs: tuple[int, ...],
+    rs: tuple[Recompute, ...],
+    shapes: list[Shape],
+    job_of: list[int],
+    cols: dict[str, np.ndarray],
+    totals: tuple[int, ...],
+) -> CostTables:
+    """The rows :func:`build_tables` has filled so far (one per shape of ``shapes``) as
+    :class:`CostTables`; ``totals``: each job's shapes in all."""
+    held = {name: column[: len(shapes)] for name, column in cols.items()}
     return CostTables(
-        tuple(problem.jobs),
-        tuple(shapes),
-        np.array(job_of, dtype=np.int64),
-        tuple(zs),
-        tuple(rs),
-        **cols,
-        peak_ceil=peak_table(cols["state_ceil"], cols["step_ceil"], cols["act_ceil"]),
-        shapes_in_all=S,
+        tuple(problem.jobs), tuple(shapes), np.array(job_of, dtype=np.int64), tuple(zs),
+        tuple(rs), **held,
+        peak_ceil=peak_table(held["state_ceil"], held["step_ceil"], held["act_ceil"]),
+        job_shapes_in_all=totals,
         allocator_retries_ok=problem.constraints.allocator_retries_ok,
-    )
+    )  # fmt: skip
 
 
 def blocks(

@@ -36,7 +36,8 @@ def test_search_help_says_what_the_time_limit_bounds():
         assert (
             "--time-limit NUMBER Seconds for the whole search, table building included: the cost "
             "tables are filled a block of shapes at a time and the limit is checked between "
-            "blocks once some layout fits (the shapes not reached are left out), and CP-SAT gets "
+            "blocks once some layout meets the constraints (the shapes not reached are left out), "
+            "and CP-SAT gets "
             "what remains (at least 1 s)"
         ) in text
 

@@ -38,7 +38,7 @@ def test_a_time_limit_cuts_one_jobs_tables_and_says_so():
     assert got["shapes"] == 512 and got["candidates"] == 512 * 16  # 4 ZeRO stages × 4 recompute
     note = got["time_limit_note"]
     assert note.startswith(
-        "the time limit cut the cost tables at 512 of 4,912 shapes, each job's first in tie-break "
+        "the time limit cut the cost tables at 512 of 4,912 shapes, the first in tie-break "
         "order (fewest model-parallel GPUs first); "
     )
     assert note.endswith(

@@ -192,7 +192,8 @@ SOLVER: list[Decorator] = [
         type=POSITIVE,
         help="Seconds for the whole search, table building included: the cost tables are "
         "filled a block of shapes at a time and the limit is checked between blocks once some "
-        "layout fits (the shapes not reached are left out), and CP-SAT gets what remains (at "
+        "layout meets the constraints (the shapes not reached are left out), and CP-SAT gets "
+        "what remains (at "
         f"least {SOLVE_FLOOR_S:g} s); the best found, status feasible (not proven) when it runs "
         "out (default: no limit).",
     ),

@@ -1,6 +1,7 @@
 """A time limit binds inside one job's cost tables (:func:`optimizer.tables.build_tables`): under
 a deadline a job's shapes are filled in blocks (:data:`optimizer.tables.BLOCK_SHAPES`), the
-deadline looked at between blocks once some tabulated candidate fits. A build cut short holds a
+deadline looked at between blocks once some tabulated candidate fits (the search: meets its
+constraints). A build cut short holds a
 prefix of the complete build's rows, each row equal to the complete build's, and says so
 (:attr:`CostTables.complete` False, :meth:`CostTables.cut`); the search over it is ``feasible``,
 never proven. No timing is asserted: the deadline is already past, or the clock is a fake one."""
@@ -53,7 +54,7 @@ def _is_prefix(cut: CostTables, full: CostTables) -> None:
 
 
 def test_a_build_without_a_deadline_is_complete(full):
-    assert len(full.shapes) == full.shapes_in_all == 284
+    assert len(full.shapes) == sum(full.job_shapes_in_all) == 284
     assert full.complete and full.cut() is None
 
 
@@ -86,10 +87,10 @@ def test_a_deadline_already_past_keeps_the_blocks_up_to_the_first_that_fits(
     first_fit = int(np.flatnonzero(full.fits.any(axis=(1, 2)))[0])
     assert first_fit == {"llama3-8b": 0, "llama3-70b": 141}[model]
     assert len(cut.shapes) == (first_fit // BLOCK + 1) * BLOCK < len(full.shapes)
-    assert not cut.complete and cut.shapes_in_all == len(full.shapes)
+    assert not cut.complete and cut.job_shapes_in_all == (len(full.shapes),)
     assert cut.cut() == (
         f"the time limit cut the cost tables at {len(cut.shapes)} of {len(full.shapes)} shapes, "
-        "each job's first in tie-break order (fewest model-parallel GPUs first)"
+        "the first in tie-break order (fewest model-parallel GPUs first)"
     )
     _is_prefix(cut, full)
     assert cut.peak_ceil.shape == (len(cut.shapes), *full.peak_ceil.shape[1:])
@@ -119,3 +120,40 @@ def test_a_search_over_tables_cut_short_is_feasible_and_says_why(problem, full, 
     assert cut.status == "feasible" and cut.num_shapes < whole.num_shapes
     assert cut.cut is not None and cut.cut.startswith("the time limit cut the cost tables at ")
     assert cut.best.objective >= whole.best.objective
+
+
+def test_the_deadline_waits_for_what_the_caller_counts_as_enough(problem, full, monkeypatch):
+    """``enough`` decides when a cut may happen (the layout search passes its solver's own mask,
+    so that a ``min_mfu`` no tabulated row meets keeps the build going rather than ending in no
+    answer): never enough, a past deadline still builds every block."""
+    monkeypatch.setattr(tables_module, "BLOCK_SHAPES", BLOCK)
+    asked: list[int] = []
+
+    def never(held: CostTables) -> bool:
+        asked.append(len(held.shapes))
+        return False
+
+    whole = build_tables(problem, deadline=-1.0, enough=never)
+    assert whole.complete and len(whole.shapes) == 284
+    assert asked == [40, 80, 120, 160, 200, 240, 280]  # before each block after the first
+    _is_prefix(whole, full)
+
+
+def test_a_cut_over_two_jobs_names_each_jobs_share(monkeypatch):
+    """Jobs are filled in order, so a cut search over two GPU counts may have tabulated only the
+    first: the words say so, job by job (the first block of the 8-GPU job: 40 of its shapes;
+    the 16-GPU job: none)."""
+    monkeypatch.setattr(tables_module, "BLOCK_SHAPES", BLOCK)
+    case = Case.of("llama3-8b", "H100-SXM")
+    space = SearchSpace(num_gpus=16, frameworks=(Framework.MEGATRON, Framework.DEEPSPEED))
+    two = Problem(jobs=(Job(case, 8, "8 GPUs"), Job(case, 16, "16 GPUs")), space=space)
+    complete = build_tables(two)
+    per_job = np.bincount(complete.job_of, minlength=2).tolist()
+    cut = build_tables(two, deadline=-1.0)
+    assert complete.job_shapes_in_all == tuple(per_job) and per_job[0] > BLOCK
+    assert len(cut.shapes) == BLOCK
+    assert cut.cut() == (
+        f"the time limit cut the cost tables at 40 of {sum(per_job):,} shapes, the first in "
+        f"tie-break order (fewest model-parallel GPUs first): 8 GPUs 40 of {per_job[0]:,}; "
+        f"16 GPUs none of {per_job[1]:,}"
+    )
