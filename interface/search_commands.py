@@ -428,7 +428,8 @@ def frontier_json(
     ``solve_seconds``, ``tables_seconds``, ``candidates`` and ``points``, one CSV row each
     (:func:`interface.render.report.frontier_row`: every layout field, memory term, traffic per axis,
     step time, MFU; units in the names), objective ascending; ``notes``, what ``--headroom`` held
-    every point to (:func:`interface.search_notes.headroom_notes`; empty without it);
+    every point to (:func:`interface.search_notes.headroom_notes`; empty without it) and what
+    a time limit left out of the cost tables (:meth:`optimizer.tables.CostTables.cut`);
     ``settings_cost`` (as
     :func:`search_json`'s, against the frontier's fastest point).
 
@@ -471,8 +472,18 @@ def frontier_json(
         "tables_seconds": result.tables_seconds,
         "candidates": result.num_candidates,
         "points": rows,
-        "notes": headroom_notes(problem.constraints, rows),
+        "notes": headroom_notes(problem.constraints, rows) + _cut_note(prepared[0].cut()),
     }
     fastest = in_units(result.points[0].objective)[1]
     out["settings_cost"] = settings_json(request, problem, fastest, started, on_tables, web)
     return SearchRun(out, str(problem.objective), len(problem.jobs))
+
+
+def _cut_note(cut: str | None) -> list[str]:
+    """A frontier's note of the shapes a time limit left out of its cost tables (none: [])."""
+    if cut is None:
+        return []
+    return [
+        f"{cut}: the points are the frontier of those shapes, not proven; a longer --time-limit "
+        "searches the rest"
+    ]
