@@ -354,12 +354,16 @@ def test_a_flag_of_another_command_names_that_command():
     """``trainplan rlhf-plan --policy-params 7e9`` said only "No such option '--policy-params'."
     (the size belongs to ``trainplan rlhf``'s textbook accounting; the placement takes it from
     the model); ``evaluate --prompts 3`` was offered ``--params`` and ``--recompute``, which
-    are not what the user meant. A flag no command takes keeps click's suggestions."""
+    are not what the user meant; ``example ckpt-9-every-3 --every 2`` takes it as ``--set``. A
+    flag no command takes keeps click's suggestions."""
     runs = run_many(
         {
             "policy": "rlhf-plan --policy-params 7e9".split(),
             "prompts": "evaluate --model llama3-8b --prompts 3".split(),
             "typo": "evaluate --mdoel llama3-8b".split(),
+            "gpus": "pipeline -p 4 -m 8 --gpus 8".split(),
+            "off": "rlhf --algorithm ppo --no-offload".split(),
+            "every": "example ckpt-9-every-3 --every 2".split(),
         }
     )
     assert refusal(runs["policy"]) == (
@@ -368,7 +372,18 @@ def test_a_flag_of_another_command_names_that_command():
     )
     assert refusal(runs["prompts"]) == (
         "--prompts: no such option of trainplan evaluate; it is an option of trainplan rlhf "
-        "and trainplan rlhf-plan; did you mean --params or --recompute? (trainplan evaluate "
-        "--help lists this command's)"
+        "and rlhf-plan (trainplan evaluate --help lists this command's)"
+    )
+    assert refusal(runs["gpus"]) == (
+        "--gpus: no such option of trainplan pipeline; it is an option of trainplan evaluate, "
+        "frontier, rlhf, rlhf-plan and search (trainplan pipeline --help lists this command's)"
+    )
+    assert refusal(runs["off"]) == (
+        "--no-offload: no such option of trainplan rlhf; it is an option of trainplan "
+        "rlhf-plan (trainplan rlhf --help lists this command's)"
+    )
+    # the example command takes another tab's parameters through --set
+    assert refusal(runs["every"]) == (
+        "--every: no such option of trainplan example; give the example's every as --set every=2"
     )
     assert "Did you mean one of: '--help', '--model'?" in refusal(runs["typo"])

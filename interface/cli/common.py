@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import errno
 import os
 import signal
@@ -14,10 +13,9 @@ from typing import Any
 import click
 import cloup
 
+from trainplan.interface.cli.flag_hints import spelled_here, taken_elsewhere
 from trainplan.interface.flags import (
     MOVED_FLAGS,
-    PARAMETER_FLAGS,
-    derived_count,
     flag_for,
     moved_hint,
     refusal,
@@ -71,10 +69,11 @@ class GuardedCommand(cloup.Command):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         """click's parsing, after refusing a flag moved to ``--set`` with its replacement
         (:func:`interface.flags.moved_hint`), or another command's spelling of one of this
-        command's parameters with this command's (:func:`_spelled_here`), where click would say
+        command's parameters with this command's (:func:`interface.cli.flag_hints.spelled_here`) or another command's flag
+        (:func:`interface.cli.flag_hints.taken_elsewhere`), where click would say
         "No such option" (``pipeline --pp 8``: "Did you mean '--help', '--png'?")."""
-        _spelled_here(ctx.info_name or "", self.params, args)
-        _taken_elsewhere(ctx, self.params, args)
+        spelled_here(ctx.info_name or "", self.params, args)
+        taken_elsewhere(ctx, self.params, args)
         if any("--set" in getattr(p, "opts", ()) for p in self.params):
             for i, arg in enumerate(args):
                 if arg == "--":
@@ -119,84 +118,6 @@ class GuardedCommand(cloup.Command):
 
         setattr(parser, "parse_args", parse_args)  # noqa: B010  (an instance's method replaced)
         return parser
-
-
-def _spelled_here(command: str, params: list[click.Parameter], args: list[str]) -> None:
-    """Refuse a flag this command does not take that another command spells one of its
-    parameters with (:data:`interface.flags.PARAMETER_FLAGS`: evaluate's ``--pp``, pipeline's
-    ``--stages``), naming this command's spelling (a micro-batch count on a command that derives
-    it from the batch, the rule it derives it by) — as the web API names a query key's
-    (``'pp': no such parameter of pipeline; write it stages``).
-
-    Raises
-    ------
-    InputError
-        ``--pp: no such option of trainplan pipeline; write it --stages (-p): --stages 8``.
-    """
-    here = {o: p for p in params for o in getattr(p, "opts", ())}
-    for i, arg in enumerate(args):
-        if arg == "--":
-            return
-        flag, eq, value = arg.partition("=")
-        if not flag.startswith("--") or flag in here:
-            continue
-        spelt = next((fs for fs in PARAMETER_FLAGS.values() if flag in fs), ())
-        other = next((f for f in spelt if f in here), None)
-        if (
-            flag in PARAMETER_FLAGS["num_microbatches"]
-            and other is None
-            and "--global-batch" in here
-        ):
-            raise InputError(derived_count(flag, command))
-        if other is None:
-            continue
-        short = [o for o in here[other].opts if not o.startswith("--")]
-        also = f" ({', '.join(short)})" if short else ""
-        value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
-        example = f": {other} {value}" if value and not value.startswith("-") else ""
-        raise InputError(
-            f"{flag}: no such option of trainplan {command}; write it {other}{also}{example}"
-        )
-
-
-def _taken_elsewhere(ctx: click.Context, params: list[click.Parameter], args: list[str]) -> None:
-    """Refuse a flag this command does not take that other commands of the group take, naming
-    them and any of this command's flags close to it (click would say only "No such option", or
-    suggest this command's nearest spellings: ``evaluate --prompts`` "Did you mean --params?"):
-    ``rlhf-plan --policy-params 7e9``, the textbook accounting's size, ``trainplan rlhf``'s.
-
-    Raises
-    ------
-    InputError
-        ``--policy-params: no such option of trainplan rlhf-plan; it is an option of trainplan
-        rlhf (trainplan rlhf-plan --help lists this command's)``.
-    """
-    root = ctx.find_root()
-    group = root.command if isinstance(root.command, click.Group) else None
-    if group is None or ctx is root:
-        return
-    here = {o for p in params for o in (*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ()))}
-    for arg in args:
-        if arg == "--":
-            return
-        flag = arg.partition("=")[0]
-        if not flag.startswith("--") or flag in here:
-            continue
-        others = [
-            name
-            for name in group.list_commands(root)
-            if (cmd := group.get_command(root, name)) is not None
-            and any(flag in getattr(p, "opts", ()) for p in cmd.params)
-        ]
-        if others:
-            command = ctx.info_name or ""
-            near = difflib.get_close_matches(flag, sorted(here), n=2)
-            mean = f"; did you mean {' or '.join(near)}?" if near else ""
-            raise InputError(
-                f"{flag}: no such option of trainplan {command}; it is an option of trainplan "
-                f"{' and trainplan '.join(others)}{mean} (trainplan {command} --help lists "
-                "this command's)"
-            )
 
 
 def _given_twice(option: click.Option, values: list[Any]) -> str:

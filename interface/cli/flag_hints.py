@@ -1,0 +1,101 @@
+"""Hints for a flag a command does not take: another command's spelling of one of its
+parameters (:func:`spelled_here`) or another command's flag (:func:`taken_elsewhere`), refused in
+one line naming what to write, where click would say only "No such option" or guess at a near
+spelling (:class:`interface.cli.common.GuardedCommand` calls both before click parses)."""
+
+from __future__ import annotations
+
+import click
+
+from trainplan.interface.flags import PARAMETER_FLAGS, derived_count
+from trainplan.model.errors import InputError
+
+__all__ = ["spelled_here", "taken_elsewhere"]
+
+
+def spelled_here(command: str, params: list[click.Parameter], args: list[str]) -> None:
+    """Refuse a flag this command does not take that another command spells one of its
+    parameters with (:data:`interface.flags.PARAMETER_FLAGS`: evaluate's ``--pp``, pipeline's
+    ``--stages``), naming this command's spelling (a micro-batch count on a command that derives
+    it from the batch, the rule it derives it by) — as the web API names a query key's
+    (``'pp': no such parameter of pipeline; write it stages``).
+
+    Raises
+    ------
+    InputError
+        ``--pp: no such option of trainplan pipeline; write it --stages (-p): --stages 8``.
+    """
+    here = {o: p for p in params for o in getattr(p, "opts", ())}
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return
+        flag, eq, value = arg.partition("=")
+        if not flag.startswith("--") or flag in here:
+            continue
+        spelt = next((fs for fs in PARAMETER_FLAGS.values() if flag in fs), ())
+        other = next((f for f in spelt if f in here), None)
+        if (
+            flag in PARAMETER_FLAGS["num_microbatches"]
+            and other is None
+            and "--global-batch" in here
+        ):
+            raise InputError(derived_count(flag, command))
+        if other is None:
+            continue
+        short = [o for o in here[other].opts if not o.startswith("--")]
+        also = f" ({', '.join(short)})" if short else ""
+        value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+        example = f": {other} {value}" if value and not value.startswith("-") else ""
+        raise InputError(
+            f"{flag}: no such option of trainplan {command}; write it {other}{also}{example}"
+        )
+
+
+def taken_elsewhere(ctx: click.Context, params: list[click.Parameter], args: list[str]) -> None:
+    """Refuse a flag this command does not take that other commands of the group take, naming
+    them (click would say only "No such option", or suggest this command's nearest spellings:
+    ``evaluate --prompts`` "Did you mean --params?"): ``rlhf-plan --policy-params 7e9``, the
+    textbook accounting's size, ``trainplan rlhf``'s. On ``example``, which takes the other
+    tabs' parameters through ``--set``, the ``--set`` spelling.
+
+    Raises
+    ------
+    InputError
+        ``--policy-params: no such option of trainplan rlhf-plan; it is an option of trainplan
+        rlhf (trainplan rlhf-plan --help lists this command's)``.
+    """
+    root = ctx.find_root()
+    group = root.command if isinstance(root.command, click.Group) else None
+    if group is None or ctx is root:
+        return
+    command = ctx.info_name or ""
+    here = {o for p in params for o in (*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ()))}
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return
+        flag, eq, value = arg.partition("=")
+        if not flag.startswith("--") or flag in here:
+            continue
+        takers = {
+            name: p
+            for name in group.list_commands(root)
+            if name not in (command, "example") and (cmd := group.get_command(root, name))
+            for p in cmd.params
+            if flag in (*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ()))
+        }
+        if not takers:
+            continue
+        if command == "example" and "--set" in here:
+            key = next(iter(takers.values())).name
+            value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+            shown = value if value and not value.startswith("-") else "VALUE"
+            raise InputError(
+                f"{flag}: no such option of trainplan example; give the example's {key} as "
+                f"--set {key}={shown}"
+            )
+        names = list(takers)
+        which = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+        raise InputError(
+            f"{flag}: no such option of trainplan {command}; it is an option of trainplan "
+            f"{which} (trainplan {command} --help lists this command's)"
+        )
