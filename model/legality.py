@@ -411,7 +411,7 @@ def check_rules(setting: Setting, values: Callable[[str], Any]) -> None:
         rule.check(setting, *(values(name) for name in rule.scope))
 
 
-@lru_cache(maxsize=65536)
+@lru_cache(maxsize=65536, typed=True)
 def _reason(check: Callable[..., None], setting: Setting, *values: Any) -> str:
     """The rule's refusal of these values, or "" (one distinct value of its scope)."""
     try:
