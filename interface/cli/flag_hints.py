@@ -5,6 +5,8 @@ spelling (:class:`interface.cli.common.GuardedCommand` calls both before click p
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterator
+
 import click
 
 from trainplan.interface.flags import PARAMETER_FLAGS, derived_count
@@ -26,12 +28,7 @@ def spelled_here(command: str, params: list[click.Parameter], args: list[str]) -
         ``--pp: no such option of trainplan pipeline; write it --stages (-p): --stages 8``.
     """
     here = {o: p for p in params for o in getattr(p, "opts", ())}
-    for i, arg in enumerate(args):
-        if arg == "--":
-            return
-        flag, eq, value = arg.partition("=")
-        if not flag.startswith("--") or flag in here:
-            continue
+    for flag, value in _unknown(args, here):
         spelt = next((fs for fs in PARAMETER_FLAGS.values() if flag in fs), ())
         other = next((f for f in spelt if f in here), None)
         if (
@@ -44,7 +41,6 @@ def spelled_here(command: str, params: list[click.Parameter], args: list[str]) -
             continue
         short = [o for o in here[other].opts if not o.startswith("--")]
         also = f" ({', '.join(short)})" if short else ""
-        value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
         example = f": {other} {value}" if value and not value.startswith("-") else ""
         raise InputError(
             f"{flag}: no such option of trainplan {command}; write it {other}{also}{example}"
@@ -70,12 +66,7 @@ def taken_elsewhere(ctx: click.Context, params: list[click.Parameter], args: lis
         return
     command = ctx.info_name or ""
     here = {o for p in params for o in (*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ()))}
-    for i, arg in enumerate(args):
-        if arg == "--":
-            return
-        flag, eq, value = arg.partition("=")
-        if not flag.startswith("--") or flag in here:
-            continue
+    for flag, value in _unknown(args, here):
         takers = {
             name: p
             for name in group.list_commands(root)
@@ -87,7 +78,6 @@ def taken_elsewhere(ctx: click.Context, params: list[click.Parameter], args: lis
             continue
         if command == "example" and "--set" in here:
             key = next(iter(takers.values())).name
-            value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
             shown = value if value and not value.startswith("-") else "VALUE"
             raise InputError(
                 f"{flag}: no such option of trainplan example; give the example's {key} as "
@@ -99,3 +89,15 @@ def taken_elsewhere(ctx: click.Context, params: list[click.Parameter], args: lis
             f"{flag}: no such option of trainplan {command}; it is an option of trainplan "
             f"{which} (trainplan {command} --help lists this command's)"
         )
+
+
+def _unknown(args: list[str], here: Collection[str]) -> Iterator[tuple[str, str]]:
+    """Each ``--flag`` among ``args`` (up to ``--``) that is not one of ``here``, with the value
+    written after it (``--pp=8`` or ``--pp 8``: "8"; the next word whatever it is, "" at the
+    end): the words a hint repeats."""
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return
+        flag, eq, value = arg.partition("=")
+        if flag.startswith("--") and flag not in here:
+            yield flag, value if eq else (args[i + 1] if i + 1 < len(args) else "")

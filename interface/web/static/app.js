@@ -646,6 +646,16 @@ TP.stream = async (url, onEvent, signal, form = undefined) => {
   }
 };
 
+// A long job's progress line once its Cancel was pressed: the bar emptied, the line and the status
+// say the server stopped it (after: the time it ran, as the progress line writes it).
+TP.showCancelled = (bar, text, status, after) => {
+  bar.max = 1;
+  bar.value = 0;
+  text.textContent = `cancelled after ${after}; the server stopped the search`;
+  status.textContent = "cancelled";
+  status.className = "status cancelled";
+};
+
 // A config.json chosen in #config-file, into the form's hidden config field (compact JSON: the
 // API names a text that is not JSON); with dropOn, choosing a model there drops the file.
 TP.upload = (form, dropOn = null) => {

@@ -128,11 +128,7 @@
       running = null;
       cancel.hidden = true;
       if (controller.signal.aborted) {
-        bar.max = 1;
-        bar.value = 0;
-        text.textContent = `cancelled after ${elapsed()}; the server stopped the search`;
-        status.textContent = "cancelled";
-        status.className = "status cancelled";
+        TP.showCancelled(bar, text, status, elapsed());
         staleness();
         return;
       }

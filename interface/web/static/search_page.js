@@ -76,11 +76,7 @@ TP.searchPage = async (kind, render) => {
     running = null;
     cancel.hidden = true;
     if (controller.signal.aborted) {
-      bar.max = 1;
-      bar.value = 0;
-      text.textContent = `cancelled after ${elapsed()}; the server stopped the search`;
-      status.textContent = "cancelled";
-      status.className = "status cancelled";
+      TP.showCancelled(bar, text, status, elapsed());
       return;
     }
     if (!last) { // refused: the error line above names the field; the last answer stays dimmed
