@@ -299,6 +299,8 @@ def _layout(params: Mapping[str, Any], model: ModelSpec, used: dict[str, Any]) -
     for k in ("dp", "tp", "pp", "cp", "cp_a2a", "ep", "etp", "micro_batch_size", "virtual_stages"):
         if k in layout_args:
             layout_args[k] = count_of(params, k)
+    if layout_args.get("zero_stage") is not None:  # text from --set or a page: a whole number
+        layout_args["zero_stage"] = parse_count(layout_args["zero_stage"], "zero_stage", 0)
     if "dp" not in layout_args and "num_gpus" in params:
         layout_args["dp"] = _dp_from_gpus(params, layout_args)
     dense = model.arch is not None and model.arch.moe is None

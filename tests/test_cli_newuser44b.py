@@ -387,3 +387,20 @@ def test_a_flag_of_another_command_names_that_command():
         "--every: no such option of trainplan example; give the example's every as --set every=2"
     )
     assert "Did you mean one of: '--help', '--model'?" in refusal(runs["typo"])
+
+
+def test_an_examples_zero_stage_given_through_set_is_a_number():
+    """``example fsdp-70b-64 --set zero_stage=1`` said "'1' must be 0, 1, 2 or 3": the text
+    reached the layout unread. ZeRO-1 of 70B over dp 64 (Rajbhandari et al. 2019, Figure 1):
+    2 + 2 + 12/64 bytes a parameter = 70e9 × 4.1875 = 293,125,000,000 bytes."""
+    runs = run_many(
+        {
+            "one": "example fsdp-70b-64 --set zero_stage=1 --json".split(),
+            "five": "example fsdp-70b-64 --set zero_stage=5".split(),
+        }
+    )
+    assert runs["one"].returncode == 0, runs["one"].stderr
+    got = json.loads(runs["one"].stdout)
+    assert got["layout"]["zero_stage"] == 1
+    assert got["memory"]["total_bytes"] == 70_000_000_000 * (2 + 2 + Fraction(12, 64))
+    assert refusal(runs["five"]) == "--set zero_stage: 5 must be 0, 1, 2 or 3"
