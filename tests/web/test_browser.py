@@ -489,3 +489,30 @@ def test_api_documentation_renders_offline(page):
     go(page, "/docs")
     expect(page.locator(".swagger-ui")).to_be_visible()
     expect(page.get_by_text("/api/evaluate", exact=True).first).to_be_visible()
+
+
+def test_search_says_what_the_time_limit_cut(page):
+    """DeepSeek-V3 on 2,048 H100s with a time limit of 1 ms: the cost tables are cut at their first
+    block (512 of 4,912 shapes) and the page said only "not proven"; it shows the CLI's note (the
+    seconds in it are this run's)."""
+    job = {"model": "deepseek-v3", "gpus": "2048", "gpu": "H100-SXM", "time-limit": "0.001"}
+    go(page, "/search?" + urlencode(job))
+    expect(page.locator("#status")).to_have_text(
+        "best found within the time limit — not proven optimal", timeout=4 * TIMEOUT
+    )
+    args = [
+        "--model",
+        "deepseek-v3",
+        "--gpus",
+        "2048",
+        "--gpu",
+        "H100-SXM",
+        "--time-limit",
+        "0.001",
+    ]
+    cut = cli_json("search", *args)["time_limit_note"].split("; ")[0]
+    assert cut.startswith("the time limit cut the cost tables at 512 of 4,912 shapes")
+    expect(page.locator("#time-limit-note")).to_contain_text(f"note: {cut}; ")
+    go(page, "/search?model=llama3-8b&gpus=8")  # no limit: no note
+    expect(page.locator("#status")).to_have_text("proven optimal (CP-SAT)")
+    expect(page.locator("#time-limit-note")).to_be_hidden()

@@ -54,6 +54,7 @@ TP.searchPage = async (kind, render) => {
     status.textContent = "";
     TP.$("#explanation").innerHTML = "";
     TP.$("#settings-cost").hidden = true;
+    if (TP.$("#time-limit-note")) TP.$("#time-limit-note").hidden = true;
     TP.$("#results").classList.add("stale");
     bar.removeAttribute("value");
     const t0 = performance.now();
@@ -106,6 +107,12 @@ TP.searchPage = async (kind, render) => {
       ? { optimal: `OPTIMAL (proven over ${scope})`, feasible: "FEASIBLE (not proven: a time limit stopped it, or a gap is left)" }[proof]
       : { optimal: "proven optimal (CP-SAT)", feasible: "best found within the time limit — not proven optimal", infeasible: "no layout satisfies the constraints" }[proof];
     TP.$("#explanation").innerHTML = (r.explanation || []).map((l) => `<li>${TP.esc(l)}</li>`).join("");
+    // what --time-limit did (the tables it cut, the time it passed: the CLI's "Note:" line)
+    const limited = TP.$("#time-limit-note"), limitNote = r.time_limit_note || r.params_note;
+    if (limited) {
+      limited.hidden = !limitNote;
+      limited.textContent = limitNote ? `note: ${limitNote}` : "";
+    }
     // what the user's own settings cost: the best layout without them (the CLI's note)
     const cost = TP.$("#settings-cost"), costNote = r.settings_cost && r.settings_cost.note;
     cost.hidden = !costNote;
