@@ -404,3 +404,22 @@ def test_an_examples_zero_stage_given_through_set_is_a_number():
     assert got["layout"]["zero_stage"] == 1
     assert got["memory"]["total_bytes"] == 70_000_000_000 * (2 + 2 + Fraction(12, 64))
     assert refusal(runs["five"]) == "--set zero_stage: 5 must be 0, 1, 2 or 3"
+
+
+def test_a_faithful_option_under_dpo_does_not_ask_for_a_model():
+    """``rlhf --algorithm dpo --critic-model …`` said "add --model NAME", which DPO then refuses
+    (it has no rollout to place: only its textbook accounting)."""
+    runs = run_many(
+        {
+            "dpo": "rlhf --algorithm dpo --critic-model llama3-8b --policy-params 7e9".split(),
+            "ppo": "rlhf --algorithm ppo --critic-model llama3-8b --policy-params 7e9".split(),
+        }
+    )
+    assert refusal(runs["dpo"]) == (
+        "--critic-model: 'llama3-8b' does not apply: it belongs to the faithful accounting of "
+        "PPO and GRPO; DPO is accounted by its sizes only"
+    )
+    assert refusal(runs["ppo"]) == (
+        "--critic-model: 'llama3-8b' does not apply: it belongs to the faithful accounting; add "
+        "--model NAME"
+    )

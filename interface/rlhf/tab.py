@@ -66,15 +66,26 @@ def rlhf_report(*args: Any, **kw: Any) -> dict[str, Any]:
     return _textbook(r)
 
 
+def _faithful_only(algorithm: str) -> dict[str, str]:
+    """Why each option of the faithful accounting (:data:`interface.rlhf.report.FAITHFUL_ONLY`)
+    does not apply to the textbook one: add a model, except under DPO, which has only this
+    accounting (:func:`model.rlhf.spec.placed_algorithm`)."""
+    words = (
+        "it belongs to the faithful accounting of PPO and GRPO; DPO is accounted by its sizes only"
+        if str(algorithm).lower() == "dpo"
+        else "it belongs to the faithful accounting; add --model NAME"
+    )
+    why = dict.fromkeys(rf.FAITHFUL_ONLY, words)
+    why["gpus"] += " (this accounting's GPU count is `chips`)"
+    return why
+
+
 def _textbook(r: RLHFRequest, active: tuple[int, int | None] | None = None) -> dict[str, Any]:
     """The textbook accounting of ``r`` (:func:`rlhf_report` without a model). ``active``: the
     policy's and the reward network's active parameters (counts; None: dense, all of them) — a
     model's, which :func:`interface.rlhf.report.faithful_report` passes so the FLOPs of a mixture
     of experts count its active parameters (:attr:`model.rlhf.shares.Network.flop_params`)."""
-    faithful = {k: getattr(r, k) for k in rf.FAITHFUL_ONLY}
-    why = dict.fromkeys(rf.FAITHFUL_ONLY, "it belongs to the faithful accounting; add --model NAME")
-    why["gpus"] += " (this accounting's GPU count is `chips`)"
-    check_applicable(faithful, why)
+    check_applicable({k: getattr(r, k) for k in rf.FAITHFUL_ONLY}, _faithful_only(r.algorithm))
     algo = str(r.algorithm).lower()
     check_applicable(
         {k: getattr(r, k) for k in _TEXTBOOK_CHECKED},
