@@ -285,7 +285,8 @@ def per_stage_json(kw: SearchRequest | Mapping[str, Any]) -> SearchRun:
     when the time limit left no bound: :attr:`optimizer.per_stage.PerStageResult.gap_ns`),
     ``shapes`` (per base layout: its status, step time, gap, solves, seconds, and ``note``: why
     a ``not-searched`` one was not, else null),
-    ``uniform_seconds``, ``tables_seconds``, ``solve_seconds``; and
+    ``uniform_seconds``, ``tables_seconds``, ``solve_seconds``, ``cut`` (what a time limit left out
+    of the uniform search's cost tables, whose rows give the bases; null: nothing); and
     ``launch``: ``megatron`` and ``torchtitan`` flags with their ``notes``, and
     ``megatron_step_s`` — the step time of what Megatron-LM's one ``--recompute-num-layers``
     runs (null when the plan's counts are one number).
@@ -328,6 +329,7 @@ def per_stage_json(kw: SearchRequest | Mapping[str, Any]) -> SearchRun:
         "uniform_seconds": result.uniform_seconds,
         "tables_seconds": result.tables_seconds,
         "solve_seconds": result.solve_seconds,
+        "cut": result.cut,
     }
     d["launch"] = _launch(result)
     return SearchRun(d, str(problem.objective), len(problem.jobs))

@@ -114,6 +114,9 @@ class PerStageResult:
     equal_chunks: bool = False
     """Whether the space held interleaved shapes (:func:`interleaved_space`), so the proof covers
     only their splits whose chunks on a stage are equal (:attr:`proof_scope`)."""
+    cut: str | None = None
+    """What the time limit left out of the uniform search's cost tables, in words
+    (:meth:`optimizer.tables.CostTables.cut`; the bases come from those rows); None: nothing."""
 
     @property
     def proof_scope(self) -> str:
@@ -253,7 +256,7 @@ def per_stage_search(
     caps = [c for c in (uniform.ns, cap_ns) if c is not None]
     plans, proven = solve_bases(problem, bases, caps, max_bytes, deadline, workers)
     result = per_stage_result(uniform, plans, proven and uniform.proven, len(bases), t_uniform)
-    return replace(result, equal_chunks=interleaved_space(problem))
+    return replace(result, equal_chunks=interleaved_space(problem), cut=prepared[0].cut())
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,3 +58,23 @@ def test_a_time_limit_cuts_one_jobs_tables_and_says_so():
     assert abs(got["objective_s"] - again["time"]["step_s"]) < 1e-9  # the tables' whole ns
     assert round(again["time"]["step_s"], 3) == 43.692  # dp 1024 × tp 2 × ep 8, ZeRO-3
     assert again["memory"]["total_bytes"] == got["memory"]["total_bytes"]
+
+
+def test_a_per_stage_search_says_what_the_time_limit_cut():
+    """``--per-stage`` takes its base layouts from the uniform search's cost tables; cut, its
+    text and JSON said only "not proven". They now say where the tables were cut."""
+    runs = run_many(
+        {"json": [*DEEPSEEK, "--per-stage", "--json"], "text": [*DEEPSEEK, "--per-stage"]}
+    )
+    for done in runs.values():
+        assert done.returncode == 0, done.stderr[-2000:]
+    ps = json.loads(runs["json"].stdout)["per_stage"]
+    cut = (
+        "the time limit cut the cost tables at 512 of 4,912 shapes, the first in tie-break order "
+        "(fewest model-parallel GPUs first)"
+    )
+    assert ps["status"] == "feasible" and ps["cut"] == cut
+    assert (
+        f"\nNote: {cut}: the plans are the best of those shapes, not proven\n"
+        in runs["text"].stdout
+    )

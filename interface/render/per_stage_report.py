@@ -130,6 +130,11 @@ def per_stage_text(d: dict[str, Any]) -> str:
         f"stage tables {ps['tables_seconds']:.2f} s, CP-SAT {ps['solve_seconds']:.2f} s over "
         f"{len(ps['shapes'])} base layout(s)",
         *_not_searched(ps["shapes"]),
+        *(
+            [f"Note: {ps['cut']}: the plans are the best of those shapes, not proven"]
+            if ps.get("cut")
+            else []
+        ),
         "",
         f"best uniform:  {_layout_line(ps['uniform']['layout'])}: "
         f"{step_text(ps['uniform']['step_s'])} per step",
