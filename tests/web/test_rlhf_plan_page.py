@@ -227,3 +227,31 @@ def test_a_links_unknown_model_is_refused_at_the_plans_model_field(browser_page)
     )
     tab = cli_json("rlhf", "--algorithm", "grpo", "--policy-params", "70e9")["resident_bytes"]
     expect(page.locator("#resident")).to_have_text(f"{tab / 1e12:.3f} TB")  # the tab's own, kept
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_plan_pressed_before_the_tabs_first_answer_runs_the_plan(browser_page):
+    """The section started only with the tab's first answer: Plan pressed before it was the
+    browser's own submit of the form, which reloaded the page with the plan's fields as the
+    tab's (CI once caught it in the cancel test). The tab's answer is held back here: Plan runs
+    the plan of the fields as they are, and the address keeps them."""
+    from playwright.sync_api import expect
+
+    from tests.web.conftest import wait_for_held
+
+    page = browser_page
+    held: list = []
+    page.route("**/api/rlhf?*", lambda route: held.append(route))
+    go(page, "/rlhf?plan=algorithm%3Dgrpo%26model%3Dllama3-70b")
+    wait_for_held(page, held)
+    page.locator("#plan-inputs input[name=gpus]").fill("64")
+    page.click("#plan-run")
+    expect(page.locator("#plan-cancel")).to_be_visible()
+    plan = parse_qs(parse_qs(urlsplit(page.url).query)["plan"][0])
+    assert plan["gpus"] == ["64"] and plan["model"] == ["llama3-70b"]
+    page.click("#plan-cancel")
+    expect(page.locator("#plan-status")).to_have_text("cancelled")
+    for route in held:
+        route.continue_()
+    page.unroute("**/api/rlhf?*")

@@ -7,12 +7,16 @@
   // a size in billions as the CLI prints it (f"{x / 1e9:g}B": six significant digits, 30.5321B)
   const billions = (x) => `${Number((x / 1e9).toPrecision(6))}B`;
   const bar = (x) => `<div class="bar" title="${TP.pct(x)}"><span style="width:${(x * 100).toFixed(2)}%"></span></div>`;
-  // the placement plan section starts once the first answer is in: its refusal, on arrival, is
-  // not then cleared by this answer's line
-  let plan = null;
+  // the placement plan section listens at once (Plan pressed before the first answer was the
+  // browser's own submit of its form, which reloaded the page); a link's plan runs once the first
+  // answer is in: its refusal, on arrival, is not then cleared by this answer's line
+  let arrival = TP.placementPlan();
   TP.bind(TP.$("#inputs"), async (q) => {
     const r = await TP.api("rlhf", `/api/rlhf?${q}`);
-    if (!plan) plan = TP.placementPlan() || "started";
+    if (arrival) {
+      arrival();
+      arrival = null;
+    }
     if (!r) return;
     TP.$("#summary").innerHTML = [
       ["resident memory", tb(r.resident_bytes), "resident"],

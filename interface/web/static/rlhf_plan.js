@@ -71,7 +71,8 @@
 
   // The section: its form's query is the page address's plan= (a link reproduces it); Plan runs
   // the search with its progress, Cancel (or a new Plan) closes the request, which stops it on
-  // the server; an arrival whose address holds a model and GPUs runs it.
+  // the server. Answers the arrival's run: a link whose plan holds a model and GPUs runs it when
+  // the tab calls it.
   TP.placementPlan = () => {
     const form = TP.$("#plan-inputs"), bar = TP.$("#plan-bar"), text = TP.$("#plan-progress-text");
     const cancel = TP.$("#plan-cancel"), results = TP.$("#plan-results"), status = TP.$("#plan-status");
@@ -155,6 +156,10 @@
       answer(r);
     }
     form.addEventListener("submit", (e) => { e.preventDefault(); run(); });
-    if (TP.value(form, "model") && TP.value(form, "gpus")) run();
+    // the arrival's run, for the tab to call once its own first answer is in (a link's plan
+    // refusal is then not cleared by that answer's line); not when Plan was pressed already
+    return () => {
+      if (answered === null && running === null && TP.value(form, "model") && TP.value(form, "gpus")) run();
+    };
   };
 })();
