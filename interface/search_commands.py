@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.interface.requests import SearchRequest, search_request
@@ -25,6 +25,9 @@ from trainplan.interface.search_notes import (
 )
 from trainplan.model.errors import InfeasibleError
 from trainplan.model.rank_split import stage_layers_of
+
+if TYPE_CHECKING:  # the cost tables' progress (shapes after each block; a cut's words)
+    from trainplan.optimizer.tables import TableProgress
 
 __all__ = [
     "infeasible_json",
@@ -89,8 +92,6 @@ class SearchRun:
         self.json.setdefault("interrupted", False)
 
 
-TableProgress = Callable[[int, int], None]
-"""``(shapes tabulated, shapes in all)`` after each block of a job's shapes."""
 SolutionProgress = Callable[[int, str], None]
 """``(solutions found, best objective so far as text)`` as CP-SAT improves."""
 
@@ -215,9 +216,19 @@ def _search_meta(result: Any, jobs: int, limit: float | None) -> dict[str, Any]:
         "candidates": result.num_candidates,
         "jobs": jobs,
         "time_limit_s": limit,
-        "time_limit_note": params_note(result)
-        or time_limit_note(limit, result.tables_seconds, result.solve_seconds, result.cut),
+        "time_limit_note": _limit_note(result, limit),
     }
+
+
+def _limit_note(result: Any, limit: float | None) -> str | None:
+    """What the time limit did (:func:`time_limit_note`); under the ``params`` objective the
+    family's bracket it left (:func:`params_note`) first, then the cut of the answer's cost
+    tables where there is one (a probe cut once it held an allowed candidate)."""
+    spent = time_limit_note(limit, result.tables_seconds, result.solve_seconds, result.cut)
+    bracket = params_note(result)
+    if bracket is None:
+        return spent
+    return f"{bracket}; {spent}" if result.cut else bracket
 
 
 def _solutions(
@@ -474,15 +485,17 @@ def frontier_json(
         "tables_seconds": result.tables_seconds,
         "candidates": result.num_candidates,
         "points": rows,
-        "notes": headroom_notes(problem.constraints, rows) + _cut_note(prepared[0].cut()),
+        "notes": headroom_notes(problem.constraints, rows) + frontier_cut_note(prepared[0].cut()),
     }
     fastest = in_units(result.points[0].objective)[1]
     out["settings_cost"] = settings_json(request, problem, fastest, started, on_tables, web)
     return SearchRun(out, str(problem.objective), len(problem.jobs))
 
 
-def _cut_note(cut: str | None) -> list[str]:
-    """A frontier's note of the shapes a time limit left out of its cost tables (none: [])."""
+def frontier_cut_note(cut: str | None) -> list[str]:
+    """A frontier's note of the shapes a time limit left out of its cost tables
+    (:meth:`optimizer.tables.CostTables.cut`; none: []): the layout frontier's and the per-stage
+    frontier's (:mod:`interface.per_stage_frontier_command`)."""
     if cut is None:
         return []
     return [

@@ -38,7 +38,7 @@ searches would carry one search's legality into the other.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from types import MappingProxyType
@@ -55,7 +55,7 @@ from trainplan.model.errors import InfeasibleError, PlannerError
 from trainplan.optimizer.problem import Objective, Problem, objective_value
 from trainplan.optimizer.search import SOLVE_FLOOR_S, prepare, search
 from trainplan.optimizer.solver import interrupted
-from trainplan.optimizer.tables import objective_divisor
+from trainplan.optimizer.tables import TableProgress, objective_divisor
 
 __all__ = [
     "CHOICE_KEYS",
@@ -281,7 +281,7 @@ def settings_cost(
     problem: Problem,
     with_value: float | None,
     started: float,
-    on_tables: Callable[[int, int], None] | None = None,
+    on_tables: TableProgress | None = None,
 ) -> SettingCost | None:
     """The search of ``request`` without its choice keys (:func:`chosen_settings`) beside the
     answer's objective ``with_value`` (base units, :func:`optimizer.problem.objective_value`;
@@ -363,7 +363,7 @@ def _best(
     problem: Problem,
     request: SearchRequest,
     started: float,
-    on_tables: Callable[[int, int], None] | None,
+    on_tables: TableProgress | None,
 ) -> dict[str, Any]:
     """:func:`_search`'s fields for ``problem`` within what the time limit leaves, or ``status``
     and ``reason`` when there is no answer (skipped, infeasible, refused)."""
@@ -410,7 +410,7 @@ def _search(
     problem: Problem,
     left: float | None,
     workers: int,
-    on_tables: Callable[[int, int], None] | None,
+    on_tables: TableProgress | None,
 ) -> dict[str, Any]:
     """The best answer of ``problem`` (top 1, within ``left`` seconds) as :class:`SettingCost`'s
     fields: ``status``, ``without_settings``, ``step_s``, ``job``, ``layout``.
@@ -449,7 +449,7 @@ def settings_json(
     problem: Problem,
     with_value: float,
     started: float,
-    on_tables: Callable[[int, int], None] | None = None,
+    on_tables: TableProgress | None = None,
     web: bool = False,
 ) -> dict[str, Any] | None:
     """A command's ``settings_cost``: :func:`settings_cost`'s JSON object (``web``: its note
@@ -463,7 +463,7 @@ def best_without(
     request: SearchRequest,
     problem: Problem,
     started: float,
-    on_tables: Callable[[int, int], None] | None = None,
+    on_tables: TableProgress | None = None,
 ) -> InfeasibleError:
     """``err`` (the search of ``request``: no layout meets the constraints) with a last
     explanation line naming the best layout without the user's choices when there is one

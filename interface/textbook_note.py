@@ -23,7 +23,7 @@ Llama 3 70B on 64 GB200s, ``--framework megatron --framework textbook``: textboo
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -34,7 +34,7 @@ from trainplan.model.errors import InfeasibleError, PlannerError
 from trainplan.model.frameworks import Framework
 from trainplan.optimizer.problem import Problem, objective_value
 from trainplan.optimizer.search import SOLVE_FLOOR_S, prepare, search
-from trainplan.optimizer.tables import objective_divisor
+from trainplan.optimizer.tables import TableProgress, objective_divisor
 
 __all__ = ["real_frameworks", "textbook_json", "textbook_line"]
 
@@ -74,7 +74,7 @@ def textbook_json(
     answer: Mapping[str, Any],
     request: SearchRequest,
     started: float,
-    on_tables: Callable[[int, int], None] | None = None,
+    on_tables: TableProgress | None = None,
 ) -> dict[str, Any] | None:
     """``search --json``'s ``textbook_note``: None unless ``answer`` (the search's best, its JSON
     object) runs ``textbook`` and ``problem`` searches a real framework beside it; else
@@ -97,7 +97,7 @@ def _best(
     limit: float | None,
     workers: int,
     started: float,
-    on_tables: Callable[[int, int], None] | None,
+    on_tables: TableProgress | None,
 ) -> dict[str, Any]:
     """The best answer of ``problem`` as :func:`textbook_json`'s ``best_real``."""
     left = None if limit is None else limit - (time.perf_counter() - started)

@@ -20,8 +20,11 @@ layers, :func:`model.split.check_chunks`; a member's shapes are its own,
 one probe per member above the answer, the fewest an exact answer can cost without a bound that
 rules a member out unseen. A probe of a member that does not fit costs only its memory terms.
 
-A time limit (checked between probes; a member's tables, once started, are built whole: a
-probe cut short would prove no verdict) that stops the scan before a member fits turns to a
+A time limit is checked between probes and, within a probe, between its blocks of shapes once
+the probe holds an allowed candidate (:func:`optimizer.tables.build_tables`' ``enough``: the
+verdict "fits" is then proven, and the member's answer is the best of the rows held, said as
+:attr:`optimizer.search.SearchResult.cut`; a probe with no allowed candidate is built whole, so
+that "does not fit" is proven too). A limit that stops the scan before a member fits turns to a
 bisection of the members below (fit is usually monotone: log₂ n probes, run past the limit so that
 an answer comes rather than none). It returns the largest fitting member found, ``feasible``, with
 :attr:`optimizer.search.SearchResult.params_unproven` the parameter count of the largest member
@@ -46,7 +49,7 @@ from trainplan.optimizer.search import (
     prepare,
     search,
 )
-from trainplan.optimizer.tables import CostTables, build_tables
+from trainplan.optimizer.tables import CostTables, TableProgress, build_tables
 
 __all__ = ["ParamsRun", "family_members", "params_search"]
 
@@ -89,13 +92,21 @@ def family_members(problem: Problem) -> list[tuple[int, Problem]]:
 
 
 def _probe(
-    member: Problem, on_tables: Callable[[int, int], None] | None = None
+    member: Problem, on_tables: TableProgress | None = None, deadline: float | None = None
 ) -> tuple[CostTables, bool, float]:
-    """A member's tables (``fit_only``; ``on_tables(shapes done, shapes)`` after each job),
-    whether a candidate is allowed, and the seconds."""
+    """A member's tables (``fit_only``; ``on_tables(shapes done, shapes)`` after each job or
+    block), whether a candidate is allowed, and the seconds. Past ``deadline``
+    (:func:`time.perf_counter`; None: none) the tables are cut once they hold an allowed
+    candidate (:func:`optimizer.tables.build_tables`' ``enough``, the search's own mask): the
+    verdict "fits" is then proven, and the member's search is over those rows
+    (:attr:`optimizer.search.SearchResult.cut`); a member with no allowed candidate is built
+    whole, so "does not fit" stays proven."""
     t0 = time.perf_counter()
     try:
-        tables = build_tables(member, on_tables, fit_only=True)
+        tables = build_tables(
+            member, on_tables, deadline, fit_only=True,
+            enough=lambda held: bool(allowed(member, held).any()),
+        )  # fmt: skip
     except InputError:  # every shape breaks a rule at this depth (the space's refusal)
         return None, False, time.perf_counter() - t0  # type: ignore[return-value]
     ok = bool(len(tables.shapes)) and bool(allowed(member, tables).any())
@@ -108,7 +119,7 @@ def params_search(
     time_limit_s: float | None = None,
     workers: int = 2,
     progress: Progress | None = None,
-    on_tables: Callable[[int, int], None] | None = None,
+    on_tables: TableProgress | None = None,
     progress_of: Callable[[Problem, Prepared], Progress | None] | None = None,
 ) -> ParamsRun:
     """The largest family member that fits and its fastest layout (module docstring);
@@ -142,7 +153,7 @@ def _scan(members, deadline, on_tables):
 
     def probe(i: int) -> bool:
         nonlocal spent
-        t, ok, sec = _probe(members[i][1], on_tables)
+        t, ok, sec = _probe(members[i][1], on_tables, deadline)
         spent += sec
         fits[i] = ok
         if ok:
@@ -179,6 +190,7 @@ def _answers(
     answers: list = []
     status, seconds, first = "optimal", 0.0, None
     shapes = candidates = 0
+    cuts: list[tuple[int, str]] = []  # (parameters, words) of each member whose tables were cut
     for i in range(best, -1, -1):
         if len(answers) >= top:
             break
@@ -186,7 +198,7 @@ def _answers(
             status = "feasible"
             break
         if i not in fits:
-            t, ok, sec = _probe(members[i][1])
+            t, ok, sec = _probe(members[i][1], None, deadline)
             spent += sec
             fits[i] = ok
             if ok:
@@ -204,6 +216,7 @@ def _answers(
         if first is None:
             first = (prepared, member)
         answers += result.answers
+        cuts += [(members[i][0], result.cut)] if result.cut else []
         seconds += result.solve_seconds
         shapes += result.num_shapes
         candidates += result.num_candidates
@@ -213,11 +226,22 @@ def _answers(
     if unproven is not None:
         status = "feasible"
     prepared, member = first
+    cut = _cut_words(cuts)
     result = SearchResult(
-        status, tuple(answers), seconds, spent, shapes, candidates, params_unproven=unproven
-    )
+        status, tuple(answers), seconds, spent, shapes, candidates, params_unproven=unproven,
+        cut=cut,
+    )  # fmt: skip
     sizes = tuple(n for n, _ in members)
     return ParamsRun(result, (prepared[0], prepared[1], spent), member, len(fits), sizes)
+
+
+def _cut_words(cuts: list[tuple[int, str]]) -> str | None:
+    """What the time limit left out of the answering members' tables (``(parameters, words)``
+    each, :meth:`optimizer.tables.CostTables.cut`): one member's words as they are, several
+    each headed by its parameters; None: nothing."""
+    if len(cuts) <= 1:
+        return cuts[0][1] if cuts else None
+    return "; ".join(f"the member of {n:,} parameters: {c}" for n, c in cuts)
 
 
 def _none_fits(problem, members, unproven, time_limit_s) -> ParamsRun:

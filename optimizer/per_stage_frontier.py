@@ -122,6 +122,11 @@ class PerStageFrontier:
     points on every machine), ``time`` (``time_limit_s``, wall-clock), ``interrupted``
     (Ctrl-C: :func:`optimizer.solver.interrupt`), or None (it ran to the end: nothing fits below
     the last point, or ``max_points``)."""
+    cuts: tuple[str, ...] = ()
+    """What a time limit left out of the uniform cost tables the searches rest on
+    (:meth:`optimizer.tables.CostTables.cut`), one entry per table cut: against memory the one
+    table every point is searched over; against GPUs or price each job's own, headed by the job
+    (:attr:`optimizer.problem.Job.label`). Empty: nothing was cut."""
     equal_chunks: bool = False
     """Whether the space held interleaved shapes, so each point's proof covers only their splits
     whose chunks on a stage are equal (:func:`optimizer.per_stage.interleaved_space`,
@@ -158,6 +163,7 @@ def _frontier(against: str, run: FrontierRun, t0: float) -> PerStageFrontier:
         run.searches,
         time.perf_counter() - t0,
         stopped,
+        run.cuts,
     )
 
 
@@ -255,6 +261,8 @@ class FrontierRun:
     searches: int
     stopped: str | None
     """:attr:`PerStageFrontier.stopped`."""
+    cuts: tuple[str, ...] = ()
+    """:attr:`PerStageFrontier.cuts`."""
 
 
 def time_left(deadline: float | None) -> float | None:
@@ -284,11 +292,13 @@ def memory_frontier(
     points: list[FrontierPoint] = []
     prepared = prepare(problem, time_limit_s=time_limit_s)
     proven, searches = prepared[0].complete, 0  # tables cut short by a time limit prove nothing
+    cut = prepared[0].cut()
+    cuts = () if cut is None else (cut,)
     eps: int | None = None
     while len(non_dominated(points)) < max_points:
         stopped = budget.spent(searches)
         if stopped is not None:
-            return FrontierRun(points, proven, searches, stopped)
+            return FrontierRun(points, proven, searches, stopped, cuts)
         try:
             r = per_stage_search(
                 problem, top_shapes, time_left(budget.deadline), workers,
@@ -314,7 +324,7 @@ def memory_frontier(
         if progress is not None:
             progress(searches, len(non_dominated(points)))
         eps = value - 1
-    return FrontierRun(points, proven, searches, None)
+    return FrontierRun(points, proven, searches, None, cuts)
 
 
 def job_frontier(
@@ -342,6 +352,7 @@ def job_frontier(
     best_uniform: tuple[int, Answer] | None = None  # the fastest uniform layout of the jobs so far
     nothing: InfeasibleError | None = None  # the last job's reason when none fits
     stopped: str | None = None
+    cuts: list[str] = []
     for value, group in itertools.groupby(jobs, key=lambda j: axis_value_of_job(against, j)):
         if len(points) >= max_points:
             break
@@ -349,6 +360,7 @@ def job_frontier(
             problem, list(group), best_ns, best_uniform, top_shapes, workers, budget, searches
         )
         searches, proven = searches + g.searches, proven and g.proven
+        cuts += g.cuts
         best_uniform, nothing = g.best_uniform, g.nothing or nothing
         if g.found is not None:
             uniform = None if best_uniform is None else best_uniform[1]
@@ -361,7 +373,7 @@ def job_frontier(
             break
     if not points and nothing is not None:
         raise nothing
-    return FrontierRun(points, proven, searches, stopped)
+    return FrontierRun(points, proven, searches, stopped, tuple(cuts))
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,6 +390,9 @@ class ValueSearch:
     """The last of these jobs' reason when none fits."""
     stopped: str | None
     """The budget spent before every job was searched (:meth:`Budget.spent`), else None."""
+    cuts: tuple[str, ...] = ()
+    """What a time limit left out of each searched job's uniform tables, headed by the job
+    (:attr:`PerStageFrontier.cuts`)."""
 
 
 def value_search(
@@ -397,10 +412,11 @@ def value_search(
     them all)."""
     found: PerStageResult | None = None
     searches, proven, nothing = 0, True, None
+    cuts: list[str] = []
     for job in jobs:
         stopped = budget.spent(done + searches)
         if stopped is not None:
-            return ValueSearch(found, best_uniform, searches, False, nothing, stopped)
+            return ValueSearch(found, best_uniform, searches, False, nothing, stopped, tuple(cuts))
         caps = [best_ns] + ([] if found is None else [found.plan_ns])
         cap = min((c for c in caps if c is not None), default=None)
         searches += 1
@@ -414,12 +430,13 @@ def value_search(
             proven = proven and budget.spent(0) not in ("time", "interrupted")
             continue
         proven &= r.status == "optimal"
+        cuts += [f"{job.label}: {r.cut}"] if r.cut else []
         if r.uniform_ns is not None and (best_uniform is None or r.uniform_ns < best_uniform[0]):
             assert r.uniform is not None
             best_uniform = (r.uniform_ns, r.uniform)
         if cap is None or r.plan_ns < cap:
             found = r
-    return ValueSearch(found, best_uniform, searches, proven, nothing, None)
+    return ValueSearch(found, best_uniform, searches, proven, nothing, None, tuple(cuts))
 
 
 def axis_value_of_job(against: str, job: Job) -> int:

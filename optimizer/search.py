@@ -24,7 +24,7 @@ from trainplan.optimizer.launch_tables import objective_grid
 from trainplan.optimizer.no_answer import no_answer, nothing_legal
 from trainplan.optimizer.problem import Job, Objective, Problem
 from trainplan.optimizer.rules import allowed, mfu_table, tie_ranks, tp_cp_in_nvlink
-from trainplan.optimizer.tables import CostTables, build_tables, illegal_reason
+from trainplan.optimizer.tables import CostTables, TableProgress, build_tables, illegal_reason
 
 __all__ = [
     "Answer",
@@ -94,7 +94,7 @@ def _families(problem: Problem, tables: CostTables) -> dict[str, np.ndarray]:
 
 def prepare(
     problem: Problem,
-    progress: Callable[[int, int], None] | None = None,
+    progress: TableProgress | None = None,
     time_limit_s: float | None = None,
 ) -> tuple[CostTables, LayoutModel, float]:
     """Tables, the CP-SAT model with every constraint family, and the seconds it took.

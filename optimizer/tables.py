@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from functools import partial
+from typing import Protocol
 
 import numpy as np
 
@@ -45,6 +46,7 @@ from trainplan.optimizer.space import SearchSpace, Shape, legal_shapes
 
 __all__ = [
     "CostTables",
+    "TableProgress",
     "build_tables",
     "illegal_reason",
     "job_shapes",
@@ -71,6 +73,15 @@ Mixtral 8x7B on 64 H100s (1,948 shapes, megatron and fsdp2) took 3.6 s of CPU wh
 blocks of 512 (25 s in blocks of 37), so without a time limit a job is filled whole."""
 MAX_SHAPES_PER_JOB = 200_000
 """Refuse a job with more legal shapes than this (the arrays of one job live in memory at once)."""
+
+
+class TableProgress(Protocol):
+    """The cost tables' progress (:func:`build_tables`): ``(done, total)`` shapes after each job
+    or block, and once more with ``cut`` (:meth:`CostTables.cut`'s words) when a time limit
+    cut the building short, before the solve starts (the CLI's terminal line, the page's
+    progress stream)."""
+
+    def __call__(self, done: int, total: int, cut: str | None = None, /) -> None: ...
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -116,8 +127,8 @@ class CostTables:
     job_shapes_in_all: tuple[int, ...] = ()
     """How many shapes the space holds for each job (in :attr:`jobs`' order); more in all than
     ``len(shapes)`` when a time limit stopped table building, which keeps the blocks filled by
-    then (:func:`build_tables`: the first jobs' shapes in order, each row as a complete build has
-    it; empty: all)."""
+    then (:func:`build_tables`: each job's first shapes in order, jobs in order, each row as a
+    complete build has it; empty: all)."""
     allocator_retries_ok: bool = False
     """Whether :attr:`fits` accepts a candidate whose reserved bytes exceed the capacity while its
     allocated ones fit (:attr:`optimizer.problem.Constraints.allocator_retries_ok`)."""
@@ -130,10 +141,10 @@ class CostTables:
 
     def cut(self) -> str | None:
         """What a time limit left out, in words (None: nothing): the shapes tabulated of all, the
-        first in tie-break order, and with several jobs each job's (those after the cut: none).
-
-        Jobs are filled in order (:func:`build_tables`), so a cut search over several GPU counts
-        or parts may have compared only the first: the words say which."""
+        first in tie-break order, and with several jobs each job's share (:func:`build_tables`
+        fills the jobs round-robin, a block of each in turn, so a cut leaves each job its first
+        shapes; the words say how many, so that a comparison of GPU counts or parts under a
+        cut is read as one of those shares)."""
         if self.complete:
             return None
         words = (
@@ -184,26 +195,30 @@ def illegal_reason(tables: CostTables) -> str | None:
 
 def build_tables(
     problem: Problem,
-    progress: Callable[[int, int], None] | None = None,
+    progress: TableProgress | None = None,
     deadline: float | None = None,
     fit_only: bool = False,
     enough: Callable[[CostTables], bool] | None = None,
 ) -> CostTables:
-    """Evaluate the cost model's terms for every job × shape × modifier (``fit_only``: a job
-    none of whose candidates fits gets no time terms, :func:`optimizer.job_rows._job_rows`).
+    """Evaluate the cost model's terms for every job × shape × modifier (``fit_only``: a job,
+    or under a deadline a block, none of whose candidates fits gets no time terms,
+    :func:`optimizer.job_rows._job_rows`: those rows are never an answer).
 
-    The rows are filled job by job, in the shapes' tie-break order
-    (:func:`optimizer.space.legal_shapes`: fewest model-parallel GPUs first; no cheaper
-    principled order ranks the shapes by their step time before their terms are evaluated), a
-    job whole, or with a ``deadline`` (a :func:`time.perf_counter` value) in blocks of at most
-    :data:`BLOCK_SHAPES` shapes. The deadline is checked between blocks once the tables so far
-    are ``enough`` (an answer rather than none; default: some tabulated candidate fits, as
-    :mod:`optimizer.params_search`'s scan; the layout search passes its solver's own mask,
-    :func:`optimizer.rules.allowed`, so that ``min_mfu`` and the NVLink rule count too): the
-    blocks not started by then are left out (:attr:`CostTables.complete` is False, the rows
-    held are those a build without the deadline has first; the search then reports
-    ``feasible``, not proven). ``progress(done, total)`` (shapes) is called after each job or
-    block (the CLI's terminal progress line).
+    Each job's shapes are in their tie-break order (:func:`optimizer.space.legal_shapes`: fewest
+    model-parallel GPUs first; no cheaper principled order ranks the shapes by their step time
+    before their terms are evaluated). Without a ``deadline`` each job is filled whole, job after
+    job. With one (a :func:`time.perf_counter` value) the jobs are filled in blocks of at most
+    :data:`BLOCK_SHAPES` shapes taken round-robin (:func:`blocks`: each job's first block, then
+    each job's second, …), and the deadline is checked between blocks once every job holds its
+    first block and the tables so far are ``enough`` (an answer rather than none; default: some
+    tabulated candidate fits, as :mod:`optimizer.params_search`'s probes; the layout search
+    passes its solver's own mask, :func:`optimizer.rules.allowed`, so that ``min_mfu`` and the
+    NVLink rule count too): the blocks not started by then are left out
+    (:attr:`CostTables.complete` is False; the rows held are each job's first shapes, each row
+    where and as a build without the deadline has it, so a deadline that cuts nothing changes
+    no row; the search then reports ``feasible``, not proven). ``progress(done, total)``
+    (shapes) is called after each job or block, and ``progress(held, total, cut)`` once after a
+    cut (:class:`TableProgress`).
 
     Raises
     ------
@@ -215,42 +230,60 @@ def build_tables(
     S = sum(len(found) for _, found in per_job)
     P = max((s.pp for _, shapes in per_job for s in shapes), default=1)
     cols = empty_columns(S, len(zs), len(rs), P)
-    shapes: list[Shape] = []
-    job_of: list[int] = []
     memo: dict = {}
     totals = tuple(len(found) for _, found in per_job)
-    tables = partial(_held, problem, zs, rs, shapes, job_of, cols, totals)
+    starts = np.concatenate([[0], np.cumsum(totals)]).astype(int).tolist()
+    filled = [0] * len(per_job)  # each job's shapes filled so far, its first in order
+    tables = partial(_held, problem, zs, rs, per_job, starts, filled, cols)
     for j, block in blocks(per_job, None if deadline is None else BLOCK_SHAPES):
-        lo = len(shapes)
-        if deadline is not None and lo and time.perf_counter() > deadline:
-            if enough(tables()) if enough else cols["fits"][:lo].any():
+        if deadline is not None and _may_cut(filled, totals) and time.perf_counter() > deadline:
+            # unfilled rows are zero: fits False
+            if enough(tables()) if enough else cols["fits"].any():
                 break
         fill_job_rows(
-            cols, lo, per_job[j][0], block, zs, rs, problem.constraints.headroom, memo,
-            problem.constraints.allocator_retries_ok, fit_only,
+            cols, starts[j] + filled[j], per_job[j][0], block, zs, rs,
+            problem.constraints.headroom, memo, problem.constraints.allocator_retries_ok,
+            fit_only,
         )  # fmt: skip
-        shapes += block
-        job_of += [j] * len(block)
+        filled[j] += len(block)
         if progress:
-            progress(len(shapes), S)
-    return tables()  # cut short: the tabulated blocks' rows
+            progress(sum(filled), S)
+    held = tables()  # cut short: the tabulated blocks' rows
+    if progress and not held.complete:
+        progress(len(held.shapes), S, held.cut())
+    return held
+
+
+def _may_cut(filled: list[int], totals: tuple[int, ...]) -> bool:
+    """Whether a deadline may cut the build now: every job holds its first block (or has no
+    shape), so that each job of a cut search has a share (:func:`build_tables`)."""
+    return any(filled) and all(f or not t for f, t in zip(filled, totals, strict=True))
 
 
 def _held(
     problem: Problem,
     zs: tuple[int, ...],
     rs: tuple[Recompute, ...],
-    shapes: list[Shape],
-    job_of: list[int],
+    per_job: list[tuple[Job, tuple[Shape, ...]]],
+    starts: list[int],
+    filled: list[int],
     cols: dict[str, np.ndarray],
-    totals: tuple[int, ...],
 ) -> CostTables:
-    """The rows :func:`build_tables` has filled so far (one per shape of ``shapes``) as
-    :class:`CostTables`; ``totals``: each job's shapes in all."""
-    held = {name: column[: len(shapes)] for name, column in cols.items()}
+    """The rows :func:`build_tables` has filled so far as :class:`CostTables`: each job's first
+    ``filled[j]`` shapes, from its row ``starts[j]``, jobs in order (all: the columns as they
+    are)."""
+    totals = tuple(len(found) for _, found in per_job)
+    if list(filled) == list(totals):
+        held, shapes = cols, [s for _, found in per_job for s in found]
+    else:
+        rows = np.concatenate(
+            [np.arange(a, a + n, dtype=np.int64) for a, n in zip(starts, filled, strict=False)]
+        )
+        held = {name: column[rows] for name, column in cols.items()}
+        shapes = [s for (_, found), n in zip(per_job, filled, strict=True) for s in found[:n]]
+    job_of = np.repeat(np.arange(len(per_job), dtype=np.int64), filled)
     return CostTables(
-        tuple(problem.jobs), tuple(shapes), np.array(job_of, dtype=np.int64), tuple(zs),
-        tuple(rs), **held,
+        tuple(problem.jobs), tuple(shapes), job_of, tuple(zs), tuple(rs), **held,
         peak_ceil=peak_table(held["state_ceil"], held["step_ceil"], held["act_ceil"]),
         job_shapes_in_all=totals,
         allocator_retries_ok=problem.constraints.allocator_retries_ok,
@@ -260,18 +293,23 @@ def _held(
 def blocks(
     per_job: list[tuple[Job, tuple[Shape, ...]]], size: int | None
 ) -> list[tuple[int, tuple[Shape, ...]]]:
-    """Each job's index with its shapes in order, cut into runs of at most ``size`` shapes
-    (None: each job whole); a job without shapes has none.
+    """Each job's index with a run of its shapes: with ``size``, runs of at most ``size``
+    shapes taken round-robin (each job's first run, then each job's second, …; a job's runs in
+    its shapes' order), so that a time limit's cut leaves every job a share; None: each job
+    whole, job after job. A job without shapes has none.
 
     >>> jobs = [(None, (1, 2, 3)), (None, ()), (None, (4,))]
-    >>> [(j, len(b)) for j, b in blocks(jobs, 2)], [(j, len(b)) for j, b in blocks(jobs, None)]
-    ([(0, 2), (0, 1), (2, 1)], [(0, 3), (2, 1)])
+    >>> [(j, b) for j, b in blocks(jobs, 2)], [(j, b) for j, b in blocks(jobs, None)]
+    ([(0, (1, 2)), (2, (4,)), (0, (3,))], [(0, (1, 2, 3)), (2, (4,))])
     """
-    size = size or max([1, *(len(found) for _, found in per_job)])
+    if size is None:
+        return [(j, found) for j, (_, found) in enumerate(per_job) if found]
+    longest = max((len(found) for _, found in per_job), default=0)
     return [
         (j, found[a : a + size])
+        for a in range(0, longest, size)
         for j, (_, found) in enumerate(per_job)
-        for a in range(0, len(found), size)
+        if a < len(found)
     ]
 
 

@@ -13,11 +13,14 @@ import os
 import signal
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from trainplan.interface.cli.common import INTERRUPTED
+
+if TYPE_CHECKING:
+    from trainplan.optimizer.tables import TableProgress
 
 __all__ = ["Interrupted", "interruptible", "stop_between_tables"]
 
@@ -93,20 +96,19 @@ def interruptible(work: Callable[[], T]) -> tuple[T, bool]:
     return box["value"], stopped
 
 
-def stop_between_tables(
-    report: Callable[[int, int], None] | None,
-) -> Callable[[int, int], None]:
-    """A table-building progress callback (``(done, total)`` shapes) that ends the building once
-    the search is interrupted, then calls ``report`` (None: none)."""
+def stop_between_tables(report: TableProgress | None) -> TableProgress:
+    """A table-building progress callback (``(done, total)`` shapes, and a time limit's ``cut``:
+    :class:`optimizer.tables.TableProgress`) that ends the building once the search is
+    interrupted, then calls ``report`` (None: none)."""
     from trainplan.optimizer import cpsat
 
-    def on_tables(done: int, total: int) -> None:
+    def on_tables(done: int, total: int, cut: str | None = None, /) -> None:
         if cpsat.interrupted():
             raise Interrupted(
                 f"interrupted while building the cost tables ({done:,} of {total:,} shapes), "
                 "before any layout was found"
             )
         if report is not None:
-            report(done, total)
+            report(done, total, cut)
 
     return on_tables

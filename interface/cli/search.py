@@ -37,6 +37,7 @@ from trainplan.model.layout import Recompute
 from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.pipeline import Schedule
 from trainplan.optimizer.search import SOLVE_FLOOR_S
+from trainplan.optimizer.tables import TableProgress
 
 SCENARIO: Decorator = click.option(
     "--scenario",
@@ -237,12 +238,16 @@ def _solutions(as_json: bool) -> Callable[[int, str], None] | None:
     return report
 
 
-def table_progress(as_json: bool) -> Callable[[int, int], None] | None:
-    """The cost tables' progress on a terminal's stderr (as :func:`_solutions`)."""
+def table_progress(as_json: bool) -> TableProgress | None:
+    """The cost tables' progress on a terminal's stderr (as :func:`_solutions`); a time limit's
+    cut in its own words (:meth:`optimizer.tables.CostTables.cut`), on a line of its own."""
     if not sys.stderr.isatty():
         return None
 
-    def report(done: int, total: int) -> None:
+    def report(done: int, total: int, cut: str | None = None, /) -> None:
+        if cut is not None:
+            click.echo(f"\r  {cut}", err=True)
+            return
         click.echo(f"\r  cost tables: {done:,} of {total:,} shapes", err=True, nl=False)
 
     return report

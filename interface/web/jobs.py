@@ -34,13 +34,14 @@ _RUNNING_LOCK = threading.Lock()
 
 
 def _child(kind: str, query: list[tuple[str, str]], conn: Connection) -> None:
-    """The job's process: run the search, send ``("tables", done, total)`` and ``("solution",
+    """The job's process: run the search, send ``("tables", done, total, cut)`` (``cut`` a time
+    limit's words, :class:`optimizer.tables.TableProgress`; else None) and ``("solution",
     count, best)`` as it goes, then one of ``("result", SearchRun)``, ``("infeasible", message,
     explanation)``, ``("error", line)``; ``rlhf-plan``: ``("tables", done, total)`` per pool size
     and role costed and ``("solve", done, 3)`` per CP-SAT solve as it goes, then ``("result", its
     JSON object)`` (a placement that does not fit is its object too), or ``("error", line)``."""
     progress = {
-        "on_tables": lambda done, total: conn.send(("tables", done, total)),
+        "on_tables": lambda done, total, cut=None, /: conn.send(("tables", done, total, cut)),
         "on_solution": lambda count, best: conn.send(("solution", count, best)),
     }
     try:
@@ -134,7 +135,8 @@ def run_job(
     kind: str, query: list[tuple[str, str]], put: Callable[[dict[str, Any]], None]
 ) -> tuple[Job, threading.Thread]:
     """Start a job and a thread that turns its messages into the stream's events (``tables``,
-    ``solution``; an RLHF placement's ``solve``: ``done`` of ``total`` CP-SAT solves begun; then
+    with ``cut`` once when a time limit cut the cost tables: its words; ``solution``; an RLHF
+    placement's ``solve``: ``done`` of ``total`` CP-SAT solves begun; then
     ``done`` with ``result``: the SearchRun, InfeasibleError or RLHF placement object, or
     ``error``);
     ``put`` receives each. Nothing is put after a cancel."""
@@ -146,8 +148,9 @@ def run_job(
         for message in job.messages():
             ended = message[0] in ("result", "infeasible", "error")
             tag, *rest = message
-            if tag == "tables":
-                put({"event": "tables", "done": rest[0], "total": rest[1]})
+            if tag == "tables":  # a time limit's cut: its words (optimizer.tables.TableProgress)
+                cut = {"cut": rest[2]} if len(rest) > 2 and rest[2] is not None else {}
+                put({"event": "tables", "done": rest[0], "total": rest[1], **cut})
             elif tag == "solution":
                 put({"event": "solution", "count": rest[0], "best": rest[1]})
             elif tag == "solve":

@@ -1,6 +1,7 @@
 """Search and frontier, whole (``/api/search``, ``/api/frontier``) or with their progress for the
 page's progress indicator (``…/stream``): newline-delimited JSON events as the search goes —
-``tables`` (shapes tabulated of all), ``solution`` (CP-SAT's solutions so far and the best
+``tables`` (shapes tabulated of all; once more with ``cut``, what a time limit left out of the
+cost tables, in the CLI's words, before the solve), ``solution`` (CP-SAT's solutions so far and the best
 objective as text) — then ``result``, the object of ``/api/search`` or ``/api/frontier`` for the
 same query. ``/api/rlhf-plan``, the RLHF placement search, runs as a job too, whole or with its
 progress (``/api/rlhf-plan/stream``: ``tables``, then ``solve`` per CP-SAT solve, then
@@ -45,7 +46,9 @@ router = APIRouter(prefix="/api", tags=["API: the CLI's --json objects"])
 NDJSON: dict[int | str, dict[str, Any]] = {
     200: {
         "content": {"application/x-ndjson": {}},
-        "description": 'One JSON event a line: {"event": "tables", "done", "total"}, '
+        "description": 'One JSON event a line: {"event": "tables", "done", "total"} (once '
+        'more with "cut", the words of a time limit that cut the cost tables short, before the '
+        "solve), "
         '{"event": "solution", "count", "best"}, then {"event": "result", "result": {…}, '
         '"planner": [the planner page of each layout], "cached": true when the same search '
         "answered earlier (its times are that run's)}; closing the connection before the "

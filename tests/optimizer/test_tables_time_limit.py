@@ -1,10 +1,11 @@
 """A time limit binds inside one job's cost tables (:func:`optimizer.tables.build_tables`): under
-a deadline a job's shapes are filled in blocks (:data:`optimizer.tables.BLOCK_SHAPES`), the
-deadline looked at between blocks once some tabulated candidate fits (the search: meets its
-constraints). A build cut short holds a
-prefix of the complete build's rows, each row equal to the complete build's, and says so
-(:attr:`CostTables.complete` False, :meth:`CostTables.cut`); the search over it is ``feasible``,
-never proven. No timing is asserted: the deadline is already past, or the clock is a fake one."""
+a deadline the jobs' shapes are filled in blocks (:data:`optimizer.tables.BLOCK_SHAPES`), a
+block of each job in turn, the deadline looked at between blocks once every job holds its first
+block and some tabulated candidate fits (the search: meets its constraints). A build cut short
+holds each job's first rows of the complete build, each row equal to the complete build's, and
+says so (:attr:`CostTables.complete` False, :meth:`CostTables.cut`, the progress callback's
+``cut``); the search over it is ``feasible``, never proven. No timing is asserted: the deadline
+is already past, or the clock is a fake one."""
 
 from __future__ import annotations
 
@@ -102,12 +103,20 @@ def test_a_fake_clock_passing_the_deadline_after_two_blocks_keeps_two(problem, f
     whatever the machine's speed."""
     monkeypatch.setattr(tables_module, "BLOCK_SHAPES", BLOCK)
     done: list[int] = []
+    said: list[tuple[int, int, str]] = []
+
+    def progress(n: int, total: int, cut: str | None = None, /) -> None:
+        done.append(n) if cut is None else said.append((n, total, cut))
+
     monkeypatch.setattr(tables_module.time, "perf_counter", lambda: 10.0 if len(done) >= 2 else 0.0)
-    cut = build_tables(problem, lambda n, _: done.append(n), deadline=5.0)
+    cut = build_tables(problem, progress, deadline=5.0)
     first_fit = int(np.flatnonzero(full.fits.any(axis=(1, 2)))[0])
     kept = max(2, first_fit // BLOCK + 1) * BLOCK
     assert done == list(range(BLOCK, kept + 1, BLOCK)) and len(cut.shapes) == kept
     _is_prefix(cut, full)
+    # the cut is said once, after the last block, in CostTables.cut's words (the page's
+    # progress line, the CLI's terminal line: the solve starts next)
+    assert said == [(kept, 284, cut.cut())]
 
 
 def test_a_search_over_tables_cut_short_is_feasible_and_says_why(problem, full, monkeypatch):
@@ -139,21 +148,76 @@ def test_the_deadline_waits_for_what_the_caller_counts_as_enough(problem, full, 
     _is_prefix(whole, full)
 
 
-def test_a_cut_over_two_jobs_names_each_jobs_share(monkeypatch):
-    """Jobs are filled in order, so a cut search over two GPU counts may have tabulated only the
-    first: the words say so, job by job (the first block of the 8-GPU job: 40 of its shapes;
-    the 16-GPU job: none)."""
-    monkeypatch.setattr(tables_module, "BLOCK_SHAPES", BLOCK)
+@pytest.fixture(scope="module")
+def two() -> Problem:
+    """Llama 3 8B on 8 and on 16 H100s (196 and 284 shapes)."""
     case = Case.of("llama3-8b", "H100-SXM")
     space = SearchSpace(num_gpus=16, frameworks=(Framework.MEGATRON, Framework.DEEPSPEED))
-    two = Problem(jobs=(Job(case, 8, "8 GPUs"), Job(case, 16, "16 GPUs")), space=space)
+    return Problem(jobs=(Job(case, 8, "8 GPUs"), Job(case, 16, "16 GPUs")), space=space)
+
+
+def _rows_of(cut: CostTables, full: CostTables) -> None:
+    """Every job's rows of ``cut`` are that job's first rows of ``full``, value for value, jobs
+    in order."""
+    want = np.concatenate(
+        [np.flatnonzero(full.job_of == j)[:n] for j, n in enumerate(np.bincount(cut.job_of))]
+    )
+    assert cut.shapes == tuple(full.shapes[i] for i in want)
+    assert np.array_equal(cut.job_of, full.job_of[want])
+    for name, array in _arrays(cut).items():
+        assert np.array_equal(array, getattr(full, name)[want]), name
+
+
+def test_blocks_are_taken_round_robin_over_the_jobs():
+    """A block of each job in turn (each job's in its shapes' order); without a size each job
+    whole, job after job, as a build without a time limit fills them."""
+    jobs = [(None, tuple(range(5))), (None, ()), (None, (10, 11)), (None, (20,))]
+    assert tables_module.blocks(jobs, 2) == [
+        (0, (0, 1)), (2, (10, 11)), (3, (20,)), (0, (2, 3)), (0, (4,)),
+    ]  # fmt: skip
+    assert tables_module.blocks(jobs, None) == [(0, (0, 1, 2, 3, 4)), (2, (10, 11)), (3, (20,))]
+
+
+def test_a_cut_over_two_jobs_leaves_each_job_a_share(two, monkeypatch):
+    """The jobs are filled round-robin and the deadline is not looked at before every job holds
+    its first block: a deadline already past keeps the first block of each (40 of the 8-GPU
+    job's 196 shapes, 40 of the 16-GPU job's 284; both fit from their first shape), where a fill
+    job after job kept the 8-GPU job's 40 alone and compared nothing at 16 GPUs. The words say
+    each job's share."""
+    monkeypatch.setattr(tables_module, "BLOCK_SHAPES", BLOCK)
     complete = build_tables(two)
     per_job = np.bincount(complete.job_of, minlength=2).tolist()
+    assert per_job == [196, 284] and complete.job_shapes_in_all == (196, 284)
     cut = build_tables(two, deadline=-1.0)
-    assert complete.job_shapes_in_all == tuple(per_job) and per_job[0] > BLOCK
-    assert len(cut.shapes) == BLOCK
+    assert np.bincount(cut.job_of).tolist() == [40, 40]
     assert cut.cut() == (
-        f"the time limit cut the cost tables at 40 of {sum(per_job):,} shapes, the first in "
-        f"tie-break order (fewest model-parallel GPUs first): 8 GPUs 40 of {per_job[0]:,}; "
-        f"16 GPUs none of {per_job[1]:,}"
+        "the time limit cut the cost tables at 80 of 480 shapes, the first in tie-break order "
+        "(fewest model-parallel GPUs first): 8 GPUs 40 of 196; 16 GPUs 40 of 284"
     )
+    _rows_of(cut, complete)
+
+
+def test_a_cut_after_the_first_round_may_end_mid_round(two, monkeypatch):
+    """A clock that passes the deadline once three blocks are filled: the 8-GPU job's first and
+    second, the 16-GPU job's first (the cut comes between blocks, so one job may hold a block
+    more than another; the words say each one's)."""
+    monkeypatch.setattr(tables_module, "BLOCK_SHAPES", BLOCK)
+    done: list[int] = []
+    monkeypatch.setattr(tables_module.time, "perf_counter", lambda: 10.0 if len(done) >= 3 else 0.0)
+    cut = build_tables(two, lambda n, _, cut=None, /: done.append(n), deadline=5.0)
+    assert done == [40, 80, 120, 120]  # the last: the cut said (TableProgress)
+    assert np.bincount(cut.job_of).tolist() == [80, 40]
+    _rows_of(cut, build_tables(two))
+
+
+def test_a_deadline_that_cuts_nothing_changes_no_row_over_two_jobs(two, monkeypatch):
+    """Filled round-robin, each block's rows are written where a build without a deadline has
+    them: a deadline not reached gives the complete build, array for array."""
+    monkeypatch.setattr(tables_module, "BLOCK_SHAPES", BLOCK)
+    done: list[int] = []
+    blocked = build_tables(two, lambda n, _: done.append(n), deadline=float("inf"))
+    assert done[:3] == [40, 80, 120] and done[-1] == 480 and len(done) == 5 + 8
+    complete = build_tables(two)
+    assert blocked.complete and blocked.shapes == complete.shapes
+    for name, array in _arrays(complete).items():
+        assert np.array_equal(getattr(blocked, name), array), name

@@ -65,8 +65,10 @@ TP.searchPage = async (kind, render) => {
       if (e.event === "tables") {
         bar.max = e.total;
         bar.value = e.done;
-        // CP-SAT starts once every shape is costed (the table building says so until then)
-        text.textContent = `cost tables: ${TP.num(e.done)} of ${TP.num(e.total)} shapes` + (e.done >= e.total ? "; CP-SAT solving…" : "");
+        // CP-SAT starts once every shape is costed, or once a time limit cut the tables short
+        // (e.cut: the CLI's words for what it left out); the table building says so until then
+        text.textContent = e.cut ? `${e.cut}; CP-SAT solving…`
+          : `cost tables: ${TP.num(e.done)} of ${TP.num(e.total)} shapes` + (e.done >= e.total ? "; CP-SAT solving…" : "");
       } else if (e.event === "solution") {
         bar.removeAttribute("value");
         text.textContent = `CP-SAT: ${e.count} solution(s) found, best so far ${e.best}`;
