@@ -423,11 +423,11 @@ def _search(
         What the search raises (InfeasibleError among them).
     """
 
-    def progress(done: int, total: int) -> None:
+    def progress(done: int, total: int, cut: str | None = None, /) -> None:
         if interrupted():
             raise _Stopped
         if on_tables is not None:
-            on_tables(done, total)
+            on_tables(done, total, cut)
 
     if interrupted():
         raise _Stopped

@@ -257,7 +257,7 @@ def build_tables(
 def _may_cut(filled: list[int], totals: tuple[int, ...]) -> bool:
     """Whether a deadline may cut the build now: every job holds its first block (or has no
     shape), so that each job of a cut search has a share (:func:`build_tables`)."""
-    return any(filled) and all(f or not t for f, t in zip(filled, totals, strict=True))
+    return all(f or not t for f, t in zip(filled, totals, strict=True))
 
 
 def _held(
@@ -270,14 +270,14 @@ def _held(
     cols: dict[str, np.ndarray],
 ) -> CostTables:
     """The rows :func:`build_tables` has filled so far as :class:`CostTables`: each job's first
-    ``filled[j]`` shapes, from its row ``starts[j]``, jobs in order (all: the columns as they
-    are)."""
+    ``filled[j]`` shapes, from its row ``starts[j]`` (``starts``: each job's first row and, last,
+    the rows in all), jobs in order (all filled: the columns as they are)."""
     totals = tuple(len(found) for _, found in per_job)
     if list(filled) == list(totals):
         held, shapes = cols, [s for _, found in per_job for s in found]
     else:
         rows = np.concatenate(
-            [np.arange(a, a + n, dtype=np.int64) for a, n in zip(starts, filled, strict=False)]
+            [np.arange(a, a + n, dtype=np.int64) for a, n in zip(starts[:-1], filled, strict=True)]
         )
         held = {name: column[rows] for name, column in cols.items()}
         shapes = [s for (_, found), n in zip(per_job, filled, strict=True) for s in found[:n]]

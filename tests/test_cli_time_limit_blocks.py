@@ -78,3 +78,21 @@ def test_a_per_stage_search_says_what_the_time_limit_cut():
         f"\nNote: {cut}: the plans are the best of those shapes, not proven\n"
         in runs["text"].stdout
     )
+
+
+def test_the_per_stage_frontier_says_what_the_time_limit_cut():
+    """``frontier --per-stage`` searches over the uniform search's cost tables; cut, its text
+    and JSON said only "not proven" (``best found within the time limit``). They now carry the
+    note the frontier without ``--per-stage`` gives (its notes, from the same function)."""
+    frontier = ["frontier", *DEEPSEEK[1:], "--per-stage"]
+    runs = run_many({"json": [*frontier, "--json"], "text": frontier})
+    for done in runs.values():
+        assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(runs["json"].stdout)
+    note = (
+        "the time limit cut the cost tables at 512 of 4,912 shapes, the first in tie-break order "
+        "(fewest model-parallel GPUs first): the points are the frontier of those shapes, not "
+        "proven; a longer --time-limit searches the rest"
+    )
+    assert out["status"] == "feasible" and out["notes"] == [note]
+    assert f"\nNote: {note}\n" in runs["text"].stdout

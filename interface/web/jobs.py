@@ -40,8 +40,12 @@ def _child(kind: str, query: list[tuple[str, str]], conn: Connection) -> None:
     explanation)``, ``("error", line)``; ``rlhf-plan``: ``("tables", done, total)`` per pool size
     and role costed and ``("solve", done, 3)`` per CP-SAT solve as it goes, then ``("result", its
     JSON object)`` (a placement that does not fit is its object too), or ``("error", line)``."""
+
+    def on_tables(done: int, total: int, cut: str | None = None, /) -> None:
+        conn.send(("tables", done, total, cut))
+
     progress = {
-        "on_tables": lambda done, total, cut=None, /: conn.send(("tables", done, total, cut)),
+        "on_tables": on_tables,
         "on_solution": lambda count, best: conn.send(("solution", count, best)),
     }
     try:
