@@ -115,3 +115,26 @@ def test_a_per_stage_job_frontier_says_each_jobs_cut(monkeypatch):
     assert result.status == "feasible" and result.cuts == cuts
     notes = _frontier_object(result, problem, None, True, None)["notes"]
     assert notes == [note for cut in cuts for note in frontier_cut_note(cut)]
+
+
+def test_the_settings_search_passes_the_cut_on(monkeypatch):
+    """The search without the user's settings (:mod:`interface.setting_cost`) wraps the tables'
+    progress to stop on Ctrl-C; it took ``(done, total)`` only, so a cut of its tables (its
+    limit is what the first search left) raised TypeError. It passes the cut on: Llama 3 8B on
+    16 H100s, blocks of 40, its limit already past: cut at the first block (the first shape
+    fits), 40 of 284 shapes."""
+    from trainplan.interface import setting_cost
+    from trainplan.model.frameworks import Framework
+    from trainplan.optimizer.case import Case
+    from trainplan.optimizer.problem import Job, Problem
+    from trainplan.optimizer.space import SearchSpace
+
+    space = SearchSpace(num_gpus=16, frameworks=(Framework.MEGATRON, Framework.DEEPSPEED))
+    problem = Problem(jobs=(Job(Case.of("llama3-8b", "H100-SXM"), 16, "8b"),), space=space)
+    monkeypatch.setattr(tables_module, "BLOCK_SHAPES", 40)
+    said: list[tuple[int, int, str | None]] = []
+    found = setting_cost._search(
+        problem, 1e-9, 1, lambda done, total, cut=None, /: said.append((done, total, cut))
+    )
+    assert said == [(40, 284, None), (40, 284, WORDS.format(40, 284))]
+    assert found["status"] == "feasible"
