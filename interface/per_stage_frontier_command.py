@@ -10,13 +10,8 @@ from typing import Any
 from trainplan.interface.render.report import frontier_row
 from trainplan.interface.render.report_dict import estimate_to_dict, fit_figure
 from trainplan.interface.requests import SearchRequest
-from trainplan.interface.search_commands import (
-    SearchRun,
-    frontier_cut_note,
-    per_stage_request,
-    search_problem,
-)
-from trainplan.interface.search_notes import headroom_notes
+from trainplan.interface.search_commands import SearchRun, per_stage_request, search_problem
+from trainplan.interface.search_notes import frontier_cut_note, headroom_notes
 from trainplan.model.errors import InputError
 from trainplan.model.rank_split import stage_layers_of
 from trainplan.optimizer.per_stage import peak_bytes
@@ -74,7 +69,7 @@ def per_stage_frontier_json(
     (:func:`per_stage_proof`); ``notes``, what ``--headroom`` held every point to
     (:func:`interface.search_notes.headroom_notes`) and what a time limit left out of the cost
     tables the searches rest on (:attr:`optimizer.per_stage_frontier.PerStageFrontier.cuts`,
-    the layout frontier's note: :func:`interface.search_commands.frontier_cut_note`). ``progress(searches, points)`` after each
+    the layout frontier's note: :func:`interface.search_notes.frontier_cut_note`). ``progress(searches, points)`` after each
     per-stage search.
 
     Raises

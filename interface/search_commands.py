@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING, Any
 from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.interface.requests import SearchRequest, search_request
 from trainplan.interface.search_notes import (
+    frontier_cut_note,
     headroom_note,
     headroom_notes,
     infeasible_json,
+    limit_note,
     params_meta,
-    params_note,
     time_limit_note,
     unused_note,
     with_headroom,
@@ -216,19 +217,8 @@ def _search_meta(result: Any, jobs: int, limit: float | None) -> dict[str, Any]:
         "candidates": result.num_candidates,
         "jobs": jobs,
         "time_limit_s": limit,
-        "time_limit_note": _limit_note(result, limit),
+        "time_limit_note": limit_note(result, limit),
     }
-
-
-def _limit_note(result: Any, limit: float | None) -> str | None:
-    """What the time limit did (:func:`time_limit_note`); under the ``params`` objective the
-    family's bracket it left (:func:`params_note`) first, then the cut of the answer's cost
-    tables where there is one (a probe cut once it held an allowed candidate)."""
-    spent = time_limit_note(limit, result.tables_seconds, result.solve_seconds, result.cut)
-    bracket = params_note(result)
-    if bracket is None:
-        return spent
-    return f"{bracket}; {spent}" if result.cut else bracket
 
 
 def _solutions(
@@ -490,15 +480,3 @@ def frontier_json(
     fastest = in_units(result.points[0].objective)[1]
     out["settings_cost"] = settings_json(request, problem, fastest, started, on_tables, web)
     return SearchRun(out, str(problem.objective), len(problem.jobs))
-
-
-def frontier_cut_note(cut: str | None) -> list[str]:
-    """A frontier's note of the shapes a time limit left out of its cost tables
-    (:meth:`optimizer.tables.CostTables.cut`; none: []): the layout frontier's and the per-stage
-    frontier's (:mod:`interface.per_stage_frontier_command`)."""
-    if cut is None:
-        return []
-    return [
-        f"{cut}: the points are the frontier of those shapes, not proven; a longer --time-limit "
-        "searches the rest"
-    ]

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from trainplan.optimizer.tables import CostTables
 
 __all__ = [
-    "unused_note", "with_unused", "time_limit_note", "infeasible_json", "params_meta", "params_note",
+    "unused_note", "with_unused", "time_limit_note", "limit_note", "frontier_cut_note",
+    "infeasible_json", "params_meta", "params_note",
     "headroom_note", "headroom_notes", "with_headroom",
 ]  # fmt: skip
 
@@ -208,3 +209,28 @@ def params_note(result: Any) -> str | None:
         f"--time-limit stopped the family's check: the largest member shown to fit is the answer; "
         f"members up to {bound:,} parameters were not checked (a longer --time-limit proves it)"
     )
+
+
+def limit_note(result: Any, limit: float | None) -> str | None:
+    """What the time limit did (:func:`time_limit_note`; a search's ``time_limit_note``,
+    ``result`` its :class:`optimizer.search.SearchResult`); under the ``params`` objective the
+    family's bracket it left (:func:`params_note`) first, then the cut of the answer's cost
+    tables where there is one (a probe cut once it held an allowed candidate)."""
+    spent = time_limit_note(limit, result.tables_seconds, result.solve_seconds, result.cut)
+    bracket = params_note(result)
+    if bracket is None:
+        return spent
+    return f"{bracket}; {spent}" if result.cut else bracket
+
+
+def frontier_cut_note(cut: str | None) -> list[str]:
+    """A frontier's note of the shapes a time limit left out of its cost tables
+    (:meth:`optimizer.tables.CostTables.cut`; none: []): the layout frontier's
+    (:func:`interface.search_commands.frontier_json`) and the per-stage frontier's
+    (:mod:`interface.per_stage_frontier_command`)."""
+    if cut is None:
+        return []
+    return [
+        f"{cut}: the points are the frontier of those shapes, not proven; a longer --time-limit "
+        "searches the rest"
+    ]

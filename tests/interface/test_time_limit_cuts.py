@@ -2,7 +2,7 @@
 beyond the layout search: the ``params`` objective's probes are cut too, once they hold an
 allowed candidate (their verdicts stay proven; the answer says the cut), and the per-stage
 frontier says the cut of the tables its searches rest on, in the layout frontier's note
-(:func:`interface.search_commands.frontier_cut_note`). The blocks are made small
+(:func:`interface.search_notes.frontier_cut_note`). The blocks are made small
 (:data:`optimizer.tables.BLOCK_SHAPES`) so that these small spaces are cut; the deadline is
 already past (``1e-9`` s), so nothing here depends on the machine's speed."""
 
@@ -12,8 +12,13 @@ import numpy as np
 
 from tests.optimizer.test_per_stage_frontier import tiny_problem
 from trainplan.interface.per_stage_frontier_command import _frontier_object
-from trainplan.interface.search_commands import _limit_note, frontier_cut_note, search_problem
-from trainplan.interface.search_notes import params_note, time_limit_note
+from trainplan.interface.search_commands import search_problem
+from trainplan.interface.search_notes import (
+    frontier_cut_note,
+    limit_note,
+    params_note,
+    time_limit_note,
+)
 from trainplan.optimizer import per_stage_frontier as frontier_module
 from trainplan.optimizer import tables as tables_module
 from trainplan.optimizer.params_search import params_search
@@ -71,7 +76,7 @@ def test_a_params_bracket_and_a_cut_are_both_said(monkeypatch):
     result = run.result
     assert result.status == "feasible" and result.cut == WORDS.format(12, 22)
     assert result.params_unproven == 124 * 218_112_000 + 1_050_677_248  # 124 layers
-    note = _limit_note(result, 1e-9)
+    note = limit_note(result, 1e-9)
     spent = time_limit_note(1e-9, result.tables_seconds, result.solve_seconds, result.cut)
     assert spent is not None and spent.startswith(WORDS.format(12, 22) + "; ")
     assert note == f"{params_note(result)}; {spent}"
