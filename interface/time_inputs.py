@@ -22,6 +22,7 @@ from trainplan.model.errors import InputError, ScenarioError, check_applicable
 from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.op_time import TpOverlap
+from trainplan.model.quantities import FRACTION_RULE
 from trainplan.model.roofline import CALIBRATABLE
 from trainplan.model.timing import TimeModel
 from trainplan.model.units import parse_number, shown_number
@@ -79,7 +80,7 @@ def fraction_of_peak(value: Any, key: str) -> float:
     if not MIN_EFFICIENCY <= x <= 1:
         raise InputError(
             f"{key}: {shown_number(value)} must be a fraction of the peak from "
-            f"{MIN_EFFICIENCY:g} to 1"
+            f"{MIN_EFFICIENCY:g} to 1 ({FRACTION_RULE})"
         )
     return x
 

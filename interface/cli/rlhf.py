@@ -110,12 +110,12 @@ def _with_options(f: Callable[..., Any], algorithms: str, check: Any) -> Callabl
         click.option("--old-log-prob", help="recompute (the actor's scoring forward, verl, OpenRLHF) or engine "
                      "(the engine's log-probs; PPO and GRPO) [default: recompute]."),
         click.option("--engine-memory-fraction", metavar="NUMBER",
-                     help="vLLM gpu_memory_utilization / SGLang mem_fraction_static, in (0, 1)."),
+                     help="vLLM gpu_memory_utilization / SGLang mem_fraction_static, in (0, 1) (0.9 or 90%)."),
         click.option("--off-policy", metavar="COUNT", help="0 synchronous, 1 one-step off-policy [default: 0]."),
         click.option("--recompute", help="Activation recomputation of the update [default: full]."),
-        click.option("--host-memory-gb", metavar="NUMBER", help="Host memory per node, GB [default: 2000, DGX H100]."),
+        click.option("--host-memory-gb", metavar="NUMBER", help="Host memory per node, GB (2TB = 2,000 GB: TB and GB are decimal, TiB and GiB binary) [default: 2000, DGX H100]."),
         click.option("--bandwidth-efficiency", metavar="NUMBER",
-                     help="Fraction of HBM bandwidth decode reaches [default: STREAM triad's]."),
+                     help="Fraction of HBM bandwidth decode reaches (0.8 or 80%) [default: STREAM triad's]."),
     ]  # fmt: skip
     for opt in reversed(opts):
         f = opt(f)
@@ -136,17 +136,19 @@ def _with_options(f: Callable[..., Any], algorithms: str, check: Any) -> Callabl
 @click.option(
     "--decode-mfu",
     metavar="NUMBER",
-    help=f"Textbook accounting: MFU of rollout generation (0–1) [default: {D['decode_mfu']}].",
+    help=f"Textbook accounting: MFU of rollout generation (0–1, or a percent: 4%) [default: {D['decode_mfu']}].",
 )
 @click.option(
     "--train-mfu",
     metavar="NUMBER",
     default=str(D["train_mfu"]),
     show_default=True,
-    help="Textbook accounting: MFU of scoring and training (0–1).",
+    help="Textbook accounting: MFU of scoring and training (0–1, or a percent: 40%).",
 )
 @click.option(
-    "--peak-tflops", metavar="NUMBER", help="Peak per chip instead of --gpu (textbook accounting)."
+    "--peak-tflops",
+    metavar="NUMBER",
+    help="Peak per chip, TFLOP/s (989 or 0.989PFLOPS), instead of --gpu (textbook accounting).",
 )
 @click.option("--chips", metavar="COUNT", help="Textbook accounting: chips [default: 1].")
 @click.option(

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from trainplan.model.errors import InputError, check_applicable
+from trainplan.model.quantities import FRACTION_RULE
 from trainplan.model.rlhf.phases import step_roles
 from trainplan.model.units import shown_number
 
@@ -268,9 +269,7 @@ def phase_times(
     """
     for name, value in (("decode_mfu", decode_mfu), ("train_mfu", train_mfu)):
         if not 0 < value <= 1:
-            raise InputError(
-                f"{name}: {shown_number(value)} must be in (0, 1] (a fraction, 0.4 = 40%)"
-            )
+            raise InputError(f"{name}: {shown_number(value)} must be in (0, 1]: {FRACTION_RULE}")
     if peak_flops_per_s <= 0 or chips < 1:
         raise InputError(
             f"peak and chips: {shown_number(peak_flops_per_s)}, {shown_number(chips)} must be positive"

@@ -39,6 +39,7 @@ from trainplan.model.frameworks import DEFAULT_ZERO_STAGE, Framework, check_fram
 from trainplan.model.layout import Recompute
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.params import count_params
+from trainplan.model.quantities import FRACTION_RULE
 from trainplan.model.rlhf.packing import Packing, packing_of, peak_tokens, split_peak_tokens
 from trainplan.model.rlhf.phases import PHASES, StepRole, phase_flops, step_roles
 from trainplan.model.rlhf.shares import ROLLOUT_BATCH
@@ -307,7 +308,9 @@ class RLHFSpec:
                 f"off_policy: {self.off_policy} must be 0 (synchronous) or 1 (one-step off-policy)"
             )
         if self.bandwidth_efficiency is not None and not 0 < self.bandwidth_efficiency <= 1:
-            raise InputError(f"bandwidth_efficiency: {self.bandwidth_efficiency} must be in (0, 1]")
+            raise InputError(
+                f"bandwidth_efficiency: {self.bandwidth_efficiency} must be in (0, 1]: {FRACTION_RULE}"
+            )
         object.__setattr__(self, "roles_", self._roles())
 
     def _check_batch(self) -> None:
