@@ -96,13 +96,15 @@ def example_params(
         # a GPU count without dp sets dp as evaluate does (interface.inputs._dp_from_gpus:
         # num_gpus ÷ tp·pp·cp), not against the example's own dp
         params.pop("dp", None)
-    for key in _giving_way(tab, params, given):
+    for key in _giving_way(tab, params, given, name):
         params.pop(key, None)
     params.update(given)
     return tab, params
 
 
-def _giving_way(tab: str, own: dict[str, Any], given: dict[str, Any]) -> list[str]:
+def _giving_way(
+    tab: str, own: dict[str, Any], given: dict[str, Any], name: str = "NAME"
+) -> list[str]:
     """The example's own parameters (``own``) that the user's (``given``) replace, which the tab
     would otherwise refuse beside them — the example's values are defaults, and only a value the
     user gave is refused as not applying:
@@ -121,7 +123,8 @@ def _giving_way(tab: str, own: dict[str, Any], given: dict[str, Any]) -> list[st
     ------
     InputError
         A ``model`` on an RLHF example whose algorithm places no roles (DPO's, textbook only:
-        :func:`model.rlhf.spec.placed_algorithm`).
+        :func:`model.rlhf.spec.placed_algorithm`), naming how example ``name`` takes the
+        policy's size instead.
     """
     out = []
     if "model" in given and tab == "planner":
@@ -139,11 +142,15 @@ def _giving_way(tab: str, own: dict[str, Any], given: dict[str, Any]) -> list[st
         if "algorithm" not in given:
             from trainplan.model.rlhf.spec import placed_algorithm
 
+            instead = (
+                "its textbook accounting takes the policy's size: trainplan example "
+                f"{name} --set policy_params=SIZE (e.g. 70B)"
+            )
             try:
-                placed_algorithm(merged["algorithm"])
+                placed_algorithm(merged["algorithm"], instead)
             except InputError as err:
                 raise InputError(
-                    f"model: {shown_text(given['model'])} does not apply to this example: {err}"
+                    f"model: {shown_text(given['model'])} does not apply to example {name}: {err}"
                 ) from None
     try:  # with every option's own rule on, only the algorithm's and the reward's remain
         unused = not_applicable(

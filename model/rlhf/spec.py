@@ -60,33 +60,39 @@ __all__ = [
     "DEFAULT_FRACTION_OPENRLHF",
     "default_fraction",
     "placed_algorithm",
+    "DPO_ACCOUNTING",
 ]
 
 
-def placed_algorithm(algorithm: str) -> str:
+DPO_ACCOUNTING = "its textbook accounting takes `policy_params`, without `model`"
+"""Where DPO's accounting is, in parameter names (:func:`placed_algorithm`'s default): what a
+reader of the RLHF step's own parameters runs instead."""
+
+
+def placed_algorithm(algorithm: str, instead: str = DPO_ACCOUNTING) -> str:
     """``algorithm`` in lower case, one whose step has roles to place: PPO (Schulman et al. 2017)
     or GRPO (Shao et al. 2024) — each generates rollouts; DPO (Rafailov et al. 2023) trains on
     fixed preference pairs, with no rollout and no engine, so only the textbook accounting
-    (:mod:`model.rlhf.shares`) takes it.
+    (:mod:`model.rlhf.shares`) takes it. ``instead``: where DPO's accounting is, in the caller's
+    words (a command that has no ``policy_params`` names the command that has).
 
     Raises
     ------
     InputError
-        Any other algorithm (DPO with where its accounting is).
+        Any other algorithm (DPO with ``instead``).
 
     >>> placed_algorithm("GRPO")
     'grpo'
+    >>> placed_algorithm("dpo", "run the RLHF tab")
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.InputError: algorithm: 'dpo' is not one of ppo, grpo (DPO has no rollout to place: run the RLHF tab)
     """
     algo = str(algorithm).lower()
     if algo not in ("ppo", "grpo"):
         raise InputError(
             f"algorithm: {algorithm!r} is not one of ppo, grpo"
-            + (
-                " (DPO has no rollout to place: its textbook accounting takes `policy_params`, "
-                "without `model`)"
-                if algo == "dpo"
-                else ""
-            )
+            + (f" (DPO has no rollout to place: {instead})" if algo == "dpo" else "")
         )
     return algo
 
