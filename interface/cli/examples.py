@@ -41,20 +41,29 @@ def _note(example: dict[str, Any], overrides: dict[str, Any]) -> str:
     return f"\nNote: {example['note']}" if example.get("note") and not overrides else ""
 
 
-def _headline(name: str, says: str, source: str, changed: list[str]) -> str:
+def _headline(
+    name: str, says: str, source: str, changed: list[str], replaced: dict[str, Any] | None = None
+) -> str:
     """The example's first line: what it shows and its source; once options change it, the
     options as the user typed them (``changed``: :func:`_typed_words`; the figures below are
-    theirs) and what it shows as published after.
+    theirs), the example's own values they replaced (``replaced``:
+    :func:`interface.examples.replaced`, as ``--set`` writes them) and what it shows as
+    published after.
 
     >>> print(_headline("1f1b-4x8", "bubble 3/11 = 27%", "Narayanan 2021", ["--set microbatches=16"]))
     Example 1f1b-4x8 with --set microbatches=16 (the figures below are for these; as published: \
 bubble 3/11 = 27%)  [Narayanan 2021]
+    >>> print(_headline("ppo-70b", "PPO", "", ["--model llama3-8b"], {"policy_params": 70e9}))
+    Example ppo-70b with --model llama3-8b (in place of the example's policy_params=70e9; the \
+figures below are for these; as published: PPO)
     """
     tail = f"  [{source}]" if source else ""
     if not changed:
         return f"Example {name}: {says}{tail}"
+    gone = ", ".join(f"{k}={_number(v)}" for k, v in (replaced or {}).items())
+    gone = f"in place of the example's {gone}; " if gone else ""
     return (
-        f"Example {name} with {', '.join(changed)} (the figures below are for these; as "
+        f"Example {name} with {', '.join(changed)} ({gone}the figures below are for these; as "
         f"published: {says}){tail}"
     )
 
@@ -290,7 +299,7 @@ def _run_planner(
     """Run planner example ``name`` with ``overrides``: its JSON, or its headline, profile and
     note then evaluate's report (:func:`interface.cli.planner.run_evaluate`); ``changed``: the
     options as typed (:func:`_typed_words`), the headline's."""
-    from trainplan.interface.examples import example_params, examples, run_example
+    from trainplan.interface.examples import example_params, examples, replaced, run_example
 
     _, merged = example_params(name, overrides)
     if as_json:
@@ -304,7 +313,7 @@ def _run_planner(
             "megatron|deepspeed|fsdp2 for a real framework's peak memory and traffic)"
         )
         header = (
-            _headline(name, ex["says"], ex.get("source", ""), changed)
+            _headline(name, ex["says"], ex.get("source", ""), changed, replaced(name, overrides))
             + f"\nProfile: {merged['framework']}"
             + (f" — {gloss}" if merged["framework"] == "textbook" else "")
             + _note(ex, overrides)
@@ -373,7 +382,7 @@ def example_cmd(
     if as_json:
         echo_json(out)
         return
-    headline = _headline(name, out["says"], out.get("source", ""), changed)
+    headline = _headline(name, out["says"], out.get("source", ""), changed, out.get("replaced"))
     click.echo(f"{headline}{_note(examples()[name], overrides)}\n")
     _, merged = example_params(name, overrides)
     command = cli.get_command(ctx, tab)  # loaded on lookup (interface.cli.LazyGroup)
