@@ -415,9 +415,10 @@ def test_a_faithful_option_under_dpo_does_not_ask_for_a_model():
             "ppo": "rlhf --algorithm ppo --critic-model llama3-8b --policy-params 7e9".split(),
         }
     )
+    # one rule (model.rlhf.shares.not_applicable): DPO's own reason for a critic
     assert refusal(runs["dpo"]) == (
-        "--critic-model: 'llama3-8b' does not apply: it belongs to the faithful accounting of "
-        "PPO and GRPO; DPO is accounted by its sizes only"
+        "--critic-model: 'llama3-8b' does not apply: DPO (Rafailov et al. 2023) learns from "
+        "preference pairs: it has no reward model or critic"
     )
     assert refusal(runs["ppo"]) == (
         "--critic-model: 'llama3-8b' does not apply: it belongs to the faithful accounting; add "
