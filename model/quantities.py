@@ -185,14 +185,27 @@ def read_quantity(body: str, name: str, shown: str) -> tuple[str, Fraction] | No
         return None
     number, word = match.group(1).strip(), match.group(2)
     if word == "%":
-        if _key(name).endswith("_pct"):  # a parameter given in percent: 25% is 25
-            return number, Fraction(1)
-        if is_fraction(name):
-            return number, Fraction(1, 100)
-        raise InputError(
-            f"{name}: {shown} is a percent, and the value is no fraction (0 to 1); write a "
-            "number" + _in_unit(name)
-        )
+        return number, _percent(name, shown)
+    scale = _unit_scale(word, name, shown, number)
+    return None if scale is None else (number, scale)
+
+
+def _percent(name: str, shown: str) -> Fraction:
+    """What a percent multiplies by on parameter ``name``: 1/100 on a fraction, 1 on a
+    parameter given in percent (``recomputed_flops_pct``); refused elsewhere."""
+    if _key(name).endswith("_pct"):  # a parameter given in percent: 25% is 25
+        return Fraction(1)
+    if is_fraction(name):
+        return Fraction(1, 100)
+    raise InputError(
+        f"{name}: {shown} is a percent, and the value is no fraction (0 to 1); write a "
+        "number" + _in_unit(name)
+    )
+
+
+def _unit_scale(word: str, name: str, shown: str, number: str) -> Fraction | None:
+    """What unit ``word`` multiplies by on parameter ``name`` (its unit over the parameter's);
+    None where ``name`` gives no unit or ``word`` is a plain number's suffix (``70B``)."""
     unit = unit_of(name)
     if unit is None:
         return None
@@ -219,7 +232,7 @@ def read_quantity(body: str, name: str, shown: str) -> tuple[str, Fraction] | No
             f"{name}: {shown} is {found.kind}, not {kind} (given in {symbol}): write e.g. "
             f"{_EXAMPLES[kind]}"
         )
-    return number, found.scale / own.scale
+    return found.scale / own.scale
 
 
 def _in_unit(name: str) -> str:

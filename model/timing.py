@@ -31,7 +31,6 @@ from trainplan.model.frameworks import Framework
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.op_time import TpOverlap
 from trainplan.model.packing import Documents
-from trainplan.model.quantities import FRACTION_RULE
 from trainplan.model.recompute_modules import DEFAULT_RECOMPUTE_MODULES
 from trainplan.model.recompute_ops import layout_plan, plan_recomputes_core, recomputed_gemm_flops
 from trainplan.model.roofline import GENERATION_OF, RooflineParams, generation_of
@@ -303,13 +302,9 @@ class CostOptions:
             allowed = ", ".join(GRAD_CLIP_SCALINGS)
             raise InputError(f"grad_clip_scaling: {clip!r} is not one of {allowed}")
         if not 0 < self.kernel_efficiency <= 1:
-            raise InputError(
-                f"kernel_efficiency: {self.kernel_efficiency} must be in (0, 1]: {FRACTION_RULE}"
-            )
+            raise InputError(f"kernel_efficiency: {self.kernel_efficiency} must be in (0, 1]")
         if self.attention_efficiency is not None and not 0 < self.attention_efficiency <= 1:
-            raise InputError(
-                f"attention_efficiency: {self.attention_efficiency} must be in (0, 1]: {FRACTION_RULE}"
-            )
+            raise InputError(f"attention_efficiency: {self.attention_efficiency} must be in (0, 1]")
         object.__setattr__(self, "mfu_convention", MfuConvention(self.mfu_convention))
         merged = dict(DEFAULT_OVERLAP)
         for axis, value in self.overlap.items():
