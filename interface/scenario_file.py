@@ -340,7 +340,7 @@ def _check_value(key: str, value: Any, kind: Any) -> None:
         for name, number in table.items():
             x = parse_number(number, f"{key} {name}" if name else key)
             if kind == _FRACTIONS and not 0 <= x <= 1:
-                raise InputError(f"{key} {name}: {number!r} must be a fraction in [0, 1]")
+                raise InputError(f"{key} {name}: {number!r} must be {FRACTION_RULE}")
 
 
 def closest_key(key: str, keys: Iterable[str]) -> str | None:

@@ -85,6 +85,16 @@ def fraction_of_peak(value: Any, key: str) -> float:
     return x
 
 
+def _overlap(value: Any) -> Any:
+    """The single time model's overlap per axis (``overlap.dp``), each share read as a number
+    (:func:`model.units.parse_number`: ``0.5``, ``.5``, ``50%`` — text a ``--set`` or a query
+    that TOML does not read as a number keeps) for :class:`model.timing.CostOptions` to check;
+    anything but a table as it is."""
+    if not isinstance(value, Mapping):
+        return value
+    return {axis: float(parse_number(v, f"overlap {axis}")) for axis, v in value.items()}
+
+
 def _calibration_data(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     try:
@@ -158,7 +168,7 @@ def cost_options(
         "roofline_figures": _figures(params, device),
         "attention_efficiency": attention_efficiency,
         "attention_kernel": None if kernel_name is None else str(kernel_name),
-        "overlap": params.get("overlap"),
+        "overlap": _overlap(params.get("overlap")),
         "tp_comm_overlap": None
         if params.get("tp_comm_overlap") is None
         else _choice(TpOverlap, params, "tp_comm_overlap", "async"),

@@ -16,6 +16,7 @@ from tests.cli_runs import refusal, run_many
 FRACTION_RULE = "a fraction from 0 to 1, or a percent such as 40%"
 PPO = "rlhf --algorithm ppo --policy-params 70B --json"
 FAITHFUL = "rlhf --algorithm ppo --model llama3-8b --json"
+SINGLE = "evaluate --model llama3-8b --gpus 8 --set time_model=single"
 
 
 def _api(*queries: str) -> list[Any]:
@@ -55,6 +56,10 @@ def test_a_percent_reads_as_hundredths_on_a_fraction():
             "kernel_efficiency=0.45 --json".split(),
             "gpus": "evaluate --model llama3-8b --gpus 8%".split(),
             "headroom": "search --model llama3-8b --gpus 8 --headroom 10".split(),
+            # a table's entry given as text TOML does not read (50%, .5) crashed the time model
+            "overlap 50%": f"{SINGLE} --set overlap.dp=50% --json".split(),
+            "overlap .5": f"{SINGLE} --set overlap.dp=.5 --json".split(),
+            "overlap 0.5": f"{SINGLE} --set overlap.dp=0.5 --json".split(),
         }
     )
     got, plain = json.loads(runs["40%"].stdout), json.loads(runs["0.4"].stdout)
@@ -72,6 +77,8 @@ def test_a_percent_reads_as_hundredths_on_a_fraction():
         "--gpus: '8%' is a percent, and the value is no fraction (0 to 1); write a number"
     )
     assert refusal(runs["headroom"]) == f"--headroom: 10 must be in [0, 1) ({FRACTION_RULE})"
+    overlap = [json.loads(runs[f"overlap {v}"].stdout) for v in ("50%", ".5", "0.5")]
+    assert overlap[0] == overlap[1] == overlap[2]
     (ok, page), (bad, line) = _api(
         "/api/rlhf?algorithm=ppo&policy-params=70e9&train-mfu=40%25",
         "/api/rlhf?algorithm=ppo&policy-params=70e9&train-mfu=40",
