@@ -3,10 +3,11 @@ numbers everywhere): ``40%`` on a fraction parameter, ``2TB`` on a parameter who
 name (``host_memory_gb``), read by the parameter's name (docs/guides/cli.md "Numbers").
 
 Units (docs/concepts/conventions.md "Units and symbols"): GB, TB and PB are decimal (10^9, 10^12,
-10^15 bytes, as vendors state HBM and host memory), GiB and TiB binary (2^30, 2^40 bytes:
-JEDEC/IEC 80000-13 binary prefixes); a bandwidth in bytes per second (``GB/s``) or in bits
-(``Gb/s``, ÷ 8: NICs are sold in Gb/s, NVIDIA ConnectX-7 400 Gb/s = 50 GB/s); a time in s, ms,
-us, min or h; a FLOP rate in GFLOP/s, TFLOP/s, PFLOP/s (TFLOPS, as datasheets write it).
+10^15 bytes: the SI prefixes, SI Brochure 9th ed. §3.1, as vendors state HBM and host memory),
+GiB and TiB binary (2^30, 2^40 bytes: the binary prefixes of IEC 80000-13); a bandwidth in bytes
+per second (``GB/s``) or in bits (``Gb/s``, ÷ 8: NICs are sold in Gb/s, NVIDIA ConnectX-7
+400 Gb/s = 50 GB/s); a time in s, ms, us, min or h; a FLOP rate in GFLOP/s, TFLOP/s, PFLOP/s
+(TFLOPS, as datasheets write it).
 """
 
 from __future__ import annotations
