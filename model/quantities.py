@@ -144,6 +144,14 @@ def is_fraction(name: str) -> bool:
     return _key(name.split()[0] if name.strip() else name) in FRACTIONS
 
 
+def _named(name: str) -> tuple[str, _Unit] | None:
+    """The unit a parameter's name ends in (a rate ``per_gpu`` aside:
+    ``achieved_tflops_per_gpu``), or None."""
+    key = _key(name.split()[0] if name.strip() else name).removesuffix("_per_gpu")
+    head, sep, word = key.rpartition("_")
+    return _NAMED.get(word) if sep and head else None
+
+
 def unit_of(name: str) -> tuple[str, str] | None:
     """(the unit's symbol, what it measures) of a parameter whose unit is its name's last word;
     None for any other.
@@ -151,8 +159,8 @@ def unit_of(name: str) -> tuple[str, str] | None:
     >>> unit_of("--host-memory-gb"), unit_of("memory_reserve_gib"), unit_of("--gpus")
     (('GB', 'a size in bytes'), ('GiB', 'a size in bytes'), None)
     """
-    named = _NAMED.get(_key(name.split()[0] if name.strip() else name).rpartition("_")[2])
-    return None if named is None or "_" not in _key(name) else (named[0], named[1].kind)
+    named = _named(name)
+    return None if named is None else (named[0], named[1].kind)
 
 
 def read_quantity(body: str, name: str, shown: str) -> tuple[str, Fraction] | None:
@@ -211,7 +219,7 @@ def _unit_scale(word: str, name: str, shown: str, number: str) -> Fraction | Non
     if unit is None:
         return None
     symbol, kind = unit
-    own = _NAMED[_key(name).rpartition("_")[2]][1]
+    own = _named(name)[1]  # type: ignore[index]  # unit_of(name) is not None
     if word in _AMBIGUOUS_RATES or word.lower() in {w.lower() for w in _AMBIGUOUS_RATES}:
         bits = _AMBIGUOUS_RATES.get(word, word[:-3] + "b/s")
         raise InputError(

@@ -105,6 +105,8 @@ def test_a_unit_on_a_flag_that_names_its_unit_is_converted():
             "ms": f"{FAITHFUL} --host-memory-gb 2ms".split(),
             "7000ms": f"{mfu} 7000ms".split(),
             "7": f"{mfu} 7".split(),
+            "PFLOPS": "mfu --achieved-tflops-per-gpu 0.4PFLOPS --gpu H100-SXM".split(),
+            "TFLOPS": "mfu --achieved-tflops-per-gpu 400 --gpu H100-SXM".split(),
             "Gbps": "evaluate --model llama3-8b --set nvlink_gbps=400Gbps".split(),
             "bits": "evaluate --model llama3-8b --gpus 16 --tp 8 --set scaleout_gbps=400Gb/s "
             "--json".split(),
@@ -123,6 +125,9 @@ def test_a_unit_on_a_flag_that_names_its_unit_is_converted():
         "2TB or 64GiB; TB and GB are decimal, TiB and GiB binary"
     )
     assert runs["7000ms"].stdout == runs["7"].stdout and "= 47.4%" in runs["7"].stdout
+    # a rate per GPU names its unit before "per GPU": 0.4 PFLOP/s = 400 TFLOP/s; 400/989.4 = 40.4%
+    assert runs["PFLOPS"].stdout == runs["TFLOPS"].stdout
+    assert "400e12 FLOP/s per chip ÷ 989.4e12 = 40.4%" in runs["TFLOPS"].stdout
     assert refusal(runs["Gbps"]) == (
         "--set nvlink_gbps: '400Gbps' is ambiguous: write 400Gb/s (bits) or 400GB/s (bytes); "
         "the value is in GB/s"
