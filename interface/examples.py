@@ -13,7 +13,14 @@ from trainplan import scenarios
 from trainplan.model.errors import ScenarioError
 from trainplan.model.units import close_names, shown_text
 
-__all__ = ["examples", "get_example", "example_params", "run_example", "EXAMPLE_FRAMEWORK"]
+__all__ = [
+    "examples",
+    "get_example",
+    "example_params",
+    "replaced",
+    "run_example",
+    "EXAMPLE_FRAMEWORK",
+]
 
 EXAMPLE_FRAMEWORK = "textbook"
 """The profile the planner examples run under (docs/concepts/conventions.md "Two kinds of figures"): the
@@ -76,6 +83,29 @@ def example_params(
     >>> "policy_params" in params, "reward_params" in params, params["algorithm"]
     (False, False, 'ppo')
     """
+    tab, params, _ = _merged(name, overrides)
+    return tab, params
+
+
+def replaced(name: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The example's own values that ``overrides`` replace without giving them (by parameter
+    name, as the example's table writes them): what :func:`example_params` drops so the tab does
+    not refuse them beside the user's — named in the headline and the JSON's ``replaced`` so the
+    figures' change is never silent.
+
+    >>> replaced("ppo-70b", {"model": "qwen2.5-7b"})
+    {'policy_params': 70000000000.0, 'reward_params': 70000000000.0}
+    >>> replaced("one-gpu-70b", {"num_gpus": 8}), replaced("one-gpu-70b", {"dp": 2})
+    ({'dp': 1}, {})
+    """
+    return _merged(name, overrides)[2]
+
+
+def _merged(
+    name: str, overrides: dict[str, Any] | None
+) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """(tab, flat parameters, the example's own values dropped for the given ones) of
+    :func:`example_params`."""
     ex = get_example(name)
     tab = ex["tab"]
     if tab == "planner":
@@ -92,17 +122,21 @@ def example_params(
     else:
         params = dict(ex[tab])
     given = {k: v for k, v in (overrides or {}).items() if v is not None and v != ()}
-    if tab == "planner" and "num_gpus" in given and "dp" not in given:
+    dropped: dict[str, Any] = {}
+    if tab == "planner" and "num_gpus" in given and "dp" not in given and "dp" in params:
         # a GPU count without dp sets dp as evaluate does (interface.inputs._dp_from_gpus:
         # num_gpus ÷ tp·pp·cp), not against the example's own dp
-        params.pop("dp", None)
-    for key in _giving_way(tab, params, given):
-        params.pop(key, None)
+        dropped["dp"] = params.pop("dp")
+    for key in _giving_way(tab, params, given, name):
+        if key in params:
+            dropped[key] = params.pop(key)
     params.update(given)
-    return tab, params
+    return tab, params, dropped
 
 
-def _giving_way(tab: str, own: dict[str, Any], given: dict[str, Any]) -> list[str]:
+def _giving_way(
+    tab: str, own: dict[str, Any], given: dict[str, Any], name: str = "NAME"
+) -> list[str]:
     """The example's own parameters (``own``) that the user's (``given``) replace, which the tab
     would otherwise refuse beside them — the example's values are defaults, and only a value the
     user gave is refused as not applying:
@@ -121,7 +155,8 @@ def _giving_way(tab: str, own: dict[str, Any], given: dict[str, Any]) -> list[st
     ------
     InputError
         A ``model`` on an RLHF example whose algorithm places no roles (DPO's, textbook only:
-        :func:`model.rlhf.spec.placed_algorithm`).
+        :func:`model.rlhf.spec.placed_algorithm`), naming how example ``name`` takes the
+        policy's size instead.
     """
     out = []
     if "model" in given and tab == "planner":
@@ -139,11 +174,15 @@ def _giving_way(tab: str, own: dict[str, Any], given: dict[str, Any]) -> list[st
         if "algorithm" not in given:
             from trainplan.model.rlhf.spec import placed_algorithm
 
+            instead = (
+                "its textbook accounting takes the policy's size: trainplan example "
+                f"{name} --set policy_params=SIZE (e.g. 70B)"
+            )
             try:
-                placed_algorithm(merged["algorithm"])
+                placed_algorithm(merged["algorithm"], instead)
             except InputError as err:
                 raise InputError(
-                    f"model: {shown_text(given['model'])} does not apply to this example: {err}"
+                    f"model: {shown_text(given['model'])} does not apply to example {name}: {err}"
                 ) from None
     try:  # with every option's own rule on, only the algorithm's and the reward's remain
         unused = not_applicable(
@@ -151,14 +190,15 @@ def _giving_way(tab: str, own: dict[str, Any], given: dict[str, Any]) -> list[st
         )
     except InputError:  # an algorithm or reward not offered: the tab refuses it as given
         return out
-    return [*out, *(k for k in unused if k not in given)]
+    return [*out, *(k for k in unused if k not in given and k in own)]
 
 
 def run_example(name: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run an example; the JSON object of its tab's command, with ``example``, ``says`` (what it
     shows as published) and, where ``overrides`` change it, ``changed`` (the values given, which
-    the figures are for) added."""
-    tab, params = example_params(name, overrides)
+    the figures are for) and ``replaced`` (the example's own values they replaced,
+    :func:`replaced`) added."""
+    tab, params, dropped = _merged(name, overrides)
     if tab == "planner":
         from trainplan.interface.commands import evaluate_json
 
@@ -175,6 +215,8 @@ def run_example(name: str, overrides: dict[str, Any] | None = None) -> dict[str,
     changed = {k: v for k, v in (overrides or {}).items() if v is not None and v != ()}
     if changed:  # ``says`` is the example as published; the figures are for these values
         head["changed"] = changed
+    if dropped:  # the example's own values these replaced (:func:`replaced`)
+        head["replaced"] = dropped
     if tab == "planner":
         head["framework"] = params["framework"]
     return {**head, **out}

@@ -23,6 +23,7 @@ from trainplan.interface.flags import as_keys
 from trainplan.interface.scenario_file import CLUSTER_KEYS, SPACE_KEYS, load_scenario
 from trainplan.interface.scenario_keys import merge, table_of
 from trainplan.model.errors import InputError, PlannerError
+from trainplan.model.quantities import FRACTION_RULE
 from trainplan.model.units import parse_number
 
 if TYPE_CHECKING:  # the search's module brings numpy, which evaluate does not load
@@ -298,12 +299,19 @@ def constraints_of(values: Mapping[str, Any]) -> Constraints:
     mfu = values.get("min_mfu")
     from trainplan.optimizer.problem import Constraints
 
-    return Constraints(
-        headroom=float(parse_number(values.get("headroom") or 0, "headroom")),
-        min_mfu=None if mfu is None else float(parse_number(mfu, "min_mfu")),
-        tp_in_nvlink=bool(values.get("tp_in_nvlink")),
-        allocator_retries_ok=bool(values.get("allocator_retries_ok")),
-    )
+    headroom = parse_number(values.get("headroom") or 0, "headroom")
+    min_mfu = None if mfu is None else parse_number(mfu, "min_mfu")
+    try:
+        return Constraints(
+            headroom=float(headroom),
+            min_mfu=None if min_mfu is None else float(min_mfu),
+            tp_in_nvlink=bool(values.get("tp_in_nvlink")),
+            allocator_retries_ok=bool(values.get("allocator_retries_ok")),
+        )
+    except InputError as err:  # the rule is the Constraints'; how a share is written, here
+        if headroom <= 1:  # min_mfu's refusal says it itself (an MFU of 40%)
+            raise
+        raise InputError(f"{err} ({FRACTION_RULE})") from None
 
 
 def per_stage_shapes(per_stage: bool, shapes: int | None) -> int | None:

@@ -27,6 +27,7 @@ from trainplan.model.frameworks import Framework
 from trainplan.model.layout import Recompute
 from trainplan.model.optimizers import OptimizerKind
 from trainplan.model.pipeline import Schedule
+from trainplan.model.quantities import FRACTION_RULE
 from trainplan.model.recompute_modules import RECOMPUTE_MODULES
 from trainplan.model.units import (
     list_items,
@@ -324,7 +325,7 @@ def _check_value(key: str, value: Any, kind: Any) -> None:
             parse_number(value, key)
         except InputError:
             raise InputError(
-                f"{key}: {shown_text(value, 40)} is not a number: give a fraction 0–1 (0.05 for 5%)"
+                f"{key}: {shown_text(value, 40)} is not a number: give {FRACTION_RULE}"
             ) from None
     elif kind == _SIZES and key != "global_batch_tokens":  # tokens: checked with seq_len
         parse_counts(value, key, ranges=True)
@@ -339,7 +340,7 @@ def _check_value(key: str, value: Any, kind: Any) -> None:
         for name, number in table.items():
             x = parse_number(number, f"{key} {name}" if name else key)
             if kind == _FRACTIONS and not 0 <= x <= 1:
-                raise InputError(f"{key} {name}: {number!r} must be a fraction in [0, 1]")
+                raise InputError(f"{key} {name}: {number!r} must be {FRACTION_RULE}")
 
 
 def closest_key(key: str, keys: Iterable[str]) -> str | None:

@@ -22,6 +22,7 @@ from trainplan.model.errors import InputError, ScenarioError, check_applicable
 from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.op_time import TpOverlap
+from trainplan.model.quantities import FRACTION_RULE
 from trainplan.model.roofline import CALIBRATABLE
 from trainplan.model.timing import TimeModel
 from trainplan.model.units import parse_number, shown_number
@@ -79,9 +80,19 @@ def fraction_of_peak(value: Any, key: str) -> float:
     if not MIN_EFFICIENCY <= x <= 1:
         raise InputError(
             f"{key}: {shown_number(value)} must be a fraction of the peak from "
-            f"{MIN_EFFICIENCY:g} to 1"
+            f"{MIN_EFFICIENCY:g} to 1 ({FRACTION_RULE})"
         )
     return x
+
+
+def _overlap(value: Any) -> Any:
+    """The single time model's overlap per axis (``overlap.dp``), each share read as a number
+    (:func:`model.units.parse_number`: ``0.5``, ``.5``, ``50%`` — text a ``--set`` or a query
+    that TOML does not read as a number keeps) for :class:`model.timing.CostOptions` to check;
+    anything but a table as it is."""
+    if not isinstance(value, Mapping):
+        return value
+    return {axis: float(parse_number(v, f"overlap {axis}")) for axis, v in value.items()}
 
 
 def _calibration_data(path: str | Path) -> dict[str, Any]:
@@ -157,7 +168,7 @@ def cost_options(
         "roofline_figures": _figures(params, device),
         "attention_efficiency": attention_efficiency,
         "attention_kernel": None if kernel_name is None else str(kernel_name),
-        "overlap": params.get("overlap"),
+        "overlap": _overlap(params.get("overlap")),
         "tp_comm_overlap": None
         if params.get("tp_comm_overlap") is None
         else _choice(TpOverlap, params, "tp_comm_overlap", "async"),

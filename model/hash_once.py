@@ -11,8 +11,11 @@ every dict and set keeps its order and every figure is unchanged.
 from __future__ import annotations
 
 from dataclasses import fields
+from typing import Any
 
-__all__ = ["HashOnce"]
+from trainplan.model.xp import is_array
+
+__all__ = ["HashOnce", "hashable"]
 
 
 class HashOnce:
@@ -52,3 +55,22 @@ class HashOnce:
             )
             object.__setattr__(self, "_hash", value)
             return value
+
+
+def hashable(value: Any) -> Any:
+    """``value`` as a cache key (``functools.lru_cache``) can hold it, equal in every rule's
+    eyes, for a value a caller may pass as a list or an array: a list or tuple as a tuple of its
+    items (each made hashable), a set as a frozenset, a numpy array as its scalar (0-d) or the
+    tuple of its items (:func:`model.xp.is_array`); anything else as it is.
+
+    >>> import numpy as np
+    >>> hashable([7, 8]), hashable(np.array([[1, 2]])), hashable(np.array(3)), hashable("x")
+    ((7, 8), ((1, 2),), 3, 'x')
+    """
+    if is_array(value):
+        return value.item() if value.ndim == 0 else hashable(value.tolist())
+    if isinstance(value, (list, tuple)):
+        return tuple(hashable(item) for item in value)
+    if isinstance(value, (set, frozenset)):
+        return frozenset(hashable(item) for item in value)
+    return value

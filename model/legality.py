@@ -16,7 +16,7 @@ the expert-parallel group is carved out of the ``dp · cp`` ranks: ep does not m
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -35,7 +35,7 @@ from trainplan.model.frameworks import (
     check_framework,
     check_framework_recompute,
 )
-from trainplan.model.hash_once import HashOnce
+from trainplan.model.hash_once import HashOnce, hashable
 from trainplan.model.key_rules import check_framework_recipe, check_options, options_given
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.moe_rules import (
@@ -71,6 +71,7 @@ __all__ = [
     "legality",
     "check_rules",
     "refusal",
+    "first_broken",
     "check_expert_parallel",
 ]
 
@@ -444,15 +445,17 @@ def legality(setting: Setting, f: Any, rules: tuple[Rule, ...] = RULES) -> tuple
     return reason == "", reason
 
 
-@lru_cache(maxsize=65536, typed=True)
 def refusal(setting: Setting, **values: Any) -> str:
     """The first broken rule among those whose whole scope is in ``values`` (field name →
     value), or "": the rules that decide a partial choice (which frameworks run a ZeRO stage
     with a pipeline, which CP flavours a shape takes) without a whole layout.
 
-    Cached (the values are hashable; ``typed``, so that ``True`` and ``1`` stay apart in the
-    message): the search asks it for every shape and framework, tens of thousands of times for
-    a few hundred distinct questions (:func:`optimizer.space.legal_shapes`).
+    Cached (``typed``, so that ``True`` and ``1`` stay apart in the message): the search asks it
+    for every shape and framework, tens of thousands of times for a few hundred distinct
+    questions (:func:`optimizer.space.legal_shapes`). A value is made hashable first
+    (:func:`model.hash_once.hashable`: a list or a numpy array of values as a tuple, a 0-d array as its
+    scalar); one that still is not (a dict) is answered by the uncached rules — never a
+    ``TypeError`` from the cache instead of the refusal.
 
     Examples
     --------
@@ -461,9 +464,31 @@ def refusal(setting: Setting, **values: Any) -> str:
     ...     global_batch_size=8))
     >>> refusal(s, framework="deepspeed", zero_stage=2, pp=4).split(" (")[0]
     'zero_stage: 2 with `framework` deepspeed needs pp = 1'
+    >>> import numpy as np
+    >>> refusal(s, framework="deepspeed", zero_stage=np.array(2), pp=np.int64(4)).split(" (")[0]
+    'zero_stage: 2 with `framework` deepspeed needs pp = 1'
     """
+    frozen = {name: hashable(value) for name, value in values.items()}
+    try:
+        hash(tuple(frozen.values()))
+    except TypeError:  # still unhashable: the rules themselves, uncached
+        return first_broken(setting, frozen, cached=False)
+    return _cached_refusal(setting, **frozen)
+
+
+@lru_cache(maxsize=65536, typed=True)
+def _cached_refusal(setting: Setting, **values: Any) -> str:
+    """:func:`refusal` of hashable ``values``, cached."""
+    return first_broken(setting, values)
+
+
+def first_broken(setting: Setting, values: Mapping[str, Any], cached: bool = True) -> str:
+    """:func:`refusal`'s body: the first rule of :data:`RULES` whose whole scope is in
+    ``values`` that they break, its message, or "". ``cached``: each rule's answer through
+    :func:`_reason`'s cache (hashable values only)."""
     for rule in _scoped(frozenset(values)):
-        found = _reason(rule.check, setting, *(values[name] for name in rule.scope))
+        args = [values[name] for name in rule.scope]
+        found = (_reason if cached else _reason.__wrapped__)(rule.check, setting, *args)
         if found:
             return found
     return ""

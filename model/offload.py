@@ -36,6 +36,7 @@ from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.mechanisms import Mechanism
+from trainplan.model.quantities import FRACTION_RULE
 from trainplan.model.units import shown_number
 from trainplan.model.xp import is_array, where
 
@@ -83,11 +84,11 @@ class Offload:
             f = Fraction(str(self.optimizer))
         except (TypeError, ValueError):
             raise LayoutError(
-                f"offload_optimizer: {self.optimizer!r} must be a fraction from 0 to 1"
+                f"offload_optimizer: {self.optimizer!r} must be {FRACTION_RULE}"
             ) from None
         if not 0 <= f <= 1:
             raise LayoutError(
-                f"offload_optimizer: {shown_number(self.optimizer)} must be from 0 to 1"
+                f"offload_optimizer: {shown_number(self.optimizer)} must be {FRACTION_RULE}"
             )
         if self.params and f not in (0, 1):
             raise LayoutError(

@@ -88,6 +88,7 @@ from fractions import Fraction
 from functools import partial
 
 from trainplan.model.errors import InputError, LayoutError
+from trainplan.model.quantities import FRACTION_RULE
 from trainplan.model.rollout_reduce import wave_reduce_seconds
 from trainplan.model.specs import Architecture
 
@@ -127,7 +128,8 @@ def check_fraction(value: Fraction, name: str = "engine_memory_fraction") -> Fra
     if not 0 < value < 1:
         raise InputError(
             f"{name}: {float(value):g} must be in (0, 1): the fraction of each GPU's memory the "
-            "rollout engine takes (vLLM gpu_memory_utilization, SGLang mem_fraction_static)"
+            "rollout engine takes (vLLM gpu_memory_utilization, SGLang mem_fraction_static): "
+            f"{FRACTION_RULE}"
         )
     return value
 

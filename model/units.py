@@ -19,6 +19,7 @@ from trainplan.model.number_words import (
     check_length,
     not_a_number,
 )
+from trainplan.model.quantities import read_quantity
 
 __all__ = [
     "GB",
@@ -148,8 +149,11 @@ def parse_number(
         raise InputError(f"{name}: {shown_text(text)} is empty; give a value")
     s = _without_separators(raw, name)
     s = re.sub(r"(?i)e\s+(\d)", r"e+\1", s)  # "4e 6": the '+' of a URL read back as a space
-    scale = 1
-    if s and s[-1].upper() in _SUFFIX and not s[-1].isdigit():
+    scale: Fraction | int = 1
+    quantity = read_quantity(s, name, shown_text(raw))  # 40% on a fraction, 2TB on a GB flag
+    if quantity is not None:
+        s, scale = quantity
+    elif s and s[-1].upper() in _SUFFIX and not s[-1].isdigit():
         scale = _SUFFIX[s[-1].upper()]
         s = s[:-1].strip()
     elif s[-1:].upper() in AMBIGUOUS_SUFFIXES and limit_key(name) in DECIMAL_COUNTS:

@@ -96,7 +96,7 @@ def test_mfu_reads_the_model(tmp_path):
                 "--tokens",
                 "4,000,000",
                 "--step-seconds",
-                "7s",
+                "7x",
                 "--gpu",
                 "H100-SXM",
             ],
@@ -195,6 +195,9 @@ def test_mfu_reads_the_model(tmp_path):
         "--model: 'llama3-70b' does not apply: a reported FLOP rate already counts what it "
         "counts; N is not read"
     )
+    # "7s" is read (7 s: the flag names its unit, model.quantities); a word that is no unit of
+    # time is refused naming the flag's unit
     assert refusal(done["grammar"]) == (
-        "--step-seconds: '7s' is not a number (write e.g. 0.5, 4e6, 4000000 or 4,000,000)"
+        "--step-seconds: '7x': 'x' is no unit of time; the value is a time, in s (write e.g. "
+        "2.5, 2.5s or 2500ms)"
     )

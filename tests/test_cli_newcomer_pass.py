@@ -186,7 +186,9 @@ def test_a_batch_given_both_ways_is_refused_with_the_value_as_typed(runs):
         "sequences (global_batch) or in tokens, not both"
     )
     assert (
-        refusal(runs["headroom file"]) == "scenario headroom.toml: headroom: 1.5 must be in [0, 1)"
+        refusal(runs["headroom file"])
+        == "scenario headroom.toml: headroom: 1.5 must be in [0, 1) (a fraction from 0 to 1, or a "
+        "percent such as 40%)"
     )
 
 

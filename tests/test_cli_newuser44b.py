@@ -169,7 +169,7 @@ def test_a_gpu_count_in_the_rlhf_textbook_accounting_names_chips():
     )
 
 
-EXAMPLE_KEYS = ("example", "says", "source", "changed")
+EXAMPLE_KEYS = ("example", "says", "source", "changed", "replaced")
 """What ``trainplan example NAME --json`` adds to its tab's command's JSON."""
 
 WITH_MODEL = "with --model the sizes, dimensions, GPUs and engine come from the model and placement"
@@ -216,8 +216,9 @@ def test_an_rlhf_examples_own_values_give_way_to_the_users():
     assert ppo["changed"] == {"model": "qwen2.5-7b"} and ppo["accounting"] == "faithful"
     assert [r["params"] for r in ppo["network_table"]] == [7_615_616_512] * 4
     assert runs["grpo model"].stdout.startswith(
-        "Example grpo-70b with --model qwen2.5-7b (the figures below are for these; as "
-        "published: GRPO: 3 networks instead of 4"
+        "Example grpo-70b with --model qwen2.5-7b (in place of the example's policy_params=70e9, "
+        "reward_params=70e9; the figures below are for these; as published: GRPO: 3 networks "
+        "instead of 4"
     )
     # a rule-based reward: actor and reference, no reward network: 70e9 × (16 + 2) = 1.26 TB
     rule = json.loads(runs["rule"].stdout)
@@ -228,17 +229,19 @@ def test_an_rlhf_examples_own_values_give_way_to_the_users():
         "model and no critic"
     )
     # DPO places no roles, so a model does not apply to its example: the user's --model named
+    # (it names how the example takes the policy's size: --set policy_params, not rlhf's flag)
     assert refusal(runs["dpo model"]) == (
-        "--model: 'qwen2.5-7b' does not apply to this example: algorithm: 'dpo' is not one of "
-        "ppo, grpo (DPO has no rollout to place: its textbook accounting takes --policy-params, "
-        "without --model)"
+        "--model: 'qwen2.5-7b' does not apply to example dpo-70b: algorithm: 'dpo' is not one of "
+        "ppo, grpo (DPO has no rollout to place: its textbook accounting takes the policy's "
+        "size: trainplan example dpo-70b --set policy_params=SIZE (e.g. 70B))"
     )
 
 
 def test_an_examples_headline_names_the_options_as_typed():
     """``trainplan example ppo-70b --gpus 8`` headed its figures "with chips = 8" (the tab's
     parameter) and ``fsdp-70b-64 --gpus 128`` "with num_gpus = 128" (evaluate's): names the user
-    never typed. The headline repeats the options as typed, in order, values as written."""
+    never typed. The headline repeats the options as click read them, in order, each in its long
+    name (``--gpus=8,192`` as ``--gpus 8,192``), and the example's values they replaced."""
     runs = run_many(
         {
             "ppo": "example ppo-70b --gpus 8".split(),
@@ -250,9 +253,10 @@ def test_an_examples_headline_names_the_options_as_typed():
     tail = " (the figures below are for these; as published: "
     assert runs["ppo"].stdout.startswith(f"Example ppo-70b with --gpus 8{tail}PPO: four")
     assert runs["fsdp text"].stdout.startswith(
-        f"Example fsdp-70b-64 with --gpus=8,192, --no-flash{tail}"
+        "Example fsdp-70b-64 with --gpus 8,192, --no-flash (in place of the example's dp=64; "
+        "the figures below are for these; as published: "
     )
-    assert runs["pipeline"].stdout.startswith(f"Example 1f1b-4x8 with --set=microbatches=16{tail}")
+    assert runs["pipeline"].stdout.startswith(f"Example 1f1b-4x8 with --set microbatches=16{tail}")
     # the JSON names them by parameter, as it names every value
     assert json.loads(runs["fsdp"].stdout)["changed"]["num_gpus"] == 8192
 
@@ -415,9 +419,10 @@ def test_a_faithful_option_under_dpo_does_not_ask_for_a_model():
             "ppo": "rlhf --algorithm ppo --critic-model llama3-8b --policy-params 7e9".split(),
         }
     )
+    # one rule (model.rlhf.shares.not_applicable): DPO's own reason for a critic
     assert refusal(runs["dpo"]) == (
-        "--critic-model: 'llama3-8b' does not apply: it belongs to the faithful accounting of "
-        "PPO and GRPO; DPO is accounted by its sizes only"
+        "--critic-model: 'llama3-8b' does not apply: DPO (Rafailov et al. 2023) learns from "
+        "preference pairs: it has no reward model or critic"
     )
     assert refusal(runs["ppo"]) == (
         "--critic-model: 'llama3-8b' does not apply: it belongs to the faithful accounting; add "

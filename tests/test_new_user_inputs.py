@@ -234,7 +234,10 @@ def test_every_scenario_key_has_a_kind():
         ('[constraints]\ntp_in_nvlink = "false"', "tp_in_nvlink: 'false' must be true or false"),
         ('[cluster]\nkernel_efficiency = "fast"', "kernel_efficiency: 'fast' is not a number"),
         ('[cluster]\noverlap = { dp = "abc" }', "overlap dp: 'abc' is not a number"),
-        ("[cluster]\noverlap = { dp = 2 }", "overlap dp: 2 must be a fraction in [0, 1]"),
+        (
+            "[cluster]\noverlap = { dp = 2 }",
+            "overlap dp: 2 must be a fraction from 0 to 1, or a percent such as 40%",
+        ),
         ('[space]\nrecompute = ["bogus"]', "recompute: 'bogus' is not one of none"),
         ("[space]\nzero = [4]", "zero: 4 is not one of 0, 1, 2, 3"),
         ("space = 5", "space = 5 must be a table"),

@@ -61,7 +61,7 @@ def test_a_files_refusals_name_the_file_and_the_key(tmp_path):
         "tokens": BASE + 'global_batch_tokens = "4,000,000"\n',
         "nomodel": 'gpu = "H100-SXM"\ngpus = 64\n',
         "unknown": BASE + "sequence_length = 4096\n",
-        "headroom": BASE + '[constraints]\nheadroom = "5%"\n',
+        "headroom": BASE + '[constraints]\nheadroom = "five"\n',
         "space": BASE + '[space]\ntp = "four"\n',
         "twice": 'model = "llama3-70b"\nmodel = "llama3-8b"\n',
     }
@@ -80,9 +80,9 @@ def test_a_files_refusals_name_the_file_and_the_key(tmp_path):
     assert lines["unknown"].startswith(
         "scenario unknown.toml: unknown key 'sequence_length'; did you mean seq_len? (known: "
     )
-    assert lines["headroom"] == (
-        "scenario headroom.toml: constraints.headroom: '5%' is not a number: give a fraction "
-        "0–1 (0.05 for 5%)"
+    assert lines["headroom"] == (  # "5%" is read: 0.05 (model.quantities)
+        "scenario headroom.toml: constraints.headroom: 'five' is not a number: give a fraction "
+        "from 0 to 1, or a percent such as 40%"
     )
     assert lines["space"].startswith("scenario space.toml: space.tp: 'four' is not a number")
     assert lines["twice"] == (

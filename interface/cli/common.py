@@ -49,6 +49,7 @@ __all__ = [
     "command_options",
     "typed_options",
     "RAW_ARGS",
+    "WEB_QUERY",
 ]
 
 
@@ -164,6 +165,10 @@ class GuardedGroup(click.Group):
 
 
 RAW_ARGS = "trainplan.raw_args"
+WEB_QUERY = "trainplan.web_query"
+"""The context's ``meta`` key set while the web API reads a query as a command's options
+(:func:`interface.cli.query.parse_query`): a callback whose refusal names another command says
+it as the API's path and keys, not a command line."""
 """``click.Context.meta`` key of the arguments the command was given (shared up the chain)."""
 
 

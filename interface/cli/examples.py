@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import shlex
+from collections.abc import Collection
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from trainplan.interface.cli import cli
-from trainplan.interface.cli.common import RAW_ARGS, echo_json
+from trainplan.interface.cli.common import echo_json
 from trainplan.interface.cli.options import option_groups
 from trainplan.interface.cli.planner import evaluate_options, run_evaluate
 from trainplan.model.errors import InputError
@@ -38,51 +41,83 @@ def _note(example: dict[str, Any], overrides: dict[str, Any]) -> str:
     return f"\nNote: {example['note']}" if example.get("note") and not overrides else ""
 
 
-def _headline(name: str, says: str, source: str, changed: list[str]) -> str:
+def _headline(
+    name: str, says: str, source: str, changed: list[str], replaced: dict[str, Any] | None = None
+) -> str:
     """The example's first line: what it shows and its source; once options change it, the
     options as the user typed them (``changed``: :func:`_typed_words`; the figures below are
-    theirs) and what it shows as published after.
+    theirs), the example's own values they replaced (``replaced``:
+    :func:`interface.examples.replaced`, as ``--set`` writes them) and what it shows as
+    published after.
 
     >>> print(_headline("1f1b-4x8", "bubble 3/11 = 27%", "Narayanan 2021", ["--set microbatches=16"]))
     Example 1f1b-4x8 with --set microbatches=16 (the figures below are for these; as published: \
 bubble 3/11 = 27%)  [Narayanan 2021]
+    >>> print(_headline("ppo-70b", "PPO", "", ["--model llama3-8b"], {"policy_params": 70e9}))
+    Example ppo-70b with --model llama3-8b (in place of the example's policy_params=70e9; the \
+figures below are for these; as published: PPO)
     """
     tail = f"  [{source}]" if source else ""
     if not changed:
         return f"Example {name}: {says}{tail}"
+    gone = ", ".join(f"{k}={_number(v)}" for k, v in (replaced or {}).items())
+    gone = f"in place of the example's {gone}; " if gone else ""
     return (
-        f"Example {name} with {', '.join(changed)} (the figures below are for these; as "
+        f"Example {name} with {', '.join(changed)} ({gone}the figures below are for these; as "
         f"published: {says}){tail}"
     )
 
 
-def _typed_words(params: list[click.Parameter], args: list[str], names: set[str]) -> list[str]:
-    """The options among ``args`` (the command line's words) that set one of ``names`` (the
-    parameters the example's overrides come from, ``sets`` for ``--set``), each as the user
-    typed it: ``--gpus 8`` (not the parameter's name, ``num_gpus``), ``--set microbatches=16``,
-    ``--no-flash``, ``--tp=8``; in the order typed.
+def _typed_words(ctx: click.Context, names: Collection[str]) -> list[str]:
+    """The options of the command line that set one of ``names`` (the parameters the example's
+    overrides come from, ``sets`` for ``--set``), as click parsed them: each option whose value
+    came from the command line (:meth:`click.Context.get_parameter_source`), spelled with its own
+    first long name and the value it took (:func:`_spelled`) — ``--gpus 8,192`` (not the
+    parameter's name, ``num_gpus``), ``--set microbatches=16``, ``--no-flash`` — in the order
+    click met them. An option typed twice shows once, with the value that counts; ``--tp=8``,
+    a short option and ``--`` are click's to read.
 
-    >>> opts = [click.Option(["--gpus", "num_gpus"]), click.Option(["--json", "as_json"], is_flag=True),
-    ...         click.Option(["--set", "sets"], multiple=True)]
-    >>> _typed_words(opts, ["1f1b-4x8", "--gpus", "8,192", "--json", "--set=x=1"], {"num_gpus", "sets"})
-    ['--gpus 8,192', '--set=x=1']
+    >>> cmd = click.Command("x", params=[click.Option(["-g", "--gpus", "num_gpus"], type=int),
+    ...     click.Option(["--json", "as_json"], is_flag=True),
+    ...     click.Option(["--set", "sets"], multiple=True)])
+    >>> ctx = cmd.make_context("x", ["-g", "8", "--json", "--set=x=1", "--gpus=8192", "--set", "y=2"])
+    >>> _typed_words(ctx, {"num_gpus", "sets"})
+    ['--gpus 8,192', '--set x=1', '--set y=2']
     """
-    by_opt = {
-        o: p for p in params if isinstance(p, click.Option) for o in (*p.opts, *p.secondary_opts)
-    }
     words: list[str] = []
-    i = 0
-    while i < len(args) and args[i] != "--":
-        flag, eq, _ = args[i].partition("=")
-        param = by_opt.get(flag)
-        takes_value = param is not None and not param.is_flag and not param.count
-        if param is not None and param.name in names:
-            if takes_value and not eq and i + 1 < len(args):
-                words.append(f"{args[i]} {args[i + 1]}")
-            else:
-                words.append(args[i])
-        i += 2 if takes_value and not eq else 1
+    by_name = {p.name: p for p in ctx.command.params if isinstance(p, click.Option)}
+    for name, value in ctx.params.items():  # click's processing order: the order typed
+        param = by_name.get(name)
+        if param is None or name not in names:
+            continue
+        if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE:
+            words += _spelled(param, value)
     return words
+
+
+def _spelled(param: click.Option, value: Any) -> list[str]:
+    """``param`` with ``value`` (click's converted value) as the command line writes it: its
+    first long name (``--gpus``; a switch's ``--no-…`` when off), the value after it (a count
+    or number as refusals echo one, :func:`model.units.shown_number`); a repeatable option once
+    per value.
+
+    >>> flash = click.Option(["--flash/--no-flash"], default=None)
+    >>> _spelled(flash, False), _spelled(click.Option(["--tp", "tp"], type=int), 8)
+    (['--no-flash'], ['--tp 8'])
+    """
+    from trainplan.model.units import shown_number
+
+    def long(opts: list[str]) -> str:
+        return next((o for o in opts if o.startswith("--")), opts[0])
+
+    if param.is_flag:
+        off = param.is_bool_flag and param.secondary_opts and value is False
+        return [long(param.secondary_opts if off else param.opts)]
+    values = value if param.multiple else (value,)
+    return [
+        f"{long(param.opts)} {shlex.quote(v) if isinstance(v, str) else shown_number(v)}"
+        for v in values
+    ]
 
 
 def _flags_apply(name: str, tab: str, given: list[str]) -> None:
@@ -264,7 +299,7 @@ def _run_planner(
     """Run planner example ``name`` with ``overrides``: its JSON, or its headline, profile and
     note then evaluate's report (:func:`interface.cli.planner.run_evaluate`); ``changed``: the
     options as typed (:func:`_typed_words`), the headline's."""
-    from trainplan.interface.examples import example_params, examples, run_example
+    from trainplan.interface.examples import example_params, examples, replaced, run_example
 
     _, merged = example_params(name, overrides)
     if as_json:
@@ -278,7 +313,7 @@ def _run_planner(
             "megatron|deepspeed|fsdp2 for a real framework's peak memory and traffic)"
         )
         header = (
-            _headline(name, ex["says"], ex.get("source", ""), changed)
+            _headline(name, ex["says"], ex.get("source", ""), changed, replaced(name, overrides))
             + f"\nProfile: {merged['framework']}"
             + (f" — {gloss}" if merged["framework"] == "textbook" else "")
             + _note(ex, overrides)
@@ -320,9 +355,9 @@ def example_cmd(
     ctx = click.get_current_context()
     typed = {k for k, v in params.items() if v is not None and v != ()}
     typed |= {"sets"} if sets else set()
-    changed = _typed_words(ctx.command.params, ctx.meta.get(RAW_ARGS, []), typed)
+    changed = _typed_words(ctx, typed)
     if list_ or not name:
-        words = _typed_words(ctx.command.params, ctx.meta.get(RAW_ARGS, []), {*typed, "per_stage"})
+        words = _typed_words(ctx, {*typed, "per_stage"})
         _nothing_dropped(name, list_, words)
         _list(as_json)
         return
@@ -347,7 +382,7 @@ def example_cmd(
     if as_json:
         echo_json(out)
         return
-    headline = _headline(name, out["says"], out.get("source", ""), changed)
+    headline = _headline(name, out["says"], out.get("source", ""), changed, out.get("replaced"))
     click.echo(f"{headline}{_note(examples()[name], overrides)}\n")
     _, merged = example_params(name, overrides)
     command = cli.get_command(ctx, tab)  # loaded on lookup (interface.cli.LazyGroup)

@@ -119,7 +119,7 @@ RECIPE: list[Decorator] = [
         "--offload-optimizer",
         "offload_optimizer",
         type=NUMBER,
-        help="Fraction 0-1 of the optimizer state (and its step) on the host: Megatron-Core "
+        help="Fraction 0-1 (or a percent: 50%) of the optimizer state (and its step) on the host: Megatron-Core "
         "--optimizer-offload-fraction; DeepSpeed offload_optimizer = 1. The CPU runs Adam; "
         "gradients and weights cross the host link.",
     ),

@@ -22,7 +22,7 @@ from typing import Any
 import click
 
 from trainplan.interface.cli import cli, register_commands
-from trainplan.interface.cli.common import ListOf, OutputFile, click_line
+from trainplan.interface.cli.common import WEB_QUERY, ListOf, OutputFile, click_line
 from trainplan.interface.flags import MOVED_FLAGS, PARAMETER_FLAGS, derived_count, flag_for
 from trainplan.interface.scenario import VALUE_KINDS, check_scenario
 from trainplan.interface.scenario_file import switch_word
@@ -266,8 +266,10 @@ def parse_query(
             argv += _switch(option, key, value)
         else:
             argv += [f"--{key}", value]
+    parent = click.Context(cli, info_name="trainplan")
+    parent.meta[WEB_QUERY] = True  # a callback's refusal names the API's paths (rlhf-plan's dpo)
     try:
-        ctx = command.make_context(name, argv, parent=click.Context(cli, info_name="trainplan"))
+        ctx = command.make_context(name, argv, parent=parent)
     except click.ClickException as err:
         raise InputError(click_line(err)) from None
     return dict(ctx.params)

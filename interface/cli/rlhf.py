@@ -18,7 +18,7 @@ import click
 
 from trainplan.interface import tabs
 from trainplan.interface.cli import cli
-from trainplan.interface.cli.common import COUNT, INTERRUPTED, POSITIVE, echo_json
+from trainplan.interface.cli.common import COUNT, INTERRUPTED, POSITIVE, WEB_QUERY, echo_json
 from trainplan.interface.cli.interrupt import Interrupted, interruptible
 from trainplan.interface.commands import rlhf_json
 from trainplan.model.errors import InfeasibleError, InputError
@@ -45,12 +45,23 @@ def _workload(plan: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     return lambda f: _with_options(f, algorithms, _placed if plan else None)
 
 
+DPO_INSTEAD = (
+    "its textbook accounting is trainplan rlhf --algorithm dpo --policy-params SIZE (e.g. 70B)"
+)
+"""Where DPO's accounting is, for a command that has no ``--policy-params`` (``rlhf-plan``)."""
+DPO_INSTEAD_WEB = (
+    "its textbook accounting is /api/rlhf?algorithm=dpo&policy-params=SIZE (the RLHF tab)"
+)
+"""The same, for the web API's ``/api/rlhf-plan``."""
+
+
 def _placed(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """``rlhf-plan``'s ``--algorithm`` checked as it is read (:func:`model.rlhf.spec.
     placed_algorithm`), so ``--algorithm dpo`` is refused as such before the options DPO does
-    not take are asked for (``--model``, ``--gpus``)."""
+    not take are asked for (``--model``, ``--gpus``), naming the command (or the API's path)
+    that accounts for DPO."""
     if value is not None:
-        placed_algorithm(value)
+        placed_algorithm(value, DPO_INSTEAD_WEB if ctx.meta.get(WEB_QUERY) else DPO_INSTEAD)
     return value
 
 
@@ -110,12 +121,13 @@ def _with_options(f: Callable[..., Any], algorithms: str, check: Any) -> Callabl
         click.option("--old-log-prob", help="recompute (the actor's scoring forward, verl, OpenRLHF) or engine "
                      "(the engine's log-probs; PPO and GRPO) [default: recompute]."),
         click.option("--engine-memory-fraction", metavar="NUMBER",
-                     help="vLLM gpu_memory_utilization / SGLang mem_fraction_static, in (0, 1)."),
+                     help="vLLM gpu_memory_utilization / SGLang mem_fraction_static, in (0, 1) (0.9 or 90%)."),
         click.option("--off-policy", metavar="COUNT", help="0 synchronous, 1 one-step off-policy [default: 0]."),
         click.option("--recompute", help="Activation recomputation of the update [default: full]."),
-        click.option("--host-memory-gb", metavar="NUMBER", help="Host memory per node, GB [default: 2000, DGX H100]."),
+        click.option("--host-memory-gb", metavar="NUMBER", help="Host memory per node, GB (2TB = 2,000 GB: TB and GB "
+                     "are decimal, TiB and GiB binary) [default: 2000, DGX H100]."),
         click.option("--bandwidth-efficiency", metavar="NUMBER",
-                     help="Fraction of HBM bandwidth decode reaches [default: STREAM triad's]."),
+                     help="Fraction of HBM bandwidth decode reaches (0.8 or 80%) [default: STREAM triad's]."),
     ]  # fmt: skip
     for opt in reversed(opts):
         f = opt(f)
@@ -136,17 +148,19 @@ def _with_options(f: Callable[..., Any], algorithms: str, check: Any) -> Callabl
 @click.option(
     "--decode-mfu",
     metavar="NUMBER",
-    help=f"Textbook accounting: MFU of rollout generation (0–1) [default: {D['decode_mfu']}].",
+    help=f"Textbook accounting: MFU of rollout generation (0–1, or a percent: 4%) [default: {D['decode_mfu']}].",
 )
 @click.option(
     "--train-mfu",
     metavar="NUMBER",
     default=str(D["train_mfu"]),
     show_default=True,
-    help="Textbook accounting: MFU of scoring and training (0–1).",
+    help="Textbook accounting: MFU of scoring and training (0–1, or a percent: 40%).",
 )
 @click.option(
-    "--peak-tflops", metavar="NUMBER", help="Peak per chip instead of --gpu (textbook accounting)."
+    "--peak-tflops",
+    metavar="NUMBER",
+    help="Peak per chip, TFLOP/s (989 or 0.989PFLOPS), instead of --gpu (textbook accounting).",
 )
 @click.option("--chips", metavar="COUNT", help="Textbook accounting: chips [default: 1].")
 @click.option(

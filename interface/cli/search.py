@@ -165,8 +165,12 @@ SPACE: list[Decorator] = [
 """The layouts searched: frameworks, degrees, ZeRO stages, recomputation, schedules, micro-batches."""
 
 CONSTRAINTS: list[Decorator] = [
-    click.option("--headroom", type=NUMBER, help="Fraction of GPU memory kept free (0-1)."),
-    click.option("--min-mfu", "min_mfu", type=NUMBER, help="Only layouts at or above this MFU."),
+    click.option(
+        "--headroom", type=NUMBER, help="Fraction of GPU memory kept free (0-1, or a percent: 10%)."
+    ),
+    click.option(
+        "--min-mfu", "min_mfu", type=NUMBER, help="Only layouts at or above this MFU (0.4 or 40%)."
+    ),
     click.option(
         "--tp-in-nvlink",
         "tp_in_nvlink",

@@ -260,7 +260,7 @@ def _classic_summary(r: dict[str, Any]) -> list[str]:
     "dimensions: N its active parameters.",
 )
 @click.option("--tokens", metavar="NUMBER", help="Tokens in one step (all chips).")
-@click.option("--step-seconds", metavar="NUMBER", help="Seconds per step.")
+@click.option("--step-seconds", metavar="NUMBER", help="Seconds per step (7, 7s or 7000ms).")
 @click.option("--tokens-per-second", metavar="NUMBER", help="Training throughput, all chips.")
 @click.option(
     "--achieved-pflops",
@@ -277,7 +277,9 @@ def _classic_summary(r: dict[str, Any]) -> list[str]:
     help="Accelerator: a name from the table or a PATH.toml describing one (peak from there).",
 )
 @click.option(
-    "--peak-tflops", metavar="NUMBER", help="Dense BF16 peak per chip, TFLOP/s (instead of --gpu)."
+    "--peak-tflops",
+    metavar="NUMBER",
+    help="Dense BF16 peak per chip, TFLOP/s (989 or 0.989PFLOPS; instead of --gpu).",
 )
 @click.option("--chips", metavar="COUNT", default="1", show_default=True, help="Chips in the job.")
 @click.option(

@@ -68,14 +68,16 @@ def rlhf_report(*args: Any, **kw: Any) -> dict[str, Any]:
 
 def _faithful_only(algorithm: str) -> dict[str, str]:
     """Why each option of the faithful accounting (:data:`interface.rlhf.report.FAITHFUL_ONLY`)
-    does not apply to the textbook one: add a model, except under DPO, which has only this
-    accounting (:func:`model.rlhf.spec.placed_algorithm`)."""
-    words = (
-        "it belongs to the faithful accounting of PPO and GRPO; DPO is accounted by its sizes only"
-        if str(algorithm).lower() == "dpo"
-        else "it belongs to the faithful accounting; add --model NAME"
-    )
-    why = dict.fromkeys(rf.FAITHFUL_ONLY, words)
+    does not apply to the textbook one: add a model — unless ``algorithm`` has no faithful
+    accounting, where :func:`model.rlhf.shares.not_applicable` (``placed``) says why (DPO's).
+
+    Raises
+    ------
+    InputError
+        An algorithm not offered (:func:`model.rlhf.shares.not_applicable`)."""
+    why = dict.fromkeys(rf.FAITHFUL_ONLY, "it belongs to the faithful accounting; add --model NAME")
+    unused = rl.not_applicable(algorithm, placed=rf.FAITHFUL_ONLY)
+    why.update({k: v for k, v in unused.items() if k in why})
     why["gpus"] += " (this accounting's GPU count is `chips`)"
     return why
 

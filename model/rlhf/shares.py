@@ -26,10 +26,12 @@ training.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 
 from trainplan.model.errors import InputError, check_applicable
+from trainplan.model.quantities import FRACTION_RULE
 from trainplan.model.rlhf.phases import step_roles
 from trainplan.model.units import shown_number
 
@@ -103,15 +105,26 @@ def not_applicable(
     *,
     rollout_engine: bool = False,
     logits_buffer: bool = False,
+    placed: Iterable[str] = (),
 ) -> dict[str, str]:
     """The RLHF tab's options that do not apply to ``algorithm`` with ``reward`` (and without the
     rollout engine or the logits buffer), each with the reason — given, they would be ignored, so
-    :func:`model.errors.check_applicable` refuses them.
+    :func:`model.errors.check_applicable` refuses them. ``placed``: the options of the accounting
+    that places the step's roles (the faithful one, ``interface.rlhf.report.FAITHFUL_ONLY``),
+    which DPO has not (no rollout to place, :func:`model.rlhf.spec.placed_algorithm`): each
+    refused under DPO, with DPO's own reason where it has one (``critic_model``). The one place
+    that says which option applies to which algorithm.
 
     Examples
     --------
     >>> sorted(not_applicable("grpo", "rule", rollout_engine=True, logits_buffer=True))
     ['critic_model', 'reward_params']
+    >>> why = not_applicable("dpo", placed=("critic_model", "gpus"))
+    >>> why["gpus"]
+    'DPO (Rafailov et al. 2023) learns from preference pairs: it has no rollout to place, so only \
+the textbook accounting, by its sizes'
+    >>> why["critic_model"]
+    'DPO (Rafailov et al. 2023) learns from preference pairs: it has no reward model or critic'
     """
     algo = _check_choice("algorithm", algorithm, ALGORITHMS)
     out: dict[str, str] = {}
@@ -123,6 +136,12 @@ def not_applicable(
         out["old_log_prob"] = f"{pairs}: it has no PPO ratio, so no old log-probs"
         for name in ("decode_mfu", "rollout_engine", "rollout_batch"):
             out[name] = f"{pairs}: it generates no rollouts"
+        for name in placed:
+            out.setdefault(
+                name,
+                f"{pairs}: it has no rollout to place, so only the textbook accounting, "
+                "by its sizes",
+            )
     elif algo == "grpo" and reward is not None and str(reward).lower() == "rule":
         no_network = "GRPO with a rule-based reward has no reward model and no critic"
         out["reward_params"] = out["critic_model"] = no_network
@@ -268,9 +287,7 @@ def phase_times(
     """
     for name, value in (("decode_mfu", decode_mfu), ("train_mfu", train_mfu)):
         if not 0 < value <= 1:
-            raise InputError(
-                f"{name}: {shown_number(value)} must be in (0, 1] (a fraction, 0.4 = 40%)"
-            )
+            raise InputError(f"{name}: {shown_number(value)} must be in (0, 1]: {FRACTION_RULE}")
     if peak_flops_per_s <= 0 or chips < 1:
         raise InputError(
             f"peak and chips: {shown_number(peak_flops_per_s)}, {shown_number(chips)} must be positive"

@@ -39,6 +39,7 @@ from trainplan.model.frameworks import DEFAULT_ZERO_STAGE, Framework, check_fram
 from trainplan.model.layout import Recompute
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.params import count_params
+from trainplan.model.quantities import FRACTION_RULE
 from trainplan.model.rlhf.packing import Packing, packing_of, peak_tokens, split_peak_tokens
 from trainplan.model.rlhf.phases import PHASES, StepRole, phase_flops, step_roles
 from trainplan.model.rlhf.shares import ROLLOUT_BATCH
@@ -59,33 +60,39 @@ __all__ = [
     "DEFAULT_FRACTION_OPENRLHF",
     "default_fraction",
     "placed_algorithm",
+    "DPO_ACCOUNTING",
 ]
 
 
-def placed_algorithm(algorithm: str) -> str:
+DPO_ACCOUNTING = "its textbook accounting takes `policy_params`, without `model`"
+"""Where DPO's accounting is, in parameter names (:func:`placed_algorithm`'s default): what a
+reader of the RLHF step's own parameters runs instead."""
+
+
+def placed_algorithm(algorithm: str, instead: str = DPO_ACCOUNTING) -> str:
     """``algorithm`` in lower case, one whose step has roles to place: PPO (Schulman et al. 2017)
     or GRPO (Shao et al. 2024) — each generates rollouts; DPO (Rafailov et al. 2023) trains on
     fixed preference pairs, with no rollout and no engine, so only the textbook accounting
-    (:mod:`model.rlhf.shares`) takes it.
+    (:mod:`model.rlhf.shares`) takes it. ``instead``: where DPO's accounting is, in the caller's
+    words (a command that has no ``policy_params`` names the command that has).
 
     Raises
     ------
     InputError
-        Any other algorithm (DPO with where its accounting is).
+        Any other algorithm (DPO with ``instead``).
 
     >>> placed_algorithm("GRPO")
     'grpo'
+    >>> placed_algorithm("dpo", "run the RLHF tab")
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.InputError: algorithm: 'dpo' is not one of ppo, grpo (DPO has no rollout to place: run the RLHF tab)
     """
     algo = str(algorithm).lower()
     if algo not in ("ppo", "grpo"):
         raise InputError(
             f"algorithm: {algorithm!r} is not one of ppo, grpo"
-            + (
-                " (DPO has no rollout to place: its textbook accounting takes `policy_params`, "
-                "without `model`)"
-                if algo == "dpo"
-                else ""
-            )
+            + (f" (DPO has no rollout to place: {instead})" if algo == "dpo" else "")
         )
     return algo
 
@@ -307,7 +314,9 @@ class RLHFSpec:
                 f"off_policy: {self.off_policy} must be 0 (synchronous) or 1 (one-step off-policy)"
             )
         if self.bandwidth_efficiency is not None and not 0 < self.bandwidth_efficiency <= 1:
-            raise InputError(f"bandwidth_efficiency: {self.bandwidth_efficiency} must be in (0, 1]")
+            raise InputError(
+                f"bandwidth_efficiency: {self.bandwidth_efficiency} must be in (0, 1]: {FRACTION_RULE}"
+            )
         object.__setattr__(self, "roles_", self._roles())
 
     def _check_batch(self) -> None:

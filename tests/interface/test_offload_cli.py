@@ -18,7 +18,7 @@ from tests.test_cli_planner import run_main
         (["--offload-params"], "Megatron-Core offloads the optimizer only"),
         (["--framework", "deepspeed", "--zero", "2", "--offload-optimizer", "0.5"], "ratio"),
         (["--framework", "fsdp2", "--offload-optimizer", "1"], "CPUOffloadPolicy"),
-        (["--offload-optimizer", "1.5"], "must be from 0 to 1"),
+        (["--offload-optimizer", "1.5"], "must be a fraction from 0 to 1, or a percent"),
         (["--gpu", "B200", "--offload-optimizer", "1"], "--set host_link_gbps"),
     ],
 )

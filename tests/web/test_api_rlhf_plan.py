@@ -164,9 +164,10 @@ def test_what_only_the_web_refuses_is_one_line(client, query, line):
 
 DPO_LINE = (
     "algorithm: 'dpo' is not one of ppo, grpo (DPO has no rollout to place: its textbook "
-    "accounting takes {policy}, without {model})"
+    "accounting is {instead})"
 )
-"""The refusal of DPO (model.rlhf.spec.placed_algorithm), each parameter as its reader gives it."""
+"""The refusal of DPO (model.rlhf.spec.placed_algorithm), naming where DPO's accounting is as its
+reader runs it: this command has no policy-params."""
 
 
 @pytest.mark.parametrize(
@@ -174,18 +175,22 @@ DPO_LINE = (
 )
 def test_dpo_is_refused_first_naming_the_webs_fields(client, query):
     """DPO places nothing: refused as such before the model and GPUs it does not need are asked
-    for, naming /api/rlhf's ``policy-params`` and this endpoint's ``model`` as the query keys they
-    are (the command line's ``--policy-params`` once leaked into the web's line); the command
-    line's own line names the flags, in its own process."""
+    for, naming /api/rlhf and its ``policy-params`` as the query keys they are (the command
+    line's ``--policy-params`` once leaked into the web's line); the command line's own line
+    names the command to run, ``trainplan rlhf``, in its own process."""
     res = client.get(f"/api/rlhf-plan?{query}")
     algorithm = "'DPO'" if "DPO" in query else "'dpo'"
-    web = DPO_LINE.format(policy="policy-params", model="model").replace("'dpo'", algorithm)
+    web = DPO_LINE.format(
+        instead="/api/rlhf?algorithm=dpo&policy-params=SIZE (the RLHF tab)"
+    ).replace("'dpo'", algorithm)
     assert res.status_code == 422 and res.json() == {"error": web}
     args = [
         a for kv in query.split("&") for a in ("--" + kv.partition("=")[0], kv.partition("=")[2])
     ]
     cli = cli_runs.refusal(cli_runs.trainplan("rlhf-plan", *args, "--json"))
-    line = DPO_LINE.format(policy="--policy-params", model="--model").replace("'dpo'", algorithm)
+    line = DPO_LINE.format(
+        instead="trainplan rlhf --algorithm dpo --policy-params SIZE (e.g. 70B)"
+    ).replace("'dpo'", algorithm)
     assert cli == "--" + line
 
 
