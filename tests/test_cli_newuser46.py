@@ -43,3 +43,52 @@ def test_a_model_size_without_its_unit_is_refused():
     assert refusal(runs["mfu"]) == f"--params: 70 parameters is {FLOOR}"
     assert runs["floor"].returncode == 0, runs["floor"].stderr
     assert "1,000,000 parameters (1,000,000 active) on 8 × H100-SXM" in runs["floor"].stdout
+
+
+RUN = """gpu = "H100-SXM"
+
+[[run]]
+label = "70B on 256"
+step_seconds = {step}
+model = "llama3-70b"
+tp = {tp}
+pp = 4
+dp = 16
+global_batch_size = {batch}
+seq_len = 8192
+schedule = "interleaved"
+virtual_stages = 8
+"""
+
+
+def test_a_measured_runs_impossible_layout_names_the_file_and_the_run(tmp_path):
+    """A measurements file whose run has tp 3 (64 heads) or a batch of 2,000 (125 micro-batches
+    of 16 ranks, not a multiple of pp 4 under interleaving: Megatron-LM
+    megatron/training/arguments.py validate_args) was refused with evaluate's bare line
+    ("tp: 3 does not divide num_attention_heads = 64"), not saying which file or run, as every
+    other refusal of the file does. And ``step_seconds = "4,000,000"`` (a number written as text,
+    one number as every input reads it) was refused as not positive; it is now read, and
+    ``"70 s"`` refused as not a number."""
+    files = {
+        "tp3": RUN.format(step=70, tp=3, batch=2048),
+        "batch": RUN.format(step=70, tp=4, batch=2000),
+        "text": RUN.format(step='"70"', tp=4, batch=2048),
+        "units": RUN.format(step='"70 s"', tp=4, batch=2048),
+        "number": RUN.format(step=70, tp=4, batch=2048),
+    }
+    for name, text in files.items():
+        (tmp_path / f"{name}.toml").write_text(text)
+    runs = run_many({k: ["calibrate", f"{k}.toml", "--json"] for k in files}, cwd=tmp_path)
+    where = "measurements {}.toml: run 1 ('70B on 256'): "
+    assert refusal(runs["tp3"]) == where.format("tp3") + (
+        "tp: 3 does not divide num_attention_heads = 64"
+    )
+    assert refusal(runs["batch"]) == where.format("batch") + (
+        "num_microbatches: 125 must be a multiple of --pp = 4 for the interleaved schedule"
+    )
+    assert refusal(runs["units"]) == (
+        "measurements units.toml: run 1: step_seconds: '70 s' is not a number (write e.g. 0.5, "
+        "4e6, 4000000 or 4,000,000)"
+    )
+    assert runs["text"].returncode == 0, runs["text"].stderr
+    assert runs["text"].stdout == runs["number"].stdout
