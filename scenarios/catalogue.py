@@ -268,11 +268,12 @@ def get_model(name: str) -> CatalogueEntry:
     Parameters
     ----------
     name : str
-        A catalogue name (``llama3-405b``), a path to a ``config.json``, or a folder holding one.
-        A catalogue name is the catalogue's model even when a file or folder of that name is in
-        the working folder (a note says so, and that ``./name`` reads it); a path is written
-        with a ``/``, ``.``, ``~`` or ``.json`` (:func:`config_path`), or is any other name that
-        exists here. A path gives a model with empty training defaults and layout.
+        A catalogue name (``llama3-405b``, in any case: ``Llama3-405B``), a path to a
+        ``config.json``, or a folder holding one. A catalogue name is the catalogue's model even
+        when a file or folder of that name is in the working folder (a note says so, and that
+        ``./name`` reads it); a path is written with a ``/``, ``.``, ``~`` or ``.json``
+        (:func:`config_path`), or is any other name that exists here. A path gives a model with
+        empty training defaults and layout.
 
     Returns
     -------
@@ -291,6 +292,8 @@ def get_model(name: str) -> CatalogueEntry:
     (126, 8192, 16)
     """
     name = str(name)
+    if not _looks_like_path(name) and not _exists(name):
+        name = _catalogue_spelling(name)
     if not _looks_like_path(name) and name in model_names():
         entry = _catalogue_entry(name)
         if not _exists(name):
@@ -304,6 +307,20 @@ def get_model(name: str) -> CatalogueEntry:
     if _looks_like_path(name) or _exists(name):
         return CatalogueEntry(model=ModelSpec.from_hf_config(config_path(name)))
     return _catalogue_entry(name)  # unknown: scenarios.load names the closest models
+
+
+def _catalogue_spelling(name: str) -> str:
+    """The catalogue's name of ``name`` typed in another case (``Llama3-70B`` → ``llama3-70b``),
+    as an accelerator's name is read (``h100-sxm``); ``name`` itself when no catalogue name is
+    it in any case. The catalogue's names are its files' stems, all lower case.
+
+    Examples
+    --------
+    >>> _catalogue_spelling("DeepSeek-V3"), _catalogue_spelling("lama3-8b")
+    ('deepseek-v3', 'lama3-8b')
+    """
+    folded = name.strip().lower()
+    return next((known for known in model_names() if known.lower() == folded), name)
 
 
 @lru_cache(maxsize=64)

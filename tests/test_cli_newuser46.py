@@ -92,3 +92,24 @@ def test_a_measured_runs_impossible_layout_names_the_file_and_the_run(tmp_path):
     )
     assert runs["text"].returncode == 0, runs["text"].stderr
     assert runs["text"].stdout == runs["number"].stdout
+
+
+def test_a_catalogue_model_typed_in_another_case_is_the_catalogues():
+    """``--model Llama3-70B`` was "unknown model 'Llama3-70B'; did you mean llama3-70b", while
+    ``--gpu h100-sxm`` is the H100-SXM: a catalogue name is now read in any case, as an
+    accelerator's is, and plans the catalogue's model (the same figures as its own spelling). A
+    name no catalogue model has in any case is still refused with the closest names."""
+    runs = run_many(
+        {
+            "typed": "evaluate --model Llama3-70B --tp 4 --pp 4 --dp 16 --json".split(),
+            "catalogue": "evaluate --model llama3-70b --tp 4 --pp 4 --dp 16 --json".split(),
+            "mfu": "mfu --model DeepSeek-V3 --tokens-per-second 1e6 --chips 1024 --gpu H100-SXM".split(),
+            "unknown": "evaluate --model Llama3-70 --tp 4".split(),
+        }
+    )
+    assert runs["typed"].returncode == 0, runs["typed"].stderr
+    assert runs["typed"].stdout == runs["catalogue"].stdout
+    assert runs["mfu"].stdout.startswith("model deepseek-v3: N = ")
+    assert refusal(runs["unknown"]).startswith(
+        "--model: unknown model 'Llama3-70'; did you mean llama3-70b"
+    )
