@@ -163,8 +163,9 @@ def entry_from_dict(d: dict[str, Any], where: str) -> CatalogueEntry:
 
 def check_model_name(name: str) -> None:
     """Refuse, reading no file, a model name :func:`get_model` would refuse as unknown: a
-    catalogue name passes, and so does a path as :func:`get_model` takes one (written as a path,
-    or an entry here), left to be read when the model is built.
+    catalogue name passes (in any case, as :func:`get_model` reads it), and so does a path as
+    :func:`get_model` takes one (written as a path, or an entry here), left to be read when the
+    model is built.
 
     Raises
     ------
@@ -172,7 +173,7 @@ def check_model_name(name: str) -> None:
         ``unknown model 'llama3-8bb'; did you mean llama3-8b, llama3-70b, llama3-405b?``
     """
     name = str(name)
-    if name in model_names() or _looks_like_path(name) or _exists(name):
+    if _catalogue_spelling(name) in model_names() or _looks_like_path(name) or _exists(name):
         return
     scenarios.load("models", name)  # unknown: names the closest models
 
