@@ -3,7 +3,7 @@ a model size typed without its unit."""
 
 from __future__ import annotations
 
-from tests.cli_runs import refusal, run_many
+from tests.cli_runs import refusal, run_many, trainplan
 
 FLOOR = (
     "below the floor of 1,000,000 (a model size counts parameters: write 70B or 70e9 for 70 "
@@ -121,3 +121,21 @@ def test_a_catalogue_model_typed_in_another_case_is_the_catalogues(tmp_path):
     assert refusal(runs["unknown"]).startswith(
         "--model: unknown model 'Llama3-70'; did you mean llama3-70b"
     )
+
+
+def test_a_rollout_that_fits_no_gpu_says_what_the_widest_engine_holds():
+    """``rlhf-plan`` for a model whose rollout engine fits no GPU (DeepSeek-V3 on 1,024 H100s,
+    Llama 3 405B on 16) said only "rollout: no pool size and parallelism fits a GPU's 83.21 GB on
+    its own", not why: the search offers an engine replica tp up to the NVLink domain and pp 1
+    (optimizer/rlhf/tables.py ``_rollout_options``), so each GPU holds at least an eighth of the
+    weights. Llama 3 405B at tp 8: 2 B × 405,853,388,800 / 8 = 101,463,347,200 B, plus the norms
+    whole on every rank ((2 × 126 + 1) × 16,384 = 4,145,152 elements, 7/8 of them × 2 B =
+    7,254,016 B more): 101,470,601,216 B = 101.47 GB, above the 83.21 GB usable."""
+    done = trainplan("rlhf-plan", "--algorithm", "grpo", "--model", "llama3-405b", "--gpus", "16")
+    assert (done.returncode, done.stdout) == (1, "")  # no placement: exit 1, the reasons on stderr
+    assert done.stderr.splitlines()[:2] == [
+        "No placement fits:",
+        "  - rollout: no pool size and parallelism fits a GPU's 83.21 GB on its own (an engine "
+        "replica is searched at tp up to 8, the NVLink domain, pp 1 and no expert parallelism; "
+        "at tp 8 the policy's BF16 weights alone are 101.47 GB a GPU)",
+    ]

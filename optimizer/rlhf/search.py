@@ -35,6 +35,7 @@ from trainplan.optimizer.rlhf.tables import (
     receive_int,
     resident_int,
     sync_ns,
+    widest_engine,
 )
 
 __all__ = [
@@ -463,9 +464,18 @@ def _explain(tables: RLHFTables) -> list[str]:
     out = []
     for role in tables.roles:
         if not any(tables.options[role].values()):
-            out.append(
+            why = (
                 f"{role}: no pool size and parallelism fits a GPU's {cap / 1e9:,.2f} GB on its own"
             )
+            widest = widest_engine(tables.problem) if role == Role.ROLLOUT else None
+            if widest is not None:  # the engine's bound: its widest replica's weights
+                tp, weights = widest
+                why += (
+                    f" (an engine replica is searched at tp up to {tp}, the NVLink domain, pp 1 "
+                    f"and no expert parallelism; at tp {tp} the policy's BF16 weights alone are "
+                    f"{float(weights) / 1e9:,.2f} GB a GPU)"
+                )
+            out.append(why)
     if not out:
         out.append(
             "memory: every role fits on its own, but no sharing of the "
