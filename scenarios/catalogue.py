@@ -17,6 +17,7 @@ and tests. File format (keys checked strictly; unknown keys are errors)::
 from __future__ import annotations
 
 import os
+import re
 import stat
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -311,17 +312,27 @@ def get_model(name: str) -> CatalogueEntry:
 
 
 def _catalogue_spelling(name: str) -> str:
-    """The catalogue's name of ``name`` typed in another case (``Llama3-70B`` → ``llama3-70b``),
-    as an accelerator's name is read (``h100-sxm``); ``name`` itself when no catalogue name is
-    it in any case. The catalogue's names are its files' stems, all lower case.
+    """The catalogue's name of ``name`` typed in another case or with other separators
+    (``Llama3-70B``, ``llama3_70b``, ``llama-3-70b`` → ``llama3-70b``), as an accelerator's name is
+    read (``h100_sxm``, :func:`topology.accelerators.name_key`, whose dots are kept here: they
+    are a size's, ``megatron-1.7b``); ``name`` itself when no catalogue name, or more than one,
+    is it so read.
 
     Examples
     --------
-    >>> _catalogue_spelling("DeepSeek-V3"), _catalogue_spelling("lama3-8b")
-    ('deepseek-v3', 'lama3-8b')
+    >>> _catalogue_spelling("DeepSeek-V3"), _catalogue_spelling("llama_3 70B")
+    ('deepseek-v3', 'llama3-70b')
+    >>> _catalogue_spelling("lama3-8b")
+    'lama3-8b'
     """
-    folded = name.strip().lower()
-    return next((known for known in model_names() if known.lower() == folded), name)
+    key = _spelling_key(name)
+    known = [n for n in model_names() if _spelling_key(n) == key]
+    return known[0] if len(known) == 1 else name
+
+
+def _spelling_key(name: str) -> str:
+    """``name`` in lower case without spaces, hyphens or underscores."""
+    return re.sub(r"[\s\-_]+", "", name).lower()
 
 
 @lru_cache(maxsize=64)

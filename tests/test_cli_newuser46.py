@@ -96,10 +96,10 @@ def test_a_measured_runs_impossible_layout_names_the_file_and_the_run(tmp_path):
 
 def test_a_catalogue_model_typed_in_another_case_is_the_catalogues(tmp_path):
     """``--model Llama3-70B`` was "unknown model 'Llama3-70B'; did you mean llama3-70b", while
-    ``--gpu h100-sxm`` is the H100-SXM: a catalogue name is now read in any case, as an
-    accelerator's is, and plans the catalogue's model (the same figures as its own spelling), in a
-    sweep's grid too. A
-    name no catalogue model has in any case is still refused with the closest names."""
+    ``--gpu h100_sxm`` is the H100-SXM: a catalogue name is now read in any case and with other
+    separators (``llama-3_70B``), as an accelerator's is, and plans the catalogue's model (the
+    same figures as its own spelling), in a sweep's grid too. A name no catalogue model has so
+    read is still refused with the closest names."""
     (tmp_path / "grid.toml").write_text(
         'command = "evaluate"\n[layout]\ntp = 8\n[sweep]\nmodel = ["Llama3-8B"]\ngpus = [8]\n'
     )
@@ -107,6 +107,7 @@ def test_a_catalogue_model_typed_in_another_case_is_the_catalogues(tmp_path):
         {
             "typed": "evaluate --model Llama3-70B --tp 4 --pp 4 --dp 16 --json".split(),
             "catalogue": "evaluate --model llama3-70b --tp 4 --pp 4 --dp 16 --json".split(),
+            "separators": "evaluate --model llama-3_70B --tp 4 --pp 4 --dp 16 --json".split(),
             "mfu": "mfu --model DeepSeek-V3 --tokens-per-second 1e6 --chips 1024 --gpu H100-SXM".split(),
             "unknown": "evaluate --model Llama3-70 --tp 4".split(),
             "sweep": ["sweep", "grid.toml", "--point", "0"],
@@ -114,7 +115,7 @@ def test_a_catalogue_model_typed_in_another_case_is_the_catalogues(tmp_path):
         cwd=tmp_path,
     )
     assert runs["typed"].returncode == 0, runs["typed"].stderr
-    assert runs["typed"].stdout == runs["catalogue"].stdout
+    assert runs["typed"].stdout == runs["catalogue"].stdout == runs["separators"].stdout
     assert runs["mfu"].stdout.startswith("model deepseek-v3: N = ")
     assert runs["sweep"].returncode == 0, runs["sweep"].stderr  # a grid's name likewise
     assert "num_params  8030261248" in runs["sweep"].stdout  # Llama 3 8B's
