@@ -140,3 +140,39 @@ def test_a_rollout_that_fits_no_gpu_says_what_the_widest_engine_holds():
         "replica is searched at tp up to 8, the NVLink domain, pp 1 and no expert parallelism; "
         "at tp 8 the policy's BF16 weights alone are 101.47 GB a GPU)",
     ]
+
+
+def test_a_training_role_that_fits_no_gpu_at_zero_1_names_zero_3():
+    """``rlhf-plan --framework deepspeed`` for PPO on Llama 3 70B (256 GPUs) answered "No placement
+    fits" with "actor: no pool size and parallelism fits a GPU's 83.21 GB on its own" for every
+    role, not saying that the ZeRO stage, which the search does not vary, was the cause: at
+    deepspeed's ZeRO-1 each GPU holds the 70B role's BF16 weights whole (141 GB; tp 1, pp 1),
+    while ``--zero 3`` shards them over the 256 GPUs and the same workload fits."""
+    runs = run_many(
+        {
+            k: [
+                "rlhf-plan",
+                "--algorithm",
+                "ppo",
+                "--model",
+                "llama3-70b",
+                "--gpus",
+                "256",
+                "--framework",
+                "deepspeed",
+                *extra,
+            ]
+            for k, extra in {"default": [], "zero 3": ["--zero", "3"]}.items()
+        }
+    )
+    assert runs["default"].returncode == 1, runs["default"].stderr
+    reasons = runs["default"].stderr.splitlines()
+    assert reasons[0] == "No placement fits:"
+    assert reasons[1:] == [
+        f"  - {role}: no pool size and parallelism fits a GPU's 83.21 GB on its own at ZeRO-1, "
+        "where each GPU holds its tp·pp share of the role's weights whole (--zero 3 shards them "
+        "over dp too)"
+        for role in ("actor", "critic", "reference", "reward")
+    ]
+    assert runs["zero 3"].returncode == 0, runs["zero 3"].stderr
+    assert "placement: colocated, synchronous — fits" in runs["zero 3"].stdout

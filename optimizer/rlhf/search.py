@@ -468,12 +468,18 @@ def _explain(tables: RLHFTables) -> list[str]:
                 f"{role}: no pool size and parallelism fits a GPU's {cap / 1e9:,.2f} GB on its own"
             )
             widest = widest_engine(tables.problem) if role == Role.ROLLOUT else None
+            zero = tables.problem.spec.zero_stage
             if widest is not None:  # the engine's bound: its widest replica's weights
                 tp, weights = widest
                 why += (
                     f" (an engine replica is searched at tp up to {tp}, the NVLink domain, pp 1 "
                     f"and no expert parallelism; at tp {tp} the policy's BF16 weights alone are "
                     f"{float(weights) / 1e9:,.2f} GB a GPU)"
+                )
+            elif role != Role.ROLLOUT and zero is not None and zero < 3:  # --zero fixes it
+                why += (
+                    f" at ZeRO-{zero}, where each GPU holds its tp·pp share of the role's "
+                    "weights whole (--zero 3 shards them over dp too)"
                 )
             out.append(why)
     if not out:
