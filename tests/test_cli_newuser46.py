@@ -176,3 +176,31 @@ def test_a_training_role_that_fits_no_gpu_at_zero_1_names_zero_3():
     ]
     assert runs["zero 3"].returncode == 0, runs["zero 3"].stderr
     assert "placement: colocated, synchronous — fits" in runs["zero 3"].stdout
+
+
+def test_a_flag_with_one_dash_or_in_capitals_names_its_spelling():
+    """``evaluate -tp 4`` (one dash, as some launchers spell flags) was "No such option '-t'"
+    (click reads ``-tp`` as ``-t`` and ``-p``), ``--TP 4`` "No such option '--TP'"; ``sweep
+    -out x.parquet`` likewise. Each now names the flag as typed and this command's spelling, with
+    the value; a short option (``-p``) and a negative number as a value are left to click and
+    the value's own rule."""
+    runs = run_many(
+        {
+            "one dash": "evaluate --model llama3-70b --gpus 256 -tp 4".split(),
+            "capitals": "evaluate --model llama3-70b --gpus 256 --TP=4".split(),
+            "sweep": "sweep -out x.parquet grid.toml".split(),
+            "short": "evaluate --model llama3-70b --gpus 256 -p 4".split(),
+            "negative": "evaluate --model llama3-70b --gpus 256 --tp -4".split(),
+        }
+    )
+    assert refusal(runs["one dash"]) == (
+        "-tp: no such option of trainplan evaluate; write it --tp: --tp 4"
+    )
+    assert refusal(runs["capitals"]) == (
+        "--TP: no such option of trainplan evaluate; write it --tp: --tp 4"
+    )
+    assert refusal(runs["sweep"]) == (
+        "-out: no such option of trainplan sweep; write it --out: --out x.parquet"
+    )
+    assert refusal(runs["short"]) == "No such option '-p'."
+    assert refusal(runs["negative"]) == "--tp: '-4' must be at least 1"
