@@ -27,6 +27,7 @@ from trainplan.model.rlhf.step import (
     sync_peak,
 )
 from trainplan.optimizer.rlhf.cpsat import NS, PlacementChoice, PlacementModel, int_costs
+from trainplan.optimizer.rlhf.explain import explain
 from trainplan.optimizer.rlhf.tables import (
     RLHFProblem,
     RLHFTables,
@@ -35,7 +36,6 @@ from trainplan.optimizer.rlhf.tables import (
     receive_int,
     resident_int,
     sync_ns,
-    widest_engine,
 )
 
 __all__ = [
@@ -353,7 +353,7 @@ def placement_result(
     """
     raw, statuses = statuses, _qualified(statuses, answers, tables)
     if statuses[None] == "infeasible":
-        raise InfeasibleError("rlhf-plan: no placement fits", _explain(tables))
+        raise InfeasibleError("rlhf-plan: no placement fits", explain(tables))
     found = {k: _placement(problem, c) for k, c in answers.items() if c is not None}
     found = {k: p for k, p in found.items() if statuses[k] != "beyond"}
     for p in found.values():
@@ -457,37 +457,6 @@ def _unknown(tables: RLHFTables) -> str:
         else f"{tables.tried:,} option(s) costed, no pool size completed"
     )
     return f"the time limit ran out before any placement was found ({how}): not proven infeasible"
-
-
-def _explain(tables: RLHFTables) -> list[str]:
-    cap = tables.problem.device.usable_bytes(True)
-    out = []
-    for role in tables.roles:
-        if not any(tables.options[role].values()):
-            why = (
-                f"{role}: no pool size and parallelism fits a GPU's {cap / 1e9:,.2f} GB on its own"
-            )
-            widest = widest_engine(tables.problem) if role == Role.ROLLOUT else None
-            zero = tables.problem.spec.zero_stage
-            if widest is not None:  # the engine's bound: its widest replica's weights
-                tp, weights = widest
-                why += (
-                    f" (an engine replica is searched at tp up to {tp}, the NVLink domain, pp 1 "
-                    f"and no expert parallelism; at tp {tp} the policy's BF16 weights alone are "
-                    f"{float(weights) / 1e9:,.2f} GB a GPU)"
-                )
-            elif role != Role.ROLLOUT and zero is not None and zero < 3:  # --zero fixes it
-                why += (
-                    f" at ZeRO-{zero}, where each GPU holds its tp·pp share of the role's "
-                    "weights whole (--zero 3 shards them over dp too)"
-                )
-            out.append(why)
-    if not out:
-        out.append(
-            "memory: every role fits on its own, but no sharing of the "
-            f"{tables.problem.gpus} GPUs fits them together"
-        )
-    return out
 
 
 def seconds_of(plan: StepPlan) -> dict[str, float]:

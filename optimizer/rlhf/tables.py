@@ -42,7 +42,7 @@ from trainplan.model.hardware import ClusterLinks, DeviceSpec
 from trainplan.model.layout import Layout
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.rlhf.costs import role_cost
-from trainplan.model.rlhf.engine import engine_weights_bytes, sync_bandwidth
+from trainplan.model.rlhf.engine import sync_bandwidth
 from trainplan.model.rlhf.network import seconds_floor
 from trainplan.model.rlhf.roles import (
     Evaluator,
@@ -51,11 +51,7 @@ from trainplan.model.rlhf.roles import (
     training_pp_limit,
     training_tp_limit,
 )
-from trainplan.model.rlhf.spec import (
-    PHASES,
-    RLHFSpec,
-    Role,
-)
+from trainplan.model.rlhf.spec import PHASES, RLHFSpec, Role
 from trainplan.model.rollout import kv_heads_per_gpu
 from trainplan.model.specs import TrainingSpec
 from trainplan.model.timing import CostOptions, attention_efficiency_for, kernel_efficiency_for
@@ -77,7 +73,7 @@ __all__ = [
     "resident_int",
     "sync_ns",
     "NS",
-    "widest_engine",
+    "rollout_options",
 ]
 
 SEARCH_FRACTIONS: tuple[Fraction, ...] = tuple(Fraction(k, 10) for k in range(3, 10))
@@ -194,7 +190,8 @@ def _training_options(
     return out
 
 
-def _rollout_options(problem: RLHFProblem, n: int) -> list[RoleOption]:
+def rollout_options(problem: RLHFProblem, n: int) -> list[RoleOption]:
+    """The engine's options on ``n`` GPUs: tp, pp 1 and fraction, as the module docstring says."""
     arch = problem.spec.policy.arch
     assert arch is not None
     out = []
@@ -206,17 +203,6 @@ def _rollout_options(problem: RLHFProblem, n: int) -> list[RoleOption]:
         for f in problem.engine_fractions:
             out.append(RoleOption(Role.ROLLOUT, n, n // tp, tp, 1, "none", f))
     return out
-
-
-def widest_engine(problem: RLHFProblem) -> tuple[int, Fraction] | None:
-    """The largest engine tp :func:`_rollout_options` offers on the whole cluster and the policy's
-    BF16 weights per GPU at it, in bytes (:func:`model.rlhf.engine.engine_weights_bytes`); None
-    when no tp is offered: what an answer that no rollout fits says the engine needs at least."""
-    tps = [o.tp for o in _rollout_options(problem, problem.gpus)]
-    if not tps:
-        return None
-    tp = max(tps)
-    return tp, engine_weights_bytes(problem.spec.role(Role.ROLLOUT), tp)
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,7 +344,7 @@ class TableBuild:
         (:func:`_over`); False when ``deadline`` (a ``clock()`` time) passed first."""
         problem, bound = self.problem, self.kept_bound
         if role is Role.ROLLOUT:
-            opts = _rollout_options(problem, n)
+            opts = rollout_options(problem, n)
         else:
             opts = _training_options(problem, role, n, trainable)
         for opt in opts:
