@@ -128,7 +128,7 @@ def test_a_rollout_that_fits_no_gpu_says_what_the_widest_engine_holds():
     """``rlhf-plan`` for a model whose rollout engine fits no GPU (DeepSeek-V3 on 1,024 H100s,
     Llama 3 405B on 16) said only "rollout: no pool size and parallelism fits a GPU's 83.21 GB on
     its own", not why: the search offers an engine replica tp up to the NVLink domain and pp 1
-    (optimizer/rlhf/tables.py ``_rollout_options``), so each GPU holds at least an eighth of the
+    (optimizer/rlhf/tables.py ``rollout_options``), so each GPU holds at least an eighth of the
     weights. Llama 3 405B at tp 8: 2 B × 405,853,388,800 / 8 = 101,463,347,200 B, plus the norms
     whole on every rank ((2 × 126 + 1) × 16,384 = 4,145,152 elements, 7/8 of them × 2 B =
     7,254,016 B more): 101,470,601,216 B = 101.47 GB, above the 83.21 GB usable."""
@@ -204,3 +204,32 @@ def test_a_flag_with_one_dash_or_in_capitals_names_its_spelling():
     )
     assert refusal(runs["short"]) == "No such option '-p'."
     assert refusal(runs["negative"]) == "--tp: '-4' must be at least 1"
+
+
+def test_a_named_choice_typed_in_capitals_is_the_choice():
+    """``evaluate --framework Megatron`` was "'Megatron' is not one of 'megatron', …" (and
+    ``--recompute Full``, ``--precision BF16``), while ``rlhf --framework Megatron
+    --algorithm GRPO`` was read: every command's named choices are now read in any case, as
+    the accelerator and model names are, and give the same plan as the choice's own spelling;
+    a misspelt choice is still refused with the choices."""
+    flags = "evaluate --model llama3-70b --gpus 256 --tp 4 --pp 4 --virtual-stages 2 --json"
+    runs = run_many(
+        {
+            "capitals": [
+                *flags.split(),
+                *"--framework Megatron --recompute Full --precision BF16".split(),
+                *"--schedule Interleaved".split(),
+            ],
+            "own": [
+                *flags.split(),
+                *"--framework megatron --recompute full --precision bf16".split(),
+                *"--schedule interleaved".split(),
+            ],
+            "misspelt": "evaluate --model llama3-70b --framework Megatronn".split(),
+        }
+    )
+    assert runs["capitals"].returncode == 0, runs["capitals"].stderr
+    assert runs["capitals"].stdout == runs["own"].stdout
+    assert refusal(runs["misspelt"]) == (
+        "--framework: 'Megatronn' is not one of 'megatron', 'deepspeed', 'fsdp2', 'textbook'."
+    )
