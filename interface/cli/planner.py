@@ -141,6 +141,12 @@ BATCH: list[Decorator] = [
         "dp·b·4·pp (a note says so; a size-only model: dp·b). 'Defaults used' names the value.",
     ),
     click.option(
+        "--global-batch-tokens",
+        "global_batch_tokens",
+        help="B in tokens per step (16e6 = 1,953 sequences of 8,192 is refused; 16,777,216 = "
+        "2,048): a whole number of sequences of --seq-len; instead of --global-batch.",
+    ),
+    click.option(
         "--schedule",
         type=click.Choice([s.value for s in Schedule], case_sensitive=False),
         help="Pipeline schedule (default 1f1b); zb-h1, zb-h2, zb-v, dualpipe and dualpipev split "
