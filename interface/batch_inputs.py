@@ -1,5 +1,6 @@
-"""The global batch given in tokens, and the notes on a batch or a sequence length that no
-published run comes near.
+"""The global batch given in tokens, and the notes on inputs a published run does not have: a
+batch no published run comes near, a sequence past the model's trained context,
+multi-token-prediction modules added to a model published without them.
 
 Engineers quote a batch in tokens (Llama 3 405B: 16M tokens a step, Llama Team, The Llama 3 Herd
 of Models (2024), arXiv 2407.21783, §3.4.1); the planner's ``global_batch_size`` counts sequences
@@ -16,6 +17,7 @@ from typing import Any
 from trainplan.interface.model_inputs import count_of
 from trainplan.model.errors import InputError, check_applicable
 from trainplan.model.model_spec import ModelSpec
+from trainplan.model.params import count_params
 from trainplan.model.specs import TrainingSpec
 from trainplan.model.units import parse_count
 from trainplan.optimizer.case import DEFAULT_SEQ_LEN
@@ -25,7 +27,7 @@ __all__ = [
     "TOKENS_NOTE_ABOVE",
     "sequences_of_tokens",
     "with_batch_in_sequences",
-    "batch_notes",
+    "input_notes",
 ]
 
 LARGEST_PUBLISHED_BATCH_TOKENS = 15_360 * 4_096
@@ -93,14 +95,21 @@ def with_batch_in_sequences(
     return out
 
 
-def batch_notes(
-    params: Mapping[str, Any], model: ModelSpec, training: TrainingSpec
+def input_notes(
+    params: Mapping[str, Any], published: ModelSpec, model: ModelSpec, training: TrainingSpec
 ) -> tuple[str, ...]:
-    """The notes on ``training``'s batch and sequence (each one line): a batch given in
-    sequences (``global_batch_size`` in ``params``, not ``global_batch_tokens``) of more than
-    :data:`TOKENS_NOTE_ABOVE` tokens a step, saying it is counted in sequences; ``seq_len`` over
-    the context the model was trained at (:attr:`model.model_spec.ModelSpec.context_length`,
-    a catalogue figure): planned, as context is extended, but said."""
+    """The notes on ``params`` (each one line) planned as given but unlike any published run:
+
+    - a batch given in sequences (``global_batch_size``, not ``global_batch_tokens``) of more
+      than :data:`TOKENS_NOTE_ABOVE` tokens a step, said to count sequences;
+    - ``seq_len`` over the context ``model`` was trained at
+      (a catalogue model's ``[published] context_length``, with its source there): people
+      extend context, so it is planned, but said;
+    - ``mtp_layers`` given to a model published without multi-token prediction (``published``,
+      the model as read, before ``mtp_layers``): counted, as Megatron-LM builds the MTP block
+      of any GPT model given ``--mtp-num-layers`` (gpt_builders.py ``gpt_builder``, the last
+      decoder layer's spec, commit d98e8a64dd), and said with the parameters it adds.
+    """
     notes = []
     tokens = training.global_batch_size * training.seq_len
     if "global_batch_size" in params and tokens > TOKENS_NOTE_ABOVE:
@@ -111,10 +120,20 @@ def batch_notes(
             f"(DeepSeek-V3: 15,360 × 4,096 = {LARGEST_PUBLISHED_BATCH_TOKENS:,} tokens, arXiv "
             "2412.19437 §4.2); for a batch in tokens give `global_batch_tokens`"
         )
-    context = getattr(model, "context_length", None)
+    context = model.extra.get("context_length")
     if context is not None and "seq_len" in params and training.seq_len > context:
         notes.append(
             f"seq_len: {training.seq_len:,} tokens is over the {context:,} {model.name} was "
             "trained at (planned as a context extension would run it)"
+        )
+    before, after = published.arch, model.arch
+    if before is not None and after is not None and before.mtp_layers == 0 < after.mtp_layers:
+        added = count_params(after).total - count_params(before).total
+        notes.append(
+            f"mtp_layers: {after.mtp_layers} multi-token-prediction "
+            f"module{'s' if after.mtp_layers > 1 else ''} added to "
+            f"{model.name}, published without one: {added:,} parameters counted on the last "
+            "pipeline stage, in its memory, FLOPs and time (DeepSeek-V3 §2.2's module; "
+            "Megatron-LM's --mtp-num-layers builds it on any GPT model)"
         )
     return tuple(notes)

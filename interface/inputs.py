@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from trainplan.interface.batch_inputs import batch_notes, with_batch_in_sequences
+from trainplan.interface.batch_inputs import input_notes, with_batch_in_sequences
 from trainplan.interface.cluster_inputs import device_of, fabric_of
 from trainplan.interface.model_inputs import count_of, model_of, with_mtp
 from trainplan.interface.moe_inputs import MOE_KEYS, moe_run_of
@@ -261,10 +261,10 @@ def build_case(
     used: dict[str, Any] = {}
     model, defaults = model_of(params, used)
     params = with_batch_in_sequences(params, defaults)
-    model = with_mtp(model, params)
+    published, model = model, with_mtp(model, params)
     layout = _layout(params, model, used)
     training, notes = _training(params, model, layout, defaults, used)
-    notes = (*notes, *batch_notes(params, model, training))
+    notes = (*notes, *input_notes(params, published, model, training))
     _check_adam_knobs(params, tuple(optimizers or (layout.optimizer,)))
     _tp_plan(params, layout, used)
     check_compile(params.get("compile"), (layout.framework,))
