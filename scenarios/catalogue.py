@@ -38,6 +38,7 @@ __all__ = [
     "model_names",
     "entry_from_dict",
     "check_keys",
+    "catalogue_name",
     "LAYOUT_KEYS",
 ]
 
@@ -309,6 +310,14 @@ def get_model(name: str) -> CatalogueEntry:
     if _looks_like_path(name) or _exists(name):
         return CatalogueEntry(model=ModelSpec.from_hf_config(config_path(name)))
     return _catalogue_entry(name)  # unknown: scenarios.load names the closest models
+
+
+def catalogue_name(name: str) -> str:
+    """The catalogue's name of a model ``name`` typed in another case or with other separators
+    (``Llama3-8B`` → ``llama3-8b``); ``name`` as it is when no catalogue name (a path, a
+    misspelling left to :func:`get_model` to refuse) or more than one is it so read
+    (:func:`_catalogue_spelling`)."""
+    return _catalogue_spelling(name)
 
 
 def _catalogue_spelling(name: str) -> str:
