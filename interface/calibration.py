@@ -336,6 +336,7 @@ def read_measurements(path: str | Path) -> tuple[str, tuple[str, ...], tuple[Mea
         raise ScenarioError(
             f"measurements {p}: fit {fit!r} must name one or more of {', '.join(CALIBRATABLE)}"
         )
+    fit = [key.lower() if isinstance(key, str) else key for key in fit]  # in any case, as --fit
     for key in fit:
         if key not in CALIBRATABLE:
             raise ScenarioError(
