@@ -330,8 +330,7 @@ def read_measurements(path: str | Path) -> tuple[str, tuple[str, ...], tuple[Mea
     if not isinstance(data.get("gpu"), str) or not isinstance(runs, list) or not runs:
         raise ScenarioError(f'measurements {p}: needs gpu = "NAME" and at least one [[run]]')
     fit = data.get("fit", ["gemm_efficiency"])
-    if isinstance(fit, str):
-        fit = [fit]
+    fit = [fit] if isinstance(fit, str) else fit
     if not isinstance(fit, list) or not fit:
         raise ScenarioError(
             f"measurements {p}: fit {fit!r} must name one or more of {', '.join(CALIBRATABLE)}"

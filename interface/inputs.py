@@ -264,7 +264,6 @@ def build_case(
     published, model = model, with_mtp(model, params)
     layout = _layout(params, model, used)
     training, notes = _training(params, model, layout, defaults, used)
-    notes = (*notes, *input_notes(params, published, model, training))
     _check_adam_knobs(params, tuple(optimizers or (layout.optimizer,)))
     _tp_plan(params, layout, used)
     check_compile(params.get("compile"), (layout.framework,))
@@ -290,7 +289,7 @@ def build_case(
         vocab_multiple=count_of(params, "vocab_multiple"),
         fabric=fabric_of(params),
         defaults_used=used,
-        notes=notes,
+        notes=(*notes, *input_notes(params, published, model, training)),
         **options,
     )
 
