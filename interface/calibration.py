@@ -43,6 +43,7 @@ from trainplan.model.layout import sequence_parallel_on
 from trainplan.model.memory import keeps_gathered_inputs
 from trainplan.model.roofline import CALIBRATABLE, roofline_params_for
 from trainplan.model.tp_overlap import tp_overlap_for
+from trainplan.model.units import parse_positive
 from trainplan.topology.accelerator_file import get_part, is_part_file
 
 __all__ = [
@@ -313,8 +314,9 @@ def read_measurements(path: str | Path) -> tuple[str, tuple[str, ...], tuple[Mea
         Unreadable file, no ``gpu`` or runs, a run without a positive ``step_seconds``, a run's
         key that is no parameter (:func:`interface.inputs.unknown_parameter`: the file, the
         run's number and label, the key, the parameter meant and where they are listed), a key
-        the run's layout does not read or a bad value (evaluate's own rules,
-        :func:`interface.commands.check_layout_keys` and :func:`interface.inputs.build_case`).
+        the run's layout does not read, a bad value or an impossible layout (evaluate's own
+        rules, :func:`interface.commands.check_layout_keys`, :func:`interface.inputs.build_case`
+        and :meth:`optimizer.case.Case.evaluate`).
     """
     p = Path(path)
     try:
@@ -328,12 +330,12 @@ def read_measurements(path: str | Path) -> tuple[str, tuple[str, ...], tuple[Mea
     if not isinstance(data.get("gpu"), str) or not isinstance(runs, list) or not runs:
         raise ScenarioError(f'measurements {p}: needs gpu = "NAME" and at least one [[run]]')
     fit = data.get("fit", ["gemm_efficiency"])
-    if isinstance(fit, str):
-        fit = [fit]
+    fit = [fit] if isinstance(fit, str) else fit
     if not isinstance(fit, list) or not fit:
         raise ScenarioError(
             f"measurements {p}: fit {fit!r} must name one or more of {', '.join(CALIBRATABLE)}"
         )
+    fit = [key.lower() if isinstance(key, str) else key for key in fit]  # in any case, as --fit
     for key in fit:
         if key not in CALIBRATABLE:
             raise ScenarioError(
@@ -347,6 +349,11 @@ def read_measurements(path: str | Path) -> tuple[str, tuple[str, ...], tuple[Mea
                 f"measurements {p}: run {i}: step_seconds missing: give the run's measured "
                 "seconds per step (step_seconds = 3.7)"
             )
+        if isinstance(step, str):  # "4,000,000" or "3.7e0": one number, as every input reads it
+            try:
+                step = float(parse_positive(step, "step_seconds"))
+            except InputError as err:
+                raise ScenarioError(f"measurements {p}: run {i}: {err}") from None
         if isinstance(step, bool) or not isinstance(step, int | float) or not step > 0:
             raise ScenarioError(
                 f"measurements {p}: run {i}: step_seconds {step!r} must be a positive number"
@@ -361,15 +368,19 @@ def read_measurements(path: str | Path) -> tuple[str, tuple[str, ...], tuple[Mea
 
 
 def _check_run(where: str, label: Any, params: dict[str, Any]) -> None:
-    """Refuse a run's key that is no parameter (:func:`interface.inputs.unknown_parameter`) or
-    that its layout does not read, by evaluate's own rule
-    (:func:`interface.commands.check_layout_keys`), naming ``where`` and the run's label."""
+    """Refuse a run's key that is no parameter (:func:`interface.inputs.unknown_parameter`), that
+    its layout does not read, by evaluate's own rule
+    (:func:`interface.commands.check_layout_keys`), or a layout evaluate refuses (tp not dividing
+    the heads, a batch that does not divide: :meth:`optimizer.case.Case.evaluate`), naming
+    ``where`` and the run's label."""
     name = f"{where} ({label!r})" if isinstance(label, str) else where
     refused = unknown_parameter({k: v for k, v in params.items() if k != "gpu"})
     if refused:
         raise ScenarioError(f"{name}: {refused}")
     try:
-        check_layout_keys(build_case(params))
+        case = build_case(params)
+        check_layout_keys(case)
+        case.evaluate()  # the layout's own rules (tp dividing the heads, B by b·dp…), here named
     except PlannerError as err:
         raise ScenarioError(f"{name}: {err}") from None
 

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from trainplan.interface.batch_inputs import input_notes, with_batch_in_sequences
 from trainplan.interface.cluster_inputs import device_of, fabric_of
 from trainplan.interface.model_inputs import count_of, model_of, with_mtp
 from trainplan.interface.moe_inputs import MOE_KEYS, moe_run_of
@@ -102,6 +103,7 @@ KNOWN_KEYS = frozenset(
         "num_gpus",
         "seq_len",
         "global_batch_size",
+        "global_batch_tokens",
         "flash_attention",
         "nvlink_domain",
         "segment_gpus",
@@ -258,7 +260,8 @@ def build_case(
         raise InputError(unknown)
     used: dict[str, Any] = {}
     model, defaults = model_of(params, used)
-    model = with_mtp(model, params)
+    params = with_batch_in_sequences(params, defaults)
+    published, model = model, with_mtp(model, params)
     layout = _layout(params, model, used)
     training, notes = _training(params, model, layout, defaults, used)
     _check_adam_knobs(params, tuple(optimizers or (layout.optimizer,)))
@@ -286,7 +289,7 @@ def build_case(
         vocab_multiple=count_of(params, "vocab_multiple"),
         fabric=fabric_of(params),
         defaults_used=used,
-        notes=notes,
+        notes=(*notes, *input_notes(params, published, model, training)),
         **options,
     )
 

@@ -403,6 +403,33 @@ def _toml_error(path: Path, err: tomllib.TOMLDecodeError) -> str:
     return f"{shown_text(key, 60)}: given twice (line {found.group(1)}); give each key once"
 
 
+def _choice_case(value: Any, kind: Any) -> Any:
+    """``value`` with each name of a choice (:data:`VALUE_KINDS`' tuples) typed in another case
+    written as the choice (``framework = "Megatron"`` is megatron, ``recompute = ["Full"]`` full),
+    as the command line reads a choice in any case (click's ``case_sensitive=False``); anything
+    else as it is, for :func:`_check_value` to judge.
+
+    >>> _choice_case(["Megatron", "FSDP2"], [("megatron", "fsdp2")]), _choice_case("Rail", ("rail",))
+    (['megatron', 'fsdp2'], 'rail')
+    >>> _choice_case("Megatron; DeepSpeed", [("megatron", "deepspeed")])
+    'megatron;deepspeed'
+    """
+    choices = kind[0] if isinstance(kind, list) else kind
+    if not isinstance(choices, tuple):
+        return value
+    lower = {str(c).lower(): c for c in choices}
+
+    def one(v: Any) -> Any:
+        return lower.get(v.strip().lower(), v) if isinstance(v, str) else v
+
+    if isinstance(value, list):
+        return [one(v) for v in value]
+    if isinstance(value, str) and isinstance(kind, list) and re.search("[;,]", value):
+        items = [one(v) for v in re.split("[;,]", value)]
+        return ";".join(items) if all(i in choices for i in items) else value
+    return one(value)
+
+
 def check_scenario(data: dict[str, Any], where: str, dotted: bool = False) -> None:
     """Check a scenario's values (as TOML reads them): every key known, every value of its kind
     (:data:`VALUE_KINDS`); the grid of ``trainplan sweep`` checks its base the same way. With
@@ -437,8 +464,10 @@ def check_scenario(data: dict[str, Any], where: str, dotted: bool = False) -> No
         for key, value in table.items():
             if key in ("space", "constraints", "cluster"):
                 continue
+            kind = VALUE_KINDS.get(key, _ANY)
+            table[key] = value = _choice_case(value, kind)
             try:
-                _check_value(key, value, VALUE_KINDS.get(key, _ANY))
+                _check_value(key, value, kind)
             except InputError as err:
                 text = str(err)
                 if prefix and text.startswith(key):

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
+from trainplan.interface.mfu_measurements import check_one_measurement
 from trainplan.interface.mfu_model import mfu_model, model_attention, model_recomputed
 from trainplan.interface.render import pipeline_tab
 from trainplan.interface.rlhf.tab import RLHF_DEFAULTS, rlhf_report
@@ -201,6 +202,7 @@ def mfu_report(*args: Any, **kw: Any) -> dict[str, Any]:
     '6 · 70e9 · 4e6 ÷ (989e12 · 512 · 7 s) = 47.4%'
     """
     r, model, arch = mfu_model(as_request(MfuRequest, args, kw))
+    check_one_measurement(r)
     n_chips = parse_count(r.chips, "chips")
     peak, peak_source = resolve_peak(r.gpu, r.peak_tflops)
     dims = _mfu_dims(r)
@@ -305,15 +307,6 @@ def _mfu_dims(r: MfuRequest) -> dict[str, int | None]:
     return {k: optional_count(k, x) for k, x in {**named, "seq_len": r.seq_len}.items()}
 
 
-def _measurements_given(r: MfuRequest) -> str:
-    """The measurements ``r`` gives, each backticked with its value as typed (``given:
-    `step_seconds` 7, `tokens_per_second` 5``), for the refusal of none or several."""
-    keys: tuple[str, ...] = ("tokens", "step_seconds", "tokens_per_second", "achieved_pflops")
-    keys += ("achieved_tflops_per_gpu",)
-    said = [f"`{k}` {getattr(r, k)}" for k in keys if getattr(r, k) is not None]
-    return "given: " + ", ".join(said) if said else "no measurement given"
-
-
 def _achieved(
     r: MfuRequest,
     n: Fraction | None,
@@ -333,14 +326,6 @@ def _achieved(
         Not exactly one measurement given; tokens without ``params``; a rate not positive.
     """
     rate_given = r.achieved_pflops is not None or r.achieved_tflops_per_gpu is not None
-    given = [rate_given, r.tokens_per_second is not None]
-    given.append(r.tokens is not None or r.step_seconds is not None)
-    if sum(given) != 1 or (r.achieved_pflops is not None and r.achieved_tflops_per_gpu is not None):
-        raise InputError(
-            f"mfu: {_measurements_given(r)}; give exactly one measurement: `tokens` with "
-            "`step_seconds`, `tokens_per_second` (either with `params` or `model`), "
-            "`achieved_pflops` or `achieved_tflops_per_gpu`"
-        )
     if rate_given:
         mode = "flop_rate" if r.achieved_pflops is not None else "flop_rate_per_gpu"
         rate, line = _flop_rate(r.achieved_pflops, r.achieved_tflops_per_gpu, peak, chips)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from types import MappingProxyType
 
-__all__ = ["Limit", "LIMITS", "limit_for", "limit_key"]
+__all__ = ["FLOORS", "Floor", "Limit", "LIMITS", "floor_for", "limit_for", "limit_key"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +76,34 @@ LIMITS: Mapping[str, Limit] = MappingProxyType(
 that share one). A value above its limit is refused by :func:`check_limit` with the limit and its
 reason, rather than printed as an absurd figure (``--seq-len 1e26`` would be 4.98·10^23 GB)."""
 
+
+@dataclass(frozen=True, slots=True)
+class Floor:
+    """The smallest accepted value of a size, with the reason a smaller one is taken for a typo."""
+
+    minimum: int
+    """Smallest accepted value, in ``unit``."""
+    unit: str
+    """What the value counts (``parameters``)."""
+    why: str
+    """The rule in words: what the smaller value most likely meant, and the published sizes the
+    floor lies far below (each with its source)."""
+
+
+FLOORS: Mapping[str, Floor] = MappingProxyType(
+    {
+        "params": Floor(
+            10**6,
+            "parameters",
+            "a model size counts parameters: write 70B or 70e9 for 70 billion; the smallest "
+            "published language models have ~10^8, GPT-2 small 124M (Radford et al. 2019)",
+        ),
+    }
+)
+"""Lower limits of sizes, by parameter name (the spellings of :func:`limit_for` share one): a
+model size of ``70`` is 70 parameters, a typo for ``70B`` whose every figure would print as 0, so
+:func:`model.units.parse_count` refuses it with the floor and its reason."""
+
 _LIMIT_ALIASES: Mapping[str, str] = MappingProxyType(
     {
         **dict.fromkeys(("num_params", "num_params_declared", "policy_params"), "params"),
@@ -130,3 +158,15 @@ def limit_key(name: str) -> str:
     """The :data:`LIMITS` key of a parameter by any spelling (``--reward-params`` → ``params``)."""
     key = _canonical(name)
     return _LIMIT_ALIASES.get(key, key)
+
+
+def floor_for(name: str) -> Floor | None:
+    """The :class:`Floor` of a parameter, by any of its spellings (``--policy-params`` and
+    ``--params`` share one); None when it has none.
+
+    Examples
+    --------
+    >>> floor_for("--reward-params").minimum, floor_for("--seq-len")
+    (1000000, None)
+    """
+    return FLOORS.get(limit_key(name))

@@ -12,7 +12,7 @@ import re
 from fractions import Fraction
 
 from trainplan.model.errors import InputError
-from trainplan.model.limits import LIMITS, Limit, limit_for, limit_key
+from trainplan.model.limits import LIMITS, Limit, floor_for, limit_for, limit_key
 from trainplan.model.number_words import (
     AMBIGUOUS_SUFFIXES,
     DECIMAL_COUNTS,
@@ -206,13 +206,15 @@ def _in_range(value: Fraction, name: str, text: object) -> Fraction:
 
 
 def parse_count(text: str | float | int | Fraction, name: str = "value", minimum: int = 1) -> int:
-    """Read a whole number (``4e6``, ``70B``…) that must be at least ``minimum`` and at most the
-    parameter's :data:`LIMITS` entry (found by ``name``, see :func:`limit_for`).
+    """Read a whole number (``4e6``, ``70B``…) that must be at least ``minimum`` and its
+    :data:`~trainplan.model.limits.FLOORS` entry, if it has one (a model size: ``70`` for ``70B``),
+    and at most the parameter's :data:`LIMITS` entry (found by ``name``, see :func:`limit_for`).
 
     Raises
     ------
     InputError
-        When the text is not a number, not whole, below ``minimum`` or above the limit.
+        When the text is not a number, not whole, below ``minimum`` or the floor, or above
+        the limit.
 
     Examples
     --------
@@ -225,6 +227,12 @@ def parse_count(text: str | float | int | Fraction, name: str = "value", minimum
         raise InputError(f"{name}: {given} must be a whole number")
     if value < minimum:
         raise InputError(f"{name}: {given} must be at least {minimum}")
+    floor = floor_for(name)
+    if floor is not None and value < floor.minimum:
+        raise InputError(
+            f"{name}: {shown_number(value)} {floor.unit} is below the floor of "
+            f"{floor.minimum:,} ({floor.why})"
+        )
     check_limit(name, value, text if isinstance(text, str) else None)
     return int(value)
 

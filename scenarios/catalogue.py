@@ -17,6 +17,7 @@ and tests. File format (keys checked strictly; unknown keys are errors)::
 from __future__ import annotations
 
 import os
+import re
 import stat
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -37,6 +38,7 @@ __all__ = [
     "model_names",
     "entry_from_dict",
     "check_keys",
+    "catalogue_name",
     "LAYOUT_KEYS",
 ]
 
@@ -163,8 +165,9 @@ def entry_from_dict(d: dict[str, Any], where: str) -> CatalogueEntry:
 
 def check_model_name(name: str) -> None:
     """Refuse, reading no file, a model name :func:`get_model` would refuse as unknown: a
-    catalogue name passes, and so does a path as :func:`get_model` takes one (written as a path,
-    or an entry here), left to be read when the model is built.
+    catalogue name passes (in any case, as :func:`get_model` reads it), and so does a path as
+    :func:`get_model` takes one (written as a path, or an entry here), left to be read when the
+    model is built.
 
     Raises
     ------
@@ -172,7 +175,7 @@ def check_model_name(name: str) -> None:
         ``unknown model 'llama3-8bb'; did you mean llama3-8b, llama3-70b, llama3-405b?``
     """
     name = str(name)
-    if name in model_names() or _looks_like_path(name) or _exists(name):
+    if _catalogue_spelling(name) in model_names() or _looks_like_path(name) or _exists(name):
         return
     scenarios.load("models", name)  # unknown: names the closest models
 
@@ -268,11 +271,12 @@ def get_model(name: str) -> CatalogueEntry:
     Parameters
     ----------
     name : str
-        A catalogue name (``llama3-405b``), a path to a ``config.json``, or a folder holding one.
-        A catalogue name is the catalogue's model even when a file or folder of that name is in
-        the working folder (a note says so, and that ``./name`` reads it); a path is written
-        with a ``/``, ``.``, ``~`` or ``.json`` (:func:`config_path`), or is any other name that
-        exists here. A path gives a model with empty training defaults and layout.
+        A catalogue name (``llama3-405b``, in any case: ``Llama3-405B``), a path to a
+        ``config.json``, or a folder holding one. A catalogue name is the catalogue's model even
+        when a file or folder of that name is in the working folder (a note says so, and that
+        ``./name`` reads it); a path is written with a ``/``, ``.``, ``~`` or ``.json``
+        (:func:`config_path`), or is any other name that exists here. A path gives a model with
+        empty training defaults and layout.
 
     Returns
     -------
@@ -291,6 +295,8 @@ def get_model(name: str) -> CatalogueEntry:
     (126, 8192, 16)
     """
     name = str(name)
+    if not _looks_like_path(name) and not _exists(name):
+        name = _catalogue_spelling(name)
     if not _looks_like_path(name) and name in model_names():
         entry = _catalogue_entry(name)
         if not _exists(name):
@@ -304,6 +310,38 @@ def get_model(name: str) -> CatalogueEntry:
     if _looks_like_path(name) or _exists(name):
         return CatalogueEntry(model=ModelSpec.from_hf_config(config_path(name)))
     return _catalogue_entry(name)  # unknown: scenarios.load names the closest models
+
+
+def catalogue_name(name: str) -> str:
+    """The catalogue's name of a model ``name`` typed in another case or with other separators
+    (``Llama3-8B`` → ``llama3-8b``); ``name`` as it is when no catalogue name (a path, a
+    misspelling left to :func:`get_model` to refuse) or more than one is it so read
+    (:func:`_catalogue_spelling`)."""
+    return _catalogue_spelling(name)
+
+
+def _catalogue_spelling(name: str) -> str:
+    """The catalogue's name of ``name`` typed in another case or with other separators
+    (``Llama3-70B``, ``llama3_70b``, ``llama-3-70b`` → ``llama3-70b``), as an accelerator's name is
+    read (``h100_sxm``, :func:`topology.accelerators.name_key`, whose dots are kept here: they
+    are a size's, ``megatron-1.7b``); ``name`` itself when no catalogue name, or more than one,
+    is it so read.
+
+    Examples
+    --------
+    >>> _catalogue_spelling("DeepSeek-V3"), _catalogue_spelling("llama_3 70B")
+    ('deepseek-v3', 'llama3-70b')
+    >>> _catalogue_spelling("lama3-8b")
+    'lama3-8b'
+    """
+    key = _spelling_key(name)
+    known = [n for n in model_names() if _spelling_key(n) == key]
+    return known[0] if len(known) == 1 else name
+
+
+def _spelling_key(name: str) -> str:
+    """``name`` in lower case without spaces, hyphens or underscores."""
+    return re.sub(r"[\s\-_]+", "", name).lower()
 
 
 @lru_cache(maxsize=64)

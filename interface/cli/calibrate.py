@@ -33,7 +33,8 @@ from trainplan.model.errors import InputError
             "hbm_efficiency",
             "scaleup_efficiency",
             "scaleout_efficiency",
-        ]
+        ],
+        case_sensitive=False,
     ),
     help="A figure to fit (repeatable); default the file's `fit`, else gemm_efficiency.",
 )

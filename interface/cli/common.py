@@ -13,7 +13,7 @@ from typing import Any
 import click
 import cloup
 
-from trainplan.interface.cli.flag_hints import spelled_here, taken_elsewhere
+from trainplan.interface.cli.flag_hints import misspelt_here, spelled_here, taken_elsewhere
 from trainplan.interface.flags import (
     MOVED_FLAGS,
     flag_for,
@@ -73,6 +73,7 @@ class GuardedCommand(cloup.Command):
         command's parameters with this command's (:func:`interface.cli.flag_hints.spelled_here`) or another command's flag
         (:func:`interface.cli.flag_hints.taken_elsewhere`), where click would say
         "No such option" (``pipeline --pp 8``: "Did you mean '--help', '--png'?")."""
+        misspelt_here(ctx.info_name or "", self.params, args)
         spelled_here(ctx.info_name or "", self.params, args)
         taken_elsewhere(ctx, self.params, args)
         if any("--set" in getattr(p, "opts", ()) for p in self.params):

@@ -1,7 +1,9 @@
 """Hints for a flag a command does not take: another command's spelling of one of its
 parameters (:func:`spelled_here`) or another command's flag (:func:`taken_elsewhere`), refused in
 one line naming what to write, where click would say only "No such option" or guess at a near
-spelling (:class:`interface.cli.common.GuardedCommand` calls both before click parses)."""
+spelling, and one of this command's flags typed with one dash or in capitals
+(:func:`misspelt_here`); :class:`interface.cli.common.GuardedCommand` calls them before click
+parses."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import click
 from trainplan.interface.flags import PARAMETER_FLAGS, derived_count
 from trainplan.model.errors import InputError
 
-__all__ = ["spelled_here", "taken_elsewhere"]
+__all__ = ["misspelt_here", "spelled_here", "taken_elsewhere"]
 
 
 def spelled_here(command: str, params: list[click.Parameter], args: list[str]) -> None:
@@ -44,6 +46,34 @@ def spelled_here(command: str, params: list[click.Parameter], args: list[str]) -
         example = f": {other} {value}" if value and not value.startswith("-") else ""
         raise InputError(
             f"{flag}: no such option of trainplan {command}; write it {other}{also}{example}"
+        )
+
+
+def misspelt_here(command: str, params: list[click.Parameter], args: list[str]) -> None:
+    """Refuse one of this command's long flags typed with one dash (``-tp 4``, which click reads
+    as ``-t`` and says "No such option: -t") or in other case (``--TP 4``), naming the flag as
+    written and the spelling to write.
+
+    Raises
+    ------
+    InputError
+        ``-tp: no such option of trainplan evaluate; write it --tp: --tp 4``.
+    """
+    here = {o for p in params for o in (*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ()))}
+    longs = {o.lower(): o for o in here if o.startswith("--")}
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return
+        flag, eq, value = arg.partition("=")
+        if flag in here or not flag.startswith("-") or not flag[1:].lstrip("-")[:1].isalpha():
+            continue  # a flag of this command, a value, a negative number
+        meant = longs.get("--" + flag.lstrip("-").lower())
+        if meant is None or len(flag) == 2:  # -p: a short option, click's own refusal
+            continue
+        value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+        example = f": {meant} {value}" if value and not value.startswith("-") else ""
+        raise InputError(
+            f"{flag}: no such option of trainplan {command}; write it {meant}{example}"
         )
 
 

@@ -61,7 +61,7 @@ def _frontier_progress(as_json: bool) -> Iterator[Callable[[int, int], None] | N
 FRONTIER_OPTIONS: list[Decorator] = [
     click.option(
         "--against",
-        type=click.Choice(["memory", "gpus", "price"]),
+        type=click.Choice(["memory", "gpus", "price"], case_sensitive=False),
         default="memory",
         show_default=True,
         help="Second axis: memory per GPU, GPU count, or cluster $/hour.",

@@ -55,7 +55,7 @@ MODEL: list[Decorator] = [
     ),
     click.option(
         "--arch",
-        type=click.Choice(["gpt", "llama"]),
+        type=click.Choice(["gpt", "llama"], case_sensitive=False),
         help="Layer family of a model given by its dimensions.",
     ),
     click.option(
@@ -100,7 +100,7 @@ RECIPE: list[Decorator] = [
     ),
     click.option(
         "--precision",
-        type=click.Choice(["bf16", "fp8"]),
+        type=click.Choice(["bf16", "fp8"], case_sensitive=False),
         help="GEMM precision of the linear layers (default bf16). fp8 = Transformer Engine: "
         "cached FP8 weight copies (+2 B per linear weight, weight and transpose; +1 B on "
         "Blackwell under per-tensor scaling), linear inputs saved in FP8, "
@@ -110,7 +110,7 @@ RECIPE: list[Decorator] = [
     click.option(
         "--fp8-recipe",
         "fp8_recipe",
-        type=click.Choice(["delayed", "tensorwise", "blockwise", "mxfp8"]),
+        type=click.Choice(["delayed", "tensorwise", "blockwise", "mxfp8"], case_sensitive=False),
         help="With --precision fp8: Megatron-Core's --fp8-recipe (default delayed; NeMo's "
         "FP8-CS is tensorwise, FP8-MX is mxfp8, Blackwell only). Sets the linear GEMMs' "
         "published speed-up per pass and the scales' bytes.",

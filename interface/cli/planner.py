@@ -46,7 +46,7 @@ CLUSTER: list[Decorator] = [
 LAYOUT: list[Decorator] = [
     click.option(
         "--framework",
-        type=click.Choice(["megatron", "deepspeed", "fsdp2", "textbook"]),
+        type=click.Choice(["megatron", "deepspeed", "fsdp2", "textbook"], case_sensitive=False),
         help="Whose mechanism a ZeRO stage is: peak memory and traffic as that framework runs "
         "it (default megatron; megatron --zero 3 is Megatron-FSDP); textbook = the ZeRO paper's "
         "steady state.",
@@ -78,7 +78,7 @@ LAYOUT: list[Decorator] = [
     ),
     click.option(
         "--recompute",
-        type=click.Choice(["none", "sqrt", "selective", "full"]),
+        type=click.Choice(["none", "sqrt", "selective", "full"], case_sensitive=False),
         help="Activation recomputation (default none). selective is the framework's own: "
         "Megatron-Core's --recompute-modules (core_attn unless --set recompute_modules says), "
         "torchtitan's op-level policy under fsdp2.",
@@ -92,7 +92,7 @@ LAYOUT: list[Decorator] = [
     click.option(
         "--cp-kind",
         "cp_kind",
-        type=click.Choice(CP_KIND_CHOICES),
+        type=click.Choice(CP_KIND_CHOICES, case_sensitive=False),
         help="How the cp ranks exchange attention's inputs: ring (K/V point to point), "
         "all-gather (Llama 3), ulysses (all-to-all over heads), ulysses-kv-repeat "
         "(verl's: K/V heads repeated up to cp; fsdp2, textbook), a2a+p2p "
@@ -112,7 +112,7 @@ LAYOUT: list[Decorator] = [
     click.option(
         "--optimizer",
         "optimizer",
-        type=click.Choice([k.value for k in OptimizerKind]),
+        type=click.Choice([k.value for k in OptimizerKind], case_sensitive=False),
         help="The optimizer whose state and step are counted (default adam): adam-8bit "
         "(bitsandbytes), adafactor, lion, muon (AdamW on the non-matrix parameters), soap; "
         "each under the frameworks that offer it.",
@@ -141,8 +141,14 @@ BATCH: list[Decorator] = [
         "dp·b·4·pp (a note says so; a size-only model: dp·b). 'Defaults used' names the value.",
     ),
     click.option(
+        "--global-batch-tokens",
+        "global_batch_tokens",
+        help="B in tokens per step (16e6 = 1,953 sequences of 8,192 is refused; 16,777,216 = "
+        "2,048): a whole number of sequences of --seq-len; instead of --global-batch.",
+    ),
+    click.option(
         "--schedule",
-        type=click.Choice([s.value for s in Schedule]),
+        type=click.Choice([s.value for s in Schedule], case_sensitive=False),
         help="Pipeline schedule (default 1f1b); zb-h1, zb-h2, zb-v, dualpipe and dualpipev split "
         "the backward (under the frameworks that run them).",
     ),
@@ -185,7 +191,7 @@ OUTPUT: list[Decorator] = [
     click.option(
         "--mfu-convention",
         "mfu_convention",
-        type=click.Choice(["6n", "6n+attention", "megatron"]),
+        type=click.Choice(["6n", "6n+attention", "megatron"], case_sensitive=False),
         help="Model FLOPs: 6·N per token (default), plus PaLM's attention FLOPs, or "
         "Korthikanti's term by term.",
     ),

@@ -81,7 +81,9 @@ BATCH: list[Decorator] = [
 OBJECTIVE: list[Decorator] = [
     click.option(
         "--objective",
-        type=click.Choice(["step-time", "tokens-per-gpu", "time-to-train", "cost", "params"]),
+        type=click.Choice(
+            ["step-time", "tokens-per-gpu", "time-to-train", "cost", "params"], case_sensitive=False
+        ),
         help="What to minimise (default step-time; time-to-train and cost need --tokens); "
         "params (search only): the largest family member that fits.",
     ),
@@ -95,7 +97,7 @@ OBJECTIVE: list[Decorator] = [
 SPACE: list[Decorator] = [
     list_option(
         "--framework",
-        type=click.Choice(["megatron", "deepspeed", "fsdp2", "textbook"]),
+        type=click.Choice(["megatron", "deepspeed", "fsdp2", "textbook"], case_sensitive=False),
         help="Framework profile(s) whose mechanisms the search chooses among (repeatable; "
         "default megatron; its ZeRO-3 is Megatron-FSDP). textbook is the ZeRO paper's steady "
         "state.",
@@ -107,12 +109,12 @@ SPACE: list[Decorator] = [
     list_option("--zero", type=click.IntRange(0, 3), help="Allowed ZeRO stages (repeatable)."),
     list_option(
         "--recompute",
-        type=click.Choice([r.value for r in Recompute]),
+        type=click.Choice([r.value for r in Recompute], case_sensitive=False),
         help="Recompute modes allowed (repeatable; default all).",
     ),
     list_option(
         "--schedule",
-        type=click.Choice([s.value for s in Schedule]),
+        type=click.Choice([s.value for s in Schedule], case_sensitive=False),
         help="Pipeline schedules allowed (repeatable; default all the framework runs).",
     ),
     list_option(
@@ -138,7 +140,7 @@ SPACE: list[Decorator] = [
     list_option(
         "--cp-kind",
         "cp_kind",
-        type=click.Choice(CP_KIND_CHOICES),
+        type=click.Choice(CP_KIND_CHOICES, case_sensitive=False),
         help="CP flavours to choose among on shapes with cp > 1 (repeatable; default ring, "
         "all-gather, ulysses, pytorch-allgather and pytorch-alltoall, each under the frameworks "
         "that run it; ulysses-kv-repeat and a2a+p2p only when given).",
@@ -146,7 +148,7 @@ SPACE: list[Decorator] = [
     list_option(
         "--optimizer",
         "optimizer",
-        type=click.Choice([k.value for k in OptimizerKind]),
+        type=click.Choice([k.value for k in OptimizerKind], case_sensitive=False),
         help="Optimizers to choose among (repeatable; default adam only: another is chosen "
         "only when given), each under the frameworks that run it.",
     ),
@@ -282,7 +284,7 @@ SEARCH_OPTIONS: list[Decorator] = [
     ),
     click.option(
         "--maximize",
-        type=click.Choice(["params"]),
+        type=click.Choice(["params"], case_sensitive=False),
         help="The largest model of --model's family that fits: its depth varied in steps of "
         "an eighth of its layers (llama3-70b: 10, 20, …), up to --max-layers.",
     ),

@@ -51,7 +51,7 @@ from trainplan.interface.sweep.names import check_grid_objective, check_models, 
 from trainplan.model.errors import PlannerError, ScenarioError
 from trainplan.model.units import parse_count, parse_counts, parse_number
 from trainplan.optimizer.problem import gpu_counts
-from trainplan.scenarios.catalogue import check_model_name
+from trainplan.scenarios.catalogue import catalogue_name, check_model_name
 from trainplan.topology.accelerator_file import get_part
 from trainplan.topology.accelerators import is_part_file
 from trainplan.topology.what_if import WHAT_IFS, what_if_label, what_if_part
@@ -367,7 +367,7 @@ def _axis_values(axis: str, value: Any, where: str) -> list[Any]:
         return [value if is_part_file(value) else part.name]
     if axis == "framework":
         return [str(parse_framework(value))]
-    return [value]
+    return [catalogue_name(value)]  # the model, as the catalogue spells it: rows, repeats
 
 
 def _one_value(axis: str, value: Any, where: str) -> Any:

@@ -27,6 +27,7 @@ from trainplan.model.rlhf.step import (
     sync_peak,
 )
 from trainplan.optimizer.rlhf.cpsat import NS, PlacementChoice, PlacementModel, int_costs
+from trainplan.optimizer.rlhf.explain import explain
 from trainplan.optimizer.rlhf.tables import (
     RLHFProblem,
     RLHFTables,
@@ -352,7 +353,7 @@ def placement_result(
     """
     raw, statuses = statuses, _qualified(statuses, answers, tables)
     if statuses[None] == "infeasible":
-        raise InfeasibleError("rlhf-plan: no placement fits", _explain(tables))
+        raise InfeasibleError("rlhf-plan: no placement fits", explain(tables))
     found = {k: _placement(problem, c) for k, c in answers.items() if c is not None}
     found = {k: p for k, p in found.items() if statuses[k] != "beyond"}
     for p in found.values():
@@ -456,22 +457,6 @@ def _unknown(tables: RLHFTables) -> str:
         else f"{tables.tried:,} option(s) costed, no pool size completed"
     )
     return f"the time limit ran out before any placement was found ({how}): not proven infeasible"
-
-
-def _explain(tables: RLHFTables) -> list[str]:
-    cap = tables.problem.device.usable_bytes(True)
-    out = []
-    for role in tables.roles:
-        if not any(tables.options[role].values()):
-            out.append(
-                f"{role}: no pool size and parallelism fits a GPU's {cap / 1e9:,.2f} GB on its own"
-            )
-    if not out:
-        out.append(
-            "memory: every role fits on its own, but no sharing of the "
-            f"{tables.problem.gpus} GPUs fits them together"
-        )
-    return out
 
 
 def seconds_of(plan: StepPlan) -> dict[str, float]:

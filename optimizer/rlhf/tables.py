@@ -51,11 +51,7 @@ from trainplan.model.rlhf.roles import (
     training_pp_limit,
     training_tp_limit,
 )
-from trainplan.model.rlhf.spec import (
-    PHASES,
-    RLHFSpec,
-    Role,
-)
+from trainplan.model.rlhf.spec import PHASES, RLHFSpec, Role
 from trainplan.model.rollout import kv_heads_per_gpu
 from trainplan.model.specs import TrainingSpec
 from trainplan.model.timing import CostOptions, attention_efficiency_for, kernel_efficiency_for
@@ -77,6 +73,7 @@ __all__ = [
     "resident_int",
     "sync_ns",
     "NS",
+    "rollout_options",
 ]
 
 SEARCH_FRACTIONS: tuple[Fraction, ...] = tuple(Fraction(k, 10) for k in range(3, 10))
@@ -193,7 +190,8 @@ def _training_options(
     return out
 
 
-def _rollout_options(problem: RLHFProblem, n: int) -> list[RoleOption]:
+def rollout_options(problem: RLHFProblem, n: int) -> list[RoleOption]:
+    """The engine's options on ``n`` GPUs: tp, pp 1 and fraction, as the module docstring says."""
     arch = problem.spec.policy.arch
     assert arch is not None
     out = []
@@ -346,7 +344,7 @@ class TableBuild:
         (:func:`_over`); False when ``deadline`` (a ``clock()`` time) passed first."""
         problem, bound = self.problem, self.kept_bound
         if role is Role.ROLLOUT:
-            opts = _rollout_options(problem, n)
+            opts = rollout_options(problem, n)
         else:
             opts = _training_options(problem, role, n, trainable)
         for opt in opts:

@@ -49,7 +49,7 @@
     const cpKind = lay.cp > 1 ? ` ${lay.cp_a2a ? `${lay.cp_kind} (a2a ${lay.cp_a2a})` : lay.cp_kind}` : "";
     const active = d.model.num_active_params !== undefined && d.model.num_active_params !== null ? ` (${TP.num(d.model.num_active_params)} active)` : "";
     TP.$("#headline").innerHTML = `<b>${TP.esc(d.model.name)}</b>: ${TP.num(d.model.num_params)} parameters${active} on ${TP.num(d.num_gpus)} × ${TP.esc(d.gpu.name)}<br>` +
-      `<span class="mono" id="layout-line">dp ${lay.dp} × tp ${lay.tp} × pp ${lay.pp} × cp ${lay.cp}${TP.esc(cpKind)} (ep ${lay.ep}${lay.etp !== undefined && lay.etp !== lay.tp ? `, etp ${lay.etp}` : ""}), ${lay.framework} ZeRO-${lay.zero_stage}, recompute ${lay.recompute}, ${lay.schedule}${lay.virtual_stages > 1 ? " v=" + lay.virtual_stages : ""}, b ${lay.micro_batch_size}, B ${lay.global_batch_size}, m ${lay.num_microbatches}, s ${lay.seq_len}, rank order ${lay.rank_order || "tp-cp-ep-dp-pp"}</span>`;
+      `<span class="mono" id="layout-line">dp ${lay.dp} × tp ${lay.tp} × pp ${lay.pp} × cp ${lay.cp}${TP.esc(cpKind)} (ep ${lay.ep}${lay.etp !== undefined && lay.etp !== lay.tp ? `, etp ${lay.etp}` : ""}), ${lay.framework} ZeRO-${lay.zero_stage}, recompute ${lay.recompute}, ${lay.schedule}${lay.virtual_stages > 1 ? " v=" + lay.virtual_stages : ""}, b ${lay.micro_batch_size}, B ${TP.num(lay.global_batch_size)}, m ${TP.num(lay.num_microbatches)}, s ${TP.num(lay.seq_len)}, rank order ${lay.rank_order || "tp-cp-ep-dp-pp"}</span>`;
     const v = TP.$("#verdict");
     v.className = `verdict ${m.fits ? "fits" : "nofit"}`;
     v.textContent = (m.fits ? "fits" : `DOES NOT FIT: over by ${TP.gb(m.overflow_bytes)}`) +

@@ -86,7 +86,7 @@ TP.searchPage("search", (last, q) => {
     return `<div class="card answer" data-answer="${i}">
       <h3>${answers.length > 1 ? `#${i + 1}: ` : ""}${TP.esc(a.job)}</h3>
       <p>objective (${TP.esc(a.objective_kind)}): <b class="objective">${TP.esc(a.objective_text)}</b></p>
-      <p class="mono">dp ${lay.dp} × tp ${lay.tp} × pp ${lay.pp} × cp ${lay.cp} (ep ${lay.ep}), ${lay.framework} ZeRO-${lay.zero_stage}, recompute ${lay.recompute}, ${lay.schedule}${lay.virtual_stages > 1 ? " v=" + lay.virtual_stages : ""}, b ${lay.micro_batch_size}, B ${lay.global_batch_size}, m ${lay.num_microbatches}, s ${lay.seq_len}</p>
+      <p class="mono">dp ${lay.dp} × tp ${lay.tp} × pp ${lay.pp} × cp ${lay.cp} (ep ${lay.ep}), ${lay.framework} ZeRO-${lay.zero_stage}, recompute ${lay.recompute}, ${lay.schedule}${lay.virtual_stages > 1 ? " v=" + lay.virtual_stages : ""}, b ${lay.micro_batch_size}, B ${TP.num(lay.global_batch_size)}, m ${TP.num(lay.num_microbatches)}, s ${TP.num(lay.seq_len)}</p>
       <div class="big"><div><b class="total">${TP.gb(m.total_bytes)}</b><span>memory per GPU of ${TP.gb(m.capacity_bytes)}</span></div>
       <div><b class="step">${TP.secs(t.step_s)}</b><span>step time</span></div><div><b class="mfu">${TP.pct(t.mfu)}</b><span>MFU</span></div>
       <div><b>${TP.pct(t.hfu)}</b><span>HFU</span></div></div>
