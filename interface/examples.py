@@ -144,12 +144,15 @@ def _giving_way(
     * a ``model``: a planner example's ``params``; an RLHF example's textbook-only sizes
       (:data:`interface.rlhf.report.SEED_ONLY`: ``policy_params``, ``reward_params``, …), which
       the faithful accounting takes from the model;
+    * a ``global_batch_tokens``: the example's ``global_batch_size`` (the batch in sequences);
     * on the RLHF tab, another ``algorithm`` or ``reward``: what that step has no use for
       (:func:`model.rlhf.shares.not_applicable`: a rule-based reward's or DPO's
       ``reward_params``, DPO's ``reward`` and rollout MFU).
 
     >>> _giving_way("rlhf", {"algorithm": "grpo", "reward_params": 70e9}, {"reward": "rule"})
     ['reward_params']
+    >>> _giving_way("planner", {"global_batch_size": 2048}, {"global_batch_tokens": 16777216})
+    ['global_batch_size']
 
     Raises
     ------
@@ -161,6 +164,10 @@ def _giving_way(
     out = []
     if "model" in given and tab == "planner":
         out.append("params")
+    if "global_batch_tokens" in given and "global_batch_size" not in given:
+        # the batch in tokens replaces the example's batch in sequences
+        # (interface.batch_inputs.with_batch_in_sequences refuses both given)
+        out.append("global_batch_size")
     if tab != "rlhf":
         return out
     from trainplan.interface.rlhf.report import SEED_ONLY

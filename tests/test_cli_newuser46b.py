@@ -182,3 +182,23 @@ def test_calibrates_fit_and_a_scenario_files_choices_read_in_any_case(tmp_path):
     for answer in (said, want):
         answer.pop("timing", None)
     assert said["layout"] == want["layout"] and said["layout"]["recompute"] == "full"
+
+
+def test_an_examples_batch_gives_way_to_a_batch_in_tokens():
+    """``example llama3-405b --global-batch-tokens 16,777,216`` was refused as giving both
+    batches (the example's own 2,048 sequences beside the user's tokens): the example's batch is a
+    default, so the tokens replace it — 16,777,216 ÷ 8,192 = 2,048 sequences, the example's own
+    batch, so its step time is the example's — and the headline and ``replaced`` say so."""
+    runs = run_many(
+        {
+            "tokens": ["example", "llama3-405b", "--global-batch-tokens", "16,777,216", "--json"],
+            "own": ["example", "llama3-405b", "--json"],
+            "text": ["example", "llama3-405b", "--global-batch-tokens", "16,777,216"],
+        }
+    )
+    tokens, own = (json.loads(runs[k].stdout) for k in ("tokens", "own"))
+    assert tokens["replaced"] == {"global_batch_size": 2048}
+    assert tokens["time"]["step_s"] == own["time"]["step_s"]
+    assert "--global-batch-tokens 16,777,216 (in place of the example's global_batch_size=2048" in (
+        runs["text"].stdout
+    )
