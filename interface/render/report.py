@@ -11,6 +11,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from trainplan.interface.flags import with_flags
 from trainplan.interface.outputs import output_path, writing
 from trainplan.interface.render.bubble_note import equal_stage_bubble
 from trainplan.interface.render.memory_labels import FREED_LABEL, gathered_label, library_labels
@@ -242,7 +243,7 @@ def evaluate_text(d: dict[str, Any], defaults_used: dict[str, Any] | None = None
             f"{k} = {v:,}" if type(v) is int else f"{k} = {v}" for k, v in defaults_used.items()
         ]
         out.append("Defaults used: " + ", ".join(said))  # a whole number as 8,192
-    out += [f"Note: {n}" for n in d["notes"]]
+    out += [f"Note: {with_flags(n)}" for n in d["notes"]]  # a `parameter` as its flag
     return "\n".join(out)
 
 
