@@ -137,6 +137,7 @@ from trainplan.model.activation_rows import (
 from trainplan.model.context_parallel import CpKind
 from trainplan.model.eager_saved import eager_rows
 from trainplan.model.errors import InputError
+from trainplan.model.moe_run import DROPLESS, MoERun, row_factors
 from trainplan.model.op_checkpoint import op_selective_bytes
 from trainplan.model.precision import FP8_ACTIVATION_BYTES
 from trainplan.model.recompute_modules import recomputed_rows
@@ -267,6 +268,10 @@ class ActivationContext:
     ep: int = 1
     """Expert-parallel degree (with ``gathered_block_inputs``: torchtitan routes a MoE layer's
     tokens on the gathered tensor when ep = 1 and on the sequence shard when ep > 1)."""
+    moe_run: MoERun = DROPLESS
+    """How the MoE layers route (:class:`model.moe_run.MoERun`): a capacity padded to, or the
+    busiest expert-parallel rank's imbalance, sizes the routed rows (:meth:`routed_row_factors`).
+    The default, dropless and balanced, keeps them at ``k·S``."""
     op_selective: bool = False
     """Selective recomputation is torchtitan's op-level policy (the ``fsdp2`` profile,
     :mod:`model.op_checkpoint`): a dense flash-attention layer keeps the block input, every other
@@ -362,6 +367,14 @@ class ActivationContext:
     def tokens(self) -> Fraction:
         """S = (s/cp)·b tokens on this rank per micro-batch."""
         return Fraction(self.seq_len, self.cp) * self.micro_batch_size
+
+    def routed_row_factors(self, experts: int, top_k: int) -> tuple[Fraction, Fraction]:
+        """(sent, received): the routed rows the source side and the busiest rank's experts
+        hold, each ÷ ``k·S`` (:func:`model.moe_run.row_factors` for ``S`` ÷ tp with sequence
+        parallelism, the tokens the clock's expert GEMMs route, and this context's ep);
+        (1, 1) dropless and balanced."""
+        local = self.tokens / (self.tp if self.sequence_parallel else 1)
+        return row_factors(self.moe_run, local, experts, top_k, self.ep)
 
     @property
     def fp8_shared_fc1_saves_original(self) -> bool:
