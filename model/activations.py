@@ -70,6 +70,12 @@ Variants, derived the same way:
   DeepSpeed's native MoE (``deepspeed_gate``) saves its router's FP32 input ``4·S·h`` instead
   of the BF16 one, the FP32 gate weight and its gating function's own routing tensors
   (:func:`model.moe_working_set.deepspeed_gate_rows`).
+  The ``k`` routed copies are the balanced dropless count; under a capacity padded to, or
+  expert load imbalance (``moe_run``), the tensors on the experts' side (their input, the
+  activation's input and output, the down projection's input, the weights kept by the weighted
+  activation) hold the busiest expert-parallel rank's received rows and those on the source side
+  (the outputs kept for the combine, the permutation indices) the rows the rank sends
+  (:meth:`ActivationContext.routed_row_factors`, :func:`model.moe_run.row_factors`).
 * Context parallelism (:mod:`model.context_parallel`): every flavour keeps the local tensors
   above, of ``S = (s/cp)·b`` tokens — the ring keeps the last K/V chunk it received instead of
   its own (the same bytes), Ulysses its Q, K, V after the all-to-all (s tokens of a/cp heads:
