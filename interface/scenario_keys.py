@@ -193,7 +193,8 @@ KEY_HELP: dict[str, str] = {
     "capacity (Megatron-Core --moe-pad-expert-input-to-capacity, DeepSpeed drop_tokens): "
     "E x C rows computed and sent whatever the routing.",
     "moe_imbalance": "MoE: routed rows the busiest expert-parallel rank receives / the mean "
-    "(>= 1; default 1, balanced). Sets that rank's expert GEMMs and all-to-all receive.",
+    "(>= 1; default 1, balanced). Sets that rank's expert GEMMs, all-to-all receive and the "
+    "memory of the rows its experts receive.",
     "moe_node_limit": "MoE with the deepep dispatcher: nodes a token's experts may span "
     "(DeepSeek-V3's node-limited routing, M = 4; Megatron-Core's --moe-router-group-topk with "
     "its --moe-router-num-groups = nodes).",

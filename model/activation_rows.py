@@ -301,6 +301,10 @@ def mlp_rows(
         assert moe is not None
         k = moe.experts_per_token
         gathered = ctx.expert_tp if ctx.sequence_parallel else 1  # etp ranks' routed tokens
+        # the busiest rank's experts' rows (kr·S) and the rows its own tokens send (ks·S):
+        # k·S both, dropless and balanced (model.moe_run.row_factors)
+        sent, received = ctx.routed_row_factors(moe.num_experts, k)
+        kr, ks = k * received, k * sent
         router = [("router and dispatch input", beta * S * h, "sp")]
         if ctx.deepspeed_gate:  # DeepSpeed's gate saves its FP32 input and routing tensors
             router = deepspeed_gate_rows(arch, S, beta)
@@ -309,21 +313,21 @@ def mlp_rows(
         # the router's FP32 [S, E] copies: one counted (see the note above this function)
         rows += router + [
             ("router probabilities (fp32)", ctx.router_score_bytes * S * moe.num_experts, "sp"),
-            ("routed expert inputs (top-k copies)", k * beta * S * h * gathered, "sp"),
+            ("routed expert inputs (top-k copies)", kr * beta * S * h * gathered, "sp"),
         ]
         if ctx.permute_map_bytes:  # TE's fused permutation's int32 row map, [S, 2E + 1]
             map_bytes = ctx.permute_map_bytes * S * (2 * moe.num_experts + 1)
             rows.append(("token permutation row map (int32, fused)", map_bytes, "sp"))
         ffn_e = moe.expert_ffn_hidden_size
-        rows += _swiglu_or_gelu("routed expert", arch, k * S, ffn_e, ctx)
+        rows += _swiglu_or_gelu("routed expert", arch, kr * S, ffn_e, ctx)
         if ctx.clamp_copies_glu_input and arch.glu_clamp and arch.mlp.gated:
-            rows.append((CLAMPED_GLU_COPY, 2 * beta * k * S * ffn_e, "tp"))
+            rows.append((CLAMPED_GLU_COPY, 2 * beta * kr * S * ffn_e, "tp"))
         combine = beta if ctx.combine_output_bytes is None else ctx.combine_output_bytes
-        if combine:
-            rows.append(("routed expert outputs for the combine", k * combine * S * h, "sp"))
+        if combine:  # back on the source side, un-permuted after the combine's all-to-all
+            rows.append(("routed expert outputs for the combine", ks * combine * S * h, "sp"))
         else:  # the weighted activation keeps the fp32 weights of the routed tokens it sees
             rows.append(
-                ("routing weights in the expert activation (fp32)", 4 * k * S * gathered, "sp")
+                ("routing weights in the expert activation (fp32)", 4 * kr * S * gathered, "sp")
             )
         if moe.num_shared_experts:
             ffn = moe.num_shared_experts * moe.shared_ffn
@@ -334,7 +338,7 @@ def mlp_rows(
                 # back keeps two int64 index vectors (the dispatch gather's and the combine
                 # gather's); the weighted combine keeps the top-k routing weights (β).
                 ("router top-k indices (int64)", 8 * k * S, "sp"),
-                ("token permutation indices (int64, dispatch and combine)", 16 * k * S, "sp"),
+                ("token permutation indices (int64, dispatch and combine)", 16 * ks * S, "sp"),
                 ("routing weights for the combine", beta * k * S, "sp"),
             ]
     if conv == "pytorch":

@@ -70,6 +70,12 @@ Variants, derived the same way:
   DeepSpeed's native MoE (``deepspeed_gate``) saves its router's FP32 input ``4·S·h`` instead
   of the BF16 one, the FP32 gate weight and its gating function's own routing tensors
   (:func:`model.moe_working_set.deepspeed_gate_rows`).
+  The ``k`` routed copies are the balanced dropless count; under a capacity padded to, or
+  expert load imbalance (``moe_run``), the tensors on the experts' side (their input, the
+  activation's input and output, the down projection's input, the weights kept by the weighted
+  activation) hold the busiest expert-parallel rank's received rows and those on the source side
+  (the outputs kept for the combine, the permutation indices) the rows the rank sends
+  (:meth:`ActivationContext.routed_row_factors`, :func:`model.moe_run.row_factors`).
 * Context parallelism (:mod:`model.context_parallel`): every flavour keeps the local tensors
   above, of ``S = (s/cp)·b`` tokens — the ring keeps the last K/V chunk it received instead of
   its own (the same bytes), Ulysses its Q, K, V after the all-to-all (s tokens of a/cp heads:
@@ -137,6 +143,7 @@ from trainplan.model.activation_rows import (
 from trainplan.model.context_parallel import CpKind
 from trainplan.model.eager_saved import eager_rows
 from trainplan.model.errors import InputError
+from trainplan.model.moe_run import DROPLESS, MoERun, row_factors
 from trainplan.model.op_checkpoint import op_selective_bytes
 from trainplan.model.precision import FP8_ACTIVATION_BYTES
 from trainplan.model.recompute_modules import recomputed_rows
@@ -267,6 +274,10 @@ class ActivationContext:
     ep: int = 1
     """Expert-parallel degree (with ``gathered_block_inputs``: torchtitan routes a MoE layer's
     tokens on the gathered tensor when ep = 1 and on the sequence shard when ep > 1)."""
+    moe_run: MoERun = DROPLESS
+    """How the MoE layers route (:class:`model.moe_run.MoERun`): a capacity padded to, or the
+    busiest expert-parallel rank's imbalance, sizes the routed rows (:meth:`routed_row_factors`).
+    The default, dropless and balanced, keeps them at ``k·S``."""
     op_selective: bool = False
     """Selective recomputation is torchtitan's op-level policy (the ``fsdp2`` profile,
     :mod:`model.op_checkpoint`): a dense flash-attention layer keeps the block input, every other
@@ -362,6 +373,14 @@ class ActivationContext:
     def tokens(self) -> Fraction:
         """S = (s/cp)·b tokens on this rank per micro-batch."""
         return Fraction(self.seq_len, self.cp) * self.micro_batch_size
+
+    def routed_row_factors(self, experts: int, top_k: int) -> tuple[Fraction, Fraction]:
+        """(sent, received): the routed rows the source side and the busiest rank's experts
+        hold, each ÷ ``k·S`` (:func:`model.moe_run.row_factors` for ``S`` ÷ tp with sequence
+        parallelism, the tokens the clock's expert GEMMs route, and this context's ep);
+        (1, 1) dropless and balanced."""
+        local = self.tokens / (self.tp if self.sequence_parallel else 1)
+        return row_factors(self.moe_run, local, experts, top_k, self.ep)
 
     @property
     def fp8_shared_fc1_saves_original(self) -> bool:

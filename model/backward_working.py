@@ -359,13 +359,16 @@ def _routed_experts(
     ``clear_tensor_data(*inputmats)`` after the wgrad GEMM (Megatron-Core's default
     ``moe_use_grouped_tensor = False`` takes this path). FC2 under ``fc2_requant`` (it saved its
     BF16 input: the ``moe_act`` recompute module) by the same rule at its down step, per element
-    of ``[R, f_e/etp]``, made after its dgrad and freed after its wgrad GEMM."""
+    of ``[R, f_e/etp]``, made after its dgrad and freed after its wgrad GEMM. ``R``: the
+    busiest expert-parallel rank's rows (:meth:`model.activations.ActivationContext.
+    routed_row_factors`; ``k·S`` dropless and balanced)."""
     moe = arch.moe
     assert moe is not None
     beta, S, h = ctx.activation_bytes, ctx.tokens, arch.hidden_size
     div = ctx.tp if ctx.sequence_parallel else 1
     gathered = ctx.expert_tp if ctx.sequence_parallel else 1
-    k = moe.experts_per_token
+    # the busiest rank's experts' rows ÷ S (k dropless and balanced; model.moe_run.row_factors)
+    k = moe.experts_per_token * ctx.routed_row_factors(moe.num_experts, moe.experts_per_token)[1]
     n = beta * S * h / div
     rh = k * beta * S * h * gathered / div
     rf = k * beta * S * moe.expert_ffn_hidden_size / div

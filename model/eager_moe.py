@@ -72,6 +72,8 @@ def eager_expert_rows(rows: list[Row], arch: Architecture, ctx: ActivationContex
     docstring): for a clamped SwiGLU (``glu_clamp``, gpt-oss) four ``β·k·S·f`` rows in place of
     a "routed expert SiLU output" row and the biases' int64 gather indices ``16·k·S``; for
     another SwiGLU the routed and shared experts' SiLU outputs, where not listed already.
+    ``k·S``: the busiest rank's experts' rows (:meth:`model.activations.ActivationContext.
+    routed_row_factors`), ``k·S`` dropless and balanced.
     Bytes before sharding, as ``rows``; ``rows`` unchanged for a non-SwiGLU MLP.
 
     Examples
@@ -94,12 +96,9 @@ def eager_expert_rows(rows: list[Row], arch: Architecture, ctx: ActivationContex
     moe = arch.moe
     if moe is None or arch.mlp is not Mlp.SWIGLU:
         return rows
-    S, beta, k, f = (
-        ctx.tokens,
-        ctx.activation_bytes,
-        moe.experts_per_token,
-        moe.expert_ffn_hidden_size,
-    )
+    S, beta, f = ctx.tokens, ctx.activation_bytes, moe.expert_ffn_hidden_size
+    # the busiest rank's experts' rows ÷ S (k dropless and balanced; model.moe_run.row_factors)
+    k = moe.experts_per_token * ctx.routed_row_factors(moe.num_experts, moe.experts_per_token)[1]
     routed_silu = "routed expert SiLU output (eager SwiGLU)"
     if arch.glu_clamp:
         out = [r for r in rows if r[0] != routed_silu]

@@ -44,6 +44,7 @@ __all__ = [
     "members_per_domain",
     "rank_rows",
     "mean_rows_sent",
+    "row_factors",
     "routed_rows",
     "grouped_rows",
     "unpaired_fraction",
@@ -159,7 +160,8 @@ class MoERun(HashOnce):
     """Routed token-rows the busiest expert-parallel rank receives ÷ the mean (≥ 1; 1 =
     balanced, the aim of DeepSeek-V3's auxiliary-loss-free balancing and Megatron's auxiliary
     loss). An input: measured from a run's router statistics or assumed; it sets the expert GEMMs
-    and the all-to-all's receive on the rank everyone waits for."""
+    and the all-to-all's receive on the rank everyone waits for, and the memory of the rows its
+    experts receive (:func:`row_factors`), so that the memory verdict holds on that rank."""
     node_limit: int | None = None
     """Nodes a token's experts may span (DeepSeek-V3 report §2.1.2: M = 4; Megatron-Core
     ``--moe-router-num-groups`` (= nodes) with ``--moe-router-group-topk`` M). Only with a
@@ -272,6 +274,51 @@ def mean_rows_sent(run: MoERun, tokens: Any, experts: int, top_k: int) -> Any:
     cf = float(run.capacity_factor) if is_array(tokens) else run.capacity_factor
     padded = experts * -floor(-rows * cf / experts)
     return padded if run.pad_to_capacity else minimum(rows, padded)
+
+
+def row_factors(
+    run: MoERun, tokens: Fraction, experts: int, top_k: int, ep: int
+) -> tuple[Fraction, Fraction]:
+    """(sent, received): the routed token-rows a rank's tensors hold per MoE layer and
+    micro-batch, each ÷ the balanced dropless ``k·T`` the memory rows are written at, for a
+    rank of ``tokens`` = T tokens (``(s/cp)·b``, ÷ tp with sequence parallelism):
+
+    * *sent* — the source side (the permuted tokens before the dispatch, the combine's
+      all-to-all output and what un-permutes it): :func:`mean_rows_sent`, ``E·C`` padded to
+      capacity (Megatron-LM d98e8a64dd ``megatron/core/transformer/moe/token_dispatcher.py``
+      ``MoEAlltoAllTokenDispatcher.preprocess``: ``num_out_tokens = capacity * num_experts``
+      under ``moe_pad_expert_input_to_capacity``, the rows ``dispatch_preprocess``' ``permute``
+      makes); every rank sends its own tokens' copies, so imbalance leaves it;
+    * *received* — the experts' side of the busiest expert-parallel rank (the dispatch's
+      all-to-all output, the experts' input, FC1's output, the activation's input and output,
+      the experts' output before the combine): :func:`rank_rows`, the rows the clock's expert
+      GEMMs run (``preprocess``: ``output_splits``, "the number of tokens received by the
+      current rank", and padded ``num_global_tokens_per_local_expert = capacity`` for each
+      source and local expert; ``token_dispatch``' ``all_to_all`` returns that many rows, which
+      ``experts.py`` ``TEGroupedMLP.forward`` runs by ``tokens_per_expert``). At ep = 1 one rank
+      holds every expert and receives what it sent (no imbalance between ranks).
+
+    The memory verdict is the busiest rank's: a rank whose experts take ``imbalance`` times the
+    mean holds that many routed rows. (1, 1) dropless and balanced, the defaults.
+
+    Examples
+    --------
+    >>> row_factors(MoERun(imbalance=Fraction(13, 10)), Fraction(4096), 256, 8, 8)
+    (Fraction(1, 1), Fraction(13, 10))
+    >>> row_factors(MoERun(imbalance=Fraction(13, 10)), Fraction(4096), 256, 8, 1)
+    (Fraction(1, 1), Fraction(1, 1))
+    >>> # C = ceil(4096·8/256·1.5) = 192, E·C = 49,152 rows of 32,768: both sides padded
+    >>> row_factors(MoERun(Fraction(3, 2), pad_to_capacity=True), Fraction(4096), 256, 8, 8)
+    (Fraction(3, 2), Fraction(3, 2))
+    """
+    mean = Fraction(tokens) * top_k
+    if mean <= 0 or (run.capacity_factor is None and run.imbalance == 1):
+        return Fraction(1), Fraction(1)
+    sent = Fraction(mean_rows_sent(run, Fraction(tokens), experts, top_k)) / mean
+    if ep <= 1:
+        return sent, sent
+    received = Fraction(rank_rows(run, max(1, math.ceil(tokens)), experts, top_k)) / mean
+    return sent, received
 
 
 def routed_rows(run: MoERun, tokens: float, experts: int, top_k: int) -> float:

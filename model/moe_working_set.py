@@ -6,9 +6,10 @@ dispatcher).
 
 Shapes are per rank and per micro-batch: ``S`` tokens (``(s/cp)·b``, ÷ tp with sequence
 parallelism), ``k`` routed copies a token, ``E`` experts, ``h`` the hidden size, β the
-activation bytes. The routed tensors are counted at ``k·S`` rows, the balanced dropless figure
-the saved rows use (:func:`model.activation_rows.mlp_rows`); a capacity-padded run's ``E·C``
-rows are ``capacity_factor·k·S``, skewed routing more on the busiest rank.
+activation bytes. The routed tensors are counted at ``k·S`` rows dropless and balanced; a
+capacity padded to (``E·C`` rows on both sides of the all-to-all) and the busiest
+expert-parallel rank's imbalance (on its experts' side) scale them, as they scale the saved
+rows (:func:`model.moe_run.row_factors`, :func:`model.activation_rows.mlp_rows`).
 """
 
 from __future__ import annotations
@@ -150,17 +151,20 @@ def _gating_rows(S: Fraction, E: int, k: int) -> list[tuple[str, Fraction, str]]
     return rows
 
 
-def _deepspeed_forward(h: int, k: int, S: Fraction, beta: int) -> Fraction:
+def _deepspeed_forward(h: int, k: Fraction, S: Fraction, beta: int) -> Fraction:
     """DeepSpeed's MoE forward working set at ``_sparse_decode`` (``sharded_moe.py``): the
     caller's BF16 norm output (``MOELayer.forward``'s input, which nothing saves, β·S·h), the
     experts' output after the second all-to-all (``expert_output``, held by
     ``MOELayer.forward`` through the decode, β·k·S·h), its zero-padded copy (``padded_output``,
     a local of ``_sparse_decode``, β·k·S·h), the FP32 product ``routed * gates`` (gates are
-    FP32: ``4·k·S·h``) and its FP32 sum over the routes (``4·S·h``)."""
+    FP32: ``4·k·S·h``) and its FP32 sum over the routes (``4·S·h``). Every routed tensor is
+    on the source side: ``k`` is the rows sent per token (:func:`model.moe_run.row_factors`)."""
     return beta * S * h + 2 * beta * k * S * h + 4 * k * S * h + 4 * S * h
 
 
-def _torchtitan_forward(h: int, k: int, S: Fraction, beta: int, ep: int) -> Fraction:
+def _torchtitan_forward(
+    h: int, k: tuple[Fraction, Fraction], S: Fraction, beta: int, ep: int
+) -> Fraction:
     """torchtitan's MoE forward working set at the combine (pytorch/torchtitan b5bcd76c6
     ``torchtitan/models/common/moe.py`` ``RoutedExperts.forward``, ``token_dispatcher.py``
     ``AllToAllTokenDispatcher.combine``, eager): ``RoutedExperts.forward`` holds the experts'
@@ -170,9 +174,12 @@ def _torchtitan_forward(h: int, k: int, S: Fraction, beta: int, ep: int) -> Frac
     "routed expert outputs for the combine" at 4 B) by the scores into an FP32 product
     (``4·k·S·h``) cast back to BF16 (β·k·S·h) while the product is alive. The dispatch's
     reorder and received copy are freed before the experts run (``dispatch`` returns only the
-    permuted tokens, which the grouped GEMM saves)."""
-    a2a = beta * k * S * h if ep > 1 else 0
-    return beta * k * S * h + a2a + 4 * k * S * h + beta * k * S * h
+    permuted tokens, which the grouped GEMM saves). ``k``: (sent, received) rows per token
+    (:func:`model.moe_run.row_factors`): the experts' output is the busiest rank's, the rest
+    is back on the source side."""
+    sent, received = k
+    a2a = beta * sent * S * h if ep > 1 else 0
+    return beta * received * S * h + a2a + 4 * sent * S * h + beta * sent * S * h
 
 
 @dataclass(frozen=True)
@@ -251,12 +258,15 @@ def _flex_working_set(copy: Fraction, fp8: bool) -> tuple[Fraction, Fraction]:
 
 
 def _alltoall_working_set(
-    U: Fraction, G: int, ep: int, local_experts: int, fp8: bool, fp32_copy: Fraction
-) -> tuple[Fraction, Fraction]:
+    Us: Fraction, U: Fraction, G: int, ep: int, local_experts: int, fp8: bool,
+    fp32_copy: Fraction,
+) -> tuple[Fraction, Fraction]:  # fmt: skip
     """(held while the experts run, the combine's peak) under ``alltoall``
-    (:func:`megatron_forward_working_set`); ``fp32_copy``: ``4·k·S·h``."""
+    (:func:`megatron_forward_working_set`); ``Us``: the permuted tokens the rank sends and the
+    combine's all-to-all output (the source side), ``U``: the rows its experts receive,
+    ``fp32_copy``: ``4·k·S·h`` of them."""
     zero = Fraction(0)
-    permuted: Fraction = U
+    permuted: Fraction = Us
     a2a = U if ep > 1 else zero
     if local_experts > 1 or G > 1:
         # the experts' input is a tensor of its own (sorted, or gathered over the expert-TP
@@ -275,7 +285,7 @@ def _alltoall_working_set(
     elif local_experts > 1:
         peak = held + G * U + unsorted  # the experts' output and its un-sorted copy
     else:  # the experts' output and the combine's all-to-all output
-        peak = held + G * U + (U if ep > 1 else 0)
+        peak = held + G * U + (Us if ep > 1 else 0)
     return held, Fraction(peak)
 
 
@@ -290,6 +300,7 @@ def megatron_forward_working_set(
     fp8: bool,
     flex: bool,
     mlp: ExpertMlp = ExpertMlp(),
+    rows: tuple[Fraction, Fraction] = (Fraction(1), Fraction(1)),
 ) -> Fraction:
     """Megatron-Core's MoE forward working set (Megatron-LM d98e8a64dd
     ``megatron/core/transformer/moe/moe_layer.py`` ``MoELayer.forward``'s ``custom_forward`` and
@@ -314,14 +325,20 @@ def megatron_forward_working_set(
     the experts' output.
 
     ``flex``: :func:`_flex_working_set`. The ``[k·S]`` FP32 probabilities are left out.
+
+    ``rows``: (sent, received) routed rows ÷ ``k·S`` (:func:`model.moe_run.row_factors`): the
+    permuted tokens and the combine's all-to-all output hold the rows the rank sends, every
+    tensor on the experts' side (the dispatch's output onwards, the expert-TP gathers and the
+    FP32 reduce-scatter) the busiest rank's received rows. (1, 1) dropless and balanced.
     """
-    U = beta * k * S * h
+    kr = k * rows[1]
+    U, Us = beta * kr * S * h, beta * k * rows[0] * S * h
     G = etp
     if flex:
         held, peak = _flex_working_set(G * U, fp8)
     else:
-        held, peak = _alltoall_working_set(U, G, ep, local_experts, fp8, 4 * k * S * h)
-    experts = _experts_peak(h, G * k * S, beta, held, fp8, local_experts, mlp)
+        held, peak = _alltoall_working_set(Us, U, G, ep, local_experts, fp8, 4 * kr * S * h)
+    experts = _experts_peak(h, G * kr * S, beta, held, fp8, local_experts, mlp)
     return max(peak, experts)
 
 
@@ -335,13 +352,16 @@ def moe_forward_working_set(
     fp8: bool,
     flex: bool,
     mlp: ExpertMlp = ExpertMlp(),
+    rows: tuple[Fraction, Fraction] = (Fraction(1), Fraction(1)),
 ) -> Fraction:
     """The forward working set of one MoE layer of ``arch`` under ``framework``, bytes per GPU
     per micro-batch, beside the tensors it saves (:func:`megatron_forward_working_set` for
     ``megatron``, DeepSpeed's ``_sparse_decode`` for ``deepspeed``, torchtitan's combine for
     ``fsdp2``). 0 for ``textbook`` (the convention counts what is kept) and for a model without
     MoE layers. ``S``: the tokens of a rank's routed rows (÷ tp with sequence parallelism);
-    ``mlp``: Megatron-Core's expert MLP (:class:`ExpertMlp`).
+    ``mlp``: Megatron-Core's expert MLP (:class:`ExpertMlp`); ``rows``: (sent, received) routed
+    rows ÷ ``k·S`` (:func:`model.moe_run.row_factors`: capacity padding on both sides, the
+    busiest expert-parallel rank's imbalance on the experts' side; (1, 1) dropless and balanced).
 
     Examples
     --------
@@ -365,8 +385,8 @@ def moe_forward_working_set(
         return Fraction(0)
     h, k = arch.hidden_size, moe.experts_per_token
     if framework == "deepspeed":
-        return _deepspeed_forward(h, k, S, beta)
+        return _deepspeed_forward(h, k * rows[0], S, beta)
     if framework == "fsdp2":
-        return Fraction(_torchtitan_forward(h, k, S, beta, ep))
+        return Fraction(_torchtitan_forward(h, (k * rows[0], k * rows[1]), S, beta, ep))
     local = moe.num_experts // ep
-    return megatron_forward_working_set(h, k, S, beta, ep, etp, local, fp8, flex, mlp)
+    return megatron_forward_working_set(h, k, S, beta, ep, etp, local, fp8, flex, mlp, rows)

@@ -104,6 +104,35 @@ def test_imbalance_slows_the_busiest_rank_not_the_traffic(runs):
     assert runs["text"].returncode == 0 and "Traceback" not in runs["text"].stderr
 
 
+ROUTED_ROWS_PER_LAYER = 6 * 2 * 4 * 4096 * 2880 + 4 * 4 * 4096
+"""The saved bytes one gpt-oss-20b MoE layer holds of the rows its experts receive, per
+micro-batch under the megatron profile (k 4, S 4,096, h = f_e = 2,880, BF16): FC1's input
+k·β·S·h = 94,371,840, the SwiGLU input 2·β·k·S·f_e = 188,743,680, the clamped GLU copy
+188,743,680, FC2's input 94,371,840, the routing weights in the activation 4·k·S = 65,536:
+566,296,576 bytes (model.activation_rows.mlp_rows)."""
+
+
+def test_imbalance_and_padding_size_the_busiest_ranks_activations(runs):
+    """The rank whose experts receive 1.5 times the mean holds 1.5 times the saved rows of
+    what they receive (model.moe_run.row_factors): 0.5 × 566,296,576 B × 24 MoE layers × one
+    micro-batch in flight = 6,795,558,912 B more; padded to capacity factor 2 every rank's
+    experts receive E·C = 2·k·S rows: 13,591,117,824 B more. The routed experts' backward
+    working set (its largest step, FC2's: the input gradient of FC1's input and the
+    activation's output, k·β·S·h each) grows by 0.5·2·94,371,840 = 94,371,840 B and
+    2·94,371,840. Switching the scaling off (factors 1) gives the default's figures back."""
+    default, heavy, padded = (
+        json.loads(runs[k].stdout)["memory"] for k in ("default", "imbalanced", "padded")
+    )
+    assert ROUTED_ROWS_PER_LAYER == 566_296_576
+    acts = default["activations_bytes"]
+    assert heavy["activations_bytes"] - acts == ROUTED_ROWS_PER_LAYER * 24 // 2 == 6_795_558_912
+    assert padded["activations_bytes"] - acts == ROUTED_ROWS_PER_LAYER * 24 == 13_591_117_824
+    bwd = default["backward_working_bytes"]
+    assert heavy["backward_working_bytes"] - bwd == 94_371_840
+    assert padded["backward_working_bytes"] - bwd == 2 * 94_371_840
+    assert heavy["total_bytes"] > default["total_bytes"]
+
+
 def test_deepep_with_node_limit_shortens_deepseek_v3s_all_to_all(runs):
     """EP 64 over 8 H800 nodes: NCCL sends 7 of a token's 8 copies off the node on average
     (8·56/64); DeepEP with M = 4 sends E[min(D, 4)]·7/8 ≈ 3.49 — the scale-out time falls to

@@ -175,6 +175,7 @@ def activation_context(
         ),
         **_framework_rows(framework, training.bias_dropout_fusion),
         ep=ep,
+        moe_run=training.moe_run,
         op_selective=framework.op_selective,
         recompute_modules=profile_recompute_modules(
             framework.value,

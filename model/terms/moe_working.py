@@ -108,6 +108,9 @@ def moe_forward_figure(
         ctx.fp8_linear_inputs,
         flex,
         mlp,
+        ctx.routed_row_factors(arch.moe.num_experts, arch.moe.experts_per_token)
+        if arch.moe is not None
+        else (Fraction(1), Fraction(1)),
     )
 
 
