@@ -6,6 +6,7 @@ each ZeRO stage is in each framework): :func:`mechanism`, the one record memory
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from trainplan.model.deepspeed_mechanisms import DEEPSPEED_SOURCE, deepspeed_of
@@ -15,6 +16,7 @@ from trainplan.model.frameworks import (
     check_framework,
     gradient_bytes_for,
 )
+from trainplan.model.fsdp2_copies import fsdp2_copy_bytes
 from trainplan.model.fsdp2_pipeline import TORCHTITAN_RESHARD_SOURCE, reshard_policy
 from trainplan.model.mechanism_record import Mechanism
 
@@ -363,7 +365,7 @@ def _fsdp2(zero_stage: int, w: int, g: int, o: int) -> Mechanism:
         else "FSDP2 fully_shard(reshard_after_forward=False), reshard_after_backward=True "
         "(FSDP2's default)"
     )
-    return Mechanism(
+    mech = Mechanism(
         Framework.FSDP2, zero_stage, f"{name}, reduce_dtype={_dtype(g)}",
         weights_full=0 if reshard else w, weights_sharded=master, grads_full=0,
         grads_sharded=4, optimizer_full=0, optimizer_sharded=o - master,
@@ -371,6 +373,7 @@ def _fsdp2(zero_stage: int, w: int, g: int, o: int) -> Mechanism:
         reduce_bytes=g, reduce_per_microbatch=True, gathers_per_step=0,
         gathers_per_microbatch=2 if reshard else 1, weight_bytes=w, source=_SOURCES[Framework.FSDP2],
     )  # fmt: skip
+    return _with_copies(mech)
 
 
 def _fsdp2_pipelined(zero_stage: int, w: int, g: int, o: int, src: str) -> Mechanism:
@@ -409,7 +412,7 @@ def _fsdp2_pipelined(zero_stage: int, w: int, g: int, o: int, src: str) -> Mecha
     name = "reshard_after_forward=True" if zero_stage == 3 else "reshard_after_forward=False"
     policy = reshard_policy(zero_stage, 2)
     gathers = "m + 1 all-gathers a step" if zero_stage == 3 else "one all-gather a step"
-    return Mechanism(
+    mech = Mechanism(
         Framework.FSDP2, zero_stage,
         f"FSDP2 fully_shard({name}), torchtitan {policy}, under a pipeline schedule: "
         f"{gathers}, gradient sync after the last micro-batch, unsharded gradients "
@@ -421,6 +424,23 @@ def _fsdp2_pipelined(zero_stage: int, w: int, g: int, o: int, src: str) -> Mecha
         torch_pipelining=True, weight_bytes=w,
         source=f"{src}; {TORCHTITAN_RESHARD_SOURCE}",
     )  # fmt: skip
+    return _with_copies(mech)
+
+
+def _with_copies(mech: Mechanism) -> Mechanism:
+    """An FSDP2 mechanism with its copies around the collectives on the compute stream
+    (:func:`model.fsdp2_copies.fsdp2_copy_bytes` of its gathers and reductions) as its
+    per-backward HBM bytes.
+
+    >>> m = _with_copies(_fsdp2(3, 2, 4, 12))
+    >>> m.accumulate_first_bytes, m.accumulate_bytes
+    (14, 14)
+    """
+    first, later = fsdp2_copy_bytes(
+        mech.weight_bytes, mech.reduce_bytes, mech.gathers_per_step,
+        mech.gathers_per_microbatch, mech.reduce_per_microbatch,
+    )  # fmt: skip
+    return replace(mech, accumulate_first_bytes=first, accumulate_bytes=later)
 
 
 def _dtype(nbytes: int) -> str:
