@@ -34,6 +34,8 @@ __all__ = [
     "check_framework_recipe",
     "check_memory_efficient_norm",
     "check_sac_scaled_mm",
+    "check_flat_parameters",
+    "FLAT_PARAMETERS_FSDP2_ONLY",
     "check_grad_stats_group",
     "check_bias_dropout_fusion",
 ]
@@ -336,6 +338,46 @@ def check_sac_scaled_mm(framework: Any, training: Any, recompute: Any = None) ->
         raise LayoutError(
             "sac_saves_scaled_mm: false is read by recompute selective only (the op-level save "
             f"list), not recompute {recompute}"
+        )
+
+
+FLAT_PARAMETERS_FSDP2_ONLY = (
+    "flat_parameters: true is read by fsdp2 only (PyTorch FSDP1's FlatParameter, counted "
+    "beside FSDP2)"
+)
+"""The refusal's rule, one wording for ``evaluate`` (:func:`check_flat_parameters`) and the
+search (``optimizer.problem.SearchProblem``, where no framework searched is ``fsdp2``)."""
+
+
+def check_flat_parameters(framework: Any, training: Any, pp: int | None = None) -> None:
+    """Refuse ``flat_parameters`` true (:attr:`model.specs.TrainingSpec.flat_parameters`)
+    outside ``fsdp2`` and, where ``pp`` is given, with pp > 1: PyTorch's pipeline schedules
+    (``torch.distributed.pipelining``, as torchtitan runs them) take FSDP2's ``fully_shard``
+    modules, and FSDP1's unsynchronised accumulation keeps gradients the ``fsdp2`` pipeline
+    mechanism does not count (:func:`model.fsdp2_copies.fsdp2_copy_bytes`).
+
+    Raises
+    ------
+    LayoutError
+        One line naming the key, its value and the rule.
+
+    >>> from trainplan.model.specs import TrainingSpec
+    >>> t = TrainingSpec(seq_len=8, global_batch_size=8, flat_parameters=True)
+    >>> check_flat_parameters("fsdp2", t, 1)
+    >>> check_flat_parameters("fsdp2", t, 2)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.LayoutError: flat_parameters: true needs pp 1 ...
+    """
+    if not training.flat_parameters:
+        return
+    fw = str(framework)
+    if fw != Framework.FSDP2:
+        raise LayoutError(f"{FLAT_PARAMETERS_FSDP2_ONLY}, not {fw}")
+    if pp is not None and pp > 1:
+        raise LayoutError(
+            "flat_parameters: true needs pp 1 (PyTorch's pipeline schedules run FSDP2's "
+            f"fully_shard, not FSDP1), not pp {pp}"
         )
 
 

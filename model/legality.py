@@ -36,7 +36,12 @@ from trainplan.model.frameworks import (
     check_framework_recompute,
 )
 from trainplan.model.hash_once import HashOnce
-from trainplan.model.key_rules import check_framework_recipe, check_options, options_given
+from trainplan.model.key_rules import (
+    check_flat_parameters,
+    check_framework_recipe,
+    check_options,
+    options_given,
+)
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.moe_rules import (
     HYBRIDEP_TOKENS_SCOPE,
@@ -139,6 +144,8 @@ def _batch(s: Setting, b: int, dp: int) -> None:
 def _framework(s: Setting, framework: Any, zero_stage: int, pp: int) -> None:
     check_framework(Framework(framework), zero_stage, pp)
     check_framework_recipe(framework, zero_stage, s.training, s.model.arch)
+    if str(framework) == Framework.FSDP2:  # the others never read it: a search keeps theirs
+        check_flat_parameters(framework, s.training, pp)
 
 
 def _deepspeed_fp8(s: Setting, framework: Any, tp: int, pp: int, cp: int) -> None:

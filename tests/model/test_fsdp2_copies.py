@@ -11,11 +11,17 @@ step (3.4 %) faster than FSDP2 runs it."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from tests.cli_runs import refusal, run_many
+from trainplan.model.errors import LayoutError
 from trainplan.model.fsdp2_copies import fsdp2_copy_bytes
+from trainplan.model.key_rules import check_flat_parameters
 from trainplan.model.mechanisms import mechanism
 from trainplan.model.op_rates import stream_triad_fraction
+from trainplan.model.specs import TrainingSpec
 from trainplan.optimizer.case import Case
 
 LLAMA3_8B = 8_030_261_248
@@ -102,3 +108,97 @@ def test_the_step_and_the_search_charge_them() -> None:
         + e1.time_terms.offload_s
         + e1.time_terms.grad_accumulation_s
     )
+
+
+def test_fsdp1_bytes_per_element_by_hand() -> None:
+    """FSDP1 (``flat_parameters``), read from PyTorch 2.1.0 (7bcf7da3a, the runs' image
+    mosaicml/pytorch:2.1.0_cu121), per unsharded element, BF16 parameters (w 2):
+
+    * all-gather: ``FlatParamHandle.unshard`` gathers (``all_gather_into_tensor``) straight into
+      the padded unsharded flat parameter, and ``_use_unsharded_views`` makes the parameters
+      views of it (``torch.split`` + ``.view``): no copy-out, 0 per gather;
+    * backward: the views' gradients reach ``flat_param.grad`` through ``split_with_sizes``'s
+      backward, one ``aten::cat`` on the compute stream: read 2, write 2 = 4; ``AccumulateGrad``
+      takes it without a copy (``.grad`` is None: ``_reduce_grad`` sets it so);
+    * ``_post_backward_hook``: the cast to ``reduce_dtype`` (read 2, write 4) and the
+      reduce-scatter run on the post-backward stream, beside the next unit's backward: not on
+      the compute stream, 0 here.
+
+    So 4 B every micro-batch, ZeRO-3 (FULL_SHARD, two gathers) or ZeRO-2 (SHARD_GRAD_OP, one),
+    FP32 (Composer's amp_bf16 DEFAULT) or BF16 reduction (PURE) alike: against FSDP2's
+    2·4 + 6 = 14, 4 + 6 = 10 and 2·4 + 4 = 12. Unsynchronised (``no_sync``), each later backward
+    also adds the new flat gradient into ``.grad`` in place: read 2 + 2, write 2 = 6 more."""
+    for g, gathers in ((4, 2), (4, 1), (2, 2), (2, 1)):
+        assert fsdp2_copy_bytes(2, g, 0, gathers, True, flat_parameters=True) == (4, 4)
+    assert fsdp2_copy_bytes(2, 4, 1, 1, False, flat_parameters=True) == (4, 4 + 6)
+    assert fsdp2_copy_bytes(2, 2, 0, 2, True) == (2 * 4 + 2 + 2, 12)
+    for zero, strategy in ((3, "FULL_SHARD"), (2, "SHARD_GRAD_OP")):
+        fsdp2 = mechanism("fsdp2", zero, 2, 4)
+        fsdp1 = mechanism("fsdp2", zero, 2, 4, flat_parameters=True)
+        assert (fsdp1.accumulate_first_bytes, fsdp1.accumulate_bytes) == (4, 4)
+        assert fsdp1.name.startswith(
+            f"FSDP1 FullyShardedDataParallel(sharding_strategy={strategy})"
+        )
+        assert "7bcf7da3a" in fsdp1.source
+        # the state, gathers and reductions stay FSDP2's
+        for field in ("weights_full", "weights_sharded", "grads_sharded", "optimizer_sharded",
+                      "gathered_units", "unit_grad_bytes", "reduce_bytes",
+                      "gathers_per_microbatch", "reduce_per_microbatch"):  # fmt: skip
+            assert getattr(fsdp1, field) == getattr(fsdp2, field), field
+
+
+def test_fsdp1_step_seconds_by_hand() -> None:
+    """Llama 3 8B on 8 H100s, dp 8, b 1, B 64 (m 8): every GPU holds all 8,030,261,248
+    elements unsharded at a unit's turn; FSDP1 moves 8 × 4 B an element on the compute stream,
+    4/14 of FSDP2's ZeRO-3 (0.3028 s) and 4/10 of its ZeRO-2: 0.0865 s a step."""
+    h100 = 3.35e12 * stream_triad_fraction("H100-SXM")  # type: ignore[operator]
+    for zero, fsdp2_moved in ((3, 8 * 14), (2, 8 * 10)):
+        lay = dict(num_gpus=8, dp=8, pp=1, global_batch_size=64, zero_stage=zero)
+        flat = _copies_s(**lay, flat_parameters=True)
+        assert flat == pytest.approx(8 * 4 * LLAMA3_8B / h100), zero
+        assert flat == pytest.approx(_copies_s(**lay) * 8 * 4 / fsdp2_moved), zero
+    assert _copies_s(
+        num_gpus=8, dp=8, pp=1, global_batch_size=64, zero_stage=3, flat_parameters=True
+    ) == pytest.approx(0.0865, abs=5e-4)
+
+
+def test_flat_parameters_refused_where_nothing_reads_it() -> None:
+    """Outside fsdp2 (no FSDP1 there) and with pp > 1 (PyTorch's pipeline schedules run
+    FSDP2's ``fully_shard``): one line naming the key, its value and the rule."""
+    on = TrainingSpec(seq_len=8, global_batch_size=8, flat_parameters=True)
+    check_flat_parameters("fsdp2", on, 1)
+    check_flat_parameters("megatron", TrainingSpec(seq_len=8, global_batch_size=8), 2)
+    with pytest.raises(
+        LayoutError, match=r"^flat_parameters: true is read by fsdp2 only .* not megatron$"
+    ):
+        check_flat_parameters("megatron", on, 1)
+    with pytest.raises(LayoutError, match=r"^flat_parameters: true needs pp 1 .* not pp 2$"):
+        check_flat_parameters("fsdp2", on, 2)
+    with pytest.raises(LayoutError, match=r"flat_parameters: true needs pp 1"):
+        Case.of(
+            **_BASE, num_gpus=8, dp=4, pp=2, global_batch_size=32, flat_parameters=True
+        ).evaluate()  # type: ignore[arg-type]
+
+
+def test_flat_parameters_on_the_command_line() -> None:
+    """``--set flat_parameters=true`` as a user types it, each call its own process: the step
+    time loses FSDP2's copies for FSDP1's (0.3028 → 0.0865 s on Llama 3 8B, dp 8, ZeRO-3), the
+    JSON says the key, and the refusals exit 2 with one line."""
+    base = ["evaluate", "--model", "llama3-8b", "--gpu", "H100-SXM", "--gpus", "8",
+            "--seq-len", "4096", "--global-batch", "64", "--framework", "fsdp2", "--zero", "3"]  # fmt: skip
+    flat = ("--set", "flat_parameters=true")
+    done = run_many({
+        "fsdp2": [*base, "--dp", "8", "--json"],
+        "fsdp1": [*base, "--dp", "8", *flat, "--json"],
+        "pp 2": [*base, "--dp", "4", "--pp", "2", *flat],
+        "megatron": [*base[:-4], "--framework", "megatron", "--dp", "8", *flat],
+    })  # fmt: skip
+    two, one = (json.loads(done[k].stdout) for k in ("fsdp2", "fsdp1"))
+    assert two["time"]["grad_accumulation_s"] == pytest.approx(0.3028, abs=5e-4)
+    assert one["time"]["grad_accumulation_s"] == pytest.approx(0.0865, abs=5e-4)
+    assert (two["layout"]["flat_parameters"], one["layout"]["flat_parameters"]) == (False, True)
+    assert refusal(done["pp 2"]) == (
+        "--set flat_parameters: true needs pp 1 (PyTorch's pipeline schedules run FSDP2's "
+        "fully_shard, not FSDP1), not pp 2"
+    )
+    assert refusal(done["megatron"]).startswith("--set flat_parameters: true is read by fsdp2 only")

@@ -238,3 +238,25 @@ def test_scoring_forward_floor_is_the_pass_per_slot_and_never_above_a_pass(shape
     assert floor == pytest.approx(base.time_terms.forward_pass_s / (m + fill), rel=1e-12)
     assert m * floor <= base.time_terms.forward_pass_s
     assert n * floor <= other.time_terms.forward_pass_s * (1 + 1e-9)
+
+
+def test_verls_update_is_timed_as_fsdp1():
+    """Under fsdp2 the roles are verl's FSDP workers, whose default ``strategy: fsdp`` is FSDP1
+    (``FullyShardedDataParallel``, flat parameters; model.rlhf.roles.VERL_FSDP_SOURCE): the
+    update's evaluate() runs with ``flat_parameters`` (FSDP1's copies around the collectives,
+    4 B an element a micro-batch, not FSDP2's 14; model.fsdp2_copies), the other profiles'
+    without it."""
+    from trainplan.model.rlhf.network import network_cost
+
+    seen: dict[str, list[bool]] = {}
+    for fw in ("fsdp2", "megatron"):
+        inner = make_evaluator(H100, ClusterLinks.from_device(H100))
+
+        def spy(model, training, layout, _fw=fw, _inner=inner):
+            seen.setdefault(_fw, []).append(training.flat_parameters)
+            return _inner(model, training, layout)
+
+        spec = _spec(framework=fw)
+        network_cost(spec, spec.role(Role.ACTOR), RoleOption(Role.ACTOR, 16, 16), H100, spy)
+    # the scoring forward (no copies charged there) and the update
+    assert seen == {"fsdp2": [False, True], "megatron": [False, False]}
