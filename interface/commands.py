@@ -39,6 +39,7 @@ from trainplan.model.estimate import Estimate
 from trainplan.model.hf_config import parse_config_json
 from trainplan.model.hf_families import architecture_from_hf
 from trainplan.model.key_rules import (
+    check_flat_parameters,
     check_grad_stats_group,
     check_layout_reads_options,
     check_sac_scaled_mm,
@@ -159,7 +160,8 @@ def default_named(message: str, defaults_used: Mapping[str, Any], model: str) ->
 def check_layout_keys(case: Any) -> None:
     """Refuse a cost option that ``case``'s layout does not read: one rule for ``evaluate`` and
     each run of a ``calibrate`` measurements file (:func:`model.key_rules.check_layout_reads_options`,
-    ``check_sac_scaled_mm``, ``check_grad_stats_group``, ``check_megatron_step_settings``).
+    ``check_sac_scaled_mm``, ``check_flat_parameters``, ``check_grad_stats_group``,
+    ``check_megatron_step_settings``).
 
     Raises
     ------
@@ -170,6 +172,7 @@ def check_layout_keys(case: Any) -> None:
     given = options_given(case.options)
     check_layout_reads_options(given, lay.framework, lay.zero_stage, lay.pp, lay.virtual_stages)
     check_sac_scaled_mm(lay.framework, case.training, lay.recompute)
+    check_flat_parameters(lay.framework, case.training, lay.pp)
     where = f"{lay.framework} zero_stage {lay.zero_stage}"
     check_grad_stats_group(case.options.grad_stats_group, [(lay.framework, lay.zero_stage)], where)
     check_megatron_step_settings(

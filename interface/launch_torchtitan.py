@@ -131,6 +131,12 @@ def torchtitan_recipe(layout: Layout, training: TrainingSpec, notes: list[str]) 
     """``[compile] enable`` as the plan counted it; the pipeline runtime's memory settings,
     which torchtitan has no key for, said in ``notes``."""
     compiled = elementwise_mode(layout.framework, training.compile) is Elementwise.COMPILED
+    if training.flat_parameters:
+        notes.append(
+            "flat_parameters true: torchtitan runs FSDP2's fully_shard, not FSDP1's "
+            "FullyShardedDataParallel; the plan's step time counts FSDP1's copies, fewer than "
+            "the ones this launch's FSDP2 makes"
+        )
     if layout.pp > 1 and training.pipeline_frees_stage_tensors:
         notes.append(
             "pipeline_frees_stage_tensors true: torchtitan has no setting for it "

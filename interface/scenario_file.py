@@ -242,6 +242,7 @@ VALUE_KINDS: dict[str, Any] = {
     "recompute_modules": [RECOMPUTE_MODULES],
     "fp8_param_gather": _FLAG,
     "fsdp_double_buffer": _FLAG,
+    "flat_parameters": _FLAG,
     "deepspeed_overlap_comm": _FLAG,
     "seq_parallel_communication_data_type": ("fp32", "bf16"),
     "bias_dropout_fusion": _FLAG,

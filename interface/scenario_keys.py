@@ -250,6 +250,12 @@ KEY_HELP: dict[str, str] = {
     "(zero 1 with gradient_dtype fp32) bf16 adds the 2 B/param cast that fp32 makes none of. "
     "ZeRO-1/2's allreduce_bucket reduces in fp32 under Ulysses whatever this says: there it "
     "changes nothing.",
+    "flat_parameters": "fsdp2 with pp 1: the run is PyTorch FSDP1 (torch.distributed.fsdp."
+    "FullyShardedDataParallel, one flat parameter a wrapped unit: llm-foundry's Composer, "
+    "verl's default), not FSDP2's fully_shard. FSDP1 gathers into the flat parameter, whose "
+    "views the parameters are, and concatenates the flat gradient on the compute stream (2 + 2 B "
+    "an element with BF16 parameters) where FSDP2 copies every gather out and every "
+    "reduce-scatter's input in; memory and traffic as FSDP2's. Default false.",
     "sac_saves_scaled_mm": "fsdp2 with precision fp8 and recompute selective: torchtitan's "
     "op-level save list keeps the FP8 GEMM outputs (aten._scaled_mm; default true, today's "
     "torchtitan); false: the list torchtitan used until March 2026 (before commit 114151ad4), "

@@ -153,6 +153,7 @@ FACT_KEYS: Mapping[str, str] = MappingProxyType(
         "attention_kernel": "the software stack's attention kernel",
         "flash_attention": "the software stack's attention kernel",
         "distributed_optimizer": "the software stack (Megatron-Core's or Apex's under NeMo)",
+        "flat_parameters": "the software stack (PyTorch FSDP1's FullyShardedDataParallel)",
         "grad_stats_group": "the Megatron-Core version",
         "grad_clip_scaling": "the Megatron-LM version",
         "loss_scaling": "the Megatron-LM run's precision (FP16 with a loss scale)",

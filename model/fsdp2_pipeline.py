@@ -277,13 +277,18 @@ def runtime_mechanism(mech: Mechanism, frees_stage_tensors: bool) -> Mechanism:
     """``mech`` as the recipe's pipeline runtime runs it: without
     :attr:`~model.mechanism_record.Mechanism.torch_pipelining` where the recipe says the runtime
     is not PyTorch's (:attr:`model.specs.TrainingSpec.pipeline_frees_stage_tensors`: Meta's for
-    Llama 3, whose FSDP does not reshard after forward, arXiv 2407.21783 §3.3.1).
+    Llama 3, whose FSDP does not reshard after forward, arXiv 2407.21783 §3.3.1), and without
+    PyTorch FSDP2's copies around its collectives (:mod:`model.fsdp2_copies`), which are that
+    code's: Meta's FSDP is not public, so none are charged.
 
     >>> from trainplan.model.mechanisms import mechanism
-    >>> runtime_mechanism(mechanism("fsdp2", 2, pipelined=True), True).torch_pipelining
-    False
+    >>> meta = runtime_mechanism(mechanism("fsdp2", 2, pipelined=True), True)
+    >>> meta.torch_pipelining, meta.accumulate_first_bytes, meta.accumulate_bytes
+    (False, 0, 0)
     """
-    return replace(mech, torch_pipelining=False) if frees_stage_tensors else mech
+    if not frees_stage_tensors or mech.framework is not Framework.FSDP2:
+        return mech  # torch_pipelining is FSDP2's alone
+    return replace(mech, torch_pipelining=False, accumulate_first_bytes=0, accumulate_bytes=0)
 
 
 def runtime_regathers(mech: Mechanism, schedule: Any, pp: Any, v: Any, m: Any) -> Any:

@@ -34,6 +34,8 @@ __all__ = [
     "check_framework_recipe",
     "check_memory_efficient_norm",
     "check_sac_scaled_mm",
+    "check_flat_parameters",
+    "FLAT_PARAMETERS_FSDP2_ONLY",
     "check_grad_stats_group",
     "check_bias_dropout_fusion",
 ]
@@ -339,6 +341,46 @@ def check_sac_scaled_mm(framework: Any, training: Any, recompute: Any = None) ->
         )
 
 
+FLAT_PARAMETERS_FSDP2_ONLY = (
+    "flat_parameters: true is read by fsdp2 only (PyTorch FSDP1's FlatParameter, counted "
+    "beside FSDP2)"
+)
+"""The refusal's rule, one wording for ``evaluate`` (:func:`check_flat_parameters`) and the
+search (``optimizer.problem.SearchProblem``, where no framework searched is ``fsdp2``)."""
+
+
+def check_flat_parameters(framework: Any, training: Any, pp: int | None = None) -> None:
+    """Refuse ``flat_parameters`` true (:attr:`model.specs.TrainingSpec.flat_parameters`)
+    outside ``fsdp2`` and, where ``pp`` is given, with pp > 1: PyTorch's pipeline schedules
+    (``torch.distributed.pipelining``, as torchtitan runs them) take FSDP2's ``fully_shard``
+    modules, and FSDP1's unsynchronised accumulation keeps gradients the ``fsdp2`` pipeline
+    mechanism does not count (:func:`model.fsdp2_copies.fsdp2_copy_bytes`).
+
+    Raises
+    ------
+    LayoutError
+        One line naming the key, its value and the rule.
+
+    >>> from trainplan.model.specs import TrainingSpec
+    >>> t = TrainingSpec(seq_len=8, global_batch_size=8, flat_parameters=True)
+    >>> check_flat_parameters("fsdp2", t, 1)
+    >>> check_flat_parameters("fsdp2", t, 2)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.LayoutError: flat_parameters: true needs pp 1 ...
+    """
+    if not training.flat_parameters:
+        return
+    fw = str(framework)
+    if fw != Framework.FSDP2:
+        raise LayoutError(f"{FLAT_PARAMETERS_FSDP2_ONLY}, not {fw}")
+    if pp is not None and pp > 1:
+        raise LayoutError(
+            "flat_parameters: true needs pp 1 (PyTorch's pipeline schedules run FSDP2's "
+            f"fully_shard, not FSDP1), not pp {pp}"
+        )
+
+
 def check_grad_stats_group(group: str, layouts: Iterable[tuple[Any, int]], what: str) -> None:
     """Refuse ``grad_stats_group`` ``world`` (:attr:`model.timing.CostOptions.grad_stats_group`)
     where no layout of ``layouts`` ((framework, ZeRO stage) pairs: the one evaluated, or those a
@@ -401,7 +443,9 @@ def check_bias_dropout_fusion(framework: Any, training: Any) -> None:
         )
 
 
-def check_framework_recipe(framework: Any, zero_stage: int, training: Any, arch: Any) -> None:
+def check_framework_recipe(
+    framework: Any, zero_stage: int, training: Any, arch: Any, pp: int | None = None
+) -> None:
     """The recipe's choices that one framework and ZeRO stage can or cannot run, each its
     own rule: Megatron-Core's fused loss (:func:`model.loss_memory.check_cross_entropy_fusion`),
     the stage-only keys (:func:`check_stage_keys`), torchao's FP8 recipes under fsdp2
@@ -410,7 +454,8 @@ def check_framework_recipe(framework: Any, zero_stage: int, training: Any, arch:
     memory-efficient norm (:func:`check_memory_efficient_norm`) and, under fsdp2, the op-level
     save list's FP8 GEMMs (:func:`check_sac_scaled_mm`; under another framework the key is
     refused for one layout by the evaluation and for a search without fsdp2 by
-    :class:`optimizer.problem.Problem`, not here, so a search over several keeps theirs).
+    :class:`optimizer.problem.Problem`, not here, so a search over several keeps theirs) and,
+    under fsdp2, FSDP1's flat parameters with ``pp`` (:func:`check_flat_parameters`).
 
     Raises
     ------
@@ -425,3 +470,4 @@ def check_framework_recipe(framework: Any, zero_stage: int, training: Any, arch:
     check_bias_dropout_fusion(framework, training)
     if str(framework) == Framework.FSDP2:  # the others never read it: a search keeps their layouts
         check_sac_scaled_mm(framework, training)
+        check_flat_parameters(framework, training, pp)

@@ -139,7 +139,7 @@ def _batch(s: Setting, b: int, dp: int) -> None:
 
 def _framework(s: Setting, framework: Any, zero_stage: int, pp: int) -> None:
     check_framework(Framework(framework), zero_stage, pp)
-    check_framework_recipe(framework, zero_stage, s.training, s.model.arch)
+    check_framework_recipe(framework, zero_stage, s.training, s.model.arch, pp)
 
 
 def _deepspeed_fp8(s: Setting, framework: Any, tp: int, pp: int, cp: int) -> None:
@@ -450,12 +450,10 @@ def refusal(setting: Setting, **values: Any) -> str:
     value), or "": the rules that decide a partial choice (which frameworks run a ZeRO stage
     with a pipeline, which CP flavours a shape takes) without a whole layout.
 
-    Cached (``typed``, so that ``True`` and ``1`` stay apart in the message): the search asks it
-    for every shape and framework, tens of thousands of times for a few hundred distinct
-    questions (:func:`optimizer.space.legal_shapes`). A value is made hashable first
-    (:func:`model.hash_once.hashable`: a list or a numpy array of values as a tuple, a 0-d array as its
-    scalar); one that still is not (a dict) is answered by the uncached rules — never a
-    ``TypeError`` from the cache instead of the refusal.
+    Cached (``typed``: ``True`` and ``1`` keep their own messages) for the search's tens of
+    thousands of questions (:func:`optimizer.space.legal_shapes`), on values made hashable
+    first (:func:`model.hash_once.hashable`); a value still unhashable (a dict) is answered by
+    the uncached rules, never by a ``TypeError``.
 
     Examples
     --------
@@ -483,9 +481,8 @@ def _cached_refusal(setting: Setting, **values: Any) -> str:
 
 
 def first_broken(setting: Setting, values: Mapping[str, Any], cached: bool = True) -> str:
-    """:func:`refusal`'s body: the first rule of :data:`RULES` whose whole scope is in
-    ``values`` that they break, its message, or "". ``cached``: each rule's answer through
-    :func:`_reason`'s cache (hashable values only)."""
+    """:func:`refusal`'s body: the message of the first rule of :data:`RULES` with its scope in
+    ``values`` that they break, or ""; ``cached``: through :func:`_reason`'s cache."""
     for rule in _scoped(frozenset(values)):
         args = [values[name] for name in rule.scope]
         found = (_reason if cached else _reason.__wrapped__)(rule.check, setting, *args)

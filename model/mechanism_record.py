@@ -138,9 +138,11 @@ class Mechanism:
     :meth:`pool_bytes`)."""
     accumulate_bytes: int = 0
     """Bytes per parameter element moved through HBM on the compute stream in each backward
-    after a step's first, to accumulate or stage its gradients beyond the weight-gradient GEMMs'
-    output (DeepSpeed's: :func:`model.deepspeed_accumulate.accumulate_bytes`); 0 where the
-    accumulation is fused into the GEMM or runs off the compute stream."""
+    after a step's first (with the forward before it), to accumulate or stage its gradients
+    beyond the weight-gradient GEMMs' output, and its gathered weights (DeepSpeed's:
+    :func:`model.deepspeed_accumulate.accumulate_bytes`; FSDP2's copies around its
+    collectives: :func:`model.fsdp2_copies.fsdp2_copy_bytes`); 0 where the accumulation is
+    fused into the GEMM or runs off the compute stream."""
     accumulate_first_bytes: int = 0
     """The same in a step's first backward (the gradients were freed at the step)."""
     chunks_at_once: int = 1

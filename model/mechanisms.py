@@ -6,6 +6,7 @@ each ZeRO stage is in each framework): :func:`mechanism`, the one record memory
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from trainplan.model.deepspeed_mechanisms import DEEPSPEED_SOURCE, deepspeed_of
@@ -15,6 +16,7 @@ from trainplan.model.frameworks import (
     check_framework,
     gradient_bytes_for,
 )
+from trainplan.model.fsdp2_copies import FSDP1_COPIES_SOURCE, fsdp2_copy_bytes
 from trainplan.model.fsdp2_pipeline import TORCHTITAN_RESHARD_SOURCE, reshard_policy
 from trainplan.model.mechanism_record import Mechanism
 
@@ -49,6 +51,7 @@ def mechanism(
     multi_rank_allreduce: bool = True,
     sp_comm: int | None = None,
     lp_grads_set_to_none: bool = False,
+    flat_parameters: bool = False,
 ) -> Mechanism:
     """The mechanism of ``zero_stage`` in ``framework`` for the given byte counts.
 
@@ -62,7 +65,8 @@ def mechanism(
     synchronisation until the last micro-batch (:func:`_fsdp2_pipelined`).
     ``distributed_optimizer`` and ``double_buffer`` choose Megatron-Core's (:func:`_megatron_of`)
     and ``overlap_comm``, ``cpu_offload``, ``multi_rank_allreduce``, ``sp_comm`` (Ulysses' dtype,
-    :func:`~model.deepspeed_mechanisms.sp_comm_bytes`), ``lp_grads_set_to_none`` DeepSpeed's.
+    :func:`~model.deepspeed_mechanisms.sp_comm_bytes`), ``lp_grads_set_to_none`` DeepSpeed's;
+    ``flat_parameters`` ``fsdp2``'s: FSDP1's copies around its collectives (:func:`_as_fsdp1`).
 
     Raises
     ------
@@ -90,9 +94,9 @@ def mechanism(
             zero_stage, weight_bytes, g, optimizer_bytes, overlap_comm, cpu_offload,
             multi_rank_allreduce, sp_comm, lp_grads_set_to_none,
         )  # fmt: skip
-    if pipelined:
-        return _fsdp2_pipelined(zero_stage, weight_bytes, g, optimizer_bytes, _SOURCES[fw])
-    return _fsdp2(zero_stage, weight_bytes, g, optimizer_bytes)
+    args = (zero_stage, weight_bytes, g, optimizer_bytes)
+    mech = _fsdp2_pipelined(*args, _SOURCES[fw]) if pipelined else _fsdp2(*args)
+    return _as_fsdp1(mech) if flat_parameters else mech
 
 
 def _megatron_of(
@@ -363,7 +367,7 @@ def _fsdp2(zero_stage: int, w: int, g: int, o: int) -> Mechanism:
         else "FSDP2 fully_shard(reshard_after_forward=False), reshard_after_backward=True "
         "(FSDP2's default)"
     )
-    return Mechanism(
+    mech = Mechanism(
         Framework.FSDP2, zero_stage, f"{name}, reduce_dtype={_dtype(g)}",
         weights_full=0 if reshard else w, weights_sharded=master, grads_full=0,
         grads_sharded=4, optimizer_full=0, optimizer_sharded=o - master,
@@ -371,6 +375,7 @@ def _fsdp2(zero_stage: int, w: int, g: int, o: int) -> Mechanism:
         reduce_bytes=g, reduce_per_microbatch=True, gathers_per_step=0,
         gathers_per_microbatch=2 if reshard else 1, weight_bytes=w, source=_SOURCES[Framework.FSDP2],
     )  # fmt: skip
+    return _with_copies(mech)
 
 
 def _fsdp2_pipelined(zero_stage: int, w: int, g: int, o: int, src: str) -> Mechanism:
@@ -409,7 +414,7 @@ def _fsdp2_pipelined(zero_stage: int, w: int, g: int, o: int, src: str) -> Mecha
     name = "reshard_after_forward=True" if zero_stage == 3 else "reshard_after_forward=False"
     policy = reshard_policy(zero_stage, 2)
     gathers = "m + 1 all-gathers a step" if zero_stage == 3 else "one all-gather a step"
-    return Mechanism(
+    mech = Mechanism(
         Framework.FSDP2, zero_stage,
         f"FSDP2 fully_shard({name}), torchtitan {policy}, under a pipeline schedule: "
         f"{gathers}, gradient sync after the last micro-batch, unsharded gradients "
@@ -421,6 +426,46 @@ def _fsdp2_pipelined(zero_stage: int, w: int, g: int, o: int, src: str) -> Mecha
         torch_pipelining=True, weight_bytes=w,
         source=f"{src}; {TORCHTITAN_RESHARD_SOURCE}",
     )  # fmt: skip
+    return _with_copies(mech)
+
+
+def _with_copies(mech: Mechanism, flat_parameters: bool = False) -> Mechanism:
+    """An FSDP2 mechanism with its copies around the collectives on the compute stream
+    (:func:`model.fsdp2_copies.fsdp2_copy_bytes` of its gathers and reductions, FSDP1's with
+    ``flat_parameters``) as its per-backward HBM bytes.
+
+    >>> m = _with_copies(_fsdp2(3, 2, 4, 12))
+    >>> m.accumulate_first_bytes, m.accumulate_bytes
+    (14, 14)
+    """
+    first, later = fsdp2_copy_bytes(
+        mech.weight_bytes, mech.reduce_bytes, mech.gathers_per_step,
+        mech.gathers_per_microbatch, mech.reduce_per_microbatch, flat_parameters,
+    )  # fmt: skip
+    return replace(mech, accumulate_first_bytes=first, accumulate_bytes=later)
+
+
+def _as_fsdp1(mech: Mechanism) -> Mechanism:
+    """``mech`` (an ``fsdp2`` one) as FSDP1 runs it, ``FullyShardedDataParallel`` with one
+    flat parameter a unit (:attr:`model.specs.TrainingSpec.flat_parameters`): FSDP1's copies
+    around its collectives (:func:`model.fsdp2_copies.fsdp2_copy_bytes`: no all-gather
+    copy-out, the flat gradient concatenated by autograd, the cast to ``reduce_dtype`` on the
+    post-backward stream); its gathers, reductions and bytes held are FSDP2's (ZeRO-3
+    ``FULL_SHARD``, ZeRO-2 ``SHARD_GRAD_OP``, which frees the parameters after every synchronised
+    backward as FSDP2's ``reshard_after_backward`` does: PyTorch 2.1.0 ``_runtime_utils.py``
+    ``_should_free_in_backward``).
+
+    >>> m = _as_fsdp1(_fsdp2(3, 2, 4, 12))
+    >>> m.name.split(" with")[0], m.accumulate_first_bytes, m.accumulate_bytes
+    ('FSDP1 FullyShardedDataParallel(sharding_strategy=FULL_SHARD)', 4, 4)
+    """
+    strategy = "FULL_SHARD" if mech.zero_stage == 3 else "SHARD_GRAD_OP"
+    name = (
+        f"FSDP1 FullyShardedDataParallel(sharding_strategy={strategy}) with flat parameters, "
+        f"reduce_dtype={_dtype(mech.reduce_bytes)}, its state and collectives counted as {mech.name}"
+    )
+    flat = replace(mech, name=name, source=f"{mech.source}; {FSDP1_COPIES_SOURCE}")
+    return _with_copies(flat, flat_parameters=True)
 
 
 def _dtype(nbytes: int) -> str:

@@ -272,11 +272,9 @@ def _check_attention(arch: Architecture) -> None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrainingSpec:
-    """The workload and numerics of one training step.
-
-    Defaults: BF16 weights and gradients, mixed-precision Adam (16 B/param; Rajbhandari et al.
-    2019, §3.1), 16-bit activations, FlashAttention on.
-    """
+    """The workload and numerics of one training step. Defaults: BF16 weights and gradients,
+    mixed-precision Adam (16 B/param; Rajbhandari et al. 2019, §3.1), 16-bit activations,
+    FlashAttention on."""
 
     seq_len: int
     """s, tokens per sequence."""
@@ -357,8 +355,7 @@ class TrainingSpec:
     """torchtitan's ``[training] compile`` (``torch.compile`` of each block): Inductor fuses the
     elementwise passes; false runs them as PyTorch's eager operators (:mod:`model.elementwise`).
     None = the framework's default (``fsdp2``: torchtitan's, false). Only ``fsdp2`` reads it;
-    the others' layers are fused kernels and refuse it
-    (:func:`model.elementwise.elementwise_mode`)."""
+    the others' layers are fused kernels and refuse it (:func:`model.elementwise.elementwise_mode`)."""
     gathered_block_inputs: bool | None = None
     """Whether tensor parallelism keeps the attention and MLP blocks' all-gathered inputs for
     backward, whole on every tp rank (:attr:`model.activations.ActivationContext.
@@ -388,6 +385,9 @@ class TrainingSpec:
     ``nccl_ub``): the gathered weights and the unsharded gradient buckets of the layers come
     from persistent pools of two units instead of the caching allocator (Megatron-LM
     ``param_and_grad_buffer.py`` ``FixedPoolAllocator``). Read under ``megatron`` ZeRO-3 only."""
+    flat_parameters: bool = False
+    """``fsdp2`` with pp 1 only: the run is PyTorch FSDP1 (``FullyShardedDataParallel``, flat
+    parameters), its copies around the collectives FSDP1's (:mod:`model.fsdp2_copies`)."""
     deepspeed_overlap_comm: bool = False
     """DeepSpeed's ``zero_optimization.overlap_comm`` at ZeRO-1/2 (ignored elsewhere; DeepSpeed
     edaa72212 ``zero/config.py`` ``overlap_comm_valid``: off below ZeRO-3 unless set). Off: the

@@ -15,6 +15,7 @@ from trainplan.model.errors import InputError
 from trainplan.model.flops import step_flops
 from trainplan.model.frameworks import ZERO_STAGES
 from trainplan.model.key_rules import (
+    FLAT_PARAMETERS_FSDP2_ONLY,
     SAC_SCALED_MM_FSDP2_ONLY,
     check_grad_stats_group,
 )
@@ -149,6 +150,10 @@ class Problem:
             str(fw) != "fsdp2" for fw in self.space.frameworks
         ):
             raise InputError(f"{SAC_SCALED_MM_FSDP2_ONLY}, and no framework searched is fsdp2")
+        if any(j.case.training.flat_parameters for j in self.jobs) and all(
+            str(fw) != "fsdp2" for fw in self.space.frameworks
+        ):
+            raise InputError(f"{FLAT_PARAMETERS_FSDP2_ONLY}, and no framework searched is fsdp2")
         self._check_grad_stats_group()
         unpriced = sorted({j.case.device.name for j in self.jobs if j.gpu_hour_price is None})
         if self.objective is Objective.COST and unpriced:

@@ -297,6 +297,7 @@ def legal_shapes(model: ModelSpec, training: TrainingSpec, space: SearchSpace) -
         training, offload=NO_OFFLOAD, moe_run=DROPLESS, recompute_modules=DEFAULT_RECOMPUTE_MODULES,
         distributed_optimizer=DistributedOptimizer.MCORE, cross_entropy_fusion_impl="none",
         fp8_param_gather=False, fsdp_double_buffer=False, deepspeed_overlap_comm=False,
+        flat_parameters=False,
         sac_saves_scaled_mm=True, seq_parallel_communication_data_type="fp32",
         bias_dropout_fusion=True,
     )  # fmt: skip

@@ -92,6 +92,8 @@ KEY_DOCS: dict[str, str] = {
     "null unless megatron with ZeRO-3.",
     "layout.cross_entropy_fusion_impl": "The loss Megatron-Core runs: none (unfused), native "
     "(its fused kernels) or te (Transformer Engine's); null unless megatron.",
+    "layout.flat_parameters": "Whether the run is PyTorch FSDP1 (FullyShardedDataParallel, flat "
+    "parameters: its copies around the collectives); null unless fsdp2 with pp 1.",
     "layout.sac_saves_scaled_mm": "Whether torchtitan's op-level save list keeps the FP8 GEMM "
     "outputs (aten._scaled_mm); null unless fsdp2 with fp8 and recompute selective.",
     "layout.deepspeed_overlap_comm": "DeepSpeed's zero_optimization.overlap_comm; null unless deepspeed ZeRO-1/2.",

@@ -289,7 +289,7 @@ def assumptions(est: Estimate) -> list[str]:
         lay.framework, lay.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
         pipelined=lay.pp > 1, distributed_optimizer=t.distributed_optimizer,
         overlap_comm=t.deepspeed_overlap_comm, multi_rank_allreduce=o.use_multi_rank_bucket_allreduce,
-        sp_comm=sp_comm_bytes(t, lay.cp),
+        sp_comm=sp_comm_bytes(t, lay.cp), flat_parameters=t.flat_parameters,
     )  # fmt: skip
     mech = overlapped_mechanism(mech, lay.schedule)  # the memory term's (model.terms.state)
     out = [

@@ -417,7 +417,7 @@ def _layout(est: Estimate) -> dict[str, Any]:
         **_where(zero1, "distributed_optimizer", str(t.distributed_optimizer)),
         **_where(ds12, "deepspeed_overlap_comm", t.deepspeed_overlap_comm),
         **_where(framework == "deepspeed", "bias_dropout_fusion", t.bias_dropout_fusion),
-        **_ulysses_key(est),
+        **_stack_keys(est),
         **_where(sac_fp8, "sac_saves_scaled_mm", t.sac_saves_scaled_mm),
         **_where(fp8, "fp8_activation_storage", t.fp8_activation_storage),
         "document_lengths": _documents(t),
@@ -425,12 +425,16 @@ def _layout(est: Estimate) -> dict[str, Any]:
     }
 
 
-def _ulysses_key(est: Estimate) -> dict[str, Any]:
+def _stack_keys(est: Estimate) -> dict[str, Any]:
     """``seq_parallel_communication_data_type`` where it is read (``deepspeed`` with cp > 1,
-    :func:`model.deepspeed_mechanisms.sp_comm_bytes`), else nothing."""
-    lay, key = est.layout, "seq_parallel_communication_data_type"
+    :func:`model.deepspeed_mechanisms.sp_comm_bytes`) and ``flat_parameters`` where it is
+    (``fsdp2`` with pp 1, :func:`model.key_rules.check_flat_parameters`), else null."""
+    lay, t, key = est.layout, est.training, "seq_parallel_communication_data_type"
     ulysses = str(lay.framework) == "deepspeed" and lay.cp > 1
-    return _where(ulysses, key, est.training.seq_parallel_communication_data_type)
+    fsdp1 = str(lay.framework) == "fsdp2" and lay.pp == 1
+    return _where(ulysses, key, t.seq_parallel_communication_data_type) | _where(
+        fsdp1, "flat_parameters", t.flat_parameters
+    )
 
 
 def _where(applies: bool, key: str, value: Any) -> dict[str, Any]:

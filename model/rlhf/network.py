@@ -147,6 +147,13 @@ class _Held:
     gradients_bytes: Fraction = Fraction(0)
 
 
+def _verl_fsdp1(spec: RLHFSpec) -> bool:
+    """Whether the update runs FSDP1 (:attr:`model.specs.TrainingSpec.flat_parameters`, its
+    copies around the collectives): under ``fsdp2``, verl's workers, whose default ``strategy:
+    fsdp`` is ``FullyShardedDataParallel`` (:data:`model.rlhf.roles.VERL_FSDP_SOURCE`)."""
+    return spec.framework is Framework.FSDP2
+
+
 def _training_estimate(
     spec: RLHFSpec, rs: RoleSpec, opt: RoleOption, evaluate: Evaluator, s: int
 ) -> tuple[Estimate, Offload]:
@@ -158,7 +165,8 @@ def _training_estimate(
     step leave the GPU, the host holds them with an FP32 gradient buffer, and the step time gains
     the host-link transfers and the CPU Adam step (TimeTerms.offload_s). A framework that cannot
     offload the optimizer alone is refused (check_offload's rule, which evaluate() applies too):
-    a LayoutError, as any illegal layout."""
+    a LayoutError, as any illegal layout. Under ``fsdp2`` the run is verl's default FSDP1
+    (:func:`_verl_fsdp1`)."""
     b = spec.micro_batch_sequences
     offload = Offload(optimizer=Fraction(1)) if opt.offload == "optimizer" else NO_OFFLOAD
     try:
@@ -174,6 +182,7 @@ def _training_estimate(
         TrainingSpec(
             seq_len=s, global_batch_size=_batch(spec.train_batch or spec.sequences, b, opt.dp),
             offload=offload, bias_dropout_fusion=spec.framework is not Framework.DEEPSPEED,
+            flat_parameters=_verl_fsdp1(spec),
         ),
         _layout(spec, opt, spec.recompute),
     )  # fmt: skip

@@ -370,7 +370,8 @@ VERL_FSDP_SOURCE = (
     "fp32), transformer layers wrapped, the embedding, final norm and output layer in the root "
     "unit); strategy fsdp2 is fully_shard (verl/utils/fsdp_utils.py apply_fsdp2). Both counted "
     "with FSDP2's mechanism: sharded FP32 master and moments, BF16 gathers, FP32 reduce-scatter "
-    "per micro-batch; FSDP1's root unit gathered through backward added (model.rlhf.verl_fsdp1)"
+    "per micro-batch; FSDP1's copies around them in the update (model.fsdp2_copies, "
+    "flat_parameters) and its root unit gathered through backward added (model.rlhf.verl_fsdp1)"
 )
 """The source the ``fsdp2`` profile's state terms cite under RLHF (verl's FSDP workers)."""
 

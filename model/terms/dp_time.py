@@ -209,16 +209,25 @@ def dp_seconds_term(c: Context, f: Fields, window: Any) -> tuple[Any, Any]:
 def grad_accumulation_term(c: Context, f: Fields) -> Any:
     """Seconds the layout's mechanism spends accumulating gradients inside the backward passes
     of a step, on the compute stream (:attr:`model.mechanism_record.Mechanism.accumulate_bytes`:
-    DeepSpeed's, :mod:`model.deepspeed_accumulate`; 0 elsewhere): the parameters of the stage
+    DeepSpeed's, :mod:`model.deepspeed_accumulate`; FSDP2's copies around its all-gathers and
+    reduce-scatters, :mod:`model.fsdp2_copies`; 0 elsewhere): the parameters of the stage
     with the most (dense and routed experts on one GPU) over the ``m + pp − 1`` backward passes
     on DeepSpeed's 1F1B critical path (:func:`model.deepspeed_accumulate.accumulate_seconds`).
     Exact where that stage paces the pipeline or every stage holds as many parameters; else at
     most ``m + pp − 1`` times the difference of two stages' accumulation too much. Reads the
-    shape and the ZeRO stage (through the mechanism), as the rest of ``t2``."""
+    shape and the ZeRO stage (through the mechanism), as the rest of ``t2``. Under ``fsdp2`` the
+    dense parameters count only where their group shards them (``dp·cp > 1``): torchtitan
+    applies ``fully_shard`` to the blocks only then (``parallel_dims.fsdp_enabled``, b5bcd76c6
+    ``torchtitan/distributed/parallel_dims.py``), and a model it leaves unwrapped makes no
+    copies; the routed experts always count, as torchtitan wraps them on their own ``efsdp``
+    mesh whenever ep > 1, one rank included, where FSDP2's ``world_size == 1`` path still copies
+    each unit's weights out and its gradients in."""
     mech = dp_mechanism(c, f)
     if not (mech.accumulate_bytes or mech.accumulate_first_bytes):
         return 0.0
     dense, experts = busiest_params(c, f)
+    if mech.framework is Framework.FSDP2:
+        dense = where(f.shard_degree > 1, dense, 0)
     hbm = c.gpu.hbm_bytes_per_s
     assert hbm is not None  # the roofline model runs only with it
     return accumulate_seconds(

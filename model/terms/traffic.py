@@ -99,9 +99,10 @@ __all__ = [
 
 def dp_mechanism(c: Context, f: Fields) -> Any:
     """The layout's ZeRO stage as its framework runs it, with the recipe's bytes, the
-    options' DeepSpeed bucket all-reduce and BF16 gradient clearing and, with
-    pp > 1, the framework's pipeline-schedule variant (:func:`model.mechanisms.mechanism`) as
-    the recipe's pipeline runtime runs it (:func:`model.fsdp2_pipeline.runtime_mechanism`)."""
+    options' DeepSpeed bucket all-reduce and BF16 gradient clearing, FSDP1's copies under
+    ``flat_parameters`` and, with pp > 1, the framework's pipeline-schedule variant
+    (:func:`model.mechanisms.mechanism`) as the recipe's pipeline runtime runs it
+    (:func:`model.fsdp2_pipeline.runtime_mechanism`)."""
     t = c.training
     mech = mechanism(
         f.framework, f.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
@@ -110,6 +111,7 @@ def dp_mechanism(c: Context, f: Fields) -> Any:
         cpu_offload=t.offload.optimizer > 0,
         multi_rank_allreduce=c.options.use_multi_rank_bucket_allreduce,
         sp_comm=sp_comm_bytes(t, f.cp), lp_grads_set_to_none=c.options.lp_grads_set_to_none,
+        flat_parameters=t.flat_parameters,
     )  # fmt: skip
     return runtime_mechanism(mech, t.pipeline_frees_stage_tensors)
 

@@ -21,6 +21,7 @@ from trainplan.model.estimate import evaluation_context
 from trainplan.model.fsdp2_pipeline import default_zero_stage, regather_forward_share
 from trainplan.model.layout import Layout
 from trainplan.model.mechanisms import mechanism
+from trainplan.model.op_rates import stream_triad_fraction
 from trainplan.model.terms.dp_time import dp_group_seconds
 from trainplan.model.terms.fields import LayoutFields
 from trainplan.model.terms.roofline import window_seconds
@@ -30,6 +31,19 @@ OWN = 6 * (16 * 218_112_000 + 525_336_576) / 16 / (2.039e12 * 0.83)
 """FSDP2's own optimizer-step passes (model.step_passes: the clip's scaling of every FP32
 gradient less the BF16 copy torchtitan never writes, 6 B an element) over Llama 3 8B's busiest
 stage ÷ dp 16 at A100's BabelStream triad, 2.039 TB/s × 0.83: 0.89 ms."""
+
+COPIES = (
+    (22 + 16 * 14)
+    * (16 * 218_112_000 + 525_336_576)
+    / (
+        2.039e12 * stream_triad_fraction("A100-80GB")  # type: ignore[operator]
+    )
+)
+"""FSDP2's copies around its collectives on the compute stream (model.fsdp2_copies), ZeRO-3
+under a pipeline schedule, m 16: the first micro-batch the step's gather and its re-gather
+(copy-outs of 4 B each), the FP32 upcast (6 B) and the reduce-scatter's copy-in (8 B), each later
+one a re-gather's copy-out and the FP32 accumulation (4 + 10 B); m + pp − 1 = 17 backwards over
+the busiest stage's 4,015,128,576 unsharded elements at the triad: 0.581 s."""
 
 
 def _gathers(passes: str, reshard_after_forward: bool) -> tuple[int, int]:
@@ -191,14 +205,14 @@ def test_exposure_by_hand_a100(schedule):
         assert per_mb == pytest.approx(16 * (a * 15 / 16 - t / 3))
         assert dp.exposed_seconds == pytest.approx(0.27449, abs=1e-5)
         # 1.6374 before GPipe's bubble was the order's own (model.pipeline_onef); 1.6274 before
-        # FSDP2's own optimizer-step passes (OWN)
-        assert est.step_s == pytest.approx(1.6274 + OWN, abs=1e-4)
+        # FSDP2's own optimizer-step passes (OWN), both before its copies (COPIES)
+        assert est.step_s == pytest.approx(1.6274 + OWN + COPIES, abs=1e-4)
     else:
         assert per_mb == pytest.approx(a / 16)
         assert dp.exposed_seconds == pytest.approx(0.09590, abs=1e-5)
-        assert est.step_s == pytest.approx(1.4488 + OWN, abs=1e-4)  # 1.4588 before 1F1B's bubble
-        # was the order's own on stages of unequal time (model.pipeline_onef), 1.4488 before
-        # FSDP2's own optimizer-step passes (OWN)
+        assert est.step_s == pytest.approx(1.4488 + OWN + COPIES, abs=1e-4)  # 1.4588 before 1F1B's
+        # bubble was the order's own on stages of unequal time (model.pipeline_onef), 1.4488
+        # before FSDP2's own optimizer-step passes (OWN), both before its copies (COPIES)
     assert dp.exposed_seconds == pytest.approx(reduce_s + first + per_mb, abs=1e-9)
 
 
@@ -218,11 +232,19 @@ def test_evaluate_says_which_policy():
     its assumptions name the policy; ``--zero 3`` keeps ZeRO-3, now m + 1 = 65 gathers a step
     (144.013 s). Since NCCL's SM charge follows the algorithm NCCL runs (model.nccl_channels),
     the dp group at tp 8, one rank a node, holds 4 ring blocks (φ 0.075) where NVLS's 16 were
-    charged (0.239): ZeRO-2 135.838 s, ZeRO-3 138.383 s."""
+    charged (0.239): ZeRO-2 135.838 s, ZeRO-3 138.383 s. With FSDP2's copies around its
+    collectives on the compute stream (model.fsdp2_copies; m 64, m + pp − 1 = 67 backwards)
+    over the busiest stage's 32 layers of 16384·(16384 + 1024 + 1024 + 16384)/8 +
+    3·16384·53248/8 + 2·16384 = 398,491,648 elements: ZeRO-2 18 + 66 × 10 = 678 B an element,
+    2.911 s; ZeRO-3 22 + 66 × 14 = 946 B, 4.062 s."""
     base = dict(model="llama3-405b", framework="fsdp2", dp=32, tp=8, pp=4, recompute="full")
+    stage = 32 * 398_491_648
+    triad = 3.35e12 * stream_triad_fraction("H100-SXM")  # type: ignore[operator]
     est = trainplan.evaluate(**base)
     assert est.layout.zero_stage == 2
-    assert est.step_s == pytest.approx(135.709, abs=1e-3)  # 135.838 before 1F1B's bubble
-    # was the order's own on stages of unequal time (model.pipeline_onef)
+    copies = 678 * stage / triad
+    assert copies == pytest.approx(2.911, abs=1e-3)
+    assert est.step_s == pytest.approx(135.709 + copies, abs=1e-3)  # 135.838 before 1F1B's
+    # bubble was the order's own on stages of unequal time (model.pipeline_onef)
     z3 = trainplan.evaluate(**base, zero_stage=3)
-    assert z3.step_s == pytest.approx(138.254, abs=1e-3)  # 138.383 before, likewise
+    assert z3.step_s == pytest.approx(138.254 + 946 * stage / triad, abs=1e-3)  # 138.383 before

@@ -120,14 +120,18 @@ def test_the_forward_gather_is_not_in_the_training_step():
     """The training step already counts its forward and backward gathers (8 B a parameter a
     micro-batch: two BF16 gathers and the FP32 reduce-scatter); the forward-only term is
     reported beside it, not added: step_s is compute_and_pipeline + exposed dp + optimizer +
-    offload."""
+    offload + FSDP2's copies around its collectives (model.fsdp2_copies)."""
     model = get_model("llama3-8b").model
     evaluate = make_evaluator(H100, ClusterLinks.from_device(H100))
     lay = Layout(dp=16, tp=1, pp=1, framework="fsdp2", zero_stage=3, micro_batch_size=1,
                  recompute=Recompute.NONE)  # fmt: skip
     t = evaluate(model, TrainingSpec(seq_len=4096, global_batch_size=64), lay).time_terms
     assert t is not None and t.forward_gather_s > 0
-    assert t.step_s == t.compute_and_pipeline_s + t.exposed_dp_s + t.optimizer_s + t.offload_s
+    copies = t.grad_accumulation_s
+    assert copies > 0
+    assert t.step_s == (
+        t.compute_and_pipeline_s + t.exposed_dp_s + t.optimizer_s + t.offload_s + copies
+    )
     assert replace(t, forward_gather_s=0.0).step_s == t.step_s
 
 
@@ -234,3 +238,25 @@ def test_scoring_forward_floor_is_the_pass_per_slot_and_never_above_a_pass(shape
     assert floor == pytest.approx(base.time_terms.forward_pass_s / (m + fill), rel=1e-12)
     assert m * floor <= base.time_terms.forward_pass_s
     assert n * floor <= other.time_terms.forward_pass_s * (1 + 1e-9)
+
+
+def test_verls_update_is_timed_as_fsdp1():
+    """Under fsdp2 the roles are verl's FSDP workers, whose default ``strategy: fsdp`` is FSDP1
+    (``FullyShardedDataParallel``, flat parameters; model.rlhf.roles.VERL_FSDP_SOURCE): the
+    update's evaluate() runs with ``flat_parameters`` (FSDP1's copies around the collectives,
+    4 B an element a micro-batch, not FSDP2's 14; model.fsdp2_copies), the other profiles'
+    without it."""
+    from trainplan.model.rlhf.network import network_cost
+
+    seen: dict[str, list[bool]] = {}
+    for fw in ("fsdp2", "megatron"):
+        inner = make_evaluator(H100, ClusterLinks.from_device(H100))
+
+        def spy(model, training, layout, _fw=fw, _inner=inner):
+            seen.setdefault(_fw, []).append(training.flat_parameters)
+            return _inner(model, training, layout)
+
+        spec = _spec(framework=fw)
+        network_cost(spec, spec.role(Role.ACTOR), RoleOption(Role.ACTOR, 16, 16), H100, spy)
+    # the scoring forward (no copies charged there) and the update
+    assert seen == {"fsdp2": [False, True], "megatron": [False, False]}

@@ -208,15 +208,20 @@ def test_the_fsdp2_step_by_hand() -> None:
     (model.dp_exposure.microbatch_exposed_seconds): + 8 × (1 − 0.259259) × 0.3559 ms =
     0.002109 s; 2.812055 s with FSDP2's own optimizer-step passes (model.step_passes: the
     clip's scaling of every FP32 gradient, 8 B, less the BF16 copy torchtitan never writes, 2 B)
-    over the same 3,816,515,328 elements at 4.15 TB/s: + 0.005518 s."""
+    over the same 3,816,515,328 elements at 4.15 TB/s: + 0.005518 s; 2.951447 s with FSDP2's
+    copies around its collectives on the compute stream (model.fsdp2_copies: two all-gather
+    copy-outs of 4 B and the FP32 reduce-scatter copy-in of 6 B, every micro-batch) over the
+    1,541,093,376 dense and 3,623,878,656 expert elements a GPU holds unsharded, 8 micro-batches
+    at 4.15 TB/s: + 8 × 14 × 5,164,972,032 / 4.15e12 = 0.139392 s."""
     step, compute, ep = _qwen3("fsdp2")
     assert ep - 0.5192043178666667 == pytest.approx(48 * 8 * 18.64249e-6, abs=1e-9)
-    assert round(compute, 6) == 2.167799 and round(step, 6) == 2.812055
+    assert round(compute, 6) == 2.167799 and round(step, 6) == 2.951447
     ring = (1 / 1.314 - 1 / 1.350) * 0.273317
     passes = (1 - 1 / 1.350) * (0.290519 - 0.273317)
     bucket = 8 * (1 / 1.350) * 0.3559e-3
     own = 6 * (1_541_093_376 / 8 + 3_623_878_656) / 4.15e12
-    total = 0.025553 + ring + passes + bucket + own
+    copies = 8 * 14 * (1_541_093_376 + 3_623_878_656) / 4.15e12
+    total = 0.025553 + ring + passes + bucket + own + copies
     assert math.isclose(step - 2.7688682734289354, total, abs_tol=2e-6)
 
 

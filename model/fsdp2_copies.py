@@ -1,0 +1,167 @@
+"""FSDP2's copies around its data-parallel collectives on the compute stream, and FSDP1's
+(flat parameters, last below): the bytes per unsharded parameter element that ``fully_shard``
+(or ``FullyShardedDataParallel``) moves through HBM in each backward pass (and the forward
+before it) beyond the collectives themselves, and beyond the weight-gradient GEMMs' own output
+(:func:`fsdp2_copy_bytes`). The mechanism records carry them
+(:attr:`model.mechanism_record.Mechanism.accumulate_first_bytes` and
+:attr:`~model.mechanism_record.Mechanism.accumulate_bytes`, as DeepSpeed's accumulation,
+:mod:`model.deepspeed_accumulate`); the step-time term is
+:func:`model.terms.dp_time.grad_accumulation_term`.
+
+Per unsharded element of a unit (a transformer block: its parameters on this GPU after tensor
+and expert parallelism, before FSDP's sharding), ``w`` B the parameters' dtype
+(``MixedPrecisionPolicy.param_dtype``), ``g`` B the reduce dtype (``reduce_dtype``; FP32 as
+torchtitan sets it). Read from the code, pytorch/pytorch
+``torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py`` at 002a76fb and
+``_fsdp_collectives.py`` and ``_fsdp_param.py`` at 010ae4a8:
+
+* **All-gather copy-out** — every all-gather. ``FSDPParamGroup.wait_for_unshard`` (called by
+  ``pre_forward`` and ``pre_backward`` on the current stream, the computation's) runs
+  ``foreach_all_gather_copy_out``: ``torch.ops.fsdp.split_with_sizes_copy`` copies the flat
+  all-gather output into each parameter's own unsharded tensor, ``2·w`` (read w, write w). The
+  copy-in before the collective (``_get_param_all_gather_inputs``' ``torch._foreach_copy_`` and
+  ``all_gather_copy_in``) runs on ``all_gather_copy_in_stream`` over the shard only (÷ D): not
+  counted.
+* **Reduce-scatter copy-in** — every reduce-scatter. ``FSDPParamGroup.post_backward`` calls
+  ``foreach_reduce`` on the current stream, whose ``foreach_reduce_scatter_copy_in``
+  (``torch._chunk_cat`` into the ``reduce_dtype`` reduce-scatter input, the widening cast done
+  by the same kernel) reads the unsharded gradients and writes the input: ``w + g`` for the
+  autograd gradients (``2·g`` for gradients already accumulated in ``g``); the collective
+  waits for it ("Only after the copy-in finishes can we free the gradients").
+* **Accumulation without synchronisation** (a pipeline schedule: ``set_requires_gradient_sync
+  (False)`` before every micro-batch's backward, :func:`model.mechanisms.mechanism` with
+  ``pipelined``). ``post_backward`` with ``reduce_grads`` false calls
+  ``FSDPParam.to_accumulated_grad_if_needed`` after the first backward, which upcasts the
+  gradient into ``unsharded_accumulated_grad`` (``unsharded_grad.to(self.reduce_dtype)``:
+  ``w + g``), and ``accumulate_unsharded_grad_if_needed`` after each later one
+  (``unsharded_accumulated_grad += unsharded_param.grad``: read ``g`` and ``w``, write ``g``).
+  With ``g = w`` no upcast: autograd's ``AccumulateGrad`` adds the new gradient into ``.grad``
+  in place (read ``2·w``, write ``w``) from the second backward on.
+
+Counts per micro-batch: without a pipeline schedule ZeRO-3 (``reshard_after_forward=True``)
+gathers twice (forward, backward) and ZeRO-2 once (``reshard_after_backward`` True frees the
+weights after every backward), and both reduce-scatter once
+(:func:`model.mechanisms.mechanism`: ``gathers_per_microbatch``, ``reduce_per_microbatch``);
+under a pipeline schedule the mechanism's once-a-step gather, its per-micro-batch re-gathers
+(ZeRO-3) and one reduce-scatter of the accumulated FP32 gradients a step. The multi-stage
+runtime's re-gathers at four chunks a rank or more
+(:func:`model.fsdp2_pipeline.runtime_regathers`) are not counted (a lower bound there); nor is
+the FP8 all-gather of torchao's ``Float8Linear`` weights, whose copy-out moves 1 B where ``w``
+counts 2 (an upper bound there).
+
+Not counted: the launches (one copy kernel per unit and collective against milliseconds of
+bytes), the post-reduce accumulation into the sharded FP32 gradient (÷ D).
+
+**FSDP1** (``torch.distributed.fsdp.FullyShardedDataParallel``, one ``FlatParameter`` a unit;
+``flat_parameters``, :attr:`model.specs.TrainingSpec.flat_parameters`) makes other copies. Read
+from PyTorch 2.1.0 (7bcf7da3a268b435777fe87c7794c382f444e86d, the v2.1.0 wheel's
+``torch.version.git_version``), ``torch/distributed/fsdp/flat_param.py`` and
+``_runtime_utils.py`` (the same in 2.13's ``_flat_param.py``):
+
+* **No all-gather copy-out.** ``FlatParamHandle.unshard`` all-gathers
+  (``_all_gather_flat_param``: ``dist.all_gather_into_tensor``, on the unshard stream) straight
+  into the padded unsharded flat parameter (``_alloc_padded_unsharded_flat_param``), and
+  ``_use_unsharded_flat_param`` / ``_use_unsharded_views`` make the module's parameters views of
+  it (``torch.split(flat_param, _numels)`` and ``.view(shape)``): nothing is copied. The cast of
+  the FP32 shard to ``param_dtype`` (``pre_unshard``, ``_use_low_precision_shard``) runs on the
+  pre-unshard stream over the shard only (÷ D).
+* **The flat gradient's concatenation** — every backward. The parameters are autograd views
+  of the flat parameter (``SplitWithSizesBackward0``), so their gradients reach
+  ``flat_param.grad`` through ``split_with_sizes``'s backward, one ``aten::cat`` of every
+  view's gradient on the compute stream: ``2·w`` (read w, write w); ``AccumulateGrad`` then
+  takes the result without a copy (``prepare_gradient_for_backward`` and ``_reduce_grad`` leave
+  ``.grad`` None). The post-backward hook, registered on that ``AccumulateGrad``, runs after it.
+* **No reduce-scatter copy-in on the compute stream.** ``_post_backward_hook`` makes the
+  post-backward stream wait for the compute stream and then, on the post-backward stream, casts
+  the flat gradient to ``reduce_dtype`` (``flat_param.grad.to(handle._reduce_dtype)``, ``w + g``
+  where ``g ≠ w``) and pads it where the unit's element count is not a multiple of the shard
+  degree (``_get_reduce_scatter_tensors``: ``F.pad``, which this plan does not count). Those
+  copies run beside the next unit's backward, as the collective does, and are not counted here.
+* **Accumulation without synchronisation** (``no_sync``): ``.grad`` keeps the unsharded flat
+  gradient in ``param_dtype`` and ``AccumulateGrad`` adds each later backward's into it in
+  place (read ``2·w``, write ``w``). The ``fsdp2`` profile refuses ``flat_parameters`` with
+  pp > 1 (:func:`model.key_rules.check_flat_parameters`): PyTorch's pipeline schedules run
+  FSDP2, so this count is the function's alone.
+
+So FSDP1 moves ``2·w`` an unsharded element a micro-batch on the compute stream, whatever the
+ZeRO stage (FULL_SHARD or SHARD_GRAD_OP) and ``reduce_dtype``: 4 B with BF16 parameters,
+against FSDP2's 14 (ZeRO-3) or 10 (ZeRO-2) with FP32 reduction.
+"""
+
+from __future__ import annotations
+
+__all__ = ["FSDP1_COPIES_SOURCE", "FSDP2_COPIES_SOURCE", "fsdp2_copy_bytes"]
+
+FSDP2_COPIES_SOURCE = (
+    "pytorch/pytorch 002a76fb torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py "
+    "wait_for_unshard / post_backward; 010ae4a8 _fsdp_collectives.py "
+    "foreach_all_gather_copy_out (split_with_sizes_copy) / foreach_reduce "
+    "(foreach_reduce_scatter_copy_in, _chunk_cat); _fsdp_param.py "
+    "to_accumulated_grad_if_needed / accumulate_unsharded_grad_if_needed"
+)
+
+FSDP1_COPIES_SOURCE = (
+    "pytorch/pytorch 7bcf7da3a (v2.1.0) torch/distributed/fsdp/flat_param.py "
+    "FlatParamHandle.unshard (all_gather_into_tensor into the padded flat parameter) / "
+    "_use_unsharded_views (parameters are split views: split_with_sizes backward concatenates "
+    "their gradients on the compute stream); _runtime_utils.py _post_backward_hook (the cast to "
+    "reduce_dtype and the reduce-scatter on the post-backward stream)"
+)
+
+
+def fsdp2_copy_bytes(
+    w: int,
+    g: int,
+    gathers_per_step: int,
+    gathers_per_microbatch: int,
+    reduce_per_microbatch: bool,
+    flat_parameters: bool = False,
+) -> tuple[int, int]:
+    """(first, later): bytes per unsharded parameter element FSDP2 moves through HBM on the
+    compute stream for the micro-batch whose backward is a step's first, and for each later one
+    (the module docstring): ``2·w`` per all-gather (the step's once-a-step gathers charged to the
+    first), then either a reduce-scatter copy-in per micro-batch (``w + g``,
+    ``reduce_per_microbatch``) or, under a pipeline schedule, the accumulation in ``g`` (first
+    ``w + g``, later ``w + 2·g``; ``0`` and ``3·w`` where ``g = w``) and one copy-in of the
+    accumulated gradients a step (``2·g``, charged to the first).
+
+    ``flat_parameters`` (FSDP1, the module docstring's last part): no copy-out, no copy-in on
+    the compute stream; the flat gradient's concatenation, ``2·w``, every backward, and where
+    the gradients accumulate unsynchronised (not ``reduce_per_microbatch``) each later backward
+    adds into ``.grad`` in ``w`` (``3·w`` more). The gather counts do not matter there.
+
+    Examples
+    --------
+    ZeRO-3 without a pipeline, bf16 weights and FP32 reduction: two copy-outs of 4 B and the
+    copy-in of 6 B, every micro-batch; ZeRO-2: one copy-out.
+
+    >>> fsdp2_copy_bytes(2, 4, 0, 2, True), fsdp2_copy_bytes(2, 4, 0, 1, True)
+    ((14, 14), (10, 10))
+
+    Under a pipeline schedule, ZeRO-3 (a gather a step and one a micro-batch): the first
+    micro-batch 4 + 4 + 6 (the upcast) + 8 (the reduce-scatter's copy-in), each later one
+    4 + 10; ZeRO-2 (a gather a step): 4 + 6 + 8, then 10.
+
+    >>> fsdp2_copy_bytes(2, 4, 1, 1, False), fsdp2_copy_bytes(2, 4, 1, 0, False)
+    ((22, 14), (18, 10))
+    >>> fsdp2_copy_bytes(2, 2, 1, 0, False)
+    (8, 6)
+
+    FSDP1 with BF16 parameters: the concatenation of 2 + 2 B, ZeRO-3 or ZeRO-2, FP32 or BF16
+    reduction alike; unsynchronised, 4 + 6 from the second backward.
+
+    >>> fsdp2_copy_bytes(2, 4, 0, 2, True, True), fsdp2_copy_bytes(2, 2, 0, 1, True, True)
+    ((4, 4), (4, 4))
+    >>> fsdp2_copy_bytes(2, 4, 1, 0, False, True)
+    (4, 10)
+    """
+    if flat_parameters:
+        concat = 2 * w
+        return concat, concat if reduce_per_microbatch else concat + 3 * w
+    copy_out = 2 * w
+    later = gathers_per_microbatch * copy_out
+    first = later + gathers_per_step * copy_out
+    if reduce_per_microbatch:
+        return first + w + g, later + w + g
+    upcast, add = (w + g, w + 2 * g) if g != w else (0, 3 * w)
+    return first + upcast + 2 * g, later + add
