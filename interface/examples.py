@@ -151,8 +151,6 @@ def _giving_way(
 
     >>> _giving_way("rlhf", {"algorithm": "grpo", "reward_params": 70e9}, {"reward": "rule"})
     ['reward_params']
-    >>> _giving_way("planner", {"global_batch_size": 2048}, {"global_batch_tokens": 16777216})
-    ['global_batch_size']
 
     Raises
     ------
@@ -165,9 +163,7 @@ def _giving_way(
     if "model" in given and tab == "planner":
         out.append("params")
     if "global_batch_tokens" in given and "global_batch_size" not in given:
-        # the batch in tokens replaces the example's batch in sequences
-        # (interface.batch_inputs.with_batch_in_sequences refuses both given)
-        out.append("global_batch_size")
+        out.append("global_batch_size")  # both given: refused (batch_inputs)
     if tab != "rlhf":
         return out
     from trainplan.interface.rlhf.report import SEED_ONLY

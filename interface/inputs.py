@@ -4,10 +4,9 @@ This module parses (text, flags, the number grammar) and refuses (one line namin
 parameter); the defaults (docs/concepts/conventions.md; docs/guides/evaluate.md "Inputs": the
 catalogue's published training setup (s, B), degrees 1, the framework's ZeRO stage, 1F1B,
 sequence parallelism on when tp > 1, FlashAttention on, the accelerator's efficiencies, the
-H100-SXM when no GPU is named) are the typed constructors' it calls —
-:meth:`trainplan.optimizer.case.Case.of`, :meth:`trainplan.model.layout.Layout.of` and the
-dataclasses' own. The defaults used are listed in
-:attr:`trainplan.optimizer.case.Case.defaults_used`.
+H100-SXM when no GPU is named) are the typed constructors' it calls — :meth:`trainplan.optimizer.
+case.Case.of`, :meth:`trainplan.model.layout.Layout.of` and the dataclasses' own; the defaults
+used are listed in :attr:`trainplan.optimizer.case.Case.defaults_used`.
 """
 
 from __future__ import annotations
@@ -316,8 +315,7 @@ def _layout(params: Mapping[str, Any], model: ModelSpec, used: dict[str, Any]) -
         layout_args["stage_layers"] = _megatron_split(params, model, layout_args)
     layout_args["framework"] = parse_framework(params.get("framework", DEFAULT_FRAMEWORK))
     layout = Layout.of(**layout_args)  # the framework's ZeRO stage, the schedule's own v
-    for k in SEARCHED_FIELDS:  # the layout defaults worth printing (v is 1 unless asked; the
-        # CP flavour only with cp > 1)
+    for k in SEARCHED_FIELDS:  # defaults worth printing (v 1 unless asked; CP flavour at cp > 1)
         if k not in params and k != "virtual_stages" and (k != "cp_kind" or layout.cp > 1):
             value = getattr(layout, k)
             used[k] = (

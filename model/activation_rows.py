@@ -285,9 +285,8 @@ output only, the checkpoint's input; the copy is made again in backward
 (:func:`model.recompute_modules.recomputed_rows`)."""
 
 
-# The router's saved [S, E] tensors: ctx.router_score_bytes per element, per MoE layer and
-# micro-batch (model.moe_working_set.MEGATRON_ROUTER_SCORE_BYTES under megatron, one FP32
-# copy elsewhere).
+# The router's saved [S, E] tensors: ctx.router_score_bytes per element, per MoE layer and micro-
+# batch (model.moe_working_set.MEGATRON_ROUTER_SCORE_BYTES under megatron, one FP32 elsewhere).
 def mlp_rows(
     arch: Architecture, index: int, ctx: ActivationContext
 ) -> list[tuple[str, Fraction, str]]:
@@ -301,10 +300,7 @@ def mlp_rows(
         assert moe is not None
         k = moe.experts_per_token
         gathered = ctx.expert_tp if ctx.sequence_parallel else 1  # etp ranks' routed tokens
-        # the busiest rank's experts' rows (kr·S) and the rows its own tokens send (ks·S):
-        # k·S both, dropless and balanced (model.moe_run.row_factors)
-        sent, received = ctx.routed_row_factors(moe.num_experts, k)
-        kr, ks = k * received, k * sent
+        ks, kr = (k * f for f in ctx.routed_row_factors(moe.num_experts, k))  # sent, received
         router = [("router and dispatch input", beta * S * h, "sp")]
         if ctx.deepspeed_gate:  # DeepSpeed's gate saves its FP32 input and routing tensors
             router = deepspeed_gate_rows(arch, S, beta)

@@ -101,9 +101,8 @@ schedule, :mod:`model.schedule_support`; the ``textbook`` profile counts no work
 Under ``deepspeed`` each projection's step also holds the weight gradient the projection
 returns (Megatron-DeepSpeed ``megatron/core/tensor_parallel/layers.py``,
 ``grad_output.t().matmul(total_input)``, no fused accumulation), which autograd adds into the
-kept ``param.grad`` (``PipelineEngine._exec_backward_pass`` zeroes, not frees, it:
-``BF16_Optimizer.clear_lp_grads``): one weight of the projection per GPU
-(:func:`model.deepspeed_backward.deepspeed_weight_grads`).
+kept ``param.grad`` (``PipelineEngine._exec_backward_pass`` zeroes, not frees, it: ``BF16_Optimizer.
+clear_lp_grads``): one weight of the projection per GPU (:func:`model.deepspeed_backward.deepspeed_weight_grads`).
 
 Not counted: the weight gradients kept for the step (the state term's), cuDNN's backward
 workspace (its size is the cuDNN graph's, ``mha_graph->get_workspace_size()`` in Transformer
@@ -359,15 +358,13 @@ def _routed_experts(
     ``clear_tensor_data(*inputmats)`` after the wgrad GEMM (Megatron-Core's default
     ``moe_use_grouped_tensor = False`` takes this path). FC2 under ``fc2_requant`` (it saved its
     BF16 input: the ``moe_act`` recompute module) by the same rule at its down step, per element
-    of ``[R, f_e/etp]``, made after its dgrad and freed after its wgrad GEMM. ``R``: the
-    busiest expert-parallel rank's rows (:meth:`model.activations.ActivationContext.
-    routed_row_factors`; ``k·S`` dropless and balanced)."""
+    of ``[R, f_e/etp]``, made after its dgrad and freed after its wgrad GEMM. ``R``: the busiest
+    rank's rows (``routed_row_factors``: ``k·S`` dropless and balanced, model.moe_run.row_factors)."""
     moe = arch.moe
     assert moe is not None
     beta, S, h = ctx.activation_bytes, ctx.tokens, arch.hidden_size
     div = ctx.tp if ctx.sequence_parallel else 1
     gathered = ctx.expert_tp if ctx.sequence_parallel else 1
-    # the busiest rank's experts' rows ÷ S (k dropless and balanced; model.moe_run.row_factors)
     k = moe.experts_per_token * ctx.routed_row_factors(moe.num_experts, moe.experts_per_token)[1]
     n = beta * S * h / div
     rh = k * beta * S * h * gathered / div
