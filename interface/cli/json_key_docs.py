@@ -254,12 +254,14 @@ KEY_DOCS: dict[str, str] = {
     "time.exposed_comm_s": "Exposed communication (dp, pipeline messages).",
     "time.optimizer_s": "The optimizer step.",
     "time.offload_s": "Optimizer and parameter offload, exposed.",
-    "time.grad_accumulation_s": "Gradient accumulation inside the backward passes (DeepSpeed's optimizers).",
+    "time.grad_accumulation_s": "Gradient accumulation inside the backward passes (DeepSpeed's "
+    "optimizers); under fsdp2 FSDP's copies around its all-gathers and reduce-scatters on the "
+    "compute stream (the Step: line's 'FSDP copies').",
     "time.step_terms": "The step's terms in the order they add up to step_s, as the text report's "
     "Step: line prints them (compute, bubble, exposed comm always; optimizer step, offload and "
     "gradient accumulation where not zero; interface.render.step_terms).",
     "time.step_terms[].term": "The term's name (compute, bubble, exposed comm, optimizer step, "
-    "offload, gradient accumulation).",
+    "offload, gradient accumulation or, under fsdp2, FSDP copies).",
     "time.step_terms[].s": "The term's time per step, seconds.",
     "time.activation_offload_s": "Activation offload left exposed.",
     "time.step_s": "Seconds per step.",

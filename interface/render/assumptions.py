@@ -142,7 +142,13 @@ def _dp_overlap(est: Estimate) -> str:
     exposed, under DeepSpeed ZeRO-1/2 without ``overlap_comm`` every reduction exposed
     (:func:`model.comm.reduces_beside_compute`), and DeepSpeed's accumulation in the backwards."""
     lay, o, tt = est.layout, est.options, est.time_terms
-    more = ", gradient accumulation in each backward" if tt and tt.grad_accumulation_s else ""
+    more = ""
+    if tt and tt.grad_accumulation_s:
+        more = (
+            ", FSDP's copies around its gathers and reductions on the compute stream"
+            if str(lay.framework) == "fsdp2"
+            else ", gradient accumulation in each backward"
+        )
     if not reduces_beside_compute(
         str(lay.framework), lay.zero_stage, est.training.deepspeed_overlap_comm
     ):

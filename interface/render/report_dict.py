@@ -488,7 +488,7 @@ def _time(est: Estimate) -> dict[str, Any]:
         else t.global_batch_size * t.seq_len / est.step_s,
         **_efficiencies(est),
     }
-    return {**out, "step_terms": step_terms(out)}
+    return {**out, "step_terms": step_terms(out, str(est.layout.framework))}
 
 
 def _documents(t: Any) -> list[list[Any]] | None:

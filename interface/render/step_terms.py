@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["STEP_TERMS", "step_terms"]
+__all__ = ["FSDP_COPIES", "STEP_TERMS", "step_terms"]
 
 STEP_TERMS = (
     ("compute", "compute_s"),
@@ -22,7 +22,19 @@ planner's breakdown read them from ``time.step_terms``): the first three always,
 where they are not zero."""
 
 
-def step_terms(time: dict[str, Any]) -> list[dict[str, Any]]:
+FSDP_COPIES = "FSDP copies"
+"""``grad_accumulation_s``'s name under ``fsdp2``: FSDP's copies around its all-gathers and
+reduce-scatters on the compute stream, with its accumulation in FP32 under a pipeline schedule
+(:mod:`model.fsdp2_copies`), not DeepSpeed's gradient accumulation."""
+
+
+def step_terms(time: dict[str, Any], framework: str | None = None) -> list[dict[str, Any]]:
     """``[{"term": name, "s": seconds}]``, the terms of ``time`` (:data:`STEP_TERMS`) that add to
-    ``step_s`` (activation offload's exposed time is inside compute, not a term)."""
-    return [{"term": n, "s": time[k]} for i, (n, k) in enumerate(STEP_TERMS) if i < 3 or time[k]]
+    ``step_s`` (activation offload's exposed time is inside compute, not a term); under
+    ``framework`` ``fsdp2`` the accumulation term is named :data:`FSDP_COPIES`."""
+    names = {"grad_accumulation_s": FSDP_COPIES} if framework == "fsdp2" else {}
+    return [
+        {"term": names.get(k, n), "s": time[k]}
+        for i, (n, k) in enumerate(STEP_TERMS)
+        if i < 3 or time[k]
+    ]
