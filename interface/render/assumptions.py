@@ -13,6 +13,7 @@ from trainplan.interface.render.part_text import (
     part_sentences,
 )
 from trainplan.interface.render.precision_text import loss_sentence, precision_sentence
+from trainplan.interface.render.step_terms import accumulation_said
 from trainplan.model.comm import p2p_overlapped, reduces_beside_compute
 from trainplan.model.deepspeed_mechanisms import sp_comm_bytes
 from trainplan.model.elementwise import elementwise_mode
@@ -142,13 +143,7 @@ def _dp_overlap(est: Estimate) -> str:
     exposed, under DeepSpeed ZeRO-1/2 without ``overlap_comm`` every reduction exposed
     (:func:`model.comm.reduces_beside_compute`), and DeepSpeed's accumulation in the backwards."""
     lay, o, tt = est.layout, est.options, est.time_terms
-    more = ""
-    if tt and tt.grad_accumulation_s:
-        more = (
-            ", FSDP's copies around its gathers and reductions on the compute stream"
-            if str(lay.framework) == "fsdp2"
-            else ", gradient accumulation in each backward"
-        )
+    more = f", {accumulation_said(str(lay.framework))}" if tt and tt.grad_accumulation_s else ""
     if not reduces_beside_compute(
         str(lay.framework), lay.zero_stage, est.training.deepspeed_overlap_comm
     ):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["FSDP_COPIES", "STEP_TERMS", "step_terms"]
+__all__ = ["FSDP_COPIES", "STEP_TERMS", "accumulation_said", "step_terms"]
 
 STEP_TERMS = (
     ("compute", "compute_s"),
@@ -38,3 +38,15 @@ def step_terms(time: dict[str, Any], framework: str | None = None) -> list[dict[
         for i, (n, k) in enumerate(STEP_TERMS)
         if i < 3 or time[k]
     ]
+
+
+def accumulation_said(framework: str) -> str:
+    """What the assumptions' dp phrase says of the ``grad_accumulation_s`` term under
+    ``framework``: FSDP's copies (:mod:`model.fsdp2_copies`) or DeepSpeed's accumulation.
+
+    >>> accumulation_said("fsdp2"), accumulation_said("deepspeed")
+    ("FSDP's copies around its gathers and reductions on the compute stream", 'gradient accumulation in each backward')
+    """
+    if framework == "fsdp2":
+        return "FSDP's copies around its gathers and reductions on the compute stream"
+    return "gradient accumulation in each backward"
