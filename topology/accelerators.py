@@ -20,10 +20,10 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from trainplan.model.errors import ScenarioError
+from trainplan.model.errors import InputError, ScenarioError
 from trainplan.model.frameworks import DRIVER_RESERVED_BYTES
 from trainplan.model.hardware import DeviceSpec, runtime_reserve_for
-from trainplan.model.units import GB, GIB, closest_names
+from trainplan.model.units import GB, GIB, closest_names, parse_number
 
 __all__ = [
     "load_accelerators",
@@ -49,25 +49,10 @@ TABLE_FILE = "accelerators.toml"
 
 _REQUIRED = ("name", "memory_gb", "memory_unit", "bf16_tflops", "dense", "source", "status")
 _OPTIONAL = (
-    "nvlink_gbps",
-    "nvlink_domain",
-    "scaleout_gbps",
-    "hbm_gib",
-    "fp8_tflops",
-    "fp8_source",
-    "hbm_tbps",
-    "host_link_gbps",
-    "bandwidth_source",
-    "host_memory_gb",
-    "host_memory_gbps",
-    "host_cores",
-    "host_source",
-    "gpus_per_node",
-    "power_w",
-    "power_source",
-    "driver_total_mib",
-    "driver_reserved_mib",
-    "driver_source",
+    *("nvlink_gbps", "nvlink_domain", "scaleout_gbps", "hbm_gib", "fp8_tflops", "fp8_source"),
+    *("hbm_tbps", "host_link_gbps", "bandwidth_source", "host_memory_gb", "host_memory_gbps"),
+    *("host_cores", "host_source", "gpus_per_node", "power_w", "power_source"),
+    *("driver_total_mib", "driver_reserved_mib", "driver_source"),
 )
 _DRIVER_KEYS = ("driver_total_mib", "driver_reserved_mib", "driver_source")
 _ROW_OPTIONAL = (
@@ -124,7 +109,12 @@ FLOP/s or bytes stays a finite float (a file's ``bf16_tflops = 1e300`` would not
 
 
 def _number(value: Any, where: str, key: str, *, integer: bool = False) -> Fraction:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, str):  # "400Gb/s", "80GB", "1,000": the one number grammar
+        try:
+            value = parse_number(value, key)
+        except InputError as err:
+            raise ScenarioError(f"{where}: {err}") from None
+    if isinstance(value, bool) or not isinstance(value, int | float | Fraction):
         raise ScenarioError(f"{where}: key '{key}' must be a number, got {value!r}")
     if isinstance(value, float) and not math.isfinite(value):
         raise ScenarioError(f"{where}: key '{key}' must be a finite number, got {value!r}")
@@ -264,7 +254,8 @@ def _reserve(row: dict[str, Any], where: str, physical: Fraction | int, kept_byt
 
 def to_device(row: dict[str, Any], where: str) -> DeviceSpec:
     """A row :func:`check_row` passed as a :class:`DeviceSpec` (refusals headed ``where``)."""
-    memory = _number(row["memory_gb"], where, "memory_gb") * _UNITS[row["memory_unit"]]
+    unit = row["memory_unit"]  # the key read in that unit (memory_gb = "80GB" on a GiB row)
+    memory = _number(row["memory_gb"], where, f"memory_{unit.lower()}") * _UNITS[unit]
     if memory.denominator != 1:
         raise ScenarioError(f"{where}: memory_gb {row['memory_gb']} is not a whole number of bytes")
     peak = _number(row["bf16_tflops"], where, "bf16_tflops") * 10**12
