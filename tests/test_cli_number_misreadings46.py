@@ -7,6 +7,7 @@ write them (docs/guides/cli.md "Numbers")."""
 
 from __future__ import annotations
 
+import json
 from fractions import Fraction
 
 import pytest
@@ -151,3 +152,41 @@ def test_the_help_of_a_pct_parameter_says_what_it_takes():
     text = " ".join(runs["help"].stdout.split())
     assert "25 or 25% is a quarter; 0.25 is 0.25 %." in text
     assert parse_number("25%", "recomputed_flops_pct") == parse_number("25", "x") == 25
+
+
+ROW = """[[accelerator]]
+name = "X1"
+like = "H100-SXM"
+memory_gb = {memory}
+memory_unit = "GB"
+bf16_tflops = 989
+dense = true
+source = "a test's part"
+status = "vendor"
+nvlink_gbps = 450
+nvlink_domain = 8
+scaleout_gbps = {scaleout}
+"""
+
+
+def test_an_accelerator_file_reads_numbers_with_the_same_grammar(tmp_path):
+    """``--gpu ./x.toml`` refused ``scaleout_gbps = "400Gb/s"`` ("must be a number"): a text
+    value is read by the one grammar, so 400 Gb/s is 400 / 8 = 50 GB/s and "80GB" is 80 GB —
+    the run equals the one with the plain numbers; ``400gbps`` is refused as ambiguous."""
+    dirs = {}
+    for key, memory, scaleout in (
+        ("text", '"80GB"', '"400Gb/s"'),
+        ("plain", "80", "50"),
+        ("bad", "80", '"400gbps"'),
+    ):
+        dirs[key] = tmp_path / key
+        dirs[key].mkdir()
+        (dirs[key] / "x.toml").write_text(ROW.format(memory=memory, scaleout=scaleout))
+    args = "evaluate --model llama3-8b --gpu ./x.toml --gpus 16 --tp 8 --json".split()
+    runs = {key: run_many({key: args}, cwd=path)[key] for key, path in dirs.items()}
+    assert runs["text"].returncode == 0, runs["text"].stderr
+    assert json.loads(runs["text"].stdout) == json.loads(runs["plain"].stdout)
+    assert refusal(runs["bad"]) == (
+        "--gpu: './x.toml': scaleout_gbps: '400gbps' is ambiguous: write 400Gb/s (bits) or "
+        "400GB/s (bytes); the value is in GB/s"
+    )
