@@ -20,10 +20,11 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from trainplan.model.errors import InputError, ScenarioError
+from trainplan.model.errors import ScenarioError
 from trainplan.model.frameworks import DRIVER_RESERVED_BYTES
 from trainplan.model.hardware import DeviceSpec, runtime_reserve_for
-from trainplan.model.units import GB, GIB, closest_names, parse_number
+from trainplan.model.units import GB, GIB, closest_names
+from trainplan.topology.accelerator_figures import read_figures
 
 __all__ = [
     "load_accelerators",
@@ -109,12 +110,7 @@ FLOP/s or bytes stays a finite float (a file's ``bf16_tflops = 1e300`` would not
 
 
 def _number(value: Any, where: str, key: str, *, integer: bool = False) -> Fraction:
-    if isinstance(value, str):  # "400Gb/s", "80GB", "1,000": the one number grammar
-        try:
-            value = parse_number(value, key)
-        except InputError as err:
-            raise ScenarioError(f"{where}: {err}") from None
-    if isinstance(value, bool) or not isinstance(value, int | float | Fraction):
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise ScenarioError(f"{where}: key '{key}' must be a number, got {value!r}")
     if isinstance(value, float) and not math.isfinite(value):
         raise ScenarioError(f"{where}: key '{key}' must be a finite number, got {value!r}")
@@ -254,8 +250,7 @@ def _reserve(row: dict[str, Any], where: str, physical: Fraction | int, kept_byt
 
 def to_device(row: dict[str, Any], where: str) -> DeviceSpec:
     """A row :func:`check_row` passed as a :class:`DeviceSpec` (refusals headed ``where``)."""
-    unit = row["memory_unit"]  # the key read in that unit (memory_gb = "80GB" on a GiB row)
-    memory = _number(row["memory_gb"], where, f"memory_{unit.lower()}") * _UNITS[unit]
+    memory = _number(row["memory_gb"], where, "memory_gb") * _UNITS[row["memory_unit"]]
     if memory.denominator != 1:
         raise ScenarioError(f"{where}: memory_gb {row['memory_gb']} is not a whole number of bytes")
     peak = _number(row["bf16_tflops"], where, "bf16_tflops") * 10**12
@@ -334,7 +329,7 @@ def accelerator_tables(text: str, where: str) -> list[dict[str, Any]]:
     rows = data.get("accelerator")
     if not isinstance(rows, list) or not rows:
         raise ScenarioError(f"{where}: no [[accelerator]] table")
-    return rows
+    return [read_figures(row, where) for row in rows]  # "400Gb/s": 50 GB/s
 
 
 def _parse(text: str) -> list[dict[str, Any]]:
