@@ -309,7 +309,7 @@ def constraints_of(values: Mapping[str, Any]) -> Constraints:
             allocator_retries_ok=bool(values.get("allocator_retries_ok")),
         )
     except InputError as err:  # the rule is the Constraints'; how a share is written, here
-        if headroom <= 1:  # min_mfu's refusal says it itself (an MFU of 40%)
+        if str(err).startswith("min_mfu"):  # min_mfu's refusal says it itself (an MFU of 40%)
             raise
         raise InputError(f"{err} ({FRACTION_RULE})") from None
 

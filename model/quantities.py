@@ -87,13 +87,16 @@ _UNITS: dict[str, _Unit] = {
     "sec": _Unit(_TIME, Fraction(1)),
     "ms": _Unit(_TIME, Fraction(1, 1000)),
     "us": _Unit(_TIME, Fraction(1, 10**6)),
-    "µs": _Unit(_TIME, Fraction(1, 10**6)),
+    "µs": _Unit(_TIME, Fraction(1, 10**6)),  # U+00B5 MICRO SIGN
+    "μs": _Unit(_TIME, Fraction(1, 10**6)),  # U+03BC GREEK SMALL LETTER MU
     "min": _Unit(_TIME, Fraction(60)),
     "h": _Unit(_TIME, Fraction(3600)),
 }
 """Every unit word read, by its spelling; a byte unit (``B``) and a bit unit (``b``) differ by
-case only in a rate's (``Gb/s`` is gigabits), so a word is first looked up as written, then any
-case where that has one reading (``2tb``, ``400gb/s`` is ambiguous and refused)."""
+case only (``Gb/s`` is gigabits), so a word is first looked up as written, then any case where
+that has one reading (``2tb``, ``2tib``); ``400gb/s`` is ambiguous and refused, a capital prefix
+before a lowercase ``b`` (``8Gb``) is bits and refused on a size in bytes, and a time's unit is
+read only as written (``7MS`` is refused: SI writes ms, and Ms would be megaseconds)."""
 _FOLDED: dict[str, list[str]] = {}
 for _word in _UNITS:
     _FOLDED.setdefault(_word.lower(), []).append(_word)
@@ -124,7 +127,12 @@ _EXAMPLES = {
     _FLOPS: "989, 989TFLOPS or 0.989PFLOP/s",
 }
 
-_TAIL = re.compile(r"^(.*?[\d.])\s*([A-Za-zµ%/]+)$")
+_BITS = re.compile(r"^([KMGTP])(i?)b$")
+"""A size in bits (``8Gb``, ``8Gib``: gigabits): a capital prefix then a lowercase ``b``."""
+_COUNT_SUFFIXES = "BTKMG"
+"""The letters the plain number grammar reads as a count's suffix (``70B``, ``8K``)."""
+
+_TAIL = re.compile(r"^(.*?[\d.])\s*([A-Za-zµμ%/]+)$")
 """A number and the word after it (``2TB``, ``2 TB``, ``40%``, ``400Gb/s``)."""
 
 
@@ -163,18 +171,22 @@ def unit_of(name: str) -> tuple[str, str] | None:
     return None if named is None else (named[0], named[1].kind)
 
 
-def read_quantity(body: str, name: str, shown: str) -> tuple[str, Fraction] | None:
+def read_quantity(
+    body: str, name: str, shown: str, whole: bool = False
+) -> tuple[str, Fraction] | None:
     """(the number's text, the factor it is multiplied by) of ``body`` (a number's text without
     digit separators) when it ends in a percent or a unit word that parameter ``name`` reads;
     None when it ends in neither (the caller reads it as a plain number, ``B``/``T`` suffixes
-    included). ``shown``: the text as a refusal echoes it.
+    included). ``shown``: the text as a refusal echoes it; ``whole``: the value is a count.
 
     Raises
     ------
     InputError
         A percent on a parameter that is no fraction; a unit of another kind than the
         parameter's (``--host-memory-gb: '2ms' is a time; …``), an unknown or ambiguous unit
-        word on a parameter whose name gives its unit.
+        word on a parameter whose name gives its unit, a count's suffix there (``2T`` on
+        ``--host-memory-gb``), bits on a size (``8Gb``), a time's unit in another case than
+        its own (``7MS``), any unit on a parameter whose name gives none (``--gpus 8GB``).
 
     Examples
     --------
@@ -195,8 +207,10 @@ def read_quantity(body: str, name: str, shown: str) -> tuple[str, Fraction] | No
     number, word = match.group(1).strip(), match.group(2)
     if word == "%":
         return number, _percent(name, shown)
-    scale = _unit_scale(word, name, shown, number)
-    return None if scale is None else (number, scale)
+    if unit_of(name) is None:
+        _refuse_unit_on_plain(word, name, shown, whole)
+        return None
+    return number, _unit_scale(word, name, shown, number)
 
 
 def _percent(name: str, shown: str) -> Fraction:
@@ -212,26 +226,66 @@ def _percent(name: str, shown: str) -> Fraction:
     )
 
 
-def _unit_scale(word: str, name: str, shown: str, number: str) -> Fraction | None:
-    """What unit ``word`` multiplies by on parameter ``name`` (its unit over the parameter's);
-    None where ``name`` gives no unit or ``word`` is a plain number's suffix (``70B``)."""
-    unit = unit_of(name)
-    if unit is None:
-        return None
-    symbol, kind = unit
-    own = _named(name)[1]  # type: ignore[index]  # unit_of(name) is not None
+def _lookup(word: str, name: str, shown: str, number: str) -> _Unit | None:
+    """The unit ``word`` is (as written, else the one unit of its letters in any case); None
+    for no unit.
+
+    Raises
+    ------
+    InputError
+        A rate written ``gb/s`` or ``Gbps`` (bits or bytes), bits on a size (``8Gb``), a time's
+        unit in another case than its own (``7MS``)."""
+    folded = _FOLDED.get(word.lower(), [])
     if word in _AMBIGUOUS_RATES or word.lower() in {w.lower() for w in _AMBIGUOUS_RATES}:
-        bits = _AMBIGUOUS_RATES.get(word, word[:-3] + "b/s")
+        _ambiguous(name, shown, number, word[0].upper() + "b/s")
+    bits_size = _BITS.match(word)
+    if bits_size:
+        prefix, binary = bits_size.group(1), bits_size.group(2)
         raise InputError(
-            f"{name}: {shown} is ambiguous: write {number}{bits} (bits) or {number}{bits[:-3]}B/s "
-            f"(bytes); the value is in {symbol}"
+            f"{name}: {shown} is {'binary ' if binary else ''}bits (a lowercase b is a bit): "
+            f"write bytes, {number}{prefix}B or {number}{prefix}iB{_in_unit(name, ', the value is in ')}"
         )
     found = _UNITS.get(word)
-    if found is None and len(_FOLDED.get(word.lower(), [])) == 1:
-        found = _UNITS[_FOLDED[word.lower()][0]]
+    if found is None and len(folded) > 1:  # gb/s: Gb/s or GB/s
+        _ambiguous(name, shown, number, next(w for w in folded if "b/s" in w))
+    if found is None and len(folded) == 1:
+        found = _UNITS[folded[0]]
+        if found.kind == _TIME:
+            raise InputError(
+                f"{name}: {shown}: a time's unit is written in its own case (s, ms, us or µs, "
+                f"min, h): write {number}{folded[0]}"
+            )
+    return found
+
+
+def _ambiguous(name: str, shown: str, number: str, bits: str) -> None:
+    """Refuse a rate that reads as bits or bytes, naming both (``bits``: ``Gb/s``)."""
+    raise InputError(
+        f"{name}: {shown} is ambiguous: write {number}{bits} (bits) or {number}{bits[:-3]}B/s "
+        f"(bytes){_in_unit(name, '; the value is in ')}"
+    )
+
+
+def _refuse_unit_on_plain(word: str, name: str, shown: str, whole: bool) -> None:
+    """Refuse a unit (``8GB``, ``8KB``, ``7ms``) on parameter ``name``, whose name gives no
+    unit; a count's suffix (``70B``, ``8K``) is left to the plain number grammar."""
+    if len(word) == 1 and word.upper() in _COUNT_SUFFIXES:
+        return
+    found = _lookup(word, name, shown, "")
+    if found is not None:
+        what = "a count" if whole else "a plain number"
+        raise InputError(f"{name}: {shown} is {found.kind}, not {what}: write the number alone")
+
+
+def _unit_scale(word: str, name: str, shown: str, number: str) -> Fraction:
+    """What unit ``word`` multiplies by on parameter ``name``, whose name gives its unit (the
+    word's unit over the parameter's)."""
+    symbol, kind = unit_of(name)  # type: ignore[misc]  # the caller checked it is not None
+    own = _named(name)[1]  # type: ignore[index]  # unit_of(name) is not None
+    if len(word) == 1 and word.upper() in _COUNT_SUFFIXES:  # 2T: trillions, not terabytes
+        raise InputError(_count_suffix(word.upper(), name, shown, number, own))
+    found = _lookup(word, name, shown, number)
     if found is None:
-        if len(word) == 1 and word.upper() in "BTKMG":  # 70B, 8K: the plain number grammar's
-            return None
         raise InputError(
             f"{name}: {shown}: {word!r} is no unit of {kind[2:]}; the value is {kind}, in "
             f"{symbol} (write e.g. {_EXAMPLES[kind]})"
@@ -244,7 +298,29 @@ def _unit_scale(word: str, name: str, shown: str, number: str) -> Fraction | Non
     return found.scale / own.scale
 
 
-def _in_unit(name: str) -> str:
+_BASE = {_BYTES: "B", _RATE: "B/s", _FLOPS: "FLOP/s"}
+"""A kind's base unit, after a prefix (``T`` + ``B``: TB)."""
+
+
+def _count_suffix(letter: str, name: str, shown: str, number: str, own: _Unit) -> str:
+    """The refusal of a count's suffix (``2T``) on a parameter whose name gives its unit: the
+    unit the user likely meant (2TB) and the plain number in the parameter's unit."""
+    symbol, kind = unit_of(name)  # type: ignore[misc]  # the caller checked it is not None
+    head = f"{name}: {shown} is a count suffix, not a unit: write "
+    meant = _UNITS.get(f"{letter}{_BASE.get(kind, '?')}")
+    try:
+        value = Fraction(number)
+    except ValueError:
+        value = None
+    if meant is None or meant.kind != kind or value is None:
+        return f"{head}e.g. {_EXAMPLES[kind]} (the value is in {symbol})"
+    plain = value * meant.scale / own.scale
+    digits = str(plain.numerator) if plain.denominator == 1 else f"{float(plain):g}"
+    shown_value = f"{plain.numerator:,}" if plain.denominator == 1 else digits
+    return f"{head}{number}{letter}{_BASE[kind]} ({shown_value} {symbol}) or {digits}"
+
+
+def _in_unit(name: str, lead: str = " in ") -> str:
     """`` in GB`` where the parameter's name gives its unit, else nothing."""
     unit = unit_of(name)
-    return f" in {unit[0]}" if unit else ""
+    return f"{lead}{unit[0]}" if unit else ""

@@ -88,9 +88,9 @@ from fractions import Fraction
 from functools import partial
 
 from trainplan.model.errors import InputError, LayoutError
-from trainplan.model.quantities import FRACTION_RULE
 from trainplan.model.rollout_reduce import wave_reduce_seconds
 from trainplan.model.specs import Architecture
+from trainplan.model.units import shown_number
 
 __all__ = [
     "KV_CACHE_BYTES",
@@ -118,7 +118,8 @@ def check_fraction(value: Fraction, name: str = "engine_memory_fraction") -> Fra
     Raises
     ------
     InputError
-        ``engine_memory_fraction: 1.2 must be in (0, 1) …`` for 0, 1 or anything outside.
+        ``engine_memory_fraction: 1.2 must be above 0 and below 1 …`` for 0, 1 or anything
+        outside.
 
     Examples
     --------
@@ -127,9 +128,9 @@ def check_fraction(value: Fraction, name: str = "engine_memory_fraction") -> Fra
     """
     if not 0 < value < 1:
         raise InputError(
-            f"{name}: {float(value):g} must be in (0, 1): the fraction of each GPU's memory the "
-            "rollout engine takes (vLLM gpu_memory_utilization, SGLang mem_fraction_static): "
-            f"{FRACTION_RULE}"
+            f"{name}: {shown_number(value)} must be above 0 and below 1 (a fraction, or a percent "
+            "such as 40%): the share of each GPU's memory the rollout engine takes (vLLM "
+            "gpu_memory_utilization, SGLang mem_fraction_static)"
         )
     return value
 

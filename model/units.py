@@ -150,7 +150,7 @@ def parse_number(
     s = _without_separators(raw, name)
     s = re.sub(r"(?i)e\s+(\d)", r"e+\1", s)  # "4e 6": the '+' of a URL read back as a space
     scale: Fraction | int = 1
-    quantity = read_quantity(s, name, shown_text(raw))  # 40% on a fraction, 2TB on a GB flag
+    quantity = read_quantity(s, name, shown_text(raw), whole)  # 40% on a fraction, 2TB: GB
     if quantity is not None:
         s, scale = quantity
     elif s and s[-1].upper() in _SUFFIX and not s[-1].isdigit():

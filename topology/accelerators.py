@@ -24,6 +24,7 @@ from trainplan.model.errors import ScenarioError
 from trainplan.model.frameworks import DRIVER_RESERVED_BYTES
 from trainplan.model.hardware import DeviceSpec, runtime_reserve_for
 from trainplan.model.units import GB, GIB, closest_names
+from trainplan.topology.accelerator_figures import read_figures
 
 __all__ = [
     "load_accelerators",
@@ -49,25 +50,10 @@ TABLE_FILE = "accelerators.toml"
 
 _REQUIRED = ("name", "memory_gb", "memory_unit", "bf16_tflops", "dense", "source", "status")
 _OPTIONAL = (
-    "nvlink_gbps",
-    "nvlink_domain",
-    "scaleout_gbps",
-    "hbm_gib",
-    "fp8_tflops",
-    "fp8_source",
-    "hbm_tbps",
-    "host_link_gbps",
-    "bandwidth_source",
-    "host_memory_gb",
-    "host_memory_gbps",
-    "host_cores",
-    "host_source",
-    "gpus_per_node",
-    "power_w",
-    "power_source",
-    "driver_total_mib",
-    "driver_reserved_mib",
-    "driver_source",
+    *("nvlink_gbps", "nvlink_domain", "scaleout_gbps", "hbm_gib", "fp8_tflops", "fp8_source"),
+    *("hbm_tbps", "host_link_gbps", "bandwidth_source", "host_memory_gb", "host_memory_gbps"),
+    *("host_cores", "host_source", "gpus_per_node", "power_w", "power_source"),
+    *("driver_total_mib", "driver_reserved_mib", "driver_source"),
 )
 _DRIVER_KEYS = ("driver_total_mib", "driver_reserved_mib", "driver_source")
 _ROW_OPTIONAL = (
@@ -343,7 +329,7 @@ def accelerator_tables(text: str, where: str) -> list[dict[str, Any]]:
     rows = data.get("accelerator")
     if not isinstance(rows, list) or not rows:
         raise ScenarioError(f"{where}: no [[accelerator]] table")
-    return rows
+    return [read_figures(row, where) for row in rows]  # "400Gb/s": 50 GB/s
 
 
 def _parse(text: str) -> list[dict[str, Any]]:

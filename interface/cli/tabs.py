@@ -302,7 +302,10 @@ def _classic_summary(r: dict[str, Any]) -> list[str]:
 )
 @click.option("--seq-len", metavar="COUNT", help="Sequence length T.")
 @click.option(
-    "--recomputed-flops-pct", metavar="NUMBER", help="Recomputed FLOPs as % of model FLOPs (HFU)."
+    "--recomputed-flops-pct",
+    metavar="NUMBER",
+    help="Recomputed FLOPs as a percentage of model FLOPs (HFU): 25 or 25% is a quarter; 0.25 "
+    "is 0.25 %.",
 )
 @click.option(
     "--recompute",

@@ -44,7 +44,7 @@ from trainplan.model.rlhf.packing import Packing, packing_of, peak_tokens, split
 from trainplan.model.rlhf.phases import PHASES, StepRole, phase_flops, step_roles
 from trainplan.model.rlhf.shares import ROLLOUT_BATCH
 from trainplan.model.rollout import check_fraction
-from trainplan.model.units import LIMITS
+from trainplan.model.units import LIMITS, shown_number
 
 __all__ = [
     "Role",
@@ -315,7 +315,8 @@ class RLHFSpec:
             )
         if self.bandwidth_efficiency is not None and not 0 < self.bandwidth_efficiency <= 1:
             raise InputError(
-                f"bandwidth_efficiency: {self.bandwidth_efficiency} must be in (0, 1]: {FRACTION_RULE}"
+                f"bandwidth_efficiency: {shown_number(self.bandwidth_efficiency)} must be in "
+                f"(0, 1]: {FRACTION_RULE}"
             )
         object.__setattr__(self, "roles_", self._roles())
 

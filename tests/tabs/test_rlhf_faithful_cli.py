@@ -95,8 +95,11 @@ BAD = [
     (["--prompt-tokens", "-5"], "--prompt-tokens"),
     (["--train-batch", "1000"], "--train-batch: 1,000 must divide"),
     (["--train-batch", "8"], "not a multiple of the group size 16"),
-    (["--engine-memory-fraction", "1.2"], "--engine-memory-fraction: 1.2 must be in (0, 1)"),
-    (["--engine-memory-fraction", "0"], "--engine-memory-fraction: 0 must be in (0, 1)"),
+    (
+        ["--engine-memory-fraction", "1.2"],
+        "--engine-memory-fraction: 1.2 must be above 0 and below 1",
+    ),
+    (["--engine-memory-fraction", "0"], "--engine-memory-fraction: 0 must be above 0 and below 1"),
     (["--offload", "reference=optimizer"], "reference is frozen"),
     # CPU Adam alone is model.offload's rule: FSDP2 offloads only with its parameters
     (["--framework", "fsdp2", "--offload", "optimizer"], "actor=optimizer — fsdp2 ZeRO-3 has no"),
