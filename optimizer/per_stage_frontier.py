@@ -23,8 +23,8 @@ not depend on the machine's load). ``time_limit_s`` is wall-clock: a search it c
 best so far, which another run, on a machine more or less busy, may not find; such a point says
 so (:attr:`FrontierPoint.proven`); the first search runs even when the cost tables took the
 whole limit, given at least :data:`optimizer.search.SOLVE_FLOOR_S` as the layout search's solve
-(:meth:`Budget.time_limit`), so that a limit spent on the tables still gives a point. Ctrl-C (:func:`optimizer.solver.interrupt`) ends it as a
-spent budget does, with the points found.
+(:meth:`Budget.time_limit`), so that a limit spent on the tables still gives a point. Ctrl-C
+(:func:`optimizer.solver.interrupt`) ends it as a spent budget does, with the points found.
 """
 
 from __future__ import annotations
