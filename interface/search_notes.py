@@ -116,11 +116,11 @@ def time_limit_note(
 ) -> str | None:
     """What ``--time-limit`` did when the search took longer (None when it held, or none was
     given): ``cut`` (:meth:`optimizer.tables.CostTables.cut`) the shapes it left out of the cost
-    tables, which are filled in blocks of :data:`optimizer.tables.BLOCK_SHAPES` shapes with the
+    tables, which are filled in blocks of :func:`optimizer.tables.block_shapes` shapes with the
     limit looked at between blocks once some candidate meets the constraints; and CP-SAT gets at least
     :data:`optimizer.search.SOLVE_FLOOR_S` to read an answer."""
     from trainplan.optimizer.search import SOLVE_FLOOR_S
-    from trainplan.optimizer.tables import BLOCK_SHAPES
+    from trainplan.optimizer.tables import BLOCK_SHAPES, MIN_BLOCK_SHAPES
 
     if limit is None or (tables_s + solve_s <= limit and not cut):
         return None
@@ -132,7 +132,8 @@ def time_limit_note(
     return (
         f"the time limit of {limit:g} s was passed ({tables_s:.2f} s of cost tables + "
         f"{solve_s:.2f} s of CP-SAT): the cost tables are filled in blocks "
-        f"of {BLOCK_SHAPES:,} shapes, the limit looked at between blocks once a candidate meets "
+        f"of {BLOCK_SHAPES:,} shapes (with several jobs, shared among them, at least "
+        f"{MIN_BLOCK_SHAPES:,} each), the limit looked at between blocks once a candidate meets "
         "the constraints, "
         f"and CP-SAT is given at least {SOLVE_FLOOR_S:g} s to read an answer; the status says "
         "whether that answer is proven"

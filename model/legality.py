@@ -450,10 +450,12 @@ def refusal(setting: Setting, **values: Any) -> str:
     value), or "": the rules that decide a partial choice (which frameworks run a ZeRO stage
     with a pipeline, which CP flavours a shape takes) without a whole layout.
 
-    Cached (``typed``: ``True`` and ``1`` keep their own messages) for the search's tens of
-    thousands of questions (:func:`optimizer.space.legal_shapes`), on values made hashable
-    first (:func:`model.hash_once.hashable`); a value still unhashable (a dict) is answered by
-    the uncached rules, never by a ``TypeError``.
+    Cached for the search's tens of thousands of questions (:func:`optimizer.space.legal_shapes`),
+    on values made hashable first (:func:`model.hash_once.hashable`: a list becomes a tuple); a
+    value still unhashable (a dict) is answered by the uncached rules, never by a
+    ``TypeError``. ``typed`` keeps apart values given directly whose types differ (``True``,
+    ``1`` and ``1.0`` each keep their own message) but not inside a tuple or list, compared
+    by equality (``(True,)``, ``(1,)`` and ``[1]`` share one message).
 
     Examples
     --------

@@ -21,8 +21,10 @@ search's CP-SAT solves run with the one rule of :func:`optimizer.solver.solve`: 
 fixed number of workers, no wall-clock limit unless one is asked for, so a proven optimum does
 not depend on the machine's load). ``time_limit_s`` is wall-clock: a search it cuts keeps its
 best so far, which another run, on a machine more or less busy, may not find; such a point says
-so (:attr:`FrontierPoint.proven`). Ctrl-C (:func:`optimizer.solver.interrupt`) ends it as a
-spent budget does, with the points found.
+so (:attr:`FrontierPoint.proven`); the first search runs even when the cost tables took the
+whole limit, given at least :data:`optimizer.search.SOLVE_FLOOR_S` as the layout search's solve
+(:meth:`Budget.time_limit`), so that a limit spent on the tables still gives a point. Ctrl-C
+(:func:`optimizer.solver.interrupt`) ends it as a spent budget does, with the points found.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from trainplan.optimizer.per_stage import (
     uniform_within,
 )
 from trainplan.optimizer.problem import Job, Problem
-from trainplan.optimizer.search import Answer, prepare
+from trainplan.optimizer.search import SOLVE_FLOOR_S, Answer, prepare
 from trainplan.optimizer.solver import STAGE_WORKERS, interrupted
 from trainplan.optimizer.stage_solve import step_ns
 
@@ -248,7 +250,18 @@ class Budget:
         if self.max_searches is not None and searches >= self.max_searches:
             return "searches"
         rest = time_left(self.deadline)
-        return "time" if rest is not None and rest <= 0 else None
+        # the first search runs even when the tables took the limit (:meth:`time_limit`)
+        return "time" if searches and rest is not None and rest <= 0 else None
+
+    def time_limit(self, searches: int) -> float | None:
+        """Seconds the next search may take after ``searches`` searches: what is left to the
+        deadline, and for the first at least :data:`optimizer.search.SOLVE_FLOOR_S`, as the
+        layout search gives CP-SAT after its tables (:func:`optimizer.search._remaining`), so
+        that a limit spent on the cost tables still reads an answer (the first point, not
+        proven) rather than none: Llama 3 70B on 256..1,024 H100s, ``--time-limit 2``, gave 0
+        points, no search run. None without a deadline."""
+        rest = time_left(self.deadline)
+        return rest if rest is None or searches else max(SOLVE_FLOOR_S, rest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,7 +314,7 @@ def memory_frontier(
             return FrontierRun(points, proven, searches, stopped, cuts)
         try:
             r = per_stage_search(
-                problem, top_shapes, time_left(budget.deadline), workers,
+                problem, top_shapes, budget.time_limit(searches), workers,
                 max_bytes=eps, without_uniform=True, prepared=prepared,
             )  # fmt: skip
         except InfeasibleError:
@@ -343,7 +356,8 @@ def job_frontier(
     Raises
     ------
     InfeasibleError
-        No job has a plan that fits (the last job's reason).
+        Every job was searched and none has a plan that fits (the last job's reason); a
+        budget spent before the last job returns no point instead.
     """
     jobs = sorted(problem.jobs, key=lambda j: axis_value_of_job(against, j))
     points: list[FrontierPoint] = []
@@ -371,8 +385,8 @@ def job_frontier(
         if g.stopped is not None:
             stopped = g.stopped
             break
-    if not points and nothing is not None:
-        raise nothing
+    if not points and nothing is not None and stopped is None:
+        raise nothing  # every job searched, none fits (a spent budget left some unsearched)
     return FrontierRun(points, proven, searches, stopped, tuple(cuts))
 
 
@@ -422,12 +436,13 @@ def value_search(
         searches += 1
         try:
             r = per_stage_search(
-                replace(problem, jobs=(job,)), top_shapes, time_left(budget.deadline), workers,
+                replace(problem, jobs=(job,)), top_shapes, budget.time_limit(done + searches - 1),
+                workers,
                 cap_ns=cap, without_uniform=True,
             )  # fmt: skip
         except InfeasibleError as err:
             nothing = err
-            proven = proven and budget.spent(0) not in ("time", "interrupted")
+            proven = proven and budget.spent(done + searches) not in ("time", "interrupted")
             continue
         proven &= r.status == "optimal"
         cuts += [f"{job.label}: {r.cut}"] if r.cut else []

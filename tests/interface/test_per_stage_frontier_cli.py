@@ -23,7 +23,8 @@ def test_per_stage_frontier_json_says_its_default_budget_of_searches(monkeypatch
 
     def fake(problem, against, shapes, limit, workers, progress=None, max_searches=None):  # type: ignore[no-untyped-def]
         seen.append((limit, max_searches))
-        return per_stage_frontier(tiny_problem((2,), 160e6), "gpus", time_limit_s=1e-9)
+        # 2 GPUs fit nothing (searched: the first search runs whatever the limit); 4 unsearched
+        return per_stage_frontier(tiny_problem((2, 4), 160e6), "gpus", time_limit_s=1e-9)
 
     monkeypatch.setattr("trainplan.interface.per_stage_frontier_command.per_stage_frontier", fake)
     kw = {"model": "llama3-8b", "gpus": (8,), "gpu": ("H100-SXM",)}

@@ -3,7 +3,8 @@ beyond the layout search: the ``params`` objective's probes are cut too, once th
 allowed candidate (their verdicts stay proven; the answer says the cut), and the per-stage
 frontier says the cut of the tables its searches rest on, in the layout frontier's note
 (:func:`interface.search_notes.frontier_cut_note`). The blocks are made small
-(:data:`optimizer.tables.BLOCK_SHAPES`) so that these small spaces are cut; the deadline is
+(:data:`optimizer.tables.BLOCK_SHAPES`, without the floor :data:`MIN_BLOCK_SHAPES`; one job
+a table, so a block is that many shapes) so that these small spaces are cut; the deadline is
 already past (``1e-9`` s), so nothing here depends on the machine's speed."""
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ def test_a_params_probe_is_cut_once_it_holds_an_allowed_candidate(monkeypatch):
     assert whole.problem.jobs[0].case.model.arch.num_layers == 128
     assert _first_fit(whole.problem) == (33, 22)
     monkeypatch.setattr(tables_module, "BLOCK_SHAPES", 2)
+    monkeypatch.setattr(tables_module, "MIN_BLOCK_SHAPES", 1)
     run = params_search(problem, time_limit_s=1e-9)
     assert run.problem.jobs[0].case.model.arch.num_layers == 128 and run.probed == whole.probed == 1
     assert run.result.status == "feasible" and run.result.params_unproven is None
@@ -70,6 +72,7 @@ def test_a_params_bracket_and_a_cut_are_both_said(monkeypatch):
     says the family's bracket, then the cut (before, the bracket alone)."""
     problem = search_problem(FOUR, "params")
     monkeypatch.setattr(tables_module, "BLOCK_SHAPES", 2)
+    monkeypatch.setattr(tables_module, "MIN_BLOCK_SHAPES", 1)
     run = params_search(problem, time_limit_s=1e-9)
     assert run.problem.jobs[0].case.model.arch.num_layers == 72
     assert _first_fit(run.problem) == (22, 11)
@@ -88,6 +91,7 @@ def test_a_per_stage_memory_frontier_says_the_cut_of_its_tables(monkeypatch):
     its JSON notes are the layout frontier's note of them (it said only "not proven")."""
     problem = tiny_problem((2,))
     monkeypatch.setattr(tables_module, "BLOCK_SHAPES", 1)
+    monkeypatch.setattr(tables_module, "MIN_BLOCK_SHAPES", 1)
     result = per_stage_frontier(problem, "memory", time_limit_s=1e-9)
     assert result.status == "feasible" and result.stopped == "time"
     assert result.cuts == (WORDS.format(1, 6),)
@@ -109,6 +113,7 @@ def test_a_per_stage_job_frontier_says_each_jobs_cut(monkeypatch):
     uncut = per_stage_frontier(problem, "gpus")
     assert uncut.status == "optimal" and uncut.cuts == ()
     monkeypatch.setattr(tables_module, "BLOCK_SHAPES", 1)
+    monkeypatch.setattr(tables_module, "MIN_BLOCK_SHAPES", 1)
     real = frontier_module.per_stage_search
 
     def past_deadline(problem, top_shapes, time_limit_s, workers, **kw):
@@ -137,6 +142,7 @@ def test_the_settings_search_passes_the_cut_on(monkeypatch):
     space = SearchSpace(num_gpus=16, frameworks=(Framework.MEGATRON, Framework.DEEPSPEED))
     problem = Problem(jobs=(Job(Case.of("llama3-8b", "H100-SXM"), 16, "8b"),), space=space)
     monkeypatch.setattr(tables_module, "BLOCK_SHAPES", 40)
+    monkeypatch.setattr(tables_module, "MIN_BLOCK_SHAPES", 1)
     said: list[tuple[int, int, str | None]] = []
     found = setting_cost._search(
         problem, 1e-9, 1, lambda done, total, cut=None, /: said.append((done, total, cut))

@@ -353,9 +353,41 @@ def test_nothing_fits_is_infeasible_on_every_axis():
 
 
 def test_time_limit_spent_returns_what_it_has_not_a_proof():
+    """A limit already past: the first search still runs (2 GPUs at 160 MB: nothing fits), the
+    second job (4 GPUs) is not searched, so no point and no proof that none exists (not
+    InfeasibleError: before, no search ran at all)."""
     problem = tiny_problem((2, 4), 160e6)
     spent = per_stage_frontier(problem, "gpus", time_limit_s=1e-9)
     assert (spent.status, spent.points, spent.stopped) == ("feasible", (), "time")
+    assert spent.searches == 1
+    with pytest.raises(InfeasibleError):  # the one job searched, nothing fits: proven
+        per_stage_frontier(tiny_problem((2,), 160e6), "gpus", time_limit_s=1e-9)
+
+
+def test_a_limit_spent_on_the_tables_still_gives_the_first_point(monkeypatch):
+    """The limit already past before the first per-stage search (the tables took it: Llama 3
+    70B on 256..1,024 H100s with ``--time-limit 2`` printed 0 points, no search run): the first
+    search runs, given at least :data:`optimizer.search.SOLVE_FLOOR_S` (as the layout search's
+    CP-SAT), so the frontier has a point (against memory it stops there: 1 search, not proven)."""
+    from trainplan.optimizer import per_stage_frontier as frontier_module
+    from trainplan.optimizer.search import SOLVE_FLOOR_S
+
+    given: list[float | None] = []
+    real = frontier_module.per_stage_search
+
+    def spy(problem, top_shapes, time_limit_s, workers, **kw):  # type: ignore[no-untyped-def]
+        given.append(time_limit_s)
+        return real(problem, top_shapes, time_limit_s, workers, **kw)
+
+    monkeypatch.setattr(frontier_module, "per_stage_search", spy)
+    # against memory the ε sweep stops after its first point; against GPUs the one job is the
+    # whole frontier (proven or not as the floor sufficed on this machine: not asserted)
+    for against, stopped in (("memory", "time"), ("gpus", None)):
+        given.clear()
+        spent = per_stage_frontier(tiny_problem((2,)), against, time_limit_s=1e-9)
+        assert (spent.stopped, spent.searches, len(spent.points)) == (stopped, 1, 1)
+        assert spent.status == "feasible" or against == "gpus"
+        assert len(given) == 1 and given[0] == SOLVE_FLOOR_S
 
 
 def test_a_budget_of_searches_cuts_the_same_points_on_every_run():

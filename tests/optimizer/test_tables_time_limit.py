@@ -1,5 +1,5 @@
 """A time limit binds inside one job's cost tables (:func:`optimizer.tables.build_tables`): under
-a deadline the jobs' shapes are filled in blocks (:data:`optimizer.tables.BLOCK_SHAPES`), a
+a deadline the jobs' shapes are filled in blocks (:func:`optimizer.tables.block_shapes`), a
 block of each job in turn, the deadline looked at between blocks once every job holds its first
 block and some tabulated candidate fits (the search: meets its constraints). A build cut short
 holds each job's first rows of the complete build, each row equal to the complete build's, and
@@ -24,6 +24,14 @@ from trainplan.optimizer.tables import CostTables, build_tables
 
 BLOCK = 40
 """Shapes a block in these tests (the space has 284: 8 blocks, the last of 4)."""
+
+
+def _blocks_of(monkeypatch: pytest.MonkeyPatch, size: int, jobs: int) -> None:
+    """Blocks of ``size`` shapes for a problem of ``jobs`` jobs: :data:`BLOCK_SHAPES` is what
+    the first round costs in all, shared by the jobs (:func:`optimizer.tables.block_shapes`),
+    so ``size × jobs``, with no floor."""
+    monkeypatch.setattr(tables_module, "BLOCK_SHAPES", size * jobs)
+    monkeypatch.setattr(tables_module, "MIN_BLOCK_SHAPES", 1)
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +72,7 @@ def test_blocks_under_a_deadline_not_reached_are_the_whole_build_row_for_row(
 ):
     """The rows do not depend on the block they are filled in (each term is evaluated shape by
     shape; the blocks only look each group's figures up again)."""
-    monkeypatch.setattr(tables_module, "BLOCK_SHAPES", BLOCK)
+    _blocks_of(monkeypatch, BLOCK, jobs=1)
     steps: list[int] = []
     blocked = build_tables(problem, lambda done, _: steps.append(done), deadline=float("inf"))
     assert steps == [40, 80, 120, 160, 200, 240, 280, 284]
@@ -83,7 +91,7 @@ def test_a_deadline_already_past_keeps_the_blocks_up_to_the_first_that_fits(
     if model == "llama3-70b":
         problem = Problem(jobs=(Job(Case.of(model, "H100-SXM"), 16, "70b"),), space=problem.space)
         full = build_tables(problem)
-    monkeypatch.setattr(tables_module, "BLOCK_SHAPES", BLOCK)
+    _blocks_of(monkeypatch, BLOCK, jobs=1)
     cut = build_tables(problem, deadline=-1.0)
     first_fit = int(np.flatnonzero(full.fits.any(axis=(1, 2)))[0])
     assert first_fit == {"llama3-8b": 0, "llama3-70b": 141}[model]
@@ -101,7 +109,7 @@ def test_a_fake_clock_passing_the_deadline_after_two_blocks_keeps_two(problem, f
     """The deadline is looked at before each block: with a clock that passes it once two blocks
     are done, the tables hold those two (80 shapes; more only until one candidate fits),
     whatever the machine's speed."""
-    monkeypatch.setattr(tables_module, "BLOCK_SHAPES", BLOCK)
+    _blocks_of(monkeypatch, BLOCK, jobs=1)
     done: list[int] = []
     said: list[tuple[int, int, str]] = []
 
@@ -122,7 +130,7 @@ def test_a_fake_clock_passing_the_deadline_after_two_blocks_keeps_two(problem, f
 def test_a_search_over_tables_cut_short_is_feasible_and_says_why(problem, full, monkeypatch):
     """The search's answer over the cut tables is the best of the rows held (status
     ``feasible``, :attr:`SearchResult.cut` the words), at most as good as the complete search's."""
-    monkeypatch.setattr(tables_module, "BLOCK_SHAPES", BLOCK)
+    _blocks_of(monkeypatch, BLOCK, jobs=1)
     whole = search(problem)
     cut = search(problem, time_limit_s=1e-9)
     assert whole.status == "optimal" and whole.cut is None
@@ -135,7 +143,7 @@ def test_the_deadline_waits_for_what_the_caller_counts_as_enough(problem, full, 
     """``enough`` decides when a cut may happen (the layout search passes its solver's own mask,
     so that a ``min_mfu`` no tabulated row meets keeps the build going rather than ending in no
     answer): never enough, a past deadline still builds every block."""
-    monkeypatch.setattr(tables_module, "BLOCK_SHAPES", BLOCK)
+    _blocks_of(monkeypatch, BLOCK, jobs=1)
     asked: list[int] = []
 
     def never(held: CostTables) -> bool:
@@ -184,7 +192,7 @@ def test_a_cut_over_two_jobs_leaves_each_job_a_share(two, monkeypatch):
     job's 196 shapes, 40 of the 16-GPU job's 284; both fit from their first shape), where a fill
     job after job kept the 8-GPU job's 40 alone and compared nothing at 16 GPUs. The words say
     each job's share."""
-    monkeypatch.setattr(tables_module, "BLOCK_SHAPES", BLOCK)
+    _blocks_of(monkeypatch, BLOCK, jobs=2)
     complete = build_tables(two)
     per_job = np.bincount(complete.job_of, minlength=2).tolist()
     assert per_job == [196, 284] and complete.job_shapes_in_all == (196, 284)
@@ -201,7 +209,7 @@ def test_a_cut_after_the_first_round_may_end_mid_round(two, monkeypatch):
     """A clock that passes the deadline once three blocks are filled: the 8-GPU job's first and
     second, the 16-GPU job's first (the cut comes between blocks, so one job may hold a block
     more than another; the words say each one's)."""
-    monkeypatch.setattr(tables_module, "BLOCK_SHAPES", BLOCK)
+    _blocks_of(monkeypatch, BLOCK, jobs=2)
     done: list[int] = []
     monkeypatch.setattr(tables_module.time, "perf_counter", lambda: 10.0 if len(done) >= 3 else 0.0)
     cut = build_tables(two, lambda n, _, cut=None, /: done.append(n), deadline=5.0)
@@ -213,7 +221,7 @@ def test_a_cut_after_the_first_round_may_end_mid_round(two, monkeypatch):
 def test_a_deadline_that_cuts_nothing_changes_no_row_over_two_jobs(two, monkeypatch):
     """Filled round-robin, each block's rows are written where a build without a deadline has
     them: a deadline not reached gives the complete build, array for array."""
-    monkeypatch.setattr(tables_module, "BLOCK_SHAPES", BLOCK)
+    _blocks_of(monkeypatch, BLOCK, jobs=2)
     done: list[int] = []
     blocked = build_tables(two, lambda n, _: done.append(n), deadline=float("inf"))
     assert done[:3] == [40, 80, 120] and done[-1] == 480 and len(done) == 5 + 8
@@ -221,3 +229,26 @@ def test_a_deadline_that_cuts_nothing_changes_no_row_over_two_jobs(two, monkeypa
     assert blocked.complete and blocked.shapes == complete.shapes
     for name, array in _arrays(complete).items():
         assert np.array_equal(getattr(blocked, name), array), name
+
+
+def test_the_first_round_costs_about_one_block_however_many_jobs():
+    """Under a deadline a block is :data:`BLOCK_SHAPES` (512) shared by the jobs with shapes, at
+    least :data:`MIN_BLOCK_SHAPES` (64): llama3-405b on 512, 1,024, 1,536 and 2,048 H100s held
+    1,633 of its 1,696 shapes after a first round of 512-shape blocks (every job's first block,
+    never cut); with 4 jobs a block is 512 // 4 = 128 shapes, at most 512 in the first round.
+    Beyond 8 jobs the floor binds (each block looks its groups' figures up again)."""
+    assert tables_module.BLOCK_SHAPES == 512 and tables_module.MIN_BLOCK_SHAPES == 64
+    assert [tables_module.block_shapes(n) for n in (1, 2, 3, 4, 8, 9, 100)] == [
+        512, 256, 170, 128, 64, 64, 64,
+    ]  # fmt: skip
+
+
+def test_two_jobs_share_the_first_round(two, monkeypatch):
+    """Two jobs, :data:`BLOCK_SHAPES` 80 and no floor: blocks of 80 // 2 = 40, a deadline already
+    past keeps 40 + 40 = 80 shapes (one block's worth), where blocks of 80 each kept 160; with a
+    floor of 60 the blocks are 60 each (120 kept)."""
+    monkeypatch.setattr(tables_module, "BLOCK_SHAPES", 80)
+    monkeypatch.setattr(tables_module, "MIN_BLOCK_SHAPES", 1)
+    assert np.bincount(build_tables(two, deadline=-1.0).job_of).tolist() == [40, 40]
+    monkeypatch.setattr(tables_module, "MIN_BLOCK_SHAPES", 60)
+    assert np.bincount(build_tables(two, deadline=-1.0).job_of).tolist() == [60, 60]
