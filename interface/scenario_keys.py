@@ -390,7 +390,7 @@ def read_sets(
         table = table_of(key)
         (nested.setdefault(table, {}) if table else nested)[key] = value
     check_scenario(nested, "--set")  # writes each choice as the choice (DeepEP: deepep)
-    return {key: (nested[table_of(key)] if table_of(key) else nested)[key] for key in out}
+    return {key: nested.get(table_of(key) or "", nested)[key] for key in out}
 
 
 def merge(given: Mapping[str, Any], sets: Mapping[str, Any]) -> None:
