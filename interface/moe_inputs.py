@@ -37,6 +37,7 @@ EP_OVERLAPS = tuple(o.value for o in EpOverlap)
 
 def _choice(params: Mapping[str, Any], key: str, allowed: tuple[str, ...], default: str) -> str:
     value = str(params.get(key, default))
+    value = next((a for a in allowed if a == value.lower()), value)  # in any case, as click's
     if value not in allowed:
         raise InputError(f"{key}: {value!r} is not one of {', '.join(allowed)}")
     return value

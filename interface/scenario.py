@@ -388,7 +388,8 @@ def _jobs(case: Case, d: Mapping[str, Any], count: int, name: str, price: Any) -
     out = []
     for batch in batches:
         job_case = case if batch == case.training.global_batch_size else _with_batch(case, batch)
-        label = f"{job_case.model.name} on {count:,} × {name}, B {batch:,}"
+        # the part as the accelerator table spells it (H100_sxm typed: H100-SXM)
+        label = f"{job_case.model.name} on {count:,} × {job_case.device.name}, B {batch:,}"
         out.append(Job(job_case, count, label, price))
     return out
 

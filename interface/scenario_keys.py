@@ -389,8 +389,8 @@ def read_sets(
     for key, value in out.items():
         table = table_of(key)
         (nested.setdefault(table, {}) if table else nested)[key] = value
-    check_scenario(nested, "--set")
-    return out
+    check_scenario(nested, "--set")  # writes each choice as the choice (DeepEP: deepep)
+    return {key: nested.get(table_of(key) or "", nested)[key] for key in out}
 
 
 def merge(given: Mapping[str, Any], sets: Mapping[str, Any]) -> None:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
+from trainplan.interface.batch_inputs import sequences_of_tokens
 from trainplan.interface.model_inputs import NO_MODEL
 from trainplan.model.errors import InputError, check_applicable, named_lookup
 from trainplan.model.legality import check_expert_parallel
@@ -61,12 +62,7 @@ def batches(value: Any, tokens: Any, seq_len: int) -> list[int]:
             hi_b = int(parse_number(hi, "global_batch_tokens")) // seq_len
             out.update(gpu_counts(f"{lo_b}..{hi_b}", "global_batch_tokens"))
             continue
-        n = parse_count(item, "global_batch_tokens")  # type: ignore[arg-type]
-        if n % seq_len:
-            raise InputError(
-                f"global_batch_tokens: {n:,} is not a whole number of sequences of {seq_len:,}"
-            )
-        out.add(n // seq_len)
+        out.add(sequences_of_tokens(item, seq_len))
     return sorted(out)
 
 

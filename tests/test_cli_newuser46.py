@@ -137,7 +137,7 @@ def test_a_rollout_that_fits_no_gpu_says_what_the_widest_engine_holds():
     assert done.stderr.splitlines()[:2] == [
         "No placement fits:",
         "  - rollout: no pool size and parallelism fits a GPU's 83.21 GB on its own (an engine "
-        "replica is searched at tp up to 8, the NVLink domain, pp 1 and no expert parallelism; "
+        "replica is searched at tp up to 8, the NVLink domain of 8 GPUs, pp 1 and no expert parallelism; "
         "at tp 8 the policy's BF16 weights alone are 101.47 GB a GPU)",
     ]
 
@@ -171,7 +171,7 @@ def test_a_training_role_that_fits_no_gpu_at_zero_1_names_zero_3():
     assert reasons[1:] == [
         f"  - {role}: no pool size and parallelism fits a GPU's 83.21 GB on its own at ZeRO-1, "
         "where each GPU holds its tp·pp share of the role's weights whole (--zero 3 shards them "
-        "over dp too)"
+        "over dp too, and then it fits)"
         for role in ("actor", "critic", "reference", "reward")
     ]
     assert runs["zero 3"].returncode == 0, runs["zero 3"].stderr

@@ -69,10 +69,11 @@ def test_a_files_refusals_name_the_file_and_the_key(tmp_path):
         (tmp_path / f"{name}.toml").write_text(text)
     done = run_many({n: ["search", "--scenario", f"{n}.toml"] for n in files}, cwd=tmp_path)
     lines = {n: refusal(d) for n, d in done.items()}
-    # 4,000,000 / 8,192 = 488.28…: not a whole number of sequences
+    # 4,000,000 / 8,192 = 488.28…: not a whole number of sequences; 488 × 8,192 = 3,997,696
+    # and 489 × 8,192 = 4,005,888 beside it, named as evaluate names them
     assert lines["tokens"] == (
         "scenario tokens.toml: global_batch_tokens: 4,000,000 is not a whole number of "
-        "sequences of 8,192"
+        "sequences of 8,192 (3,997,696 is 488, 4,005,888 is 489)"
     )
     assert lines["nomodel"].startswith(
         'scenario nomodel.toml: model missing: give model = "NAME" in the file'

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import click
@@ -19,6 +20,7 @@ from trainplan.interface.commands import check_layout_keys
 from trainplan.interface.inputs import build_case
 from trainplan.model.errors import LayoutError, PlannerError
 from trainplan.model.split import default_chunk_sizes, split_rule_of
+from trainplan.scenarios.catalogue import catalogue_name
 
 __all__ = [
     "evaluate_line",
@@ -119,9 +121,10 @@ def answer_params(request: Any, answer: Mapping[str, Any]) -> dict[str, Any] | N
     """Flat evaluate parameters that give a search answer (``answer``: its JSON object, as
     :func:`interface.search_commands.search_json` or ``per_stage_json`` writes it) under the
     search's request (:class:`interface.requests.SearchRequest`): the model as the request gave it
-    (``--model`` as typed, a catalogue name or a path, so a folder named like a catalogue model is
-    read again; else its size and dimensions, :data:`MODEL_OPTIONS`), the answer's accelerator,
-    its layout (:data:`ANSWER_FIELDS`; the layers of each model chunk where virtual_stages > 1,
+    (``--model`` as the catalogue spells it, :func:`scenarios.catalogue.catalogue_name`, or a path
+    as typed, so a folder named like a catalogue model is read again; else its size and
+    dimensions, :data:`MODEL_OPTIONS`), the answer's accelerator, its layout (:data:`ANSWER_FIELDS`;
+    the layers of each model chunk where virtual_stages > 1,
     none where they are evaluate's own default split, :func:`default_split`) and the keys of the
     request's ``[cluster]`` table (the recipe, links and time model the search evaluated under)
     that the answer's layout reads (:func:`layout_read`: a search keeps the layouts a setting does
@@ -133,6 +136,8 @@ def answer_params(request: Any, answer: Mapping[str, Any]) -> dict[str, Any] | N
         return None
     gpu = answer["gpu"]
     model = values.get("model")
+    if isinstance(model, str) and not Path(model).exists():  # LLAMA_3_8B typed: llama3-8b
+        model = catalogue_name(model)
     out: dict[str, Any] = {"model": model} if isinstance(model, str) else {}
     out |= {k: values[k] for k in MODEL_OPTIONS if values.get(k) is not None}
     out["gpu"] = gpu.get("file") or gpu["name"]

@@ -22,7 +22,8 @@ def spelled_here(command: str, params: list[click.Parameter], args: list[str]) -
     parameters with (:data:`interface.flags.PARAMETER_FLAGS`: evaluate's ``--pp``, pipeline's
     ``--stages``), naming this command's spelling (a micro-batch count on a command that derives
     it from the batch, the rule it derives it by) — as the web API names a query key's
-    (``'pp': no such parameter of pipeline; write it stages``).
+    (``'pp': no such parameter of pipeline; write it stages``). Not on ``example``, which takes
+    the other tabs' parameters through ``--set`` (:func:`taken_elsewhere` names that spelling).
 
     Raises
     ------
@@ -30,6 +31,8 @@ def spelled_here(command: str, params: list[click.Parameter], args: list[str]) -
         ``--pp: no such option of trainplan pipeline; write it --stages (-p): --stages 8``.
     """
     here = {o: p for p in params for o in getattr(p, "opts", ())}
+    if command == "example" and "--set" in here:  # its tabs' parameters: --set, taken_elsewhere's
+        return
     for flag, value in _unknown(args, here):
         spelt = next((fs for fs in PARAMETER_FLAGS.values() if flag in fs), ())
         other = next((f for f in spelt if f in here), None)

@@ -21,6 +21,7 @@ from trainplan.interface.cli import cli
 from trainplan.interface.cli.common import COUNT, INTERRUPTED, POSITIVE, WEB_QUERY, echo_json
 from trainplan.interface.cli.interrupt import Interrupted, interruptible
 from trainplan.interface.commands import rlhf_json
+from trainplan.interface.flags import with_flags
 from trainplan.model.errors import InfeasibleError, InputError
 from trainplan.model.rlhf.spec import placed_algorithm
 
@@ -361,8 +362,8 @@ def rlhf_plan_cmd(
             echo_json(infeasible_json(err))
         else:
             click.echo("No placement fits:", err=True)
-            for line in err.explanation:
-                click.echo(f"  - {line}", err=True)
+            for line in err.explanation:  # names in backticks as flags, as --json's
+                click.echo(f"  - {with_flags(line)}", err=True)
         raise SystemExit(1) from None
     res = plan_json(inp, result, stopped)
     if as_json:

@@ -63,7 +63,7 @@ RESULTS: list[Decorator] = [
 ENGINE: list[Decorator] = [
     click.option(
         "--engine",
-        type=click.Choice(["pool", "ray"]),
+        type=click.Choice(["pool", "ray"], case_sensitive=False),
         default="pool",
         show_default=True,
         help="pool: local processes, no server; ray: a local Ray instance, or --address's cluster.",
@@ -214,7 +214,7 @@ FIGURE: list[Decorator] = [
     ),
     click.option(
         "--kind",
-        type=click.Choice(["scaling", "heatmap"]),
+        type=click.Choice(["scaling", "heatmap"], case_sensitive=False),
         default="scaling",
         show_default=True,
         help="scaling: the metric against GPU count, a line per part, a panel per model; "
@@ -222,7 +222,7 @@ FIGURE: list[Decorator] = [
     ),
     click.option(
         "--metric",
-        type=click.Choice(["time-to-train", "cost", "step-time", "mfu"]),
+        type=click.Choice(["time-to-train", "cost", "step-time", "mfu"], case_sensitive=False),
         help="The figure's value: time to train the grid's tokens, its cost (the grid's "
         "gpu_hour_price), seconds per step, or MFU (default: time-to-train where the grid gives "
         "tokens, else step-time).",

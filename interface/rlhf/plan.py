@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from trainplan.interface.flags import with_flags
 from trainplan.interface.rlhf.faithful import RLHFInputs, rlhf_inputs
 from trainplan.interface.rlhf.report import result_dict
 from trainplan.interface.tab_requests import RLHFPlanRequest, RLHFRequest, tab_request
@@ -78,20 +79,24 @@ def plan_json(inp: RLHFInputs, result: Any, interrupted: bool = False) -> dict[s
     return out
 
 
-def infeasible_json(err: InfeasibleError) -> dict[str, Any]:
+def infeasible_json(err: InfeasibleError, web: bool = False) -> dict[str, Any]:
     """``rlhf-plan --json`` when no placement fits (proven): ``status: "infeasible"``, the
-    ``explanation`` (one line per role that fits no pool on its own) and the ``message``."""
-    return {"status": "infeasible", "explanation": list(err.explanation), "message": str(err)}
+    ``explanation`` (one line per role that fits no pool on its own; each backticked parameter
+    as its flag, ``web``: as the web's, :func:`interface.flags.with_flags`) and the ``message``."""
+    lines = [with_flags(line, web) for line in err.explanation]
+    return {"status": "infeasible", "explanation": lines, "message": str(err)}
 
 
 def rlhf_plan_json(
-    kw: Mapping[str, Any], progress: Callable[[str, int, int], None] | None = None
+    kw: Mapping[str, Any],
+    progress: Callable[[str, int, int], None] | None = None,
+    web: bool = False,
 ) -> dict[str, Any]:
     """``trainplan rlhf-plan --json`` of the command's parsed options, the search run whole
     within ``time_limit`` (out of time: ``status`` ``feasible`` with the best found, or
     ``unknown`` with none, never ``infeasible``; :func:`optimizer.rlhf.search.search_placement`);
     no placement fits: :func:`infeasible_json`. ``progress(stage, done, total)``: as
-    ``search_placement`` takes it.
+    ``search_placement`` takes it; ``web``: the no-fit lines name parameters as the web does.
 
     Raises
     ------
@@ -103,5 +108,5 @@ def rlhf_plan_json(
     try:
         result = search_placement(problem, request.time_limit, request.workers, progress)
     except InfeasibleError as err:
-        return infeasible_json(err)
+        return infeasible_json(err, web)
     return plan_json(inp, result)

@@ -171,15 +171,8 @@ def _evaluate(grid: Grid, point: Point, row: dict[str, Any]) -> None:
     params.update(seq_len=values.get("seq_len"), framework=values.get("framework"))
     if values.get("global_batch") is not None:
         params["global_batch_size"] = values["global_batch"]
-    elif values.get("global_batch_tokens") is not None:
-        seq = values.get("seq_len")
-        tokens = values["global_batch_tokens"]
-        if seq is None or tokens % seq:
-            raise InputError(
-                f"global_batch_tokens: {tokens} must be a whole number of sequences of the point's "
-                "seq_len (give seq_len)"
-            )
-        params["global_batch_size"] = tokens // seq
+    elif values.get("global_batch_tokens") is not None:  # in sequences as evaluate reads it
+        params["global_batch_tokens"] = values["global_batch_tokens"]
     d = evaluate_json(params, layout_keys=False)  # the sweep's settings: each point reads its own
     _answer(grid, point, d, row)
     memory = d["memory"]

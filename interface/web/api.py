@@ -269,9 +269,14 @@ def rlhf_plan_object(
     ``time-limit`` (:func:`interface.rlhf.plan.rlhf_plan_json`); no placement fits: the command's
     ``status: "infeasible"`` object. ``progress(stage, done, total)``: the search's, as
     :func:`optimizer.rlhf.search.search_placement` calls it (``tables`` per pool size and role,
-    then ``solve`` per CP-SAT solve of 3)."""
+    then ``solve`` per CP-SAT solve of 3). The no-fit lines name the page's fields
+    (:func:`interface.flags.on_page`)."""
     kw, _ = parse("rlhf-plan", query)
-    return rlhf_plan_json(kw, progress)
+    out = rlhf_plan_json(kw, progress, web=True)
+    if "explanation" in out:
+        fields = page_fields("rlhf-plan")
+        out["explanation"] = [on_page(line, fields) for line in out["explanation"]]
+    return out
 
 
 def run_object(result: Any) -> dict[str, Any]:

@@ -275,7 +275,8 @@ def figure(
     per part) or heatmap (with `what_if`); `metric` time-to-train, cost, step-time or mfu
     (default as `sweep-plot`'s: time to train where the grid gives tokens, else step time)."""
     frame = _frame(sweep_id)
-    metric = metric or charts.default_metric(frame)
+    kind = kind.lower()  # in any case, as the command's --kind and --metric
+    metric = metric.lower() if metric else charts.default_metric(frame)
     if kind == "scaling":
         series, m, note = charts.scaling_series(frame, metric)
         return Response(

@@ -4,11 +4,14 @@ leaves it out."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from fractions import Fraction
 
+from trainplan.model.errors import PlannerError
 from trainplan.model.rlhf.engine import engine_weights_bytes
 from trainplan.model.rlhf.spec import Role
-from trainplan.optimizer.rlhf.tables import RLHFProblem, RLHFTables, rollout_options
+from trainplan.model.rollout import kv_heads_per_gpu
+from trainplan.optimizer.rlhf.tables import RLHFProblem, RLHFTables, TableBuild, rollout_options
 
 __all__ = ["explain", "widest_engine"]
 
@@ -42,15 +45,18 @@ def explain(tables: RLHFTables) -> list[str]:
             if widest is not None:  # the engine's bound: its widest replica's weights
                 tp, weights = widest
                 why += (
-                    f" (an engine replica is searched at tp up to {tp}, the NVLink domain, pp 1 "
+                    f" (an engine replica is searched at tp up to {tp}, {tp_cap(tables.problem, tp)}, pp 1 "
                     f"and no expert parallelism; at tp {tp} the policy's BF16 weights alone are "
                     f"{float(weights) / 1e9:,.2f} GB a GPU)"
                 )
-            elif role != Role.ROLLOUT and zero is not None and zero < 3:  # --zero fixes it
+            elif role != Role.ROLLOUT and zero is not None and zero < 3:
                 why += (
                     f" at ZeRO-{zero}, where each GPU holds its tp·pp share of the role's "
-                    "weights whole (--zero 3 shards them over dp too)"
+                    "weights whole"
                 )
+                if fits_at_zero3(tables.problem, role):
+                    why += " (`zero_stage` 3 shards them over dp too, and then it fits)"
+
             out.append(why)
     if not out:
         out.append(
@@ -58,3 +64,37 @@ def explain(tables: RLHFTables) -> list[str]:
             f"{tables.problem.gpus} GPUs fits them together"
         )
     return out
+
+
+def tp_cap(problem: RLHFProblem, tp: int) -> str:
+    """What stopped the engine's tp at ``tp`` (:func:`optimizer.rlhf.tables.rollout_options`
+    tries the powers of two dividing the pool, up to ``max_tp`` or the NVLink domain, that the
+    model's KV heads allow): the cluster's GPU count, ``max_tp``, the NVLink domain or the KV
+    heads, as words for :func:`explain`."""
+    nxt = 2 * tp
+    if nxt > problem.gpus or problem.gpus % nxt:
+        return f"the cluster's {problem.gpus:,} GPUs"
+    if problem.max_tp is not None and nxt > problem.max_tp:
+        return f"the tp cap of {problem.max_tp}"
+    if nxt > problem.links.nvlink_domain:
+        return f"the NVLink domain of {problem.links.nvlink_domain} GPUs"
+    arch = problem.spec.policy.arch
+    try:
+        kv_heads_per_gpu(arch, nxt)  # type: ignore[arg-type]
+    except PlannerError as err:
+        return f"the model's KV heads ({err})"
+    return "the largest the search offers"
+
+
+def fits_at_zero3(problem: RLHFProblem, role: Role) -> bool:
+    """Whether ``role`` has an option that fits a GPU on its own on the whole cluster at ZeRO-3
+    (the tables' own rule, :class:`optimizer.rlhf.tables.TableBuild`), so that :func:`explain`
+    suggests ZeRO-3 only where it helps; False when the framework takes no ZeRO-3."""
+    try:
+        at3 = replace(problem, spec=replace(problem.spec, zero_stage=3))
+    except PlannerError:
+        return False
+    trainable = next(rs.trainable for rs in at3.spec.roles if rs.role == role)
+    build = TableBuild(at3, {role: {at3.gpus: []}})
+    build.cost_pool(role, trainable, at3.gpus, None, lambda: 0.0)
+    return bool(build.out[role][at3.gpus])
