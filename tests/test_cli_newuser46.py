@@ -67,13 +67,15 @@ def test_a_measured_runs_impossible_layout_names_the_file_and_the_run(tmp_path):
     megatron/training/arguments.py validate_args) was refused with evaluate's bare line
     ("tp: 3 does not divide num_attention_heads = 64"), not saying which file or run, as every
     other refusal of the file does. And ``step_seconds = "4,000,000"`` (a number written as text,
-    one number as every input reads it) was refused as not positive; it is now read, and
-    ``"70 s"`` refused as not a number."""
+    one number as every input reads it) was refused as not positive; it is now read, as is
+    ``"70 s"`` (a time's unit on ``step_seconds``, docs/guides/cli.md "Numbers"), and
+    ``"seventy"`` is refused as not a number."""
     files = {
         "tp3": RUN.format(step=70, tp=3, batch=2048),
         "batch": RUN.format(step=70, tp=4, batch=2000),
         "text": RUN.format(step='"70"', tp=4, batch=2048),
         "units": RUN.format(step='"70 s"', tp=4, batch=2048),
+        "words": RUN.format(step='"seventy"', tp=4, batch=2048),
         "number": RUN.format(step=70, tp=4, batch=2048),
     }
     for name, text in files.items():
@@ -86,12 +88,13 @@ def test_a_measured_runs_impossible_layout_names_the_file_and_the_run(tmp_path):
     assert refusal(runs["batch"]) == where.format("batch") + (
         "num_microbatches: 125 must be a multiple of --pp = 4 for the interleaved schedule"
     )
-    assert refusal(runs["units"]) == (
-        "measurements units.toml: run 1: step_seconds: '70 s' is not a number (write e.g. 0.5, "
-        "4e6, 4000000 or 4,000,000)"
+    assert refusal(runs["words"]) == (
+        "measurements words.toml: run 1: step_seconds: 'seventy' is not a number (write e.g. "
+        "0.5, 4e6, 4000000 or 4,000,000)"
     )
-    assert runs["text"].returncode == 0, runs["text"].stderr
-    assert runs["text"].stdout == runs["number"].stdout
+    for k in ("text", "units"):
+        assert runs[k].returncode == 0, runs[k].stderr
+        assert runs[k].stdout == runs["number"].stdout
 
 
 def test_a_catalogue_model_typed_in_another_case_is_the_catalogues(tmp_path):
