@@ -207,23 +207,18 @@ def build_tables(
     :func:`optimizer.job_rows._job_rows`: those rows are never an answer).
 
     Each job's shapes are in their tie-break order (:func:`optimizer.space.legal_shapes`: fewest
-    model-parallel GPUs first; no cheaper principled order ranks the shapes by their step time
-    before their terms are evaluated). Without a ``deadline`` each job is filled whole, job after
-    job. With one (a :func:`time.perf_counter` value) the jobs are filled in blocks of at most
-    :func:`block_shapes` shapes (:data:`BLOCK_SHAPES` over the jobs with shapes, at least
-    :data:`MIN_BLOCK_SHAPES`) taken round-robin (:func:`blocks`: each job's first block, then
-    each job's second, …), and the deadline is checked between blocks once every job holds its
-    first block and the tables so far are ``enough`` (an answer rather than none; default: some
-    tabulated candidate fits, as :mod:`optimizer.params_search`'s probes; the layout search
-    passes its solver's own mask, :func:`optimizer.rules.allowed`, so that ``min_mfu`` and the
-    NVLink rule count too): the blocks not started by then are left out
-    (:attr:`CostTables.complete` is False; the rows held are each job's first shapes, each row
-    where a build without the deadline has it, and as it has it but for ``fit_only``: there a
-    block none of whose candidates fits gets zero time terms where the whole job may have them,
-    rows that fit nowhere and so are never an answer; a deadline that cuts nothing changes no
-    other figure; the search then reports ``feasible``, not proven). ``progress(done, total)``
-    (shapes) is called after each job or block, and ``progress(held, total, cut)`` once after a
-    cut (:class:`TableProgress`).
+    model-parallel GPUs first; no cheaper principled order ranks shapes before their terms are
+    evaluated). Without a ``deadline`` each job is filled whole, job after job. With one (a
+    :func:`time.perf_counter` value) the jobs are filled round-robin in blocks of
+    :func:`block_shapes` shapes (:func:`blocks`), and the deadline is checked between blocks once
+    every job holds its first block and the tables so far are ``enough`` (an answer rather than
+    none; default: some candidate fits, as :mod:`optimizer.params_search`'s probes; the layout
+    search passes its solver's mask, :func:`optimizer.rules.allowed`, so ``min_mfu`` and the
+    NVLink rule count): the blocks not started are left out (:attr:`CostTables.complete` False;
+    each held row where and as a build without the deadline has it, but under ``fit_only`` a
+    block none of whose candidates fits gets zero time terms, rows never an answer; the search
+    reports ``feasible``, not proven). ``progress(done, total)`` (shapes) is called after each
+    job or block, and ``progress(held, total, cut)`` once after a cut (:class:`TableProgress`).
 
     Raises
     ------
