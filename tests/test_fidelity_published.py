@@ -340,5 +340,5 @@ def test_a_set_key_evaluates_every_run_with_it(capsys):
     assert main(["--set", "gemm_efficiency=2"]) == 2
     assert capsys.readouterr().err == (
         "python -m trainplan.interface.fidelity: error: --set gemm_efficiency: 2 must be a "
-        "fraction of the peak from 0.01 to 1\n"
+        "fraction of the peak from 0.01 to 1 (a fraction from 0 to 1, or a percent such as 40%)\n"
     )

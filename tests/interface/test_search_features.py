@@ -320,17 +320,22 @@ def test_objective_enum_values():
     }
 
 
-def test_time_limit_bounds_table_building_and_returns_the_best_so_far():
-    """--time-limit covers the tables too: jobs not started within it are left out, and the
-    answer is the best of those tabulated, status feasible (issue 10)."""
+def test_time_limit_bounds_table_building_and_returns_the_best_so_far(monkeypatch):
+    """--time-limit covers the tables too: blocks not started within it are left out, and the
+    answer is the best of those tabulated, status feasible. Every job holds its first block
+    before a cut (the jobs share one round: optimizer.tables.block_shapes); with blocks of 4
+    shapes here, each of the two jobs keeps its first 4."""
+    from trainplan.optimizer import tables
     from trainplan.optimizer.search import search
 
     problem = build_problem({}, {**SMALL, "gpus": ["8", "16"]})
     full = search(problem)
     assert full.status == "optimal"
-    cut = search(problem, time_limit_s=1e-9)  # only the first job (8 GPUs) gets tabulated
+    monkeypatch.setattr(tables, "BLOCK_SHAPES", 8)
+    monkeypatch.setattr(tables, "MIN_BLOCK_SHAPES", 1)
+    cut = search(problem, time_limit_s=1e-9)
     assert cut.status == "feasible"
-    assert cut.best.job.num_gpus == 8 and cut.num_shapes < full.num_shapes
+    assert cut.num_shapes == 8 < full.num_shapes
 
 
 def test_a_recipe_no_framework_runs_is_its_rule_not_no_layout():
