@@ -43,11 +43,37 @@ gathers twice (forward, backward) and ZeRO-2 once (``reshard_after_backward`` Tr
 weights after every backward), and both reduce-scatter once
 (:func:`model.mechanisms.mechanism`: ``gathers_per_microbatch``, ``reduce_per_microbatch``);
 under a pipeline schedule the mechanism's once-a-step gather, its per-micro-batch re-gathers
-(ZeRO-3) and one reduce-scatter of the accumulated FP32 gradients a step. The multi-stage
-runtime's re-gathers at four chunks a rank or more
-(:func:`model.fsdp2_pipeline.runtime_regathers`) are not counted (a lower bound there); nor is
-the FP8 all-gather of torchao's ``Float8Linear`` weights, whose copy-out moves 1 B where ``w``
-counts 2 (an upper bound there).
+(ZeRO-3) and one reduce-scatter of the accumulated FP32 gradients a step.
+
+**The multi-stage runtime's re-gathers** (``ScheduleInterleaved1F1B`` at four chunks a rank or
+more, :func:`model.fsdp2_pipeline.runtime_regathers`: the ``UNSHARD`` of a chunk its
+``RESHARD`` freed). PyTorch 2.13.0 (cf30153c4c) ``torch/distributed/pipelining/schedules.py``
+``_PipelineScheduleRuntime._step_microbatches``: ``UNSHARD`` calls ``unshard(async_op=True)`` on
+each of the stage's FSDP units and keeps the handles; before the chunk's next pass
+``_assert_unsharded`` calls each handle's ``wait`` (``torch/distributed/fsdp/_fully_shard/
+_fully_shard.py`` ``_UnshardHandleImpl.wait`` → ``FSDPParamGroup.wait_for_unshard``), which
+runs ``foreach_all_gather_copy_out`` on the compute stream like every other gather: ``2·w`` an
+element each (:func:`regather_copy_bytes`). They are a step's gathers beyond the mechanism's
+and are charged, as its once-a-step gather is, to the step's first micro-batch
+(:func:`model.terms.dp_time.grad_accumulation_term`).
+
+**FP8 all-gathers** (torchao's ``WeightWithDynamicFloat8CastTensor``, torchtitan's
+``enable_fsdp_float8_all_gather``; pytorch/ao 36027d82d ``torchao/float8/fsdp_utils.py``,
+torchtitan 6348d93d1^ ``torchtitan/components/quantization/float8.py``). ``fsdp_pre_all_gather``
+casts the local FP32 shard to FP8 (``hp_tensor_to_float8_dynamic`` with ``reduce_amax=True``, an
+amax all-reduce every gather, or ``hp_tensor_and_scale_to_float8`` with the scale that
+``precompute_float8_dynamic_scale_for_fsdp`` computes once a step after the optimizer step:
+``torch._foreach_norm(ord=inf)`` of the local shards and one all-reduce) and returns the
+``uint8`` data. FSDP2 calls it in ``_get_param_all_gather_inputs`` inside ``foreach_all_gather``
+under ``all_gather_copy_in_stream``, over the shard only (÷ D): not the compute stream's; the
+precompute reads each shard once a step (4 B ÷ D): not counted. ``foreach_all_gather`` views
+every input as ``uint8`` when one is, and the copy-out splits the ``uint8`` output into each
+parameter's all-gather output: 2 B an FP8 element (read 1, write 1), ``2·w`` the others';
+``fsdp_post_all_gather`` wraps that output as the ``Float8TrainingTensor`` (no copy). So the
+copy-out moves twice what the collective gathers an element. The plan's ``fsdp2`` collectives
+gather at ``w`` under FP8 as well (torchtitan's default, ``enable_fsdp_float8_all_gather =
+False``; :attr:`model.specs.TrainingSpec.fp8_param_gather`, the one FP8-gather key, is refused
+outside ``megatron``, :func:`model.fp8_gathers.fp8_param_gathers`), and so do the copies here.
 
 Not counted: the launches (one copy kernel per unit and collective against milliseconds of
 bytes), the post-reduce accumulation into the sharded FP32 gradient (÷ D).
@@ -90,7 +116,14 @@ against FSDP2's 14 (ZeRO-3) or 10 (ZeRO-2) with FP32 reduction.
 
 from __future__ import annotations
 
-__all__ = ["FSDP1_COPIES_SOURCE", "FSDP2_COPIES_SOURCE", "fsdp2_copy_bytes"]
+from typing import Any
+
+__all__ = [
+    "FSDP1_COPIES_SOURCE",
+    "FSDP2_COPIES_SOURCE",
+    "fsdp2_copy_bytes",
+    "regather_copy_bytes",
+]
 
 FSDP2_COPIES_SOURCE = (
     "pytorch/pytorch 002a76fb torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py "
@@ -107,6 +140,20 @@ FSDP1_COPIES_SOURCE = (
     "their gradients on the compute stream); _runtime_utils.py _post_backward_hook (the cast to "
     "reduce_dtype and the reduce-scatter on the post-backward stream)"
 )
+
+
+def regather_copy_bytes(w: int, gathers: Any) -> Any:
+    """Bytes per unsharded parameter element that ``gathers`` all-gathers' copy-outs move
+    through HBM on the compute stream (``foreach_all_gather_copy_out``'s
+    ``split_with_sizes_copy``: read ``w``, write ``w``, each): ``2·w·gathers``. ``w`` B the
+    gathered dtype, ``gathers`` a count (element-wise over arrays, a Fraction for the runtime's
+    re-gathers of :func:`model.fsdp2_pipeline.runtime_regathers`).
+
+    >>> from fractions import Fraction
+    >>> regather_copy_bytes(2, 3), regather_copy_bytes(2, Fraction(7, 4))
+    (12, Fraction(7, 1))
+    """
+    return 2 * w * gathers
 
 
 def fsdp2_copy_bytes(
@@ -158,9 +205,8 @@ def fsdp2_copy_bytes(
     if flat_parameters:
         concat = 2 * w
         return concat, concat if reduce_per_microbatch else concat + 3 * w
-    copy_out = 2 * w
-    later = gathers_per_microbatch * copy_out
-    first = later + gathers_per_step * copy_out
+    later = regather_copy_bytes(w, gathers_per_microbatch)
+    first = later + regather_copy_bytes(w, gathers_per_step)
     if reduce_per_microbatch:
         return first + w + g, later + w + g
     upcast, add = (w + g, w + 2 * g) if g != w else (0, 3 * w)

@@ -34,6 +34,7 @@ from trainplan.model.deepspeed_accumulate import accumulate_seconds
 from trainplan.model.deepspeed_fetches import deepspeed_gather_calls
 from trainplan.model.dp_exposure import DpSeconds, dp_exposed_seconds, dp_seconds
 from trainplan.model.frameworks import Framework
+from trainplan.model.fsdp2_copies import regather_copy_bytes
 from trainplan.model.fsdp2_pipeline import (
     regather_forward_share,
     runtime_regathers,
@@ -221,7 +222,10 @@ def grad_accumulation_term(c: Context, f: Fields) -> Any:
     ``torchtitan/distributed/parallel_dims.py``), and a model it leaves unwrapped makes no
     copies; the routed experts always count, as torchtitan wraps them on their own ``efsdp``
     mesh whenever ep > 1, one rank included, where FSDP2's ``world_size == 1`` path still copies
-    each unit's weights out and its gradients in."""
+    each unit's weights out and its gradients in. Under PyTorch's multi-stage runtime the chunks
+    it gathers again (:func:`model.fsdp2_pipeline.runtime_regathers`) copy out as every gather
+    does (:func:`model.fsdp2_copies.regather_copy_bytes`), charged to the step's first
+    micro-batch with the mechanism's once-a-step gather."""
     mech = dp_mechanism(c, f)
     if not (mech.accumulate_bytes or mech.accumulate_first_bytes):
         return 0.0
@@ -230,7 +234,8 @@ def grad_accumulation_term(c: Context, f: Fields) -> Any:
         dense = where(f.shard_degree > 1, dense, 0)
     hbm = c.gpu.hbm_bytes_per_s
     assert hbm is not None  # the roofline model runs only with it
+    again = runtime_regathers(mech, f.schedule, f.pp, f.virtual_stages, f.m)
+    first = mech.accumulate_first_bytes + as_float(regather_copy_bytes(mech.weight_bytes, again))
     return accumulate_seconds(
-        mech.accumulate_first_bytes, mech.accumulate_bytes, as_float(dense + experts),
-        f.m + f.pp - 1, hbm, params_of(c),
+        first, mech.accumulate_bytes, as_float(dense + experts), f.m + f.pp - 1, hbm, params_of(c),
     )  # fmt: skip

@@ -202,3 +202,47 @@ def test_flat_parameters_on_the_command_line() -> None:
         "fully_shard, not FSDP1), not pp 2"
     )
     assert refusal(done["megatron"]).startswith("--set flat_parameters: true is read by fsdp2 only")
+
+
+def test_runtime_regathers_copy_out_by_hand() -> None:
+    """``ScheduleInterleaved1F1B`` at v 4 on PyTorch's multi-stage runtime (PyTorch 2.13.0
+    ``schedules.py`` ``_add_unshard_reshard``, ``max_active_stages=3``): the ``UNSHARD`` of a
+    chunk its ``RESHARD`` freed is waited for by ``_assert_unsharded`` → ``_UnshardHandleImpl.
+    wait`` → ``wait_for_unshard``, which copies the gather out on the compute stream as every
+    gather: 2 + 2 B an element (``foreach_all_gather_copy_out``).
+
+    Llama 3 8B on 8 H100s, dp 4 × pp 2, B 32 (m 8), v 4: rank 1 holds stages 1, 3, 5, 7 (16
+    blocks, the final norm and the output layer: 4,015,132,672 elements, the busiest).
+
+    * ZeRO-2: the busiest rank gathers a chunk ``2(v − 3)·n + 7`` = 2·1·4 + 7 = 15 times a step
+      (n = m/pp = 4 rounds, :func:`model.fsdp2_pipeline.chunk_gathers`) where the mechanism
+      counts v·1 = 4: 11/4 of the stage's weights again, 4 · 11/4 = 11 B an element on the step's
+      first micro-batch: 18 + 11 + 8 × 10 = 109 B, against 98 at v 3 (no re-gathers, the rule's
+      figure before it) and 98 with the rule off.
+    * ZeRO-3: 43 gathers of a chunk where v·(m + 1) = 36 were counted: 7/4 again, 7 B:
+      22 + 7 + 8 × 14 = 141 B, against 134.
+    * Meta's runtime (``pipeline_frees_stage_tensors``): no PyTorch copies at all, 0."""
+    h100 = 3.35e12 * stream_triad_fraction("H100-SXM")  # type: ignore[operator]
+    lay = dict(num_gpus=8, dp=4, pp=2, global_batch_size=32, schedule="interleaved")
+    for zero, v3, v4 in ((2, 18 + 8 * 10, 18 + 11 + 8 * 10), (3, 22 + 8 * 14, 22 + 7 + 8 * 14)):
+        for v, moved in ((3, v3), (4, v4)):
+            got = _copies_s(**lay, zero_stage=zero, virtual_stages=v)
+            assert got == pytest.approx(moved * STAGE_1_OF_2 / h100), (zero, v)
+    meta = _copies_s(**lay, zero_stage=2, virtual_stages=4, pipeline_frees_stage_tensors=True)
+    assert meta == 0.0
+    # ZeRO-2 at v 4: 109 B of 4.015e9 elements at 2.97 TB/s
+    assert _copies_s(**lay, zero_stage=2, virtual_stages=4) == pytest.approx(0.1474, abs=5e-4)
+
+
+def test_runtime_regathers_switched_off_gives_the_old_figure(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """With the re-gathers' copy-outs counted as 0 the v 4 figure is the 98 B an element the
+    term charged before them (the attribution of the moved pin)."""
+    import trainplan.model.terms.dp_time as dp_time
+
+    h100 = 3.35e12 * stream_triad_fraction("H100-SXM")  # type: ignore[operator]
+    monkeypatch.setattr(dp_time, "regather_copy_bytes", lambda w, gathers: 0 * gathers)
+    got = _copies_s(
+        num_gpus=8, dp=4, pp=2, global_batch_size=32, schedule="interleaved",
+        zero_stage=2, virtual_stages=4,
+    )  # fmt: skip
+    assert got == pytest.approx(98 * STAGE_1_OF_2 / h100)
