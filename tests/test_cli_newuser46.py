@@ -174,9 +174,9 @@ def test_a_training_role_that_fits_no_gpu_at_zero_1_names_zero_3():
     assert reasons[1:] == [
         f"  - {role}: no pool size and parallelism fits a GPU's 83.21 GB on its own at ZeRO-1, "
         "where each GPU holds its tp·pp share of the role's weights whole (--zero 3 shards them "
-        "over dp too, and then it fits)"
-        for role in ("actor", "critic", "reference", "reward")
-    ]
+        f"over dp too, and then it fits on a pool of {n} GPUs or more)"
+        for role, n in (("actor", 8), ("critic", 8), ("reference", 4), ("reward", 2))
+    ]  # each role's pools at ZeRO-3 (tests/optimizer/test_rlhf_explain.py)
     assert runs["zero 3"].returncode == 0, runs["zero 3"].stderr
     assert "placement: colocated, synchronous — fits" in runs["zero 3"].stdout
 

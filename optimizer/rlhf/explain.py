@@ -54,8 +54,7 @@ def explain(tables: RLHFTables) -> list[str]:
                     f" at ZeRO-{zero}, where each GPU holds its tp·pp share of the role's "
                     "weights whole"
                 )
-                if fits_at_zero3(tables.problem, role):
-                    why += " (`zero_stage` 3 shards them over dp too, and then it fits)"
+                why += zero3_hint(tables.problem, role, tables.sizes)
 
             out.append(why)
     if not out:
@@ -86,15 +85,40 @@ def tp_cap(problem: RLHFProblem, tp: int) -> str:
     return "the largest the search offers"
 
 
-def fits_at_zero3(problem: RLHFProblem, role: Role) -> bool:
-    """Whether ``role`` has an option that fits a GPU on its own on the whole cluster at ZeRO-3
-    (the tables' own rule, :class:`optimizer.rlhf.tables.TableBuild`), so that :func:`explain`
-    suggests ZeRO-3 only where it helps; False when the framework takes no ZeRO-3."""
+def fits_at_zero3(problem: RLHFProblem, role: Role, sizes: tuple[int, ...]) -> tuple[int, ...]:
+    """The pool sizes among ``sizes`` (the tables', :func:`optimizer.rlhf.tables.pool_sizes`:
+    the pools a placement splits the cluster into) on which ``role`` has an option that fits a
+    GPU on its own at ZeRO-3 (the tables' own rule, :class:`optimizer.rlhf.tables.TableBuild`),
+    ascending; empty when the framework takes no ZeRO-3 or no pool fits, so that
+    :func:`explain` suggests ZeRO-3 only where it helps and names the pools it helps on."""
     try:
         at3 = replace(problem, spec=replace(problem.spec, zero_stage=3))
     except PlannerError:
-        return False
+        return ()
     trainable = next(rs.trainable for rs in at3.spec.roles if rs.role == role)
-    build = TableBuild(at3, {role: {at3.gpus: []}})
-    build.cost_pool(role, trainable, at3.gpus, None, lambda: 0.0)
-    return bool(build.out[role][at3.gpus])
+    build = TableBuild(at3, {role: {n: [] for n in sizes}})
+    for n in sizes:
+        build.cost_pool(role, trainable, n, None, lambda: 0.0)
+    return tuple(n for n in sizes if build.out[role][n])
+
+
+def zero3_hint(problem: RLHFProblem, role: Role, sizes: tuple[int, ...]) -> str:
+    """What :func:`explain` adds for a training role below ZeRO-3 that fits nowhere: the pools
+    on which ZeRO-3 makes it fit (:func:`fits_at_zero3`) — from the smallest up when every larger
+    pool fits too, the cluster alone when only it does (the role then shares every GPU with
+    the others) — or nothing when no pool does.
+
+    >>> from unittest.mock import patch
+    >>> with patch(f"{__name__}.fits_at_zero3", lambda p, r, s: (64, 128, 256)):
+    ...     zero3_hint(None, None, (8, 16, 64, 128, 256))  # type: ignore[arg-type]
+    ' (`zero_stage` 3 shards them over dp too, and then it fits on a pool of 64 GPUs or more)'
+    """
+    fits = fits_at_zero3(problem, role, sizes)
+    if not fits:
+        return ""
+    head = " (`zero_stage` 3 shards them over dp too, and then it fits"
+    if fits == (sizes[-1],):
+        return f"{head} on the whole cluster's {sizes[-1]:,} GPUs only)"
+    if fits == sizes[sizes.index(fits[0]) :]:
+        return f"{head} on a pool of {fits[0]:,} GPUs or more)"
+    return f"{head} on pools of {', '.join(f'{n:,}' for n in fits)} GPUs)"
