@@ -88,7 +88,7 @@ def test_rlhf_plan_on_the_web_names_the_zero_field_not_the_flag():
     assert out["explanation"][0] == (
         "actor: no pool size and parallelism fits a GPU's 83.21 GB on its own at ZeRO-1, where "
         "each GPU holds its tp·pp share of the role's weights whole (zero 3 shards them over dp "
-        "too, and then it fits)"
+        "too, and then it fits on a pool of 8 GPUs or more)"
     )
     assert not any("--" in line for line in out["explanation"])
 
