@@ -6,7 +6,7 @@ The model: a Llama-shaped config.json, 96 layers, h 12,288, 96 heads of 128, 12 
 SwiGLU f 49,152, V 128,256 untied. Per layer 2·12,288² (q, o) + 2·12,288·1,536 (k, v) +
 3·12,288·49,152 + 2·12,288 (norms) = 2,151,702,528; 96 layers 206,563,442,688, the embedding and
 output layer 2 × 1,576,009,728 and the final norm 12,288: 209,715,474,432 parameters. On 16
-H100s (NVLink domain 8) the engine may take tp 2, 4, but not 8: vLLM needs tp and the KV heads
+H100s (NVLink domain 8) the engine may take tp 1, 2 or 4, but not 8: vLLM needs tp and the KV heads
 to divide one another (model/rollout.py ``kv_heads_per_gpu``), and 8 does not divide 12. At tp 4
 each GPU holds 2 B × 209,715,474,432 / 4 = 104,857,737,216 B plus the norms whole on every rank
 ((2 × 96 + 1) × 12,288 = 2,371,584 elements, 3/4 of them × 2 B = 3,557,376 B more):

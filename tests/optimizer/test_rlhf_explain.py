@@ -33,9 +33,9 @@ def _ppo(zero_stage: int | None) -> RLHFProblem:
 def test_zero3_is_checked_on_each_pool_the_tables_use() -> None:
     """The pools ``fits_at_zero3`` names are exactly those on which the tables built at ZeRO-3
     hold an option of the actor, and the ZeRO-1 tables hold none anywhere (the case explain
-    speaks of). At ZeRO-3 the actor fits on pools of 8 and 16 GPUs (the tables' options, CPU
-    Adam among them), not on 1, 2 or 4: the whole cluster alone would have said "fits" for
-    those too."""
+    speaks of). At ZeRO-3 the actor fits on pools of 8 and 16 GPUs (the tables' one option on
+    each: tp 1, pp 1, dp 8 or 16, its optimizer state on the host, CPU Adam), not on 1, 2 or
+    4: the whole cluster alone would have said "fits" for those too."""
     at1, at3 = build_tables(_ppo(None)), build_tables(_ppo(3))
     assert not any(at1.options[Role.ACTOR].values())
     want = tuple(n for n in at3.sizes if at3.options[Role.ACTOR][n])
