@@ -32,7 +32,14 @@ from __future__ import annotations
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework
 
-__all__ = ["SCHEDULE_SUPPORT", "IMPLEMENTATIONS", "INTERLEAVED_V1", "check_schedule_framework"]
+__all__ = [
+    "SCHEDULE_SUPPORT",
+    "IMPLEMENTATIONS",
+    "INTERLEAVED_V1",
+    "check_schedule_framework",
+    "weight_pass_recomputes",
+    "split_recompute_rule",
+]
 
 SCHEDULE_SUPPORT: dict[str, frozenset[Framework]] = {
     "gpipe": frozenset({Framework.FSDP2, Framework.TEXTBOOK}),
@@ -149,3 +156,67 @@ def check_schedule_framework(
         )
     if name == "interleaved" and v is not None and v < 2:
         raise LayoutError(f"virtual_stages: {v} under schedule interleaved {INTERLEAVED_V1}")
+
+
+def weight_pass_recomputes(framework: Framework | str, schedule: str) -> bool:
+    """Whether a split-backward schedule's weight pass ``W`` runs the checkpointed layers'
+    forward again after its input pass ``I`` did: under ``fsdp2`` with ``zb-v`` and
+    ``dualpipev`` (torch.distributed.pipelining as torchtitan runs it), yes.
+
+    ``stage_backward_input`` and ``stage_backward_weight`` (pytorch/pytorch 2e0f976
+    ``torch/distributed/pipelining/_backward.py``) are two ``torch.autograd.grad`` calls, two
+    graph tasks (pytorch/pytorch 0138610 ``stage.py`` ``backward_one_chunk`` and
+    ``backward_weight_one_chunk``; stage 0 alone skips ``I`` and runs its whole backward in
+    ``W``). A non-reentrant checkpoint (torchtitan b5bcd76
+    ``torchtitan/distributed/activation_checkpoint.py`` ``FullAC._wrap_block``:
+    ``ptd_checkpoint_wrapper``, ``early_stop=False``) keys its recomputation by the graph
+    task (pytorch/pytorch 0008d77 ``torch/utils/checkpoint.py`` ``_checkpoint_hook.unpack_hook``: ``gid`` is
+    ``torch._C._current_graph_task_id()`` unless a ``GraphExecGroup`` is entered, and
+    ``frame.is_recomputed[gid]`` starts False for a new one), so ``W``'s first unpack of a
+    block's saved input re-runs the block (pytorch/pytorch#166536, which adds
+    ``GraphExecGroup``: "Before: AC will always retrigger recompute upon every distinct
+    backward"); neither torch's pipelining stage nor torchtitan enters a ``GraphExecGroup``.
+    Elsewhere (Megatron-Core runs no split schedule; ``textbook`` is Qi et al. 2024's recompute
+    in ``B``) no.
+
+    >>> weight_pass_recomputes("fsdp2", "zb-v"), weight_pass_recomputes("textbook", "zb-v")
+    (True, False)
+    >>> weight_pass_recomputes("fsdp2", "1f1b")
+    False
+    """
+    return str(framework) == Framework.FSDP2 and str(schedule) in ("zb-v", "dualpipev")
+
+
+def split_recompute_rule(s: object, framework: object, recompute: object, schedule: object,
+                         pp: int) -> None:  # fmt: skip
+    """Refuse torchtitan's op-level selective recomputation (``recompute`` ``selective`` under
+    ``fsdp2``) with a schedule whose weight pass re-runs the checkpointed region
+    (:func:`weight_pass_recomputes`; pp > 1): ``W``'s second recomputation finds the policy's
+    saved outputs already taken by ``I``'s and raises — pytorch/pytorch 0008d77
+    ``torch/utils/checkpoint.py`` ``_CachedTorchDispatchMode.__torch_dispatch__``: "Trying to
+    backward an extra time. You are only allowed to backward once on any region computed under
+    selective activation checkpoint." (torchtitan's own ZB-V and zero-bubble tests run
+    ``FullAC``: ``torchtitan_recipes/tests/features.py`` ``llama3_debugmodel_pp2_zbv``.)
+    ``s`` (the rules' setting) is not read.
+
+    Raises
+    ------
+    LayoutError
+        ``recompute: selective with schedule zb-v under framework fsdp2 …``.
+
+    Examples
+    --------
+    >>> split_recompute_rule(None, "fsdp2", "full", "zb-v", 4)
+    >>> try:
+    ...     split_recompute_rule(None, "fsdp2", "selective", "dualpipev", 4)
+    ... except LayoutError as err:
+    ...     print(str(err).split(":")[0])
+    recompute
+    """
+    if pp > 1 and str(recompute) == "selective" and weight_pass_recomputes(framework, schedule):
+        raise LayoutError(
+            f"recompute: selective with schedule {schedule} under framework fsdp2 does not run: "
+            "the weight pass recomputes the block a second time and torch's selective "
+            'checkpoint raises "Trying to backward an extra time" (torch/utils/checkpoint.py); '
+            "use recompute full or none, or schedule 1f1b or interleaved"
+        )
