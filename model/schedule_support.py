@@ -213,7 +213,8 @@ def split_recompute_rule(s: object, framework: object, recompute: object, schedu
     ...     print(str(err).split(":")[0])
     recompute
     """
-    if pp > 1 and str(recompute) == "selective" and weight_pass_recomputes(framework, schedule):
+    split = weight_pass_recomputes(str(framework), str(schedule))
+    if pp > 1 and str(recompute) == "selective" and split:
         raise LayoutError(
             f"recompute: selective with schedule {schedule} under framework fsdp2 does not run: "
             "the weight pass recomputes the block a second time and torch's selective "
