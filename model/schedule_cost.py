@@ -10,9 +10,7 @@ Pass times. A transformer layer's backward is two GEMMs per forward GEMM, one fo
 gradient and one for the weight gradient, each as many FLOPs as the forward one, so Qi et al.
 2024 (arXiv 2401.10241, §2, Figure 1 and Table 1: ``T_F ≈ T_B ≈ T_W``) take the three passes
 equal; a recomputed forward runs just before the input-gradient pass that needs it
-(Megatron-LM's ``CheckpointFunction.backward``; PyTorch's ``checkpoint``), so it joins ``B`` —
-and, where ``I`` and ``W`` are two autograd calls (torch.distributed.pipelining), ``W`` too
-(:func:`weight_pass_rerun`).
+(Megatron-LM's ``CheckpointFunction.backward``; PyTorch's ``checkpoint``), so it joins ``B``.
 Hence, for one micro-batch on one pipeline rank whose micro-batch takes ``t_mb`` seconds, of
 which ``t_plain`` without recomputation: ``F = W = t_plain/3`` and ``B = t_mb − 2·t_plain/3``,
 each split over the rank's ``c`` chunks (:func:`pass_times`). The attention core's backward
@@ -37,7 +35,7 @@ from trainplan.model.pipeline import (
 from trainplan.model.pipeline_sim import PassTimes
 from trainplan.model.pipeline_zb import check_split_schedule
 from trainplan.model.schedule import split_step_time
-from trainplan.model.schedule_support import check_schedule_framework, weight_pass_recomputes
+from trainplan.model.schedule_support import check_schedule_framework
 from trainplan.model.xp import (
     all_equal,
     as_float_array,
@@ -49,7 +47,6 @@ from trainplan.model.xp import (
 
 __all__ = [
     "pass_times",
-    "weight_pass_rerun",
     "dualpipe_block",
     "split_span",
     "simulated_span",
@@ -95,42 +92,6 @@ def pass_times(t_mb: Any, t_plain: Any, chunks: int) -> tuple[Any, Any, Any]:
     """
     third = t_plain / 3
     return third / chunks, (t_mb - 2 * third) / chunks, third / chunks
-
-
-def weight_pass_rerun(
-    framework: str, schedule: Schedule | str, pp: int, v: int, t_mb: Any, t_plain: Any
-) -> tuple[Any, Any]:
-    """(seconds added to every chunk's ``W`` pass, seconds added after the timeline on the busiest
-    rank): the recomputation a weight pass runs a second time where the framework's ``W`` re-runs
-    it (:func:`model.schedule_support.weight_pass_recomputes`: torch.distributed.pipelining
-    under ``fsdp2``), one chunk's being ``(t_mb − t_plain)/v`` for a rank's micro-batch ``t_mb``
-    (seconds, with recomputation) and ``t_plain`` (without), ``v`` chunks a rank. Elsewhere
-    ``(0, 0)``: the recomputation runs once, in ``B`` (module docstring).
-
-    * ZB-V: every backward is ``I`` then ``W`` (``zb_v_order``: ``2·m`` of each on every rank),
-      so each ``W`` takes one chunk's recomputation more, inside the timeline. Stage 0 alone
-      runs its whole backward in ``W`` (pytorch/pytorch 0138610 ``stage.py``
-      ``backward_one_chunk``: "Skip the backward for the first stage") and recomputes once:
-      counted twice there, rank 0 over by at most ``m`` chunk recomputations.
-    * DualPipeV: only its zero-bubble backwards split (``dualpipe_order``: steps 3, 6's second
-      half and 7); rank ``r`` runs ``2·pp − r − 1`` of them, at most ``2·pp − 1`` (rank 0),
-      added after the timeline: an upper bound where they fall in its idle time.
-
-    Examples
-    --------
-    >>> weight_pass_rerun("fsdp2", "zb-v", 4, 2, 5.0, 4.0)
-    (0.5, 0.0)
-    >>> weight_pass_rerun("fsdp2", "dualpipev", 4, 2, 5.0, 4.0)
-    (0.0, 3.5)
-    >>> weight_pass_rerun("textbook", "zb-v", 4, 2, 5.0, 4.0)
-    (0.0, 0.0)
-    """
-    if not weight_pass_recomputes(framework, str(schedule)):
-        return 0.0, 0.0
-    chunk = maximum(t_mb - t_plain, 0.0) / v
-    if Schedule(str(schedule)) is Schedule.ZB_V:
-        return chunk, 0.0 * chunk
-    return 0.0 * chunk, (2 * pp - 1) * chunk
 
 
 def dualpipe_block(

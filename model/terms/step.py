@@ -39,7 +39,6 @@ from trainplan.model.schedule_cost import (
     dualpipe_block,
     pass_times,
     split_span,
-    weight_pass_rerun,
 )
 from trainplan.model.specs import Architecture
 from trainplan.model.split import stage_layers
@@ -283,9 +282,6 @@ class ScheduleSpan:
     contention_s: Any = 0.0
     """Of :attr:`seconds`, what the dispatcher's SMs cost the overlapped blocks' computation
     (:mod:`model.comm_sms`): the span with it less the span without it."""
-    rerun_s: Any = 0.0
-    """Of :attr:`busy_s`, the recomputation the weight passes run a second time
-    (:func:`model.schedule_cost.weight_pass_rerun`; a step's worth)."""
 
 
 def schedule_span(
@@ -326,11 +322,8 @@ def schedule_span(
         and str(f.framework) in OVERLAPS_FORWARD_BACKWARD
     )
     if not overlapped:
-        w_more, after = weight_pass_rerun(str(f.framework), sched, pp, v, t_mb, t_plain)
-        rerun = m * v * w_more + after  # the recomputation a W pass runs again (fsdp2)
-        busy = m * t_mb + rerun
-        span = split_span(sched, pp, m, t_f, t_b, t_w + w_more) + after
-        return ScheduleSpan(maximum(span, busy), busy, rerun_s=rerun)
+        busy = m * t_mb
+        return ScheduleSpan(maximum(split_span(sched, pp, m, t_f, t_b, t_w), busy), busy)
     serial = t_f + t_b + t_w
     block = dualpipe_block(t_f, t_b, t_w, exposed_mb / v, hideable_mb / v)
     timed = minimum(block, serial)  # the timeline's block; communication beyond it paces after
@@ -383,7 +376,7 @@ def pipeline_term(c: Context, f: Fields) -> PipelineTime:
         ep_total, ep_exposed = axes["ep"]
         axes["ep"] = (ep_total, ep_exposed - span.hidden_s + span.paced_s + span.contention_s)
         return PipelineTime(
-            m * parts[0] + span.rerun_s, t_mb, span.seconds - span.busy_s - span.contention_s, axes, act,
+            m * parts[0], t_mb, span.seconds - span.busy_s - span.contention_s, axes, act,
             span.seconds + span.paced_s + pp_s + act, pair_reduce_seconds(c, f),
         )  # fmt: skip
     if f.recompute_layers is not None:
@@ -418,7 +411,6 @@ def pipeline_term(c: Context, f: Fields) -> PipelineTime:
     other = axes["tp"][1] + axes["cp"][1] + axes["ep"][1] + axes["pp"][1]
     act = activation_offload_term(c, f, t_mb)
     passes = span.seconds - span.contention_s  # the contention is counted in ep's exposed part
-    compute = compute + span.rerun_s
     return PipelineTime(compute, t_mb, passes - span.busy_s, axes, act, passes + other + act, pair)
 
 
