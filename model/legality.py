@@ -3,8 +3,7 @@
 Each :class:`Rule` reads a few of a layout's fields (its ``scope``) and raises a
 :class:`model.errors.LayoutError` naming the parameter, its value and the rule. Two uses:
 
-* :func:`model.layout.validate` checks one layout: the rules in order, the first broken one
-  raised;
+* :func:`model.layout.validate` checks one layout: the rules in order, the first broken raised;
 * :func:`legality` answers for any :class:`model.terms.fields.Fields` — one layout, or the
   search's columns of candidates — the legal mask and the first broken rule's reason per
   candidate, each rule evaluated once per distinct value of its scope. The search's shapes
@@ -54,6 +53,7 @@ from trainplan.model.precision import check_fp8_activation_storage, check_fp8_pa
 from trainplan.model.recompute_counts import check_count_sizes, check_recompute_counts
 from trainplan.model.recompute_modules import check_setting_recompute_modules
 from trainplan.model.schedule_cost import check_split_layout
+from trainplan.model.schedule_support import split_recompute_rule
 from trainplan.model.specs import AttentionKind, TrainingSpec
 from trainplan.model.split import (
     check_chunks,
@@ -392,6 +392,7 @@ RULES: tuple[Rule, ...] = (
     Rule("optimizer", ("optimizer", "framework", "zero_stage"), _optimizer),
     Rule("moe_framework", ("framework", "recompute"), moe_framework_rule),
     Rule("moe_schedule", ("framework", "schedule"), moe_schedule_rule),
+    Rule("split_recompute", ("framework", "recompute", "schedule", "pp"), split_recompute_rule),
     Rule("moe_layout", ("ep", "pp", "virtual_stages", "tp", "etp", "framework"), moe_layout_rule),
     Rule("hybridep_tokens", HYBRIDEP_TOKENS_SCOPE, hybridep_tokens_rule),
     Rule("flex_domains", FLEX_DOMAINS_SCOPE, flex_domains_rule),

@@ -32,7 +32,15 @@ from __future__ import annotations
 from trainplan.model.errors import LayoutError
 from trainplan.model.frameworks import Framework
 
-__all__ = ["SCHEDULE_SUPPORT", "IMPLEMENTATIONS", "INTERLEAVED_V1", "check_schedule_framework"]
+__all__ = [
+    "SCHEDULE_SUPPORT",
+    "IMPLEMENTATIONS",
+    "INTERLEAVED_V1",
+    "check_schedule_framework",
+    "weight_pass_recomputes",
+    "SPLIT_RECOMPUTE_WHY",
+    "split_recompute_rule",
+]
 
 SCHEDULE_SUPPORT: dict[str, frozenset[Framework]] = {
     "gpipe": frozenset({Framework.FSDP2, Framework.TEXTBOOK}),
@@ -149,3 +157,90 @@ def check_schedule_framework(
         )
     if name == "interleaved" and v is not None and v < 2:
         raise LayoutError(f"virtual_stages: {v} under schedule interleaved {INTERLEAVED_V1}")
+
+
+def weight_pass_recomputes(framework: Framework | str, schedule: str) -> bool:
+    """Whether a split-backward schedule's weight pass ``W`` runs the checkpointed layers'
+    forward again after its input pass ``I`` did: under ``fsdp2`` with ``zb-v`` and
+    ``dualpipev`` (torch.distributed.pipelining as torchtitan runs it), yes; elsewhere no
+    (Megatron-Core runs no split schedule; ``textbook`` is Qi et al. 2024's recompute in ``B``).
+
+    ``stage_backward_input`` runs one ``torch.autograd.grad`` call and ``stage_backward_weight``
+    one more per parameter group (pytorch/pytorch 2e0f976
+    ``torch/distributed/pipelining/_backward.py``: a group per weight whose gradient path meets
+    the input's, ``get_param_groups``); each is its own graph task. A non-reentrant checkpoint
+    (torchtitan b5bcd76 ``torchtitan/distributed/activation_checkpoint.py`` ``FullAC._wrap_block``:
+    ``ptd_checkpoint_wrapper``, ``early_stop=False``) keys its recomputation by the graph task
+    (pytorch/pytorch 0008d77 ``torch/utils/checkpoint.py`` ``_checkpoint_hook.unpack_hook``:
+    ``gid`` is ``torch._C._current_graph_task_id()`` unless a ``GraphExecGroup`` is entered;
+    pytorch/pytorch#166536, which adds it: "Before: AC will always retrigger recompute upon
+    every distinct backward"), and neither torch's pipelining nor torchtitan enters one.
+
+    >>> weight_pass_recomputes("fsdp2", "zb-v"), weight_pass_recomputes("textbook", "zb-v")
+    (True, False)
+    >>> weight_pass_recomputes("fsdp2", "1f1b")
+    False
+    """
+    return str(framework) == Framework.FSDP2 and str(schedule) in ("zb-v", "dualpipev")
+
+
+SPLIT_RECOMPUTE_WHY = {
+    "selective": (
+        "the weight pass recomputes the block a second time and torch's selective checkpoint "
+        'raises "Trying to backward an extra time" (torch/utils/checkpoint.py)'
+    ),
+    "full": (
+        "the weight pass recomputes each block once per weight tensor (torch's pipelining "
+        "takes a weight's gradient in an autograd call of its own, and the checkpoint "
+        "recomputes once per call) and keeps the unused recomputed tensors until the pass "
+        "ends (pytorch/pytorch#136766: out of memory); not modelled"
+    ),
+}
+"""Why each recompute mode is refused under a schedule of :func:`weight_pass_recomputes`."""
+
+
+def split_recompute_rule(s: object, framework: object, recompute: object, schedule: object,
+                         pp: int) -> None:  # fmt: skip
+    """Refuse recomputation (``recompute`` ``selective`` or ``full``) under a schedule whose
+    weight pass re-runs the checkpointed region (:func:`weight_pass_recomputes`; pp > 1).
+    ``s`` (the rules' setting) is not read.
+
+    * ``selective`` (torchtitan's op-level policy, ``SelectiveAC``): the second recomputation
+      finds the policy's saved outputs already taken and raises — pytorch/pytorch 0008d77
+      ``torch/utils/checkpoint.py`` ``_CachedTorchDispatchMode.__torch_dispatch__``: "Trying to
+      backward an extra time. You are only allowed to backward once on any region computed
+      under selective activation checkpoint."
+    * ``full`` (``FullAC``): it runs, but each block is recomputed once by ``I`` and once more
+      for every parameter group of it in ``W`` — measured with torch 2.13.0 (CPU), two blocks
+      of six weights each under ``checkpoint(use_reentrant=False, early_stop=False)`` through
+      ``stage_backward_input`` and ``stage_backward_weight``: 2 block forwards in ``I``, 12 in
+      ``W`` — and each such recomputation's tensors that ``W`` does not read stay referenced
+      from the checkpoint's frame until the graph goes (the same probe: the frames' held
+      elements grow with every group's call, to about as many copies of a block's saved
+      tensors as there are weights), which pytorch/pytorch#136766 saw as a zero-bubble run with
+      checkpointing running out of memory. Neither the time nor the memory is modelled.
+
+    Raises
+    ------
+    LayoutError
+        ``recompute: full with schedule zb-v under framework fsdp2 …``.
+
+    Examples
+    --------
+    >>> split_recompute_rule(None, "fsdp2", "none", "zb-v", 4)
+    >>> try:
+    ...     split_recompute_rule(None, "fsdp2", "selective", "dualpipev", 4)
+    ... except LayoutError as err:
+    ...     print(str(err).split(":")[0])
+    recompute
+    """
+    mode = str(recompute)
+    if (
+        pp > 1
+        and mode in SPLIT_RECOMPUTE_WHY
+        and weight_pass_recomputes(str(framework), str(schedule))
+    ):
+        raise LayoutError(
+            f"recompute: {mode} with schedule {schedule} under framework fsdp2 is not run here: "
+            f"{SPLIT_RECOMPUTE_WHY[mode]}; use recompute none, or schedule 1f1b or interleaved"
+        )
