@@ -89,10 +89,11 @@ def link_time_of(
     (:func:`topology.placement.axis_links`' ``AxisLink.link == "nvlink"``, by
     :func:`model.rank_groups.in_one_domain` on a two-tier cluster and on a cluster graph
     alike). A group across domains is scale-out whatever its figure: a NIC as fast as NVLink
-    (an H800's 50 GB/s NICs at ``scaleout_gbps=200``, an H100's at 450) still leaves the
-    domain through the network (NVIDIA/nccl ``src/graph/search.cc`` ``ncclTopoCompute``: an
-    inter-node graph enters and leaves each node through a NET device), so 449, 450 and 451
-    GB/s NICs are timed alike, never the in-node curve at exactly NVLink's figure.
+    (an H800's at ``scaleout_gbps=200``, an H100's at 450, each its NVLink's figure) leaves the
+    domain through the network all the same (NVIDIA/nccl 5067397c ``src/graph/search.cc``
+    ``ncclTopoCompute``: an inter-node graph enters and leaves each node through a NET device),
+    so 449, 450 and 451 GB/s NICs are timed alike, never the in-node curve at exactly NVLink's
+    figure.
 
     A scale-out group with ``g`` members in each NVLink domain of ``domain`` GPUs (its
     ``group_size``·``domain``/``span``; the placement's ``per_domain`` where given: the slowest
