@@ -82,10 +82,18 @@ def link_time_of(
     per_domain: Any = 0,
 ) -> tuple[Any, Any]:
     """(bandwidth per GPU, scale-up tier) of an axis's collectives on its link: the tier's
-    bandwidth ``bandwidth`` (``nvlink``: the group lies in one scale-up domain; a graph's
-    bottleneck link counts as scale-up when its bandwidth is the scale-up figure
-    ``scaleup_bandwidth``), and (0, False) for a group of one rank (``ranks``, default
+    bandwidth ``bandwidth``, and (0, False) for a group of one rank (``ranks``, default
     ``group_size``: no collective). Exact for one link, element-wise for arrays of layouts.
+
+    The tier is the placement's flag ``nvlink`` alone: the group lies in one scale-up domain
+    (:func:`topology.placement.axis_links`' ``AxisLink.link == "nvlink"``, by
+    :func:`model.rank_groups.in_one_domain` on a two-tier cluster and on a cluster graph
+    alike). A group across domains is scale-out whatever its figure: a NIC as fast as NVLink
+    (an H800's at ``scaleout_gbps=200``, an H100's at 450, each its NVLink's figure) leaves the
+    domain through the network all the same (NVIDIA/nccl 5067397c ``src/graph/search.cc``
+    ``ncclTopoCompute``: an inter-node graph enters and leaves each node through a NET device),
+    so 449, 450 and 451 GB/s NICs are timed alike, never the in-node curve at exactly NVLink's
+    figure.
 
     A scale-out group with ``g`` members in each NVLink domain of ``domain`` GPUs (its
     ``group_size``·``domain``/``span``; the placement's ``per_domain`` where given: the slowest
@@ -96,7 +104,7 @@ def link_time_of(
     An all-to-all (``all_to_all``: the expert dispatch and combine) is not a ring: each GPU's
     messages to ranks outside its domain leave through its own NIC (:func:`all_to_all_bandwidth`).
     """
-    scaleup = nvlink | (bandwidth == scaleup_bandwidth)
+    scaleup = nvlink
     effective = bandwidth
     if domain:
         known = (span > 0) & (group_size > 0)

@@ -76,24 +76,29 @@ def test_dense_row_keeps_eight_nics(runs):
     dense = 48 * layer + 2048 + 2 * 151_936 * 2048
     assert dense == 1_541_093_376
     assert dp["bytes_per_step"] == 6 * dense * 255 // 256
-    # 8 members a node, 8 NICs: 384 GB/s; ⌈P / 2.56e8⌉ = 7 buckets, each collective NCCL's
-    # ring over 32 nodes, 31 of its 255 steps between nodes (model/nccl_latency.py), in the
-    # protocol NCCL's tuner picks (src/graph/tuning.cc ncclTopoTuneModel, src/enqueue.cc
-    # topoGetAlgoInfo: the least latency + bytes ÷ bandwidth; model/nccl_tuner.py).
-    # Simple: 8.4 µs + 31 × 14 µs + 224 × 3.4 µs = 1.2040 ms (3.5784 ms with all 255 at
-    # 14 µs), the bytes at 384 GB/s. LL128: baseLat 14 µs + 31 × 4.0 µs (hwLat[NET][RING]) +
-    # 224 × 1.9 µs (hwLat[NVLINK][RING], above getNetOverhead's 1 µs) = 563.6 µs, the bytes at
-    # min(0.92 × 384, 8 channels × perChMaxRingLL128Bw 36.7) = 293.6 GB/s (the ring graph's 8
-    # channels, model.nccl_tuner.ring_graph). LL128's 640.4 µs less latency outweighs its
-    # slower bytes below 640.4 µs ÷ (1/293.6 − 1/384) ns a byte = 798.7 MB sent a rank: each
-    # bucket's fp32 reduce-scatter (4/6 of the bytes ÷ 7: 877.2 MB) runs in Simple, its bf16
-    # all-gather (2/6 ÷ 7: 438.6 MB) in LL128. (LL's bytes at min(llMaxBw 20.4, 0.5 × 384)
-    # GB/s are slower still.)
+    # 8 members a node, 8 NICs under the H100's NVLink: the ring at the slower of the two,
+    # min(8 × 50 × 0.96, 450 × 0.8) = min(384, 360) = 360 GB/s (model/nvlink_bound.py
+    # ring_busbw: NCCL's 8 channels at 45 GB/s through 18 × 20.6 GB/s of NVLink); ⌈P / 2.56e8⌉
+    # = 7 buckets, each collective NCCL's ring over 32 nodes, 31 of its 255 steps between nodes
+    # (model/nccl_latency.py), in the protocol NCCL's tuner picks (src/graph/tuning.cc
+    # ncclTopoTuneModel, src/enqueue.cc topoGetAlgoInfo: the least latency + bytes ÷ bandwidth;
+    # model/nccl_tuner.py). Simple: 8.4 µs + 31 × 14 µs + 224 × 3.4 µs = 1.2040 ms (3.5784 ms
+    # with all 255 at 14 µs), the bytes at 360 GB/s. LL128: baseLat 14 µs + 31 × 4.0 µs
+    # (hwLat[NET][RING]) + 224 × 1.9 µs (hwLat[NVLINK][RING], above getNetOverhead's 1 µs) =
+    # 563.6 µs, the bytes at min(0.92 × 360, 8 channels × perChMaxRingLL128Bw 36.7) = 293.6 GB/s
+    # (the ring graph's 8 channels, model.nccl_tuner.ring_graph). LL128's 640.4 µs less latency
+    # outweighs its slower bytes below 640.4 µs ÷ (1/293.6 − 1/360) ns a byte = 1,019.4 MB sent a
+    # rank: each bucket's fp32 reduce-scatter (4/6 of the bytes ÷ 7: 877.2 MB) and its bf16
+    # all-gather (2/6 ÷ 7: 438.6 MB) both run in LL128. (LL's bytes at min(llMaxBw 20.4,
+    # 0.5 × 360) GB/s are slower still.) With the ring at the NICs' 384 the crossover was
+    # 798.7 MB and the reduce-scatters ran in Simple: 38.820 ms, now 39.261 ms.
     assert math.ceil(dense / 2.56e8) == 7
     reduce, gather = dp["bytes_per_step"] * 4 / 6, dp["bytes_per_step"] * 2 / 6
-    assert reduce / 7 > 798.6e6 > gather / 7
     simple, ll128 = 8.4e-6 + 31 * 14e-6 + 224 * 3.4e-6, 14e-6 + 31 * 4.0e-6 + 224 * 1.9e-6
-    want = reduce / (8 * NIC) + 7 * simple + gather / (8 * 36.7e9) + 7 * ll128
+    crossover = (simple - ll128) / (1 / 293.6e9 - 1 / 360e9)
+    assert crossover == pytest.approx(1_019.39e6, rel=1e-5)
+    assert crossover > reduce / 7 > gather / 7
+    want = (reduce + gather) / (8 * 36.7e9) + 14 * ll128
     assert (dp["group_size"], dp["link"]) == (256, "scale-out")
     assert dp["seconds"] == pytest.approx(want, rel=1e-12)
 
@@ -109,13 +114,15 @@ def test_step_and_exposure(runs):
     the distributed optimizer's whole FP32 gradient buffers, dense and expert
     (model.terms.optimizer_time.whole_buffer_zeroing_bytes); 1.4912 → 1.4917 s with Megatron-Core's
     own optimizer-step passes (model.step_passes: the clip's scaling and the master's second read,
-    12 B more an element stepped)."""
+    12 B more an element stepped); 1.4917 → 1.4921 s when the dense ring ran at the slower of its
+    NICs and NVLink, 360 GB/s (above: its reduce-scatters in LL128 too, 38.820 → 39.261 ms; the
+    exposed comm 426.53 → 426.97 ms, the whole 0.44 ms)."""
     d = json.loads(runs["json"].stdout)
     rows = {r["axis"]: r for r in d["traffic"]}
     assert rows["dp"]["overlap"] == pytest.approx(rows["edp"]["overlap"], rel=1e-12)
     exposed = sum(r["exposed_seconds"] for r in d["traffic"])
     assert exposed == pytest.approx(d["time"]["exposed_comm_s"], rel=1e-12)
-    assert d["time"]["step_s"] == pytest.approx(1.4917, abs=1e-4)
+    assert d["time"]["step_s"] == pytest.approx(1.4921, abs=1e-4)
 
 
 def test_text_table_shows_the_expert_group(runs):

@@ -62,6 +62,11 @@ tp 2, + 0.957 s, 57.477 s; the retry layout's 405.9e9 at tp 1, + 1.913 s, 58.007
 fit is now the faster, so a search that accepts retries answers it too; the retry layout is
 what it answers with ``--tp 1 --micro-batch 1`` besides.
 
+Then a ring across nodes moved at the slower of its NICs and its NVLink (model/nvlink_bound.py
+``ring_busbw``): the clean fit's (4 ranks a node, 4 × 50 × 0.96 = 192 GB/s, under NVLink's 360)
+unmoved; the retry layout's (8 a node) at min(384, 450 × 0.8) = 360 GB/s, its reduce-scatters
+still Simple (LL128's crossover 8.329 GB a call), + 0.069 s exposed, 58.076 s.
+
 Each search is its own process (``python -m trainplan``), at pp 1 and cp 1, where both answers are.
 """
 
@@ -160,7 +165,21 @@ def test_405b_fsdp2_search_answers_the_clean_fit_unless_retries_are_accepted():
     exposed = phi * (c - last) + last
     assert round(53.168740 + exposed + 0.002536, 3) == 56.093
     assert round(56.093 + 14 * 405_853_388_800 / triad, 2) == 58.01  # with FSDP2's copies
-    assert round(retried["time"]["step_s"], 3) == 58.007
+    # NCCL's ring across nodes moves at the slower of its NICs and its NVLink
+    # (model/nvlink_bound.py ring_busbw): dp 2048 at 8 ranks a node, min(8 × 50 × 0.96,
+    # 450 × 0.8) = min(384, 360) = 360 GB/s, not the NICs' 384. LL128's crossover moves to
+    # (9,671.2 − 4,438.8) µs ÷ (1/293.6 − 1/360) ns a byte = 8.329 GB: the reduce-scatters
+    # (12.878 GB a call) stay Simple, now at 360; the all-gathers (6.439 GB) LL128 as before.
+    # 126 × 12.878 GB × (1/360 − 1/384) = 0.2817 s more, φ of it but the last call's whole
+    # share: 58.007 → 58.076 s.
+    ring = 1 / 360e9 - 1 / 384e9
+    assert round((9671.2e-6 - ll128) / (1 / 293.6e9 - 1 / 360e9) / 1e9, 3) == 8.329
+    assert round(rs / 1e9, 3) == 12.878 and round(ag / 1e9, 3) == 6.439
+    assert round(126 * rs * ring, 4) == 0.2817
+    c, last = c + 126 * rs * ring, last + rs * ring
+    exposed = phi * (c - last) + last
+    assert round(53.168740 + exposed + 0.002536 + 14 * 405_853_388_800 / triad, 2) == 58.08
+    assert round(retried["time"]["step_s"], 3) == 58.076
     assert json.loads(runs["any"].stdout)["layout"] == clean["layout"]  # now the faster
     m = retried["memory"]
     assert m["allocator_retries"] is True and m["fits"] is True

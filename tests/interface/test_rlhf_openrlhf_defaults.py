@@ -63,7 +63,15 @@ def test_deepspeed_engine_takes_openrlhfs_095_by_default():
     operations, not a third of the three passes): 2.058 s more, 354.0 s. DeepSpeed ZeRO-1/2's own
     optimizer-step passes (model.step_passes.step_pass_bytes: 38 → 98 B an element with bf16
     gradients, the overflow check and the clip's scaling): +60 B × 118,994,008 owned elements
-    (7,615,616,512 / dp 64) / (3.35 TB/s × 0.8866) = +2.404 ms, 353.966 → 353.967 s."""
+    (7,615,616,512 / dp 64) / (3.35 TB/s × 0.8866) = +2.404 ms, 353.966 → 353.967 s.
+
+    The actor's dp ring across nodes (8 ranks a node) moves at the slower of its NICs and its
+    NVLink (model/nvlink_bound.py ``ring_busbw``: NCCL's search keeps the graph every link fits):
+    min(8 × 50 × 0.96, 450 × 0.8) = 360 GB/s, not 384. Its all-reduces stay the Simple ring
+    (819.28 + 1,874,155,626 B / 360 GB/s = 6,025.3 µs against LL128's 6,666.2 and the tree's
+    bytes at 0.5 × min(0.92 × 360, 8 × 36.0) = 144 GB/s), its all-gathers too: the update's
+    6 B × 7,615,616,512 × 63/64 = 44,979,735,024 B of dp traffic, all exposed, × (1/360 − 1/384)
+    ns a byte = 7.809 ms more, 353.975 s."""
     eng, plan = _engine("deepspeed")
     assert eng.option.fraction == Fraction(19, 20) == default_fraction(False, Framework.DEEPSPEED)
     assert eng.budget_bytes == Fraction(19, 20) * HBM
@@ -84,8 +92,12 @@ def test_deepspeed_engine_takes_openrlhfs_095_by_default():
     scoring = 2.058  # the forward-only scoring pipelines over a third of the three passes
     step_passes = 60 * 7_615_616_512 / 64 / (3.35e12 * 0.8865671641791045)  # ZeRO-2: 38 -> 98 B
     assert step_passes == pytest.approx(2.404e-3, abs=1e-6)
+    dp_bytes = 6 * 7_615_616_512 * 63 // 64  # the actor's all-reduce (2 × 2 B) + all-gather (2 B)
+    assert dp_bytes == 44_979_735_024
+    nvlink = dp_bytes * (1 / 360e9 - 1 / 384e9)  # the ring at NVLink's 360 GB/s, not 384
+    assert nvlink == pytest.approx(7.809e-3, abs=1e-6)
     assert not plan.fits and step_s == pytest.approx(
-        333.775 + ar + ends + adds + placed + scoring + step_passes, abs=1e-3
+        333.775 + ar + ends + adds + placed + scoring + step_passes + nvlink, abs=1e-3
     )
     assert round(step_s, 1) == 354.0
     split, _ = _engine("deepspeed", rollout_gpus=16)

@@ -305,7 +305,15 @@ def test_the_per_stage_answer_counts_the_second_segment():
     DeepSpeed ZeRO-3's own optimizer-step passes (model.step_passes.step_pass_bytes: 70 B an
     element, 32 beyond Adam's 38) at 3.35 TB/s × 0.8866 on either layout's 70,552,387,584 / 64
     owned elements: +11.878 ms, the plan 296.214 → 296.226 s, the uniform 318.111 → 318.123 s,
-    the answer unchanged (gain 1.0739)."""
+    the answer unchanged (gain 1.0739).
+
+    NCCL's ring across nodes moves at the slower of its NICs and its NVLink (model/nvlink_bound.py
+    ``ring_busbw``): the plan's dp group (2 ranks a node, 2 NICs: 96 GB/s, under NVLink's 360)
+    unmoved; the uniform dp 64 × tp 1 (8 ranks a node) at min(8 × 50 × 0.96, 450 × 0.8) = 360
+    GB/s, not 384: its 6,952,680,935,424 B of dp traffic (16 micro-batches' reduce-scatters and
+    gathers, the walk's included) × (1/360 − 1/384) ns a byte = 1.207 s more, φ of it 0.2884 s,
+    and its last buckets' (1 − φ) share 16 × 978.1 MB × (1/360 − 1/384) × 0.761 = 0.0021 s:
+    318.123 → 318.414 s, the answer unchanged (gain 1.0749)."""
     two = trainplan.evaluate(**COMMON_70B, recompute_layers=(2,)).peak
     view = 100_663_296
     lse = 4 * 16 * 8192  # a layer's FP32 softmax statistics (flash-attn's softmax_lse)
@@ -348,6 +356,12 @@ def test_the_per_stage_answer_counts_the_second_segment():
     uniform += 16 * (params * 2 * 63 / 64 / 384e9 + 142 * 296.8e-6) / 142 / 1.314
     assert uniform == pytest.approx(318.111, abs=1e-3)
     uniform += passes
+    assert uniform == pytest.approx(318.123, abs=1e-3)
+    ring = 1 / 360e9 - 1 / 384e9  # the dp 64 ring at NVLink's 360 GB/s, not the NICs' 384
+    last_buckets = 16 * params * 2 * 63 / 64 / 142 * ring / 1.314
+    assert last_buckets == pytest.approx(0.0021, abs=1e-4)
+    uniform += (1 - 1 / 1.314) * 6_952_680_935_424 * ring + last_buckets
+    assert uniform == pytest.approx(318.414, abs=1e-3)
     assert run.json["per_stage"]["uniform"]["step_s"] == pytest.approx(uniform, abs=1e-3)
     assert run.json["per_stage"]["gain"] == pytest.approx(uniform / step, abs=1e-4)
     assert m["stream_pool_bytes"] == POOL_70B_TP4

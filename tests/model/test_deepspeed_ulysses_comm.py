@@ -61,15 +61,20 @@ def test_zero2_all_reduces_fp32_and_holds_the_fp32_cast():
     296.8 µs = 12.66 ms: 26.822 s (26.835 s rounded, less 12.66 ms; 26.823 s to the ns). NCCL's
     tuner (model.nccl_tuner) weighs each algorithm whole: a bucket's all-reduce, 8,030,261,248
     / 17 FP32 elements (1.89 GB), runs the ring in Simple, its latency (8.4 + 2·3·14 + 56·3.4)
-    × 1.4 (the ring's plateau) = 395.92 µs and the bytes at 8 NICs' 384 GB/s, where the tree's
-    120.4 µs came with min(0.92 × 384, 8 × 36.0) × 0.5 = 144 GB/s (2 × 31/32 of the buffer at
-    384 against the whole buffer at 144: 10.5 ms less) and the ring in LL128 (144.4 µs) with
-    min(0.92 × 384, 8 × 36.7) = 293.6 GB/s; the all-gathers stay the ring in Simple. So the
+    × 1.4 (the ring's plateau) = 395.92 µs and the bytes at the ring's 360 GB/s (below), where the
+    tree's 120.4 µs came with min(0.92 × 360, 8 × 36.0) × 0.5 = 144 GB/s (2 × 31/32 of the buffer
+    at 360 against the whole buffer at 144) and the ring in LL128 (144.4 µs) with
+    min(0.92 × 360, 8 × 36.7) = 293.6 GB/s; the all-gathers stay the ring in Simple. So the
     272 all-reduces pay 395.92 − 120.4 = 275.52 µs more each, 74.94 ms: 26.898 s. DeepSpeed
     ZeRO-2's own optimizer-step passes (model.step_passes: the overflow check, the norm through
     ``.double()``, the partition's flatten and FP32 cast, the clip's ``mul_``, the master's second
     read, no zeroing: 60 B more an element with BF16 gradients) over 8,030,261,248 / 32 at
-    2.97 TB/s: 5.07 ms more, 26.903 s."""
+    2.97 TB/s: 5.07 ms more, 26.903 s. The ring across nodes moves at the slower of its NICs and
+    its NVLink (model/nvlink_bound.py ``ring_busbw``; NCCL's search keeps the graph every link it
+    crosses fits): min(8 × 50 × 0.96, 450 × 0.8) = min(384, 360) = 360 GB/s, NCCL's 8 channels at
+    45 GB/s through the H100's 18 × 20.6 GB/s of NVLink, not the NICs' 384. The 1,011,311,025,920
+    B all exposed at 360 instead of 384 GB/s: × (1/360 − 1/384) ns a byte = 0.1756 s more,
+    27.078 s (26.903 s with the ring at the NICs' 384)."""
     e = _evaluate(2)
     row = e.traffic[0].traffic
     assert row.collective == "all-reduce (fp32) per micro-batch + all-gather per step"
@@ -82,8 +87,10 @@ def test_zero2_all_reduces_fp32_and_holds_the_fp32_cast():
     plateau = (8.4 + 2 * 3 * 14 + 56 * 3.4) * 1.4 - 120.4
     assert plateau == pytest.approx(275.52)
     own = 60 * 8_030_261_248 / 32 / 2.97e12
-    assert e.step_s == pytest.approx(26.823 + 16 * 17 * plateau * 1e-6 + own, abs=1e-3)
-    assert round(e.step_s, 3) == 26.903
+    nvlink = 1_011_311_025_920 * (1 / 360e9 - 1 / 384e9)  # the ring at NVLink's 360, not 384
+    assert nvlink == pytest.approx(0.17557, abs=1e-5)
+    assert e.step_s == pytest.approx(26.823 + 16 * 17 * plateau * 1e-6 + own + nvlink, abs=1e-3)
+    assert round(e.step_s, 3) == 27.078
 
 
 def test_zero2_ignores_the_key_allreduce_bucket_forces_fp32():

@@ -20,7 +20,7 @@ from trainplan.model.roofline import Collective, LinkTime, collective_seconds, c
 
 US = 1e-6
 GIB = 2**30
-AG, AR = Collective.ALL_GATHER, Collective.ALL_REDUCE
+AG, AR, RS = Collective.ALL_GATHER, Collective.ALL_REDUCE, Collective.REDUCE_SCATTER
 GB200, H800, H100 = (deployed_params(p) for p in ("GB200", "H800", "H100-SXM"))
 
 
@@ -92,15 +92,35 @@ def test_gb200_all_gather_over_two_racks_no_faster_than_inside_one():
     assert round(71 / 72 * GIB / inside / 1e9, 1) == 646.9
 
 
-def test_h100_nodes_where_the_nics_bind_keep_the_nic_rule():
-    """8 H100s a node: eight 50 GB/s NICs, 400 GB/s under the 450 of NVLink: the NICs bind, the
-    bytes at 400 × 0.96 = 384 GB/s (the measured figure; NCCL's graph holds 8 × 45 = 360 on
-    18 × 20.6 = 370.8 GB/s of NVLink, its channel count the same 8). Giving the link its NIC and
-    NVLink changes nothing: a 1 GiB all-gather over 16 nodes of 8."""
+def test_h100_nodes_run_at_nvlinks_bound_under_their_nics():
+    """8 H100s a node: eight 50 GB/s NICs, 400 GB/s under the 450 of NVLink. The NICs allow
+    400 × 0.96 = 384 GB/s, NVLink 450 × 0.8 = 360 (NCCL's graph: 8 channels at 45 on 18 × 20.6 =
+    370.8 GB/s of NVLink, ``search.cc`` ``ncclTopoCompute``): the ring runs at the slower, 360.
+    Without the NVLink figure the NICs' 384. A 1 GiB all-gather over 16 nodes of 8."""
     sent = 127 / 128 * GIB
     known = collective_time(AG, 128, sent, 400e9, False, H100, 8, 16, nic=50e9, nvlink=450e9)
-    assert known == collective_time(AG, 128, sent, 400e9, False, H100, 8, 16)
+    unknown = collective_time(AG, 128, sent, 400e9, False, H100, 8, 16)
+    lat_known = known - sent / 360e9
+    assert unknown - sent / 384e9 == pytest.approx(lat_known, rel=1e-9)  # same latency
     assert ring_graph("H100-SXM", False, 8, 400e9, 50e9, 450e9) == (8, 16)
+
+
+def test_a_faster_nic_never_slows_the_ring():
+    """The ring across H100 nodes with 25, 50, 56 and 100 GB/s NICs (links of 200, 400, 448
+    and min(800, 450) = 450 GB/s a GPU): the NICs allow 192, 384, 430.08 and 432 GB/s, NVLink
+    360, so the bytes of a 1 GiB reduce-scatter over 2 nodes of 8 move at 192, then 360 three
+    times (NCCL's graph is 8 channels at 45 GB/s at 50 and at 100 GB/s NICs,
+    :func:`model.nccl_channels.inter_search`). The rule picked by the cap had run the bytes at
+    384, 430.08, then 360: 8 × 100 GB/s NICs slower than 8 × 50 (the data-parallel time of
+    llama3-8b on 16 H100s, 145.8 ms at 50 GB/s and 153.6 ms at 100)."""
+    sent = 15 / 16 * GIB
+    times = [
+        collective_time(RS, 16, sent, min(8 * nic, 450e9), False, H100, 8, 2, nic=nic,
+                        nvlink=450e9)
+        for nic in (25e9, 50e9, 56e9, 100e9)
+    ]  # fmt: skip
+    assert times[0] > times[1] == times[2] == times[3]
+    assert times[0] - times[1] == pytest.approx(sent / 192e9 - sent / 360e9, rel=1e-9)
 
 
 def test_the_nic_the_link_carries_bounds_the_graph():
