@@ -334,6 +334,13 @@ def _problem_of(request: SearchRequest) -> Problem:
     opts.require_dimensions(d)
     opts.require_batch(d)
     models: list[dict[str, Any]] = [{}]
+    check_applicable(  # read only by the params objective's family: refused, not dropped
+        {"max_layers": d.get("max_layers") if objective is not Objective.PARAMS else None},
+        {
+            "max_layers": "it is the deepest member of the family that --maximize params "
+            f"tries, and the objective is {objective} (add --maximize params)"
+        },
+    )
     if objective is Objective.PARAMS:
         if not d.get("model"):
             raise InputError(

@@ -150,8 +150,10 @@ def require_batch(d: Mapping[str, Any]) -> None:
         entry = named_lookup("model", get_model, str(model))
         if "global_batch_size" in entry.training:
             return
+    dims = all(d.get(k) is not None for k in ("layers", "hidden", "heads"))
     if d.get("model") is None and d.get("params") is None and d.get("model_spec") is None:
-        raise InputError(NO_MODEL)  # the model's refusal, as evaluate's, before any batch rule
+        if not dims:  # dimensions alone are a model (evaluate's rule): their batch rule below
+            raise InputError(NO_MODEL)  # the model's refusal, as evaluate's, before the batch's
     if d.get("model") is None and d.get("model_spec") is None and d.get("layers") is None:
         return  # a size only: the search refuses it for want of layers (optimizer.tables), first
     name = d.get("model") or "a model given by its dimensions"

@@ -239,9 +239,12 @@ def attention_term(
     elif hidden is not None:
         hq, hq_text = hidden, str(hidden)
     else:
-        raise InputError("attention: needs heads and head_dim, or hidden (= heads × head_dim)")
-    if layers is None or seq_len is None:
-        raise InputError("attention: needs layers and seq_len")
+        raise InputError(
+            "attention: needs `heads` and `head_dim`, or `hidden` (= heads × head_dim)"
+        )
+    missing = [f"`{n}`" for n, v in (("layers", layers), ("seq_len", seq_len)) if v is None]
+    if missing or layers is None or seq_len is None:  # each written as its flag by the interface
+        raise InputError(f"attention: needs {' and '.join(missing)}")
     flops = attention_flops_per_token(layers, hq, 1, seq_len, causal)
     return flops, f"12 · {layers} · {hq_text} · {seq_len}" + (" / 2" if causal else "")
 

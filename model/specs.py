@@ -149,7 +149,7 @@ class Architecture:
         if self.head_dim is None and self.hidden_size % self.num_attention_heads:
             raise InputError(
                 f"model.hidden_size: {self.hidden_size} is not divisible by num_attention_heads = "
-                f"{self.num_attention_heads}; give head_dim"
+                f"{self.num_attention_heads}; give `head_dim`"
             )
         if (self.attention is AttentionKind.MLA) != (self.mla is not None):
             raise InputError("model.attention: 'mla' needs an [mla] table, and only it")

@@ -180,7 +180,7 @@ def test_mfu_reads_the_model(tmp_path):
 
     # a config.json counts as the catalogue's Llama 3 70B; it has no seq_len of its own
     assert json.loads(done["file"].stdout)["model"]["params_active"] == LLAMA_N
-    assert refusal(done["file attention"]) == "--attention: needs layers and seq_len"
+    assert refusal(done["file attention"]) == "--attention: needs --seq-len"
 
     assert refusal(done["both"]) == (
         "--params: '7e9' does not apply: model llama3-70b has its own size; give either --model "

@@ -111,13 +111,14 @@ same names): the searched ones, the batch, and the split of the layers over the 
 
 
 MODEL_OPTIONS: tuple[str, ...] = (
-    "params", "arch", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mtp_layers"
+    "params", "arch", "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab",
+    "mtp_layers",
 )  # fmt: skip
 """The search's model options that evaluate takes by the same names (a model given by its size
 and dimensions rather than ``--model``; ``--mtp-layers`` beside either)."""
 
 
-def answer_params(request: Any, answer: Mapping[str, Any]) -> dict[str, Any] | None:
+def answer_params(request: Any, answer: Mapping[str, Any]) -> dict[str, Any]:
     """Flat evaluate parameters that give a search answer (``answer``: its JSON object, as
     :func:`interface.search_commands.search_json` or ``per_stage_json`` writes it) under the
     search's request (:class:`interface.requests.SearchRequest`): the model as the request gave it
@@ -128,12 +129,8 @@ def answer_params(request: Any, answer: Mapping[str, Any]) -> dict[str, Any] | N
     none where they are evaluate's own default split, :func:`default_split`) and the keys of the
     request's ``[cluster]`` table (the recipe, links and time model the search evaluated under)
     that the answer's layout reads (:func:`layout_read`: a search keeps the layouts a setting does
-    not apply to, evaluate refuses it on them).
-    None where evaluate cannot give the model: a ``head_dim`` (a scenario file's key that no
-    option of evaluate takes)."""
+    not apply to, evaluate refuses it on them)."""
     values = request.values
-    if values.get("head_dim") is not None:
-        return None
     gpu = answer["gpu"]
     model = values.get("model")
     if isinstance(model, str) and not Path(model).exists():  # LLAMA_3_8B typed: llama3-8b

@@ -67,6 +67,12 @@ MODEL: list[Decorator] = [
     click.option("--heads", type=COUNT, help="a, attention heads (a model by its dimensions)."),
     click.option("--kv-heads", "kv_heads", type=COUNT, help="g, KV heads (GQA; default a)."),
     click.option(
+        "--head-dim",
+        "head_dim",
+        type=COUNT,
+        help="d, head dimension (default h / a; give it where a does not divide h).",
+    ),
+    click.option(
         "--ffn-hidden",
         "ffn_hidden",
         type=COUNT,

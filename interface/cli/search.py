@@ -380,9 +380,7 @@ def _with_evaluate_lines(request: SearchRequest, answers: list[dict[str, Any]]) 
     """Add to each answer ``evaluate_command``: the ``trainplan evaluate`` line that gives it
     (:func:`interface.cli.evaluate_line.answer_params`)."""
     for d in answers:
-        params = answer_params(request, d)
-        if params is not None:
-            d["evaluate_command"] = evaluate_line(params)
+        d["evaluate_command"] = evaluate_line(answer_params(request, d))
 
 
 def search_notes(out: dict[str, Any]) -> None:
@@ -430,9 +428,7 @@ def _per_stage(request: SearchRequest, as_json: bool) -> None:
         infeasible(err, as_json)
         return
     run.json["interrupted"] = stopped
-    params = answer_params(request, run.json)
-    if params is not None:
-        run.json["evaluate_command"] = evaluate_line(params)
+    run.json["evaluate_command"] = evaluate_line(answer_params(request, run.json))
     if as_json:
         echo_json(run.json)
         exit_if(stopped)

@@ -404,7 +404,12 @@ def _product(
 ) -> list[Point]:
     axes: list[tuple[str, list[Any]]] = []
     for axis, values in sweep.items():
-        if not isinstance(values, list) or not values:
+        if values == []:
+            raise ScenarioError(
+                f"{where}sweep.{axis}: [] is empty: give the axis at least one value, or leave it "
+                "out (one value for every point goes at the top level)"
+            )
+        if not isinstance(values, list):
             raise ScenarioError(
                 f"{where}sweep.{axis}: {values!r} must be a non-empty TOML array, e.g. "
                 f"{axis} = [{values!r}]; one value for every point goes at the top level"

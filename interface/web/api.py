@@ -78,7 +78,10 @@ API_ONLY = {"evaluate": ("config", "accelerator"), "search": ("config",), "front
 """Per command, the API's parameters that no option of the command gives (the planner's, the
 search's and the frontier's uploaded ``config``; the planner's inline ``accelerator``): a page's
 link may carry them too (:func:`interface.web.links.names`)."""
-_MODEL_KEYS = ("model", "params", "arch", "layers", "hidden", "heads", "kv_heads", "ffn_hidden")
+_MODEL_KEYS = (
+    *("model", "params", "arch", "layers", "hidden", "heads", "kv_heads", "head_dim"),
+    *("ffn_hidden", "vocab"),
+)
 
 
 def pairs(request: Request) -> list[tuple[str, str]]:

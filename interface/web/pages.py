@@ -94,7 +94,7 @@ LIST_HELP = (
 """The words for lists, in every form that takes them (``{{list_help}}``)."""
 _SEARCH_NO_FIELD = {
     **dict.fromkeys(
-        ("params", "arch", "layers", "hidden", "heads", "kv-heads", "ffn-hidden", "vocab"),
+        "params arch layers hidden heads kv-heads head-dim ffn-hidden vocab".split(),
         "a model the catalogue lacks comes as its config.json (the Job's upload), not by size",
     ),
     "workers": "the server's CP-SAT runs with the command line's defaults: 2 workers, 1 per stage",
