@@ -142,13 +142,7 @@ class Grid:
         return price_notes(self.base.get("gpu_hour_price"), {self.gpu(p) for p in self.points})
 
     def point(self, index: int) -> Point:
-        """Point ``index``.
-
-        Raises
-        ------
-        InputError
-            An index outside the grid.
-        """
+        """Point ``index``; an index outside the grid raises :class:`ScenarioError`."""
         if not 0 <= index < len(self.points):
             raise ScenarioError(
                 f"point: {index} is not a point of {self.source} (0 to {len(self.points) - 1})"
