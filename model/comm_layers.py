@@ -25,7 +25,8 @@ from trainplan.model.frameworks import Framework
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.moe import all_to_all_bytes
 from trainplan.model.moe_dispatch import dispatch_traffic_share, transfer_side_bytes
-from trainplan.model.moe_run import DROPLESS, MoERun, mean_rows_sent
+from trainplan.model.moe_rows import mean_rows_sent
+from trainplan.model.moe_run import DROPLESS, MoERun
 from trainplan.model.ops import LayerShape
 from trainplan.model.recompute_ops import (
     RepeatedTp,
@@ -401,7 +402,7 @@ def ep_bytes(
     for arrays); ``recompute``: a recomputed forward dispatches again (full or √n, or the
     ``moe`` module: :attr:`Recomputed.all_to_all`). Each
     dispatch and combine moves :func:`model.moe.all_to_all_bytes` of the rows the run's routing
-    sends (:func:`model.moe_run.mean_rows_sent`: ``k·T`` dropless, ``E·C`` padded to capacity),
+    sends (:func:`model.moe_rows.mean_rows_sent`: ``k·T`` dropless, ``E·C`` padded to capacity),
     times ``share``, the dispatcher's bytes per routed copy's
     (:func:`model.moe_dispatch.dispatch_traffic_share`: 1 for the NCCL all-to-all; DeepEP and
     HybridEP send a token once per destination rank, across NVLink domains once per remote
