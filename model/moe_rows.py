@@ -57,23 +57,29 @@ def rank_rows(run: MoERun, tokens: int, experts: int, top_k: int) -> Fraction:
     return Fraction(cap) if run.pad_to_capacity else min(busiest, Fraction(cap))
 
 
-def mean_rows_sent(run: MoERun, tokens: Any, experts: int, top_k: int) -> Any:
+def mean_rows_sent(run: MoERun, tokens: Any, experts: int, top_k: int, padded: bool = False) -> Any:
     """Routed token-rows one rank puts into a dispatch on average: ``T·k`` dropless, ``E·C`` padded
     (``C = ceil(T·k·cf/E)``), ``min(T·k, E·C)`` dropping (at most what the capacities take;
-    imbalance's drops beyond that are not counted). Exact for ints and Fractions, element-wise
-    for arrays of ``tokens``.
+    imbalance's drops beyond that are not counted); ``padded`` (DeepSpeed's native MoE,
+    :func:`deepspeed_slots`): ``E·C`` always, dropless ``C = ceil(imbalance·T·k/E)``. Exact for
+    ints and Fractions, element-wise for arrays of ``tokens``.
 
     Examples
     --------
     >>> mean_rows_sent(MoERun(Fraction(1, 2)), 4096, 256, 8)  # E·C = 256·64, dropping half
     16384
+    >>> mean_rows_sent(MoERun(Fraction(1, 2)), 4096, 256, 8, padded=True)  # DeepSpeed pads
+    16384
+    >>> mean_rows_sent(MoERun(imbalance=Fraction(13, 10)), 4096, 32, 4, padded=True)  # 32 × 666
+    21312
     """
     rows = exact(tokens) * top_k
-    if run.capacity_factor is None:
+    if run.capacity_factor is None and not (padded and run.imbalance != 1):
         return rows
-    cf = float(run.capacity_factor) if is_array(tokens) else run.capacity_factor
-    padded = experts * -floor(-rows * cf / experts)
-    return padded if run.pad_to_capacity else minimum(rows, padded)
+    factor = run.imbalance if run.capacity_factor is None else run.capacity_factor
+    cf = float(factor) if is_array(tokens) else factor
+    filled = experts * -floor(-rows * cf / experts)
+    return filled if run.pad_to_capacity or padded else minimum(rows, filled)
 
 
 def deepspeed_slots(run: MoERun, tokens: Fraction, experts: int, top_k: int) -> int:
@@ -98,10 +104,7 @@ def deepspeed_slots(run: MoERun, tokens: Fraction, experts: int, top_k: int) -> 
     >>> deepspeed_slots(MoERun(imbalance=Fraction(13, 10)), Fraction(4096), 32, 4)  # 32 × 666
     21312
     """
-    whole = max(1, math.ceil(tokens))
-    if run.capacity_factor is None:
-        return experts * math.ceil(run.imbalance * whole * top_k / experts)
-    return experts * expert_capacity(whole, experts, top_k, run.capacity_factor)
+    return int(mean_rows_sent(run, max(1, math.ceil(tokens)), experts, top_k, padded=True))
 
 
 def row_factors(

@@ -14,6 +14,7 @@ from fractions import Fraction
 from trainplan.model.activation_rows import mlp_rows
 from trainplan.model.activations import ActivationContext
 from trainplan.model.arch_parts import MoESpec
+from trainplan.model.comm_layers import ep_bytes
 from trainplan.model.moe_dispatch import all_to_all_sent
 from trainplan.model.moe_kernels import NO_EXPERT_PASSES, ExpertPasses
 from trainplan.model.moe_rows import row_factors
@@ -111,3 +112,14 @@ def test_deepspeed_forward_working_set_pads_only_the_slot_buffers():
     want = 2 * S * H + 2 * 2 * 24_576 * H + 4 * 16_384 * H + 4 * S * H
     assert want == 23_592_960 + 283_115_520 + 188_743_680 + 47_185_920 == 542_638_080
     assert got == want
+
+
+def test_deepspeed_traffic_sends_every_slot():
+    """The traffic table's all-to-all bytes per step at ep 8, one MoE layer, one micro-batch,
+    capacity factor 1.5 not padded: Megatron-Core drops to min(k·S, E·C) = min(16,384, 24,576) =
+    16,384 rows a rank sends; DeepSpeed sends its whole [E, C, h] buffer, E·C = 24,576 rows. Each
+    of the forward's and the backward's dispatch and combine moves 7/8 of them at β·h = 5,760
+    bytes a row: 24,576 × 7/8 × 4 × 5,760 = 495,452,160 bytes against 330,301,440."""
+    args = (ARCH, 1, 8, 1, 1, 1, 1, S, 2, False, False, MoERun(Fraction(3, 2)))
+    assert ep_bytes(*args) == 16_384 * 7 // 8 * 4 * 5760 == 330_301_440
+    assert ep_bytes(*args, padded=True) == 24_576 * 7 // 8 * 4 * 5760 == 495_452_160
