@@ -35,11 +35,11 @@ S 4,096, h 7,168, f_e 2,048; megatron, FP8 linear inputs at a byte): FC1's FP8 i
 
 
 MIXTRAL = [
-    *("evaluate", "--model", "mixtral-8x7b", "--gpu", "H100-SXM", "--framework", "megatron"),
+    *("evaluate", "--model", "mixtral-8x7b", "--gpu", "H100-SXM"),
     *("--dp", "8", "--tp", "1", "--pp", "1", "--zero", "1", "--micro-batch", "1"),
     *("--global-batch", "64", "--seq-len", "4096", "--json"),
 ]
-"""Mixtral 8x7B on 8 H100, data parallel; ``--ep`` added per call."""
+"""Mixtral 8x7B on 8 H100, data parallel; ``--framework`` and ``--ep`` added per call."""
 
 ROW_BYTES = ROUTED_ROWS // (8 * 4096)
 """Saved bytes per routed row of DeepSeek-V3's experts' side: 570,556,416 / 32,768 = 17,412."""
@@ -55,13 +55,29 @@ def runs():
             **{
                 f"mixtral ep {ep} imbalance {imb}": [
                     *MIXTRAL,
+                    "--framework",
+                    "megatron",
                     "--ep",
                     str(ep),
                     "--set",
                     f"moe_imbalance={imb}",
-                ]
+                ]  # fmt: skip
                 for ep in (1, 8)
                 for imb in ("1", "1.3")
+            },
+            **{
+                f"{fw} capacity {pad}": [
+                    *MIXTRAL,
+                    "--ep",
+                    "8",
+                    "--framework",
+                    fw,
+                    "--set",
+                    "moe_capacity_factor=1.5",
+                    *(["--set", "moe_pad_to_capacity=true"] if pad == "padded" else []),
+                ]  # fmt: skip
+                for fw in ("deepspeed", "megatron")
+                for pad in ("padded", "unpadded")
             },
         }
     )
@@ -131,3 +147,18 @@ def test_imbalance_times_the_busiest_rank_only_across_ranks(runs):
     assert eight_heavy["time"]["compute_s"] > eight["time"]["compute_s"]
     assert eight_heavy["time"]["exposed_comm_s"] > eight["time"]["exposed_comm_s"]
     assert eight_heavy["memory"]["total_bytes"] > eight["memory"]["total_bytes"]
+
+
+def test_deepspeed_pads_to_capacity_unasked(runs):
+    """DeepSpeed's native MoE fills an [E, C, h] buffer on every rank whatever the routing
+    (deepspeed/moe/sharded_moe.py MOELayer.forward, _sparse_encode): at capacity factor 1.5 the
+    layout's step time, memory and traffic are the padded ones without moe_pad_to_capacity.
+    Megatron-Core drops instead (its unpadded rows are min(k·T, E·C) = k·T): padding costs it
+    time and memory."""
+    got = {k: json.loads(v.stdout) for k, v in runs.items() if " capacity " in k}
+    ds, ds_padded = got["deepspeed capacity unpadded"], got["deepspeed capacity padded"]
+    for key in ("time", "memory", "traffic"):
+        assert ds[key] == ds_padded[key], key
+    mg, mg_padded = got["megatron capacity unpadded"], got["megatron capacity padded"]
+    assert mg_padded["time"]["step_s"] > mg["time"]["step_s"]
+    assert mg_padded["memory"]["total_bytes"] > mg["memory"]["total_bytes"]
