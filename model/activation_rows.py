@@ -303,7 +303,7 @@ def mlp_rows(
         ks, kr = (k * f for f in ctx.routed_row_factors(moe.num_experts, k))  # sent, received
         router = [("router and dispatch input", beta * S * h, "sp")]
         if ctx.deepspeed_gate:  # DeepSpeed's gate saves its FP32 input and routing tensors
-            router = deepspeed_gate_rows(arch, S, beta)
+            router = deepspeed_gate_rows(arch, S, beta, ks)
         elif ctx.fp32_router_autocast:  # torchtitan's gate runs under an FP32 autocast
             router = torchtitan_router_rows(arch, S, beta)
         # the router's FP32 [S, E] copies: one counted (see the note above this function)
@@ -320,7 +320,8 @@ def mlp_rows(
             rows.append((CLAMPED_GLU_COPY, 2 * beta * kr * S * ffn_e, "tp"))
         combine = beta if ctx.combine_output_bytes is None else ctx.combine_output_bytes
         if combine:  # back on the source side, un-permuted after the combine's all-to-all
-            rows.append(("routed expert outputs for the combine", ks * combine * S * h, "sp"))
+            kc = k if ctx.deepspeed_gate else ks  # DeepSpeed's [k, S] routes (moe_working_set)
+            rows.append(("routed expert outputs for the combine", kc * combine * S * h, "sp"))
         else:  # the weighted activation keeps the fp32 weights of the routed tokens it sees
             rows.append(
                 ("routing weights in the expert activation (fp32)", 4 * kr * S * gathered, "sp")
@@ -330,9 +331,8 @@ def mlp_rows(
             rows += _swiglu_or_gelu("shared expert", arch, S, ffn, ctx)
         if conv == "pytorch" and not ctx.deepspeed_gate:
             rows += [
-                # topk keeps its int64 indices; permuting the k·S routed copies by expert and
-                # back keeps two int64 index vectors (the dispatch gather's and the combine
-                # gather's); the weighted combine keeps the top-k routing weights (β).
+                # topk keeps its int64 indices; permuting the k·S routed copies by expert and back
+                # keeps two int64 index vectors (dispatch and combine gathers); the weights (β).
                 ("router top-k indices (int64)", 8 * k * S, "sp"),
                 ("token permutation indices (int64, dispatch and combine)", 16 * ks * S, "sp"),
                 ("routing weights for the combine", beta * k * S, "sp"),

@@ -75,7 +75,7 @@ Variants, derived the same way:
   activation's input and output, the down projection's input, the weights kept by the weighted
   activation) hold the busiest expert-parallel rank's received rows and those on the source side
   (the outputs kept for the combine, the permutation indices) the rows the rank sends
-  (:meth:`ActivationContext.routed_row_factors`, :func:`model.moe_run.row_factors`).
+  (:meth:`ActivationContext.routed_row_factors`, :func:`model.moe_rows.row_factors`).
 * Context parallelism (:mod:`model.context_parallel`): every flavour keeps the local tensors
   above, of ``S = (s/cp)·b`` tokens — the ring keeps the last K/V chunk it received instead of
   its own (the same bytes), Ulysses its Q, K, V after the all-to-all (s tokens of a/cp heads:
@@ -143,7 +143,8 @@ from trainplan.model.activation_rows import (
 from trainplan.model.context_parallel import CpKind
 from trainplan.model.eager_saved import eager_rows
 from trainplan.model.errors import InputError
-from trainplan.model.moe_run import DROPLESS, MoERun, row_factors
+from trainplan.model.moe_rows import row_factors
+from trainplan.model.moe_run import DROPLESS, MoERun
 from trainplan.model.op_checkpoint import op_selective_bytes
 from trainplan.model.precision import FP8_ACTIVATION_BYTES
 from trainplan.model.recompute_modules import recomputed_rows
@@ -376,11 +377,11 @@ class ActivationContext:
 
     def routed_row_factors(self, experts: int, top_k: int) -> tuple[Fraction, Fraction]:
         """(sent, received): the routed rows the source side and the busiest rank's experts
-        hold, each ÷ ``k·S`` (:func:`model.moe_run.row_factors` for ``S`` ÷ tp with sequence
-        parallelism, the tokens the clock's expert GEMMs route, and this context's ep);
-        (1, 1) dropless and balanced."""
+        hold, each ÷ ``k·S`` (:func:`model.moe_rows.row_factors` for ``S`` ÷ tp with sequence
+        parallelism, as the clock routes them, this ep; DeepSpeed's native MoE,
+        :attr:`deepspeed_gate`, pads both sides to ``E·C``); (1, 1) dropless and balanced."""
         local = self.tokens / (self.tp if self.sequence_parallel else 1)
-        return row_factors(self.moe_run, local, experts, top_k, self.ep)
+        return row_factors(self.moe_run, local, experts, top_k, self.ep, self.deepspeed_gate)
 
     @property
     def fp8_shared_fc1_saves_original(self) -> bool:

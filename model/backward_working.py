@@ -359,7 +359,7 @@ def _routed_experts(
     ``moe_use_grouped_tensor = False`` takes this path). FC2 under ``fc2_requant`` (it saved its
     BF16 input: the ``moe_act`` recompute module) by the same rule at its down step, per element
     of ``[R, f_e/etp]``, made after its dgrad and freed after its wgrad GEMM. ``R``: the busiest
-    rank's rows (``routed_row_factors``: ``k·S`` dropless and balanced, model.moe_run.row_factors)."""
+    rank's rows (``routed_row_factors``: ``k·S`` dropless and balanced, model.moe_rows.row_factors)."""
     moe = arch.moe
     assert moe is not None
     beta, S, h = ctx.activation_bytes, ctx.tokens, arch.hidden_size

@@ -25,7 +25,8 @@ from trainplan.model.frameworks import Framework
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.moe import all_to_all_bytes
 from trainplan.model.moe_dispatch import dispatch_traffic_share, transfer_side_bytes
-from trainplan.model.moe_run import DROPLESS, MoERun, mean_rows_sent
+from trainplan.model.moe_rows import mean_rows_sent
+from trainplan.model.moe_run import DROPLESS, MoERun
 from trainplan.model.ops import LayerShape
 from trainplan.model.recompute_ops import (
     RepeatedTp,
@@ -376,7 +377,7 @@ def ep_traffic(
         arch, num_moe_layers, layout.ep, layout.tp, layout.cp, layout.micro_batch_size, m,
         training.seq_len, training.activation_bytes, layout.sp,
         recomputed_sends(arch, Framework(layout.framework), layout.recompute, training).all_to_all,
-        run, share, side,
+        run, share, side, Framework(layout.framework) is Framework.DEEPSPEED,
     )  # fmt: skip
     return AxisTraffic("ep", "all-to-all (dispatch + combine)", layout.ep, total)
 
@@ -396,12 +397,14 @@ def ep_bytes(
     run: MoERun = DROPLESS,
     share: Any = 1,
     side: tuple[int, int, int, int] = (0, 0, 0, 0),
+    padded: bool = False,
 ) -> Any:
     """Bytes per step of :func:`ep_traffic`, from plain numbers (exact for ints, element-wise
     for arrays); ``recompute``: a recomputed forward dispatches again (full or √n, or the
     ``moe`` module: :attr:`Recomputed.all_to_all`). Each
     dispatch and combine moves :func:`model.moe.all_to_all_bytes` of the rows the run's routing
-    sends (:func:`model.moe_run.mean_rows_sent`: ``k·T`` dropless, ``E·C`` padded to capacity),
+    sends (:func:`model.moe_rows.mean_rows_sent`: ``k·T`` dropless, ``E·C`` padded to capacity,
+    and always under ``padded``, DeepSpeed's native MoE),
     times ``share``, the dispatcher's bytes per routed copy's
     (:func:`model.moe_dispatch.dispatch_traffic_share`: 1 for the NCCL all-to-all; DeepEP and
     HybridEP send a token once per destination rank, across NVLink domains once per remote
@@ -413,7 +416,7 @@ def ep_bytes(
     if arch.moe is None:
         return 0 * ep
     tokens = exact(seq_len) / cp * b / where(sp, tp, 1)
-    rows = mean_rows_sent(run, tokens, arch.moe.num_experts, arch.moe.experts_per_token)
+    rows = mean_rows_sent(run, tokens, arch.moe.num_experts, arch.moe.experts_per_token, padded)
     row = arch.hidden_size * beta
     forward, backward = 2 * row + side[0] + side[1], 2 * row + side[2] + side[3]
     per_layer = forward * (2 if recompute else 1) + backward

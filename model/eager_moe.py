@@ -97,7 +97,7 @@ def eager_expert_rows(rows: list[Row], arch: Architecture, ctx: ActivationContex
     if moe is None or arch.mlp is not Mlp.SWIGLU:
         return rows
     S, beta, f = ctx.tokens, ctx.activation_bytes, moe.expert_ffn_hidden_size
-    # the busiest rank's experts' rows ÷ S (k dropless and balanced; model.moe_run.row_factors)
+    # the busiest rank's experts' rows ÷ S (k dropless and balanced; model.moe_rows.row_factors)
     k = moe.experts_per_token * ctx.routed_row_factors(moe.num_experts, moe.experts_per_token)[1]
     routed_silu = "routed expert SiLU output (eager SwiGLU)"
     if arch.glu_clamp:

@@ -307,7 +307,8 @@ def ep_all_to_all_seconds(x: LayerShape, c: Clock, full_recompute: bool) -> tupl
 
     def sent(row_bytes: float) -> float:
         return all_to_all_sent(x.moe_run, x.local_tokens, spec.num_experts,
-                               spec.experts_per_token, x.ep, c.ep_per_domain, row_bytes)  # fmt: skip
+                               spec.experts_per_token, x.ep, c.ep_per_domain, row_bytes,
+                               x.expert_passes.deepspeed)  # fmt: skip
 
     row = x.arch.hidden_size * x.beta
     side = transfer_side_bytes(x.moe_run, row, spec.num_experts, spec.experts_per_token, x.ep,

@@ -43,7 +43,8 @@ from trainplan.model.moe import (
     expected_distinct_nodes,
     expected_remote_nodes,
 )
-from trainplan.model.moe_run import Dispatcher, MoERun, routed_rows
+from trainplan.model.moe_rows import routed_rows
+from trainplan.model.moe_run import Dispatcher, MoERun
 
 __all__ = [
     "PROB_BYTES",
@@ -272,6 +273,7 @@ def all_to_all_sent(
     ep: int,
     per_domain: int,
     row_bytes: float,
+    padded: bool = False,
 ) -> float:
     """Bytes of one dispatch (the combine moves as many back) on the busiest rank, as the
     bytes the all-to-all link rule times (:func:`model.step_time.all_to_all_bandwidth`: the
@@ -279,7 +281,14 @@ def all_to_all_sent(
     ``g = per_domain`` members of the group per domain):
 
     * ``alltoall`` — every routed copy to another rank: ``rows·row_bytes·(ep − 1)/ep``
-      (:func:`model.moe.all_to_all_bytes`), ``rows`` = :func:`model.moe_run.routed_rows`;
+      (:func:`model.moe.all_to_all_bytes`), ``rows`` = :func:`model.moe_rows.routed_rows`'
+      received rows: the busiest rank receives ``imbalance`` times the mean in the dispatch and
+      sends as many back in the combine, and the all-to-all ends when its link has moved them
+      (each rank sends only its own ``T·k``, so the receiving side binds); 0 at ep = 1, where
+      nothing is exchanged (Megatron-LM d98e8a64dd ``token_dispatcher.py``
+      ``MoEAlltoAllTokenDispatcher.token_dispatch``: ``all_to_all`` over the ep group of
+      ``output_splits`` rows, the rows received); ``padded``: DeepSpeed's ``E·C`` rows each
+      way (:func:`model.moe_rows.row_factors`);
     * ``deepep`` and ``hybridep`` (:attr:`model.moe_run.Dispatcher.deduplicates`) — the timed
       token-rows of :func:`dispatch_copies` per token, times the rank's imbalance
       (``rows / (T·k)``): in one domain a row per distinct remote rank, across domains a row
@@ -299,8 +308,10 @@ def all_to_all_sent(
     >>> d == all_to_all_sent(MoERun(dispatcher="hybridep", node_limit=4), 4096, 256, 8, 64, 8, 14336)
     True
     """
-    rows = routed_rows(run, tokens, experts, top_k)
-    if rows == 0 or ep == 1:
+    if ep == 1:
+        return 0.0
+    _, rows = routed_rows(run, tokens, experts, top_k, ep, padded)
+    if rows == 0:
         return 0.0
     if not run.dispatcher.deduplicates:
         return rows * row_bytes * (ep - 1) / ep

@@ -4,7 +4,7 @@ the experts' activation that :mod:`model.ops` counts for every framework.
 Read from Megatron-Core at 0d8e0714 (the commit Megatron Bridge v0.2.0, the 25.11 container,
 pins in ``3rdparty/``) and Transformer Engine's ``pytorch/module/fp8_padding.py``; per element
 of the ``[R, h]`` rows the rank's local experts compute (``R`` = the busiest rank's routed
-rows × etp, :func:`model.moe_run.routed_rows`), β bytes per 16-bit element:
+rows × etp, :func:`model.moe_rows.routed_rows`), β bytes per 16-bit element:
 
 * **Sorting the chunks by local expert** (``MoEAlltoAllTokenDispatcher.dispatch_postprocess``
   and ``combine_preprocess``, ``token_dispatcher.py``): when a rank holds more than one expert
@@ -86,24 +86,30 @@ class ExpertPasses:
     """torchtitan's ``AllToAllTokenDispatcher`` (the ``fsdp2`` profile): none of the passes
     above, but its all-to-all of the token counts and the host's wait on their copy
     (:func:`dispatch_metadata`, :mod:`model.torchtitan_experts`)."""
+    deepspeed: bool = False
+    """DeepSpeed's native ``MOELayer`` (the ``deepspeed`` profile): none of the passes above,
+    but every dispatch buffer is ``E·C`` rows on both sides of the all-to-all, padded whether
+    or not the recipe asks (:func:`model.moe_rows.row_factors` with ``padded``)."""
 
 
 NO_EXPERT_PASSES = ExpertPasses()
-"""DeepSpeed and the textbook profile: none of these passes counted."""
+"""The textbook profile: none of these passes counted."""
 
 
 def expert_passes_of(framework: Framework | str, precision: Precision | str) -> ExpertPasses:
     """The passes the framework profile's MoE layer runs under the recipe's precision.
 
     >>> expert_passes_of("megatron", "fp8")
-    ExpertPasses(megatron=True, fp8_padding=True, torchtitan=False)
+    ExpertPasses(megatron=True, fp8_padding=True, torchtitan=False, deepspeed=False)
     >>> expert_passes_of("fsdp2", "fp8")
-    ExpertPasses(megatron=False, fp8_padding=False, torchtitan=True)
-    >>> expert_passes_of("deepspeed", "fp8") == NO_EXPERT_PASSES
+    ExpertPasses(megatron=False, fp8_padding=False, torchtitan=True, deepspeed=False)
+    >>> expert_passes_of("deepspeed", "fp8") == ExpertPasses(deepspeed=True)
     True
     """
     if Framework(framework) is Framework.FSDP2:
         return ExpertPasses(torchtitan=True)
+    if Framework(framework) is Framework.DEEPSPEED:
+        return ExpertPasses(deepspeed=True)
     if Framework(framework) is not Framework.MEGATRON:
         return NO_EXPERT_PASSES
     return ExpertPasses(True, Precision(str(precision)) is Precision.FP8)

@@ -7,7 +7,9 @@ the framework overlaps the expert all-to-all with.
 turn it into what the cost model's terms read, per MoE layer, micro-batch and GPU of the busiest
 expert-parallel rank:
 
-* :func:`routed_rows` — token-rows that rank's local experts compute (padding and imbalance in);
+* :func:`model.moe_rows.routed_rows` — token-rows that rank sends and its local experts
+  compute (padding and imbalance in; :func:`model.moe_rows.row_factors`, the rule memory sizes
+  them by);
 * :func:`model.moe_dispatch.all_to_all_sent` — bytes of one dispatch (and one combine), as the
   bytes the link rule of :func:`model.step_time.all_to_all_bandwidth` times (DeepEP's and
   HybridEP's once-per-rank and once-per-domain sends in; :mod:`model.moe_dispatch`);
@@ -30,10 +32,10 @@ from typing import Any
 from trainplan.model.comm_sms import contended_wait
 from trainplan.model.errors import InputError
 from trainplan.model.hash_once import HashOnce
-from trainplan.model.moe import DEEPEP_NVL_PEERS, expert_capacity
+from trainplan.model.moe import DEEPEP_NVL_PEERS
 from trainplan.model.rank_groups import members_per_domain_of
 from trainplan.model.units import shown_number
-from trainplan.model.xp import exact, floor, is_array, minimum, where
+from trainplan.model.xp import where
 
 __all__ = [
     "Dispatcher",
@@ -42,10 +44,6 @@ __all__ = [
     "DROPLESS",
     "GROUPED_GEMM_BLOCK_M",
     "members_per_domain",
-    "rank_rows",
-    "mean_rows_sent",
-    "row_factors",
-    "routed_rows",
     "grouped_rows",
     "unpaired_fraction",
     "unpaired_share",
@@ -161,7 +159,7 @@ class MoERun(HashOnce):
     balanced, the aim of DeepSeek-V3's auxiliary-loss-free balancing and Megatron's auxiliary
     loss). An input: measured from a run's router statistics or assumed; it sets the expert GEMMs
     and the all-to-all's receive on the rank everyone waits for, and the memory of the rows its
-    experts receive (:func:`row_factors`), so that the memory verdict holds on that rank."""
+    experts receive (:func:`model.moe_rows.row_factors`), so that the memory verdict holds on that rank."""
     node_limit: int | None = None
     """Nodes a token's experts may span (DeepSeek-V3 report §2.1.2: M = 4; Megatron-Core
     ``--moe-router-num-groups`` (= nodes) with ``--moe-router-group-topk`` M). Only with a
@@ -230,103 +228,6 @@ def members_per_domain(
     known = span > 0
     spread = members_per_domain_of(group_size, where(known, span, 1), domain, per_domain)
     return where(nvlink, group_size, where(known, spread, 0))
-
-
-def rank_rows(run: MoERun, tokens: int, experts: int, top_k: int) -> Fraction:
-    """Routed token-rows the busiest expert-parallel rank receives per micro-batch, per token
-    of its own ``tokens`` (the copies every rank sends, ``T·k`` on average, equal what it
-    receives on average): dropless ``imbalance·T·k``; a capacity factor caps each expert's
-    rows from each source rank at ``C = ceil(T·k/E·cf)`` (:func:`model.moe.expert_capacity`),
-    so a rank's local experts receive at most ``E·C`` (``E/ep`` experts × ``ep`` sources × C);
-    padded, exactly ``E·C`` (Megatron-Core ``token_dispatcher.py``: ``num_out_tokens =
-    capacity × num_experts``).
-
-    Examples
-    --------
-    >>> rank_rows(MoERun(imbalance=Fraction(3, 2)), 4096, 256, 8)  # 1.5 × 32,768
-    Fraction(49152, 1)
-    >>> rank_rows(MoERun(Fraction(1), imbalance=Fraction(3, 2)), 4096, 256, 8)  # capped at E·C
-    Fraction(32768, 1)
-    >>> rank_rows(MoERun(Fraction(2), pad_to_capacity=True), 4096, 256, 8)  # E·C, C = 256
-    Fraction(65536, 1)
-    """
-    mean = Fraction(tokens * top_k)
-    if run.capacity_factor is None:
-        return run.imbalance * mean
-    cap = experts * expert_capacity(tokens, experts, top_k, run.capacity_factor)
-    return Fraction(cap) if run.pad_to_capacity else min(run.imbalance * mean, Fraction(cap))
-
-
-def mean_rows_sent(run: MoERun, tokens: Any, experts: int, top_k: int) -> Any:
-    """Routed token-rows one rank puts into a dispatch on average: ``T·k`` dropless, ``E·C`` padded
-    (``C = ceil(T·k·cf/E)``), ``min(T·k, E·C)`` dropping (at most what the capacities take;
-    imbalance's drops beyond that are not counted). Exact for ints and Fractions, element-wise
-    for arrays of ``tokens``.
-
-    Examples
-    --------
-    >>> mean_rows_sent(MoERun(Fraction(1, 2)), 4096, 256, 8)  # E·C = 256·64, dropping half
-    16384
-    """
-    rows = exact(tokens) * top_k
-    if run.capacity_factor is None:
-        return rows
-    cf = float(run.capacity_factor) if is_array(tokens) else run.capacity_factor
-    padded = experts * -floor(-rows * cf / experts)
-    return padded if run.pad_to_capacity else minimum(rows, padded)
-
-
-def row_factors(
-    run: MoERun, tokens: Fraction, experts: int, top_k: int, ep: int
-) -> tuple[Fraction, Fraction]:
-    """(sent, received): the routed token-rows a rank's tensors hold per MoE layer and
-    micro-batch, each ÷ the balanced dropless ``k·T`` the memory rows are written at, for a
-    rank of ``tokens`` = T tokens (``(s/cp)·b``, ÷ tp with sequence parallelism):
-
-    * *sent* — the source side (the permuted tokens before the dispatch, the combine's
-      all-to-all output and what un-permutes it): :func:`mean_rows_sent`, ``E·C`` padded to
-      capacity (Megatron-LM d98e8a64dd ``megatron/core/transformer/moe/token_dispatcher.py``
-      ``MoEAlltoAllTokenDispatcher.preprocess``: ``num_out_tokens = capacity * num_experts``
-      under ``moe_pad_expert_input_to_capacity``, the rows ``dispatch_preprocess``' ``permute``
-      makes); every rank sends its own tokens' copies, so imbalance leaves it;
-    * *received* — the experts' side of the busiest expert-parallel rank (the dispatch's
-      all-to-all output, the experts' input, FC1's output, the activation's input and output,
-      the experts' output before the combine): :func:`rank_rows`, the rows the clock's expert
-      GEMMs run (``preprocess``: ``output_splits``, "the number of tokens received by the
-      current rank", and padded ``num_global_tokens_per_local_expert = capacity`` for each
-      source and local expert; ``token_dispatch``' ``all_to_all`` returns that many rows, which
-      ``experts.py`` ``TEGroupedMLP.forward`` runs by ``tokens_per_expert``). At ep = 1 one rank
-      holds every expert and receives what it sent (no imbalance between ranks).
-
-    The memory verdict is the busiest rank's: a rank whose experts take ``imbalance`` times the
-    mean holds that many routed rows. (1, 1) dropless and balanced, the defaults.
-
-    Examples
-    --------
-    >>> row_factors(MoERun(imbalance=Fraction(13, 10)), Fraction(4096), 256, 8, 8)
-    (Fraction(1, 1), Fraction(13, 10))
-    >>> row_factors(MoERun(imbalance=Fraction(13, 10)), Fraction(4096), 256, 8, 1)
-    (Fraction(1, 1), Fraction(1, 1))
-    >>> # C = ceil(4096·8/256·1.5) = 192, E·C = 49,152 rows of 32,768: both sides padded
-    >>> row_factors(MoERun(Fraction(3, 2), pad_to_capacity=True), Fraction(4096), 256, 8, 8)
-    (Fraction(3, 2), Fraction(3, 2))
-    """
-    mean = Fraction(tokens) * top_k
-    if mean <= 0 or (run.capacity_factor is None and run.imbalance == 1):
-        return Fraction(1), Fraction(1)
-    sent = Fraction(mean_rows_sent(run, Fraction(tokens), experts, top_k)) / mean
-    if ep <= 1:
-        return sent, sent
-    received = Fraction(rank_rows(run, max(1, math.ceil(tokens)), experts, top_k)) / mean
-    return sent, received
-
-
-def routed_rows(run: MoERun, tokens: float, experts: int, top_k: int) -> float:
-    """:func:`rank_rows` for a token count that may be a float (the layer shapes' ``T``),
-    as a float; capacity rounds on the whole tokens (``ceil``)."""
-    if run.capacity_factor is None:
-        return float(run.imbalance) * tokens * top_k
-    return float(rank_rows(run, max(1, math.ceil(tokens)), experts, top_k))
 
 
 def grouped_rows(rows_per_expert: float) -> float:

@@ -9,7 +9,7 @@ parallelism), ``k`` routed copies a token, ``E`` experts, ``h`` the hidden size,
 activation bytes. The routed tensors are counted at ``k·S`` rows dropless and balanced; a
 capacity padded to (``E·C`` rows on both sides of the all-to-all) and the busiest
 expert-parallel rank's imbalance (on its experts' side) scale them, as they scale the saved
-rows (:func:`model.moe_run.row_factors`, :func:`model.activation_rows.mlp_rows`).
+rows (:func:`model.moe_rows.row_factors`, :func:`model.activation_rows.mlp_rows`).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ coefficient 0) the fused path keeps 5."""
 
 
 def deepspeed_gate_rows(
-    arch: Architecture, S: Fraction, beta: int
+    arch: Architecture, S: Fraction, beta: int, slots: Fraction | None = None
 ) -> list[tuple[str, Fraction, str]]:
     """The routing tensors DeepSpeed's native MoE saves for backward, per micro-batch
     (DeepSpeed edaa72212 ``deepspeed/moe/sharded_moe.py``), as (name, bytes, how the row
@@ -64,8 +64,15 @@ def deepspeed_gate_rows(
     * The gating function's own saved ``[S, E]`` tensors beside the softmax output the rows
       already count (:func:`_gating_rows`).
     * The sparse routes' int64 slot indices: ``_sparse_encode``'s ``index_select`` saves the
-      source index of the ``E·C`` slots, ``_sparse_decode``'s the ``[k, S]`` slots
-      (``_route_slots``: ``indices.long() * capacity + locations.long()``): ``16·k·S``.
+      source index of the ``E·C`` slots (``source[:-1]``, ``8·E·C``; the one scratch slot past
+      them, 8 bytes a layer, is left out), ``_sparse_decode``'s the ``[k, S]`` slots
+      (``_route_slots``: ``indices.long() * capacity + locations.long()``, ``8·k·S``). ``E·C``
+      is ``slots`` rows a token (:func:`model.moe_rows.row_factors` with ``padded``; ``k``
+      dropless and balanced, ``E·ceil(S·k·cf/E)/S`` under a capacity factor, DeepSpeed's
+      ``_capacity``): ``8·(slots + k)·S``. At this commit ``MOELayer.forward`` asks the gate for
+      these sparse routes (``self.gate(reshaped_input, input[1], True, ...)``: ``sparse_routes``),
+      so the dense ``[S, E, C]`` ``combine_weights`` and ``dispatch_mask`` that ``top1gating``,
+      ``top2gating`` and ``topkgating`` build otherwise are never made.
     * ``_sparse_decode``'s ``routed * gates.unsqueeze(-1)`` saves the FP32 gates ``[k, S]``
       (``4·k·S``) beside ``routed``, the rows' "routed expert outputs for the combine".
 
@@ -84,15 +91,22 @@ def deepspeed_gate_rows(
     True
     >>> rows["top-k gating: masked gates (FP32) and mask (bool)"] == 5 * 4096 * 128
     True
+    >>> rows["route slot indices (int64, encode and decode)"] == 16 * 4 * 4096
+    True
+    >>> # capacity factor 1.5: C = ceil(4,096·4/128 × 1.5) = 192, E·C = 24,576 = 6 rows a token
+    >>> padded = deepspeed_gate_rows(arch, Fraction(4096), 2, Fraction(6))
+    >>> dict((n, v) for n, v, _ in padded)["route slot indices (int64, encode and decode)"]
+    Fraction(327680, 1)
     """
     moe = arch.moe
     assert moe is not None
     h, E, k = arch.hidden_size, moe.num_experts, moe.experts_per_token
+    slots = Fraction(k) if slots is None else slots
     return [
         ("router input (FP32 copy)", 4 * S * h, "sp"),
         ("router weight (FP32 copy)", Fraction(4 * E * h), "rep"),
         *_gating_rows(S, E, k),
-        ("route slot indices (int64, encode and decode)", 16 * k * S, "sp"),
+        ("route slot indices (int64, encode and decode)", 8 * (slots + k) * S, "sp"),
         ("routing weights for the combine (FP32)", 4 * k * S, "sp"),
     ]
 
@@ -151,15 +165,18 @@ def _gating_rows(S: Fraction, E: int, k: int) -> list[tuple[str, Fraction, str]]
     return rows
 
 
-def _deepspeed_forward(h: int, k: Fraction, S: Fraction, beta: int) -> Fraction:
+def _deepspeed_forward(h: int, k: int, slots: Fraction, S: Fraction, beta: int) -> Fraction:
     """DeepSpeed's MoE forward working set at ``_sparse_decode`` (``sharded_moe.py``): the
     caller's BF16 norm output (``MOELayer.forward``'s input, which nothing saves, β·S·h), the
     experts' output after the second all-to-all (``expert_output``, held by
-    ``MOELayer.forward`` through the decode, β·k·S·h), its zero-padded copy (``padded_output``,
-    a local of ``_sparse_decode``, β·k·S·h), the FP32 product ``routed * gates`` (gates are
-    FP32: ``4·k·S·h``) and its FP32 sum over the routes (``4·S·h``). Every routed tensor is
-    on the source side: ``k`` is the rows sent per token (:func:`model.moe_run.row_factors`)."""
-    return beta * S * h + 2 * beta * k * S * h + 4 * k * S * h + 4 * S * h
+    ``MOELayer.forward`` through the decode, β·E·C·h), its zero-padded copy (``padded_output``,
+    a local of ``_sparse_decode``, β·E·C·h), the FP32 product ``routed * gates`` (gates are
+    FP32: ``4·k·S·h``) and its FP32 sum over the routes (``4·S·h``). The two ``[E·C, h]``
+    buffers hold ``slots`` rows per token (:func:`model.moe_rows.row_factors` with ``padded``:
+    ``E·C``, ``k·S`` dropless and balanced); ``routed`` (``padded_output.index_select`` of the
+    ``[k, S]`` slots) and the product hold ``k`` rows a token whatever the capacity: a route the
+    capacity evicted reads the zero scratch row (``_route_slots``)."""
+    return beta * S * h + 2 * beta * slots * S * h + 4 * k * S * h + 4 * S * h
 
 
 def _torchtitan_forward(
@@ -175,7 +192,7 @@ def _torchtitan_forward(
     (``4·k·S·h``) cast back to BF16 (β·k·S·h) while the product is alive. The dispatch's
     reorder and received copy are freed before the experts run (``dispatch`` returns only the
     permuted tokens, which the grouped GEMM saves). ``k``: (sent, received) rows per token
-    (:func:`model.moe_run.row_factors`): the experts' output is the busiest rank's, the rest
+    (:func:`model.moe_rows.row_factors`): the experts' output is the busiest rank's, the rest
     is back on the source side."""
     sent, received = k
     a2a = beta * sent * S * h if ep > 1 else 0
@@ -326,7 +343,7 @@ def megatron_forward_working_set(
 
     ``flex``: :func:`_flex_working_set`. The ``[k·S]`` FP32 probabilities are left out.
 
-    ``rows``: (sent, received) routed rows ÷ ``k·S`` (:func:`model.moe_run.row_factors`): the
+    ``rows``: (sent, received) routed rows ÷ ``k·S`` (:func:`model.moe_rows.row_factors`): the
     permuted tokens and the combine's all-to-all output hold the rows the rank sends, every
     tensor on the experts' side (the dispatch's output onwards, the expert-TP gathers and the
     FP32 reduce-scatter) the busiest rank's received rows. (1, 1) dropless and balanced.
@@ -360,7 +377,7 @@ def moe_forward_working_set(
     ``fsdp2``). 0 for ``textbook`` (the convention counts what is kept) and for a model without
     MoE layers. ``S``: the tokens of a rank's routed rows (÷ tp with sequence parallelism);
     ``mlp``: Megatron-Core's expert MLP (:class:`ExpertMlp`); ``rows``: (sent, received) routed
-    rows ÷ ``k·S`` (:func:`model.moe_run.row_factors`: capacity padding on both sides, the
+    rows ÷ ``k·S`` (:func:`model.moe_rows.row_factors`: capacity padding on both sides, the
     busiest expert-parallel rank's imbalance on the experts' side; (1, 1) dropless and balanced).
 
     Examples
@@ -385,7 +402,7 @@ def moe_forward_working_set(
         return Fraction(0)
     h, k = arch.hidden_size, moe.experts_per_token
     if framework == "deepspeed":
-        return _deepspeed_forward(h, k * rows[0], S, beta)
+        return _deepspeed_forward(h, k, k * rows[0], S, beta)
     if framework == "fsdp2":
         return Fraction(_torchtitan_forward(h, (k * rows[0], k * rows[1]), S, beta, ep))
     local = moe.num_experts // ep

@@ -30,9 +30,11 @@ What each kernel moves (forward | backward), per element of the tensor named:
   the rotary embedding and SwiGLU run as PyTorch's eager kernels, and with GQA ``repeat_kv``
   copies k and v to every head (also compiled): :mod:`model.elementwise`.
 * MoE: the router GEMM and its top-k over ``[T_sp, E]`` (2β | 2β), token permutation and
-  un-permutation of the ``k·T_sp`` routed copies (2 × 2β·h | the same), the experts as grouped
-  GEMMs (``E/ep`` local experts, ``k·T_sp·etp·ep/E`` tokens each under uniform dropless routing;
-  the busiest rank's rows under imbalance or a capacity factor, :func:`model.moe_run.routed_rows`).
+  un-permutation of the ``k·T_sp`` routed copies (2 × 2β·h | the same; the rows sent, or under
+  DeepEP the rows received), the experts as grouped GEMMs (``E/ep`` local experts,
+  ``k·T_sp·etp·ep/E`` tokens each under uniform dropless routing; the busiest rank's received
+  rows under imbalance at ep > 1 or a capacity factor, and at ep = 1 the rank's own ``k·T_sp``
+  whatever the imbalance: :func:`model.moe_rows.routed_rows`, the rows memory counts).
 """
 
 from __future__ import annotations
@@ -59,7 +61,8 @@ from trainplan.model.elementwise import (
     repeat_kv_bytes,
 )
 from trainplan.model.moe_kernels import NO_EXPERT_PASSES, ExpertPasses, megatron_expert_passes
-from trainplan.model.moe_run import DROPLESS, MoERun, routed_rows
+from trainplan.model.moe_rows import routed_rows
+from trainplan.model.moe_run import DROPLESS, MoERun
 from trainplan.model.offload import adam_step_bytes
 from trainplan.model.packing import Documents, kernel_length
 from trainplan.model.specs import (
@@ -194,7 +197,7 @@ class LayerShape:
     blocks between documents), not the pack's."""
     moe_run: MoERun = DROPLESS
     """How the MoE layers route and dispatch (:class:`model.moe_run.MoERun`): the rows the
-    busiest expert-parallel rank's experts compute (:func:`model.moe_run.routed_rows`)."""
+    busiest expert-parallel rank's experts compute (:func:`model.moe_rows.routed_rows`)."""
     elementwise: Elementwise = Elementwise.FUSED
     """How the norms, rotary embedding and MLP activation run: fused kernels, or torchtitan's
     eager PyTorch operators, or compiled (:func:`model.elementwise.elementwise_mode`)."""
@@ -379,9 +382,14 @@ def _moe(x: LayerShape) -> list[Op]:
     assert spec is not None
     h, beta, local = x.arch.hidden_size, x.beta, x.local_tokens
     E, k = spec.num_experts, spec.experts_per_token
-    rows = routed_rows(x.moe_run, local, E, k)  # k·T_sp dropless and balanced
+    # (sent, received): k·T_sp each dropless and balanced; the busiest rank's received rows
+    # under imbalance at ep > 1, the rank's own T·k at ep = 1 (model.moe_rows.routed_rows)
+    sent, rows = routed_rows(x.moe_run, local, E, k, x.ep, x.expert_passes.deepspeed)
     routing = 2 * beta * local * E
-    permute = 2 * 2 * beta * rows * h
+    # permute and un-permute, read and write: on the source side before the dispatch and after
+    # the combine (alltoall), on the received rows after the dispatch under DeepEP and HybridEP
+    permuted = rows if x.moe_run.dispatcher.deduplicates else sent
+    permute = 2 * 2 * beta * permuted * h
     ops = [
         _gemm("router", local, E, h),
         _memory("top-k routing", routing, routing),

@@ -76,7 +76,7 @@ def weight_pass_grads_bytes(
         return attention + norms + _mlp(beta, S, tp, h, u, arch.ffn_hidden_size)
     spec = arch.moe
     assert spec is not None
-    k = spec.experts_per_token  # the busiest rank's experts' rows (model.moe_run.row_factors)
+    k = spec.experts_per_token  # the busiest rank's experts' rows (model.moe_rows.row_factors)
     rows = k * ctx.routed_row_factors(spec.num_experts, k)[1] * S
     router = (4 if ctx.fp32_router_autocast else beta) * S * spec.num_experts
     experts = beta * rows * (u * spec.expert_ffn_hidden_size + h)

@@ -114,7 +114,7 @@ k·β·S·h = 94,371,840, the SwiGLU input 2·β·k·S·f_e = 188,743,680, the c
 
 def test_imbalance_and_padding_size_the_busiest_ranks_activations(runs):
     """The rank whose experts receive 1.5 times the mean holds 1.5 times the saved rows of
-    what they receive (model.moe_run.row_factors): 0.5 × 566,296,576 B × 24 MoE layers × one
+    what they receive (model.moe_rows.row_factors): 0.5 × 566,296,576 B × 24 MoE layers × one
     micro-batch in flight = 6,795,558,912 B more; padded to capacity factor 2 every rank's
     experts receive E·C = 2·k·S rows: 13,591,117,824 B more. The routed experts' backward
     working set (its largest step, FC2's: the input gradient of FC1's input and the

@@ -2,7 +2,7 @@
 winner without imbalance (dp 128 × pp 8 × ep 8, no recomputation, 188.60 of 189.69 GB) no longer
 fits when the busiest expert-parallel rank receives 1.3 times the mean, and the search, reading
 the same memory term, picks a layout whose figures ``evaluate`` repeats. Each call its own
-process; figures derived by hand here (model.moe_run.row_factors)."""
+process; figures derived by hand here (model.moe_rows.row_factors)."""
 
 from __future__ import annotations
 
@@ -34,6 +34,17 @@ S 4,096, h 7,168, f_e 2,048; megatron, FP8 linear inputs at a byte): FC1's FP8 i
 570,556,416 bytes."""
 
 
+MIXTRAL = [
+    *("evaluate", "--model", "mixtral-8x7b", "--gpu", "H100-SXM"),
+    *("--dp", "8", "--tp", "1", "--pp", "1", "--zero", "1", "--micro-batch", "1"),
+    *("--global-batch", "64", "--seq-len", "4096", "--json"),
+]
+"""Mixtral 8x7B on 8 H100, data parallel; ``--framework`` and ``--ep`` added per call."""
+
+ROW_BYTES = ROUTED_ROWS // (8 * 4096)
+"""Saved bytes per routed row of DeepSeek-V3's experts' side: 570,556,416 / 32,768 = 17,412."""
+
+
 @pytest.fixture(scope="module")
 def runs():
     return run_many(
@@ -41,20 +52,49 @@ def runs():
             "balanced": V3_LAYOUT,
             "imbalanced": [*V3_LAYOUT, "--set", "moe_imbalance=1.3"],
             "search": [*SEARCH, "--set", "moe_imbalance=1.3", "--json"],
+            **{
+                f"mixtral ep {ep} imbalance {imb}": [
+                    *MIXTRAL,
+                    "--framework",
+                    "megatron",
+                    "--ep",
+                    str(ep),
+                    "--set",
+                    f"moe_imbalance={imb}",
+                ]  # fmt: skip
+                for ep in (1, 8)
+                for imb in ("1", "1.3")
+            },
+            **{
+                f"{fw} capacity {pad}": [
+                    *MIXTRAL,
+                    "--ep",
+                    "8",
+                    "--framework",
+                    fw,
+                    "--set",
+                    "moe_capacity_factor=1.5",
+                    *(["--set", "moe_pad_to_capacity=true"] if pad == "padded" else []),
+                ]  # fmt: skip
+                for fw in ("deepspeed", "megatron")
+                for pad in ("padded", "unpadded")
+            },
         }
     )
 
 
 def test_the_balanced_winner_no_longer_fits(runs):
     """Stage 2 of 8 holds 8 MoE layers of 6 micro-batches in flight (1F1B: pp − 2): the busiest
-    rank's experts receive 0.3·k·S more rows each, 0.3 × 48 × 570,556,416 = 8,216,012,390.4 bytes
-    more saved; the layout's 188.60 GB rises past the B200's 189.69 GB. With the scaling off
-    (imbalance 1) the balanced figure is back."""
+    rank's experts receive 1.3 × 32,768 = 42,598.4 rows, whole 42,599 (the all-to-all returns
+    whole rows), 9,831 more than k·S, at 17,412 saved bytes a row: 9,831 × 17,412 × 48 =
+    8,216,513,856 bytes more saved (8,216,012,390.4 with fractional rows); the layout's 188.60 GB
+    rises past the B200's 189.69 GB. With the scaling off (imbalance 1) the balanced figure is
+    back."""
     balanced, heavy = (json.loads(runs[k].stdout) for k in ("balanced", "imbalanced"))
-    assert ROUTED_ROWS == 570_556_416
+    assert ROUTED_ROWS == 570_556_416 and ROW_BYTES == 17_412
     assert heavy["pipeline"]["microbatches_in_flight"] == 6
     more = heavy["memory"]["activations_bytes"] - balanced["memory"]["activations_bytes"]
-    assert more == pytest.approx(0.3 * 8 * 6 * ROUTED_ROWS, abs=1)
+    assert more == (42_599 - 32_768) * ROW_BYTES * 8 * 6 == 8_216_513_856
     assert balanced["memory"]["fits"] and not heavy["memory"]["fits"]
     assert round(balanced["memory"]["total_bytes"] / 1e9, 2) == 188.60
     assert round(heavy["memory"]["total_bytes"] / 1e9, 2) == 197.56
@@ -72,3 +112,53 @@ def test_the_search_reads_the_evaluators_memory(runs):
     again = trainplan(*command[1:], "--json")
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["memory"] == found["memory"]
+
+
+def _byte_figures(tree, path=""):
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            yield from _byte_figures(value, f"{path}.{key}")
+    elif isinstance(tree, list):
+        for i, value in enumerate(tree):
+            yield from _byte_figures(value, f"{path}[{i}]")
+    elif "bytes" in path and isinstance(tree, int | float) and not isinstance(tree, bool):
+        yield path, tree
+
+
+def test_bytes_are_whole_under_a_fractional_imbalance(runs):
+    """Imbalance 1.3 of 32,768 routed rows is 42,598.4: every byte figure of ``--json`` is a whole
+    number, the rows rounded up as the dispatcher allocates them (moe_forward_transient_bytes,
+    activations_bytes, total_bytes ... came out with .4 and .8 before)."""
+    heavy = json.loads(runs["imbalanced"].stdout)
+    figures = dict(_byte_figures(heavy))
+    assert "memory.total_bytes" in {p.lstrip(".") for p in figures}
+    assert [p for p, v in figures.items() if v != int(v)] == []
+
+
+def test_imbalance_times_the_busiest_rank_only_across_ranks(runs):
+    """At ep 1 one rank holds all 8 experts and computes its own k·T rows whatever the routing:
+    the step time at imbalance 1.3 is the balanced one, to the bit (it was 7.36 s against 5.86 s
+    when the clock scaled the rows at ep 1 too). At ep 8 the busiest rank's experts compute 1.3
+    times the rows and its all-to-all receives them: the step is slower and the memory larger."""
+    got = {k: json.loads(v.stdout) for k, v in runs.items() if k.startswith("mixtral")}
+    one, one_heavy = got["mixtral ep 1 imbalance 1"], got["mixtral ep 1 imbalance 1.3"]
+    assert one_heavy["time"] == one["time"] and one_heavy["memory"] == one["memory"]
+    eight, eight_heavy = got["mixtral ep 8 imbalance 1"], got["mixtral ep 8 imbalance 1.3"]
+    assert eight_heavy["time"]["compute_s"] > eight["time"]["compute_s"]
+    assert eight_heavy["time"]["exposed_comm_s"] > eight["time"]["exposed_comm_s"]
+    assert eight_heavy["memory"]["total_bytes"] > eight["memory"]["total_bytes"]
+
+
+def test_deepspeed_pads_to_capacity_unasked(runs):
+    """DeepSpeed's native MoE fills an [E, C, h] buffer on every rank whatever the routing
+    (deepspeed/moe/sharded_moe.py MOELayer.forward, _sparse_encode): at capacity factor 1.5 the
+    layout's step time, memory and traffic are the padded ones without moe_pad_to_capacity.
+    Megatron-Core drops instead (its unpadded rows are min(k·T, E·C) = k·T): padding costs it
+    time and memory."""
+    got = {k: json.loads(v.stdout) for k, v in runs.items() if " capacity " in k}
+    ds, ds_padded = got["deepspeed capacity unpadded"], got["deepspeed capacity padded"]
+    for key in ("time", "memory", "traffic"):
+        assert ds[key] == ds_padded[key], key
+    mg, mg_padded = got["megatron capacity unpadded"], got["megatron capacity padded"]
+    assert mg_padded["time"]["step_s"] > mg["time"]["step_s"]
+    assert mg_padded["memory"]["total_bytes"] > mg["memory"]["total_bytes"]

@@ -305,6 +305,7 @@ def ep_traffic_bytes(c: Context, f: Fields) -> Any:
     return ep_bytes(
         c.arch, moe, f.ep, f.tp, f.cp, f.micro_batch_size, f.m, t.seq_len, t.activation_bytes,
         f.sp, again.all_to_all, t.moe_run, ep_dispatch_traffic_share(c, f), side,
+        Framework(f.framework) is Framework.DEEPSPEED,
     )  # fmt: skip
 
 

@@ -18,8 +18,10 @@ from trainplan.model.specs import Architecture, MoESpec
 def test_which_profile_runs_which_pass():
     assert expert_passes_of("megatron", "bf16") == ExpertPasses(True, False)
     assert expert_passes_of("megatron", "fp8") == ExpertPasses(True, True)
-    for other in ("deepspeed", "textbook"):
-        assert expert_passes_of(other, "fp8") == NO_EXPERT_PASSES
+    assert expert_passes_of("textbook", "fp8") == NO_EXPERT_PASSES
+    # DeepSpeed: none of the passes, but its E·C-row buffers (model.moe_rows.row_factors padded)
+    ds = expert_passes_of("deepspeed", "fp8")
+    assert ds == ExpertPasses(deepspeed=True) and not (ds.megatron or ds.fp8_padding)
     # torchtitan: none of Megatron-Core's passes, its dispatcher's counts and host wait
     # (tests/model/test_torchtitan_experts.py)
     assert expert_passes_of("fsdp2", "fp8") == ExpertPasses(torchtitan=True)

@@ -1,5 +1,5 @@
 """The busiest expert-parallel rank's routed rows size the memory terms that hold them
-(model.moe_run.row_factors): the saved rows of the expert layers (model.activation_rows.mlp_rows),
+(model.moe_rows.row_factors): the saved rows of the expert layers (model.activation_rows.mlp_rows),
 the MoE forward working set (model.moe_working_set) and the routed experts' backward working set
 (model.backward_working). Figures derived by hand here; dropless and balanced nothing moves."""
 
@@ -10,7 +10,8 @@ from fractions import Fraction
 from trainplan.model.activation_rows import mlp_rows
 from trainplan.model.activations import ActivationContext
 from trainplan.model.arch_parts import MoESpec
-from trainplan.model.moe_run import DROPLESS, MoERun, rank_rows, row_factors
+from trainplan.model.moe_rows import rank_rows, row_factors
+from trainplan.model.moe_run import DROPLESS, MoERun
 from trainplan.model.moe_working_set import megatron_forward_working_set
 from trainplan.model.specs import Architecture
 
@@ -39,12 +40,15 @@ def _rows(run: MoERun, ep: int) -> dict[str, Fraction]:
 
 
 def test_row_factors_follow_the_clocks_rank_rows():
-    """Imbalance 1.3 at ep 8: the experts receive 1.3·k·S, the rank sends k·S; capacity factor
-    2 padded: C = ceil(4,096·4/32·2) = 1,024, E·C = 32,768 = 2·k·S rows on both sides; dropping
+    """Imbalance 1.3 at ep 8: the experts receive 1.3·k·S = 1.3 × 16,384 = 21,299.2 rows,
+    whole rows 21,300 (the all-to-all returns a tensor of whole rows), 21,300/16,384 =
+    5,325/4,096 of k·S; the rank sends k·S; capacity factor 2 padded: C = ceil(4,096·4/32·2)
+    = 1,024, E·C = 32,768 = 2·k·S rows on both sides; dropping
     at cf 1/2: C = 256, E·C = 8,192 = k·S/2 (the capacity caps 1.3); ep 1: one rank holds every
     expert and receives what it sends."""
     imb = MoERun(imbalance=Fraction(13, 10))
-    assert row_factors(imb, Fraction(S), 32, K, 8) == (1, Fraction(13, 10))
+    assert row_factors(imb, Fraction(S), 32, K, 8) == (1, Fraction(21_300, 16_384))
+    assert Fraction(21_300, 16_384) == Fraction(5325, 4096)
     assert row_factors(imb, Fraction(S), 32, K, 1) == (1, 1)
     padded = MoERun(Fraction(2), pad_to_capacity=True)
     assert row_factors(padded, Fraction(S), 32, K, 8) == (2, 2)

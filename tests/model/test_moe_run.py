@@ -15,15 +15,14 @@ from trainplan.model.errors import InputError
 from trainplan.model.layer_time import ep_all_to_all_seconds, layer_time
 from trainplan.model.layout import Recompute
 from trainplan.model.moe_dispatch import all_to_all_sent
+from trainplan.model.moe_rows import mean_rows_sent, rank_rows
 from trainplan.model.moe_run import (
     Dispatcher,
     EpOverlap,
     MoERun,
     exposed_all_to_all,
     grouped_rows,
-    mean_rows_sent,
     members_per_domain,
-    rank_rows,
     unpaired_fraction,
 )
 from trainplan.model.op_time import TE_COMPUTE_STREAMS, Clock, op_seconds
