@@ -75,8 +75,10 @@ Sources, term by term:
   distribution is not modelled). A tp > 1 engine adds its collectives (the layers' and the
   embedding's all-reduces, the logits all-gather) to every prefill chunk and decode step, not
   overlapped (:mod:`model.rollout_reduce`).
-* **Weight sync**: the updated policy's BF16 weights reach each engine GPU (``2·N/tp`` bytes)
-  over the link between the training and the rollout ranks.
+* **Weight sync**: the updated policy's BF16 weights reach each engine GPU whole (``2·N``
+  bytes, not ``2·N/tp``: every parameter is sent whole and each engine rank keeps its shard in
+  ``load_weights``) over the link between the training and the rollout ranks
+  (:func:`model.rlhf.engine.sync_weights_bytes` gives the sources).
 """
 
 from __future__ import annotations

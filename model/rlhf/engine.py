@@ -46,8 +46,10 @@ __all__ = [
     "engine_communicator_bytes",
     "engine_weights_bytes",
     "least_engine_tp",
+    "SYNC_TIME_SOURCE",
     "rollout_cost",
     "sync_bandwidth",
+    "sync_weights_bytes",
 ]
 
 CUSTOM_ALL_REDUCE_MAX_BYTES = 8192 * 1024
@@ -98,6 +100,48 @@ def engine_weights_bytes(rs: RoleSpec, tp: int) -> Fraction:
         SplitKey(rs.model, tp, 1, 1, 1, True, tp, True, None, 0)
     )
     return 2 * (dense + experts)
+
+
+SYNC_TIME_SOURCE = (
+    "the whole model's BF16 weights 2N to every engine GPU (each parameter sent whole, the "
+    "engine rank keeps its tp shard: OpenRLHF 3c3be6234 ppo_actor.py broadcast_to_vllm, "
+    "vllm_worker_wrap.py update_weight torch.empty(shape) of the full shape; verl b178a3cd5 "
+    "rollout_mode, mbridge Bridge.export_weights; one-step off-policy DetachSync."
+    "sync_rollout_weights full_tensor()) over the link between training and rollout ranks"
+)
+
+
+def sync_weights_bytes(rs: RoleSpec) -> Fraction:
+    """Bytes of the weight sync's transfer to each engine GPU: the policy's whole BF16 weights,
+    ``2·N`` (every expert too), whatever the engine's ``tp`` — not its ``2·N/tp`` shard.
+
+    Every framework sends each parameter whole and the engine rank keeps its shard:
+
+    * OpenRLHF (OpenRLHF/OpenRLHF 3c3be6234) ``openrlhf/trainer/ray/ppo_actor.py``
+      ``broadcast_to_vllm``: for each parameter (gathered whole first under ZeRO-3 or DeepSpeed
+      tp, ``_gather_params_ctx``) rank 0 broadcasts ``param.data`` over the model-update group,
+      and ``vllm_worker_wrap.py`` ``update_weight`` receives it into ``torch.empty(shape)`` of
+      the full shape on every engine rank before ``load_weights``; on a shared pool
+      ``_handle_cuda_ipc`` hands each engine rank the whole clone.
+    * verl (volcengine/verl b178a3cd5) ``ActorRolloutRefWorker.rollout_mode``: each parameter made
+      whole (mbridge ``Bridge.export_weights``: the pp broadcast and the tp all-gather; FSDP:
+      ``full_tensor()``) before the IPC bucket; the one-step off-policy recipe's
+      ``DetachSync.sync_rollout_weights`` broadcasts each ``full_tensor()`` from rank 0.
+
+    On a shared pool whose actor ranks already hold the weights whole (tp 1, pp 1, no ZeRO-3)
+    nothing crosses a link and this is an upper bound; anywhere else each GPU receives about
+    the whole model (``2·N·(1 − 1/k)`` over ``k`` shards, or ``2·N`` broadcast to an engine on
+    GPUs of its own).
+
+    >>> from trainplan.scenarios.catalogue import get_model
+    >>> from trainplan.model.rlhf.spec import RLHFSpec, Role
+    >>> m = get_model("llama3-8b").model
+    >>> spec = RLHFSpec(algorithm="grpo", policy=m, reward="rule", prompts=1,
+    ...                 samples_per_prompt=1, prompt_tokens=8, completion_tokens=8)
+    >>> int(sync_weights_bytes(spec.role(Role.ROLLOUT))) == 2 * 8_030_261_248
+    True
+    """
+    return engine_weights_bytes(rs, 1)
 
 
 def engine_communicator_bytes(tp: int, gpus_per_node: int) -> tuple[int, int]:
@@ -302,7 +346,7 @@ def _rollout_time(
         kernel_efficiency=kernel_efficiency_for(device.part, arch.hidden_size),
         hbm_bytes_per_s=device.hbm_bytes_per_s,
         bandwidth_efficiency=decode_efficiency(spec, device),
-        sync_bytes=weights,
+        sync_bytes=sync_weights_bytes(rs),
         sync_bytes_per_s=sync_bytes_per_s,
         max_completion_tokens=spec.max_completion_tokens,
         tp_reduce=reduce,
@@ -365,7 +409,7 @@ def _engine_terms(
         kv = "KV cache of one sequence (the least the engine runs with; its budget holds none)"
     steps = f"decode ({time.memory_bound_steps:,} of {time.total_steps:,} steps HBM-bound)"
     roof = f"roofline: max(2N·c, weights + KV read) + tp all-reduces, logits all-gather (model.rollout_reduce); {bw}"
-    sync = "BF16 weights over the link between training and rollout ranks"
+    sync = SYNC_TIME_SOURCE
     prefill_src = "model.rollout; kernel efficiency model.timing; tp collectives per chunk"
     return (
         Term("engine budget (fraction × HBM)", "rollout", mem.budget_bytes, "bytes", _ENGINE_SOURCE),
@@ -374,7 +418,8 @@ def _engine_terms(
         Term("sequences decoded at once", "rollout", mem.concurrent, "sequences", _KV_SOURCE),
         Term("prefill (2N per prompt token)", "rollout", time.prefill_s, "s", prefill_src),
         Term(steps, "rollout", time.decode_s, "s", roof),
-        Term("weight sync (2N/tp to each engine GPU)", "rollout", time.sync_s, "s", sync),
+        Term("weight sync (2N, each parameter whole, to each engine GPU)", "rollout",
+             time.sync_s, "s", sync),
     )  # fmt: skip
 
 

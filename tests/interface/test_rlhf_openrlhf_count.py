@@ -81,7 +81,9 @@ def test_the_search_no_longer_offers_the_actor_at_dp_8_for_4_rollouts(monkeypatc
     actor's dp 4 all-reduce in training likewise, 0.015 s more: 18.281 s, the same placement
     (the tp 8 engine's all-reduces, 8 GPUs, stay NVLS). The scoring forwards timed as
     forward-only pipelines (model.terms.forward_gather.forward_pass_term: the forward's own
-    operations, not a third of the three passes): scoring 0.987 → 1.011 s, 18.305 s."""
+    operations, not a third of the three passes): scoring 0.987 → 1.011 s, 18.305 s. The
+    weight sync sends the whole model to each engine GPU (model.rlhf.engine.sync_weights_bytes),
+    not the tp 4 engine's share: + 0.025 s over NVLink, 18.330 s (the tp 8 one + 0.030 s)."""
     r = search_placement(_problem(2, 2, 8))
     actor = next(o for o in r.best.options if o.role is Role.ACTOR)
     assert (actor.gpus, actor.dp, actor.offload) == (4, 4, "optimizer")
@@ -98,6 +100,11 @@ def test_the_search_no_longer_offers_the_actor_at_dp_8_for_4_rollouts(monkeypatc
     assert ring_extra == pytest.approx(0.240, abs=1e-3)
     rollout = 4.914 + tp4 * ring + ring_extra
     assert rollout == pytest.approx(13.350, abs=1e-3)
+    # the weight sync sends the whole model to each engine GPU (model.rlhf.engine.
+    # sync_weights_bytes), not its tp 4 share, over NVLink (8 GPUs, one domain, 450 GB/s):
+    # (15,231,233,024 − 3,808,114,688) B / 450 GB/s = 0.025 s more
+    rollout += (15_231_233_024 - 3_808_114_688) / 450e9
+    assert rollout == pytest.approx(13.375, abs=1e-3)
     host_step = 112 / 8 * 10e9 * 28 / (2.57 * 48)
     cpu = 30 * 7_615_616_512 / 4 * (1 / host_step - 1 / 76.8e9)
     assert cpu == pytest.approx(1.054, abs=1e-3)
@@ -105,7 +112,7 @@ def test_the_search_no_longer_offers_the_actor_at_dp_8_for_4_rollouts(monkeypatc
     scoring = 1.011  # forward-only pipelines (0.987 s at a third of the three passes)
     assert r.best.plan.phase_s == pytest.approx((rollout, scoring, 2.876 + cpu + dp4), abs=0.001)
     assert r.best.plan.step_s == pytest.approx(rollout + scoring + 2.876 + cpu + dp4, abs=0.001)
-    assert r.best.plan.step_s == pytest.approx(18.305, abs=0.001)
+    assert r.best.plan.step_s == pytest.approx(18.305 + 0.025, abs=0.001)
     monkeypatch.setattr(network, "check_split_count", lambda spec, role, dp: None)
     old = search_placement(_problem(2, 2, 8))
     assert next(o.dp for o in old.best.options if o.role is Role.ACTOR) == 8
@@ -117,6 +124,9 @@ def test_the_search_no_longer_offers_the_actor_at_dp_8_for_4_rollouts(monkeypatc
     assert extra8 == pytest.approx(0.241, abs=1e-3)
     # and the old answer's actor (dp 8, CPU Adam) its own CPU step at 31.777 GB/s: + cpu / 2
     # and its scoring as forward-only pipelines: 0.024 s more
-    step = 6.010 + tp8 + extra8 + cpu / 2 + 0.024
+    # and the tp 8 engine's whole-model sync: (15,231,233,024 − 1,904,261,632) B / 450 GB/s
+    sync8 = (15_231_233_024 - 1_904_261_632) / 450e9
+    assert sync8 == pytest.approx(0.0296, abs=1e-4)
+    step = 6.010 + tp8 + extra8 + cpu / 2 + 0.024 + sync8
     assert old.best.plan.step_s == pytest.approx(step, abs=0.001)
-    assert old.best.plan.step_s == pytest.approx(14.172, abs=0.001)
+    assert old.best.plan.step_s == pytest.approx(14.202, abs=0.001)

@@ -71,7 +71,9 @@ def test_deepspeed_engine_takes_openrlhfs_095_by_default():
     (819.28 + 1,874,155,626 B / 360 GB/s = 6,025.3 µs against LL128's 6,666.2 and the tree's
     bytes at 0.5 × min(0.92 × 360, 8 × 36.0) = 144 GB/s), its all-gathers too: the update's
     6 B × 7,615,616,512 × 63/64 = 44,979,735,024 B of dp traffic, all exposed, × (1/360 − 1/384)
-    ns a byte = 7.809 ms more, 353.975 s."""
+    ns a byte = 7.809 ms more, 353.975 s. The weight sync sends the whole model to each engine
+    GPU (model.rlhf.engine.sync_weights_bytes), not the tp 2 engine's share: 0.152 s more,
+    354.127 s."""
     eng, plan = _engine("deepspeed")
     assert eng.option.fraction == Fraction(19, 20) == default_fraction(False, Framework.DEEPSPEED)
     assert eng.budget_bytes == Fraction(19, 20) * HBM
@@ -96,10 +98,14 @@ def test_deepspeed_engine_takes_openrlhfs_095_by_default():
     assert dp_bytes == 44_979_735_024
     nvlink = dp_bytes * (1 / 360e9 - 1 / 384e9)  # the ring at NVLink's 360 GB/s, not 384
     assert nvlink == pytest.approx(7.809e-3, abs=1e-6)
+    # the engine's weight sync, the whole model to each GPU (model.rlhf.engine.
+    # sync_weights_bytes), not its tp 2 share: (15,231,233,024 − 7,615,820,800) B / 50 GB/s
+    sync = (15_231_233_024 - 7_615_820_800) / 50e9
+    assert sync == pytest.approx(0.1523, abs=1e-4)
     assert not plan.fits and step_s == pytest.approx(
-        333.775 + ar + ends + adds + placed + scoring + step_passes + nvlink, abs=1e-3
+        333.775 + ar + ends + adds + placed + scoring + step_passes + nvlink + sync, abs=1e-3
     )
-    assert round(step_s, 1) == 354.0
+    assert round(step_s, 1) == 354.1
     split, _ = _engine("deepspeed", rollout_gpus=16)
     assert split.option.fraction == Fraction(19, 20)
     verl, _ = _engine("megatron")

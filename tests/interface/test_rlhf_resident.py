@@ -116,14 +116,20 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     1,050,673,152 embedding) ÷ tp 2 ÷ dp 4 = 1,200,902,144, +12 B × 1,200,902,144 / (3.35 TB/s ×
     0.8866) = +4.852 ms each: the answer 5,945.742 → 5,945.752 s (+9.704 ms), the same layouts;
     the dp 8 × tp 4 × pp 2 placement (40 layers and the embedding ÷ 32 = 1,102,401,536 a GPU,
-    +4.454 ms each) 5,981.263 → 5,981.272 s (+8.909 ms)."""
+    +4.454 ms each) 5,981.263 → 5,981.272 s (+8.909 ms).
+
+    The weight sync sends the whole model to each engine GPU (model.rlhf.engine.
+    sync_weights_bytes: each parameter whole, the engine rank keeps its shard), not its tp 8
+    share: (141,107,412,992 − 17,640,734,720) B / 50 GB/s = +2.469 s, the answer 5,945.752 →
+    5,948.221 s, the same layouts."""
     inp = _ppo_70b()
     p = inp.problem
     r = search_placement(p)
     assert r.status == "optimal" and r.best.colocated and r.best.plan.fits
     layouts = {(o.dp, o.tp, o.pp) for o in r.best.options if o.role is not Role.ROLLOUT}
     assert layouts == {(4, 2, 8)}
-    assert r.best.plan.step_s == pytest.approx(5945.75, abs=0.01)
+    assert (141_107_412_992 - 17_640_734_720) / 50e9 == pytest.approx(2.4693, abs=1e-4)
+    assert r.best.plan.step_s == pytest.approx(5945.752 + 2.469, abs=0.01)
     roles = (Role.ACTOR, Role.CRITIC, Role.REFERENCE, Role.REWARD)
     engine = RoleOption(Role.ROLLOUT, 64, 8, 8, 1, "none", Fraction(9, 10))
     options = (engine, *(RoleOption(x, 64, 8, 4, 2, "idle") for x in roles))
@@ -203,12 +209,15 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     # the roles' 1F1B bubbles the order's own on stages of unequal time (model.pipeline_onef):
     # 0.174 s under the closed forms' that the derivation above sums
     onef = -0.174
-    step = 5493.39 + charge + ar + ends + tp + xent + onef
-    assert step == pytest.approx(5880.88, abs=0.05)  # scoring a third of the three passes
+    # the engine's weight sync, the whole model to each GPU (model.rlhf.engine.
+    # sync_weights_bytes), not its tp 8 share: (141,107,412,992 − 17,640,734,720) B / 50 GB/s
+    sync = (141_107_412_992 - 17_640_734_720) / 50e9
+    step = 5493.39 + charge + ar + ends + tp + xent + onef + sync
+    assert step == pytest.approx(5883.35, abs=0.05)  # scoring a third of the three passes
     assert plan.step_s - step == pytest.approx(4 * (439.057 - 413.967), abs=0.05)
     passes = 2 * 12 * 1_102_401_536 / 2.97e12  # Megatron-Core's step passes, 38 -> 50 B
     assert passes == pytest.approx(8.908e-3, abs=1e-6)
-    assert plan.step_s == pytest.approx(5981.27, abs=0.01)
+    assert plan.step_s == pytest.approx(5981.27 + 2.469, abs=0.01)
 
 
 def test_the_old_four_layout_answer_is_refused():
@@ -414,8 +423,13 @@ def test_grpo_qwen7b_on_64_h100_counts_the_sleeping_engine():
     # and its scoring forwards as forward-only pipelines (model.terms.forward_gather.
     # forward_pass_term, not a third of the three passes): 2.087 s more, 374.76 s
     scoring = 2.087
-    assert plan.step_s == pytest.approx(322.13 + charge + ar + ends + scoring, abs=0.05)
-    assert plan.step_s == pytest.approx(374.76, abs=0.05)
+    # and the weight sync of the whole model to each engine GPU (model.rlhf.engine.
+    # sync_weights_bytes), not its tp 4 share: (15,231,233,024 − 3,808,114,688) B / 50 GB/s =
+    # 0.228 s more, 374.99 s
+    sync = (15_231_233_024 - 3_808_114_688) / 50e9
+    assert sync == pytest.approx(0.2285, abs=1e-4)
+    assert plan.step_s == pytest.approx(322.13 + charge + ar + ends + scoring + sync, abs=0.05)
+    assert plan.step_s == pytest.approx(374.99, abs=0.05)
     # and the answer leaves it: engine tp 2 × dp 32 at 0.6, actor and reference dp 64 offloaded
     # when idle, 336.12 s with its 56 all-reduces a forward on the NVLS curve, 8,192 decode
     # steps × 56 × 24.609 µs + 64 prefill chunks × 56 × 168.245 µs = 11.892 s; NCCL runs them as
@@ -431,9 +445,12 @@ def test_grpo_qwen7b_on_64_h100_counts_the_sleeping_engine():
     assert rings == pytest.approx(3.536, abs=1e-3)
     ends = 8_192 * (31.925e-6 + 136.453e-6) + 64 * (218.264e-6 + 17.162e-6)
     assert ends == pytest.approx(1.394, abs=1e-3)
-    # and its scoring forwards as forward-only pipelines: 2.090 s more, 343.14 s
-    assert r.best.plan.step_s == pytest.approx(336.12 + rings + ends + 2.090, abs=0.05)
-    assert r.best.plan.step_s == pytest.approx(343.14, abs=0.05)
+    # and its scoring forwards as forward-only pipelines: 2.090 s more, 343.14 s; and its
+    # whole-model weight sync, not the tp 2 share: (15,231,233,024 − 7,615,820,800) B / 50 GB/s
+    # = 0.152 s more, 343.29 s
+    sync = (15_231_233_024 - 7_615_820_800) / 50e9
+    assert r.best.plan.step_s == pytest.approx(336.12 + rings + ends + 2.090 + sync, abs=0.05)
+    assert r.best.plan.step_s == pytest.approx(343.29, abs=0.05)
     assert r.best.plan.step_s < plan.step_s
 
 
@@ -526,10 +543,13 @@ def test_grpo_qwen7b_under_verl_packing_moves_off_dp64():
     # forward_pass_term: no third of the update's tp SM charge, 2 × tp / 3, nor of its other
     # backward-only terms): 5.490 s more than a third of the three passes, 368.59 s
     scoring = 5.490
+    # the engine's whole-model weight sync (model.rlhf.engine.sync_weights_bytes), not its tp 2
+    # share: (15,231,233,024 − 7,615,820,800) B / 50 GB/s = 0.152 s more, 368.74 s
+    sync = (15_231_233_024 - 7_615_820_800) / 50e9
     assert r.best.plan.step_s == pytest.approx(
-        357.963 + tp + 2 * tp / 3 + rings + placed + scoring, abs=0.005
+        357.963 + tp + 2 * tp / 3 + rings + placed + scoring + sync, abs=0.005
     )
-    assert r.best.plan.step_s == pytest.approx(368.59, abs=0.005)
+    assert r.best.plan.step_s == pytest.approx(368.74, abs=0.005)
 
 
 def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
@@ -667,7 +687,11 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     ends += 20 * (25 * (185.50e-6 * ring + 16.488e-6) + 113.54e-6 * ring + 15.478e-6)
     ends += 2 * (185.50e-6 * ring + 16.488e-6)
     assert ends == pytest.approx(11.132, abs=1e-3)
-    rollout = 1286.71 + tp2 + ends
+    # the weight sync of the whole model to each engine GPU (model.rlhf.engine.
+    # sync_weights_bytes), not its tp 2 share: (16,060,522,496 − 8,030,527,488) B / 50 GB/s
+    sync = (16_060_522_496 - 8_030_527_488) / 50e9
+    assert sync == pytest.approx(0.1606, abs=1e-4)
+    rollout = 1286.71 + tp2 + ends + sync
     assert (engine.concurrent, engine.rollout_s) == (204, pytest.approx(rollout, abs=0.01))
     adds = 1_365 * 6 * 8_030_261_248 / (3.35e12 * 0.8865671641791045)
     assert adds == pytest.approx(22.144, abs=1e-3)
@@ -676,11 +700,11 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     # forward_pass_term, not a third of the three passes): scoring 1,466.93 → 1,482.37 s
     scoring = 1482.37 - 1466.93
     assert r.best.plan.phase_s == pytest.approx(
-        (1477.78, 1466.93 + scoring, 2875.91 + adds + rings), abs=0.01
+        (1477.78 + sync, 1466.93 + scoring, 2875.91 + adds + rings), abs=0.01
     )
-    step_s = 5579.25 - 1237.53 + 1477.78 + 1.107 + adds + rings + scoring
+    step_s = 5579.25 - 1237.53 + 1477.78 + sync + 1.107 + adds + rings + scoring
     assert r.best.plan.step_s == pytest.approx(step_s, abs=0.05)
-    assert r.best.plan.step_s == pytest.approx(5858.22, abs=0.05)
+    assert r.best.plan.step_s == pytest.approx(5858.38, abs=0.05)
     for role in (Role.REFERENCE, Role.REWARD):
         with pytest.raises(LayoutError, match="only ZeRO-3"):
             cost_of(p, RoleOption(role, 16, 16, 1, 1, "idle"))

@@ -220,32 +220,42 @@ def test_gpt_oss_20b_on_32_h100_colocated_solve_finds_the_best(monkeypatch):
     optimizer-step passes (model.step_passes.step_pass_bytes, 38 → 50 B an element: the clip
     always scales, +8, the master weight re-read, +4): +12 B × 653,685,120 elements the
     colocated actor steps a GPU (dp 8 × tp 2 × pp 2) / (3.35 TB/s × 0.8866) = + 2,641,151 ns,
-    twice that at the split's dp 4, + 5,282,304 ns (19,483,771,293 and 27,040,008,283 ns)."""
+    twice that at the split's dp 4, + 5,282,304 ns (19,483,771,293 and 27,040,008,283 ns).
+    Moved again, the same placements, when the weight sync sent the whole model to each engine
+    GPU (model.rlhf.engine.sync_weights_bytes: OpenRLHF broadcast_to_vllm / update_weight, verl
+    rollout_mode, each parameter whole), not the engine's tp share: gpt-oss-20b's BF16 weights
+    41,829,514,368 B whole against 5,232,929,280 B at the colocated engine's tp 8, over the
+    50 GB/s NIC: + 731,931,702 ns colocated and split, both engines at tp 8 (20,215,702,995 and
+    27,771,939,985 ns)."""
     result, _, answers, statuses = _three(_grpo("gpt-oss-20b", 32, 64), monkeypatch)
     _agree(result, answers, statuses)
-    assert result.best.colocated and result.best.objective_ns == 19_483_771_293
+    assert result.best.colocated and result.best.objective_ns == 20_215_702_995
+    # the sync: the whole model, not the tp 8 share, at 50 GB/s
+    assert round((41_829_514_368 - 5_232_929_280) / 50e9 * 1e9) == 731_931_702
+    assert 19_483_771_293 + 731_931_702 == 20_215_702_995
     assert 19_141_509_363 - 206_787_036 + 54_991_839 - 4_012_318 == 18_985_701_848
     assert 18_985_701_848 - 120_330_290 + 6_162_688 == 18_871_534_246
-    assert answers[True].objective_ns == 19_483_771_293
+    assert answers[True].objective_ns == 20_215_702_995
     assert 26_801_674_951 - 328_981_944 + 87_245_152 - 96_264_232 == 26_463_673_927
     assert 26_463_673_927 + 5_282_303 == 26_468_956_230
     assert 18_871_534_246 + 609_595_896 == 19_481_130_142
     assert 19_481_130_142 + 2_641_151 == 19_483_771_293  # the step's passes, 38 -> 50 B
     assert 26_468_956_230 + 565_769_749 == 27_034_725_979
-    assert answers[False].objective_ns == 27_034_725_979 + 5_282_304 == 27_040_008_283
+    assert 27_034_725_979 + 5_282_304 == 27_040_008_283
+    assert answers[False].objective_ns == 27_040_008_283 + 731_931_702 == 27_771_939_985
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("model", "gpus", "prompts", "best", "split"),
     [
-        ("gpt-oss-20b", 32, 64, 19_483_771_293, 27_040_008_283),
+        ("gpt-oss-20b", 32, 64, 20_215_702_995, 27_771_939_985),
         pytest.param(
             "qwen3-235b-a22b",
             128,
             256,
-            210_860_541_735,
-            301_289_055_951,
+            219_087_066_100,
+            309_515_580_316,
             marks=pytest.mark.exhaustive,
         ),  # the review's run: 128 GPUs, 24 s of CI's 20 min
     ],
@@ -289,8 +299,11 @@ def test_the_three_solves_equal_the_oracle(model, gpus, prompts, best, split, mo
     Megatron-Core's own optimizer-step passes (model.step_passes.step_pass_bytes, 38 → 50 B an
     element): its actor (dp 1 tp 4 pp 32) steps its busiest stage's ~1.867e9 elements, +12 B ×
     1.867e9 / (3.35 TB/s × 0.8866) = + 7,543,494 ns, 210,860,541,735 ns; the split's
-    301,289,055,951 ns does not move. The GPT-OSS run: 19,483,771,293 and 27,040,008,283 ns
-    (the test above)."""
+    301,289,055,951 ns does not move. Both moved again, the same placements, when the weight
+    sync sent the whole model to each engine GPU (model.rlhf.engine.sync_weights_bytes), not
+    the tp 8 engine's share: (470,187,269,120 − 58,861,050,880) B / 50 GB/s = + 8,226,524,365
+    ns, 219,087,066,100 and 309,515,580,316 ns. The GPT-OSS run: 20,215,702,995 and
+    27,771,939,985 ns (the test above)."""
     result, tables, answers, statuses = _three(_grpo(model, gpus, prompts), monkeypatch)
     _agree(result, answers, statuses)
     for colocate in (None, True, False):

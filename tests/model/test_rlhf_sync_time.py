@@ -1,0 +1,49 @@
+"""The weight sync's seconds (:func:`model.rlhf.engine.sync_weights_bytes`): every engine GPU
+receives the policy's whole BF16 weights, whatever the engine's tp.
+
+OpenRLHF 3c3be6234 ``ppo_actor.py`` ``broadcast_to_vllm`` broadcasts each parameter whole from
+rank 0, and ``vllm_worker_wrap.py`` ``update_weight`` receives it into ``torch.empty(shape)``
+of the full shape on every engine rank before ``load_weights`` keeps the rank's shard; verl
+makes each parameter whole before its IPC bucket or its broadcast. Charging ``2·N/tp`` let a
+larger engine tp look cheaper to sync than it is."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from trainplan.model.hardware import ClusterLinks
+from trainplan.model.rlhf.engine import sync_weights_bytes
+from trainplan.model.rlhf.roles import RoleOption
+from trainplan.model.rlhf.spec import RLHFSpec, Role
+from trainplan.optimizer.rlhf.tables import RLHFProblem, cost_of
+from trainplan.scenarios.catalogue import get_model
+from trainplan.topology.accelerators import get_accelerator
+
+N_QWEN = 7_615_616_512  # qwen2.5-7b, untied embedding and output layer
+
+
+def test_sync_sends_the_whole_model_to_every_engine_gpu_at_any_tp():
+    """Qwen2.5 7B on 16 H100s (two nodes: the sync rides the 400 Gb/s NIC, 50 GB/s a
+    direction, ClusterLinks.from_device). Whole BF16 weights 2 × 7,615,616,512 =
+    15,231,233,024 B; ÷ 50e9 B/s = 0.30462466048 s at tp 1, 2 and 4 alike (the old
+    2·N/tp charge gave 0.1523 s at tp 2 and 0.0762 s at tp 4)."""
+    h100 = get_accelerator("H100-SXM")
+    links = ClusterLinks.from_device(h100)
+    assert links.across_domains() == 50e9
+    spec = RLHFSpec(
+        algorithm="grpo",
+        policy=get_model("qwen2.5-7b").model,
+        reward="rule",
+        prompts=64,
+        samples_per_prompt=16,
+        prompt_tokens=1024,
+        completion_tokens=4096,
+        framework="megatron",
+    )
+    assert sync_weights_bytes(spec.role(Role.ROLLOUT)) == 2 * N_QWEN == 15_231_233_024
+    problem = RLHFProblem(spec, h100, 16, links)
+    for tp in (1, 2, 4):
+        option = RoleOption(Role.ROLLOUT, 16, 16 // tp, tp, 1, "none", Fraction(9, 10))
+        engine = cost_of(problem, option)
+        assert engine.sync_s == 15_231_233_024 / 50e9 == 0.30462466048
+        assert engine.rollout_s > engine.sync_s
