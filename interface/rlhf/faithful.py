@@ -79,11 +79,14 @@ is verl's 2 (``tensor_model_parallel_size: 2``) where it divides the engine's GP
 (:func:`rlhf_inputs`)."""
 
 ASSUMPTIONS = (
-    "every rollout reaches its full length (no early stop, no long tail); the engine's "
-    "activation and CUDA-graph workspace inside its budget is not counted",
+    "every rollout reaches `completion_tokens` (no early stop); a wave decodes until its "
+    "longest rollout ends, `max_completion_tokens` where given (the lengths' spread between "
+    "is a uniform thinning, not their distribution); the engine's activation and CUDA-graph "
+    "workspace inside its budget is not counted",
     "decode at the HBM bandwidth × bandwidth_efficiency (default: the part's STREAM triad "
     "fraction, the optimizer step's); prefill and the forwards "
-    "at the calibrated kernel efficiency; tp collectives of decode not counted",
+    "at the calibrated kernel efficiency; a tp > 1 engine's all-reduces and logits gather "
+    "added to every prefill chunk and decode step, not overlapped",
     "the engine frees its memory outside the rollout (vLLM sleep mode, verl free_cache_engine); "
     "training roles keep their model state on their GPUs through every phase unless offloaded",
     "the critic and the reward model are counted with their base model's output layer (a value "
