@@ -183,8 +183,14 @@ def _training_options(
         # bandwidth is known; a framework that cannot run it is refused by evaluate()
         cpu_adam = trainable and dev.host_memory_bytes_per_s is not None
         modes += ["optimizer", "idle"] if cpu_adam else ["idle"]
-    for tp in _powers(training_tp_limit(problem.spec.framework, problem.max_tp or problem.node), n):
-        for pp in _powers(training_pp_limit(problem.spec.framework, n // tp), n // tp):
+    spec = problem.spec
+    # a dp rank needs a sequence of the pass: no dp above its batch, as evaluate refuses one
+    # (interface.rlhf.faithful._check_train_dp; model.rlhf.network rounds a batch up per rank)
+    batch = (spec.train_batch or spec.sequences) if trainable else spec.sequences
+    for tp in _powers(training_tp_limit(spec.framework, problem.max_tp or problem.node), n):
+        for pp in _powers(training_pp_limit(spec.framework, n // tp), n // tp):
+            if n // (tp * pp) > batch:
+                continue
             for off in modes:
                 out.append(RoleOption(role, n, n // (tp * pp), tp, pp, off))
     return out
