@@ -37,3 +37,16 @@ def test_a_planner_link_with_dimensions_plans_the_model_they_describe(page):
     expect(page.locator("#headline")).to_contain_text("on 4 × H100-SXM")
     expect(page.locator("input[name=_source][value=size]")).to_be_checked()
     expect(page.locator("#error")).to_have_text("")
+
+
+def test_an_example_link_reads_the_name_in_any_case(page):
+    """``/planner?example=FSDP-70B-64`` said the name was no example; it opens fsdp-70b-64 (70B
+    over dp 64 with ZeRO-3), as ``trainplan example FSDP-70B-64`` runs it; an unknown name is
+    refused with the command line's words (and the close names)."""
+    go(page, "/planner?example=FSDP-70B-64")
+    expect(page.locator("#layout-line")).to_contain_text("dp 64 × tp 1 × pp 1")
+    expect(page.locator("#error")).to_have_text("")
+    go(page, "/planner?example=FSDP-70C")
+    expect(page.locator("#error")).to_contain_text(
+        "example: 'FSDP-70C' is not an example; did you mean fsdp-70b-64"
+    )
