@@ -34,7 +34,7 @@ from trainplan.interface.search_commands import (
     search_problem,
     time_limit_note,
 )
-from trainplan.model.errors import PlannerError, ScenarioError
+from trainplan.model.errors import InputError, PlannerError, ScenarioError
 from trainplan.model.estimate import Estimate
 from trainplan.model.hf_config import parse_config_json
 from trainplan.model.hf_families import architecture_from_hf
@@ -48,10 +48,11 @@ from trainplan.model.key_rules import (
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.params import count_params
 from trainplan.model.step_setting_rules import check_megatron_step_settings
-from trainplan.scenarios.catalogue import get_model, model_names
+from trainplan.scenarios.catalogue import get_model, model_names, spelling_key
 from trainplan.topology.accelerators import accelerator_rows
 
 __all__ = [
+    "named_like",
     "evaluate_json",
     "check_layout_keys",
     "models_json",
@@ -237,6 +238,32 @@ def inline_accelerator(text: str) -> Any:
 
 INLINE_ORIGIN = "the request's accelerator object"
 """Where the web API's inline accelerator's figures come from, as its answer says."""
+
+
+def named_like(
+    rows: list[dict[str, Any]], name_filter: str | None, what: str, listing: str
+) -> list[dict[str, Any]]:
+    """The ``rows`` whose ``name`` holds ``name_filter`` in any case or with other separators
+    (:func:`scenarios.catalogue.spelling_key`: ``llama`` matches ``Llama3-70B``, ``h100``
+    ``H100-SXM``); every row when it is None. ``what``: the rows' kind (``model``,
+    ``accelerator``); ``listing``: the command that lists them all.
+
+    Raises
+    ------
+    InputError
+        A filter that matches no row: ``FILTER: 'x' matches no model; trainplan models lists
+        them all``.
+
+    >>> named_like([{"name": "H100-SXM"}, {"name": "B200"}], "h100", "accelerator", "trainplan gpus")
+    [{'name': 'H100-SXM'}]
+    """
+    if name_filter is None:
+        return rows
+    key = spelling_key(name_filter)
+    out = [r for r in rows if key in spelling_key(str(r["name"]))]
+    if not out:
+        raise InputError(f"FILTER: {name_filter!r} matches no {what}; {listing} lists them all")
+    return out
 
 
 def models_json() -> list[dict[str, Any]]:

@@ -12,10 +12,12 @@ from typing import Any
 from trainplan import scenarios
 from trainplan.model.errors import ScenarioError
 from trainplan.model.units import close_names, shown_text
+from trainplan.scenarios.catalogue import known_spelling
 
 __all__ = [
     "examples",
     "get_example",
+    "example_name",
     "example_params",
     "replaced",
     "run_example",
@@ -39,8 +41,23 @@ LIST = "trainplan example --list"
 
 
 def get_example(name: str, parameter: str = "example") -> dict[str, Any]:
-    """One example's table. ``parameter``: how the caller's reader gave the name (the command
-    line's ``NAME`` argument; ``example``, the page's link key), the refusal's head.
+    """One example's table, ``name`` read as :func:`example_name` reads it (any case or
+    separator). ``parameter``: how the caller's reader gave the name (the command line's
+    ``NAME`` argument; ``example``, the page's link key), the refusal's head.
+
+    Raises
+    ------
+    ScenarioError
+        For an unknown name (:func:`example_name`).
+    """
+    return examples()[example_name(name, parameter)]
+
+
+def example_name(name: str, parameter: str = "example") -> str:
+    """The example's name that ``name`` is, typed in any case or with other separators
+    (``FSDP-70B-64`` → ``fsdp-70b-64``), read by the rule a model's name is read by
+    (:func:`scenarios.catalogue.known_spelling`). ``parameter``: the refusal's head, as for
+    :func:`get_example`.
 
     Raises
     ------
@@ -50,9 +67,11 @@ def get_example(name: str, parameter: str = "example") -> dict[str, Any]:
 
     Examples
     --------
+    >>> example_name("FSDP-70B-64"), example_name("one_gpu_70B")
+    ('fsdp-70b-64', 'one-gpu-70b')
     >>> for name in ("llama3-405", "nope"):
     ...     try:
-    ...         get_example(name, "NAME")
+    ...         example_name(name, "NAME")
     ...     except ScenarioError as err:
     ...         print(err)
     NAME: 'llama3-405' is not an example; did you mean llama3-405b, llama3-405b-128k, palm-540b? \
@@ -60,8 +79,9 @@ def get_example(name: str, parameter: str = "example") -> dict[str, Any]:
     NAME: 'nope' is not an example; trainplan example --list lists them
     """
     table = examples()
-    if name in table:
-        return table[name]
+    known = known_spelling(name, table)
+    if known in table:
+        return known
     close = close_names(name, list(table))
     hint = f"did you mean {', '.join(close)}? ({LIST} lists them all)" if close else None
     hint = hint or f"{LIST} lists them"
@@ -106,7 +126,8 @@ def _merged(
 ) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """(tab, flat parameters, the example's own values dropped for the given ones) of
     :func:`example_params`."""
-    ex = get_example(name)
+    name = example_name(name)
+    ex = examples()[name]
     tab = ex["tab"]
     if tab == "planner":
         # the figures as stated: the textbook steady-state accounting, by name, with the
@@ -201,6 +222,7 @@ def run_example(name: str, overrides: dict[str, Any] | None = None) -> dict[str,
     shows as published) and, where ``overrides`` change it, ``changed`` (the values given, which
     the figures are for) and ``replaced`` (the example's own values they replaced,
     :func:`replaced`) added."""
+    name = example_name(name)
     tab, params, dropped = _merged(name, overrides)
     if tab == "planner":
         from trainplan.interface.commands import evaluate_json

@@ -96,6 +96,13 @@ def prices(value: Any, gpus: list[str]) -> dict[str, float | None]:
                 )
             pairs[name] = price
     else:
+        try:
+            parse_number(value, "gpu_hour_price")
+        except InputError:  # neither form: GPU:PRICE, a name alone
+            raise InputError(
+                f"gpu_hour_price: {shown_text(value)} is neither one price nor GPU=PRICE pairs; "
+                f"write e.g. 2.5 (every GPU) or {gpus[0]}=2.5"
+            ) from None
         return {g: _price(value, g) for g in gpus}
     unknown = sorted(set(pairs) - set(gpus))
     if unknown:

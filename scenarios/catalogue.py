@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -39,6 +40,8 @@ __all__ = [
     "entry_from_dict",
     "check_keys",
     "catalogue_name",
+    "known_spelling",
+    "spelling_key",
     "LAYOUT_KEYS",
 ]
 
@@ -334,13 +337,29 @@ def _catalogue_spelling(name: str) -> str:
     >>> _catalogue_spelling("lama3-8b")
     'lama3-8b'
     """
-    key = _spelling_key(name)
-    known = [n for n in model_names() if _spelling_key(n) == key]
+    return known_spelling(name, model_names())
+
+
+def known_spelling(name: str, names: Iterable[str]) -> str:
+    """The one of ``names`` that ``name`` is, typed in another case or with other separators
+    (spaces, hyphens, underscores): the rule a model's name is read by (:func:`catalogue_name`),
+    and a worked example's (:func:`interface.examples.get_example`); ``name`` itself when none
+    of ``names``, or more than one, is it so read.
+
+    >>> known_spelling("FSDP_70B 64", ["fsdp-70b-64", "one-gpu-70b"])
+    'fsdp-70b-64'
+    >>> known_spelling("fsdp70b", ["fsdp-70b-64"])
+    'fsdp70b'
+    """
+    key = spelling_key(name)
+    known = [n for n in names if spelling_key(n) == key]
     return known[0] if len(known) == 1 else name
 
 
-def _spelling_key(name: str) -> str:
-    """``name`` in lower case without spaces, hyphens or underscores."""
+def spelling_key(name: str) -> str:
+    """``name`` in lower case without spaces, hyphens or underscores: two names are one name
+    when their keys are equal (:func:`known_spelling`); a filter matches a name whose key holds
+    its key (:func:`interface.commands.named_like`)."""
     return re.sub(r"[\s\-_]+", "", name).lower()
 
 

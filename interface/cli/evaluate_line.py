@@ -26,6 +26,7 @@ __all__ = [
     "evaluate_line",
     "value_text",
     "answer_params",
+    "answer_defaults",
     "layout_read",
     "ANSWER_FIELDS",
     "MODEL_OPTIONS",
@@ -146,6 +147,18 @@ def answer_params(request: Any, answer: Mapping[str, Any]) -> dict[str, Any]:
     out |= {k: layout[k] for k in ANSWER_FIELDS if layout.get(k) is not None}
     settings = {k: v for k, v in request.cluster.items() if v not in (None, {}, [])}
     return layout_read(out | settings, settings)
+
+
+def answer_defaults(request: Any, answer: Mapping[str, Any]) -> dict[str, Any]:
+    """The defaults evaluate uses for a search answer (``answer``: its JSON object, under the
+    search's ``request``): :attr:`optimizer.case.Case.defaults_used` of the case its
+    ``evaluate it:`` line builds (:func:`answer_params`, :func:`interface.inputs.build_case`),
+    so the answer's text names the same ``Defaults used:`` as that evaluate (fsdp2's
+    ``tp_block_inputs = gathered``); empty where that case is refused (evaluate will say it)."""
+    try:
+        return dict(build_case(answer_params(request, answer)).defaults_used)
+    except PlannerError:
+        return {}
 
 
 def layout_read(params: Mapping[str, Any], settings: Iterable[str]) -> dict[str, Any]:

@@ -350,7 +350,7 @@ def example_cmd(
 ) -> None:
     """Run a worked example by name: a layout, pipeline, MFU, checkpointing or RLHF case, its source
     and the figures it reproduces (trainplan example --list)."""
-    from trainplan.interface.examples import example_params, examples, get_example, run_example
+    from trainplan.interface.examples import example_name, example_params, examples, run_example
 
     ctx = click.get_current_context()
     typed = {k for k, v in params.items() if v is not None and v != ()}
@@ -361,7 +361,7 @@ def example_cmd(
         _nothing_dropped(name, list_, words)
         _list(as_json)
         return
-    get_example(name, "NAME")  # an unknown name refused as the argument the user typed
+    name = example_name(name, "NAME")  # any case; an unknown name refused as the argument typed
     overrides = {k: v for k, v in params.items() if v is not None and v != ()}
     from trainplan.interface.scenario_keys import merge
 

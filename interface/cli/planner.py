@@ -292,12 +292,14 @@ def evaluate_cmd(as_json: bool, per_stage: bool, **params: Any) -> None:
     "PATH.toml: its figures, each with its source, and the catalogue part whose per-part rates "
     "it takes.",
 )
-def gpus_cmd(as_json: bool, part_file: str | None) -> None:
-    """The accelerator table: memory, dense BF16 peak, links, each with its source."""
-    from trainplan.interface.commands import gpus_json
+@click.argument("name_filter", metavar="[FILTER]", required=False)
+def gpus_cmd(as_json: bool, part_file: str | None, name_filter: str | None) -> None:
+    """The accelerator table: memory, dense BF16 peak, links, each with its source; FILTER: only
+    the accelerators whose names hold it, in any case (trainplan gpus h100)."""
+    from trainplan.interface.commands import gpus_json, named_like
     from trainplan.interface.render.tables import gpus_text
 
-    rows = gpus_json(part_file)
+    rows = named_like(gpus_json(part_file), name_filter, "accelerator", "trainplan gpus")
     if as_json:
         echo_json(rows)
         return
@@ -340,12 +342,14 @@ def _number(value: object) -> object:
 
 @cli.command("models")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def models_cmd(as_json: bool) -> None:
+@click.argument("name_filter", metavar="[FILTER]", required=False)
+def models_cmd(as_json: bool, name_filter: str | None) -> None:
     """The model catalogue: names, sizes and sources (a Sources section after the table, as
-    trainplan gpus prints)."""
-    from trainplan.interface.commands import models_json
+    trainplan gpus prints); FILTER: only the models whose names hold it, in any case
+    (trainplan models llama)."""
+    from trainplan.interface.commands import models_json, named_like
 
-    rows = models_json()
+    rows = named_like(models_json(), name_filter, "model", "trainplan models")
     if as_json:
         echo_json(rows)
         return

@@ -17,7 +17,7 @@ from trainplan.interface.cli.common import (
     echo_json,
     list_option,
 )
-from trainplan.interface.cli.evaluate_line import answer_params, evaluate_line
+from trainplan.interface.cli.evaluate_line import answer_defaults, answer_params, evaluate_line
 from trainplan.interface.cli.interrupt import interruptible, stop_between_tables
 from trainplan.interface.cli.options import (
     CALIBRATION,
@@ -372,7 +372,8 @@ def search_cmd(
                 + ("" if per_step is None else f", {dollars(per_step)} per step")
             )
         click.echo("")
-        click.echo(evaluate_text(d))
+        used = answer_defaults(request, d) if d.get("evaluate_command") else None
+        click.echo(evaluate_text(d, used))  # the defaults its evaluate line names
     exit_if(stopped)
 
 
@@ -439,5 +440,5 @@ def _per_stage(request: SearchRequest, as_json: bool) -> None:
     if run.json.get("evaluate_command"):
         click.echo(f"evaluate it: {run.json['evaluate_command']}")
     click.echo("")
-    click.echo(evaluate_text(run.json))
+    click.echo(evaluate_text(run.json, answer_defaults(request, run.json)))
     exit_if(stopped)

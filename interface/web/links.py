@@ -22,7 +22,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 
 from trainplan.interface.cli.names import option_names
-from trainplan.interface.examples import example_params, examples
+from trainplan.interface.examples import example_name, example_params, examples
 from trainplan.interface.scenario_file import CLUSTER_KEYS
 from trainplan.interface.tabs import fmt_number
 from trainplan.interface.web.api import API_ONLY, json_response, pairs
@@ -152,13 +152,17 @@ def examples_endpoint(request: Request) -> Response:
     """The named examples, `trainplan example --list --json`, each with its `source`, the `page`
     that shows it and the `query` (name, value pairs) that opens it there; and `aliases`: per
     page, the other names a link may give its parameters (name → the page's name); and `names`:
-    per page, its own parameter names."""
-    if pairs(request):
-        raise InputError("examples: takes no parameters")
-    return json_response(
-        {
-            "examples": examples_json(),
-            "aliases": {page: aliases(page) for page in PAGE_COMMANDS},
-            "names": {page: list(names(page)) for page in PAGE_COMMANDS},
-        }
-    )
+    per page, its own parameter names. With `example=NAME`: also `example`, the example's name
+    that NAME is in any case or separator (:func:`interface.examples.example_name`; an unknown
+    name refused as the command line refuses it), for a link's `example=`."""
+    given = pairs(request)
+    if [k for k, _ in given] not in ([], ["example"]):
+        raise InputError("examples: takes no parameters but example (a name to read)")
+    out = {
+        "examples": examples_json(),
+        "aliases": {page: aliases(page) for page in PAGE_COMMANDS},
+        "names": {page: list(names(page)) for page in PAGE_COMMANDS},
+    }
+    if given:
+        out["example"] = example_name(given[0][1])
+    return json_response(out)

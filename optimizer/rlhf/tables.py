@@ -9,7 +9,8 @@ cluster, and what those of an eighth or more leave of it (so two pools can fill 
 work grows with the input's size (its digits), not with the GPU count. Pools pack onto nodes,
 as verl's and NeMo-RL's resource pools do (whole nodes per pool).
 On a pool of n GPUs a training or scoring role may take any dp·tp·pp = n with tp a power of two
-within the NVLink domain and pp a power of two (``evaluate()``'s legality rules decide the rest:
+within the NVLink domain, pp a power of two and dp at most the sequences it scores or trains on
+(evaluate's placement refuses a rank with none; ``evaluate()``'s legality rules decide the rest:
 heads, KV heads and s divisible by tp; the framework's rules) and an offload mode (``none``;
 ``optimizer`` for a trainable role on an accelerator with host-link and host-memory bandwidths,
 refused like any illegal layout where the framework cannot run CPU Adam alone —
@@ -183,9 +184,11 @@ def _training_options(
         # bandwidth is known; a framework that cannot run it is refused by evaluate()
         cpu_adam = trainable and dev.host_memory_bytes_per_s is not None
         modes += ["optimizer", "idle"] if cpu_adam else ["idle"]
-    for tp in _powers(training_tp_limit(problem.spec.framework, problem.max_tp or problem.node), n):
-        for pp in _powers(training_pp_limit(problem.spec.framework, n // tp), n // tp):
-            for off in modes:
+    spec = problem.spec  # no dp above the pass's sequences (faithful._check_train_dp refuses it)
+    batch = (spec.train_batch or spec.sequences) if trainable else spec.sequences
+    for tp in _powers(training_tp_limit(spec.framework, problem.max_tp or problem.node), n):
+        for pp in _powers(training_pp_limit(spec.framework, n // tp), n // tp):
+            for off in modes if n // (tp * pp) <= batch else ():
                 out.append(RoleOption(role, n, n // (tp * pp), tp, pp, off))
     return out
 

@@ -52,7 +52,9 @@ def test_input_pass_keeps_the_saved_tensors_by_hand():
 
 
 def test_split_schedule_stage_reads_the_retained_working_set():
-    """Llama 3 8B, pp 2, fsdp2, full recomputation: rank 1 (layers 8–24 under the V placement,
+    """Llama 3 8B, pp 2, fsdp2, no recomputation (the split schedules refuse any:
+    model.schedule_support.split_recompute_rule; the working set is the backward's, whatever the
+    forward saved): rank 1 (layers 8–24 under the V placement,
     torchtitan's split 8, 9, 8, 7; no output layer) holds the retained working set under ZB-V and DualPipeV, the released one
     under 1F1B. Under 1F1B rank 1 is the last stage: beside it PyTorch's stage holds the
     micro-batch's BF16 logits in ``fwd_cache`` until its backward ends
@@ -62,7 +64,7 @@ def test_split_schedule_stage_reads_the_retained_working_set():
     for schedule, v, want in (("zb-v", 2, 771_751_936), ("dualpipev", 2, 771_751_936),
                               ("1f1b", 1, 536_870_912 + pred)):  # fmt: skip
         layout = Layout(
-            tp=1, pp=2, dp=4, recompute="full", framework="fsdp2", schedule=schedule,
+            tp=1, pp=2, dp=4, recompute="none", framework="fsdp2", schedule=schedule,
             virtual_stages=v,
         )  # fmt: skip
         own = stage_layers(LLAMA_8B, 2, v, layout.split_rule, None, schedule)[1]
@@ -76,7 +78,7 @@ LLAMA2_70B = get_model("llama2-70b").model.arch
 def _rank0(schedule: str, v: int) -> StageActivations:
     training = TrainingSpec(seq_len=4096, global_batch_size=64)
     layout = Layout(
-        tp=8, pp=4, dp=8, recompute="full", framework="fsdp2", schedule=schedule,
+        tp=8, pp=4, dp=8, recompute="none", framework="fsdp2", schedule=schedule,
         virtual_stages=v, sequence_parallel=True,
     )  # fmt: skip
     own = stage_layers(LLAMA2_70B, 4, v, layout.split_rule, None, schedule)[0]
@@ -85,7 +87,8 @@ def _rank0(schedule: str, v: int) -> StageActivations:
 
 def test_split_schedule_keeps_the_output_layer_on_the_loss_rank():
     """Llama 2 70B (h 8,192, 64 heads, 8 K/V heads of 128, f 28,672, V 32,000), s 4,096, b 1,
-    tp 8 SP, pp 4, fsdp2, full recomputation, rank 0 under the V placement (stage 0 and the
+    tp 8 SP, pp 4, fsdp2, no recomputation (the split schedules refuse any:
+    model.schedule_support.split_recompute_rule), rank 0 under the V placement (stage 0 and the
     last stage, with the output layer and the loss). No device: no attention workspace.
 
     n = 2·4,096·8,192/8 = 8,388,608; H = 67,108,864; f = 2·4,096·28,672/8 = 29,360,128
@@ -98,18 +101,19 @@ def test_split_schedule_keeps_the_output_layer_on_the_loss_rank():
     or stage 0's backward (DualPipeV's overlapped F(last stage) + B(stage 0)): freed 0.
     The BF16 logits themselves, the last stage's output, stay in PyTorch's ``fwd_cache`` until
     that micro-batch's ``backward_one_chunk`` returns (model.loss_memory.pipeline_pred_bytes):
-    another 32,768,000. The layers' phase, R + W, beats the loss phase on this rank, so the
-    peak is
-        layers + output layer + pipeline outputs + R + 275,251,200.
+    another 32,768,000. Without recomputation R = 0, and the layers' phase, R + W =
+    275,251,200, beats the loss phase on this rank, so the peak is
+        layers + output layer + pipeline outputs + 275,251,200.
     """
     for schedule in ("zb-v", "dualpipev"):
         a = _rank0(schedule, 2)
         assert a.output_layer_freed_bytes == 0, schedule
         assert a.backward_working_bytes == 209_715_200 + 2 * 32_768_000, schedule
-        assert a.layer_backward_bytes == a.recompute_transient_bytes + 275_251_200
+        assert a.recompute_transient_bytes == 0, schedule
+        assert a.layer_backward_bytes == 275_251_200
         assert a.layer_backward_bytes > a.loss_transient_bytes
         rest = a.layers_bytes + a.embedding_bytes + a.pipeline_output_bytes
-        assert a.total_bytes == rest + a.recompute_transient_bytes + 275_251_200
+        assert a.total_bytes == rest + 275_251_200
     # 1F1B puts the output layer on the last rank and releases it before the layers' backward
     # (torchtitan's split of 80 layers over 4 stages is 20, 21, 20, 19: the last holds 61–79)
     training = TrainingSpec(seq_len=4096, global_batch_size=64)

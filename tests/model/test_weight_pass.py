@@ -57,14 +57,16 @@ def test_gpt3_175b_tp16_b4_by_hand():
 
 def test_gpt3_pp4_zb_v_rank3_holds_seven_chunks_of_twelve_layers():
     """GPT-3 175B, tp 16, pp 4, ZB-V (v 2: 8 stages; torchtitan's split of 96 layers is 12, 13,
-    12 × 5, 11, so rank 3's stages 3 and 4 hold 12 layers each), b 4, fsdp2: rank 3 has at most
+    12 × 5, 11, so rank 3's stages 3 and 4 hold 12 layers each), b 4, fsdp2, no recomputation
+    (the split schedules refuse any: model.schedule_support.split_recompute_rule; the gradients
+    a W waits on are the layer's output gradients whatever it saved): rank 3 has at most
     2·3 + 1 = 7 chunk micro-batches between their I and their W (PyTorch's order, simulated), each
     of 12 layers: 7·12·515,899,392 = 43,335,548,928 bytes beside the kept layers; 1F1B keeps
     none."""
     assert w_pending("zb-v", 4, 16, 3) == simulate(4, 16, "zb-v").peak_w_pending(3) == 7
     training = TrainingSpec(seq_len=2048, global_batch_size=1536)
     layout = Layout(
-        tp=16, pp=4, recompute="selective", framework="fsdp2", schedule="zb-v",
+        tp=16, pp=4, recompute="none", framework="fsdp2", schedule="zb-v",
         virtual_stages=2, sequence_parallel=True, micro_batch_size=4,
     )  # fmt: skip
     own = stage_layers(GPT3, 4, 2, layout.split_rule, None, "zb-v")[3]
@@ -79,7 +81,8 @@ def test_gpt3_pp4_zb_v_rank3_holds_seven_chunks_of_twelve_layers():
 
 
 def test_dualpipev_rank_r_holds_r_plus_one_chunks():
-    """DualPipeV, Llama 3 8B, pp 2 (4 stages), tp 1, s 8,192, b 1, full recomputation, fsdp2:
+    """DualPipeV, Llama 3 8B, pp 2 (4 stages), tp 1, s 8,192, b 1, no recomputation (the split
+    schedules refuse any, model.schedule_support.split_recompute_rule), fsdp2:
     torchtitan's split of 32 layers over 4 stages is 8, 9, 8, 7 (34 effective layers, the first
     two stages one more, the ends one back), so rank 1 holds stage 1 (9 layers) and stage 2 (8).
     It has at most 2 chunk micro-batches between I and W (PyTorch's ScheduleDualPipeV order,
@@ -88,7 +91,7 @@ def test_dualpipev_rank_r_holds_r_plus_one_chunks():
     assert w_pending("dualpipev", 2, 8, 1) == simulate(2, 8, "dualpipev").peak_w_pending(1) == 2
     training = TrainingSpec(seq_len=8192, global_batch_size=64)
     layout = Layout(
-        tp=1, pp=2, dp=4, recompute="full", framework="fsdp2", schedule="dualpipev",
+        tp=1, pp=2, dp=4, recompute="none", framework="fsdp2", schedule="dualpipev",
         virtual_stages=2,
     )  # fmt: skip
     own = stage_layers(LLAMA_8B, 2, 2, layout.split_rule, None, "dualpipev")[1]

@@ -148,7 +148,6 @@ def test_a_value_that_does_not_apply_is_marked_not_the_field_it_asks_for(page, q
     "query, line",
     [
         ("model=llama3-70b&layers=12", "layers: 12 does not apply: model llama3-70b has its own"),
-        ("kv_heads=2", "kv-heads: 2 does not apply: model llama3-70b has its own"),  # default model
     ],
 )
 def test_a_link_with_a_model_and_its_dimensions_says_they_do_not_apply(page, query, line):
@@ -161,6 +160,20 @@ def test_a_link_with_a_model_and_its_dimensions_says_they_do_not_apply(page, que
     expect(error).to_contain_text("give them with params instead of model")
     page.fill("input[name=tp]", "4")  # an edit: the link's error has been read
     expect(error).to_be_hidden()
+
+
+def test_a_link_with_a_dimension_and_no_model_is_read_as_the_command_line_reads_it(page):
+    """``/planner?kv_heads=2`` (a dimension, no model, no size) showed the default model beside
+    the refusal ``kv-heads: 2 does not apply: model llama3-70b has its own``. A link's dimensions
+    without a model now open the size fields (tests/web/test_browser_newuser47b.py), the size's
+    default not sent beside them, so the page refuses what ``trainplan evaluate --kv-heads 2``
+    refuses, in its words."""
+    go(page, "/planner?kv_heads=2")
+    expect(page.locator("input[name=_source][value=size]")).to_be_checked()
+    expect(page.locator("#error")).to_contain_text(
+        "model: give model NAME (a catalogue name or a config.json path), params SIZE, or the "
+        "dimensions layers hidden heads"
+    )
 
 
 def test_a_word_of_an_aside_is_not_the_field_edited(page):

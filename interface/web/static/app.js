@@ -270,7 +270,14 @@ const TP = (() => {
     const raw = new URLSearchParams(location.search);
     leftOut = raw.get("large") || "";
     raw.delete("large"); // the page's marker (largeLink), never a parameter
-    const exName = raw.get("example");
+    let exName = raw.get("example");
+    if (exName && !INFO.examples.some((e) => e.name === exName)) {
+      // another case or separator (FSDP-70B-64), read by the server's rule as the command line
+      // reads it (interface.examples.example_name); an unknown name, its refusal
+      const body = await fetch(`/api/examples?${new URLSearchParams({ example: exName })}`).then((r) => r.json()).catch(() => ({}));
+      if (body.example) raw.set("example", (exName = body.example));
+      else if (body.error) { raw.delete("example"); startError = body.error; exName = null; }
+    }
     const ex = exName && INFO.examples.find((e) => e.name === exName);
     if (ex && ex.page !== PAGE) return go(`/${ex.page}?${raw}`);
     // the uploaded file a shortened address left out (setAddress), back beside the link's names

@@ -6,7 +6,11 @@
   const params = TP.restoreLarge(new URLSearchParams(location.search)); // the uploaded file too
   // a link that left its uploaded file out (TP.largeLink) and found none in this tab: the file's
   // source, waiting for the file, not the default model's figures for the link's layout
-  const source = params.get("config") || TP.leftOut().includes("config") ? "config" : params.get("params") ? "size" : "catalogue";
+  // A link with model dimensions and no model (/planner?arch=gpt&layers=80&…): the model by its
+  // dimensions, as the command line plans it, not the default catalogue model.
+  const dimsGiven = TP.$$("[data-source=size] [name]", form).some((el) => el.name !== "params" && params.get(el.name));
+  const source = params.get("config") || TP.leftOut().includes("config") ? "config"
+    : params.get("params") || (dimsGiven && !params.get("model")) ? "size" : "catalogue";
   TP.$(`input[name=_source][value=${source}]`).checked = true;
 
   function showSource() {
