@@ -19,6 +19,7 @@ from trainplan.interface.search_notes import (
     infeasible_json,
     limit_note,
     params_meta,
+    schedule_note,
     time_limit_note,
     unused_note,
     with_headroom,
@@ -147,6 +148,7 @@ def search_json(
     answers = [_answer(a, problem, in_units) for a in result.answers]
     for d in answers:
         d["notes"] += [unused] if unused else []
+        d["notes"] += filter(None, [schedule_note(searched.space.schedules, d["layout"])])
     meta = _search_meta(result, len(problem.jobs), limit) | extra
     best = in_units(result.best.objective)[1]
     cost = settings_json(request, problem, best, started, on_tables, web) if compare else None

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from trainplan.optimizer.tables import CostTables
 
 __all__ = [
-    "unused_note", "with_unused", "time_limit_note", "limit_note", "frontier_cut_note",
+    "unused_note", "with_unused", "schedule_note", "time_limit_note", "limit_note", "frontier_cut_note",
     "infeasible_json", "params_meta", "params_note",
     "headroom_note", "headroom_notes", "with_headroom",
 ]  # fmt: skip
@@ -43,6 +43,26 @@ def unused_note(unused: Sequence[tuple[str, int | str, str]]) -> str | None:
         return None
     each = [f"{axis} {v} ({refusal(why, _RULE_HEADS)})" for axis, v, why in unused]
     return "requested values no layout uses: " + "; ".join(each)
+
+
+def schedule_note(schedules: Sequence[Any], layout: Any) -> str | None:
+    """The note for an answer without a pipeline (``layout``'s ``pp`` 1) when the schedules
+    searched (``schedules``, the space's) leave out ``1f1b``, the one name a pp 1 layout takes
+    (:func:`optimizer.space._schedules`: at pp 1 the schedules coincide): the schedule asked
+    for did not run; None otherwise.
+
+    >>> schedule_note(["zb-v"], {"pp": 1})[:70]
+    'the answer has pp 1 (no pipeline), so schedule zb-v does not run: it i'
+    >>> schedule_note(["1f1b", "zb-v"], {"pp": 1}) is None
+    True
+    """
+    asked = [str(s) for s in schedules]
+    if layout.get("pp") != 1 or "1f1b" in asked:
+        return None
+    return (
+        f"the answer has pp 1 (no pipeline), so schedule {', '.join(asked)} does not run: it is "
+        "labelled 1f1b; give `pp` values above 1 to search pipelines only"
+    )
 
 
 def with_unused(err: InfeasibleError, problem: Problem, tables: CostTables) -> InfeasibleError:
