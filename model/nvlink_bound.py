@@ -47,21 +47,7 @@ from trainplan.model.xp import logical_not, minimum, where
 if TYPE_CHECKING:
     from trainplan.model.roofline import RooflineParams
 
-__all__ = ["nvlink_binds", "ring_busbw", "ring_caps"]
-
-
-def nvlink_binds(bandwidth: Any, scaleup: Any, nvlink: Any) -> Any:
-    """Whether a link across NVLink domains (``scaleup`` false) of ``bandwidth`` bytes/s a GPU
-    is bound by the cluster's NVLink ``nvlink`` (bytes/s a direction; 0: unknown): its
-    bandwidth reached it (:func:`model.step_time.rings_bandwidth` caps ``g × NIC`` there).
-    Element-wise.
-
-    >>> nvlink_binds(200e9, False, 200e9), nvlink_binds(400e9, False, 450e9)
-    (True, False)
-    >>> nvlink_binds(900e9, True, 900e9), nvlink_binds(50e9, False, 0.0)
-    (False, False)
-    """
-    return logical_not(scaleup) & (nvlink > 0) & (bandwidth >= nvlink)
+__all__ = ["ring_busbw", "ring_caps"]
 
 
 def ring_busbw(bandwidth: Any, scaleup: Any, nvlink: Any, p: RooflineParams) -> Any:

@@ -58,8 +58,9 @@ def part_sentences(device: DeviceSpec) -> list[str]:
 
 def nvlink_bound_said(p: RooflineParams) -> str:
     """The NVLink bound of a ring across domains (:func:`model.nvlink_bound.ring_busbw`), said
-    on parts NCCL runs on: where the NICs of a domain's members reach its NVLink, the ring moves
-    at NVLink × the scale-up efficiency."""
+    on parts NCCL runs on: the ring moves at the slower of its members' NICs × the scale-out
+    efficiency and NVLink × the scale-up efficiency, so NVLink binds wherever its figure is
+    the lower."""
     if not nccl_arch(p.part):
         return ""
     return f", NVLink × {p.scaleup_efficiency:g} across domains where NVLink binds the ring"
