@@ -42,9 +42,9 @@ NCCL (``NVIDIA/nccl`` at 5067397c; NCCL's defaults, no ``NCCL_*`` variable set):
   (:func:`model.nvls.nvls_ring`) and NVLS's memory read: 8 H100s 8 × min(40 × 0.85 × 7/8 × 2,
   60) = 476 GB/s against the ring's 360 at the same ``n/(2(n − 1))``; across nodes (8 a node,
   400 Gb/s NICs) NVLS-tree's 8 × min(59.5, 48, ``perChMaxNVLSTreeBw`` 45.5) = 364 GB/s against
-  the ring's 8 × 48 = 384 at the same ratio, with 25 + 2·log2(nodes)·20.9 µs of latency
-  against the ring's ~3.4 µs a step and 14 µs a network step (×1.4, the ring's plateau), so
-  NVLS-tree below about 1 GB at 4 nodes and far beyond at more. Inside a node NVLS's bus
+  the ring's 8 × 45 = 360 at the same ratio (:func:`inter_search`: the ring's channels cross
+  the NVLinks too), with 25 + 2·log2(nodes)·20.9 µs of latency against the ring's ~3.4 µs a
+  step and 14 µs a network step (×1.4, the ring's plateau), so NVLS-tree at every size. Inside a node NVLS's bus
   bandwidth falls with the GPUs (:mod:`model.nccl_search`): at 2 or 4 GPUs of an H100 node the
   NVLS all-reduce's 2 × min(51, 60) = 102 and 4 × min(76.5, 60) = 240 GB/s are under the
   ring's 360, so NCCL runs it as a ring, on the ring's 24 blocks, not NVLS's 16

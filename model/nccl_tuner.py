@@ -237,8 +237,9 @@ def candidate_seconds(
 
     Examples
     --------
-    A 1 MiB all-reduce over 64 H100s, 8 a node (8 NICs of 50 GB/s at 0.96: 384 GB/s bus; the
-    ring graph's 8 channels). The ring in LL128: 14 + 14 × 4.0 + 112 × 1.9 µs and
+    A 1 MiB all-reduce over 64 H100s, 8 a node, given a ring bus bandwidth of 384 GB/s (8 NICs
+    of 50 GB/s at 0.96; the planner's own H100 ring runs at 360, bound by NVLink too,
+    :func:`model.nvlink_bound.ring_busbw`) and the ring graph's 8 channels. The ring in LL128: 14 + 14 × 4.0 + 112 × 1.9 µs and
     2·63∕64 MiB at min(0.92 × 384, 8 × 36.7) = 293.6 GB/s; in Simple (8.4 + 14 × 14 + 112 ×
     3.4) × 1.4 µs (the plateau) and the bytes at 384. The tree in Simple 8.4 + 2 × (7 × 4.0 +
     3 × 14) µs and 1 MiB at min(0.92 × 384, 8 × 36.0) × 0.5 × 0.5 (the correction at
