@@ -194,7 +194,9 @@ KEY_HELP: dict[str, str] = {
     "E x C rows computed and sent whatever the routing.",
     "moe_imbalance": "MoE: routed rows the busiest expert-parallel rank receives / the mean "
     "(>= 1; default 1, balanced). Sets that rank's expert GEMMs, all-to-all receive and the "
-    "memory of the rows its experts receive.",
+    "memory of the rows its experts receive. One figure for every ep a search tries: "
+    "measure it at the ep you run (fewer ranks hold more experts each and are less uneven; "
+    "at ep 1 it has no effect).",
     "moe_node_limit": "MoE with the deepep dispatcher: nodes a token's experts may span "
     "(DeepSeek-V3's node-limited routing, M = 4; Megatron-Core's --moe-router-group-topk with "
     "its --moe-router-num-groups = nodes).",
