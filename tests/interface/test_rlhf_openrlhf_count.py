@@ -115,18 +115,9 @@ def test_the_search_no_longer_offers_the_actor_at_dp_8_for_4_rollouts(monkeypatc
     assert r.best.plan.step_s == pytest.approx(18.305 + 0.025, abs=0.001)
     monkeypatch.setattr(network, "check_split_count", lambda spec, role, dp: None)
     old = search_placement(_problem(2, 2, 8))
-    assert next(o.dp for o in old.best.options if o.role is Role.ACTOR) == 8
-    # 5.990 s before the DeepSpeed all-reduce, 6.010 s before the engine's tp all-reduces
-    # and the embedding's all-reduce and the logits gather at tp 8: 7/8 received, 26.61 µs
-    extra8 = (
-        4_096 * 1.75 * decode + 1.75 * prefill + 4_097 * 0.875 * 4 * 152_064 * 2 / (busbw * 1e9)
-    )
-    assert extra8 == pytest.approx(0.241, abs=1e-3)
-    # and the old answer's actor (dp 8, CPU Adam) its own CPU step at 31.777 GB/s: + cpu / 2
-    # and its scoring as forward-only pipelines: 0.024 s more
-    # and the tp 8 engine's whole-model sync: (15,231,233,024 − 1,904,261,632) B / 450 GB/s
-    sync8 = (15_231_233_024 - 1_904_261_632) / 450e9
-    assert sync8 == pytest.approx(0.0296, abs=1e-4)
-    step = 6.010 + tp8 + extra8 + cpu / 2 + 0.024 + sync8
-    assert old.best.plan.step_s == pytest.approx(step, abs=0.001)
-    assert old.best.plan.step_s == pytest.approx(14.202, abs=0.001)
+    # without OpenRLHF's count rule the actor at dp 8 is no longer offered either: a dp above
+    # the 4 sequences leaves a rank with none, which the tables now leave out
+    # (optimizer.rlhf.tables._training_options, the rule interface.rlhf.faithful._check_train_dp
+    # refuses); the old answer, dp 8 at 14.202 s, is gone and the answer stays the one above
+    assert next(o.dp for o in old.best.options if o.role is Role.ACTOR) == 4
+    assert old.best.plan.step_s == pytest.approx(r.best.plan.step_s, abs=0.001)
