@@ -89,10 +89,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import partial
 
-from trainplan.model.errors import InputError, LayoutError
+from trainplan.model.errors import LayoutError
+from trainplan.model.rollout_checks import check_fraction, check_rollout
 from trainplan.model.rollout_reduce import wave_reduce_seconds
 from trainplan.model.specs import Architecture
-from trainplan.model.units import shown_number
 
 __all__ = [
     "KV_CACHE_BYTES",
@@ -111,30 +111,6 @@ __all__ = [
 
 KV_CACHE_BYTES = 2
 """Bytes per cached K or V element: BF16 (vLLM ``kv_cache_dtype="auto"``: the model dtype)."""
-
-
-def check_fraction(value: Fraction, name: str = "engine_memory_fraction") -> Fraction:
-    """An engine memory fraction in (0, 1) (vLLM ``gpu_memory_utilization``, SGLang
-    ``mem_fraction_static``).
-
-    Raises
-    ------
-    InputError
-        ``engine_memory_fraction: 1.2 must be above 0 and below 1 …`` for 0, 1 or anything
-        outside.
-
-    Examples
-    --------
-    >>> check_fraction(Fraction(1, 2))
-    Fraction(1, 2)
-    """
-    if not 0 < value < 1:
-        raise InputError(
-            f"{name}: {shown_number(value)} must be above 0 and below 1 (a fraction, or a percent "
-            "such as 40%): the share of each GPU's memory the rollout engine takes (vLLM "
-            "gpu_memory_utilization, SGLang mem_fraction_static)"
-        )
-    return value
 
 
 def kv_heads_per_gpu(arch: Architecture, tp: int) -> int:
@@ -379,37 +355,6 @@ def wave_seconds(
     return prefill, decode, bound
 
 
-def check_rollout(
-    concurrent: int,
-    hbm_bytes_per_s: float,
-    bandwidth_efficiency: float,
-    completion_tokens: int,
-    max_completion_tokens: int | None,
-) -> int:
-    """The decode steps of a wave (``max_completion_tokens``, else the mean completion) once the
-    rollout's inputs are checked.
-
-    Raises
-    ------
-    InputError
-        ``concurrent`` below 1 (the engine holds no sequence), a bandwidth that is not positive,
-        or ``max_completion_tokens`` below the mean completion.
-
-    >>> check_rollout(64, 3.35e12, 1.0, 4096, None), check_rollout(64, 3.35e12, 1.0, 4096, 8192)
-    (4096, 8192)
-    """
-    if concurrent < 1:
-        raise InputError("rollout: the engine's KV space holds no sequence at full length")
-    if hbm_bytes_per_s <= 0 or bandwidth_efficiency <= 0:
-        raise InputError("rollout: HBM bandwidth and its efficiency must be positive")
-    longest = max_completion_tokens or completion_tokens
-    if longest < completion_tokens:
-        raise InputError(
-            f"max_completion_tokens: {longest} is below the mean completion of {completion_tokens}"
-        )
-    return longest
-
-
 def all_waves(
     sequences: int, concurrent: int, wave: Callable[[int], tuple[Fraction, Fraction, int]]
 ) -> tuple[Fraction, Fraction, int, int]:
@@ -474,11 +419,9 @@ def rollout_time(
     rest, each :func:`wave_seconds` at ``peak × kernel_efficiency`` and ``hbm ×
     bandwidth_efficiency``, decoding ``max_completion_tokens`` steps when given (T_max > Tc: a
     wave holds ``c·Tc/T_max`` sequences live on average, the module docstring). Weight sync:
-    ``sync_bytes`` at ``sync_bytes_per_s`` (0 when no bandwidth is given). ``tp_reduce``: one
-    forward's tp collectives (:func:`model.rollout_reduce.forward_collectives`), added to every
-    prefill chunk and decode step (:func:`model.rollout_reduce.wave_reduce_seconds`).
-    ``saved_prompt_tokens``: prompt tokens a sequence reuses from the prefix cache on average,
-    not prefilled (:mod:`model.rollout_prefix`).
+    ``sync_bytes`` at ``sync_bytes_per_s`` (0 without a bandwidth). ``tp_reduce``: one forward's
+    tp collectives (:func:`model.rollout_reduce.forward_collectives`), added to every prefill
+    chunk and decode step; ``saved_prompt_tokens``: :mod:`model.rollout_prefix`.
 
     Raises
     ------
@@ -496,9 +439,8 @@ def rollout_time(
     >>> t.waves, t.memory_bound_steps, t.total_steps
     (2, 8192, 8192)
     """
-    longest = check_rollout(
-        concurrent, hbm_bytes_per_s, bandwidth_efficiency, completion_tokens, max_completion_tokens
-    )
+    longest = check_rollout(concurrent, hbm_bytes_per_s, bandwidth_efficiency, completion_tokens,
+                            max_completion_tokens)  # fmt: skip
     wave = partial(wave_seconds, active_params=active_params, weights_bytes=weights_bytes,
                    kv_per_token_bytes=kv_per_token_bytes, prompt_tokens=prompt_tokens,
                    completion_tokens=completion_tokens, steps=longest, tp=tp,
@@ -507,8 +449,7 @@ def rollout_time(
                    saved_prompt_tokens=saved_prompt_tokens)  # fmt: skip
     prefill, decode, bound, waves = all_waves(sequences_per_replica, concurrent, wave)
     per_wave = (sequences_per_replica, concurrent, prompt_tokens, completion_tokens, longest)
-    reduce = tp_reduce if tp > 1 else None
-    ar_prefill, ar_decode = _all_reduces(reduce, *per_wave, saved_prompt_tokens)
+    ar_prefill, ar_decode = _all_reduces(tp_reduce if tp > 1 else None, *per_wave, saved_prompt_tokens)  # fmt: skip
     sync = sync_bytes / Fraction(sync_bytes_per_s) if sync_bytes and sync_bytes_per_s else 0
     seconds = (prefill + ar_prefill, decode + ar_decode, sync, ar_prefill + ar_decode)
     prefill_s, decode_s, sync_s, reduce_s = map(float, seconds)
