@@ -89,10 +89,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import partial
 
-from trainplan.model.errors import InputError, LayoutError
+from trainplan.model.errors import LayoutError
+from trainplan.model.rollout_checks import check_fraction, check_rollout
 from trainplan.model.rollout_reduce import wave_reduce_seconds
 from trainplan.model.specs import Architecture
-from trainplan.model.units import shown_number
 
 __all__ = [
     "KV_CACHE_BYTES",
@@ -111,30 +111,6 @@ __all__ = [
 
 KV_CACHE_BYTES = 2
 """Bytes per cached K or V element: BF16 (vLLM ``kv_cache_dtype="auto"``: the model dtype)."""
-
-
-def check_fraction(value: Fraction, name: str = "engine_memory_fraction") -> Fraction:
-    """An engine memory fraction in (0, 1) (vLLM ``gpu_memory_utilization``, SGLang
-    ``mem_fraction_static``).
-
-    Raises
-    ------
-    InputError
-        ``engine_memory_fraction: 1.2 must be above 0 and below 1 …`` for 0, 1 or anything
-        outside.
-
-    Examples
-    --------
-    >>> check_fraction(Fraction(1, 2))
-    Fraction(1, 2)
-    """
-    if not 0 < value < 1:
-        raise InputError(
-            f"{name}: {shown_number(value)} must be above 0 and below 1 (a fraction, or a percent "
-            "such as 40%): the share of each GPU's memory the rollout engine takes (vLLM "
-            "gpu_memory_utilization, SGLang mem_fraction_static)"
-        )
-    return value
 
 
 def kv_heads_per_gpu(arch: Architecture, tp: int) -> int:
@@ -204,11 +180,14 @@ class EngineMemory:
     limited_by: str
     """What sets ``concurrent``: ``max_num_seqs``, ``sequences`` (the replica has no more) or
     ``kv_space``."""
+    kv_shared_bytes: Fraction = Fraction(0)
+    """Of ``kv_per_sequence_bytes``, what a sequence does not hold itself on average: prompt
+    blocks an earlier sample of its prompt holds (:mod:`model.rollout_prefix`; 0 without)."""
 
     @property
     def kv_cache_bytes(self) -> Fraction:
-        """KV cache of the ``concurrent`` sequences at full length (≤ ``kv_space_bytes``)."""
-        return Fraction(self.concurrent * self.kv_per_sequence_bytes)
+        """KV cache of the ``concurrent`` sequences at full length, shared prompt blocks once."""
+        return self.concurrent * (self.kv_per_sequence_bytes - self.kv_shared_bytes)
 
     @property
     def fits(self) -> bool:
@@ -225,12 +204,14 @@ def engine_memory(
     sequences_per_replica: int,
     seq_tokens: int,
     tp: int,
+    saved_tokens: Fraction = Fraction(0),
 ) -> EngineMemory:
     """The engine's memory on one GPU and how many sequences it decodes at once.
 
     ``device_bytes``: the GPU's bytes (its HBM); ``fraction``: vLLM's ``gpu_memory_utilization``;
     ``weights_bytes``: the engine's weights on one GPU; ``sequences_per_replica``: rollouts this
-    engine replica (tp GPUs) generates in the step; ``seq_tokens``: prompt + completion tokens.
+    engine replica (tp GPUs) generates in the step; ``seq_tokens``: prompt + completion tokens;
+    ``saved_tokens``: prompt tokens a sequence shares on average (:mod:`model.rollout_prefix`).
 
     Raises
     ------
@@ -257,7 +238,8 @@ def engine_memory(
     budget = fraction * device_bytes
     kv_space = budget - weights_bytes
     per_seq = kv_bytes_per_token(arch, tp) * seq_tokens
-    room = max(0, math.floor(kv_space / per_seq))
+    shared = kv_bytes_per_token(arch, tp) * saved_tokens
+    room = max(0, math.floor(kv_space / (per_seq - shared)))
     concurrent = min(max_num_seqs, sequences_per_replica, room)
     if concurrent == room and room < min(max_num_seqs, sequences_per_replica):
         limited = "kv_space"
@@ -265,7 +247,7 @@ def engine_memory(
         limited = "sequences"
     else:
         limited = "max_num_seqs"
-    return EngineMemory(budget, weights_bytes, kv_space, per_seq, concurrent, limited)
+    return EngineMemory(budget, weights_bytes, kv_space, per_seq, concurrent, limited, shared)
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,15 +316,18 @@ def wave_seconds(
     tp: int,
     flops_per_s: Fraction,
     bytes_per_s: Fraction,
+    saved_prompt_tokens: Fraction = Fraction(0),
 ) -> tuple[Fraction, Fraction, int]:
     """(prefill seconds, decode seconds, memory-bound decode steps) of one wave of ``c``
     sequences on one engine replica of ``tp`` GPUs.
 
-    Prefill: ``2·N_active·c·Tp / tp`` FLOPs per GPU at ``flops_per_s`` (peak × kernel
-    efficiency). Then ``steps`` (T_max) decode steps with ``l = c·Tc/T_max`` sequences live on
-    average (``c`` when the longest rollout is the mean, Tc = ``completion_tokens``; the module
-    docstring), step t computing ``2·N_active·l / tp`` FLOPs and reading ``weights + l·kv·(Tp +
-    t)`` bytes per GPU at ``bytes_per_s`` (HBM × bandwidth efficiency): :func:`decode_seconds`.
+    Prefill: ``2·N_active·c·(Tp − s) / tp`` FLOPs per GPU at ``flops_per_s`` (peak × kernel
+    efficiency; ``s``: ``saved_prompt_tokens``, reused from the prefix cache,
+    :mod:`model.rollout_prefix`; decode still reads every sequence's whole prompt). Then
+    ``steps`` (T_max) decode steps with ``l = c·Tc/T_max`` sequences live on average (``c`` when
+    the longest rollout is the mean, Tc = ``completion_tokens``; the module docstring), step t
+    computing ``2·N_active·l / tp`` FLOPs and reading ``weights + l·kv·(Tp + t)`` bytes per GPU
+    at ``bytes_per_s`` (HBM × bandwidth efficiency): :func:`decode_seconds`.
 
     Examples
     --------
@@ -361,44 +346,13 @@ def wave_seconds(
     >>> bound, round(float(decode), 2), round(float(prefill), 3)
     (4096, 32.41, 2.018)
     """
-    prefill = Fraction(2 * active_params * c * prompt_tokens, tp) / flops_per_s
+    prefill = 2 * active_params * c * (prompt_tokens - saved_prompt_tokens) / tp / flops_per_s
     live = Fraction(c * completion_tokens, steps)
     compute = 2 * active_params * live / tp / flops_per_s
     read0 = (weights_bytes + live * kv_per_token_bytes * prompt_tokens) / bytes_per_s
     per_step = live * kv_per_token_bytes / bytes_per_s
     decode, bound = decode_seconds(compute, read0, per_step, steps)
     return prefill, decode, bound
-
-
-def check_rollout(
-    concurrent: int,
-    hbm_bytes_per_s: float,
-    bandwidth_efficiency: float,
-    completion_tokens: int,
-    max_completion_tokens: int | None,
-) -> int:
-    """The decode steps of a wave (``max_completion_tokens``, else the mean completion) once the
-    rollout's inputs are checked.
-
-    Raises
-    ------
-    InputError
-        ``concurrent`` below 1 (the engine holds no sequence), a bandwidth that is not positive,
-        or ``max_completion_tokens`` below the mean completion.
-
-    >>> check_rollout(64, 3.35e12, 1.0, 4096, None), check_rollout(64, 3.35e12, 1.0, 4096, 8192)
-    (4096, 8192)
-    """
-    if concurrent < 1:
-        raise InputError("rollout: the engine's KV space holds no sequence at full length")
-    if hbm_bytes_per_s <= 0 or bandwidth_efficiency <= 0:
-        raise InputError("rollout: HBM bandwidth and its efficiency must be positive")
-    longest = max_completion_tokens or completion_tokens
-    if longest < completion_tokens:
-        raise InputError(
-            f"max_completion_tokens: {longest} is below the mean completion of {completion_tokens}"
-        )
-    return longest
 
 
 def all_waves(
@@ -427,13 +381,15 @@ def _all_reduces(
     prompt_tokens: int,
     completion_tokens: int,
     steps: int,
+    saved: Fraction = Fraction(0),
 ) -> tuple[Fraction, Fraction]:
     """(prefill, decode) seconds of the tp collectives of every wave
     (:func:`model.rollout_reduce.wave_reduce_seconds`); none without ``tp_reduce``."""
     if tp_reduce is None:
         return Fraction(0), Fraction(0)
     reduce = partial(wave_reduce_seconds, forward=tp_reduce, prompt_tokens=prompt_tokens,
-                     completion_tokens=completion_tokens, steps=steps)  # fmt: skip
+                     completion_tokens=completion_tokens, steps=steps,
+                     saved_prompt_tokens=saved)  # fmt: skip
     prefill, decode, _, _ = all_waves(sequences, concurrent, lambda c: (*reduce(c), 0))
     return prefill, decode
 
@@ -456,15 +412,16 @@ def rollout_time(
     sync_bytes_per_s: float | None = None,
     max_completion_tokens: int | None = None,
     tp_reduce: Callable[[Fraction, Fraction], float] | None = None,
+    saved_prompt_tokens: Fraction = Fraction(0),
 ) -> RolloutTime:
     """Seconds for one engine replica (``tp`` GPUs) to generate ``sequences_per_replica``
     rollouts, ``concurrent`` at a time: equal waves of ``concurrent`` sequences and one of the
     rest, each :func:`wave_seconds` at ``peak × kernel_efficiency`` and ``hbm ×
     bandwidth_efficiency``, decoding ``max_completion_tokens`` steps when given (T_max > Tc: a
     wave holds ``c·Tc/T_max`` sequences live on average, the module docstring). Weight sync:
-    ``sync_bytes`` at ``sync_bytes_per_s`` (0 when no bandwidth is given). ``tp_reduce``: one
-    forward's tp collectives (:func:`model.rollout_reduce.forward_collectives`), added to every
-    prefill chunk and decode step (:func:`model.rollout_reduce.wave_reduce_seconds`).
+    ``sync_bytes`` at ``sync_bytes_per_s`` (0 without a bandwidth). ``tp_reduce``: one forward's
+    tp collectives (:func:`model.rollout_reduce.forward_collectives`), added to every prefill
+    chunk and decode step; ``saved_prompt_tokens``: :mod:`model.rollout_prefix`.
 
     Raises
     ------
@@ -482,17 +439,17 @@ def rollout_time(
     >>> t.waves, t.memory_bound_steps, t.total_steps
     (2, 8192, 8192)
     """
-    longest = check_rollout(
-        concurrent, hbm_bytes_per_s, bandwidth_efficiency, completion_tokens, max_completion_tokens
-    )
+    longest = check_rollout(concurrent, hbm_bytes_per_s, bandwidth_efficiency, completion_tokens,
+                            max_completion_tokens)  # fmt: skip
     wave = partial(wave_seconds, active_params=active_params, weights_bytes=weights_bytes,
                    kv_per_token_bytes=kv_per_token_bytes, prompt_tokens=prompt_tokens,
                    completion_tokens=completion_tokens, steps=longest, tp=tp,
                    flops_per_s=Fraction(peak_flops_per_s) * Fraction(kernel_efficiency),
-                   bytes_per_s=Fraction(hbm_bytes_per_s) * Fraction(bandwidth_efficiency))  # fmt: skip
+                   bytes_per_s=Fraction(hbm_bytes_per_s) * Fraction(bandwidth_efficiency),
+                   saved_prompt_tokens=saved_prompt_tokens)  # fmt: skip
     prefill, decode, bound, waves = all_waves(sequences_per_replica, concurrent, wave)
     per_wave = (sequences_per_replica, concurrent, prompt_tokens, completion_tokens, longest)
-    ar_prefill, ar_decode = _all_reduces(tp_reduce if tp > 1 else None, *per_wave)
+    ar_prefill, ar_decode = _all_reduces(tp_reduce if tp > 1 else None, *per_wave, saved_prompt_tokens)  # fmt: skip
     sync = sync_bytes / Fraction(sync_bytes_per_s) if sync_bytes and sync_bytes_per_s else 0
     seconds = (prefill + ar_prefill, decode + ar_decode, sync, ar_prefill + ar_decode)
     prefill_s, decode_s, sync_s, reduce_s = map(float, seconds)

@@ -228,13 +228,16 @@ def wave_reduce_seconds(
     completion_tokens: int,
     steps: int,
     chunk_tokens: int = PREFILL_CHUNK_TOKENS,
+    saved_prompt_tokens: Fraction = Fraction(0),
 ) -> tuple[Fraction, Fraction]:
     """(prefill, decode) seconds of the tp collectives of one wave of ``c`` sequences:
     ``forward`` (:func:`forward_collectives`) once per prefill chunk — the wave's ``c · Tp``
     prompt tokens in full chunks of ``chunk_tokens`` and one of the rest, each sampling one row
     per prompt it holds, ``min(c, ⌈tokens / Tp⌉)`` — and once per decode step over the
     ``c · Tc / T_max`` sequences live on average, each sampling its row
-    (:func:`model.rollout.wave_seconds`).
+    (:func:`model.rollout.wave_seconds`). With ``saved_prompt_tokens`` s reused from the prefix
+    cache (:mod:`model.rollout_prefix`) a sequence prefills ``Tp − s`` tokens: the wave's
+    ``⌈c · (Tp − s)⌉`` are chunked so.
 
     Examples
     --------
@@ -246,10 +249,11 @@ def wave_reduce_seconds(
     >>> wave_reduce_seconds(4, forward=clock, prompt_tokens=5000, completion_tokens=5, steps=10)
     (Fraction(25000, 1), Fraction(20020, 1))
     """
-    full, rest = divmod(c * prompt_tokens, chunk_tokens)
+    own = prompt_tokens - saved_prompt_tokens
+    full, rest = divmod(math.ceil(c * own), chunk_tokens)
 
     def chunk(tokens: int) -> Fraction:
-        rows = min(c, -(-tokens // prompt_tokens))
+        rows = min(c, math.ceil(tokens / own))
         return Fraction(forward(Fraction(tokens), Fraction(rows))) if tokens else Fraction(0)
 
     prefill = full * chunk(chunk_tokens) + chunk(rest)

@@ -87,6 +87,8 @@ ASSUMPTIONS = (
     "fraction, the optimizer step's); prefill and the forwards "
     "at the calibrated kernel efficiency; a tp > 1 engine's all-reduces and logits gather "
     "added to every prefill chunk and decode step, not overlapped",
+    "verl: a prompt's samples on one engine replica (round robin over the replicas) share its "
+    "prompt's full KV blocks, prefilled and held once (vLLM prefix caching); OpenRLHF: none",
     "the engine frees its memory outside the rollout (vLLM sleep mode, verl free_cache_engine); "
     "training roles keep their model state on their GPUs through every phase unless offloaded",
     "the critic and the reward model are counted with their base model's output layer (a value "

@@ -30,6 +30,7 @@ from trainplan.model.rollout import (
     kv_bytes_per_token,
     rollout_time,
 )
+from trainplan.model.rollout_prefix import saved_prompt_tokens
 from trainplan.model.rollout_reduce import (
     engine_all_gather,
     engine_all_reduce,
@@ -350,7 +351,27 @@ def _rollout_time(
         sync_bytes_per_s=sync_bytes_per_s,
         max_completion_tokens=spec.max_completion_tokens,
         tp_reduce=reduce,
+        saved_prompt_tokens=prompt_sharing(spec, opt.dp),
     )
+
+
+def prompt_sharing(spec: RLHFSpec, replicas: int) -> Fraction:
+    """Prompt tokens a rollout reuses from the engine's prefix cache on average, neither
+    prefilled nor held (:func:`model.rollout_prefix.saved_prompt_tokens`): verl's profiles
+    (``megatron``, ``fsdp2``: every sample its own request, prefix caching on, requests round
+    robin over the ``replicas``); none under ``deepspeed`` (OpenRLHF's prefix caching is off by
+    default). The one rule the evaluator and the rlhf-plan search both read.
+
+    >>> from trainplan.scenarios.catalogue import get_model
+    >>> base = dict(policy=get_model("qwen2.5-7b").model, algorithm="grpo", reward="rule",
+    ...             prompts=4, samples_per_prompt=16, prompt_tokens=1024, completion_tokens=4096)
+    >>> verl, openrlhf = RLHFSpec(**base), RLHFSpec(**base, framework="deepspeed")
+    >>> prompt_sharing(verl, 8), prompt_sharing(openrlhf, 8)
+    (Fraction(504, 1), Fraction(0, 1))
+    """
+    if spec.framework is Framework.DEEPSPEED:
+        return Fraction(0)
+    return saved_prompt_tokens(spec.samples_per_prompt, replicas, spec.prompt_tokens)
 
 
 def _fitted_memory(
@@ -376,6 +397,7 @@ def _fitted_memory(
         per_replica,
         spec.seq_len,
         opt.tp,
+        prompt_sharing(spec, opt.dp),
     )
     need = mem.budget_bytes
     if not mem.fits:

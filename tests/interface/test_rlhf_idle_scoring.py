@@ -119,7 +119,14 @@ def test_the_searched_70b_plan_scores_at_29_gb_not_77():
     reference at dp 4 × tp 2 × pp 8 (fewer forward collectives a micro-batch), 3,419.33 s, still
     scoring at 29.2 GB. The weight sync sends the whole model to each engine GPU
     (model.rlhf.engine.sync_weights_bytes), not the tp 8 engine's share: + 2.469 s to both,
-    3,439.56 and 3,421.80 s."""
+    3,439.56 and 3,421.80 s.
+
+    verl sends each of a prompt's 16 samples as its own request, round robin over the engine's 8
+    replicas, prefix caching on (model.rollout_prefix): the second sample of a prompt on a
+    replica reuses ⌊1,023/16⌋·16 = 1,008 prompt tokens, 504 a sample on average, so each
+    prefills 520 tokens: the prefill's compute 73.032 → 37.087 s and its chunks' tp collectives
+    24.015 → 12.264 s (16 chunks of 8,192 tokens and one of 2,048 a wave, not 32 of 8,192):
+    47.697 s less, 3,391.86 s."""
     problem = _problem()
     engine = cost_of(problem, RoleOption(Role.ROLLOUT, 64, 8, 8, 1, "none", Fraction(9, 10)))
     roles = [
@@ -152,15 +159,26 @@ def test_the_searched_70b_plan_scores_at_29_gb_not_77():
     # sync_weights_bytes), not its tp 8 share: (141,107,412,992 − 17,640,734,720) B / 50 GB/s
     sync = (141_107_412_992 - 17_640_734_720) / 50e9
     assert sync == pytest.approx(2.4693, abs=1e-4)
-    step = 3027.27 + charge + decode + prefill + ends + tp - 0.052 + sync
-    assert step == pytest.approx(3389.37, abs=0.05)  # scoring a third of the three passes
+    # verl's samples share their prompt's blocks (model.rollout_prefix; the docstring):
+    # 16 samples over 8 replicas, each prefilling 520 of its 1,024 prompt tokens on average —
+    # the prefill's compute 73.032 → 37.087 s, its chunks' tp collectives 24.015 → 12.264 s
+    prefix = -(73.032 - 73.032 * 520 / 1_024) - (24.015 - 12.264)
+    assert prefix == pytest.approx(-47.697, abs=1e-3)
+    step = 3027.27 + charge + decode + prefill + ends + tp - 0.052 + sync + prefix
+    assert step == pytest.approx(3341.67, abs=0.05)  # scoring a third of the three passes
     assert plan.step_s - step == pytest.approx(2 * (439.06 - 413.96), abs=0.05)
-    assert plan.step_s == pytest.approx(3437.09 + 2.469, abs=0.01)
+    assert plan.step_s == pytest.approx(3437.09 + 2.469 - 47.697, abs=0.01)
     assert roles[0].scoring_s == roles[1].scoring_s == pytest.approx(439.06, abs=0.01)
     best = search_placement(problem).best.plan
     assert {(c.option.dp, c.option.tp, c.option.pp) for c in best.costs[1:]} == {(4, 2, 8)}
-    assert best.step_s == pytest.approx(3419.33 + 2.469, abs=0.01)  # its tp 8 engine's sync too
-    assert best.pools[0].peak_bytes[1] == 29_207_788_913
+    assert best.step_s == pytest.approx(3419.33 + 2.469 - 47.697 - 0.300, abs=0.01)
+    # with the samples' shared prompt blocks (docstring) the search takes the engine at 0.8, whose
+    # 50,373,260,083 B of KV space hold 256 samples of 4,616 tokens' KV (240 of 5,120 before), and
+    # keeps the reference resident, its scoring 0.300 s shorter (no weights brought back): the
+    # pool scores at 29,207,788,913 B + the reference's resident state, 9,607,397,376 B (the
+    # model's figure), 38.8 GB — still not 77
+    assert {c.option.offload for c in best.costs[1:]} == {"idle", "none"}
+    assert best.pools[0].peak_bytes[1] == 29_207_788_913 + 9_607_397_376
 
 
 def test_the_megatron_critic_brings_back_its_gradient_buffers_too():

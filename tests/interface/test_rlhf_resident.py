@@ -121,7 +121,19 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     The weight sync sends the whole model to each engine GPU (model.rlhf.engine.
     sync_weights_bytes: each parameter whole, the engine rank keeps its shard), not its tp 8
     share: (141,107,412,992 − 17,640,734,720) B / 50 GB/s = +2.469 s, the answer 5,945.752 →
-    5,948.221 s, the same layouts."""
+    5,948.221 s, the same layouts.
+
+    verl sends each of a prompt's 16 samples as its own request, round robin over the engine's 8
+    replicas, prefix caching on (model.rollout_prefix): 2 samples of each prompt on each
+    replica, the second reusing ⌊1,023/16⌋·16 = 1,008 prompt tokens — 504 a sample on average,
+    neither prefilled nor held. The engine at 0.9 prefills 520 tokens a sample, not 1,024: 97.047
+    → 49.350 s (compute 73.032 × 520/1,024 = 37.087 s; the prefill chunks' tp collectives
+    24.015 → 12.264 s, 16 chunks of 8,192 tokens and one of 2,048 a wave). A sample now holds
+    4,616 tokens of KV: at fraction 0.8 the KV space, 0.8 × 85,017,493,504 − 17,640,734,720 =
+    50,373,260,083 B, holds 256 of 40,960 × 4,616 = 189,071,360 B (it held 240 of 5,120 tokens'
+    209,715,200 B: 9 waves, which the old answer's 0.9 avoided), so the search now takes the
+    engine at 0.8 and keeps the reference resident, its scoring 0.300 s shorter (no weights to
+    bring back): 5,948.221 − 47.697 − 0.300 = 5,900.224 s, the same layouts."""
     inp = _ppo_70b()
     p = inp.problem
     r = search_placement(p)
@@ -129,7 +141,10 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     layouts = {(o.dp, o.tp, o.pp) for o in r.best.options if o.role is not Role.ROLLOUT}
     assert layouts == {(4, 2, 8)}
     assert (141_107_412_992 - 17_640_734_720) / 50e9 == pytest.approx(2.4693, abs=1e-4)
-    assert r.best.plan.step_s == pytest.approx(5945.752 + 2.469, abs=0.01)
+    kv_space = Fraction(4, 5) * 85_017_493_504 - 17_640_734_720
+    assert (kv_space // (40_960 * 4_616), kv_space // (40_960 * 5_120)) == (266, 240)
+    assert 73.032 * 520 / 1_024 == pytest.approx(37.087, abs=1e-3)
+    assert r.best.plan.step_s == pytest.approx(5945.752 + 2.469 - 47.697 - 0.300, abs=0.01)
     roles = (Role.ACTOR, Role.CRITIC, Role.REFERENCE, Role.REWARD)
     engine = RoleOption(Role.ROLLOUT, 64, 8, 8, 1, "none", Fraction(9, 10))
     options = (engine, *(RoleOption(x, 64, 8, 4, 2, "idle") for x in roles))
@@ -212,12 +227,17 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     # the engine's weight sync, the whole model to each GPU (model.rlhf.engine.
     # sync_weights_bytes), not its tp 8 share: (141,107,412,992 − 17,640,734,720) B / 50 GB/s
     sync = (141_107_412_992 - 17_640_734_720) / 50e9
-    step = 5493.39 + charge + ar + ends + tp + xent + onef + sync
-    assert step == pytest.approx(5883.35, abs=0.05)  # scoring a third of the three passes
+    # verl's samples share their prompt's blocks (model.rollout_prefix; the test's docstring):
+    # 16 samples over 8 replicas, each prefilling 520 of its 1,024 prompt tokens on average —
+    # the prefill's compute 73.032 → 37.087 s, its chunks' tp collectives 24.015 → 12.264 s
+    prefix = -(73.032 - 73.032 * 520 / 1_024) - (24.015 - 12.264)
+    assert prefix == pytest.approx(-47.697, abs=1e-3)
+    step = 5493.39 + charge + ar + ends + tp + xent + onef + sync + prefix
+    assert step == pytest.approx(5835.65, abs=0.05)  # scoring a third of the three passes
     assert plan.step_s - step == pytest.approx(4 * (439.057 - 413.967), abs=0.05)
     passes = 2 * 12 * 1_102_401_536 / 2.97e12  # Megatron-Core's step passes, 38 -> 50 B
     assert passes == pytest.approx(8.908e-3, abs=1e-6)
-    assert plan.step_s == pytest.approx(5981.27 + 2.469, abs=0.01)
+    assert plan.step_s == pytest.approx(5981.27 + 2.469 - 47.697, abs=0.01)
 
 
 def test_the_old_four_layout_answer_is_refused():
