@@ -20,7 +20,11 @@ experts (``mlp.backward``) and dispatch backward between the forward's attention
 dispatch, and the backward's attention (``pre_dispatch_computation.backward``) after the
 forward's experts and combine, the all-to-alls on a communication stream beside the other's
 computation): the forward's routed copies and the backward's working set are alive together,
-and the phase is their sum.
+and the phase is their sum. The in-flight count is the plain schedule's (Megatron-Core's one extra
+warm-up forward under the overlap, ``schedules.py`` ``get_pp_rank_microbatches``, makes the held
+micro-batches before a paired step the plain peak's); on top of them the paired step holds the
+forward layer's own saved tensors from before the dispatch (:func:`paired_forward_figure`), whose
+backward partner frees its experts' first and its attention's last.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
+from trainplan.model.activation_offload import layer_modules, offloaded_bytes
+from trainplan.model.activations import kind_activations
 from trainplan.model.layout import Recompute
 from trainplan.model.moe_run import Dispatcher, EpOverlap
 from trainplan.model.moe_working_set import ExpertMlp, moe_forward_working_set
@@ -38,12 +44,28 @@ from trainplan.model.precision import (
     fp8_recipe_of,
     keeps_fp8_transpose,
 )
+from trainplan.model.recompute_modules import recomputed_rows
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.terms.activation_fields import CACHE, CONTEXT_FIELDS, activation_context
 from trainplan.model.terms.fields import Fields
 from trainplan.model.xp import maximum, where
 
-__all__ = ["expert_mlp", "moe_forward_figure", "moe_forward_peak", "moe_over"]
+__all__ = [
+    "EXPERT_SIDE_ROWS",
+    "expert_mlp",
+    "moe_forward_figure",
+    "moe_forward_peak",
+    "moe_over",
+    "paired_forward_figure",
+]
+
+EXPERT_SIDE_ROWS = ("routed expert", "routing weights")
+"""Name prefixes of a MoE layer's saved rows (:attr:`model.activations.LayerActivations.terms`)
+that the backward of a combined-1F1B pair frees before the paired forward's experts run
+(``moe_combine.backward``, ``mlp.backward``, ``moe_dispatch.backward``: the routed experts'
+inputs, their activation's and down projection's inputs, the routing weights); every other row
+(the attention, the MLP norm, the router, the permutation map, the shared experts) is saved by
+``pre_dispatch_computation``, whose backward runs last (:func:`paired_forward_figure`)."""
 
 
 def expert_mlp(
@@ -147,8 +169,70 @@ def moe_forward_peak(
     # subtracted here (conservative by at most them on the loss's stage)
     alone = figure + where(replay, recompute_transient, 0 * recompute_transient)
     if t.moe_run.ep_overlap is EpOverlap.COMBINED_1F1B:
-        alone = maximum(alone, figure + layer_backward)
+        none, selective = f.lookup(paired_forward_figure, (arch, t), *CONTEXT_FIELDS)
+        paired = where(f.recompute == Recompute.SELECTIVE, selective, none)
+        alone = maximum(alone, figure + layer_backward + paired)
     return alone * (n_moe > 0)
+
+
+@lru_cache(maxsize=CACHE)
+def paired_forward_figure(
+    arch: Architecture, training: TrainingSpec, *fields: Any
+) -> tuple[Fraction, Fraction]:
+    """(no recomputation, selective recomputation) bytes per GPU per micro-batch that the
+    forward layer of a combined-1F1B pair (``overlap_moe_expert_parallel_comm``) has saved and
+    the stage's held micro-batches do not yet count, at the pair's MoE forward peak: the MoE
+    layer's saved rows less :data:`EXPERT_SIDE_ROWS` (what the activation offload moves to the
+    host, and under selective recomputation what the recompute modules drop, left out as
+    :func:`model.stage_bytes.layer_quantities` leaves them out); (0, 0) without MoE layers.
+
+    Megatron-Core (NVIDIA/Megatron-LM d98e8a64dd) ``megatron/core/models/common/
+    model_chunk_schedule_plan.py`` ``TransformerLayerSchedulePlan.run`` issues, for forward layer
+    ``i`` of one micro-batch and backward layer ``n − 1 − i`` of another: the backward's
+    ``moe_combine.backward``; the forward's ``pre_dispatch_computation`` (``megatron/core/models/
+    gpt/fine_grained_callables.py`` ``submodule_pre_dispatch_forward``: the attention, the
+    pre-MLP norm, the shared experts, the router and the dispatch preprocess, which save their
+    tensors here); the backward's ``mlp.backward`` and ``moe_dispatch.backward`` (its routed
+    experts' tensors freed); the forward's ``moe_dispatch``, ``mlp`` and ``moe_combine`` (its own
+    experts' tensors and the routed copies, :func:`moe_forward_figure`); and only then, with
+    ``ep_overlap_early_attn_memory_release`` False (its default, ``model_parallel_config.py``),
+    the backward's ``pre_dispatch_computation.backward``, which frees its attention's tensors.
+    At the forward's combine the stage therefore holds its held micro-batches (the backward
+    layer whole among them) less the backward layer's expert rows plus the forward layer's
+    whole rows: one pre-dispatch share more than the plain schedule's peak. Exact for two MoE
+    layers of one kind; where the backward partner is a dense layer more is freed and this is
+    an upper bound by its MLP's rows.
+
+    Examples
+    --------
+    >>> from trainplan.model.specs import Architecture, MoESpec, TrainingSpec
+    >>> moe = MoESpec(num_experts=4, experts_per_token=1, expert_ffn_hidden_size=8)
+    >>> arch = Architecture(num_layers=1, hidden_size=4, num_attention_heads=2,
+    ...     ffn_hidden_size=8, vocab_size=16, moe=moe)
+    >>> none, sel = paired_forward_figure(arch, TrainingSpec(seq_len=2, global_batch_size=1),
+    ...     1, 1, 1, False, "ring", 1, 1, "megatron")
+    >>> none > 0 and none >= sel
+    True
+    """
+    if arch.moe is None or arch.kind_index(True) is None:
+        return Fraction(0), Fraction(0)
+    ctx = activation_context(training, *fields)
+    a = kind_activations(arch, True, ctx)
+    mla = arch.mla is not None
+    pre = tuple(
+        (name, value)
+        for name, value in a.terms
+        if not name.split(" (FP8")[0].startswith(EXPERT_SIDE_ROWS)
+    )
+    dropped = recomputed_rows(
+        dict(a.terms), a.score_names, ctx.recompute_modules, mla, True, ctx.every_norm
+    )
+    off_full, off_sel = offloaded_bytes(
+        pre, a.score_names, layer_modules(ctx.offload_modules, mla, True)
+    )
+    none = sum((value for _, value in pre), Fraction(0)) - off_full
+    selective = sum((v for n, v in pre if n not in dropped), Fraction(0)) - off_sel
+    return none, selective
 
 
 def moe_over(moe_forward: Any, layer_transient: Any, loss_transient: Any) -> Any:

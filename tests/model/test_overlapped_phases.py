@@ -155,7 +155,19 @@ def test_combined_1f1b_holds_the_moe_forward_beside_the_layer_backward():
     Without the overlap the MoE forward and the layers' backward are separate phases: the
     peak's phase is max(503,316,480, 268,435,456). With overlap_moe_expert_parallel_comm
     (TransformerLayerSchedulePlan.run pairs one micro-batch's layer forward with another's
-    layer backward) they are held together: 268,435,456 + 503,316,480 = 771,751,936.
+    layer backward) they are held together: 268,435,456 + 503,316,480 = 771,751,936, and so is
+    the forward layer's pre-dispatch share, saved before its partner's attention backward frees
+    the partner's (Megatron-LM d98e8a64dd model_chunk_schedule_plan.py: pre_dispatch_computation
+    forward, then the partner's mlp and dispatch backward, then this layer's experts and combine,
+    and only then the partner's pre_dispatch_computation backward). That share, β = 2, S 4,096:
+        attention norm input, QKV input, Q, output projection input, MLP norm input,
+        router input: 6·β·S·h = 6·33,554,432 = 201,326,592
+        K, V: 2·β·S·(8·128) = 16,777,216; FlashAttention's FP32 log-sum-exp 4·32·S = 524,288
+        router probabilities (the profile's 9 B per [S, E] element) 9·S·8 = 294,912
+        TE's fused permutation row map, int32 [S, 2E + 1]: 4·S·17 = 278,528
+        = 219,201,536
+    (the routed experts' rows, 67,108,864 + 469,762,048 + 234,881,024 + 32,768, the partner has
+    already freed), so the phase is 771,751,936 + 219,201,536 = 990,953,472.
     Stage 0 of pp 2, v 2 (interleaved, which the overlap needs at pp > 1) has no loss.
     """
     plain = _mixtral("none", 2, 2)
@@ -164,14 +176,45 @@ def test_combined_1f1b_holds_the_moe_forward_beside_the_layer_backward():
         assert a.backward_working_bytes == 503_316_480
         assert a.output_layer_freed_bytes == 0 and a.loss_transient_bytes == 0
     assert plain.moe_forward_bytes == 268_435_456 and plain.moe_over_bytes == 0
-    assert paired.moe_forward_bytes == 771_751_936
-    assert paired.moe_over_bytes == 268_435_456
-    assert paired.total_bytes - plain.total_bytes == 268_435_456
+    assert paired.moe_forward_bytes == 771_751_936 + 219_201_536 == 990_953_472
+    assert paired.moe_over_bytes == 990_953_472 - 503_316_480 == 487_636_992
+    assert paired.total_bytes - plain.total_bytes == 487_636_992
     # pp 1: the stage holds the loss; the paired micro-batch's output layer (final-norm and
     # projection inputs 2·2·S·h + FP32 logits 4·S·V = 67,108,864 + 524,288,000 = 591,396,864)
-    # is released before its layers' backward, so the paired phase,
-    # 268,435,456 + 503,316,480 − 591,396,864, stays under the unpaired forward's 268,435,456
+    # is released before its layers' backward, so the paired phase is
+    # 268,435,456 + 503,316,480 − 591,396,864 + 219,201,536 = 399,556,608, above the unpaired
+    # forward's 268,435,456: both stand above the loss's 262,144,000, and the total moves by
+    # 399,556,608 − 268,435,456 = 131,121,152
     one = _mixtral("overlap_moe_expert_parallel_comm", 1, 1)
+    alone = _mixtral("none", 1, 1)
     assert one.output_layer_freed_bytes == 591_396_864
-    assert one.moe_forward_bytes == 268_435_456
-    assert one.total_bytes == _mixtral("none", 1, 1).total_bytes
+    assert one.loss_transient_bytes == alone.loss_transient_bytes == 262_144_000
+    assert one.moe_forward_bytes == 399_556_608 and alone.moe_forward_bytes == 268_435_456
+    assert one.total_bytes - alone.total_bytes == 131_121_152
+
+
+def test_paired_forward_figure_is_the_pre_dispatch_share():
+    """The forward layer's share a combined-1F1B pair adds (model.terms.moe_working.
+    paired_forward_figure), Mixtral 8x7B, s 4,096, b 1, tp 1, ep 4, Megatron-Core, BF16:
+    without recomputation 219,201,536 (test above: the attention's rows, the MLP norm's input,
+    the router's input and probabilities, the permutation map); under selective recomputation
+    of the attention core (Megatron-Core's default core_attn) FlashAttention's FP32
+    log-sum-exp, 4·a·S = 4·32·4,096 = 524,288, is recomputed: 218,677,248. The routed experts'
+    rows are not in it (the backward partner has freed its own by then)."""
+    from trainplan.model.layout import CpKind
+    from trainplan.model.terms.moe_working import paired_forward_figure
+
+    training = TrainingSpec(seq_len=4096, global_batch_size=64)
+    none, selective = paired_forward_figure(
+        MIXTRAL, training, 1, 1, 1, False, CpKind.RING, 4, 1, "megatron"
+    )
+    assert none == 219_201_536
+    assert selective == 219_201_536 - 524_288 == 218_677_248
+    # a dense model has no pair
+    llama = get_model("llama3-8b").model.arch
+    assert paired_forward_figure(
+        llama, training, 1, 1, 1, False, CpKind.RING, 1, 1, "megatron"
+    ) == (
+        0,
+        0,
+    )
