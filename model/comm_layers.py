@@ -25,7 +25,7 @@ from trainplan.model.frameworks import Framework
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.moe import all_to_all_bytes
 from trainplan.model.moe_dispatch import dispatch_traffic_share, transfer_side_bytes
-from trainplan.model.moe_rows import mean_rows_sent
+from trainplan.model.moe_rows import rank_rows
 from trainplan.model.moe_run import DROPLESS, MoERun
 from trainplan.model.ops import LayerShape
 from trainplan.model.recompute_ops import (
@@ -49,6 +49,7 @@ __all__ = [
     "cp_bytes",
     "ep_traffic",
     "ep_bytes",
+    "ep_collective",
 ]
 
 
@@ -348,7 +349,8 @@ def ep_traffic(
     """Expert-parallel all-to-all: per MoE layer, per micro-batch, dispatch and combine in
     forward and again in backward (and in a recomputed forward), each sending the (ep−1)/ep of
     the ``k·T·h`` routed token copies that go to other ranks (uniform routing), ``T`` = tokens on
-    this GPU (``S_tok/tp`` with sequence parallelism); under DeepEP or HybridEP what they send
+    this GPU (``S_tok/tp`` with sequence parallelism), at the busiest rank's rows under
+    imbalance or capacity (:func:`ep_bytes`); under DeepEP or HybridEP what they send
     instead (:func:`model.moe_dispatch.dispatch_traffic_share`, ``per_domain`` of the group's
     ranks in each NVLink domain, 0 = one domain). Lepikhin et al. 2020 (GShard) §2;
     DeepSeek-V3 §3.2.2.
@@ -379,7 +381,18 @@ def ep_traffic(
         recomputed_sends(arch, Framework(layout.framework), layout.recompute, training).all_to_all,
         run, share, side, Framework(layout.framework) is Framework.DEEPSPEED,
     )  # fmt: skip
-    return AxisTraffic("ep", "all-to-all (dispatch + combine)", layout.ep, total)
+    return AxisTraffic("ep", ep_collective(run), layout.ep, total)
+
+
+def ep_collective(run: MoERun) -> str:
+    """The traffic table's name of the expert all-to-all: with ``imbalance`` above 1 its bytes
+    are the busiest rank's (:func:`ep_bytes`), which the name says.
+
+    >>> ep_collective(MoERun(imbalance=Fraction(13, 10)))
+    "all-to-all (dispatch + combine), the busiest rank's rows"
+    """
+    name = "all-to-all (dispatch + combine)"
+    return name if run.imbalance == 1 else name + ", the busiest rank's rows"
 
 
 def ep_bytes(
@@ -402,10 +415,14 @@ def ep_bytes(
     """Bytes per step of :func:`ep_traffic`, from plain numbers (exact for ints, element-wise
     for arrays); ``recompute``: a recomputed forward dispatches again (full or √n, or the
     ``moe`` module: :attr:`Recomputed.all_to_all`). Each
-    dispatch and combine moves :func:`model.moe.all_to_all_bytes` of the rows the run's routing
-    sends (:func:`model.moe_rows.mean_rows_sent`: ``k·T`` dropless, ``E·C`` padded to capacity,
-    and always under ``padded``, DeepSpeed's native MoE),
-    times ``share``, the dispatcher's bytes per routed copy's
+    dispatch and combine moves :func:`model.moe.all_to_all_bytes` of the busiest
+    expert-parallel rank's routed rows (:func:`model.moe_rows.rank_rows`: ``k·T`` dropless and
+    balanced, ``imbalance·k·T`` rounded up under imbalance, capped at ``E·C`` by a capacity
+    factor, ``E·C`` padded to capacity, and always under ``padded``, DeepSpeed's native MoE) —
+    the rows that rank receives in the dispatch and sends back in the combine, which the
+    all-to-all's time waits on (the same rows as the layer clock's
+    :func:`model.moe_dispatch.all_to_all_sent`); balanced, every rank's mean, what it sends.
+    Times ``share``, the dispatcher's bytes per routed copy's
     (:func:`model.moe_dispatch.dispatch_traffic_share`: 1 for the NCCL all-to-all; DeepEP and
     HybridEP send a token once per destination rank, across NVLink domains once per remote
     domain and then once per rank over NVLink) — every byte a GPU sends, whichever link it rides
@@ -416,7 +433,7 @@ def ep_bytes(
     if arch.moe is None:
         return 0 * ep
     tokens = exact(seq_len) / cp * b / where(sp, tp, 1)
-    rows = mean_rows_sent(run, tokens, arch.moe.num_experts, arch.moe.experts_per_token, padded)
+    rows = rank_rows(run, tokens, arch.moe.num_experts, arch.moe.experts_per_token, padded)
     row = arch.hidden_size * beta
     forward, backward = 2 * row + side[0] + side[1], 2 * row + side[2] + side[3]
     per_layer = forward * (2 if recompute else 1) + backward

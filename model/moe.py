@@ -24,6 +24,7 @@ from trainplan.model.xp import exact, is_array
 
 __all__ = [
     "expert_capacity",
+    "capacity_rows",
     "ExpertLoad",
     "expert_load",
     "expert_flops",
@@ -54,7 +55,7 @@ def expert_capacity(tokens: int, experts: int, top_k: int, capacity_factor: Frac
     """Tokens one expert takes from one rank under a capacity factor: ``ceil(tokens·k/E · cf)``
     (Megatron-Core ``megatron/core/transformer/moe/moe_utils.py`` ``get_capacity`` with
     ``num_tokens = tokens × moe_router_topk``, as ``token_dispatcher.py`` calls it; Lepikhin et al.
-    2020, GShard §2.2).
+    2020, GShard §2.2), in Megatron-Core's own float arithmetic: :func:`capacity_rows`.
 
     Raises
     ------
@@ -72,7 +73,29 @@ def expert_capacity(tokens: int, experts: int, top_k: int, capacity_factor: Frac
         raise InputError(f"capacity_factor: {capacity_factor} must be positive")
     for name, value in (("tokens", tokens), ("experts", experts), ("top_k", top_k)):
         _positive(name, value)
-    return math.ceil(Fraction(tokens * top_k, experts) * Fraction(capacity_factor))
+    return int(capacity_rows(tokens * top_k, experts, capacity_factor))
+
+
+def capacity_rows(rows: Any, experts: int, capacity_factor: Fraction) -> Any:
+    """Megatron-Core's expert capacity of ``rows`` = ``T·k`` routed rows a rank, rows an expert
+    takes from it: ``math.ceil((num_tokens / num_experts) * capacity_factor)`` in float64, as
+    Megatron-LM d98e8a64dd ``megatron/core/transformer/moe/moe_utils.py`` ``get_capacity``
+    computes it (``num_tokens = T·k``; its ``min_capacity`` is None at every MoE call site:
+    ``apply_router_token_dropping`` and ``token_dispatcher.py``'s two ``get_capacity`` calls
+    pass none), the capacity factor a Python float. The float product can land just above a
+    whole number the exact product equals (``100 × 1.1`` is 110.00000000000001 in float64),
+    and Megatron-Core then takes one row more; so does this. An int for scalars, element-wise
+    for arrays of ``rows``.
+
+    Examples
+    --------
+    >>> capacity_rows(32768, 256, Fraction(3, 2))  # 128 × 1.5
+    192
+    >>> capacity_rows(1000, 10, Fraction(11, 10))  # 100.0 × 1.1 = 110.00000000000001 → 111
+    111
+    """
+    product = (rows / experts) * float(capacity_factor)
+    return math.ceil(product) if not is_array(product) else -((-product) // 1)
 
 
 @dataclass(frozen=True, slots=True)

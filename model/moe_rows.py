@@ -6,6 +6,8 @@ read, for the routing of a :class:`model.moe_run.MoERun` (capacity factor, paddi
 
 * :func:`rank_rows` — rows the busiest rank's local experts receive, whole rows;
 * :func:`mean_rows_sent` — rows one rank puts into a dispatch on average;
+* :func:`deepspeed_capacity` — DeepSpeed's ``C`` (``min_capacity``; dropless, the group's
+  busiest expert count);
 * :func:`deepspeed_slots` — DeepSpeed's ``E·C`` buffer rows, padded on both sides;
 * :func:`row_factors` — (sent, received) ÷ the balanced dropless ``k·T``, ep = 1 and
   DeepSpeed's buffers in;
@@ -17,27 +19,40 @@ Sources are cited per function.
 from __future__ import annotations
 
 import math
+import struct
 from fractions import Fraction
 from typing import Any
 
-from trainplan.model.moe import expert_capacity
+from trainplan.model.moe import capacity_rows
 from trainplan.model.moe_run import MoERun
-from trainplan.model.xp import exact, floor, is_array, minimum
+from trainplan.model.xp import elementwise, exact, floor, is_array, minimum
 
-__all__ = ["rank_rows", "mean_rows_sent", "deepspeed_slots", "row_factors", "routed_rows"]
+__all__ = [
+    "rank_rows",
+    "mean_rows_sent",
+    "DEEPSPEED_MIN_CAPACITY",
+    "deepspeed_capacity",
+    "deepspeed_slots",
+    "row_factors",
+    "routed_rows",
+]
 
 
-def rank_rows(run: MoERun, tokens: int, experts: int, top_k: int) -> Fraction:
+def rank_rows(run: MoERun, tokens: Any, experts: int, top_k: int, padded: bool = False) -> Any:
     """Routed token-rows the busiest expert-parallel rank receives per micro-batch, per token
     of its own ``tokens`` (the copies every rank sends, ``T·k`` on average, equal what it
     receives on average): dropless ``imbalance·T·k``; a capacity factor caps each expert's
-    rows from each source rank at ``C = ceil(T·k/E·cf)`` (:func:`model.moe.expert_capacity`),
-    so a rank's local experts receive at most ``E·C`` (``E/ep`` experts × ``ep`` sources × C);
-    padded, exactly ``E·C`` (Megatron-Core ``token_dispatcher.py``: ``num_out_tokens =
-    capacity × num_experts``). Whole rows: ``imbalance·T·k`` is rounded up, as the all-to-all's
-    output is a tensor of whole rows (Megatron-LM d98e8a64dd ``token_dispatcher.py``
-    ``MoEAlltoAllTokenDispatcher.token_dispatch``: ``all_to_all(..., self.output_splits, ...)``,
-    integer row counts), so the bytes of every buffer sized by it are whole.
+    rows from each source rank at ``C`` (:func:`model.moe.capacity_rows`, Megatron-Core's
+    ``get_capacity``), so a rank's local experts receive at most ``E·C`` (``E/ep`` experts ×
+    ``ep`` sources × C); padded, exactly ``E·C`` (Megatron-Core ``token_dispatcher.py``:
+    ``num_out_tokens = capacity × num_experts``); ``padded`` (DeepSpeed's native MoE): its
+    ``E·C`` (:func:`mean_rows_sent`). Whole rows: ``imbalance·T·k`` is rounded up, as the
+    all-to-all's output is a tensor of whole rows (Megatron-LM d98e8a64dd
+    ``token_dispatcher.py`` ``MoEAlltoAllTokenDispatcher.token_dispatch``: ``all_to_all(...,
+    self.output_splits, ...)``, integer row counts), so the bytes of every buffer sized by it
+    are whole. A Fraction for scalars, element-wise for arrays of ``tokens``: the one rule the
+    clock's expert GEMMs and all-to-all (:func:`routed_rows`) and the traffic table's expert
+    row (:func:`model.comm_layers.ep_bytes`) read.
 
     Examples
     --------
@@ -50,19 +65,24 @@ def rank_rows(run: MoERun, tokens: int, experts: int, top_k: int) -> Fraction:
     >>> rank_rows(MoERun(imbalance=Fraction(13, 10)), 4096, 256, 8)  # ceil(42,598.4)
     Fraction(42599, 1)
     """
-    busiest = Fraction(math.ceil(run.imbalance * tokens * top_k))
-    if run.capacity_factor is None:
-        return busiest
-    cap = experts * expert_capacity(tokens, experts, top_k, run.capacity_factor)
-    return Fraction(cap) if run.pad_to_capacity else min(busiest, Fraction(cap))
+    if padded:
+        rows = mean_rows_sent(run, tokens, experts, top_k, padded=True)
+        return rows if is_array(rows) else Fraction(rows)
+    sent = exact(tokens) * top_k
+    imbalance = float(run.imbalance) if is_array(tokens) else run.imbalance
+    busiest = -floor(-(sent * imbalance))
+    if run.capacity_factor is not None:
+        filled = experts * capacity_rows(sent, experts, run.capacity_factor)
+        busiest = filled if run.pad_to_capacity else minimum(busiest, filled)
+    return busiest if is_array(busiest) else Fraction(busiest)
 
 
 def mean_rows_sent(run: MoERun, tokens: Any, experts: int, top_k: int, padded: bool = False) -> Any:
     """Routed token-rows one rank puts into a dispatch on average: ``T·k`` dropless, ``E·C`` padded
-    (``C = ceil(T·k·cf/E)``), ``min(T·k, E·C)`` dropping (at most what the capacities take;
-    imbalance's drops beyond that are not counted); ``padded`` (DeepSpeed's native MoE,
-    :func:`deepspeed_slots`): ``E·C`` always, dropless ``C = ceil(imbalance·T·k/E)``. Exact for
-    ints and Fractions, element-wise for arrays of ``tokens``.
+    (``C`` = :func:`model.moe.capacity_rows`, Megatron-Core's ``get_capacity``), ``min(T·k, E·C)``
+    dropping (at most what the capacities take; imbalance's drops beyond that are not counted);
+    ``padded`` (DeepSpeed's native MoE): ``E·C`` always, ``C`` = :func:`deepspeed_capacity`.
+    Exact for ints and Fractions, element-wise for arrays of ``tokens``.
 
     Examples
     --------
@@ -73,29 +93,92 @@ def mean_rows_sent(run: MoERun, tokens: Any, experts: int, top_k: int, padded: b
     >>> mean_rows_sent(MoERun(imbalance=Fraction(13, 10)), 4096, 32, 4, padded=True)  # 32 × 666
     21312
     """
+    if padded:
+        return experts * deepspeed_capacity(run, tokens, experts, top_k)
     rows = exact(tokens) * top_k
-    if run.capacity_factor is None and not (padded and run.imbalance != 1):
+    if run.capacity_factor is None:
         return rows
-    factor = run.imbalance if run.capacity_factor is None else run.capacity_factor
-    cf = float(factor) if is_array(tokens) else factor
-    filled = experts * -floor(-rows * cf / experts)
-    return filled if run.pad_to_capacity or padded else minimum(rows, filled)
+    filled = experts * capacity_rows(rows, experts, run.capacity_factor)
+    return filled if run.pad_to_capacity else minimum(rows, filled)
+
+
+DEEPSPEED_MIN_CAPACITY = 4
+"""DeepSpeed's ``min_capacity``, the fewest rows an expert's buffer holds under a capacity
+factor: ``deepspeed.moe.layer.MoE(min_capacity=4)`` (DeepSpeed edaa72212
+``deepspeed/moe/layer.py`` ``MoE.__init__``, passed to ``TopKGate``, whose own default of 8 a
+``MoE`` layer overrides) and Megatron-DeepSpeed's ``--moe-min-capacity`` default 4
+(deepspeedai/Megatron-DeepSpeed 4efb479d ``megatron/arguments.py``). Not read when dropless:
+``topkgating`` and ``top2gating`` set ``capacity = new_capacity`` there, no minimum."""
+
+
+def _float32(value: float) -> float:
+    """``value`` rounded to the nearest float32 (round half to even, as CUDA and the CPU's
+    float32 arithmetic do; IEEE 754 binary32)."""
+    return float(struct.unpack("f", struct.pack("f", value))[0])
+
+
+def _deepspeed_factor_capacity(tokens: float, experts: int, factor: float) -> float:
+    """``_capacity`` of DeepSpeed's gate in its own arithmetic: ``(num_tokens / num_experts)``, a
+    Python float, times ``torch.tensor(capacity_factor × k)``, a float32 tensor, so the product
+    is float32; ``torch.ceil`` of it, raised to :data:`DEEPSPEED_MIN_CAPACITY`."""
+    product = _float32(_float32(tokens / experts) * _float32(factor))
+    return float(max(DEEPSPEED_MIN_CAPACITY, math.ceil(product)))
+
+
+def deepspeed_capacity(run: MoERun, tokens: Any, experts: int, top_k: int) -> Any:
+    """``C`` of DeepSpeed's native MoE's ``[E, C, h]`` dispatch buffers for a rank routing
+    ``tokens`` = T tokens (DeepSpeed edaa72212 ``deepspeed/moe/sharded_moe.py``):
+
+    * a capacity factor (``drop_tokens=True``): ``_capacity(gates, capacity_factor × k,
+      min_capacity)`` = ``max(min_capacity, ceil(T/E · cf·k))`` (``topkgating``; ``top1gating``
+      and ``top2gating`` are its k = 1 and 2), in float32 as DeepSpeed computes it,
+      ``min_capacity`` = :data:`DEEPSPEED_MIN_CAPACITY`;
+    * dropless (``drop_tokens=False``): the largest count any expert takes from any rank of the
+      group — ``new_capacity = torch.max(exp_counts)`` over this rank's own tokens, then
+      ``dist.all_reduce(new_capacity, op=ReduceOp.MAX, group=ep_group)`` — with no
+      ``min_capacity``, and at most T (an expert takes a token once; ``top1gating`` caps it at
+      ``mask1.size(0)`` explicitly). :attr:`model.moe_run.MoERun.imbalance` is the busiest rank's
+      received rows ÷ the mean ``T·k``: that rank's ``E`` (source rank, local expert) pairs —
+      ``ep`` sources × ``E/ep`` experts — share ``imbalance·T·k`` rows, so one of them holds at
+      least ``imbalance·T·k/E``, and the maximum over every pair is no smaller:
+      ``C = min(T, ceil(imbalance·T·k/E))`` is a lower bound, exact when that rank's pairs are
+      equally loaded (a router's spread between the experts of one rank and between source
+      ranks is not an input). At ep = 1 the one rank's pairs are its ``E`` experts and the
+      figure given is applied the same way, so there it stands for the busiest expert's rows ÷
+      the mean.
+
+    Not counted: the rounding of a dropless ``C`` up to a multiple of the dense tp that
+    ``topkgating`` applies when the expert tensor-parallel size is 1
+    (``groups._get_expert_model_parallel_world_size() == 1``), as the planner runs DeepSpeed's
+    MoE at tp = 1. An int for scalars (T rounded up to whole tokens by the caller), element-wise
+    for arrays.
+
+    Examples
+    --------
+    >>> deepspeed_capacity(MoERun(imbalance=Fraction(3, 2)), 4096, 256, 8)  # 1.5 × 128
+    192
+    >>> deepspeed_capacity(MoERun(Fraction(1)), 64, 64, 2)  # ceil(1 × 2) = 2, raised to 4
+    4
+    >>> deepspeed_capacity(MoERun(imbalance=Fraction(5)), 100, 8, 2)  # ceil(125), at most 100
+    100
+    """
+    if run.capacity_factor is None:
+        imbalance = float(run.imbalance) if is_array(tokens) else run.imbalance
+        return minimum(tokens, -floor(-(exact(tokens) * top_k * imbalance) / experts))
+    factor = float(run.capacity_factor) * top_k
+    if not is_array(tokens):
+        return int(_deepspeed_factor_capacity(float(tokens), experts, factor))
+    return elementwise(lambda t: _deepspeed_factor_capacity(t, experts, factor), tokens)
 
 
 def deepspeed_slots(run: MoERun, tokens: Fraction, experts: int, top_k: int) -> int:
     """Rows ``E·C`` of DeepSpeed's native MoE's dispatch buffers, ``[E, C, h]`` on every rank,
     both sides of the all-to-all, at any ep (DeepSpeed edaa72212 ``deepspeed/moe/sharded_moe.py``
     ``MOELayer.forward``: ``_sparse_encode`` fills ``E·C`` slots, ``_AllToAll`` exchanges equal
-    chunks of them, the experts run ``[ep, E/ep, C, h]``), for ``tokens`` = T (rounded up):
-
-    * a capacity factor: ``C = ceil(T·k/E·cf)`` (``_capacity`` of ``capacity_factor × k``,
-      ``drop_tokens=True``), padded whether or not ``pad_to_capacity`` is set;
-    * dropless (``drop_tokens=False``): ``C`` is the busiest expert's count, all-reduced to the
-      group's maximum (``topkgating``: ``new_capacity = torch.max(exp_counts)``,
-      ``dist.all_reduce(..., op=ReduceOp.MAX)``): ``C = ceil(imbalance·T·k/E)`` — the busiest
-      rank's share, the busiest expert's being no smaller — at ep = 1 too.
-
-    DeepSpeed's ``min_capacity`` (8 rows an expert by default) is not counted.
+    chunks of them, the experts run ``[ep, E/ep, C, h]``), for ``tokens`` = T rounded up to whole
+    tokens; ``C`` = :func:`deepspeed_capacity` (a capacity factor, padded whether or not
+    ``pad_to_capacity`` is set, at least ``min_capacity``; dropless, the busiest (source,
+    expert) count's lower bound from the imbalance).
 
     Examples
     --------
@@ -103,6 +186,8 @@ def deepspeed_slots(run: MoERun, tokens: Fraction, experts: int, top_k: int) -> 
     49152
     >>> deepspeed_slots(MoERun(imbalance=Fraction(13, 10)), Fraction(4096), 32, 4)  # 32 × 666
     21312
+    >>> deepspeed_slots(MoERun(Fraction(1)), Fraction(64), 64, 2)  # 64 × min_capacity 4
+    256
     """
     return int(mean_rows_sent(run, max(1, math.ceil(tokens)), experts, top_k, padded=True))
 
@@ -150,7 +235,7 @@ def row_factors(
     (Fraction(3, 2), Fraction(3, 2))
     """
     mean = Fraction(tokens) * top_k
-    if mean <= 0 or (run.capacity_factor is None and run.imbalance == 1):
+    if mean <= 0 or (run.capacity_factor is None and run.imbalance == 1 and not padded):
         return Fraction(1), Fraction(1)
     if padded:
         both = Fraction(deepspeed_slots(run, tokens, experts, top_k)) / mean

@@ -158,7 +158,8 @@ class MoERun(HashOnce):
     """Routed token-rows the busiest expert-parallel rank receives ÷ the mean (≥ 1; 1 =
     balanced, the aim of DeepSeek-V3's auxiliary-loss-free balancing and Megatron's auxiliary
     loss). An input: measured from a run's router statistics or assumed; it sets the expert GEMMs
-    and the all-to-all's receive on the rank everyone waits for, and the memory of the rows its
+    and the all-to-all's receive on the rank everyone waits for (and the traffic table's ep row,
+    :func:`model.comm_layers.ep_bytes`), and the memory of the rows its
     experts receive (:func:`model.moe_rows.row_factors`), so that the memory verdict holds on that rank."""
     node_limit: int | None = None
     """Nodes a token's experts may span (DeepSeek-V3 report §2.1.2: M = 4; Megatron-Core

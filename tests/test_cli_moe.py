@@ -96,9 +96,15 @@ def test_padding_to_capacity_moves_e_times_c(runs):
     assert padded["layout"]["moe"]["moe_capacity_factor"] == 2.0
 
 
-def test_imbalance_slows_the_busiest_rank_not_the_traffic(runs):
+def test_imbalance_slows_the_busiest_rank_and_the_table_counts_its_rows(runs):
+    """At imbalance 1.5 the busiest rank receives ceil(1.5 × 16,384) = 24,576 rows in each
+    dispatch and sends them back in each combine, the rows its all-to-all waits on: the ep row
+    counts those (model.moe_rows.rank_rows, the layer clock's rule), 1.5 × EP_BYTES =
+    11,890,851,840 bytes, and says so; the mean rank's 7,927,234,560 is what it counted before."""
     default, heavy = (json.loads(runs[k].stdout) for k in ("default", "imbalanced"))
-    assert _ep(heavy)["bytes_per_step"] == EP_BYTES  # the mean moves as much
+    assert _ep(heavy)["bytes_per_step"] == EP_BYTES * 3 // 2 == 11_890_851_840
+    assert _ep(heavy)["collective"] == "all-to-all (dispatch + combine), the busiest rank's rows"
+    assert _ep(default)["collective"] == "all-to-all (dispatch + combine)"
     assert _ep(heavy)["exposed_seconds"] > _ep(default)["exposed_seconds"]
     assert heavy["time"]["step_s"] > default["time"]["step_s"]
     assert runs["text"].returncode == 0 and "Traceback" not in runs["text"].stderr

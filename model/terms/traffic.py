@@ -36,6 +36,7 @@ from trainplan.model.comm import (
 from trainplan.model.comm_layers import (
     cp_bytes,
     ep_bytes,
+    ep_collective,
     recomputed_sends,
     tp_bytes,
     tp_collective_name,
@@ -287,7 +288,7 @@ def _templated(kind: CpKind) -> bool:
 
 def ep_traffic_bytes(c: Context, f: Fields) -> Any:
     """Bytes per step of the expert all-to-alls on the stage with the most MoE layers
-    (:func:`model.comm_layers.ep_bytes`: the rows the run's routing sends, padding included,
+    (:func:`model.comm_layers.ep_bytes`: the busiest rank's routed rows, padding included,
     :attr:`model.specs.TrainingSpec.moe_run`, as the dispatcher sends them,
     :func:`ep_dispatch_traffic_share`), again in a recomputed forward under full or √n
     recomputation and Megatron-Core's ``moe`` module (:attr:`model.comm_layers.Recomputed.
@@ -417,7 +418,7 @@ def axis_traffic(c: Context, f: LayoutFields) -> list[AxisTraffic]:
         rows.append(AxisTraffic("tp", name, lay.tp, tp_total, Fraction(0), hidden))
     cp = cp_collective(lay.cp_kind, lay.cp, lay.cp_a2a) if lay.cp > 1 else "none"
     rows.append(AxisTraffic("cp", cp, lay.cp, cp_traffic_bytes(c, f)))
-    ep = "all-to-all (dispatch + combine)" if lay.ep > 1 and c.arch.moe else "none"
+    ep = ep_collective(c.training.moe_run) if lay.ep > 1 and c.arch.moe else "none"
     rows.append(AxisTraffic("ep", ep, lay.ep if ep != "none" else 1, ep_traffic_bytes(c, f)))
     pp = "none"
     if lay.pp > 1:

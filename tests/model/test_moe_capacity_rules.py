@@ -1,0 +1,115 @@
+"""Expert capacity as the frameworks compute it, and the traffic table's expert row at the rows
+the clock times. Figures derived by hand here, from the frameworks' code:
+
+* Megatron-Core's ``get_capacity`` (Megatron-LM d98e8a64dd
+  ``megatron/core/transformer/moe/moe_utils.py``): ``math.ceil((num_tokens / num_experts) *
+  capacity_factor)`` in float64, ``num_tokens = T·k``, no ``min_capacity`` at its MoE call sites;
+* DeepSpeed's ``_capacity`` (DeepSpeed edaa72212 ``deepspeed/moe/sharded_moe.py``):
+  ``ceil((T / E) * torch.tensor(cf·k))`` in float32, raised to ``min_capacity`` (4 for a
+  ``deepspeed.moe.layer.MoE``); dropless, ``topkgating`` takes the group's largest expert count
+  (``all_reduce(MAX)``) with no ``min_capacity``;
+* the traffic table's ep row (:func:`model.comm_layers.ep_bytes`) counts the busiest rank's rows,
+  as the layer clock's :func:`model.moe_dispatch.all_to_all_sent` does.
+"""
+
+from __future__ import annotations
+
+import struct
+from fractions import Fraction
+
+import numpy as np
+
+from trainplan.model.arch_parts import MoESpec
+from trainplan.model.comm_layers import ep_bytes, ep_traffic
+from trainplan.model.layout import Layout
+from trainplan.model.moe import capacity_rows, expert_capacity
+from trainplan.model.moe_dispatch import all_to_all_sent
+from trainplan.model.moe_rows import (
+    DEEPSPEED_MIN_CAPACITY,
+    deepspeed_capacity,
+    deepspeed_slots,
+    mean_rows_sent,
+    rank_rows,
+    row_factors,
+)
+from trainplan.model.moe_run import MoERun
+from trainplan.model.specs import Architecture, TrainingSpec
+
+
+def _f32(x: float) -> float:
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def test_megatron_capacity_takes_the_float_products_ceiling():
+    """T = 1,000 tokens, k = 1, E = 10, cf = 1.1: get_capacity computes (1000 / 10) * 1.1 =
+    110.00000000000001 in float64 and math.ceil gives 111, one more than the exact 110. Padded,
+    a rank sends E·C = 1,110 rows; the array path (the search's tables) gets the same."""
+    assert (1000 / 10) * 1.1 == 110.00000000000001
+    assert expert_capacity(1000, 10, 1, Fraction(11, 10)) == 111
+    assert capacity_rows(1000, 10, Fraction(11, 10)) == 111
+    run = MoERun(Fraction(11, 10), pad_to_capacity=True)
+    assert mean_rows_sent(run, 1000, 10, 1) == 1110
+    assert rank_rows(run, 1000, 10, 1) == Fraction(1110)
+    assert mean_rows_sent(run, np.array([1000.0]), 10, 1).tolist() == [1110.0]
+    # a whole product stays whole: 4,096·8/256 × 1.5 = 192.0 exactly
+    assert capacity_rows(4096 * 8, 256, Fraction(3, 2)) == 192
+
+
+def test_deepspeed_capacity_in_float32_and_min_capacity():
+    """DeepSpeed's _capacity for the same T = 1,000, E = 10, cf·k = 1.1: float32(1.1) =
+    1.10000002384…, 100 × that = 110.0000023…, which float32 (spacing 2⁻¹⁷·… ≈ 7.6e-6 near 110)
+    rounds to 110.0: C = 110, one fewer than Megatron-Core's 111 for the same inputs.
+
+    T = 64, E = 64, k = 2, cf = 1: ceil(1 × 2) = 2 < min_capacity 4, so C = 4 and the buffers hold
+    E·C = 256 rows, twice the 128 routed copies."""
+    assert _f32(_f32(1000 / 10) * _f32(1.1)) == 110.0
+    assert deepspeed_capacity(MoERun(Fraction(11, 10)), 1000, 10, 1) == 110
+    assert DEEPSPEED_MIN_CAPACITY == 4
+    small = MoERun(Fraction(1))
+    assert deepspeed_capacity(small, 64, 64, 2) == 4
+    assert deepspeed_slots(small, Fraction(64), 64, 2) == 256
+    assert row_factors(small, Fraction(64), 64, 2, 8, padded=True) == (Fraction(2), Fraction(2))
+    # the array path: the same C per element
+    assert deepspeed_capacity(small, np.array([64.0, 4096.0]), 64, 2).tolist() == [4.0, 128.0]
+
+
+def test_deepspeed_dropless_capacity_has_no_minimum_and_at_most_t():
+    """Dropless (drop_tokens=False) topkgating sets C to the group's largest expert count, no
+    min_capacity: T = 64, E = 64, k = 2 balanced, C = ceil(128/64) = 2, 128 slots (not 4·64).
+    An expert takes a token once, so C ≤ T: imbalance 5, T = 100, E = 8, k = 2 gives
+    ceil(5·200/8) = 125, held to 100, E·C = 800 rows."""
+    assert deepspeed_capacity(MoERun(), 64, 64, 2) == 2
+    assert deepspeed_slots(MoERun(), Fraction(64), 64, 2) == 128
+    assert deepspeed_capacity(MoERun(imbalance=Fraction(5)), 100, 8, 2) == 100
+    assert deepspeed_slots(MoERun(imbalance=Fraction(5)), Fraction(100), 8, 2) == 800
+    # the busiest rank's figure bounds the busiest (source, expert) count from below:
+    # imbalance 1.5, T = 4,096, k = 8, E = 256: 1.5 × 32,768 / 256 = 192 a pair at least
+    assert deepspeed_capacity(MoERun(imbalance=Fraction(3, 2)), 4096, 256, 8) == 192
+
+
+ARCH = Architecture(
+    num_layers=1, hidden_size=8, num_attention_heads=2, ffn_hidden_size=32, vocab_size=16,
+    moe=MoESpec(num_experts=4, experts_per_token=2, expert_ffn_hidden_size=16),
+)  # fmt: skip
+
+
+def test_traffic_table_ep_row_counts_the_busiest_ranks_rows():
+    """h 8, E 4, k 2, seq 4, micro-batch 1, dp 2 × ep 2, global batch 2 (m = 1), BF16:
+    T = 4 tokens, k·T = 8 rows. Balanced: each of the 4 transfers (forward dispatch and combine,
+    backward the two) moves 8 × 1/2 rows of 16 bytes = 64 bytes, 256 a step. At imbalance 1.5
+    the busiest rank receives ceil(1.5 × 8) = 12 rows in each dispatch and sends them back in
+    each combine: 12 × 1/2 × 16 = 96 bytes a transfer — the clock's all_to_all_sent — 384 a
+    step, and the table names it."""
+    layout = Layout(dp=2, ep=2)
+    balanced = ep_traffic(ARCH, 1, layout, TrainingSpec(seq_len=4, global_batch_size=2))
+    assert balanced.bytes_per_step == 256
+    assert balanced.collective == "all-to-all (dispatch + combine)"
+    run = MoERun(imbalance=Fraction(3, 2))
+    training = TrainingSpec(seq_len=4, global_batch_size=2, moe_run=run)
+    busiest = ep_traffic(ARCH, 1, layout, training)
+    assert all_to_all_sent(run, 4, 4, 2, 2, 2, 16) == 96.0
+    assert busiest.bytes_per_step == 4 * 96 == 384
+    assert busiest.collective == "all-to-all (dispatch + combine), the busiest rank's rows"
+    # the array path of the same rule
+    rows = ep_bytes(ARCH, 1, np.array([2]), 1, 1, 1, 1, 4, 2, False, False, run)
+    assert rows.tolist() == [384.0]
