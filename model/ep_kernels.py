@@ -40,6 +40,19 @@ HybridEP's B200).
 
 No latency term is added: the published figure is the kernel's whole time at 4,096 tokens a
 rank; fewer tokens would run below it (not modelled). Units: bytes/s, seconds.
+
+HybridEP's permute is a kernel of its own under Megatron-Core's default, timed by
+:mod:`model.ops` at the received rows: ``_HybridEPManager.dispatch`` calls
+``hybrid_ep_dispatch`` with ``fused=config.moe_permute_fusion_into_hybridep`` (default False,
+``transformer_config.py``; Megatron-LM d98e8a64dd ``moe/token_dispatcher.py``, ``moe/fused_a2a.py``
+``HybridEPDispatch.forward``), and unfused the library's ``Executor::dispatch_postprocess``
+launches ``permute_launcher`` from the dispatch's receive buffer into the experts'
+``[num_permuted_tokens, h]`` input after the dispatch kernel, ``combine_preprocess``
+``unpermute_launcher`` before the combine (deepseek-ai/DeepEP ``hybrid-ep`` 94a9f8f6b1
+``csrc/hybrid_ep/executor/executor.cu``). Only ``moe_permute_fusion_into_hybridep=True``
+(``fuse_permute_dispatch``) writes the permuted rows from the dispatch kernel itself, which the
+planner does not model. The permute reads one row per token a rank receives and writes one per
+local expert; both are counted at the received rows (an upper bound on the read).
 """
 
 from __future__ import annotations

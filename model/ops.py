@@ -31,20 +31,9 @@ What each kernel moves (forward | backward), per element of the tensor named:
   copies k and v to every head (also compiled): :mod:`model.elementwise`.
 * MoE: the router GEMM and its top-k over ``[T_sp, E]`` (2β | 2β), token permutation and
   un-permutation of the ``k·T_sp`` routed copies (2 × 2β·h | the same; the rows sent, or under
-  DeepEP and HybridEP the rows received). HybridEP's permute is a kernel of its own under
-  Megatron-Core's default: ``_HybridEPManager.dispatch`` calls ``hybrid_ep_dispatch`` with
-  ``fused=config.moe_permute_fusion_into_hybridep`` (default False, ``transformer_config.py``;
-  Megatron-LM d98e8a64dd ``moe/token_dispatcher.py``, ``moe/fused_a2a.py``
-  ``HybridEPDispatch.forward``), and unfused the library's ``Executor::dispatch_postprocess``
-  launches ``permute_launcher`` from the dispatch's receive buffer into the experts'
-  ``[num_permuted_tokens, h]`` input after the dispatch kernel, ``combine_preprocess``
-  ``unpermute_launcher`` before the combine (deepseek-ai/DeepEP ``hybrid-ep`` 94a9f8f6b1
-  ``csrc/hybrid_ep/executor/executor.cu``); only ``moe_permute_fusion_into_hybridep=True``
-  (``fuse_permute_dispatch``) writes the permuted rows from the dispatch kernel itself, which the
-  planner does not model. The permute reads one row per token a rank receives and writes one
-  per local expert; both are counted at the received rows (an upper bound on the read). The
-  experts as grouped GEMMs (``E/ep`` local experts,
-  ``k·T_sp·etp·ep/E`` tokens each under uniform dropless routing; the busiest rank's received
+  DeepEP and HybridEP the rows received; HybridEP's unfused permute, Megatron-Core's default, is
+  a kernel of its own: :mod:`model.ep_kernels` gives the sources), the experts as grouped
+  GEMMs (``E/ep`` local experts, ``k·T_sp·etp·ep/E`` tokens each under uniform dropless routing; the busiest rank's received
   rows under imbalance at ep > 1 or a capacity factor, and at ep = 1 the rank's own ``k·T_sp``
   whatever the imbalance: :func:`model.moe_rows.routed_rows`, the rows memory counts).
 """
