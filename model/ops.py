@@ -33,9 +33,10 @@ What each kernel moves (forward | backward), per element of the tensor named:
   un-permutation of the ``k·T_sp`` routed copies (2 × 2β·h | the same; the rows sent, or under
   DeepEP and HybridEP the rows received; HybridEP's unfused permute, Megatron-Core's default, is
   a kernel of its own: :mod:`model.ep_kernels` gives the sources), the experts as grouped
-  GEMMs (``E/ep`` local experts, ``k·T_sp·etp·ep/E`` tokens each under uniform dropless routing; the busiest rank's received
-  rows under imbalance at ep > 1 or a capacity factor, and at ep = 1 the rank's own ``k·T_sp``
-  whatever the imbalance: :func:`model.moe_rows.routed_rows`, the rows memory counts).
+  GEMMs (``E/ep`` local experts, ``k·T_sp·etp·ep/E`` tokens each under uniform dropless
+  routing; the busiest rank's received rows under imbalance at ep > 1 or a capacity factor, and
+  at ep = 1 the rank's own ``k·T_sp`` whatever the imbalance: :func:`model.moe_rows.routed_rows`,
+  the rows memory counts).
 """
 
 from __future__ import annotations
