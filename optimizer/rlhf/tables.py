@@ -43,6 +43,7 @@ from trainplan.model.hardware import ClusterLinks, DeviceSpec
 from trainplan.model.layout import Layout
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.rlhf.costs import role_cost
+from trainplan.model.rlhf.dp_batch import dp_refusal
 from trainplan.model.rlhf.engine import sync_bandwidth
 from trainplan.model.rlhf.network import seconds_floor
 from trainplan.model.rlhf.roles import (
@@ -184,11 +185,10 @@ def _training_options(
         # bandwidth is known; a framework that cannot run it is refused by evaluate()
         cpu_adam = trainable and dev.host_memory_bytes_per_s is not None
         modes += ["optimizer", "idle"] if cpu_adam else ["idle"]
-    spec = problem.spec  # no dp above the pass's sequences (faithful._check_train_dp refuses it)
-    batch = (spec.train_batch or spec.sequences) if trainable else spec.sequences
+    spec = problem.spec  # no dp above the pass's sequences (model.rlhf.dp_batch)
     for tp in _powers(training_tp_limit(spec.framework, problem.max_tp or problem.node), n):
         for pp in _powers(training_pp_limit(spec.framework, n // tp), n // tp):
-            for off in modes if n // (tp * pp) <= batch else ():
+            for off in () if dp_refusal(spec, trainable, n // (tp * pp)) else modes:
                 out.append(RoleOption(role, n, n // (tp * pp), tp, pp, off))
     return out
 
