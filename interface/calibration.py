@@ -29,22 +29,19 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
-import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from trainplan.interface.commands import check_layout_keys
-from trainplan.interface.inputs import build_case, unknown_parameter
-from trainplan.model.errors import InputError, PlannerError, ScenarioError
+from trainplan.interface.inputs import build_case
+from trainplan.interface.measurements_file import Measurement, read_measurements
+from trainplan.model.errors import InputError
 from trainplan.model.frameworks import gradient_bytes_for
 from trainplan.model.layout import sequence_parallel_on
 from trainplan.model.memory import keeps_gathered_inputs
 from trainplan.model.roofline import CALIBRATABLE, roofline_params_for
 from trainplan.model.tp_overlap import tp_overlap_for
-from trainplan.model.units import parse_positive
-from trainplan.topology.accelerator_file import get_part, is_part_file
+from trainplan.topology.accelerator_file import get_part
 
 __all__ = [
     "Measurement",
@@ -106,17 +103,6 @@ SETTINGS = (
 """The settings of a run that move its step time most and that a measurements file most often
 leaves out (the recipe of the code measured): each run's are printed with the fit, those left at
 the planner's default marked (:func:`run_settings`)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Measurement:
-    """One measured step of a known layout."""
-
-    label: str
-    step_s: float
-    """Measured seconds per optimizer step (> 0)."""
-    params: Mapping[str, Any]
-    """Flat evaluate parameters (:func:`interface.inputs.build_case`) of the layout."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,98 +289,6 @@ def run_settings(params: Mapping[str, Any]) -> tuple[dict[str, str], tuple[str, 
     if lay.virtual_stages == 1 or fw != "megatron":  # read by the interleaved schedule only
         del settings["p2p_overlap"]
     return settings, tuple(k for k in settings if params.get(k) is None)
-
-
-def read_measurements(path: str | Path) -> tuple[str, tuple[str, ...], tuple[Measurement, ...]]:
-    """(gpu, figures to fit, measurements) of a measurements file (see the module docstring).
-
-    Raises
-    ------
-    ScenarioError
-        Unreadable file, no ``gpu`` or runs, a run without a positive ``step_seconds``, a run's
-        key that is no parameter (:func:`interface.inputs.unknown_parameter`: the file, the
-        run's number and label, the key, the parameter meant and where they are listed), a key
-        the run's layout does not read, a bad value or an impossible layout (evaluate's own
-        rules, :func:`interface.commands.check_layout_keys`, :func:`interface.inputs.build_case`
-        and :meth:`optimizer.case.Case.evaluate`).
-    """
-    p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text())
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
-        raise ScenarioError(f"measurements {p}: {err}") from None
-    unknown = sorted(set(data) - {"gpu", "fit", "run", "description"})
-    if unknown:
-        raise ScenarioError(f"measurements {p}: unknown key {unknown[0]!r} (gpu, fit, run)")
-    runs = data.get("run")
-    if not isinstance(data.get("gpu"), str) or not isinstance(runs, list) or not runs:
-        raise ScenarioError(f'measurements {p}: needs gpu = "NAME" and at least one [[run]]')
-    fit = data.get("fit", ["gemm_efficiency"])
-    fit = [fit] if isinstance(fit, str) else fit
-    if not isinstance(fit, list) or not fit:
-        raise ScenarioError(
-            f"measurements {p}: fit {fit!r} must name one or more of {', '.join(CALIBRATABLE)}"
-        )
-    fit = [key.lower() if isinstance(key, str) else key for key in fit]  # in any case, as --fit
-    for key in fit:
-        if key not in CALIBRATABLE:
-            raise ScenarioError(
-                f"measurements {p}: fit {key!r} is not one of {', '.join(CALIBRATABLE)}"
-            )
-    out = []
-    for i, run in enumerate(runs, start=1):
-        step = run.get("step_seconds")
-        if step is None:
-            raise ScenarioError(
-                f"measurements {p}: run {i}: step_seconds missing: give the run's measured "
-                "seconds per step (step_seconds = 3.7)"
-            )
-        if isinstance(step, str):  # "4,000,000" or "3.7e0": one number, as every input reads it
-            try:
-                step = float(parse_positive(step, "step_seconds"))
-            except InputError as err:
-                raise ScenarioError(f"measurements {p}: run {i}: {err}") from None
-        if isinstance(step, bool) or not isinstance(step, int | float) or not step > 0:
-            raise ScenarioError(
-                f"measurements {p}: run {i}: step_seconds {step!r} must be a positive number"
-            )
-        params = {k: v for k, v in run.items() if k not in ("label", "step_seconds")}
-        if "gpu" in params:
-            raise ScenarioError(f"measurements {p}: run {i}: give gpu once, at the top")
-        params["gpu"] = data["gpu"]
-        _check_run(f"measurements {p}: run {i}", run.get("label"), params)
-        out.append(Measurement(str(run.get("label", f"run {i}")), float(step), params))
-    return _catalogue_name(data["gpu"]), tuple(str(k) for k in fit), tuple(out)
-
-
-def _check_run(where: str, label: Any, params: dict[str, Any]) -> None:
-    """Refuse a run's key that is no parameter (:func:`interface.inputs.unknown_parameter`), that
-    its layout does not read, by evaluate's own rule
-    (:func:`interface.commands.check_layout_keys`), or a layout evaluate refuses (tp not dividing
-    the heads, a batch that does not divide: :meth:`optimizer.case.Case.evaluate`), naming
-    ``where`` and the run's label."""
-    name = f"{where} ({label!r})" if isinstance(label, str) else where
-    refused = unknown_parameter({k: v for k, v in params.items() if k != "gpu"})
-    if refused:
-        raise ScenarioError(f"{name}: {refused}")
-    try:
-        case = build_case(params)
-        check_layout_keys(case)
-        case.evaluate()  # the layout's own rules (tp dividing the heads, B by b·dp…), here named
-    except PlannerError as err:
-        raise ScenarioError(f"{name}: {err}") from None
-
-
-def _catalogue_name(gpu: str) -> str:
-    """The accelerator table's full name of ``gpu`` as a measurements file names it (``A100-80G``
-    → ``A100-80GB``), what the written calibration file says it was fitted on; a ``PATH.toml``
-    part file stays its path. An unknown name is refused later, where the runs are built."""
-    if is_part_file(gpu):
-        return gpu
-    try:
-        return get_part(gpu).name
-    except PlannerError:
-        return gpu
 
 
 def _predictor(m: Measurement) -> Callable[[Mapping[str, float]], float]:

@@ -278,10 +278,10 @@ def _prices(gpus: int, price: float | None, step_s: float | None) -> dict[str, f
 
 def per_stage_json(kw: SearchRequest | Mapping[str, Any]) -> SearchRun:
     """The per-stage search (``trainplan search --per-stage --json``): the plan's evaluate
-    object, plus ``per_stage``: ``status`` (``optimal`` proven over the ``shapes`` fastest
-    uniform shapes, or ``feasible``), ``proof_scope`` (what ``optimal`` is proven over, in
-    words: where the space holds interleaved shapes, only their splits whose chunks on a stage
-    are equal, :attr:`optimizer.per_stage.PerStageResult.proof_scope`), ``stage_layers``, ``recompute_layers``, ``step_s``,
+    object with ``stages`` (each stage's memory, as ``evaluate --per-stage``), plus
+    ``per_stage``: ``status`` (``optimal`` proven over the ``shapes`` fastest uniform shapes, or
+    ``feasible``), ``proof_scope`` (what ``optimal`` is proven over, in words: :attr:`optimizer.
+    per_stage.PerStageResult.proof_scope`), ``stage_layers``, ``recompute_layers``, ``step_s``,
     ``uniform`` (the best uniform layout's ``layout`` line fields and ``step_s``), ``gain``
     (uniform ÷ per-stage step time, ≥ 1), ``gap_s`` (the step less a proven lower bound on
     every split searched, under 1F1B by the order's own step: 0 or a ns or so when proven, null
@@ -311,7 +311,7 @@ def per_stage_json(kw: SearchRequest | Mapping[str, Any]) -> SearchRun:
     )
     assert result.uniform is not None and result.uniform_ns is not None  # without_uniform unset
     plan = result.plan
-    d = estimate_to_dict(plan)
+    d = estimate_to_dict(plan, per_stage=True)  # every stage's memory rows, as evaluate's
     _with_fit_rule(d, problem, plan)
     lay = plan.layout
     counts = lay.recompute_layers or tuple(0 for _ in range(lay.pp))

@@ -128,6 +128,7 @@ from trainplan.model.frameworks import Framework
 from trainplan.model.pipeline import SPLIT_BACKWARD, Schedule
 from trainplan.model.specs import Architecture
 from trainplan.model.te_fp8_backward import TeFp8Backward
+from trainplan.model.torchao_backward import fp8_cast_steps, torchao_fp8_casts
 
 __all__ = [
     "backward_working_bytes",
@@ -151,69 +152,6 @@ def input_pass_retains(schedule: Schedule | str) -> bool:
     (True, True, False)
     """
     return Schedule(str(schedule)) in SPLIT_BACKWARD
-
-
-def torchao_fp8_casts(
-    tokens: Fraction, in_features: Fraction, out_features: Fraction, element_bytes: Fraction,
-    eager: bool,
-) -> Fraction:  # fmt: skip
-    """Bytes of the FP8 casts torchao's ``Float8Linear`` holds during its backward beside the
-    input gradient, for ``tokens`` rows of ``in_features`` (K) in and ``out_features`` (N) out on
-    this rank, ``element_bytes`` per FP8 element (1; MXFP8 1 + 1/32).
-
-    ``matmul_with_hp_or_float8_args.backward`` (``torchao/float8/float8_linear.py``, pytorch/ao
-    36027d82) casts ``grad_output`` along dim 0 ``[S, N]`` and the saved BF16 weight ``[K, N]``
-    for the input gradient, then ``grad_output`` again along dim 1 ``[S, N]`` and the saved BF16
-    input ``[S, K]`` for the weight gradient (``hp_tensor_to_float8_dynamic`` each: every
-    torchtitan recipe casts all four, none arrives in FP8), and returns only after the weight
-    gradient's GEMM. Eagerly (``eager``) every cast is a local of the function, alive until it
-    returns: ``2·S·N + S·K + K·N`` elements. Compiled, Inductor frees a buffer after its last
-    use, and what must exist is each GEMM's operands: ``S·N + max(K·N, S·K)``. The per-tensor or
-    per-row scales (FP32) are left out.
-
-    Examples
-    --------
-    Llama 3 8B's down projection at tp 1, s 8,192: ``2·8,192·4,096 + 8,192·14,336 +
-    14,336·4,096`` = 243,269,632 B eager; ``8,192·4,096 + 8,192·14,336`` = 150,994,944 B
-    compiled.
-
-    >>> F = Fraction
-    >>> torchao_fp8_casts(F(8192), F(14336), F(4096), F(1), True)
-    Fraction(243269632, 1)
-    >>> torchao_fp8_casts(F(8192), F(14336), F(4096), F(1), False)
-    Fraction(150994944, 1)
-    """
-    S, K, N = tokens, in_features, out_features
-    if eager:
-        return element_bytes * (2 * S * N + S * K + K * N)
-    return element_bytes * (S * N + max(K * N, S * K))
-
-
-def _fp8_casts(
-    ctx: ActivationContext, arch: Architecture, framework: Framework, ffn: int
-) -> tuple[tuple[Fraction, Fraction], tuple[Fraction, Fraction]]:
-    """((output projection, the largest of Q/K/V), (down projection, up or gate projection)):
-    the casts of :func:`torchao_fp8_casts` at each projection step under ``fsdp2`` with FP8
-    GEMMs (torchtitan's ``Float8LinearConverter`` swaps the layers' ``nn.Linear`` for torchao's
-    ``Float8Linear``; the routed experts' grouped GEMMs stay BF16 unless converted apart), each
-    projection's own shapes on this rank under torchtitan's tensor-parallel plan (the
-    column-parallel ones ``h → out/tp`` on the gathered tokens, the row-parallel ones
-    ``in/tp → h``); else zeros. Q, K, V are separate linear layers (``wq``, ``wk``, ``wv``;
-    MLA's low-rank ones taken at the Q projection's shape, an upper bound), as are the gate and
-    up projections (``w1``, ``w3``): one's casts at a time."""
-    zero = (Fraction(0), Fraction(0))
-    if framework is not Framework.FSDP2 or not ctx.fp8_gemms:
-        return zero, zero
-    S, tp, h = ctx.tokens, ctx.tp, Fraction(arch.hidden_size)
-    q, kv, o = (Fraction(x, tp) for x in attention_dims(arch))
-    one, eager = ctx.fp8_input_bytes, ctx.eager_elementwise
-    attention = (
-        torchao_fp8_casts(S, o, h, one, eager),
-        torchao_fp8_casts(S, h, max(q, kv / 2), one, eager),
-    )
-    f = Fraction(ffn, tp)
-    mlp = (torchao_fp8_casts(S, f, h, one, eager), torchao_fp8_casts(S, h, f, one, eager))
-    return attention, mlp
 
 
 def _row_step(
@@ -257,11 +195,11 @@ def _step_additions(
     te: TeFp8Backward | None = None,
 ) -> Pairs:  # fmt: skip
     """((attention row, column), (MLP row, column)): what each projection's step holds beyond
-    the BF16 count, :func:`_fp8_casts` plus
+    the BF16 count, :func:`model.torchao_backward.fp8_cast_steps` plus
     :func:`model.deepspeed_backward.deepspeed_weight_grads`, and under
     ``deepspeed`` with Transformer Engine's FP8 (``te``) what ``LayerNormMLP`` still holds at
     its FC1 step (:func:`model.deepspeed_backward.layernorm_mlp_held`)."""
-    a = _fp8_casts(ctx, arch, framework, ffn)
+    a = fp8_cast_steps(ctx, arch, framework, ffn)
     b = deepspeed_weight_grads(ctx, arch, framework, ffn)
     held = layernorm_mlp_held(ctx, arch, te, ffn) if te and framework is Framework.DEEPSPEED else 0
     return (a[0][0] + b[0][0], a[0][1] + b[0][1]), (a[1][0] + b[1][0], a[1][1] + b[1][1] + held)
@@ -321,8 +259,8 @@ def _dense_mlp(
     te: TeFp8Backward | None = None, requant: Fraction = Fraction(0),
 ) -> Fraction:  # fmt: skip
     """The dense MLP's steps (down projection, activation, up projection), their largest; the
-    projections' steps with their FP8 ``casts`` (:func:`_fp8_casts`), or Transformer Engine's
-    FP8 copies under ``te`` (:func:`_row_step`, :func:`_column_extra`) and, at the up
+    projections' steps with their FP8 ``casts`` (:func:`model.torchao_backward.fp8_cast_steps`),
+    or Transformer Engine's FP8 copies under ``te`` (:func:`_row_step`, :func:`_column_extra`) and, at the up
     projection's, a saved BF16 input quantised again (``requant``, :func:`shared_fc1_requant`)."""
     beta, S, tp, h = ctx.activation_bytes, ctx.tokens, ctx.tp, arch.hidden_size
     sp = 1 if ctx.sequence_parallel and tp > 1 else 0
@@ -397,8 +335,8 @@ def _attention(
 ) -> Fraction:  # fmt: skip
     """The attention block's steps (output projection, core: :func:`attention_core_step`, QKV
     projection), their largest; the projections' steps with their FP8 ``casts``
-    (:func:`_fp8_casts`), or Transformer Engine's FP8 copies under ``te`` (:func:`_row_step`,
-    :func:`_column_extra`). Where the output projection saved its BF16 input
+    (:func:`model.torchao_backward.fp8_cast_steps`), or Transformer Engine's FP8 copies under
+    ``te`` (:func:`_row_step`, :func:`_column_extra`). Where the output projection saved its BF16 input
     (``ActivationContext.fp8_proj_saves_original``) its step also holds that input quantised
     again, ``saved_input`` per element of ``[S, O/tp]``: Transformer Engine d0067d0da
     ``module/linear.py`` ``_Linear.backward``, after ``grad_output_preprocess``, ``if

@@ -14,7 +14,6 @@ the experts each token goes to (``k``), ``ep`` the expert-parallel degree. Count
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from fractions import Fraction
 from math import comb
 from typing import Any
@@ -25,8 +24,6 @@ from trainplan.model.xp import exact, is_array
 __all__ = [
     "expert_capacity",
     "capacity_rows",
-    "ExpertLoad",
-    "expert_load",
     "expert_flops",
     "shared_expert_flops",
     "all_to_all_bytes",
@@ -96,78 +93,6 @@ def capacity_rows(rows: Any, experts: int, capacity_factor: Fraction) -> Any:
     """
     product = (rows / experts) * float(capacity_factor)
     return math.ceil(product) if not is_array(product) else -((-product) // 1)
-
-
-@dataclass(frozen=True, slots=True)
-class ExpertLoad:
-    """Tokens through the experts of one rank's share of an MoE layer, one micro-batch.
-
-    ``mean`` — tokens per expert from one rank, ``tokens·k/E``; ``capacity`` — per expert per
-    rank (None: dropless); ``busiest`` — the busiest expert's tokens from one rank: ``imbalance ×
-    mean``, capped at ``capacity`` when tokens are dropped, ``capacity`` when padded;
-    ``rows_sent`` — rows one rank puts into the dispatch all-to-all (``tokens·k`` dropless, ``E·C``
-    padded, ``tokens·k`` less the busiest expert's drops when dropping without padding: a lower
-    bound on the drops, the rest of the distribution unknown); ``rows_per_rank`` — rows the local
-    experts of one rank compute on average (``rows_sent``: every rank sends as much as it
-    receives on average); ``dropped_busiest`` — tokens the busiest expert drops."""
-
-    mean: Fraction
-    capacity: int | None
-    busiest: Fraction
-    rows_sent: Fraction
-    rows_per_rank: Fraction
-    dropped_busiest: Fraction
-
-
-def expert_load(
-    tokens: int,
-    experts: int,
-    top_k: int,
-    capacity_factor: Fraction | None = None,
-    pad_to_capacity: bool = False,
-    imbalance: Fraction = Fraction(1),
-) -> ExpertLoad:
-    """Dropless routing (``capacity_factor`` None: every routed copy is computed) or a capacity
-    factor, with padding to capacity (Megatron-Core ``moe_pad_expert_input_to_capacity``: the
-    all-to-all dispatcher then sends ``num_out_tokens = capacity × num_experts`` rows and each
-    local expert computes ``capacity × tp × ep``, ``token_dispatcher.py``) or without (tokens
-    over capacity dropped, ``moe_token_drop_policy``).
-
-    ``imbalance`` is the busiest expert's tokens over the mean (>= 1; 1 for perfectly balanced
-    routing): an input, measured or assumed — DeepSeek-V3's auxiliary-loss-free balancing and
-    Megatron's aux loss both aim at 1.
-
-    Raises
-    ------
-    InputError
-        ``imbalance`` below 1, ``pad_to_capacity`` without a capacity factor, a count below 1.
-
-    Examples
-    --------
-    >>> expert_load(4096, 256, 8).rows_sent
-    Fraction(32768, 1)
-    >>> load = expert_load(4096, 256, 8, Fraction(1), pad_to_capacity=True, imbalance=Fraction(3, 2))
-    >>> load.capacity, load.busiest, load.rows_sent
-    (128, Fraction(128, 1), Fraction(32768, 1))
-    """
-    for name, value in (("tokens", tokens), ("experts", experts), ("top_k", top_k)):
-        _positive(name, value)
-    if Fraction(imbalance) < 1:
-        raise InputError(f"imbalance: {imbalance} must be at least 1 (busiest expert ÷ mean)")
-    if pad_to_capacity and capacity_factor is None:
-        raise InputError("pad_to_capacity: padding needs a capacity_factor (dropless has none)")
-    mean = Fraction(tokens * top_k, experts)
-    busiest = Fraction(imbalance) * mean
-    if capacity_factor is None:
-        rows = Fraction(tokens * top_k)
-        return ExpertLoad(mean, None, busiest, rows, rows, Fraction(0))
-    cap = expert_capacity(tokens, experts, top_k, capacity_factor)
-    dropped = max(Fraction(0), busiest - cap)
-    if pad_to_capacity:
-        rows = Fraction(experts * cap)
-        return ExpertLoad(mean, cap, Fraction(cap), rows, rows, dropped)
-    rows = tokens * top_k - dropped
-    return ExpertLoad(mean, cap, min(busiest, Fraction(cap)), rows, rows, dropped)
 
 
 def expert_flops(

@@ -38,6 +38,7 @@ __all__ = [
     "INTERLEAVED_V1",
     "check_schedule_framework",
     "weight_pass_recomputes",
+    "SPLIT_RECOMPUTE_CALLS",
     "SPLIT_RECOMPUTE_WHY",
     "split_recompute_rule",
 ]
@@ -184,17 +185,22 @@ def weight_pass_recomputes(framework: Framework | str, schedule: str) -> bool:
     return str(framework) == Framework.FSDP2 and str(schedule) in ("zb-v", "dualpipev")
 
 
+SPLIT_RECOMPUTE_CALLS = (
+    "PyTorch's pipelining takes each weight's gradient in its own autograd call, so a "
+    "checkpoint recomputes once per call"
+)
+"""Why recomputation differs under a split schedule (torch/distributed/pipelining
+``stage_backward_weight``; torch/utils/checkpoint.py: the recomputation is keyed by the call)."""
+
 SPLIT_RECOMPUTE_WHY = {
     "selective": (
-        "the weight pass recomputes the block a second time and torch's selective checkpoint "
-        'raises "Trying to backward an extra time" (torch/utils/checkpoint.py)'
+        'torchtitan\'s selective checkpoint raises "Trying to backward an extra time" on the '
+        "second recomputation (torch/utils/checkpoint.py)"
     ),
     "full": (
-        "the weight pass recomputes each block once per weight tensor (torch's pipelining "
-        "takes a weight's gradient in an autograd call of its own, and the checkpoint "
-        "recomputes once per call: measured with torch 2.13.0, 12 block forwards for 2 "
-        "blocks of 6 weights) and keeps the unused recomputed tensors until the pass ends; "
-        "not modelled"
+        "full recomputation re-runs each block once per weight tensor (12 block forwards for 2 "
+        "blocks of 6 weights, measured with torch 2.13.0) and keeps the unused recomputed "
+        "tensors until the pass ends"
     ),
 }
 """Why each recompute mode is refused under a schedule of :func:`weight_pass_recomputes`."""
@@ -244,6 +250,7 @@ def split_recompute_rule(s: object, framework: object, recompute: object, schedu
         and weight_pass_recomputes(str(framework), str(schedule))
     ):
         raise LayoutError(
-            f"recompute: {mode} with schedule {schedule} under framework fsdp2 is not run here: "
-            f"{SPLIT_RECOMPUTE_WHY[mode]}; use recompute none, or schedule 1f1b or interleaved"
+            f"recompute: {mode} with schedule {schedule} under framework fsdp2 is not modelled: "
+            f"{SPLIT_RECOMPUTE_CALLS}, and {SPLIT_RECOMPUTE_WHY[mode]}; use recompute none, or "
+            "schedule 1f1b or interleaved"
         )

@@ -102,7 +102,7 @@ def test_a_placement_search_over_millions_of_gpus_names_no_batch_the_user_never_
     above the limit": the scoring pass's batch on a pool of dp 6,000,000, 16,384 sequences (1,024
     prompts × 16) rounded up to whole micro-batches of 3 on every rank, 3 · 6,000,000. A rank
     of such a pool has no sequence to score or train on — evaluate refuses a training dp above the
-    update's sequences (interface.rlhf.faithful._check_train_dp) — so the search leaves such
+    update's sequences (model.rlhf.dp_batch, which the search reads too) — so it leaves such
     options out instead of costing them. Within a short time limit it answers as any search cut
     short does (exit 1, "not proven infeasible"), naming no parameter the user did not give."""
     done = trainplan(

@@ -315,7 +315,7 @@ KEY_DOCS: dict[str, str] = {
     "assumptions": "Every convention and default behind the figures, as sentences.",
     "notes": "What the figures leave out or bound, as sentences.",
     "defaults_used": "The inputs that took a default, with the value.",
-    "stages": "With --per-stage: one row per pipeline stage.",
+    "stages": "With --per-stage (evaluate, search): one row per pipeline stage.",
     "stages[].stage": "The stage, counted from 0.",
     "stages[].stage_layers": "Transformer layers on the stage.",
     "stages[].stage_state_bytes": "Model state on one GPU of the stage.",

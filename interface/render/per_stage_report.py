@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from trainplan.interface.render.report import seconds_text, step_text, table_text
+from trainplan.interface.render.report import gb, seconds_text, step_text, table_text
 from trainplan.model.pipeline_onef import one_chunk
 from trainplan.model.pipeline_report import interleaved_order
 
@@ -117,9 +117,25 @@ def _uniform_line(ctrl_c: bool) -> str:
     return "no per-stage plan is faster than the uniform one: the plan is the uniform one"
 
 
+def _peak(d: dict[str, Any], stage: int) -> dict[str, str]:
+    """The stage's peak per GPU in GB (10⁹ B) from the JSON's ``stages`` rows (evaluate's,
+    ``stage_total_bytes``), as a table cell; nothing where the object has no such rows.
+
+    >>> _peak({"stages": [{"stage": 0, "stage_total_bytes": 51_690_000_000}]}, 0)
+    {'peak GB': '51.69'}
+    >>> _peak({}, 0)
+    {}
+    """
+    row = next((r for r in d.get("stages") or () if r["stage"] == stage), None)
+    if row is None or row["stage_total_bytes"] is None:
+        return {}
+    return {"peak GB": gb(row["stage_total_bytes"]).removesuffix(" GB")}
+
+
 def per_stage_text(d: dict[str, Any]) -> str:
     """The per-stage search's summary (``trainplan search --per-stage``) from its JSON object:
-    proof status, per-stage plan beside the best uniform plan, gain, and the launch flags."""
+    proof status, per-stage plan beside the best uniform plan, gain, the stages' table (layers,
+    recomputed layers, each stage's peak per GPU), and the launch flags."""
     ps, launch = d["per_stage"], d["launch"]
     ctrl_c = bool(d.get("interrupted"))
     proof = _proof(ps["status"], ctrl_c, ps["proof_scope"])
@@ -156,7 +172,7 @@ def per_stage_text(d: dict[str, Any]) -> str:
                 row["recomputed (full) per chunk"] = k
             else:
                 row["recomputed (full)"] = k
-            rows.append({**row, "others": lay["recompute"]})
+            rows.append({**row, "others": lay["recompute"], **_peak(d, i)})
         out.append(table_text(rows))
     elif ps["gain"] == 1:
         out.append(_uniform_line(ctrl_c))

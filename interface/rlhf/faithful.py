@@ -22,6 +22,7 @@ from trainplan.model.errors import InputError, LayoutError, check_applicable, na
 from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
 from trainplan.model.layout import Recompute
+from trainplan.model.rlhf.dp_batch import dp_refusal
 from trainplan.model.rlhf.openrlhf import check_split_count
 from trainplan.model.rlhf.packing import Packing
 from trainplan.model.rlhf.roles import OFFLOAD_MODES, RoleOption, check_training_tp
@@ -383,18 +384,20 @@ def _offload(value: Any, spec: RLHFSpec) -> tuple[tuple[str, str], ...]:
 
 
 def _check_train_dp(inp: RLHFInputs, train_pool: int, mp: int) -> None:
-    """Refuse a training dp above the sequences of an update: the training layout would round
-    the batch up to a micro-batch per rank, training on rollouts that do not exist. OpenRLHF's
-    rule first where it applies (:func:`model.rlhf.openrlhf.check_split_count`): it names why."""
-    check_split_count(inp.spec, Role.ACTOR, train_pool // mp)
-    batch = inp.spec.train_batch or inp.spec.sequences
-    if train_pool // mp > batch:
-        raise LayoutError(
-            f"gpus: the training roles' {train_pool:,} GPUs at `train_tp` × `train_pp` = {mp} "
-            f"are dp {train_pool // mp:,}, above the {batch:,} sequences an update trains "
-            "on: a data-parallel rank would have no rollout (fewer --gpus, more "
-            "--rollout-gpus, a larger --train-tp or --train-pp, or more --prompts)"
-        )
+    """Refuse a training pool whose dp leaves a role a rank with no sequence: the rule of
+    :func:`model.rlhf.dp_batch.dp_refusal` for each role on the pool (the search's tables
+    leave out the same options). OpenRLHF's rule first where it applies
+    (:func:`model.rlhf.openrlhf.check_split_count`): it names why."""
+    dp = train_pool // mp
+    check_split_count(inp.spec, Role.ACTOR, dp)
+    for rs in inp.spec.roles:
+        why = None if rs.role is Role.ROLLOUT else dp_refusal(inp.spec, rs.trainable, dp)
+        if why:
+            raise LayoutError(
+                f"gpus: the training roles' {train_pool:,} GPUs at `train_tp` × `train_pp` = "
+                f"{mp} are {why} (fewer --gpus, more --rollout-gpus, a larger --train-tp or "
+                "--train-pp, or more --prompts)"
+            )
 
 
 def evaluate_placement(inp: RLHFInputs) -> StepPlan:

@@ -31,11 +31,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cache
-
-import numpy as np
 
 from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.estimate import Estimate, evaluate
@@ -43,6 +41,7 @@ from trainplan.model.hardware import ClusterLinks, DeviceSpec
 from trainplan.model.layout import Layout
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.rlhf.costs import role_cost
+from trainplan.model.rlhf.dp_batch import dp_refusal
 from trainplan.model.rlhf.engine import sync_bandwidth
 from trainplan.model.rlhf.network import seconds_floor
 from trainplan.model.rlhf.roles import (
@@ -52,11 +51,19 @@ from trainplan.model.rlhf.roles import (
     training_pp_limit,
     training_tp_limit,
 )
-from trainplan.model.rlhf.spec import PHASES, RLHFSpec, Role
+from trainplan.model.rlhf.spec import RLHFSpec, Role
 from trainplan.model.rollout import kv_heads_per_gpu
 from trainplan.model.specs import TrainingSpec
 from trainplan.model.timing import CostOptions, attention_efficiency_for, kernel_efficiency_for
 from trainplan.optimizer.case import links_for
+from trainplan.optimizer.rlhf.table_ints import (
+    NS,
+    dominant,
+    int_costs,
+    receive_int,
+    resident_int,
+    sync_ns,
+)
 
 __all__ = [
     "RLHFProblem",
@@ -184,11 +191,10 @@ def _training_options(
         # bandwidth is known; a framework that cannot run it is refused by evaluate()
         cpu_adam = trainable and dev.host_memory_bytes_per_s is not None
         modes += ["optimizer", "idle"] if cpu_adam else ["idle"]
-    spec = problem.spec  # no dp above the pass's sequences (faithful._check_train_dp refuses it)
-    batch = (spec.train_batch or spec.sequences) if trainable else spec.sequences
+    spec = problem.spec  # no dp above the pass's sequences (model.rlhf.dp_batch)
     for tp in _powers(training_tp_limit(spec.framework, problem.max_tp or problem.node), n):
         for pp in _powers(training_pp_limit(spec.framework, n // tp), n // tp):
-            for off in modes if n // (tp * pp) <= batch else ():
+            for off in () if dp_refusal(spec, trainable, n // (tp * pp)) else modes:
                 out.append(RoleOption(role, n, n // (tp * pp), tp, pp, off))
     return out
 
@@ -393,48 +399,6 @@ def _within(out: dict, bound_ns: int) -> dict:
     }
 
 
-NS = 10**9
-"""Nanoseconds per second: the CP-SAT placement model's time unit."""
-
-
-def int_costs(
-    cost: RoleCost,
-) -> tuple[int, tuple[int, int, int], int, tuple[int, int, int], tuple[int, int, int], int, int]:
-    """(held bytes, phase bytes, host bytes — each rounded up; seconds per phase in whole ns;
-    swapped-in bytes per phase; bytes held in every phase,
-    :attr:`~model.rlhf.roles.RoleCost.resident_bytes`, rounded up; bytes at the weight sync,
-    :attr:`~model.rlhf.roles.RoleCost.sync_bytes`, rounded up): the integers the CP-SAT
-    placement model (:mod:`optimizer.rlhf.cpsat`) and the dominance filter (:func:`dominant`)
-    read."""
-    up = math.ceil
-    return (
-        up(cost.held_bytes),
-        tuple(up(cost.phase_bytes(p)) for p in PHASES),  # type: ignore[return-value]
-        up(cost.host_bytes),
-        tuple(round(cost.seconds(p) * NS) for p in PHASES),  # type: ignore[misc]
-        tuple(up(cost.swap_in(p)) for p in PHASES),  # type: ignore[misc]
-        resident_int(cost),
-        up(cost.sync_bytes),
-    )
-
-
-def sync_ns(cost: RoleCost) -> int:
-    """The engine's weight sync in whole ns, 0 for the other roles: what one-step off-policy
-    adds to the trainer's chain (:func:`model.rlhf.off_policy.off_policy_seconds`)."""
-    return round(cost.sync_s * NS)
-
-
-def resident_int(cost: RoleCost) -> int:
-    """A role's bytes held in every phase, rounded up (:func:`int_costs`'s sixth)."""
-    return math.ceil(cost.resident_bytes)
-
-
-def receive_int(cost: RoleCost) -> int:
-    """An engine's bytes over its pool's held ones while it receives a parameter over NCCL
-    (:func:`model.rlhf.split.receive_peak`), rounded up: its rollout bytes and the buffer."""
-    return math.ceil(cost.rollout_bytes) + math.ceil(cost.receive_bytes)
-
-
 def _own_ns(cost: RoleCost) -> int:
     """The role's own seconds over its phases, in the CP-SAT model's integers."""
     return sum(int_costs(cost)[3])
@@ -453,48 +417,3 @@ def _over(problem: RLHFProblem, costed: RoleCost, opt: RoleOption, bound_ns: int
 
 
 NS_PER_S = NS
-
-
-def dominant(tables: RLHFTables) -> RLHFTables:
-    """The tables less every option that another option of the same role and pool size beats or
-    ties in each integer the CP-SAT model reads (:func:`int_costs`: held,
-    phase, host, swapped, resident and sync bytes, seconds per phase, and the engine's sync
-    seconds, :func:`sync_ns`); of equal ones the first is kept.
-    Every constraint and the step time grow with each of them, so a placement with the dropped
-    option stays feasible and no slower with the one that dominates it: the optimum is
-    unchanged. Roles that share process groups (:attr:`~model.rlhf.roles.RoleCost.groups`) are
-    compared within one tp × pp only: a pool's roles must then agree on it
-    (:func:`model.rlhf.step.pool_resident`), so an option of another layout is no substitute;
-    and within one OpenRLHF scoring micro-batch (``split_tokens``), which the actor's must match."""
-
-    def flat(cost: RoleCost) -> list[int]:
-        held, phase, host, secs, swap, resident, sync = int_costs(cost)
-        rest = [resident, sync, math.ceil(cost.sleep_host_bytes), sync_ns(cost)]
-        return [held, *phase, host, *secs, *swap, *rest]
-
-    def layout(cost: RoleCost) -> tuple[tuple[int, int] | None, int]:
-        return ((cost.option.tp, cost.option.pp) if cost.groups else None), cost.split_tokens
-
-    out: dict[Role, dict[int, list[tuple[RoleOption, RoleCost]]]] = {}
-    for role, by_size in tables.options.items():
-        out[role] = {}
-        for n, all_opts in by_size.items():
-            kept: set[int] = set()
-            for key in dict.fromkeys(layout(c) for _, c in all_opts):
-                idx = [i for i, (_, c) in enumerate(all_opts) if layout(c) == key]
-                kept.update(idx[i] for i in _undominated([flat(all_opts[i][1]) for i in idx]))
-            out[role][n] = [oc for i, oc in enumerate(all_opts) if i in kept]
-    return replace(tables, options=out)
-
-
-def _undominated(rows: list[list[int]]) -> list[int]:
-    """Indices of the rows no other row beats or ties everywhere (of equal rows the first)."""
-    if not rows:
-        return []
-    big = any(x >= 2**62 for row in rows for x in row)  # exact either way
-    v = np.array(rows, dtype=object if big else np.int64).reshape(len(rows), -1)
-    le = (v[:, None, :] <= v[None, :, :]).all(axis=2)  # le[j, i]: j ≤ i everywhere
-    lt = (v[:, None, :] < v[None, :, :]).any(axis=2)
-    earlier = np.tri(len(rows), k=-1, dtype=bool).T  # earlier[j, i]: j < i
-    beaten = np.asarray((le & (lt | earlier)).any(axis=0)).tolist()
-    return [i for i, b in enumerate(beaten) if not b]

@@ -117,7 +117,8 @@ def test_the_search_no_longer_offers_the_actor_at_dp_8_for_4_rollouts(monkeypatc
     old = search_placement(_problem(2, 2, 8))
     # without OpenRLHF's count rule the actor at dp 8 is no longer offered either: a dp above
     # the 4 sequences leaves a rank with none, which the tables now leave out
-    # (optimizer.rlhf.tables._training_options, the rule interface.rlhf.faithful._check_train_dp
-    # refuses); the old answer, dp 8 at 14.202 s, is gone and the answer stays the one above
+    # (model.rlhf.dp_batch.dp_refusal, read by optimizer.rlhf.tables._training_options and by
+    # interface.rlhf.faithful._check_train_dp); the old answer, dp 8 at 14.202 s, is gone and
+    # the answer stays the one above
     assert next(o.dp for o in old.best.options if o.role is Role.ACTOR) == 4
     assert old.best.plan.step_s == pytest.approx(r.best.plan.step_s, abs=0.001)

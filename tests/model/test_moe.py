@@ -1,4 +1,5 @@
-"""MoE mechanisms of model.moe, each against a derivation written out here."""
+"""MoE mechanisms of model.moe and the routed rows of model.moe_rows, each against a derivation
+written out here."""
 
 from __future__ import annotations
 
@@ -20,10 +21,11 @@ from trainplan.model.moe import (
     expected_remote_nodes,
     expert_capacity,
     expert_flops,
-    expert_load,
     scale_out_dispatch_bytes,
     shared_expert_flops,
 )
+from trainplan.model.moe_rows import mean_rows_sent, rank_rows, row_factors
+from trainplan.model.moe_run import MoERun
 
 
 def test_capacity_is_megatrons_get_capacity():
@@ -33,33 +35,38 @@ def test_capacity_is_megatrons_get_capacity():
     assert expert_capacity(4096, 8, 2, Fraction(1)) == 1024
 
 
-def test_dropless_padded_and_dropping_loads():
-    """DeepSeek-V3-like layer: 4,096 tokens on a rank, 256 experts, top-8. Mean per expert
-    4096·8/256 = 128. Busiest at imbalance 1.5: 192.
-    * dropless: all 32,768 routed rows sent and computed; busiest 192;
-    * cf 1 padded: C = 128, every expert computes 128 rows from each rank: E·C = 32,768 rows
-      (the same as dropless at cf 1), busiest 128, 64 of the busiest expert's tokens dropped;
-    * cf 1 dropping: busiest computes 128, rows sent 32,768 − 64 = 32,704 (at least)."""
-    dropless = expert_load(4096, 256, 8, imbalance=Fraction(3, 2))
-    assert (dropless.mean, dropless.busiest, dropless.rows_sent) == (128, 192, 32768)
-    padded = expert_load(4096, 256, 8, Fraction(1), True, Fraction(3, 2))
-    assert (padded.capacity, padded.busiest, padded.rows_sent, padded.dropped_busiest) == (
-        128,
-        128,
-        256 * 128,
-        64,
-    )
-    dropping = expert_load(4096, 256, 8, Fraction(1), False, Fraction(3, 2))
-    assert (dropping.busiest, dropping.rows_sent) == (128, 32768 - 64)
-    # a capacity factor above the load pads: cf 2 → C = 256, E·C = 65,536 rows, twice dropless
-    assert expert_load(4096, 256, 8, Fraction(2), True).rows_sent == 65536
+def test_dropless_padded_and_dropping_rows():
+    """DeepSeek-V3-like layer through model.moe_rows: T = 4,096 tokens on a rank, E = 256
+    experts, top-8: T·k = 32,768 routed copies, a mean of 4096·8/256 = 128 per expert; the
+    busiest rank's experts take imbalance 1.5 × the mean.
+    * dropless: every rank sends its 32,768 copies (mean_rows_sent = T·k); the busiest rank
+      receives ceil(1.5 · 32,768) = 49,152 (rank_rows);
+    * cf 1 padded: C = ceil(32,768/256 · 1) = 128, every expert takes exactly C from each rank:
+      E·C = 256 · 128 = 32,768 rows sent and received, whatever the imbalance;
+    * cf 1 dropping: sent min(T·k, E·C) = min(32,768, 32,768) = 32,768 (the imbalance's drops are
+      not subtracted from the mean rank's copies); received min(49,152, E·C) = 32,768;
+    * cf 2 padded: C = ceil(128 · 2) = 256, E·C = 65,536 rows both sides, twice dropless."""
+    rows = (4096, 256, 8)
+    dropless = MoERun(imbalance=Fraction(3, 2))
+    assert (mean_rows_sent(dropless, *rows), rank_rows(dropless, *rows)) == (32768, 49152)
+    padded = MoERun(Fraction(1), pad_to_capacity=True, imbalance=Fraction(3, 2))
+    assert (mean_rows_sent(padded, *rows), rank_rows(padded, *rows)) == (256 * 128, 256 * 128)
+    dropping = MoERun(Fraction(1), imbalance=Fraction(3, 2))
+    assert (mean_rows_sent(dropping, *rows), rank_rows(dropping, *rows)) == (32768, 32768)
+    twice = MoERun(Fraction(2), pad_to_capacity=True)
+    assert (mean_rows_sent(twice, *rows), rank_rows(twice, *rows)) == (65536, 65536)
+    # as factors of the balanced dropless T·k at ep 8: 65,536/32,768 = 2 on both sides;
+    # dropless at imbalance 1.5: sent 1, received 49,152/32,768 = 3/2
+    assert row_factors(twice, Fraction(4096), 256, 8, 8) == (2, 2)
+    assert row_factors(dropless, Fraction(4096), 256, 8, 8) == (1, Fraction(3, 2))
 
 
-def test_load_refusals():
-    with pytest.raises(InputError, match="imbalance: 1/2 must be at least 1"):
-        expert_load(4096, 256, 8, imbalance=Fraction(1, 2))
-    with pytest.raises(InputError, match="pad_to_capacity"):
-        expert_load(4096, 256, 8, pad_to_capacity=True)
+def test_routing_refusals():
+    """The routing a run asks for is checked where it is given (model.moe_run.MoERun)."""
+    with pytest.raises(InputError, match=r"moe_imbalance: 0\.5 must be at least 1"):
+        MoERun(imbalance=Fraction(1, 2))
+    with pytest.raises(InputError, match="moe_pad_to_capacity: padding needs"):
+        MoERun(pad_to_capacity=True)
 
 
 def test_expert_and_shared_flops():
@@ -75,7 +82,8 @@ def test_all_to_all_volume():
     """32,768 rows of 7,168 BF16 values, EP 64: 63/64 of them leave the rank —
     32768 · 7168 · 2 · 63/64 = 462,422,016 B; padded at E·C with cf 2, twice that."""
     assert all_to_all_bytes(32768, 7168, 2, 64) == 462_422_016
-    padded = expert_load(4096, 256, 8, Fraction(2), True).rows_sent
+    # cf 2 padded: E·C = 256 · ceil(4096·8/256 · 2) = 65,536 rows (mean_rows_sent)
+    padded = mean_rows_sent(MoERun(Fraction(2), pad_to_capacity=True), 4096, 256, 8)
     assert all_to_all_bytes(padded, 7168, 2, 64) == 2 * 462_422_016
     assert all_to_all_bytes(100, 10, 1, 1) == 0  # one rank: nothing leaves
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from trainplan.model.backward_working import _fp8_casts, backward_working_bytes, torchao_fp8_casts
+from trainplan.model.backward_working import backward_working_bytes
 from trainplan.model.context_parallel import CpKind
 from trainplan.model.frameworks import Framework
 from trainplan.model.specs import TrainingSpec
 from trainplan.model.terms.activation_fields import activation_context
+from trainplan.model.torchao_backward import fp8_cast_steps, torchao_fp8_casts
 from trainplan.scenarios.catalogue import get_model
 
 LLAMA_8B = get_model("llama3-8b").model.arch  # h 4,096, f 14,336, 32 heads, 8 KV heads
@@ -59,4 +60,4 @@ def test_only_torchao():
     for framework, precision in (("megatron", "fp8"), ("fsdp2", "bf16")):
         t = TrainingSpec(seq_len=S, global_batch_size=64, precision=precision)
         ctx = activation_context(t, 1, 1, 1, False, CpKind.RING, framework=framework)
-        assert _fp8_casts(ctx, LLAMA_8B, Framework(framework), F) == zero
+        assert fp8_cast_steps(ctx, LLAMA_8B, Framework(framework), F) == zero

@@ -116,6 +116,28 @@ def test_recomputation_with_a_split_schedule_is_refused() -> None:
             split_recompute_rule(None, "fsdp2", mode, schedule, 4)
 
 
+def test_the_refusal_says_it_is_not_modelled_and_why_in_one_line() -> None:
+    """The refusal names the combination, says it is not modelled, and why: torch's pipelining
+    takes each weight's gradient in an autograd call of its own (the 12 calls measured above)."""
+    with pytest.raises(LayoutError) as err:
+        split_recompute_rule(None, "fsdp2", "selective", "zb-v", 4)
+    assert str(err.value) == (
+        "recompute: selective with schedule zb-v under framework fsdp2 is not modelled: "
+        "PyTorch's pipelining takes each weight's gradient in its own autograd call, so a "
+        "checkpoint recomputes once per call, and torchtitan's selective checkpoint raises "
+        '"Trying to backward an extra time" on the second recomputation '
+        "(torch/utils/checkpoint.py); use recompute none, or schedule 1f1b or interleaved"
+    )
+    with pytest.raises(LayoutError) as err:
+        split_recompute_rule(None, "fsdp2", "full", "dualpipev", 4)
+    assert "\n" not in str(err.value)
+    assert str(err.value).startswith(
+        "recompute: full with schedule dualpipev under framework fsdp2 is not modelled: "
+        "PyTorch's pipelining takes each weight's gradient in its own autograd call"
+    )
+    assert "re-runs each block once per weight tensor" in str(err.value)
+
+
 def test_cli_refuses_it_in_one_line() -> None:
     """``trainplan evaluate`` with the combination: exit code 2, one line naming it."""
     done = trainplan(
@@ -126,4 +148,4 @@ def test_cli_refuses_it_in_one_line() -> None:
     )  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
-    assert "full with schedule zb-v under framework fsdp2" in done.stderr
+    assert "full with schedule zb-v under framework fsdp2 is not modelled" in done.stderr
