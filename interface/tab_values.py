@@ -12,7 +12,15 @@ from trainplan.model.errors import InputError, check_applicable, named_lookup
 from trainplan.model.units import as_json_number, parse_count, parse_positive
 from trainplan.topology.accelerator_file import get_part
 
-__all__ = ["jsonable", "positive", "optional_count", "fmt_number", "percent", "resolve_peak"]
+__all__ = [
+    "jsonable",
+    "positive",
+    "optional_count",
+    "name_word",
+    "fmt_number",
+    "percent",
+    "resolve_peak",
+]
 
 
 def jsonable(obj: Any) -> Any:
@@ -34,6 +42,17 @@ def positive(name: str, value: Any) -> Fraction:
 def optional_count(name: str, value: Any) -> int | None:
     """None, or a count (:func:`model.units.parse_count`)."""
     return None if value is None else parse_count(value, name)
+
+
+def name_word(value: Any) -> str | None:
+    """None, or a name of a fixed set as the tabs' checks spell it: stripped, lowercase
+    (``--framework Megatron``, ``--recompute Full``, ``--labels Inputs``), as the pipeline's
+    schedule and evaluate's choices (click's ``case_sensitive=False``) are read in any case.
+
+    >>> name_word(" Megatron"), name_word(None)
+    ('megatron', None)
+    """
+    return None if value is None else str(value).strip().lower()
 
 
 def fmt_number(x: Fraction | int | float) -> str:

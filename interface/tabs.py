@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
@@ -28,6 +29,7 @@ from trainplan.interface.tab_requests import (
 from trainplan.interface.tab_values import (
     fmt_number,
     jsonable,
+    name_word,
     optional_count,
     percent,
     positive,
@@ -79,7 +81,7 @@ def pipeline_report(*args: Any, **kw: Any) -> dict[str, Any]:
     v = None if r.virtual_stages is None else parse_count(r.virtual_stages, "virtual_stages")
     name = str(r.schedule).lower()
     if r.framework is not None and name in TIMELINE_SCHEDULES:
-        check_schedule_framework(name, r.framework, p, m)
+        check_schedule_framework(name, str(name_word(r.framework)), p, m)
     if name in {s.value for s in SplitSchedule}:
         check_applicable(
             {"backward_ratio": r.backward_ratio},
@@ -201,7 +203,8 @@ def mfu_report(*args: Any, **kw: Any) -> dict[str, Any]:
     >>> r["arithmetic"]
     '6 · 70e9 · 4e6 ÷ (989e12 · 512 · 7 s) = 47.4%'
     """
-    r, model, arch = mfu_model(as_request(MfuRequest, args, kw))
+    asked = as_request(MfuRequest, args, kw)
+    r, model, arch = mfu_model(replace(asked, recompute=name_word(asked.recompute)))
     check_one_measurement(r)
     n_chips = parse_count(r.chips, "chips")
     peak, peak_source = resolve_peak(r.gpu, r.peak_tflops)
@@ -438,7 +441,7 @@ def ckpt_report(*args: Any, **kw: Any) -> dict[str, Any]:
     (6, 10, ['input', 'out3', 'out6'])
     """
     r = as_request(CkptRequest, args, kw)
-    layers, every, labels = r.layers, r.every, r.labels
+    layers, every, labels = r.layers, r.every, str(name_word(r.labels))
     n = _ckpt_layers(layers)
     if every is None:
         every = max(1, round(math.sqrt(n)))

@@ -150,12 +150,12 @@ def check_offload(framework: Framework, zero_stage: int, offload: Offload) -> No
         )
     if fw is Framework.MEGATRON and zero_stage == 3 and offload.optimizer:
         raise LayoutError(
-            f"offload_optimizer: {offload.optimizer} — Megatron-FSDP (`framework` megatron, "
+            f"offload_optimizer: {shown_number(offload.optimizer)} — Megatron-FSDP (`framework` megatron, "
             "ZeRO-3) is modelled without optimizer offload"
         )
     if fw is Framework.DEEPSPEED and zero_stage < 3 and offload.optimizer != 1:
         raise LayoutError(
-            f"offload_optimizer: {offload.optimizer} — DeepSpeed ZeRO-{zero_stage} offloads the "
+            f"offload_optimizer: {shown_number(offload.optimizer)} — DeepSpeed ZeRO-{zero_stage} offloads the "
             "whole optimizer (1); a partial ratio is ZeRO-3's"
         )
     if fw is Framework.FSDP2 and not (offload.params and zero_stage == 3):

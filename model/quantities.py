@@ -120,6 +120,11 @@ _NAMED = {
 """A parameter's unit by the last word of its name (``host_memory_gb``: GB; ``step_seconds``: s;
 ``memory_reserve_gib``: GiB; ``nvlink_gbps``: GB/s per GPU per direction)."""
 
+_UNNAMED = {"time_limit": "s", "delay": "s"}
+"""The parameters in seconds whose name does not end in their unit: a search's wall-clock limit
+(``--time-limit``, CP-SAT's ``max_time_in_seconds``) and the checkpointing animation's seconds
+per frame (``--delay``); read as :data:`_NAMED`'s word (``--time-limit 2min`` is 120 s)."""
+
 _EXAMPLES = {
     _BYTES: "2000, 2TB or 64GiB; TB and GB are decimal, TiB and GiB binary",
     _RATE: "400, 400GB/s or 400Gb/s (bits: 50 GB/s)",
@@ -156,6 +161,8 @@ def _named(name: str) -> tuple[str, _Unit] | None:
     """The unit a parameter's name ends in (a rate ``per_gpu`` aside:
     ``achieved_tflops_per_gpu``), or None."""
     key = _key(name.split()[0] if name.strip() else name).removesuffix("_per_gpu")
+    if key in _UNNAMED:
+        return _NAMED[_UNNAMED[key]]
     head, sep, word = key.rpartition("_")
     return _NAMED.get(word) if sep and head else None
 

@@ -96,7 +96,7 @@ def _textbook(r: RLHFRequest, active: tuple[int, int | None] | None = None) -> d
         ),
     )
     n_p, n_r, nets = _networks(algo, r, active)
-    reward = r.reward if algo == "dpo" else (r.reward or "model")
+    reward = r.reward if algo == "dpo" else str(r.reward or "model").lower()
     samples = r.samples_per_prompt
     samples = RLHF_DEFAULTS["samples_per_prompt"] if samples is None else samples
     seqs, seq_tokens = _rlhf_counts(algo, r.prompts, samples, r.prompt_tokens, r.completion_tokens)

@@ -71,6 +71,8 @@ def _text(name: str, value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, str):
         return value
+    if isinstance(value, _Written):
+        return value.text
     if isinstance(value, int | float):
         return json.dumps(value)
     if name in _OBJECTS and isinstance(value, dict):
@@ -114,6 +116,21 @@ class _Digits(str):
     ``sys.get_int_max_str_digits()`` digits), kept as its text."""
 
 
+class _Written(float):
+    """A JSON number with a fraction or an exponent, with its text as the body wrote it
+    (``1e9``, ``0.1``, ``1e400``): read as that text, as the GET query's ``workers=1e9`` is, so
+    a refusal echoes what was sent (``workers: 1e9 is above the limit…``, not ``1000000000.0``)
+    and a number beyond a float is refused by the number rule naming its parameter (not as
+    ``'Infinity'``); a ``config`` object holding it is written back as the number it is."""
+
+    text: str
+
+    def __new__(cls, text: str) -> _Written:
+        number = super().__new__(cls, text)
+        number.text = text
+        return number
+
+
 def _integer(text: str) -> int | str:
     """``json.loads``'s ``parse_int``: the integer, or its text (:class:`_Digits`) when too long
     for ``int()``, so that the number rule refuses it naming its parameter."""
@@ -155,7 +172,9 @@ def decode(raw: bytes) -> Any:
     trainplan.model.errors.InputError: body: 'tp' given twice; give it once (a list for a parameter that repeats)
     """
     try:
-        return json.loads(raw, parse_int=_integer, object_pairs_hook=_once) if raw.strip() else {}
+        if not raw.strip():
+            return {}
+        return json.loads(raw, parse_int=_integer, parse_float=_Written, object_pairs_hook=_once)
     except RecursionError:
         raise InputError(
             "body: nested deeper than the JSON reader goes; send a flat JSON object of the GET "
