@@ -184,8 +184,11 @@ def _recompute_modules(s: Setting, framework: Any, recompute: Any) -> None:
     check_setting_recompute_modules(s.model.arch, s.training, framework, recompute)
 
 
-def _fp8_param_gather(s: Setting, framework: Any) -> None:
-    check_fp8_param_gather(framework, s.training.fp8_param_gather)
+def _fp8_param_gather(s: Setting, framework: Any, dp: int) -> None:
+    arch = s.model.arch
+    moe = arch is not None and arch.moe is not None
+    t = s.training
+    check_fp8_param_gather(framework, t.fp8_param_gather, t.fp8_recipe, moe, t.flat_parameters, dp)
 
 
 def _distributed_optimizer(
@@ -361,7 +364,7 @@ RULES: tuple[Rule, ...] = (
     Rule("activation_offload", ("framework", "recompute", "recompute_layers"), _activation_offload),
     Rule("layer_offload", ("framework", "pp", "recompute", "recompute_layers"), _layer_offload),
     Rule("recompute_modules", ("framework", "recompute"), _recompute_modules),
-    Rule("fp8_param_gather", ("framework",), _fp8_param_gather),
+    Rule("fp8_param_gather", ("framework", "dp"), _fp8_param_gather),
     Rule(
         "distributed_optimizer",
         ("framework", "zero_stage", "optimizer", "ep"),

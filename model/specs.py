@@ -377,8 +377,16 @@ class TrainingSpec:
     scaling recipe, Megatron-Bridge ``training/mixed_precision.py``
     ``bf16_with_fp8_current_scaling_mixed``): the linear layers' working weights are Transformer
     Engine FP8 tensors, 1 B per element instead of a BF16 weight plus a cached FP8 copy; only
-    the transpose is cached (:func:`model.memory.cache_bytes_per_element`). Needs
-    ``precision = fp8`` and the ``megatron`` profile."""
+    the transpose is cached (:func:`model.memory.cache_bytes_per_element`). Under ``fsdp2``
+    the same idea — the linear weights all-gathered over the data-parallel group at 1 B an
+    element — as torchao implements it (torchtitan's ``enable_fsdp_float8_all_gather`` with
+    ``precompute_float8_dynamic_scale_for_fsdp``): the primary weights stay FP32 shards, each
+    gather casts the shard to FP8 first, and the gathered weight is the FP8 operand of the GEMMs
+    (:func:`model.fp8_gathers.fp8_param_gathers`). One key, as it is one idea: what crosses the
+    wire and what the unsharded weight holds are 1 B an element under both. Needs
+    ``precision = fp8``; under ``fsdp2`` the ``tensorwise`` recipe, a dense model, dp > 1 and
+    not ``flat_parameters`` (:func:`model.precision.check_fp8_param_gather`); other profiles
+    refuse it."""
 
     fsdp_double_buffer: bool = False
     """Megatron-FSDP's ``fsdp_double_buffer`` (Megatron-LM ``--fsdp-double-buffer``; forced by

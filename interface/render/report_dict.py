@@ -410,7 +410,9 @@ def _layout(est: Estimate) -> dict[str, Any]:
         "rank_order": "-".join(lay.rank_order),
         "offload_activations": list(t.offload.activations),
         **_where(modules, "recompute_modules", list(t.recompute_modules)),
-        **_where(megatron and fp8, "fp8_param_gather", t.fp8_param_gather),
+        **_where(
+            (megatron or framework == "fsdp2") and fp8, "fp8_param_gather", t.fp8_param_gather
+        ),
         **_where(megatron, "cross_entropy_fusion_impl", t.cross_entropy_fusion_impl),
         **_where(megatron and lay.zero_stage == 3, "fsdp_double_buffer", t.fsdp_double_buffer),
         "muon_tp_mode": t.muon_tp_mode,

@@ -43,7 +43,12 @@ from trainplan.model.comm_layers import (
 from trainplan.model.context_parallel import CpKind, cp_collective, torch_rotate_method
 from trainplan.model.deepspeed_fetches import deepspeed_unfetched
 from trainplan.model.deepspeed_mechanisms import sp_comm_bytes
-from trainplan.model.fp8_gathers import fp8_gather_saving, fp8_param_gathers, tp_gather_bytes
+from trainplan.model.fp8_gathers import (
+    fp8_gather_saving,
+    fp8_gathered_experts,
+    fp8_param_gathers,
+    tp_gather_bytes,
+)
 from trainplan.model.frameworks import Framework, gradient_bytes_for
 from trainplan.model.fsdp2_pipeline import regather_name, runtime_mechanism, runtime_regathers
 from trainplan.model.layout import Recompute
@@ -120,25 +125,27 @@ def fp8_gathered_params(c: Context, f: Fields) -> tuple[Any, Any]:
     """(dense, routed-expert) parameters on one GPU of the stage :func:`dp_traffic_bytes` reads
     that the data-parallel all-gathers move in FP8: its linear weights
     (:func:`model.terms.stage_params.busiest_linear`) where the recipe keeps FP8 primary weights
-    (:func:`model.fp8_gathers.fp8_param_gathers`), else none."""
+    (:func:`model.fp8_gathers.fp8_param_gathers`; the routed experts' only where they are FP8
+    too, :func:`model.fp8_gathers.fp8_gathered_experts`), else none."""
     t = c.training
     if not fp8_param_gathers(f.framework, t.precision, t.fp8_recipe, t.fp8_param_gather):
         return 0, 0
-    return busiest_linear(c, f)
+    dense, experts = busiest_linear(c, f)
+    return dense, experts if fp8_gathered_experts(f.framework) else 0 * experts
 
 
 def _dp_bytes(c: Context, f: Fields, mech: Any, dense: Any, experts: Any) -> tuple[Any, Any]:
     """:func:`model.comm.dp_bytes` of ``dense`` and ``experts``, with the re-gathers of PyTorch's
     multi-stage pipeline runtime (:func:`model.fsdp2_pipeline.runtime_regathers`), less what FP8
     primary weights save (:func:`model.fp8_gathers.fp8_gather_saving` of the share of
-    :func:`fp8_gathered_params` in each group the call counts; Megatron-Core only, so never
-    beside those re-gathers)."""
+    :func:`fp8_gathered_params` in each group the call counts, the runtime's re-gathers
+    included: under ``fsdp2`` they gather FP8 as every other gather does)."""
     fp8_dense, fp8_experts = fp8_gathered_params(c, f)
     fp8 = (where(dense == 0, 0, fp8_dense), where(experts == 0, 0, fp8_experts))
     shard, expert_shard = f.shard_degree, f.expert_shard_degree
     again = runtime_regathers(mech, f.schedule, f.pp, f.virtual_stages, f.m)
     total, per_mb = dp_bytes(mech, dense, experts, shard, expert_shard, f.m, again)
-    saved, saved_mb = fp8_gather_saving(mech, fp8, shard, expert_shard, f.m)
+    saved, saved_mb = fp8_gather_saving(mech, fp8, shard, expert_shard, f.m, again)
     skip_dense, skip_experts = unfetched_params(c, f, mech)
     skipped = ring_share(shard) * where(dense == 0, 0, skip_dense) + ring_share(
         expert_shard
