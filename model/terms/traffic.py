@@ -397,10 +397,16 @@ def pp_traffic_bytes(c: Context, f: Fields) -> Any:
 def axis_traffic(c: Context, f: LayoutFields) -> list[AxisTraffic]:
     """One layout's traffic per axis (dp, then with routed experts edp, the experts' share of it
     on the expert data-parallel group, :func:`dp_group_traffic_bytes`; then tp, cp, ep and pp
-    when the model has dimensions), named with its collectives: the terms above."""
+    when the model has dimensions), named with its collectives (and, where the weights gather
+    in FP8, :func:`model.fp8_gathers.fp8_param_gathers`, saying so): the terms above."""
     lay, mech = f.layout, dp_mechanism(c, f)
     again = runtime_regathers(mech, f.schedule, f.pp, f.virtual_stages, f.m)
     name = dp_name(mech) + regather_name(again)
+    t = c.training
+    if mech.gathers_per_step + mech.gathers_per_microbatch and fp8_param_gathers(
+        f.framework, t.precision, t.fp8_recipe, t.fp8_param_gather
+    ):
+        name += ", linear weights gathered in fp8"
     if c.model.arch is None or c.arch.moe is None:
         total, per_mb = dp_traffic_bytes(c, f)
         rows = [AxisTraffic("dp", name, lay.shard_degree, total, per_mb)]
