@@ -369,8 +369,12 @@ def state_terms(
     w, g, o, gathered, buffers, step = (a + b for a, b in zip(dense, experts, strict=True))
     o = o + (optimizer_scale[0] - 1) * dense[2] + (optimizer_scale[1] - 1) * experts[2]
     if fp8_params:
+        narrowed = linear
+        if held is not None and mech.framework is Framework.FSDP2:
+            # only the whole weights the runtime's window holds are there to narrow (dense)
+            narrowed = where(dense_params > 0, linear * held[0] / maximum(dense_params, 1), 0)
         w, gathered = _fp8_param_terms(
-            mech, w, gathered, linear, layer_linear, shard, whole, fsdp_transpose, fp8_cut
+            mech, w, gathered, narrowed, layer_linear, shard, whole, fsdp_transpose, fp8_cut
         )
     cache, gathered_cache = weight_cache_terms(mech, linear, layer_linear, cache_bytes, fp8_params)
     elements = optimizer_elements(mech, dense_params, expert_params, shard, expert_shard)

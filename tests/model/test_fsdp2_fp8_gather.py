@@ -121,3 +121,14 @@ def test_the_largest_gathered_unit_narrows_only_when_a_layer_is_it():
     off = Case.of("llama3-405b", "H100-SXM", **opts, fp8_param_gather=False).evaluate()
     assert off.peak.state.gathered_bytes - on.peak.state.gathered_bytes == 543_293_440
     assert off.peak.stream_pool_bytes - on.peak.stream_pool_bytes == 543_293_440
+
+
+def test_a_pipeline_stage_holds_its_gathered_linear_weights_in_fp8():
+    """pp 4 under 1F1B, ZeRO-2 (torchtitan's "never" reshard with pp > 1): each rank holds its
+    8 layers' weights whole through the step, the linear ones at 1 B — 8 · 218,103,808 =
+    1,744,830,464 B less than BF16."""
+    opts = {**BASE, "num_gpus": 16, "dp": 4, "pp": 4, "global_batch_size": 64, "zero_stage": 2}
+    on = Case.of("llama3-8b", "H100-SXM", **opts, fp8_param_gather=True).evaluate()
+    off = Case.of("llama3-8b", "H100-SXM", **opts, fp8_param_gather=False).evaluate()
+    assert LINEAR // 32 == 218_103_808
+    assert off.peak.state.weights_bytes - on.peak.state.weights_bytes == 8 * 218_103_808
