@@ -4,7 +4,28 @@ activations sequence parallelism gathers over tp (:func:`tp_gather_bytes`, read 
 weights gathered over the data-parallel group (:func:`fp8_param_gathers`; the bytes they take
 off :func:`model.comm.dp_bytes`, :func:`fp8_gather_saving`, read by the dp traffic and time,
 :mod:`model.terms.traffic` and :mod:`model.terms.dp_time`), Megatron-Core's FP8 primary weights
-or, under ``fsdp2``, torchao's FP8 all-gather of FP32 primary weights (:func:`fp8_param_gathers`)."""
+or, under ``fsdp2``, torchao's FP8 all-gather of FP32 primary weights (:func:`fp8_param_gathers`).
+
+**FSDP2** (torchtitan's ``enable_fsdp_float8_all_gather`` with
+``precompute_float8_dynamic_scale_for_fsdp``; :data:`FSDP_FP8_GATHER_SOURCE`). The primary
+weights stay FP32 shards; each ``Float8Linear`` weight is a ``WeightWithDynamicFloat8CastTensor``
+whose ``fsdp_pre_all_gather`` casts the local shard to FP8 (with the scale the once-a-step
+precompute left, :func:`precompute_read_bytes`) and hands FSDP2 the ``uint8`` data;
+``fsdp_post_all_gather`` wraps the gathered bytes as the ``Float8TrainingTensor`` the forward and
+backward use as they are (``float8_linear.py`` ``matmul_with_hp_or_float8_args``:
+``tensor_already_casted_to_fp8(weight_hp_t)`` skips the forward's weight cast and the input
+gradient's, the backward reading ``.t()`` of the same FP8 tensor; :mod:`model.torchao_rates`).
+The converted modules are the blocks' ``nn.Linear`` layers; torchtitan filters ``output``
+(``filter_fqns``), ``nn.Embedding`` and the norms are not linears, and MoE experts
+(``GroupedExperts``) are not ``Float8Linear`` (:func:`fp8_gathered_experts`). Tensor parallelism
+composes (the ``fsdp_utils.py`` layout notes: ``DTensor(local_tensor=
+WeightWithDynamicFloat8CastTensor)`` on the (dp, tp) mesh). torchao refuses it for any weight
+scaling other than tensorwise (``config.py`` ``Float8LinearConfig.__post_init__``:
+"enable_fsdp_float8_all_gather only supports tensorwise scaling granularity"), torchtitan with a
+``recipe_name`` (its assert: "not supported"), so rowwise and the other recipes gather at the
+weight bytes (:func:`model.fp8_gather_rules.check_fp8_param_gather` refuses the key there).
+torchtitan turns it on only where FSDP shards over dp (``parallel_dims.dp_shard_enabled``); the
+plan refuses the key at dp 1."""
 
 from __future__ import annotations
 
@@ -99,27 +120,9 @@ def fp8_param_gathers(
       (Megatron-Core's ``--fp8-param-gather``). The linear elements are those the memory narrows
       (:func:`model.terms.stage_params.busiest_linear`); the embedding, output layer, norms and
       router stay in the working dtype.
-    * ``fsdp2`` with the ``tensorwise`` recipe: torchao's FP8 all-gather (torchtitan's
-      ``enable_fsdp_float8_all_gather`` with ``precompute_float8_dynamic_scale_for_fsdp``). The
-      primary weights stay FP32 shards; each ``Float8Linear`` weight is a
-      ``WeightWithDynamicFloat8CastTensor`` whose ``fsdp_pre_all_gather`` casts the local shard
-      to FP8 (with the scale the once-a-step precompute left, :func:`precompute_read_bytes`)
-      and hands FSDP2 the ``uint8`` data; ``fsdp_post_all_gather`` wraps the gathered bytes as
-      the ``Float8TrainingTensor`` the forward and backward use as they are (``float8_linear.py``
-      ``matmul_with_hp_or_float8_args``: ``tensor_already_casted_to_fp8(weight_hp_t)`` skips
-      the forward's weight cast and the input gradient's, the backward reading ``.t()`` of the
-      same FP8 tensor; :mod:`model.torchao_rates`). The converted modules are the blocks'
-      ``nn.Linear`` layers; torchtitan filters ``output`` (``filter_fqns``), ``nn.Embedding``
-      and the norms are not linears, and MoE experts (``GroupedExperts``) are not
-      ``Float8Linear`` (:func:`fp8_gathered_experts`). Tensor parallelism composes (the
-      ``fsdp_utils.py`` layout notes: ``DTensor(local_tensor=WeightWithDynamicFloat8CastTensor)``
-      on the (dp, tp) mesh). torchao refuses it for any weight scaling other than tensorwise
-      (``config.py`` ``Float8LinearConfig.__post_init__``: "enable_fsdp_float8_all_gather only
-      supports tensorwise scaling granularity"), torchtitan with a ``recipe_name`` (its assert:
-      "not supported"), so rowwise and the other recipes gather at the weight bytes
-      (:func:`model.precision.check_fp8_param_gather` refuses the key there). torchtitan turns it
-      on only where FSDP shards (``parallel_dims.dp_shard_enabled``); the plan's gathers exist
-      only there too.
+    * ``fsdp2`` with the ``tensorwise`` recipe: torchao's FP8 all-gather of the blocks' linear
+      weights, the FP32 shards cast to FP8 before FSDP2 gathers them (the module docstring,
+      "FSDP2").
 
     Sources (Megatron-LM 92c8482e6d, the NeMo 25.11 container's):
 

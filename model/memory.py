@@ -352,15 +352,12 @@ def state_terms(
     divided by the dense shard degree (exact for dense models). With ``fsdp_transpose``
     (:func:`fsdp_fp8_transpose`: MXFP8) Megatron-FSDP also holds the column-wise
     ``transpose_weight_buffer`` shard, 1 B per ``linear ÷ shard`` element (its E8M0 scales, one
-    byte per 32 elements, are counted for neither shard). ``optimizer_scale``:
-    (dense, expert) factors on the optimizer state of an optimizer other than Adam
-    (:func:`model.optimizers.optimizer_scale`; 1 for Adam). ``held``: (dense, expert) parameters
-    whose whole working weights are held at the peak where fewer than all
-    (:func:`model.terms.runtime_window.held_whole_params`); None = all. ``fp8_cut``: under
-    ``fsdp2`` with the FP8 all-gather, the bytes each gathered unit is narrower
-    (:func:`fp8_unit_cut`); None = the largest layer's linear elements a byte less each (the
-    largest unit taken to be a layer). Exact for Fractions;
-    element-wise for arrays of layouts (the search's tables call it so)."""
+    byte per 32 elements, are counted for neither shard). ``optimizer_scale``: (dense, expert)
+    factors on the optimizer state of an optimizer other than Adam (:func:`model.optimizers.
+    optimizer_scale`; 1 for Adam). ``held``: (dense, expert) parameters whose whole working
+    weights are held at the peak where fewer than all (:func:`model.terms.runtime_window.
+    held_whole_params`); None = all. ``fp8_cut``: ``fsdp2``'s (:func:`_fp8_param_terms`). Exact
+    for Fractions; element-wise for arrays of layouts."""
     whole = dense_unit + expert_unit  # one layer's, gathered and prefetched as one unit
     dense, experts = _class_terms(
         mech, dense_params, expert_params, shard, expert_shard, dense_unit, expert_unit,
@@ -369,13 +366,9 @@ def state_terms(
     w, g, o, gathered, buffers, step = (a + b for a, b in zip(dense, experts, strict=True))
     o = o + (optimizer_scale[0] - 1) * dense[2] + (optimizer_scale[1] - 1) * experts[2]
     if fp8_params:
-        narrowed = linear
-        if held is not None and mech.framework is Framework.FSDP2:
-            # only the whole weights the runtime's window holds are there to narrow (dense)
-            narrowed = where(dense_params > 0, linear * held[0] / maximum(dense_params, 1), 0)
         w, gathered = _fp8_param_terms(
-            mech, w, gathered, narrowed, layer_linear, shard, whole, fsdp_transpose, fp8_cut
-        )
+            mech, w, gathered, linear, layer_linear, shard, whole, fsdp_transpose, fp8_cut, held,
+            dense_params)  # fmt: skip
     cache, gathered_cache = weight_cache_terms(mech, linear, layer_linear, cache_bytes, fp8_params)
     elements = optimizer_elements(mech, dense_params, expert_params, shard, expert_shard)
     w, g, o, step, host = offload_memory(mech, offload, w, g, o, step, elements, accumulating)
@@ -423,6 +416,8 @@ def _fp8_param_terms(
     whole: Any,
     fsdp_transpose: bool,
     fp8_cut: Any = None,
+    held: tuple[Any, Any] | None = None,
+    dense_params: Any = 0,
 ) -> tuple[Any, Any]:
     """(weights, gathered) of :func:`state_terms` with FP8 primary weights (its docstring):
     the whole linear weights at 1 B, or Megatron-FSDP's FP8 ``model_weight_buffer`` shard and
@@ -430,11 +425,15 @@ def _fp8_param_terms(
     all-gather, :func:`model.fp8_gathers.fp8_param_gathers`) the FP32 shard stays as it is and
     only the unsharded weights narrow — ``fsdp_post_all_gather`` wraps the gathered ``uint8``
     bytes as the parameter's ``Float8TrainingTensor``: the whole weights a ZeRO-2 or pipelined
-    step holds, else the gathered units, each ``fp8_cut`` bytes narrower (:func:`fp8_unit_cut`)
-    — and only where FSDP shards (``shard`` > 1; torchtitan turns the FP8 gather on only with
-    ``dp_shard_enabled``)."""
+    step holds (of them, the ``held`` share of ``dense_params`` PyTorch's multi-stage runtime
+    keeps whole, :func:`state_terms`; dense models), else the gathered units, each ``fp8_cut``
+    bytes narrower (:func:`fp8_unit_cut`; None: the largest layer's linear elements a byte less,
+    the largest unit taken to be a layer) — and only where FSDP shards (``shard`` > 1;
+    torchtitan turns the FP8 gather on only with ``dp_shard_enabled``)."""
     narrower = mech.weight_bytes - FP8_PARAM_BYTES
     if mech.framework is Framework.FSDP2:
+        if held is not None:  # only the whole weights the runtime's window holds
+            linear = where(dense_params > 0, linear * held[0] / maximum(dense_params, 1), 0)
         if mech.weights_full:
             return w - where(shard > 1, narrower * linear, 0 * linear), gathered
         held = mech.units_held(whole)

@@ -65,7 +65,6 @@ __all__ = [
     "optimizer_state_bytes",
     "dtype_bytes",
     "check_precision",
-    "check_fp8_param_gather",
     "check_fp8_activation_storage",
     "linear_speedup",
     "fp8_weight_cache_bytes",
@@ -320,78 +319,6 @@ def linear_speedup(precision: Precision | str, device: DeviceSpec) -> float:
         return 1.0
     assert device.fp8_flops_per_s is not None
     return device.fp8_flops_per_s / device.peak_flops_per_s * FP8_GEMM_EFFICIENCY
-
-
-def check_fp8_param_gather(
-    framework: str,
-    fp8_param_gather: bool,
-    recipe: Fp8Recipe | str | None = None,
-    moe: bool = False,
-    flat_parameters: bool = False,
-    dp: int | None = None,
-) -> None:
-    """Refuse an FP8 weight all-gather (:attr:`model.specs.TrainingSpec.fp8_param_gather`) the
-    profile does not run:
-
-    * ``megatron``: FP8 primary weights, Transformer Engine parameters created under
-      ``fp8_model_init`` (Megatron-Core ``--fp8-param-gather``);
-    * ``fsdp2``: torchao's FP8 all-gather (torchtitan ``enable_fsdp_float8_all_gather``,
-      :func:`model.fp8_gathers.fp8_param_gathers`), under the ``tensorwise`` recipe only —
-      torchao's ``Float8LinearConfig.__post_init__`` asserts "enable_fsdp_float8_all_gather
-      only supports tensorwise scaling granularity" and torchtitan 6348d93d1^
-      ``Float8LinearConverter.__init__`` asserts it is "not supported" with a ``recipe_name``
-      (rowwise); and, in this plan, for dense models only (``moe``: torchtitan gathers a MoE
-      layer's experts in BF16 beside its FP8 linears, a split the plan's memory does not make),
-      not with ``flat_parameters`` (FSDP1 has no ``fsdp_pre_all_gather`` hook: torchao's
-      ``fsdp_utils.py`` extends FSDP2's ``fully_shard`` only), nor at ``dp`` 1 (torchtitan
-      turns it on only with ``parallel_dims.dp_shard_enabled``; there it would silently
-      gather nothing and cast every weight in the forward, so the plan asks for the key off);
-    * DeepSpeed and the textbook keep BF16 working weights.
-
-    Raises
-    ------
-    LayoutError
-        ``fp8_param_gather`` with another profile; under ``fsdp2`` with another recipe, a MoE
-        model, ``flat_parameters`` or dp 1.
-
-    >>> check_fp8_param_gather("megatron", True)
-    >>> check_fp8_param_gather("fsdp2", True, "tensorwise")
-    >>> check_fp8_param_gather("fsdp2", False, "delayed")
-    >>> try:
-    ...     check_fp8_param_gather("fsdp2", True, "mxfp8")
-    ... except LayoutError as err:
-    ...     print(str(err).split(" (")[0], str(err).split(") ")[1])
-    fp8_param_gather: fsdp2 gathers FP8 weights under fp8_recipe tensorwise only, not mxfp8
-    """
-    if not fp8_param_gather or str(framework) == "megatron":
-        return
-    if str(framework) != "fsdp2":
-        raise LayoutError(
-            f"fp8_param_gather: FP8 weight all-gathers are Megatron-Core's (--fp8-param-gather) "
-            f"or torchao's under fsdp2; {framework} gathers BF16 weights (use `framework` "
-            f"megatron or fsdp2)"
-        )
-    used = fp8_recipe_of("fsdp2", recipe)
-    if used is not Fp8Recipe.TENSORWISE:
-        raise LayoutError(
-            f"fp8_param_gather: fsdp2 gathers FP8 weights (torchao "
-            f"enable_fsdp_float8_all_gather) under fp8_recipe tensorwise only, not {used}"
-        )
-    if dp is not None and dp <= 1:
-        raise LayoutError(
-            f"fp8_param_gather: torchtitan gathers FP8 weights only where FSDP shards over dp "
-            f"(dp_shard_enabled), not at dp {dp}"
-        )
-    if flat_parameters:
-        raise LayoutError(
-            "fp8_param_gather: torchao's FP8 all-gather is an FSDP2 (fully_shard) hook; "
-            "flat_parameters (FSDP1) gathers BF16 weights"
-        )
-    if moe:
-        raise LayoutError(
-            "fp8_param_gather: under fsdp2 only dense models are modelled (torchao gathers the "
-            "Float8Linear weights in FP8 and a MoE layer's experts in BF16)"
-        )
 
 
 def check_fp8_activation_storage(framework: str, storage: str) -> None:
