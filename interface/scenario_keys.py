@@ -231,7 +231,10 @@ KEY_HELP: dict[str, str] = {
     "them.",
     "fp8_param_gather": "FP8 primary weights (Megatron-Core --fp8-param-gather, on in NeMo's "
     "FP8 current scaling recipe): the linear weights are 1 B FP8 tensors and only their "
-    "transpose is cached. Needs precision fp8 and framework megatron.",
+    "transpose is cached. Under fsdp2, torchao's FP8 all-gather (torchtitan's "
+    "enable_fsdp_float8_all_gather with precompute_float8_dynamic_scale_for_fsdp): the linear "
+    "weights are cast to FP8 before FSDP gathers them, 1 B an element, and not cast again in "
+    "the GEMMs; fp8_recipe tensorwise, dense models, dp > 1. Needs precision fp8.",
     "fsdp_double_buffer": "megatron ZeRO-3 (Megatron-FSDP): --fsdp-double-buffer, persistent "
     "pools of two layer units for the gathered weights and the gradient buckets (forced by "
     "--nccl-ub; Megatron Bridge's Llama 3 70B recipes on GB200/B200/GB300 set it). Without it "

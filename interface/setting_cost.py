@@ -99,7 +99,7 @@ CHOICE_KEYS: Mapping[str, str] = MappingProxyType(
         # numerics
         "precision": "FP8 linear layers (Transformer Engine, torchao)",
         "fp8_recipe": "Megatron-LM --fp8-recipe, torchtitan's float8 recipe",
-        "fp8_param_gather": "Megatron-LM --fp8-param-gather",
+        "fp8_param_gather": "Megatron-LM --fp8-param-gather, torchtitan enable_fsdp_float8_all_gather",
         "fp8_activation_storage": "what FP8 layers keep for backward",
         "gradient_dtype": "Megatron-LM --accumulate-allreduce-grads-in-fp32",
         "optimizer_dtype": "Megatron-LM --exp-avg-dtype",

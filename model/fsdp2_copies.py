@@ -71,9 +71,13 @@ every input as ``uint8`` when one is, and the copy-out splits the ``uint8`` outp
 parameter's all-gather output: 2 B an FP8 element (read 1, write 1), ``2·w`` the others';
 ``fsdp_post_all_gather`` wraps that output as the ``Float8TrainingTensor`` (no copy). So the
 copy-out moves twice what the collective gathers an element. The plan's ``fsdp2`` collectives
-gather at ``w`` under FP8 as well (torchtitan's default, ``enable_fsdp_float8_all_gather =
-False``; :attr:`model.specs.TrainingSpec.fp8_param_gather`, the one FP8-gather key, is refused
-outside ``megatron``, :func:`model.fp8_gathers.fp8_param_gathers`), and so do the copies here.
+gather at ``w`` under FP8 unless :attr:`model.specs.TrainingSpec.fp8_param_gather` (the one
+FP8-gather key, here torchtitan's ``enable_fsdp_float8_all_gather``, off by default;
+:func:`model.fp8_gathers.fp8_param_gathers`) is set; then every gather of a converted weight,
+the runtime's re-gathers included, copies out 2 B an element instead of ``2·w``
+(:func:`fp8_copy_saving`, taken off by :func:`model.terms.dp_time.grad_accumulation_term`).
+FSDP1 has no such hook (``fsdp_pre_all_gather`` is FSDP2's extension): the key is refused with
+``flat_parameters``.
 
 Not counted: the launches (one copy kernel per unit and collective against milliseconds of
 bytes), the post-reduce accumulation into the sharded FP32 gradient (÷ D).
@@ -122,6 +126,7 @@ __all__ = [
     "FSDP1_COPIES_SOURCE",
     "FSDP2_COPIES_SOURCE",
     "fsdp2_copy_bytes",
+    "fp8_copy_saving",
     "regather_copy_bytes",
 ]
 
@@ -154,6 +159,18 @@ def regather_copy_bytes(w: int, gathers: Any) -> Any:
     (12, Fraction(7, 1))
     """
     return 2 * w * gathers
+
+
+def fp8_copy_saving(w: int, fp8_bytes: int, gathers: Any) -> Any:
+    """Bytes per FP8-gathered weight element that ``gathers`` all-gathers' copy-outs no longer
+    move under torchao's FP8 all-gather (the module docstring, "FP8 all-gathers"): the
+    ``split_with_sizes_copy`` reads and writes ``fp8_bytes`` (1 B, ``uint8``) instead of ``w``,
+    ``regather_copy_bytes(w, gathers) − regather_copy_bytes(fp8_bytes, gathers)``.
+
+    >>> fp8_copy_saving(2, 1, 2), fp8_copy_saving(2, 1, 3)
+    (4, 6)
+    """
+    return regather_copy_bytes(w, gathers) - regather_copy_bytes(fp8_bytes, gathers)
 
 
 def fsdp2_copy_bytes(

@@ -28,6 +28,7 @@ from trainplan.model.deepspeed_layers import check_deepspeed_layers, check_deeps
 from trainplan.model.errors import LayoutError
 from trainplan.model.expert_groups import check_expert_groups, expert_tp_of
 from trainplan.model.flex_domains import FLEX_DOMAINS_SCOPE, flex_domains_rule
+from trainplan.model.fp8_gather_rules import fp8_param_gather_rule
 from trainplan.model.frameworks import (
     Framework,
     check_distributed_optimizer,
@@ -49,7 +50,7 @@ from trainplan.model.muon import muon_tp_gathers
 from trainplan.model.offload_rules import check_offload_rules
 from trainplan.model.optimizers import OptimizerKind, check_optimizer
 from trainplan.model.pipeline import check_schedule
-from trainplan.model.precision import check_fp8_activation_storage, check_fp8_param_gather
+from trainplan.model.precision import check_fp8_activation_storage
 from trainplan.model.recompute_counts import check_count_sizes, check_recompute_counts
 from trainplan.model.recompute_modules import check_setting_recompute_modules
 from trainplan.model.schedule_cost import check_split_layout
@@ -182,10 +183,6 @@ def _layer_offload(s: Setting, framework: Any, pp: int, recompute: Any, counts: 
 
 def _recompute_modules(s: Setting, framework: Any, recompute: Any) -> None:
     check_setting_recompute_modules(s.model.arch, s.training, framework, recompute)
-
-
-def _fp8_param_gather(s: Setting, framework: Any) -> None:
-    check_fp8_param_gather(framework, s.training.fp8_param_gather)
 
 
 def _distributed_optimizer(
@@ -361,7 +358,7 @@ RULES: tuple[Rule, ...] = (
     Rule("activation_offload", ("framework", "recompute", "recompute_layers"), _activation_offload),
     Rule("layer_offload", ("framework", "pp", "recompute", "recompute_layers"), _layer_offload),
     Rule("recompute_modules", ("framework", "recompute"), _recompute_modules),
-    Rule("fp8_param_gather", ("framework",), _fp8_param_gather),
+    Rule("fp8_param_gather", ("framework", "dp"), fp8_param_gather_rule),
     Rule(
         "distributed_optimizer",
         ("framework", "zero_stage", "optimizer", "ep"),

@@ -31,7 +31,7 @@ from trainplan.model.precision import (
     keeps_fp8_transpose,
 )
 from trainplan.model.specs import TrainingSpec
-from trainplan.model.xp import where
+from trainplan.model.xp import maximum, where
 
 FP8_PARAM_BYTES = 1
 """Bytes per linear weight element of an FP8 primary weight (E4M3 data; the per-tensor scale
@@ -332,6 +332,7 @@ def state_terms(
     optimizer_scale: tuple[Any, Any] = (1, 1),
     fsdp_transpose: bool = False,
     held: tuple[Any, Any] | None = None,
+    fp8_cut: Any = None,
 ) -> tuple[Any, ...]:
     """(weights, gradients, optimizer, gathered, buffers, step extra, weight cache, host) bytes
     of one GPU: the mechanism's terms for the dense parameters (replicated over ``shard`` ranks)
@@ -351,12 +352,12 @@ def state_terms(
     divided by the dense shard degree (exact for dense models). With ``fsdp_transpose``
     (:func:`fsdp_fp8_transpose`: MXFP8) Megatron-FSDP also holds the column-wise
     ``transpose_weight_buffer`` shard, 1 B per ``linear ÷ shard`` element (its E8M0 scales, one
-    byte per 32 elements, are counted for neither shard). ``optimizer_scale``:
-    (dense, expert) factors on the optimizer state of an optimizer other than Adam
-    (:func:`model.optimizers.optimizer_scale`; 1 for Adam). ``held``: (dense, expert) parameters
-    whose whole working weights are held at the peak where fewer than all
-    (:func:`model.terms.runtime_window.held_whole_params`); None = all. Exact for Fractions;
-    element-wise for arrays of layouts (the search's tables call it so)."""
+    byte per 32 elements, are counted for neither shard). ``optimizer_scale``: (dense, expert)
+    factors on the optimizer state of an optimizer other than Adam (:func:`model.optimizers.
+    optimizer_scale`; 1 for Adam). ``held``: (dense, expert) parameters whose whole working
+    weights are held at the peak where fewer than all (:func:`model.terms.runtime_window.
+    held_whole_params`); None = all. ``fp8_cut``: ``fsdp2``'s (:func:`_fp8_param_terms`). Exact
+    for Fractions; element-wise for arrays of layouts."""
     whole = dense_unit + expert_unit  # one layer's, gathered and prefetched as one unit
     dense, experts = _class_terms(
         mech, dense_params, expert_params, shard, expert_shard, dense_unit, expert_unit,
@@ -366,8 +367,8 @@ def state_terms(
     o = o + (optimizer_scale[0] - 1) * dense[2] + (optimizer_scale[1] - 1) * experts[2]
     if fp8_params:
         w, gathered = _fp8_param_terms(
-            mech, w, gathered, linear, layer_linear, shard, whole, fsdp_transpose
-        )
+            mech, w, gathered, linear, layer_linear, shard, whole, fsdp_transpose, fp8_cut, held,
+            dense_params)  # fmt: skip
     cache, gathered_cache = weight_cache_terms(mech, linear, layer_linear, cache_bytes, fp8_params)
     elements = optimizer_elements(mech, dense_params, expert_params, shard, expert_shard)
     w, g, o, step, host = offload_memory(mech, offload, w, g, o, step, elements, accumulating)
@@ -414,11 +415,30 @@ def _fp8_param_terms(
     shard: Any,
     whole: Any,
     fsdp_transpose: bool,
+    fp8_cut: Any = None,
+    held: tuple[Any, Any] | None = None,
+    dense_params: Any = 0,
 ) -> tuple[Any, Any]:
     """(weights, gathered) of :func:`state_terms` with FP8 primary weights (its docstring):
     the whole linear weights at 1 B, or Megatron-FSDP's FP8 ``model_weight_buffer`` shard and
-    gathered units (and, MXFP8, the column-wise shard)."""
+    gathered units (and, MXFP8, the column-wise shard). Under ``fsdp2`` (torchao's FP8
+    all-gather, :func:`model.fp8_gathers.fp8_param_gathers`) the FP32 shard stays as it is and
+    only the unsharded weights narrow — ``fsdp_post_all_gather`` wraps the gathered ``uint8``
+    bytes as the parameter's ``Float8TrainingTensor``: the whole weights a ZeRO-2 or pipelined
+    step holds (of them, the ``held`` share of ``dense_params`` PyTorch's multi-stage runtime
+    keeps whole, :func:`state_terms`; dense models), else the gathered units, each ``fp8_cut``
+    bytes narrower (:func:`fp8_unit_cut`; None: the largest layer's linear elements a byte less,
+    the largest unit taken to be a layer) — and only where FSDP shards (``shard`` > 1;
+    torchtitan turns the FP8 gather on only with ``dp_shard_enabled``)."""
     narrower = mech.weight_bytes - FP8_PARAM_BYTES
+    if mech.framework is Framework.FSDP2:
+        if held is not None:  # only the whole weights the runtime's window holds
+            linear = where(dense_params > 0, linear * held[0] / maximum(dense_params, 1), 0)
+        if mech.weights_full:
+            return w - where(shard > 1, narrower * linear, 0 * linear), gathered
+        held = mech.units_held(whole)
+        cut = narrower * layer_linear if fp8_cut is None else fp8_cut
+        return w, gathered - where(shard > 1, held * cut, 0 * cut)
     if mech.weights_full:
         return w - narrower * linear, gathered
     if not mech.weights_sharded:
@@ -427,6 +447,25 @@ def _fp8_param_terms(
     held = mech.units_held(whole)
     beside = layer_linear if mech.framework.physical else layer_linear - layer_linear / shard
     return w, gathered - where(shard > 1, held * narrower * beside, 0 * beside)
+
+
+def fp8_unit_cut(w: int, outside: Any, layer: Any, layer_linear: Any) -> Any:
+    """Bytes the largest FSDP2 all-gather output shrinks by under torchao's FP8 all-gather
+    (:func:`model.fp8_gathers.fp8_param_gathers`), which narrows the layers' linear weights only
+    (the embedding and the filtered output layer gather at ``w``): ``w·max(outside, layer)`` less
+    ``max(w·outside, w·layer − (w − 1)·layer_linear)``, ``outside`` the largest unit outside the
+    layers, ``layer`` the largest layer, ``layer_linear`` its linear elements, on one GPU
+    (:func:`model.terms.stage_params.fp8_gather_units`). Element-wise for arrays.
+
+    Llama 3 8B at tp 1: the embedding (525,336,576 elements) outweighs a layer
+    (218,112,000) either way: nothing; a layer of 218,112,000 with 218,103,808 linear elements
+    alone: 218,103,808 B.
+
+    >>> fp8_unit_cut(2, 525_336_576, 218_112_000, 218_103_808), fp8_unit_cut(2, 0, 218_112_000, 218_103_808)
+    (0, 218103808)
+    """
+    before = w * maximum(outside, layer)
+    return before - maximum(w * outside, w * layer - (w - FP8_PARAM_BYTES) * layer_linear)
 
 
 def optimizer_elements(

@@ -65,7 +65,6 @@ __all__ = [
     "optimizer_state_bytes",
     "dtype_bytes",
     "check_precision",
-    "check_fp8_param_gather",
     "check_fp8_activation_storage",
     "linear_speedup",
     "fp8_weight_cache_bytes",
@@ -320,27 +319,6 @@ def linear_speedup(precision: Precision | str, device: DeviceSpec) -> float:
         return 1.0
     assert device.fp8_flops_per_s is not None
     return device.fp8_flops_per_s / device.peak_flops_per_s * FP8_GEMM_EFFICIENCY
-
-
-def check_fp8_param_gather(framework: str, fp8_param_gather: bool) -> None:
-    """Refuse FP8 primary weights (:attr:`model.specs.TrainingSpec.fp8_param_gather`) under a
-    profile other than ``megatron``: they are Transformer Engine parameters created under
-    ``fp8_model_init`` (Megatron-Core ``--fp8-param-gather``); DeepSpeed, FSDP2 and the
-    textbook keep BF16 working weights.
-
-    Raises
-    ------
-    LayoutError
-        ``fp8_param_gather`` with another profile.
-
-    >>> check_fp8_param_gather("megatron", True)
-    >>> check_fp8_param_gather("fsdp2", False)
-    """
-    if fp8_param_gather and str(framework) != "megatron":
-        raise LayoutError(
-            f"fp8_param_gather: FP8 primary weights are Megatron-Core's (Transformer Engine "
-            f"parameters); {framework} keeps BF16 weights (use `framework` megatron)"
-        )
 
 
 def check_fp8_activation_storage(framework: str, storage: str) -> None:

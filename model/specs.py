@@ -318,12 +318,12 @@ class TrainingSpec:
     ``textbook``) profile and ``recompute = selective`` (:func:`model.recompute_modules.check_recompute_modules`)."""
 
     fp8_param_gather: bool = False
-    """FP8 primary weights (Megatron-Core ``--fp8-param-gather``; on in NeMo's FP8 current
-    scaling recipe, Megatron-Bridge ``training/mixed_precision.py``
-    ``bf16_with_fp8_current_scaling_mixed``): the linear layers' working weights are Transformer
-    Engine FP8 tensors, 1 B per element instead of a BF16 weight plus a cached FP8 copy; only
-    the transpose is cached (:func:`model.memory.cache_bytes_per_element`). Needs
-    ``precision = fp8`` and the ``megatron`` profile."""
+    """The linear weights all-gathered at 1 B an element: ``megatron``, FP8 primary weights
+    (``--fp8-param-gather``; NeMo's FP8 current scaling recipe), only the transpose cached
+    (:func:`model.memory.cache_bytes_per_element`); ``fsdp2``, torchao's FP8 all-gather of FP32
+    shards (torchtitan ``enable_fsdp_float8_all_gather``, :func:`model.fp8_gathers.
+    fp8_param_gathers`). Needs ``precision = fp8``; refusals:
+    :func:`model.fp8_gather_rules.check_fp8_param_gather`."""
 
     fsdp_double_buffer: bool = False
     """Megatron-FSDP's ``fsdp_double_buffer`` (Megatron-LM ``--fsdp-double-buffer``; forced by

@@ -40,6 +40,8 @@ __all__ = [
     "TORCHAO_TENSORWISE",
     "CAST_BYTES",
     "CAST_KERNELS",
+    "FP8_GATHER_CAST_BYTES",
+    "FP8_GATHER_CAST_KERNELS",
     "TorchaoFp8",
     "torchao_point",
     "runs_torchao_float8",
@@ -94,6 +96,21 @@ CAST_KERNELS: tuple[int, int] = (5, 2)
 weight: the amax, its second stage and the cast) and in the input gradient (output gradient:
 second stage and cast); ``get_float8_mem_sympy`` counts the three second stages as extra
 kernels, the bytes above as the others."""
+
+
+FP8_GATHER_CAST_BYTES: tuple[int, int, int] = (CAST_BYTES[0], 0, CAST_BYTES[2])
+""":data:`CAST_BYTES` under torchao's FP8 all-gather (torchtitan's
+``enable_fsdp_float8_all_gather``, :func:`model.fp8_gathers.fp8_param_gathers`): the weight
+reaches ``matmul_with_hp_or_float8_args`` as the gathered ``Float8TrainingTensor``, and
+``tensor_already_casted_to_fp8(weight_hp_t)`` skips its cast in the forward and in the input
+gradient (which reads ``.t()`` of the same tensor: no re-cast for the transpose; pytorch/ao
+36027d82d ``torchao/float8/float8_linear.py``). The cast runs instead in
+``fsdp_pre_all_gather`` over the local shard (÷ the shard degree) on FSDP2's all-gather copy-in
+stream (:mod:`model.fsdp2_copies`): not timed here."""
+
+FP8_GATHER_CAST_KERNELS: tuple[int, int] = (CAST_KERNELS[0] - 3, CAST_KERNELS[1])
+""":data:`CAST_KERNELS` without the weight's three forward kernels (its amax, the amax's second
+stage and the cast) under torchao's FP8 all-gather (:data:`FP8_GATHER_CAST_BYTES`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,8 @@ from trainplan.model.op_time import Clock, op_seconds
 from trainplan.model.ops import Op, OpKind
 from trainplan.model.roofline import memory_seconds
 from trainplan.model.torchao_rates import (
+    FP8_GATHER_CAST_BYTES,
+    FP8_GATHER_CAST_KERNELS,
     TorchaoFp8,
     TorchaoPoint,
     runs_torchao_float8,
@@ -65,13 +67,22 @@ def torchao_kernel_speedup(point: TorchaoPoint, c: Clock) -> float:
 
 
 def torchao_fp8_rates(
-    precision: str, recipe: str | None, device_name: str, framework: str, c: Clock
+    precision: str,
+    recipe: str | None,
+    device_name: str,
+    framework: str,
+    c: Clock,
+    fp8_gather: bool = False,
 ) -> TorchaoFp8 | None:
     """:class:`~model.torchao_rates.TorchaoFp8` where the linear layers are torchao's
     ``Float8Linear`` (:func:`model.torchao_rates.runs_torchao_float8`) under fp8 with the
     tensorwise recipe on a part whose family torchao published (:func:`model.torchao_rates.
     torchao_point`), its kernel speed-up read on clock ``c``'s rates
-    (:func:`torchao_kernel_speedup`); None otherwise.
+    (:func:`torchao_kernel_speedup`); None otherwise. With ``fp8_gather`` (torchao's FP8
+    all-gather, :func:`model.fp8_gathers.fp8_param_gathers`) the weight arrives as the gathered
+    ``Float8TrainingTensor`` and no pass casts it (:data:`model.torchao_rates.
+    FP8_GATHER_CAST_BYTES`, :data:`~model.torchao_rates.FP8_GATHER_CAST_KERNELS`); the speed-up
+    is still read on the benchmark's casts, which cast the weight.
 
     >>> from trainplan.model.op_rates import deployed_params
     >>> c = Clock(989.4e12, 2.4e12, deployed_params("H100-96GB-500W"))
@@ -85,4 +96,7 @@ def torchao_fp8_rates(
     point = torchao_point(device_name, recipe)
     if point is None:
         return None
-    return TorchaoFp8(torchao_kernel_speedup(point, c))
+    speedup = torchao_kernel_speedup(point, c)
+    if fp8_gather:
+        return TorchaoFp8(speedup, FP8_GATHER_CAST_BYTES, FP8_GATHER_CAST_KERNELS)
+    return TorchaoFp8(speedup)

@@ -18,6 +18,9 @@ def test_recompute_modules_and_fp8_param_gather_from_the_cli():
             "full": (*LLAMA, "--recompute", "full", "--set", "recompute_modules=mlp"),
             "bf16": (*LLAMA, "--set", "fp8_param_gather=true"),
             "fsdp2-fp8": (*LLAMA, "--framework", "fsdp2", "--precision", "fp8",
+                          "--set", "fp8_param_gather=true", "--json"),
+            "fsdp2-dp1": ("evaluate", "--model", "llama3-8b", "--gpus", "8", "--dp", "1",
+                          "--tp", "8", "--framework", "fsdp2", "--precision", "fp8",
                           "--set", "fp8_param_gather=true"),
             "mlp": (*LLAMA, "--recompute", "selective", "--set", "recompute_modules=mlp", "--json"),
             "core": (*LLAMA, "--recompute", "selective", "--json"),
@@ -29,8 +32,11 @@ def test_recompute_modules_and_fp8_param_gather_from_the_cli():
     assert "recompute_modules" in refusal(done["fsdp2"]) and "megatron" in refusal(done["fsdp2"])
     assert "selective" in refusal(done["full"])
     assert "fp8_param_gather" in refusal(done["bf16"]) and "fp8" in refusal(done["bf16"])
-    assert "fp8_param_gather" in refusal(done["fsdp2-fp8"])
-    for key in ("mlp", "core", "fp8", "fp8w", "text"):
+    # fsdp2 runs torchao's FP8 all-gather (torchtitan's enable_fsdp_float8_all_gather), which
+    # torchtitan turns on only where FSDP shards over dp
+    line = refusal(done["fsdp2-dp1"])
+    assert line.startswith("--set fp8_param_gather:") and "dp 1" in line, line
+    for key in ("mlp", "core", "fp8", "fp8w", "text", "fsdp2-fp8"):
         assert done[key].returncode == 0, done[key].stderr[-2000:]
 
     def peak(key: str) -> int:
@@ -51,3 +57,27 @@ def test_recompute_modules_and_fp8_param_gather_from_the_cli():
     assert peak("core") - peak("mlp") == dropped - lse
     # FP8 primary weights: 1 B less per linear weight element in the weights and in the cache
     assert peak("fp8w") < peak("fp8")
+    assert json.loads(done["fsdp2-fp8"].stdout)["layout"]["fp8_param_gather"] is True
+
+
+def test_fsdp2_fp8_gather_refusals_from_the_cli():
+    """What torchtitan and torchao refuse for the FP8 all-gather, and what the plan does not
+    model, each one line with exit code 2: a recipe other than tensorwise (torchao's
+    ``Float8LinearConfig`` asserts "enable_fsdp_float8_all_gather only supports tensorwise
+    scaling granularity"), a MoE model (its experts gather in BF16 beside the FP8 linears), FSDP1
+    (``flat_parameters``: torchao's hook is FSDP2's)."""
+    fsdp2 = ("evaluate", "--gpus", "8", "--dp", "8", "--framework", "fsdp2", "--precision", "fp8")
+    done = run_many(
+        {
+            "mxfp8": (*fsdp2, "--model", "llama3-8b", "--gpu", "B200", "--fp8-recipe", "mxfp8",
+                      "--set", "fp8_param_gather=true"),
+            "moe": (*fsdp2, "--model", "mixtral-8x7b", "--set", "fp8_param_gather=true"),
+            "fsdp1": (*fsdp2, "--model", "llama3-8b", "--set", "flat_parameters=true",
+                      "--set", "fp8_param_gather=true"),
+        }
+    )  # fmt: skip
+    line = refusal(done["mxfp8"])
+    assert line.startswith("--set fp8_param_gather:") and "tensorwise only, not mxfp8" in line
+    assert "dense models" in refusal(done["moe"])
+    line = refusal(done["fsdp1"])
+    assert "fp8_param_gather" in line and "flat_parameters" in line, line

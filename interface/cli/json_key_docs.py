@@ -87,7 +87,8 @@ KEY_DOCS: dict[str, str] = {
     "layout.recompute_modules": "What selective recomputation recomputes (Megatron-Core's "
     "--recompute-modules names; core_attn by default); null unless megatron or textbook with "
     "recompute selective.",
-    "layout.fp8_param_gather": "FP8 primary weights (Megatron-Core --fp8-param-gather); null unless megatron with fp8.",
+    "layout.fp8_param_gather": "FP8 weight all-gather (Megatron-Core --fp8-param-gather; under "
+    "fsdp2 torchtitan's enable_fsdp_float8_all_gather); null unless megatron or fsdp2 with fp8.",
     "layout.fsdp_double_buffer": "Megatron-FSDP's persistent two-unit pools (--fsdp-double-buffer); "
     "null unless megatron with ZeRO-3.",
     "layout.cross_entropy_fusion_impl": "The loss Megatron-Core runs: none (unfused), native "

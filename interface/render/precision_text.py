@@ -7,6 +7,7 @@ them."""
 from __future__ import annotations
 
 from trainplan.model.estimate import Estimate
+from trainplan.model.fp8_gathers import fp8_param_gathers
 from trainplan.model.frameworks import (
     Framework,
 )
@@ -126,7 +127,9 @@ def _torchao_rates(est: Estimate, recipe: Fp8Recipe) -> TorchaoFp8 | None:
     o = est.options
     params = params_in_force(o.roofline, d.part, o.attention_kernel, str(est.layout.framework))
     clock = Clock(d.peak_flops_per_s, d.hbm_bytes_per_s, params)
-    return torchao_fp8_rates(est.training.precision, recipe, d.part, est.layout.framework, clock)
+    t, framework = est.training, est.layout.framework
+    gather = fp8_param_gathers(framework, t.precision, t.fp8_recipe, t.fp8_param_gather)
+    return torchao_fp8_rates(t.precision, recipe, d.part, framework, clock, gather)
 
 
 def _fp8_linear(est: Estimate, recipe: Fp8Recipe) -> tuple[str, str, str]:
@@ -138,7 +141,12 @@ def _fp8_linear(est: Estimate, recipe: Fp8Recipe) -> tuple[str, str, str]:
     each GEMM and saves the high-precision input."""
     t, framework = est.training, Framework(est.layout.framework)
     cache = cache_bytes_per_element(t, framework, est.device)
-    if not framework.fp8_caches_weights:
+    if not framework.fp8_caches_weights and t.fp8_param_gather:
+        weights = (
+            "linear weights cast to FP8 before FSDP's all-gather (torchao's FP8 all-gather, "
+            "1 B gathered; the scales precomputed once a step), no cast inside the GEMMs"
+        )
+    elif not framework.fp8_caches_weights:
         weights = "linear weights cast to FP8 inside each GEMM, no FP8 copy kept"
     elif t.fp8_param_gather:
         kept = (

@@ -40,6 +40,7 @@ __all__ = [
     "hfu_with_attention",
     "bound_notes",
 ]
+_FP8_GATHERS = ("megatron", "fsdp2")  # the profiles that read fp8_param_gather
 
 
 def _time_model(est: Estimate) -> str:
@@ -410,7 +411,7 @@ def _layout(est: Estimate) -> dict[str, Any]:
         "rank_order": "-".join(lay.rank_order),
         "offload_activations": list(t.offload.activations),
         **_where(modules, "recompute_modules", list(t.recompute_modules)),
-        **_where(megatron and fp8, "fp8_param_gather", t.fp8_param_gather),
+        **_where(fp8 and framework in _FP8_GATHERS, "fp8_param_gather", t.fp8_param_gather),
         **_where(megatron, "cross_entropy_fusion_impl", t.cross_entropy_fusion_impl),
         **_where(megatron and lay.zero_stage == 3, "fsdp_double_buffer", t.fsdp_double_buffer),
         "muon_tp_mode": t.muon_tp_mode,

@@ -33,8 +33,9 @@ from trainplan.model.comm import (
 from trainplan.model.deepspeed_accumulate import accumulate_seconds
 from trainplan.model.deepspeed_fetches import deepspeed_gather_calls
 from trainplan.model.dp_exposure import DpSeconds, dp_exposed_seconds, dp_seconds
+from trainplan.model.fp8_gathers import fp8_param_gathers
 from trainplan.model.frameworks import Framework
-from trainplan.model.fsdp2_copies import regather_copy_bytes
+from trainplan.model.fsdp2_copies import fp8_copy_saving, regather_copy_bytes
 from trainplan.model.fsdp2_pipeline import (
     regather_forward_share,
     runtime_regathers,
@@ -225,7 +226,10 @@ def grad_accumulation_term(c: Context, f: Fields) -> Any:
     each unit's weights out and its gradients in. Under PyTorch's multi-stage runtime the chunks
     it gathers again (:func:`model.fsdp2_pipeline.runtime_regathers`) copy out as every gather
     does (:func:`model.fsdp2_copies.regather_copy_bytes`), charged to the step's first
-    micro-batch with the mechanism's once-a-step gather."""
+    micro-batch with the mechanism's once-a-step gather. Under torchao's FP8 all-gather
+    (:func:`model.fp8_gathers.fp8_param_gathers`) every gather of a converted weight copies out
+    1 B an element, not ``w`` (:func:`model.fsdp2_copies.fp8_copy_saving` of the FP8-gathered
+    elements, :func:`model.terms.traffic.fp8_gathered_params`, taken off)."""
     mech = dp_mechanism(c, f)
     if not (mech.accumulate_bytes or mech.accumulate_first_bytes):
         return 0.0
@@ -236,6 +240,24 @@ def grad_accumulation_term(c: Context, f: Fields) -> Any:
     assert hbm is not None  # the roofline model runs only with it
     again = runtime_regathers(mech, f.schedule, f.pp, f.virtual_stages, f.m)
     first = mech.accumulate_first_bytes + as_float(regather_copy_bytes(mech.weight_bytes, again))
-    return accumulate_seconds(
-        first, mech.accumulate_bytes, as_float(dense + experts), f.m + f.pp - 1, hbm, params_of(c),
+    backwards = f.m + f.pp - 1
+    seconds = accumulate_seconds(
+        first, mech.accumulate_bytes, as_float(dense + experts), backwards, hbm, params_of(c),
     )  # fmt: skip
+    t = c.training
+    if mech.framework is not Framework.FSDP2 or not fp8_param_gathers(
+        f.framework, t.precision, t.fp8_recipe, t.fp8_param_gather
+    ):
+        return seconds
+    fp8_dense, fp8_experts = fp8_gathered_params(c, f)
+    # torchao's FP8 all-gather: each gather of a converted weight copies out 1 B, not w
+    fp8 = where(f.shard_degree > 1, fp8_dense, 0) + fp8_experts
+    w, per_mb = mech.weight_bytes, mech.gathers_per_microbatch
+    first_saved = as_float(
+        fp8_copy_saving(w, FP8_PARAM_BYTES, per_mb + mech.gathers_per_step + again)
+    )
+    later_saved = fp8_copy_saving(w, FP8_PARAM_BYTES, per_mb)
+    saved = accumulate_seconds(
+        first_saved, later_saved, as_float(fp8), backwards, hbm, params_of(c)
+    )
+    return seconds - saved

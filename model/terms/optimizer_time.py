@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainplan.model.comm import AxisTraffic
+from trainplan.model.fp8_gathers import fp8_param_gathers, precompute_read_bytes
 from trainplan.model.frameworks import DistributedOptimizer, Framework, gradient_bytes_for
 from trainplan.model.mechanism_record import Mechanism
 from trainplan.model.memory import optimizer_elements
@@ -24,7 +25,7 @@ from trainplan.model.terms.grad_buffers import busiest_embedding
 from trainplan.model.terms.roofline import axis_link, params_of
 from trainplan.model.terms.stage_params import busiest_params
 from trainplan.model.terms.state import busiest_muon_work, busiest_scales, muon_whole_matrices
-from trainplan.model.terms.traffic import dp_mechanism
+from trainplan.model.terms.traffic import dp_mechanism, fp8_gathered_params
 from trainplan.model.xp import as_float, maximum, times, where
 
 __all__ = [
@@ -43,8 +44,9 @@ def optimizer_seconds_term(c: Context, f: Fields) -> Any:
     (:func:`model.offload.adam_step_bytes`, :func:`model.optimizers.optimizer_step_bytes`)
     plus the framework's own passes (:func:`model.step_passes.step_pass_bytes`, the clip's
     scaling as :attr:`model.timing.CostOptions.grad_clip_scaling` says, FP16's unscaling as
-    :attr:`~model.timing.CostOptions.loss_scaling` does), and the
-    gradient zeroing beyond them (:func:`whole_buffer_zeroing_bytes`) through HBM
+    :attr:`~model.timing.CostOptions.loss_scaling` does; torchao's FP8-gather scale
+    precompute under ``fsdp2``, :func:`_fp8_precompute_bytes`), and the gradient zeroing
+    beyond them (:func:`whole_buffer_zeroing_bytes`) through HBM
     (:func:`model.step_time.optimizer_seconds`)."""
     t, d = c.training, c.gpu
     assert d.hbm_bytes_per_s is not None
@@ -63,7 +65,7 @@ def optimizer_seconds_term(c: Context, f: Fields) -> Any:
     every_step = c.options.grad_clip_scaling == "every_step"
     unscale = c.options.loss_scaling
     passes = step_pass_bytes(mech, g, apex, aware, t.optimizer_bytes, every_step, unscale)
-    passes = passes * as_float(owned)
+    passes = passes * as_float(owned) + _fp8_precompute_bytes(c, f, mech)
     if adam:
         moved = adam_step_bytes(t.optimizer_bytes, t.weight_bytes) * as_float(owned) + zeroing
         return optimizer_seconds(moved + passes, d.hbm_bytes_per_s, params_of(c), 1)
@@ -77,6 +79,21 @@ def optimizer_seconds_term(c: Context, f: Fields) -> Any:
     moved = 2 * as_float(state) + (optimizer_step_bytes(0, t.weight_bytes)) * as_float(owned)
     moved = moved + zeroing + passes
     return optimizer_seconds(moved, d.hbm_bytes_per_s, params_of(c), 1) + muon_seconds(c, f)
+
+
+def _fp8_precompute_bytes(c: Context, f: Fields, mech: Mechanism) -> Any:
+    """HBM bytes a step of torchao's ``precompute_float8_dynamic_scale_for_fsdp`` on one GPU
+    under ``fsdp2`` with the FP8 all-gather (:func:`model.fp8_gathers.precompute_read_bytes` of
+    the FP8-gathered elements' shard, :func:`model.terms.traffic.fp8_gathered_params` ÷ the
+    shard degree, where FSDP shards); 0 elsewhere."""
+    t = c.training
+    if mech.framework is not Framework.FSDP2 or not fp8_param_gathers(
+        f.framework, t.precision, t.fp8_recipe, t.fp8_param_gather
+    ):
+        return 0.0
+    dense, experts = fp8_gathered_params(c, f)
+    shard = where(f.shard_degree > 1, as_float(dense) / f.shard_degree, 0.0)
+    return as_float(precompute_read_bytes(shard + as_float(experts) / f.expert_shard_degree))
 
 
 def whole_buffer_zeroing_bytes(

@@ -36,7 +36,7 @@ from trainplan.model.terms.persistent_buffers import persistent_buffers_term
 from trainplan.model.terms.reduce_pool import reduce_pool_per_gpu
 from trainplan.model.terms.split_free import recompute_free, split_free
 from trainplan.model.terms.stage_params import split_params, units_per_gpu
-from trainplan.model.terms.state import model_state_term
+from trainplan.model.terms.state import fsdp2_fp8_cut, model_state_term
 from trainplan.model.terms.userbuffers import userbuffers_term
 from trainplan.model.xp import is_array, maximum, where
 
@@ -277,6 +277,12 @@ def stream_pool_term(c: Context, f: Fields) -> Any:
       allocated it. The copy-in stream's segments, two units' worth at least, stay reserved and
       serve none of the default stream's activations; at the forward/backward peak they are idle.
 
+    Under torchao's FP8 all-gather (:func:`model.fp8_gathers.fp8_param_gathers`) the output
+    holds the unit's linear weights at 1 B (``foreach_all_gather`` views every input as
+    ``uint8`` when one is, :mod:`model.fsdp2_copies`): the largest output
+    :func:`model.terms.state.fsdp2_fp8_cut` bytes narrower (none where the embedding or output
+    layer, gathered at ``w``, is the largest unit).
+
     Under a pipeline schedule the all-gathers run in the first micro-batch's forward (ZeRO-2) or
     in the passes :mod:`model.fsdp2_pipeline` names (ZeRO-3), with the same two outputs. The reduce-scatter stream's pool (the
     sharded gradients, ``reduce_output`` in ``foreach_reduce``) is the gradient term's
@@ -305,7 +311,12 @@ def stream_pool_term(c: Context, f: Fields) -> Any:
     if fw is not Framework.FSDP2:
         return 0
     unit_dense, unit_expert = units_per_gpu(c, f)
-    return where(f.shard_degree > 1, 2 * c.training.weight_bytes * (unit_dense + unit_expert), 0)
+    t = c.training
+    output = t.weight_bytes * (unit_dense + unit_expert)
+    cut = fsdp2_fp8_cut(c, f)  # torchao's FP8 all-gather: the linear weights gather as uint8
+    if cut is not None:
+        output = output - cut
+    return where(f.shard_degree > 1, 2 * output, 0)
 
 
 def reserved_over_capacity(stages: Any, capacity_bytes: Any) -> Fraction:

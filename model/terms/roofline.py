@@ -41,7 +41,7 @@ from trainplan.model.core_spans import span_groups
 from trainplan.model.elementwise import elementwise_mode
 from trainplan.model.ep_kernels import kernel_rates
 from trainplan.model.expert_saved_inputs import requantised_inputs
-from trainplan.model.fp8_gathers import tp_gather_bytes
+from trainplan.model.fp8_gathers import fp8_param_gathers, tp_gather_bytes
 from trainplan.model.frameworks import Framework
 from trainplan.model.grouped_gemm import GroupedFp8, experts_fp8, grouped_fp8_rates
 from trainplan.model.launch_order import launch_order_kept
@@ -318,9 +318,9 @@ def _kinds_of(c: Context, f: Fields, mode: Recompute, kept: Any = None) -> tuple
     check_tp_overlap(overlap, f.framework, None if recipe is None else str(recipe))
     speedup = fp8_linear_speedups(t.precision, recipe, d, cached)
     p = params_of(c, f.framework)
-    ao = torchao_fp8_rates(
-        t.precision, recipe, d.part, f.framework, Clock(d.peak_flops_per_s, d.hbm_bytes_per_s, p)
-    )
+    fp8_gather = fp8_param_gathers(f.framework, t.precision, t.fp8_recipe, t.fp8_param_gather)
+    clock = Clock(d.peak_flops_per_s, d.hbm_bytes_per_s, p)
+    ao = torchao_fp8_rates(t.precision, recipe, d.part, f.framework, clock, fp8_gather)
     if ao is not None:  # torchao's Float8Linear: its own GEMM speed-up and casts by shape
         speedup = (ao.kernel_speedup,) * 3
     base = (d.peak_flops_per_s, d.hbm_bytes_per_s, p, overlap,

@@ -50,6 +50,8 @@ __all__ = [
     "busiest_params",
     "units_per_gpu",
     "non_unit_params",
+    "fp8_gather_units",
+    "fp8_gather_units_per_gpu",
     "non_units_per_gpu",
     "layer_counts",
     "layer_count_per_gpu",
@@ -202,6 +204,35 @@ def gather_units(key: SplitKey) -> tuple[tuple[Fraction, Fraction], ...]:
             units.append((output_params(key, counts, vocab), Fraction(0)))
         out.append(units[0] if len(units) == 1 else max(units, key=lambda u: u[0] + u[1]))
     return tuple(out)
+
+
+def fp8_gather_units(key: SplitKey) -> tuple[tuple[Fraction, Fraction, Fraction], ...]:
+    """Per stage, (the largest unit outside the layers — the input embedding on the first stage,
+    the output layer on :func:`model.split.output_rank`, 0 elsewhere —, the largest layer's
+    parameters, that layer's linear weight elements) on one GPU: what the largest gathered unit
+    is under an FP8 all-gather that narrows the layers' linear weights only
+    (:func:`model.memory.fp8_unit_cut`). Zeros for a size-only model."""
+    arch = key.model.arch
+    if arch is None:
+        return ((Fraction(0), Fraction(0), Fraction(0)),) * key.pp
+    layers, linear = layer_units(key), stage_linear_per_gpu(key)
+    vocab = key.vocab()
+    counts = count_params(arch, vocab)
+    last = key.output_rank()
+    out = []
+    for i, layer in enumerate(layers):
+        outside = [Fraction(0)]
+        if i == 0:
+            outside.append(Fraction(counts.embedding, key.tp))
+        if i == last:
+            outside.append(output_params(key, counts, vocab))
+        out.append((max(outside), layer[0] + layer[1], linear[i][1]))
+    return tuple(out)
+
+
+def fp8_gather_units_per_gpu(c: Context, f: Fields) -> tuple[Any, Any, Any]:
+    """:func:`fp8_gather_units` of stage ``f.stage``."""
+    return read_split(c, f, fp8_gather_units)
 
 
 def non_unit_params(key: SplitKey) -> tuple[Fraction, ...]:

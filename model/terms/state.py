@@ -22,6 +22,7 @@ from typing import Any
 
 from trainplan.model.deepspeed_mechanisms import sp_comm_bytes
 from trainplan.model.errors import LayoutError
+from trainplan.model.fp8_gathers import fp8_param_gathers
 from trainplan.model.frameworks import Framework
 from trainplan.model.layer_wise import busiest_rank_bytes, layer_wise_bucket_size, runs_layer_wise
 from trainplan.model.mechanisms import mechanism
@@ -34,6 +35,7 @@ from trainplan.model.memory import (
     FP8_PARAM_BYTES,
     ModelState,
     cache_bytes_per_element,
+    fp8_unit_cut,
     fsdp_fp8_transpose,
     state_terms,
 )
@@ -67,6 +69,7 @@ from trainplan.model.terms.runtime_window import held_whole_params
 from trainplan.model.terms.split_key import CACHE, SPLIT_FIELDS, SplitKey
 from trainplan.model.terms.stage_params import (
     busiest_stage,
+    fp8_gather_units_per_gpu,
     layer_count_per_gpu,
     layer_units_per_gpu,
     linear_per_gpu,
@@ -416,6 +419,7 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
         mech, dense, experts, f.shard_degree, f.expert_shard_degree, *held,
         linear, layer_linear, cache_bytes, t.offload, f.m > 1, t.fp8_param_gather,
         optimizer_scales(c, f), fsdp_fp8_transpose(t, f.framework), held_whole_params(c, f, mech),
+        fsdp2_fp8_cut(c, f),
     )  # fmt: skip
     if mech.non_units_gathered:  # Megatron-FSDP
         # the embedding and output layer whole beside the layer units, through the optimizer
@@ -437,6 +441,22 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
     g = g + embedding_grad_term(c, f, mech)
     step = step + optimizer_transient_term(c, f)
     return ModelState(w, g, o, gathered, buffers, step, host, cache, dispatch)
+
+
+def fsdp2_fp8_cut(c: Context, f: Fields) -> Any:
+    """Under ``fsdp2`` with torchao's FP8 all-gather (:func:`model.fp8_gathers.
+    fp8_param_gathers`), the bytes its largest gathered unit on one GPU of stage ``f.stage`` is
+    narrower (:func:`model.memory.fp8_unit_cut` of :func:`model.terms.stage_params.
+    fp8_gather_units_per_gpu`); None elsewhere. Read by the gathered weights
+    (:func:`model_state_term`) and the all-gather stream's pool
+    (:func:`model.terms.peak.stream_pool_term`)."""
+    t = c.training
+    if Framework(f.framework) is not Framework.FSDP2 or not fp8_param_gathers(
+        f.framework, t.precision, t.fp8_recipe, t.fp8_param_gather
+    ):
+        return None
+    outside, layer, layer_linear = fp8_gather_units_per_gpu(c, f)
+    return fp8_unit_cut(t.weight_bytes, outside, layer, layer_linear)
 
 
 def _reduce_queue(c: Context, f: Fields, mech: Any, unit: Any) -> Any:

@@ -44,7 +44,12 @@ from trainplan.model.comm_layers import (
 from trainplan.model.context_parallel import CpKind, cp_collective, torch_rotate_method
 from trainplan.model.deepspeed_fetches import deepspeed_unfetched
 from trainplan.model.deepspeed_mechanisms import sp_comm_bytes
-from trainplan.model.fp8_gathers import fp8_gather_saving, fp8_param_gathers, tp_gather_bytes
+from trainplan.model.fp8_gathers import (
+    fp8_gather_saving,
+    fp8_gathered_experts,
+    fp8_param_gathers,
+    tp_gather_bytes,
+)
 from trainplan.model.frameworks import Framework, gradient_bytes_for
 from trainplan.model.fsdp2_pipeline import regather_name, runtime_mechanism, runtime_regathers
 from trainplan.model.layout import Recompute
@@ -121,25 +126,27 @@ def fp8_gathered_params(c: Context, f: Fields) -> tuple[Any, Any]:
     """(dense, routed-expert) parameters on one GPU of the stage :func:`dp_traffic_bytes` reads
     that the data-parallel all-gathers move in FP8: its linear weights
     (:func:`model.terms.stage_params.busiest_linear`) where the recipe keeps FP8 primary weights
-    (:func:`model.fp8_gathers.fp8_param_gathers`), else none."""
+    (:func:`model.fp8_gathers.fp8_param_gathers`; the routed experts' only where they are FP8
+    too, :func:`model.fp8_gathers.fp8_gathered_experts`), else none."""
     t = c.training
     if not fp8_param_gathers(f.framework, t.precision, t.fp8_recipe, t.fp8_param_gather):
         return 0, 0
-    return busiest_linear(c, f)
+    dense, experts = busiest_linear(c, f)
+    return dense, experts if fp8_gathered_experts(f.framework) else 0 * experts
 
 
 def _dp_bytes(c: Context, f: Fields, mech: Any, dense: Any, experts: Any) -> tuple[Any, Any]:
     """:func:`model.comm.dp_bytes` of ``dense`` and ``experts``, with the re-gathers of PyTorch's
     multi-stage pipeline runtime (:func:`model.fsdp2_pipeline.runtime_regathers`), less what FP8
     primary weights save (:func:`model.fp8_gathers.fp8_gather_saving` of the share of
-    :func:`fp8_gathered_params` in each group the call counts; Megatron-Core only, so never
-    beside those re-gathers)."""
+    :func:`fp8_gathered_params` in each group the call counts, the runtime's re-gathers
+    included: under ``fsdp2`` they gather FP8 as every other gather does)."""
     fp8_dense, fp8_experts = fp8_gathered_params(c, f)
     fp8 = (where(dense == 0, 0, fp8_dense), where(experts == 0, 0, fp8_experts))
     shard, expert_shard = f.shard_degree, f.expert_shard_degree
     again = runtime_regathers(mech, f.schedule, f.pp, f.virtual_stages, f.m)
     total, per_mb = dp_bytes(mech, dense, experts, shard, expert_shard, f.m, again)
-    saved, saved_mb = fp8_gather_saving(mech, fp8, shard, expert_shard, f.m)
+    saved, saved_mb = fp8_gather_saving(mech, fp8, shard, expert_shard, f.m, again)
     skip_dense, skip_experts = unfetched_params(c, f, mech)
     skipped = ring_share(shard) * where(dense == 0, 0, skip_dense) + ring_share(
         expert_shard
@@ -391,10 +398,16 @@ def pp_traffic_bytes(c: Context, f: Fields) -> Any:
 def axis_traffic(c: Context, f: LayoutFields) -> list[AxisTraffic]:
     """One layout's traffic per axis (dp, then with routed experts edp, the experts' share of it
     on the expert data-parallel group, :func:`dp_group_traffic_bytes`; then tp, cp, ep and pp
-    when the model has dimensions), named with its collectives: the terms above."""
+    when the model has dimensions), named with its collectives (and, where the weights gather
+    in FP8, :func:`model.fp8_gathers.fp8_param_gathers`, saying so): the terms above."""
     lay, mech = f.layout, dp_mechanism(c, f)
     again = runtime_regathers(mech, f.schedule, f.pp, f.virtual_stages, f.m)
     name = dp_name(mech) + regather_name(again)
+    t = c.training
+    if mech.gathers_per_step + mech.gathers_per_microbatch and fp8_param_gathers(
+        f.framework, t.precision, t.fp8_recipe, t.fp8_param_gather
+    ):
+        name += ", linear weights gathered in fp8"
     if c.model.arch is None or c.arch.moe is None:
         total, per_mb = dp_traffic_bytes(c, f)
         rows = [AxisTraffic("dp", name, lay.shard_degree, total, per_mb)]

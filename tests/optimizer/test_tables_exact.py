@@ -123,8 +123,8 @@ def _problem(name, model, gpus, gpu, space, options):
     case = Case.of(model, gpu, **options)
     full = options.get("tp_comm_overlap") == "full"
     frameworks = [f for f in FRAMEWORKS if not full or f in TP_OVERLAP_FRAMEWORKS[TpOverlap.FULL]]
-    if options.get("fp8_param_gather"):  # model.precision.check_fp8_param_gather: megatron only
-        frameworks = ["megatron"]
+    if options.get("fp8_param_gather"):  # model.fp8_gather_rules.check_fp8_param_gather
+        frameworks = ["megatron", "fsdp2"]  # FP8 primary weights; torchao's FP8 all-gather
     space = SearchSpace(num_gpus=gpus, max_micro_batch_size=2, virtual_stages=(2, 3, 4),
                         frameworks=tuple(Framework(f) for f in frameworks), **space)  # fmt: skip
     return Problem(jobs=(Job(case, gpus, name),), space=space)
