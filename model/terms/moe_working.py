@@ -24,7 +24,12 @@ and the phase is their sum. The in-flight count is the plain schedule's (Megatro
 warm-up forward under the overlap, ``schedules.py`` ``get_pp_rank_microbatches``, makes the held
 micro-batches before a paired step the plain peak's); on top of them the paired step holds the
 forward layer's own saved tensors from before the dispatch (:func:`paired_forward_figure`), whose
-backward partner frees its experts' first and its attention's last.
+backward partner frees its experts' first and its attention's last. Where a stage's paired chunks
+differ in length, the forward chunk's layers beyond the backward chunk's run alone after the pairs
+(``TransformerModelChunkSchedulePlan.run``'s ``range(overlapped_layers, f_num_layers)``); they add
+nothing here: after paired step ``k`` (forward ``k + W + 1`` beside backward ``k``) the stage
+holds forwards ``0 … k + W + 1`` less backwards ``0 … k``, the plain schedule's held set at its
+step ``k + 1``, which the plain peak already bounds.
 """
 
 from __future__ import annotations

@@ -218,3 +218,42 @@ def test_paired_forward_figure_is_the_pre_dispatch_share():
         0,
         0,
     )
+
+
+def _mixtral_split(overlap: str, sizes: tuple[int, ...], batch: int) -> StageActivations:
+    training = TrainingSpec(
+        seq_len=4096, global_batch_size=batch, moe_run=MoERun(ep_overlap=overlap)
+    )
+    layout = Layout(
+        dp=4, ep=4, tp=1, pp=2, virtual_stages=2, schedule="interleaved", recompute="none",
+        framework="megatron", stage_layers=sizes,
+    )  # fmt: skip
+    own = stage_layers(MIXTRAL, 2, 2, layout.split_rule, sizes, "interleaved")[0]
+    return stage_activations(MIXTRAL, own, 0, layout, training)
+
+
+def test_combined_1f1b_unequal_chunks_hold_no_more_than_the_plain_peak():
+    """Mixtral 8x7B as above (s 4,096, b 1, tp 1, ep 4, dp 4, B 64: m 16), pp 2, v 2, chunks of
+    8, 8, 9, 7 layers: stage 0 runs chunk 0 (8 layers) and chunk 1 (9). One MoE layer's saved
+    tensors are 219,201,536 + 771,784,704 = 990,986,240 B (the pre-dispatch share and the routed
+    experts' rows, test above).
+
+    Plain interleaved 1F1B (Megatron-LM d98e8a64dd schedules.py get_pp_rank_microbatches):
+    W = 2·(pp − 1) + (v − 1)·pp = 4 warm-up forwards; forward j runs chunk ⌊j/2⌋ mod 2, backward
+    j chunk 1 − ⌊j/2⌋ mod 2; at step k the stage holds forwards 0 … k + 4 less backwards
+    0 … k − 1: in layers 8+8+9+9+8 = 42 at k = 0, then 42 − 9 + 9 = 42, 42 − 9 + 8 = 41, 41,
+    42, …: at most 42 layers, 42 × 990,986,240 = 41,621,422,080 B.
+
+    Under overlap_moe_expert_parallel_comm there are W + 1 = 5 warm-up forwards and step k
+    pairs forward k + 5 with backward k. Step 2 pairs forward 7 (chunk 1, 9 layers) with
+    backward 2 (chunk 0, 8 layers): before it the stage holds 8+8+9+9+8+8 − 9 − 9 = 41 layers;
+    TransformerModelChunkSchedulePlan.run pairs 8 layers (41 + 8 − 8) and runs the ninth alone:
+    42 layers at its combine, the plain peak's count. So the unequal chunks add nothing beyond
+    the paired phase of the test above: the MoE forward figure stays 990,953,472 B."""
+    plain = _mixtral_split("none", (8, 8, 9, 7), 64)
+    split = _mixtral_split("overlap_moe_expert_parallel_comm", (8, 8, 9, 7), 64)
+    assert plain.layers_bytes == split.layers_bytes == 42 * 990_986_240 == 41_621_422_080
+    assert plain.moe_forward_bytes == 268_435_456
+    assert split.moe_forward_bytes == 990_953_472
+    even = _mixtral_split("overlap_moe_expert_parallel_comm", (8, 8, 8, 8), 64)
+    assert even.moe_forward_bytes == 990_953_472
