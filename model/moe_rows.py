@@ -69,12 +69,27 @@ def rank_rows(run: MoERun, tokens: Any, experts: int, top_k: int, padded: bool =
         rows = mean_rows_sent(run, tokens, experts, top_k, padded=True)
         return rows if is_array(rows) else Fraction(rows)
     sent = exact(tokens) * top_k
-    imbalance = float(run.imbalance) if is_array(tokens) else run.imbalance
-    busiest = -floor(-(sent * imbalance))
+    busiest = _ceil_scaled(sent, run.imbalance)
     if run.capacity_factor is not None:
         filled = experts * capacity_rows(sent, experts, run.capacity_factor)
         busiest = filled if run.pad_to_capacity else minimum(busiest, filled)
     return busiest if is_array(busiest) else Fraction(busiest)
+
+
+def _ceil_scaled(rows: Any, factor: Fraction) -> Any:
+    """``ceil(rows × factor)`` in exact arithmetic, for scalars (an int) and element-wise for
+    arrays (each float element taken as the exact value it holds), so the search's tables and
+    the evaluator round alike: in float64 ``6,000 × 1.1`` is 6,600.000000000001, whose ceiling
+    would be one row more than the exact 6,600.
+
+    >>> 6000 * 1.1, _ceil_scaled(6000, Fraction(11, 10))
+    (6600.000000000001, 6600)
+    """
+    if not is_array(rows):
+        return math.ceil(Fraction(rows) * factor)
+    if factor.denominator == 1:  # balanced routing: whole multiples, array arithmetic is exact
+        return -floor(-(rows * factor.numerator))
+    return elementwise(lambda r: float(math.ceil(Fraction(r) * factor)), rows)
 
 
 def mean_rows_sent(run: MoERun, tokens: Any, experts: int, top_k: int, padded: bool = False) -> Any:
@@ -163,8 +178,7 @@ def deepspeed_capacity(run: MoERun, tokens: Any, experts: int, top_k: int) -> An
     100
     """
     if run.capacity_factor is None:
-        imbalance = float(run.imbalance) if is_array(tokens) else run.imbalance
-        return minimum(tokens, -floor(-(exact(tokens) * top_k * imbalance) / experts))
+        return minimum(tokens, _ceil_scaled(exact(tokens) * top_k, run.imbalance / experts))
     factor = float(run.capacity_factor) * top_k
     if not is_array(tokens):
         return int(_deepspeed_factor_capacity(float(tokens), experts, factor))

@@ -162,7 +162,12 @@ def frontier_cmd(
 
 def _headline(out: dict[str, Any], objective: str, against: str, per_stage: bool) -> str:
     """The frontier's first line: what against what, how many points, its status and times
-    (per stage: the searches run and the time limit, saying when it is the default)."""
+    (per stage: the searches run and the time limit, saying when it is the default).
+
+    >>> _headline({"points": [{}], "proof": "not proven", "searches": 1, "seconds": 10.0},
+    ...           "step-time", "memory", True)
+    'Pareto frontier, uniform or per stage: step-time against memory, 1 point (not proven; 1 per-stage search, 10.00 s)'
+    """
     rows = out["points"]
     if not per_stage:
         return (
@@ -173,6 +178,6 @@ def _headline(out: dict[str, Any], objective: str, against: str, per_stage: bool
         )
     return (
         f"Pareto frontier, uniform or per stage: {objective} against {against}, "
-        f"{len(rows)} points ({out['proof']}; {out['searches']} per-stage searches, "
-        f"{out['seconds']:.2f} s)"
+        f"{len(rows)} point{'' if len(rows) == 1 else 's'} ({out['proof']}; {out['searches']} "
+        f"per-stage search{'' if out['searches'] == 1 else 'es'}, {out['seconds']:.2f} s)"
     )

@@ -24,11 +24,12 @@ and the phase is their sum. The in-flight count is the plain schedule's (Megatro
 warm-up forward under the overlap, ``schedules.py`` ``get_pp_rank_microbatches``, makes the held
 micro-batches before a paired step the plain peak's); on top of them the paired step holds the
 forward layer's own saved tensors from before the dispatch (:func:`paired_forward_figure`), whose
-backward partner frees its experts' first and its attention's last. Where the paired chunks
-differ in length the forward chunk's layers beyond the backward chunk's run alone after the pairs
-(``TransformerModelChunkSchedulePlan.run``'s ``range(overlapped_layers, f_num_layers)`` loop),
-after the backward chunk has freed its micro-batch's layers: those layers' saved tensors are
-held beside the working set (:func:`unpaired_forward_bytes`).
+backward partner frees its experts' first and its attention's last. Where a stage's paired chunks
+differ in length, the forward chunk's layers beyond the backward chunk's run alone after the pairs
+(``TransformerModelChunkSchedulePlan.run``'s ``range(overlapped_layers, f_num_layers)``); they add
+nothing here: after paired step ``k`` (forward ``k + W + 1`` beside backward ``k``) the stage
+holds forwards ``0 … k + W + 1`` less backwards ``0 … k``, the plain schedule's held set at its
+step ``k + 1``, which the plain peak already bounds.
 """
 
 from __future__ import annotations
@@ -42,7 +43,6 @@ from trainplan.model.activations import kind_activations
 from trainplan.model.layout import Recompute
 from trainplan.model.moe_run import Dispatcher, EpOverlap
 from trainplan.model.moe_working_set import ExpertMlp, moe_forward_working_set
-from trainplan.model.pipeline import Schedule
 from trainplan.model.precision import (
     Fp8Recipe,
     fp8_activation_bytes,
@@ -51,16 +51,7 @@ from trainplan.model.precision import (
 )
 from trainplan.model.recompute_modules import recomputed_rows
 from trainplan.model.specs import Architecture, TrainingSpec
-from trainplan.model.split import stage_chunks
-from trainplan.model.stage_bytes import apply_form, chunk_form
-from trainplan.model.terms.activation_fields import (
-    CACHE,
-    CONTEXT_FIELDS,
-    FORM_FIELDS,
-    activation_context,
-    layer_figures,
-    split_forms,
-)
+from trainplan.model.terms.activation_fields import CACHE, CONTEXT_FIELDS, activation_context
 from trainplan.model.terms.fields import Fields
 from trainplan.model.xp import maximum, where
 
@@ -71,8 +62,6 @@ __all__ = [
     "moe_forward_peak",
     "moe_over",
     "paired_forward_figure",
-    "unpaired_forward_bytes",
-    "unpaired_tail_forms",
 ]
 
 EXPERT_SIDE_ROWS = ("routed expert", "routing weights")
@@ -170,10 +159,7 @@ def moe_forward_peak(
     stage's largest layer kind, an upper bound where the paired layer is a dense one; less the
     output layer's bytes on the loss's stage, whose backward, ``post_process.backward``, runs
     before the paired layers, while the forward's output layer runs after them); the forwards
-    with no partner (warm-up) hold the working set alone. Where an interleaved stage's paired
-    chunks differ in length, the forward chunk's unpaired layers run after the backward chunk
-    is done and hold their saved tensors beside the working set
-    (:func:`unpaired_forward_bytes`): the largest of the three."""
+    with no partner (warm-up) hold the working set alone: the larger of the two."""
     arch, t = c.arch, c.training
     keeps = keeps_fp8_transpose(fp8_recipe_of("megatron", t.fp8_recipe), c.device)
     figure = f.lookup(moe_forward_figure, (arch, t, keeps, False), *CONTEXT_FIELDS)
@@ -191,7 +177,6 @@ def moe_forward_peak(
         none, selective = f.lookup(paired_forward_figure, (arch, t), *CONTEXT_FIELDS)
         paired = where(f.recompute == Recompute.SELECTIVE, selective, none)
         alone = maximum(alone, figure + layer_backward + paired)
-        alone = maximum(alone, figure + unpaired_forward_bytes(c, f))
     return alone * (n_moe > 0)
 
 
@@ -253,98 +238,6 @@ def paired_forward_figure(
     none = sum((value for _, value in pre), Fraction(0)) - off_full
     selective = sum((v for n, v in pre if n not in dropped), Fraction(0)) - off_sel
     return none, selective
-
-
-@lru_cache(maxsize=CACHE)
-def unpaired_tail_forms(arch: Architecture, *key: Any) -> tuple[tuple[int, ...], ...]:
-    """Per pipeline stage, for :data:`model.terms.activation_fields.FORM_FIELDS` values ``key``
-    (pp, virtual_stages, split_rule, stage_layers, schedule, recompute, recompute_layers): the
-    kept forms (:func:`model.stage_bytes.chunk_form`, eight coefficients each) of forward chunk
-    ``cf``'s layers past the first ``n_cb`` when it is paired with backward chunk ``cb``, flat in
-    the order ``cf·v + cb`` (all 0 where ``n_cf ≤ n_cb``). The layer counts are Megatron-Core's
-    schedule plan's (``TransformerModelChunkSchedulePlan.num_layers``, which counts the MTP
-    layers after the last chunk's decoder layers, as :func:`model.split.stage_chunks` places
-    them: indices L, L + 1, …). Combined 1F1B refuses full recomputation and
-    ``recompute_num_layers`` (Megatron-LM d98e8a64dd ``transformer_config.py``
-    ``__post_init__``), so the chunk's base form is each layer's own.
-
-    Examples
-    --------
-    >>> from trainplan.model.specs import Architecture, MoESpec
-    >>> moe = MoESpec(num_experts=4, experts_per_token=1, expert_ffn_hidden_size=8)
-    >>> arch = Architecture(num_layers=6, hidden_size=4, num_attention_heads=2,
-    ...     ffn_hidden_size=8, vocab_size=16, moe=moe)
-    >>> forms = unpaired_tail_forms(arch, 2, 2, True, (1, 1, 2, 2), "interleaved", "none", None)
-    >>> forms[0][16:24]  # stage 0: chunks of 1 and 2 layers; forward chunk 1, backward chunk 0
-    (0, 0, 0, 0, 1, 0, 0, 0)
-    >>> sum(forms[0][:16] + forms[0][24:]), forms[1][16:24]  # the rest; stage 1 (1 and 2 too)
-    (0, (0, 0, 0, 0, 1, 0, 0, 0))
-    """
-    pp, v, uneven, sizes, schedule, mode = key[:6]
-    mode = Recompute(mode)
-    out = []
-    for stage in range(pp):
-        chunks = [
-            tuple(arch.is_moe_layer(j) for j in chunk)
-            for chunk in stage_chunks(arch, pp, v, uneven, stage, sizes, schedule)
-        ]
-        flat: list[int] = []
-        for forward in chunks:
-            for backward in chunks:
-                flat += chunk_form(forward[len(backward) :], mode)
-        out.append(tuple(flat))
-    return tuple(out)
-
-
-def unpaired_forward_bytes(c: Any, f: Fields) -> Any:
-    """Bytes per GPU that the forward chunk's unpaired layers of a combined-1F1B step hold at
-    the last one's MoE forward peak beyond the stage's held micro-batches (0 off the interleaved
-    schedule, or where no paired step runs a longer forward chunk than its backward chunk).
-
-    Megatron-Core (NVIDIA/Megatron-LM d98e8a64dd) ``megatron/core/pipeline_parallel/
-    schedules.py`` ``get_pp_rank_microbatches`` runs ``W + 1`` warm-up forwards under
-    ``overlap_moe_expert_parallel_comm`` (``W = 2·(pp − i − 1) + (v − 1)·pp``, at most ``m·v``),
-    and each steady step pairs forward ``k + W + 1`` (chunk ``⌊(k + W + 1)/pp⌋ mod v``) with
-    backward ``k`` (chunk ``v − 1 − ⌊k/pp⌋ mod v``), ``k < m·v − W − 1``. ``megatron/core/
-    models/common/model_chunk_schedule_plan.py`` ``TransformerModelChunkSchedulePlan.run`` pairs
-    ``min(n_f, n_b)`` layers, then runs the backward chunk's rest, then the forward chunk's
-    layers ``n_b … n_f − 1`` alone (``range(overlapped_layers, f_num_layers)``). Before the
-    step the stage holds the plain schedule's peak state (module docstring); after the pairs
-    the backward chunk has freed its ``n_b`` layers and the forward chunk has saved ``n_b``;
-    at the last unpaired layer's combine the forward chunk holds ``n_f − n_b`` layers more
-    (its own rows among them): the kept form of those layers (:func:`unpaired_tail_forms`)
-    beside the working set. The held state is the plain schedule's largest (an upper bound for
-    the step's own); the largest such tail over the chunk pairs that occur is taken.
-
-    Example: stage 0 of pp 4, v 2, m 8 with one layer in chunk 0 and two in chunk 1 runs
-    W + 1 = 2·3 + 4 + 1 = 11 warm-up forwards and 16 − 11 = 5 steps: step 0 pairs forward 11
-    (chunk ⌊11/4⌋ mod 2 = 0) with backward 0 (chunk 1), steps 1–3 forwards of chunk 1 with
-    backwards of chunk 1, step 4 forward 15 (chunk 1) with backward 4 (chunk 0): chunk 1's
-    second layer runs alone and holds one layer's bytes more."""
-    v = int(f.virtual_stages)
-    if v == 1:
-        return 0 * f.pp
-    arch, t = c.arch, c.training
-    q = f.lookup(layer_figures, (arch, t), *CONTEXT_FIELDS)
-    forms = split_forms(f.per_stage(unpaired_tail_forms, (arch,), *FORM_FIELDS))
-    pp, stage = f.pp, f.stage
-    warm = 2 * (pp - stage - 1) + (v - 1) * pp + 1
-    total = f.m * v
-    warm = where(warm < total, warm, total)
-    steady = total - warm
-    lap, rest = warm // pp, warm % pp
-    tail: Any = 0 * f.pp
-    for j in range(v):  # steps j·pp … j·pp + pp − 1 run backward chunk v − 1 − j
-        backward = v - 1 - j
-        for shift, first in ((0, j * pp), (1, j * pp + pp - rest)):
-            occurs = (first < steady) & ((shift == 0) | (rest > 0))
-            forward = (j + lap + shift) % v
-            for cf in range(v):
-                size = apply_form(forms[cf * v + backward], q)
-                hit = occurs & (forward == cf)
-                tail = maximum(tail, where(hit, size, 0 * size))
-    on = (f.schedule == Schedule.INTERLEAVED) & (pp > 1)
-    return where(on, tail, 0 * tail)
 
 
 def moe_over(moe_forward: Any, layer_transient: Any, loss_transient: Any) -> Any:

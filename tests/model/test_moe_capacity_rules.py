@@ -113,3 +113,19 @@ def test_traffic_table_ep_row_counts_the_busiest_ranks_rows():
     # the array path of the same rule
     rows = ep_bytes(ARCH, 1, np.array([2]), 1, 1, 1, 1, 4, 2, False, False, run)
     assert rows.tolist() == [384.0]
+
+
+def test_imbalance_rows_round_alike_in_the_tables_and_the_evaluator():
+    """T = 3,000 tokens, k = 2, E = 8 at imbalance 1.1: the busiest rank receives
+    ceil(1.1 × 6,000) = 6,600 rows exactly, but 6,000 × 1.1 is 6,600.000000000001 in float64,
+    whose ceiling is 6,601. The search's tables (arrays) and the evaluator (exact scalars) must
+    round the same: 6,600 both. DeepSpeed's dropless C = min(T, ceil(1.1 × 6,000 / 8)) =
+    min(3,000, 825) = 825 both (825.0000000000001 in float64, 826 rounded up)."""
+    assert 6000 * 1.1 == 6600.000000000001
+    run = MoERun(imbalance=Fraction(11, 10))
+    assert rank_rows(run, 3000, 8, 2) == 6600
+    assert rank_rows(run, np.array([3000.0]), 8, 2).tolist() == [6600.0]
+    assert deepspeed_capacity(run, 3000, 8, 2) == 825
+    assert deepspeed_capacity(run, np.array([3000.0]), 8, 2).tolist() == [825.0]
+    # balanced routing keeps array arithmetic: T = 2,048.5 (a fractional share), T·k = 4,097
+    assert rank_rows(MoERun(), np.array([2048.5]), 8, 2).tolist() == [4097.0]
