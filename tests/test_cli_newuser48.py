@@ -26,3 +26,34 @@ def test_an_examples_own_value_is_refused_as_the_examples():
     assert refusal(runs["text"]) == expected
     assert refusal(runs["json"]) == expected
     assert refusal(runs["given"]).startswith("--zero: 1 is not a stage of --framework fsdp2")
+
+
+def test_a_refused_percent_is_echoed_as_typed():
+    """``--headroom 100%`` said "headroom: 1 must be in [0, 1)": the value read, not the one
+    typed, and a rule in interval notation. The line now quotes the percent as typed beside the
+    value it reads as (interface.flags.as_typed: every option's refusal, ``--flag=VALUE`` and
+    ``--set KEY=VALUE`` alike), and the headroom's rule in words; a value typed as a number is
+    echoed as it was."""
+    search = ["search", "--model", "llama3-8b", "--gpus", "8"]
+    evaluate = ["evaluate", "--model", "llama3-8b", "--gpu", "H100-SXM", "--dp", "8"]
+    runs = run_many(
+        {
+            "headroom": [*search, "--headroom", "100%"],
+            "headroom=": [*search, "--headroom=100%"],
+            "plain": [*search, "--headroom", "1"],
+            "min mfu": [*search, "--min-mfu", "150%"],
+            "set": [*evaluate, "--set", "offload_optimizer=150%"],
+        }
+    )
+    rule = "(a fraction from 0 to 1, or a percent such as 40%)"
+    headroom = f"--headroom: 100% (1) must be at least 0 and below 1 (100%) {rule}"
+    assert refusal(runs["headroom"]) == headroom
+    assert refusal(runs["headroom="]) == headroom
+    assert refusal(runs["plain"]) == f"--headroom: 1 must be at least 0 and below 1 (100%) {rule}"
+    assert refusal(runs["min mfu"]) == (
+        "--min-mfu: 150% (1.5) must be in (0, 1] (a fraction: 0.4 is an MFU of 40%)"
+    )
+    assert refusal(runs["set"]) == (
+        "--set offload_optimizer: 150% (1.5) must be a fraction from 0 to 1, or a percent such "
+        "as 40%"
+    )

@@ -44,7 +44,7 @@ def client() -> TestClient:
     ("query", "message"),
     [
         ("min-mfu=1e3", "min-mfu: 1,000 must be in (0, 1]"),
-        ("headroom=4,000,000", "headroom: 4,000,000 must be in [0, 1)"),
+        ("headroom=4,000,000", "headroom: 4,000,000 must be at least 0 and below 1 (100%)"),
     ],
 )
 def test_constraints_are_refused_before_any_table_and_echoed_in_one_form(client, query, message):
