@@ -3,6 +3,8 @@ refusal of an example's own value that named a flag the user never typed."""
 
 from __future__ import annotations
 
+import json
+
 from tests.cli_runs import refusal, run_many
 
 
@@ -57,3 +59,21 @@ def test_a_refused_percent_is_echoed_as_typed():
         "--set offload_optimizer: 150% (1.5) must be a fraction from 0 to 1, or a percent such "
         "as 40%"
     )
+
+
+def test_the_time_limit_has_one_json_key():
+    """``search --json`` named its limit ``time_limit_s`` and ``rlhf-plan --json``
+    ``time_limit_seconds``; both (and the per-stage frontier's) now say ``time_limit_seconds``,
+    as their ``tables_seconds`` and ``solve_seconds`` beside it do."""
+    runs = run_many(
+        {
+            "search": "search --model llama3-8b --gpus 8 --time-limit 20 --json".split(),
+            "plan": "rlhf-plan --algorithm grpo --reward rule --model qwen2.5-7b --gpus 8 "
+            "--time-limit 20 --json".split(),
+        }
+    )
+    for name in ("search", "plan"):
+        assert runs[name].returncode == 0, runs[name].stderr
+        got = json.loads(runs[name].stdout)
+        assert got["time_limit_seconds"] == 20, name
+        assert "time_limit_s" not in got and {"tables_seconds", "solve_seconds"} <= got.keys()
