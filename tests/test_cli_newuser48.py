@@ -4,6 +4,7 @@ refusal of an example's own value that named a flag the user never typed."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from tests.cli_runs import refusal, run_many
 
@@ -77,3 +78,35 @@ def test_the_time_limit_has_one_json_key():
         got = json.loads(runs[name].stdout)
         assert got["time_limit_seconds"] == 20, name
         assert "time_limit_s" not in got and {"tables_seconds", "solve_seconds"} <= got.keys()
+
+
+def test_an_absurd_measured_step_is_refused_before_any_table(tmp_path):
+    """``step_seconds = 1e9`` in a measurements file printed a residual table with an unaligned
+    ``1000000000.000`` before the poor fit's refusal; ``step_seconds = true`` was echoed as
+    Python's ``True``. Each is now refused before anything is printed, in one line naming the
+    run and the value as the file writes it (a step above a day: interface.measurements_file
+    STEP_LIMIT); the shipped file still calibrates."""
+    shipped = Path(__file__).parent.parent / "scenarios" / "measurements-megatron-2021.toml"
+    text = shipped.read_text()
+    assert "step_seconds = 3.696" in text
+    for name, value in (("huge", "1e9"), ("text", '"1e9"'), ("bool", "true")):
+        (tmp_path / f"{name}.toml").write_text(
+            text.replace("step_seconds = 3.696", f"step_seconds = {value}")
+        )
+    runs = run_many(
+        {name: ["calibrate", str(tmp_path / f"{name}.toml")] for name in ("huge", "text", "bool")}
+        | {"shipped": ["calibrate", str(shipped)]}
+    )
+    limit = (
+        "is above the limit of 86,400 seconds (a day; published steps take seconds (Megatron-LM "
+        "2021, arXiv 2104.04473, Table 1: 3.7-14.5 s per step by its Eq. 3): a longer one is a "
+        "misread measurement, not a step)"
+    )
+    where = f"measurements {tmp_path}"
+    assert refusal(runs["huge"]) == f"{where}/huge.toml: run 1: step_seconds: 1,000,000,000 {limit}"
+    assert refusal(runs["text"]) == f"{where}/text.toml: run 1: step_seconds: 1e9 {limit}"
+    assert refusal(runs["bool"]) == (
+        f"{where}/bool.toml: run 1: step_seconds true must be a positive number"
+    )
+    assert runs["shipped"].returncode == 0, runs["shipped"].stderr
+    assert "7.5B on 128 GPUs        3.696" in runs["shipped"].stdout
