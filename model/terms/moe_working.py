@@ -40,7 +40,7 @@ from typing import Any
 from trainplan.model.activation_offload import layer_modules, offloaded_bytes
 from trainplan.model.activations import kind_activations
 from trainplan.model.layout import Recompute
-from trainplan.model.moe_run import Dispatcher, EpOverlap
+from trainplan.model.moe_run import Dispatcher, EpOverlap, steady_chunk_pairs
 from trainplan.model.moe_working_set import ExpertMlp, moe_forward_working_set
 from trainplan.model.pipeline import Schedule
 from trainplan.model.precision import (
@@ -296,6 +296,23 @@ def unpaired_tail_forms(arch: Architecture, *key: Any) -> tuple[tuple[int, ...],
     return tuple(out)
 
 
+@lru_cache(maxsize=CACHE)
+def occurring_pairs(pp: int, v: int, m: int) -> tuple[tuple[int, ...], ...]:
+    """Per pipeline stage, how many steady combined-1F1B steps pair forward chunk ``cf`` with
+    backward chunk ``cb`` (:func:`model.moe_run.steady_chunk_pairs`), flat in the order
+    ``cf·v + cb`` as :func:`unpaired_tail_forms`' forms.
+
+    >>> occurring_pairs(2, 2, 4)[0]  # stage 0: (0, 1), (1, 0), (1, 1) once each
+    (0, 1, 1, 1)
+    """
+    pp, v, m = int(pp), int(v), int(m)
+    out = []
+    for stage in range(pp):
+        pairs = steady_chunk_pairs(pp, v, m, stage)
+        out.append(tuple(pairs.get((cf, cb), 0) for cf in range(v) for cb in range(v)))
+    return tuple(out)
+
+
 def unpaired_forward_bytes(c: Any, f: Fields) -> Any:
     """Bytes per GPU that the forward chunk's unpaired layers of a combined-1F1B step hold at
     the last one's MoE forward peak beyond the stage's held micro-batches (0 off the interleaved
@@ -314,7 +331,7 @@ def unpaired_forward_bytes(c: Any, f: Fields) -> Any:
     at the last unpaired layer's combine the forward chunk holds ``n_f − n_b`` layers more
     (its own rows among them): the kept form of those layers (:func:`unpaired_tail_forms`)
     beside the working set. The held state is the plain schedule's largest (an upper bound for
-    the step's own); the largest such tail over the chunk pairs that occur is taken.
+    the step's own); the largest such tail over the chunk pairs that occur (:func:`occurring_pairs`) is taken.
 
     Example: stage 0 of pp 4, v 2, m 8 with one layer in chunk 0 and two in chunk 1 runs
     W + 1 = 2·3 + 4 + 1 = 11 warm-up forwards and 16 − 11 = 5 steps: step 0 pairs forward 11
@@ -327,22 +344,12 @@ def unpaired_forward_bytes(c: Any, f: Fields) -> Any:
     arch, t = c.arch, c.training
     q = f.lookup(layer_figures, (arch, t), *CONTEXT_FIELDS)
     forms = split_forms(f.per_stage(unpaired_tail_forms, (arch,), *FORM_FIELDS))
-    pp, stage = f.pp, f.stage
-    warm = 2 * (pp - stage - 1) + (v - 1) * pp + 1
-    total = f.m * v
-    warm = where(warm < total, warm, total)
-    steady = total - warm
-    lap, rest = warm // pp, warm % pp
+    pp = f.pp
+    counts = f.per_stage(occurring_pairs, (), "pp", "virtual_stages", "m")
     tail: Any = 0 * f.pp
-    for j in range(v):  # steps j·pp … j·pp + pp − 1 run backward chunk v − 1 − j
-        backward = v - 1 - j
-        for shift, first in ((0, j * pp), (1, j * pp + pp - rest)):
-            occurs = (first < steady) & ((shift == 0) | (rest > 0))
-            forward = (j + lap + shift) % v
-            for cf in range(v):
-                size = apply_form(forms[cf * v + backward], q)
-                hit = occurs & (forward == cf)
-                tail = maximum(tail, where(hit, size, 0 * size))
+    for i in range(v * v):  # forward chunk i // v beside backward chunk i % v
+        size = apply_form(forms[i], q)
+        tail = maximum(tail, where(counts[i] > 0, size, 0 * size))
     on = (f.schedule == Schedule.INTERLEAVED) & (pp > 1)
     return where(on, tail, 0 * tail)
 
