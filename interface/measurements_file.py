@@ -6,9 +6,11 @@ in :mod:`interface.calibration`'s docstring; split from it, which re-exports the
 
 from __future__ import annotations
 
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +101,10 @@ def read_measurements(path: str | Path) -> tuple[str, tuple[str, ...], tuple[Mea
                 f"measurements {p}: run {i}: step_seconds {shown} must be a positive number"
             )
         try:  # before any prediction is printed beside it
-            check_limit("step_seconds", step, typed if isinstance(typed, str) else None, STEP_LIMIT)
+            finite = math.isfinite(step)  # TOML's inf is above every limit
+            value = Fraction(step) if finite else STEP_LIMIT.maximum + 1
+            text = typed if isinstance(typed, str) else (None if finite else "inf")
+            check_limit("step_seconds", value, text, STEP_LIMIT)
         except InputError as err:
             raise ScenarioError(f"measurements {p}: run {i}: {err}") from None
         params = {k: v for k, v in run.items() if k not in ("label", "step_seconds")}

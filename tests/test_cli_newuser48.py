@@ -89,12 +89,13 @@ def test_an_absurd_measured_step_is_refused_before_any_table(tmp_path):
     shipped = Path(__file__).parent.parent / "scenarios" / "measurements-megatron-2021.toml"
     text = shipped.read_text()
     assert "step_seconds = 3.696" in text
-    for name, value in (("huge", "1e9"), ("text", '"1e9"'), ("bool", "true")):
+    cases = (("huge", "1e9"), ("text", '"1e9"'), ("inf", "inf"), ("bool", "true"))
+    for name, value in cases:
         (tmp_path / f"{name}.toml").write_text(
             text.replace("step_seconds = 3.696", f"step_seconds = {value}")
         )
     runs = run_many(
-        {name: ["calibrate", str(tmp_path / f"{name}.toml")] for name in ("huge", "text", "bool")}
+        {name: ["calibrate", str(tmp_path / f"{name}.toml")] for name, _ in cases}
         | {"shipped": ["calibrate", str(shipped)]}
     )
     limit = (
@@ -105,6 +106,7 @@ def test_an_absurd_measured_step_is_refused_before_any_table(tmp_path):
     where = f"measurements {tmp_path}"
     assert refusal(runs["huge"]) == f"{where}/huge.toml: run 1: step_seconds: 1,000,000,000 {limit}"
     assert refusal(runs["text"]) == f"{where}/text.toml: run 1: step_seconds: 1e9 {limit}"
+    assert refusal(runs["inf"]) == f"{where}/inf.toml: run 1: step_seconds: inf {limit}"
     assert refusal(runs["bool"]) == (
         f"{where}/bool.toml: run 1: step_seconds true must be a positive number"
     )
