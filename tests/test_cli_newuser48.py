@@ -112,3 +112,36 @@ def test_an_absurd_measured_step_is_refused_before_any_table(tmp_path):
     )
     assert runs["shipped"].returncode == 0, runs["shipped"].stderr
     assert "7.5B on 128 GPUs        3.696" in runs["shipped"].stdout
+
+
+def test_an_absurd_link_bandwidth_is_refused():
+    """``--set scaleout_gbps=1e9`` (a petabyte per second per GPU) was taken, and the step came
+    out with no communication time. A link or host bandwidth above 100× the fastest one of any
+    part in the accelerator table (the MI355X's HBM, 8,000 GB/s: 800,000 GB/s) is refused in one
+    line naming the key, the value and the bound (interface.cluster_inputs.max_gbps), evaluate
+    and search alike; a real one still runs."""
+    evaluate = ["evaluate", "--model", "llama3-8b", "--gpu", "H100-SXM", "--dp", "8"]
+    runs = run_many(
+        {
+            "scaleout": [*evaluate, "--set", "scaleout_gbps=1e9"],
+            "nvlink": [*evaluate, "--set", "nvlink_gbps=4,000,000"],
+            "search": [
+                "search",
+                "--model",
+                "llama3-8b",
+                "--gpus",
+                "8",
+                "--set",
+                "host_link_gbps=1e6",
+            ],
+            "real": [*evaluate, "--set", "scaleout_gbps=50"],
+        }
+    )
+    bound = (
+        "must be a bandwidth of at most 800,000 GB/s per GPU per direction (100× the fastest "
+        "bandwidth in the accelerator table, the MI355X's 8,000 GB/s)"
+    )
+    assert refusal(runs["scaleout"]) == f"--set scaleout_gbps: 1,000,000,000 {bound}"
+    assert refusal(runs["nvlink"]) == f"--set nvlink_gbps: 4,000,000 {bound}"
+    assert refusal(runs["search"]) == f"--set host_link_gbps: 1,000,000 {bound}"
+    assert runs["real"].returncode == 0, runs["real"].stderr
