@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
+from functools import cache
 from typing import Any
 
 from trainplan.interface.model_inputs import count_of
@@ -27,6 +28,7 @@ __all__ = [
     "device_of",
     "fabric_of",
     "MIN_GBPS",
+    "max_gbps",
     "MAX_OVERSUBSCRIPTION",
 ]
 
@@ -34,6 +36,36 @@ MIN_GBPS = 0.1
 """The least link or host-memory bandwidth accepted, GB/s: below any interconnect in use (PCIe
 Gen1 ×1 moves 0.25 GB/s per direction, PCI-SIG), so a typo such as 1e-3 is refused instead of
 printing a step of years."""
+
+
+BANDWIDTHS = (
+    "hbm_bytes_per_s",
+    "nvlink_bytes_per_s",
+    "scaleout_bytes_per_s",
+    "host_link_bytes_per_s",
+    "host_memory_bytes_per_s",
+)
+"""The :class:`model.hardware.DeviceSpec` bandwidths the bound :func:`max_gbps` is drawn from."""
+
+
+@cache
+def max_gbps() -> tuple[float, str]:
+    """The largest link or host bandwidth accepted, GB/s, with its reason: 100× the fastest
+    bandwidth of any part in the accelerator table (``topology/accelerators.toml``, its
+    vendors' datasheets; the MI355X's 8 TB/s HBM today), so a typo such as 1e9 is refused
+    instead of printing a step with no communication at all.
+
+    >>> max_gbps()[0], max_gbps()[1]
+    (800000.0, "100× the fastest bandwidth in the accelerator table, the MI355X's 8,000 GB/s")
+    """
+    from trainplan.topology.accelerators import load_accelerators
+
+    rate, name = max(
+        (getattr(d, k) or 0.0, d.name) for d in load_accelerators().values() for k in BANDWIDTHS
+    )
+    gbps = rate / 1e9
+    why = f"100× the fastest bandwidth in the accelerator table, the {name}'s {gbps:,.0f} GB/s"
+    return 100 * gbps, why
 
 
 def check_fp8_profile(
@@ -72,7 +104,7 @@ def device_of(
     ------
     PlannerError
         An unknown accelerator, a precision or FP8 recipe it does not run, a bandwidth below
-        :data:`MIN_GBPS`.
+        :data:`MIN_GBPS` or above :func:`max_gbps`.
     """
     gpu_name = params.get("gpu", DEFAULT_GPU)  # an empty name is refused, not defaulted
     if "gpu" not in params and params.get("calibration"):
@@ -98,6 +130,12 @@ def device_of(
                 raise InputError(
                     f"{k}: {shown_number(params[k])} must be a bandwidth of at least {MIN_GBPS:g} "
                     "GB/s per GPU per direction (PCIe Gen1 ×1 moves 0.25)"
+                )
+            top, why = max_gbps()
+            if value > top:
+                raise InputError(
+                    f"{k}: {shown_number(params[k])} must be a bandwidth of at most {top:,.0f} "
+                    f"GB/s per GPU per direction ({why})"
                 )
         gbps[k] = None if value is None else value * 1e9
     device = device.with_links(

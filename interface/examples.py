@@ -6,6 +6,7 @@ one tab with its parameters; parameters given by the caller override the example
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from typing import Any
 
@@ -21,6 +22,7 @@ __all__ = [
     "example_params",
     "replaced",
     "run_example",
+    "own_refusal",
     "EXAMPLE_FRAMEWORK",
 ]
 
@@ -245,3 +247,35 @@ def run_example(name: str, overrides: dict[str, Any] | None = None) -> dict[str,
     if tab == "planner":
         head["framework"] = params["framework"]
     return {**head, **out}
+
+
+_HEAD = re.compile(r"^([a-z][a-z0-9_]*): ")
+"""A one-line refusal's head parameter (``zero_stage: 1 is not a stage of …``)."""
+
+
+def own_refusal(name: str, overrides: dict[str, Any] | None, message: str) -> str:
+    """A refusal of example ``name`` run with ``overrides`` (by parameter name) as its user reads
+    it: where its head parameter is one the example gives and ``overrides`` does not (the
+    example's ``zero_stage`` 1 under a given ``framework`` fsdp2), the line says the value is the
+    example's own and how to replace it, instead of naming a flag the user never typed;
+    any other ``message`` unchanged.
+
+    >>> print(own_refusal("deepseek-v3-ep64", {"framework": "fsdp2"},
+    ...     "zero_stage: 1 is not a stage of `framework` fsdp2"))
+    example deepseek-v3-ep64: its own zero_stage 1 is not a stage of `framework` fsdp2; give `zero_stage` to replace it
+    >>> own_refusal("deepseek-v3-ep64", {"zero_stage": 2}, "zero_stage: 2 is bad")
+    'zero_stage: 2 is bad'
+    """
+    head = _HEAD.match(message)
+    if head is None:
+        return message
+    key = head.group(1)
+    given = {k for k, v in (overrides or {}).items() if v is not None and v != ()}
+    try:
+        own = example_params(name)[1]
+    except ScenarioError:
+        return message
+    if key not in own or key in given:
+        return message
+    rest = message[head.end() :]
+    return f"example {name}: its own {key} {rest}; give `{key}` to replace it"

@@ -27,6 +27,7 @@ __all__ = [
     "as_keys",
     "on_page",
     "refusal",
+    "as_typed",
     "moved_hint",
 ]
 
@@ -341,3 +342,45 @@ def _query(key: str, dot: str | None) -> str:
     if name is None:
         return f"--set {key}{dot or ''}"
     return f"{name}=" if dot else name
+
+
+def as_typed(message: str, args: Collection[str]) -> str:
+    """A command line's refusal (:func:`refusal`'s) with a percent the user typed echoed as typed
+    beside the value it reads as: ``--headroom: 1 must …`` for ``--headroom 100%`` reads
+    ``--headroom: 100% (1) must …``, so the line quotes what was typed. ``args``: the command's
+    arguments as given (``--flag VALUE``, ``--flag=VALUE``, ``--set KEY=VALUE``); any other line
+    unchanged.
+
+    Examples
+    --------
+    >>> as_typed("--headroom: 1 must be below 1", ["--headroom", "100%"])
+    '--headroom: 100% (1) must be below 1'
+    >>> as_typed("--set hbm_efficiency: 1.5 must be …", ["--set", "hbm_efficiency=150%"])
+    '--set hbm_efficiency: 150% (1.5) must be …'
+    >>> as_typed("--headroom: 1 must be below 1", ["--headroom=1"])
+    '--headroom: 1 must be below 1'
+    """
+    head = _TYPED_HEAD.match(message)
+    if head is None:
+        return message
+    name, value = head.group(1), head.group(2)
+    typed: str | None = None
+    words = list(args)
+    for i, arg in enumerate(words):
+        if arg == "--":
+            break
+        if name.startswith("--set "):
+            if arg == "--set" and i + 1 < len(words):
+                key, _, text = words[i + 1].partition("=")
+                typed = text if key.strip() == name[6:] else typed
+        elif arg == name and i + 1 < len(words):
+            typed = words[i + 1]
+        elif arg.startswith(name + "="):
+            typed = arg[len(name) + 1 :]
+    if typed is None or not typed.strip().endswith("%") or typed.strip() == value:
+        return message
+    return f"{name}: {typed.strip()} ({value}){message[head.end() :]}"
+
+
+_TYPED_HEAD = re.compile(r"^(--[a-z][a-z0-9-]*|--set [a-z][a-z0-9_]*): (-?[0-9][0-9.e+-]*)(?= )")
+"""A command line's refusal's head flag and the number it echoes (``--headroom: 1 must…``)."""

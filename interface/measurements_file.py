@@ -6,20 +6,32 @@ in :mod:`interface.calibration`'s docstring; split from it, which re-exports the
 
 from __future__ import annotations
 
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 from trainplan.interface.commands import check_layout_keys
 from trainplan.interface.inputs import build_case, unknown_parameter
 from trainplan.model.errors import InputError, PlannerError, ScenarioError
+from trainplan.model.limits import Limit
 from trainplan.model.roofline import CALIBRATABLE
-from trainplan.model.units import parse_positive
+from trainplan.model.units import check_limit, parse_positive
 from trainplan.topology.accelerator_file import get_part, is_part_file
 
-__all__ = ["Measurement", "read_measurements"]
+__all__ = ["Measurement", "read_measurements", "STEP_LIMIT"]
+
+STEP_LIMIT = Limit(
+    86_400,
+    "seconds",
+    "a day; published steps take seconds (Megatron-LM 2021, arXiv 2104.04473, Table 1: "
+    "3.7-14.5 s per step by its Eq. 3): a longer one is a misread measurement, not a step",
+)
+"""The longest measured step a calibration reads (``step_seconds``), with its reason: above
+it the residual table would compare a prediction with a value no training step takes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,10 +94,19 @@ def read_measurements(path: str | Path) -> tuple[str, tuple[str, ...], tuple[Mea
                 step = float(parse_positive(step, "step_seconds"))
             except InputError as err:
                 raise ScenarioError(f"measurements {p}: run {i}: {err}") from None
+        typed = run.get("step_seconds")
         if isinstance(step, bool) or not isinstance(step, int | float) or not step > 0:
+            shown = str(step).lower() if isinstance(step, bool) else repr(step)  # as TOML has it
             raise ScenarioError(
-                f"measurements {p}: run {i}: step_seconds {step!r} must be a positive number"
+                f"measurements {p}: run {i}: step_seconds {shown} must be a positive number"
             )
+        try:  # before any prediction is printed beside it
+            finite = math.isfinite(step)  # TOML's inf is above every limit
+            value = Fraction(step) if finite else STEP_LIMIT.maximum + 1
+            text = typed if isinstance(typed, str) else (None if finite else "inf")
+            check_limit("step_seconds", value, text, STEP_LIMIT)
+        except InputError as err:
+            raise ScenarioError(f"measurements {p}: run {i}: {err}") from None
         params = {k: v for k, v in run.items() if k not in ("label", "step_seconds")}
         if "gpu" in params:
             raise ScenarioError(f"measurements {p}: run {i}: give gpu once, at the top")

@@ -60,7 +60,7 @@ def per_stage_frontier_json(
     (:func:`optimizer.per_stage_frontier.per_stage_frontier`); ``max_searches`` the per-stage
     searches it may run (``max_searches``, else :data:`PER_STAGE_FRONTIER_SEARCHES` against
     memory, null against GPUs or price: every job) and
-    ``max_searches_default`` whether it was that default; ``time_limit_s`` the wall-clock limit
+    ``max_searches_default`` whether it was that default; ``time_limit_seconds`` the wall-clock limit
     given (``time_limit``; null: none); ``stopped`` what ended it before its last point
     (``searches``, ``time``, ``interrupted`` — Ctrl-C — or null); ``proof_scope`` what an
     ``optimal`` point is proven over, in words (interleaved shapes only over splits whose chunks
@@ -114,7 +114,7 @@ def _frontier_object(
         "seconds": result.seconds,
         "max_searches": budget,
         "max_searches_default": default,
-        "time_limit_s": limit,
+        "time_limit_seconds": limit,
         "stopped": result.stopped,
         "points": rows,
         "notes": headroom_notes(problem.constraints, rows)
@@ -150,7 +150,7 @@ def per_stage_proof(out: dict[str, Any]) -> str:
     if out["stopped"] == "interrupted":
         return "interrupted (Ctrl-C): the points found before it, not proven"
     if out["stopped"] == "time":
-        limit = "" if out["time_limit_s"] is None else f" of {out['time_limit_s']:g} s"
+        limit = "" if out["time_limit_seconds"] is None else f" of {out['time_limit_seconds']:g} s"
         return f"best found within the time limit{limit}, not proven"
     if out["stopped"] == "searches":
         default = (

@@ -111,7 +111,7 @@ def search_json(
     ``status``, ``solve_seconds``, ``tables_seconds``, ``shapes``, ``candidates``, ``jobs``,
     ``job``, ``objective_kind``, the objective under a key naming its unit and
     ``objective_text`` (``top``: the next answers; with ``top`` > 1 all under ``answers``),
-    ``time_limit_s`` and ``time_limit_note`` (:func:`time_limit_note`), ``interrupted``, and
+    ``time_limit_seconds`` and ``time_limit_note`` (:func:`time_limit_note`), ``interrupted``, and
     ``settings_cost``: the search without the user's choice settings
     (:func:`interface.setting_cost.settings_cost`; null when none is set or ``compare`` is
     False, as a sweep's points, whose recipes are the sweep's own axis), its note naming each
@@ -209,7 +209,7 @@ def _params_run(
 
 def _search_meta(result: Any, jobs: int, limit: float | None) -> dict[str, Any]:
     """The search's own fields of ``search --json``: ``status``, ``solve_seconds``,
-    ``tables_seconds``, ``shapes``, ``candidates``, ``jobs``, ``time_limit_s`` and
+    ``tables_seconds``, ``shapes``, ``candidates``, ``jobs``, ``time_limit_seconds`` and
     ``time_limit_note``."""
     return {
         "status": result.status,
@@ -218,7 +218,7 @@ def _search_meta(result: Any, jobs: int, limit: float | None) -> dict[str, Any]:
         "shapes": result.num_shapes,
         "candidates": result.num_candidates,
         "jobs": jobs,
-        "time_limit_s": limit,
+        "time_limit_seconds": limit,
         "time_limit_note": limit_note(result, limit),
     }
 

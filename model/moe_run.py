@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 from trainplan.model.comm_sms import contended_wait
@@ -45,6 +46,8 @@ __all__ = [
     "GROUPED_GEMM_BLOCK_M",
     "members_per_domain",
     "grouped_rows",
+    "steady_chunk_pairs",
+    "stage_unpaired_fraction",
     "unpaired_fraction",
     "unpaired_share",
     "exposed_all_to_all",
@@ -244,19 +247,51 @@ def grouped_rows(rows_per_expert: float) -> float:
     return float(math.ceil(rows_per_expert / block - 1e-9) * block) if rows_per_expert else 0.0
 
 
-def unpaired_fraction(overlap: EpOverlap, pp: int, v: int, m: int) -> Fraction:
-    """Of one pipeline rank's ``m·v`` forward (and as many backward) model-chunk micro-batches,
-    the share that runs without a partner under Megatron-Core's combined 1F1B
-    (``overlap_moe_expert_parallel_comm``), taken on the first pipeline rank, which has the
-    most:
+def steady_chunk_pairs(pp: int, v: int, m: int, stage: int) -> dict[tuple[int, int], int]:
+    """How many of pipeline rank ``stage``'s steady combined-1F1B steps pair a forward of model
+    chunk ``cf`` with a backward of chunk ``cb``: ``{(cf, cb): count}``, under Megatron-Core's
+    interleaved schedule with ``overlap_moe_expert_parallel_comm`` (pp > 1, v ≥ 1 chunks per
+    rank, m micro-batches).
+
+    Megatron-LM d98e8a64dd ``megatron/core/pipeline_parallel/schedules.py``
+    ``get_pp_rank_microbatches``: ``W + 1`` warm-up forwards (``W = 2·(pp − stage − 1) +
+    (v − 1)·pp``; the overlap adds one), at most ``m·v``; steady step ``k`` (``k < m·v − W −
+    1``) runs forward ``k + W + 1`` beside backward ``k``; with
+    ``microbatch_group_size_per_vp_stage`` = pp, forward ``x`` is of chunk ``⌊x/pp⌋ mod v`` and
+    backward ``k`` of chunk ``v − 1 − ⌊k/pp⌋ mod v``. The forwards before and the backwards
+    after the steady steps run alone.
+
+    >>> steady_chunk_pairs(2, 2, 4, 0)  # W + 1 = 2 + 2 + 1 = 5 warm-up forwards of 8, 3 steps
+    {(0, 1): 1, (1, 1): 1, (1, 0): 1}
+    """
+    total = m * v
+    warm = min(2 * (pp - stage - 1) + (v - 1) * pp + 1, total)
+    pairs: dict[tuple[int, int], int] = {}
+    for k in range(total - warm):
+        key = ((k + warm) // pp % v, v - 1 - k // pp % v)
+        pairs[key] = pairs.get(key, 0) + 1
+    return pairs
+
+
+def stage_unpaired_fraction(
+    overlap: EpOverlap, pp: int, m: int, stage: int, chunk_layers: tuple[int, ...]
+) -> Fraction:
+    """Of pipeline rank ``stage``'s layer forwards (and as many backwards) over ``m``
+    micro-batches, the share that runs without a partner under Megatron-Core's combined 1F1B
+    (``overlap_moe_expert_parallel_comm``); ``chunk_layers``: the rank's model chunks' layer
+    counts ``n_c``, in the order it holds them (:func:`model.split.stage_chunks`; v of them).
 
     * pp = 1 (``combined_1f1b_schedule_for_no_pipelining``): the first forward and the last
       backward run alone — ``1/m``;
-    * pp > 1, interleaved (``schedules.get_pp_rank_microbatches``): rank 0's warm-up is
-      ``2·(pp − 1) + (v − 1)·pp + 1`` chunk forwards (``microbatch_group_size_per_vp_stage``
-      defaults to pp; the overlap adds one), and as many cool-down backwards; capped at ``m·v``.
+    * pp > 1 (interleaved): a steady step pairing forward chunk ``cf`` with backward chunk ``cb``
+      (:func:`steady_chunk_pairs`) pairs ``min(n_cf, n_cb)`` layers and runs the other
+      ``|n_cf − n_cb|`` alone (Megatron-LM d98e8a64dd ``megatron/core/models/common/
+      model_chunk_schedule_plan.py`` ``TransformerModelChunkSchedulePlan.run``: the overlapped
+      layers, then the backward chunk's rest, then ``range(overlapped_layers, f_num_layers)``);
+      warm-up forwards and cool-down backwards run alone. The share is
+      ``1 − Σ_steady min(n_f, n_b) / (m·Σ n_c)``; with chunks of one length, ``(W + 1)/(m·v)``.
 
-    1 for any other overlap (nothing is paired).
+    1 for any other overlap (nothing is paired), and on a rank with no layers.
 
     Raises
     ------
@@ -266,12 +301,14 @@ def unpaired_fraction(overlap: EpOverlap, pp: int, v: int, m: int) -> Fraction:
 
     Examples
     --------
-    >>> unpaired_fraction(EpOverlap.COMBINED_1F1B, 1, 1, 8)
-    Fraction(1, 8)
-    >>> unpaired_fraction(EpOverlap.COMBINED_1F1B, 4, 2, 32)  # (2·3 + 1·4 + 1) / 64
-    Fraction(11, 64)
+    Chunks of 8 and 9 layers on rank 0 of pp 2, m 16: 5 warm-up forwards, 27 steady steps, 7 of
+    them pairing the two 9-layer chunks, ``1 − (27·8 + 7·1)/(16·17) = 49/272``:
+
+    >>> stage_unpaired_fraction(EpOverlap.COMBINED_1F1B, 2, 16, 0, (8, 9))
+    Fraction(49, 272)
     """
-    if overlap is not EpOverlap.COMBINED_1F1B:
+    v = len(chunk_layers)
+    if overlap is not EpOverlap.COMBINED_1F1B or not sum(chunk_layers):
         return Fraction(1)
     if pp == 1:
         return Fraction(1, m)
@@ -280,18 +317,64 @@ def unpaired_fraction(overlap: EpOverlap, pp: int, v: int, m: int) -> Fraction:
             "moe_ep_overlap: overlap_moe_expert_parallel_comm with pp > 1 needs an interleaved "
             "schedule (virtual_stages > 1; Megatron-Core asserts it)"
         )
-    warmup = 2 * (pp - 1) + (v - 1) * pp + 1
-    return Fraction(min(warmup, m * v), m * v)
+    pairs = steady_chunk_pairs(pp, v, m, stage)
+    paired = sum(n * min(chunk_layers[f], chunk_layers[b]) for (f, b), n in pairs.items())
+    return 1 - Fraction(paired, m * sum(chunk_layers))
 
 
-def unpaired_share(overlap: EpOverlap, pp: int, v: int, m: int) -> float:
-    """:func:`unpaired_fraction` as a float for the clock, and 1 (nothing paired) where the
+def unpaired_fraction(overlap: EpOverlap, pp: int, v: int, m: int) -> Fraction:
+    """:func:`stage_unpaired_fraction` of the first pipeline rank, which has the most warm-up
+    forwards, with ``v`` chunks of one length: ``1/m`` at pp = 1, else ``(W + 1)/(m·v)`` with
+    rank 0's ``W + 1 = 2·(pp − 1) + (v − 1)·pp + 1`` warm-up forwards, capped at 1.
+
+    Raises
+    ------
+    InputError
+        As :func:`stage_unpaired_fraction`.
+
+    Examples
+    --------
+    >>> unpaired_fraction(EpOverlap.COMBINED_1F1B, 1, 1, 8)
+    Fraction(1, 8)
+    >>> unpaired_fraction(EpOverlap.COMBINED_1F1B, 4, 2, 32)  # (2·3 + 1·4 + 1) / 64
+    Fraction(11, 64)
+    """
+    return stage_unpaired_fraction(overlap, pp, m, 0, (1,) * v)
+
+
+@lru_cache(maxsize=256)
+def unpaired_share(
+    overlap: EpOverlap,
+    arch: Any,
+    pp: int,
+    v: int,
+    m: int,
+    uneven: Any = True,
+    sizes: tuple[int, ...] | None = None,
+    schedule: Any = None,
+) -> float:
+    """The share of MoE layer passes whose all-to-alls have no partner, as the clock charges it:
+    :func:`stage_unpaired_fraction` of the slowest pipeline rank — the one holding the most MoE
+    layers (``arch``'s, split by :func:`model.split.stage_chunks` from ``uneven``, ``sizes``
+    and ``schedule``), the larger share among equals — as a float; 1 (nothing paired) where the
     overlap cannot run (pp > 1 without interleaving; the legality rule
     :func:`model.moe_rules.moe_layout_violation` refuses such a layout, this keeps the search's
     columns of not-yet-masked candidates defined)."""
-    if overlap is EpOverlap.COMBINED_1F1B and pp > 1 and v < 2:
+    from trainplan.model.split import stage_chunks
+
+    pp, v, m = int(pp), int(v), int(m)
+    if overlap is not EpOverlap.COMBINED_1F1B:
         return 1.0
-    return float(unpaired_fraction(overlap, int(pp), int(v), int(m)))
+    if pp > 1 and v < 2:
+        return 1.0
+    sizes = None if sizes is None else tuple(int(n) for n in sizes)
+    best: tuple[int, Fraction] = (-1, Fraction(1))
+    for stage in range(pp):
+        chunks = stage_chunks(arch, pp, v, uneven, stage, sizes, schedule)
+        moe = sum(1 for chunk in chunks for j in chunk if arch.is_moe_layer(j))
+        share = stage_unpaired_fraction(overlap, pp, m, stage, tuple(len(c) for c in chunks))
+        best = max(best, (moe, share))
+    return float(best[1])
 
 
 def exposed_all_to_all(

@@ -97,7 +97,7 @@ class Clock:
     once-per-rank sends counted as in one domain; :func:`model.moe_dispatch.dispatch_copies`)."""
     ep_unpaired: float = 1.0
     """The share of micro-batches whose expert all-to-alls have no partner to hide under
-    (:func:`model.moe_run.unpaired_fraction`; 1 unless the combined-1F1B overlap is on)."""
+    (:func:`model.moe_run.unpaired_share`; 1 unless the combined-1F1B overlap is on)."""
     tp_regather: bool = True
     """Sequence parallelism gathers a column-parallel linear's input again in backward for its
     weight gradient (Megatron-Core); False where the gathered input is kept

@@ -117,7 +117,9 @@ class Constraints:
 
     def __post_init__(self) -> None:
         if not 0 <= self.headroom < 1:
-            raise InputError(f"headroom: {shown_number(self.headroom)} must be in [0, 1)")
+            raise InputError(
+                f"headroom: {shown_number(self.headroom)} must be at least 0 and below 1 (100%)"
+            )
         if self.min_mfu is not None and not 0 < self.min_mfu <= 1:
             raise InputError(
                 f"min_mfu: {shown_number(self.min_mfu)} must be in (0, 1] (a fraction: 0.4 is "

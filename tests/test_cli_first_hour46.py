@@ -76,7 +76,10 @@ def test_a_percent_reads_as_hundredths_on_a_fraction():
     assert refusal(runs["gpus"]) == (
         "--gpus: '8%' is a percent, and the value is no fraction (0 to 1); write a number"
     )
-    assert refusal(runs["headroom"]) == f"--headroom: 10 must be in [0, 1) ({FRACTION_RULE})"
+    assert (
+        refusal(runs["headroom"])
+        == f"--headroom: 10 must be at least 0 and below 1 (100%) ({FRACTION_RULE})"
+    )
     overlap = [json.loads(runs[f"overlap {v}"].stdout) for v in ("50%", ".5", "0.5")]
     assert overlap[0] == overlap[1] == overlap[2]
     (ok, page), (bad, line) = _api(

@@ -422,7 +422,7 @@ def test_the_time_limit_says_what_it_did(slow_runs):
     if out.returncode == 1:
         assert got["status"] == "unknown"
     else:
-        assert got["time_limit_s"] == 0.001 and got["interrupted"] is False
+        assert got["time_limit_seconds"] == 0.001 and got["interrupted"] is False
         assert got["time_limit_note"].startswith("the time limit of 0.001 s was passed")
 
 

@@ -187,7 +187,7 @@ def test_a_batch_given_both_ways_is_refused_with_the_value_as_typed(runs):
     )
     assert (
         refusal(runs["headroom file"])
-        == "scenario headroom.toml: headroom: 1.5 must be in [0, 1) (a fraction from 0 to 1, or a "
+        == "scenario headroom.toml: headroom: 1.5 must be at least 0 and below 1 (100%) (a fraction from 0 to 1, or a "
         "percent such as 40%)"
     )
 

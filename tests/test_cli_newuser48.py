@@ -1,96 +1,147 @@
-"""A new user's first two hours, a further pass, each ``trainplan`` call its own process
-(:mod:`tests.cli_runs`): the options in seconds whose name does not say so (``--time-limit``,
-``ckpt --delay``) read a time's units as ``--step-seconds`` does; the tabs' names of a fixed set
-(``pipeline --framework``, ``mfu --recompute``, ``ckpt --labels``, ``rlhf --reward``) are read in
-any case, as evaluate's choices and the pipeline's schedule are; an offload refusal shows the
-fraction as a number, not ``1/2``."""
+"""A new user's leftovers, each ``trainplan`` call its own process (:mod:`tests.cli_runs`): a
+refusal of an example's own value that named a flag the user never typed."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from tests.cli_runs import refusal, run_many
 
-SEARCH = "search --model llama3-8b --gpus 8 --gpu H100-SXM --tp 1 --pp 1 --zero 1 --json".split()
-"""A small search (one shape family: tp 1, pp 1, ZeRO-1), to read its time limit back."""
 
-
-def test_a_time_limit_reads_the_units_of_a_time():
-    """``--time-limit 20s`` and ``--time-limit 20000ms`` were refused ("is a time, not a plain
-    number") although the option is seconds and ``--step-seconds 7000ms`` is read; they are 20 s
-    now, as the JSON's ``time_limit_s`` says; ``2min`` is 120 s, and ``ckpt --delay 100ms`` is
-    read. A unit of another kind, a percent and a count's suffix stay refused, naming the
-    option's unit."""
+def test_an_examples_own_value_is_refused_as_the_examples():
+    """``trainplan example deepseek-v3-ep64 --set framework=fsdp2`` said "--zero: 1 is not a
+    stage of --framework fsdp2" — the user typed no ``--zero``: the example's recipe gives
+    zero_stage 1 (scenarios/examples.toml). The line now says the value is the example's own
+    and which flag replaces it, text and JSON alike; a value the user gave keeps its own head."""
+    base = ["example", "deepseek-v3-ep64", "--set", "framework=fsdp2"]
     runs = run_many(
         {
-            "s": [*SEARCH, "--time-limit", "20s"],
-            "ms": [*SEARCH, "--time-limit", "20000ms"],
-            "min": [*SEARCH, "--time-limit", "2min"],
-            "delay": ["ckpt", "-n", "4", "--delay", "100ms", "--json"],
-            "bytes": [*SEARCH, "--time-limit", "20GB"],
-            "percent": [*SEARCH, "--time-limit", "20%"],
-            "suffix": ["ckpt", "-n", "4", "--delay", "2T"],
+            "text": base,
+            "json": [*base, "--json"],
+            "given": [*base, "--zero", "1"],
         }
     )
-    for name, seconds in (("s", 20), ("ms", 20), ("min", 120)):
+    expected = (
+        "example deepseek-v3-ep64: its own zero_stage 1 is not a stage of --framework fsdp2 "
+        "(it models reshard_after_forward=False (2) and True (3)); give --zero to replace it"
+    )
+    assert refusal(runs["text"]) == expected
+    assert refusal(runs["json"]) == expected
+    assert refusal(runs["given"]).startswith("--zero: 1 is not a stage of --framework fsdp2")
+
+
+def test_a_refused_percent_is_echoed_as_typed():
+    """``--headroom 100%`` said "headroom: 1 must be in [0, 1)": the value read, not the one
+    typed, and a rule in interval notation. The line now quotes the percent as typed beside the
+    value it reads as (interface.flags.as_typed: every option's refusal, ``--flag=VALUE`` and
+    ``--set KEY=VALUE`` alike), and the headroom's rule in words; a value typed as a number is
+    echoed as it was."""
+    search = ["search", "--model", "llama3-8b", "--gpus", "8"]
+    evaluate = ["evaluate", "--model", "llama3-8b", "--gpu", "H100-SXM", "--dp", "8"]
+    runs = run_many(
+        {
+            "headroom": [*search, "--headroom", "100%"],
+            "headroom=": [*search, "--headroom=100%"],
+            "plain": [*search, "--headroom", "1"],
+            "min mfu": [*search, "--min-mfu", "150%"],
+            "set": [*evaluate, "--set", "offload_optimizer=150%"],
+        }
+    )
+    rule = "(a fraction from 0 to 1, or a percent such as 40%)"
+    headroom = f"--headroom: 100% (1) must be at least 0 and below 1 (100%) {rule}"
+    assert refusal(runs["headroom"]) == headroom
+    assert refusal(runs["headroom="]) == headroom
+    assert refusal(runs["plain"]) == f"--headroom: 1 must be at least 0 and below 1 (100%) {rule}"
+    assert refusal(runs["min mfu"]) == (
+        "--min-mfu: 150% (1.5) must be in (0, 1] (a fraction: 0.4 is an MFU of 40%)"
+    )
+    assert refusal(runs["set"]) == (
+        "--set offload_optimizer: 150% (1.5) must be a fraction from 0 to 1, or a percent such "
+        "as 40%"
+    )
+
+
+def test_the_time_limit_has_one_json_key():
+    """``search --json`` named its limit ``time_limit_s`` and ``rlhf-plan --json``
+    ``time_limit_seconds``; both (and the per-stage frontier's) now say ``time_limit_seconds``,
+    as their ``tables_seconds`` and ``solve_seconds`` beside it do."""
+    runs = run_many(
+        {
+            "search": "search --model llama3-8b --gpus 8 --time-limit 20 --json".split(),
+            "plan": "rlhf-plan --algorithm grpo --reward rule --model qwen2.5-7b --gpus 8 "
+            "--time-limit 20 --json".split(),
+        }
+    )
+    for name in ("search", "plan"):
         assert runs[name].returncode == 0, runs[name].stderr
-        assert json.loads(runs[name].stdout)["time_limit_s"] == seconds
-    assert runs["delay"].returncode == 0, runs["delay"].stderr
-    assert refusal(runs["bytes"]) == (
-        "--time-limit: '20GB' is a size in bytes, not a time (given in s): write e.g. 2.5, 2.5s "
-        "or 2500ms"
-    )
-    assert refusal(runs["percent"]) == (
-        "--time-limit: '20%' is a percent, and the value is no fraction (0 to 1); write a number "
-        "in s"
-    )
-    assert refusal(runs["suffix"]) == (
-        "--delay: '2T' is a count suffix, not a unit: write e.g. 2.5, 2.5s or 2500ms (the value "
-        "is in s)"
-    )
+        got = json.loads(runs[name].stdout)
+        assert got["time_limit_seconds"] == 20, name
+        assert "time_limit_s" not in got and {"tables_seconds", "solve_seconds"} <= got.keys()
 
 
-def test_the_tabs_names_are_read_in_any_case():
-    """``pipeline --framework Megatron`` was refused ("'Megatron' is not one of megatron, …")
-    where ``evaluate --framework Megatron`` and ``pipeline --schedule 1F1B`` are read; so were
-    ``mfu --recompute Full`` and ``ckpt --labels Inputs``; ``rlhf --reward Rule`` was read but
-    echoed as typed. Each is now the lowercase name's own answer, figure for figure: 1F1B's bubble
-    on 8 stages × 32 micro-batches is (p − 1)/(m + p − 1) = 7/39; Llama 3 70B's full
-    recomputation re-runs the forward, HFU = MFU × (1 + recomputed/model FLOPs)."""
-    mfu = "mfu --model llama3-70b --tokens 4M --step-seconds 7 --gpu H100-SXM --chips 1024 --json"
-    rlhf = "rlhf --algorithm grpo --policy-params 7B --json --reward".split()
+def test_an_absurd_measured_step_is_refused_before_any_table(tmp_path):
+    """``step_seconds = 1e9`` in a measurements file printed a residual table with an unaligned
+    ``1000000000.000`` before the poor fit's refusal; ``step_seconds = true`` was echoed as
+    Python's ``True``. Each is now refused before anything is printed, in one line naming the
+    run and the value as the file writes it (a step above a day: interface.measurements_file
+    STEP_LIMIT); the shipped file still calibrates."""
+    shipped = Path(__file__).parent.parent / "scenarios" / "measurements-megatron-2021.toml"
+    text = shipped.read_text()
+    assert "step_seconds = 3.696" in text
+    cases = (("huge", "1e9"), ("text", '"1e9"'), ("inf", "inf"), ("bool", "true"))
+    for name, value in cases:
+        (tmp_path / f"{name}.toml").write_text(
+            text.replace("step_seconds = 3.696", f"step_seconds = {value}")
+        )
+    runs = run_many(
+        {name: ["calibrate", str(tmp_path / f"{name}.toml")] for name, _ in cases}
+        | {"shipped": ["calibrate", str(shipped)]}
+    )
+    limit = (
+        "is above the limit of 86,400 seconds (a day; published steps take seconds (Megatron-LM "
+        "2021, arXiv 2104.04473, Table 1: 3.7-14.5 s per step by its Eq. 3): a longer one is a "
+        "misread measurement, not a step)"
+    )
+    where = f"measurements {tmp_path}"
+    assert refusal(runs["huge"]) == f"{where}/huge.toml: run 1: step_seconds: 1,000,000,000 {limit}"
+    assert refusal(runs["text"]) == f"{where}/text.toml: run 1: step_seconds: 1e9 {limit}"
+    assert refusal(runs["inf"]) == f"{where}/inf.toml: run 1: step_seconds: inf {limit}"
+    assert refusal(runs["bool"]) == (
+        f"{where}/bool.toml: run 1: step_seconds true must be a positive number"
+    )
+    assert runs["shipped"].returncode == 0, runs["shipped"].stderr
+    assert "7.5B on 128 GPUs        3.696" in runs["shipped"].stdout
+
+
+def test_an_absurd_link_bandwidth_is_refused():
+    """``--set scaleout_gbps=1e9`` (a petabyte per second per GPU) was taken, and the step came
+    out with no communication time. A link or host bandwidth above 100× the fastest one of any
+    part in the accelerator table (the MI355X's HBM, 8,000 GB/s: 800,000 GB/s) is refused in one
+    line naming the key, the value and the bound (interface.cluster_inputs.max_gbps), evaluate
+    and search alike; a real one still runs."""
+    evaluate = ["evaluate", "--model", "llama3-8b", "--gpu", "H100-SXM", "--dp", "8"]
     runs = run_many(
         {
-            "pipe": [*"pipeline -p 8 -m 32 --json --framework".split(), "Megatron"],
-            "pipe lower": [*"pipeline -p 8 -m 32 --json --framework".split(), "megatron"],
-            "mfu": [*mfu.split(), "--recompute", "Full"],
-            "mfu lower": [*mfu.split(), "--recompute", "full"],
-            "ckpt": ["ckpt", "-n", "9", "--labels", "Inputs", "--json"],
-            "ckpt lower": ["ckpt", "-n", "9", "--labels", "inputs", "--json"],
-            "rlhf": [*rlhf, "Rule"],
+            "scaleout": [*evaluate, "--set", "scaleout_gbps=1e9"],
+            "nvlink": [*evaluate, "--set", "nvlink_gbps=4,000,000"],
+            "search": [
+                "search",
+                "--model",
+                "llama3-8b",
+                "--gpus",
+                "8",
+                "--set",
+                "host_link_gbps=1e6",
+            ],
+            "real": [*evaluate, "--set", "scaleout_gbps=50"],
         }
     )
-    for name in ("pipe", "mfu", "ckpt"):
-        assert runs[name].returncode == 0, runs[name].stderr
-        assert json.loads(runs[name].stdout) == json.loads(runs[f"{name} lower"].stdout)
-    assert json.loads(runs["pipe"].stdout)["bubble_fraction"] == 7 / 39
-    out = json.loads(runs["rlhf"].stdout)
-    assert (out["reward"], out["networks"]) == ("rule", 2)  # no reward network
-
-
-def test_an_offload_refusal_shows_the_fraction_as_a_number():
-    """DeepSpeed's ZeRO-1 offloads the whole optimizer (``offload_optimizer`` 1.0 in
-    DeepSpeed's ZeRO config); ``--offload-optimizer 50%`` there is refused, and the refusal
-    wrote the value as the fraction ``1/2``: it writes 0.5."""
-    runs = run_many(
-        {
-            "half": [
-                *"evaluate --model llama3-70b --gpus 256 --gpu H100-SXM --tp 4 --pp 4".split(),
-                *"--framework deepspeed --zero 1 --offload-optimizer 50%".split(),
-            ]
-        }
+    bound = (
+        "must be a bandwidth of at most 800,000 GB/s per GPU per direction (100× the fastest "
+        "bandwidth in the accelerator table, the MI355X's 8,000 GB/s)"
     )
-    assert refusal(runs["half"]) == (
-        "--offload-optimizer: 0.5 — DeepSpeed ZeRO-1 offloads the whole optimizer (1); a partial "
-        "ratio is ZeRO-3's"
-    )
+    assert refusal(runs["scaleout"]) == f"--set scaleout_gbps: 1,000,000,000 {bound}"
+    assert refusal(runs["nvlink"]) == f"--set nvlink_gbps: 4,000,000 {bound}"
+    assert refusal(runs["search"]) == f"--set host_link_gbps: 1,000,000 {bound}"
+    assert runs["real"].returncode == 0, runs["real"].stderr

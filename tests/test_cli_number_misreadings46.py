@@ -134,14 +134,15 @@ def test_a_fractions_refusal_names_how_to_write_one():
         }
     )
     assert refusal(runs["engine"]).startswith(
-        f"--engine-memory-fraction: 1 must be above 0 and below 1 {SHARE}: the share of each "
+        f"--engine-memory-fraction: 100% (1) must be above 0 and below 1 {SHARE}: the share of each "
         "GPU's memory the rollout engine takes"
     )
     assert refusal(runs["headroom"]) == (
-        "--headroom: 1 must be in [0, 1) (a fraction from 0 to 1, or a percent such as 40%)"
+        "--headroom: 100% (1) must be at least 0 and below 1 (100%) (a fraction from 0 to 1, or a percent "
+        "such as 40%)"
     )
     assert refusal(runs["bandwidth"]) == (
-        "--bandwidth-efficiency: 0 must be in (0, 1]: a fraction from 0 to 1, or a percent such "
+        "--bandwidth-efficiency: 0% (0) must be in (0, 1]: a fraction from 0 to 1, or a percent such "
         "as 40%"
     )
 

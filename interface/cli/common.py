@@ -16,6 +16,7 @@ import cloup
 from trainplan.interface.cli.flag_hints import misspelt_here, spelled_here, taken_elsewhere
 from trainplan.interface.flags import (
     MOVED_FLAGS,
+    as_typed,
     flag_for,
     moved_hint,
     refusal,
@@ -161,8 +162,9 @@ class GuardedGroup(click.Group):
             # ``--pp`` on ``evaluate``: one parameter, two spellings), else every command's
             name = ctx.invoked_subcommand
             command = self.get_command(ctx, name) if name else None
-            options = typed_options(command or self, ctx.meta.get(RAW_ARGS, ()))
-            fail(refusal(str(err), options))
+            args = ctx.meta.get(RAW_ARGS, ())
+            options = typed_options(command or self, args)
+            fail(as_typed(refusal(str(err), options), args))  # a percent as typed
 
 
 RAW_ARGS = "trainplan.raw_args"

@@ -13,7 +13,7 @@ from trainplan.interface.cli import cli
 from trainplan.interface.cli.common import echo_json
 from trainplan.interface.cli.options import option_groups
 from trainplan.interface.cli.planner import evaluate_options, run_evaluate
-from trainplan.model.errors import InputError
+from trainplan.model.errors import InputError, PlannerError
 
 
 def _sets(items: tuple[str, ...]) -> dict[str, Any]:
@@ -350,7 +350,7 @@ def example_cmd(
 ) -> None:
     """Run a worked example by name: a layout, pipeline, MFU, checkpointing or RLHF case, its source
     and the figures it reproduces (trainplan example --list)."""
-    from trainplan.interface.examples import example_name, example_params, examples, run_example
+    from trainplan.interface.examples import example_name, own_refusal
 
     ctx = click.get_current_context()
     typed = {k for k, v in params.items() if v is not None and v != ()}
@@ -368,6 +368,28 @@ def example_cmd(
     given = _sets(sets)
     merge(overrides, given)
     overrides.update(given)
+    try:
+        _run(ctx, name, params, given, overrides, changed, as_json, per_stage)
+    except PlannerError as err:  # a value of the example's own, not a flag typed
+        if len(err.args) == 1 and isinstance(err.args[0], str):
+            err.args = (own_refusal(name, overrides, err.args[0]),)
+        raise
+
+
+def _run(
+    ctx: click.Context,
+    name: str,
+    params: dict[str, Any],
+    given: dict[str, Any],
+    overrides: dict[str, Any],
+    changed: list[str],
+    as_json: bool,
+    per_stage: bool,
+) -> None:
+    """Run example ``name`` on its tab with ``overrides`` (``params``: the command's options,
+    ``given``: its ``--set`` keys; ``changed``: the options as typed)."""
+    from trainplan.interface.examples import example_params, examples, run_example
+
     tab, _ = example_params(name)
     if tab == "planner":
         _run_planner(name, overrides, changed, as_json, per_stage)

@@ -184,7 +184,10 @@ def ep_dispatch_fields(c: Context, f: Fields) -> tuple[Any, Any, Any]:
     g = ep_members_per_domain(c, f)
     unpaired: Any = 1.0
     if run.ep_overlap is EpOverlap.COMBINED_1F1B:
-        unpaired = f.lookup(unpaired_share, (run.ep_overlap,), "pp", "virtual_stages", "m")
+        unpaired = f.lookup(
+            unpaired_share, (run.ep_overlap, c.arch), "pp", "virtual_stages", "m",
+            *LAYER_FIELDS[2:],
+        )  # fmt: skip
     return g, unpaired, ep_sm_share(c, f)
 
 

@@ -30,12 +30,12 @@ def test_per_stage_frontier_json_says_its_default_budget_of_searches(monkeypatch
     kw = {"model": "llama3-8b", "gpus": (8,), "gpu": ("H100-SXM",)}
     out = commands.per_stage_frontier_json(dict(kw), "memory").json
     assert commands.PER_STAGE_FRONTIER_SEARCHES == 4
-    got = (out["max_searches"], out["max_searches_default"], out["time_limit_s"])
+    got = (out["max_searches"], out["max_searches_default"], out["time_limit_seconds"])
     assert got == (4, True, None)
     out = commands.per_stage_frontier_json(dict(kw), "gpus").json  # every job: no default cap
     assert (out["max_searches"], out["max_searches_default"]) == (None, True)
     out = commands.per_stage_frontier_json({**kw, "time_limit": 7}, "gpus", None, 9).json
-    got = (out["max_searches"], out["max_searches_default"], out["time_limit_s"])
+    got = (out["max_searches"], out["max_searches_default"], out["time_limit_seconds"])
     assert got == (9, False, 7.0)
     assert seen == [(None, 4), (None, None), (7.0, 9)]
     assert out["stopped"] == "time"
@@ -205,5 +205,5 @@ def test_a_per_stage_frontier_stopped_by_ctrl_c_says_so():
     tests/optimizer/test_interrupt.py), in the headline, its JSON ``proof`` and the page."""
     from trainplan.interface.per_stage_frontier_command import per_stage_proof
 
-    out = {"stopped": "interrupted", "status": "feasible", "time_limit_s": None}
+    out = {"stopped": "interrupted", "status": "feasible", "time_limit_seconds": None}
     assert per_stage_proof(out) == "interrupted (Ctrl-C): the points found before it, not proven"

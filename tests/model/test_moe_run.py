@@ -23,7 +23,10 @@ from trainplan.model.moe_run import (
     exposed_all_to_all,
     grouped_rows,
     members_per_domain,
+    stage_unpaired_fraction,
+    steady_chunk_pairs,
     unpaired_fraction,
+    unpaired_share,
 )
 from trainplan.model.op_time import TE_COMPUTE_STREAMS, Clock, op_seconds
 from trainplan.model.ops import LayerShape, Op, OpKind
@@ -145,6 +148,38 @@ def test_combined_1f1b_unpaired_share():
     assert unpaired_fraction(EpOverlap.NONE, 4, 2, 32) == 1
     with pytest.raises(InputError, match="virtual_stages"):
         unpaired_fraction(o, 4, 1, 32)
+
+
+def test_combined_1f1b_charges_the_layers_uneven_chunks_run_alone():
+    """Mixtral-8x7B (32 MoE layers), pp 2 × v 2, --stage-layers 8,8,9,7, m = 64 / (dp 4 · mb 1)
+    = 16. Rank 0 holds chunks 0 and 2 (8 and 9 layers), rank 1 chunks 1 and 3 (8 and 7).
+
+    Rank 0 (Megatron-LM d98e8a64dd schedules.py get_pp_rank_microbatches): W + 1 = 2·(2 − 1)
+    + (2 − 1)·2 + 1 = 5 warm-up forwards of m·v = 32, so 27 steady steps k = 0…26; forward
+    k + 5 is of chunk ⌊(k + 5)/2⌋ mod 2, backward k of chunk 1 − ⌊k/2⌋ mod 2. By k mod 4:
+    0 → (0, 1), 1 → (1, 1), 2 → (1, 0), 3 → (0, 0): 7, 7, 7 and 6 steps. Each pairs
+    min(n_f, n_b) layers (model_chunk_schedule_plan.py TransformerModelChunkSchedulePlan.run):
+    8 except (1, 1)'s 9, so 27·8 + 7 = 223 pairs of 16·17 = 272 layer passes; unpaired
+    1 − 223/272 = 49/272 ≈ 0.180. As forwards: the 5 warm-up forwards (chunks 0, 0, 1, 1, 0:
+    42 layers) and the 7 (1, 0) steps' ninth layer, 42 + 7 = 49. The old whole-chunk count,
+    5/32 = 0.156, took every steady step as wholly paired.
+
+    Rank 1: W + 1 = 0 + 2 + 1 = 3, 29 steps; forward chunk ⌊(k + 3)/2⌋ mod 2, backward
+    1 − ⌊k/2⌋ mod 2; both chunk 0 (8 layers) when k ≡ 2 mod 4: 7 steps, the rest pair 7:
+    29·7 + 7 = 210 of 16·15 = 240, unpaired 30/240 = 1/8. The clock charges rank 0's (17 MoE
+    layers, the slowest)."""
+    from trainplan.scenarios.catalogue import get_model
+
+    o = EpOverlap.COMBINED_1F1B
+    assert steady_chunk_pairs(2, 2, 16, 0) == {(0, 1): 7, (1, 1): 7, (1, 0): 7, (0, 0): 6}
+    assert stage_unpaired_fraction(o, 2, 16, 0, (8, 9)) == Fraction(49, 272)
+    assert stage_unpaired_fraction(o, 2, 16, 1, (8, 7)) == Fraction(1, 8)
+    arch = get_model("mixtral-8x7b").model.arch
+    sizes = (8, 8, 9, 7)
+    assert unpaired_share(o, arch, 2, 2, 16, True, sizes, "interleaved") == 49 / 272
+    # one length: the old count, (W + 1)/(m·v) on rank 0
+    assert unpaired_share(o, arch, 2, 2, 16, True, (8, 8, 8, 8), "interleaved") == 5 / 32
+    assert unpaired_share(EpOverlap.NONE, arch, 2, 2, 16, True, sizes, "interleaved") == 1.0
 
 
 @given(st.floats(0, 10), st.floats(0, 10), st.floats(0, 10), st.floats(0, 10), st.floats(0, 1))

@@ -51,13 +51,13 @@ def test_a_bodys_numbers_are_refused_as_written():
 
 
 def test_a_bodys_time_limit_takes_a_unit():
-    """``"time-limit": "20s"`` and ``"2min"`` are 20 and 120 s, as the answer's ``time_limit_s``
+    """``"time-limit": "20s"`` and ``"2min"`` are 20 and 120 s, as the answer's ``time_limit_seconds``
     says; ``"20GB"`` is refused naming the unit of a time."""
     client = TestClient(create_app(("testserver",)))
     for text, seconds in (("20s", 20), ("2min", 120)):
         r = client.post("/api/search", json={**SMALL, "time-limit": text})
         assert r.status_code == 200, r.text
-        assert r.json()["time_limit_s"] == seconds
+        assert r.json()["time_limit_seconds"] == seconds
     bad = client.post("/api/search", json={**SMALL, "time-limit": "20GB"})
     assert (bad.status_code, bad.json()) == (
         422,

@@ -44,7 +44,7 @@ def client() -> TestClient:
     ("query", "message"),
     [
         ("min-mfu=1e3", "min-mfu: 1,000 must be in (0, 1]"),
-        ("headroom=4,000,000", "headroom: 4,000,000 must be in [0, 1)"),
+        ("headroom=4,000,000", "headroom: 4,000,000 must be at least 0 and below 1 (100%)"),
     ],
 )
 def test_constraints_are_refused_before_any_table_and_echoed_in_one_form(client, query, message):
@@ -87,7 +87,7 @@ def test_the_per_stage_frontier_says_its_budget_by_the_pages_field():
     from trainplan.interface.web.api import run_object
 
     out = {"status": "feasible", "stopped": "searches", "max_searches": 4}
-    out |= {"max_searches_default": True, "time_limit_s": None, "points": []}
+    out |= {"max_searches_default": True, "time_limit_seconds": None, "points": []}
     out["proof_scope"] = "the shapes searched"  # a space without interleaved shapes
     out["proof"] = per_stage_proof(out)
     assert "--per-stage-searches sets it" in out["proof"]  # the CLI's headline
@@ -118,7 +118,7 @@ def test_the_per_stage_frontier_is_cut_by_searches_and_says_so(client):
         3,
         3,
     )
-    assert d["time_limit_s"] is None and all(p["proven"] for p in d["points"])
+    assert d["time_limit_seconds"] is None and all(p["proven"] for p in d["points"])
     assert [round(p["step_s"], 3) for p in d["points"]] == [222.353, 222.361, 223.913]
     # each point's proven gap, as the per-stage search's answer gives it (per_stage.gap_s): a
     # proof is exact to the 2 ns of rounding of its step times (optimizer.stage_exact)
