@@ -21,6 +21,7 @@ from trainplan.model.specs import TrainingSpec
 from trainplan.model.units import parse_number, shown_number
 from trainplan.optimizer.case import DEFAULT_GPU
 from trainplan.topology.accelerator_file import accelerator_of
+from trainplan.topology.accelerators import load_accelerators
 
 __all__ = [
     "DEFAULT_GPU",
@@ -58,8 +59,6 @@ def max_gbps() -> tuple[float, str]:
     >>> max_gbps()[0], max_gbps()[1]
     (800000.0, "100× the fastest bandwidth in the accelerator table, the MI355X's 8,000 GB/s")
     """
-    from trainplan.topology.accelerators import load_accelerators
-
     rate, name = max(
         (getattr(d, k) or 0.0, d.name) for d in load_accelerators().values() for k in BANDWIDTHS
     )
@@ -121,7 +120,34 @@ def device_of(
         raise InputError(
             "precision: fp8 needs the model's layers (which weights are linear), not a size only"
         )
-    gbps = {}
+    gbps = _bandwidths(params)
+    device = device.with_links(
+        nvlink_domain=count_of(params, "nvlink_domain"),
+        nvlink_bytes_per_s=gbps["nvlink_gbps"],
+        scaleout_bytes_per_s=gbps["scaleout_gbps"],
+        segment_gpus=_segment_gpus(params),
+    )
+    if gbps["host_link_gbps"] is not None:
+        device = replace(device, host_link_bytes_per_s=gbps["host_link_gbps"])
+    if gbps["host_memory_gbps"] is not None:
+        device = replace(device, host_memory_bytes_per_s=gbps["host_memory_gbps"])
+    if "memory_reserve_gib" in params:
+        device = replace(device, runtime_reserve_bytes=_reserve_bytes(params, device))
+    return device
+
+
+def _bandwidths(params: Mapping[str, Any]) -> dict[str, float | None]:
+    """The link and host bandwidths given in ``params`` (``nvlink_gbps``, ``scaleout_gbps``,
+    ``host_link_gbps``, ``host_memory_gbps``; GB/s per GPU per direction), in bytes/s, None
+    where not given.
+
+    Raises
+    ------
+    InputError
+        Not a number, below :data:`MIN_GBPS` or above :func:`max_gbps`: the key, the value as
+        typed and the bound.
+    """
+    gbps: dict[str, float | None] = {}
     for k in ("nvlink_gbps", "scaleout_gbps", "host_link_gbps", "host_memory_gbps"):
         value = None
         if k in params:
@@ -138,19 +164,7 @@ def device_of(
                     f"GB/s per GPU per direction ({why})"
                 )
         gbps[k] = None if value is None else value * 1e9
-    device = device.with_links(
-        nvlink_domain=count_of(params, "nvlink_domain"),
-        nvlink_bytes_per_s=gbps["nvlink_gbps"],
-        scaleout_bytes_per_s=gbps["scaleout_gbps"],
-        segment_gpus=_segment_gpus(params),
-    )
-    if gbps["host_link_gbps"] is not None:
-        device = replace(device, host_link_bytes_per_s=gbps["host_link_gbps"])
-    if gbps["host_memory_gbps"] is not None:
-        device = replace(device, host_memory_bytes_per_s=gbps["host_memory_gbps"])
-    if "memory_reserve_gib" in params:
-        device = replace(device, runtime_reserve_bytes=_reserve_bytes(params, device))
-    return device
+    return gbps
 
 
 def _reserve_bytes(params: Mapping[str, Any], device: DeviceSpec) -> int:

@@ -83,30 +83,7 @@ def read_measurements(path: str | Path) -> tuple[str, tuple[str, ...], tuple[Mea
             )
     out = []
     for i, run in enumerate(runs, start=1):
-        step = run.get("step_seconds")
-        if step is None:
-            raise ScenarioError(
-                f"measurements {p}: run {i}: step_seconds missing: give the run's measured "
-                "seconds per step (step_seconds = 3.7)"
-            )
-        if isinstance(step, str):  # "4,000,000" or "3.7e0": one number, as every input reads it
-            try:
-                step = float(parse_positive(step, "step_seconds"))
-            except InputError as err:
-                raise ScenarioError(f"measurements {p}: run {i}: {err}") from None
-        typed = run.get("step_seconds")
-        if isinstance(step, bool) or not isinstance(step, int | float) or not step > 0:
-            shown = str(step).lower() if isinstance(step, bool) else repr(step)  # as TOML has it
-            raise ScenarioError(
-                f"measurements {p}: run {i}: step_seconds {shown} must be a positive number"
-            )
-        try:  # before any prediction is printed beside it
-            finite = math.isfinite(step)  # TOML's inf is above every limit
-            value = Fraction(step) if finite else STEP_LIMIT.maximum + 1
-            text = typed if isinstance(typed, str) else (None if finite else "inf")
-            check_limit("step_seconds", value, text, STEP_LIMIT)
-        except InputError as err:
-            raise ScenarioError(f"measurements {p}: run {i}: {err}") from None
+        step = _step_seconds(f"measurements {p}: run {i}", run.get("step_seconds"))
         params = {k: v for k, v in run.items() if k not in ("label", "step_seconds")}
         if "gpu" in params:
             raise ScenarioError(f"measurements {p}: run {i}: give gpu once, at the top")
@@ -114,6 +91,41 @@ def read_measurements(path: str | Path) -> tuple[str, tuple[str, ...], tuple[Mea
         _check_run(f"measurements {p}: run {i}", run.get("label"), params)
         out.append(Measurement(str(run.get("label", f"run {i}")), float(step), params))
     return _catalogue_name(data["gpu"]), tuple(str(k) for k in fit), tuple(out)
+
+
+def _step_seconds(where: str, typed: Any) -> float:
+    """A run's ``step_seconds`` as the file gives it (a TOML number, or a string read by the one
+    number grammar), checked before any prediction is printed beside it: present, positive, and
+    within :data:`STEP_LIMIT` (TOML's ``inf`` is above every limit).
+
+    Raises
+    ------
+    ScenarioError
+        ``where``, then the rule: missing, not a positive number (shown as the file writes it),
+        or above the limit.
+    """
+    step = typed
+    if step is None:
+        raise ScenarioError(
+            f"{where}: step_seconds missing: give the run's measured seconds per step "
+            "(step_seconds = 3.7)"
+        )
+    if isinstance(step, str):  # "4,000,000" or "3.7e0": one number, as every input reads it
+        try:
+            step = float(parse_positive(step, "step_seconds"))
+        except InputError as err:
+            raise ScenarioError(f"{where}: {err}") from None
+    if isinstance(step, bool) or not isinstance(step, int | float) or not step > 0:
+        shown = str(step).lower() if isinstance(step, bool) else repr(step)  # as TOML has it
+        raise ScenarioError(f"{where}: step_seconds {shown} must be a positive number")
+    try:
+        finite = math.isfinite(step)
+        value = Fraction(step) if finite else STEP_LIMIT.maximum + 1
+        text = typed if isinstance(typed, str) else (None if finite else "inf")
+        check_limit("step_seconds", value, text, STEP_LIMIT)
+    except InputError as err:
+        raise ScenarioError(f"{where}: {err}") from None
+    return float(step)
 
 
 def _check_run(where: str, label: Any, params: dict[str, Any]) -> None:

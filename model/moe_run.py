@@ -35,6 +35,7 @@ from trainplan.model.errors import InputError
 from trainplan.model.hash_once import HashOnce
 from trainplan.model.moe import DEEPEP_NVL_PEERS
 from trainplan.model.rank_groups import members_per_domain_of
+from trainplan.model.split import stage_chunks
 from trainplan.model.units import shown_number
 from trainplan.model.xp import where
 
@@ -360,8 +361,6 @@ def unpaired_share(
     overlap cannot run (pp > 1 without interleaving; the legality rule
     :func:`model.moe_rules.moe_layout_violation` refuses such a layout, this keeps the search's
     columns of not-yet-masked candidates defined)."""
-    from trainplan.model.split import stage_chunks
-
     pp, v, m = int(pp), int(v), int(m)
     if overlap is not EpOverlap.COMBINED_1F1B:
         return 1.0
