@@ -381,18 +381,24 @@ def ep_traffic(
         recomputed_sends(arch, Framework(layout.framework), layout.recompute, training).all_to_all,
         run, share, side, Framework(layout.framework) is Framework.DEEPSPEED,
     )  # fmt: skip
-    return AxisTraffic("ep", ep_collective(run), layout.ep, total)
+    padded = Framework(layout.framework) is Framework.DEEPSPEED
+    return AxisTraffic("ep", ep_collective(run, padded), layout.ep, total)
 
 
-def ep_collective(run: MoERun) -> str:
+def ep_collective(run: MoERun, padded: bool = False) -> str:
     """The traffic table's name of the expert all-to-all: with ``imbalance`` above 1 its bytes
-    are the busiest rank's (:func:`ep_bytes`), which the name says.
+    are the busiest rank's (:func:`ep_bytes`), which the name says — unless every rank sends
+    the same padded ``E·C`` rows (``padded``: DeepSpeed's buffers, or Megatron-Core's
+    ``moe_pad_expert_input_to_capacity``), where there is no busiest rank to name.
 
     >>> ep_collective(MoERun(imbalance=Fraction(13, 10)))
     "all-to-all (dispatch + combine), the busiest rank's rows"
+    >>> ep_collective(MoERun(imbalance=Fraction(13, 10)), padded=True)
+    'all-to-all (dispatch + combine)'
     """
     name = "all-to-all (dispatch + combine)"
-    return name if run.imbalance == 1 else name + ", the busiest rank's rows"
+    same = run.imbalance == 1 or padded or run.pad_to_capacity
+    return name if same else name + ", the busiest rank's rows"
 
 
 def ep_bytes(

@@ -431,7 +431,8 @@ def axis_traffic(c: Context, f: LayoutFields) -> list[AxisTraffic]:
         rows.append(AxisTraffic("tp", name, lay.tp, tp_total, Fraction(0), hidden))
     cp = cp_collective(lay.cp_kind, lay.cp, lay.cp_a2a) if lay.cp > 1 else "none"
     rows.append(AxisTraffic("cp", cp, lay.cp, cp_traffic_bytes(c, f)))
-    ep = ep_collective(c.training.moe_run) if lay.ep > 1 and c.arch.moe else "none"
+    padded = Framework(lay.framework) is Framework.DEEPSPEED
+    ep = ep_collective(c.training.moe_run, padded) if lay.ep > 1 and c.arch.moe else "none"
     rows.append(AxisTraffic("ep", ep, lay.ep if ep != "none" else 1, ep_traffic_bytes(c, f)))
     pp = "none"
     if lay.pp > 1:
