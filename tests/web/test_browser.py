@@ -341,10 +341,16 @@ def test_search_per_stage_shows_the_stages_and_the_flags(page):
     ps, launch = want["per_stage"], want["launch"]
     rows = page.locator("#stage-table tbody tr")
     expect(rows).to_have_count(len(ps["stage_layers"]))
-    for i, (n, k) in enumerate(zip(ps["stage_layers"], ps["recompute_layers"], strict=True)):
+    # each stage's peak memory per GPU is the JSON's stages row, as the page writes GB (app.js
+    # gb: two decimals of 1e9 bytes)
+    peaks = [f"{r['stage_total_bytes'] / 1e9:,.2f} GB" for r in want["stages"]]
+    want_rows = zip(ps["stage_layers"], ps["recompute_layers"], peaks, strict=True)
+    for i, (n, k, peak) in enumerate(want_rows):
         expect(rows.nth(i).locator("td")).to_have_text(
-            [str(i), str(n), str(k), want["layout"]["recompute"]]
+            [str(i), str(n), str(k), want["layout"]["recompute"], peak]
         )
+    first = want["stages"][0]["stage_total_bytes"]
+    expect(rows.nth(0).locator("td").last).to_have_text(f"{first / 1e9:,.2f} GB")
     expect(page.locator(".per-stage .gain")).to_have_text(f"{ps['gain']:.3f}×")
     expect(page.locator("#megatron-flags")).to_have_text(" ".join(launch["megatron"]))
     # each flag with its value in one box, so the block wraps between flags, never inside one

@@ -38,7 +38,9 @@ function perStage(r, link) {
   const lay = r.layout, v = lay.virtual_stages, pp = lay.pp;
   // interleaved: each stage's chunks (model order, every pp-th) and its count per chunk, as the CLI
   const chunks = (i) => lay.chunk_layers.filter((c, j) => j % pp === i).join("+");
-  const stages = ps.stage_layers.map((n, i) => ({ n, k: ps.recompute_layers[i], c: v > 1 ? chunks(i) : null }));
+  // each stage's peak memory per GPU: the JSON's stages rows (evaluate's, per stage), as the CLI's peak GB
+  const peak = (i) => (r.stages && r.stages[i] ? r.stages[i].stage_total_bytes : null);
+  const stages = ps.stage_layers.map((n, i) => ({ n, k: ps.recompute_layers[i], c: v > 1 ? chunks(i) : null, m: peak(i) }));
   return `<div class="card per-stage">
       <h3>${TP.esc(ps.job)}</h3>
       <p class="mono uniform-layout">best uniform: ${TP.esc(layoutLine(u.layout))}</p>
@@ -58,6 +60,7 @@ function perStage(r, link) {
         ["layers", (s) => s.n],
         ...(v > 1 ? [["chunks", (s) => s.c], ["recomputed (full) per chunk", (s) => s.k]] : [["recomputed (full)", (s) => s.k]]),
         ["others", () => TP.esc(r.layout.recompute)],
+        ["peak memory per GPU", (s) => TP.gb(s.m)],
       ], 'id="stage-table"')}</div>
     </div>
     <div class="card launch">
