@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from trainplan.interface.render.report_dict import estimate_to_dict
 from trainplan.interface.requests import SearchRequest, search_request
 from trainplan.interface.search_notes import (
-    frontier_cut_note,
+    frontier_limit_notes,
     headroom_note,
     headroom_notes,
     infeasible_json,
@@ -433,9 +433,8 @@ def frontier_json(
     ``solve_seconds``, ``tables_seconds``, ``candidates`` and ``points``, one CSV row each
     (:func:`interface.render.report.frontier_row`: every layout field, memory term, traffic per axis,
     step time, MFU; units in the names), objective ascending; ``notes``, what ``--headroom`` held
-    every point to (:func:`interface.search_notes.headroom_notes`; empty without it) and what
-    a time limit left out of the cost tables (:meth:`optimizer.tables.CostTables.cut`);
-    ``settings_cost`` (as
+    every point to (:func:`interface.search_notes.headroom_notes`; empty without it) and what a
+    time limit did (:func:`interface.search_notes.frontier_limit_notes`); ``settings_cost`` (as
     :func:`search_json`'s, against the frontier's fastest point).
 
     Raises
@@ -477,7 +476,8 @@ def frontier_json(
         "tables_seconds": result.tables_seconds,
         "candidates": result.num_candidates,
         "points": rows,
-        "notes": headroom_notes(problem.constraints, rows) + frontier_cut_note(prepared[0].cut()),
+        "notes": headroom_notes(problem.constraints, rows)
+        + frontier_limit_notes(prepared[0].cut(), limit, result),
     }
     fastest = in_units(result.points[0].objective)[1]
     out["settings_cost"] = settings_json(request, problem, fastest, started, on_tables, web)

@@ -255,3 +255,26 @@ def frontier_cut_note(cut: str | None) -> list[str]:
         f"{cut}: the points are the frontier of those shapes, not proven; a longer --time-limit "
         "searches the rest"
     ]
+
+
+def frontier_limit_notes(cut: str | None, limit: float | None, result: Any) -> list[str]:
+    """What ``--time-limit`` (``limit``, seconds) did to the layout frontier
+    (:func:`interface.search_commands.frontier_json`; ``result`` its
+    :class:`optimizer.search.FrontierResult`, whose ``tables_seconds`` and ``solve_seconds`` are
+    its seconds of cost tables and of CP-SAT): the shapes it left out of the cost tables
+    (``cut``, :meth:`optimizer.tables.CostTables.cut`: :func:`frontier_cut_note`), or, where it
+    cut none but the tables and CP-SAT took longer than the limit, the note the search prints
+    (:func:`time_limit_note`); [] when the limit held or none was given.
+
+    >>> from types import SimpleNamespace as Seconds
+    >>> frontier_limit_notes(None, 5.0, Seconds(tables_seconds=1.0, solve_seconds=2.0))
+    []
+    >>> frontier_limit_notes(None, None, Seconds(tables_seconds=9.0, solve_seconds=2.0))
+    []
+    >>> frontier_limit_notes(None, 5.0, Seconds(tables_seconds=5.5, solve_seconds=1.0))[0][:44]
+    'the time limit of 5 s was passed (5.50 s of '
+    """
+    if cut is not None:
+        return frontier_cut_note(cut)
+    spent = time_limit_note(limit, result.tables_seconds, result.solve_seconds)
+    return [] if spent is None else [spent]
