@@ -108,6 +108,13 @@ def test_imbalance_slows_the_busiest_rank_and_the_table_counts_its_rows(runs):
     assert _ep(heavy)["exposed_seconds"] > _ep(default)["exposed_seconds"]
     assert heavy["time"]["step_s"] > default["time"]["step_s"]
     assert runs["text"].returncode == 0 and "Traceback" not in runs["text"].stderr
+    # the bound note says which rows the row counts: the busiest rank's, not uniform routing
+    assert "the all-to-all counts the busiest rank's rows (--set moe_imbalance=1.5)" in (
+        runs["text"].stdout
+    )
+    assert "assumes uniform routing" not in runs["text"].stdout
+    assert any("the all-to-all assumes uniform routing" in n for n in default["notes"])
+    assert any("counts the busiest rank's rows" in n for n in heavy["notes"])
 
 
 ROUTED_ROWS_PER_LAYER = 6 * 2 * 4 * 4096 * 2880 + 4 * 4 * 4096

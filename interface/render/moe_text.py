@@ -30,6 +30,7 @@ from trainplan.model.torchtitan_experts import (
     HOST_SYNC_S,
     grouped_mm_of,
 )
+from trainplan.model.units import shown_number
 
 __all__ = [
     "grouped_mm_sentence",
@@ -226,3 +227,17 @@ def fp8_quantise_clause(est: Estimate, forwards: tuple[int, ...]) -> str:
         f"time: {counts} more kernel launches per micro-batch on a GPU here "
         f"({'; '.join(parts)}), whose host time is not counted (no measurement of one is published)"
     )
+
+
+def routing_words(run: MoERun) -> str:
+    """How the ep traffic row counts the routed rows, in words for its bound note: uniform
+    routing, or under ``moe_imbalance`` the busiest rank's rows (:func:`model.moe_rows.rank_rows`,
+    which the row and the step time read).
+
+    >>> from fractions import Fraction
+    >>> routing_words(MoERun()), routing_words(MoERun(imbalance=Fraction(3, 2)))
+    ('assumes uniform routing', "counts the busiest rank's rows (`moe_imbalance`=1.5)")
+    """
+    if run.imbalance == 1:
+        return "assumes uniform routing"
+    return f"counts the busiest rank's rows (`moe_imbalance`={shown_number(run.imbalance)})"

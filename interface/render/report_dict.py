@@ -12,7 +12,7 @@ from typing import Any
 from trainplan.interface.flags import with_flags
 from trainplan.interface.launch_split import split_flags
 from trainplan.interface.render.assumptions import assumptions, elementwise, tp_block_inputs
-from trainplan.interface.render.moe_text import host_calls_note, moe_run_dict
+from trainplan.interface.render.moe_text import host_calls_note, moe_run_dict, routing_words
 from trainplan.interface.render.step_terms import step_terms
 from trainplan.model.deepspeed_mechanisms import sp_comm_bytes
 from trainplan.model.estimate import Estimate
@@ -129,9 +129,10 @@ def _utilisation(est: Estimate, flops: int | None) -> float | None:
 
 def bound_notes(est: Estimate) -> list[str]:
     """Figures the model states as bounds rather than estimates, said where they are printed:
-    expert-parallel all-to-all traffic assumes uniform routing with every routed copy sent on its
-    own (model.comm_layers.ep_traffic) under the NCCL all-to-all dispatcher, an upper bound on
-    a deduplicating dispatcher, which sends a token once per destination (DeepEP; timed under
+    expert-parallel all-to-all traffic (model.comm_layers.ep_traffic) at uniform routing or the
+    busiest rank's rows (:func:`interface.render.moe_text.routing_words`), with every routed copy
+    sent on its own under the NCCL all-to-all dispatcher, an upper bound on a deduplicating
+    dispatcher, which sends a token once per destination (DeepEP; timed under
     ``moe_dispatcher = deepep``, :mod:`model.moe_run`), and on node-limited routing, cited only
     for a model whose router is group-limited (:attr:`model.arch_parts.MoESpec.group_limit`:
     DeepSeek-V3's at most 4 nodes a token, DeepSeek-V3 Technical Report, arXiv 2412.19437,
@@ -151,8 +152,8 @@ def bound_notes(est: Estimate) -> list[str]:
             f"`moe_node_limit`={limit} times it)"
         )
         notes.append(
-            "ep traffic is an upper bound: the all-to-all assumes uniform routing and sends every "
-            f"routed copy on its own; {less}"
+            f"ep traffic is an upper bound: the all-to-all {routing_words(est.training.moe_run)} "
+            f"and sends every routed copy on its own; {less}"
         )
     clip = clip_scaling_note(
         est.options.grad_clip_scaling, est.layout.framework, est.training.distributed_optimizer
