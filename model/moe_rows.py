@@ -23,6 +23,7 @@ import struct
 from fractions import Fraction
 from typing import Any
 
+from trainplan.model.errors import InputError
 from trainplan.model.moe import capacity_rows
 from trainplan.model.moe_run import MoERun
 from trainplan.model.xp import elementwise, exact, floor, is_array, minimum
@@ -135,8 +136,23 @@ def _float32(value: float) -> float:
 def _deepspeed_factor_capacity(tokens: float, experts: int, factor: float) -> float:
     """``_capacity`` of DeepSpeed's gate in its own arithmetic: ``(num_tokens / num_experts)``, a
     Python float, times ``torch.tensor(capacity_factor × k)``, a float32 tensor, so the product
-    is float32; ``torch.ceil`` of it, raised to :data:`DEEPSPEED_MIN_CAPACITY`."""
-    product = _float32(_float32(tokens / experts) * _float32(factor))
+    is float32; ``torch.ceil`` of it, raised to :data:`DEEPSPEED_MIN_CAPACITY`.
+
+    Raises
+    ------
+    InputError
+        A capacity factor whose float32 product overflows (above about 3.4e38 rows), where
+        DeepSpeed's ``torch.ceil`` would give inf.
+    """
+    try:
+        product = _float32(_float32(tokens / experts) * _float32(factor))
+    except OverflowError:
+        product = math.inf
+    if not math.isfinite(product):
+        raise InputError(
+            f"moe_capacity_factor: × top-k = {factor:.3g} overflows the float32 "
+            "capacity DeepSpeed's gate computes (at most about 3.4e38 rows an expert)"
+        )
     return float(max(DEEPSPEED_MIN_CAPACITY, math.ceil(product)))
 
 
