@@ -46,6 +46,7 @@ from trainplan.model.moe_rules import (
     moe_layout_rule,
     moe_schedule_rule,
 )
+from trainplan.model.mtp_rules import MTP_RECOMPUTE_SCOPE, mtp_recompute_rule
 from trainplan.model.muon import muon_tp_gathers
 from trainplan.model.offload_rules import check_offload_rules
 from trainplan.model.optimizers import OptimizerKind, check_optimizer
@@ -390,6 +391,7 @@ RULES: tuple[Rule, ...] = (
     Rule("moe_framework", ("framework", "recompute"), moe_framework_rule),
     Rule("moe_schedule", ("framework", "schedule"), moe_schedule_rule),
     Rule("split_recompute", ("framework", "recompute", "schedule", "pp"), split_recompute_rule),
+    Rule("mtp_recompute", MTP_RECOMPUTE_SCOPE, mtp_recompute_rule),
     Rule("moe_layout", ("ep", "pp", "virtual_stages", "tp", "etp", "framework"), moe_layout_rule),
     Rule("hybridep_tokens", HYBRIDEP_TOKENS_SCOPE, hybridep_tokens_rule),
     Rule("flex_domains", FLEX_DOMAINS_SCOPE, flex_domains_rule),

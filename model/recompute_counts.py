@@ -32,6 +32,7 @@ to keep every count at 0 on such a base (:func:`optimizer.stage_rules.takes_coun
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from trainplan.model.errors import LayoutError
@@ -44,6 +45,7 @@ __all__ = [
     "check_recompute_counts",
     "check_count_sizes",
     "recomputed_in_chunks",
+    "sqrt_segment",
 ]
 
 
@@ -172,3 +174,14 @@ def recomputed_in_chunks(chunks: tuple[tuple[int, ...], ...], count: int) -> tup
     (0, 1)
     """
     return tuple(j for chunk in chunks for j in chunk[:count])
+
+
+def sqrt_segment(num_layers: int) -> int:
+    """k = round(√n) layers per checkpointed segment (≥ 1; halves round up). Chen et al. 2016 §4.
+
+    Examples
+    --------
+    >>> sqrt_segment(100), sqrt_segment(8), sqrt_segment(1)
+    (10, 3, 1)
+    """
+    return max(1, math.floor(math.sqrt(num_layers) + 0.5))

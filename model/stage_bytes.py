@@ -28,6 +28,7 @@ from trainplan.model.activation_offload import layer_modules, offloaded_bytes
 from trainplan.model.activations import ActivationContext, kind_activations
 from trainplan.model.layout import Recompute
 from trainplan.model.pipeline import interleaved_peak
+from trainplan.model.recompute_counts import sqrt_segment
 from trainplan.model.specs import Architecture
 from trainplan.model.xp import is_array, maximum, where
 
@@ -55,19 +56,6 @@ QUANTITIES = ("full", "selective", "checkpoint", "input")
 Form = tuple[int, ...]
 """Integer coefficients of the eight per-layer figures (dense full, selective, checkpoint,
 input; MoE full, selective, checkpoint, input)."""
-
-
-def sqrt_segment(num_layers: int) -> int:
-    """k = round(√n) layers per checkpointed segment (≥ 1; halves round up). Chen et al. 2016 §4.
-
-    Examples
-    --------
-    >>> sqrt_segment(100), sqrt_segment(8), sqrt_segment(1)
-    (10, 3, 1)
-    """
-    import math
-
-    return max(1, math.floor(math.sqrt(num_layers) + 0.5))
 
 
 def layer_quantities(arch: Architecture, ctx: ActivationContext) -> tuple[Fraction, ...]:

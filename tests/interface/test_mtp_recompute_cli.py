@@ -1,0 +1,27 @@
+"""Recompute ``sqrt`` of a model with MTP modules under ``megatron`` as a user meets it
+(:func:`model.mtp_rules.mtp_recompute_rule`; the hand derivation is in
+tests/model/test_mtp_recompute.py): each command its own process, one line naming the flag, its
+value and the rule, exit 2. DeepSeek-V3 at pp 8 holds 8 layers on its busiest rank (7 + the MTP
+block), so √n cuts segments of round(√8) = 3, which Megatron-Core's MTP layer refuses."""
+
+from __future__ import annotations
+
+from tests.cli_runs import refusal, run_many
+
+LINE = "--recompute: sqrt with --framework megatron and 1 MTP module checkpoints 3 layers a segment"
+
+EVALUATE = (
+    "--dp 16 --ep 8 --etp 1 --zero 1 --global-batch 1024 --seq-len 4096 --no-sequence-parallel"
+)
+
+
+def test_cli_refuses_in_one_line_in_fresh_processes() -> None:
+    common = ["--model", "deepseek-v3", "--gpu", "H100-SXM", "--recompute", "sqrt", "--pp", "8"]
+    done = run_many(
+        {
+            "evaluate": ["evaluate", *common, *EVALUATE.split()],
+            "search": ["search", *common, "--gpus", "128", "--time-limit", "60"],
+        }
+    )
+    assert refusal(done["evaluate"]).startswith(LINE)
+    assert refusal(done["search"]).startswith(LINE)
