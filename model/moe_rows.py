@@ -178,11 +178,15 @@ def deepspeed_capacity(run: MoERun, tokens: Any, experts: int, top_k: int) -> An
       figure given is applied the same way, so there it stands for the busiest expert's rows ÷
       the mean.
 
-    Not counted: the rounding of a dropless ``C`` up to a multiple of the dense tp that
-    ``topkgating`` applies when the expert tensor-parallel size is 1
-    (``groups._get_expert_model_parallel_world_size() == 1``), as the planner runs DeepSpeed's
-    MoE at tp = 1. An int for scalars (T rounded up to whole tokens by the caller), element-wise
-    for arrays.
+    The dropless ``C`` is rounded up to a multiple of the dense tp when the expert
+    tensor-parallel size is 1 (``top1gating``, ``top2gating`` and ``topkgating``:
+    ``groups._get_expert_model_parallel_world_size() == 1``, which returns
+    ``expert_tensor_parallel_world_size``; then ``ceil(new_capacity / tp) · tp``, ``tp`` =
+    ``bwc_tensor_model_parallel_world_size``): the planner refuses DeepSpeed's MoE at tp > 1
+    (:func:`model.expert_groups.check_expert_groups`), so tp = 1 and the rounding leaves ``C`` as it
+    is. ``top2gating`` and ``topkgating`` do not clip the dropless ``C`` at T as ``top1gating``
+    does; the busiest count is at most T whatever clips it. An int for scalars (T rounded up to
+    whole tokens by the caller), element-wise for arrays.
 
     Examples
     --------
