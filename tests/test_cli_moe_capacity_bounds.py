@@ -128,3 +128,38 @@ def test_textbook_experts_run_at_the_busiest_ranks_rows(textbook):
         _time(textbook["ep 1 imbalanced"])["compute_s"]
         == _time(textbook["ep 1 balanced"])["compute_s"]
     )
+
+
+MIXTRAL_MEGATRON = [
+    *("evaluate", "--model", "mixtral-8x7b", "--gpu", "H100-SXM", "--dp", "8"),
+    *("--global-batch", "64", "--seq-len", "4096", "--json"),
+]
+"""Mixtral 8x7B (32 MoE layers, E = 8, k = 2, h = 4,096) under megatron, T = 4,096, m = 8."""
+
+
+@pytest.fixture(scope="module")
+def clipped():
+    calls = {}
+    for ep, imbalances in ((8, (4, 5)), (2, (2, 3))):
+        for im in imbalances:
+            calls[ep, im] = [*MIXTRAL_MEGATRON, "--ep", str(ep), "--set", f"moe_imbalance={im}"]
+    return run_many(calls)
+
+
+def _figures(done) -> tuple:
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    ep = next(a for a in out["traffic"] if a["axis"] == "ep")["bytes_per_step"]
+    return out["time"]["step_s"], out["memory"]["total_bytes"], ep
+
+
+def test_an_imbalance_beyond_every_token_is_clipped(clipped):
+    # The busiest rank receives at most ep·T·min(k, E/ep) rows: each source's token once on
+    # each of its E/ep experts, k in all. ep 8: 8 × 4,096 × min(2, 1) = 32,768 rows = 4 × T·k
+    # (imbalance 4 = E/k); ep 2: 2 × 4,096 × min(2, 4) = 16,384 rows = 2 × T·k.
+    # ep row: rows × 4,096 × 2 bytes × (ep − 1)/ep, × 2 (dispatch, combine) × 2 (forward,
+    # backward) × 32 layers × 8 micro-batches.
+    assert _figures(clipped[8, 5]) == _figures(clipped[8, 4])
+    assert _figures(clipped[8, 5])[2] == 32768 * 4096 * 2 * 7 // 8 * 4 * 32 * 8 == 240_518_168_576
+    assert _figures(clipped[2, 3]) == _figures(clipped[2, 2])
+    assert _figures(clipped[2, 3])[2] == 16384 * 4096 * 2 // 2 * 4 * 32 * 8 == 68_719_476_736
