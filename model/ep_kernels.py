@@ -56,8 +56,9 @@ planner does not offer: no time of that fused kernel is published (``docs/README
 the fused path, ``fuse_permute_dispatch=True``, without a published figure), and its permute
 blocks (``num_blocks_permute``, "standalone or fused permute-dispatch",
 ``docs/Hybrid-EP_Implementation.md``, branch ``hybrid-ep`` 94a9f8f) still write every permuted
-row beside the dispatch's, so removing the permute's time would be unsourced. The permute reads one row per token a rank receives and writes one per
-local expert; both are counted at the received rows (an upper bound on the read).
+row beside the dispatch's, so removing the permute's time would be unsourced. The permute
+reads one row per token a rank receives and writes one per local expert; both are counted at
+the received rows (an upper bound on the read).
 """
 
 from __future__ import annotations
