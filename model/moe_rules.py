@@ -333,29 +333,11 @@ def capacity_violation(
 ) -> str | None:
     """The first rule a capacity factor breaks for a rank routing ``tokens`` = T tokens a
     micro-batch through ``experts`` = E routed experts of width ``hidden`` = h, top-``top_k``,
-    or None (dropless, or a capacity the framework runs):
-
-    * padded to capacity (``moe_pad_to_capacity``, Megatron-Core's rule, every profile but
-      ``deepspeed``): ``C`` = :func:`model.moe.capacity_rows` above T. Megatron-LM d98e8a64dd
-      ``moe_utils.py`` ``apply_router_token_dropping`` then keeps every (token, expert) pair
-      (``expert_capacity > num_tokens``: an all-ones ``capacity_mask``, which ``pad_to_capacity``
-      makes the routing map), so each expert's column holds T < C tokens, where the padded
-      dispatch takes exactly C of them: ``permute`` under ``drop_and_pad`` slices the sorted
-      indices to ``[:, :capacity]`` (T columns) and views them as ``[num_experts, capacity]``,
-      which E·T indices cannot fill, while ``token_dispatcher.py``
-      ``MoEAlltoAllTokenDispatcher.preprocess`` sizes the all-to-all at ``num_out_tokens =
-      capacity × num_experts``. C > T is ``cf·k > E`` up to the float rounding of
-      ``get_capacity``; at most ``cf = E/k`` pads every expert to all T tokens. Without padding
-      such a capacity drops nothing (``logical_and(routing_map, capacity_mask)``), which
-      :func:`model.moe_rows.mean_rows_sent` counts as dropless;
-    * ``deepspeed`` (``drop_tokens=True``, padded unasked): its ``[E, C, h]`` dispatch buffer
-      has ``C`` = :func:`model.moe_rows.deepspeed_capacity`, not clipped to T (DeepSpeed
-      edaa72212 ``deepspeed/moe/sharded_moe.py`` ``topkgating`` clips only the top-k selection,
-      ``selection_capacity = min(capacity, gates.size(0))``, "without shrinking the dispatch
-      capacity the buffers are sized from"; ``_sparse_encode`` allocates ``E·C + 1`` slots and
-      views ``[E, C, d_model]``), so the model counts those rows; refused where
-      ``E·C·h`` exceeds :data:`TORCH_MAX_NUMEL`, a tensor PyTorch cannot size (the float32
-      overflow above about 3.4e38 rows is :func:`model.moe_rows.deepspeed_capacity`'s).
+    or None (dropless, or a capacity the framework runs): DeepSpeed's unclipped buffer
+    (:func:`_deepspeed_violation`) under ``deepspeed``, else Megatron-Core's padded capacity
+    above T (:func:`_padded_violation`). Without padding a capacity above T drops nothing
+    (``apply_router_token_dropping``: ``logical_and(routing_map, capacity_mask)`` with an
+    all-ones mask), which :func:`model.moe_rows.mean_rows_sent` counts as dropless.
 
     Raises
     ------
@@ -369,35 +351,65 @@ def capacity_violation(
     'moe_capacity_factor: 9 with moe_pad_to_capacity pads each expert to C = 4,608 rows from'
     >>> capacity_violation(MoERun(Fraction(8), pad_to_capacity=True), "megatron", 4096, 32, 4, 2880)
     >>> capacity_violation(MoERun(Fraction(9)), "megatron", 4096, 32, 4, 2880)  # drops none
-    >>> capacity_violation(MoERun(Fraction(10**6)), "deepspeed", 4096, 8, 2, 4096)  # 8·1.024e9·4,096 BF16: 67 TB, counted
+    >>> capacity_violation(MoERun(Fraction(10**6)), "deepspeed", 4096, 8, 2, 4096)  # 67 TB: counted
     >>> capacity_violation(MoERun(Fraction(10**15)), "deepspeed", 4096, 8, 2, 4096)[:44]
     'moe_capacity_factor: 1e+15 gives DeepSpeed a'
     """
-    cf = run.capacity_factor
-    if cf is None:
+    if run.capacity_factor is None:
         return None
     if framework == "deepspeed":
-        capacity = int(deepspeed_capacity(run, tokens, experts, top_k))
-        elements = experts * capacity * hidden
-        if elements <= TORCH_MAX_NUMEL:
-            return None
-        return (
-            f"moe_capacity_factor: {_factor_words(cf)} gives DeepSpeed a [E, C, h] = "
-            f"[{experts:,}, {_rows_words(capacity)}, {hidden:,}] dispatch buffer of {elements:.3g} "
-            f"elements, more than a PyTorch tensor holds (2^63 − 1); DeepSpeed pads to C "
-            f"unclipped (sharded_moe.py topkgating): use a factor near 1"
-        )
-    if not run.pad_to_capacity:
+        return _deepspeed_violation(run, tokens, experts, top_k, hidden)
+    return _padded_violation(run, tokens, experts, top_k) if run.pad_to_capacity else None
+
+
+def _deepspeed_violation(
+    run: MoERun, tokens: int, experts: int, top_k: int, hidden: int
+) -> str | None:
+    """DeepSpeed (``drop_tokens=True``, padded unasked): its ``[E, C, h]`` dispatch buffer has
+    ``C`` = :func:`model.moe_rows.deepspeed_capacity`, not clipped to T (DeepSpeed edaa72212
+    ``deepspeed/moe/sharded_moe.py`` ``topkgating`` clips only the top-k selection,
+    ``selection_capacity = min(capacity, gates.size(0))``, "without shrinking the dispatch
+    capacity the buffers are sized from"; ``_sparse_encode`` allocates ``E·C + 1`` slots and
+    views ``[E, C, d_model]``), so the model counts those rows (8·1.024e9·4,096 BF16 at
+    ``cf = 1e6``: 67 TB); refused where ``E·C·h`` exceeds :data:`TORCH_MAX_NUMEL`, a tensor
+    PyTorch cannot size (the float32 overflow above about 3.4e38 rows is
+    :func:`model.moe_rows.deepspeed_capacity`'s)."""
+    assert run.capacity_factor is not None
+    capacity = int(deepspeed_capacity(run, tokens, experts, top_k))
+    elements = experts * capacity * hidden
+    if elements <= TORCH_MAX_NUMEL:
         return None
-    capacity = int(capacity_rows(tokens * top_k, experts, cf))
+    return (
+        f"moe_capacity_factor: {_factor_words(run.capacity_factor)} gives DeepSpeed a [E, C, h] = "
+        f"[{experts:,}, {_rows_words(capacity)}, {hidden:,}] dispatch buffer of {elements:.3g} "
+        f"elements, more than a PyTorch tensor holds (2^63 − 1); DeepSpeed pads to C "
+        f"unclipped (sharded_moe.py topkgating): use a factor near 1"
+    )
+
+
+def _padded_violation(run: MoERun, tokens: int, experts: int, top_k: int) -> str | None:
+    """Padded to capacity (``moe_pad_to_capacity``, Megatron-Core's rule, every profile but
+    ``deepspeed``): ``C`` = :func:`model.moe.capacity_rows` above T. Megatron-LM d98e8a64dd
+    ``moe_utils.py`` ``apply_router_token_dropping`` then keeps every (token, expert) pair
+    (``expert_capacity > num_tokens``: an all-ones ``capacity_mask``, which ``pad_to_capacity``
+    makes the routing map), so each expert's column holds T < C tokens, where the padded
+    dispatch takes exactly C of them: ``permute`` under ``drop_and_pad`` slices the sorted
+    indices to ``[:, :capacity]`` (T columns) and views them as ``[num_experts, capacity]``,
+    which E·T indices cannot fill, while ``token_dispatcher.py``
+    ``MoEAlltoAllTokenDispatcher.preprocess`` sizes the all-to-all at ``num_out_tokens =
+    capacity × num_experts``. C > T is ``cf·k > E`` up to the float rounding of
+    ``get_capacity``; at most ``cf = E/k`` pads every expert to all T tokens."""
+    assert run.capacity_factor is not None
+    capacity = int(capacity_rows(tokens * top_k, experts, run.capacity_factor))
     if capacity <= tokens:
         return None
     return (
-        f"moe_capacity_factor: {_factor_words(cf)} with moe_pad_to_capacity pads each expert to "
-        f"C = {_rows_words(capacity)} rows from a rank routing T = {tokens:,} tokens, above T: "
-        f"Megatron-Core's router then keeps every token for every expert and its padded "
-        f"permute cannot take C of T (moe_utils.apply_router_token_dropping, permute); padded, "
-        f"the factor is at most E/k = {experts}/{top_k} = {shown_number(Fraction(experts, top_k))}"
+        f"moe_capacity_factor: {_factor_words(run.capacity_factor)} with moe_pad_to_capacity "
+        f"pads each expert to C = {_rows_words(capacity)} rows from a rank routing T = "
+        f"{tokens:,} tokens, above T: Megatron-Core's router then keeps every token for every "
+        f"expert and its padded permute cannot take C of T "
+        f"(moe_utils.apply_router_token_dropping, permute); padded, the factor is at most "
+        f"E/k = {experts}/{top_k} = {shown_number(Fraction(experts, top_k))}"
     )
 
 
