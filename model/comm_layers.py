@@ -439,7 +439,7 @@ def ep_bytes(
     if arch.moe is None:
         return 0 * ep
     tokens = exact(seq_len) / cp * b / where(sp, tp, 1)
-    rows = rank_rows(run, tokens, arch.moe.num_experts, arch.moe.experts_per_token, padded)
+    rows = rank_rows(run, tokens, arch.moe.num_experts, arch.moe.experts_per_token, padded, ep)
     row = arch.hidden_size * beta
     forward, backward = 2 * row + side[0] + side[1], 2 * row + side[2] + side[3]
     per_layer = forward * (2 if recompute else 1) + backward

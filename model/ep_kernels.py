@@ -51,8 +51,14 @@ launches ``permute_launcher`` from the dispatch's receive buffer into the expert
 ``unpermute_launcher`` before the combine (deepseek-ai/DeepEP ``hybrid-ep`` 94a9f8f6b1
 ``csrc/hybrid_ep/executor/executor.cu``). Only ``moe_permute_fusion_into_hybridep=True``
 (``fuse_permute_dispatch``) writes the permuted rows from the dispatch kernel itself, which the
-planner does not model. The permute reads one row per token a rank receives and writes one per
-local expert; both are counted at the received rows (an upper bound on the read).
+planner does not offer: no time of that fused kernel is published (``docs/README_Hybrid-EP.md``
+"Performance Results" time ``dispatch`` and ``combine`` alone; ``tests/test_hybrid_ep.py`` runs
+the fused path, ``fuse_permute_dispatch=True``, without a published figure), and its permute
+blocks (``num_blocks_permute``, "standalone or fused permute-dispatch",
+``docs/Hybrid-EP_Implementation.md``, branch ``hybrid-ep`` 94a9f8f) still write every permuted
+row beside the dispatch's, so removing the permute's time would be unsourced. The permute
+reads one row per token a rank receives and writes one per local expert; both are counted at
+the received rows (an upper bound on the read).
 """
 
 from __future__ import annotations

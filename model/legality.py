@@ -40,8 +40,10 @@ from trainplan.model.key_rules import check_framework_recipe, check_options, opt
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.moe_rules import (
     HYBRIDEP_TOKENS_SCOPE,
+    MOE_CAPACITY_SCOPE,
     check_expert_parallel,
     hybridep_tokens_rule,
+    moe_capacity_rule,
     moe_framework_rule,
     moe_layout_rule,
     moe_schedule_rule,
@@ -393,6 +395,7 @@ RULES: tuple[Rule, ...] = (
     Rule("split_recompute", ("framework", "recompute", "schedule", "pp"), split_recompute_rule),
     Rule("mtp_recompute", MTP_RECOMPUTE_SCOPE, mtp_recompute_rule),
     Rule("moe_layout", ("ep", "pp", "virtual_stages", "tp", "etp", "framework"), moe_layout_rule),
+    Rule("moe_capacity", MOE_CAPACITY_SCOPE, moe_capacity_rule),
     Rule("hybridep_tokens", HYBRIDEP_TOKENS_SCOPE, hybridep_tokens_rule),
     Rule("flex_domains", FLEX_DOMAINS_SCOPE, flex_domains_rule),
 )

@@ -39,7 +39,9 @@ __all__ = [
 ]
 
 
-def rank_rows(run: MoERun, tokens: Any, experts: int, top_k: int, padded: bool = False) -> Any:
+def rank_rows(
+    run: MoERun, tokens: Any, experts: int, top_k: int, padded: bool = False, ep: Any = None
+) -> Any:
     """Routed token-rows the busiest expert-parallel rank receives per micro-batch, per token
     of its own ``tokens`` (the copies every rank sends, ``T·k`` on average, equal what it
     receives on average): dropless ``imbalance·T·k``; a capacity factor caps each expert's
@@ -55,6 +57,15 @@ def rank_rows(run: MoERun, tokens: Any, experts: int, top_k: int, padded: bool =
     clock's expert GEMMs and all-to-all (:func:`routed_rows`) and the traffic table's expert
     row (:func:`model.comm_layers.ep_bytes`) read.
 
+    No rank receives more than every source's tokens on each of its experts: each of ``ep``
+    source ranks sends a token at most once to each of the rank's ``E/ep`` experts and at most
+    ``k`` times in all, so the busiest rank's rows are at most ``ep·T·min(k, E/ep)`` (``E·T``
+    when ``ep`` is not given): an imbalance above ``min(ep, E/k)`` is clipped there, as a
+    capacity above T drops nothing (a token's k experts are distinct: Megatron-LM d98e8a64dd
+    ``moe_utils.py`` ``topk_routing_with_score_function``, ``torch.topk(scores, k=topk,
+    dim=1)``; DeepSpeed edaa72212 ``sharded_moe.py`` ``top1gating`` clips its dropless
+    capacity at the tokens, ``mask1.size(0)``).
+
     Examples
     --------
     >>> rank_rows(MoERun(imbalance=Fraction(3, 2)), 4096, 256, 8)  # 1.5 × 32,768
@@ -65,12 +76,17 @@ def rank_rows(run: MoERun, tokens: Any, experts: int, top_k: int, padded: bool =
     Fraction(65536, 1)
     >>> rank_rows(MoERun(imbalance=Fraction(13, 10)), 4096, 256, 8)  # ceil(42,598.4)
     Fraction(42599, 1)
+    >>> rank_rows(MoERun(imbalance=Fraction(5)), 4096, 8, 2, ep=8)  # 8 × 4,096 × min(2, 1)
+    Fraction(32768, 1)
     """
     if padded:
         rows = mean_rows_sent(run, tokens, experts, top_k, padded=True)
         return rows if is_array(rows) else Fraction(rows)
     sent = exact(tokens) * top_k
     busiest = _ceil_scaled(sent, run.imbalance)
+    if run.imbalance > 1:  # at most every source's tokens on each local expert
+        local = experts if ep is None else ep * minimum(top_k, experts // ep)
+        busiest = minimum(busiest, exact(tokens) * local)
     if run.capacity_factor is not None:
         filled = experts * capacity_rows(sent, experts, run.capacity_factor)
         busiest = filled if run.pad_to_capacity else minimum(busiest, filled)
@@ -178,11 +194,15 @@ def deepspeed_capacity(run: MoERun, tokens: Any, experts: int, top_k: int) -> An
       figure given is applied the same way, so there it stands for the busiest expert's rows ÷
       the mean.
 
-    Not counted: the rounding of a dropless ``C`` up to a multiple of the dense tp that
-    ``topkgating`` applies when the expert tensor-parallel size is 1
-    (``groups._get_expert_model_parallel_world_size() == 1``), as the planner runs DeepSpeed's
-    MoE at tp = 1. An int for scalars (T rounded up to whole tokens by the caller), element-wise
-    for arrays.
+    The dropless ``C`` is rounded up to a multiple of the dense tp when the expert
+    tensor-parallel size is 1 (``top1gating``, ``top2gating`` and ``topkgating``:
+    ``groups._get_expert_model_parallel_world_size() == 1``, which returns
+    ``expert_tensor_parallel_world_size``; then ``ceil(new_capacity / tp) · tp``, ``tp`` =
+    ``bwc_tensor_model_parallel_world_size``): the planner refuses DeepSpeed's MoE at tp > 1
+    (:func:`model.expert_groups.check_expert_groups`), so tp = 1 and the rounding leaves ``C`` as it
+    is. ``top2gating`` and ``topkgating`` do not clip the dropless ``C`` at T as ``top1gating``
+    does; the busiest count is at most T whatever clips it. An int for scalars (T rounded up to
+    whole tokens by the caller), element-wise for arrays.
 
     Examples
     --------
@@ -273,7 +293,7 @@ def row_factors(
     sent = Fraction(mean_rows_sent(run, Fraction(tokens), experts, top_k)) / mean
     if ep <= 1:
         return sent, sent
-    received = Fraction(rank_rows(run, max(1, math.ceil(tokens)), experts, top_k)) / mean
+    received = Fraction(rank_rows(run, max(1, math.ceil(tokens)), experts, top_k, ep=ep)) / mean
     return sent, received
 
 

@@ -7,18 +7,26 @@ each ``*_rule`` is one of :data:`model.legality.RULES`' checks, raising it."""
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
 from typing import Any
 
 from trainplan.model.dispatch_buffers import deepep_group_ranks, hybridep_token_refusal
 from trainplan.model.errors import LayoutError
 from trainplan.model.expert_groups import expert_placement_tp_of, expert_tp_of
 from trainplan.model.model_spec import ModelSpec
-from trainplan.model.moe import DEEPEP_DISPATCH_CONFIGS
+from trainplan.model.moe import DEEPEP_DISPATCH_CONFIGS, capacity_rows
+from trainplan.model.moe_rows import deepspeed_capacity
 from trainplan.model.moe_run import DROPLESS, Dispatcher, EpOverlap, MoERun
 from trainplan.model.rank_groups import axis_spans
+from trainplan.model.units import shown_number
 
 __all__ = [
     "HYBRIDEP_TOKENS_SCOPE",
+    "MOE_CAPACITY_SCOPE",
+    "TORCH_MAX_NUMEL",
+    "capacity_violation",
+    "moe_capacity_rule",
     "check_expert_parallel",
     "hybridep_tokens_rule",
     "moe_layout_rule",
@@ -297,3 +305,132 @@ def check_deepspeed_moe(framework: str, zero_stage: int, has_moe: bool) -> None:
             "zero_stage: 3 with `framework` deepspeed and a MoE model: DeepSpeed's native MoE "
             "refuses ZeRO stage 3 (engine.py _validate_zero3_moe_compatibility); use ZeRO-1 or 2"
         )
+
+
+TORCH_MAX_NUMEL = 2**63 - 1
+"""The most elements one PyTorch tensor holds: its sizes and ``numel`` are ``int64_t``
+(pytorch/pytorch ``c10/core/TensorImpl.h`` ``TensorImpl::numel``; ``torch.full`` of a larger
+size raises)."""
+
+MOE_CAPACITY_SCOPE = ("framework", "micro_batch_size", "cp", "tp", "sp")
+"""The fields :func:`moe_capacity_rule` reads (the tokens a rank routes, ``T = s·b/cp``, ÷ tp
+with sequence parallelism, as :meth:`model.activations.ActivationContext.routed_row_factors`
+takes them)."""
+
+
+def _factor_words(cf: Fraction) -> str:
+    """A capacity factor as a refusal echoes it: as typed up to a million, else 3 figures."""
+    return shown_number(cf) if cf < 10**6 else f"{float(cf):.3g}"
+
+
+def _rows_words(rows: int) -> str:
+    """A row count as a refusal writes it: whole and grouped up to 10^15, else 3 figures."""
+    return f"{rows:,}" if rows < 10**15 else f"{float(rows):.3g}"
+
+
+def capacity_violation(
+    run: MoERun, framework: str, tokens: int, experts: int, top_k: int, hidden: int
+) -> str | None:
+    """The first rule a capacity factor breaks for a rank routing ``tokens`` = T tokens a
+    micro-batch through ``experts`` = E routed experts of width ``hidden`` = h, top-``top_k``,
+    or None (dropless, or a capacity the framework runs): DeepSpeed's unclipped buffer
+    (:func:`_deepspeed_violation`) under ``deepspeed``, else Megatron-Core's padded capacity
+    above T (:func:`_padded_violation`). Without padding a capacity above T drops nothing
+    (``apply_router_token_dropping``: ``logical_and(routing_map, capacity_mask)`` with an
+    all-ones mask), which :func:`model.moe_rows.mean_rows_sent` counts as dropless.
+
+    Raises
+    ------
+    InputError
+        DeepSpeed's float32 capacity overflowing (:func:`model.moe_rows.deepspeed_capacity`).
+
+    Examples
+    --------
+    >>> padded = MoERun(Fraction(9), pad_to_capacity=True)  # gpt-oss: E/k = 32/4 = 8
+    >>> capacity_violation(padded, "megatron", 4096, 32, 4, 2880)[:87]  # C = 4,096·4/32·9
+    'moe_capacity_factor: 9 with moe_pad_to_capacity pads each expert to C = 4,608 rows from'
+    >>> capacity_violation(MoERun(Fraction(8), pad_to_capacity=True), "megatron", 4096, 32, 4, 2880)
+    >>> capacity_violation(MoERun(Fraction(9)), "megatron", 4096, 32, 4, 2880)  # drops none
+    >>> capacity_violation(MoERun(Fraction(10**6)), "deepspeed", 4096, 8, 2, 4096)  # 67 TB: counted
+    >>> capacity_violation(MoERun(Fraction(10**15)), "deepspeed", 4096, 8, 2, 4096)[:44]
+    'moe_capacity_factor: 1e+15 gives DeepSpeed a'
+    """
+    if run.capacity_factor is None:
+        return None
+    if framework == "deepspeed":
+        return _deepspeed_violation(run, tokens, experts, top_k, hidden)
+    return _padded_violation(run, tokens, experts, top_k) if run.pad_to_capacity else None
+
+
+def _deepspeed_violation(
+    run: MoERun, tokens: int, experts: int, top_k: int, hidden: int
+) -> str | None:
+    """DeepSpeed (``drop_tokens=True``, padded unasked): its ``[E, C, h]`` dispatch buffer has
+    ``C`` = :func:`model.moe_rows.deepspeed_capacity`, not clipped to T (DeepSpeed edaa72212
+    ``deepspeed/moe/sharded_moe.py`` ``topkgating`` clips only the top-k selection,
+    ``selection_capacity = min(capacity, gates.size(0))``, "without shrinking the dispatch
+    capacity the buffers are sized from"; ``_sparse_encode`` allocates ``E·C + 1`` slots and
+    views ``[E, C, d_model]``), so the model counts those rows (8·1.024e9·4,096 BF16 at
+    ``cf = 1e6``: 67 TB); refused where ``E·C·h`` exceeds :data:`TORCH_MAX_NUMEL`, a tensor
+    PyTorch cannot size (the float32 overflow above about 3.4e38 rows is
+    :func:`model.moe_rows.deepspeed_capacity`'s)."""
+    assert run.capacity_factor is not None
+    capacity = int(deepspeed_capacity(run, tokens, experts, top_k))
+    elements = experts * capacity * hidden
+    if elements <= TORCH_MAX_NUMEL:
+        return None
+    return (
+        f"moe_capacity_factor: {_factor_words(run.capacity_factor)} gives DeepSpeed a [E, C, h] = "
+        f"[{experts:,}, {_rows_words(capacity)}, {hidden:,}] dispatch buffer of {elements:.3g} "
+        f"elements, more than a PyTorch tensor holds (2^63 − 1); DeepSpeed pads to C "
+        f"unclipped (sharded_moe.py topkgating): use a factor near 1"
+    )
+
+
+def _padded_violation(run: MoERun, tokens: int, experts: int, top_k: int) -> str | None:
+    """Padded to capacity (``moe_pad_to_capacity``, Megatron-Core's rule, every profile but
+    ``deepspeed``): ``C`` = :func:`model.moe.capacity_rows` above T. Megatron-LM d98e8a64dd
+    ``moe_utils.py`` ``apply_router_token_dropping`` then keeps every (token, expert) pair
+    (``expert_capacity > num_tokens``: an all-ones ``capacity_mask``, which ``pad_to_capacity``
+    makes the routing map), so each expert's column holds T < C tokens, where the padded
+    dispatch takes exactly C of them: ``permute`` under ``drop_and_pad`` slices the sorted
+    indices to ``[:, :capacity]`` (T columns) and views them as ``[num_experts, capacity]``,
+    which E·T indices cannot fill, while ``token_dispatcher.py``
+    ``MoEAlltoAllTokenDispatcher.preprocess`` sizes the all-to-all at ``num_out_tokens =
+    capacity × num_experts``. C > T is ``cf·k > E`` up to the float rounding of
+    ``get_capacity``; at most ``cf = E/k`` pads every expert to all T tokens."""
+    assert run.capacity_factor is not None
+    capacity = int(capacity_rows(tokens * top_k, experts, run.capacity_factor))
+    if capacity <= tokens:
+        return None
+    return (
+        f"moe_capacity_factor: {_factor_words(run.capacity_factor)} with moe_pad_to_capacity "
+        f"pads each expert to C = {_rows_words(capacity)} rows from a rank routing T = "
+        f"{tokens:,} tokens, above T: Megatron-Core's router then keeps every token for every "
+        f"expert and its padded permute cannot take C of T "
+        f"(moe_utils.apply_router_token_dropping, permute); padded, the factor is at most "
+        f"E/k = {experts}/{top_k} = {shown_number(Fraction(experts, top_k))}"
+    )
+
+
+def moe_capacity_rule(s: Any, framework: Any, b: int, cp: int, tp: int, sp: bool) -> None:
+    """The legality rule ``moe_capacity`` (``s``: :class:`model.legality.Setting`): the run's
+    capacity factor on the tokens a rank routes, ``T = s·b/cp`` (÷ tp with sequence
+    parallelism; :func:`capacity_violation`).
+
+    Raises
+    ------
+    LayoutError
+        The rule broken, one line naming ``moe_capacity_factor``, its value and the rule.
+    """
+    run = s.training.moe_run
+    arch = s.model.arch
+    if run.capacity_factor is None or arch is None or arch.moe is None:
+        return
+    tokens = max(1, math.ceil(Fraction(s.training.seq_len * b, cp * (tp if sp else 1))))
+    moe = arch.moe
+    problem = capacity_violation(
+        run, str(framework), tokens, moe.num_experts, moe.experts_per_token, arch.hidden_size
+    )
+    if problem:
+        raise LayoutError(problem)

@@ -25,11 +25,13 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from trainplan.model.busiest_experts import BUSIEST_SCOPE, busiest_expert_flops
 from trainplan.model.errors import InputError
 from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Recompute
 from trainplan.model.moe_dispatch import dispatch_time_share
+from trainplan.model.moe_run import DROPLESS
 from trainplan.model.packing import Documents
 from trainplan.model.pipeline import SPLIT_BACKWARD, Schedule, bubble_ratio
 from trainplan.model.precision import linear_speedup
@@ -216,13 +218,22 @@ def _mirror_core(
 def single_microbatch_seconds(c: Context, f: Fields, recompute: Recompute | None = None) -> Any:
     """Seconds of one micro-batch's forward and backward (and recomputation) on the slowest
     pipeline stage, on one GPU, under the single model: its peak-seconds
-    (:func:`model.timing.stage_peak_seconds`) ÷ (tp·cp) ÷ the dense peak; ``recompute``
-    overrides the layout's mode."""
+    (:func:`model.timing.stage_peak_seconds`) ÷ (tp·cp) ÷ the dense peak, a MoE layer's routed
+    experts at the busiest expert-parallel rank's rows (:func:`model.busiest_experts.
+    busiest_expert_flops`: imbalance and capacity padding, the roofline model's rule);
+    ``recompute`` overrides the layout's mode."""
     arch, t, o, d = c.arch, c.training, c.options, c.gpu
     mode = f.recompute if recompute is None else recompute
     causal = o.causal_attention_flops
     plan = layout_plan(Framework(f.framework), mode, t)  # framework: a control field
     terms = f.lookup(_flop_terms, (arch, t.seq_len, causal, mode, plan), "micro_batch_size")
+    if arch.moe is not None and t.moe_run != DROPLESS:  # the busiest ep rank's expert GEMMs
+        again = mode in (Recompute.FULL, Recompute.SQRT) or (
+            mode is Recompute.SELECTIVE and "moe" in plan[0]
+        )
+        busiest = (arch, t.seq_len, t.moe_run, again)
+        fwd, rec = f.lookup(busiest_expert_flops, busiest, *BUSIEST_SCOPE)
+        terms = (terms[0], terms[1] + fwd, terms[2], terms[3], terms[4] + rec)
     passes = core_passes(mode, plan_recomputes_core(arch, plan[0]))
     separate = o.attention_efficiency if t.flash_attention else None
     speedup = linear_speedup(t.precision, d)
