@@ -98,7 +98,7 @@ class MoESpec:
     ``--moe-router-group-topk`` of ``--moe-router-num-groups``); None when the router is not
     group-limited (``n_group`` 1 or absent). Routing only: it changes no cost counted (the
     expert all-to-all is timed node-limited under ``moe_node_limit``); the ep traffic note cites
-    it (:func:`interface.render.report_dict.bound_notes`)."""
+    it (:func:`interface.render.moe_text.bound_notes`)."""
 
     def __post_init__(self) -> None:
         positive(

@@ -26,7 +26,7 @@ from trainplan.model.cp_rules import check_cp_framework, check_cp_kind
 from trainplan.model.deepspeed_fp8 import check_deepspeed_fp8
 from trainplan.model.deepspeed_layers import check_deepspeed_layers, check_deepspeed_pipe_recompute
 from trainplan.model.errors import LayoutError
-from trainplan.model.expert_groups import check_expert_groups, expert_tp_of
+from trainplan.model.expert_groups import check_expert_groups
 from trainplan.model.flex_domains import FLEX_DOMAINS_SCOPE, flex_domains_rule
 from trainplan.model.fp8_gather_rules import fp8_param_gather_rule
 from trainplan.model.frameworks import (
@@ -58,7 +58,8 @@ from trainplan.model.recompute_counts import check_count_sizes, check_recompute_
 from trainplan.model.recompute_modules import check_setting_recompute_modules
 from trainplan.model.schedule_cost import check_split_layout
 from trainplan.model.schedule_support import split_recompute_rule
-from trainplan.model.specs import AttentionKind, TrainingSpec
+from trainplan.model.shape_rules import heads_rule, moe_sequence_parallel_rule, size_only_rule
+from trainplan.model.specs import TrainingSpec
 from trainplan.model.split import (
     check_chunks,
     check_framework_split,
@@ -241,44 +242,6 @@ def _tp_overlap(s: Setting, framework: Any, tp: int, sp: bool) -> None:
     check_layout_tp_overlap(s.tp_comm_overlap, framework, tp, sp)
 
 
-def _size_only(s: Setting, stage_layers: tuple[int, ...] | None, ep: int) -> None:
-    if s.model.arch is not None:
-        return
-    if stage_layers is not None:
-        raise LayoutError(
-            "stage_layers: a stage layout needs the model's layers (a catalogue model, a "
-            "config.json or `num_layers`), not a size only"
-        )
-    if ep > 1:
-        raise LayoutError(f"ep: {ep} needs a MoE model with dimensions, not a size only")
-
-
-def _divides(axis: str, degree: int, what: str, value: int) -> None:
-    if value % degree:
-        raise LayoutError(f"{axis}: {degree:,} does not divide {what} = {value:,}")
-
-
-def _heads(s: Setting, tp: int, ep: int, etp: int | None, framework: Any) -> None:
-    """tp divides the attention heads, the KV heads (MHA) and the FFN; the expert rules."""
-    arch = s.model.arch
-    if arch is None:
-        return
-    _divides("tp", tp, "num_attention_heads", arch.num_attention_heads)
-    if arch.attention is AttentionKind.MHA:
-        _divides("tp", tp, "num_kv_heads", arch.kv_heads)
-    _divides("tp", tp, "ffn_hidden_size", arch.ffn_hidden_size)
-    check_expert_parallel(ep, s.model)
-    if arch.moe is None:
-        if etp is not None:
-            raise LayoutError(
-                f"etp: {etp} needs a MoE model; {s.model.name} is dense (etp = tp, {tp})"
-            )
-        return
-    degree = expert_tp_of(tp, etp, framework, ep)
-    axis = "tp" if etp is None else "etp"
-    _divides(axis, degree, "expert_ffn_hidden_size", arch.moe.expert_ffn_hidden_size)
-
-
 def _split(s: Setting, pp: int, v: int, uneven: bool, sizes: Any, framework: Any) -> None:
     """pp·v chunks at most L (and dividing it when uneven stages are off), or explicit
     ``stage_layers`` summing to L that the framework runs (:mod:`model.split`)."""
@@ -374,8 +337,9 @@ RULES: tuple[Rule, ...] = (
     Rule("split_schedule", ("pp", "m", "schedule", "virtual_stages", "framework"), _split_schedule),
     Rule("sequence_parallel", ("sequence_parallel", "tp"), _sequence_parallel),
     Rule("tp_comm_overlap", ("framework", "tp", "sp"), _tp_overlap),
-    Rule("size_only", ("stage_layers", "ep"), _size_only),
-    Rule("heads", ("tp", "ep", "etp", "framework"), _heads),
+    Rule("size_only", ("stage_layers", "ep"), size_only_rule),
+    Rule("heads", ("tp", "ep", "etp", "framework"), heads_rule),
+    Rule("moe_sequence_parallel", ("framework", "tp", "sp"), moe_sequence_parallel_rule),
     Rule("split", ("pp", "virtual_stages", "uneven_stages", "stage_layers", "framework"), _split),
     Rule(
         "recompute_layers",

@@ -85,12 +85,32 @@ def rank_rows(
     sent = exact(tokens) * top_k
     busiest = _ceil_scaled(sent, run.imbalance)
     if run.imbalance > 1:  # at most every source's tokens on each local expert
-        local = experts if ep is None else ep * minimum(top_k, experts // ep)
-        busiest = minimum(busiest, exact(tokens) * local)
+        busiest = minimum(busiest, exact(tokens) * _rows_per_token_bound(experts, top_k, ep))
     if run.capacity_factor is not None:
         filled = experts * capacity_rows(sent, experts, run.capacity_factor)
         busiest = filled if run.pad_to_capacity else minimum(busiest, filled)
     return busiest if is_array(busiest) else Fraction(busiest)
+
+
+def imbalance_bound(experts: int, top_k: int, ep: int | None = None) -> Fraction:
+    """The largest ``moe_imbalance`` a rank can receive (busiest rank's rows over the mean
+    ``T·k``): ``ep·min(k, E/ep)/k``, i.e. ``min(ep, E/k)`` (``E/k`` when ``ep`` is not given),
+    dimensionless. Each of ``ep`` source ranks sends a token at most once to each of a rank's
+    ``E/ep`` experts and at most ``k`` times in all (a token's k experts are distinct:
+    Megatron-LM d98e8a64dd ``moe_utils.py`` ``topk_routing_with_score_function``,
+    ``torch.topk``). :func:`rank_rows` counts an imbalance above it at the bound, and the report
+    says so (:func:`interface.render.moe_text.routing_words`).
+
+    >>> imbalance_bound(8, 2, 8), imbalance_bound(8, 2, 2), imbalance_bound(256, 8)
+    (Fraction(4, 1), Fraction(2, 1), Fraction(32, 1))
+    """
+    return Fraction(_rows_per_token_bound(experts, top_k, ep), top_k)
+
+
+def _rows_per_token_bound(experts: int, top_k: int, ep: Any) -> Any:
+    """``ep·min(k, E/ep)`` rows per source token at most on one rank (``E`` without ``ep``);
+    element-wise for an array of ``ep`` (:func:`imbalance_bound`)."""
+    return experts if ep is None else ep * minimum(top_k, experts // ep)
 
 
 def _ceil_scaled(rows: Any, factor: Fraction) -> Any:

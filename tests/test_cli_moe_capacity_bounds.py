@@ -163,3 +163,30 @@ def test_an_imbalance_beyond_every_token_is_clipped(clipped):
     assert _figures(clipped[8, 5])[2] == 32768 * 4096 * 2 * 7 // 8 * 4 * 32 * 8 == 240_518_168_576
     assert _figures(clipped[2, 3]) == _figures(clipped[2, 2])
     assert _figures(clipped[2, 3])[2] == 16384 * 4096 * 2 // 2 * 4 * 32 * 8 == 68_719_476_736
+
+
+def test_the_report_says_an_imbalance_was_counted_at_the_bound(clipped):
+    # The ep traffic note names the typed figure and the one counted (model.moe_rows.
+    # imbalance_bound: min(ep, E/k) = min(8, 8/2) = 4 at ep 8; min(2, 4) = 2 at ep 2).
+    notes = {key: json.loads(clipped[key].stdout)["notes"] for key in ((8, 5), (8, 4), (2, 3))}
+    ep_note = {key: next(n for n in ns if n.startswith("ep traffic")) for key, ns in notes.items()}
+    assert "moe_imbalance=5, counted as 4: the most a rank receives at ep 8 with 8 experts, " \
+        "top-2" in ep_note[8, 5]  # fmt: skip
+    assert "counted as" not in ep_note[8, 4]
+    assert "moe_imbalance=3, counted as 2: the most a rank receives at ep 2" in ep_note[2, 3]
+
+
+def test_megatron_refuses_moe_at_tp_above_one_without_sequence_parallelism():
+    # Megatron-Core's MoELayer.forward raises in training when tp > 1 and sequence parallelism
+    # is off (moe_layer.py, d98e8a64dd); fsdp2 (torchtitan) runs it.
+    base = [
+        *("evaluate", "--model", "mixtral-8x7b", "--gpu", "H100-SXM", "--dp", "4", "--tp", "2"),
+        *("--pp", "2", "--ep", "4", "--etp", "1", "--recompute", "full"),
+        *("--no-sequence-parallel", "--global-batch", "64", "--seq-len", "8192"),
+    ]
+    done = run_many({"megatron": base, "fsdp2": [*base, "--framework", "fsdp2"]})
+    line = refusal(done["megatron"])
+    assert line.startswith(
+        "--sequence-parallel: off with tp 2 on a MoE model under --framework megatron"
+    )
+    assert done["fsdp2"].returncode == 0, done["fsdp2"].stderr

@@ -21,8 +21,10 @@ from trainplan.model.host_calls import (
     saved_originals,
 )
 from trainplan.model.moe_kernels import expert_cast_kernels, fc1_grad_kernels
-from trainplan.model.moe_run import MoERun
+from trainplan.model.moe_rows import imbalance_bound
+from trainplan.model.moe_run import Dispatcher, MoERun
 from trainplan.model.precision import Fp8Recipe, Precision, fp8_recipe_of
+from trainplan.model.step_passes import clip_scaling_note
 from trainplan.model.terms.step import uses_roofline
 from trainplan.model.torchtitan_experts import (
     GROUPED_MM_MEASURED_ON,
@@ -229,15 +231,70 @@ def fp8_quantise_clause(est: Estimate, forwards: tuple[int, ...]) -> str:
     )
 
 
-def routing_words(run: MoERun) -> str:
+def routing_words(run: MoERun, experts: int = 0, top_k: int = 1, ep: int = 1) -> str:
     """How the ep traffic row counts the routed rows, in words for its bound note: uniform
     routing, or under ``moe_imbalance`` the busiest rank's rows (:func:`model.moe_rows.rank_rows`,
-    which the row and the step time read).
+    which the row and the step time read), with the figure counted where it exceeds what a rank
+    can receive at this ``ep`` (:func:`model.moe_rows.imbalance_bound`; ``experts`` 0: not
+    checked).
 
     >>> from fractions import Fraction
     >>> routing_words(MoERun()), routing_words(MoERun(imbalance=Fraction(3, 2)))
     ('assumes uniform routing', "counts the busiest rank's rows (`moe_imbalance`=1.5)")
+    >>> routing_words(MoERun(imbalance=Fraction(5)), 8, 2, 8)
+    "counts the busiest rank's rows (`moe_imbalance`=5, counted as 4: the most a rank receives at ep 8 with 8 experts, top-2)"
     """
     if run.imbalance == 1:
         return "assumes uniform routing"
-    return f"counts the busiest rank's rows (`moe_imbalance`={shown_number(run.imbalance)})"
+    typed = f"`moe_imbalance`={shown_number(run.imbalance)}"
+    bound = imbalance_bound(experts, top_k, ep) if experts else run.imbalance
+    if run.imbalance > bound:
+        typed += (
+            f", counted as {shown_number(bound)}: the most a rank receives at ep {ep} with "
+            f"{experts} experts, top-{top_k}"
+        )
+    return f"counts the busiest rank's rows ({typed})"
+
+
+def estimate_routing_words(est: Estimate) -> str:
+    """:func:`routing_words` for an estimate's MoE run, experts, top-k and ep."""
+    moe = est.model.arch.moe if est.model.arch is not None else None
+    if moe is None:
+        return routing_words(est.training.moe_run)
+    return routing_words(
+        est.training.moe_run, moe.num_experts, moe.experts_per_token, est.layout.ep
+    )
+
+
+def bound_notes(est: Estimate) -> list[str]:
+    """Figures the model states as bounds rather than estimates, said where they are printed:
+    expert-parallel all-to-all traffic (model.comm_layers.ep_traffic) at uniform routing or the
+    busiest rank's rows (:func:`interface.render.moe_text.routing_words`), with every routed copy
+    sent on its own under the NCCL all-to-all dispatcher, an upper bound on a deduplicating
+    dispatcher, which sends a token once per destination (DeepEP; timed under
+    ``moe_dispatcher = deepep``, :mod:`model.moe_run`), and on node-limited routing, cited only
+    for a model whose router is group-limited (:attr:`model.arch_parts.MoESpec.group_limit`:
+    DeepSeek-V3's at most 4 nodes a token, DeepSeek-V3 Technical Report, arXiv 2412.19437,
+    §2.1.2 and §3.2.2); and the optimizer step under ``grad_clip_scaling`` ``above_limit``, a
+    lower bound on a step whose gradient norm exceeds the clip
+    (:func:`model.step_passes.clip_scaling_note`)."""
+    notes = []
+    nccl = est.training.moe_run.dispatcher is Dispatcher.ALLTOALL
+    if nccl and any(r.traffic.axis == "ep" and r.traffic.bytes_per_step > 0 for r in est.traffic):
+        moe = est.model.arch.moe if est.model.arch is not None else None
+        limit = moe.group_limit if moe is not None else None
+        less = (
+            "deduplication sends less (`moe_dispatcher`=deepep times it)"
+            if limit is None
+            else f"this model's node-limited routing with deduplication (DeepSeek-V3 §2.1.2, "
+            f"§3.2.2: at most {limit} nodes per token) sends less (`moe_dispatcher`=deepep "
+            f"`moe_node_limit`={limit} times it)"
+        )
+        notes.append(
+            f"ep traffic is an upper bound: the all-to-all {estimate_routing_words(est)} "
+            f"and sends every routed copy on its own; {less}"
+        )
+    clip = clip_scaling_note(
+        est.options.grad_clip_scaling, est.layout.framework, est.training.distributed_optimizer
+    )
+    return notes + ([clip] if clip else []) + host_calls_note(est)

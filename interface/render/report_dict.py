@@ -12,7 +12,7 @@ from typing import Any
 from trainplan.interface.flags import with_flags
 from trainplan.interface.launch_split import split_flags
 from trainplan.interface.render.assumptions import assumptions, elementwise, tp_block_inputs
-from trainplan.interface.render.moe_text import host_calls_note, moe_run_dict, routing_words
+from trainplan.interface.render.moe_text import bound_notes, moe_run_dict
 from trainplan.interface.render.step_terms import step_terms
 from trainplan.model.deepspeed_mechanisms import sp_comm_bytes
 from trainplan.model.estimate import Estimate
@@ -21,14 +21,12 @@ from trainplan.model.frameworks import Framework
 from trainplan.model.launch_order import launch_order_kept
 from trainplan.model.mechanisms import mechanism
 from trainplan.model.memory import keeps_gathered_inputs
-from trainplan.model.moe_run import Dispatcher
 from trainplan.model.op_rates import params_in_force
 from trainplan.model.op_time import tp_overlap_for, tp_overlap_run
 from trainplan.model.overlapped_chunks import overlapped_mechanism
 from trainplan.model.phases import construction_peak_bytes
 from trainplan.model.precision import Precision
 from trainplan.model.rank_split import chunk_layers_of, stage_layers_of
-from trainplan.model.step_passes import clip_scaling_note
 from trainplan.model.terms.peak import fit_bytes, reserved_over_capacity
 from trainplan.model.terms.step import uses_roofline
 from trainplan.model.units import as_json_number
@@ -125,40 +123,6 @@ def _utilisation(est: Estimate, flops: int | None) -> float | None:
     if flops is None or est.step_s is None:
         return None
     return utilisation(flops, est.step_s, est.layout.num_gpus, est.device.peak_flops_per_s)
-
-
-def bound_notes(est: Estimate) -> list[str]:
-    """Figures the model states as bounds rather than estimates, said where they are printed:
-    expert-parallel all-to-all traffic (model.comm_layers.ep_traffic) at uniform routing or the
-    busiest rank's rows (:func:`interface.render.moe_text.routing_words`), with every routed copy
-    sent on its own under the NCCL all-to-all dispatcher, an upper bound on a deduplicating
-    dispatcher, which sends a token once per destination (DeepEP; timed under
-    ``moe_dispatcher = deepep``, :mod:`model.moe_run`), and on node-limited routing, cited only
-    for a model whose router is group-limited (:attr:`model.arch_parts.MoESpec.group_limit`:
-    DeepSeek-V3's at most 4 nodes a token, DeepSeek-V3 Technical Report, arXiv 2412.19437,
-    §2.1.2 and §3.2.2); and the optimizer step under ``grad_clip_scaling`` ``above_limit``, a
-    lower bound on a step whose gradient norm exceeds the clip
-    (:func:`model.step_passes.clip_scaling_note`)."""
-    notes = []
-    nccl = est.training.moe_run.dispatcher is Dispatcher.ALLTOALL
-    if nccl and any(r.traffic.axis == "ep" and r.traffic.bytes_per_step > 0 for r in est.traffic):
-        moe = est.model.arch.moe if est.model.arch is not None else None
-        limit = moe.group_limit if moe is not None else None
-        less = (
-            "deduplication sends less (`moe_dispatcher`=deepep times it)"
-            if limit is None
-            else f"this model's node-limited routing with deduplication (DeepSeek-V3 §2.1.2, "
-            f"§3.2.2: at most {limit} nodes per token) sends less (`moe_dispatcher`=deepep "
-            f"`moe_node_limit`={limit} times it)"
-        )
-        notes.append(
-            f"ep traffic is an upper bound: the all-to-all {routing_words(est.training.moe_run)} "
-            f"and sends every routed copy on its own; {less}"
-        )
-    clip = clip_scaling_note(
-        est.options.grad_clip_scaling, est.layout.framework, est.training.distributed_optimizer
-    )
-    return notes + ([clip] if clip else []) + host_calls_note(est)
 
 
 def loss_beyond_recompute(acts: Any) -> Fraction:
