@@ -231,3 +231,21 @@ def test_the_largest_unit_of_each_layer_kind():
     assert units[1] == (0, 314_583_040, 314_572_800, 315_238_400, 188_743_680)
     assert fp8_unit_cut(2, *units[1]) == 188_743_680
     assert units[0][0] == 202_048 * 5_120 and fp8_unit_cut(2, *units[0]) == 0  # the embedding
+
+
+def test_the_runtime_unshard_copies_in_fp8_on_the_compute_stream():
+    """Interleaved 1F1B on PyTorch's multi-stage runtime, dp 4 × pp 2, v 2, ZeRO-2: each chunk's
+    one gather a step is the runtime's ``UNSHARD`` (``unshard(async_op=True)``), whose copy-in
+    ``get_all_gather_streams`` leaves on the compute stream. A converted weight's copy-in casts
+    the FP32 shard to FP8 (read 4, write 1) and copies it (1 + 1): 7 B a shard element instead
+    of BF16's 10 (4 + 2, 2 + 2), 3/4 B less an unsharded element at dp 4; its copy-out 2 B less.
+    The busiest stage (16 blocks and the BF16 output layer) holds 16 · 218,103,808 FP8-gathered
+    elements: (2 + 3/4) · 3,489,660,928 B less on the step's first micro-batch, at the H100's
+    triad 2.97 TB/s."""
+    lay = {**BASE, "num_gpus": 8, "dp": 4, "pp": 2, "global_batch_size": 32}
+    lay = {**lay, "schedule": "interleaved", "virtual_stages": 2, "zero_stage": 2}
+    on = Case.of("llama3-8b", "H100-SXM", **lay, fp8_param_gather=True).evaluate()
+    off = Case.of("llama3-8b", "H100-SXM", **lay, fp8_param_gather=False).evaluate()
+    saved = off.time_terms.grad_accumulation_s - on.time_terms.grad_accumulation_s
+    assert 16 * (LINEAR // 32) == 3_489_660_928
+    assert abs(saved - (2 + 3 / 4) * 3_489_660_928 / 2.97e12) < 1e-12
