@@ -235,7 +235,7 @@ def fp8_gather_units(key: SplitKey) -> tuple[tuple[Fraction, ...], ...]:
     arch = key.model.arch
     if arch is None:
         return ((Fraction(0),) * 5,) * key.pp
-    kinds = {}
+    kinds: dict[bool, tuple[Fraction, Fraction]] = {}
     for moe in (False, True):
         j = arch.kind_index(moe)
         if j is not None:
@@ -257,8 +257,8 @@ def fp8_gather_units(key: SplitKey) -> tuple[tuple[Fraction, ...], ...]:
         held = {arch.is_moe_layer(j) for j in layers}
         zero = (Fraction(0), Fraction(0))
         dense = kinds[False] if False in held else zero
-        moe = kinds[True] if True in held else zero
-        out.append((max(outside), *dense, *moe))
+        routed = kinds[True] if True in held else zero
+        out.append((max(outside), *dense, *routed))
     return tuple(out)
 
 
