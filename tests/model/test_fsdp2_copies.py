@@ -262,3 +262,30 @@ def test_runtime_regathers_switched_off_gives_the_old_figure(monkeypatch) -> Non
         zero_stage=2, virtual_stages=4,
     )  # fmt: skip
     assert got == pytest.approx(98 * STAGE_1_OF_2 / h100)
+
+
+def test_runtime_copy_in_of_a_moe_stage_by_hand(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Mixtral 8x7B on 8 H100s, dp 4 × pp 2, ep 2, interleaved v 2, ZeRO-2: each chunk's one
+    ``UNSHARD`` a step copies in 10 B a shard element on the compute stream (FP32 → BF16 cast
+    4 + 2, the copy into the output 2 + 2), the dense parameters sharded over dp 4, the routed
+    experts over torchtitan's efsdp = dp·tp/ep = 2. The busiest stage (the second, by the final
+    norm's 4,096): 16 layers of 41,943,040 attention + 8,192 norm + 32,768 router elements and the
+    output layer 32,000 · 4,096 + 4,096 = 802,820,096 dense; 16 · 4 experts · 3 · 4,096 · 14,336
+    = 11,274,289,152 experts on the GPU: 10 · (802,820,096/4 + 11,274,289,152/2) =
+    58,378,496,000 B at 2.97 TB/s, 19.66 ms, against the term with no copy-in."""
+    import trainplan.model.terms.dp_time as dp_time
+
+    lay = dict(model="mixtral-8x7b", device="H100-SXM", framework="fsdp2", num_gpus=8, dp=4, pp=2,
+               ep=2, global_batch_size=32, micro_batch_size=1, seq_len=4096,
+               schedule="interleaved", virtual_stages=2, zero_stage=2)  # fmt: skip
+    dense = 16 * (41_943_040 + 8_192 + 32_768) + 32_000 * 4_096 + 4_096
+    experts = 16 * 4 * 3 * 4_096 * 14_336
+    assert (dense, experts) == (802_820_096, 11_274_289_152)
+    moved = 10 * (dense // 4 + experts // 2)
+    assert moved == 58_378_496_000
+    h100 = 3.35e12 * stream_triad_fraction("H100-SXM")  # type: ignore[operator]
+    on = Case.of(**lay).evaluate().time_terms  # type: ignore[arg-type]
+    monkeypatch.setattr(dp_time, "runtime_unshards", lambda *args: 0)
+    off = Case.of(**lay).evaluate().time_terms  # type: ignore[arg-type]
+    assert on is not None and off is not None
+    assert on.grad_accumulation_s - off.grad_accumulation_s == pytest.approx(moved / h100)
