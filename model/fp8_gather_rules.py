@@ -9,16 +9,26 @@ from typing import Any
 from trainplan.model.errors import LayoutError
 from trainplan.model.precision import Fp8Recipe, fp8_recipe_of
 
-__all__ = ["check_fp8_param_gather", "fp8_param_gather_rule"]
+__all__ = ["DP_SHARD_SOURCE", "check_fp8_param_gather", "fp8_param_gather_rule"]
+
+DP_SHARD_SOURCE = (
+    "torchtitan 1ea5d511f (6348d93d1^) torchtitan/components/quantization/float8.py "
+    "Float8LinearConverter.__init__ (enable_fsdp_float8_all_gather = "
+    "parallel_dims.dp_shard_enabled and ...); torchtitan/distributed/parallel_dims.py "
+    "dp_shard_enabled (dp_shard > 1), fsdp_enabled (dp_shard_enabled or cp_enabled), the "
+    '"fsdp" mesh of dp_shard * cp ranks; torchtitan/models/llama3/parallelize.py and '
+    'llama4/parallelize.py apply_fsdp (fully_shard on get_mesh(["fsdp"]))'
+)
+"""Where torchtitan shards with FSDP2 and where it turns torchao's FP8 all-gather on."""
 
 
 def check_fp8_param_gather(
     framework: str,
     fp8_param_gather: bool,
     recipe: Fp8Recipe | str | None = None,
-    moe: bool = False,
     flat_parameters: bool = False,
     dp: int | None = None,
+    cp: int = 1,
 ) -> None:
     """Refuse an FP8 weight all-gather (:attr:`model.specs.TrainingSpec.fp8_param_gather`) the
     profile does not run. ``megatron``: FP8 primary weights (Megatron-Core
@@ -26,17 +36,28 @@ def check_fp8_param_gather(
     fp8_param_gathers`) under ``tensorwise`` only (torchao ``Float8LinearConfig.__post_init__``:
     "enable_fsdp_float8_all_gather only supports tensorwise scaling granularity"; torchtitan
     6348d93d1^ ``Float8LinearConverter.__init__`` asserts it with a ``recipe_name``), at dp > 1
-    (torchtitan turns it on only with ``parallel_dims.dp_shard_enabled``: at dp 1 it would
-    silently gather nothing), not with ``flat_parameters`` (FSDP1 has no ``fsdp_pre_all_gather``
-    hook) and, in this plan, for dense models only (``moe``: the experts would gather in BF16
-    beside the FP8 linears, a split the memory does not make). DeepSpeed and the textbook keep
-    BF16 working weights.
+    and not with ``flat_parameters`` (FSDP1 has no ``fsdp_pre_all_gather`` hook). DeepSpeed and
+    the textbook keep BF16 working weights.
+
+    dp 1 (:data:`DP_SHARD_SOURCE`): torchtitan shards the parameters over its ``fsdp`` mesh,
+    dp_shard × cp ranks (FSDP on whenever ``dp_shard > 1 or cp > 1``), but passes
+    ``enable_fsdp_float8_all_gather`` to torchao only where ``dp_shard > 1``: at dp 1 with
+    cp > 1 FSDP still gathers every weight over the cp ranks, in BF16, and the key would be
+    silently dropped; at dp 1, cp 1 nothing is gathered.
+
+    MoE models are accepted: torchtitan's ``Float8LinearConverter`` swaps the ``nn.Linear``
+    modules (attention, dense FFN, shared experts; its DeepSeek-V3 float8 config filters
+    ``lm_head`` and ``router.gate``), whose weights gather in FP8, while the routed experts
+    (``GroupedExperts``, plain parameters in the same ``fully_shard`` unit) gather in BF16
+    (:func:`model.fp8_gathers.fp8_gathered_experts`; the bytes split by
+    :func:`model.terms.traffic.fp8_gathered_params` and :func:`model.terms.stage_params.
+    fp8_gather_units`).
 
     Raises
     ------
     LayoutError
-        ``fp8_param_gather`` with another profile; under ``fsdp2`` with another recipe, a MoE
-        model, ``flat_parameters`` or dp 1.
+        ``fp8_param_gather`` with another profile; under ``fsdp2`` with another recipe,
+        ``flat_parameters`` or dp 1 (``cp`` only names the cp ranks FSDP shards over there).
 
     >>> check_fp8_param_gather("megatron", True), check_fp8_param_gather("fsdp2", True, "tensorwise")
     (None, None)
@@ -55,28 +76,27 @@ def check_fp8_param_gather(
             f"fp8_recipe tensorwise only, not {used}"
         )
     elif dp is not None and dp <= 1:
+        beside = (
+            f" (FSDP shards over the {cp} cp ranks there and gathers BF16 weights)"
+            if cp > 1
+            else ""
+        )
         problem = (
-            f"torchtitan gathers FP8 weights only where FSDP shards over dp (dp_shard_enabled), "
-            f"not at dp {dp}"
+            f"torchtitan turns torchao's FP8 all-gather on only at dp_shard > 1 "
+            f"(parallel_dims.dp_shard_enabled), not at dp {dp}{beside}"
         )
     elif flat_parameters:
         problem = (
             "torchao's FP8 all-gather is an FSDP2 (fully_shard) hook; flat_parameters (FSDP1) "
             "gathers BF16 weights"
         )
-    elif moe:
-        problem = (
-            "under fsdp2 only dense models are modelled (torchao gathers the Float8Linear "
-            "weights in FP8 and a MoE layer's experts in BF16)"
-        )
     else:
         return
     raise LayoutError(f"fp8_param_gather: {problem}")
 
 
-def fp8_param_gather_rule(s: Any, framework: Any, dp: int) -> None:
+def fp8_param_gather_rule(s: Any, framework: Any, dp: int, cp: int) -> None:
     """:func:`check_fp8_param_gather` of a :class:`model.legality.Setting` ``s`` (its training
-    spec and architecture) at ``framework`` and ``dp``: the legality rule."""
-    t, arch = s.training, s.model.arch
-    moe = arch is not None and arch.moe is not None
-    check_fp8_param_gather(framework, t.fp8_param_gather, t.fp8_recipe, moe, t.flat_parameters, dp)
+    spec) at ``framework``, ``dp`` and ``cp``: the legality rule."""
+    t = s.training
+    check_fp8_param_gather(framework, t.fp8_param_gather, t.fp8_recipe, t.flat_parameters, dp, cp)

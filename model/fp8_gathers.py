@@ -24,8 +24,13 @@ scaling other than tensorwise (``config.py`` ``Float8LinearConfig.__post_init__`
 "enable_fsdp_float8_all_gather only supports tensorwise scaling granularity"), torchtitan with a
 ``recipe_name`` (its assert: "not supported"), so rowwise and the other recipes gather at the
 weight bytes (:func:`model.fp8_gather_rules.check_fp8_param_gather` refuses the key there).
-torchtitan turns it on only where FSDP shards over dp (``parallel_dims.dp_shard_enabled``); the
-plan refuses the key at dp 1."""
+torchtitan shards over dp_shard × cp ranks but turns it on only where dp_shard > 1
+(``parallel_dims.dp_shard_enabled``, :data:`model.fp8_gather_rules.DP_SHARD_SOURCE`); the plan
+refuses the key at dp 1, cp > 1 included. A MoE block is one ``fully_shard`` unit whose
+``Float8Linear`` weights (attention, shared experts) gather in FP8 and whose routed experts and
+router in BF16: the dense data-parallel group's bytes narrow, the expert group's do not
+(:func:`model.terms.traffic.fp8_gathered_params`), nor the experts' share of a gathered unit
+(:func:`model.terms.stage_params.fp8_gather_units`)."""
 
 from __future__ import annotations
 

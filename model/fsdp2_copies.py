@@ -18,10 +18,27 @@ torchtitan sets it). Read from the code, pytorch/pytorch
 * **All-gather copy-out** — every all-gather. ``FSDPParamGroup.wait_for_unshard`` (called by
   ``pre_forward`` and ``pre_backward`` on the current stream, the computation's) runs
   ``foreach_all_gather_copy_out``: ``torch.ops.fsdp.split_with_sizes_copy`` copies the flat
-  all-gather output into each parameter's own unsharded tensor, ``2·w`` (read w, write w). The
-  copy-in before the collective (``_get_param_all_gather_inputs``' ``torch._foreach_copy_`` and
-  ``all_gather_copy_in``) runs on ``all_gather_copy_in_stream`` over the shard only (÷ D): not
-  counted.
+  all-gather output into each parameter's own unsharded tensor, ``2·w`` (read w, write w).
+* **All-gather copy-in** — every all-gather (pytorch/pytorch 8fc2039d ``_fsdp_collectives.py``
+  ``foreach_all_gather``): ``_get_param_all_gather_inputs`` casts the FP32 shards to
+  ``param_dtype`` into one new flat buffer (``torch.empty`` of the shard's elements, then
+  ``torch._foreach_copy_``: read 4, write ``w``) and ``all_gather_copy_in`` copies it into the
+  rank's slot of the all-gather output (``_foreach_copy_``: read ``w``, write ``w``):
+  ``4 + 3·w`` B a *shard* element (:func:`copy_in_bytes`; 10 with BF16 parameters, ``2·w``
+  without a cast), ``(4 + 3·w)/D`` an unsharded one. On which stream depends on who asks
+  (002a76fb ``_fsdp_param_group.py`` ``FSDPCommContext.get_all_gather_streams``): FSDP's own
+  hooks (``async_op`` False, ``FORWARD`` or ``PRE_BACKWARD``) run it on
+  ``all_gather_copy_in_stream``, beside the previous unit's all-gather (which moves ``2·(D −
+  1)/D`` B an element over a link several times slower than HBM): not counted; an explicit
+  ``unshard(async_op=True)`` — PyTorch's multi-stage pipeline runtime's ``UNSHARD``
+  (:func:`model.fsdp2_pipeline.runtime_unshards`) — runs it on the current stream, the
+  computation's: counted, charged with the step's once-a-step gathers to its first
+  micro-batch (:func:`model.terms.dp_time.grad_accumulation_term`). The flat buffer, ``w`` B a
+  shard element, lives in the copy-in stream's pool beside the two all-gather outputs
+  (:func:`model.terms.peak.stream_pool_term`) from its allocation, before the output's, to the
+  end of ``foreach_all_gather``; that pool's figure counts the outputs only (the buffer is
+  ``1/D`` of one, and whether it adds a segment depends on how the caching allocator splits
+  the outputs' freed blocks).
 * **Reduce-scatter copy-in** — every reduce-scatter. ``FSDPParamGroup.post_backward`` calls
   ``foreach_reduce`` on the current stream, whose ``foreach_reduce_scatter_copy_in``
   (``torch._chunk_cat`` into the ``reduce_dtype`` reduce-scatter input, the widening cast done
@@ -64,9 +81,11 @@ casts the local FP32 shard to FP8 (``hp_tensor_to_float8_dynamic`` with ``reduce
 amax all-reduce every gather, or ``hp_tensor_and_scale_to_float8`` with the scale that
 ``precompute_float8_dynamic_scale_for_fsdp`` computes once a step after the optimizer step:
 ``torch._foreach_norm(ord=inf)`` of the local shards and one all-reduce) and returns the
-``uint8`` data. FSDP2 calls it in ``_get_param_all_gather_inputs`` inside ``foreach_all_gather``
-under ``all_gather_copy_in_stream``, over the shard only (÷ D): not the compute stream's; the
-precompute reads each shard once a step (4 B ÷ D): not counted. ``foreach_all_gather`` views
+``uint8`` data. FSDP2 calls it in ``_get_param_all_gather_inputs``, part of the copy-in above
+(on ``all_gather_copy_in_stream`` from FSDP's hooks, on the compute stream from the pipeline
+runtime's ``UNSHARD``), over the shard only (÷ D): the copy-in writes 1 B where it wrote
+``w`` (:func:`copy_in_bytes` of 1); the precompute reads each shard once a step (4 B ÷ D),
+charged with the optimizer step. ``foreach_all_gather`` views
 every input as ``uint8`` when one is, and the copy-out splits the ``uint8`` output into each
 parameter's all-gather output: 2 B an FP8 element (read 1, write 1), ``2·w`` the others';
 ``fsdp_post_all_gather`` wraps that output as the ``Float8TrainingTensor`` (no copy). So the
@@ -128,6 +147,9 @@ __all__ = [
     "fsdp2_copy_bytes",
     "fp8_copy_saving",
     "regather_copy_bytes",
+    "copy_in_bytes",
+    "COPY_IN_SOURCE",
+    "SHARD_BYTES",
 ]
 
 FSDP2_COPIES_SOURCE = (
@@ -145,6 +167,37 @@ FSDP1_COPIES_SOURCE = (
     "their gradients on the compute stream); _runtime_utils.py _post_backward_hook (the cast to "
     "reduce_dtype and the reduce-scatter on the post-backward stream)"
 )
+
+
+COPY_IN_SOURCE = (
+    "pytorch/pytorch 8fc2039d torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py "
+    "foreach_all_gather / _get_param_all_gather_inputs (use_foreach_copy: the cast into "
+    "flat_foreach_copy_input) / all_gather_copy_in_cuda (_foreach_copy_ into the output's slot); "
+    "002a76fb _fsdp_param_group.py FSDPCommContext.get_all_gather_streams, FSDPParamGroup.unshard"
+)
+
+SHARD_BYTES = 4
+"""Bytes per element of FSDP2's sharded parameters as torchtitan keeps them: FP32, the working
+dtype (``MixedPrecisionPolicy.param_dtype``, BF16 by default) reached by the all-gather's
+copy-in cast (torchtitan ``apply_fsdp``: ``MixedPrecisionPolicy(param_dtype=...,
+reduce_dtype=...)`` over FP32 model parameters)."""
+
+
+def copy_in_bytes(w: int, shard_bytes: int = SHARD_BYTES) -> int:
+    """HBM bytes per *shard* element of FSDP2's all-gather copy-in (the module docstring): the
+    cast of the ``shard_bytes`` sharded parameter into a flat ``w``-byte buffer (read
+    ``shard_bytes``, write ``w``) and its copy into the all-gather output (read ``w``, write
+    ``w``), ``shard_bytes + 3·w``; ``2·w`` where no cast is needed (``w == shard_bytes``:
+    ``FSDPParam.init_dtype_attrs`` drops a ``param_dtype`` equal to the parameter's, and the
+    shard is handed to the copy as it is). ``w`` = 1 for a torchao FP8 weight, whose
+    ``fsdp_pre_all_gather`` writes the FP8 shard (counted as one fused read-4-write-1 pass; its
+    eager ``tensor * scale`` and saturating clamp write FP32 intermediates not counted) that the
+    copy then moves. Source: :data:`COPY_IN_SOURCE`.
+
+    >>> copy_in_bytes(2), copy_in_bytes(4), copy_in_bytes(1)
+    (10, 8, 7)
+    """
+    return 2 * w if w == shard_bytes else shard_bytes + 3 * w
 
 
 def regather_copy_bytes(w: int, gathers: Any) -> Any:

@@ -121,6 +121,7 @@ __all__ = [
     "chunk_gathers",
     "held_chunks",
     "runtime_regathers",
+    "runtime_unshards",
     "upfront_gather",
     "regather_name",
     "runtime_mechanism",
@@ -320,6 +321,42 @@ def runtime_regathers(mech: Mechanism, schedule: Any, pp: Any, v: Any, m: Any) -
         return Fraction(chunk_gathers(int(pp), v, m, again) - v * (counted[0] + m * counted[1]), v)
 
     return elementwise(extra, v, m)
+
+
+def runtime_unshards(mech: Mechanism, schedule: Any, pp: Any, v: Any, m: Any) -> Any:
+    """All-gathers of a stage's whole weights a step that PyTorch's multi-stage runtime issues
+    itself (its ``UNSHARD`` actions, :data:`RUNTIME_SCHEDULES`), of the mechanism's count and
+    :func:`runtime_regathers`' together: each chunk's entry into the runtime's window, when it
+    finds it freed — once a step at v ≤ 3 (the window holds every chunk from the start), else
+    ``chunk_gathers(pp, v, m, False)/v``; the same under both ZeRO stages, the window's
+    entries being the schedule's, a ZeRO-2 chunk freed only by the ``RESHARD`` at its exit
+    (every ZeRO-2 gather is one of these) and a ZeRO-3 one too (the forward's own frees are
+    gathered again by FSDP's hooks, not here). 0 for a mechanism not run by
+    torch.distributed.pipelining and for the single-stage schedules.
+
+    The runtime calls ``unshard(async_op=True)`` outside FSDP's forward and backward hooks
+    (PyTorch 2.13.0 ``schedules.py`` ``_PipelineScheduleRuntime._step_microbatches``), and
+    ``FSDPCommContext.get_all_gather_streams`` (``_fsdp_param_group.py``) returns the side
+    streams only for a gather that is not ``async_op`` in the ``FORWARD`` or ``PRE_BACKWARD``
+    state: these gathers' copy-in runs on the current stream, the computation's
+    (:func:`model.fsdp2_copies.copy_in_bytes`). A Fraction for one layout, element-wise in
+    ``v`` and ``m`` over arrays.
+
+    >>> from trainplan.model.mechanisms import mechanism
+    >>> z2, z3 = (mechanism("fsdp2", z, pipelined=True) for z in (2, 3))
+    >>> runtime_unshards(z2, "interleaved", 2, 4, 4), runtime_unshards(z3, "interleaved", 2, 4, 4)
+    (Fraction(11, 4), Fraction(11, 4))
+    >>> runtime_unshards(z3, "zb-v", 4, 2, 8), runtime_unshards(z3, "1f1b", 4, 1, 8)
+    (1, 0)
+    """
+    if not mech.torch_pipelining or str(schedule) not in RUNTIME_SCHEDULES:
+        return 0
+
+    def entries(v: Any, m: Any) -> Any:
+        v, m = int(v), int(m)
+        return 1 if v <= MAX_ACTIVE_STAGES else Fraction(chunk_gathers(int(pp), v, m, False), v)
+
+    return elementwise(entries, v, m)
 
 
 def upfront_gather(mech: Mechanism, schedule: Any, pp: Any, v: Any, m: Any) -> tuple[Any, Any]:

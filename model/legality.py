@@ -324,7 +324,7 @@ RULES: tuple[Rule, ...] = (
     Rule("activation_offload", ("framework", "recompute", "recompute_layers"), _activation_offload),
     Rule("layer_offload", ("framework", "pp", "recompute", "recompute_layers"), _layer_offload),
     Rule("recompute_modules", ("framework", "recompute"), _recompute_modules),
-    Rule("fp8_param_gather", ("framework", "dp"), fp8_param_gather_rule),
+    Rule("fp8_param_gather", ("framework", "dp", "cp"), fp8_param_gather_rule),
     Rule(
         "distributed_optimizer",
         ("framework", "zero_stage", "optimizer", "ep"),

@@ -426,10 +426,11 @@ def _fp8_param_terms(
     only the unsharded weights narrow — ``fsdp_post_all_gather`` wraps the gathered ``uint8``
     bytes as the parameter's ``Float8TrainingTensor``: the whole weights a ZeRO-2 or pipelined
     step holds (of them, the ``held`` share of ``dense_params`` PyTorch's multi-stage runtime
-    keeps whole, :func:`state_terms`; dense models), else the gathered units, each ``fp8_cut``
-    bytes narrower (:func:`fp8_unit_cut`; None: the largest layer's linear elements a byte less,
-    the largest unit taken to be a layer) — and only where FSDP shards (``shard`` > 1;
-    torchtitan turns the FP8 gather on only with ``dp_shard_enabled``)."""
+    keeps whole, :func:`state_terms`; ``linear`` the dense linears, routed experts gather BF16),
+    else the gathered units, each ``fp8_cut`` bytes narrower (:func:`fp8_unit_cut`; None: the
+    largest layer's linear elements a byte less, the largest unit taken to be a layer) — and
+    only where FSDP shards (``shard`` > 1; torchtitan turns the FP8 gather on only with
+    ``dp_shard_enabled``, dp > 1)."""
     narrower = mech.weight_bytes - FP8_PARAM_BYTES
     if mech.framework is Framework.FSDP2:
         if held is not None:  # only the whole weights the runtime's window holds
@@ -449,23 +450,32 @@ def _fp8_param_terms(
     return w, gathered - where(shard > 1, held * narrower * beside, 0 * beside)
 
 
-def fp8_unit_cut(w: int, outside: Any, layer: Any, layer_linear: Any) -> Any:
+def fp8_unit_cut(
+    w: int, outside: Any, layer: Any, layer_linear: Any, moe_layer: Any = 0, moe_linear: Any = 0
+) -> Any:
     """Bytes the largest FSDP2 all-gather output shrinks by under torchao's FP8 all-gather
-    (:func:`model.fp8_gathers.fp8_param_gathers`), which narrows the layers' linear weights only
-    (the embedding and the filtered output layer gather at ``w``): ``w·max(outside, layer)`` less
-    ``max(w·outside, w·layer − (w − 1)·layer_linear)``, ``outside`` the largest unit outside the
-    layers, ``layer`` the largest layer, ``layer_linear`` its linear elements, on one GPU
+    (:func:`model.fp8_gathers.fp8_param_gathers`), which narrows the layers' ``Float8Linear``
+    weights only (the embedding and the filtered output layer gather at ``w``, a MoE layer's
+    router and routed experts too): ``w·max(outside, layer, moe_layer)`` less
+    ``max(w·outside, w·layer − (w − 1)·layer_linear, w·moe_layer − (w − 1)·moe_linear)``,
+    ``outside`` the largest unit outside the layers, ``layer`` a dense layer and
+    ``layer_linear`` its FP8-gathered elements, ``moe_layer`` and ``moe_linear`` the same of a
+    MoE layer (0 where the stage holds no layer of the kind), on one GPU
     (:func:`model.terms.stage_params.fp8_gather_units`). Element-wise for arrays.
 
-    Llama 3 8B at tp 1: the embedding (525,336,576 elements) outweighs a layer
-    (218,112,000) either way: nothing; a layer of 218,112,000 with 218,103,808 linear elements
-    alone: 218,103,808 B.
+    Llama 3 8B at tp 1: the embedding (525,336,576 elements) outweighs a layer (218,112,000)
+    either way: nothing; a layer of 218,112,000 with 218,103,808 linear elements alone:
+    218,103,808 B. A MoE layer of 1,000 elements (100 FP8) beside a dense one of 900 (800): 2,000
+    B before, max(1,800 − 800, 2,000 − 100) = 1,900 after.
 
     >>> fp8_unit_cut(2, 525_336_576, 218_112_000, 218_103_808), fp8_unit_cut(2, 0, 218_112_000, 218_103_808)
     (0, 218103808)
+    >>> fp8_unit_cut(2, 0, 900, 800, 1_000, 100)
+    100
     """
-    before = w * maximum(outside, layer)
-    return before - maximum(w * outside, w * layer - (w - FP8_PARAM_BYTES) * layer_linear)
+    before, less = w * maximum(maximum(outside, layer), moe_layer), w - FP8_PARAM_BYTES
+    dense = maximum(w * outside, w * layer - less * layer_linear)
+    return before - maximum(dense, w * moe_layer - less * moe_linear)
 
 
 def optimizer_elements(

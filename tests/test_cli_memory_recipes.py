@@ -61,11 +61,11 @@ def test_recompute_modules_and_fp8_param_gather_from_the_cli():
 
 
 def test_fsdp2_fp8_gather_refusals_from_the_cli():
-    """What torchtitan and torchao refuse for the FP8 all-gather, and what the plan does not
-    model, each one line with exit code 2: a recipe other than tensorwise (torchao's
-    ``Float8LinearConfig`` asserts "enable_fsdp_float8_all_gather only supports tensorwise
-    scaling granularity"), a MoE model (its experts gather in BF16 beside the FP8 linears), FSDP1
-    (``flat_parameters``: torchao's hook is FSDP2's)."""
+    """What torchtitan and torchao refuse for the FP8 all-gather, each one line with exit code 2:
+    a recipe other than tensorwise (torchao's ``Float8LinearConfig`` asserts
+    "enable_fsdp_float8_all_gather only supports tensorwise scaling granularity"), FSDP1
+    (``flat_parameters``: torchao's hook is FSDP2's). A MoE model runs (its routed experts
+    gather in BF16 beside the FP8 linears: tests/test_cli_fsdp2_fp8_gather.py)."""
     fsdp2 = ("evaluate", "--gpus", "8", "--dp", "8", "--framework", "fsdp2", "--precision", "fp8")
     done = run_many(
         {
@@ -78,6 +78,6 @@ def test_fsdp2_fp8_gather_refusals_from_the_cli():
     )  # fmt: skip
     line = refusal(done["mxfp8"])
     assert line.startswith("--set fp8_param_gather:") and "tensorwise only, not mxfp8" in line
-    assert "dense models" in refusal(done["moe"])
+    assert done["moe"].returncode == 0, done["moe"].stderr[-2000:]
     line = refusal(done["fsdp1"])
     assert "fp8_param_gather" in line and "flat_parameters" in line, line

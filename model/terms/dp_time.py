@@ -35,10 +35,11 @@ from trainplan.model.deepspeed_fetches import deepspeed_gather_calls
 from trainplan.model.dp_exposure import DpSeconds, dp_exposed_seconds, dp_seconds
 from trainplan.model.fp8_gathers import fp8_param_gathers
 from trainplan.model.frameworks import Framework
-from trainplan.model.fsdp2_copies import fp8_copy_saving, regather_copy_bytes
+from trainplan.model.fsdp2_copies import copy_in_bytes, fp8_copy_saving, regather_copy_bytes
 from trainplan.model.fsdp2_pipeline import (
     regather_forward_share,
     runtime_regathers,
+    runtime_unshards,
     upfront_gather,
 )
 from trainplan.model.memory import FP8_PARAM_BYTES
@@ -55,7 +56,7 @@ from trainplan.model.terms.traffic import (
     most_layers,
     unfetched_params,
 )
-from trainplan.model.xp import as_float, minimum, where
+from trainplan.model.xp import as_float, is_array, minimum, where
 
 __all__ = [
     "dp_group_seconds",
@@ -226,7 +227,9 @@ def grad_accumulation_term(c: Context, f: Fields) -> Any:
     each unit's weights out and its gradients in. Under PyTorch's multi-stage runtime the chunks
     it gathers again (:func:`model.fsdp2_pipeline.runtime_regathers`) copy out as every gather
     does (:func:`model.fsdp2_copies.regather_copy_bytes`), charged to the step's first
-    micro-batch with the mechanism's once-a-step gather. Under torchao's FP8 all-gather
+    micro-batch with the mechanism's once-a-step gather; the runtime's own gathers (its
+    ``UNSHARD``, :func:`model.fsdp2_pipeline.runtime_unshards`) run their copy-in there too
+    (:func:`_runtime_copy_in_seconds`). Under torchao's FP8 all-gather
     (:func:`model.fp8_gathers.fp8_param_gathers`) every gather of a converted weight copies out
     1 B an element, not ``w`` (:func:`model.fsdp2_copies.fp8_copy_saving` of the FP8-gathered
     elements, :func:`model.terms.traffic.fp8_gathered_params`, taken off)."""
@@ -245,9 +248,9 @@ def grad_accumulation_term(c: Context, f: Fields) -> Any:
         first, mech.accumulate_bytes, as_float(dense + experts), backwards, hbm, params_of(c),
     )  # fmt: skip
     t = c.training
-    if mech.framework is not Framework.FSDP2 or not fp8_param_gathers(
-        f.framework, t.precision, t.fp8_recipe, t.fp8_param_gather
-    ):
+    fp8_on = fp8_param_gathers(f.framework, t.precision, t.fp8_recipe, t.fp8_param_gather)
+    seconds = seconds + _runtime_copy_in_seconds(c, f, mech, dense, experts, fp8_on)
+    if mech.framework is not Framework.FSDP2 or not fp8_on:
         return seconds
     fp8_dense, fp8_experts = fp8_gathered_params(c, f)
     # torchao's FP8 all-gather: each gather of a converted weight copies out 1 B, not w
@@ -261,3 +264,34 @@ def grad_accumulation_term(c: Context, f: Fields) -> Any:
         first_saved, later_saved, as_float(fp8), backwards, hbm, params_of(c)
     )
     return seconds - saved
+
+
+def _runtime_copy_in_seconds(
+    c: Context, f: Fields, mech: Any, dense: Any, experts: Any, fp8_on: bool
+) -> Any:
+    """Seconds on the compute stream of the all-gather copy-ins that PyTorch's multi-stage
+    pipeline runtime's ``UNSHARD`` runs there (:func:`model.fsdp2_pipeline.runtime_unshards` a
+    step, charged to the step's first micro-batch; :func:`model.fsdp2_copies.copy_in_bytes` a
+    shard element: 10 B with BF16 parameters, 7 B a torchao FP8 weight's), over the shards of
+    the stage's ``dense`` and ``experts`` elements on one GPU (÷ the dp·cp and the expert
+    shard degrees; a group of one rank gathers nothing, ``FSDPParamGroup.unshard`` returning at
+    ``world_size == 1``); ``fp8_on``: the FP8-gathered elements (:func:`model.terms.traffic.
+    fp8_gathered_params`) at :func:`copy_in_bytes` of 1. 0 under any other mechanism or
+    schedule. Element-wise."""
+    unshards = runtime_unshards(mech, f.schedule, f.pp, f.virtual_stages, f.m)
+    if not is_array(unshards) and not unshards:
+        return 0.0
+    d, d_e = f.shard_degree, f.expert_shard_degree
+    w = mech.weight_bytes
+    shard = where(d > 1, as_float(dense) / d, 0.0) + where(d_e > 1, as_float(experts) / d_e, 0.0)
+    moved = as_float(copy_in_bytes(w) * unshards) * shard
+    if fp8_on:
+        fp8_dense, fp8_experts = fp8_gathered_params(c, f)
+        fp8 = where(d > 1, as_float(fp8_dense) / d, 0.0) + where(
+            d_e > 1, as_float(fp8_experts) / d_e, 0.0
+        )
+        narrower = copy_in_bytes(w) - copy_in_bytes(FP8_PARAM_BYTES)
+        moved = moved - as_float(narrower * unshards) * fp8
+    hbm = c.gpu.hbm_bytes_per_s
+    assert hbm is not None  # the roofline model runs only with it
+    return accumulate_seconds(moved, 0.0, 1.0, f.m + f.pp - 1, hbm, params_of(c))

@@ -52,6 +52,7 @@ __all__ = [
     "non_unit_params",
     "fp8_gather_units",
     "fp8_gather_units_per_gpu",
+    "linear_split_per_gpu",
     "non_units_per_gpu",
     "layer_counts",
     "layer_count_per_gpu",
@@ -206,31 +207,62 @@ def gather_units(key: SplitKey) -> tuple[tuple[Fraction, Fraction], ...]:
     return tuple(out)
 
 
-def fp8_gather_units(key: SplitKey) -> tuple[tuple[Fraction, Fraction, Fraction], ...]:
+def fp8_gather_units(key: SplitKey) -> tuple[tuple[Fraction, ...], ...]:
     """Per stage, (the largest unit outside the layers — the input embedding on the first stage,
-    the output layer on :func:`model.split.output_rank`, 0 elsewhere —, the largest layer's
-    parameters, that layer's linear weight elements) on one GPU: what the largest gathered unit
-    is under an FP8 all-gather that narrows the layers' linear weights only
-    (:func:`model.memory.fp8_unit_cut`). Zeros for a size-only model."""
+    the output layer on :func:`model.split.output_rank`, 0 elsewhere —, then for each layer kind
+    the stage holds, dense then MoE, that layer's parameters and its FP8-gathered elements; 0, 0
+    for a kind it does not hold) on one GPU: the gathered units under torchao's FP8 all-gather,
+    which narrows each block's ``Float8Linear`` weights only (:func:`model.memory.fp8_unit_cut`).
+    The FP8-gathered elements are :attr:`model.params.LayerParams.linear` (QKV or MLA
+    projections, output projection, dense FFN or shared experts), not the router nor the routed
+    experts: torchtitan's ``Float8LinearConverter`` swaps ``nn.Linear`` modules only (its
+    DeepSeek-V3 float8 config filters ``router.gate``) and a MoE block's ``GroupedExperts``
+    parameters, in the same ``fully_shard`` unit (``apply_fsdp``'s ``shard_placement_fn``),
+    gather in BF16 (:func:`model.fp8_gathers.fp8_gathered_experts`). The largest unit depends on
+    the weight bytes (a MoE layer can outweigh a dense one in BF16 but not once its linears are
+    1 B), so both kinds are given. Zeros for a size-only model.
+
+    Mixtral 8x7B at tp 1 (MoE layers only, no shared expert): the FP8-gathered elements of a
+    layer are its attention projections, Q and O 4,096², K and V 4,096 · 1,024.
+
+    >>> from trainplan.scenarios.catalogue import get_model
+    >>> m = get_model("mixtral-8x7b").model  # MoE layers only: no dense kind
+    >>> outside, dense, dense_linear, layer, linear = fp8_gather_units(
+    ...     SplitKey(m, 1, 1, 1, 1, False, 1, True, None, 1))[0]
+    >>> (dense, dense_linear), linear == 4096 * 4096 * 2 + 2 * 4096 * 1024
+    ((Fraction(0, 1), Fraction(0, 1)), True)
+    """
     arch = key.model.arch
     if arch is None:
-        return ((Fraction(0), Fraction(0), Fraction(0)),) * key.pp
-    layers, linear = layer_units(key), stage_linear_per_gpu(key)
+        return ((Fraction(0),) * 5,) * key.pp
+    kinds: dict[bool, tuple[Fraction, Fraction]] = {}
+    for moe in (False, True):
+        j = arch.kind_index(moe)
+        if j is not None:
+            lp = layer_params(arch, j)
+            kinds[moe] = (
+                key.dense_per_gpu(lp.dense, lp.tp_replicated) + key.experts_per_gpu(lp.experts),
+                key.dense_per_gpu(lp.linear, lp.linear_replicated),
+            )
     vocab = key.vocab()
     counts = count_params(arch, vocab)
     last = key.output_rank()
     out = []
-    for i, layer in enumerate(layers):
+    for i, layers in enumerate(key.layers()):
         outside = [Fraction(0)]
         if i == 0:
             outside.append(Fraction(counts.embedding, key.tp))
         if i == last:
             outside.append(output_params(key, counts, vocab))
-        out.append((max(outside), layer[0] + layer[1], linear[i][1]))
+        held = {arch.is_moe_layer(j) for j in layers}
+        zero = (Fraction(0), Fraction(0))
+        dense = kinds[False] if False in held else zero
+        routed = kinds[True] if True in held else zero
+        out.append((max(outside), *dense, *routed))
     return tuple(out)
 
 
-def fp8_gather_units_per_gpu(c: Context, f: Fields) -> tuple[Any, Any, Any]:
+def fp8_gather_units_per_gpu(c: Context, f: Fields) -> tuple[Any, ...]:
     """:func:`fp8_gather_units` of stage ``f.stage``."""
     return read_split(c, f, fp8_gather_units)
 
@@ -419,6 +451,19 @@ def _linear_split(key: SplitKey) -> tuple[tuple[Fraction, Fraction], ...]:
         dense = sum((key.dense_per_gpu(lp.linear, lp.linear_replicated) for lp in lps), Fraction(0))
         out.append((dense, sum((key.experts_per_gpu(lp.expert_linear) for lp in lps), Fraction(0))))
     return tuple(out)
+
+
+def _dualpipe_linear_split(key: SplitKey) -> tuple[tuple[Fraction, Fraction], ...]:
+    own = _linear_split(key)
+    return tuple((d + md, e + me) for (d, e), (md, me) in zip(own, own[::-1], strict=True))
+
+
+def linear_split_per_gpu(c: Context, f: Fields) -> tuple[Any, Any]:
+    """(dense, routed-expert) linear weight elements on one GPU of the rank ``f.stage``
+    (:func:`_linear_split`; under DualPipe its two stages): the parts of
+    :func:`linear_per_gpu`'s total. Under ``fsdp2`` torchao's FP8 all-gather narrows the dense
+    part only (:func:`model.fp8_gathers.fp8_gathered_experts`)."""
+    return _on_dualpipe(f, _linear_split, _dualpipe_linear_split, c)
 
 
 def _busiest_linear(key: SplitKey) -> tuple[Fraction, Fraction]:

@@ -22,7 +22,7 @@ from typing import Any
 
 from trainplan.model.deepspeed_mechanisms import sp_comm_bytes
 from trainplan.model.errors import LayoutError
-from trainplan.model.fp8_gathers import fp8_param_gathers
+from trainplan.model.fp8_gathers import fp8_gathered_experts, fp8_param_gathers
 from trainplan.model.frameworks import Framework
 from trainplan.model.layer_wise import busiest_rank_bytes, layer_wise_bucket_size, runs_layer_wise
 from trainplan.model.mechanisms import mechanism
@@ -73,6 +73,7 @@ from trainplan.model.terms.stage_params import (
     layer_count_per_gpu,
     layer_units_per_gpu,
     linear_per_gpu,
+    linear_split_per_gpu,
     moe_experts_per_gpu,
     non_units_per_gpu,
     split_params,
@@ -408,6 +409,8 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
     linear = layer_linear = 0
     if cache_bytes or t.fp8_param_gather:  # FP8 primary weights are the linear ones
         linear, layer_linear = linear_per_gpu(c, f)
+        if t.fp8_param_gather and not fp8_gathered_experts(f.framework):  # torchao's: experts
+            linear = linear_split_per_gpu(c, f)[0]  # gather BF16 (the dense linears only in FP8)
     mech = overlapped_mechanism(mechanism(  # DualPipe's two chunks at once
         f.framework, f.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
         pipelined=f.pp > 1, distributed_optimizer=t.distributed_optimizer,
@@ -444,19 +447,17 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
 
 
 def fsdp2_fp8_cut(c: Context, f: Fields) -> Any:
-    """Under ``fsdp2`` with torchao's FP8 all-gather (:func:`model.fp8_gathers.
-    fp8_param_gathers`), the bytes its largest gathered unit on one GPU of stage ``f.stage`` is
-    narrower (:func:`model.memory.fp8_unit_cut` of :func:`model.terms.stage_params.
-    fp8_gather_units_per_gpu`); None elsewhere. Read by the gathered weights
-    (:func:`model_state_term`) and the all-gather stream's pool
-    (:func:`model.terms.peak.stream_pool_term`)."""
+    """Under ``fsdp2`` with torchao's FP8 all-gather (:func:`model.fp8_gathers.fp8_param_gathers`)
+    the bytes its largest gathered unit on one GPU of stage ``f.stage`` is narrower (:func:`model.
+    memory.fp8_unit_cut` of :func:`model.terms.stage_params.fp8_gather_units_per_gpu`; routed
+    experts at the weight bytes); None elsewhere. Read by the gathered weights and the
+    all-gather stream's pool (:func:`model.terms.peak.stream_pool_term`)."""
     t = c.training
     if Framework(f.framework) is not Framework.FSDP2 or not fp8_param_gathers(
         f.framework, t.precision, t.fp8_recipe, t.fp8_param_gather
     ):
         return None
-    outside, layer, layer_linear = fp8_gather_units_per_gpu(c, f)
-    return fp8_unit_cut(t.weight_bytes, outside, layer, layer_linear)
+    return fp8_unit_cut(t.weight_bytes, *fp8_gather_units_per_gpu(c, f))
 
 
 def _reduce_queue(c: Context, f: Fields, mech: Any, unit: Any) -> Any:

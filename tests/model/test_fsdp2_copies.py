@@ -209,7 +209,11 @@ def test_runtime_regathers_copy_out_by_hand() -> None:
     ``schedules.py`` ``_add_unshard_reshard``, ``max_active_stages=3``): the ``UNSHARD`` of a
     chunk its ``RESHARD`` freed is waited for by ``_assert_unsharded`` → ``_UnshardHandleImpl.
     wait`` → ``wait_for_unshard``, which copies the gather out on the compute stream as every
-    gather: 2 + 2 B an element (``foreach_all_gather_copy_out``).
+    gather: 2 + 2 B an element (``foreach_all_gather_copy_out``). The ``UNSHARD`` itself is
+    ``unshard(async_op=True)``, whose copy-in ``get_all_gather_streams`` puts on the compute
+    stream too: the FP32 shard cast into a BF16 buffer (4 + 2 B) and copied into the output
+    (2 + 2 B), 10 B a shard element, 10/4 an unsharded one at dp 4, once per chunk entering the
+    runtime's window (:func:`model.fsdp2_pipeline.runtime_unshards`).
 
     Llama 3 8B on 8 H100s, dp 4 × pp 2, B 32 (m 8), v 4: rank 1 holds stages 1, 3, 5, 7 (16
     blocks, the final norm and the output layer: 4,015,132,672 elements, the busiest).
@@ -218,25 +222,31 @@ def test_runtime_regathers_copy_out_by_hand() -> None:
       (n = m/pp = 4 rounds, :func:`model.fsdp2_pipeline.chunk_gathers`) where the mechanism
       counts v·1 = 4: 11/4 of the stage's weights again, 4 · 11/4 = 11 B an element on the step's
       first micro-batch: 18 + 11 + 8 × 10 = 109 B, against 98 at v 3 (no re-gathers, the rule's
-      figure before it) and 98 with the rule off.
+      figure before it) and 98 with the rule off. Each of the 15 is an ``UNSHARD``: 15/4 ·
+      10/4 = 9.375 B of copy-in, 118.375 B; at v 3 one a chunk, 2.5 B: 100.5 B.
     * ZeRO-3: 43 gathers of a chunk where v·(m + 1) = 36 were counted: 7/4 again, 7 B:
-      22 + 7 + 8 × 14 = 141 B, against 134.
+      22 + 7 + 8 × 14 = 141 B, against 134. Its ``UNSHARD`` gathers are the window's entries,
+      ZeRO-2's 15 (the 28 others are FSDP's hooks', their copy-in on the side stream): 9.375
+      B, 150.375 B; at v 3 2.5 B, 136.5 B.
     * Meta's runtime (``pipeline_frees_stage_tensors``): no PyTorch copies at all, 0."""
     h100 = 3.35e12 * stream_triad_fraction("H100-SXM")  # type: ignore[operator]
     lay = dict(num_gpus=8, dp=4, pp=2, global_batch_size=32, schedule="interleaved")
-    for zero, v3, v4 in ((2, 18 + 8 * 10, 18 + 11 + 8 * 10), (3, 22 + 8 * 14, 22 + 7 + 8 * 14)):
-        for v, moved in ((3, v3), (4, v4)):
+    copy_in_v3, copy_in_v4 = 10 / 4, 15 / 4 * 10 / 4
+    cases = ((2, 18 + 8 * 10, 18 + 11 + 8 * 10), (3, 22 + 8 * 14, 22 + 7 + 8 * 14))
+    for zero, v3, v4 in cases:
+        for v, moved in ((3, v3 + copy_in_v3), (4, v4 + copy_in_v4)):
             got = _copies_s(**lay, zero_stage=zero, virtual_stages=v)
             assert got == pytest.approx(moved * STAGE_1_OF_2 / h100), (zero, v)
     meta = _copies_s(**lay, zero_stage=2, virtual_stages=4, pipeline_frees_stage_tensors=True)
     assert meta == 0.0
-    # ZeRO-2 at v 4: 109 B of 4.015e9 elements at 2.97 TB/s
-    assert _copies_s(**lay, zero_stage=2, virtual_stages=4) == pytest.approx(0.1474, abs=5e-4)
+    # ZeRO-2 at v 4: 118.375 B of 4.015e9 elements at 2.97 TB/s
+    assert _copies_s(**lay, zero_stage=2, virtual_stages=4) == pytest.approx(0.1600, abs=5e-4)
 
 
 def test_runtime_regathers_switched_off_gives_the_old_figure(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """With the re-gathers' copy-outs counted as 0 the v 4 figure is the 98 B an element the
-    term charged before them (the attribution of the moved pin)."""
+    """With the re-gathers' copy-outs and the runtime's copy-ins counted as 0 the v 4 figure is
+    the 98 B an element the term charged before them (the attribution of the moved pins); with
+    the copy-ins alone back, 98 + 9.375 B."""
     import trainplan.model.terms.dp_time as dp_time
 
     h100 = 3.35e12 * stream_triad_fraction("H100-SXM")  # type: ignore[operator]
@@ -245,4 +255,37 @@ def test_runtime_regathers_switched_off_gives_the_old_figure(monkeypatch) -> Non
         num_gpus=8, dp=4, pp=2, global_batch_size=32, schedule="interleaved",
         zero_stage=2, virtual_stages=4,
     )  # fmt: skip
+    assert got == pytest.approx((98 + 15 / 4 * 10 / 4) * STAGE_1_OF_2 / h100)
+    monkeypatch.setattr(dp_time, "runtime_unshards", lambda *args: 0)
+    got = _copies_s(
+        num_gpus=8, dp=4, pp=2, global_batch_size=32, schedule="interleaved",
+        zero_stage=2, virtual_stages=4,
+    )  # fmt: skip
     assert got == pytest.approx(98 * STAGE_1_OF_2 / h100)
+
+
+def test_runtime_copy_in_of_a_moe_stage_by_hand(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Mixtral 8x7B on 8 H100s, dp 4 × pp 2, ep 2, interleaved v 2, ZeRO-2: each chunk's one
+    ``UNSHARD`` a step copies in 10 B a shard element on the compute stream (FP32 → BF16 cast
+    4 + 2, the copy into the output 2 + 2), the dense parameters sharded over dp 4, the routed
+    experts over torchtitan's efsdp = dp·tp/ep = 2. The busiest stage (the second, by the final
+    norm's 4,096): 16 layers of 41,943,040 attention + 8,192 norm + 32,768 router elements and the
+    output layer 32,000 · 4,096 + 4,096 = 802,820,096 dense; 16 · 4 experts · 3 · 4,096 · 14,336
+    = 11,274,289,152 experts on the GPU: 10 · (802,820,096/4 + 11,274,289,152/2) =
+    58,378,496,000 B at 2.97 TB/s, 19.66 ms, against the term with no copy-in."""
+    import trainplan.model.terms.dp_time as dp_time
+
+    lay = dict(model="mixtral-8x7b", device="H100-SXM", framework="fsdp2", num_gpus=8, dp=4, pp=2,
+               ep=2, global_batch_size=32, micro_batch_size=1, seq_len=4096,
+               schedule="interleaved", virtual_stages=2, zero_stage=2)  # fmt: skip
+    dense = 16 * (41_943_040 + 8_192 + 32_768) + 32_000 * 4_096 + 4_096
+    experts = 16 * 4 * 3 * 4_096 * 14_336
+    assert (dense, experts) == (802_820_096, 11_274_289_152)
+    moved = 10 * (dense // 4 + experts // 2)
+    assert moved == 58_378_496_000
+    h100 = 3.35e12 * stream_triad_fraction("H100-SXM")  # type: ignore[operator]
+    on = Case.of(**lay).evaluate().time_terms  # type: ignore[arg-type]
+    monkeypatch.setattr(dp_time, "runtime_unshards", lambda *args: 0)
+    off = Case.of(**lay).evaluate().time_terms  # type: ignore[arg-type]
+    assert on is not None and off is not None
+    assert on.grad_accumulation_s - off.grad_accumulation_s == pytest.approx(moved / h100)

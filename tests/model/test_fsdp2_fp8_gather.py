@@ -8,10 +8,16 @@ Llama 3 8B (torchtitan's llama3 float8 configs leave the output layer out) on 8 
 
 from __future__ import annotations
 
+import pytest
+
 from trainplan.api import Case
+from trainplan.model.errors import LayoutError
 from trainplan.model.memory import fp8_unit_cut
 from trainplan.model.roofline import RooflineParams
+from trainplan.model.terms.split_key import SplitKey
+from trainplan.model.terms.stage_params import fp8_gather_units
 from trainplan.model.torchao_rates import FP8_GATHER_CAST_BYTES, TorchaoFp8, cast_seconds
+from trainplan.scenarios.catalogue import get_model
 
 LINEAR = 32 * (4096 * 4096 + 2 * 4096 * 1024 + 4096 * 4096 + 3 * 4096 * 14336)
 """Llama 3 8B's block linear weights: 32 × (Q 4096², K and V 4096·1024, O 4096², the SwiGLU
@@ -132,3 +138,114 @@ def test_a_pipeline_stage_holds_its_gathered_linear_weights_in_fp8():
     off = Case.of("llama3-8b", "H100-SXM", **opts, fp8_param_gather=False).evaluate()
     assert LINEAR // 32 == 218_103_808
     assert off.peak.state.weights_bytes - on.peak.state.weights_bytes == 8 * 218_103_808
+
+
+def test_dp_1_is_refused_even_with_cp():
+    """torchtitan shards over its ``fsdp`` mesh, dp_shard × cp ranks (1ea5d511f
+    ``parallel_dims.py``: ``fsdp = self.dp_shard * self.cp``; ``fsdp_enabled`` is
+    ``dp_shard_enabled or cp_enabled``), but ``Float8LinearConverter.__init__`` passes
+    ``enable_fsdp_float8_all_gather=parallel_dims.dp_shard_enabled and …`` (dp_shard > 1): at
+    dp 1, cp 2 FSDP gathers over the two cp ranks in BF16 and the key would be dropped."""
+    opts = {**BASE, "num_gpus": 2, "dp": 1, "cp": 2, "global_batch_size": 1, "zero_stage": 3}
+    with pytest.raises(LayoutError) as refused:
+        Case.of("llama3-8b", "H100-SXM", **opts, fp8_param_gather=True).evaluate()
+    message = str(refused.value)
+    assert message.startswith("fp8_param_gather: ") and "\n" not in message
+    assert "dp_shard > 1" in message and "not at dp 1" in message
+    assert "FSDP shards over the 2 cp ranks there and gathers BF16 weights" in message
+    opts = {**opts, "num_gpus": 1, "cp": 1}
+    with pytest.raises(LayoutError, match="not at dp 1$"):
+        Case.of("llama3-8b", "H100-SXM", **opts, fp8_param_gather=True).evaluate()
+
+
+def test_dp_2_cp_2_gathers_fp8_over_the_four_fsdp_ranks():
+    """dp 2 × cp 2: dp_shard 2 turns the FP8 all-gather on, and FSDP shards over dp_shard × cp
+    = 4 ranks, so each ZeRO-3 gather sends the ring share 3/4 of every linear weight a byte
+    less: 2 · 3/4 · 6,979,321,856 = 10,468,982,784 B less a micro-batch (one a step here)."""
+    opts = {**BASE, "num_gpus": 4, "dp": 2, "cp": 2, "global_batch_size": 2, "zero_stage": 3}
+    on = Case.of("llama3-8b", "H100-SXM", **opts, fp8_param_gather=True).evaluate()
+    off = Case.of("llama3-8b", "H100-SXM", **opts, fp8_param_gather=False).evaluate()
+    assert _dp(on).group_size == 4
+    assert _dp(off).bytes_per_step - _dp(on).bytes_per_step == 2 * 3 * LINEAR // 4
+    assert 2 * 3 * LINEAR // 4 == 10_468_982_784
+
+
+MIXTRAL_ATTENTION = 2 * 4096 * 4096 + 2 * 4096 * 1024
+"""A Mixtral 8x7B layer's ``Float8Linear`` weights: Q and O 4,096², K and V 4,096 · 1,024
+(41,943,040); no shared expert, the router (``router.gate``, 4,096 × 8) filtered, the eight
+routed experts (``GroupedExperts``, 8 · 3 · 4,096 · 14,336 = 1,409,286,144) plain parameters."""
+
+
+def test_a_moe_model_gathers_its_linears_in_fp8_and_its_experts_in_bf16():
+    """Mixtral 8x7B on 8 H100s, ZeRO-3, ep 1: torchtitan's ``Float8LinearConverter`` swaps the
+    blocks' ``nn.Linear`` modules, the routed experts stay ``GroupedExperts`` in the same
+    ``fully_shard`` unit. The dense group's gathers send 2 · 7/8 · 32 · 41,943,040 =
+    2,348,810,240 B less; the expert group's (edp) nothing less. The largest gathered unit is a
+    layer: 41,943,040 + 8,192 norm + 32,768 router + 1,409,286,144 experts = 1,451,270,144
+    elements (the embedding 32,000 · 4,096 is smaller), 41,943,040 B narrower in FP8, two held
+    at once (and two in the all-gather stream's pool): 83,886,080 B less each."""
+    opts = {**BASE, "seq_len": 4096, "zero_stage": 3}
+    on = Case.of("mixtral-8x7b", "H100-SXM", **opts, fp8_param_gather=True).evaluate()
+    off = Case.of("mixtral-8x7b", "H100-SXM", **opts, fp8_param_gather=False).evaluate()
+    row_on, row_off = ({r.traffic.axis: r.traffic for r in e.traffic} for e in (on, off))
+    saved = row_off["dp"].bytes_per_step - row_on["dp"].bytes_per_step
+    assert saved == 2 * 7 * 32 * MIXTRAL_ATTENTION // 8 == 2_348_810_240
+    assert row_off["edp"].bytes_per_step == row_on["edp"].bytes_per_step
+    unit = MIXTRAL_ATTENTION + 8_192 + 32_768 + 8 * 3 * 4096 * 14336
+    assert unit == 1_451_270_144 and 32_000 * 4096 < unit
+    assert off.peak.state.gathered_bytes == 2 * 2 * unit
+    assert off.peak.state.gathered_bytes - on.peak.state.gathered_bytes == 2 * MIXTRAL_ATTENTION
+    assert off.peak.stream_pool_bytes - on.peak.stream_pool_bytes == 2 * MIXTRAL_ATTENTION
+    # the copy-outs: 2 B less an FP8 element a gather, ZeRO-3's two a micro-batch, the
+    # attention's only (the experts copy out 2 · 2 B an element as before)
+    copy_saved = off.time_terms.grad_accumulation_s - on.time_terms.grad_accumulation_s
+    assert abs(copy_saved - 4 * 32 * MIXTRAL_ATTENTION / 2.97e12) < 1e-12
+    # the precompute reads the FP32 shard of the converted weights only: 4 B · 32 · 41,943,040 / 8
+    extra = on.time_terms.optimizer_s - off.time_terms.optimizer_s
+    assert abs(extra - 4 * 32 * MIXTRAL_ATTENTION / 8 / 2.97e12) < 1e-12
+
+
+def test_a_moe_pipeline_stage_holds_only_its_linears_in_fp8():
+    """Mixtral at pp 2 under 1F1B, ZeRO-2 (torchtitan's "never" with pp > 1): each rank holds
+    its 16 layers whole through the step; their attention linears at 1 B, 16 · 41,943,040 =
+    671,088,640 B less than BF16, the experts' 16 · 1,409,286,144 elements at 2 B still."""
+    opts = {**BASE, "seq_len": 4096, "num_gpus": 16, "pp": 2, "global_batch_size": 64}
+    opts = {**opts, "zero_stage": 2}
+    on = Case.of("mixtral-8x7b", "H100-SXM", **opts, fp8_param_gather=True).evaluate()
+    off = Case.of("mixtral-8x7b", "H100-SXM", **opts, fp8_param_gather=False).evaluate()
+    assert off.peak.state.weights_bytes - on.peak.state.weights_bytes == 16 * MIXTRAL_ATTENTION
+
+
+def test_the_largest_unit_of_each_layer_kind():
+    """Llama 4 Maverick (dense and MoE layers alternate) at pp 4, ep 128: a stage in the middle
+    holds no embedding. A dense layer: attention 2 · 5,120² + 2 · 5,120 · 1,024 = 62,914,560,
+    the SwiGLU 3 · 5,120 · 16,384 = 251,658,240, norms 10,240: 314,583,040 elements, of which
+    314,572,800 FP8; a MoE layer: attention, norms, router 5,120 · 128 = 655,360, the shared
+    expert 3 · 5,120 · 8,192 = 125,829,120 and one routed expert as much: 315,238,400, of which
+    attention and shared expert FP8, 188,743,680. In BF16 the MoE layer is the largest
+    (630,476,800 B); in FP8 it is still (630,476,800 − 188,743,680 = 441,733,120 B against the
+    dense layer's 2 · 314,583,040 − 314,572,800 = 314,593,280): 188,743,680 B narrower, not the
+    dense layer's 314,572,800 linear elements."""
+    m = get_model("llama4-maverick").model
+    units = fp8_gather_units(SplitKey(m, 1, 4, 1, 128, False, 1, True, None, 1))
+    assert units[1] == (0, 314_583_040, 314_572_800, 315_238_400, 188_743_680)
+    assert fp8_unit_cut(2, *units[1]) == 188_743_680
+    assert units[0][0] == 202_048 * 5_120 and fp8_unit_cut(2, *units[0]) == 0  # the embedding
+
+
+def test_the_runtime_unshard_copies_in_fp8_on_the_compute_stream():
+    """Interleaved 1F1B on PyTorch's multi-stage runtime, dp 4 × pp 2, v 2, ZeRO-2: each chunk's
+    one gather a step is the runtime's ``UNSHARD`` (``unshard(async_op=True)``), whose copy-in
+    ``get_all_gather_streams`` leaves on the compute stream. A converted weight's copy-in casts
+    the FP32 shard to FP8 (read 4, write 1) and copies it (1 + 1): 7 B a shard element instead
+    of BF16's 10 (4 + 2, 2 + 2), 3/4 B less an unsharded element at dp 4; its copy-out 2 B less.
+    The busiest stage (16 blocks and the BF16 output layer) holds 16 · 218,103,808 FP8-gathered
+    elements: (2 + 3/4) · 3,489,660,928 B less on the step's first micro-batch, at the H100's
+    triad 2.97 TB/s."""
+    lay = {**BASE, "num_gpus": 8, "dp": 4, "pp": 2, "global_batch_size": 32}
+    lay = {**lay, "schedule": "interleaved", "virtual_stages": 2, "zero_stage": 2}
+    on = Case.of("llama3-8b", "H100-SXM", **lay, fp8_param_gather=True).evaluate()
+    off = Case.of("llama3-8b", "H100-SXM", **lay, fp8_param_gather=False).evaluate()
+    saved = off.time_terms.grad_accumulation_s - on.time_terms.grad_accumulation_s
+    assert 16 * (LINEAR // 32) == 3_489_660_928
+    assert abs(saved - (2 + 3 / 4) * 3_489_660_928 / 2.97e12) < 1e-12
