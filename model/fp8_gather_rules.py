@@ -70,29 +70,35 @@ def check_fp8_param_gather(
             f"FP8 weight all-gathers are Megatron-Core's (--fp8-param-gather) or torchao's under "
             f"fsdp2; {framework} gathers BF16 weights (use `framework` megatron or fsdp2)"
         )
-    elif used is not Fp8Recipe.TENSORWISE:
-        problem = (
+    else:
+        problem = _fsdp2_problem(used, dp, cp, flat_parameters)
+    if problem:
+        raise LayoutError(f"fp8_param_gather: {problem}")
+
+
+def _fsdp2_problem(used: Fp8Recipe | None, dp: int | None, cp: int, flat: bool) -> str:
+    """Why ``fsdp2`` does not gather FP8 weights here, or "" (:func:`check_fp8_param_gather`)."""
+    if used is not Fp8Recipe.TENSORWISE:
+        return (
             f"fsdp2 gathers FP8 weights (torchao enable_fsdp_float8_all_gather) under "
             f"fp8_recipe tensorwise only, not {used}"
         )
-    elif dp is not None and dp <= 1:
+    if dp is not None and dp <= 1:
         beside = (
             f" (FSDP shards over the {cp} cp ranks there and gathers BF16 weights)"
             if cp > 1
             else ""
         )
-        problem = (
+        return (
             f"torchtitan turns torchao's FP8 all-gather on only at dp_shard > 1 "
             f"(parallel_dims.dp_shard_enabled), not at dp {dp}{beside}"
         )
-    elif flat_parameters:
-        problem = (
+    if flat:
+        return (
             "torchao's FP8 all-gather is an FSDP2 (fully_shard) hook; flat_parameters (FSDP1) "
             "gathers BF16 weights"
         )
-    else:
-        return
-    raise LayoutError(f"fp8_param_gather: {problem}")
+    return ""
 
 
 def fp8_param_gather_rule(s: Any, framework: Any, dp: int, cp: int) -> None:

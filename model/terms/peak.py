@@ -31,12 +31,13 @@ from trainplan.model.terms.activations import StageActivations, stage_activation
 from trainplan.model.terms.comm_memory import comm_memory_term
 from trainplan.model.terms.deepspeed_turn import walks_recompute
 from trainplan.model.terms.fields import Context, Fields, stage_argmax
+from trainplan.model.terms.fp8_linears import fsdp2_fp8_cut
 from trainplan.model.terms.grad_buffers import stage_embedding
 from trainplan.model.terms.persistent_buffers import persistent_buffers_term
 from trainplan.model.terms.reduce_pool import reduce_pool_per_gpu
 from trainplan.model.terms.split_free import recompute_free, split_free
 from trainplan.model.terms.stage_params import split_params, units_per_gpu
-from trainplan.model.terms.state import fsdp2_fp8_cut, model_state_term
+from trainplan.model.terms.state import model_state_term
 from trainplan.model.terms.userbuffers import userbuffers_term
 from trainplan.model.xp import is_array, maximum, where
 

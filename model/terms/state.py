@@ -22,7 +22,6 @@ from typing import Any
 
 from trainplan.model.deepspeed_mechanisms import sp_comm_bytes
 from trainplan.model.errors import LayoutError
-from trainplan.model.fp8_gathers import fp8_gathered_experts, fp8_param_gathers
 from trainplan.model.frameworks import Framework
 from trainplan.model.layer_wise import busiest_rank_bytes, layer_wise_bucket_size, runs_layer_wise
 from trainplan.model.mechanisms import mechanism
@@ -35,7 +34,6 @@ from trainplan.model.memory import (
     FP8_PARAM_BYTES,
     ModelState,
     cache_bytes_per_element,
-    fp8_unit_cut,
     fsdp_fp8_transpose,
     state_terms,
 )
@@ -63,17 +61,15 @@ from trainplan.model.split import stage_chunks
 from trainplan.model.terms.deepspeed_turn import zero3_turn_gathered
 from trainplan.model.terms.dispatch_buffers import dispatch_buffer_term
 from trainplan.model.terms.fields import Context, Fields, stage_argmax, stage_take, stage_tuple
+from trainplan.model.terms.fp8_linears import fp8_linears, fsdp2_fp8_cut
 from trainplan.model.terms.grad_buffers import embedding_grad_term
 from trainplan.model.terms.layer_wise_buffers import layer_wise_padding_term
 from trainplan.model.terms.runtime_window import held_whole_params
 from trainplan.model.terms.split_key import CACHE, SPLIT_FIELDS, SplitKey
 from trainplan.model.terms.stage_params import (
     busiest_stage,
-    fp8_gather_units_per_gpu,
     layer_count_per_gpu,
     layer_units_per_gpu,
-    linear_per_gpu,
-    linear_split_per_gpu,
     moe_experts_per_gpu,
     non_units_per_gpu,
     split_params,
@@ -406,11 +402,7 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
     dense, experts = split_params(c, f)
     unit_dense, unit_expert = units_per_gpu(c, f)
     cache_bytes = cache_bytes_per_element(t, Framework(f.framework), c.device)
-    linear = layer_linear = 0
-    if cache_bytes or t.fp8_param_gather:  # FP8 primary weights are the linear ones
-        linear, layer_linear = linear_per_gpu(c, f)
-        if t.fp8_param_gather and not fp8_gathered_experts(f.framework):  # torchao's: experts
-            linear = linear_split_per_gpu(c, f)[0]  # gather BF16 (the dense linears only in FP8)
+    linear, layer_linear = fp8_linears(c, f, cache_bytes)
     mech = overlapped_mechanism(mechanism(  # DualPipe's two chunks at once
         f.framework, f.zero_stage, t.weight_bytes, t.gradient_bytes, t.optimizer_bytes,
         pipelined=f.pp > 1, distributed_optimizer=t.distributed_optimizer,
@@ -444,20 +436,6 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
     g = g + embedding_grad_term(c, f, mech)
     step = step + optimizer_transient_term(c, f)
     return ModelState(w, g, o, gathered, buffers, step, host, cache, dispatch)
-
-
-def fsdp2_fp8_cut(c: Context, f: Fields) -> Any:
-    """Under ``fsdp2`` with torchao's FP8 all-gather (:func:`model.fp8_gathers.fp8_param_gathers`)
-    the bytes its largest gathered unit on one GPU of stage ``f.stage`` is narrower (:func:`model.
-    memory.fp8_unit_cut` of :func:`model.terms.stage_params.fp8_gather_units_per_gpu`; routed
-    experts at the weight bytes); None elsewhere. Read by the gathered weights and the
-    all-gather stream's pool (:func:`model.terms.peak.stream_pool_term`)."""
-    t = c.training
-    if Framework(f.framework) is not Framework.FSDP2 or not fp8_param_gathers(
-        f.framework, t.precision, t.fp8_recipe, t.fp8_param_gather
-    ):
-        return None
-    return fp8_unit_cut(t.weight_bytes, *fp8_gather_units_per_gpu(c, f))
 
 
 def _reduce_queue(c: Context, f: Fields, mech: Any, unit: Any) -> Any:
