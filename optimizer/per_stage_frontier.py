@@ -43,6 +43,7 @@ from trainplan.optimizer.per_stage import (
     peak_bytes,
     per_stage_search,
     proof_scope,
+    tables_limit,
     uniform_within,
 )
 from trainplan.optimizer.problem import Job, Problem
@@ -276,20 +277,6 @@ class FrontierRun:
     """:attr:`PerStageFrontier.stopped`."""
     cuts: tuple[str, ...] = ()
     """:attr:`PerStageFrontier.cuts`."""
-
-
-def tables_limit(time_limit_s: float | None) -> float | None:
-    """The seconds of a frontier's limit its uniform cost tables may take: the limit less what
-    its first per-stage search is given at least (:data:`optimizer.search.SOLVE_FLOOR_S`, or
-    half the limit when that is less), so that the first point is read within the limit
-    rather than after it: Llama 3 70B on 256 H100s, ``--per-stage --time-limit 5``, took 5.96 s
-    when the tables had the whole limit (4.93 s of them, then the first search's 1 s). None
-    without a limit.
-
-    >>> tables_limit(5.0), tables_limit(1.0), tables_limit(None)
-    (4.0, 0.5, None)
-    """
-    return None if time_limit_s is None else time_limit_s - min(SOLVE_FLOOR_S, time_limit_s / 2)
 
 
 def time_left(deadline: float | None) -> float | None:
