@@ -21,8 +21,9 @@ search's CP-SAT solves run with the one rule of :func:`optimizer.solver.solve`: 
 fixed number of workers, no wall-clock limit unless one is asked for, so a proven optimum does
 not depend on the machine's load). ``time_limit_s`` is wall-clock: a search it cuts keeps its
 best so far, which another run, on a machine more or less busy, may not find; such a point says
-so (:attr:`FrontierPoint.proven`); the first search runs even when the cost tables took the
-whole limit, given at least :data:`optimizer.search.SOLVE_FLOOR_S` as the layout search's solve
+so (:attr:`FrontierPoint.proven`); the cost tables get the limit less the first search's floor
+(:func:`optimizer.per_stage.tables_limit`), and the first search runs even when they took their
+share, given at least :data:`optimizer.search.SOLVE_FLOOR_S` as the layout search's solve
 (:meth:`Budget.time_limit`), so that a limit spent on the tables still gives a point. Ctrl-C
 (:func:`optimizer.solver.interrupt`) ends it as a spent budget does, with the points found.
 """
@@ -43,6 +44,7 @@ from trainplan.optimizer.per_stage import (
     peak_bytes,
     per_stage_search,
     proof_scope,
+    tables_limit,
     uniform_within,
 )
 from trainplan.optimizer.problem import Job, Problem
@@ -303,7 +305,7 @@ def memory_frontier(
         Nothing fits at all (the first search's).
     """
     points: list[FrontierPoint] = []
-    prepared = prepare(problem, time_limit_s=time_limit_s)
+    prepared = prepare(problem, time_limit_s=tables_limit(time_limit_s))
     proven, searches = prepared[0].complete, 0  # tables cut short by a time limit prove nothing
     cut = prepared[0].cut()
     cuts = () if cut is None else (cut,)

@@ -210,11 +210,12 @@ def build_tables(
     model-parallel GPUs first; no cheaper principled order ranks shapes before their terms are
     evaluated). Without a ``deadline`` each job is filled whole, job after job. With one (a
     :func:`time.perf_counter` value) the jobs are filled round-robin in blocks of
-    :func:`block_shapes` shapes (:func:`blocks`), and the deadline is checked between blocks once
-    every job holds its first block and the tables so far are ``enough`` (an answer rather than
-    none; default: some candidate fits, as :mod:`optimizer.params_search`'s probes; the layout
-    search passes its solver's mask, :func:`optimizer.rules.allowed`, so ``min_mfu`` and the
-    NVLink rule count): the blocks not started are left out (:attr:`CostTables.complete` False;
+    :func:`block_shapes` shapes (:func:`blocks`), and no block is started that would end past the
+    deadline at the last one's pace (:func:`_block_would_pass`) once every job holds its first
+    block and the tables so far are ``enough`` (an answer rather than none; default: some
+    candidate fits, as :mod:`optimizer.params_search`'s probes; the layout search passes its
+    solver's mask, :func:`optimizer.rules.allowed`, so ``min_mfu`` and the NVLink rule count):
+    the blocks not started are left out (:attr:`CostTables.complete` False;
     each held row where and as a build without the deadline has it, but under ``fit_only`` a
     block none of whose candidates fits gets zero time terms, rows never an answer; the search
     reports ``feasible``, not proven). ``progress(done, total)`` (shapes) is called after each
@@ -225,7 +226,7 @@ def build_tables(
     InputError
         When a model has no dimensions, or the space is larger than :data:`MAX_ROWS` rows.
     """
-    zs, rs = problem.space.zero_stages, _recomputes(problem)
+    zs, rs, c = problem.space.zero_stages, _recomputes(problem), problem.constraints
     per_job = job_shapes(problem, len(zs) * len(rs))
     S = sum(len(found) for _, found in per_job)
     P = max((s.pp for _, shapes in per_job for s in shapes), default=1)
@@ -236,16 +237,17 @@ def build_tables(
     filled = [0] * len(per_job)  # each job's shapes filled so far, its first in order
     tables = partial(_held, problem, zs, rs, per_job, starts, filled, cols)
     size = None if deadline is None else block_shapes(sum(1 for t in totals if t))
+    per_shape_s = 0.0  # the last block's seconds per shape (its wall clock)
     for j, block in blocks(per_job, size):
-        if deadline is not None and _may_cut(filled, totals) and time.perf_counter() > deadline:
-            # unfilled rows are zero: fits False
-            if enough(tables()) if enough else cols["fits"].any():
-                break
+        cut = _may_cut(filled, totals) and _block_would_pass(deadline, per_shape_s, len(block))
+        if cut and (enough(tables()) if enough else cols["fits"].any()):  # unfilled: fits False
+            break
+        began = time.perf_counter()
         fill_job_rows(
-            cols, starts[j] + filled[j], per_job[j][0], block, zs, rs,
-            problem.constraints.headroom, memo, problem.constraints.allocator_retries_ok,
-            fit_only,
+            cols, starts[j] + filled[j], per_job[j][0], block, zs, rs, c.headroom, memo,
+            c.allocator_retries_ok, fit_only,
         )  # fmt: skip
+        per_shape_s = (time.perf_counter() - began) / len(block)
         filled[j] += len(block)
         if progress:
             progress(sum(filled), S)
@@ -253,6 +255,27 @@ def build_tables(
     if progress and not held.complete:
         progress(len(held.shapes), S, held.cut())
     return held
+
+
+def _block_would_pass(
+    deadline: float | None, per_shape_s: float, shapes: int, now: float | None = None
+) -> bool:
+    """Whether a block of ``shapes`` shapes started at ``now`` (default: the clock's reading)
+    would end past ``deadline`` (:func:`time.perf_counter` seconds; None: never), at the last
+    block's ``per_shape_s`` seconds per shape (0 before the first): a block not started cannot
+    overrun the limit, a block started can by
+    all its seconds (:func:`build_tables` measured 5.4 s of tables under a 5 s limit for
+    DeepSeek-V3 on 1,024 H100s under fsdp2, its 512-shape blocks about 0.5 s each on a
+    two-core machine). The estimate only decides where the build stops; it changes no row.
+
+    >>> _block_would_pass(10.0, 0.01, 64, 9.0), _block_would_pass(10.0, 0.02, 64, 9.0)
+    (False, True)
+    >>> _block_would_pass(10.0, 0.0, 64, 10.5), _block_would_pass(None, 1.0, 64, 10.5)
+    (True, False)
+    """
+    if deadline is None:
+        return False
+    return (time.perf_counter() if now is None else now) + per_shape_s * shapes > deadline
 
 
 MIN_BLOCK_SHAPES = 64

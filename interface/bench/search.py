@@ -9,7 +9,8 @@
   start to answer;
 
 and the RLHF placement search (:data:`RLHF_CASES`: ``trainplan rlhf-plan``) the same two ways —
-its tables and CP-SAT in this process, and the command end to end — and measures, in the same
+its tables and CP-SAT in this process, and the command end to end — and the time-limited
+commands (:data:`LIMIT_CASES`, ``--limits``: whether a limit is kept) — and measures, in the same
 run, a fixed pure-Python reference loop
 (``sum(i*i for i in range(10**7))`` in a fresh process) so that the times compare across
 machines: every end-to-end time is also printed as a multiple of it. Speed goals live here, not
@@ -23,6 +24,7 @@ and Ray with 1 and 2 CPUs.
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import time
@@ -237,6 +239,54 @@ def _in_process(case: Case) -> dict:
     }
 
 
+LIMIT_CASES: list[tuple[str, tuple[str, ...]]] = [
+    (
+        "DeepSeek-V3, 1,024 H100, fsdp2, --time-limit 5",
+        ("search", "--model", "deepseek-v3", "--gpus", "1024", "--gpu", "H100-SXM",
+         "--framework", "fsdp2", "--time-limit", "5"),
+    ),
+    (
+        "Llama 3 70B, 256 H100, frontier --per-stage, --time-limit 5",
+        ("frontier", "--per-stage", "--model", "llama3-70b", "--gpus", "256", "--gpu", "H100-SXM",
+         "--time-limit", "5"),
+    ),
+    (
+        "Qwen2.5 7B GRPO, 1,000,000 H100 (rlhf-plan), --time-limit 10",
+        ("rlhf-plan", "--algorithm", "grpo", "--model", "qwen2.5-7b", "--gpus", "1000000",
+         "--time-limit", "10"),
+    ),
+]  # fmt: skip
+"""Searches whose work without a limit takes several times the limit (the DeepSeek-V3 tables:
+18 s of CPU on the 2-core development machine; the RLHF tables at 10⁶ GPUs: 20 s, then CP-SAT
+16 s), run end to end with ``--json``."""
+
+LIMIT_GOAL_REFERENCES = 1.0
+"""Speed goal of :data:`LIMIT_CASES`: the work the limit governs (the JSON's seconds: cost
+tables, CP-SAT, the per-stage searches) ends within the limit plus this many reference loops
+(a block of cost tables already started, CP-SAT's least time to read an answer; the process's
+start-up and report come on top and are shown apart)."""
+
+
+def run_limits(ref: float) -> list[dict]:
+    """The :data:`LIMIT_CASES` beside the reference loop ``ref`` (seconds): a Markdown table."""
+    print("\n| limited case | limit | its own seconds | end to end | within goal |")
+    print("|---|---:|---:|---:|---|")
+    rows = []
+    for name, argv in LIMIT_CASES:
+        limit = float(argv[argv.index("--time-limit") + 1])
+        t0 = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-m", "trainplan", *argv, "--json"], capture_output=True, text=True
+        )
+        wall = time.perf_counter() - t0
+        got = json.loads(done.stdout) if done.stdout.strip() else {}
+        own = got.get("seconds", got.get("tables_seconds", 0.0) + got.get("solve_seconds", 0.0))
+        ok = own <= limit + LIMIT_GOAL_REFERENCES * ref
+        rows.append({"case": name, "limit_s": limit, "own_s": own, "end_to_end_s": wall, "ok": ok})
+        print(f"| {name} | {limit:g} s | {own:.2f} s | {wall:.2f} s | {'yes' if ok else 'NO'} |")
+    return rows
+
+
 def run(quick: bool = False) -> list[dict]:
     """Run the cases (``quick``: the first three), print a Markdown table, return the rows."""
     ref = reference_seconds()
@@ -280,6 +330,7 @@ def run(quick: bool = False) -> list[dict]:
     print(f"\n`trainplan evaluate` (Llama 3 405B, cold process): {evaluate:.2f} s = "
           f"{evaluate / ref:.2f} × reference")  # fmt: skip
     rows += run_rlhf(ref)
+    rows += run_limits(ref)
     return rows
 
 
@@ -306,6 +357,7 @@ def main() -> None:
         help="one case and a small sweep; exit 1 if 5× slower or the sweep fails",
     )
     parser.add_argument("--rlhf", action="store_true", help="only the RLHF placement cases")
+    parser.add_argument("--limits", action="store_true", help="only the time-limited cases")
     parser.add_argument(
         "--sweep",
         action="store_true",
@@ -323,6 +375,11 @@ def main() -> None:
         return
     if args.sweep:
         bench_sweep.run(reference_seconds())
+        return
+    if args.limits:
+        ref = reference_seconds()
+        print(f"reference loop (python -c '{REFERENCE}'): {ref:.2f} s")
+        run_limits(ref)
         return
     run(args.quick)
 

@@ -252,3 +252,52 @@ def test_two_jobs_share_the_first_round(two, monkeypatch):
     assert np.bincount(build_tables(two, deadline=-1.0).job_of).tolist() == [40, 40]
     monkeypatch.setattr(tables_module, "MIN_BLOCK_SHAPES", 60)
     assert np.bincount(build_tables(two, deadline=-1.0).job_of).tolist() == [60, 60]
+
+
+def test_a_block_the_last_ones_pace_says_would_pass_the_deadline_is_not_started(
+    problem, full, monkeypatch
+):
+    """Each block takes 2 s on a fake clock (``fill_job_rows`` moves it), the deadline is at
+    5 s: blocks end at 2 s and 4 s; the third would end at 6 s, past the deadline, so it is not
+    started (before, the deadline was only looked at, 4 s < 5 s, and the third block ended the
+    tables 1 s late). The rows held are the complete build's first two blocks, value for value:
+    the pace decides where the build stops, never a figure."""
+    _blocks_of(monkeypatch, BLOCK, jobs=1)
+    now = [0.0]
+    fill = tables_module.fill_job_rows
+
+    def slow_fill(*args, **kwargs):
+        fill(*args, **kwargs)
+        now[0] += 2.0
+
+    monkeypatch.setattr(tables_module, "fill_job_rows", slow_fill)
+    monkeypatch.setattr(tables_module.time, "perf_counter", lambda: now[0])
+    cut = build_tables(problem, deadline=5.0)
+    assert len(cut.shapes) == 2 * BLOCK and now[0] == 4.0 <= 5.0
+    assert (
+        not cut.complete
+        and cut.cut() is not None
+        and cut.cut().startswith(f"the time limit cut the cost tables at {2 * BLOCK} of 284 shapes")
+    )
+    _is_prefix(cut, full)
+
+
+def test_the_pace_never_cuts_before_a_candidate_fits(monkeypatch):
+    """The pace only moves the cut earlier among the blocks a cut may end at: Llama 3 70B on 16
+    H100s first fits at its 142nd shape (row 141, the fourth block of 40), so under a deadline
+    every block would pass, the build still holds four blocks (an answer rather than none)."""
+    case = Case.of("llama3-70b", "H100-SXM")
+    space = SearchSpace(num_gpus=16, frameworks=(Framework.MEGATRON, Framework.DEEPSPEED))
+    problem = Problem(jobs=(Job(case, 16, "70b"),), space=space)
+    _blocks_of(monkeypatch, BLOCK, jobs=1)
+    now = [0.0]
+    fill = tables_module.fill_job_rows
+
+    def slow_fill(*args, **kwargs):
+        fill(*args, **kwargs)
+        now[0] += 10.0
+
+    monkeypatch.setattr(tables_module, "fill_job_rows", slow_fill)
+    monkeypatch.setattr(tables_module.time, "perf_counter", lambda: now[0])
+    cut = build_tables(problem, deadline=1.0)
+    assert len(cut.shapes) == 4 * BLOCK and cut.fits.any() and not cut.complete
