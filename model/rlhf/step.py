@@ -74,7 +74,7 @@ from trainplan.model.frameworks import (
     TORCH_CUBLAS_WORKSPACE_BYTES,
     Framework,
 )
-from trainplan.model.rlhf.off_policy import engine_sync_seconds, off_policy_seconds
+from trainplan.model.rlhf.off_policy import off_policy_seconds
 from trainplan.model.rlhf.openrlhf import sleep_host, split_refusal
 from trainplan.model.rlhf.roles import RoleCost
 from trainplan.model.rlhf.spec import PHASES, Role
@@ -85,6 +85,7 @@ from trainplan.model.rlhf.split import (
     split_peaks,
     update_group,
 )
+from trainplan.model.rlhf.sync_time import placement_sync_seconds
 
 __all__ = [
     "FUSED_PROCESS",
@@ -380,7 +381,13 @@ def _pool_size(q: int, members: list[RoleCost]) -> int:
 
 
 def _pool_plan(
-    q: int, members: list[RoleCost], first: int, shared: bool, off_policy: int, step: list[Role]
+    q: int,
+    members: list[RoleCost],
+    first: int,
+    shared: bool,
+    off_policy: int,
+    step: list[Role],
+    costs: Sequence[RoleCost] = (),
 ) -> PoolPlan:
     """Pool ``q`` of the roles ``members``, its GPUs numbered from ``first``: what its roles hold,
     its peak per phase (each role's swap and phase bytes over the held ones; the rollout's at
@@ -418,6 +425,8 @@ def _pool_plan(
     elif not shared:
         peaks[0] = max(peaks[0], sync_peak(members, held))
     busy = tuple(sum(c.seconds(ph) for c in members) for ph in PHASES)
+    if not shared:  # the weight sync by placement (model.rlhf.sync_time)
+        busy = (busy[0] + placement_sync_seconds(members, costs), *busy[1:])
     host = sum((c.host_bytes for c in members), Fraction(sleep_host(members)))
     roles = tuple(str(c.option.role) for c in members)
     three_peaks = split_peaks(members, held, peaks, off_policy)
@@ -475,9 +484,11 @@ def compose(
         members = [c for c, p in zip(costs, pool_of, strict=True) if p == q]
         if refused := pool_refusal({c.option.role for c in members}, step, off_policy, openrlhf):
             raise InputError(f"placement: pool {q} {refused}")
-        out.append(_pool_plan(q, members, first, shared_weights, off_policy, step))
+        out.append(_pool_plan(q, members, first, shared_weights, off_policy, step, costs))
         first += out[-1].gpus
     busy_rows = [p.busy_s for p in out]
+    by_pool = [[c for c, p in zip(costs, pool_of, strict=True) if p == q] for q in pools]
+    sync = 0.0 if shared_weights else max(placement_sync_seconds(m, costs) for m in by_pool)
     phase = tuple(max(row[k] for row in busy_rows) for k in range(3))
     return StepPlan(
         tuple(out),
@@ -486,5 +497,5 @@ def compose(
         Fraction(host_bytes_per_node, gpus_per_node),
         off_policy,
         phase,  # type: ignore[arg-type]
-        step_seconds(busy_rows, off_policy, engine_sync_seconds(costs)),
+        step_seconds(busy_rows, off_policy, sync),
     )
