@@ -23,7 +23,7 @@ from trainplan.model.rlhf.openrlhf import (
 )
 from trainplan.model.rlhf.roles import RoleCost, RoleOption, Term
 from trainplan.model.rlhf.spec import RLHFSpec, Role, RoleSpec
-from trainplan.model.rlhf.sync_time import broadcast_seconds, parameter_tensors
+from trainplan.model.rlhf.sync_time import broadcast_seconds, parameter_tensors, sync_bandwidth
 from trainplan.model.rollout import (
     EngineMemory,
     RolloutTime,
@@ -265,7 +265,7 @@ def rollout_cost(
     receive, group = engine_receive_bytes(spec, rs)
     terms = _engine_terms(mem, time, device, weights, need, decode_efficiency(spec, device))
     terms += (Term("weight sync on a pool without the actor (2N broadcast, per tensor)",
-                   "rollout", sync_s, "s", SYNC_TIME_SOURCE),)  # fmt: skip
+                   "rollout", sync_s, "s", SYNC_TIME_SOURCE, "nccl"),)  # fmt: skip
     terms += _held_terms(outside, inside)
     terms += (Term("engine CUDA graph pool, kept asleep (assumed)", "held",
                    Fraction(ENGINE_GRAPH_POOL_BYTES), "bytes", GRAPH_POOL_SOURCE),)  # fmt: skip
@@ -462,15 +462,3 @@ def _engine_terms(
         Term("prefill (2N per prompt token)", "rollout", time.prefill_s, "s", prefill_src),
         Term(steps, "rollout", time.decode_s, "s", roof),
     )  # fmt: skip
-
-
-def sync_bandwidth(links: ClusterLinks, gpus: int) -> float:
-    """Bandwidth, bytes/s per GPU per direction, the updated weights reach the rollout engine at
-    on a cluster of ``gpus`` GPUs: NVLink when the whole cluster is one NVLink domain, else the
-    scale-out NIC (the training ranks holding a shard are spread over nodes, colocated or not).
-
-    >>> links = ClusterLinks(nvlink_bytes_per_s=450e9, scaleout_bytes_per_s=50e9, nvlink_domain=8)
-    >>> sync_bandwidth(links, 8), sync_bandwidth(links, 16)
-    (450000000000.0, 50000000000.0)
-    """
-    return links.nvlink_bytes_per_s if gpus <= links.nvlink_domain else links.across_domains()

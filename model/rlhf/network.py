@@ -41,7 +41,12 @@ from trainplan.model.rlhf.roles import (
 )
 from trainplan.model.rlhf.spec import RLHFSpec, Role, RoleSpec
 from trainplan.model.rlhf.step import role_process
-from trainplan.model.rlhf.sync_time import gather_seconds, parameter_tensors, shared_sync_seconds
+from trainplan.model.rlhf.sync_time import (
+    SYNC_SOURCE,
+    gather_seconds,
+    parameter_tensors,
+    shared_sync_seconds,
+)
 from trainplan.model.rlhf.verl_fsdp1 import grads_term, held_state, root_unit_extra, root_unit_terms
 from trainplan.model.rlhf.verl_sync import role_sync
 from trainplan.model.specs import TrainingSpec
@@ -464,6 +469,18 @@ def actor_sync_seconds(
     return gather, shared_sync_seconds(fw, gather, tensors, opt.gpus, links, p)
 
 
+def _sync_time_terms(gather_s: float, shared_s: float) -> tuple[Term, ...]:
+    """The actor's weight-sync seconds as terms, each listed on the pools that count it
+    (:func:`model.rlhf.split.counted_terms`): the whole sync beside the engine (``ipc``), the
+    gather before the broadcast on a pool without it (``send``)."""
+    return (
+        Term("weight sync to the engine on this pool (gather + hand-over, per tensor)",
+             "rollout", shared_s, "s", SYNC_SOURCE, "ipc"),
+        Term("weight gather before the broadcast to an engine apart (per tensor)",
+             "rollout", gather_s, "s", SYNC_SOURCE, "send"),
+    )  # fmt: skip
+
+
 def network_cost(
     spec: RLHFSpec,
     rs: RoleSpec,
@@ -526,5 +543,7 @@ def network_cost(
         scoring_swap_bytes=scoring_swap,
     )
     gather_s, shared_s = actor_sync_seconds(spec, rs, opt, device, links)
-    cost = replace(cost, sync_gather_s=gather_s, sync_shared_s=shared_s)
+    if gather_s or shared_s:
+        cost = replace(cost, sync_gather_s=gather_s, sync_shared_s=shared_s,
+                       terms=cost.terms + _sync_time_terms(gather_s, shared_s))  # fmt: skip
     return actor_update_group(spec, rs, _on_stack(spec.framework, cost))

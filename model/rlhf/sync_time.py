@@ -19,7 +19,7 @@ the link they ride plus a fixed cost per tensor × the number of tensors
   tp all-gather inside a stage, then the pp broadcast from the stage holding it) of the BF16
   working weights. A GPU so receives ``b·N·(1 − 1/k)`` bytes over its ``k`` shards (``b`` 4
   under verl's FSDP, else 2; Megatron: ``2N/pp·(1 − 1/tp) + 2N·(1 − 1/pp) = 2N·(1 − 1/(tp·pp))``),
-  at the pool's link (:func:`model.rlhf.engine.sync_bandwidth` of the ``k`` ranks), and each
+  at the pool's link (:func:`sync_bandwidth` of the ``k`` ranks), and each
   tensor waits an all-gather's latency over ``k`` ranks (Megatron: over tp, then a broadcast's
   over pp, on the ``⌈tp·pp / domain⌉`` hosts of the stage's ranks). Expert parallelism's export
   is not counted.
@@ -40,7 +40,7 @@ the link they ride plus a fixed cost per tensor × the number of tensors
   ``_broadcast_param``: ``self._model_update_group.broadcast(param.data, src=0)``, engines ×
   tp + 1 ranks; verl's one-step off-policy ``DetachSync.sync_rollout_weights``:
   ``collective.broadcast`` over the ``actor_rollout`` group) one tensor at a time: ``2N`` at
-  the link between the pools (:func:`model.rlhf.engine.sync_bandwidth`) and a ring broadcast's
+  the link between the pools (:func:`sync_bandwidth`) and a ring broadcast's
   latency per tensor (:func:`model.nccl_latency.broadcast_latency`). OpenRLHF's Ray call per
   tensor to each engine (``engine.update_weight.remote``) has no published figure and is not
   counted.
@@ -72,6 +72,7 @@ __all__ = [
     "parameter_tensors",
     "placement_sync_seconds",
     "shared_sync_seconds",
+    "sync_bandwidth",
 ]
 
 SYNC_SOURCE = (
@@ -93,7 +94,10 @@ def parameter_tensors(arch: Architecture) -> int:
     (two without a gate) — per routed expert in a MoE layer, plus the router (its bias) and one
     shared-expert MLP; then the embedding, the learned position table, the final norm and an
     untied output layer (``LlamaForCausalLM``, ``Qwen2ForCausalLM``, ``DeepseekV3ForCausalLM``
-    ``named_parameters()``). MTP layers are not counted.
+    ``named_parameters()``). MTP layers are not counted. A checkpoint that fuses its experts
+    (gpt-oss: ``gate_up_proj`` and ``down_proj`` of every expert in one tensor each, with their
+    biases) syncs fewer tensors than counted here, each expert's apart: its per-tensor latency
+    is an upper figure.
 
     Examples
     --------
@@ -131,6 +135,18 @@ def parameter_tensors(arch: Architecture) -> int:
     return total + (1 if arch.position_embedding == "learned" else 0)
 
 
+def sync_bandwidth(links: ClusterLinks, gpus: int) -> float:
+    """Bandwidth, bytes/s per GPU per direction, the weight sync's bytes move at between
+    ``gpus`` GPUs (the cluster's, for the broadcast between pools; the ``k`` ranks of the actor's
+    gather): NVLink when they fit one NVLink domain, else the scale-out NIC.
+
+    >>> links = ClusterLinks(nvlink_bytes_per_s=450e9, scaleout_bytes_per_s=50e9, nvlink_domain=8)
+    >>> sync_bandwidth(links, 8), sync_bandwidth(links, 16)
+    (450000000000.0, 50000000000.0)
+    """
+    return links.nvlink_bytes_per_s if gpus <= links.nvlink_domain else links.across_domains()
+
+
 def _latency_ag(k: int, links: ClusterLinks, p: RooflineParams) -> float:
     """NCCL's latency of one all-gather over ``k`` ranks laid out ``nvlink_domain`` a domain
     (:func:`model.nccl_latency.collective_latency`); 0 for one rank."""
@@ -138,12 +154,6 @@ def _latency_ag(k: int, links: ClusterLinks, p: RooflineParams) -> float:
         return 0.0
     inside = k <= links.nvlink_domain
     return float(collective_latency("all-gather", k, inside, p, links.nvlink_domain))
-
-
-def _link(links: ClusterLinks, ranks: int) -> float:
-    """Bytes/s per GPU between ``ranks`` GPUs: NVLink inside one domain, else the scale-out NIC
-    (:func:`model.rlhf.engine.sync_bandwidth`'s rule)."""
-    return links.nvlink_bytes_per_s if ranks <= links.nvlink_domain else links.across_domains()
 
 
 def gather_seconds(
@@ -193,7 +203,7 @@ def gather_seconds(
         each += broadcast_latency(
             pp, 1 if k <= links.nvlink_domain else -(-k // links.nvlink_domain), p
         )
-    return float(moved / Fraction(_link(links, k))) + tensors * each
+    return float(moved / Fraction(sync_bandwidth(links, k))) + tensors * each
 
 
 def shared_sync_seconds(
@@ -246,10 +256,10 @@ def broadcast_seconds(
     >>> round(broadcast_seconds(8_030_261_248, 291, 16, 32, links, p) * 1e3, 2)
     349.73
     """
-    if cluster_gpus <= links.nvlink_domain:
-        link, nodes = links.nvlink_bytes_per_s, 1
-    else:
-        link, nodes = links.across_domains(), 1 + math.ceil(engine_gpus / links.nvlink_domain)
+    link = sync_bandwidth(links, cluster_gpus)
+    nodes = 1
+    if cluster_gpus > links.nvlink_domain:
+        nodes += math.ceil(engine_gpus / links.nvlink_domain)
     return float(Fraction(2 * params) / Fraction(link)) + tensors * broadcast_latency(
         engine_gpus + 1, nodes, p
     )
