@@ -8,6 +8,7 @@ from __future__ import annotations
 from trainplan.model.errors import InputError
 from trainplan.model.estimate import host_rates
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
+from trainplan.model.rlhf.actor_sync import with_actor_sync
 from trainplan.model.rlhf.engine import rollout_cost
 from trainplan.model.rlhf.network import network_cost
 from trainplan.model.rlhf.roles import Evaluator, RoleCost, RoleOption
@@ -58,4 +59,5 @@ def role_cost(
         )
     if rs.role is Role.ROLLOUT:
         return rollout_cost(spec, rs, option, device, links, cluster_gpus, over_budget)
-    return network_cost(spec, rs, option, device, evaluate, links)
+    cost = network_cost(spec, rs, option, device, evaluate)
+    return with_actor_sync(spec, rs, option, device, links, cost)  # the actor's sync seconds

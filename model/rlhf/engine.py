@@ -241,16 +241,12 @@ def rollout_cost(
     cluster_gpus: int,
     over_budget: bool = False,
 ) -> RoleCost:
-    """The engine's cost (:func:`model.rlhf.costs.role_cost`); its ``sync_s``, the broadcast to
-    it on a pool without the actor over ``links`` in a cluster of ``cluster_gpus`` GPUs
-    (:func:`model.rlhf.sync_time.broadcast_seconds`; 0 without links), is not in its rollout
-    seconds: the step adds the placement's sync (:mod:`model.rlhf.sync_time`). An engine whose budget cannot
-    hold its weights and one full-length sequence is a LayoutError, or with ``over_budget`` a
-    cost whose rollout bytes are that need (above ``budget_bytes``: the plan does not fit),
-    timed one sequence at a time. Under ``deepspeed`` its ``sync_bytes`` are its weights, which
-    OpenRLHF wakes alone for the weight sync (:mod:`model.rlhf.openrlhf`)."""
-    arch = rs.model.arch
-    assert arch is not None
+    """The engine's cost (:func:`model.rlhf.costs.role_cost`; ``sync_s``: :func:`_broadcast_s`
+    over ``links`` of ``cluster_gpus``). An engine whose budget cannot hold its weights and one
+    full-length sequence is a LayoutError, or with ``over_budget`` a cost whose rollout bytes are
+    that need (above ``budget_bytes``: the plan does not fit), timed one sequence at a time.
+    Under ``deepspeed`` its ``sync_bytes`` are its weights, which OpenRLHF wakes alone for the
+    weight sync (:mod:`model.rlhf.openrlhf`)."""
     if opt.pp != 1:
         raise LayoutError("rollout: the engine runs tp × dp replicas (pp 1)")
     if opt.fraction is None:
@@ -264,12 +260,10 @@ def rollout_cost(
     outside, inside = engine_communicator_bytes(opt.tp, device.gpus_per_node)
     receive, group = engine_receive_bytes(spec, rs)
     terms = _engine_terms(mem, time, device, weights, need, decode_efficiency(spec, device))
-    terms += (Term("weight sync on a pool without the actor (2N broadcast, per tensor)",
-                   "rollout", sync_s, "s", SYNC_TIME_SOURCE, "nccl"),)  # fmt: skip
     terms += _held_terms(outside, inside)
     terms += (Term("engine CUDA graph pool, kept asleep (assumed)", "held",
                    Fraction(ENGINE_GRAPH_POOL_BYTES), "bytes", GRAPH_POOL_SOURCE),)  # fmt: skip
-    terms += _receive_terms(receive, group, receive_source(spec.framework))
+    terms += _receive_terms(receive, group, receive_source(spec.framework), sync_s)
     asleep = engine_sleep_host_bytes(spec.framework, weights)
     if asleep:
         name = "host copy while asleep (vLLM level 1; on the actor's pool)"
@@ -305,7 +299,8 @@ def _broadcast_s(
 ) -> float:
     """The engine's :attr:`~model.rlhf.roles.RoleCost.sync_s`
     (:func:`model.rlhf.sync_time.broadcast_seconds` of the policy's parameters and tensors to
-    the engine's GPUs); 0 without links."""
+    the engine's GPUs; not in its rollout seconds: the step adds the placement's sync,
+    :func:`model.rlhf.sync_time.placement_sync_seconds`); 0 without links."""
     if links is None:
         return 0.0
     arch = rs.model.arch
@@ -327,18 +322,23 @@ def _held_terms(outside: int, inside: int) -> tuple[Term, ...]:
     )
 
 
-def _receive_terms(receive: Fraction, group: Fraction, src: str) -> tuple[Term, ...]:
+def _receive_terms(
+    receive: Fraction, group: Fraction, src: str, sync_s: float = 0.0
+) -> tuple[Term, ...]:
     """The NCCL weight sync's terms on a pool without the actor
-    (:func:`model.rlhf.openrlhf.engine_receive_bytes`)."""
+    (:func:`model.rlhf.openrlhf.engine_receive_bytes`), with its seconds ``sync_s``
+    (:func:`_broadcast_s`)."""
+    sync = Term("weight sync on a pool without the actor (2N broadcast, per tensor)",
+                "rollout", sync_s, "s", SYNC_TIME_SOURCE, "nccl")  # fmt: skip
     if not receive:
-        return ()
+        return (sync,) if sync_s else ()
     path = "nccl"  # counted on a pool without the actor only (model.rlhf.split.counted_terms)
     receive_name = "weight receive buffer (pool without the actor)"
     group_name = "model-update communicator (pool without the actor)"
     return (
         Term(receive_name, "rollout", receive, "bytes", src, path),
         Term(group_name, "held", group, "bytes", src, path),
-    )
+    ) + ((sync,) if sync_s else ())
 
 
 def _rollout_time(

@@ -12,12 +12,10 @@ from typing import Any
 from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.estimate import Estimate, StageMemory
 from trainplan.model.frameworks import Framework
-from trainplan.model.hardware import ClusterLinks, DeviceSpec
+from trainplan.model.hardware import DeviceSpec
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.mechanisms import Mechanism
 from trainplan.model.offload import NO_OFFLOAD, Offload, check_offload
-from trainplan.model.op_rates import deployed_params
-from trainplan.model.rlhf.engine import sync_weights_bytes
 from trainplan.model.rlhf.forward_set import scoring_forward_bytes
 from trainplan.model.rlhf.logits import LogitsPass, PassLogits, old_log_prob_pass, pass_logits
 from trainplan.model.rlhf.openrlhf import actor_update_group, check_split_count, idle_swap
@@ -41,12 +39,6 @@ from trainplan.model.rlhf.roles import (
 )
 from trainplan.model.rlhf.spec import RLHFSpec, Role, RoleSpec
 from trainplan.model.rlhf.step import role_process
-from trainplan.model.rlhf.sync_time import (
-    SYNC_SOURCE,
-    gather_seconds,
-    parameter_tensors,
-    shared_sync_seconds,
-)
 from trainplan.model.rlhf.verl_fsdp1 import grads_term, held_state, root_unit_extra, root_unit_terms
 from trainplan.model.rlhf.verl_sync import role_sync
 from trainplan.model.specs import TrainingSpec
@@ -449,50 +441,12 @@ def _idle(
     return idle_swap(spec, rs, device, state)
 
 
-def actor_sync_seconds(
-    spec: RLHFSpec, rs: RoleSpec, opt: RoleOption, device: DeviceSpec, links: ClusterLinks | None
-) -> tuple[float, float]:
-    """The actor's :attr:`~model.rlhf.roles.RoleCost.sync_gather_s` and
-    :attr:`~model.rlhf.roles.RoleCost.sync_shared_s` under ``opt`` over ``links``
-    (:func:`model.rlhf.sync_time.gather_seconds`, :func:`model.rlhf.sync_time.
-    shared_sync_seconds`, of the policy's parameters, :func:`model.rlhf.engine.
-    sync_weights_bytes` ÷ 2, and tensors); ``(0, 0)`` for the other roles or without links."""
-    if links is None or rs.role is not Role.ACTOR:
-        return 0.0, 0.0
-    arch = rs.model.arch
-    assert arch is not None
-    params, tensors = int(sync_weights_bytes(rs) / 2), parameter_tensors(arch)
-    p = deployed_params(device.part)
-    zero = spec.zero_stage or 1
-    fw = spec.framework
-    gather = gather_seconds(fw, params, tensors, opt.dp, opt.tp, opt.pp, zero, links, p)
-    return gather, shared_sync_seconds(fw, gather, tensors, opt.gpus, links, p)
-
-
-def _sync_time_terms(gather_s: float, shared_s: float) -> tuple[Term, ...]:
-    """The actor's weight-sync seconds as terms, each listed on the pools that count it
-    (:func:`model.rlhf.split.counted_terms`): the whole sync beside the engine (``ipc``), the
-    gather before the broadcast on a pool without it (``send``)."""
-    return (
-        Term("weight sync to the engine on this pool (gather + hand-over, per tensor)",
-             "rollout", shared_s, "s", SYNC_SOURCE, "ipc"),
-        Term("weight gather before the broadcast to an engine apart (per tensor)",
-             "rollout", gather_s, "s", SYNC_SOURCE, "send"),
-    )  # fmt: skip
-
-
 def network_cost(
-    spec: RLHFSpec,
-    rs: RoleSpec,
-    opt: RoleOption,
-    device: DeviceSpec,
-    evaluate: Evaluator,
-    links: ClusterLinks | None = None,
+    spec: RLHFSpec, rs: RoleSpec, opt: RoleOption, device: DeviceSpec, evaluate: Evaluator
 ) -> RoleCost:
     """A training or scoring role's cost under ``opt``: held state and update (:func:`_trainable`,
     :func:`_frozen`), scoring forward (:func:`_scoring`), idle offload and the weight sync
     (:mod:`model.rlhf.openrlhf`); the rules and their sources are in :mod:`model.rlhf.roles`.
-    The actor's weight-sync seconds over ``links`` (:func:`actor_sync_seconds`; 0 without).
 
     Raises
     ------
@@ -542,8 +496,4 @@ def network_cost(
         split_tokens=spec.split_tokens(opt.dp, opt.tp),
         scoring_swap_bytes=scoring_swap,
     )
-    gather_s, shared_s = actor_sync_seconds(spec, rs, opt, device, links)
-    if gather_s or shared_s:
-        cost = replace(cost, sync_gather_s=gather_s, sync_shared_s=shared_s,
-                       terms=cost.terms + _sync_time_terms(gather_s, shared_s))  # fmt: skip
     return actor_update_group(spec, rs, _on_stack(spec.framework, cost))

@@ -163,8 +163,7 @@ class PlacementModel:
             max((sum(t[3]) for key, t in ints.items() if key[0] == ri), default=0)
             for ri in range(len(roles))
         )
-        self.sync_terms: list[cp_model.LinearExpr | int] = []
-        self.sync_top = self._sync_top()
+        self.sync_top = self._sync_setup()
         horizon += self.sync_top
         self.phase_max = [m.new_int_var(0, horizon, f"M_{p}") for p in PHASES]
         work: dict[int, list[cp_model.LinearExpr]] = {}
@@ -222,9 +221,11 @@ class PlacementModel:
         by = self.tables.options.get(role, {})
         return {(n, oi): sync_ns(c) for n, opts in by.items() for oi, (_, c) in enumerate(opts)}
 
-    def _sync_top(self) -> int:
-        """The most ns any placement's weight sync can take: the largest shared sync, or the
-        largest broadcast plus the largest gather (module docstring)."""
+    def _sync_setup(self) -> int:
+        """Starts the slots' weight-sync terms (:meth:`_sync_time`) and returns the most ns any
+        placement's sync can take: the largest shared sync, or the largest broadcast plus the
+        largest gather (module docstring)."""
+        self.sync_terms: list[cp_model.LinearExpr | int] = []
         engine, actor = self._sync_ints(Role.ROLLOUT), self._sync_ints(Role.ACTOR)
         top_d = max((t[0] for t in engine.values()), default=0)
         top_g = max((t[1] for t in actor.values()), default=0)
