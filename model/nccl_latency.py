@@ -25,7 +25,7 @@ from trainplan.model.xp import floor, log2, maximum, minimum, where
 if TYPE_CHECKING:
     from trainplan.model.roofline import RooflineParams
 
-__all__ = ["steps_latency", "tree_latency", "collective_latency"]
+__all__ = ["broadcast_latency", "steps_latency", "tree_latency", "collective_latency"]
 
 _RINGS = {"all-reduce": 2, "all-gather": 1, "reduce-scatter": 1}
 """Ring rounds of each collective (``nsteps`` ÷ (n − 1) in ``ncclTopoTuneModel``); an
@@ -150,4 +150,29 @@ def collective_latency(
         tree_intra_s=p.scaleup_tree_hop_latency_s,
         domains=0 if kind == "send-recv" else domains,
     )  # fmt: skip
+    return p.collective_base_latency_s + steps
+
+
+def broadcast_latency(group_size: int, nodes: int, p: RooflineParams) -> float:
+    """Seconds of NCCL's latency of one ring broadcast over ``group_size`` ranks on ``nodes``
+    hosts (NCCL's ``nNodes``): the ``Simple`` protocol's base latency plus ``nRanks`` steps, of
+    which ``nNodes`` cross the network where ``nNodes`` > 1 (``ncclTopoTuneModel``,
+    ``src/graph/tuning.cc``: ``nsteps = nRanks`` and ``nInterSteps = nNodes`` for
+    ``ncclFuncBroadcast``, which runs the ring only; on one node every step at NVLink's hop).
+    Units: seconds. A group of one rank sends nothing: 0.
+
+    Examples
+    --------
+    Rank 0 of the actor and 16 engine GPUs on 2 other nodes: 8.4 + 14 × 3.4 + 3 × 14 µs; all 9
+    ranks in one node: 8.4 + 9 × 3.4 µs.
+
+    >>> from trainplan.model.roofline import RooflineParams
+    >>> p = RooflineParams(gemm_efficiency=0.7)
+    >>> [round(broadcast_latency(n, d, p) * 1e6, 1) for n, d in ((17, 3), (9, 1))]
+    [98.0, 39.0]
+    """
+    if group_size <= 1:
+        return 0.0
+    crossing = nodes if nodes > 1 else 0
+    steps = (group_size - crossing) * p.scaleup_hop_latency_s + crossing * p.scaleout_hop_latency_s
     return p.collective_base_latency_s + steps

@@ -75,10 +75,11 @@ Sources, term by term:
   distribution is not modelled). A tp > 1 engine adds its collectives (the layers' and the
   embedding's all-reduces, the logits all-gather) to every prefill chunk and decode step, not
   overlapped (:mod:`model.rollout_reduce`).
-* **Weight sync**: the updated policy's BF16 weights reach each engine GPU whole (``2·N``
+* **Weight sync**: timed by placement, not here (the RLHF step passes no ``sync_bytes``):
+  on a pool of its own the engine receives the updated policy's BF16 weights whole (``2·N``
   bytes, not ``2·N/tp``: every parameter is sent whole and each engine rank keeps its shard in
-  ``load_weights``) over the link between the training and the rollout ranks
-  (:func:`model.rlhf.engine.sync_weights_bytes` gives the sources).
+  ``load_weights``, :func:`model.rlhf.engine.sync_weights_bytes`); on the actor's pool each GPU
+  receives what the actor's gather brings (:mod:`model.rlhf.sync_time`).
 """
 
 from __future__ import annotations

@@ -12,11 +12,20 @@ Sources, read at volcengine/verl b178a3cd5 and vllm-project/vllm 003df2961:
   (``vLLMHttpServer.generate`` builds ``SamplingParams(max_tokens=…, **sampling_params)`` and
   reads ``outputs[0]``, ``verl/workers/rollout/vllm_rollout/vllm_async_server.py``). vLLM's
   parallel sampling (``ParentRequest``, ``vllm/v1/engine/parallel_sampling.py``) is not used.
-* **Which replica a sample reaches.** ``AsyncLLMServerManager._choose_server`` picks the server
-  with the fewest requests sent so far (its count only grows: round robin over the replicas), a
-  new choice per sample (a fresh ``uuid4`` request id each). A group's n adjacent samples so land
-  on ``min(n, R)`` of the R replicas, ``n / min(n, R)`` on each on average — none shared when
-  R ≥ n. verl's async-task scheduling may reorder requests; the round robin is the plan's.
+* **Which replica a sample reaches.** ``AgentLoopManager.generate_sequences`` splits the
+  repeated batch into one contiguous chunk per agent-loop worker (``prompts.chunk(len(self.
+  agent_loop_workers))``, ``DataProto.chunk``: equal chunks, ``torch.chunk``'s ``⌈S / W⌉``
+  rows each), :data:`VERL_AGENT_LOOP_WORKERS` workers by default
+  (``actor_rollout_ref.rollout.agent.num_workers: 8``, ``verl/trainer/config/rollout/
+  rollout.yaml``). Each worker holds its own ``AsyncLLMServerManager`` over every server, its
+  list shuffled (``random.shuffle(self.server_handles)``), whose ``_choose_server`` picks the
+  server with the fewest requests that worker sent so far (its counts only grow: round robin
+  over the replicas in the worker's shuffled order), a new choice per sample (a fresh ``uuid4``
+  request id each). A group's run of ``a`` adjacent samples inside one worker's chunk so lands
+  on ``min(a, R)`` of the R replicas, a uniformly random set (a window of a random order); a
+  group that a chunk boundary splits reaches each part's set independently, so it touches
+  ``R·(1 − Π (1 − min(a_i, R)/R))`` replicas on average (:func:`saved_prompt_tokens`). verl's
+  async-task scheduling may reorder requests; the round robin is the plan's.
 * **Prefix caching is on.** ``enable_prefix_caching: True`` (``verl/trainer/config/rollout/
   rollout.yaml``), passed to the engine (``vllm_async_server.py``). vLLM's
   ``KVCacheManager.allocate_slots`` registers (hashes) a request's full blocks when it allocates
@@ -42,10 +51,22 @@ Sources, read at volcengine/verl b178a3cd5 and vllm-project/vllm 003df2961:
 from __future__ import annotations
 
 from fractions import Fraction
+from functools import lru_cache
 
 from trainplan.model.errors import InputError
 
-__all__ = ["VLLM_BLOCK_TOKENS", "shared_prompt_tokens", "saved_prompt_tokens"]
+__all__ = [
+    "VERL_AGENT_LOOP_WORKERS",
+    "VLLM_BLOCK_TOKENS",
+    "group_replicas",
+    "shared_prompt_tokens",
+    "saved_prompt_tokens",
+]
+
+VERL_AGENT_LOOP_WORKERS = 8
+"""verl's agent-loop workers, each a contiguous chunk of the step's samples with its own round
+robin over the engine replicas: ``actor_rollout_ref.rollout.agent.num_workers`` default 8
+(``verl/trainer/config/rollout/rollout.yaml``, volcengine/verl b178a3cd5)."""
 
 VLLM_BLOCK_TOKENS = 16
 """Tokens per vLLM KV-cache block: the platform default (module docstring)."""
@@ -72,12 +93,54 @@ def shared_prompt_tokens(prompt_tokens: int, block_tokens: int = VLLM_BLOCK_TOKE
     return (prompt_tokens - 1) // block_tokens * block_tokens
 
 
-def saved_prompt_tokens(samples_per_prompt: int, replicas: int, prompt_tokens: int) -> Fraction:
+@lru_cache(maxsize=1024)
+def group_replicas(prompts: int, samples_per_prompt: int, replicas: int, workers: int) -> Fraction:
+    """The engine replicas a group's samples reach, summed over the step's ``prompts`` groups
+    (expected values), when verl repeats each prompt ``samples_per_prompt`` (n) times
+    interleaved, splits the ``S = prompts·n`` samples into ``workers`` contiguous chunks of
+    ``⌈S / W⌉`` and each worker round-robins its samples over the ``replicas`` (R) in an order of
+    its own (module docstring): a group whose samples fall in runs of ``a_i`` in distinct chunks
+    reaches ``R·(1 − Π (1 − min(a_i, R)/R))`` replicas — ``min(n, R)`` when one chunk holds it.
+
+    Examples
+    --------
+    4 prompts × 16 samples over 8 workers: chunks of 8, each group in two halves; 16 replicas:
+    each half reaches 8 of them, 16·(1 − ½·½) = 12 per group, 48 in all (not 4 × 16 = 64); 8
+    replicas: each half reaches all 8, 32 in all.
+
+    >>> group_replicas(4, 16, 16, 8), group_replicas(4, 16, 8, 8)
+    (Fraction(48, 1), Fraction(32, 1))
+    >>> group_replicas(64, 16, 16, 8)  # chunks of 128: no group split, min(16, 16) each
+    Fraction(1024, 1)
+    """
+    n, r = samples_per_prompt, replicas
+    total = prompts * n
+    chunk = -(-total // workers)
+    reached = Fraction(0)
+    for g in range(prompts):
+        start, end, missed = g * n, (g + 1) * n, Fraction(1)
+        while start < end:
+            stop = min(end, (start // chunk + 1) * chunk)
+            missed *= 1 - Fraction(min(stop - start, r), r)
+            start = stop
+        reached += r * (1 - missed)
+    return reached
+
+
+def saved_prompt_tokens(
+    samples_per_prompt: int,
+    replicas: int,
+    prompt_tokens: int,
+    prompts: int = 1,
+    workers: int = 1,
+) -> Fraction:
     """Prompt tokens a sample neither prefills nor holds in KV, on average over a step's samples,
-    when verl round-robins a group's ``samples_per_prompt`` (n) samples over ``replicas`` (R)
-    engine replicas with prefix caching on (module docstring): each replica's first sample of a
-    prompt prefills and holds it whole, each later one reuses :func:`shared_prompt_tokens` (H):
-    ``H · (n − min(n, R)) / n``.
+    when verl spreads ``prompts`` groups of ``samples_per_prompt`` (n) samples over ``replicas``
+    (R) engine replicas through ``workers`` agent-loop workers with prefix caching on (module
+    docstring): each replica's first sample of a prompt prefills and holds it whole, each later
+    one reuses :func:`shared_prompt_tokens` (H): ``H · (S − Σ reached) / S`` over the ``S``
+    samples, ``reached`` each group's replicas (:func:`group_replicas`); with one worker (or no
+    group split across chunks) ``H · (n − min(n, R)) / n``.
 
     Raises
     ------
@@ -91,12 +154,19 @@ def saved_prompt_tokens(samples_per_prompt: int, replicas: int, prompt_tokens: i
 
     >>> [saved_prompt_tokens(16, r, 1024) for r in (1, 8, 16, 32)]
     [Fraction(945, 1), Fraction(504, 1), Fraction(0, 1), Fraction(0, 1)]
+
+    4 such prompts over verl's 8 workers and 16 replicas: each group split in two chunks reaches
+    12 replicas on average (:func:`group_replicas`), so 4 of 16 samples reuse 1,008 tokens, 252.
+
+    >>> saved_prompt_tokens(16, 16, 1024, prompts=4, workers=8)
+    Fraction(252, 1)
     """
-    if samples_per_prompt < 1 or replicas < 1:
+    if samples_per_prompt < 1 or replicas < 1 or prompts < 1 or workers < 1:
         raise InputError(
-            f"samples_per_prompt: {samples_per_prompt} over {replicas} engine replicas; both must "
-            "be at least 1"
+            f"samples_per_prompt: {samples_per_prompt} over {replicas} engine replicas, "
+            f"{prompts} prompts, {workers} workers; each must be at least 1"
         )
-    first = min(samples_per_prompt, replicas)
     shared = shared_prompt_tokens(prompt_tokens)
-    return Fraction(shared * (samples_per_prompt - first), samples_per_prompt)
+    total = prompts * samples_per_prompt
+    reached = group_replicas(prompts, samples_per_prompt, replicas, workers)
+    return shared * (total - reached) / total

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from trainplan.model.errors import InputError
 from trainplan.model.estimate import host_rates
-from trainplan.model.hardware import DeviceSpec
+from trainplan.model.hardware import ClusterLinks, DeviceSpec
+from trainplan.model.rlhf.actor_sync import with_actor_sync
 from trainplan.model.rlhf.engine import rollout_cost
 from trainplan.model.rlhf.network import network_cost
 from trainplan.model.rlhf.roles import Evaluator, RoleCost, RoleOption
@@ -21,12 +22,15 @@ def role_cost(
     option: RoleOption,
     device: DeviceSpec,
     evaluate: Evaluator,
-    sync_bytes_per_s: float | None = None,
+    links: ClusterLinks | None = None,
+    cluster_gpus: int = 0,
     over_budget: bool = False,
 ) -> RoleCost:
     """The role's bytes per GPU, seconds per phase and host bytes under ``option``.
 
-    ``sync_bytes_per_s``: the bandwidth the updated weights reach the rollout engine at.
+    ``links``, ``cluster_gpus``: the cluster's links and GPUs, which time the weight sync (the
+    engine's broadcast on a pool of its own, the actor's gather and hand-over on a shared one:
+    :mod:`model.rlhf.sync_time`); without links the sync takes no time.
     ``over_budget``: an engine whose budget holds no full-length sequence is returned as a cost
     that does not fit (``RoleCost.over_budget``; a tab shows why) instead of a LayoutError.
 
@@ -54,5 +58,6 @@ def role_cost(
             f"offload: {device.figures_from} has no host link figure for {device.name}"
         )
     if rs.role is Role.ROLLOUT:
-        return rollout_cost(spec, rs, option, device, sync_bytes_per_s, over_budget)
-    return network_cost(spec, rs, option, device, evaluate)
+        return rollout_cost(spec, rs, option, device, links, cluster_gpus, over_budget)
+    cost = network_cost(spec, rs, option, device, evaluate)
+    return with_actor_sync(spec, rs, option, device, links, cost)  # the actor's sync seconds

@@ -23,6 +23,7 @@ from trainplan.model.rlhf.openrlhf import (
 )
 from trainplan.model.rlhf.roles import RoleCost, RoleOption, Term
 from trainplan.model.rlhf.spec import RLHFSpec, Role, RoleSpec
+from trainplan.model.rlhf.sync_time import broadcast_seconds, parameter_tensors, sync_bandwidth
 from trainplan.model.rollout import (
     EngineMemory,
     RolloutTime,
@@ -30,7 +31,7 @@ from trainplan.model.rollout import (
     kv_bytes_per_token,
     rollout_time,
 )
-from trainplan.model.rollout_prefix import saved_prompt_tokens
+from trainplan.model.rollout_prefix import VERL_AGENT_LOOP_WORKERS, saved_prompt_tokens
 from trainplan.model.rollout_reduce import (
     engine_all_gather,
     engine_all_reduce,
@@ -104,11 +105,11 @@ def engine_weights_bytes(rs: RoleSpec, tp: int) -> Fraction:
 
 
 SYNC_TIME_SOURCE = (
-    "the whole model's BF16 weights 2N to every engine GPU (each parameter sent whole, the "
-    "engine rank keeps its tp shard: OpenRLHF 3c3be6234 ppo_actor.py broadcast_to_vllm, "
-    "vllm_worker_wrap.py update_weight torch.empty(shape) of the full shape; verl b178a3cd5 "
-    "rollout_mode, mbridge Bridge.export_weights; one-step off-policy DetachSync."
-    "sync_rollout_weights full_tensor()) over the link between training and rollout ranks"
+    "the whole model's BF16 weights 2N to every engine GPU, one parameter tensor at a time "
+    "(OpenRLHF 3c3be6234 ppo_actor.py broadcast_to_vllm _broadcast_param, vllm_worker_wrap.py "
+    "update_weight torch.empty(shape) of the full shape; verl b178a3cd5 one-step off-policy "
+    "DetachSync.sync_rollout_weights full_tensor() + broadcast) over the link between the pools, "
+    "plus NCCL's ring-broadcast latency per tensor (model.rlhf.sync_time.broadcast_seconds)"
 )
 
 
@@ -129,10 +130,10 @@ def sync_weights_bytes(rs: RoleSpec) -> Fraction:
       ``full_tensor()``) before the IPC bucket; the one-step off-policy recipe's
       ``DetachSync.sync_rollout_weights`` broadcasts each ``full_tensor()`` from rank 0.
 
-    On a shared pool whose actor ranks already hold the weights whole (tp 1, pp 1, no ZeRO-3)
-    nothing crosses a link and this is an upper bound; anywhere else each GPU receives about
-    the whole model (``2·N·(1 − 1/k)`` over ``k`` shards, or ``2·N`` broadcast to an engine on
-    GPUs of its own).
+    These are the bytes of the broadcast to an engine on GPUs of its own. On the actor's pool
+    nothing is broadcast: each GPU receives what the actor's gather over its shards brings
+    (:func:`model.rlhf.sync_time.gather_seconds`) and hands it to the engine on the same GPU;
+    the step reads the sync by placement (:func:`model.rlhf.sync_time.placement_sync_seconds`).
 
     >>> from trainplan.scenarios.catalogue import get_model
     >>> from trainplan.model.rlhf.spec import RLHFSpec, Role
@@ -236,16 +237,16 @@ def rollout_cost(
     rs: RoleSpec,
     opt: RoleOption,
     device: DeviceSpec,
-    sync_bytes_per_s: float | None,
+    links: ClusterLinks | None,
+    cluster_gpus: int,
     over_budget: bool = False,
 ) -> RoleCost:
-    """The engine's cost (:func:`model.rlhf.costs.role_cost`). An engine whose budget cannot
-    hold its weights and one full-length sequence is a LayoutError, or with ``over_budget`` a
-    cost whose rollout bytes are that need (above ``budget_bytes``: the plan does not fit),
-    timed one sequence at a time. Under ``deepspeed`` its ``sync_bytes`` are its weights, which
-    OpenRLHF wakes alone for the weight sync (:mod:`model.rlhf.openrlhf`)."""
-    arch = rs.model.arch
-    assert arch is not None
+    """The engine's cost (:func:`model.rlhf.costs.role_cost`; ``sync_s``: :func:`_broadcast_s`
+    over ``links`` of ``cluster_gpus``). An engine whose budget cannot hold its weights and one
+    full-length sequence is a LayoutError, or with ``over_budget`` a cost whose rollout bytes are
+    that need (above ``budget_bytes``: the plan does not fit), timed one sequence at a time.
+    Under ``deepspeed`` its ``sync_bytes`` are its weights, which OpenRLHF wakes alone for the
+    weight sync (:mod:`model.rlhf.openrlhf`)."""
     if opt.pp != 1:
         raise LayoutError("rollout: the engine runs tp × dp replicas (pp 1)")
     if opt.fraction is None:
@@ -254,14 +255,15 @@ def rollout_cost(
         raise InputError(f"rollout: {device.figures_from} has no HBM bandwidth for {device.name}")
     weights = engine_weights_bytes(rs, opt.tp)
     mem, need = _fitted_memory(spec, rs, opt, device, weights, over_budget)
-    time = _rollout_time(spec, rs, opt, device, weights, mem.concurrent, sync_bytes_per_s)
+    time = _rollout_time(spec, rs, opt, device, weights, mem.concurrent)
+    sync_s = _broadcast_s(rs, opt, device, links, cluster_gpus)
     outside, inside = engine_communicator_bytes(opt.tp, device.gpus_per_node)
     receive, group = engine_receive_bytes(spec, rs)
     terms = _engine_terms(mem, time, device, weights, need, decode_efficiency(spec, device))
     terms += _held_terms(outside, inside)
     terms += (Term("engine CUDA graph pool, kept asleep (assumed)", "held",
                    Fraction(ENGINE_GRAPH_POOL_BYTES), "bytes", GRAPH_POOL_SOURCE),)  # fmt: skip
-    terms += _receive_terms(receive, group, receive_source(spec.framework))
+    terms += _receive_terms(receive, group, receive_source(spec.framework), sync_s)
     asleep = engine_sleep_host_bytes(spec.framework, weights)
     if asleep:
         name = "host copy while asleep (vLLM level 1; on the actor's pool)"
@@ -288,8 +290,24 @@ def rollout_cost(
         receive_resident_bytes=group,
         awake_apart=spec.framework is Framework.DEEPSPEED,  # OpenRLHF (model.rlhf.split)
         sleep_host_bytes=asleep,
-        sync_s=time.sync_s,
+        sync_s=sync_s,
     )
+
+
+def _broadcast_s(
+    rs: RoleSpec, opt: RoleOption, device: DeviceSpec, links: ClusterLinks | None, gpus: int
+) -> float:
+    """The engine's :attr:`~model.rlhf.roles.RoleCost.sync_s`
+    (:func:`model.rlhf.sync_time.broadcast_seconds` of the policy's parameters and tensors to
+    the engine's GPUs; not in its rollout seconds: the step adds the placement's sync,
+    :func:`model.rlhf.sync_time.placement_sync_seconds`); 0 without links."""
+    if links is None:
+        return 0.0
+    arch = rs.model.arch
+    assert arch is not None
+    params = int(sync_weights_bytes(rs) / 2)
+    p = deployed_params(device.part)
+    return broadcast_seconds(params, parameter_tensors(arch), opt.gpus, gpus, links, p)
 
 
 def _held_terms(outside: int, inside: int) -> tuple[Term, ...]:
@@ -304,18 +322,23 @@ def _held_terms(outside: int, inside: int) -> tuple[Term, ...]:
     )
 
 
-def _receive_terms(receive: Fraction, group: Fraction, src: str) -> tuple[Term, ...]:
+def _receive_terms(
+    receive: Fraction, group: Fraction, src: str, sync_s: float = 0.0
+) -> tuple[Term, ...]:
     """The NCCL weight sync's terms on a pool without the actor
-    (:func:`model.rlhf.openrlhf.engine_receive_bytes`)."""
+    (:func:`model.rlhf.openrlhf.engine_receive_bytes`), with its seconds ``sync_s``
+    (:func:`_broadcast_s`)."""
+    sync = Term("weight sync on a pool without the actor (2N broadcast, per tensor)",
+                "rollout", sync_s, "s", SYNC_TIME_SOURCE, "nccl")  # fmt: skip
     if not receive:
-        return ()
+        return (sync,) if sync_s else ()
     path = "nccl"  # counted on a pool without the actor only (model.rlhf.split.counted_terms)
     receive_name = "weight receive buffer (pool without the actor)"
     group_name = "model-update communicator (pool without the actor)"
     return (
         Term(receive_name, "rollout", receive, "bytes", src, path),
         Term(group_name, "held", group, "bytes", src, path),
-    )
+    ) + ((sync,) if sync_s else ())
 
 
 def _rollout_time(
@@ -325,7 +348,6 @@ def _rollout_time(
     device: DeviceSpec,
     weights: Fraction,
     concurrent: int,
-    sync_bytes_per_s: float | None,
 ) -> RolloutTime:
     """:func:`model.rollout.rollout_time` of the engine under ``opt``, ``concurrent`` sequences
     per replica at once, with its tp collectives (:mod:`model.rollout_reduce`)."""
@@ -347,8 +369,6 @@ def _rollout_time(
         kernel_efficiency=kernel_efficiency_for(device.part, arch.hidden_size),
         hbm_bytes_per_s=device.hbm_bytes_per_s,
         bandwidth_efficiency=decode_efficiency(spec, device),
-        sync_bytes=sync_weights_bytes(rs),
-        sync_bytes_per_s=sync_bytes_per_s,
         max_completion_tokens=spec.max_completion_tokens,
         tp_reduce=reduce,
         saved_prompt_tokens=prompt_sharing(spec, opt.dp),
@@ -358,9 +378,10 @@ def _rollout_time(
 def prompt_sharing(spec: RLHFSpec, replicas: int) -> Fraction:
     """Prompt tokens a rollout reuses from the engine's prefix cache on average, neither
     prefilled nor held (:func:`model.rollout_prefix.saved_prompt_tokens`): verl's profiles
-    (``megatron``, ``fsdp2``: every sample its own request, prefix caching on, requests round
-    robin over the ``replicas``); none under ``deepspeed`` (OpenRLHF's prefix caching is off by
-    default). The one rule the evaluator and the rlhf-plan search both read.
+    (``megatron``, ``fsdp2``: every sample its own request, prefix caching on, the step's
+    samples in :data:`model.rollout_prefix.VERL_AGENT_LOOP_WORKERS` contiguous chunks, each
+    worker's round robin over the ``replicas``); none under ``deepspeed`` (OpenRLHF's prefix
+    caching is off by default). The one rule the evaluator and the rlhf-plan search both read.
 
     >>> from trainplan.scenarios.catalogue import get_model
     >>> base = dict(policy=get_model("qwen2.5-7b").model, algorithm="grpo", reward="rule",
@@ -371,7 +392,8 @@ def prompt_sharing(spec: RLHFSpec, replicas: int) -> Fraction:
     """
     if spec.framework is Framework.DEEPSPEED:
         return Fraction(0)
-    return saved_prompt_tokens(spec.samples_per_prompt, replicas, spec.prompt_tokens)
+    return saved_prompt_tokens(spec.samples_per_prompt, replicas, spec.prompt_tokens,
+                               spec.prompts, VERL_AGENT_LOOP_WORKERS)  # fmt: skip
 
 
 def _fitted_memory(
@@ -421,7 +443,7 @@ def _engine_terms(
     efficiency: float,
 ) -> tuple[Term, ...]:
     """The engine's terms with their sources: its budget, weights, KV cache and concurrency, and
-    the prefill, decode and weight-sync seconds (``need``: the bytes it runs with, above the
+    the prefill and decode seconds (``need``: the bytes it runs with, above the
     budget when one sequence does not fit it; ``efficiency``: :func:`decode_efficiency`)."""
     assert device.hbm_bytes_per_s is not None
     bw = (f"{device.name} HBM {device.hbm_bytes_per_s / 1e12:g} TB/s ({device.bandwidth_source}) "
@@ -431,7 +453,6 @@ def _engine_terms(
         kv = "KV cache of one sequence (the least the engine runs with; its budget holds none)"
     steps = f"decode ({time.memory_bound_steps:,} of {time.total_steps:,} steps HBM-bound)"
     roof = f"roofline: max(2N·c, weights + KV read) + tp all-reduces, logits all-gather (model.rollout_reduce); {bw}"
-    sync = SYNC_TIME_SOURCE
     prefill_src = "model.rollout; kernel efficiency model.timing; tp collectives per chunk"
     return (
         Term("engine budget (fraction × HBM)", "rollout", mem.budget_bytes, "bytes", _ENGINE_SOURCE),
@@ -440,18 +461,4 @@ def _engine_terms(
         Term("sequences decoded at once", "rollout", mem.concurrent, "sequences", _KV_SOURCE),
         Term("prefill (2N per prompt token)", "rollout", time.prefill_s, "s", prefill_src),
         Term(steps, "rollout", time.decode_s, "s", roof),
-        Term("weight sync (2N, each parameter whole, to each engine GPU)", "rollout",
-             time.sync_s, "s", sync),
     )  # fmt: skip
-
-
-def sync_bandwidth(links: ClusterLinks, gpus: int) -> float:
-    """Bandwidth, bytes/s per GPU per direction, the updated weights reach the rollout engine at
-    on a cluster of ``gpus`` GPUs: NVLink when the whole cluster is one NVLink domain, else the
-    scale-out NIC (the training ranks holding a shard are spread over nodes, colocated or not).
-
-    >>> links = ClusterLinks(nvlink_bytes_per_s=450e9, scaleout_bytes_per_s=50e9, nvlink_domain=8)
-    >>> sync_bandwidth(links, 8), sync_bandwidth(links, 16)
-    (450000000000.0, 50000000000.0)
-    """
-    return links.nvlink_bytes_per_s if gpus <= links.nvlink_domain else links.across_domains()

@@ -19,8 +19,9 @@ both sides wait for it:
   actor group) before it takes the next batch.
 
 So a step is ``sync + max(R, S + T)``: R the generation, S and T the scoring and training
-phases. The engine's pool already counts the sync in its rollout seconds
-(:attr:`model.rlhf.roles.RoleCost.sync_s` inside ``rollout_s``), so the step is
+phases. The engine's pool already counts the placement's sync in its rollout phase
+(:func:`model.rlhf.sync_time.placement_sync_seconds`, added by :func:`model.rlhf.step.compose`),
+so the step is
 ``max(max_pool Σ_phase W, W(scoring) + W(training) + sync)``: the trainer's chain carries the
 sync too. On one shared pool (colocated) the pool's own sum already holds it, and the step is
 the synchronous one.
@@ -30,16 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from trainplan.model.rlhf.roles import RoleCost
-from trainplan.model.rlhf.spec import Role
-
-__all__ = ["engine_sync_seconds", "off_policy_seconds"]
-
-
-def engine_sync_seconds(costs: Sequence[RoleCost]) -> float:
-    """The weight sync's seconds of the step's rollout engine
-    (:attr:`~model.rlhf.roles.RoleCost.sync_s`); 0 without an engine."""
-    return max((c.sync_s for c in costs if c.option.role is Role.ROLLOUT), default=0.0)
+__all__ = ["off_policy_seconds"]
 
 
 def off_policy_seconds(busy: Sequence[Sequence[float]], sync_s: float) -> float:

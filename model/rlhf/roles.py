@@ -279,8 +279,18 @@ class RoleCost:
     (:func:`model.rlhf.openrlhf.sleep_host`). 0 otherwise."""
 
     sync_s: float = 0.0
-    """The engine: its weight sync's seconds, inside ``rollout_s``; one-step off-policy charges
-    them to the trainer's chain too (:mod:`model.rlhf.off_policy`). 0 for the other roles."""
+    """The engine: the broadcast of the updated weights to it on a pool without the actor, in
+    seconds (:func:`model.rlhf.sync_time.broadcast_seconds`); not in ``rollout_s``: the step adds
+    the placement's sync to the engine's pool (:func:`model.rlhf.sync_time.placement_sync_seconds`),
+    and one-step off-policy to the trainer's chain too (:mod:`model.rlhf.off_policy`). 0 for the
+    other roles."""
+    sync_gather_s: float = 0.0
+    """The actor: seconds its ranks take to make each parameter tensor whole before the sync
+    (:func:`model.rlhf.sync_time.gather_seconds`), counted where the engine is on another pool;
+    0 for the other roles."""
+    sync_shared_s: float = 0.0
+    """The actor: the whole weight sync's seconds to an engine on its own pool (the gather and
+    the hand-over, :func:`model.rlhf.sync_time.shared_sync_seconds`); 0 for the other roles."""
 
     @property
     def over_budget(self) -> bool:

@@ -74,7 +74,7 @@ from trainplan.model.frameworks import (
     TORCH_CUBLAS_WORKSPACE_BYTES,
     Framework,
 )
-from trainplan.model.rlhf.off_policy import engine_sync_seconds, off_policy_seconds
+from trainplan.model.rlhf.off_policy import off_policy_seconds
 from trainplan.model.rlhf.openrlhf import sleep_host, split_refusal
 from trainplan.model.rlhf.roles import RoleCost
 from trainplan.model.rlhf.spec import PHASES, Role
@@ -85,6 +85,7 @@ from trainplan.model.rlhf.split import (
     split_peaks,
     update_group,
 )
+from trainplan.model.rlhf.sync_time import placement_sync_seconds
 
 __all__ = [
     "FUSED_PROCESS",
@@ -380,12 +381,18 @@ def _pool_size(q: int, members: list[RoleCost]) -> int:
 
 
 def _pool_plan(
-    q: int, members: list[RoleCost], first: int, shared: bool, off_policy: int, step: list[Role]
+    q: int,
+    members: list[RoleCost],
+    first: int,
+    shared: bool,
+    off_policy: int,
+    costs: list[RoleCost],
 ) -> PoolPlan:
     """Pool ``q`` of the roles ``members``, its GPUs numbered from ``first``: what its roles hold,
     its peak per phase (each role's swap and phase bytes over the held ones; the rollout's at
     least the weight sync's, :func:`sync_peak`; with ``shared`` the engine reuses the
-    actor's BF16 weights and nothing is sent), busy seconds and host bytes.
+    actor's BF16 weights and nothing is sent), busy seconds (the rollout's with the weight sync by
+    placement among the step's ``costs``, :mod:`model.rlhf.sync_time`) and host bytes.
 
     Raises
     ------
@@ -393,7 +400,7 @@ def _pool_plan(
         Roles of the pool disagreeing on its size, or sharing process groups at different tp
         or pp (:func:`pool_resident`).
     """
-    gpus = _pool_size(q, members)
+    gpus, step = _pool_size(q, members), [c.option.role for c in costs]
     resident = pool_resident(members)
     if resident is None:
         layouts = ", ".join(
@@ -418,23 +425,14 @@ def _pool_plan(
     elif not shared:
         peaks[0] = max(peaks[0], sync_peak(members, held))
     busy = tuple(sum(c.seconds(ph) for c in members) for ph in PHASES)
+    busy = (busy[0] + (0 if shared else placement_sync_seconds(members, costs)), *busy[1:])
     host = sum((c.host_bytes for c in members), Fraction(sleep_host(members)))
     roles = tuple(str(c.option.role) for c in members)
     three_peaks = split_peaks(members, held, peaks, off_policy)
     three_busy: tuple[float, float, float] = busy  # type: ignore[assignment]
-    return PoolPlan(
-        q,
-        gpus,
-        first,
-        roles,
-        held,
-        three_peaks,
-        three_busy,
-        host,
-        Fraction(resident),
-        processes,
-        extra,
-    )
+    resident_f = Fraction(resident)
+    return PoolPlan(q, gpus, first, roles, held, three_peaks, three_busy, host, resident_f,
+                    processes, extra)  # fmt: skip
 
 
 def compose(
@@ -475,9 +473,11 @@ def compose(
         members = [c for c, p in zip(costs, pool_of, strict=True) if p == q]
         if refused := pool_refusal({c.option.role for c in members}, step, off_policy, openrlhf):
             raise InputError(f"placement: pool {q} {refused}")
-        out.append(_pool_plan(q, members, first, shared_weights, off_policy, step))
+        out.append(_pool_plan(q, members, first, shared_weights, off_policy, list(costs)))
         first += out[-1].gpus
     busy_rows = [p.busy_s for p in out]
+    by_pool = [[c for c, p in zip(costs, pool_of, strict=True) if p == q] for q in pools]
+    sync = 0.0 if shared_weights else max(placement_sync_seconds(m, costs) for m in by_pool)
     phase = tuple(max(row[k] for row in busy_rows) for k in range(3))
     return StepPlan(
         tuple(out),
@@ -486,5 +486,5 @@ def compose(
         Fraction(host_bytes_per_node, gpus_per_node),
         off_policy,
         phase,  # type: ignore[arg-type]
-        step_seconds(busy_rows, off_policy, engine_sync_seconds(costs)),
+        step_seconds(busy_rows, off_policy, sync),
     )

@@ -45,10 +45,16 @@ Encoding:
   scoring role's options of scoring micro-batch t (:attr:`~model.rlhf.roles.RoleCost.split_tokens`,
   at its dp) only beside an actor option of the same t: ``Σ x of the role's options of t ≤ Σ x of
   the actor's of t``.
-* Time (integer nanoseconds): ``W[p, q] = Σ seconds·x``; ``M_p ≥ W[p, q]``. Synchronous:
-  ``τ = M_rollout + M_scoring + M_training``; one-step off-policy: ``τ ≥ Σ_p W[p, q]`` for every
-  slot and ``τ ≥ M_scoring + M_training + Σ sync·x`` over the engine's options (its weight
-  sync blocks the trainer too, :mod:`model.rlhf.off_policy`). Minimise τ: at the optimum every bound is tight where
+* The weight sync's time by placement (:func:`model.rlhf.sync_time.placement_sync_seconds`):
+  ``G_q ≥ 0``, ``G_q ≥ Σ shared·x − S·(1 − E_q)`` over the actor's options on slot q, and
+  ``G_q ≥ Σ broadcast·x + Σ gather·x − (D + G)·(A_q + 1 − E_q)`` over the engine's options on
+  the slot and every actor option (S, D, G: the largest shared sync, broadcast and gather) —
+  the actor's shared sync where both share the slot, the engine's broadcast and the actor's
+  gather where the engine is there alone of the two, else nothing; tight at the optimum.
+* Time (integer nanoseconds): ``W[p, q] = Σ seconds·x`` (+ ``G_q`` in the rollout phase);
+  ``M_p ≥ W[p, q]``. Synchronous: ``τ = M_rollout + M_scoring + M_training``; one-step
+  off-policy: ``τ ≥ Σ_p W[p, q]`` for every slot and ``τ ≥ M_scoring + M_training + Σ_q G_q``
+  (the weight sync blocks the trainer too, :mod:`model.rlhf.off_policy`). Minimise τ: at the optimum every bound is tight where
   it binds, so τ is the step time.
 * Variants for the explanation: ``colocate=True`` keeps every role on slot 0; ``colocate=False``
   keeps the rollout engine off the actor's pool.
@@ -157,6 +163,8 @@ class PlacementModel:
             max((sum(t[3]) for key, t in ints.items() if key[0] == ri), default=0)
             for ri in range(len(roles))
         )
+        self.sync_top = self._sync_setup()
+        horizon += self.sync_top
         self.phase_max = [m.new_int_var(0, horizon, f"M_{p}") for p in PHASES]
         work: dict[int, list[cp_model.LinearExpr]] = {}
         for q, entries in by_slot.items():
@@ -183,6 +191,9 @@ class PlacementModel:
             work[q] = [
                 sum(ints[(ri, n, oi)][3][k] * v for ri, n, oi, v in entries) for k in range(3)
             ]
+            sync_q = self._sync_time(q, entries)
+            self.sync_terms.append(sync_q)
+            work[q][0] += sync_q
             for k in range(3):
                 m.add(self.phase_max[k] >= work[q][k])
         self._refused_pools(by_slot)
@@ -201,12 +212,51 @@ class PlacementModel:
         else:
             for q in work:
                 m.add(self.tau >= sum(work[q]))
-            sync = sum(  # the engine's weight sync blocks the trainer too (model.rlhf.off_policy)
-                sync_ns(self.tables.options[roles[ri]][n][oi][1]) * v
-                for ri, _, n, oi, v in self.vars
-                if roles[ri] is Role.ROLLOUT
-            )
-            m.add(self.tau >= M[1] + M[2] + sync)
+            # the engine's weight sync blocks the trainer too (model.rlhf.off_policy)
+            m.add(self.tau >= M[1] + M[2] + sum(self.sync_terms))
+
+    def _sync_ints(self, role: Role) -> dict[tuple[int, int], tuple[int, int, int]]:
+        """:func:`optimizer.rlhf.table_ints.sync_ns` of each option of ``role``, by (size,
+        option index); empty where the step has no such role."""
+        by = self.tables.options.get(role, {})
+        return {(n, oi): sync_ns(c) for n, opts in by.items() for oi, (_, c) in enumerate(opts)}
+
+    def _sync_setup(self) -> int:
+        """Starts the slots' weight-sync terms (:meth:`_sync_time`) and returns the most ns any
+        placement's sync can take: the largest shared sync, or the largest broadcast plus the
+        largest gather (module docstring)."""
+        self.sync_terms: list[cp_model.LinearExpr | int] = []
+        engine, actor = self._sync_ints(Role.ROLLOUT), self._sync_ints(Role.ACTOR)
+        top_d = max((t[0] for t in engine.values()), default=0)
+        top_g = max((t[1] for t in actor.values()), default=0)
+        top_s = max((t[2] for t in actor.values()), default=0)
+        return max(top_s, top_d + top_g)
+
+    def _sync_time(self, q, entries) -> cp_model.LinearExpr | int:
+        """Slot ``q``'s weight-sync ns in the rollout phase (module docstring): ``G_q ≥ Σ
+        shared·x`` of the actor's options on the slot ``− S·(1 − E_q)``, and ``G_q ≥ Σ
+        broadcast·x`` of the engine's on the slot ``+ Σ gather·x`` of every actor option
+        ``− (D + G)·(A_q + 1 − E_q)``, ``G_q ≥ 0``: the shared sync where the engine and the
+        actor share the slot, the broadcast and the gather where the engine is there without the
+        actor, else 0 (:func:`model.rlhf.sync_time.placement_sync_seconds`)."""
+        m, roles = self.model, self.tables.roles
+        if Role.ROLLOUT not in roles or not self.sync_top:
+            return 0
+        ra = roles.index(Role.ROLLOUT)
+        ac = roles.index(Role.ACTOR) if Role.ACTOR in roles else -1
+        engine, actor = self._sync_ints(Role.ROLLOUT), self._sync_ints(Role.ACTOR)
+        on_e = sum(v for ri, _, _, v in entries if ri == ra)
+        on_a = sum(v for ri, _, _, v in entries if ri == ac)
+        top_d = max((t[0] for t in engine.values()), default=0)
+        top_g = max((t[1] for t in actor.values()), default=0)
+        top_s = max((t[2] for t in actor.values()), default=0)
+        g = m.new_int_var(0, self.sync_top, f"G{q}")
+        shared = sum(actor[(n, oi)][2] * v for ri, n, oi, v in entries if ri == ac)
+        m.add(g >= shared - top_s * (1 - on_e))
+        sent = sum(engine[(n, oi)][0] * v for ri, n, oi, v in entries if ri == ra)
+        gathered = sum(actor[(n, oi)][1] * v for ri, _, n, oi, v in self.vars if ri == ac)
+        m.add(g >= sent + gathered - (top_d + top_g) * (on_a + 1 - on_e))
+        return g
 
     def _refused_pools(self, by_slot) -> None:
         """No slot holds a set of roles that :func:`model.rlhf.split.pool_refusal` refuses

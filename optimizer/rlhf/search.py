@@ -28,6 +28,7 @@ from trainplan.model.rlhf.step import (
 )
 from trainplan.optimizer.rlhf.cpsat import NS, PlacementChoice, PlacementModel, int_costs
 from trainplan.optimizer.rlhf.explain import explain
+from trainplan.optimizer.rlhf.table_ints import placement_sync_ns
 from trainplan.optimizer.rlhf.tables import (
     RLHFProblem,
     RLHFTables,
@@ -35,7 +36,6 @@ from trainplan.optimizer.rlhf.tables import (
     dominant,
     receive_int,
     resident_int,
-    sync_ns,
 )
 
 __all__ = [
@@ -177,11 +177,14 @@ def objective_ns(
         asleep = sleep_host(by_pool[q], lambda c: math.ceil(c.sleep_host_bytes))
         if sum(i[2] for _, i in members) + asleep > host_cap:
             return None
-        busy.append([sum(i[3][k] for _, i in members) for k in range(3)])
+        row = [sum(i[3][k] for _, i in members) for k in range(3)]
+        row[0] += placement_sync_ns(by_pool[q], costs)  # the sync by placement
+        busy.append(row)
     phase = [max(row[k] for row in busy) for k in range(3)]
     if problem.spec.off_policy == 0:
         return sum(phase)
-    return int(off_policy_seconds(busy, max(sync_ns(c) for c in costs)))  # integer ns in, out
+    sync = max(placement_sync_ns(members, costs) for members in by_pool.values())
+    return int(off_policy_seconds(busy, sync))  # integer ns in, out
 
 
 def enumerate_placement(

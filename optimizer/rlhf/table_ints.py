@@ -10,6 +10,7 @@ full tables). Split from :mod:`optimizer.rlhf.tables`, which re-exports these na
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -21,7 +22,15 @@ from trainplan.model.rlhf.spec import PHASES, Role
 if TYPE_CHECKING:
     from trainplan.optimizer.rlhf.tables import RLHFTables
 
-__all__ = ["NS", "int_costs", "sync_ns", "resident_int", "receive_int", "dominant"]
+__all__ = [
+    "NS",
+    "int_costs",
+    "sync_ns",
+    "placement_sync_ns",
+    "resident_int",
+    "receive_int",
+    "dominant",
+]
 
 NS = 10**9
 """Nanoseconds per second: the CP-SAT placement model's time unit."""
@@ -48,10 +57,25 @@ def int_costs(
     )
 
 
-def sync_ns(cost: RoleCost) -> int:
-    """The engine's weight sync in whole ns, 0 for the other roles: what one-step off-policy
-    adds to the trainer's chain (:func:`model.rlhf.off_policy.off_policy_seconds`)."""
-    return round(cost.sync_s * NS)
+def sync_ns(cost: RoleCost) -> tuple[int, int, int]:
+    """A role's weight-sync seconds in whole ns: the engine's broadcast on a pool without the
+    actor (:attr:`~model.rlhf.roles.RoleCost.sync_s`), the actor's gather
+    (:attr:`~model.rlhf.roles.RoleCost.sync_gather_s`) and its whole sync to an engine on its
+    pool (:attr:`~model.rlhf.roles.RoleCost.sync_shared_s`); 0 where the role has none."""
+    return round(cost.sync_s * NS), round(cost.sync_gather_s * NS), round(cost.sync_shared_s * NS)
+
+
+def placement_sync_ns(members: Sequence[RoleCost], costs: Sequence[RoleCost]) -> int:
+    """:func:`model.rlhf.sync_time.placement_sync_seconds` of a pool of ``members`` in a step
+    of ``costs``, from :func:`sync_ns`'s integers (what the CP-SAT model sums): the actor's
+    shared sync beside the engine, else the engine's broadcast and the actor's gather."""
+    roles = {c.option.role: c for c in members}
+    if Role.ROLLOUT not in roles:
+        return 0
+    if Role.ACTOR in roles:
+        return sync_ns(roles[Role.ACTOR])[2]
+    actor = next((c for c in costs if c.option.role is Role.ACTOR), None)
+    return sync_ns(roles[Role.ROLLOUT])[0] + (sync_ns(actor)[1] if actor is not None else 0)
 
 
 def resident_int(cost: RoleCost) -> int:
@@ -68,8 +92,8 @@ def receive_int(cost: RoleCost) -> int:
 def dominant(tables: RLHFTables) -> RLHFTables:
     """The tables less every option that another option of the same role and pool size beats or
     ties in each integer the CP-SAT model reads (:func:`int_costs`: held,
-    phase, host, swapped, resident and sync bytes, seconds per phase, and the engine's sync
-    seconds, :func:`sync_ns`); of equal ones the first is kept.
+    phase, host, swapped, resident and sync bytes, seconds per phase, and the sync seconds,
+    :func:`sync_ns`); of equal ones the first is kept.
     Every constraint and the step time grow with each of them, so a placement with the dropped
     option stays feasible and no slower with the one that dominates it: the optimum is
     unchanged. Roles that share process groups (:attr:`~model.rlhf.roles.RoleCost.groups`) are
@@ -79,7 +103,7 @@ def dominant(tables: RLHFTables) -> RLHFTables:
 
     def flat(cost: RoleCost) -> list[int]:
         held, phase, host, secs, swap, resident, sync = int_costs(cost)
-        rest = [resident, sync, math.ceil(cost.sleep_host_bytes), sync_ns(cost)]
+        rest = [resident, sync, math.ceil(cost.sleep_host_bytes), *sync_ns(cost)]
         return [held, *phase, host, *secs, *swap, *rest]
 
     def layout(cost: RoleCost) -> tuple[tuple[int, int] | None, int]:

@@ -42,7 +42,6 @@ from trainplan.model.layout import Layout
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.rlhf.costs import role_cost
 from trainplan.model.rlhf.dp_batch import dp_refusal
-from trainplan.model.rlhf.engine import sync_bandwidth
 from trainplan.model.rlhf.network import seconds_floor
 from trainplan.model.rlhf.roles import (
     Evaluator,
@@ -252,14 +251,15 @@ def cost_of(
     over_budget: bool = False,
 ) -> RoleCost:
     """One option's cost (:func:`model.rlhf.costs.role_cost`, with its ``over_budget``) on the
-    problem's cluster."""
+    problem's cluster, its links timing the weight sync."""
     ev = evaluator or make_evaluator(problem.device, problem.links)
     return role_cost(
         problem.spec,
         option,
         problem.device,
         ev,
-        sync_bandwidth(problem.links, problem.gpus),
+        problem.links,
+        problem.gpus,
         over_budget,
     )
 

@@ -73,7 +73,9 @@ def test_deepspeed_engine_takes_openrlhfs_095_by_default():
     6 B × 7,615,616,512 × 63/64 = 44,979,735,024 B of dp traffic, all exposed, × (1/360 − 1/384)
     ns a byte = 7.809 ms more, 353.975 s. The weight sync sends the whole model to each engine
     GPU (model.rlhf.engine.sync_weights_bytes), not the tp 2 engine's share: 0.152 s more,
-    354.127 s."""
+    354.127 s. The sync by placement (model.rlhf.sync_time): beside the actor the engine takes
+    each tensor over CUDA IPC, three collectives' latency per tensor and no broadcast: 0.053 s
+    less, 354.074 s."""
     eng, plan = _engine("deepspeed")
     assert eng.option.fraction == Fraction(19, 20) == default_fraction(False, Framework.DEEPSPEED)
     assert eng.budget_bytes == Fraction(19, 20) * HBM
@@ -102,8 +104,16 @@ def test_deepspeed_engine_takes_openrlhfs_095_by_default():
     # sync_weights_bytes), not its tp 2 share: (15,231,233,024 − 7,615,820,800) B / 50 GB/s
     sync = (15_231_233_024 - 7_615_820_800) / 50e9
     assert sync == pytest.approx(0.1523, abs=1e-4)
+    # the sync by placement (model.rlhf.sync_time): the engine shares the 64-GPU pool of the
+    # actor at ZeRO-2, tp 1 (its parameters whole): no bytes cross a link; per tensor OpenRLHF's
+    # CUDA IPC path runs two all-gathers over 64 ranks on 8 nodes (8.4 + 56 × 3.4 + 7 × 14 =
+    # 296.8 µs each) and a one-element all-reduce (the tree, 8.4 + 2 × (7 × 4 + 3 × 14) = 148.4
+    # µs): 339 × 742 µs = 0.2515 s in place of the 2N broadcast's 0.3046 s
+    shared = 339 * 742e-6 - 15_231_233_024 / 50e9
+    assert shared == pytest.approx(-0.0531, abs=1e-4)
     assert not plan.fits and step_s == pytest.approx(
-        333.775 + ar + ends + adds + placed + scoring + step_passes + nvlink + sync, abs=1e-3
+        333.775 + ar + ends + adds + placed + scoring + step_passes + nvlink + sync + shared,
+        abs=1e-3,
     )
     assert round(step_s, 1) == 354.1
     split, _ = _engine("deepspeed", rollout_gpus=16)

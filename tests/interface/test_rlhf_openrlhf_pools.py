@@ -121,10 +121,15 @@ def test_the_16_gpu_answer_is_the_best_pools_openrlhf_makes():
 
     The scoring forwards timed as forward-only pipelines (model.terms.forward_gather.
     forward_pass_term: the forward's own operations, not a third of the three passes): scoring
-    674.157 → 690.499 s, 3,399.533 → 3,415.876 s, the same placement."""
+    674.157 → 690.499 s, 3,399.533 → 3,415.876 s, the same placement.
+
+    The weight sync one tensor at a time (model.rlhf.sync_time.broadcast_seconds): 339 tensors ×
+    NCCL's ring broadcast over actor rank 0 and the 4 engine GPUs on 2 nodes, 8.4 + 3 × 3.4 + 2 ×
+    14 = 46.6 µs, 15.797 ms more (the actor at ZeRO-2, tp 1, gathers nothing): 3,415.892 s."""
     r = search_placement(_problem())
     assert r.status == "optimal" and r.colocated is None
-    assert r.best.objective_ns == r.split.objective_ns == 3_415_875_678_553
+    assert 3_415_875_678_553 + 339 * 46_600 - 1 == 3_415_891_475_952  # 1 ns of rounding
+    assert r.best.objective_ns == r.split.objective_ns == 3_415_891_475_952
     host_step = 112 / 8 * 10e9 * 28 / (2.57 * 48)
     cpu = 30 * 951_952_064 * (1 / host_step - 1 / 76.8e9)
     assert 3_389_040_573_638 - 3_388_513_709_455 == pytest.approx(cpu * 1e9, abs=2)
@@ -147,14 +152,18 @@ def test_the_16_gpu_answer_is_the_best_pools_openrlhf_makes():
     # not its tp 4 share: (15,231,233,024 − 3,808,114,688) B / 50 GB/s = 0.228 s more; the tp 1
     # engine the search keeps already received the whole model
     sync = (15_231_233_024 - 3_808_114_688) / 50e9
-    assert old.rollout_s == pytest.approx(1_319.877 + reduces + ends + sync, abs=0.01)
+    # the engine's own rollout seconds no longer hold the sync, 2N / 50 GB/s = 0.3046 s: the
+    # step adds it by placement (model.rlhf.sync_time)
+    whole = 15_231_233_024 / 50e9
+    assert old.rollout_s == pytest.approx(1_319.877 + reduces + ends + sync - whole, abs=0.01)
     engine = r.best.plan.pools[0]
     graphs = 386_547_057
     assert engine.held_bytes == RING + graphs == 688_536_945
     awake = RING + graphs + Fraction(9, 10) * HBM
     assert engine.peak_bytes == (awake + 152_064 * 3_584 * 2, awake, awake)
     assert awake == Fraction(384_088_670_208, 5) + graphs
-    assert [round(s, 3) for s in r.best.plan.phase_s] == [1_394.574, 690.499, 1_330.803]
+    # the rollout phase + 15.797 ms (the docstring's broadcast latency per tensor): 1,394.5894 s
+    assert [round(s, 3) for s in r.best.plan.phase_s] == [1_394.589, 690.499, 1_330.803]
 
 
 def test_openrlhfs_pools_by_step():

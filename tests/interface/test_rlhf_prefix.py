@@ -28,7 +28,11 @@ from trainplan.model.errors import InputError
 from trainplan.model.rlhf.engine import prompt_sharing
 from trainplan.model.rlhf.roles import RoleOption
 from trainplan.model.rlhf.spec import Role
-from trainplan.model.rollout_prefix import saved_prompt_tokens, shared_prompt_tokens
+from trainplan.model.rollout_prefix import (
+    group_replicas,
+    saved_prompt_tokens,
+    shared_prompt_tokens,
+)
 from trainplan.optimizer.rlhf.tables import cost_of
 
 
@@ -77,3 +81,25 @@ def test_no_sharing_when_the_replicas_are_as_many_as_the_samples():
     verl, _ = _engine("megatron")
     assert prompt_sharing(verl, 1) == 945
     assert prompt_sharing(verl, 16) == 0
+
+
+def test_verl_chunks_the_samples_over_its_8_agent_loop_workers():
+    """verl splits the step's samples into 8 contiguous chunks, one per agent-loop worker, each
+    with its own round robin over the replicas in a shuffled order (``AgentLoopManager.
+    generate_sequences``, ``AsyncLLMServerManager``, b178a3cd5). 4 prompts × 16 samples: chunks
+    of 8, every group in two halves on two workers. 16 replicas: each half reaches 8 replicas, a
+    random half of them, 16 · (1 − ½ · ½) = 12 per group on average, so 4 of 16 samples reuse
+    1,008 tokens: 252 (the single round robin gave 0). 8 replicas: each half reaches all 8, the
+    same 8 + 8 samples reuse as one round robin: 504. 64 prompts: chunks of 128, no group split:
+    the single round robin's figures."""
+    assert group_replicas(4, 16, 16, 8) == 4 * 12
+    assert saved_prompt_tokens(16, 16, 1024, prompts=4, workers=8) == Fraction(4 * 1008, 16) == 252
+    assert saved_prompt_tokens(16, 8, 1024, prompts=4, workers=8) == 504
+    for r in (1, 8, 16):
+        assert saved_prompt_tokens(16, r, 1024, 64, 8) == saved_prompt_tokens(16, r, 1024)
+    # 3 prompts × 6 samples over 8 workers: chunks of ⌈18 / 8⌉ = 3; each group in two runs of 3
+    # on 4 replicas: 4 · (1 − ¼ · ¼) = 3.75 replicas per group, 6 − 3.75 = 2.25 of 6 share
+    assert group_replicas(3, 6, 4, 8) == 3 * Fraction(15, 4)
+    assert saved_prompt_tokens(6, 4, 1024, 3, 8) == Fraction(1008 * 9, 4 * 6) == 378
+    verl, _ = _engine("megatron")
+    assert verl.prompts * verl.samples_per_prompt // 8 % verl.samples_per_prompt == 0

@@ -28,6 +28,15 @@ GRAPHS = 386_547_057
 """The engine's CUDA graph pool, an assumed 0.36 GiB = 0.36 × 1,073,741,824 = 386,547,056.64 B,
 rounded up (model.rlhf.engine.ENGINE_GRAPH_POOL_BYTES), held in every phase of its pool."""
 
+SYNC_70B_OLD = 141_107_412_992 / 50e9
+"""The weight sync the plans below were first derived with: Llama 3 70B's whole BF16 weights
+(2N) broadcast to each engine GPU at the 50 GB/s NIC, 2.822 s, wherever the engine ran."""
+SYNC_70B_SHARED = 141_107_412_992 * 15 / 16 / 50e9 + 723 * (11.8e-6 + 56.8e-6)
+"""The sync to an engine on the actor's pool (model.rlhf.sync_time): verl's Megatron actor at
+tp 2 × pp 8 exports each tensor whole, 2N·(1 − 1/16) B per GPU over the NIC (the 16 ranks span two
+nodes), 2.6458 s, plus 723 tensors (80 layers × 9 + 3) × (a tp 2 all-gather's 8.4 + 3.4 µs and a
+pp 8 broadcast's 8.4 + 6 × 3.4 + 2 × 14 µs over two nodes) = 49.6 ms: 2.6954 s, 0.1268 s less."""
+
 
 def _ppo_70b():
     # first-fit packing: micro-batches of 3 whole rollouts, 15,360 tokens, as derived below (verl's
@@ -133,7 +142,10 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     50,373,260,083 B, holds 256 of 40,960 × 4,616 = 189,071,360 B (it held 240 of 5,120 tokens'
     209,715,200 B: 9 waves, which the old answer's 0.9 avoided), so the search now takes the
     engine at 0.8 and keeps the reference resident, its scoring 0.300 s shorter (no weights to
-    bring back): 5,948.221 − 47.697 − 0.300 = 5,900.224 s, the same layouts."""
+    bring back): 5,948.221 − 47.697 − 0.300 = 5,900.224 s, the same layouts.
+
+    The weight sync by placement: the engine shares the actor's pool, so the actor's export
+    (SYNC_70B_SHARED, 2.6954 s) replaces the 2N broadcast (2.8221 s): 5,900.097 s."""
     inp = _ppo_70b()
     p = inp.problem
     r = search_placement(p)
@@ -144,7 +156,8 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     kv_space = Fraction(4, 5) * 85_017_493_504 - 17_640_734_720
     assert (kv_space // (40_960 * 4_616), kv_space // (40_960 * 5_120)) == (266, 240)
     assert 73.032 * 520 / 1_024 == pytest.approx(37.087, abs=1e-3)
-    assert r.best.plan.step_s == pytest.approx(5945.752 + 2.469 - 47.697 - 0.300, abs=0.01)
+    step = 5945.752 + 2.469 - 47.697 - 0.300 - SYNC_70B_OLD + SYNC_70B_SHARED
+    assert r.best.plan.step_s == pytest.approx(step, abs=0.01)
     roles = (Role.ACTOR, Role.CRITIC, Role.REFERENCE, Role.REWARD)
     engine = RoleOption(Role.ROLLOUT, 64, 8, 8, 1, "none", Fraction(9, 10))
     options = (engine, *(RoleOption(x, 64, 8, 4, 2, "idle") for x in roles))
@@ -234,10 +247,16 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     assert prefix == pytest.approx(-47.697, abs=1e-3)
     step = 5493.39 + charge + ar + ends + tp + xent + onef + sync + prefix
     assert step == pytest.approx(5835.65, abs=0.05)  # scoring a third of the three passes
-    assert plan.step_s - step == pytest.approx(4 * (439.057 - 413.967), abs=0.05)
+    # the sync by placement (model.rlhf.sync_time): the engine on the actor's pool receives the
+    # actor's export at tp 4 × pp 2, 2N·7/8 B over NVLink + 723 × (a tp 4 all-gather's 18.6 µs +
+    # a pp 2 broadcast's 15.2 µs) = 0.2744 + 0.0244 s, not the 2N broadcast's 2.8221 s
+    shared = 141_107_412_992 * 7 / 8 / 450e9 + 723 * (18.6e-6 + 15.2e-6)
+    assert shared - SYNC_70B_OLD == pytest.approx(-2.5233, abs=1e-4)
+    moved = plan.step_s - step - (shared - SYNC_70B_OLD)
+    assert moved == pytest.approx(4 * (439.057 - 413.967), abs=0.05)
     passes = 2 * 12 * 1_102_401_536 / 2.97e12  # Megatron-Core's step passes, 38 -> 50 B
     assert passes == pytest.approx(8.908e-3, abs=1e-6)
-    assert plan.step_s == pytest.approx(5981.27 + 2.469 - 47.697, abs=0.01)
+    assert plan.step_s == pytest.approx(5981.27 + 2.469 - 47.697 + shared - SYNC_70B_OLD, abs=0.01)
 
 
 def test_the_old_four_layout_answer_is_refused():
@@ -448,8 +467,13 @@ def test_grpo_qwen7b_on_64_h100_counts_the_sleeping_engine():
     # 0.228 s more, 374.99 s
     sync = (15_231_233_024 - 3_808_114_688) / 50e9
     assert sync == pytest.approx(0.2285, abs=1e-4)
-    assert plan.step_s == pytest.approx(322.13 + charge + ar + ends + scoring + sync, abs=0.05)
-    assert plan.step_s == pytest.approx(374.99, abs=0.05)
+    # and the sync by placement (model.rlhf.sync_time): the engine shares the pool of verl's
+    # Megatron actor at tp 1 × pp 1, whose weights are whole on every GPU: its export gathers
+    # nothing and hands each bucket over CUDA IPC, so the 2N broadcast's 0.3046 s goes: 374.69 s
+    shared = 0.0 - 15_231_233_024 / 50e9
+    step = 322.13 + charge + ar + ends + scoring + sync + shared
+    assert plan.step_s == pytest.approx(step, abs=0.05)
+    assert plan.step_s == pytest.approx(374.69, abs=0.05)
     # and the answer leaves it: engine tp 2 × dp 32 at 0.6, actor and reference dp 64 offloaded
     # when idle, 336.12 s with its 56 all-reduces a forward on the NVLS curve, 8,192 decode
     # steps × 56 × 24.609 µs + 64 prefill chunks × 56 × 168.245 µs = 11.892 s; NCCL runs them as
@@ -469,8 +493,10 @@ def test_grpo_qwen7b_on_64_h100_counts_the_sleeping_engine():
     # whole-model weight sync, not the tp 2 share: (15,231,233,024 − 7,615,820,800) B / 50 GB/s
     # = 0.152 s more, 343.29 s
     sync = (15_231_233_024 - 7_615_820_800) / 50e9
-    assert r.best.plan.step_s == pytest.approx(336.12 + rings + ends + 2.090 + sync, abs=0.05)
-    assert r.best.plan.step_s == pytest.approx(343.29, abs=0.05)
+    # and, its actor at tp 1 × pp 1 on the engine's pool, no broadcast (above): 342.99 s
+    step = 336.12 + rings + ends + 2.090 + sync + shared
+    assert r.best.plan.step_s == pytest.approx(step, abs=0.05)
+    assert r.best.plan.step_s == pytest.approx(342.99, abs=0.05)
     assert r.best.plan.step_s < plan.step_s
 
 
@@ -566,10 +592,15 @@ def test_grpo_qwen7b_under_verl_packing_moves_off_dp64():
     # the engine's whole-model weight sync (model.rlhf.engine.sync_weights_bytes), not its tp 2
     # share: (15,231,233,024 − 7,615,820,800) B / 50 GB/s = 0.152 s more, 368.74 s
     sync = (15_231_233_024 - 7_615_820_800) / 50e9
+    # the sync by placement (model.rlhf.sync_time): the engine on the pool of verl's Megatron
+    # actor at tp 2 receives its export, 2N·½ B over NVLink + 339 tensors × a tp 2 all-gather's
+    # 8.4 + 3.4 µs = 0.0169 + 0.0040 s, not the 2N broadcast's 0.3046 s: 368.46 s
+    shared = 7_615_616_512 / 450e9 + 339 * 11.8e-6 - 15_231_233_024 / 50e9
+    assert shared == pytest.approx(-0.2837, abs=1e-4)
     assert r.best.plan.step_s == pytest.approx(
-        357.963 + tp + 2 * tp / 3 + rings + placed + scoring + sync, abs=0.005
+        357.963 + tp + 2 * tp / 3 + rings + placed + scoring + sync + shared, abs=0.005
     )
-    assert r.best.plan.step_s == pytest.approx(368.74, abs=0.005)
+    assert r.best.plan.step_s == pytest.approx(368.46, abs=0.005)
 
 
 def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
@@ -711,7 +742,15 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     # sync_weights_bytes), not its tp 2 share: (16,060,522,496 − 8,030,527,488) B / 50 GB/s
     sync = (16_060_522_496 - 8_030_527_488) / 50e9
     assert sync == pytest.approx(0.1606, abs=1e-4)
-    rollout = 1286.71 + tp2 + ends + sync
+    # the engine's own rollout seconds no longer hold the sync (2N / 50 GB/s = 0.3212 s): the
+    # step adds it by placement (model.rlhf.sync_time); apart from the actor, the broadcast one
+    # tensor at a time, + 291 tensors × NCCL's ring broadcast over actor rank 0 and the 8 engine
+    # GPUs on 2 nodes, 8.4 + 7 × 3.4 + 2 × 14 = 60.2 µs: 17.52 ms more; the actor at ZeRO-2,
+    # tp 1, gathers nothing
+    whole = 16_060_522_496 / 50e9
+    latency = 291 * 60.2e-6
+    assert engine.sync_s == pytest.approx(whole + latency, rel=1e-12)
+    rollout = 1286.71 + tp2 + ends + sync - whole
     assert (engine.concurrent, engine.rollout_s) == (204, pytest.approx(rollout, abs=0.01))
     adds = 1_365 * 6 * 8_030_261_248 / (3.35e12 * 0.8865671641791045)
     assert adds == pytest.approx(22.144, abs=1e-3)
@@ -720,11 +759,11 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     # forward_pass_term, not a third of the three passes): scoring 1,466.93 → 1,482.37 s
     scoring = 1482.37 - 1466.93
     assert r.best.plan.phase_s == pytest.approx(
-        (1477.78 + sync, 1466.93 + scoring, 2875.91 + adds + rings), abs=0.01
+        (1477.78 + sync + latency, 1466.93 + scoring, 2875.91 + adds + rings), abs=0.01
     )
-    step_s = 5579.25 - 1237.53 + 1477.78 + sync + 1.107 + adds + rings + scoring
+    step_s = 5579.25 - 1237.53 + 1477.78 + sync + 1.107 + adds + rings + scoring + latency
     assert r.best.plan.step_s == pytest.approx(step_s, abs=0.05)
-    assert r.best.plan.step_s == pytest.approx(5858.38, abs=0.05)
+    assert r.best.plan.step_s == pytest.approx(5858.40, abs=0.05)
     for role in (Role.REFERENCE, Role.REWARD):
         with pytest.raises(LayoutError, match="only ZeRO-3"):
             cost_of(p, RoleOption(role, 16, 16, 1, 1, "idle"))
