@@ -16,6 +16,7 @@ from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
+from trainplan.interface.inputs import parse_framework
 from trainplan.interface.mfu_measurements import check_one_measurement
 from trainplan.interface.mfu_model import mfu_model, model_attention, model_recomputed
 from trainplan.interface.render import pipeline_tab
@@ -81,7 +82,8 @@ def pipeline_report(*args: Any, **kw: Any) -> dict[str, Any]:
     v = None if r.virtual_stages is None else parse_count(r.virtual_stages, "virtual_stages")
     name = str(r.schedule).lower()
     if r.framework is not None and name in TIMELINE_SCHEDULES:
-        check_schedule_framework(name, str(name_word(r.framework)), p, m)
+        # the name echoed as typed (``'Bogus'``), read in any case
+        check_schedule_framework(name, parse_framework(str(r.framework).strip()), p, m)
     if name in {s.value for s in SplitSchedule}:
         check_applicable(
             {"backward_ratio": r.backward_ratio},
