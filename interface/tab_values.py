@@ -56,6 +56,23 @@ def name_word(value: Any) -> str | None:
     return None if value is None else str(value).strip().lower()
 
 
+def choice_word(name: str, value: Any, choices: tuple[str, ...]) -> str | None:
+    """:func:`name_word` of ``value``, refused as typed when it is none of ``choices``
+    (``--recompute Bogus``: ``recompute: 'Bogus' must be one of …``, not ``'bogus'``).
+
+    >>> choice_word("labels", " Inputs", ("outputs", "inputs"))
+    'inputs'
+    >>> choice_word("labels", "Bogus", ("outputs", "inputs"))
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.InputError: labels: 'Bogus' must be one of outputs, inputs
+    """
+    word = name_word(value)
+    if word is not None and word not in choices:
+        raise InputError(f"{name}: {str(value).strip()!r} must be one of {', '.join(choices)}")
+    return word
+
+
 def fmt_number(x: Fraction | int | float) -> str:
     """Compact exact-looking form: ``70e9``, ``4e6``, ``989.4e12``, ``512``, ``7``.
 

@@ -98,15 +98,31 @@ def test_the_per_stage_frontier_says_its_time_limit_was_passed():
     assert "Note: the time limit " in runs["text"].stdout
 
 
-def test_a_framework_is_echoed_as_typed():
-    """``pipeline --framework Bogus`` said ``'bogus' is not one of …``: the value lowercased.
-    It is now echoed as typed; a name in another case still runs."""
+def test_a_name_is_echoed_as_typed():
+    """``pipeline --framework Bogus``, ``mfu --recompute Bogus`` and ``ckpt --labels Bogus``
+    said ``'bogus' …``: the value lowercased. Each is now echoed as typed
+    (interface.tab_values.choice_word); a name in another case still runs."""
     base = ["pipeline", "--stages", "4", "--microbatches", "8", "--framework"]
-    runs = run_many({"bogus": [*base, "Bogus"], "case": [*base, "FSDP2"]})
+    mfu = ["mfu", "--params", "70B", "--tokens", "4M", "--step-seconds", "7", "--chips", "512"]
+    ckpt = ["ckpt", "--layers", "9", "--every", "3", "--labels"]
+    runs = run_many(
+        {
+            "bogus": [*base, "Bogus"],
+            "case": [*base, "FSDP2"],
+            "recompute": [*mfu, "--gpu", "H100-SXM", "--recompute", "Bogus"],
+            "labels": [*ckpt, "Bogus"],
+            "labels case": [*ckpt, "Inputs"],
+        }
+    )
     assert refusal(runs["bogus"]) == (
         "--framework: 'Bogus' is not one of megatron, deepspeed, fsdp2, textbook"
     )
     assert runs["case"].returncode == 0, runs["case"].stderr
+    assert refusal(runs["recompute"]) == (
+        "--recompute: 'Bogus' must be one of none, selective, full"
+    )
+    assert refusal(runs["labels"]) == "--labels: 'Bogus' must be one of outputs, inputs"
+    assert "(checkpoints: in1, in4, in7)" in runs["labels case"].stdout
 
 
 def test_a_per_stage_search_cut_before_any_base_layout_says_so():
