@@ -401,6 +401,8 @@ def typed_on_page(message: str, pairs: Collection[tuple[str, str]], fields: Coll
     'moe_capacity_factor: 0 must be positive'
     >>> typed_on_page("hbm-efficiency: 150% must be …", [("set", "hbm_efficiency=150%")], {"tp"})
     'hbm_efficiency: 150% must be …'
+    >>> typed_on_page("headroom: no such parameter", [("headroom", "150%")], {"tp"})
+    'headroom: no such parameter'
     """
     head = _PAGE_HEAD.match(message)
     if head is None:
@@ -416,14 +418,17 @@ def typed_on_page(message: str, pairs: Collection[tuple[str, str]], fields: Coll
             if given and on_page(f"{given}: x", fields).partition(":")[0] == name:
                 shown, typed = given, text
     rest = message[head.end() :]
-    if typed is not None and typed.strip().endswith("%") and typed.strip() != value:
+    percent = typed is not None and typed.strip().endswith("%") and typed.strip() != value
+    if percent and _NUMBER.fullmatch(value):
         rest = f" ({value}){rest}"
         value = typed.strip()
     return f"{shown}: {value}{rest}"
 
 
 _PAGE_HEAD = re.compile(r"^([a-z][a-z0-9_-]*): (\S+)(?= )")
-"""A web refusal's head parameter and the word it echoes (``headroom: 1 must…``)."""
+"""A web refusal's head parameter and the word after it (``headroom: 1 must…``)."""
+_NUMBER = re.compile(r"-?[0-9][0-9.e+-]*")
+"""A number a refusal echoes (``1``, ``1.5``, ``-0.2``), which a percent typed may stand for."""
 
 _TYPED_HEAD = re.compile(r"^(--[a-z][a-z0-9-]*|--set [a-z][a-z0-9_]*): (-?[0-9][0-9.e+-]*)(?= )")
 """A command line's refusal's head flag and the number it echoes (``--headroom: 1 must…``)."""

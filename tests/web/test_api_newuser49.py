@@ -62,6 +62,9 @@ def test_a_refusal_names_what_the_request_typed():
     assert (post.status_code, post.json()) == (422, {"error": f"headroom: 100% (1) {head}"})
     post = client.post("/api/evaluate", json={**evaluate, "set": "moe_capacity_factor=0"})
     assert post.json() == {"error": "moe_capacity_factor: 0 must be positive"}
+    # a line whose head is no value keeps its words: a percent typed is not put in them
+    post = client.post("/api/evaluate", json={**evaluate, "headroom": "150%"})
+    assert post.json()["error"].startswith("headroom: no such parameter of evaluate")
 
 
 def test_an_inline_accelerators_absurd_rate_is_refused():
