@@ -160,3 +160,37 @@ def test_a_number_is_echoed_as_typed():
     bound = "must be a bandwidth of at most 800,000 GB/s per GPU per direction (" + LINK_WHY + ")"
     assert refusal(runs["e"]) == f"--set nvlink_gbps: 1e9 {bound}"
     assert refusal(runs["grouped"]) == f"--set nvlink_gbps: 1,000,000 {bound}"
+
+
+def test_a_sweeps_absurd_what_if_rate_is_refused(tmp_path):
+    """``[what_if] peak_flops = [1e6]`` made an H100 of 989,400,000 TFLOP/s and swept it (MFU
+    0.0 %); ``nvlink_bandwidth = [1e6]`` likewise. Such a point is now refused by the rule a
+    part file is held to (topology.rate_bounds.rate_over_bound: 100 × the MI355X's 5,032
+    TFLOP/s and 8,000 GB/s), in the sweep's table of refusals; a real what-if still runs."""
+    grid = (
+        'description = "x"\nobjective = "step-time"\n[sweep]\nmodel = ["llama3-8b"]\n'
+        'gpu = ["H100-SXM"]\ngpus = [8]\n[what_if]\n'
+    )
+    for name, what in (("flops", "peak_flops = [1e6]"), ("nvlink", "nvlink_bandwidth = [1e6]")):
+        (tmp_path / f"{name}.toml").write_text(grid + what + "\n")
+    (tmp_path / "real.toml").write_text(grid + "peak_flops = [2]\n")
+    runs = run_many(
+        {
+            name: ["sweep", f"{name}.toml", "--out", f"{name}.parquet", "--json"]
+            for name in ("flops", "nvlink", "real")
+        },
+        cwd=tmp_path,
+    )
+    # 989.4 TFLOP/s × 1e6 = 989,400,000 TFLOP/s; NVLink 450 GB/s × 1e6 = 450,000,000 GB/s
+    expected = {
+        "flops": "what_if peak_flops: ×1e+06 of the H100-SXM: 989,400,000 TFLOP/s is above "
+        f"503,200 TFLOP/s ({FLOPS_WHY})",
+        "nvlink": "what_if nvlink_bandwidth: ×1e+06 of the H100-SXM: 450,000,000 GB/s is above "
+        f"800,000 GB/s ({LINK_WHY})",
+    }
+    for name, line in expected.items():
+        got = json.loads(runs[name].stdout)
+        assert got["statuses"] == {"error": 1}, name
+        assert got["errors"][0]["example"] == line
+    real = json.loads(runs["real"].stdout)
+    assert real["statuses"] == {"optimal": 1}, real

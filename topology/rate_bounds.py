@@ -17,7 +17,14 @@ from trainplan.model.errors import ScenarioError
 from trainplan.model.hardware import DeviceSpec
 from trainplan.topology.accelerators import load_accelerators
 
-__all__ = ["BANDWIDTHS", "FLOP_RATES", "max_bandwidth", "max_flop_rate", "check_part_rates"]
+__all__ = [
+    "BANDWIDTHS",
+    "FLOP_RATES",
+    "max_bandwidth",
+    "max_flop_rate",
+    "check_part_rates",
+    "rate_over_bound",
+]
 
 HEADROOM = 100
 """How far beyond the table's fastest part a figure may go: two orders of magnitude, room for
@@ -103,3 +110,23 @@ def check_part_rates(device: DeviceSpec, row: dict[str, Any], where: str) -> Non
                 f"{where}: key '{key}' must be at most {top / unit:,.0f} {unit_name} ({why}), "
                 f"got {row.get(key, value / unit)!r}"
             )
+
+
+def rate_over_bound(field: str, value: float | None) -> str | None:
+    """Why ``value`` (base units: bytes/s or FLOP/s) of the :class:`DeviceSpec` field ``field``
+    is refused — ``"2.2e+09 TFLOP/s is above 503,200 TFLOP/s (100× …)"`` — or None when it is
+    within :func:`max_bandwidth` / :func:`max_flop_rate`, not given, or not a bounded rate (a
+    sweep's what-if part, :func:`topology.what_if.what_if_part`).
+
+    >>> rate_over_bound("peak_flops_per_s", 9.894e20)[:43]
+    '989,400,000 TFLOP/s is above 503,200 TFLOP/'
+    >>> rate_over_bound("peak_flops_per_s", 9.894e14), rate_over_bound("memory_bytes", 1e30)
+    (None, None)
+    """
+    if field not in _FILE_KEYS or value is None:
+        return None
+    _, unit, unit_name = _FILE_KEYS[field]
+    top, why = max_flop_rate() if field in FLOP_RATES else max_bandwidth()
+    if value <= top:
+        return None
+    return f"{value / unit:,.0f} {unit_name} is above {top / unit:,.0f} {unit_name} ({why})"
