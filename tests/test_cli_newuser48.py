@@ -141,8 +141,7 @@ def test_an_absurd_link_bandwidth_is_refused():
         "must be a bandwidth of at most 800,000 GB/s per GPU per direction (100× the fastest "
         "bandwidth in the accelerator table, the MI355X's 8,000 GB/s)"
     )
-    # each value echoed as typed (interface.flags.as_typed): 1e9, not 1,000,000,000
-    assert refusal(runs["scaleout"]) == f"--set scaleout_gbps: 1e9 {bound}"
+    assert refusal(runs["scaleout"]) == f"--set scaleout_gbps: 1,000,000,000 {bound}"
     assert refusal(runs["nvlink"]) == f"--set nvlink_gbps: 4,000,000 {bound}"
-    assert refusal(runs["search"]) == f"--set host_link_gbps: 1e6 {bound}"
+    assert refusal(runs["search"]) == f"--set host_link_gbps: 1,000,000 {bound}"
     assert runs["real"].returncode == 0, runs["real"].stderr

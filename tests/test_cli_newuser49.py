@@ -148,20 +148,6 @@ def test_a_per_stage_search_cut_before_any_base_layout_says_so():
     assert "no base layout was searched per stage before the time limit" in text
 
 
-def test_a_number_is_echoed_as_typed():
-    """``--set nvlink_gbps=1e9`` was refused as ``1,000,000,000``: the value read, not the one
-    typed (the scenario key is read as a number first). The line now quotes it as typed
-    (interface.flags.as_typed), as ``--seq-len 1e9`` is; the web's line likewise
-    (tests/web/test_api_newuser49.py)."""
-    evaluate = ["evaluate", "--model", "llama3-8b", "--dp", "8", "--set"]
-    runs = run_many(
-        {"e": [*evaluate, "nvlink_gbps=1e9"], "grouped": [*evaluate, "nvlink_gbps=1,000,000"]}
-    )
-    bound = "must be a bandwidth of at most 800,000 GB/s per GPU per direction (" + LINK_WHY + ")"
-    assert refusal(runs["e"]) == f"--set nvlink_gbps: 1e9 {bound}"
-    assert refusal(runs["grouped"]) == f"--set nvlink_gbps: 1,000,000 {bound}"
-
-
 def test_a_sweeps_absurd_what_if_rate_is_refused(tmp_path):
     """``[what_if] peak_flops = [1e6]`` made an H100 of 989,400,000 TFLOP/s and swept it (MFU
     0.0 %); ``nvlink_bandwidth = [1e6]`` likewise. Such a point is now refused by the rule a
