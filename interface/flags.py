@@ -418,10 +418,10 @@ def typed_on_page(message: str, pairs: Collection[tuple[str, str]], fields: Coll
             if given and on_page(f"{given}: x", fields).partition(":")[0] == name:
                 shown, typed = given, text
     rest = message[head.end() :]
-    percent = typed is not None and typed.strip().endswith("%") and typed.strip() != value
-    if percent and _NUMBER.fullmatch(value):
+    typed = (typed or "").strip()
+    if typed.endswith("%") and typed != value and _NUMBER.fullmatch(value):
         rest = f" ({value}){rest}"
-        value = typed.strip()
+        value = typed
     return f"{shown}: {value}{rest}"
 
 
