@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from functools import cache
 from typing import Any
 
 from trainplan.interface.model_inputs import count_of
@@ -21,7 +20,7 @@ from trainplan.model.specs import TrainingSpec
 from trainplan.model.units import parse_number, shown_number
 from trainplan.optimizer.case import DEFAULT_GPU
 from trainplan.topology.accelerator_file import accelerator_of
-from trainplan.topology.accelerators import load_accelerators
+from trainplan.topology.rate_bounds import max_bandwidth
 
 __all__ = [
     "DEFAULT_GPU",
@@ -39,32 +38,18 @@ Gen1 ×1 moves 0.25 GB/s per direction, PCI-SIG), so a typo such as 1e-3 is refu
 printing a step of years."""
 
 
-BANDWIDTHS = (
-    "hbm_bytes_per_s",
-    "nvlink_bytes_per_s",
-    "scaleout_bytes_per_s",
-    "host_link_bytes_per_s",
-    "host_memory_bytes_per_s",
-)
-"""The :class:`model.hardware.DeviceSpec` bandwidths the bound :func:`max_gbps` is drawn from."""
-
-
-@cache
 def max_gbps() -> tuple[float, str]:
-    """The largest link or host bandwidth accepted, GB/s, with its reason: 100× the fastest
-    bandwidth of any part in the accelerator table (``topology/accelerators.toml``, its
-    vendors' datasheets; the MI355X's 8 TB/s HBM today), so a typo such as 1e9 is refused
-    instead of printing a step with no communication at all.
+    """The largest link or host bandwidth accepted, GB/s, with its reason: the bound every part
+    described outside the table is held to (:func:`topology.rate_bounds.max_bandwidth`, 100× the
+    fastest bandwidth of any part in ``topology/accelerators.toml``; the MI355X's 8 TB/s HBM
+    today), so a typo such as 1e9 is refused instead of printing a step with no communication at
+    all.
 
     >>> max_gbps()[0], max_gbps()[1]
     (800000.0, "100× the fastest bandwidth in the accelerator table, the MI355X's 8,000 GB/s")
     """
-    rate, name = max(
-        (getattr(d, k) or 0.0, d.name) for d in load_accelerators().values() for k in BANDWIDTHS
-    )
-    gbps = rate / 1e9
-    why = f"100× the fastest bandwidth in the accelerator table, the {name}'s {gbps:,.0f} GB/s"
-    return 100 * gbps, why
+    top, why = max_bandwidth()
+    return top / 1e9, why
 
 
 def check_fp8_profile(

@@ -28,6 +28,7 @@ __all__ = [
     "on_page",
     "refusal",
     "as_typed",
+    "typed_on_page",
     "moved_hint",
 ]
 
@@ -381,6 +382,53 @@ def as_typed(message: str, args: Collection[str]) -> str:
         return message
     return f"{name}: {typed.strip()} ({value}){message[head.end() :]}"
 
+
+def typed_on_page(message: str, pairs: Collection[tuple[str, str]], fields: Collection[str]) -> str:
+    """The web API's refusal (:func:`on_page`'s) naming its parameter and value as the request
+    typed them, as :func:`as_typed` does the command line's: a key given by ``set=KEY=VALUE``
+    named as that ``KEY`` (``set=moe_capacity_factor=0``: ``moe_capacity_factor: 0 must…``, not
+    the field ``moe-capacity-factor``), and a percent echoed as typed beside the value it reads
+    as (``headroom=100%``: ``headroom: 100% (1) must…``). ``pairs``: the request's query pairs
+    (a POST body's included), ``fields``: the command's query parameters; any other line
+    unchanged.
+
+    Examples
+    --------
+    >>> typed_on_page("headroom: 1 must be below 1", [("headroom", "100%")], {"headroom"})
+    'headroom: 100% (1) must be below 1'
+    >>> typed_on_page("moe-capacity-factor: 0 must be positive",
+    ...               [("set", "moe_capacity_factor=0")], {"moe-capacity-factor"})
+    'moe_capacity_factor: 0 must be positive'
+    >>> typed_on_page("hbm-efficiency: 150% must be …", [("set", "hbm_efficiency=150%")], {"tp"})
+    'hbm_efficiency: 150% must be …'
+    >>> typed_on_page("headroom: no such parameter", [("headroom", "150%")], {"tp"})
+    'headroom: no such parameter'
+    """
+    head = _PAGE_HEAD.match(message)
+    if head is None:
+        return message
+    name, value = head.group(1), head.group(2)
+    shown, typed = name, None
+    for key, text in pairs:
+        if key == name:
+            shown, typed = name, text
+        elif key == "set" and "=" in text:
+            given, _, text = text.partition("=")
+            given = given.strip()
+            if given and on_page(f"{given}: x", fields).partition(":")[0] == name:
+                shown, typed = given, text
+    rest = message[head.end() :]
+    typed = (typed or "").strip()
+    if typed.endswith("%") and typed != value and _NUMBER.fullmatch(value):
+        rest = f" ({value}){rest}"
+        value = typed
+    return f"{shown}: {value}{rest}"
+
+
+_PAGE_HEAD = re.compile(r"^([a-z][a-z0-9_-]*): (\S+)(?= )")
+"""A web refusal's head parameter and the word after it (``headroom: 1 must…``)."""
+_NUMBER = re.compile(r"-?[0-9][0-9.e+-]*")
+"""A number a refusal echoes (``1``, ``1.5``, ``-0.2``), which a percent typed may stand for."""
 
 _TYPED_HEAD = re.compile(r"^(--[a-z][a-z0-9-]*|--set [a-z][a-z0-9_]*): (-?[0-9][0-9.e+-]*)(?= )")
 """A command line's refusal's head flag and the number it echoes (``--headroom: 1 must…``)."""

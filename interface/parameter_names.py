@@ -16,6 +16,7 @@ from trainplan.interface.time_inputs import TIME_KEYS
 from trainplan.model.layout import LAYOUT_FIELDS
 
 __all__ = [
+    "CLUSTER_KEYS",
     "DIM_KEYS",
     "INTERNAL_KEYS",
     "KNOWN_KEYS",
@@ -69,6 +70,35 @@ MEGATRON_SPLIT_KEYS = (
 )
 """Megatron-Core's stage-layout arguments (:func:`model.megatron_split.megatron_stage_layers`), turned
 into ``stage_layers`` once the model's depth is known."""
+CLUSTER_KEYS = frozenset(
+    {
+        "nvlink_domain",
+        "segment_gpus",
+        "nvlink_gbps",
+        "scaleout_gbps",
+        "kernel_efficiency",
+        "attention_efficiency",
+        "overlap",
+        "flash_attention",
+        "fabric",
+        "pod_size",
+        "oversubscription",
+        "causal_attention_flops",
+        "activation_convention",
+        "memory_efficient_norm",
+        "pipeline_frees_stage_tensors",
+        "pipeline_keeps_outputs",
+        "tp_block_inputs",
+        *RECIPE_KEYS,
+        "memory_reserve_gib",
+        "vocab_multiple",
+        *TIME_KEYS,
+    }
+)
+"""The keys of a scenario file's ``[cluster]`` table (:mod:`interface.scenario_file`), each a
+parameter :func:`build_case` reads (:data:`KNOWN_KEYS`): the cluster's links and fabric, the
+numerics and memory conventions, the training recipe (:data:`RECIPE_KEYS`) and the step-time
+model's knobs (:data:`interface.time_inputs.TIME_KEYS`)."""
 KNOWN_KEYS = frozenset(
     {
         "model",
@@ -81,32 +111,12 @@ KNOWN_KEYS = frozenset(
         "seq_len",
         "global_batch_size",
         "global_batch_tokens",
-        "flash_attention",
-        "nvlink_domain",
-        "segment_gpus",
-        "nvlink_gbps",
-        "scaleout_gbps",
-        "kernel_efficiency",
-        "attention_efficiency",
-        "overlap",
         "mfu_convention",
-        "causal_attention_flops",
-        "vocab_multiple",
-        "fabric",
-        "pod_size",
-        "oversubscription",
-        "activation_convention",
-        "memory_efficient_norm",
-        "pipeline_frees_stage_tensors",
-        "pipeline_keeps_outputs",
-        "tp_block_inputs",
+        *CLUSTER_KEYS,
         "gathered_block_inputs",  # the search's: tp_block_inputs checked against its space
         "compile_fsdp2",  # the search's: compile checked against its space
         "pipeline_frees_stage_tensors_fsdp2",  # the search's, checked against its space
         "pipeline_keeps_outputs_fsdp2",  # the search's, checked against its space
-        *RECIPE_KEYS,
-        "memory_reserve_gib",
-        *TIME_KEYS,
         *LAYOUT_KEYS,
         *MEGATRON_SPLIT_KEYS,
         "layers",

@@ -11,7 +11,7 @@ from trainplan.interface.render.report import frontier_row
 from trainplan.interface.render.report_dict import estimate_to_dict, fit_figure
 from trainplan.interface.requests import SearchRequest
 from trainplan.interface.search_commands import SearchRun, per_stage_request, search_problem
-from trainplan.interface.search_notes import frontier_cut_note, headroom_notes
+from trainplan.interface.search_notes import headroom_notes, per_stage_limit_notes
 from trainplan.model.errors import InputError
 from trainplan.model.rank_split import stage_layers_of
 from trainplan.optimizer.per_stage import peak_bytes
@@ -67,9 +67,9 @@ def per_stage_frontier_json(
     on a stage are equal: :attr:`optimizer.per_stage_frontier.PerStageFrontier.proof_scope`);
     ``proof`` what it proves, in the words the CLI's headline and the page print
     (:func:`per_stage_proof`); ``notes``, what ``--headroom`` held every point to
-    (:func:`interface.search_notes.headroom_notes`) and what a time limit left out of the cost
-    tables the searches rest on (:attr:`optimizer.per_stage_frontier.PerStageFrontier.cuts`,
-    the layout frontier's note: :func:`interface.search_notes.frontier_cut_note`). ``progress(searches, points)`` after each
+    (:func:`interface.search_notes.headroom_notes`) and what a time limit did, the shapes it left
+    out or the limit passed (:func:`interface.search_notes.per_stage_limit_notes`).
+    ``progress(searches, points)`` after each
     per-stage search.
 
     Raises
@@ -118,7 +118,7 @@ def _frontier_object(
         "stopped": result.stopped,
         "points": rows,
         "notes": headroom_notes(problem.constraints, rows)
-        + [note for cut in result.cuts for note in frontier_cut_note(cut)],
+        + per_stage_limit_notes(result.cuts, limit, result.seconds),
         "proof_scope": result.proof_scope,
     }
     out["proof"] = per_stage_proof(out)

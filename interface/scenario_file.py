@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from trainplan.interface.inputs import RECIPE_KEYS
 from trainplan.interface.moe_inputs import DISPATCHERS, EP_OVERLAPS
+from trainplan.interface.parameter_names import CLUSTER_KEYS
 from trainplan.interface.recipe_inputs import histogram
 from trainplan.interface.tp_plan import TP_BLOCK_INPUTS
 from trainplan.model.activation_offload import OFFLOAD_MODULES
@@ -93,49 +93,6 @@ SPACE_KEYS = {
     "framework",
 }
 CONSTRAINT_KEYS = {"headroom", "min_mfu", "tp_in_nvlink", "allocator_retries_ok"}
-CLUSTER_KEYS = {
-    "nvlink_domain",
-    "segment_gpus",
-    "nvlink_gbps",
-    "scaleout_gbps",
-    "kernel_efficiency",
-    "attention_efficiency",
-    "overlap",
-    "flash_attention",
-    "fabric",
-    "pod_size",
-    "oversubscription",
-    "causal_attention_flops",
-    "activation_convention",
-    "memory_efficient_norm",
-    "pipeline_frees_stage_tensors",
-    "pipeline_keeps_outputs",
-    "tp_block_inputs",
-    *RECIPE_KEYS,
-    "memory_reserve_gib",
-    "vocab_multiple",
-    "time_model",
-    "gemm_efficiency",
-    "hbm_efficiency",
-    "scaleup_efficiency",
-    "scaleout_efficiency",
-    "tp_comm_overlap",
-    "tp_comm_overlap_cfg",
-    "grad_reduce_overlap",
-    "p2p_overlap",
-    "p2p_warmup_flush",
-    "p2p_forward_send_wait",
-    "nccl_sm_charge",
-    "nccl_channel_setup",
-    "nccl_nvls",
-    "use_multi_rank_bucket_allreduce",
-    "lp_grads_set_to_none",
-    "loss_scaling",
-    "grad_stats_group",
-    "grad_clip_scaling",
-    "attention_kernel",
-    "calibration",
-}
 
 
 _FLAG, _TEXT, _COUNT, _WHOLE, _NUMBER, _SIZES, _PRICE, _FRACTIONS = (

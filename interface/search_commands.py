@@ -276,6 +276,15 @@ def _prices(gpus: int, price: float | None, step_s: float | None) -> dict[str, f
     return {"price_per_hour": per_hour, "price_per_step": per_hour * step_s / 3600}
 
 
+def _gap_s(result: Any) -> float | None:
+    """A per-stage search's proven gap, s (:attr:`optimizer.per_stage.PerStageResult.gap_ns`):
+    None where no bound was left, or where no base layout was searched (a time limit or Ctrl-C
+    before the first: nothing bounds a split)."""
+    if result.gap_ns is None or (not result.shapes and result.status != "optimal"):
+        return None
+    return result.gap_ns / 1e9
+
+
 def per_stage_json(kw: SearchRequest | Mapping[str, Any]) -> SearchRun:
     """The per-stage search (``trainplan search --per-stage --json``): the plan's evaluate
     object with ``stages`` (each stage's memory, as ``evaluate --per-stage``), plus
@@ -327,7 +336,7 @@ def per_stage_json(kw: SearchRequest | Mapping[str, Any]) -> SearchRun:
             "step_s": result.uniform_ns / 1e9,
         },
         "gain": result.gain,
-        "gap_s": None if result.gap_ns is None else result.gap_ns / 1e9,
+        "gap_s": _gap_s(result),
         "shapes": [_shape_row(s) for s in result.shapes],
         "uniform_seconds": result.uniform_seconds,
         "tables_seconds": result.tables_seconds,

@@ -278,3 +278,32 @@ def frontier_limit_notes(cut: str | None, limit: float | None, result: Any) -> l
         return frontier_cut_note(cut)
     spent = time_limit_note(limit, result.tables_seconds, result.solve_seconds)
     return [] if spent is None else [spent]
+
+
+def per_stage_limit_notes(cuts: Sequence[str], limit: float | None, seconds: float) -> list[str]:
+    """What ``--time-limit`` (``limit``, seconds) did to the per-stage frontier
+    (:mod:`interface.per_stage_frontier_command`; ``seconds`` its wall-clock seconds in all): the
+    shapes it left out of each search's cost tables (``cuts``: :func:`frontier_cut_note`), or,
+    where it cut none but the frontier took longer than the limit, what the limit could not
+    stop (:mod:`optimizer.per_stage_frontier`: the cost tables are filled before the first
+    per-stage search, which is given at least :data:`optimizer.search.SOLVE_FLOOR_S` to read a
+    point, and the limit is looked at between searches), as the layout frontier says it
+    (:func:`frontier_limit_notes`); [] when the limit held or none was given.
+
+    >>> per_stage_limit_notes([], 5.0, 3.0), per_stage_limit_notes([], None, 9.0)
+    ([], [])
+    >>> per_stage_limit_notes([], 1.0, 2.68)[0][:54]
+    'the time limit of 1 s was passed (2.68 s in all): the '
+    """
+    from trainplan.optimizer.search import SOLVE_FLOOR_S
+
+    if cuts:
+        return [note for cut in cuts for note in frontier_cut_note(cut)]
+    if limit is None or seconds <= limit:
+        return []
+    return [
+        f"the time limit of {limit:g} s was passed ({seconds:.2f} s in all): the limit is "
+        "looked at between the cost tables' blocks and between per-stage searches, and the "
+        f"first per-stage search is given at least {SOLVE_FLOOR_S:g} s to read a point; each "
+        "point's plan says whether it is proven"
+    ]

@@ -9,8 +9,9 @@ from fractions import Fraction
 from typing import Any
 
 from trainplan.model.errors import InputError, check_applicable, named_lookup
-from trainplan.model.units import as_json_number, parse_count, parse_positive
+from trainplan.model.units import as_json_number, parse_count, parse_positive, shown_number
 from trainplan.topology.accelerator_file import get_part
+from trainplan.topology.rate_bounds import max_flop_rate
 
 __all__ = [
     "jsonable",
@@ -55,6 +56,23 @@ def name_word(value: Any) -> str | None:
     return None if value is None else str(value).strip().lower()
 
 
+def choice_word(name: str, value: Any, choices: tuple[str, ...]) -> str | None:
+    """:func:`name_word` of ``value``, refused as typed when it is none of ``choices``
+    (``--recompute Bogus``: ``recompute: 'Bogus' must be one of …``, not ``'bogus'``).
+
+    >>> choice_word("labels", " Inputs", ("outputs", "inputs"))
+    'inputs'
+    >>> choice_word("labels", "Bogus", ("outputs", "inputs"))
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.InputError: labels: 'Bogus' must be one of outputs, inputs
+    """
+    word = name_word(value)
+    if word is not None and word not in choices:
+        raise InputError(f"{name}: {str(value).strip()!r} must be one of {', '.join(choices)}")
+    return word
+
+
 def fmt_number(x: Fraction | int | float) -> str:
     """Compact exact-looking form: ``70e9``, ``4e6``, ``989.4e12``, ``512``, ``7``.
 
@@ -97,7 +115,8 @@ def resolve_peak(
     ------
     InputError
         When neither is given (and there is no default), when both are given (one would be
-        ignored: :func:`model.errors.check_applicable`), or when the peak is not positive.
+        ignored: :func:`model.errors.check_applicable`), or when the peak is not positive or
+        above :func:`topology.rate_bounds.max_flop_rate`.
     ScenarioError
         An unknown or ambiguous accelerator name (with the candidates).
     """
@@ -106,7 +125,14 @@ def resolve_peak(
             {"gpu": gpu},
             {"gpu": f"the peak is given by `peak_tflops` = {peak_tflops}; give one of the two"},
         )
-        return positive("peak_tflops", peak_tflops) * 10**12, "given (--peak-tflops)"
+        peak = positive("peak_tflops", peak_tflops) * 10**12
+        top, why = max_flop_rate()
+        if peak > top:
+            raise InputError(
+                f"peak_tflops: {shown_number(peak_tflops)} must be at most "
+                f"{top / 10**12:,.0f} TFLOP/s per chip ({why})"
+            )
+        return peak, "given (--peak-tflops)"
     gpu = gpu or default_gpu
     if gpu is None:
         raise InputError("gpu: missing; give `gpu` (e.g. H100-SXM) or `peak_tflops` (per chip)")

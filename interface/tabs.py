@@ -16,6 +16,7 @@ from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
+from trainplan.interface.inputs import parse_framework
 from trainplan.interface.mfu_measurements import check_one_measurement
 from trainplan.interface.mfu_model import mfu_model, model_attention, model_recomputed
 from trainplan.interface.render import pipeline_tab
@@ -27,9 +28,9 @@ from trainplan.interface.tab_requests import (
     as_request,
 )
 from trainplan.interface.tab_values import (
+    choice_word,
     fmt_number,
     jsonable,
-    name_word,
     optional_count,
     percent,
     positive,
@@ -81,7 +82,8 @@ def pipeline_report(*args: Any, **kw: Any) -> dict[str, Any]:
     v = None if r.virtual_stages is None else parse_count(r.virtual_stages, "virtual_stages")
     name = str(r.schedule).lower()
     if r.framework is not None and name in TIMELINE_SCHEDULES:
-        check_schedule_framework(name, str(name_word(r.framework)), p, m)
+        # the name echoed as typed (``'Bogus'``), read in any case
+        check_schedule_framework(name, parse_framework(str(r.framework).strip()), p, m)
     if name in {s.value for s in SplitSchedule}:
         check_applicable(
             {"backward_ratio": r.backward_ratio},
@@ -204,7 +206,8 @@ def mfu_report(*args: Any, **kw: Any) -> dict[str, Any]:
     '6 · 70e9 · 4e6 ÷ (989e12 · 512 · 7 s) = 47.4%'
     """
     asked = as_request(MfuRequest, args, kw)
-    r, model, arch = mfu_model(replace(asked, recompute=name_word(asked.recompute)))
+    recompute = choice_word("recompute", asked.recompute, mf.RECOMPUTE_MODES)
+    r, model, arch = mfu_model(replace(asked, recompute=recompute))
     check_one_measurement(r)
     n_chips = parse_count(r.chips, "chips")
     peak, peak_source = resolve_peak(r.gpu, r.peak_tflops)
@@ -441,7 +444,7 @@ def ckpt_report(*args: Any, **kw: Any) -> dict[str, Any]:
     (6, 10, ['input', 'out3', 'out6'])
     """
     r = as_request(CkptRequest, args, kw)
-    layers, every, labels = r.layers, r.every, str(name_word(r.labels))
+    layers, every, labels = r.layers, r.every, str(choice_word("labels", r.labels, ck.LABELS))
     n = _ckpt_layers(layers)
     if every is None:
         every = max(1, round(math.sqrt(n)))

@@ -28,8 +28,9 @@ name is the file's own, never a catalogue name. ``status`` is optional with a ba
 the base's figures, some replaced) and required without one, as in the table.
 
 Refusals are one line headed ``gpu: 'PATH'`` (the command line shows ``--gpu``): a missing or
-unreadable file, TOML that does not parse, an unknown key, a figure not positive, a base or
-``like`` not in the table, more than one ``[[accelerator]]``.
+unreadable file, TOML that does not parse, an unknown key, a figure not positive, a bandwidth
+or FLOP rate above 100× the table's fastest (:mod:`topology.rate_bounds`), a base or ``like``
+not in the table, more than one ``[[accelerator]]``.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from trainplan.topology.accelerators import (
     row_dict,
     to_device,
 )
+from trainplan.topology.rate_bounds import check_part_rates
 
 __all__ = [
     "get_part",
@@ -224,7 +226,8 @@ def part_from_table(row: Any, where: str, origin: str = "") -> tuple[DeviceSpec,
     ------
     ScenarioError
         An unknown key, a missing ``name``, ``source``, or ``like`` (without ``base``), a name
-        the table has, a base or ``like`` not in the table, a figure the table's rules refuse.
+        the table has, a base or ``like`` not in the table, a figure the table's rules refuse,
+        a bandwidth or FLOP rate above the bound of :mod:`topology.rate_bounds`.
     """
     if not isinstance(row, dict):
         raise ScenarioError(f"{where}: an accelerator is a table of keys, got {shown_text(row)}")
@@ -242,6 +245,7 @@ def part_from_table(row: Any, where: str, origin: str = "") -> tuple[DeviceSpec,
     merged = given if base is None else _on_base(given, catalogue_row(base), where)
     check_row(merged, where)
     device = replace(to_device(merged, where), like=like, origin=origin)
+    check_part_rates(device, merged, where)
     return device, merged
 
 

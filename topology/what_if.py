@@ -20,6 +20,7 @@ from fractions import Fraction
 
 from trainplan.model.errors import InputError
 from trainplan.model.hardware import DeviceSpec
+from trainplan.topology.rate_bounds import rate_over_bound
 
 __all__ = ["WhatIf", "WHAT_IFS", "what_if_part", "what_if_label"]
 
@@ -134,8 +135,10 @@ def what_if_part(device: DeviceSpec, multipliers: dict[str, Fraction]) -> Device
     ------
     InputError
         An unknown what-if, a multiplier not above 0, a figure the part's row lacks (the
-        MI250X's NVLink domain), a domain that is not whole, or memory left no larger than the
-        runtime reserve; one line naming the what-if, the multiplier and the rule.
+        MI250X's NVLink domain), a domain that is not whole, memory left no larger than the
+        runtime reserve, or a bandwidth or FLOP rate above the bound every part described
+        outside the table is held to (:func:`topology.rate_bounds.rate_over_bound`); one line
+        naming the what-if, the multiplier and the rule.
 
     Examples
     --------
@@ -163,6 +166,11 @@ def what_if_part(device: DeviceSpec, multipliers: dict[str, Fraction]) -> Device
             f"{device.name} no memory above its {device.runtime_reserve_bytes / 2**30:.2f} GiB "
             "runtime reserve"
         )
+    for key, m in multipliers.items():
+        for field in WHAT_IFS[key].fields if m != 1 else ():
+            over = rate_over_bound(field, changes.get(field))  # type: ignore[arg-type]
+            if over is not None:
+                raise InputError(f"what_if {key}: ×{_shown(m)} of the {device.name}: {over}")
     part = replace(device, **changes)  # type: ignore[arg-type]
     name = what_if_label(device.name, multipliers)
     source = f"{device.source}; what-if: {name} (figures multiplied, not a product)"

@@ -110,8 +110,18 @@ def _proof(status: str, ctrl_c: bool, scope: str) -> str:
     return "FEASIBLE (not proven: a time limit stopped it, or a gap is left)"
 
 
-def _uniform_line(ctrl_c: bool) -> str:
-    """Why the plan is the uniform one (``ctrl_c``: Ctrl-C stopped the search first)."""
+def _uniform_line(ctrl_c: bool, none_searched: bool = False) -> str:
+    """Why the plan is the uniform one (``ctrl_c``: Ctrl-C stopped the search first;
+    ``none_searched``: it stopped before any base layout was searched).
+
+    >>> _uniform_line(False, True)
+    'no base layout was searched per stage before the time limit: the plan is the uniform one'
+    """
+    if none_searched:
+        stopper = "Ctrl-C" if ctrl_c else "the time limit"
+        return (
+            f"no base layout was searched per stage before {stopper}: the plan is the uniform one"
+        )
     if ctrl_c:
         return "no per-stage plan faster than the uniform one was found before Ctrl-C: the plan is the uniform one"
     return "no per-stage plan is faster than the uniform one: the plan is the uniform one"
@@ -132,6 +142,24 @@ def _peak(d: dict[str, Any], stage: int) -> dict[str, str]:
     return {"peak GB": gb(row["stage_total_bytes"]).removesuffix(" GB")}
 
 
+def _searched(ps: dict[str, Any], stopper: str | None) -> str:
+    """The headline's seconds of the per-stage searches, or, ``stopper`` given (the time limit
+    or Ctrl-C), that it ended the search before any base layout was searched.
+
+    >>> _searched({}, "the time limit")
+    'the time limit ended the search before any base layout was searched (no stage tables, no CP-SAT)'
+    """
+    if stopper is not None:
+        return (
+            f"{stopper} ended the search before any base layout was searched (no stage tables, "
+            "no CP-SAT)"
+        )
+    return (
+        f"stage tables {ps['tables_seconds']:.2f} s, CP-SAT {ps['solve_seconds']:.2f} s over "
+        f"{len(ps['shapes'])} base layout(s)"
+    )
+
+
 def per_stage_text(d: dict[str, Any]) -> str:
     """The per-stage search's summary (``trainplan search --per-stage``) from its JSON object:
     proof status, per-stage plan beside the best uniform plan, gain, the stages' table (layers,
@@ -141,10 +169,11 @@ def per_stage_text(d: dict[str, Any]) -> str:
     proof = _proof(ps["status"], ctrl_c, ps["proof_scope"])
     lay = d["layout"]
     counts = ps["recompute_layers"]
+    stopper = "Ctrl-C" if ctrl_c else "the time limit"
+    none_searched = not ps["shapes"] and ps["status"] != "optimal"
     out = [
         f"Per-stage search ({ps['job']}): {proof}; uniform search {ps['uniform_seconds']:.2f} s, "
-        f"stage tables {ps['tables_seconds']:.2f} s, CP-SAT {ps['solve_seconds']:.2f} s over "
-        f"{len(ps['shapes'])} base layout(s)",
+        f"{_searched(ps, stopper if none_searched else None)}",
         *_not_searched(ps["shapes"]),
         *(
             [f"Note: {ps['cut']}: the plans are the best of those shapes, not proven"]
@@ -160,7 +189,6 @@ def per_stage_text(d: dict[str, Any]) -> str:
     v, pp = lay["virtual_stages"], lay["pp"]
     if one_chunk(lay["schedule"], pp) or interleaved_order(lay["schedule"], pp):
         inter = interleaved_order(lay["schedule"], pp)
-        stopper = "Ctrl-C" if ctrl_c else "the time limit"
         out.append(f"  {lay['schedule']}: {_exact_line(ps, inter, stopper)}")
     if any(counts) or lay.get("recompute_layers") is not None:
         chunks = lay.get("chunk_layers")
@@ -175,7 +203,7 @@ def per_stage_text(d: dict[str, Any]) -> str:
             rows.append({**row, "others": lay["recompute"], **_peak(d, i)})
         out.append(table_text(rows))
     elif ps["gain"] == 1:
-        out.append(_uniform_line(ctrl_c))
+        out.append(_uniform_line(ctrl_c, none_searched))
     out += [""]
     if launch["megatron_env"]:  # validate_args asserts it (interface.launch_parallel.megatron_env)
         out.append("Megatron-LM environment: " + shlex.join(launch["megatron_env"]))

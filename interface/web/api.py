@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from functools import lru_cache
 from typing import Any
 
@@ -26,7 +26,7 @@ from starlette.concurrency import run_in_threadpool
 
 from trainplan.interface import commands, tabs
 from trainplan.interface.cli.query import query_params
-from trainplan.interface.flags import as_fields, on_page, refusal
+from trainplan.interface.flags import as_fields, on_page, refusal, typed_on_page
 from trainplan.interface.requests import constraints_of, evaluate_request, search_request
 from trainplan.interface.rlhf.plan import plan_problem, plan_request, rlhf_plan_json
 from trainplan.interface.tab_requests import TAB_REQUESTS, tab_request
@@ -129,7 +129,7 @@ def api_fields() -> frozenset[str]:
     return frozenset().union(*(page_fields(name) for name in API_COMMANDS))
 
 
-def error_line(err: PlannerError, path: str = "") -> str:
+def error_line(err: PlannerError, path: str = "", pairs: Collection[tuple[str, str]] = ()) -> str:
     """The API's line refusing bad input (HTTP 422, a stream's ``error`` event): the command
     line's, each flag that is a query key written as that key (``--tp: '0' …`` as ``tp: '0' …``,
     ``--set host_link_gbps`` as ``host-link-gbps``; :func:`interface.flags.on_page`), so it names
@@ -138,10 +138,13 @@ def error_line(err: PlannerError, path: str = "") -> str:
     is named as this one's field — the pipeline's ``stages``, not evaluate's ``pp``
     (``microbatches: 6 must be a multiple of stages = 4``), and a flag of another command as
     that command's key after (``/api/rlhf-plan?algorithm=dpo``: DPO's textbook accounting takes
-    ``policy-params``, ``/api/rlhf``'s); else every command's keys."""
+    ``policy-params``, ``/api/rlhf``'s); else every command's keys. ``pairs`` (the request's
+    query, a POST body's included): the head parameter and a percent named as typed
+    (:func:`interface.flags.typed_on_page`)."""
     name = path.removeprefix("/api/").partition("/")[0]
     fields = page_fields(name) if name in API_COMMANDS else api_fields()
-    return as_fields(refusal(str(err), fields, web=True), api_fields())
+    line = as_fields(refusal(str(err), fields, web=True), api_fields())
+    return typed_on_page(line, pairs, fields)
 
 
 _RESULTS: OrderedDict[tuple[Any, ...], commands.SearchRun | InfeasibleError] = OrderedDict()

@@ -83,7 +83,8 @@ def create_app(hosts: tuple[str, ...] = LOCAL_HOSTS) -> FastAPI:
 
     @app.exception_handler(PlannerError)
     async def bad_input(request: Request, err: PlannerError) -> Response:
-        return json_response({"error": error_line(err, request.url.path)}, 422)
+        pairs = getattr(request.state, "pairs", None) or request.query_params.multi_items()
+        return json_response({"error": error_line(err, request.url.path, pairs)}, 422)
 
     @app.exception_handler(RequestValidationError)
     async def unreadable(request: Request, err: RequestValidationError) -> Response:

@@ -203,4 +203,6 @@ async def body_pairs(request: Request) -> list[tuple[str, str]]:
             raise InputError(f"body: over the {MAX_BODY_BYTES:,} bytes read")
         chunks.append(chunk)
     body = decode(b"".join(chunks))
-    return list(request.query_params.multi_items()) + pairs_of(body)
+    pairs = list(request.query_params.multi_items()) + pairs_of(body)
+    request.state.pairs = pairs  # a refusal names what the body typed (interface.web.app)
+    return pairs

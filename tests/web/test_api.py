@@ -13,7 +13,7 @@ import sys
 import urllib.request
 import warnings
 from pathlib import Path
-from urllib.parse import urlencode
+from urllib.parse import parse_qsl, urlencode
 
 import pytest
 
@@ -200,11 +200,13 @@ def test_bad_input_is_422_with_the_cli_line(client, monkeypatch, capsys, args):
     got = client.get(f"/api/{args[0]}?{query(args[1:])}")
     assert got.status_code == 422
     assert "Traceback" not in got.text
-    # the CLI's line, each flag (and a knob the command line takes by --set) named by its
-    # query parameter
-    web = error_line(InputError(line.removeprefix("Error: ")))
+    # the CLI's line, each flag named by its query parameter, and a key given by set=KEY=VALUE
+    # as typed (interface.flags.typed_on_page)
+    pairs = parse_qsl(query(args[1:]))
+    web = error_line(InputError(line.removeprefix("Error: ")), f"/api/{args[0]}", pairs)
     assert got.json()["error"] == web
-    assert web.startswith("tp-block-inputs: ") == ("tp_block_inputs=sharded" in args)
+    # given as set=tp_block_inputs=sharded: named as typed, not as its field tp-block-inputs
+    assert web.startswith("tp_block_inputs: ") == ("tp_block_inputs=sharded" in args)
 
 
 @pytest.mark.parametrize(

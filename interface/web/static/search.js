@@ -76,7 +76,9 @@ function perStage(r, link) {
       <pre class="launch-text" id="torchtitan-head">${TP.esc(launch.torchtitan_head.join("\n"))}</pre>
       ${notes(launch.torchtitan_head_notes, "torchtitan-head-notes")}
     </div>
-    <p class="note">Per-stage search over ${ps.shapes.length} base layout(s); uniform search ${TP.fixed(ps.uniform_seconds, 2)} s, stage tables ${TP.fixed(ps.tables_seconds, 2)} s, CP-SAT ${TP.fixed(ps.solve_seconds, 2)} s.</p>`;
+    <p class="note">${ps.shapes.length || ps.status === "optimal"
+      ? `Per-stage search over ${ps.shapes.length} base layout(s); uniform search ${TP.fixed(ps.uniform_seconds, 2)} s, stage tables ${TP.fixed(ps.tables_seconds, 2)} s, CP-SAT ${TP.fixed(ps.solve_seconds, 2)} s.`
+      : `Uniform search ${TP.fixed(ps.uniform_seconds, 2)} s; the time limit ended the search before any base layout was searched per stage (no stage tables, no CP-SAT): the plan is the uniform one.`}</p>`;
 }
 
 TP.searchPage("search", (last, q) => {
