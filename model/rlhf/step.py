@@ -50,8 +50,10 @@ search's CP-SAT model (:mod:`optimizer.rlhf.cpsat`) and its exhaustive oracle:
 * **A shared engine copy** (``shared_weights``; HybridFlow's 3D-HybridEngine, §5.4: the
   generation shards reuse the training weights' memory): on the pool of both the engine and the
   actor, the rollout phase counts the engine's weights less the actor's whole BF16 weights it
-  reuses (``min`` of the two). Off by default: vLLM-based stacks load their own copy (and free
-  it after the rollout).
+  reuses (``min`` of the two); the weight sync's time is the colocated one all the same (the
+  actor's gather, :func:`model.rlhf.sync_time.shared_sync_seconds`: the shared copy is whole only
+  after the 3D-HybridEngine's all-gather). Off by default: vLLM-based stacks load their own copy
+  (and free it after the rollout).
 * **Which roles share a pool** (:func:`model.rlhf.split.pool_refusal`): under ``deepspeed``
   only OpenRLHF's sets — actor and reference, critic and reward, or every role (every role but
   the engine off-policy); a placement with another pool of two or more roles is refused.
@@ -392,7 +394,9 @@ def _pool_plan(
     its peak per phase (each role's swap and phase bytes over the held ones; the rollout's at
     least the weight sync's, :func:`sync_peak`; with ``shared`` the engine reuses the
     actor's BF16 weights and nothing is sent), busy seconds (the rollout's with the weight sync by
-    placement among the step's ``costs``, :mod:`model.rlhf.sync_time`) and host bytes.
+    placement among the step's ``costs``, :mod:`model.rlhf.sync_time`, with ``shared`` too: the
+    actor still makes each tensor whole before the engine reads it, HybridFlow §5.4's
+    all-gather, :func:`model.rlhf.sync_time.gather_seconds`) and host bytes.
 
     Raises
     ------
@@ -425,7 +429,8 @@ def _pool_plan(
     elif not shared:
         peaks[0] = max(peaks[0], sync_peak(members, held))
     busy = tuple(sum(c.seconds(ph) for c in members) for ph in PHASES)
-    busy = (busy[0] + (0 if shared else placement_sync_seconds(members, costs)), *busy[1:])
+    # the sync by placement, a shared engine copy too: the actor still makes each tensor whole
+    busy = (busy[0] + placement_sync_seconds(members, costs), *busy[1:])
     host = sum((c.host_bytes for c in members), Fraction(sleep_host(members)))
     roles = tuple(str(c.option.role) for c in members)
     three_peaks = split_peaks(members, held, peaks, off_policy)
@@ -477,7 +482,7 @@ def compose(
         first += out[-1].gpus
     busy_rows = [p.busy_s for p in out]
     by_pool = [[c for c, p in zip(costs, pool_of, strict=True) if p == q] for q in pools]
-    sync = 0.0 if shared_weights else max(placement_sync_seconds(m, costs) for m in by_pool)
+    sync = max(placement_sync_seconds(m, costs) for m in by_pool)
     phase = tuple(max(row[k] for row in busy_rows) for k in range(3))
     return StepPlan(
         tuple(out),

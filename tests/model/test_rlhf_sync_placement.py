@@ -109,3 +109,15 @@ def test_without_the_rule_the_shared_pool_paid_the_broadcast():
     together = _rollout_busy(engine, actor, (0, 0))
     apart = _rollout_busy(engine, actor, (0, 1))
     assert apart - together == pytest.approx(APART, rel=1e-9)
+
+
+def test_a_shared_engine_copy_still_waits_for_the_actors_gather():
+    """``shared_weights`` (HybridFlow's 3D-HybridEngine, §5.4) lets the engine reuse the actor's
+    BF16 weights in memory, but they are whole only after the actor's gather: verl's FSDP actor
+    at dp 8 still gathers 4N·7/8 B over NVLink + 339 × 32.2 µs = 0.0701483729 s, as without the
+    shared copy (it counted 0 s: a sync listed among the terms but not in the step)."""
+    engine, actor = _costs("fsdp2")
+    gather = 4 * N * 7 / 8 / 450e9 + TENSORS * AG8
+    plan = compose([engine, actor], [0, 0], 80 * 2**30, 2 * 10**12, 8, shared_weights=True)
+    assert plan.pools[0].busy_s[0] == pytest.approx(engine.rollout_s + gather, rel=1e-12)
+    assert plan.pools[0].busy_s[0] == _rollout_busy(engine, actor, (0, 0))
