@@ -417,9 +417,7 @@ def axis_traffic(c: Context, f: LayoutFields) -> list[AxisTraffic]:
         dense, experts = dp_group_traffic_bytes(c, f)
         rows = [AxisTraffic("dp", name, lay.shard_degree, *dense)]
         rows.append(
-            AxisTraffic(
-                "edp", f"{expert_name} (routed experts)", lay.expert_shard_degree, *experts
-            )
+            AxisTraffic("edp", f"{expert_name} (routed experts)", lay.expert_shard_degree, *experts)
         )
     if c.model.arch is None:
         return rows
