@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from tests.cli_runs import run_many
+from tests.cli_runs import refusal, run_many
 
 
 def test_a_per_stage_frontier_cut_before_any_base_layout_proves_no_gap():
@@ -40,3 +40,46 @@ def test_an_rlhf_plan_cut_by_its_time_limit_says_the_limit_was_the_cause():
     got = json.loads(runs["json"].stdout)
     assert (got["status"], got["best"], got["tables_complete"]) == ("unknown", None, False)
     assert got["reason"].startswith("the time limit ran out before any placement was found")
+
+
+PLAN_8B = "rlhf-plan --algorithm grpo --reward rule --model llama3-8b --gpus 16".split()
+"""GRPO with a rule reward, Llama 3 8B on 16 H100s: colocated wins, synchronous or not (every
+GPU works in every phase; docs/guides/rlhf.md's placement table says "colocated, as
+synchronous" for the off-policy rows)."""
+RLHF_8B = "rlhf --algorithm grpo --reward rule --model llama3-8b --gpus 16".split()
+
+
+def test_a_colocated_plan_of_an_off_policy_search_says_it_runs_synchronously():
+    """``rlhf-plan --off-policy 1`` picks the colocated placement and printed "placement:
+    colocated, one-step off-policy", though its step is the synchronous one (1,900.088 s, the
+    same as without --off-policy) and ``rlhf --off-policy 1`` without ``--rollout-gpus`` is
+    refused: colocated, the next rollout cannot run beside training. The verdict now says the
+    plan runs synchronously and why, and its step line says (synchronous); the plan,
+    re-evaluated by ``rlhf`` as it runs (synchronous, colocated: engine tp 2 at fraction 0.9,
+    actor and reference tp 1 × pp 2 offloaded when idle), gives the same step. The plan's JSON
+    keeps the search's ``off_policy`` 1."""
+    same = ["--train-tp", "1", "--train-pp", "2", "--rollout-tp", "2", "--offload", "idle"]
+    runs = run_many(
+        {
+            "plan": [*PLAN_8B, "--off-policy", "1", "--time-limit", "120"],
+            "json": [*PLAN_8B, "--off-policy", "1", "--time-limit", "120", "--json"],
+            "rlhf": [*RLHF_8B, *same, "--engine-memory-fraction", "0.9"],
+            "refused": [*RLHF_8B, *same, "--off-policy", "1"],
+        }
+    )
+    for name in ("plan", "json", "rlhf"):
+        assert runs[name].returncode == 0, runs[name].stderr[-2000:]
+    text = runs["plan"].stdout
+    assert (
+        "placement: colocated, synchronous (one-step off-policy needs the engine on GPUs of its "
+        "own: colocated, the next rollout cannot run beside training) — fits"
+    ) in text
+    assert "one-step off-policy —" not in text and "per step (one-step off-policy)" not in text
+    best = json.loads(runs["json"].stdout)["best"]
+    assert (best["placement"], best["off_policy"]) == ("colocated", 1)
+    step = next(line for line in text.splitlines() if line.startswith("step: "))
+    assert step.split(" → ")[1].startswith("1,900.088 s (31.7 min) per step (synchronous)")
+    assert step in runs["rlhf"].stdout.splitlines()
+    assert refusal(runs["refused"]).startswith(
+        "--off-policy: 1 needs the engine on GPUs of its own"
+    )
