@@ -280,9 +280,7 @@ def _gap_s(result: Any) -> float | None:
     """A per-stage search's proven gap, s (:attr:`optimizer.per_stage.PerStageResult.gap_ns`):
     None where no bound was left, or where no base layout was searched (a time limit or Ctrl-C
     before the first: nothing bounds a split)."""
-    if result.gap_ns is None or (not result.shapes and result.status != "optimal"):
-        return None
-    return result.gap_ns / 1e9
+    return None if result.gap_ns is None else result.gap_ns / 1e9
 
 
 def per_stage_json(kw: SearchRequest | Mapping[str, Any]) -> SearchRun:

@@ -136,7 +136,11 @@ class PerStageResult:
         ns: each shape's by the order's own step, 1F1B or interleaved
         (:attr:`optimizer.stage_solve.ShapePlan.gap_ns`: 0, or a ns or a few, when proven), a
         shape left ``no-gain``, ``infeasible`` or ``not-searched`` none below the plan; None where a shape's
-        search stopped before any bound (the time limit)."""
+        search stopped before any bound (the time limit), or where no base layout was searched
+        and nothing proves the plan (a time limit or Ctrl-C before the first: nothing bounds a
+        split, so a gap of 0 would claim a proof that was not made)."""
+        if not self.shapes and self.status != "optimal":
+            return None
         least = self.plan_ns
         for shape in self.shapes:
             if shape.status in ("no-gain", "infeasible", "not-searched"):

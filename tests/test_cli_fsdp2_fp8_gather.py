@@ -23,6 +23,7 @@ def test_dp_1_with_cp_is_refused_and_a_moe_model_is_accepted() -> None:
                    "--tp", "1", "--pp", "1", "--global-batch", "1", *FP8),
             "moe": (*MIXTRAL, *FP8),
             "moe-bf16": MIXTRAL,
+            "megatron": tuple("megatron" if a == "fsdp2" else a for a in (*MIXTRAL, *FP8)),
         }
     )  # fmt: skip
     line = refusal(done["cp"])
@@ -37,3 +38,10 @@ def test_dp_1_with_cp_is_refused_and_a_moe_model_is_accepted() -> None:
     assert saved == 2 * 7 * 32 * (2 * 4096 * 4096 + 2 * 4096 * 1024) // 8 == 2_348_810_240
     assert rows_on["edp"]["bytes_per_step"] == rows_off["edp"]["bytes_per_step"]
     assert "fp8" in rows_on["dp"]["collective"]
+    # the edp row named its collective "..., linear weights gathered in fp8 (routed experts)"
+    # though its bytes are the BF16 ones (torchtitan's GroupedExperts are no Float8Linear:
+    # model.fp8_gathers.fp8_gathered_experts); it names no FP8 gather now
+    assert "fp8" not in rows_on["edp"]["collective"], rows_on["edp"]["collective"]
+    # under megatron the grouped experts are FP8 parameters too: their row says so
+    megatron = {r["axis"]: r for r in json.loads(done["megatron"].stdout)["traffic"]}
+    assert megatron["edp"]["collective"].endswith("gathered in fp8 (routed experts)")

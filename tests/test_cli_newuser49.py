@@ -54,17 +54,19 @@ def test_an_absurd_rate_in_a_gpu_file_or_override_is_refused(tmp_path):
         },
         cwd=tmp_path,
     )
+    # the value echoed as every refused number is (model.units.shown_number): TOML reads 1e9 as
+    # the float 1000000000.0, which was echoed as Python writes it
     assert refusal(runs["big"]) == (
         f"--gpu: '{big}': key 'bf16_tflops' must be at most 503,200 TFLOP/s ({FLOPS_WHY}), "
-        "got 1000000000.0"
+        "got 1,000,000,000"
     )
     assert refusal(runs["fp8"]) == (
         f"--gpu: '{fp8}': key 'fp8_tflops' must be at most 503,200 TFLOP/s ({FLOPS_WHY}), "
-        "got 600000.0"
+        "got 600,000"
     )
     assert refusal(runs["nv"]) == (
         f"--gpu: '{nv}': key 'nvlink_gbps' must be at most 800,000 GB/s ({LINK_WHY}), "
-        "got 10000000.0"
+        "got 10,000,000"
     )
     assert refusal(runs["hbm"]) == (
         f"--file: '{hbm}': key 'hbm_tbps' must be at most 800 TB/s ({LINK_WHY}), got 900"

@@ -15,6 +15,7 @@ from typing import Any
 
 from trainplan.model.errors import ScenarioError
 from trainplan.model.hardware import DeviceSpec
+from trainplan.model.units import shown_number
 from trainplan.topology.accelerators import load_accelerators
 
 __all__ = [
@@ -95,12 +96,14 @@ def max_flop_rate() -> tuple[float, str]:
 def check_part_rates(device: DeviceSpec, row: dict[str, Any], where: str) -> None:
     """Refuse a part from a file (or given inline) whose bandwidth is above :func:`max_bandwidth`
     or whose FLOP rate is above :func:`max_flop_rate`; ``row`` is the file's row merged with its
-    base (the value is echoed as the file writes it), ``where`` heads the refusal.
+    base (the value is echoed as every refused number is, :func:`model.units.shown_number`:
+    TOML's ``1e9`` is read as the float 1000000000.0, echoed ``1,000,000,000``), ``where`` heads
+    the refusal.
 
     Raises
     ------
     ScenarioError
-        ``WHERE: key 'bf16_tflops' must be at most 503,200 TFLOP/s (100× …), got 1000000000.0``.
+        ``WHERE: key 'bf16_tflops' must be at most 503,200 TFLOP/s (100× …), got 1,000,000,000``.
     """
     for field, (key, unit, unit_name) in _FILE_KEYS.items():
         value = getattr(device, field)
@@ -108,7 +111,7 @@ def check_part_rates(device: DeviceSpec, row: dict[str, Any], where: str) -> Non
         if value is not None and value > top:
             raise ScenarioError(
                 f"{where}: key '{key}' must be at most {top / unit:,.0f} {unit_name} ({why}), "
-                f"got {row.get(key, value / unit)!r}"
+                f"got {shown_number(row.get(key, value / unit))}"
             )
 
 

@@ -181,12 +181,38 @@ def timeline_lines(plan: dict[str, Any], width: int = 72) -> list[str]:
     return rows
 
 
+COLOCATED_SYNCHRONOUS = (
+    "synchronous (one-step off-policy needs the engine on GPUs of its own: colocated, the next "
+    "rollout cannot run beside training)"
+)
+"""How a colocated plan of an off-policy search runs: as a synchronous step (its step time is
+the synchronous one; ``trainplan rlhf --off-policy 1`` without ``--rollout-gpus`` is refused by
+the same rule), so its verdict line does not call it off-policy."""
+
+
+def step_kind(plan: dict[str, Any]) -> tuple[str, str]:
+    """A plan's step kind, (for its verdict line, for its step line): ``synchronous``, or
+    ``one-step off-policy`` where the engine has GPUs of its own; a colocated plan of an
+    off-policy search runs synchronously (:data:`COLOCATED_SYNCHRONOUS`).
+
+    >>> step_kind({"off_policy": 1, "placement": "split"})
+    ('one-step off-policy', 'one-step off-policy')
+    >>> step_kind({"off_policy": 1, "placement": "colocated"})[1]
+    'synchronous'
+    """
+    if not plan["off_policy"]:
+        return "synchronous", "synchronous"
+    if plan["placement"] == "colocated":
+        return COLOCATED_SYNCHRONOUS, "synchronous"
+    return "one-step off-policy", "one-step off-policy"
+
+
 def plan_lines(plan: dict[str, Any], width: int = 72) -> list[str]:
     """A plan in full: roles, terms with sources, pools, the step, the timeline."""
-    how = "one-step off-policy" if plan["off_policy"] else "synchronous"
+    said, how = step_kind(plan)
     ph = plan["step_phase_seconds"]
     verdict = "fits" if plan["fits"] else "DOES NOT FIT"
-    out = [f"placement: {plan['placement']}, {how} — {verdict}"]
+    out = [f"placement: {plan['placement']}, {said} — {verdict}"]
     out += [f"  does not fit: {line}" for line in plan.get("does_not_fit", [])]
     out += [f"  to fit: {line}" for line in plan.get("to_fit", [])]
     out += [*roles_lines(plan), ""]

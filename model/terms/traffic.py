@@ -402,12 +402,14 @@ def axis_traffic(c: Context, f: LayoutFields) -> list[AxisTraffic]:
     in FP8, :func:`model.fp8_gathers.fp8_param_gathers`, saying so): the terms above."""
     lay, mech = f.layout, dp_mechanism(c, f)
     again = runtime_regathers(mech, f.schedule, f.pp, f.virtual_stages, f.m)
-    name = dp_name(mech) + regather_name(again)
+    name = expert_name = dp_name(mech) + regather_name(again)
     t = c.training
     if mech.gathers_per_step + mech.gathers_per_microbatch and fp8_param_gathers(
         f.framework, t.precision, t.fp8_recipe, t.fp8_param_gather
     ):
         name += ", linear weights gathered in fp8"
+        # the routed experts' row says fp8 only where they gather in it (fp8_gathered_experts)
+        expert_name = name if fp8_gathered_experts(f.framework) else expert_name
     if c.model.arch is None or c.arch.moe is None:
         total, per_mb = dp_traffic_bytes(c, f)
         rows = [AxisTraffic("dp", name, lay.shard_degree, total, per_mb)]
@@ -415,7 +417,7 @@ def axis_traffic(c: Context, f: LayoutFields) -> list[AxisTraffic]:
         dense, experts = dp_group_traffic_bytes(c, f)
         rows = [AxisTraffic("dp", name, lay.shard_degree, *dense)]
         rows.append(
-            AxisTraffic("edp", f"{name} (routed experts)", lay.expert_shard_degree, *experts)
+            AxisTraffic("edp", f"{expert_name} (routed experts)", lay.expert_shard_degree, *experts)
         )
     if c.model.arch is None:
         return rows

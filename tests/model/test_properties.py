@@ -129,7 +129,13 @@ def layouts(draw, models=MODELS, convention: str | None = None):
         "seq_len": draw(st.sampled_from([128, 256, 512])),
         "global_batch_size": m * b * dp,
         "flash_attention": draw(st.booleans()),
-        "sequence_parallel": draw(st.sampled_from([None, False])),
+        # off only where the framework runs it: Megatron-Core refuses a MoE model at tp > 1
+        # without sequence parallelism (model.shape_rules, MoELayer.forward)
+        "sequence_parallel": draw(
+            st.sampled_from(
+                [None] if arch.moe and framework == "megatron" and tp > 1 else [None, False]
+            )
+        ),
     }
     if convention:
         params["mfu_convention"] = convention

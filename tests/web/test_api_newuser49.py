@@ -80,5 +80,5 @@ def test_an_inline_accelerators_absurd_rate_is_refused():
     assert got.status_code == 422
     assert got.json()["error"] == (
         "accelerator: key 'bf16_tflops' must be at most 503,200 TFLOP/s (100× the fastest FLOP "
-        "rate in the accelerator table, the MI355X's 5,032 TFLOP/s), got 1000000000.0"
+        "rate in the accelerator table, the MI355X's 5,032 TFLOP/s), got 1,000,000,000"
     )

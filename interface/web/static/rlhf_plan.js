@@ -9,7 +9,11 @@
   const PHASES = ["rollout", "scoring", "training"];
   const gbs = (b) => TP.fixed(b / 1e9, 2, true); // the CLI's GB columns (text.py _gb)
   const s1 = (x) => TP.fixed(x, 1, true); // its seconds (text.py _s)
-  const how = (p) => (p.off_policy ? "one-step off-policy" : "synchronous");
+  // interface.rlhf.text.step_kind: a colocated plan of an off-policy search runs synchronously
+  const how = (p) => (p.off_policy && p.placement !== "colocated" ? "one-step off-policy" : "synchronous");
+  const said = (p) => (p.off_policy && p.placement === "colocated"
+    ? "synchronous (one-step off-policy needs the engine on GPUs of its own: colocated, the next rollout cannot run beside training)"
+    : how(p));
 
   // A step plan (interface/rlhf/report.py plan_dict: the faithful object, rlhf-plan's best) as
   // HTML, its elements' ids prefixed with `id`: the verdict, why it does not fit, the pools'
@@ -20,7 +24,7 @@
     const why = [...(f.does_not_fit || []).map((x) => `does not fit: ${TP.esc(x)}`), ...(f.to_fit || []).map((x) => `to fit: ${TP.esc(x)}`)];
     const value = (t) => (t.unit === "bytes" ? `${gbs(t.value)} GB` : t.unit === "s" ? `${TP.fixed(t.value, 2, true)} s` : TP.num(t.value));
     const ph = f.step_phase_seconds;
-    return `<div id="${id}-verdict" class="verdict ${f.fits ? "fits" : "nofit"}">placement: ${TP.esc(f.placement)}, ${how(f)} — ${f.fits ? "fits" : "DOES NOT FIT"}</div>
+    return `<div id="${id}-verdict" class="verdict ${f.fits ? "fits" : "nofit"}">placement: ${TP.esc(f.placement)}, ${said(f)} — ${f.fits ? "fits" : "DOES NOT FIT"}</div>
       <ul class="note" id="${id}-why">${why.map((x) => `<li>${x}</li>`).join("")}</ul>
       <h3>Pools: peak per GPU in each phase</h3>
       <div class="table-wrap">${TP.table(f.pools, [
