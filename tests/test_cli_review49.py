@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 
-from tests.cli_runs import refusal, run_many
+import pytest
+
+from tests.cli_runs import refusal, run_many, trainplan
 
 
 def test_a_per_stage_frontier_cut_before_any_base_layout_proves_no_gap():
@@ -83,3 +85,22 @@ def test_a_colocated_plan_of_an_off_policy_search_says_it_runs_synchronously():
     assert refusal(runs["refused"]).startswith(
         "--off-policy: 1 needs the engine on GPUs of its own"
     )
+
+
+def test_a_roles_rollout_seconds_hold_the_weight_sync_listed_under_it():
+    # Qwen2.5 7B GRPO, the engine on 8 GPUs of its own: the engine's rollout seconds are its
+    # prefill + decode + the broadcast listed under it (interface.rlhf.report.plan_dict), so the
+    # role table, its terms and the engine's pool agree (they disagreed by the sync before).
+    done = trainplan(
+        *("rlhf", "--algorithm", "grpo", "--reward", "rule", "--model", "qwen2.5-7b"),
+        *("--gpus", "16", "--rollout-gpus", "8", "--rollout-tp", "1", "--json"),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    plan = json.loads(done.stdout)["faithful"]
+    engine = next(r for r in plan["roles"] if r["role"] == "rollout")
+    terms = [t for t in plan["terms"] if t["role"] == "rollout" and t["unit"] == "s"]
+    assert any(t["term"].startswith("weight sync") for t in terms)
+    listed = sum(t["value"] for t in terms if t["phase"] == "rollout")
+    assert engine["seconds"]["rollout"] == pytest.approx(listed, rel=1e-12)
+    pool = next(p for p in plan["pools"] if p["roles"] == ["rollout"])
+    assert pool["busy_seconds"]["rollout"] == pytest.approx(listed, rel=1e-12)

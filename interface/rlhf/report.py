@@ -63,8 +63,10 @@ def _role_record(cost: Any, pool: int, spec: RLHFSpec) -> dict[str, Any]:
 def plan_dict(
     spec: RLHFSpec, plan: StepPlan, pool_of: tuple[int, ...] | None = None
 ) -> dict[str, Any]:
-    """A step plan as plain data: ``roles``, ``terms`` (each with the key of its source in
-    ``sources``: every source cited once, keyed ``"1"``, ``"2"``, … in order of first citation),
+    """A step plan as plain data: ``roles`` (each role's ``seconds`` per phase: its own work
+    plus the weight-sync terms listed under it, :func:`model.rlhf.split.counted_terms`),
+    ``terms`` (each with the key of its source in ``sources``: every source cited once, keyed
+    ``"1"``, ``"2"``, … in order of first citation),
     ``pools``, ``step_phase_seconds``, ``step_seconds``, ``tokens_per_second``, ``fits``."""
     pools = pool_of or tuple(
         next(p.index for p in plan.pools if str(c.option.role) in p.roles) for c in plan.costs
@@ -74,6 +76,10 @@ def plan_dict(
         (c, counted_terms(c, [d for d, p in zip(plan.costs, pools, strict=True) if p == q]))
         for c, q in zip(plan.costs, pools, strict=True)
     ]
+    for rec, (_, ts) in zip(roles, listed, strict=True):  # the weight sync its pool counts
+        for t in ts:
+            if t.unit == "s" and t.sync_path and t.phase in rec["seconds"]:
+                rec["seconds"][t.phase] += float(t.value)
     sources: dict[str, str] = {}
     keys: dict[str, str] = {}  # source text → its key, numbered in order of first citation
     for _, ts in listed:
