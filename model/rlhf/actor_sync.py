@@ -47,9 +47,9 @@ def _sync_time_terms(gather_s: float, shared_s: float) -> tuple[Term, ...]:
     (:func:`model.rlhf.split.counted_terms`): the whole sync beside the engine (``ipc``), the
     gather before the broadcast on a pool without it (``send``)."""
     return (
-        Term("weight sync to the engine on its pool (gather + hand-over, per tensor)",
+        Term("weight sync to the engine on its pool (gather + hand-over, one tensor at a time)",
              "rollout", shared_s, "s", SYNC_SOURCE, "ipc"),
-        Term("weight gather before the broadcast to an engine apart (per tensor)",
+        Term("weight gather before the broadcast to an engine apart (one tensor at a time)",
              "rollout", gather_s, "s", SYNC_SOURCE, "send"),
     )  # fmt: skip
 

@@ -328,7 +328,7 @@ def _receive_terms(
     """The NCCL weight sync's terms on a pool without the actor
     (:func:`model.rlhf.openrlhf.engine_receive_bytes`), with its seconds ``sync_s``
     (:func:`_broadcast_s`)."""
-    sync = Term("weight sync on a pool without the actor (2N broadcast, per tensor)",
+    sync = Term("weight sync on a pool without the actor (2N broadcast, one tensor at a time)",
                 "rollout", sync_s, "s", SYNC_TIME_SOURCE, "nccl")  # fmt: skip
     if not receive:
         return (sync,) if sync_s else ()
