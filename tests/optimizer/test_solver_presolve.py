@@ -287,7 +287,9 @@ def test_gpt_oss_20b_on_32_h100_colocated_solve_finds_the_best(monkeypatch):
 @pytest.mark.parametrize(
     ("model", "gpus", "prompts", "best", "split"),
     [
-        ("gpt-oss-20b", 32, 64, 19_966_661_980, 27_020_958_439),
+        # the test above's answers, re-derived there (the weight sync by placement, NCCL's
+        # Broadcast as tuning.cc models it)
+        ("gpt-oss-20b", 32, 64, 19_273_643_350, 27_809_851_696),
         pytest.param(
             "qwen3-235b-a22b",
             128,
