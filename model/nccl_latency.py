@@ -155,24 +155,28 @@ def collective_latency(
 
 def broadcast_latency(group_size: int, nodes: int, p: RooflineParams) -> float:
     """Seconds of NCCL's latency of one ring broadcast over ``group_size`` ranks on ``nodes``
-    hosts (NCCL's ``nNodes``): the ``Simple`` protocol's base latency plus ``nRanks`` steps, of
-    which ``nNodes`` cross the network where ``nNodes`` > 1 (``ncclTopoTuneModel``,
-    ``src/graph/tuning.cc``: ``nsteps = nRanks`` and ``nInterSteps = nNodes`` for
-    ``ncclFuncBroadcast``, which runs the ring only; on one node every step at NVLink's hop).
-    Units: seconds. A group of one rank sends nothing: 0.
+    hosts (NCCL's ``nNodes``), ``Simple`` protocol. NCCL models Broadcast and Reduce apart from
+    the other ring collectives (``ncclTopoTuneModel``, ``src/graph/tuning.cc``): the base
+    latency plus one hop where the ring graph's intra- and inter-node steps use the same
+    channels (``graph->sameChannels``), else ``nsteps = nRanks`` hops, each at the tree's
+    ``Simple`` latency of the ring's hardware ("Add some chunk latency, waiting for proper chunk
+    modeling"): NVLink's 4.0 µs on one node, the network's 14 µs on several (``hw[a]`` is
+    ``NCCL_HW_NET`` where ``nNodes`` > 1). Which branch holds depends on the ring NCCL's graph
+    search finds, which this model does not know, so the many-hop branch is taken: an upper
+    bound (the one-hop branch gives 8.4 + 14 µs across nodes). Units: seconds. A group of one
+    rank sends nothing: 0.
 
     Examples
     --------
-    Rank 0 of the actor and 16 engine GPUs on 2 other nodes: 8.4 + 14 × 3.4 + 3 × 14 µs; all 9
-    ranks in one node: 8.4 + 9 × 3.4 µs.
+    Rank 0 of the actor and 16 engine GPUs on 2 other nodes: 8.4 + 17 × 14 µs; all 9 ranks in
+    one node: 8.4 + 9 × 4.0 µs.
 
     >>> from trainplan.model.roofline import RooflineParams
     >>> p = RooflineParams(gemm_efficiency=0.7)
     >>> [round(broadcast_latency(n, d, p) * 1e6, 1) for n, d in ((17, 3), (9, 1))]
-    [98.0, 39.0]
+    [246.4, 44.4]
     """
     if group_size <= 1:
         return 0.0
-    crossing = nodes if nodes > 1 else 0
-    steps = (group_size - crossing) * p.scaleup_hop_latency_s + crossing * p.scaleout_hop_latency_s
-    return p.collective_base_latency_s + steps
+    hop = p.scaleout_hop_latency_s if nodes > 1 else p.scaleup_tree_hop_latency_s
+    return p.collective_base_latency_s + group_size * hop

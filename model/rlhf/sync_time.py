@@ -247,14 +247,14 @@ def broadcast_seconds(
 
     Examples
     --------
-    Llama 3 8B to 16 engine GPUs over 50 GB/s NICs: 2N / 50 GB/s = 321.21 ms, plus 291 × 98 µs
-    (17 ranks on 3 nodes, :func:`model.nccl_latency.broadcast_latency`) = 28.52 ms.
+    Llama 3 8B to 16 engine GPUs over 50 GB/s NICs: 2N / 50 GB/s = 321.21 ms, plus 291 × 246.4
+    µs (17 ranks on 3 nodes, :func:`model.nccl_latency.broadcast_latency`) = 71.70 ms.
 
     >>> from trainplan.model.roofline import RooflineParams
     >>> links = ClusterLinks(nvlink_bytes_per_s=450e9, scaleout_bytes_per_s=50e9, nvlink_domain=8)
     >>> p = RooflineParams(gemm_efficiency=0.7)
     >>> round(broadcast_seconds(8_030_261_248, 291, 16, 32, links, p) * 1e3, 2)
-    349.73
+    392.91
     """
     link = sync_bandwidth(links, cluster_gpus)
     nodes = 1

@@ -125,11 +125,16 @@ def test_the_16_gpu_answer_is_the_best_pools_openrlhf_makes():
 
     The weight sync one tensor at a time (model.rlhf.sync_time.broadcast_seconds): 339 tensors ×
     NCCL's ring broadcast over actor rank 0 and the 4 engine GPUs on 2 nodes, 8.4 + 3 × 3.4 + 2 ×
-    14 = 46.6 µs, 15.797 ms more (the actor at ZeRO-2, tp 1, gathers nothing): 3,415.892 s."""
+    14 = 46.6 µs, 15.797 ms more (the actor at ZeRO-2, tp 1, gathers nothing): 3,415.892 s.
+    NCCL's Broadcast as tuning.cc models it (model.nccl_latency.broadcast_latency): base + nRanks
+    hops at the network's 14 µs, 8.4 + 5 × 14 = 78.4 µs, + 339 × 31.8 µs = 10.780 ms:
+    3,415.902 s, the same placement."""
     r = search_placement(_problem())
     assert r.status == "optimal" and r.colocated is None
     assert 3_415_875_678_553 + 339 * 46_600 - 1 == 3_415_891_475_952  # 1 ns of rounding
-    assert r.best.objective_ns == r.split.objective_ns == 3_415_891_475_952
+    assert 3_415_891_475_952 + 339 * (78_400 - 46_600) == 3_415_902_256_152
+    assert 3_415_875_678_553 + 339 * 78_400 - 1 == 3_415_902_256_152
+    assert r.best.objective_ns == r.split.objective_ns == 3_415_902_256_152
     host_step = 112 / 8 * 10e9 * 28 / (2.57 * 48)
     cpu = 30 * 951_952_064 * (1 / host_step - 1 / 76.8e9)
     assert 3_389_040_573_638 - 3_388_513_709_455 == pytest.approx(cpu * 1e9, abs=2)
@@ -162,8 +167,9 @@ def test_the_16_gpu_answer_is_the_best_pools_openrlhf_makes():
     awake = RING + graphs + Fraction(9, 10) * HBM
     assert engine.peak_bytes == (awake + 152_064 * 3_584 * 2, awake, awake)
     assert awake == Fraction(384_088_670_208, 5) + graphs
-    # the rollout phase + 15.797 ms (the docstring's broadcast latency per tensor): 1,394.5894 s
-    assert [round(s, 3) for s in r.best.plan.phase_s] == [1_394.589, 690.499, 1_330.803]
+    # the rollout phase + 15.797 ms (the docstring's broadcast latency per tensor at 46.6 µs):
+    # 1,394.5894 s; at 78.4 µs + 339 × 31.8 µs = 10.780 ms more: 1,394.6002 s
+    assert [round(s, 3) for s in r.best.plan.phase_s] == [1_394.600, 690.499, 1_330.803]
 
 
 def test_openrlhfs_pools_by_step():

@@ -31,11 +31,14 @@ rounded up (model.rlhf.engine.ENGINE_GRAPH_POOL_BYTES), held in every phase of i
 SYNC_70B_OLD = 141_107_412_992 / 50e9
 """The weight sync the plans below were first derived with: Llama 3 70B's whole BF16 weights
 (2N) broadcast to each engine GPU at the 50 GB/s NIC, 2.822 s, wherever the engine ran."""
-SYNC_70B_SHARED = 141_107_412_992 * 15 / 16 / 50e9 + 723 * (11.8e-6 + 56.8e-6)
+SYNC_70B_SHARED = 141_107_412_992 * 15 / 16 / 50e9 + 723 * (11.8e-6 + 120.4e-6)
 """The sync to an engine on the actor's pool (model.rlhf.sync_time): verl's Megatron actor at
 tp 2 × pp 8 exports each tensor whole, 2N·(1 − 1/16) B per GPU over the NIC (the 16 ranks span two
 nodes), 2.6458 s, plus 723 tensors (80 layers × 9 + 3) × (a tp 2 all-gather's 8.4 + 3.4 µs and a
-pp 8 broadcast's 8.4 + 6 × 3.4 + 2 × 14 µs over two nodes) = 49.6 ms: 2.6954 s, 0.1268 s less."""
+pp 8 broadcast over two nodes, base + nRanks hops at the network's 14 µs as NCCL's tuning.cc
+models Broadcast, 8.4 + 8 × 14 = 120.4 µs, model.nccl_latency.broadcast_latency) = 95.6 ms:
+2.7413 s, 0.0808 s less. (With the pp 8 broadcast at the other ring collectives' 8.4 + 6 × 3.4 +
+2 × 14 = 56.8 µs it was 2.6954 s: 723 × 63.6 µs = 45.98 ms less.)"""
 
 
 def _ppo_70b():
@@ -145,7 +148,9 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     bring back): 5,948.221 − 47.697 − 0.300 = 5,900.224 s, the same layouts.
 
     The weight sync by placement: the engine shares the actor's pool, so the actor's export
-    (SYNC_70B_SHARED, 2.6954 s) replaces the 2N broadcast (2.8221 s): 5,900.097 s."""
+    (SYNC_70B_SHARED, 2.6954 s with the pp 8 broadcast at 56.8 µs) replaces the 2N broadcast
+    (2.8221 s): 5,900.097 s. NCCL's Broadcast as tuning.cc models it (120.4 µs over two nodes):
+    the export 2.7413 s, + 723 × 63.6 µs = 45.98 ms, 5,900.143 s, the same layouts."""
     inp = _ppo_70b()
     p = inp.problem
     r = search_placement(p)
@@ -249,9 +254,11 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     assert step == pytest.approx(5835.65, abs=0.05)  # scoring a third of the three passes
     # the sync by placement (model.rlhf.sync_time): the engine on the actor's pool receives the
     # actor's export at tp 4 × pp 2, 2N·7/8 B over NVLink + 723 × (a tp 4 all-gather's 18.6 µs +
-    # a pp 2 broadcast's 15.2 µs) = 0.2744 + 0.0244 s, not the 2N broadcast's 2.8221 s
-    shared = 141_107_412_992 * 7 / 8 / 450e9 + 723 * (18.6e-6 + 15.2e-6)
-    assert shared - SYNC_70B_OLD == pytest.approx(-2.5233, abs=1e-4)
+    # a pp 2 broadcast in one node, 8.4 + 2 × 4.0 = 16.4 µs as NCCL's tuning.cc models Broadcast;
+    # 15.2 µs, -2.5233 s, at the other ring collectives' 8.4 + 2 × 3.4) = 0.2744 + 0.0253 s, not
+    # the 2N broadcast's 2.8221 s
+    shared = 141_107_412_992 * 7 / 8 / 450e9 + 723 * (18.6e-6 + 16.4e-6)
+    assert shared - SYNC_70B_OLD == pytest.approx(-2.5225, abs=1e-4)
     moved = plan.step_s - step - (shared - SYNC_70B_OLD)
     assert moved == pytest.approx(4 * (439.057 - 413.967), abs=0.05)
     passes = 2 * 12 * 1_102_401_536 / 2.97e12  # Megatron-Core's step passes, 38 -> 50 B
@@ -745,10 +752,13 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     # the engine's own rollout seconds no longer hold the sync (2N / 50 GB/s = 0.3212 s): the
     # step adds it by placement (model.rlhf.sync_time); apart from the actor, the broadcast one
     # tensor at a time, + 291 tensors × NCCL's ring broadcast over actor rank 0 and the 8 engine
-    # GPUs on 2 nodes, 8.4 + 7 × 3.4 + 2 × 14 = 60.2 µs: 17.52 ms more; the actor at ZeRO-2,
-    # tp 1, gathers nothing
+    # GPUs on 2 nodes, base + nRanks hops at the network's 14 µs (tuning.cc's Broadcast,
+    # model.nccl_latency.broadcast_latency), 8.4 + 9 × 14 = 134.4 µs: 39.11 ms more (60.2 µs,
+    # 17.52 ms, at the other ring collectives' 8.4 + 7 × 3.4 + 2 × 14: + 291 × 74.2 µs =
+    # 21.59 ms on the rollout phase and the step); the actor at ZeRO-2, tp 1, gathers nothing
     whole = 16_060_522_496 / 50e9
-    latency = 291 * 60.2e-6
+    latency = 291 * 134.4e-6
+    assert latency - 291 * 60.2e-6 == pytest.approx(291 * 74.2e-6, abs=1e-12)
     assert engine.sync_s == pytest.approx(whole + latency, rel=1e-12)
     rollout = 1286.71 + tp2 + ends + sync - whole
     assert (engine.concurrent, engine.rollout_s) == (204, pytest.approx(rollout, abs=0.01))
@@ -763,7 +773,8 @@ def test_ppo_8b_under_deepspeed_counts_a_process_per_role():
     )
     step_s = 5579.25 - 1237.53 + 1477.78 + sync + 1.107 + adds + rings + scoring + latency
     assert r.best.plan.step_s == pytest.approx(step_s, abs=0.05)
-    assert r.best.plan.step_s == pytest.approx(5858.40, abs=0.05)
+    # 5,858.40 s with the 60.2 µs broadcast; + 21.59 ms: 5,858.42 s, the same placement
+    assert r.best.plan.step_s == pytest.approx(5858.42, abs=0.05)
     for role in (Role.REFERENCE, Role.REWARD):
         with pytest.raises(LayoutError, match="only ZeRO-3"):
             cost_of(p, RoleOption(role, 16, 16, 1, 1, "idle"))

@@ -8,7 +8,8 @@ Qwen2.5 7B: N = 7,615,616,512 parameters in 339 tensors (28 layers × (Q, K, V, 
 biases, two norms, gate, up, down) + embedding, final norm, untied output layer). H100 SXM links
 (``ClusterLinks.from_device``): 450 GB/s NVLink in 8-GPU domains, 50 GB/s NIC. NCCL latencies
 (``tuning.cc``, :class:`model.roofline.RooflineParams`): base 8.4 µs, NVLink hop 3.4 µs,
-network hop 14 µs.
+network hop 14 µs; a broadcast's hops are ``nRanks`` at the tree's Simple latency of the ring's
+hardware, the network's 14 µs across nodes (:func:`model.nccl_latency.broadcast_latency`).
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ from trainplan.topology.accelerators import get_accelerator
 N = 7_615_616_512
 TENSORS = 339
 AG8 = 8.4e-6 + 7 * 3.4e-6  # ring all-gather over 8 ranks of one node: 32.2 µs
-BCAST_9_ON_2 = 8.4e-6 + (9 - 2) * 3.4e-6 + 2 * 14e-6  # 60.2 µs: rank 0 + 8 engine GPUs, 2 nodes
-APART = 2 * N / 50e9 + TENSORS * BCAST_9_ON_2  # 0.30462466048 + 0.0204078 s
+BCAST_9_ON_2 = 8.4e-6 + 9 * 14e-6  # 134.4 µs: rank 0 + 8 engine GPUs, 2 nodes
+APART = 2 * N / 50e9 + TENSORS * BCAST_9_ON_2  # 0.30462466048 + 0.0455616 s
 
 
 def _costs(framework: str, actor_tp: int = 1):
@@ -64,14 +65,14 @@ def test_verl_fsdp_colocated_gathers_fp32_over_the_node_and_apart_broadcasts_2n(
     """verl's FSDP actor at dp 8 on one node: full_tensor() gathers its FP32 shards, 4N·7/8 =
     26,654,657,792 B per GPU over NVLink (0.0592325729 s) + 339 × 32.2 µs (0.0109158 s) =
     0.0701483729 s; the IPC buckets add nothing per tensor. Apart, the same gather then the
-    broadcast: 0.30462466048 + 339 × 60.2 µs = 0.32503246048 s more."""
+    broadcast: 0.30462466048 + 339 × 134.4 µs = 0.35018626048 s more."""
     engine, actor = _costs("fsdp2")
     gather = 4 * N * 7 / 8 / 450e9 + TENSORS * AG8
     assert actor.sync_gather_s == pytest.approx(gather, rel=1e-12)
     assert actor.sync_gather_s == pytest.approx(0.0701483728711, abs=1e-12)
     assert actor.sync_shared_s == actor.sync_gather_s
     assert engine.sync_s == pytest.approx(APART, rel=1e-12)
-    assert engine.sync_s == pytest.approx(0.32503246048, abs=1e-12)
+    assert engine.sync_s == pytest.approx(0.35018626048, abs=1e-12)
     together = _rollout_busy(engine, actor, (0, 0))
     apart = _rollout_busy(engine, actor, (0, 1))
     assert together == pytest.approx(engine.rollout_s + gather, rel=1e-12)
@@ -92,12 +93,12 @@ def test_openrlhf_zero2_colocated_pays_three_collectives_per_tensor_and_no_bytes
     """OpenRLHF at ZeRO-2, tp 1 (its default): ``param.data`` is whole, nothing is gathered;
     ``_handle_cuda_ipc`` runs per tensor all_gather_object (two all-gathers, 32.2 µs each) and a
     barrier (one-element all-reduce over 8 ranks: 8.4 + 14 × 3.4 = 56 µs): 339 × 120.4 µs =
-    0.0408156 s, against 0.32503246048 s apart."""
+    0.0408156 s, against 0.35018626048 s apart."""
     engine, actor = _costs("deepspeed")
     assert actor.sync_gather_s == 0.0
     assert actor.sync_shared_s == pytest.approx(TENSORS * (2 * AG8 + 56e-6), rel=1e-12)
     assert actor.sync_shared_s == pytest.approx(0.0408156, abs=1e-12)
-    assert engine.sync_s == pytest.approx(0.32503246048, abs=1e-12)
+    assert engine.sync_s == pytest.approx(0.35018626048, abs=1e-12)
     together = _rollout_busy(engine, actor, (0, 0))
     assert together == pytest.approx(engine.rollout_s + 0.0408156, rel=1e-12)
 

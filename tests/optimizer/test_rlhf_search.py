@@ -34,12 +34,14 @@ ACCUMULATE_10_NS = round(10 * 6 * 187_188_224 / (0.9 * 3.35e12) * 1e9)
 """DeepSpeed ZeRO-1's 10 adds of a 6 B gradient element over TINY's 187,188,224 parameters at
 0.9 of the test part's 3.35 TB/s (model/deepspeed_accumulate.py), nanoseconds."""
 
-SYNC_LATENCY_NS = 75 * 18_600
+SYNC_LATENCY_NS = 75 * 20_400
 """The weight sync to an engine on GPUs of its own, one tensor at a time
 (model.rlhf.sync_time.broadcast_seconds): TINY's 75 tensors (8 layers × 9 + 3) × NCCL's ring
-broadcast latency over 3 ranks (actor rank 0 and a 2-GPU engine) in one NVLink domain, 8.4 + 3 ×
-3.4 = 18.6 µs: 1,395,000 ns on every split placement (the actor at ZeRO-1/2, tp 1, gathers
-nothing)."""
+broadcast latency over 3 ranks (actor rank 0 and a 2-GPU engine) in one NVLink domain, base +
+nRanks hops at the tree's Simple NVLink latency (model.nccl_latency.broadcast_latency, NCCL
+tuning.cc), 8.4 + 3 × 4.0 = 20.4 µs: 1,530,000 ns on every split placement (the actor at
+ZeRO-1/2, tp 1, gathers nothing). The other ring collectives' form, 8.4 + 3 × 3.4 = 18.6 µs,
+gave 1,395,000 ns: 75 × 1.8 µs = 135,000 ns less."""
 
 
 def _small(
@@ -132,14 +134,17 @@ def test_cpsat_equals_the_oracle_when_each_role_is_a_process():
     pools of their own, side by side) → 1,481,526,690 ns (the scoring forwards timed as the
     forward-only pipeline of the forward's own operations, model.terms.forward_gather.
     forward_pass_term, not a third of the three passes: +78,915,346 ns) → 1,482,921,690 ns (the
-    weight sync one tensor at a time, SYNC_LATENCY_NS). CP-SAT still equals the oracle."""
+    weight sync one tensor at a time, 75 × 18.6 µs) → 1,483,056,690 ns (NCCL's broadcast as
+    tuning.cc models it, SYNC_LATENCY_NS = 75 × 20.4 µs: + 75 × 1.8 µs = 135,000 ns; the engine
+    is on a pool of its own). CP-SAT still equals the oracle."""
     problem = _small(9, "ppo", "model", 0, framework="deepspeed")
     _check(problem)
     r = search_placement(problem)
     assert ACCUMULATE_10_NS == 3_725_139
     assert ACCUMULATE_10_NS + 1_398_886_205 + 78_915_346 == 1_481_526_690
-    assert 1_481_526_690 + SYNC_LATENCY_NS == 1_482_921_690
-    assert r.colocated is None and r.best.objective_ns == 1_482_921_690
+    assert 1_481_526_690 + 75 * 18_600 == 1_482_921_690
+    assert 1_482_921_690 + 75 * (20_400 - 18_600) == 1_481_526_690 + SYNC_LATENCY_NS
+    assert r.colocated is None and r.best.objective_ns == 1_483_056_690
     pools = sorted((p.roles, p.processes, p.process_bytes) for p in r.best.plan.pools)
     assert pools == [
         (("actor", "reference"), 2, 700_186_624),
@@ -191,8 +196,11 @@ def test_scoring_roles_keep_the_actors_split(monkeypatch):
     +60 B × 187,188,224 / (0.9 × 3.35 TB/s) = +3,725,139 ns: 1,206,504,490 ns; the refused
     placement's actor at dp 2 steps half, +1,862,569.4 ns: 1,345,671,465 ns. The weight sync
     one tensor at a time adds SYNC_LATENCY_NS to each (the engine on a pool of its own):
-    1,482,921,690 and 1,207,899,490 ns; the refused placement's 1-GPU engine 75 × 15.2 µs:
-    1,346,811,465 ns."""
+    1,482,921,690 and 1,207,899,490 ns at 75 × 18.6 µs; the refused placement's 1-GPU engine 75
+    × 15.2 µs: 1,346,811,465 ns. NCCL's broadcast as tuning.cc models it (base + nRanks hops at
+    the tree's Simple NVLink 4.0 µs, model.nccl_latency.broadcast_latency): 3 ranks 20.4 µs,
+    + 75 × 1.8 µs = 135,000 ns: 1,483,056,690 and 1,208,034,490 ns; 2 ranks 16.4 µs, + 75 × 1.2
+    µs = 90,000 ns: 1,346,901,465 ns."""
     assert split_peak_tokens(128, 16_384, 1_280, None, 1) == 12 * 1_280 == 15_360
     assert split_peak_tokens(128, 16_384, 1_280, None, 2) == 13 * 1_280 == 16_640
     model = _small(9, "grpo", "model", 0, framework="deepspeed")
@@ -200,7 +208,7 @@ def test_scoring_roles_keep_the_actors_split(monkeypatch):
     best = search_placement(model).best
     assert 1_359_771_503 + 39_114_702 + ACCUMULATE_10_NS == 1_402_611_344
     assert best.objective_ns == 1_481_526_690 + SYNC_LATENCY_NS
-    assert best.plan.phase_s[0] == pytest.approx(0.411157800 + 0.001395, abs=1e-9)
+    assert best.plan.phase_s[0] == pytest.approx(0.411157800 + 0.001530, abs=1e-9)
     assert {c.split_tokens for c in best.plan.costs if c.option.role != Role.ROLLOUT} == {15_360}
     problem = _small(9, "grpo", "rule", 0, framework="deepspeed")
     _check(problem)
@@ -208,7 +216,7 @@ def test_scoring_roles_keep_the_actors_split(monkeypatch):
     assert 1_120_481_837 + 39_114_702 + ACCUMULATE_10_NS == 1_163_321_678
     step_passes = round(60 * 187_188_224 / (0.9 * 3.35e12) * 1e9)  # ZeRO-1/2: 38 -> 98 B
     assert 1_202_779_351 + step_passes == 1_206_504_490
-    assert best.objective_ns == 1_206_504_490 + SYNC_LATENCY_NS == 1_207_899_490
+    assert best.objective_ns == 1_206_504_490 + SYNC_LATENCY_NS == 1_208_034_490
     engine = next(c for c in best.plan.costs if c.option.role is Role.ROLLOUT)
     assert (engine.option.tp, engine.option.dp, engine.option.gpus) == (1, 2, 2)
     assert 372_043_098 - 371_648_447 == 394_651
@@ -230,8 +238,10 @@ def test_scoring_roles_keep_the_actors_split(monkeypatch):
     half = 60 * 187_188_224 / 2 / (0.9 * 3.35e12) * 1e9  # its actor's passes at dp 2, ns
     assert half == pytest.approx(1_862_569.4, abs=0.01)  # 1,343,808,895 was itself rounded:
     assert 1_343_808_895 + 1_862_570 == 1_345_671_465  # the forward-only scoring, then the passes
-    # its 1-GPU engine's broadcast: 2 ranks, 8.4 + 2 × 3.4 = 15.2 µs a tensor, 75 × 15,200 ns
-    assert objective_ns(problem, costs, slots) == 1_345_671_465 + 75 * 15_200 == 1_346_811_465
+    # its 1-GPU engine's broadcast: 2 ranks, 8.4 + 2 × 4.0 = 16.4 µs a tensor (8.4 + 2 × 3.4 =
+    # 15.2 µs as the other ring collectives, 1,346,811,465 ns), 75 × 16,400 ns
+    assert 1_345_671_465 + 75 * 15_200 == 1_346_811_465
+    assert objective_ns(problem, costs, slots) == 1_345_671_465 + 75 * 16_400 == 1_346_901_465
 
 
 @pytest.mark.parametrize("framework", ["deepspeed", "megatron"])
