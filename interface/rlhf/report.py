@@ -60,6 +60,16 @@ def _role_record(cost: Any, pool: int, spec: RLHFSpec) -> dict[str, Any]:
     return rec
 
 
+def _add_sync_seconds(roles: list[dict[str, Any]], listed: list[tuple[Any, ...]]) -> None:
+    """Add to each role record's ``seconds`` the weight-sync seconds listed under it (its terms
+    with a ``sync_path`` in seconds, as its pool counts them: :func:`model.rlhf.split.
+    counted_terms`), so the role table, its terms and the pools agree."""
+    for rec, terms in zip(roles, listed, strict=True):
+        for t in terms:
+            if t.unit == "s" and t.sync_path and t.phase in rec["seconds"]:
+                rec["seconds"][t.phase] += float(t.value)
+
+
 def plan_dict(
     spec: RLHFSpec, plan: StepPlan, pool_of: tuple[int, ...] | None = None
 ) -> dict[str, Any]:
@@ -76,10 +86,7 @@ def plan_dict(
         (c, counted_terms(c, [d for d, p in zip(plan.costs, pools, strict=True) if p == q]))
         for c, q in zip(plan.costs, pools, strict=True)
     ]
-    for rec, (_, ts) in zip(roles, listed, strict=True):  # the weight sync its pool counts
-        for t in ts:
-            if t.unit == "s" and t.sync_path and t.phase in rec["seconds"]:
-                rec["seconds"][t.phase] += float(t.value)
+    _add_sync_seconds(roles, [ts for _, ts in listed])
     sources: dict[str, str] = {}
     keys: dict[str, str] = {}  # source text → its key, numbered in order of first citation
     for _, ts in listed:
