@@ -73,13 +73,12 @@ def _add_sync_seconds(roles: list[dict[str, Any]], listed: list[tuple[Any, ...]]
 def plan_dict(
     spec: RLHFSpec, plan: StepPlan, pool_of: tuple[int, ...] | None = None
 ) -> dict[str, Any]:
-    """A step plan as plain data: ``roles`` (each role's ``seconds`` per phase: its own work
-    plus the weight-sync terms listed under it, :func:`model.rlhf.split.counted_terms`),
-    ``terms`` (each with the key of its source in ``sources``: every source cited once, keyed
-    ``"1"``, ``"2"``, … in order of first citation),
-    ``pools``, ``step_phase_seconds``, ``step_seconds``, ``tokens_per_second``, ``fits``."""
+    """A step plan as plain data: ``roles`` (seconds with their sync, :func:`_add_sync_seconds`),
+    ``terms`` (keyed to ``sources``, each source once, ``"1"``, ``"2"``, … in order of first
+    citation), ``pools``, ``step_phase_seconds``, ``step_seconds``, ``tokens_per_second``, ``fits``."""
+    rows = plan.pools
     pools = pool_of or tuple(
-        next(p.index for p in plan.pools if str(c.option.role) in p.roles) for c in plan.costs
+        next(p.index for p in rows if str(c.option.role) in p.roles) for c in plan.costs
     )
     roles = [_role_record(c, q, spec) for c, q in zip(plan.costs, pools, strict=True)]
     listed = [  # each role's terms its pool counts: one weight-sync path (model.rlhf.split)
