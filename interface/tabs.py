@@ -383,7 +383,8 @@ def _recomputed_share(
         raise InputError(
             f"hfu: mfu {percent(mfu)} × (1 + {how}) = {percent(mfu * (1 + extra))} is above 100%, impossible; "
             "the likely wrong input is `recomputed_flops_pct` (a percentage of model FLOPs, e.g. 25) "
-            "or `recompute`"
+            f"or `recompute`, else the step (`step_seconds`, `tokens`, `chips`) that gives the "
+            f"mfu of {percent(mfu)}"
         )
     return extra, how
 

@@ -104,3 +104,20 @@ def test_a_roles_rollout_seconds_hold_the_weight_sync_listed_under_it():
     assert engine["seconds"]["rollout"] == pytest.approx(listed, rel=1e-12)
     pool = next(p for p in plan["pools"] if p["roles"] == ["rollout"])
     assert pool["busy_seconds"]["rollout"] == pytest.approx(listed, rel=1e-12)
+
+
+def test_an_impossible_hfu_names_the_step_as_well_as_the_recomputation():
+    # Llama 3 70B, 4M tokens in 7 s on 256 H100s: the MFU alone is 95.5 % (below 100 %, so the
+    # step is not refused), and full recomputation's extra forward takes the HFU to 126.4 %:
+    # the recomputation may be right and the step wrong, so both are named.
+    done = trainplan(
+        *("mfu", "--model", "llama3-70b", "--tokens", "4M", "--step-seconds", "7"),
+        *("--gpu", "H100-SXM", "--chips", "256", "--recompute", "full"),
+    )
+    line = refusal(done)
+    assert line.startswith("hfu: mfu 95.5% × (1 + ")
+    assert line.endswith(
+        "the likely wrong input is --recomputed-flops-pct (a percentage of model FLOPs, e.g. 25) "
+        "or --recompute, else the step (--step-seconds, --tokens, --chips) that gives the mfu of "
+        "95.5%"
+    )
