@@ -190,3 +190,17 @@ def test_megatron_refuses_moe_at_tp_above_one_without_sequence_parallelism():
         "--sequence-parallel: off with tp 2 on a MoE model under --framework megatron"
     )
     assert done["fsdp2"].returncode == 0, done["fsdp2"].stderr
+
+
+def test_an_imbalance_counted_at_the_bound_is_said_under_every_dispatcher():
+    # Under DeepEP the ep traffic note (NCCL all-to-all only) is not printed; the clip is said
+    # in its own note, text and JSON (interface.render.moe_text.bound_notes).
+    args = [*MIXTRAL_MEGATRON[:-1], "--ep", "8", "--set", "moe_imbalance=5"]
+    args += ["--set", "moe_dispatcher=deepep"]
+    done = run_many({"text": args, "json": [*args, "--json"]})
+    said = (
+        "the model counts the busiest rank's rows (moe_imbalance=5, counted as 4: the most a "
+        "rank receives at ep 8 with 8 experts, top-2)"
+    )
+    assert said.replace("(moe", "(--set moe") in done["text"].stdout
+    assert said.replace("(moe", "(--set moe") in json.loads(done["json"].stdout)["notes"]

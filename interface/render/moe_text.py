@@ -294,7 +294,21 @@ def bound_notes(est: Estimate) -> list[str]:
             f"ep traffic is an upper bound: the all-to-all {estimate_routing_words(est)} "
             f"and sends every routed copy on its own; {less}"
         )
+    elif _imbalance_above_bound(est):  # said in the ep note above under the NCCL all-to-all
+        notes.append(f"the model {estimate_routing_words(est)}")
     clip = clip_scaling_note(
         est.options.grad_clip_scaling, est.layout.framework, est.training.distributed_optimizer
     )
     return notes + ([clip] if clip else []) + host_calls_note(est)
+
+
+def _imbalance_above_bound(est: Estimate) -> bool:
+    """Whether the typed ``moe_imbalance`` exceeds what a rank can receive at the layout's ep
+    (:func:`model.moe_rows.imbalance_bound`), so the model counts it at the bound."""
+    moe = est.model.arch.moe if est.model.arch is not None else None
+    run = est.training.moe_run
+    if moe is None or run.imbalance <= 1:
+        return False
+    return bool(
+        run.imbalance > imbalance_bound(moe.num_experts, moe.experts_per_token, est.layout.ep)
+    )
