@@ -14,8 +14,9 @@ Sources, read at volcengine/verl b178a3cd5 and vllm-project/vllm 003df2961:
   parallel sampling (``ParentRequest``, ``vllm/v1/engine/parallel_sampling.py``) is not used.
 * **Which replica a sample reaches.** ``AgentLoopManager.generate_sequences`` splits the
   repeated batch into one contiguous chunk per agent-loop worker (``prompts.chunk(len(self.
-  agent_loop_workers))``, ``DataProto.chunk``: equal chunks, ``torch.chunk``'s ``⌈S / W⌉``
-  rows each), :data:`VERL_AGENT_LOOP_WORKERS` workers by default
+  agent_loop_workers))``, ``DataProto.chunk``: equal chunks of ``S / W`` rows, the count
+  asserted to divide, :func:`check_agent_loop_chunks`), :data:`VERL_AGENT_LOOP_WORKERS` workers
+  by default
   (``actor_rollout_ref.rollout.agent.num_workers: 8``, ``verl/trainer/config/rollout/
   rollout.yaml``). Each worker holds its own ``AsyncLLMServerManager`` over every server, its
   list shuffled (``random.shuffle(self.server_handles)``), whose ``_choose_server`` picks the
@@ -50,6 +51,7 @@ Sources, read at volcengine/verl b178a3cd5 and vllm-project/vllm 003df2961:
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from functools import lru_cache
 
@@ -57,6 +59,7 @@ from trainplan.model.errors import InputError
 
 __all__ = [
     "VERL_AGENT_LOOP_WORKERS",
+    "check_agent_loop_chunks",
     "VLLM_BLOCK_TOKENS",
     "group_replicas",
     "shared_prompt_tokens",
@@ -67,6 +70,61 @@ VERL_AGENT_LOOP_WORKERS = 8
 """verl's agent-loop workers, each a contiguous chunk of the step's samples with its own round
 robin over the engine replicas: ``actor_rollout_ref.rollout.agent.num_workers`` default 8
 (``verl/trainer/config/rollout/rollout.yaml``, volcengine/verl b178a3cd5)."""
+
+
+def check_agent_loop_chunks(
+    prompts: int, samples_per_prompt: int, workers: int = VERL_AGENT_LOOP_WORKERS
+) -> None:
+    """Refuse a step verl refuses: its ``S = prompts · samples_per_prompt`` samples must split
+    into ``workers`` equal chunks, one per agent-loop worker.
+
+    Source (volcengine/verl b178a3cd5): ``RayPPOTrainer.fit`` (``verl/trainer/ppo/
+    ray_trainer.py``) draws ``data.train_batch_size`` prompts a step (the dataloader's
+    ``batch_size``, ``drop_last=True``), repeats them ``rollout.n`` times
+    (``gen_batch.repeat(repeat_times=rollout.n, interleave=True)``) and hands the whole repeated
+    batch to ``AgentLoopManager.generate_sequences`` (``verl/experimental/agent_loop/
+    agent_loop.py``; the only rollout mode: "sync mode is deprecated", ``async_rollout_mode =
+    True``), which calls ``prompts.chunk(len(self.agent_loop_workers))``. ``DataProto.chunk``
+    (``verl/protocol.py``) asserts ``len(self) % chunks == 0`` ("only support equal chunk")
+    unless padding is enabled, and the training path enables none (``VERL_AUTO_PADDING`` unset,
+    ``DataProtoConfig.auto_padding`` False; only the validation batch is padded,
+    ``pad_dataproto_to_divisor`` in ``_validate``). The condition is on the step's whole sample
+    count, whatever the engine's replicas or the training layout: the placement search never
+    sees a step verl refuses, since the spec carrying it is refused first.
+
+    Raises
+    ------
+    InputError
+        ``prompts · samples_per_prompt`` not a multiple of ``workers``, naming the nearest
+        prompt counts that are.
+
+    Examples
+    --------
+    64 prompts × 8 samples = 512 samples: 64 a worker. 5 prompts × 4 = 20 is refused; 6 and 4
+    prompts give 24 and 16.
+
+    >>> check_agent_loop_chunks(64, 8)
+    >>> check_agent_loop_chunks(5, 4)
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.InputError: prompts: 5 × `samples_per_prompt` 4 = 20 samples a step; \
+verl splits them into its 8 agent-loop workers' equal chunks (DataProto.chunk asserts the count \
+divides; actor_rollout_ref.rollout.agent.num_workers 8): the nearest prompt counts that divide: \
+4 or 6
+    """
+    samples = prompts * samples_per_prompt
+    if samples % workers == 0:
+        return
+    step = workers // math.gcd(workers, samples_per_prompt)
+    lower, upper = prompts // step * step, (prompts // step + 1) * step
+    nearest = " or ".join(f"{n:,}" for n in (lower, upper) if n >= 1)
+    raise InputError(
+        f"prompts: {prompts:,} × `samples_per_prompt` {samples_per_prompt:,} = {samples:,} "
+        f"sample{'' if samples == 1 else 's'} a step; verl splits them into its {workers} agent-loop workers' equal chunks "
+        "(DataProto.chunk asserts the count divides; actor_rollout_ref.rollout.agent.num_workers "
+        f"{workers}): the nearest prompt counts that divide: {nearest}"
+    )
+
 
 VLLM_BLOCK_TOKENS = 16
 """Tokens per vLLM KV-cache block: the platform default (module docstring)."""

@@ -44,6 +44,7 @@ from trainplan.model.rlhf.packing import Packing, packing_of, peak_tokens, split
 from trainplan.model.rlhf.phases import PHASES, StepRole, phase_flops, step_roles
 from trainplan.model.rlhf.shares import ROLLOUT_BATCH
 from trainplan.model.rollout import check_fraction
+from trainplan.model.rollout_prefix import check_agent_loop_chunks
 from trainplan.model.units import LIMITS, shown_number
 
 __all__ = [
@@ -213,7 +214,10 @@ class RLHFSpec:
     InputError
         An algorithm other than ppo/grpo, a model without dimensions, lengths or counts below 1,
         a train batch that does not divide the step's sequences or that a GRPO group does not
-        divide, a fraction outside (0, 1), ``off_policy`` other than 0 or 1.
+        divide, under verl's profiles (``megatron``, ``fsdp2``) a step's samples that verl's
+        agent-loop workers cannot split equally
+        (:func:`model.rollout_prefix.check_agent_loop_chunks`), a fraction outside (0, 1),
+        ``off_policy`` other than 0 or 1.
     """
 
     algorithm: str
@@ -307,6 +311,8 @@ class RLHFSpec:
                 f"{self.completion_tokens:,}"
             )
         self._check_batch()
+        if self.framework is not Framework.DEEPSPEED:  # verl's profiles: equal agent-loop chunks
+            check_agent_loop_chunks(self.prompts, self.samples_per_prompt)
         if self.engine_memory_fraction is not None:
             check_fraction(self.engine_memory_fraction)
         if self.off_policy not in (0, 1):
@@ -389,7 +395,7 @@ class RLHFSpec:
         >>> from trainplan.scenarios.catalogue import get_model
         >>> spec = RLHFSpec(algorithm="grpo", policy=get_model("qwen2.5-7b").model,
         ...                 reward="rule", prompts=1, samples_per_prompt=1, prompt_tokens=1,
-        ...                 completion_tokens=1, old_log_prob=False)
+        ...                 completion_tokens=1, old_log_prob=False, framework="deepspeed")
         >>> n = spec.role("actor").active_params
         >>> {ph: sum(v.values()) // (n * 2) for ph, v in spec.phase_flops().items()}
         {'rollout': 2, 'scoring': 2, 'training': 6}
