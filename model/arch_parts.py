@@ -99,6 +99,15 @@ class MoESpec:
     group-limited (``n_group`` 1 or absent). Routing only: it changes no cost counted (the
     expert all-to-all is timed node-limited under ``moe_node_limit``); the ep traffic note cites
     it (:func:`interface.render.moe_text.bound_notes`)."""
+    stacked_experts: bool = False
+    """The Hugging Face model holds each MoE layer's routed experts stacked, one 3-D tensor per
+    projection for all E experts, not one tensor per expert: gpt-oss's ``GptOssExperts``
+    (``gate_up_proj`` ``[E, h, 2f]``, ``down_proj`` ``[E, f, h]`` and their biases ``[E, 2f]``,
+    ``[E, h]``; Megatron-Bridge 067f987d ``src/megatron/bridge/models/gpt_oss/gpt_oss_bridge.py``
+    ``GPTOSSBridge.mapping_registry``: ``model.layers.*.mlp.experts.gate_up_proj`` and the
+    other three, each one HF tensor gathered from every expert's Megatron parameter). Counts no
+    parameter; only the tensors a weight sync sends (:func:`model.rlhf.sync_time.
+    parameter_tensors`)."""
 
     def __post_init__(self) -> None:
         positive(

@@ -277,6 +277,7 @@ def _gpt_oss(r: Reader, kw: dict[str, Any]) -> dict[str, Any]:
         experts_per_token=k,
         expert_ffn_hidden_size=kw["ffn_hidden_size"],
         router_bias=True,
+        stacked_experts=True,  # GptOssExperts: gate_up_proj, down_proj and biases, [E, …] each
     )
     pattern = layer_types(r, kw["num_layers"])
     if pattern is None:  # GptOssConfig's default: sliding on layers 0, 2, 4, …

@@ -156,15 +156,21 @@ def collective_latency(
 def broadcast_latency(group_size: int, nodes: int, p: RooflineParams) -> float:
     """Seconds of NCCL's latency of one ring broadcast over ``group_size`` ranks on ``nodes``
     hosts (NCCL's ``nNodes``), ``Simple`` protocol. NCCL models Broadcast and Reduce apart from
-    the other ring collectives (``ncclTopoTuneModel``, ``src/graph/tuning.cc``): the base
-    latency plus one hop where the ring graph's intra- and inter-node steps use the same
-    channels (``graph->sameChannels``), else ``nsteps = nRanks`` hops, each at the tree's
-    ``Simple`` latency of the ring's hardware ("Add some chunk latency, waiting for proper chunk
-    modeling"): NVLink's 4.0 µs on one node, the network's 14 µs on several (``hw[a]`` is
-    ``NCCL_HW_NET`` where ``nNodes`` > 1). Which branch holds depends on the ring NCCL's graph
-    search finds, which this model does not know, so the many-hop branch is taken: an upper
-    bound (the one-hop branch gives 8.4 + 14 µs across nodes). Units: seconds. A group of one
-    rank sends nothing: 0.
+    the other ring collectives (NVIDIA/nccl 5067397c, ``src/graph/tuning.cc``
+    ``ncclTopoTuneModel``; re-read there): Broadcast runs on the ring only (``a !=
+    NCCL_ALGO_RING`` is skipped), its ``nsteps`` is ``nRanks`` (neither all-reduce's ``2·(nRanks −
+    1)`` nor all-gather's ``nRanks − 1``), its latency starts at ``baseLatencies[RING][SIMPLE]``
+    = 8.4 µs and adds one hop where the ring graph's intra- and inter-node steps use the same
+    channels (``graph->sameChannels``), else ``nsteps`` hops, each at the tree's ``Simple``
+    latency of the ring's hardware (``lat = hwLatencies[hw[a]][NCCL_ALGO_TREE][p]``, "Add some
+    chunk latency, waiting for proper chunk modeling"): NVLink's 4.0 µs on one node, the
+    network's 14 µs on several (``hw[a]`` is ``NCCL_HW_NET`` where ``nNodes`` > 1); the graph's
+    ``latencyInter`` and the network overhead of the other rings are not added on this branch.
+    Which branch holds depends on the ring NCCL's graph search finds (``src/graph/search.cc``
+    ``ncclTopoCompute`` tries ``sameChannels`` 1 first and drops to 0 when no such ring
+    reaches the bandwidth it seeks), which this model does not know, so the many-hop branch is
+    taken: an upper bound (the one-hop branch gives 8.4 + 14 µs across nodes). Units: seconds.
+    A group of one rank sends nothing: 0.
 
     Examples
     --------

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from trainplan.model.frameworks import Framework
 from trainplan.model.hardware import ClusterLinks, DeviceSpec
 from trainplan.model.op_rates import deployed_params
 from trainplan.model.rlhf.engine import sync_weights_bytes
@@ -29,7 +30,9 @@ def actor_sync_seconds(
     :attr:`~model.rlhf.roles.RoleCost.sync_shared_s` under ``opt`` over ``links``
     (:func:`model.rlhf.sync_time.gather_seconds`, :func:`model.rlhf.sync_time.
     shared_sync_seconds`, of the policy's parameters, :func:`model.rlhf.engine.
-    sync_weights_bytes` ÷ 2, and tensors); ``(0, 0)`` for the other roles or without links."""
+    sync_weights_bytes` ÷ 2, and tensors: :func:`model.rlhf.sync_time.parameter_tensors`, each
+    routed expert's apart for Megatron's gather); ``(0, 0)`` for the other roles or without
+    links."""
     if links is None or rs.role is not Role.ACTOR:
         return 0.0, 0.0
     arch = rs.model.arch
@@ -38,8 +41,12 @@ def actor_sync_seconds(
     p = deployed_params(device.part)
     zero = spec.zero_stage or 1
     fw = spec.framework
-    gather = gather_seconds(fw, params, tensors, opt.dp, opt.tp, opt.pp, zero, links, p)
-    return gather, shared_sync_seconds(fw, gather, tensors, opt.gpus, links, p)
+    # Megatron's export gathers each routed expert's parameter apart, stacked or not
+    exported = parameter_tensors(arch, per_expert=True) if fw is Framework.MEGATRON else tensors
+    gather = gather_seconds(fw, params, exported, opt.dp, opt.tp, opt.pp, zero, links, p)
+    hbm = device.hbm_bytes_per_s
+    assert hbm is not None
+    return gather, shared_sync_seconds(fw, gather, params, tensors, opt.gpus, links, p, hbm)
 
 
 def _sync_time_terms(gather_s: float, shared_s: float) -> tuple[Term, ...]:

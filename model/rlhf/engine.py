@@ -23,7 +23,12 @@ from trainplan.model.rlhf.openrlhf import (
 )
 from trainplan.model.rlhf.roles import RoleCost, RoleOption, Term
 from trainplan.model.rlhf.spec import RLHFSpec, Role, RoleSpec
-from trainplan.model.rlhf.sync_time import broadcast_seconds, parameter_tensors, sync_bandwidth
+from trainplan.model.rlhf.sync_time import (
+    RAY_ACTOR_CALL_S,
+    broadcast_seconds,
+    parameter_tensors,
+    sync_bandwidth,
+)
 from trainplan.model.rollout import (
     EngineMemory,
     RolloutTime,
@@ -139,7 +144,7 @@ def sync_weights_bytes(rs: RoleSpec) -> Fraction:
     >>> from trainplan.model.rlhf.spec import RLHFSpec, Role
     >>> m = get_model("llama3-8b").model
     >>> spec = RLHFSpec(algorithm="grpo", policy=m, reward="rule", prompts=1,
-    ...                 samples_per_prompt=1, prompt_tokens=8, completion_tokens=8)
+    ...                 samples_per_prompt=8, prompt_tokens=8, completion_tokens=8)
     >>> int(sync_weights_bytes(spec.role(Role.ROLLOUT))) == 2 * 8_030_261_248
     True
     """
@@ -256,7 +261,7 @@ def rollout_cost(
     weights = engine_weights_bytes(rs, opt.tp)
     mem, need = _fitted_memory(spec, rs, opt, device, weights, over_budget)
     time = _rollout_time(spec, rs, opt, device, weights, mem.concurrent)
-    sync_s = _broadcast_s(rs, opt, device, links, cluster_gpus)
+    sync_s = _broadcast_s(spec, rs, opt, device, links, cluster_gpus)
     outside, inside = engine_communicator_bytes(opt.tp, device.gpus_per_node)
     receive, group = engine_receive_bytes(spec, rs)
     terms = _engine_terms(mem, time, device, weights, need, decode_efficiency(spec, device))
@@ -295,11 +300,13 @@ def rollout_cost(
 
 
 def _broadcast_s(
-    rs: RoleSpec, opt: RoleOption, device: DeviceSpec, links: ClusterLinks | None, gpus: int
-) -> float:
+    spec: RLHFSpec, rs: RoleSpec, opt: RoleOption, device: DeviceSpec,
+    links: ClusterLinks | None, gpus: int,
+) -> float:  # fmt: skip
     """The engine's :attr:`~model.rlhf.roles.RoleCost.sync_s`
     (:func:`model.rlhf.sync_time.broadcast_seconds` of the policy's parameters and tensors to
-    the engine's GPUs; not in its rollout seconds: the step adds the placement's sync,
+    the engine's GPUs, with OpenRLHF's Ray round trip per tensor under ``deepspeed``; not in its
+    rollout seconds: the step adds the placement's sync,
     :func:`model.rlhf.sync_time.placement_sync_seconds`); 0 without links."""
     if links is None:
         return 0.0
@@ -307,7 +314,8 @@ def _broadcast_s(
     assert arch is not None
     params = int(sync_weights_bytes(rs) / 2)
     p = deployed_params(device.part)
-    return broadcast_seconds(params, parameter_tensors(arch), opt.gpus, gpus, links, p)
+    call = RAY_ACTOR_CALL_S if spec.framework is Framework.DEEPSPEED else 0.0
+    return broadcast_seconds(params, parameter_tensors(arch), opt.gpus, gpus, links, p, call)
 
 
 def _held_terms(outside: int, inside: int) -> tuple[Term, ...]:

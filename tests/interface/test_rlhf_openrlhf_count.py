@@ -13,7 +13,7 @@ import pytest
 
 import trainplan.model.rlhf.network as network
 from trainplan.interface.rlhf.faithful import rlhf_inputs
-from trainplan.model.errors import LayoutError
+from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.rlhf.roles import RoleOption
 from trainplan.model.rlhf.spec import Role
 from trainplan.optimizer.rlhf.search import search_placement
@@ -34,13 +34,17 @@ def test_actor_dp_above_the_steps_rollouts_is_refused_under_openrlhf_only():
     """2 prompts × 2 rollouts = 4 rollouts: OpenRLHF asks for max(⌊k/8⌋·8, 8) = 8 partitions
     at actor dp 8 (k = ⌈4 / ⌊16,384 / 5,120⌋⌉ = 2 by first fit), 8 > 4 items: refused; at dp 4
     it asks for 4 (one rollout each) and runs. The rule is the actor's (``effective_actor_num``);
-    the reference at dp 8 is not refused by it, nor is anything under verl (``megatron``)."""
+    the reference at dp 8 is not refused by it. Under verl (``megatron``) the rule is not the
+    actor's: its agent loop refuses the 4 rollouts before any layout, 4 mod 8 ≠ 0
+    (:func:`model.rollout_prefix.check_agent_loop_chunks`); 8 rollouts at actor dp 8 stand."""
     p = _problem(2, 2, 8)
     with pytest.raises(LayoutError, match=r"^actor dp: 8 — above the step's 4 rollouts"):
         cost_of(p, RoleOption(Role.ACTOR, 8, 8, 1, 1))
     assert cost_of(p, RoleOption(Role.ACTOR, 4, 4, 1, 1)).split_tokens == 5_120
     cost_of(p, RoleOption(Role.REFERENCE, 8, 8, 1, 1))
-    cost_of(_problem(2, 2, 8, "megatron"), RoleOption(Role.ACTOR, 8, 8, 1, 1))
+    with pytest.raises(InputError, match=r"^prompts: 2 × `samples_per_prompt` 2 = 4 samples"):
+        _problem(2, 2, 8, "megatron")
+    cost_of(_problem(2, 4, 8, "megatron"), RoleOption(Role.ACTOR, 8, 8, 1, 1))
 
 
 def test_the_search_no_longer_offers_the_actor_at_dp_8_for_4_rollouts(monkeypatch):
@@ -83,7 +87,9 @@ def test_the_search_no_longer_offers_the_actor_at_dp_8_for_4_rollouts(monkeypatc
     forward-only pipelines (model.terms.forward_gather.forward_pass_term: the forward's own
     operations, not a third of the three passes): scoring 0.987 → 1.011 s, 18.305 s. The
     weight sync sends the whole model to each engine GPU (model.rlhf.engine.sync_weights_bytes),
-    not the tp 4 engine's share: + 0.025 s over NVLink, 18.330 s (the tp 8 one + 0.030 s)."""
+    not the tp 4 engine's share: + 0.025 s over NVLink, 18.330 s (the tp 8 one + 0.030 s). The
+    sync by placement: − 0.0115 s, 18.3185 s; OpenRLHF's Ray call per tensor and its clone
+    (model.rlhf.sync_time): + 0.185 s, 18.504 s, the same placement."""
     r = search_placement(_problem(2, 2, 8))
     actor = next(o for o in r.best.options if o.role is Role.ACTOR)
     assert (actor.gpus, actor.dp, actor.offload) == (4, 4, "optimizer")
@@ -112,6 +118,15 @@ def test_the_search_no_longer_offers_the_actor_at_dp_8_for_4_rollouts(monkeypatc
     # 0.022374 s in place of the 2N broadcast's 0.033847 s
     rollout += 339 * 66e-6 - 15_231_233_024 / 450e9
     assert rollout == pytest.approx(13.364, abs=1e-3)
+    # OpenRLHF's Ray call to the engine per tensor, 339 × 1 / 1,950.1567 s (Ray's published
+    # 1_1_actor_calls_sync, model.rlhf.sync_time.RAY_ACTOR_CALL_S) = 0.173832 s, and its clone of
+    # each tensor before the IPC hand-over, a memory-bound copy reading and writing 2 B an
+    # element: 4N / (3.35 TB/s × 0.9) + 339 × 3 µs = 0.011121 s (model.rlhf.sync_time.
+    # clone_seconds): + 0.184953 s, the same placement
+    ray, clone = 339 / 1950.1566973268486, 4 * 7_615_616_512 / (3.35e12 * 0.9) + 339 * 3e-6
+    assert (ray, clone) == (pytest.approx(0.173832, abs=1e-6), pytest.approx(0.011121, abs=1e-6))
+    rollout += ray + clone
+    assert rollout == pytest.approx(13.549, abs=1e-3)
     host_step = 112 / 8 * 10e9 * 28 / (2.57 * 48)
     cpu = 30 * 7_615_616_512 / 4 * (1 / host_step - 1 / 76.8e9)
     assert cpu == pytest.approx(1.054, abs=1e-3)
@@ -119,7 +134,7 @@ def test_the_search_no_longer_offers_the_actor_at_dp_8_for_4_rollouts(monkeypatc
     scoring = 1.011  # forward-only pipelines (0.987 s at a third of the three passes)
     assert r.best.plan.phase_s == pytest.approx((rollout, scoring, 2.876 + cpu + dp4), abs=0.001)
     assert r.best.plan.step_s == pytest.approx(rollout + scoring + 2.876 + cpu + dp4, abs=0.001)
-    assert r.best.plan.step_s == pytest.approx(18.305 + 0.025 - 0.0115, abs=0.001)
+    assert r.best.plan.step_s == pytest.approx(18.305 + 0.025 - 0.0115 + 0.185, abs=0.001)
     monkeypatch.setattr(network, "check_split_count", lambda spec, role, dp: None)
     old = search_placement(_problem(2, 2, 8))
     # without OpenRLHF's count rule the actor at dp 8 is no longer offered either: a dp above

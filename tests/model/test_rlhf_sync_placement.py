@@ -93,14 +93,24 @@ def test_openrlhf_zero2_colocated_pays_three_collectives_per_tensor_and_no_bytes
     """OpenRLHF at ZeRO-2, tp 1 (its default): ``param.data`` is whole, nothing is gathered;
     ``_handle_cuda_ipc`` runs per tensor all_gather_object (two all-gathers, 32.2 µs each) and a
     barrier (one-element all-reduce over 8 ranks: 8.4 + 14 × 3.4 = 56 µs): 339 × 120.4 µs =
-    0.0408156 s, against 0.35018626048 s apart."""
+    0.0408156 s; rank 0's Ray call to the engine per tensor, a round trip of 1 / 1,950.1567 s
+    (Ray's ``1_1_actor_calls_sync``: 512.7793 µs), 339 × that = 0.1738321851 s; and the clone
+    of each tensor, 4 B an element read and written at 3.35 TB/s × 0.9 plus 3 µs a kernel:
+    4N / 3.015e12 = 0.0101036371 s + 339 × 3 µs = 0.0111206372 s. In all 0.2257684223 s
+    (0.0408156 s without the Ray calls and the clone). Apart, the engine's broadcast adds the
+    Ray call per tensor too: 0.35018626048 + 0.1738321851 = 0.5240184456 s."""
     engine, actor = _costs("deepspeed")
+    ray = TENSORS / 1950.1566973268486
+    clone = 4 * N / (3.35e12 * 0.9) + TENSORS * 3e-6
     assert actor.sync_gather_s == 0.0
-    assert actor.sync_shared_s == pytest.approx(TENSORS * (2 * AG8 + 56e-6), rel=1e-12)
-    assert actor.sync_shared_s == pytest.approx(0.0408156, abs=1e-12)
-    assert engine.sync_s == pytest.approx(0.35018626048, abs=1e-12)
+    shared = TENSORS * (2 * AG8 + 56e-6) + ray + clone
+    assert actor.sync_shared_s == pytest.approx(shared, rel=1e-12)
+    assert actor.sync_shared_s == pytest.approx(0.0408156 + 0.1738321851 + 0.0111206372, abs=1e-9)
+    assert actor.sync_shared_s == pytest.approx(0.2257684223, abs=1e-9)
+    assert engine.sync_s == pytest.approx(APART + ray, rel=1e-12)
+    assert engine.sync_s == pytest.approx(0.5240184456, abs=1e-9)
     together = _rollout_busy(engine, actor, (0, 0))
-    assert together == pytest.approx(engine.rollout_s + 0.0408156, rel=1e-12)
+    assert together == pytest.approx(engine.rollout_s + shared, rel=1e-12)
 
 
 def test_without_the_rule_the_shared_pool_paid_the_broadcast():
@@ -122,3 +132,21 @@ def test_a_shared_engine_copy_still_waits_for_the_actors_gather():
     plan = compose([engine, actor], [0, 0], 80 * 2**30, 2 * 10**12, 8, shared_weights=True)
     assert plan.pools[0].busy_s[0] == pytest.approx(engine.rollout_s + gather, rel=1e-12)
     assert plan.pools[0].busy_s[0] == _rollout_busy(engine, actor, (0, 0))
+
+
+def test_gpt_oss_sends_its_stacked_experts_as_four_tensors_a_layer():
+    """gpt-oss holds each layer's experts stacked (``GptOssExperts``: ``gate_up_proj``,
+    ``gate_up_proj_bias``, ``down_proj``, ``down_proj_bias``), and every export sends them so
+    (Megatron-Bridge's ``GPTOSSMLPGateUpProjMapping`` stacks the experts into one HF tensor):
+    per layer q, k, v, o + 4 biases + sinks + 2 norms + router + its bias + 4 = 17; 20b: 24 × 17
+    + 3 (embedding, final norm, untied output) = 411; 120b: 36 × 17 + 3 = 615. Megatron's export
+    gathers each expert's parameters apart (``per_expert``): 20b 24 × (11 + 32 × 3 + 2) + 3 =
+    2,619; 120b 36 × (11 + 128 × 3 + 2) + 3 = 14,295."""
+    small, large = (get_model(m).model.arch for m in ("gpt-oss-20b", "gpt-oss-120b"))
+    assert (parameter_tensors(small), parameter_tensors(large)) == (24 * 17 + 3, 36 * 17 + 3)
+    assert (parameter_tensors(small), parameter_tensors(large)) == (411, 615)
+    apart = (parameter_tensors(small, per_expert=True), parameter_tensors(large, per_expert=True))
+    assert apart == (24 * (11 + 32 * 3 + 2) + 3, 36 * (11 + 128 * 3 + 2) + 3) == (2_619, 14_295)
+    # a model whose experts are not stacked counts the same either way (Qwen3-30B-A3B)
+    qwen = get_model("qwen3-30b-a3b").model.arch
+    assert parameter_tensors(qwen) == parameter_tensors(qwen, per_expert=True)

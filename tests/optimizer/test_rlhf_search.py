@@ -43,6 +43,11 @@ tuning.cc), 8.4 + 3 × 4.0 = 20.4 µs: 1,530,000 ns on every split placement (th
 ZeRO-1/2, tp 1, gathers nothing). The other ring collectives' form, 8.4 + 3 × 3.4 = 18.6 µs,
 gave 1,395,000 ns: 75 × 1.8 µs = 135,000 ns less."""
 
+RAY_NS = round(75 / 1950.1566973268486 * 1e9)
+"""OpenRLHF's Ray call to the engine per tensor (model.rlhf.sync_time.RAY_ACTOR_CALL_S: the
+inverse of Ray's published ``1_1_actor_calls_sync``, 1,950.1567 calls/s, 512.7793 µs): TINY's
+75 tensors, 38,458,448 ns on every placement under ``deepspeed`` (broadcast or CUDA IPC)."""
+
 
 def _small(
     mem_gib: int, algorithm="grpo", reward="rule", off_policy=0, framework="megatron"
@@ -136,7 +141,9 @@ def test_cpsat_equals_the_oracle_when_each_role_is_a_process():
     forward_pass_term, not a third of the three passes: +78,915,346 ns) → 1,482,921,690 ns (the
     weight sync one tensor at a time, 75 × 18.6 µs) → 1,483,056,690 ns (NCCL's broadcast as
     tuning.cc models it, SYNC_LATENCY_NS = 75 × 20.4 µs: + 75 × 1.8 µs = 135,000 ns; the engine
-    is on a pool of its own). CP-SAT still equals the oracle."""
+    is on a pool of its own) → 1,521,515,138 ns (OpenRLHF's Ray call to the engine per tensor,
+    RAY_NS = 75 × 512.7793 µs = 38,458,448 ns; the same pools). CP-SAT still equals the
+    oracle."""
     problem = _small(9, "ppo", "model", 0, framework="deepspeed")
     _check(problem)
     r = search_placement(problem)
@@ -144,7 +151,8 @@ def test_cpsat_equals_the_oracle_when_each_role_is_a_process():
     assert ACCUMULATE_10_NS + 1_398_886_205 + 78_915_346 == 1_481_526_690
     assert 1_481_526_690 + 75 * 18_600 == 1_482_921_690
     assert 1_482_921_690 + 75 * (20_400 - 18_600) == 1_481_526_690 + SYNC_LATENCY_NS
-    assert r.colocated is None and r.best.objective_ns == 1_483_056_690
+    assert RAY_NS == 38_458_448
+    assert r.colocated is None and r.best.objective_ns == 1_483_056_690 + RAY_NS == 1_521_515_138
     pools = sorted((p.roles, p.processes, p.process_bytes) for p in r.best.plan.pools)
     assert pools == [
         (("actor", "reference"), 2, 700_186_624),
@@ -200,15 +208,16 @@ def test_scoring_roles_keep_the_actors_split(monkeypatch):
     × 15.2 µs: 1,346,811,465 ns. NCCL's broadcast as tuning.cc models it (base + nRanks hops at
     the tree's Simple NVLink 4.0 µs, model.nccl_latency.broadcast_latency): 3 ranks 20.4 µs,
     + 75 × 1.8 µs = 135,000 ns: 1,483,056,690 and 1,208,034,490 ns; 2 ranks 16.4 µs, + 75 × 1.2
-    µs = 90,000 ns: 1,346,901,465 ns."""
+    µs = 90,000 ns: 1,346,901,465 ns. OpenRLHF's Ray call per tensor (RAY_NS, 75 × 512.7793 µs
+    = 38,458,448 ns, the same placements): 1,521,515,138, 1,246,492,938 and 1,385,359,913 ns."""
     assert split_peak_tokens(128, 16_384, 1_280, None, 1) == 12 * 1_280 == 15_360
     assert split_peak_tokens(128, 16_384, 1_280, None, 2) == 13 * 1_280 == 16_640
     model = _small(9, "grpo", "model", 0, framework="deepspeed")
     _check(model)
     best = search_placement(model).best
     assert 1_359_771_503 + 39_114_702 + ACCUMULATE_10_NS == 1_402_611_344
-    assert best.objective_ns == 1_481_526_690 + SYNC_LATENCY_NS
-    assert best.plan.phase_s[0] == pytest.approx(0.411157800 + 0.001530, abs=1e-9)
+    assert best.objective_ns == 1_481_526_690 + SYNC_LATENCY_NS + RAY_NS == 1_521_515_138
+    assert best.plan.phase_s[0] == pytest.approx(0.411157800 + 0.001530 + 0.038458448, abs=1e-9)
     assert {c.split_tokens for c in best.plan.costs if c.option.role != Role.ROLLOUT} == {15_360}
     problem = _small(9, "grpo", "rule", 0, framework="deepspeed")
     _check(problem)
@@ -216,7 +225,8 @@ def test_scoring_roles_keep_the_actors_split(monkeypatch):
     assert 1_120_481_837 + 39_114_702 + ACCUMULATE_10_NS == 1_163_321_678
     step_passes = round(60 * 187_188_224 / (0.9 * 3.35e12) * 1e9)  # ZeRO-1/2: 38 -> 98 B
     assert 1_202_779_351 + step_passes == 1_206_504_490
-    assert best.objective_ns == 1_206_504_490 + SYNC_LATENCY_NS == 1_208_034_490
+    assert 1_206_504_490 + SYNC_LATENCY_NS == 1_208_034_490
+    assert best.objective_ns == 1_208_034_490 + RAY_NS == 1_246_492_938
     engine = next(c for c in best.plan.costs if c.option.role is Role.ROLLOUT)
     assert (engine.option.tp, engine.option.dp, engine.option.gpus) == (1, 2, 2)
     assert 372_043_098 - 371_648_447 == 394_651
@@ -241,7 +251,8 @@ def test_scoring_roles_keep_the_actors_split(monkeypatch):
     # its 1-GPU engine's broadcast: 2 ranks, 8.4 + 2 × 4.0 = 16.4 µs a tensor (8.4 + 2 × 3.4 =
     # 15.2 µs as the other ring collectives, 1,346,811,465 ns), 75 × 16,400 ns
     assert 1_345_671_465 + 75 * 15_200 == 1_346_811_465
-    assert objective_ns(problem, costs, slots) == 1_345_671_465 + 75 * 16_400 == 1_346_901_465
+    assert 1_345_671_465 + 75 * 16_400 == 1_346_901_465
+    assert objective_ns(problem, costs, slots) == 1_346_901_465 + RAY_NS == 1_385_359_913
 
 
 @pytest.mark.parametrize("framework", ["deepspeed", "megatron"])

@@ -246,7 +246,13 @@ def test_gpt_oss_20b_on_32_h100_colocated_solve_finds_the_best(monkeypatch):
     ring's hardware): the export's pp 2 broadcast in one node 8.4 + 2 × 4.0 = 16.4 µs, + 2,619
     × 1.2 µs = 3,142,800 ns colocated (143,571,657 ns, 19,273,643,350 ns); split, that and the
     17 ranks on 3 nodes at 8.4 + 17 × 14 = 246.4 µs, + 2,619 × 148.4 µs = 388,659,600 ns more
-    (27,809,851,696 ns)."""
+    (27,809,851,696 ns). The split moved again, the same placements, when gpt-oss's stacked
+    experts were sent as the export sends them (model.rlhf.sync_time.parameter_tensors,
+    ``stacked_experts``: ``gate_up_proj``, ``down_proj`` and their biases, 4 tensors a layer
+    for all 32 experts, 24 × 17 + 3 = 411 broadcasts, not 2,619; Megatron's gather before it
+    still makes each expert's parameters whole apart, 2,619 × (11.8 + 16.4) µs): − 2,208 ×
+    246.4 µs = − 544,051,200 ns (27,265,800,496 ns); the colocated engine receives over CUDA
+    IPC buckets, no call per tensor: unchanged."""
     result, _, answers, statuses = _three(_grpo("gpt-oss-20b", 32, 64), monkeypatch)
     _agree(result, answers, statuses)
     shared = round(41_829_514_368 * 3 / 4 / 450e9 * 1e9) + 2_619 * (11_800 + 15_200)
@@ -280,7 +286,9 @@ def test_gpt_oss_20b_on_32_h100_colocated_solve_finds_the_best(monkeypatch):
     # the broadcast to the engine's 16 GPUs, 17 ranks on 3 nodes: 8.4 + 17 × 14 = 246.4 µs
     assert 27_020_958_439 + export + 2_619 * 246_400 == 27_809_851_696
     assert 27_418_049_296 + 2_619 * (1_200 + 148_400) == 27_809_851_696
-    assert answers[False].objective_ns == 27_809_851_696
+    # gpt-oss's stacked experts: 411 tensors broadcast, not 2,619
+    assert 27_809_851_696 - (2_619 - 411) * 246_400 == 27_265_800_496
+    assert answers[False].objective_ns == 27_265_800_496
 
 
 @pytest.mark.slow
@@ -288,14 +296,14 @@ def test_gpt_oss_20b_on_32_h100_colocated_solve_finds_the_best(monkeypatch):
     ("model", "gpus", "prompts", "best", "split"),
     [
         # the test above's answers, re-derived there (the weight sync by placement, NCCL's
-        # Broadcast as tuning.cc models it)
-        ("gpt-oss-20b", 32, 64, 19_273_643_350, 27_809_851_696),
+        # Broadcast as tuning.cc models it, gpt-oss's stacked experts)
+        ("gpt-oss-20b", 32, 64, 19_273_643_350, 27_265_800_496),
         pytest.param(
             "qwen3-235b-a22b",
             128,
             256,
-            219_087_066_100,
-            309_515_580_316,
+            236_562_474_340,
+            365_883_621_057,
             marks=pytest.mark.exhaustive,
         ),  # the review's run: 128 GPUs, 24 s of CI's 20 min
     ],
@@ -342,8 +350,22 @@ def test_the_three_solves_equal_the_oracle(model, gpus, prompts, best, split, mo
     301,289,055,951 ns does not move. Both moved again, the same placements, when the weight
     sync sent the whole model to each engine GPU (model.rlhf.engine.sync_weights_bytes), not
     the tp 8 engine's share: (470,187,269,120 − 58,861,050,880) B / 50 GB/s = + 8,226,524,365
-    ns, 219,087,066,100 and 309,515,580,316 ns. The GPT-OSS run: 20,215,702,995 and
-    27,771,939,985 ns (the test above)."""
+    ns, 219,087,066,100 and 309,515,580,316 ns. Both moved again by the weight sync by
+    placement (model.rlhf.sync_time) with NCCL's Broadcast as tuning.cc models it (switched back
+    to the whole 2N at 50 GB/s on every engine pool, 9.4037453824 s, the search finds
+    219,087,066,100 and 309,515,580,315 ns again; verl's shared prompt blocks move neither: 16
+    and 8 engine replicas reach all 8 samples of a prompt apart). Qwen3-235B-A22B sends 36,945
+    tensors (94 layers, each routed expert's gate, up and down apart). Colocated, the same
+    placement: the actor (dp 1 tp 4 pp 32, 128 GPUs: the NIC) gathers 2N·127/128 / 50 GB/s =
+    9.3302786216 s + 36,945 × (a tp 4 all-gather's 8.4 + 3 × 3.4 = 18.6 µs + a pp 32 broadcast
+    on 16 hosts, 8.4 + 32 × 14 = 456.4 µs) = 17.548875 s: 26.8791536216 s, + 17,475,408,240 ns,
+    236,562,474,340 ns. The split takes a new placement: the engine (tp 8 × dp 8) and the
+    reference (pp 64) on one pool, the actor (dp 2 tp 2 pp 16, CPU Adam) on the other; its sync
+    the actor's gather, 2N·31/32 / 50 GB/s = 9.1098783392 s + 36,945 × (11.8 + 8.4 + 16 × 14 µs
+    on 4 hosts) = 9.021969 s, then the broadcast, 2N / 50 GB/s = 9.4037453824 s + 36,945 × (8.4 +
+    65 × 14 µs, 65 ranks on 9 hosts) = 33.930288 s: 61.4658807216 s; the step 365,883,621,057 ns
+    (+ 56,368,040,741 ns). The GPT-OSS run: 20,215,702,995 and 27,771,939,985 ns (the test
+    above)."""
     result, tables, answers, statuses = _three(_grpo(model, gpus, prompts), monkeypatch)
     _agree(result, answers, statuses)
     for colocate in (None, True, False):
