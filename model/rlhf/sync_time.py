@@ -152,7 +152,8 @@ def parameter_tensors(arch: Architecture, per_expert: bool = False) -> int:
     ``vanilla_mbridge: False``, the one its ``AutoBridge`` has a gpt-oss bridge for: mbridge
     04fe4d52 ``mbridge/models`` has none) stacks every expert's Megatron parameter into the one
     HF tensor before yielding it (Megatron-Bridge 067f987d ``gpt_oss_bridge.py``
-    ``GPTOSSMLPGateUpProjMapping``, ``GPTOSSMLPDownProjMapping``). ``per_expert``: count each
+    ``GPTOSSMLPGateUpProjMapping``, ``GPTOSSMLPDownProjMapping``; ``conversion/model_bridge.py``
+    ``_accumulate_grouped_export``: ``torch.stack`` once all E experts are in). ``per_expert``: count each
     routed expert's gate, up and down apart, stacked or not — the collectives of Megatron's
     export, which gathers each local expert's parameter on its own before stacking
     (:func:`gather_seconds`).
