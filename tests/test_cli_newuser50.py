@@ -79,3 +79,21 @@ def test_mfu_selective_recompute_of_a_flop_rate_says_what_to_give():
     assert "40.4%" in runs["pct"].stdout and "42.4%" in runs["pct"].stdout
     assert runs["tokens"].returncode == 0, runs["tokens"].stderr
     assert "selective" in runs["tokens"].stdout
+
+
+def test_policy_is_read_as_the_rlhf_commands_model_flag():
+    """``rlhf --policy llama3-70b`` (the RLHF spec's word for the trained network) got click's
+    guesses ``--epochs``, ``--off-policy``, ``--policy-params``; the RLHF commands take the policy
+    by ``--model`` (interface.flags.PARAMETER_FLAGS), and the line says so with the value typed."""
+    runs = run_many(
+        {
+            "rlhf": ["rlhf", "--algorithm", "grpo", "--policy", "llama3-70b"],
+            "plan": ["rlhf-plan", "--algorithm", "grpo", "--policy=qwen2.5-7b", "--gpus", "16"],
+        }
+    )
+    assert refusal(runs["rlhf"]) == (
+        "--policy: no such option of trainplan rlhf; write it --model: --model llama3-70b"
+    )
+    assert refusal(runs["plan"]) == (
+        "--policy: no such option of trainplan rlhf-plan; write it --model: --model qwen2.5-7b"
+    )
