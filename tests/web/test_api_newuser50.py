@@ -53,3 +53,15 @@ def test_mfu_selective_of_a_flop_rate_says_what_to_give():
     line = json.loads(got.text)["error"]
     assert line.startswith("recompute: 'selective' cannot be counted from a reported FLOP rate")
     assert "give recomputed-flops-pct" in line and "tokens-per-second" in line
+
+
+def test_policy_is_read_as_the_rlhf_tabs_model():
+    """``/api/rlhf?policy=…`` was refused with ``did you mean off-policy?``; the RLHF commands
+    take the policy as ``model`` (interface.flags.PARAMETER_FLAGS), and the line says so, as the
+    command line's ``--policy`` refusal does."""
+    client = TestClient(create_app(("testserver",)))
+    for path in ("/api/rlhf", "/api/rlhf-plan"):
+        got = client.get(path, params={"algorithm": "grpo", "policy": "llama3-70b", "gpus": "16"})
+        name = path.removeprefix("/api/")
+        want = f"'policy': no such parameter of {name}; write it model"
+        assert (got.status_code, got.json()) == (422, {"error": want}), path
