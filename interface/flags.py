@@ -42,11 +42,14 @@ PARAMETER_FLAGS: dict[str, tuple[str, ...]] = {
     "global_batch_size": ("--global-batch",),
     "pp": ("--pp", "--stages"),
     "num_microbatches": ("--num-microbatches", "--microbatches", "--micro-batches"),
+    "model": ("--model", "--policy"),
 }
 """Parameter names whose flag is not (only) the name with ``_`` written ``-``: the flags that
 give it, the first where no command is named (:func:`flag_for`); another where a command spells
 it so (``pp`` is ``--stages`` and ``num_microbatches`` ``--microbatches`` on ``trainplan
-pipeline``, whose micro-batch count is given where evaluate derives it from the batch)."""
+pipeline``, whose micro-batch count is given where evaluate derives it from the batch). The RLHF
+commands' policy network is ``--model`` (the spec's ``policy``): ``--policy``, as an RLHF user
+names it, is read as that spelling, so ``rlhf --policy X`` is told to write ``--model X``."""
 
 MOVED_FLAGS: dict[str, tuple[str, bool | None]] = {
     # links, memory reserve

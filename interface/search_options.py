@@ -58,8 +58,16 @@ def batches(value: Any, tokens: Any, seq_len: int) -> list[int]:
     for item in list_items(tokens, "global_batch_tokens"):
         if isinstance(item, str) and ".." in item:
             lo, _, hi = item.partition("..")
-            lo_b = -(-int(parse_number(lo, "global_batch_tokens")) // seq_len)
-            hi_b = int(parse_number(hi, "global_batch_tokens")) // seq_len
+            if not lo.strip() or not hi.strip():
+                raise InputError(
+                    f"global_batch_tokens: range {item!r} needs both ends, e.g. 8e6..16e6"
+                )
+            try:
+                lo_b = -(-int(parse_number(lo, "global_batch_tokens")) // seq_len)
+                hi_b = int(parse_number(hi, "global_batch_tokens")) // seq_len
+            except InputError as err:  # the range as typed, then the end's rule
+                rule = str(err).removeprefix("global_batch_tokens: ")
+                raise InputError(f"global_batch_tokens: range {item!r}: {rule}") from None
             out.update(gpu_counts(f"{lo_b}..{hi_b}", "global_batch_tokens"))
             continue
         out.add(sequences_of_tokens(item, seq_len))

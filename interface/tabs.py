@@ -363,8 +363,18 @@ def _recomputed_share(
     Raises
     ------
     InputError
-        A percentage that is not a number; an HFU above 100%.
+        A percentage that is not a number; an HFU above 100%; selective recomputation with a
+        reported FLOP rate (its share of the FLOPs needs the model's count, which a rate lacks).
     """
+    rate_given = r.achieved_pflops is not None or r.achieved_tflops_per_gpu is not None
+    if rate_given and r.recompute == "selective" and r.recomputed_flops_pct is None:
+        raise InputError(
+            "recompute: 'selective' cannot be counted from a reported FLOP rate: what it re-runs "
+            "(the attention cores) is a share of the model's FLOPs that a rate does not give; "
+            "give `recomputed_flops_pct` (the recomputed FLOPs as a percentage of model FLOPs), or "
+            "measure by tokens (`tokens_per_second`, or `tokens` and `step_seconds`) with "
+            "`model` or `params`"
+        )
     hq = dims["heads"] * dims["head_dim"] if dims["heads"] and dims["head_dim"] else dims["hidden"]
     extra, how = mf.recompute_share(
         r.recompute,

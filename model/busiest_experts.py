@@ -51,8 +51,8 @@ def busiest_expert_flops(
     Examples
     --------
     A layer of E = 256 experts (GeLU, two matrices), top-8, h = 7,168, f = 2,048 at T = 4,096
-    tokens, ep 8, imbalance 1.5: ρ = ceil(1.5 × 32,768)/32,768 = 1.5, so half of
-    ``2·4,096·8·2·7,168·2,048`` = 1,924,145,348,608 more:
+    tokens, ep 8, imbalance 1.5: ρ = ceil(1.5 × 32,768)/32,768 = 1.5, so (ρ − 1) = half of
+    ``2·4,096·8·2·7,168·2,048`` (1,924,145,348,608): 962,072,674,304 FLOPs more:
 
     >>> from trainplan.model.specs import Architecture, MoESpec
     >>> arch = Architecture(num_layers=1, hidden_size=7168, num_attention_heads=8,

@@ -407,6 +407,9 @@ def parse_counts(value: object, name: str, ranges: bool = False) -> list[int]:
     [64, 96, 128, 192, 256, 384, 512]
     >>> parse_counts(["16,384", "2048;4096"], "gpus")
     [2048, 4096, 16384]
+    >>> parse_counts("8..0x", "gpus", ranges=True)
+    Traceback (most recent call last):
+    trainplan.model.errors.InputError: gpus: range '8..0x': '0x' is not a number (write a number ...)
     """
     counts: set[int] = set()
     for item in list_items(value, name):
@@ -421,7 +424,10 @@ def _range(text: str, name: str) -> list[int]:
     lo_text, _, hi_text = text.partition("..")
     if not lo_text.strip() or not hi_text.strip():
         raise InputError(f"{name}: range {text!r} needs both ends, e.g. 1024..16384")
-    lo, hi = parse_count(lo_text, name), parse_count(hi_text, name)
+    try:
+        lo, hi = parse_count(lo_text, name), parse_count(hi_text, name)
+    except InputError as err:  # the range as typed, then the end's rule
+        raise InputError(f"{name}: range {text!r}: {str(err).removeprefix(name + ': ')}") from None
     if lo > hi:
         raise InputError(f"{name}: range {text!r} is empty (low end above high end)")
     out, p = [], 1

@@ -182,9 +182,10 @@ def _unknown(
     name: str, key: str, by_key: dict[str, click.Option], moved: dict[str, str], why: dict
 ) -> str:
     """The line refusing query key ``key``, no parameter of command ``name``: its dashed
-    spelling when that is one (``cp_kind``: write ``cp-kind``), else the closest parameter
-    (:func:`interface.scenario_keys.closest_key`, as ``--set`` suggests one) and the parameters
-    there are."""
+    spelling when that is one (``cp_kind``: write ``cp-kind``), or the command's spelling of the
+    same parameter (:data:`interface.flags.PARAMETER_FLAGS`: ``policy``, write ``model``), else
+    the closest parameter (:func:`interface.scenario_keys.closest_key`, as ``--set`` suggests
+    one) and the parameters there are."""
     dashed = key.replace("_", "-")
     if dashed != key and (dashed in by_key or dashed in moved):
         return (
@@ -199,6 +200,10 @@ def _unknown(
             f"{key!r}: no such parameter of {name}; write it {option} (a query key is the "
             "command's option without its leading --, not the JSON answer's field name)"
         )
+    spelt = next((fs for fs in PARAMETER_FLAGS.values() if f"--{key}" in fs), ())
+    other = next((f[2:] for f in spelt if f[2:] in by_key and f[2:] != key), None)
+    if other is not None:  # another spelling of the parameter (rlhf's policy is its model)
+        return f"{key!r}: no such parameter of {name}; write it {other}"
     known = sorted(k for k, o in by_key.items() if k != "json" and k not in why
                    and not _writes_file(o))  # fmt: skip
     near = closest_key(key, known + sorted(moved))  # the command line's "did you mean"

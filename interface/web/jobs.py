@@ -61,7 +61,7 @@ def _child(kind: str, query: list[tuple[str, str]], conn: Connection) -> None:
         else:
             conn.send(("result", result))
     except PlannerError as err:
-        conn.send(("error", api.error_line(err, f"/api/{kind}" if kind == "rlhf-plan" else "")))
+        conn.send(("error", api.error_line(err, f"/api/{kind}", query)))
     except Exception:  # a bug: logged, one line to the page, no trace
         _LOG.exception("search failed")
         conn.send(("error", "internal error; the server's log has the details"))

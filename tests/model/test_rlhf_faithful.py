@@ -9,6 +9,7 @@ from fractions import Fraction
 
 import pytest
 
+from tests.model._rlhf_specs import qwen_grpo as _spec
 from trainplan.model.errors import InputError, LayoutError
 from trainplan.model.hardware import ClusterLinks
 from trainplan.model.rlhf.logits import logits_bytes
@@ -29,19 +30,6 @@ from trainplan.topology.accelerators import get_accelerator
 QWEN = get_model("qwen2.5-7b").model  # L 28, h 3584, a 28, g 4, d 128, V 152,064
 N_QWEN = 7_615_616_512
 H100 = get_accelerator("H100-SXM")
-
-
-def _spec(**kw):
-    base = dict(
-        algorithm="grpo",
-        policy=QWEN,
-        reward="rule",
-        prompts=4,
-        samples_per_prompt=16,
-        prompt_tokens=1024,
-        completion_tokens=4096,
-    )
-    return RLHFSpec(**{**base, **kw})
 
 
 def test_kv_cache_per_token_gqa_by_hand():

@@ -7,28 +7,16 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from tests.model._rlhf_specs import qwen_grpo as _spec
 from trainplan.model.hardware import ClusterLinks
 from trainplan.model.rlhf.roles import RoleOption
-from trainplan.model.rlhf.spec import RLHFSpec, Role
+from trainplan.model.rlhf.spec import Role
 from trainplan.optimizer.rlhf.tables import RLHFProblem, cost_of
 from trainplan.scenarios.catalogue import get_model
 from trainplan.topology.accelerators import get_accelerator
 
 QWEN = get_model("qwen2.5-7b").model  # V 152,064
 H100 = get_accelerator("H100-SXM")
-
-
-def _spec(**kw) -> RLHFSpec:
-    base = dict(
-        algorithm="grpo",
-        policy=QWEN,
-        reward="rule",
-        prompts=4,
-        samples_per_prompt=16,
-        prompt_tokens=1024,
-        completion_tokens=4096,
-    )
-    return RLHFSpec(**{**base, **kw})
 
 
 def _term(cost, name: str):

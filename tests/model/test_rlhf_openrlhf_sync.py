@@ -10,12 +10,13 @@ from fractions import Fraction
 
 import pytest
 
+from tests.model._rlhf_specs import qwen_grpo
 from trainplan.model.errors import LayoutError
 from trainplan.model.hardware import ClusterLinks
 from trainplan.model.params import largest_parameter_bytes
 from trainplan.model.rlhf.openrlhf import sync_transient_bytes
 from trainplan.model.rlhf.roles import RoleOption
-from trainplan.model.rlhf.spec import RLHFSpec, Role
+from trainplan.model.rlhf.spec import Role
 from trainplan.model.rlhf.step import compose
 from trainplan.optimizer.rlhf.tables import RLHFProblem, cost_of
 from trainplan.scenarios.catalogue import get_model
@@ -29,17 +30,7 @@ HOST = 2 * 10**12
 
 
 def _problem(framework: str, zero_stage: int | None = None) -> RLHFProblem:
-    spec = RLHFSpec(
-        algorithm="grpo",
-        policy=QWEN,
-        reward="rule",
-        prompts=4,
-        samples_per_prompt=16,
-        prompt_tokens=1024,
-        completion_tokens=4096,
-        framework=framework,
-        zero_stage=zero_stage,
-    )
+    spec = qwen_grpo(framework=framework, zero_stage=zero_stage)
     return RLHFProblem(spec, H100, 8, ClusterLinks.from_device(H100))
 
 

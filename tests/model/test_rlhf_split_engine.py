@@ -11,6 +11,7 @@ from fractions import Fraction
 
 import pytest
 
+from tests.model._rlhf_specs import qwen_grpo
 from trainplan.model.errors import InputError
 from trainplan.model.hardware import ClusterLinks
 from trainplan.model.rlhf.openrlhf import engine_receive_bytes
@@ -33,17 +34,7 @@ GRAPHS = 386_547_057
 
 
 def _problem(framework: str, algorithm: str = "grpo", off_policy: int = 1) -> RLHFProblem:
-    spec = RLHFSpec(
-        algorithm=algorithm,
-        policy=QWEN,
-        reward="rule",
-        prompts=4,
-        samples_per_prompt=16,
-        prompt_tokens=1024,
-        completion_tokens=4096,
-        framework=framework,
-        off_policy=off_policy,
-    )
+    spec = qwen_grpo(algorithm=algorithm, framework=framework, off_policy=off_policy)
     return RLHFProblem(spec, H100, 8, ClusterLinks.from_device(H100))
 
 

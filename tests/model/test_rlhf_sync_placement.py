@@ -18,9 +18,10 @@ from fractions import Fraction
 
 import pytest
 
+from tests.model._rlhf_specs import qwen_grpo
 from trainplan.model.hardware import ClusterLinks
 from trainplan.model.rlhf.roles import RoleOption
-from trainplan.model.rlhf.spec import RLHFSpec, Role
+from trainplan.model.rlhf.spec import Role
 from trainplan.model.rlhf.step import compose
 from trainplan.model.rlhf.sync_time import parameter_tensors
 from trainplan.optimizer.rlhf.tables import RLHFProblem, cost_of
@@ -36,16 +37,7 @@ APART = 2 * N / 50e9 + TENSORS * BCAST_9_ON_2  # 0.30462466048 + 0.0455616 s
 
 def _costs(framework: str, actor_tp: int = 1):
     h100 = get_accelerator("H100-SXM")
-    spec = RLHFSpec(
-        algorithm="grpo",
-        policy=get_model("qwen2.5-7b").model,
-        reward="rule",
-        prompts=64,
-        samples_per_prompt=16,
-        prompt_tokens=1024,
-        completion_tokens=4096,
-        framework=framework,
-    )
+    spec = qwen_grpo(prompts=64, framework=framework)
     problem = RLHFProblem(spec, h100, 16, ClusterLinks.from_device(h100))
     engine = cost_of(problem, RoleOption(Role.ROLLOUT, 8, 8, 1, 1, "none", Fraction(9, 10)))
     actor = cost_of(problem, RoleOption(Role.ACTOR, 8, 8 // actor_tp, actor_tp, 1))

@@ -13,12 +13,12 @@ from fractions import Fraction
 
 import pytest
 
+from tests.model._rlhf_specs import qwen_grpo
 from trainplan.model.hardware import ClusterLinks
 from trainplan.model.rlhf.engine import sync_weights_bytes
 from trainplan.model.rlhf.roles import RoleOption
-from trainplan.model.rlhf.spec import RLHFSpec, Role
+from trainplan.model.rlhf.spec import Role
 from trainplan.optimizer.rlhf.tables import RLHFProblem, cost_of
-from trainplan.scenarios.catalogue import get_model
 from trainplan.topology.accelerators import get_accelerator
 
 N_QWEN = 7_615_616_512  # qwen2.5-7b, untied embedding and output layer
@@ -39,16 +39,7 @@ def test_sync_sends_the_whole_model_to_every_engine_gpu_at_any_tp():
     h100 = get_accelerator("H100-SXM")
     links = ClusterLinks.from_device(h100)
     assert links.across_domains() == 50e9
-    spec = RLHFSpec(
-        algorithm="grpo",
-        policy=get_model("qwen2.5-7b").model,
-        reward="rule",
-        prompts=64,
-        samples_per_prompt=16,
-        prompt_tokens=1024,
-        completion_tokens=4096,
-        framework="megatron",
-    )
+    spec = qwen_grpo(prompts=64, framework="megatron")
     assert sync_weights_bytes(spec.role(Role.ROLLOUT)) == 2 * N_QWEN == 15_231_233_024
     problem = RLHFProblem(spec, h100, 16, links)
     for tp in (1, 2, 4):

@@ -442,6 +442,11 @@ const TP = (() => {
     const names = [];
     const give = /give (?:--)?([a-z][\w-]*)/.exec(message);
     const head = /^(?:--)?([A-Za-z][\w-]*)/.exec(message);
+    // a key typed in Other settings (set=KEY=VALUE) is refused there, where it was typed, not
+    // beside the dedicated field of the same knob, which the user left empty
+    const other = $$('[name="set"]', form).find(active);
+    const dashed = (w) => w.replace(/_/g, "-");
+    if (other && head && other.value.split("\n").some((line) => line.includes("=") && dashed(line.split("=")[0].trim()) === dashed(head[1]))) return other;
     const heads = head ? [head[1], head[1].replace(/_/g, "-"), aliases[head[1]]] : [];
     const ownValue = head && /^[^:]+: .*? does not apply\b/.test(message);
     if (ownValue) names.push(...heads);
