@@ -1,11 +1,10 @@
 """The pipeline, MFU, checkpointing and RLHF tabs as report dictionaries (the ``--json`` output).
 
 Each ``*_report`` takes its tab's request (:mod:`interface.tab_requests`, built once where the
-inputs enter: click, the web's query, an example's table), or the request's fields as arguments
-(a Python caller's; the names of ``scenarios/examples.toml``), checks them (a
-:class:`~model.errors.PlannerError` naming the parameter, value and rule), calls the cost model in
-:mod:`model` and returns plain JSON values: ints when whole, floats otherwise, rates and fractions
-as 0–1 floats. :data:`TAB_REPORTS` maps each tab to its report.
+inputs enter: click, the web's query, an example's table) or its fields as arguments (the names
+of ``scenarios/examples.toml``), checks them (a :class:`~model.errors.PlannerError` naming the
+parameter, value and rule), calls the cost model in :mod:`model` and returns plain JSON values:
+ints when whole, floats otherwise, rates as 0–1 floats. :data:`TAB_REPORTS` maps tab to report.
 """
 
 from __future__ import annotations
@@ -363,11 +362,10 @@ def _recomputed_share(
     Raises
     ------
     InputError
-        A percentage that is not a number; an HFU above 100%; selective recomputation with a
-        reported FLOP rate (its share of the FLOPs needs the model's count, which a rate lacks).
+        A percentage that is not a number; an HFU above 100%; selective with a FLOP rate alone.
     """
-    rate_given = r.achieved_pflops is not None or r.achieved_tflops_per_gpu is not None
-    if rate_given and r.recompute == "selective" and r.recomputed_flops_pct is None:
+    rate = r.achieved_pflops is not None or r.achieved_tflops_per_gpu is not None
+    if rate and r.recompute == "selective" and r.recomputed_flops_pct is None:
         raise InputError(
             "recompute: 'selective' cannot be counted from a reported FLOP rate: what it re-runs "
             "(the attention cores) is a share of the model's FLOPs that a rate does not give; "
