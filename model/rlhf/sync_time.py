@@ -130,6 +130,19 @@ def clone_seconds(params: int, tensors: int, hbm_bytes_per_s: float, p: Roofline
     return tensors * memory_seconds(4 * params / tensors, hbm_bytes_per_s, p)
 
 
+def _attention_tensors(arch: Architecture, norm: int) -> int:
+    """One layer's attention tensors as :func:`parameter_tensors` lists them (``norm``: 2 for a
+    LayerNorm with its bias, else 1)."""
+    if arch.mla is not None:
+        attn = (3 if arch.mla.q_lora_rank is not None else 1) + 4
+        attn += norm if arch.mla.q_lora_rank is not None else 0
+        attn += norm - 1  # kv_a_layernorm's bias
+    else:
+        attn = 4 + (3 if arch.qkv_bias else 0) + (4 if arch.linear_bias else 0)
+    attn += 2 if arch.qk_norm else 0
+    return attn + (1 if arch.attention_sinks else 0)
+
+
 def parameter_tensors(arch: Architecture, per_expert: bool = False) -> int:
     """Parameter tensors of the model's Hugging Face checkpoint, each synced on its own: per
     layer Q, K, V and O (``q_proj`` … ``o_proj``; MLA: ``q_proj`` or ``q_a_proj``,
@@ -146,17 +159,13 @@ def parameter_tensors(arch: Architecture, per_expert: bool = False) -> int:
     gpt-oss) holds, and sends, one tensor per projection for all of a layer's experts:
     ``gate_up_proj`` and ``down_proj`` (two without a gate too), each with its bias under
     ``linear_bias`` — 4 tensors a layer for gpt-oss's 32 or 128 experts. So the engine receives
-    them: OpenRLHF iterates ``model.named_parameters()`` of the HF model (``broadcast_to_vllm``,
-    OpenRLHF 3c3be6234), verl's FSDP worker ``full_tensor()`` of each state-dict key
-    (``rollout_mode``, verl b178a3cd5), and Megatron-Bridge's export (verl's Megatron worker with
-    ``vanilla_mbridge: False``, the one its ``AutoBridge`` has a gpt-oss bridge for: mbridge
-    04fe4d52 ``mbridge/models`` has none) stacks every expert's Megatron parameter into the one
-    HF tensor before yielding it (Megatron-Bridge 067f987d ``gpt_oss_bridge.py``
-    ``GPTOSSMLPGateUpProjMapping``, ``GPTOSSMLPDownProjMapping``; ``conversion/model_bridge.py``
-    ``_accumulate_grouped_export``: ``torch.stack`` once all E experts are in). ``per_expert``: count each
-    routed expert's gate, up and down apart, stacked or not — the collectives of Megatron's
-    export, which gathers each local expert's parameter on its own before stacking
-    (:func:`gather_seconds`).
+    them: OpenRLHF's ``broadcast_to_vllm`` (3c3be6234) and verl's FSDP ``rollout_mode``
+    (b178a3cd5) send each HF parameter; Megatron-Bridge's export (verl's Megatron worker with
+    ``vanilla_mbridge: False``; mbridge 04fe4d52 has no gpt-oss) stacks all E experts into the
+    one HF tensor before yielding it (Megatron-Bridge 067f987d ``gpt_oss_bridge.py``;
+    ``conversion/model_bridge.py`` ``_accumulate_grouped_export``). ``per_expert``: count each
+    routed expert's gate, up and down apart — the collectives of Megatron's export, which gathers
+    each local expert's parameter on its own before stacking (:func:`gather_seconds`).
 
     Examples
     --------
@@ -178,14 +187,7 @@ def parameter_tensors(arch: Architecture, per_expert: bool = False) -> int:
     ffn = 3 if arch.mlp.gated else 2
     total = 0
     for i in range(arch.num_layers):
-        if arch.mla is not None:
-            attn = (3 if arch.mla.q_lora_rank is not None else 1) + 4
-            attn += norm if arch.mla.q_lora_rank is not None else 0
-            attn += norm - 1  # kv_a_layernorm's bias
-        else:
-            attn = 4 + (3 if arch.qkv_bias else 0) + (4 if arch.linear_bias else 0)
-        attn += 2 if arch.qk_norm else 0
-        attn += 1 if arch.attention_sinks else 0
+        attn = _attention_tensors(arch, norm)
         norms = (4 if arch.post_norms else 2) * norm
         if arch.is_moe_layer(i):
             assert arch.moe is not None
