@@ -34,11 +34,12 @@ torchtitan sets it). Read from the code, pytorch/pytorch
   (:func:`model.fsdp2_pipeline.runtime_unshards`) — runs it on the current stream, the
   computation's: counted, charged with the step's once-a-step gathers to its first
   micro-batch (:func:`model.terms.dp_time.grad_accumulation_term`). The flat buffer, ``w`` B a
-  shard element, lives in the copy-in stream's pool beside the two all-gather outputs
-  (:func:`model.terms.peak.stream_pool_term`) from its allocation, before the output's, to the
-  end of ``foreach_all_gather``; that pool's figure counts the outputs only (the buffer is
-  ``1/D`` of one, and whether it adds a segment depends on how the caching allocator splits
-  the outputs' freed blocks).
+  shard element, lives from its allocation, before the output's, to the end of
+  ``foreach_all_gather``: from FSDP's hooks in the copy-in stream's pool beside the two
+  all-gather outputs, which counts it (:func:`model.terms.peak.stream_pool_term`,
+  ``(2 + 1/D)`` outputs); from the runtime's ``UNSHARD`` in the compute stream's, freed before
+  the copy-out that holds one output beside its parameters
+  (:func:`model.terms.runtime_unshard.runtime_unshard_term`).
 * **Reduce-scatter copy-in** — every reduce-scatter. ``FSDPParamGroup.post_backward`` calls
   ``foreach_reduce`` on the current stream, whose ``foreach_reduce_scatter_copy_in``
   (``torch._chunk_cat`` into the ``reduce_dtype`` reduce-scatter input, the widening cast done
@@ -191,8 +192,9 @@ def copy_in_bytes(w: int, shard_bytes: int = SHARD_BYTES) -> int:
     ``FSDPParam.init_dtype_attrs`` drops a ``param_dtype`` equal to the parameter's, and the
     shard is handed to the copy as it is). ``w`` = 1 for a torchao FP8 weight, whose
     ``fsdp_pre_all_gather`` writes the FP8 shard (counted as one fused read-4-write-1 pass; its
-    eager ``tensor * scale`` and saturating clamp write FP32 intermediates not counted) that the
-    copy then moves. Source: :data:`COPY_IN_SOURCE`.
+    eager ``tensor * scale`` and saturating clamp write FP32 intermediates not counted here;
+    their memory: :func:`model.terms.peak.stream_pool_term`) that the copy then moves. Source:
+    :data:`COPY_IN_SOURCE`.
 
     >>> copy_in_bytes(2), copy_in_bytes(4), copy_in_bytes(1)
     (10, 8, 7)

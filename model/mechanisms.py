@@ -273,6 +273,17 @@ def _megatron_fsdp(w: int, g: int, o: int, double_buffer: bool = False) -> Mecha
     * The optimizer step: a 16-bit main gradient is counted as copied to FP32 for the step
       (``4/D``), as the distributed optimizer does (an upper bound where the optimizer reads
       the 16-bit shard directly).
+    * No other gradient copy (Megatron-LM d98e8a64dd, ``param_and_grad_buffer.py``): the
+      unsharded bucket is ``param.main_grad`` itself (``main_grad_getter`` →
+      ``fetch_bucket(dtype=grad_comm_dtype)``, ``None`` → the main-gradient dtype), which TE's
+      fused weight-gradient accumulation writes (``gradient_accumulation_fusion``, on by
+      default, TE ≥ 2.10 under Megatron-FSDP: ``mcore_fsdp_adapter.py``); ``_grad_acc`` copies
+      an unfused ``.grad`` into it and deletes it; ``GradReducePipeline.
+      _bucket_group_gradient_reduce`` reduce-scatters the bucket into its own shard slice and
+      adds that into the sharded main gradient (``local_grad += reduced_grad``: no buffer); ``update_main_grads`` casts the
+      shard to the FP32 main weights' dtype for the step (the ``4/D`` above). A
+      ``--megatron-fsdp-grad-comm-dtype`` narrower than the main gradients makes the buckets
+      narrower than ``g``: counted at ``g``, the larger.
     """
     pools = " (fsdp_double_buffer)" if double_buffer else ""
     return Mechanism(

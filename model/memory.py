@@ -60,8 +60,10 @@ class ModelState:
     """ZeRO-3 only: the gathered (unsharded over dp·cp) bf16 weights of the unit being computed
     and of the next one, prefetched, beyond the local shard — what FSDP and DeepSpeed ZeRO-3
     hold gathered at any moment (Rajbhandari et al. 2019 §5.3; FSDP's forward/backward prefetch;
-    DeepSpeed ``stage3_prefetch_bucket_size``). Not part of ``total_bytes`` (the textbook's model
-    state); counted in the GPU's total."""
+    DeepSpeed ``stage3_prefetch_bucket_size``); under FSDP2 with PyTorch's multi-stage pipeline
+    runtime, the all-gather output beside the unsharded parameters at a re-gathered chunk's
+    copy-out (:func:`model.terms.runtime_unshard.runtime_unshard_term`). Not part of
+    ``total_bytes`` (the textbook's model state); counted in the GPU's total."""
     buffers_bytes: Fraction = Fraction(0)
     """Live in forward/backward only: one unit's unsharded gradients before their reduction
     (FSDP2) and the framework's fixed communication buckets (DeepSpeed's IPG bucket)."""

@@ -31,12 +31,12 @@ from trainplan.model.terms.activations import StageActivations, stage_activation
 from trainplan.model.terms.comm_memory import comm_memory_term
 from trainplan.model.terms.deepspeed_turn import walks_recompute
 from trainplan.model.terms.fields import Context, Fields, stage_argmax
-from trainplan.model.terms.fp8_linears import fsdp2_fp8_cut
 from trainplan.model.terms.grad_buffers import stage_embedding
 from trainplan.model.terms.persistent_buffers import persistent_buffers_term
 from trainplan.model.terms.reduce_pool import reduce_pool_per_gpu
+from trainplan.model.terms.runtime_unshard import gather_output_bytes
 from trainplan.model.terms.split_free import recompute_free, split_free
-from trainplan.model.terms.stage_params import split_params, units_per_gpu
+from trainplan.model.terms.stage_params import split_params
 from trainplan.model.terms.state import model_state_term
 from trainplan.model.terms.userbuffers import userbuffers_term
 from trainplan.model.xp import is_array, maximum, where
@@ -262,10 +262,10 @@ def _held_terms(c: Context, f: Fields) -> tuple[Any, ...]:
 
 def stream_pool_term(c: Context, f: Fields) -> Any:
     """Bytes PyTorch's caching allocator reserves on a side stream's pool on one GPU of stage
-    ``f.stage``, beyond the allocated peak: FSDP2's all-gather outputs, ``2·w·U`` under ``fsdp2``
-    with dp·cp > 1 (``w`` bytes per working weight, ``U`` the stage's largest unit per GPU,
-    :func:`model.terms.stage_params.units_per_gpu`), and DeepSpeed ZeRO-3's reduce-scatter copies
-    (below); 0 otherwise.
+    ``f.stage``, beyond the allocated peak: FSDP2's all-gather outputs and the next one's copy-in
+    buffer, ``(2 + 1/D)·w·U`` under ``fsdp2`` with D = dp·cp > 1 (``w`` bytes per working weight,
+    ``U`` the stage's largest unit per GPU, :func:`model.terms.stage_params.units_per_gpu`), and
+    DeepSpeed ZeRO-3's reduce-scatter copies (below); 0 otherwise.
 
     * FSDP2 allocates each unit's all-gather output, the whole unit, on its
       ``all_gather_copy_in_stream`` (``foreach_all_gather``,
@@ -273,6 +273,15 @@ def stream_pool_term(c: Context, f: Fields) -> Any:
       unsharded parameters on the default stream. In forward, ``FSDPParamGroup.wait_for_unshard``
       (``_fsdp_param_group.py``) keeps the output in ``comm_ctx.all_gather_state`` until the next
       unit's copy-out, after that unit's all-gather output is allocated: two outputs at once.
+    * The copy-in buffer beside them (pytorch/pytorch 010ae4a8 ``_fsdp_collectives.py``
+      ``foreach_all_gather``): ``_get_param_all_gather_inputs`` writes the unit's shard, cast to
+      ``param_dtype``, into a new flat buffer on the same copy-in stream (``torch.empty`` of the
+      shard's elements, ``w·U/D`` bytes), and the split views of it in ``all_gather_inputs`` keep
+      it until ``foreach_all_gather`` returns — after the output is allocated
+      (``all_gather_comm.allocate``) and copied into. So the next unit's buffer lives beside both
+      outputs: ``w·U/D`` more at the pool's peak, whatever segments the allocator cuts. In
+      backward (``PRE_BACKWARD``) ``wait_for_unshard`` frees each output after its copy-out, so
+      one output and a buffer at the most.
     * The allocator pools blocks per stream: ``get_free_block`` (``c10/cuda/
       CUDACachingAllocator.cpp``) returns a cached block only to a request of the stream that
       allocated it. The copy-in stream's segments, two units' worth at least, stay reserved and
@@ -281,11 +290,29 @@ def stream_pool_term(c: Context, f: Fields) -> Any:
     Under torchao's FP8 all-gather (:func:`model.fp8_gathers.fp8_param_gathers`) the output
     holds the unit's linear weights at 1 B (``foreach_all_gather`` views every input as
     ``uint8`` when one is, :mod:`model.fsdp2_copies`): the largest output
-    :func:`model.terms.state.fsdp2_fp8_cut` bytes narrower (none where the embedding or output
-    layer, gathered at ``w``, is the largest unit).
+    :func:`model.terms.fp8_linears.fsdp2_fp8_cut` bytes narrower (none where the embedding or output
+    layer, gathered at ``w``, is the largest unit), and the copy-in inputs ``1/D`` of it: each
+    weight's ``fsdp_pre_all_gather`` (pytorch/ao 36027d82d ``torchao/float8/fsdp_utils.py``
+    ``WeightWithDynamicFloat8CastTensor``) returns its FP8 shard, 1 B an element, the other
+    parameters sharing the flat ``w``-byte buffer. Making each FP8 shard (``_ToFloat8ConstrFunc.
+    forward``, ``float8_training_tensor.py``: ``tensor.to(float32) * scale``, then
+    ``to_fp8_saturated``'s ``clamp`` and ``.to(float8)``) holds two FP32 copies of that
+    weight's shard at once, ``8·n/D`` for a weight of ``n`` elements on the GPU, one weight at a
+    time (eager frees each before the next), before the output is allocated; without
+    ``precompute_float8_dynamic_scale_for_fsdp`` ``tensor_to_amax``'s ``torch.abs`` (one FP32
+    copy, freed before the scaling) comes first, no larger. Beside one output and the shards
+    cast so far this stays under the pool's figure where ``8·n ≤ (D + 1)·w·U`` less the unit's
+    earlier inputs — each of a Llama 3 layer's MLP weights is 27 % of its FP8-gathered elements
+    and they come last (``attention`` registers before ``feed_forward``): at D = 2, at the last
+    one, 4·0.27 + 0.36 of an output (the attention's and two MLP weights' FP8 shards) against
+    1.5 — so it is not counted (the multi-stage runtime's, on the compute stream, likewise stays under its
+    copy-out, :func:`model.terms.runtime_unshard.runtime_unshard_term`).
 
     Under a pipeline schedule the all-gathers run in the first micro-batch's forward (ZeRO-2) or
-    in the passes :mod:`model.fsdp2_pipeline` names (ZeRO-3), with the same two outputs. The reduce-scatter stream's pool (the
+    in the passes :mod:`model.fsdp2_pipeline` names (ZeRO-3), with the same two outputs. The
+    multi-stage runtime's own ``UNSHARD`` gathers (``async_op=True``) allocate on the compute
+    stream instead: counted in the allocated bytes (:func:`model.terms.runtime_unshard.
+    runtime_unshard_term`), not here. The reduce-scatter stream's pool (the
     sharded gradients, ``reduce_output`` in ``foreach_reduce``) is the gradient term's
     (:func:`model.terms.state.model_state_term` counts it at the peak). The verdict does not
     read this term: before an out-of-memory error the allocator frees every stream's unused
@@ -311,13 +338,9 @@ def stream_pool_term(c: Context, f: Fields) -> Any:
         return where((f.zero_stage == 3) & (f.shard_degree > 1), pool, 0)
     if fw is not Framework.FSDP2:
         return 0
-    unit_dense, unit_expert = units_per_gpu(c, f)
-    t = c.training
-    output = t.weight_bytes * (unit_dense + unit_expert)
-    cut = fsdp2_fp8_cut(c, f)  # torchao's FP8 all-gather: the linear weights gather as uint8
-    if cut is not None:
-        output = output - cut
-    return where(f.shard_degree > 1, 2 * output, 0)
+    output = gather_output_bytes(c, f)  # torchao's FP8 all-gather: the linears as uint8
+    shard = maximum(f.shard_degree, 1)
+    return where(f.shard_degree > 1, 2 * output + output / shard, 0)  # + the copy-in buffer
 
 
 def reserved_over_capacity(stages: Any, capacity_bytes: Any) -> Fraction:

@@ -64,6 +64,7 @@ from trainplan.model.terms.fields import Context, Fields, stage_argmax, stage_ta
 from trainplan.model.terms.fp8_linears import fp8_linears, fsdp2_fp8_cut
 from trainplan.model.terms.grad_buffers import embedding_grad_term
 from trainplan.model.terms.layer_wise_buffers import layer_wise_padding_term
+from trainplan.model.terms.runtime_unshard import runtime_unshard_term
 from trainplan.model.terms.runtime_window import held_whole_params
 from trainplan.model.terms.split_key import CACHE, SPLIT_FIELDS, SplitKey
 from trainplan.model.terms.stage_params import (
@@ -384,8 +385,10 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
     copies, the host's share), as the layout's framework holds them at its ZeRO stage
     (:func:`model.memory.state_terms`, :meth:`model.mechanisms.Mechanism.memory_terms`; FSDP2's
     whole weights under PyTorch's multi-stage runtime: :func:`model.terms.runtime_window.
-    held_whole_params`); where the framework keeps the modules outside its units gathered
-    (Megatron-FSDP, :attr:`model.mechanisms.Mechanism.non_units_gathered`), two layer units
+    held_whole_params`, and the all-gather output it holds beside them at a re-gathered chunk's
+    copy-out, :func:`model.terms.runtime_unshard.runtime_unshard_term`); where the framework
+    keeps the modules outside its units gathered (Megatron-FSDP,
+    :attr:`model.mechanisms.Mechanism.non_units_gathered`), two layer units
     (:func:`model.terms.stage_params.layer_units`) and the embedding and output layer whole
     (:func:`model.terms.stage_params.non_unit_params`). Under optimizer offload the gradients
     include the GPU staging buffer of the stage's largest parameter tensor where the mechanism
@@ -427,6 +430,7 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
         narrower = (mech.weight_bytes - FP8_PARAM_BYTES) * layer_linear if t.fp8_param_gather else 0
         step = step + mech.pool_bytes(unit, mech.weight_bytes * unit - narrower)
     gathered = zero3_turn_gathered(c, f, mech, gathered)  # DeepSpeed ZeRO-3's at the turn
+    gathered = gathered + runtime_unshard_term(c, f, mech)  # FSDP2 runtime's copy-out
     if t.offload.optimizer and mech.offload_staging_bytes:  # DeepSpeed ZeRO-1/2's staging
         staging, staged = offload_staging_bytes(mech, t.offload, largest_tensor_per_gpu(c, f))
         g, host = g + staging, host + staged

@@ -321,15 +321,18 @@ def test_fsdp2_all_gather_outputs_stay_reserved_in_the_copy_in_streams_pool():
     the next unit's is allocated (``wait_for_unshard``'s ``all_gather_state``); the caching
     allocator serves a stream's cached blocks to that stream only. Llama 3 8B at dp 8: the
     largest unit is the embedding, 128,256 × 4,096 elements, so 2 · 2 B · 525,336,576 is
-    reserved beyond the allocated peak; Megatron and a single rank reserve nothing more."""
+    reserved beyond the allocated peak, and the next unit's copy-in buffer beside them
+    (``foreach_all_gather``'s flat cast of the shard, 2 B · 525,336,576 / 8): 2,101,346,304 +
+    131,334,144 = 2,232,680,448 B; Megatron and a single rank reserve nothing more."""
     from trainplan.optimizer.case import Case
 
     base = {"model": "llama3-8b", "device": "H100-SXM", "recompute": "full", "seq_len": 8192,
             "micro_batch_size": 1}  # fmt: skip
     st = Case.of(**{**base, "framework": "fsdp2", "dp": 8, "global_batch_size": 8}).evaluate()
     one = st.stages[0]
-    assert one.stream_pool_bytes == 2 * 2 * 128_256 * 4096
-    assert one.reserved_bytes == one.allocated_bytes + 2 * 2 * 128_256 * 4096
+    pool = 2 * 2 * 128_256 * 4096 + 2 * 128_256 * 4096 // 8
+    assert one.stream_pool_bytes == pool == 2_232_680_448
+    assert one.reserved_bytes == one.allocated_bytes + pool
     mega = Case.of(**{**base, "framework": "megatron", "dp": 8, "global_batch_size": 8})
     single = Case.of(**{**base, "framework": "fsdp2", "dp": 1, "global_batch_size": 1})
     assert mega.evaluate().stages[0].stream_pool_bytes == 0

@@ -45,8 +45,9 @@ def test_zero3_gathers_the_linear_weights_at_a_byte():
     7/8 · 6,979,321,856 = 6,106,906,624 B less a gather, 12,213,813,248 B less the step; the
     FP32 reduce-scatter unchanged. The gathered units do not shrink: the largest unit is the
     embedding (128,256 · 4,096 = 525,336,576 elements, BF16), larger than a whole layer
-    (218,112,000), so the two units FSDP2 holds at once (and its all-gather stream's pool) stay
-    2 · 2 · 525,336,576 = 2,101,346,304 B."""
+    (218,112,000), so the two units FSDP2 holds at once stay 2 · 2 · 525,336,576 =
+    2,101,346,304 B, and its all-gather stream's pool, with the next unit's copy-in buffer
+    (2 · 525,336,576 / 8 = 131,334,144), 2,232,680,448 B."""
     assert LINEAR == 6_979_321_856
     on, off = _pair(zero_stage=3)
     assert _dp(off).bytes_per_step - _dp(on).bytes_per_step == 2 * 6_106_906_624 == 12_213_813_248
@@ -54,7 +55,7 @@ def test_zero3_gathers_the_linear_weights_at_a_byte():
     assert "linear weights gathered in fp8" in _dp(on).collective
     assert "fp8" not in _dp(off).collective
     assert on.peak.state.gathered_bytes == off.peak.state.gathered_bytes == 2_101_346_304
-    assert on.peak.stream_pool_bytes == off.peak.stream_pool_bytes == 2_101_346_304
+    assert on.peak.stream_pool_bytes == off.peak.stream_pool_bytes == 2_232_680_448
     assert on.peak.state.weights_bytes == off.peak.state.weights_bytes  # the FP32 shard stays
 
 
@@ -120,13 +121,16 @@ def test_the_largest_gathered_unit_narrows_only_when_a_layer_is_it():
     32,768 replicated norm weights) outweighs the embedding (128,256 · 16,384 ÷ 8 =
     262,668,288). In FP8 the layer's output is 2 · 398,491,648 − 398,458,880 = 398,524,416 B,
     below the BF16 embedding's 525,336,576 B, which becomes the largest: each gathered unit
-    796,983,296 − 525,336,576 = 271,646,720 B narrower, two held: 543,293,440 B."""
+    796,983,296 − 525,336,576 = 271,646,720 B narrower, two held: 543,293,440 B; the
+    all-gather stream's pool, two outputs and the next unit's copy-in buffer (1/8 of one),
+    2.125 × 271,646,720 = 577,249,280 B."""
     assert fp8_unit_cut(2, 262_668_288, 398_491_648, 398_458_880) == 271_646_720
     opts = {**BASE, "num_gpus": 64, "dp": 8, "tp": 8, "global_batch_size": 64, "zero_stage": 3}
     on = Case.of("llama3-405b", "H100-SXM", **opts, fp8_param_gather=True).evaluate()
     off = Case.of("llama3-405b", "H100-SXM", **opts, fp8_param_gather=False).evaluate()
     assert off.peak.state.gathered_bytes - on.peak.state.gathered_bytes == 543_293_440
-    assert off.peak.stream_pool_bytes - on.peak.stream_pool_bytes == 543_293_440
+    assert off.peak.stream_pool_bytes - on.peak.stream_pool_bytes == 577_249_280
+    assert 2 * 271_646_720 + 271_646_720 // 8 == 577_249_280
 
 
 def test_a_pipeline_stage_holds_its_gathered_linear_weights_in_fp8():
@@ -183,7 +187,8 @@ def test_a_moe_model_gathers_its_linears_in_fp8_and_its_experts_in_bf16():
     2,348,810,240 B less; the expert group's (edp) nothing less. The largest gathered unit is a
     layer: 41,943,040 + 8,192 norm + 32,768 router + 1,409,286,144 experts = 1,451,270,144
     elements (the embedding 32,000 · 4,096 is smaller), 41,943,040 B narrower in FP8, two held
-    at once (and two in the all-gather stream's pool): 83,886,080 B less each."""
+    at once: 83,886,080 B less; the all-gather stream's pool (two outputs and the next unit's
+    copy-in buffer, 1/8 of one) 2.125 × 41,943,040 = 89,128,960 B less."""
     opts = {**BASE, "seq_len": 4096, "zero_stage": 3}
     on = Case.of("mixtral-8x7b", "H100-SXM", **opts, fp8_param_gather=True).evaluate()
     off = Case.of("mixtral-8x7b", "H100-SXM", **opts, fp8_param_gather=False).evaluate()
@@ -195,7 +200,8 @@ def test_a_moe_model_gathers_its_linears_in_fp8_and_its_experts_in_bf16():
     assert unit == 1_451_270_144 and 32_000 * 4096 < unit
     assert off.peak.state.gathered_bytes == 2 * 2 * unit
     assert off.peak.state.gathered_bytes - on.peak.state.gathered_bytes == 2 * MIXTRAL_ATTENTION
-    assert off.peak.stream_pool_bytes - on.peak.stream_pool_bytes == 2 * MIXTRAL_ATTENTION
+    pool = 2 * MIXTRAL_ATTENTION + MIXTRAL_ATTENTION // 8
+    assert off.peak.stream_pool_bytes - on.peak.stream_pool_bytes == pool == 89_128_960
     # the copy-outs: 2 B less an FP8 element a gather, ZeRO-3's two a micro-batch, the
     # attention's only (the experts copy out 2 · 2 B an element as before)
     copy_saved = off.time_terms.grad_accumulation_s - on.time_terms.grad_accumulation_s
