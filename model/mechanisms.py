@@ -2,6 +2,18 @@
 each ZeRO stage is in each framework): :func:`mechanism`, the one record memory
 (:mod:`model.memory`) and traffic (:mod:`model.comm`) both read, a
 :class:`~model.mechanism_record.Mechanism` (a stage's buffers and collectives per parameter).
+
+Megatron-FSDP's gradient buffers hold no other gradient copy (Megatron-LM d98e8a64dd,
+``param_and_grad_buffer.py``): the unsharded bucket is ``param.main_grad`` itself
+(``main_grad_getter`` → ``fetch_bucket(dtype=grad_comm_dtype)``, ``None`` → the main-gradient
+dtype), which TE's fused weight-gradient accumulation writes (``gradient_accumulation_fusion``,
+on by default, TE ≥ 2.10 under Megatron-FSDP: ``mcore_fsdp_adapter.py``); ``_grad_acc`` copies
+an unfused ``.grad`` into it and deletes it; ``GradReducePipeline._bucket_group_gradient_reduce``
+reduce-scatters the bucket into its own shard slice and adds that into the sharded main gradient
+(``local_grad += reduced_grad``: no buffer); ``update_main_grads`` casts the shard to the FP32
+main weights' dtype for the step (:func:`_megatron_fsdp`'s ``4/D``). A
+``--megatron-fsdp-grad-comm-dtype`` narrower than the main gradients makes the buckets narrower
+than ``g``: counted at ``g``, the larger.
 """
 
 from __future__ import annotations
@@ -272,18 +284,7 @@ def _megatron_fsdp(w: int, g: int, o: int, double_buffer: bool = False) -> Mecha
       are made).
     * The optimizer step: a 16-bit main gradient is counted as copied to FP32 for the step
       (``4/D``), as the distributed optimizer does (an upper bound where the optimizer reads
-      the 16-bit shard directly).
-    * No other gradient copy (Megatron-LM d98e8a64dd, ``param_and_grad_buffer.py``): the
-      unsharded bucket is ``param.main_grad`` itself (``main_grad_getter`` →
-      ``fetch_bucket(dtype=grad_comm_dtype)``, ``None`` → the main-gradient dtype), which TE's
-      fused weight-gradient accumulation writes (``gradient_accumulation_fusion``, on by
-      default, TE ≥ 2.10 under Megatron-FSDP: ``mcore_fsdp_adapter.py``); ``_grad_acc`` copies
-      an unfused ``.grad`` into it and deletes it; ``GradReducePipeline.
-      _bucket_group_gradient_reduce`` reduce-scatters the bucket into its own shard slice and
-      adds that into the sharded main gradient (``local_grad += reduced_grad``: no buffer); ``update_main_grads`` casts the
-      shard to the FP32 main weights' dtype for the step (the ``4/D`` above). A
-      ``--megatron-fsdp-grad-comm-dtype`` narrower than the main gradients makes the buckets
-      narrower than ``g``: counted at ``g``, the larger.
+      the 16-bit shard directly); no other gradient copy (the module docstring).
     """
     pools = " (fsdp_double_buffer)" if double_buffer else ""
     return Mechanism(

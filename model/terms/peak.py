@@ -273,15 +273,8 @@ def stream_pool_term(c: Context, f: Fields) -> Any:
       unsharded parameters on the default stream. In forward, ``FSDPParamGroup.wait_for_unshard``
       (``_fsdp_param_group.py``) keeps the output in ``comm_ctx.all_gather_state`` until the next
       unit's copy-out, after that unit's all-gather output is allocated: two outputs at once.
-    * The copy-in buffer beside them (pytorch/pytorch 010ae4a8 ``_fsdp_collectives.py``
-      ``foreach_all_gather``): ``_get_param_all_gather_inputs`` writes the unit's shard, cast to
-      ``param_dtype``, into a new flat buffer on the same copy-in stream (``torch.empty`` of the
-      shard's elements, ``w·U/D`` bytes), and the split views of it in ``all_gather_inputs`` keep
-      it until ``foreach_all_gather`` returns — after the output is allocated
-      (``all_gather_comm.allocate``) and copied into. So the next unit's buffer lives beside both
-      outputs: ``w·U/D`` more at the pool's peak, whatever segments the allocator cuts. In
-      backward (``PRE_BACKWARD``) ``wait_for_unshard`` frees each output after its copy-out, so
-      one output and a buffer at the most.
+    * The next unit's flat copy-in buffer beside both outputs, ``w·U/D``
+      (:mod:`model.terms.runtime_unshard`, "The side pool's copy-in buffer").
     * The allocator pools blocks per stream: ``get_free_block`` (``c10/cuda/
       CUDACachingAllocator.cpp``) returns a cached block only to a request of the stream that
       allocated it. The copy-in stream's segments, two units' worth at least, stay reserved and
@@ -291,22 +284,8 @@ def stream_pool_term(c: Context, f: Fields) -> Any:
     holds the unit's linear weights at 1 B (``foreach_all_gather`` views every input as
     ``uint8`` when one is, :mod:`model.fsdp2_copies`): the largest output
     :func:`model.terms.fp8_linears.fsdp2_fp8_cut` bytes narrower (none where the embedding or output
-    layer, gathered at ``w``, is the largest unit), and the copy-in inputs ``1/D`` of it: each
-    weight's ``fsdp_pre_all_gather`` (pytorch/ao 36027d82d ``torchao/float8/fsdp_utils.py``
-    ``WeightWithDynamicFloat8CastTensor``) returns its FP8 shard, 1 B an element, the other
-    parameters sharing the flat ``w``-byte buffer. Making each FP8 shard (``_ToFloat8ConstrFunc.
-    forward``, ``float8_training_tensor.py``: ``tensor.to(float32) * scale``, then
-    ``to_fp8_saturated``'s ``clamp`` and ``.to(float8)``) holds two FP32 copies of that
-    weight's shard at once, ``8·n/D`` for a weight of ``n`` elements on the GPU, one weight at a
-    time (eager frees each before the next), before the output is allocated; without
-    ``precompute_float8_dynamic_scale_for_fsdp`` ``tensor_to_amax``'s ``torch.abs`` (one FP32
-    copy, freed before the scaling) comes first, no larger. Beside one output and the shards
-    cast so far this stays under the pool's figure where ``8·n ≤ (D + 1)·w·U`` less the unit's
-    earlier inputs — each of a Llama 3 layer's MLP weights is 27 % of its FP8-gathered elements
-    and they come last (``attention`` registers before ``feed_forward``): at D = 2, at the last
-    one, 4·0.27 + 0.36 of an output (the attention's and two MLP weights' FP8 shards) against
-    1.5 — so it is not counted (the multi-stage runtime's, on the compute stream, likewise stays under its
-    copy-out, :func:`model.terms.runtime_unshard.runtime_unshard_term`).
+    layer, gathered at ``w``, is the largest unit), and the copy-in inputs ``1/D`` of it (torchao's
+    cast intermediates, not counted: :mod:`model.terms.runtime_unshard`).
 
     Under a pipeline schedule the all-gathers run in the first micro-batch's forward (ZeRO-2) or
     in the passes :mod:`model.fsdp2_pipeline` names (ZeRO-3), with the same two outputs. The

@@ -48,6 +48,31 @@ every FSDP unit of the stage; ``_assert_unsharded`` → each handle's ``wait`` �
   activations: counted. At v ≤ 3 every chunk enters once, at the step's start, and is waited for
   before its first pass, a warm-up forward: the rank's later warm-up forwards (at least that
   chunk's own) add activations before its peak, and the term is not counted there.
+* **The side pool's copy-in buffer** (FSDP's own hooks: :func:`model.terms.peak.stream_pool_term`;
+  pytorch/pytorch 010ae4a8 ``_fsdp_collectives.py`` ``foreach_all_gather``).
+  ``_get_param_all_gather_inputs`` writes the unit's shard, cast to ``param_dtype``, into a new
+  flat buffer on the copy-in stream (``torch.empty`` of the shard's elements, ``w·U/D`` bytes);
+  the split views of it in ``all_gather_inputs`` keep it until ``foreach_all_gather`` returns,
+  after the output is allocated (``all_gather_comm.allocate``) and copied into. So the next
+  unit's buffer lives beside both outputs: ``w·U/D`` more at the pool's peak, whatever segments
+  the allocator cuts. In backward (``PRE_BACKWARD``) ``wait_for_unshard`` frees each output
+  after its copy-out: one output and a buffer at the most.
+* **torchao's FP8 cast intermediates (not counted).** Under torchao's FP8 all-gather each
+  weight's ``fsdp_pre_all_gather`` (pytorch/ao 36027d82d ``torchao/float8/fsdp_utils.py``
+  ``WeightWithDynamicFloat8CastTensor``) returns its FP8 shard, 1 B an element, the other
+  parameters sharing the flat ``w``-byte buffer. Making each FP8 shard (``_ToFloat8ConstrFunc.
+  forward``, ``float8_training_tensor.py``: ``tensor.to(float32) * scale``, then
+  ``to_fp8_saturated``'s ``clamp`` and ``.to(float8)``) holds two FP32 copies of that weight's
+  shard at once, ``8·n/D`` for a weight of ``n`` elements, one weight at a time (eager frees
+  each before the next), before the output is allocated; without
+  ``precompute_float8_dynamic_scale_for_fsdp`` ``tensor_to_amax``'s ``torch.abs`` (one FP32
+  copy, freed before the scaling) comes first, no larger. Beside one output and the shards cast
+  so far this stays under the pool's figure where ``8·n ≤ (D + 1)·w·U`` less the unit's earlier
+  inputs — each of a Llama 3 layer's MLP weights is 27 % of its FP8-gathered elements and they
+  come last (``attention`` registers before ``feed_forward``): at D = 2, at the last one,
+  4·0.27 + 0.36 of an output (the attention's and two MLP weights' FP8 shards) against 1.5 —
+  so it is not counted (the multi-stage runtime's, on the compute stream, likewise stays under
+  its copy-out, :func:`runtime_unshard_term`).
 """
 
 from __future__ import annotations

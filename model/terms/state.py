@@ -385,14 +385,13 @@ def model_state_term(c: Context, f: Fields) -> ModelState:
     copies, the host's share), as the layout's framework holds them at its ZeRO stage
     (:func:`model.memory.state_terms`, :meth:`model.mechanisms.Mechanism.memory_terms`; FSDP2's
     whole weights under PyTorch's multi-stage runtime: :func:`model.terms.runtime_window.
-    held_whole_params`, and the all-gather output it holds beside them at a re-gathered chunk's
-    copy-out, :func:`model.terms.runtime_unshard.runtime_unshard_term`); where the framework
-    keeps the modules outside its units gathered (Megatron-FSDP,
-    :attr:`model.mechanisms.Mechanism.non_units_gathered`), two layer units
-    (:func:`model.terms.stage_params.layer_units`) and the embedding and output layer whole
-    (:func:`model.terms.stage_params.non_unit_params`). Under optimizer offload the gradients
-    include the GPU staging buffer of the stage's largest parameter tensor where the mechanism
-    keeps one, and the host its twin (DeepSpeed ZeRO-1/2,
+    held_whole_params`, and a re-gathered chunk's all-gather output at its copy-out,
+    :func:`model.terms.runtime_unshard.runtime_unshard_term`); where the framework keeps the
+    modules outside its units gathered (Megatron-FSDP, :attr:`model.mechanisms.Mechanism.
+    non_units_gathered`), two layer units (:func:`model.terms.stage_params.layer_units`) and the
+    embedding and output layer whole (:func:`model.terms.stage_params.non_unit_params`). Under
+    optimizer offload the gradients include the GPU staging buffer of the stage's largest
+    parameter tensor where the mechanism keeps one, and the host its twin (DeepSpeed ZeRO-1/2,
     :func:`model.offload.offload_staging_bytes`). Exact for one layout; element-wise over columns.
 
     Scope: the split (:data:`model.terms.stage_params.SPLIT_FIELDS`), dp, cp (the replicas ZeRO
