@@ -178,14 +178,15 @@ def stage_forms(
 def stage_chunk_forms(
     local: tuple[tuple[bool, ...], ...],
     mode: Recompute,
-    recomputed: int | None,
+    recomputed: tuple[int, ...] | None,
     v: int,
     segment: int,
 ) -> tuple[Form, tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     """(kept per micro-batch, candidate transients flat, per-chunk kept forms flat, per-chunk
     layer counts) of a stage whose model chunks' layers are MoE or not as ``local`` says, under
-    ``mode`` with the first ``recomputed`` layers of each chunk fully recomputed (None: no
-    per-stage count) over ``v`` chunks a stage: :func:`block_forms` of its kinds (per model
+    ``mode`` with the first ``recomputed[c]`` layers of chunk c fully recomputed (one count per
+    chunk, :func:`model.recompute_counts.block_counts`: an MTP block is never among them; None:
+    no per-stage count) over ``v`` chunks a stage: :func:`block_forms` of its kinds (per model
     chunk, :func:`chunk_block_forms`, when there are per-stage counts and chunks), the chunks'
     own forms for the interleaved peak (:func:`chunk_form`); under √n without counts every
     chunk cut into segments of ``segment`` layers (:func:`chunk_segment_forms`). Cached on the
@@ -203,7 +204,8 @@ def stage_chunk_forms(
         kept = tuple(sum(c) for c in zip(*chunks, strict=True))
     else:
         kinds = tuple(k for chunk in local for k in chunk)  # the stage's layers in its order
-        kept, transients = block_forms(kinds, mode, recomputed)
+        count = None if recomputed is None else sum(recomputed)  # v = 1: one chunk
+        kept, transients = block_forms(kinds, mode, count)
         chunks = tuple(chunk_form(c, mode) for c in local)
     flat = tuple(x for form in transients for x in form)
     return kept, flat, tuple(x for c in chunks for x in c), tuple(map(len, local))
@@ -294,19 +296,20 @@ def block_forms(
         return stage_forms(kinds, base)
     if recomputed == len(kinds):
         return stage_forms(kinds, Recompute.FULL)
-    per_chunk, transients = chunk_block_forms((kinds,), base, recomputed)
+    per_chunk, transients = chunk_block_forms((kinds,), base, (min(recomputed, len(kinds)),))
     return per_chunk[0], transients
 
 
 @lru_cache(maxsize=4096)
 def chunk_block_forms(
-    chunks: tuple[tuple[bool, ...], ...], base: Recompute, recomputed: int
+    chunks: tuple[tuple[bool, ...], ...], base: Recompute, recomputed: tuple[int, ...]
 ) -> tuple[tuple[Form, ...], tuple[Form, ...]]:
     """(what each model chunk keeps per micro-batch, candidate recompute transients) of a stage
     whose chunks hold layers of ``chunks``' kinds (in the stage's order) and recompute the first
-    ``min(recomputed, chunk's layers)`` of each (Megatron-LM's block method per model chunk,
-    :attr:`model.layout.Layout.recompute_layers`); the other layers keep ``base`` (``none`` or
-    ``selective``).
+    ``recomputed[c]`` layers of chunk c (one count per chunk, each at most its layers:
+    Megatron-LM's block method per model chunk, :func:`model.recompute_counts.block_counts`,
+    which leaves an MTP block out; :attr:`model.layout.Layout.recompute_layers`); the other
+    layers keep ``base`` (``none`` or ``selective``).
 
     * kept by a chunk per micro-batch: its recomputed layers' ``checkpoint`` plus its other
       layers' ``full`` / ``selective`` bytes;
@@ -328,7 +331,7 @@ def chunk_block_forms(
 
     Examples
     --------
-    >>> kept, transients = chunk_block_forms(((False, False), (False, False)), Recompute.NONE, 1)
+    >>> kept, transients = chunk_block_forms(((False, False), (False, False)), Recompute.NONE, (1, 1))
     >>> [k[:4] for k in kept]
     [(1, 0, 1, 0), (1, 0, 1, 0)]
     >>> [t[:4] for t in transients]
@@ -337,15 +340,14 @@ def chunk_block_forms(
     quantity = "full" if base == Recompute.NONE else "selective"
     kept_units: list[list[list[int]]] = []
     per_chunk: list[Form] = []
-    for kinds in chunks:
-        k = min(recomputed, len(kinds))
+    for kinds, k in zip(chunks, recomputed, strict=True):
         units = [_unit(kind, "checkpoint") for kind in kinds[:k]]
         units += [_unit(kind, quantity) for kind in kinds[k:]]
         kept_units.append(units)
         per_chunk.append(tuple(_add([0] * 8, *units)))
     transients: list[Form] = []
     for c, kinds in enumerate(chunks):
-        for j in range(min(recomputed, len(kinds))):
+        for j in range(recomputed[c]):
             freed = [_scale(u, -1) for u in kept_units[c][j + 1 :]]
             transients.append(
                 tuple(
@@ -356,7 +358,7 @@ def chunk_block_forms(
                     )
                 )
             )
-    if any(recomputed < len(kinds) for kinds in chunks):
+    if any(k < len(kinds) for kinds, k in zip(chunks, recomputed, strict=True)):
         transients.append((0,) * 8)
     return tuple(per_chunk), tuple(transients)
 

@@ -88,3 +88,78 @@ def test_search_tables_never_offer_sqrt_with_the_mtp_module() -> None:
         assert tables.recomputes[full] is Recompute.FULL
         assert bool(np.asarray(tables.legal)[:, :, sqrt].any()) is offered
         assert np.asarray(tables.legal)[:, :, full].any()
+
+
+# --- per-stage counts (Megatron's block method) never recompute the MTP block ---------------
+#
+# Megatron-Core's ``--recompute-method block --recompute-num-layers N`` checkpoints the first N
+# layers of each model chunk's ``TransformerBlock`` (``megatron/core/recompute.py``
+# ``checkpointed_forward``, Megatron-LM d98e8a64dd); the MTP block is no layer of it, and its
+# own ``MultiTokenPredictionLayer._checkpointed_forward`` (``multi_token_prediction.py``, since
+# 08abeedbfe) warns "recompute_method == 'block' is not supported for MTP yet. Skipping
+# recompute." and runs the block plainly. Before the rule a count as large as the last chunk
+# (its decoder layers and the MTP block) recomputed the MTP block too.
+
+
+def _small_mtp(**extra: object) -> Case:
+    """A Llama-like 2,048-wide model of 11 decoder layers and one MTP block (index 11), pp 2,
+    interleaved v 2 with model chunks of 3, 3, 3, 2 layers: stage 0 holds chunks (0, 1, 2) and
+    (6, 7, 8), stage 1 holds (3, 4, 5) and (9, 10, 11): the MTP block rides the last chunk."""
+    from tests.archs import llama_like
+    from trainplan.model.model_spec import ModelSpec
+
+    arch = dataclasses.replace(llama_like(11, 2048, 16, 5504, 32000), mtp_layers=1)
+    return Case.of(
+        model=ModelSpec(name="small-mtp", source="test", arch=arch), pp=2, tp=2,
+        seq_len=2048, global_batch_size=8, device="H100-SXM", stage_layers="3,3,3,2",
+        virtual_stages=2, schedule="interleaved", **extra,
+    )  # fmt: skip
+
+
+def test_counts_leave_the_mtp_block_out_of_the_recomputed_flops() -> None:
+    """Counts 3,3: each chunk's first 3 decoder layers — all 11 decoder layers (stage 1's last
+    chunk has only 2, 9 and 10), never the MTP block 11. ``full`` (Megatron's uniform 1, which
+    checkpoints the MTP layer) recomputes the 12 alike blocks, so the counts recompute exactly
+    11/12 of it, one block's causal forward less: 2·s·B·W + the causal core, here
+    1,795,363,438,592 FLOPs (before the rule the two were equal)."""
+    from trainplan.model.flops import layer_forward_flops
+
+    full = _small_mtp(recompute="full").evaluate()
+    counts = _small_mtp(recompute="none", recompute_layers="3,3").evaluate()
+    arch = full.model.arch
+    one_block = layer_forward_flops(arch, 11, 2048, 8, causal=True)
+    assert one_block == 1_795_363_438_592
+    assert full.flops.recomputed_flops == 12 * one_block
+    assert counts.flops.recomputed_flops == 11 * one_block
+    assert counts.step_s < full.step_s  # one block fewer re-run on the last stage
+
+
+def test_counts_keep_the_mtp_block_whole_in_memory() -> None:
+    """The last stage's kept form per micro-batch under counts 3,3: chunk (3, 4, 5) keeps 3
+    checkpoints, chunk (9, 10, 11) keeps 2 checkpoints and the MTP block's full bytes — (dense
+    full, dense selective, dense checkpoint, …) = (1, 0, 5, 0, …), where recomputing the MTP
+    block gave (0, 0, 6, 0, …); stage 0 (no MTP block) keeps 6 checkpoints either way and its
+    peak equals ``full``'s; the last stage holds more than under ``full``."""
+    from trainplan.model.terms.activation_fields import kept_form
+
+    arch = _small_mtp().model.arch
+    forms = kept_form(arch, 2, 2, True, (3, 3, 3, 2), "interleaved", Recompute.NONE, (3, 3))
+    assert forms == ((0, 0, 6, 0, 0, 0, 0, 0), (1, 0, 5, 0, 0, 0, 0, 0))
+    full = _small_mtp(recompute="full").evaluate()
+    counts = _small_mtp(recompute="none", recompute_layers="3,3").evaluate()
+    assert counts.stages[0].total_bytes == full.stages[0].total_bytes
+    assert counts.stages[1].total_bytes > full.stages[1].total_bytes
+
+
+def test_a_count_past_the_decoder_layers_is_refused_naming_the_mtp_block() -> None:
+    """pp 2, 6 and 5 decoder layers (the MTP block on stage 1): a count of 6 on stage 1 would
+    only have meant the MTP block, which no count recomputes."""
+    case = _small_mtp(recompute="none")
+    lay = dict(virtual_stages=1, stage_layers=(6, 5), schedule="1f1b")
+    with pytest.raises(LayoutError) as refused:
+        case.evaluate(case.layout.with_(**lay, recompute_layers=(6, 6)))
+    assert str(refused.value).startswith(
+        "recompute_layers: 6 on stage 1 is more than its 5 decoder layers"
+    )
+    assert "MultiTokenPredictionLayer._checkpointed_forward" in str(refused.value)
+    case.evaluate(case.layout.with_(**lay, recompute_layers=(6, 5)))  # runs
