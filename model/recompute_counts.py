@@ -45,6 +45,7 @@ __all__ = [
     "check_recompute_counts",
     "check_count_sizes",
     "block_counts",
+    "decoder_segment",
     "recomputed_in_chunks",
     "sqrt_segment",
 ]
@@ -225,6 +226,26 @@ def recomputed_in_chunks(
     """
     ks = block_counts(chunks, count, num_layers)
     return tuple(j for chunk, k in zip(chunks, ks, strict=True) for j in chunk[:k])
+
+
+def decoder_segment(split: tuple[tuple[int, ...], ...], num_layers: int) -> int:
+    """k of ``recompute`` ``sqrt``: :func:`sqrt_segment` of the most decoder layers (indices
+    below ``num_layers``) any rank of ``split`` (:func:`model.split.stage_layers`) holds — the
+    ``--recompute-num-layers`` Megatron-LM's uniform method applies to every model chunk's
+    ``TransformerBlock`` (``megatron/core/recompute.py`` ``checkpointed_forward``, Megatron-LM
+    d98e8a64dd). An MTP block is no layer of that block: ``MultiTokenPredictionLayer.
+    _checkpointed_forward`` checkpoints it alone, and only with ``recompute_num_layers == 1``
+    (:mod:`model.mtp_rules`), so it does not enter the count.
+
+    Examples
+    --------
+    Four decoder layers on two ranks and an MTP block (index 4) on the last: k = round(√2) = 1,
+    not round(√3) = 2.
+
+    >>> decoder_segment(((0, 1), (2, 3, 4)), 4)
+    1
+    """
+    return sqrt_segment(max((sum(1 for j in r if j < num_layers) for r in split), default=0))
 
 
 def sqrt_segment(num_layers: int) -> int:

@@ -163,3 +163,24 @@ def test_a_count_past_the_decoder_layers_is_refused_naming_the_mtp_block() -> No
     )
     assert "MultiTokenPredictionLayer._checkpointed_forward" in str(refused.value)
     case.evaluate(case.layout.with_(**lay, recompute_layers=(6, 5)))  # runs
+
+
+def test_the_sqrt_segment_counts_decoder_layers_only() -> None:
+    """Megatron-LM's uniform ``--recompute-num-layers k`` cuts each chunk's ``TransformerBlock``
+    layers; the MTP block is checkpointed apart (k must be 1 for it). 4 decoder layers on pp 2
+    (2 and 2, the MTP block with the last): k = round(√2) = 1, the k the launch line writes
+    (round(√ of the most decoder layers a stage holds)), so ``sqrt`` runs — where counting the
+    MTP block (3 on the last rank, round(√3) = 2) refused it — and its memory is ``full``'s."""
+    from tests.archs import llama_like
+    from trainplan.model.model_spec import ModelSpec
+
+    arch = dataclasses.replace(llama_like(4, 2048, 16, 5504, 32000), mtp_layers=1)
+    assert [len(r) for r in stage_layers(arch, 2, 1, True, None, "1f1b")] == [2, 3]
+    assert mtp_segment(arch, 2, 1, True, None, "1f1b") == 1
+    case = Case.of(
+        model=ModelSpec(name="small-mtp", source="test", arch=arch), pp=2, tp=2,
+        seq_len=2048, global_batch_size=8, device="H100-SXM",
+    )  # fmt: skip
+    sqrt = case.evaluate(case.layout.with_(recompute="sqrt"))
+    full = case.evaluate(case.layout.with_(recompute="full"))
+    assert [s.total_bytes for s in sqrt.stages] == [s.total_bytes for s in full.stages]
