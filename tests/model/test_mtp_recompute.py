@@ -118,10 +118,11 @@ def _small_mtp(**extra: object) -> Case:
 
 def test_counts_leave_the_mtp_block_out_of_the_recomputed_flops() -> None:
     """Counts 3,3: each chunk's first 3 decoder layers — all 11 decoder layers (stage 1's last
-    chunk has only 2, 9 and 10), never the MTP block 11. ``full`` (Megatron's uniform 1, which
-    checkpoints the MTP layer) recomputes the 12 alike blocks, so the counts recompute exactly
-    11/12 of it, one block's causal forward less: 2·s·B·W + the causal core, here
-    1,795,363,438,592 FLOPs (before the rule the two were equal)."""
+    chunk has only 2, 9 and 10), never the MTP block 11: 11 alike blocks' causal forward,
+    2·s·B·W + the causal core = 1,795,363,438,592 FLOPs each (before the rule the counts
+    recomputed the MTP block too, as ``full``). ``full`` (Megatron's uniform 1, which checkpoints
+    the whole MTP module, ``_proj_and_transformer_layer``) recomputes the 12 blocks and the
+    module's 2h → h projection, 2·s·B·2h·h = 2·2,048·8·2·2,048·2,048 = 274,877,906,944."""
     from trainplan.model.flops import layer_forward_flops
 
     full = _small_mtp(recompute="full").evaluate()
@@ -129,7 +130,9 @@ def test_counts_leave_the_mtp_block_out_of_the_recomputed_flops() -> None:
     arch = full.model.arch
     one_block = layer_forward_flops(arch, 11, 2048, 8, causal=True)
     assert one_block == 1_795_363_438_592
-    assert full.flops.recomputed_flops == 12 * one_block
+    eh_proj = 2 * 2048 * 8 * 2 * 2048 * 2048
+    assert eh_proj == 274_877_906_944
+    assert full.flops.recomputed_flops == 12 * one_block + eh_proj
     assert counts.flops.recomputed_flops == 11 * one_block
     assert counts.step_s < full.step_s  # one block fewer re-run on the last stage
 
@@ -189,3 +192,38 @@ def test_the_sqrt_segment_counts_decoder_layers_only() -> None:
     flags = megatron_flags(arch, case.layout.with_(recompute="sqrt"), 2).flags
     assert flags[-6:] == ("--recompute-granularity", "full", "--recompute-method", "uniform",
                           "--recompute-num-layers", "1")  # fmt: skip
+
+
+def test_full_keeps_only_the_mtp_modules_checkpoint() -> None:
+    """Under ``full`` Megatron-Core checkpoints each MTP module's ``_proj_and_transformer_layer``
+    as one unit (``MultiTokenPredictionLayer._checkpointed_forward``, uniform, k = 1): it keeps
+    that call's inputs only — the shifted embedding (the block's one checkpoint, β·S·h ÷ tp) and
+    the hidden state (the main head's input) — not the shifted embedding's norm input (β·S·h),
+    the projection's input ``[S, 2h]`` (2·β·S·h) nor the module's final-norm input (β·S·h): 4
+    units fewer a micro-batch in flight on the last stage; while it recomputes, its projection
+    and final-norm inputs (3 units) are back beside its layer's own transient. The small model
+    (4 layers and an MTP block, pp 2, tp 2 with SP, s 2,048, h 2,048, BF16): one unit =
+    2·2,048·2,048/2 = 4,194,304 B; the last stage holds 1 micro-batch at its peak under 1F1B.
+    Under ``none`` and ``selective`` the output layer and the module keep, with logits
+    4·S·V/tp = 4·2,048·32,000/2 = 131,072,000 B: 2 head passes of (norm input + norm output +
+    logits) = 2·(2·one + 131,072,000) = 278,921,216, plus the module's 3 units: 291,504,128 B."""
+    from tests.archs import llama_like
+    from trainplan.model.model_spec import ModelSpec
+
+    arch = dataclasses.replace(llama_like(4, 2048, 16, 5504, 32000), mtp_layers=1)
+    case = Case.of(
+        model=ModelSpec(name="small-mtp", source="test", arch=arch), pp=2, tp=2,
+        seq_len=2048, global_batch_size=8, device="H100-SXM",
+    )  # fmt: skip
+    one = 2 * 2048 * 2048 // 2
+    assert one == 4_194_304
+    acts = {
+        mode: [s.activations for s in case.evaluate(case.layout.with_(recompute=mode)).stages]
+        for mode in ("none", "selective", "full")
+    }
+    assert acts["full"][1].microbatches_in_flight == 1
+    assert acts["none"][1].embedding_bytes == acts["selective"][1].embedding_bytes == 291_504_128
+    assert acts["full"][1].embedding_bytes == 291_504_128 - 4 * one == 274_726_912
+    # the layers are alike: the last stage's transient is the first's plus the module's 3 units
+    full_first, full_last = (a.recompute_transient_bytes for a in acts["full"])
+    assert full_last - full_first == 3 * one == 12_582_912
