@@ -184,7 +184,8 @@ def block_counts(
     multi_token_prediction.py``, same commit, and so since the method came in 08abeedbfe)
     takes ``recompute_method == 'block'`` as "not supported for MTP yet. Skipping recompute."
     and runs ``_proj_and_transformer_layer`` plainly: the MTP block keeps every activation
-    whatever N is. (Under ``uniform`` it is checkpointed whole, ``recompute`` ``full``;
+    whatever N is (the same at 92c8482e6d, the Megatron-LM the Megatron Bridge 25.11 validation
+    rows cite). (Under ``uniform`` it is checkpointed whole, ``recompute`` ``full``;
     under ``selective`` its transformer layer runs the modules as every layer does.)
 
     Raises nothing; ``count`` ≥ 0.

@@ -446,7 +446,8 @@ def embedding_bytes(
     an MTP module's projection input (its two norms' outputs) are not kept. With
     ``mtp_checkpointed`` (``recompute`` full or √n, the MTP block recomputed whole) Megatron-Core
     checkpoints each module's ``_proj_and_transformer_layer`` as one unit
-    (``MultiTokenPredictionLayer._checkpointed_forward``, Megatron-LM d98e8a64dd): it keeps
+    (``MultiTokenPredictionLayer._checkpointed_forward``, Megatron-LM d98e8a64dd; the same
+    unit, its final norm inside, at 92c8482e6d): it keeps
     only that call's inputs — the shifted embedding (the ``β·S·h`` checkpoint the MTP block's
     layer form already counts) and the hidden state (the main head's input, kept there) — so
     the module's norm inputs, its projection's input and its final norm's input are not kept
