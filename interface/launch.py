@@ -154,16 +154,21 @@ class LaunchFlags:
     (:func:`interface.launch_parallel.megatron_env`); none for torchtitan."""
 
 
-def _split(arch: Architecture, layout: Layout) -> tuple[int, ...]:
+def _split(arch: Architecture, layout: Layout, decoder: bool = False) -> tuple[int, ...]:
     """Layers per pipeline rank as the plan places them (:func:`model.split.stage_layers`: a V
-    schedule's ranks hold chunks i and 2·pp − 1 − i, :func:`model.split.chunk_ranks`)."""
+    schedule's ranks hold chunks i and 2·pp − 1 − i, :func:`model.split.chunk_ranks`); with
+    ``decoder`` the decoder layers only (the MTP blocks, which Megatron-LM's recompute counts
+    leave out, :mod:`model.recompute_counts`, not counted)."""
     pp, v, uneven, sizes = (
         layout.pp,
         layout.virtual_stages,
         layout.split_rule,
         layout.stage_layers,
     )
-    return tuple(len(s) for s in stage_layers(arch, pp, v, uneven, sizes, layout.schedule))
+    split = stage_layers(arch, pp, v, uneven, sizes, layout.schedule)
+    if decoder:
+        return tuple(sum(1 for j in s if j < arch.num_layers) for s in split)
+    return tuple(len(s) for s in split)
 
 
 def single_count_layout(layout: Layout, arch: Architecture | None = None) -> Layout | None:
@@ -242,9 +247,8 @@ def megatron_flags(
     out += megatron_parallel_flags(layout, arch.moe is not None)
     out += megatron_run_flags(layout, training, arch.moe is not None, notes)
     out += megatron_overlap_flags(layout, options or CostOptions(), notes)
-    split = _split(arch, layout)
     out += megatron_pipeline_flags(arch, layout, notes)
-    out += _megatron_recompute(layout, split, notes)
+    out += _megatron_recompute(layout, _split(arch, layout, decoder=True), notes)
     out += [] if training is None else _megatron_recipe(training, layout, notes)
     env = megatron_env(tuple(out), part, notes)
     return LaunchFlags(tuple(out), tuple(notes), env)

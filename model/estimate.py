@@ -462,13 +462,13 @@ def objective_ns(terms: TimeTerms) -> tuple[int, int]:
 
 def recomputed_by_stage(arch: Architecture, layout: Layout) -> tuple[tuple[int, ...], ...]:
     """Per pipeline stage, the indices of the layers ``Layout.recompute_layers`` fully recomputes
-    there (the first k of each of its model chunks, :func:`model.recompute_counts.recomputed_in_chunks`);
-    empty tuples without per-stage counts."""
+    there (the first k decoder layers of each of its model chunks, never an MTP block:
+    :func:`model.recompute_counts.recomputed_in_chunks`); empty tuples without per-stage counts."""
     counts = layout.recompute_layers or (0,) * layout.pp
     args = (layout.pp, layout.virtual_stages, layout.split_rule)
     sizes, schedule = layout.stage_layers, layout.schedule
     return tuple(
-        recomputed_in_chunks(stage_chunks(arch, *args, i, sizes, schedule), k)
+        recomputed_in_chunks(stage_chunks(arch, *args, i, sizes, schedule), k, arch.num_layers)
         for i, k in enumerate(counts)
     )
 

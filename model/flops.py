@@ -283,6 +283,16 @@ def recompute_forward_flops(
     attention core's QKᵀ and scores·V (what the ``6n`` hardware FLOPs count, :func:`step_flops`):
     ``2·s·b·W`` of the layer's matmul weights under full, 0 under selective.
 
+    An MTP block (``index`` ≥ L) recomputed whole also re-runs its module's 2h → h projection,
+    ``2·s·b·2h·h`` (:func:`output_forward_flops` counts it forward): Megatron-Core checkpoints
+    the module's ``_proj_and_transformer_layer`` — the two norms, the concatenation, ``eh_proj``,
+    the transformer layer and the module's final norm — as one unit
+    (``MultiTokenPredictionLayer._checkpointed_forward``, ``megatron/core/transformer/
+    multi_token_prediction.py``, Megatron-LM d98e8a64dd; the uniform method with
+    ``recompute_num_layers`` 1, the ``full`` mode here). Per-stage counts never recompute it
+    (:func:`model.recompute_counts.block_counts`); under selective its transformer layer re-runs
+    what every layer does.
+
     >>> from trainplan.model.specs import Architecture
     >>> gpt = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
     ...                    ffn_hidden_size=32, vocab_size=16)
@@ -290,6 +300,11 @@ def recompute_forward_flops(
     True
     >>> recompute_forward_flops(gpt, 0, 4, 1, Recompute.SELECTIVE, attention_core=False)
     0
+    >>> mtp = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
+    ...                    ffn_hidden_size=32, vocab_size=16, mtp_layers=1)
+    >>> recompute_forward_flops(mtp, 1, 4, 1, Recompute.FULL, attention_core=False) == (
+    ...     24 * 4 * 64 + 2 * 4 * 2 * 8 * 8)  # the layer and eh_proj [2h → h]
+    True
     """
     if recompute not in (Recompute.FULL, Recompute.SQRT, Recompute.SELECTIVE):
         return 0
@@ -298,7 +313,9 @@ def recompute_forward_flops(
         core = attention_core_forward_flops(arch, index, seq_len, batch, causal, docs)
     if recompute is Recompute.SELECTIVE:
         return core
-    return 2 * seq_len * batch * layer_matmul_weights(arch, index) + core
+    h = arch.hidden_size
+    projection = 2 * h * h if index >= arch.num_layers else 0  # an MTP module's eh_proj
+    return 2 * seq_len * batch * (layer_matmul_weights(arch, index) + projection) + core
 
 
 def step_flops(

@@ -398,7 +398,25 @@ def _padded_violation(run: MoERun, tokens: int, experts: int, top_k: int) -> str
     which E·T indices cannot fill, while ``token_dispatcher.py``
     ``MoEAlltoAllTokenDispatcher.preprocess`` sizes the all-to-all at ``num_out_tokens =
     capacity × num_experts``. C > T is ``cf·k > E`` up to the float rounding of
-    ``get_capacity``; at most ``cf = E/k`` pads every expert to all T tokens."""
+    ``get_capacity``; at most ``cf = E/k`` pads every expert to all T tokens.
+
+    Unfused, the run stops: ``permute`` views the E·T sorted indices as ``[num_experts,
+    capacity]`` to gather the probabilities (``indices_dim1 = sorted_indices.view(num_experts,
+    capacity)``), which raises. Fused (``moe_permute_fusion``, which Megatron Bridge's MoE
+    recipes set and the planner's permutation memory assumes) it does not stop, and is no
+    better: ``permute(fused=True)`` calls Transformer Engine's ``moe_permute_with_probs``
+    (NVIDIA/TransformerEngine d0067d0da ``transformer_engine/pytorch/permutation.py``
+    ``moe_permute_mask_map_forward``; ``triton/permutation.py`` ``permute_with_mask_map``),
+    which allocates ``num_out_tokens`` = C·E rows with ``torch.empty`` and writes each routed
+    (token, expert) pair to its rank among the map's non-zeros in expert order
+    (``common/triton/permutation.py`` ``_row_id_map_pass_1_kernel`` / ``_pass_2_kernel``:
+    a cumulative sum over the map's columns), so expert e's T rows land at ``e·T``, not at the
+    ``e·C`` the dispatcher reads as its block (``token_dispatch`` splits and ``view(…, capacity,
+    …)`` by C), and the last ``(C − T)·E`` rows are never written: the experts compute
+    shifted and uninitialised rows, which the unpermute reads back as their outputs, silently. The only guard TE has on
+    ``num_out_tokens`` is ``> 0`` (92b03707a). So the rule holds under either path, and a run
+    with C ≤ T (each column then holds exactly C non-zeros) fills the buffer exactly under
+    both."""
     assert run.capacity_factor is not None
     capacity = int(capacity_rows(tokens * top_k, experts, run.capacity_factor))
     if capacity <= tokens:
@@ -408,7 +426,9 @@ def _padded_violation(run: MoERun, tokens: int, experts: int, top_k: int) -> str
         f"pads each expert to C = {_rows_words(capacity)} rows from a rank routing T = "
         f"{tokens:,} tokens, above T: Megatron-Core's router then keeps every token for every "
         f"expert and its padded permute cannot take C of T "
-        f"(moe_utils.apply_router_token_dropping, permute); padded, the factor is at most "
+        f"(moe_utils.apply_router_token_dropping, permute: unfused it raises, fused "
+        f"(moe_permute_fusion) Transformer Engine's moe_permute_with_probs writes T rows an "
+        f"expert into C-row blocks, misplacing them); padded, the factor is at most "
         f"E/k = {experts}/{top_k} = {shown_number(Fraction(experts, top_k))}"
     )
 

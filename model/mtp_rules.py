@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainplan.model.errors import LayoutError
-from trainplan.model.recompute_counts import sqrt_segment
+from trainplan.model.recompute_counts import decoder_segment
 from trainplan.model.split import stage_layers
 
 __all__ = ["MTP_RECOMPUTE_SCOPE", "mtp_segment", "mtp_recompute_rule"]
@@ -27,9 +27,10 @@ MTP_RECOMPUTE_SCOPE = (
 
 def mtp_segment(arch: Any, pp: int, v: int, uneven: bool | str, sizes: Any, schedule: Any) -> int:
     """k, the layers of one checkpointed segment under ``sqrt``: round(√n) of the rank holding
-    the most layers, the MTP blocks counted on theirs (:func:`model.split.stage_layers`) — the
-    segment the memory terms cut (``model.terms.activation_fields._forms``) and, as Megatron-LM's
-    one ``--recompute-num-layers``, every model chunk's.
+    the most decoder layers (:func:`model.recompute_counts.decoder_segment`; the MTP blocks,
+    which Megatron-Core checkpoints apart, not counted) — the segment the memory terms cut
+    (``model.terms.activation_fields._forms``) and, as Megatron-LM's one
+    ``--recompute-num-layers``, every model chunk's and the launch line's.
 
     Examples
     --------
@@ -41,8 +42,7 @@ def mtp_segment(arch: Any, pp: int, v: int, uneven: bool | str, sizes: Any, sche
     >>> mtp_segment(arch, 8, 1, True, None, "1f1b"), mtp_segment(arch, 32, 1, True, None, "1f1b")
     (3, 1)
     """
-    split = stage_layers(arch, pp, v, uneven, sizes, schedule)
-    return sqrt_segment(max(map(len, split), default=0))
+    return decoder_segment(stage_layers(arch, pp, v, uneven, sizes, schedule), arch.num_layers)
 
 
 def mtp_recompute_rule(

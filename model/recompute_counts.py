@@ -44,6 +44,8 @@ __all__ = [
     "recompute_counts_refusal",
     "check_recompute_counts",
     "check_count_sizes",
+    "block_counts",
+    "decoder_segment",
     "recomputed_in_chunks",
     "sqrt_segment",
 ]
@@ -123,9 +125,10 @@ def check_count_sizes(
     schedule: Any = None,
 ) -> None:
     """Per-stage counts (``Layout.recompute_layers``) need recompute none or selective on the
-    other layers, and each count is at most its stage's layers (with ``virtual_stages`` > 1 its
-    largest model chunk's, as Megatron-LM's ``--recompute-num-layers`` counts per chunk; the
-    schedule places the chunks, :func:`model.split.chunk_ranks`).
+    other layers, and each count is at most its stage's decoder layers (with ``virtual_stages``
+    > 1 its largest model chunk's, as Megatron-LM's ``--recompute-num-layers`` counts per chunk;
+    the schedule places the chunks, :func:`model.split.chunk_ranks`); an MTP block is not
+    counted, as no count recomputes it (:func:`block_counts`).
 
     Raises
     ------
@@ -141,13 +144,22 @@ def check_count_sizes(
             f"layers, not {recompute}"
         )
     for i, k in enumerate(counts):
-        largest = max(len(c) for c in stage_chunks(arch, pp, v, uneven, i, sizes, schedule))
+        chunks = stage_chunks(arch, pp, v, uneven, i, sizes, schedule)
+        largest = max(block_counts(chunks, max(map(len, chunks)), arch.num_layers))
         if k <= largest:
             continue
+        mtp = any(j >= arch.num_layers for c in chunks for j in c)
         if v == 1:
             raise LayoutError(
-                f"recompute_layers: {k} on stage {i} is more than its {largest} layers "
-                "(each count must be at most its stage's layers)"
+                f"recompute_layers: {k} on stage {i} is more than its {largest} "
+                f"{'decoder ' if mtp else ''}layers (each count must be at most its stage's "
+                "layers"
+                + (
+                    "; the MTP block is never recomputed by a count: Megatron-Core's block "
+                    "method skips it, MultiTokenPredictionLayer._checkpointed_forward)"
+                    if mtp
+                    else ")"
+                )
             )
         raise LayoutError(
             f"recompute_layers: {k} on stage {i} is more than its largest model chunk's "
@@ -156,24 +168,85 @@ def check_count_sizes(
         )
 
 
-def recomputed_in_chunks(chunks: tuple[tuple[int, ...], ...], count: int) -> tuple[int, ...]:
+def block_counts(
+    chunks: tuple[tuple[int, ...], ...], count: int, num_layers: int
+) -> tuple[int, ...]:
+    """Per model chunk of ``chunks`` (layer indices), how many of its layers a stage's count
+    ``count`` fully recomputes: ``min(count, its decoder layers)``, the decoder layers being
+    the indices below ``num_layers`` (L); the MTP blocks (indices L, L + 1, …, at the end of
+    the last chunk, :func:`model.split.model_chunks`) never.
+
+    Megatron-LM's ``--recompute-method block --recompute-num-layers N`` counts the decoder
+    block's layers only: ``checkpointed_forward`` (``megatron/core/recompute.py``, NVIDIA/
+    Megatron-LM d98e8a64dd) checkpoints layer ``i`` of ``TransformerBlock.layers`` where
+    ``i < recompute_num_layers``, and the MTP block is no layer of it; the MTP layer's own
+    ``MultiTokenPredictionLayer._checkpointed_forward`` (``megatron/core/transformer/
+    multi_token_prediction.py``, same commit, and so since the method came in 08abeedbfe)
+    takes ``recompute_method == 'block'`` as "not supported for MTP yet. Skipping recompute."
+    and runs ``_proj_and_transformer_layer`` plainly: the MTP block keeps every activation
+    whatever N is (the same at 92c8482e6d, the Megatron-LM the Megatron Bridge 25.11 validation
+    rows cite). (Under ``uniform`` it is checkpointed whole, ``recompute`` ``full``;
+    under ``selective`` its transformer layer runs the modules as every layer does.)
+
+    Raises nothing; ``count`` ≥ 0.
+
+    Examples
+    --------
+    DeepSeek-V3's last stage at pp 16 (layers 57–60 and the MTP block, index 61): a count of
+    5 recomputes the 4 decoder layers, not the MTP block.
+
+    >>> block_counts(((57, 58, 59, 60, 61),), 5, 61)
+    (4,)
+    >>> block_counts(((0, 1, 2), (6, 7)), 2, 8)
+    (2, 2)
+    """
+    return tuple(min(count, sum(1 for j in chunk if j < num_layers)) for chunk in chunks)
+
+
+def recomputed_in_chunks(
+    chunks: tuple[tuple[int, ...], ...], count: int, num_layers: int
+) -> tuple[int, ...]:
     """The layers a stage fully recomputes when its count is ``count``: the first
-    ``min(count, len(chunk))`` layers of each of its model chunks, in the stage's order. The count
-    is per model chunk, as Megatron-LM's ``--recompute-method block --recompute-num-layers N``
-    (``megatron/core/transformer/transformer_block.py``, ``_checkpointed_forward``: the block is
-    one chunk's layers; NeMo's "Activation Recomputation" page: "when using virtual pipelining,
-    recompute_num_layers specifies the number of layers per virtual pipeline stage"); with one
-    chunk per stage it is the stage's first ``count`` layers
+    :func:`block_counts` layers of each of its model chunks, in the stage's order — the first
+    ``min(count, len(chunk))`` decoder layers, never an MTP block (indices ≥ ``num_layers``).
+    The count is per model chunk, as Megatron-LM's ``--recompute-method block
+    --recompute-num-layers N`` (``megatron/core/recompute.py`` ``checkpointed_forward``: the
+    block is one chunk's layers; NeMo's "Activation Recomputation" page: "when using virtual
+    pipelining, recompute_num_layers specifies the number of layers per virtual pipeline
+    stage"); with one chunk per stage it is the stage's first ``count`` layers
     (:attr:`model.layout.Layout.recompute_layers`).
 
     Examples
     --------
-    >>> recomputed_in_chunks(((0, 1, 2), (6, 7)), 2)
+    >>> recomputed_in_chunks(((0, 1, 2), (6, 7)), 2, 8)
     (0, 1, 6, 7)
-    >>> recomputed_in_chunks(((0, 1, 2),), 2)
+    >>> recomputed_in_chunks(((0, 1, 2),), 2, 3)
     (0, 1)
+    >>> recomputed_in_chunks(((2, 3, 4),), 3, 4)  # layer 4 is an MTP block
+    (2, 3)
     """
-    return tuple(j for chunk in chunks for j in chunk[:count])
+    ks = block_counts(chunks, count, num_layers)
+    return tuple(j for chunk, k in zip(chunks, ks, strict=True) for j in chunk[:k])
+
+
+def decoder_segment(split: tuple[tuple[int, ...], ...], num_layers: int) -> int:
+    """k of ``recompute`` ``sqrt``: :func:`sqrt_segment` of the most decoder layers (indices
+    below ``num_layers``) any rank of ``split`` (:func:`model.split.stage_layers`) holds — the
+    ``--recompute-num-layers`` Megatron-LM's uniform method applies to every model chunk's
+    ``TransformerBlock`` (``megatron/core/recompute.py`` ``checkpointed_forward``, Megatron-LM
+    d98e8a64dd). An MTP block is no layer of that block: ``MultiTokenPredictionLayer.
+    _checkpointed_forward`` checkpoints it alone, and only with ``recompute_num_layers == 1``
+    (:mod:`model.mtp_rules`), so it does not enter the count.
+
+    Examples
+    --------
+    Four decoder layers on two ranks and an MTP block (index 4) on the last: k = round(√2) = 1,
+    not round(√3) = 2.
+
+    >>> decoder_segment(((0, 1), (2, 3, 4)), 4)
+    1
+    """
+    return sqrt_segment(max((sum(1 for j in r if j < num_layers) for r in split), default=0))
 
 
 def sqrt_segment(num_layers: int) -> int:

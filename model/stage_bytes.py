@@ -45,6 +45,7 @@ __all__ = [
     "apply_form",
     "peak_transient",
     "embedding_bytes",
+    "mtp_recompute_transient",
     "chunk_peak",
     "sqrt_segment",
     "chunk_segment_forms",
@@ -178,14 +179,15 @@ def stage_forms(
 def stage_chunk_forms(
     local: tuple[tuple[bool, ...], ...],
     mode: Recompute,
-    recomputed: int | None,
+    recomputed: tuple[int, ...] | None,
     v: int,
     segment: int,
 ) -> tuple[Form, tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     """(kept per micro-batch, candidate transients flat, per-chunk kept forms flat, per-chunk
     layer counts) of a stage whose model chunks' layers are MoE or not as ``local`` says, under
-    ``mode`` with the first ``recomputed`` layers of each chunk fully recomputed (None: no
-    per-stage count) over ``v`` chunks a stage: :func:`block_forms` of its kinds (per model
+    ``mode`` with the first ``recomputed[c]`` layers of chunk c fully recomputed (one count per
+    chunk, :func:`model.recompute_counts.block_counts`: an MTP block is never among them; None:
+    no per-stage count) over ``v`` chunks a stage: :func:`block_forms` of its kinds (per model
     chunk, :func:`chunk_block_forms`, when there are per-stage counts and chunks), the chunks'
     own forms for the interleaved peak (:func:`chunk_form`); under √n without counts every
     chunk cut into segments of ``segment`` layers (:func:`chunk_segment_forms`). Cached on the
@@ -203,7 +205,8 @@ def stage_chunk_forms(
         kept = tuple(sum(c) for c in zip(*chunks, strict=True))
     else:
         kinds = tuple(k for chunk in local for k in chunk)  # the stage's layers in its order
-        kept, transients = block_forms(kinds, mode, recomputed)
+        count = None if recomputed is None else sum(recomputed)  # v = 1: one chunk
+        kept, transients = block_forms(kinds, mode, count)
         chunks = tuple(chunk_form(c, mode) for c in local)
     flat = tuple(x for form in transients for x in form)
     return kept, flat, tuple(x for c in chunks for x in c), tuple(map(len, local))
@@ -294,19 +297,20 @@ def block_forms(
         return stage_forms(kinds, base)
     if recomputed == len(kinds):
         return stage_forms(kinds, Recompute.FULL)
-    per_chunk, transients = chunk_block_forms((kinds,), base, recomputed)
+    per_chunk, transients = chunk_block_forms((kinds,), base, (min(recomputed, len(kinds)),))
     return per_chunk[0], transients
 
 
 @lru_cache(maxsize=4096)
 def chunk_block_forms(
-    chunks: tuple[tuple[bool, ...], ...], base: Recompute, recomputed: int
+    chunks: tuple[tuple[bool, ...], ...], base: Recompute, recomputed: tuple[int, ...]
 ) -> tuple[tuple[Form, ...], tuple[Form, ...]]:
     """(what each model chunk keeps per micro-batch, candidate recompute transients) of a stage
     whose chunks hold layers of ``chunks``' kinds (in the stage's order) and recompute the first
-    ``min(recomputed, chunk's layers)`` of each (Megatron-LM's block method per model chunk,
-    :attr:`model.layout.Layout.recompute_layers`); the other layers keep ``base`` (``none`` or
-    ``selective``).
+    ``recomputed[c]`` layers of chunk c (one count per chunk, each at most its layers:
+    Megatron-LM's block method per model chunk, :func:`model.recompute_counts.block_counts`,
+    which leaves an MTP block out; :attr:`model.layout.Layout.recompute_layers`); the other
+    layers keep ``base`` (``none`` or ``selective``).
 
     * kept by a chunk per micro-batch: its recomputed layers' ``checkpoint`` plus its other
       layers' ``full`` / ``selective`` bytes;
@@ -328,7 +332,7 @@ def chunk_block_forms(
 
     Examples
     --------
-    >>> kept, transients = chunk_block_forms(((False, False), (False, False)), Recompute.NONE, 1)
+    >>> kept, transients = chunk_block_forms(((False, False), (False, False)), Recompute.NONE, (1, 1))
     >>> [k[:4] for k in kept]
     [(1, 0, 1, 0), (1, 0, 1, 0)]
     >>> [t[:4] for t in transients]
@@ -337,15 +341,14 @@ def chunk_block_forms(
     quantity = "full" if base == Recompute.NONE else "selective"
     kept_units: list[list[list[int]]] = []
     per_chunk: list[Form] = []
-    for kinds in chunks:
-        k = min(recomputed, len(kinds))
+    for kinds, k in zip(chunks, recomputed, strict=True):
         units = [_unit(kind, "checkpoint") for kind in kinds[:k]]
         units += [_unit(kind, quantity) for kind in kinds[k:]]
         kept_units.append(units)
         per_chunk.append(tuple(_add([0] * 8, *units)))
     transients: list[Form] = []
     for c, kinds in enumerate(chunks):
-        for j in range(min(recomputed, len(kinds))):
+        for j in range(recomputed[c]):
             freed = [_scale(u, -1) for u in kept_units[c][j + 1 :]]
             transients.append(
                 tuple(
@@ -356,7 +359,7 @@ def chunk_block_forms(
                     )
                 )
             )
-    if any(recomputed < len(kinds) for kinds in chunks):
+    if any(k < len(kinds) for kinds, k in zip(chunks, recomputed, strict=True)):
         transients.append((0,) * 8)
     return tuple(per_chunk), tuple(transients)
 
@@ -420,6 +423,7 @@ def embedding_bytes(
     gathered: Any = False,
     norms_recomputed: Any = False,
     logit_bytes: Any = 4,
+    mtp_checkpointed: Any = False,
 ) -> Any:
     """Activation bytes of the embedding and the output layer per micro-batch on one GPU of a
     stage: the input embedding's dropout mask ``S·h`` (÷ tp with SP) on the ``first`` stage of a
@@ -439,7 +443,16 @@ def embedding_bytes(
     "We recompute all RMSNorm operations ... thereby eliminating the need to persistently store
     their output activations"; :attr:`model.activations.ActivationContext.every_norm` with the
     recompute module ``layernorm``) the final norm's output, the output projection's input, and
-    an MTP module's projection input (its two norms' outputs) are not kept.
+    an MTP module's projection input (its two norms' outputs) are not kept. With
+    ``mtp_checkpointed`` (``recompute`` full or √n, the MTP block recomputed whole) Megatron-Core
+    checkpoints each module's ``_proj_and_transformer_layer`` as one unit
+    (``MultiTokenPredictionLayer._checkpointed_forward``, Megatron-LM d98e8a64dd; the same
+    unit, its final norm inside, at 92c8482e6d): it keeps
+    only that call's inputs — the shifted embedding (the ``β·S·h`` checkpoint the MTP block's
+    layer form already counts) and the hidden state (the main head's input, kept there) — so
+    the module's norm inputs, its projection's input and its final norm's input are not kept
+    (they are back while it recomputes: :func:`mtp_recompute_transient`); its final norm's
+    output, the shared head's input outside the checkpoint, and its logits are.
 
     Examples
     --------
@@ -450,6 +463,17 @@ def embedding_bytes(
     Fraction(384, 1)
     >>> embedding_bytes(arch, False, True, Fraction(4), 1, False, 2, 16, norms_recomputed=True)
     Fraction(320, 1)
+
+    One MTP module: its pass through the head (2·2·4·8 + 4·4·16) and the shifted embedding's
+    norm input and projection input (3·2·4·8) more; checkpointed, its head pass less the final
+    norm's input (2·4·8 + 4·4·16).
+
+    >>> mtp = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
+    ...                    ffn_hidden_size=32, vocab_size=16, mtp_layers=1)
+    >>> embedding_bytes(mtp, False, True, Fraction(4), 1, False, 2, 16)  # 2·384 + 192
+    Fraction(960, 1)
+    >>> embedding_bytes(mtp, False, True, Fraction(4), 1, False, 2, 16, mtp_checkpointed=True)
+    Fraction(704, 1)
     """
     h, beta, d = arch.hidden_size, activation_bytes, arch.mtp_layers
     sp_div = where(sequence_parallel, tp, 1)
@@ -457,9 +481,35 @@ def embedding_bytes(
     logits = (logit_bytes + (beta if arch.final_logit_softcapping else 0)) * tokens * vocab / tp
     kept_norm_output = where(norms_recomputed, 0, 1)
     norm_output = kept_norm_output * beta * tokens * h / where(gathered, 1, sp_div)
-    head = beta * tokens * h / sp_div + norm_output + logits
-    output = (1 + d) * head + d * (1 + 2 * kept_norm_output) * beta * tokens * h / sp_div
+    one = beta * tokens * h / sp_div
+    head = one + norm_output + logits
+    kept_inputs = where(mtp_checkpointed, -1, 1 + 2 * kept_norm_output)  # −1: the norm's input
+    output = (1 + d) * head + d * kept_inputs * one
     return where(first, dropout, 0) + where(last, output, 0)
+
+
+def mtp_recompute_transient(
+    arch: Architecture, last: Any, tokens: Any, tp: Any, sequence_parallel: Any,
+    activation_bytes: int, mtp_checkpointed: Any,
+) -> Any:  # fmt: skip
+    """Bytes an MTP module's recomputation brings back beyond its transformer layer's own (which
+    the layer forms' transient counts), on the stage that holds the MTP blocks, once (the
+    modules recompute one after another in backward): its projection's input ``[S, 2h]`` and its
+    final norm's input, ``3·β·S·h`` (÷ tp with SP), which :func:`embedding_bytes` does not keep
+    under ``mtp_checkpointed``; 0 otherwise or without MTP blocks. The module's norm inputs are
+    the checkpoint's own tensors (``tensor_parallel.checkpoint`` detaches them, sharing their
+    storage).
+
+    >>> from trainplan.model.specs import Architecture
+    >>> mtp = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
+    ...                    ffn_hidden_size=32, vocab_size=16, mtp_layers=1)
+    >>> mtp_recompute_transient(mtp, True, Fraction(4), 1, False, 2, True)  # 3·2·4·8
+    Fraction(192, 1)
+    """
+    if not arch.mtp_layers:
+        return 0
+    one = activation_bytes * tokens * arch.hidden_size / where(sequence_parallel, tp, 1)
+    return where(last & mtp_checkpointed, 3 * one, 0)
 
 
 def chunk_peak(

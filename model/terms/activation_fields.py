@@ -34,6 +34,7 @@ from trainplan.model.precision import (
     fp8_recipe_of,
     keeps_fp8_transpose,
 )
+from trainplan.model.recompute_counts import block_counts, decoder_segment
 from trainplan.model.recompute_modules import profile_recompute_modules
 from trainplan.model.saved_originals import proj_saves_original
 from trainplan.model.specs import Architecture, TrainingSpec
@@ -41,7 +42,6 @@ from trainplan.model.split import stage_chunks, stage_layers
 from trainplan.model.stage_bytes import (
     layer_quantities,
     offload_quantities,
-    sqrt_segment,
     stage_chunk_forms,
 )
 from trainplan.model.te_fp8_backward import TeFp8Backward, te_fp8_backward
@@ -332,26 +332,28 @@ def _forms(
 ) -> tuple[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]], ...]:
     """Per stage, :func:`model.stage_bytes.stage_chunk_forms` of the layer kinds of its model
     chunks (kept per micro-batch, candidate transients flat, per-chunk kept forms flat,
-    per-chunk layer counts). Under √n recomputation every model chunk is cut into segments of
-    one k, round(√n) of the most layers any stage holds: Megatron-LM applies its one
+    per-chunk layer counts). Per-stage counts recompute each chunk's first decoder layers, never
+    an MTP block (:func:`model.recompute_counts.block_counts`). Under √n recomputation every model chunk is cut into segments of
+    one k, round(√n) of the most decoder layers any stage holds
+    (:func:`model.recompute_counts.decoder_segment`): Megatron-LM applies its one
     ``--recompute-num-layers`` (the one the launch line writes) to each model chunk's own
     layers."""
     split = stage_layers(arch, pp, v, uneven, sizes, schedule)
     # one k for every stage under √n (only there does it enter a stage's forms)
-    segment = sqrt_segment(max(map(len, split), default=0)) if mode is Recompute.SQRT else 0
-    return tuple(
-        stage_chunk_forms(
-            tuple(
-                tuple(arch.is_moe_layer(j) for j in chunk)
-                for chunk in stage_chunks(arch, pp, v, uneven, stage, sizes, schedule)
-            ),
-            mode,
-            None if counts is None else counts[stage],
-            v,
-            segment,
+    segment = decoder_segment(split, arch.num_layers) if mode is Recompute.SQRT else 0
+    out = []
+    for stage in range(pp):
+        chunks = stage_chunks(arch, pp, v, uneven, stage, sizes, schedule)
+        out.append(
+            stage_chunk_forms(
+                tuple(tuple(arch.is_moe_layer(j) for j in chunk) for chunk in chunks),
+                mode,
+                None if counts is None else block_counts(chunks, counts[stage], arch.num_layers),
+                v,
+                segment,
+            )
         )
-        for stage in range(pp)
-    )
+    return tuple(out)
 
 
 def kept_form(arch: Architecture, *key: Any) -> tuple[tuple[int, ...], ...]:

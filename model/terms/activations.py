@@ -36,7 +36,13 @@ from trainplan.model.pipeline import (
 from trainplan.model.schedule_cost import in_flight_units
 from trainplan.model.specs import Architecture, TrainingSpec
 from trainplan.model.split import stage_layers
-from trainplan.model.stage_bytes import apply_form, chunk_peak, embedding_bytes, peak_transient
+from trainplan.model.stage_bytes import (
+    apply_form,
+    chunk_peak,
+    embedding_bytes,
+    mtp_recompute_transient,
+    peak_transient,
+)
 from trainplan.model.terms.activation_fields import (
     CONTEXT_FIELDS,
     FORM_FIELDS,
@@ -331,6 +337,9 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     per_mb = apply_form(per_form, q)
     transient = peak_transient(split_forms(f.per_stage(transient_forms, (arch,), *FORM_FIELDS)), q)
     tokens = exact(t.seq_len) / f.cp * f.micro_batch_size
+    transient = transient + mtp_recompute_transient(
+        arch, end_stages(f)[1], tokens, f.tp, f.sp, t.activation_bytes, _mtp_whole(f)
+    )
     vocab = f.lookup(padded_vocab_of, (arch.vocab_size, c.vocab_multiple), "framework", "tp")
     emb, head = split_free(_end_bytes, c, f, tokens, vocab)  # the ends: not the splits'
     split = Schedule(f.schedule) in SPLIT_BACKWARD
@@ -369,12 +378,19 @@ def _end_bytes(c: Context, f: Fields, tokens: Any, vocab: Any) -> tuple[Any, Any
     )
     first, last = end_stages(f)
     kept = f.lookup(loss_kept, (t,), "framework")
-    args = (tokens, f.tp, f.sp, t.activation_bytes, vocab, gathered, norms, kept)
+    args = (tokens, f.tp, f.sp, t.activation_bytes, vocab, gathered, norms, kept, _mtp_whole(f))
     eager = f.lookup(final_norm_eager, (arch, t), "framework")
     norm = where(last & eager, final_norm_extra_bytes(arch, tokens, where(f.sp, f.tp, 1)), 0)
     view = f.lookup(keeps_embedding_view, (arch.dropout,), "framework") * f.sp * first
     emb = embedding_bytes(arch, first, last, *args) + norm + view * _view_rest(c, f, tokens)
     return emb, embedding_bytes(arch, False, last, *args) + norm
+
+
+def _mtp_whole(f: Fields) -> Any:
+    """Whether the MTP blocks are recomputed whole, each module checkpointed as one unit
+    (``recompute`` full or √n: :func:`model.stage_bytes.embedding_bytes` ``mtp_checkpointed``);
+    per-stage counts never take them (:func:`model.recompute_counts.block_counts`)."""
+    return (f.recompute == Recompute.FULL) | (f.recompute == Recompute.SQRT)
 
 
 def _view_rest(c: Context, f: Fields, tokens: Any) -> Any:

@@ -70,5 +70,5 @@ def recomputed_group_counts(
     for stage in range(pp):
         k = 0 if counts is None else counts[stage]
         chunks = stage_chunks(arch, pp, v, uneven, stage, sizes, schedule)
-        out.append(group_counts(arch, recomputed_in_chunks(chunks, k)))
+        out.append(group_counts(arch, recomputed_in_chunks(chunks, k, arch.num_layers)))
     return tuple(out)

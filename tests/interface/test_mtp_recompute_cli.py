@@ -1,8 +1,9 @@
 """Recompute ``sqrt`` of a model with MTP modules under ``megatron`` as a user meets it
 (:func:`model.mtp_rules.mtp_recompute_rule`; the hand derivation is in
 tests/model/test_mtp_recompute.py): each command its own process, one line naming the flag, its
-value and the rule, exit 2. DeepSeek-V3 at pp 8 holds 8 layers on its busiest rank (7 + the MTP
-block), so √n cuts segments of round(√8) = 3, which Megatron-Core's MTP layer refuses."""
+value and the rule, exit 2. DeepSeek-V3 at pp 8 holds 8 decoder layers on its busiest ranks (the
+MTP block, with the last rank's 7, is not counted: Megatron-Core checkpoints it apart), so √n
+cuts segments of round(√8) = 3, which Megatron-Core's MTP layer refuses."""
 
 from __future__ import annotations
 

@@ -129,3 +129,50 @@ def test_imbalance_rows_round_alike_in_the_tables_and_the_evaluator():
     assert deepspeed_capacity(run, np.array([3000.0]), 8, 2).tolist() == [825.0]
     # balanced routing keeps array arithmetic: T = 2,048.5 (a fractional share), T·k = 4,097
     assert rank_rows(MoERun(), np.array([2048.5]), 8, 2).tolist() == [4097.0]
+
+
+def _te_row_ids(routing_map: list[list[int]]) -> dict[tuple[int, int], int]:
+    """Transformer Engine's destination row of each routed (token, expert) pair, written out from
+    d0067d0da ``transformer_engine/common/triton/permutation.py``: ``_row_id_map_pass_1_kernel``
+    takes the cumulative sum down each expert's column of the ``[T, E]`` map, and
+    ``_row_id_map_pass_2_kernel`` adds the non-zeros of every earlier (expert, token block):
+    the pair's rank among the map's non-zeros in expert-major order."""
+    rows, n = {}, 0
+    for e in range(len(routing_map[0])):
+        for t, row in enumerate(routing_map):
+            if row[e]:
+                rows[(t, e)] = n
+                n += 1
+    return rows
+
+
+def test_padded_capacity_above_t_misplaces_rows_under_the_fused_permute():
+    """Padded to C > T, Megatron-Core's router keeps every token for every expert (an all-ones
+    map: ``apply_router_token_dropping``), and the all-to-all dispatcher asks for
+    ``num_out_tokens = C·E`` rows it reads as E blocks of C (``token_dispatch``, ``view(…,
+    capacity, …)``). Transformer Engine's fused permute (``moe_permute_fusion``) writes the pairs
+    compactly: at T = 4, E = 3, C = 6, expert 1's first row lands on row 4 (= 1·T) inside
+    expert 0's block [0, 6), not on row 6 (= 1·C); rows E·T = 12 to C·E = 18 are never written
+    (``torch.empty``). At C ≤ T each column holds exactly C non-zeros and the rows fill the
+    blocks exactly. The planner refuses C > T padded under either path (the unfused one raises
+    in ``permute``'s ``view(num_experts, capacity)``), and its line says both."""
+    T, E, C = 4, 3, 6
+    rows = _te_row_ids([[1] * E for _ in range(T)])
+    assert rows[(0, 1)] == 1 * T == 4 and rows[(0, 1)] // C == 0  # in expert 0's block
+    assert max(rows.values()) + 1 == E * T == 12 < C * E == 18  # 6 rows never written
+    capped = [[1, 1, 0], [1, 0, 1], [0, 1, 1]]  # C = 2: two per column
+    assert {
+        e: sorted(r for (_, x), r in _te_row_ids(capped).items() if x == e) for e in range(3)
+    } == {
+        0: [0, 1],
+        1: [2, 3],
+        2: [4, 5],  # expert e's rows fill [e·C, e·C + C)
+    }
+    from trainplan.model.moe_rules import capacity_violation
+
+    # gpt-oss dimensions: T 4,096, E 32, k 4, cf 9 → C = ceil(4,096·4/32 · 9) = 4,608 > T
+    line = capacity_violation(
+        MoERun(Fraction(9), pad_to_capacity=True), "megatron", 4096, 32, 4, 2880
+    )
+    assert line is not None and "C = 4,608 rows" in line
+    assert "unfused it raises" in line and "moe_permute_with_probs" in line

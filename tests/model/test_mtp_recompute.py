@@ -88,3 +88,142 @@ def test_search_tables_never_offer_sqrt_with_the_mtp_module() -> None:
         assert tables.recomputes[full] is Recompute.FULL
         assert bool(np.asarray(tables.legal)[:, :, sqrt].any()) is offered
         assert np.asarray(tables.legal)[:, :, full].any()
+
+
+# --- per-stage counts (Megatron's block method) never recompute the MTP block ---------------
+#
+# Megatron-Core's ``--recompute-method block --recompute-num-layers N`` checkpoints the first N
+# layers of each model chunk's ``TransformerBlock`` (``megatron/core/recompute.py``
+# ``checkpointed_forward``, Megatron-LM d98e8a64dd); the MTP block is no layer of it, and its
+# own ``MultiTokenPredictionLayer._checkpointed_forward`` (``multi_token_prediction.py``, since
+# 08abeedbfe) warns "recompute_method == 'block' is not supported for MTP yet. Skipping
+# recompute." and runs the block plainly. Before the rule a count as large as the last chunk
+# (its decoder layers and the MTP block) recomputed the MTP block too.
+
+
+def _small_mtp(**extra: object) -> Case:
+    """A Llama-like 2,048-wide model of 11 decoder layers and one MTP block (index 11), pp 2,
+    interleaved v 2 with model chunks of 3, 3, 3, 2 layers: stage 0 holds chunks (0, 1, 2) and
+    (6, 7, 8), stage 1 holds (3, 4, 5) and (9, 10, 11): the MTP block rides the last chunk."""
+    from tests.archs import llama_like
+    from trainplan.model.model_spec import ModelSpec
+
+    arch = dataclasses.replace(llama_like(11, 2048, 16, 5504, 32000), mtp_layers=1)
+    return Case.of(
+        model=ModelSpec(name="small-mtp", source="test", arch=arch), pp=2, tp=2,
+        seq_len=2048, global_batch_size=8, device="H100-SXM", stage_layers="3,3,3,2",
+        virtual_stages=2, schedule="interleaved", **extra,
+    )  # fmt: skip
+
+
+def test_counts_leave_the_mtp_block_out_of_the_recomputed_flops() -> None:
+    """Counts 3,3: each chunk's first 3 decoder layers — all 11 decoder layers (stage 1's last
+    chunk has only 2, 9 and 10), never the MTP block 11: 11 alike blocks' causal forward,
+    2·s·B·W + the causal core = 1,795,363,438,592 FLOPs each (before the rule the counts
+    recomputed the MTP block too, as ``full``). ``full`` (Megatron's uniform 1, which checkpoints
+    the whole MTP module, ``_proj_and_transformer_layer``) recomputes the 12 blocks and the
+    module's 2h → h projection, 2·s·B·2h·h = 2·2,048·8·2·2,048·2,048 = 274,877,906,944."""
+    from trainplan.model.flops import layer_forward_flops
+
+    full = _small_mtp(recompute="full").evaluate()
+    counts = _small_mtp(recompute="none", recompute_layers="3,3").evaluate()
+    arch = full.model.arch
+    one_block = layer_forward_flops(arch, 11, 2048, 8, causal=True)
+    assert one_block == 1_795_363_438_592
+    eh_proj = 2 * 2048 * 8 * 2 * 2048 * 2048
+    assert eh_proj == 274_877_906_944
+    assert full.flops.recomputed_flops == 12 * one_block + eh_proj
+    assert counts.flops.recomputed_flops == 11 * one_block
+    assert counts.step_s < full.step_s  # one block fewer re-run on the last stage
+
+
+def test_counts_keep_the_mtp_block_whole_in_memory() -> None:
+    """The last stage's kept form per micro-batch under counts 3,3: chunk (3, 4, 5) keeps 3
+    checkpoints, chunk (9, 10, 11) keeps 2 checkpoints and the MTP block's full bytes — (dense
+    full, dense selective, dense checkpoint, …) = (1, 0, 5, 0, …), where recomputing the MTP
+    block gave (0, 0, 6, 0, …); stage 0 (no MTP block) keeps 6 checkpoints either way and its
+    peak equals ``full``'s; the last stage holds more than under ``full``."""
+    from trainplan.model.terms.activation_fields import kept_form
+
+    arch = _small_mtp().model.arch
+    forms = kept_form(arch, 2, 2, True, (3, 3, 3, 2), "interleaved", Recompute.NONE, (3, 3))
+    assert forms == ((0, 0, 6, 0, 0, 0, 0, 0), (1, 0, 5, 0, 0, 0, 0, 0))
+    full = _small_mtp(recompute="full").evaluate()
+    counts = _small_mtp(recompute="none", recompute_layers="3,3").evaluate()
+    assert counts.stages[0].total_bytes == full.stages[0].total_bytes
+    assert counts.stages[1].total_bytes > full.stages[1].total_bytes
+
+
+def test_a_count_past_the_decoder_layers_is_refused_naming_the_mtp_block() -> None:
+    """pp 2, 6 and 5 decoder layers (the MTP block on stage 1): a count of 6 on stage 1 would
+    only have meant the MTP block, which no count recomputes."""
+    case = _small_mtp(recompute="none")
+    lay = dict(virtual_stages=1, stage_layers=(6, 5), schedule="1f1b")
+    with pytest.raises(LayoutError) as refused:
+        case.evaluate(case.layout.with_(**lay, recompute_layers=(6, 6)))
+    assert str(refused.value).startswith(
+        "recompute_layers: 6 on stage 1 is more than its 5 decoder layers"
+    )
+    assert "MultiTokenPredictionLayer._checkpointed_forward" in str(refused.value)
+    case.evaluate(case.layout.with_(**lay, recompute_layers=(6, 5)))  # runs
+
+
+def test_the_sqrt_segment_counts_decoder_layers_only() -> None:
+    """Megatron-LM's uniform ``--recompute-num-layers k`` cuts each chunk's ``TransformerBlock``
+    layers; the MTP block is checkpointed apart (k must be 1 for it). 4 decoder layers on pp 2
+    (2 and 2, the MTP block with the last): k = round(√2) = 1, the k the launch line writes
+    (round(√ of the most decoder layers a stage holds)), so ``sqrt`` runs — where counting the
+    MTP block (3 on the last rank, round(√3) = 2) refused it — and its memory is ``full``'s."""
+    from tests.archs import llama_like
+    from trainplan.model.model_spec import ModelSpec
+
+    arch = dataclasses.replace(llama_like(4, 2048, 16, 5504, 32000), mtp_layers=1)
+    assert [len(r) for r in stage_layers(arch, 2, 1, True, None, "1f1b")] == [2, 3]
+    assert mtp_segment(arch, 2, 1, True, None, "1f1b") == 1
+    case = Case.of(
+        model=ModelSpec(name="small-mtp", source="test", arch=arch), pp=2, tp=2,
+        seq_len=2048, global_batch_size=8, device="H100-SXM",
+    )  # fmt: skip
+    sqrt = case.evaluate(case.layout.with_(recompute="sqrt"))
+    full = case.evaluate(case.layout.with_(recompute="full"))
+    assert [s.total_bytes for s in sqrt.stages] == [s.total_bytes for s in full.stages]
+    from trainplan.interface.launch import megatron_flags
+
+    flags = megatron_flags(arch, case.layout.with_(recompute="sqrt"), 2).flags
+    assert flags[-6:] == ("--recompute-granularity", "full", "--recompute-method", "uniform",
+                          "--recompute-num-layers", "1")  # fmt: skip
+
+
+def test_full_keeps_only_the_mtp_modules_checkpoint() -> None:
+    """Under ``full`` Megatron-Core checkpoints each MTP module's ``_proj_and_transformer_layer``
+    as one unit (``MultiTokenPredictionLayer._checkpointed_forward``, uniform, k = 1): it keeps
+    that call's inputs only — the shifted embedding (the block's one checkpoint, β·S·h ÷ tp) and
+    the hidden state (the main head's input) — not the shifted embedding's norm input (β·S·h),
+    the projection's input ``[S, 2h]`` (2·β·S·h) nor the module's final-norm input (β·S·h): 4
+    units fewer a micro-batch in flight on the last stage; while it recomputes, its projection
+    and final-norm inputs (3 units) are back beside its layer's own transient. The small model
+    (4 layers and an MTP block, pp 2, tp 2 with SP, s 2,048, h 2,048, BF16): one unit =
+    2·2,048·2,048/2 = 4,194,304 B; the last stage holds 1 micro-batch at its peak under 1F1B.
+    Under ``none`` and ``selective`` the output layer and the module keep, with logits
+    4·S·V/tp = 4·2,048·32,000/2 = 131,072,000 B: 2 head passes of (norm input + norm output +
+    logits) = 2·(2·one + 131,072,000) = 278,921,216, plus the module's 3 units: 291,504,128 B."""
+    from tests.archs import llama_like
+    from trainplan.model.model_spec import ModelSpec
+
+    arch = dataclasses.replace(llama_like(4, 2048, 16, 5504, 32000), mtp_layers=1)
+    case = Case.of(
+        model=ModelSpec(name="small-mtp", source="test", arch=arch), pp=2, tp=2,
+        seq_len=2048, global_batch_size=8, device="H100-SXM",
+    )  # fmt: skip
+    one = 2 * 2048 * 2048 // 2
+    assert one == 4_194_304
+    acts = {
+        mode: [s.activations for s in case.evaluate(case.layout.with_(recompute=mode)).stages]
+        for mode in ("none", "selective", "full")
+    }
+    assert acts["full"][1].microbatches_in_flight == 1
+    assert acts["none"][1].embedding_bytes == acts["selective"][1].embedding_bytes == 291_504_128
+    assert acts["full"][1].embedding_bytes == 291_504_128 - 4 * one == 274_726_912
+    # the layers are alike: the last stage's transient is the first's plus the module's 3 units
+    full_first, full_last = (a.recompute_transient_bytes for a in acts["full"])
+    assert full_last - full_first == 3 * one == 12_582_912
