@@ -22,9 +22,10 @@ from trainplan.interface.search_notes import (
     headroom_note,
     headroom_notes,
     infeasible_json,
-    limit_note,
+    limit_given,
     params_meta,
     schedule_note,
+    search_meta,
     time_limit_note,
     unused_note,
     with_headroom,
@@ -143,7 +144,10 @@ def search_json(
     extra: dict[str, Any] = {}  # the params objective's fields (_params_run)
     if str(problem.objective) == "params":  # member by member (optimizer.params_search)
         left = seconds_left(limit, started)
-        run = _params_run(problem, top, left, request.layout_workers, on_tables, on_solution)
+        try:
+            run = _params_run(problem, top, left, request.layout_workers, on_tables, on_solution)
+        except InfeasibleError as err:  # its words name the limit given, not what was left
+            raise limit_given(err, left, None if request.started is None else limit) from None
         result, prepared, searched, extra = run
     else:
         searched = problem
@@ -156,7 +160,7 @@ def search_json(
     for d in answers:
         d["notes"] += [unused] if unused else []
         d["notes"] += filter(None, [schedule_note(searched.space.schedules, d["layout"])])
-    meta = _search_meta(result, len(problem.jobs), limit, before) | extra
+    meta = search_meta(result, len(problem.jobs), limit, before) | extra
     best = in_units(result.best.objective)[1]
     cost = settings_json(request, problem, best, started, on_tables, web) if compare else None
     meta["settings_cost"] = cost
@@ -212,25 +216,6 @@ def _params_run(
 
     run = params_search(problem, top, limit, workers, None, on_tables, progress_of)
     return run.result, run.prepared, run.problem, params_meta(run)
-
-
-def _search_meta(
-    result: Any, jobs: int, limit: float | None, before: float = 0.0
-) -> dict[str, Any]:
-    """The search's own fields of ``search --json``: ``status``, ``solve_seconds``,
-    ``tables_seconds``, ``shapes``, ``candidates``, ``jobs``, ``time_limit_seconds`` and
-    ``time_limit_note`` (``before``: the command's seconds before its search, which its limit
-    counts, :attr:`interface.requests.SearchRequest.started`)."""
-    return {
-        "status": result.status,
-        "solve_seconds": result.solve_seconds,
-        "tables_seconds": result.tables_seconds,
-        "shapes": result.num_shapes,
-        "candidates": result.num_candidates,
-        "jobs": jobs,
-        "time_limit_seconds": limit,
-        "time_limit_note": limit_note(result, limit, before),
-    }
 
 
 def _solutions(

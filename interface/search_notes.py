@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "unused_note", "with_unused", "schedule_note", "time_limit_note", "limit_note", "frontier_cut_note",
-    "infeasible_json", "params_meta", "params_note",
+    "limit_given", "search_meta", "infeasible_json", "params_meta", "params_note",
     "headroom_note", "headroom_notes", "with_headroom",
 ]  # fmt: skip
 
@@ -329,3 +329,36 @@ def per_stage_limit_notes(cuts: Sequence[str], limit: float | None, seconds: flo
         f"first per-stage search is given at least {SOLVE_FLOOR_S:g} s to read a point; each "
         "point's plan says whether it is proven"
     ]
+
+
+def limit_given(err: InfeasibleError, left: float | None, limit: float | None) -> InfeasibleError:
+    """``err`` (the ``params`` scan's "no member … within the time limit (S s)", S the seconds
+    the search was given: :func:`interface.requests.seconds_left`) naming the ``limit`` the user
+    gave and that it counts from the command's start (None: a limit counted from the search's
+    start, ``err`` as it is); other errors as they are.
+
+    >>> str(limit_given(InfeasibleError("nothing within the time limit (0.8 s)"), 0.8, 2.0))
+    "nothing within the time limit (2 s, counted from the command's start)"
+    """
+    said = f"({left:g} s)" if left is not None else None
+    if limit is None or said is None or said not in str(err):
+        return err
+    text = str(err).replace(said, f"({limit:g} s, counted from the command's start)")
+    return InfeasibleError(text, err.explanation, err.status)
+
+
+def search_meta(result: Any, jobs: int, limit: float | None, before: float = 0.0) -> dict[str, Any]:
+    """The search's own fields of ``search --json``: ``status``, ``solve_seconds``,
+    ``tables_seconds``, ``shapes``, ``candidates``, ``jobs``, ``time_limit_seconds`` and
+    ``time_limit_note`` (``before``: the command's seconds before its search, which its limit
+    counts, :attr:`interface.requests.SearchRequest.started`)."""
+    return {
+        "status": result.status,
+        "solve_seconds": result.solve_seconds,
+        "tables_seconds": result.tables_seconds,
+        "shapes": result.num_shapes,
+        "candidates": result.num_candidates,
+        "jobs": jobs,
+        "time_limit_seconds": limit,
+        "time_limit_note": limit_note(result, limit, before),
+    }
