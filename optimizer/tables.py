@@ -221,7 +221,11 @@ def build_tables(
     :func:`time.perf_counter` value) the jobs are filled round-robin in blocks that grow
     (:func:`round_shapes`: 64, 128, 256, then :func:`block_shapes` shapes, shared by the jobs;
     :func:`rounds`), each job's rest in one block once the pace says all of it ends well before
-    the deadline (:func:`rest_fits`), and no block is started that would end past the
+    the deadline (:func:`rest_fits`), blocks of :func:`block_shapes` at once while a block
+    would end past the deadline but the rows hold no answer yet (no cut may come before one,
+    so the pace need not be learnt: Llama 3 70B at 8,192 tokens on 16 H100s, whose first
+    allowed shape is the 309th of 348, took blocks of 64, 128 and 156 under a 1 s limit, 3.0 s
+    of CPU against 2.1 s in one block of 512), and no block is started that would end past the
     deadline at the last one's pace (:func:`block_would_pass`) once every job holds its first
     block and the tables so far are ``enough`` (an answer rather than none; default: some
     candidate fits, as :mod:`optimizer.params_search`'s probes; the layout search passes its
@@ -248,15 +252,26 @@ def build_tables(
     filled = [0] * len(per_job)  # each job's shapes filled so far, its first in order
     tables = partial(_held, problem, zs, rs, per_job, starts, filled, cols)
     per_shape_s = 0.0  # the last block's seconds per shape (its wall clock)
+    answered = [False, -1]  # whether the rows hold an answer (kept once they do), at how many
+    jobs = sum(1 for t in totals if t)
+
+    def answer() -> bool:  # unfilled rows: fits False; asked once for each count of rows
+        if not answered[0] and answered[1] != sum(filled):
+            answered[:] = [bool(enough(tables()) if enough else cols["fits"].any()), sum(filled)]
+        return bool(answered[0])
 
     def size(j: int, k: int) -> int:  # job j's block of round k under the deadline
         left = totals[j] - filled[j]
-        rest = rest_fits(deadline, per_shape_s, S - sum(filled))
-        return left if rest else min(left, round_shapes(sum(1 for t in totals if t), k))
+        if rest_fits(deadline, per_shape_s, S - sum(filled)):
+            return left
+        n = min(left, round_shapes(jobs, k))
+        if may_cut(filled, totals) and block_would_pass(deadline, per_shape_s, n) and not answer():
+            return min(left, block_shapes(jobs))  # no cut before an answer: no growth either
+        return n
 
     for j, block in blocks(per_job, None) if deadline is None else rounds(per_job, filled, size):
         cut = may_cut(filled, totals) and block_would_pass(deadline, per_shape_s, len(block))
-        if cut and (enough(tables()) if enough else cols["fits"].any()):  # unfilled: fits False
+        if cut and answer():
             break
         began = time.perf_counter()
         fill_job_rows(

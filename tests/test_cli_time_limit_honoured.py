@@ -22,13 +22,25 @@ from tests.cli_runs import trainplan
 
 LIMIT_S = 2.0
 TOLERANCE_S = 3.0
-"""How far past the limit the command may end on a loaded two-core CI machine. What the limit
-cannot cut: the first block of 64 shapes (0.28 s of CPU for this job on the development
-machine; the limit is spent on start-up under heavy load), a block started on the last one's
-pace that runs slower than it (the next, 128 shapes: about 0.35 s of CPU), CP-SAT's least time
-to read an answer (:data:`optimizer.search.SOLVE_FLOOR_S`, 1 s at most; 0.01 s here), and
-writing the answer; with the CPUs shared three ways (a load of 6 per core measured 1.5 s of CPU
-as 3.5 s of wall clock) those 1.6 s of CPU at most come to about 3 s on top of the limit."""
+"""How far past the limit the command may end on an idle two-core machine, in seconds of one
+core (:func:`_slowdown` scales it to the machine's load). What the limit cannot cut: the first
+block of 64 shapes (0.28 s of CPU for this job on the development machine; the limit may be
+spent on start-up), a block started on the last one's pace that runs slower than it (the next,
+128 shapes: about 0.35 s of CPU), CP-SAT's least time to read an answer
+(:data:`optimizer.search.SOLVE_FLOOR_S`, 1 s at most; 0.01 s here), and writing the answer:
+under 2 s of CPU, 3 s with the other CI worker on the second core."""
+
+
+def _slowdown() -> float:
+    """Wall-clock seconds per CPU second of a 0.2 s busy loop in this process now: 1 on an idle
+    core, about n on a core shared n ways (at a load of 13 on two cores the command's 1.5 s of
+    CPU took 9.8 s of wall clock). The work the limit cannot cut is CPU work, stretched alike."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    while time.process_time() - cpu < 0.2:
+        pass
+    return max(1.0, (time.perf_counter() - wall) / (time.process_time() - cpu))
+
+
 JOB = (
     "search", "--model", "deepseek-v3", "--gpus", "1024", "--gpu", "H100-SXM",
     "--framework", "fsdp2", "--time-limit", f"{LIMIT_S:g}", "--json",
@@ -36,11 +48,13 @@ JOB = (
 
 
 def test_a_short_limit_ends_the_search_within_it_and_says_the_tables_were_cut():
+    slow = _slowdown()
     began = time.monotonic()
     done = trainplan(*JOB)
     wall = time.monotonic() - began
+    slow = max(slow, _slowdown())
     assert done.returncode == 0, done.stderr[-2000:]
-    assert wall <= LIMIT_S + TOLERANCE_S, wall
+    assert wall <= LIMIT_S + TOLERANCE_S * slow, (wall, slow)
     got = json.loads(done.stdout)
     assert got["status"] == "feasible" and got["time_limit_seconds"] == LIMIT_S
     held = got["shapes"]

@@ -357,3 +357,20 @@ def test_the_rest_is_filled_whole_once_the_pace_says_it_ends_well_before_the_dea
     assert steps == [64, 284]
     assert blocked.complete
     _is_prefix(blocked, full)
+
+
+def test_past_the_deadline_without_an_answer_the_blocks_stop_growing_by_steps(problem, full):
+    """A deadline already past, and rows that hold no answer before 100 shapes (``enough``):
+    no cut may come before an answer, so after the first block of 64 the next is a whole block
+    of :func:`block_shapes` (512: the 220 shapes left) rather than 128 and then 256 — fewer
+    blocks, each of which looks its groups' figures up again. The rows are the complete
+    build's."""
+    steps: list[int] = []
+    held = build_tables(
+        problem,
+        lambda done, _: steps.append(done),
+        deadline=-1.0,
+        enough=lambda rows: len(rows.shapes) >= 100,
+    )
+    assert steps == [64, 284]
+    _is_prefix(held, full)
