@@ -9,7 +9,7 @@ from typing import Any
 
 from trainplan.interface.render.report import frontier_row
 from trainplan.interface.render.report_dict import estimate_to_dict, fit_figure
-from trainplan.interface.requests import SearchRequest
+from trainplan.interface.requests import SearchRequest, seconds_left, startup_seconds
 from trainplan.interface.search_commands import SearchRun, per_stage_request, search_problem
 from trainplan.interface.search_notes import headroom_notes, per_stage_limit_notes
 from trainplan.model.errors import InputError
@@ -85,25 +85,33 @@ def per_stage_frontier_json(
     problem = search_problem(request)
     default = PER_STAGE_FRONTIER_SEARCHES if against == "memory" else None
     budget = default if max_searches is None else max_searches
+    before = startup_seconds(request.started)  # the command's, counted by its limit
     result = per_stage_frontier(
         problem,
         against,
         request.per_stage_shapes,
-        request.time_limit,
+        seconds_left(request.time_limit, request.started),
         request.stage_workers,
         progress=progress,
         max_searches=budget,
     )
-    out = _frontier_object(result, problem, budget, max_searches is None, request.time_limit)
+    limit = request.time_limit
+    out = _frontier_object(result, problem, budget, max_searches is None, limit, before)
     return SearchRun(out, str(problem.objective), len(problem.jobs))
 
 
 def _frontier_object(
-    result: PerStageFrontier, problem: Any, budget: int | None, default: bool, limit: float | None
+    result: PerStageFrontier,
+    problem: Any,
+    budget: int | None,
+    default: bool,
+    limit: float | None,
+    before: float = 0.0,
 ) -> dict[str, Any]:
     """:func:`per_stage_frontier_json`'s object of ``result``: its points as rows, the
     ``budget`` of searches (``default`` whether it was :data:`PER_STAGE_FRONTIER_SEARCHES`),
-    the wall-clock ``limit`` given, what stopped it, and its proof in words."""
+    the wall-clock ``limit`` given (counted from the command's start, ``before`` seconds before
+    the frontier's), what stopped it, and its proof in words."""
     retries_ok = problem.constraints.allocator_retries_ok
     rows = [_frontier_point(p, result.against, peak_bytes, retries_ok) for p in result.points]
     out = {
@@ -118,7 +126,7 @@ def _frontier_object(
         "stopped": result.stopped,
         "points": rows,
         "notes": headroom_notes(problem.constraints, rows)
-        + per_stage_limit_notes(result.cuts, limit, result.seconds),
+        + per_stage_limit_notes(result.cuts, limit, result.seconds + before),
         "proof_scope": result.proof_scope,
     }
     out["proof"] = per_stage_proof(out)

@@ -13,6 +13,7 @@ then read by :func:`interface.inputs.build_case` (evaluate) and
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,7 +146,12 @@ class SearchRequest:
     per_stage_shapes: int | None = PER_STAGE_SHAPES
     """Shapes each per-stage search takes (None: every one)."""
     time_limit: float | None = None
-    """Seconds for the whole search (None: no limit)."""
+    """Seconds for the whole search (None: no limit), counted from :attr:`started`."""
+    started: float | None = None
+    """The :func:`time.perf_counter` reading from which :attr:`time_limit` counts: the command's
+    start on the command line (:data:`interface.cli.clock.STARTED`: its wall clock, loading the
+    model, the accelerator and the solver included); None: when the search begins (the web, a
+    library caller)."""
     workers: int | None = None
     """CP-SAT workers (``--workers``); None: the search's own default
     (:attr:`layout_workers`, :attr:`stage_workers`)."""
@@ -226,13 +232,48 @@ def _scenario_values(options: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+LEAST_LEFT_S = 0.01
+"""The least :func:`seconds_left` gives a search whose limit was spent before it began (a
+positive limit: the search's first block of cost tables and its solver's least time still run,
+and the answer says the limit cut it)."""
+
+
+def seconds_left(limit: float | None, started: float | None) -> float | None:
+    """What a time limit of ``limit`` seconds counted from ``started`` (a
+    :func:`time.perf_counter` reading; None: now) leaves now, s, at least :data:`LEAST_LEFT_S`;
+    None without a limit. The command line passes this to the search so that ``--time-limit``
+    bounds the command's wall clock (:attr:`SearchRequest.started`); the search's figures are
+    its own.
+
+    >>> seconds_left(None, 0.0), seconds_left(5.0, None), seconds_left(1.0, -1e9)
+    (None, 5.0, 0.01)
+    """
+    if limit is None:
+        return None
+    spent = 0.0 if started is None else time.perf_counter() - started
+    return max(LEAST_LEFT_S, limit - spent)
+
+
+def limit_start(request: SearchRequest) -> float:
+    """The :func:`time.perf_counter` reading ``request``'s time limit counts from: its
+    :attr:`~SearchRequest.started`, else now (the search's start)."""
+    return time.perf_counter() if request.started is None else request.started
+
+
+def startup_seconds(started: float | None) -> float:
+    """Seconds from ``started`` (:attr:`SearchRequest.started`; None: 0) to now: what the
+    command spent before its search began, counted by its time limit."""
+    return 0.0 if started is None else max(0.0, time.perf_counter() - started)
+
+
 def search_request(
     options: SearchRequest | Mapping[str, Any], objective: str | None = None
 ) -> SearchRequest:
     """The request of search's or frontier's options by name (click's parameters; the web's
     query parsed as them; a caller's dict): ``scenario`` (a path, or values already checked),
     ``set`` ({key: value}), the options of the scenario keys, ``per_stage`` and
-    ``per_stage_shapes``, ``time_limit``, ``workers``; ``objective`` overrides (``params`` for
+    ``per_stage_shapes``, ``time_limit``, ``started`` (:attr:`SearchRequest.started`), ``workers``;
+    ``objective`` overrides (``params`` for
     ``--maximize params``).
 
     Raises
@@ -264,6 +305,7 @@ def search_request(
         per_stage=per_stage,
         per_stage_shapes=per_stage_shapes(per_stage, options.get("per_stage_shapes")),
         time_limit=None if limit is None else float(limit),
+        started=options.get("started"),
         workers=int(options["workers"]) if options.get("workers") else None,
         scenario_file=None if path is None else str(path),
         file_keys=_file_keys(load_scenario(path), options) if path else frozenset(),

@@ -5,21 +5,27 @@ prints (:mod:`interface.commands` has the other commands'): each from the comman
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from trainplan.interface.render.report_dict import estimate_to_dict
-from trainplan.interface.requests import SearchRequest, search_request
+from trainplan.interface.requests import (
+    SearchRequest,
+    limit_start,
+    search_request,
+    seconds_left,
+    startup_seconds,
+)
 from trainplan.interface.search_notes import (
     frontier_limit_notes,
     headroom_note,
     headroom_notes,
     infeasible_json,
-    limit_note,
+    limit_given,
     params_meta,
     schedule_note,
+    search_meta,
     time_limit_note,
     unused_note,
     with_headroom,
@@ -130,13 +136,18 @@ def search_json(
     from trainplan.interface.textbook_note import textbook_json
     from trainplan.optimizer.axis_rules import unused_values
 
-    started = time.perf_counter()
     request = search_request(kw, "params" if maximize else None)
+    started = limit_start(request)
     problem = search_problem(request)
     limit = request.time_limit
+    before = startup_seconds(request.started)  # the command's, counted by its limit
     extra: dict[str, Any] = {}  # the params objective's fields (_params_run)
     if str(problem.objective) == "params":  # member by member (optimizer.params_search)
-        run = _params_run(problem, top, limit, request.layout_workers, on_tables, on_solution)
+        left = seconds_left(limit, started)
+        try:
+            run = _params_run(problem, top, left, request.layout_workers, on_tables, on_solution)
+        except InfeasibleError as err:  # its words name the limit given, not what was left
+            raise limit_given(err, left, None if request.started is None else limit) from None
         result, prepared, searched, extra = run
     else:
         searched = problem
@@ -149,7 +160,7 @@ def search_json(
     for d in answers:
         d["notes"] += [unused] if unused else []
         d["notes"] += filter(None, [schedule_note(searched.space.schedules, d["layout"])])
-    meta = _search_meta(result, len(problem.jobs), limit) | extra
+    meta = search_meta(result, len(problem.jobs), limit, before) | extra
     best = in_units(result.best.objective)[1]
     cost = settings_json(request, problem, best, started, on_tables, web) if compare else None
     meta["settings_cost"] = cost
@@ -173,7 +184,7 @@ def _step_run(
     from trainplan.interface.setting_cost import best_without
     from trainplan.optimizer.search import prepare, search
 
-    limit = request.time_limit
+    limit = seconds_left(request.time_limit, started)  # the command's limit, what is left of it
     prepared = prepare(problem, on_tables, limit)
     progress = _solutions(on_solution, problem, _in_units(problem, prepared))
     try:
@@ -205,22 +216,6 @@ def _params_run(
 
     run = params_search(problem, top, limit, workers, None, on_tables, progress_of)
     return run.result, run.prepared, run.problem, params_meta(run)
-
-
-def _search_meta(result: Any, jobs: int, limit: float | None) -> dict[str, Any]:
-    """The search's own fields of ``search --json``: ``status``, ``solve_seconds``,
-    ``tables_seconds``, ``shapes``, ``candidates``, ``jobs``, ``time_limit_seconds`` and
-    ``time_limit_note``."""
-    return {
-        "status": result.status,
-        "solve_seconds": result.solve_seconds,
-        "tables_seconds": result.tables_seconds,
-        "shapes": result.num_shapes,
-        "candidates": result.num_candidates,
-        "jobs": jobs,
-        "time_limit_seconds": limit,
-        "time_limit_note": limit_note(result, limit),
-    }
 
 
 def _solutions(
@@ -313,9 +308,8 @@ def per_stage_json(kw: SearchRequest | Mapping[str, Any]) -> SearchRun:
 
     request = per_stage_request(kw)
     problem = search_problem(request)
-    result = per_stage_search(
-        problem, request.per_stage_shapes, request.time_limit, request.stage_workers
-    )
+    left = seconds_left(request.time_limit, request.started)  # the command's limit, what is left
+    result = per_stage_search(problem, request.per_stage_shapes, left, request.stage_workers)
     assert result.uniform is not None and result.uniform_ns is not None  # without_uniform unset
     plan = result.plan
     d = estimate_to_dict(plan, per_stage=True)  # every stage's memory rows, as evaluate's
@@ -456,14 +450,16 @@ def frontier_json(
     from trainplan.interface.setting_cost import best_without, settings_json
     from trainplan.optimizer.search import frontier, prepare
 
-    started = time.perf_counter()
     request = search_request(kw)
+    started = limit_start(request)
     problem = search_problem(request)
     problem.check_frontier_axis(against)  # bad input before the tables are built
     limit = request.time_limit
-    prepared = prepare(problem, on_tables, limit)
+    before = startup_seconds(request.started)
+    left = seconds_left(limit, started)  # the command's limit, what is left of it
+    prepared = prepare(problem, on_tables, left)
     try:
-        result = frontier(problem, against, limit, request.layout_workers, prepared=prepared)
+        result = frontier(problem, against, left, request.layout_workers, prepared=prepared)
     except InfeasibleError as err:
         err = with_headroom(with_unused(err, problem, prepared[0]), problem.constraints)
         raise best_without(err, request, problem, started, on_tables) from None
@@ -484,7 +480,7 @@ def frontier_json(
         "candidates": result.num_candidates,
         "points": rows,
         "notes": headroom_notes(problem.constraints, rows)
-        + frontier_limit_notes(prepared[0].cut(), limit, result),
+        + frontier_limit_notes(prepared[0].cut(), limit, result, before),
     }
     fastest = in_units(result.points[0].objective)[1]
     out["settings_cost"] = settings_json(request, problem, fastest, started, on_tables, web)

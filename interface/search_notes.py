@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "unused_note", "with_unused", "schedule_note", "time_limit_note", "limit_note", "frontier_cut_note",
-    "infeasible_json", "params_meta", "params_note",
+    "limit_given", "search_meta", "infeasible_json", "params_meta", "params_note",
     "headroom_note", "headroom_notes", "with_headroom",
 ]  # fmt: skip
 
@@ -132,29 +132,46 @@ def with_headroom(err: InfeasibleError, constraints: Any) -> InfeasibleError:
 
 
 def time_limit_note(
-    limit: float | None, tables_s: float, solve_s: float, cut: str | None = None
+    limit: float | None,
+    tables_s: float,
+    solve_s: float,
+    cut: str | None = None,
+    before_s: float = 0.0,
 ) -> str | None:
     """What ``--time-limit`` did when the search took longer (None when it held, or none was
     given): ``cut`` (:meth:`optimizer.tables.CostTables.cut`) the shapes it left out of the cost
     tables, which are filled in blocks of :func:`optimizer.tables.block_shapes` shapes with the
     limit looked at between blocks once some candidate meets the constraints; and CP-SAT gets at least
-    :data:`optimizer.search.SOLVE_FLOOR_S` to read an answer."""
-    from trainplan.optimizer.search import SOLVE_FLOOR_S
-    from trainplan.optimizer.tables import BLOCK_SHAPES, MIN_BLOCK_SHAPES
+    :data:`optimizer.search.SOLVE_FLOOR_S` to read an answer. ``before_s``: the command's seconds
+    before its search began (loading the model, the accelerator, the solver), which the limit
+    counts too (:attr:`interface.requests.SearchRequest.started`).
 
-    if limit is None or (tables_s + solve_s <= limit and not cut):
+    >>> time_limit_note(2.0, 0.5, 0.1, None, 1.0) is None
+    True
+    >>> time_limit_note(2.0, 1.2, 0.1, None, 1.0)[:71]
+    'the time limit of 2 s was passed (1.00 s of start-up + 1.20 s of cost t'
+    """
+    from trainplan.optimizer.search import SOLVE_FLOOR_S
+    from trainplan.optimizer.table_blocks import (
+        BLOCK_SHAPES,
+        FIRST_BLOCK_SHAPES,
+        MIN_BLOCK_SHAPES,
+    )
+
+    if limit is None or (before_s + tables_s + solve_s <= limit and not cut):
         return None
+    startup = f"{before_s:.2f} s of start-up + " if before_s else ""
     if cut:
         return (
-            f"{cut}; {tables_s:.2f} s of cost tables + {solve_s:.2f} s of CP-SAT: the answer is "
-            "the best of those, not proven; a longer --time-limit searches the rest"
+            f"{cut}; {startup}{tables_s:.2f} s of cost tables + {solve_s:.2f} s of CP-SAT: the "
+            "answer is the best of those, not proven; a longer --time-limit searches the rest"
         )
     return (
-        f"the time limit of {limit:g} s was passed ({tables_s:.2f} s of cost tables + "
-        f"{solve_s:.2f} s of CP-SAT): the cost tables are filled in blocks "
-        f"of {BLOCK_SHAPES:,} shapes (with several jobs, shared among them, at least "
-        f"{MIN_BLOCK_SHAPES:,} each), the limit looked at between blocks once a candidate meets "
-        "the constraints, "
+        f"the time limit of {limit:g} s was passed ({startup}{tables_s:.2f} s of cost tables + "
+        f"{solve_s:.2f} s of CP-SAT): the cost tables are filled in blocks growing from "
+        f"{FIRST_BLOCK_SHAPES:,} to {BLOCK_SHAPES:,} shapes (with several jobs, shared among "
+        f"them, at least {MIN_BLOCK_SHAPES:,} each), the limit looked at between blocks once a "
+        "candidate meets the constraints, "
         f"and CP-SAT is given at least {SOLVE_FLOOR_S:g} s to read an answer; the status says "
         "whether that answer is proven"
     )
@@ -232,12 +249,14 @@ def params_note(result: Any) -> str | None:
     )
 
 
-def limit_note(result: Any, limit: float | None) -> str | None:
+def limit_note(result: Any, limit: float | None, before_s: float = 0.0) -> str | None:
     """What the time limit did (:func:`time_limit_note`; a search's ``time_limit_note``,
     ``result`` its :class:`optimizer.search.SearchResult`); under the ``params`` objective the
     family's bracket it left (:func:`params_note`) first, then the cut of the answer's cost
     tables where there is one (a probe cut once it held an allowed candidate)."""
-    spent = time_limit_note(limit, result.tables_seconds, result.solve_seconds, result.cut)
+    spent = time_limit_note(
+        limit, result.tables_seconds, result.solve_seconds, result.cut, before_s
+    )
     bracket = params_note(result)
     if bracket is None:
         return spent
@@ -257,14 +276,17 @@ def frontier_cut_note(cut: str | None) -> list[str]:
     ]
 
 
-def frontier_limit_notes(cut: str | None, limit: float | None, result: Any) -> list[str]:
+def frontier_limit_notes(
+    cut: str | None, limit: float | None, result: Any, before_s: float = 0.0
+) -> list[str]:
     """What ``--time-limit`` (``limit``, seconds) did to the layout frontier
     (:func:`interface.search_commands.frontier_json`; ``result`` its
     :class:`optimizer.search.FrontierResult`, whose ``tables_seconds`` and ``solve_seconds`` are
     its seconds of cost tables and of CP-SAT): the shapes it left out of the cost tables
     (``cut``, :meth:`optimizer.tables.CostTables.cut`: :func:`frontier_cut_note`), or, where it
     cut none but the tables and CP-SAT took longer than the limit, the note the search prints
-    (:func:`time_limit_note`); [] when the limit held or none was given.
+    (:func:`time_limit_note`; ``before_s`` the command's seconds before it, which the limit
+    counts); [] when the limit held or none was given.
 
     >>> from types import SimpleNamespace as Seconds
     >>> frontier_limit_notes(None, 5.0, Seconds(tables_seconds=1.0, solve_seconds=2.0))
@@ -276,7 +298,7 @@ def frontier_limit_notes(cut: str | None, limit: float | None, result: Any) -> l
     """
     if cut is not None:
         return frontier_cut_note(cut)
-    spent = time_limit_note(limit, result.tables_seconds, result.solve_seconds)
+    spent = time_limit_note(limit, result.tables_seconds, result.solve_seconds, None, before_s)
     return [] if spent is None else [spent]
 
 
@@ -307,3 +329,36 @@ def per_stage_limit_notes(cuts: Sequence[str], limit: float | None, seconds: flo
         f"first per-stage search is given at least {SOLVE_FLOOR_S:g} s to read a point; each "
         "point's plan says whether it is proven"
     ]
+
+
+def limit_given(err: InfeasibleError, left: float | None, limit: float | None) -> InfeasibleError:
+    """``err`` (the ``params`` scan's "no member … within the time limit (S s)", S the seconds
+    the search was given: :func:`interface.requests.seconds_left`) naming the ``limit`` the user
+    gave and that it counts from the command's start (None: a limit counted from the search's
+    start, ``err`` as it is); other errors as they are.
+
+    >>> str(limit_given(InfeasibleError("nothing within the time limit (0.8 s)"), 0.8, 2.0))
+    "nothing within the time limit (2 s, counted from the command's start)"
+    """
+    said = f"({left:g} s)" if left is not None else None
+    if limit is None or said is None or said not in str(err):
+        return err
+    text = str(err).replace(said, f"({limit:g} s, counted from the command's start)")
+    return InfeasibleError(text, err.explanation, err.status)
+
+
+def search_meta(result: Any, jobs: int, limit: float | None, before: float = 0.0) -> dict[str, Any]:
+    """The search's own fields of ``search --json``: ``status``, ``solve_seconds``,
+    ``tables_seconds``, ``shapes``, ``candidates``, ``jobs``, ``time_limit_seconds`` and
+    ``time_limit_note`` (``before``: the command's seconds before its search, which its limit
+    counts, :attr:`interface.requests.SearchRequest.started`)."""
+    return {
+        "status": result.status,
+        "solve_seconds": result.solve_seconds,
+        "tables_seconds": result.tables_seconds,
+        "shapes": result.num_shapes,
+        "candidates": result.num_candidates,
+        "jobs": jobs,
+        "time_limit_seconds": limit,
+        "time_limit_note": limit_note(result, limit, before),
+    }

@@ -249,9 +249,14 @@ class RLHFPlanRequest:
     offload: bool = True
     """Let trainable roles offload."""
     time_limit: float | None = None
-    """Seconds for the whole search, table building included (None: no limit)."""
+    """Seconds for the whole search, table building included (None: no limit), counted from
+    :attr:`started`."""
     workers: int = 2
     """CP-SAT workers."""
+    started: float | None = None
+    """The :func:`time.perf_counter` reading from which :attr:`time_limit` counts (the command's
+    start on the command line, :attr:`interface.requests.SearchRequest.started`; None: when the
+    search begins)."""
 
 
 TAB_REQUESTS: dict[str, type] = {

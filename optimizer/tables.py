@@ -43,6 +43,19 @@ from trainplan.optimizer.job_rows import fill_job_rows, fit_columns
 from trainplan.optimizer.launch_tables import objective_divisor, with_launch_order
 from trainplan.optimizer.problem import Job, Problem, job_model_flops
 from trainplan.optimizer.space import SearchSpace, Shape, legal_shapes
+from trainplan.optimizer.table_blocks import (
+    BLOCK_SHAPES,
+    FIRST_BLOCK_SHAPES,
+    MIN_BLOCK_SHAPES,
+    WHOLE_REST_MARGIN,
+    block_shapes,
+    block_would_pass,
+    blocks,
+    may_cut,
+    rest_fits,
+    round_shapes,
+    rounds,
+)
 
 __all__ = [
     "CostTables",
@@ -60,19 +73,15 @@ __all__ = [
     "BLOCK_SHAPES",
     "MIN_BLOCK_SHAPES",
     "block_shapes",
+    "round_shapes",
+    "FIRST_BLOCK_SHAPES",
+    "WHOLE_REST_MARGIN",
     "blocks",
     "MAX_SHAPES_PER_JOB",
 ]
 
 MAX_ROWS = 2_000_000
 """Refuse tables larger than this many (shape × modifier) rows; narrow the space instead."""
-BLOCK_SHAPES = 512
-"""Shapes of a job whose rows are filled at once under a time limit, between two looks at its
-deadline (:func:`build_tables`). Every term is evaluated shape by shape
-(:func:`optimizer.columns.tabulate` groups the shapes only to look each figure up once), so a row
-does not depend on the block it is filled in; but each block looks its groups' figures up again:
-Mixtral 8x7B on 64 H100s (1,948 shapes, megatron and fsdp2) took 3.6 s of CPU whole and 6.2 s in
-blocks of 512 (25 s in blocks of 37), so without a time limit a job is filled whole."""
 MAX_SHAPES_PER_JOB = 200_000
 """Refuse a job with more legal shapes than this (the arrays of one job live in memory at once)."""
 
@@ -209,9 +218,15 @@ def build_tables(
     Each job's shapes are in their tie-break order (:func:`optimizer.space.legal_shapes`: fewest
     model-parallel GPUs first; no cheaper principled order ranks shapes before their terms are
     evaluated). Without a ``deadline`` each job is filled whole, job after job. With one (a
-    :func:`time.perf_counter` value) the jobs are filled round-robin in blocks of
-    :func:`block_shapes` shapes (:func:`blocks`), and no block is started that would end past the
-    deadline at the last one's pace (:func:`_block_would_pass`) once every job holds its first
+    :func:`time.perf_counter` value) the jobs are filled round-robin in blocks that grow
+    (:func:`round_shapes`: 64, 128, 256, then :func:`block_shapes` shapes, shared by the jobs;
+    :func:`rounds`), each job's rest in one block once the pace says all of it ends well before
+    the deadline (:func:`rest_fits`), blocks of :func:`block_shapes` at once while a block
+    would end past the deadline but the rows hold no answer yet (no cut may come before one,
+    so the pace need not be learnt: Llama 3 70B at 8,192 tokens on 16 H100s, whose first
+    allowed shape is the 309th of 348, took blocks of 64, 128 and 156 under a 1 s limit, 3.0 s
+    of CPU against 2.1 s in one block of 512), and no block is started that would end past the
+    deadline at the last one's pace (:func:`block_would_pass`) once every job holds its first
     block and the tables so far are ``enough`` (an answer rather than none; default: some
     candidate fits, as :mod:`optimizer.params_search`'s probes; the layout search passes its
     solver's mask, :func:`optimizer.rules.allowed`, so ``min_mfu`` and the NVLink rule count):
@@ -236,11 +251,27 @@ def build_tables(
     starts = np.concatenate([[0], np.cumsum(totals)]).astype(int).tolist()
     filled = [0] * len(per_job)  # each job's shapes filled so far, its first in order
     tables = partial(_held, problem, zs, rs, per_job, starts, filled, cols)
-    size = None if deadline is None else block_shapes(sum(1 for t in totals if t))
     per_shape_s = 0.0  # the last block's seconds per shape (its wall clock)
-    for j, block in blocks(per_job, size):
-        cut = _may_cut(filled, totals) and _block_would_pass(deadline, per_shape_s, len(block))
-        if cut and (enough(tables()) if enough else cols["fits"].any()):  # unfilled: fits False
+    answered = [False, -1]  # whether the rows hold an answer (kept once they do), at how many
+    jobs = sum(1 for t in totals if t)
+
+    def answer() -> bool:  # unfilled rows: fits False; asked once for each count of rows
+        if not answered[0] and answered[1] != sum(filled):
+            answered[:] = [bool(enough(tables()) if enough else cols["fits"].any()), sum(filled)]
+        return bool(answered[0])
+
+    def size(j: int, k: int) -> int:  # job j's block of round k under the deadline
+        left = totals[j] - filled[j]
+        if rest_fits(deadline, per_shape_s, S - sum(filled)):
+            return left
+        n = min(left, round_shapes(jobs, k))
+        if may_cut(filled, totals) and block_would_pass(deadline, per_shape_s, n) and not answer():
+            return min(left, block_shapes(jobs))  # no cut before an answer: no growth either
+        return n
+
+    for j, block in blocks(per_job, None) if deadline is None else rounds(per_job, filled, size):
+        cut = may_cut(filled, totals) and block_would_pass(deadline, per_shape_s, len(block))
+        if cut and answer():
             break
         began = time.perf_counter()
         fill_job_rows(
@@ -255,51 +286,6 @@ def build_tables(
     if progress and not held.complete:
         progress(len(held.shapes), S, held.cut())
     return held
-
-
-def _block_would_pass(
-    deadline: float | None, per_shape_s: float, shapes: int, now: float | None = None
-) -> bool:
-    """Whether a block of ``shapes`` shapes started at ``now`` (default: the clock's reading)
-    would end past ``deadline`` (:func:`time.perf_counter` seconds; None: never), at the last
-    block's ``per_shape_s`` seconds per shape (0 before the first): a block not started cannot
-    overrun the limit, a block started can by
-    all its seconds (:func:`build_tables` measured 5.4 s of tables under a 5 s limit for
-    DeepSeek-V3 on 1,024 H100s under fsdp2, its 512-shape blocks about 0.5 s each on a
-    two-core machine). The estimate only decides where the build stops; it changes no row.
-
-    >>> _block_would_pass(10.0, 0.01, 64, 9.0), _block_would_pass(10.0, 0.02, 64, 9.0)
-    (False, True)
-    >>> _block_would_pass(10.0, 0.0, 64, 10.5), _block_would_pass(None, 1.0, 64, 10.5)
-    (True, False)
-    """
-    if deadline is None:
-        return False
-    return (time.perf_counter() if now is None else now) + per_shape_s * shapes > deadline
-
-
-MIN_BLOCK_SHAPES = 64
-"""The fewest shapes :func:`block_shapes` gives a job's block under a time limit: each block
-looks its groups' figures up again (:data:`BLOCK_SHAPES`), so smaller blocks cost more in all."""
-
-
-def block_shapes(jobs: int) -> int:
-    """Shapes in a block of each of ``jobs`` jobs with shapes under a time limit
-    (:func:`build_tables`): ``max(MIN_BLOCK_SHAPES, BLOCK_SHAPES // jobs)``, so that the first
-    round (every job's first block, which a deadline does not cut) costs about one block of
-    :data:`BLOCK_SHAPES` shapes however many jobs there are, instead of a whole block per job
-    (llama3-405b on 512..2048 H100s, 4 jobs, 1,696 shapes: the first round held 1,633 of them).
-
-    >>> [block_shapes(n) for n in (0, 1, 2, 4, 8, 16)]
-    [512, 512, 256, 128, 64, 64]
-    """
-    return max(MIN_BLOCK_SHAPES, BLOCK_SHAPES // max(1, jobs))
-
-
-def _may_cut(filled: list[int], totals: tuple[int, ...]) -> bool:
-    """Whether a deadline may cut the build now: every job holds its first block (or has no
-    shape), so that each job of a cut search has a share (:func:`build_tables`)."""
-    return all(f or not t for f, t in zip(filled, totals, strict=True))
 
 
 def _held(
@@ -330,29 +316,6 @@ def _held(
         job_shapes_in_all=totals,
         allocator_retries_ok=problem.constraints.allocator_retries_ok,
     )  # fmt: skip
-
-
-def blocks(
-    per_job: list[tuple[Job, tuple[Shape, ...]]], size: int | None
-) -> list[tuple[int, tuple[Shape, ...]]]:
-    """Each job's index with a run of its shapes: with ``size``, runs of at most ``size``
-    shapes taken round-robin (each job's first run, then each job's second, …; a job's runs in
-    its shapes' order), so that a time limit's cut leaves every job a share; None: each job
-    whole, job after job. A job without shapes has none.
-
-    >>> jobs = [(None, (1, 2, 3)), (None, ()), (None, (4,))]
-    >>> [(j, b) for j, b in blocks(jobs, 2)], [(j, b) for j, b in blocks(jobs, None)]
-    ([(0, (1, 2)), (2, (4,)), (0, (3,))], [(0, (1, 2, 3)), (2, (4,))])
-    """
-    if size is None:
-        return [(j, found) for j, (_, found) in enumerate(per_job) if found]
-    longest = max((len(found) for _, found in per_job), default=0)
-    return [
-        (j, found[a : a + size])
-        for a in range(0, longest, size)
-        for j, (_, found) in enumerate(per_job)
-        if a < len(found)
-    ]
 
 
 def job_shapes(problem: Problem, per_shape: int) -> list[tuple[Job, tuple[Shape, ...]]]:

@@ -417,7 +417,7 @@ def test_the_time_limit_says_what_it_did(slow_runs):
     else:
         assert "proven optimal" in text.stdout
         assert "Note: the time limit of 0.001 s was passed (" in text.stdout
-        assert "the cost tables are filled in blocks of 512 shapes" in text.stdout
+        assert "the cost tables are filled in blocks growing from 64 to 512 shapes" in text.stdout
     got = json.loads(out.stdout)
     if out.returncode == 1:
         assert got["status"] == "unknown"

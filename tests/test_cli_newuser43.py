@@ -34,10 +34,12 @@ def test_search_help_says_what_the_time_limit_bounds():
         assert done.returncode == 0, done.stderr
         text = " ".join(done.stdout.split())
         assert (
-            "--time-limit NUMBER Seconds for the whole search, table building included: the cost "
-            "tables are filled a block of shapes at a time and the limit is checked between "
-            "blocks once some layout meets the constraints (the shapes not reached are left out), "
-            "and CP-SAT gets "
+            "--time-limit NUMBER Seconds for the whole command, counted from its start (loading "
+            "the model, the accelerator and the solver included, as a clock on the wall measures "
+            "it), table building included: the cost tables are filled a block of shapes at a time "
+            "(blocks growing from 64 to 512 shapes) and the limit is checked between blocks once "
+            "some layout meets the constraints (a block the last one's pace says would end past "
+            "the limit is not started; the shapes not reached are left out), and CP-SAT gets "
             "what remains (at least 1 s)"
         ) in text
 

@@ -13,19 +13,30 @@ from tests.cli_runs import refusal, run_many, trainplan
 
 def test_a_per_stage_frontier_cut_before_any_base_layout_proves_no_gap():
     """``frontier --per-stage --time-limit 0.01`` on Llama 3 70B and 256 H100s spends the limit
-    on the uniform tables; its per-stage search searches no base layout (no shape, status
-    feasible), so nothing bounds a split. Its point said "proven gap 0 ns" (``gap_s`` 0.0): a
+    on the uniform tables; where its per-stage search then searches no base layout (no shape,
+    status feasible), nothing bounds a split. Its point said "proven gap 0 ns" (``gap_s`` 0.0): a
     proof that was never made. The gap is now null, as ``search --per-stage`` says it
-    (:attr:`optimizer.per_stage.PerStageResult.gap_ns`), and the table says none was proven."""
+    (:attr:`optimizer.per_stage.PerStageResult.gap_ns`), and the table says none was proven.
+
+    The first search has at least 1 s (:meth:`optimizer.per_stage_frontier.Budget.time_limit`);
+    since the uniform tables are cut after a first block of 64 shapes (it was 512, which took
+    that second), a machine fast enough searches a base in it and the point is a per-stage plan,
+    not proven, with the gap it proved (or none, where the limit stopped that proof): either
+    way no gap is claimed that was not proven."""
     args = "frontier --per-stage --model llama3-70b --gpus 256 --time-limit 0.01".split()
     runs = run_many({"text": args, "json": [*args, "--json"]})
     for name in ("text", "json"):
         assert runs[name].returncode == 0, runs[name].stderr[-2000:]
     points = json.loads(runs["json"].stdout)["points"]
-    assert [(p["plan"], p["proven"], p["gap_s"]) for p in points] == [("uniform", False, None)]
+    assert len(points) == 1 and points[0]["proven"] is False
     text = runs["text"].stdout
-    assert "none proven (time limit)" in text
-    assert " 0 ns " not in text
+    point = points[0]
+    assert point["plan"] in ("uniform", "per-stage")
+    if point["plan"] == "uniform":  # no base searched: no gap
+        assert point["gap_s"] is None
+    assert point["gap_s"] is None or point["gap_s"] >= 0  # a gap only where one was proven
+    # the text is another process, which may have searched a base or not: it never says both
+    assert not ("none proven (time limit)" in text and " 0 ns " in text)
 
 
 def test_an_rlhf_plan_cut_by_its_time_limit_says_the_limit_was_the_cause():

@@ -12,9 +12,10 @@ import importlib
 
 import click
 
+from trainplan.interface.cli.clock import STARTED
 from trainplan.interface.cli.common import GuardedGroup, run_guarded
 
-__all__ = ["main", "cli", "register_commands"]
+__all__ = ["main", "cli", "register_commands", "STARTED"]
 
 
 COMMAND_MODULES: dict[str, str] = {

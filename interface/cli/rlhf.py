@@ -18,10 +18,12 @@ import click
 
 from trainplan.interface import tabs
 from trainplan.interface.cli import cli
+from trainplan.interface.cli.clock import STARTED
 from trainplan.interface.cli.common import COUNT, INTERRUPTED, POSITIVE, WEB_QUERY, echo_json
 from trainplan.interface.cli.interrupt import Interrupted, interruptible
 from trainplan.interface.commands import rlhf_json
 from trainplan.interface.flags import with_flags
+from trainplan.interface.requests import seconds_left
 from trainplan.model.errors import InfeasibleError, InputError
 from trainplan.model.rlhf.spec import placed_algorithm
 
@@ -323,8 +325,10 @@ def _secs(x: float) -> str:
 @click.option(
     "--time-limit",
     type=POSITIVE,
-    help="Seconds for the whole search, table building included; out of time: the best "
-    "found (status feasible), or none (status unknown, exit 1) — never 'infeasible'.",
+    help="Seconds for the whole command, counted from its start (loading the model and the "
+    "accelerator included, as a clock on the wall measures it), table building included; out "
+    "of time: the best found (status feasible), or none (status unknown, exit 1) — never "
+    "'infeasible'.",
 )
 @click.option("--workers", type=COUNT, default=2, show_default=True, help="CP-SAT threads.")
 @click.option("--width", type=COUNT, default=72, show_default=True, help="Columns of the timeline.")
@@ -349,13 +353,15 @@ def rlhf_plan_cmd(
     from trainplan.interface.rlhf.text import result_lines
     from trainplan.optimizer.rlhf.search import search_placement
 
-    request = plan_request({**kw, "offload": offload, "time_limit": time_limit, "workers": workers})
+    search = {"offload": offload, "time_limit": time_limit, "workers": workers}
+    request = plan_request({**kw, **search, "started": STARTED})  # the command's wall clock
     inp, problem = plan_problem(request)
     limit = request.time_limit
+    left = seconds_left(limit, request.started)
     try:
         with _progress(as_json) as progress:
             result, stopped = interruptible(
-                lambda: search_placement(problem, limit, request.workers, _stoppable(progress))
+                lambda: search_placement(problem, left, request.workers, _stoppable(progress))
             )
     except InfeasibleError as err:
         if as_json:
@@ -366,6 +372,7 @@ def rlhf_plan_cmd(
                 click.echo(f"  - {with_flags(line)}", err=True)
         raise SystemExit(1) from None
     res = plan_json(inp, result, stopped)
+    res["time_limit_seconds"] = limit  # the limit given (the search had what start-up left)
     if as_json:
         echo_json(res)
     else:

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from trainplan.interface.cli import cli
+from trainplan.interface.cli.clock import STARTED
 from trainplan.interface.cli.common import (
     COUNT,
     INTERRUPTED,
@@ -197,12 +198,14 @@ SOLVER: list[Decorator] = [
         "--time-limit",
         "time_limit",
         type=POSITIVE,
-        help="Seconds for the whole search, table building included: the cost tables are "
-        "filled a block of shapes at a time and the limit is checked between blocks once some "
-        "layout meets the constraints (the shapes not reached are left out), and CP-SAT gets "
-        "what remains (at "
-        f"least {SOLVE_FLOOR_S:g} s); the best found, status feasible (not proven) when it runs "
-        "out (default: no limit).",
+        help="Seconds for the whole command, counted from its start (loading the model, the "
+        "accelerator and the solver included, as a clock on the wall measures it), table "
+        "building included: the cost tables are filled a block of shapes at a time (blocks "
+        "growing from 64 to 512 shapes) and the limit is checked between blocks once some "
+        "layout meets the constraints (a block the last one's pace says would end past the "
+        "limit is not started; the shapes not reached are left out), and CP-SAT gets what "
+        f"remains (at least {SOLVE_FLOOR_S:g} s); the best found, status feasible (not proven) "
+        "when it runs out (default: no limit).",
     ),
     click.option(
         "--workers",
@@ -330,6 +333,7 @@ def search_cmd(
     Example: trainplan search --model llama3-405b --gpus 16384 --gpu H100-SXM
     """
     options = {**kw, "per_stage": per_stage, "per_stage_shapes": per_stage_shapes}
+    options["started"] = STARTED  # --time-limit counts the command's wall clock
     request = search_request(options, "params" if maximize else None)
     if request.per_stage:
         if top != 1 or maximize:

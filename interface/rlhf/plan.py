@@ -27,7 +27,7 @@ from trainplan.optimizer.rlhf.tables import RLHFProblem
 __all__ = ["SEARCH_OPTIONS", "plan_request", "plan_problem", "plan_json", "infeasible_json",
            "rlhf_plan_json"]  # fmt: skip
 
-SEARCH_OPTIONS = ("offload", "time_limit", "workers")
+SEARCH_OPTIONS = ("offload", "time_limit", "workers", "started")
 """``rlhf-plan``'s own options (the search's), beside the workload options it shares with
 ``trainplan rlhf`` (:class:`~interface.tab_requests.RLHFRequest`)."""
 _DISPLAY = ("as_json", "width")
@@ -38,8 +38,9 @@ def plan_request(kw: Mapping[str, Any]) -> RLHFPlanRequest:
     """The request of ``rlhf-plan``'s parsed options by name (click's parameters, or the web's
     query parsed as them): the workload's options (text, read by the RLHF tab's parser),
     ``offload`` (bool: let trainable roles offload), ``time_limit`` (seconds, a positive number,
-    or None: no limit), ``workers`` (CP-SAT threads, a count); ``as_json`` and ``width`` are
-    ignored.
+    or None: no limit), ``workers`` (CP-SAT threads, a count), ``started`` (the
+    :func:`time.perf_counter` reading the limit counts from; None: the search's start);
+    ``as_json`` and ``width`` are ignored.
 
     Raises
     ------
@@ -53,6 +54,7 @@ def plan_request(kw: Mapping[str, Any]) -> RLHFPlanRequest:
         bool(kw.get("offload", True)),
         float(limit) if limit else None,
         int(kw.get("workers", 2)),
+        kw.get("started"),
     )
 
 

@@ -325,7 +325,7 @@ def test_time_limit_bounds_table_building_and_returns_the_best_so_far(monkeypatc
     answer is the best of those tabulated, status feasible. Every job holds its first block
     before a cut (the jobs share one round: optimizer.tables.block_shapes); with blocks of 4
     shapes here, each of the two jobs keeps its first 4."""
-    from trainplan.optimizer import tables
+    from trainplan.optimizer import table_blocks as tables
     from trainplan.optimizer.search import search
 
     problem = build_problem({}, {**SMALL, "gpus": ["8", "16"]})

@@ -21,7 +21,7 @@ from trainplan.interface.search_notes import (
     time_limit_note,
 )
 from trainplan.optimizer import per_stage_frontier as frontier_module
-from trainplan.optimizer import tables as tables_module
+from trainplan.optimizer import table_blocks
 from trainplan.optimizer.params_search import params_search
 from trainplan.optimizer.per_stage_frontier import per_stage_frontier
 from trainplan.optimizer.tables import build_tables
@@ -56,8 +56,8 @@ def test_a_params_probe_is_cut_once_it_holds_an_allowed_candidate(monkeypatch):
     assert whole.result.status == "optimal" and whole.result.cut is None
     assert whole.problem.jobs[0].case.model.arch.num_layers == 128
     assert _first_fit(whole.problem) == (33, 22)
-    monkeypatch.setattr(tables_module, "BLOCK_SHAPES", 2)
-    monkeypatch.setattr(tables_module, "MIN_BLOCK_SHAPES", 1)
+    monkeypatch.setattr(table_blocks, "BLOCK_SHAPES", 2)
+    monkeypatch.setattr(table_blocks, "MIN_BLOCK_SHAPES", 1)
     run = params_search(problem, time_limit_s=1e-9)
     assert run.problem.jobs[0].case.model.arch.num_layers == 128 and run.probed == whole.probed == 1
     assert run.result.status == "feasible" and run.result.params_unproven is None
@@ -71,8 +71,8 @@ def test_a_params_bracket_and_a_cut_are_both_said(monkeypatch):
     probe is cut after the block holding row 11, its first fitting shape: 12 of 22. The note
     says the family's bracket, then the cut (before, the bracket alone)."""
     problem = search_problem(FOUR, "params")
-    monkeypatch.setattr(tables_module, "BLOCK_SHAPES", 2)
-    monkeypatch.setattr(tables_module, "MIN_BLOCK_SHAPES", 1)
+    monkeypatch.setattr(table_blocks, "BLOCK_SHAPES", 2)
+    monkeypatch.setattr(table_blocks, "MIN_BLOCK_SHAPES", 1)
     run = params_search(problem, time_limit_s=1e-9)
     assert run.problem.jobs[0].case.model.arch.num_layers == 72
     assert _first_fit(run.problem) == (22, 11)
@@ -90,8 +90,8 @@ def test_a_per_stage_memory_frontier_says_the_cut_of_its_tables(monkeypatch):
     block (1 of the 2-GPU job's 6 shapes, which fits), its words are the frontier's ``cuts``, and
     its JSON notes are the layout frontier's note of them (it said only "not proven")."""
     problem = tiny_problem((2,))
-    monkeypatch.setattr(tables_module, "BLOCK_SHAPES", 1)
-    monkeypatch.setattr(tables_module, "MIN_BLOCK_SHAPES", 1)
+    monkeypatch.setattr(table_blocks, "BLOCK_SHAPES", 1)
+    monkeypatch.setattr(table_blocks, "MIN_BLOCK_SHAPES", 1)
     result = per_stage_frontier(problem, "memory", time_limit_s=1e-9)
     assert result.status == "feasible" and result.stopped == "time"
     assert result.cuts == (WORDS.format(1, 6),)
@@ -112,8 +112,8 @@ def test_a_per_stage_job_frontier_says_each_jobs_cut(monkeypatch):
     problem = tiny_problem((2, 4))
     uncut = per_stage_frontier(problem, "gpus")
     assert uncut.status == "optimal" and uncut.cuts == ()
-    monkeypatch.setattr(tables_module, "BLOCK_SHAPES", 1)
-    monkeypatch.setattr(tables_module, "MIN_BLOCK_SHAPES", 1)
+    monkeypatch.setattr(table_blocks, "BLOCK_SHAPES", 1)
+    monkeypatch.setattr(table_blocks, "MIN_BLOCK_SHAPES", 1)
     real = frontier_module.per_stage_search
 
     def past_deadline(problem, top_shapes, time_limit_s, workers, **kw):
@@ -141,8 +141,8 @@ def test_the_settings_search_passes_the_cut_on(monkeypatch):
 
     space = SearchSpace(num_gpus=16, frameworks=(Framework.MEGATRON, Framework.DEEPSPEED))
     problem = Problem(jobs=(Job(Case.of("llama3-8b", "H100-SXM"), 16, "8b"),), space=space)
-    monkeypatch.setattr(tables_module, "BLOCK_SHAPES", 40)
-    monkeypatch.setattr(tables_module, "MIN_BLOCK_SHAPES", 1)
+    monkeypatch.setattr(table_blocks, "BLOCK_SHAPES", 40)
+    monkeypatch.setattr(table_blocks, "MIN_BLOCK_SHAPES", 1)
     said: list[tuple[int, int, str | None]] = []
     found = setting_cost._search(
         problem, 1e-9, 1, lambda done, total, cut=None, /: said.append((done, total, cut))

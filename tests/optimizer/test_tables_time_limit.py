@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from trainplan.model.frameworks import Framework
+from trainplan.optimizer import table_blocks
 from trainplan.optimizer import tables as tables_module
 from trainplan.optimizer.case import Case
 from trainplan.optimizer.problem import Job, Problem
@@ -29,9 +30,13 @@ BLOCK = 40
 def _blocks_of(monkeypatch: pytest.MonkeyPatch, size: int, jobs: int) -> None:
     """Blocks of ``size`` shapes for a problem of ``jobs`` jobs: :data:`BLOCK_SHAPES` is what
     the first round costs in all, shared by the jobs (:func:`optimizer.tables.block_shapes`),
-    so ``size × jobs``, with no floor."""
-    monkeypatch.setattr(tables_module, "BLOCK_SHAPES", size * jobs)
-    monkeypatch.setattr(tables_module, "MIN_BLOCK_SHAPES", 1)
+    so ``size × jobs``, with no floor; the first round as large
+    (:data:`optimizer.table_blocks.FIRST_BLOCK_SHAPES`: no growth), and no job's rest filled whole
+    (:data:`optimizer.table_blocks.WHOLE_REST_MARGIN` infinite)."""
+    monkeypatch.setattr(table_blocks, "BLOCK_SHAPES", size * jobs)
+    monkeypatch.setattr(table_blocks, "MIN_BLOCK_SHAPES", 1)
+    monkeypatch.setattr(table_blocks, "FIRST_BLOCK_SHAPES", size * jobs)
+    monkeypatch.setattr(table_blocks, "WHOLE_REST_MARGIN", float("inf"))
 
 
 @pytest.fixture(scope="module")
@@ -246,11 +251,13 @@ def test_the_first_round_costs_about_one_block_however_many_jobs():
 def test_two_jobs_share_the_first_round(two, monkeypatch):
     """Two jobs, :data:`BLOCK_SHAPES` 80 and no floor: blocks of 80 // 2 = 40, a deadline already
     past keeps 40 + 40 = 80 shapes (one block's worth), where blocks of 80 each kept 160; with a
-    floor of 60 the blocks are 60 each (120 kept)."""
-    monkeypatch.setattr(tables_module, "BLOCK_SHAPES", 80)
-    monkeypatch.setattr(tables_module, "MIN_BLOCK_SHAPES", 1)
+    floor of 60 the blocks are 60 each (120 kept; a first round of 160 grows no further)."""
+    monkeypatch.setattr(table_blocks, "BLOCK_SHAPES", 80)
+    monkeypatch.setattr(table_blocks, "MIN_BLOCK_SHAPES", 1)
+    monkeypatch.setattr(table_blocks, "FIRST_BLOCK_SHAPES", 80)
     assert np.bincount(build_tables(two, deadline=-1.0).job_of).tolist() == [40, 40]
-    monkeypatch.setattr(tables_module, "MIN_BLOCK_SHAPES", 60)
+    monkeypatch.setattr(table_blocks, "MIN_BLOCK_SHAPES", 60)
+    monkeypatch.setattr(table_blocks, "FIRST_BLOCK_SHAPES", 160)  # the floor caps the growth
     assert np.bincount(build_tables(two, deadline=-1.0).job_of).tolist() == [60, 60]
 
 
@@ -301,3 +308,69 @@ def test_the_pace_never_cuts_before_a_candidate_fits(monkeypatch):
     monkeypatch.setattr(tables_module.time, "perf_counter", lambda: now[0])
     cut = build_tables(problem, deadline=1.0)
     assert len(cut.shapes) == 4 * BLOCK and cut.fits.any() and not cut.complete
+
+
+def test_the_blocks_grow_from_a_small_first_round():
+    """Under a deadline the first round is :data:`FIRST_BLOCK_SHAPES` (64) shared by the jobs,
+    doubled each round up to :func:`block_shapes` (512 shared, at least 64 each): one job 64,
+    128, 256, 512, 512; four jobs 16, 32, 64, 128 each (512 // 4); sixteen 4, 8, 16, 32, 64
+    (the floor)."""
+    assert table_blocks.FIRST_BLOCK_SHAPES == 64
+    assert [table_blocks.round_shapes(1, k) for k in range(5)] == [64, 128, 256, 512, 512]
+    assert [table_blocks.round_shapes(4, k) for k in range(5)] == [16, 32, 64, 128, 128]
+    assert [table_blocks.round_shapes(16, k) for k in range(6)] == [4, 8, 16, 32, 64, 64]
+
+
+def test_growing_blocks_change_no_row(problem, full, monkeypatch):
+    """A first round of 8 doubling to blocks of 32 (no rest filled whole): the blocks end at 8,
+    8 + 16 = 24, 24 + 32 = 56, then every 32 to 280 and the last 4 at 284; the rows are the
+    complete build's, array for array."""
+    monkeypatch.setattr(table_blocks, "BLOCK_SHAPES", 32)
+    monkeypatch.setattr(table_blocks, "MIN_BLOCK_SHAPES", 1)
+    monkeypatch.setattr(table_blocks, "FIRST_BLOCK_SHAPES", 8)
+    monkeypatch.setattr(table_blocks, "WHOLE_REST_MARGIN", float("inf"))
+    steps: list[int] = []
+    grown = build_tables(problem, lambda done, _: steps.append(done), deadline=float("inf"))
+    assert steps == [8, 24, 56, 88, 120, 152, 184, 216, 248, 280, 284]
+    assert grown.complete
+    _is_prefix(grown, full)
+
+
+def test_a_deadline_already_past_keeps_the_first_round_only(problem, full):
+    """With the shipped sizes, a deadline already past keeps the first round, 64 of the 284
+    shapes (the first block is never cut: no pace is known before it; it was 284, the job's
+    whole first 512-shape block), row for row the complete build's first 64."""
+    cut = build_tables(problem, deadline=-1.0)
+    assert len(cut.shapes) == 64 and not cut.complete
+    _is_prefix(cut, full)
+
+
+def test_the_rest_is_filled_whole_once_the_pace_says_it_ends_well_before_the_deadline(
+    problem, full
+):
+    """A deadline far off (infinite): after the first block of 64 the pace says the other 220
+    shapes end before it (:data:`WHOLE_REST_MARGIN` times over), so they are filled in one
+    block, as a build without a deadline fills a job (blocks cost a part each: a limit that does
+    not bind costs about what no limit does). The rows are the complete build's."""
+    steps: list[int] = []
+    blocked = build_tables(problem, lambda done, _: steps.append(done), deadline=float("inf"))
+    assert steps == [64, 284]
+    assert blocked.complete
+    _is_prefix(blocked, full)
+
+
+def test_past_the_deadline_without_an_answer_the_blocks_stop_growing_by_steps(problem, full):
+    """A deadline already past, and rows that hold no answer before 100 shapes (``enough``):
+    no cut may come before an answer, so after the first block of 64 the next is a whole block
+    of :func:`block_shapes` (512: the 220 shapes left) rather than 128 and then 256 — fewer
+    blocks, each of which looks its groups' figures up again. The rows are the complete
+    build's."""
+    steps: list[int] = []
+    held = build_tables(
+        problem,
+        lambda done, _: steps.append(done),
+        deadline=-1.0,
+        enough=lambda rows: len(rows.shapes) >= 100,
+    )
+    assert steps == [64, 284]
+    _is_prefix(held, full)
