@@ -158,7 +158,7 @@ def final_norm_eager(arch: Architecture, training: TrainingSpec, framework: Any)
     """Whether the output layer's norm keeps the eager RMSNorm's tensors (the module docstring):
     under ``fsdp2`` (torchtitan compiles the blocks only, ``compile`` or not) for an RMSNorm
     that is not a memory-efficient kernel; False for the other profiles (their final norm is a
-    fused kernel keeping its input, :func:`model.stage_bytes.embedding_bytes`).
+    fused kernel keeping its input, :func:`model.end_stage_bytes.embedding_bytes`).
 
     >>> from trainplan.model.specs import TrainingSpec
     >>> llama = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
@@ -176,7 +176,7 @@ def final_norm_eager(arch: Architecture, training: TrainingSpec, framework: Any)
 
 def final_norm_extra_bytes(arch: Architecture, tokens: Any, sp_div: Any) -> Any:
     """Bytes the eager final RMSNorm keeps beyond the BF16 input
-    :func:`model.stage_bytes.embedding_bytes` counts for it, per micro-batch on the last stage:
+    :func:`model.end_stage_bytes.embedding_bytes` counts for it, per micro-batch on the last stage:
     its FP32 input copy ``4·S·h`` (saved by ``pow`` and by ``x · rsqrt``, one storage) and the
     FP32 ``rsqrt`` result ``4·S`` in place of nothing, the normalised BF16 tensor before the
     weight (``· weight`` saves it) in place of the input it replaces (``x.float()`` saves

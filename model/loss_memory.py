@@ -1,7 +1,7 @@
 """The loss's working set on the last pipeline stage: what the cross entropy holds beyond the
 fp32 logits backward keeps.
 
-:func:`model.stage_bytes.embedding_bytes` counts what backward *keeps* of the loss, per
+:func:`model.end_stage_bytes.embedding_bytes` counts what backward *keeps* of the loss, per
 micro-batch in flight: the fp32 (log-)softmax of the logits, ``4·S·V/tp`` bytes (S tokens of
 the micro-batch on this rank, V the padded vocabulary). Around that kept tensor the loss
 allocates more for a moment, once per micro-batch: the BF16 logits the output layer returns,
@@ -168,7 +168,7 @@ class CrossEntropyFusion(StrEnum):
 
 LOSS_KEPT_BYTES = 4
 """Bytes per local logit element that backward keeps of the loss: the fp32 (log-)softmax
-(:func:`model.stage_bytes.embedding_bytes`' ``4·S·V/tp``)."""
+(:func:`model.end_stage_bytes.embedding_bytes`' ``4·S·V/tp``)."""
 
 DEEPSPEED_ULYSSES_LOSS_BYTES = 14
 """Bytes per local logit at the peak of Megatron-DeepSpeed's sequence-parallel loss

@@ -11,7 +11,7 @@ arrays of thousands of layouts) both assemble a stage's bytes from these pieces 
   candidates for its recompute transient, as integer linear forms over those eight figures
   (Chen et al. 2016 §4 for √n; Korthikanti et al. 2022 §5 for selective and full).
 * :func:`apply_form`, :func:`peak_transient` — the forms evaluated on exact figures or arrays.
-* :func:`embedding_bytes` — the embedding's and the output layer's activations on the end stages.
+* the embedding's and the output layer's activations on the end stages: :mod:`model.end_stage_bytes`.
 * :func:`chunk_peak` — an interleaved stage's peak chunk by chunk
   (:func:`model.pipeline.interleaved_peak`); GPipe and 1F1B stages hold
   :func:`model.pipeline.flat_in_flight` micro-batches.
@@ -44,8 +44,6 @@ __all__ = [
     "chunk_form",
     "apply_form",
     "peak_transient",
-    "embedding_bytes",
-    "mtp_recompute_transient",
     "chunk_peak",
     "sqrt_segment",
     "chunk_segment_forms",
@@ -409,107 +407,6 @@ def peak_transient(forms: Sequence[Sequence[Any]], quantities: Sequence[Any]) ->
         value = apply_form(form, quantities)
         best = value if i == 0 else maximum(best, value)
     return best
-
-
-def embedding_bytes(
-    arch: Architecture,
-    first: Any,
-    last: Any,
-    tokens: Any,
-    tp: Any,
-    sequence_parallel: Any,
-    activation_bytes: int,
-    vocab: Any,
-    gathered: Any = False,
-    norms_recomputed: Any = False,
-    logit_bytes: Any = 4,
-    mtp_checkpointed: Any = False,
-) -> Any:
-    """Activation bytes of the embedding and the output layer per micro-batch on one GPU of a
-    stage: the input embedding's dropout mask ``S·h`` (÷ tp with SP) on the ``first`` stage of a
-    model with dropout; on the ``last`` stage the final norm's and the output projection's inputs
-    ``2·β·S·h`` (÷ tp with SP) and what the loss keeps of the logits, ``logit_bytes·S·V/tp`` (V
-    the padded rows, ``vocab``; the FP32 softmax, 4, or Transformer Engine's fused loss's BF16
-    gradient in the logits buffer, 2: :func:`model.loss_memory.loss_kept_bytes_per_element`),
-    with final-logit soft-capping also tanh's output ``β·S·V/tp`` (Gemma 2). Each of D MTP
-    modules on the last stage keeps the same for its own pass through the shared head, and the
-    shifted embedding's norm input ``β·S·h`` and the projection's input ``[S, 2h]``, ``2·β·S·h``
-    (÷ tp with SP; the hidden state's norm input is the tensor the previous final norm keeps).
-    S = tokens per micro-batch on this rank. With ``gathered`` (the ``fsdp2`` profile,
-    :attr:`model.frameworks.Framework.gathers_block_inputs`) the output projection keeps the
-    final norm's all-gathered output, whole on every tp rank (torchtitan
-    ``decoder_sharding.py`` ``pre_lm_head_norm_config``: the norm's output goes to ``Replicate``
-    before ``lm_head``). With ``norms_recomputed`` (every norm recomputed, DeepSeek-V3 §3.2.3:
-    "We recompute all RMSNorm operations ... thereby eliminating the need to persistently store
-    their output activations"; :attr:`model.activations.ActivationContext.every_norm` with the
-    recompute module ``layernorm``) the final norm's output, the output projection's input, and
-    an MTP module's projection input (its two norms' outputs) are not kept. With
-    ``mtp_checkpointed`` (``recompute`` full or √n, the MTP block recomputed whole) Megatron-Core
-    checkpoints each module's ``_proj_and_transformer_layer`` as one unit
-    (``MultiTokenPredictionLayer._checkpointed_forward``, Megatron-LM d98e8a64dd; the same
-    unit, its final norm inside, at 92c8482e6d): it keeps
-    only that call's inputs — the shifted embedding (the ``β·S·h`` checkpoint the MTP block's
-    layer form already counts) and the hidden state (the main head's input, kept there) — so
-    the module's norm inputs, its projection's input and its final norm's input are not kept
-    (they are back while it recomputes: :func:`mtp_recompute_transient`); its final norm's
-    output, the shared head's input outside the checkpoint, and its logits are.
-
-    Examples
-    --------
-    >>> from trainplan.model.specs import Architecture
-    >>> arch = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
-    ...                     ffn_hidden_size=32, vocab_size=16)
-    >>> embedding_bytes(arch, False, True, Fraction(4), 1, False, 2, 16)  # 2·2·4·8 + 4·4·16
-    Fraction(384, 1)
-    >>> embedding_bytes(arch, False, True, Fraction(4), 1, False, 2, 16, norms_recomputed=True)
-    Fraction(320, 1)
-
-    One MTP module: its pass through the head (2·2·4·8 + 4·4·16) and the shifted embedding's
-    norm input and projection input (3·2·4·8) more; checkpointed, its head pass less the final
-    norm's input (2·4·8 + 4·4·16).
-
-    >>> mtp = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
-    ...                    ffn_hidden_size=32, vocab_size=16, mtp_layers=1)
-    >>> embedding_bytes(mtp, False, True, Fraction(4), 1, False, 2, 16)  # 2·384 + 192
-    Fraction(960, 1)
-    >>> embedding_bytes(mtp, False, True, Fraction(4), 1, False, 2, 16, mtp_checkpointed=True)
-    Fraction(704, 1)
-    """
-    h, beta, d = arch.hidden_size, activation_bytes, arch.mtp_layers
-    sp_div = where(sequence_parallel, tp, 1)
-    dropout = tokens * h / sp_div if arch.dropout else 0
-    logits = (logit_bytes + (beta if arch.final_logit_softcapping else 0)) * tokens * vocab / tp
-    kept_norm_output = where(norms_recomputed, 0, 1)
-    norm_output = kept_norm_output * beta * tokens * h / where(gathered, 1, sp_div)
-    one = beta * tokens * h / sp_div
-    head = one + norm_output + logits
-    kept_inputs = where(mtp_checkpointed, -1, 1 + 2 * kept_norm_output)  # −1: the norm's input
-    output = (1 + d) * head + d * kept_inputs * one
-    return where(first, dropout, 0) + where(last, output, 0)
-
-
-def mtp_recompute_transient(
-    arch: Architecture, last: Any, tokens: Any, tp: Any, sequence_parallel: Any,
-    activation_bytes: int, mtp_checkpointed: Any,
-) -> Any:  # fmt: skip
-    """Bytes an MTP module's recomputation brings back beyond its transformer layer's own (which
-    the layer forms' transient counts), on the stage that holds the MTP blocks, once (the
-    modules recompute one after another in backward): its projection's input ``[S, 2h]`` and its
-    final norm's input, ``3·β·S·h`` (÷ tp with SP), which :func:`embedding_bytes` does not keep
-    under ``mtp_checkpointed``; 0 otherwise or without MTP blocks. The module's norm inputs are
-    the checkpoint's own tensors (``tensor_parallel.checkpoint`` detaches them, sharing their
-    storage).
-
-    >>> from trainplan.model.specs import Architecture
-    >>> mtp = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
-    ...                    ffn_hidden_size=32, vocab_size=16, mtp_layers=1)
-    >>> mtp_recompute_transient(mtp, True, Fraction(4), 1, False, 2, True)  # 3·2·4·8
-    Fraction(192, 1)
-    """
-    if not arch.mtp_layers:
-        return 0
-    one = activation_bytes * tokens * arch.hidden_size / where(sequence_parallel, tp, 1)
-    return where(last & mtp_checkpointed, 3 * one, 0)
 
 
 def chunk_peak(

@@ -390,7 +390,7 @@ def gathers_block_inputs(training: TrainingSpec, framework: Any) -> bool:
 
 def head_norms_recomputed(training: TrainingSpec, framework: Any) -> bool:
     """Whether the output layer's and the MTP modules' norms are recomputed under selective
-    recomputation (:func:`model.stage_bytes.embedding_bytes` ``norms_recomputed``): the recompute
+    recomputation (:func:`model.end_stage_bytes.embedding_bytes` ``norms_recomputed``): the recompute
     module ``layernorm`` under a profile whose ``layernorm`` takes every norm (``textbook``,
     :attr:`model.activations.ActivationContext.every_norm`)."""
     return Framework(framework) is Framework.TEXTBOOK and "layernorm" in training.recompute_modules

@@ -24,6 +24,7 @@ from trainplan.model.activation_copies import offload_backlog_bytes, prefetched_
 from trainplan.model.activation_offload import layer_offload_bytes, offload_buffer_bytes
 from trainplan.model.deepspeed_layers import keeps_embedding_view
 from trainplan.model.eager_saved import final_norm_eager, final_norm_extra_bytes
+from trainplan.model.end_stage_bytes import embedding_bytes, mtp_recompute_transient
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.offload import host_rates
@@ -39,8 +40,6 @@ from trainplan.model.split import stage_layers
 from trainplan.model.stage_bytes import (
     apply_form,
     chunk_peak,
-    embedding_bytes,
-    mtp_recompute_transient,
     peak_transient,
 )
 from trainplan.model.terms.activation_fields import (
@@ -365,7 +364,7 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
 
 def _end_bytes(c: Context, f: Fields, tokens: Any, vocab: Any) -> tuple[Any, Any]:
     """(the embedding's and the output layer's bytes per micro-batch on rank ``f.stage``, the
-    output layer's alone; :func:`model.stage_bytes.embedding_bytes` where :func:`end_stages`
+    output layer's alone; :func:`model.end_stage_bytes.embedding_bytes` where :func:`end_stages`
     places them, its norm outputs recomputed with every norm, :func:`head_norms_recomputed`;
     under ``fsdp2`` the eager final RMSNorm's FP32 copy and statistics,
     :func:`model.eager_saved.final_norm_extra_bytes`; on the first stage under ``deepspeed``
@@ -388,7 +387,7 @@ def _end_bytes(c: Context, f: Fields, tokens: Any, vocab: Any) -> tuple[Any, Any
 
 def _mtp_whole(f: Fields) -> Any:
     """Whether the MTP blocks are recomputed whole, each module checkpointed as one unit
-    (``recompute`` full or √n: :func:`model.stage_bytes.embedding_bytes` ``mtp_checkpointed``);
+    (``recompute`` full or √n: :func:`model.end_stage_bytes.embedding_bytes` ``mtp_checkpointed``);
     per-stage counts never take them (:func:`model.recompute_counts.block_counts`)."""
     return (f.recompute == Recompute.FULL) | (f.recompute == Recompute.SQRT)
 

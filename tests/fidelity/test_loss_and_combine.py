@@ -4,7 +4,7 @@
   ``F.cross_entropy`` on an fp32 copy of the BF16 logits (torchtitan's
   ``components/loss.py`` ``cross_entropy_loss``; Megatron-LM's unfused
   ``_VocabParallelCrossEntropy`` keeps its fp32 softmax the same way): what backward keeps is
-  :func:`model.stage_bytes.embedding_bytes`' ``2·β·S·h + 4·S·V`` plus the pytorch convention's
+  :func:`model.end_stage_bytes.embedding_bytes`' ``2·β·S·h + 4·S·V`` plus the pytorch convention's
   norm statistics and int64 targets; the BF16 logits themselves are not kept (a transient,
   ``2·S·V``, that the model does not count: docs/memory-mechanisms.md);
 * a MoE layer's weighted combine — torchtitan's ``token_dispatcher.py`` ``combine`` multiplies
@@ -21,8 +21,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tests.fidelity import harness as H  # noqa: E402
+from trainplan.model.end_stage_bytes import embedding_bytes  # noqa: E402
 from trainplan.model.specs import Architecture  # noqa: E402
-from trainplan.model.stage_bytes import embedding_bytes  # noqa: E402
 
 F = torch.nn.functional
 

@@ -26,3 +26,25 @@ def test_cli_refuses_in_one_line_in_fresh_processes() -> None:
     )
     assert refusal(done["evaluate"]).startswith(LINE)
     assert refusal(done["search"]).startswith(LINE)
+
+
+def test_sqrt_launch_line_counts_decoder_layers_only() -> None:
+    """The launch line's ``--recompute-num-layers`` under ``sqrt`` reads the decoder layers a rank
+    holds, as the model's segment does (:func:`model.recompute_counts.decoder_segment`): the small
+    model (4 layers and an MTP block, pp 2) puts 2 decoder layers on each rank, round(√2) = 1,
+    where counting the MTP block on the last rank (3, round(√3) = 2) would write 2."""
+    import dataclasses
+
+    from tests.archs import llama_like
+    from trainplan.interface.launch import megatron_flags
+    from trainplan.model.model_spec import ModelSpec
+    from trainplan.optimizer.case import Case
+
+    arch = dataclasses.replace(llama_like(4, 2048, 16, 5504, 32000), mtp_layers=1)
+    case = Case.of(
+        model=ModelSpec(name="small-mtp", source="test", arch=arch), pp=2, tp=2,
+        seq_len=2048, global_batch_size=8, device="H100-SXM",
+    )  # fmt: skip
+    flags = megatron_flags(arch, case.layout.with_(recompute="sqrt"), 2).flags
+    assert flags[-6:] == ("--recompute-granularity", "full", "--recompute-method", "uniform",
+                          "--recompute-num-layers", "1")  # fmt: skip
