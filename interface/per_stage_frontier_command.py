@@ -54,8 +54,8 @@ def per_stage_frontier_json(
     bound: :attr:`optimizer.per_stage_frontier.FrontierPoint.gap_ns`), ``stage_layers`` and
     ``recompute_layers`` (per stage; null for a uniform plan), ``chunk_layers`` (per model
     chunk in model order; the same as ``stage_layers`` when v = 1; either is what
-    ``--stage-layers`` takes), ``uniform_step_s``
-    (the best uniform layout meeting the same axis value; null when none fits), ``gain``
+    ``--stage-layers`` takes), ``uniform_step_s`` (the best uniform layout meeting the same axis
+    value; null when none fits), ``gain``
     (uniform ÷ this step time) and ``price_per_hour`` when priced
     (:func:`optimizer.per_stage_frontier.per_stage_frontier`); ``max_searches`` the per-stage
     searches it may run (``max_searches``, else :data:`PER_STAGE_FRONTIER_SEARCHES` against
@@ -69,8 +69,7 @@ def per_stage_frontier_json(
     (:func:`per_stage_proof`); ``notes``, what ``--headroom`` held every point to
     (:func:`interface.search_notes.headroom_notes`) and what a time limit did, the shapes it left
     out or the limit passed (:func:`interface.search_notes.per_stage_limit_notes`).
-    ``progress(searches, points)`` after each
-    per-stage search.
+    ``progress(searches, points)`` after each per-stage search.
 
     Raises
     ------
@@ -80,7 +79,6 @@ def per_stage_frontier_json(
     InfeasibleError
         Nothing fits, uniform or per stage.
     """
-
     request = per_stage_request(kw)
     problem = search_problem(request)
     default = PER_STAGE_FRONTIER_SEARCHES if against == "memory" else None

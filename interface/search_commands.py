@@ -143,11 +143,7 @@ def search_json(
     before = startup_seconds(request.started)  # the command's, counted by its limit
     extra: dict[str, Any] = {}  # the params objective's fields (_params_run)
     if str(problem.objective) == "params":  # member by member (optimizer.params_search)
-        left = seconds_left(limit, started)
-        try:
-            run = _params_run(problem, top, left, request.layout_workers, on_tables, on_solution)
-        except InfeasibleError as err:  # its words name the limit given, not what was left
-            raise limit_given(err, left, None if request.started is None else limit) from None
+        run = _params_limited(request, problem, top, started, on_tables, on_solution)
         result, prepared, searched, extra = run
     else:
         searched = problem
@@ -196,6 +192,24 @@ def _step_run(
         raise (
             best_without(err, request, problem, started, on_tables) if compare else err
         ) from None
+
+
+def _params_limited(
+    request: SearchRequest,
+    problem: Any,
+    top: int,
+    started: float,
+    on_tables: TableProgress | None,
+    on_solution: SolutionProgress | None,
+) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """:func:`_params_run` with what is left of the command's limit; a refusal's words name
+    the limit given (:func:`limit_given`), not what was left of it."""
+    limit = request.time_limit
+    left = seconds_left(limit, started)
+    try:
+        return _params_run(problem, top, left, request.layout_workers, on_tables, on_solution)
+    except InfeasibleError as err:
+        raise limit_given(err, left, None if request.started is None else limit) from None
 
 
 def _params_run(
@@ -454,8 +468,7 @@ def frontier_json(
     started = limit_start(request)
     problem = search_problem(request)
     problem.check_frontier_axis(against)  # bad input before the tables are built
-    limit = request.time_limit
-    before = startup_seconds(request.started)
+    limit, before = request.time_limit, startup_seconds(request.started)
     left = seconds_left(limit, started)  # the command's limit, what is left of it
     prepared = prepare(problem, on_tables, left)
     try:

@@ -3,6 +3,19 @@
 inputs, an MTP block's projection inputs) and :func:`mtp_recompute_transient` (what an MTP
 module's recompute brings back). Read by :mod:`model.terms.activations` for the evaluator and
 the search's arrays alike (element-wise over columns).
+
+**MTP modules.** Each of D MTP modules on the last stage keeps what the main head keeps for its
+own pass through the shared head, and the shifted embedding's norm input ``β·S·h`` and the
+projection's input ``[S, 2h]``, ``2·β·S·h`` (÷ tp with SP; the hidden state's norm input is the
+tensor the previous final norm keeps). With ``mtp_checkpointed`` (``recompute`` full or √n, the
+MTP block recomputed whole) Megatron-Core checkpoints each module's
+``_proj_and_transformer_layer`` as one unit (``MultiTokenPredictionLayer._checkpointed_forward``,
+Megatron-LM d98e8a64dd; the same unit, its final norm inside, at 92c8482e6d): it keeps only that
+call's inputs — the shifted embedding (the ``β·S·h`` checkpoint the MTP block's layer form
+already counts) and the hidden state (the main head's input, kept there) — so the module's norm
+inputs, its projection's input and its final norm's input are not kept (they are back while it
+recomputes: :func:`mtp_recompute_transient`); its final norm's output, the shared head's input
+outside the checkpoint, and its logits are.
 """
 
 from __future__ import annotations
@@ -35,33 +48,18 @@ def embedding_bytes(
     ``2·β·S·h`` (÷ tp with SP) and what the loss keeps of the logits, ``logit_bytes·S·V/tp`` (V
     the padded rows, ``vocab``; the FP32 softmax, 4, or Transformer Engine's fused loss's BF16
     gradient in the logits buffer, 2: :func:`model.loss_memory.loss_kept_bytes_per_element`),
-    with final-logit soft-capping also tanh's output ``β·S·V/tp`` (Gemma 2). Each of D MTP
-    modules on the last stage keeps the same for its own pass through the shared head, and the
-    shifted embedding's norm input ``β·S·h`` and the projection's input ``[S, 2h]``, ``2·β·S·h``
-    (÷ tp with SP; the hidden state's norm input is the tensor the previous final norm keeps).
-    S = tokens per micro-batch on this rank. With ``gathered`` (the ``fsdp2`` profile,
-    :attr:`model.frameworks.Framework.gathers_block_inputs`) the output projection keeps the
-    final norm's all-gathered output, whole on every tp rank (torchtitan
-    ``decoder_sharding.py`` ``pre_lm_head_norm_config``: the norm's output goes to ``Replicate``
-    before ``lm_head``). With ``norms_recomputed`` (every norm recomputed, DeepSeek-V3 §3.2.3:
-    "We recompute all RMSNorm operations ... thereby eliminating the need to persistently store
-    their output activations"; :attr:`model.activations.ActivationContext.every_norm` with the
-    recompute module ``layernorm``) the final norm's output, the output projection's input, and
-    an MTP module's projection input (its two norms' outputs) are not kept. With
-    ``mtp_checkpointed`` (``recompute`` full or √n, the MTP block recomputed whole) Megatron-Core
-    checkpoints each module's ``_proj_and_transformer_layer`` as one unit
-    (``MultiTokenPredictionLayer._checkpointed_forward``, Megatron-LM d98e8a64dd; the same
-    unit, its final norm inside, at 92c8482e6d): it keeps
-    only that call's inputs — the shifted embedding (the ``β·S·h`` checkpoint the MTP block's
-    layer form already counts) and the hidden state (the main head's input, kept there) — so
-    the module's norm inputs, its projection's input and its final norm's input are not kept
-    (they are back while it recomputes: :func:`mtp_recompute_transient`); its final norm's
-    output, the shared head's input outside the checkpoint, and its logits are.
+    with final-logit soft-capping also tanh's output ``β·S·V/tp`` (Gemma 2); D MTP modules and
+    ``mtp_checkpointed``: the module docstring. S = tokens per micro-batch on this rank. With
+    ``gathered`` (``fsdp2``, :attr:`model.frameworks.Framework.gathers_block_inputs`) the output
+    projection keeps the final norm's all-gathered output, whole on every tp rank (torchtitan
+    ``decoder_sharding.py`` ``pre_lm_head_norm_config``: ``Replicate`` before ``lm_head``). With
+    ``norms_recomputed`` (DeepSeek-V3 §3.2.3; :attr:`model.activations.ActivationContext.
+    every_norm`) the final norm's output, the output projection's input and an MTP module's
+    projection input are not kept.
 
     Examples
     --------
-    >>> from fractions import Fraction
-    >>> from trainplan.model.specs import Architecture
+    >>> from fractions import Fraction; from trainplan.model.specs import Architecture
     >>> arch = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
     ...                     ffn_hidden_size=32, vocab_size=16)
     >>> embedding_bytes(arch, False, True, Fraction(4), 1, False, 2, 16)  # 2·2·4·8 + 4·4·16
@@ -69,9 +67,8 @@ def embedding_bytes(
     >>> embedding_bytes(arch, False, True, Fraction(4), 1, False, 2, 16, norms_recomputed=True)
     Fraction(320, 1)
 
-    One MTP module: its pass through the head (2·2·4·8 + 4·4·16) and the shifted embedding's
-    norm input and projection input (3·2·4·8) more; checkpointed, its head pass less the final
-    norm's input (2·4·8 + 4·4·16).
+    One MTP module: its head pass (2·2·4·8 + 4·4·16) and its norm and projection inputs
+    (3·2·4·8) more; checkpointed, its head pass less the final norm's input (2·4·8 + 4·4·16).
 
     >>> mtp = Architecture(num_layers=1, hidden_size=8, num_attention_heads=2,
     ...                    ffn_hidden_size=32, vocab_size=16, mtp_layers=1)

@@ -48,11 +48,9 @@ from trainplan.optimizer.table_blocks import (
     FIRST_BLOCK_SHAPES,
     MIN_BLOCK_SHAPES,
     WHOLE_REST_MARGIN,
+    Pace,
     block_shapes,
-    block_would_pass,
     blocks,
-    may_cut,
-    rest_fits,
     round_shapes,
     rounds,
 )
@@ -218,23 +216,15 @@ def build_tables(
     Each job's shapes are in their tie-break order (:func:`optimizer.space.legal_shapes`: fewest
     model-parallel GPUs first; no cheaper principled order ranks shapes before their terms are
     evaluated). Without a ``deadline`` each job is filled whole, job after job. With one (a
-    :func:`time.perf_counter` value) the jobs are filled round-robin in blocks that grow
-    (:func:`round_shapes`: 64, 128, 256, then :func:`block_shapes` shapes, shared by the jobs;
-    :func:`rounds`), each job's rest in one block once the pace says all of it ends well before
-    the deadline (:func:`rest_fits`), blocks of :func:`block_shapes` at once while a block
-    would end past the deadline but the rows hold no answer yet (no cut may come before one,
-    so the pace need not be learnt: Llama 3 70B at 8,192 tokens on 16 H100s, whose first
-    allowed shape is the 309th of 348, took blocks of 64, 128 and 156 under a 1 s limit, 3.0 s
-    of CPU against 2.1 s in one block of 512), and no block is started that would end past the
-    deadline at the last one's pace (:func:`block_would_pass`) once every job holds its first
-    block and the tables so far are ``enough`` (an answer rather than none; default: some
-    candidate fits, as :mod:`optimizer.params_search`'s probes; the layout search passes its
-    solver's mask, :func:`optimizer.rules.allowed`, so ``min_mfu`` and the NVLink rule count):
-    the blocks not started are left out (:attr:`CostTables.complete` False;
-    each held row where and as a build without the deadline has it, but under ``fit_only`` a
-    block none of whose candidates fits gets zero time terms, rows never an answer; the search
-    reports ``feasible``, not proven). ``progress(done, total)`` (shapes) is called after each
-    job or block, and ``progress(held, total, cut)`` once after a cut (:class:`TableProgress`).
+    :func:`time.perf_counter` value) the jobs are filled round-robin in growing blocks, and the
+    blocks that would end past the deadline are left out once every job holds its first block
+    and the tables so far are ``enough`` (an answer rather than none; default: some candidate
+    fits; the layout search passes its solver's mask, :func:`optimizer.rules.allowed`):
+    :class:`optimizer.table_blocks.Pace` and its module say how. A cut leaves
+    :attr:`CostTables.complete` False, each held row as a build without the deadline has it
+    (under ``fit_only`` a block none of whose candidates fits gets zero time terms, rows never
+    an answer; the search reports ``feasible``, not proven). ``progress(done, total)`` (shapes)
+    is called after each job or block, and ``progress(held, total, cut)`` once after a cut.
 
     Raises
     ------
@@ -251,34 +241,19 @@ def build_tables(
     starts = np.concatenate([[0], np.cumsum(totals)]).astype(int).tolist()
     filled = [0] * len(per_job)  # each job's shapes filled so far, its first in order
     tables = partial(_held, problem, zs, rs, per_job, starts, filled, cols)
-    per_shape_s = 0.0  # the last block's seconds per shape (its wall clock)
-    answered = [False, -1]  # whether the rows hold an answer (kept once they do), at how many
-    jobs = sum(1 for t in totals if t)
-
-    def answer() -> bool:  # unfilled rows: fits False; asked once for each count of rows
-        if not answered[0] and answered[1] != sum(filled):
-            answered[:] = [bool(enough(tables()) if enough else cols["fits"].any()), sum(filled)]
-        return bool(answered[0])
-
-    def size(j: int, k: int) -> int:  # job j's block of round k under the deadline
-        left = totals[j] - filled[j]
-        if rest_fits(deadline, per_shape_s, S - sum(filled)):
-            return left
-        n = min(left, round_shapes(jobs, k))
-        if may_cut(filled, totals) and block_would_pass(deadline, per_shape_s, n) and not answer():
-            return min(left, block_shapes(jobs))  # no cut before an answer: no growth either
-        return n
-
-    for j, block in blocks(per_job, None) if deadline is None else rounds(per_job, filled, size):
-        cut = may_cut(filled, totals) and block_would_pass(deadline, per_shape_s, len(block))
-        if cut and answer():
+    found = lambda: bool(enough(tables()) if enough else cols["fits"].any())  # noqa: E731
+    pace = Pace(deadline, totals, filled, found)
+    for j, block in (
+        blocks(per_job, None) if deadline is None else rounds(per_job, filled, pace.size)
+    ):
+        if pace.would_cut(len(block)) and pace.answer():
             break
         began = time.perf_counter()
         fill_job_rows(
             cols, starts[j] + filled[j], per_job[j][0], block, zs, rs, c.headroom, memo,
             c.allocator_retries_ok, fit_only,
         )  # fmt: skip
-        per_shape_s = (time.perf_counter() - began) / len(block)
+        pace.per_shape_s = (time.perf_counter() - began) / len(block)
         filled[j] += len(block)
         if progress:
             progress(sum(filled), S)

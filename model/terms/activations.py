@@ -297,6 +297,16 @@ def _in_flight(f: Fields) -> Any:
     return exact(where((f.schedule == Schedule.INTERLEAVED) & (f.pp > 1), one_chunk, flat))
 
 
+def _layer_transient(c: Context, f: Fields, q: Any, tokens: Any) -> Any:
+    """The layers' largest recompute transient (:func:`model.stage_bytes.peak_transient`) plus
+    an MTP module's on the last stage (:func:`model.end_stage_bytes.mtp_recompute_transient`)."""
+    arch, t = c.arch, c.training
+    forms = split_forms(f.per_stage(transient_forms, (arch,), *FORM_FIELDS))
+    return peak_transient(forms, q) + mtp_recompute_transient(
+        arch, end_stages(f)[1], tokens, f.tp, f.sp, t.activation_bytes, _mtp_whole(f)
+    )
+
+
 def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     """Activation bytes on one GPU of pipeline stage ``f.stage``.
 
@@ -334,11 +344,8 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     n_layers, n_moe = f.per_stage(stage_layer_counts, (arch,), *LAYER_FIELDS)
     per_form = f.per_stage(kept_form, (arch,), *FORM_FIELDS)
     per_mb = apply_form(per_form, q)
-    transient = peak_transient(split_forms(f.per_stage(transient_forms, (arch,), *FORM_FIELDS)), q)
     tokens = exact(t.seq_len) / f.cp * f.micro_batch_size
-    transient = transient + mtp_recompute_transient(
-        arch, end_stages(f)[1], tokens, f.tp, f.sp, t.activation_bytes, _mtp_whole(f)
-    )
+    transient = _layer_transient(c, f, q, tokens)
     vocab = f.lookup(padded_vocab_of, (arch.vocab_size, c.vocab_multiple), "framework", "tp")
     emb, head = split_free(_end_bytes, c, f, tokens, vocab)  # the ends: not the splits'
     split = Schedule(f.schedule) in SPLIT_BACKWARD
