@@ -23,7 +23,7 @@ from trainplan.interface.cli.common import COUNT, INTERRUPTED, POSITIVE, WEB_QUE
 from trainplan.interface.cli.interrupt import Interrupted, interruptible
 from trainplan.interface.commands import rlhf_json
 from trainplan.interface.flags import with_flags
-from trainplan.interface.requests import seconds_left
+from trainplan.interface.requests import seconds_left, startup_seconds
 from trainplan.model.errors import InfeasibleError, InputError
 from trainplan.model.rlhf.spec import placed_algorithm
 
@@ -358,6 +358,7 @@ def rlhf_plan_cmd(
     inp, problem = plan_problem(request)
     limit = request.time_limit
     left = seconds_left(limit, request.started)
+    before = startup_seconds(request.started)  # counted by the limit: said beside it
     try:
         with _progress(as_json) as progress:
             result, stopped = interruptible(
@@ -373,6 +374,8 @@ def rlhf_plan_cmd(
         raise SystemExit(1) from None
     res = plan_json(inp, result, stopped)
     res["time_limit_seconds"] = limit  # the limit given (the search had what start-up left)
+    if limit is not None:
+        res["startup_seconds"] = before
     if as_json:
         echo_json(res)
     else:
@@ -384,12 +387,18 @@ def rlhf_plan_cmd(
         click.get_current_context().exit(INTERRUPTED)
     if result.best is None:
         if not as_json:
-            click.echo(
-                f"No placement found within the time limit of {limit:g} s (not proven "
-                "infeasible): give a longer --time-limit",
-                err=True,
-            )
+            click.echo(_none_in_time(limit, before), err=True)
         raise SystemExit(1)
+
+
+def _none_in_time(limit: float | None, before: float) -> str:
+    """The line of a placement search whose ``--time-limit`` (``limit`` s) ran out before any
+    placement was found, naming the ``before`` s of start-up the limit counted."""
+    return (
+        f"No placement found within the time limit of {limit:g} s (not proven infeasible): give "
+        "a longer --time-limit (start-up, loading the model, the accelerator and the solver, "
+        f"took {before:.2f} s of it)"
+    )
 
 
 def _stoppable(

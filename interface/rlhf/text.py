@@ -237,6 +237,14 @@ def device_figures(res: dict[str, Any]) -> str:
     )
 
 
+def _startup(res: dict[str, Any]) -> str:
+    """The command's seconds before its search began (``startup_seconds``: loading the
+    model, the accelerator and the solver), which ``--time-limit`` counts too; said only where
+    a limit was given (the web's jobs have none to say)."""
+    before = res.get("startup_seconds")
+    return "" if before is None else f", start-up {before:.2f} s (counted by the time limit)"
+
+
 def result_lines(res: dict[str, Any], width: int = 72) -> list[str]:
     """``rlhf-plan``'s answer: status and timing, the best plan, the alternatives, the reason."""
     best = res["best"]
@@ -260,7 +268,9 @@ def result_lines(res: dict[str, Any], width: int = 72) -> list[str]:
         + (f", {res['skipped']:,} bounded out" if res.get("skipped") else "")
         + f"); tables {res['tables_seconds']:.2f} s"
         + ("" if res.get("tables_complete", True) else " (cut short by the time limit)")
-        + f", CP-SAT {res['solve_seconds']:.2f} s; {res['status']}{said.get(res['status'], '')}",
+        + f", CP-SAT {res['solve_seconds']:.2f} s"
+        + _startup(res)
+        + f"; {res['status']}{said.get(res['status'], '')}",
         "",
     ]
     if best is None:
