@@ -96,12 +96,12 @@ def check_agent_loop_chunks(
     ------
     InputError
         ``prompts · samples_per_prompt`` not a multiple of ``workers``, naming the nearest
-        prompt counts that are.
+        prompt counts and samples per prompt that make it one.
 
     Examples
     --------
-    64 prompts × 8 samples = 512 samples: 64 a worker. 5 prompts × 4 = 20 is refused; 6 and 4
-    prompts give 24 and 16.
+    64 prompts × 8 samples = 512 samples: 64 a worker. 5 prompts × 4 = 20 is refused; 4 and 6
+    prompts give 16 and 24, 8 samples a prompt 40.
 
     >>> check_agent_loop_chunks(64, 8)
     >>> check_agent_loop_chunks(5, 4)
@@ -109,21 +109,29 @@ def check_agent_loop_chunks(
     ...
     trainplan.model.errors.InputError: prompts: 5 × `samples_per_prompt` 4 = 20 samples a step; \
 verl splits them into its 8 agent-loop workers' equal chunks (DataProto.chunk asserts the count \
-divides; actor_rollout_ref.rollout.agent.num_workers 8): the nearest prompt counts that divide: \
-4 or 6
+divides; verl's default actor_rollout_ref.rollout.agent.num_workers 8): the nearest that divide: \
+4 or 6 prompts, or `samples_per_prompt` 8
     """
     samples = prompts * samples_per_prompt
     if samples % workers == 0:
         return
-    step = workers // math.gcd(workers, samples_per_prompt)
-    lower, upper = prompts // step * step, (prompts // step + 1) * step
-    nearest = " or ".join(f"{n:,}" for n in (lower, upper) if n >= 1)
     raise InputError(
         f"prompts: {prompts:,} × `samples_per_prompt` {samples_per_prompt:,} = {samples:,} "
-        f"sample{'' if samples == 1 else 's'} a step; verl splits them into its {workers} agent-loop workers' equal chunks "
-        "(DataProto.chunk asserts the count divides; actor_rollout_ref.rollout.agent.num_workers "
-        f"{workers}): the nearest prompt counts that divide: {nearest}"
+        f"sample{'' if samples == 1 else 's'} a step; verl splits them into its {workers} "
+        "agent-loop workers' equal chunks (DataProto.chunk asserts the count divides; verl's "
+        f"default actor_rollout_ref.rollout.agent.num_workers {workers}): the nearest that "
+        f"divide: {_nearest(prompts, samples_per_prompt, workers)} prompts, or "
+        f"`samples_per_prompt` {_nearest(samples_per_prompt, prompts, workers)}"
     )
+
+
+def _nearest(count: int, other: int, workers: int) -> str:
+    """The multiples of ``workers / gcd(workers, other)`` nearest ``count`` on either side (at
+    least 1), as words: the values of ``count`` whose product with ``other`` ``workers``
+    divides."""
+    step = workers // math.gcd(workers, other)
+    lower, upper = count // step * step, (count // step + 1) * step
+    return " or ".join(f"{n:,}" for n in (lower, upper) if n >= 1)
 
 
 VLLM_BLOCK_TOKENS = 16
