@@ -24,7 +24,7 @@ from trainplan.model.activation_copies import offload_backlog_bytes, prefetched_
 from trainplan.model.activation_offload import layer_offload_bytes, offload_buffer_bytes
 from trainplan.model.deepspeed_layers import keeps_embedding_view
 from trainplan.model.eager_saved import final_norm_eager, final_norm_extra_bytes
-from trainplan.model.end_stage_bytes import embedding_bytes, mtp_recompute_transient
+from trainplan.model.end_stage_bytes import embedding_bytes, mtp_copied, mtp_recompute_transient
 from trainplan.model.layout import Layout, Recompute
 from trainplan.model.model_spec import ModelSpec
 from trainplan.model.offload import host_rates
@@ -384,7 +384,8 @@ def _end_bytes(c: Context, f: Fields, tokens: Any, vocab: Any) -> tuple[Any, Any
     )
     first, last = end_stages(f)
     kept = f.lookup(loss_kept, (t,), "framework")
-    args = (tokens, f.tp, f.sp, t.activation_bytes, vocab, gathered, norms, kept, _mtp_whole(f))
+    mtp = _mtp_whole(f), f.lookup(mtp_copied, (), "framework")
+    args = (tokens, f.tp, f.sp, t.activation_bytes, vocab, gathered, norms, kept, *mtp)
     eager = f.lookup(final_norm_eager, (arch, t), "framework")
     norm = where(last & eager, final_norm_extra_bytes(arch, tokens, where(f.sp, f.tp, 1)), 0)
     view = f.lookup(keeps_embedding_view, (arch.dropout,), "framework") * f.sp * first
@@ -393,9 +394,8 @@ def _end_bytes(c: Context, f: Fields, tokens: Any, vocab: Any) -> tuple[Any, Any
 
 
 def _mtp_whole(f: Fields) -> Any:
-    """Whether the MTP blocks are recomputed whole, each module checkpointed as one unit
-    (``recompute`` full or √n: :func:`model.end_stage_bytes.embedding_bytes` ``mtp_checkpointed``);
-    per-stage counts never take them (:func:`model.recompute_counts.block_counts`)."""
+    """Whether each MTP module is checkpointed whole (``recompute`` full or √n; per-stage counts
+    never: :func:`model.end_stage_bytes.embedding_bytes` ``mtp_checkpointed``)."""
     return (f.recompute == Recompute.FULL) | (f.recompute == Recompute.SQRT)
 
 

@@ -176,11 +176,13 @@ def test_deepseek_v3_mtp_parameters_memory_and_flops():
     # memory of the last stage (tp 1, b 1, 1F1B: one micro-batch in flight there): the block's
     # activations as another MoE layer, and its pass through the head — final-norm and head
     # inputs 2·β·S·h, FP32 logits 4·S·V — with the shifted embedding's norm input and the
-    # projection's [S, 2h] input, 3·β·S·h: 117,440,512 + 2,118,123,520 + 176,160,768
+    # projection's [S, 2h] input, 3·β·S·h, and (megatron: the heads read Megatron-Core's
+    # torch.cat copy) the incoming hidden state's norm input, β·S·h: 117,440,512 +
+    # 2,118,123,520 + 176,160,768 + 58,720,256
     lay = Layout(pp=16)
     acts = stage_memory(ModelSpec(name="v3", arch=arch), t, lay)[-1].activations
     base = stage_memory(ModelSpec(name="v3", arch=plain), t, lay)[-1].activations
-    assert acts.embedding_bytes - base.embedding_bytes == 2_411_724_800
+    assert acts.embedding_bytes - base.embedding_bytes == 2_470_445_056
     one_moe_layer = base.layers_bytes / 3  # the stage's three main layers are MoE layers
     assert acts.layers_bytes - base.layers_bytes == one_moe_layer
 

@@ -193,15 +193,19 @@ def test_full_keeps_only_the_mtp_modules_checkpoint() -> None:
     """Under ``full`` Megatron-Core checkpoints each MTP module's ``_proj_and_transformer_layer``
     as one unit (``MultiTokenPredictionLayer._checkpointed_forward``, uniform, k = 1): it keeps
     that call's inputs only — the shifted embedding (the block's one checkpoint, β·S·h ÷ tp) and
-    the hidden state (the main head's input) — not the shifted embedding's norm input (β·S·h),
-    the projection's input ``[S, 2h]`` (2·β·S·h) nor the module's final-norm input (β·S·h): 4
-    units fewer a micro-batch in flight on the last stage; while it recomputes, its projection
-    and final-norm inputs (3 units) are back beside its layer's own transient. The small model
-    (4 layers and an MTP block, pp 2, tp 2 with SP, s 2,048, h 2,048, BF16): one unit =
-    2·2,048·2,048/2 = 4,194,304 B; the last stage holds 1 micro-batch at its peak under 1F1B.
-    Under ``none`` and ``selective`` the output layer and the module keep, with logits
-    4·S·V/tp = 4·2,048·32,000/2 = 131,072,000 B: 2 head passes of (norm input + norm output +
-    logits) = 2·(2·one + 131,072,000) = 278,921,216, plus the module's 3 units: 291,504,128 B."""
+    the hidden state (β·S·h ÷ tp: the decoder's final-norm output, a tensor apart from the heads'
+    input, which is a chunk of ``MultiTokenPredictionBlock.forward``'s ``torch.cat`` copy) —
+    not the shifted embedding's norm input (β·S·h), the projection's input ``[S, 2h]``
+    (2·β·S·h) nor the module's final-norm input (β·S·h): 4 units fewer a micro-batch in flight
+    on the last stage; while it recomputes, its projection and final-norm inputs (3 units) are
+    back beside its layer's own transient. The small model (4 layers and an MTP block, pp 2, tp
+    2 with SP, s 2,048, h 2,048, BF16): one unit = 2·2,048·2,048/2 = 4,194,304 B; the last
+    stage holds 1 micro-batch at its peak under 1F1B. Under ``none`` and ``selective`` the
+    output layer and the module keep, with logits 4·S·V/tp = 4·2,048·32,000/2 = 131,072,000 B:
+    2 head passes of (norm input + norm output + logits) = 2·(2·one + 131,072,000) =
+    278,921,216, plus the module's 4 units (its two norms' inputs and its projection's input):
+    295,698,432 B; under ``full`` the 2 head passes less the final-norm input, plus the
+    hidden state: 278,921,216 B."""
     from tests.archs import llama_like
     from trainplan.model.model_spec import ModelSpec
 
@@ -217,8 +221,31 @@ def test_full_keeps_only_the_mtp_modules_checkpoint() -> None:
         for mode in ("none", "selective", "full")
     }
     assert acts["full"][1].microbatches_in_flight == 1
-    assert acts["none"][1].embedding_bytes == acts["selective"][1].embedding_bytes == 291_504_128
-    assert acts["full"][1].embedding_bytes == 291_504_128 - 4 * one == 274_726_912
+    assert acts["none"][1].embedding_bytes == acts["selective"][1].embedding_bytes == 295_698_432
+    assert acts["full"][1].embedding_bytes == 295_698_432 - 4 * one == 278_921_216
     # the layers are alike: the last stage's transient is the first's plus the module's 3 units
     full_first, full_last = (a.recompute_transient_bytes for a in acts["full"])
     assert full_last - full_first == 3 * one == 12_582_912
+
+
+def test_the_hidden_state_is_kept_apart_under_megatron_only() -> None:
+    """Megatron-Core's heads read ``torch.cat(hidden_states_list)`` (``MultiTokenPredictionBlock.
+    forward``, d98e8a64dd), a copy, so the MTP module's incoming hidden state (the decoder's
+    final-norm output: its ``hnorm``'s input, or its checkpoint's under ``full``) is one unit
+    more than the heads keep; ``textbook`` models the module as DeepSeek-V3 §2.2 draws it, the
+    hidden state being the tensor the main head keeps. The small model of
+    :func:`test_full_keeps_only_the_mtp_modules_checkpoint` (one unit 4,194,304 B, 1 micro-batch
+    held on the last stage): 295,698,432 B under megatron, 295,698,432 − 4,194,304 =
+    291,504,128 B under textbook (recompute none)."""
+    from tests.archs import llama_like
+    from trainplan.model.model_spec import ModelSpec
+
+    arch = dataclasses.replace(llama_like(4, 2048, 16, 5504, 32000), mtp_layers=1)
+    got = {}
+    for framework in ("megatron", "textbook"):
+        case = Case.of(
+            model=ModelSpec(name="small-mtp", source="test", arch=arch), pp=2, tp=2,
+            seq_len=2048, global_batch_size=8, device="H100-SXM", framework=framework,
+        )  # fmt: skip
+        got[framework] = case.evaluate().stages[1].activations.embedding_bytes
+    assert got == {"megatron": 295_698_432, "textbook": 295_698_432 - 4_194_304}
