@@ -35,16 +35,16 @@ new MutationObserver((records) => {
 order, from before the page's own script runs."""
 
 CUT = (
-    "the time limit cut the cost tables at 512 of 4,912 shapes, the first in tie-break order "
+    "the time limit cut the cost tables at 64 of 4,912 shapes, the first in tie-break order "
     "(fewest model-parallel GPUs first)"
 )
-"""DeepSeek-V3 on 2,048 H100s cut at its first block (tests/test_cli_time_limit_blocks.py: the
-CLI's note for the same search)."""
+"""DeepSeek-V3 on 2,048 H100s cut at its first block, 64 shapes under a limit
+(tests/test_cli_time_limit_blocks.py: the CLI's note for the same search)."""
 
 
 def test_the_progress_line_says_the_cut_and_moves_on_to_the_solve(page):
     """A time limit of 2 ms (a query no other test runs, so the server's cache does not answer
-    it): the line said "cost tables: 512 of 4,912 shapes", then the cut in the CLI's words with
+    it): the line said "cost tables: 64 of 4,912 shapes", then the cut in the CLI's words with
     "CP-SAT solving…", never the table count again before the answer; the note under the status
     starts with the same words."""
     page.add_init_script(RECORD)
@@ -57,7 +57,7 @@ def test_the_progress_line_says_the_cut_and_moves_on_to_the_solve(page):
     said = f"{CUT}; CP-SAT solving…"
     assert said in texts, texts
     at = texts.index(said)
-    assert texts[at - 1] == "cost tables: 512 of 4,912 shapes", texts
-    assert not any(t.startswith("cost tables: 512 of 4,912") for t in texts[at:]), texts
+    assert texts[at - 1] == "cost tables: 64 of 4,912 shapes", texts
+    assert not any(t.startswith("cost tables: 64 of 4,912") for t in texts[at:]), texts
     assert texts[-1].startswith("done in "), texts
     expect(page.locator("#time-limit-note")).to_contain_text(f"note: {CUT}; ")
