@@ -11,7 +11,11 @@ from trainplan.interface.render.report import frontier_row
 from trainplan.interface.render.report_dict import estimate_to_dict, fit_figure
 from trainplan.interface.requests import SearchRequest, seconds_left, startup_seconds
 from trainplan.interface.search_commands import SearchRun, per_stage_request, search_problem
-from trainplan.interface.search_notes import headroom_notes, per_stage_limit_notes
+from trainplan.interface.search_notes import (
+    headroom_notes,
+    per_stage_limit_notes,
+    startup_field,
+)
 from trainplan.model.errors import InputError
 from trainplan.model.rank_split import stage_layers_of
 from trainplan.optimizer.per_stage import peak_bytes
@@ -124,9 +128,9 @@ def _frontier_object(
         "stopped": result.stopped,
         "points": rows,
         "notes": headroom_notes(problem.constraints, rows)
-        + per_stage_limit_notes(result.cuts, limit, result.seconds + before),
+        + per_stage_limit_notes(result.cuts, limit, result.seconds, before),
         "proof_scope": result.proof_scope,
-    }
+    } | startup_field(limit, before)
     out["proof"] = per_stage_proof(out)
     return out
 

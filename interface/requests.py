@@ -149,7 +149,7 @@ class SearchRequest:
     """Seconds for the whole search (None: no limit), counted from :attr:`started`."""
     started: float | None = None
     """The :func:`time.perf_counter` reading from which :attr:`time_limit` counts: the command's
-    start on the command line (:data:`interface.cli.clock.STARTED`: its wall clock, loading the
+    start on the command line (:func:`interface.cli.clock.command_started`: its wall clock, loading the
     model, the accelerator and the solver included); None: when the search begins (the web, a
     library caller)."""
     workers: int | None = None

@@ -26,6 +26,7 @@ from trainplan.interface.search_notes import (
     params_meta,
     schedule_note,
     search_meta,
+    startup_field,
     time_limit_note,
     unused_note,
     with_headroom,
@@ -285,13 +286,6 @@ def _prices(gpus: int, price: float | None, step_s: float | None) -> dict[str, f
     return {"price_per_hour": per_hour, "price_per_step": per_hour * step_s / 3600}
 
 
-def _gap_s(result: Any) -> float | None:
-    """A per-stage search's proven gap, s (:attr:`optimizer.per_stage.PerStageResult.gap_ns`):
-    None where no bound was left, or where no base layout was searched (a time limit or Ctrl-C
-    before the first: nothing bounds a split)."""
-    return None if result.gap_ns is None else result.gap_ns / 1e9
-
-
 def per_stage_json(kw: SearchRequest | Mapping[str, Any]) -> SearchRun:
     """The per-stage search (``trainplan search --per-stage --json``): the plan's evaluate
     object with ``stages`` (each stage's memory, as ``evaluate --per-stage``), plus
@@ -303,9 +297,10 @@ def per_stage_json(kw: SearchRequest | Mapping[str, Any]) -> SearchRun:
     every split searched, under 1F1B by the order's own step: 0 or a ns or so when proven, null
     when the time limit left no bound: :attr:`optimizer.per_stage.PerStageResult.gap_ns`),
     ``shapes`` (per base layout: its status, step time, gap, solves, seconds, and ``note``: why
-    a ``not-searched`` one was not, else null),
-    ``uniform_seconds``, ``tables_seconds``, ``solve_seconds``, ``cut`` (what a time limit left out
-    of the uniform search's cost tables, whose rows give the bases; null: nothing); and
+    a ``not-searched`` one was not, else null), ``uniform_seconds``, ``tables_seconds``,
+    ``solve_seconds``, ``cut`` (what a time limit left out of the uniform search's cost tables,
+    whose rows give the bases; null: nothing), ``startup_seconds`` with a time limit
+    (:func:`interface.search_notes.startup_field`); and
     ``launch``: ``megatron`` and ``torchtitan`` flags with their ``notes``, and
     ``megatron_step_s`` — the step time of what Megatron-LM's one ``--recompute-num-layers``
     runs (null when the plan's counts are one number).
@@ -322,14 +317,14 @@ def per_stage_json(kw: SearchRequest | Mapping[str, Any]) -> SearchRun:
 
     request = per_stage_request(kw)
     problem = search_problem(request)
+    before = startup_seconds(request.started)  # the command's, counted by its limit
     left = seconds_left(request.time_limit, request.started)  # the command's limit, what is left
     result = per_stage_search(problem, request.per_stage_shapes, left, request.stage_workers)
     assert result.uniform is not None and result.uniform_ns is not None  # without_uniform unset
     plan = result.plan
     d = estimate_to_dict(plan, per_stage=True)  # every stage's memory rows, as evaluate's
     _with_fit_rule(d, problem, plan)
-    lay = plan.layout
-    counts = lay.recompute_layers or tuple(0 for _ in range(lay.pp))
+    counts = plan.layout.recompute_layers or tuple(0 for _ in range(plan.layout.pp))
     d["per_stage"] = {
         "status": result.status,
         "proof_scope": result.proof_scope,
@@ -342,13 +337,13 @@ def per_stage_json(kw: SearchRequest | Mapping[str, Any]) -> SearchRun:
             "step_s": result.uniform_ns / 1e9,
         },
         "gain": result.gain,
-        "gap_s": _gap_s(result),
+        "gap_s": None if result.gap_ns is None else result.gap_ns / 1e9,  # no bound: null
         "shapes": [_shape_row(s) for s in result.shapes],
         "uniform_seconds": result.uniform_seconds,
         "tables_seconds": result.tables_seconds,
         "solve_seconds": result.solve_seconds,
         "cut": result.cut,
-    }
+    } | startup_field(request.time_limit, before)
     d["launch"] = _launch(result)
     return SearchRun(d, str(problem.objective), len(problem.jobs))
 
@@ -494,7 +489,7 @@ def frontier_json(
         "points": rows,
         "notes": headroom_notes(problem.constraints, rows)
         + frontier_limit_notes(prepared[0].cut(), limit, result, before),
-    }
+    } | startup_field(limit, before)
     fastest = in_units(result.points[0].objective)[1]
     out["settings_cost"] = settings_json(request, problem, fastest, started, on_tables, web)
     return SearchRun(out, str(problem.objective), len(problem.jobs))

@@ -302,9 +302,12 @@ def frontier_limit_notes(
     return [] if spent is None else [spent]
 
 
-def per_stage_limit_notes(cuts: Sequence[str], limit: float | None, seconds: float) -> list[str]:
+def per_stage_limit_notes(
+    cuts: Sequence[str], limit: float | None, seconds: float, before_s: float = 0.0
+) -> list[str]:
     """What ``--time-limit`` (``limit``, seconds) did to the per-stage frontier
-    (:mod:`interface.per_stage_frontier_command`; ``seconds`` its wall-clock seconds in all): the
+    (:mod:`interface.per_stage_frontier_command`; ``seconds`` its own wall-clock seconds,
+    ``before_s`` the command's before it, which the limit counts too): the
     shapes it left out of each search's cost tables (``cuts``: :func:`frontier_cut_note`), or,
     where it cut none but the frontier took longer than the limit, what the limit could not
     stop (:mod:`optimizer.per_stage_frontier`: the cost tables are filled before the first
@@ -315,16 +318,20 @@ def per_stage_limit_notes(cuts: Sequence[str], limit: float | None, seconds: flo
     >>> per_stage_limit_notes([], 5.0, 3.0), per_stage_limit_notes([], None, 9.0)
     ([], [])
     >>> per_stage_limit_notes([], 1.0, 2.68)[0][:54]
-    'the time limit of 1 s was passed (2.68 s in all): the '
+    'the time limit of 1 s was passed (2.68 s of the fronti'
+    >>> per_stage_limit_notes([], 1.0, 0.6, 0.5)[0][:70]
+    'the time limit of 1 s was passed (0.50 s of start-up + 0.60 s of the f'
     """
     from trainplan.optimizer.search import SOLVE_FLOOR_S
 
     if cuts:
         return [note for cut in cuts for note in frontier_cut_note(cut)]
-    if limit is None or seconds <= limit:
+    if limit is None or before_s + seconds <= limit:
         return []
+    startup = f"{before_s:.2f} s of start-up + " if before_s else ""
     return [
-        f"the time limit of {limit:g} s was passed ({seconds:.2f} s in all): the limit is "
+        f"the time limit of {limit:g} s was passed ({startup}{seconds:.2f} s of the frontier's "
+        "searches): the limit is "
         "looked at between the cost tables' blocks and between per-stage searches, and the "
         f"first per-stage search is given at least {SOLVE_FLOOR_S:g} s to read a point; each "
         "point's plan says whether it is proven"
@@ -349,9 +356,10 @@ def limit_given(err: InfeasibleError, left: float | None, limit: float | None) -
 
 def search_meta(result: Any, jobs: int, limit: float | None, before: float = 0.0) -> dict[str, Any]:
     """The search's own fields of ``search --json``: ``status``, ``solve_seconds``,
-    ``tables_seconds``, ``shapes``, ``candidates``, ``jobs``, ``time_limit_seconds`` and
-    ``time_limit_note`` (``before``: the command's seconds before its search, which its limit
-    counts, :attr:`interface.requests.SearchRequest.started`)."""
+    ``tables_seconds``, ``shapes``, ``candidates``, ``jobs``, ``time_limit_seconds``,
+    ``time_limit_note`` and, with a limit, ``startup_seconds`` (``before``: the command's seconds
+    before its search, which its limit counts, :attr:`interface.requests.SearchRequest.started`;
+    :func:`startup_field`)."""
     return {
         "status": result.status,
         "solve_seconds": result.solve_seconds,
@@ -361,4 +369,16 @@ def search_meta(result: Any, jobs: int, limit: float | None, before: float = 0.0
         "jobs": jobs,
         "time_limit_seconds": limit,
         "time_limit_note": limit_note(result, limit, before),
-    }
+    } | startup_field(limit, before)
+
+
+def startup_field(limit: float | None, before: float) -> dict[str, float]:
+    """``startup_seconds`` of a time-limited command's JSON (``search``, ``frontier``, the
+    per-stage search and frontier; ``rlhf-plan`` likewise): ``before``, the command's seconds
+    before its search began (loading the model, the accelerator and the solver), which its
+    ``limit`` counts; {} without a limit.
+
+    >>> startup_field(2.0, 0.75), startup_field(None, 0.75)
+    ({'startup_seconds': 0.75}, {})
+    """
+    return {} if limit is None else {"startup_seconds": before}

@@ -4,6 +4,7 @@ text and ``--json`` (the page's in tests/web/test_first_hour_page.py)."""
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -102,7 +103,7 @@ def _config(tmp_path: Path, name: str, **changes: object) -> str:
     return str(path)
 
 
-def test_small_first_hour_fixes():
+def test_small_first_hour_fixes(request):
     """(a) bubble_ratio is of the micro-batches' time: Llama 3 8B, tp 2, pp 4, B 64 over dp 2 is
     m = 64/(2·1) = 32, and the bubble is bubble_ratio of compute + the exposed tp (and cp, ep)
     the step line sums, not of compute alone. The ratio is the 1F1B order's own
@@ -114,6 +115,7 @@ def test_small_first_hour_fixes():
     topk_group 4: transformers DeepseekV3TopkRouter keeps 4 of 8 groups), not for n_group 1.
     (e) a dense model's layout line is one format: deepspeed's "(ep 1)" as megatron's."""
     short = Path(tempfile.mkdtemp(prefix="fh"))  # a path the refusal quotes whole (< 80 chars)
+    request.addfinalizer(lambda: shutil.rmtree(short, ignore_errors=True))
     g1 = _config(short, "g1.json", n_group=1, topk_group=1)
     k70 = _config(short, "k70.json", first_k_dense_replace=70)
     moe = ("--gpus", "64", "--ep", "8")

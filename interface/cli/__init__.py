@@ -12,10 +12,10 @@ import importlib
 
 import click
 
-from trainplan.interface.cli.clock import STARTED
+from trainplan.interface.cli.clock import begin_command, console_command
 from trainplan.interface.cli.common import GuardedGroup, run_guarded
 
-__all__ = ["main", "cli", "register_commands", "STARTED"]
+__all__ = ["main", "cli", "register_commands"]
 
 
 COMMAND_MODULES: dict[str, str] = {
@@ -88,6 +88,7 @@ class LazyGroup(GuardedGroup):
 @click.version_option(package_name="trainplan")
 def cli() -> None:
     """trainplan: memory, traffic, bubble and MFU of a training layout, and the best layout."""
+    begin_command()  # --time-limit counts from here (interface.cli.clock)
 
 
 def register_commands() -> None:
@@ -100,5 +101,7 @@ def register_commands() -> None:
 
 
 def main() -> None:
-    """Console-script entry point (commands load on lookup, :class:`LazyGroup`)."""
+    """Console-script entry point (commands load on lookup, :class:`LazyGroup`); its first
+    command's time limit counts from the process's start (:func:`interface.cli.clock.console_command`)."""
+    console_command()
     run_guarded(cli)

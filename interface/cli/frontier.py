@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from trainplan.interface.cli import cli
-from trainplan.interface.cli.clock import STARTED
+from trainplan.interface.cli.clock import command_started
 from trainplan.interface.cli.common import COUNT, echo_json, output
 from trainplan.interface.cli.interrupt import interruptible, stop_between_tables
 from trainplan.interface.cli.options import Decorator
@@ -122,7 +122,9 @@ def frontier_cmd(
     Example: trainplan frontier --model llama3-405b --gpus 16384 --csv frontier.csv
     """
     options = {**kw, "per_stage": per_stage, "per_stage_shapes": per_stage_shapes}
-    request = search_request({**options, "started": STARTED})  # --time-limit: the command's
+    request = search_request(
+        {**options, "started": command_started()}
+    )  # --time-limit: the command's
     per_stage = request.per_stage
     check_searches_apply(per_stage_searches, per_stage)
     tables = stop_between_tables(table_progress(as_json))

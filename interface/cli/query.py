@@ -189,7 +189,7 @@ def _unknown(
     dashed = key.replace("_", "-")
     if dashed != key and (dashed in by_key or dashed in moved):
         return (
-            f"{key!r}: no such parameter of {name}; write it {dashed} (a query key is the "
+            f"{key!r}: no such parameter of {name}; write it {dashed} (a key, in a query or a JSON body, is the "
             "command's option without its leading --)"
         )
     if f"--{key}" in PARAMETER_FLAGS["num_microbatches"] and "global-batch" in by_key:
@@ -197,7 +197,7 @@ def _unknown(
     option = _field_option(key, by_key)
     if option is not None:
         return (
-            f"{key!r}: no such parameter of {name}; write it {option} (a query key is the "
+            f"{key!r}: no such parameter of {name}; write it {option} (a key, in a query or a JSON body, is the "
             "command's option without its leading --, not the JSON answer's field name)"
         )
     spelt = next((fs for fs in PARAMETER_FLAGS.values() if f"--{key}" in fs), ())

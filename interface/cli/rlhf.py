@@ -18,7 +18,7 @@ import click
 
 from trainplan.interface import tabs
 from trainplan.interface.cli import cli
-from trainplan.interface.cli.clock import STARTED
+from trainplan.interface.cli.clock import command_started
 from trainplan.interface.cli.common import COUNT, INTERRUPTED, POSITIVE, WEB_QUERY, echo_json
 from trainplan.interface.cli.interrupt import Interrupted, interruptible
 from trainplan.interface.commands import rlhf_json
@@ -354,7 +354,9 @@ def rlhf_plan_cmd(
     from trainplan.optimizer.rlhf.search import search_placement
 
     search = {"offload": offload, "time_limit": time_limit, "workers": workers}
-    request = plan_request({**kw, **search, "started": STARTED})  # the command's wall clock
+    request = plan_request(
+        {**kw, **search, "started": command_started()}
+    )  # the command's wall clock
     inp, problem = plan_problem(request)
     limit = request.time_limit
     left = seconds_left(limit, request.started)

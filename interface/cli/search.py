@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from trainplan.interface.cli import cli
-from trainplan.interface.cli.clock import STARTED
+from trainplan.interface.cli.clock import command_started
 from trainplan.interface.cli.common import (
     COUNT,
     INTERRUPTED,
@@ -333,7 +333,7 @@ def search_cmd(
     Example: trainplan search --model llama3-405b --gpus 16384 --gpu H100-SXM
     """
     options = {**kw, "per_stage": per_stage, "per_stage_shapes": per_stage_shapes}
-    options["started"] = STARTED  # --time-limit counts the command's wall clock
+    options["started"] = command_started()  # --time-limit counts the command's wall clock
     request = search_request(options, "params" if maximize else None)
     if request.per_stage:
         if top != 1 or maximize:

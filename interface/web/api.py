@@ -286,9 +286,9 @@ def rlhf_plan_object(
 
 
 def run_object(result: Any) -> dict[str, Any]:
-    """A SearchRun's JSON object, or the CLI's infeasible object; each answer's notes, and the
-    per-stage frontier's ``proof``, name the page's fields where the command line's name its
-    flags (:func:`interface.flags.on_page`)."""
+    """A SearchRun's JSON object, or the CLI's infeasible object; each answer's notes, search's
+    ``time_limit_note`` and ``params_note``, and the per-stage frontier's ``proof`` name the
+    page's fields where the command line's name its flags (:func:`interface.flags.on_page`)."""
     fields = page_fields("search")
     if isinstance(result, InfeasibleError):
         out = commands.infeasible_json(result, web=True)
@@ -304,6 +304,9 @@ def run_object(result: Any) -> dict[str, Any]:
             out[key] = [paged(a) for a in out[key]]
     if "proof" in out:  # the per-stage frontier's headline: its --per-stage-searches as the field
         out["proof"] = on_page(out["proof"], page_fields("frontier"))
+    for key in ("time_limit_note", "params_note"):  # search's: "a longer time-limit"
+        if out.get(key):
+            out[key] = on_page(out[key], fields)
     return paged(out)
 
 

@@ -18,9 +18,7 @@ from tests.web.conftest import need
 
 need("fastapi", "pip install -e '.[web]'")
 
-HINT = (
-    "(a query key is the command's option without its leading --, not the JSON answer's field name)"
-)
+HINT = "(a key, in a query or a JSON body, is the command's option without its leading --, not the JSON answer's field name)"
 
 
 def _refused(server: str, path: str) -> str:

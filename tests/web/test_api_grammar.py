@@ -77,7 +77,7 @@ def test_a_query_key_has_one_spelling(client):
     base = "/api/evaluate?model=llama3-8b&dp=4&cp=2"
     assert _ok(client, f"{base}&cp-kind=ulysses")["layout"]["cp_kind"] == "ulysses"
     assert _refused(client, f"{base}&cp_kind=ulysses") == (
-        "'cp_kind': no such parameter of evaluate; write it cp-kind (a query key is the command's "
+        "'cp_kind': no such parameter of evaluate; write it cp-kind (a key, in a query or a JSON body, is the command's "
         "option without its leading --)"
     )
     assert _refused(client, f"{base}&time_model=single").startswith(
