@@ -45,9 +45,24 @@ every FSDP unit of the stage; ``_assert_unsharded`` → each handle's ``wait`` �
   (:func:`model.fsdp2_replay.replay_passes`' windows), a re-gathered chunk's first pass after
   its ``UNSHARD`` is a backward on every rank at some point (pp 2, v 4, m 4: 5 of rank 0's 11
   entries), waited for with the forward before it done — the steady phase's highest
-  activations: counted. At v ≤ 3 every chunk enters once, at the step's start, and is waited for
-  before its first pass, a warm-up forward: the rank's later warm-up forwards (at least that
-  chunk's own) add activations before its peak, and the term is not counted there.
+  activations: counted. At v ≤ 3 every chunk enters once, with the step's first actions, and
+  is waited for before its first pass, a forward ahead of the rank's first backward (the
+  warm-up's ``(v − 1)·pp + 2·(pp − 1 − r)`` forwards and the one before that backward run
+  every chunk's first). No gradient exists then: the unsharded gradients
+  (``unsharded_accumulated_grad``) are made by the step's first backward, and
+  ``FSDPParamGroup.post_backward`` after the last hands them to ``foreach_reduce`` and drops
+  them (``_fsdp_param_group.py`` 002a76fb). The forward/backward peak counts them, ``g`` B a
+  parameter of the stage, and one unit's unsharded gradient (the buffers), ``w·U``, as large
+  as the output alone (larger under torchao's FP8 all-gather); the activations at a copy-out
+  are among those kept at the first backward. So the most a copy-out holds — the window's
+  weights with one output, the state's shards, the activations so far, the persistent
+  buffers — is under the reported peak by at least the stage's gradients, ``g·P`` (``P ≥ U``;
+  the previous step's FP32 sharded gradients, ``4·P/D`` where a trainer keeps them, fall
+  inside it): never tight, not counted. ``tests/model/test_fsdp2_runtime_unshard.py``
+  evaluates it where it could bind (a hypothesis property over Llama 3 8B and 70B, full
+  recompute, sequences of 256–2,048, micro-batch 1, pp 2–4, v 2–3, dp 2–64, tp 1–8, both ZeRO
+  stages, with and without the FP8 all-gather; Llama 3 8B at dp 8 × pp 2, v 2, 1,024 tokens:
+  rank 0's copy-out 15.58 GB at the most against a peak of 32.12 GB, its gradients 16.06 GB).
 * **The side pool's copy-in buffer** (FSDP's own hooks: :func:`model.terms.peak.stream_pool_term`;
   pytorch/pytorch 010ae4a8 ``_fsdp_collectives.py`` ``foreach_all_gather``).
   ``_get_param_all_gather_inputs`` writes the unit's shard, cast to ``param_dtype``, into a new
@@ -119,7 +134,9 @@ def runtime_unshard_term(c: Context, f: Fields, mech: Mechanism) -> Any:
     ``fsdp2`` run by torch.distributed.pipelining (:attr:`~model.mechanism_record.Mechanism.
     torch_pipelining`, not Meta's runtime: :func:`model.fsdp2_pipeline.runtime_mechanism`) with
     ``interleaved`` at more than :data:`model.fsdp2_pipeline.MAX_ACTIVE_STAGES` chunks a rank
-    and a shard degree above 1; 0 elsewhere. Source: :data:`RUNTIME_UNSHARD_SOURCE`.
+    and a shard degree above 1; 0 elsewhere (at v ≤ 3 each copy-out comes before the rank's
+    first backward, under the peak by at least the stage's gradients: the module docstring).
+    Source: :data:`RUNTIME_UNSHARD_SOURCE`.
     Element-wise over the search's columns (``virtual_stages``, ``shard_degree``)."""
     if Framework(f.framework) is not Framework.FSDP2 or str(f.schedule) != "interleaved":
         return 0

@@ -14,7 +14,16 @@ allocates the copy-in buffer and the all-gather output from the compute stream's
 
 from __future__ import annotations
 
+from fractions import Fraction
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from trainplan.model.fsdp2_replay import _windows, expand_runs, order_runs
+from trainplan.model.schedule import stage_order
+from trainplan.model.terms.fields import INSIDE_DOMAIN, Context, LayoutFields
+from trainplan.model.terms.runtime_unshard import gather_output_bytes
 from trainplan.optimizer.case import Case
 
 
@@ -31,8 +40,9 @@ def test_llama3_8b_one_output_beside_the_window():
     many; a layer 218,112,000): the largest unit on either rank is 525,336,576 elements, so the
     runtime's copy-out holds 2 B × 525,336,576 = 1,050,673,152 B beyond the window's three whole
     chunks on each. The side stream's pool (FSDP's hooks' two outputs and a copy-in buffer,
-    2,101,346,304 + 1,050,673,152 / 16 = 2,167,013,376 B) is another matter. At v 2 (every
-    chunk enters once, at the step's start, and is waited for in the warm-up), under Meta's runtime
+    2,101,346,304 + 1,050,673,152 / 16 = 2,167,013,376 B) is another matter. At v 2 (each
+    chunk's one copy-out comes before the rank's first backward, under the peak:
+    :func:`test_copy_out_before_the_first_backward`), under Meta's runtime
     (``pipeline_frees_stage_tensors``) and without sharding (dp 1:
     ``world_size == 1`` copies the shard without an output): nothing."""
     emb = 128_256 * 4_096
@@ -91,6 +101,103 @@ def test_a_regathered_chunk_is_waited_for_before_a_backward():
     for pp, v, m in ((2, 4, 2), (4, 4, 16), (4, 6, 8), (8, 8, 32)):
         for rank in range(pp):
             assert entries(pp, v, m, rank).get("B", 0) > 0, (pp, v, m, rank)
+
+
+def _copy_outs(case: Case) -> list[tuple[Any, Any, Any]]:
+    """Per stage of ``case`` (``fsdp2``, ``interleaved``, v ≤ 3): (the most its GPU can hold
+    allocated at a chunk's copy-out, the peak the model reports, the stage's gradient bytes).
+
+    Each chunk is waited for once, before its first pass; that pass is a forward and comes before
+    the rank's first backward (asserted on :func:`model.schedule.stage_order`, Megatron-Core's
+    order, which is ``ScheduleInterleaved1F1B``'s). So no gradient exists yet: the unsharded
+    gradients are made by the step's first backward and handed to the reduce-scatter (the
+    reference dropped) by ``FSDPParamGroup.post_backward`` after the last (pytorch/pytorch
+    002a76fb ``_fsdp_param_group.py``); the state is the forward/backward state less its
+    gradients and its buffers (one unit's unsharded gradient). Beside it: the window's weights
+    (every chunk's, in the state), one all-gather output (:func:`gather_output_bytes`, the
+    term's own figure) and the activations of the forwards run so far — among those in flight at
+    the first backward, so at most the activation term's kept lines (the layers', the
+    embedding's and output layer's, the stage outputs and receive buffers, activation offload's
+    buffer), without its transients; and the persistent buffers."""
+    c = Context(case.model, case.training, case.device, case.options, case.vocab_multiple)
+    fields = LayoutFields(case.layout, case.training.global_batch_size, 0, INSIDE_DOMAIN)
+    pp, v = case.layout.pp, case.layout.virtual_stages
+    out = []
+    for stage in case.evaluate().stages:
+        order = stage_order(pp, fields.m, "interleaved", v, stage.stage)
+        first_backward = next(i for i, (kind, _, _) in enumerate(order) if kind == "B")
+        firsts = {chunk: (i, kind) for i, (kind, _, chunk) in reversed(list(enumerate(order)))}
+        assert all(kind == "F" and i < first_backward for i, kind in firsts.values())
+        s, a = stage.state, stage.activations
+        kept = a.layers_bytes + a.embedding_bytes + a.pipeline_output_bytes + a.offload_buffer_bytes
+        before = s.backward_bytes - s.gradients_bytes - s.buffers_bytes
+        output = gather_output_bytes(c, fields.at(stage.stage))
+        instant = before + output + kept + stage.persistent_buffers_bytes
+        out.append((instant, stage.allocated_bytes, s.gradients_bytes))
+    return out
+
+
+def test_copy_out_before_the_first_backward():
+    """Llama 3 8B at dp 8 × pp 2, v 2, m 4, ZeRO-2, full recompute, 1,024 tokens, micro-batch 1:
+    rank 0 holds P = 525,336,576 (the embedding) + 16 × 218,112,000 = 4,015,128,576 parameters,
+    two chunks of 8 layers. Its order is F0 F0 F1 F1 F0 B1 …: chunk 1's copy-out comes after
+    two forwards, before the first backward. There at most (:func:`_copy_outs`):
+
+    * the whole BF16 weights and the FP32 shard, 2P + 4P/8 = 10,037,821,440, and the moments'
+      shards, 8P/8 = 4,015,128,576: 3.5P = 14,052,950,016;
+    * one all-gather output, the embedding's, 2 × 525,336,576 = 1,050,673,152;
+    * the five forwards in flight at the first backward (warm-up 2·(pp − 1) + (v − 1)·pp = 4,
+      and one), 8 layers' checkpoints each, 5 × 8 × 1,024 × 4,096 × 2 = 5 × 8 × 8,388,608 =
+      335,544,320, their five outputs and m·(2v − 1) = 12 receive buffers, 17 × 8,388,608 =
+      142,606,336:
+
+    15,581,773,824 B. The peak is the optimizer step's: the state with the FP32 gradients 4P and
+    their FP32 shard 4P/8, 8P = 32,121,028,608 (forward/backward: 7.5P + the buffers' unit
+    1,050,673,152 + activations 763,502,592 = 31,927,640,064). Under it by 16,539,254,784, more
+    than the gradients the copy-out comes before, 4P = 16,060,514,304."""
+    P = 525_336_576 + 16 * 218_112_000
+    assert P == 4_015_128_576
+    state = Fraction(7, 2) * P
+    assert state == 14_052_950_016
+    output, kept = 2 * 525_336_576, 5 * 8 * 8_388_608 + 17 * 8_388_608
+    assert (output, kept) == (1_050_673_152, 478_150_656)
+    instant = state + output + kept
+    assert instant == 15_581_773_824
+    case = Case.of("llama3-8b", "H100-SXM", framework="fsdp2", dp=8, pp=2, zero_stage=2,
+                   seq_len=1024, global_batch_size=32, micro_batch_size=1, recompute="full",
+                   schedule="interleaved", virtual_stages=2)  # fmt: skip
+    rank0 = _copy_outs(case)[0]
+    assert rank0 == (instant, 8 * P, 4 * P) == (15_581_773_824, 32_121_028_608, 16_060_514_304)
+    assert 8 * P - instant == 16_539_254_784 > 4 * P
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    model=st.sampled_from(["llama3-8b", "llama3-70b"]),
+    seq=st.sampled_from([256, 512, 1024, 2048]),
+    pp=st.integers(2, 4),
+    v=st.integers(2, 3),
+    dp=st.sampled_from([2, 4, 8, 16, 64]),
+    tp=st.sampled_from([1, 2, 8]),
+    rounds=st.integers(1, 4),
+    zero=st.sampled_from([2, 3]),
+    fp8=st.booleans(),
+)
+def test_copy_out_stays_under_the_peak(model, seq, pp, v, dp, tp, rounds, zero, fp8):
+    """Where the copy-out could bind at v ≤ 3 (the activations small beside a unit: full
+    recompute, short sequences, micro-batch 1; small dp, where the window's weights weigh most
+    against the shards), the most a GPU holds at a chunk's copy-out (:func:`_copy_outs`) is
+    under the model's peak by at least the stage's gradients: the peak counts them, ``g`` B a
+    parameter, and the buffers' unit, ``w·U``, which alone covers the output (less under
+    torchao's FP8 all-gather), and neither exists before the first backward. So
+    :func:`model.terms.runtime_unshard.runtime_unshard_term` adds nothing there."""
+    fp8_args = {"precision": "fp8", "fp8_param_gather": True} if fp8 else {}
+    case = Case.of(model, "H100-SXM", framework="fsdp2", dp=dp, tp=tp, pp=pp, zero_stage=zero,
+                   seq_len=seq, global_batch_size=dp * rounds * pp, micro_batch_size=1,
+                   recompute="full", schedule="interleaved", virtual_stages=v,
+                   **fp8_args)  # fmt: skip
+    for instant, peak, gradients in _copy_outs(case):
+        assert instant + gradients <= peak
 
 
 def test_side_pool_holds_the_next_copy_in_buffer():
