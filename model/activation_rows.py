@@ -11,6 +11,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from trainplan.model.context_parallel import CpKind, kv_repeat
+from trainplan.model.mla_thd import mla_thd_rows
 from trainplan.model.moe_working_set import deepspeed_gate_rows, torchtitan_router_rows
 from trainplan.model.precision import E5M6_ACTIVATION_BYTES, FP8_LINEAR_INPUTS
 from trainplan.model.specs import Architecture, AttentionKind, Mlp, Norm, PositionEmbedding
@@ -182,6 +183,7 @@ def attention_rows(arch: Architecture, ctx: ActivationContext) -> list[tuple[str
     copies = ctx.attention_output_copy and ctx.flash_attention and not ctx.fp8_linear_inputs
     if copies and ctx.micro_batch_size > 1:  # FlashAttention's output beside the [s, b] copy
         rows.append(("attention kernel output ([b, s] layout, kept)", beta * S * out, "tp"))
+    rows += mla_thd_rows(arch, ctx)  # Megatron-Core's padded MLA value over packed documents
     rep = kv_repeat(ctx.cp_kind, ctx.cp, ctx.tp, arch) if ctx.cp > 1 else 1
     if rep > 1:  # verl's Ulysses: the core keeps the repeated K/V heads it received
         d, g = arch.dim_per_head, arch.kv_heads
@@ -197,7 +199,17 @@ def attention_rows(arch: Architecture, ctx: ActivationContext) -> list[tuple[str
 
 
 NORM_INPUTS = frozenset({"attention norm input", "MLP norm input"})
-"""The rows a memory-efficient norm does not keep."""
+"""The rows a memory-efficient norm does not keep.
+
+Memory-efficient norms (``ActivationContext.memory_efficient_norm``, from
+``TrainingSpec.memory_efficient_norm``; Apex ``FusedLayerNorm`` / ``FusedRMSNorm`` with
+``memory_efficient=True``, Megatron-LM ``--memory-efficient-layer-norm``): the layer's two norms
+keep their output, which the next projection keeps anyway, and recover x̂ = (y − bias)/weight in
+backward, so the "attention norm input" and "MLP norm input" rows (``2·β·S·h``, *sp*) go, and a
+LayerNorm's statistics are fp32 rstd only (``4·S``). With it nothing keeps a layer's input, so a
+pipeline stage's received input can be freed after the forward (Llama 3 §3.3.2). MLA's latent
+norms are not affected. Measured in ``tests/fidelity``.
+"""
 
 
 def _norm_stats(

@@ -117,14 +117,7 @@ recomputation drops it); RoPE's cos and sin tables ``2·β·(s/cp)·d`` (not sha
 SwiGLU's SiLU output ``β·S·f`` (*tp*); for MoE, the top-k indices ``8·k·S``, the permutation's
 two int64 index vectors ``16·k·S`` and the routing weights ``β·k·S`` (*sp*).
 
-Memory-efficient norms (``ActivationContext.memory_efficient_norm``, from
-``TrainingSpec.memory_efficient_norm``; Apex ``FusedLayerNorm`` / ``FusedRMSNorm`` with
-``memory_efficient=True``, Megatron-LM ``--memory-efficient-layer-norm``): the layer's two norms
-keep their output, which the next projection keeps anyway, and recover x̂ = (y − bias)/weight in
-backward, so the "attention norm input" and "MLP norm input" rows (``2·β·S·h``, *sp*) go, and a
-LayerNorm's statistics are fp32 rstd only (``4·S``). With it nothing keeps a layer's input, so a
-pipeline stage's received input can be freed after the forward (Llama 3 §3.3.2). MLA's latent
-norms are not affected. Measured in ``tests/fidelity``.
+Memory-efficient norms: :data:`model.activation_rows.NORM_INPUTS`.
 """
 
 from __future__ import annotations
@@ -193,6 +186,10 @@ class ActivationContext:
     fp8_input_bytes: Fraction = Fraction(FP8_ACTIVATION_BYTES)
     """Bytes per element of a linear layer's FP8-saved input with its scales
     (:func:`model.precision.fp8_activation_bytes` of the recipe: 1, MXFP8 1 + 1/32)."""
+    mla_value_padded: bool = False
+    """MLA's value is padded to the query's head dimension and the kernel's output kept apart
+    from the output projection's input: Megatron-Core over packed documents (``thd``), the
+    rows and their sources in :mod:`model.mla_thd`."""
     attention_output_copy: bool = False
     """The attention's output is kept twice at a micro-batch above one: Megatron-DeepSpeed's
     layer (the ``deepspeed`` profile; 6acc370a ``megatron/model/transformer.py``

@@ -116,6 +116,36 @@ def test_packed_documents_mfu_both_ways():
     assert packed["layout"]["document_lengths"] == [[2048, 1]]
 
 
+DEEPSEEK_DP8 = [
+    "--model", "deepseek-v3", "--gpu", "H100-SXM", "--dp", "8", "--ep", "8", "--pp", "1",
+    "--recompute", "none", "--micro-batch", "1", "--global-batch", "64",
+]  # fmt: skip
+
+
+def test_packed_documents_pad_mla_values_under_megatron():
+    """DeepSeek-V3 under megatron (dp 8, ep 8, pp 1, no recompute, b 1, s 4,096) over packed
+    documents: Megatron-Core pads MLA's value to the query's head dimension and keeps the
+    kernel's padded output apart (model.mla_thd): per MLA layer the value's padding
+    2·4,096·128·(192 − 128) = 67,108,864 B and the output 2·4,096·128·192 = 201,326,592 B,
+    268,435,456 B; 61 layers and the MTP module's: 62 × 268,435,456 = 16,642,998,272 B more
+    activations (115.27 → 131.92 GB), the same in the text report."""
+    runs = run_many(
+        {
+            "packed": ["evaluate", *DEEPSEEK_DP8, "--document-length", "1024", "--json"],
+            "plain": ["evaluate", *DEEPSEEK_DP8, "--json"],
+            "text": ["evaluate", *DEEPSEEK_DP8, "--document-length", "1024"],
+        }
+    )
+    packed, plain = (json.loads(runs[k].stdout)["memory"] for k in ("packed", "plain"))
+    assert packed["activations_bytes"] - plain["activations_bytes"] == 16_642_998_272
+    assert (plain["activations_bytes"], packed["activations_bytes"]) == (
+        115_274_465_280,
+        131_917_463_552,
+    )
+    line = next(x for x in runs["text"].stdout.splitlines() if "activations (layers" in x)
+    assert line.split()[-2:] == ["131.92", "GB"]
+
+
 def test_document_length_refusals():
     runs = run_many(
         {

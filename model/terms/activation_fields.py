@@ -189,6 +189,7 @@ def activation_context(
         saves_scaled_mm=training.sac_saves_scaled_mm,
         eager_elementwise=elementwise_mode(framework, training.compile) is Elementwise.EAGER,
         fp8_activation_storage=training.fp8_activation_storage,
+        mla_value_padded=framework is Framework.MEGATRON and training.documents is not None,
     )
 
 
