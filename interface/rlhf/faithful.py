@@ -92,8 +92,9 @@ ASSUMPTIONS = (
     "prompt's full KV blocks, prefilled and held once (vLLM prefix caching); OpenRLHF: none",
     "the engine frees its memory outside the rollout (vLLM sleep mode, verl free_cache_engine); "
     "training roles keep their model state on their GPUs through every phase unless offloaded",
-    "the critic and the reward model are counted with their base model's output layer (a value "
-    "head is one column; its V·h weights are not subtracted) but without vocabulary logits",
+    "the critic and the reward model are the policy's network (or --critic-model's) with a "
+    "value head [h → 1] in place of the LM head (verl's with a bias, OpenRLHF's without): no "
+    "V·h output weights, no vocabulary logits",
     "a scoring forward frees each layer's activations as it goes (not counted); optimizer "
     "offload as model.offload counts it: host-link transfers and the CPU Adam step in every "
     "update, all exposed (an upper bound)",

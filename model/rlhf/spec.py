@@ -41,7 +41,7 @@ from trainplan.model.model_spec import ModelSpec
 from trainplan.model.params import count_params
 from trainplan.model.quantities import FRACTION_RULE
 from trainplan.model.rlhf.packing import Packing, packing_of, peak_tokens, split_peak_tokens
-from trainplan.model.rlhf.phases import PHASES, StepRole, phase_flops, step_roles
+from trainplan.model.rlhf.phases import PHASES, StepRole, phase_flops, step_roles, value_head_model
 from trainplan.model.rlhf.shares import ROLLOUT_BATCH
 from trainplan.model.rollout import check_fraction
 from trainplan.model.rollout_prefix import check_agent_loop_chunks
@@ -225,7 +225,8 @@ class RLHFSpec:
     policy: ModelSpec
     """The actor's (and the reference's and the engine's) network, with its dimensions."""
     critic: ModelSpec | None = None
-    """The critic's and the reward model's network (default: the policy's)."""
+    """The critic's and the reward model's network (default: the policy's), built with a value
+    head in place of its LM head (:func:`model.rlhf.phases.value_head_model`)."""
     reward: str = "model"
     """``model`` (a frozen reward network) or ``rule`` (a verifier: no network)."""
     prompts: int
@@ -358,7 +359,7 @@ class RLHFSpec:
             )
 
     def _roles(self) -> tuple[RoleSpec, ...]:
-        critic = self.critic or self.policy
+        critic = value_head_model(self.critic or self.policy, self.framework)
         return tuple(
             RoleSpec(Role(s.role), self.policy if s.weights == "policy" else critic, s)
             for s in step_roles(self.algorithm, self.reward, self.old_log_prob)
