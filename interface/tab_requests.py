@@ -190,6 +190,9 @@ class RLHFRequest:
     """Faithful: host memory per node, GB (None: 2,000, DGX H100)."""
     bandwidth_efficiency: Any = None
     """Faithful: fraction of HBM bandwidth decode reaches (None: 1)."""
+    agent_workers: Any = None
+    """Faithful: verl's agent-loop workers (``actor_rollout_ref.rollout.agent.num_workers``;
+    None: verl's 8 under megatron and fsdp2, none under deepspeed, where giving one is refused)."""
     decode_mfu: Any = None
     """Textbook: MFU of rollout generation, 0–1 (None: 0.04)."""
     train_mfu: Any = RLHF["train_mfu"]

@@ -63,6 +63,7 @@ from functools import lru_cache
 from trainplan.model.deepspeed_coordinator import Trace
 from trainplan.model.params import attention_params
 from trainplan.model.specs import Architecture, AttentionKind, Norm, PositionEmbedding
+from trainplan.model.value_head import output_params, ties_output
 
 __all__ = ["layer_fetches", "head_fetches", "module_trace"]
 
@@ -113,9 +114,10 @@ def layer_fetches(arch: Architecture, tp: int, etp: int, ep: int) -> tuple[tuple
 def head_fetches(arch: Architecture, tp: int) -> tuple[int, tuple[int, ...]]:
     """(the output weight, the input embedding's weights): elements on one GPU. The output weight
     ⌈V/tp⌉·h (Megatron-DeepSpeed's vocab-parallel ``output_layer``; the word embeddings when
-    tied); the embedding's word embeddings ⌈V/tp⌉·h (``VocabParallelEmbedding``; none when tied:
-    they are the output weight) and learned positions s_max·h (``position_embeddings``, whole
-    on every tp rank), in forward order. The ``deepspeed`` profile does not pad V
+    tied; a value head's h (+ bias) whole, :mod:`model.value_head`); the embedding's word
+    embeddings ⌈V/tp⌉·h (``VocabParallelEmbedding``; none when tied: they are the output
+    weight) and learned positions s_max·h (``position_embeddings``, whole on every tp rank), in
+    forward order. The ``deepspeed`` profile does not pad V
     (:data:`model.vocab.VOCAB_MULTIPLE`).
 
     >>> from trainplan.model.specs import Architecture
@@ -126,10 +128,11 @@ def head_fetches(arch: Architecture, tp: int) -> tuple[int, tuple[int, ...]]:
     """
     h = arch.hidden_size
     rows = -(-arch.vocab_size // tp) * h
-    words = () if arch.tie_embeddings else (rows,)
+    words = () if ties_output(arch) else (rows,)
+    out = output_params(arch) if arch.value_head else rows  # OpenRLHF's value head, whole
     learned = arch.position_embedding is PositionEmbedding.LEARNED
     positions = (int(arch.max_position_embeddings or 0) * h,) if learned else ()
-    return rows, words + positions
+    return out, words + positions
 
 
 Node = tuple[int, tuple[int, ...], tuple["Node", ...], bool, bool]
@@ -304,7 +307,7 @@ class _Tree:
         out, embedding = head_fetches(arch, tp)
         dense, moe_dense, experts = layer_fetches(arch, tp, etp, ep)
         root_weight = self.param(out)
-        words = () if arch.tie_embeddings else (self.param(embedding[0]),)
+        words = () if ties_output(arch) else (self.param(embedding[0]),)
         table = self.leaf(*(words or (root_weight,)), post=False)
         positions = tuple(self.leaf(self.param(n), post=False) for n in embedding[len(words) :])
         front = self.box(table, *positions, self.leaf(), post=False)

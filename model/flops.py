@@ -38,6 +38,7 @@ from trainplan.model.layout import Recompute
 from trainplan.model.packing import Documents, packed_pairs
 from trainplan.model.params import attention_params
 from trainplan.model.specs import Architecture, AttentionKind
+from trainplan.model.value_head import output_columns
 
 __all__ = [
     "MfuConvention",
@@ -191,7 +192,8 @@ def attention_model_flops(
 
 
 def output_forward_flops(arch: Architecture, seq_len: int, batch: int) -> int:
-    """Forward FLOPs of the output layer for ``batch`` sequences, ``2·s·b·h·V``, run once more by
+    """Forward FLOPs of the output layer for ``batch`` sequences, ``2·s·b·h·V`` (a value head's
+    ``2·s·b·h``, :func:`model.value_head.output_columns`), run once more by
     each of the D MTP modules, which also project 2h → h: ``2·s·b·(h·V·(1 + D) + D·2h·h)``
     (DeepSeek-V3 §2.2; the modules' blocks are counted as layers).
 
@@ -204,7 +206,8 @@ def output_forward_flops(arch: Architecture, seq_len: int, batch: int) -> int:
     True
     """
     h, d = arch.hidden_size, arch.mtp_layers
-    return 2 * seq_len * batch * (h * arch.vocab_size * (1 + d) + d * 2 * h * h)
+    columns = output_columns(arch, arch.vocab_size)  # a value head: 1 (model.value_head)
+    return 2 * seq_len * batch * (h * columns * (1 + d) + d * 2 * h * h)
 
 
 def layer_forward_flops(

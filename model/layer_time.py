@@ -428,12 +428,14 @@ def output_time(x: LayerShape, c: Clock, vocab: int, loss: str = "none") -> Laye
     :func:`model.comm_layers.tp_bytes` (the final norm's output gathered in forward and again in
     backward, its gradient reduce-scattered — all-reduced without sequence parallelism — the
     backward pair overlapped as for a column-parallel layer; the cross-entropy's FP32
-    exchanges of a few values per token, :data:`model.ops.CROSS_ENTROPY_EXCHANGES`, exposed)."""
+    exchanges of a few values per token, :data:`model.ops.CROSS_ENTROPY_EXCHANGES`, exposed). A
+    value head (:mod:`model.value_head`: verl's ``LinearForLastLayer``, a ``torch.nn.Linear``
+    whole on each rank, over its own tokens) runs none."""
     ops = output_ops(x, vocab, loss)
     forward = sum(op_seconds(o, c) for o in ops)
     backward = sum(op_seconds(o, c, backward=True) for o in ops)
     tp = exposed = own = 0.0
-    if x.tp > 1 and c.tp_link is not None:
+    if x.tp > 1 and c.tp_link is not None and not x.arch.value_head:
         one = (x.tp - 1) / x.tp * x.beta * x.tokens * x.arch.hidden_size
         logits = ops[1]
         hidden = c.tp_comm_overlap is not TpOverlap.NONE

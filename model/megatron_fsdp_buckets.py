@@ -29,6 +29,7 @@ from functools import lru_cache
 from trainplan.model.comm import MEGATRON_BUCKET_PARAMS, MEGATRON_BUCKET_PARAMS_PER_RANK
 from trainplan.model.params import shares_embedding_with_last_stage
 from trainplan.model.specs import Architecture, AttentionKind, Norm, PositionEmbedding
+from trainplan.model.value_head import ties_output
 
 __all__ = [
     "NonUnitParam",
@@ -252,7 +253,7 @@ def non_unit_order(
     [(129280, 7168), (7168,), (7168,), (7168,), (7168, 14336), (7168,), (129280, 7168)]
     """
     h, rows = arch.hidden_size, vocab // tp
-    tied, merged = arch.tie_embeddings, pp == 1
+    tied, merged = ties_output(arch), pp == 1
     shared = not merged and shares_embedding_with_last_stage(arch)
     chunks: list[tuple[NonUnitParam, ...]] = []
     head: list[NonUnitParam] = []
@@ -271,7 +272,9 @@ def non_unit_order(
         for _ in range(arch.mtp_layers):
             tail += [*_norm(arch), *_norm(arch), NonUnitParam((h // tp, 2 * h), fp8=True)]
             tail += _norm(arch)
-        if not tied:
+        if arch.value_head:  # [h → 1] (+ bias), whole on every tp rank: model.value_head
+            tail += [NonUnitParam((1, h))] + ([NonUnitParam((1,))] if arch.value_head_bias else [])
+        elif not tied:
             tail.append(NonUnitParam((rows, h)))
         elif copy is not None:  # the output layer's own weight at pp > 1
             tail.append(copy)

@@ -17,6 +17,7 @@ from functools import lru_cache
 from trainplan.model.arch_parts import MoESpec
 from trainplan.model.specs import Architecture, AttentionKind, Norm, PositionEmbedding
 from trainplan.model.split import output_rank, stage_layers
+from trainplan.model.value_head import output_params, ties_output
 from trainplan.model.vocab import padded_vocab
 
 __all__ = [
@@ -53,8 +54,9 @@ def shares_embedding_with_last_stage(arch: Architecture) -> bool:
     pp > 1 it keeps its own copy and the two copies' gradients are all-reduced between the first
     and last stage: tied embeddings (the output layer is the embedding, Megatron-LM) or MTP
     modules, which embed the shifted tokens on the last stage (Megatron-Core ``GPTModel`` builds
-    the embedding where ``pre_process or mtp_process``)."""
-    return arch.tie_embeddings or arch.mtp_layers > 0
+    the embedding where ``pre_process or mtp_process``). A value head is never tied
+    (:func:`model.value_head.ties_output`)."""
+    return ties_output(arch) or arch.mtp_layers > 0
 
 
 def _norm_params(arch: Architecture, width: int) -> int:
@@ -264,7 +266,8 @@ class ParamCounts:
     """Routed-expert parameters one token uses, over all layers."""
     final_norm: int
     output: int
-    """Output layer V·h; 0 when tied to the input embedding."""
+    """Output layer V·h; 0 when tied to the input embedding; a value head's h (+ 1 with a bias,
+    :func:`model.value_head.output_params`)."""
     mtp: int = 0
     """The MTP modules' own parameters: their blocks, projections and norms (the embedding and
     output head are shared, DeepSeek-V3 §2.2); 0 without MTP."""
@@ -324,7 +327,7 @@ def count_params(arch: Architecture, vocab_size: int | None = None) -> ParamCoun
         layers_experts=sum(p.experts for p in layers),
         layers_experts_active=sum(p.experts_active for p in layers),
         final_norm=_norm_params(arch, h),
-        output=0 if arch.tie_embeddings else v * h,
+        output=output_params(arch, v),  # a value head: h (+ bias), model.value_head
         mtp=sum(p.total for p in blocks) + extra,
         mtp_active=sum(p.dense + p.experts_active for p in blocks) + extra,
     )
@@ -413,6 +416,7 @@ def stage_params(
             dense += counts.final_norm + counts.output + extra
             dense += (vocab_size or arch.vocab_size) * arch.hidden_size if copy else 0
             replicated += counts.final_norm + extra_replicated
+            replicated += counts.output if arch.value_head else 0  # whole on every tp rank
         out.append(StageParams(i, layers, dense, experts, replicated))
     return tuple(out)
 

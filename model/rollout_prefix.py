@@ -15,18 +15,18 @@ Sources, read at volcengine/verl b178a3cd5 and vllm-project/vllm 003df2961:
 * **Which replica a sample reaches.** ``AgentLoopManager.generate_sequences`` splits the
   repeated batch into one contiguous chunk per agent-loop worker (``prompts.chunk(len(self.
   agent_loop_workers))``, ``DataProto.chunk``: equal chunks of ``S / W`` rows, the count
-  asserted to divide, :func:`check_agent_loop_chunks`), :data:`VERL_AGENT_LOOP_WORKERS` workers
-  by default
-  (``actor_rollout_ref.rollout.agent.num_workers: 8``, ``verl/trainer/config/rollout/
-  rollout.yaml``). Each worker holds its own ``AsyncLLMServerManager`` over every server, its
-  list shuffled (``random.shuffle(self.server_handles)``), whose ``_choose_server`` picks the
-  server with the fewest requests that worker sent so far (its counts only grow: round robin
-  over the replicas in the worker's shuffled order), a new choice per sample (a fresh ``uuid4``
-  request id each). A group's run of ``a`` adjacent samples inside one worker's chunk so lands
-  on ``min(a, R)`` of the R replicas, a uniformly random set (a window of a random order); a
-  group that a chunk boundary splits reaches each part's set independently, so it touches
-  ``R·(1 − Π (1 − min(a_i, R)/R))`` replicas on average (:func:`saved_prompt_tokens`). verl's
-  async-task scheduling may reorder requests; the round robin is the plan's.
+  asserted to divide, :func:`check_agent_loop_chunks`), ``actor_rollout_ref.rollout.agent.
+  num_workers`` workers (the spec's ``agent_workers``, :func:`agent_workers_of`; verl's default
+  :data:`VERL_AGENT_LOOP_WORKERS`, 8, ``verl/trainer/config/rollout/rollout.yaml``). Each
+  worker holds its own ``AsyncLLMServerManager`` over every server, its list shuffled
+  (``random.shuffle(self.server_handles)``), whose ``_choose_server`` picks the server with the
+  fewest requests that worker sent so far (its counts only grow: round robin over the replicas in
+  the worker's shuffled order), a new choice per sample (a fresh ``uuid4`` request id each). A
+  group's run of ``a`` adjacent samples inside one worker's chunk so lands on ``min(a, R)`` of the
+  R replicas, a uniformly random set (a window of a random order); a group that a chunk boundary
+  splits reaches each part's set independently, so it touches ``R·(1 − Π (1 − min(a_i, R)/R))``
+  replicas on average (:func:`saved_prompt_tokens`). verl's async-task scheduling may reorder
+  requests; the round robin is the plan's.
 * **Prefix caching is on.** ``enable_prefix_caching: True`` (``verl/trainer/config/rollout/
   rollout.yaml``), passed to the engine (``vllm_async_server.py``). vLLM's
   ``KVCacheManager.allocate_slots`` registers (hashes) a request's full blocks when it allocates
@@ -59,7 +59,9 @@ from trainplan.model.errors import InputError
 
 __all__ = [
     "VERL_AGENT_LOOP_WORKERS",
+    "agent_workers_of",
     "check_agent_loop_chunks",
+    "nearest_divisors",
     "VLLM_BLOCK_TOKENS",
     "group_replicas",
     "shared_prompt_tokens",
@@ -70,6 +72,45 @@ VERL_AGENT_LOOP_WORKERS = 8
 """verl's agent-loop workers, each a contiguous chunk of the step's samples with its own round
 robin over the engine replicas: ``actor_rollout_ref.rollout.agent.num_workers`` default 8
 (``verl/trainer/config/rollout/rollout.yaml``, volcengine/verl b178a3cd5)."""
+
+
+_NUM_WORKERS = "verl's actor_rollout_ref.rollout.agent.num_workers"
+
+
+def agent_workers_of(verl: bool, given: int | None) -> int | None:
+    """The agent-loop workers of a step (the spec's ``agent_workers``): under verl's profiles
+    (``verl``) ``given``, or verl's default :data:`VERL_AGENT_LOOP_WORKERS` where None; elsewhere
+    None — OpenRLHF (``deepspeed``) has no agent loop (``SamplesGenerator._generate_vllm`` sends
+    the prompts to the engines itself, ``openrlhf/trainer/ppo_utils/samples_generator.py``,
+    3c3be6234). verl starts that many ``AgentLoopWorker`` actors
+    (``AgentLoopManager._init_agent_loop_workers``, ``verl/experimental/agent_loop/
+    agent_loop.py``, b178a3cd5).
+
+    Raises
+    ------
+    InputError
+        ``given`` below 1, or given (not None) without verl, where the setting would change
+        nothing.
+
+    >>> agent_workers_of(True, None), agent_workers_of(True, 16), agent_workers_of(False, None)
+    (8, 16, None)
+    >>> agent_workers_of(False, 4)
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.InputError: agent_workers: 4 is verl's \
+actor_rollout_ref.rollout.agent.num_workers; OpenRLHF (`framework` deepspeed) has no agent-loop \
+workers: leave it out, or use `framework` megatron or fsdp2
+    """
+    if given is not None and (isinstance(given, bool) or not isinstance(given, int) or given < 1):
+        raise InputError(
+            f"agent_workers: {given!r} must be a whole number of at least 1 ({_NUM_WORKERS})"
+        )
+    if not verl and given is not None:
+        raise InputError(
+            f"agent_workers: {given:,} is {_NUM_WORKERS}; OpenRLHF (`framework` deepspeed) has no "
+            "agent-loop workers: leave it out, or use `framework` megatron or fsdp2"
+        )
+    return (VERL_AGENT_LOOP_WORKERS if given is None else given) if verl else None
 
 
 def check_agent_loop_chunks(
@@ -95,13 +136,14 @@ def check_agent_loop_chunks(
     Raises
     ------
     InputError
-        ``prompts · samples_per_prompt`` not a multiple of ``workers``, naming the nearest
-        prompt counts and samples per prompt that make it one.
+        ``prompts · samples_per_prompt`` not a multiple of ``workers``, naming the workers (the
+        ``agent_workers`` value, and whether it is verl's default) and the nearest prompt counts,
+        samples per prompt and worker counts that make it one.
 
     Examples
     --------
     64 prompts × 8 samples = 512 samples: 64 a worker. 5 prompts × 4 = 20 is refused; 4 and 6
-    prompts give 16 and 24, 8 samples a prompt 40.
+    prompts give 16 and 24, 8 samples a prompt 40, and 5 or 10 workers divide 20.
 
     >>> check_agent_loop_chunks(64, 8)
     >>> check_agent_loop_chunks(5, 4)
@@ -109,19 +151,21 @@ def check_agent_loop_chunks(
     ...
     trainplan.model.errors.InputError: prompts: 5 × `samples_per_prompt` 4 = 20 samples a step; \
 verl splits them into its 8 agent-loop workers' equal chunks (DataProto.chunk asserts the count \
-divides; verl's default actor_rollout_ref.rollout.agent.num_workers 8): the nearest that divide: \
-4 or 6 prompts, or `samples_per_prompt` 8
+divides; `agent_workers` 8, verl's default actor_rollout_ref.rollout.agent.num_workers): the \
+nearest that divide: 4 or 6 prompts, `samples_per_prompt` 8, or `agent_workers` 5 or 10
     """
     samples = prompts * samples_per_prompt
     if samples % workers == 0:
         return
+    default = "default " if workers == VERL_AGENT_LOOP_WORKERS else ""
     raise InputError(
         f"prompts: {prompts:,} × `samples_per_prompt` {samples_per_prompt:,} = {samples:,} "
-        f"sample{'' if samples == 1 else 's'} a step; verl splits them into its {workers} "
-        "agent-loop workers' equal chunks (DataProto.chunk asserts the count divides; verl's "
-        f"default actor_rollout_ref.rollout.agent.num_workers {workers}): the nearest that "
-        f"divide: {_nearest(prompts, samples_per_prompt, workers)} prompts, or "
-        f"`samples_per_prompt` {_nearest(samples_per_prompt, prompts, workers)}"
+        f"sample{'' if samples == 1 else 's'} a step; verl splits them into its {workers:,} "
+        "agent-loop workers' equal chunks (DataProto.chunk asserts the count divides; "
+        f"`agent_workers` {workers:,}, verl's {default}actor_rollout_ref.rollout.agent.num_workers): "
+        f"the nearest that divide: {_nearest(prompts, samples_per_prompt, workers)} prompts, "
+        f"`samples_per_prompt` {_nearest(samples_per_prompt, prompts, workers)}, or "
+        f"`agent_workers` {nearest_divisors(workers, samples)}"
     )
 
 
@@ -132,6 +176,24 @@ def _nearest(count: int, other: int, workers: int) -> str:
     step = workers // math.gcd(workers, other)
     lower, upper = count // step * step, (count // step + 1) * step
     return " or ".join(f"{n:,}" for n in (lower, upper) if n >= 1)
+
+
+def nearest_divisors(value: int, total: int, multiple: int = 1) -> str:
+    """The divisors of ``total`` nearest ``value`` (below and above) that are multiples of
+    ``multiple`` (1: any divisor), as a refusal names them: ``'4,096 or 8,192'``, one where only
+    one side has any. ``multiple`` divides ``total``, so ``total`` itself always qualifies.
+
+    >>> nearest_divisors(7, 16384), nearest_divisors(7, 16384, 16), nearest_divisors(3000, 4096, 16)
+    ('4 or 8', '16', '2,048 or 4,096')
+    >>> nearest_divisors(8, 20)
+    '5 or 10'
+    """
+    root = int(total**0.5)
+    pairs = [(d, total // d) for d in range(1, root + 1) if total % d == 0]
+    valid = sorted({d for pair in pairs for d in pair if d % multiple == 0})
+    below = [d for d in valid if d < value][-1:]
+    above = [d for d in valid if d > value][:1]
+    return " or ".join(f"{d:,}" for d in below + above)
 
 
 VLLM_BLOCK_TOKENS = 16

@@ -116,6 +116,14 @@ class Architecture:
     """The gated MLP's two halves clamped before the activation (gpt-oss ``swiglu_limit``)."""
     yarn_rope: bool = False
     """RoPE with YaRN frequency scaling (gpt-oss ``rope_scaling`` type ``yarn``)."""
+    value_head: bool = False
+    """The output layer is a value head, ``[h → 1]`` whole on every tensor-parallel rank, in
+    place of the ``[h → V]`` LM head: the network of an RLHF critic or reward model (one number
+    per token). The input embedding stays, tied or not. What it changes (parameters, logits,
+    FLOPs) is :mod:`model.value_head`'s rule."""
+    value_head_bias: bool = False
+    """With ``value_head``: the head has a bias (one parameter more; verl's heads do, OpenRLHF's
+    does not: :func:`model.value_head.value_head_bias`)."""
 
     def __post_init__(self) -> None:
         for name, kind in (

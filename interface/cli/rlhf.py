@@ -75,6 +75,16 @@ _EPOCHS = click.option(
 )  # fmt: skip
 
 
+_ENGINE = (
+    click.option("--bandwidth-efficiency", metavar="NUMBER",
+                 help="Fraction of HBM bandwidth decode reaches (0.8 or 80%) [default: STREAM triad's]."),
+    click.option("--agent-workers", metavar="COUNT",
+                 help="verl's agent-loop workers (actor_rollout_ref.rollout.agent.num_workers): the step's "
+                 "samples split into that many equal chunks; megatron and fsdp2 only [default: 8]."),
+)  # fmt: skip
+"""The engine's options beside the workload's (:func:`_with_options`)."""
+
+
 def _with_options(f: Callable[..., Any], algorithms: str, check: Any) -> Callable[..., Any]:
     """``f`` with the workload options (``--algorithm``'s help and callback or None)."""
     opts = [
@@ -129,8 +139,7 @@ def _with_options(f: Callable[..., Any], algorithms: str, check: Any) -> Callabl
         click.option("--recompute", help="Activation recomputation of the update [default: full]."),
         click.option("--host-memory-gb", metavar="NUMBER", help="Host memory per node, GB (2TB = 2,000 GB: TB and GB "
                      "are decimal, TiB and GiB binary) [default: 2000, DGX H100]."),
-        click.option("--bandwidth-efficiency", metavar="NUMBER",
-                     help="Fraction of HBM bandwidth decode reaches (0.8 or 80%) [default: STREAM triad's]."),
+        *_ENGINE,
     ]  # fmt: skip
     for opt in reversed(opts):
         f = opt(f)

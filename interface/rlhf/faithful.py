@@ -92,8 +92,9 @@ ASSUMPTIONS = (
     "prompt's full KV blocks, prefilled and held once (vLLM prefix caching); OpenRLHF: none",
     "the engine frees its memory outside the rollout (vLLM sleep mode, verl free_cache_engine); "
     "training roles keep their model state on their GPUs through every phase unless offloaded",
-    "the critic and the reward model are counted with their base model's output layer (a value "
-    "head is one column; its V·h weights are not subtracted) but without vocabulary logits",
+    "the critic and the reward model are the policy's network (or --critic-model's) with a "
+    "value head [h → 1] in place of the LM head (verl's with a bias, OpenRLHF's without): no "
+    "V·h output weights, no vocabulary logits",
     "a scoring forward frees each layer's activations as it goes (not counted); optimizer "
     "offload as model.offload counts it: host-link transfers and the CPU Adam step in every "
     "update, all exposed (an upper bound)",
@@ -159,7 +160,7 @@ def rlhf_inputs(request: RLHFRequest | Mapping[str, Any], placement: bool = True
     or its fields by name, a caller's dict: made one here): ``algorithm model critic_model reward
     prompts samples_per_prompt prompt_tokens completion_tokens epochs train_batch
     micro_batch_tokens packing logits old_log_prob engine_memory_fraction rollout_batch off_policy
-    framework zero recompute host_memory_gb bandwidth_efficiency gpu gpus`` and, with
+    framework zero recompute host_memory_gb bandwidth_efficiency agent_workers gpu gpus`` and, with
     ``placement``, ``rollout_gpus train_tp train_pp rollout_tp offload shared_engine_weights``.
 
     Raises
@@ -174,6 +175,8 @@ def rlhf_inputs(request: RLHFRequest | Mapping[str, Any], placement: bool = True
     r = request if isinstance(request, RLHFRequest) else tab_request(RLHFRequest, request)
     used: dict[str, Any] = {}
     spec = _spec(r, used)
+    if r.agent_workers is None and spec.agent_workers is not None:  # verl's default
+        used["agent_workers"] = spec.agent_workers
     check_cap_holds_a_sequence(spec, "micro_batch_tokens" in used)
     device = named_lookup("gpu", get_part, str(_opt(r, "gpu", used)))
     gpus = _count(r, "gpus", used) or 1
@@ -280,6 +283,7 @@ def _spec(r: RLHFRequest, used: dict[str, Any]) -> RLHFSpec:
         host_memory_bytes=int(parse_positive(_opt(r, "host_memory_gb", used), "host_memory_gb") * 10**9),
         bandwidth_efficiency=None if r.bandwidth_efficiency is None else float(
             parse_number(r.bandwidth_efficiency, "bandwidth_efficiency")),
+        agent_workers=_count(r, "agent_workers", used),
     )  # fmt: skip
 
 

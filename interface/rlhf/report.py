@@ -145,6 +145,7 @@ def workload_dict(inp: RLHFInputs) -> dict[str, Any]:
         "recompute": str(spec.recompute),
         "logits": str(spec.logits),
         "packing": str(spec.packing),
+        "agent_workers": spec.agent_workers,
         "gpu": inp.device.name,
         "gpus": inp.gpus,
         "peak_flops_per_s": inp.device.peak_flops_per_s,
@@ -209,7 +210,7 @@ FAITHFUL_ONLY = (
     "rollout_tp", "offload", "engine_memory_fraction", "logits", "micro_batch_tokens",
     "packing",
     "train_batch", "off_policy", "recompute", "host_memory_gb",
-    "bandwidth_efficiency", "shared_engine_weights", "max_completion_tokens",
+    "bandwidth_efficiency", "shared_engine_weights", "max_completion_tokens", "agent_workers",
 )  # fmt: skip
 """Options of the faithful accounting only (they need ``--model``)."""
 

@@ -245,6 +245,13 @@ def _startup(res: dict[str, Any]) -> str:
     return "" if before is None else f", start-up {before:.2f} s (counted by the time limit)"
 
 
+def _workers(res: dict[str, Any]) -> str:
+    """verl's agent-loop workers where the request gave them (``agent_workers``; verl's default 8
+    goes unsaid, as under OpenRLHF's profile, which has none)."""
+    given = res.get("agent_workers") and "agent_workers" not in res.get("defaults_used", {})
+    return f", {res['agent_workers']:,} agent-loop workers" if given else ""
+
+
 def result_lines(res: dict[str, Any], width: int = 72) -> list[str]:
     """``rlhf-plan``'s answer: status and timing, the best plan, the alternatives, the reason."""
     best = res["best"]
@@ -262,7 +269,7 @@ def result_lines(res: dict[str, Any], width: int = 72) -> list[str]:
     }
     out = [
         f"{res['algorithm'].upper()} {res['policy']} on {res['gpus']:,} × {res['gpu']} "
-        f"({device_figures(res)}; {res['framework']} ZeRO-{res['zero_stage']}): "
+        f"({device_figures(res)}; {res['framework']} ZeRO-{res['zero_stage']}{_workers(res)}): "
         f"{res['options']:,} role options "
         f"({res['tried']:,} costed"
         + (f", {res['skipped']:,} bounded out" if res.get("skipped") else "")

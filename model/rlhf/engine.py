@@ -36,7 +36,7 @@ from trainplan.model.rollout import (
     kv_bytes_per_token,
     rollout_time,
 )
-from trainplan.model.rollout_prefix import VERL_AGENT_LOOP_WORKERS, saved_prompt_tokens
+from trainplan.model.rollout_prefix import saved_prompt_tokens
 from trainplan.model.rollout_reduce import (
     engine_all_gather,
     engine_all_reduce,
@@ -387,7 +387,7 @@ def prompt_sharing(spec: RLHFSpec, replicas: int) -> Fraction:
     """Prompt tokens a rollout reuses from the engine's prefix cache on average, neither
     prefilled nor held (:func:`model.rollout_prefix.saved_prompt_tokens`): verl's profiles
     (``megatron``, ``fsdp2``: every sample its own request, prefix caching on, the step's
-    samples in :data:`model.rollout_prefix.VERL_AGENT_LOOP_WORKERS` contiguous chunks, each
+    samples in :attr:`model.rlhf.spec.RLHFSpec.agent_workers` contiguous chunks, each
     worker's round robin over the ``replicas``); none under ``deepspeed`` (OpenRLHF's prefix
     caching is off by default). The one rule the evaluator and the rlhf-plan search both read.
 
@@ -400,8 +400,9 @@ def prompt_sharing(spec: RLHFSpec, replicas: int) -> Fraction:
     """
     if spec.framework is Framework.DEEPSPEED:
         return Fraction(0)
+    assert spec.agent_workers is not None  # verl's profiles: RLHFSpec.agent_workers
     return saved_prompt_tokens(spec.samples_per_prompt, replicas, spec.prompt_tokens,
-                               spec.prompts, VERL_AGENT_LOOP_WORKERS)  # fmt: skip
+                               spec.prompts, spec.agent_workers)  # fmt: skip
 
 
 def _fitted_memory(

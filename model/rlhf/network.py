@@ -312,17 +312,18 @@ def _trainable(
     counted = Fraction(4 * b * s * arch.vocab_size, opt.tp)  # evaluate()'s FP32 logits
     train_est, offload = _training_estimate(spec, rs, opt, evaluate, s)
     last = len(train_est.stages) - 1
-    # the RLHF loss replaces evaluate()'s: its FP32 logits and its working set beyond the
-    # recompute transient (StageActivations.loss_transient_bytes) leave the last stage
+    # the RLHF loss replaces evaluate()'s: its FP32 logits and its working set beyond the recompute
+    # transient (StageActivations.loss_transient_bytes); a value head's is evaluate()'s own
     loss_over = _loss_over(train_est.stages[last].activations)
+    removed = counted + loss_over if rs.log_probs else Fraction(0)
     tokens = spec.micro_batch_peak_tokens(opt.tp)
     factor = Fraction(tokens, b * s)
     out = (logits.logit + logits.temp) if rs.log_probs else Fraction(0)
-    extras = _extras(train_est, factor, counted + loss_over, out)
+    extras = _extras(train_est, factor, removed, out)
     held = [held_state(spec.framework, st.state) for st in train_est.stages]
     train_peak = [_fit(st, extras[i]) for i, st in enumerate(train_est.stages)]
     held_b = max(held)
-    terms = _state_terms(spec, train_est, offload, mech, tokens, factor, counted + loss_over)
+    terms = _state_terms(spec, train_est, offload, mech, tokens, factor, removed)
     if rs.log_probs:
         terms += _logits_terms(logits)
     training_s, time_terms = _update_time(spec, train_est, offload)

@@ -29,13 +29,16 @@ activations is hardware, not model, FLOPs.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import TypeVar
 
 from trainplan.model.errors import InputError
+from trainplan.model.frameworks import Framework
+from trainplan.model.model_spec import ModelSpec
+from trainplan.model.value_head import value_head_arch
 
-__all__ = ["PHASES", "FLOPS_PER_TOKEN", "StepRole", "step_roles", "phase_flops"]
+__all__ = ["PHASES", "FLOPS_PER_TOKEN", "StepRole", "step_roles", "phase_flops", "value_head_model"]
 
 PHASES = ("rollout", "scoring", "training")
 """The phases of a step, in order."""
@@ -165,3 +168,19 @@ def phase_flops(
             times = epochs if phase == "training" else 1
             out[phase][r.role] = FLOPS_PER_TOKEN[phase] * active[r.weights] * tokens * times
     return out
+
+
+def value_head_model(model: ModelSpec, framework: Framework | str) -> ModelSpec:
+    """``model`` as ``framework``'s RLHF stack builds a critic or reward model (the roles of
+    :func:`step_roles` whose weights are ``reward``): a value head in place of the LM head
+    (:func:`model.value_head.value_head_arch`), its parameters counted from the dimensions (a
+    declared size is the LM's). Raises ValueError for an unknown framework.
+
+    >>> from trainplan.scenarios.catalogue import get_model
+    >>> policy = get_model("qwen2.5-7b").model
+    >>> from trainplan.model.params import count_params
+    >>> count_params(policy.arch).total - count_params(value_head_model(policy, "megatron").arch).total
+    544993791
+    """
+    assert model.arch is not None
+    return replace(model, arch=value_head_arch(model.arch, framework), num_params_declared=None)

@@ -41,10 +41,14 @@ from trainplan.model.model_spec import ModelSpec
 from trainplan.model.params import count_params
 from trainplan.model.quantities import FRACTION_RULE
 from trainplan.model.rlhf.packing import Packing, packing_of, peak_tokens, split_peak_tokens
-from trainplan.model.rlhf.phases import PHASES, StepRole, phase_flops, step_roles
+from trainplan.model.rlhf.phases import PHASES, StepRole, phase_flops, step_roles, value_head_model
 from trainplan.model.rlhf.shares import ROLLOUT_BATCH
 from trainplan.model.rollout import check_fraction
-from trainplan.model.rollout_prefix import check_agent_loop_chunks
+from trainplan.model.rollout_prefix import (
+    agent_workers_of,
+    check_agent_loop_chunks,
+    nearest_divisors,
+)
 from trainplan.model.units import LIMITS, shown_number
 
 __all__ = [
@@ -216,7 +220,9 @@ class RLHFSpec:
         a train batch that does not divide the step's sequences or that a GRPO group does not
         divide, under verl's profiles (``megatron``, ``fsdp2``) a step's samples that verl's
         agent-loop workers cannot split equally
-        (:func:`model.rollout_prefix.check_agent_loop_chunks`), a fraction outside (0, 1),
+        (:func:`model.rollout_prefix.check_agent_loop_chunks`), ``agent_workers`` below 1 or
+        given under ``deepspeed`` (:func:`model.rollout_prefix.agent_workers_of`), a fraction
+        outside (0, 1),
         ``off_policy`` other than 0 or 1.
     """
 
@@ -225,7 +231,8 @@ class RLHFSpec:
     policy: ModelSpec
     """The actor's (and the reference's and the engine's) network, with its dimensions."""
     critic: ModelSpec | None = None
-    """The critic's and the reward model's network (default: the policy's)."""
+    """The critic's and the reward model's network (default: the policy's), built with a value
+    head in place of its LM head (:func:`model.rlhf.phases.value_head_model`)."""
     reward: str = "model"
     """``model`` (a frozen reward network) or ``rule`` (a verifier: no network)."""
     prompts: int
@@ -278,6 +285,10 @@ class RLHFSpec:
     bandwidth_efficiency: float | None = None
     """Fraction of the HBM bandwidth decode reaches; None: the part's streaming fraction, the
     optimizer step's (:func:`model.rlhf.engine.decode_efficiency`)."""
+    agent_workers: int | None = None
+    """verl's agent-loop workers (``actor_rollout_ref.rollout.agent.num_workers``) under verl's
+    profiles (``megatron``, ``fsdp2``), None there for verl's default 8; None under ``deepspeed``
+    (OpenRLHF has no agent loop): :func:`model.rollout_prefix.agent_workers_of`."""
     roles_: tuple[RoleSpec, ...] = field(init=False, repr=False, compare=False)
     """The step's roles (:attr:`roles`), set from the algorithm and the reward."""
 
@@ -311,8 +322,10 @@ class RLHFSpec:
                 f"{self.completion_tokens:,}"
             )
         self._check_batch()
-        if self.framework is not Framework.DEEPSPEED:  # verl's profiles: equal agent-loop chunks
-            check_agent_loop_chunks(self.prompts, self.samples_per_prompt)
+        workers = agent_workers_of(self.framework is not Framework.DEEPSPEED, self.agent_workers)
+        object.__setattr__(self, "agent_workers", workers)
+        if workers is not None:  # verl's profiles: equal agent-loop chunks
+            check_agent_loop_chunks(self.prompts, self.samples_per_prompt, workers)
         if self.engine_memory_fraction is not None:
             check_fraction(self.engine_memory_fraction)
         if self.off_policy not in (0, 1):
@@ -346,7 +359,7 @@ class RLHFSpec:
                 f"{self.prompts:,} × `samples_per_prompt` {group:,}): every update takes the same "
                 f"number of rollouts; the nearest that "
                 + (f"do and are multiples of the group size {group:,} (GRPO)" if grpo else "do")
-                + f": {_nearest_batches(batch, seqs, group if grpo else 1)}"
+                + f": {nearest_divisors(batch, seqs, group if grpo else 1)}"
             )
         if grpo and batch % group:
             raise InputError(
@@ -354,11 +367,11 @@ class RLHFSpec:
                 "(`samples_per_prompt`): GRPO normalises each group's rewards together, so a group "
                 "cannot straddle two updates (verl counts mini-batches in whole prompts); the "
                 f"nearest that are and divide the step's {seqs:,} sequences: "
-                f"{_nearest_batches(batch, seqs, group)}"
+                f"{nearest_divisors(batch, seqs, group)}"
             )
 
     def _roles(self) -> tuple[RoleSpec, ...]:
-        critic = self.critic or self.policy
+        critic = value_head_model(self.critic or self.policy, self.framework)
         return tuple(
             RoleSpec(Role(s.role), self.policy if s.weights == "policy" else critic, s)
             for s in step_roles(self.algorithm, self.reward, self.old_log_prob)
@@ -479,20 +492,3 @@ class RLHFSpec:
         (15360, 20480, 15360)
         """
         return self.split_tokens(dp, tp) or self.micro_batch_peak_tokens(tp)
-
-
-def _nearest_batches(batch: int, sequences: int, group: int) -> str:
-    """The train batches nearest ``batch`` (below and above) that divide ``sequences`` and are
-    multiples of ``group`` (1: any divisor), as a refusal names them: ``'4,096 or 8,192'``, one
-    where only one side has any. ``group`` divides ``sequences`` (it is a factor of it), so
-    ``sequences`` itself always qualifies.
-
-    >>> _nearest_batches(7, 16384, 1), _nearest_batches(7, 16384, 16), _nearest_batches(3000, 4096, 16)
-    ('4 or 8', '16', '2,048 or 4,096')
-    """
-    root = int(sequences**0.5)
-    pairs = [(d, sequences // d) for d in range(1, root + 1) if sequences % d == 0]
-    valid = sorted({d for pair in pairs for d in pair if d % group == 0})
-    below = [d for d in valid if d < batch][-1:]
-    above = [d for d in valid if d > batch][:1]
-    return " or ".join(f"{d:,}" for d in below + above)

@@ -57,7 +57,6 @@ from trainplan.model.terms.activation_fields import (
     offload_figures,
     output_layer_phase,
     output_stage,
-    padded_vocab_of,
     split_forms,
     stage_layer_counts,
     transient_forms,
@@ -73,6 +72,7 @@ from trainplan.model.terms.pipeline_buffers import (
 )
 from trainplan.model.terms.split_free import split_free
 from trainplan.model.terms.step import offload_layer_forward_s
+from trainplan.model.value_head import logits_columns_of
 from trainplan.model.xp import exact, floor, is_array, maximum, minimum, namespace, where
 
 __all__ = ["StageActivations", "stage_activations", "stage_activations_term"]
@@ -346,7 +346,7 @@ def stage_activations_term(c: Context, f: Fields) -> StageActivations:
     per_mb = apply_form(per_form, q)
     tokens = exact(t.seq_len) / f.cp * f.micro_batch_size
     transient = _layer_transient(c, f, q, tokens)
-    vocab = f.lookup(padded_vocab_of, (arch.vocab_size, c.vocab_multiple), "framework", "tp")
+    vocab = f.lookup(logits_columns_of, (arch, c.vocab_multiple), "framework", "tp")
     emb, head = split_free(_end_bytes, c, f, tokens, vocab)  # the ends: not the splits'
     split = Schedule(f.schedule) in SPLIT_BACKWARD
     if f.virtual_stages == 1 or f.pp == 1 or split:  # held whole (v > 1: interleaved's chunks)

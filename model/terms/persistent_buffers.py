@@ -84,7 +84,8 @@ def mpu_buffer_bytes(beta: int, micro_batch_size: Any, tokens: Any, hidden: int)
 def persistent_buffers_term(c: Context, f: Fields) -> Any:
     """Bytes of the persistent buffers the framework allocates once on one GPU of stage
     ``f.stage`` (see the module docstring), held in both phases: :func:`mpu_buffer_bytes` on
-    the rank holding the output layer (:func:`model.terms.activation_fields.end_stages`) under
+    the rank holding the output layer (:func:`model.terms.activation_fields.end_stages`; not a
+    value head's, a plain ``torch.nn.Linear``: :mod:`model.value_head`) under
     ``megatron``, under ``deepspeed`` on that rank and on every rank holding a transformer layer
     (:func:`model.terms.activation_fields.stage_layer_counts`), with tp > 1 and sequence
     parallelism; under
@@ -109,7 +110,8 @@ def persistent_buffers_term(c: Context, f: Fields) -> Any:
     )
     ds = f.lookup(deepspeed_engine, (), "framework")
     n_layers, _ = f.per_stage(stage_layer_counts, (arch,), *LAYER_FIELDS)
-    runs_gather = last | ((ds == 1) & (n_layers > 0))
+    head = not arch.value_head  # verl's value head: a torch.nn.Linear, no gather (model.value_head)
+    runs_gather = (last & head) | ((ds == 1) & (n_layers > 0))
     mpu = where(runs_gather & f.sp & (f.tp > 1), one, 0)
     sequences = tokens * f.micro_batch_size
     engine = deepspeed_engine_buffers(c, f, sequences) + deepspeed_mask_bytes(c, f)

@@ -13,8 +13,9 @@ from trainplan.model.comm import pipe_partitioned
 from trainplan.model.frameworks import Framework
 from trainplan.model.loss_memory import deepspeed_pipe_logits_bytes, output_chunks_bytes
 from trainplan.model.specs import Architecture, TrainingSpec
-from trainplan.model.terms.activation_fields import output_stage, padded_vocab_of
+from trainplan.model.terms.activation_fields import output_stage
 from trainplan.model.terms.fields import Context, Fields
+from trainplan.model.value_head import logits_columns_of
 from trainplan.model.xp import exact, maximum, minimum, where
 
 __all__ = [
@@ -130,7 +131,7 @@ def deepspeed_engine_buffers(c: Context, f: Fields, tokens: Any) -> Any:
     one = _boundary(arch, c, f, tokens)
     part = one / deepspeed_part_divisor(c, f)
     first, last = f.stage == 0, output_stage(f)
-    vocab = f.lookup(padded_vocab_of, (arch.vocab_size, c.vocab_multiple), "framework", "tp")
+    vocab = f.lookup(logits_columns_of, (arch, c.vocab_multiple), "framework", "tp")
     logits = deepspeed_pipe_logits_bytes(f.pp, f.m, tokens, vocab, f.tp)
     held = where(first, 0, part) + where(last, logits, part)
     ds = f.lookup(deepspeed_engine, (), "framework")

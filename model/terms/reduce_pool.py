@@ -43,7 +43,7 @@ from trainplan.model.optimizers import layer_matrices
 from trainplan.model.params import count_params, layer_params, shares_embedding_with_last_stage
 from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.terms.split_key import CACHE, SPLIT_FIELDS, SplitKey
-from trainplan.model.terms.stage_params import stage_params_per_gpu
+from trainplan.model.terms.stage_params import output_params, stage_params_per_gpu
 
 __all__ = [
     "layer_backward_grads",
@@ -127,7 +127,7 @@ def stage_backward_grads(key: SplitKey) -> tuple[tuple[Fraction, ...], ...]:
         grads: list[Fraction] = []
         if i == last:
             copy = i != 0 and shares_embedding_with_last_stage(arch)
-            head = Fraction(counts.output, key.tp) if counts.output else table if copy else 0
+            head = output_params(key, counts, vocab) if counts.output else table if copy else 0
             grads += [Fraction(g) for g in (head, counts.final_norm) if g]
         for j in sorted(layers, reverse=True):
             kind = (arch.is_moe_layer(j), layer_params(arch, j))

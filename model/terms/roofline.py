@@ -78,7 +78,6 @@ from trainplan.model.terms.activation_fields import (
     cp_kv_repeat_of,
     cp_mechanism_of,
     output_stage,
-    padded_vocab_of,
 )
 from trainplan.model.terms.cp_links import cp_clock_links
 from trainplan.model.terms.dispatch_buffers import ep_members_per_domain
@@ -105,6 +104,7 @@ from trainplan.model.terms.traffic import (
 from trainplan.model.torchao_time import torchao_fp8_rates
 from trainplan.model.torchtitan_experts import grouped_mm_of
 from trainplan.model.userbuffers_gemm import userbuffers_for
+from trainplan.model.value_head import logits_columns_of
 from trainplan.model.xp import as_float, where
 
 __all__ = [
@@ -347,7 +347,7 @@ def _kinds_of(c: Context, f: Fields, mode: Recompute, kept: Any = None) -> tuple
     tp_other = (o_bw, o_up, link_members(o_bw, o_up, o_g), link_members(o_bw, o_up, o_n))
     ep_lg = link_members(ep_bw, ep_up, ep_dispatch_members(c, f))
     ep_n = link_members(ep_bw, ep_up, axis_domains(c, f, "ep"))
-    vocab = f.lookup(padded_vocab_of, (arch.vocab_size, c.vocab_multiple), "framework", "tp")
+    vocab = f.lookup(logits_columns_of, (arch, c.vocab_multiple), "framework", "tp")
     ep_g, unpaired, ep_share = ep_dispatch_fields(c, f)
     templated = f.lookup(torch_rotate_method, (), "cp_kind")
     regather = not keeps_gathered_inputs(Framework(f.framework), t)

@@ -179,7 +179,9 @@ def moe_layer_experts(key: SplitKey) -> tuple[Fraction, ...]:
 
 def output_params(key: SplitKey, counts: Any, vocab: int) -> Fraction:
     """The output layer's parameters on one GPU (vocabulary-parallel, ÷ tp): its own, or the
-    tied embedding's ``V·h``."""
+    tied embedding's ``V·h``; a value head's whole (:mod:`model.value_head`)."""
+    if key.model.arch.value_head:  # type: ignore[union-attr]
+        return Fraction(counts.output)
     return Fraction(counts.output or vocab * key.model.arch.hidden_size, key.tp)  # type: ignore[union-attr]
 
 

@@ -79,7 +79,8 @@ def stage_largest_tensors(key: SplitKey) -> tuple[Fraction, ...]:
     for i, layers in enumerate(key.layers()):
         kinds = {arch.is_moe_layer(j): j for j in layers}  # one layer of each kind is enough
         best = max((layer_largest_tensor(arch, j, tp, key.etp) for j in kinds.values()), default=0)
-        if i == 0 or (i == last and (not arch.tie_embeddings or tied_copy)):
+        head = not arch.tie_embeddings and not arch.value_head  # a value head is [h → 1]
+        if i == 0 or (i == last and (head or tied_copy)):
             best = max(best, table)
         out.append(Fraction(best))
     return tuple(out)

@@ -199,35 +199,44 @@ def test_the_megatron_critic_brings_back_its_gradient_buffers_too():
     """PPO Llama 3 8B on 8 GPUs, the critic at dp 8 offloaded when idle: verl's Megatron
     ``CriticWorker.compute_values`` calls ``load_megatron_model_to_gpu(critic_module)`` with
     ``load_grad=True``: BF16 weights 2 B + FP32 gradient buffers 4 B = 6 B of its 7.5 B a
-    parameter (P = 60,226,959,360 / 7.5 = 8,030,261,248). The gradients are allocated and zeroed,
-    not copied: the round trip moves the weights only, 2 × 2P / 64 GB/s."""
+    parameter. The critic is the policy (8,030,261,248) with verl's value head
+    (``LinearForLastLayer(h, 1)``, bias on: h + 1 = 4,097) in place of the 128,256 × 4,096 =
+    525,336,576 output layer (model.value_head): P = 7,504,928,769 (8,030,261,248 with the LM
+    head, 60,226,959,360 B moved). The gradients are allocated and zeroed, not copied: the round
+    trip moves the weights only, 2 × 2P / 64 GB/s."""
     prob = rlhf_inputs({"algorithm": "ppo", "model": "llama3-8b", "gpus": 8}, placement=False)
     c = cost_of(prob.problem, RoleOption(Role.CRITIC, 8, 8, 1, 1, "idle"))
     busy = cost_of(prob.problem, RoleOption(Role.CRITIC, 8, 8, 1, 1, "none"))
-    p = 8_030_261_248
-    assert c.swap_bytes == Fraction(15, 2) * p == 60_226_959_360
-    assert c.scoring_swap_bytes == 6 * p == 48_181_567_488
+    p = 8_030_261_248 - 128_256 * 4_096 + 4_096 + 1
+    assert p == 7_504_928_769
+    assert c.swap_bytes == Fraction(15, 2) * p == Fraction(112_573_931_535, 2)
+    assert c.scoring_swap_bytes == 6 * p == 45_029_572_614
     assert c.scoring_s - busy.scoring_s == pytest.approx(2 * 2 * p / LINK)
 
 
 def test_fsdp2_brings_back_the_fp32_shard_and_openrlhf_nothing():
-    """PPO Llama 3 8B on 8 GPUs (P = 8,030,261,248). ``fsdp2`` (verl FSDP, dp 8): scoring brings
-    back the FP32 parameter shard, 4 B × P / 8 = 4,015,130,624 B, of the 12,045,391,872 B state
-    it moves (weights 4 B ÷ 8, optimizer 8 B ÷ 8; its FP32 gradients, 4 B ÷ 8, are freed by
-    ``update_policy``'s final ``zero_grad()`` and made by the update itself, not moved).
-    ``deepspeed`` (OpenRLHF, ZeRO-1): the
-    BF16 weights stay on the GPU and nothing else comes back before ``fit``: 0 for scoring, the
-    28,105,914,368 B moved (all but 2P) for training."""
-    p = 8_030_261_248
-    for fw, scoring, swap in (
-        ("fsdp2", 4 * p // 8, 12_045_391_872),
-        ("deepspeed", 0, 28_105_914_368),
-    ):
+    """PPO Llama 3 8B on 8 GPUs: the actor has P = 8,030,261,248 parameters, the critic the
+    policy's with a value head in place of the 128,256 × 4,096 = 525,336,576 output layer
+    (model.value_head): verl's with a bias, h + 1 (P = 7,504,928,769), OpenRLHF's without, h
+    (P = 7,504,928,768). ``fsdp2`` (verl FSDP, dp 8): scoring brings back the FP32 parameter
+    shard, 4 B × P / 8 (the actor's 4,015,130,624 B), of the 12 B × P / 8 state it moves (the
+    actor's 12,045,391,872 B: weights 4 B ÷ 8, optimizer 8 B ÷ 8; its FP32 gradients, 4 B ÷ 8, are
+    freed by ``update_policy``'s final ``zero_grad()`` and made by the update itself, not moved).
+    ``deepspeed`` (OpenRLHF, ZeRO-1): the BF16 weights stay on the GPU and nothing else comes
+    back before ``fit``: 0 for scoring, 3.5 B × P moved (all but 2P) for training, the actor's
+    28,105,914,368 B."""
+    actor = 8_030_261_248
+    critic = actor - 128_256 * 4_096 + 4_096  # + 1 with verl's bias
+    for fw, bias in (("fsdp2", 1), ("deepspeed", 0)):
         prob = rlhf_inputs(
             {"algorithm": "ppo", "model": "llama3-8b", "gpus": 8, "framework": fw}, placement=False
         )
-        for role in (Role.ACTOR, Role.CRITIC):
+        for role, p in ((Role.ACTOR, actor), (Role.CRITIC, critic + bias)):
+            scoring, swap = (
+                (Fraction(p, 2), Fraction(3 * p, 2)) if fw == "fsdp2" else (0, Fraction(7, 2) * p)
+            )
             c = cost_of(prob.problem, RoleOption(role, 8, 8, 1, 1, "idle"))
             assert (c.swap_in("scoring"), c.swap_in("training")) == (scoring, swap)
-    assert 4 * p // 8 == 4_015_130_624 and 28_105_914_368 == 3.5 * p
-    assert 12 * p // 8 == 12_045_391_872
+    assert 4 * actor // 8 == 4_015_130_624 and 28_105_914_368 == 3.5 * actor
+    assert 12 * actor // 8 == 12_045_391_872
+    assert (critic + 1, critic) == (7_504_928_769, 7_504_928_768)

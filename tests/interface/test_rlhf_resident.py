@@ -150,7 +150,15 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     The weight sync by placement: the engine shares the actor's pool, so the actor's export
     (SYNC_70B_SHARED, 2.6954 s with the pp 8 broadcast at 56.8 µs) replaces the 2N broadcast
     (2.8221 s): 5,900.097 s. NCCL's Broadcast as tuning.cc models it (120.4 µs over two nodes):
-    the export 2.7413 s, + 723 × 63.6 µs = 45.98 ms, 5,900.143 s, the same layouts."""
+    the export 2.7413 s, + 723 × 63.6 µs = 45.98 ms, 5,900.143 s, the same layouts.
+
+    The critic and the reward model carry a value head, not the LM head (model.value_head: verl's
+    ``LinearForLastLayer(h, 1)``): their slowest pipeline stage is the last, 10 layers and the
+    128,256 × 8,192 output layer at tp 2 (1,050,673,152 parameters, more than a layer's
+    855,654,400), with its cross-entropy and tp collectives; with the value head it runs its 10
+    layers and an [h → 1] linear. The critic's and the reward model's scoring each 438.468 →
+    384.929 s, the critic's update 1,649.481 → 1,510.774 s: 2 × 53.539 + 138.707 = 245.785 s
+    less, 5,900.143 → 5,654.358 s, the same layouts (with the LM heads, 5,900.143 comes back)."""
     inp = _ppo_70b()
     p = inp.problem
     r = search_placement(p)
@@ -161,8 +169,14 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     kv_space = Fraction(4, 5) * 85_017_493_504 - 17_640_734_720
     assert (kv_space // (40_960 * 4_616), kv_space // (40_960 * 5_120)) == (266, 240)
     assert 73.032 * 520 / 1_024 == pytest.approx(37.087, abs=1e-3)
-    step = 5945.752 + 2.469 - 47.697 - 0.300 - SYNC_70B_OLD + SYNC_70B_SHARED
+    heads = 2 * (438.468 - 384.929) + (1649.481 - 1510.774)
+    assert heads == pytest.approx(245.785, abs=1e-3)
+    step = 5945.752 + 2.469 - 47.697 - 0.300 - SYNC_70B_OLD + SYNC_70B_SHARED - heads
     assert r.best.plan.step_s == pytest.approx(step, abs=0.01)
+    seconds = {c.option.role: (c.scoring_s, c.training_s) for c in r.best.plan.costs}
+    assert seconds[Role.ACTOR] == pytest.approx((438.468, 1649.481), abs=1e-3)
+    assert seconds[Role.CRITIC] == pytest.approx((384.929, 1510.774), abs=1e-3)
+    assert seconds[Role.REWARD] == pytest.approx((384.929, 0.0), abs=1e-3)
     roles = (Role.ACTOR, Role.CRITIC, Role.REFERENCE, Role.REWARD)
     engine = RoleOption(Role.ROLLOUT, 64, 8, 8, 1, "none", Fraction(9, 10))
     options = (engine, *(RoleOption(x, 64, 8, 4, 2, "idle") for x in roles))
@@ -193,7 +207,10 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     assert pool.held_bytes == held == 2_935_750_656 + 306_184_192 + 10 * MIB + graphs
     assert held == 3_252_420_608 + graphs == 3_638_967_665
     costs = {str(c.option.role): c for c in plan.costs}
-    assert all(costs[k].resident_bytes == resident for k in ("actor", "critic", "reference"))
+    assert all(costs[k].resident_bytes == resident for k in ("actor", "reference"))
+    # the critic's value head (model.value_head) gathers nothing: no "mpu" buffer on its last
+    # stage, its own figure 251,658,240 B less; the pool's (the actor's groups and buffer) stands
+    assert costs["critic"].resident_bytes == resident - 2 * 3 * 5120 * 8192 == 1_671_430_144
     assert costs["actor"].swap_bytes == 66_151_772_160
     assert costs["actor"].scoring_bytes == 12 * 15_360 * 128_256 // 4 == 5_910_036_480
     # + Transformer Engine's FP32 softmax statistics of the recomputed layer, 4 B × 64/4 heads ×
@@ -203,10 +220,14 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     assert costs["rollout"].rollout_bytes == engine - inside
     # scoring: each idle role brings back its weights only (verl compute_log_prob /
     # compute_ref_log_prob load_grad=False), the Megatron critic its gradient buffers too
-    # (compute_values, load_grad=True): 6 B × P, P = 66,151,772,160 / 7.5 = 8,820,236,288, beside
-    # its forward working set, 1,038,090,240 B; the actor 2P + 5,910,036,480 is less
-    critic = 6 * 8_820_236_288 + 1_038_090_240
-    assert critic == 53_959_507_968 > 2 * 8_820_236_288 + 5_910_036_480
+    # (compute_values, load_grad=True): 6 B × P, P = 66,151,772,160 / 7.5 = 8,820,236,288 for the
+    # actor's busiest stage, beside its forward working set, 1,038,090,240 B; the actor 2P +
+    # 5,910,036,480 is less. The critic's value head (model.value_head) leaves its last stage the
+    # lighter: its busiest is the first, 40 layers and the embedding, without the final norm's
+    # 8,192 (8,820,236,288 for either end stage with the LM head): P = 8,820,228,096
+    assert costs["critic"].swap_bytes == Fraction(15, 2) * (8_820_236_288 - 8_192)
+    critic = 6 * (8_820_236_288 - 8_192) + 1_038_090_240
+    assert critic == 53_959_458_816 > 2 * 8_820_236_288 + 5_910_036_480
     assert pool.peak_bytes == (
         engine + held - inside,
         critic + held,
@@ -215,8 +236,10 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     # the pool held 3,443,261,440 B before NCCL's placed channels (above): scoring 57,402,769,408
     # and training 77,739,520,000 then, 507,510,784 B less each after (56,895,258,624 and
     # 77,232,009,216), 306,184,192 B more each with the model-parallel ring, NVLS's 10 MiB
-    # (57,211,928,576 and 77,548,679,168), and 386,547,057 B more each with the engine's graph pool
-    assert pool.peak_bytes[1:] == (57_598_475_633, 77_935_226_225) and pool.peak <= CAPACITY
+    # (57,211,928,576 and 77,548,679,168), and 386,547,057 B more each with the engine's graph
+    # pool; the critic's value head, 6 × 8,192 = 49,152 B less in scoring (57,598,475,633 with
+    # the LM head)
+    assert pool.peak_bytes[1:] == (57_598_426_481, 77_935_226_225) and pool.peak <= CAPACITY
     # the actor's and the critic's scoring round trips move 2P, not 7.5P: 2 × 2 × 5.5P / 64 GB/s
     # = 3.03 s less than 5,496.4 s: 5,493.39 s; NCCL's SM charge on the two updates' dp traffic
     # (docstring): 2 × (φ − 1/221) × 0.529385 s = 0.248 s more
@@ -259,11 +282,22 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     # the 2N broadcast's 2.8221 s
     shared = 141_107_412_992 * 7 / 8 / 450e9 + 723 * (18.6e-6 + 16.4e-6)
     assert shared - SYNC_70B_OLD == pytest.approx(-2.5225, abs=1e-4)
-    moved = plan.step_s - step - (shared - SYNC_70B_OLD)
+    # the critic and the reward model carry value heads (model.value_head): their last stage,
+    # 40 layers and the 128,256 × 8,192 output layer at tp 4 with its cross-entropy and tp
+    # collectives, runs 40 layers and an [h → 1] head: each one's scoring 439.057 → 425.620 s,
+    # the critic's update 1,666.063 → 1,631.499 s (5,933.522 s with the LM heads)
+    seconds = {c.option.role: (c.scoring_s, c.training_s) for c in plan.costs}
+    assert seconds[Role.ACTOR] == pytest.approx((439.057, 1666.063), abs=1e-3)
+    assert seconds[Role.CRITIC] == pytest.approx((425.620, 1631.499), abs=1e-3)
+    assert seconds[Role.REWARD][0] == pytest.approx(425.620, abs=1e-3)
+    heads = 2 * (439.057 - 425.620) + (1666.063 - 1631.499)
+    assert heads == pytest.approx(61.438, abs=1e-3)
+    moved = plan.step_s - step - (shared - SYNC_70B_OLD) + heads
     assert moved == pytest.approx(4 * (439.057 - 413.967), abs=0.05)
     passes = 2 * 12 * 1_102_401_536 / 2.97e12  # Megatron-Core's step passes, 38 -> 50 B
     assert passes == pytest.approx(8.908e-3, abs=1e-6)
-    assert plan.step_s == pytest.approx(5981.27 + 2.469 - 47.697 + shared - SYNC_70B_OLD, abs=0.01)
+    step = 5981.27 + 2.469 - 47.697 + shared - SYNC_70B_OLD - heads
+    assert plan.step_s == pytest.approx(step, abs=0.01)
 
 
 def test_the_old_four_layout_answer_is_refused():
@@ -296,15 +330,19 @@ def test_the_old_four_layout_answer_is_refused():
     # tuner runs an all-reduce of 4 or 2 GPUs of an H100 node as a ring, model/nccl_search.py;
     # 130 and 66 MiB with the buffers before), and 2 MiB of credits on each other ring with ≥ 2
     # ranks a node (dp, gradient statistics, world, model-parallel: 8; the reward model's
-    # model-parallel ring, one rank a node: none, 6)
+    # model-parallel ring, one rank a node: none, 6). The critic's value head (model.value_head:
+    # verl's LinearForLastLayer, a torch.nn.Linear on each rank's own tokens) gathers nothing, so
+    # no "mpu" buffer: its busiest stage is a middle one, two pipeline neighbours 96 + 28 MiB
+    # (1,721,761,792 B; with the LM head its last stage's 1,923,088,384 B, the reference's)
     mpu = 251_658_240
-    actor, critic = (
+    actor, reference = (
         (484 + 148 + 76 + 584 + 292 + 2 + 8) * MIB + mpu,
         (484 + 292 + 76 + 584 + 148 + 2 + 8) * MIB + mpu,
     )
-    assert critic > (484 + 292 + 96 + 28 + 584 + 148 + 2 + 8) * MIB
+    critic = (484 + 292 + 96 + 28 + 584 + 148 + 2 + 8) * MIB
+    assert (critic, reference) == (1_721_761_792, 1_923_088_384)
     reward = (292 + 76 + 584 + 76 + 6) * MIB
-    assert [c.resident_bytes for c in costs[1:]] == [actor, critic, critic, reward]
+    assert [c.resident_bytes for c in costs[1:]] == [actor, critic, reference, reward]
     with pytest.raises(InputError, match=r"need one tp × pp: actor tp 4 × pp 2, critic tp 2"):
         placement_plan(p, costs, (0, 0, 0, 0, 0))
 

@@ -39,8 +39,8 @@ def test_verl_profiles_refuse_unequal_chunks(framework: str) -> None:
     assert str(err.value) == (
         "prompts: 5 × `samples_per_prompt` 4 = 20 samples a step; verl splits them into its 8 "
         "agent-loop workers' equal chunks (DataProto.chunk asserts the count divides; "
-        "verl's default actor_rollout_ref.rollout.agent.num_workers 8): the nearest that divide: "
-        "4 or 6 prompts, or `samples_per_prompt` 8"
+        "`agent_workers` 8, verl's default actor_rollout_ref.rollout.agent.num_workers): the "
+        "nearest that divide: 4 or 6 prompts, `samples_per_prompt` 8, or `agent_workers` 5 or 10"
     )
 
 
@@ -48,10 +48,14 @@ def test_nearest_counts_follow_the_group_size() -> None:
     """n = 1: prompts a multiple of 8 (3 → only 8, 0 prompts is no step); n = 6: gcd(8, 6) = 2,
     prompts a multiple of 4 (13 → 12 or 16: 72 and 96 samples)."""
     with pytest.raises(
-        InputError, match=r"1 = 3 samples a step.*divide: 8 prompts, or `samples_per_prompt` 8$"
+        InputError,
+        match=r"1 = 3 samples a step.*divide: 8 prompts, `samples_per_prompt` 8, or `agent_workers` 3$",
     ):
         check_agent_loop_chunks(3, 1)
-    with pytest.raises(InputError, match=r"divide: 12 or 16 prompts, or `samples_per_prompt` 8$"):
+    with pytest.raises(
+        InputError,
+        match=r"divide: 12 or 16 prompts, `samples_per_prompt` 8, or `agent_workers` 6 or 13$",
+    ):
         check_agent_loop_chunks(13, 6)
     assert (12 * 6 % 8, 16 * 6 % 8) == (0, 0)
 

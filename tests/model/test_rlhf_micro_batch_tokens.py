@@ -96,11 +96,16 @@ def test_the_activations_row_is_what_the_training_peak_counts():
     """review-o LOW-1: the terms table's activations row is the figure the fit counts — evaluate()'s
     activations × the micro-batch's tokens ÷ its b × s, less (on the last stage) evaluate()'s FP32
     logits and loss working set, which the RLHF loss replaces. PPO on Qwen2.5 7B, tp 2 on 8 H100,
-    20,480 tokens: the critic (no logits) holds 4,604,395,520 B of activations and nothing else
-    in its update (its training bytes); the actor holds those and its update's logits and the
+    20,480 tokens: the actor holds 4,604,395,520 B of activations and its update's logits and the
     log-prob transient beside them, 4 B × 20,480 × 152,064 / 2 = 6,228,541,440 B each:
     17,061,478,400 B. The row showed 4,604,395,520 + 6,228,541,440 = 10,832,936,960 B (10.83 GB)
-    before, evaluate()'s logits included; the peaks do not move."""
+    before, evaluate()'s logits included; the peaks do not move. The critic (a value head, no
+    logits: model.value_head) holds its activations and nothing else in its update (its training
+    bytes), as evaluate() counts its network: the head's inputs, the final norm's input and
+    output, 2 × 2 B × 20,480 × 3,584 / 2 (sequence parallel) = 146,800,640 B, are released with
+    the head's backward before the layers' backward, and its loss (4 B × 20,480 × 1) is below
+    that phase: 4,604,395,520 − 146,800,640 = 4,457,594,880 B (with the LM head, the RLHF loss
+    in place of evaluate()'s kept them beside the layers' backward: the actor's figure)."""
     prob = RLHFProblem(
         _spec(algorithm="ppo", reward="model"), H100, 8, ClusterLinks.from_device(H100)
     )
@@ -109,7 +114,9 @@ def test_the_activations_row_is_what_the_training_peak_counts():
     assert logits == 6_228_541_440
     acts = "activations (full recompute"
     critic = cost_of(prob, RoleOption(Role.CRITIC, 8, 4, 2, 1))
-    assert _term(critic, acts) == critic.training_bytes == 4_604_395_520
+    head_inputs = 2 * 2 * 20_480 * 3_584 // 2
+    assert head_inputs == 146_800_640
+    assert _term(critic, acts) == critic.training_bytes == 4_604_395_520 - head_inputs
     actor = cost_of(prob, RoleOption(Role.ACTOR, 8, 4, 2, 1))
     assert _term(actor, acts) == 4_604_395_520
     assert _term(actor, "logits (update)") == _term(actor, "log-prob transient") == logits

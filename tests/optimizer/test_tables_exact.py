@@ -22,6 +22,7 @@ from trainplan.model.offload import Offload
 from trainplan.model.op_time import TP_OVERLAP_FRAMEWORKS, TpOverlap
 from trainplan.model.pipeline import SPLIT_BACKWARD, Schedule
 from trainplan.model.precision import optimizer_state_bytes
+from trainplan.model.rlhf.phases import value_head_model
 from trainplan.model.schedule_support import SCHEDULE_SUPPORT
 from trainplan.optimizer.case import Case
 from trainplan.optimizer.columns import ShapeColumns
@@ -30,8 +31,11 @@ from trainplan.optimizer.problem import Job, Problem
 from trainplan.optimizer.search import BYTE_TOLERANCE, NS_TOLERANCE
 from trainplan.optimizer.space import SearchSpace
 from trainplan.optimizer.tables import build_tables, job_shapes
+from trainplan.scenarios.catalogue import get_model
 from trainplan.topology.accelerators import get_accelerator
 
+VALUE_HEAD_QWEN = value_head_model(get_model("qwen2.5-7b").model, "megatron")
+VALUE_HEAD_GPT = value_head_model(get_model("megatron-1.7b").model, "megatron")
 FRAMEWORKS = ["megatron", "deepspeed", "fsdp2", "textbook"]
 CP_KINDS = ["ring", "all-gather", "ulysses", "a2a+p2p"]
 CP = {"cp": (1, 2, 4), "cp_kinds": tuple(CpKind(k) for k in CP_KINDS)}
@@ -84,6 +88,13 @@ CASES = [
      {"global_batch_size": 32, "seq_len": 4096}),
     ("qwen2.5-7b", "qwen2.5-7b", 16, "H100-SXM", {},
      {"global_batch_size": 32, "seq_len": 4096, "vocab_multiple": 64}),
+    # an RLHF critic's network (model.value_head): the [h → 1] head with its bias in place of
+    # the LM head, whole on every tp rank, no all-gather buffer; and a tied one (GPT's
+    # embedding stays, no copy on the last stage)
+    ("qwen2.5-7b-value-head", VALUE_HEAD_QWEN, 16, "H100-SXM", {},
+     {"global_batch_size": 32, "seq_len": 4096}),
+    ("megatron-1.7b-value-head", VALUE_HEAD_GPT, 16, "A100-80GB", {},
+     {"global_batch_size": 64, "seq_len": 2048}),
     # MoE as it runs (model.moe_run): DeepEP's de-duplicated dispatch with node-limited routing
     # (once per rank in one node at ep 8; ep 16 spans two H800 nodes: once per remote node, then
     # once per rank over NVLink, model.moe_dispatch) and its resident buffers; padding to a capacity factor with
@@ -118,7 +129,7 @@ CASES = [
 
 
 SAMPLE = 120
-"""Candidates drawn a case (21 cases: 2,520 in all, every one evaluated exactly): 400 a case
+"""Candidates drawn a case (23 cases: 2,760 in all, every one evaluated exactly): 400 a case
 took CI a tenth of its time, 200 still over a minute of CI's 20."""
 
 

@@ -33,6 +33,6 @@ def test_unequal_agent_loop_chunks_are_422(client, path):
     assert res.json() == {
         "error": "prompts: 5 × samples-per-prompt 4 = 20 samples a step; verl splits them into "
         "its 8 agent-loop workers' equal chunks (DataProto.chunk asserts the count divides; "
-        "verl's default actor_rollout_ref.rollout.agent.num_workers 8): the nearest that divide: "
-        "4 or 6 prompts, or samples-per-prompt 8"
+        "agent-workers 8, verl's default actor_rollout_ref.rollout.agent.num_workers): the "
+        "nearest that divide: 4 or 6 prompts, samples-per-prompt 8, or agent-workers 5 or 10"
     }
