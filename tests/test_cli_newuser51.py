@@ -1,0 +1,94 @@
+"""A new user's first hours, each ``trainplan`` call its own process (:mod:`tests.cli_runs`), the
+web API through its app: Megatron-LM's and torchtitan's spellings of a layout's degrees and batch
+(``--tensor-model-parallel-size 2``, ``--parallelism.pipeline_parallel_degree 2``), which click
+refused as "No such option" with no hint (or guessed ``--tp`` for ``--fp8``), are refused naming
+the framework, where its flag is defined and this command's spelling with the value typed."""
+
+from __future__ import annotations
+
+from tests.cli_runs import refusal, run_many
+
+MEGATRON = "it is Megatron-LM's flag (megatron/training/arguments.py at d98e8a64)"
+TORCHTITAN = "it is torchtitan's flag (torchtitan/config/configs.py ParallelismConfig at b5bcd76c)"
+
+
+def test_a_frameworks_flag_is_refused_with_this_commands_spelling():
+    """Each framework flag names this command's flag (pipeline's stage count is ``--stages``),
+    with ``=`` or a space before the value; a command without the parameter keeps click's
+    refusal (``example`` takes its tabs' parameters through ``--set``)."""
+    evaluate = ["evaluate", "--model", "llama3-8b", "--gpus", "8"]
+    runs = run_many(
+        {
+            "tp": [*evaluate, "--tensor-model-parallel-size", "2"],
+            "tp_eq": [*evaluate, "--tensor-model-parallel-size=2"],
+            "titan": [*evaluate, "--parallelism.pipeline_parallel_degree", "2"],
+            "mbs": [*evaluate, "--micro-batch-size", "2"],
+            "recompute": [*evaluate, "--recompute-granularity", "full"],
+            "search": ["search", "--model", "llama3-8b", "--gpus", "8", "--seq-length", "4096"],
+            "stages": ["pipeline", "--pipeline-model-parallel-size", "4"],
+            "mfu": ["mfu", "--tensor-model-parallel-size", "2"],
+        }
+    )
+    assert refusal(runs["tp"]) == (
+        f"--tensor-model-parallel-size: no such option of trainplan evaluate; {MEGATRON}: "
+        "write it --tp: --tp 2"
+    )
+    assert refusal(runs["tp_eq"]) == refusal(runs["tp"])
+    assert refusal(runs["titan"]) == (
+        f"--parallelism.pipeline_parallel_degree: no such option of trainplan evaluate; "
+        f"{TORCHTITAN}: write it --pp: --pp 2"
+    )
+    assert refusal(runs["mbs"]).endswith("write it --micro-batch: --micro-batch 2")
+    assert refusal(runs["recompute"]).endswith("write it --recompute: --recompute full")
+    assert refusal(runs["search"]) == (
+        f"--seq-length: no such option of trainplan search; {MEGATRON}: "
+        "write it --seq-len: --seq-len 4096"
+    )
+    assert refusal(runs["stages"]) == (
+        f"--pipeline-model-parallel-size: no such option of trainplan pipeline; {MEGATRON}: "
+        "write it --stages: --stages 4"
+    )
+    assert "No such option '--tensor-model-parallel-size'" in refusal(runs["mfu"])
+
+
+def test_a_frameworks_flag_as_a_web_key_names_the_query_key():
+    """The web API's GET query and JSON body name the query key and the value typed, HTTP 422."""
+    from fastapi.testclient import TestClient
+
+    from trainplan.interface.web.app import create_app
+
+    client = TestClient(create_app(("testserver",)))
+    got = client.get(
+        "/api/evaluate", params={"model": "llama3-8b", "gpus": "8", "tensor-model-parallel-size": "2"}
+    )
+    assert got.status_code == 422
+    assert got.json()["error"] == (
+        f"'tensor-model-parallel-size': no such parameter of evaluate; {MEGATRON}: "
+        "write it tp: tp=2"
+    )
+    body = {"model": "llama3-8b", "gpus": 8, "parallelism.tensor_parallel_degree": 2}
+    posted = client.post("/api/evaluate", json=body)
+    assert posted.status_code == 422
+    assert posted.json()["error"] == (
+        f"'parallelism.tensor_parallel_degree': no such parameter of evaluate; {TORCHTITAN}: "
+        "write it tp: tp=2"
+    )
+    staged = client.get("/api/pipeline", params={"pipeline-model-parallel-size": "4"})
+    assert staged.status_code == 422
+    assert staged.json()["error"].endswith("write it stages: stages=4")
+
+
+def test_the_framework_flags_are_those_the_plans_write():
+    """The Megatron-LM flags read here are those the plan's launch lines write
+    (:data:`interface.launch.MEGATRON_ARGUMENTS`, each checked at the same commit), but for
+    ``--seq-length`` (an ``add_argument`` call of megatron/training/arguments.py at d98e8a64),
+    and torchtitan's are ``parallelism`` keys its fragment writes
+    (:data:`interface.launch.TORCHTITAN_KEYS`)."""
+    from trainplan.interface.framework_flags import FRAMEWORK_FLAGS
+    from trainplan.interface.launch import MEGATRON_ARGUMENTS, TORCHTITAN_KEYS
+
+    megatron = {f for f, (_, whose) in FRAMEWORK_FLAGS.items() if "Megatron-LM" in whose}
+    titan = {f for f, (_, whose) in FRAMEWORK_FLAGS.items() if "torchtitan" in whose}
+    assert megatron - MEGATRON_ARGUMENTS == {"--seq-length"}
+    assert {f.removeprefix("--parallelism.") for f in titan} <= TORCHTITAN_KEYS["parallelism"]
+    assert len(megatron) + len(titan) == len(FRAMEWORK_FLAGS) == 14
