@@ -203,6 +203,14 @@ AS_RUN_18B = (
     "--set grad_reduce_overlap=false"
 )
 """The same with the settings of the 2021 code that ran it (the measurements file's)."""
+RC = "docs/recipes.md"
+PLAIN_8B = (
+    "trainplan evaluate --model llama3-8b --seq-len 8192 --global-batch 64 --dp 8 "
+    "--mfu-convention megatron"
+)
+"""The recipes page's Llama 3 8B on 8 H100s, each sequence one document."""
+PACKED_8B = f"{PLAIN_8B} --document-length 2048"
+"""The same in packs of 2,048-token documents."""
 NOT_OVERLAPPED, EXPOSED = 5, 6
 """Columns of a plan's "Traffic per axis" table: time if not overlapped, exposed."""
 
@@ -312,6 +320,13 @@ QUOTES = (
     Quote(CAL, "evaluate prints the {} s the fit predicted", AS_RUN_18B, ((STEP, ".3f"),)),
     Quote(CAL, "the same layout is a step of {} s, not the one that was measured",
           CALIBRATED_18B, ((STEP, ".3f"),)),
+    # the recipes page: packed documents' step and MFU both ways
+    Quote(RC, "in packs of 2,048-token documents steps in {} s instead of", PACKED_8B,
+          ((STEP, ".2f"),)),
+    Quote(RC, "s instead of {} s; under Megatron's convention", PLAIN_8B, ((STEP, ".2f"),)),
+    Quote(RC, "its MFU is {} %, where a counter taking each pack for one sequence would report "
+          "{} %", PACKED_8B, ((printed(r"MFU ([\d.]+)% \("), ".1f"),
+                             (printed(r"\(([\d.]+)% counting each pack"), ".1f"))),
     # the sweeps page: point 93's time to train in days
     Quote(SW, "({} s is {} days.)", "trainplan sweep docs/sweeps/study.toml --point 93",
           ((printed(r"time_to_train_s\s+([\d.]+)"), ",.0f"),

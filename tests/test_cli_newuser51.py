@@ -92,3 +92,38 @@ def test_the_framework_flags_are_those_the_plans_write():
     assert megatron - MEGATRON_ARGUMENTS == {"--seq-length"}
     assert {f.removeprefix("--parallelism.") for f in titan} <= TORCHTITAN_KEYS["parallelism"]
     assert len(megatron) + len(titan) == len(FRAMEWORK_FLAGS) == 14
+
+
+PACKED_8B = [
+    "evaluate", "--model", "llama3-8b", "--seq-len", "8192", "--global-batch", "64", "--dp", "8",
+    "--document-length", "2048",
+]  # fmt: skip
+
+
+def test_packed_documents_text_gives_the_mfu_both_ways():
+    """``evaluate --help`` says of ``--document-length`` that "MFU is shown both ways"; the text
+    gave one. Megatron's convention on packs of 8,192 tokens of 2,048-token documents: the
+    documents' model FLOPs 24,452,451,406,970,880, a counter taking each pack for one sequence
+    counts the pack's s² attention, 2,533,274,790,395,904 more
+    (tests/test_recipes_cli.py::test_packed_documents_mfu_both_ways derives it):
+    26,985,726,197,366,784, so its MFU is the documents' × 26,985,726,197,366,784 /
+    24,452,451,406,970,880 (48.8 % → 53.9 %). Under 6n no attention is counted, both are one
+    figure and the text adds nothing."""
+    runs = run_many(
+        {
+            "text": [*PACKED_8B, "--mfu-convention", "megatron"],
+            "json": [*PACKED_8B, "--mfu-convention", "megatron", "--json"],
+            "6n": [*PACKED_8B],
+        }
+    )
+    import json
+
+    t, f = (json.loads(runs["json"].stdout)[k] for k in ("time", "flops"))
+    assert f["model_flops"] == 24_452_451_406_970_880
+    assert f["pack_model_flops"] == 24_452_451_406_970_880 + 2_533_274_790_395_904
+    assert t["mfu_pack"] / t["mfu"] == 26_985_726_197_366_784 / 24_452_451_406_970_880
+    assert (round(t["mfu"] * 100, 1), round(t["mfu_pack"] * 100, 1)) == (48.8, 53.9)
+    step = next(ln for ln in runs["text"].stdout.splitlines() if ln.startswith("Step:"))
+    assert "; MFU 48.8% (53.9% counting each pack as one sequence, its s² attention), HFU" in step
+    plain = next(ln for ln in runs["6n"].stdout.splitlines() if ln.startswith("Step:"))
+    assert "counting each pack" not in plain
