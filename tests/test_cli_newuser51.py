@@ -59,7 +59,8 @@ def test_a_frameworks_flag_as_a_web_key_names_the_query_key():
 
     client = TestClient(create_app(("testserver",)))
     got = client.get(
-        "/api/evaluate", params={"model": "llama3-8b", "gpus": "8", "tensor-model-parallel-size": "2"}
+        "/api/evaluate",
+        params={"model": "llama3-8b", "gpus": "8", "tensor-model-parallel-size": "2"},
     )
     assert got.status_code == 422
     assert got.json()["error"] == (
@@ -127,3 +128,35 @@ def test_packed_documents_text_gives_the_mfu_both_ways():
     assert "; MFU 48.8% (53.9% counting each pack as one sequence, its s² attention), HFU" in step
     plain = next(ln for ln in runs["6n"].stdout.splitlines() if ln.startswith("Step:"))
     assert "counting each pack" not in plain
+
+
+def test_a_frontiers_cut_names_the_start_up_its_limit_counted():
+    """``--time-limit`` counts from the command's start; the search's note names the start-up
+    ("1.03 s of start-up + …"), the frontier's and the per-stage search's notes of a cut did not,
+    so a 1 s limit that cut the tables after 0.34 s of them read as cut early. Each now names
+    the ``startup_seconds`` its JSON gives (0.01 s: the first block of 64 shapes is never cut,
+    the rest always is)."""
+    frontier = ["frontier", "--model", "llama3-8b", "--gpus", "8", "--gpu", "H100-SXM"]
+    per_stage = ["search", "--model", "llama3-8b", "--gpus", "16", "--gpu", "H100-SXM"]
+    runs = run_many(
+        {
+            "frontier": [*frontier, "--time-limit", "0.01", "--json"],
+            "per_stage": [*per_stage, "--per-stage", "--time-limit", "0.01", "--json"],
+            "per_stage_text": [*per_stage, "--per-stage", "--time-limit", "0.01"],
+        }
+    )
+    import json
+
+    d = json.loads(runs["frontier"].stdout)
+    cut = "the time limit cut the cost tables at 64 of 156 shapes"
+    assert d["notes"][0].startswith(cut)
+    assert (
+        f"; {d['startup_seconds']:.2f} s of start-up counted by the limit: the points"
+        in (d["notes"][0])
+    )
+    ps = json.loads(runs["per_stage"].stdout)["per_stage"]
+    assert ps["cut"].startswith("the time limit cut the cost tables at 64 of 228 shapes")
+    note = next(ln for ln in runs["per_stage_text"].stdout.splitlines() if ln.startswith("Note:"))
+    assert note.startswith(f"Note: {ps['cut']}; ")
+    assert note.endswith(" s of start-up counted by the limit: the plans are the best of those "
+                         "shapes, not proven")  # fmt: skip
