@@ -160,3 +160,65 @@ def test_a_frontiers_cut_names_the_start_up_its_limit_counted():
     assert note.startswith(f"Note: {ps['cut']}; ")
     assert note.endswith(" s of start-up counted by the limit: the plans are the best of those "
                          "shapes, not proven")  # fmt: skip
+
+
+TAKEN_FRAMEWORKS = "'megatron', 'deepspeed', 'fsdp2', 'textbook'"
+TAKEN_SCHEDULES = (
+    "'gpipe', '1f1b', 'interleaved', 'zb-h1', 'zb-h2', 'zb-v', 'dualpipe', 'dualpipev'"
+)
+
+
+def test_a_frameworks_word_for_a_value_names_the_value_to_write():
+    """``--framework torchtitan``, ``--optimizer adamw`` and ``--schedule Interleaved1F1B`` listed
+    the values alone; each now names the one that is meant (torchtitan's schedule names are the
+    launch fragment's, interface.launch_torchtitan.TORCHTITAN_SCHEDULES), on evaluate and search
+    alike; a word no tool uses keeps click's line."""
+    evaluate = ["evaluate", "--model", "llama3-8b", "--gpus", "8"]
+    runs = run_many(
+        {
+            "titan": [*evaluate, "--framework", "torchtitan"],
+            "adamw": [*evaluate, "--optimizer", "AdamW"],
+            "i1f1b": [*evaluate, "--pp", "2", "--schedule", "Interleaved1F1B"],
+            "zbv": ["search", "--model", "llama3-8b", "--gpus", "8", "--schedule", "ZBVZeroBubble"],
+            "mlm": ["search", "--model", "llama3-8b", "--gpus", "8", "--framework", "megatron-lm"],
+            "foo": [*evaluate, "--schedule", "foo"],
+        }
+    )
+    assert refusal(runs["titan"]) == (
+        f"--framework: 'torchtitan' is not one of {TAKEN_FRAMEWORKS}: PyTorch's fully_shard "
+        "(FSDP2), as torchtitan runs it, is fsdp2; FSDP1's FullyShardedDataParallel has no "
+        "profile; write fsdp2"
+    )
+    assert refusal(runs["adamw"]).endswith(
+        ": adam is AdamW, as Megatron-LM's adam decouples the weight decay unless told not to "
+        "(megatron/core/optimizer/optimizer_config.py OptimizerConfig.decoupled_weight_decay, "
+        "True at d98e8a64): the same two FP32 moments; write adam"
+    )
+    assert refusal(runs["i1f1b"]) == (
+        f"--schedule: 'Interleaved1F1B' is not one of {TAKEN_SCHEDULES}: torchtitan's "
+        "Interleaved1F1B is interleaved; write interleaved"
+    )
+    assert refusal(runs["zbv"]).endswith(": torchtitan's ZBVZeroBubble is zb-v; write zb-v")
+    assert refusal(runs["mlm"]).endswith(
+        ": Megatron-LM and Megatron-Core are megatron; write megatron"
+    )
+    assert refusal(runs["foo"]) == f"--schedule: 'foo' is not one of {TAKEN_SCHEDULES}."
+
+
+def test_a_frameworks_word_as_a_web_value_names_the_value_to_write():
+    """The web API parses the query by the same options: HTTP 422, the same words."""
+    from fastapi.testclient import TestClient
+
+    from trainplan.interface.web.app import create_app
+
+    client = TestClient(create_app(("testserver",)))
+    got = client.get(
+        "/api/evaluate", params={"model": "llama3-8b", "gpus": "8", "framework": "fsdp"}
+    )
+    assert got.status_code == 422
+    assert got.json()["error"].startswith(f"framework: 'fsdp' is not one of {TAKEN_FRAMEWORKS}: ")
+    assert got.json()["error"].endswith("; write fsdp2")
+    body = {"model": "llama3-8b", "gpus": 8, "optimizer": "adamw"}
+    posted = client.post("/api/search", json=body)
+    assert posted.status_code == 422
+    assert posted.json()["error"].endswith("the same two FP32 moments; write adam")
