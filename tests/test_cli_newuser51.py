@@ -222,3 +222,24 @@ def test_a_frameworks_word_as_a_web_value_names_the_value_to_write():
     posted = client.post("/api/search", json=body)
     assert posted.status_code == 422
     assert posted.json()["error"].endswith("the same two FP32 moments; write adam")
+
+
+def test_the_web_placement_search_gives_startup_seconds_as_the_command_does():
+    """``rlhf-plan --json`` with ``--time-limit`` gives ``startup_seconds``, as the web's
+    ``/api/search`` does (0.0: the web's limit counts from the search's start); the web's
+    ``/api/rlhf-plan`` left the key out, so its object was not the command's key for key.
+    Without a limit neither gives it."""
+    from fastapi.testclient import TestClient
+
+    from trainplan.interface.web.app import create_app
+
+    client = TestClient(create_app(("testserver",)))
+    query = {"algorithm": "grpo", "model": "qwen2.5-7b", "reward": "rule", "gpus": "16"}
+    limited = client.get("/api/rlhf-plan", params={**query, "time-limit": "0.2"}).json()
+    assert limited["time_limit_seconds"] == 0.2 and limited["startup_seconds"] == 0.0
+    searched = client.get(
+        "/api/search", params={"model": "llama3-8b", "gpus": "8", "time-limit": "60"}
+    ).json()
+    assert searched["startup_seconds"] == 0.0
+    unlimited = client.get("/api/rlhf-plan", params=query).json()
+    assert "startup_seconds" not in unlimited and unlimited["time_limit_seconds"] is None
