@@ -243,3 +243,33 @@ def test_the_web_placement_search_gives_startup_seconds_as_the_command_does():
     assert searched["startup_seconds"] == 0.0
     unlimited = client.get("/api/rlhf-plan", params=query).json()
     assert "startup_seconds" not in unlimited and unlimited["time_limit_seconds"] is None
+
+
+def test_a_negative_document_spread_is_named_not_the_mean():
+    """``--document-length 1024 --set document_length_spread=-1`` said "--document-length: 1,024
+    must be at least 1 token, its spread at least 0": the mean named, and its value, though the
+    spread was wrong. Each is named on its own, on the command line and the web."""
+    from fastapi.testclient import TestClient
+
+    from trainplan.interface.web.app import create_app
+
+    evaluate = ["evaluate", "--model", "llama3-8b", "--gpus", "8", "--seq-len", "4096"]
+    runs = run_many(
+        {
+            "spread": [
+                *evaluate,
+                "--document-length",
+                "1024",
+                "--set",
+                "document_length_spread=-1",
+            ],
+            "mean": [*evaluate, "--document-length", "0"],
+        }
+    )
+    assert refusal(runs["spread"]) == "--set document_length_spread: -1 must be at least 0 tokens"
+    assert refusal(runs["mean"]) == "--document-length: 0 must be at least 1 token"
+    client = TestClient(create_app(("testserver",)))
+    query = {"model": "llama3-8b", "gpus": "8", "document-length": "1024"}
+    got = client.get("/api/evaluate", params={**query, "document-length-spread": "-1"})
+    assert got.status_code == 422
+    assert got.json()["error"] == "document-length-spread: -1 must be at least 0 tokens"
