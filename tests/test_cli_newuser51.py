@@ -273,3 +273,18 @@ def test_a_negative_document_spread_is_named_not_the_mean():
     got = client.get("/api/evaluate", params={**query, "document-length-spread": "-1"})
     assert got.status_code == 422
     assert got.json()["error"] == "document-length-spread: -1 must be at least 0 tokens"
+
+
+def test_an_mfu_objective_names_the_objectives_that_rank_as_mfu():
+    """``--objective mfu`` listed the objectives alone; MFU is the model's FLOPs per token over
+    the GPU-seconds per token and the accelerator's peak, so with the GPUs and batch fixed the
+    shortest step ranks layouts as MFU does, and over a range of GPU counts on one accelerator
+    the fewest GPU-seconds per token (tokens-per-gpu) do."""
+    search = ["search", "--model", "llama3-8b", "--gpus", "8..64"]
+    runs = run_many({"mfu": [*search, "--objective", "MFU"]})
+    assert refusal(runs["mfu"]) == (
+        "--objective: 'MFU' is not one of 'step-time', 'tokens-per-gpu', 'time-to-train', "
+        "'cost', 'params': with the GPU count and batch fixed the shortest step is the highest "
+        "MFU, and over a range of GPU counts on one accelerator the fewest GPU-seconds per token "
+        "are (a model's FLOPs per token are fixed); write step-time or tokens-per-gpu"
+    )

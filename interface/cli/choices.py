@@ -13,7 +13,7 @@ import click
 
 from trainplan.interface.launch_torchtitan import TORCHTITAN_SCHEDULES
 
-__all__ = ["FRAMEWORK_WORDS", "OPTIMIZER_WORDS", "SCHEDULE_WORDS", "NamedChoice"]
+__all__ = ["FRAMEWORK_WORDS", "OBJECTIVE_WORDS", "OPTIMIZER_WORDS", "SCHEDULE_WORDS", "NamedChoice"]
 
 _MEGATRON = ("megatron", "Megatron-LM and Megatron-Core are megatron")
 _FSDP2 = (
@@ -40,6 +40,16 @@ OPTIMIZER_WORDS: dict[str, tuple[str, str]] = {
     ),
 }
 """A user's word for an optimizer → (the optimizer, why)."""
+
+OBJECTIVE_WORDS: dict[str, tuple[str, str]] = {
+    "mfu": (
+        "step-time or tokens-per-gpu",
+        "with the GPU count and batch fixed the shortest step is the highest MFU, and over a "
+        "range of GPU counts on one accelerator the fewest GPU-seconds per token are (a model's "
+        "FLOPs per token are fixed)",
+    ),
+}
+"""A user's word for a search objective → (the objectives to write, why)."""
 
 SCHEDULE_WORDS: dict[str, tuple[str, str]] = {
     word: ("interleaved", "Megatron-LM's interleaved 1F1B (virtual pipeline stages) is interleaved")

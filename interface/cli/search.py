@@ -11,6 +11,7 @@ import click
 from trainplan.interface.cli import cli
 from trainplan.interface.cli.choices import (
     FRAMEWORK_WORDS,
+    OBJECTIVE_WORDS,
     OPTIMIZER_WORDS,
     SCHEDULE_WORDS,
     NamedChoice,
@@ -88,8 +89,8 @@ BATCH: list[Decorator] = [
 OBJECTIVE: list[Decorator] = [
     click.option(
         "--objective",
-        type=click.Choice(
-            ["step-time", "tokens-per-gpu", "time-to-train", "cost", "params"], case_sensitive=False
+        type=NamedChoice(
+            ["step-time", "tokens-per-gpu", "time-to-train", "cost", "params"], OBJECTIVE_WORDS
         ),
         help="What to minimise (default step-time; time-to-train and cost need --tokens); "
         "params (search only): the largest family member that fits.",
