@@ -288,3 +288,27 @@ def test_an_mfu_objective_names_the_objectives_that_rank_as_mfu():
         "MFU, and over a range of GPU counts on one accelerator the fewest GPU-seconds per token "
         "are (a model's FLOPs per token are fixed); write step-time or tokens-per-gpu"
     )
+
+
+def test_the_catalogue_endpoints_refuse_a_server_path_and_say_they_take_nothing():
+    """``/api/gpus?file=/etc/passwd`` answered the whole table, the key read and dropped (the
+    web app reads no files on the server: ``gpus --file PATH.toml`` is refused there as the
+    other paths are, naming ``accelerator=``); ``/api/models?family=llama`` said "its parameters
+    are " and nothing: a command without parameters says it takes none."""
+    from fastapi.testclient import TestClient
+
+    from trainplan.interface.web.app import create_app
+
+    client = TestClient(create_app(("testserver",)))
+    path = client.get("/api/gpus", params={"file": "/etc/passwd"})
+    assert path.status_code == 422
+    assert path.json()["error"] == (
+        "file: '/etc/passwd' does not apply here: it names a file on the server (gpus --file "
+        "PATH.toml); the web app reads none: /api/evaluate takes the part's keys as a JSON "
+        "object in accelerator="
+    )
+    for name, key in (("models", "family"), ("gpus", "foo")):
+        got = client.get(f"/api/{name}", params={key: "x"})
+        assert got.status_code == 422
+        assert got.json()["error"] == f"{key}: no such parameter of {name}; it takes none"
+    assert client.get("/api/gpus").status_code == 200

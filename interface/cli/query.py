@@ -217,6 +217,8 @@ def _unknown(
         return f"{key!r}: no such parameter of {name}; write it {other}"
     known = sorted(k for k, o in by_key.items() if k != "json" and k not in why
                    and not _writes_file(o))  # fmt: skip
+    if not known and not moved:  # /api/models: nothing to name
+        return f"{key}: no such parameter of {name}; it takes none"
     near = closest_key(key, known + sorted(moved))  # the command line's "did you mean"
     hint = f" (did you mean {near}?)" if near else ""
     return f"{key}: no such parameter of {name}{hint}; its parameters are " + ", ".join(
