@@ -312,3 +312,29 @@ def test_the_catalogue_endpoints_refuse_a_server_path_and_say_they_take_nothing(
         assert got.status_code == 422
         assert got.json()["error"] == f"{key}: no such parameter of {name}; it takes none"
     assert client.get("/api/gpus").status_code == 200
+
+
+def test_a_frameworks_field_name_as_a_planner_parameter_names_the_one_to_write():
+    """The Python API and ``example --set`` read planner parameter names; Megatron-LM's field
+    (``tensor_model_parallel_size``) or torchtitan's (``pipeline_parallel_degree``) was "not a
+    planner parameter" with no hint. Each names the framework's flag and the parameter."""
+    import pytest
+
+    import trainplan
+    from trainplan.model.errors import InputError
+
+    runs = run_many(
+        {"example": ["example", "llama3-405b", "--set", "tensor_model_parallel_size=4"]}
+    )
+    assert refusal(runs["example"]) == (
+        f"--set tensor_model_parallel_size: not a planner parameter; "
+        f"--tensor-model-parallel-size is {MEGATRON.removeprefix('it is ')}: write tp "
+        "(docs/guides/python.md#parameter-names lists them)"
+    )
+    with pytest.raises(InputError) as err:
+        trainplan.evaluate(model="llama3-8b", num_gpus=8, pipeline_parallel_degree=2)
+    assert str(err.value) == (
+        f"pipeline_parallel_degree: not a planner parameter; "
+        f"--parallelism.pipeline_parallel_degree is {TORCHTITAN.removeprefix('it is ')}: write "
+        "pp (docs/guides/python.md#parameter-names lists them)"
+    )
