@@ -10,6 +10,8 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
+from trainplan.interface.flags import PARAMETER_FLAGS
+from trainplan.interface.framework_flags import FRAMEWORK_FLAGS
 from trainplan.interface.moe_inputs import MOE_KEYS
 from trainplan.interface.recipe_inputs import DOCUMENT_KEYS
 from trainplan.interface.time_inputs import TIME_KEYS
@@ -172,6 +174,9 @@ def unknown_parameter(params: Iterable[str]) -> str | None:
     if not unknown:
         return None
     key, said = unknown[0], ""
+    framework = _framework_name(key)
+    if framework is not None:
+        return f"{key}: not a planner parameter; {framework} ({PARAMETERS_PAGE} lists them)"
     near = difflib.get_close_matches(key, sorted(PARAMETERS), n=1)
     if key in SCENARIO_SPELLINGS:
         near = [SCENARIO_SPELLINGS[key]]
@@ -182,3 +187,23 @@ def unknown_parameter(params: Iterable[str]) -> str | None:
 
 DIM_KEYS = ("arch", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "head_dim")
 """Dimensions given with ``--params`` (the CLI options of the same names)."""
+
+
+def _framework_name(key: str) -> str | None:
+    """Where ``key`` is a training framework's name of a parameter (Megatron-LM's
+    ``tensor_model_parallel_size``, torchtitan's ``tensor_parallel_degree``: the fields behind
+    :data:`interface.framework_flags.FRAMEWORK_FLAGS`), the words naming the framework's flag
+    and the planner parameter to write; None otherwise.
+
+    >>> _framework_name("tensor_parallel_degree")[-10:]
+    ': write tp'
+    >>> _framework_name("micro_batch_size") is None  # a planner parameter too
+    True
+    """
+    for flag, (ours, whose) in FRAMEWORK_FLAGS.items():
+        field = flag.removeprefix("--parallelism.").removeprefix("--").replace("-", "_")
+        if field != key or key in KNOWN_KEYS:
+            continue
+        name = next((p for p, fs in PARAMETER_FLAGS.items() if ours in fs), None)
+        return f"{flag} is {whose}: write {name or ours[2:].replace('-', '_')}"
+    return None

@@ -73,10 +73,10 @@ def documents_from(params: Mapping[str, Any], seq_len: int) -> Documents | None:
         return None
     mu = parse_number(mean, "document_length")
     sigma = parse_number(spread, "document_length_spread") if spread is not None else 0
-    if mu < 1 or sigma < 0:
-        raise InputError(
-            f"document_length: {_shown(mean)} must be at least 1 token, its spread at least 0"
-        )
+    if mu < 1:
+        raise InputError(f"document_length: {_shown(mean)} must be at least 1 token")
+    if sigma < 0:  # named apart: the mean may be fine
+        raise InputError(f"document_length_spread: {_shown(spread)} must be at least 0 tokens")
     if mu + sigma > seq_len:
         raise InputError(
             f"document_length: mean {_shown(mean)} plus spread {_shown(spread or 0)} "

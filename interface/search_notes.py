@@ -263,16 +263,22 @@ def limit_note(result: Any, limit: float | None, before_s: float = 0.0) -> str |
     return f"{bracket}; {spent}" if result.cut else bracket
 
 
-def frontier_cut_note(cut: str | None) -> list[str]:
+def frontier_cut_note(cut: str | None, before_s: float = 0.0) -> list[str]:
     """A frontier's note of the shapes a time limit left out of its cost tables
     (:meth:`optimizer.tables.CostTables.cut`; none: []): the layout frontier's
     (:func:`interface.search_commands.frontier_json`) and the per-stage frontier's
-    (:mod:`interface.per_stage_frontier_command`)."""
+    (:mod:`interface.per_stage_frontier_command`), naming the command's ``before_s`` seconds of
+    start-up, which the limit counted too (as :func:`time_limit_note` names them).
+
+    >>> frontier_cut_note("cut", 1.5)[0][:48]
+    'cut; 1.50 s of start-up counted by the limit: th'
+    """
     if cut is None:
         return []
+    startup = f"; {before_s:.2f} s of start-up counted by the limit" if before_s else ""
     return [
-        f"{cut}: the points are the frontier of those shapes, not proven; a longer --time-limit "
-        "searches the rest"
+        f"{cut}{startup}: the points are the frontier of those shapes, not proven; a longer "
+        "--time-limit searches the rest"
     ]
 
 
@@ -297,7 +303,7 @@ def frontier_limit_notes(
     'the time limit of 5 s was passed (5.50 s of '
     """
     if cut is not None:
-        return frontier_cut_note(cut)
+        return frontier_cut_note(cut, before_s)
     spent = time_limit_note(limit, result.tables_seconds, result.solve_seconds, None, before_s)
     return [] if spent is None else [spent]
 
@@ -325,7 +331,7 @@ def per_stage_limit_notes(
     from trainplan.optimizer.search import SOLVE_FLOOR_S
 
     if cuts:
-        return [note for cut in cuts for note in frontier_cut_note(cut)]
+        return [note for cut in cuts for note in frontier_cut_note(cut, before_s)]
     if limit is None or before_s + seconds <= limit:
         return []
     startup = f"{before_s:.2f} s of start-up + " if before_s else ""

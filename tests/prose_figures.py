@@ -86,6 +86,8 @@ def in_json(*keys: str) -> Reader:
 
 
 STEP = printed(r"^Step: .* = ([\d.]+) s; MFU")
+STEP_OBJECTIVE = printed(r"^objective \(step-time\): ([\d.,]+) s")
+"""A search's step time, as its objective line prints it."""
 """The step time a plan prints, s."""
 TOTAL = printed(r"= total \(peak: [a-z-]+\)\s+([\d.,]+) GB")
 """The peak memory per GPU a plan prints, GB."""
@@ -203,6 +205,17 @@ AS_RUN_18B = (
     "--set grad_reduce_overlap=false"
 )
 """The same with the settings of the 2021 code that ran it (the measurements file's)."""
+RC = "docs/recipes.md"
+PLAIN_8B = (
+    "trainplan evaluate --model llama3-8b --seq-len 8192 --global-batch 64 --dp 8 "
+    "--mfu-convention megatron"
+)
+"""The recipes page's Llama 3 8B on 8 H100s, each sequence one document."""
+PACKED_8B = f"{PLAIN_8B} --document-length 2048"
+"""The same in packs of 2,048-token documents."""
+MM = "docs/memory-mechanisms.md"
+SEARCH_8B = "trainplan search --model llama3-8b --gpus 8 --gpu H100-SXM"
+"""The memory mechanisms page's search of Llama 3 8B on 8 H100s (its Megatron-FSDP answer)."""
 NOT_OVERLAPPED, EXPOSED = 5, 6
 """Columns of a plan's "Traffic per axis" table: time if not overlapped, exposed."""
 
@@ -312,6 +325,19 @@ QUOTES = (
     Quote(CAL, "evaluate prints the {} s the fit predicted", AS_RUN_18B, ((STEP, ".3f"),)),
     Quote(CAL, "the same layout is a step of {} s, not the one that was measured",
           CALIBRATED_18B, ((STEP, ".3f"),)),
+    # the recipes page: packed documents' step and MFU both ways
+    Quote(RC, "in packs of 2,048-token documents steps in {} s instead of", PACKED_8B,
+          ((STEP, ".2f"),)),
+    Quote(RC, "s instead of {} s; under Megatron's convention", PLAIN_8B, ((STEP, ".2f"),)),
+    Quote(RC, "its MFU is {} %, where a counter taking each pack for one sequence would report "
+          "{} %", PACKED_8B, ((printed(r"MFU ([\d.]+)% \("), ".1f"),
+                             (printed(r"\(([\d.]+)% counting each pack"), ".1f"))),
+    # the memory mechanisms page: the search's Megatron-FSDP answer for Llama 3 8B on 8 H100s
+    Quote(MM, "at tp 1 ({} s per step of 2,048 sequences with the NCCL SM charge", SEARCH_8B,
+          ((STEP_OBJECTIVE, ".0f"),)),
+    Quote(MM, "SM charge, {} s without;", f"{SEARCH_8B} --set nccl_sm_charge=false",
+          ((STEP_OBJECTIVE, ".0f"),)),
+    Quote(MM, "s without; {} GB), the layout Megatron Bridge's", SEARCH_8B, ((TOTAL, ".1f"),)),
     # the sweeps page: point 93's time to train in days
     Quote(SW, "({} s is {} days.)", "trainplan sweep docs/sweeps/study.toml --point 93",
           ((printed(r"time_to_train_s\s+([\d.]+)"), ",.0f"),

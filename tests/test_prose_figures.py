@@ -37,6 +37,8 @@ def test_every_quoted_sentence_is_on_its_page():
         "docs/guides/python.md",
         "docs/guides/calibration.md",
         "docs/sweeps.md",
+        "docs/recipes.md",
+        "docs/memory-mechanisms.md",
     }
     for q in ALL_QUOTES:
         assert len(q.written()) == q.says.count("{}") == len(q.figures), q.says

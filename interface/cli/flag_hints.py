@@ -12,6 +12,7 @@ from collections.abc import Collection, Iterator
 import click
 
 from trainplan.interface.flags import PARAMETER_FLAGS, derived_count
+from trainplan.interface.framework_flags import framework_hint
 from trainplan.model.errors import InputError
 
 __all__ = ["misspelt_here", "spelled_here", "taken_elsewhere"]
@@ -22,7 +23,9 @@ def spelled_here(command: str, params: list[click.Parameter], args: list[str]) -
     parameters with (:data:`interface.flags.PARAMETER_FLAGS`: evaluate's ``--pp``, pipeline's
     ``--stages``), naming this command's spelling (a micro-batch count on a command that derives
     it from the batch, the rule it derives it by) — as the web API names a query key's
-    (``'pp': no such parameter of pipeline; write it stages``). Not on ``example``, which takes
+    (``'pp': no such parameter of pipeline; write it stages``); a training framework's spelling
+    (:func:`interface.framework_flags.framework_hint`: ``--tensor-model-parallel-size``, write
+    ``--tp``) likewise. Not on ``example``, which takes
     the other tabs' parameters through ``--set`` (:func:`taken_elsewhere` names that spelling).
 
     Raises
@@ -34,6 +37,9 @@ def spelled_here(command: str, params: list[click.Parameter], args: list[str]) -
     if command == "example" and "--set" in here:  # its tabs' parameters: --set, taken_elsewhere's
         return
     for flag, value in _unknown(args, here):
+        framework = framework_hint(flag, value, here, command)
+        if framework is not None:  # Megatron-LM's or torchtitan's spelling
+            raise InputError(framework)
         spelt = next((fs for fs in PARAMETER_FLAGS.values() if flag in fs), ())
         other = next((f for f in spelt if f in here), None)
         if (

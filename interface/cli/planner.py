@@ -8,6 +8,12 @@ from typing import Any
 import click
 
 from trainplan.interface.cli import cli
+from trainplan.interface.cli.choices import (
+    FRAMEWORK_WORDS,
+    OPTIMIZER_WORDS,
+    SCHEDULE_WORDS,
+    NamedChoice,
+)
 from trainplan.interface.cli.common import COUNT, echo_json
 from trainplan.interface.cli.options import (
     CALIBRATION,
@@ -46,7 +52,7 @@ CLUSTER: list[Decorator] = [
 LAYOUT: list[Decorator] = [
     click.option(
         "--framework",
-        type=click.Choice(["megatron", "deepspeed", "fsdp2", "textbook"], case_sensitive=False),
+        type=NamedChoice(["megatron", "deepspeed", "fsdp2", "textbook"], FRAMEWORK_WORDS),
         help="Whose mechanism a ZeRO stage is: peak memory and traffic as that framework runs "
         "it (default megatron; megatron --zero 3 is Megatron-FSDP); textbook = the ZeRO paper's "
         "steady state.",
@@ -112,7 +118,7 @@ LAYOUT: list[Decorator] = [
     click.option(
         "--optimizer",
         "optimizer",
-        type=click.Choice([k.value for k in OptimizerKind], case_sensitive=False),
+        type=NamedChoice([k.value for k in OptimizerKind], OPTIMIZER_WORDS),
         help="The optimizer whose state and step are counted (default adam): adam-8bit "
         "(bitsandbytes), adafactor, lion, muon (AdamW on the non-matrix parameters), soap; "
         "each under the frameworks that offer it.",
@@ -148,7 +154,7 @@ BATCH: list[Decorator] = [
     ),
     click.option(
         "--schedule",
-        type=click.Choice([s.value for s in Schedule], case_sensitive=False),
+        type=NamedChoice([s.value for s in Schedule], SCHEDULE_WORDS),
         help="Pipeline schedule (default 1f1b); zb-h1, zb-h2, zb-v, dualpipe and dualpipev split "
         "the backward (under the frameworks that run them).",
     ),

@@ -24,6 +24,7 @@ import click
 from trainplan.interface.cli import cli, register_commands
 from trainplan.interface.cli.common import WEB_QUERY, ListOf, OutputFile, click_line
 from trainplan.interface.flags import MOVED_FLAGS, PARAMETER_FLAGS, derived_count, flag_for
+from trainplan.interface.framework_flags import framework_hint
 from trainplan.interface.scenario import VALUE_KINDS, check_scenario
 from trainplan.interface.scenario_file import switch_word
 from trainplan.interface.scenario_keys import KEY_HELP, closest_key, read_line, table_of
@@ -179,11 +180,18 @@ def _once(query: str, value: str, seen: dict[str, str]) -> None:
 
 
 def _unknown(
-    name: str, key: str, by_key: dict[str, click.Option], moved: dict[str, str], why: dict
+    name: str,
+    key: str,
+    by_key: dict[str, click.Option],
+    moved: dict[str, str],
+    why: dict,
+    value: str = "",
 ) -> str:
     """The line refusing query key ``key``, no parameter of command ``name``: its dashed
     spelling when that is one (``cp_kind``: write ``cp-kind``), or the command's spelling of the
-    same parameter (:data:`interface.flags.PARAMETER_FLAGS`: ``policy``, write ``model``), else
+    same parameter (:data:`interface.flags.PARAMETER_FLAGS`: ``policy``, write ``model``) or a
+    training framework's (:func:`interface.framework_flags.framework_hint`:
+    ``tensor-model-parallel-size``, write ``tp``, with ``value``), else
     the closest parameter (:func:`interface.scenario_keys.closest_key`, as ``--set`` suggests
     one) and the parameters there are."""
     dashed = key.replace("_", "-")
@@ -192,6 +200,9 @@ def _unknown(
             f"{key!r}: no such parameter of {name}; write it {dashed} (a key, in a query or a JSON body, is the "
             "command's option without its leading --)"
         )
+    framework = framework_hint(f"--{key}", value, by_key, name, web=True)
+    if framework is not None:  # Megatron-LM's or torchtitan's spelling
+        return framework
     if f"--{key}" in PARAMETER_FLAGS["num_microbatches"] and "global-batch" in by_key:
         return derived_count(key, name, by_key)
     option = _field_option(key, by_key)
@@ -206,6 +217,8 @@ def _unknown(
         return f"{key!r}: no such parameter of {name}; write it {other}"
     known = sorted(k for k, o in by_key.items() if k != "json" and k not in why
                    and not _writes_file(o))  # fmt: skip
+    if not known and not moved:  # /api/models: nothing to name
+        return f"{key}: no such parameter of {name}; it takes none"
     near = closest_key(key, known + sorted(moved))  # the command line's "did you mean"
     hint = f" (did you mean {near}?)" if near else ""
     return f"{key}: no such parameter of {name}{hint}; its parameters are " + ", ".join(
@@ -257,7 +270,7 @@ def parse_query(
             argv += ["--set", _setting(key, moved[key], value)]
             continue
         if found is None:
-            raise InputError(_unknown(name, key, by_key, moved, why))
+            raise InputError(_unknown(name, key, by_key, moved, why, value))
         option = found
         if key == "json" or _writes_file(option) or key in why:
             reason = why.get(key) or (

@@ -9,6 +9,13 @@ from typing import Any
 import click
 
 from trainplan.interface.cli import cli
+from trainplan.interface.cli.choices import (
+    FRAMEWORK_WORDS,
+    OBJECTIVE_WORDS,
+    OPTIMIZER_WORDS,
+    SCHEDULE_WORDS,
+    NamedChoice,
+)
 from trainplan.interface.cli.clock import command_started
 from trainplan.interface.cli.common import (
     COUNT,
@@ -82,8 +89,8 @@ BATCH: list[Decorator] = [
 OBJECTIVE: list[Decorator] = [
     click.option(
         "--objective",
-        type=click.Choice(
-            ["step-time", "tokens-per-gpu", "time-to-train", "cost", "params"], case_sensitive=False
+        type=NamedChoice(
+            ["step-time", "tokens-per-gpu", "time-to-train", "cost", "params"], OBJECTIVE_WORDS
         ),
         help="What to minimise (default step-time; time-to-train and cost need --tokens); "
         "params (search only): the largest family member that fits.",
@@ -98,7 +105,7 @@ OBJECTIVE: list[Decorator] = [
 SPACE: list[Decorator] = [
     list_option(
         "--framework",
-        type=click.Choice(["megatron", "deepspeed", "fsdp2", "textbook"], case_sensitive=False),
+        type=NamedChoice(["megatron", "deepspeed", "fsdp2", "textbook"], FRAMEWORK_WORDS),
         help="Framework profile(s) whose mechanisms the search chooses among (repeatable; "
         "default megatron; its ZeRO-3 is Megatron-FSDP). textbook is the ZeRO paper's steady "
         "state.",
@@ -115,7 +122,7 @@ SPACE: list[Decorator] = [
     ),
     list_option(
         "--schedule",
-        type=click.Choice([s.value for s in Schedule], case_sensitive=False),
+        type=NamedChoice([s.value for s in Schedule], SCHEDULE_WORDS),
         help="Pipeline schedules allowed (repeatable; default all the framework runs).",
     ),
     list_option(
@@ -149,7 +156,7 @@ SPACE: list[Decorator] = [
     list_option(
         "--optimizer",
         "optimizer",
-        type=click.Choice([k.value for k in OptimizerKind], case_sensitive=False),
+        type=NamedChoice([k.value for k in OptimizerKind], OPTIMIZER_WORDS),
         help="Optimizers to choose among (repeatable; default adam only: another is chosen "
         "only when given), each under the frameworks that run it.",
     ),

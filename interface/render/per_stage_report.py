@@ -160,6 +160,13 @@ def _searched(ps: dict[str, Any], stopper: str | None) -> str:
     )
 
 
+def _startup(d: dict[str, Any]) -> str:
+    """The command's seconds of start-up that its time limit counted (``per_stage.startup_seconds``,
+    the JSON object's with a limit), as the layout search's note names them; "" without."""
+    before = d["per_stage"].get("startup_seconds")
+    return f"; {before:.2f} s of start-up counted by the limit" if before else ""
+
+
 def per_stage_text(d: dict[str, Any]) -> str:
     """The per-stage search's summary (``trainplan search --per-stage``) from its JSON object:
     proof status, per-stage plan beside the best uniform plan, gain, the stages' table (layers,
@@ -176,7 +183,7 @@ def per_stage_text(d: dict[str, Any]) -> str:
         f"{_searched(ps, stopper if none_searched else None)}",
         *_not_searched(ps["shapes"]),
         *(
-            [f"Note: {ps['cut']}: the plans are the best of those shapes, not proven"]
+            [f"Note: {ps['cut']}{_startup(d)}: the plans are the best of those shapes, not proven"]
             if ps.get("cut")
             else []
         ),

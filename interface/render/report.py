@@ -223,6 +223,17 @@ def _mfu_conventions(d: dict[str, Any], which: str) -> str:
     return f" (6n; {percent_text(t[f'{which}_with_attention'])} with attention FLOPs{tail})"
 
 
+def _pack_mfu(t: dict[str, Any]) -> str:
+    """Beside the MFU of packed documents (``t``: the JSON object's ``time``), the MFU a counter
+    that takes each pack for one sequence reports (``time.mfu_pack``: its s² attention pairs
+    where the documents' mask keeps Σ lᵢ², :attr:`model.estimate.Estimate.mfu_pack`); "" without
+    packed documents or where the convention counts no attention (both figures the same)."""
+    pack = t.get("mfu_pack")
+    if pack is None or t.get("mfu") is None or pack == t["mfu"]:
+        return ""
+    return f" ({percent_text(pack)} counting each pack as one sequence, its s² attention)"
+
+
 def evaluate_text(d: dict[str, Any], defaults_used: dict[str, Any] | None = None) -> str:
     """The evaluate command's human output from its JSON object."""
     lay, model = d["layout"], d["model"]
@@ -368,6 +379,7 @@ def _pipeline_and_step(d: dict[str, Any]) -> list[str]:
         )
         + f" = {seconds_text(t['step_s'])}; MFU {percent_text(t['mfu'])}"
         + _mfu_conventions(d, "mfu")
+        + _pack_mfu(t)
         + f", HFU {percent_text(t['hfu'])}"
         + _mfu_conventions(d, "hfu")
         + (

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from trainplan.interface.flags import with_flags
+from trainplan.interface.requests import startup_seconds
 from trainplan.interface.rlhf.faithful import RLHFInputs, rlhf_inputs
 from trainplan.interface.rlhf.report import result_dict
 from trainplan.interface.tab_requests import RLHFPlanRequest, RLHFRequest, tab_request
@@ -99,6 +100,9 @@ def rlhf_plan_json(
     ``unknown`` with none, never ``infeasible``; :func:`optimizer.rlhf.search.search_placement`);
     no placement fits: :func:`infeasible_json`. ``progress(stage, done, total)``: as
     ``search_placement`` takes it; ``web``: the no-fit lines name parameters as the web does.
+    With a time limit, ``startup_seconds`` as the command prints it (the seconds from
+    ``started`` to the search, which the limit counts; 0 where the limit counts from the
+    search's start, as the web API's does).
 
     Raises
     ------
@@ -111,4 +115,7 @@ def rlhf_plan_json(
         result = search_placement(problem, request.time_limit, request.workers, progress)
     except InfeasibleError as err:
         return infeasible_json(err, web)
-    return plan_json(inp, result)
+    out = plan_json(inp, result)
+    if request.time_limit is not None:  # as the command's: the seconds before the search
+        out["startup_seconds"] = startup_seconds(request.started)
+    return out

@@ -23,8 +23,12 @@ TERMINAL_ONLY = {
     "width": "it sets the text timeline's columns; the page draws the chart",
     "play": "it animates the terminal; the page has its own play button",
     "delay": "it sets the terminal's and the GIF's frame time; the page's speed is its own",
+    "file": "it names a file on the server (gpus --file PATH.toml); the web app reads none: "
+    "/api/evaluate takes the part's keys as a JSON object in accelerator=",
 }
-"""Options of the terminal's output, refused by the API with these reasons."""
+"""Options the API refuses, with these reasons: the terminal's output, and ``gpus --file``, a
+path the server would read (the options that write files are refused by their type:
+:func:`interface.cli.query.parse_query`)."""
 
 
 WEB_HELP = {

@@ -28,7 +28,8 @@ from trainplan.interface.web.params import api_markdown  # noqa: E402
 
 CLOCKS = ("tables_seconds", "solve_seconds", "startup_seconds")
 """The search's own wall-clock times: each run measures its own; ``startup_seconds`` the
-command's start-up its time limit counts (the web's job has none to say)."""
+command's start-up its time limit counts (the web's job counts its limit from the search's
+start: 0, as the web's search and frontier give it)."""
 
 
 @pytest.fixture(scope="module")

@@ -105,6 +105,8 @@
       [(t.step_terms || []).map((x) => x.term).join(" + ") || "compute + bubble + exposed comm",
         (t.step_terms || []).map((x) => TP.exact(x.s)).join(" + ") + (t.activation_offload_s ? ` (activation offload ${TP.exact(t.activation_offload_s)} exposed, in compute)` : ""), "step-terms"],
       [`MFU (${flops.convention || "needs the model's dimensions"})`, TP.pct(t.mfu), "mfu"], ["MFU with attention FLOPs", TP.pct(t.mfu_with_attention)], [`HFU (${flops.convention || "needs the model's dimensions"})`, TP.pct(t.hfu), "hfu"], ["HFU with attention FLOPs", TP.pct(t.hfu_with_attention)],
+      // packed documents: the MFU of a counter taking each pack for one sequence (its s² attention), as the CLI's Step line gives it beside the MFU
+      ...(t.mfu_pack !== null && t.mfu_pack !== undefined && t.mfu_pack !== t.mfu ? [["MFU counting each pack as one sequence (its s² attention)", TP.pct(t.mfu_pack), "mfu-pack"]] : []),
     ].map(([k, val, id]) => `<div><b ${id ? `id="${id}"` : ""}>${val}</b><span>${k}</span></div>`).join("");
     TP.$("#assumptions").innerHTML = (d.assumptions || []).map((a) => `<li>${TP.esc(a)}</li>`).join("");
     const used = Object.entries(d.defaults_used || {});
