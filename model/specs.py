@@ -388,6 +388,10 @@ class TrainingSpec:
     every tp rank) or ``blockwise`` (each tp rank orthogonalises its own block, nothing
     gathered); None = the framework's (:func:`model.muon.muon_tp_gathers`). Its
     ``distributed`` is refused (not modelled). Megatron only."""
+    runs_backward: bool = True
+    """Whether the step runs a backward pass. False for an RLHF role that only scores (reference,
+    reward: Megatron-Core's ``forward_only`` pass): no weight gradient, so no placeholder weight
+    gradient is cached (:mod:`model.terms.dummy_wgrads`)."""
 
     def __post_init__(self) -> None:
         positive("training", seq_len=self.seq_len, global_batch_size=self.global_batch_size)

@@ -69,7 +69,7 @@ def evaluate(**params: Any) -> Estimate:
     >>> import trainplan
     >>> e = trainplan.evaluate(model="llama3-70b", gpu="H100-SXM", dp=2, tp=4, pp=8)
     >>> int(e.peak.total_bytes), round(e.step_s, 1), round(e.mfu, 3)  # bytes per GPU, s, MFU
-    (76160040960, 280.7, 0.4)
+    (76587859968, 280.7, 0.4)
     """
     return build_case(params).evaluate()
 

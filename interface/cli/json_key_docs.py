@@ -173,7 +173,9 @@ KEY_DOCS: dict[str, str] = {
     '"mpu" all-gather buffer (tp > 1 with sequence parallelism: megatron\'s output layer on the last stage, '
     "deepspeed's layers on every stage), DeepSpeed's pipeline receive buffers (pp > 1) and the fp32 logits its "
     "pipeline engine keeps on the last stage (two micro-batches', pp > 1), and, under megatron, "
-    "Transformer Engine's extra cuBLAS workspaces (3 x 32 MiB + 1 KiB with tp_comm_overlap full, 4 x with MoE layers). "
+    "Transformer Engine's extra cuBLAS workspaces (3 x 32 MiB + 1 KiB with tp_comm_overlap full, 4 x with MoE layers) "
+    "and its placeholder weight gradients (one tensor in the weights' dtype per distinct linear-weight shape of the "
+    "stage's layers and, on the last stage, the output layer; none in a forward-only RLHF role). "
     "Called output_gather_bytes before.",
     "memory.communicator_bytes": "NCCL's buffers per process group, held for the whole run (0 under textbook), "
     "with Transformer Engine's userbuffers or async TP's symmetric memory (memory.userbuffer_bytes).",

@@ -423,11 +423,11 @@ def _scoring_estimate(
     spec: RLHFSpec, rs: RoleSpec, opt: RoleOption, evaluate: Evaluator, s: int
 ) -> Estimate:
     """``evaluate()`` of the scoring forward's layout: the step's sequences at length ``s``, b a
-    micro-batch, no recomputation."""
-    b = spec.micro_batch_sequences
+    micro-batch, no recomputation; a frozen role runs no backward (``runs_backward``)."""
+    batch = _batch(spec.sequences, spec.micro_batch_sequences, opt.dp)
     return evaluate(
         rs.model,
-        TrainingSpec(seq_len=s, global_batch_size=_batch(spec.sequences, b, opt.dp)),
+        TrainingSpec(seq_len=s, global_batch_size=batch, runs_backward=rs.trainable),
         _layout(spec, opt, Recompute.NONE),
     )
 

@@ -141,6 +141,7 @@ TERMS: tuple[Term, ...] = (
         frozenset(
             {"tp", "cp", "micro_batch_size", "sequence_parallel", "pp", "schedule", "framework"}
             | {"virtual_stages", "uneven_stages", "stage_layers"}  # which stages hold layers
+            | {"etp"}  # the experts' weight shapes (model.terms.dummy_wgrads)
             | {"dp"}  # m: DeepSpeed's first stage keeps a causal mask per filled input buffer
         ),
         ("pp", "framework"),

@@ -1,6 +1,7 @@
 """The persistent buffers a framework allocates once and holds for the whole run, in both phases of
 the step, inside PyTorch's caching allocator: the ``"mpu"`` all-gather buffer, DeepSpeed's pipeline
-receive buffers and Transformer Engine's extra cuBLAS workspaces (:func:`persistent_buffers_term`;
+receive buffers, Transformer Engine's extra cuBLAS workspaces and its placeholder weight
+gradients (:func:`persistent_buffers_term`;
 ``StageMemory.persistent_buffers_bytes``, JSON ``memory.persistent_buffers_bytes``).
 
 The ``"mpu"`` buffer. Megatron-Core's output layer is ``tensor_parallel.ColumnParallelLinear`` (``megatron/core/models/
@@ -44,7 +45,13 @@ tensors); ``textbook`` counts no runtime buffer.
 
 Also held here, under ``megatron``: Transformer Engine's cuBLAS workspaces beyond the plain one
 (:func:`model.terms.userbuffers.te_workspace_term`), tensors of the caching allocator allocated
-at the first userbuffers or grouped GEMM and kept for the run.
+at the first userbuffers or grouped GEMM and kept for the run; and Transformer Engine's
+placeholder weight gradients (:func:`model.terms.dummy_wgrads.dummy_wgrads_term`): with the
+weight gradients accumulated inside the GEMM into ``main_grad``, autograd is handed a tensor of
+the weight's shape that ``get_dummy_wgrad`` caches once per distinct (shape, dtype), one per
+distinct linear-weight shape of the rank's layers and the output layer, in the weights' dtype,
+from the first backward on (none in a forward-only scoring role, none under Apex's
+``distributed_fused_adam``).
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ from typing import Any
 
 from trainplan.model.frameworks import Framework
 from trainplan.model.terms.activation_fields import LAYER_FIELDS, end_stages, stage_layer_counts
+from trainplan.model.terms.dummy_wgrads import dummy_wgrads_term
 from trainplan.model.terms.fields import Context, Fields
 from trainplan.model.terms.pipeline_buffers import (
     deepspeed_engine,
@@ -95,9 +103,11 @@ def persistent_buffers_term(c: Context, f: Fields) -> Any:
     deepspeed_mask_bytes`: ``args.attn_mask`` on every stage, the input buffers' clones on the
     first); under ``megatron``
     Transformer Engine's extra cuBLAS workspaces
-    (:func:`model.terms.userbuffers.te_workspace_term`); else 0 (and 0 for a size-only model).
+    (:func:`model.terms.userbuffers.te_workspace_term`) and its cached placeholder weight
+    gradients (:func:`model.terms.dummy_wgrads.dummy_wgrads_term`); else 0 (and 0 for a
+    size-only model).
 
-    Scope: tp, cp, micro_batch_size, sequence_parallel, pp, virtual_stages, uneven_stages,
+    Scope: tp, etp, cp, micro_batch_size, sequence_parallel, pp, virtual_stages, uneven_stages,
     stage_layers, schedule, framework, dp (through m). Control: pp, framework.
     """
     arch = c.model.arch
@@ -115,4 +125,4 @@ def persistent_buffers_term(c: Context, f: Fields) -> Any:
     mpu = where(runs_gather & f.sp & (f.tp > 1), one, 0)
     sequences = tokens * f.micro_batch_size
     engine = deepspeed_engine_buffers(c, f, sequences) + deepspeed_mask_bytes(c, f)
-    return mpu + engine + te_workspace_term(c, f)
+    return mpu + engine + te_workspace_term(c, f) + dummy_wgrads_term(c, f)

@@ -64,7 +64,11 @@ def _dense(text: str, m: dict) -> None:
       ``[S, 2f/tp]`` tensor) beside the activation's own output gradient β·S·f/tp, less the down
       projection's input (β·S·f/tp) released: n + 2·β·S·f/tp = 33,554,432 + 234,881,024.
     * The output layer's all-gather buffer: the sequence-parallel final norm output gathered
-      over tp for the output projection, β·S·h = 67,108,864 B, held the whole run.
+      over tp for the output projection, β·S·h = 67,108,864 B, held the whole run; beside it,
+      held as long, Transformer Engine's placeholder weight gradients (``model/terms/
+      dummy_wgrads.py``), one BF16 tensor per distinct weight shape at tp 2: QKV [3,072,
+      4,096], proj [4,096, 2,048], FC1 [14,336, 4,096], FC2 [4,096, 7,168] and the output layer
+      [64,128, 4,096] (V 128,256 a multiple of 128·2): 218,103,808 + 525,336,576 B.
     * Communicators: the tp ring, the dp ring, the distributed optimizer's gradient-statistics
       ring over all 8 GPUs, the world group's ring and the model-parallel group's (tp·pp = the
       tp pair, but a ``create_group`` of its own that Megatron-LM's ``train_step`` all-reduces
@@ -81,7 +85,10 @@ def _dense(text: str, m: dict) -> None:
     work = beta * S * h // tp + 2 * beta * S * f // tp
     assert work == 268_435_456
     gather = beta * S * h
-    assert (m["backward_working_bytes"], m["persistent_buffers_bytes"]) == (work, gather)
+    dummies = 2 * 4096 * (3072 + 2048 + 14336 + 7168) + 2 * 64128 * 4096
+    assert dummies == 218_103_808 + 525_336_576 == 743_440_384
+    held = gather + dummies
+    assert (m["backward_working_bytes"], m["persistent_buffers_bytes"]) == (work, held)
     assert COMM == 507_510_784
     nvls = (2 + 2 + 3 * 2) * 2**20
     assert nvls == 10_485_760
@@ -90,7 +97,7 @@ def _dense(text: str, m: dict) -> None:
     assert m["fit_bytes"] == m["allocated_bytes"] + m["communicator_bytes"] == m["total_bytes"]
     assert _lines_sum(m) == m["total_bytes"]
     assert _line(text, "backward working set (one layer)") == _gb(work) == "0.27 GB"
-    assert _line(text, "persistent buffers (whole run)") == _gb(gather) == "0.07 GB"
+    assert _line(text, "persistent buffers (whole run)") == _gb(held) == "0.81 GB"
     assert _line(text, "NCCL communicator buffers (whole run)") == _gb(5 * COMM + nvls) == "2.55 GB"
     assert _line(text, "= total (peak: forward-backward)") == _gb(m["fit_bytes"])
     assert "MoE forward working set" not in text
@@ -113,7 +120,10 @@ def _moe(text: str, m: dict) -> None:
       micro-batch in flight (pp 1): 8,589,934,592 B.
     * No tensor parallelism: no output-layer gather; the whole-run buffers are Transformer Engine's
       four extra cuBLAS workspaces, one per GroupedLinear stream (``get_cublas_workspace``,
-      33,555,456 B each on Hopper): 134,221,824 B."""
+      33,555,456 B each on Hopper): 134,221,824 B; and Transformer Engine's placeholder weight
+      gradients (``model/terms/dummy_wgrads.py``) at tp = etp 1: QKV [6,144, 4,096], proj
+      [4,096, 4,096], the experts' FC1 [28,672, 4,096] and FC2 [4,096, 14,336] and the output
+      layer [32,000, 4,096]: 436,207,616 + 262,144,000 = 698,351,616 B."""
     beta, k, s, h, V, layers = 2, 2, 32768, 4096, 32000, 32
     U = beta * k * s * h
     assert U == 536_870_912
@@ -123,7 +133,9 @@ def _moe(text: str, m: dict) -> None:
     assert m["activations_bytes"] == layers * beta * s * h == 8_589_934_592
     moe = 3 * U - m["backward_working_bytes"] + output
     assert m["moe_forward_transient_bytes"] == moe == 2_315_255_808
-    assert m["persistent_buffers_bytes"] == 4 * 33_555_456 == 134_221_824
+    dummies = 2 * 4096 * (6144 + 4096 + 28672 + 14336) + 2 * 32000 * 4096
+    assert dummies == 698_351_616
+    assert m["persistent_buffers_bytes"] == 4 * 33_555_456 + dummies == 832_573_440
     assert m["fit_bytes"] == m["allocated_bytes"] + m["communicator_bytes"] == m["total_bytes"]
     assert _lines_sum(m) == m["total_bytes"]
     assert _line(text, "MoE forward working set (one layer)") == _gb(moe) == "2.32 GB"

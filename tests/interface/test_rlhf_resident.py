@@ -200,17 +200,26 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     # + the engine's CUDA graph pool, an assumed 0.36 GiB rounded up (ENGINE_GRAPH_POOL_BYTES),
     # beyond its budget and kept asleep: in every phase
     graphs = 386_547_057
+    # + the trained roles' Transformer Engine placeholder weight gradients (model/terms/
+    # dummy_wgrads.py) on their last stage at tp 4: QKV [2,560, 8,192], proj [8,192, 2,048], FC1
+    # [14,336, 8,192], FC2 [8,192, 7,168] and the output layer [32,128, 8,192] (V padded to
+    # 128,512) in BF16, 427,819,008 + 526,385,152 = 954,204,160 B; the pool holds the actor's
+    # (the groups' largest); the reference and the reward model run no backward: none
+    dummies = 2 * 8192 * (2560 + 2048 + 14336 + 7168) + 2 * 32128 * 8192
+    assert dummies == 427_819_008 + 526_385_152 == 954_204_160
     (pool,) = plan.pools
-    held = resident + outside + inside + graphs + 666_632_192 + 33_554_432
+    held = resident + dummies + outside + inside + graphs + 666_632_192 + 33_554_432
     assert pool.processes == 2 and pool.process_bytes == 700_186_624
-    assert pool.resident_bytes == resident + outside + inside + graphs
-    assert pool.held_bytes == held == 2_935_750_656 + 306_184_192 + 10 * MIB + graphs
-    assert held == 3_252_420_608 + graphs == 3_638_967_665
+    assert pool.resident_bytes == resident + dummies + outside + inside + graphs
+    assert held == 2_935_750_656 + 306_184_192 + 10 * MIB + graphs + dummies
+    assert pool.held_bytes == held == 3_252_420_608 + graphs + dummies == 4_593_171_825
     costs = {str(c.option.role): c for c in plan.costs}
-    assert all(costs[k].resident_bytes == resident for k in ("actor", "reference"))
+    layers = 427_819_008  # the four layer shapes' placeholders, without the output layer's
+    assert costs["actor"].resident_bytes == resident + dummies
+    assert costs["reference"].resident_bytes == resident  # no backward: no placeholders
     # the critic's value head (model.value_head) gathers nothing: no "mpu" buffer on its last
-    # stage, its own figure 251,658,240 B less; the pool's (the actor's groups and buffer) stands
-    assert costs["critic"].resident_bytes == resident - 2 * 3 * 5120 * 8192 == 1_671_430_144
+    # stage, 251,658,240 B less; a plain nn.Linear, it has no placeholder either: its layers' only
+    assert costs["critic"].resident_bytes == resident - 2 * 3 * 5120 * 8192 + layers
     assert costs["actor"].swap_bytes == 66_151_772_160
     assert costs["actor"].scoring_bytes == 12 * 15_360 * 128_256 // 4 == 5_910_036_480
     # + Transformer Engine's FP32 softmax statistics of the recomputed layer, 4 B × 64/4 heads ×
@@ -236,10 +245,12 @@ def test_ppo_70b_on_64_h100_counts_the_colocated_roles_communicators():
     # the pool held 3,443,261,440 B before NCCL's placed channels (above): scoring 57,402,769,408
     # and training 77,739,520,000 then, 507,510,784 B less each after (56,895,258,624 and
     # 77,232,009,216), 306,184,192 B more each with the model-parallel ring, NVLS's 10 MiB
-    # (57,211,928,576 and 77,548,679,168), and 386,547,057 B more each with the engine's graph
+    # (57,211,928,576 and 77,548,679,168), 386,547,057 B more each with the engine's graph
     # pool; the critic's value head, 6 × 8,192 = 49,152 B less in scoring (57,598,475,633 with
-    # the LM head)
-    assert pool.peak_bytes[1:] == (57_598_426_481, 77_935_226_225) and pool.peak <= CAPACITY
+    # the LM head); and the placeholders' 954,204,160 B
+    peaks = (57_598_426_481 + dummies, 77_935_226_225 + dummies)
+    assert pool.peak_bytes[1:] == peaks == (58_552_630_641, 78_889_430_385)
+    assert pool.peak <= CAPACITY
     # the actor's and the critic's scoring round trips move 2P, not 7.5P: 2 × 2 × 5.5P / 64 GB/s
     # = 3.03 s less than 5,496.4 s: 5,493.39 s; NCCL's SM charge on the two updates' dp traffic
     # (docstring): 2 × (φ − 1/221) × 0.529385 s = 0.248 s more
@@ -342,7 +353,16 @@ def test_the_old_four_layout_answer_is_refused():
     critic = (484 + 292 + 96 + 28 + 584 + 148 + 2 + 8) * MIB
     assert (critic, reference) == (1_721_761_792, 1_923_088_384)
     reward = (292 + 76 + 584 + 76 + 6) * MIB
-    assert [c.resident_bytes for c in costs[1:]] == [actor, critic, reference, reward]
+    # the trained roles' last stages also hold Transformer Engine's placeholder weight gradients
+    # (model/terms/dummy_wgrads.py, BF16): the actor at tp 4 [2,560, 8,192], [8,192, 2,048],
+    # [14,336, 8,192], [8,192, 7,168] and the output layer [32,128, 8,192], 954,204,160 B; the
+    # critic at tp 2 [5,120, 8,192], [8,192, 4,096], [28,672, 8,192], [8,192, 14,336] (its value
+    # head a plain nn.Linear: none), 855,638,016 B; the scoring roles none
+    tp4 = 2 * 8192 * (2560 + 2048 + 14336 + 7168 + 32128)
+    tp2 = 2 * 8192 * (5120 + 4096 + 28672 + 14336)
+    assert (tp4, tp2) == (954_204_160, 855_638_016)
+    got = [c.resident_bytes for c in costs[1:]]
+    assert got == [actor + tp4, critic + tp2, reference, reward]
     with pytest.raises(InputError, match=r"need one tp × pp: actor tp 4 × pp 2, critic tp 2"):
         placement_plan(p, costs, (0, 0, 0, 0, 0))
 
@@ -364,15 +384,23 @@ def test_scoring_and_rollout_count_the_roles_own_communicators():
     ref = cost_of(p, RoleOption(Role.REFERENCE, 16, 16, 1, 1))
     engine = cost_of(p, RoleOption(Role.ROLLOUT, 16, 8, 2, 1, "none", Fraction(1, 2)), None, True)
     # and NVLink SHARP's 2 MiB of credits on each (8 ranks a node; model/terms/nvls_memory.py)
-    assert actor.resident_bytes == ref.resident_bytes == 3 * (292 + 2) * MIB == 924_844_032
+    assert ref.resident_bytes == 3 * (292 + 2) * MIB == 924_844_032
+    # the actor trains: its Transformer Engine placeholder weight gradients too (model/terms/
+    # dummy_wgrads.py) at tp 1, QKV [6,144, 4,096], proj [4,096, 4,096], FC1 [28,672, 4,096],
+    # FC2 [4,096, 14,336] and the output layer [128,256, 4,096] in BF16, 1,486,880,768 B; the
+    # reference scores only (no backward): none
+    dummies = 2 * 4096 * (6144 + 4096 + 28672 + 14336 + 128256)
+    assert dummies == 436_207_616 + 1_050_673_152 == 1_486_880_768
+    assert actor.resident_bytes == 924_844_032 + dummies == 2_411_724_800
     # the engine's tp 2: PyNccl's ring 24 + torch's all-gather ring 24 connections (the 24
     # collective channels of a node, model/terms/comm_memory.py RING_CHANNELS; no set-up counted
     # for the engine's rings), custom all-reduce 24 MiB; and its CUDA graph pool (GRAPHS)
     assert engine.resident_bytes == 48 * CONNECTION + 24 * MIB + GRAPHS == 1_015_692_657
     plan = compose((engine, actor, ref), (0, 0, 0), CAPACITY, 2 * 10**12, 8)
     (pool,) = plan.pools
-    # once: one set of groups; the engine's; and the engine's worker, a second process
-    held = actor.held_bytes + ref.held_bytes + 924_844_032 + 1_015_692_657 + 700_186_624
+    # once: one set of groups (the actor's, the larger); the engine's; and the engine's worker,
+    # a second process
+    held = actor.held_bytes + ref.held_bytes + 2_411_724_800 + 1_015_692_657 + 700_186_624
     assert pool.held_bytes == held
     assert pool.peak_bytes[0] == held + engine.rollout_bytes
     assert pool.peak_bytes[1] == held + max(actor.scoring_bytes, ref.scoring_bytes)
@@ -489,8 +517,14 @@ def test_grpo_qwen7b_on_64_h100_counts_the_sleeping_engine():
     assert 83_777_102_880 - less - fewer == 78_614_963_232
     # and NVLink SHARP's 2 MiB of credits on each of the actor's three rings (8 ranks a node
     # across nodes, model/terms/nvls_memory.py): 6 MiB; + the engine's CUDA graph pool, kept
-    # asleep (GRAPHS)
-    assert plan.pools[0].peak_bytes[1] == 78_614_963_232 + 6 * MIB + GRAPHS == 79_007_801_745
+    # asleep (GRAPHS); + the actor's Transformer Engine placeholder weight gradients
+    # (model/terms/dummy_wgrads.py) at tp 1, QKV [4,608, 3,584], proj [3,584, 3,584], FC1
+    # [37,888, 3,584], FC2 [3,584, 18,944] and the output layer [152,064, 3,584] in BF16,
+    # 1,556,086,784 B, held in every phase (the reference scores only: none)
+    dummies = 2 * 3584 * (4608 + 3584 + 37888 + 18944 + 152064)
+    assert dummies == 1_556_086_784
+    assert 78_614_963_232 + 6 * MIB + GRAPHS == 79_007_801_745
+    assert plan.pools[0].peak_bytes[1] == 79_007_801_745 + dummies == 80_563_888_529
     assert plan.fits
     r = search_placement(p)
     assert r.status == "optimal" and r.best.colocated and r.best.plan.fits
@@ -625,7 +659,10 @@ def test_grpo_qwen7b_under_verl_packing_moves_off_dp64():
     ]
     was = placement_plan(p, tuple(cost_of(p, o) for o in prior), (0,) * 3)
     assert not was.fits and was.pools[0].peak_bytes[2] > CAPACITY
-    assert was.pools[0].peak_bytes[2] - GRAPHS <= CAPACITY
+    # (its former 82.86 GB: less the graphs and the actor's Transformer Engine placeholder
+    # weight gradients at tp 1, 1,556,086,784 B held in every phase, model/terms/dummy_wgrads.py)
+    dummies = 2 * 3584 * (4608 + 3584 + 37888 + 18944 + 152064)
+    assert was.pools[0].peak_bytes[2] - GRAPHS - dummies <= CAPACITY
     tp = (1 - 1 / 1.350) * 3.574
     assert tp == pytest.approx(0.927, abs=1e-3)
     rings = 3.600 + 0.005  # the tp 2 engine's and the roles' tp 2 all-reduces as rings

@@ -69,7 +69,11 @@ def test_deepseek_v3_mxfp8_counts_both_copies():
     buffers, 24 × 2 × (128 KiB × 8) × 8 = 384 MiB, NCCL sets up on the first collective it runs
     as NVLS, and the token counts' all-gather, a few KiB, runs as a ring), the dp, tp·dp·cp,
     gradient-statistics and world rings (8 a node) 2 MiB each: 10 MiB more, 4,966 MiB,
-    184,047,086,336 B."""
+    184,047,086,336 B. Transformer Engine's placeholder weight gradients (model/terms/
+    dummy_wgrads.py; layers 6–9, all MoE, at tp = etp 1): MLA's q_down [1,536, 7,168], q_up
+    [24,576, 1,536], kv_down [576, 7,168], kv_up [32,768, 512], proj [7,168, 16,384] and the
+    experts' FC1 [4,096, 7,168] and FC2 [7,168, 2,048] (the shared expert's shapes too): 2 ×
+    231,145,472 = 462,290,944 B more, 184,509,377,280 B."""
     e = trainplan.evaluate(
         model="deepseek-v3", gpu="B200", dp=16, pp=16, ep=8, precision="fp8",
         fp8_recipe="mxfp8", global_batch_size=2048,
@@ -93,7 +97,11 @@ def test_deepseek_v3_mxfp8_counts_both_copies():
     assert 183_369_706_240 - 144 * 2**20 == 183_218_711_296
     assert 183_218_711_296 + 704 * 2**20 == 183_956_908_800
     assert 183_956_908_800 + 76 * 2**20 == 184_036_600_576
-    assert e.peak.total_bytes == 184_036_600_576 + nvls * 2**20 == 184_047_086_336
+    assert 184_036_600_576 + nvls * 2**20 == 184_047_086_336
+    attention = 1536 * 7168 + 24576 * 1536 + 576 * 7168 + 32768 * 512 + 7168 * 16384
+    dummies = 2 * (attention + 4096 * 7168 + 7168 * 2048)
+    assert dummies == 462_290_944
+    assert e.peak.total_bytes == 184_047_086_336 + dummies == 184_509_377_280
 
 
 @pytest.mark.parametrize("recipe", ["delayed", "tensorwise", "mxfp8", "blockwise"])

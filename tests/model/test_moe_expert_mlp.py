@@ -57,7 +57,10 @@ def test_mixtral_fp8_former_answer_does_not_fit():
     4,320 MiB, 268 MiB more: 88,393,772,160 B. NVLink SHARP (model/terms/nvls_memory.py): the
     tp·ep ring of 8 in a node 2 MiB of credits (its token counts' all-gather runs as a ring, so
     NCCL never sets up its 256 MiB of NVLS buffers), the dp, gradient-statistics and world rings
-    (8 a node) 2 each: 8 MiB more, 88,402,160,768 B."""
+    (8 a node) 2 each: 8 MiB more, 88,402,160,768 B. Transformer Engine's placeholder weight
+    gradients (model/terms/dummy_wgrads.py) at tp = etp 1: QKV [6,144, 4,096], proj [4,096,
+    4,096], the experts' FC1 [28,672, 4,096] and FC2 [4,096, 14,336], 436,207,616 B, and the
+    output layer [32,000, 4,096], 262,144,000 B: 698,351,616 B more, 89,100,512,384 B."""
     layout = Layout(framework="megatron", dp=64, ep=8, zero_stage=3, recompute="full",
                     micro_batch_size=2)  # fmt: skip
     case = Case.of("mixtral-8x7b", "H100-SXM", layout, precision="fp8", seq_len=32768,
@@ -69,7 +72,10 @@ def test_mixtral_fp8_former_answer_does_not_fit():
     assert stage.communicator_bytes == (292 + 2688 + 196 + 76 + 2 * 292 + 484 + nvls) * 2**20
     assert 88_293_108_864 - (4224 - 4052) * 2**20 == 88_112_753_792
     assert 88_112_753_792 + 268 * 2**20 == 88_393_772_160
-    assert stage.total_bytes == 88_393_772_160 + nvls * 2**20 == 88_402_160_768
+    assert 88_393_772_160 + nvls * 2**20 == 88_402_160_768
+    dummies = 2 * 4096 * (6144 + 4096 + 28672 + 14336) + 2 * 32000 * 4096
+    assert dummies == 436_207_616 + 262_144_000 == 698_351_616
+    assert stage.total_bytes == 88_402_160_768 + dummies == 89_100_512_384
 
 
 def test_recipes_and_dispatchers():

@@ -155,7 +155,9 @@ def test_layer_wise_packing_puts_every_one_layer_chunks_fc1_on_rank_0():
     2 MiB of credits (NCCL's tuner runs a 4-GPU all-reduce of an H100 node as a ring,
     model/nccl_search.py: no buffers; 16 × 2 × (128 KiB × 8) × 4 = 128 MiB more were counted
     before), the dp, gradient-statistics, world and model-parallel rings (≥ 2 ranks a node)
-    2 MiB each: 10 more, 1,670 MiB, 116,978,221,056 B."""
+    2 MiB each: 10 more, 1,670 MiB, 116,978,221,056 B. Transformer Engine's placeholder weight
+    gradients (model/terms/dummy_wgrads.py), one per distinct matrix shape above, BF16:
+    2 · 796,917,760 = 1,593,835,520 B more, 118,572,056,576 B."""
     shapes = [(4608, 16384), (16384, 4096), (26624, 16384), (16384, 13312)]
     assert sum(m * n for m, n in shapes) == 796_917_760
     assert layer_wise_owners(shapes, 4) == (2, 3, 0, 1)
@@ -175,7 +177,9 @@ def test_layer_wise_packing_puts_every_one_layer_chunks_fc1_on_rank_0():
     total = 94_188_470_272 + 4 * 947_912_704 * 6 + nccl
     assert total == 116_661_551_104
     assert total + 292 * 2**20 == 116_967_735_296
-    assert int(case.peak.total_bytes) == 116_967_735_296 + nvls * 2**20 == 116_978_221_056
+    assert 116_967_735_296 + nvls * 2**20 == 116_978_221_056
+    dummies = 2 * 796_917_760
+    assert int(case.peak.total_bytes) == 116_978_221_056 + dummies == 118_572_056_576
 
 
 def test_soap_search_answers_fit_with_the_state_megatron_keeps():
@@ -248,7 +252,12 @@ def test_soap_search_answers_fit_with_the_state_megatron_keeps():
     assert old.stages[1].communicator_bytes == (484 + 292 + 2 * 76 + 2 * 292 + 148 + 10) * 2**20
     nccl = (484 + 292 + 2 * 76 + 2 * 292 - 136 * 12) * 2**20
     assert 245_048_999_936 + 4 * padding * 6 + nccl == 374_300_672_000 - 125_829_120
-    assert int(old.peak.total_bytes) == 374_174_842_880 + (148 + 10) * 2**20 == 374_340_517_888
+    assert 374_174_842_880 + (148 + 10) * 2**20 == 374_340_517_888
+    # Transformer Engine's placeholder weight gradients at tp 2 (model/terms/dummy_wgrads.py):
+    # [9,216, 16,384], [16,384, 8,192], [53,248, 16,384], [16,384, 26,624] in BF16
+    dummies = 2 * (9216 * 16384 + 16384 * 8192 + 53248 * 16384 + 16384 * 26624)
+    assert dummies == 3_187_671_040
+    assert int(old.peak.total_bytes) == 374_340_517_888 + dummies == 377_528_188_928
     capacity = 83_210_009_600
     r = trainplan.search(model="llama3-405b", gpus=512, optimizer="soap")
     lay = r.best.estimate.layout
@@ -274,7 +283,14 @@ def test_soap_search_answers_fit_with_the_state_megatron_keeps():
     ) * 2**20  # fmt: skip
     total = 74_900_815_872 - 276_824_064 + mp * 2**20
     assert total == 74_930_176_000
-    assert int(r.best.estimate.peak.total_bytes) == total + 10 * 2**20 == 74_940_661_760 < capacity
+    assert total + 10 * 2**20 == 74_940_661_760
+    # Transformer Engine's placeholder weight gradients (model/terms/dummy_wgrads.py) on the
+    # last stage at tp 4: the four layer shapes, 1,593,835,520 B, and the output layer
+    # [32,128, 16,384] (V padded to 128,512), 1,052,770,304 B: 77.59 GB, the answer unchanged
+    dummies = 2 * 796_917_760 + 2 * 32128 * 16384
+    assert dummies == 1_593_835_520 + 1_052_770_304 == 2_646_605_824
+    peak = int(r.best.estimate.peak.total_bytes)
+    assert peak == 74_940_661_760 + dummies == 77_587_267_584 < capacity
     small = trainplan.search(model="llama3-8b", gpus=8, optimizer="soap").best.estimate
     assert (small.layout.dp, small.layout.tp, small.layout.pp, small.layout.zero_stage) == (
         2, 2, 2, 1,
@@ -288,4 +304,10 @@ def test_soap_search_answers_fit_with_the_state_megatron_keeps():
     total = 72_777_990_144 - 6 * 262_668_288 + lse + nccl
     assert total == 71_847_903_232
     assert total + 484 * 2**20 == 72_355_414_016
-    assert int(small.peak.total_bytes) == 72_355_414_016 + 10 * 2**20 == 72_365_899_776
+    assert 72_355_414_016 + 10 * 2**20 == 72_365_899_776
+    # Transformer Engine's placeholder weight gradients on stage 0 at tp 2 (model/terms/
+    # dummy_wgrads.py): [3,072, 4,096], [4,096, 2,048], [14,336, 4,096], [4,096, 7,168] in
+    # BF16, 218,103,808 B: 72.58 GB, the answer unchanged
+    dummies = 2 * 4096 * (3072 + 2048 + 14336 + 7168)
+    assert dummies == 218_103_808
+    assert int(small.peak.total_bytes) == 72_365_899_776 + dummies == 72_584_003_584

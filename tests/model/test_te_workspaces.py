@@ -54,9 +54,17 @@ def test_where_the_code_allocates_them():
     moe = _held(MOE, replace(BASE, ep=1))
     moe_full = _held(MOE, replace(BASE, ep=1), FULL)
     assert [b - a for a, b in zip(moe, moe_full, strict=True)] == [3 * WS, 3 * WS]
-    assert moe[0] == 4 * WS  # first stage: no output layer, so only the workspaces
-    # tp 1: no userbuffers, so no ub workspaces; grouped ones stay
-    assert _held(MOE, replace(BASE, tp=1, sequence_parallel=False), FULL)[0] == 4 * WS
+    # first stage: no output layer, so the workspaces and Transformer Engine's placeholder
+    # weight gradients (model/terms/dummy_wgrads.py): Mixtral (h 4,096, 32 heads of 128, 8 KV
+    # heads, experts' f 14,336) at tp = etp 2, QKV [3,072, 4,096], proj [4,096, 2,048], the
+    # experts' FC1 [14,336, 4,096] and FC2 [4,096, 7,168]: 2·4,096·26,624 = 218,103,808 B
+    assert 2 * 4096 * (3072 + 2048 + 14336 + 7168) == 218_103_808
+    assert moe[0] == 4 * WS + 218_103_808
+    # tp 1: no userbuffers, so no ub workspaces; grouped ones stay (the placeholders at tp 1:
+    # [6,144, 4,096], [4,096, 4,096], [28,672, 4,096], [4,096, 14,336], 436,207,616 B)
+    assert 2 * 4096 * (6144 + 4096 + 28672 + 14336) == 436_207_616
+    tp1 = _held(MOE, replace(BASE, tp=1, sequence_parallel=False), FULL)[0]
+    assert tp1 == 4 * WS + 436_207_616
     # other profiles call no Transformer Engine GEMM: the option moves nothing
     for fw in ("deepspeed", "textbook"):
         lay = replace(BASE, framework=fw)
@@ -99,13 +107,19 @@ def test_the_search_answer_that_did_not_fit():
     (4) hold their credits alone (98, 98 and 194 MiB with the buffers before) — and the rings
     that run only token counts or one float, which NCCL runs as rings (src/graph/tuning.cc):
     tp·cp, tp·ep, gradient statistics, world and model-parallel, 2 each: 16 MiB more (400 with
-    the tp, etp and dp buffers, 880 with every ring's), 189,785,335,808 B."""
+    the tp, etp and dp buffers, 880 with every ring's), 189,785,335,808 B. Transformer Engine's
+    placeholder weight gradients (model/terms/dummy_wgrads.py), one a distinct weight shape,
+    QKV [3,072, 4,096], proj [4,096, 2,048], the experts' FC1 [14,336, 4,096] and FC2 [4,096,
+    7,168] at tp = etp 2: 218,103,808 B more, 190,003,439,616 B."""
     case = Case.of("mixtral-8x7b", "B200", num_gpus=16, tp_comm_overlap="full",
                    precision="fp8", fp8_recipe="mxfp8")  # fmt: skip
     lay = Layout(dp=4, tp=2, pp=2, ep=4, etp=2, schedule="interleaved", virtual_stages=8,
                  zero_stage=1, framework="megatron")  # fmt: skip
     est = case.evaluate(lay)
-    assert [int(st.persistent_buffers_bytes) for st in est.stages][0] == 7 * WS == 234_888_192
+    dummies = 2 * 4096 * (3072 + 2048 + 14336 + 7168)
+    assert dummies == 218_103_808
+    assert int(est.stages[0].persistent_buffers_bytes) == 7 * WS + dummies
+    assert 7 * WS == 234_888_192
     assert 189_909_723_136 - 2_330_722_304 == 187_579_000_832
     assert 37_879_808 == 272 * 4 * 4096 * 17 // 2 and 272 * 4 * 32 // 2 * 4096 == 71_303_168
     total = 187_579_000_832 + 37_879_808 + 71_303_168
@@ -119,4 +133,5 @@ def test_the_search_answer_that_did_not_fit():
     assert total + 628 * 2**20 == 188_346_689_536
     assert 188_346_689_536 + 1_208 * 2**20 == 189_613_369_344
     assert 189_613_369_344 + 148 * 2**20 == 189_768_558_592
-    assert est.peak.reserved_total_bytes == 189_768_558_592 + nvls * 2**20 == 189_785_335_808
+    assert 189_768_558_592 + nvls * 2**20 == 189_785_335_808
+    assert est.peak.reserved_total_bytes == 189_785_335_808 + dummies == 190_003_439_616

@@ -94,7 +94,8 @@ def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform()
     526,195,712 B (tp 1, no recomputation), 112,609,792 + 8,388,608 = 120,998,400 B (tp 2, 5 of
     6 recomputed, its last layer whole); the uniform full recomputation at tp 1 over dp 2
     (ZeRO-1: 5,270,784 × (2 + 4 + 12/2) = 63,249,408 B of state) holds 6 × 4,194,304 +
-    47,972,352 + 41,943,040 = 115,081,216 B of activations, 178,330,624 B in all."""
+    47,972,352 + 41,943,040 = 115,081,216 B of activations, 178,330,624 B in all; each figure
+    also holds, in both phases, Transformer Engine's placeholder weight gradients (below)."""
     problem = tiny_problem((2,))
     got = per_stage_frontier(problem, "memory")
     assert got.status == "optimal"
@@ -145,8 +146,15 @@ def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform()
     # optimizer-step passes (model.step_passes.step_pass_bytes: the clip's scale +8, the master
     # re-read +4, 38 → 50 B an element): +12 B × its 2,637,056 elements / 2.97 TB/s = 10,655 ns,
     # 32,789,426 → 32,800,081 ns
-    tp2_full = 105_007_616 + lse + gather + comm + RING + 2 * 2**20
-    assert tp2_full == 2_147_699_200 > 178_330_624 + 2 * lse + comm == 1_707_285_504
+    # Transformer Engine's placeholder weight gradients (model/terms/dummy_wgrads.py), one per
+    # distinct weight shape: at tp 2 QKV [384, 256], proj [256, 128], FC1 [688, 256], FC2
+    # [256, 344] and the output layer [512, 256], 2 × 526,336 = 1,052,672 B; at tp 1 [768, 256],
+    # [256, 256], [1,376, 256], [256, 688] and [1,024, 256], 2 × 1,052,672 = 2,105,344 B
+    dummy2 = 2 * (384 * 256 + 256 * 128 + 688 * 256 + 256 * 344 + 512 * 256)
+    dummy1 = 2 * (768 * 256 + 256 * 256 + 1376 * 256 + 256 * 688 + 1024 * 256)
+    assert (dummy2, dummy1) == (1_052_672, 2_105_344)
+    tp2_full = 105_007_616 + lse + gather + comm + RING + 2 * 2**20 + dummy2
+    assert tp2_full == 2_148_751_872 > 178_330_624 + 2 * lse + comm + dummy1 == 1_709_390_848
     one = tiny_case(6, 1)
     tp2 = one.evaluate(one.layout.with_(tp=2, zero_stage=1, recompute="full"))
     assert int(tp2.peak.total_bytes) == tp2_full and tp2.step_s * 1e9 == pytest.approx(
@@ -159,12 +167,12 @@ def test_memory_frontier_equals_the_sweep_by_hand_the_oracle_and_beats_uniform()
     # +12 B × 5,270,784 / 2 owned elements / 2.97 TB/s = 10,648 ns (15,737,631 → 15,748,279 ns)
     assert 4 * 5_270_784 / 2 / 2.97e12 * 1e9 == pytest.approx(3_549.4, abs=0.1)
     assert 12 * 5_270_784 / 2 / 2.97e12 * 1e9 == pytest.approx(10_648.0, abs=0.1)
-    assert want[0] == (178_330_624 + 2 * lse + comm, 15_748_279, "uniform")
+    assert want[0] == (178_330_624 + 2 * lse + comm + dummy1, 15_748_279, "uniform")
     assert [k for _, _, k in want[1:-1]] == ["per-stage"] * 5
     # tp 1 (4 heads a rank: 2·lse a layer), six layers kept whole; the whole gradient buffer
     # zeroed as above, 3,550 ns (11,981,336 ns before); the step's own passes as above,
     # 10,648 ns (11,984,886 ns before)
-    assert want[-1] == (526_195_712 + 6 * 2 * lse + comm, 11_995_534, "uniform")
+    assert want[-1] == (526_195_712 + 6 * 2 * lse + comm + dummy1, 11_995_534, "uniform")
     assert got.points[-1].uniform_ns == 15_748_279
     # non-dominated: step time up, value down, strictly
     values = [p.value for p in got.points]
@@ -239,13 +247,18 @@ def test_gpus_frontier_per_job_by_hand():
     assert {v for v, _, _ in found} == {1, 8}
     one = next(p for p in got.points if p.value == 1)
     assert (one.estimate.layout.recompute, one.estimate.stages[0].communicator_bytes) == ("none", 0)
-    assert int(one.estimate.stages[0].total_bytes) == 558_606_848
+    # + Transformer Engine's placeholder weight gradients at tp 1 (model/terms/dummy_wgrads.py):
+    # [768, 256], [256, 256], [1,376, 256], [256, 688] and the output layer [1,024, 256] in BF16,
+    # 2 × 1,052,672 = 2,105,344 B; a first stage of pp 2 the four layer shapes, 1,581,056 B
+    assert int(one.estimate.stages[0].total_bytes) == 558_606_848 + 2_105_344 == 560_712_192
     two = tiny_case(6, 2)
     full = two.evaluate(two.layout.with_(zero_stage=1, recompute="full"))
     # the recomputed layer's FP32 softmax statistics 4·a·s = 131,072 B in its transient; this
     # case runs with NVLS (the default): its three one-float rings' credits, 3 × 2 MiB
     comm = PAIR + 3 * RING + 3 * 2 * 2**20
-    assert int(full.stages[0].total_bytes) == 162_515_968 + 131_072 + comm > BUDGET
+    layers = 2 * (768 * 256 + 256 * 256 + 1376 * 256 + 256 * 688)
+    assert layers == 1_581_056
+    assert int(full.stages[0].total_bytes) == 162_515_968 + 131_072 + comm + layers > BUDGET
     uniform = [(a.job.num_gpus, a.objective) for a in frontier(problem, "gpus").points]
     for value, step in uniform:
         assert staircase([(p.value, p.step_ns) for p in got.points], value) <= step
@@ -297,11 +310,21 @@ def test_gpus_frontier_with_a_job_only_per_stage_plans_fit():
       67,502,080 = 147,587,072 B each, and the backward working set: 430,855,168 B. The last:
       (791,040 + 2,097,152 + 256) × 18 = 51,992,064 B of state, its layer's input, the output
       layer and the loss: 467,228,160 B. Both under 470 MB.
+
+    Each stage also holds Transformer Engine's placeholder weight gradients for the whole run
+    (model/terms/dummy_wgrads.py, BF16, one per distinct weight shape): the layers' QKV [768,
+    256], proj [256, 256], FC1 [1,376, 256] and FC2 [256, 688], 1,581,056 B, and on the last
+    stage the output layer's [8,192, 256], 4,194,304 B more: 5,775,360 B. The budget holds them
+    beside the 470 MB (at 470 MB alone the 5 + 1 split's last stage, 473,003,520 B, no longer
+    fits, and the search answers 6 + 0 with 4 of 6 recomputed).
     """
     # + NVLink SHARP's credits on the pp 2 stage's three one-float rings (model-parallel,
     # gradient statistics, world; 2 ranks in the node, run as rings so no buffers), 3 × 2 MiB
     nvls = 3 * 2 * 2**20
-    budget = 470e6 + PAIR + 3 * RING + nvls
+    layers = 2 * (768 * 256 + 256 * 256 + 1376 * 256 + 256 * 688)
+    dummies = layers + 2 * 8192 * 256
+    assert (layers, dummies) == (1_581_056, 5_775_360)
+    budget = 470e6 + PAIR + 3 * RING + nvls + dummies
     problem = wide_vocab_problem((2, 4), budget)
     with pytest.raises(InfeasibleError):
         frontier(problem, "gpus")  # no uniform layout on any count
@@ -320,8 +343,8 @@ def test_gpus_frontier_with_a_job_only_per_stage_plans_fit():
     last = (layer + vh + norm) * 18 + kept + output + loss
     assert (first, last) == (430_855_168, 467_228_160)
     comm = PAIR + 3 * RING + nvls
-    assert [int(st.total_bytes) for st in point.estimate.stages] == [first + comm,
-                                                                    last + comm]  # fmt: skip
+    assert [int(st.total_bytes) for st in point.estimate.stages] == [first + comm + layers,
+                                                                    last + comm + dummies]  # fmt: skip
     r = per_stage_search(replace(problem, jobs=problem.jobs[:1]), without_uniform=True)
     assert (r.per_stage, r.plan_ns) == (True, point.step_ns)
     cap = int(problem.jobs[0].case.device.usable_bytes(True) * (1 - problem.constraints.headroom))

@@ -83,7 +83,7 @@ def test_maverick_stages_of_one_count_hold_different_parameters():
     not the busiest stage's; CP-SAT's key (D, E, B, M, C) at this split is stage 2's dense and
     experts × lcm(tp, etp·ep) = 32, 13 layers and 7 MoE layers on a stage at most."""
     case = maverick_case(4, 32)
-    lay = case.layout.with_(stage_layers=(12, 13, 13, 10), recompute_layers=(2, 0, 0, 0))
+    lay = case.layout.with_(stage_layers=(12, 13, 13, 10), recompute_layers=(3, 0, 0, 0))
     split = stage_params_per_gpu(SplitKey.of_layout(case.model, lay, case.vocab_multiple))
     dense, moe_dense, experts, ends = 157_296_640, 95_037_440, 503_316_480, 517_734_400
     assert [(d, e) for _, _, d, e in split] == [
@@ -97,7 +97,9 @@ def test_maverick_stages_of_one_count_hold_different_parameters():
     tables = build_stage_tables(case, case.layout)
     assert (tables.prefix, tables.period) == (0, 4)
     model = StageModel(tables, 0)
-    for var, value in zip(model.n + model.k, (12, 13, 13, 10, 2, 0, 0, 0), strict=True):
+    # (3 of stage 0's layers recomputed: the per-stage answer below; with 2 its stage 0 no
+    # longer fits beside Transformer Engine's placeholder weight gradients)
+    for var, value in zip(model.n + model.k, (12, 13, 13, 10, 3, 0, 0, 0), strict=True):
         model.model.add(var == value)
     sol = model.solve()
     assert sol is not None and sol.layers == (12, 13, 13, 10)
@@ -107,7 +109,7 @@ def test_maverick_stages_of_one_count_hold_different_parameters():
 
 MAVERICK_SEARCHES = [
     # (pp, the per-stage answer's dp, split, recomputed, step s, the plain search's step s)
-    pytest.param(4, 32, [12, 13, 13, 10], [2, 0, 0, 0], 9.574301828595502, 10.727025708454905,
+    pytest.param(4, 32, [12, 13, 13, 10], [3, 0, 0, 0], 9.580616956234614, 10.727025708454905,
                  id="pp4"),
     pytest.param(8, 16, ([7, 7, 6, 6, 7, 6, 6, 3], [7, 7, 6, 6, 6, 7, 6, 3],
                          [7, 7, 7, 6, 6, 6, 6, 3]), [0] * 8,
@@ -151,7 +153,10 @@ def test_maverick_per_stage_answer_is_what_evaluate_says(pp, dp, layers, recompu
     experts over edp 2) = +7.3208 ms, 9.566981 → 9.574302 s, the uniform search's +12 B ×
     1,573,441,440 = +6.3573 ms, 10.720668 → 10.727026 s; at pp 8 +12 B × 1,599,451,520 =
     +6.4624 ms, 10.325887 → 10.332349 s, the uniform search's +12 B × 1,589,620,800 =
-    +6.4227 ms, 12.712212 → 12.718634 s."""
+    +6.4227 ms, 12.712212 → 12.718634 s. Transformer Engine's placeholder weight gradients
+    (model/terms/dummy_wgrads.py: one BF16 tensor per distinct weight shape, held for the run)
+    leave the pp 4 answer's stage 0 no room for 10 of its 12 layers kept whole: it recomputes
+    3 (2 before), 9.574302 → 9.580617 s; the uniform search's answer is unchanged."""
     common = ["--model", "llama4-maverick", "--gpus", "256", "--gpu", "H100-SXM", "--pp", str(pp),
               "--tp", "2", *(["--ep", "16"] if pp == 8 else []), "--json"]  # fmt: skip
     flags = ["--dp", str(dp), "--tp", "2", "--ep", "16", "--etp", "2", "--recompute", "none"]

@@ -330,8 +330,10 @@ def test_search_says_what_a_setting_costs(page):
 
 
 def test_search_per_stage_shows_the_stages_and_the_flags(page):
-    args = ["--model", "llama3-70b", "--gpus", "16", "--seq-len", "8192"]
-    go(page, "/search?" + urlencode({"model": "llama3-70b", "gpus": "16", "seq-len": "8192"}))
+    # 6K: at 8K Transformer Engine's placeholder weight gradients (model/terms/dummy_wgrads.py)
+    # leave Llama 3 70B on 16 H100s the uniform plan, no stages to show
+    args = ["--model", "llama3-70b", "--gpus", "16", "--seq-len", "6144"]
+    go(page, "/search?" + urlencode({"model": "llama3-70b", "gpus": "16", "seq-len": "6144"}))
     expect(page.locator("#status")).to_have_text("proven optimal (CP-SAT)")
     page.check("input[name=per-stage]")
     page.click("#run")

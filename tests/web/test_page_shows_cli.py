@@ -38,14 +38,17 @@ def rlhf(client) -> dict:
 
 
 def test_rlhf_faithful_verdict_is_the_clis(rlhf):
-    """The CLI's "placement: colocated, synchronous — DOES NOT FIT … needs 336.69 GB per GPU in
-    the rollout phase, 253.48 GB above the 83.21 GB usable": the same object the page reads."""
+    """The CLI's "placement: colocated, synchronous — DOES NOT FIT … needs 337.36 GB per GPU in
+    the rollout phase, 254.15 GB above the 83.21 GB usable" (336.69 GB and the trained actor's
+    Transformer Engine placeholder weight gradients, 669,515,776 B at tp 1: model/terms/
+    dummy_wgrads.py; derived in test_rlhf_page_shows_the_faithful_verdict): the same object the
+    page reads."""
     f = rlhf["faithful"]
     cli = cli_json("rlhf", "--algorithm", "grpo", "--model", "qwen3-30b-a3b", "--reward", "rule")
     assert (f["placement"], f["off_policy"], f["fits"]) == ("colocated", 0, False)
     assert f["does_not_fit"] == cli["faithful"]["does_not_fit"]
     assert f["does_not_fit"][0].endswith(
-        "needs 336.69 GB per GPU in the rollout phase, 253.48 GB above the 83.21 GB usable"
+        "needs 337.36 GB per GPU in the rollout phase, 254.15 GB above the 83.21 GB usable"
     )
     assert [p["peak_bytes"] for p in f["pools"]] == [
         p["peak_bytes"] for p in cli["faithful"]["pools"]
@@ -138,13 +141,18 @@ def test_rlhf_page_shows_the_faithful_verdict(browser_page):
     verdict = page.locator("#rlhf-verdict")
     expect(verdict).to_have_text("placement: colocated, synchronous — DOES NOT FIT")
     expect(verdict).to_have_class("verdict nofit")
+    # 336.69 GB and the trained actor's Transformer Engine placeholder weight gradients
+    # (model/terms/dummy_wgrads.py; Qwen3 30B-A3B at tp 1: QKV [5,120, 2,048], proj [2,048,
+    # 4,096], the experts' FC1 [1,536, 2,048] and FC2 [2,048, 768], the output layer [151,936,
+    # 2,048] in BF16: 669,515,776 B)
+    assert 2 * (5120 * 2048 + 2048 * 4096 + 1536 * 2048 + 2048 * 768 + 151936 * 2048) == 669_515_776
     expect(page.locator("#rlhf-why")).to_contain_text(
-        "needs 336.69 GB per GPU in the rollout phase, 253.48 GB above the 83.21 GB usable"
+        "needs 337.36 GB per GPU in the rollout phase, 254.15 GB above the 83.21 GB usable"
     )
     expect(page.locator("#rlhf-flops")).to_contain_text(
         "scoring 1.125e+18 (2N per token: actor, reference)"
     )
-    expect(page.locator("#rlhf-pools-table")).to_contain_text("336.69")
+    expect(page.locator("#rlhf-pools-table")).to_contain_text("337.36")
     expect(page.locator("#inputs select[name=model]")).to_have_value("qwen3-30b-a3b")
     assert page.locator("#inputs input[name=chips]").is_disabled()
     expect(page.locator("#roles-table")).to_contain_text("30.5321B")
