@@ -275,13 +275,21 @@ def _ambiguous(name: str, shown: str, number: str, bits: str) -> None:
 
 def _refuse_unit_on_plain(word: str, name: str, shown: str, whole: bool) -> None:
     """Refuse a unit (``8GB``, ``8KB``, ``7ms``) on parameter ``name``, whose name gives no
-    unit; a count's suffix (``70B``, ``8K``) is left to the plain number grammar."""
+    unit; a count's suffix (``70B``, ``8K``) is left to the plain number grammar. A share
+    (:func:`is_fraction`: ``headroom``) is told its own form, a fraction or a percent.
+
+    >>> _refuse_unit_on_plain("GB", "headroom", "'10GB'", False)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    trainplan.model.errors.InputError: headroom: '10GB' is a size in bytes, not a plain number: ...
+    """
     if len(word) == 1 and word.upper() in _COUNT_SUFFIXES:
         return
     found = _lookup(word, name, shown, "")
     if found is not None:
         what = "a count" if whole else "a plain number"
-        raise InputError(f"{name}: {shown} is {found.kind}, not {what}: write the number alone")
+        alone = FRACTION_RULE if is_fraction(name) else "the number alone"  # headroom 10GB
+        raise InputError(f"{name}: {shown} is {found.kind}, not {what}: write {alone}")
 
 
 def _unit_scale(word: str, name: str, shown: str, number: str) -> Fraction:
@@ -311,10 +319,18 @@ _BASE = {_BYTES: "B", _RATE: "B/s", _FLOPS: "FLOP/s"}
 
 def _count_suffix(letter: str, name: str, shown: str, number: str, own: _Unit) -> str:
     """The refusal of a count's suffix (``2T``) on a parameter whose name gives its unit: the
-    unit the user likely meant (2TB) and the plain number in the parameter's unit."""
+    unit the user likely meant (2TB; a time's ``2m``: 2min) and the plain number in the
+    parameter's unit.
+
+    >>> _count_suffix("M", "time_limit", "'2m'", "2", _UNITS["s"])
+    "time_limit: '2m' is a count suffix, not a unit: write 2min (120 s) or 120"
+    """
     symbol, kind = unit_of(name)  # type: ignore[misc]  # the caller checked it is not None
     head = f"{name}: {shown} is a count suffix, not a unit: write "
-    meant = _UNITS.get(f"{letter}{_BASE.get(kind, '?')}")
+    suffix = f"{letter}{_BASE.get(kind, '?')}"
+    if kind == _TIME and letter == "M":  # 2m: minutes, which the grammar writes min
+        suffix = "min"
+    meant = _UNITS.get(suffix)
     try:
         value = Fraction(number)
     except ValueError:
@@ -324,7 +340,7 @@ def _count_suffix(letter: str, name: str, shown: str, number: str, own: _Unit) -
     plain = value * meant.scale / own.scale
     digits = str(plain.numerator) if plain.denominator == 1 else f"{float(plain):g}"
     shown_value = f"{plain.numerator:,}" if plain.denominator == 1 else digits
-    return f"{head}{number}{letter}{_BASE[kind]} ({shown_value} {symbol}) or {digits}"
+    return f"{head}{number}{suffix} ({shown_value} {symbol}) or {digits}"
 
 
 def _in_unit(name: str, lead: str = " in ") -> str:

@@ -25,6 +25,7 @@ from trainplan.model.frameworks import DRIVER_RESERVED_BYTES
 from trainplan.model.hardware import DeviceSpec, runtime_reserve_for
 from trainplan.model.units import GB, GIB, closest_names
 from trainplan.topology.accelerator_figures import read_figures
+from trainplan.topology.accelerator_sizes import sized_names
 
 __all__ = [
     "load_accelerators",
@@ -383,7 +384,9 @@ def get_accelerator(name: str) -> DeviceSpec:
     """The accelerator called ``name``: case-insensitive, spaces/hyphens ignored, the spellings
     of :data:`ALIASES`, or the start of exactly one catalogue name (``V100`` → ``V100-SXM2-32GB``,
     ``TPU v4`` / ``tpu-v4`` → ``TPUv4``). A start several names share is ambiguous: the
-    candidates are listed, none is chosen (``A100`` could be the 40 GB or the 80 GB part).
+    candidates are listed, none is chosen (``A100`` could be the 40 GB or the 80 GB part). A
+    family and a size (``H200-141GB``) is the family's part of that size
+    (:func:`topology.accelerator_sizes.sized_names`), ambiguous where several are.
 
     Raises
     ------
@@ -413,6 +416,14 @@ def get_accelerator(name: str) -> DeviceSpec:
     if candidates:
         raise ScenarioError(
             f"gpu: {name!r} is ambiguous: it could be {', '.join(candidates)}; name one "
+            "(trainplan gpus lists them)"
+        )
+    sized = sized_names(str(name), {n: d.memory_bytes for n, d in devices.items()}, name_key)
+    if len(sized) == 1:  # H200-141GB: the family's one part of that size
+        return devices[sized[0]]
+    if sized:  # H100-80GB: the SXM or the PCIe part
+        raise ScenarioError(
+            f"gpu: {name!r} is ambiguous: it could be {', '.join(sized)}; name one "
             "(trainplan gpus lists them)"
         )
     raise ScenarioError(f"unknown gpu '{name}'; {closest_names(str(name), list(devices))}")
