@@ -10,8 +10,9 @@ from collections.abc import Callable, Mapping
 
 __all__ = ["sized_names"]
 
-_SIZED = re.compile(r"^(.*?\D)[\s\-_]*(\d+)\s*GB$", re.IGNORECASE)
-"""A name ending in a whole number of GB after its family (``H100-80GB``)."""
+_SIZED = re.compile(r"^(.+?)[\s\-_]+(\d+)\s*GB$", re.IGNORECASE)
+"""A name ending in a whole number of GB after its family and a separator (``H100-80GB``,
+``H200 141GB``)."""
 
 
 def sized_names(name: str, memory_bytes: Mapping[str, int], key: Callable[[str], str]) -> list[str]:
