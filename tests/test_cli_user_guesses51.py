@@ -39,3 +39,15 @@ def test_guesses_are_read_or_refused_with_what_to_write():
     )
     assert runs["h200"].returncode == 0, runs["h200"].stderr
     assert json.loads(runs["h200"].stdout)["gpu"]["name"] == "H200"
+
+
+def test_packed_documents_are_said_on_the_layout_line():
+    """``evaluate --document-length 1024`` sized the step for packed documents (the attention's
+    FLOPs and, under megatron, the kernels' ``thd`` tensors) but its text said nothing of them;
+    the layout line says it beside the sequence length, as the JSON's
+    ``layout.document_lengths`` gives it ([[1024, 1]]: one length)."""
+    base = ["evaluate", "--model", "llama3-8b", "--gpus", "8", "--document-length", "1024"]
+    runs = run_many({"text": base, "json": [*base, "--json"]})
+    line = runs["text"].stdout.splitlines()[1]
+    assert "s 8,192 (packed documents of 1,024 tokens), rank order" in line, line
+    assert json.loads(runs["json"].stdout)["layout"]["document_lengths"] == [[1024, 1]]

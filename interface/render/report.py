@@ -260,7 +260,8 @@ def evaluate_text(d: dict[str, Any], defaults_used: dict[str, Any] | None = None
 
 def layout_line(lay: dict[str, Any]) -> str:
     """A layout as the evaluate text's ``layout:`` line writes it (``lay``: the JSON object's
-    ``layout``): degrees, framework, ZeRO, recompute, schedule, batch, rank order; counts in the
+    ``layout``): degrees, framework, ZeRO, recompute, schedule, batch (packed documents beside the
+    sequence length), rank order; counts in the
     one number form of every message (thousands grouped: ``B 4,000,000``, ``s 8,192``)."""
     return (
         f"dp {lay['dp']:,} × tp {lay['tp']} × pp {lay['pp']} × cp {lay['cp']}"
@@ -277,8 +278,26 @@ def layout_line(lay: dict[str, Any]) -> str:
         + f", {lay['schedule']}"
         + (f" v={lay['virtual_stages']}" if lay["virtual_stages"] > 1 else "")
         + f", b {lay['micro_batch_size']:,}, B {lay['global_batch_size']:,}, "
-        f"m {lay['num_microbatches']:,}, s {lay['seq_len']:,}, rank order {lay.get('rank_order', 'tp-cp-ep-dp-pp')}"
+        f"m {lay['num_microbatches']:,}, s {lay['seq_len']:,}{_packed(lay)}, rank order {lay.get('rank_order', 'tp-cp-ep-dp-pp')}"
     )
+
+
+def _packed(lay: dict[str, Any]) -> str:
+    """`` (packed documents of 1,024 tokens)`` after the sequence length where the layout's
+    sequences are packed documents (``document_lengths``, [[length, count], …]; a spread as
+    ``512–2,048``); "" where they are not.
+
+    >>> _packed({"document_lengths": [[1024, 1]]}), _packed({"document_lengths": None})
+    (' (packed documents of 1,024 tokens)', '')
+    >>> _packed({"document_lengths": [[512, 1], [2048, 1]]})
+    ' (packed documents of 512–2,048 tokens)'
+    """
+    docs = lay.get("document_lengths")
+    if not docs:
+        return ""
+    low, high = min(n for n, _ in docs), max(n for n, _ in docs)
+    span = f"{low:,}" if low == high else f"{low:,}–{high:,}"
+    return f" (packed documents of {span} tokens)"
 
 
 def _tables(d: dict[str, Any]) -> list[str]:
