@@ -214,7 +214,12 @@ def test_an_rlhf_examples_own_values_give_way_to_the_users():
     # the faithful accounting of qwen2.5-7b (7,615,616,512 parameters) in four PPO roles
     ppo = json.loads(runs["ppo model"].stdout)
     assert ppo["changed"] == {"model": "qwen2.5-7b"} and ppo["accounting"] == "faithful"
-    assert [r["params"] for r in ppo["network_table"]] == [7_615_616_512] * 4
+    # the critic and the reward model end in a value head (model.value_head, verl's
+    # LinearForLastLayer with its bias): 7,615,616,512 − 152,064 × 3,584 + 3,584 + 1
+    value = 7_615_616_512 - 152_064 * 3_584 + 3_584 + 1
+    assert value == 7_070_622_721
+    got = [r["params"] for r in ppo["network_table"]]
+    assert got == [7_615_616_512, value, 7_615_616_512, value]
     assert runs["grpo model"].stdout.startswith(
         "Example grpo-70b with --model qwen2.5-7b (in place of the example's policy_params=70e9, "
         "reward_params=70e9; the figures below are for these; as published: GRPO: 3 networks "
@@ -345,11 +350,13 @@ def test_a_critic_model_where_the_step_has_no_critic_is_refused():
         "model and no critic"
     )
     assert refusal(runs["rlhf"]) == line and refusal(runs["plan"]) == line
-    # PPO's critic is the given network: llama3-8b's 8,030,261,248 parameters
+    # PPO's critic is the given network with a value head (model.value_head): llama3-8b's
+    # 8,030,261,248 parameters less its output layer 128,256 × 4,096, plus 4,096 + 1
     table = json.loads(runs["ppo"].stdout)["network_table"]
+    assert 8_030_261_248 - 128_256 * 4_096 + 4_096 + 1 == 7_504_928_769
     assert [(r["role"], r["params"]) for r in table] == [
         ("actor", 7_615_616_512),
-        ("critic", 8_030_261_248),
+        ("critic", 7_504_928_769),
         ("reference", 7_615_616_512),
     ]
 
