@@ -8,6 +8,10 @@ The frameworks build a critic and a reward model from the policy's transformer w
   ``AutoModelForTokenClassification`` with ``num_labels = 1``: Hugging Face's
   ``GenericForTokenClassification`` (``transformers/modeling_layers.py``) is the base model
   (``AutoModel``, no ``lm_head``) and ``score = nn.Linear(hidden_size, num_labels)``, with a bias.
+  Not covered: ``load_valuehead_model`` (``verl/utils/model.py``) falls back, for an
+  architecture without a token-classification class, to trl's
+  ``AutoModelForCausalLMWithValueHead``, which keeps the ``lm_head`` beside the value head;
+  such a critic holds the policy's output layer too and this rule under-counts it.
 * verl b178a3cd5, Megatron workers: ``CriticWorker._build_critic_model_optimizer`` and
   ``RewardModelWorker._build_rm_model`` (``verl/workers/megatron_workers.py``) build ``GPTModel``
   with ``McoreModuleWrapperConfig(is_value_model=True, share_embeddings_and_output_weights=

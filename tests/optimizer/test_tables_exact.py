@@ -20,6 +20,7 @@ from trainplan.model.layout import Recompute
 from trainplan.model.moe_run import Dispatcher, EpOverlap, MoERun
 from trainplan.model.offload import Offload
 from trainplan.model.op_time import TP_OVERLAP_FRAMEWORKS, TpOverlap
+from trainplan.model.packing import Documents
 from trainplan.model.pipeline import SPLIT_BACKWARD, Schedule
 from trainplan.model.precision import optimizer_state_bytes
 from trainplan.model.rlhf.phases import value_head_model
@@ -95,6 +96,12 @@ CASES = [
      {"global_batch_size": 32, "seq_len": 4096}),
     ("megatron-1.7b-value-head", VALUE_HEAD_GPT, 16, "A100-80GB", {},
      {"global_batch_size": 64, "seq_len": 2048}),
+    # MLA over packed documents under megatron (model.mla_thd: the padded value and the kernel's
+    # padded output, score rows read by the evaluator and the tables alike), with Transformer
+    # Engine's placeholder weight gradients over dense, MoE (routed and shared experts) and MTP
+    # layers (model.terms.dummy_wgrads)
+    ("deepseek-v3-packed", "deepseek-v3", 64, "H800", {"ep": (8, 16)},
+     {"global_batch_size": 64, "seq_len": 4096, "documents": Documents.histogram([(1024, 1)])}),
     # MoE as it runs (model.moe_run): DeepEP's de-duplicated dispatch with node-limited routing
     # (once per rank in one node at ep 8; ep 16 spans two H800 nodes: once per remote node, then
     # once per rank over NVLink, model.moe_dispatch) and its resident buffers; padding to a capacity factor with
@@ -129,7 +136,7 @@ CASES = [
 
 
 SAMPLE = 120
-"""Candidates drawn a case (23 cases: 2,760 in all, every one evaluated exactly): 400 a case
+"""Candidates drawn a case (24 cases: 2,880 in all, every one evaluated exactly): 400 a case
 took CI a tenth of its time, 200 still over a minute of CI's 20."""
 
 
